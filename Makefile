@@ -1,0 +1,78 @@
+# vitc build. `make` builds the CLI; `make test` installs test deps and runs every test;
+# `make demo` installs deps, builds and trains a small ViT on Fashion-MNIST.
+PKGS      := openblas libcjson stb zlib
+CC        ?= cc
+WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics.
+OPT       ?= -O3 -march=native
+CFLAGS    := $(WARN) $(OPT) -fopenmp -Iinclude $(PKG_CFLAGS)
+LDLIBS     = $(PKG_LIBS) -lm -fopenmp
+
+SRC       := $(wildcard src/*/*.c)
+OBJ       := $(SRC:%.c=build/%.o)
+TEST_SRC  := $(wildcard tests/*.c)
+TEST_OBJ  := $(TEST_SRC:%.c=build/%.o)
+ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
+ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+
+# Debian packages needed to build, to run the tests, and to train (installed only when missing).
+DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libcjson-dev libstb-dev zlib1g-dev
+DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
+DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
+
+.PHONY: all deps deps-test test unit asan fuzz reference demo clean bench compare
+all: vitc
+
+vitc: build/tools/vitc.o build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+build/libvitc.a: $(OBJ)
+	ar rcs $@ $^
+
+build/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c -o $@ $<
+
+build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(ASAN_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
+
+build/unit: $(TEST_OBJ) build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+build-asan/unit: $(ASAN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+
+# Installs Debian packages from the list given in PKGLIST when any is missing.
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+endef
+
+deps:
+	$(call apt_install,$(DEB_BUILD))
+deps-test:
+	$(call apt_install,$(DEB_TEST))
+deps-demo:
+	$(call apt_install,$(DEB_DEMO))
+
+unit: build/unit
+	./build/unit
+
+asan: build-asan/unit
+	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
+
+test: deps-test
+	$(MAKE) --no-print-directory vitc build/unit build-asan/unit fuzz-build
+	@bash tests/run_all.sh
+
+demo: deps-demo
+	$(MAKE) --no-print-directory vitc
+	bash tools/demo.sh
+
+clean:
+	rm -rf build build-asan vitc

@@ -1,0 +1,27 @@
+/* Error reporting: every fallible call takes a vt_err* and returns 0 on success, -1 on error. */
+#ifndef VITC_ERROR_H
+#define VITC_ERROR_H
+
+#include <stddef.h>
+
+/* Holds the first error message of a failed call (empty when none). */
+typedef struct vt_err {
+    char msg[512];
+} vt_err;
+
+/* Formats a message into e (if non-NULL, and only if no message is set yet); always returns -1. */
+int vt_seterr(vt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Clears the message. */
+void vt_clearerr(vt_err *e);
+
+/* Allocates n bytes aligned to 64 bytes, zeroed; returns NULL (and sets e) when out of memory. */
+void *vt_alloc(size_t n, vt_err *e);
+
+/* Frees memory from vt_alloc (NULL is fine). */
+void vt_free(void *p);
+
+/* Multiplies a*b into *out; returns -1 on size_t overflow. */
+int vt_mul_overflow(size_t a, size_t b, size_t *out);
+
+#endif

@@ -1,0 +1,118 @@
+/* The computation graph: built once per (model, batch, input size), planned into one arena, run many times. */
+#ifndef VITC_GRAPH_H
+#define VITC_GRAPH_H
+
+#include <stdint.h>
+
+#include "vitc/error.h"
+#include "vitc/rng.h"
+#include "vitc/tensor.h"
+
+#define VT_MAXIN 8
+
+typedef struct vt_node vt_node;
+typedef struct vt_graph vt_graph;
+
+/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads. */
+typedef struct vt_opdef {
+    const char *name;
+    void (*forward)(vt_node *n);
+    void (*backward)(vt_node *n);
+} vt_opdef;
+
+struct vt_node {
+    const vt_opdef *op;
+    vt_graph *g;
+    vt_tensor *in[VT_MAXIN];
+    int nin;
+    vt_tensor *out;
+    vt_tensor *save[4]; /* VT_SAVED: values kept from forward for backward */
+    vt_tensor *fws;     /* VT_WORK: forward scratch (NULL if none) */
+    vt_tensor *bws;     /* VT_WORK: backward scratch (NULL if none) */
+    int ia[24];         /* integer attributes (meaning defined by the op) */
+    float fa[8];        /* float attributes */
+    int64_t macs;       /* multiply-adds of one forward run of this node */
+    int scope;          /* index into the graph's scope names (per-block breakdown) */
+    int index;
+};
+
+struct vt_graph {
+    vt_params *P;
+    int training;       /* 1: train mode (BatchNorm batch stats, dropout), activations kept for backward */
+    vt_err err;         /* first build error; later builder calls become no-ops */
+    vt_node **nodes;
+    int nn, ncap;
+    vt_tensor **tens;   /* tensors owned by the graph (activations, inputs, saved, work) */
+    int nt, tcap;
+    char **scopes;
+    int nscopes, scap, cur_scope;
+    float *arena;
+    int64_t arena_floats;
+    vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
+    vt_rng rng;         /* dropout / drop-path randomness */
+    int finalized;
+};
+
+/* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode. */
+vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e);
+
+/* Frees the graph and its arena (not the parameter store). */
+void vt_graph_free(vt_graph *g);
+
+/* Declares a graph input of the given shape, filled by the caller after vt_graph_finalize. */
+vt_tensor *vt_input(vt_graph *g, const char *name, int ndim, const int *shape);
+
+/* Returns the parameter `name` (created in the store with init rule `init` if absent; shape checked). */
+vt_tensor *vt_param(vt_graph *g, const char *name, int ndim, const int *shape, vt_init init);
+
+/* Returns the non-learnable buffer `name` (e.g. BatchNorm running stats), created if absent. */
+vt_tensor *vt_buffer(vt_graph *g, const char *name, int ndim, const int *shape, vt_init init);
+
+/* Sets the scope (e.g. "blocks.3") that later nodes are attributed to in the MAC breakdown. */
+void vt_scope(vt_graph *g, const char *scope);
+
+/* Marks t as an output read after vt_graph_forward (keeps its memory live to the end). */
+void vt_graph_output(vt_graph *g, vt_tensor *t);
+
+/* Marks the scalar t as the loss that vt_graph_backward differentiates. */
+void vt_graph_set_loss(vt_graph *g, vt_tensor *t);
+
+/* Plans memory and allocates the arena; returns -1 with the first build error if any. */
+int vt_graph_finalize(vt_graph *g, vt_err *e);
+
+/* Runs every node's forward kernel in order. */
+void vt_graph_forward(vt_graph *g);
+
+/* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */
+void vt_graph_backward(vt_graph *g);
+
+/* Total multiply-adds of one forward run. */
+int64_t vt_graph_macs(const vt_graph *g);
+
+/* Bytes of the planned arena (activations, saved values, gradients, scratch). */
+int64_t vt_graph_arena_bytes(const vt_graph *g);
+
+/* ---- for op implementations ---- */
+
+/* Records a build error naming the op (returns NULL so builders can `return vt_fail(...)`). */
+vt_tensor *vt_fail(vt_graph *g, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* True when the builder must stop: a previous error, or a NULL input among the n given. */
+int vt_bad(vt_graph *g, int n, ...);
+
+/* New activation tensor of the given shape (planned). */
+vt_tensor *vt_new_act(vt_graph *g, int ndim, const int *shape);
+
+/* New node with op `op`, inputs in[0..nin), output `out`; out->requires_grad follows the inputs. */
+vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, vt_tensor *out);
+
+/* Attaches a saved tensor (kept for backward) of `numel` floats to node slot `slot`. */
+vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel);
+
+/* Attaches forward (which = 0) or backward (which = 1) scratch of `numel` floats. */
+vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel);
+
+/* A reshape view of x (same data and grad, new shape; numel must match). */
+vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape);
+
+#endif

@@ -1,0 +1,85 @@
+/* Op builders. Each adds one node to the graph (shape-checked at build time; on error it records a message
+ * naming the op and shapes, and returns NULL). Shapes in comments are row-major; tokens are (B, N, C). */
+#ifndef VITC_OPS_H
+#define VITC_OPS_H
+
+#include "vitc/graph.h"
+
+/* ---- matmul.c ---- */
+/* y = x·wᵀ + b: x (..., in), w (out, in) as PyTorch Linear, b (out) or NULL -> (..., out). */
+vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* Batched alpha·op(a)·op(b): a (..., M, K) (or (..., K, M) if ta), b (..., K, N) (or (..., N, K) if tb);
+ * batch dims equal, or b has exactly 2 dims (shared by every batch). */
+vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha);
+/* Plain triple-loop C += alpha·op(A)·op(B) (row-major, double accumulation); the reference for tests. */
+void vt_gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc);
+
+/* ---- binary.c (numpy broadcasting over up to VT_MAXDIM dims, aligned at the last dim) ---- */
+/* a + b. */
+vt_tensor *vt_add(vt_graph *g, vt_tensor *a, vt_tensor *b);
+/* a - b. */
+vt_tensor *vt_sub(vt_graph *g, vt_tensor *a, vt_tensor *b);
+/* a * b (elementwise). */
+vt_tensor *vt_mul(vt_graph *g, vt_tensor *a, vt_tensor *b);
+/* s * x + c for constants s, c. */
+vt_tensor *vt_affine(vt_graph *g, vt_tensor *x, float s, float c);
+/* s * x. */
+vt_tensor *vt_scale(vt_graph *g, vt_tensor *x, float s);
+
+/* ---- loss.c ---- */
+/* Mean cross-entropy of logits (B, K) against labels (B,) holding class indices as floats, with label
+ * smoothing eps (target = (1-eps)·onehot + eps/K) -> shape (1,). */
+vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, float smoothing);
+/* Sum of all elements -> shape (1,). */
+vt_tensor *vt_sum(vt_graph *g, vt_tensor *x);
+
+/* ---- norm.c ---- */
+/* LayerNorm over the last dim with eps; w, b (C) or NULL (no affine). */
+vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, float eps);
+/* BatchNorm with channel axis `axis` (1 for NCHW, ndim-1 for channels-last); statistics over all other dims.
+ * Train graphs use batch statistics and update rmean/rvar (unbiased var) with momentum and add 1 to nbt
+ * (may be NULL); eval graphs use rmean/rvar. w, b may be NULL. */
+vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                        vt_tensor *nbt, int axis, float eps, float momentum);
+
+/* ---- activation.c ---- */
+typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;
+/* Elementwise f(x); p is the exponent for VT_POW (x^p; x must be > 0 unless p is an integer). */
+vt_tensor *vt_unary(vt_graph *g, vt_tensor *x, vt_unary_kind kind, float p);
+/* Exact (erf) GELU. */
+vt_tensor *vt_gelu(vt_graph *g, vt_tensor *x);
+/* max(x, 0). */
+vt_tensor *vt_relu(vt_graph *g, vt_tensor *x);
+
+/* ---- softmax.c ---- */
+/* Softmax over `axis` (negative counts from the end). */
+vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis);
+
+/* ---- conv.c ---- */
+/* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
+vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
+/* Depthwise 2-D convolution on channels-last maps: x (B, H, W, C), w (C, 1, kh, kw), b (C) or NULL; stride 1. */
+vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad);
+
+/* ---- pool.c ---- */
+/* Mean over `axis` (removed from the shape). */
+vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis);
+/* Average pooling, NCHW, kernel k, stride s, zero padding pad counted in the divisor (PyTorch default). */
+vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad);
+
+/* ---- shape.c ---- */
+/* Concatenation of n tensors along `axis` (other dims equal). */
+vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis);
+/* x[..., start:start+len, ...] along `axis` (a copy). */
+vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len);
+/* Axis permutation: out.shape[i] = x.shape[perm[i]]. */
+vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm);
+/* (B, N, Ctot) channels [off, off + H·dh) -> (B, H, N, dh), head h taking channels off + h·dh + [0, dh). */
+vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh);
+/* (B, H, N, dh) -> (B, N, H·dh) with channel h·dh + c. */
+vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x);
+/* Prepends k tokens tok (1, k, C) to x (B, N, C) -> (B, k + N, C) (class/distillation tokens). */
+vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok);
+
+#endif

@@ -1,0 +1,26 @@
+/* Deterministic random numbers (xoshiro256** seeded by splitmix64); the state is a plain value. */
+#ifndef VITC_RNG_H
+#define VITC_RNG_H
+
+#include <stdint.h>
+
+typedef struct vt_rng {
+    uint64_t s[4];
+} vt_rng;
+
+/* Seeds the generator from one 64-bit seed. */
+void vt_rng_seed(vt_rng *r, uint64_t seed);
+
+/* Next 64 random bits. */
+uint64_t vt_rng_u64(vt_rng *r);
+
+/* Uniform float in [0, 1). */
+float vt_rng_uniform(vt_rng *r);
+
+/* Uniform integer in [0, n) (n > 0). */
+uint32_t vt_rng_below(vt_rng *r, uint32_t n);
+
+/* Standard normal sample (Box-Muller). */
+float vt_rng_normal(vt_rng *r);
+
+#endif

@@ -1,0 +1,90 @@
+/* Tensors (float32, row-major, contiguous, up to VT_MAXDIM dims) and the parameter store. */
+#ifndef VITC_TENSOR_H
+#define VITC_TENSOR_H
+
+#include <stdint.h>
+
+#include "vitc/error.h"
+
+#define VT_MAXDIM 5
+#define VT_NAMELEN 128
+
+typedef enum {
+    VT_ACT = 0,  /* activation produced by a node (planned in the graph arena) */
+    VT_INPUT,    /* graph input filled by the caller (planned, live for the whole run) */
+    VT_PARAM,    /* learnable parameter (owned by a vt_params store) */
+    VT_BUFFER,   /* non-learnable state such as BatchNorm running stats (owned by a vt_params store) */
+    VT_SAVED,    /* per-node values kept from forward for backward (planned) */
+    VT_WORK      /* per-node scratch, live only while its node runs (planned) */
+} vt_kind;
+
+/* How a parameter is initialised by vt_params_init (the official init of each model). */
+typedef enum {
+    VT_INIT_ZERO = 0, VT_INIT_ONE, VT_INIT_CONST, VT_INIT_NORMAL, VT_INIT_TRUNC_NORMAL, VT_INIT_UNIFORM
+} vt_init_kind;
+
+typedef struct vt_init {
+    vt_init_kind kind;
+    float a; /* const value, std (normal), or bound (uniform: U(-a, a)) */
+} vt_init;
+
+typedef struct vt_tensor {
+    char name[VT_NAMELEN];
+    int ndim;
+    int shape[VT_MAXDIM];
+    int64_t numel;
+    float *data;
+    float *grad;           /* NULL when no gradient flows here */
+    vt_kind kind;
+    int requires_grad;     /* params: 1; activations: 1 if any input requires grad */
+    int no_decay;          /* params: excluded from weight decay (norms, biases, tokens, pos. embeddings) */
+    int paper_count;       /* params: counted by a paper's "Linear/Conv weights only" convention */
+    int is_i64;            /* buffers: stored as I64 in files (BatchNorm num_batches_tracked) */
+    vt_init init;          /* params/buffers: initialisation rule */
+    struct vt_tensor *view_of; /* reshape views alias this root tensor */
+    /* engine-private planning fields */
+    int prod, last_use, grad_start, is_output;
+    int64_t off, goff;
+} vt_tensor;
+
+/* Number of elements of a shape (0 dims -> 1). */
+int64_t vt_shape_numel(int ndim, const int *shape);
+
+/* Writes "(a, b, c)" for t's shape into buf; returns buf. */
+const char *vt_shape_str(const vt_tensor *t, char *buf, int len);
+
+/* Root tensor of a view chain (t itself when not a view). */
+vt_tensor *vt_root(vt_tensor *t);
+
+/* The learnable parameters and buffers of a model, shared by all graphs built on it. */
+typedef struct vt_params {
+    vt_tensor **t;
+    int n, cap;
+} vt_params;
+
+/* Creates an empty store. */
+vt_params *vt_params_new(vt_err *e);
+
+/* Frees the store and every tensor in it. */
+void vt_params_free(vt_params *P);
+
+/* Finds a tensor by name (NULL if absent). */
+vt_tensor *vt_params_find(const vt_params *P, const char *name);
+
+/* Adds (or returns the existing, shape-checked) parameter or buffer; data allocated zeroed, grad for params. */
+vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init,
+                         vt_err *e);
+
+/* Initialises every tensor from its init rule with a deterministic RNG seeded by seed. */
+void vt_params_init(vt_params *P, uint64_t seed);
+
+/* Sum of elements of all tensors of the given kind (VT_PARAM or VT_BUFFER). */
+int64_t vt_params_count(const vt_params *P, vt_kind kind);
+
+/* Sum of elements of params flagged paper_count (a paper's Linear/Conv-weights-only convention). */
+int64_t vt_params_count_paper(const vt_params *P);
+
+/* Sets every parameter gradient to zero. */
+void vt_params_zero_grad(vt_params *P);
+
+#endif

@@ -1,0 +1,40 @@
+#include "vitc/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int vt_seterr(vt_err *e, const char *fmt, ...) {
+    if (e && e->msg[0] == '\0') {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void vt_clearerr(vt_err *e) {
+    if (e) e->msg[0] = '\0';
+}
+
+void *vt_alloc(size_t n, vt_err *e) {
+    size_t sz = (n + 63) / 64 * 64;
+    if (sz == 0) sz = 64;
+    void *p = aligned_alloc(64, sz);
+    if (!p) {
+        vt_seterr(e, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    memset(p, 0, sz);
+    return p;
+}
+
+void vt_free(void *p) { free(p); }
+
+int vt_mul_overflow(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > (size_t)-1 / a) return -1;
+    *out = a * b;
+    return 0;
+}

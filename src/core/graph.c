@@ -1,0 +1,347 @@
+/* Graph construction, memory planning (one arena, interval-based reuse) and the executors. */
+#include "vitc/graph.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
+    vt_graph *g = vt_alloc(sizeof(*g), e);
+    if (!g) return NULL;
+    g->P = P;
+    g->training = training;
+    vt_rng_seed(&g->rng, 0x5eed);
+    vt_scope(g, "");
+    return g;
+}
+
+void vt_graph_free(vt_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nn; i++) vt_free(g->nodes[i]);
+    for (int i = 0; i < g->nt; i++) vt_free(g->tens[i]);
+    for (int i = 0; i < g->nscopes; i++) free(g->scopes[i]);
+    vt_free(g->nodes);
+    vt_free(g->tens);
+    vt_free(g->scopes);
+    vt_free(g->arena);
+    vt_free(g);
+}
+
+/* Grows a pointer array to hold one more element; returns -1 (error set) on failure. */
+static int grow(vt_graph *g, void ***arr, int n, int *cap) {
+    if (n < *cap) return 0;
+    int nc = *cap ? *cap * 2 : 256;
+    void **na = vt_alloc(sizeof(void *) * (size_t)nc, &g->err);
+    if (!na) return -1;
+    if (n) memcpy(na, *arr, sizeof(void *) * (size_t)n);
+    vt_free(*arr);
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+vt_tensor *vt_fail(vt_graph *g, const char *op, const char *fmt, ...) {
+    if (g->err.msg[0]) return NULL;
+    char buf[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    const char *sc = g->scopes[g->cur_scope];
+    vt_seterr(&g->err, "%s%s%s: %s", sc[0] ? sc : "", sc[0] ? ": " : "", op, buf);
+    return NULL;
+}
+
+int vt_bad(vt_graph *g, int n, ...) {
+    if (g->err.msg[0]) return 1;
+    va_list ap;
+    va_start(ap, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!va_arg(ap, vt_tensor *)) bad = 1;
+    va_end(ap);
+    if (bad) vt_seterr(&g->err, "internal: NULL tensor passed to a builder");
+    return bad;
+}
+
+static vt_tensor *new_tensor(vt_graph *g, vt_kind kind, int ndim, const int *shape) {
+    if (g->err.msg[0]) return NULL;
+    if (g->finalized) return vt_fail(g, "graph", "cannot add tensors after finalize");
+    if (ndim < 0 || ndim > VT_MAXDIM) return vt_fail(g, "tensor", "%d dimensions (max %d)", ndim, VT_MAXDIM);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0) return vt_fail(g, "tensor", "dimension %d has size %d", i, shape[i]);
+    if (grow(g, (void ***)&g->tens, g->nt, &g->tcap)) return NULL;
+    vt_tensor *t = vt_alloc(sizeof(*t), &g->err);
+    if (!t) return NULL;
+    t->kind = kind;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->numel = vt_shape_numel(ndim, shape);
+    t->prod = -1;
+    t->last_use = -1;
+    g->tens[g->nt++] = t;
+    return t;
+}
+
+vt_tensor *vt_input(vt_graph *g, const char *name, int ndim, const int *shape) {
+    vt_tensor *t = new_tensor(g, VT_INPUT, ndim, shape);
+    if (t) snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+vt_tensor *vt_new_act(vt_graph *g, int ndim, const int *shape) { return new_tensor(g, VT_ACT, ndim, shape); }
+
+static vt_tensor *store_add(vt_graph *g, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init) {
+    if (g->err.msg[0]) return NULL;
+    char full[VT_NAMELEN + 8];
+    snprintf(full, sizeof full, "%s", name);
+    vt_tensor *t = vt_params_add(g->P, full, kind, ndim, shape, init, &g->err);
+    return t;
+}
+
+vt_tensor *vt_param(vt_graph *g, const char *name, int ndim, const int *shape, vt_init init) {
+    return store_add(g, name, VT_PARAM, ndim, shape, init);
+}
+
+vt_tensor *vt_buffer(vt_graph *g, const char *name, int ndim, const int *shape, vt_init init) {
+    return store_add(g, name, VT_BUFFER, ndim, shape, init);
+}
+
+void vt_scope(vt_graph *g, const char *scope) {
+    for (int i = 0; i < g->nscopes; i++)
+        if (strcmp(g->scopes[i], scope) == 0) {
+            g->cur_scope = i;
+            return;
+        }
+    if (grow(g, (void ***)&g->scopes, g->nscopes, &g->scap)) return;
+    char *s = malloc(strlen(scope) + 1);
+    if (!s) {
+        vt_seterr(&g->err, "out of memory");
+        return;
+    }
+    strcpy(s, scope);
+    g->scopes[g->nscopes] = s;
+    g->cur_scope = g->nscopes++;
+}
+
+static void use(vt_tensor *t, int node) {
+    t = vt_root(t);
+    if (node > t->last_use) t->last_use = node;
+}
+
+vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, vt_tensor *out) {
+    if (g->err.msg[0] || !out) return NULL;
+    if (nin > VT_MAXIN) {
+        vt_fail(g, op->name, "too many inputs (%d)", nin);
+        return NULL;
+    }
+    if (grow(g, (void ***)&g->nodes, g->nn, &g->ncap)) return NULL;
+    vt_node *n = vt_alloc(sizeof(*n), &g->err);
+    if (!n) return NULL;
+    n->op = op;
+    n->g = g;
+    n->nin = nin;
+    n->out = out;
+    n->index = g->nn;
+    n->scope = g->cur_scope;
+    for (int i = 0; i < nin; i++) {
+        n->in[i] = in[i];
+        use(in[i], n->index);
+        if (in[i]->requires_grad) out->requires_grad = 1;
+    }
+    out->prod = n->index;
+    snprintf(out->name, sizeof out->name, "%.60s#%d", op->name, n->index);
+    g->nodes[g->nn++] = n;
+    return n;
+}
+
+vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel) {
+    int shape[1] = {(int)numel};
+    vt_tensor *t = new_tensor(n->g, VT_SAVED, 1, shape);
+    if (!t) return NULL;
+    t->prod = n->index;
+    n->save[slot] = t;
+    return t;
+}
+
+vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel) {
+    int shape[1] = {(int)numel};
+    vt_tensor *t = new_tensor(n->g, VT_WORK, 1, shape);
+    if (!t) return NULL;
+    t->prod = n->index;
+    t->last_use = which; /* 0 forward, 1 backward (resolved by the planner) */
+    if (which)
+        n->bws = t;
+    else
+        n->fws = t;
+    return t;
+}
+
+vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (vt_shape_numel(ndim, shape) != x->numel) {
+        char a[64];
+        return vt_fail(g, "reshape", "cannot view %s (%lld elements) with %d dims of %lld elements",
+                       vt_shape_str(x, a, sizeof a), (long long)x->numel, ndim,
+                       (long long)vt_shape_numel(ndim, shape));
+    }
+    vt_tensor *t = new_tensor(g, VT_ACT, ndim, shape);
+    if (!t) return NULL;
+    t->view_of = x;
+    t->requires_grad = x->requires_grad;
+    snprintf(t->name, sizeof t->name, "view(%.100s)", x->name);
+    return t;
+}
+
+void vt_graph_output(vt_graph *g, vt_tensor *t) {
+    if (t) vt_root(t)->is_output = 1;
+    (void)g;
+}
+
+void vt_graph_set_loss(vt_graph *g, vt_tensor *t) {
+    g->loss = t;
+    vt_graph_output(g, t);
+}
+
+/* ---- memory planning ---- */
+
+typedef struct {
+    int64_t size, off;
+    int start, end;
+    int64_t *dst;
+} buf_t;
+
+static int cmp_size(const void *a, const void *b) {
+    const buf_t *x = a, *y = b;
+    return (x->size < y->size) - (x->size > y->size);
+}
+
+static int cmp_off(const void *a, const void *b) {
+    const buf_t *x = *(const buf_t *const *)a, *y = *(const buf_t *const *)b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* First-fit placement of buffers with live intervals, largest first; returns the arena size in floats. */
+static int64_t place(buf_t *b, int nb, vt_err *e) {
+    qsort(b, (size_t)nb, sizeof *b, cmp_size);
+    buf_t **live = malloc(sizeof(*live) * (size_t)(nb + 1));
+    if (!live) return vt_seterr(e, "out of memory planning the graph");
+    int64_t total = 0;
+    for (int i = 0; i < nb; i++) {
+        int nl = 0;
+        for (int j = 0; j < i; j++)
+            if (b[j].start <= b[i].end && b[i].start <= b[j].end) live[nl++] = &b[j];
+        qsort(live, (size_t)nl, sizeof *live, cmp_off);
+        int64_t off = 0;
+        for (int j = 0; j < nl; j++) {
+            if (live[j]->off - off >= b[i].size) break;
+            int64_t end = live[j]->off + live[j]->size;
+            if (end > off) off = end;
+        }
+        b[i].off = off;
+        *b[i].dst = off;
+        if (off + b[i].size > total) total = off + b[i].size;
+    }
+    free(live);
+    return total;
+}
+
+int vt_graph_finalize(vt_graph *g, vt_err *e) {
+    if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
+    if (g->finalized) return 0;
+    const int n = g->nn, T = g->training ? 2 * n : n, last = T - 1;
+    buf_t *b = vt_alloc(sizeof(*b) * (size_t)(2 * g->nt + 1), e);
+    if (!b) return -1;
+    int nb = 0;
+    for (int i = 0; i < g->nt; i++) {
+        vt_tensor *t = g->tens[i];
+        if (t->view_of) continue;
+        int s = 0, en = last, p = t->prod;
+        switch (t->kind) {
+        case VT_INPUT: break;
+        case VT_ACT:
+            if (p < 0) continue; /* never produced: unused */
+            s = p;
+            if (t->is_output)
+                en = last;
+            else if (g->training)
+                en = 2 * n - 1 - p;
+            else
+                en = t->last_use > p ? t->last_use : p;
+            break;
+        case VT_SAVED:
+            s = p;
+            en = g->training ? 2 * n - 1 - p : p;
+            break;
+        case VT_WORK:
+            if (t->last_use == 1 && !g->training) { /* backward scratch is never used in eval */
+                t->data = NULL;
+                continue;
+            }
+            s = en = t->last_use == 1 ? 2 * n - 1 - p : p;
+            break;
+        default: continue;
+        }
+        b[nb++] = (buf_t){(t->numel + 15) / 16 * 16, 0, s, en, &t->off};
+        if (g->training && t->kind == VT_ACT && t->requires_grad) {
+            t->grad_start = t->last_use >= 0 ? 2 * n - 1 - t->last_use : 2 * n - 1 - p;
+            b[nb++] = (buf_t){(t->numel + 15) / 16 * 16, 0, t->grad_start, 2 * n - 1 - p, &t->goff};
+        } else {
+            t->goff = -1;
+        }
+    }
+    int64_t total = place(b, nb, e);
+    vt_free(b);
+    if (total < 0) return -1;
+    g->arena_floats = total;
+    g->arena = vt_alloc(sizeof(float) * (size_t)(total ? total : 1), e);
+    if (!g->arena) return -1;
+    for (int i = 0; i < g->nt; i++) {
+        vt_tensor *t = g->tens[i];
+        if (t->view_of || (t->kind == VT_WORK && t->last_use == 1 && !g->training)) continue;
+        if (t->kind == VT_ACT && t->prod < 0) continue;
+        t->data = g->arena + t->off;
+        t->grad = t->goff >= 0 ? g->arena + t->goff : NULL;
+    }
+    for (int i = 0; i < g->nt; i++) { /* views alias their root (created after it, so resolve in order) */
+        vt_tensor *t = g->tens[i];
+        if (!t->view_of) continue;
+        vt_tensor *r = vt_root(t);
+        t->data = r->data;
+        t->grad = r->grad;
+    }
+    g->finalized = 1;
+    return 0;
+}
+
+void vt_graph_forward(vt_graph *g) {
+    for (int i = 0; i < g->nn; i++) g->nodes[i]->op->forward(g->nodes[i]);
+}
+
+/* Zeroes the gradient of t's root if its live range begins at backward step s (seeds the loss with 1). */
+static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
+    t = vt_root(t);
+    if (t->kind != VT_ACT || !t->grad || t->grad_start != s) return;
+    memset(t->grad, 0, sizeof(float) * (size_t)t->numel);
+    if (g->loss && vt_root(g->loss) == t) t->grad[0] = 1.0f;
+}
+
+void vt_graph_backward(vt_graph *g) {
+    const int n = g->nn;
+    for (int i = n - 1; i >= 0; i--) {
+        vt_node *nd = g->nodes[i];
+        int s = 2 * n - 1 - i;
+        grad_begin(g, nd->out, s);
+        for (int k = 0; k < nd->nin; k++) grad_begin(g, nd->in[k], s);
+        if (nd->out->requires_grad && nd->op->backward) nd->op->backward(nd);
+    }
+}
+
+int64_t vt_graph_macs(const vt_graph *g) {
+    int64_t m = 0;
+    for (int i = 0; i < g->nn; i++) m += g->nodes[i]->macs;
+    return m;
+}
+
+int64_t vt_graph_arena_bytes(const vt_graph *g) { return g->arena_floats * (int64_t)sizeof(float); }

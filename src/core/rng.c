@@ -1,0 +1,39 @@
+#include "vitc/rng.h"
+
+#include <math.h>
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void vt_rng_seed(vt_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t vt_rng_u64(vt_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+float vt_rng_uniform(vt_rng *r) { return (float)(vt_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+uint32_t vt_rng_below(vt_rng *r, uint32_t n) { return (uint32_t)(((vt_rng_u64(r) >> 32) * (uint64_t)n) >> 32); }
+
+float vt_rng_normal(vt_rng *r) {
+    double u1 = ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
+}

@@ -1,0 +1,147 @@
+#include "vitc/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vitc/rng.h"
+
+int64_t vt_shape_numel(int ndim, const int *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+const char *vt_shape_str(const vt_tensor *t, char *buf, int len) {
+    int o = snprintf(buf, (size_t)len, "(");
+    for (int i = 0; i < t->ndim && o < len; i++)
+        o += snprintf(buf + o, (size_t)(len - o), i ? ", %d" : "%d", t->shape[i]);
+    if (o < len) snprintf(buf + o, (size_t)(len - o), ")");
+    return buf;
+}
+
+vt_tensor *vt_root(vt_tensor *t) {
+    while (t && t->view_of) t = t->view_of;
+    return t;
+}
+
+vt_params *vt_params_new(vt_err *e) { return vt_alloc(sizeof(vt_params), e); }
+
+void vt_params_free(vt_params *P) {
+    if (!P) return;
+    for (int i = 0; i < P->n; i++) {
+        vt_free(P->t[i]->data);
+        vt_free(P->t[i]->grad);
+        vt_free(P->t[i]);
+    }
+    vt_free(P->t);
+    vt_free(P);
+}
+
+vt_tensor *vt_params_find(const vt_params *P, const char *name) {
+    for (int i = 0; i < P->n; i++)
+        if (strcmp(P->t[i]->name, name) == 0) return P->t[i];
+    return NULL;
+}
+
+vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init,
+                         vt_err *e) {
+    if (strlen(name) >= VT_NAMELEN) {
+        vt_seterr(e, "parameter name too long: %s", name);
+        return NULL;
+    }
+    if (ndim < 0 || ndim > VT_MAXDIM) {
+        vt_seterr(e, "parameter %s: %d dimensions (max %d)", name, ndim, VT_MAXDIM);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0) {
+            vt_seterr(e, "parameter %s: dimension %d is %d", name, i, shape[i]);
+            return NULL;
+        }
+    vt_tensor *t = vt_params_find(P, name);
+    if (t) {
+        int same = t->ndim == ndim && t->kind == kind;
+        for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+        if (!same) {
+            vt_seterr(e, "parameter %s declared twice with different shapes", name);
+            return NULL;
+        }
+        return t;
+    }
+    if (P->n == P->cap) {
+        int cap = P->cap ? P->cap * 2 : 64;
+        vt_tensor **nt = vt_alloc(sizeof(*nt) * (size_t)cap, e);
+        if (!nt) return NULL;
+        if (P->n) memcpy(nt, P->t, sizeof(*nt) * (size_t)P->n);
+        vt_free(P->t);
+        P->t = nt;
+        P->cap = cap;
+    }
+    t = vt_alloc(sizeof(*t), e);
+    if (!t) return NULL;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->numel = vt_shape_numel(ndim, shape);
+    t->kind = kind;
+    t->init = init;
+    t->requires_grad = kind == VT_PARAM;
+    t->data = vt_alloc(sizeof(float) * (size_t)t->numel, e);
+    if (t->data && kind == VT_PARAM) t->grad = vt_alloc(sizeof(float) * (size_t)t->numel, e);
+    if (!t->data || (kind == VT_PARAM && !t->grad)) {
+        vt_free(t->data);
+        vt_free(t->grad);
+        vt_free(t);
+        return NULL;
+    }
+    P->t[P->n++] = t;
+    return t;
+}
+
+static float trunc_normal(vt_rng *r, float std) {
+    /* timm's trunc_normal_(std=s) truncates at absolute +-2 (not +-2 std); resample outside. */
+    for (;;) {
+        float v = vt_rng_normal(r) * std;
+        if (v >= -2.0f && v <= 2.0f) return v;
+    }
+}
+
+void vt_params_init(vt_params *P, uint64_t seed) {
+    vt_rng r;
+    vt_rng_seed(&r, seed);
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        for (int64_t j = 0; j < t->numel; j++) {
+            float v = 0.0f;
+            switch (t->init.kind) {
+            case VT_INIT_ZERO: v = 0.0f; break;
+            case VT_INIT_ONE: v = 1.0f; break;
+            case VT_INIT_CONST: v = t->init.a; break;
+            case VT_INIT_NORMAL: v = vt_rng_normal(&r) * t->init.a; break;
+            case VT_INIT_TRUNC_NORMAL: v = trunc_normal(&r, t->init.a); break;
+            case VT_INIT_UNIFORM: v = (2.0f * vt_rng_uniform(&r) - 1.0f) * t->init.a; break;
+            }
+            t->data[j] = v;
+        }
+    }
+}
+
+int64_t vt_params_count(const vt_params *P, vt_kind kind) {
+    int64_t n = 0;
+    for (int i = 0; i < P->n; i++)
+        if (P->t[i]->kind == kind) n += P->t[i]->numel;
+    return n;
+}
+
+int64_t vt_params_count_paper(const vt_params *P) {
+    int64_t n = 0;
+    for (int i = 0; i < P->n; i++)
+        if (P->t[i]->kind == VT_PARAM && P->t[i]->paper_count) n += P->t[i]->numel;
+    return n;
+}
+
+void vt_params_zero_grad(vt_params *P) {
+    for (int i = 0; i < P->n; i++)
+        if (P->t[i]->grad) memset(P->t[i]->grad, 0, sizeof(float) * (size_t)P->t[i]->numel);
+}

@@ -1,0 +1,147 @@
+/* Elementwise binary ops with numpy broadcasting (aligned at the last dim), and affine scaling. */
+#include <string.h>
+
+#include "vitc/ops.h"
+
+enum { B_ADD, B_SUB, B_MUL };
+
+/* Node attributes: ia[0] kind, ia[1..5] out shape (padded to VT_MAXDIM), ia[6..10] a strides, ia[11..15] b strides.
+ * A stride of 0 marks a broadcast dim. ia[16]: 1 when a is full-size and b is a suffix of the output shape. */
+
+static void offsets(const vt_node *n, int64_t i, int64_t *oa, int64_t *ob) {
+    int64_t a = 0, b = 0;
+    for (int d = VT_MAXDIM - 1; d >= 0; d--) {
+        int64_t c = i % n->ia[1 + d];
+        i /= n->ia[1 + d];
+        a += c * n->ia[6 + d];
+        b += c * n->ia[11 + d];
+    }
+    *oa = a;
+    *ob = b;
+}
+
+static int full(const vt_tensor *t, const vt_tensor *out) { return t->numel == out->numel; }
+
+static void binary_fwd(vt_node *n) {
+    const int kind = n->ia[0];
+    const float *a = n->in[0]->data, *b = n->in[1]->data;
+    float *y = n->out->data;
+    const int64_t N = n->out->numel, nb = n->in[1]->numel;
+    if (n->ia[16]) {
+        /* fast path: b equals a's shape, or b is a broadcast of the last dim (bias-like) */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N; i++) {
+            float bv = b[i % nb];
+            y[i] = kind == B_ADD ? a[i] + bv : kind == B_SUB ? a[i] - bv : a[i] * bv;
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        int64_t oa, ob;
+        offsets(n, i, &oa, &ob);
+        y[i] = kind == B_ADD ? a[oa] + b[ob] : kind == B_SUB ? a[oa] - b[ob] : a[oa] * b[ob];
+    }
+}
+
+static void binary_bwd(vt_node *n) {
+    const int kind = n->ia[0];
+    const vt_tensor *A = n->in[0], *B = n->in[1];
+    const float *dy = n->out->grad;
+    const int64_t N = n->out->numel;
+    for (int side = 0; side < 2; side++) {
+        const vt_tensor *X = side ? B : A, *Other = side ? A : B;
+        if (!X->grad) continue;
+        const float sign = (side && kind == B_SUB) ? -1.0f : 1.0f;
+        if (full(X, n->out)) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < N; i++) {
+                int64_t oa, ob;
+                float f = sign;
+                if (kind == B_MUL) {
+                    offsets(n, i, &oa, &ob);
+                    f = Other->data[side ? oa : ob];
+                }
+                X->grad[i] += dy[i] * f;
+            }
+        } else {
+            for (int64_t i = 0; i < N; i++) {
+                int64_t oa, ob;
+                offsets(n, i, &oa, &ob);
+                float f = kind == B_MUL ? Other->data[side ? oa : ob] : sign;
+                X->grad[side ? ob : oa] += dy[i] * f;
+            }
+        }
+    }
+}
+
+static const vt_opdef op_binary[3] = {
+    {"add", binary_fwd, binary_bwd}, {"sub", binary_fwd, binary_bwd}, {"mul", binary_fwd, binary_bwd}};
+
+static vt_tensor *binary(vt_graph *g, vt_tensor *a, vt_tensor *b, int kind) {
+    if (vt_bad(g, 2, a, b)) return NULL;
+    const int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    int shape[VT_MAXDIM], pa[VT_MAXDIM], pb[VT_MAXDIM];
+    for (int d = 0; d < VT_MAXDIM; d++) { /* right-aligned padding to VT_MAXDIM */
+        int ia = d - (VT_MAXDIM - a->ndim), ib = d - (VT_MAXDIM - b->ndim);
+        pa[d] = ia >= 0 ? a->shape[ia] : 1;
+        pb[d] = ib >= 0 ? b->shape[ib] : 1;
+        if (pa[d] != pb[d] && pa[d] != 1 && pb[d] != 1) {
+            char sa[64], sb[64];
+            return vt_fail(g, op_binary[kind].name, "shapes %s and %s do not broadcast", vt_shape_str(a, sa, 64),
+                           vt_shape_str(b, sb, 64));
+        }
+        shape[d] = pa[d] > pb[d] ? pa[d] : pb[d];
+    }
+    vt_tensor *in[2] = {a, b};
+    vt_node *n = vt_new_node(g, &op_binary[kind], in, 2, vt_new_act(g, nd, shape + VT_MAXDIM - nd));
+    if (!n) return NULL;
+    n->ia[0] = kind;
+    int64_t sa = 1, sb = 1;
+    for (int d = VT_MAXDIM - 1; d >= 0; d--) {
+        n->ia[1 + d] = shape[d];
+        n->ia[6 + d] = pa[d] == 1 ? 0 : (int)sa;
+        n->ia[11 + d] = pb[d] == 1 ? 0 : (int)sb;
+        sa *= pa[d];
+        sb *= pb[d];
+    }
+    int suffix = a->numel == n->out->numel, k = 0;
+    while (k < VT_MAXDIM && pb[k] == 1) k++;
+    for (int d = k; d < VT_MAXDIM; d++) suffix &= pb[d] == shape[d];
+    n->ia[16] = suffix;
+    return n->out;
+}
+
+vt_tensor *vt_add(vt_graph *g, vt_tensor *a, vt_tensor *b) { return binary(g, a, b, B_ADD); }
+vt_tensor *vt_sub(vt_graph *g, vt_tensor *a, vt_tensor *b) { return binary(g, a, b, B_SUB); }
+vt_tensor *vt_mul(vt_graph *g, vt_tensor *a, vt_tensor *b) { return binary(g, a, b, B_MUL); }
+
+/* ---- affine: s·x + c ---- */
+
+static void affine_fwd(vt_node *n) {
+    const float s = n->fa[0], c = n->fa[1], *x = n->in[0]->data;
+    float *y = n->out->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n->out->numel; i++) y[i] = s * x[i] + c;
+}
+
+static void affine_bwd(vt_node *n) {
+    const float s = n->fa[0], *dy = n->out->grad;
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n->out->numel; i++) dx[i] += s * dy[i];
+}
+
+static const vt_opdef op_affine = {"affine", affine_fwd, affine_bwd};
+
+vt_tensor *vt_affine(vt_graph *g, vt_tensor *x, float s, float c) {
+    if (vt_bad(g, 1, x)) return NULL;
+    vt_node *n = vt_new_node(g, &op_affine, &x, 1, vt_new_act(g, x->ndim, x->shape));
+    if (!n) return NULL;
+    n->fa[0] = s;
+    n->fa[1] = c;
+    return n->out;
+}
+
+vt_tensor *vt_scale(vt_graph *g, vt_tensor *x, float s) { return vt_affine(g, x, s, 0.0f); }

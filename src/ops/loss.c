@@ -1,0 +1,93 @@
+/* Cross-entropy with label smoothing, and the full sum (used by tests and simple objectives). */
+#include <math.h>
+
+#include "vitc/ops.h"
+
+/* logits (B, K), labels (B,) as floats; out (1,) = mean_b sum_k -t_bk log p_bk; save[0] = softmax (B, K). */
+static void ce_fwd(vt_node *n) {
+    const int B = n->ia[0], K = n->ia[1];
+    const float eps = n->fa[0], *x = n->in[0]->data, *lab = n->in[1]->data;
+    float *p = n->save[0]->data;
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int b = 0; b < B; b++) {
+        const float *xr = x + (size_t)b * K;
+        float *pr = p + (size_t)b * K;
+        float mx = xr[0];
+        for (int k = 1; k < K; k++) mx = xr[k] > mx ? xr[k] : mx;
+        double se = 0.0;
+        for (int k = 0; k < K; k++) se += exp((double)xr[k] - mx);
+        double lse = mx + log(se), mean_logp = 0.0;
+        for (int k = 0; k < K; k++) {
+            double lp = xr[k] - lse;
+            pr[k] = (float)exp(lp);
+            mean_logp += lp;
+        }
+        int y = (int)lab[b];
+        double nll = (y >= 0 && y < K && (float)y == lab[b]) ? -(xr[y] - lse) : NAN;
+        total += (1.0 - eps) * nll - eps * mean_logp / K;
+    }
+    n->out->data[0] = (float)(total / B);
+}
+
+static void ce_bwd(vt_node *n) {
+    const int B = n->ia[0], K = n->ia[1];
+    const float eps = n->fa[0], *lab = n->in[1]->data, *p = n->save[0]->data;
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const float gscale = n->out->grad[0] / B;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
+        int y = (int)lab[b];
+        for (int k = 0; k < K; k++) {
+            float t = eps / K + (k == y ? 1.0f - eps : 0.0f);
+            dx[(size_t)b * K + k] += gscale * (p[(size_t)b * K + k] - t);
+        }
+    }
+}
+
+static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd};
+
+vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, float smoothing) {
+    if (vt_bad(g, 2, logits, labels)) return NULL;
+    char a[64], b[64];
+    if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0])
+        return vt_fail(g, "cross_entropy", "logits %s must be (B, K) and labels %s (B,)",
+                       vt_shape_str(logits, a, 64), vt_shape_str(labels, b, 64));
+    if (!(smoothing >= 0.0f && smoothing < 1.0f))
+        return vt_fail(g, "cross_entropy", "label smoothing %g outside [0, 1)", (double)smoothing);
+    int one = 1;
+    vt_tensor *in[2] = {logits, labels};
+    vt_node *n = vt_new_node(g, &op_ce, in, 2, vt_new_act(g, 1, &one));
+    if (!n) return NULL;
+    n->ia[0] = logits->shape[0];
+    n->ia[1] = logits->shape[1];
+    n->fa[0] = smoothing;
+    vt_node_save(n, 0, logits->numel);
+    return n->out;
+}
+
+static void sum_fwd(vt_node *n) {
+    const float *x = n->in[0]->data;
+    double s = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+    for (int64_t i = 0; i < n->in[0]->numel; i++) s += x[i];
+    n->out->data[0] = (float)s;
+}
+
+static void sum_bwd(vt_node *n) {
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const float d = n->out->grad[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n->in[0]->numel; i++) dx[i] += d;
+}
+
+static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd};
+
+vt_tensor *vt_sum(vt_graph *g, vt_tensor *x) {
+    if (vt_bad(g, 1, x)) return NULL;
+    int one = 1;
+    vt_node *n = vt_new_node(g, &op_sum, &x, 1, vt_new_act(g, 1, &one));
+    return n ? n->out : NULL;
+}

@@ -1,0 +1,185 @@
+/* Linear layers and batched matrix products on OpenBLAS sgemm, plus a plain reference GEMM for tests. */
+#include <cblas.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+void vt_gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                double b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += a * b;
+            }
+            float *c = &C[(size_t)i * ldc + j];
+            *c = (float)(alpha * s + (beta == 0.0f ? 0.0 : (double)beta * *c));
+        }
+}
+
+/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C with op given by ta/tb. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+/* ---- linear: x (R, in) · w (out, in)ᵀ + b ---- */
+
+static void linear_fwd(vt_node *n) {
+    const vt_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+    const int R = n->ia[0], Ci = n->ia[1], Co = n->ia[2];
+    float *y = n->out->data;
+    gemm(0, 1, R, Co, Ci, 1.0f, x->data, Ci, w->data, Ci, 0.0f, y, Co);
+    if (b) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < Co; o++) y[(size_t)r * Co + o] += b->data[o];
+    }
+}
+
+static void linear_bwd(vt_node *n) {
+    const vt_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+    const int R = n->ia[0], Ci = n->ia[1], Co = n->ia[2];
+    const float *dy = n->out->grad;
+    if (x->grad) gemm(0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
+    if (w->grad) gemm(1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
+    if (b && b->grad) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < Co; o++) {
+            float s = 0.0f;
+            for (int r = 0; r < R; r++) s += dy[(size_t)r * Co + o];
+            b->grad[o] += s;
+        }
+    }
+}
+
+static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd};
+
+vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64], sb[64];
+    const int Ci = x->shape[x->ndim - 1];
+    if (w->ndim != 2 || w->shape[1] != Ci || (b && (b->ndim != 1 || b->shape[0] != w->shape[0])))
+        return vt_fail(g, "linear", "input %s, weight %s (%s), bias %s: weight must be (out, %d)",
+                       vt_shape_str(x, sx, 64), vt_shape_str(w, sw, 64), w->name, b ? vt_shape_str(b, sb, 64) : "none",
+                       Ci);
+    int shape[VT_MAXDIM];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = w->shape[0];
+    vt_tensor *in[3] = {x, w, b};
+    vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
+    if (!n) return NULL;
+    n->ia[0] = (int)(x->numel / Ci);
+    n->ia[1] = Ci;
+    n->ia[2] = w->shape[0];
+    n->macs = (int64_t)n->ia[0] * Ci * w->shape[0];
+    return n->out;
+}
+
+/* ---- batched matmul ---- */
+/* ia: 0 batch, 1 M, 2 N, 3 K, 4 ta, 5 tb, 6 b shared (2-D); fa[0] alpha */
+
+static void matmul_fwd(vt_node *n) {
+    const int nb = n->ia[0], M = n->ia[1], N = n->ia[2], K = n->ia[3], ta = n->ia[4], tb = n->ia[5],
+              shared = n->ia[6];
+    const float alpha = n->fa[0];
+    const float *A = n->in[0]->data, *B = n->in[1]->data;
+    float *C = n->out->data;
+    const int lda = ta ? M : K, ldb = tb ? K : N;
+    if (shared && !ta) {
+        gemm(0, tb, nb * M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
+        return;
+    }
+    if (nb == 1) {
+        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < nb; i++)
+        gemm(ta, tb, M, N, K, alpha, A + (size_t)i * M * K, lda, B + (shared ? 0 : (size_t)i * K * N), ldb, 0.0f,
+             C + (size_t)i * M * N, N);
+}
+
+/* dA += alpha·dC·op(B)ᵀ (or its transpose when ta) for one batch entry. */
+static void grad_a(int ta, int tb, int M, int N, int K, float alpha, const float *dC, const float *B, float *dA) {
+    if (!ta)
+        gemm(0, !tb, M, K, N, alpha, dC, N, B, tb ? K : N, 1.0f, dA, K);
+    else
+        gemm(tb, 1, K, M, N, alpha, B, tb ? K : N, dC, N, 1.0f, dA, M);
+}
+
+/* dB += alpha·op(A)ᵀ·dC (or its transpose when tb) for one batch entry. */
+static void grad_b(int ta, int tb, int M, int N, int K, float alpha, const float *dC, const float *A, float *dB) {
+    if (!tb)
+        gemm(!ta, 0, K, N, M, alpha, A, ta ? M : K, dC, N, 1.0f, dB, N);
+    else
+        gemm(1, ta, N, K, M, alpha, dC, N, A, ta ? M : K, 1.0f, dB, K);
+}
+
+static void matmul_bwd(vt_node *n) {
+    const int nb = n->ia[0], M = n->ia[1], N = n->ia[2], K = n->ia[3], ta = n->ia[4], tb = n->ia[5],
+              shared = n->ia[6];
+    const float alpha = n->fa[0];
+    const vt_tensor *a = n->in[0], *b = n->in[1];
+    const float *dC = n->out->grad;
+    if (shared && !ta) {
+        if (a->grad) grad_a(0, tb, nb * M, N, K, alpha, dC, b->data, a->grad);
+        if (b->grad) grad_b(0, tb, nb * M, N, K, alpha, dC, a->data, b->grad);
+        return;
+    }
+    if (a->grad) {
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (int i = 0; i < nb; i++)
+            grad_a(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, b->data + (shared ? 0 : (size_t)i * K * N),
+                   a->grad + (size_t)i * M * K);
+    }
+    if (b->grad) {
+        if (shared) {
+            for (int i = 0; i < nb; i++)
+                grad_b(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K, b->grad);
+        } else {
+#pragma omp parallel for schedule(static) if (nb > 1)
+            for (int i = 0; i < nb; i++)
+                grad_b(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K,
+                       b->grad + (size_t)i * K * N);
+        }
+    }
+}
+
+static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd};
+
+vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha) {
+    if (vt_bad(g, 2, a, b)) return NULL;
+    char sa[64], sb[64];
+    if (a->ndim < 2 || b->ndim < 2)
+        return vt_fail(g, "matmul", "operands %s and %s need at least 2 dims", vt_shape_str(a, sa, 64),
+                       vt_shape_str(b, sb, 64));
+    const int M = a->shape[a->ndim - (ta ? 1 : 2)], Ka = a->shape[a->ndim - (ta ? 2 : 1)];
+    const int Kb = b->shape[b->ndim - (tb ? 1 : 2)], N = b->shape[b->ndim - (tb ? 2 : 1)];
+    int shared = b->ndim == 2 && a->ndim > 2;
+    int ok = Ka == Kb && (shared || a->ndim == b->ndim);
+    for (int i = 0; ok && !shared && i < a->ndim - 2; i++) ok = a->shape[i] == b->shape[i];
+    if (!ok)
+        return vt_fail(g, "matmul", "cannot multiply %s%s by %s%s", vt_shape_str(a, sa, 64), ta ? "ᵀ" : "",
+                       vt_shape_str(b, sb, 64), tb ? "ᵀ" : "");
+    int shape[VT_MAXDIM];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[a->ndim - 2] = M;
+    shape[a->ndim - 1] = N;
+    vt_tensor *in[2] = {a, b};
+    vt_node *n = vt_new_node(g, &op_matmul, in, 2, vt_new_act(g, a->ndim, shape));
+    if (!n) return NULL;
+    n->ia[0] = (int)(a->numel / ((int64_t)M * Ka));
+    n->ia[1] = M;
+    n->ia[2] = N;
+    n->ia[3] = Ka;
+    n->ia[4] = ta;
+    n->ia[5] = tb;
+    n->ia[6] = shared;
+    n->fa[0] = alpha;
+    n->macs = (int64_t)n->ia[0] * M * N * Ka;
+    return n->out;
+}

@@ -1,0 +1,30 @@
+/* Finite-difference gradient checking of graph builders: analytic backward vs central differences. */
+#ifndef VITC_GRADCHECK_H
+#define VITC_GRADCHECK_H
+
+#include "test.h"
+#include "vitc/graph.h"
+#include "vitc/rng.h"
+
+#define GC_MAXX 6
+
+typedef struct gc_case gc_case;
+struct gc_case {
+    const char *name;
+    int nx;                               /* number of operands (created as parameters x0, x1, ...) */
+    int ndim[GC_MAXX];
+    int shape[GC_MAXX][VT_MAXDIM];
+    int nograd[GC_MAXX];                  /* operands excluded from the check (e.g. labels, running stats) */
+    vt_tensor *(*build)(vt_graph *g, vt_tensor **x, const gc_case *c); /* returns the op output */
+    void (*fill)(float *d, int64_t n, int which, vt_rng *r);           /* optional; default N(0, 1) */
+    int ia[8];                            /* free parameters for build */
+    float fa[4];
+    int eval;                             /* build the graph in eval mode for the forward (still differentiated) */
+    double eps;                           /* finite-difference step (default 1e-2) */
+    double tol;                           /* max |analytic - numeric| / max(max|numeric|, 1e-2) (default 1e-2) */
+};
+
+/* Builds the case, checks every operand's gradient at up to 64 sampled elements, records one check per operand. */
+void gc_run(vt_test *T, const gc_case *c);
+
+#endif

@@ -1,0 +1,134 @@
+/* Gradient checks and kernel checks for matmul/linear, broadcasting binary ops, affine, cross-entropy, sum;
+ * plus graph-level checks: shape errors at build time, eval/train graphs agree, planner reuse in eval. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vitc/ops.h"
+
+static vt_tensor *b_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL);
+}
+static vt_tensor *b_matmul(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_matmul(g, x[0], x[1], c->ia[0], c->ia[1], c->fa[0]);
+}
+static vt_tensor *b_add(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_add(g, x[0], x[1]);
+}
+static vt_tensor *b_sub(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_sub(g, x[0], x[1]);
+}
+static vt_tensor *b_mul(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_mul(g, x[0], x[1]);
+}
+static vt_tensor *b_affine(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_affine(g, x[0], c->fa[0], c->fa[1]); }
+static vt_tensor *b_ce(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_cross_entropy(g, x[0], x[1], c->fa[0]);
+}
+static void fill_labels(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) d[i] = which == 1 ? (float)vt_rng_below(r, 5) : vt_rng_normal(r) * 2.0f;
+}
+
+static void check_gemm_ref(vt_test *T) {
+    vt_rng r;
+    vt_rng_seed(&r, 7);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int M = 37, N = 29, K = 53;
+            float A[37 * 53], B[53 * 29], C1[37 * 29], C2[37 * 29];
+            for (int i = 0; i < M * K; i++) A[i] = vt_rng_normal(&r);
+            for (int i = 0; i < K * N; i++) B[i] = vt_rng_normal(&r);
+            for (int i = 0; i < M * N; i++) C1[i] = C2[i] = vt_rng_normal(&r);
+            vt_gemm_ref(ta, tb, M, N, K, 0.7f, A, ta ? M : K, B, tb ? K : N, 0.5f, C1, N);
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 0.7f, A,
+                        ta ? M : K, B, tb ? K : N, 0.5f, C2, N);
+            double err = 0;
+            for (int i = 0; i < M * N; i++) err = fmax(err, fabs(C1[i] - C2[i]));
+            T_CHECK(T, err < 1e-4, "sgemm vs reference ta=%d tb=%d: %g", ta, tb, err);
+        }
+}
+
+/* The same small MLP built in a train graph and an eval graph gives identical outputs. */
+static void check_eval_matches_train(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    float out[2][6 * 3];
+    int64_t arena[2];
+    for (int mode = 0; mode < 2; mode++) {
+        vt_graph *g = vt_graph_new(P, mode, &e);
+        int xs[3] = {2, 3, 8}, ws[2] = {16, 8}, w2[2] = {3, 16}, bs[1] = {16};
+        vt_tensor *x = vt_input(g, "x", 3, xs);
+        vt_tensor *h = vt_linear(g, x, vt_param(g, "w1", 2, ws, (vt_init){VT_INIT_NORMAL, 0.5f}),
+                                 vt_param(g, "b1", 1, bs, (vt_init){VT_INIT_NORMAL, 0.5f}));
+        for (int k = 0; k < 4; k++) h = vt_add(g, vt_scale(g, h, 0.5f), h);
+        vt_tensor *y = vt_linear(g, h, vt_param(g, "w2", 2, w2, (vt_init){VT_INIT_NORMAL, 0.5f}), NULL);
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+        if (mode == 0) vt_params_init(P, 3);
+        for (int i = 0; i < 48; i++) x->data[i] = (float)i / 48.0f - 0.5f;
+        vt_graph_forward(g);
+        memcpy(out[mode], y->data, sizeof out[mode]);
+        arena[mode] = vt_graph_arena_bytes(g);
+        vt_graph_free(g);
+    }
+    T_CHECK(T, memcmp(out[0], out[1], sizeof out[0]) == 0, "eval and train graphs differ");
+    T_CHECK(T, arena[0] < arena[1], "eval arena (%lld B) should be smaller than train arena (%lld B)",
+            (long long)arena[0], (long long)arena[1]);
+    vt_params_free(P);
+}
+
+static void check_shape_errors(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    int xs[2] = {4, 8}, ws[2] = {5, 7};
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *y = vt_linear(g, x, vt_param(g, "fc.weight", 2, ws, (vt_init){0, 0}), NULL);
+    vt_tensor *z = vt_add(g, y, x); /* must stay a no-op after the first error */
+    T_CHECK(T, y == NULL && z == NULL, "bad linear returned a tensor");
+    T_CHECK(T, vt_graph_finalize(g, &e) != 0, "finalize succeeded after a shape error");
+    T_CHECK(T, strstr(e.msg, "linear") && strstr(e.msg, "fc.weight") && strstr(e.msg, "(4, 8)"),
+            "message lacks op/tensor/shape: %s", e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+void test_ops_core(vt_test *T) {
+    check_gemm_ref(T);
+    check_eval_matches_train(T);
+    check_shape_errors(T);
+    gc_case cases[] = {
+        {.name = "linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear},
+        {.name = "linear_nobias_1row", .nx = 2, .ndim = {2, 2}, .shape = {{1, 7}, {1, 7}}, .build = b_linear},
+        {.name = "matmul_nn", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 4, 5}}, .build = b_matmul, .fa = {1}},
+        {.name = "matmul_nt", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 3, 4}, {2, 2, 5, 4}}, .build = b_matmul,
+         .ia = {0, 1}, .fa = {0.5f}},
+        {.name = "matmul_tn", .nx = 2, .ndim = {3, 3}, .shape = {{2, 4, 3}, {2, 4, 5}}, .build = b_matmul,
+         .ia = {1, 0}, .fa = {1}},
+        {.name = "matmul_tt", .nx = 2, .ndim = {3, 3}, .shape = {{3, 4, 1}, {3, 5, 4}}, .build = b_matmul,
+         .ia = {1, 1}, .fa = {-2}},
+        {.name = "matmul_shared", .nx = 2, .ndim = {3, 2}, .shape = {{2, 3, 4}, {4, 5}}, .build = b_matmul, .fa = {1}},
+        {.name = "matmul_shared_ta", .nx = 2, .ndim = {3, 2}, .shape = {{2, 4, 3}, {4, 5}}, .build = b_matmul,
+         .ia = {1, 0}, .fa = {1}},
+        {.name = "add_same", .nx = 2, .ndim = {2, 2}, .shape = {{3, 4}, {3, 4}}, .build = b_add},
+        {.name = "add_bias", .nx = 2, .ndim = {3, 1}, .shape = {{2, 3, 4}, {4}}, .build = b_add},
+        {.name = "add_pos", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {1, 3, 4}}, .build = b_add},
+        {.name = "add_mid", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {1, 3, 1, 5}}, .build = b_add},
+        {.name = "add_both", .nx = 2, .ndim = {3, 3}, .shape = {{2, 1, 4}, {1, 3, 1}}, .build = b_add},
+        {.name = "sub_bcast", .nx = 2, .ndim = {3, 2}, .shape = {{2, 3, 4}, {3, 1}}, .build = b_sub},
+        {.name = "mul_bcast", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {2, 3, 1, 5}}, .build = b_mul},
+        {.name = "mul_same", .nx = 2, .ndim = {1, 1}, .shape = {{7}, {7}}, .build = b_mul},
+        {.name = "affine", .nx = 1, .ndim = {2}, .shape = {{3, 4}}, .build = b_affine, .fa = {-1.5f, 0.25f}},
+        {.name = "cross_entropy", .nx = 2, .ndim = {2, 1}, .shape = {{4, 5}, {4}}, .nograd = {0, 1},
+         .build = b_ce, .fill = fill_labels},
+        {.name = "cross_entropy_smooth", .nx = 2, .ndim = {2, 1}, .shape = {{3, 5}, {3}}, .nograd = {0, 1},
+         .build = b_ce, .fill = fill_labels, .fa = {0.1f}},
+        {.name = "cross_entropy_1", .nx = 2, .ndim = {2, 1}, .shape = {{1, 2}, {1}}, .nograd = {0, 1},
+         .build = b_ce, .fill = fill_labels, .fa = {0.3f}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
+}
