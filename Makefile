@@ -76,3 +76,25 @@ demo: deps-demo
 
 clean:
 	rm -rf build build-asan vitc
+
+# Fuzzing the strict safetensors reader with libFuzzer (clang; ASan+UBSan). `make fuzz` runs 20 s on
+# a seed corpus in build/fuzz_corpus and ends with "fuzz: ok (N runs)" or "fuzz: FAILED ..." (exit 1).
+FUZZ_SRC := fuzz/fuzz_safetensors.c src/io/safetensors.c src/core/error.c
+.PHONY: fuzz-build
+fuzz-build: build/fuzz_safetensors
+
+build/fuzz_safetensors: $(FUZZ_SRC) include/vitc/safetensors.h include/vitc/error.h include/vitc/tensor.h
+	@mkdir -p build
+	clang $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -Iinclude $(PKG_CFLAGS) -o $@ $(FUZZ_SRC) $(PKG_LIBS) -lm
+
+fuzz: build/fuzz_safetensors
+	@sh fuzz/make_corpus.sh build/fuzz_corpus
+	@mkdir -p build/fuzz_artifacts
+	@if ./build/fuzz_safetensors -max_total_time=20 -dict=fuzz/safetensors.dict \
+	    -artifact_prefix=build/fuzz_artifacts/ build/fuzz_corpus > build/fuzz.log 2>&1; then \
+	  runs=$$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' build/fuzz.log | tail -n 1); \
+	  echo "fuzz: ok ($${runs:-?} runs)"; \
+	else \
+	  tail -n 30 build/fuzz.log; echo "fuzz: FAILED (log: build/fuzz.log, crash inputs: build/fuzz_artifacts/)"; exit 1; \
+	fi

@@ -44,6 +44,7 @@ typedef struct vt_tensor {
     struct vt_tensor *view_of; /* reshape views alias this root tensor */
     /* engine-private planning fields */
     int prod, last_use, grad_start, is_output;
+    int scope;             /* params: scope index in the graph that created them (per-block breakdown) */
     int64_t off, goff;
 } vt_tensor;
 
@@ -60,6 +61,7 @@ vt_tensor *vt_root(vt_tensor *t);
 typedef struct vt_params {
     vt_tensor **t;
     int n, cap;
+    int shapes_only; /* 1: record names and shapes only, allocate no data (for counting) */
 } vt_params;
 
 /* Creates an empty store. */
@@ -71,7 +73,7 @@ void vt_params_free(vt_params *P);
 /* Finds a tensor by name (NULL if absent). */
 vt_tensor *vt_params_find(const vt_params *P, const char *name);
 
-/* Adds (or returns the existing, shape-checked) parameter or buffer; data allocated zeroed, grad for params. */
+/* Adds (or returns the existing, shape-checked) parameter or buffer with zeroed data (none if shapes_only). */
 vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init,
                          vt_err *e);
 
@@ -83,6 +85,9 @@ int64_t vt_params_count(const vt_params *P, vt_kind kind);
 
 /* Sum of elements of params flagged paper_count (a paper's Linear/Conv-weights-only convention). */
 int64_t vt_params_count_paper(const vt_params *P);
+
+/* Allocates (zeroed) gradients for every parameter that has none yet. */
+int vt_params_alloc_grads(vt_params *P, vt_err *e);
 
 /* Sets every parameter gradient to zero. */
 void vt_params_zero_grad(vt_params *P);

@@ -96,7 +96,9 @@ static vt_tensor *store_add(vt_graph *g, const char *name, vt_kind kind, int ndi
     if (g->err.msg[0]) return NULL;
     char full[VT_NAMELEN + 8];
     snprintf(full, sizeof full, "%s", name);
+    int existed = vt_params_find(g->P, full) != NULL;
     vt_tensor *t = vt_params_add(g->P, full, kind, ndim, shape, init, &g->err);
+    if (t && !existed) t->scope = g->cur_scope;
     return t;
 }
 
@@ -250,6 +252,8 @@ static int64_t place(buf_t *b, int nb, vt_err *e) {
 int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
     if (g->finalized) return 0;
+    if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
+    if (g->training && vt_params_alloc_grads(g->P, e)) return -1;
     const int n = g->nn, T = g->training ? 2 * n : n, last = T - 1;
     buf_t *b = vt_alloc(sizeof(*b) * (size_t)(2 * g->nt + 1), e);
     if (!b) return -1;

@@ -87,11 +87,7 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
     t->kind = kind;
     t->init = init;
     t->requires_grad = kind == VT_PARAM;
-    t->data = vt_alloc(sizeof(float) * (size_t)t->numel, e);
-    if (t->data && kind == VT_PARAM) t->grad = vt_alloc(sizeof(float) * (size_t)t->numel, e);
-    if (!t->data || (kind == VT_PARAM && !t->grad)) {
-        vt_free(t->data);
-        vt_free(t->grad);
+    if (!P->shapes_only && !(t->data = vt_alloc(sizeof(float) * (size_t)t->numel, e))) {
         vt_free(t);
         return NULL;
     }
@@ -108,6 +104,7 @@ static float trunc_normal(vt_rng *r, float std) {
 }
 
 void vt_params_init(vt_params *P, uint64_t seed) {
+    if (P->shapes_only) return;
     vt_rng r;
     vt_rng_seed(&r, seed);
     for (int i = 0; i < P->n; i++) {
@@ -139,6 +136,14 @@ int64_t vt_params_count_paper(const vt_params *P) {
     for (int i = 0; i < P->n; i++)
         if (P->t[i]->kind == VT_PARAM && P->t[i]->paper_count) n += P->t[i]->numel;
     return n;
+}
+
+int vt_params_alloc_grads(vt_params *P, vt_err *e) {
+    for (int i = 0; i < P->n; i++)
+        if (P->t[i]->kind == VT_PARAM && !P->t[i]->grad && !P->shapes_only &&
+            !(P->t[i]->grad = vt_alloc(sizeof(float) * (size_t)P->t[i]->numel, e)))
+            return -1;
+    return 0;
 }
 
 void vt_params_zero_grad(vt_params *P) {

@@ -1,0 +1,30 @@
+/* Training metrics: one CSV row per evaluation in RUN_DIR/metrics.csv, and a PNG of the curves via gnuplot. */
+#ifndef VITC_METRICS_H
+#define VITC_METRICS_H
+
+#include <stdint.h>
+
+#include "vitc/error.h"
+
+/* First line of metrics.csv. */
+#define VT_METRICS_HEADER "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds"
+
+/* One row; NaN values are written as empty fields (e.g. no test evaluation on this row). */
+typedef struct vt_metrics_row {
+    double epoch;                 /* may be fractional for rows written inside an epoch */
+    int64_t step;                 /* optimiser steps done */
+    double train_loss, train_acc; /* accuracies are fractions in [0, 1] */
+    double test_loss, test_acc;
+    double lr, img_per_s, seconds; /* seconds: wall time since the start of the run */
+} vt_metrics_row;
+
+/* Appends r to run_dir/metrics.csv, writing the header first when the file is new or empty; fails when an
+ * existing file has a different header. */
+int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e);
+
+/* Writes run_dir/curves.gp from run_dir/metrics.csv and runs gnuplot on it to make run_dir/curves.png (loss and
+ * accuracy vs epoch, train and test). Fails with a clear message when gnuplot is missing or fails; callers should
+ * only warn, training does not depend on it. */
+int vt_plot_curves(const char *run_dir, vt_err *e);
+
+#endif

@@ -1,0 +1,50 @@
+/* Whole-model tasks over a configured model: gradients, evaluation, the training loop and benchmarks. */
+#ifndef VITC_TRAIN_H
+#define VITC_TRAIN_H
+
+#include <stdint.h>
+
+#include "vitc/dataset.h"
+#include "vitc/model.h"
+
+/* Loss and parameter gradients on one batch (train mode, no dropout). With steps > 1, runs that many AdamW steps
+ * (betas 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params) on the batch, writing the loss
+ * before each step into losses[0..steps); gradients left in P are those of the last step. */
+int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
+                  double lr, double wd, float *losses, vt_err *e);
+
+/* Mean loss and accuracy of the model on ds (eval mode, no augmentation) in batches of `batch`. */
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
+                vt_err *e);
+
+/* Options of vt_train. */
+typedef struct vt_train_opts {
+    const char *data;          /* "fashion-mnist" */
+    const char *run_dir;       /* output folder (created) */
+    const char *resume;        /* run folder to resume from, or NULL */
+    const char *command_line;  /* recorded in run_dir/command.txt */
+    int epochs, batch;
+    double lr, min_lr, warmup_lr, weight_decay, warmup_epochs, smoothing, clip_grad;
+    uint64_t seed;
+    int train_subset, test_subset; /* 0: whole split */
+    int augment;               /* random crop (pad 4) + horizontal flip */
+    int log_every;             /* progress line every this many steps */
+    int64_t fault_nan_step;    /* testing aid: poison the input of this 1-based step with NaN (0: off) */
+} vt_train_opts;
+
+/* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs). */
+void vt_train_defaults(vt_train_opts *o);
+
+/* Trains on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
+ * (weights, optimizer state, step, RNG) in run_dir/checkpoint.safetensors; stops on a non-finite loss. */
+int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
+
+/* Result of vt_bench. */
+typedef struct vt_bench_result {
+    double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
+} vt_bench_result;
+
+/* Times forward (or forward+backward+AdamW when train) on random data after warm-up; measures sgemm peak too. */
+int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_result *r, vt_err *e);
+
+#endif

@@ -1,0 +1,28 @@
+/* Loading and saving a model's parameter store as safetensors, plus tensor-file helpers for the CLI. */
+#ifndef VITC_WEIGHTS_H
+#define VITC_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "vitc/error.h"
+#include "vitc/safetensors.h"
+#include "vitc/tensor.h"
+
+/* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
+ * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers). Everything is checked
+ * before anything is copied: on error P is unchanged and the message lists the offending names. */
+int vt_params_load(vt_params *P, const char *path, vt_err *e);
+
+/* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded). */
+int vt_params_save(const vt_params *P, const char *path, vt_err *e);
+
+/* Reads tensor name of f (any dtype, converted to float) into a new vt_alloc'd array *out (free with
+ * vt_free). *ndim: on input the required ndim, or -1 for any; on output the tensor's ndim. shape
+ * must hold VT_ST_MAXDIM values. */
+int vt_st_read_named(const vt_st_file *f, const char *name, float **out, int *ndim, int64_t *shape, vt_err *e);
+
+/* Reads class labels (I64/I32/I16/I8/U8, or integral float values) from tensor name of f into a new
+ * vt_alloc'd int32 array *out of *n elements (free with vt_free); values must fit in int32. */
+int vt_st_read_labels(const vt_st_file *f, const char *name, int32_t **out, int64_t *n, vt_err *e);
+
+#endif

@@ -1,0 +1,75 @@
+/* Parameterised wrappers of single ops (linear, layernorm, conv, batchnorm) and the timm MLP. */
+#include <math.h>
+#include <stdio.h>
+
+#include "vitc/blocks.h"
+
+const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
+    snprintf(buf, VT_NAMELEN, "%s%s%s", prefix, prefix[0] ? "." : "", suffix);
+    return buf;
+}
+
+vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    int ws[2] = {out, x->shape[x->ndim - 1]};
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, winit), *b = NULL;
+    if (w) w->paper_count = 1;
+    if (bias) {
+        b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z);
+        if (b) b->no_decay = 1;
+    }
+    return vt_linear(g, x, w, b);
+}
+
+vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    int c = x->shape[x->ndim - 1];
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
+    if (w) w->no_decay = b->no_decay = 1;
+    return vt_layernorm(g, x, w, b, eps);
+}
+
+vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,
+                       int bias) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim != 4 || groups <= 0 || x->shape[1] % groups)
+        return vt_fail(g, "conv2d", "%s: input must be (B, C, H, W) with C divisible by groups %d", prefix, groups);
+    char nm[VT_NAMELEN];
+    int cin = x->shape[1] / groups;
+    int ws[4] = {out, cin, k, k};
+    float bound = 1.0f / sqrtf((float)(cin * k * k));
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound}), *b = NULL;
+    if (w) w->paper_count = 1;
+    if (bias) {
+        b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
+        if (b) b->no_decay = 1;
+    }
+    return vt_conv2d(g, x, w, b, stride, pad, groups);
+}
+
+vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    if (axis < 0) axis += x->ndim;
+    int c = x->shape[axis], one = 1;
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
+    vt_tensor *rm = vt_buffer(g, vt_pname(nm, prefix, "running_mean"), 1, &c, VT_INIT_Z);
+    vt_tensor *rv = vt_buffer(g, vt_pname(nm, prefix, "running_var"), 1, &c, VT_INIT_1);
+    vt_tensor *nb = vt_buffer(g, vt_pname(nm, prefix, "num_batches_tracked"), 0, &one, VT_INIT_Z);
+    if (!w || !b || !rm || !rv || !nb) return NULL;
+    w->no_decay = b->no_decay = 1;
+    nb->is_i64 = 1;
+    return vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
+}
+
+vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    int c = x->shape[x->ndim - 1];
+    vt_tensor *h = vt_gelu(g, vt_linear_p(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02));
+    return vt_linear_p(g, vt_pname(nm, prefix, "fc2"), h, c, 1, VT_INIT_W02);
+}

@@ -1,0 +1,776 @@
+/* Strict safetensors reader and atomic writer (rules in include/vitc/safetensors.h). */
+#include "vitc/safetensors.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "vitc's safetensors code assumes a little-endian host"
+#endif
+
+/* Largest integer a JSON number (double) represents exactly; offsets and dims must not exceed it. */
+#define MAX_JSON_INT 9007199254740992.0
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[VT_ST_NDTYPE] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
+};
+
+const char *vt_st_dtype_name(vt_st_dtype d) { return (unsigned)d < VT_ST_NDTYPE ? dtypes[d].name : "?"; }
+
+size_t vt_st_dtype_size(vt_st_dtype d) { return (unsigned)d < VT_ST_NDTYPE ? dtypes[d].size : 0; }
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
+static int utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t k;
+        uint32_t cp, min;
+        if (c < 0x80) { i++; continue; }
+        if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
+        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
+        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
+        else { *bad = i; return 0; }
+        if (n - i <= k) { *bad = i; return 0; }
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) { *bad = i; return 0; }
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { *bad = i; return 0; }
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* A JSON number that is a non-negative integer <= 2^53, into *out; 0 on success, -1 otherwise. */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0.0 && d <= MAX_JSON_INT)) return -1; /* also rejects NaN */
+    uint64_t u = (uint64_t)d;
+    if ((double)u != d) return -1;
+    *out = u;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Returns a duplicated key among the children of obj, NULL when none (or -1 via *err on OOM). */
+static const char *find_duplicate_key(const cJSON *obj, int *oom) {
+    int n = 0;
+    *oom = 0;
+    for (const cJSON *c = obj->child; c; c = c->next) n++;
+    if (n < 2) return NULL;
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) { *oom = 1; return NULL; }
+    int i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next) keys[i++] = c->string ? c->string : "";
+    qsort(keys, (size_t)n, sizeof *keys, cmp_str);
+    const char *dup = NULL;
+    for (i = 1; i < n && !dup; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+    free(keys);
+    return dup;
+}
+
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* Writes "(a, b, c)" for an int64 shape into buf. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "(");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len) snprintf(buf + o, len - o, ")");
+    return buf;
+}
+
+void vt_st_close(vt_st_file *f) {
+    if (!f) return;
+    free(f->buf);
+    free(f->entries);
+    free(f->sorted);
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_vals[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_vals);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---------------------------------------------------------------- header parsing */
+
+static int parse_metadata(const cJSON *m, vt_st_file *f, vt_err *e) {
+    if (!cJSON_IsObject(m)) return vt_seterr(e, "__metadata__ is not a JSON object");
+    int oom;
+    const char *dup = find_duplicate_key(m, &oom);
+    if (oom) return vt_seterr(e, "out of memory reading __metadata__");
+    if (dup) return vt_seterr(e, "duplicate key '%.64s' in __metadata__", dup);
+    int n = 0;
+    for (const cJSON *c = m->child; c; c = c->next) {
+        if (!cJSON_IsString(c) || !c->valuestring)
+            return vt_seterr(e, "__metadata__ value for key '%.64s' is not a string", c->string ? c->string : "");
+        n++;
+    }
+    if (n == 0) return 0;
+    f->meta_keys = calloc((size_t)n, sizeof(char *));
+    f->meta_vals = calloc((size_t)n, sizeof(char *));
+    if (!f->meta_keys || !f->meta_vals) return vt_seterr(e, "out of memory reading __metadata__");
+    for (const cJSON *c = m->child; c; c = c->next) {
+        f->meta_keys[f->n_meta] = xstrdup(c->string ? c->string : "");
+        f->meta_vals[f->n_meta] = xstrdup(c->valuestring);
+        f->n_meta++;
+        if (!f->meta_keys[f->n_meta - 1] || !f->meta_vals[f->n_meta - 1])
+            return vt_seterr(e, "out of memory reading __metadata__");
+    }
+    return 0;
+}
+
+static int parse_entry(const cJSON *c, vt_st_entry *t, vt_err *e) {
+    const char *name = c->string ? c->string : "";
+    size_t nl = strlen(name);
+    if (nl == 0) return vt_seterr(e, "tensor name is empty");
+    if (nl >= VT_NAMELEN)
+        return vt_seterr(e, "tensor name '%.40s...' is too long (%zu bytes, max %d)", name, nl, VT_NAMELEN - 1);
+    memcpy(t->name, name, nl + 1);
+    if (!cJSON_IsObject(c)) return vt_seterr(e, "tensor '%s': entry is not a JSON object", name);
+    int oom;
+    const char *dup = find_duplicate_key(c, &oom);
+    if (oom) return vt_seterr(e, "out of memory reading tensor '%s'", name);
+    if (dup) return vt_seterr(e, "tensor '%s': duplicate key '%.64s'", name, dup);
+
+    const cJSON *dt = NULL, *sh = NULL, *off = NULL;
+    for (const cJSON *k = c->child; k; k = k->next) {
+        const char *kn = k->string ? k->string : "";
+        if (strcmp(kn, "dtype") == 0) dt = k;
+        else if (strcmp(kn, "shape") == 0) sh = k;
+        else if (strcmp(kn, "data_offsets") == 0) off = k;
+        else return vt_seterr(e, "tensor '%s': unknown field '%.64s'", name, kn);
+    }
+    if (!dt) return vt_seterr(e, "tensor '%s': missing field 'dtype'", name);
+    if (!sh) return vt_seterr(e, "tensor '%s': missing field 'shape'", name);
+    if (!off) return vt_seterr(e, "tensor '%s': missing field 'data_offsets'", name);
+
+    if (!cJSON_IsString(dt) || !dt->valuestring) return vt_seterr(e, "tensor '%s': dtype is not a string", name);
+    int d = -1;
+    for (int i = 0; i < VT_ST_NDTYPE; i++)
+        if (strcmp(dt->valuestring, dtypes[i].name) == 0) d = i;
+    if (d < 0) return vt_seterr(e, "tensor '%s': unknown dtype '%.32s'", name, dt->valuestring);
+    t->dtype = (vt_st_dtype)d;
+
+    if (!cJSON_IsArray(sh)) return vt_seterr(e, "tensor '%s': shape is not an array", name);
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > VT_ST_MAXDIM) return vt_seterr(e, "tensor '%s': shape has %d dims (max %d)", name, nd, VT_ST_MAXDIM);
+    t->ndim = nd;
+    uint64_t nbytes = dtypes[d].size, numel = 1;
+    int i = 0;
+    for (const cJSON *v = sh->child; v; v = v->next, i++) {
+        uint64_t dim;
+        if (json_uint(v, &dim) != 0)
+            return vt_seterr(e, "tensor '%s': shape[%d] is not a non-negative integer", name, i);
+        t->shape[i] = (int64_t)dim;
+        if (dim != 0 && numel > UINT64_MAX / dim) numel = UINT64_MAX; /* saturate; checked below */
+        else numel *= dim;
+    }
+    for (i = 0; i < nd; i++)
+        if (t->shape[i] == 0) numel = 0;
+    char sb[160];
+    if (numel > (uint64_t)MAX_JSON_INT || numel > UINT64_MAX / nbytes)
+        return vt_seterr(e, "tensor '%s': shape %s overflows the size limit", name, shape_str(nd, t->shape, sb, sizeof sb));
+    nbytes *= numel;
+    t->numel = (int64_t)numel;
+
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+        return vt_seterr(e, "tensor '%s': data_offsets must be an array of exactly 2 non-negative integers", name);
+    if (json_uint(off->child, &t->begin) != 0 || json_uint(off->child->next, &t->end) != 0)
+        return vt_seterr(e, "tensor '%s': data_offsets must be an array of exactly 2 non-negative integers", name);
+    if (t->begin > t->end)
+        return vt_seterr(e, "tensor '%s': data_offsets begin %llu > end %llu", name, (unsigned long long)t->begin,
+                         (unsigned long long)t->end);
+    if (nbytes != t->end - t->begin)
+        return vt_seterr(e, "tensor '%s': size mismatch: shape %s of %s needs %llu bytes but data_offsets span %llu",
+                         name, shape_str(nd, t->shape, sb, sizeof sb), dtypes[d].name, (unsigned long long)nbytes,
+                         (unsigned long long)(t->end - t->begin));
+    return 0;
+}
+
+typedef struct {
+    uint64_t begin, end;
+    int idx;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp((*(const vt_st_entry *const *)a)->name, (*(const vt_st_entry *const *)b)->name);
+}
+
+/* Validates the image buf[0..len) (owned: kept in f on success, freed on error). */
+static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
+    memset(f, 0, sizeof *f);
+    f->buf = buf;
+    f->len = len;
+    cJSON *root = NULL;
+    span *spans = NULL;
+    const vt_st_entry **by_name = NULL;
+    int rc = -1;
+
+    if (len < 8) {
+        vt_seterr(e, "truncated file: %zu bytes, need at least 8 for the header length", len);
+        goto done;
+    }
+    uint64_t hn = le64(buf);
+    if (hn > VT_ST_MAX_HEADER) {
+        vt_seterr(e, "header too large: %llu bytes (limit %u)", (unsigned long long)hn, VT_ST_MAX_HEADER);
+        goto done;
+    }
+    if (hn > len - 8) {
+        vt_seterr(e, "truncated file: header length %llu is larger than the %zu bytes after the length prefix",
+                  (unsigned long long)hn, len - 8);
+        goto done;
+    }
+    const uint8_t *hdr = buf + 8;
+    size_t hlen = (size_t)hn;
+    if (hlen == 0 || hdr[0] != '{') {
+        vt_seterr(e, "header is not a JSON object: it must start with '{'");
+        goto done;
+    }
+    const void *nul = memchr(hdr, 0, hlen);
+    if (nul) {
+        vt_seterr(e, "invalid JSON header: NUL byte at header offset %td", (const uint8_t *)nul - hdr);
+        goto done;
+    }
+    size_t bad;
+    if (!utf8_valid(hdr, hlen, &bad)) {
+        vt_seterr(e, "invalid JSON header: not valid UTF-8 at header offset %zu", bad);
+        goto done;
+    }
+    const char *endp = NULL;
+    root = cJSON_ParseWithLengthOpts((const char *)hdr, hlen, &endp, 0);
+    if (!root) {
+        long at = endp ? (long)(endp - (const char *)hdr) : -1;
+        vt_seterr(e, "invalid JSON header (parse error near header offset %ld)", at);
+        goto done;
+    }
+    for (const char *p = endp; p < (const char *)hdr + hlen; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            vt_seterr(e, "invalid JSON header: unexpected characters after the object at header offset %td",
+                      p - (const char *)hdr);
+            goto done;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        vt_seterr(e, "header is not a JSON object");
+        goto done;
+    }
+    int oom;
+    const char *dup = find_duplicate_key(root, &oom);
+    if (oom) {
+        vt_seterr(e, "out of memory reading header");
+        goto done;
+    }
+    if (dup) {
+        vt_seterr(e, "duplicate key '%.64s' in header", dup);
+        goto done;
+    }
+
+    int n = 0;
+    for (const cJSON *c = root->child; c; c = c->next)
+        if (!c->string || strcmp(c->string, "__metadata__") != 0) n++;
+    f->entries = calloc(n ? (size_t)n : 1, sizeof *f->entries);
+    f->sorted = calloc(n ? (size_t)n : 1, sizeof *f->sorted);
+    spans = calloc(n ? (size_t)n : 1, sizeof *spans);
+    by_name = calloc(n ? (size_t)n : 1, sizeof *by_name);
+    if (!f->entries || !f->sorted || !spans || !by_name) {
+        vt_seterr(e, "out of memory reading header");
+        goto done;
+    }
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (c->string && strcmp(c->string, "__metadata__") == 0) {
+            if (parse_metadata(c, f, e) != 0) goto done;
+            continue;
+        }
+        if (parse_entry(c, &f->entries[f->n], e) != 0) goto done;
+        f->n++;
+    }
+
+    /* Offsets must tile the data section exactly. */
+    const uint8_t *data = hdr + hlen;
+    uint64_t dlen = (uint64_t)(len - 8 - hlen);
+    for (int i = 0; i < n; i++) {
+        vt_st_entry *t = &f->entries[i];
+        if (t->end > dlen) {
+            vt_seterr(e, "tensor '%s': data_offsets [%llu, %llu] out of range: data section has %llu bytes (truncated file?)",
+                      t->name, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)dlen);
+            goto done;
+        }
+        t->data = data + t->begin;
+        spans[i] = (span){t->begin, t->end, i};
+    }
+    qsort(spans, (size_t)n, sizeof *spans, cmp_span);
+    uint64_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        const char *nm = f->entries[spans[i].idx].name;
+        if (spans[i].begin > pos) {
+            if (i == 0)
+                vt_seterr(e, "gap in data: tensor '%s' starts at %llu, the first tensor must start at 0", nm,
+                          (unsigned long long)spans[i].begin);
+            else
+                vt_seterr(e, "gap in data: tensor '%s' ends at %llu but tensor '%s' starts at %llu",
+                          f->entries[spans[i - 1].idx].name, (unsigned long long)pos, nm,
+                          (unsigned long long)spans[i].begin);
+            goto done;
+        }
+        if (spans[i].begin < pos) {
+            vt_seterr(e, "overlap in data: tensor '%s' starts at %llu inside tensor '%s' (ends at %llu)", nm,
+                      (unsigned long long)spans[i].begin, f->entries[spans[i - 1].idx].name, (unsigned long long)pos);
+            goto done;
+        }
+        pos = spans[i].end;
+    }
+    if (pos != dlen) {
+        if (n)
+            vt_seterr(e, "trailing bytes: %llu bytes after the last tensor '%s' (data section %llu bytes)",
+                      (unsigned long long)(dlen - pos), f->entries[spans[n - 1].idx].name, (unsigned long long)dlen);
+        else
+            vt_seterr(e, "trailing bytes: %llu bytes of data but the header lists no tensor", (unsigned long long)dlen);
+        goto done;
+    }
+
+    for (int i = 0; i < n; i++) by_name[i] = &f->entries[i];
+    qsort(by_name, (size_t)n, sizeof *by_name, cmp_entry_name);
+    for (int i = 0; i < n; i++) f->sorted[i] = (int)(by_name[i] - f->entries);
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    free(spans);
+    free(by_name);
+    if (rc != 0) vt_st_close(f);
+    return rc;
+}
+
+int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
+    memset(f, 0, sizeof *f);
+    if (!buf && len) return vt_seterr(e, "vt_st_parse: NULL buffer");
+    /* Plain malloc of exactly len bytes (not vt_alloc's rounded size) so ASan/fuzzing see overreads;
+     * alignment does not matter since tensor data may sit at any offset anyway. */
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) return vt_seterr(e, "out of memory copying %zu bytes", len);
+    if (len) memcpy(copy, buf, len);
+    return parse_owned(copy, len, f, e);
+}
+
+int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return vt_seterr(e, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return vt_seterr(e, "%s: not a regular file", path);
+    }
+    size_t len = (size_t)st.st_size;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        fclose(fp);
+        return vt_seterr(e, "%s: out of memory reading %zu bytes", path, len);
+    }
+    size_t got = len ? fread(buf, 1, len, fp) : 0;
+    int rerr = ferror(fp);
+    fclose(fp);
+    if (got != len || rerr) {
+        free(buf);
+        return vt_seterr(e, "%s: read error (%zu of %zu bytes)", path, got, len);
+    }
+    vt_err local = {{0}};
+    if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
+    return 0;
+}
+
+const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name) {
+    int lo = 0, hi = f->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const vt_st_entry *t = &f->entries[f->sorted[mid]];
+        int c = strcmp(name, t->name);
+        if (c == 0) return t;
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *vt_st_meta(const vt_st_file *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- conversion */
+
+/* IEEE half bits to float, exact for every value (subnormals, inf, NaN). */
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int shift = 0;
+        while (!(man & 0x400)) {
+            man <<= 1;
+            shift++;
+        }
+        man &= 0x3FF;
+        bits = sign | ((uint32_t)(113 - shift) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static int check_count(const vt_st_entry *t, int64_t n, vt_err *e) {
+    if (n != t->numel)
+        return vt_seterr(e, "tensor '%s': element count mismatch: file has %lld, caller expects %lld", t->name,
+                         (long long)t->numel, (long long)n);
+    return 0;
+}
+
+int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
+    if (check_count(t, n, e) != 0) return -1;
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case VT_ST_F32:
+        if (n) memcpy(dst, p, (size_t)n * 4);
+        return 0;
+    case VT_ST_F64:
+        for (int64_t i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, p + 8 * i, 8);
+            dst[i] = (float)v;
+        }
+        return 0;
+    case VT_ST_F16:
+    case VT_ST_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = t->dtype == VT_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+        return 0;
+    case VT_ST_I64:
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v;
+            memcpy(&v, p + 8 * i, 8);
+            dst[i] = (float)v;
+        }
+        return 0;
+    case VT_ST_I32:
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, p + 4 * i, 4);
+            dst[i] = (float)v;
+        }
+        return 0;
+    case VT_ST_I16:
+        for (int64_t i = 0; i < n; i++) {
+            int16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            dst[i] = (float)v;
+        }
+        return 0;
+    case VT_ST_I8:
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)(int8_t)p[i];
+        return 0;
+    case VT_ST_U8:
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)p[i];
+        return 0;
+    case VT_ST_BOOL:
+        for (int64_t i = 0; i < n; i++) dst[i] = p[i] ? 1.0f : 0.0f;
+        return 0;
+    default:
+        return vt_seterr(e, "tensor '%s': unsupported dtype", t->name);
+    }
+}
+
+/* Converts a float value to int64 when integral and in range; -1 otherwise. */
+static int float_to_i64(double v, int64_t *out) {
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return -1;
+    int64_t i = (int64_t)v;
+    if ((double)i != v) return -1;
+    *out = i;
+    return 0;
+}
+
+int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e) {
+    if (check_count(t, n, e) != 0) return -1;
+    const uint8_t *p = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        double fv = 0.0;
+        int isf = 0;
+        switch (t->dtype) {
+        case VT_ST_I64: memcpy(&dst[i], p + 8 * i, 8); break;
+        case VT_ST_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); dst[i] = v; break; }
+        case VT_ST_I16: { int16_t v; memcpy(&v, p + 2 * i, 2); dst[i] = v; break; }
+        case VT_ST_I8: dst[i] = (int8_t)p[i]; break;
+        case VT_ST_U8: dst[i] = p[i]; break;
+        case VT_ST_BOOL: dst[i] = p[i] ? 1 : 0; break;
+        case VT_ST_F64: memcpy(&fv, p + 8 * i, 8); isf = 1; break;
+        case VT_ST_F32: { float v; memcpy(&v, p + 4 * i, 4); fv = v; isf = 1; break; }
+        case VT_ST_F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); fv = f16_to_f32(h); isf = 1; break; }
+        case VT_ST_BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); fv = bf16_to_f32(h); isf = 1; break; }
+        default: return vt_seterr(e, "tensor '%s': unsupported dtype", t->name);
+        }
+        if (isf && float_to_i64(fv, &dst[i]) != 0)
+            return vt_seterr(e, "tensor '%s' (%s): element %lld = %g is not an integer", t->name,
+                             dtypes[t->dtype].name, (long long)i, fv);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* Appends s as a JSON string literal. */
+static void sb_json_string(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)*p;
+            sb_put(b, esc, 2);
+        } else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            sb_put(b, esc, 6);
+        } else {
+            sb_put(b, (const char *)p, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+static int cmp_out_name(const void *a, const void *b) {
+    return strcmp((*(const vt_st_out *const *)a)->name, (*(const vt_st_out *const *)b)->name);
+}
+
+/* Validates the tensors and computes each one's byte size into nbytes[]. */
+static int check_outs(const vt_st_out *ts, int n, uint64_t *nbytes, vt_err *e) {
+    for (int i = 0; i < n; i++) {
+        const vt_st_out *t = &ts[i];
+        if (!t->name || !t->name[0]) return vt_seterr(e, "tensor %d has an empty name", i);
+        size_t nl = strlen(t->name);
+        if (nl >= VT_NAMELEN)
+            return vt_seterr(e, "tensor name '%.40s...' is too long (%zu bytes, max %d)", t->name, nl, VT_NAMELEN - 1);
+        if (strcmp(t->name, "__metadata__") == 0) return vt_seterr(e, "'__metadata__' is not a valid tensor name");
+        size_t bad;
+        if (!utf8_valid((const uint8_t *)t->name, nl, &bad))
+            return vt_seterr(e, "tensor name '%s' is not valid UTF-8", t->name);
+        if ((unsigned)t->dtype >= VT_ST_NDTYPE) return vt_seterr(e, "tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
+        if (t->ndim < 0 || t->ndim > VT_ST_MAXDIM)
+            return vt_seterr(e, "tensor '%s': ndim %d out of range [0, %d]", t->name, t->ndim, VT_ST_MAXDIM);
+        uint64_t sz = dtypes[t->dtype].size;
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->shape[d] < 0 || (double)t->shape[d] > MAX_JSON_INT)
+                return vt_seterr(e, "tensor '%s': shape[%d] = %lld is invalid", t->name, d, (long long)t->shape[d]);
+            if (t->shape[d] != 0 && sz > (uint64_t)MAX_JSON_INT / (uint64_t)t->shape[d])
+                return vt_seterr(e, "tensor '%s': shape overflows the size limit", t->name);
+            sz *= (uint64_t)t->shape[d];
+        }
+        if (sz && !t->data) return vt_seterr(e, "tensor '%s': data is NULL", t->name);
+        nbytes[i] = sz;
+    }
+    if (n > 1) {
+        const vt_st_out **s = malloc((size_t)n * sizeof *s);
+        if (!s) return vt_seterr(e, "out of memory");
+        for (int i = 0; i < n; i++) s[i] = &ts[i];
+        qsort(s, (size_t)n, sizeof *s, cmp_out_name);
+        for (int i = 1; i < n; i++) {
+            if (strcmp(s[i - 1]->name, s[i]->name) == 0) {
+                vt_seterr(e, "duplicate tensor name '%s'", s[i]->name);
+                free(s);
+                return -1;
+            }
+        }
+        free(s);
+    }
+    return 0;
+}
+
+/* Builds the padded header text into b. */
+static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, const char *metadata_json, sbuf *b,
+                        vt_err *e) {
+    sb_str(b, "{");
+    int first = 1;
+    if (metadata_json) {
+        cJSON *m = cJSON_ParseWithOpts(metadata_json, NULL, 1); /* nothing may follow the object */
+        if (!m || !cJSON_IsObject(m)) {
+            cJSON_Delete(m);
+            return vt_seterr(e, "metadata is not a JSON object");
+        }
+        vt_st_file tmp;
+        memset(&tmp, 0, sizeof tmp);
+        int rc = parse_metadata(m, &tmp, e);
+        vt_st_close(&tmp);
+        char *txt = rc == 0 ? cJSON_PrintUnformatted(m) : NULL;
+        cJSON_Delete(m);
+        if (rc != 0) return -1;
+        if (!txt) return vt_seterr(e, "out of memory printing metadata");
+        sb_str(b, "\"__metadata__\":");
+        sb_str(b, txt);
+        free(txt);
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        char num[64];
+        if (!first) sb_str(b, ",");
+        first = 0;
+        sb_json_string(b, ts[i].name);
+        sb_str(b, ":{\"dtype\":\"");
+        sb_str(b, dtypes[ts[i].dtype].name);
+        sb_str(b, "\",\"shape\":[");
+        for (int d = 0; d < ts[i].ndim; d++) {
+            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)ts[i].shape[d]);
+            sb_str(b, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + nbytes[i]));
+        sb_str(b, num);
+        off += nbytes[i];
+    }
+    sb_str(b, "}");
+    while (b->n % 8) sb_str(b, " ");
+    if (b->oom) return vt_seterr(e, "out of memory building the header");
+    if (b->n > VT_ST_MAX_HEADER) return vt_seterr(e, "header too large: %zu bytes (limit %u)", b->n, VT_ST_MAX_HEADER);
+    return 0;
+}
+
+/* fsyncs the directory holding path (best effort: makes the rename durable). */
+static void sync_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *metadata_json, vt_err *e) {
+    if (n < 0 || (n > 0 && !tensors)) return vt_seterr(e, "%s: invalid tensor list", path);
+    uint64_t *nbytes = calloc(n ? (size_t)n : 1, sizeof *nbytes);
+    if (!nbytes) return vt_seterr(e, "out of memory");
+    sbuf hb = {0};
+    char *tmp = NULL;
+    FILE *fp = NULL;
+    int rc = -1;
+    vt_err local = {{0}};
+    if (check_outs(tensors, n, nbytes, &local) != 0 || build_header(tensors, n, nbytes, metadata_json, &hb, &local) != 0) {
+        vt_seterr(e, "%s: %s", path, local.msg);
+        goto done;
+    }
+    size_t tl = strlen(path) + 32;
+    tmp = malloc(tl);
+    if (!tmp) {
+        vt_seterr(e, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    fp = fopen(tmp, "wb");
+    if (!fp) {
+        vt_seterr(e, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    uint8_t lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)((uint64_t)hb.n >> (8 * i));
+    int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hb.s, 1, hb.n, fp) == hb.n;
+    for (int i = 0; ok && i < n; i++)
+        if (nbytes[i]) ok = fwrite(tensors[i].data, 1, (size_t)nbytes[i], fp) == nbytes[i];
+    if (ok) ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int cerr = fclose(fp);
+    fp = NULL;
+    if (!ok || cerr != 0) {
+        vt_seterr(e, "%s: write error: %s", tmp, strerror(errno));
+        remove(tmp);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        vt_seterr(e, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        remove(tmp);
+        goto done;
+    }
+    sync_dir(path);
+    rc = 0;
+done:
+    free(tmp);
+    free(hb.s);
+    free(nbytes);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/* Parameter-store load/save through the strict safetensors reader, and CLI tensor-file helpers. */
+#include "vitc/weights.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIST_MAX 10 /* names listed per category in a mismatch message */
+
+/* One category of problems ("missing", ...) collected into a text list. */
+typedef struct {
+    char text[1024];
+    size_t len;
+    int count;
+} problem_list;
+
+static void list_add(problem_list *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void list_add(problem_list *l, const char *fmt, ...) {
+    l->count++;
+    if (l->count > LIST_MAX || l->len >= sizeof l->text - 1) return;
+    if (l->count > 1 && l->len < sizeof l->text - 1)
+        l->len += (size_t)snprintf(l->text + l->len, sizeof l->text - l->len, ", ");
+    if (l->len >= sizeof l->text - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
+    va_end(ap);
+    if (k > 0) l->len += (size_t)k;
+    if (l->len > sizeof l->text - 1) l->len = sizeof l->text - 1;
+}
+
+/* Appends "; <label>: <names>[ and N more]" to buf when the list is non-empty. */
+static size_t list_emit(char *buf, size_t cap, size_t o, const char *label, const problem_list *l) {
+    if (!l->count || o >= cap) return o;
+    o += (size_t)snprintf(buf + o, cap - o, "; %s: %s", label, l->text);
+    if (o < cap && l->count > LIST_MAX) o += (size_t)snprintf(buf + o, cap - o, " and %d more", l->count - LIST_MAX);
+    return o;
+}
+
+static const char *file_shape(const vt_st_entry *t, char *buf, size_t len) {
+    size_t o = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < t->ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    if (o < len) snprintf(buf + o, len - o, ")");
+    return buf;
+}
+
+static int dtype_ok(const vt_tensor *t, vt_st_dtype d) {
+    if (d == VT_ST_F32 || d == VT_ST_F16 || d == VT_ST_BF16) return 1;
+    return d == VT_ST_I64 && t->kind == VT_BUFFER && t->is_i64;
+}
+
+int vt_params_load(vt_params *P, const char *path, vt_err *e) {
+    vt_st_file f;
+    if (vt_st_open(path, &f, e) != 0) return -1;
+    problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
+    for (int i = 0; i < P->n; i++) {
+        const vt_tensor *t = P->t[i];
+        const vt_st_entry *s = vt_st_find(&f, t->name);
+        if (!s) {
+            list_add(&missing, "%s", t->name);
+            continue;
+        }
+        int same = s->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+        if (!same) {
+            char a[160], b[160];
+            list_add(&shape, "%s (file %s vs model %s)", t->name, file_shape(s, a, sizeof a),
+                     vt_shape_str(t, b, (int)sizeof b));
+        }
+        if (!dtype_ok(t, s->dtype)) list_add(&dtype, "%s (%s)", t->name, vt_st_dtype_name(s->dtype));
+    }
+    for (int i = 0; i < f.n; i++)
+        if (!vt_params_find(P, f.entries[i].name)) list_add(&extra, "%s", f.entries[i].name);
+
+    if (missing.count || extra.count || shape.count || dtype.count) {
+        char msg[4096];
+        size_t o = (size_t)snprintf(msg, sizeof msg,
+                                    "%s: weights do not match the model (missing %d, unexpected %d, shape mismatch %d, "
+                                    "unsupported dtype %d)",
+                                    path, missing.count, extra.count, shape.count, dtype.count);
+        o = list_emit(msg, sizeof msg, o, "missing", &missing);
+        o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
+        o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
+        list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
+        vt_st_close(&f);
+        return vt_seterr(e, "%s", msg);
+    }
+    /* Everything checked: conversion cannot fail now. */
+    int rc = 0;
+    for (int i = 0; i < P->n && rc == 0; i++) {
+        vt_tensor *t = P->t[i];
+        rc = vt_st_read_f32(vt_st_find(&f, t->name), t->data, t->numel, e);
+    }
+    vt_st_close(&f);
+    return rc;
+}
+
+int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
+    int n = P->n;
+    vt_st_out *outs = calloc(n ? (size_t)n : 1, sizeof *outs);
+    int64_t **ibufs = calloc(n ? (size_t)n : 1, sizeof *ibufs);
+    int rc = -1;
+    if (!outs || !ibufs) {
+        vt_seterr(e, "out of memory saving %s", path);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const vt_tensor *t = P->t[i];
+        vt_st_out *o = &outs[i];
+        o->name = t->name;
+        o->ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) o->shape[d] = t->shape[d];
+        if (t->is_i64) {
+            ibufs[i] = vt_alloc(sizeof(int64_t) * (size_t)t->numel, e);
+            if (!ibufs[i]) goto done;
+            for (int64_t j = 0; j < t->numel; j++) {
+                float v = t->data[j];
+                if (!(v > -9.2e18f && v < 9.2e18f)) {
+                    vt_seterr(e, "%s: buffer '%s' element %lld = %g does not fit in I64", path, t->name,
+                              (long long)j, (double)v);
+                    goto done;
+                }
+                ibufs[i][j] = (int64_t)llrintf(v);
+            }
+            o->dtype = VT_ST_I64;
+            o->data = ibufs[i];
+        } else {
+            o->dtype = VT_ST_F32;
+            o->data = t->data;
+        }
+    }
+    rc = vt_st_write(path, outs, n, "{\"format\":\"pt\"}", e);
+done:
+    if (ibufs)
+        for (int i = 0; i < n; i++) vt_free(ibufs[i]);
+    free(ibufs);
+    free(outs);
+    return rc;
+}
+
+int vt_st_read_named(const vt_st_file *f, const char *name, float **out, int *ndim, int64_t *shape, vt_err *e) {
+    *out = NULL;
+    const vt_st_entry *t = vt_st_find(f, name);
+    if (!t) return vt_seterr(e, "tensor '%s' not found in file", name);
+    if (*ndim >= 0 && t->ndim != *ndim) {
+        char b[160];
+        return vt_seterr(e, "tensor '%s' has %d dims %s, expected %d", name, t->ndim, file_shape(t, b, sizeof b), *ndim);
+    }
+    float *p = vt_alloc(sizeof(float) * (size_t)t->numel, e);
+    if (!p) return -1;
+    if (vt_st_read_f32(t, p, t->numel, e) != 0) {
+        vt_free(p);
+        return -1;
+    }
+    *ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
+    *out = p;
+    return 0;
+}
+
+int vt_st_read_labels(const vt_st_file *f, const char *name, int32_t **out, int64_t *n, vt_err *e) {
+    *out = NULL;
+    *n = 0;
+    const vt_st_entry *t = vt_st_find(f, name);
+    if (!t) return vt_seterr(e, "tensor '%s' not found in file", name);
+    int64_t *tmp = vt_alloc(sizeof(int64_t) * (size_t)t->numel, e);
+    if (!tmp) return -1;
+    if (vt_st_read_i64(t, tmp, t->numel, e) != 0) {
+        vt_free(tmp);
+        return -1;
+    }
+    int32_t *p = vt_alloc(sizeof(int32_t) * (size_t)t->numel, e);
+    if (!p) {
+        vt_free(tmp);
+        return -1;
+    }
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (tmp[i] < INT32_MIN || tmp[i] > INT32_MAX) {
+            vt_seterr(e, "tensor '%s': label %lld = %lld does not fit in int32", name, (long long)i, (long long)tmp[i]);
+            vt_free(tmp);
+            vt_free(p);
+            return -1;
+        }
+        p[i] = (int32_t)tmp[i];
+    }
+    vt_free(tmp);
+    *out = p;
+    *n = t->numel;
+    return 0;
+}

@@ -1,0 +1,479 @@
+/* 2-D convolutions: NCHW conv2d (im2col + sgemm for dense/grouped, a direct loop for depthwise) and the
+ * channels-last depthwise conv used on token grids (B, H, W, C). */
+#include <cblas.h>
+#include <limits.h>
+#include <omp.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+/* Output positions o in [*lo, *hi) whose input coordinate o·s - p + k lies in [0, n) (k: kernel tap offset). */
+static void tap_range(int s, int p, int k, int n, int nout, int *lo, int *hi) {
+    int a = p - k, b = n - 1 + p - k;
+    *lo = a > 0 ? (a + s - 1) / s : 0;
+    *hi = b < 0 ? 0 : b / s + 1;
+    if (*hi > nout) *hi = nout;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* Geometry of one conv node, decoded from n->ia. */
+typedef struct {
+    int B, Cin, H, W, Cout, kh, kw, s, p, G, Ho, Wo, mode, tf, tb;
+    int Cg, Og, Kg, P; /* channels per group in/out, K per group (Cg·kh·kw), output pixels */
+    int64_t col;       /* floats of one image's column buffer (Cin·kh·kw·P) */
+} geom;
+
+enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
+
+static geom geom_of(const vt_node *n) {
+    const int *a = n->ia;
+    geom q = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
+              0, 0, 0, 0, 0};
+    q.Cg = q.Cin / q.G;
+    q.Og = q.Cout / q.G;
+    q.Kg = q.Cg * q.kh * q.kw;
+    q.P = q.Ho * q.Wo;
+    q.col = (int64_t)q.Cin * q.kh * q.kw * q.P;
+    return q;
+}
+
+/* col[(c·kh + ki)·kw + kj][oh·Wo + ow] = x[c][oh·s - p + ki][ow·s - p + kj] (0 outside) for one image. */
+static void im2col(const geom *q, const float *x, float *col, int par) {
+    const int R = q->Cin * q->kh * q->kw;
+#pragma omp parallel for schedule(static) if (par)
+    for (int r = 0; r < R; r++) {
+        const int c = r / (q->kh * q->kw), ki = r / q->kw % q->kh, kj = r % q->kw;
+        const float *xc = x + (size_t)c * q->H * q->W;
+        float *cr = col + (size_t)r * q->P;
+        int lo, hi;
+        tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
+        for (int oh = 0; oh < q->Ho; oh++) {
+            float *o = cr + (size_t)oh * q->Wo;
+            const int ih = oh * q->s - q->p + ki;
+            if (ih < 0 || ih >= q->H) {
+                memset(o, 0, sizeof(float) * (size_t)q->Wo);
+                continue;
+            }
+            const float *xr = xc + (size_t)ih * q->W;
+            const int off = kj - q->p;
+            for (int ow = 0; ow < lo; ow++) o[ow] = 0.0f;
+            if (q->s == 1)
+                memcpy(o + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
+            else
+                for (int ow = lo; ow < hi; ow++) o[ow] = xr[ow * q->s + off];
+            for (int ow = hi; ow < q->Wo; ow++) o[ow] = 0.0f;
+        }
+    }
+}
+
+/* dx[c][ih][iw] += dcol[(c·kh + ki)·kw + kj][oh·Wo + ow] (the adjoint of im2col) for one image. */
+static void col2im(const geom *q, const float *dcol, float *dx, int par) {
+#pragma omp parallel for schedule(static) if (par)
+    for (int c = 0; c < q->Cin; c++) {
+        float *dxc = dx + (size_t)c * q->H * q->W;
+        for (int ki = 0; ki < q->kh; ki++)
+            for (int kj = 0; kj < q->kw; kj++) {
+                const float *cr = dcol + ((size_t)(c * q->kh + ki) * q->kw + kj) * q->P;
+                int lo, hi;
+                tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
+                for (int oh = 0; oh < q->Ho; oh++) {
+                    const int ih = oh * q->s - q->p + ki;
+                    if (ih < 0 || ih >= q->H) continue;
+                    float *xr = dxc + (size_t)ih * q->W;
+                    const float *o = cr + (size_t)oh * q->Wo;
+                    const int off = kj - q->p;
+                    for (int ow = lo; ow < hi; ow++) xr[ow * q->s + off] += o[ow];
+                }
+            }
+    }
+}
+
+static void sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+/* Forward of one image: y_b (Cout, P) = W_g · col_g per group, plus bias. */
+static void conv_image_fwd(const geom *q, const float *x, const float *w, const float *bias, float *col, float *y,
+                           int par) {
+    const float *src = x;
+    if (q->mode == M_IM2COL) {
+        im2col(q, x, col, par);
+        src = col;
+    }
+    for (int g = 0; g < q->G; g++)
+        sgemm(0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
+              0.0f, y + (size_t)g * q->Og * q->P, q->P);
+    if (bias) {
+#pragma omp parallel for schedule(static) if (par)
+        for (int o = 0; o < q->Cout; o++) {
+            float *yo = y + (size_t)o * q->P;
+            const float bv = bias[o];
+            for (int i = 0; i < q->P; i++) yo[i] += bv;
+        }
+    }
+}
+
+/* Backward of one image: dW += dY_g·col_gᵀ (into dw), dcol_g = W_gᵀ·dY_g then col2im into dx. col is reused
+ * for dcol group by group (dW_g has consumed col_g before dcol_g overwrites it). */
+static void conv_image_bwd(const geom *q, const float *x, const float *w, const float *dy, float *col, float *dx,
+                           float *dw, int par) {
+    if (q->mode == M_POINTWISE) {
+        for (int g = 0; g < q->G; g++) {
+            const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
+            if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, x + (size_t)g * q->Kg * q->P, q->P, 1.0f,
+                          dw + (size_t)g * q->Og * q->Kg, q->Kg);
+            if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 1.0f, dx + (size_t)g * q->Kg * q->P, q->P);
+        }
+        return;
+    }
+    if (dw) im2col(q, x, col, par);
+    for (int g = 0; g < q->G; g++) {
+        const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
+        float *colg = col + (size_t)g * q->Kg * q->P;
+        if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, colg, q->P, 1.0f, dw + (size_t)g * q->Og * q->Kg, q->Kg);
+        if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 0.0f, colg, q->P);
+    }
+    if (dx) col2im(q, col, dx, par);
+}
+
+/* ---- depthwise NCHW (groups == Cin == Cout): direct loops over one (H, W) plane ---- */
+
+static void dw_plane_fwd(const geom *q, const float *x, const float *w, float bv, float *y) {
+    for (int oh = 0; oh < q->Ho; oh++) {
+        float *yr = y + (size_t)oh * q->Wo;
+        for (int ow = 0; ow < q->Wo; ow++) yr[ow] = bv;
+        for (int ki = 0; ki < q->kh; ki++) {
+            const int ih = oh * q->s - q->p + ki;
+            if (ih < 0 || ih >= q->H) continue;
+            for (int kj = 0; kj < q->kw; kj++) {
+                int lo, hi;
+                tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
+                const float wv = w[ki * q->kw + kj], *xr = x + (size_t)ih * q->W;
+                const int off = kj - q->p;
+                if (q->s == 1)
+                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + off];
+                else
+                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * q->s + off];
+            }
+        }
+    }
+}
+
+/* dx += Wᵀ·dy and dw += dy ⋆ x for one plane (dx or dw may be NULL). */
+static void dw_plane_bwd(const geom *q, const float *x, const float *w, const float *dy, float *dx, float *dw) {
+    for (int oh = 0; oh < q->Ho; oh++) {
+        const float *dr = dy + (size_t)oh * q->Wo;
+        for (int ki = 0; ki < q->kh; ki++) {
+            const int ih = oh * q->s - q->p + ki;
+            if (ih < 0 || ih >= q->H) continue;
+            for (int kj = 0; kj < q->kw; kj++) {
+                int lo, hi;
+                tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
+                const size_t base = (size_t)ih * q->W;
+                const int off = kj - q->p;
+                const float wv = w[ki * q->kw + kj];
+                if (dx) {
+                    float *xr = dx + base;
+                    for (int ow = lo; ow < hi; ow++) xr[ow * q->s + off] += wv * dr[ow];
+                }
+                if (dw) {
+                    const float *xr = x + base;
+                    float s = 0.0f;
+                    for (int ow = lo; ow < hi; ow++) s += dr[ow] * xr[ow * q->s + off];
+                    dw[ki * q->kw + kj] += s;
+                }
+            }
+        }
+    }
+}
+
+/* ---- conv2d kernels ---- */
+/* ia: 0 B, 1 Cin, 2 H, 3 W, 4 Cout, 5 kh, 6 kw, 7 stride, 8 pad, 9 groups, 10 Ho, 11 Wo, 12 mode,
+ * 13 forward threads over images (1: images in sequence, BLAS and im2col threaded), 14 the same for backward. */
+
+static void conv_fwd(vt_node *n) {
+    const geom q = geom_of(n);
+    const float *x = n->in[0]->data, *w = n->in[1]->data, *b = n->nin > 2 ? n->in[2]->data : NULL;
+    float *y = n->out->data;
+    const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
+    if (q.mode == M_DEPTHWISE) {
+#pragma omp parallel for schedule(static)
+        for (int bc = 0; bc < q.B * q.Cin; bc++) {
+            const int c = bc % q.Cin;
+            dw_plane_fwd(&q, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
+                         y + (size_t)bc * q.P);
+        }
+        return;
+    }
+    float *col = n->fws ? n->fws->data : NULL;
+    if (q.tf <= 1) {
+        for (int i = 0; i < q.B; i++) conv_image_fwd(&q, x + i * xs, w, b, col, y + i * ys, 1);
+        return;
+    }
+#pragma omp parallel num_threads(q.tf)
+    {
+        float *mycol = col ? col + (size_t)omp_get_thread_num() * q.col : NULL;
+#pragma omp for schedule(static)
+        for (int i = 0; i < q.B; i++) conv_image_fwd(&q, x + i * xs, w, b, mycol, y + i * ys, 0);
+    }
+}
+
+static void conv_bwd(vt_node *n) {
+    const geom q = geom_of(n);
+    const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
+    const float *x = X->data, *w = Wt->data, *dy = n->out->grad;
+    float *dx = X->grad, *dw = Wt->grad;
+    const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
+    if (Bt && Bt->grad) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < q.Cout; o++) {
+            double s = 0.0;
+            for (int i = 0; i < q.B; i++) {
+                const float *d = dy + i * ys + (size_t)o * q.P;
+                float t = 0.0f;
+                for (int k = 0; k < q.P; k++) t += d[k];
+                s += t;
+            }
+            Bt->grad[o] += (float)s;
+        }
+    }
+    if (!dx && !dw) return;
+    if (q.mode == M_DEPTHWISE) {
+#pragma omp parallel for schedule(static)
+        for (int c = 0; c < q.Cin; c++)
+            for (int i = 0; i < q.B; i++) {
+                const size_t pl = (size_t)i * q.Cin + c;
+                dw_plane_bwd(&q, x + pl * q.H * q.W, w + (size_t)c * q.kh * q.kw, dy + pl * q.P,
+                             dx ? dx + pl * q.H * q.W : NULL, dw ? dw + (size_t)c * q.kh * q.kw : NULL);
+            }
+        return;
+    }
+    float *ws = n->bws ? n->bws->data : NULL;
+    if (q.tb <= 1) {
+        for (int i = 0; i < q.B; i++)
+            conv_image_bwd(&q, x + i * xs, w, dy + i * ys, ws, dx ? dx + i * xs : NULL, dw, 1);
+        return;
+    }
+    /* images in parallel; each thread has a column buffer and a private dW accumulator */
+    const int64_t wn = Wt->numel, per = (q.mode == M_POINTWISE ? 0 : q.col) + (dw ? wn : 0);
+    if (dw) {
+        for (int t = 0; t < q.tb; t++) memset(ws + t * per, 0, sizeof(float) * (size_t)wn);
+    }
+#pragma omp parallel num_threads(q.tb)
+    {
+        float *mine = ws + (size_t)omp_get_thread_num() * per;
+        float *mydw = dw ? mine : NULL, *mycol = mine + (dw ? wn : 0);
+#pragma omp for schedule(static)
+        for (int i = 0; i < q.B; i++)
+            conv_image_bwd(&q, x + i * xs, w, dy + i * ys, mycol, dx ? dx + i * xs : NULL, mydw, 0);
+    }
+    if (dw) {
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < wn; k++) {
+            float s = 0.0f;
+            for (int t = 0; t < q.tb; t++) s += ws[t * per + k];
+            dw[k] += s;
+        }
+    }
+}
+
+static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd};
+
+/* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
+static int image_threads(int B) {
+    int nt = omp_get_max_threads();
+    return B >= nt && nt > 1 ? nt : 1;
+}
+
+vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64], sb[64];
+    vt_shape_str(x, sx, 64);
+    vt_shape_str(w, sw, 64);
+    snprintf(sb, sizeof sb, "none");
+    if (b) vt_shape_str(b, sb, 64);
+    if (x->ndim != 4 || w->ndim != 4)
+        return vt_fail(g, "conv2d", "input %s must be (B, Cin, H, W) and weight %s (%s) (Cout, Cin/groups, kh, kw)",
+                       sx, sw, w->name);
+    if (groups < 1 || stride < 1 || pad < 0)
+        return vt_fail(g, "conv2d", "input %s, weight %s: bad groups %d / stride %d / padding %d", sx, sw, groups,
+                       stride, pad);
+    const int B = x->shape[0], Cin = x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int Cout = w->shape[0], kh = w->shape[2], kw = w->shape[3];
+    if (Cin % groups || Cout % groups || w->shape[1] != Cin / groups)
+        return vt_fail(g, "conv2d",
+                       "input %s, weight %s (%s), groups %d: need Cin %% groups == 0, Cout %% groups == 0 and "
+                       "weight (Cout, Cin/groups = %d, kh, kw)",
+                       sx, sw, w->name, groups, Cin % groups ? -1 : Cin / groups);
+    if (b && (b->ndim != 1 || b->shape[0] != Cout))
+        return vt_fail(g, "conv2d", "input %s, weight %s (%s): bias %s (%s) must be (%d)", sx, sw, w->name, sb,
+                       b->name, Cout);
+    const int Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+    if (H + 2 * pad < kh || W + 2 * pad < kw)
+        return vt_fail(g, "conv2d", "input %s with padding %d is smaller than the %dx%d kernel of weight %s (%s)", sx,
+                       pad, kh, kw, sw, w->name);
+    const int shape[4] = {B, Cout, Ho, Wo};
+    vt_tensor *in[3] = {x, w, b};
+    vt_node *n = vt_new_node(g, &op_conv2d, in, b ? 3 : 2, vt_new_act(g, 4, shape));
+    if (!n) return NULL;
+    int mode = M_IM2COL;
+    if (groups == Cin && Cout == Cin && groups > 1)
+        mode = M_DEPTHWISE;
+    else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
+        mode = M_POINTWISE;
+    const int tf = image_threads(B), tb = image_threads(B);
+    const int ia[15] = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb};
+    memcpy(n->ia, ia, sizeof ia);
+    const geom q = geom_of(n);
+    n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
+    if (mode == M_DEPTHWISE) return n->out;
+    const int64_t fwork = mode == M_IM2COL ? (int64_t)tf * q.col : 0;
+    const int64_t bwork = tb > 1 ? (int64_t)tb * ((mode == M_IM2COL ? q.col : 0) + w->numel)
+                                 : (mode == M_IM2COL ? q.col : 0);
+    if (fwork > INT_MAX || bwork > INT_MAX)
+        return vt_fail(g, "conv2d", "input %s, weight %s: column buffer of %lld floats is too large", sx, sw,
+                       (long long)(fwork > bwork ? fwork : bwork));
+    if (fwork) vt_node_work(n, 0, fwork);
+    if (bwork && (x->requires_grad || w->requires_grad)) vt_node_work(n, 1, bwork);
+    return n->out;
+}
+
+/* ---- depthwise conv, channels-last ---- */
+/* x (B, H, W, C), w (C, 1, kh, kw), stride 1, padding p -> (B, Ho, Wo, C), Ho = H + 2p - kh + 1.
+ * ia: 0 B, 1 H, 2 W, 3 C, 4 kh, 5 kw, 6 p, 7 Ho, 8 Wo, 9 threads of the dW/db reduction.
+ * fws: weights transposed to (kh·kw, C). bws: the same, then per-thread (kh·kw + 1)·C partials of dW, db. */
+
+static void transpose_w(const float *w, float *wt, int C, int K) {
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < K; k++) wt[(size_t)k * C + c] = w[(size_t)c * K + k];
+}
+
+static void dwn_fwd(vt_node *n) {
+    const int B = n->ia[0], H = n->ia[1], W = n->ia[2], C = n->ia[3], kh = n->ia[4], kw = n->ia[5], p = n->ia[6],
+              Ho = n->ia[7], Wo = n->ia[8];
+    const float *x = n->in[0]->data, *bias = n->nin > 2 ? n->in[2]->data : NULL;
+    float *y = n->out->data, *wt = n->fws->data;
+    transpose_w(n->in[1]->data, wt, C, kh * kw);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int oh = 0; oh < Ho; oh++)
+            for (int ow = 0; ow < Wo; ow++) {
+                float *restrict yv = y + (((size_t)b * Ho + oh) * Wo + ow) * C;
+                if (bias)
+                    memcpy(yv, bias, sizeof(float) * (size_t)C);
+                else
+                    memset(yv, 0, sizeof(float) * (size_t)C);
+                for (int ki = 0; ki < kh; ki++) {
+                    const int ih = oh - p + ki;
+                    if (ih < 0 || ih >= H) continue;
+                    for (int kj = 0; kj < kw; kj++) {
+                        const int iw = ow - p + kj;
+                        if (iw < 0 || iw >= W) continue;
+                        const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * C;
+                        const float *restrict wv = wt + (size_t)(ki * kw + kj) * C;
+                        for (int c = 0; c < C; c++) yv[c] += wv[c] * xv[c];
+                    }
+                }
+            }
+}
+
+static void dwn_bwd(vt_node *n) {
+    const int B = n->ia[0], H = n->ia[1], W = n->ia[2], C = n->ia[3], kh = n->ia[4], kw = n->ia[5], p = n->ia[6],
+              Ho = n->ia[7], Wo = n->ia[8], nt = n->ia[9], K = kh * kw;
+    const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
+    const float *x = X->data, *dy = n->out->grad;
+    float *dx = X->grad, *dw = Wt->grad, *db = Bt ? Bt->grad : NULL, *wt = n->bws->data;
+    if (dx) {
+        transpose_w(Wt->data, wt, C, K);
+        /* gather: dx[ih, iw] += Σ_taps w[tap] · dy[ih + p - ki, iw + p - kj] */
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int ih = 0; ih < H; ih++)
+                for (int iw = 0; iw < W; iw++) {
+                    float *restrict xv = dx + (((size_t)b * H + ih) * W + iw) * C;
+                    for (int ki = 0; ki < kh; ki++) {
+                        const int oh = ih + p - ki;
+                        if (oh < 0 || oh >= Ho) continue;
+                        for (int kj = 0; kj < kw; kj++) {
+                            const int ow = iw + p - kj;
+                            if (ow < 0 || ow >= Wo) continue;
+                            const float *restrict dv = dy + (((size_t)b * Ho + oh) * Wo + ow) * C;
+                            const float *restrict wv = wt + (size_t)(ki * kw + kj) * C;
+                            for (int c = 0; c < C; c++) xv[c] += wv[c] * dv[c];
+                        }
+                    }
+                }
+    }
+    if (!dw && !db) return;
+    const size_t per = (size_t)(K + 1) * C;
+    float *part = wt + (size_t)K * C;
+    memset(part, 0, sizeof(float) * per * (size_t)nt);
+#pragma omp parallel num_threads(nt)
+    {
+        float *mine = part + per * (size_t)omp_get_thread_num(), *mdb = mine + (size_t)K * C;
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int oh = 0; oh < Ho; oh++)
+                for (int ow = 0; ow < Wo; ow++) {
+                    const float *restrict dv = dy + (((size_t)b * Ho + oh) * Wo + ow) * C;
+                    for (int c = 0; c < C; c++) mdb[c] += dv[c];
+                    if (!dw) continue;
+                    for (int ki = 0; ki < kh; ki++) {
+                        const int ih = oh - p + ki;
+                        if (ih < 0 || ih >= H) continue;
+                        for (int kj = 0; kj < kw; kj++) {
+                            const int iw = ow - p + kj;
+                            if (iw < 0 || iw >= W) continue;
+                            const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * C;
+                            float *restrict mv = mine + (size_t)(ki * kw + kj) * C;
+                            for (int c = 0; c < C; c++) mv[c] += dv[c] * xv[c];
+                        }
+                    }
+                }
+    }
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        for (int k = 0; k <= K; k++) {
+            float s = 0.0f;
+            for (int t = 0; t < nt; t++) s += part[per * t + (size_t)k * C + c];
+            if (k < K && dw) dw[(size_t)c * K + k] += s;
+            if (k == K && db) db[c] += s;
+        }
+    }
+}
+
+static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd};
+
+vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64], sb[64];
+    vt_shape_str(x, sx, 64);
+    vt_shape_str(w, sw, 64);
+    snprintf(sb, sizeof sb, "none");
+    if (b) vt_shape_str(b, sb, 64);
+    if (x->ndim != 4 || w->ndim != 4 || w->shape[0] != x->shape[3] || w->shape[1] != 1 ||
+        (b && (b->ndim != 1 || b->shape[0] != x->shape[3])))
+        return vt_fail(g, "dwconv_nhwc",
+                       "input %s must be (B, H, W, C), weight %s (%s) (C, 1, kh, kw) and bias %s (C) or none", sx, sw,
+                       w->name, sb);
+    const int B = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3], kh = w->shape[2],
+              kw = w->shape[3];
+    if (pad < 0 || H + 2 * pad < kh || W + 2 * pad < kw)
+        return vt_fail(g, "dwconv_nhwc", "input %s with padding %d is smaller than the %dx%d kernel of weight %s (%s)",
+                       sx, pad, kh, kw, sw, w->name);
+    const int Ho = H + 2 * pad - kh + 1, Wo = W + 2 * pad - kw + 1;
+    const int shape[4] = {B, Ho, Wo, C};
+    vt_tensor *in[3] = {x, w, b};
+    vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
+    if (!n) return NULL;
+    const int nt = omp_get_max_threads();
+    const int ia[10] = {B, H, W, C, kh, kw, pad, Ho, Wo, nt};
+    memcpy(n->ia, ia, sizeof ia);
+    n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
+    vt_node_work(n, 0, (int64_t)kh * kw * C);
+    if (x->requires_grad || w->requires_grad || (b && b->requires_grad))
+        vt_node_work(n, 1, (int64_t)kh * kw * C + (int64_t)nt * (kh * kw + 1) * C);
+    return n->out;
+}

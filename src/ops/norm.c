@@ -1,0 +1,333 @@
+/* LayerNorm (over the last dim) and BatchNorm (any channel axis), forward and backward.
+ *
+ * MAC convention: normalisation layers count 0 MACs (only matmul-like products are counted; see
+ * DESIGN.md §2). fvcore-style counters would add a few flops per element here; we do not.
+ *
+ * Reductions accumulate in double. Reductions across rows/positions are split into a fixed number of
+ * chunks (independent of the thread count) whose partial sums are added in a fixed order, so results are
+ * bit-identical for any OMP_NUM_THREADS. */
+#include <math.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+#define NCHUNK 64 /* max chunks of a cross-row reduction */
+
+static int chunks(int64_t rows) { return rows < NCHUNK ? (int)rows : NCHUNK; }
+
+/* ================================ LayerNorm ================================ */
+/* ia: 0 rows R, 1 C, 2 chunks, 3 index of w in in[] (-1: none), 4 index of b (-1: none); fa[0] eps.
+ * save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C doubles (dw, db partials) when affine. */
+
+static void ln_fwd(vt_node *n) {
+    const int R = n->ia[0], C = n->ia[1];
+    const float eps = n->fa[0], *x = n->in[0]->data;
+    const float *w = n->ia[3] >= 0 ? n->in[n->ia[3]]->data : NULL, *b = n->ia[4] >= 0 ? n->in[n->ia[4]]->data : NULL;
+    float *y = n->out->data, *mean = n->save[0]->data, *rstd = n->save[1]->data;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (size_t)r * C;
+        float *yr = y + (size_t)r * C;
+        double s = 0.0;
+        for (int i = 0; i < C; i++) s += xr[i];
+        const double m = s / C;
+        double v = 0.0;
+        for (int i = 0; i < C; i++) {
+            const double d = xr[i] - m;
+            v += d * d;
+        }
+        const float mf = (float)m, rs = (float)(1.0 / sqrt(v / C + eps));
+        mean[r] = mf;
+        rstd[r] = rs;
+        if (w && b)
+            for (int i = 0; i < C; i++) yr[i] = (xr[i] - mf) * rs * w[i] + b[i];
+        else if (w)
+            for (int i = 0; i < C; i++) yr[i] = (xr[i] - mf) * rs * w[i];
+        else if (b)
+            for (int i = 0; i < C; i++) yr[i] = (xr[i] - mf) * rs + b[i];
+        else
+            for (int i = 0; i < C; i++) yr[i] = (xr[i] - mf) * rs;
+    }
+}
+
+static void ln_bwd(vt_node *n) {
+    const int R = n->ia[0], C = n->ia[1], nch = n->ia[2];
+    const float *x = n->in[0]->data, *dy = n->out->grad, *mean = n->save[0]->data, *rstd = n->save[1]->data;
+    const vt_tensor *W = n->ia[3] >= 0 ? n->in[n->ia[3]] : NULL, *Bt = n->ia[4] >= 0 ? n->in[n->ia[4]] : NULL;
+    const float *w = W ? W->data : NULL;
+    float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
+    if (!dy || !(dx || dw || db)) return;
+    double *part = (dw || db) ? (double *)n->bws->data : NULL; /* [chunk][2][C]: dw then db partials */
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < nch; k++) {
+        const int r0 = (int)((int64_t)R * k / nch), r1 = (int)((int64_t)R * (k + 1) / nch);
+        double *pw = part ? part + (size_t)2 * k * C : NULL, *pb = pw ? pw + C : NULL;
+        if (pw) memset(pw, 0, sizeof(double) * 2 * (size_t)C);
+        for (int r = r0; r < r1; r++) {
+            const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+            const float m = mean[r], rs = rstd[r];
+            double sg = 0.0, sgx = 0.0;
+            for (int i = 0; i < C; i++) {
+                const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
+                sg += gi;
+                sgx += (double)gi * xh;
+                if (pw) {
+                    pw[i] += (double)dyr[i] * xh;
+                    pb[i] += dyr[i];
+                }
+            }
+            if (dx) {
+                float *dxr = dx + (size_t)r * C;
+                const float a = (float)(sg / C), c = (float)(sgx / C);
+                for (int i = 0; i < C; i++) {
+                    const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
+                    dxr[i] += rs * (gi - a - xh * c);
+                }
+            }
+        }
+    }
+    if (part) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < C; i++) {
+            double sw = 0.0, sb = 0.0;
+            for (int k = 0; k < nch; k++) {
+                sw += part[(size_t)2 * k * C + i];
+                sb += part[(size_t)2 * k * C + C + i];
+            }
+            if (dw) dw[i] += (float)sw;
+            if (db) db[i] += (float)sb;
+        }
+    }
+}
+
+static const vt_opdef op_layernorm = {"layernorm", ln_fwd, ln_bwd};
+
+static int is_vec(const vt_tensor *t, int C) { return !t || (t->ndim == 1 && t->shape[0] == C); }
+
+vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, float eps) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char sx[64], sw[64], sb[64];
+    const int C = x->ndim > 0 ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim < 1 || !is_vec(w, C) || !is_vec(b, C))
+        return vt_fail(g, "layernorm", "input %s, weight %s%s%s, bias %s%s%s: affine params must be (%d)",
+                       vt_shape_str(x, sx, 64), w ? vt_shape_str(w, sw, 64) : "none", w ? " " : "", w ? w->name : "",
+                       b ? vt_shape_str(b, sb, 64) : "none", b ? " " : "", b ? b->name : "", C);
+    if (!(eps >= 0.0f)) return vt_fail(g, "layernorm", "eps %g must be >= 0", (double)eps);
+    vt_tensor *in[3] = {x, NULL, NULL};
+    int nin = 1, iw = -1, ib = -1;
+    if (w) iw = nin, in[nin++] = w;
+    if (b) ib = nin, in[nin++] = b;
+    vt_node *n = vt_new_node(g, &op_layernorm, in, nin, vt_new_act(g, x->ndim, x->shape));
+    if (!n) return NULL;
+    const int64_t R = x->numel / C;
+    n->ia[0] = (int)R;
+    n->ia[1] = C;
+    n->ia[2] = chunks(R);
+    n->ia[3] = iw;
+    n->ia[4] = ib;
+    n->fa[0] = eps;
+    vt_node_save(n, 0, R);
+    vt_node_save(n, 1, R);
+    if (w || b) vt_node_work(n, 1, (int64_t)4 * n->ia[2] * C);
+    return n->out;
+}
+
+/* ================================ BatchNorm ================================ */
+/* x viewed as (outer, C, inner): NCHW -> (B, C, H·W); channels-last (B, N, C) -> (B·N, C, 1). M = outer·inner.
+ * ia: 0 outer, 1 C, 2 inner, 3 chunks, 4 batch statistics?, 5 update running stats?,
+ *     6..10 indices in in[] of w, b, rmean, rvar, nbt (-1: absent); fa: 0 eps, 1 momentum.
+ * batch statistics: save[0] mean (C), save[1] rstd (C); fws: partials (2·chunks·C doubles) + s1, s2 (C doubles).
+ * running statistics: fws: rstd (C floats).
+ * bws: partials + s1, s2 (as fws) + rstd (C floats, running mode). */
+
+/* Per-channel sums over (outer, C, inner): s1[c] = Σ f, s2[c] = Σ f·(x − m[c]) with f = u if u is given else
+ * x − m[c] (m NULL: 0). outer is split into nch fixed chunks (partials in part: 2·nch·C doubles). */
+static void chan_sums(const float *x, const float *u, const float *m, int outer, int C, int inner, int nch,
+                      double *part, double *s1, double *s2) {
+    const int cb = inner >= 16 ? 1 : 16, nb = (C + cb - 1) / cb; /* channels-last: 16 adjacent channels per item */
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int k = 0; k < nch; k++)
+        for (int jb = 0; jb < nb; jb++) {
+            const int o0 = (int)((int64_t)outer * k / nch), o1 = (int)((int64_t)outer * (k + 1) / nch);
+            const int c0 = jb * cb, c1 = c0 + cb < C ? c0 + cb : C;
+            double a1[16] = {0}, a2[16] = {0};
+            for (int o = o0; o < o1; o++)
+                for (int c = c0; c < c1; c++) {
+                    const size_t base = ((size_t)o * C + c) * inner;
+                    const float mc = m ? m[c] : 0.0f;
+                    double t1 = 0.0, t2 = 0.0;
+                    if (u)
+                        for (int i = 0; i < inner; i++) {
+                            const float d = x[base + i] - mc, f = u[base + i];
+                            t1 += f;
+                            t2 += (double)f * d;
+                        }
+                    else
+                        for (int i = 0; i < inner; i++) {
+                            const float d = x[base + i] - mc;
+                            t1 += d;
+                            t2 += (double)d * d;
+                        }
+                    a1[c - c0] += t1;
+                    a2[c - c0] += t2;
+                }
+            for (int c = c0; c < c1; c++) {
+                part[2 * ((size_t)k * C + c)] = a1[c - c0];
+                part[2 * ((size_t)k * C + c) + 1] = a2[c - c0];
+            }
+        }
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        double t1 = 0.0, t2 = 0.0;
+        for (int k = 0; k < nch; k++) {
+            t1 += part[2 * ((size_t)k * C + c)];
+            t2 += part[2 * ((size_t)k * C + c) + 1];
+        }
+        s1[c] = t1;
+        s2[c] = t2;
+    }
+}
+
+static const vt_tensor *bn_in(const vt_node *n, int which) {
+    const int i = n->ia[6 + which];
+    return i >= 0 ? n->in[i] : NULL;
+}
+
+static void bn_fwd(vt_node *n) {
+    const int outer = n->ia[0], C = n->ia[1], inner = n->ia[2], nch = n->ia[3], batch = n->ia[4];
+    const float eps = n->fa[0], mom = n->fa[1], *x = n->in[0]->data;
+    const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3), *NBT = bn_in(n, 4);
+    const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL;
+    const float *mean;
+    float *rstd, *y = n->out->data;
+    if (batch) {
+        const int64_t M = (int64_t)outer * inner;
+        double *part = (double *)n->fws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
+        float *mu = n->save[0]->data;
+        rstd = n->save[1]->data;
+        chan_sums(x, NULL, NULL, outer, C, inner, nch, part, s1, s2);
+        for (int c = 0; c < C; c++) mu[c] = (float)(s1[c] / M);
+        chan_sums(x, NULL, mu, outer, C, inner, nch, part, s1, s2); /* deviations from the float mean */
+        for (int c = 0; c < C; c++) {
+            double var = (s2[c] - s1[c] * s1[c] / M) / M;
+            if (var < 0.0) var = 0.0;
+            rstd[c] = (float)(1.0 / sqrt(var + eps));
+            if (n->ia[5]) { /* torch: running = (1 - momentum)·running + momentum·batch (unbiased var) */
+                const double bm = mu[c] + s1[c] / M;
+                RM->data[c] = (float)((1.0 - mom) * RM->data[c] + mom * bm);
+                RV->data[c] = (float)((1.0 - mom) * RV->data[c] + mom * var * M / (M - 1));
+            }
+        }
+        if (n->ia[5] && NBT) NBT->data[0] += 1.0f;
+        mean = mu;
+    } else {
+        rstd = n->fws->data;
+        for (int c = 0; c < C; c++) rstd[c] = (float)(1.0 / sqrt((double)RV->data[c] + eps));
+        mean = RM->data;
+    }
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int o = 0; o < outer; o++)
+        for (int c = 0; c < C; c++) {
+            const size_t base = ((size_t)o * C + c) * inner;
+            const float m = mean[c], a = w ? rstd[c] * w[c] : rstd[c], sh = b ? b[c] : 0.0f;
+            for (int i = 0; i < inner; i++) y[base + i] = (x[base + i] - m) * a + sh;
+        }
+}
+
+static void bn_bwd(vt_node *n) {
+    const int outer = n->ia[0], C = n->ia[1], inner = n->ia[2], nch = n->ia[3], batch = n->ia[4];
+    const float eps = n->fa[0], *x = n->in[0]->data, *dy = n->out->grad;
+    const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3);
+    const float *w = W ? W->data : NULL;
+    float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
+    if (!dy || !(dx || dw || db)) return;
+    const int64_t M = (int64_t)outer * inner;
+    double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
+    const float *mean, *rstd;
+    if (batch) {
+        mean = n->save[0]->data;
+        rstd = n->save[1]->data;
+    } else {
+        float *rs = (float *)(s2 + C);
+        for (int c = 0; c < C; c++) rs[c] = (float)(1.0 / sqrt((double)RV->data[c] + eps));
+        mean = RM->data;
+        rstd = rs;
+    }
+    if (dw || db || batch) chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
+    for (int c = 0; c < C; c++) {
+        if (dw) dw[c] += (float)(s2[c] * rstd[c]);
+        if (db) db[c] += (float)s1[c];
+    }
+    if (!dx) return;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int o = 0; o < outer; o++)
+        for (int c = 0; c < C; c++) {
+            const size_t base = ((size_t)o * C + c) * inner;
+            const float m = mean[c], rs = rstd[c], k1 = w ? w[c] * rs : rs;
+            if (batch) { /* dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)) */
+                const float k2 = (float)(s1[c] / M), k3 = (float)(s2[c] * rs * rs / M);
+                for (int i = 0; i < inner; i++) dx[base + i] += k1 * (dy[base + i] - k2 - (x[base + i] - m) * k3);
+            } else { /* running statistics: a per-channel affine map */
+                for (int i = 0; i < inner; i++) dx[base + i] += k1 * dy[base + i];
+            }
+        }
+}
+
+static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd};
+
+vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                        vt_tensor *nbt, int axis, float eps, float momentum) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char sx[64], s[5][64];
+    const int ax = axis < 0 ? axis + x->ndim : axis;
+    if (x->ndim < 2 || ax < 0 || ax >= x->ndim)
+        return vt_fail(g, "batchnorm", "input %s: channel axis %d invalid (need >= 2 dims)", vt_shape_str(x, sx, 64),
+                       axis);
+    const int C = x->shape[ax];
+    if (!is_vec(w, C) || !is_vec(b, C) || !is_vec(rmean, C) || !is_vec(rvar, C) || (nbt && nbt->numel != 1) ||
+        (!rmean != !rvar))
+        return vt_fail(g, "batchnorm", "input %s (C = %d on axis %d): weight %s, bias %s, running_mean %s, "
+                       "running_var %s must be (C) (running stats both given or both NULL), num_batches %s (1)",
+                       vt_shape_str(x, sx, 64), C, ax, w ? vt_shape_str(w, s[0], 64) : "none",
+                       b ? vt_shape_str(b, s[1], 64) : "none", rmean ? vt_shape_str(rmean, s[2], 64) : "none",
+                       rvar ? vt_shape_str(rvar, s[3], 64) : "none", nbt ? vt_shape_str(nbt, s[4], 64) : "none");
+    if (!(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return vt_fail(g, "batchnorm", "eps %g must be >= 0 and momentum %g in [0, 1]", (double)eps, (double)momentum);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++) outer *= x->shape[d];
+    for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
+    /* Like torch: batch statistics in training, or always when there are no running statistics. */
+    const int batch = g->training || !rmean, update = g->training && rmean;
+    if (batch && outer * inner < 2)
+        return vt_fail(g, "batchnorm", "input %s: expected more than 1 value per channel when training",
+                       vt_shape_str(x, sx, 64));
+    vt_tensor *in[6] = {x};
+    int nin = 1, idx[5];
+    vt_tensor *opt[5] = {w, b, rmean, rvar, nbt};
+    for (int k = 0; k < 5; k++) {
+        idx[k] = opt[k] ? nin : -1;
+        if (opt[k]) in[nin++] = opt[k];
+    }
+    vt_node *n = vt_new_node(g, &op_batchnorm, in, nin, vt_new_act(g, x->ndim, x->shape));
+    if (!n) return NULL;
+    const int nch = chunks(outer);
+    n->ia[0] = (int)outer;
+    n->ia[1] = C;
+    n->ia[2] = (int)inner;
+    n->ia[3] = nch;
+    n->ia[4] = batch;
+    n->ia[5] = update;
+    for (int k = 0; k < 5; k++) n->ia[6 + k] = idx[k];
+    n->fa[0] = eps;
+    n->fa[1] = momentum;
+    const int64_t red = (int64_t)4 * nch * C + 4 * C; /* partials + s1, s2 in doubles, counted in floats */
+    if (batch) {
+        vt_node_save(n, 0, C);
+        vt_node_save(n, 1, C);
+        vt_node_work(n, 0, red);
+    } else {
+        vt_node_work(n, 0, C);
+    }
+    vt_node_work(n, 1, red + C);
+    return n->out;
+}

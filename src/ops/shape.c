@@ -1,0 +1,388 @@
+/* Data-movement ops: concat, slice, general permute, attention head split/merge, token prepending.
+ * All copy (no views besides vt_reshape); backward accumulates into the input gradients. No MACs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+#define PAR_MIN 32768 /* elements below which copies stay single-threaded */
+
+static void copy_or_add(float *restrict dst, const float *restrict src, int64_t n, int acc) {
+    if (acc)
+        for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    else
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* ---- concat: x_i viewed as (outer, A_i·inner) -> (outer, ΣA_i·inner) ---- */
+/* ia: 0 n, 1 outer, 2 inner, 3 ΣA_i, 4 axis */
+
+static void concat_fwd(vt_node *n) {
+    const int nx = n->ia[0], O = n->ia[1], inner = n->ia[2], ax = n->ia[4];
+    const int64_t row = (int64_t)n->ia[3] * inner;
+    int64_t off[VT_MAXIN + 1] = {0};
+    for (int i = 0; i < nx; i++) off[i + 1] = off[i] + (int64_t)n->in[i]->shape[ax] * inner;
+    float *y = n->out->data;
+#pragma omp parallel for collapse(2) schedule(static) if (n->out->numel > PAR_MIN)
+    for (int o = 0; o < O; o++)
+        for (int i = 0; i < nx; i++) {
+            const int64_t len = off[i + 1] - off[i];
+            copy_or_add(y + o * row + off[i], n->in[i]->data + o * len, len, 0);
+        }
+}
+
+static void concat_bwd(vt_node *n) {
+    const int nx = n->ia[0], O = n->ia[1], inner = n->ia[2], ax = n->ia[4];
+    const int64_t row = (int64_t)n->ia[3] * inner;
+    int64_t off[VT_MAXIN + 1] = {0};
+    for (int i = 0; i < nx; i++) off[i + 1] = off[i] + (int64_t)n->in[i]->shape[ax] * inner;
+    const float *dy = n->out->grad;
+#pragma omp parallel for collapse(2) schedule(static) if (n->out->numel > PAR_MIN)
+    for (int o = 0; o < O; o++)
+        for (int i = 0; i < nx; i++) {
+            float *dx = n->in[i]->grad;
+            if (!dx) continue;
+            const int64_t len = off[i + 1] - off[i];
+            copy_or_add(dx + o * len, dy + o * row + off[i], len, 1);
+        }
+}
+
+static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd};
+
+vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
+    if (g->err.msg[0]) return NULL;
+    if (n < 1 || n > VT_MAXIN) return vt_fail(g, "concat", "%d inputs (need 1 to %d)", n, VT_MAXIN);
+    for (int i = 0; i < n; i++)
+        if (vt_bad(g, 1, xs[i])) return NULL;
+    const int nd = xs[0]->ndim, ax = axis < 0 ? axis + nd : axis;
+    char s0[64], si[64];
+    vt_shape_str(xs[0], s0, 64);
+    if (ax < 0 || ax >= nd) return vt_fail(g, "concat", "axis %d out of range for input 0 %s", axis, s0);
+    int shape[VT_MAXDIM];
+    memcpy(shape, xs[0]->shape, sizeof shape);
+    for (int i = 1; i < n; i++) {
+        int ok = xs[i]->ndim == nd;
+        for (int d = 0; ok && d < nd; d++) ok = d == ax || xs[i]->shape[d] == shape[d];
+        if (!ok)
+            return vt_fail(g, "concat", "input %d %s does not match input 0 %s outside axis %d", i,
+                           vt_shape_str(xs[i], si, 64), s0, ax);
+        shape[ax] += xs[i]->shape[ax];
+    }
+    vt_node *nd_ = vt_new_node(g, &op_concat, xs, n, vt_new_act(g, nd, shape));
+    if (!nd_) return NULL;
+    int64_t O = 1, inner = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < ax) O *= shape[d];
+        if (d > ax) inner *= shape[d];
+    }
+    nd_->ia[0] = n;
+    nd_->ia[1] = (int)O;
+    nd_->ia[2] = (int)inner;
+    nd_->ia[3] = shape[ax];
+    nd_->ia[4] = ax;
+    return nd_->out;
+}
+
+/* ---- slice: x viewed as (outer, A, inner) -> (outer, len, inner) from start ---- */
+/* ia: 0 outer, 1 A, 2 start, 3 len, 4 inner */
+
+static void slice_fwd(vt_node *n) {
+    const int O = n->ia[0], A = n->ia[1], st = n->ia[2], len = n->ia[3], inner = n->ia[4];
+    const int64_t chunk = (int64_t)len * inner;
+    const float *x = n->in[0]->data;
+    float *y = n->out->data;
+#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
+    for (int o = 0; o < O; o++) copy_or_add(y + o * chunk, x + ((int64_t)o * A + st) * inner, chunk, 0);
+}
+
+static void slice_bwd(vt_node *n) {
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const int O = n->ia[0], A = n->ia[1], st = n->ia[2], len = n->ia[3], inner = n->ia[4];
+    const int64_t chunk = (int64_t)len * inner;
+    const float *dy = n->out->grad;
+#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
+    for (int o = 0; o < O; o++) copy_or_add(dx + ((int64_t)o * A + st) * inner, dy + o * chunk, chunk, 1);
+}
+
+static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd};
+
+vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int ax = axis < 0 ? axis + x->ndim : axis;
+    char sx[64];
+    vt_shape_str(x, sx, 64);
+    if (ax < 0 || ax >= x->ndim) return vt_fail(g, "slice", "axis %d out of range for input %s", axis, sx);
+    if (start < 0 || len < 1 || start > x->shape[ax] - len)
+        return vt_fail(g, "slice", "range [%d, %d) outside axis %d of input %s", start, start + len, ax, sx);
+    int shape[VT_MAXDIM];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[ax] = len;
+    vt_node *n = vt_new_node(g, &op_slice, &x, 1, vt_new_act(g, x->ndim, shape));
+    if (!n) return NULL;
+    int64_t O = 1, inner = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < ax) O *= x->shape[d];
+        if (d > ax) inner *= x->shape[d];
+    }
+    const int ia[5] = {(int)O, x->shape[ax], start, len, (int)inner};
+    memcpy(n->ia, ia, sizeof ia);
+    return n->out;
+}
+
+/* ---- permute ---- */
+/* The permutation is reduced to its canonical form: size-1 dims dropped and output dims that are adjacent in
+ * the input merged, so e.g. NCHW -> NHWC becomes a batched 2-D transpose. Then either the last output dim is
+ * contiguous in the input (row copies) or a 2-D blocked transpose runs between the input's contiguous dim and
+ * the output's last dim, over every combination of the remaining dims. */
+
+typedef struct {
+    int k;
+    int64_t n[VT_MAXDIM], is[VT_MAXDIM]; /* output dim sizes and their input strides */
+} pdesc;
+
+static void pdesc_make(int nd, const int *ishape, const int *perm, pdesc *d) {
+    int64_t st[VT_MAXDIM];
+    st[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--) st[i] = st[i + 1] * ishape[i + 1];
+    d->k = 0;
+    for (int i = 0; i < nd; i++) {
+        const int a = perm[i];
+        if (ishape[a] == 1) continue;
+        if (d->k > 0 && d->is[d->k - 1] == st[a] * ishape[a]) {
+            d->n[d->k - 1] *= ishape[a];
+            d->is[d->k - 1] = st[a];
+        } else {
+            d->n[d->k] = ishape[a];
+            d->is[d->k] = st[a];
+            d->k++;
+        }
+    }
+    if (d->k == 0) {
+        d->k = 1;
+        d->n[0] = 1;
+        d->is[0] = 1;
+    }
+}
+
+#define PT 32 /* transpose tile */
+
+/* dst (output order) = or += src (input order) under the canonical permutation d. */
+static void permute_run(const pdesc *d, const float *restrict src, float *restrict dst, int acc) {
+    const int k = d->k;
+    int64_t os[VT_MAXDIM];
+    os[k - 1] = 1;
+    for (int i = k - 2; i >= 0; i--) os[i] = os[i + 1] * d->n[i + 1];
+    const int64_t total = os[0] * d->n[0];
+    int q = k - 1;
+    for (int i = 0; i < k; i++)
+        if (d->is[i] == 1) q = i;
+    /* outer dims: all but the last (and but q when transposing), innermost first for decoding */
+    int64_t on[VT_MAXDIM], ois[VT_MAXDIM], oos[VT_MAXDIM];
+    int no = 0;
+    for (int i = k - 2; i >= 0; i--) {
+        if (i == q) continue;
+        on[no] = d->n[i];
+        ois[no] = d->is[i];
+        oos[no] = os[i];
+        no++;
+    }
+    if (q == k - 1) {
+        const int64_t L = d->n[k - 1], R = total / L;
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+        for (int64_t r = 0; r < R; r++) {
+            int64_t t = r, si = 0, so = 0;
+            for (int j = 0; j < no; j++) {
+                const int64_t c = t % on[j];
+                t /= on[j];
+                si += c * ois[j];
+                so += c * oos[j];
+            }
+            copy_or_add(dst + so, src + si, L, acc);
+        }
+        return;
+    }
+    const int64_t nq = d->n[q], nl = d->n[k - 1], isl = d->is[k - 1], osq = os[q];
+    const int64_t tq = (nq + PT - 1) / PT, tl = (nl + PT - 1) / PT, O = total / (nq * nl);
+#pragma omp parallel for schedule(static) if (total > PAR_MIN)
+    for (int64_t r = 0; r < O * tq * tl; r++) {
+        int64_t t = r / (tq * tl), si = 0, so = 0;
+        for (int j = 0; j < no; j++) {
+            const int64_t c = t % on[j];
+            t /= on[j];
+            si += c * ois[j];
+            so += c * oos[j];
+        }
+        const int64_t q0 = r / tl % tq * PT, l0 = r % tl * PT;
+        const int64_t q1 = q0 + PT < nq ? q0 + PT : nq, l1 = l0 + PT < nl ? l0 + PT : nl;
+        for (int64_t a = q0; a < q1; a++) {
+            float *o = dst + so + a * osq;
+            const float *s = src + si + a;
+            if (acc)
+                for (int64_t l = l0; l < l1; l++) o[l] += s[l * isl];
+            else
+                for (int64_t l = l0; l < l1; l++) o[l] = s[l * isl];
+        }
+    }
+}
+
+/* ia: 0 ndim, 1..5 perm */
+
+static void permute_fwd(vt_node *n) {
+    pdesc d;
+    pdesc_make(n->ia[0], n->in[0]->shape, n->ia + 1, &d);
+    permute_run(&d, n->in[0]->data, n->out->data, 0);
+}
+
+static void permute_bwd(vt_node *n) {
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const int nd = n->ia[0];
+    int inv[VT_MAXDIM];
+    for (int i = 0; i < nd; i++) inv[n->ia[1 + i]] = i;
+    pdesc d;
+    pdesc_make(nd, n->out->shape, inv, &d);
+    permute_run(&d, n->out->grad, dx, 1);
+}
+
+static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd};
+
+vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
+    if (vt_bad(g, 1, x)) return NULL;
+    int seen[VT_MAXDIM] = {0}, shape[VT_MAXDIM], ok = x->ndim >= 1;
+    for (int i = 0; ok && i < x->ndim; i++) {
+        ok = perm[i] >= 0 && perm[i] < x->ndim && !seen[perm[i]];
+        if (ok) {
+            seen[perm[i]] = 1;
+            shape[i] = x->shape[perm[i]];
+        }
+    }
+    if (!ok) {
+        char sx[64], sp[64];
+        int len = 0;
+        for (int i = 0; i < x->ndim && len < 60; i++)
+            len += snprintf(sp + len, sizeof sp - (size_t)len, "%s%d", i ? ", " : "", perm[i]);
+        return vt_fail(g, "permute", "(%s) is not a permutation of the %d dims of input %s", x->ndim ? sp : "",
+                       x->ndim, vt_shape_str(x, sx, 64));
+    }
+    vt_node *n = vt_new_node(g, &op_permute, &x, 1, vt_new_act(g, x->ndim, shape));
+    if (!n) return NULL;
+    n->ia[0] = x->ndim;
+    for (int i = 0; i < x->ndim; i++) n->ia[1 + i] = perm[i];
+    return n->out;
+}
+
+/* ---- attention heads ---- */
+/* split: (B, N, Ctot)[..., off + h·dh + d] -> (B, H, N, dh); merge: (B, H, N, dh) -> (B, N, H·dh).
+ * Both move rows of dh floats; row r of the (B, H, N, dh) side is (b, h, n). ia: 0 B, 1 H, 2 N, 3 dh,
+ * 4 row stride of the token side, 5 channel offset on the token side. */
+
+/* to_tokens: dst is the token side and src the heads side; otherwise the reverse. */
+static void heads_move(const vt_node *n, const float *src, float *dst, int to_tokens, int acc) {
+    const int B = n->ia[0], H = n->ia[1], N = n->ia[2], dh = n->ia[3], Ct = n->ia[4], off = n->ia[5];
+    const int64_t R = (int64_t)B * H * N;
+#pragma omp parallel for schedule(static) if (R * dh > PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t b = r / ((int64_t)H * N), h = r / N % H, t = r % N;
+        const int64_t to = (b * N + t) * Ct + off + h * dh, ho = r * dh;
+        if (to_tokens)
+            copy_or_add(dst + to, src + ho, dh, acc);
+        else
+            copy_or_add(dst + ho, src + to, dh, acc);
+    }
+}
+
+static void split_fwd(vt_node *n) { heads_move(n, n->in[0]->data, n->out->data, 0, 0); }
+static void split_bwd(vt_node *n) {
+    if (n->in[0]->grad) heads_move(n, n->out->grad, n->in[0]->grad, 1, 1);
+}
+static void merge_fwd(vt_node *n) { heads_move(n, n->in[0]->data, n->out->data, 1, 0); }
+static void merge_bwd(vt_node *n) {
+    if (n->in[0]->grad) heads_move(n, n->out->grad, n->in[0]->grad, 0, 1);
+}
+
+static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd};
+static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd};
+
+vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim != 3 || H < 1 || dh < 1 || off < 0 || off > x->shape[2] - H * dh) {
+        char sx[64];
+        return vt_fail(g, "split_heads", "input %s must be (B, N, C) with channels [%d, %d + %d·%d) inside C",
+                       vt_shape_str(x, sx, 64), off, off, H, dh);
+    }
+    const int shape[4] = {x->shape[0], H, x->shape[1], dh};
+    vt_node *n = vt_new_node(g, &op_split, &x, 1, vt_new_act(g, 4, shape));
+    if (!n) return NULL;
+    const int ia[6] = {x->shape[0], H, x->shape[1], dh, x->shape[2], off};
+    memcpy(n->ia, ia, sizeof ia);
+    return n->out;
+}
+
+vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim != 4) {
+        char sx[64];
+        return vt_fail(g, "merge_heads", "input %s must be (B, H, N, dh)", vt_shape_str(x, sx, 64));
+    }
+    const int B = x->shape[0], H = x->shape[1], N = x->shape[2], dh = x->shape[3];
+    const int shape[3] = {B, N, H * dh};
+    vt_node *n = vt_new_node(g, &op_merge, &x, 1, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    const int ia[6] = {B, H, N, dh, H * dh, 0};
+    memcpy(n->ia, ia, sizeof ia);
+    return n->out;
+}
+
+/* ---- prepend tokens: x (B, N, C), tok (1, k, C) -> (B, k + N, C) ---- */
+/* ia: 0 B, 1 N, 2 C, 3 k */
+
+static void prepend_fwd(vt_node *n) {
+    const int B = n->ia[0], N = n->ia[1], C = n->ia[2], k = n->ia[3];
+    const int64_t kc = (int64_t)k * C, nc = (int64_t)N * C;
+    const float *x = n->in[0]->data, *tok = n->in[1]->data;
+    float *y = n->out->data;
+#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
+    for (int b = 0; b < B; b++) {
+        memcpy(y + b * (kc + nc), tok, sizeof(float) * (size_t)kc);
+        memcpy(y + b * (kc + nc) + kc, x + b * nc, sizeof(float) * (size_t)nc);
+    }
+}
+
+static void prepend_bwd(vt_node *n) {
+    const int B = n->ia[0], N = n->ia[1], C = n->ia[2], k = n->ia[3];
+    const int64_t kc = (int64_t)k * C, nc = (int64_t)N * C;
+    const float *dy = n->out->grad;
+    float *dx = n->in[0]->grad, *dt = n->in[1]->grad;
+    if (dx) {
+#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
+        for (int b = 0; b < B; b++) copy_or_add(dx + b * nc, dy + b * (kc + nc) + kc, nc, 1);
+    }
+    if (dt) {
+#pragma omp parallel for schedule(static) if (kc * B > PAR_MIN)
+        for (int64_t i = 0; i < kc; i++) {
+            float s = 0.0f;
+            for (int b = 0; b < B; b++) s += dy[b * (kc + nc) + i];
+            dt[i] += s;
+        }
+    }
+}
+
+static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd};
+
+vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok) {
+    if (vt_bad(g, 2, x, tok)) return NULL;
+    if (x->ndim != 3 || tok->ndim != 3 || tok->shape[0] != 1 || tok->shape[2] != x->shape[2]) {
+        char sx[64], st[64];
+        return vt_fail(g, "prepend_tokens", "tokens %s (%s) must be (1, k, C) for input %s (B, N, C)",
+                       vt_shape_str(tok, st, 64), tok->name, vt_shape_str(x, sx, 64));
+    }
+    const int k = tok->shape[1];
+    const int shape[3] = {x->shape[0], k + x->shape[1], x->shape[2]};
+    vt_tensor *in[2] = {x, tok};
+    vt_node *n = vt_new_node(g, &op_prepend, in, 2, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    const int ia[4] = {x->shape[0], x->shape[1], x->shape[2], k};
+    memcpy(n->ia, ia, sizeof ia);
+    return n->out;
+}

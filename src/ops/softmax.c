@@ -1,0 +1,124 @@
+/* Numerically stable softmax over any axis, forward and backward.
+ *
+ * MAC convention: 0 MACs (elementwise/reduction op; only matmul-like products are counted, DESIGN.md §2).
+ * x is viewed as (outer, A, inner) with A the softmax axis. The last-axis case (inner = 1) runs one contiguous
+ * row per iteration, parallel over rows; other axes process blocks of IB adjacent inner positions at once so
+ * every load is contiguous. Backward: dx += y ⊙ (dy − Σ_axis dy ⊙ y), using the output y (kept in train graphs). */
+#include <math.h>
+
+#include "vitc/ops.h"
+
+#define IB 16
+
+/* ia: 0 outer, 1 A (axis size), 2 inner */
+
+static void softmax_fwd(vt_node *n) {
+    const int outer = n->ia[0], A = n->ia[1], inner = n->ia[2];
+    const float *x = n->in[0]->data;
+    float *y = n->out->data;
+    if (inner == 1) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < outer; r++) {
+            const float *xr = x + (size_t)r * A;
+            float *yr = y + (size_t)r * A;
+            float mx = xr[0];
+            for (int a = 1; a < A; a++) mx = xr[a] > mx ? xr[a] : mx;
+            double s = 0.0;
+            for (int a = 0; a < A; a++) {
+                yr[a] = expf(xr[a] - mx);
+                s += yr[a];
+            }
+            const float inv = (float)(1.0 / s);
+            for (int a = 0; a < A; a++) yr[a] *= inv;
+        }
+        return;
+    }
+    const int nb = (inner + IB - 1) / IB;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int o = 0; o < outer; o++)
+        for (int jb = 0; jb < nb; jb++) {
+            const int i0 = jb * IB, w = inner - i0 < IB ? inner - i0 : IB;
+            const float *xo = x + (size_t)o * A * inner + i0;
+            float *yo = y + (size_t)o * A * inner + i0;
+            float mx[IB];
+            double s[IB];
+            for (int i = 0; i < w; i++) {
+                mx[i] = xo[i];
+                s[i] = 0.0;
+            }
+            for (int a = 1; a < A; a++)
+                for (int i = 0; i < w; i++) {
+                    const float v = xo[(size_t)a * inner + i];
+                    mx[i] = v > mx[i] ? v : mx[i];
+                }
+            for (int a = 0; a < A; a++)
+                for (int i = 0; i < w; i++) {
+                    const size_t k = (size_t)a * inner + i;
+                    yo[k] = expf(xo[k] - mx[i]);
+                    s[i] += yo[k];
+                }
+            float inv[IB];
+            for (int i = 0; i < w; i++) inv[i] = (float)(1.0 / s[i]);
+            for (int a = 0; a < A; a++)
+                for (int i = 0; i < w; i++) yo[(size_t)a * inner + i] *= inv[i];
+        }
+}
+
+static void softmax_bwd(vt_node *n) {
+    const int outer = n->ia[0], A = n->ia[1], inner = n->ia[2];
+    const float *y = n->out->data, *dy = n->out->grad;
+    float *dx = n->in[0]->grad;
+    if (!dx || !dy) return;
+    if (inner == 1) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < outer; r++) {
+            const float *yr = y + (size_t)r * A, *dyr = dy + (size_t)r * A;
+            float *dxr = dx + (size_t)r * A;
+            double dot = 0.0;
+            for (int a = 0; a < A; a++) dot += (double)dyr[a] * yr[a];
+            const float d = (float)dot;
+            for (int a = 0; a < A; a++) dxr[a] += yr[a] * (dyr[a] - d);
+        }
+        return;
+    }
+    const int nb = (inner + IB - 1) / IB;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int o = 0; o < outer; o++)
+        for (int jb = 0; jb < nb; jb++) {
+            const int i0 = jb * IB, w = inner - i0 < IB ? inner - i0 : IB;
+            const size_t base = (size_t)o * A * inner + i0;
+            double dot[IB] = {0};
+            for (int a = 0; a < A; a++)
+                for (int i = 0; i < w; i++) {
+                    const size_t k = base + (size_t)a * inner + i;
+                    dot[i] += (double)dy[k] * y[k];
+                }
+            float d[IB];
+            for (int i = 0; i < w; i++) d[i] = (float)dot[i];
+            for (int a = 0; a < A; a++)
+                for (int i = 0; i < w; i++) {
+                    const size_t k = base + (size_t)a * inner + i;
+                    dx[k] += y[k] * (dy[k] - d[i]);
+                }
+        }
+}
+
+static const vt_opdef op_softmax = {"softmax", softmax_fwd, softmax_bwd};
+
+vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int ax = axis < 0 ? axis + x->ndim : axis;
+    if (ax < 0 || ax >= x->ndim) {
+        char sx[64];
+        return vt_fail(g, "softmax", "axis %d out of range for input %s", axis, vt_shape_str(x, sx, 64));
+    }
+    vt_node *n = vt_new_node(g, &op_softmax, &x, 1, vt_new_act(g, x->ndim, x->shape));
+    if (!n) return NULL;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++) outer *= x->shape[d];
+    for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
+    n->ia[0] = (int)outer;
+    n->ia[1] = x->shape[ax];
+    n->ia[2] = (int)inner;
+    return n->out;
+}

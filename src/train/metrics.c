@@ -1,0 +1,274 @@
+/* metrics.csv writer and the gnuplot curves (the script embeds the data, so it can be re-run by hand). */
+#include "vitc/metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NFIELDS 9
+
+static int join(char *out, size_t len, const char *dir, const char *file, vt_err *e) {
+    int k = snprintf(out, len, "%s/%s", dir, file);
+    if (k < 0 || (size_t)k >= len) return vt_seterr(e, "run directory path too long: %s", dir);
+    return 0;
+}
+
+static void put_num(FILE *f, double v, int last) {
+    if (isfinite(v)) fprintf(f, "%.9g", v);
+    fputc(last ? '\n' : ',', f);
+}
+
+static void chomp(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = '\0';
+}
+
+int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
+    if (!run_dir || !r) return vt_seterr(e, "vt_metrics_append: NULL argument");
+    char path[4096];
+    if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
+    int need_header = 1;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char line[256];
+        if (fgets(line, sizeof line, f)) {
+            chomp(line);
+            if (strcmp(line, VT_METRICS_HEADER) != 0) {
+                fclose(f);
+                return vt_seterr(e, "%s: existing header \"%s\" differs from \"%s\"", path, line, VT_METRICS_HEADER);
+            }
+            need_header = 0;
+        }
+        fclose(f);
+    }
+    f = fopen(path, "a");
+    if (!f) return vt_seterr(e, "cannot open %s for appending: %s", path, strerror(errno));
+    if (need_header) fprintf(f, "%s\n", VT_METRICS_HEADER);
+    put_num(f, r->epoch, 0);
+    fprintf(f, "%" PRId64 ",", r->step);
+    put_num(f, r->train_loss, 0);
+    put_num(f, r->train_acc, 0);
+    put_num(f, r->test_loss, 0);
+    put_num(f, r->test_acc, 0);
+    put_num(f, r->lr, 0);
+    put_num(f, r->img_per_s, 0);
+    put_num(f, r->seconds, 1);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return vt_seterr(e, "error writing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Splits a CSV line into exactly NFIELDS numbers (NaN for empty fields); -1 on a malformed line. */
+static int parse_row(char *line, double *v) {
+    char *p = line;
+    for (int i = 0; i < NFIELDS; i++) {
+        char *end = strchr(p, ',');
+        if ((end == NULL) != (i == NFIELDS - 1)) return -1;
+        if (end) *end = '\0';
+        if (*p == '\0') {
+            v[i] = NAN;
+        } else {
+            char *q;
+            v[i] = strtod(p, &q);
+            if (q == p || *q != '\0') return -1;
+        }
+        p = end ? end + 1 : p;
+    }
+    return 0;
+}
+
+/* One datablock of (epoch, value*scale) for the rows where column col is finite; returns the point count. */
+static int write_block(FILE *g, const char *name, double *rows, int nrows, int col, double scale) {
+    int k = 0;
+    fprintf(g, "$%s << EOD\n# epoch value\n", name);
+    for (int i = 0; i < nrows; i++) {
+        const double *r = rows + (size_t)i * NFIELDS;
+        if (isfinite(r[0]) && isfinite(r[col])) {
+            fprintf(g, "%.9g %.9g\n", r[0], r[col] * scale);
+            k++;
+        }
+    }
+    fprintf(g, "EOD\n");
+    return k;
+}
+
+/* Writes one panel's plot command over the non-empty series. */
+static void write_panel(FILE *g, const char *title, const char *ylabel, const char *key, const char *a, int na,
+                        const char *b, int nb) {
+    fprintf(g, "set title \"%s\"\nset ylabel \"%s\"\nset key %s\n", title, ylabel, key);
+    if (na == 0 && nb == 0) {
+        fprintf(g, "set yrange [0:1]\nset label 1 \"no data\" at graph 0.5, graph 0.5 center\nplot -1 notitle\n"
+                   "unset label 1\nset autoscale y\n");
+        return;
+    }
+    fprintf(g, "plot ");
+    if (na) fprintf(g, "$%s using 1:2 with linespoints lw 2 pt 7 ps 0.6 title \"train\"%s", a, nb ? ", " : "");
+    if (nb) fprintf(g, "$%s using 1:2 with linespoints lw 2 pt 5 ps 0.6 title \"test\"", b);
+    fprintf(g, "\n");
+}
+
+/* Reads metrics.csv into rows (NFIELDS doubles per row). */
+static int read_metrics(const char *path, double **rows_out, int *nrows_out, vt_err *e) {
+    FILE *f = fopen(path, "r");
+    if (!f) return vt_seterr(e, "cannot open %s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    double *rows = NULL;
+    int n = 0, rcap = 0, lineno = 0, rc = -1;
+    while (getline(&line, &cap, f) >= 0) {
+        lineno++;
+        chomp(line);
+        if (lineno == 1) {
+            if (strcmp(line, VT_METRICS_HEADER) != 0) {
+                vt_seterr(e, "%s: header \"%s\" differs from \"%s\"", path, line, VT_METRICS_HEADER);
+                goto done;
+            }
+            continue;
+        }
+        if (line[0] == '\0') continue;
+        if (n == rcap) {
+            int nc = rcap ? 2 * rcap : 64;
+            double *nr = realloc(rows, (size_t)nc * NFIELDS * sizeof *nr);
+            if (!nr) {
+                vt_seterr(e, "out of memory reading %s", path);
+                goto done;
+            }
+            rows = nr;
+            rcap = nc;
+        }
+        if (parse_row(line, rows + (size_t)n * NFIELDS)) {
+            vt_seterr(e, "%s:%d: malformed row (expected %d comma-separated numbers)", path, lineno, NFIELDS);
+            goto done;
+        }
+        n++;
+    }
+    if (lineno == 0) {
+        vt_seterr(e, "%s is empty", path);
+        goto done;
+    }
+    *rows_out = rows;
+    *nrows_out = n;
+    rows = NULL;
+    rc = 0;
+done:
+    free(line);
+    free(rows);
+    fclose(f);
+    return rc;
+}
+
+/* Runs `gnuplot curves.gp` inside run_dir (no shell, so no quoting issues); collects its output for errors. */
+static int run_gnuplot(const char *run_dir, vt_err *e) {
+    int fds[2];
+    if (pipe(fds) != 0) return vt_seterr(e, "cannot run gnuplot: pipe: %s", strerror(errno));
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return vt_seterr(e, "cannot run gnuplot: fork: %s", strerror(errno));
+    }
+    if (pid == 0) { /* child: only async-signal-safe calls until exec */
+        static const char chdir_fail[] = "\001chdir";
+        static const char exec_fail[] = "\001exec";
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        if (chdir(run_dir) != 0) {
+            ssize_t w = write(2, chdir_fail, sizeof chdir_fail - 1);
+            (void)w;
+            _exit(126);
+        }
+        char *const argv[] = {"gnuplot", "curves.gp", NULL};
+        execvp("gnuplot", argv);
+        ssize_t w = write(2, exec_fail, sizeof exec_fail - 1);
+        (void)w;
+        _exit(127);
+    }
+    close(fds[1]);
+    char out[600];
+    size_t got = 0;
+    for (;;) {
+        char buf[4096];
+        ssize_t r = read(fds[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        size_t take = (size_t)r < sizeof out - 1 - got ? (size_t)r : sizeof out - 1 - got;
+        memcpy(out + got, buf, take);
+        got += take;
+    }
+    out[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return vt_seterr(e, "cannot run gnuplot: waitpid: %s", strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && strstr(out, "\001exec"))
+        return vt_seterr(e,
+                         "gnuplot not found on PATH (install the Debian package gnuplot-nox); %s/curves.gp was "
+                         "written, run `gnuplot curves.gp` there to make curves.png",
+                         run_dir);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 126 && strstr(out, "\001chdir"))
+        return vt_seterr(e, "cannot run gnuplot: cannot enter %s", run_dir);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        for (char *p = out; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        if (WIFEXITED(status))
+            return vt_seterr(e, "gnuplot failed on %s/curves.gp (exit %d): %s", run_dir, WEXITSTATUS(status), out);
+        return vt_seterr(e, "gnuplot was killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    }
+    return 0;
+}
+
+int vt_plot_curves(const char *run_dir, vt_err *e) {
+    if (!run_dir) return vt_seterr(e, "vt_plot_curves: NULL run directory");
+    char csv[4096], gp[4096], png[4096];
+    if (join(csv, sizeof csv, run_dir, "metrics.csv", e) || join(gp, sizeof gp, run_dir, "curves.gp", e) ||
+        join(png, sizeof png, run_dir, "curves.png", e))
+        return -1;
+    double *rows = NULL;
+    int n = 0;
+    if (read_metrics(csv, &rows, &n, e)) return -1;
+
+    FILE *g = fopen(gp, "w");
+    if (!g) {
+        free(rows);
+        return vt_seterr(e, "cannot create %s: %s", gp, strerror(errno));
+    }
+    fprintf(g, "# Training curves written by vitc from metrics.csv; run `gnuplot curves.gp` in this folder.\n");
+    int ntl = write_block(g, "train_loss", rows, n, 2, 1.0);
+    int nta = write_block(g, "train_acc", rows, n, 3, 100.0);
+    int nvl = write_block(g, "test_loss", rows, n, 4, 1.0);
+    int nva = write_block(g, "test_acc", rows, n, 5, 100.0);
+    free(rows);
+    fprintf(g, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+               "    set terminal pngcairo size 1200,480 font \",10\"\n"
+               "} else {\n"
+               "    set terminal png size 1200,480\n"
+               "}\n"
+               "set output \"curves.png\"\n"
+               "set multiplot layout 1,2\n"
+               "set grid\n"
+               "set xlabel \"epoch\"\n");
+    write_panel(g, "loss", "cross-entropy loss", "top right", "train_loss", ntl, "test_loss", nvl);
+    write_panel(g, "accuracy", "accuracy (%)", "bottom right", "train_acc", nta, "test_acc", nva);
+    fprintf(g, "unset multiplot\nunset output\n");
+    int bad = ferror(g);
+    if (fclose(g) != 0 || bad) return vt_seterr(e, "error writing %s: %s", gp, strerror(errno));
+    if (ntl + nta + nvl + nva == 0) return vt_seterr(e, "%s has no rows to plot", csv);
+
+    if (unlink(png) != 0 && errno != ENOENT) return vt_seterr(e, "cannot replace %s: %s", png, strerror(errno));
+    if (run_gnuplot(run_dir, e)) return -1;
+    struct stat st;
+    if (stat(png, &st) != 0 || st.st_size == 0) return vt_seterr(e, "gnuplot ran but did not produce %s", png);
+    return 0;
+}

@@ -1,0 +1,354 @@
+/* Gradients on a batch, evaluation, and the Fashion-MNIST training loop with atomic checkpoints. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "vitc/augment.h"
+#include "vitc/metrics.h"
+#include "vitc/ops.h"
+#include "vitc/optim.h"
+#include "vitc/safetensors.h"
+#include "vitc/schedule.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A train-mode graph: logits, labels input and mean cross-entropy loss. */
+typedef struct {
+    vt_graph *g;
+    vt_tensor *x, *labels, *logits, *loss;
+} train_graph;
+
+static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothing, train_graph *t, vt_err *e) {
+    memset(t, 0, sizeof *t);
+    if (!(t->g = vt_graph_new(P, 1, e))) return -1;
+    t->logits = vt_model_build(t->g, c, B, &t->x);
+    t->labels = vt_input(t->g, "labels", 1, &B);
+    t->loss = vt_cross_entropy(t->g, t->logits, t->labels, smoothing);
+    vt_graph_output(t->g, t->logits);
+    vt_graph_set_loss(t->g, t->loss);
+    if (vt_graph_finalize(t->g, e)) {
+        vt_graph_free(t->g);
+        t->g = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
+                  double lr, double wd, float *losses, vt_err *e) {
+    train_graph t;
+    if (build_train(c, P, B, 0.0f, &t, e)) return -1;
+    vt_adamw opt = {0};
+    int rc = 0;
+    if (steps > 1 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)wd, e)) rc = -1;
+    memcpy(t.x->data, x, sizeof(float) * (size_t)t.x->numel);
+    memcpy(t.labels->data, labels, sizeof(float) * (size_t)B);
+    for (int s = 0; rc == 0 && s < (steps > 1 ? steps : 1); s++) {
+        vt_graph_forward(t.g);
+        losses[s] = t.loss->data[0];
+        vt_params_zero_grad(P);
+        vt_graph_backward(t.g);
+        if (steps > 1 && s < steps - 1) vt_adamw_step(&opt, (float)lr);
+    }
+    if (steps > 1) vt_adamw_free(&opt);
+    vt_graph_free(t.g);
+    return rc;
+}
+
+/* Sum of the cross-entropy losses and of the correct top-1 predictions of the first n rows of logits (B, K). */
+static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct) {
+    for (int b = 0; b < n; b++) {
+        const float *r = logits + (size_t)b * K;
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (r[k] > r[best]) best = k;
+        double se = 0.0;
+        for (int k = 0; k < K; k++) se += exp((double)r[k] - r[best]);
+        *loss += log(se) - ((double)r[labels[b]] - r[best]);
+        *correct += best == labels[b];
+    }
+}
+
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
+                vt_err *e) {
+    if (ds->h != c->img_size || ds->w != c->img_size || c->in_chans != 1)
+        return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->in_chans,
+                         c->img_size, c->img_size, ds->h, ds->w);
+    vt_graph *g = vt_graph_new(P, 0, e);
+    if (!g) return -1;
+    vt_tensor *x;
+    vt_tensor *logits = vt_model_build(g, c, batch, &x);
+    vt_graph_output(g, logits);
+    int *idx = malloc(sizeof(int) * (size_t)batch), *lab = malloc(sizeof(int) * (size_t)batch);
+    int rc = vt_graph_finalize(g, e);
+    if (!idx || !lab) rc = vt_seterr(e, "out of memory");
+    vt_augment aug = vt_augment_fmnist(0);
+    aug.mean = c->mean[0];
+    aug.std = c->std[0];
+    double sl = 0.0;
+    int64_t correct = 0;
+    for (int s = 0; rc == 0 && s < ds->n; s += batch) {
+        int n = ds->n - s < batch ? ds->n - s : batch;
+        for (int i = 0; i < batch; i++) idx[i] = s + (i < n ? i : 0); /* pad the last batch, ignore extra rows */
+        if ((rc = vt_augment_batch(ds, idx, batch, &aug, NULL, x->data, lab, e))) break;
+        vt_graph_forward(g);
+        score(logits->data, lab, n, c->num_classes, &sl, &correct);
+    }
+    if (rc == 0) {
+        *loss = sl / ds->n;
+        *acc = (double)correct / ds->n;
+    }
+    free(idx);
+    free(lab);
+    vt_graph_free(g);
+    return rc;
+}
+
+void vt_train_defaults(vt_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->data = "fashion-mnist";
+    o->epochs = 10;
+    o->batch = 128;
+    o->lr = 1e-3;
+    o->min_lr = 1e-5;
+    o->warmup_lr = 1e-6;
+    o->weight_decay = 0.05;
+    o->warmup_epochs = 1;
+    o->smoothing = 0.1;
+    o->seed = 0;
+    o->augment = 1;
+    o->log_every = 50;
+}
+
+/* ---- checkpoints ---- */
+
+typedef struct {
+    int64_t step, epoch;
+    vt_rng rng;
+} train_state;
+
+static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P, const vt_adamw *opt,
+                           const train_state *st, vt_err *e) {
+    int n = P->n + vt_adamw_nstate(opt) + 3, k = 0;
+    vt_st_out *out = calloc((size_t)n, sizeof *out);
+    char(*names)[VT_NAMELEN] = calloc((size_t)n, VT_NAMELEN);
+    int64_t(*i64)[1] = calloc((size_t)P->n, sizeof *i64);
+    if (!out || !names || !i64) {
+        free(out);
+        free(names);
+        free(i64);
+        return vt_seterr(e, "out of memory writing a checkpoint");
+    }
+    for (int i = 0; i < P->n; i++, k++) {
+        const vt_tensor *t = P->t[i];
+        out[k].name = t->name;
+        out[k].ndim = t->ndim;
+        for (int d = 0; d < t->ndim; d++) out[k].shape[d] = t->shape[d];
+        if (t->is_i64) {
+            i64[i][0] = (int64_t)llround(t->data[0]);
+            out[k].dtype = VT_ST_I64;
+            out[k].data = i64[i];
+        } else {
+            out[k].dtype = VT_ST_F32;
+            out[k].data = t->data;
+        }
+    }
+    for (int i = 0; i < vt_adamw_nstate(opt); i++, k++) {
+        int64_t numel;
+        const vt_tensor *p;
+        out[k].data = vt_adamw_state(opt, i, names[k], VT_NAMELEN, &numel, &p);
+        out[k].name = names[k];
+        out[k].dtype = VT_ST_F32;
+        out[k].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) out[k].shape[d] = p->shape[d];
+    }
+    int64_t step[1] = {st->step}, epoch[1] = {st->epoch}, rng[4];
+    memcpy(rng, st->rng.s, sizeof rng);
+    out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
+    out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
+    out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
+    char meta[256];
+    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\"}", c->name);
+    int rc = vt_st_write(path, out, k, meta, e);
+    free(out);
+    free(names);
+    free(i64);
+    return rc;
+}
+
+/* Reads one tensor of f into dst (numel floats), checking its element count. */
+static int ck_read(const vt_st_file *f, const char *name, float *dst, int64_t numel, vt_err *e) {
+    const vt_st_entry *t = vt_st_find(f, name);
+    if (!t) return vt_seterr(e, "checkpoint lacks tensor %s", name);
+    if (t->numel != numel)
+        return vt_seterr(e, "checkpoint tensor %s has %lld elements, expected %lld", name, (long long)t->numel,
+                         (long long)numel);
+    return vt_st_read_f32(t, dst, numel, e);
+}
+
+static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, train_state *st, vt_err *e) {
+    vt_st_file f;
+    if (vt_st_open(path, &f, e)) return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < P->n; i++) rc = ck_read(&f, P->t[i]->name, P->t[i]->data, P->t[i]->numel, e);
+    for (int i = 0; rc == 0 && i < vt_adamw_nstate(opt); i++) {
+        char nm[VT_NAMELEN];
+        int64_t numel;
+        const vt_tensor *p;
+        float *d = vt_adamw_state(opt, i, nm, sizeof nm, &numel, &p);
+        rc = ck_read(&f, nm, d, numel, e);
+    }
+    int64_t v[4];
+    const char *keys[3] = {"train/step", "train/epoch", "train/rng"};
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        const vt_st_entry *t = vt_st_find(&f, keys[i]);
+        if (!t || t->numel != (i == 2 ? 4 : 1))
+            rc = vt_seterr(e, "checkpoint lacks a valid %s", keys[i]);
+        else if ((rc = vt_st_read_i64(t, v, t->numel, e)) == 0) {
+            if (i == 0) st->step = v[0];
+            if (i == 1) st->epoch = v[0];
+            if (i == 2) memcpy(st->rng.s, v, sizeof st->rng.s);
+        }
+    }
+    if (rc == 0) opt->step = st->step;
+    vt_st_close(&f);
+    return rc;
+}
+
+static int write_text(const char *dir, const char *file, const char *text, vt_err *e) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *fp = fopen(path, "w");
+    if (!fp) return vt_seterr(e, "cannot write %s: %s", path, strerror(errno));
+    fputs(text, fp);
+    return fclose(fp) == 0 ? 0 : vt_seterr(e, "cannot write %s", path);
+}
+
+/* ---- the training loop ---- */
+
+int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
+    if (strcmp(o->data, "fashion-mnist") != 0)
+        return vt_seterr(e, "unknown dataset '%s' (supported: fashion-mnist)", o->data);
+    if (c->in_chans != 1 || c->img_size != 28)
+        return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
+                         c->in_chans, c->img_size, c->img_size);
+    if (c->num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
+    if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (mkdir(o->run_dir, 0777) && errno != EEXIST) return vt_seterr(e, "cannot create %s: %s", o->run_dir, strerror(errno));
+    vt_dataset tr = {0}, te = {0};
+    vt_params *P = NULL;
+    vt_adamw opt = {0};
+    train_graph t = {0};
+    int *idx = NULL, *lab = NULL, rc = 0;
+    if (vt_dataset_load_fmnist(NULL, 1, &tr, e) || vt_dataset_load_fmnist(NULL, 0, &te, e) ||
+        (o->train_subset > 0 && vt_dataset_subset(&tr, o->train_subset, e)) ||
+        (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, e)) || !(P = vt_params_new(e)) ||
+        vt_model_init_params(c, P, o->seed, e) || build_train(c, P, o->batch, (float)o->smoothing, &t, e) ||
+        vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e)) {
+        rc = -1;
+        goto done;
+    }
+    const int B = o->batch, spe = tr.n / B;
+    if (spe == 0) {
+        rc = vt_seterr(e, "batch size %d is larger than the training set (%d)", B, tr.n);
+        goto done;
+    }
+    idx = malloc(sizeof(int) * (size_t)tr.n);
+    lab = malloc(sizeof(int) * (size_t)B);
+    if (!idx || !lab) {
+        rc = vt_seterr(e, "out of memory");
+        goto done;
+    }
+    train_state st = {0, 0, {{0}}};
+    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL);
+    char ckpt[4096], wpath[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
+    snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
+    if (o->resume) {
+        char rpath[4096];
+        snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
+        if (load_checkpoint(rpath, P, &opt, &st, e)) {
+            rc = -1;
+            goto done;
+        }
+        printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
+    }
+    if (o->command_line) write_text(o->run_dir, "command.txt", o->command_line, e);
+    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * spe),
+                            (int64_t)o->epochs * spe, 0};
+    vt_augment aug = vt_augment_fmnist(o->augment);
+    aug.mean = c->mean[0];
+    aug.std = c->std[0];
+    const double t0 = now_s();
+    for (; st.epoch < o->epochs; st.epoch++) {
+        vt_iota(idx, tr.n);
+        vt_shuffle(idx, tr.n, &st.rng);
+        double lsum = 0.0, tbatch = now_s(), tep = tbatch;
+        int64_t correct = 0;
+        for (int i = 0; i < spe; i++) {
+            double lr = vt_sched_lr(&sched, st.step);
+            if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
+            for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
+            if (o->fault_nan_step == st.step + 1) t.x->data[0] = NAN;
+            vt_graph_forward(t.g);
+            float loss = t.loss->data[0];
+            if (!isfinite(loss)) {
+                rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
+                               "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
+                               o->resume || st.epoch > 0 ? ckpt : "(none yet)");
+                goto done;
+            }
+            vt_params_zero_grad(P);
+            vt_graph_backward(t.g);
+            if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
+            vt_adamw_step(&opt, (float)lr);
+            st.step++;
+            int64_t c0 = 0;
+            double l0 = 0.0;
+            score(t.logits->data, lab, B, c->num_classes, &l0, &c0);
+            correct += c0;
+            lsum += loss;
+            if ((i + 1) % o->log_every == 0 || i + 1 == spe) {
+                double tn = now_s(), dt = (tn - tbatch) / ((i % o->log_every) + 1);
+                printf("Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  LR: %.3e\n",
+                       (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt, B / dt, lr);
+                fflush(stdout);
+                tbatch = tn;
+            }
+        }
+        double ep_s = now_s() - tep, tl = 0, ta = 0;
+        if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, e))) goto done;
+        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
+               (long long)st.epoch, tl, 100 * ta, lsum / spe, 100.0 * correct / ((double)spe * B), spe * B / ep_s);
+        fflush(stdout);
+        vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), tl, ta,
+                              vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0};
+        train_state next = st;
+        next.epoch++;
+        if ((rc = vt_metrics_append(o->run_dir, &row, e)) || (rc = save_checkpoint(ckpt, c, P, &opt, &next, e)) ||
+            (rc = vt_params_save(P, wpath, e)))
+            goto done;
+        vt_err pe = {{0}};
+        if (vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+    }
+    printf("Done: %d epochs; weights in %s, curves in %s/curves.png\n", o->epochs, wpath, o->run_dir);
+done:
+    free(idx);
+    free(lab);
+    vt_graph_free(t.g);
+    vt_adamw_free(&opt);
+    vt_params_free(P);
+    vt_dataset_free(&tr);
+    vt_dataset_free(&te);
+    return rc;
+}

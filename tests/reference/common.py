@@ -1,0 +1,111 @@
+"""Shared helpers for the reference tests: locate and run ./vitc, report PASS/FAIL, compare.
+
+Reporting: each check prints `PASS <name>` or `FAIL <name>: <detail>`; Report.finish() prints
+`N passed, N failed` and exits 1 if anything failed.  A missing ./vitc is a FAIL, never a skip.
+Binary: $VITC if set, else <repo root>/vitc.  $VITC_KEEP=1 keeps the temporary folder.
+
+Comparisons:
+  scale_err(a, b) = max|a-b| / max(1, max|b|)               (outputs; b is the reference)
+  grad_err(a, b)  = max|a-b| / max(max|b|, 1e-8), plus the worst element's index and values
+"""
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+VITC = Path(os.environ.get("VITC", ROOT / "vitc"))
+torch.set_num_threads(os.cpu_count() or 1)
+
+
+class Report:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"PASS {name}" + (f" ({detail})" if detail else ""), flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {detail}", flush=True)
+        return ok
+
+    def finish(self):
+        print(f"{self.passed} passed, {self.failed} failed", flush=True)
+        sys.exit(1 if self.failed else 0)
+
+
+def have_vitc(rep):
+    ok = VITC.is_file() and os.access(VITC, os.X_OK)
+    return rep.check("vitc-binary", ok, str(VITC) if ok else f"{VITC} missing or not executable (run make first)")
+
+
+def vitc(*args, timeout=600):
+    """Run vitc; returns CompletedProcess (text stdout/stderr); a timeout gives returncode None."""
+    cmd = [str(VITC)] + [str(a) for a in args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired as e:
+        return subprocess.CompletedProcess(cmd, None, e.stdout or "", f"timed out after {timeout}s")
+
+
+def vitc_ok(rep, name, *args, timeout=600):
+    """Run vitc expecting success; on failure report FAIL <name> with stderr and return None."""
+    p = vitc(*args, timeout=timeout)
+    if p.returncode != 0:
+        rep.check(name, False, f"`vitc {' '.join(map(str, args))}` exited {p.returncode}: "
+                               f"{p.stderr.strip()[-600:]}")
+        return None
+    return p
+
+
+def info(rep, model):
+    p = vitc_ok(rep, f"info {model}", "info", model, "--json")
+    if p is None:
+        return None
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        rep.check(f"info {model}", False, f"stdout is not one JSON object ({e}): {p.stdout[:300]!r}")
+        return None
+
+
+def tmpdir():
+    d = tempfile.mkdtemp(prefix="vitc-ref-")
+    if os.environ.get("VITC_KEEP") != "1":
+        atexit.register(shutil.rmtree, d, True)
+    else:
+        print(f"# keeping {d}")
+    return Path(d)
+
+
+def _np(x):
+    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, np.float64)
+
+
+def scale_err(a, b):
+    a, b = _np(a), _np(b)
+    return float(np.abs(a - b).max() / max(1.0, np.abs(b).max())) if b.size else 0.0
+
+
+def grad_err(a, b):
+    """-> (relative error, worst index, a at worst, b at worst)."""
+    a, b = _np(a), _np(b)
+    d = np.abs(a - b)
+    i = np.unravel_index(int(np.argmax(d)), d.shape)
+    return float(d[i] / max(np.abs(b).max(), 1e-8)), tuple(int(j) for j in i), float(a[i]), float(b[i])
+
+
+def scalar(x):
+    """loss stored with shape () or (1,) -> float."""
+    x = np.asarray(x)
+    assert x.size == 1, f"expected a scalar, got shape {x.shape}"
+    return float(x.reshape(()))

@@ -1,0 +1,158 @@
+"""Reference test of vitc's ViT/DeiT against the independent PyTorch model in vit_ref.py.
+
+Checks (reference computed in float64 from the same float32 weights/inputs):
+  info     `vitc info --json`: deit_tiny 5,717,416 and deit_small 22,050,664 params, 224 px, 1000 classes
+  (a) deit_tiny_patch16_224, Python random weights (seed 0; N(0,.02), random LayerNorm affine),
+      input 2x3x224x224: `vitc forward` logits, max|a-b| / max(1, max|b|) <= 1e-4
+  (b) vit_fmnist_tiny (architecture read from the shapes `vitc init` writes; heads from
+      --heads, the HEADS table, `vitc info --json` num_heads, else D // 32), Python random
+      weights, batch 4 with labels: forward logits <= 1e-4; `vitc grad` loss <= 1e-4 relative,
+      every grad/<param> max|a-b| / max|b| <= 1e-3 (each failing tensor reported)
+  (c) `vitc grad --steps 10 --lr 1e-3 --weight-decay 0.05`: losses before each step vs
+      torch.optim.AdamW (no decay for dim<=1 params, cls_token, pos_embed), each <= 1e-4 relative
+      (max(1, |ref|)); (c2) the same with --steps 5 --weight-decay 10, which exposes the grouping
+  (d) every gradient vitc returns is non-zero somewhere
+Run: /usr/bin/python3 tests/reference/test_deit.py [--heads N]     (needs ./vitc or $VITC)
+"""
+import argparse
+
+import numpy as np
+import torch
+
+import st
+import vit_ref
+from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
+
+FMNIST = "vit_fmnist_tiny"
+HEADS = {FMNIST: None}     # heads of vit_fmnist_tiny: None = ask `vitc info --json`, else D // 32
+PARAMS = {"deit_tiny_patch16_224": 5_717_416, "deit_small_patch16_224": 22_050_664}
+TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
+
+
+def fmt(v):
+    return "[" + " ".join(f"{float(a):.5f}" for a in v) + "]"
+
+
+def test_info(rep):
+    for name, want in PARAMS.items():
+        j = info(rep, name)
+        if j is not None:
+            got = (j.get("params"), j.get("img_size"), j.get("num_classes"))
+            rep.check(f"info {name}", got == (want, 224, 1000), f"(params, img_size, num_classes) = {got}, want {(want, 224, 1000)}")
+
+
+def forward(rep, tag, model, w, x, tmp, sd, heads):
+    """Write x, run `vitc forward`, compare logits with the float64 reference."""
+    xin, out = tmp / f"{model}_x.safetensors", tmp / f"{model}_y.safetensors"
+    st.save(xin, {"input": x})
+    if vitc_ok(rep, tag, "forward", model, "--weights", w, "--input", xin, "--output", out) is None:
+        return
+    y = st.load(out).get("logits")
+    with torch.no_grad():
+        ref = vit_ref.build(sd, heads)(x.double())
+    if y is None or y.shape != tuple(ref.shape):
+        rep.check(tag, False, f"logits {None if y is None else y.shape}, want {tuple(ref.shape)}")
+        return
+    e = scale_err(y, ref)
+    rep.check(tag, e <= TOL_FWD, f"logits rel err {e:.2e} (tol {TOL_FWD:g})")
+
+
+def test_deit_tiny(rep, tmp):
+    name = "deit_tiny_patch16_224"
+    sd = vit_ref.random_state_dict(vit_ref.model_config(name), seed=0)
+    st.save(tmp / "deit_w.safetensors", sd)
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    forward(rep, "(a) deit_tiny forward", name, tmp / "deit_w.safetensors", x, tmp, sd,
+            vit_ref.MODELS[name]["num_heads"])
+
+
+def test_fmnist(rep, tmp, heads_arg):
+    j = info(rep, FMNIST) or {}
+    init = tmp / "fm_init.safetensors"
+    if vitc_ok(rep, f"init {FMNIST}", "init", FMNIST, "-o", init, "--seed", 0) is None:
+        return
+    sd0 = st.load(init)
+    D = sd0["cls_token"].shape[-1]
+    heads = heads_arg or HEADS.get(FMNIST) or j.get("num_heads") or j.get("heads") or D // 32
+    cfg = vit_ref.config_from_state_dict(sd0, heads)
+    print(f"# {FMNIST}: {cfg}")
+    want = {k: tuple(v.shape) for k, v in vit_ref.ViT(cfg).state_dict().items()}
+    got = {k: v.shape for k, v in sd0.items()}
+    rep.check(f"init {FMNIST} names/shapes", got == want,
+              f"missing {sorted(set(want) - set(got))}, extra {sorted(set(got) - set(want))}, "
+              f"shape diffs {[k for k in want if k in got and got[k] != want[k]]}")
+    n = sum(int(np.prod(s)) for s in want.values())
+    diff = {k: (j.get(k), v) for k, v in dict(cfg, params=n).items() if k in j and j[k] != v}
+    rep.check(f"info {FMNIST}", "params" in j and not diff, f"info {j} vs weights {cfg}, {n} params: differ {diff}")
+
+    sd = vit_ref.random_state_dict(cfg, seed=1, std="fan_in")   # O(1) activations
+    w = tmp / "fm_w.safetensors"
+    st.save(w, sd)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, cfg["in_chans"], cfg["img_size"], cfg["img_size"], generator=g)
+    labels = torch.randint(0, cfg["num_classes"], (4,), generator=g)
+    forward(rep, "(b) fmnist forward", FMNIST, w, x, tmp, sd, heads)
+    xin = tmp / "fm_xl.safetensors"
+    st.save(xin, {"input": x, "labels": labels})
+
+    # (b) loss and gradients, (d) non-zero gradients
+    out = tmp / "fm_g.safetensors"
+    if vitc_ok(rep, "(b) fmnist grad", "grad", FMNIST, "--weights", w, "--input", xin, "--output", out):
+        res = st.load(out)
+        ref_loss, ref_g = vit_ref.loss_and_grads(vit_ref.build(sd, heads), x.double(), labels)
+        if "loss" in res:
+            e = abs(scalar(res["loss"]) - ref_loss) / max(1.0, abs(ref_loss))
+            rep.check("(b) fmnist loss", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
+        else:
+            rep.check("(b) fmnist loss", False, "no `loss` tensor in output")
+        extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
+        rep.check("(b) grad names", not extra, f"unexpected tensors {extra}")
+        worst, bad, zero = (0.0, ""), 0, []
+        for k, r in ref_g.items():
+            a = res.get("grad/" + k)
+            if a is None or a.shape != tuple(r.shape):
+                bad += 1
+                rep.check(f"grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
+                continue
+            e, idx, av, bv = grad_err(a, r)
+            worst = max(worst, (e, k))
+            if e > TOL_GRAD:
+                bad += 1
+                rep.check(f"grad/{k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
+            if not np.any(a != 0):
+                zero.append(k)
+        if not bad:
+            rep.check("(b) fmnist grads", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}")
+        rep.check("(d) grads non-zero", not zero, f"all-zero gradients: {zero}")
+
+    # (c) 10 AdamW steps on the same batch (c2: heavy decay, so a wrong no-decay grouping shows)
+    for tag, steps, lr, wd in [("(c) adamw", 10, "1e-3", "0.05"), ("(c2) adamw decay groups", 5, "1e-3", "10")]:
+        out = tmp / "fm_adamw.safetensors"
+        if vitc_ok(rep, tag, "grad", FMNIST, "--weights", w, "--input", xin, "--output", out,
+                   "--steps", steps, "--lr", lr, "--weight-decay", wd) is None:
+            continue
+        losses = st.load(out).get("losses")
+        ref, _ = vit_ref.adamw_run(vit_ref.build(sd, heads), x.double(), labels, steps, float(lr), float(wd))
+        if losses is None or losses.shape != (steps,):
+            rep.check(tag, False, f"`losses` {None if losses is None else losses.shape}, want ({steps},)")
+            continue
+        e = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses.tolist(), ref))
+        rep.check(tag, e <= TOL_LOSS, f"losses max rel err {e:.2e}; vitc {fmt(losses)} vs ref {fmt(ref)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--heads", type=int, default=None, help=f"attention heads of {FMNIST}")
+    args = ap.parse_args()
+    rep = Report()
+    rep.check("vit_ref param counts", all(vit_ref.count_params(vit_ref.model_config(k)) == v for k, v in PARAMS.items()))
+    if have_vitc(rep):
+        tmp = tmpdir()
+        test_info(rep)
+        test_deit_tiny(rep, tmp)
+        test_fmnist(rep, tmp, args.heads)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,420 @@
+/* Dataset loading (Fashion-MNIST IDX, bad files) and batch augmentation. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "test.h"
+#include "vitc/augment.h"
+#include "vitc/dataset.h"
+#include "vitc/rng.h"
+
+#define NSMALL 5
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Writes bytes to dir/name, gzip-compressed when gz, else plain. */
+static int write_file(const char *dir, const char *name, const void *data, size_t n, int gz) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (gz) {
+        gzFile f = gzopen(path, "wb");
+        if (!f) return -1;
+        int w = n ? gzwrite(f, data, (unsigned)n) : 0;
+        return gzclose(f) == Z_OK && (size_t)w == n ? 0 : -1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static unsigned char *read_raw(const char *dir, const char *name, size_t *n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+/* Pixel i of the synthetic files: a hash, so that gzip cannot shrink them much. */
+static unsigned char pix(size_t i) { return (unsigned char)((i * 2654435761u) >> 13); }
+
+/* Builds the bytes of an IDX3 image file (pixels pix(i)) / an IDX1 label file (labels i % 10). */
+static unsigned char *make_images(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols, size_t *len) {
+    *len = 16 + (size_t)n * rows * cols;
+    unsigned char *b = malloc(*len);
+    put_be32(b, magic);
+    put_be32(b + 4, n);
+    put_be32(b + 8, rows);
+    put_be32(b + 12, cols);
+    for (size_t i = 16; i < *len; i++) b[i] = pix(i - 16);
+    return b;
+}
+
+static unsigned char *make_labels(uint32_t magic, uint32_t n, size_t *len) {
+    *len = 8 + n;
+    unsigned char *b = malloc(*len);
+    put_be32(b, magic);
+    put_be32(b + 4, n);
+    for (uint32_t i = 0; i < n; i++) b[8 + i] = (unsigned char)(i % 10);
+    return b;
+}
+
+static const char *IMG = "train-images-idx3-ubyte.gz";
+static const char *LAB = "train-labels-idx1-ubyte.gz";
+
+/* Writes a valid tiny train split into dir. */
+static void write_valid(const char *dir) {
+    size_t li, ll;
+    unsigned char *im = make_images(0x803, NSMALL, 28, 28, &li);
+    unsigned char *lb = make_labels(0x801, NSMALL, &ll);
+    write_file(dir, IMG, im, li, 1);
+    write_file(dir, LAB, lb, ll, 1);
+    free(im);
+    free(lb);
+}
+
+/* Expects loading the train split of dir to fail with a message containing want. */
+static void expect_fail(vt_test *T, const char *dir, const char *want, const char *what) {
+    vt_dataset ds = {0};
+    vt_err e = {{0}};
+    int rc = vt_dataset_load_fmnist(dir, 1, &ds, &e);
+    T_CHECK(T, rc == -1, "%s: load should fail", what);
+    T_CHECK(T, strstr(e.msg, want) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e.msg, want);
+    T_CHECK(T, ds.images == NULL && ds.labels == NULL && ds.n == 0, "%s: ds touched on error", what);
+    vt_dataset_free(&ds);
+}
+
+static void test_bad_files(vt_test *T) {
+    char dir[] = "/tmp/vitc_data_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    size_t li, ll;
+    unsigned char *im, *lb;
+
+    /* valid tiny files load with exact content, also through VITC_FMNIST_DIR */
+    write_valid(dir);
+    vt_dataset ds = {0};
+    vt_err e = {{0}};
+    T_CHECK(T, vt_dataset_load_fmnist(dir, 1, &ds, &e) == 0, "valid tiny split: %s", e.msg);
+    T_CHECK(T, ds.n == NSMALL && ds.h == 28 && ds.w == 28 && ds.nclasses == 10, "shape %d %d %d", ds.n, ds.h, ds.w);
+    int ok = ds.images != NULL;
+    for (size_t i = 0; ok && i < (size_t)NSMALL * 784; i++) ok = ds.images[i] == pix(i);
+    for (int i = 0; ok && i < NSMALL; i++) ok = ds.labels[i] == i % 10;
+    T_CHECK(T, ok, "tiny split content differs");
+    vt_dataset_free(&ds);
+    const char *old = getenv("VITC_FMNIST_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("VITC_FMNIST_DIR", dir, 1);
+    T_CHECK(T, strcmp(vt_fmnist_dir(), dir) == 0, "env dir %s", vt_fmnist_dir());
+    T_CHECK(T, vt_dataset_load_fmnist(NULL, 1, &ds, &e) == 0 && ds.n == NSMALL, "env dir load: %s", e.msg);
+    vt_dataset_free(&ds);
+    if (saved) setenv("VITC_FMNIST_DIR", saved, 1);
+    else unsetenv("VITC_FMNIST_DIR");
+    free(saved);
+
+    /* subset keeps the first k */
+    T_CHECK(T, vt_dataset_load_fmnist(dir, 1, &ds, &e) == 0, "reload: %s", e.msg);
+    T_CHECK(T, vt_dataset_subset(&ds, 3, &e) == 0 && ds.n == 3, "subset 3: n=%d", ds.n);
+    T_CHECK(T, ds.labels[2] == 2 && ds.images[784 * 2 + 5] == pix(784 * 2 + 5),
+            "subset content");
+    T_CHECK(T, vt_dataset_subset(&ds, 100, &e) == 0 && ds.n == 3, "subset larger than n keeps n");
+    vt_clearerr(&e);
+    T_CHECK(T, vt_dataset_subset(&ds, 0, &e) == -1 && strstr(e.msg, ">= 1"), "subset 0: %s", e.msg);
+    vt_dataset_free(&ds);
+
+    /* missing directory / file */
+    expect_fail(T, "/nonexistent/vitc", "dataset-fashion-mnist", "missing dir");
+
+    /* bad magic numbers (swapped files: clear hint) */
+    im = make_images(0x801, NSMALL, 28, 28, &li);
+    write_file(dir, IMG, im, li, 1);
+    free(im);
+    expect_fail(T, dir, "bad magic number 0x00000801", "image magic");
+    write_valid(dir);
+    lb = make_labels(0x803, NSMALL, &ll);
+    write_file(dir, LAB, lb, ll, 1);
+    free(lb);
+    expect_fail(T, dir, "bad magic number 0x00000803", "label magic");
+
+    /* bad dimensions */
+    write_valid(dir);
+    im = make_images(0x803, NSMALL, 0, 28, &li);
+    write_file(dir, IMG, im, li, 1);
+    free(im);
+    expect_fail(T, dir, "image size 0x28", "zero rows");
+    im = make_images(0x803, NSMALL, 32, 32, &li);
+    write_file(dir, IMG, im, li, 1);
+    free(im);
+    expect_fail(T, dir, "must be 28x28", "32x32 images");
+
+    /* count mismatch */
+    write_valid(dir);
+    lb = make_labels(0x801, NSMALL + 1, &ll);
+    write_file(dir, LAB, lb, ll, 1);
+    free(lb);
+    expect_fail(T, dir, "count mismatch", "count mismatch");
+
+    /* label out of range */
+    lb = make_labels(0x801, NSMALL, &ll);
+    lb[8 + 3] = 10;
+    write_file(dir, LAB, lb, ll, 1);
+    free(lb);
+    expect_fail(T, dir, "label 10 of item 3", "label 10");
+
+    /* payload shorter than the header says */
+    write_valid(dir);
+    im = make_images(0x803, NSMALL, 28, 28, &li);
+    write_file(dir, IMG, im, li - 100, 1);
+    free(im);
+    expect_fail(T, dir, "truncated file", "short payload");
+    write_valid(dir);
+    lb = make_labels(0x801, NSMALL, &ll);
+    write_file(dir, LAB, lb, 6, 1);
+    free(lb);
+    expect_fail(T, dir, "truncated file", "short label header");
+
+    /* trailing bytes */
+    write_valid(dir);
+    im = make_images(0x803, NSMALL + 1, 28, 28, &li);
+    put_be32(im + 4, NSMALL);
+    write_file(dir, IMG, im, li, 1);
+    free(im);
+    expect_fail(T, dir, "trailing data", "trailing bytes");
+
+    /* truncated gzip stream (compressed file cut in half) and corrupted compressed bytes */
+    write_valid(dir);
+    size_t gzlen;
+    unsigned char *gz = read_raw(dir, IMG, &gzlen);
+    T_CHECK(T, gz && gzlen > 100, "read back gz");
+    if (gz && gzlen > 100) {
+        write_file(dir, IMG, gz, gzlen / 2, 0);
+        expect_fail(T, dir, "truncated", "gzip cut in half");
+        write_file(dir, IMG, gz, gzlen - 4, 0); /* all data present, gzip trailer (length) missing */
+        expect_fail(T, dir, "truncated gzip stream", "gzip trailer cut");
+        unsigned char *bad = malloc(gzlen);
+        memcpy(bad, gz, gzlen);
+        for (size_t i = 20; i < 40; i++) bad[i] ^= 0x5a;
+        write_file(dir, IMG, bad, gzlen, 0);
+        expect_fail(T, dir, "corrupt gzip data", "corrupted gzip");
+        memcpy(bad, gz, gzlen);
+        bad[gzlen - 8] ^= 0xff; /* CRC */
+        write_file(dir, IMG, bad, gzlen, 0);
+        expect_fail(T, dir, "corrupt gzip data", "bad gzip crc");
+        free(bad);
+    }
+    free(gz);
+
+    /* plain (uncompressed) IDX files are accepted too */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, IMG);
+    unlink(path);
+    im = make_images(0x803, NSMALL, 28, 28, &li);
+    write_file(dir, "train-images-idx3-ubyte", im, li, 0);
+    free(im);
+    T_CHECK(T, vt_dataset_load_fmnist(dir, 1, &ds, &e) == 0 && ds.n == NSMALL, "plain idx: %s", e.msg);
+    vt_dataset_free(&ds);
+
+    const char *names[] = {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    T_CHECK(T, rmdir(dir) == 0, "temp dir %s not empty", dir);
+}
+
+static void test_real_fmnist(vt_test *T) {
+    const char *dir = vt_fmnist_dir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "note [data]: %s missing, real Fashion-MNIST checks skipped\n", path);
+        return;
+    }
+    vt_err e = {{0}};
+    for (int train = 1; train >= 0; train--) {
+        vt_dataset ds = {0};
+        int rc = vt_dataset_load_fmnist(NULL, train, &ds, &e);
+        T_CHECK(T, rc == 0, "load %s: %s", train ? "train" : "test", e.msg);
+        if (rc) continue;
+        int want = train ? 60000 : 10000;
+        T_CHECK(T, ds.n == want && ds.h == 28 && ds.w == 28, "n=%d h=%d w=%d", ds.n, ds.h, ds.w);
+        int hist[10] = {0};
+        for (int i = 0; i < ds.n; i++) hist[ds.labels[i]]++;
+        int ok = 1;
+        for (int c = 0; c < 10; c++) ok &= hist[c] == want / 10;
+        T_CHECK(T, ok, "label histogram %d %d %d ... (want %d each)", hist[0], hist[1], hist[2], want / 10);
+        double mean = 0;
+        for (size_t i = 0; i < (size_t)ds.n * 784; i++) mean += ds.images[i];
+        mean /= 255.0 * ds.n * 784;
+        T_CHECK(T, fabs(mean - VT_FMNIST_MEAN) < 0.005, "pixel mean %.4f vs %.4f", mean, (double)VT_FMNIST_MEAN);
+        vt_dataset_free(&ds);
+    }
+    T_CHECK(T, strcmp(vt_fmnist_class_name(9), "Ankle boot") == 0 && strcmp(vt_fmnist_class_name(10), "?") == 0,
+            "class names");
+}
+
+/* A synthetic dataset of n random h x w images with labels i % 10. */
+static vt_dataset synth(int n, int h, int w, uint64_t seed) {
+    vt_dataset ds = {n, h, w, 10, NULL, NULL};
+    ds.images = vt_alloc((size_t)n * h * w, NULL);
+    ds.labels = vt_alloc((size_t)n, NULL);
+    vt_rng r;
+    vt_rng_seed(&r, seed);
+    for (size_t i = 0; i < (size_t)n * h * w; i++) ds.images[i] = (uint8_t)vt_rng_below(&r, 256);
+    for (int i = 0; i < n; i++) ds.labels[i] = (uint8_t)(i % 10);
+    return ds;
+}
+
+static void test_augment(vt_test *T) {
+    enum { N = 40, H = 28, W = 28, B = 32 };
+    vt_dataset ds = synth(N, H, W, 7);
+    ds.images[0] = 0;
+    ds.images[1] = 255;
+    int idx[B];
+    for (int b = 0; b < B; b++) idx[b] = (b * 7 + 3) % N;
+    idx[0] = 0;
+    const size_t hw = H * W;
+    float *plain = malloc(sizeof(float) * B * hw), *x = malloc(sizeof(float) * B * hw),
+          *y = malloc(sizeof(float) * B * hw);
+    int labels[B];
+    vt_err e = {{0}};
+    vt_rng r;
+    vt_rng_seed(&r, 1);
+
+    /* normalisation only */
+    vt_augment a = {VT_FMNIST_MEAN, VT_FMNIST_STD, 0, 0};
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, NULL, plain, labels, &e) == 0, "plain batch: %s", e.msg);
+    double maxd = 0;
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < hw; i++) {
+            double want = ((double)ds.images[(size_t)idx[b] * hw + i] / 255.0 - 0.2860) / 0.3530;
+            double d = fabs(plain[(size_t)b * hw + i] - want);
+            if (d > maxd) maxd = d;
+        }
+    T_CHECK(T, maxd < 1e-5, "normalisation max error %g", maxd);
+    T_CHECK(T, fabs(plain[0] - (-0.2860 / 0.3530)) < 1e-6, "black pixel -> %f", (double)plain[0]);
+    T_CHECK(T, fabs(plain[1] - (1 - 0.2860) / 0.3530) < 1e-6, "white pixel -> %f", (double)plain[1]);
+    int lok = 1;
+    for (int b = 0; b < B; b++) lok &= labels[b] == ds.labels[idx[b]];
+    T_CHECK(T, lok, "labels");
+    const float black = plain[0];
+
+    /* flip only: every image is the plain one or its exact mirror; both occur */
+    a.hflip = 1;
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, &r, x, NULL, &e) == 0, "flip batch: %s", e.msg);
+    int nflip = 0, nsame = 0, bad = 0;
+    for (int b = 0; b < B; b++) {
+        const float *p = plain + b * hw, *q = x + b * hw;
+        int same = memcmp(p, q, hw * sizeof(float)) == 0, mirror = 1;
+        for (int i = 0; i < H && mirror; i++)
+            for (int j = 0; j < W && mirror; j++) mirror = q[i * W + j] == p[i * W + (W - 1 - j)];
+        nflip += mirror && !same;
+        nsame += same;
+        bad += !same && !mirror;
+    }
+    T_CHECK(T, bad == 0 && nflip > 0 && nsame > 0, "flip: %d mirrored, %d unchanged, %d neither", nflip, nsame, bad);
+
+    /* crop only: each image is the plain one shifted by some (dy, dx) in [-4, 4], black where shifted in */
+    a.hflip = 0;
+    a.pad = 4;
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, &r, x, NULL, &e) == 0, "crop batch: %s", e.msg);
+    int nomatch = 0, nshifts = 0, seen[9][9] = {{0}};
+    for (int b = 0; b < B; b++) {
+        const float *p = plain + b * hw, *q = x + b * hw;
+        int found = 0;
+        for (int dy = -4; dy <= 4; dy++)
+            for (int dx = -4; dx <= 4; dx++) {
+                int m = 1;
+                for (int i = 0; i < H && m; i++)
+                    for (int j = 0; j < W && m; j++) {
+                        int si = i + dy, sj = j + dx;
+                        float want = si >= 0 && si < H && sj >= 0 && sj < W ? p[si * W + sj] : black;
+                        m = q[i * W + j] == want;
+                    }
+                if (m) {
+                    found++;
+                    if (!seen[dy + 4][dx + 4]++) nshifts++;
+                }
+            }
+        nomatch += found != 1;
+    }
+    T_CHECK(T, nomatch == 0, "crop: %d images not exactly one shift of their source", nomatch);
+    T_CHECK(T, nshifts > 5, "crop: only %d distinct offsets in %d images", nshifts, B);
+
+    /* same seed -> same batch; different seed -> different batch */
+    a.hflip = 1;
+    vt_rng r1, r2;
+    vt_rng_seed(&r1, 42);
+    vt_rng_seed(&r2, 42);
+    vt_augment_batch(&ds, idx, B, &a, &r1, x, NULL, &e);
+    vt_augment_batch(&ds, idx, B, &a, &r2, y, NULL, &e);
+    T_CHECK(T, memcmp(x, y, sizeof(float) * B * hw) == 0, "same seed gave different batches");
+    vt_rng_seed(&r2, 43);
+    vt_augment_batch(&ds, idx, B, &a, &r2, y, NULL, &e);
+    T_CHECK(T, memcmp(x, y, sizeof(float) * B * hw) != 0, "different seeds gave the same batch");
+
+    /* defaults and errors */
+    vt_augment d = vt_augment_fmnist(1), t = vt_augment_fmnist(0);
+    T_CHECK(T, d.pad == 4 && d.hflip == 1 && t.pad == 0 && t.hflip == 0 && d.mean == 0.2860f && d.std == 0.3530f,
+            "fmnist defaults");
+    idx[5] = N;
+    vt_clearerr(&e);
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, &r, x, NULL, &e) == -1 && strstr(e.msg, "out of range"),
+            "bad index: %s", e.msg);
+    idx[5] = 0;
+    vt_clearerr(&e);
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, NULL, x, NULL, &e) == -1 && strstr(e.msg, "rng"), "no rng: %s",
+            e.msg);
+    a.std = 0;
+    vt_clearerr(&e);
+    T_CHECK(T, vt_augment_batch(&ds, idx, B, &a, &r, x, NULL, &e) == -1 && strstr(e.msg, "std"), "std 0: %s", e.msg);
+
+    /* shuffle: a permutation, deterministic per seed */
+    enum { M = 1000 };
+    int p1[M], p2[M], cnt[M] = {0};
+    vt_iota(p1, M);
+    vt_iota(p2, M);
+    vt_rng_seed(&r1, 9);
+    vt_rng_seed(&r2, 9);
+    vt_shuffle(p1, M, &r1);
+    vt_shuffle(p2, M, &r2);
+    int perm = 1, fixed = 0;
+    for (int i = 0; i < M; i++) {
+        if (p1[i] < 0 || p1[i] >= M || cnt[p1[i]]++) perm = 0;
+        fixed += p1[i] == i;
+    }
+    T_CHECK(T, perm, "shuffle is not a permutation");
+    T_CHECK(T, fixed < 20, "shuffle left %d of %d in place", fixed, M);
+    T_CHECK(T, memcmp(p1, p2, sizeof p1) == 0, "shuffle not deterministic");
+    vt_shuffle(p1, 1, &r1);
+    vt_shuffle(p1, 0, &r1);
+
+    free(plain);
+    free(x);
+    free(y);
+    vt_dataset_free(&ds);
+}
+
+void test_data(vt_test *T) {
+    test_bad_files(T);
+    test_augment(T);
+    test_real_fmnist(T);
+}

@@ -1,0 +1,131 @@
+/* metrics.csv rows and the gnuplot curves. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "vitc/metrics.h"
+
+static int have_gnuplot(void) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char *copy = strdup(path), *save = NULL;
+    int found = 0;
+    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        char f[1024];
+        snprintf(f, sizeof f, "%s/gnuplot", d[0] ? d : ".");
+        found = access(f, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = calloc((size_t)n + 1, 1);
+    size_t r = fread(b, 1, (size_t)n, f);
+    b[r] = '\0';
+    fclose(f);
+    return b;
+}
+
+static void rm(const char *dir, const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    unlink(p);
+}
+
+void test_metrics(vt_test *T) {
+    char dir[] = "/tmp/vitc_metrics_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    char csv[1024], png[1024], gp[1024];
+    snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
+    snprintf(png, sizeof png, "%s/curves.png", dir);
+    snprintf(gp, sizeof gp, "%s/curves.gp", dir);
+    vt_err e = {{0}};
+
+    /* plotting without metrics fails clearly */
+    T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "metrics.csv"), "no csv: %s", e.msg);
+
+    /* rows: header once, NaN as empty fields */
+    for (int ep = 1; ep <= 3; ep++) {
+        vt_metrics_row r = {ep, ep * 100, 2.0 / ep, 0.3 * ep, ep == 2 ? NAN : 2.2 / ep, ep == 2 ? NAN : 0.28 * ep,
+                            1e-3 / ep, 1234.5, 10.25 * ep};
+        vt_clearerr(&e);
+        T_CHECK(T, vt_metrics_append(dir, &r, &e) == 0, "append %d: %s", ep, e.msg);
+    }
+    char *text = slurp(csv);
+    const char *want = VT_METRICS_HEADER "\n"
+                                         "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n"
+                                         "2,200,1,0.6,,,0.0005,1234.5,20.5\n"
+                                         "3,300,0.666666667,0.9,0.733333333,0.84,0.000333333333,1234.5,30.75\n";
+    T_CHECK(T, text && strcmp(text, want) == 0, "metrics.csv is\n%s\nwant\n%s", text ? text : "(none)", want);
+    free(text);
+
+    /* the curves */
+    if (have_gnuplot()) {
+        vt_clearerr(&e);
+        int rc = vt_plot_curves(dir, &e);
+        T_CHECK(T, rc == 0, "plot: %s", e.msg);
+        unsigned char sig[8] = {0};
+        FILE *f = fopen(png, "rb");
+        size_t n = f ? fread(sig, 1, 8, f) : 0;
+        if (f) fclose(f);
+        T_CHECK(T, n == 8 && memcmp(sig, "\x89PNG\r\n\x1a\n", 8) == 0, "curves.png lacks the PNG signature");
+        struct stat st;
+        T_CHECK(T, stat(png, &st) == 0 && st.st_size > 2000, "curves.png too small");
+        char *script = slurp(gp);
+        T_CHECK(T, script && strstr(script, "$test_acc << EOD\n# epoch value\n1 28\n3 84\nEOD") && strstr(script, "multiplot"),
+                "curves.gp data block");
+        free(script);
+
+        /* gnuplot missing: a clear error, script still written */
+        const char *old = getenv("PATH");
+        char *saved = old ? strdup(old) : NULL;
+        setenv("PATH", "/nonexistent-vitc-path", 1);
+        vt_clearerr(&e);
+        rc = vt_plot_curves(dir, &e);
+        if (saved) setenv("PATH", saved, 1);
+        else unsetenv("PATH");
+        free(saved);
+        T_CHECK(T, rc == -1 && strstr(e.msg, "gnuplot not found") && strstr(e.msg, "gnuplot-nox"),
+                "missing gnuplot: %s", e.msg);
+        T_CHECK(T, access(gp, R_OK) == 0, "curves.gp not written");
+    } else {
+        fprintf(stderr, "note [metrics]: gnuplot not on PATH, PNG check skipped\n");
+        vt_clearerr(&e);
+        T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "gnuplot"), "missing gnuplot: %s", e.msg);
+    }
+
+    /* a foreign header is refused, not appended to */
+    FILE *f = fopen(csv, "w");
+    fputs("a,b,c\n1,2,3\n", f);
+    fclose(f);
+    vt_metrics_row r = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_append(dir, &r, &e) == -1 && strstr(e.msg, "header"), "foreign header: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "header"), "plot foreign header: %s", e.msg);
+
+    /* malformed row */
+    f = fopen(csv, "w");
+    fprintf(f, "%s\n1,2,3\n", VT_METRICS_HEADER);
+    fclose(f);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, ":2: malformed"), "malformed row: %s", e.msg);
+
+    rm(dir, "metrics.csv");
+    rm(dir, "curves.png");
+    rm(dir, "curves.gp");
+    T_CHECK(T, rmdir(dir) == 0, "temp dir %s not empty", dir);
+}

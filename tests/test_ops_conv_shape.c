@@ -1,0 +1,494 @@
+/* Convolution, pooling and shape ops: finite-difference gradient checks on edge shapes (run at several OpenMP
+ * thread counts so both the image-parallel and the BLAS-parallel conv paths are covered), forward values
+ * against naive double-precision references, MAC counts, and build-time shape errors. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vitc/ops.h"
+
+/* ---- builders for gc_case ---- */
+
+static vt_tensor *b_conv(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_conv2d(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0], c->ia[1], c->ia[2]);
+}
+static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
+}
+static vt_tensor *b_mean(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_mean(g, x[0], c->ia[0]); }
+static vt_tensor *b_avgpool(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_avgpool2d(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
+}
+static vt_tensor *b_concat(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_concat(g, x, c->nx, c->ia[0]); }
+static vt_tensor *b_slice(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_slice(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
+}
+static vt_tensor *b_permute(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_permute(g, x[0], c->ia); }
+static vt_tensor *b_split(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_split_heads(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
+}
+static vt_tensor *b_merge(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_merge_heads(g, x[0]);
+}
+static vt_tensor *b_prepend(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_prepend_tokens(g, x[0], x[1]);
+}
+/* split -> merge -> slice -> concat chain: gradients flow through several shape ops back to back. */
+static vt_tensor *b_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    vt_tensor *h = vt_merge_heads(g, vt_split_heads(g, x[0], 2, 2, 3));           /* (2, 3, 6) */
+    vt_tensor *parts[2] = {vt_slice(g, h, 2, 4, 2), vt_slice(g, x[0], 2, 0, 4)}; /* (2, 3, 2), (2, 3, 4) */
+    const int p[3] = {0, 2, 1};
+    return vt_permute(g, vt_concat(g, parts, 2, 2), p);
+}
+
+/* ---- a tiny harness for forward-value checks: operands are parameters filled with N(0, 1) ---- */
+
+typedef struct {
+    vt_params *P;
+    vt_graph *g;
+    vt_rng r;
+    vt_err e;
+} fenv;
+
+static void fenv_open(fenv *f) {
+    memset(f, 0, sizeof *f);
+    f->P = vt_params_new(&f->e);
+    f->g = vt_graph_new(f->P, 0, &f->e);
+    vt_rng_seed(&f->r, 99);
+}
+
+static vt_tensor *fenv_param(fenv *f, const char *name, int ndim, const int *shape) {
+    vt_tensor *t = vt_param(f->g, name, ndim, shape, (vt_init){VT_INIT_ZERO, 0});
+    if (t)
+        for (int64_t i = 0; i < t->numel; i++) t->data[i] = vt_rng_normal(&f->r);
+    return t;
+}
+
+/* Finalizes and runs the graph; returns 0 on success (a failed build is recorded as a failed check). */
+static int fenv_run(vt_test *T, fenv *f, vt_tensor *y, const char *what) {
+    vt_graph_output(f->g, y);
+    if (vt_graph_finalize(f->g, &f->e)) {
+        T_CHECK(T, 0, "%s: build failed: %s", what, f->e.msg);
+        return -1;
+    }
+    vt_graph_forward(f->g);
+    return 0;
+}
+
+static void fenv_close(fenv *f) {
+    vt_graph_free(f->g);
+    vt_params_free(f->P);
+}
+
+/* max |y - ref| / max(1, max |ref|) */
+static double rel_err(const float *y, const double *ref, int64_t n) {
+    double e = 0.0, m = 1.0;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, fabs(y[i] - ref[i]));
+        m = fmax(m, fabs(ref[i]));
+    }
+    return e / m;
+}
+
+/* ---- conv2d against a direct double-precision convolution ---- */
+
+typedef struct {
+    int B, Cin, H, W, Cout, kh, kw, s, p, G, bias;
+} convcfg;
+
+static void conv_naive(const convcfg *c, const float *x, const float *w, const float *b, double *y, int Ho, int Wo) {
+    const int Cg = c->Cin / c->G, Og = c->Cout / c->G;
+    for (int n = 0; n < c->B; n++)
+        for (int o = 0; o < c->Cout; o++)
+            for (int oh = 0; oh < Ho; oh++)
+                for (int ow = 0; ow < Wo; ow++) {
+                    double s = b ? b[o] : 0.0;
+                    const int grp = o / Og;
+                    for (int ci = 0; ci < Cg; ci++)
+                        for (int ki = 0; ki < c->kh; ki++)
+                            for (int kj = 0; kj < c->kw; kj++) {
+                                const int ih = oh * c->s - c->p + ki, iw = ow * c->s - c->p + kj;
+                                if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W) continue;
+                                s += (double)w[((o * Cg + ci) * c->kh + ki) * c->kw + kj] *
+                                     x[((n * c->Cin + grp * Cg + ci) * c->H + ih) * c->W + iw];
+                            }
+                    y[((n * c->Cout + o) * Ho + oh) * Wo + ow] = s;
+                }
+}
+
+static void check_conv_values(vt_test *T) {
+    static const convcfg cfgs[] = {
+        {2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1},   /* dense 3x3, non-square */
+        {3, 4, 9, 6, 6, 3, 3, 2, 1, 2, 1},   /* groups 2, stride 2, odd H */
+        {2, 6, 8, 7, 6, 3, 3, 1, 1, 6, 1},   /* depthwise */
+        {1, 5, 11, 9, 5, 7, 7, 2, 3, 5, 0},  /* depthwise 7x7, stride 2, pad 3, B=1 */
+        {2, 3, 7, 7, 6, 3, 3, 1, 0, 3, 1},   /* channel multiplier 2 (grouped, not depthwise) */
+        {2, 8, 5, 6, 4, 1, 1, 1, 0, 1, 1},   /* pointwise */
+        {2, 8, 5, 6, 4, 1, 1, 2, 0, 2, 0},   /* 1x1 stride 2 grouped */
+        {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1}, /* patch embedding */
+        {1, 2, 6, 5, 3, 5, 3, 3, 2, 1, 1},   /* kh != kw, stride 3 */
+        {4, 2, 3, 4, 2, 3, 3, 1, 2, 1, 1},   /* padding larger than needed */
+    };
+    const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
+    for (int ti = 0; ti < 3; ti++) {
+        omp_set_num_threads(threads[ti]);
+        for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+            const convcfg *c = &cfgs[k];
+            fenv f;
+            fenv_open(&f);
+            const int xs[4] = {c->B, c->Cin, c->H, c->W}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
+                      bs[1] = {c->Cout};
+            vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
+            vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
+            vt_tensor *y = vt_conv2d(f.g, x, w, b, c->s, c->p, c->G);
+            if (fenv_run(T, &f, y, "conv2d values") == 0) {
+                const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
+                T_CHECK(T, y->shape[2] == Ho && y->shape[3] == Wo, "conv cfg %zu: output %dx%d, expected %dx%d", k,
+                        y->shape[2], y->shape[3], Ho, Wo);
+                double ref[4096];
+                conv_naive(c, x->data, w->data, b ? b->data : NULL, ref, Ho, Wo);
+                double err = rel_err(y->data, ref, y->numel);
+                T_CHECK(T, err < 1e-5, "conv cfg %zu (%d threads): rel err %g", k, threads[ti], err);
+                T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
+                        "conv cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
+            }
+            fenv_close(&f);
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
+/* ---- depthwise channels-last conv against a direct reference ---- */
+
+static void check_dwconv_nhwc_values(vt_test *T) {
+    static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0}};
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        const int B = cfgs[k][0], H = cfgs[k][1], W = cfgs[k][2], C = cfgs[k][3], K = cfgs[k][4], p = cfgs[k][5];
+        fenv f;
+        fenv_open(&f);
+        const int xs[4] = {B, H, W, C}, ws[4] = {C, 1, K, K}, bs[1] = {C};
+        vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws), *b = fenv_param(&f, "b", 1, bs);
+        vt_tensor *y = vt_dwconv_nhwc(f.g, x, w, b, p);
+        if (fenv_run(T, &f, y, "dwconv_nhwc values") == 0) {
+            const int Ho = H + 2 * p - K + 1, Wo = W + 2 * p - K + 1;
+            double ref[2048];
+            for (int n = 0; n < B; n++)
+                for (int oh = 0; oh < Ho; oh++)
+                    for (int ow = 0; ow < Wo; ow++)
+                        for (int c = 0; c < C; c++) {
+                            double s = b->data[c];
+                            for (int ki = 0; ki < K; ki++)
+                                for (int kj = 0; kj < K; kj++) {
+                                    const int ih = oh - p + ki, iw = ow - p + kj;
+                                    if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                    s += (double)w->data[(c * K + ki) * K + kj] * x->data[((n * H + ih) * W + iw) * C + c];
+                                }
+                            ref[((n * Ho + oh) * Wo + ow) * C + c] = s;
+                        }
+            T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo, "dwconv_nhwc cfg %zu: bad output shape", k);
+            double err = rel_err(y->data, ref, y->numel);
+            T_CHECK(T, err < 1e-5, "dwconv_nhwc cfg %zu: rel err %g", k, err);
+            T_CHECK(T, vt_graph_macs(f.g) == (int64_t)B * Ho * Wo * C * K * K, "dwconv_nhwc MACs %lld",
+                    (long long)vt_graph_macs(f.g));
+        }
+        fenv_close(&f);
+    }
+}
+
+/* ---- pooling values ---- */
+
+static void check_pool_values(vt_test *T) {
+    static const int cfgs[][7] = {/* B, C, H, W, k, s, pad */ {2, 3, 5, 7, 3, 1, 1}, {1, 2, 7, 5, 2, 2, 0},
+                                  {1, 2, 6, 5, 3, 2, 1}};
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        const int B = cfgs[k][0], C = cfgs[k][1], H = cfgs[k][2], W = cfgs[k][3], K = cfgs[k][4], s = cfgs[k][5],
+                  p = cfgs[k][6];
+        fenv f;
+        fenv_open(&f);
+        const int xs[4] = {B, C, H, W};
+        vt_tensor *x = fenv_param(&f, "x", 4, xs), *y = vt_avgpool2d(f.g, x, K, s, p);
+        if (fenv_run(T, &f, y, "avgpool2d values") == 0) {
+            const int Ho = (H + 2 * p - K) / s + 1, Wo = (W + 2 * p - K) / s + 1;
+            double ref[1024];
+            for (int pl = 0; pl < B * C; pl++)
+                for (int oh = 0; oh < Ho; oh++)
+                    for (int ow = 0; ow < Wo; ow++) {
+                        double acc = 0.0;
+                        for (int ki = 0; ki < K; ki++)
+                            for (int kj = 0; kj < K; kj++) {
+                                const int ih = oh * s - p + ki, iw = ow * s - p + kj;
+                                if (ih >= 0 && ih < H && iw >= 0 && iw < W) acc += x->data[(pl * H + ih) * W + iw];
+                            }
+                        ref[(pl * Ho + oh) * Wo + ow] = acc / (K * K); /* padding counted in the divisor */
+                    }
+            T_CHECK(T, y->shape[2] == Ho && y->shape[3] == Wo, "avgpool cfg %zu: bad output shape", k);
+            double err = rel_err(y->data, ref, y->numel);
+            T_CHECK(T, err < 1e-6, "avgpool cfg %zu: rel err %g", k, err);
+        }
+        fenv_close(&f);
+    }
+    /* mean over tokens (B, N, C) axis 1 with C wider than the kernel's block */
+    fenv f;
+    fenv_open(&f);
+    const int xs[3] = {3, 5, 300};
+    vt_tensor *x = fenv_param(&f, "x", 3, xs), *y = vt_mean(f.g, x, 1);
+    if (fenv_run(T, &f, y, "mean values") == 0) {
+        double ref[900];
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 300; c++) {
+                double s = 0;
+                for (int t = 0; t < 5; t++) s += x->data[(b * 5 + t) * 300 + c];
+                ref[b * 300 + c] = s / 5;
+            }
+        T_CHECK(T, y->ndim == 2 && y->shape[0] == 3 && y->shape[1] == 300, "mean: bad output shape");
+        T_CHECK(T, rel_err(y->data, ref, 900) < 1e-6, "mean: rel err %g", rel_err(y->data, ref, 900));
+    }
+    fenv_close(&f);
+}
+
+/* ---- shape-op values ---- */
+
+/* Checks vt_permute of a random tensor against direct index arithmetic. */
+static void check_permute_case(vt_test *T, int nd, const int *shape, const int *perm) {
+    fenv f;
+    fenv_open(&f);
+    vt_tensor *x = fenv_param(&f, "x", nd, shape), *y = vt_permute(f.g, x, perm);
+    if (fenv_run(T, &f, y, "permute values") == 0) {
+        int64_t ist[VT_MAXDIM], bad = 0;
+        ist[nd - 1] = 1;
+        for (int d = nd - 2; d >= 0; d--) ist[d] = ist[d + 1] * shape[d + 1];
+        for (int64_t i = 0; i < y->numel; i++) {
+            int64_t t = i, src = 0;
+            for (int d = nd - 1; d >= 0; d--) {
+                src += t % y->shape[d] * ist[perm[d]];
+                t /= y->shape[d];
+            }
+            bad += y->data[i] != x->data[src];
+        }
+        T_CHECK(T, bad == 0, "permute %d-D (first perm %d, %d): %lld wrong elements", nd, perm[0], perm[1],
+                (long long)bad);
+    }
+    fenv_close(&f);
+}
+
+static void check_shape_values(vt_test *T) {
+    {
+        const int s[3] = {3, 37, 45}, p[3] = {0, 2, 1};
+        check_permute_case(T, 3, s, p);
+    }
+    {
+        const int s[4] = {2, 33, 5, 40}, p[4] = {0, 2, 1, 3};
+        check_permute_case(T, 4, s, p);
+    }
+    {
+        const int s[4] = {2, 3, 35, 36}, p[4] = {0, 2, 3, 1}; /* NCHW -> NHWC */
+        check_permute_case(T, 4, s, p);
+    }
+    {
+        const int s[4] = {2, 35, 36, 3}, p[4] = {0, 3, 1, 2}; /* NHWC -> NCHW */
+        check_permute_case(T, 4, s, p);
+    }
+    {
+        const int s[5] = {2, 3, 4, 5, 6}, p[5] = {4, 2, 0, 3, 1};
+        check_permute_case(T, 5, s, p);
+    }
+    {
+        const int s[5] = {2, 1, 40, 3, 33}, p[5] = {3, 4, 1, 0, 2};
+        check_permute_case(T, 5, s, p);
+    }
+    {
+        const int s[2] = {1, 7}, p[2] = {1, 0};
+        check_permute_case(T, 2, s, p);
+    }
+    /* split_heads / merge_heads / prepend_tokens / concat / slice against index arithmetic */
+    fenv f;
+    fenv_open(&f);
+    const int B = 2, N = 3, H = 2, dh = 4, Ct = 13, off = 3, xs[3] = {B, N, Ct}, ts[3] = {1, 2, H * dh};
+    vt_tensor *x = fenv_param(&f, "x", 3, xs), *tok = fenv_param(&f, "tok", 3, ts);
+    vt_tensor *sp = vt_split_heads(f.g, x, off, H, dh), *mg = vt_merge_heads(f.g, sp);
+    vt_tensor *pre = vt_prepend_tokens(f.g, mg, tok);
+    vt_tensor *parts[3] = {vt_slice(f.g, x, 2, 0, 5), vt_slice(f.g, x, 2, 5, 1), vt_slice(f.g, x, 2, 6, 7)};
+    vt_tensor *cat = vt_concat(f.g, parts, 3, -1);
+    vt_graph_output(f.g, sp);
+    vt_graph_output(f.g, mg);
+    vt_graph_output(f.g, cat);
+    if (fenv_run(T, &f, pre, "shape values") == 0) {
+        int bad = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < N; t++)
+                    for (int d = 0; d < dh; d++) {
+                        float v = x->data[(b * N + t) * Ct + off + h * dh + d];
+                        bad += sp->data[((b * H + h) * N + t) * dh + d] != v;
+                        bad += mg->data[(b * N + t) * H * dh + h * dh + d] != v;
+                        bad += pre->data[(b * (N + 2) + 2 + t) * H * dh + h * dh + d] != v;
+                    }
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < 2 * H * dh; i++) bad += pre->data[b * (N + 2) * H * dh + i] != tok->data[i];
+        T_CHECK(T, bad == 0, "split/merge/prepend: %d wrong elements", bad);
+        T_CHECK(T, memcmp(cat->data, x->data, sizeof(float) * (size_t)x->numel) == 0,
+                "concat of the slices of x differs from x");
+    }
+    fenv_close(&f);
+}
+
+/* ---- build-time errors ---- */
+
+static void expect_error(vt_test *T, const char *what, vt_tensor *y, vt_graph *g, const char *s1, const char *s2,
+                         const char *s3) {
+    vt_err e = {{0}};
+    T_CHECK(T, y == NULL, "%s: builder returned a tensor", what);
+    T_CHECK(T, vt_graph_finalize(g, &e) != 0, "%s: finalize succeeded", what);
+    T_CHECK(T, strstr(e.msg, s1) && strstr(e.msg, s2) && (!s3 || strstr(e.msg, s3)), "%s: message lacks %s/%s/%s: %s",
+            what, s1, s2, s3 ? s3 : "", e.msg);
+}
+
+static void check_errors(vt_test *T) {
+    const int xs[4] = {2, 4, 8, 8}, ws[4] = {4, 3, 3, 3}, t3[3] = {2, 3, 4}, t3b[3] = {2, 5, 4};
+    struct {
+        const char *what, *s1, *s2, *s3;
+    } want[] = {
+        {"conv2d Cin/groups", "conv2d", "(2, 4, 8, 8)", "(4, 3, 3, 3)"},
+        {"conv2d kernel too big", "conv2d", "(2, 4, 8, 8)", "stem.weight"},
+        {"dwconv_nhwc channels", "dwconv_nhwc", "(2, 4, 8, 8)", "(4, 3, 3, 3)"},
+        {"concat mismatch", "concat", "(2, 5, 4)", "(2, 3, 4)"},
+        {"slice range", "slice", "(2, 3, 4)", "[3, 5)"},
+        {"permute repeated axis", "permute", "(2, 3, 4)", "0, 0, 1"},
+        {"avgpool padding", "avgpool2d", "(2, 4, 8, 8)", NULL},
+        {"mean axis", "mean", "(2, 3, 4)", NULL},
+        {"split_heads range", "split_heads", "(2, 3, 4)", NULL},
+        {"prepend_tokens width", "prepend_tokens", "(2, 3, 4)", "(2, 5, 4)"},
+    };
+    for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_tensor *x4 = vt_input(g, "x", 4, xs), *a = vt_input(g, "a", 3, t3), *b = vt_input(g, "b", 3, t3b), *y;
+        switch (k) {
+        case 0: y = vt_conv2d(g, x4, vt_param(g, "w", 4, ws, (vt_init){0, 0}), NULL, 1, 1, 2); break;
+        case 1: {
+            const int big[4] = {3, 4, 11, 11};
+            y = vt_conv2d(g, x4, vt_param(g, "stem.weight", 4, big, (vt_init){0, 0}), NULL, 1, 1, 1);
+            break;
+        }
+        case 2: y = vt_dwconv_nhwc(g, x4, vt_param(g, "w", 4, ws, (vt_init){0, 0}), NULL, 1); break;
+        case 3: {
+            vt_tensor *xs2[2] = {a, b};
+            y = vt_concat(g, xs2, 2, 2);
+            break;
+        }
+        case 4: y = vt_slice(g, a, 1, 3, 2); break;
+        case 5: {
+            const int p[3] = {0, 0, 1};
+            y = vt_permute(g, a, p);
+            break;
+        }
+        case 6: y = vt_avgpool2d(g, x4, 3, 1, 2); break;
+        case 7: y = vt_mean(g, a, 3); break;
+        case 8: y = vt_split_heads(g, a, 1, 2, 2); break;
+        default: y = vt_prepend_tokens(g, a, b); break;
+        }
+        expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
+/* ---- gradient checks ---- */
+
+static const gc_case conv_cases[] = {
+    {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
+     .ia = {1, 1, 1}},
+    {.name = "conv_1x1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 3, 5}, {6, 4, 1, 1}, {6}}, .build = b_conv,
+     .ia = {1, 0, 1}},
+    {.name = "conv_1x1_s2_odd", .nx = 2, .ndim = {4, 4}, .shape = {{1, 4, 5, 7}, {3, 4, 1, 1}}, .build = b_conv,
+     .ia = {2, 0, 1}},
+    {.name = "conv_s2_odd_B1", .nx = 2, .ndim = {4, 4}, .shape = {{1, 3, 7, 9}, {4, 3, 3, 3}}, .build = b_conv,
+     .ia = {2, 1, 1}},
+    {.name = "conv_groups2", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 5, 4}, {6, 2, 3, 3}, {6}}, .build = b_conv,
+     .ia = {1, 1, 2}},
+    {.name = "conv_groups2_s2_B3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{3, 4, 7, 5}, {4, 2, 3, 3}, {4}},
+     .build = b_conv, .ia = {2, 0, 2}},
+    {.name = "conv_1x1_groups2", .nx = 2, .ndim = {4, 4}, .shape = {{3, 4, 3, 2}, {6, 2, 1, 1}}, .build = b_conv,
+     .ia = {1, 0, 2}},
+    {.name = "conv_depthwise", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 6, 5}, {3, 1, 3, 3}, {3}},
+     .build = b_conv, .ia = {1, 1, 3}},
+    {.name = "conv_depthwise_k5_s2", .nx = 2, .ndim = {4, 4}, .shape = {{1, 4, 9, 7}, {4, 1, 5, 5}},
+     .build = b_conv, .ia = {2, 2, 4}},
+    {.name = "conv_depthwise_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 2, 8, 6}, {2, 1, 7, 7}, {2}},
+     .build = b_conv, .ia = {1, 3, 2}},
+    {.name = "conv_dw_multiplier", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 5}, {4, 1, 3, 3}}, .build = b_conv,
+     .ia = {1, 1, 2}},
+    {.name = "conv_patch4", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 8, 8}, {5, 3, 4, 4}, {5}}, .build = b_conv,
+     .ia = {4, 0, 1}},
+    {.name = "conv_big_pad", .nx = 2, .ndim = {4, 4}, .shape = {{1, 2, 3, 3}, {2, 2, 3, 3}}, .build = b_conv,
+     .ia = {1, 2, 1}},
+    {.name = "conv_kh3_kw1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 4}, {3, 2, 3, 1}}, .build = b_conv,
+     .ia = {1, 1, 1}},
+    {.name = "dwconv_nhwc_3x3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 4, 6}, {6, 1, 3, 3}, {6}},
+     .build = b_dwn, .ia = {1}},
+    {.name = "dwconv_nhwc_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 7, 6, 3}, {3, 1, 7, 7}, {3}},
+     .build = b_dwn, .ia = {3}},
+    {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
+     .ia = {0}},
+    {.name = "dwconv_nhwc_1x3", .nx = 2, .ndim = {4, 4}, .shape = {{3, 3, 4, 4}, {4, 1, 1, 3}}, .build = b_dwn,
+     .ia = {1}},
+};
+
+static const gc_case other_cases[] = {
+    {.name = "mean_tokens", .nx = 1, .ndim = {3}, .shape = {{2, 3, 4}}, .build = b_mean, .ia = {1}},
+    {.name = "mean_axis0", .nx = 1, .ndim = {2}, .shape = {{3, 5}}, .build = b_mean, .ia = {0}},
+    {.name = "mean_last", .nx = 1, .ndim = {3}, .shape = {{2, 3, 4}}, .build = b_mean, .ia = {-1}},
+    {.name = "mean_wide", .nx = 1, .ndim = {3}, .shape = {{1, 3, 300}}, .build = b_mean, .ia = {1}},
+    {.name = "avgpool_3_1_1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool, .ia = {3, 1, 1}},
+    {.name = "avgpool_2_2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 2, 7, 5}}, .build = b_avgpool, .ia = {2, 2, 0}},
+    {.name = "avgpool_3_2_1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 6, 5}}, .build = b_avgpool, .ia = {3, 2, 1}},
+    {.name = "concat_axis0", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 4}, {1, 3, 4}, {3, 3, 4}},
+     .build = b_concat, .ia = {0}},
+    {.name = "concat_axis1", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 1, 4}}, .build = b_concat,
+     .ia = {1}},
+    {.name = "concat_last", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 4}, {2, 3, 2}, {2, 3, 1}},
+     .build = b_concat, .ia = {-1}},
+    {.name = "slice_end", .nx = 1, .ndim = {3}, .shape = {{2, 5, 3}}, .build = b_slice, .ia = {1, 3, 2}},
+    {.name = "slice_axis0", .nx = 1, .ndim = {3}, .shape = {{3, 2, 3}}, .build = b_slice, .ia = {0, 0, 1}},
+    {.name = "slice_last", .nx = 1, .ndim = {2}, .shape = {{3, 4}}, .build = b_slice, .ia = {1, 2, 2}},
+    {.name = "permute_021", .nx = 1, .ndim = {3}, .shape = {{2, 3, 5}}, .build = b_permute, .ia = {0, 2, 1}},
+    {.name = "permute_0213", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_permute,
+     .ia = {0, 2, 1, 3}},
+    {.name = "permute_0231", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_permute,
+     .ia = {0, 2, 3, 1}},
+    {.name = "permute_3102", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_permute,
+     .ia = {3, 1, 0, 2}},
+    {.name = "permute_5d", .nx = 1, .ndim = {5}, .shape = {{2, 3, 1, 4, 5}}, .build = b_permute,
+     .ia = {0, 3, 1, 4, 2}},
+    {.name = "permute_5d_big", .nx = 1, .ndim = {5}, .shape = {{2, 3, 40, 2, 35}}, .build = b_permute,
+     .ia = {4, 2, 0, 3, 1}},
+    {.name = "split_heads", .nx = 1, .ndim = {3}, .shape = {{2, 3, 20}}, .build = b_split, .ia = {4, 2, 5}},
+    {.name = "split_heads_B1_full", .nx = 1, .ndim = {3}, .shape = {{1, 1, 6}}, .build = b_split, .ia = {0, 3, 2}},
+    {.name = "merge_heads", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_merge},
+    {.name = "prepend_tokens", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {1, 2, 4}}, .build = b_prepend},
+    {.name = "prepend_tokens_B1", .nx = 2, .ndim = {3, 3}, .shape = {{1, 1, 3}, {1, 1, 3}}, .build = b_prepend},
+    {.name = "prepend_tokens_B3", .nx = 2, .ndim = {3, 3}, .shape = {{3, 2, 2}, {1, 1, 2}}, .build = b_prepend},
+    {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
+};
+
+void test_ops_conv_shape(vt_test *T) {
+    check_conv_values(T);
+    check_dwconv_nhwc_values(T);
+    check_pool_values(T);
+    check_shape_values(T);
+    check_errors(T);
+    /* conv kernels pick image-parallel or BLAS-parallel paths by thread count: check both */
+    const int saved = omp_get_max_threads(), threads[3] = {1, 2, 3};
+    for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(threads[t]);
+        for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) gc_run(T, &conv_cases[i]);
+    }
+    omp_set_num_threads(saved);
+    for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) gc_run(T, &conv_cases[i]);
+    for (size_t i = 0; i < sizeof other_cases / sizeof other_cases[0]; i++) gc_run(T, &other_cases[i]);
+}

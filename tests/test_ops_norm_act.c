@@ -1,0 +1,529 @@
+/* Gradient checks and value checks for layernorm, batchnorm (channels-first/-last, train/eval), the elementwise
+ * activations, and softmax over every axis; plus build-time shape errors for these ops. */
+#include <math.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vitc/ops.h"
+
+/* ---------------------------------------------------------------- builders for gc_case */
+
+/* x0 input, x1 weight (if ia[0] & 1), x2 bias (if ia[0] & 2); fa[0] eps. */
+static vt_tensor *b_ln(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *w = (c->ia[0] & 1) ? x[1] : NULL, *b = (c->ia[0] & 2) ? x[2] : NULL;
+    return vt_layernorm(g, x[0], w, b, c->fa[0] > 0 ? c->fa[0] : 1e-5f);
+}
+
+/* x0 input, x1 w, x2 b, x3 running mean, x4 running var, x5 num_batches_tracked; ia[0] axis, ia[1] affine,
+ * ia[2] 1: eval-mode node inside a train graph (so that its backward is exercised with gradients). */
+static vt_tensor *b_bn(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm(g, x[0], c->ia[1] ? x[1] : NULL, c->ia[1] ? x[2] : NULL, x[3], x[4], x[5], c->ia[0],
+                                1e-5f, 0.1f);
+    g->training = keep;
+    return y;
+}
+
+/* BatchNorm without running statistics (track_running_stats=False): batch statistics in every mode. */
+static vt_tensor *b_bn_nostats(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    g->training = 0;
+    vt_tensor *y = vt_batchnorm(g, x[0], x[1], x[2], NULL, NULL, NULL, c->ia[0], 1e-5f, 0.1f);
+    g->training = keep;
+    return y;
+}
+
+static vt_tensor *b_unary(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_unary(g, x[0], (vt_unary_kind)c->ia[0], c->fa[0]);
+}
+static vt_tensor *b_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_gelu(g, x[0]);
+}
+static vt_tensor *b_relu(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_relu(g, x[0]);
+}
+static vt_tensor *b_softmax(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_softmax(g, x[0], c->ia[0]); }
+
+/* Softmax followed by a second op, so the softmax output gradient is not just r (exercises the Σ term). */
+static vt_tensor *b_softmax_sq(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_softmax(g, x[0], c->ia[0]);
+    return vt_mul(g, y, y);
+}
+
+/* ---------------------------------------------------------------- fills */
+
+/* Uniform in [-8, 8] kept >= 0.05 away from the kinks -3, 0, 3, 6 (relu, relu6, hardswish). */
+static void fill_nokink(float *d, int64_t n, int which, vt_rng *r) {
+    (void)which;
+    static const float kinks[4] = {-3.0f, 0.0f, 3.0f, 6.0f};
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        int ok;
+        do {
+            v = 16.0f * vt_rng_uniform(r) - 8.0f;
+            ok = 1;
+            for (int k = 0; k < 4; k++) ok &= fabsf(v - kinks[k]) >= 0.05f;
+        } while (!ok);
+        d[i] = v;
+    }
+}
+
+/* Positive values in [0.3, 2.3] (pow with a non-integer exponent, running variances). */
+static void fill_pos(float *d, int64_t n, int which, vt_rng *r) {
+    (void)which;
+    for (int64_t i = 0; i < n; i++) d[i] = 0.3f + 2.0f * vt_rng_uniform(r);
+}
+
+/* Softplus: uniform in [-30, 30] away from the threshold 20 (covers both branches). */
+static void fill_softplus(float *d, int64_t n, int which, vt_rng *r) {
+    (void)which;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        do v = 60.0f * vt_rng_uniform(r) - 30.0f;
+        while (fabsf(v - 20.0f) < 0.05f);
+        d[i] = v;
+    }
+}
+
+static void fill_wide(float *d, int64_t n, int which, vt_rng *r) {
+    (void)which;
+    for (int64_t i = 0; i < n; i++) d[i] = 3.0f * vt_rng_normal(r);
+}
+
+/* BatchNorm operands: x ~ 2·N(0,1) + 0.5, w/b/mean ~ N(0,1), var in [0.3, 2.3], nbt 0. */
+static void fill_bn(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (which) {
+        case 0: d[i] = 2.0f * vt_rng_normal(r) + 0.5f; break;
+        case 4: d[i] = 0.3f + 2.0f * vt_rng_uniform(r); break;
+        case 5: d[i] = 0.0f; break;
+        default: d[i] = vt_rng_normal(r);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- forward helper for value checks */
+
+typedef struct {
+    vt_params *P;
+    vt_graph *g;
+    vt_tensor *x, *y;
+} fwd1;
+
+/* Builds a one-op graph on an input of the given shape; `op` builds the node. Returns 0 on success. */
+static int fwd1_build(vt_test *T, fwd1 *f, int training, int ndim, const int *shape,
+                      vt_tensor *(*op)(vt_graph *, vt_tensor *, void *), void *arg) {
+    vt_err e = {{0}};
+    f->P = vt_params_new(&e);
+    f->g = vt_graph_new(f->P, training, &e);
+    f->x = vt_input(f->g, "x", ndim, shape);
+    f->y = op(f->g, f->x, arg);
+    vt_graph_output(f->g, f->y);
+    int rc = vt_graph_finalize(f->g, &e);
+    T_CHECK(T, rc == 0, "finalize: %s", e.msg);
+    return rc;
+}
+
+static void fwd1_free(fwd1 *f) {
+    vt_graph_free(f->g);
+    vt_params_free(f->P);
+}
+
+static vt_tensor *op_unary(vt_graph *g, vt_tensor *x, void *arg) {
+    const float *a = arg;
+    return vt_unary(g, x, (vt_unary_kind)(int)a[0], a[1]);
+}
+
+/* f(v) for one kind at a list of points against double-precision expected values. */
+static void check_unary_values(vt_test *T, const char *name, vt_unary_kind kind, float p, int npts, const float *v,
+                               const double *want) {
+    fwd1 f;
+    float arg[2] = {(float)kind, p};
+    if (fwd1_build(T, &f, 0, 1, &npts, op_unary, arg) == 0) {
+        memcpy(f.x->data, v, sizeof(float) * (size_t)npts);
+        vt_graph_forward(f.g);
+        for (int i = 0; i < npts; i++)
+            T_CHECK(T, fabs(f.y->data[i] - want[i]) <= 2e-6 * fmax(1.0, fabs(want[i])), "%s(%g) = %.9g, want %.9g",
+                    name, (double)v[i], (double)f.y->data[i], want[i]);
+    }
+    fwd1_free(&f);
+}
+
+static void check_activation_values(vt_test *T) {
+    const float gx[5] = {1.0f, -1.0f, 0.0f, 2.5f, -6.0f};
+    const double gw[5] = {0.8413447460685429, -0.15865525393145707, 0.0, 2.4844758366855597, -5.919525869479969e-09};
+    check_unary_values(T, "gelu", VT_GELU, 0, 5, gx, gw);
+    const float sx[5] = {25.0f, 0.0f, -1.0f, 20.5f, 5.0f};
+    const double sw[5] = {25.0, 0.6931471805599453, 0.31326168751822286, 20.5, 5.006715348489118};
+    check_unary_values(T, "softplus", VT_SOFTPLUS, 0, 5, sx, sw);
+    const float hx[6] = {1.0f, -4.0f, 4.0f, -3.0f, 3.0f, -1.5f};
+    const double hw[6] = {2.0 / 3.0, 0.0, 4.0, 0.0, 3.0, -0.375};
+    check_unary_values(T, "hardswish", VT_HARDSWISH, 0, 6, hx, hw);
+    const float rx[4] = {7.0f, -1.0f, 2.5f, 6.0f};
+    const double r6[4] = {6.0, 0.0, 2.5, 6.0}, r0[4] = {7.0, 0.0, 2.5, 6.0};
+    check_unary_values(T, "relu6", VT_RELU6, 0, 4, rx, r6);
+    check_unary_values(T, "relu", VT_RELU, 0, 4, rx, r0);
+    const float gs[4] = {0.0f, 2.0f, -2.0f, -100.0f};
+    const double ws[4] = {0.5, 0.8807970779778823, 0.11920292202211755, 3.7200759760208356e-44};
+    check_unary_values(T, "sigmoid", VT_SIGMOID, 0, 4, gs, ws);
+    const float px[3] = {-2.0f, 1.5f, 0.0f};
+    const double p3[3] = {-8.0, 3.375, 0.0}, p2[3] = {4.0, 2.25, 0.0};
+    check_unary_values(T, "pow3", VT_POW, 3.0f, 3, px, p3);
+    check_unary_values(T, "pow2", VT_POW, 2.0f, 3, px, p2);
+    const float qx[2] = {4.0f, 2.0f};
+    const double q5[2] = {2.0, 1.4142135623730951}, q7[2] = {5.278031643091577, 2.2973967099940698};
+    check_unary_values(T, "pow0.5", VT_POW, 0.5f, 2, qx, q5);
+    check_unary_values(T, "pow1.2", VT_POW, 1.2f, 2, qx, q7);
+}
+
+/* Analytic gradients at the kinks follow PyTorch (checked directly, since finite differences cannot). */
+static void check_kink_grads(vt_test *T) {
+    static const struct {
+        vt_unary_kind kind;
+        float x;
+        float want;
+    } k[] = {{VT_RELU, 0.0f, 0.0f},        {VT_RELU6, 0.0f, 0.0f},      {VT_RELU6, 6.0f, 0.0f},
+             {VT_HARDSWISH, -3.0f, -0.5f}, {VT_HARDSWISH, 3.0f, 1.5f},  {VT_HARDSWISH, -3.5f, 0.0f},
+             {VT_HARDSWISH, 3.5f, 1.0f},   {VT_SOFTPLUS, 25.0f, 1.0f},  {VT_POW, -2.0f, 12.0f}};
+    const int nk = (int)(sizeof k / sizeof k[0]);
+    for (int j = 0; j < nk; j++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        int one = 1;
+        vt_tensor *x = vt_param(g, "x", 1, &one, (vt_init){VT_INIT_ZERO, 0});
+        vt_tensor *y = vt_unary(g, x, k[j].kind, 3.0f);
+        vt_graph_set_loss(g, vt_sum(g, y));
+        if (vt_graph_finalize(g, &e) == 0) {
+            x->data[0] = k[j].x;
+            vt_graph_forward(g);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+            T_CHECK(T, x->grad[0] == k[j].want, "kind %d grad at %g = %g, want %g", (int)k[j].kind, (double)k[j].x,
+                    (double)x->grad[0], (double)k[j].want);
+        } else {
+            T_CHECK(T, 0, "finalize: %s", e.msg);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
+static vt_tensor *op_softmax(vt_graph *g, vt_tensor *x, void *arg) { return vt_softmax(g, x, *(int *)arg); }
+
+static void check_softmax_values(vt_test *T) {
+    fwd1 f;
+    int shape[2] = {2, 3}, ax = -1;
+    if (fwd1_build(T, &f, 0, 2, shape, op_softmax, &ax) == 0) {
+        const float v[6] = {1, 2, 3, 1000, 1000, -1000};
+        const double want[6] = {0.09003057317038046, 0.24472847105479767, 0.6652409557748219, 0.5, 0.5, 0.0};
+        memcpy(f.x->data, v, sizeof v);
+        vt_graph_forward(f.g);
+        for (int i = 0; i < 6; i++)
+            T_CHECK(T, fabs(f.y->data[i] - want[i]) < 1e-6, "softmax[%d] = %.9g, want %.9g", i,
+                    (double)f.y->data[i], want[i]);
+    }
+    fwd1_free(&f);
+    /* every axis of a (3, 4, 5, 6) tensor against a double-precision host softmax */
+    int s4[4] = {3, 4, 5, 6};
+    for (int axis = -4; axis < 4; axis++) {
+        int a = axis;
+        if (fwd1_build(T, &f, 0, 4, s4, op_softmax, &a) != 0) {
+            fwd1_free(&f);
+            continue;
+        }
+        vt_rng r;
+        vt_rng_seed(&r, 99);
+        for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = 4.0f * vt_rng_normal(&r);
+        vt_graph_forward(f.g);
+        const int ax = axis < 0 ? axis + 4 : axis;
+        int outer = 1, inner = 1, A = s4[ax];
+        for (int d = 0; d < ax; d++) outer *= s4[d];
+        for (int d = ax + 1; d < 4; d++) inner *= s4[d];
+        double err = 0.0;
+        for (int o = 0; o < outer; o++)
+            for (int i = 0; i < inner; i++) {
+                const float *xp = f.x->data + (size_t)o * A * inner + i;
+                double mx = -INFINITY, s = 0.0;
+                for (int k = 0; k < A; k++) mx = fmax(mx, xp[(size_t)k * inner]);
+                for (int k = 0; k < A; k++) s += exp(xp[(size_t)k * inner] - mx);
+                for (int k = 0; k < A; k++) {
+                    const double want = exp(xp[(size_t)k * inner] - mx) / s;
+                    err = fmax(err, fabs(f.y->data[(size_t)o * A * inner + i + (size_t)k * inner] - want));
+                }
+            }
+        T_CHECK(T, err < 1e-6, "softmax axis %d max error %g", axis, err);
+        fwd1_free(&f);
+    }
+}
+
+/* LayerNorm without affine: each row has mean 0 and (biased) variance var/(var + eps); with affine: w·x̂ + b. */
+typedef struct {
+    vt_tensor *w, *b;
+} ln_arg;
+static vt_tensor *op_ln(vt_graph *g, vt_tensor *x, void *arg) {
+    ln_arg *a = arg;
+    int C = x->shape[x->ndim - 1];
+    if (a) {
+        a->w = vt_param(g, "w", 1, &C, (vt_init){VT_INIT_ONE, 0});
+        a->b = vt_param(g, "b", 1, &C, (vt_init){VT_INIT_ZERO, 0});
+    }
+    return vt_layernorm(g, x, a ? a->w : NULL, a ? a->b : NULL, 1e-5f);
+}
+
+static void check_layernorm_values(vt_test *T) {
+    int shape[3] = {3, 7, 37};
+    for (int affine = 0; affine < 2; affine++) {
+        fwd1 f;
+        ln_arg la = {0};
+        if (fwd1_build(T, &f, affine, 3, shape, op_ln, affine ? &la : NULL) != 0) {
+            fwd1_free(&f);
+            continue;
+        }
+        vt_rng r;
+        vt_rng_seed(&r, 5);
+        for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = 3.0f * vt_rng_normal(&r) + 10.0f;
+        if (affine)
+            for (int i = 0; i < 37; i++) {
+                la.w->data[i] = vt_rng_normal(&r);
+                la.b->data[i] = vt_rng_normal(&r);
+            }
+        vt_graph_forward(f.g);
+        double err = 0.0;
+        for (int row = 0; row < 21; row++) {
+            const float *xr = f.x->data + row * 37, *yr = f.y->data + row * 37;
+            double m = 0, v = 0, ym = 0, yv = 0;
+            for (int i = 0; i < 37; i++) m += xr[i] / 37.0;
+            for (int i = 0; i < 37; i++) v += (xr[i] - m) * (xr[i] - m) / 37.0;
+            const double rs = 1.0 / sqrt(v + 1e-5);
+            for (int i = 0; i < 37; i++) {
+                const double want = (xr[i] - m) * rs * (affine ? la.w->data[i] : 1.0) + (affine ? la.b->data[i] : 0.0);
+                err = fmax(err, fabs(yr[i] - want));
+                ym += yr[i] / 37.0;
+            }
+            for (int i = 0; i < 37; i++) yv += (yr[i] - ym) * (yr[i] - ym) / 37.0;
+            if (!affine) {
+                T_CHECK(T, fabs(ym) < 1e-6, "layernorm row %d mean %g", row, ym);
+                T_CHECK(T, fabs(yv - v / (v + 1e-5)) < 1e-5, "layernorm row %d var %g, want %g", row, yv,
+                        v / (v + 1e-5));
+            }
+        }
+        T_CHECK(T, err < 1e-5, "layernorm (affine %d) max error %g", affine, err);
+        fwd1_free(&f);
+    }
+}
+
+/* BatchNorm: train forward normalises with batch statistics and blends the running stats with momentum using
+ * the unbiased variance, adds 1 to num_batches_tracked; an eval graph then uses the running stats. */
+typedef struct {
+    int axis;
+    vt_tensor *w, *b, *rm, *rv, *nbt;
+} bn_arg;
+static vt_tensor *op_bn(vt_graph *g, vt_tensor *x, void *arg) {
+    bn_arg *a = arg;
+    int C = x->shape[a->axis], one = 1;
+    a->w = vt_param(g, "bn.weight", 1, &C, (vt_init){VT_INIT_ONE, 0});
+    a->b = vt_param(g, "bn.bias", 1, &C, (vt_init){VT_INIT_ZERO, 0});
+    a->rm = vt_buffer(g, "bn.running_mean", 1, &C, (vt_init){VT_INIT_ZERO, 0});
+    a->rv = vt_buffer(g, "bn.running_var", 1, &C, (vt_init){VT_INIT_ONE, 0});
+    a->nbt = vt_buffer(g, "bn.num_batches_tracked", 1, &one, (vt_init){VT_INIT_ZERO, 0});
+    return vt_batchnorm(g, x, a->w, a->b, a->rm, a->rv, a->nbt, a->axis, 1e-5f, 0.1f);
+}
+
+static void check_batchnorm_values(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], axis;
+    } cs[] = {{4, {3, 5, 4, 6}, 1}, {3, {4, 7, 5}, 2}, {4, {2, 3, 4, 5}, 3}, {2, {6, 3}, 1}, {3, {1, 20, 2}, 1}};
+    for (size_t t = 0; t < sizeof cs / sizeof cs[0]; t++) {
+        const int ax = cs[t].axis, C = cs[t].shape[ax];
+        fwd1 f;
+        bn_arg ba = {.axis = ax};
+        if (fwd1_build(T, &f, 1, cs[t].ndim, cs[t].shape, op_bn, &ba) != 0) {
+            fwd1_free(&f);
+            continue;
+        }
+        vt_params_init(f.P, 1);
+        vt_rng r;
+        vt_rng_seed(&r, 11 + t);
+        for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = 2.0f * vt_rng_normal(&r) + 0.5f;
+        for (int c = 0; c < C; c++) {
+            ba.w->data[c] = 1.0f + 0.5f * vt_rng_normal(&r);
+            ba.b->data[c] = vt_rng_normal(&r);
+            ba.rm->data[c] = vt_rng_normal(&r);
+            ba.rv->data[c] = 0.5f + vt_rng_uniform(&r);
+        }
+        float rm0[64], rv0[64];
+        memcpy(rm0, ba.rm->data, sizeof(float) * C);
+        memcpy(rv0, ba.rv->data, sizeof(float) * C);
+        int outer = 1, inner = 1;
+        for (int d = 0; d < ax; d++) outer *= cs[t].shape[d];
+        for (int d = ax + 1; d < cs[t].ndim; d++) inner *= cs[t].shape[d];
+        const int M = outer * inner;
+        vt_graph_forward(f.g);
+        double err_y = 0.0, err_rm = 0.0, err_rv = 0.0;
+        for (int c = 0; c < C; c++) {
+            double m = 0.0, v = 0.0;
+            for (int o = 0; o < outer; o++)
+                for (int i = 0; i < inner; i++) m += f.x->data[((size_t)o * C + c) * inner + i];
+            m /= M;
+            for (int o = 0; o < outer; o++)
+                for (int i = 0; i < inner; i++) {
+                    const double d = f.x->data[((size_t)o * C + c) * inner + i] - m;
+                    v += d * d;
+                }
+            v /= M;
+            for (int o = 0; o < outer; o++)
+                for (int i = 0; i < inner; i++) {
+                    const size_t k = ((size_t)o * C + c) * inner + i;
+                    const double want = (f.x->data[k] - m) / sqrt(v + 1e-5) * ba.w->data[c] + ba.b->data[c];
+                    err_y = fmax(err_y, fabs(f.y->data[k] - want));
+                }
+            err_rm = fmax(err_rm, fabs(ba.rm->data[c] - (0.9 * rm0[c] + 0.1 * m)));
+            err_rv = fmax(err_rv, fabs(ba.rv->data[c] - (0.9 * rv0[c] + 0.1 * v * M / (M - 1))));
+        }
+        T_CHECK(T, err_y < 1e-5, "batchnorm train case %zu: output error %g", t, err_y);
+        T_CHECK(T, err_rm < 1e-6 && err_rv < 1e-6, "batchnorm case %zu: running mean err %g, var err %g", t, err_rm,
+                err_rv);
+        T_CHECK(T, ba.nbt->data[0] == 1.0f, "num_batches_tracked %g after one forward", (double)ba.nbt->data[0]);
+        vt_graph_forward(f.g);
+        T_CHECK(T, ba.nbt->data[0] == 2.0f, "num_batches_tracked %g after two forwards", (double)ba.nbt->data[0]);
+        /* eval graph on the same store: uses the running statistics and leaves them unchanged */
+        vt_err e = {{0}};
+        vt_graph *ge = vt_graph_new(f.P, 0, &e);
+        vt_tensor *xe = vt_input(ge, "x", cs[t].ndim, cs[t].shape);
+        vt_tensor *ye = op_bn(ge, xe, &ba);
+        vt_graph_output(ge, ye);
+        T_CHECK(T, vt_graph_finalize(ge, &e) == 0, "eval finalize: %s", e.msg);
+        if (!e.msg[0]) {
+            memcpy(xe->data, f.x->data, sizeof(float) * (size_t)f.x->numel);
+            memcpy(rm0, ba.rm->data, sizeof(float) * C);
+            memcpy(rv0, ba.rv->data, sizeof(float) * C);
+            vt_graph_forward(ge);
+            double err = 0.0;
+            for (int o = 0; o < outer; o++)
+                for (int c = 0; c < C; c++)
+                    for (int i = 0; i < inner; i++) {
+                        const size_t k = ((size_t)o * C + c) * inner + i;
+                        const double want =
+                            (xe->data[k] - (double)rm0[c]) / sqrt(rv0[c] + 1e-5) * ba.w->data[c] + ba.b->data[c];
+                        err = fmax(err, fabs(ye->data[k] - want));
+                    }
+            T_CHECK(T, err < 1e-5, "batchnorm eval case %zu: output error %g", t, err);
+            T_CHECK(T, memcmp(rm0, ba.rm->data, sizeof(float) * C) == 0 && ba.nbt->data[0] == 2.0f,
+                    "eval forward changed the running statistics");
+        }
+        vt_graph_free(ge);
+        fwd1_free(&f);
+    }
+}
+
+/* Shape errors name the op and the shapes; nothing is built after the first error. */
+static void check_errors(vt_test *T) {
+    struct {
+        int which;
+        const char *want;
+    } cs[] = {{0, "layernorm"}, {1, "batchnorm"}, {2, "more than 1 value"}, {3, "softmax"}, {4, "running_var"},
+              {5, "unknown activation"}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        int xs[3] = {2, 3, 4}, five = 5, four = 4, one[3] = {1, 4, 1};
+        vt_tensor *x = vt_input(g, "x", 3, xs), *y = NULL;
+        vt_tensor *w5 = vt_param(g, "w5", 1, &five, (vt_init){0, 0}), *w4 = vt_param(g, "w4", 1, &four, (vt_init){0, 0});
+        switch (cs[k].which) {
+        case 0: y = vt_layernorm(g, x, w5, NULL, 1e-5f); break;
+        case 1: y = vt_batchnorm(g, x, NULL, NULL, NULL, NULL, NULL, 3, 1e-5f, 0.1f); break;
+        case 2: y = vt_batchnorm(g, vt_input(g, "x1", 3, one), NULL, NULL, NULL, NULL, NULL, 1, 1e-5f, 0.1f); break;
+        case 3: y = vt_softmax(g, x, -4); break;
+        case 4: y = vt_batchnorm(g, x, w4, w4, w4, NULL, NULL, 2, 1e-5f, 0.1f); break;
+        case 5: y = vt_unary(g, x, (vt_unary_kind)42, 0.0f); break;
+        }
+        vt_tensor *z = vt_gelu(g, x);
+        T_CHECK(T, y == NULL && z == NULL, "error case %zu built a tensor", k);
+        T_CHECK(T, vt_graph_finalize(g, &e) != 0 && strstr(e.msg, cs[k].want), "error case %zu: message '%s'", k,
+                e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
+void test_ops_norm_act(vt_test *T) {
+    check_activation_values(T);
+    check_kink_grads(T);
+    check_softmax_values(T);
+    check_layernorm_values(T);
+    check_batchnorm_values(T);
+    check_errors(T);
+    gc_case cases[] = {
+        /* layernorm */
+        {.name = "ln_affine", .nx = 3, .ndim = {3, 1, 1}, .shape = {{2, 3, 5}, {5}, {5}}, .build = b_ln, .ia = {3}},
+        {.name = "ln_noaffine_odd", .nx = 1, .ndim = {2}, .shape = {{7, 9}}, .build = b_ln},
+        {.name = "ln_1row_c2", .nx = 3, .ndim = {2, 1, 1}, .shape = {{1, 2}, {2}, {2}}, .build = b_ln, .ia = {3},
+         .fa = {1e-2f}},
+        {.name = "ln_w_only", .nx = 2, .ndim = {2, 1}, .shape = {{3, 6}, {6}}, .build = b_ln, .ia = {1}},
+        {.name = "ln_b_only", .nx = 3, .ndim = {2, 1, 1}, .shape = {{3, 6}, {6}, {6}}, .nograd = {0, 1, 0},
+         .build = b_ln, .ia = {2}},
+        {.name = "ln_many_rows", .nx = 3, .ndim = {3, 1, 1}, .shape = {{5, 31, 8}, {8}, {8}}, .build = b_ln,
+         .ia = {3}},
+        /* batchnorm: x, w, b, running mean, running var, num_batches_tracked */
+        {.name = "bn_nchw_train", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1}, .shape = {{2, 3, 4, 5}, {3}, {3}, {3}, {3}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 1, 0}},
+        {.name = "bn_ncl_train", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1}, .shape = {{3, 4, 5}, {4}, {4}, {4}, {4}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 1, 0}},
+        {.name = "bn_nlc_train", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1}, .shape = {{2, 5, 4}, {4}, {4}, {4}, {4}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {2, 1, 0}},
+        {.name = "bn_nhwc_train", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1},
+         .shape = {{2, 3, 3, 19}, {19}, {19}, {19}, {19}, {1}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn,
+         .fill = fill_bn, .ia = {3, 1, 0}},
+        {.name = "bn_n1_tokens_train", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1}, .shape = {{2, 1, 3}, {3}, {3}, {3}, {3}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {-1, 1, 0}},
+        {.name = "bn_noaffine_2d_train", .nx = 6, .ndim = {2, 1, 1, 1, 1, 1}, .shape = {{5, 3}, {3}, {3}, {3}, {3}, {1}},
+         .nograd = {0, 1, 1, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 0, 0}},
+        {.name = "bn_many_rows_train", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1},
+         .shape = {{3, 50, 17}, {17}, {17}, {17}, {17}, {1}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn,
+         .fill = fill_bn, .ia = {2, 1, 0}},
+        {.name = "bn_nchw_eval", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1}, .shape = {{2, 3, 4, 5}, {3}, {3}, {3}, {3}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 1, 1}},
+        {.name = "bn_nlc_eval", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1}, .shape = {{2, 5, 4}, {4}, {4}, {4}, {4}, {1}},
+         .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {2, 1, 1}},
+        {.name = "bn_noaffine_eval_b1", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1}, .shape = {{1, 3, 1}, {3}, {3}, {3}, {3}, {1}},
+         .nograd = {0, 1, 1, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 0, 1}},
+        {.name = "bn_nostats_eval", .nx = 3, .ndim = {4, 1, 1}, .shape = {{2, 4, 3, 2}, {4}, {4}}, .build = b_bn_nostats,
+         .fill = fill_bn, .ia = {1}},
+        /* activations */
+        {.name = "gelu", .nx = 1, .ndim = {3}, .shape = {{2, 3, 7}}, .build = b_gelu, .fill = fill_wide},
+        {.name = "relu", .nx = 1, .ndim = {2}, .shape = {{5, 9}}, .build = b_relu, .fill = fill_nokink},
+        {.name = "relu6", .nx = 1, .ndim = {2}, .shape = {{5, 9}}, .build = b_unary, .fill = fill_nokink,
+         .ia = {VT_RELU6}},
+        {.name = "hardswish", .nx = 1, .ndim = {2}, .shape = {{7, 11}}, .build = b_unary, .fill = fill_nokink,
+         .ia = {VT_HARDSWISH}},
+        {.name = "softplus", .nx = 1, .ndim = {1}, .shape = {{60}}, .build = b_unary, .fill = fill_softplus,
+         .ia = {VT_SOFTPLUS}},
+        {.name = "sigmoid", .nx = 1, .ndim = {2}, .shape = {{4, 9}}, .build = b_unary, .fill = fill_wide,
+         .ia = {VT_SIGMOID}},
+        {.name = "pow3_pos", .nx = 1, .ndim = {2}, .shape = {{3, 5}}, .build = b_unary, .fill = fill_pos,
+         .ia = {VT_POW}, .fa = {3.0f}},
+        {.name = "pow3_any", .nx = 1, .ndim = {2}, .shape = {{3, 5}}, .build = b_unary, .ia = {VT_POW}, .fa = {3.0f}},
+        {.name = "pow2_any", .nx = 1, .ndim = {1}, .shape = {{13}}, .build = b_unary, .ia = {VT_POW}, .fa = {2.0f}},
+        {.name = "pow_half_pos", .nx = 1, .ndim = {1}, .shape = {{13}}, .build = b_unary, .fill = fill_pos,
+         .ia = {VT_POW}, .fa = {0.5f}},
+        {.name = "pow_m1.5_pos", .nx = 1, .ndim = {1}, .shape = {{13}}, .build = b_unary, .fill = fill_pos,
+         .ia = {VT_POW}, .fa = {-1.5f}},
+        /* softmax */
+        {.name = "softmax_last", .nx = 1, .ndim = {2}, .shape = {{4, 7}}, .build = b_softmax, .ia = {-1}},
+        {.name = "softmax_1row", .nx = 1, .ndim = {2}, .shape = {{1, 5}}, .build = b_softmax, .ia = {1}},
+        {.name = "softmax_single", .nx = 1, .ndim = {2}, .shape = {{3, 1}}, .build = b_softmax, .ia = {-1}},
+        {.name = "softmax3_ax0", .nx = 1, .ndim = {3}, .shape = {{3, 4, 5}}, .build = b_softmax_sq, .ia = {0}},
+        {.name = "softmax3_ax1", .nx = 1, .ndim = {3}, .shape = {{3, 4, 5}}, .build = b_softmax_sq, .ia = {1}},
+        {.name = "softmax3_ax2", .nx = 1, .ndim = {3}, .shape = {{3, 4, 5}}, .build = b_softmax_sq, .ia = {2}},
+        {.name = "softmax4_ax1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 19}}, .build = b_softmax, .ia = {1}},
+        {.name = "softmax4_axm2", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_softmax_sq, .ia = {-2}},
+        {.name = "softmax4_last_sq", .nx = 1, .ndim = {4}, .shape = {{2, 2, 3, 9}}, .build = b_softmax_sq,
+         .ia = {3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
+}

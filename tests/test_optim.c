@@ -1,0 +1,201 @@
+/* AdamW against a double-precision reference, gradient clipping, optimiser state naming, LR schedule values. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+#include "vitc/optim.h"
+#include "vitc/rng.h"
+#include "vitc/schedule.h"
+#include "vitc/tensor.h"
+
+enum { NW = 37, NB = 5, NSTEP = 6 };
+
+/* A store with a decayed weight "w" (NW), a no_decay bias "b" (NB) and a buffer "buf" (3). */
+static vt_params *make_store(vt_err *e) {
+    vt_params *P = vt_params_new(e);
+    if (!P) return NULL;
+    int sw[2] = {NW, 1}, sb[1] = {NB}, sbuf[1] = {3};
+    vt_init zero = {VT_INIT_ZERO, 0};
+    vt_tensor *w = vt_params_add(P, "w", VT_PARAM, 2, sw, zero, e);
+    vt_tensor *b = vt_params_add(P, "b", VT_PARAM, 1, sb, zero, e);
+    vt_tensor *buf = vt_params_add(P, "buf", VT_BUFFER, 1, sbuf, zero, e);
+    if (!w || !b || !buf) {
+        vt_params_free(P);
+        return NULL;
+    }
+    b->no_decay = 1;
+    if (vt_params_alloc_grads(P, e)) {
+        vt_params_free(P);
+        return NULL;
+    }
+    vt_rng r;
+    vt_rng_seed(&r, 5);
+    for (int i = 0; i < NW; i++) w->data[i] = vt_rng_normal(&r);
+    for (int i = 0; i < NB; i++) b->data[i] = vt_rng_normal(&r);
+    for (int i = 0; i < 3; i++) buf->data[i] = (float)i + 0.5f;
+    return P;
+}
+
+/* Runs NSTEP AdamW steps with random gradients against a double reference of torch.optim.AdamW. */
+static void check_adamw(vt_test *T, float wd) {
+    vt_err e = {{0}};
+    vt_params *P = make_store(&e);
+    T_CHECK(T, P != NULL, "store: %s", e.msg);
+    if (!P) return;
+    vt_tensor *w = vt_params_find(P, "w"), *b = vt_params_find(P, "b"), *buf = vt_params_find(P, "buf");
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    vt_adamw o;
+    T_CHECK(T, vt_adamw_init(&o, P, 0.9f, 0.999f, 1e-8f, wd, &e) == 0, "init: %s", e.msg);
+    T_CHECK(T, o.n == 2 && o.step == 0, "tracks %d params (want 2: w, b)", o.n);
+    vt_tensor *ts[2] = {w, b};
+    double ref[2][NW], m[2][NW] = {{0}}, v[2][NW] = {{0}};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < ts[k]->numel; i++) ref[k][i] = ts[k]->data[i];
+    vt_rng r;
+    vt_rng_seed(&r, 11);
+    double maxerr = 0, maxmerr = 0;
+    for (int t = 1; t <= NSTEP; t++) {
+        const float lr = 1e-2f * (float)(NSTEP + 1 - t) / NSTEP;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < ts[k]->numel; i++) {
+                float g = vt_rng_normal(&r) * (i % 3 == 0 ? 1e-3f : 1.0f);
+                if (i == 1) g = 1e-9f; /* eps matters here */
+                if (i == 2) g = 0.0f;
+                ts[k]->grad[i] = g;
+            }
+        if (t == 1 && wd == 0.0f) { /* first step moves each element by lr * g / (|g| + eps) */
+            float w0 = w->data[0], g0 = w->grad[0], w1 = w->data[1];
+            vt_adamw_step(&o, lr);
+            double want0 = (double)w0 - (double)lr * g0 / (fabs((double)g0) + eps);
+            double want1 = (double)w1 - (double)lr * 1e-9 / (1e-9 + eps);
+            T_CHECK(T, fabs(w->data[0] - want0) < 1e-7, "first step %.9g vs %.9g", (double)w->data[0], want0);
+            T_CHECK(T, fabs(w->data[1] - want1) < 1e-7, "first step (tiny g) %.9g vs %.9g", (double)w->data[1],
+                    want1);
+        } else {
+            vt_adamw_step(&o, lr);
+        }
+        for (int k = 0; k < 2; k++) {
+            int decay = !ts[k]->no_decay;
+            for (int i = 0; i < ts[k]->numel; i++) {
+                double g = ts[k]->grad[i];
+                if (decay) ref[k][i] *= 1.0 - (double)lr * wd;
+                m[k][i] = b1 * m[k][i] + (1 - b1) * g;
+                v[k][i] = b2 * v[k][i] + (1 - b2) * g * g;
+                double mhat = m[k][i] / (1 - pow(b1, t)), vhat = v[k][i] / (1 - pow(b2, t));
+                ref[k][i] -= (double)lr * mhat / (sqrt(vhat) + eps);
+                double err = fabs(ts[k]->data[i] - ref[k][i]) / (1e-2 + fabs(ref[k][i])) /* lr scale */;
+                if (err > maxerr) maxerr = err;
+                /* m in float: absolute rounding of its g-sized terms, relative elsewhere */
+                double merr = fabs(o.m[k][i] - m[k][i]) / (1e-7 + 1e-6 * fabs(m[k][i]));
+                if (merr > maxmerr) maxmerr = merr;
+            }
+        }
+    }
+    T_CHECK(T, maxerr < 2e-6, "wd=%g: max relative error vs double reference %g", (double)wd, maxerr);
+    T_CHECK(T, maxmerr < 1, "wd=%g: first moment off the double reference by %g tolerances", (double)wd, maxmerr);
+    T_CHECK(T, o.step == NSTEP, "step count %lld", (long long)o.step);
+    T_CHECK(T, buf->data[0] == 0.5f && buf->data[2] == 2.5f, "buffer changed by the optimiser");
+
+    /* state arrays for checkpoints */
+    char name[160];
+    int64_t numel = 0;
+    const vt_tensor *pt = NULL;
+    T_CHECK(T, vt_adamw_nstate(&o) == 4, "nstate %d", vt_adamw_nstate(&o));
+    float *s0 = vt_adamw_state(&o, 0, name, sizeof name, &numel, &pt);
+    T_CHECK(T, s0 == o.m[0] && strcmp(name, "optim/m/w") == 0 && numel == NW && pt == w, "state 0: %s", name);
+    float *s3 = vt_adamw_state(&o, 3, name, sizeof name, &numel, &pt);
+    T_CHECK(T, s3 == o.v[1] && strcmp(name, "optim/v/b") == 0 && numel == NB && pt == b, "state 3: %s", name);
+    T_CHECK(T, vt_adamw_state(&o, 4, name, sizeof name, &numel, &pt) == NULL, "state 4 exists");
+    T_CHECK(T, vt_adamw_state_find(&o, "optim/v/w", &numel) == o.v[0] && numel == NW, "find optim/v/w");
+    T_CHECK(T, vt_adamw_state_find(&o, "optim/m/b", NULL) == o.m[1], "find optim/m/b");
+    T_CHECK(T, vt_adamw_state_find(&o, "optim/m/buf", NULL) == NULL && vt_adamw_state_find(&o, "optim/x/w", NULL) ==
+                   NULL && vt_adamw_state_find(&o, "w", NULL) == NULL,
+            "find of non-state names");
+    vt_adamw_free(&o);
+    vt_adamw_free(&o);
+    vt_params_free(P);
+}
+
+static void check_clip(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = make_store(&e);
+    if (!P) return;
+    vt_tensor *w = vt_params_find(P, "w"), *b = vt_params_find(P, "b");
+    vt_params_zero_grad(P);
+    w->grad[0] = 3;
+    w->grad[NW - 1] = 4;
+    b->grad[2] = 12; /* global norm 13 */
+    double n = vt_clip_grad_norm(P, 0);
+    T_CHECK(T, fabs(n - 13) < 1e-9 && w->grad[0] == 3, "no clip: norm %g", n);
+    n = vt_clip_grad_norm(P, 26);
+    T_CHECK(T, fabs(n - 13) < 1e-9 && w->grad[0] == 3 && b->grad[2] == 12, "max above norm: unchanged");
+    n = vt_clip_grad_norm(P, 6.5);
+    T_CHECK(T, fabs(n - 13) < 1e-9, "clip returns the norm before clipping: %g", n);
+    double n2 = vt_clip_grad_norm(P, 0);
+    T_CHECK(T, fabs(n2 - 6.5) < 1e-5 && fabs(w->grad[0] - 1.5) < 1e-6, "after clip norm %g, g0 %g", n2,
+            (double)w->grad[0]);
+    vt_err e2 = {{0}};
+    vt_adamw o;
+    T_CHECK(T, vt_adamw_init(&o, P, 1.0f, 0.999f, 1e-8f, 0.0f, &e2) == -1 && strstr(e2.msg, "betas"),
+            "beta1 = 1 rejected: %s", e2.msg);
+    vt_params_free(P);
+}
+
+/* vt_adamw_init allocates missing gradients and leaves frozen parameters alone. */
+static void check_init(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    int s[1] = {3};
+    vt_init zero = {VT_INIT_ZERO, 0};
+    vt_tensor *w = vt_params_add(P, "w", VT_PARAM, 1, s, zero, &e);
+    vt_tensor *f = vt_params_add(P, "frozen", VT_PARAM, 1, s, zero, &e);
+    T_CHECK(T, w && f, "store: %s", e.msg);
+    if (!w || !f) {
+        vt_params_free(P);
+        return;
+    }
+    f->requires_grad = 0;
+    vt_adamw o;
+    T_CHECK(T, vt_adamw_init(&o, P, 0.9f, 0.999f, 1e-8f, 0.05f, &e) == 0, "init: %s", e.msg);
+    T_CHECK(T, o.n == 1 && o.p[0] == w && w->grad != NULL, "tracks %d params, w grad %p", o.n, (void *)w->grad);
+    if (w->grad) {
+        w->grad[0] = 1;
+        f->data[0] = 2;
+        vt_adamw_step(&o, 0.1f);
+        T_CHECK(T, w->data[0] < 0 && f->data[0] == 2, "step moved w to %g, frozen to %g", (double)w->data[0],
+                (double)f->data[0]);
+    }
+    vt_adamw_free(&o);
+    vt_params_free(P);
+}
+
+static void check_schedule(vt_test *T) {
+    const double pi = 3.14159265358979323846;
+    vt_sched s = {1e-3, 1e-6, 1e-5, 10, 100, 0};
+    double tol = 1e-15;
+    T_CHECK(T, fabs(vt_sched_lr(&s, 0) - 1e-6) < tol, "step 0: %g", vt_sched_lr(&s, 0));
+    T_CHECK(T, fabs(vt_sched_lr(&s, 5) - (1e-6 + 5 * (1e-3 - 1e-6) / 10)) < tol, "mid warm-up: %g",
+            vt_sched_lr(&s, 5));
+    double end_warm = 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + cos(pi * 10 / 100));
+    T_CHECK(T, fabs(vt_sched_lr(&s, 10) - end_warm) < tol, "end of warm-up (timm: cosine from step 0): %g vs %g",
+            vt_sched_lr(&s, 10), end_warm);
+    T_CHECK(T, vt_sched_lr(&s, 9) < vt_sched_lr(&s, 10), "warm-up rises");
+    T_CHECK(T, fabs(vt_sched_lr(&s, 50) - (1e-3 + 1e-5) / 2) < tol, "midpoint: %g", vt_sched_lr(&s, 50));
+    T_CHECK(T, vt_sched_lr(&s, 99) > 1e-5 && vt_sched_lr(&s, 99) < 1.1e-5, "last step: %g", vt_sched_lr(&s, 99));
+    T_CHECK(T, vt_sched_lr(&s, 100) == 1e-5 && vt_sched_lr(&s, 1000) == 1e-5, "end: %g", vt_sched_lr(&s, 100));
+    s.warmup_prefix = 1;
+    T_CHECK(T, fabs(vt_sched_lr(&s, 10) - 1e-3) < tol, "prefix: end of warm-up is base lr: %g", vt_sched_lr(&s, 10));
+    T_CHECK(T, fabs(vt_sched_lr(&s, 60) - (1e-3 + 1e-5) / 2) < tol, "prefix: midpoint %g", vt_sched_lr(&s, 60));
+    T_CHECK(T, vt_sched_lr(&s, 110) == 1e-5, "prefix: end");
+    vt_sched nw = {5e-4, 0, 0, 0, 20, 0};
+    T_CHECK(T, vt_sched_lr(&nw, 0) == 5e-4 && fabs(vt_sched_lr(&nw, 10) - 2.5e-4) < tol, "no warm-up");
+}
+
+void test_optim(vt_test *T) {
+    check_adamw(T, 0.0f);
+    check_adamw(T, 0.05f);
+    check_clip(T);
+    check_init(T);
+    check_schedule(T);
+}

@@ -1,0 +1,551 @@
+/* vitc command-line interface: parses arguments and calls the library. `vitc help` lists the subcommands. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/dataset.h"
+#include "vitc/model.h"
+#include "vitc/safetensors.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
+
+typedef struct {
+    const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume;
+    int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
+    int train_subset, test_subset, log_every;
+    long long seed, fault_nan_step;
+    double lr, wd, warmup_epochs, smoothing, min_lr, clip;
+    int help;
+    char cmdline[2048];
+} opts;
+
+typedef enum { O_STR, O_INT, O_LL, O_DBL, O_FLAG } okind;
+typedef struct {
+    const char *name;
+    okind kind;
+    size_t off;
+    const char *help;
+} optdef;
+
+#define O(n, k, f, h) {n, k, offsetof(opts, f), h}
+static const optdef optdefs[] = {
+    O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
+    O("-w", O_STR, weights, "same as --weights"),
+    O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
+    O("--output", O_STR, output, "output safetensors file"),
+    O("-o", O_STR, output, "same as --output"),
+    O("--img-size", O_INT, img_size, "input image size (default: the model's)"),
+    O("--in-chans", O_INT, in_chans, "input channels (default: the model's)"),
+    O("--num-classes", O_INT, num_classes, "classes of the head (default: the model's)"),
+    O("--attn", O_STR, attn, "attention type of a plain ViT host (mhsa)"),
+    O("--ffn", O_STR, ffn, "FFN type of a plain ViT host (mlp)"),
+    O("--json", O_FLAG, json, "machine-readable output"),
+    O("--seed", O_LL, seed, "random seed (default 0)"),
+    O("--batch-size", O_INT, batch, "batch size"),
+    O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
+    O("--iters", O_INT, iters, "timed iterations (default 10)"),
+    O("--threads", O_INT, threads, "threads for OpenMP and OpenBLAS (default: all cores)"),
+    O("--steps", O_INT, steps, "AdamW steps on the batch (default 1: gradients only)"),
+    O("--lr", O_DBL, lr, "(peak) learning rate"),
+    O("--weight-decay", O_DBL, wd, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
+    O("--data", O_STR, data, "dataset: fashion-mnist"),
+    O("--epochs", O_INT, epochs, "training epochs"),
+    O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
+    O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
+    O("--warmup-epochs", O_DBL, warmup_epochs, "linear warm-up length in epochs (default 1)"),
+    O("--min-lr", O_DBL, min_lr, "final learning rate of the cosine (default 1e-5)"),
+    O("--smoothing", O_DBL, smoothing, "label smoothing (default 0.1)"),
+    O("--clip-grad", O_DBL, clip, "clip the global gradient norm (default: off)"),
+    O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
+    O("--train-subset", O_INT, train_subset, "use only the first N training images"),
+    O("--test-subset", O_INT, test_subset, "use only the first N test images"),
+    O("--log-every", O_INT, log_every, "progress line every N steps (default 50)"),
+    O("--fault-nan-step", O_LL, fault_nan_step, "testing aid: poison the input of step N with NaN"),
+    O("--help", O_FLAG, help, "show this help"),
+    O("-h", O_FLAG, help, "show this help"),
+};
+
+typedef struct {
+    const char *name, *usage, *summary, *options;
+    int (*run)(opts *o);
+} command;
+
+static int die(const char *fmt, const char *msg) {
+    fprintf(stderr, "vitc: ");
+    fprintf(stderr, fmt, msg);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static void set_threads(const opts *o) {
+    if (o->threads > 0) {
+        omp_set_num_threads(o->threads);
+        openblas_set_num_threads(o->threads);
+    }
+}
+
+/* Resolves the model name and the size/type overrides into cfg. */
+static int model_cfg(const opts *o, vt_model_cfg *cfg) {
+    if (!o->model) return die("%s", "missing MODEL (see `vitc list`)");
+    const vt_model_cfg *base = vt_model_find(o->model);
+    if (!base) return die("unknown model '%s' (see `vitc list`)", o->model);
+    vt_err e = {{0}};
+    if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
+        return die("%s", e.msg);
+    return 0;
+}
+
+/* A parameter store holding the model's parameters, initialised (seed) or loaded from o->weights. */
+static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_weights) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    if (!P || vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
+        die("%s", e.msg);
+        vt_params_free(P);
+        return NULL;
+    }
+    if (need_weights && !o->weights) {
+        die("%s", "missing --weights");
+        vt_params_free(P);
+        return NULL;
+    }
+    if (o->weights && vt_params_load(P, o->weights, &e)) {
+        char buf[700];
+        snprintf(buf, sizeof buf, "%s: %s", o->weights, e.msg);
+        die("%s", buf);
+        vt_params_free(P);
+        return NULL;
+    }
+    return P;
+}
+
+/* Reads `input` (B, C, H, W) from o->input and checks it against cfg; returns the data and B. */
+static float *read_input(const opts *o, const vt_model_cfg *cfg, vt_st_file *f, int *B) {
+    vt_err e = {{0}};
+    if (!o->input) {
+        die("%s", "missing --input");
+        return NULL;
+    }
+    if (vt_st_open(o->input, f, &e)) {
+        char buf[700];
+        snprintf(buf, sizeof buf, "%s: %s", o->input, e.msg);
+        die("%s", buf);
+        return NULL;
+    }
+    float *x = NULL;
+    int nd = -1;
+    int64_t sh[VT_ST_MAXDIM];
+    const vt_st_entry *ie = vt_st_find(f, "input");
+    if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
+        die("tensor input has dtype %s; images must be F32 (or F16/BF16)", vt_st_dtype_name(ie->dtype));
+        return NULL;
+    }
+    if (vt_st_read_named(f, "input", &x, &nd, sh, &e)) {
+        die("%s", e.msg);
+        return NULL;
+    }
+    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != cfg->in_chans || sh[2] != cfg->img_size ||
+        sh[3] != cfg->img_size) {
+        char buf[400];
+        snprintf(buf, sizeof buf, "input has %d dims (%lld, %lld, %lld, %lld) but %s expects (B, %d, %d, %d); "
+                 "see --img-size / --in-chans", nd, (long long)sh[0], nd > 1 ? (long long)sh[1] : 0LL,
+                 nd > 2 ? (long long)sh[2] : 0LL, nd > 3 ? (long long)sh[3] : 0LL, cfg->name, cfg->in_chans,
+                 cfg->img_size, cfg->img_size);
+        die("%s", buf);
+        vt_free(x);
+        return NULL;
+    }
+    for (int64_t i = 0; i < sh[0] * sh[1] * sh[2] * sh[3]; i++)
+        if (!isfinite(x[i])) {
+            die("%s", "input contains NaN or Inf");
+            vt_free(x);
+            return NULL;
+        }
+    *B = (int)sh[0];
+    return x;
+}
+
+static int cmd_list(opts *o) {
+    (void)o;
+    printf("%-36s %14s %9s  %s\n", "model", "params", "GMACs", "description");
+    for (int i = 0; i < vt_model_count(); i++) {
+        const vt_model_cfg *c = vt_model_at(i);
+        vt_err e = {{0}};
+        vt_params P = {0};
+        P.shapes_only = 1;
+        vt_graph *g = vt_graph_new(&P, 0, &e);
+        vt_tensor *y = g ? vt_model_build(g, c, 1, NULL) : NULL;
+        if (y)
+            printf("%-36s %14lld %9.3f  %s\n", c->name, (long long)vt_params_count(&P, VT_PARAM),
+                   vt_graph_macs(g) / 1e9, c->description);
+        else
+            printf("%-36s  build error: %s\n", c->name, g ? g->err.msg : e.msg);
+        vt_graph_free(g);
+        for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
+        vt_free(P.t);
+    }
+    return 0;
+}
+
+static int cmd_info(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    vt_err e = {{0}};
+    vt_params P = {0};
+    P.shapes_only = 1;
+    vt_graph *g = vt_graph_new(&P, 0, &e);
+    int rc = 0;
+    if (!g || !vt_model_build(g, &c, 1, NULL)) {
+        rc = die("%s", g ? g->err.msg : e.msg);
+    } else {
+        long long params = vt_params_count(&P, VT_PARAM), buffers = vt_params_count(&P, VT_BUFFER),
+                  paper = vt_params_count_paper(&P), macs = vt_graph_macs(g);
+        if (o->json) {
+            printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
+                   "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
+                   "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
+                   "\"num_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"blocks\": [",
+                   c.name, c.family, params, buffers, paper, macs, macs / 1e9, c.img_size, c.in_chans, c.num_classes,
+                   c.patch, c.embed_dim, c.depth, c.num_heads, c.attn, c.ffn);
+        } else {
+            printf("model      %s (%s)\n", c.name, c.description);
+            printf("input      %d x %d x %d, %d classes\n", c.in_chans, c.img_size, c.img_size, c.num_classes);
+            printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
+                   paper, paper / 1e6);
+            printf("buffers    %lld\n", buffers);
+            printf("MACs       %lld (%.3f GMACs per image; 1 multiply-add = 1 MAC)\n\n", macs, macs / 1e9);
+            printf("%-20s %12s %14s\n", "scope", "params", "MACs");
+        }
+        for (int s = 0; s < g->nscopes; s++) {
+            long long sp = 0, sm = 0;
+            for (int k = 0; k < P.n; k++)
+                if (P.t[k]->kind == VT_PARAM && P.t[k]->scope == s) sp += P.t[k]->numel;
+            for (int k = 0; k < g->nn; k++)
+                if (g->nodes[k]->scope == s) sm += g->nodes[k]->macs;
+            if (!sp && !sm) continue;
+            const char *nm = g->scopes[s][0] ? g->scopes[s] : "(top)";
+            if (o->json)
+                printf("%s{\"name\": \"%s\", \"params\": %lld, \"macs\": %lld}", s > 1 ? ", " : "", nm, sp, sm);
+            else
+                printf("%-20s %12lld %14lld\n", nm, sp, sm);
+        }
+        if (o->json) printf("]}\n");
+    }
+    vt_graph_free(g);
+    for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
+    vt_free(P.t);
+    return rc;
+}
+
+static int cmd_init(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing -o OUTPUT");
+    vt_params *P = load_model(o, &c, 0);
+    if (!P) return 1;
+    vt_err e = {{0}};
+    int rc = vt_params_save(P, o->output, &e) ? die("%s", e.msg) : 0;
+    if (!rc) printf("wrote %s: %lld params of %s (seed %lld)\n", o->output, (long long)vt_params_count(P, VT_PARAM),
+                    c.name, o->seed);
+    vt_params_free(P);
+    return rc;
+}
+
+static int cmd_forward(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing --output");
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    vt_st_file f = {0};
+    int B = 0, rc = 1;
+    float *x = read_input(o, &c, &f, &B);
+    vt_err e = {{0}};
+    vt_graph *g = x ? vt_graph_new(P, 0, &e) : NULL;
+    if (g) {
+        vt_tensor *in, *y = vt_model_build(g, &c, B, &in);
+        vt_graph_output(g, y);
+        if (vt_graph_finalize(g, &e)) {
+            die("%s", e.msg);
+        } else {
+            memcpy(in->data, x, sizeof(float) * (size_t)in->numel);
+            vt_graph_forward(g);
+            vt_st_out out = {"logits", VT_ST_F32, 2, {B, c.num_classes}, y->data};
+            rc = vt_st_write(o->output, &out, 1, NULL, &e) ? die("%s", e.msg) : 0;
+        }
+    }
+    vt_graph_free(g);
+    vt_free(x);
+    vt_st_close(&f);
+    vt_params_free(P);
+    return rc;
+}
+
+static int cmd_grad(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing --output");
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    vt_st_file f = {0};
+    int B = 0, rc = 1, steps = o->steps > 0 ? o->steps : 1;
+    float *x = read_input(o, &c, &f, &B), *labf = NULL, *losses = NULL;
+    int32_t *lab = NULL;
+    int64_t nl = 0;
+    vt_err e = {{0}};
+    if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
+        die("%s", e.msg);
+    } else if (x && nl != B) {
+        die("%s", "labels must have shape (B,) matching the input batch");
+    } else if (x) {
+        labf = malloc(sizeof(float) * (size_t)B);
+        losses = malloc(sizeof(float) * (size_t)steps);
+        int ok = labf && losses;
+        for (int b = 0; ok && b < B; b++) {
+            if (lab[b] < 0 || lab[b] >= c.num_classes) {
+                char buf[128];
+                snprintf(buf, sizeof buf, "label %d of sample %d is outside [0, %d)", lab[b], b, c.num_classes);
+                die("%s", buf);
+                ok = 0;
+            }
+            if (ok) labf[b] = (float)lab[b];
+        }
+        if (ok && vt_grad_steps(&c, P, x, labf, B, steps, o->lr > 0 ? o->lr : 1e-3, o->wd >= 0 ? o->wd : 0.0, losses, &e)) {
+            die("%s", e.msg);
+        } else if (ok) {
+            int n = 0;
+            vt_st_out *out = calloc((size_t)P->n + 2, sizeof *out);
+            char(*names)[VT_NAMELEN + 8] = calloc((size_t)P->n, VT_NAMELEN + 8);
+            if (out && names) {
+                out[n++] = (vt_st_out){"loss", VT_ST_F32, 0, {0}, &losses[steps - 1]};
+                if (steps > 1) out[n++] = (vt_st_out){"losses", VT_ST_F32, 1, {steps}, losses};
+                for (int i = 0; i < P->n; i++) {
+                    const vt_tensor *t = P->t[i];
+                    if (t->kind != VT_PARAM) continue;
+                    snprintf(names[i], VT_NAMELEN + 8, "grad/%s", t->name);
+                    out[n] = (vt_st_out){names[i], VT_ST_F32, t->ndim, {0}, t->grad};
+                    for (int d = 0; d < t->ndim; d++) out[n].shape[d] = t->shape[d];
+                    n++;
+                }
+                rc = vt_st_write(o->output, out, n, NULL, &e) ? die("%s", e.msg) : 0;
+            } else {
+                die("%s", "out of memory");
+            }
+            free(out);
+            free(names);
+        }
+    }
+    free(labf);
+    free(losses);
+    vt_free(lab);
+    vt_free(x);
+    vt_st_close(&f);
+    vt_params_free(P);
+    return rc;
+}
+
+static int cmd_train(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    vt_train_opts t;
+    vt_train_defaults(&t);
+    if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
+    if (o->data) t.data = o->data;
+    t.run_dir = o->out_dir;
+    t.resume = o->resume;
+    if (o->epochs) t.epochs = o->epochs;
+    if (o->batch) t.batch = o->batch;
+    if (o->lr > 0) t.lr = o->lr;
+    if (o->wd >= 0) t.weight_decay = o->wd;
+    if (o->warmup_epochs >= 0) t.warmup_epochs = o->warmup_epochs;
+    if (o->min_lr >= 0) t.min_lr = o->min_lr;
+    if (o->smoothing >= 0) t.smoothing = o->smoothing;
+    t.clip_grad = o->clip;
+    t.seed = (uint64_t)o->seed;
+    t.augment = !o->augment;
+    t.train_subset = o->train_subset;
+    t.test_subset = o->test_subset;
+    if (o->log_every > 0) t.log_every = o->log_every;
+    t.fault_nan_step = o->fault_nan_step;
+    t.command_line = o->cmdline;
+    vt_err e = {{0}};
+    int rc = vt_train(&c, &t, &e);
+    return rc ? die("%s", e.msg) : 0;
+}
+
+static int cmd_eval(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (o->data && strcmp(o->data, "fashion-mnist") != 0) return die("unknown dataset '%s'", o->data);
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    vt_dataset te = {0};
+    vt_err e = {{0}};
+    double loss = 0, acc = 0;
+    int rc = vt_dataset_load_fmnist(NULL, 0, &te, &e) ||
+             (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, &e)) ||
+             vt_evaluate(&c, P, &te, o->batch > 0 ? o->batch : 250, &loss, &acc, &e);
+    if (rc)
+        die("%s", e.msg);
+    else if (o->json)
+        printf("{\"model\": \"%s\", \"images\": %d, \"loss\": %.6f, \"acc1\": %.4f}\n", c.name, te.n, loss, 100 * acc);
+    else
+        printf("%s on Fashion-MNIST test (%d images): loss %.4f, top-1 accuracy %.2f%%\n", c.name, te.n, loss,
+               100 * acc);
+    vt_dataset_free(&te);
+    vt_params_free(P);
+    return rc;
+}
+
+static int cmd_bench(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
+    vt_bench_result r;
+    vt_err e = {{0}};
+    if (vt_bench(&c, B, o->train, iters, &r, &e)) return die("%s", e.msg);
+    if (o->json)
+        printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
+               "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
+               "\"arena_mib\": %.1f}\n",
+               c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.gmacs_per_img, r.gflops,
+               r.sgemm_gflops, r.arena_mib);
+    else
+        printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter), %.3f GMACs/img, %.1f GFLOP/s achieved "
+               "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB\n",
+               c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
+               r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib);
+    return 0;
+}
+
+static const command commands[] = {
+    {"list", "vitc list", "every model name with params and GMACs", "", cmd_list},
+    {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
+     "params, buffers, MACs of one image, per-block breakdown",
+     "--img-size --in-chans --num-classes --attn --ffn --json", cmd_info},
+    {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn", cmd_init},
+    {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
+     "eval-mode logits (B, K) for `input` (B, C, H, W)",
+     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --threads", cmd_forward},
+    {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
+     "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
+     "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
+     "--ffn --threads",
+     cmd_grad},
+    {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
+     "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
+     "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
+     "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn "
+     "--fault-nan-step",
+     cmd_train},
+    {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn", cmd_eval},
+    {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
+     "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
+     "--batch-size --train --iters --threads --json --img-size --in-chans --num-classes --attn --ffn", cmd_bench},
+};
+static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
+
+static void usage(FILE *f) {
+    fprintf(f, "vitc: vision transformers in C (forward, backward, training)\n\nusage:\n");
+    for (int i = 0; i < ncommands; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`vitc COMMAND --help` shows a command's options.\n");
+}
+
+/* True when the space-separated option list contains name as a whole word. */
+static int has_opt(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+static void command_help(const command *c) {
+    printf("usage: %s\n\n%s\n\noptions:\n", c->usage, c->summary);
+    for (size_t i = 0; i < sizeof optdefs / sizeof optdefs[0]; i++) {
+        if (has_opt(c->options, optdefs[i].name))
+            printf("  %-18s %s\n", optdefs[i].name, optdefs[i].help);
+    }
+    printf("  %-18s %s\n", "--help", "show this help");
+}
+
+/* Parses argv[2..] into o, accepting only the command's options; returns -1 on an error. */
+static int parse(const command *c, int argc, char **argv, opts *o) {
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-') {
+            if (o->model) return die("unexpected argument '%s'", a);
+            o->model = a;
+            continue;
+        }
+        const optdef *d = NULL;
+        for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+            if (strcmp(optdefs[k].name, a) == 0) d = &optdefs[k];
+        if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_opt(c->options, a)) d = NULL;
+        if (!d) {
+            fprintf(stderr, "vitc %s: unknown option '%s' (see `vitc %s --help`)\n", c->name, a, c->name);
+            return -1;
+        }
+        char *field = (char *)o + d->off;
+        if (d->kind == O_FLAG) {
+            *(int *)field = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "vitc %s: option %s needs a value\n", c->name, a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        errno = 0;
+        if (d->kind == O_STR) {
+            *(const char **)field = v;
+        } else if (d->kind == O_DBL) {
+            *(double *)field = strtod(v, &end);
+        } else {
+            long long x = strtoll(v, &end, 10);
+            if (d->kind == O_INT && (x < -1000000000LL || x > 1000000000LL)) errno = ERANGE;
+            if (d->kind == O_INT)
+                *(int *)field = (int)x;
+            else
+                *(long long *)field = x;
+        }
+        if (d->kind != O_STR && (errno || !end || *end || end == v)) {
+            fprintf(stderr, "vitc %s: bad value '%s' for %s\n", c->name, v, a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 0; i < ncommands; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        opts o;
+        memset(&o, 0, sizeof o);
+        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = -1;
+        o.lr = -1;
+        if (parse(&commands[i], argc, argv, &o)) return 2;
+        for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
+            n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");
+        if (o.help) {
+            command_help(&commands[i]);
+            return 0;
+        }
+        set_threads(&o);
+        return commands[i].run(&o);
+    }
+    fprintf(stderr, "vitc: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
