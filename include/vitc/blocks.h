@@ -33,4 +33,6 @@ vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidde
 /* timm Attention on x (B, N, C): prefix.qkv (3C, bias optional) → softmax(q·kᵀ/√dh)·v → prefix.proj. */
 vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias);
 
+/* ---- the papers' blocks: one section per file, added below ---- */
+
 #endif

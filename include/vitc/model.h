@@ -27,7 +27,14 @@ struct vt_model_cfg {
     const char *attn;       /* attention type: "mhsa", ... */
     const char *ffn;        /* FFN type: "mlp", ... */
     float mean[3], std[3];  /* input normalisation (pretrained cfg) */
+    /* ---- block options: one sub-struct per paper block, added below this line ---- */
 };
+
+/* A host family's table of named configs (defined in its src/models/<family>.c). */
+typedef struct vt_model_table {
+    const vt_model_cfg *cfgs;
+    int n;
+} vt_model_table;
 
 /* Number of registered models. */
 int vt_model_count(void);
@@ -50,5 +57,7 @@ int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_
 
 /* ViT / DeiT host (timm VisionTransformer names). */
 vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+extern const vt_model_table vt_models_vit;
+/* ---- other host families: builder + table, added below this line ---- */
 
 #endif

@@ -82,4 +82,6 @@ vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x);
 /* Prepends k tokens tok (1, k, C) to x (B, N, C) -> (B, k + N, C) (class/distillation tokens). */
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok);
 
+/* ---- ops added for the papers' blocks: one section per file, added below ---- */
+
 #endif

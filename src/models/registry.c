@@ -4,44 +4,33 @@
 
 #include "vitc/model.h"
 
-#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
-#define FMNIST_MEAN {0.2860f, 0.2860f, 0.2860f}
-#define FMNIST_STD {0.3530f, 0.3530f, 0.3530f}
-
-/* DeiT (timm deit_*_patch16_224): class token, qkv bias, LN eps 1e-6, ImageNet normalisation. */
-#define DEIT(nm, d, h, desc)                                                                                      \
-    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 224, .in_chans = 3,     \
-     .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16, .embed_dim = d, .depth = 12,            \
-     .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD}
-
-/* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens + class token). */
-#define FMNIST_VIT(nm, d, depth_, h, desc)                                                                         \
-    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 28, .in_chans = 1,      \
-     .num_classes = 10, .img_multiple = 4, .fixed_img = 1, .patch = 4, .embed_dim = d, .depth = depth_,            \
-     .num_heads = h, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = FMNIST_MEAN, .std = FMNIST_STD}
-
-static const vt_model_cfg models[] = {
-    DEIT("deit_tiny_patch16_224", 192, 3, "DeiT-Ti (Touvron et al. 2021), timm names"),
-    DEIT("deit_small_patch16_224", 384, 6, "DeiT-S"),
-    DEIT("deit_base_patch16_224", 768, 12, "DeiT-B"),
-    FMNIST_VIT("vit_fmnist_tiny", 64, 4, 4, "ViT for 28x28 Fashion-MNIST: D 64, depth 4, 4 heads, MLP 2x"),
-    FMNIST_VIT("vit_fmnist_small", 128, 6, 4, "ViT for 28x28 Fashion-MNIST: D 128, depth 6, 4 heads, MLP 2x"),
+/* Every host family's table; add a family with one line here. */
+static const vt_model_table *const tables[] = {
+    &vt_models_vit,
 };
+#define NTABLES ((int)(sizeof tables / sizeof tables[0]))
 
-int vt_model_count(void) { return (int)(sizeof models / sizeof models[0]); }
+int vt_model_count(void) {
+    int n = 0;
+    for (int t = 0; t < NTABLES; t++) n += tables[t]->n;
+    return n;
+}
 
-const vt_model_cfg *vt_model_at(int i) { return i >= 0 && i < vt_model_count() ? &models[i] : NULL; }
-
-const vt_model_cfg *vt_model_find(const char *name) {
-    for (int i = 0; i < vt_model_count(); i++)
-        if (strcmp(models[i].name, name) == 0 || (models[i].alias && strcmp(models[i].alias, name) == 0))
-            return &models[i];
+const vt_model_cfg *vt_model_at(int i) {
+    for (int t = 0; t < NTABLES && i >= 0; t++) {
+        if (i < tables[t]->n) return &tables[t]->cfgs[i];
+        i -= tables[t]->n;
+    }
     return NULL;
 }
 
+const vt_model_cfg *vt_model_find(const char *name) {
+    for (int i = 0; i < vt_model_count(); i++) {
+        const vt_model_cfg *c = vt_model_at(i);
+        if (strcmp(c->name, name) == 0 || (c->alias && strcmp(c->alias, name) == 0)) return c;
+    }
+    return NULL;
+}
 int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int num_classes, const char *attn,
                        const char *ffn, vt_model_cfg *out, vt_err *e) {
     *out = *cfg;

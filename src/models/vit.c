@@ -9,12 +9,14 @@
 /* The attention of block `prefix` chosen by the config's attention type. */
 static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
     if (strcmp(c->attn, "mhsa") == 0) return vt_block_mhsa(g, prefix, x, c->num_heads, c->qkv_bias);
+    /* ---- other attention types: one line each, added below ---- */
     return vt_fail(g, "vit", "unknown attention type '%s'", c->attn);
 }
 
 /* The FFN of block `prefix` chosen by the config's FFN type. */
 static vt_tensor *ffn(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
     if (strcmp(c->ffn, "mlp") == 0) return vt_block_mlp(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio));
+    /* ---- other FFN types: one line each, added below ---- */
     return vt_fail(g, "vit", "unknown FFN type '%s'", c->ffn);
 }
 
@@ -54,3 +56,32 @@ vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         t = vt_mean(g, t, 1);
     return vt_linear_p(g, "head", t, c->num_classes, 1, VT_INIT_W02);
 }
+
+#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
+#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
+#define FMNIST_MEAN {0.2860f, 0.2860f, 0.2860f}
+#define FMNIST_STD {0.3530f, 0.3530f, 0.3530f}
+
+/* DeiT (timm deit_*_patch16_224): class token, qkv bias, LN eps 1e-6, ImageNet normalisation. */
+#define DEIT(nm, d, h, desc)                                                                                      \
+    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 224, .in_chans = 3,     \
+     .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16, .embed_dim = d, .depth = 12,            \
+     .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
+     .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD}
+
+/* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens + class token). */
+#define FMNIST_VIT(nm, d, depth_, h, desc)                                                                         \
+    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 28, .in_chans = 1,      \
+     .num_classes = 10, .img_multiple = 4, .fixed_img = 1, .patch = 4, .embed_dim = d, .depth = depth_,            \
+     .num_heads = h, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
+     .ffn = "mlp", .mean = FMNIST_MEAN, .std = FMNIST_STD}
+
+static const vt_model_cfg vit_models[] = {
+    DEIT("deit_tiny_patch16_224", 192, 3, "DeiT-Ti (Touvron et al. 2021), timm names"),
+    DEIT("deit_small_patch16_224", 384, 6, "DeiT-S"),
+    DEIT("deit_base_patch16_224", 768, 12, "DeiT-B"),
+    FMNIST_VIT("vit_fmnist_tiny", 64, 4, 4, "ViT for 28x28 Fashion-MNIST: D 64, depth 4, 4 heads, MLP 2x"),
+    FMNIST_VIT("vit_fmnist_small", 128, 6, 4, "ViT for 28x28 Fashion-MNIST: D 128, depth 6, 4 heads, MLP 2x"),
+};
+
+const vt_model_table vt_models_vit = {vit_models, (int)(sizeof vit_models / sizeof vit_models[0])};
