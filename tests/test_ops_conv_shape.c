@@ -132,6 +132,8 @@ static void check_conv_values(vt_test *T) {
         {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1}, /* patch embedding */
         {1, 2, 6, 5, 3, 5, 3, 3, 2, 1, 1},   /* kh != kw, stride 3 */
         {4, 2, 3, 4, 2, 3, 3, 1, 2, 1, 1},   /* padding larger than needed */
+        {2, 4, 5, 21, 4, 3, 3, 1, 3, 4, 1},  /* depthwise, padding > k-1, W spanning two 16-wide blocks */
+        {1, 3, 6, 17, 3, 5, 5, 1, 0, 3, 1},  /* depthwise 5x5 without padding (output narrower than input) */
     };
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
     for (int ti = 0; ti < 3; ti++) {
@@ -165,7 +167,8 @@ static void check_conv_values(vt_test *T) {
 /* ---- depthwise channels-last conv against a direct reference ---- */
 
 static void check_dwconv_nhwc_values(vt_test *T) {
-    static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0}};
+    static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0},
+                                 {1, 5, 4, 37, 3, 1}, {2, 3, 3, 32, 3, 2}};
     for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
         const int B = cfgs[k][0], H = cfgs[k][1], W = cfgs[k][2], C = cfgs[k][3], K = cfgs[k][4], p = cfgs[k][5];
         fenv f;
@@ -429,12 +432,18 @@ static const gc_case conv_cases[] = {
      .ia = {1, 2, 1}},
     {.name = "conv_kh3_kw1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 4}, {3, 2, 3, 1}}, .build = b_conv,
      .ia = {1, 1, 1}},
+    {.name = "conv_depthwise_bigpad_wide", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 2, 4, 19}, {2, 1, 3, 3}, {2}},
+     .build = b_conv, .ia = {1, 3, 2}},
+    {.name = "conv_depthwise_5x5_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 6, 18}, {3, 1, 5, 5}},
+     .build = b_conv, .ia = {1, 0, 3}},
     {.name = "dwconv_nhwc_3x3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 4, 6}, {6, 1, 3, 3}, {6}},
      .build = b_dwn, .ia = {1}},
     {.name = "dwconv_nhwc_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 7, 6, 3}, {3, 1, 7, 7}, {3}},
      .build = b_dwn, .ia = {3}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
      .ia = {0}},
+    {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},
+     .build = b_dwn, .ia = {1}},
     {.name = "dwconv_nhwc_1x3", .nx = 2, .ndim = {4, 4}, .shape = {{3, 3, 4, 4}, {4, 1, 1, 3}}, .build = b_dwn,
      .ia = {1}},
 };
@@ -443,6 +452,7 @@ static const gc_case other_cases[] = {
     {.name = "mean_tokens", .nx = 1, .ndim = {3}, .shape = {{2, 3, 4}}, .build = b_mean, .ia = {1}},
     {.name = "mean_axis0", .nx = 1, .ndim = {2}, .shape = {{3, 5}}, .build = b_mean, .ia = {0}},
     {.name = "mean_last", .nx = 1, .ndim = {3}, .shape = {{2, 3, 4}}, .build = b_mean, .ia = {-1}},
+    {.name = "mean_1d_to_scalar", .nx = 1, .ndim = {1}, .shape = {{5}}, .build = b_mean, .ia = {0}},
     {.name = "mean_wide", .nx = 1, .ndim = {3}, .shape = {{1, 3, 300}}, .build = b_mean, .ia = {1}},
     {.name = "avgpool_3_1_1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool, .ia = {3, 1, 1}},
     {.name = "avgpool_2_2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 2, 7, 5}}, .build = b_avgpool, .ia = {2, 2, 0}},

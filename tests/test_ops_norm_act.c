@@ -227,6 +227,25 @@ static void check_softmax_values(vt_test *T) {
                     (double)f.y->data[i], want[i]);
     }
     fwd1_free(&f);
+    /* relative accuracy of small probabilities: rows (0, -t) for t in [0, 86] give e^-t/(1 + e^-t) */
+    int s2[2] = {233, 2}, last = 1;
+    if (fwd1_build(T, &f, 0, 2, s2, op_softmax, &last) == 0) {
+        for (int i = 0; i < 233; i++) {
+            f.x->data[2 * i] = 0.5f * (float)i;
+            f.x->data[2 * i + 1] = 0.5f * (float)i - 0.37f * (float)i;
+        }
+        vt_graph_forward(f.g);
+        double err = 0.0;
+        int worst = 0;
+        for (int i = 0; i < 233; i++) {
+            const double t = (double)f.x->data[2 * i] - f.x->data[2 * i + 1], e = exp(-t);
+            const double r1 = fabs(f.y->data[2 * i] - 1.0 / (1.0 + e)) * (1.0 + e);
+            const double r2 = fabs(f.y->data[2 * i + 1] - e / (1.0 + e)) / (e / (1.0 + e));
+            if (fmax(r1, r2) > err) err = fmax(r1, r2), worst = i;
+        }
+        T_CHECK(T, err < 1e-6, "softmax relative error %g at t = %g", err, 0.37 * worst);
+    }
+    fwd1_free(&f);
     /* every axis of a (3, 4, 5, 6) tensor against a double-precision host softmax */
     int s4[4] = {3, 4, 5, 6};
     for (int axis = -4; axis < 4; axis++) {

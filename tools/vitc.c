@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vitc/blocks.h"
 #include "vitc/dataset.h"
 #include "vitc/model.h"
 #include "vitc/safetensors.h"
@@ -20,7 +21,8 @@ typedef struct {
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip;
-    int help;
+    int help, profile;
+    int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
     char cmdline[2048];
 } opts;
 
@@ -65,7 +67,10 @@ static const optdef optdefs[] = {
     O("--train-subset", O_INT, train_subset, "use only the first N training images"),
     O("--test-subset", O_INT, test_subset, "use only the first N test images"),
     O("--log-every", O_INT, log_every, "progress line every N steps (default 50)"),
-    O("--fault-nan-step", O_LL, fault_nan_step, "testing aid: poison the input of step N with NaN"),
+    O("--fault-nan-step", O_LL, fault_nan_step, "testing aid: poison the input of step N (0-based) with NaN"),
+    O("--profile", O_FLAG, profile, "print the time spent per op type"),
+    O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
+      "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
     O("--help", O_FLAG, help, "show this help"),
     O("-h", O_FLAG, help, "show this help"),
 };
@@ -97,6 +102,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     vt_err e = {{0}};
     if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
         return die("%s", e.msg);
+    if (o->train_form) cfg->hc.train_form = 1; /* cFFN training form (train, grad and deploy set it themselves) */
     return 0;
 }
 
@@ -289,6 +295,7 @@ static int cmd_forward(opts *o) {
 static int cmd_grad(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
+    c.hc.train_form = 1; /* gradients of the training form (cFFN BN branches in train mode) */
     if (!o->output) return die("%s", "missing --output");
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
@@ -352,6 +359,7 @@ static int cmd_grad(opts *o) {
 static int cmd_train(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
+    c.hc.train_form = 1; /* training uses the training form (cFFN BN branches); `vitc deploy` merges them */
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -371,7 +379,7 @@ static int cmd_train(opts *o) {
     t.train_subset = o->train_subset;
     t.test_subset = o->test_subset;
     if (o->log_every > 0) t.log_every = o->log_every;
-    t.fault_nan_step = o->fault_nan_step;
+    if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     t.command_line = o->cmdline;
     vt_err e = {{0}};
     int rc = vt_train(&c, &t, &e);
@@ -405,10 +413,11 @@ static int cmd_eval(opts *o) {
 static int cmd_bench(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
+    if (o->train) c.hc.train_form = 1; /* a training step runs the training form */
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     vt_bench_result r;
     vt_err e = {{0}};
-    if (vt_bench(&c, B, o->train, iters, &r, &e)) return die("%s", e.msg);
+    if (vt_bench(&c, B, o->train, iters, o->profile, &r, &e)) return die("%s", e.msg);
     if (o->json)
         printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
@@ -423,16 +432,41 @@ static int cmd_bench(opts *o) {
     return 0;
 }
 
+/* Training-form weights -> deployed weights (cFFN branches and their BatchNorms merged, spec §2.3). */
+static int cmd_deploy(opts *o) {
+    vt_model_cfg c, cd;
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing -o OUTPUT");
+    c.hc.train_form = 1;
+    cd = c;
+    cd.hc.train_form = 0;
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    vt_err e = {{0}};
+    vt_params *D = vt_params_new(&e);
+    int rc = !D || vt_model_init_params(&cd, D, 0, &e) || vt_cffn_deploy(P, D, 1e-5f, &e) ||
+             vt_params_save(D, o->output, &e);
+    if (rc)
+        die("%s", e.msg);
+    else
+        printf("wrote %s: %lld deployed params of %s (from %lld training-form params)\n", o->output,
+               (long long)vt_params_count(D, VT_PARAM), c.name, (long long)vt_params_count(P, VT_PARAM));
+    vt_params_free(D);
+    vt_params_free(P);
+    return rc;
+}
+
 static const command commands[] = {
     {"list", "vitc list", "every model name with params and GMACs", "", cmd_list},
     {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
      "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --json", cmd_info},
+     "--img-size --in-chans --num-classes --attn --ffn --json --train-form", cmd_info},
     {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn", cmd_init},
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --train-form", cmd_init},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --threads", cmd_forward},
+     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --threads --train-form",
+     cmd_forward},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
@@ -445,10 +479,14 @@ static const command commands[] = {
      "--fault-nan-step",
      cmd_train},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn", cmd_eval},
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --train-form", cmd_eval},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --img-size --in-chans --num-classes --attn --ffn", cmd_bench},
+     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn "
+     "--train-form", cmd_bench},
+    {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
+     "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
+     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn", cmd_deploy},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
@@ -535,6 +573,7 @@ int main(int argc, char **argv) {
         memset(&o, 0, sizeof o);
         o.wd = o.warmup_epochs = o.min_lr = o.smoothing = -1;
         o.lr = -1;
+        o.fault_nan_step = -1;
         if (parse(&commands[i], argc, argv, &o)) return 2;
         for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
             n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");

@@ -35,4 +35,94 @@ vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, int head
 
 /* ---- the papers' blocks: one section per file, added below ---- */
 
+/* ---- flatten.c (FLatten focused linear attention, Han et al. 2023; spec-flatten.md §1.2) ---- */
+enum { VT_FLATTEN_Q_KV = 0, VT_FLATTEN_QKV = 1 }; /* projections: attn.q + attn.kv (PVT) or attn.qkv (Swin) */
+typedef struct vt_flatten_cfg {
+    int heads;
+    float focusing;   /* focusing power p (0: 3) */
+    int kernel;       /* DWC kernel K, odd (0: 5); padding K/2 */
+    int qkv_style;    /* VT_FLATTEN_Q_KV or VT_FLATTEN_QKV */
+    int qkv_bias;
+} vt_flatten_cfg;
+/* Focused linear attention on projected q (B, N, C), k, v (B, n, C) (no proj): creates prefix.scale,
+ * prefix.positional_encoding (1, n, C) and prefix.dwc (d = C/heads channels shared by all heads); the last H·W
+ * of the n key tokens form the row-major DWC grid, earlier (class) tokens get no DWC term. -> (B, N, C). */
+vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
+                           const vt_flatten_cfg *c);
+/* FLatten attention module on x (B, N, C) with n key tokens (n = N here) whose last H·W form the key grid:
+ * projections per c->qkv_style, vt_flatten_core, prefix.proj. */
+vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n, int H, int W,
+                            const vt_flatten_cfg *c);
+/* FLatten (PVT-style q/kv) for a plain ViT: `lead` class tokens, then a square grid of patch tokens. */
+vt_tensor *vt_block_flatten_vit(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias, int lead,
+                                float focusing, int kernel);
+
+/* ---- hmhsa.c / cffn.c (Xu et al. 2023, attention-map hallucination + FFN compaction; spec-hmhsa-cffn.md) ---- */
+typedef struct vt_hmhsa_cfg {
+    int heads;        /* host heads (before doubling) */
+    int qkv_bias;
+    int double_heads; /* A1: heads -> 2·heads, head width halved */
+    int grid_h, grid_w; /* key grid of the last grid_h·grid_w tokens; earlier tokens (cls) bypass IHH (A3) */
+    int no_ihh, no_chh, chh_first; /* ablations: drop IHH / CHH (both: "Copy"), or CHH before IHH */
+} vt_hmhsa_cfg;
+/* hMHSA on x (B, N, C): prefix.qkv (2C: Q^ C/2, K^ C/2, V C), real maps A_r = Q^K^T/sqrt(d) (h/2 heads),
+ * hallucinated maps CHH(IHH(A_r)) (prefix.ihh dw 3x3 over the key grid, prefix.chh 1x1 over heads), softmax over
+ * [A_r, A_h] (h heads) times V, prefix.proj. */
+vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_hmhsa_cfg *hc);
+
+typedef struct vt_cffn_cfg {
+    float t;        /* compaction ratio (<= 0: 2/3); k = floor(t·hidden·C / (hidden + C)) */
+    int r;          /* training-form branches per factor (<= 0: 2) */
+    int train_form; /* 1: RepVGG-style training form (conv 1x1 + BN branches); 0: deployed fc2_u / fc2_v */
+} vt_cffn_cfg;
+/* Bottleneck width k of a cFFN with the given hidden and output widths. */
+int vt_cffn_width(int hidden, int C, float t);
+/* cFFN on x (B, N, C): prefix.fc1 (hidden) -> GELU -> U (hidden -> k) -> V (k -> C), no activation between U, V.
+ * Deployed: Linear prefix.fc2_u, prefix.fc2_v; training: prefix.fc2_{u,v}.rep.{b}.{conv, bn}, branches summed. */
+vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, int hidden, const vt_cffn_cfg *cc);
+/* Fills the deployed store dep from the training-form store train: equal names copied, every X.{weight,bias} of
+ * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps); errors name unused or missing tensors. */
+int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e);
+
+/* ---- msf.c: Mean-Shift Feature attention and the baseline attention of its official code ---- */
+typedef struct vt_msf_cfg {
+    int heads, dim_head;  /* inner width = heads·dim_head */
+    int probe;            /* 1: MSF (to_qkvp, Gaussian logits, o = attn·v − p); 0: baseline (to_qkv, dot product) */
+    int groups;           /* groups of the qkv(p) projection (1: dense); weight (E, C/groups) */
+    int block_grouping;   /* 1: block output order; 0: interleaved (o = e·G + g), the official default */
+    int norm;             /* 1: LayerNorm `norm` (eps ln_eps) inside the module (SimpleViT); 0: none (ViT host) */
+    float ln_eps;
+    int timm_init;        /* 1: trunc_normal(.02) weights (ViT host); 0: PyTorch default U(±1/sqrt(fan_in)) */
+} vt_msf_cfg;
+
+/* Parses "msf" | "orig", optionally "_g<N>" and then "_block", into probe / groups / block_grouping (-1: not one). */
+int vt_msf_parse(const char *attn, vt_msf_cfg *m);
+
+/* MSF / baseline attention on x (B, N, C): params prefix.{norm.*, to_qkvp.weight | to_qkv.weight, to_out.weight}. */
+vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_msf_cfg *m);
+
+/* MSF attention for the plain ViT host (--attn msf|msf_g<N>...): no inner norm, dim_head = C/heads, timm init. */
+vt_tensor *vt_block_msf_vit(vt_graph *g, const char *prefix, vt_tensor *x, const char *attn, int heads);
+
+/* ---- refiner.c (Refiner, Zhou et al. 2021; official Refiner_ViT names) ---- */
+/* Refined_Attention variants: plain (qkv 3C; softmax map + scale·A_in), shared (qkv = V only (C); uses
+ * scale·adapt_bn(DLA(A_in)), passes A_in on), transform (plain, then the map refined by adapt_bn(DLA(.))). */
+typedef enum { VT_REFINER_PLAIN, VT_REFINER_SHARED, VT_REFINER_TRANSFORM } vt_refiner_mode;
+/* DLA on attention maps a (B, H, N, N): 1x1 expand H->round(expand·H), BN, ReLU6, dw 3x3, BN, ReLU6, 1x1 reduce, BN,
+ * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}. */
+vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand);
+/* Refiner attention on x (B, N, C); *amap: incoming map A_in (B, H, N, N) or NULL, replaced by the outgoing map. */
+vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias,
+                                 vt_refiner_mode mode, float expand, vt_tensor **amap);
+
+/* ---- gma.c (GroupMixFormer) ---- */
+/* SeparableConv2d on NCHW x: prefix.conv1 (DW k×k, stride, padding k/2, no bias) → prefix.pointwise_conv (1×1). */
+vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride);
+/* Group-Mix attention (official EfficientAtt: qkv, aggregator, crpe, proj) on x (B, H·W, C); C multiple of 10. */
+vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W);
+/* GMA attention for a plain ViT host: x (B, N, C) on a square grid (no class token). */
+vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x);
+/* GMA_Block: x + DW3×3 CPE, then x += att(norm1(x)), x += mlp(norm2(x)) (LN eps 1e-6) on x (B, H·W, C). */
+vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden);
+
 #endif

@@ -51,6 +51,7 @@ struct vt_graph {
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
     vt_rng rng;         /* dropout / drop-path randomness */
     int finalized;
+    double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
 };
 
 /* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode. */
@@ -85,6 +86,12 @@ void vt_graph_forward(vt_graph *g);
 
 /* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */
 void vt_graph_backward(vt_graph *g);
+
+/* Starts accumulating per-node run times (see vt_graph_print_profile). */
+int vt_graph_enable_profile(vt_graph *g, vt_err *e);
+
+/* Prints the accumulated time per op type, largest first, as a share of the total. */
+void vt_graph_print_profile(const vt_graph *g);
 
 /* Total multiply-adds of one forward run. */
 int64_t vt_graph_macs(const vt_graph *g);

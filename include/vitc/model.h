@@ -28,6 +28,33 @@ struct vt_model_cfg {
     const char *ffn;        /* FFN type: "mlp", ... */
     float mean[3], std[3];  /* input normalisation (pretrained cfg) */
     /* ---- block options: one sub-struct per paper block, added below this line ---- */
+    /* FLatten (src/blocks/flatten.c; Han et al. 2023; --attn flatten, flatten_deit_tiny) */
+    struct {
+        float focusing; /* focusing power p (<= 0: 3) */
+        int kernel;     /* DWC kernel size, odd (<= 0: 5) */
+    } flatten;
+    /* hMHSA + cFFN (src/blocks/hmhsa.c, cffn.c; Xu et al. 2023; --attn hmhsa, --ffn cffn) */
+    struct {
+        int double_heads;                 /* hMHSA: heads doubled, width halved (A1; DeiT-T on, DeiT-S off) */
+        int no_ihh, no_chh, chh_first;    /* hMHSA ablations (paper Tables 2-3) */
+        float t;                          /* cFFN compaction ratio (<= 0: 2/3) */
+        int r;                            /* cFFN training branches per factor (<= 0: 2) */
+        int train_form;                   /* cFFN: 1 training form (conv+BN branches), 0 deployed (default) */
+    } hc;
+    struct { int dim_head; } msf; /* MSF/orig attention width per head (0: C/heads); probe and groups come
+                                   * from the attn name: msf|orig[_g<N>[_block]] (SimpleViT, ViT --attn msf*) */
+    /* Refiner (src/blocks/refiner.c, src/models/refined_vit.c; Zhou et al. 2021) */
+    struct {
+        int aux_head;        /* refined_vit: token-labelling aux_head; eval logits = head(cls) + 0.5·max_tokens aux */
+        int apply_transform; /* refined_vit: paper mode, every block refines its own map (no shared blocks) */
+        float expand;        /* DLA expansion ratio (shared blocks, --attn refiner); <= 0: 3 */
+        float head_expand;   /* DLA expansion ratio in apply_transform mode (official head_expand; <= 0: 3) */
+    } refiner;
+    /* GroupMixFormer (src/blocks/gma.c, src/models/groupmixformer.c; Ge et al. 2023) */
+    struct {
+        int dims[4], depths[4];  /* stage widths (multiples of 10: 5 segments, 8 heads) and blocks per stage */
+        float mlp_ratios[4];     /* MLP hidden = int(C·r) per stage */
+    } gmf;
 };
 
 /* A host family's table of named configs (defined in its src/models/<family>.c). */
@@ -59,5 +86,23 @@ int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_
 vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
 extern const vt_model_table vt_models_vit;
 /* ---- other host families: builder + table, added below this line ---- */
+
+/* DeiT host with FLatten attention (src/models/vit_flatten.c; builder vt_build_vit; unofficial, spec-flatten §6). */
+extern const vt_model_table vt_models_vit_flatten;
+/* GroupMixFormer (official AILab-CVC names: conv_stem, patch_embed_layers, groupmixformer_backbone, norm4, head). */
+vt_tensor *vt_build_groupmixformer(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+extern const vt_model_table vt_models_groupmixformer;
+/* GroupMixFormer backbone only (no norm4/head): the four stage maps (B, C_i, H/2^(i+2), W/2^(i+2)); -1 on error. */
+int vt_groupmixformer_features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[4]);
+
+/* DeiT hosts with hMHSA + cFFN (src/models/vit_hmhsa_cffn.c; builder vt_build_vit). */
+extern const vt_model_table vt_models_vit_hmhsa_cffn;
+/* SimpleViT with GAP (MSF paper host `SimpleViTflexAtt`; spec-msf §4). */
+vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+extern const vt_model_table vt_models_simplevit;
+
+/* Refined-ViT host (Refiner_ViT_S/M/L, official Refiner_ViT names). */
+vt_tensor *vt_build_refined_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+extern const vt_model_table vt_models_refined_vit;
 
 #endif

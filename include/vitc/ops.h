@@ -82,6 +82,31 @@ vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x);
 /* Prepends k tokens tok (1, k, C) to x (B, N, C) -> (B, k + N, C) (class/distillation tokens). */
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok);
 
+/* ---- attention.c ---- */
+/* Fused softmax attention on packed qkv (B, N, 3C) (timm order: q, k, v, each split into heads of C/heads):
+ * softmax(scale·q·kᵀ)·v with heads merged -> (B, N, C). Equals the plain split/matmul/softmax/merge chain. */
+vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale);
+
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
+
+/* ---- focus.c (FLatten) ---- */
+/* Focusing power over the last dim: y = x^p · ‖x‖₂ / ‖x^p‖₂ per row (x > 0 elementwise, p > 0). */
+vt_tensor *vt_focus_pow(vt_graph *g, vt_tensor *x, float p);
+/* FLatten's fused kernel: vt_focus_pow of u = (ReLU(x + pe) + 1e-6) / softplus(scale); x (..., N, C), pe (N·C
+ * values, broadcast over the batch) or NULL, scale (C values); scale NULL (and pe NULL): u = x. */
+vt_tensor *vt_focus(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, float p);
+
+/* ---- grouped.c (MSF) ---- */
+/* Grouped projection (MSF GroupLinear, no bias): x (..., Din), w (E, Din/G) -> (..., E). Group gi reads input
+ * channels [gi·Din/G, (gi+1)·Din/G) and weight rows gi·E/G + e; output channel e·G + gi (interleave) or
+ * gi·E/G + e (block). MACs: E·Din/G per row. */
+vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, int interleave);
+/* Constant 2-D sin-cos position embedding (1, h·w, dim) of SimpleViT: token y·w + x gets [sin(xω), cos(xω),
+ * sin(yω), cos(yω)] with ω_c = temperature^(−c/(dim/4 − 1)); no inputs, no gradient. */
+vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature);
+
+/* ---- maxreduce.c ---- */
+/* Maximum over `axis` (removed from the shape); the gradient goes to the first arg-max (torch.max(dim)). */
+vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis);
 
 #endif

@@ -29,7 +29,7 @@ typedef struct vt_train_opts {
     int train_subset, test_subset; /* 0: whole split */
     int augment;               /* random crop (pad 4) + horizontal flip */
     int log_every;             /* progress line every this many steps */
-    int64_t fault_nan_step;    /* testing aid: poison the input of this 1-based step with NaN (0: off) */
+    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off) */
 } vt_train_opts;
 
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs). */
@@ -44,7 +44,8 @@ typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
 } vt_bench_result;
 
-/* Times forward (or forward+backward+AdamW when train) on random data after warm-up; measures sgemm peak too. */
-int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_result *r, vt_err *e);
+/* Times forward (or forward+backward+AdamW when train) on random data after warm-up; measures sgemm peak too.
+ * With profile, prints the time per op type. */
+int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e);
 
 #endif

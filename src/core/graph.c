@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
     vt_graph *g = vt_alloc(sizeof(*g), e);
@@ -25,6 +26,7 @@ void vt_graph_free(vt_graph *g) {
     vt_free(g->tens);
     vt_free(g->scopes);
     vt_free(g->arena);
+    vt_free(g->node_s);
     vt_free(g);
 }
 
@@ -319,8 +321,57 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     return 0;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs a node's forward (bwd = 0) or backward kernel, timing it when profiling. */
+static void run_node(vt_graph *g, vt_node *nd, int bwd) {
+    double t = g->node_s ? now_s() : 0.0;
+    if (bwd)
+        nd->op->backward(nd);
+    else
+        nd->op->forward(nd);
+    if (g->node_s) g->node_s[nd->index] += now_s() - t;
+}
+
 void vt_graph_forward(vt_graph *g) {
-    for (int i = 0; i < g->nn; i++) g->nodes[i]->op->forward(g->nodes[i]);
+    for (int i = 0; i < g->nn; i++) run_node(g, g->nodes[i], 0);
+}
+
+int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
+    if (!g->node_s && !(g->node_s = vt_alloc(sizeof(double) * (size_t)(g->nn + 1), e))) return -1;
+    return 0;
+}
+
+void vt_graph_print_profile(const vt_graph *g) {
+    if (!g->node_s) return;
+    const char *names[64];
+    double t[64] = {0}, total = 0.0;
+    int64_t macs[64] = {0};
+    int n = 0;
+    for (int i = 0; i < g->nn; i++) {
+        int k = 0;
+        while (k < n && strcmp(names[k], g->nodes[i]->op->name) != 0) k++;
+        if (k == n && n < 64) names[n++] = g->nodes[i]->op->name;
+        if (k < n) {
+            t[k] += g->node_s[i];
+            macs[k] += g->nodes[i]->macs;
+        }
+        total += g->node_s[i];
+    }
+    for (int i = 0; i < n; i++) /* selection sort by time, descending */
+        for (int j = i + 1; j < n; j++)
+            if (t[j] > t[i]) {
+                double tt = t[i]; t[i] = t[j]; t[j] = tt;
+                int64_t mm = macs[i]; macs[i] = macs[j]; macs[j] = mm;
+                const char *nn = names[i]; names[i] = names[j]; names[j] = nn;
+            }
+    printf("%-16s %10s %7s %14s\n", "op", "seconds", "share", "forward MACs");
+    for (int i = 0; i < n; i++)
+        printf("%-16s %10.4f %6.1f%% %14lld\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i]);
 }
 
 /* Zeroes the gradient of t's root if its live range begins at backward step s (seeds the loss with 1). */
@@ -338,7 +389,7 @@ void vt_graph_backward(vt_graph *g) {
         int s = 2 * n - 1 - i;
         grad_begin(g, nd->out, s);
         for (int k = 0; k < nd->nin; k++) grad_begin(g, nd->in[k], s);
-        if (nd->out->requires_grad && nd->op->backward) nd->op->backward(nd);
+        if (nd->out->requires_grad && nd->op->backward) run_node(g, nd, 1);
     }
 }
 

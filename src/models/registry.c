@@ -7,6 +7,11 @@
 /* Every host family's table; add a family with one line here. */
 static const vt_model_table *const tables[] = {
     &vt_models_vit,
+    &vt_models_groupmixformer,
+    &vt_models_vit_flatten,
+    &vt_models_vit_hmhsa_cffn,
+    &vt_models_refined_vit,
+    &vt_models_simplevit,
 };
 #define NTABLES ((int)(sizeof tables / sizeof tables[0]))
 

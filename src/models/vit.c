@@ -10,6 +10,14 @@
 static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
     if (strcmp(c->attn, "mhsa") == 0) return vt_block_mhsa(g, prefix, x, c->num_heads, c->qkv_bias);
     /* ---- other attention types: one line each, added below ---- */
+    if (strcmp(c->attn, "gma") == 0) return vt_block_gma_host(g, prefix, x); /* square grid, no class token */
+    if (strcmp(c->attn, "flatten") == 0) return vt_block_flatten_vit(g, prefix, x, c->num_heads, c->qkv_bias, c->class_token, c->flatten.focusing, c->flatten.kernel);
+    if (strcmp(c->attn, "hmhsa") == 0) /* key grid: the patch tokens; the class token bypasses IHH */
+        return vt_block_hmhsa(g, prefix, x, &(vt_hmhsa_cfg){c->num_heads, c->qkv_bias, c->hc.double_heads, c->img_size / c->patch, c->img_size / c->patch, c->hc.no_ihh, c->hc.no_chh, c->hc.chh_first});
+    if (strcmp(c->attn, "refiner") == 0) /* MHSA with its map refined by adapt_bn(DLA(.)), no chain */
+        return vt_block_refiner_attn(g, prefix, x, c->num_heads, c->qkv_bias, VT_REFINER_TRANSFORM,
+                                     c->refiner.expand > 0 ? c->refiner.expand : 3.0f, NULL);
+    if (strncmp(c->attn, "msf", 3) == 0) return vt_block_msf_vit(g, prefix, x, c->attn, c->num_heads);
     return vt_fail(g, "vit", "unknown attention type '%s'", c->attn);
 }
 
@@ -17,6 +25,8 @@ static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *pref
 static vt_tensor *ffn(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
     if (strcmp(c->ffn, "mlp") == 0) return vt_block_mlp(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio));
     /* ---- other FFN types: one line each, added below ---- */
+    if (strcmp(c->ffn, "cffn") == 0)
+        return vt_block_cffn(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio), &(vt_cffn_cfg){c->hc.t, c->hc.r, c->hc.train_form});
     return vt_fail(g, "vit", "unknown FFN type '%s'", c->ffn);
 }
 
@@ -69,10 +79,10 @@ vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
      .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
      .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD}
 
-/* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens + class token). */
-#define FMNIST_VIT(nm, d, depth_, h, desc)                                                                         \
+/* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens, patch 7: 4×4 = 16, + class token). */
+#define FMNIST_VIT(nm, p, d, depth_, h, desc)                                                                         \
     {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 28, .in_chans = 1,      \
-     .num_classes = 10, .img_multiple = 4, .fixed_img = 1, .patch = 4, .embed_dim = d, .depth = depth_,            \
+     .num_classes = 10, .img_multiple = p, .fixed_img = 1, .patch = p, .embed_dim = d, .depth = depth_,            \
      .num_heads = h, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
      .ffn = "mlp", .mean = FMNIST_MEAN, .std = FMNIST_STD}
 
@@ -80,8 +90,9 @@ static const vt_model_cfg vit_models[] = {
     DEIT("deit_tiny_patch16_224", 192, 3, "DeiT-Ti (Touvron et al. 2021), timm names"),
     DEIT("deit_small_patch16_224", 384, 6, "DeiT-S"),
     DEIT("deit_base_patch16_224", 768, 12, "DeiT-B"),
-    FMNIST_VIT("vit_fmnist_tiny", 64, 4, 4, "ViT for 28x28 Fashion-MNIST: D 64, depth 4, 4 heads, MLP 2x"),
-    FMNIST_VIT("vit_fmnist_small", 128, 6, 4, "ViT for 28x28 Fashion-MNIST: D 128, depth 6, 4 heads, MLP 2x"),
+    FMNIST_VIT("vit_fmnist_tiny", 4, 64, 4, 4, "ViT for 28x28 Fashion-MNIST: patch 4, D 64, depth 4, 4 heads, MLP 2x"),
+    FMNIST_VIT("vit_fmnist_small", 4, 128, 6, 4, "ViT for 28x28 Fashion-MNIST: patch 4, D 128, depth 6, 4 heads"),
+    FMNIST_VIT("vit_fmnist_p7", 7, 128, 6, 4, "ViT for 28x28 Fashion-MNIST: patch 7 (16 tokens), D 128, depth 6"),
 };
 
 const vt_model_table vt_models_vit = {vit_models, (int)(sizeof vit_models / sizeof vit_models[0])};

@@ -1,8 +1,10 @@
-/* 2-D convolutions: NCHW conv2d (im2col + sgemm for dense/grouped, a direct loop for depthwise) and the
- * channels-last depthwise conv used on token grids (B, H, W, C). */
+/* 2-D convolutions: NCHW conv2d (im2col + sgemm for dense/grouped convs, no im2col for 1x1 stride-1 convs, direct
+ * loops for depthwise convs) and the channels-last depthwise conv used on token grids (B, H, W, C).
+ * MACs: B·Cout·Ho·Wo·(Cin/groups)·kh·kw (bias adds not counted). */
 #include <cblas.h>
 #include <limits.h>
 #include <omp.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -140,64 +142,180 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
 
 /* ---- depthwise NCHW (groups == Cin == Cout): direct loops over one (H, W) plane ---- */
 
-static void dw_plane_fwd(const geom *q, const float *x, const float *w, float bv, float *y) {
-    for (int oh = 0; oh < q->Ho; oh++) {
-        float *yr = y + (size_t)oh * q->Wo;
-        for (int ow = 0; ow < q->Wo; ow++) yr[ow] = bv;
-        for (int ki = 0; ki < q->kh; ki++) {
-            const int ih = oh * q->s - q->p + ki;
-            if (ih < 0 || ih >= q->H) continue;
-            for (int kj = 0; kj < q->kw; kj++) {
-                int lo, hi;
-                tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
-                const float wv = w[ki * q->kw + kj], *xr = x + (size_t)ih * q->W;
-                const int off = kj - q->p;
-                if (q->s == 1)
+/* Loops run tap by tap over the whole plane (which stays in cache), so the valid output range of each tap is
+ * computed once and the innermost loop is a plain axpy / dot over an output row. */
+static void dw_plane_fwd(const geom *q, const float *restrict x, const float *w, float bv, float *restrict y) {
+    const int Ho = q->Ho, Wo = q->Wo, s = q->s;
+    for (int64_t i = 0; i < (int64_t)Ho * Wo; i++) y[i] = bv;
+    for (int ki = 0; ki < q->kh; ki++) {
+        int oh0, oh1;
+        tap_range(s, q->p, ki, q->H, Ho, &oh0, &oh1);
+        for (int kj = 0; kj < q->kw; kj++) {
+            int lo, hi;
+            tap_range(s, q->p, kj, q->W, Wo, &lo, &hi);
+            const float wv = w[ki * q->kw + kj];
+            const int off = kj - q->p;
+            for (int oh = oh0; oh < oh1; oh++) {
+                float *restrict yr = y + (size_t)oh * Wo;
+                const float *restrict xr = x + (size_t)(oh * s - q->p + ki) * q->W;
+                if (s == 1)
                     for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + off];
                 else
-                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * q->s + off];
+                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * s + off];
             }
         }
     }
 }
 
 /* dx += Wᵀ·dy and dw += dy ⋆ x for one plane (dx or dw may be NULL). */
-static void dw_plane_bwd(const geom *q, const float *x, const float *w, const float *dy, float *dx, float *dw) {
-    for (int oh = 0; oh < q->Ho; oh++) {
-        const float *dr = dy + (size_t)oh * q->Wo;
-        for (int ki = 0; ki < q->kh; ki++) {
-            const int ih = oh * q->s - q->p + ki;
-            if (ih < 0 || ih >= q->H) continue;
-            for (int kj = 0; kj < q->kw; kj++) {
-                int lo, hi;
-                tap_range(q->s, q->p, kj, q->W, q->Wo, &lo, &hi);
-                const size_t base = (size_t)ih * q->W;
-                const int off = kj - q->p;
-                const float wv = w[ki * q->kw + kj];
+static void dw_plane_bwd(const geom *q, const float *restrict x, const float *w, const float *restrict dy,
+                         float *restrict dx, float *dw) {
+    const int Wo = q->Wo, s = q->s;
+    for (int ki = 0; ki < q->kh; ki++) {
+        int oh0, oh1;
+        tap_range(s, q->p, ki, q->H, q->Ho, &oh0, &oh1);
+        for (int kj = 0; kj < q->kw; kj++) {
+            int lo, hi;
+            tap_range(s, q->p, kj, q->W, Wo, &lo, &hi);
+            const int off = kj - q->p;
+            const float wv = w[ki * q->kw + kj];
+            float acc = 0.0f;
+            for (int oh = oh0; oh < oh1; oh++) {
+                const float *restrict dr = dy + (size_t)oh * Wo;
+                const size_t base = (size_t)(oh * s - q->p + ki) * q->W;
                 if (dx) {
-                    float *xr = dx + base;
-                    for (int ow = lo; ow < hi; ow++) xr[ow * q->s + off] += wv * dr[ow];
+                    float *restrict xr = dx + base;
+                    if (s == 1)
+                        for (int ow = lo; ow < hi; ow++) xr[ow + off] += wv * dr[ow];
+                    else
+                        for (int ow = lo; ow < hi; ow++) xr[ow * s + off] += wv * dr[ow];
                 }
                 if (dw) {
-                    const float *xr = x + base;
-                    float s = 0.0f;
-                    for (int ow = lo; ow < hi; ow++) s += dr[ow] * xr[ow * q->s + off];
-                    dw[ki * q->kw + kj] += s;
+                    const float *restrict xr = x + base;
+                    float t = 0.0f;
+#pragma omp simd reduction(+ : t)
+                    for (int ow = lo; ow < hi; ow++) t += dr[ow] * xr[ow * s + off];
+                    acc += t;
                 }
             }
+            if (dw) dw[ki * q->kw + kj] += acc;
         }
     }
 }
 
+/* Stride-1 depthwise fast path: the plane is copied into a zero-padded scratch so every tap is in bounds, and
+ * outputs are computed VB at a time with all taps accumulated in registers (each output written once). */
+
+#define VB 16
+
+static int round_up(int a, int m) { return (a + m - 1) / m * m; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+typedef struct {
+    int Hp, Wp; /* padded input plane (forward and dW) */
+    int Hd, Wd; /* padded output-gradient plane (backward) */
+    int64_t fwd, bwd; /* scratch floats per thread */
+} dwdims;
+
+static dwdims dw_dims(const geom *q) {
+    dwdims d;
+    const int Wo16 = round_up(q->Wo, VB), W16 = round_up(q->W, VB);
+    d.Hp = q->H + 2 * q->p;
+    d.Wp = Wo16 + q->kw - 1;
+    d.Hd = imax(q->H + q->p + q->kh - 1, q->H + 2 * q->p);
+    d.Wd = imax(W16 + q->p + q->kw - 1, Wo16 + 2 * (q->kw - 1));
+    d.fwd = (int64_t)d.Hp * d.Wp;
+    d.bwd = d.fwd + (int64_t)d.Hd * d.Wd + (int64_t)q->kh * q->kw * VB;
+    return d;
+}
+
+/* xp (Hp, Wp) = zeros with x (H, W) placed at row top, column left. */
+static void pad_plane(const float *x, int H, int W, int top, int left, float *xp, int Hp, int Wp) {
+    memset(xp, 0, sizeof(float) * (size_t)Hp * Wp);
+    for (int r = 0; r < H; r++) memcpy(xp + (size_t)(r + top) * Wp + left, x + (size_t)r * W, sizeof(float) * W);
+}
+
+static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
+                          float *xp) {
+    const int kh = q->kh, kw = q->kw, Wo = q->Wo, Wp = d->Wp;
+    pad_plane(x, q->H, q->W, q->p, q->p, xp, d->Hp, Wp);
+    for (int oh = 0; oh < q->Ho; oh++)
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
+            float acc[VB];
+            for (int t = 0; t < VB; t++) acc[t] = bv;
+            for (int ki = 0; ki < kh; ki++) {
+                const float *xr = xp + (size_t)(oh + ki) * Wp + ow0;
+                for (int kj = 0; kj < kw; kj++) {
+                    const float wv = w[ki * kw + kj];
+#pragma omp simd
+                    for (int t = 0; t < VB; t++) acc[t] += wv * xr[kj + t];
+                }
+            }
+            const int nt = Wo - ow0 < VB ? Wo - ow0 : VB;
+            for (int t = 0; t < nt; t++) y[(size_t)oh * Wo + ow0 + t] = acc[t];
+        }
+}
+
+/* dx += full correlation of dy with w; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). */
+static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const float *w, const float *dy, float *dx,
+                          float *acc, float *xp, float *dyp) {
+    const int kh = q->kh, kw = q->kw, H = q->H, W = q->W, Wo = q->Wo, p = q->p, Wp = d->Wp, Wd = d->Wd;
+    pad_plane(dy, q->Ho, Wo, kh - 1, kw - 1, dyp, d->Hd, Wd);
+    if (dx)
+        for (int ih = 0; ih < H; ih++)
+            for (int iw0 = 0; iw0 < W; iw0 += VB) {
+                float a[VB] = {0};
+                for (int ki = 0; ki < kh; ki++) {
+                    const float *dr = dyp + (size_t)(ih + p - ki + kh - 1) * Wd + iw0 + p + kw - 1;
+                    for (int kj = 0; kj < kw; kj++) {
+                        const float wv = w[ki * kw + kj], *src = dr - kj;
+#pragma omp simd
+                        for (int t = 0; t < VB; t++) a[t] += wv * src[t];
+                    }
+                }
+                const int nt = W - iw0 < VB ? W - iw0 : VB;
+                for (int t = 0; t < nt; t++) dx[(size_t)ih * W + iw0 + t] += a[t];
+            }
+    if (!acc) return;
+    pad_plane(x, H, W, p, p, xp, d->Hp, Wp);
+    for (int oh = 0; oh < q->Ho; oh++)
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
+            const float *dr = dyp + (size_t)(oh + kh - 1) * Wd + ow0 + kw - 1; /* zeros past Wo */
+            for (int ki = 0; ki < kh; ki++) {
+                const float *xr = xp + (size_t)(oh + ki) * Wp + ow0;
+                for (int kj = 0; kj < kw; kj++) {
+                    float *ac = acc + (size_t)(ki * kw + kj) * VB;
+#pragma omp simd
+                    for (int t = 0; t < VB; t++) ac[t] += dr[t] * xr[kj + t];
+                }
+            }
+        }
+}
+
 /* ---- conv2d kernels ---- */
 /* ia: 0 B, 1 Cin, 2 H, 3 W, 4 Cout, 5 kh, 6 kw, 7 stride, 8 pad, 9 groups, 10 Ho, 11 Wo, 12 mode,
- * 13 forward threads over images (1: images in sequence, BLAS and im2col threaded), 14 the same for backward. */
+ * 13 forward threads over images (1: images in sequence, BLAS and im2col threaded), 14 the same for backward;
+ * for depthwise convs 13 and 14 are the threads owning a padded-plane scratch (fws, bws) each. */
 
 static void conv_fwd(vt_node *n) {
     const geom q = geom_of(n);
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = n->nin > 2 ? n->in[2]->data : NULL;
     float *y = n->out->data;
     const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
+    if (q.mode == M_DEPTHWISE && q.s == 1) {
+        const dwdims d = dw_dims(&q);
+#pragma omp parallel num_threads(q.tf)
+        {
+            float *xp = n->fws->data + (size_t)omp_get_thread_num() * d.fwd;
+#pragma omp for schedule(static)
+            for (int bc = 0; bc < q.B * q.Cin; bc++) {
+                const int c = bc % q.Cin;
+                dw1_plane_fwd(&q, &d, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
+                              y + (size_t)bc * q.P, xp);
+            }
+        }
+        return;
+    }
     if (q.mode == M_DEPTHWISE) {
 #pragma omp parallel for schedule(static)
         for (int bc = 0; bc < q.B * q.Cin; bc++) {
@@ -233,6 +351,7 @@ static void conv_bwd(vt_node *n) {
             for (int i = 0; i < q.B; i++) {
                 const float *d = dy + i * ys + (size_t)o * q.P;
                 float t = 0.0f;
+#pragma omp simd reduction(+ : t)
                 for (int k = 0; k < q.P; k++) t += d[k];
                 s += t;
             }
@@ -240,6 +359,31 @@ static void conv_bwd(vt_node *n) {
         }
     }
     if (!dx && !dw) return;
+    if (q.mode == M_DEPTHWISE && q.s == 1) {
+        const dwdims d = dw_dims(&q);
+        const int K = q.kh * q.kw;
+#pragma omp parallel num_threads(q.tb)
+        {
+            float *xp = n->bws->data + (size_t)omp_get_thread_num() * d.bwd, *dyp = xp + d.fwd,
+                  *acc = dyp + (size_t)d.Hd * d.Wd;
+#pragma omp for schedule(static)
+            for (int c = 0; c < q.Cin; c++) {
+                if (dw) memset(acc, 0, sizeof(float) * (size_t)K * VB);
+                for (int i = 0; i < q.B; i++) {
+                    const size_t pl = (size_t)i * q.Cin + c;
+                    dw1_plane_bwd(&q, &d, x + pl * q.H * q.W, w + (size_t)c * K, dy + pl * q.P,
+                                  dx ? dx + pl * q.H * q.W : NULL, dw ? acc : NULL, xp, dyp);
+                }
+                if (dw)
+                    for (int k = 0; k < K; k++) {
+                        float t = 0.0f;
+                        for (int l = 0; l < VB; l++) t += acc[(size_t)k * VB + l];
+                        dw[(size_t)c * K + k] += t;
+                    }
+            }
+        }
+        return;
+    }
     if (q.mode == M_DEPTHWISE) {
 #pragma omp parallel for schedule(static)
         for (int c = 0; c < q.Cin; c++)
@@ -323,12 +467,20 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
         mode = M_DEPTHWISE;
     else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
         mode = M_POINTWISE;
-    const int tf = image_threads(B), tb = image_threads(B);
+    const int tf = mode == M_DEPTHWISE ? omp_get_max_threads() : image_threads(B), tb = tf;
     const int ia[15] = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb};
     memcpy(n->ia, ia, sizeof ia);
     const geom q = geom_of(n);
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
-    if (mode == M_DEPTHWISE) return n->out;
+    if (mode == M_DEPTHWISE) {
+        if (stride > 1) return n->out; /* direct loops, no scratch */
+        const dwdims d = dw_dims(&q);
+        if ((int64_t)tf * d.bwd > INT_MAX)
+            return vt_fail(g, "conv2d", "input %s, weight %s: padded plane scratch is too large", sx, sw);
+        vt_node_work(n, 0, (int64_t)tf * d.fwd);
+        if (x->requires_grad || w->requires_grad) vt_node_work(n, 1, (int64_t)tb * d.bwd);
+        return n->out;
+    }
     const int64_t fwork = mode == M_IM2COL ? (int64_t)tf * q.col : 0;
     const int64_t bwork = tb > 1 ? (int64_t)tb * ((mode == M_IM2COL ? q.col : 0) + w->numel)
                                  : (mode == M_IM2COL ? q.col : 0);
@@ -350,6 +502,41 @@ static void transpose_w(const float *w, float *wt, int C, int K) {
         for (int k = 0; k < K; k++) wt[(size_t)k * C + c] = w[(size_t)c * K + k];
 }
 
+/* One block of channels of one pixel: out[t] (= init[t] or 0, or += when acc) + Σ_{ki, kj} w[ki·kw + kj][t] ·
+ * src[ki·rs + kj·cs + t] over ki in [ki0, ki1), kj in [kj0, kj1); w rows have stride wc. taps_full handles VB
+ * channels (accumulated in registers), taps_part the last nc < VB. */
+static void taps_full(float *restrict out, const float *init, int acc, const float *src, const float *w, int ki0,
+                      int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc) {
+    float a[VB];
+#pragma omp simd
+    for (int t = 0; t < VB; t++) a[t] = init ? init[t] : 0.0f;
+    for (int ki = ki0; ki < ki1; ki++)
+        for (int kj = kj0; kj < kj1; kj++) {
+            const float *restrict sv = src + ki * rs + kj * cs, *restrict wv = w + (size_t)(ki * kw + kj) * wc;
+#pragma omp simd
+            for (int t = 0; t < VB; t++) a[t] += wv[t] * sv[t];
+        }
+    if (acc) {
+#pragma omp simd
+        for (int t = 0; t < VB; t++) out[t] += a[t];
+    } else {
+#pragma omp simd
+        for (int t = 0; t < VB; t++) out[t] = a[t];
+    }
+}
+
+static void taps_part(float *restrict out, const float *init, int acc, const float *src, const float *w, int ki0,
+                      int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc, int nc) {
+    float a[VB];
+    for (int t = 0; t < nc; t++) a[t] = init ? init[t] : 0.0f;
+    for (int ki = ki0; ki < ki1; ki++)
+        for (int kj = kj0; kj < kj1; kj++) {
+            const float *sv = src + ki * rs + kj * cs, *wv = w + (size_t)(ki * kw + kj) * wc;
+            for (int t = 0; t < nc; t++) a[t] += wv[t] * sv[t];
+        }
+    for (int t = 0; t < nc; t++) out[t] = acc ? out[t] + a[t] : a[t];
+}
+
 static void dwn_fwd(vt_node *n) {
     const int B = n->ia[0], H = n->ia[1], W = n->ia[2], C = n->ia[3], kh = n->ia[4], kw = n->ia[5], p = n->ia[6],
               Ho = n->ia[7], Wo = n->ia[8];
@@ -358,25 +545,23 @@ static void dwn_fwd(vt_node *n) {
     transpose_w(n->in[1]->data, wt, C, kh * kw);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-        for (int oh = 0; oh < Ho; oh++)
+        for (int oh = 0; oh < Ho; oh++) {
+            const int ki0 = p - oh > 0 ? p - oh : 0, ki1 = H + p - oh < kh ? H + p - oh : kh;
             for (int ow = 0; ow < Wo; ow++) {
-                float *restrict yv = y + (((size_t)b * Ho + oh) * Wo + ow) * C;
-                if (bias)
-                    memcpy(yv, bias, sizeof(float) * (size_t)C);
-                else
-                    memset(yv, 0, sizeof(float) * (size_t)C);
-                for (int ki = 0; ki < kh; ki++) {
-                    const int ih = oh - p + ki;
-                    if (ih < 0 || ih >= H) continue;
-                    for (int kj = 0; kj < kw; kj++) {
-                        const int iw = ow - p + kj;
-                        if (iw < 0 || iw >= W) continue;
-                        const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * C;
-                        const float *restrict wv = wt + (size_t)(ki * kw + kj) * C;
-                        for (int c = 0; c < C; c++) yv[c] += wv[c] * xv[c];
-                    }
+                const int kj0 = p - ow > 0 ? p - ow : 0, kj1 = W + p - ow < kw ? W + p - ow : kw;
+                float *yv = y + (((size_t)b * Ho + oh) * Wo + ow) * C;
+                const ptrdiff_t xb = (((ptrdiff_t)b * H + oh - p) * W + ow - p) * C; /* tap (0, 0); may be < 0 */
+                for (int c0 = 0; c0 < C; c0 += VB) {
+                    const int nc = C - c0 < VB ? C - c0 : VB;
+                    if (nc == VB)
+                        taps_full(yv + c0, bias ? bias + c0 : NULL, 0, x + (xb + c0), wt + c0, ki0, ki1, kj0, kj1,
+                                  (ptrdiff_t)W * C, C, kw, C);
+                    else
+                        taps_part(yv + c0, bias ? bias + c0 : NULL, 0, x + (xb + c0), wt + c0, ki0, ki1, kj0, kj1,
+                                  (ptrdiff_t)W * C, C, kw, C, nc);
                 }
             }
+        }
 }
 
 static void dwn_bwd(vt_node *n) {
@@ -390,21 +575,23 @@ static void dwn_bwd(vt_node *n) {
         /* gather: dx[ih, iw] += Σ_taps w[tap] · dy[ih + p - ki, iw + p - kj] */
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int ih = 0; ih < H; ih++)
+            for (int ih = 0; ih < H; ih++) {
+                const int ki0 = ih + p - Ho + 1 > 0 ? ih + p - Ho + 1 : 0, ki1 = ih + p + 1 < kh ? ih + p + 1 : kh;
                 for (int iw = 0; iw < W; iw++) {
-                    float *restrict xv = dx + (((size_t)b * H + ih) * W + iw) * C;
-                    for (int ki = 0; ki < kh; ki++) {
-                        const int oh = ih + p - ki;
-                        if (oh < 0 || oh >= Ho) continue;
-                        for (int kj = 0; kj < kw; kj++) {
-                            const int ow = iw + p - kj;
-                            if (ow < 0 || ow >= Wo) continue;
-                            const float *restrict dv = dy + (((size_t)b * Ho + oh) * Wo + ow) * C;
-                            const float *restrict wv = wt + (size_t)(ki * kw + kj) * C;
-                            for (int c = 0; c < C; c++) xv[c] += wv[c] * dv[c];
-                        }
+                    const int kj0 = iw + p - Wo + 1 > 0 ? iw + p - Wo + 1 : 0, kj1 = iw + p + 1 < kw ? iw + p + 1 : kw;
+                    float *xv = dx + (((size_t)b * H + ih) * W + iw) * C;
+                    const ptrdiff_t d0 = (((ptrdiff_t)b * Ho + ih + p) * Wo + iw + p) * C; /* tap (0, 0) */
+                    for (int c0 = 0; c0 < C; c0 += VB) {
+                        const int nc = C - c0 < VB ? C - c0 : VB;
+                        if (nc == VB)
+                            taps_full(xv + c0, NULL, 1, dy + (d0 + c0), wt + c0, ki0, ki1, kj0, kj1,
+                                      -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C);
+                        else
+                            taps_part(xv + c0, NULL, 1, dy + (d0 + c0), wt + c0, ki0, ki1, kj0, kj1,
+                                      -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C, nc);
                     }
                 }
+            }
     }
     if (!dw && !db) return;
     const size_t per = (size_t)(K + 1) * C;

@@ -28,15 +28,17 @@ static void ln_fwd(vt_node *n) {
     for (int r = 0; r < R; r++) {
         const float *xr = x + (size_t)r * C;
         float *yr = y + (size_t)r * C;
-        double s = 0.0;
+        double s = 0.0, v = 0.0, e = 0.0;
+#pragma omp simd reduction(+ : s)
         for (int i = 0; i < C; i++) s += xr[i];
-        const double m = s / C;
-        double v = 0.0;
-        for (int i = 0; i < C; i++) {
-            const double d = xr[i] - m;
+        const float mf = (float)(s / C);
+#pragma omp simd reduction(+ : v, e)
+        for (int i = 0; i < C; i++) { /* deviations from the rounded mean, with the two-pass correction */
+            const double d = xr[i] - mf;
+            e += d;
             v += d * d;
         }
-        const float mf = (float)m, rs = (float)(1.0 / sqrt(v / C + eps));
+        const float rs = (float)(1.0 / sqrt((v - e * e / C) / C + eps));
         mean[r] = mf;
         rstd[r] = rs;
         if (w && b)
@@ -67,6 +69,7 @@ static void ln_bwd(vt_node *n) {
             const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
             const float m = mean[r], rs = rstd[r];
             double sg = 0.0, sgx = 0.0;
+#pragma omp simd reduction(+ : sg, sgx)
             for (int i = 0; i < C; i++) {
                 const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
                 sg += gi;
@@ -79,6 +82,7 @@ static void ln_bwd(vt_node *n) {
             if (dx) {
                 float *dxr = dx + (size_t)r * C;
                 const float a = (float)(sg / C), c = (float)(sgx / C);
+#pragma omp simd
                 for (int i = 0; i < C; i++) {
                     const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
                     dxr[i] += rs * (gi - a - xh * c);
@@ -136,47 +140,73 @@ vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, f
 /* x viewed as (outer, C, inner): NCHW -> (B, C, H·W); channels-last (B, N, C) -> (B·N, C, 1). M = outer·inner.
  * ia: 0 outer, 1 C, 2 inner, 3 chunks, 4 batch statistics?, 5 update running stats?,
  *     6..10 indices in in[] of w, b, rmean, rvar, nbt (-1: absent); fa: 0 eps, 1 momentum.
- * batch statistics: save[0] mean (C), save[1] rstd (C); fws: partials (2·chunks·C doubles) + s1, s2 (C doubles).
- * running statistics: fws: rstd (C floats).
- * bws: partials + s1, s2 (as fws) + rstd (C floats, running mode). */
+ * batch statistics: save[0] mean (C), save[1] rstd (C).
+ * fws (batch statistics): partials (2·chunks·C doubles), s1, s2 (C doubles each), then the per-channel scale and
+ *     shift (2·C floats); fws (running statistics): scale, shift only.
+ * bws: partials, s1, s2 as above, then the per-channel backward coefficients k1, k2, k3 (3·C floats). */
+
+#define CB 64 /* channels-last: channels per work item */
 
 /* Per-channel sums over (outer, C, inner): s1[c] = Σ f, s2[c] = Σ f·(x − m[c]) with f = u if u is given else
  * x − m[c] (m NULL: 0). outer is split into nch fixed chunks (partials in part: 2·nch·C doubles). */
 static void chan_sums(const float *x, const float *u, const float *m, int outer, int C, int inner, int nch,
                       double *part, double *s1, double *s2) {
-    const int cb = inner >= 16 ? 1 : 16, nb = (C + cb - 1) / cb; /* channels-last: 16 adjacent channels per item */
+    const int cb = inner == 1 ? CB : 1, nb = (C + cb - 1) / cb;
 #pragma omp parallel for schedule(static) collapse(2)
     for (int k = 0; k < nch; k++)
         for (int jb = 0; jb < nb; jb++) {
             const int o0 = (int)((int64_t)outer * k / nch), o1 = (int)((int64_t)outer * (k + 1) / nch);
-            const int c0 = jb * cb, c1 = c0 + cb < C ? c0 + cb : C;
-            double a1[16] = {0}, a2[16] = {0};
-            for (int o = o0; o < o1; o++)
-                for (int c = c0; c < c1; c++) {
-                    const size_t base = ((size_t)o * C + c) * inner;
-                    const float mc = m ? m[c] : 0.0f;
-                    double t1 = 0.0, t2 = 0.0;
-                    if (u)
-                        for (int i = 0; i < inner; i++) {
-                            const float d = x[base + i] - mc, f = u[base + i];
-                            t1 += f;
-                            t2 += (double)f * d;
+            const int c0 = jb * cb, cw = c0 + cb < C ? cb : C - c0;
+            double a1[CB] = {0}, a2[CB] = {0};
+            float mm[CB];
+            for (int j = 0; j < cw; j++) mm[j] = m ? m[c0 + j] : 0.0f;
+            if (inner == 1) { /* rows of C contiguous channels: vectorise across the channel block */
+                for (int o = o0; o < o1; o++) {
+                    const float *xr = x + (size_t)o * C + c0;
+                    if (u) {
+                        const float *ur = u + (size_t)o * C + c0;
+#pragma omp simd
+                        for (int j = 0; j < cw; j++) {
+                            a1[j] += ur[j];
+                            a2[j] += (double)ur[j] * (xr[j] - mm[j]);
                         }
-                    else
+                    } else {
+#pragma omp simd
+                        for (int j = 0; j < cw; j++) {
+                            const float d = xr[j] - mm[j];
+                            a1[j] += d;
+                            a2[j] += (double)d * d;
+                        }
+                    }
+                }
+            } else { /* one channel per item: contiguous planes of `inner` values */
+                const float mc = m ? m[c0] : 0.0f;
+                double t1 = 0.0, t2 = 0.0;
+                for (int o = o0; o < o1; o++) {
+                    const size_t base = ((size_t)o * C + c0) * inner;
+                    if (u) {
+#pragma omp simd reduction(+ : t1, t2)
+                        for (int i = 0; i < inner; i++) {
+                            t1 += u[base + i];
+                            t2 += (double)u[base + i] * (x[base + i] - mc);
+                        }
+                    } else {
+#pragma omp simd reduction(+ : t1, t2)
                         for (int i = 0; i < inner; i++) {
                             const float d = x[base + i] - mc;
                             t1 += d;
                             t2 += (double)d * d;
                         }
-                    a1[c - c0] += t1;
-                    a2[c - c0] += t2;
+                    }
                 }
-            for (int c = c0; c < c1; c++) {
-                part[2 * ((size_t)k * C + c)] = a1[c - c0];
-                part[2 * ((size_t)k * C + c) + 1] = a2[c - c0];
+                a1[0] = t1;
+                a2[0] = t2;
+            }
+            for (int j = 0; j < cw; j++) {
+                part[2 * ((size_t)k * C + c0 + j)] = a1[j];
+                part[2 * ((size_t)k * C + c0 + j) + 1] = a2[j];
             }
         }
-#pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++) {
         double t1 = 0.0, t2 = 0.0;
         for (int k = 0; k < nch; k++) {
@@ -188,6 +218,43 @@ static void chan_sums(const float *x, const float *u, const float *m, int outer,
     }
 }
 
+/* Per-channel elementwise pass over (outer, C, inner), parallel over rows (channels-last) or planes:
+ * forward (fwd = 1): out = (x − m)·k1 + k0;  backward: out += k1·(dy − k2 − (x − m)·k3). */
+static void chan_apply(int fwd, const float *x, const float *dy, const float *m, const float *k0, const float *k1,
+                       const float *k2, const float *k3, float *out, int outer, int C, int inner) {
+    if (inner == 1) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < outer; o++) {
+            const float *xr = x + (size_t)o * C;
+            float *yr = out + (size_t)o * C;
+            if (fwd) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) yr[c] = (xr[c] - m[c]) * k1[c] + k0[c];
+            } else {
+                const float *dr = dy + (size_t)o * C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) yr[c] += k1[c] * (dr[c] - k2[c] - (xr[c] - m[c]) * k3[c]);
+            }
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int o = 0; o < outer; o++)
+        for (int c = 0; c < C; c++) {
+            const size_t base = ((size_t)o * C + c) * inner;
+            const float mc = m[c], a = k1[c];
+            if (fwd) {
+                const float sh = k0[c];
+#pragma omp simd
+                for (int i = 0; i < inner; i++) out[base + i] = (x[base + i] - mc) * a + sh;
+            } else {
+                const float b2 = k2[c], b3 = k3[c];
+#pragma omp simd
+                for (int i = 0; i < inner; i++) out[base + i] += a * (dy[base + i] - b2 - (x[base + i] - mc) * b3);
+            }
+        }
+}
+
 static const vt_tensor *bn_in(const vt_node *n, int which) {
     const int i = n->ia[6 + which];
     return i >= 0 ? n->in[i] : NULL;
@@ -197,41 +264,40 @@ static void bn_fwd(vt_node *n) {
     const int outer = n->ia[0], C = n->ia[1], inner = n->ia[2], nch = n->ia[3], batch = n->ia[4];
     const float eps = n->fa[0], mom = n->fa[1], *x = n->in[0]->data;
     const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3), *NBT = bn_in(n, 4);
-    const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL;
-    const float *mean;
-    float *rstd, *y = n->out->data;
+    const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL, *mean;
+    float *scale = n->fws->data + (batch ? (int64_t)4 * nch * C + 4 * C : 0), *shift = scale + C;
     if (batch) {
         const int64_t M = (int64_t)outer * inner;
         double *part = (double *)n->fws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
-        float *mu = n->save[0]->data;
-        rstd = n->save[1]->data;
+        float *mu = n->save[0]->data, *rstd = n->save[1]->data;
         chan_sums(x, NULL, NULL, outer, C, inner, nch, part, s1, s2);
         for (int c = 0; c < C; c++) mu[c] = (float)(s1[c] / M);
-        chan_sums(x, NULL, mu, outer, C, inner, nch, part, s1, s2); /* deviations from the float mean */
+        chan_sums(x, NULL, mu, outer, C, inner, nch, part, s1, s2); /* deviations from the rounded mean */
         for (int c = 0; c < C; c++) {
-            double var = (s2[c] - s1[c] * s1[c] / M) / M;
+            double var = (s2[c] - s1[c] * s1[c] / M) / M; /* two-pass with correction: exact about the true mean */
             if (var < 0.0) var = 0.0;
             rstd[c] = (float)(1.0 / sqrt(var + eps));
-            if (n->ia[5]) { /* torch: running = (1 - momentum)·running + momentum·batch (unbiased var) */
+            if (n->ia[5]) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
                 const double bm = mu[c] + s1[c] / M;
                 RM->data[c] = (float)((1.0 - mom) * RM->data[c] + mom * bm);
                 RV->data[c] = (float)((1.0 - mom) * RV->data[c] + mom * var * M / (M - 1));
             }
         }
         if (n->ia[5] && NBT) NBT->data[0] += 1.0f;
+        for (int c = 0; c < C; c++) {
+            scale[c] = w ? rstd[c] * w[c] : rstd[c];
+            shift[c] = b ? b[c] : 0.0f;
+        }
         mean = mu;
     } else {
-        rstd = n->fws->data;
-        for (int c = 0; c < C; c++) rstd[c] = (float)(1.0 / sqrt((double)RV->data[c] + eps));
+        for (int c = 0; c < C; c++) {
+            const float rs = (float)(1.0 / sqrt((double)RV->data[c] + eps));
+            scale[c] = w ? rs * w[c] : rs;
+            shift[c] = b ? b[c] : 0.0f;
+        }
         mean = RM->data;
     }
-#pragma omp parallel for schedule(static) collapse(2)
-    for (int o = 0; o < outer; o++)
-        for (int c = 0; c < C; c++) {
-            const size_t base = ((size_t)o * C + c) * inner;
-            const float m = mean[c], a = w ? rstd[c] * w[c] : rstd[c], sh = b ? b[c] : 0.0f;
-            for (int i = 0; i < inner; i++) y[base + i] = (x[base + i] - m) * a + sh;
-        }
+    chan_apply(1, x, NULL, mean, shift, scale, NULL, NULL, n->out->data, outer, C, inner);
 }
 
 static void bn_bwd(vt_node *n) {
@@ -243,34 +309,19 @@ static void bn_bwd(vt_node *n) {
     if (!dy || !(dx || dw || db)) return;
     const int64_t M = (int64_t)outer * inner;
     double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
-    const float *mean, *rstd;
-    if (batch) {
-        mean = n->save[0]->data;
-        rstd = n->save[1]->data;
-    } else {
-        float *rs = (float *)(s2 + C);
-        for (int c = 0; c < C; c++) rs[c] = (float)(1.0 / sqrt((double)RV->data[c] + eps));
-        mean = RM->data;
-        rstd = rs;
-    }
+    const float *mean = batch ? n->save[0]->data : RM->data;
     if (dw || db || batch) chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
+    float *k1 = n->bws->data + (int64_t)4 * nch * C + 4 * C, *k2 = k1 + C, *k3 = k2 + C;
     for (int c = 0; c < C; c++) {
-        if (dw) dw[c] += (float)(s2[c] * rstd[c]);
+        const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)RV->data[c] + eps));
+        if (dw) dw[c] += (float)(s2[c] * rs);
         if (db) db[c] += (float)s1[c];
+        k1[c] = w ? w[c] * rs : rs;
+        /* batch statistics: dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)); running statistics: dx = w·rstd·dy */
+        k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
+        k3[c] = batch ? (float)(s2[c] * rs * rs / M) : 0.0f;
     }
-    if (!dx) return;
-#pragma omp parallel for schedule(static) collapse(2)
-    for (int o = 0; o < outer; o++)
-        for (int c = 0; c < C; c++) {
-            const size_t base = ((size_t)o * C + c) * inner;
-            const float m = mean[c], rs = rstd[c], k1 = w ? w[c] * rs : rs;
-            if (batch) { /* dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)) */
-                const float k2 = (float)(s1[c] / M), k3 = (float)(s2[c] * rs * rs / M);
-                for (int i = 0; i < inner; i++) dx[base + i] += k1 * (dy[base + i] - k2 - (x[base + i] - m) * k3);
-            } else { /* running statistics: a per-channel affine map */
-                for (int i = 0; i < inner; i++) dx[base + i] += k1 * dy[base + i];
-            }
-        }
+    if (dx) chan_apply(0, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
 }
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd};
@@ -324,10 +375,10 @@ vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, v
     if (batch) {
         vt_node_save(n, 0, C);
         vt_node_save(n, 1, C);
-        vt_node_work(n, 0, red);
+        vt_node_work(n, 0, red + 2 * C);
     } else {
-        vt_node_work(n, 0, C);
+        vt_node_work(n, 0, 2 * C);
     }
-    vt_node_work(n, 1, red + C);
+    vt_node_work(n, 1, red + 3 * C);
     return n->out;
 }

@@ -33,7 +33,7 @@ static double sgemm_peak(void) {
     return best;
 }
 
-int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_result *r, vt_err *e) {
+int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e) {
     vt_params *P = vt_params_new(e);
     if (!P || vt_model_init_params(c, P, 0, e)) {
         vt_params_free(P);
@@ -50,14 +50,17 @@ int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_re
     vt_adamw opt = {0};
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && train) rc = vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, 0.05f, e);
+    double t = 0.0;
     if (rc == 0) {
         vt_rng rng;
         vt_rng_seed(&rng, 1);
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
         for (int b = 0; train && b < batch; b++) labels->data[b] = (float)vt_rng_below(&rng, (uint32_t)c->num_classes);
-        double t = 0.0;
         for (int it = -2; it < iters; it++) { /* two warm-up iterations */
-            if (it == 0) t = now_s();
+            if (it == 0) {
+                t = now_s();
+                if (profile && (rc = vt_graph_enable_profile(g, e))) break;
+            }
             vt_graph_forward(g);
             if (train) {
                 vt_params_zero_grad(P);
@@ -66,6 +69,8 @@ int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_re
             }
         }
         t = now_s() - t;
+    }
+    if (rc == 0) {
         int64_t macs = vt_graph_macs(g);
         r->ms_per_iter = 1e3 * t / iters;
         r->img_per_s = (double)batch * iters / t;
@@ -74,6 +79,7 @@ int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, vt_bench_re
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
         r->sgemm_gflops = sgemm_peak();
+        vt_graph_print_profile(g);
     }
     vt_adamw_free(&opt);
     vt_graph_free(g);

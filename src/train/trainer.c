@@ -128,6 +128,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->seed = 0;
     o->augment = 1;
     o->log_every = 50;
+    o->fault_nan_step = -1;
 }
 
 /* ---- checkpoints ---- */
@@ -299,7 +300,7 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
             double lr = vt_sched_lr(&sched, st.step);
             if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
-            if (o->fault_nan_step == st.step + 1) t.x->data[0] = NAN;
+            if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
             vt_graph_forward(t.g);
             float loss = t.loss->data[0];
             if (!isfinite(loss)) {

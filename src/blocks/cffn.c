@@ -1,0 +1,146 @@
+/* cFFN: the compact FFN of Xu et al. 2023 (spec-hmhsa-cffn.md §2). fc1 and the activation are the host's; fc2
+ * (hidden -> C) is replaced by U (hidden -> k) then V (k -> C) with no activation between, k = floor(t·hidden·C /
+ * (hidden + C)) (= floor(t·hidden/(m+1)) for hidden = m·C; t = 2/3 by default).
+ *   deployed form: prefix.fc2_u (Linear k x hidden, bias), prefix.fc2_v (Linear C x k, bias);
+ *   training form (A8, RepVGG style, r = 2): each factor is Σ_b BN_b(Conv1x1_b(·)), bias-free convs
+ *     prefix.fc2_u.rep.{b}.conv.weight (k, hidden, 1, 1) and BN prefix.fc2_u.rep.{b}.bn.* over the output
+ *     channels, statistics over batch x tokens (eps 1e-5, momentum 0.1); the same for fc2_v.
+ * vt_cffn_deploy applies the exact merge of §2.3: α_b = γ_b/sqrt(σ²_b + ε), W = Σ_b diag(α_b)·W_b,
+ * b = Σ_b (β_b − α_b·μ_b); U and V stay separate. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/blocks.h"
+
+#define CFFN_BN_EPS 1e-5f
+#define CFFN_BN_MOMENTUM 0.1f
+
+int vt_cffn_width(int hidden, int C, float t) {
+    if (!(t > 0.0f)) t = 2.0f / 3.0f;
+    int k = (int)floor((double)t * hidden * C / ((double)hidden + C) + 1e-6);
+    return k < 1 ? 1 : k;
+}
+
+/* One factor map x (..., in) -> (..., out): Linear (deployed) or Σ of r conv1x1 + BN branches (training). */
+static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form) {
+    if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02);
+    if (vt_bad(g, 1, x)) return NULL;
+    const int in = x->shape[x->ndim - 1];
+    vt_tensor *sum = NULL;
+    for (int b = 0; b < r; b++) {
+        char pre[VT_NAMELEN], nm[VT_NAMELEN], sub[32];
+        snprintf(sub, sizeof sub, "rep.%d", b);
+        vt_pname(pre, prefix, sub);
+        int ws[4] = {out, in, 1, 1}, w2[2] = {out, in};
+        vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws,
+                                (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)in)});
+        if (w) w->paper_count = 1;
+        vt_tensor *y = vt_linear(g, x, vt_reshape(g, w, 2, w2), NULL);
+        y = vt_batchnorm_p(g, vt_pname(nm, pre, "bn"), y, -1, CFFN_BN_EPS, CFFN_BN_MOMENTUM);
+        sum = sum ? vt_add(g, sum, y) : y;
+    }
+    return sum;
+}
+
+vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, int hidden, const vt_cffn_cfg *cc) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    const int C = x->shape[x->ndim - 1], r = cc->r > 0 ? cc->r : 2;
+    if (hidden < 1 || r > 64) return vt_fail(g, "cffn", "%s: hidden %d / branches %d out of range", prefix, hidden, r);
+    const int k = vt_cffn_width(hidden, C, cc->t);
+    vt_tensor *h = vt_gelu(g, vt_linear_p(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02));
+    vt_tensor *u = factor(g, vt_pname(nm, prefix, "fc2_u"), h, k, r, cc->train_form);
+    return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, cc->train_form);
+}
+
+/* ---- train -> deploy merge ---- */
+
+/* The training tensor stem.rep.b.suffix, or NULL. */
+static vt_tensor *rep_tensor(const vt_params *P, const char *stem, int b, const char *suffix) {
+    char nm[2 * VT_NAMELEN];
+    snprintf(nm, sizeof nm, "%s.rep.%d.%s", stem, b, suffix);
+    return vt_params_find(P, nm);
+}
+
+/* Marks t (if in P) as used. */
+static void mark(const vt_params *P, char *used, const vt_tensor *t) {
+    for (int i = 0; t && i < P->n; i++)
+        if (P->t[i] == t) used[i] = 1;
+}
+
+/* Merges the branches of stem into dep tensor d (stem.weight (out, in) or stem.bias (out)). */
+static int merge_one(const vt_params *P, char *used, const char *stem, vt_tensor *d, int is_bias, float eps,
+                     vt_err *e) {
+    const int out = d->shape[0], in = is_bias ? 1 : d->shape[1];
+    if ((is_bias && d->ndim != 1) || (!is_bias && d->ndim != 2))
+        return vt_seterr(e, "deploy: %s has an unexpected shape for a merged factor map", d->name);
+    double *acc = calloc((size_t)out * (size_t)in, sizeof *acc);
+    if (!acc) return vt_seterr(e, "deploy: out of memory");
+    int nb = 0;
+    for (int b = 0;; b++) {
+        vt_tensor *w = rep_tensor(P, stem, b, "conv.weight"), *ga = rep_tensor(P, stem, b, "bn.weight");
+        vt_tensor *be = rep_tensor(P, stem, b, "bn.bias"), *mu = rep_tensor(P, stem, b, "bn.running_mean");
+        vt_tensor *va = rep_tensor(P, stem, b, "bn.running_var"), *nt = rep_tensor(P, stem, b, "bn.num_batches_tracked");
+        if (!w) break;
+        if (!ga || !be || !mu || !va || w->ndim != 4 || w->shape[0] != out || (!is_bias && w->shape[1] != in) ||
+            w->shape[2] != 1 || w->shape[3] != 1 || ga->numel != out || be->numel != out || mu->numel != out ||
+            va->numel != out) {
+            free(acc);
+            return vt_seterr(e, "deploy: branch %s.rep.%d is incomplete or does not match %s", stem, b, d->name);
+        }
+        mark(P, used, w), mark(P, used, ga), mark(P, used, be), mark(P, used, mu), mark(P, used, va);
+        mark(P, used, nt);
+        const int win = w->shape[1];
+        for (int o = 0; o < out; o++) {
+            const double a = ga->data[o] / sqrt((double)va->data[o] + eps);
+            if (is_bias)
+                acc[o] += be->data[o] - a * mu->data[o];
+            else
+                for (int i = 0; i < win; i++) acc[(size_t)o * in + i] += a * w->data[(size_t)o * win + i];
+        }
+        nb++;
+    }
+    for (int64_t i = 0; i < d->numel; i++) d->data[i] = (float)acc[i];
+    free(acc);
+    return nb ? 0 : vt_seterr(e, "deploy: no training branches %s.rep.0.* for %s", stem, d->name);
+}
+
+int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e) {
+    if (!(bn_eps >= 0.0f)) bn_eps = CFFN_BN_EPS;
+    char *used = calloc((size_t)train->n + 1, 1);
+    if (!used) return vt_seterr(e, "deploy: out of memory");
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < dep->n; i++) {
+        vt_tensor *d = dep->t[i];
+        const vt_tensor *s = vt_params_find(train, d->name);
+        if (s) {
+            if (s->ndim != d->ndim || memcmp(s->shape, d->shape, sizeof(int) * (size_t)d->ndim)) {
+                char a[64], b[64];
+                rc = vt_seterr(e, "deploy: %s is %s in the training weights but %s deployed", d->name,
+                               vt_shape_str(s, a, 64), vt_shape_str(d, b, 64));
+                break;
+            }
+            memcpy(d->data, s->data, sizeof(float) * (size_t)d->numel);
+            mark(train, used, s);
+            continue;
+        }
+        char stem[VT_NAMELEN];
+        const size_t L = strlen(d->name);
+        const int is_w = L > 7 && strcmp(d->name + L - 7, ".weight") == 0;
+        const int is_b = L > 5 && strcmp(d->name + L - 5, ".bias") == 0;
+        if (is_w || is_b) {
+            snprintf(stem, sizeof stem, "%.*s", (int)(L - (is_w ? 7 : 5)), d->name);
+            if (rep_tensor(train, stem, 0, "conv.weight")) {
+                rc = merge_one(train, used, stem, d, is_b, bn_eps, e);
+                continue;
+            }
+        }
+        rc = vt_seterr(e, "deploy: deployed tensor %s has no counterpart in the training weights", d->name);
+    }
+    for (int i = 0; rc == 0 && i < train->n; i++)
+        if (!used[i]) rc = vt_seterr(e, "deploy: training tensor %s is not used by the deployed model", train->t[i]->name);
+    free(used);
+    return rc;
+}

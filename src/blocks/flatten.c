@@ -1,0 +1,112 @@
+/* FLatten focused linear attention (Han et al., ICCV 2023; official FocusedLinearAttention at HEAD abdb115,
+ * ../shared/specs/spec-flatten.md §1.2). Per call, x (B, N, C) with h heads of width d = C/h:
+ *   k += positional_encoding (keys only);  s = softplus(scale);
+ *   q, k ← φ_p((ReLU(·) + 1e-6) / s), φ_p(u) = u^p·‖u‖/‖u^p‖ with norms over all C channels (fused op vt_focus);
+ *   per head: z = 1 / (q·mean_j(k_j) + 1e-6),  KV = (kᵀ n^-½)(v n^-½),  o = (q·KV)·z   — O(N·d²), no N×N map;
+ *   o (merged heads) += DWC(v): one d-channel K×K depthwise conv on the H×W key grid, the same kernel for every
+ *   head (tokens before the grid — a class token — get no DWC term, an unofficial DeiT choice, spec §6).
+ * Parameters (relative to prefix): scale (1,1,C) and positional_encoding (1,n,C), both zero-initialised, then
+ * qkv (Swin) or q + kv (PVT), proj, and dwc.weight (d,1,K,K) / dwc.bias (d) with PyTorch's default conv init. */
+#include <math.h>
+#include <stdio.h>
+
+#include "vitc/blocks.h"
+
+/* Creates the module's own parameters scale and positional_encoding first (the official state_dict order). */
+static void own_params(vt_graph *g, const char *prefix, int n, int C, vt_tensor **scale, vt_tensor **pe) {
+    char nm[VT_NAMELEN];
+    int ss[3] = {1, 1, C}, ps[3] = {1, n, C};
+    *scale = vt_param(g, vt_pname(nm, prefix, "scale"), 3, ss, VT_INIT_Z);
+    *pe = vt_param(g, vt_pname(nm, prefix, "positional_encoding"), 3, ps, VT_INIT_Z);
+}
+
+vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
+                           const vt_flatten_cfg *c) {
+    if (vt_bad(g, 3, q, k, v)) return NULL;
+    char nm[VT_NAMELEN], s1[64], s2[64], s3[64];
+    const int B = q->shape[0], N = q->shape[1], C = q->shape[2], n = k->ndim == 3 ? k->shape[1] : 0;
+    const int heads = c->heads, K = c->kernel > 0 ? c->kernel : 5, lead = n - H * W;
+    const float p = c->focusing > 0.0f ? c->focusing : 3.0f;
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[0] != B || v->shape[0] != B || k->shape[2] != C ||
+        v->shape[2] != C || v->shape[1] != n || heads <= 0 || C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
+        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, C), (B, n, C), (B, n, C) with C divisible by "
+                       "%d heads, an odd kernel %d and n = leading tokens + grid %dx%d",
+                       prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), heads, K, H,
+                       W);
+    if (N != n)
+        return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
+                       "reduction is not supported)", prefix, N, n);
+    const int d = C / heads;
+    vt_tensor *scale, *pe;
+    own_params(g, prefix, n, C, &scale, &pe);
+    int ws[4] = {d, 1, K, K};
+    const float bound = 1.0f / sqrtf((float)(K * K)); /* PyTorch default: fan_in = 1·K·K */
+    vt_tensor *dw = vt_param(g, vt_pname(nm, prefix, "dwc.weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound});
+    vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwc.bias"), 1, &d, (vt_init){VT_INIT_UNIFORM, bound});
+    if (!scale || !pe || !dw || !db) return NULL;
+    dw->paper_count = 1;
+    db->no_decay = 1;
+
+    /* focused kernel φ_p((ReLU(·) + 1e-6) / softplus(scale)) on q and on k + positional encoding (fused op) */
+    vt_tensor *fq = vt_focus(g, q, NULL, scale, p);
+    vt_tensor *fk = vt_focus(g, k, pe, scale, p);
+
+    vt_tensor *qh = vt_split_heads(g, fq, 0, heads, d); /* (B, h, N, d) */
+    vt_tensor *kh = vt_split_heads(g, fk, 0, heads, d); /* (B, h, n, d) */
+    vt_tensor *vh = vt_split_heads(g, v, 0, heads, d);  /* (B, h, n, d) */
+    if (!qh || !kh || !vh) return NULL;
+
+    /* z = 1 / (q·k̄ + 1e-6): (B, h, N, 1) */
+    int ms[4] = {B, heads, d, 1};
+    vt_tensor *kmean = vt_reshape(g, vt_mean(g, kh, 2), 4, ms);
+    vt_tensor *z = vt_unary(g, vt_affine(g, vt_matmul(g, qh, kmean, 0, 0, 1.0f), 1.0f, 1e-6f), VT_POW, -1.0f);
+    /* KV = (k n^-½)ᵀ (v n^-½) = kᵀv / n: (B, h, d, d); o = (q·KV)·z */
+    vt_tensor *kv = vt_matmul(g, kh, vh, 1, 0, 1.0f / (float)n);
+    vt_tensor *o = vt_merge_heads(g, vt_mul(g, vt_matmul(g, qh, kv, 0, 0, 1.0f), z)); /* (B, N, C) */
+
+    /* DWC on raw v: (B·h, H, W, d) channels-last, one d-channel kernel shared by every head */
+    vt_tensor *vg = lead ? vt_slice(g, vh, 2, lead, H * W) : vh;
+    int gs[4] = {B * heads, H, W, d}, bs[4] = {B, heads, H * W, d};
+    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), dw, db, K / 2);
+    dwc = vt_merge_heads(g, vt_reshape(g, dwc, 4, bs)); /* (B, H·W, C), channel i·d + c */
+    if (!lead) return vt_add(g, o, dwc);
+    vt_tensor *parts[2] = {vt_slice(g, o, 1, 0, lead), vt_add(g, vt_slice(g, o, 1, lead, H * W), dwc)};
+    return vt_concat(g, parts, 2, 1);
+}
+
+vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n, int H, int W,
+                            const vt_flatten_cfg *c) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    if (x->ndim != 3 || n != x->shape[1])
+        return vt_fail(g, "flatten", "%s: input %s must be (B, N, C) with n = N = %d key tokens (spatial reduction is "
+                       "not supported)", prefix, vt_shape_str(x, sx, 64), n);
+    const int C = x->shape[2];
+    vt_tensor *scale, *pe, *q, *k, *v;
+    own_params(g, prefix, n, C, &scale, &pe); /* module's own parameters first, as in the official state_dict */
+    if (c->qkv_style == VT_FLATTEN_QKV) {
+        vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, c->qkv_bias, VT_INIT_W02);
+        q = vt_slice(g, t, 2, 0, C);
+        k = vt_slice(g, t, 2, C, C);
+        v = vt_slice(g, t, 2, 2 * C, C);
+    } else {
+        q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, C, c->qkv_bias, VT_INIT_W02);
+        vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "kv"), x, 2 * C, c->qkv_bias, VT_INIT_W02);
+        k = vt_slice(g, t, 2, 0, C);
+        v = vt_slice(g, t, 2, C, C);
+    }
+    vt_tensor *o = vt_flatten_core(g, prefix, q, k, v, H, W, c);
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, VT_INIT_W02);
+}
+
+vt_tensor *vt_block_flatten_vit(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias, int lead,
+                                float focusing, int kernel) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int n = x->ndim == 3 ? x->shape[1] : 0, side = (int)lround(sqrt((double)(n - lead > 0 ? n - lead : 0)));
+    if (x->ndim != 3 || side <= 0 || side * side != n - lead)
+        return vt_fail(g, "flatten", "%s: %d tokens after %d leading token(s) do not form a square grid", prefix,
+                       n - lead, lead);
+    const vt_flatten_cfg c = {.heads = heads, .focusing = focusing, .kernel = kernel, .qkv_style = VT_FLATTEN_Q_KV,
+                              .qkv_bias = qkv_bias};
+    return vt_block_flatten(g, prefix, x, n, side, side, &c);
+}

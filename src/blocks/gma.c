@@ -1,0 +1,141 @@
+/* Group-Mix Attention (GroupMixFormer, official AILab-CVC code; see shared/specs/spec-groupmixformer.md §4–§5):
+ * the GMA block (CPE → LN → EfficientAtt → LN → MLP) and the attention alone for the plain ViT host.
+ *
+ * Layout of the attention (B images, N = H·W tokens, width C, s = C/5, d = s/2, 8 heads):
+ *   qkv (B, N, 3C) → (3, B, C, N) = 3B channel-first images (index type·B + b; Q, K, V)
+ *   segments X_j = channels [j·s, (j+1)·s) of the 3B images
+ *   Y_0 = hswish(BN(X_0)); Y_k = hswish(BN(pw1×1(dw k×k(X_k)))), k = 3, 5, 7 (weights and BN batch statistics
+ *   shared by Q, K and V because they are one stacked batch)
+ *   Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N) = (3, B·8, d, N): head h = channels [h·d, (h+1)·d), channel-first
+ *   K̂ = softmax over N; ctx = K̂·Vᵀ (d×d); F = scale·ctxᵀ·Q; CRPE Vc = DW{3,5,7}(V as (B, 8d, H, W)) per head
+ *   group {0-1, 2-4, 5-7}; O = F + Q ⊙ Vc (channel-first (B, 4s, N)) → tokens (B, N, 4s)
+ *   U = hswish(LN_1e-5(pw(dw3×3([Q_4 | K_4 | V_4])))) (B, N, s); proj([O | U]). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "vitc/blocks.h"
+
+#define GMA_HEADS 8
+
+/* SeparableConv2d: prefix.conv1 (DW k×k on the input channels, no bias, padding k/2, stride) then
+ * prefix.pointwise_conv (1×1 → out, no bias); NCHW. */
+static vt_tensor *separable(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    const int cin = x->shape[1];
+    vt_tensor *y = vt_conv2d_p(g, vt_pname(nm, prefix, "conv1"), x, cin, k, stride, k / 2, cin, 0);
+    return vt_conv2d_p(g, vt_pname(nm, prefix, "pointwise_conv"), y, out, 1, 1, 0, 1, 0);
+}
+
+vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride) {
+    return separable(g, prefix, x, out, k, stride);
+}
+
+/* BatchNorm2d (eps 1e-5, momentum 0.1, channel axis 1) then Hardswish. */
+static vt_tensor *bn_hswish(vt_graph *g, const char *prefix, vt_tensor *x) {
+    return vt_unary(g, vt_batchnorm_p(g, prefix, x, 1, 1e-5f, 0.1f), VT_HARDSWISH, 0.0f);
+}
+
+/* Depthwise k×k conv with bias, NCHW, padding k/2 (CRPE). */
+static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int k) {
+    if (vt_bad(g, 1, x)) return NULL;
+    return vt_conv2d_p(g, name, x, x->shape[1], k, 1, k / 2, x->shape[1], 1);
+}
+
+vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    if (x->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != x->shape[1])
+        return vt_fail(g, "gma", "%s: input %s must be (B, N, C) with N = H·W = %d·%d", prefix,
+                       vt_shape_str(x, sx, 64), H, W);
+    const int B = x->shape[0], N = x->shape[1], C = x->shape[2];
+    if (C % (5 * 2) != 0 || C < 10)
+        return vt_fail(g, "gma", "%s: width C = %d must be a multiple of 10 (5 segments of s = C/5 channels, "
+                       "8 heads of s/2 channels)", prefix, C);
+    const int s = C / 5, d = s / 2, B3 = 3 * B;
+    const float scale = 1.0f / sqrtf((float)C / GMA_HEADS);
+
+    /* Q, K, V as 3B channel-first images. */
+    vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
+    const int s4a[4] = {B, N, 3, C}, perm_a[4] = {2, 0, 3, 1}, s4b[4] = {B3, C, H, W};
+    t = vt_reshape(g, vt_permute(g, vt_reshape(g, t, 4, s4a), perm_a), 4, s4b); /* (3B, C, H, W) */
+
+    /* Pre-attention branches. */
+    char agg[VT_NAMELEN], sub[VT_NAMELEN];
+    vt_pname(agg, prefix, "aggregator");
+    vt_tensor *Y[4];
+    Y[0] = bn_hswish(g, vt_pname(nm, agg, "norm0"), vt_slice(g, t, 1, 0, s));
+    for (int j = 1; j <= 3; j++) {
+        snprintf(sub, sizeof sub, "agg%d", j);
+        vt_tensor *a = separable(g, vt_pname(nm, agg, sub), vt_slice(g, t, 1, j * s, s), s, 2 * j + 1, 1);
+        snprintf(sub, sizeof sub, "norm%d", j);
+        Y[j] = bn_hswish(g, vt_pname(nm, agg, sub), a);
+    }
+    const int sz[4] = {3, B * GMA_HEADS, d, N};
+    vt_tensor *Z = vt_reshape(g, vt_concat(g, Y, 4, 1), 4, sz); /* (3, B·8, d, N) */
+    const int sh[3] = {B * GMA_HEADS, d, N};
+    vt_tensor *Q = vt_reshape(g, vt_slice(g, Z, 0, 0, 1), 3, sh);
+    vt_tensor *K = vt_reshape(g, vt_slice(g, Z, 0, 1, 1), 3, sh);
+    vt_tensor *V = vt_reshape(g, vt_slice(g, Z, 0, 2, 1), 3, sh);
+
+    /* Factorised attention: ctx[i][j] = Σ_n softmax_n(K)[i][n]·V[j][n]; F[j][n] = scale·Σ_i ctx[i][j]·Q[i][n]. */
+    vt_tensor *ctx = vt_matmul(g, vt_softmax(g, K, -1), V, 0, 1, 1.0f);
+    vt_tensor *F = vt_matmul(g, ctx, Q, 1, 0, scale);
+
+    /* CRPE on V laid out as (B, 8d, H, W), head groups {0-1: 3×3, 2-4: 5×5, 5-7: 7×7}. */
+    const int svi[4] = {B, GMA_HEADS * d, H, W};
+    vt_tensor *Vi = vt_reshape(g, V, 4, svi), *Vc[3];
+    const int grp_start[3] = {0, 2, 5}, grp_len[3] = {2, 3, 3};
+    for (int k = 0; k < 3; k++) {
+        snprintf(sub, sizeof sub, "crpe.conv_list.%d", k);
+        Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
+    }
+    vt_tensor *E = vt_mul(g, Q, vt_reshape(g, vt_concat(g, Vc, 3, 1), 3, sh));
+    const int so[3] = {B, 4 * s, N}, ptok[3] = {0, 2, 1};
+    vt_tensor *O = vt_permute(g, vt_reshape(g, vt_add(g, F, E), 3, so), ptok); /* (B, N, 4s), channel h·d + c */
+
+    /* Non-attention branch on [Q_4 | K_4 | V_4] per image. */
+    const int s5[4] = {3, B, s, N}, p5[4] = {1, 0, 2, 3}, s5b[4] = {B, 3 * s, H, W};
+    vt_tensor *X4 = vt_reshape(g, vt_permute(g, vt_reshape(g, vt_slice(g, t, 1, 4 * s, s), 4, s5), p5), 4, s5b);
+    vt_pname(sub, agg, "agg0");
+    vt_tensor *u = separable(g, vt_pname(nm, sub, "conv"), X4, s, 3, 1); /* (B, s, H, W) */
+    const int su[3] = {B, s, N};
+    u = vt_permute(g, vt_reshape(g, u, 3, su), ptok);
+    u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);
+
+    vt_tensor *cat[2] = {O, u};
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), vt_concat(g, cat, 2, 2), C, 1, VT_INIT_W02);
+}
+
+vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int N = x->ndim == 3 ? x->shape[1] : 0;
+    int side = (int)lround(sqrt((double)N));
+    if (side < 1 || side * side != N)
+        return vt_fail(g, "gma", "%s: needs a square grid of tokens without a class token (got %d tokens); use a "
+                       "host config with class_token = 0, e.g. vit_fmnist_tiny_gap --attn gma", prefix, N);
+    return vt_block_gma_attn(g, prefix, x, side, side);
+}
+
+vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    if (x->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != x->shape[1])
+        return vt_fail(g, "gma_block", "%s: input %s must be (B, N, C) with N = H·W = %d·%d", prefix,
+                       vt_shape_str(x, sx, 64), H, W);
+    const int B = x->shape[0], N = x->shape[1], C = x->shape[2];
+    /* CPE: x + DW3×3(x) with bias, computed channels-last on the token grid. */
+    const int ws[4] = {C, 1, 3, 3}, smap[4] = {B, H, W, C}, stok[3] = {B, N, C};
+    const vt_init u3 = {VT_INIT_UNIFORM, 1.0f / 3.0f}; /* PyTorch default: 1/sqrt(fan_in = 9) */
+    vt_tensor *cw = vt_param(g, vt_pname(nm, prefix, "cpe.proj.weight"), 4, ws, u3);
+    vt_tensor *cb = vt_param(g, vt_pname(nm, prefix, "cpe.proj.bias"), 1, &C, u3);
+    if (!cw || !cb) return NULL;
+    cw->paper_count = 1;
+    cb->no_decay = 1;
+    x = vt_add(g, x, vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, x, 4, smap), cw, cb, 1), 3, stok));
+    vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm1"), x, 1e-6f);
+    x = vt_add(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W));
+    h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm2"), x, 1e-6f);
+    return vt_add(g, x, vt_block_mlp(g, vt_pname(nm, prefix, "mlp"), h, mlp_hidden));
+}

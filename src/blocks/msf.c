@@ -1,0 +1,92 @@
+/* Mean-Shift Feature attention (Kobayashi, CVPR 2024; official `AttentionMSF`) and the baseline `Attention` of the
+ * same code: optional in-module LayerNorm `norm`, projection `to_qkvp` (4I) / `to_qkv` (3I) without bias, dense or
+ * grouped (GroupLinear, interleaved or block output order), Gaussian-kernel logits (q·kᵀ − 0.5‖k‖²)·d_h^-1/2,
+ * o = softmax·v − p, `to_out` without bias. See specs/spec-msf.md §2-3. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/blocks.h"
+
+int vt_msf_parse(const char *attn, vt_msf_cfg *m) {
+    if (!attn) return -1;
+    int probe;
+    if (strncmp(attn, "msf", 3) == 0) {
+        probe = 1;
+        attn += 3;
+    } else if (strncmp(attn, "orig", 4) == 0) {
+        probe = 0;
+        attn += 4;
+    } else {
+        return -1;
+    }
+    int groups = 1, block = 0;
+    if (strncmp(attn, "_g", 2) == 0 && attn[2] >= '1' && attn[2] <= '9') {
+        char *end;
+        long v = strtol(attn + 2, &end, 10);
+        if (v < 1 || v > 4096) return -1;
+        groups = (int)v;
+        attn = end;
+    }
+    if (strcmp(attn, "_block") == 0 && groups > 1) {
+        block = 1;
+        attn += 6;
+    }
+    if (*attn) return -1;
+    m->probe = probe;
+    m->groups = groups;
+    m->block_grouping = block;
+    return 0;
+}
+
+vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_msf_cfg *m) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    const int D = x->shape[x->ndim - 1], H = m->heads, dh = m->dim_head, G = m->groups, inner = H * dh;
+    const int nch = m->probe ? 4 : 3;
+    if (x->ndim != 3 || H <= 0 || dh <= 0 || G <= 0 || D % G || (nch * inner) % G)
+        return vt_fail(g, "msf", "%s: input must be (B, N, C) with C divisible by %d groups (heads %d, dim_head %d)",
+                       prefix, G, H, dh);
+    if (m->norm) x = vt_layernorm_p(g, vt_pname(nm, prefix, "norm"), x, m->ln_eps);
+    const char *pname = m->probe ? "to_qkvp.weight" : "to_qkv.weight";
+    int ws[2] = {nch * inner, D / G};
+    vt_init winit = m->timm_init ? VT_INIT_W02 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)(D / G))};
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, pname), 2, ws, winit);
+    if (w) w->paper_count = 1;
+    vt_tensor *t = G == 1 ? vt_linear(g, x, w, NULL) : vt_group_linear(g, x, w, G, !m->block_grouping);
+    /* chunks q, k, v, p: contiguous blocks of `inner` output channels; head h takes [h·dh, (h+1)·dh) of each */
+    vt_tensor *q = vt_split_heads(g, t, 0, H, dh);
+    vt_tensor *k = vt_split_heads(g, t, inner, H, dh);
+    vt_tensor *v = vt_split_heads(g, t, 2 * inner, H, dh);
+    const float s = 1.0f / sqrtf((float)dh);
+    vt_tensor *logits = vt_matmul(g, q, k, 0, 1, s); /* (B, H, N, N) */
+    if (m->probe && k) {
+        /* − 0.5·s·‖k_j‖², broadcast over the query index */
+        vt_tensor *kn = vt_scale(g, vt_mean(g, vt_mul(g, k, k), 3), 0.5f * s * (float)dh); /* (B, H, N) */
+        int ks[4] = {k->shape[0], H, 1, k->shape[2]};
+        logits = vt_sub(g, logits, vt_reshape(g, kn, 4, ks));
+    }
+    vt_tensor *o = vt_matmul(g, vt_softmax(g, logits, -1), v, 0, 0, 1.0f);
+    if (m->probe) o = vt_sub(g, o, vt_split_heads(g, t, 3 * inner, H, dh));
+    o = vt_merge_heads(g, o);
+    int os[2] = {D, inner};
+    vt_init oinit = m->timm_init ? VT_INIT_W02 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)inner)};
+    vt_tensor *wo = vt_param(g, vt_pname(nm, prefix, "to_out.weight"), 2, os, oinit);
+    if (wo) wo->paper_count = 1;
+    return vt_linear(g, o, wo, NULL);
+}
+
+vt_tensor *vt_block_msf_vit(vt_graph *g, const char *prefix, vt_tensor *x, const char *attn, int heads) {
+    if (vt_bad(g, 1, x)) return NULL;
+    vt_msf_cfg m = {0};
+    if (vt_msf_parse(attn, &m))
+        return vt_fail(g, "msf", "%s: unknown attention '%s' (msf, msf_g<N>, msf_g<N>_block, orig, orig_g<N>)",
+                       prefix, attn);
+    const int C = x->shape[x->ndim - 1];
+    if (heads <= 0 || C % heads)
+        return vt_fail(g, "msf", "%s: width %d not divisible by %d heads", prefix, C, heads);
+    m.heads = heads;
+    m.dim_head = C / heads;
+    m.timm_init = 1;
+    return vt_block_msf(g, prefix, x, &m);
+}

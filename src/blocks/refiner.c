@@ -1,0 +1,67 @@
+/* Refiner (Zhou et al. 2021, "Refiner: Refining Self-attention for Vision Transformers"), as the official
+ * Refiner_ViT code does it (spec-refiner.md §4-§5): the DLA module on attention maps (B, H, N, N) treated as NCHW
+ * images with H channels over the raw (query, key) plane, class token included, and the three Refined_Attention
+ * variants (plain with the residual attention chain, shared = V only on the refined incoming map, transform). */
+#include <math.h>
+#include <stdio.h>
+
+#include "vitc/blocks.h"
+
+#define BN_EPS 1e-5f
+#define BN_MOM 0.1f
+
+vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand) {
+    if (vt_bad(g, 1, a)) return NULL;
+    if (a->ndim != 4 || expand <= 0.0f)
+        return vt_fail(g, "dla", "%s: maps must be (B, H, N, N) and the expansion ratio positive", prefix);
+    char nm[VT_NAMELEN];
+    const int H = a->shape[1], He = (int)nearbyint((double)expand * H); /* Python round(): half to even */
+    if (He < 1) return vt_fail(g, "dla", "%s: expansion %g of %d heads gives no channels", prefix, expand, H);
+    vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
+    t = vt_unary(g, vt_batchnorm_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM), VT_RELU6, 0.0f);
+    t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
+    t = vt_unary(g, vt_batchnorm_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM), VT_RELU6, 0.0f);
+    t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
+    t = vt_batchnorm_p(g, vt_pname(nm, prefix, "bn3"), t, 1, BN_EPS, BN_MOM);
+    return vt_add(g, t, a);
+}
+
+/* adapt_bn(DLA(a)) with the block's parameter names. */
+static vt_tensor *refine(vt_graph *g, const char *prefix, vt_tensor *a, float expand) {
+    char nm[VT_NAMELEN];
+    vt_tensor *r = vt_block_dla(g, vt_pname(nm, prefix, "DLA"), a, expand);
+    return vt_batchnorm_p(g, vt_pname(nm, prefix, "adapt_bn"), r, 1, BN_EPS, BN_MOM);
+}
+
+vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias,
+                                 vt_refiner_mode mode, float expand, vt_tensor **amap) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int C = x->shape[x->ndim - 1];
+    if (x->ndim != 3 || heads <= 0 || C % heads)
+        return vt_fail(g, "refiner", "%s: input must be (B, N, C) with C divisible by %d heads", prefix, heads);
+    const int B = x->shape[0], N = x->shape[1], dh = C / heads;
+    const float scale = 1.0f / sqrtf((float)dh);
+    vt_tensor *ain = amap ? *amap : NULL;
+    if (ain && (ain->ndim != 4 || ain->shape[0] != B || ain->shape[1] != heads || ain->shape[2] != N ||
+                ain->shape[3] != N))
+        return vt_fail(g, "refiner", "%s: incoming attention map must be (%d, %d, %d, %d)", prefix, B, heads, N, N);
+    char nm[VT_NAMELEN];
+    vt_tensor *attn, *v;
+    if (mode == VT_REFINER_SHARED) {
+        if (!ain) return vt_fail(g, "refiner", "%s: a shared-attention block needs the previous block's map", prefix);
+        /* Â = scale·adapt_bn(DLA(A_in)) (no softmax); qkv is a (C, C) Linear giving V only; A_in passes through */
+        attn = vt_scale(g, refine(g, prefix, ain, expand), scale);
+        v = vt_split_heads(g, vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, C, qkv_bias, VT_INIT_W02), 0, heads, dh);
+    } else {
+        vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, qkv_bias, VT_INIT_W02);
+        vt_tensor *q = vt_split_heads(g, qkv, 0, heads, dh), *k = vt_split_heads(g, qkv, C, heads, dh);
+        v = vt_split_heads(g, qkv, 2 * C, heads, dh);
+        /* (√s·q)(√s·k)ᵀ = s·q·kᵀ; softmax over keys; + scale·A_in (residual attention chain) */
+        attn = vt_softmax(g, vt_matmul(g, q, k, 0, 1, scale), -1);
+        if (ain) attn = vt_add(g, attn, vt_scale(g, ain, scale));
+        if (mode == VT_REFINER_TRANSFORM) attn = refine(g, prefix, attn, expand);
+        if (amap) *amap = attn;
+    }
+    vt_tensor *o = vt_merge_heads(g, vt_matmul(g, attn, v, 0, 0, 1.0f));
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, VT_INIT_W02);
+}

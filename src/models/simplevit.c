@@ -1,0 +1,96 @@
+/* SimpleViT with global average pooling, the host of the MSF paper (official `SimpleViTflexAtt`, spec-msf §4):
+ * (p1, p2, c) patchify → to_patch_embedding.{1 LN, 2 Linear, 3 LN} → + fixed 2-D sin-cos position embedding
+ * (recomputed, not a parameter) → transformer.layers.{i}.{0 attention (own LN), 1 FF net.{0 LN, 1, 3}} → mean over
+ * tokens (no final LN) → linear_head.{0 LN, 1 Linear}. LayerNorm eps from the config (1e-5); PyTorch default init. */
+#include <math.h>
+#include <stdio.h>
+
+#include "vitc/blocks.h"
+#include "vitc/model.h"
+
+/* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)). */
+static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, int out) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    const int in = x->shape[x->ndim - 1];
+    const vt_init u = {VT_INIT_UNIFORM, 1.0f / sqrtf((float)in)};
+    int ws[2] = {out, in};
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, u);
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, u);
+    if (w) w->paper_count = 1;
+    return vt_linear(g, x, w, b);
+}
+
+vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
+    if (vt_bad(g, 1, x)) return NULL;
+    vt_msf_cfg m = {0};
+    if (vt_msf_parse(c->attn, &m))
+        return vt_fail(g, "simplevit", "unknown attention type '%s' (msf, orig, msf_g<N>, orig_g<N>[_block])", c->attn);
+    const int B = x->shape[0], C = x->shape[1], Hi = x->shape[2], Wi = x->shape[3], P = c->patch, D = c->embed_dim;
+    const int gh = Hi / P, gw = Wi / P, N = gh * gw;
+    if (Hi % P || Wi % P || D % 4)
+        return vt_fail(g, "simplevit", "image %dx%d not divisible by patch %d, or width %d not a multiple of 4", Hi, Wi,
+                       P, D);
+    m.heads = c->num_heads;
+    m.dim_head = c->msf.dim_head > 0 ? c->msf.dim_head : D / c->num_heads;
+    m.norm = 1;
+    m.ln_eps = c->ln_eps;
+    char nm[VT_NAMELEN], pre[VT_NAMELEN];
+    vt_scope(g, "to_patch_embedding");
+    /* (B, C, H, W) → (B, H·W, C) → (B·gh, P, gw, P·C) → (B·gh, gw, P, P·C) → (B, N, (p1·P + p2)·C + c) */
+    int s3[3] = {B, C, Hi * Wi}, p3[3] = {0, 2, 1};
+    vt_tensor *t = vt_permute(g, vt_reshape(g, x, 3, s3), p3);
+    int s4[4] = {B * gh, P, gw, P * C}, p4[4] = {0, 2, 1, 3};
+    t = vt_permute(g, vt_reshape(g, t, 4, s4), p4);
+    int sp[3] = {B, N, P * P * C};
+    t = vt_reshape(g, t, 3, sp);
+    t = vt_layernorm_p(g, "to_patch_embedding.1", t, c->ln_eps);
+    t = torch_linear(g, "to_patch_embedding.2", t, D);
+    t = vt_layernorm_p(g, "to_patch_embedding.3", t, c->ln_eps);
+    t = vt_add(g, t, vt_posemb_sincos2d(g, gh, gw, D, 10000.0f));
+    const int hidden = (int)(D * c->mlp_ratio);
+    for (int i = 0; i < c->depth; i++) {
+        snprintf(pre, sizeof pre, "transformer.layers.%d", i);
+        vt_scope(g, pre);
+        t = vt_add(g, t, vt_block_msf(g, vt_pname(nm, pre, "0"), t, &m));
+        char ff[VT_NAMELEN];
+        snprintf(ff, sizeof ff, "transformer.layers.%d.1.net", i);
+        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, c->ln_eps);
+        h = vt_gelu(g, torch_linear(g, vt_pname(nm, ff, "1"), h, hidden));
+        t = vt_add(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D));
+    }
+    vt_scope(g, "linear_head");
+    t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), c->ln_eps);
+    t = torch_linear(g, "linear_head.1", t, c->num_classes);
+    /* The official recipe (spec-msf §4.4) applies weight decay to every parameter, norms and biases included. */
+    for (int k = 0; g->P && k < g->P->n; k++) g->P->t[k]->no_decay = 0;
+    return t;
+}
+
+#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
+#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
+
+/* SimpleViT (paper Table 5 sizes; patch 16, 224 px, dim_head 64, MLP 4x, LN eps 1e-5, GAP). */
+#define SVIT(nm, al, d, depth_, h, at, desc)                                                                       \
+    {.name = nm, .alias = al, .family = "simplevit", .build = vt_build_simplevit, .description = desc,            \
+     .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 16, .fixed_img = 0, .patch = 16,         \
+     .embed_dim = d, .depth = depth_, .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 0, .ln_eps = 1e-5f,          \
+     .class_token = 0, .attn = at, .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD, .msf = {64}}
+
+#define SVIT4(sz, SZ, d, depth_, h, al_orig, al_msf, al_msfg2, al_origg2)                                           \
+    SVIT("simplevit_" sz "_orig", al_orig, d, depth_, h, "orig", "SimpleViT-" SZ ", baseline attention"),        \
+    SVIT("simplevit_" sz "_msf", al_msf, d, depth_, h, "msf", "SimpleViT-" SZ ", MSF attention (Kobayashi 2024)"), \
+    SVIT("simplevit_" sz "_msf_g2", al_msfg2, d, depth_, h, "msf_g2",                                              \
+         "SimpleViT-" SZ ", MSF attention, 2-group interleaved to_qkvp"),                                          \
+    SVIT("simplevit_" sz "_orig_g2", al_origg2, d, depth_, h, "orig_g2",                                           \
+         "SimpleViT-" SZ ", baseline attention, 2-group interleaved to_qkv")
+
+static const vt_model_cfg simplevit_models[] = {
+    SVIT4("ti", "Ti", 192, 12, 3, NULL, NULL, NULL, NULL),
+    SVIT4("ss", "SS", 384, 6, 6, NULL, NULL, NULL, NULL),
+    SVIT4("s", "S", 384, 12, 6, "SimpleViTS_orig", "SimpleViTS_msf", "SimpleViTS_msf-g2", "SimpleViTS_orig-g2"),
+    SVIT4("b", "B", 768, 12, 12, NULL, NULL, NULL, NULL),
+};
+
+const vt_model_table vt_models_simplevit = {simplevit_models,
+                                            (int)(sizeof simplevit_models / sizeof simplevit_models[0])};

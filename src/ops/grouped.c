@@ -1,0 +1,136 @@
+/* Grouped linear projection (MSF's `GroupLinear`, interleaved or block output order) and the fixed 2-D sin-cos
+ * position embedding of SimpleViT (a constant, recomputed in C, never a parameter). */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+/* ---- group linear: x (R, Din), w (E, Din/G) -> y (R, E) ----
+ * Group gi reads x[:, gi·Dg : (gi+1)·Dg] and weight rows gi·Eg + e, e < Eg, giving y_{gi,e}; its output channel is
+ * e·G + gi (interleave) or gi·Eg + e (block). ia: 0 R, 1 Din, 2 E, 3 G, 4 interleave. The interleaved mode computes
+ * in block order into scratch, then scatters (forward) / gathers (backward). */
+
+/* dst[r, e·G + gi] = src[r, gi·Eg + e] (to_il) or the reverse. */
+static void interleave_rows(float *dst, const float *src, int R, int E, int G, int to_il) {
+    const int Eg = E / G;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        float *d = dst + (size_t)r * E;
+        const float *s = src + (size_t)r * E;
+        for (int gi = 0; gi < G; gi++)
+            for (int e = 0; e < Eg; e++) {
+                if (to_il)
+                    d[e * G + gi] = s[gi * Eg + e];
+                else
+                    d[gi * Eg + e] = s[e * G + gi];
+            }
+    }
+}
+
+static void glinear_fwd(vt_node *n) {
+    const int R = n->ia[0], Din = n->ia[1], E = n->ia[2], G = n->ia[3], il = n->ia[4];
+    const int Dg = Din / G, Eg = E / G;
+    const float *x = n->in[0]->data, *w = n->in[1]->data;
+    float *dst = il ? n->fws->data : n->out->data;
+    for (int gi = 0; gi < G; gi++)
+        gemm(0, 1, R, Eg, Dg, 1.0f, x + (size_t)gi * Dg, Din, w + (size_t)gi * Eg * Dg, Dg, 0.0f,
+             dst + (size_t)gi * Eg, E);
+    if (il) interleave_rows(n->out->data, dst, R, E, G, 1);
+}
+
+static void glinear_bwd(vt_node *n) {
+    const int R = n->ia[0], Din = n->ia[1], E = n->ia[2], G = n->ia[3], il = n->ia[4];
+    const int Dg = Din / G, Eg = E / G;
+    const vt_tensor *x = n->in[0], *w = n->in[1];
+    const float *dy = n->out->grad;
+    if (il) {
+        interleave_rows(n->bws->data, dy, R, E, G, 0);
+        dy = n->bws->data;
+    }
+    for (int gi = 0; gi < G; gi++) {
+        const float *dyg = dy + (size_t)gi * Eg;
+        if (x->grad)
+            gemm(0, 0, R, Dg, Eg, 1.0f, dyg, E, w->data + (size_t)gi * Eg * Dg, Dg, 1.0f, x->grad + (size_t)gi * Dg,
+                 Din);
+        if (w->grad)
+            gemm(1, 0, Eg, Dg, R, 1.0f, dyg, E, x->data + (size_t)gi * Dg, Din, 1.0f, w->grad + (size_t)gi * Eg * Dg,
+                 Dg);
+    }
+}
+
+static const vt_opdef op_glinear = {"group_linear", glinear_fwd, glinear_bwd};
+
+vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, int interleave) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64];
+    const int Din = x->shape[x->ndim - 1];
+    if (groups <= 0 || Din % groups || w->ndim != 2 || w->shape[1] * groups != Din || w->shape[0] % groups)
+        return vt_fail(g, "group_linear", "input %s, weight %s (%s), %d groups: weight must be (out, %d) with out "
+                       "divisible by the groups", vt_shape_str(x, sx, 64), vt_shape_str(w, sw, 64), w->name, groups,
+                       groups > 0 ? Din / groups : 0);
+    int shape[VT_MAXDIM];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = w->shape[0];
+    vt_tensor *in[2] = {x, w};
+    vt_node *n = vt_new_node(g, &op_glinear, in, 2, vt_new_act(g, x->ndim, shape));
+    if (!n) return NULL;
+    const int R = (int)(x->numel / Din), il = interleave && groups > 1;
+    n->ia[0] = R;
+    n->ia[1] = Din;
+    n->ia[2] = w->shape[0];
+    n->ia[3] = groups;
+    n->ia[4] = il;
+    if (il && (!vt_node_work(n, 0, (int64_t)R * w->shape[0]) || !vt_node_work(n, 1, (int64_t)R * w->shape[0])))
+        return NULL;
+    n->macs = (int64_t)R * w->shape[0] * (Din / groups);
+    return n->out;
+}
+
+/* ---- 2-D sin-cos position embedding (constant, no inputs): (1, h·w, dim) ----
+ * Q = dim/4, ω_c = temperature^(−c/(Q−1)); token t = y·w + x; [sin(xω), cos(xω), sin(yω), cos(yω)].
+ * ia: 0 h, 1 w, 2 dim; fa[0] temperature. */
+
+static void posemb_fwd(vt_node *n) {
+    const int h = n->ia[0], w = n->ia[1], dim = n->ia[2], Q = dim / 4;
+    const double temp = n->fa[0];
+    float *pe = n->out->data;
+    for (int t = 0; t < h * w; t++) {
+        const double x = t % w, y = t / w;
+        float *row = pe + (size_t)t * dim;
+        for (int c = 0; c < Q; c++) {
+            const float om = (float)(1.0 / pow(temp, Q > 1 ? (double)c / (Q - 1) : 0.0));
+            const float xo = (float)x * om, yo = (float)y * om; /* float32 products, as the official code */
+            row[c] = sinf(xo);
+            row[Q + c] = cosf(xo);
+            row[2 * Q + c] = sinf(yo);
+            row[3 * Q + c] = cosf(yo);
+        }
+    }
+}
+
+static void posemb_bwd(vt_node *n) { (void)n; }
+
+static const vt_opdef op_posemb = {"posemb_sincos2d", posemb_fwd, posemb_bwd};
+
+vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature) {
+    if (vt_bad(g, 0)) return NULL;
+    if (h <= 0 || w <= 0 || dim <= 0 || dim % 4 || !(temperature > 0))
+        return vt_fail(g, "posemb_sincos2d", "grid %dx%d, dim %d, temperature %g: dim must be a positive multiple of 4",
+                       h, w, dim, (double)temperature);
+    int shape[3] = {1, h * w, dim};
+    vt_node *n = vt_new_node(g, &op_posemb, NULL, 0, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    n->ia[0] = h;
+    n->ia[1] = w;
+    n->ia[2] = dim;
+    n->fa[0] = temperature;
+    return n->out;
+}

@@ -1,0 +1,67 @@
+/* Maximum over one axis (e.g. the per-class max over tokens of a dense head). The index of the first maximum is
+ * saved, so the gradient goes to that element only (as torch.max(dim) does). No MACs counted. */
+#include "vitc/ops.h"
+
+/* x viewed as (outer, A, inner) -> y (outer, inner); save[0] holds the arg-max along A as floats. */
+/* ia: 0 outer, 1 A, 2 inner */
+
+static void max_fwd(vt_node *n) {
+    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2];
+    const float *x = n->in[0]->data;
+    float *y = n->out->data, *arg = n->save[0] ? n->save[0]->data : NULL;
+#pragma omp parallel for schedule(static) if ((int64_t)O * A * Ni > 16384)
+    for (int o = 0; o < O; o++)
+        for (int i = 0; i < Ni; i++) {
+            const float *xp = x + (size_t)o * A * Ni + i;
+            float best = xp[0];
+            int bi = 0;
+            for (int a = 1; a < A; a++) {
+                float v = xp[(size_t)a * Ni];
+                if (v > best || (v != v && best == best)) { /* NaN propagates like torch.max */
+                    best = v;
+                    bi = a;
+                }
+            }
+            y[(size_t)o * Ni + i] = best;
+            if (arg) arg[(size_t)o * Ni + i] = (float)bi;
+        }
+}
+
+static void max_bwd(vt_node *n) {
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2];
+    const float *dy = n->out->grad, *arg = n->save[0]->data;
+#pragma omp parallel for schedule(static) if ((int64_t)O * Ni > 16384)
+    for (int o = 0; o < O; o++)
+        for (int i = 0; i < Ni; i++) {
+            const size_t k = (size_t)o * Ni + i;
+            dx[((size_t)o * A + (size_t)arg[k]) * Ni + i] += dy[k];
+        }
+}
+
+static const vt_opdef op_max = {"max", max_fwd, max_bwd};
+
+vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int ax = axis < 0 ? axis + x->ndim : axis;
+    if (x->ndim < 1 || ax < 0 || ax >= x->ndim || x->shape[ax] < 1) {
+        char sx[64];
+        return vt_fail(g, "max", "axis %d out of range (or empty) for input %s", axis, vt_shape_str(x, sx, 64));
+    }
+    int shape[VT_MAXDIM], k = 0;
+    int64_t O = 1, Ni = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < ax) O *= x->shape[d];
+        if (d > ax) Ni *= x->shape[d];
+        if (d != ax) shape[k++] = x->shape[d];
+    }
+    if (k == 0) shape[k++] = 1; /* a full reduction of a 1-D tensor gives shape (1,) */
+    vt_node *n = vt_new_node(g, &op_max, &x, 1, vt_new_act(g, k, shape));
+    if (!n) return NULL;
+    n->ia[0] = (int)O;
+    n->ia[1] = x->shape[ax];
+    n->ia[2] = (int)Ni;
+    if (!vt_node_save(n, 0, O * Ni)) return NULL;
+    return n->out;
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# End-to-end training checks on a Fashion-MNIST subset: the loss goes down; --resume continues exactly (same
+# metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
+# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; eval and bad arguments.
+set -u
+cd "$(dirname "$0")/../.."
+V=./vitc
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
+
+COMMON="vit_fmnist_tiny --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 1024 --test-subset 256 --seed 3 --log-every 8"
+
+$V train $COMMON --epochs 3 --out "$T/a" >"$T/a.log" 2>&1
+check "train runs" "[ $? -eq 0 ]" "$(tail -3 "$T/a.log")"
+check "progress lines" "grep -Eq '^Train: 0 \[ *8/16 \( *50%\)\]  Loss: .* Time: .*/s  LR: ' '$T/a.log'"
+l1=$(sed -n 2p "$T/a/metrics.csv" | cut -d, -f3)
+l3=$(sed -n 4p "$T/a/metrics.csv" | cut -d, -f3)
+check "loss goes down ($l1 -> $l3)" "awk 'BEGIN{exit !($l3 < $l1)}'"
+check "curves.png is a PNG" "[ \"\$(head -c 4 '$T/a/curves.png' | tail -c 3)\" = PNG ]"
+check "no temp files left" "[ -z \"\$(ls '$T/a' | grep tmp)\" ]"
+check "command recorded" "grep -q 'vitc train' '$T/a/command.txt'"
+
+$V train $COMMON --epochs 1 --out "$T/b" >"$T/b1.log" 2>&1 &&
+    $V train $COMMON --epochs 3 --out "$T/b" --resume "$T/b" >"$T/b2.log" 2>&1
+check "resume runs" "[ $? -eq 0 ] && grep -q 'Resumed from' '$T/b2.log'" "$(tail -3 "$T/b2.log")"
+check "resume gives identical metrics" "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
+check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
+
+cp "$T/b/checkpoint.safetensors" "$T/good.safetensors"
+$V train $COMMON --epochs 5 --out "$T/b" --resume "$T/b" --fault-nan-step 52 >"$T/nan.log" 2>&1
+rc=$?
+check "NaN stops training" "[ $rc -ne 0 ] && [ $rc -lt 128 ]" "rc $rc"
+check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log'" "$(tail -2 "$T/nan.log")"
+check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
+
+$V eval vit_fmnist_tiny --weights "$T/a/weights.safetensors" --data fashion-mnist --test-subset 256 >"$T/e.log" 2>&1
+check "eval prints accuracy" "grep -Eq 'top-1 accuracy [0-9.]+%' '$T/e.log'" "$(cat "$T/e.log")"
+
+$V train no_such_model --data fashion-mnist --out "$T/c" >"$T/u.log" 2>&1
+check "unknown model rejected" "[ $? -ne 0 ] && grep -q \"unknown model 'no_such_model'\" '$T/u.log'"
+$V train vit_fmnist_tiny --data cifar --out "$T/c" >"$T/d.log" 2>&1
+check "unknown dataset rejected" "[ $? -ne 0 ] && grep -q 'unknown dataset' '$T/d.log'"
+$V train deit_tiny_patch16_224 --data fashion-mnist --out "$T/c" >"$T/s.log" 2>&1
+check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.log'"
+$V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
+check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
+for c in list info init forward grad train eval bench; do
+    $V $c --help >"$T/h.log" 2>&1
+    check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
+done

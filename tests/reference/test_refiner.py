@@ -1,0 +1,422 @@
+"""Reference test of vitc's Refined-ViT (refiner_vit_{s,m,l}[_dense]) against an independent PyTorch model
+written from shared/specs/spec-refiner.md (§2-§6), not from the C code.
+
+Reference model (float64): conv stem (conv1 7x7/2 + bn1 + ReLU, conv2/bn2, conv3/bn3, proj 8x8/8 with bias),
+class token, pos_embed, blocks alternating plain / shared Refined_Attention, residual branches on 0.5·x added ×2,
+MLP ratio 3 with mlp.scale_channel, norm (LN eps 1e-6), head on token 0; with aux_head the eval output is
+cls + 0.5·max over the patch tokens of aux_head. Plain attention: softmax(√s·q (√s·k)ᵀ) + s·A_in; shared:
+s·adapt_bn(DLA(A_in)) on V = qkv(x) (C→C), A_in passed on; DLA = 1x1 H→3H, BN, ReLU6, dw3x3, BN, ReLU6, 1x1 3H→H,
+BN, + identity, on the raw N×N maps (class token included). Train mode (vitc grad): BN batch statistics, loss =
+cross-entropy of the class-head logits only (aux_head is not used in training without token labels, so its
+gradient is 0 by design and it is left out of the non-zero check). Structural zero: in train mode every
+blocks.{odd}.attn.DLA.bn3.bias has an exactly zero gradient (adapt_bn's batch mean removes any per-channel shift
+added before it), so it is checked as max|vitc| <= 1e-6 · (largest reference gradient of the model) instead.
+
+Plain ViT host, `--attn refiner` (vit_fmnist_tiny, 28x28x1, batch 4): every block's MHSA map is refined,
+A = adapt_bn(DLA(softmax(q·kᵀ·s))) (expansion 3, no × scale, no attention chain; the official apply_transform
+path without A_in), o = A·v; the rest is vit_ref.py's ViT. Checked: names/shapes, forward, loss, gradients.
+
+Cost: the M/L weights are 55-81M parameters even at 32 px (the blocks dominate), so by default the gradient is
+checked for the three non-dense models and refiner_vit_s_dense (a *_dense train graph is the non-dense one: the
+aux_head is eval-only), and the forward for all six, with one random state dict per size shared by the two
+variants; --full checks every gradient.
+
+Checks:
+  counts  `vitc info --json` params of all six models at 224 (spec §8) and refiner_vit_s / refiner_vit_l_dense
+          at 384 / 448; the spec's §6.4 formulas agree; the reference module at 224 agrees for S
+  names   `vitc init MODEL --img-size 32 --num-classes 10`: names and shapes equal the reference state_dict
+  fwd     random weights (every LN/BN affine, BN running stats, scale_channel randomised), eval logits,
+          max|a-b| / max(1, max|b|) <= 1e-4
+  grad    `vitc grad` loss <= 1e-4 relative, every parameter gradient max|a-b| / max|b| <= 1e-3,
+          every gradient non-zero somewhere (aux_head excepted)
+Run: /usr/bin/python3 tests/reference/test_refiner.py [--models refiner_vit_s,...] [--img-size 32]
+"""
+import argparse
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import st
+import vit_ref
+from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
+
+torch.set_default_dtype(torch.float64)
+torch.set_num_threads(1)   # tiny tensors (32 px): one thread is fastest, and robust on a loaded machine
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # for the vitc subprocesses
+
+ARCH = {"s": (16, 384, 12), "m": (32, 420, 12), "l": (32, 512, 16)}   # depth, C, heads
+MODELS = [f"refiner_vit_{v}{d}" for d in ("", "_dense") for v in "sml"]
+PARAMS_224 = {"refiner_vit_s": 25_023_656, "refiner_vit_m": 55_029_932, "refiner_vit_l": 80_637_192,
+              "refiner_vit_s_dense": 25_408_656, "refiner_vit_m_dense": 55_450_932,
+              "refiner_vit_l_dense": 81_150_192}
+PARAMS_OTHER = [("refiner_vit_s", 384, 25_169_576), ("refiner_vit_l_dense", 448, 81_451_248)]
+TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
+LN_EPS = 1e-6
+
+
+def arch(name):
+    depth, C, H = ARCH[name.split("_")[2]]
+    return depth, C, H, name.endswith("_dense")
+
+
+def formula_count(name, img):
+    """spec §6.4."""
+    depth, C, H, aux = arch(name)
+    n = (img // 16) ** 2
+    plain, shared = 10 * C * C + 13 * C, 8 * C * C + 11 * C + 6 * H * H + 43 * H
+    head = 1000 * C + 1000
+    return depth // 2 * (plain + shared) + 97_312 + 8_193 * C + C + (n + 1) * C + 2 * C + head + (head if aux else 0)
+
+
+# ------------------------------------------------------------------------------------------ reference model
+
+class DLA(nn.Module):
+    def __init__(self, H, ratio=3):
+        super().__init__()
+        He = round(H * ratio)
+        self.conv_exp = nn.Conv2d(H, He, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(He)
+        self.depth_sep_conv = nn.Conv2d(He, He, 3, padding=1, groups=He, bias=False)
+        self.bn2 = nn.BatchNorm2d(He)
+        self.conv_pro = nn.Conv2d(He, H, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(H)
+
+    def forward(self, a):
+        t = F.relu6(self.bn1(self.conv_exp(a)))
+        t = F.relu6(self.bn2(self.depth_sep_conv(t)))
+        return self.bn3(self.conv_pro(t)) + a
+
+
+class Attn(nn.Module):
+    def __init__(self, C, H, shared):
+        super().__init__()
+        self.H, self.shared, self.scale = H, shared, (C // H) ** -0.5
+        if shared:
+            self.DLA = DLA(H)
+            self.adapt_bn = nn.BatchNorm2d(H)
+        self.qkv = nn.Linear(C, C if shared else 3 * C)
+        self.proj = nn.Linear(C, C)
+
+    def forward(self, x, a_in):
+        B, N, C = x.shape
+        H, hd = self.H, C // self.H
+        if self.shared:
+            attn = self.adapt_bn(self.DLA(a_in)) * self.scale
+            v = self.qkv(x).reshape(B, N, H, hd).permute(0, 2, 1, 3)
+            a_out = a_in
+        else:
+            q, k, v = self.qkv(x).reshape(B, N, 3, H, hd).permute(2, 0, 3, 1, 4)
+            s = math.sqrt(self.scale)
+            attn = ((s * q) @ (s * k).transpose(-2, -1)).softmax(-1)
+            if a_in is not None:
+                attn = attn + self.scale * a_in
+            a_out = attn
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C)), a_out
+
+
+class Mlp(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.scale_channel = nn.Parameter(1e-5 * torch.ones(C))
+        self.fc1 = nn.Linear(C, 3 * C)
+        self.fc2 = nn.Linear(3 * C, C)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x))) * self.scale_channel
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, shared):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(C, eps=LN_EPS)
+        self.attn = Attn(C, H, shared)
+        self.norm2 = nn.LayerNorm(C, eps=LN_EPS)
+        self.mlp = Mlp(C)
+
+    def forward(self, x, a):
+        o, a = self.attn(self.norm1(x * 0.5), a)
+        x = x + o / 0.5
+        x = x + self.mlp(self.norm2(x * 0.5)) / 0.5
+        return x, a
+
+
+class Stem(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.conv3 = nn.Conv2d(64, 128, 3, padding=1, bias=False)
+        self.bn3 = nn.BatchNorm2d(128)
+        self.proj = nn.Conv2d(128, C, 8, stride=8)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.relu(self.bn2(self.conv2(x)))
+        x = F.relu(self.bn3(self.conv3(x)))
+        return self.proj(x)
+
+
+class RefinedViT(nn.Module):
+    def __init__(self, name, img=224, classes=1000):
+        super().__init__()
+        depth, C, H, aux = arch(name)
+        self.aux = aux
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
+        self.pos_embed = nn.Parameter(torch.zeros(1, (img // 16) ** 2 + 1, C))
+        self.patch_embed = Stem(C)
+        self.blocks = nn.ModuleList([Block(C, H, i % 2 == 1) for i in range(depth)])
+        self.norm = nn.LayerNorm(C, eps=LN_EPS)
+        self.head = nn.Linear(C, classes)
+        if aux:
+            self.aux_head = nn.Linear(C, classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
+        a = None
+        for b in self.blocks:
+            x, a = b(x, a)
+        x = self.norm(x)
+        out = self.head(x[:, 0])
+        if self.aux and not self.training:
+            out = out + 0.5 * self.aux_head(x[:, 1:]).max(1)[0]
+        return out
+
+
+def randomise(model, seed):
+    """Every tensor random: fan-in scaled weights, O(1) affine params, positive running variances."""
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for k, v in model.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            sd[k] = torch.tensor(int(torch.randint(0, 100, (1,), generator=g)), dtype=torch.int64)
+            continue
+        u = torch.rand(v.shape, generator=g, dtype=torch.float32)
+        if k.endswith("running_var"):
+            t = 0.5 + u
+        elif k.endswith("running_mean"):
+            t = 0.2 * (2 * u - 1)
+        elif k.endswith("scale_channel") or (k.endswith(".weight") and v.dim() == 1):   # LN/BN gamma
+            t = 0.5 + u
+        elif k.endswith(".bias") or k in ("cls_token", "pos_embed"):
+            t = 0.2 * (2 * u - 1)
+        else:   # Linear / Conv weights: U(±√3/√fan_in) -> unit variance outputs
+            fan_in = v[0].numel()
+            t = (2 * u - 1) * math.sqrt(3.0 / fan_in)
+        sd[k] = t.to(torch.float32)
+    return sd
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+def test_counts(rep):
+    for name, want in PARAMS_224.items():
+        f = formula_count(name, 224)
+        j = info(rep, name)
+        got = j and j.get("params")
+        rep.check(f"count {name}@224", got == want and f == want, f"vitc {got}, spec formula {f}, want {want}")
+    for name, img, want in PARAMS_OTHER:
+        p = vitc_ok(rep, f"count {name}@{img}", "info", name, "--img-size", img, "--json")
+        got = p and __import__("json").loads(p.stdout).get("params")
+        f = formula_count(name, img)
+        rep.check(f"count {name}@{img}", got == want and f == want, f"vitc {got}, spec formula {f}, want {want}")
+    n = sum(p.numel() for p in RefinedViT("refiner_vit_s").parameters())
+    rep.check("reference module count refiner_vit_s@224", n == PARAMS_224["refiner_vit_s"], f"{n}")
+
+
+def stem_margin(m, x):
+    """Smallest |pre-ReLU value| of the stem in train mode (batch statistics). A value within float32 rounding of 0
+    flips the ReLU between vitc and the float64 reference and moves the stem gradients by ~1% (seen for L), while
+    the many DLA ReLU6 entries each matter too little to show; so inputs too close to a stem kink are skipped."""
+    pe, t, low = m.patch_embed, x.double(), float("inf")
+    with torch.no_grad():
+        for conv, bn in ((pe.conv1, pe.bn1), (pe.conv2, pe.bn2), (pe.conv3, pe.bn3)):
+            t = F.batch_norm(conv(t), None, None, bn.weight, bn.bias, training=True, eps=bn.eps)
+            low = min(low, float(t.abs().min()))
+            t = F.relu(t)
+    return low
+
+
+def check_grads(rep, name, res, m, x, labels):
+    """Compare `vitc grad` output res with the reference m in train mode."""
+    saved = {k: b.clone() for k, b in m.named_buffers()}   # train mode updates the BN running statistics
+    m.train()
+    m.zero_grad()
+    loss = F.cross_entropy(m(x.double()), labels)
+    loss.backward()
+    m.load_state_dict(saved, strict=False)
+    ref_g = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in m.named_parameters()
+             if m.aux or not k.startswith("aux_head.")}
+    if "loss" in res:
+        e = abs(scalar(res["loss"]) - loss.item()) / max(1.0, abs(loss.item()))
+        rep.check(f"loss {name}", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
+    else:
+        rep.check(f"loss {name}", False, "no `loss` tensor in output")
+    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
+    rep.check(f"grad names {name}", not extra, f"unexpected tensors {extra[:6]}")
+    worst, bad, zero = (0.0, ""), 0, []
+    gmax = max(float(r.abs().max()) for r in ref_g.values())
+    for k, r in ref_g.items():
+        a = res.get("grad/" + k)
+        if a is None or a.shape != tuple(r.shape):
+            bad += 1
+            rep.check(f"{name} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
+            continue
+        if k.endswith("DLA.bn3.bias"):   # structurally zero in train mode (see the docstring)
+            e = float(np.abs(a).max()) / gmax
+            if e > 1e-6 or float(r.abs().max()) > 1e-9 * gmax:
+                bad += 1
+                rep.check(f"{name} grad/{k}", False, f"should be ~0: vitc max {np.abs(a).max():.3e}, "
+                                                     f"ref max {float(r.abs().max()):.3e}, model max {gmax:.3e}")
+            continue
+        e, idx, av, bv = grad_err(a, r)
+        worst = max(worst, (e, k))
+        if e > TOL_GRAD:
+            bad += 1
+            rep.check(f"{name} grad/{k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
+        if not np.any(a != 0) and not k.startswith("aux_head."):   # (DLA.bn3.bias skipped above)
+            zero.append(k)
+    if not bad:
+        rep.check(f"grads {name}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}")
+    rep.check(f"grads non-zero {name}", not zero, f"all-zero gradients: {zero[:8]}")
+
+
+def test_size(rep, tmp, size, img, classes, batch, names, full):
+    """Both variants of one size share one random state dict (the dense one adds aux_head)."""
+    t0 = time.time()
+    common = ["--img-size", img, "--num-classes", classes]
+    dense = f"refiner_vit_{size}_dense"
+    ref = RefinedViT(dense, img, classes)
+    sd_dense = randomise(ref, seed=ord(size))
+    ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd_dense.items()})
+    for seed in range(7, 57):   # an input whose stem ReLUs are not within float32 noise of the kink (see stem_margin)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch, 3, img, img, generator=g, dtype=torch.float32)
+        labels = torch.randint(0, classes, (batch,), generator=g)
+        if stem_margin(ref, x) > 5e-6:
+            break
+    xin = tmp / f"{size}_x.safetensors"
+    st.save(xin, {"input": x, "labels": labels})
+    for name in names:
+        is_dense = name.endswith("_dense")
+        sd = sd_dense if is_dense else {k: v for k, v in sd_dense.items() if not k.startswith("aux_head.")}
+        ref.aux = is_dense
+        if size == "s":   # names/shapes of `vitc init` (for M/L the strict loader of `vitc forward` checks them)
+            init = tmp / f"{name}_init.safetensors"
+            if vitc_ok(rep, f"init {name}", "init", name, "-o", init, *common) is not None:
+                got = {k: tuple(v.shape) for k, v in st.load(init).items()}
+                want = {k: tuple(v.shape) for k, v in sd.items()}
+                rep.check(f"names/shapes {name}", got == want,
+                          f"missing {sorted(set(want) - set(got))[:6]}, extra {sorted(set(got) - set(want))[:6]}, "
+                          f"shape diffs {[k for k in want if k in got and got[k] != want[k]][:6]}")
+                init.unlink()
+        w = tmp / f"{size}_w.safetensors"
+        st.save(w, sd)
+        out = tmp / f"{size}_y.safetensors"
+        if vitc_ok(rep, f"fwd {name}", "forward", name, "--weights", w, "--input", xin, "--output", out, *common):
+            y = st.load(out).get("logits")
+            ref.eval()
+            with torch.no_grad():
+                r = ref(x.double())
+            if y is None or y.shape != tuple(r.shape):
+                rep.check(f"fwd {name}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
+            else:
+                e = scale_err(y, r)
+                rep.check(f"fwd {name}", e <= TOL_FWD, f"logits rel err {e:.2e} (max|ref| {r.abs().max():.3g})")
+        if full or not is_dense or size == "s":
+            out = tmp / f"{size}_g.safetensors"
+            if vitc_ok(rep, f"grad {name}", "grad", name, "--weights", w, "--input", xin, "--output", out,
+                       *common) is not None:
+                check_grads(rep, name, st.load(out), ref, x, labels)
+            out.unlink(missing_ok=True)
+        w.unlink()
+    print(f"# refiner_vit_{size}: {time.time() - t0:.1f}s", flush=True)
+
+
+class TransformAttn(nn.Module):
+    """Refined_Attention with apply_transform=True and no incoming map (vitc's `--attn refiner` in the ViT host)."""
+
+    def __init__(self, C, H):
+        super().__init__()
+        self.H, self.scale = H, (C // H) ** -0.5
+        self.qkv = nn.Linear(C, 3 * C)
+        self.DLA = DLA(H)
+        self.adapt_bn = nn.BatchNorm2d(H)
+        self.proj = nn.Linear(C, C)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.H, C // self.H).permute(2, 0, 3, 1, 4)
+        attn = self.adapt_bn(self.DLA(((q * self.scale) @ k.transpose(-2, -1)).softmax(-1)))
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
+def test_vit_attn_refiner(rep, tmp, model="vit_fmnist_tiny"):
+    j = info(rep, model) or {}
+    init = tmp / "fmr_init.safetensors"
+    if vitc_ok(rep, "init --attn refiner", "init", model, "--attn", "refiner", "-o", init) is None:
+        return
+    sd0 = st.load(init)
+    heads = j.get("num_heads") or sd0["blocks.0.attn.adapt_bn.weight"].shape[0]
+    cfg = vit_ref.config_from_state_dict(sd0, heads)
+    m = vit_ref.ViT(cfg)
+    for b in m.blocks:
+        b.attn = TransformAttn(cfg["embed_dim"], heads)
+    got = {k: tuple(v.shape) for k, v in sd0.items()}
+    want = {k: tuple(v.shape) for k, v in m.state_dict().items()}
+    rep.check(f"names/shapes {model} --attn refiner", got == want,
+              f"missing {sorted(set(want) - set(got))[:6]}, extra {sorted(set(got) - set(want))[:6]}")
+    sd = randomise(m, seed=3)
+    m.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd.items()})
+    w, xin = tmp / "fmr_w.safetensors", tmp / "fmr_x.safetensors"
+    st.save(w, sd)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, cfg["in_chans"], cfg["img_size"], cfg["img_size"], generator=g, dtype=torch.float32)
+    labels = torch.randint(0, cfg["num_classes"], (4,), generator=g)
+    st.save(xin, {"input": x, "labels": labels})
+    out = tmp / "fmr_y.safetensors"
+    tag = f"{model} --attn refiner"
+    if vitc_ok(rep, f"fwd {tag}", "forward", model, "--attn", "refiner", "--weights", w, "--input", xin,
+               "--output", out):
+        m.eval()
+        with torch.no_grad():
+            r = m(x.double())
+        e = scale_err(st.load(out)["logits"], r)
+        rep.check(f"fwd {tag}", e <= TOL_FWD, f"logits rel err {e:.2e}")
+    out = tmp / "fmr_g.safetensors"
+    if vitc_ok(rep, f"grad {tag}", "grad", model, "--attn", "refiner", "--weights", w, "--input", xin,
+               "--output", out) is not None:
+        m.aux = False
+        check_grads(rep, tag, st.load(out), m, x, labels)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--img-size", type=int, default=32)
+    ap.add_argument("--num-classes", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--full", action="store_true", help="also the gradients of refiner_vit_{m,l}_dense")
+    args = ap.parse_args()
+    rep = Report()
+    if have_vitc(rep):
+        tmp = tmpdir()
+        test_counts(rep)
+        test_vit_attn_refiner(rep, tmp)
+        names = args.models.split(",")
+        for size in "sml":
+            sel = [n for n in MODELS if n in names and n.split("_")[2] == size]
+            if sel:
+                test_size(rep, tmp, size, args.img_size, args.num_classes, args.batch, sel, args.full)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()

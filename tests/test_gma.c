@@ -1,0 +1,114 @@
+/* GMA (GroupMixFormer) block: finite-difference gradients of every parameter and the input through the whole
+ * block in train mode (BatchNorm batch statistics over the 3B stacked Q/K/V images), on a non-square grid, plus
+ * the shape errors. The PyTorch comparison is tests/reference/test_gma.py. */
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+#include "vitc/blocks.h"
+#include "vitc/model.h"
+#include "vitc/ops.h"
+
+/* Central differences over sampled elements of every parameter (the input x is a parameter too). */
+static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, int H, int W, int C) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    int xs[3] = {B, H * W, C};
+    vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *y = attn_only ? vt_block_gma_attn(g, "att", x, H, W) : vt_block_gma(g, "blk", x, H, W, 2 * C);
+    vt_tensor *r = vt_input(g, "r", 3, xs);
+    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    vt_graph_output(g, y);
+    if (vt_graph_finalize(g, &e) || vt_params_alloc_grads(P, &e)) {
+        T_CHECK(T, 0, "%s: build failed: %s", tag, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+        return;
+    }
+    vt_params_init(P, 7);
+    vt_rng rng;
+    vt_rng_seed(&rng, 3);
+    for (int i = 0; i < P->n; i++) { /* larger weights (non-flat softmax), non-trivial norm affines */
+        vt_tensor *t = P->t[i];
+        if (t->kind != VT_PARAM) continue;
+        for (int64_t j = 0; j < t->numel; j++)
+            t->data[j] = t->ndim == 1 ? t->data[j] + 0.3f * vt_rng_normal(&rng)
+                                      : (t->ndim == 2 && strcmp(t->name, "x") ? 4.0f : 1.0f) * t->data[j];
+    }
+    for (int64_t j = 0; j < r->numel; j++) r->data[j] = vt_rng_normal(&rng);
+    vt_graph_forward(g);
+    vt_params_zero_grad(P);
+    vt_graph_backward(g);
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        if (t->kind != VT_PARAM) continue;
+        int64_t n = t->numel, step = n > 24 ? n / 24 : 1;
+        double maxnum = 0, maxerr = 0, anysum = 0;
+        for (int64_t j = 0; j < n; j++) anysum += fabs(t->grad[j]);
+        for (int64_t j = 0; j < n; j += step) {
+            const float keep = t->data[j], eps = 3e-3f;
+            double l[2];
+            for (int s = 0; s < 2; s++) {
+                t->data[j] = keep + (s ? -eps : eps);
+                vt_graph_forward(g);
+                l[s] = 0;
+                for (int64_t k = 0; k < y->numel; k++) l[s] += (double)y->data[k] * r->data[k];
+            }
+            t->data[j] = keep;
+            const double num = (l[0] - l[1]) / (2.0 * eps);
+            maxnum = fmax(maxnum, fabs(num));
+            maxerr = fmax(maxerr, fabs(num - t->grad[j]));
+        }
+        const double rel = maxerr / fmax(maxnum, 1e-2);
+        T_CHECK(T, rel < 2e-2, "%s: %s rel err %.3g", tag, t->name, rel);
+        T_CHECK(T, anysum > 0, "%s: %s gradient is all zero", tag, t->name);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+void test_gma(vt_test *T) {
+    check_block_grad(T, "gma_attn 2x(3x4) C20", 1, 2, 3, 4, 20);
+    check_block_grad(T, "gma_block 1x(4x3) C20", 0, 1, 4, 3, 20);
+    /* shape errors: width not a multiple of 10, N != H·W, host with a class token */
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    int s1[3] = {2, 12, 12}, s2[3] = {2, 12, 20}, s3[3] = {1, 17, 20};
+    T_CHECK(T, !vt_block_gma_attn(g, "a", vt_input(g, "x1", 3, s1), 3, 4) && strstr(g->err.msg, "multiple of 10"),
+            "C = 12 must fail: %s", g->err.msg);
+    vt_graph_free(g);
+    g = vt_graph_new(P, 0, &e);
+    T_CHECK(T, !vt_block_gma(g, "b", vt_input(g, "x2", 3, s2), 3, 3, 40) && strstr(g->err.msg, "H·W"),
+            "N = 12 on a 3x3 grid must fail: %s", g->err.msg);
+    vt_graph_free(g);
+    g = vt_graph_new(P, 0, &e);
+    T_CHECK(T, !vt_block_gma_host(g, "c", vt_input(g, "x3", 3, s3)) && strstr(g->err.msg, "class token"),
+            "17 tokens (class token) must fail: %s", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+    /* stage maps of groupmixformer_test at 64×96 (non-square): (B, C_i, H/2^(i+2), W/2^(i+2)) */
+    const vt_model_cfg *mc = vt_model_find("groupmixformer_test");
+    T_CHECK(T, mc != NULL, "groupmixformer_test registered");
+    if (mc) {
+        P = vt_params_new(&e);
+        g = vt_graph_new(P, 0, &e);
+        int xs[4] = {2, 3, 64, 96};
+        vt_tensor *maps[4];
+        int rc = vt_groupmixformer_features(g, mc, vt_input(g, "input", 4, xs), maps);
+        T_CHECK(T, rc == 0, "features build: %s", g->err.msg);
+        for (int i = 0; rc == 0 && i < 4; i++)
+            T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->gmf.dims[i] &&
+                           maps[i]->shape[2] == 64 >> (i + 2) && maps[i]->shape[3] == 96 >> (i + 2),
+                    "stage %d map shape", i);
+        T_CHECK(T, rc == 0 && vt_graph_finalize(g, &e) == 0, "features finalize: %s", e.msg);
+        vt_graph_free(g);
+        g = vt_graph_new(P, 0, &e);
+        int bad[4] = {1, 3, 64, 80};
+        T_CHECK(T, vt_groupmixformer_features(g, mc, vt_input(g, "input", 4, bad), maps) != 0 &&
+                       strstr(g->err.msg, "multiples of 32"), "80 px must fail: %s", g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}

@@ -1,0 +1,164 @@
+/* hMHSA and cFFN blocks: finite-difference gradients of every parameter and the input through each block (hMHSA
+ * on a non-square 2x3 key grid plus one bypassing token, with head doubling and the CHH-first ablation; cFFN in
+ * its training form with BatchNorm batch statistics), the deploy merge (training-form eval output == deployed
+ * output) and the shape errors. The PyTorch comparison is tests/reference/test_hmhsa_cffn.py. */
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+#include "vitc/blocks.h"
+#include "vitc/ops.h"
+
+/* Analytically zero gradients: CHH bias when CHH is last (a per-head shift that softmax cancels), U's BN bias
+ * (a per-channel shift that V's bias-free convs carry to V's train-mode BNs, which subtract it). */
+static int zero_expected(const char *name, int chh_last) {
+    return (chh_last && strstr(name, "chh.bias")) || (strstr(name, "fc2_u.rep.") && strstr(name, "bn.bias"));
+}
+
+/* Builds the block on x (B, N, C) (train mode), loss = Σ y·r, and checks central differences on every param. */
+static void check_grad(vt_test *T, const char *tag, int cffn, const vt_hmhsa_cfg *hc, int B, int N, int C) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    int xs[3] = {B, N, C};
+    vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *y = cffn ? vt_block_cffn(g, "mlp", x, 2 * C, &(vt_cffn_cfg){0.0f, 2, 1})
+                        : vt_block_hmhsa(g, "attn", x, hc);
+    vt_tensor *r = vt_input(g, "r", 3, xs);
+    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    vt_graph_output(g, y);
+    if (vt_graph_finalize(g, &e)) {
+        T_CHECK(T, 0, "%s: build failed: %s", tag, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+        return;
+    }
+    vt_params_init(P, 11);
+    vt_rng rng;
+    vt_rng_seed(&rng, 5);
+    for (int i = 0; i < P->n; i++) { /* O(1) weights so the maps are not flat; non-trivial BN affines */
+        vt_tensor *t = P->t[i];
+        if (t->kind != VT_PARAM) continue;
+        const float s = t->ndim >= 2 && strcmp(t->name, "x") ? 1.0f / sqrtf((float)(t->numel / t->shape[0])) : 0.3f;
+        for (int64_t j = 0; j < t->numel; j++)
+            t->data[j] = (t->ndim == 1 && strstr(t->name, "weight") ? 1.0f : 0.0f) +
+                         (strcmp(t->name, "x") ? s : 1.0f) * vt_rng_normal(&rng);
+    }
+    for (int64_t j = 0; j < r->numel; j++) r->data[j] = vt_rng_normal(&rng);
+    vt_graph_forward(g);
+    vt_params_zero_grad(P);
+    vt_graph_backward(g);
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        if (t->kind != VT_PARAM) continue;
+        int64_t n = t->numel, step = n > 24 ? n / 24 : 1;
+        double maxnum = 0, maxerr = 0, anysum = 0;
+        for (int64_t j = 0; j < n; j++) anysum += fabs(t->grad[j]);
+        for (int64_t j = 0; j < n; j += step) {
+            const float keep = t->data[j], eps = 3e-3f;
+            double l[2];
+            for (int s = 0; s < 2; s++) {
+                t->data[j] = keep + (s ? -eps : eps);
+                vt_graph_forward(g);
+                l[s] = 0;
+                for (int64_t k = 0; k < y->numel; k++) l[s] += (double)y->data[k] * r->data[k];
+            }
+            t->data[j] = keep;
+            const double num = (l[0] - l[1]) / (2.0 * eps);
+            maxnum = fmax(maxnum, fabs(num));
+            maxerr = fmax(maxerr, fabs(num - t->grad[j]));
+        }
+        const double rel = maxerr / fmax(maxnum, 1e-2);
+        if (zero_expected(t->name, cffn || !hc->chh_first)) { /* the differences are float noise here */
+            T_CHECK(T, anysum / (double)n < 1e-4, "%s: %s gradient should vanish (mean |g| %.3g)", tag, t->name,
+                    anysum / (double)n);
+            continue;
+        }
+        T_CHECK(T, rel < 2e-2, "%s: %s rel err %.3g", tag, t->name, rel);
+        T_CHECK(T, anysum > 0, "%s: %s gradient is all zero", tag, t->name);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+/* Eval output of a cFFN on x in the given form over store P (built on first use). */
+static int cffn_eval(vt_params *P, int train_form, const float *xd, int B, int N, int C, float *out, vt_err *e) {
+    vt_graph *g = vt_graph_new(P, 0, e);
+    if (!g) return -1;
+    int xs[3] = {B, N, C};
+    vt_tensor *x = vt_input(g, "x", 3, xs);
+    vt_tensor *y = vt_block_cffn(g, "mlp", x, 3 * C, &(vt_cffn_cfg){0.5f, 3, train_form});
+    vt_graph_output(g, y);
+    int rc = vt_graph_finalize(g, e);
+    if (!rc && xd) {
+        memcpy(x->data, xd, sizeof(float) * (size_t)x->numel);
+        vt_graph_forward(g);
+        memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
+    }
+    vt_graph_free(g);
+    return rc;
+}
+
+/* Training form (r = 3, t = 1/2, random BN running stats) -> vt_cffn_deploy -> deployed form: equal eval outputs. */
+static void check_deploy(vt_test *T) {
+    enum { B = 2, N = 5, C = 12 };
+    vt_err e = {{0}};
+    vt_params *Pt = vt_params_new(&e), *Pd = vt_params_new(&e);
+    float x[B * N * C], yt[B * N * C], yd[B * N * C];
+    int ok = Pt && Pd && !cffn_eval(Pt, 1, NULL, B, N, C, NULL, &e) && !cffn_eval(Pd, 0, NULL, B, N, C, NULL, &e);
+    T_CHECK(T, ok, "cffn deploy: build failed: %s", e.msg);
+    if (ok) {
+        vt_params_init(Pt, 3);
+        vt_rng rng;
+        vt_rng_seed(&rng, 9);
+        for (int i = 0; i < Pt->n; i++) {
+            vt_tensor *t = Pt->t[i];
+            if (t->is_i64) continue;
+            const int var = strstr(t->name, "running_var") != NULL, w = t->ndim == 1 && strstr(t->name, "weight");
+            for (int64_t j = 0; j < t->numel; j++)
+                t->data[j] = var ? 0.5f + vt_rng_uniform(&rng) : (w ? 1.0f : 0.0f) + 0.3f * vt_rng_normal(&rng);
+        }
+        for (int j = 0; j < B * N * C; j++) x[j] = vt_rng_normal(&rng);
+        T_CHECK(T, vt_params_find(Pt, "mlp.fc2_u.rep.2.bn.running_var") && vt_params_find(Pd, "mlp.fc2_v.bias"),
+                "cffn deploy: unexpected parameter names");
+        ok = !vt_cffn_deploy(Pt, Pd, 1e-5f, &e);
+        T_CHECK(T, ok, "cffn deploy: %s", e.msg);
+    }
+    if (ok) {
+        ok = !cffn_eval(Pt, 1, x, B, N, C, yt, &e) && !cffn_eval(Pd, 0, x, B, N, C, yd, &e);
+        double err = 0, mx = 1;
+        for (int j = 0; ok && j < B * N * C; j++) err = fmax(err, fabs(yt[j] - yd[j])), mx = fmax(mx, fabs(yt[j]));
+        T_CHECK(T, ok && err / mx < 1e-5, "cffn deploy: train-form vs deployed eval outputs differ by %.3g", err / mx);
+        /* a deployed store is not a training store: deploying it must fail and name a tensor */
+        vt_err e2 = {{0}};
+        T_CHECK(T, vt_cffn_deploy(Pd, Pt, 1e-5f, &e2) && strstr(e2.msg, "mlp."), "deploy of deployed weights: %s",
+                e2.msg);
+    }
+    vt_params_free(Pt);
+    vt_params_free(Pd);
+}
+
+void test_hmhsa_cffn(vt_test *T) {
+    check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", 0, &(vt_hmhsa_cfg){2, 1, 1, 2, 3, 0, 0, 0}, 2, 7, 24);
+    check_grad(T, "hmhsa chh-first 1x(3x2) C16 h4", 0, &(vt_hmhsa_cfg){4, 0, 0, 3, 2, 0, 0, 1}, 1, 6, 16);
+    check_grad(T, "cffn train form 2x5 C12", 1, NULL, 2, 5, 12);
+    check_deploy(T);
+    T_CHECK(T, vt_cffn_width(768, 192, 2.0f / 3.0f) == 102 && vt_cffn_width(1536, 384, 0) == 204 &&
+                   vt_cffn_width(512, 64, 2.0f / 3.0f) == 37 && vt_cffn_width(2048, 512, 2.0f / 3.0f) == 273,
+            "cffn width: floor(t·hidden/(m+1)) (spec trap 6)");
+    /* shape errors: odd heads without doubling, a key grid larger than the tokens */
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    int s1[3] = {1, 5, 12};
+    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1), &(vt_hmhsa_cfg){3, 1, 0, 2, 2, 0, 0, 0}) &&
+                   strstr(g->err.msg, "even head count"),
+            "3 heads without doubling must fail: %s", g->err.msg);
+    vt_graph_free(g);
+    g = vt_graph_new(P, 0, &e);
+    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1), &(vt_hmhsa_cfg){2, 1, 0, 2, 3, 0, 0, 0}) &&
+                   strstr(g->err.msg, "key grid"),
+            "2x3 grid on 5 tokens must fail: %s", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}

@@ -1,0 +1,83 @@
+/* The fused attention op: finite-difference gradients, and equality with the plain op chain (forward and
+ * gradients, train and eval graphs); the inline exp/erf against double-precision libm. */
+#include <math.h>
+#include <string.h>
+
+#include "../src/ops/mathfn.h"
+#include "gradcheck.h"
+#include "vitc/ops.h"
+
+static vt_tensor *b_attn(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_attention(g, x[0], c->ia[0], c->fa[0]);
+}
+
+static vt_tensor *plain(vt_graph *g, vt_tensor *qkv, int H, float scale) {
+    const int C = qkv->shape[2] / 3, dh = C / H;
+    vt_tensor *q = vt_split_heads(g, qkv, 0, H, dh), *k = vt_split_heads(g, qkv, C, H, dh),
+              *v = vt_split_heads(g, qkv, 2 * C, H, dh);
+    return vt_merge_heads(g, vt_matmul(g, vt_softmax(g, vt_matmul(g, q, k, 0, 1, scale), -1), v, 0, 0, 1.0f));
+}
+
+/* Runs fused or plain attention on the same qkv and returns the output and the qkv gradient. */
+static void run(int fused, int train, int B, int N, int H, int dh, float *out, float *grad) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, train, &e);
+    int s[3] = {B, N, 3 * H * dh};
+    vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *y = fused ? vt_attention(g, x, H, 0.4f) : plain(g, x, H, 0.4f);
+    int rs[3] = {B, N, H * dh};
+    vt_tensor *r = vt_input(g, "r", 3, rs);
+    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    vt_graph_output(g, y);
+    vt_graph_finalize(g, &e);
+    vt_params_init(P, 5);
+    for (int64_t i = 0; i < r->numel; i++) r->data[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
+    vt_graph_forward(g);
+    memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
+    if (train) {
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        memcpy(grad, x->grad, sizeof(float) * (size_t)x->numel);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+static void check_matches_plain(vt_test *T) {
+    enum { B = 2, N = 17, H = 3, dh = 8 };
+    static float o1[B * N * H * dh], o2[B * N * H * dh], g1[B * N * 3 * H * dh], g2[B * N * 3 * H * dh];
+    for (int train = 0; train < 2; train++) {
+        run(1, train, B, N, H, dh, o1, g1);
+        run(0, train, B, N, H, dh, o2, g2);
+        double eo = 0, eg = 0;
+        for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
+        for (size_t i = 0; train && i < sizeof g1 / sizeof g1[0]; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
+        T_CHECK(T, eo < 1e-5 && eg < 1e-5, "fused vs plain (train=%d): output err %g, grad err %g", train, eo, eg);
+    }
+}
+
+static void check_mathfn(vt_test *T) {
+    double re = 0, ae = 0;
+    for (double x = -87.0; x < 88.0; x += 0.001) {
+        double r = exp((double)(float)x);
+        re = fmax(re, fabs(vt_expf((float)x) - r) / r);
+    }
+    for (double x = -7.0; x < 7.0; x += 1e-4) ae = fmax(ae, fabs(vt_erff((float)x) - erf((double)(float)x)));
+    T_CHECK(T, re < 2e-7, "vt_expf max relative error %g", re);
+    T_CHECK(T, ae < 6e-7, "vt_erff max absolute error %g", ae);
+    T_CHECK(T, isnan(vt_expf(NAN)) && isnan(vt_erff(NAN)), "NaN must propagate");
+    T_CHECK(T, vt_expf(-1000.0f) < 1.2e-38f && vt_expf(0.0f) == 1.0f, "exp limits");
+}
+
+void test_ops_attention(vt_test *T) {
+    check_mathfn(T);
+    check_matches_plain(T);
+    gc_case cases[] = {
+        {.name = "attention", .nx = 1, .ndim = {3}, .shape = {{2, 5, 18}}, .build = b_attn, .ia = {2}, .fa = {0.5f}},
+        {.name = "attention_n1", .nx = 1, .ndim = {3}, .shape = {{1, 1, 12}}, .build = b_attn, .ia = {1}, .fa = {1}},
+        {.name = "attention_eval", .nx = 1, .ndim = {3}, .shape = {{1, 4, 6}}, .build = b_attn, .ia = {2},
+         .fa = {0.7f}, .eval = 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
+}

@@ -1,0 +1,181 @@
+/* vt_focus_pow (focus.c, FLatten's focusing function): values against a double-precision formula, gradient checks
+ * (p = 3, 2, 1.5; odd row lengths; C = 1; the ReLU/+1e-6/scale chain), the fused vt_focus (with and without pe)
+ * against finite differences and against the chain of single ops, the whole FLatten module on 3×3 and 2×2 grids
+ * with a class token (input gradient), and the shape error. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vitc/blocks.h"
+#include "vitc/ops.h"
+
+static vt_tensor *b_focus(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_focus_pow(g, x[0], c->fa[0]); }
+
+/* The unfused FLatten chain: focus_pow((ReLU(x0 + x2) + 1e-6) / softplus(x1)) from single ops (reference). */
+static vt_tensor *chain(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, float p) {
+    vt_tensor *inv_s = vt_unary(g, vt_unary(g, scale, VT_SOFTPLUS, 0.0f), VT_POW, -1.0f);
+    vt_tensor *v = pe ? vt_add(g, x, pe) : x;
+    return vt_focus_pow(g, vt_mul(g, vt_affine(g, vt_relu(g, v), 1.0f, 1e-6f), inv_s), p);
+}
+static vt_tensor *b_focus_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return chain(g, x[0], c->ia[2] ? x[2] : NULL, x[1], c->fa[0]);
+}
+/* The fused op: x0 input, x1 scale, x2 positional encoding when ia[2]. */
+static vt_tensor *b_focus_fused(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_focus(g, x[0], c->ia[2] ? x[2] : NULL, x[1], c->fa[0]);
+}
+
+/* Positive values in [0.2, 2.2]. */
+static void fill_pos(float *d, int64_t n, int which, vt_rng *r) {
+    (void)which;
+    for (int64_t i = 0; i < n; i++) d[i] = 0.2f + 2.0f * vt_rng_uniform(r);
+}
+
+/* Operand 0: N(0, 1) kept 0.05 away from the ReLU kink (x + pe too, as pe is filled with ±0.01 steps of 0);
+ * operand 1 (scale): N(0, 1); operand 2 (pe): 0. */
+static void fill_chain(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) {
+        if (which >= 1) {
+            d[i] = which == 1 ? vt_rng_normal(r) : 0.0f;
+            continue;
+        }
+        float v;
+        do v = vt_rng_normal(r);
+        while (fabsf(v) < 0.05f);
+        d[i] = v;
+    }
+}
+
+/* The whole FLatten module (vt_block_flatten_vit: 1 class token + ia[0]×ia[0] grid, 3 heads, kernel ia[1]) on x0;
+ * its own parameters get N(0, 0.3) values (so ReLU, DWC and the positional encoding are all active). */
+static vt_tensor *b_flatten_block(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_block_flatten_vit(g, "a", x[0], 3, 1, 1, 3.0f, c->ia[1]);
+    vt_rng r;
+    vt_rng_seed(&r, 77);
+    for (int i = 0; i < g->P->n; i++) {
+        vt_tensor *t = g->P->t[i];
+        if (t != x[0] && t->data)
+            for (int64_t j = 0; j < t->numel; j++) t->data[j] = 0.3f * vt_rng_normal(&r);
+    }
+    return y;
+}
+
+static const gc_case focus_cases[] = {
+    {.name = "focus_p3", .nx = 1, .ndim = {3}, .shape = {{2, 5, 7}}, .build = b_focus, .fa = {3.0f}, .fill = fill_pos},
+    {.name = "focus_p2", .nx = 1, .ndim = {2}, .shape = {{4, 6}}, .build = b_focus, .fa = {2.0f}, .fill = fill_pos},
+    {.name = "focus_p1.5", .nx = 1, .ndim = {2}, .shape = {{3, 5}}, .build = b_focus, .fa = {1.5f}, .fill = fill_pos},
+    {.name = "focus_C1", .nx = 1, .ndim = {2}, .shape = {{5, 1}}, .build = b_focus, .fa = {3.0f}, .fill = fill_pos},
+    {.name = "focus_chain_p3", .nx = 2, .ndim = {3, 3}, .shape = {{2, 4, 8}, {1, 1, 8}}, .build = b_focus_chain,
+     .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "focus_fused_q", .nx = 2, .ndim = {3, 3}, .shape = {{2, 4, 8}, {1, 1, 8}}, .build = b_focus_fused,
+     .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "focus_fused_k_pe", .nx = 3, .ndim = {3, 3, 3}, .shape = {{3, 5, 7}, {1, 1, 7}, {1, 5, 7}},
+     .build = b_focus_fused, .ia = {0, 0, 1}, .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "focus_fused_p2_pe", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 6}, {1, 1, 6}, {1, 3, 6}},
+     .build = b_focus_fused, .ia = {0, 0, 1}, .fa = {2.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "flatten_block_3x3_k3", .nx = 1, .ndim = {3}, .shape = {{2, 10, 12}}, .build = b_flatten_block,
+     .ia = {3, 3}, .eps = 1e-3},
+    {.name = "flatten_block_2x2_k5", .nx = 1, .ndim = {3}, .shape = {{1, 5, 12}}, .build = b_flatten_block,
+     .ia = {2, 5}, .eps = 1e-3},
+};
+
+/* Values on (2, 4) against y = x^p·‖x‖/‖x^p‖ in double; row 1 mixes 1e-6-sized entries with O(1) ones. */
+static void check_values(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int xs[2] = {2, 4};
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *y = vt_focus_pow(g, x, 3.0f);
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "build: %s", e.msg);
+    if (!e.msg[0]) {
+        const float xv[8] = {0.5f, 1.0f, 2.0f, 0.25f, 1.44e-6f, 3.0f, 1.44e-6f, 0.7f};
+        memcpy(x->data, xv, sizeof xv);
+        vt_graph_forward(g);
+        double err = 0.0;
+        for (int r = 0; r < 2; r++) {
+            double u2 = 0, a2 = 0;
+            for (int c = 0; c < 4; c++) {
+                const double v = xv[r * 4 + c];
+                u2 += v * v;
+                a2 += v * v * v * v * v * v;
+            }
+            for (int c = 0; c < 4; c++) {
+                const double v = xv[r * 4 + c], want = v * v * v * sqrt(u2 / a2);
+                err = fmax(err, fabs(y->data[r * 4 + c] - want) / fmax(1e-30, fabs(want)));
+            }
+        }
+        T_CHECK(T, err < 1e-6, "focus_pow relative value error %g", err);
+        double n0 = 0, n1 = 0;
+        for (int c = 0; c < 4; c++) n0 += (double)xv[c] * xv[c], n1 += (double)y->data[c] * y->data[c];
+        T_CHECK(T, fabs(sqrt(n1) - sqrt(n0)) < 1e-6 * sqrt(n0), "row norm kept: %g vs %g", sqrt(n1), sqrt(n0));
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    P = vt_params_new(&e);
+    g = vt_graph_new(P, 0, &e);
+    vt_tensor *a = vt_input(g, "a", 2, xs);
+    T_CHECK(T, vt_focus_pow(g, a, 0.0f) == NULL && strstr(g->err.msg, "focus") && strstr(g->err.msg, "(2, 4)"),
+            "p error: '%s'", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+/* The fused op equals the chain of single ops: output and the gradients of x, scale and pe (sum(y·r) loss). */
+static void check_fused_vs_chain(vt_test *T) {
+    const int xs[3] = {2, 6, 9}, ss[3] = {1, 1, 9}, ps[3] = {1, 6, 9};
+    float *res[2][4] = {{0}};
+    for (int fused = 0; fused < 2; fused++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_ZERO, 0});
+        vt_tensor *sc = vt_param(g, "scale", 3, ss, (vt_init){VT_INIT_ZERO, 0});
+        vt_tensor *pe = vt_param(g, "pe", 3, ps, (vt_init){VT_INIT_ZERO, 0});
+        vt_tensor *y = fused ? vt_focus(g, x, pe, sc, 3.0f) : chain(g, x, pe, sc, 3.0f);
+        vt_tensor *r = vt_input(g, "r", 3, xs);
+        vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "build: %s", e.msg);
+        if (!e.msg[0]) {
+            vt_rng rng;
+            vt_rng_seed(&rng, 5);
+            for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng), r->data[i] = vt_rng_normal(&rng);
+            for (int i = 0; i < 9; i++) sc->data[i] = 2.0f * vt_rng_normal(&rng);
+            sc->data[0] = 25.0f; /* softplus above its threshold */
+            for (int64_t i = 0; i < pe->numel; i++) pe->data[i] = 0.5f * vt_rng_normal(&rng);
+            vt_graph_forward(g);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+            const vt_tensor *ts[4] = {y, x, sc, pe};
+            for (int k = 0; k < 4; k++) {
+                const float *src = k ? ts[k]->grad : ts[k]->data;
+                res[fused][k] = malloc(sizeof(float) * (size_t)ts[k]->numel);
+                if (res[fused][k]) memcpy(res[fused][k], src, sizeof(float) * (size_t)ts[k]->numel);
+            }
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+    const char *what[4] = {"output", "dx", "dscale", "dpe"};
+    const int64_t nn[4] = {2 * 6 * 9, 2 * 6 * 9, 9, 6 * 9};
+    for (int k = 0; k < 4; k++) {
+        if (!res[0][k] || !res[1][k]) continue;
+        double err = 0.0, mx = 0.0;
+        for (int64_t i = 0; i < nn[k]; i++) {
+            err = fmax(err, fabs((double)res[0][k][i] - res[1][k][i]));
+            mx = fmax(mx, fabs(res[0][k][i]));
+        }
+        T_CHECK(T, err <= 1e-5 * fmax(mx, 1e-3), "fused vs chain %s: max diff %g (scale %g)", what[k], err, mx);
+        free(res[0][k]);
+        free(res[1][k]);
+    }
+}
+
+void test_ops_focus(vt_test *T) {
+    check_values(T);
+    check_fused_vs_chain(T);
+    for (size_t i = 0; i < sizeof focus_cases / sizeof focus_cases[0]; i++) gc_run(T, &focus_cases[i]);
+}
