@@ -1,4 +1,5 @@
 /* Elementwise binary ops with numpy broadcasting (aligned at the last dim), and affine scaling. */
+#include <omp.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -63,6 +64,20 @@ static void binary_bwd(vt_node *n) {
                     f = Other->data[side ? oa : ob];
                 }
                 X->grad[i] += dy[i] * f;
+            }
+        } else if (side == 1 && n->ia[16]) {
+            /* b broadcast over leading dims (bias, position embedding): column sums, each thread owning a block
+             * of b's elements and walking the rows of dy contiguously */
+            const int64_t nb = B->numel, rows = N / nb;
+#pragma omp parallel
+            {
+                const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+                const int64_t j0 = nb * t / nt, j1 = nb * (t + 1) / nt;
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t j = j0; j < j1; j++) {
+                        const int64_t i = r * nb + j;
+                        X->grad[j] += dy[i] * (kind == B_MUL ? A->data[i] : sign);
+                    }
             }
         } else {
             for (int64_t i = 0; i < N; i++) {

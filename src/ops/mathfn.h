@@ -12,7 +12,7 @@
 static inline float vt_expf(float x) {
     x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
     /* x = n·ln2 + r with |r| <= ln2/2, n = round(x / ln2) */
-    float n = __builtin_roundf(x * 1.44269504088896341f);
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest via 1.5·2^23 */
     float r = x - n * 0.693145751953125f; /* ln2 split in a high and a low part for an exact reduction */
     r -= n * 1.428606765330187045e-06f;
     /* exp(r) by its Taylor series to degree 7 (error < 2e-8 on |r| <= 0.347) */

@@ -1,5 +1,6 @@
 /* Linear layers and batched matrix products on OpenBLAS sgemm, plus a plain reference GEMM for tests. */
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -46,12 +47,15 @@ static void linear_bwd(vt_node *n) {
     const float *dy = n->out->grad;
     if (x->grad) gemm(0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
     if (w->grad) gemm(1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
-    if (b && b->grad) {
-#pragma omp parallel for schedule(static)
-        for (int o = 0; o < Co; o++) {
-            float s = 0.0f;
-            for (int r = 0; r < R; r++) s += dy[(size_t)r * Co + o];
-            b->grad[o] += s;
+    if (b && b->grad) { /* column sums of dy: each thread owns a block of columns and walks rows contiguously */
+#pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const int o0 = (int)((int64_t)Co * t / nt), o1 = (int)((int64_t)Co * (t + 1) / nt);
+            for (int r = 0; r < R; r++) {
+                const float *row = dy + (size_t)r * Co;
+                for (int o = o0; o < o1; o++) b->grad[o] += row[o];
+            }
         }
     }
 }
