@@ -11,9 +11,15 @@ static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *pref
     if (strcmp(c->attn, "mhsa") == 0) return vt_block_mhsa(g, prefix, x, c->num_heads, c->qkv_bias);
     /* ---- other attention types: one line each, added below ---- */
     if (strcmp(c->attn, "gma") == 0) return vt_block_gma_host(g, prefix, x); /* square grid, no class token */
-    if (strcmp(c->attn, "flatten") == 0) return vt_block_flatten_vit(g, prefix, x, c->num_heads, c->qkv_bias, c->class_token, c->flatten.focusing, c->flatten.kernel);
-    if (strcmp(c->attn, "hmhsa") == 0) /* key grid: the patch tokens; the class token bypasses IHH */
-        return vt_block_hmhsa(g, prefix, x, &(vt_hmhsa_cfg){c->num_heads, c->qkv_bias, c->hc.double_heads, c->img_size / c->patch, c->img_size / c->patch, c->hc.no_ihh, c->hc.no_chh, c->hc.chh_first});
+    if (strcmp(c->attn, "flatten") == 0)
+        return vt_block_flatten_vit(g, prefix, x, c->num_heads, c->qkv_bias, c->class_token, c->flatten.focusing,
+                                    c->flatten.kernel);
+    if (strcmp(c->attn, "hmhsa") == 0) { /* key grid: the patch tokens; the class token bypasses IHH */
+        const int grid = c->img_size / c->patch;
+        return vt_block_hmhsa(g, prefix, x,
+                              &(vt_hmhsa_cfg){c->num_heads, c->qkv_bias, c->hc.double_heads, grid, grid, c->hc.no_ihh,
+                                              c->hc.no_chh, c->hc.chh_first});
+    }
     if (strcmp(c->attn, "refiner") == 0) /* MHSA with its map refined by adapt_bn(DLA(.)), no chain */
         return vt_block_refiner_attn(g, prefix, x, c->num_heads, c->qkv_bias, VT_REFINER_TRANSFORM,
                                      c->refiner.expand > 0 ? c->refiner.expand : 3.0f, NULL);
@@ -26,7 +32,8 @@ static vt_tensor *ffn(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt
     if (strcmp(c->ffn, "mlp") == 0) return vt_block_mlp(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio));
     /* ---- other FFN types: one line each, added below ---- */
     if (strcmp(c->ffn, "cffn") == 0)
-        return vt_block_cffn(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio), &(vt_cffn_cfg){c->hc.t, c->hc.r, c->hc.train_form});
+        return vt_block_cffn(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio),
+                             &(vt_cffn_cfg){c->hc.t, c->hc.r, c->hc.train_form});
     return vt_fail(g, "vit", "unknown FFN type '%s'", c->ffn);
 }
 

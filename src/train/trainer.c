@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -342,7 +343,10 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         vt_err pe = {{0}};
         if (vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
     }
-    printf("Done: %d epochs; weights in %s, curves in %s/curves.png\n", o->epochs, wpath, o->run_dir);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
+           o->run_dir, ru.ru_maxrss / 1024.0);
 done:
     free(idx);
     free(lab);
