@@ -22,7 +22,7 @@ DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libcjson-dev libs
 DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
 
-.PHONY: all deps deps-test test unit asan fuzz reference demo clean bench compare
+.PHONY: all deps deps-test deps-demo test unit asan fuzz demo clean bench compare
 all: vitc
 
 vitc: build/tools/vitc.o build/libvitc.a
@@ -73,6 +73,16 @@ test: deps-test
 demo: deps-demo
 	$(MAKE) --no-print-directory vitc
 	bash tools/demo.sh
+
+# Trains the small Fashion-MNIST ViT host with each block and writes runs/compare/compare.md (~25 min on 2 cores).
+compare: deps-test
+	$(MAKE) --no-print-directory vitc
+	/usr/bin/python3 bench/compare_blocks.py
+
+# PyTorch vs vitc throughput, DeiT-Ti and DeiT-S, batch 1 and 16, inference and training.
+bench: deps-test
+	$(MAKE) --no-print-directory vitc
+	/usr/bin/python3 bench/compare_torch.py
 
 clean:
 	rm -rf build build-asan vitc

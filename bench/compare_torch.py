@@ -92,8 +92,12 @@ def main():
             for b in (int(v) for v in a.batches.split(",")):
                 train = mode == "train"
                 iters = max(2, a.iters if b > 1 else 4 * a.iters)
+                # the host is noisy: vitc runs before and after PyTorch and keeps its best, PyTorch keeps its best
+                # of four thread settings
                 v = vitc_run(model, b, train, iters)
                 t = torch_best(model, b, train, iters)
+                v2 = vitc_run(model, b, train, iters)
+                v = v if v["img_per_s"] >= v2["img_per_s"] else v2
                 print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
                       f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} |", flush=True)
 

@@ -80,3 +80,23 @@ void gc_run(vt_test *T, const gc_case *c) {
     vt_graph_free(g);
     vt_params_free(P);
 }
+
+double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
+                      double *abs_sum) {
+    const int64_t n = t->numel, step = n > samples ? n / samples : 1;
+    double maxnum = 0, maxerr = 0, any = 0;
+    for (int64_t j = 0; j < n; j++) any += fabs(t->grad[j]);
+    for (int64_t j = 0; j < n; j += step) {
+        const float keep = t->data[j];
+        t->data[j] = keep + eps;
+        const double lp = host_loss(g, y, r);
+        t->data[j] = keep - eps;
+        const double lm = host_loss(g, y, r);
+        t->data[j] = keep;
+        const double num = (lp - lm) / (2.0 * eps);
+        maxnum = fmax(maxnum, fabs(num));
+        maxerr = fmax(maxerr, fabs(num - t->grad[j]));
+    }
+    *abs_sum = any;
+    return maxerr / fmax(maxnum, 1e-2);
+}

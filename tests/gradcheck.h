@@ -27,4 +27,9 @@ struct gc_case {
 /* Builds the case, checks every operand's gradient at up to 64 sampled elements, records one check per operand. */
 void gc_run(vt_test *T, const gc_case *c);
 
+/* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):
+ * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements; *abs_sum gets sum |grad|. */
+double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
+                      double *abs_sum);
+
 #endif

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gradcheck.h"
 #include "test.h"
 #include "vitc/blocks.h"
 #include "vitc/ops.h"
@@ -51,24 +52,9 @@ static void check_grad(vt_test *T, const char *tag, int cffn, const vt_hmhsa_cfg
     for (int i = 0; i < P->n; i++) {
         vt_tensor *t = P->t[i];
         if (t->kind != VT_PARAM) continue;
-        int64_t n = t->numel, step = n > 24 ? n / 24 : 1;
-        double maxnum = 0, maxerr = 0, anysum = 0;
-        for (int64_t j = 0; j < n; j++) anysum += fabs(t->grad[j]);
-        for (int64_t j = 0; j < n; j += step) {
-            const float keep = t->data[j], eps = 3e-3f;
-            double l[2];
-            for (int s = 0; s < 2; s++) {
-                t->data[j] = keep + (s ? -eps : eps);
-                vt_graph_forward(g);
-                l[s] = 0;
-                for (int64_t k = 0; k < y->numel; k++) l[s] += (double)y->data[k] * r->data[k];
-            }
-            t->data[j] = keep;
-            const double num = (l[0] - l[1]) / (2.0 * eps);
-            maxnum = fmax(maxnum, fabs(num));
-            maxerr = fmax(maxerr, fabs(num - t->grad[j]));
-        }
-        const double rel = maxerr / fmax(maxnum, 1e-2);
+        const int64_t n = t->numel;
+        double anysum = 0;
+        const double rel = gc_param_error(g, t, y, r->data, 24, 3e-3f, &anysum);
         if (zero_expected(t->name, cffn || !hc->chh_first)) { /* the differences are float noise here */
             T_CHECK(T, anysum / (double)n < 1e-4, "%s: %s gradient should vanish (mean |g| %.3g)", tag, t->name,
                     anysum / (double)n);

@@ -22,6 +22,7 @@ typedef struct {
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip;
     int help, profile;
+    int features, apply_transform;
     int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
     char cmdline[2048];
 } opts;
@@ -69,6 +70,10 @@ static const optdef optdefs[] = {
     O("--log-every", O_INT, log_every, "progress line every N steps (default 50)"),
     O("--fault-nan-step", O_LL, fault_nan_step, "testing aid: poison the input of step N (0-based) with NaN"),
     O("--profile", O_FLAG, profile, "print the time spent per op type"),
+    O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
+      "(hierarchical backbones: groupmixformer_*)"),
+    O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
+      "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
     O("--help", O_FLAG, help, "show this help"),
@@ -103,6 +108,10 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
         return die("%s", e.msg);
     if (o->train_form) cfg->hc.train_form = 1; /* cFFN training form (train, grad and deploy set it themselves) */
+    if (o->apply_transform && strcmp(cfg->family, "refined_vit") != 0)
+        return die("--apply-transform applies to Refined-ViT models, not %s", cfg->name);
+    if (o->apply_transform) cfg->refiner.apply_transform = 1;
+    if (o->features && !cfg->features) return die("%s has no stage feature maps (--features)", cfg->name);
     return 0;
 }
 
@@ -274,15 +283,28 @@ static int cmd_forward(opts *o) {
     vt_err e = {{0}};
     vt_graph *g = x ? vt_graph_new(P, 0, &e) : NULL;
     if (g) {
-        vt_tensor *in, *y = vt_model_build(g, &c, B, &in);
-        vt_graph_output(g, y);
+        vt_tensor *in, *maps[4] = {NULL, NULL, NULL, NULL}, *y = NULL;
+        if (o->features) {
+            int s[4] = {B, c.in_chans, c.img_size, c.img_size};
+            in = vt_input(g, "input", 4, s);
+            c.features(g, &c, in, maps);
+            for (int i = 0; i < 4; i++) vt_graph_output(g, maps[i]);
+        } else {
+            y = vt_model_build(g, &c, B, &in);
+            vt_graph_output(g, y);
+        }
         if (vt_graph_finalize(g, &e)) {
             die("%s", e.msg);
         } else {
             memcpy(in->data, x, sizeof(float) * (size_t)in->numel);
             vt_graph_forward(g);
-            vt_st_out out = {"logits", VT_ST_F32, 2, {B, c.num_classes}, y->data};
-            rc = vt_st_write(o->output, &out, 1, NULL, &e) ? die("%s", e.msg) : 0;
+            vt_st_out out[4] = {{"logits", VT_ST_F32, 2, {B, c.num_classes}, y ? y->data : NULL}};
+            static const char *fname[4] = {"features.0", "features.1", "features.2", "features.3"};
+            for (int i = 0; o->features && i < 4; i++) {
+                out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, maps[i]->data};
+                for (int d = 0; d < 4; d++) out[i].shape[d] = maps[i]->shape[d];
+            }
+            rc = vt_st_write(o->output, out, o->features ? 4 : 1, NULL, &e) ? die("%s", e.msg) : 0;
         }
     }
     vt_graph_free(g);
@@ -460,33 +482,34 @@ static const command commands[] = {
     {"list", "vitc list", "every model name with params and GMACs", "", cmd_list},
     {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
      "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --json --train-form", cmd_info},
+     "--img-size --in-chans --num-classes --attn --ffn --apply-transform --json --train-form", cmd_info},
     {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --train-form", cmd_init},
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --apply-transform --train-form", cmd_init},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --threads --train-form",
+     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform --threads "
+     "--train-form --features",
      cmd_forward},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
-     "--ffn --threads",
+     "--ffn --apply-transform --threads",
      cmd_grad},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn "
+     "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
      "--fault-nan-step",
      cmd_train},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --train-form", cmd_eval},
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn "
+     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --apply-transform "
      "--train-form", cmd_bench},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
-     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn", cmd_deploy},
+     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 

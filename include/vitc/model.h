@@ -14,6 +14,8 @@ struct vt_model_cfg {
     const char *alias;      /* optional second accepted name */
     const char *family;     /* host network, e.g. "vit" */
     vt_build_fn build;
+    /* hierarchical hosts: builds the backbone and returns its four stage maps (B, C_i, H_i, W_i); NULL if none */
+    int (*features)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[4]);
     const char *description;
     int img_size, in_chans, num_classes;
     int img_multiple;       /* input sizes must be a multiple of this (patch size for ViTs) */

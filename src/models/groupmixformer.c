@@ -84,7 +84,7 @@ vt_tensor *vt_build_groupmixformer(vt_graph *g, const vt_model_cfg *c, vt_tensor
 #define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 
 #define GMF(nm, al, d0, d1, d2, d3, l0, l1, l2, l3, r0, r1, r2, r3, desc)                                         \
-    {.name = nm, .alias = al, .family = "groupmixformer", .build = vt_build_groupmixformer, .description = desc,  \
+    {.name = nm, .alias = al, .family = "groupmixformer", .build = vt_build_groupmixformer, .features = vt_groupmixformer_features, .description = desc,  \
      .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 32, .fixed_img = 0, .patch = 4,        \
      .embed_dim = d3, .depth = l0 + l1 + l2 + l3, .num_heads = 8, .mlp_ratio = r3, .qkv_bias = 1,                \
      .ln_eps = 1e-6f, .class_token = 0, .attn = "gma", .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD, \
@@ -101,7 +101,7 @@ static const vt_model_cfg gmf_models[] = {
         "GroupMixFormer-B (repo yaml base)"),
     GMF("groupmixformer_l", "groupmixformer_large", 240, 320, 360, 480, 8, 10, 18, 16, 4, 4, 2, 2,
         "GroupMixFormer-L (paper Table 1; the repo yaml is a placeholder)"),
-    {.name = "groupmixformer_test", .family = "groupmixformer", .build = vt_build_groupmixformer,
+    {.name = "groupmixformer_test", .family = "groupmixformer", .build = vt_build_groupmixformer, .features = vt_groupmixformer_features,
      .description = "GroupMixFormer for tests: widths 20/30/40/50, depths 1/2/1/1, 64 px, 10 classes",
      .img_size = 64, .in_chans = 3, .num_classes = 10, .img_multiple = 32, .fixed_img = 0, .patch = 4,
      .embed_dim = 50, .depth = 5, .num_heads = 8, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f,

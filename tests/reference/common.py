@@ -67,8 +67,8 @@ def vitc_ok(rep, name, *args, timeout=600):
     return p
 
 
-def info(rep, model):
-    p = vitc_ok(rep, f"info {model}", "info", model, "--json")
+def info(rep, model, *args):
+    p = vitc_ok(rep, f"info {model}", "info", model, "--json", *args)
     if p is None:
         return None
     try:

@@ -171,8 +171,9 @@ class GroupMixFormer(nn.Module):
         self.norm4 = nn.BatchNorm2d(dims[3])
         self.head = nn.Linear(dims[3], num_classes)
 
-    def forward(self, x):
-        m = self.conv_stem(x)
+    def features(self, x):
+        """The four stage maps (B, C_i, H_i, W_i), as the official backbone returns them for dense tasks."""
+        m, maps = self.conv_stem(x), []
         for pe, st in zip(self.patch_embed_layers, self.groupmixformer_backbone):
             m = pe(m)
             B, C, H, W = m.shape
@@ -180,7 +181,11 @@ class GroupMixFormer(nn.Module):
             for blk in st.gma_stage:
                 t = blk(t, H, W)
             m = t.reshape(B, H, W, C).permute(0, 3, 1, 2)
-        return self.head(self.norm4(m).mean(dim=(2, 3)))
+            maps.append(m)
+        return maps
+
+    def forward(self, x):
+        return self.head(self.norm4(self.features(x)[-1]).mean(dim=(2, 3)))
 
 
 class ViTGMABlock(nn.Module):

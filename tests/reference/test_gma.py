@@ -126,7 +126,26 @@ def grad(rep, tag, model, ref, w, x, labels, args):
     rep.check(f"grads non-zero {tag}", not zero, f"all-zero gradients: {zero[:8]}")
 
 
-def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, extra_sizes=()):
+def features(rep, tag, model, ref, w, x, args):
+    """`vitc forward --features` writes the four stage maps; each must match the reference backbone."""
+    xin, out = TMP / f"{tag}_fx.safetensors", TMP / f"{tag}_f.safetensors"
+    st.save(xin, {"input": x})
+    if vitc_ok(rep, f"features {tag}", "forward", model, "--weights", w, "--input", xin, "--output", out,
+               "--features", *args) is None:
+        return
+    got = st.load(out)
+    ref.eval()
+    with torch.no_grad():
+        maps = ref.features(x.double())
+    for i, r in enumerate(maps):
+        y = got.get(f"features.{i}")
+        ok = y is not None and y.shape == tuple(r.shape)
+        e = scale_err(y, r) if ok else float("inf")
+        rep.check(f"features.{i} {tag}", ok and e <= TOL_FWD,
+                  f"shape {None if y is None else y.shape} want {tuple(r.shape)}, rel err {e:.2e}")
+
+
+def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, extra_sizes=(), feats=False):
     check_names(rep, tag, model, ref, args)
     sd = gmf_ref.randomize(ref, seed)
     ref.load_state_dict(sd)
@@ -136,6 +155,8 @@ def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, 
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(B, in_chans, img, img, generator=g)
     forward(rep, tag, model, ref, w, x, args)
+    if feats:
+        features(rep, tag, model, ref, w, x, args)
     for s in extra_sizes:
         xs = torch.randn(B, in_chans, s, s, generator=g)
         forward(rep, f"{tag}@{s}", model, ref, w, xs, ["--img-size", s] + [a for a in args if a != "--img-size"])
@@ -166,7 +187,7 @@ def main():
         test_sizes(rep)
         torch.manual_seed(0)
         run_model(rep, "test", "groupmixformer_test", gmf_ref.GroupMixFormer(*TEST_CFG, num_classes=10), [],
-                  64, 3, 3, seed=10, extra_sizes=(96,))
+                  64, 3, 3, seed=10, extra_sizes=(96,), feats=True)
         run_model(rep, "m64", "groupmixformer_m", gmf_ref.build("groupmixformer_m", num_classes=10),
                   ["--img-size", 64, "--num-classes", 10], 64, 3, 2, seed=20)
         run_model(rep, "vit_gap_gma", "vit_fmnist_tiny_gap", gmf_ref.ViTGMA(28, 4, 80, 4, 160, 1, 10),

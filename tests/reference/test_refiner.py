@@ -397,6 +397,33 @@ def test_vit_attn_refiner(rep, tmp, model="vit_fmnist_tiny"):
         check_grads(rep, tag, st.load(out), m, x, labels)
 
 
+def test_apply_transform(rep, tmp):
+    """--apply-transform (spec §5.1, the paper's refine-every-block mode): every block is plain attention followed by
+    adapt_bn(DLA(·)) with expand ratio head_expand (6 for S), qkv (3C). Checks the count from that formula, and that
+    `vitc grad` runs with finite loss and gradients (no PyTorch reference for this unused official option yet)."""
+    depth, C, H, _ = arch("refiner_vit_s")
+    plain = 10 * C * C + 13 * C
+    Hx = 6 * H
+    dla = H * Hx + 2 * Hx + 9 * Hx + 2 * Hx + Hx * H + 2 * H
+    want = formula_count("refiner_vit_s", 224) - depth // 2 * (plain + 8 * C * C + 11 * C + 6 * H * H + 43 * H) \
+        + depth * (plain + dla + 2 * H)
+    j = info(rep, "refiner_vit_s", "--apply-transform") or {}
+    rep.check("count refiner_vit_s --apply-transform", j.get("params") == want, f"{j.get('params')} vs {want}")
+    common = ["--img-size", 32, "--num-classes", 10, "--apply-transform"]
+    w, xin, out = tmp / "at_w.safetensors", tmp / "at_x.safetensors", tmp / "at_g.safetensors"
+    g = torch.Generator().manual_seed(3)
+    st.save(xin, {"input": torch.randn(2, 3, 32, 32, generator=g, dtype=torch.float32), "labels": torch.tensor([1, 7])})
+    if vitc_ok(rep, "init --apply-transform", "init", "refiner_vit_s", "-o", w, *common) is None:
+        return
+    if vitc_ok(rep, "grad --apply-transform", "grad", "refiner_vit_s", "--weights", w, "--input", xin,
+               "--output", out, *common) is None:
+        return
+    res = st.load(out)
+    bad = [k for k, v in res.items() if not np.isfinite(np.asarray(v)).all()]
+    rep.check("grad --apply-transform finite", not bad and "grad/blocks.0.attn.DLA.conv_exp.weight" in res,
+              f"non-finite: {bad[:5]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -410,6 +437,7 @@ def main():
         tmp = tmpdir()
         test_counts(rep)
         test_vit_attn_refiner(rep, tmp)
+        test_apply_transform(rep, tmp)
         names = args.models.split(",")
         for size in "sml":
             sel = [n for n in MODELS if n in names and n.split("_")[2] == size]
