@@ -236,6 +236,20 @@ static int write_text(const char *dir, const char *file, const char *text, vt_er
     return fclose(fp) == 0 ? 0 : vt_seterr(e, "cannot write %s", path);
 }
 
+/* Creates dir and its missing parents (like mkdir -p). */
+static int make_dirs(const char *dir, vt_err *e) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return vt_seterr(e, "run folder name too long");
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) && errno != EEXIST) return vt_seterr(e, "cannot create %s: %s", path, strerror(errno));
+        *p = c;
+        if (c == '\0') return 0;
+    }
+}
+
 /* ---- the training loop ---- */
 
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
@@ -246,7 +260,7 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
                          c->in_chans, c->img_size, c->img_size);
     if (c->num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
-    if (mkdir(o->run_dir, 0777) && errno != EEXIST) return vt_seterr(e, "cannot create %s: %s", o->run_dir, strerror(errno));
+    if (make_dirs(o->run_dir, e)) return -1;
     vt_dataset tr = {0}, te = {0};
     vt_params *P = NULL;
     vt_adamw opt = {0};

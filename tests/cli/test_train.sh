@@ -13,8 +13,9 @@ check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 
 COMMON="vit_fmnist_tiny --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 1024 --test-subset 256 --seed 3 --log-every 8"
 
-$V train $COMMON --epochs 3 --out "$T/a" >"$T/a.log" 2>&1
-check "train runs" "[ $? -eq 0 ]" "$(tail -3 "$T/a.log")"
+$V train $COMMON --epochs 3 --out "$T/new/a" >"$T/a.log" 2>&1
+mv "$T/new/a" "$T/a"
+check "train runs (creating parent folders)" "[ -s '$T/a/metrics.csv' ]" "$(tail -3 "$T/a.log")"
 check "progress lines" "grep -Eq '^Train: 0 \[ *8/16 \( *50%\)\]  Loss: .* Time: .*/s  LR: ' '$T/a.log'"
 l1=$(sed -n 2p "$T/a/metrics.csv" | cut -d, -f3)
 l3=$(sed -n 4p "$T/a/metrics.csv" | cut -d, -f3)
