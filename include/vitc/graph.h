@@ -119,6 +119,10 @@ vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel);
 /* Attaches forward (which = 0) or backward (which = 1) scratch of `numel` floats. */
 vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel);
 
+/* Shape of x with `axis` removed (into shape; returns its ndim, or -1 if axis is out of range), and the products
+ * of the dims before (*outer) and after (*inner) the axis, for reductions over one axis. */
+int vt_reduce_shape(const vt_tensor *x, int axis, int *shape, int64_t *outer, int64_t *inner);
+
 /* A reshape view of x (same data and grad, new shape; numel must match). */
 vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape);
 

@@ -198,6 +198,19 @@ vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape) {
     return t;
 }
 
+int vt_reduce_shape(const vt_tensor *x, int axis, int *shape, int64_t *outer, int64_t *inner) {
+    const int ax = axis < 0 ? axis + x->ndim : axis;
+    if (x->ndim < 1 || ax < 0 || ax >= x->ndim) return -1;
+    int k = 0;
+    *outer = *inner = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < ax) *outer *= x->shape[d];
+        if (d > ax) *inner *= x->shape[d];
+        if (d != ax) shape[k++] = x->shape[d];
+    }
+    return k;
+}
+
 void vt_graph_output(vt_graph *g, vt_tensor *t) {
     if (t) vt_root(t)->is_output = 1;
     (void)g;

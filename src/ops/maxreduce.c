@@ -44,23 +44,19 @@ static const vt_opdef op_max = {"max", max_fwd, max_bwd};
 
 vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis) {
     if (vt_bad(g, 1, x)) return NULL;
-    const int ax = axis < 0 ? axis + x->ndim : axis;
-    if (x->ndim < 1 || ax < 0 || ax >= x->ndim || x->shape[ax] < 1) {
+    int shape[VT_MAXDIM];
+    int64_t O, Ni;
+    const int k0 = vt_reduce_shape(x, axis, shape, &O, &Ni);
+    int k = k0;
+    if (k0 < 0) {
         char sx[64];
-        return vt_fail(g, "max", "axis %d out of range (or empty) for input %s", axis, vt_shape_str(x, sx, 64));
-    }
-    int shape[VT_MAXDIM], k = 0;
-    int64_t O = 1, Ni = 1;
-    for (int d = 0; d < x->ndim; d++) {
-        if (d < ax) O *= x->shape[d];
-        if (d > ax) Ni *= x->shape[d];
-        if (d != ax) shape[k++] = x->shape[d];
+        return vt_fail(g, "max", "axis %d out of range for input %s", axis, vt_shape_str(x, sx, 64));
     }
     if (k == 0) shape[k++] = 1; /* a full reduction of a 1-D tensor gives shape (1,) */
     vt_node *n = vt_new_node(g, &op_max, &x, 1, vt_new_act(g, k, shape));
     if (!n) return NULL;
     n->ia[0] = (int)O;
-    n->ia[1] = x->shape[ax];
+    n->ia[1] = (int)(x->numel / (O * Ni)); /* the reduced axis (dims are always >= 1) */
     n->ia[2] = (int)Ni;
     if (!vt_node_save(n, 0, O * Ni)) return NULL;
     return n->out;
