@@ -10,6 +10,17 @@
 static vt_tensor *b_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL);
 }
+static vt_tensor *b_linear_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_linear_gelu(g, x[0], x[1], x[2]);
+}
+/* x0 + linear(x0 or x3, x1, x2): ia[0] 1 = the residual is the linear's own input; ia[1] 1 = h is used before the
+ * residual (no fusion: vt_add). */
+static vt_tensor *b_residual(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *h = vt_linear(g, c->ia[0] ? x[0] : x[3], x[1], x[2]);
+    if (c->ia[1]) vt_graph_output(g, vt_mul(g, h, h));
+    return vt_residual(g, x[0], h);
+}
 static vt_tensor *b_matmul(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_matmul(g, x[0], x[1], c->ia[0], c->ia[1], c->fa[0]);
 }
@@ -97,13 +108,39 @@ static void check_shape_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_residual fuses into the producing linear (no add node) and then refuses further uses of the linear's output. */
+static void check_residual_fusion(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    int xs[2] = {4, 8}, ws[2] = {8, 8};
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *h = vt_linear(g, x, vt_param(g, "fc.weight", 2, ws, (vt_init){0, 0}), NULL);
+    vt_tensor *y = vt_residual(g, x, h);
+    T_CHECK(T, y && g->nn == 1, "residual was not fused into the linear (%d nodes)", g->nn);
+    T_CHECK(T, vt_add(g, y, h) == NULL && vt_graph_finalize(g, &e) != 0 && strstr(e.msg, "fused into a residual"),
+            "reusing a fused linear output must fail: %s", e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
+    check_residual_fusion(T);
     check_gemm_ref(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
     gc_case cases[] = {
         {.name = "linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear},
         {.name = "linear_nobias_1row", .nx = 2, .ndim = {2, 2}, .shape = {{1, 7}, {1, 7}}, .build = b_linear},
+        {.name = "linear_gelu", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear_gelu},
+        {.name = "linear_gelu_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
+         .build = b_linear_gelu},
+        {.name = "linear_residual", .nx = 4, .ndim = {3, 2, 1, 3}, .shape = {{2, 3, 4}, {4, 5}, {4}, {2, 3, 5}},
+         .build = b_residual},
+        {.name = "linear_residual_self", .nx = 3, .ndim = {2, 2, 1}, .shape = {{3, 4}, {4, 4}, {4}},
+         .build = b_residual, .ia = {1}},
+        {.name = "linear_residual_unfused", .nx = 4, .ndim = {2, 2, 1, 2}, .shape = {{3, 4}, {4, 2}, {4}, {3, 2}},
+         .build = b_residual, .ia = {0, 1}},
         {.name = "matmul_nn", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 4, 5}}, .build = b_matmul, .fa = {1}},
         {.name = "matmul_nt", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 3, 4}, {2, 2, 5, 4}}, .build = b_matmul,
          .ia = {0, 1}, .fa = {0.5f}},

@@ -113,6 +113,9 @@ vt_tensor *vt_new_act(vt_graph *g, int ndim, const int *shape);
 /* New node with op `op`, inputs in[0..nin), output `out`; out->requires_grad follows the inputs. */
 vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, vt_tensor *out);
 
+/* Appends input t to node n (built earlier, for epilogue fusion); returns -1 (error set) if n is full. */
+int vt_node_add_input(vt_node *n, vt_tensor *t);
+
 /* Attaches a saved tensor (kept for backward) of `numel` floats to node slot `slot`. */
 vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel);
 

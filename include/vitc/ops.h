@@ -8,6 +8,11 @@
 /* ---- matmul.c ---- */
 /* y = x·wᵀ + b: x (..., in), w (out, in) as PyTorch Linear, b (out) or NULL -> (..., out). */
 vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* GELU(x·wᵀ + b) (exact erf) in one node: the activation runs in the GEMM's epilogue. */
+vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* x + h. When h is the output of a plain vt_linear that nothing has used yet, the add is fused into that linear
+ * (no separate pass) and h itself may not be used again (a build error says so); otherwise a vt_add node. */
+vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);
 /* Batched alpha·op(a)·op(b): a (..., M, K) (or (..., K, M) if ta), b (..., K, N) (or (..., N, K) if tb);
  * batch dims equal, or b has exactly 2 dims (shared by every batch). */
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha);

@@ -44,6 +44,7 @@ typedef struct vt_tensor {
     struct vt_tensor *view_of; /* reshape views alias this root tensor */
     /* engine-private planning fields */
     int prod, last_use, grad_start, is_output;
+    int consumed;          /* fused into a later node's epilogue (vt_residual): may not be used again */
     int scope;             /* params: scope index in the graph that created them (per-block breakdown) */
     int64_t off, goff;
 } vt_tensor;
@@ -53,6 +54,9 @@ int64_t vt_shape_numel(int ndim, const int *shape);
 
 /* Writes "(a, b, c)" for t's shape into buf; returns buf. */
 const char *vt_shape_str(const vt_tensor *t, char *buf, int len);
+
+/* Sets n floats at p to zero (in parallel when n is large). */
+void vt_zero(float *p, int64_t n);
 
 /* Root tensor of a view chain (t itself when not a view). */
 vt_tensor *vt_root(vt_tensor *t);

@@ -9,16 +9,23 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
     return buf;
 }
 
-vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
-    if (vt_bad(g, 1, x)) return NULL;
+/* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix; 0 on success.
+ * (noinline: inlined into callers that build prefix with vt_pname, GCC reports a possible name truncation.) */
+__attribute__((noinline)) static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
+                         vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
     int ws[2] = {out, x->shape[x->ndim - 1]};
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, winit), *b = NULL;
-    if (w) w->paper_count = 1;
-    if (bias) {
-        b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z);
-        if (b) b->no_decay = 1;
-    }
+    *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, winit);
+    *b = bias ? vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z) : NULL;
+    if (!*w || (bias && !*b)) return -1;
+    (*w)->paper_count = 1;
+    if (*b) (*b)->no_decay = 1;
+    return 0;
+}
+
+vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, &w, &b)) return NULL;
     return vt_linear(g, x, w, b);
 }
 
@@ -70,6 +77,8 @@ vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidde
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     int c = x->shape[x->ndim - 1];
-    vt_tensor *h = vt_gelu(g, vt_linear_p(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02));
+    vt_tensor *w, *b;
+    if (linear_params(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02, &w, &b)) return NULL;
+    vt_tensor *h = vt_linear_gelu(g, x, w, b);
     return vt_linear_p(g, vt_pname(nm, prefix, "fc2"), h, c, 1, VT_INIT_W02);
 }

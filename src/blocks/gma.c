@@ -135,7 +135,7 @@ vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, in
     cb->no_decay = 1;
     x = vt_add(g, x, vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, x, 4, smap), cw, cb, 1), 3, stok));
     vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm1"), x, 1e-6f);
-    x = vt_add(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W));
+    x = vt_residual(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W));
     h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm2"), x, 1e-6f);
-    return vt_add(g, x, vt_block_mlp(g, vt_pname(nm, prefix, "mlp"), h, mlp_hidden));
+    return vt_residual(g, x, vt_block_mlp(g, vt_pname(nm, prefix, "mlp"), h, mlp_hidden));
 }

@@ -140,6 +140,11 @@ vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, v
         vt_fail(g, op->name, "too many inputs (%d)", nin);
         return NULL;
     }
+    for (int i = 0; i < nin; i++)
+        if (in[i]->consumed) {
+            vt_fail(g, op->name, "input %s was fused into a residual add and cannot be used again", in[i]->name);
+            return NULL;
+        }
     if (grow(g, (void ***)&g->nodes, g->nn, &g->ncap)) return NULL;
     vt_node *n = vt_alloc(sizeof(*n), &g->err);
     if (!n) return NULL;
@@ -158,6 +163,17 @@ vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, v
     snprintf(out->name, sizeof out->name, "%.60s#%d", op->name, n->index);
     g->nodes[g->nn++] = n;
     return n;
+}
+
+int vt_node_add_input(vt_node *n, vt_tensor *t) {
+    if (n->nin >= VT_MAXIN) {
+        vt_fail(n->g, n->op->name, "too many inputs (%d)", n->nin + 1);
+        return -1;
+    }
+    n->in[n->nin++] = t;
+    use(t, n->index);
+    if (t->requires_grad) n->out->requires_grad = 1;
+    return 0;
 }
 
 vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel) {
@@ -391,7 +407,7 @@ void vt_graph_print_profile(const vt_graph *g) {
 static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
     t = vt_root(t);
     if (t->kind != VT_ACT || !t->grad || t->grad_start != s) return;
-    memset(t->grad, 0, sizeof(float) * (size_t)t->numel);
+    vt_zero(t->grad, t->numel);
     if (g->loss && vt_root(g->loss) == t) t->grad[0] = 1.0f;
 }
 

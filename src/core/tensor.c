@@ -146,7 +146,14 @@ int vt_params_alloc_grads(vt_params *P, vt_err *e) {
     return 0;
 }
 
+void vt_zero(float *p, int64_t n) {
+    const int64_t chunk = 1 << 16; /* 256 KiB per task: below that a parallel region costs more than it saves */
+#pragma omp parallel for schedule(static) if (n > 2 * chunk)
+    for (int64_t c = 0; c < (n + chunk - 1) / chunk; c++)
+        memset(p + c * chunk, 0, sizeof(float) * (size_t)(n - c * chunk < chunk ? n - c * chunk : chunk));
+}
+
 void vt_params_zero_grad(vt_params *P) {
     for (int i = 0; i < P->n; i++)
-        if (P->t[i]->grad) memset(P->t[i]->grad, 0, sizeof(float) * (size_t)P->t[i]->numel);
+        if (P->t[i]->grad) vt_zero(P->t[i]->grad, P->t[i]->numel);
 }

@@ -52,12 +52,12 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
     for (int i = 0; i < c->depth; i++) {
         snprintf(pre, sizeof pre, "transformer.layers.%d", i);
         vt_scope(g, pre);
-        t = vt_add(g, t, vt_block_msf(g, vt_pname(nm, pre, "0"), t, &m));
+        t = vt_residual(g, t, vt_block_msf(g, vt_pname(nm, pre, "0"), t, &m));
         char ff[VT_NAMELEN];
         snprintf(ff, sizeof ff, "transformer.layers.%d.1.net", i);
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, c->ln_eps);
         h = vt_gelu(g, torch_linear(g, vt_pname(nm, ff, "1"), h, hidden));
-        t = vt_add(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D));
+        t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D));
     }
     vt_scope(g, "linear_head");
     t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), c->ln_eps);

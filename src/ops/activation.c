@@ -11,9 +11,6 @@
 #include "mathfn.h"
 #include "vitc/ops.h"
 
-#define INV_SQRT2 0.70710678118654752f
-#define INV_SQRT_2PI 0.39894228040143268f
-
 /* Applies `expr` (in terms of v = x[i]) to every element into out[i] (= for forward, += for backward). */
 #define MAP(out, OPER, expr)                                          \
     do {                                                              \
@@ -44,7 +41,7 @@ static void unary_fwd(vt_node *n) {
     float *y = n->out->data;
     const int64_t N = n->out->numel;
     switch ((vt_unary_kind)n->ia[0]) {
-    case VT_GELU: MAP(y, =, 0.5f * v * (1.0f + vt_erff(v * INV_SQRT2))); break;
+    case VT_GELU: MAP(y, =, vt_gelu_f(v)); break;
     case VT_RELU: MAP(y, =, v > 0.0f ? v : 0.0f); break;
     case VT_RELU6: MAP(y, =, v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f); break;
     case VT_HARDSWISH: MAP(y, =, v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f); break;
@@ -61,7 +58,7 @@ static void unary_bwd(vt_node *n) {
     if (!dx || !dy) return;
     switch ((vt_unary_kind)n->ia[0]) {
     case VT_GELU:
-        MAP(dx, +=, dy[i] * (0.5f * (1.0f + vt_erff(v * INV_SQRT2)) + v * INV_SQRT_2PI * vt_expf(-0.5f * v * v)));
+        MAP(dx, +=, dy[i] * vt_gelu_grad_f(v));
         break;
     case VT_RELU: MAP(dx, +=, v > 0.0f ? dy[i] : 0.0f); break;
     case VT_RELU6: MAP(dx, +=, v > 0.0f && v < 6.0f ? dy[i] : 0.0f); break;

@@ -10,20 +10,6 @@
 
 /* ia: 0 B, 1 N, 2 heads, 3 dh, 4 threads planned; fa[0] scale. save[0] = probabilities (train graphs). */
 
-/* Row softmax of an n×n tile in place. */
-static void softmax_rows(float *s, int n) {
-    for (int i = 0; i < n; i++) {
-        float *r = s + (size_t)i * n, mx = r[0], sum = 0.0f;
-        for (int j = 1; j < n; j++) mx = r[j] > mx ? r[j] : mx;
-        for (int j = 0; j < n; j++) {
-            r[j] = vt_expf(r[j] - mx);
-            sum += r[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j < n; j++) r[j] *= inv;
-    }
-}
-
 static void attn_fwd(vt_node *n) {
     const int B = n->ia[0], N = n->ia[1], H = n->ia[2], dh = n->ia[3], nt = n->ia[4], C = H * dh;
     const float scale = n->fa[0], *qkv = n->in[0]->data;
@@ -34,7 +20,7 @@ static void attn_fwd(vt_node *n) {
         const float *q = qkv + (size_t)b * N * 3 * C + (size_t)h * dh;
         float *s = probs ? probs + (size_t)bh * N * N : ws + (size_t)omp_get_thread_num() * N * N;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, dh, scale, q, 3 * C, q + C, 3 * C, 0.0f, s, N);
-        softmax_rows(s, N);
+        for (int i = 0; i < N; i++) vt_softmax_row(s + (size_t)i * N, s + (size_t)i * N, N);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, N, 1.0f, s, N, q + 2 * C, 3 * C, 0.0f,
                     out + (size_t)b * N * C + (size_t)h * dh, C);
     }

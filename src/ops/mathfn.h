@@ -1,7 +1,7 @@
 /* Vectorisable float math for kernels. glibc's expf/erff are scalar calls (no SIMD without -ffast-math) and cost
  * 10-100 ns per element here, which made GELU and softmax a large share of a ViT step (measured by
  * `vitc bench --profile`); these inline versions vectorise under -O3 and stay within a few ulp (tested in
- * tests/test_mathfn.c against double-precision libm). */
+ * tests/test_ops_attention.c against double-precision libm). */
 #ifndef VITC_MATHFN_H
 #define VITC_MATHFN_H
 
@@ -44,6 +44,29 @@ static inline float vt_erff(float x) {
     p = p * t + 0.254829592f;
     float y = 1.0f - p * t * vt_expf(-a * a);
     return x < 0 ? -y : y;
+}
+
+/* GELU with the exact erf, x·Φ(x). */
+static inline float vt_gelu_f(float x) { return 0.5f * x * (1.0f + vt_erff(x * 0.70710678118654752f)); }
+
+/* dGELU/dx = Φ(x) + x·φ(x). */
+static inline float vt_gelu_grad_f(float x) {
+    return 0.5f * (1.0f + vt_erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * vt_expf(-0.5f * x * x);
+}
+
+/* y = softmax(x) over one contiguous row of n values (y may equal x); the max, exponent and sum loops vectorise. */
+static inline void vt_softmax_row(const float *x, float *y, int n) {
+    float mx = x[0], s = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++) {
+        y[j] = vt_expf(x[j] - mx);
+        s += y[j];
+    }
+    const float inv = 1.0f / s;
+#pragma omp simd
+    for (int j = 0; j < n; j++) y[j] *= inv;
 }
 
 #endif

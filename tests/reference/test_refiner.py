@@ -32,6 +32,7 @@ Checks:
 Run: /usr/bin/python3 tests/reference/test_refiner.py [--models refiner_vit_s,...] [--img-size 32]
 """
 import argparse
+import copy
 import math
 import os
 import time
@@ -231,17 +232,29 @@ def test_counts(rep):
     rep.check("reference module count refiner_vit_s@224", n == PARAMS_224["refiner_vit_s"], f"{n}")
 
 
-def stem_margin(m, x):
-    """Smallest |pre-ReLU value| of the stem in train mode (batch statistics). A value within float32 rounding of 0
-    flips the ReLU between vitc and the float64 reference and moves the stem gradients by ~1% (seen for L), while
-    the many DLA ReLU6 entries each matter too little to show; so inputs too close to a stem kink are skipped."""
-    pe, t, low = m.patch_embed, x.double(), float("inf")
-    with torch.no_grad():
-        for conv, bn in ((pe.conv1, pe.bn1), (pe.conv2, pe.bn2), (pe.conv3, pe.bn3)):
-            t = F.batch_norm(conv(t), None, None, bn.weight, bn.bias, training=True, eps=bn.eps)
-            low = min(low, float(t.abs().min()))
-            t = F.relu(t)
-    return low
+def kink_margin(m, x):
+    """Smallest distance of any ReLU (stem) or ReLU6 (DLA) argument to a kink (0, and 6 for ReLU6) in a float64
+    train-mode forward (batch statistics) of a copy of m. An argument within float32 rounding of a kink can fall on
+    the other side in vitc, which moves every upstream gradient by ~1% (seen for the stem of L, and for one DLA
+    entry of M at 1.1e-6 when vitc's bias summation order changed); such inputs are skipped."""
+    low = [float("inf")]
+
+    def relu(t, *a, **k):
+        low[0] = min(low[0], float(t.abs().min()))
+        return torch.relu(t)
+
+    def relu6(t, *a, **k):
+        low[0] = min(low[0], float(torch.minimum(t.abs(), (t - 6).abs()).min()))
+        return torch.clamp(t, 0, 6)
+
+    saved = F.relu, F.relu6
+    F.relu, F.relu6 = relu, relu6
+    try:
+        with torch.no_grad():
+            copy.deepcopy(m).train()(x.double())
+    finally:
+        F.relu, F.relu6 = saved
+    return low[0]
 
 
 def check_grads(rep, name, res, m, x, labels):
@@ -296,11 +309,11 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
     ref = RefinedViT(dense, img, classes)
     sd_dense = randomise(ref, seed=ord(size))
     ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd_dense.items()})
-    for seed in range(7, 57):   # an input whose stem ReLUs are not within float32 noise of the kink (see stem_margin)
+    for seed in range(7, 57):   # an input whose ReLUs are not within float32 noise of a kink (see kink_margin)
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(batch, 3, img, img, generator=g, dtype=torch.float32)
         labels = torch.randint(0, classes, (batch,), generator=g)
-        if stem_margin(ref, x) > 5e-6:
+        if kink_margin(ref, x) > 1e-5:
             break
     xin = tmp / f"{size}_x.safetensors"
     st.save(xin, {"input": x, "labels": labels})
