@@ -33,8 +33,9 @@ static inline float vt_expf(float x) {
     return p * s1 * s2;
 }
 
-/* erf(x) by Abramowitz & Stegun 7.1.26 evaluated in float (absolute error < 6e-7). */
-static inline float vt_erff(float x) {
+/* erf(x) by Abramowitz & Stegun 7.1.26 evaluated in float (absolute error < 6e-7); *e receives e^(-x²), which
+ * the formula computes anyway (GELU's gradient reuses it). */
+static inline float vt_erf_e(float x, float *e) {
     float a = x < 0 ? -x : x;
     float t = 1.0f / (1.0f + 0.3275911f * a);
     float p = 1.061405429f;
@@ -42,8 +43,22 @@ static inline float vt_erff(float x) {
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    float y = 1.0f - p * t * vt_expf(-a * a);
+    *e = vt_expf(-a * a);
+    float y = 1.0f - p * t * *e;
     return x < 0 ? -y : y;
+}
+
+/* erf(x) (see vt_erf_e). */
+static inline float vt_erff(float x) {
+    float e;
+    return vt_erf_e(x, &e);
+}
+
+/* GELU with the exact erf, x·Φ(x); *d receives its derivative Φ(x) + x·φ(x). */
+static inline float vt_gelu_fd(float x, float *d) {
+    float e, cdf = 0.5f * (1.0f + vt_erf_e(x * 0.70710678118654752f, &e)); /* e = e^(-x²/2) */
+    *d = cdf + x * 0.39894228040143268f * e;
+    return x * cdf;
 }
 
 /* GELU with the exact erf, x·Φ(x). */
@@ -51,7 +66,9 @@ static inline float vt_gelu_f(float x) { return 0.5f * x * (1.0f + vt_erff(x * 0
 
 /* dGELU/dx = Φ(x) + x·φ(x). */
 static inline float vt_gelu_grad_f(float x) {
-    return 0.5f * (1.0f + vt_erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * vt_expf(-0.5f * x * x);
+    float d;
+    vt_gelu_fd(x, &d);
+    return d;
 }
 
 /* y = softmax(x) over one contiguous row of n values (y may equal x); the max, exponent and sum loops vectorise. */
