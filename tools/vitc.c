@@ -10,6 +10,7 @@
 
 #include "vitc/blocks.h"
 #include "vitc/dataset.h"
+#include "vitc/image.h"
 #include "vitc/model.h"
 #include "vitc/safetensors.h"
 #include "vitc/train.h"
@@ -20,10 +21,13 @@ typedef struct {
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
-    double lr, wd, warmup_epochs, smoothing, min_lr, clip;
+    double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct;
     int help, profile;
     int features, apply_transform;
     int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
+    int topk;
+    const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
+    int nimages;
     char cmdline[2048];
 } opts;
 
@@ -76,6 +80,9 @@ static const optdef optdefs[] = {
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
+    O("--topk", O_INT, topk, "classes listed per image (default 5)"),
+    O("--crop-pct", O_DBL, crop_pct, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
+      "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
     O("-h", O_FLAG, help, "show this help"),
 };
@@ -83,6 +90,7 @@ static const optdef optdefs[] = {
 typedef struct {
     const char *name, *usage, *summary, *options;
     int (*run)(opts *o);
+    int images; /* 1: positional arguments after MODEL are image files */
 } command;
 
 static int die(const char *fmt, const char *msg) {
@@ -107,6 +115,9 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     vt_err e = {{0}};
     if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
         return die("%s", e.msg);
+    if (o->crop_pct < 0 || o->crop_pct > 10 || isnan(o->crop_pct))
+        return die("%s", "--crop-pct must be in (0, 10]");
+    if (o->crop_pct > 0) cfg->crop_pct = (float)o->crop_pct;
     if (o->train_form) cfg->hc.train_form = 1; /* cFFN training form (train, grad and deploy set it themselves) */
     if (o->apply_transform && strcmp(cfg->family, "refined_vit") != 0)
         return die("--apply-transform applies to Refined-ViT models, not %s", cfg->name);
@@ -478,38 +489,166 @@ static int cmd_deploy(opts *o) {
     return rc;
 }
 
+/* Prints s as a JSON string (quoted, with quotes, backslashes and control characters escaped). */
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", (unsigned char)*s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+/* Prints (or, with --json, writes as one JSON line) the top-k classes of one image from its logits. */
+static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const float *logits, int k) {
+    const int K = c->num_classes;
+    double mx = logits[0], sum = 0.0;
+    for (int j = 1; j < K; j++) mx = logits[j] > mx ? logits[j] : mx;
+    for (int j = 0; j < K; j++) sum += exp(logits[j] - mx);
+    int top[64];
+    for (int t = 0; t < k; t++) { /* selection of the k largest, ties to the lower index */
+        int best = -1;
+        for (int j = 0; j < K; j++) {
+            int taken = 0;
+            for (int u = 0; u < t; u++) taken |= top[u] == j;
+            if (!taken && (best < 0 || logits[j] > logits[best])) best = j;
+        }
+        top[t] = best;
+    }
+    const int names = c->dataset && strcmp(c->dataset, "fashion-mnist") == 0 && K == 10;
+    if (o->json) {
+        printf("{\"image\": ");
+        json_str(path);
+        printf(", \"top\": [");
+    } else {
+        printf("%s\n", path);
+    }
+    for (int t = 0; t < k; t++) {
+        const double prob = exp(logits[top[t]] - mx) / sum;
+        if (o->json)
+            printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", t ? ", " : "", top[t], names ? "\"name\": \"" : "",
+                   names ? vt_fmnist_class_name(top[t]) : "", names ? "\", " : "", prob);
+        else
+            printf("  %d. class %-5d %-12s %7.3f%%\n", t + 1, top[t], names ? vt_fmnist_class_name(top[t]) : "",
+                   100.0 * prob);
+    }
+    if (o->json) printf("]}\n");
+}
+
+/* Top-k classes of image files, preprocessed like the model's pretrained cfg (timm eval transform). */
+static int cmd_predict(opts *o) {
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
+    if (c.in_chans != 1 && c.in_chans != 3) {
+        char m[160];
+        snprintf(m, sizeof m, "predict reads 1- or 3-channel images; %s has %d input channels", c.name, c.in_chans);
+        return die("%s", m);
+    }
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    const int n = o->nimages, want = o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, B = n < want ? n : want;
+    const int k = o->topk > 0 ? (o->topk < c.num_classes ? o->topk : c.num_classes) : (c.num_classes < 5 ? c.num_classes : 5);
+    if (k > 64) {
+        vt_params_free(P);
+        return die("%s", "--topk is at most 64");
+    }
+    const vt_preprocess pp = {c.img_size, c.in_chans, c.crop_pct, {c.mean[0], c.mean[1], c.mean[2]},
+                              {c.std[0], c.std[1], c.std[2]}};
+    const int64_t per = (int64_t)c.in_chans * c.img_size * c.img_size;
+    vt_err e = {{0}};
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    vt_tensor *in = NULL, *y = g ? vt_model_build(g, &c, B, &in) : NULL;
+    vt_graph_output(g, y);
+    float *keep = NULL; /* --output: every image's input and logits */
+    int rc = !g || vt_graph_finalize(g, &e);
+    if (!rc && o->output && !(keep = vt_alloc(sizeof(float) * (size_t)n * (size_t)(per + c.num_classes), &e))) rc = 1;
+    if (rc) die("%s", e.msg);
+    int bad = 0;
+    for (int i0 = 0; !rc && i0 < n; i0 += B) {
+        const int nb = n - i0 < B ? n - i0 : B;
+        int ok[64] = {0};
+        memset(in->data, 0, sizeof(float) * (size_t)in->numel);
+        for (int b = 0; b < nb; b++) {
+            vt_err ie = {{0}};
+            ok[b] = vt_image_load(o->images[i0 + b], &pp, in->data + b * per, &ie) == 0;
+            if (!ok[b]) {
+                bad++;
+                if (o->json) {
+                    printf("{\"image\": ");
+                    json_str(o->images[i0 + b]);
+                    printf(", \"error\": ");
+                    json_str(ie.msg);
+                    printf("}\n");
+                }
+                fprintf(stderr, "vitc: %s\n", ie.msg);
+            }
+        }
+        vt_graph_forward(g);
+        for (int b = 0; b < nb; b++) {
+            if (!ok[b]) continue;
+            print_top(o, &c, o->images[i0 + b], y->data + (int64_t)b * c.num_classes, k);
+            if (keep) {
+                memcpy(keep + (i0 + b) * per, in->data + b * per, sizeof(float) * (size_t)per);
+                memcpy(keep + n * per + (int64_t)(i0 + b) * c.num_classes, y->data + (int64_t)b * c.num_classes,
+                       sizeof(float) * (size_t)c.num_classes);
+            }
+        }
+    }
+    if (!rc && keep && bad) {
+        rc = die("%s", "--output not written: some images could not be read");
+    } else if (!rc && keep) {
+        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.in_chans, c.img_size, c.img_size}, keep},
+                            {"logits", VT_ST_F32, 2, {n, c.num_classes}, keep + n * per}};
+        if (vt_st_write(o->output, out, 2, NULL, &e)) rc = die("%s", e.msg);
+    }
+    vt_free(keep);
+    vt_graph_free(g);
+    vt_params_free(P);
+    return rc || bad ? 1 : 0;
+}
+
 static const command commands[] = {
-    {"list", "vitc list", "every model name with params and GMACs", "", cmd_list},
+    {"list", "vitc list", "every model name with params and GMACs", "", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
      "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --apply-transform --json --train-form", cmd_info},
+     "--img-size --in-chans --num-classes --attn --ffn --apply-transform --json --train-form", cmd_info, 0},
     {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --apply-transform --train-form", cmd_init},
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --apply-transform --train-form", cmd_init, 0},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
      "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform --threads "
      "--train-form --features",
-     cmd_forward},
+     cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
      "--ffn --apply-transform --threads",
-     cmd_grad},
+     cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
      "--fault-nan-step",
-     cmd_train},
+     cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval},
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
      "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --apply-transform "
-     "--train-form", cmd_bench},
+     "--train-form", cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
-     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy},
+     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy, 0},
+    {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
+     "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --img-size --in-chans --num-classes --attn --ffn "
+     "--apply-transform --train-form --threads",
+     cmd_predict, 1},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
@@ -541,8 +680,13 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-') {
-            if (o->model) return die("unexpected argument '%s'", a);
-            o->model = a;
+            if (!o->model) {
+                o->model = a;
+            } else if (c->images) {
+                o->images[o->nimages++] = a; /* main sized o->images for every argument */
+            } else {
+                return die("unexpected argument '%s'", a);
+            }
             continue;
         }
         const optdef *d = NULL;
@@ -594,18 +738,27 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         opts o;
         memset(&o, 0, sizeof o);
+        const char **images = calloc((size_t)argc, sizeof *images);
+        if (!images) return die("%s", "out of memory");
+        o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.smoothing = -1;
         o.lr = -1;
         o.fault_nan_step = -1;
-        if (parse(&commands[i], argc, argv, &o)) return 2;
+        if (parse(&commands[i], argc, argv, &o)) {
+            free(images);
+            return 2;
+        }
         for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
             n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");
+        int rc = 0;
         if (o.help) {
             command_help(&commands[i]);
-            return 0;
+        } else {
+            set_threads(&o);
+            rc = commands[i].run(&o);
         }
-        set_threads(&o);
-        return commands[i].run(&o);
+        free(images);
+        return rc;
     }
     fprintf(stderr, "vitc: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -9,6 +9,9 @@
 /* Fashion-MNIST per-pixel mean and std of x/255 over the training set. */
 #define VT_FMNIST_MEAN 0.2860f
 #define VT_FMNIST_STD 0.3530f
+/* The same as three-channel initialisers (model configs). */
+#define VT_FMNIST_MEAN3 {VT_FMNIST_MEAN, VT_FMNIST_MEAN, VT_FMNIST_MEAN}
+#define VT_FMNIST_STD3 {VT_FMNIST_STD, VT_FMNIST_STD, VT_FMNIST_STD}
 /* Where Debian's dataset-fashion-mnist package installs the files. */
 #define VT_FMNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 

@@ -6,6 +6,10 @@
 
 typedef struct vt_model_cfg vt_model_cfg;
 
+/* ImageNet per-channel normalisation of x/255 (timm IMAGENET_DEFAULT_MEAN/STD), as initialisers. */
+#define VT_IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
+#define VT_IMAGENET_STD {0.229f, 0.224f, 0.225f}
+
 /* Builds the network on input x (B, in_chans, img, img) and returns logits (B, num_classes). */
 typedef vt_tensor *(*vt_build_fn)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
 
@@ -29,6 +33,9 @@ struct vt_model_cfg {
     const char *attn;       /* attention type: "mhsa", ... */
     const char *ffn;        /* FFN type: "mlp", ... */
     float mean[3], std[3];  /* input normalisation (pretrained cfg) */
+    float crop_pct;         /* eval preprocessing (pretrained cfg): the shorter side is resized to floor(S / crop_pct),
+                             * then centre-cropped to S (0: timm's default 0.875) */
+    const char *dataset;    /* "fashion-mnist": the 28×28 configs (class names); NULL: ImageNet-1k class indices */
     /* ---- block options: one sub-struct per paper block, added below this line ---- */
     /* FLatten (src/blocks/flatten.c; Han et al. 2023; --attn flatten, flatten_deit_tiny) */
     struct {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vitc/blocks.h"
+#include "vitc/dataset.h"
 #include "vitc/model.h"
 
 /* BatchNorm2d (eps 1e-5, momentum 0.1) on NCHW x, then Hardswish. */
@@ -80,14 +81,12 @@ vt_tensor *vt_build_groupmixformer(vt_graph *g, const vt_model_cfg *c, vt_tensor
     return vt_linear_p(g, "head", t, c->num_classes, 1, VT_INIT_W02);
 }
 
-#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 
 #define GMF(nm, al, d0, d1, d2, d3, l0, l1, l2, l3, r0, r1, r2, r3, desc)                                         \
     {.name = nm, .alias = al, .family = "groupmixformer", .build = vt_build_groupmixformer, .features = vt_groupmixformer_features, .description = desc,  \
      .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 32, .fixed_img = 0, .patch = 4,        \
      .embed_dim = d3, .depth = l0 + l1 + l2 + l3, .num_heads = 8, .mlp_ratio = r3, .qkv_bias = 1,                \
-     .ln_eps = 1e-6f, .class_token = 0, .attn = "gma", .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD, \
+     .ln_eps = 1e-6f, .class_token = 0, .attn = "gma", .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, \
      .gmf = {{d0, d1, d2, d3}, {l0, l1, l2, l3}, {r0, r1, r2, r3}}}
 
 static const vt_model_cfg gmf_models[] = {
@@ -105,7 +104,7 @@ static const vt_model_cfg gmf_models[] = {
      .description = "GroupMixFormer for tests: widths 20/30/40/50, depths 1/2/1/1, 64 px, 10 classes",
      .img_size = 64, .in_chans = 3, .num_classes = 10, .img_multiple = 32, .fixed_img = 0, .patch = 4,
      .embed_dim = 50, .depth = 5, .num_heads = 8, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f,
-     .class_token = 0, .attn = "gma", .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD,
+     .class_token = 0, .attn = "gma", .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD,
      .gmf = {{20, 30, 40, 50}, {1, 2, 1, 1}, {2.0f, 3.0f, 2.0f, 1.5f}}},
     /* Plain ViT host for 28×28 Fashion-MNIST with a GAP head and no class token, so `--attn gma` works (GMA needs a
      * square token grid and a width that is a multiple of 10 with 8 heads). Default attention mhsa. */
@@ -113,8 +112,8 @@ static const vt_model_cfg gmf_models[] = {
      .description = "ViT for 28x28 Fashion-MNIST, no class token (GAP): patch 4, D 80, depth 4, 8 heads; --attn gma",
      .img_size = 28, .in_chans = 1, .num_classes = 10, .img_multiple = 4, .fixed_img = 1, .patch = 4,
      .embed_dim = 80, .depth = 4, .num_heads = 8, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f,
-     .class_token = 0, .attn = "mhsa", .ffn = "mlp", .mean = {0.2860f, 0.2860f, 0.2860f},
-     .std = {0.3530f, 0.3530f, 0.3530f}},
+     .class_token = 0, .attn = "mhsa", .ffn = "mlp", .mean = VT_FMNIST_MEAN3,
+     .std = VT_FMNIST_STD3, .crop_pct = 1.0f, .dataset = "fashion-mnist"},
 };
 
 const vt_model_table vt_models_groupmixformer = {gmf_models, (int)(sizeof gmf_models / sizeof gmf_models[0])};

@@ -84,25 +84,26 @@ vt_tensor *vt_build_refined_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x
 
 #define HALF {0.5f, 0.5f, 0.5f}
 
-/* Refiner_ViT_{S,M,L}: conv stem, patch 16, MLP 3x, qkv bias, LN eps 1e-6, mean = std = 0.5. */
-#define REFINER(nm, al, dep, d, h, hexp, aux, desc)                                                                \
+/* Refiner_ViT_{S,M,L}: conv stem, patch 16, MLP 3x, qkv bias, LN eps 1e-6, mean = std = 0.5, crop_pct 0.9 / 1.0 /
+ * 1.13 (spec-refiner §8: L pads the 198-pixel resize to 224). */
+#define REFINER(nm, al, dep, d, h, hexp, aux, crop, desc)                                                                \
     {.name = nm, .alias = al, .family = "refined_vit", .build = vt_build_refined_vit, .description = desc,        \
      .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16,        \
      .embed_dim = d, .depth = dep, .num_heads = h, .mlp_ratio = 3.0f, .qkv_bias = 1, .ln_eps = 1e-6f,             \
-     .class_token = 1, .attn = "refiner", .ffn = "mlp", .mean = HALF, .std = HALF,                                 \
+     .class_token = 1, .attn = "refiner", .ffn = "mlp", .mean = HALF, .std = HALF, .crop_pct = crop,               \
      .refiner = {.aux_head = aux, .apply_transform = 0, .expand = 3.0f, .head_expand = hexp}}
 
 static const vt_model_cfg refined_vit_models[] = {
-    REFINER("refiner_vit_s", "refined_vit_s", 16, 384, 12, 6.0f, 0,
+    REFINER("refiner_vit_s", "refined_vit_s", 16, 384, 12, 6.0f, 0, 0.9f,
             "Refined-ViT-S (Zhou et al. 2021): 16 blocks [plain, shared]x8, D 384, 12 heads, DLA x3, no aux_head"),
-    REFINER("refiner_vit_m", "refined_vit_m", 32, 420, 12, 3.0f, 0,
+    REFINER("refiner_vit_m", "refined_vit_m", 32, 420, 12, 3.0f, 0, 1.0f,
             "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"),
-    REFINER("refiner_vit_l", "refined_vit_l", 32, 512, 16, 3.0f, 0,
+    REFINER("refiner_vit_l", "refined_vit_l", 32, 512, 16, 3.0f, 0, 1.13f,
             "Refined-ViT-L: 32 blocks [plain, shared]x16, D 512, 16 heads, no aux_head"),
-    REFINER("refiner_vit_s_dense", "Refiner_ViT_S", 16, 384, 12, 6.0f, 1,
+    REFINER("refiner_vit_s_dense", "Refiner_ViT_S", 16, 384, 12, 6.0f, 1, 0.9f,
             "Refined-ViT-S with aux_head (eval: cls + 0.5 max-token dense logits)"),
-    REFINER("refiner_vit_m_dense", "Refiner_ViT_M", 32, 420, 12, 3.0f, 1, "Refined-ViT-M with aux_head"),
-    REFINER("refiner_vit_l_dense", "Refiner_ViT_L", 32, 512, 16, 3.0f, 1, "Refined-ViT-L with aux_head"),
+    REFINER("refiner_vit_m_dense", "Refiner_ViT_M", 32, 420, 12, 3.0f, 1, 1.0f, "Refined-ViT-M with aux_head"),
+    REFINER("refiner_vit_l_dense", "Refiner_ViT_L", 32, 512, 16, 3.0f, 1, 1.13f, "Refined-ViT-L with aux_head"),
 };
 
 const vt_model_table vt_models_refined_vit = {refined_vit_models,

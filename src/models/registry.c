@@ -44,6 +44,7 @@ int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int 
     if (num_classes > 0) out->num_classes = num_classes;
     if (attn) out->attn = attn;
     if (ffn) out->ffn = ffn;
+    if (!(out->crop_pct > 0.0f)) out->crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
     if (out->img_size < out->img_multiple || out->img_size % out->img_multiple || out->img_size > 4096)
         return vt_seterr(e, "%s: image size %d must be a positive multiple of %d (at most 4096)", cfg->name,
                          out->img_size, out->img_multiple);

@@ -67,15 +67,13 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
     return t;
 }
 
-#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
 
 /* SimpleViT (paper Table 5 sizes; patch 16, 224 px, dim_head 64, MLP 4x, LN eps 1e-5, GAP). */
 #define SVIT(nm, al, d, depth_, h, at, desc)                                                                       \
     {.name = nm, .alias = al, .family = "simplevit", .build = vt_build_simplevit, .description = desc,            \
      .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 16, .fixed_img = 0, .patch = 16,         \
      .embed_dim = d, .depth = depth_, .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 0, .ln_eps = 1e-5f,          \
-     .class_token = 0, .attn = at, .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD, .msf = {64}}
+     .class_token = 0, .attn = at, .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .msf = {64}}
 
 #define SVIT4(sz, SZ, d, depth_, h, al_orig, al_msf, al_msfg2, al_origg2)                                           \
     SVIT("simplevit_" sz "_orig", al_orig, d, depth_, h, "orig", "SimpleViT-" SZ ", baseline attention"),        \

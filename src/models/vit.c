@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "vitc/blocks.h"
+#include "vitc/dataset.h"
 #include "vitc/model.h"
 
 /* The attention of block `prefix` chosen by the config's attention type. */
@@ -74,24 +75,21 @@ vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     return vt_linear_p(g, "head", t, c->num_classes, 1, VT_INIT_W02);
 }
 
-#define IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
-#define IMAGENET_STD {0.229f, 0.224f, 0.225f}
-#define FMNIST_MEAN {0.2860f, 0.2860f, 0.2860f}
-#define FMNIST_STD {0.3530f, 0.3530f, 0.3530f}
 
 /* DeiT (timm deit_*_patch16_224): class token, qkv bias, LN eps 1e-6, ImageNet normalisation. */
 #define DEIT(nm, d, h, desc)                                                                                      \
     {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 224, .in_chans = 3,     \
      .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16, .embed_dim = d, .depth = 12,            \
      .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = IMAGENET_MEAN, .std = IMAGENET_STD}
+     .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD}
 
 /* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens, patch 7: 4×4 = 16, + class token). */
 #define FMNIST_VIT(nm, p, d, depth_, h, desc)                                                                         \
     {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 28, .in_chans = 1,      \
      .num_classes = 10, .img_multiple = p, .fixed_img = 1, .patch = p, .embed_dim = d, .depth = depth_,            \
      .num_heads = h, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = FMNIST_MEAN, .std = FMNIST_STD}
+     .ffn = "mlp", .mean = VT_FMNIST_MEAN3, .std = VT_FMNIST_STD3, .crop_pct = 1.0f,     \
+     .dataset = "fashion-mnist"}
 
 static const vt_model_cfg vit_models[] = {
     DEIT("deit_tiny_patch16_224", 192, 3, "DeiT-Ti (Touvron et al. 2021), timm names"),

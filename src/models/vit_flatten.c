@@ -9,8 +9,8 @@ static const vt_model_cfg models[] = {
      .description = "DeiT-Ti + FLatten attention (p 3, DWC 5x5), Han et al. 2023; unofficial DeiT transplant (spec s6)",
      .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16,
      .embed_dim = 192, .depth = 12, .num_heads = 3, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f,
-     .class_token = 1, .attn = "flatten", .ffn = "mlp", .mean = {0.485f, 0.456f, 0.406f},
-     .std = {0.229f, 0.224f, 0.225f}, .flatten = {.focusing = 3.0f, .kernel = 5}},
+     .class_token = 1, .attn = "flatten", .ffn = "mlp", .mean = VT_IMAGENET_MEAN,
+     .std = VT_IMAGENET_STD, .flatten = {.focusing = 3.0f, .kernel = 5}},
 };
 
 const vt_model_table vt_models_vit_flatten = {models, (int)(sizeof models / sizeof models[0])};

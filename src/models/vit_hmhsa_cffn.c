@@ -8,7 +8,7 @@
     {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 224, .in_chans = 3,     \
      .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16, .embed_dim = d, .depth = 12,            \
      .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "hmhsa",        \
-     .ffn = "cffn", .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f},                            \
+     .ffn = "cffn", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD,                            \
      .hc = {.double_heads = dbl, .t = 2.0f / 3.0f, .r = 2}}
 
 static const vt_model_cfg models[] = {

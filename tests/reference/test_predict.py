@@ -1,0 +1,208 @@
+"""`vitc predict`: image decoding, timm's eval preprocessing, top-k output, and bad images.
+
+Reference preprocessing (written here from timm/torchvision's documented eval transform, not from the C code):
+resize the shorter side to floor(S / crop_pct) (longer side int(size * long / short)) with PIL's bicubic, i.e.
+torch's bicubic with antialias=True (Keys a = -0.5, support widened when shrinking) rounded and clipped to 8 bits;
+CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2)); x/255; (x - mean) / std.
+`vitc predict --output` writes the preprocessed `input` and the `logits`; checked:
+  - exact size, no resize (fmnist 28×28 grayscale PNG, crop_pct 1): input equal to (x/255 - mean)/std (1e-6)
+  - resizes (RGB noise PNG / PPM shrunk and enlarged, DeiT-T at 224 and 64 px): in pixel units, max |vitc - ref|
+    <= 3/255 away from a 2-pixel border (stb clamps edges where PIL renormalises weights) and mean <= 0.5/255;
+    a one-pixel shift of the crop or swapped axes would give ~0.3 on noise
+  - crop_pct 1.13 (Refined-ViT-L's, via --crop-pct): the padded frame is exactly the normalised 0 pixel
+  - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
+  - Fashion-MNIST models name their classes
+Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
+still be predicted): missing file, empty file, random bytes, truncated PNG, PNG headers claiming 100000×100000
+(stb refuses it) and 17000×10 pixels (over vitc's 16384-pixel side limit, refused before decoding).
+Run: /usr/bin/python3 tests/reference/test_predict.py
+"""
+import json
+import math
+import struct
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import st
+from common import Report, have_vitc, scale_err, tmpdir, vitc, vitc_ok
+
+IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+FMNIST = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+CRASH = ["sanitizer", "runtime error:", "segmentation fault", "core dumped"]
+
+
+def png_bytes(pix):
+    """PNG file bytes of a uint8 (H, W) or (H, W, C) array, C in 1, 3, 4 (filter 0, one IDAT)."""
+    pix = np.ascontiguousarray(pix, dtype=np.uint8)
+    h, w = pix.shape[:2]
+    c = 1 if pix.ndim == 2 else pix.shape[2]
+    ctype = {1: 0, 3: 2, 4: 6}[c]
+    raw = b"".join(b"\x00" + pix[y].tobytes() for y in range(h))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, ctype, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def ppm_bytes(pix):
+    h, w = pix.shape[:2]
+    return f"P6\n{w} {h}\n255\n".encode() + np.ascontiguousarray(pix, dtype=np.uint8).tobytes()
+
+
+def reference(pix, size, crop_pct, mean, std):
+    """timm eval transform of a uint8 (H, W, C) array -> (C, size, size) float64."""
+    h, w, c = pix.shape
+    scale = math.floor(size / crop_pct)
+    if w <= h:
+        nw, nh = scale, int(scale * h / w)
+    else:
+        nh, nw = scale, int(scale * w / h)
+    t = torch.from_numpy(pix.astype(np.float64)).permute(2, 0, 1)[None]
+    if (nh, nw) != (h, w):
+        t = F.interpolate(t, size=(nh, nw), mode="bicubic", antialias=True, align_corners=False)
+        t = t.round().clamp(0, 255)
+    t = t[0] / 255.0
+    if size > nh or size > nw:   # torchvision pads (left/top = diff // 2) before cropping
+        pl, pt = max(size - nw, 0) // 2, max(size - nh, 0) // 2
+        pr, pb = max(size - nw, 0) - pl, max(size - nh, 0) - pt
+        t = F.pad(t, (pl, pr, pt, pb))
+        nh, nw = t.shape[1:]
+    top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
+    t = t[:, top:top + size, left:left + size]
+    m = torch.tensor(mean[:c], dtype=torch.float64)[:, None, None]
+    s = torch.tensor(std[:c], dtype=torch.float64)[:, None, None]
+    return ((t - m) / s).numpy()
+
+
+def predict(rep, name, model, w, images, out, *extra):
+    p = vitc_ok(rep, name, "predict", model, "--weights", w, "--json", "--output", out, *extra, *images)
+    if p is None:
+        return None, None
+    lines = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    return st.load(out), lines
+
+
+def check_topk(rep, name, lines, logits, k):
+    ok, why = len(lines) == logits.shape[0], f"{len(lines)} JSON lines for {logits.shape[0]} images"
+    for line, row in zip(lines, logits):
+        pr = torch.softmax(torch.from_numpy(row.astype(np.float64)), 0).numpy()
+        order = np.argsort(-pr, kind="stable")[:k]
+        got = [(t["class"], t["prob"]) for t in line.get("top", [])]
+        if [g[0] for g in got] != list(order) or max(abs(g[1] - pr[i]) for g, i in zip(got, order)) > 1e-5:
+            ok, why = False, f"top-{k} {got} vs reference {[(int(i), round(float(pr[i]), 6)) for i in order]}"
+    rep.check(name, ok, why if not ok else f"{len(lines)} images")
+
+
+def check_input(rep, name, got, ref, border=2, tol_max=3 / 255, tol_mean=0.1 / 255, std=None):
+    """Compare preprocessed inputs in pixel units (undo the std scaling)."""
+    s = np.asarray(std, np.float64)[:, None, None]
+    d = np.abs(got.astype(np.float64) - ref) * s
+    inner = d[:, border:-border, border:-border] if border else d
+    ok = got.shape == ref.shape and inner.max() <= tol_max and d.mean() <= tol_mean
+    rep.check(name, ok, f"max {inner.max() * 255:.2f}/255 inside, mean {d.mean() * 255:.3f}/255, shape {got.shape}")
+
+
+def expect_bad(rep, name, model, w, bad, good, words):
+    p = vitc("predict", model, "--weights", w, "--json", bad, good)
+    err = (p.stderr or "").lower()
+    good_done = any(json.loads(l).get("image") == str(good) and "top" in json.loads(l)
+                    for l in p.stdout.splitlines() if l.strip().startswith("{"))
+    ok = (p.returncode == 1 and str(bad).lower() in err and any(x in err for x in words)
+          and not any(c in err for c in CRASH) and good_done)
+    rep.check(name, ok, f"rc {p.returncode}, good image predicted {good_done}, stderr {p.stderr.strip()[-200:]!r}")
+
+
+def main():
+    rep = Report()
+    if not have_vitc(rep):
+        rep.finish()
+    tmp = tmpdir()
+    rng = np.random.default_rng(5)
+    deit = "deit_tiny_patch16_224"
+
+    # ImageNet-style model at its own size and at 64 px: noise images shrunk, enlarged, PNG and PPM
+    for size in (224, 64):
+        common = ["--img-size", size]
+        w = tmp / f"deit{size}.safetensors"
+        if vitc_ok(rep, f"init {deit}@{size}", "init", deit, "-o", w, *common) is None:
+            continue
+        imgs = {"wide.png": rng.integers(0, 256, (260, 300, 3)), "tall.ppm": rng.integers(0, 256, (301, 257, 3)),
+                "small.png": rng.integers(0, 256, (40, 50, 3)), "rgba.png": rng.integers(0, 256, (230, 230, 4))}
+        paths = []
+        for fn, pix in imgs.items():
+            (tmp / fn).write_bytes(png_bytes(pix) if fn.endswith(".png") else ppm_bytes(pix))
+            paths.append(tmp / fn)
+        res, lines = predict(rep, f"predict {deit}@{size}", deit, w, paths, tmp / "p.safetensors", *common,
+                             "--topk", 7, "--batch-size", 3)
+        if res is None:
+            continue
+        for i, (fn, pix) in enumerate(imgs.items()):
+            ref = reference(pix[..., :3].astype(np.uint8), size, 0.875, *IMAGENET)
+            check_input(rep, f"preprocess {fn}@{size}", res["input"][i], ref, std=IMAGENET[1])
+        check_topk(rep, f"top-7 {deit}@{size}", lines, res["logits"], 7)
+        x = tmp / "x.safetensors"
+        st.save(x, {"input": res["input"]})
+        if vitc_ok(rep, f"forward {deit}@{size}", "forward", deit, "--weights", w, "--input", x, "--output",
+                   tmp / "y.safetensors", *common):
+            e = scale_err(res["logits"], st.load(tmp / "y.safetensors")["logits"])
+            rep.check(f"logits = forward {deit}@{size}", e <= 1e-6, f"{e:.2e}")
+
+    # crop_pct > 1 pads: the frame outside the resized image is the normalised black pixel
+    w = tmp / "deit224.safetensors"
+    pix = rng.integers(0, 256, (240, 240, 3))
+    (tmp / "pad.png").write_bytes(png_bytes(pix))
+    res, _ = predict(rep, "predict --crop-pct 1.13", deit, w, [tmp / "pad.png"], tmp / "q.safetensors",
+                     "--crop-pct", 1.13)
+    if res is not None:
+        ref = reference(pix.astype(np.uint8), 224, 1.13, *IMAGENET)
+        check_input(rep, "preprocess crop_pct 1.13", res["input"][0], ref, std=IMAGENET[1])
+        black = (0 - np.array(IMAGENET[0])) / np.array(IMAGENET[1])
+        frame = res["input"][0][:, :13, :]   # resize 198 -> 13-pixel frame at the top
+        rep.check("padding is black", np.abs(frame - black[:, None, None]).max() < 1e-6,
+                  f"max |frame - black| {np.abs(frame - black[:, None, None]).max():.2e}")
+
+    # Fashion-MNIST model: grayscale 28×28 PNG goes through unresized; class names in the output
+    fm = "vit_fmnist_tiny"
+    w = tmp / "fm.safetensors"
+    if vitc_ok(rep, f"init {fm}", "init", fm, "-o", w):
+        pix = rng.integers(0, 256, (28, 28))
+        (tmp / "fm.png").write_bytes(png_bytes(pix))
+        res, lines = predict(rep, f"predict {fm}", fm, w, [tmp / "fm.png"], tmp / "f.safetensors")
+        if res is not None:
+            exact = ((pix / 255.0 - 0.2860) / 0.3530)[None]
+            e = np.abs(res["input"][0] - exact).max()
+            rep.check("preprocess 28×28 exact", e <= 1e-6, f"max err {e:.2e}")
+            check_topk(rep, f"top-5 {fm}", lines, res["logits"], 5)
+            names = [t.get("name") for t in lines[0]["top"]] if lines else []
+            want = [FMNIST[t["class"]] for t in lines[0]["top"]] if lines else None
+            rep.check("fashion-mnist class names", len(names) == 5 and names == want, f"{names} vs {want}")
+
+        # bad images: each named, exit 1, the good one still predicted
+        good = tmp / "fm.png"
+        (tmp / "empty.png").write_bytes(b"")
+        (tmp / "noise.jpg").write_bytes(rng.integers(0, 256, 4000).astype(np.uint8).tobytes())
+        full = png_bytes(rng.integers(0, 256, (64, 64, 3)))
+        (tmp / "trunc.png").write_bytes(full[:len(full) // 2])
+        ihdr = struct.pack(">IIBBBBB", 100000, 100000, 8, 2, 0, 0, 0)
+        huge = (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr
+                + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr) & 0xFFFFFFFF))
+        (tmp / "huge.png").write_bytes(huge)
+        ihdr = struct.pack(">IIBBBBB", 17000, 10, 8, 2, 0, 0, 0)
+        (tmp / "toowide.png").write_bytes(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr
+                                       + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr) & 0xFFFFFFFF))
+        for fn, words in (("missing.png", ["no such file", "cannot open"]), ("empty.png", ["decode"]),
+                          ("noise.jpg", ["decode"]), ("trunc.png", ["decode"]),
+                          ("huge.png", ["decode"]), ("toowide.png", ["17000×10 pixels"])):
+            expect_bad(rep, f"bad image {fn}", fm, w, tmp / fn, good, words)
+        p = vitc("predict", fm, "--weights", w)
+        rep.check("no image given", p.returncode not in (0, None) and "image" in p.stderr.lower(), p.stderr.strip())
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
