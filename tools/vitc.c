@@ -143,7 +143,7 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_we
     if (o->weights && vt_params_load(P, o->weights, &e)) {
         char buf[700];
         snprintf(buf, sizeof buf, "%s: %s", o->weights, e.msg);
-        die("%s", buf);
+        die("%s", strstr(e.msg, o->weights) ? e.msg : buf); /* name the file once */
         vt_params_free(P);
         return NULL;
     }

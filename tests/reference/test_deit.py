@@ -12,6 +12,9 @@ Checks (reference computed in float64 from the same float32 weights/inputs):
       torch.optim.AdamW (no decay for dim<=1 params, cls_token, pos_embed), each <= 1e-4 relative
       (max(1, |ref|)); (c2) the same with --steps 5 --weight-decay 10, which exposes the grouping
   (d) every gradient vitc returns is non-zero somewhere
+  (e) tools/convert_checkpoint.py: a torch.save'd DeiT-Ti checkpoint ({'model': ..., 'epoch'}, 'module.' prefixes,
+      an extra 'head_dist.*') converted with --drop head_dist gives the (a) logits; without --drop vitc names
+      the extra tensor
 Run: /usr/bin/python3 tests/reference/test_deit.py [--heads N]     (needs ./vitc or $VITC)
 """
 import argparse
@@ -64,6 +67,30 @@ def test_deit_tiny(rep, tmp):
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     forward(rep, "(a) deit_tiny forward", name, tmp / "deit_w.safetensors", x, tmp, sd,
             vit_ref.MODELS[name]["num_heads"])
+
+
+def test_convert(rep, tmp):
+    import subprocess
+    import sys
+    from common import ROOT, vitc
+    name = "deit_tiny_patch16_224"
+    sd = vit_ref.random_state_dict(vit_ref.model_config(name), seed=0)
+    ckpt = {"model": {"module." + k: torch.as_tensor(v) for k, v in sd.items()}, "epoch": 3}
+    ckpt["model"]["module.head_dist.weight"] = torch.zeros(1000, 192)
+    torch.save(ckpt, tmp / "ckpt.pth")
+    for tag, extra in (("converted", ["--drop", "head_dist"]), ("unconverted", [])):
+        out = tmp / f"{tag}.safetensors"
+        p = subprocess.run([sys.executable, str(ROOT / "tools" / "convert_checkpoint.py"), str(tmp / "ckpt.pth"),
+                            str(out)] + extra, capture_output=True, text=True)
+        if not rep.check(f"(e) convert_checkpoint {tag}", p.returncode == 0, p.stderr.strip()[-300:]):
+            return
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    forward(rep, "(e) deit_tiny forward from a converted checkpoint", name, tmp / "converted.safetensors", x, tmp, sd,
+            vit_ref.MODELS[name]["num_heads"])
+    p = vitc("forward", name, "--weights", tmp / "unconverted.safetensors", "--input", tmp / f"{name}_x.safetensors",
+             "--output", tmp / "bad.safetensors")
+    rep.check("(e) extra checkpoint tensor named", p.returncode == 1 and "head_dist.weight" in p.stderr,
+              p.stderr.strip()[-200:])
 
 
 def test_fmnist(rep, tmp, heads_arg):
@@ -150,6 +177,7 @@ def main():
         tmp = tmpdir()
         test_info(rep)
         test_deit_tiny(rep, tmp)
+        test_convert(rep, tmp)
         test_fmnist(rep, tmp, args.heads)
     rep.finish()
 
