@@ -17,7 +17,7 @@ static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, 
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, H * W, C};
     vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
-    vt_tensor *y = attn_only ? vt_block_gma_attn(g, "att", x, H, W) : vt_block_gma(g, "blk", x, H, W, 2 * C);
+    vt_tensor *y = attn_only ? vt_block_gma_attn(g, "att", x, H, W) : vt_block_gma(g, "blk", x, H, W, 2 * C, 0.0f);
     vt_tensor *r = vt_input(g, "r", 3, xs);
     vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
     vt_graph_output(g, y);
@@ -65,7 +65,7 @@ void test_gma(vt_test *T) {
             "C = 12 must fail: %s", g->err.msg);
     vt_graph_free(g);
     g = vt_graph_new(P, 0, &e);
-    T_CHECK(T, !vt_block_gma(g, "b", vt_input(g, "x2", 3, s2), 3, 3, 40) && strstr(g->err.msg, "H·W"),
+    T_CHECK(T, !vt_block_gma(g, "b", vt_input(g, "x2", 3, s2), 3, 3, 40, 0.0f) && strstr(g->err.msg, "H·W"),
             "N = 12 on a 3x3 grid must fail: %s", g->err.msg);
     vt_graph_free(g);
     g = vt_graph_new(P, 0, &e);

@@ -2,6 +2,7 @@
  * plus graph-level checks: shape errors at build time, eval/train graphs agree, planner reuse in eval. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -20,6 +21,9 @@ static vt_tensor *b_residual(vt_graph *g, vt_tensor **x, const gc_case *c) {
     vt_tensor *h = vt_linear(g, c->ia[0] ? x[0] : x[3], x[1], x[2]);
     if (c->ia[1]) vt_graph_output(g, vt_mul(g, h, h));
     return vt_residual(g, x[0], h);
+}
+static vt_tensor *b_droppath(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_drop_path(g, x[0], c->fa[0]);
 }
 static vt_tensor *b_matmul(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_matmul(g, x[0], x[1], c->ia[0], c->ia[1], c->fa[0]);
@@ -124,14 +128,55 @@ static void check_residual_fusion(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Drop-path: per-sample keep/drop at rate p with 1/(1-p) scaling in train graphs, identity (no node) in eval graphs
+ * and at p = 0, the same mask for the same (seed, node), another one for another seed, and a bad p rejected. */
+static void check_drop_path(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int B = 4000, s[3] = {B, 2, 3};
+    const float p = 0.25f;
+    vt_graph *g = vt_graph_new(P, 1, &e), *ge = vt_graph_new(P, 0, &e);
+    vt_tensor *x = vt_input(g, "x", 3, s), *y = vt_drop_path(g, x, p), *xe = vt_input(ge, "x", 3, s);
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_drop_path(ge, xe, p) == xe && vt_drop_path(g, x, 0.0f) == x, "eval / p = 0 must be the identity");
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "%s", e.msg);
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] = 1.0f + (float)(i % 6);
+    int dropped = 0, bad = 0;
+    float *first = malloc(sizeof(float) * (size_t)B);
+    vt_graph_forward(g);
+    for (int b = 0; b < B; b++) {
+        const float f = y->data[b * 6] / x->data[b * 6];
+        first[b] = f;
+        dropped += f == 0.0f;
+        for (int i = 0; i < 6; i++) bad += y->data[b * 6 + i] != x->data[b * 6 + i] * f;
+        bad += f != 0.0f && f != 1.0f / (1.0f - p);
+    }
+    T_CHECK(T, bad == 0, "%d elements are neither dropped nor scaled by 1/(1-p) as one sample", bad);
+    T_CHECK(T, fabs(dropped / (double)B - p) < 0.03, "dropped %d of %d samples at p = %g", dropped, B, (double)p);
+    int same = 1, diff = 0;
+    vt_graph_forward(g);
+    for (int b = 0; b < B; b++) same &= y->data[b * 6] / x->data[b * 6] == first[b];
+    g->seed ^= 12345;
+    vt_graph_forward(g);
+    for (int b = 0; b < B; b++) diff += y->data[b * 6] / x->data[b * 6] != first[b];
+    T_CHECK(T, same && diff > B / 10, "masks: same seed repeats (%d), another seed differs in %d samples", same, diff);
+    T_CHECK(T, vt_drop_path(ge, xe, 1.0f) == NULL && strstr(ge->err.msg, "[0, 1)"), "p = 1: %s", ge->err.msg);
+    free(first);
+    vt_graph_free(g);
+    vt_graph_free(ge);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
     check_residual_fusion(T);
+    check_drop_path(T);
     check_gemm_ref(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
     gc_case cases[] = {
         {.name = "linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear},
         {.name = "linear_nobias_1row", .nx = 2, .ndim = {2, 2}, .shape = {{1, 7}, {1, 7}}, .build = b_linear},
+        {.name = "drop_path", .nx = 1, .ndim = {3}, .shape = {{8, 3, 2}}, .build = b_droppath, .fa = {0.4f}},
         {.name = "linear_gelu", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear_gelu},
         {.name = "linear_gelu_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
          .build = b_linear_gelu},

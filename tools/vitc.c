@@ -21,7 +21,7 @@ typedef struct {
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
-    double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct;
+    double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
     int help, profile;
     int features, apply_transform;
     int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
@@ -68,6 +68,8 @@ static const optdef optdefs[] = {
     O("--min-lr", O_DBL, min_lr, "final learning rate of the cosine (default 1e-5)"),
     O("--smoothing", O_DBL, smoothing, "label smoothing (default 0.1)"),
     O("--clip-grad", O_DBL, clip, "clip the global gradient norm (default: off)"),
+    O("--drop-path", O_DBL, drop_path, "stochastic depth: the last block drops its residual branches with this "
+      "probability, earlier ones linearly less (timm; default 0)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
     O("--train-subset", O_INT, train_subset, "use only the first N training images"),
     O("--test-subset", O_INT, test_subset, "use only the first N test images"),
@@ -115,6 +117,12 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     vt_err e = {{0}};
     if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
         return die("%s", e.msg);
+    if (o->drop_path != 0) {
+        if (!(o->drop_path > 0 && o->drop_path < 1)) return die("%s", "--drop-path must be in [0, 1)");
+        if (strcmp(cfg->family, "simplevit") == 0)
+            return die("%s has no drop-path (the official SimpleViT code has none)", cfg->name);
+        cfg->drop_path = (float)o->drop_path;
+    }
     if (o->crop_pct < 0 || o->crop_pct > 10 || isnan(o->crop_pct))
         return die("%s", "--crop-pct must be in (0, 10]");
     if (o->crop_pct > 0) cfg->crop_pct = (float)o->crop_pct;
@@ -633,14 +641,14 @@ static const command commands[] = {
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
-     "--fault-nan-step",
+     "--fault-nan-step --drop-path",
      cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
      "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --apply-transform "
-     "--train-form", cmd_bench, 0},
+     "--train-form --drop-path", cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
      "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy, 0},

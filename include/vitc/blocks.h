@@ -27,6 +27,10 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 
+/* x + drop_path(h, drop): the residual add of a transformer block (fused into h's linear when drop is off, see
+ * vt_residual). */
+vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
+
 /* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out). */
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
 
@@ -122,7 +126,8 @@ vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int
 vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W);
 /* GMA attention for a plain ViT host: x (B, N, C) on a square grid (no class token). */
 vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x);
-/* GMA_Block: x + DW3×3 CPE, then x += att(norm1(x)), x += mlp(norm2(x)) (LN eps 1e-6) on x (B, H·W, C). */
-vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden);
+/* GMA_Block: x + DW3×3 CPE, then x += att(norm1(x)), x += mlp(norm2(x)) (LN eps 1e-6) on x (B, H·W, C); both
+ * branches go through drop-path with probability drop (train graphs). */
+vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop);
 
 #endif

@@ -49,7 +49,7 @@ struct vt_graph {
     float *arena;
     int64_t arena_floats;
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
-    vt_rng rng;         /* dropout / drop-path randomness */
+    uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
 };

@@ -32,6 +32,8 @@ struct vt_model_cfg {
     int class_token;        /* 1: prepend a class token and classify from it; 0: global average pool */
     const char *attn;       /* attention type: "mhsa", ... */
     const char *ffn;        /* FFN type: "mlp", ... */
+    float drop_path;        /* stochastic depth (train graphs): block i of n drops its residual branches per sample
+                             * with probability drop_path·i/(n-1), timm's linear rule; 0: off (every named config) */
     float mean[3], std[3];  /* input normalisation (pretrained cfg) */
     float crop_pct;         /* eval preprocessing (pretrained cfg): the shorter side is resized to floor(S / crop_pct),
                              * then centre-cropped to S (0: timm's default 0.875) */
@@ -84,6 +86,9 @@ const vt_model_cfg *vt_model_find(const char *name);
 /* Copies cfg into out, applying overrides (<= 0 keeps the default); checks they are valid for the model. */
 int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int num_classes, const char *attn,
                        const char *ffn, vt_model_cfg *out, vt_err *e);
+
+/* Drop-path probability of block i of n under c->drop_path (timm: linspace(0, drop_path, n)[i]). */
+float vt_model_drop_path(const vt_model_cfg *c, int i, int n);
 
 /* Builds the model's graph for a batch of B images: declares the input "input" and returns the logits. */
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input);

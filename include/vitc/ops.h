@@ -32,6 +32,11 @@ vt_tensor *vt_affine(vt_graph *g, vt_tensor *x, float s, float c);
 /* s * x. */
 vt_tensor *vt_scale(vt_graph *g, vt_tensor *x, float s);
 
+/* ---- droppath.c ---- */
+/* Drop-path (stochastic depth) over the first dim: in train graphs each sample is zeroed with probability p and
+ * scaled by 1/(1-p) otherwise (masks from g->seed); in eval graphs, or with p = 0, returns x itself (no node). */
+vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p);
+
 /* ---- loss.c ---- */
 /* Mean cross-entropy of logits (B, K) against labels (B,) holding class indices as floats, with label
  * smoothing eps (target = (1-eps)·onehot + eps/K) -> shape (1,). */

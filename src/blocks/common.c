@@ -73,6 +73,10 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
     return vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
 }
 
+vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) {
+    return drop > 0.0f && g->training ? vt_add(g, x, vt_drop_path(g, h, drop)) : vt_residual(g, x, h);
+}
+
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];

@@ -118,7 +118,7 @@ vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x) {
     return vt_block_gma_attn(g, prefix, x, side, side);
 }
 
-vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden) {
+vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
     if (x->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != x->shape[1])
@@ -135,7 +135,7 @@ vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, in
     cb->no_decay = 1;
     x = vt_add(g, x, vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, x, 4, smap), cw, cb, 1), 3, stok));
     vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm1"), x, 1e-6f);
-    x = vt_residual(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W));
+    x = vt_block_residual(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W), drop);
     h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm2"), x, 1e-6f);
-    return vt_residual(g, x, vt_block_mlp(g, vt_pname(nm, prefix, "mlp"), h, mlp_hidden));
+    return vt_block_residual(g, x, vt_block_mlp(g, vt_pname(nm, prefix, "mlp"), h, mlp_hidden), drop);
 }

@@ -12,7 +12,7 @@ vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
     if (!g) return NULL;
     g->P = P;
     g->training = training;
-    vt_rng_seed(&g->rng, 0x5eed);
+    g->seed = 0x5eed;
     vt_scope(g, "");
     return g;
 }

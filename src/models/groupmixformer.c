@@ -39,7 +39,8 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     m = bn_hswish(g, "conv_stem.norm2", m); /* (B, C0, H/4, W/4) */
 
     vt_tensor *t = NULL;
-    int C = C0, H = 0, W = 0;
+    int C = C0, H = 0, W = 0, blk = 0;
+    const int nblk = c->gmf.depths[0] + c->gmf.depths[1] + c->gmf.depths[2] + c->gmf.depths[3];
     for (int i = 0; i < 4 && m; i++) {
         snprintf(pre, sizeof pre, "patch_embed_layers.%d", i);
         vt_scope(g, pre);
@@ -55,7 +56,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         for (int j = 0; j < c->gmf.depths[i]; j++) {
             snprintf(pre, sizeof pre, "groupmixformer_backbone.%d.gma_stage.%d", i, j);
             vt_scope(g, pre);
-            t = vt_block_gma(g, pre, t, H, W, hidden);
+            t = vt_block_gma(g, pre, t, H, W, hidden, vt_model_drop_path(c, blk++, nblk));
         }
         if (i < 3 || maps) {
             const int s4[4] = {B, C, H, W};

@@ -61,10 +61,11 @@ vt_tensor *vt_build_refined_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), vt_scale(g, t, 0.5f), c->ln_eps);
         h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, c->num_heads, c->qkv_bias, mode,
                                   mode == VT_REFINER_TRANSFORM ? head_expand : expand, &amap);
-        t = vt_add(g, t, vt_scale(g, h, 2.0f));
+        const float dp = vt_model_drop_path(c, i, c->depth);
+        t = vt_add(g, t, vt_scale(g, vt_drop_path(g, h, dp), 2.0f));
         h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), vt_scale(g, t, 0.5f), c->ln_eps);
         h = mlp(g, vt_pname(nm, pre, "mlp"), h, (int)(D * c->mlp_ratio));
-        t = vt_add(g, t, vt_scale(g, h, 2.0f));
+        t = vt_add(g, t, vt_scale(g, vt_drop_path(g, h, dp), 2.0f));
     }
 
     vt_scope(g, "head");

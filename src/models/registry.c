@@ -54,6 +54,10 @@ int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int 
     return 0;
 }
 
+float vt_model_drop_path(const vt_model_cfg *c, int i, int n) {
+    return n > 1 ? c->drop_path * (float)i / (float)(n - 1) : 0.0f;
+}
+
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
     int s[4] = {B, c->in_chans, c->img_size, c->img_size};
     vt_tensor *x = vt_input(g, "input", 4, s);

@@ -61,9 +61,10 @@ vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
         vt_tensor *h = attention(g, c, vt_pname(nm, pre, "attn"), vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, c->ln_eps));
-        t = vt_residual(g, t, h);
+        const float dp = vt_model_drop_path(c, i, c->depth);
+        t = vt_block_residual(g, t, h, dp);
         h = ffn(g, c, vt_pname(nm, pre, "mlp"), vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, c->ln_eps));
-        t = vt_residual(g, t, h);
+        t = vt_block_residual(g, t, h, dp);
     }
     vt_scope(g, "head");
     t = vt_layernorm_p(g, "norm", t, c->ln_eps);

@@ -316,6 +316,7 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
             if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
             if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
+            t.g->seed = (o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)st.step; /* drop-path masks of this step */
             vt_graph_forward(t.g);
             float loss = t.loss->data[0];
             if (!isfinite(loss)) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end training checks on a Fashion-MNIST subset: the loss goes down; --resume continues exactly (same
 # metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
-# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; eval and bad arguments.
+# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; drop-path (resume-exact); eval and
+# bad arguments.
 set -u
 cd "$(dirname "$0")/../.."
 V=./vitc
@@ -30,6 +31,18 @@ check "resume runs" "[ $? -eq 0 ] && grep -q 'Resumed from' '$T/b2.log'" "$(tail
 check "resume gives identical metrics" "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
 check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
 
+# drop-path: masks follow (seed, step), so a resumed run still equals the uninterrupted one, and training changes
+$V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
+    $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
+    $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dq" --resume "$T/dq" >"$T/dq2.log" 2>&1
+check "drop-path runs and resumes" "[ $? -eq 0 ]" "$(tail -2 "$T/dp.log" "$T/dq2.log")"
+check "drop-path resume gives bit-identical weights" "cmp -s '$T/dp/weights.safetensors' '$T/dq/weights.safetensors'"
+check "drop-path changes training" "[ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" != \"\$(sed -n 3p '$T/a/metrics.csv' | cut -d, -f3)\" ]"
+$V train $COMMON --epochs 1 --drop-path 1.5 --out "$T/c" >"$T/dpb.log" 2>&1
+check "bad --drop-path rejected" "[ $? -ne 0 ] && grep -q 'drop-path must be' '$T/dpb.log'"
+$V bench simplevit_ti_msf --batch-size 1 --train --drop-path 0.1 >"$T/dps.log" 2>&1
+check "drop-path refused where the official code has none" "[ $? -ne 0 ] && grep -q 'has no drop-path' '$T/dps.log'"
+
 cp "$T/b/checkpoint.safetensors" "$T/good.safetensors"
 $V train $COMMON --epochs 5 --out "$T/b" --resume "$T/b" --fault-nan-step 52 >"$T/nan.log" 2>&1
 rc=$?
@@ -48,7 +61,7 @@ $V train deit_tiny_patch16_224 --data fashion-mnist --out "$T/c" >"$T/s.log" 2>&
 check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
-for c in list info init forward grad train eval bench; do
+for c in list info init forward grad train eval bench deploy predict; do
     $V $c --help >"$T/h.log" 2>&1
     check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
 done
