@@ -1,5 +1,5 @@
-/* The fused attention op: finite-difference gradients, and equality with the plain op chain (forward and
- * gradients, train and eval graphs); the inline exp/erf against double-precision libm. */
+/* The fused attention ops (plain and MSF): finite-difference gradients, and equality with the plain op chains
+ * (forward and gradients, train and eval graphs); the inline exp/erf against double-precision libm. */
 #include <math.h>
 #include <string.h>
 
@@ -8,24 +8,33 @@
 #include "vitc/ops.h"
 
 static vt_tensor *b_attn(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    return vt_attention(g, x[0], c->ia[0], c->fa[0]);
+    return c->ia[1] ? vt_attention_msf(g, x[0], c->ia[0], c->fa[0]) : vt_attention(g, x[0], c->ia[0], c->fa[0]);
 }
 
-static vt_tensor *plain(vt_graph *g, vt_tensor *qkv, int H, float scale) {
-    const int C = qkv->shape[2] / 3, dh = C / H;
+/* The unfused chain: q·kᵀ·scale (MSF: − 0.5·scale·‖k‖² per key), softmax, ·v (MSF: − p), heads merged. */
+static vt_tensor *plain(vt_graph *g, vt_tensor *qkv, int H, float scale, int msf) {
+    const int C = qkv->shape[2] / (msf ? 4 : 3), dh = C / H;
     vt_tensor *q = vt_split_heads(g, qkv, 0, H, dh), *k = vt_split_heads(g, qkv, C, H, dh),
-              *v = vt_split_heads(g, qkv, 2 * C, H, dh);
-    return vt_merge_heads(g, vt_matmul(g, vt_softmax(g, vt_matmul(g, q, k, 0, 1, scale), -1), v, 0, 0, 1.0f));
+              *v = vt_split_heads(g, qkv, 2 * C, H, dh), *logits = vt_matmul(g, q, k, 0, 1, scale);
+    if (msf) {
+        const int ks[4] = {k->shape[0], H, 1, k->shape[2]};
+        vt_tensor *kn = vt_scale(g, vt_mean(g, vt_mul(g, k, k), 3), 0.5f * scale * (float)dh); /* (B, H, N) */
+        logits = vt_sub(g, logits, vt_reshape(g, kn, 4, ks));
+    }
+    vt_tensor *o = vt_matmul(g, vt_softmax(g, logits, -1), v, 0, 0, 1.0f);
+    if (msf) o = vt_sub(g, o, vt_split_heads(g, qkv, 3 * C, H, dh));
+    return vt_merge_heads(g, o);
 }
 
-/* Runs fused or plain attention on the same qkv and returns the output and the qkv gradient. */
-static void run(int fused, int train, int B, int N, int H, int dh, float *out, float *grad) {
+/* Runs fused or plain attention on the same packed input and returns the output and the input's gradient. */
+static void run(int fused, int msf, int train, int B, int N, int H, int dh, float *out, float *grad) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
-    int s[3] = {B, N, 3 * H * dh};
+    int s[3] = {B, N, (msf ? 4 : 3) * H * dh};
     vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
-    vt_tensor *y = fused ? vt_attention(g, x, H, 0.4f) : plain(g, x, H, 0.4f);
+    vt_tensor *y = fused ? (msf ? vt_attention_msf(g, x, H, 0.4f) : vt_attention(g, x, H, 0.4f))
+                         : plain(g, x, H, 0.4f, msf);
     int rs[3] = {B, N, H * dh};
     vt_tensor *r = vt_input(g, "r", 3, rs);
     vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
@@ -46,15 +55,18 @@ static void run(int fused, int train, int B, int N, int H, int dh, float *out, f
 
 static void check_matches_plain(vt_test *T) {
     enum { B = 2, N = 17, H = 3, dh = 8 };
-    static float o1[B * N * H * dh], o2[B * N * H * dh], g1[B * N * 3 * H * dh], g2[B * N * 3 * H * dh];
-    for (int train = 0; train < 2; train++) {
-        run(1, train, B, N, H, dh, o1, g1);
-        run(0, train, B, N, H, dh, o2, g2);
-        double eo = 0, eg = 0;
-        for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
-        for (size_t i = 0; train && i < sizeof g1 / sizeof g1[0]; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
-        T_CHECK(T, eo < 1e-5 && eg < 1e-5, "fused vs plain (train=%d): output err %g, grad err %g", train, eo, eg);
-    }
+    static float o1[B * N * H * dh], o2[B * N * H * dh], g1[B * N * 4 * H * dh], g2[B * N * 4 * H * dh];
+    for (int msf = 0; msf < 2; msf++)
+        for (int train = 0; train < 2; train++) {
+            run(1, msf, train, B, N, H, dh, o1, g1);
+            run(0, msf, train, B, N, H, dh, o2, g2);
+            const int ng = B * N * (msf ? 4 : 3) * H * dh;
+            double eo = 0, eg = 0;
+            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
+            for (int i = 0; train && i < ng; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
+            T_CHECK(T, eo < 1e-5 && eg < 1e-5, "fused vs plain (msf=%d, train=%d): output err %g, grad err %g", msf,
+                    train, eo, eg);
+        }
 }
 
 static void check_mathfn(vt_test *T) {
@@ -78,6 +90,10 @@ void test_ops_attention(vt_test *T) {
         {.name = "attention_n1", .nx = 1, .ndim = {3}, .shape = {{1, 1, 12}}, .build = b_attn, .ia = {1}, .fa = {1}},
         {.name = "attention_eval", .nx = 1, .ndim = {3}, .shape = {{1, 4, 6}}, .build = b_attn, .ia = {2},
          .fa = {0.7f}, .eval = 0},
+        {.name = "attention_msf", .nx = 1, .ndim = {3}, .shape = {{2, 5, 24}}, .build = b_attn, .ia = {2, 1},
+         .fa = {0.5f}},
+        {.name = "attention_msf_n1", .nx = 1, .ndim = {3}, .shape = {{1, 1, 8}}, .build = b_attn, .ia = {1, 1},
+         .fa = {1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
 }

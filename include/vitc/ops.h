@@ -96,6 +96,9 @@ vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok);
 /* Fused softmax attention on packed qkv (B, N, 3C) (timm order: q, k, v, each split into heads of C/heads):
  * softmax(scale·q·kᵀ)·v with heads merged -> (B, N, C). Equals the plain split/matmul/softmax/merge chain. */
 vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale);
+/* MSF attention (Kobayashi 2024) on packed qkvp (B, N, 4·C) (chunks q, k, v, p; head h takes channels
+ * [h·dh, (h+1)·dh) of each): softmax(scale·(q·kᵀ − 0.5‖k‖²))·v − p per head -> (B, N, C). */
+vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale);
 
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
 

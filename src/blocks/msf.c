@@ -54,21 +54,10 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, pname), 2, ws, winit);
     if (w) w->paper_count = 1;
     vt_tensor *t = G == 1 ? vt_linear(g, x, w, NULL) : vt_group_linear(g, x, w, G, !m->block_grouping);
-    /* chunks q, k, v, p: contiguous blocks of `inner` output channels; head h takes [h·dh, (h+1)·dh) of each */
-    vt_tensor *q = vt_split_heads(g, t, 0, H, dh);
-    vt_tensor *k = vt_split_heads(g, t, inner, H, dh);
-    vt_tensor *v = vt_split_heads(g, t, 2 * inner, H, dh);
+    /* chunks q, k, v, p: contiguous blocks of `inner` output channels; head h takes [h·dh, (h+1)·dh) of each.
+     * Fused attention (src/ops/attention.c) computes the Gaussian logits, softmax, ·v and − p per head. */
     const float s = 1.0f / sqrtf((float)dh);
-    vt_tensor *logits = vt_matmul(g, q, k, 0, 1, s); /* (B, H, N, N) */
-    if (m->probe && k) {
-        /* − 0.5·s·‖k_j‖², broadcast over the query index */
-        vt_tensor *kn = vt_scale(g, vt_mean(g, vt_mul(g, k, k), 3), 0.5f * s * (float)dh); /* (B, H, N) */
-        int ks[4] = {k->shape[0], H, 1, k->shape[2]};
-        logits = vt_sub(g, logits, vt_reshape(g, kn, 4, ks));
-    }
-    vt_tensor *o = vt_matmul(g, vt_softmax(g, logits, -1), v, 0, 0, 1.0f);
-    if (m->probe) o = vt_sub(g, o, vt_split_heads(g, t, 3 * inner, H, dh));
-    o = vt_merge_heads(g, o);
+    vt_tensor *o = m->probe ? vt_attention_msf(g, t, H, s) : vt_attention(g, t, H, s);
     int os[2] = {D, inner};
     vt_init oinit = m->timm_init ? VT_INIT_W02 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)inner)};
     vt_tensor *wo = vt_param(g, vt_pname(nm, prefix, "to_out.weight"), 2, os, oinit);

@@ -24,7 +24,8 @@ static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *pref
     if (strcmp(c->attn, "refiner") == 0) /* MHSA with its map refined by adapt_bn(DLA(.)), no chain */
         return vt_block_refiner_attn(g, prefix, x, c->num_heads, c->qkv_bias, VT_REFINER_TRANSFORM,
                                      c->refiner.expand > 0 ? c->refiner.expand : 3.0f, NULL);
-    if (strncmp(c->attn, "msf", 3) == 0) return vt_block_msf_vit(g, prefix, x, c->attn, c->num_heads);
+    if (strncmp(c->attn, "msf", 3) == 0 || strncmp(c->attn, "orig", 4) == 0) /* MSF paper: msf*, its baseline orig* */
+        return vt_block_msf_vit(g, prefix, x, c->attn, c->num_heads);
     return vt_fail(g, "vit", "unknown attention type '%s'", c->attn);
 }
 
