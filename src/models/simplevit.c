@@ -8,8 +8,8 @@
 #include "vitc/blocks.h"
 #include "vitc/model.h"
 
-/* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)). */
-static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, int out) {
+/* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)); followed by GELU (fused) when gelu. */
+static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, int out, int gelu) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     const int in = x->shape[x->ndim - 1];
@@ -18,7 +18,7 @@ static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, in
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, u);
     vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, u);
     if (w) w->paper_count = 1;
-    return vt_linear(g, x, w, b);
+    return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
 }
 
 vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
@@ -45,7 +45,7 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
     int sp[3] = {B, N, P * P * C};
     t = vt_reshape(g, t, 3, sp);
     t = vt_layernorm_p(g, "to_patch_embedding.1", t, c->ln_eps);
-    t = torch_linear(g, "to_patch_embedding.2", t, D);
+    t = torch_linear(g, "to_patch_embedding.2", t, D, 0);
     t = vt_layernorm_p(g, "to_patch_embedding.3", t, c->ln_eps);
     t = vt_add(g, t, vt_posemb_sincos2d(g, gh, gw, D, 10000.0f));
     const int hidden = (int)(D * c->mlp_ratio);
@@ -56,12 +56,12 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
         char ff[VT_NAMELEN];
         snprintf(ff, sizeof ff, "transformer.layers.%d.1.net", i);
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, c->ln_eps);
-        h = vt_gelu(g, torch_linear(g, vt_pname(nm, ff, "1"), h, hidden));
-        t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D));
+        h = torch_linear(g, vt_pname(nm, ff, "1"), h, hidden, 1); /* Linear → GELU, fused */
+        t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D, 0));
     }
     vt_scope(g, "linear_head");
     t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), c->ln_eps);
-    t = torch_linear(g, "linear_head.1", t, c->num_classes);
+    t = torch_linear(g, "linear_head.1", t, c->num_classes, 0);
     /* The official recipe (spec-msf §4.4) applies weight decay to every parameter, norms and biases included. */
     for (int k = 0; g->P && k < g->P->n; k++) g->P->t[k]->no_decay = 0;
     return t;
