@@ -7,6 +7,7 @@ Binary: $VITC if set, else <repo root>/vitc.  $VITC_KEEP=1 keeps the temporary f
 Comparisons:
   scale_err(a, b) = max|a-b| / max(1, max|b|)               (outputs; b is the reference)
   grad_err(a, b)  = max|a-b| / max(max|b|, 1e-8), plus the worst element's index and values
+  norm_err(a, b)  = ‖a-b‖₂ / max(‖b‖₂, 1e-30)                  (a whole tensor's relative error)
 """
 import atexit
 import json
@@ -102,6 +103,11 @@ def grad_err(a, b):
     d = np.abs(a - b)
     i = np.unravel_index(int(np.argmax(d)), d.shape)
     return float(d[i] / max(np.abs(b).max(), 1e-8)), tuple(int(j) for j in i), float(a[i]), float(b[i])
+
+
+def norm_err(a, b):
+    a, b = _np(a), _np(b)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def scalar(x):
