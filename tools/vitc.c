@@ -37,44 +37,50 @@ typedef struct {
     okind kind;
     size_t off;
     const char *help;
+    double lo, hi; /* numeric options: the accepted range (finite values only) */
+    int lo_open;   /* 1: the range excludes lo */
 } optdef;
 
-#define O(n, k, f, h) {n, k, offsetof(opts, f), h}
+/* O: a string or flag option; N: a number in [lo, hi]; P: a number in (0, hi]. Unset numbers keep their defaults,
+ * so a given value outside the range is an error rather than a silent fall-back to the default. */
+#define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0}
+#define N(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0}
+#define P(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1}
 static const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
     O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
     O("--output", O_STR, output, "output safetensors file"),
     O("-o", O_STR, output, "same as --output"),
-    O("--img-size", O_INT, img_size, "input image size (default: the model's)"),
-    O("--in-chans", O_INT, in_chans, "input channels (default: the model's)"),
-    O("--num-classes", O_INT, num_classes, "classes of the head (default: the model's)"),
+    N("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
+    N("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),
+    N("--num-classes", O_INT, num_classes, 1, 1000000, "classes of the head (default: the model's)"),
     O("--attn", O_STR, attn, "attention of a plain ViT host: mhsa, msf, msf_g2, orig, hmhsa, flatten, refiner, gma (GAP hosts)"),
     O("--ffn", O_STR, ffn, "FFN of a plain ViT host: mlp, cffn"),
     O("--json", O_FLAG, json, "machine-readable output"),
-    O("--seed", O_LL, seed, "random seed (default 0)"),
-    O("--batch-size", O_INT, batch, "batch size"),
+    N("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
+    N("--batch-size", O_INT, batch, 1, 65536, "batch size"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
-    O("--iters", O_INT, iters, "timed iterations (default 10)"),
-    O("--threads", O_INT, threads, "threads for OpenMP and OpenBLAS (default: all cores)"),
-    O("--steps", O_INT, steps, "AdamW steps on the batch (default 1: gradients only)"),
-    O("--lr", O_DBL, lr, "(peak) learning rate"),
-    O("--weight-decay", O_DBL, wd, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
+    N("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
+    N("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores)"),
+    N("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
+    P("--lr", O_DBL, lr, 10, "(peak) learning rate"),
+    N("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
     O("--data", O_STR, data, "dataset: fashion-mnist"),
-    O("--epochs", O_INT, epochs, "training epochs"),
+    N("--epochs", O_INT, epochs, 1, 1e6, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
-    O("--warmup-epochs", O_DBL, warmup_epochs, "linear warm-up length in epochs (default 1)"),
-    O("--min-lr", O_DBL, min_lr, "final learning rate of the cosine (default 1e-5)"),
-    O("--smoothing", O_DBL, smoothing, "label smoothing (default 0.1)"),
-    O("--clip-grad", O_DBL, clip, "clip the global gradient norm (default: off)"),
-    O("--drop-path", O_DBL, drop_path, "stochastic depth: the last block drops its residual branches with this "
+    N("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
+    N("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
+    N("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
+    N("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
+    N("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default 0)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
-    O("--train-subset", O_INT, train_subset, "use only the first N training images"),
-    O("--test-subset", O_INT, test_subset, "use only the first N test images"),
-    O("--log-every", O_INT, log_every, "progress line every N steps (default 50)"),
-    O("--fault-nan-step", O_LL, fault_nan_step, "testing aid: poison the input of step N (0-based) with NaN"),
+    N("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
+    N("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
+    N("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
+    N("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN"),
     O("--profile", O_FLAG, profile, "print the time spent per op type"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
@@ -82,8 +88,8 @@ static const optdef optdefs[] = {
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
-    O("--topk", O_INT, topk, "classes listed per image (default 5)"),
-    O("--crop-pct", O_DBL, crop_pct, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
+    N("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
+    P("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
     O("-h", O_FLAG, help, "show this help"),
@@ -117,14 +123,11 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     vt_err e = {{0}};
     if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
         return die("%s", e.msg);
-    if (o->drop_path != 0) {
-        if (!(o->drop_path > 0 && o->drop_path < 1)) return die("%s", "--drop-path must be in [0, 1)");
+    if (o->drop_path > 0) {
         if (strcmp(cfg->family, "simplevit") == 0)
             return die("%s has no drop-path (the official SimpleViT code has none)", cfg->name);
         cfg->drop_path = (float)o->drop_path;
     }
-    if (o->crop_pct < 0 || o->crop_pct > 10 || isnan(o->crop_pct))
-        return die("%s", "--crop-pct must be in (0, 10]");
     if (o->crop_pct > 0) cfg->crop_pct = (float)o->crop_pct;
     if (o->train_form) cfg->hc.train_form = 1; /* cFFN training form (train, grad and deploy set it themselves) */
     if (o->apply_transform && strcmp(cfg->family, "refined_vit") != 0)
@@ -561,10 +564,6 @@ static int cmd_predict(opts *o) {
     if (!P) return 1;
     const int n = o->nimages, want = o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, B = n < want ? n : want;
     const int k = o->topk > 0 ? (o->topk < c.num_classes ? o->topk : c.num_classes) : (c.num_classes < 5 ? c.num_classes : 5);
-    if (k > 64) {
-        vt_params_free(P);
-        return die("%s", "--topk is at most 64");
-    }
     const vt_preprocess pp = {c.img_size, c.in_chans, c.crop_pct, {c.mean[0], c.mean[1], c.mean[2]},
                               {c.std[0], c.std[1], c.std[2]}};
     const int64_t per = (int64_t)c.in_chans * c.img_size * c.img_size;
@@ -715,24 +714,28 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         const char *v = argv[++i];
-        char *end = NULL;
-        errno = 0;
         if (d->kind == O_STR) {
             *(const char **)field = v;
-        } else if (d->kind == O_DBL) {
-            *(double *)field = strtod(v, &end);
-        } else {
-            long long x = strtoll(v, &end, 10);
-            if (d->kind == O_INT && (x < -1000000000LL || x > 1000000000LL)) errno = ERANGE;
-            if (d->kind == O_INT)
-                *(int *)field = (int)x;
-            else
-                *(long long *)field = x;
+            continue;
         }
-        if (d->kind != O_STR && (errno || !end || *end || end == v)) {
+        char *end = NULL;
+        errno = 0;
+        const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
+        if (errno || !end || *end || end == v || !isfinite(x)) {
             fprintf(stderr, "vitc %s: bad value '%s' for %s\n", c->name, v, a);
             return -1;
         }
+        if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {
+            fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g], got %s\n", c->name, a, d->lo_open ? '(' : '[', d->lo,
+                    d->hi, v);
+            return -1;
+        }
+        if (d->kind == O_DBL)
+            *(double *)field = x;
+        else if (d->kind == O_INT)
+            *(int *)field = (int)x; /* every O_INT range lies inside int */
+        else
+            *(long long *)field = strtoll(v, NULL, 10); /* exact beyond 2^53 */
     }
     return 0;
 }

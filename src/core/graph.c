@@ -1,6 +1,7 @@
 /* Graph construction, memory planning (one arena, interval-based reuse) and the executors. */
 #include "vitc/graph.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,11 @@ static vt_tensor *new_tensor(vt_graph *g, vt_kind kind, int ndim, const int *sha
     if (ndim < 0 || ndim > VT_MAXDIM) return vt_fail(g, "tensor", "%d dimensions (max %d)", ndim, VT_MAXDIM);
     for (int i = 0; i < ndim; i++)
         if (shape[i] <= 0) return vt_fail(g, "tensor", "dimension %d has size %d", i, shape[i]);
+    /* Builders multiply a tensor's dims in int (B·N, H·W, ...); capping every tensor at INT_MAX elements (8 GiB)
+     * keeps each such product exact. */
+    if (vt_shape_numel(ndim, shape) > INT_MAX)
+        return vt_fail(g, "tensor", "%lld elements exceed the engine's limit of %d per tensor (8 GiB); use a "
+                       "smaller batch or image", (long long)vt_shape_numel(ndim, shape), INT_MAX);
     if (grow(g, (void ***)&g->tens, g->nt, &g->tcap)) return NULL;
     vt_tensor *t = vt_alloc(sizeof(*t), &g->err);
     if (!t) return NULL;

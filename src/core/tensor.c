@@ -8,7 +8,10 @@
 
 int64_t vt_shape_numel(int ndim, const int *shape) {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] > 0 && n > INT64_MAX / shape[i]) return INT64_MAX; /* saturates instead of overflowing */
+        n *= shape[i];
+    }
     return n;
 }
 

@@ -35,7 +35,7 @@ check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$
 $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
     $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dq" --resume "$T/dq" >"$T/dq2.log" 2>&1
-check "drop-path runs and resumes" "[ $? -eq 0 ]" "$(tail -2 "$T/dp.log" "$T/dq2.log")"
+check "drop-path runs and resumes" "[ $? -eq 0 ]" "$(tail -n 2 "$T/dp.log" "$T/dq2.log")"
 check "drop-path resume gives bit-identical weights" "cmp -s '$T/dp/weights.safetensors' '$T/dq/weights.safetensors'"
 check "drop-path changes training" "[ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" != \"\$(sed -n 3p '$T/a/metrics.csv' | cut -d, -f3)\" ]"
 $V train $COMMON --epochs 1 --drop-path 1.5 --out "$T/c" >"$T/dpb.log" 2>&1
@@ -61,6 +61,28 @@ $V train deit_tiny_patch16_224 --data fashion-mnist --out "$T/c" >"$T/s.log" 2>&
 check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
+# numeric options: a value outside its range, NaN/Inf or garbage is refused (never replaced by the default)
+while IFS='|' read -r args want; do
+    $V $args >"$T/r.log" 2>&1
+    rc=$?
+    check "refused: vitc $args" "[ $rc -eq 2 ] && grep -qF -- \"$want\" '$T/r.log'" "rc $rc: $(cat "$T/r.log")"
+done <<'EOF'
+info deit_tiny_patch16_224 --img-size 0|--img-size must be in [1, 4096], got 0
+info deit_tiny_patch16_224 --img-size -5|--img-size must be in [1, 4096], got -5
+info deit_tiny_patch16_224 --num-classes 0|--num-classes must be in [1, 1000000], got 0
+bench vit_fmnist_tiny --batch-size 0|--batch-size must be in [1, 65536], got 0
+bench vit_fmnist_tiny --batch-size 100000000|--batch-size must be in [1, 65536]
+train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr
+train vit_fmnist_tiny --lr 0|--lr must be in (0, 10], got 0
+train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing
+train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs
+predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
+EOF
+$V bench deit_tiny_patch16_224 --batch-size 65536 --iters 1 >"$T/big.log" 2>&1
+rc=$?
+check "a tensor over 2^31 elements is refused with a message" \
+    "[ $rc -eq 1 ] && grep -q \"exceed the engine's limit\" '$T/big.log'" "rc $rc: $(cat "$T/big.log")"
+
 for c in list info init forward grad train eval bench deploy predict; do
     $V $c --help >"$T/h.log" 2>&1
     check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
