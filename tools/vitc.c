@@ -188,11 +188,11 @@ static float *read_input(const opts *o, const vt_model_cfg *cfg, vt_st_file *f, 
     }
     if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != cfg->in_chans || sh[2] != cfg->img_size ||
         sh[3] != cfg->img_size) {
-        char buf[400];
-        snprintf(buf, sizeof buf, "input has %d dims (%lld, %lld, %lld, %lld) but %s expects (B, %d, %d, %d); "
-                 "see --img-size / --in-chans", nd, (long long)sh[0], nd > 1 ? (long long)sh[1] : 0LL,
-                 nd > 2 ? (long long)sh[2] : 0LL, nd > 3 ? (long long)sh[3] : 0LL, cfg->name, cfg->in_chans,
-                 cfg->img_size, cfg->img_size);
+        char buf[400], dims[200] = "";
+        for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
+            n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
+        snprintf(buf, sizeof buf, "input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; see "
+                 "--img-size / --in-chans", dims, cfg->name, cfg->in_chans, cfg->img_size, cfg->img_size);
         die("%s", buf);
         vt_free(x);
         return NULL;
