@@ -72,6 +72,29 @@ void test_metrics(vt_test *T) {
     T_CHECK(T, text && strcmp(text, want) == 0, "metrics.csv is\n%s\nwant\n%s", text ? text : "(none)", want);
     free(text);
 
+    /* truncation keeps the header and the rows up to an epoch, and leaves no temp file */
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_truncate(dir, 2, &e) == 0, "truncate: %s", e.msg);
+    text = slurp(csv);
+    const char *want2 = VT_METRICS_HEADER "\n"
+                                          "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n"
+                                          "2,200,1,0.6,,,0.0005,1234.5,20.5\n";
+    T_CHECK(T, text && strcmp(text, want2) == 0, "after truncation to epoch 2 metrics.csv is\n%s", text ? text : "");
+    free(text);
+    vt_metrics_row r3 = {3, 300, 2.0 / 3, 0.9, 2.2 / 3, 0.84, 1e-3 / 3, 1234.5, 30.75};
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_append(dir, &r3, &e) == 0, "append after truncation: %s", e.msg);
+    text = slurp(csv);
+    T_CHECK(T, text && strcmp(text, want) == 0, "re-appended metrics.csv is\n%s", text ? text : "(none)");
+    free(text);
+    char tmpname[1100];
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", csv, (long)getpid());
+    T_CHECK(T, access(tmpname, F_OK) != 0, "truncation left %s", tmpname);
+    char nodir[1100];
+    snprintf(nodir, sizeof nodir, "%s/none", dir);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_truncate(nodir, 0, &e) == 0, "truncating a missing metrics.csv: %s", e.msg);
+
     /* the curves */
     if (have_gnuplot()) {
         vt_clearerr(&e);

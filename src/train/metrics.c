@@ -66,6 +66,35 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     return 0;
 }
 
+int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e) {
+    if (!run_dir) return vt_seterr(e, "vt_metrics_truncate: NULL argument");
+    char path[4096], tmp[4200];
+    if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *o = fopen(tmp, "w");
+    if (!o) {
+        fclose(f);
+        return vt_seterr(e, "cannot create %s: %s", tmp, strerror(errno));
+    }
+    char line[512];
+    int first = 1;
+    while (fgets(line, sizeof line, f)) {
+        char *end;
+        const double epoch = strtod(line, &end);
+        if (first || (end != line && epoch <= max_epoch)) fputs(line, o); /* the header, then the kept rows */
+        first = 0;
+    }
+    const int bad = ferror(f) || ferror(o);
+    fclose(f);
+    if (fclose(o) != 0 || bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return vt_seterr(e, "cannot rewrite %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
 /* Splits a CSV line into exactly NFIELDS numbers (NaN for empty fields); -1 on a malformed line. */
 static int parse_row(char *line, double *v) {
     char *p = line;

@@ -299,6 +299,12 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         }
         printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
     }
+    /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
+     * an earlier checkpoint, or a fresh run in an old run folder */
+    if (vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) {
+        rc = -1;
+        goto done;
+    }
     if (o->command_line) write_text(o->run_dir, "command.txt", o->command_line, e);
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * spe),
                             (int64_t)o->epochs * spe, 0};

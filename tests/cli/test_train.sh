@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end training checks on a Fashion-MNIST subset: the loss goes down; --resume continues exactly (same
 # metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
-# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; drop-path (resume-exact); eval and
-# bad arguments.
+# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
+# (resume after a crash, fresh run in an old folder); drop-path (resume-exact); eval and bad arguments.
 set -u
 cd "$(dirname "$0")/../.."
 V=./vitc
@@ -31,6 +31,12 @@ check "resume runs" "[ $? -eq 0 ] && grep -q 'Resumed from' '$T/b2.log'" "$(tail
 check "resume gives identical metrics" "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
 check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
 
+# a row written just before a crash (metrics.csv is appended before the checkpoint) is dropped by the resume
+echo "4,64,1,1,1,1,0.001,1,1" >>"$T/b/metrics.csv"
+$V train $COMMON --epochs 3 --out "$T/b" --resume "$T/b" >"$T/b3.log" 2>&1
+check "resume drops metrics rows past its checkpoint" \
+    "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null" "$(cat "$T/b/metrics.csv")"
+
 # drop-path: masks follow (seed, step), so a resumed run still equals the uninterrupted one, and training changes
 $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
@@ -49,6 +55,11 @@ rc=$?
 check "NaN stops training" "[ $rc -ne 0 ] && [ $rc -lt 128 ]" "rc $rc"
 check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log'" "$(tail -2 "$T/nan.log")"
 check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
+
+cp -r "$T/a" "$T/old"
+$V train $COMMON --epochs 1 --out "$T/old" >"$T/old.log" 2>&1
+check "a fresh run in an old run folder starts a new metrics.csv" "[ \$(wc -l <'$T/old/metrics.csv') -eq 2 ]" \
+    "$(cat "$T/old/metrics.csv")"
 
 $V eval vit_fmnist_tiny --weights "$T/a/weights.safetensors" --data fashion-mnist --test-subset 256 >"$T/e.log" 2>&1
 check "eval prints accuracy" "grep -Eq 'top-1 accuracy [0-9.]+%' '$T/e.log'" "$(cat "$T/e.log")"
