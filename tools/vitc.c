@@ -41,46 +41,46 @@ typedef struct {
     int lo_open;   /* 1: the range excludes lo */
 } optdef;
 
-/* O: a string or flag option; N: a number in [lo, hi]; P: a number in (0, hi]. Unset numbers keep their defaults,
- * so a given value outside the range is an error rather than a silent fall-back to the default. */
+/* O: a string or flag option; NUM: a number in [lo, hi]; POS: a number in (0, hi]. Unset numbers keep their
+ * defaults, so a given value outside the range is an error rather than a silent fall-back to the default. */
 #define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0}
-#define N(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0}
-#define P(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1}
+#define NUM(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0}
+#define POS(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1}
 static const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
     O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
     O("--output", O_STR, output, "output safetensors file"),
     O("-o", O_STR, output, "same as --output"),
-    N("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
-    N("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),
-    N("--num-classes", O_INT, num_classes, 1, 1000000, "classes of the head (default: the model's)"),
+    NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
+    NUM("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),
+    NUM("--num-classes", O_INT, num_classes, 1, 1000000, "classes of the head (default: the model's)"),
     O("--attn", O_STR, attn, "attention of a plain ViT host: mhsa, msf, msf_g2, orig, hmhsa, flatten, refiner, gma (GAP hosts)"),
     O("--ffn", O_STR, ffn, "FFN of a plain ViT host: mlp, cffn"),
     O("--json", O_FLAG, json, "machine-readable output"),
-    N("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
-    N("--batch-size", O_INT, batch, 1, 65536, "batch size"),
+    NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
+    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
-    N("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
-    N("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores)"),
-    N("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
-    P("--lr", O_DBL, lr, 10, "(peak) learning rate"),
-    N("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
+    NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
+    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores)"),
+    NUM("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
+    POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
+    NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
     O("--data", O_STR, data, "dataset: fashion-mnist"),
-    N("--epochs", O_INT, epochs, 1, 1e6, "training epochs"),
+    NUM("--epochs", O_INT, epochs, 1, 1e6, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
-    N("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
-    N("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
-    N("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
-    N("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
-    N("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
+    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
+    NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
+    NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
+    NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
+    NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default 0)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
-    N("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
-    N("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
-    N("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
-    N("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN"),
+    NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
+    NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
+    NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
+    NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN"),
     O("--profile", O_FLAG, profile, "print the time spent per op type"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
@@ -88,12 +88,15 @@ static const optdef optdefs[] = {
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
-    N("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
-    P("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
+    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
+    POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
     O("-h", O_FLAG, help, "show this help"),
 };
+#undef O
+#undef NUM
+#undef POS
 
 typedef struct {
     const char *name, *usage, *summary, *options;

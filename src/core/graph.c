@@ -76,16 +76,17 @@ static vt_tensor *new_tensor(vt_graph *g, vt_kind kind, int ndim, const int *sha
         if (shape[i] <= 0) return vt_fail(g, "tensor", "dimension %d has size %d", i, shape[i]);
     /* Builders multiply a tensor's dims in int (B·N, H·W, ...); capping every tensor at INT_MAX elements (8 GiB)
      * keeps each such product exact. */
-    if (vt_shape_numel(ndim, shape) > INT_MAX)
+    const int64_t numel = vt_shape_numel(ndim, shape);
+    if (numel > INT_MAX)
         return vt_fail(g, "tensor", "%lld elements exceed the engine's limit of %d per tensor (8 GiB); use a "
-                       "smaller batch or image", (long long)vt_shape_numel(ndim, shape), INT_MAX);
+                       "smaller batch or image", (long long)numel, INT_MAX);
     if (grow(g, (void ***)&g->tens, g->nt, &g->tcap)) return NULL;
     vt_tensor *t = vt_alloc(sizeof(*t), &g->err);
     if (!t) return NULL;
     t->kind = kind;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    t->numel = vt_shape_numel(ndim, shape);
+    t->numel = numel;
     t->prod = -1;
     t->last_use = -1;
     g->tens[g->nt++] = t;
