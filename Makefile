@@ -74,7 +74,7 @@ demo: deps-demo
 	$(MAKE) --no-print-directory vitc
 	bash tools/demo.sh
 
-# Trains the small Fashion-MNIST ViT host with each block and writes runs/compare/compare.md (~25 min on 2 cores).
+# Trains the small Fashion-MNIST ViT host with each block and writes runs/compare/compare.md (~15 min on 2 cores).
 compare: deps-test
 	$(MAKE) --no-print-directory vitc
 	/usr/bin/python3 bench/compare_blocks.py
