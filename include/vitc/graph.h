@@ -2,6 +2,7 @@
 #ifndef VITC_GRAPH_H
 #define VITC_GRAPH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vitc/error.h"
@@ -9,6 +10,7 @@
 #include "vitc/tensor.h"
 
 #define VT_MAXIN 8
+#define VT_OP_PARAMS 256 /* bytes available for an op's typed parameter struct inside its node */
 
 typedef struct vt_node vt_node;
 typedef struct vt_graph vt_graph;
@@ -31,6 +33,7 @@ struct vt_node {
     vt_tensor *bws;     /* VT_WORK: backward scratch (NULL if none) */
     int ia[24];         /* integer attributes (meaning defined by the op) */
     float fa[8];        /* float attributes */
+    _Alignas(max_align_t) unsigned char params[VT_OP_PARAMS]; /* the op's typed parameters: see VT_OP_P */
     int64_t macs;       /* multiply-adds of one forward run of this node */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
     int index;
@@ -100,6 +103,10 @@ int64_t vt_graph_macs(const vt_graph *g);
 int64_t vt_graph_arena_bytes(const vt_graph *g);
 
 /* ---- for op implementations ---- */
+
+/* The typed parameter struct T of node n (each op defines its own struct, e.g. `linear_p`, written by its builder
+ * and read by its kernels); a struct larger than VT_OP_PARAMS bytes fails to compile. */
+#define VT_OP_P(n, T) ((T *)(void *)((n)->params + 0 * sizeof(char[sizeof(T) <= VT_OP_PARAMS ? 1 : -1])))
 
 /* Records a build error naming the op (returns NULL so builders can `return vt_fail(...)`). */
 vt_tensor *vt_fail(vt_graph *g, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

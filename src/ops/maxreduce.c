@@ -3,10 +3,13 @@
 #include "vitc/ops.h"
 
 /* x viewed as (outer, A, inner) -> y (outer, inner); save[0] holds the arg-max along A as floats. */
-/* ia: 0 outer, 1 A, 2 inner */
+typedef struct {
+    int outer, A, inner;
+} max_p;
 
 static void max_fwd(vt_node *n) {
-    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2];
+    const max_p *p = VT_OP_P(n, max_p);
+    const int O = p->outer, A = p->A, Ni = p->inner;
     const float *x = n->in[0]->data;
     float *y = n->out->data, *arg = n->save[0] ? n->save[0]->data : NULL;
 #pragma omp parallel for schedule(static) if ((int64_t)O * A * Ni > 16384)
@@ -30,7 +33,8 @@ static void max_fwd(vt_node *n) {
 static void max_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
-    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2];
+    const max_p *p = VT_OP_P(n, max_p);
+    const int O = p->outer, A = p->A, Ni = p->inner;
     const float *dy = n->out->grad, *arg = n->save[0]->data;
 #pragma omp parallel for schedule(static) if ((int64_t)O * Ni > 16384)
     for (int o = 0; o < O; o++)
@@ -55,9 +59,8 @@ vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis) {
     if (k == 0) shape[k++] = 1; /* a full reduction of a 1-D tensor gives shape (1,) */
     vt_node *n = vt_new_node(g, &op_max, &x, 1, vt_new_act(g, k, shape));
     if (!n) return NULL;
-    n->ia[0] = (int)O;
-    n->ia[1] = (int)(x->numel / (O * Ni)); /* the reduced axis (dims are always >= 1) */
-    n->ia[2] = (int)Ni;
+    /* the reduced axis has x->numel / (O·Ni) elements (dims are always >= 1) */
+    *VT_OP_P(n, max_p) = (max_p){(int)O, (int)(x->numel / (O * Ni)), (int)Ni};
     if (!vt_node_save(n, 0, O * Ni)) return NULL;
     return n->out;
 }
