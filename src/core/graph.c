@@ -183,9 +183,19 @@ int vt_node_add_input(vt_node *n, vt_tensor *t) {
     return 0;
 }
 
+/* A 1-D planned buffer of numel floats for node n, refused (naming the op) past the per-tensor limit. */
+static vt_tensor *node_buffer(vt_node *n, vt_kind kind, int64_t numel, const char *what) {
+    if (numel < 1 || numel > INT_MAX) {
+        vt_fail(n->g, n->op->name, "%s buffer of %lld floats is outside the engine's per-tensor limit of %d elements "
+                "(8 GiB); use a smaller batch or image size", what, (long long)numel, INT_MAX);
+        return NULL;
+    }
+    const int shape[1] = {(int)numel};
+    return new_tensor(n->g, kind, 1, shape);
+}
+
 vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel) {
-    int shape[1] = {(int)numel};
-    vt_tensor *t = new_tensor(n->g, VT_SAVED, 1, shape);
+    vt_tensor *t = node_buffer(n, VT_SAVED, numel, "saved");
     if (!t) return NULL;
     t->prod = n->index;
     n->save[slot] = t;
@@ -193,8 +203,7 @@ vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel) {
 }
 
 vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel) {
-    int shape[1] = {(int)numel};
-    vt_tensor *t = new_tensor(n->g, VT_WORK, 1, shape);
+    vt_tensor *t = node_buffer(n, VT_WORK, numel, which ? "backward scratch" : "forward scratch");
     if (!t) return NULL;
     t->prod = n->index;
     t->last_use = which; /* 0 forward, 1 backward (resolved by the planner) */
