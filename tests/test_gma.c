@@ -69,7 +69,8 @@ void test_gma(vt_test *T) {
             "N = 12 on a 3x3 grid must fail: %s", g->err.msg);
     vt_graph_free(g);
     g = vt_graph_new(P, 0, &e);
-    T_CHECK(T, !vt_block_gma_host(g, "c", vt_input(g, "x3", 3, s3)) && strstr(g->err.msg, "class token"),
+    const vt_attn_ctx ac = {.heads = 8, .lead = 1, .grid_h = 4, .grid_w = 4};
+    T_CHECK(T, !vt_attn_build(g, "gma", "c", vt_input(g, "x3", 3, s3), &ac) && strstr(g->err.msg, "class token"),
             "17 tokens (class token) must fail: %s", g->err.msg);
     vt_graph_free(g);
     vt_params_free(P);
@@ -81,17 +82,17 @@ void test_gma(vt_test *T) {
         g = vt_graph_new(P, 0, &e);
         int xs[4] = {2, 3, 64, 96};
         vt_tensor *maps[4];
-        int rc = vt_groupmixformer_features(g, mc, vt_input(g, "input", 4, xs), maps);
+        int rc = mc->family->features(g, mc, vt_input(g, "input", 4, xs), maps) == 4 ? 0 : -1;
         T_CHECK(T, rc == 0, "features build: %s", g->err.msg);
         for (int i = 0; rc == 0 && i < 4; i++)
-            T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->gmf.dims[i] &&
+            T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->arch.stages[i].dim &&
                            maps[i]->shape[2] == 64 >> (i + 2) && maps[i]->shape[3] == 96 >> (i + 2),
                     "stage %d map shape", i);
         T_CHECK(T, rc == 0 && vt_graph_finalize(g, &e) == 0, "features finalize: %s", e.msg);
         vt_graph_free(g);
         g = vt_graph_new(P, 0, &e);
         int bad[4] = {1, 3, 64, 80};
-        T_CHECK(T, vt_groupmixformer_features(g, mc, vt_input(g, "input", 4, bad), maps) != 0 &&
+        T_CHECK(T, mc->family->features(g, mc, vt_input(g, "input", 4, bad), maps) < 0 &&
                        strstr(g->err.msg, "multiples of 32"), "80 px must fail: %s", g->err.msg);
         vt_graph_free(g);
         vt_params_free(P);

@@ -47,10 +47,11 @@ static void fill_chain(float *d, int64_t n, int which, vt_rng *r) {
     }
 }
 
-/* The whole FLatten module (vt_block_flatten_vit: 1 class token + ia[0]×ia[0] grid, 3 heads, kernel ia[1]) on x0;
+/* The whole FLatten module (PVT-style q/kv: 1 class token + ia[0]×ia[0] grid, 3 heads, kernel ia[1]) on x0;
  * its own parameters get N(0, 0.3) values (so ReLU, DWC and the positional encoding are all active). */
 static vt_tensor *b_flatten_block(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    vt_tensor *y = vt_block_flatten_vit(g, "a", x[0], 3, 1, 1, 3.0f, c->ia[1]);
+    const vt_flatten_cfg fc = {.heads = 3, .focusing = 3.0f, .kernel = c->ia[1], .qkv_style = VT_FLATTEN_Q_KV, .qkv_bias = 1};
+    vt_tensor *y = vt_block_flatten(g, "a", x[0], 1 + c->ia[0] * c->ia[0], c->ia[0], c->ia[0], &fc);
     vt_rng r;
     vt_rng_seed(&r, 77);
     for (int i = 0; i < g->P->n; i++) {

@@ -10,14 +10,14 @@
 
 #include "vitc/blocks.h"
 #include "vitc/dataset.h"
-#include "vitc/image.h"
 #include "vitc/model.h"
+#include "vitc/predict.h"
 #include "vitc/safetensors.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
 typedef struct {
-    const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume;
+    const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume, *dims, *depths, *heads;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
@@ -55,8 +55,12 @@ static const optdef optdefs[] = {
     NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
     NUM("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),
     NUM("--num-classes", O_INT, num_classes, 1, 1000000, "classes of the head (default: the model's)"),
-    O("--attn", O_STR, attn, "attention of a plain ViT host: mhsa, msf, msf_g2, orig, hmhsa, flatten, refiner, gma (GAP hosts)"),
-    O("--ffn", O_STR, ffn, "FFN of a plain ViT host: mlp, cffn"),
+    O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
+      "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
+    O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
+    O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
+    O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
+    O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
@@ -118,25 +122,47 @@ static void set_threads(const opts *o) {
     }
 }
 
-/* Resolves the model name and the size/type overrides into cfg. */
+/* Parses "a,b,c" (at most VT_MAX_STAGES positive integers up to 65536) into v; -1 with a message otherwise. */
+static int parse_list(const char *opt, const char *list, int *v) {
+    const char *p = list;
+    for (int i = 0; i < VT_MAX_STAGES; i++) {
+        char *end = NULL;
+        errno = 0;
+        const long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
+            fprintf(stderr, "vitc: %s '%s': expected up to %d comma-separated integers in [1, 65536]\n", opt, list,
+                    VT_MAX_STAGES);
+            return -1;
+        }
+        v[i] = (int)x;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+    fprintf(stderr, "vitc: %s '%s': more than %d values\n", opt, list, VT_MAX_STAGES);
+    return -1;
+}
+
+/* Resolves the model name and the options that change it into cfg (the library checks them). */
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (!o->model) return die("%s", "missing MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
     if (!base) return die("unknown model '%s' (see `vitc list`)", o->model);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = o->img_size;
+    ov.in_chans = o->in_chans;
+    ov.num_classes = o->num_classes;
+    ov.attn = o->attn;
+    ov.ffn = o->ffn;
+    if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
+        (o->heads && parse_list("--heads", o->heads, ov.heads)))
+        return 1;
+    if (o->drop_path > 0) ov.drop_path = (float)o->drop_path;
+    if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
+    ov.train_form = o->train_form;
+    ov.apply_transform = o->apply_transform;
     vt_err e = {{0}};
-    if (vt_model_configure(base, o->img_size, o->in_chans, o->num_classes, o->attn, o->ffn, cfg, &e))
-        return die("%s", e.msg);
-    if (o->drop_path > 0) {
-        if (strcmp(cfg->family, "simplevit") == 0)
-            return die("%s has no drop-path (the official SimpleViT code has none)", cfg->name);
-        cfg->drop_path = (float)o->drop_path;
-    }
-    if (o->crop_pct > 0) cfg->crop_pct = (float)o->crop_pct;
-    if (o->train_form) cfg->hc.train_form = 1; /* cFFN training form (train, grad and deploy set it themselves) */
-    if (o->apply_transform && strcmp(cfg->family, "refined_vit") != 0)
-        return die("--apply-transform applies to Refined-ViT models, not %s", cfg->name);
-    if (o->apply_transform) cfg->refiner.apply_transform = 1;
-    if (o->features && !cfg->features) return die("%s has no stage feature maps (--features)", cfg->name);
+    if (vt_model_configure(base, &ov, cfg, &e)) return die("%s", e.msg);
+    if (o->features && !cfg->family->features) return die("%s has no stage feature maps (--features)", cfg->name);
     return 0;
 }
 
@@ -189,13 +215,14 @@ static float *read_input(const opts *o, const vt_model_cfg *cfg, vt_st_file *f, 
         die("%s", e.msg);
         return NULL;
     }
-    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != cfg->in_chans || sh[2] != cfg->img_size ||
-        sh[3] != cfg->img_size) {
+    const vt_arch_cfg *a = &cfg->arch;
+    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
+        sh[3] != a->img_size) {
         char buf[400], dims[200] = "";
         for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
         snprintf(buf, sizeof buf, "input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; see "
-                 "--img-size / --in-chans", dims, cfg->name, cfg->in_chans, cfg->img_size, cfg->img_size);
+                 "--img-size / --in-chans", dims, cfg->name, a->in_chans, a->img_size, a->img_size);
         die("%s", buf);
         vt_free(x);
         return NULL;
@@ -216,70 +243,71 @@ static int cmd_list(opts *o) {
     for (int i = 0; i < vt_model_count(); i++) {
         const vt_model_cfg *c = vt_model_at(i);
         vt_err e = {{0}};
-        vt_params P = {0};
-        P.shapes_only = 1;
-        vt_graph *g = vt_graph_new(&P, 0, &e);
-        vt_tensor *y = g ? vt_model_build(g, c, 1, NULL) : NULL;
-        if (y)
-            printf("%-36s %14lld %9.3f  %s\n", c->name, (long long)vt_params_count(&P, VT_PARAM),
-                   vt_graph_macs(g) / 1e9, c->description);
+        vt_model_summary s;
+        if (vt_model_summarize(c, &s, &e) == 0)
+            printf("%-36s %14lld %9.3f  %s\n", c->name, (long long)s.params, s.macs / 1e9, c->description);
         else
-            printf("%-36s  build error: %s\n", c->name, g ? g->err.msg : e.msg);
-        vt_graph_free(g);
-        for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
-        vt_free(P.t);
+            printf("%-36s  build error: %s\n", c->name, e.msg);
+        vt_model_summary_free(&s);
     }
     return 0;
+}
+
+/* The stages of c as JSON objects. */
+static void print_stages_json(const vt_arch_cfg *a) {
+    printf("\"stages\": [");
+    for (int i = 0; i < a->nstages; i++)
+        printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
+               "\"sr_ratio\": %d, \"attn\": \"%s\"}", i ? ", " : "", a->stages[i].dim, a->stages[i].depth,
+               a->stages[i].heads, (double)a->stages[i].mlp_ratio, a->stages[i].window, a->stages[i].sr_ratio,
+               a->stages[i].attn);
+    printf("]");
 }
 
 static int cmd_info(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     vt_err e = {{0}};
-    vt_params P = {0};
-    P.shapes_only = 1;
-    vt_graph *g = vt_graph_new(&P, 0, &e);
-    int rc = 0;
-    if (!g || !vt_model_build(g, &c, 1, NULL)) {
-        rc = die("%s", g ? g->err.msg : e.msg);
+    vt_model_summary s;
+    if (vt_model_summarize(&c, &s, &e)) return die("%s", e.msg);
+    const vt_arch_cfg *a = &c.arch;
+    const long long params = s.params, paper = s.paper_params, macs = s.macs;
+    if (o->json) {
+        printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
+               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
+               "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
+               "\"num_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
+               c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size, a->in_chans,
+               a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
+               a->stages[0].attn, a->ffn, a->train_form);
+        print_stages_json(a);
+        printf(", \"blocks\": [");
     } else {
-        long long params = vt_params_count(&P, VT_PARAM), buffers = vt_params_count(&P, VT_BUFFER),
-                  paper = vt_params_count_paper(&P), macs = vt_graph_macs(g);
-        if (o->json) {
-            printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
-                   "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
-                   "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
-                   "\"num_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"blocks\": [",
-                   c.name, c.family, params, buffers, paper, macs, macs / 1e9, c.img_size, c.in_chans, c.num_classes,
-                   c.patch, c.embed_dim, c.depth, c.num_heads, c.attn, c.ffn);
-        } else {
-            printf("model      %s (%s)\n", c.name, c.description);
-            printf("input      %d x %d x %d, %d classes\n", c.in_chans, c.img_size, c.img_size, c.num_classes);
-            printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
-                   paper, paper / 1e6);
-            printf("buffers    %lld\n", buffers);
-            printf("MACs       %lld (%.3f GMACs per image; 1 multiply-add = 1 MAC)\n\n", macs, macs / 1e9);
-            printf("%-20s %12s %14s\n", "scope", "params", "MACs");
-        }
-        for (int s = 0; s < g->nscopes; s++) {
-            long long sp = 0, sm = 0;
-            for (int k = 0; k < P.n; k++)
-                if (P.t[k]->kind == VT_PARAM && P.t[k]->scope == s) sp += P.t[k]->numel;
-            for (int k = 0; k < g->nn; k++)
-                if (g->nodes[k]->scope == s) sm += g->nodes[k]->macs;
-            if (!sp && !sm) continue;
-            const char *nm = g->scopes[s][0] ? g->scopes[s] : "(top)";
-            if (o->json)
-                printf("%s{\"name\": \"%s\", \"params\": %lld, \"macs\": %lld}", s > 1 ? ", " : "", nm, sp, sm);
-            else
-                printf("%-20s %12lld %14lld\n", nm, sp, sm);
-        }
-        if (o->json) printf("]}\n");
+        printf("model      %s (%s)\n", c.name, c.description);
+        printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, a->img_size, a->num_classes);
+        for (int i = 0; i < a->nstages; i++)
+            printf("stage %d    dim %d, depth %d, heads %d, MLP %gx, attention %s\n", i, a->stages[i].dim,
+                   a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+        printf("FFN        %s%s\n", a->ffn, a->train_form ? " (training form)" : "");
+        printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
+               paper, paper / 1e6);
+        printf("buffers    %lld\n", (long long)s.buffers);
+        printf("MACs       %lld (%.3f GMACs per image; 1 multiply-add = 1 MAC)\n\n", macs, macs / 1e9);
+        printf("%-20s %12s %14s\n", "scope", "params", "MACs");
     }
-    vt_graph_free(g);
-    for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
-    vt_free(P.t);
-    return rc;
+    for (int i = 0, first = 1; i < s.nscopes; i++) {
+        if (!s.scope_params[i] && !s.scope_macs[i]) continue;
+        const char *nm = s.scope[i][0] ? s.scope[i] : "(top)";
+        if (o->json)
+            printf("%s{\"name\": \"%s\", \"params\": %lld, \"macs\": %lld}", first ? "" : ", ", nm,
+                   (long long)s.scope_params[i], (long long)s.scope_macs[i]);
+        else
+            printf("%-20s %12lld %14lld\n", nm, (long long)s.scope_params[i], (long long)s.scope_macs[i]);
+        first = 0;
+    }
+    if (o->json) printf("]}\n");
+    vt_model_summary_free(&s);
+    return 0;
 }
 
 static int cmd_init(opts *o) {
@@ -308,12 +336,11 @@ static int cmd_forward(opts *o) {
     vt_err e = {{0}};
     vt_graph *g = x ? vt_graph_new(P, 0, &e) : NULL;
     if (g) {
-        vt_tensor *in, *maps[4] = {NULL, NULL, NULL, NULL}, *y = NULL;
+        vt_tensor *in = NULL, *maps[VT_MAX_STAGES], *y = NULL;
+        int nmaps = 0;
         if (o->features) {
-            int s[4] = {B, c.in_chans, c.img_size, c.img_size};
-            in = vt_input(g, "input", 4, s);
-            c.features(g, &c, in, maps);
-            for (int i = 0; i < 4; i++) vt_graph_output(g, maps[i]);
+            nmaps = vt_model_features(g, &c, B, &in, maps);
+            for (int i = 0; i < nmaps; i++) vt_graph_output(g, maps[i]);
         } else {
             y = vt_model_build(g, &c, B, &in);
             vt_graph_output(g, y);
@@ -323,13 +350,13 @@ static int cmd_forward(opts *o) {
         } else {
             memcpy(in->data, x, sizeof(float) * (size_t)in->numel);
             vt_graph_forward(g);
-            vt_st_out out[4] = {{"logits", VT_ST_F32, 2, {B, c.num_classes}, y ? y->data : NULL}};
-            static const char *fname[4] = {"features.0", "features.1", "features.2", "features.3"};
-            for (int i = 0; o->features && i < 4; i++) {
+            vt_st_out out[VT_MAX_STAGES] = {{"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, y ? y->data : NULL}};
+            static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
+            for (int i = 0; i < nmaps; i++) {
                 out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, maps[i]->data};
                 for (int d = 0; d < 4; d++) out[i].shape[d] = maps[i]->shape[d];
             }
-            rc = vt_st_write(o->output, out, o->features ? 4 : 1, NULL, &e) ? die("%s", e.msg) : 0;
+            rc = vt_st_write(o->output, out, o->features ? nmaps : 1, NULL, &e) ? die("%s", e.msg) : 0;
         }
     }
     vt_graph_free(g);
@@ -342,8 +369,8 @@ static int cmd_forward(opts *o) {
 static int cmd_grad(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    c.hc.train_form = 1; /* gradients of the training form (cFFN BN branches in train mode) */
     if (!o->output) return die("%s", "missing --output");
+    c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
     vt_st_file f = {0};
@@ -360,39 +387,22 @@ static int cmd_grad(opts *o) {
         labf = malloc(sizeof(float) * (size_t)B);
         losses = malloc(sizeof(float) * (size_t)steps);
         int ok = labf && losses;
+        if (!ok) die("%s", "out of memory");
         for (int b = 0; ok && b < B; b++) {
-            if (lab[b] < 0 || lab[b] >= c.num_classes) {
+            if (lab[b] < 0 || lab[b] >= c.arch.num_classes) {
                 char buf[128];
-                snprintf(buf, sizeof buf, "label %d of sample %d is outside [0, %d)", lab[b], b, c.num_classes);
+                snprintf(buf, sizeof buf, "label %d of sample %d is outside [0, %d)", lab[b], b, c.arch.num_classes);
                 die("%s", buf);
                 ok = 0;
             }
             if (ok) labf[b] = (float)lab[b];
         }
-        if (ok && vt_grad_steps(&c, P, x, labf, B, steps, o->lr > 0 ? o->lr : 1e-3, o->wd >= 0 ? o->wd : 0.0, losses, &e)) {
+        if (ok && (vt_grad_steps(&c, P, x, labf, B, steps, o->lr > 0 ? o->lr : 1e-3, o->wd >= 0 ? o->wd : 0.0, losses,
+                                 &e) ||
+                   vt_params_save_grads(P, o->output, losses, steps, &e)))
             die("%s", e.msg);
-        } else if (ok) {
-            int n = 0;
-            vt_st_out *out = calloc((size_t)P->n + 2, sizeof *out);
-            char(*names)[VT_NAMELEN + 8] = calloc((size_t)P->n, VT_NAMELEN + 8);
-            if (out && names) {
-                out[n++] = (vt_st_out){"loss", VT_ST_F32, 0, {0}, &losses[steps - 1]};
-                if (steps > 1) out[n++] = (vt_st_out){"losses", VT_ST_F32, 1, {steps}, losses};
-                for (int i = 0; i < P->n; i++) {
-                    const vt_tensor *t = P->t[i];
-                    if (t->kind != VT_PARAM) continue;
-                    snprintf(names[i], VT_NAMELEN + 8, "grad/%s", t->name);
-                    out[n] = (vt_st_out){names[i], VT_ST_F32, t->ndim, {0}, t->grad};
-                    for (int d = 0; d < t->ndim; d++) out[n].shape[d] = t->shape[d];
-                    n++;
-                }
-                rc = vt_st_write(o->output, out, n, NULL, &e) ? die("%s", e.msg) : 0;
-            } else {
-                die("%s", "out of memory");
-            }
-            free(out);
-            free(names);
-        }
+        else if (ok)
+            rc = 0;
     }
     free(labf);
     free(losses);
@@ -406,7 +416,6 @@ static int cmd_grad(opts *o) {
 static int cmd_train(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    c.hc.train_form = 1; /* training uses the training form (cFFN BN branches); `vitc deploy` merges them */
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -460,7 +469,6 @@ static int cmd_eval(opts *o) {
 static int cmd_bench(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    if (o->train) c.hc.train_form = 1; /* a training step runs the training form */
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     vt_bench_result r;
     vt_err e = {{0}};
@@ -479,20 +487,17 @@ static int cmd_bench(opts *o) {
     return 0;
 }
 
-/* Training-form weights -> deployed weights (cFFN branches and their BatchNorms merged, spec §2.3). */
+/* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */
 static int cmd_deploy(opts *o) {
-    vt_model_cfg c, cd;
+    vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (!o->output) return die("%s", "missing -o OUTPUT");
-    c.hc.train_form = 1;
-    cd = c;
-    cd.hc.train_form = 0;
+    c = vt_model_training_form(&c);
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
     vt_err e = {{0}};
     vt_params *D = vt_params_new(&e);
-    int rc = !D || vt_model_init_params(&cd, D, 0, &e) || vt_cffn_deploy(P, D, 1e-5f, &e) ||
-             vt_params_save(D, o->output, &e);
+    int rc = !D || vt_model_deploy(&c, P, D, &e) || vt_params_save(D, o->output, &e);
     if (rc)
         die("%s", e.msg);
     else
@@ -517,23 +522,9 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
-/* Prints (or, with --json, writes as one JSON line) the top-k classes of one image from its logits. */
-static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const float *logits, int k) {
-    const int K = c->num_classes;
-    double mx = logits[0], sum = 0.0;
-    for (int j = 1; j < K; j++) mx = logits[j] > mx ? logits[j] : mx;
-    for (int j = 0; j < K; j++) sum += exp(logits[j] - mx);
-    int top[64];
-    for (int t = 0; t < k; t++) { /* selection of the k largest, ties to the lower index */
-        int best = -1;
-        for (int j = 0; j < K; j++) {
-            int taken = 0;
-            for (int u = 0; u < t; u++) taken |= top[u] == j;
-            if (!taken && (best < 0 || logits[j] > logits[best])) best = j;
-        }
-        top[t] = best;
-    }
-    const int names = c->dataset && strcmp(c->dataset, "fashion-mnist") == 0 && K == 10;
+/* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
+static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
+    const int names = c->pre.dataset && strcmp(c->pre.dataset, "fashion-mnist") == 0 && c->arch.num_classes == 10;
     if (o->json) {
         printf("{\"image\": ");
         json_str(path);
@@ -541,14 +532,13 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
     } else {
         printf("%s\n", path);
     }
-    for (int t = 0; t < k; t++) {
-        const double prob = exp(logits[top[t]] - mx) / sum;
+    for (int i = 0; i < t->k; i++) {
         if (o->json)
-            printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", t ? ", " : "", top[t], names ? "\"name\": \"" : "",
-                   names ? vt_fmnist_class_name(top[t]) : "", names ? "\", " : "", prob);
+            printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", i ? ", " : "", t->cls[i], names ? "\"name\": \"" : "",
+                   names ? vt_fmnist_class_name(t->cls[i]) : "", names ? "\", " : "", t->prob[i]);
         else
-            printf("  %d. class %-5d %-12s %7.3f%%\n", t + 1, top[t], names ? vt_fmnist_class_name(top[t]) : "",
-                   100.0 * prob);
+            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], names ? vt_fmnist_class_name(t->cls[i]) : "",
+                   100.0 * t->prob[i]);
     }
     if (o->json) printf("]}\n");
 }
@@ -558,68 +548,46 @@ static int cmd_predict(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
-    if (c.in_chans != 1 && c.in_chans != 3) {
-        char m[160];
-        snprintf(m, sizeof m, "predict reads 1- or 3-channel images; %s has %d input channels", c.name, c.in_chans);
-        return die("%s", m);
+    const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
+    const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
+    vt_prediction *res = calloc((size_t)n, sizeof *res);
+    float *keep = NULL; /* --output: every image's input, then every image's logits */
+    vt_err e = {{0}};
+    if (!res || (o->output && !(keep = vt_alloc(sizeof(float) * (size_t)n * (size_t)(per + K), &e)))) {
+        free(res);
+        return die("%s", "out of memory");
     }
     vt_params *P = load_model(o, &c, 1);
-    if (!P) return 1;
-    const int n = o->nimages, want = o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, B = n < want ? n : want;
-    const int k = o->topk > 0 ? (o->topk < c.num_classes ? o->topk : c.num_classes) : (c.num_classes < 5 ? c.num_classes : 5);
-    const vt_preprocess pp = {c.img_size, c.in_chans, c.crop_pct, {c.mean[0], c.mean[1], c.mean[2]},
-                              {c.std[0], c.std[1], c.std[2]}};
-    const int64_t per = (int64_t)c.in_chans * c.img_size * c.img_size;
-    vt_err e = {{0}};
-    vt_graph *g = vt_graph_new(P, 0, &e);
-    vt_tensor *in = NULL, *y = g ? vt_model_build(g, &c, B, &in) : NULL;
-    vt_graph_output(g, y);
-    float *keep = NULL; /* --output: every image's input and logits */
-    int rc = !g || vt_graph_finalize(g, &e);
-    if (!rc && o->output && !(keep = vt_alloc(sizeof(float) * (size_t)n * (size_t)(per + c.num_classes), &e))) rc = 1;
-    if (rc) die("%s", e.msg);
-    int bad = 0;
-    for (int i0 = 0; !rc && i0 < n; i0 += B) {
-        const int nb = n - i0 < B ? n - i0 : B;
-        int ok[64] = {0};
-        memset(in->data, 0, sizeof(float) * (size_t)in->numel);
-        for (int b = 0; b < nb; b++) {
-            vt_err ie = {{0}};
-            ok[b] = vt_image_load(o->images[i0 + b], &pp, in->data + b * per, &ie) == 0;
-            if (!ok[b]) {
-                bad++;
-                if (o->json) {
-                    printf("{\"image\": ");
-                    json_str(o->images[i0 + b]);
-                    printf(", \"error\": ");
-                    json_str(ie.msg);
-                    printf("}\n");
-                }
-                fprintf(stderr, "vitc: %s\n", ie.msg);
-            }
+    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, k, res,
+                                   keep, keep ? keep + n * per : NULL, &e)
+                : -1;
+    int rc = bad != 0;
+    if (bad < 0 && P) die("%s", e.msg);
+    for (int i = 0; bad >= 0 && i < n; i++) {
+        if (res[i].ok) {
+            print_top(o, &c, o->images[i], &res[i].top);
+            continue;
         }
-        vt_graph_forward(g);
-        for (int b = 0; b < nb; b++) {
-            if (!ok[b]) continue;
-            print_top(o, &c, o->images[i0 + b], y->data + (int64_t)b * c.num_classes, k);
-            if (keep) {
-                memcpy(keep + (i0 + b) * per, in->data + b * per, sizeof(float) * (size_t)per);
-                memcpy(keep + n * per + (int64_t)(i0 + b) * c.num_classes, y->data + (int64_t)b * c.num_classes,
-                       sizeof(float) * (size_t)c.num_classes);
-            }
+        if (o->json) {
+            printf("{\"image\": ");
+            json_str(o->images[i]);
+            printf(", \"error\": ");
+            json_str(res[i].err.msg);
+            printf("}\n");
         }
+        fprintf(stderr, "vitc: %s\n", res[i].err.msg);
     }
-    if (!rc && keep && bad) {
-        rc = die("%s", "--output not written: some images could not be read");
-    } else if (!rc && keep) {
-        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.in_chans, c.img_size, c.img_size}, keep},
-                            {"logits", VT_ST_F32, 2, {n, c.num_classes}, keep + n * per}};
+    if (bad > 0 && keep) {
+        die("%s", "--output not written: some images could not be read");
+    } else if (bad == 0 && keep) {
+        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.arch.in_chans, c.arch.img_size, c.arch.img_size}, keep},
+                            {"logits", VT_ST_F32, 2, {n, K}, keep + n * per}};
         if (vt_st_write(o->output, out, 2, NULL, &e)) rc = die("%s", e.msg);
     }
     vt_free(keep);
-    vt_graph_free(g);
+    free(res);
     vt_params_free(P);
-    return rc || bad ? 1 : 0;
+    return rc;
 }
 
 static const command commands[] = {

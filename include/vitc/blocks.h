@@ -37,6 +37,77 @@ vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidde
 /* timm Attention on x (B, N, C): prefix.qkv (3C, bias optional) → softmax(q·kᵀ/√dh)·v → prefix.proj. */
 vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias);
 
+/* ---- pluggable attention and FFN types (src/blocks/tables.c): any host calls them by name ---- */
+
+/* Hyper-parameters of the pluggable blocks, set per named model (0: the block's default). */
+typedef struct vt_block_opts {
+    float focusing;              /* FLatten: focusing power p (3) */
+    int kernel;                  /* FLatten: DWC kernel size, odd (5) */
+    int flatten_q_kv;            /* FLatten in a timm-layout host: separate q and kv projections (PVT's module, the
+                                  * unofficial DeiT transplant of spec-flatten §6) instead of qkv */
+    int double_heads;            /* hMHSA: heads doubled and head width halved (spec A1) */
+    int no_ihh, no_chh, chh_first; /* hMHSA ablations (paper Tables 2-3) */
+    float cffn_t;                /* cFFN: compaction ratio t (2/3) */
+    int cffn_r;                  /* cFFN: training-form branches per factor (2) */
+    int dim_head;                /* MSF / baseline attention: width per head (C / heads) */
+    float refiner_expand;        /* Refiner: DLA expansion ratio of shared blocks and --attn refiner (3) */
+    float refiner_head_expand;   /* Refiner: DLA expansion in refine-every-block mode (3) */
+    int refiner_apply_transform; /* Refined-ViT: every block refines its own map (the paper's mode) */
+} vt_block_opts;
+
+/* Where an attention module keeps its projections (the host's official state_dict layout). */
+enum { VT_LAYOUT_TIMM = 0 /* prefix.qkv (3C) + prefix.proj */, VT_LAYOUT_PVT /* prefix.q + prefix.kv (+ sr, norm) */ };
+
+/* Everything an attention module may need to know about its place in the host; one context for every type. */
+typedef struct vt_attn_ctx {
+    const char *type;        /* the attention type's full name, e.g. "msf_g2" (set by vt_attn_build) */
+    int heads, qkv_bias;
+    int grid_h, grid_w;      /* the non-lead tokens form a grid_h × grid_w grid (row-major) */
+    int lead;                /* tokens before the grid (a class token), outside any spatial operation */
+    int sr_ratio;            /* spatial reduction of the keys and values (PVT); 0 or 1: none */
+    int layout;              /* VT_LAYOUT_* */
+    float ln_eps;            /* LayerNorms inside the module */
+    vt_init winit;           /* initialisation of the projection weights (the host's rule) */
+    const vt_block_opts *opts;
+} vt_attn_ctx;
+
+/* Everything an FFN may need to know about its place in the host. */
+typedef struct vt_ffn_ctx {
+    int hidden;              /* hidden width */
+    int train_form;          /* re-parameterised FFNs: 1 training form, 0 deployed form */
+    vt_init winit;           /* initialisation of the weights (the host's rule) */
+    const vt_block_opts *opts;
+} vt_ffn_ctx;
+
+/* An attention type: on x (B, N, C) (already normalised by the host) returns (B, N, C); an error (vt_fail) where
+ * the context does not fit the type. */
+typedef struct vt_attn_type {
+    const char *name, *summary;
+    vt_tensor *(*build)(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
+    int (*accepts)(const char *name); /* optional: accepts a family of names (e.g. msf_g4); NULL: `name` only */
+} vt_attn_type;
+
+/* An FFN type: on x (B, N, C) returns (B, N, C). */
+typedef struct vt_ffn_type {
+    const char *name, *summary;
+    vt_tensor *(*build)(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+} vt_ffn_type;
+
+/* The attention type called `name` (NULL if none). */
+const vt_attn_type *vt_attn_find(const char *name);
+
+/* The FFN type called `name` (NULL if none). */
+const vt_ffn_type *vt_ffn_find(const char *name);
+
+/* Writes the comma-separated names of every attention (which = 0) or FFN (which = 1) type into buf (n bytes). */
+const char *vt_block_type_names(int which, char *buf, size_t n);
+
+/* Builds attention `type` at prefix with context a (a->type is set to `type`); an unknown type is a build error. */
+vt_tensor *vt_attn_build(vt_graph *g, const char *type, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
+
+/* Builds FFN `type` at prefix with context f; an unknown type is a build error. */
+vt_tensor *vt_ffn_build(vt_graph *g, const char *type, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+
 /* ---- the papers' blocks: one section per file, added below ---- */
 
 /* ---- flatten.c (FLatten focused linear attention, Han et al. 2023; spec-flatten.md §1.2) ---- */
@@ -57,9 +128,6 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
  * projections per c->qkv_style, vt_flatten_core, prefix.proj. */
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n, int H, int W,
                             const vt_flatten_cfg *c);
-/* FLatten (PVT-style q/kv) for a plain ViT: `lead` class tokens, then a square grid of patch tokens. */
-vt_tensor *vt_block_flatten_vit(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias, int lead,
-                                float focusing, int kernel);
 
 /* ---- hmhsa.c / cffn.c (Xu et al. 2023, attention-map hallucination + FFN compaction; spec-hmhsa-cffn.md) ---- */
 typedef struct vt_hmhsa_cfg {
@@ -105,8 +173,6 @@ int vt_msf_parse(const char *attn, vt_msf_cfg *m);
 /* MSF / baseline attention on x (B, N, C): params prefix.{norm.*, to_qkvp.weight | to_qkv.weight, to_out.weight}. */
 vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_msf_cfg *m);
 
-/* MSF attention for the plain ViT host (--attn msf|msf_g<N>...): no inner norm, dim_head = C/heads, timm init. */
-vt_tensor *vt_block_msf_vit(vt_graph *g, const char *prefix, vt_tensor *x, const char *attn, int heads);
 
 /* ---- refiner.c (Refiner, Zhou et al. 2021; official Refiner_ViT names) ---- */
 /* Refined_Attention variants: plain (qkv 3C; softmax map + scale·A_in), shared (qkv = V only (C); uses
@@ -124,8 +190,6 @@ vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, 
 vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride);
 /* Group-Mix attention (official EfficientAtt: qkv, aggregator, crpe, proj) on x (B, H·W, C); C multiple of 10. */
 vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W);
-/* GMA attention for a plain ViT host: x (B, N, C) on a square grid (no class token). */
-vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x);
 /* GMA_Block: x + DW3×3 CPE, then x += att(norm1(x)), x += mlp(norm2(x)) (LN eps 1e-6) on x (B, H·W, C); both
  * branches go through drop-path with probability drop (train graphs). */
 vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop);

@@ -1,78 +1,96 @@
-/* Named model configs (timm-style registry) and the network builders. */
+/* Named models: a config = architecture + per-stage description + pretrained (eval) config; a host family = a
+ * builder and hooks plus its table of named configs (timm-style registry). */
 #ifndef VITC_MODEL_H
 #define VITC_MODEL_H
 
-#include "vitc/graph.h"
+#include "vitc/blocks.h"
+
+#define VT_MAX_STAGES 4
 
 typedef struct vt_model_cfg vt_model_cfg;
+typedef struct vt_family vt_family;
 
 /* ImageNet per-channel normalisation of x/255 (timm IMAGENET_DEFAULT_MEAN/STD), as initialisers. */
 #define VT_IMAGENET_MEAN {0.485f, 0.456f, 0.406f}
 #define VT_IMAGENET_STD {0.229f, 0.224f, 0.225f}
 
-/* Builds the network on input x (B, in_chans, img, img) and returns logits (B, num_classes). */
-typedef vt_tensor *(*vt_build_fn)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+/* How images are prepared for a model (timm's pretrained cfg, `_cfg()`). */
+typedef struct vt_pretrained_cfg {
+    float mean[3], std[3];     /* normalisation of x/255 per channel */
+    float crop_pct;            /* eval resize: shorter side to floor(S / crop_pct), centre crop S (0: timm's 0.875) */
+    const char *interpolation; /* resize filter ("bicubic") */
+    const char *dataset;       /* "imagenet-1k" (class indices) or "fashion-mnist" (class names) */
+} vt_pretrained_cfg;
 
-struct vt_model_cfg {
-    const char *name;
-    const char *alias;      /* optional second accepted name */
-    const char *family;     /* host network, e.g. "vit" */
-    vt_build_fn build;
-    /* hierarchical hosts: builds the backbone and returns its four stage maps (B, C_i, H_i, W_i); NULL if none */
-    int (*features)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[4]);
-    const char *description;
+/* One stage of a network: a run of `depth` blocks of width `dim` (a plain ViT has one stage). */
+typedef struct vt_stage_cfg {
+    int dim, depth, heads;
+    float mlp_ratio;   /* FFN hidden = int(dim · mlp_ratio) */
+    int window;        /* attention window (Swin) or stripe width (CSwin); 0: global attention */
+    int sr_ratio;      /* spatial reduction of the keys (PVT); 0 or 1: none */
+    char attn[24];     /* attention type of the stage's blocks: a name of the attention table (vt_attn_find) */
+} vt_stage_cfg;
+
+/* The architecture of a model: everything its graph depends on. */
+typedef struct vt_arch_cfg {
     int img_size, in_chans, num_classes;
-    int img_multiple;       /* input sizes must be a multiple of this (patch size for ViTs) */
-    int fixed_img;          /* 1: the architecture depends on the image size (e.g. positional tables) */
-    /* plain ViT hosts */
-    int patch, embed_dim, depth, num_heads;
-    float mlp_ratio;
+    int patch;         /* patch size of the stem */
+    int nstages;       /* stages used in `stages` */
+    vt_stage_cfg stages[VT_MAX_STAGES];
+    char ffn[24];      /* FFN type of every block: a name of the FFN table (vt_ffn_find) */
     int qkv_bias;
     float ln_eps;
-    int class_token;        /* 1: prepend a class token and classify from it; 0: global average pool */
-    const char *attn;       /* attention type: "mhsa", ... */
-    const char *ffn;        /* FFN type: "mlp", ... */
-    float drop_path;        /* stochastic depth (train graphs): block i of n drops its residual branches per sample
-                             * with probability drop_path·i/(n-1), timm's linear rule; 0: off (every named config) */
-    float mean[3], std[3];  /* input normalisation (pretrained cfg) */
-    float crop_pct;         /* eval preprocessing (pretrained cfg): the shorter side is resized to floor(S / crop_pct),
-                             * then centre-cropped to S (0: timm's default 0.875) */
-    const char *dataset;    /* "fashion-mnist": the 28×28 configs (class names); NULL: ImageNet-1k class indices */
-    /* ---- block options: one sub-struct per paper block, added below this line ---- */
-    /* FLatten (src/blocks/flatten.c; Han et al. 2023; --attn flatten, flatten_deit_tiny) */
-    struct {
-        float focusing; /* focusing power p (<= 0: 3) */
-        int kernel;     /* DWC kernel size, odd (<= 0: 5) */
-    } flatten;
-    /* hMHSA + cFFN (src/blocks/hmhsa.c, cffn.c; Xu et al. 2023; --attn hmhsa, --ffn cffn) */
-    struct {
-        int double_heads;                 /* hMHSA: heads doubled, width halved (A1; DeiT-T on, DeiT-S off) */
-        int no_ihh, no_chh, chh_first;    /* hMHSA ablations (paper Tables 2-3) */
-        float t;                          /* cFFN compaction ratio (<= 0: 2/3) */
-        int r;                            /* cFFN training branches per factor (<= 0: 2) */
-        int train_form;                   /* cFFN: 1 training form (conv+BN branches), 0 deployed (default) */
-    } hc;
-    struct { int dim_head; } msf; /* MSF/orig attention width per head (0: C/heads); probe and groups come
-                                   * from the attn name: msf|orig[_g<N>[_block]] (SimpleViT, ViT --attn msf*) */
-    /* Refiner (src/blocks/refiner.c, src/models/refined_vit.c; Zhou et al. 2021) */
-    struct {
-        int aux_head;        /* refined_vit: token-labelling aux_head; eval logits = head(cls) + 0.5·max_tokens aux */
-        int apply_transform; /* refined_vit: paper mode, every block refines its own map (no shared blocks) */
-        float expand;        /* DLA expansion ratio (shared blocks, --attn refiner); <= 0: 3 */
-        float head_expand;   /* DLA expansion ratio in apply_transform mode (official head_expand; <= 0: 3) */
-    } refiner;
-    /* GroupMixFormer (src/blocks/gma.c, src/models/groupmixformer.c; Ge et al. 2023) */
-    struct {
-        int dims[4], depths[4];  /* stage widths (multiples of 10: 5 segments, 8 heads) and blocks per stage */
-        float mlp_ratios[4];     /* MLP hidden = int(C·r) per stage */
-    } gmf;
+    int class_token;   /* 1: prepend a class token and classify from it; 0: global average pool */
+    float drop_path;   /* stochastic depth in train graphs: block i of n drops its residual branches per sample with
+                        * probability drop_path·i/(n-1) (timm's linear rule); 0: off */
+    int train_form;    /* 1: training form of re-parameterised blocks (cFFN branches); 0: deployed form */
+    int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
+    vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
+} vt_arch_cfg;
+
+/* A named model. */
+struct vt_model_cfg {
+    const char *name;
+    const char *alias;        /* optional second accepted name (e.g. the official class name) */
+    const char *description;
+    const vt_family *family;
+    vt_arch_cfg arch;
+    vt_pretrained_cfg pre;
 };
 
-/* A host family's table of named configs (defined in its src/models/<family>.c). */
-typedef struct vt_model_table {
-    const vt_model_cfg *cfgs;
-    int n;
-} vt_model_table;
+/* Options a family may accept beyond the common overrides (vt_family.caps). */
+enum { VT_CAP_DROP_PATH = 1, VT_CAP_APPLY_TRANSFORM = 2 };
+
+/* A host network family: its builder, hooks and named configs (one file in src/models/). */
+struct vt_family {
+    const char *name;
+    /* Builds the network on x (B, in_chans, H, W) and returns the logits (B, num_classes). */
+    vt_tensor *(*build)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
+    /* Builds the backbone only and fills the stage maps (B, C_i, H_i, W_i); returns their number, -1 on error; NULL
+     * if the family has none. */
+    int (*features)(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[VT_MAX_STAGES]);
+    /* Fills the deployed-form store `dep` from the training-form store `train` (re-parameterisation merges); NULL if
+     * training and deployed forms are the same. */
+    int (*deploy)(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e);
+    /* 1 if parameter t is excluded from weight decay (timm's no_weight_decay()); NULL: timm's default rule. */
+    int (*no_decay)(const vt_tensor *t);
+    /* Checks a configured model (image size, stages, options); 0 or -1 with a message. */
+    int (*check)(const vt_model_cfg *c, vt_err *e);
+    unsigned caps;            /* VT_CAP_* options the family accepts */
+    const vt_model_cfg *models;
+    int nmodels;
+};
+
+/* Changes asked of a named config (vitc's options; 0 / NULL / negative keeps the named value). */
+typedef struct vt_model_overrides {
+    int img_size, in_chans, num_classes;
+    const char *attn;         /* one attention type for every stage, or a comma-separated list, one per stage */
+    const char *ffn;
+    int dims[VT_MAX_STAGES], depths[VT_MAX_STAGES], heads[VT_MAX_STAGES]; /* per stage (0 keeps) */
+    float drop_path;          /* < 0 keeps */
+    float crop_pct;           /* <= 0 keeps */
+    int train_form, apply_transform; /* 1 sets */
+} vt_model_overrides;
 
 /* Number of registered models. */
 int vt_model_count(void);
@@ -83,40 +101,54 @@ const vt_model_cfg *vt_model_at(int i);
 /* Looks a model up by name or alias (NULL if unknown). */
 const vt_model_cfg *vt_model_find(const char *name);
 
-/* Copies cfg into out, applying overrides (<= 0 keeps the default); checks they are valid for the model. */
-int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int num_classes, const char *attn,
-                       const char *ffn, vt_model_cfg *out, vt_err *e);
+/* Overrides with every field set to "keep". */
+vt_model_overrides vt_model_no_overrides(void);
 
-/* Drop-path probability of block i of n under c->drop_path (timm: linspace(0, drop_path, n)[i]). */
+/* Copies cfg into out with the overrides applied, and checks the result (ranges, the family's rules). */
+int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e);
+
+/* Total blocks over the stages. */
+int vt_model_depth(const vt_model_cfg *c);
+
+/* Drop-path probability of block i of n under c's rate (timm: linspace(0, drop_path, n)[i]). */
 float vt_model_drop_path(const vt_model_cfg *c, int i, int n);
 
 /* Builds the model's graph for a batch of B images: declares the input "input" and returns the logits. */
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input);
 
-/* Creates every parameter of the model in P (building a batch-1 graph once) and initialises it with seed. */
+/* Builds the backbone for a batch of B images and returns the number of stage maps put in maps (-1 on error, with
+ * the message in g->err; a family without stage maps is an error). */
+int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input, vt_tensor *maps[VT_MAX_STAGES]);
+
+/* Creates every parameter of the model in P (building a batch-1 graph once), marks weight-decay exclusions with
+ * the family's rule and initialises the values with seed. */
 int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e);
 
-/* ViT / DeiT host (timm VisionTransformer names). */
-vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
-extern const vt_model_table vt_models_vit;
-/* ---- other host families: builder + table, added below this line ---- */
+/* c in its training form (the form train, grad and training benchmarks run). */
+vt_model_cfg vt_model_training_form(const vt_model_cfg *c);
 
-/* DeiT host with FLatten attention (src/models/vit_flatten.c; builder vt_build_vit; unofficial, spec-flatten §6). */
-extern const vt_model_table vt_models_vit_flatten;
-/* GroupMixFormer (official AILab-CVC names: conv_stem, patch_embed_layers, groupmixformer_backbone, norm4, head). */
-vt_tensor *vt_build_groupmixformer(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
-extern const vt_model_table vt_models_groupmixformer;
-/* GroupMixFormer backbone only (no norm4/head): the four stage maps (B, C_i, H/2^(i+2), W/2^(i+2)); -1 on error. */
-int vt_groupmixformer_features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[4]);
+/* Writes into dep the deployed-form parameters of c made from training-form parameters train (the family's
+ * re-parameterisation merge); an error if the family has none. */
+int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e);
 
-/* DeiT hosts with hMHSA + cFFN (src/models/vit_hmhsa_cffn.c; builder vt_build_vit). */
-extern const vt_model_table vt_models_vit_hmhsa_cffn;
-/* SimpleViT with GAP (MSF paper host `SimpleViTflexAtt`; spec-msf §4). */
-vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
-extern const vt_model_table vt_models_simplevit;
+/* Parameters and MACs of a model, in total and per scope (block). */
+typedef struct vt_model_summary {
+    int64_t params, buffers, paper_params, macs; /* paper_params: Linear/Conv weights only (the MSF paper's count) */
+    int nscopes;
+    char (*scope)[VT_NAMELEN]; /* scope names ("" for the top level) */
+    int64_t *scope_params, *scope_macs;
+} vt_model_summary;
 
-/* Refined-ViT host (Refiner_ViT_S/M/L, official Refiner_ViT names). */
-vt_tensor *vt_build_refined_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x);
-extern const vt_model_table vt_models_refined_vit;
+/* Counts c's parameters and MACs for one image (no weights allocated); free with vt_model_summary_free. */
+int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e);
+
+/* Frees what vt_model_summarize allocated. */
+void vt_model_summary_free(vt_model_summary *s);
+
+/* ---- host families (src/models/<family>.c) ---- */
+extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), with any attention and FFN */
+extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
+extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
+extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
 
 #endif

@@ -37,7 +37,7 @@ typedef struct vt_tensor {
     float *grad;           /* NULL when no gradient flows here */
     vt_kind kind;
     int requires_grad;     /* params: 1; activations: 1 if any input requires grad */
-    int no_decay;          /* params: excluded from weight decay (norms, biases, tokens, pos. embeddings) */
+    int no_decay;          /* params: excluded from weight decay (set by the model family's rule) */
     int paper_count;       /* params: counted by a paper's "Linear/Conv weights only" convention */
     int is_i64;            /* buffers: stored as I64 in files (BatchNorm num_batches_tracked) */
     vt_init init;          /* params/buffers: initialisation rule */

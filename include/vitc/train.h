@@ -7,7 +7,7 @@
 #include "vitc/dataset.h"
 #include "vitc/model.h"
 
-/* Loss and parameter gradients on one batch (train mode, no dropout). With steps > 1, runs that many AdamW steps
+/* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1, runs that many AdamW steps
  * (betas 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params) on the batch, writing the loss
  * before each step into losses[0..steps); gradients left in P are those of the last step. */
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
@@ -35,7 +35,7 @@ typedef struct vt_train_opts {
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs). */
 void vt_train_defaults(vt_train_opts *o);
 
-/* Trains on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
+/* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
  * (weights, optimizer state, step, RNG) in run_dir/checkpoint.safetensors; stops on a non-finite loss. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
@@ -44,7 +44,7 @@ typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
 } vt_bench_result;
 
-/* Times forward (or forward+backward+AdamW when train) on random data after warm-up; measures sgemm peak too.
+/* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures sgemm peak too.
  * With profile, prints the time per op type. */
 int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e);
 

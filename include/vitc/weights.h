@@ -16,6 +16,10 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e);
 /* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded). */
 int vt_params_save(const vt_params *P, const char *path, vt_err *e);
 
+/* Saves the loss of the last of `steps` steps as `loss` (and all of them as `losses` when steps > 1) and every
+ * parameter's gradient as `grad/<name>` to path atomically. */
+int vt_params_save_grads(const vt_params *P, const char *path, const float *losses, int steps, vt_err *e);
+
 /* Reads tensor name of f (any dtype, converted to float) into a new vt_alloc'd array *out (free with
  * vt_free). *ndim: on input the required ndim, or -1 for any; on output the tensor's ndim. shape
  * must hold VT_ST_MAXDIM values. */

@@ -19,7 +19,6 @@ __attribute__((noinline)) static int linear_params(vt_graph *g, const char *pref
     *b = bias ? vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z) : NULL;
     if (!*w || (bias && !*b)) return -1;
     (*w)->paper_count = 1;
-    if (*b) (*b)->no_decay = 1;
     return 0;
 }
 
@@ -35,7 +34,6 @@ vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float e
     int c = x->shape[x->ndim - 1];
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
     vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
-    if (w) w->no_decay = b->no_decay = 1;
     return vt_layernorm(g, x, w, b, eps);
 }
 
@@ -50,10 +48,7 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     float bound = 1.0f / sqrtf((float)(cin * k * k));
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound}), *b = NULL;
     if (w) w->paper_count = 1;
-    if (bias) {
-        b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
-        if (b) b->no_decay = 1;
-    }
+    if (bias) b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
     return vt_conv2d(g, x, w, b, stride, pad, groups);
 }
 
@@ -68,7 +63,6 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
     vt_tensor *rv = vt_buffer(g, vt_pname(nm, prefix, "running_var"), 1, &c, VT_INIT_1);
     vt_tensor *nb = vt_buffer(g, vt_pname(nm, prefix, "num_batches_tracked"), 0, &one, VT_INIT_Z);
     if (!w || !b || !rm || !rv || !nb) return NULL;
-    w->no_decay = b->no_decay = 1;
     nb->is_i64 = 1;
     return vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
 }

@@ -45,7 +45,6 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwc.bias"), 1, &d, (vt_init){VT_INIT_UNIFORM, bound});
     if (!scale || !pe || !dw || !db) return NULL;
     dw->paper_count = 1;
-    db->no_decay = 1;
 
     /* focused kernel φ_p((ReLU(·) + 1e-6) / softplus(scale)) on q and on k + positional encoding (fused op) */
     vt_tensor *fq = vt_focus(g, q, NULL, scale, p);
@@ -97,16 +96,4 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n
     }
     vt_tensor *o = vt_flatten_core(g, prefix, q, k, v, H, W, c);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, VT_INIT_W02);
-}
-
-vt_tensor *vt_block_flatten_vit(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias, int lead,
-                                float focusing, int kernel) {
-    if (vt_bad(g, 1, x)) return NULL;
-    const int n = x->ndim == 3 ? x->shape[1] : 0, side = (int)lround(sqrt((double)(n - lead > 0 ? n - lead : 0)));
-    if (x->ndim != 3 || side <= 0 || side * side != n - lead)
-        return vt_fail(g, "flatten", "%s: %d tokens after %d leading token(s) do not form a square grid", prefix,
-                       n - lead, lead);
-    const vt_flatten_cfg c = {.heads = heads, .focusing = focusing, .kernel = kernel, .qkv_style = VT_FLATTEN_Q_KV,
-                              .qkv_bias = qkv_bias};
-    return vt_block_flatten(g, prefix, x, n, side, side, &c);
 }

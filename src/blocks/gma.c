@@ -108,16 +108,6 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), vt_concat(g, cat, 2, 2), C, 1, VT_INIT_W02);
 }
 
-vt_tensor *vt_block_gma_host(vt_graph *g, const char *prefix, vt_tensor *x) {
-    if (vt_bad(g, 1, x)) return NULL;
-    const int N = x->ndim == 3 ? x->shape[1] : 0;
-    int side = (int)lround(sqrt((double)N));
-    if (side < 1 || side * side != N)
-        return vt_fail(g, "gma", "%s: needs a square grid of tokens without a class token (got %d tokens); use a "
-                       "host config with class_token = 0, e.g. vit_fmnist_tiny_gap --attn gma", prefix, N);
-    return vt_block_gma_attn(g, prefix, x, side, side);
-}
-
 vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
@@ -132,7 +122,6 @@ vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, in
     vt_tensor *cb = vt_param(g, vt_pname(nm, prefix, "cpe.proj.bias"), 1, &C, u3);
     if (!cw || !cb) return NULL;
     cw->paper_count = 1;
-    cb->no_decay = 1;
     x = vt_add(g, x, vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, x, 4, smap), cw, cb, 1), 3, stok));
     vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm1"), x, 1e-6f);
     x = vt_block_residual(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W), drop);

@@ -23,7 +23,6 @@ static void conv_params(vt_graph *g, const char *prefix, const char *name, int o
     *w = vt_param(g, vt_pname(nm, pre, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)(in * k * k))});
     *b = vt_param(g, vt_pname(nm, pre, "bias"), 1, &out, VT_INIT_Z);
     if (*w) (*w)->paper_count = 1;
-    if (*b) (*b)->no_decay = 1;
 }
 
 /* IHH on t (B, N, h2, n): depthwise 3x3 over the last gh·gw keys as a (gh, gw) grid, earlier keys copied. */

@@ -64,18 +64,3 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     if (wo) wo->paper_count = 1;
     return vt_linear(g, o, wo, NULL);
 }
-
-vt_tensor *vt_block_msf_vit(vt_graph *g, const char *prefix, vt_tensor *x, const char *attn, int heads) {
-    if (vt_bad(g, 1, x)) return NULL;
-    vt_msf_cfg m = {0};
-    if (vt_msf_parse(attn, &m))
-        return vt_fail(g, "msf", "%s: unknown attention '%s' (msf, msf_g<N>, msf_g<N>_block, orig, orig_g<N>)",
-                       prefix, attn);
-    const int C = x->shape[x->ndim - 1];
-    if (heads <= 0 || C % heads)
-        return vt_fail(g, "msf", "%s: width %d not divisible by %d heads", prefix, C, heads);
-    m.heads = heads;
-    m.dim_head = C / heads;
-    m.timm_init = 1;
-    return vt_block_msf(g, prefix, x, &m);
-}

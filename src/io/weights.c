@@ -192,3 +192,32 @@ int vt_st_read_labels(const vt_st_file *f, const char *name, int32_t **out, int6
     *n = t->numel;
     return 0;
 }
+
+int vt_params_save_grads(const vt_params *P, const char *path, const float *losses, int steps, vt_err *e) {
+    vt_st_out *out = calloc((size_t)P->n + 2, sizeof *out);
+    char(*names)[VT_NAMELEN + 8] = calloc((size_t)P->n + 1, VT_NAMELEN + 8);
+    int n = 0, rc = -1;
+    if (!out || !names) {
+        vt_seterr(e, "out of memory saving %s", path);
+    } else {
+        out[n++] = (vt_st_out){"loss", VT_ST_F32, 0, {0}, &losses[steps - 1]};
+        if (steps > 1) out[n++] = (vt_st_out){"losses", VT_ST_F32, 1, {steps}, losses};
+        for (int i = 0; i < P->n; i++) {
+            const vt_tensor *t = P->t[i];
+            if (t->kind != VT_PARAM) continue;
+            if (!t->grad) {
+                vt_seterr(e, "parameter '%s' has no gradient to save", t->name);
+                goto done;
+            }
+            snprintf(names[i], VT_NAMELEN + 8, "grad/%s", t->name);
+            out[n] = (vt_st_out){names[i], VT_ST_F32, t->ndim, {0}, t->grad};
+            for (int d = 0; d < t->ndim; d++) out[n].shape[d] = t->shape[d];
+            n++;
+        }
+        rc = vt_st_write(path, out, n, NULL, e);
+    }
+done:
+    free(out);
+    free(names);
+    return rc;
+}

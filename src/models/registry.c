@@ -1,71 +1,177 @@
-/* The table of named models and the generic build / init entry points. */
+/* The registry of host families and named models, and the generic model entry points (configure, build, init,
+ * deploy, summaries). Nothing here knows a family by name: families differ only through their hooks. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "vitc/model.h"
+#include "family.h"
 
-/* Every host family's table; add a family with one line here. */
-static const vt_model_table *const tables[] = {
-    &vt_models_vit,
-    &vt_models_groupmixformer,
-    &vt_models_vit_flatten,
-    &vt_models_vit_hmhsa_cffn,
-    &vt_models_refined_vit,
-    &vt_models_simplevit,
+/* Every host family; add a family with one line here. */
+static const vt_family *const families[] = {
+    &vt_family_vit,
+    &vt_family_groupmixformer,
+    &vt_family_refined_vit,
+    &vt_family_simplevit,
 };
-#define NTABLES ((int)(sizeof tables / sizeof tables[0]))
+#define NFAMILIES VT_COUNT(families)
 
 int vt_model_count(void) {
     int n = 0;
-    for (int t = 0; t < NTABLES; t++) n += tables[t]->n;
+    for (int f = 0; f < NFAMILIES; f++) n += families[f]->nmodels;
     return n;
 }
 
 const vt_model_cfg *vt_model_at(int i) {
-    for (int t = 0; t < NTABLES && i >= 0; t++) {
-        if (i < tables[t]->n) return &tables[t]->cfgs[i];
-        i -= tables[t]->n;
+    for (int f = 0; f < NFAMILIES && i >= 0; f++) {
+        if (i < families[f]->nmodels) return &families[f]->models[i];
+        i -= families[f]->nmodels;
     }
     return NULL;
 }
 
 const vt_model_cfg *vt_model_find(const char *name) {
-    for (int i = 0; i < vt_model_count(); i++) {
+    for (int i = 0; name && i < vt_model_count(); i++) {
         const vt_model_cfg *c = vt_model_at(i);
         if (strcmp(c->name, name) == 0 || (c->alias && strcmp(c->alias, name) == 0)) return c;
     }
     return NULL;
 }
-int vt_model_configure(const vt_model_cfg *cfg, int img_size, int in_chans, int num_classes, const char *attn,
-                       const char *ffn, vt_model_cfg *out, vt_err *e) {
-    *out = *cfg;
-    if (img_size > 0) out->img_size = img_size;
-    if (in_chans > 0) out->in_chans = in_chans;
-    if (num_classes > 0) out->num_classes = num_classes;
-    if (attn) out->attn = attn;
-    if (ffn) out->ffn = ffn;
-    if (!(out->crop_pct > 0.0f)) out->crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
-    if (out->img_size < out->img_multiple || out->img_size % out->img_multiple || out->img_size > 4096)
-        return vt_seterr(e, "%s: image size %d must be a positive multiple of %d (at most 4096)", cfg->name,
-                         out->img_size, out->img_multiple);
-    if (out->in_chans > 64 || out->num_classes > 100000)
-        return vt_seterr(e, "%s: %d input channels / %d classes out of range", cfg->name, out->in_chans,
-                         out->num_classes);
+
+vt_model_overrides vt_model_no_overrides(void) {
+    vt_model_overrides o;
+    memset(&o, 0, sizeof o);
+    o.drop_path = -1.0f;
+    return o;
+}
+
+/* Copies the type name [p, p + len) into dst (24 bytes); -1 with a message if it does not fit. */
+static int set_name(char *dst, const char *p, size_t len, const char *model, const char *what, vt_err *e) {
+    if (len == 0 || len >= 24) return vt_seterr(e, "%s: %s type '%.*s' is empty or too long", model, what, (int)len, p);
+    memcpy(dst, p, len);
+    dst[len] = '\0';
     return 0;
 }
 
+/* Sets the stages' attention types from "a" (every stage) or "a,b,c,d" (one per stage). */
+static int set_attn(vt_model_cfg *c, const char *list, vt_err *e) {
+    const int n = c->arch.nstages;
+    if (!strchr(list, ',')) {
+        for (int i = 0; i < n; i++)
+            if (set_name(c->arch.stages[i].attn, list, strlen(list), c->name, "attention", e)) return -1;
+        return 0;
+    }
+    const char *p = list;
+    for (int i = 0; i < n; i++) {
+        const char *end = strchr(p, ',');
+        if (set_name(c->arch.stages[i].attn, p, end ? (size_t)(end - p) : strlen(p), c->name, "attention", e))
+            return -1;
+        if ((!end) != (i + 1 == n))
+            return vt_seterr(e, "%s: --attn '%s' must name one type for all stages or one per stage (%d)", c->name,
+                             list, n);
+        p = end ? end + 1 : p;
+    }
+    return 0;
+}
+
+int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e) {
+    *out = *cfg;
+    vt_arch_cfg *a = &out->arch;
+    const unsigned caps = cfg->family->caps;
+    if (ov->img_size > 0) a->img_size = ov->img_size;
+    if (ov->in_chans > 0) a->in_chans = ov->in_chans;
+    if (ov->num_classes > 0) a->num_classes = ov->num_classes;
+    if (ov->attn && set_attn(out, ov->attn, e)) return -1;
+    if (ov->ffn && set_name(a->ffn, ov->ffn, strlen(ov->ffn), cfg->name, "FFN", e)) return -1;
+    for (int i = 0; i < VT_MAX_STAGES; i++) {
+        if ((ov->dims[i] > 0 || ov->depths[i] > 0 || ov->heads[i] > 0) && i >= a->nstages)
+            return vt_seterr(e, "%s: --dims/--depths/--heads give %d values but the model has %d stage(s)", cfg->name,
+                             i + 1, a->nstages);
+        if (ov->dims[i] > 0) a->stages[i].dim = ov->dims[i];
+        if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
+        if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
+    }
+    if (ov->drop_path >= 0.0f) {
+        if (ov->drop_path > 0.0f && !(caps & VT_CAP_DROP_PATH))
+            return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name, cfg->family->name);
+        a->drop_path = ov->drop_path;
+    }
+    if (ov->apply_transform) {
+        if (!(caps & VT_CAP_APPLY_TRANSFORM))
+            return vt_seterr(e, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
+        a->opts.refiner_apply_transform = 1;
+    }
+    if (ov->train_form) a->train_form = 1;
+    if (ov->crop_pct > 0.0f) out->pre.crop_pct = ov->crop_pct;
+    if (!(out->pre.crop_pct > 0.0f)) out->pre.crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
+    if (a->img_size < 1 || a->img_size > 4096)
+        return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
+    if (a->in_chans > 64 || a->num_classes > 100000)
+        return vt_seterr(e, "%s: %d input channels / %d classes out of range", cfg->name, a->in_chans,
+                         a->num_classes);
+    if (vt_ffn_find(a->ffn) == NULL) {
+        char names[256];
+        return vt_seterr(e, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,
+                         vt_block_type_names(1, names, sizeof names));
+    }
+    for (int i = 0; i < a->nstages; i++)
+        if (vt_attn_find(a->stages[i].attn) == NULL) {
+            char names[256];
+            return vt_seterr(e, "%s: unknown attention type '%s' (%s)", cfg->name, a->stages[i].attn,
+                             vt_block_type_names(0, names, sizeof names));
+        }
+    return cfg->family->check ? cfg->family->check(out, e) : 0;
+}
+
+int vt_model_depth(const vt_model_cfg *c) {
+    int n = 0;
+    for (int i = 0; i < c->arch.nstages; i++) n += c->arch.stages[i].depth;
+    return n;
+}
+
 float vt_model_drop_path(const vt_model_cfg *c, int i, int n) {
-    return n > 1 ? c->drop_path * (float)i / (float)(n - 1) : 0.0f;
+    return n > 1 ? c->arch.drop_path * (float)i / (float)(n - 1) : 0.0f;
+}
+
+vt_attn_ctx vt_stage_attn_ctx(const vt_model_cfg *c, int i, int grid_h, int grid_w, int lead) {
+    const vt_arch_cfg *a = &c->arch;
+    return (vt_attn_ctx){.heads = a->stages[i].heads, .qkv_bias = a->qkv_bias, .grid_h = grid_h, .grid_w = grid_w,
+                         .lead = lead, .ln_eps = a->ln_eps, .winit = VT_INIT_W02, .opts = &a->opts};
+}
+
+vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i) {
+    const vt_arch_cfg *a = &c->arch;
+    return (vt_ffn_ctx){.hidden = (int)((float)a->stages[i].dim * a->stages[i].mlp_ratio),
+                        .train_form = a->train_form, .winit = VT_INIT_W02, .opts = &a->opts};
 }
 
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
-    int s[4] = {B, c->in_chans, c->img_size, c->img_size};
+    int s[4] = {B, c->arch.in_chans, c->arch.img_size, c->arch.img_size};
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
-    vt_tensor *y = c->build(g, c, x);
-    if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != c->num_classes))
+    vt_tensor *y = c->family->build(g, c, x);
+    if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != c->arch.num_classes))
         return vt_fail(g, c->name, "network returned a tensor that is not (B, num_classes)");
     return y;
+}
+
+int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input, vt_tensor *maps[VT_MAX_STAGES]) {
+    for (int i = 0; i < VT_MAX_STAGES; i++) maps[i] = NULL;
+    if (!c->family->features) {
+        vt_fail(g, c->name, "%s models have no stage feature maps", c->family->name);
+        return -1;
+    }
+    int s[4] = {B, c->arch.in_chans, c->arch.img_size, c->arch.img_size};
+    vt_tensor *x = vt_input(g, "input", 4, s);
+    if (input) *input = x;
+    const int n = c->family->features(g, c, x, maps);
+    return g->err.msg[0] ? -1 : n;
+}
+
+int vt_no_decay_default(const vt_tensor *t, const char *const *skip) {
+    if (t->ndim <= 1) return 1;
+    for (int i = 0; skip && skip[i]; i++)
+        if (strcmp(t->name, skip[i]) == 0) return 1;
+    return 0;
 }
 
 int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e) {
@@ -75,6 +181,68 @@ int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_
     int rc = 0;
     if (!y) rc = vt_seterr(e, "%s", g->err.msg);
     vt_graph_free(g);
-    if (rc == 0) vt_params_init(P, seed);
+    if (rc) return rc;
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        if (t->kind == VT_PARAM) t->no_decay = c->family->no_decay ? c->family->no_decay(t) : vt_no_decay_default(t, NULL);
+    }
+    vt_params_init(P, seed);
+    return 0;
+}
+
+vt_model_cfg vt_model_training_form(const vt_model_cfg *c) {
+    vt_model_cfg t = *c;
+    t.arch.train_form = 1;
+    return t;
+}
+
+int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
+    if (!c->family->deploy)
+        return vt_seterr(e, "%s: nothing to deploy (%s models have the same form in training and inference)", c->name,
+                         c->family->name);
+    vt_model_cfg d = *c;
+    d.arch.train_form = 0;
+    if (vt_model_init_params(&d, dep, 0, e)) return -1;
+    return c->family->deploy(&d, train, dep, e);
+}
+
+int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
+    memset(s, 0, sizeof *s);
+    vt_params P = {0};
+    P.shapes_only = 1;
+    vt_graph *g = vt_graph_new(&P, 0, e);
+    int rc = -1;
+    if (g && !vt_model_build(g, c, 1, NULL)) {
+        vt_seterr(e, "%s", g->err.msg);
+    } else if (g) {
+        s->params = vt_params_count(&P, VT_PARAM);
+        s->buffers = vt_params_count(&P, VT_BUFFER);
+        s->paper_params = vt_params_count_paper(&P);
+        s->macs = vt_graph_macs(g);
+        s->scope = calloc((size_t)g->nscopes, sizeof *s->scope);
+        s->scope_params = calloc((size_t)g->nscopes, sizeof *s->scope_params);
+        s->scope_macs = calloc((size_t)g->nscopes, sizeof *s->scope_macs);
+        if (!s->scope || !s->scope_params || !s->scope_macs) {
+            vt_seterr(e, "out of memory");
+        } else {
+            s->nscopes = g->nscopes;
+            for (int i = 0; i < g->nscopes; i++) snprintf(s->scope[i], VT_NAMELEN, "%s", g->scopes[i]);
+            for (int k = 0; k < P.n; k++)
+                if (P.t[k]->kind == VT_PARAM) s->scope_params[P.t[k]->scope] += P.t[k]->numel;
+            for (int k = 0; k < g->nn; k++) s->scope_macs[g->nodes[k]->scope] += g->nodes[k]->macs;
+            rc = 0;
+        }
+    }
+    vt_graph_free(g);
+    for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
+    vt_free(P.t);
+    if (rc) vt_model_summary_free(s);
     return rc;
+}
+
+void vt_model_summary_free(vt_model_summary *s) {
+    free(s->scope);
+    free(s->scope_params);
+    free(s->scope_macs);
+    memset(s, 0, sizeof *s);
 }

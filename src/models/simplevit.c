@@ -5,8 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "vitc/blocks.h"
-#include "vitc/model.h"
+#include "family.h"
 
 /* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)); followed by GELU (fused) when gelu. */
 static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, int out, int gelu) {
@@ -21,20 +20,24 @@ static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, in
     return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
 }
 
-vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
+/* The MSF paper's own attention module (in-module LayerNorm, no biases, PyTorch init), not the block table's. */
+static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
+    const vt_arch_cfg *a = &c->arch;
+    const vt_stage_cfg *st = &a->stages[0];
     vt_msf_cfg m = {0};
-    if (vt_msf_parse(c->attn, &m))
-        return vt_fail(g, "simplevit", "unknown attention type '%s' (msf, orig, msf_g<N>, orig_g<N>[_block])", c->attn);
-    const int B = x->shape[0], C = x->shape[1], Hi = x->shape[2], Wi = x->shape[3], P = c->patch, D = c->embed_dim;
+    if (vt_msf_parse(st->attn, &m))
+        return vt_fail(g, "simplevit", "unknown attention type '%s' (msf, orig, msf_g<N>, orig_g<N>[_block])",
+                       st->attn);
+    const int B = x->shape[0], C = x->shape[1], Hi = x->shape[2], Wi = x->shape[3], P = a->patch, D = st->dim;
     const int gh = Hi / P, gw = Wi / P, N = gh * gw;
     if (Hi % P || Wi % P || D % 4)
         return vt_fail(g, "simplevit", "image %dx%d not divisible by patch %d, or width %d not a multiple of 4", Hi, Wi,
                        P, D);
-    m.heads = c->num_heads;
-    m.dim_head = c->msf.dim_head > 0 ? c->msf.dim_head : D / c->num_heads;
+    m.heads = st->heads;
+    m.dim_head = a->opts.dim_head > 0 ? a->opts.dim_head : D / st->heads;
     m.norm = 1;
-    m.ln_eps = c->ln_eps;
+    m.ln_eps = a->ln_eps;
     char nm[VT_NAMELEN], pre[VT_NAMELEN];
     vt_scope(g, "to_patch_embedding");
     /* (B, C, H, W) → (B, H·W, C) → (B·gh, P, gw, P·C) → (B·gh, gw, P, P·C) → (B, N, (p1·P + p2)·C + c) */
@@ -44,36 +47,47 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
     t = vt_permute(g, vt_reshape(g, t, 4, s4), p4);
     int sp[3] = {B, N, P * P * C};
     t = vt_reshape(g, t, 3, sp);
-    t = vt_layernorm_p(g, "to_patch_embedding.1", t, c->ln_eps);
+    t = vt_layernorm_p(g, "to_patch_embedding.1", t, a->ln_eps);
     t = torch_linear(g, "to_patch_embedding.2", t, D, 0);
-    t = vt_layernorm_p(g, "to_patch_embedding.3", t, c->ln_eps);
+    t = vt_layernorm_p(g, "to_patch_embedding.3", t, a->ln_eps);
     t = vt_add(g, t, vt_posemb_sincos2d(g, gh, gw, D, 10000.0f));
-    const int hidden = (int)(D * c->mlp_ratio);
-    for (int i = 0; i < c->depth; i++) {
+    const int hidden = (int)(D * st->mlp_ratio);
+    for (int i = 0; i < st->depth; i++) {
         snprintf(pre, sizeof pre, "transformer.layers.%d", i);
         vt_scope(g, pre);
         t = vt_residual(g, t, vt_block_msf(g, vt_pname(nm, pre, "0"), t, &m));
         char ff[VT_NAMELEN];
         snprintf(ff, sizeof ff, "transformer.layers.%d.1.net", i);
-        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, c->ln_eps);
+        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, a->ln_eps);
         h = torch_linear(g, vt_pname(nm, ff, "1"), h, hidden, 1); /* Linear → GELU, fused */
         t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D, 0));
     }
     vt_scope(g, "linear_head");
-    t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), c->ln_eps);
-    t = torch_linear(g, "linear_head.1", t, c->num_classes, 0);
-    /* The official recipe (spec-msf §4.4) applies weight decay to every parameter, norms and biases included. */
-    for (int k = 0; g->P && k < g->P->n; k++) g->P->t[k]->no_decay = 0;
-    return t;
+    t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), a->ln_eps);
+    return torch_linear(g, "linear_head.1", t, a->num_classes, 0);
+}
+
+static int check(const vt_model_cfg *c, vt_err *e) {
+    if (c->arch.img_size % c->arch.patch)
+        return vt_seterr(e, "%s: image size %d must be a multiple of the patch size %d", c->name, c->arch.img_size,
+                         c->arch.patch);
+    return 0;
+}
+
+/* The official recipe (spec-msf §4.4) applies weight decay to every parameter, norms and biases included. */
+static int no_decay(const vt_tensor *t) {
+    (void)t;
+    return 0;
 }
 
 
 /* SimpleViT (paper Table 5 sizes; patch 16, 224 px, dim_head 64, MLP 4x, LN eps 1e-5, GAP). */
 #define SVIT(nm, al, d, depth_, h, at, desc)                                                                       \
-    {.name = nm, .alias = al, .family = "simplevit", .build = vt_build_simplevit, .description = desc,            \
-     .img_size = 224, .in_chans = 3, .num_classes = 1000, .img_multiple = 16, .fixed_img = 0, .patch = 16,         \
-     .embed_dim = d, .depth = depth_, .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 0, .ln_eps = 1e-5f,          \
-     .class_token = 0, .attn = at, .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .msf = {64}}
+    {.family = &vt_family_simplevit, .name = nm, .alias = al, .description = desc,                               \
+     .arch = {.img_size = 224, .in_chans = 3, .num_classes = 1000, .patch = 16, .nstages = 1,                     \
+              .stages = {{.dim = d, .depth = depth_, .heads = h, .mlp_ratio = 4.0f, .attn = at}}, .ffn = "mlp",   \
+              .ln_eps = 1e-5f, .opts = {.dim_head = 64}},                                                         \
+     .pre = VT_PRE_IMAGENET}
 
 #define SVIT4(sz, SZ, d, depth_, h, al_orig, al_msf, al_msfg2, al_origg2)                                           \
     SVIT("simplevit_" sz "_orig", al_orig, d, depth_, h, "orig", "SimpleViT-" SZ ", baseline attention"),        \
@@ -83,12 +97,14 @@ vt_tensor *vt_build_simplevit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) 
     SVIT("simplevit_" sz "_orig_g2", al_origg2, d, depth_, h, "orig_g2",                                           \
          "SimpleViT-" SZ ", baseline attention, 2-group interleaved to_qkv")
 
-static const vt_model_cfg simplevit_models[] = {
+static const vt_model_cfg models[] = {
     SVIT4("ti", "Ti", 192, 12, 3, NULL, NULL, NULL, NULL),
     SVIT4("ss", "SS", 384, 6, 6, NULL, NULL, NULL, NULL),
     SVIT4("s", "S", 384, 12, 6, "SimpleViTS_orig", "SimpleViTS_msf", "SimpleViTS_msf-g2", "SimpleViTS_orig-g2"),
     SVIT4("b", "B", 768, 12, 12, NULL, NULL, NULL, NULL),
 };
 
-const vt_model_table vt_models_simplevit = {simplevit_models,
-                                            (int)(sizeof simplevit_models / sizeof simplevit_models[0])};
+const vt_family vt_family_simplevit = {
+    .name = "simplevit", .build = build, .no_decay = no_decay, .check = check, .models = models,
+    .nmodels = VT_COUNT(models),
+};

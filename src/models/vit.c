@@ -1,105 +1,117 @@
 /* ViT / DeiT host with timm's VisionTransformer state_dict names: patch_embed.proj, cls_token, pos_embed,
- * blocks.{i}.{norm1, attn, norm2, mlp}, norm, head. Pre-norm blocks, LayerNorm eps from the config. */
+ * blocks.{i}.{norm1, attn, norm2, mlp}, norm, head. Pre-norm blocks; every block's attention and FFN come from the
+ * block tables (--attn / --ffn), so the five papers' blocks run in this one host. Named models: DeiT, small ViTs for
+ * Fashion-MNIST, and the papers' DeiT variants (FLatten-DeiT-T, DeiT + hMHSA + cFFN). */
 #include <stdio.h>
-#include <string.h>
 
-#include "vitc/blocks.h"
+#include "family.h"
 #include "vitc/dataset.h"
-#include "vitc/model.h"
 
-/* The attention of block `prefix` chosen by the config's attention type. */
-static vt_tensor *attention(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
-    if (strcmp(c->attn, "mhsa") == 0) return vt_block_mhsa(g, prefix, x, c->num_heads, c->qkv_bias);
-    /* ---- other attention types: one line each, added below ---- */
-    if (strcmp(c->attn, "gma") == 0) return vt_block_gma_host(g, prefix, x); /* square grid, no class token */
-    if (strcmp(c->attn, "flatten") == 0)
-        return vt_block_flatten_vit(g, prefix, x, c->num_heads, c->qkv_bias, c->class_token, c->flatten.focusing,
-                                    c->flatten.kernel);
-    if (strcmp(c->attn, "hmhsa") == 0) { /* key grid: the patch tokens; the class token bypasses IHH */
-        const int grid = c->img_size / c->patch;
-        return vt_block_hmhsa(g, prefix, x,
-                              &(vt_hmhsa_cfg){c->num_heads, c->qkv_bias, c->hc.double_heads, grid, grid, c->hc.no_ihh,
-                                              c->hc.no_chh, c->hc.chh_first});
-    }
-    if (strcmp(c->attn, "refiner") == 0) /* MHSA with its map refined by adapt_bn(DLA(.)), no chain */
-        return vt_block_refiner_attn(g, prefix, x, c->num_heads, c->qkv_bias, VT_REFINER_TRANSFORM,
-                                     c->refiner.expand > 0 ? c->refiner.expand : 3.0f, NULL);
-    if (strncmp(c->attn, "msf", 3) == 0 || strncmp(c->attn, "orig", 4) == 0) /* MSF paper: msf*, its baseline orig* */
-        return vt_block_msf_vit(g, prefix, x, c->attn, c->num_heads);
-    return vt_fail(g, "vit", "unknown attention type '%s'", c->attn);
-}
-
-/* The FFN of block `prefix` chosen by the config's FFN type. */
-static vt_tensor *ffn(vt_graph *g, const vt_model_cfg *c, const char *prefix, vt_tensor *x) {
-    if (strcmp(c->ffn, "mlp") == 0) return vt_block_mlp(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio));
-    /* ---- other FFN types: one line each, added below ---- */
-    if (strcmp(c->ffn, "cffn") == 0)
-        return vt_block_cffn(g, prefix, x, (int)(c->embed_dim * c->mlp_ratio),
-                             &(vt_cffn_cfg){c->hc.t, c->hc.r, c->hc.train_form});
-    return vt_fail(g, "vit", "unknown FFN type '%s'", c->ffn);
-}
-
-vt_tensor *vt_build_vit(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
+static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
-    const int B = x->shape[0], D = c->embed_dim, gh = x->shape[2] / c->patch, gw = x->shape[3] / c->patch;
-    const int N = gh * gw, T = N + (c->class_token ? 1 : 0);
+    const vt_arch_cfg *a = &c->arch;
+    const int B = x->shape[0], D = a->stages[0].dim, gh = x->shape[2] / a->patch, gw = x->shape[3] / a->patch;
+    const int N = gh * gw, T = N + (a->class_token ? 1 : 0), depth = a->stages[0].depth;
     char nm[VT_NAMELEN], pre[VT_NAMELEN];
     vt_scope(g, "patch_embed");
-    vt_tensor *t = vt_conv2d_p(g, "patch_embed.proj", x, D, c->patch, c->patch, 0, 1, 1);
+    vt_tensor *t = vt_conv2d_p(g, "patch_embed.proj", x, D, a->patch, a->patch, 0, 1, 1);
     int s3[3] = {B, D, N}, perm[3] = {0, 2, 1};
     t = vt_permute(g, vt_reshape(g, t, 3, s3), perm); /* (B, N, D) */
-    if (c->class_token) {
+    if (a->class_token) {
         int ts[3] = {1, 1, D};
-        vt_tensor *cls = vt_param(g, "cls_token", 3, ts, VT_INIT_W02);
-        if (cls) cls->no_decay = 1;
-        t = vt_prepend_tokens(g, t, cls);
+        t = vt_prepend_tokens(g, t, vt_param(g, "cls_token", 3, ts, VT_INIT_W02));
     }
     int ps[3] = {1, T, D};
-    vt_tensor *pos = vt_param(g, "pos_embed", 3, ps, VT_INIT_W02);
-    if (pos) pos->no_decay = 1;
-    t = vt_add(g, t, pos);
-    for (int i = 0; i < c->depth; i++) {
+    t = vt_add(g, t, vt_param(g, "pos_embed", 3, ps, VT_INIT_W02));
+    const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, a->class_token);
+    const vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, 0);
+    for (int i = 0; i < depth; i++) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
-        vt_tensor *h = attention(g, c, vt_pname(nm, pre, "attn"), vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, c->ln_eps));
-        const float dp = vt_model_drop_path(c, i, c->depth);
-        t = vt_block_residual(g, t, h, dp);
-        h = ffn(g, c, vt_pname(nm, pre, "mlp"), vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, c->ln_eps));
-        t = vt_block_residual(g, t, h, dp);
+        const float dp = vt_model_drop_path(c, i, depth);
+        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
+        t = vt_block_residual(g, t, vt_attn_build(g, a->stages[0].attn, vt_pname(nm, pre, "attn"), h, &actx), dp);
+        h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
+        t = vt_block_residual(g, t, vt_ffn_build(g, a->ffn, vt_pname(nm, pre, "mlp"), h, &fctx), dp);
     }
     vt_scope(g, "head");
-    t = vt_layernorm_p(g, "norm", t, c->ln_eps);
+    t = vt_layernorm_p(g, "norm", t, a->ln_eps);
     int s2[2] = {B, D};
-    if (c->class_token)
+    if (a->class_token)
         t = vt_reshape(g, vt_slice(g, t, 1, 0, 1), 2, s2);
     else
         t = vt_mean(g, t, 1);
-    return vt_linear_p(g, "head", t, c->num_classes, 1, VT_INIT_W02);
+    return vt_linear_p(g, "head", t, a->num_classes, 1, VT_INIT_W02);
 }
 
+static int check(const vt_model_cfg *c, vt_err *e) {
+    const vt_arch_cfg *a = &c->arch;
+    if (a->img_size < a->patch || a->img_size % a->patch)
+        return vt_seterr(e, "%s: image size %d must be a positive multiple of the patch size %d", c->name, a->img_size,
+                         a->patch);
+    return 0;
+}
 
-/* DeiT (timm deit_*_patch16_224): class token, qkv bias, LN eps 1e-6, ImageNet normalisation. */
-#define DEIT(nm, d, h, desc)                                                                                      \
-    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 224, .in_chans = 3,     \
-     .num_classes = 1000, .img_multiple = 16, .fixed_img = 1, .patch = 16, .embed_dim = d, .depth = 12,            \
-     .num_heads = h, .mlp_ratio = 4.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD}
+static int no_decay(const vt_tensor *t) {
+    static const char *const skip[] = {"cls_token", "pos_embed", NULL};
+    return vt_no_decay_default(t, skip);
+}
+
+/* cFFN's re-parameterisation merge (the only difference between the forms in this host). */
+static int deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
+    (void)c;
+    return vt_cffn_deploy(train, dep, 1e-5f, e);
+}
+
+/* DeiT-Ti (timm deit_tiny_patch16_224): the base every model of this family overrides. */
+#define VIT_BASE                                                                                                  \
+    .family = &vt_family_vit,                                                                                     \
+    .arch = {.img_size = 224, .in_chans = 3, .num_classes = 1000, .patch = 16, .nstages = 1,                      \
+             .stages = {{.dim = 192, .depth = 12, .heads = 3, .mlp_ratio = 4.0f, .attn = "mhsa"}}, .ffn = "mlp",  \
+             .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1,                                                    \
+             .opts = {.flatten_q_kv = 1, .focusing = 3.0f, .kernel = 5, .cffn_t = 2.0f / 3.0f, .cffn_r = 2}},      \
+    .pre = VT_PRE_IMAGENET
 
 /* Small ViTs for 28×28 grayscale Fashion-MNIST (patch 4: 7×7 = 49 tokens, patch 7: 4×4 = 16, + class token). */
-#define FMNIST_VIT(nm, p, d, depth_, h, desc)                                                                         \
-    {.name = nm, .family = "vit", .build = vt_build_vit, .description = desc, .img_size = 28, .in_chans = 1,      \
-     .num_classes = 10, .img_multiple = p, .fixed_img = 1, .patch = p, .embed_dim = d, .depth = depth_,            \
-     .num_heads = h, .mlp_ratio = 2.0f, .qkv_bias = 1, .ln_eps = 1e-6f, .class_token = 1, .attn = "mhsa",         \
-     .ffn = "mlp", .mean = VT_FMNIST_MEAN3, .std = VT_FMNIST_STD3, .crop_pct = 1.0f,     \
-     .dataset = "fashion-mnist"}
+#define FMNIST                                                                                                    \
+    .arch.img_size = 28, .arch.in_chans = 1, .arch.num_classes = 10, .arch.patch = 4, .arch.stages[0].heads = 4,  \
+    .arch.stages[0].mlp_ratio = 2.0f,                                                                             \
+    .pre = {.mean = VT_FMNIST_MEAN3, .std = VT_FMNIST_STD3, .crop_pct = 1.0f, .interpolation = "bicubic",          \
+            .dataset = "fashion-mnist"}
 
-static const vt_model_cfg vit_models[] = {
-    DEIT("deit_tiny_patch16_224", 192, 3, "DeiT-Ti (Touvron et al. 2021), timm names"),
-    DEIT("deit_small_patch16_224", 384, 6, "DeiT-S"),
-    DEIT("deit_base_patch16_224", 768, 12, "DeiT-B"),
-    FMNIST_VIT("vit_fmnist_tiny", 4, 64, 4, 4, "ViT for 28x28 Fashion-MNIST: patch 4, D 64, depth 4, 4 heads, MLP 2x"),
-    FMNIST_VIT("vit_fmnist_small", 4, 128, 6, 4, "ViT for 28x28 Fashion-MNIST: patch 4, D 128, depth 6, 4 heads"),
-    FMNIST_VIT("vit_fmnist_p7", 7, 128, 6, 4, "ViT for 28x28 Fashion-MNIST: patch 7 (16 tokens), D 128, depth 6"),
+static const vt_model_cfg models[] = {
+    {VIT_BASE, .name = "deit_tiny_patch16_224", .description = "DeiT-Ti (Touvron et al. 2021), timm names"},
+    {VIT_BASE, .name = "deit_small_patch16_224", .description = "DeiT-S", .arch.stages[0].dim = 384,
+     .arch.stages[0].heads = 6},
+    {VIT_BASE, .name = "deit_base_patch16_224", .description = "DeiT-B", .arch.stages[0].dim = 768,
+     .arch.stages[0].heads = 12},
+    {VIT_BASE, FMNIST, .name = "vit_fmnist_tiny", .arch.stages[0].dim = 64, .arch.stages[0].depth = 4,
+     .description = "ViT for 28x28 Fashion-MNIST: patch 4, D 64, depth 4, 4 heads, MLP 2x"},
+    {VIT_BASE, FMNIST, .name = "vit_fmnist_small", .arch.stages[0].dim = 128, .arch.stages[0].depth = 6,
+     .description = "ViT for 28x28 Fashion-MNIST: patch 4, D 128, depth 6, 4 heads"},
+    {VIT_BASE, FMNIST, .name = "vit_fmnist_p7", .arch.patch = 7, .arch.stages[0].dim = 128,
+     .arch.stages[0].depth = 6, .description = "ViT for 28x28 Fashion-MNIST: patch 7 (16 tokens), D 128, depth 6"},
+    /* No class token (GAP), width a multiple of 10 with 8 heads, so `--attn gma` fits (GMA needs a token grid). */
+    {VIT_BASE, FMNIST, .name = "vit_fmnist_tiny_gap", .arch.stages[0].dim = 80, .arch.stages[0].depth = 4,
+     .arch.stages[0].heads = 8, .arch.class_token = 0,
+     .description = "ViT for 28x28 Fashion-MNIST, no class token (GAP): patch 4, D 80, depth 4, 8 heads; --attn gma"},
+    /* FLatten (Han et al. 2023) in DeiT-Ti. UNOFFICIAL: the FLatten repo has no DeiT model (spec-flatten §6); this
+     * follows the spec's recommendation: PVT-style module (attn.q + attn.kv), a positional encoding over all 197
+     * tokens in every block, and the class token skipping the DWC. */
+    {VIT_BASE, .name = "flatten_deit_tiny", .arch.stages[0].attn = "flatten",
+     .description = "DeiT-Ti + FLatten attention (p 3, DWC 5x5), Han et al. 2023; unofficial DeiT transplant (spec s6)"},
+    /* hMHSA + cFFN (Xu et al. 2023, the paper's "†" rows; spec-hmhsa-cffn §3-4) in every block, t = 2/3, r = 2.
+     * Deployed form by default: deit_tiny 4,680,040 params / 1.02 GMACs; deit_small 17,901,808 / 3.71. */
+    {VIT_BASE, .name = "deit_tiny_hmhsa_cffn", .arch.stages[0].attn = "hmhsa", .arch.ffn = "cffn",
+     .arch.opts.double_heads = 1,
+     .description = "DeiT-Ti + hMHSA (3->6 heads) + cFFN (t 2/3), Xu et al. 2023; deployed form (--train-form: r=2 BN "
+                    "branches)"},
+    {VIT_BASE, .name = "deit_small_hmhsa_cffn", .arch.stages[0].attn = "hmhsa", .arch.ffn = "cffn",
+     .arch.stages[0].dim = 384, .arch.stages[0].heads = 6,
+     .description = "DeiT-S + hMHSA (6 heads, no doubling) + cFFN (t 2/3), Xu et al. 2023; deployed form"},
 };
 
-const vt_model_table vt_models_vit = {vit_models, (int)(sizeof vit_models / sizeof vit_models[0])};
+const vt_family vt_family_vit = {
+    .name = "vit", .build = build, .deploy = deploy, .no_decay = no_decay, .check = check,
+    .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+};

@@ -33,7 +33,8 @@ static double sgemm_peak(void) {
     return best;
 }
 
-int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e) {
+int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e) {
+    const vt_model_cfg tc = train ? vt_model_training_form(cfg) : *cfg, *c = &tc; /* a training step: training form */
     vt_params *P = vt_params_new(e);
     if (!P || vt_model_init_params(c, P, 0, e)) {
         vt_params_free(P);
@@ -55,7 +56,7 @@ int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile
         vt_rng rng;
         vt_rng_seed(&rng, 1);
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
-        for (int b = 0; train && b < batch; b++) labels->data[b] = (float)vt_rng_below(&rng, (uint32_t)c->num_classes);
+        for (int b = 0; train && b < batch; b++) labels->data[b] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
         for (int it = -2; it < iters; it++) { /* two warm-up iterations */
             if (it == 0) {
                 t = now_s();

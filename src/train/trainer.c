@@ -47,8 +47,10 @@ static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothi
 
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e) {
+    vt_model_cfg tc = vt_model_training_form(c);
+    tc.arch.drop_path = 0.0f; /* deterministic gradients: stochastic depth off */
     train_graph t;
-    if (build_train(c, P, B, 0.0f, &t, e)) return -1;
+    if (build_train(&tc, P, B, 0.0f, &t, e)) return -1;
     vt_adamw opt = {0};
     int rc = 0;
     if (steps > 1 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)wd, e)) rc = -1;
@@ -82,9 +84,9 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
                 vt_err *e) {
-    if (ds->h != c->img_size || ds->w != c->img_size || c->in_chans != 1)
-        return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->in_chans,
-                         c->img_size, c->img_size, ds->h, ds->w);
+    if (ds->h != c->arch.img_size || ds->w != c->arch.img_size || c->arch.in_chans != 1)
+        return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->arch.in_chans,
+                         c->arch.img_size, c->arch.img_size, ds->h, ds->w);
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     vt_tensor *x;
@@ -94,8 +96,8 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int b
     int rc = vt_graph_finalize(g, e);
     if (!idx || !lab) rc = vt_seterr(e, "out of memory");
     vt_augment aug = vt_augment_fmnist(0);
-    aug.mean = c->mean[0];
-    aug.std = c->std[0];
+    aug.mean = c->pre.mean[0];
+    aug.std = c->pre.std[0];
     double sl = 0.0;
     int64_t correct = 0;
     for (int s = 0; rc == 0 && s < ds->n; s += batch) {
@@ -103,7 +105,7 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int b
         for (int i = 0; i < batch; i++) idx[i] = s + (i < n ? i : 0); /* pad the last batch, ignore extra rows */
         if ((rc = vt_augment_batch(ds, idx, batch, &aug, NULL, x->data, lab, e))) break;
         vt_graph_forward(g);
-        score(logits->data, lab, n, c->num_classes, &sl, &correct);
+        score(logits->data, lab, n, c->arch.num_classes, &sl, &correct);
     }
     if (rc == 0) {
         *loss = sl / ds->n;
@@ -252,13 +254,14 @@ static int make_dirs(const char *dir, vt_err *e) {
 
 /* ---- the training loop ---- */
 
-int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
+int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
+    const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
     if (strcmp(o->data, "fashion-mnist") != 0)
         return vt_seterr(e, "unknown dataset '%s' (supported: fashion-mnist)", o->data);
-    if (c->in_chans != 1 || c->img_size != 28)
+    if (c->arch.in_chans != 1 || c->arch.img_size != 28)
         return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
-                         c->in_chans, c->img_size, c->img_size);
-    if (c->num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
+                         c->arch.in_chans, c->arch.img_size, c->arch.img_size);
+    if (c->arch.num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
     if (make_dirs(o->run_dir, e)) return -1;
     vt_dataset tr = {0}, te = {0};
@@ -309,8 +312,8 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * spe),
                             (int64_t)o->epochs * spe, 0};
     vt_augment aug = vt_augment_fmnist(o->augment);
-    aug.mean = c->mean[0];
-    aug.std = c->std[0];
+    aug.mean = c->pre.mean[0];
+    aug.std = c->pre.std[0];
     const double t0 = now_s();
     for (; st.epoch < o->epochs; st.epoch++) {
         vt_iota(idx, tr.n);
@@ -338,7 +341,7 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
             st.step++;
             int64_t c0 = 0;
             double l0 = 0.0;
-            score(t.logits->data, lab, B, c->num_classes, &l0, &c0);
+            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0);
             correct += c0;
             lsum += loss;
             if ((i + 1) % o->log_every == 0 || i + 1 == spe) {

@@ -1,0 +1,29 @@
+/* Shared by the family files (src/models/<family>.c), not part of the public API. A family writes its named models
+ * as one base initializer plus the fields each model changes (timm's `model_args = dict(...)`), so a later field
+ * overrides the base's on purpose. */
+#ifndef VITC_MODELS_FAMILY_H
+#define VITC_MODELS_FAMILY_H
+
+#include "vitc/model.h"
+
+#pragma GCC diagnostic ignored "-Woverride-init" /* named configs override their family base on purpose */
+
+/* timm's default pretrained cfg for ImageNet-1k models. */
+#define VT_PRE_IMAGENET                                                                                           \
+    {.mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .crop_pct = 0.875f, .interpolation = "bicubic",              \
+     .dataset = "imagenet-1k"}
+
+/* Number of entries of a static table. */
+#define VT_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* timm's rule for weight decay: no decay on 1-D parameters (biases, norms) and on the names in skip (NULL-ended). */
+int vt_no_decay_default(const vt_tensor *t, const char *const *skip);
+
+/* Stage i's context for its attention modules (heads, qkv bias, LayerNorm eps, options), on a grid_h × grid_w token
+ * grid after `lead` leading tokens; the host fills in what is specific to it (layout, windows, ...). */
+vt_attn_ctx vt_stage_attn_ctx(const vt_model_cfg *c, int i, int grid_h, int grid_w, int lead);
+
+/* Stage i's context for its FFNs (hidden width from the stage's MLP ratio, form, options). */
+vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i);
+
+#endif
