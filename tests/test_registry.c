@@ -1,0 +1,128 @@
+/* The registry sweep (timm's test_models backward sweep): every registered model, shrunk to one block per stage
+ * (two for the Refiner's plain/shared pairs) at the smallest image size it accepts, builds its train and eval
+ * graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite outputs, and gives every
+ * parameter a non-zero gradient except those zero by construction, listed below with the reason. */
+#include <fnmatch.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+#include <string.h>
+
+#include "test.h"
+#include "vitc/model.h"
+#include "vitc/optim.h"
+
+/* Parameters whose gradient is exactly zero in a train graph by construction (model and parameter patterns). */
+static const struct {
+    const char *model, *param, *why;
+} zero_ok[] = {
+    {"groupmixformer_*", "conv_stem.proj[12].bias", "a conv bias followed by a train-mode BatchNorm"},
+    {"groupmixformer_*", "groupmixformer_backbone.3.gma_stage.*.mlp.fc2.bias",
+     "the last block's fc2 bias reaches norm4, a train-mode BatchNorm, only as a per-channel shift"},
+    {"*hmhsa*", "blocks.*.attn.chh.bias", "a per-head constant on every logit of a row, cancelled by the softmax"},
+    {"*hmhsa_cffn", "blocks.*.mlp.fc2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode BatchNorm"},
+    {"flatten_deit_tiny", "blocks.0.attn.dwc.*", "the last block's DWC never reaches the class token's head"},
+    {"refiner_vit_*_dense", "aux_head.*", "the token-labelling head is not in train graphs (class head only)"},
+    {"refiner_vit_*", "blocks.1.attn.DLA.bn3.bias", "adapt_bn (train-mode BatchNorm) removes per-channel shifts"},
+};
+
+static int zero_allowed(const char *model, const char *param) {
+    for (size_t i = 0; i < sizeof zero_ok / sizeof zero_ok[0]; i++)
+        if (!fnmatch(zero_ok[i].model, model, 0) && !fnmatch(zero_ok[i].param, param, 0)) return 1;
+    return 0;
+}
+
+/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size. */
+static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
+    static const int sizes[] = {28, 32, 64, 96, 224};
+    vt_model_overrides ov = vt_model_no_overrides();
+    for (int depth = 1; depth <= 2; depth++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
+            for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;
+            ov.img_size = sizes[k];
+            vt_err e1 = {{0}};
+            vt_model_summary s;
+            if (vt_model_configure(base, &ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
+                vt_model_summary_free(&s);
+                return 0;
+            }
+        }
+    ov.img_size = 0;
+    return vt_model_configure(base, &ov, c, e);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sweep_one(vt_test *T, const vt_model_cfg *base) {
+    const double t0 = now_s();
+    vt_err e = {{0}};
+    vt_model_cfg c0;
+    if (shrink(base, &c0, &e)) {
+        T_CHECK(T, 0, "%s: no small configuration builds: %s", base->name, e.msg);
+        return;
+    }
+    const vt_model_cfg c = vt_model_training_form(&c0);
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = NULL, *ge = NULL;
+    vt_adamw opt = {0};
+    int ok = P && vt_model_init_params(&c, P, 3, &e) == 0;
+    const int B = 2;
+    vt_tensor *x = NULL, *xe = NULL, *y = NULL, *ye = NULL, *lab = NULL;
+    if (ok) {
+        g = vt_graph_new(P, 1, &e);
+        y = vt_model_build(g, &c, B, &x);
+        lab = vt_input(g, "labels", 1, &B);
+        vt_graph_set_loss(g, vt_cross_entropy(g, y, lab, 0.0f));
+        vt_graph_output(g, y);
+        ok = vt_graph_finalize(g, &e) == 0 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, 0.05f, &e) == 0;
+    }
+    if (ok) {
+        ge = vt_graph_new(P, 0, &e);
+        ye = vt_model_build(ge, &c, B, &xe);
+        vt_graph_output(ge, ye);
+        ok = vt_graph_finalize(ge, &e) == 0;
+    }
+    T_CHECK(T, ok, "%s (img %d): train and eval graphs build: %s", c.name, c.arch.img_size, e.msg);
+    if (ok) {
+        vt_rng r;
+        vt_rng_seed(&r, 11);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = xe->data[i] = vt_rng_normal(&r);
+        for (int b = 0; b < B; b++) lab->data[b] = (float)(b % c.arch.num_classes);
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        int zero = 0, nonfinite = !isfinite(g->loss->data[0]);
+        for (int i = 0; i < P->n; i++) {
+            const vt_tensor *t = P->t[i];
+            if (t->kind != VT_PARAM) continue;
+            int nz = 0;
+            for (int64_t j = 0; j < t->numel; j++) {
+                nz |= t->grad[j] != 0.0f;
+                nonfinite |= !isfinite(t->grad[j]);
+            }
+            if (!nz && !zero_allowed(c.name, t->name)) {
+                T_CHECK(T, 0, "%s: parameter %s gets no gradient", c.name, t->name);
+                zero++;
+            }
+        }
+        vt_adamw_step(&opt, 1e-3f);
+        vt_graph_forward(ge);
+        for (int64_t i = 0; i < ye->numel; i++) nonfinite |= !isfinite(ye->data[i]);
+        T_CHECK(T, !nonfinite, "%s: loss, gradients and eval logits after a step are finite", c.name);
+        T_CHECK(T, zero == 0, "%s: %d parameters without gradient", c.name, zero);
+    }
+    if (getenv("VITC_SWEEP_TIMES")) fprintf(stderr, "%-28s img %3d %6.2f s\n", c.name, c.arch.img_size, now_s() - t0);
+    vt_adamw_free(&opt);
+    vt_graph_free(g);
+    vt_graph_free(ge);
+    vt_params_free(P);
+}
+
+void test_registry(vt_test *T) {
+    T_CHECK(T, vt_model_count() > 0, "models registered");
+    for (int i = 0; i < vt_model_count(); i++) sweep_one(T, vt_model_at(i));
+}
