@@ -99,6 +99,18 @@ vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale);
 /* MSF attention (Kobayashi 2024) on packed qkvp (B, N, 4·C) (chunks q, k, v, p; head h takes channels
  * [h·dh, (h+1)·dh) of each): softmax(scale·(q·kᵀ − 0.5‖k‖²))·v − p per head -> (B, N, C). */
 vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale);
+/* Arguments of vt_attention_ex. Channel offsets: queries (and the MSF probe) in q, keys and values in kv. */
+typedef struct vt_attn_args {
+    int heads, dim;                    /* dim = heads·dh channels per range; output (B, N, dim) */
+    int q_off, k_off, v_off, p_off;    /* head h of a range at offset o takes channels o + h·dh + [0, dh) */
+    float scale;                       /* logits = scale·q·kᵀ (msf: scale·(q·kᵀ − 0.5‖k‖²)) */
+    int msf;                           /* 1: MSF Gaussian-kernel logits and o = P·v − p (probe p in q at p_off) */
+    vt_tensor *bias;                   /* NULL, or added to the logits: (H, N, M) shared, or (B, H, N, M) */
+    vt_tensor *mask;                   /* NULL, or constant (nW, N, M) added to batch entry b as mask[b % nW] */
+} vt_attn_args;
+/* General fused attention: q (B, N, Lq), kv (B, M, Lkv) or NULL (kv = q, self-attention on a packed projection);
+ * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). The mask gets no gradient. */
+vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_attn_args *a);
 
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
 
