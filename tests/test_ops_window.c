@@ -385,6 +385,7 @@ static const gc_case fd_cases[] = {
     {.name = "patch_merge_1x1", .nx = 1, .ndim = {4}, .shape = {{2, 1, 1, 3}}, .build = b_pm},
     {.name = "patchify_p2", .nx = 1, .ndim = {4}, .shape = {{2, 4, 6, 3}}, .build = b_pf, .ia = {2}},
     {.name = "patchify_p3_nonsquare", .nx = 1, .ndim = {4}, .shape = {{1, 3, 9, 2}}, .build = b_pf, .ia = {3}},
+    {.name = "patchify_p4", .nx = 1, .ndim = {4}, .shape = {{1, 4, 8, 3}}, .build = b_pf, .ia = {4}},
     {.name = "patchify_p1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 3, 2}}, .build = b_pf, .ia = {1}},
 };
 

@@ -182,6 +182,11 @@ int vt_window_shift_mask_fill(float *mask, int Hp, int Wp, int wh, int ww, int s
     for (int w = 0; w < nW; w++) {
         const int Y0 = w / nWw * wh, X0 = w % nWw * ww;
         float *m = mask + (size_t)w * N * N;
+        /* labels never decrease along an axis: a window with equal labels at its corners is one region */
+        if (region(Y0, &rows) == region(Y0 + wh - 1, &rows) && region(X0, &cols) == region(X0 + ww - 1, &cols)) {
+            memset(m, 0, sizeof(float) * (size_t)N * N);
+            continue;
+        }
         for (int yi = 0; yi < wh; yi++) {
             const int ri = region(Y0 + yi, &rows);
             for (int xi = 0; xi < ww; xi++) {
@@ -352,8 +357,8 @@ vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x) {
 
 /* ---- non-overlapping patches: (B, H, W, C) -> (B, (H/p)·(W/p), C·p·p), order (c, ky, kx) in a patch ----
  * The layout of a PyTorch Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p), so a k = s = p convolution is a
- * vt_linear on the result. Each patch is a (p·p) × C -> C × (p·p) transpose; the patch's p rows of p·C floats
- * stay in L1 while the output is written in order. */
+ * vt_linear on the result. Each patch is a (p·p) × C -> C × (p·p) transpose whose p rows of p·C floats stay in
+ * L1; the loop order depends on p (long kx runs for p >= 4, C-long runs otherwise). */
 
 typedef struct {
     int B, H, W, C, p, Ho, Wo;
@@ -369,15 +374,26 @@ static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
         for (int px = 0; px < Wo; px++) {
             float *pt = pat + ((size_t)r * Wo + px) * pp * C;
             float *m0 = map + (size_t)r * p * rowf + (size_t)px * p * C;
-            for (int c = 0; c < C; c++) {
-                float *d = pt + (size_t)c * pp;
-                for (int ky = 0; ky < p; ky++) {
-                    float *mr = m0 + ky * rowf + c, *dr = d + (size_t)ky * p;
-                    if (fwd)
-                        for (int kx = 0; kx < p; kx++) dr[kx] = mr[(size_t)kx * C];
-                    else
-                        for (int kx = 0; kx < p; kx++) mr[(size_t)kx * C] += dr[kx];
+            if (p >= 4) { /* per channel: p² strided reads, p² contiguous writes */
+                for (int c = 0; c < C; c++) {
+                    float *d = pt + (size_t)c * pp;
+                    for (int ky = 0; ky < p; ky++) {
+                        float *mr = m0 + ky * rowf + c, *dr = d + (size_t)ky * p;
+                        if (fwd)
+                            for (int kx = 0; kx < p; kx++) dr[kx] = mr[(size_t)kx * C];
+                        else
+                            for (int kx = 0; kx < p; kx++) mr[(size_t)kx * C] += dr[kx];
+                    }
                 }
+            } else { /* short kx loops: per tap, C contiguous reads and writes strided by p² (measured 2x faster) */
+                for (int ky = 0; ky < p; ky++)
+                    for (int kx = 0; kx < p; kx++) {
+                        float *mr = m0 + ky * rowf + (size_t)kx * C, *dr = pt + ky * p + kx;
+                        if (fwd)
+                            for (int c = 0; c < C; c++) dr[(size_t)c * pp] = mr[c];
+                        else
+                            for (int c = 0; c < C; c++) mr[c] += dr[(size_t)c * pp];
+                    }
             }
         }
     }
