@@ -1,8 +1,8 @@
 /* vt_attention_ex (src/ops/attention.c), the general fused attention: equality with the plain op chain
  * (vt_slice / vt_split_heads / vt_matmul / vt_add / vt_softmax / vt_merge_heads; forward and every gradient, train and
  * eval graphs) for separate q and kv with M ≠ N, CSwin-style channel offsets, bias shared and per batch entry, masks
- * with nW > 1, MSF with bias and mask; finite-difference gradients on small and edge shapes (N = 1, M = 1, odd sizes);
- * huge negative logits; and the builder's errors. */
+ * with nW > 1 (0 / −100), MSF with bias and mask, huge negative logits (−1e30, −3e38); finite-difference gradients
+ * on small and edge shapes (N = 1, M = 1, odd sizes; masks from vt_window_shift_mask); the builder's errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,7 @@ typedef struct {
     int nW;                      /* 0: no mask; else a (nW, N, M) mask */
     float scale;
     int huge;                    /* bias with −1e30 entries (a whole row for head 0) */
+    int sm[6];                   /* FD cases: the mask is vt_window_shift_mask(Hp, Wp, wh, ww, sh, sw) (sm[0] > 0) */
 } acase;
 
 static int keys(const acase *c) { return c->Lkv ? c->M : c->N; }
@@ -39,7 +40,7 @@ static void fill_bias(float *d, int64_t n, const acase *c) {
     for (int64_t i = 3; i < n; i += 5) d[i] = (i % 2) ? -1e30f : -3e38f;
 }
 
-/* Operands: x0 = q, then kv (if separate), bias (if any), mask (if any, not differentiated). */
+/* Operands: x0 = q, then kv (if separate), bias (if any), mask (if any and not a shift-mask op; not differentiated). */
 static int operands(const acase *c, int *ndim, int shape[][VT_MAXDIM]) {
     int k = 0;
     const int M = keys(c);
@@ -48,7 +49,7 @@ static int operands(const acase *c, int *ndim, int shape[][VT_MAXDIM]) {
     if (c->Lkv) ndim[k] = 3, shape[k][0] = c->B, shape[k][1] = c->M, shape[k][2] = c->Lkv, k++;
     if (c->bias == 1) ndim[k] = 3, shape[k][0] = c->H, shape[k][1] = c->N, shape[k][2] = M, k++;
     if (c->bias == 2) ndim[k] = 4, shape[k][0] = c->B, shape[k][1] = c->H, shape[k][2] = c->N, shape[k][3] = M, k++;
-    if (c->nW) ndim[k] = 3, shape[k][0] = c->nW, shape[k][1] = c->N, shape[k][2] = M, k++;
+    if (c->nW && !c->sm[0]) ndim[k] = 3, shape[k][0] = c->nW, shape[k][1] = c->N, shape[k][2] = M, k++;
     return k;
 }
 
@@ -58,7 +59,7 @@ static void split_operands(const acase *c, vt_tensor **x, vt_tensor **q, vt_tens
     *q = x[k++];
     *kv = c->Lkv ? x[k++] : NULL;
     *bias = c->bias ? x[k++] : NULL;
-    *mask = c->nW ? x[k++] : NULL;
+    *mask = c->nW && !c->sm[0] ? x[k++] : NULL;
 }
 
 static vt_tensor *fused(vt_graph *g, const acase *c, vt_tensor *q, vt_tensor *kv, vt_tensor *bias, vt_tensor *mask) {
@@ -168,34 +169,32 @@ static void check_equal(vt_test *T, const acase *c) {
     free(o1), free(o2), free(g1), free(g2);
 }
 
-static const acase *gc_cur; /* the case gc_run is building (its fill and build read it) */
+/* A finite-difference case: gc_run hands build() the gc_case, the first member. */
+typedef struct {
+    gc_case gc;
+    acase a;
+} fd_case;
 
 static vt_tensor *b_gc(vt_graph *g, vt_tensor **x, const gc_case *gc) {
-    (void)gc;
-    const acase *c = gc_cur;
+    const acase *c = &((const fd_case *)(const void *)gc)->a;
     vt_tensor *q, *kv, *bias, *mask;
     split_operands(c, x, &q, &kv, &bias, &mask);
+    if (c->sm[0]) mask = vt_window_shift_mask(g, c->sm[0], c->sm[1], c->sm[2], c->sm[3], c->sm[4], c->sm[5]);
     return fused(g, c, q, kv, bias, mask);
 }
 
-/* Values in [−1, 1) spaced by 1/14.5 (distinct logits), the mask operand (the last) of 0 / −100. */
+/* Values in [−1, 1) spaced by 1/14.5 (distinct logits). */
 static void gc_fill(float *d, int64_t n, int which, vt_rng *r) {
     (void)r;
-    int ndim[GC_MAXX], shape[GC_MAXX][VT_MAXDIM];
-    if (gc_cur->nW && which == operands(gc_cur, ndim, shape) - 1) {
-        fill_mask(d, gc_cur);
-        return;
-    }
     for (int64_t i = 0; i < n; i++) d[i] = (float)((i * 7919 + which * 131) % 29) / 14.5f - 1.0f;
 }
 
 static void check_fd(vt_test *T, const acase *tab, int n) {
     for (int i = 0; i < n; i++) {
-        const acase *c = gc_cur = &tab[i];
-        gc_case gc = {.name = c->name, .build = b_gc, .fill = gc_fill};
-        gc.nx = operands(c, gc.ndim, gc.shape);
-        if (c->nW) gc.nograd[gc.nx - 1] = 1;
-        gc_run(T, &gc);
+        fd_case f = {.gc = {.name = tab[i].name, .build = b_gc, .fill = gc_fill}, .a = tab[i]};
+        f.gc.nx = operands(&f.a, f.gc.ndim, f.gc.shape);
+        if (f.a.nW && !f.a.sm[0]) f.gc.nograd[f.gc.nx - 1] = 1;
+        gc_run(T, &f.gc);
     }
 }
 
@@ -230,32 +229,33 @@ static void check_errors(vt_test *T) {
 }
 
 void test_ops_attention_ex(vt_test *T) {
-    /*  name                B   N   M  Lq  Lkv H dim q_off k_off v_off p_off msf bias nW scale huge */
+    /*  name                B   N   M  Lq  Lkv H dim q_off k_off v_off p_off msf bias nW scale huge (sm) */
     static const acase eq[] = {
-        {"sep_kv_M<N", 2, 17, 9, 24, 48, 3, 24, 0, 0, 24, 0, 0, 0, 0, 0.35f, 0},  /* PVT spatial reduction */
-        {"sep_kv_M>N", 3, 5, 11, 30, 20, 2, 10, 20, 10, 0, 0, 0, 0, 0, 0.5f, 0},  /* offsets in both, v before k */
-        {"cswin_offsets", 2, 13, 13, 48, 0, 2, 8, 8, 24, 40, 0, 0, 0, 0, 0.5f, 0}, /* channels [C/2, C) of q, k, v */
-        {"bias_shared", 6, 9, 9, 36, 0, 3, 12, 0, 12, 24, 0, 0, 1, 0, 0.3f, 0},
-        {"bias_batched", 4, 7, 5, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0},
-        {"mask_nW3", 6, 16, 16, 48, 0, 4, 16, 0, 16, 32, 0, 0, 1, 3, 0.4f, 0},    /* Swin: windows = batch */
-        {"mask_nW2_h1", 2, 9, 9, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 2, 0.4f, 0},  /* one head */
-        {"bias_serial", 1, 11, 7, 4, 8, 1, 4, 0, 0, 4, 0, 0, 1, 0, 0.6f, 0},      /* B·H = 1: heads in turn, rows split */
-        {"msf_bias_mask", 4, 9, 9, 32, 0, 2, 8, 0, 8, 16, 24, 1, 1, 2, 0.5f, 0},
-        {"msf_sep_kv", 2, 6, 4, 16, 16, 2, 8, 8, 0, 8, 0, 1, 2, 0, 0.5f, 0},      /* probe in q before the queries */
-        {"shared_qk", 2, 7, 7, 16, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0.5f, 0},        /* q and k the same channels */
-        {"huge_negative", 4, 6, 6, 12, 0, 2, 4, 0, 4, 8, 0, 0, 2, 2, 1.0f, 1},
-        {"n1_m1", 3, 1, 1, 9, 0, 1, 3, 0, 3, 6, 0, 0, 1, 3, 1.0f, 0},
+        {"sep_kv_M<N", 2, 17, 9, 24, 48, 3, 24, 0, 0, 24, 0, 0, 0, 0, 0.35f, 0, {0}},  /* PVT spatial reduction */
+        {"sep_kv_M>N", 3, 5, 11, 30, 20, 2, 10, 20, 10, 0, 0, 0, 0, 0, 0.5f, 0, {0}},  /* offsets in both, v before k */
+        {"cswin_offsets", 2, 13, 13, 48, 0, 2, 8, 8, 24, 40, 0, 0, 0, 0, 0.5f, 0, {0}}, /* channels [C/2, C) of q, k, v */
+        {"bias_shared", 6, 9, 9, 36, 0, 3, 12, 0, 12, 24, 0, 0, 1, 0, 0.3f, 0, {0}},
+        {"bias_batched", 4, 7, 5, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
+        {"mask_nW3", 6, 16, 16, 48, 0, 4, 16, 0, 16, 32, 0, 0, 1, 3, 0.4f, 0, {0}},    /* Swin: windows = batch */
+        {"mask_nW2_h1", 2, 9, 9, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 2, 0.4f, 0, {0}},  /* one head */
+        {"bias_serial", 1, 11, 7, 4, 8, 1, 4, 0, 0, 4, 0, 0, 1, 0, 0.6f, 0, {0}},      /* B·H = 1: heads in turn, rows split */
+        {"msf_bias_mask", 4, 9, 9, 32, 0, 2, 8, 0, 8, 16, 24, 1, 1, 2, 0.5f, 0, {0}},
+        {"msf_sep_kv", 2, 6, 4, 16, 16, 2, 8, 8, 0, 8, 0, 1, 2, 0, 0.5f, 0, {0}},      /* probe in q before the queries */
+        {"shared_qk", 2, 7, 7, 16, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0.5f, 0, {0}},        /* q and k the same channels */
+        {"huge_negative", 4, 6, 6, 12, 0, 2, 4, 0, 4, 8, 0, 0, 2, 2, 1.0f, 1, {0}},
+        {"n1_m1", 3, 1, 1, 9, 0, 1, 3, 0, 3, 6, 0, 0, 1, 3, 1.0f, 0, {0}},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
     static const acase fd[] = {
-        {"fd_sep_kv", 2, 5, 3, 6, 12, 2, 6, 0, 0, 6, 0, 0, 0, 0, 0.5f, 0},
-        {"fd_offsets", 1, 4, 4, 12, 0, 2, 2, 2, 6, 10, 0, 0, 0, 0, 0.7f, 0},
-        {"fd_bias_shared_mask", 4, 3, 3, 12, 0, 2, 4, 0, 4, 8, 0, 0, 1, 2, 0.5f, 0},
-        {"fd_bias_batched", 2, 3, 5, 4, 8, 2, 4, 0, 4, 0, 0, 0, 2, 0, 0.5f, 0},
-        {"fd_msf_bias_mask", 2, 4, 4, 16, 0, 1, 4, 0, 4, 8, 12, 1, 1, 2, 0.5f, 0},
-        {"fd_msf_sep", 2, 3, 2, 8, 8, 2, 4, 0, 0, 4, 4, 1, 2, 0, 0.5f, 0},
-        {"fd_n1", 1, 1, 1, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 1, 1.0f, 0},
-        {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0},
+        {"fd_sep_kv", 2, 5, 3, 6, 12, 2, 6, 0, 0, 6, 0, 0, 0, 0, 0.5f, 0, {0}},
+        {"fd_offsets", 1, 4, 4, 12, 0, 2, 2, 2, 6, 10, 0, 0, 0, 0, 0.7f, 0, {0}},
+        {"fd_bias_shared_mask", 4, 4, 4, 12, 0, 2, 4, 0, 4, 8, 0, 0, 1, 2, 0.5f, 0, {4, 2, 2, 2, 1, 1}},
+        {"fd_bias_batched", 2, 3, 5, 4, 8, 2, 4, 0, 4, 0, 0, 0, 2, 0, 0.5f, 0, {0}},
+        {"fd_msf_bias_mask", 2, 4, 4, 16, 0, 1, 4, 0, 4, 8, 12, 1, 1, 2, 0.5f, 0, {4, 2, 2, 2, 1, 1}},
+        {"fd_msf_sep", 2, 3, 2, 8, 8, 2, 4, 0, 0, 4, 4, 1, 2, 0, 0.5f, 0, {0}},
+        {"fd_n1", 1, 1, 1, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 1, 1.0f, 0, {1, 1, 1, 1, 0, 0}},
+        {"fd_mask_operand", 2, 3, 3, 6, 0, 1, 2, 0, 2, 4, 0, 0, 0, 2, 0.8f, 0, {0}},  /* a mask parameter (no gradient) */
+        {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0, {0}},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);
