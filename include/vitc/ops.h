@@ -99,6 +99,18 @@ vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale);
 /* MSF attention (Kobayashi 2024) on packed qkvp (B, N, 4·C) (chunks q, k, v, p; head h takes channels
  * [h·dh, (h+1)·dh) of each): softmax(scale·(q·kᵀ − 0.5‖k‖²))·v − p per head -> (B, N, C). */
 vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale);
+/* Arguments of vt_attention_ex. Channel offsets: queries (and the MSF probe) in q, keys and values in kv. */
+typedef struct vt_attn_args {
+    int heads, dim;                    /* dim = heads·dh channels per range; output (B, N, dim) */
+    int q_off, k_off, v_off, p_off;    /* head h of a range at offset o takes channels o + h·dh + [0, dh) */
+    float scale;                       /* logits = scale·q·kᵀ (msf: scale·(q·kᵀ − 0.5‖k‖²)) */
+    int msf;                           /* 1: MSF Gaussian-kernel logits and o = P·v − p (probe p in q at p_off) */
+    vt_tensor *bias;                   /* NULL, or added to the logits: (H, N, M) shared, or (B, H, N, M) */
+    vt_tensor *mask;                   /* NULL, or constant (nW, N, M) added to batch entry b as mask[b % nW] */
+} vt_attn_args;
+/* General fused attention: q (B, N, Lq), kv (B, M, Lkv) or NULL (kv = q, self-attention on a packed projection);
+ * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). The mask gets no gradient. */
+vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_attn_args *a);
 
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
 
@@ -121,5 +133,31 @@ vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperat
 /* ---- maxreduce.c ---- */
 /* Maximum over `axis` (removed from the shape); the gradient goes to the first arg-max (torch.max(dim)). */
 vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis);
+
+/* ---- window.c (Swin, CSwin, PVT gathers; 0 MACs) ---- */
+/* x (B, H, W, C) zero-padded at the bottom/right to multiples of (wh, ww), rolled by (−sh, −sw) (torch.roll), cut
+ * into windows -> (B·nWh·nWw, wh·ww, C), windows ordered (image, row, col), tokens row-major; 0 <= sh < Hp etc. */
+vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw);
+/* Inverse of vt_window_partition for an H×W map: windows (B·nW, wh·ww, C) -> (B, H, W, C) (rolled back by
+ * (+sh, +sw), padding cropped). Rectangular windows are CSwin's stripes, e.g. (H, 1) or (2, W). */
+vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, int ww, int sh, int sw);
+/* Constant Swin shift mask (nW, wh·ww, wh·ww) for the padded Hp×Wp map: 0 for token pairs of the same region,
+ * −100 otherwise (regions as Microsoft's/torchvision's attn_mask; see vt_window_shift_mask_fill). No inputs. */
+vt_tensor *vt_window_shift_mask(vt_graph *g, int Hp, int Wp, int wh, int ww, int sh, int sw);
+/* Fills the Swin shift mask (nW·N·N floats, N = wh·ww) into mask; returns -1 (nothing written) when Hp, Wp are not
+ * positive multiples of wh, ww or a shift is outside [0, Hp) x [0, Wp). */
+int vt_window_shift_mask_fill(float *mask, int Hp, int Wp, int wh, int ww, int sh, int sw);
+/* Swin relative position bias: table ((2wh−1)(2ww−1), H) -> (H, N, N), N = wh·ww, bias[h, i, j] = table[idx(i, j), h]
+ * with the canonical idx (see vt_rel_pos_index_fill); backward scatter-adds into the table's gradient. */
+vt_tensor *vt_rel_pos_bias(vt_graph *g, vt_tensor *table, int wh, int ww);
+/* Fills Swin's relative_position_index (N×N floats, N = wh·ww): (y_i − y_j + wh − 1)·(2ww − 1) + x_i − x_j + ww − 1
+ * for tokens i = y_i·ww + x_i. */
+void vt_rel_pos_index_fill(float *idx, int wh, int ww);
+/* Swin patch merging gather: x (B, H, W, C) -> (B, ⌈H/2⌉·⌈W/2⌉, 4C), blocks x[0::2, 0::2], x[1::2, 0::2],
+ * x[0::2, 1::2], x[1::2, 1::2] per output token (zeros past an odd edge, as torchvision pads). */
+vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x);
+/* Non-overlapping p×p patches of x (B, H, W, C) (H, W multiples of p) -> (B, (H/p)·(W/p), C·p·p) in (c, ky, kx)
+ * order: vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is the stride-p convolution. */
+vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p);
 
 #endif

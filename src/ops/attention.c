@@ -1,81 +1,205 @@
-/* Fused multi-head softmax attention on a packed projection (timm layout), equal to the plain composition
- * split_heads → matmul(q, kᵀ)·scale → softmax → matmul(·, v) → merge_heads (tests/test_ops_attention.c checks it),
- * without the head copies: each (batch, head) runs two strided sgemms over an N×N tile that stays in cache.
- * MSF mode (Kobayashi 2024, spec-msf §2): the packed input holds q, k, v, p; the logits are Gaussian-kernel ones,
- * scale·(q·kᵀ − 0.5‖k‖²) (the ‖k_j‖² term is a per-key shift of every row), and the PROBE p is subtracted after
- * attention: o = softmax·v − p. */
+/* Fused multi-head softmax attention straight from packed projections, equal to the plain composition
+ * split_heads → matmul(q, kᵀ)·scale (+ bias + mask) → softmax → matmul(·, v) → merge_heads (checked in
+ * tests/test_ops_attention.c and tests/test_ops_attention_ex.c), without the head copies: each
+ * (batch, head) runs two strided sgemms over an N×M tile that stays in cache.
+ * Queries come from q (B, N, Lq) at channels q_off + h·dh; keys and values from kv (B, M, Lkv) at k_off and v_off
+ * (kv = q for self-attention on a packed qkv). Optional additive terms before the softmax: a differentiable bias
+ * (H, N, M) shared by the batch or (B, H, N, M) (Swin's relative position bias), and a constant mask (nW, N, M),
+ * batch entry b using mask[b % nW] (Swin's shifted windows; no gradient).
+ * MSF mode (Kobayashi 2024, spec-msf §2): the logits are Gaussian-kernel ones, scale·(q·kᵀ − 0.5‖k‖²) (the ‖k_j‖²
+ * term is a per-key shift of every row), and the PROBE p (in q at p_off) is subtracted after attention:
+ * o = softmax·v − p.
+ * Threads: parallel over (batch, head) when there are at least as many pairs as threads; otherwise the pairs run
+ * one after another with multi-threaded sgemms and the softmax rows split over the threads. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mathfn.h"
 #include "vitc/ops.h"
 
-/* ia: 0 B, 1 N, 2 heads, 3 dh, 4 threads planned, 5 MSF mode; fa[0] scale. save[0] = probabilities (train graphs).
- * Work: N×N logits per thread, plus N key norms (forward) or N column sums (backward) per thread. */
+/* Input slots: in[0] = q, then kv (if separate), bias, mask (each slot -1 when absent).
+ * save[0] = probabilities (B, H, N, M) (train graphs). Work: forward: per thread M key norms (+ the N×M logits in
+ * eval graphs); backward: per thread an N×M dS tile and M column sums, then (shared bias with a gradient) one
+ * H×N×M partial bias gradient per thread. */
+typedef struct {
+    int B, N, M, H, dh, nt, msf;
+    int ldq, ldkv, q_off, k_off, v_off, p_off;
+    int kv_in, bias_in, mask_in;
+    int bias_batched, bias_grad, nW;
+    float scale;
+} attn_p;
+
+/* Per-(batch, head) views of the inputs; gradient pointers are NULL where no gradient is wanted. */
+typedef struct {
+    const float *q, *k, *v, *bias, *mask;
+    float *o;
+} head_io;
+
+static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, const float *bias, const float *mask,
+                         float *out, int b, int h) {
+    const size_t NM = (size_t)a->N * a->M, hc = (size_t)h * a->dh;
+    const float *qb = qd + (size_t)b * a->N * a->ldq, *kb = kvd + (size_t)b * a->M * a->ldkv;
+    head_io io = {qb + a->q_off + hc, kb + a->k_off + hc, kb + a->v_off + hc, NULL, NULL, NULL};
+    if (bias) io.bias = bias + (a->bias_batched ? (size_t)b * a->H + h : (size_t)h) * NM;
+    if (mask) io.mask = mask + (size_t)(b % a->nW) * NM;
+    if (out) io.o = out + (size_t)b * a->N * a->H * a->dh + hc;
+    return io;
+}
+
+/* One logits row: add the key-norm shift, bias and mask rows (each may be NULL), then softmax in place. */
+static inline void logits_row(float *restrict r, const float *kn, const float *bias, const float *mask, int M) {
+    if (kn)
+#pragma omp simd
+        for (int j = 0; j < M; j++) r[j] += kn[j];
+    if (bias)
+#pragma omp simd
+        for (int j = 0; j < M; j++) r[j] += bias[j];
+    if (mask)
+#pragma omp simd
+        for (int j = 0; j < M; j++) r[j] += mask[j];
+    vt_softmax_row(r, r, M);
+}
+
+/* Forward of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
+static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, const float *probe, int rows_par) {
+    const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
+    const float scale = a->scale;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
+    if (a->msf) /* −0.5·scale·‖k_j‖² */
+        for (int j = 0; j < M; j++) {
+            const float *kr = io->k + (size_t)j * a->ldkv;
+            float acc = 0.0f;
+            for (int c = 0; c < dh; c++) acc += kr[c] * kr[c];
+            kn[j] = -0.5f * scale * acc;
+        }
+    const float *knp = a->msf ? kn : NULL;
+    const size_t ldm = (size_t)M;
+    if (rows_par) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++)
+            logits_row(s + i * ldm, knp, io->bias ? io->bias + i * ldm : NULL, io->mask ? io->mask + i * ldm : NULL,
+                       M);
+    } else {
+        for (int i = 0; i < N; i++)
+            logits_row(s + i * ldm, knp, io->bias ? io->bias + i * ldm : NULL, io->mask ? io->mask + i * ldm : NULL,
+                       M);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
+    if (probe)
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < dh; c++) io->o[(size_t)i * C + c] -= probe[(size_t)i * a->ldq + c];
+}
 
 static void attn_fwd(vt_node *n) {
-    const int B = n->ia[0], N = n->ia[1], H = n->ia[2], dh = n->ia[3], nt = n->ia[4], msf = n->ia[5], C = H * dh;
-    const int ld = (msf ? 4 : 3) * C; /* row stride of the packed input */
-    const float scale = n->fa[0], *qkv = n->in[0]->data;
+    const attn_p *a = VT_OP_P(n, attn_p);
+    const int B = a->B, H = a->H, BH = B * H, par = BH >= a->nt;
+    const size_t NM = (size_t)a->N * a->M;
+    const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
+    const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
+    const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
     float *out = n->out->data, *probs = n->save[0] ? n->save[0]->data : NULL, *ws = n->fws->data;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int bh = 0; bh < B * H; bh++) {
-        const int b = bh / H, h = bh % H, t = omp_get_thread_num();
-        const float *q = qkv + (size_t)b * N * ld + (size_t)h * dh, *k = q + C;
-        float *s = probs ? probs + (size_t)bh * N * N : ws + (size_t)t * (N + 1) * N, *o = out + (size_t)b * N * C + h * dh;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, dh, scale, q, ld, k, ld, 0.0f, s, N);
-        if (msf) {
-            float *kn = ws + (size_t)t * (N + 1) * N + (size_t)N * N; /* −0.5·scale·‖k_j‖² */
-            for (int j = 0; j < N; j++) {
-                float a = 0.0f;
-                for (int c = 0; c < dh; c++) a += k[(size_t)j * ld + c] * k[(size_t)j * ld + c];
-                kn[j] = -0.5f * scale * a;
-            }
-            for (int i = 0; i < N; i++)
-                for (int j = 0; j < N; j++) s[(size_t)i * N + j] += kn[j];
+    const size_t per = probs ? (size_t)a->M : NM + (size_t)a->M; /* scratch floats per thread */
+#pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
+    for (int bh = 0; bh < BH; bh++) {
+        const int b = bh / H, h = bh % H;
+        float *w = ws + (size_t)omp_get_thread_num() * per;
+        const head_io io = head_ptrs(a, qd, kvd, bias, mask, out, b, h);
+        const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
+        float *s = probs ? probs + (size_t)bh * NM : w + a->M;
+        head_fwd(a, &io, s, w, probe, !par);
+    }
+}
+
+/* One row of the logits' gradient in place, r = p ⊙ (r − Σⱼ r⊙p), also added to the bias gradient row db if given. */
+static inline void ds_row(float *restrict r, const float *restrict p, float *restrict db, int M) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int j = 0; j < M; j++) dot += r[j] * p[j];
+#pragma omp simd
+    for (int j = 0; j < M; j++) r[j] = p[j] * (r[j] - dot);
+    if (db)
+#pragma omp simd
+        for (int j = 0; j < M; j++) db[j] += r[j];
+}
+
+/* Backward of one (batch, head). P: probabilities; dO: output gradient rows (stride H·dh); dq, dk, dv, dprobe,
+ * dbias: gradient views (NULL where not wanted); ds: N×M scratch, csum: M floats. */
+static void head_bwd(const attn_p *a, const head_io *io, const float *P, const float *dO, float *dq, float *dk,
+                     float *dv, float *dprobe, float *dbias, float *ds, float *csum, int rows_par) {
+    const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
+    const float scale = a->scale;
+    if (dprobe) /* o = … − p */
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < dh; c++) dprobe[(size_t)i * a->ldq + c] -= dO[(size_t)i * C + c];
+    if (dv) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, dh, N, 1.0f, P, M, dO, C, 1.0f, dv, a->ldkv);
+    if (!dq && !dk && !dbias) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
+    /* dS = P ⊙ (dP − Σⱼ dP⊙P), the gradient of the logits (and of the bias) */
+    if (rows_par) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++)
+            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
+    } else {
+        for (int i = 0; i < N; i++)
+            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
+    }
+    if (dq) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, M, scale, ds, M, io->k, a->ldkv, 1.0f, dq,
+                        a->ldq);
+    if (!dk) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, dh, N, scale, ds, M, io->q, a->ldq, 1.0f, dk, a->ldkv);
+    if (a->msf) { /* the −0.5·scale·‖k_j‖² shift: dk_j −= scale·(Σᵢ dS_ij)·k_j */
+        for (int j = 0; j < M; j++) csum[j] = 0.0f;
+        for (int i = 0; i < N; i++) {
+            const float *r = ds + (size_t)i * M;
+#pragma omp simd
+            for (int j = 0; j < M; j++) csum[j] += r[j];
         }
-        for (int i = 0; i < N; i++) vt_softmax_row(s + (size_t)i * N, s + (size_t)i * N, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, N, 1.0f, s, N, q + 2 * C, ld, 0.0f, o, C);
-        if (msf)
-            for (int i = 0; i < N; i++)
-                for (int c = 0; c < dh; c++) o[(size_t)i * C + c] -= q[(size_t)i * ld + 3 * C + c];
+        for (int j = 0; j < M; j++) {
+            const float *kr = io->k + (size_t)j * a->ldkv, f = scale * csum[j];
+            float *dkr = dk + (size_t)j * a->ldkv;
+            for (int c = 0; c < dh; c++) dkr[c] -= f * kr[c];
+        }
     }
 }
 
 static void attn_bwd(vt_node *n) {
-    const int B = n->ia[0], N = n->ia[1], H = n->ia[2], dh = n->ia[3], nt = n->ia[4], msf = n->ia[5], C = H * dh;
-    const int ld = (msf ? 4 : 3) * C;
-    const float scale = n->fa[0], *qkv = n->in[0]->data, *probs = n->save[0]->data, *dout = n->out->grad;
-    float *dqkv = n->in[0]->grad, *ws = n->bws->data;
-    if (!dqkv) return;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int bh = 0; bh < B * H; bh++) {
+    const attn_p *a = VT_OP_P(n, attn_p);
+    if (!n->save[0] || !n->bws) return; /* eval graph: nothing saved */
+    const int B = a->B, H = a->H, BH = B * H, dh = a->dh, par = BH >= a->nt;
+    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)H * NM, per = NM + (size_t)a->M;
+    const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
+    float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
+    float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
+    if (!dqd && !dkvd && !dbias) return;
+    const float *probs = n->save[0]->data, *dout = n->out->grad;
+    float *ws = n->bws->data, *part = ws + (size_t)a->nt * per; /* partial shared-bias gradients */
+    const int partial = dbias && !a->bias_batched && par;
+    if (partial) vt_zero(part, (int64_t)a->nt * (int64_t)HNM);
+#pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
+    for (int bh = 0; bh < BH; bh++) {
         const int b = bh / H, h = bh % H, t = omp_get_thread_num();
-        const size_t base = (size_t)b * N * ld + (size_t)h * dh;
-        const float *q = qkv + base, *k = q + C, *v = q + 2 * C, *p = probs + (size_t)bh * N * N;
-        const float *dO = dout + (size_t)b * N * C + (size_t)h * dh;
-        float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
-        float *dp = ws + (size_t)t * (N + 1) * N, *csum = dp + (size_t)N * N;
-        if (msf) /* o = … − p */
-            for (int i = 0; i < N; i++)
-                for (int c = 0; c < dh; c++) dq[(size_t)i * ld + 3 * C + c] -= dO[(size_t)i * C + c];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dh, N, 1.0f, p, N, dO, C, 1.0f, dv, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, dh, 1.0f, dO, C, v, ld, 0.0f, dp, N);
-        for (int i = 0; i < N; i++) { /* dS = P ⊙ (dP − Σⱼ dP⊙P) */
-            float *r = dp + (size_t)i * N, dot = 0.0f;
-            const float *pr = p + (size_t)i * N;
-            for (int j = 0; j < N; j++) dot += r[j] * pr[j];
-            for (int j = 0; j < N; j++) r[j] = pr[j] * (r[j] - dot);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, N, scale, dp, N, k, ld, 1.0f, dq, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dh, N, scale, dp, N, q, ld, 1.0f, dk, ld);
-        if (msf) { /* the −0.5·scale·‖k_j‖² shift: dk_j −= scale·(Σᵢ dS_ij)·k_j */
-            for (int j = 0; j < N; j++) csum[j] = 0.0f;
-            for (int i = 0; i < N; i++)
-                for (int j = 0; j < N; j++) csum[j] += dp[(size_t)i * N + j];
-            for (int j = 0; j < N; j++)
-                for (int c = 0; c < dh; c++) dk[(size_t)j * ld + c] -= scale * csum[j] * k[(size_t)j * ld + c];
+        const head_io io = head_ptrs(a, qd, kvd, NULL, NULL, NULL, b, h);
+        const size_t qrow = (size_t)b * a->N * a->ldq, kvrow = (size_t)b * a->M * a->ldkv, hc = (size_t)h * dh;
+        float *dq = dqd ? dqd + qrow + a->q_off + hc : NULL;
+        float *dprobe = dqd && a->msf ? dqd + qrow + a->p_off + hc : NULL;
+        float *dk = dkvd ? dkvd + kvrow + a->k_off + hc : NULL, *dv = dkvd ? dkvd + kvrow + a->v_off + hc : NULL;
+        float *db = NULL;
+        if (dbias) /* per-batch bias: its own slice; shared: this thread's partial (or the gradient when serial) */
+            db = a->bias_batched ? dbias + (size_t)bh * NM
+                                 : (partial ? part + (size_t)t * HNM : dbias) + (size_t)h * NM;
+        float *w = ws + (size_t)t * per;
+        head_bwd(a, &io, probs + (size_t)bh * NM, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w,
+                 w + NM, !par);
+    }
+    if (partial) {
+        const int nt = a->nt;
+#pragma omp parallel for schedule(static)
+        for (size_t e = 0; e < HNM; e++) {
+            float s = 0.0f;
+            for (int t = 0; t < nt; t++) s += part[(size_t)t * HNM + e];
+            dbias[e] += s;
         }
     }
 }
@@ -83,35 +207,112 @@ static void attn_bwd(vt_node *n) {
 static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd};
 static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd};
 
-static vt_tensor *attention(vt_graph *g, vt_tensor *qkv, int heads, float scale, int msf) {
+/* 1 when channel ranges [a, a + len) and [b, b + len) are identical or disjoint (no race between heads). */
+static int same_or_disjoint(int a, int b, int len) { return a == b || a + len <= b || b + len <= a; }
+
+vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_attn_args *a) {
+    if (vt_bad(g, 1, q)) return NULL;
+    if (!a) return vt_fail(g, "attention", "no arguments given");
+    const char *op = a->msf ? "attention_msf" : "attention";
+    char sq[64], sk[64], sb[64];
+    vt_shape_str(q, sq, 64);
+    if (kv && vt_root(kv) == vt_root(q)) { /* the same memory: only q itself (or a same-shape view) is allowed */
+        int same = kv->ndim == q->ndim;
+        for (int d = 0; same && d < q->ndim; d++) same = kv->shape[d] == q->shape[d];
+        if (!same)
+            return vt_fail(g, op, "kv %s is a view of q %s with another shape; pass kv = NULL for self-attention",
+                           vt_shape_str(kv, sk, 64), sq);
+        kv = NULL;
+    }
+    const int H = a->heads, dim = a->dim;
+    if (q->ndim != 3 || H <= 0 || dim <= 0 || dim % H)
+        return vt_fail(g, op, "q %s must be (B, N, Lq) and dim %d divisible by %d heads", sq, dim, H);
+    const int B = q->shape[0], N = q->shape[1], Lq = q->shape[2];
+    vt_tensor *kt = kv ? kv : q;
+    vt_shape_str(kt, sk, 64);
+    if (kv && (kv->ndim != 3 || kv->shape[0] != B))
+        return vt_fail(g, op, "kv %s must be (B, M, Lkv) with the batch %d of q %s", sk, B, sq);
+    const int M = kt->shape[1], Lkv = kt->shape[2];
+    if (a->q_off < 0 || a->q_off > Lq - dim || (a->msf && (a->p_off < 0 || a->p_off > Lq - dim)))
+        return vt_fail(g, op, "q %s: channels [%d, %d)%s must lie inside its %d channels", sq, a->q_off,
+                       a->q_off + dim, a->msf ? " and the probe's" : "", Lq);
+    if (a->k_off < 0 || a->k_off > Lkv - dim || a->v_off < 0 || a->v_off > Lkv - dim)
+        return vt_fail(g, op, "%s %s: keys [%d, %d) and values [%d, %d) must lie inside its %d channels",
+                       kv ? "kv" : "q", sk, a->k_off, a->k_off + dim, a->v_off, a->v_off + dim, Lkv);
+    /* channel ranges in one tensor must be identical or disjoint (head h of one range never meets head h' ≠ h of
+     * another, so the per-(batch, head) backward tasks never write the same gradient) */
+    int offs[4], no = 0;
+    offs[no++] = a->q_off;
+    if (a->msf) offs[no++] = a->p_off;
+    if (!kv) {
+        offs[no++] = a->k_off;
+        offs[no++] = a->v_off;
+    }
+    for (int i = 0; i < no; i++)
+        for (int j = i + 1; j < no; j++)
+            if (!same_or_disjoint(offs[i], offs[j], dim))
+                return vt_fail(g, op, "q %s: channel ranges at offsets %d and %d (width %d) overlap partially", sq,
+                               offs[i], offs[j], dim);
+    if (kv && !same_or_disjoint(a->k_off, a->v_off, dim))
+        return vt_fail(g, op, "kv %s: key and value channels at %d and %d (width %d) overlap partially", sk, a->k_off,
+                       a->v_off, dim);
+    int bias_batched = 0, nW = 1;
+    if (a->bias) {
+        const vt_tensor *bt = a->bias;
+        const int nd = bt->ndim, lead = nd == 4 ? bt->shape[0] : 1;
+        if (!((nd == 3 || nd == 4) && (lead == 1 || lead == B) && bt->shape[nd - 3] == H && bt->shape[nd - 2] == N &&
+              bt->shape[nd - 1] == M))
+            return vt_fail(g, op, "bias %s (%s) must be (%d, %d, %d) or (%d, %d, %d, %d) for q %s and %s %s",
+                           vt_shape_str(bt, sb, 64), bt->name, H, N, M, B, H, N, M, sq, kv ? "kv" : "keys", sk);
+        bias_batched = nd == 4 && lead == B && B > 1;
+    }
+    if (a->mask) {
+        const vt_tensor *mt = a->mask;
+        const int nd = mt->ndim;
+        nW = nd == 3 ? mt->shape[0] : 1;
+        if (!((nd == 2 || nd == 3) && mt->shape[nd - 2] == N && mt->shape[nd - 1] == M && B % nW == 0))
+            return vt_fail(g, op, "mask %s (%s) must be (nW, %d, %d) with nW dividing the batch %d of q %s",
+                           vt_shape_str(mt, sb, 64), mt->name, N, M, B, sq);
+    }
+    vt_tensor *in[4] = {q};
+    int nin = 1, kv_in = -1, bias_in = -1, mask_in = -1;
+    if (kv) in[kv_in = nin++] = kv;
+    if (a->bias) in[bias_in = nin++] = a->bias;
+    if (a->mask) in[mask_in = nin++] = a->mask;
+    const int shape[3] = {B, N, dim};
+    vt_node *n = vt_new_node(g, a->msf ? &op_attention_msf : &op_attention, in, nin, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    const int nt = omp_get_max_threads();
+    const int bias_grad = a->bias && a->bias->requires_grad;
+    *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
+                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale};
+    n->macs = 2LL * B * N * M * dim;
+    const int64_t NM = (int64_t)N * M;
+    if (g->training && !vt_node_save(n, 0, (int64_t)B * H * NM)) return NULL;
+    if (!vt_node_work(n, 0, (int64_t)nt * (g->training ? M : NM + M))) return NULL;
+    if (g->training && !vt_node_work(n, 1, (int64_t)nt * (NM + M) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
+        return NULL;
+    return n->out;
+}
+
+/* The packed forms: q, k, v (and p) are consecutive chunks of C channels of one (B, N, nch·C) tensor. */
+static vt_tensor *attention_packed(vt_graph *g, vt_tensor *qkv, int heads, float scale, int msf) {
     if (vt_bad(g, 1, qkv)) return NULL;
     char s[64];
     const int nch = msf ? 4 : 3;
     if (qkv->ndim != 3 || heads <= 0 || qkv->shape[2] % (nch * heads))
         return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d heads",
                        msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
-    const int B = qkv->shape[0], N = qkv->shape[1], C = qkv->shape[2] / nch, nt = omp_get_max_threads();
-    int shape[3] = {B, N, C};
-    vt_node *n = vt_new_node(g, msf ? &op_attention_msf : &op_attention, &qkv, 1, vt_new_act(g, 3, shape));
-    if (!n) return NULL;
-    n->ia[0] = B;
-    n->ia[1] = N;
-    n->ia[2] = heads;
-    n->ia[3] = C / heads;
-    n->ia[4] = nt;
-    n->ia[5] = msf;
-    n->fa[0] = scale;
-    n->macs = 2LL * B * N * N * C;
-    if (g->training) vt_node_save(n, 0, (int64_t)B * heads * N * N);
-    vt_node_work(n, 0, (int64_t)nt * (N + 1) * N);
-    if (g->training) vt_node_work(n, 1, (int64_t)nt * (N + 1) * N);
-    return n->out;
+    const int C = qkv->shape[2] / nch;
+    const vt_attn_args a = {.heads = heads, .dim = C, .q_off = 0, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
+                            .scale = scale, .msf = msf};
+    return vt_attention_ex(g, qkv, NULL, &a);
 }
 
 vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale) {
-    return attention(g, qkv, heads, scale, 0);
+    return attention_packed(g, qkv, heads, scale, 0);
 }
 
 vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale) {
-    return attention(g, qkvp, heads, scale, 1);
+    return attention_packed(g, qkvp, heads, scale, 1);
 }
