@@ -72,6 +72,10 @@ vt_tensor *vt_param(vt_graph *g, const char *name, int ndim, const int *shape, v
 /* Returns the non-learnable buffer `name` (e.g. BatchNorm running stats), created if absent. */
 vt_tensor *vt_buffer(vt_graph *g, const char *name, int ndim, const int *shape, vt_init init);
 
+/* Returns the buffer `name` whose values are fixed by the architecture (e.g. Swin's relative_position_index): created
+ * with a copy of values (numel floats) if absent; a weights file must hold the same values (vt_params_load). */
+vt_tensor *vt_buffer_fixed(vt_graph *g, const char *name, int ndim, const int *shape, const float *values);
+
 /* Sets the scope (e.g. "blocks.3") that later nodes are attributed to in the MAC breakdown. */
 void vt_scope(vt_graph *g, const char *scope);
 

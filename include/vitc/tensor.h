@@ -20,7 +20,8 @@ typedef enum {
 
 /* How a parameter is initialised by vt_params_init (the official init of each model). */
 typedef enum {
-    VT_INIT_ZERO = 0, VT_INIT_ONE, VT_INIT_CONST, VT_INIT_NORMAL, VT_INIT_TRUNC_NORMAL, VT_INIT_UNIFORM
+    VT_INIT_ZERO = 0, VT_INIT_ONE, VT_INIT_CONST, VT_INIT_NORMAL, VT_INIT_TRUNC_NORMAL, VT_INIT_UNIFORM,
+    VT_INIT_FIXED /* buffers whose values are part of the architecture (set when created; a loaded file must agree) */
 } vt_init_kind;
 
 typedef struct vt_init {

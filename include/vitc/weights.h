@@ -9,8 +9,9 @@
 #include "vitc/tensor.h"
 
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
- * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers). Everything is checked
- * before anything is copied: on error P is unchanged and the message lists the offending names. */
+ * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
+ * (VT_INIT_FIXED) equal to P's. Everything is checked before anything is copied: on error P is unchanged and
+ * the message names the offending tensors. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
 /* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded). */

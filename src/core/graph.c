@@ -119,6 +119,13 @@ vt_tensor *vt_buffer(vt_graph *g, const char *name, int ndim, const int *shape, 
     return store_add(g, name, VT_BUFFER, ndim, shape, init);
 }
 
+vt_tensor *vt_buffer_fixed(vt_graph *g, const char *name, int ndim, const int *shape, const float *values) {
+    const int existed = !g->err.msg[0] && vt_params_find(g->P, name) != NULL;
+    vt_tensor *t = store_add(g, name, VT_BUFFER, ndim, shape, (vt_init){VT_INIT_FIXED, 0.0f});
+    if (t && !existed && t->data) memcpy(t->data, values, sizeof(float) * (size_t)t->numel);
+    return t;
+}
+
 void vt_scope(vt_graph *g, const char *scope) {
     for (int i = 0; i < g->nscopes; i++)
         if (strcmp(g->scopes[i], scope) == 0) {

@@ -112,6 +112,7 @@ void vt_params_init(vt_params *P, uint64_t seed) {
     vt_rng_seed(&r, seed);
     for (int i = 0; i < P->n; i++) {
         vt_tensor *t = P->t[i];
+        if (t->init.kind == VT_INIT_FIXED) continue;
         for (int64_t j = 0; j < t->numel; j++) {
             float v = 0.0f;
             switch (t->init.kind) {
@@ -121,6 +122,7 @@ void vt_params_init(vt_params *P, uint64_t seed) {
             case VT_INIT_NORMAL: v = vt_rng_normal(&r) * t->init.a; break;
             case VT_INIT_TRUNC_NORMAL: v = trunc_normal(&r, t->init.a); break;
             case VT_INIT_UNIFORM: v = (2.0f * vt_rng_uniform(&r) - 1.0f) * t->init.a; break;
+            case VT_INIT_FIXED: break; /* skipped above */
             }
             t->data[j] = v;
         }

@@ -89,9 +89,27 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         vt_st_close(&f);
         return vt_seterr(e, "%s", msg);
     }
-    /* Everything checked: conversion cannot fail now. */
-    int rc = 0;
+    /* Values: every tensor finite and every fixed buffer equal to its definition, checked tensor by tensor in a
+     * scratch buffer before anything is copied into P. */
+    int64_t most = 1;
+    for (int i = 0; i < P->n; i++) most = P->t[i]->numel > most ? P->t[i]->numel : most;
+    float *tmp = vt_alloc(sizeof(float) * (size_t)most, e);
+    int rc = tmp ? 0 : -1;
     for (int i = 0; i < P->n && rc == 0; i++) {
+        const vt_tensor *t = P->t[i];
+        rc = vt_st_read_f32(vt_st_find(&f, t->name), tmp, t->numel, e);
+        for (int64_t j = 0; rc == 0 && j < t->numel; j++) {
+            if (!isfinite(tmp[j]))
+                rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
+                               isnan(tmp[j]) ? "NaN" : "Inf", (long long)j);
+            else if (t->init.kind == VT_INIT_FIXED && tmp[j] != t->data[j])
+                rc = vt_seterr(e, "%s: buffer '%s' element %lld is %g but the architecture defines %g (a buffer derived "
+                               "from the configuration, e.g. a window size or image size that differs from the model's)",
+                               path, t->name, (long long)j, (double)tmp[j], (double)t->data[j]);
+        }
+    }
+    vt_free(tmp);
+    for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
         vt_tensor *t = P->t[i];
         rc = vt_st_read_f32(vt_st_find(&f, t->name), t->data, t->numel, e);
     }
