@@ -36,11 +36,18 @@ static float powp(float v, float p) {
     return powf(v, p);
 }
 
+/* The activation's kind and, for VT_POW, its exponent. */
+typedef struct {
+    vt_unary_kind kind;
+    float p; /* exponent of VT_POW (0 for the other kinds) */
+} unary_p;
+
 static void unary_fwd(vt_node *n) {
-    const float *x = n->in[0]->data, p = n->fa[0];
+    const unary_p *u = VT_OP_P(n, unary_p);
+    const float *x = n->in[0]->data, p = u->p;
     float *y = n->out->data;
     const int64_t N = n->out->numel;
-    switch ((vt_unary_kind)n->ia[0]) {
+    switch (u->kind) {
     case VT_GELU: MAP(y, =, vt_gelu_f(v)); break;
     case VT_RELU: MAP(y, =, v > 0.0f ? v : 0.0f); break;
     case VT_RELU6: MAP(y, =, v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f); break;
@@ -52,11 +59,12 @@ static void unary_fwd(vt_node *n) {
 }
 
 static void unary_bwd(vt_node *n) {
-    const float *x = n->in[0]->data, *dy = n->out->grad, p = n->fa[0];
+    const unary_p *u = VT_OP_P(n, unary_p);
+    const float *x = n->in[0]->data, *dy = n->out->grad, p = u->p;
     float *dx = n->in[0]->grad;
     const int64_t N = n->out->numel;
     if (!dx || !dy) return;
-    switch ((vt_unary_kind)n->ia[0]) {
+    switch (u->kind) {
     case VT_GELU:
         MAP(dx, +=, dy[i] * vt_gelu_grad_f(v));
         break;
@@ -87,8 +95,7 @@ vt_tensor *vt_unary(vt_graph *g, vt_tensor *x, vt_unary_kind kind, float p) {
     if (kind == VT_POW && !isfinite(p)) return vt_fail(g, "pow", "exponent %g is not finite", (double)p);
     vt_node *n = vt_new_node(g, &op_unary[kind], &x, 1, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
-    n->ia[0] = (int)kind;
-    n->fa[0] = kind == VT_POW ? p : 0.0f;
+    *VT_OP_P(n, unary_p) = (unary_p){kind, kind == VT_POW ? p : 0.0f};
     return n->out;
 }
 

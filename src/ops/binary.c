@@ -6,16 +6,22 @@
 
 enum { B_ADD, B_SUB, B_MUL };
 
-/* Node attributes: ia[0] kind, ia[1..5] out shape (padded to VT_MAXDIM), ia[6..10] a strides, ia[11..15] b strides.
- * A stride of 0 marks a broadcast dim. ia[16]: 1 when a is full-size and b is a suffix of the output shape. */
+/* Shapes and strides right-aligned and padded to VT_MAXDIM; a stride of 0 marks a broadcast dim. */
+typedef struct {
+    int kind;             /* B_ADD, B_SUB or B_MUL */
+    int shape[VT_MAXDIM]; /* output shape */
+    int sa[VT_MAXDIM];    /* a's strides */
+    int sb[VT_MAXDIM];    /* b's strides */
+    int suffix;           /* 1 when a is full-size and b is a suffix of the output shape */
+} binary_p;
 
-static void offsets(const vt_node *n, int64_t i, int64_t *oa, int64_t *ob) {
+static void offsets(const binary_p *p, int64_t i, int64_t *oa, int64_t *ob) {
     int64_t a = 0, b = 0;
     for (int d = VT_MAXDIM - 1; d >= 0; d--) {
-        int64_t c = i % n->ia[1 + d];
-        i /= n->ia[1 + d];
-        a += c * n->ia[6 + d];
-        b += c * n->ia[11 + d];
+        int64_t c = i % p->shape[d];
+        i /= p->shape[d];
+        a += c * p->sa[d];
+        b += c * p->sb[d];
     }
     *oa = a;
     *ob = b;
@@ -24,11 +30,12 @@ static void offsets(const vt_node *n, int64_t i, int64_t *oa, int64_t *ob) {
 static int full(const vt_tensor *t, const vt_tensor *out) { return t->numel == out->numel; }
 
 static void binary_fwd(vt_node *n) {
-    const int kind = n->ia[0];
+    const binary_p *p = VT_OP_P(n, binary_p);
+    const int kind = p->kind;
     const float *a = n->in[0]->data, *b = n->in[1]->data;
     float *y = n->out->data;
     const int64_t N = n->out->numel, nb = n->in[1]->numel;
-    if (n->ia[16]) {
+    if (p->suffix) {
         /* fast path: b equals a's shape, or b is a broadcast of the last dim (bias-like) */
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) {
@@ -40,13 +47,14 @@ static void binary_fwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         int64_t oa, ob;
-        offsets(n, i, &oa, &ob);
+        offsets(p, i, &oa, &ob);
         y[i] = kind == B_ADD ? a[oa] + b[ob] : kind == B_SUB ? a[oa] - b[ob] : a[oa] * b[ob];
     }
 }
 
 static void binary_bwd(vt_node *n) {
-    const int kind = n->ia[0];
+    const binary_p *p = VT_OP_P(n, binary_p);
+    const int kind = p->kind;
     const vt_tensor *A = n->in[0], *B = n->in[1];
     const float *dy = n->out->grad;
     const int64_t N = n->out->numel;
@@ -60,12 +68,12 @@ static void binary_bwd(vt_node *n) {
                 int64_t oa, ob;
                 float f = sign;
                 if (kind == B_MUL) {
-                    offsets(n, i, &oa, &ob);
+                    offsets(p, i, &oa, &ob);
                     f = Other->data[side ? oa : ob];
                 }
                 X->grad[i] += dy[i] * f;
             }
-        } else if (side == 1 && n->ia[16]) {
+        } else if (side == 1 && p->suffix) {
             /* b broadcast over leading dims (bias, position embedding): column sums, each thread owning a block
              * of b's elements and walking the rows of dy contiguously */
             const int64_t nb = B->numel, rows = N / nb;
@@ -82,7 +90,7 @@ static void binary_bwd(vt_node *n) {
         } else {
             for (int64_t i = 0; i < N; i++) {
                 int64_t oa, ob;
-                offsets(n, i, &oa, &ob);
+                offsets(p, i, &oa, &ob);
                 float f = kind == B_MUL ? Other->data[side ? oa : ob] : sign;
                 X->grad[side ? ob : oa] += dy[i] * f;
             }
@@ -111,19 +119,20 @@ static vt_tensor *binary(vt_graph *g, vt_tensor *a, vt_tensor *b, int kind) {
     vt_tensor *in[2] = {a, b};
     vt_node *n = vt_new_node(g, &op_binary[kind], in, 2, vt_new_act(g, nd, shape + VT_MAXDIM - nd));
     if (!n) return NULL;
-    n->ia[0] = kind;
+    binary_p *p = VT_OP_P(n, binary_p);
+    p->kind = kind;
     int64_t sa = 1, sb = 1;
     for (int d = VT_MAXDIM - 1; d >= 0; d--) {
-        n->ia[1 + d] = shape[d];
-        n->ia[6 + d] = pa[d] == 1 ? 0 : (int)sa;
-        n->ia[11 + d] = pb[d] == 1 ? 0 : (int)sb;
+        p->shape[d] = shape[d];
+        p->sa[d] = pa[d] == 1 ? 0 : (int)sa;
+        p->sb[d] = pb[d] == 1 ? 0 : (int)sb;
         sa *= pa[d];
         sb *= pb[d];
     }
     int suffix = a->numel == n->out->numel, k = 0;
     while (k < VT_MAXDIM && pb[k] == 1) k++;
     for (int d = k; d < VT_MAXDIM; d++) suffix &= pb[d] == shape[d];
-    n->ia[16] = suffix;
+    p->suffix = suffix;
     return n->out;
 }
 
@@ -133,15 +142,20 @@ vt_tensor *vt_mul(vt_graph *g, vt_tensor *a, vt_tensor *b) { return binary(g, a,
 
 /* ---- affine: s·x + c ---- */
 
+typedef struct {
+    float s, c;
+} affine_p;
+
 static void affine_fwd(vt_node *n) {
-    const float s = n->fa[0], c = n->fa[1], *x = n->in[0]->data;
+    const affine_p *p = VT_OP_P(n, affine_p);
+    const float s = p->s, c = p->c, *x = n->in[0]->data;
     float *y = n->out->data;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n->out->numel; i++) y[i] = s * x[i] + c;
 }
 
 static void affine_bwd(vt_node *n) {
-    const float s = n->fa[0], *dy = n->out->grad;
+    const float s = VT_OP_P(n, affine_p)->s, *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx) return;
 #pragma omp parallel for schedule(static)
@@ -154,8 +168,7 @@ vt_tensor *vt_affine(vt_graph *g, vt_tensor *x, float s, float c) {
     if (vt_bad(g, 1, x)) return NULL;
     vt_node *n = vt_new_node(g, &op_affine, &x, 1, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
-    n->fa[0] = s;
-    n->fa[1] = c;
+    *VT_OP_P(n, affine_p) = (affine_p){s, c};
     return n->out;
 }
 

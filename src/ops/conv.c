@@ -18,26 +18,20 @@ static void tap_range(int s, int p, int k, int n, int nout, int *lo, int *hi) {
     if (*hi < *lo) *hi = *lo;
 }
 
-/* Geometry of one conv node, decoded from n->ia. */
+/* Geometry of one conv node: its parameter struct (VT_OP_P), derived fields included, set by vt_conv2d. */
 typedef struct {
-    int B, Cin, H, W, Cout, kh, kw, s, p, G, Ho, Wo, mode, tf, tb;
+    int B, Cin, H, W, Cout, kh, kw;
+    int s, p;          /* stride, padding */
+    int G;             /* groups */
+    int Ho, Wo;
+    int mode;          /* M_IM2COL, M_DEPTHWISE or M_POINTWISE */
+    int tf, tb;        /* forward / backward threads over images (1: images in sequence, BLAS and im2col threaded);
+                        * for depthwise convs the threads owning a padded-plane scratch (fws, bws) each */
     int Cg, Og, Kg, P; /* channels per group in/out, K per group (Cg·kh·kw), output pixels */
     int64_t col;       /* floats of one image's column buffer (Cin·kh·kw·P) */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
-
-static geom geom_of(const vt_node *n) {
-    const int *a = n->ia;
-    geom q = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
-              0, 0, 0, 0, 0};
-    q.Cg = q.Cin / q.G;
-    q.Og = q.Cout / q.G;
-    q.Kg = q.Cg * q.kh * q.kw;
-    q.P = q.Ho * q.Wo;
-    q.col = (int64_t)q.Cin * q.kh * q.kw * q.P;
-    return q;
-}
 
 /* col[(c·kh + ki)·kw + kj][oh·Wo + ow] = x[c][oh·s - p + ki][ow·s - p + kj] (0 outside) for one image. */
 static void im2col(const geom *q, const float *x, float *col, int par) {
@@ -293,12 +287,9 @@ static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const 
 }
 
 /* ---- conv2d kernels ---- */
-/* ia: 0 B, 1 Cin, 2 H, 3 W, 4 Cout, 5 kh, 6 kw, 7 stride, 8 pad, 9 groups, 10 Ho, 11 Wo, 12 mode,
- * 13 forward threads over images (1: images in sequence, BLAS and im2col threaded), 14 the same for backward;
- * for depthwise convs 13 and 14 are the threads owning a padded-plane scratch (fws, bws) each. */
 
 static void conv_fwd(vt_node *n) {
-    const geom q = geom_of(n);
+    const geom q = *VT_OP_P(n, geom);
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = n->nin > 2 ? n->in[2]->data : NULL;
     float *y = n->out->data;
     const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
@@ -339,7 +330,7 @@ static void conv_fwd(vt_node *n) {
 }
 
 static void conv_bwd(vt_node *n) {
-    const geom q = geom_of(n);
+    const geom q = *VT_OP_P(n, geom);
     const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
     const float *x = X->data, *w = Wt->data, *dy = n->out->grad;
     float *dx = X->grad, *dw = Wt->grad;
@@ -468,9 +459,10 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
         mode = M_POINTWISE;
     const int tf = mode == M_DEPTHWISE ? omp_get_max_threads() : image_threads(B), tb = tf;
-    const int ia[15] = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb};
-    memcpy(n->ia, ia, sizeof ia);
-    const geom q = geom_of(n);
+    const int Cg = Cin / groups, P = Ho * Wo;
+    const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
+                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P};
+    *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) {
         if (stride > 1) return n->out; /* direct loops, no scratch */
@@ -494,8 +486,13 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
 
 /* ---- depthwise conv, channels-last ---- */
 /* x (B, H, W, C), w (C, 1, kh, kw), stride 1, padding p -> (B, Ho, Wo, C), Ho = H + 2p - kh + 1.
- * ia: 0 B, 1 H, 2 W, 3 C, 4 kh, 5 kw, 6 p, 7 Ho, 8 Wo, 9 threads of the dW/db reduction.
  * fws: weights transposed to (kh·kw, C). bws: the same, then per-thread (kh·kw + 1)·C partials of dW, db. */
+typedef struct {
+    int B, H, W, C, kh, kw;
+    int p;  /* padding */
+    int Ho, Wo;
+    int nt; /* threads of the dW/db reduction */
+} dwn_p;
 
 static void transpose_w(const float *w, float *wt, int C, int K) {
     for (int c = 0; c < C; c++)
@@ -538,8 +535,8 @@ static void taps_part(float *restrict out, const float *init, int acc, const flo
 }
 
 static void dwn_fwd(vt_node *n) {
-    const int B = n->ia[0], H = n->ia[1], W = n->ia[2], C = n->ia[3], kh = n->ia[4], kw = n->ia[5], p = n->ia[6],
-              Ho = n->ia[7], Wo = n->ia[8];
+    const dwn_p *dp = VT_OP_P(n, dwn_p);
+    const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo;
     const float *x = n->in[0]->data, *bias = n->nin > 2 ? n->in[2]->data : NULL;
     float *y = n->out->data, *wt = n->fws->data;
     transpose_w(n->in[1]->data, wt, C, kh * kw);
@@ -565,8 +562,9 @@ static void dwn_fwd(vt_node *n) {
 }
 
 static void dwn_bwd(vt_node *n) {
-    const int B = n->ia[0], H = n->ia[1], W = n->ia[2], C = n->ia[3], kh = n->ia[4], kw = n->ia[5], p = n->ia[6],
-              Ho = n->ia[7], Wo = n->ia[8], nt = n->ia[9], K = kh * kw;
+    const dwn_p *dp = VT_OP_P(n, dwn_p);
+    const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
+              nt = dp->nt, K = kh * kw;
     const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
     const float *x = X->data, *dy = n->out->grad;
     float *dx = X->grad, *dw = Wt->grad, *db = Bt ? Bt->grad : NULL, *wt = n->bws->data;
@@ -656,8 +654,7 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     const int nt = omp_get_max_threads();
-    const int ia[10] = {B, H, W, C, kh, kw, pad, Ho, Wo, nt};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     vt_node_work(n, 0, (int64_t)kh * kw * C);
     if (x->requires_grad || w->requires_grad || (b && b->requires_grad))

@@ -6,11 +6,17 @@
  * the trainer sets g->seed from the run seed and the step, so a resumed run draws the same masks. */
 #include "vitc/ops.h"
 
-/* ia: 0 samples (first dim), 1 elements per sample; fa[0] p. save[0] = per-sample factor (0 or 1/(1-p)). */
+/* save[0] = per-sample factor (0 or 1/(1-p)). */
+typedef struct {
+    int B;   /* samples (first dim) */
+    int per; /* elements per sample */
+    float p; /* drop probability */
+} droppath_p;
 
 static void droppath_fwd(vt_node *n) {
-    const int B = n->ia[0], per = n->ia[1];
-    const float p = n->fa[0], *x = n->in[0]->data;
+    const droppath_p *dp = VT_OP_P(n, droppath_p);
+    const int B = dp->B, per = dp->per;
+    const float p = dp->p, *x = n->in[0]->data;
     float *y = n->out->data, *m = n->save[0]->data;
     vt_rng r;
     vt_rng_seed(&r, n->g->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(n->index + 1)));
@@ -21,7 +27,8 @@ static void droppath_fwd(vt_node *n) {
 }
 
 static void droppath_bwd(vt_node *n) {
-    const int B = n->ia[0], per = n->ia[1];
+    const droppath_p *dp = VT_OP_P(n, droppath_p);
+    const int B = dp->B, per = dp->per;
     const float *dy = n->out->grad, *m = n->save[0]->data;
     float *dx = n->in[0]->grad;
     if (!dx) return;
@@ -38,9 +45,7 @@ vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p) {
     if (!g->training || p == 0.0f) return x;
     vt_node *n = vt_new_node(g, &op_droppath, &x, 1, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
-    n->ia[0] = x->shape[0];
-    n->ia[1] = (int)(x->numel / x->shape[0]);
-    n->fa[0] = p;
+    *VT_OP_P(n, droppath_p) = (droppath_p){x->shape[0], (int)(x->numel / x->shape[0]), p};
     vt_node_save(n, 0, x->shape[0]);
     return n->out;
 }

@@ -15,9 +15,15 @@
 
 #include "vitc/ops.h"
 
-/* ia: 0 rows, 1 C, 2 positions per batch item (pe rows; rows when no pe), 3 has pe, 4 has scale, 5 threads; fa: 0 p.
- * Forward scratch fws: is_c = 1/softplus(scale_c) (C). Backward scratch bws: is (C), sigmoid(scale) (C), per-thread
- * partial sums of d scale (threads·C). */
+/* Forward scratch fws: is_c = 1/softplus(scale_c) (C). Backward scratch bws: is (C), sigmoid(scale) (C), per-thread
+ * partial sums of d scale (threads·C). Inputs: x, then pe if any, then scale if any. */
+typedef struct {
+    int rows, C;
+    int T;                 /* positions per batch item (pe rows; rows when no pe) */
+    int has_pe, has_scale; /* inputs present besides x */
+    int nt;                /* threads (per-thread partial sums of d scale in bws) */
+    float p;               /* exponent */
+} focus_p;
 
 static double powd(double v, double p) {
     if (p == 1.0) return v;
@@ -30,22 +36,24 @@ static double softplusd(double v) { return v > 20.0 ? v : log1p(exp(v)); }
 static double sigmoidd(double v) { return v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v)); } /* softplus' (threshold 20) */
 
 /* u_c of row r: x itself (no scale), or (ReLU(x + pe) + 1e-6)·is_c. */
-static inline double u_of(const vt_node *n, const float *xr, const float *per, const float *is, int c) {
-    if (!n->ia[4]) return xr[c];
+static inline double u_of(const focus_p *fp, const float *xr, const float *per, const float *is, int c) {
+    if (!fp->has_scale) return xr[c];
     const double v = (double)xr[c] + (per ? per[c] : 0.0);
     return ((v > 0.0 ? v : 0.0) + 1e-6) * is[c];
 }
 
 static void inv_softplus(const vt_node *n, float *is) {
-    const int C = n->ia[1];
-    if (n->ia[4])
-        for (int c = 0; c < C; c++) is[c] = (float)(1.0 / softplusd(n->in[n->ia[3] ? 2 : 1]->data[c]));
+    const focus_p *fp = VT_OP_P(n, focus_p);
+    const int C = fp->C;
+    if (fp->has_scale)
+        for (int c = 0; c < C; c++) is[c] = (float)(1.0 / softplusd(n->in[fp->has_pe ? 2 : 1]->data[c]));
 }
 
 static void focus_fwd(vt_node *n) {
-    const int rows = n->ia[0], C = n->ia[1], T = n->ia[2];
-    const double p = n->fa[0];
-    const float *x = n->in[0]->data, *pe = n->ia[3] ? n->in[1]->data : NULL;
+    const focus_p *fp = VT_OP_P(n, focus_p);
+    const int rows = fp->rows, C = fp->C, T = fp->T;
+    const double p = fp->p;
+    const float *x = n->in[0]->data, *pe = fp->has_pe ? n->in[1]->data : NULL;
     float *y = n->out->data, *is = n->fws ? n->fws->data : NULL;
     inv_softplus(n, is);
 #pragma omp parallel for schedule(static)
@@ -54,19 +62,20 @@ static void focus_fwd(vt_node *n) {
         float *yr = y + (size_t)r * C;
         double u2 = 0.0, a2 = 0.0;
         for (int c = 0; c < C; c++) {
-            const double u = u_of(n, xr, per, is, c), a = powd(u, p);
+            const double u = u_of(fp, xr, per, is, c), a = powd(u, p);
             u2 += u * u;
             a2 += a * a;
         }
         const double ratio = a2 > 0.0 ? sqrt(u2 / a2) : 0.0;
-        for (int c = 0; c < C; c++) yr[c] = (float)(powd(u_of(n, xr, per, is, c), p) * ratio);
+        for (int c = 0; c < C; c++) yr[c] = (float)(powd(u_of(fp, xr, per, is, c), p) * ratio);
     }
 }
 
 static void focus_bwd(vt_node *n) {
-    const int rows = n->ia[0], C = n->ia[1], T = n->ia[2], nt = n->ia[5];
-    const double p = n->fa[0];
-    vt_tensor *sc = n->ia[4] ? n->in[n->ia[3] ? 2 : 1] : NULL, *pet = n->ia[3] ? n->in[1] : NULL;
+    const focus_p *fp = VT_OP_P(n, focus_p);
+    const int rows = fp->rows, C = fp->C, T = fp->T, nt = fp->nt;
+    const double p = fp->p;
+    vt_tensor *sc = fp->has_scale ? n->in[fp->has_pe ? 2 : 1] : NULL, *pet = fp->has_pe ? n->in[1] : NULL;
     const float *x = n->in[0]->data, *dy = n->out->grad, *pe = pet ? pet->data : NULL;
     float *dx = n->in[0]->grad, *dpe = pet ? pet->grad : NULL, *dsc = sc ? sc->grad : NULL;
     if (!dy || (!dx && !dpe && !dsc)) return;
@@ -86,7 +95,7 @@ static void focus_bwd(vt_node *n) {
             const float *xr = x + (size_t)r * C, *gr = dy + (size_t)r * C, *per = pe ? pe + (size_t)t * C : NULL;
             double u2 = 0.0, a2 = 0.0, ga = 0.0;
             for (int c = 0; c < C; c++) {
-                const double u = u_of(n, xr, per, is, c), a = powd(u, p);
+                const double u = u_of(fp, xr, per, is, c), a = powd(u, p);
                 u2 += u * u;
                 a2 += a * a;
                 ga += gr[c] * a;
@@ -94,7 +103,7 @@ static void focus_bwd(vt_node *n) {
             if (!(a2 > 0.0) || !(u2 > 0.0)) continue;
             const double U = sqrt(u2), A = sqrt(a2), ratio = U / A, tt = ga / a2, s = ga / (A * U);
             for (int c = 0; c < C; c++) {
-                const double u = u_of(n, xr, per, is, c);
+                const double u = u_of(fp, xr, per, is, c);
                 const double du = p * powd(u, p - 1.0) * ratio * (gr[c] - tt * powd(u, p)) + s * u;
                 if (!sc) {
                     if (dx) dx[(size_t)r * C + c] += (float)du;
@@ -138,13 +147,9 @@ vt_tensor *vt_focus(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, 
     vt_node *n = vt_new_node(g, &op_focus, in, nin, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
     const int nt = omp_get_max_threads();
-    n->ia[0] = (int)(x->numel / C);
-    n->ia[1] = C;
-    n->ia[2] = pe ? T : n->ia[0]; /* without pe every row is its own position (parallel backward) */
-    n->ia[3] = pe != NULL;
-    n->ia[4] = scale != NULL;
-    n->ia[5] = nt;
-    n->fa[0] = p;
+    const int rows = (int)(x->numel / C);
+    /* without pe every row is its own position (parallel backward) */
+    *VT_OP_P(n, focus_p) = (focus_p){rows, C, pe ? T : rows, pe != NULL, scale != NULL, nt, p};
     if (scale) {
         vt_node_work(n, 0, C);
         if (n->out->requires_grad) vt_node_work(n, 1, (int64_t)(2 + nt) * C);

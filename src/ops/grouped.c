@@ -15,8 +15,12 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 
 /* ---- group linear: x (R, Din), w (E, Din/G) -> y (R, E) ----
  * Group gi reads x[:, gi·Dg : (gi+1)·Dg] and weight rows gi·Eg + e, e < Eg, giving y_{gi,e}; its output channel is
- * e·G + gi (interleave) or gi·Eg + e (block). ia: 0 R, 1 Din, 2 E, 3 G, 4 interleave. The interleaved mode computes
- * in block order into scratch, then scatters (forward) / gathers (backward). */
+ * e·G + gi (interleave) or gi·Eg + e (block). The interleaved mode computes in block order into scratch, then
+ * scatters (forward) / gathers (backward). */
+typedef struct {
+    int R, Din, E, G;
+    int il; /* interleaved output order (never with one group) */
+} glinear_p;
 
 /* dst[r, e·G + gi] = src[r, gi·Eg + e] (to_il) or the reverse. */
 static void interleave_rows(float *dst, const float *src, int R, int E, int G, int to_il) {
@@ -36,7 +40,8 @@ static void interleave_rows(float *dst, const float *src, int R, int E, int G, i
 }
 
 static void glinear_fwd(vt_node *n) {
-    const int R = n->ia[0], Din = n->ia[1], E = n->ia[2], G = n->ia[3], il = n->ia[4];
+    const glinear_p *p = VT_OP_P(n, glinear_p);
+    const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
     const int Dg = Din / G, Eg = E / G;
     const float *x = n->in[0]->data, *w = n->in[1]->data;
     float *dst = il ? n->fws->data : n->out->data;
@@ -47,7 +52,8 @@ static void glinear_fwd(vt_node *n) {
 }
 
 static void glinear_bwd(vt_node *n) {
-    const int R = n->ia[0], Din = n->ia[1], E = n->ia[2], G = n->ia[3], il = n->ia[4];
+    const glinear_p *p = VT_OP_P(n, glinear_p);
+    const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
     const int Dg = Din / G, Eg = E / G;
     const vt_tensor *x = n->in[0], *w = n->in[1];
     const float *dy = n->out->grad;
@@ -83,11 +89,7 @@ vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, 
     vt_node *n = vt_new_node(g, &op_glinear, in, 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Din), il = interleave && groups > 1;
-    n->ia[0] = R;
-    n->ia[1] = Din;
-    n->ia[2] = w->shape[0];
-    n->ia[3] = groups;
-    n->ia[4] = il;
+    *VT_OP_P(n, glinear_p) = (glinear_p){R, Din, w->shape[0], groups, il};
     if (il && (!vt_node_work(n, 0, (int64_t)R * w->shape[0]) || !vt_node_work(n, 1, (int64_t)R * w->shape[0])))
         return NULL;
     n->macs = (int64_t)R * w->shape[0] * (Din / groups);
@@ -95,12 +97,16 @@ vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, 
 }
 
 /* ---- 2-D sin-cos position embedding (constant, no inputs): (1, h·w, dim) ----
- * Q = dim/4, ω_c = temperature^(−c/(Q−1)); token t = y·w + x; [sin(xω), cos(xω), sin(yω), cos(yω)].
- * ia: 0 h, 1 w, 2 dim; fa[0] temperature. */
+ * Q = dim/4, ω_c = temperature^(−c/(Q−1)); token t = y·w + x; [sin(xω), cos(xω), sin(yω), cos(yω)]. */
+typedef struct {
+    int h, w, dim;
+    float temperature;
+} posemb_p;
 
 static void posemb_fwd(vt_node *n) {
-    const int h = n->ia[0], w = n->ia[1], dim = n->ia[2], Q = dim / 4;
-    const double temp = n->fa[0];
+    const posemb_p *p = VT_OP_P(n, posemb_p);
+    const int h = p->h, w = p->w, dim = p->dim, Q = dim / 4;
+    const double temp = p->temperature;
     float *pe = n->out->data;
     for (int t = 0; t < h * w; t++) {
         const double x = t % w, y = t / w;
@@ -128,9 +134,6 @@ vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperat
     int shape[3] = {1, h * w, dim};
     vt_node *n = vt_new_node(g, &op_posemb, NULL, 0, vt_new_act(g, 3, shape));
     if (!n) return NULL;
-    n->ia[0] = h;
-    n->ia[1] = w;
-    n->ia[2] = dim;
-    n->fa[0] = temperature;
+    *VT_OP_P(n, posemb_p) = (posemb_p){h, w, dim, temperature};
     return n->out;
 }

@@ -4,9 +4,15 @@
 #include "vitc/ops.h"
 
 /* logits (B, K), labels (B,) as floats; out (1,) = mean_b sum_k -t_bk log p_bk; save[0] = softmax (B, K). */
+typedef struct {
+    int B, K;
+    float eps; /* label smoothing */
+} ce_p;
+
 static void ce_fwd(vt_node *n) {
-    const int B = n->ia[0], K = n->ia[1];
-    const float eps = n->fa[0], *x = n->in[0]->data, *lab = n->in[1]->data;
+    const ce_p *c = VT_OP_P(n, ce_p);
+    const int B = c->B, K = c->K;
+    const float eps = c->eps, *x = n->in[0]->data, *lab = n->in[1]->data;
     float *p = n->save[0]->data;
     double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
@@ -31,8 +37,9 @@ static void ce_fwd(vt_node *n) {
 }
 
 static void ce_bwd(vt_node *n) {
-    const int B = n->ia[0], K = n->ia[1];
-    const float eps = n->fa[0], *lab = n->in[1]->data, *p = n->save[0]->data;
+    const ce_p *c = VT_OP_P(n, ce_p);
+    const int B = c->B, K = c->K;
+    const float eps = c->eps, *lab = n->in[1]->data, *p = n->save[0]->data;
     float *dx = n->in[0]->grad;
     if (!dx) return;
     const float gscale = n->out->grad[0] / B;
@@ -60,9 +67,7 @@ vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, f
     vt_tensor *in[2] = {logits, labels};
     vt_node *n = vt_new_node(g, &op_ce, in, 2, vt_new_act(g, 1, &one));
     if (!n) return NULL;
-    n->ia[0] = logits->shape[0];
-    n->ia[1] = logits->shape[1];
-    n->fa[0] = smoothing;
+    *VT_OP_P(n, ce_p) = (ce_p){logits->shape[0], logits->shape[1], smoothing};
     vt_node_save(n, 0, logits->numel);
     return n->out;
 }

@@ -29,21 +29,32 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 }
 
 /* ---- linear: y = x (R, in) · w (out, in)ᵀ + b, with two optional fused epilogues ----
- * ia: 0 R, 1 in, 2 out, 3 GELU after the bias (vt_linear_gelu), 4 has bias, 5 has residual (vt_residual).
  * Inputs: x, w, then b and r when present. y = r + x·wᵀ + b, or y = GELU(x·wᵀ + b) with GELU's derivative at the
  * pre-activation kept in save[0] for backward (train graphs; computed with the activation, they share erf and exp). The bias and residual are written into y first and sgemm accumulates onto
  * them (beta = 1); with GELU, threads take whole row panels (one single-threaded sgemm each) and apply GELU while
  * the panel is still in cache. Both avoid a separate pass over the (R, out) output; `vitc bench --profile`
  * measured GELU + residual adds at 8% of a DeiT-T training step before this fusion. */
 
+typedef struct {
+    int R;        /* rows of x (all dims but the last) */
+    int Ci, Co;   /* in and out features */
+    int gelu;     /* GELU after the bias (vt_linear_gelu) */
+    int has_bias; /* b is in[2] */
+    int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
+} linear_p;
+
 #define PANEL_ROWS 256 /* rows per GEMM panel: 256×768 floats fit in a core's L2 next to the packed weight */
 
-static const float *lin_bias(const vt_node *n) { return n->ia[4] ? n->in[2]->data : NULL; }
-static vt_tensor *lin_res(const vt_node *n) { return n->ia[5] ? n->in[2 + n->ia[4]] : NULL; }
+static const float *lin_bias(const vt_node *n) { return VT_OP_P(n, linear_p)->has_bias ? n->in[2]->data : NULL; }
+static vt_tensor *lin_res(const vt_node *n) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    return p->has_res ? n->in[2 + p->has_bias] : NULL;
+}
 
 /* Rows [r0, r1) of h = r + b (either may be NULL; zero when both are), then h += x·wᵀ. */
 static void lin_rows(const vt_node *n, int r0, int r1, float *h) {
-    const int Ci = n->ia[1], Co = n->ia[2];
+    const linear_p *p = VT_OP_P(n, linear_p);
+    const int Ci = p->Ci, Co = p->Co;
     const float *b = lin_bias(n), *res = lin_res(n) ? lin_res(n)->data : NULL;
     for (int r = r0; r < r1; r++) {
         float *hr = h + (size_t)r * Co;
@@ -66,7 +77,8 @@ static void gelu_rows(float *y, float *d, int64_t i0, int64_t i1) {
 }
 
 static void linear_fwd(vt_node *n) {
-    const int R = n->ia[0], Co = n->ia[2], act = n->ia[3];
+    const linear_p *lp = VT_OP_P(n, linear_p);
+    const int R = lp->R, Co = lp->Co, act = lp->gelu;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = omp_get_max_threads();
     if (!act || R < 2 * PANEL_ROWS) { /* one multi-threaded sgemm over all rows */
@@ -91,15 +103,16 @@ static void linear_fwd(vt_node *n) {
 /* Backward. With GELU, dy is turned into the pre-activation gradient in place (only this node reads its output's
  * gradient, and it has done so by then). */
 static void linear_bwd(vt_node *n) {
-    const vt_tensor *x = n->in[0], *w = n->in[1], *b = n->ia[4] ? n->in[2] : NULL, *r = lin_res(n);
-    const int R = n->ia[0], Ci = n->ia[1], Co = n->ia[2];
+    const linear_p *p = VT_OP_P(n, linear_p);
+    const vt_tensor *x = n->in[0], *w = n->in[1], *b = p->has_bias ? n->in[2] : NULL, *r = lin_res(n);
+    const int R = p->R, Ci = p->Ci, Co = p->Co;
     float *dy = n->out->grad;
     const int64_t N = (int64_t)R * Co;
     if (r && r->grad) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) r->grad[i] += dy[i];
     }
-    if (n->ia[3]) {
+    if (p->gelu) {
         const float *d = n->save[0]->data;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) dy[i] *= d[i];
@@ -135,12 +148,9 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_tensor *in[3] = {x, w, b};
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
-    n->ia[0] = (int)(x->numel / Ci);
-    n->ia[1] = Ci;
-    n->ia[2] = w->shape[0];
-    n->ia[3] = act;
-    n->ia[4] = b != NULL;
-    n->macs = (int64_t)n->ia[0] * Ci * w->shape[0];
+    const int R = (int)(x->numel / Ci);
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0};
+    n->macs = (int64_t)R * Ci * w->shape[0];
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
     return n->out;
 }
@@ -152,23 +162,31 @@ vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b)
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) {
     if (vt_bad(g, 2, x, h)) return NULL;
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
-    if (!n || n->op != &op_linear || n->ia[3] || n->ia[5] || h->last_use >= 0 || h->is_output || x == h ||
-        x->ndim != h->ndim || memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
+    linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
+    if (!p || p->gelu || p->has_res || h->last_use >= 0 || h->is_output || x == h || x->ndim != h->ndim ||
+        memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
         return vt_add(g, x, h); /* not fusable (or a shape mismatch, which vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;
-    n->ia[5] = 1;
+    p->has_res = 1;
     vt_tensor *y = vt_reshape(g, h, h->ndim, h->shape); /* the sum, under a new handle */
     h->consumed = 1;
     return y;
 }
 
 /* ---- batched matmul ---- */
-/* ia: 0 batch, 1 M, 2 N, 3 K, 4 ta, 5 tb, 6 b shared (2-D); fa[0] alpha */
+/* C (batch, M, N) = alpha·op(A)·op(B), op(A) (M, K) and op(B) (K, N) transposed when ta / tb. */
+typedef struct {
+    int nb;     /* batch entries */
+    int M, N, K;
+    int ta, tb;
+    int shared; /* b is 2-D, one matrix shared by every batch entry */
+    float alpha;
+} matmul_p;
 
 static void matmul_fwd(vt_node *n) {
-    const int nb = n->ia[0], M = n->ia[1], N = n->ia[2], K = n->ia[3], ta = n->ia[4], tb = n->ia[5],
-              shared = n->ia[6];
-    const float alpha = n->fa[0];
+    const matmul_p *p = VT_OP_P(n, matmul_p);
+    const int nb = p->nb, M = p->M, N = p->N, K = p->K, ta = p->ta, tb = p->tb, shared = p->shared;
+    const float alpha = p->alpha;
     const float *A = n->in[0]->data, *B = n->in[1]->data;
     float *C = n->out->data;
     const int lda = ta ? M : K, ldb = tb ? K : N;
@@ -203,9 +221,9 @@ static void grad_b(int ta, int tb, int M, int N, int K, float alpha, const float
 }
 
 static void matmul_bwd(vt_node *n) {
-    const int nb = n->ia[0], M = n->ia[1], N = n->ia[2], K = n->ia[3], ta = n->ia[4], tb = n->ia[5],
-              shared = n->ia[6];
-    const float alpha = n->fa[0];
+    const matmul_p *p = VT_OP_P(n, matmul_p);
+    const int nb = p->nb, M = p->M, N = p->N, K = p->K, ta = p->ta, tb = p->tb, shared = p->shared;
+    const float alpha = p->alpha;
     const vt_tensor *a = n->in[0], *b = n->in[1];
     const float *dC = n->out->grad;
     if (shared && !ta) {
@@ -255,14 +273,8 @@ vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, fl
     vt_tensor *in[2] = {a, b};
     vt_node *n = vt_new_node(g, &op_matmul, in, 2, vt_new_act(g, a->ndim, shape));
     if (!n) return NULL;
-    n->ia[0] = (int)(a->numel / ((int64_t)M * Ka));
-    n->ia[1] = M;
-    n->ia[2] = N;
-    n->ia[3] = Ka;
-    n->ia[4] = ta;
-    n->ia[5] = tb;
-    n->ia[6] = shared;
-    n->fa[0] = alpha;
-    n->macs = (int64_t)n->ia[0] * M * N * Ka;
+    const int nb = (int)(a->numel / ((int64_t)M * Ka));
+    *VT_OP_P(n, matmul_p) = (matmul_p){nb, M, N, Ka, ta, tb, shared, alpha};
+    n->macs = (int64_t)nb * M * N * Ka;
     return n->out;
 }

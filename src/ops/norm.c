@@ -16,13 +16,19 @@
 static int chunks(int64_t rows) { return rows < NCHUNK ? (int)rows : NCHUNK; }
 
 /* ================================ LayerNorm ================================ */
-/* ia: 0 rows R, 1 C, 2 chunks, 3 index of w in in[] (-1: none), 4 index of b (-1: none); fa[0] eps.
- * save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C doubles (dw, db partials) when affine. */
+/* save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C doubles (dw, db partials) when affine. */
+typedef struct {
+    int R, C;
+    int nch;    /* chunks of the dw/db reduction */
+    int iw, ib; /* indices of w and b in in[] (-1: none) */
+    float eps;
+} ln_p;
 
 static void ln_fwd(vt_node *n) {
-    const int R = n->ia[0], C = n->ia[1];
-    const float eps = n->fa[0], *x = n->in[0]->data;
-    const float *w = n->ia[3] >= 0 ? n->in[n->ia[3]]->data : NULL, *b = n->ia[4] >= 0 ? n->in[n->ia[4]]->data : NULL;
+    const ln_p *p = VT_OP_P(n, ln_p);
+    const int R = p->R, C = p->C;
+    const float eps = p->eps, *x = n->in[0]->data;
+    const float *w = p->iw >= 0 ? n->in[p->iw]->data : NULL, *b = p->ib >= 0 ? n->in[p->ib]->data : NULL;
     float *y = n->out->data, *mean = n->save[0]->data, *rstd = n->save[1]->data;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; r++) {
@@ -53,9 +59,10 @@ static void ln_fwd(vt_node *n) {
 }
 
 static void ln_bwd(vt_node *n) {
-    const int R = n->ia[0], C = n->ia[1], nch = n->ia[2];
+    const ln_p *p = VT_OP_P(n, ln_p);
+    const int R = p->R, C = p->C, nch = p->nch;
     const float *x = n->in[0]->data, *dy = n->out->grad, *mean = n->save[0]->data, *rstd = n->save[1]->data;
-    const vt_tensor *W = n->ia[3] >= 0 ? n->in[n->ia[3]] : NULL, *Bt = n->ia[4] >= 0 ? n->in[n->ia[4]] : NULL;
+    const vt_tensor *W = p->iw >= 0 ? n->in[p->iw] : NULL, *Bt = p->ib >= 0 ? n->in[p->ib] : NULL;
     const float *w = W ? W->data : NULL;
     float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
     if (!dy || !(dx || dw || db)) return;
@@ -124,26 +131,28 @@ vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, f
     vt_node *n = vt_new_node(g, &op_layernorm, in, nin, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
     const int64_t R = x->numel / C;
-    n->ia[0] = (int)R;
-    n->ia[1] = C;
-    n->ia[2] = chunks(R);
-    n->ia[3] = iw;
-    n->ia[4] = ib;
-    n->fa[0] = eps;
+    const int nch = chunks(R);
+    *VT_OP_P(n, ln_p) = (ln_p){(int)R, C, nch, iw, ib, eps};
     vt_node_save(n, 0, R);
     vt_node_save(n, 1, R);
-    if (w || b) vt_node_work(n, 1, (int64_t)4 * n->ia[2] * C);
+    if (w || b) vt_node_work(n, 1, (int64_t)4 * nch * C);
     return n->out;
 }
 
 /* ================================ BatchNorm ================================ */
 /* x viewed as (outer, C, inner): NCHW -> (B, C, H·W); channels-last (B, N, C) -> (B·N, C, 1). M = outer·inner.
- * ia: 0 outer, 1 C, 2 inner, 3 chunks, 4 batch statistics?, 5 update running stats?,
- *     6..10 indices in in[] of w, b, rmean, rvar, nbt (-1: absent); fa: 0 eps, 1 momentum.
  * batch statistics: save[0] mean (C), save[1] rstd (C).
  * fws (batch statistics): partials (2·chunks·C doubles), s1, s2 (C doubles each), then the per-channel scale and
  *     shift (2·C floats); fws (running statistics): scale, shift only.
  * bws: partials, s1, s2 as above, then the per-channel backward coefficients k1, k2, k3 (3·C floats). */
+typedef struct {
+    int outer, C, inner;
+    int nch;    /* chunks of the cross-row reductions */
+    int batch;  /* normalise with batch statistics (else running) */
+    int update; /* update the running statistics */
+    int idx[5]; /* indices in in[] of w, b, rmean, rvar, nbt (-1: absent) */
+    float eps, momentum;
+} bn_p;
 
 #define CB 64 /* channels-last: channels per work item */
 
@@ -256,13 +265,14 @@ static void chan_apply(int fwd, const float *x, const float *dy, const float *m,
 }
 
 static const vt_tensor *bn_in(const vt_node *n, int which) {
-    const int i = n->ia[6 + which];
+    const int i = VT_OP_P(n, bn_p)->idx[which];
     return i >= 0 ? n->in[i] : NULL;
 }
 
 static void bn_fwd(vt_node *n) {
-    const int outer = n->ia[0], C = n->ia[1], inner = n->ia[2], nch = n->ia[3], batch = n->ia[4];
-    const float eps = n->fa[0], mom = n->fa[1], *x = n->in[0]->data;
+    const bn_p *p = VT_OP_P(n, bn_p);
+    const int outer = p->outer, C = p->C, inner = p->inner, nch = p->nch, batch = p->batch;
+    const float eps = p->eps, mom = p->momentum, *x = n->in[0]->data;
     const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3), *NBT = bn_in(n, 4);
     const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL, *mean;
     float *scale = n->fws->data + (batch ? (int64_t)4 * nch * C + 4 * C : 0), *shift = scale + C;
@@ -277,13 +287,13 @@ static void bn_fwd(vt_node *n) {
             double var = (s2[c] - s1[c] * s1[c] / M) / M; /* two-pass with correction: exact about the true mean */
             if (var < 0.0) var = 0.0;
             rstd[c] = (float)(1.0 / sqrt(var + eps));
-            if (n->ia[5]) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
+            if (p->update) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
                 const double bm = mu[c] + s1[c] / M;
                 RM->data[c] = (float)((1.0 - mom) * RM->data[c] + mom * bm);
                 RV->data[c] = (float)((1.0 - mom) * RV->data[c] + mom * var * M / (M - 1));
             }
         }
-        if (n->ia[5] && NBT) NBT->data[0] += 1.0f;
+        if (p->update && NBT) NBT->data[0] += 1.0f;
         for (int c = 0; c < C; c++) {
             scale[c] = w ? rstd[c] * w[c] : rstd[c];
             shift[c] = b ? b[c] : 0.0f;
@@ -301,8 +311,9 @@ static void bn_fwd(vt_node *n) {
 }
 
 static void bn_bwd(vt_node *n) {
-    const int outer = n->ia[0], C = n->ia[1], inner = n->ia[2], nch = n->ia[3], batch = n->ia[4];
-    const float eps = n->fa[0], *x = n->in[0]->data, *dy = n->out->grad;
+    const bn_p *p = VT_OP_P(n, bn_p);
+    const int outer = p->outer, C = p->C, inner = p->inner, nch = p->nch, batch = p->batch;
+    const float eps = p->eps, *x = n->in[0]->data, *dy = n->out->grad;
     const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3);
     const float *w = W ? W->data : NULL;
     float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
@@ -362,15 +373,10 @@ vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, v
     vt_node *n = vt_new_node(g, &op_batchnorm, in, nin, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
     const int nch = chunks(outer);
-    n->ia[0] = (int)outer;
-    n->ia[1] = C;
-    n->ia[2] = (int)inner;
-    n->ia[3] = nch;
-    n->ia[4] = batch;
-    n->ia[5] = update;
-    for (int k = 0; k < 5; k++) n->ia[6 + k] = idx[k];
-    n->fa[0] = eps;
-    n->fa[1] = momentum;
+    bn_p *p = VT_OP_P(n, bn_p);
+    *p = (bn_p){.outer = (int)outer, .C = C, .inner = (int)inner, .nch = nch, .batch = batch, .update = update,
+                .eps = eps, .momentum = momentum};
+    for (int k = 0; k < 5; k++) p->idx[k] = idx[k];
     const int64_t red = (int64_t)4 * nch * C + 4 * C; /* partials + s1, s2 in doubles, counted in floats */
     if (batch) {
         vt_node_save(n, 0, C);

@@ -1,16 +1,17 @@
 /* Reductions and pooling: mean over one axis (e.g. global average pooling over tokens) and NCHW average pooling.
  * Neither counts MACs (papers count only conv/linear/matmul multiply-adds). */
-#include <string.h>
-
 #include "vitc/ops.h"
 
 /* ---- mean over one axis: x viewed as (outer, A, inner) -> (outer, inner) ---- */
-/* ia: 0 outer, 1 A, 2 inner */
+typedef struct {
+    int outer, A, inner;
+} mean_p;
 
 #define MEAN_BLK 256
 
 static void mean_fwd(vt_node *n) {
-    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2], nbk = (Ni + MEAN_BLK - 1) / MEAN_BLK;
+    const mean_p *p = VT_OP_P(n, mean_p);
+    const int O = p->outer, A = p->A, Ni = p->inner, nbk = (Ni + MEAN_BLK - 1) / MEAN_BLK;
     const float *x = n->in[0]->data, inv = 1.0f / (float)A;
     float *y = n->out->data;
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > 16384)
@@ -30,7 +31,8 @@ static void mean_fwd(vt_node *n) {
 static void mean_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
-    const int O = n->ia[0], A = n->ia[1], Ni = n->ia[2];
+    const mean_p *p = VT_OP_P(n, mean_p);
+    const int O = p->outer, A = p->A, Ni = p->inner;
     const float *dy = n->out->grad, inv = 1.0f / (float)A;
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > 16384)
     for (int o = 0; o < O; o++)
@@ -54,15 +56,19 @@ vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis) {
     }
     vt_node *n = vt_new_node(g, &op_mean, &x, 1, vt_new_act(g, k, shape));
     if (!n) return NULL;
-    n->ia[0] = (int)O;
-    n->ia[1] = (int)(x->numel / (O * Ni)); /* the reduced axis (dims are always >= 1) */
-    n->ia[2] = (int)Ni;
+    /* the reduced axis has x->numel / (O·Ni) elements (dims are always >= 1) */
+    *VT_OP_P(n, mean_p) = (mean_p){(int)O, (int)(x->numel / (O * Ni)), (int)Ni};
     return n->out;
 }
 
 /* ---- average pooling, NCHW ---- */
-/* ia: 0 planes (B·C), 1 H, 2 W, 3 k, 4 s, 5 pad, 6 Ho, 7 Wo. Windows never reach past the padded border
- * (floor mode), so the divisor is always k·k (count_include_pad=True). */
+/* Windows never reach past the padded border (floor mode), so the divisor is always k·k (count_include_pad=True). */
+typedef struct {
+    int planes;    /* B·C */
+    int H, W;
+    int k, s, pad; /* kernel, stride, padding */
+    int Ho, Wo;
+} avgpool_p;
 
 static void pool_range(int o, int s, int p, int k, int n, int *lo, int *hi) {
     int a = o * s - p, b = a + k;
@@ -71,8 +77,8 @@ static void pool_range(int o, int s, int p, int k, int n, int *lo, int *hi) {
 }
 
 static void avgpool_fwd(vt_node *n) {
-    const int NP = n->ia[0], H = n->ia[1], W = n->ia[2], k = n->ia[3], s = n->ia[4], p = n->ia[5], Ho = n->ia[6],
-              Wo = n->ia[7];
+    const avgpool_p *ap = VT_OP_P(n, avgpool_p);
+    const int NP = ap->planes, H = ap->H, W = ap->W, k = ap->k, s = ap->s, p = ap->pad, Ho = ap->Ho, Wo = ap->Wo;
     const float *x = n->in[0]->data, inv = 1.0f / (float)(k * k);
     float *y = n->out->data;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -96,8 +102,8 @@ static void avgpool_fwd(vt_node *n) {
 static void avgpool_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
-    const int NP = n->ia[0], H = n->ia[1], W = n->ia[2], k = n->ia[3], s = n->ia[4], p = n->ia[5], Ho = n->ia[6],
-              Wo = n->ia[7];
+    const avgpool_p *ap = VT_OP_P(n, avgpool_p);
+    const int NP = ap->planes, H = ap->H, W = ap->W, k = ap->k, s = ap->s, p = ap->pad, Ho = ap->Ho, Wo = ap->Wo;
     const float *dy = n->out->grad, inv = 1.0f / (float)(k * k);
 #pragma omp parallel for schedule(static)
     for (int pl = 0; pl < NP; pl++) {
@@ -134,7 +140,6 @@ vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad) {
     const int shape[4] = {x->shape[0], x->shape[1], Ho, Wo};
     vt_node *n = vt_new_node(g, &op_avgpool, &x, 1, vt_new_act(g, 4, shape));
     if (!n) return NULL;
-    const int ia[8] = {x->shape[0] * x->shape[1], H, W, k, s, pad, Ho, Wo};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, avgpool_p) = (avgpool_p){x->shape[0] * x->shape[1], H, W, k, s, pad, Ho, Wo};
     return n->out;
 }

@@ -15,11 +15,17 @@ static void copy_or_add(float *restrict dst, const float *restrict src, int64_t 
 }
 
 /* ---- concat: x_i viewed as (outer, A_i·inner) -> (outer, ΣA_i·inner) ---- */
-/* ia: 0 n, 1 outer, 2 inner, 3 ΣA_i, 4 axis */
+typedef struct {
+    int nx;   /* inputs */
+    int outer, inner;
+    int A;    /* ΣA_i: the output's size along the axis */
+    int axis; /* non-negative */
+} concat_p;
 
 static void concat_fwd(vt_node *n) {
-    const int nx = n->ia[0], O = n->ia[1], inner = n->ia[2], ax = n->ia[4];
-    const int64_t row = (int64_t)n->ia[3] * inner;
+    const concat_p *p = VT_OP_P(n, concat_p);
+    const int nx = p->nx, O = p->outer, inner = p->inner, ax = p->axis;
+    const int64_t row = (int64_t)p->A * inner;
     int64_t off[VT_MAXIN + 1] = {0};
     for (int i = 0; i < nx; i++) off[i + 1] = off[i] + (int64_t)n->in[i]->shape[ax] * inner;
     float *y = n->out->data;
@@ -32,8 +38,9 @@ static void concat_fwd(vt_node *n) {
 }
 
 static void concat_bwd(vt_node *n) {
-    const int nx = n->ia[0], O = n->ia[1], inner = n->ia[2], ax = n->ia[4];
-    const int64_t row = (int64_t)n->ia[3] * inner;
+    const concat_p *p = VT_OP_P(n, concat_p);
+    const int nx = p->nx, O = p->outer, inner = p->inner, ax = p->axis;
+    const int64_t row = (int64_t)p->A * inner;
     int64_t off[VT_MAXIN + 1] = {0};
     for (int i = 0; i < nx; i++) off[i + 1] = off[i] + (int64_t)n->in[i]->shape[ax] * inner;
     const float *dy = n->out->grad;
@@ -75,19 +82,18 @@ vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
         if (d < ax) O *= shape[d];
         if (d > ax) inner *= shape[d];
     }
-    nd_->ia[0] = n;
-    nd_->ia[1] = (int)O;
-    nd_->ia[2] = (int)inner;
-    nd_->ia[3] = shape[ax];
-    nd_->ia[4] = ax;
+    *VT_OP_P(nd_, concat_p) = (concat_p){n, (int)O, (int)inner, shape[ax], ax};
     return nd_->out;
 }
 
 /* ---- slice: x viewed as (outer, A, inner) -> (outer, len, inner) from start ---- */
-/* ia: 0 outer, 1 A, 2 start, 3 len, 4 inner */
+typedef struct {
+    int outer, A, start, len, inner;
+} slice_p;
 
 static void slice_fwd(vt_node *n) {
-    const int O = n->ia[0], A = n->ia[1], st = n->ia[2], len = n->ia[3], inner = n->ia[4];
+    const slice_p *p = VT_OP_P(n, slice_p);
+    const int O = p->outer, A = p->A, st = p->start, len = p->len, inner = p->inner;
     const int64_t chunk = (int64_t)len * inner;
     const float *x = n->in[0]->data;
     float *y = n->out->data;
@@ -98,7 +104,8 @@ static void slice_fwd(vt_node *n) {
 static void slice_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
-    const int O = n->ia[0], A = n->ia[1], st = n->ia[2], len = n->ia[3], inner = n->ia[4];
+    const slice_p *p = VT_OP_P(n, slice_p);
+    const int O = p->outer, A = p->A, st = p->start, len = p->len, inner = p->inner;
     const int64_t chunk = (int64_t)len * inner;
     const float *dy = n->out->grad;
 #pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
@@ -125,8 +132,7 @@ vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
         if (d < ax) O *= x->shape[d];
         if (d > ax) inner *= x->shape[d];
     }
-    const int ia[5] = {(int)O, x->shape[ax], start, len, (int)inner};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, slice_p) = (slice_p){(int)O, x->shape[ax], start, len, (int)inner};
     return n->out;
 }
 
@@ -226,20 +232,25 @@ static void permute_run(const pdesc *d, const float *restrict src, float *restri
     }
 }
 
-/* ia: 0 ndim, 1..5 perm */
+typedef struct {
+    int ndim;
+    int perm[VT_MAXDIM]; /* output dim i is input dim perm[i] */
+} permute_p;
 
 static void permute_fwd(vt_node *n) {
+    const permute_p *p = VT_OP_P(n, permute_p);
     pdesc d;
-    pdesc_make(n->ia[0], n->in[0]->shape, n->ia + 1, &d);
+    pdesc_make(p->ndim, n->in[0]->shape, p->perm, &d);
     permute_run(&d, n->in[0]->data, n->out->data, 0);
 }
 
 static void permute_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
-    const int nd = n->ia[0];
+    const permute_p *p = VT_OP_P(n, permute_p);
+    const int nd = p->ndim;
     int inv[VT_MAXDIM];
-    for (int i = 0; i < nd; i++) inv[n->ia[1 + i]] = i;
+    for (int i = 0; i < nd; i++) inv[p->perm[i]] = i;
     pdesc d;
     pdesc_make(nd, n->out->shape, inv, &d);
     permute_run(&d, n->out->grad, dx, 1);
@@ -267,19 +278,25 @@ vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
     }
     vt_node *n = vt_new_node(g, &op_permute, &x, 1, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
-    n->ia[0] = x->ndim;
-    for (int i = 0; i < x->ndim; i++) n->ia[1 + i] = perm[i];
+    permute_p *p = VT_OP_P(n, permute_p);
+    p->ndim = x->ndim;
+    for (int i = 0; i < x->ndim; i++) p->perm[i] = perm[i];
     return n->out;
 }
 
 /* ---- attention heads ---- */
 /* split: (B, N, Ctot)[..., off + h·dh + d] -> (B, H, N, dh); merge: (B, H, N, dh) -> (B, N, H·dh).
- * Both move rows of dh floats; row r of the (B, H, N, dh) side is (b, h, n). ia: 0 B, 1 H, 2 N, 3 dh,
- * 4 row stride of the token side, 5 channel offset on the token side. */
+ * Both move rows of dh floats; row r of the (B, H, N, dh) side is (b, h, n). */
+typedef struct {
+    int B, H, N, dh;
+    int Ct;  /* row stride of the token side */
+    int off; /* channel offset on the token side */
+} heads_p;
 
 /* to_tokens: dst is the token side and src the heads side; otherwise the reverse. */
 static void heads_move(const vt_node *n, const float *src, float *dst, int to_tokens, int acc) {
-    const int B = n->ia[0], H = n->ia[1], N = n->ia[2], dh = n->ia[3], Ct = n->ia[4], off = n->ia[5];
+    const heads_p *p = VT_OP_P(n, heads_p);
+    const int B = p->B, H = p->H, N = p->N, dh = p->dh, Ct = p->Ct, off = p->off;
     const int64_t R = (int64_t)B * H * N;
 #pragma omp parallel for schedule(static) if (R * dh > PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
@@ -314,8 +331,7 @@ vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh) {
     const int shape[4] = {x->shape[0], H, x->shape[1], dh};
     vt_node *n = vt_new_node(g, &op_split, &x, 1, vt_new_act(g, 4, shape));
     if (!n) return NULL;
-    const int ia[6] = {x->shape[0], H, x->shape[1], dh, x->shape[2], off};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, heads_p) = (heads_p){x->shape[0], H, x->shape[1], dh, x->shape[2], off};
     return n->out;
 }
 
@@ -329,16 +345,18 @@ vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x) {
     const int shape[3] = {B, N, H * dh};
     vt_node *n = vt_new_node(g, &op_merge, &x, 1, vt_new_act(g, 3, shape));
     if (!n) return NULL;
-    const int ia[6] = {B, H, N, dh, H * dh, 0};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, heads_p) = (heads_p){B, H, N, dh, H * dh, 0};
     return n->out;
 }
 
 /* ---- prepend tokens: x (B, N, C), tok (1, k, C) -> (B, k + N, C) ---- */
-/* ia: 0 B, 1 N, 2 C, 3 k */
+typedef struct {
+    int B, N, C, k;
+} prepend_p;
 
 static void prepend_fwd(vt_node *n) {
-    const int B = n->ia[0], N = n->ia[1], C = n->ia[2], k = n->ia[3];
+    const prepend_p *p = VT_OP_P(n, prepend_p);
+    const int B = p->B, N = p->N, C = p->C, k = p->k;
     const int64_t kc = (int64_t)k * C, nc = (int64_t)N * C;
     const float *x = n->in[0]->data, *tok = n->in[1]->data;
     float *y = n->out->data;
@@ -350,7 +368,8 @@ static void prepend_fwd(vt_node *n) {
 }
 
 static void prepend_bwd(vt_node *n) {
-    const int B = n->ia[0], N = n->ia[1], C = n->ia[2], k = n->ia[3];
+    const prepend_p *p = VT_OP_P(n, prepend_p);
+    const int B = p->B, N = p->N, C = p->C, k = p->k;
     const int64_t kc = (int64_t)k * C, nc = (int64_t)N * C;
     const float *dy = n->out->grad;
     float *dx = n->in[0]->grad, *dt = n->in[1]->grad;
@@ -382,7 +401,6 @@ vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok) {
     vt_tensor *in[2] = {x, tok};
     vt_node *n = vt_new_node(g, &op_prepend, in, 2, vt_new_act(g, 3, shape));
     if (!n) return NULL;
-    const int ia[4] = {x->shape[0], x->shape[1], x->shape[2], k};
-    memcpy(n->ia, ia, sizeof ia);
+    *VT_OP_P(n, prepend_p) = (prepend_p){x->shape[0], x->shape[1], x->shape[2], k};
     return n->out;
 }

@@ -33,10 +33,14 @@ static inline float exp_le0(float x) {
     return x < -87.0f ? 0.0f : p * sc.f;
 }
 
-/* ia: 0 outer, 1 A (axis size), 2 inner */
+/* x viewed as (outer, A, inner), A the softmax axis. */
+typedef struct {
+    int outer, A, inner;
+} softmax_p;
 
 static void softmax_fwd(vt_node *n) {
-    const int outer = n->ia[0], A = n->ia[1], inner = n->ia[2];
+    const softmax_p *p = VT_OP_P(n, softmax_p);
+    const int outer = p->outer, A = p->A, inner = p->inner;
     const float *x = n->in[0]->data;
     float *y = n->out->data;
     if (inner == 1) {
@@ -90,7 +94,8 @@ static void softmax_fwd(vt_node *n) {
 }
 
 static void softmax_bwd(vt_node *n) {
-    const int outer = n->ia[0], A = n->ia[1], inner = n->ia[2];
+    const softmax_p *p = VT_OP_P(n, softmax_p);
+    const int outer = p->outer, A = p->A, inner = p->inner;
     const float *y = n->out->data, *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx || !dy) return;
@@ -144,8 +149,6 @@ vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis) {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < ax; d++) outer *= x->shape[d];
     for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
-    n->ia[0] = (int)outer;
-    n->ia[1] = x->shape[ax];
-    n->ia[2] = (int)inner;
+    *VT_OP_P(n, softmax_p) = (softmax_p){(int)outer, x->shape[ax], (int)inner};
     return n->out;
 }
