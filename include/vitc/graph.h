@@ -31,8 +31,6 @@ struct vt_node {
     vt_tensor *save[4]; /* VT_SAVED: values kept from forward for backward */
     vt_tensor *fws;     /* VT_WORK: forward scratch (NULL if none) */
     vt_tensor *bws;     /* VT_WORK: backward scratch (NULL if none) */
-    int ia[24];         /* integer attributes (meaning defined by the op) */
-    float fa[8];        /* float attributes */
     _Alignas(max_align_t) unsigned char params[VT_OP_PARAMS]; /* the op's typed parameters: see VT_OP_P */
     int64_t macs;       /* multiply-adds of one forward run of this node */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
