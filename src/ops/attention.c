@@ -13,8 +13,6 @@
  * one after another with multi-threaded sgemms and the softmax rows split over the threads. */
 #include <cblas.h>
 #include <omp.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "mathfn.h"
 #include "vitc/ops.h"
@@ -31,7 +29,7 @@ typedef struct {
     float scale;
 } attn_p;
 
-/* Per-(batch, head) views of the inputs; gradient pointers are NULL where no gradient is wanted. */
+/* Per-(batch, head) views of the inputs and the output (bias, mask and o NULL when absent or not wanted). */
 typedef struct {
     const float *q, *k, *v, *bias, *mask;
     float *o;
