@@ -156,8 +156,8 @@ void vt_rel_pos_index_fill(float *idx, int wh, int ww);
 /* Swin patch merging gather: x (B, H, W, C) -> (B, ⌈H/2⌉·⌈W/2⌉, 4C), blocks x[0::2, 0::2], x[1::2, 0::2],
  * x[0::2, 1::2], x[1::2, 1::2] per output token (zeros past an odd edge, as torchvision pads). */
 vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x);
-/* Non-overlapping p×p patches of x (B, H, W, C) (H, W multiples of p) -> (B, (H/p)·(W/p), C·p·p) in (c, ky, kx)
- * order, so vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is the k = s = p conv (p = 1: a view). */
+/* Patches p×p of x (B, H, W, C) (H, W multiples of p) -> (B, (H/p)·(W/p), C·p·p) in (c, ky, kx) order (p = 1: a
+ * view): vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is then the k = s = p conv. */
 vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p);
 
 #endif

@@ -299,8 +299,8 @@ static vt_tensor *attention_packed(vt_graph *g, vt_tensor *qkv, int heads, float
     char s[64];
     const int nch = msf ? 4 : 3;
     if (qkv->ndim != 3 || heads <= 0 || qkv->shape[2] % (nch * heads))
-        return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d heads",
-                       msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
+        return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d "
+                       "heads", msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
     const int C = qkv->shape[2] / nch;
     const vt_attn_args a = {.heads = heads, .dim = C, .q_off = 0, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
                             .scale = scale, .msf = msf};
