@@ -233,14 +233,14 @@ void test_ops_attention_ex(vt_test *T) {
     static const acase eq[] = {
         {"sep_kv_M<N", 2, 17, 9, 24, 48, 3, 24, 0, 0, 24, 0, 0, 0, 0, 0.35f, 0, {0}},  /* PVT spatial reduction */
         {"sep_kv_M>N", 3, 5, 11, 30, 20, 2, 10, 20, 10, 0, 0, 0, 0, 0, 0.5f, 0, {0}},  /* offsets in both, v before k */
-        {"cswin_offsets", 2, 13, 13, 48, 0, 2, 8, 8, 24, 40, 0, 0, 0, 0, 0.5f, 0, {0}}, /* channels [C/2, C) of q, k, v */
+        {"cswin_offsets", 2, 13, 13, 48, 0, 2, 8, 8, 24, 40, 0, 0, 0, 0, 0.5f, 0, {0}}, /* [C/2, C) of q, k, v */
         {"bias_shared", 6, 9, 9, 36, 0, 3, 12, 0, 12, 24, 0, 0, 1, 0, 0.3f, 0, {0}},
         {"bias_batched", 4, 7, 5, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
         {"mask_nW3", 6, 16, 16, 48, 0, 4, 16, 0, 16, 32, 0, 0, 1, 3, 0.4f, 0, {0}},    /* Swin: windows = batch */
         {"mask_nW2_h1", 2, 9, 9, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 2, 0.4f, 0, {0}},  /* one head */
-        {"bias_serial", 1, 11, 7, 4, 8, 1, 4, 0, 0, 4, 0, 0, 1, 0, 0.6f, 0, {0}},      /* B·H = 1: heads in turn, rows split */
+        {"bias_serial", 1, 11, 7, 4, 8, 1, 4, 0, 0, 4, 0, 0, 1, 0, 0.6f, 0, {0}},      /* B·H = 1: rows split */
         {"msf_bias_mask", 4, 9, 9, 32, 0, 2, 8, 0, 8, 16, 24, 1, 1, 2, 0.5f, 0, {0}},
-        {"msf_sep_kv", 2, 6, 4, 16, 16, 2, 8, 8, 0, 8, 0, 1, 2, 0, 0.5f, 0, {0}},      /* probe in q before the queries */
+        {"msf_sep_kv", 2, 6, 4, 16, 16, 2, 8, 8, 0, 8, 0, 1, 2, 0, 0.5f, 0, {0}},      /* probe before the queries */
         {"shared_qk", 2, 7, 7, 16, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0.5f, 0, {0}},        /* q and k the same channels */
         {"huge_negative", 4, 6, 6, 12, 0, 2, 4, 0, 4, 8, 0, 0, 2, 2, 1.0f, 1, {0}},
         {"n1_m1", 3, 1, 1, 9, 0, 1, 3, 0, 3, 6, 0, 0, 1, 3, 1.0f, 0, {0}},
@@ -254,7 +254,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"fd_msf_bias_mask", 2, 4, 4, 16, 0, 1, 4, 0, 4, 8, 12, 1, 1, 2, 0.5f, 0, {4, 2, 2, 2, 1, 1}},
         {"fd_msf_sep", 2, 3, 2, 8, 8, 2, 4, 0, 0, 4, 4, 1, 2, 0, 0.5f, 0, {0}},
         {"fd_n1", 1, 1, 1, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 1, 1.0f, 0, {1, 1, 1, 1, 0, 0}},
-        {"fd_mask_operand", 2, 3, 3, 6, 0, 1, 2, 0, 2, 4, 0, 0, 0, 2, 0.8f, 0, {0}},  /* a mask parameter (no gradient) */
+        {"fd_mask_operand", 2, 3, 3, 6, 0, 1, 2, 0, 2, 4, 0, 0, 0, 2, 0.8f, 0, {0}},  /* mask parameter, no grad */
         {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0, {0}},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));

@@ -164,7 +164,8 @@ static void py_slice(int start, int stop, int stop_none, int n, int *lo, int *hi
  * differences != 0 -> −100. */
 static void naive_mask(int Hp, int Wp, int wh, int ww, int sh, int sw, float *out) {
     int *img = calloc((size_t)Hp * Wp, sizeof(int)), cnt = 0;
-    const int hs[3][3] = {{0, -wh, 0}, {-wh, -sh, 0}, {-sh, 0, 1}}, wsl[3][3] = {{0, -ww, 0}, {-ww, -sw, 0}, {-sw, 0, 1}};
+    const int hs[3][3] = {{0, -wh, 0}, {-wh, -sh, 0}, {-sh, 0, 1}}; /* (start, stop, stop is None) */
+    const int wsl[3][3] = {{0, -ww, 0}, {-ww, -sw, 0}, {-sw, 0, 1}};
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++) {
             int y0, y1, x0, x1;
@@ -214,8 +215,9 @@ static void check_shift_mask(vt_test *T) {
     for (int i = 0; i < 256; i++) z0 += got[i] == 0.0f, z3 += got[3 * 256 + i] == 0.0f;
     T_CHECK(T, z0 == 256 && z3 == 64 && got[3 * 256 + 2] == -100.0f && got[3 * 256 + 1] == 0.0f,
             "shift mask known values: %d and %d zeros", z0, z3);
-    T_CHECK(T, vt_window_shift_mask_fill(got, 8, 9, 4, 4, 2, 2) == -1 && vt_window_shift_mask_fill(got, 8, 8, 4, 4, -1, 0)
-            == -1, "invalid mask arguments are refused");
+    T_CHECK(T, vt_window_shift_mask_fill(got, 8, 9, 4, 4, 2, 2) == -1 &&
+                   vt_window_shift_mask_fill(got, 8, 8, 4, 4, -1, 0) == -1,
+            "invalid mask arguments are refused");
 }
 
 /* ---- relative position bias ---- */
@@ -342,8 +344,8 @@ static void check_patchify_conv(vt_test *T) {
         double eo = 0, eg = 0;
         for (size_t i = 0; i < no; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
         for (size_t i = 0; i < ng; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
-        T_CHECK(T, eo < 1e-5 && eg < 1e-4, "patchify+linear vs conv2d (%d, %d, %d, %d) p=%d: output err %g, grad err %g",
-                B, H, W, C, p, eo, eg);
+        T_CHECK(T, eo < 1e-5 && eg < 1e-4, "patchify+linear vs conv2d (%d, %d, %d, %d) p=%d: output err %g, "
+                "grad err %g", B, H, W, C, p, eo, eg);
     }
 }
 

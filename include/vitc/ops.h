@@ -106,10 +106,10 @@ typedef struct vt_attn_args {
     float scale;                       /* logits = scale·q·kᵀ (msf: scale·(q·kᵀ − 0.5‖k‖²)) */
     int msf;                           /* 1: MSF Gaussian-kernel logits and o = P·v − p (probe p in q at p_off) */
     vt_tensor *bias;                   /* NULL, or added to the logits: (H, N, M) shared, or (B, H, N, M) */
-    vt_tensor *mask;                   /* NULL, or constant (nW, N, M) added to batch entry b as mask[b % nW] */
+    vt_tensor *mask;                   /* NULL, or (nW, N, M) added to batch entry b as mask[b % nW]; no grad */
 } vt_attn_args;
 /* General fused attention: q (B, N, Lq), kv (B, M, Lkv) or NULL (kv = q, self-attention on a packed projection);
- * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). The mask gets no gradient. */
+ * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). A shared bias's gradient sums the batch. */
 vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_attn_args *a);
 
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
@@ -156,8 +156,8 @@ void vt_rel_pos_index_fill(float *idx, int wh, int ww);
 /* Swin patch merging gather: x (B, H, W, C) -> (B, ⌈H/2⌉·⌈W/2⌉, 4C), blocks x[0::2, 0::2], x[1::2, 0::2],
  * x[0::2, 1::2], x[1::2, 1::2] per output token (zeros past an odd edge, as torchvision pads). */
 vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x);
-/* Non-overlapping p×p patches of x (B, H, W, C) (H, W multiples of p) -> (B, (H/p)·(W/p), C·p·p) in (c, ky, kx)
- * order: vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is the stride-p convolution. */
+/* Patches p×p of x (B, H, W, C) (H, W multiples of p) -> (B, (H/p)·(W/p), C·p·p) in (c, ky, kx) order (p = 1: a
+ * view): vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is then the k = s = p conv. */
 vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p);
 
 #endif

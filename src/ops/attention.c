@@ -13,8 +13,6 @@
  * one after another with multi-threaded sgemms and the softmax rows split over the threads. */
 #include <cblas.h>
 #include <omp.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "mathfn.h"
 #include "vitc/ops.h"
@@ -31,7 +29,7 @@ typedef struct {
     float scale;
 } attn_p;
 
-/* Per-(batch, head) views of the inputs; gradient pointers are NULL where no gradient is wanted. */
+/* Per-(batch, head) views of the inputs and the output (bias, mask and o NULL when absent or not wanted). */
 typedef struct {
     const float *q, *k, *v, *bias, *mask;
     float *o;
@@ -301,8 +299,8 @@ static vt_tensor *attention_packed(vt_graph *g, vt_tensor *qkv, int heads, float
     char s[64];
     const int nch = msf ? 4 : 3;
     if (qkv->ndim != 3 || heads <= 0 || qkv->shape[2] % (nch * heads))
-        return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d heads",
-                       msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
+        return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d "
+                       "heads", msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
     const int C = qkv->shape[2] / nch;
     const vt_attn_args a = {.heads = heads, .dim = C, .q_off = 0, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
                             .scale = scale, .msf = msf};

@@ -23,7 +23,8 @@ int main(int argc, char **argv) {
     int v[9];
     for (int i = 0; i < 9; i++) v[i] = atoi(argv[1 + i]);
     const int B = v[0], H = v[1], W = v[2], C = v[3], nh = v[4], wh = v[5], ww = v[6];
-    const int Hp = (H + wh - 1) / wh * wh, Wp = (W + ww - 1) / ww * ww, sh = wh >= Hp ? 0 : v[7], sw = ww >= Wp ? 0 : v[8];
+    const int Hp = (H + wh - 1) / wh * wh, Wp = (W + ww - 1) / ww * ww;
+    const int sh = wh >= Hp ? 0 : v[7], sw = ww >= Wp ? 0 : v[8]; /* torchvision clears covered shifts */
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
@@ -47,7 +48,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     FILE *f = fopen(argv[10], "rb");
-    if (!f || !rd(f, x) || !rd(f, Wq) || !rd(f, Bq) || !rd(f, Wo) || !rd(f, Bo) || !rd(f, tab) || !rd(f, r) || !rd(f, r2)) {
+    if (!f || !rd(f, x) || !rd(f, Wq) || !rd(f, Bq) || !rd(f, Wo) || !rd(f, Bo) || !rd(f, tab) || !rd(f, r) ||
+        !rd(f, r2)) {
         fprintf(stderr, "cannot read %s\n", argv[10]);
         return 1;
     }
