@@ -17,13 +17,15 @@ static int zero_expected(const char *name, int chh_last) {
 }
 
 /* Builds the block on x (B, N, C) (train mode), loss = Σ y·r, and checks central differences on every param. */
-static void check_grad(vt_test *T, const char *tag, int cffn, const vt_hmhsa_cfg *hc, int B, int N, int C) {
+static void check_grad(vt_test *T, const char *tag, int cffn, const vt_attn_ctx *hc, int B, int N, int C) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, N, C};
     vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
-    vt_tensor *y = cffn ? vt_block_cffn(g, "mlp", x, 2 * C, &(vt_cffn_cfg){0.0f, 2, 1})
+    const vt_block_opts two = {.cffn_r = 2};
+    vt_tensor *y = cffn ? vt_block_cffn(g, "mlp", x, &(vt_ffn_ctx){.hidden = 2 * C, .train_form = 1,
+                                                                    .winit = VT_INIT_W02, .opts = &two})
                         : vt_block_hmhsa(g, "attn", x, hc);
     vt_tensor *r = vt_input(g, "r", 3, xs);
     vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
@@ -55,7 +57,7 @@ static void check_grad(vt_test *T, const char *tag, int cffn, const vt_hmhsa_cfg
         const int64_t n = t->numel;
         double anysum = 0;
         const double rel = gc_param_error(g, t, y, r->data, 24, 3e-3f, &anysum);
-        if (zero_expected(t->name, cffn || !hc->chh_first)) { /* the differences are float noise here */
+        if (zero_expected(t->name, cffn || !hc->opts->chh_first)) { /* the differences are float noise here */
             T_CHECK(T, anysum / (double)n < 1e-4, "%s: %s gradient should vanish (mean |g| %.3g)", tag, t->name,
                     anysum / (double)n);
             continue;
@@ -73,7 +75,9 @@ static int cffn_eval(vt_params *P, int train_form, const float *xd, int B, int N
     if (!g) return -1;
     int xs[3] = {B, N, C};
     vt_tensor *x = vt_input(g, "x", 3, xs);
-    vt_tensor *y = vt_block_cffn(g, "mlp", x, 3 * C, &(vt_cffn_cfg){0.5f, 3, train_form});
+    const vt_block_opts o = {.cffn_t = 0.5f, .cffn_r = 3};
+    vt_tensor *y = vt_block_cffn(g, "mlp", x,
+                                 &(vt_ffn_ctx){.hidden = 3 * C, .train_form = train_form, .winit = VT_INIT_W02, .opts = &o});
     vt_graph_output(g, y);
     int rc = vt_graph_finalize(g, e);
     if (!rc && xd) {
@@ -125,8 +129,19 @@ static void check_deploy(vt_test *T) {
 }
 
 void test_hmhsa_cffn(vt_test *T) {
-    check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", 0, &(vt_hmhsa_cfg){2, 1, 1, 2, 3, 0, 0, 0}, 2, 7, 24);
-    check_grad(T, "hmhsa chh-first 1x(3x2) C16 h4", 0, &(vt_hmhsa_cfg){4, 0, 0, 3, 2, 0, 0, 1}, 1, 6, 16);
+    const vt_block_opts dbl = {.double_heads = 1}, chh_first = {.chh_first = 1}, plain = {0};
+    check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", 0,
+               &(vt_attn_ctx){.heads = 2, .qkv_bias = 1, .grid_h = 2, .grid_w = 3, .lead = 1, .winit = VT_INIT_W02,
+                              .opts = &dbl},
+               2, 7, 24);
+    check_grad(T, "hmhsa chh-first 1x(3x2) C16 h4", 0,
+               &(vt_attn_ctx){.heads = 4, .grid_h = 3, .grid_w = 2, .winit = VT_INIT_W02, .opts = &chh_first}, 1, 6,
+               16);
+    /* PVT layout (q C/2, kv 3C/2) on keys reduced 2x (sr conv + LN): a 4x5 grid gives 2x2 keys (a column dropped) */
+    check_grad(T, "hmhsa pvt sr2 2x(4x5) C16 h2->4", 0,
+               &(vt_attn_ctx){.heads = 2, .qkv_bias = 1, .grid_h = 4, .grid_w = 5, .sr_ratio = 2, .ln_eps = 1e-5f,
+                              .layout = VT_LAYOUT_PVT, .conv_fanout = 1, .winit = VT_INIT_W02, .opts = &dbl},
+               2, 20, 16);
     check_grad(T, "cffn train form 2x5 C12", 1, NULL, 2, 5, 12);
     check_deploy(T);
     T_CHECK(T, vt_cffn_width(768, 192, 2.0f / 3.0f) == 102 && vt_cffn_width(1536, 384, 0) == 204 &&
@@ -137,13 +152,15 @@ void test_hmhsa_cffn(vt_test *T) {
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int s1[3] = {1, 5, 12};
-    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1), &(vt_hmhsa_cfg){3, 1, 0, 2, 2, 0, 0, 0}) &&
+    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1),
+                               &(vt_attn_ctx){.heads = 3, .grid_h = 2, .grid_w = 2, .lead = 1, .opts = &plain}) &&
                    strstr(g->err.msg, "even head count"),
             "3 heads without doubling must fail: %s", g->err.msg);
     vt_graph_free(g);
     g = vt_graph_new(P, 0, &e);
-    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1), &(vt_hmhsa_cfg){2, 1, 0, 2, 3, 0, 0, 0}) &&
-                   strstr(g->err.msg, "key grid"),
+    T_CHECK(T, !vt_block_hmhsa(g, "a", vt_input(g, "x1", 3, s1),
+                               &(vt_attn_ctx){.heads = 2, .grid_h = 2, .grid_w = 3, .opts = &plain}) &&
+                   strstr(g->err.msg, "grid"),
             "2x3 grid on 5 tokens must fail: %s", g->err.msg);
     vt_graph_free(g);
     vt_params_free(P);

@@ -50,8 +50,10 @@ static void fill_chain(float *d, int64_t n, int which, vt_rng *r) {
 /* The whole FLatten module (PVT-style q/kv: 1 class token + ia[0]×ia[0] grid, 3 heads, kernel ia[1]) on x0;
  * its own parameters get N(0, 0.3) values (so ReLU, DWC and the positional encoding are all active). */
 static vt_tensor *b_flatten_block(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    const vt_flatten_cfg fc = {.heads = 3, .focusing = 3.0f, .kernel = c->ia[1], .qkv_style = VT_FLATTEN_Q_KV, .qkv_bias = 1};
-    vt_tensor *y = vt_block_flatten(g, "a", x[0], 1 + c->ia[0] * c->ia[0], c->ia[0], c->ia[0], &fc);
+    const vt_block_opts o = {.focusing = 3.0f, .kernel = c->ia[1]};
+    const vt_attn_ctx a = {.heads = 3, .qkv_bias = 1, .grid_h = c->ia[0], .grid_w = c->ia[0], .lead = 1,
+                           .layout = VT_LAYOUT_PVT, .winit = VT_INIT_W02, .opts = &o};
+    vt_tensor *y = vt_block_flatten(g, "a", x[0], &a);
     vt_rng r;
     vt_rng_seed(&r, 77);
     for (int i = 0; i < g->P->n; i++) {

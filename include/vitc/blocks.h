@@ -10,33 +10,6 @@
 #define VT_INIT_Z ((vt_init){VT_INIT_ZERO, 0.0f})
 #define VT_INIT_1 ((vt_init){VT_INIT_ONE, 0.0f})
 
-/* Joins prefix and suffix as "prefix.suffix" (or "suffix" when prefix is empty) into a static-size buffer. */
-const char *vt_pname(char *buf, const char *prefix, const char *suffix);
-
-/* Linear layer with params prefix.weight (out, in) [paper-counted] and prefix.bias (out) when bias != 0. */
-vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
-
-/* LayerNorm over the last dim with params prefix.weight / prefix.bias (no weight decay). */
-vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps);
-
-/* Conv2d (NCHW) with params prefix.weight (out, in/groups, k, k) [paper-counted] and optional prefix.bias;
- * PyTorch default init (U(±1/sqrt(fan_in))). */
-vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,
-                       int bias);
-
-/* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
-vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
-
-/* x + drop_path(h, drop): the residual add of a transformer block (fused into h's linear when drop is off, see
- * vt_residual). */
-vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
-
-/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out). */
-vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
-
-/* timm Attention on x (B, N, C): prefix.qkv (3C, bias optional) → softmax(q·kᵀ/√dh)·v → prefix.proj. */
-vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias);
-
 /* ---- pluggable attention and FFN types (src/blocks/tables.c): any host calls them by name ---- */
 
 /* Hyper-parameters of the pluggable blocks, set per named model (0: the block's default). */
@@ -56,7 +29,11 @@ typedef struct vt_block_opts {
 } vt_block_opts;
 
 /* Where an attention module keeps its projections (the host's official state_dict layout). */
-enum { VT_LAYOUT_TIMM = 0 /* prefix.qkv (3C) + prefix.proj */, VT_LAYOUT_PVT /* prefix.q + prefix.kv (+ sr, norm) */ };
+enum {
+    VT_LAYOUT_TIMM = 0, /* prefix.qkv (one packed projection) + prefix.proj: timm ViT/DeiT, Swin */
+    VT_LAYOUT_PVT,      /* prefix.q + prefix.kv (+ prefix.sr, prefix.norm when sr_ratio > 1) + prefix.proj: PVT */
+    VT_LAYOUT_CSWIN     /* prefix.qkv and prefix.proj at block level, one module per branch in prefix.attns.{i} */
+};
 
 /* Everything an attention module may need to know about its place in the host; one context for every type. */
 typedef struct vt_attn_ctx {
@@ -65,9 +42,15 @@ typedef struct vt_attn_ctx {
     int grid_h, grid_w;      /* the non-lead tokens form a grid_h × grid_w grid (row-major) */
     int lead;                /* tokens before the grid (a class token), outside any spatial operation */
     int sr_ratio;            /* spatial reduction of the keys and values (PVT); 0 or 1: none */
+    int rel_pos;             /* Swin: the tokens are one window of side rel_pos with a learned relative position bias
+                              * (prefix.relative_position_bias_table, fixed buffer prefix.relative_position_index) */
+    int rel_pos_flat;        /* the index buffer is stored flattened (w⁴,) (torchvision) instead of (w², w²) */
+    vt_tensor *mask;         /* Swin shifted windows: constant additive (nW, N, N) mask, batch entry b uses mask[b % nW] */
+    int stripe;              /* CSwin layout: stripe width of the two-branch form; 0: one branch over the whole grid */
     int layout;              /* VT_LAYOUT_* */
-    float ln_eps;            /* LayerNorms inside the module */
-    vt_init winit;           /* initialisation of the projection weights (the host's rule) */
+    float ln_eps;            /* LayerNorms inside the module (PVT's spatial-reduction norm) */
+    vt_init winit;           /* initialisation of the Linear weights (the host's rule) */
+    int conv_fanout;         /* convolutions inside: 1 normal(0, √(2/fan_out)) with bias 0 (PVTv2), 0 PyTorch's default */
     const vt_block_opts *opts;
 } vt_attn_ctx;
 
@@ -76,6 +59,10 @@ typedef struct vt_ffn_ctx {
     int hidden;              /* hidden width */
     int train_form;          /* re-parameterised FFNs: 1 training form, 0 deployed form */
     vt_init winit;           /* initialisation of the weights (the host's rule) */
+    int grid_h, grid_w;      /* token grid (for dwconv) */
+    int dwconv;              /* PVTv2: depthwise 3×3 prefix.dwconv.dwconv over the grid between fc1 and GELU */
+    int conv_fanout;         /* as in vt_attn_ctx */
+    int tv_names;            /* torchvision's Sequential names prefix.0 / prefix.3 instead of fc1 / fc2 */
     const vt_block_opts *opts;
 } vt_ffn_ctx;
 
@@ -108,50 +95,95 @@ vt_tensor *vt_attn_build(vt_graph *g, const char *type, const char *prefix, vt_t
 /* Builds FFN `type` at prefix with context f; an unknown type is a build error. */
 vt_tensor *vt_ffn_build(vt_graph *g, const char *type, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
+/* Joins prefix and suffix as "prefix.suffix" (or "suffix" when prefix is empty) into a static-size buffer. */
+const char *vt_pname(char *buf, const char *prefix, const char *suffix);
+
+/* Linear layer with params prefix.weight (out, in) [paper-counted] and prefix.bias (out) when bias != 0. */
+vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
+
+/* LayerNorm over the last dim with params prefix.weight / prefix.bias (no weight decay). */
+vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps);
+
+/* Conv2d (NCHW) with params prefix.weight (out, in/groups, k, k) [paper-counted] and optional prefix.bias;
+ * PyTorch default init (U(±1/sqrt(fan_in))). */
+vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,
+                       int bias);
+
+/* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
+vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
+
+/* x + drop_path(h, drop): the residual add of a transformer block (fused into h's linear when drop is off, see
+ * vt_residual). */
+vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
+
+/* The first half of an FFN: prefix.fc1 (f->hidden; torchvision: prefix.0) → [PVTv2: depthwise 3×3
+ * prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU. */
+vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+
+/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out). */
+vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
+
+/* Initialisation of a convolution weight (fan_in = in/groups·k², fan_out = out/groups·k²): PyTorch's default
+ * U(±1/√fan_in), or normal(0, √(2/fan_out)) when fanout (PVTv2's rule; its biases start at 0). */
+vt_init vt_conv_init(int fan_in, int fan_out, int fanout);
+
+/* The query and key/value sources of an attention module in its host's layout, before the heads are split. */
+typedef struct vt_attn_src {
+    vt_tensor *q, *kv;        /* q (B, N, ·) and kv (B, n, ·); the same tensor for one packed projection */
+    int q_off, k_off, v_off;  /* channel offsets of the query, key and value ranges */
+    int kh, kw, klead;        /* the keys: klead off-grid tokens, then a kh × kw grid */
+} vt_attn_src;
+
+/* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout: TIMM one packed
+ * prefix.qkv; PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1. */
+int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int wq, int wk, int wv,
+                    vt_attn_src *s);
+
+/* PVT's spatial reduction of x (B, H·W, C): Conv(k = s = sr) prefix.sr on the H×W map (rows and columns past a
+ * multiple of sr dropped, as a strided conv does) → LayerNorm prefix.norm (eps) → (B, ⌊H/sr⌋·⌊W/sr⌋, C). */
+vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
+                       int conv_fanout);
+
+/* Swin's relative position bias of a w×w window: prefix.relative_position_bias_table ((2w−1)², heads), the fixed
+ * int64 buffer prefix.relative_position_index ((w², w²), or (w⁴,) when flat) -> bias (heads, w², w²). */
+vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, int flat);
+
+/* Softmax multi-head attention on x (B, N, C) in the context's layout: projections (vt_attn_project), scaled dot
+ * products (+ relative position bias, + shift mask), softmax, ·v, prefix.proj. */
+vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
+
 /* ---- the papers' blocks: one section per file, added below ---- */
 
 /* ---- flatten.c (FLatten focused linear attention, Han et al. 2023; spec-flatten.md §1.2) ---- */
-enum { VT_FLATTEN_Q_KV = 0, VT_FLATTEN_QKV = 1 }; /* projections: attn.q + attn.kv (PVT) or attn.qkv (Swin) */
 typedef struct vt_flatten_cfg {
     int heads;
     float focusing;   /* focusing power p (0: 3) */
     int kernel;       /* DWC kernel K, odd (0: 5); padding K/2 */
-    int qkv_style;    /* VT_FLATTEN_Q_KV or VT_FLATTEN_QKV */
-    int qkv_bias;
+    int conv_fanout;  /* DWC init: 1 normal(0, √(2/fan_out)), bias 0 (PVTv2); 0 PyTorch's default */
 } vt_flatten_cfg;
 /* Focused linear attention on projected q (B, N, C), k, v (B, n, C) (no proj): creates prefix.scale,
  * prefix.positional_encoding (1, n, C) and prefix.dwc (d = C/heads channels shared by all heads); the last H·W
  * of the n key tokens form the row-major DWC grid, earlier (class) tokens get no DWC term. -> (B, N, C). */
 vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
                            const vt_flatten_cfg *c);
-/* FLatten attention module on x (B, N, C) with n key tokens (n = N here) whose last H·W form the key grid:
- * projections per c->qkv_style, vt_flatten_core, prefix.proj. */
-vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n, int H, int W,
-                            const vt_flatten_cfg *c);
+/* FLatten attention module on x (B, N, C) in the context's layout (TIMM qkv as Swin, PVT q + kv as PVT and, with
+ * opts->flatten_q_kv, the DeiT transplant): projections, vt_flatten_core on the token grid, prefix.proj. */
+vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
 /* ---- hmhsa.c / cffn.c (Xu et al. 2023, attention-map hallucination + FFN compaction; spec-hmhsa-cffn.md) ---- */
-typedef struct vt_hmhsa_cfg {
-    int heads;        /* host heads (before doubling) */
-    int qkv_bias;
-    int double_heads; /* A1: heads -> 2·heads, head width halved */
-    int grid_h, grid_w; /* key grid of the last grid_h·grid_w tokens; earlier tokens (cls) bypass IHH (A3) */
-    int no_ihh, no_chh, chh_first; /* ablations: drop IHH / CHH (both: "Copy"), or CHH before IHH */
-} vt_hmhsa_cfg;
-/* hMHSA on x (B, N, C): prefix.qkv (2C: Q^ C/2, K^ C/2, V C), real maps A_r = Q^K^T/sqrt(d) (h/2 heads),
- * hallucinated maps CHH(IHH(A_r)) (prefix.ihh dw 3x3 over the key grid, prefix.chh 1x1 over heads), softmax over
- * [A_r, A_h] (h heads) times V, prefix.proj. */
-vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_hmhsa_cfg *hc);
+/* hMHSA on x (B, N, C) (heads a->heads, doubled with opts->double_heads; ablations opts->no_ihh/no_chh/chh_first):
+ * projections in the context's layout (TIMM qkv 2C: Q^ C/2, K^ C/2, V C; PVT q C/2 + kv 3C/2 on the reduced keys),
+ * real maps A_r = Q^K^T/sqrt(d) (h/2 heads), hallucinated maps CHH(IHH(A_r)) (prefix.ihh dw 3x3 over the key grid,
+ * off-grid keys (cls) bypassing it, prefix.chh 1x1 over heads), softmax over [A_r, A_h] (h heads) times V,
+ * prefix.proj. */
+vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
-typedef struct vt_cffn_cfg {
-    float t;        /* compaction ratio (<= 0: 2/3); k = floor(t·hidden·C / (hidden + C)) */
-    int r;          /* training-form branches per factor (<= 0: 2) */
-    int train_form; /* 1: RepVGG-style training form (conv 1x1 + BN branches); 0: deployed fc2_u / fc2_v */
-} vt_cffn_cfg;
-/* Bottleneck width k of a cFFN with the given hidden and output widths. */
+/* Bottleneck width k of a cFFN with the given hidden and output widths (t <= 0: 2/3). */
 int vt_cffn_width(int hidden, int C, float t);
-/* cFFN on x (B, N, C): prefix.fc1 (hidden) -> GELU -> U (hidden -> k) -> V (k -> C), no activation between U, V.
- * Deployed: Linear prefix.fc2_u, prefix.fc2_v; training: prefix.fc2_{u,v}.rep.{b}.{conv, bn}, branches summed. */
-vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, int hidden, const vt_cffn_cfg *cc);
+/* cFFN on x (B, N, C): the host's first half (vt_block_fc1_act: fc1, PVTv2's DWConv, GELU) -> U (hidden -> k) ->
+ * V (k -> C), no activation between U and V; k from opts->cffn_t, opts->cffn_r training branches. Deployed form:
+ * Linear prefix.fc2_u, prefix.fc2_v; training form (f->train_form): prefix.fc2_{u,v}.rep.{b}.{conv, bn}, summed. */
+vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 /* Fills the deployed store dep from the training-form store train: equal names copied, every X.{weight,bias} of
  * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps); errors name unused or missing tensors. */
 int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e);
@@ -164,7 +196,6 @@ typedef struct vt_msf_cfg {
     int block_grouping;   /* 1: block output order; 0: interleaved (o = e·G + g), the official default */
     int norm;             /* 1: LayerNorm `norm` (eps ln_eps) inside the module (SimpleViT); 0: none (ViT host) */
     float ln_eps;
-    int timm_init;        /* 1: trunc_normal(.02) weights (ViT host); 0: PyTorch default U(±1/sqrt(fan_in)) */
 } vt_msf_cfg;
 
 /* Parses "msf" | "orig", optionally "_g<N>" and then "_block", into probe / groups / block_grouping (-1: not one). */
@@ -172,6 +203,11 @@ int vt_msf_parse(const char *attn, vt_msf_cfg *m);
 
 /* MSF / baseline attention on x (B, N, C): params prefix.{norm.*, to_qkvp.weight | to_qkv.weight, to_out.weight}. */
 vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_msf_cfg *m);
+
+/* MSF / baseline attention in a host with a packed qkv (timm, Swin; the integration of spec-msf §5): prefix.qkvp
+ * (4C; baseline prefix.qkv, 3C; grouped per the type name; bias with the host's qkv_bias), Gaussian-kernel logits
+ * (+ relative position bias, + shift mask from the context), o = P·v − p, prefix.proj (with bias). */
+vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
 
 /* ---- refiner.c (Refiner, Zhou et al. 2021; official Refiner_ViT names) ---- */

@@ -25,7 +25,7 @@ int vt_cffn_width(int hidden, int C, float t) {
 
 /* One factor map x (..., in) -> (..., out): Linear (deployed) or Σ of r conv1x1 + BN branches (training). */
 static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form) {
-    if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02);
+    if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02); /* the host's Linear rule */
     if (vt_bad(g, 1, x)) return NULL;
     const int in = x->shape[x->ndim - 1];
     vt_tensor *sum = NULL;
@@ -44,15 +44,17 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
     return sum;
 }
 
-vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, int hidden, const vt_cffn_cfg *cc) {
+vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
-    const int C = x->shape[x->ndim - 1], r = cc->r > 0 ? cc->r : 2;
+    const float t = f->opts ? f->opts->cffn_t : 0.0f;
+    const int C = x->shape[x->ndim - 1], hidden = f->hidden, r = f->opts && f->opts->cffn_r > 0 ? f->opts->cffn_r : 2;
     if (hidden < 1 || r > 64) return vt_fail(g, "cffn", "%s: hidden %d / branches %d out of range", prefix, hidden, r);
-    const int k = vt_cffn_width(hidden, C, cc->t);
-    vt_tensor *h = vt_gelu(g, vt_linear_p(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02));
-    vt_tensor *u = factor(g, vt_pname(nm, prefix, "fc2_u"), h, k, r, cc->train_form);
-    return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, cc->train_form);
+    if (f->tv_names) return vt_fail(g, "cffn", "%s: cFFN has no torchvision (mlp.0 / mlp.3) layout", prefix);
+    const int k = vt_cffn_width(hidden, C, t);
+    vt_tensor *h = vt_block_fc1_act(g, prefix, x, f); /* the host's fc1 (+ PVTv2's DWConv) and GELU, kept */
+    vt_tensor *u = factor(g, vt_pname(nm, prefix, "fc2_u"), h, k, r, f->train_form);
+    return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, f->train_form);
 }
 
 /* ---- train -> deploy merge ---- */

@@ -71,6 +71,26 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
     return drop > 0.0f && g->training ? vt_add(g, x, vt_drop_path(g, h, drop)) : vt_residual(g, x, h);
 }
 
+vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    vt_tensor *w, *b;
+    if (linear_params(g, vt_pname(nm, prefix, f->tv_names ? "0" : "fc1"), x, f->hidden, 1, f->winit, &w, &b))
+        return NULL;
+    if (!f->dwconv) return vt_linear_gelu(g, x, w, b); /* GELU in the GEMM's epilogue */
+    const int B = x->shape[0], N = x->ndim == 3 ? x->shape[1] : 0, hid = f->hidden;
+    if (x->ndim != 3 || f->grid_h * f->grid_w != N)
+        return vt_fail(g, "mlp", "%s: the depthwise conv needs (B, H·W, C) tokens on the %dx%d grid", prefix, f->grid_h,
+                       f->grid_w);
+    const int ws[4] = {hid, 1, 3, 3}, map[4] = {B, f->grid_h, f->grid_w, hid}, tok[3] = {B, N, hid};
+    const vt_init wi = vt_conv_init(9, 9, f->conv_fanout); /* depthwise: fan_in = fan_out = 3·3 */
+    vt_tensor *dw = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.weight"), 4, ws, wi);
+    vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.bias"), 1, &hid, f->conv_fanout ? VT_INIT_Z : wi);
+    if (dw) dw->paper_count = 1;
+    vt_tensor *h = vt_reshape(g, vt_linear(g, x, w, b), 4, map);
+    return vt_gelu(g, vt_reshape(g, vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok));
+}
+
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];

@@ -40,9 +40,9 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     vt_tensor *scale, *pe;
     own_params(g, prefix, n, C, &scale, &pe);
     int ws[4] = {d, 1, K, K};
-    const float bound = 1.0f / sqrtf((float)(K * K)); /* PyTorch default: fan_in = 1·K·K */
-    vt_tensor *dw = vt_param(g, vt_pname(nm, prefix, "dwc.weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound});
-    vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwc.bias"), 1, &d, (vt_init){VT_INIT_UNIFORM, bound});
+    const vt_init wi = vt_conv_init(K * K, K * K, c->conv_fanout); /* depthwise: fan_in = fan_out = K·K */
+    vt_tensor *dw = vt_param(g, vt_pname(nm, prefix, "dwc.weight"), 4, ws, wi);
+    vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwc.bias"), 1, &d, c->conv_fanout ? VT_INIT_Z : wi);
     if (!scale || !pe || !dw || !db) return NULL;
     dw->paper_count = 1;
 
@@ -73,27 +73,25 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     return vt_concat(g, parts, 2, 1);
 }
 
-vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, int n, int H, int W,
-                            const vt_flatten_cfg *c) {
+vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
     if (vt_bad(g, 1, x)) return NULL;
-    char nm[VT_NAMELEN], sx[64];
-    if (x->ndim != 3 || n != x->shape[1])
-        return vt_fail(g, "flatten", "%s: input %s must be (B, N, C) with n = N = %d key tokens (spatial reduction is "
-                       "not supported)", prefix, vt_shape_str(x, sx, 64), n);
-    const int C = x->shape[2];
-    vt_tensor *scale, *pe, *q, *k, *v;
-    own_params(g, prefix, n, C, &scale, &pe); /* module's own parameters first, as in the official state_dict */
-    if (c->qkv_style == VT_FLATTEN_QKV) {
-        vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, c->qkv_bias, VT_INIT_W02);
-        q = vt_slice(g, t, 2, 0, C);
-        k = vt_slice(g, t, 2, C, C);
-        v = vt_slice(g, t, 2, 2 * C, C);
-    } else {
-        q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, C, c->qkv_bias, VT_INIT_W02);
-        vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "kv"), x, 2 * C, c->qkv_bias, VT_INIT_W02);
-        k = vt_slice(g, t, 2, 0, C);
-        v = vt_slice(g, t, 2, C, C);
-    }
-    vt_tensor *o = vt_flatten_core(g, prefix, q, k, v, H, W, c);
-    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, VT_INIT_W02);
+    char nm[VT_NAMELEN];
+    const vt_block_opts none = {0}, *o = a->opts ? a->opts : &none;
+    if (a->sr_ratio > 1)
+        return vt_fail(g, "flatten", "%s: spatial reduction (sr_ratio %d) is not supported (no paper configuration "
+                       "uses it)", prefix, a->sr_ratio);
+    if (a->rel_pos || a->mask)
+        return vt_fail(g, "flatten", "%s: windowed softmax stages (relative position bias, shift mask) take mhsa; "
+                       "FLatten runs on whole stages", prefix);
+    const int C = x->shape[x->ndim - 1];
+    vt_attn_ctx pa = *a;
+    if (o->flatten_q_kv && pa.layout == VT_LAYOUT_TIMM) pa.layout = VT_LAYOUT_PVT; /* the DeiT transplant (spec §6) */
+    /* the module's own parameters come first in the official state_dict; created by vt_flatten_core */
+    vt_attn_src s;
+    if (vt_attn_project(g, prefix, x, &pa, C, C, C, &s)) return NULL;
+    vt_tensor *q = vt_slice(g, s.q, 2, s.q_off, C), *k = vt_slice(g, s.kv, 2, s.k_off, C),
+              *v = vt_slice(g, s.kv, 2, s.v_off, C);
+    const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout};
+    vt_tensor *out = vt_flatten_core(g, prefix, q, k, v, s.kh, s.kw, &fc);
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);
 }

@@ -1,16 +1,107 @@
-/* Standard multi-head self-attention (timm `Attention`): qkv Linear, scaled dot product, softmax, proj. */
+/* Softmax multi-head attention in the hosts' layouts, and the pieces every attention type shares: projections in
+ * the host's layout (timm/Swin packed qkv, PVT q + kv with spatial reduction), PVT's spatial reduction, Swin's
+ * relative position bias. The fused op vt_attention_ex computes logits, bias, mask, softmax and ·v per head. */
 #include <math.h>
+#include <stdio.h>
 
 #include "vitc/blocks.h"
 
-vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias) {
+vt_init vt_conv_init(int fan_in, int fan_out, int fanout) {
+    return fanout ? (vt_init){VT_INIT_NORMAL, sqrtf(2.0f / (float)fan_out)}
+                  : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)fan_in)};
+}
+
+vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
+                       int conv_fanout) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    const int B = x->shape[0], C = x->shape[x->ndim - 1];
+    if (x->ndim != 3 || x->shape[1] != H * W || sr < 2 || H < sr || W < sr)
+        return vt_fail(g, "sr", "%s: input %s must be (B, %d·%d, C) with both sides at least sr = %d", prefix,
+                       vt_shape_str(x, sx, 64), H, W, sr);
+    const int map[4] = {B, H, W, C}, ws[4] = {C, C, sr, sr}, w2[2] = {C, C * sr * sr};
+    vt_tensor *m = vt_reshape(g, x, 4, map);
+    if (H % sr) m = vt_slice(g, m, 1, 0, H - H % sr); /* a stride-sr conv never reads the last H % sr rows */
+    if (W % sr) m = vt_slice(g, m, 2, 0, W - W % sr);
+    const int fan = C * sr * sr;
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "sr.weight"), 4, ws, vt_conv_init(fan, fan, conv_fanout));
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "sr.bias"), 1, &C,
+                            conv_fanout ? VT_INIT_Z : vt_conv_init(fan, fan, 0));
+    if (w) w->paper_count = 1;
+    vt_tensor *t = vt_linear(g, vt_patchify_nhwc(g, m, sr), vt_reshape(g, w, 2, w2), b);
+    return vt_layernorm_p(g, vt_pname(nm, prefix, "norm"), t, eps);
+}
+
+int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int wq, int wk, int wv,
+                    vt_attn_src *s) {
+    if (vt_bad(g, 1, x)) return -1;
+    char nm[VT_NAMELEN], sx[64];
+    const int N = x->ndim == 3 ? x->shape[1] : 0;
+    if (x->ndim != 3 || a->grid_h < 1 || a->grid_w < 1 || a->lead < 0 || a->lead + a->grid_h * a->grid_w != N) {
+        vt_fail(g, "attention", "%s: input %s must be (B, N, C) with N = %d leading tokens + a %dx%d grid", prefix,
+                vt_shape_str(x, sx, 64), a->lead, a->grid_h, a->grid_w);
+        return -1;
+    }
+    *s = (vt_attn_src){.kh = a->grid_h, .kw = a->grid_w, .klead = a->lead};
+    if (a->layout == VT_LAYOUT_TIMM) {
+        if (a->sr_ratio > 1) {
+            vt_fail(g, "attention", "%s: spatial reduction needs the PVT layout (q + kv)", prefix);
+            return -1;
+        }
+        s->q = s->kv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, wq + wk + wv, a->qkv_bias, a->winit);
+        s->k_off = wq;
+        s->v_off = wq + wk;
+    } else if (a->layout == VT_LAYOUT_PVT) {
+        s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, wq, a->qkv_bias, a->winit);
+        vt_tensor *src = x;
+        if (a->sr_ratio > 1) {
+            if (a->lead) {
+                vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported",
+                        prefix, a->lead);
+                return -1;
+            }
+            src = vt_block_sr(g, prefix, x, a->grid_h, a->grid_w, a->sr_ratio, a->ln_eps, a->conv_fanout);
+            s->kh = a->grid_h / a->sr_ratio;
+            s->kw = a->grid_w / a->sr_ratio;
+        }
+        s->kv = vt_linear_p(g, vt_pname(nm, prefix, "kv"), src, wk + wv, a->qkv_bias, a->winit);
+        s->v_off = wk;
+    } else {
+        vt_fail(g, "attention", "%s: layout %d has no projection of its own here", prefix, a->layout);
+        return -1;
+    }
+    return s->q && s->kv ? 0 : -1;
+}
+
+vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, int flat) {
+    if (g->err.msg[0]) return NULL;
+    char nm[VT_NAMELEN];
+    const int N = w * w, ts[2] = {(2 * w - 1) * (2 * w - 1), heads}, is[2] = {N, N}, isf[1] = {N * N};
+    vt_tensor *table = vt_param(g, vt_pname(nm, prefix, "relative_position_bias_table"), 2, ts, VT_INIT_W02);
+    float *idx = vt_alloc(sizeof(float) * (size_t)N * (size_t)N, &g->err);
+    if (!idx) return NULL;
+    vt_rel_pos_index_fill(idx, w, w);
+    vt_tensor *ib = vt_buffer_fixed(g, vt_pname(nm, prefix, "relative_position_index"), flat ? 1 : 2, flat ? isf : is,
+                                    idx);
+    vt_free(idx);
+    if (!ib) return NULL;
+    ib->is_i64 = 1;
+    return vt_rel_pos_bias(g, table, w, w);
+}
+
+vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     const int C = x->shape[x->ndim - 1];
-    if (x->ndim != 3 || heads <= 0 || C % heads)
-        return vt_fail(g, "attention", "%s: input must be (B, N, C) with C divisible by %d heads", prefix, heads);
-    const int dh = C / heads;
-    vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, qkv_bias, VT_INIT_W02);
-    vt_tensor *o = vt_attention(g, qkv, heads, 1.0f / sqrtf((float)dh));
-    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, VT_INIT_W02);
+    if (a->heads <= 0 || C % a->heads)
+        return vt_fail(g, "attention", "%s: width %d is not divisible by %d heads", prefix, C, a->heads);
+    vt_attn_src s;
+    if (vt_attn_project(g, prefix, x, a, C, C, C, &s)) return NULL;
+    const vt_attn_args args = {.heads = a->heads, .dim = C, .q_off = s.q_off, .k_off = s.k_off, .v_off = s.v_off,
+                               .scale = 1.0f / sqrtf((float)(C / a->heads)),
+                               .bias = a->rel_pos ? vt_block_rel_pos(g, prefix, a->rel_pos, a->heads, a->rel_pos_flat)
+                                                  : NULL,
+                               .mask = a->mask};
+    vt_tensor *o = vt_attention_ex(g, s.q, s.kv == s.q ? NULL : s.kv, &args);
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
 }

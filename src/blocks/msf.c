@@ -50,7 +50,7 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     if (m->norm) x = vt_layernorm_p(g, vt_pname(nm, prefix, "norm"), x, m->ln_eps);
     const char *pname = m->probe ? "to_qkvp.weight" : "to_qkv.weight";
     int ws[2] = {nch * inner, D / G};
-    vt_init winit = m->timm_init ? VT_INIT_W02 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)(D / G))};
+    const vt_init winit = {VT_INIT_UNIFORM, 1.0f / sqrtf((float)(D / G))}; /* PyTorch's default */
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, pname), 2, ws, winit);
     if (w) w->paper_count = 1;
     vt_tensor *t = G == 1 ? vt_linear(g, x, w, NULL) : vt_group_linear(g, x, w, G, !m->block_grouping);
@@ -59,8 +59,36 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     const float s = 1.0f / sqrtf((float)dh);
     vt_tensor *o = m->probe ? vt_attention_msf(g, t, H, s) : vt_attention(g, t, H, s);
     int os[2] = {D, inner};
-    vt_init oinit = m->timm_init ? VT_INIT_W02 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)inner)};
+    const vt_init oinit = {VT_INIT_UNIFORM, 1.0f / sqrtf((float)inner)};
     vt_tensor *wo = vt_param(g, vt_pname(nm, prefix, "to_out.weight"), 2, os, oinit);
     if (wo) wo->paper_count = 1;
     return vt_linear(g, o, wo, NULL);
+}
+
+vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    vt_msf_cfg m = {0};
+    if (vt_msf_parse(a->type, &m))
+        return vt_fail(g, "msf", "%s: unknown attention '%s' (msf, msf_g<N>, msf_g<N>_block, orig, orig_g<N>)",
+                       prefix, a->type);
+    const int C = x->shape[x->ndim - 1], H = a->heads, nch = m.probe ? 4 : 3, G = m.groups;
+    if (x->ndim != 3 || H <= 0 || C % H || C % G)
+        return vt_fail(g, "msf", "%s: width %d must be divisible by %d heads and %d groups", prefix, C, H, G);
+    if (a->layout != VT_LAYOUT_TIMM || a->sr_ratio > 1)
+        return vt_fail(g, "msf", "%s: MSF replaces a packed qkv projection (timm/Swin layout, no spatial reduction)",
+                       prefix);
+    const int ws[2] = {nch * C, C / G}, E = nch * C;
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, m.probe ? "qkvp.weight" : "qkv.weight"), 2, ws, a->winit);
+    vt_tensor *b = a->qkv_bias ? vt_param(g, vt_pname(nm, prefix, m.probe ? "qkvp.bias" : "qkv.bias"), 1, &E, VT_INIT_Z)
+                               : NULL;
+    if (w) w->paper_count = 1;
+    vt_tensor *t = G == 1 ? vt_linear(g, x, w, b) : vt_group_linear(g, x, w, G, !m.block_grouping);
+    if (G > 1 && b) t = vt_add(g, t, b); /* the bias follows the (interleaved) grouped product */
+    const vt_attn_args args = {.heads = H, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
+                               .scale = 1.0f / sqrtf((float)(C / H)), .msf = m.probe,
+                               .bias = a->rel_pos ? vt_block_rel_pos(g, prefix, a->rel_pos, H, a->rel_pos_flat) : NULL,
+                               .mask = a->mask};
+    vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
 }

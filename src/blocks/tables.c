@@ -6,59 +6,16 @@
 
 #include "vitc/blocks.h"
 
-static vt_tensor *attn_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    if (a->layout != VT_LAYOUT_TIMM || a->sr_ratio > 1)
-        return vt_fail(g, "mhsa", "%s: only the timm layout (qkv + proj) without spatial reduction is supported",
-                       prefix);
-    return vt_block_mhsa(g, prefix, x, a->heads, a->qkv_bias);
-}
-
 static int msf_accepts(const char *name) {
     vt_msf_cfg m;
     return vt_msf_parse(name, &m) == 0;
 }
 
-/* MSF (msf, msf_g<N>[_block]) and the MSF paper's baseline (orig, orig_g<N>[_block]): no inner norm, timm init. */
-static vt_tensor *attn_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    if (vt_bad(g, 1, x)) return NULL;
-    vt_msf_cfg m = {0};
-    if (vt_msf_parse(a->type, &m))
-        return vt_fail(g, "msf", "%s: unknown attention '%s' (msf, msf_g<N>, msf_g<N>_block, orig, orig_g<N>)",
-                       prefix, a->type);
-    const int C = x->shape[x->ndim - 1];
-    if (a->heads <= 0 || C % a->heads)
-        return vt_fail(g, "msf", "%s: width %d not divisible by %d heads", prefix, C, a->heads);
-    if (a->sr_ratio > 1) return vt_fail(g, "msf", "%s: spatial reduction of the keys is not supported", prefix);
-    m.heads = a->heads;
-    m.dim_head = a->opts && a->opts->dim_head > 0 ? a->opts->dim_head : C / a->heads;
-    m.timm_init = 1;
-    return vt_block_msf(g, prefix, x, &m);
-}
-
-static vt_tensor *attn_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    const vt_block_opts *o = a->opts;
-    if (a->sr_ratio > 1 || a->layout != VT_LAYOUT_TIMM)
-        return vt_fail(g, "hmhsa", "%s: only the timm layout without spatial reduction is supported", prefix);
-    const vt_hmhsa_cfg hc = {a->heads, a->qkv_bias, o && o->double_heads, a->grid_h, a->grid_w,
-                             o && o->no_ihh, o && o->no_chh, o && o->chh_first};
-    return vt_block_hmhsa(g, prefix, x, &hc);
-}
-
-static vt_tensor *attn_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    if (vt_bad(g, 1, x)) return NULL;
-    if (a->sr_ratio > 1)
-        return vt_fail(g, "flatten", "%s: spatial reduction (sr_ratio %d) is not supported", prefix, a->sr_ratio);
-    const vt_block_opts *o = a->opts;
-    const vt_flatten_cfg fc = {a->heads, o ? o->focusing : 0.0f, o ? o->kernel : 0,
-                               a->layout == VT_LAYOUT_PVT || (o && o->flatten_q_kv) ? VT_FLATTEN_Q_KV : VT_FLATTEN_QKV,
-                               a->qkv_bias};
-    return vt_block_flatten(g, prefix, x, x->ndim == 3 ? x->shape[1] : 0, a->grid_h, a->grid_w, &fc);
-}
-
 /* The Refiner's attention with its map refined in place (adapt_bn(DLA(.))), no map carried between blocks. */
 static vt_tensor *attn_refiner(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    if (a->sr_ratio > 1 || a->layout != VT_LAYOUT_TIMM)
-        return vt_fail(g, "refiner", "%s: needs global attention in the timm layout", prefix);
+    if (a->sr_ratio > 1 || a->layout != VT_LAYOUT_TIMM || a->rel_pos || a->mask)
+        return vt_fail(g, "refiner", "%s: needs global attention in the timm layout (no windows, no spatial reduction)",
+                       prefix);
     const float expand = a->opts && a->opts->refiner_expand > 0 ? a->opts->refiner_expand : 3.0f;
     return vt_block_refiner_attn(g, prefix, x, a->heads, a->qkv_bias, VT_REFINER_TRANSFORM, expand, NULL);
 }
@@ -68,32 +25,34 @@ static vt_tensor *attn_gma(vt_graph *g, const char *prefix, vt_tensor *x, const 
     if (a->lead > 0 || a->grid_h < 1 || a->grid_w < 1)
         return vt_fail(g, "gma", "%s: needs a grid of tokens without a class token (got %d leading tokens); use a "
                        "host config with class_token = 0, e.g. vit_fmnist_tiny_gap --attn gma", prefix, a->lead);
+    if (a->sr_ratio > 1 || a->layout != VT_LAYOUT_TIMM || a->rel_pos || a->mask)
+        return vt_fail(g, "gma", "%s: Group-Mix attention has its own qkv and aggregators; it needs a global token grid "
+                       "(no windows, no spatial reduction)", prefix);
     return vt_block_gma_attn(g, prefix, x, a->grid_h, a->grid_w);
 }
 
 static const vt_attn_type attn_types[] = {
-    {"mhsa", "multi-head softmax self-attention", attn_mhsa, NULL},
-    {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>", attn_msf,
-     msf_accepts},
-    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", attn_hmhsa, NULL},
-    {"flatten", "FLatten focused linear attention (+ DWC on V)", attn_flatten, NULL},
+    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL},
+    {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>",
+     vt_block_msf_host, msf_accepts},
+    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL},
+    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL},
     {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL},
     {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL},
 };
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
+/* fc1 -> [DWConv] -> GELU -> fc2 (torchvision names 0 / 3). */
 static vt_tensor *ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
-    return vt_block_mlp(g, prefix, x, f->hidden);
-}
-
-static vt_tensor *ffn_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
-    const vt_cffn_cfg cc = {f->opts ? f->opts->cffn_t : 0.0f, f->opts ? f->opts->cffn_r : 0, f->train_form};
-    return vt_block_cffn(g, prefix, x, f->hidden, &cc);
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    vt_tensor *h = vt_block_fc1_act(g, prefix, x, f);
+    return vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, x->shape[x->ndim - 1], 1, f->winit);
 }
 
 static const vt_ffn_type ffn_types[] = {
     {"mlp", "fc1 -> GELU -> fc2", ffn_mlp},
-    {"cffn", "cFFN: fc2 factorised (U, V), re-parameterised conv+BN branches in training", ffn_cffn},
+    {"cffn", "cFFN: fc2 factorised (U, V), re-parameterised conv+BN branches in training", vt_block_cffn},
 };
 #define NFFN ((int)(sizeof ffn_types / sizeof ffn_types[0]))
 

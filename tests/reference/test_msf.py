@@ -12,7 +12,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
           at --img-size 32 --num-classes 10 (2x2 tokens), random weights with non-trivial LN:
           `vitc forward` logits max|a-b| / max(1, max|b|) <= 1e-4
   (grad)  `vitc grad`: loss <= 1e-4 relative, every grad/<param> max|a-b| / max|b| <= 1e-3, each non-zero
-  (vit)   vit_fmnist_tiny with --attn msf, msf_g2 and msf_g2_block (ViT host, MSF without inner LN, blocks.{i}.attn.*):
+  (vit)   vit_fmnist_tiny with --attn msf, msf_g2 and msf_g2_block (ViT host: qkv replaced by qkvp with bias, proj, as
+          in the Swin integration of spec §5; blocks.{i}.attn.*):
           the same forward / grad checks
 Run: /usr/bin/python3 tests/reference/test_msf.py [--quick | --models a,b]    (needs ./vitc or $VITC)
 """
@@ -57,10 +58,11 @@ class GroupLinear(nn.Module):
     """spec §3: weight (E, Din/G); group g reads inputs [g·D', (g+1)·D') and weight rows g·E' + e;
     output channel e·G + g (interleave) or g·E' + e (block)."""
 
-    def __init__(self, din, eout, groups, mode="interleave"):
+    def __init__(self, din, eout, groups, mode="interleave", bias=False):
         super().__init__()
         self.G, self.mode = groups, mode
         self.weight = nn.Parameter(torch.empty(eout, din // groups))
+        self.bias = nn.Parameter(torch.empty(eout)) if bias else None
 
     def forward(self, x):
         G = self.G
@@ -69,7 +71,8 @@ class GroupLinear(nn.Module):
         y = torch.einsum("...gc,gec->...ge", xg, self.weight.reshape(G, E // G, Dg))
         if self.mode == "interleave":
             y = y.transpose(-1, -2)                                        # (..., e, g) -> o = e·G + g
-        return y.reshape(*x.shape[:-1], E)
+        y = y.reshape(*x.shape[:-1], E)
+        return y if self.bias is None else y + self.bias                   # bias after the (interleaved) product
 
 
 def proj(din, eout, groups, mode="interleave"):
@@ -107,6 +110,25 @@ class Attn(nn.Module):
         if self.probe:
             o = o - chunks[3]
         return self.to_out(o.transpose(1, 2).reshape(B, n, self.heads * self.dh))
+
+
+class HostAttn(nn.Module):
+    """MSF in a host with a packed qkv projection (spec-msf §5, the Swin integration; vitc's ViT host uses it too):
+    `qkvp` (4C, grouped per the name, bias), Gaussian-kernel logits scaled as a whole, o = P·v − p, `proj` (bias)."""
+
+    def __init__(self, dim, heads, groups, mode="interleave"):
+        super().__init__()
+        self.heads, self.dh = heads, dim // heads
+        self.qkvp = nn.Linear(dim, 4 * dim) if groups == 1 else GroupLinear(dim, 4 * dim, groups, mode, bias=True)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        t = self.qkvp(x)
+        B, n, C4 = t.shape
+        q, k, v, p = [c.reshape(B, n, self.heads, self.dh).transpose(1, 2) for c in t.chunk(4, -1)]
+        dots = q @ k.transpose(-1, -2) - 0.5 * (k * k).sum(-1)[:, :, None, :]
+        o = torch.softmax(dots * self.dh ** -0.5, dim=-1) @ v - p
+        return self.proj(o.transpose(1, 2).reshape(B, n, C4 // 4))
 
 
 class FeedForward(nn.Module):
@@ -174,13 +196,13 @@ class SimpleViT(nn.Module):
 
 
 class MSFViT(vit_ref.ViT):
-    """timm ViT host (vit_ref) with each block's attention replaced by MSF without inner LN (dim_head = D/heads)."""
+    """timm ViT host (vit_ref) with each block's qkv replaced by MSF's qkvp (HostAttn, dim_head = D/heads)."""
 
     def __init__(self, cfg, groups, mode="interleave"):
         super().__init__(cfg)
         D, H = cfg["embed_dim"], cfg["num_heads"]
         for b in self.blocks:
-            b.attn = Attn(D, H, D // H, True, groups, norm=False, mode=mode)
+            b.attn = HostAttn(D, H, groups, mode=mode)
 
 
 def linear_weight_count(model):
