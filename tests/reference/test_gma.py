@@ -20,13 +20,11 @@ Run: /usr/bin/python3 tests/reference/test_gma.py      (needs ./vitc or $VITC)
 """
 import time
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 import gmf_ref
-import st
-from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc, vitc_ok
+import harness
+from common import Report, have_vitc, info, tmpdir, vitc
 
 ALIASES = {"groupmixformer_m": "groupmixformer_miny", "groupmixformer_t": "groupmixformer_tiny",
            "groupmixformer_s": "groupmixformer_small", "groupmixformer_b": "groupmixformer_base",
@@ -34,7 +32,6 @@ ALIASES = {"groupmixformer_m": "groupmixformer_miny", "groupmixformer_t": "group
 BUFFERS = {"groupmixformer_m": 6087, "groupmixformer_t": 9095, "groupmixformer_s": 12207,
            "groupmixformer_b": 22111, "groupmixformer_l": 35543}
 TEST_CFG = ([20, 30, 40, 50], [1, 2, 1, 1], [2.0, 3.0, 2.0, 1.5])   # groupmixformer_test (64 px, 10 classes)
-TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
 
 
 def test_counts(rep):
@@ -51,118 +48,15 @@ def test_counts(rep):
         rep.check(f"reference count {name}", (gmf_ref.count_params(m), nb) == (want, BUFFERS[name]))
 
 
-def check_names(rep, tag, model, ref, args):
-    init = vitc_ok(rep, f"init {tag}", "init", model, "-o", TMP / f"{tag}_init.safetensors", "--seed", 0, *args)
-    if init is None:
-        return
-    got = {k: v.shape for k, v in st.load(TMP / f"{tag}_init.safetensors").items()}
-    want = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
-    rep.check(f"names {tag}", got == want,
-              f"missing {sorted(set(want) - set(got))[:5]}, extra {sorted(set(got) - set(want))[:5]}, "
-              f"shape diffs {[k for k in want if k in got and got[k] != want[k]][:5]}")
-
-
-def forward(rep, tag, model, ref, w, x, args):
-    xin, out = TMP / f"{tag}_x.safetensors", TMP / f"{tag}_y.safetensors"
-    st.save(xin, {"input": x})
-    if vitc_ok(rep, f"fwd {tag}", "forward", model, "--weights", w, "--input", xin, "--output", out, *args) is None:
-        return
-    y = st.load(out).get("logits")
-    ref.eval()
-    with torch.no_grad():
-        r = ref(x.double())
-    if y is None or y.shape != tuple(r.shape):
-        rep.check(f"fwd {tag}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
-        return
-    e = scale_err(y, r)
-    rep.check(f"fwd {tag}", e <= TOL_FWD, f"logits rel err {e:.2e} (tol {TOL_FWD:g}, max|ref| {r.abs().max():.2f})")
-
-
-def grad(rep, tag, model, ref, w, x, labels, args):
-    xin, out = TMP / f"{tag}_xl.safetensors", TMP / f"{tag}_g.safetensors"
-    st.save(xin, {"input": x, "labels": labels})
-    if vitc_ok(rep, f"grad {tag}", "grad", model, "--weights", w, "--input", xin, "--output", out, *args) is None:
-        return
-    res = st.load(out)
-    ref.train()
-    ref.zero_grad()
-    loss = F.cross_entropy(ref(x.double()), labels)
-    loss.backward()
-    ref_g = {k: p.grad for k, p in ref.named_parameters()}
-    if "loss" in res:
-        e = abs(scalar(res["loss"]) - loss.item()) / max(1.0, abs(loss.item()))
-        rep.check(f"loss {tag}", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
-    else:
-        rep.check(f"loss {tag}", False, "no `loss` tensor in output")
-    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-    rep.check(f"grad names {tag}", not extra, f"unexpected tensors {extra[:5]}")
-    worst, bad, zero, structural = (0.0, ""), 0, [], []
-    gscale = max(float(r.abs().max()) for r in ref_g.values())
-    for k, r in ref_g.items():
-        a = res.get("grad/" + k)
-        if a is None or a.shape != tuple(r.shape):
-            bad += 1
-            rep.check(f"grad {tag} {k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
-            continue
-        if float(r.abs().max()) <= 1e-12 * gscale:
-            # Analytically zero (a bias followed by a train-mode BatchNorm, e.g. conv_stem.proj*.bias, the last
-            # block's mlp.fc2.bias before norm4): vitc must give round-off only.
-            structural.append(k)
-            e = float(np.abs(a).max()) / gscale
-            if e > 1e-6:
-                bad += 1
-                rep.check(f"grad {tag} {k}", False, f"reference gradient is 0 but vitc has max|g| {e:.2e}·max|grad|")
-            continue
-        e, idx, av, bv = grad_err(a, r)
-        worst = max(worst, (e, k))
-        if e > TOL_GRAD:
-            bad += 1
-            rep.check(f"grad {tag} {k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0):
-            zero.append(k)
-    if not bad:
-        rep.check(f"grads {tag}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}; "
-                  f"zero by construction (round-off only in vitc): {structural}")
-    rep.check(f"grads non-zero {tag}", not zero, f"all-zero gradients: {zero[:8]}")
-
-
-def features(rep, tag, model, ref, w, x, args):
-    """`vitc forward --features` writes the four stage maps; each must match the reference backbone."""
-    xin, out = TMP / f"{tag}_fx.safetensors", TMP / f"{tag}_f.safetensors"
-    st.save(xin, {"input": x})
-    if vitc_ok(rep, f"features {tag}", "forward", model, "--weights", w, "--input", xin, "--output", out,
-               "--features", *args) is None:
-        return
-    got = st.load(out)
-    ref.eval()
-    with torch.no_grad():
-        maps = ref.features(x.double())
-    for i, r in enumerate(maps):
-        y = got.get(f"features.{i}")
-        ok = y is not None and y.shape == tuple(r.shape)
-        e = scale_err(y, r) if ok else float("inf")
-        rep.check(f"features.{i} {tag}", ok and e <= TOL_FWD,
-                  f"shape {None if y is None else y.shape} want {tuple(r.shape)}, rel err {e:.2e}")
-
-
 def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, extra_sizes=(), feats=False):
-    check_names(rep, tag, model, ref, args)
     sd = gmf_ref.randomize(ref, seed)
-    ref.load_state_dict(sd)
-    ref.double()
-    w = TMP / f"{tag}_w.safetensors"
-    st.save(w, sd)
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(B, in_chans, img, img, generator=g)
-    forward(rep, tag, model, ref, w, x, args)
-    if feats:
-        features(rep, tag, model, ref, w, x, args)
+    w = harness.run(rep, TMP, tag, model, ref, sd, args, img, in_chans, B, classes=10, seed=seed, do_grad=do_grad,
+                    maps=ref.features if feats else None)
+    g = torch.Generator().manual_seed(seed + 7)
     for s in extra_sizes:
         xs = torch.randn(B, in_chans, s, s, generator=g)
-        forward(rep, f"{tag}@{s}", model, ref, w, xs, ["--img-size", s] + [a for a in args if a != "--img-size"])
-    if do_grad:
-        labels = torch.randint(0, 10, (B,), generator=g)
-        grad(rep, tag, model, ref, w, x, labels, args)
+        harness.forward(rep, TMP, f"{tag}@{s}", model, ref, w, xs,
+                        ["--img-size", s] + [a for a in args if a != "--img-size"])
 
 
 def test_sizes(rep):

@@ -1,0 +1,156 @@
+"""The checks every reference test runs against a PyTorch model: names/shapes of `vitc init`, `vitc forward`
+logits, `vitc grad` loss and gradients, `vitc forward --features` stage maps, and parameter counts.
+
+A test builds the reference module (float64, official state_dict names), picks random float32 weights `sd`, and
+calls `run(...)` (or the single checks).  Tolerances: forward max|a-b| / max(1, max|b|) <= 1e-4; loss <= 1e-4
+relative; every gradient max|a-b| / max|b| <= 1e-3 and non-zero somewhere, except gradients that are zero by
+construction in the reference (a bias followed by a train-mode BatchNorm, a constant cancelled by a softmax, ...):
+vitc must then give round-off only (<= 1e-6 of the largest gradient), and `zero_ok` may name gradients that are
+zero in both for a structural reason.
+"""
+import fnmatch
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import st
+from common import info, scalar, scale_err, grad_err, vitc_ok
+
+TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
+
+
+def check_names(rep, tmp, tag, model, ref, args):
+    """`vitc init` writes exactly the reference's state_dict names and shapes (buffers included)."""
+    path = tmp / f"{tag}_init.safetensors"
+    if vitc_ok(rep, f"init {tag}", "init", model, "-o", path, "--seed", 0, *args) is None:
+        return None
+    got = {k: v.shape for k, v in st.load(path).items()}
+    want = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+    rep.check(f"names {tag}", got == want,
+              f"missing {sorted(set(want) - set(got))[:5]}, extra {sorted(set(got) - set(want))[:5]}, "
+              f"shape diffs {[(k, got[k], want[k]) for k in want if k in got and got[k] != want[k]][:5]}")
+    return got
+
+
+def forward(rep, tmp, tag, model, ref, w, x, args, tol=TOL_FWD):
+    """`vitc forward` logits against the reference in eval mode."""
+    xin, out = tmp / f"{tag}_x.safetensors", tmp / f"{tag}_y.safetensors"
+    st.save(xin, {"input": x})
+    if vitc_ok(rep, f"fwd {tag}", "forward", model, "--weights", w, "--input", xin, "--output", out, *args) is None:
+        return None
+    y = st.load(out).get("logits")
+    ref.eval()
+    with torch.no_grad():
+        r = ref(x.double())
+    if y is None or y.shape != tuple(r.shape):
+        rep.check(f"fwd {tag}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
+        return None
+    e = scale_err(y, r)
+    rep.check(f"fwd {tag}", e <= tol, f"logits rel err {e:.2e} (tol {tol:g}, max|ref| {r.abs().max():.2f})")
+    return e
+
+
+def grad(rep, tmp, tag, model, ref, w, x, labels, args, zero_ok=(), tol=TOL_GRAD):
+    """`vitc grad` (train mode) loss and every parameter gradient against the reference's autograd."""
+    xin, out = tmp / f"{tag}_xl.safetensors", tmp / f"{tag}_g.safetensors"
+    st.save(xin, {"input": x, "labels": labels})
+    if vitc_ok(rep, f"grad {tag}", "grad", model, "--weights", w, "--input", xin, "--output", out, *args) is None:
+        return
+    res = st.load(out)
+    saved = {k: v.clone() for k, v in ref.state_dict().items()}  # train mode updates BatchNorm running stats
+    ref.train()
+    ref.zero_grad()
+    loss = F.cross_entropy(ref(x.double()), labels)
+    loss.backward()
+    ref_g = {k: (p.grad if p.grad is not None else torch.zeros_like(p)) for k, p in ref.named_parameters()}
+    ref.load_state_dict(saved)
+    if "loss" in res:
+        e = abs(scalar(res["loss"]) - loss.item()) / max(1.0, abs(loss.item()))
+        rep.check(f"loss {tag}", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
+    else:
+        rep.check(f"loss {tag}", False, "no `loss` tensor in output")
+    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
+    rep.check(f"grad names {tag}", not extra, f"unexpected tensors {extra[:5]}")
+    worst, bad, zero, structural = (0.0, ""), 0, [], []
+    gscale = max(float(r.abs().max()) for r in ref_g.values())
+    for k, r in ref_g.items():
+        a = res.get("grad/" + k)
+        if a is None or a.shape != tuple(r.shape):
+            bad += 1
+            rep.check(f"grad {tag} {k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
+            continue
+        if float(r.abs().max()) <= 1e-12 * gscale:   # zero by construction in the reference
+            structural.append(k)
+            e = float(np.abs(a).max()) / gscale
+            if e > 1e-6:
+                bad += 1
+                rep.check(f"grad {tag} {k}", False, f"reference gradient is 0 but vitc has max|g| {e:.2e}·max|grad|")
+            continue
+        e, idx, av, bv = grad_err(a, r)
+        worst = max(worst, (e, k))
+        if e > tol:
+            bad += 1
+            rep.check(f"grad {tag} {k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
+        if not np.any(a != 0) and not any(fnmatch.fnmatch(k, p) for p in zero_ok):
+            zero.append(k)
+    if not bad:
+        rep.check(f"grads {tag}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}; "
+                  f"zero by construction (round-off only in vitc): {structural[:6]}{'...' if len(structural) > 6 else ''}")
+    rep.check(f"grads non-zero {tag}", not zero, f"all-zero gradients: {zero[:8]}")
+
+
+def features(rep, tmp, tag, model, ref_maps, w, x, args, tol=TOL_FWD):
+    """`vitc forward --features` stage maps `features.{i}` against ref_maps (a list of (B, C, H, W) tensors)."""
+    xin, out = tmp / f"{tag}_fx.safetensors", tmp / f"{tag}_f.safetensors"
+    st.save(xin, {"input": x})
+    if vitc_ok(rep, f"features {tag}", "forward", model, "--weights", w, "--input", xin, "--output", out,
+               "--features", *args) is None:
+        return
+    got = st.load(out)
+    rep.check(f"features count {tag}", sum(k.startswith("features.") for k in got) == len(ref_maps),
+              f"{sorted(got)} vs {len(ref_maps)} maps")
+    for i, r in enumerate(ref_maps):
+        y = got.get(f"features.{i}")
+        ok = y is not None and y.shape == tuple(r.shape)
+        e = scale_err(y, r) if ok else float("inf")
+        rep.check(f"features.{i} {tag}", ok and e <= tol,
+                  f"shape {None if y is None else y.shape} want {tuple(r.shape)}, rel err {e:.2e}")
+
+
+def counts(rep, name, params, args=(), gmacs=None, rel=0.01, buffers=None):
+    """`vitc info --json`: exact parameter count (and buffers), GMACs within rel of the given figure."""
+    j = info(rep, name, *args)
+    if j is None:
+        return None
+    ok = j.get("params") == params and (buffers is None or j.get("buffers") == buffers)
+    detail = f"params {j.get('params')} want {params}"
+    if buffers is not None:
+        detail += f", buffers {j.get('buffers')} want {buffers}"
+    if gmacs is not None:
+        ok = ok and abs(j.get("gmacs", 0) - gmacs) <= rel * gmacs
+        detail += f", {j.get('gmacs'):.3f} GMACs vs {gmacs} (within {rel:.0%})"
+    rep.check(f"info {name} {' '.join(map(str, args))}".strip(), ok, detail)
+    return j
+
+
+def run(rep, tmp, tag, model, ref, sd, args, img, in_chans=3, B=2, classes=10, seed=0, do_grad=True, zero_ok=(),
+        maps=None):
+    """names, then forward (and grad, and the stage maps when `maps` is a function x -> list) with weights sd."""
+    check_names(rep, tmp, tag, model, ref, args)
+    ref.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in sd.items()})
+    ref.double()
+    w = tmp / f"{tag}_w.safetensors"
+    st.save(w, sd)
+    g = torch.Generator().manual_seed(seed + 1)
+    h, wd = (img, img) if isinstance(img, int) else img
+    x = torch.randn(B, in_chans, h, wd, generator=g)
+    forward(rep, tmp, tag, model, ref, w, x, args)
+    if maps is not None:
+        ref.eval()
+        with torch.no_grad():
+            features(rep, tmp, tag, model, maps(x.double()), w, x, args)
+    if do_grad:
+        labels = torch.randint(0, classes, (B,), generator=g)
+        grad(rep, tmp, tag, model, ref, w, x, labels, args, zero_ok=zero_ok)
+    return w
