@@ -24,6 +24,12 @@ static const struct {
     {"flatten_deit_tiny", "blocks.0.attn.dwc.*", "the last block's DWC never reaches the class token's head"},
     {"refiner_vit_*_dense", "aux_head.*", "the token-labelling head is not in train graphs (class head only)"},
     {"refiner_vit_*", "blocks.1.attn.DLA.bn3.bias", "adapt_bn (train-mode BatchNorm) removes per-channel shifts"},
+    {"flatten_pvt_*", "norm.*", "FLatten-PVT keeps PVT's final norm in its state_dict but never applies it (GAP)"},
+    {"pvt_*", "block[123].*.attn.q.*", "at the sweep's 32 px every SR key grid is 1x1: softmax over one key is 1"},
+    {"pvt_v2_*", "block4.*.attn.q.*", "at 32 px stage 4 is a 1x1 grid (no class token): one key, softmax 1"},
+    {"pvt_v2_*hmhsa*", "block*.attn.[ic]hh.*", "every key is on the IHH grid, so the biases are per-head constants of a "
+     "softmax row; at 32 px every key grid is 1x1 (one key), so the weights get none either"},
+    {"pvt_v2_*hmhsa_cffn", "block*.mlp.fc2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode BatchNorm"},
 };
 
 static int zero_allowed(const char *model, const char *param) {

@@ -46,6 +46,7 @@ typedef struct vt_arch_cfg {
     int train_form;    /* 1: training form of re-parameterised blocks (cFFN branches); 0: deployed form */
     int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
+    int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
 } vt_arch_cfg;
 
 /* A named model. */
@@ -150,5 +151,6 @@ extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), wit
 extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
 extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
 extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
+extern const vt_family vt_family_pvt;            /* PVT v1 / PVTv2 (+ FLatten, hMHSA + cFFN variants) */
 
 #endif

@@ -160,4 +160,10 @@ vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x);
  * view): vt_linear with a Conv2d weight (Cout, C, p, p) viewed as (Cout, C·p·p) is then the k = s = p conv. */
 vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p);
 
+/* ---- im2col.c (PVT patch embeds; 0 MACs) ---- */
+/* k×k patches (stride s, zero padding pad) of x (B, C, H, W), or of x (B, H, W, C) when nhwc, -> (B, Ho, Wo, C·k·k)
+ * in (c, ky, kx) order, Ho = ⌊(H + 2·pad − k)/s⌋ + 1: vt_linear with a Conv2d weight (Cout, C, k, k) viewed as
+ * (Cout, C·k·k) is then the convolution, with its output already channels-last (tokens). */
+vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int nhwc);
+
 #endif

@@ -1,0 +1,123 @@
+/* Patch gathering for convolutions written as a linear layer on tokens (PVT's patch embeds): the k×k patches (stride
+ * s, zero padding p) of an NCHW or channels-last map, one row per output position, in the (c, ky, kx) order of a
+ * PyTorch Conv2d weight (Cout, C, k, k), so that vt_linear with that weight viewed as (Cout, C·k·k) is the
+ * convolution and its output is already the token sequence (B, Ho, Wo, Cout): no layout copies around the conv.
+ * Forward is a gather; backward accumulates the adjoint as a gather over the input (each input pixel sums the
+ * patch entries that read it), so threads own disjoint input rows even when patches overlap. 0 MACs. */
+#include <limits.h>
+#include <string.h>
+
+#include "vitc/ops.h"
+
+#define PAR_MIN 32768 /* elements below which the gathers stay single-threaded */
+
+typedef struct {
+    int B, C, H, W, k, s, p, Ho, Wo;
+    int nhwc; /* 1: x is (B, H, W, C); 0: (B, C, H, W) */
+} i2c_p;
+
+/* Input offset of element (b, c, y, x) in either layout. */
+static inline size_t xoff(const i2c_p *q, int b, int c, int y, int x) {
+    return q->nhwc ? (((size_t)b * q->H + y) * q->W + x) * q->C + c : (((size_t)b * q->C + c) * q->H + y) * q->W + x;
+}
+
+static void i2c_fwd(vt_node *n) {
+    const i2c_p *q = VT_OP_P(n, i2c_p);
+    const float *x = n->in[0]->data;
+    float *out = n->out->data;
+    const int k = q->k, kk = k * k, C = q->C, Wo = q->Wo;
+    const size_t K = (size_t)C * kk;
+    const int64_t R = (int64_t)q->B * q->Ho;
+#pragma omp parallel for schedule(static) if (R * Wo * (int64_t)K > PAR_MIN)
+    for (int64_t r = 0; r < R; r++) { /* output row (b, oh) */
+        const int b = (int)(r / q->Ho), oh = (int)(r % q->Ho);
+        for (int ow = 0; ow < Wo; ow++) {
+            float *d = out + ((size_t)r * Wo + ow) * K;
+            for (int ky = 0; ky < k; ky++) {
+                const int y = oh * q->s - q->p + ky;
+                for (int kx = 0; kx < k; kx++) {
+                    const int xx = ow * q->s - q->p + kx;
+                    float *dt = d + ky * k + kx;
+                    if (y < 0 || y >= q->H || xx < 0 || xx >= q->W) {
+                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = 0.0f;
+                    } else if (q->nhwc) { /* C contiguous reads, writes strided by k² */
+                        const float *src = x + xoff(q, b, 0, y, xx);
+                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = src[c];
+                    } else {
+                        const size_t plane = (size_t)q->H * q->W;
+                        const float *src = x + xoff(q, b, 0, y, xx);
+                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = src[(size_t)c * plane];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The taps t in [0, k) and output positions o in [0, no) with o·s − p + t = i, written to tap[] and pos[]; returns
+ * their number. */
+static int taps_of(const i2c_p *q, int i, int no, int *tap, int *pos) {
+    int m = 0;
+    for (int t = 0; t < q->k; t++) {
+        const int v = i + q->p - t;
+        if (v < 0 || v % q->s) continue;
+        const int o = v / q->s;
+        if (o >= no) continue;
+        tap[m] = t;
+        pos[m++] = o;
+    }
+    return m;
+}
+
+static void i2c_bwd(vt_node *n) {
+    const i2c_p *q = VT_OP_P(n, i2c_p);
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const float *dy = n->out->grad;
+    const int k = q->k, kk = k * k, C = q->C, Wo = q->Wo;
+    const size_t K = (size_t)C * kk;
+    const int64_t R = (int64_t)q->B * q->H;
+#pragma omp parallel for schedule(static) if (R * q->W * (int64_t)C * kk > PAR_MIN)
+    for (int64_t r = 0; r < R; r++) { /* input row (b, y) */
+        const int b = (int)(r / q->H), y = (int)(r % q->H);
+        int ty[64], oy[64], tx[64], ox[64];
+        const int my = taps_of(q, y, q->Ho, ty, oy);
+        for (int xx = 0; xx < q->W; xx++) {
+            const int mx = taps_of(q, xx, Wo, tx, ox);
+            for (int a = 0; a < my; a++)
+                for (int e = 0; e < mx; e++) {
+                    const float *src = dy + (((size_t)b * q->Ho + oy[a]) * Wo + ox[e]) * K + ty[a] * k + tx[e];
+                    if (q->nhwc) {
+                        float *d = dx + xoff(q, b, 0, y, xx);
+                        for (int c = 0; c < C; c++) d[c] += src[(size_t)c * kk];
+                    } else {
+                        const size_t plane = (size_t)q->H * q->W;
+                        float *d = dx + xoff(q, b, 0, y, xx);
+                        for (int c = 0; c < C; c++) d[(size_t)c * plane] += src[(size_t)c * kk];
+                    }
+                }
+        }
+    }
+}
+
+static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd};
+
+vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int nhwc) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char sx[64];
+    vt_shape_str(x, sx, 64);
+    if (x->ndim != 4 || k < 1 || k > 64 || stride < 1 || pad < 0 || pad >= k)
+        return vt_fail(g, "im2col", "input %s must be %s with kernel %d in [1, 64], stride %d >= 1 and padding %d in "
+                       "[0, kernel)", sx, nhwc ? "(B, H, W, C)" : "(B, C, H, W)", k, stride, pad);
+    const int B = x->shape[0], C = x->shape[nhwc ? 3 : 1], H = x->shape[nhwc ? 1 : 2], W = x->shape[nhwc ? 2 : 3];
+    if (H + 2 * pad < k || W + 2 * pad < k)
+        return vt_fail(g, "im2col", "input %s with padding %d is smaller than the %dx%d kernel", sx, pad, k, k);
+    const int Ho = (H + 2 * pad - k) / stride + 1, Wo = (W + 2 * pad - k) / stride + 1;
+    if ((int64_t)C * k * k > INT_MAX)
+        return vt_fail(g, "im2col", "input %s: patches of %d x %d x %d values are too large", sx, C, k, k);
+    const int shape[4] = {B, Ho, Wo, C * k * k};
+    vt_node *n = vt_new_node(g, &op_i2c, &x, 1, vt_new_act(g, 4, shape));
+    if (!n) return NULL;
+    *VT_OP_P(n, i2c_p) = (i2c_p){B, C, H, W, k, stride, pad, Ho, Wo, nhwc ? 1 : 0};
+    return n->out;
+}
