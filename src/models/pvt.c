@@ -114,6 +114,10 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         return vt_fail(g, c->name, "input must be (B, %d, H, W)", a->in_chans);
     const int B = x->shape[0], v2 = a->version == 2, nblk = vt_model_depth(c);
     if (size_problem(c, x->shape[2], x->shape[3], msg, sizeof msg)) return vt_fail(g, c->name, "%s", msg);
+    if ((!v2 || has_flatten(a)) && (x->shape[2] != a->img_size || x->shape[3] != a->img_size))
+        return vt_fail(g, c->name, "input %dx%d, but the %s are built for %dx%d inputs (set the image size)",
+                       x->shape[2], x->shape[3], v2 ? "FLatten positional encodings" : "position embeddings",
+                       a->img_size, a->img_size);
     int gh[VT_MAX_STAGES], gw[VT_MAX_STAGES];
     stage_grids(a, x->shape[2], x->shape[3], gh, gw);
 
