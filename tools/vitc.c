@@ -658,11 +658,17 @@ static void usage(FILE *f) {
 }
 
 /* True when the space-separated option list contains name as a whole word. */
-static int has_opt(const char *list, const char *name) {
+static int has_word(const char *list, const char *name) {
     size_t n = strlen(name);
     for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
     return 0;
+}
+
+/* 1 if the option list of a command holds `name`; the per-stage overrides go wherever --img-size does. */
+static int has_opt(const char *list, const char *name) {
+    if (has_word("--dims --depths --heads", name)) return has_word(list, "--img-size");
+    return has_word(list, name);
 }
 
 static void command_help(const command *c) {

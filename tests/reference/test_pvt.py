@@ -1,0 +1,257 @@
+"""Reference test of vitc's PVT family (PVT v1, FLatten-PVT, PVTv2, FLatten-PVTv2, PVTv2-b1 + hMHSA + cFFN) against
+the independent PyTorch models of pvt_ref.py (written from the official code and the specs, not from the C code).
+
+Checks (reference in float64 from the same float32 weights and inputs; harness.py's tolerances):
+  counts    `vitc info --json` of the 9 named models at 224: exact parameters, GMACs within 1% of pvt_ref.GMACS;
+            the hMHSA + cFFN training form (--train-form): parameters and BatchNorm buffer elements
+  reduced   every named model at widths 16/24/32/48, depths 1/2/1/2, 64 px, 7 classes (pvt_ref's REDUCED): names
+            and shapes of `vitc init`, eval logits (<= 1e-4), `vitc grad` loss and every gradient (<= 1e-3;
+            zero by construction and round-off only in vitc: FLatten-PVT's unused `norm`, the hMHSA biases
+            attn.ihh/chh.bias, and in the cFFN training form U's BatchNorm biases), the cFFN training form with
+            train-mode BatchNorm; `--features` stage maps of pvt_tiny (stage 4 without the class token), flatten_pvt_tiny,
+            pvt_v2_b1 (after norm{i}) and the hMHSA model
+  sizes     odd sizes the official code accepts: pvt_tiny at 72 (floor grids, SR convs dropping rows), flatten_pvt_tiny
+            at 40, pvt_v2_b1 and the hMHSA model at 61 (ceil grids), with gradients; non-square 61x37 / 29x64 PVTv2
+            inputs through tests/reference/pvt_driver.c (the CLI takes square inputs only); refused sizes
+            (PVTv2 < 29, PVT v1 < 32, FLatten-PVTv2 not a multiple of 32, FLatten with spatial reduction, an input
+            that does not match the built size) give clear errors
+  attn      per-stage attention from the config: flatten_pvt_v2_b1 --attn mhsa (global softmax attention, sr 1)
+  deploy    `vitc deploy` of pvt_v2_b1_hmhsa_cffn (reduced): every tensor equals pvt_ref.deploy within 1e-5, and
+            the deployed model's eval logits equal the training form's (and the reference's) within 1e-5
+  full      pvt_tiny at 224 / 1000 classes: names and eval logits
+Run: /usr/bin/python3 tests/reference/test_pvt.py      (needs ./vitc and build/libvitc.a)
+"""
+import os
+import shlex
+import subprocess
+import time
+
+import torch
+
+import harness
+import pvt_ref
+import st
+from common import ROOT, Report, grad_err, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
+
+torch.set_num_threads(1)   # small float64 models: one thread is fastest on the shared 2-core host
+
+DIMS, DEPTHS, CLASSES = [16, 24, 32, 48], [1, 2, 1, 2], 7
+HEADS = [1, 2, 2, 3]            # the heads of the attention (--heads)
+HEADS_HM = [1, 1, 2, 2]         # hMHSA host heads (--heads), doubled by the model to pvt_ref's [2, 2, 4, 4]
+TOL_DEPLOY = 1e-5
+
+
+def lst(v):
+    return ",".join(map(str, v))
+
+
+def is_hm(name):
+    return "hmhsa" in name
+
+
+def vargs(name, img=64):
+    """vitc's options for the reduced configuration of `name` at img px."""
+    return ["--img-size", img, "--num-classes", CLASSES, "--dims", lst(DIMS), "--depths", lst(DEPTHS),
+            "--heads", lst(HEADS_HM if is_hm(name) else HEADS)]
+
+
+def ref_model(name, img=64, train_form=False, cfg_edit=None):
+    heads = [2 * h for h in HEADS_HM] if is_hm(name) else HEADS
+    if cfg_edit is None:
+        return pvt_ref.build(name, img_size=img, num_classes=CLASSES, dims=DIMS, depths=DEPTHS, heads=heads,
+                             train_form=train_form)
+    cfg = pvt_ref.config(name, img_size=img, num_classes=CLASSES, dims=DIMS, depths=DEPTHS, heads=heads)
+    cfg_edit(cfg)
+    return (pvt_ref.PVTv1 if cfg["family"] == "v1" else pvt_ref.PVTv2)(cfg, train_form)
+
+
+def ref_maps(m):
+    """The stage maps (B, C, H, W) of a reference model at its built size: the stage outputs (PVTv2 after norm{i}),
+    PVT v1's stage 4 without the class token."""
+    def f(x):
+        cfg, B, out = m.cfg, x.shape[0], []
+        v1, cls = cfg["family"] == "v1", cfg["family"] == "v1" and cfg["cls_token"]
+        for i in range(4):
+            x, H, W = getattr(m, f"patch_embed{i + 1}")(x)
+            if cls and i == 3:
+                x = torch.cat([m.cls_token.expand(B, -1, -1), x], dim=1)
+            if v1:
+                x = x + getattr(m, f"pos_embed{i + 1}")      # built size: the official resize is the identity
+            for blk in getattr(m, f"block{i + 1}"):
+                x = blk(x, H, W)
+            if not v1:
+                x = getattr(m, f"norm{i + 1}")(x)
+            t = x[:, 1:] if cls and i == 3 else x
+            out.append(t.reshape(B, H, W, -1).permute(0, 3, 1, 2))
+            x = out[-1]
+        return out
+    return f
+
+
+def test_counts(rep):
+    for name, want in pvt_ref.PARAMS.items():
+        harness.counts(rep, name, want, gmacs=pvt_ref.GMACS[name])
+    for name, want in pvt_ref.PARAMS_TRAIN.items():
+        harness.counts(rep, name, want, args=["--train-form"], buffers=pvt_ref.BUFFERS_TRAIN[name])
+        j = info(rep, name) or {}
+        rep.check(f"info {name} deployed buffers", j.get("buffers") == 0, f"{j.get('buffers')} buffer elements")
+
+
+def run_reduced(rep, name, seed, img=64, feats=False, do_grad=True, train_form=False, tag=None, cfg_edit=None,
+                extra=()):
+    tag = tag or f"{name}{'_train' if train_form else ''}@{img}"
+    ref = ref_model(name, img, train_form, cfg_edit)
+    sd = pvt_ref.randomize(ref, seed)
+    args = vargs(name, img) + list(extra)
+    if not train_form:
+        return harness.run(rep, TMP, tag, name, ref, sd, args, img, 3, B=2, classes=CLASSES, seed=seed,
+                           do_grad=do_grad, maps=ref_maps(ref) if feats else None)
+    # the training form: init and forward take --train-form; grad always runs the training form
+    w = harness.run(rep, TMP, tag, name, ref, sd, args + ["--train-form"], img, 3, B=2, classes=CLASSES, seed=seed,
+                    do_grad=False)
+    g = torch.Generator().manual_seed(seed + 2)
+    x, labels = torch.randn(2, 3, img, img, generator=g), torch.randint(0, CLASSES, (2,), generator=g)
+    harness.grad(rep, TMP, tag, name, ref, w, x, labels, args)
+    return w
+
+
+def test_reduced(rep):
+    feats = {"pvt_tiny", "flatten_pvt_tiny", "pvt_v2_b1", "pvt_v2_b1_hmhsa_cffn"}
+    for k, name in enumerate(pvt_ref.MODELS):
+        # the hMHSA + cFFN model: gradients in the training form (train-mode BatchNorm), test_deploy the rest
+        run_reduced(rep, name, 10 + k, feats=name in feats, do_grad=not is_hm(name))
+    run_reduced(rep, "pvt_v2_b1_hmhsa_cffn", 30, train_form=True)
+
+
+def test_sizes(rep):
+    run_reduced(rep, "pvt_tiny", 40, img=72)
+    run_reduced(rep, "flatten_pvt_tiny", 41, img=40, do_grad=False)
+    run_reduced(rep, "pvt_v2_b1", 42, img=61)
+    run_reduced(rep, "pvt_v2_b1_hmhsa_cffn", 43, img=61, train_form=True)
+    # the per-stage attention comes from the config: FLatten-PVTv2's host with global softmax attention (sr 1)
+    run_reduced(rep, "flatten_pvt_v2_b1", 44, tag="flatten_pvt_v2_b1--attn-mhsa", extra=["--attn", "mhsa"],
+                cfg_edit=lambda c: c.update(attn=["sra"] * 4))
+    refused = [("pvt_v2_b1", ["--img-size", 28], "smaller than its spatial-reduction ratio 8"),
+               ("pvt_v2_b1_hmhsa_cffn", ["--img-size", 28], "the smallest size it accepts is 29"),
+               ("pvt_tiny", ["--img-size", 31], "the smallest size it accepts is 32"),
+               ("flatten_pvt_v2_b1", ["--img-size", 48], "multiples of 32"),
+               ("pvt_tiny", ["--attn", "flatten"], "spatial reduction (sr_ratio 8) is not supported"),
+               ("pvt_v2_b1", ["--attn", "gma"], "gma"),
+               ("pvt_v2_b1", ["--dims", "64,128,320,500"], "not divisible by 8 heads")]
+    for model, args, want in refused:
+        p = vitc("info", model, *args)
+        msg = (p.stderr or "").strip()
+        rep.check(f"refused {model} {' '.join(map(str, args))}", p.returncode not in (0, None) and want in msg
+                  and "Segmentation" not in msg, f"rc {p.returncode}: {msg}")
+    # an input that is not the built size (v1's pos_embed{i} are sized by --img-size)
+    x = TMP / "x72.safetensors"
+    st.save(x, {"input": torch.zeros(1, 3, 72, 72)})
+    p = vitc("forward", "pvt_tiny", *vargs("pvt_tiny"), "--weights", TMP / "pvt_tiny@64_w.safetensors", "--input", x,
+             "--output", TMP / "y.safetensors")
+    msg = (p.stderr or "").strip()
+    rep.check("forward pvt_tiny@64 on a 72 px input refused", p.returncode not in (0, None) and "72" in msg
+              and "--img-size" in msg, f"rc {p.returncode}: {msg}")
+
+
+def build_driver(rep):
+    lib, src = ROOT / "build" / "libvitc.a", ROOT / "tests" / "reference" / "pvt_driver.c"
+    if not lib.is_file():
+        rep.check("driver-build", False, f"{lib} missing (run make vitc first)")
+        return None
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "openblas", "libcjson", "stb", "zlib"],
+                           capture_output=True, text=True).stdout.split()
+    exe = TMP / "pvt_driver"
+    cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-O2",
+           "-fopenmp", f"-I{ROOT / 'include'}", str(src), str(lib), "-o", str(exe)] + flags + ["-lm", "-fopenmp"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if not rep.check("driver-build", p.returncode == 0, p.stderr[-800:] or shlex.join(cmd)):
+        return None
+    return exe
+
+
+def test_nonsquare(rep):
+    exe = build_driver(rep)
+    if exe is None:
+        return
+    for k, (name, h, w) in enumerate((("pvt_v2_b1", 61, 37), ("pvt_v2_b1_hmhsa_cffn", 29, 64),
+                                      ("pvt_v2_b1", 32, 96))):
+        ref = ref_model(name).double()
+        sd = pvt_ref.randomize(ref, 50 + k)
+        ref.load_state_dict({key: v.double() if v.is_floating_point() else v for key, v in sd.items()})
+        wf, xf, yf = TMP / f"ns{k}_w.safetensors", TMP / f"ns{k}_x.safetensors", TMP / f"ns{k}_y.safetensors"
+        st.save(wf, sd)
+        x = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(k))
+        st.save(xf, {"input": x})
+        heads = HEADS_HM if is_hm(name) else HEADS
+        p = subprocess.run([str(exe), name, lst(DIMS), lst(DEPTHS), lst(heads), str(CLASSES), str(wf), str(xf),
+                            str(yf)], capture_output=True, text=True)
+        tag = f"non-square {name} {h}x{w}"
+        if not rep.check(f"{tag} runs", p.returncode == 0, p.stderr.strip()[-400:]):
+            continue
+        with torch.no_grad():
+            r = ref.eval()(x.double())
+        e = scale_err(st.load(yf)["logits"], r)
+        rep.check(f"{tag} logits", e <= harness.TOL_FWD, f"rel err {e:.2e}")
+
+
+def test_deploy(rep):
+    name = "pvt_v2_b1_hmhsa_cffn"
+    args = vargs(name)
+    tr = ref_model(name, train_form=True).double()
+    sd = pvt_ref.randomize(tr, 60)
+    tr.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in sd.items()})
+    dep_ref = ref_model(name).double()
+    sd_dep = pvt_ref.deploy(sd)
+    dep_ref.load_state_dict({k: v.double() for k, v in sd_dep.items()})
+    harness.check_names(rep, TMP, "deployed", name, dep_ref, args)
+    w_tr, w_dep, xin = TMP / "dep_train.safetensors", TMP / "dep_vitc.safetensors", TMP / "dep_x.safetensors"
+    st.save(w_tr, sd)
+    x = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(61))
+    st.save(xin, {"input": x})
+    if vitc_ok(rep, "deploy", "deploy", name, *args, "--weights", w_tr, "-o", w_dep) is None:
+        return
+    got = st.load(w_dep)
+    names_ok = set(got) == set(sd_dep)
+    rep.check("deploy names", names_ok, f"missing {sorted(set(sd_dep) - set(got))[:5]}, "
+                                        f"extra {sorted(set(got) - set(sd_dep))[:5]}")
+    if names_ok:
+        e = max(grad_err(got[k], sd_dep[k])[0] for k in sd_dep)
+        rep.check("deploy weights == pvt_ref.deploy", e <= TOL_DEPLOY, f"max rel err {e:.2e}")
+    ys = {}
+    for form, w, extra in (("train", w_tr, ["--train-form"]), ("deployed", w_dep, [])):
+        out = TMP / f"dep_y_{form}.safetensors"
+        if vitc_ok(rep, f"forward {form}", "forward", name, *args, *extra, "--weights", w, "--input", xin,
+                   "--output", out):
+            ys[form] = st.load(out)["logits"]
+    if len(ys) == 2:
+        e = scale_err(ys["deployed"], ys["train"])
+        rep.check("deployed vs training-form eval logits", e <= TOL_DEPLOY, f"rel err {e:.2e}")
+        with torch.no_grad():
+            r_dep, r_tr = dep_ref.eval()(x.double()), tr.eval()(x.double())
+        e = max(scale_err(ys["deployed"], r_dep), scale_err(ys["train"], r_tr))
+        rep.check("deployed / training-form logits vs reference", e <= harness.TOL_FWD, f"rel err {e:.2e}")
+
+
+def test_full(rep):
+    name = "pvt_tiny"
+    ref = pvt_ref.build(name)
+    sd = pvt_ref.randomize(ref, 70)
+    harness.run(rep, TMP, f"{name}@224", name, ref, sd, [], 224, 3, B=1, classes=1000, seed=70, do_grad=False)
+
+
+def main():
+    global TMP
+    rep = Report()
+    t0 = time.time()
+    if have_vitc(rep):
+        TMP = tmpdir()
+        for f in (test_counts, test_reduced, test_sizes, test_nonsquare, test_deploy, test_full):
+            t = time.time()
+            f(rep)
+            print(f"# {f.__name__}: {time.time() - t:.1f} s", flush=True)
+    print(f"# {time.time() - t0:.1f} s")
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
