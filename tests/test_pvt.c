@@ -1,4 +1,5 @@
-/* The PVT family's pieces: vt_im2col + vt_linear against vt_conv2d (outputs and every input, weight and bias gradient;
+/* The PVT family's pieces: vt_resize_bilinear against PyTorch's values and finite differences, vt_im2col + vt_linear
+ * against vt_conv2d (outputs and every input, weight and bias gradient;
  * NCHW images and channels-last token maps; PVT v1's k = s patches, PVTv2's overlapping k7 s4 p3 and k3 s2 p1, odd
  * and non-square sizes), finite-difference gradients of vt_im2col, its builder errors, and the family's handling
  * of input sizes (stage grids of odd / non-square inputs through the features hook, refused sizes). */
@@ -89,12 +90,51 @@ static vt_tensor *b_i2c(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_im2col(g, x[0], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
 }
 
+static vt_tensor *b_resize(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_resize_bilinear(g, x[0], c->ia[0], c->ia[1]);
+}
+
 static const gc_case fd_cases[] = {
+    {.name = "resize_up_nonsquare", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 2}}, .build = b_resize, .ia = {5, 7}},
+    {.name = "resize_down", .nx = 1, .ndim = {4}, .shape = {{1, 7, 6, 3}}, .build = b_resize, .ia = {3, 4}},
+    {.name = "resize_1x1", .nx = 1, .ndim = {4}, .shape = {{1, 1, 1, 2}}, .build = b_resize, .ia = {3, 2}},
+    {.name = "resize_same", .nx = 1, .ndim = {4}, .shape = {{1, 3, 3, 2}}, .build = b_resize, .ia = {3, 3}},
     {.name = "im2col_nchw_k7s4p3", .nx = 1, .ndim = {4}, .shape = {{1, 2, 9, 6}}, .build = b_i2c, .ia = {7, 4, 3, 0}},
     {.name = "im2col_nhwc_k3s2p1", .nx = 1, .ndim = {4}, .shape = {{2, 5, 4, 3}}, .build = b_i2c, .ia = {3, 2, 1, 1}},
     {.name = "im2col_nhwc_k2s2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 5, 3, 2}}, .build = b_i2c, .ia = {2, 2, 0, 1}},
     {.name = "im2col_nchw_k3s1p1", .nx = 1, .ndim = {4}, .shape = {{1, 3, 4, 5}}, .build = b_i2c, .ia = {3, 1, 1, 0}},
 };
+
+/* 2x2 -> 4x4 and 3x3 -> 2x2 against F.interpolate(mode="bilinear", align_corners=False) values. */
+static void check_resize_values(vt_test *T) {
+    static const float up[16] = {1.0f, 1.25f, 1.75f, 2.0f, 1.5f, 1.75f, 2.25f, 2.5f,
+                                 2.5f, 2.75f, 3.25f, 3.5f, 3.0f, 3.25f, 3.75f, 4.0f};
+    /* 3x3 (0..8) -> 2x2: source coordinates 0.25 and 1.75 on each axis */
+    static const float down[4] = {1.0f, 2.5f, 5.5f, 7.0f};
+    static const struct {
+        int h, w, ho, wo;
+        const float *want;
+    } C[] = {{2, 2, 4, 4, up}, {3, 3, 2, 2, down}};
+    for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        const int xs[4] = {1, C[k].h, C[k].w, 1};
+        vt_tensor *x = vt_input(g, "x", 4, xs), *y = vt_resize_bilinear(g, x, C[k].ho, C[k].wo);
+        vt_graph_output(g, y);
+        double err = 1.0;
+        if (vt_graph_finalize(g, &e) == 0) {
+            for (int i = 0; i < C[k].h * C[k].w; i++) x->data[i] = (float)(i + (C[k].h == 2));
+            vt_graph_forward(g);
+            err = 0.0;
+            for (int i = 0; i < C[k].ho * C[k].wo; i++) err = fmax(err, fabs(y->data[i] - C[k].want[i]));
+        }
+        T_CHECK(T, err < 1e-6, "resize %dx%d -> %dx%d against PyTorch: max err %g (%s)", C[k].h, C[k].w, C[k].ho,
+                C[k].wo, err, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
 
 static void check_im2col_errors(vt_test *T) {
     static const struct {
@@ -176,7 +216,9 @@ static void check_sizes(vt_test *T) {
     check_maps(T, "flatten_pvt_tiny", 33, 33, 33, (const int[]){8, 4, 2, 1}, (const int[]){8, 4, 2, 1}, NULL);
     check_maps(T, "flatten_pvt_v2_b1", 96, 96, 96, (const int[]){24, 12, 6, 3}, (const int[]){24, 12, 6, 3}, NULL);
     /* size-dependent parameters (v1's pos_embed{i}, FLatten's positional_encoding): the configured size only */
-    check_maps(T, "pvt_tiny", 64, 64, 72, NULL, NULL, "built for 64x64");
+    /* v1's pos_embed{i} are resized for other inputs, except where the official stage-1 count test skips it */
+    check_maps(T, "pvt_tiny", 64, 64, 72, (const int[]){16, 8, 4, 2}, (const int[]){18, 9, 4, 2}, NULL);
+    check_maps(T, "pvt_tiny", 64, 128, 128, NULL, NULL, "stage 1's built patch count 256");
     check_maps(T, "flatten_pvt_v2_b1", 64, 96, 64, NULL, NULL, "built for 64x64");
     /* sizes the official code refuses: a clear error naming the size */
     static const struct {
@@ -204,5 +246,6 @@ void test_pvt(vt_test *T) {
     check_im2col_conv(T);
     for (size_t i = 0; i < sizeof fd_cases / sizeof fd_cases[0]; i++) gc_run(T, &fd_cases[i]);
     check_im2col_errors(T);
+    check_resize_values(T);
     check_sizes(T);
 }

@@ -166,4 +166,9 @@ vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p);
  * (Cout, C·k·k) is then the convolution, with its output already channels-last (tokens). */
 vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int nhwc);
 
+/* ---- resize.c (PVT v1's position embeddings at other input sizes; 0 MACs) ---- */
+/* Bilinear resize of x (B, H, W, C) to (B, Ho, Wo, C) as PyTorch's F.interpolate(mode="bilinear",
+ * align_corners=False) given the output size: source coordinate (o + 0.5)·in/out − 0.5, clamped at 0. */
+vt_tensor *vt_resize_bilinear(vt_graph *g, vt_tensor *x, int Ho, int Wo);
+
 #endif

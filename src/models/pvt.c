@@ -2,7 +2,9 @@
  * official state_dict names, and the papers' variants on these hosts: FLatten-PVT / FLatten-PVTv2 (LeapLabTHU
  * flatten_pvt.py / flatten_pvt_v2.py; shared/specs/spec-flatten.md §3-4) and PVTv2-b1 with hMHSA + cFFN
  * (shared/specs/spec-hmhsa-cffn.md §3-4). arch.version picks the host:
- *   v1: patch_embed{i} = Conv(k = s = 4, then 2) + LN (eps 1e-5), + pos_embed{i} (1, N_i, C_i); with a class token
+ *   v1: patch_embed{i} = Conv(k = s = 4, then 2) + LN (eps 1e-5), + pos_embed{i} (1, N_i, C_i) built for the
+ *       configured image size and bilinearly resized for another input size (the official _get_pos_embed, quirk
+ *       included; the CLI always feeds the configured size, library callers may not); with a class token
  *       (PVT v1) cls_token is prepended in stage 4 (pos_embed4 has N_4 + 1 rows), then `norm` and the head read the
  *       class token; without one (FLatten-PVT) the head reads the token mean and `norm` exists but is never applied
  *       (the official forward comments it out);
@@ -77,6 +79,28 @@ static int size_problem(const vt_model_cfg *c, int H, int W, char *msg, size_t n
     return 0;
 }
 
+/* v1's position embedding of stage i for an H x W token grid (+ lead class rows), as the official _get_pos_embed:
+ * the table itself when H·W equals stage 1's built patch count (the official test, for every stage: another stage
+ * with that many tokens gets its own, smaller table and the official forward fails), else the table bilinearly
+ * resized from the built grid (bh[i], bw[i]) (align_corners False; the class row kept). */
+static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor *pos, const int *bh, const int *bw,
+                            int H, int W, int lead) {
+    if (vt_bad(g, 1, pos)) return NULL;
+    const int C = pos->shape[2], rows = bh[i] * bw[i];
+    if (H * W == bh[0] * bw[0] || (H == bh[i] && W == bw[i])) {
+        if (H * W == rows) return pos;
+        return vt_fail(g, c->name, "stage %d: a %dx%d token grid has stage 1's built patch count %d, so the official "
+                       "code keeps pos_embed%d unresized (%d rows) and fails; use another input size", i + 1, H, W,
+                       bh[0] * bw[0], i + 1, rows);
+    }
+    const int m[4] = {1, bh[i], bw[i], C}, t3[3] = {1, H * W, C};
+    vt_tensor *p = lead ? vt_slice(g, pos, 1, lead, rows) : pos;
+    vt_tensor *r = vt_reshape(g, vt_resize_bilinear(g, vt_reshape(g, p, 4, m), H, W), 3, t3);
+    if (!lead) return r;
+    vt_tensor *parts[2] = {vt_slice(g, pos, 1, 0, lead), r};
+    return vt_concat(g, parts, 2, 1);
+}
+
 /* Stage i's patch embed on x (the NCHW image for i = 0, else the previous stage's tokens as (B, H, W, C)) -> tokens
  * (B, H_i·W_i, C_i) after patch_embed{i}.norm; *H, *W get the grid. */
 static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor *x, int *H, int *W) {
@@ -114,19 +138,20 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         return vt_fail(g, c->name, "input must be (B, %d, H, W)", a->in_chans);
     const int B = x->shape[0], v2 = a->version == 2, nblk = vt_model_depth(c);
     if (size_problem(c, x->shape[2], x->shape[3], msg, sizeof msg)) return vt_fail(g, c->name, "%s", msg);
-    if ((!v2 || has_flatten(a)) && (x->shape[2] != a->img_size || x->shape[3] != a->img_size))
-        return vt_fail(g, c->name, "input %dx%d, but the %s are built for %dx%d inputs (set the image size)",
-                       x->shape[2], x->shape[3], v2 ? "FLatten positional encodings" : "position embeddings",
-                       a->img_size, a->img_size);
-    int gh[VT_MAX_STAGES], gw[VT_MAX_STAGES];
+    if (has_flatten(a) && (x->shape[2] != a->img_size || x->shape[3] != a->img_size))
+        return vt_fail(g, c->name, "input %dx%d, but the FLatten positional encodings are built for %dx%d inputs (set "
+                       "the image size)", x->shape[2], x->shape[3], a->img_size, a->img_size);
+    int gh[VT_MAX_STAGES], gw[VT_MAX_STAGES], bh[VT_MAX_STAGES], bw[VT_MAX_STAGES];
     stage_grids(a, x->shape[2], x->shape[3], gh, gw);
+    if (stage_grids(a, a->img_size, a->img_size, bh, bw)) /* the grids pos_embed{i} are built for */
+        return vt_fail(g, c->name, "image size %d is too small for the patch embeds", a->img_size);
 
     /* v1: the position embeddings (and the class token) are the network's own parameters, first in its state_dict */
     vt_tensor *pos[VT_MAX_STAGES] = {NULL}, *cls = NULL;
     if (!v2) {
         vt_scope(g, "pos_embed");
         for (int i = 0; i < 4; i++) {
-            const int ps[3] = {1, gh[i] * gw[i] + (a->class_token && i == 3), st[i].dim};
+            const int ps[3] = {1, bh[i] * bw[i] + (a->class_token && i == 3), st[i].dim};
             snprintf(nm, sizeof nm, "pos_embed%d", i + 1);
             pos[i] = vt_param(g, nm, 3, ps, VT_INIT_W02);
         }
@@ -141,7 +166,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         if (!t) return NULL;
         const int C = st[i].dim, lead = !v2 && a->class_token && i == 3;
         if (lead) t = vt_prepend_tokens(g, t, cls);
-        if (!v2) t = vt_add(g, t, pos[i]);
+        if (!v2) t = vt_add(g, t, stage_pos(g, c, i, pos[i], bh, bw, H, W, lead));
         vt_attn_ctx actx = vt_stage_attn_ctx(c, i, H, W, lead);
         actx.layout = VT_LAYOUT_PVT;
         actx.sr_ratio = st[i].sr_ratio;

@@ -1,8 +1,11 @@
 /* Driver of tests/reference/test_pvt.py: runs a PVT-family model on an input of any height and width (the CLI's
- * `vitc forward` takes square img_size inputs only; PVTv2 itself accepts any H, W >= 29). Compiled by the test
+ * `vitc forward` takes square inputs of the configured size only; PVTv2 accepts any H, W >= 29, PVT v1 resizes its
+ * position embeddings). Compiled by the test
  * against build/libvitc.a.
- * usage: pvt_driver MODEL DIMS DEPTHS HEADS CLASSES W.safetensors X.safetensors OUT.safetensors
- *   DIMS, DEPTHS, HEADS: comma-separated per-stage overrides as vitc's --dims/--depths/--heads; CLASSES: the head;
+ * usage: pvt_driver MODEL IMG DIMS DEPTHS HEADS CLASSES W.safetensors X.safetensors OUT.safetensors
+ *   IMG: the configured image size (--img-size; 0 keeps the model's), which sizes PVT v1's pos_embed{i} (resized for
+ *   other inputs as the official code does); DIMS, DEPTHS, HEADS: comma-separated per-stage overrides as vitc's
+ *   --dims/--depths/--heads; CLASSES: the head;
  *   X holds `input` (B, C, H, W); OUT gets `logits` (B, CLASSES) of the eval graph. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +24,8 @@ static void parse4(const char *s, int *v) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 9) {
-        fprintf(stderr, "usage: %s MODEL DIMS DEPTHS HEADS CLASSES W X OUT\n", argv[0]);
+    if (argc != 10) {
+        fprintf(stderr, "usage: %s MODEL IMG DIMS DEPTHS HEADS CLASSES W X OUT\n", argv[0]);
         return 2;
     }
     vt_err e = {{0}};
@@ -32,10 +35,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     vt_model_overrides ov = vt_model_no_overrides();
-    parse4(argv[2], ov.dims);
-    parse4(argv[3], ov.depths);
-    parse4(argv[4], ov.heads);
-    ov.num_classes = atoi(argv[5]);
+    ov.img_size = atoi(argv[2]);
+    parse4(argv[3], ov.dims);
+    parse4(argv[4], ov.depths);
+    parse4(argv[5], ov.heads);
+    ov.num_classes = atoi(argv[6]);
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     vt_st_file f = {0};
@@ -44,7 +48,7 @@ int main(int argc, char **argv) {
     int64_t sh[VT_ST_MAXDIM];
     vt_graph *g = NULL;
     if (!P || vt_model_configure(base, &ov, &c, &e) || vt_model_init_params(&c, P, 0, &e) ||
-        vt_params_load(P, argv[6], &e) || vt_st_open(argv[7], &f, &e) ||
+        vt_params_load(P, argv[7], &e) || vt_st_open(argv[8], &f, &e) ||
         vt_st_read_named(&f, "input", &xin, &nd, sh, &e))
         goto done;
     if (nd != 4) {
@@ -64,7 +68,7 @@ int main(int argc, char **argv) {
     memcpy(x->data, xin, sizeof(float) * (size_t)x->numel);
     vt_graph_forward(g);
     const vt_st_out out = {"logits", VT_ST_F32, 2, {y->shape[0], y->shape[1]}, y->data};
-    rc = vt_st_write(argv[8], &out, 1, NULL, &e) ? 1 : 0;
+    rc = vt_st_write(argv[9], &out, 1, NULL, &e) ? 1 : 0;
 done:
     if (rc) fprintf(stderr, "pvt_driver: %s\n", e.msg);
     vt_graph_free(g);

@@ -11,8 +11,10 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
             train-mode BatchNorm; `--features` stage maps of pvt_tiny (stage 4 without the class token), flatten_pvt_tiny,
             pvt_v2_b1 (after norm{i}) and the hMHSA model
   sizes     odd sizes the official code accepts: pvt_tiny at 72 (floor grids, SR convs dropping rows), flatten_pvt_tiny
-            at 40, pvt_v2_b1 and the hMHSA model at 61 (ceil grids), with gradients; non-square 61x37 / 29x64 PVTv2
-            inputs through tests/reference/pvt_driver.c (the CLI takes square inputs only); refused sizes
+            at 40, pvt_v2_b1 and the hMHSA model at 61 (ceil grids), with gradients; through
+            tests/reference/pvt_driver.c (the CLI takes square inputs of the configured size only): non-square PVTv2
+            inputs, and PVT v1 built at 64 run on 96x80, 72x72, 48x160 (pos_embed{i} bilinearly resized as the official
+            _get_pos_embed; 128 refused as the official stage-1-count test makes it fail); refused sizes
             (PVTv2 < 29, PVT v1 < 32, FLatten-PVTv2 not a multiple of 32, FLatten with spatial reduction, an input
             that does not match the built size) give clear errors
   attn      per-stage attention from the config: flatten_pvt_v2_b1 --attn mhsa (global softmax attention, sr 1)
@@ -173,8 +175,11 @@ def test_nonsquare(rep):
     exe = build_driver(rep)
     if exe is None:
         return
-    for k, (name, h, w) in enumerate((("pvt_v2_b1", 61, 37), ("pvt_v2_b1_hmhsa_cffn", 29, 64),
-                                      ("pvt_v2_b1", 32, 96))):
+    cases = (("pvt_v2_b1", 61, 37, None), ("pvt_v2_b1_hmhsa_cffn", 29, 64, None), ("pvt_v2_b1", 32, 96, None),
+             ("pvt_tiny", 96, 80, None), ("pvt_tiny", 72, 72, None), ("pvt_small", 48, 160, None),
+             ("pvt_tiny", 128, 128, "stage 1's built patch count 256"),
+             ("flatten_pvt_tiny", 96, 96, "positional encodings are built for 64x64"))
+    for k, (name, h, w, refused) in enumerate(cases):
         ref = ref_model(name).double()
         sd = pvt_ref.randomize(ref, 50 + k)
         ref.load_state_dict({key: v.double() if v.is_floating_point() else v for key, v in sd.items()})
@@ -183,9 +188,12 @@ def test_nonsquare(rep):
         x = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(k))
         st.save(xf, {"input": x})
         heads = HEADS_HM if is_hm(name) else HEADS
-        p = subprocess.run([str(exe), name, lst(DIMS), lst(DEPTHS), lst(heads), str(CLASSES), str(wf), str(xf),
+        p = subprocess.run([str(exe), name, "64", lst(DIMS), lst(DEPTHS), lst(heads), str(CLASSES), str(wf), str(xf),
                             str(yf)], capture_output=True, text=True)
-        tag = f"non-square {name} {h}x{w}"
+        tag = f"{name}@64 on {h}x{w}"
+        if refused:
+            rep.check(f"{tag} refused", p.returncode == 1 and refused in p.stderr, p.stderr.strip()[-300:])
+            continue
         if not rep.check(f"{tag} runs", p.returncode == 0, p.stderr.strip()[-400:]):
             continue
         with torch.no_grad():
