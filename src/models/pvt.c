@@ -141,8 +141,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     if (has_flatten(a) && (x->shape[2] != a->img_size || x->shape[3] != a->img_size))
         return vt_fail(g, c->name, "input %dx%d, but the FLatten positional encodings are built for %dx%d inputs (set "
                        "the image size)", x->shape[2], x->shape[3], a->img_size, a->img_size);
-    int gh[VT_MAX_STAGES], gw[VT_MAX_STAGES], bh[VT_MAX_STAGES], bw[VT_MAX_STAGES];
-    stage_grids(a, x->shape[2], x->shape[3], gh, gw);
+    int bh[VT_MAX_STAGES], bw[VT_MAX_STAGES];
     if (stage_grids(a, a->img_size, a->img_size, bh, bw)) /* the grids pos_embed{i} are built for */
         return vt_fail(g, c->name, "image size %d is too small for the patch embeds", a->img_size);
 
