@@ -21,55 +21,6 @@
 
 #include "vitc/image.h"
 
-int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e) {
-    *buf = NULL;
-    *n = 0;
-    const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
-    if (fd < 0) return vt_seterr(e, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-        close(fd);
-        return vt_seterr(e, "cannot read %s: %s", path, S_ISDIR(st.st_mode) ? "it is a directory" : strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max) {
-        close(fd);
-        return vt_seterr(e, "%s is %lld bytes (at most %zu are read)", path, (long long)st.st_size, max);
-    }
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 1 << 16, len = 0;
-    unsigned char *b = malloc(cap);
-    int rc = b ? 0 : vt_seterr(e, "out of memory reading %s", path);
-    while (rc == 0) {
-        if (len == cap) {
-            if (cap > max) {
-                rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
-                break;
-            }
-            unsigned char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                rc = vt_seterr(e, "out of memory reading %s", path);
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        const ssize_t r = read(fd, b + len, cap - len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) rc = vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
-        if (r <= 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    if (rc == 0 && len > max) rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
-    if (rc) {
-        free(b);
-        return rc;
-    }
-    *buf = b;
-    *n = len;
-    return 0;
-}
-
 void vt_image_free(vt_image *img) {
     free(img->pix);
     img->pix = NULL;
