@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vitc/fileio.h"
 #include "vitc/blocks.h"
@@ -117,11 +118,32 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
+/* One thread setting for the whole process (OpenMP and OpenBLAS): --threads, else OMP_NUM_THREADS, else every
+ * online core; more than the online cores is clamped with a notice (extra threads only contend for the cores, and an
+ * OMP_NUM_THREADS of 100000 crashed inside OpenMP). */
 static void set_threads(const opts *o) {
-    if (o->threads > 0) {
-        omp_set_num_threads(o->threads);
-        openblas_set_num_threads(o->threads);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
+    const char *env = getenv("OMP_NUM_THREADS");
+    long want = o->threads;
+    const char *from = "--threads";
+    if (want <= 0 && env && *env) {
+        char *end = NULL;
+        want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
+        from = "OMP_NUM_THREADS";
+        if (end == env || want <= 0 || (*end && *end != ',')) {
+            fprintf(stderr, "vitc: notice: OMP_NUM_THREADS='%s' is not a thread count; using the %ld cores\n", env,
+                    cores);
+            want = cores;
+        }
     }
+    if (want <= 0) want = cores;
+    if (want > cores) {
+        fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
+                from, cores, cores);
+        want = cores;
+    }
+    omp_set_num_threads((int)want);
+    openblas_set_num_threads((int)want);
 }
 
 /* Parses "a,b,c" (at most VT_MAX_STAGES positive integers up to 65536) into v; -1 with a message otherwise. */
