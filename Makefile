@@ -43,6 +43,10 @@ build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcar
 build/unit: $(TEST_OBJ) build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The CLI under ASan + UBSan, for tests/cli/test_asan.sh (a short training run and the main commands).
+build-asan/vitc: build-asan/tools/vitc.o $(SRC:%.c=build-asan/%.o)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+
 build-asan/unit: $(ASAN_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
@@ -68,7 +72,7 @@ asan: build-asan/unit
 	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
 
 test: deps-test
-	$(MAKE) --no-print-directory vitc build/unit build-asan/unit fuzz-build
+	$(MAKE) --no-print-directory vitc build/unit build-asan/unit build-asan/vitc fuzz-build
 	@bash tests/run_all.sh
 
 demo: deps-demo
