@@ -1,6 +1,6 @@
 # vitc build. `make` builds the CLI; `make test` installs test deps and runs every test;
 # `make demo` installs deps, builds and trains a small ViT on Fashion-MNIST.
-PKGS      := openblas libcjson stb zlib
+PKGS      := openblas libcjson stb zlib libpng libturbojpeg
 CC        ?= cc
 WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -18,7 +18,8 @@ ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
 ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
-DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libcjson-dev libstb-dev zlib1g-dev
+DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libcjson-dev libstb-dev zlib1g-dev libpng-dev \
+             libturbojpeg0-dev
 DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
 
@@ -29,7 +30,7 @@ vitc: build/tools/vitc.o build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 build/libvitc.a: $(OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^ # rebuilt whole: no stale members of renamed or removed sources
 
 build/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
@@ -41,6 +42,10 @@ build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcar
 
 build/unit: $(TEST_OBJ) build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The CLI under ASan + UBSan, for tests/cli/test_asan.sh (a short training run and the main commands).
+build-asan/vitc: build-asan/tools/vitc.o $(SRC:%.c=build-asan/%.o)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
 build-asan/unit: $(ASAN_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
@@ -67,7 +72,7 @@ asan: build-asan/unit
 	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
 
 test: deps-test
-	$(MAKE) --no-print-directory vitc build/unit build-asan/unit fuzz-build
+	$(MAKE) --no-print-directory vitc build/unit build-asan/unit build-asan/vitc fuzz-build
 	@bash tests/run_all.sh
 
 demo: deps-demo
@@ -87,24 +92,41 @@ bench: deps-test
 clean:
 	rm -rf build build-asan vitc
 
-# Fuzzing the strict safetensors reader with libFuzzer (clang; ASan+UBSan). `make fuzz` runs 20 s on
-# a seed corpus in build/fuzz_corpus and ends with "fuzz: ok (N runs)" or "fuzz: FAILED ..." (exit 1).
-FUZZ_SRC := fuzz/fuzz_safetensors.c src/io/safetensors.c src/core/error.c
+# Fuzzing with libFuzzer (clang; ASan+UBSan): the strict safetensors reader, and the image path (decoders +
+# preprocessing). `make fuzz` runs each target FUZZ_SECONDS (default 20) s on a seed corpus in build/fuzz_corpus_*
+# and prints "fuzz <target>: ok (N runs)" or "fuzz <target>: FAILED ..." (exit 1). FUZZ_SECONDS=3600 for a long run.
+FUZZ_SECONDS ?= 20
+FUZZ_CC := clang $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -Iinclude $(PKG_CFLAGS)
 .PHONY: fuzz-build
-fuzz-build: build/fuzz_safetensors
+fuzz-build: build/fuzz_safetensors build/fuzz_image
 
-build/fuzz_safetensors: $(FUZZ_SRC) include/vitc/safetensors.h include/vitc/error.h include/vitc/tensor.h
+build/fuzz_safetensors: fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/fileio.c src/core/error.c include/vitc/*.h
 	@mkdir -p build
-	clang $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -Iinclude $(PKG_CFLAGS) -o $@ $(FUZZ_SRC) $(PKG_LIBS) -lm
+	$(FUZZ_CC) -o $@ fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/fileio.c src/core/error.c $(PKG_LIBS) -lm
 
-fuzz: build/fuzz_safetensors
-	@sh fuzz/make_corpus.sh build/fuzz_corpus
+build/fuzz_image: fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/core/error.c include/vitc/*.h
+	@mkdir -p build
+	$(FUZZ_CC) -o $@ fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/core/error.c $(PKG_LIBS) -lm
+
+build/image_seeds: fuzz/image_seeds.c
+	@mkdir -p build
+	$(CC) -O1 $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
+
+# Runs build/fuzz_$(1) on corpus $(2) with extra libFuzzer flags $(3).
+define run_fuzz
 	@mkdir -p build/fuzz_artifacts
-	@if ./build/fuzz_safetensors -max_total_time=20 -dict=fuzz/safetensors.dict \
-	    -artifact_prefix=build/fuzz_artifacts/ build/fuzz_corpus > build/fuzz.log 2>&1; then \
-	  runs=$$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' build/fuzz.log | tail -n 1); \
-	  echo "fuzz: ok ($${runs:-?} runs)"; \
+	@if ./build/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) $(3) -artifact_prefix=build/fuzz_artifacts/$(1)- \
+	    $(2) > build/fuzz_$(1).log 2>&1; then \
+	  runs=$$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' build/fuzz_$(1).log | tail -n 1); \
+	  echo "fuzz $(1): ok ($${runs:-?} runs)"; \
 	else \
-	  tail -n 30 build/fuzz.log; echo "fuzz: FAILED (log: build/fuzz.log, crash inputs: build/fuzz_artifacts/)"; exit 1; \
+	  tail -n 30 build/fuzz_$(1).log; echo "fuzz $(1): FAILED (log: build/fuzz_$(1).log, crash inputs: build/fuzz_artifacts/)"; exit 1; \
 	fi
+endef
+
+fuzz: fuzz-build build/image_seeds
+	@sh fuzz/make_corpus.sh build/fuzz_corpus
+	@mkdir -p build/fuzz_corpus_image && ./build/image_seeds build/fuzz_corpus_image
+	$(call run_fuzz,safetensors,build/fuzz_corpus,-dict=fuzz/safetensors.dict)
+	$(call run_fuzz,image,build/fuzz_corpus_image,-max_len=65536)

@@ -54,7 +54,7 @@ def main():
         rdir = os.path.join(a.out, f"{attn}-{ffn}")
         log = run(["train", HOST, "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch-size",
                    str(a.batch_size), "--lr", a.lr, "--seed", a.seed, "--train-subset", str(a.train_subset),
-                   "--no-augment", "--log-every", "100000", "--out", rdir] + sel)
+                   "--no-augment", "--log-every", "100000", "--out", rdir, "--overwrite"] + sel)
         with open(os.path.join(rdir, "metrics.csv")) as f:
             last = list(csv.DictReader(f))[-1]
         peak = float(re.search(r"peak memory ([0-9.]+) MiB", log).group(1))

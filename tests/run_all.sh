@@ -40,12 +40,15 @@ run_part "unit tests under ASan+UBSan" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPT
     OMP_NUM_THREADS=2 ./build-asan/unit
 count_unit asan $?
 
-echo "== fuzz (safetensors parser)"
-if make --no-print-directory fuzz >"$log" 2>&1 && grep -q '^fuzz: ok' "$log"; then
-    pass=$((pass + 1)); grep '^fuzz:' "$log"
-else
-    fail=$((fail + 1)); echo "FAIL fuzz"; tail -n 30 "$log"
-fi
+echo "== fuzz (safetensors parser, image decoders + preprocessing)"
+make --no-print-directory fuzz >"$log" 2>&1
+for target in safetensors image; do
+    if grep -q "^fuzz $target: ok" "$log"; then
+        pass=$((pass + 1)); grep "^fuzz $target:" "$log"
+    else
+        fail=$((fail + 1)); echo "FAIL fuzz $target"; tail -n 30 "$log"
+    fi
+done
 
 for t in tests/reference/test_*.py tests/cli/test_*.sh; do
     [ -e "$t" ] || continue

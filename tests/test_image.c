@@ -117,8 +117,94 @@ static void check_decode(vt_test *T) {
     T_CHECK(T, vt_image_load(path, &p, out, &e) != 0 && strstr(e.msg, "cannot open"), "missing file: %s", e.msg);
 }
 
+/* Encoded bytes of an image written by stb_image_write into a memory buffer. */
+typedef struct {
+    unsigned char b[8192];
+    int n;
+} membuf;
+
+static void mem_write(void *ctx, void *data, int size) {
+    membuf *m = ctx;
+    if (m->n + size <= (int)sizeof m->b) memcpy(m->b + m->n, data, (size_t)size);
+    m->n += size;
+}
+
+/* Decodes buf and returns 0 if it succeeds with the expected pixels (when pix is given), else -1 with e set. */
+static int decode_ok(const unsigned char *buf, size_t n, const unsigned char *pix, int w, int h, vt_err *e) {
+    vt_image img;
+    vt_clearerr(e);
+    if (vt_image_decode(buf, n, 3, 0, &img, e)) return -1;
+    int ok = img.w == w && img.h == h && img.chans == 3 && (!pix || memcmp(img.pix, pix, (size_t)w * h * 3) == 0);
+    vt_image_free(&img);
+    return ok ? 0 : vt_seterr(e, "decoded %dx%d with different pixels", img.w, img.h);
+}
+
+/* Hostile files: every decoder must refuse truncated, bit-rotted and header-only files with an error, never return
+ * uninitialised or zero-filled pixels (issue: truncated TGA files were classified; PNG CRCs were not checked). */
+static void check_hostile(vt_test *T) {
+    enum { W = 9, H = 7 };
+    unsigned char pix[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) pix[i] = (unsigned char)(i * 97 % 251);
+    vt_err e = {{0}};
+    membuf m = {{0}, 0};
+    /* TGA: RLE as stb_image_write writes it, and an uncompressed one written here */
+    T_CHECK(T, stbi_write_tga_to_func(mem_write, &m, W, H, 3, pix) && m.n < (int)sizeof m.b, "write TGA");
+    T_CHECK(T, decode_ok(m.b, (size_t)m.n, pix, W, H, &e) == 0, "whole RLE TGA decodes: %s", e.msg);
+    for (int cut = 18; cut < m.n; cut += 5)
+        T_CHECK(T, decode_ok(m.b, (size_t)cut, NULL, W, H, &e) != 0, "RLE TGA cut at %d of %d bytes accepted", cut,
+                m.n);
+    unsigned char raw[18 + W * H * 3] = {0, 0, 2}; /* uncompressed true-colour TGA, bottom-up BGR */
+    raw[12] = W, raw[14] = H, raw[16] = 24;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++) raw[18 + ((H - 1 - y) * W + x) * 3 + 2 - c] = pix[(y * W + x) * 3 + c];
+    T_CHECK(T, decode_ok(raw, sizeof raw, pix, W, H, &e) == 0, "uncompressed TGA decodes: %s", e.msg);
+    T_CHECK(T, decode_ok(raw, 18, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"), "header-only TGA: %s", e.msg);
+    T_CHECK(T, decode_ok(raw, sizeof raw - 1, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"),
+            "TGA one byte short: %s", e.msg);
+    /* PNG: whole file decodes; a flipped bit in the image data (CRC), in the zlib stream with the CRC fixed up
+     * (Adler-32), or a cut anywhere is an error */
+    m.n = 0;
+    T_CHECK(T, stbi_write_png_to_func(mem_write, &m, W, H, 3, pix, W * 3) && m.n < (int)sizeof m.b, "write PNG");
+    T_CHECK(T, decode_ok(m.b, (size_t)m.n, pix, W, H, &e) == 0, "PNG decodes: %s", e.msg);
+    const int idat = 33 + 8; /* signature 8 + IHDR 25, then the IDAT length and type */
+    unsigned char bad[8192];
+    memcpy(bad, m.b, (size_t)m.n);
+    bad[idat + 10] ^= 0x10;
+    T_CHECK(T, decode_ok(bad, (size_t)m.n, NULL, W, H, &e) != 0 && strstr(e.msg, "PNG"), "bit-rotted PNG: %s", e.msg);
+    for (int cut = 8; cut < m.n; cut += 7)
+        T_CHECK(T, decode_ok(m.b, (size_t)cut, NULL, W, H, &e) != 0, "PNG cut at %d of %d bytes accepted", cut, m.n);
+    /* JPEG: a truncated stream is an error, not grey fill */
+    m.n = 0;
+    T_CHECK(T, stbi_write_jpg_to_func(mem_write, &m, W, H, 3, pix, 90) && m.n < (int)sizeof m.b, "write JPEG");
+    T_CHECK(T, decode_ok(m.b, (size_t)m.n, NULL, W, H, &e) == 0, "JPEG decodes: %s", e.msg);
+    T_CHECK(T, decode_ok(m.b, (size_t)m.n * 2 / 3, NULL, W, H, &e) != 0 && strstr(e.msg, "JPEG"), "truncated JPEG: %s",
+            e.msg);
+    T_CHECK(T, decode_ok((const unsigned char *)"\xff\xd8\xff", 3, NULL, W, H, &e) != 0, "3-byte JPEG");
+    T_CHECK(T, decode_ok((const unsigned char *)"hello", 5, NULL, W, H, &e) != 0 && strstr(e.msg, "format"),
+            "text: %s", e.msg);
+    /* a PNG through a pipe (vt_read_file does not need a regular file) */
+    int fds[2];
+    T_CHECK(T, pipe(fds) == 0, "pipe");
+    m.n = 0;
+    stbi_write_png_to_func(mem_write, &m, W, H, 3, pix, W * 3);
+    T_CHECK(T, write(fds[1], m.b, (size_t)m.n) == m.n, "write to pipe");
+    close(fds[1]);
+    char dev[64];
+    snprintf(dev, sizeof dev, "/dev/fd/%d", fds[0]);
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    T_CHECK(T, vt_read_file(dev, 1 << 20, &buf, &n, &e) == 0 && n == (size_t)m.n, "read a pipe: %s", e.msg);
+    T_CHECK(T, buf && decode_ok(buf, n, pix, W, H, &e) == 0, "PNG from a pipe: %s", e.msg);
+    free(buf);
+    close(fds[0]);
+    T_CHECK(T, vt_read_file("/tmp", 1 << 20, &buf, &n, &e) != 0 && strstr(e.msg, "folder"), "a folder: %s",
+            e.msg);
+}
+
 void test_image(vt_test *T) {
     check_crops(T);
     check_channels_and_errors(T);
     check_decode(T);
+    check_hostile(T);
 }

@@ -182,7 +182,7 @@ static void test_writer_errors(vt_test *T, const char *dir) {
     vt_st_file f;
     T_CHECK(T, vt_st_open(nodir, &f, &e) == -1 && strstr(e.msg, "cannot open"), "open missing: %s", e.msg);
     vt_clearerr(&e);
-    T_CHECK(T, vt_st_open(dir, &f, &e) == -1 && strstr(e.msg, "regular file"), "open dir: %s", e.msg);
+    T_CHECK(T, vt_st_open(dir, &f, &e) == -1 && strstr(e.msg, "folder"), "open dir: %s", e.msg);
 }
 
 static void test_malformed(vt_test *T, const char *dir) {

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "vitc/fileio.h"
 #include "vitc/blocks.h"
 #include "vitc/dataset.h"
 #include "vitc/model.h"
@@ -22,7 +24,7 @@ typedef struct {
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
-    int help, profile;
+    int help, profile, overwrite;
     int features, apply_transform;
     int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
     int topk;
@@ -74,6 +76,7 @@ static const optdef optdefs[] = {
     NUM("--epochs", O_INT, epochs, 1, 1e6, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
+    O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
     NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
     NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
@@ -115,11 +118,32 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
+/* One thread setting for the whole process (OpenMP and OpenBLAS): --threads, else OMP_NUM_THREADS, else every
+ * online core; more than the online cores is clamped with a notice (extra threads only contend for the cores, and an
+ * OMP_NUM_THREADS of 100000 crashed inside OpenMP). */
 static void set_threads(const opts *o) {
-    if (o->threads > 0) {
-        omp_set_num_threads(o->threads);
-        openblas_set_num_threads(o->threads);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
+    const char *env = getenv("OMP_NUM_THREADS");
+    long want = o->threads;
+    const char *from = "--threads";
+    if (want <= 0 && env && *env) {
+        char *end = NULL;
+        want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
+        from = "OMP_NUM_THREADS";
+        if (end == env || want <= 0 || (*end && *end != ',')) {
+            fprintf(stderr, "vitc: notice: OMP_NUM_THREADS='%s' is not a thread count; using the %ld cores\n", env,
+                    cores);
+            want = cores;
+        }
     }
+    if (want <= 0) want = cores;
+    if (want > cores) {
+        fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
+                from, cores, cores);
+        want = cores;
+    }
+    omp_set_num_threads((int)want);
+    openblas_set_num_threads((int)want);
 }
 
 /* Parses "a,b,c" (at most VT_MAX_STAGES positive integers up to 65536) into v; -1 with a message otherwise. */
@@ -140,6 +164,16 @@ static int parse_list(const char *opt, const char *list, int *v) {
     }
     fprintf(stderr, "vitc: %s '%s': more than %d values\n", opt, list, VT_MAX_STAGES);
     return -1;
+}
+
+/* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
+ * (--weights, --input, the images). */
+static int output_ok(const opts *o) {
+    const char *fixed[2] = {o->weights, o->input};
+    vt_err e = {{0}};
+    if (vt_output_check(o->output, fixed, 2, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
+        return die("%s", e.msg);
+    return 0;
 }
 
 /* Resolves the model name and the options that change it into cfg (the library checks them). */
@@ -314,6 +348,7 @@ static int cmd_init(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (!o->output) return die("%s", "missing -o OUTPUT");
+    if (output_ok(o)) return 1;
     vt_params *P = load_model(o, &c, 0);
     if (!P) return 1;
     vt_err e = {{0}};
@@ -349,6 +384,7 @@ static int cmd_forward(opts *o) {
     vt_model_cfg c;
     if (model_cfg_for_input(o, &c)) return 1;
     if (!o->output) return die("%s", "missing --output");
+    if (output_ok(o)) return 1;
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
     vt_st_file f = {0};
@@ -391,6 +427,7 @@ static int cmd_grad(opts *o) {
     vt_model_cfg c;
     if (model_cfg_for_input(o, &c)) return 1;
     if (!o->output) return die("%s", "missing --output");
+    if (output_ok(o)) return 1;
     c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
@@ -458,6 +495,7 @@ static int cmd_train(opts *o) {
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     t.command_line = o->cmdline;
+    t.overwrite = o->overwrite;
     vt_err e = {{0}};
     int rc = vt_train(&c, &t, &e);
     return rc ? die("%s", e.msg) : 0;
@@ -513,6 +551,7 @@ static int cmd_deploy(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (!o->output) return die("%s", "missing -o OUTPUT");
+    if (output_ok(o)) return 1;
     c = vt_model_training_form(&c);
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
@@ -569,6 +608,7 @@ static int cmd_predict(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
+    if (o->output && output_ok(o)) return 1;
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
@@ -631,7 +671,7 @@ static const command commands[] = {
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
+     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
      "--fault-nan-step --drop-path",
      cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",

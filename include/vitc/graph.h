@@ -86,7 +86,7 @@ void vt_graph_set_loss(vt_graph *g, vt_tensor *t);
 /* Plans memory and allocates the arena; returns -1 with the first build error if any. */
 int vt_graph_finalize(vt_graph *g, vt_err *e);
 
-/* Runs every node's forward kernel in order. */
+/* Runs every node's forward kernel in order (subnormal floats flushed to zero in every thread, see graph.c). */
 void vt_graph_forward(vt_graph *g);
 
 /* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */

@@ -4,7 +4,7 @@
 #ifndef VITC_IMAGE_H
 #define VITC_IMAGE_H
 
-#include "vitc/error.h"
+#include "vitc/fileio.h"
 
 /* Eval preprocessing of one model (from its pretrained cfg). */
 typedef struct vt_preprocess {
@@ -16,12 +16,29 @@ typedef struct vt_preprocess {
 
 /* Largest accepted image side in pixels (larger files are refused before decoding their pixels). */
 #define VT_IMAGE_MAX_SIDE 16384
+/* Largest image file read (an uncompressed 16384² RGBA image and its header). */
+#define VT_IMAGE_MAX_BYTES (((size_t)1 << 30) + ((size_t)1 << 20))
+
+/* A decoded image: w×h pixels of `chans` interleaved 8-bit channels, rows top to bottom. */
+typedef struct vt_image {
+    int w, h, chans;
+    unsigned char *pix;
+} vt_image;
+
+/* Decodes an encoded image in memory to `chans` channels (1: PIL's "L", 3: "RGB"): PNG with libpng (CRCs and
+ * Adler-32 checked), JPEG with libjpeg-turbo (warnings are errors; min_side > 0 allows DCT-domain downscaling while
+ * both sides stay >= min_side), BMP/GIF/TGA/PNM/PSD/HDR with stb_image (truncation checked). */
+int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e);
+
+/* Frees a decoded image's pixels. */
+void vt_image_free(vt_image *img);
 
 /* Preprocesses w×h pixels of `chans` interleaved uint8 channels (chans == p->chans) into out (chans, S, S). */
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e);
 
-/* Decodes the image file at path (PNG, JPEG, BMP, GIF, TGA, PNM, PSD, HDR; converted to p->chans channels) and
- * preprocesses it into out (chans, S, S); an unreadable, corrupt or oversized file gives an error naming it. */
+/* Reads and decodes the image file at path (vt_read_file, vt_image_decode; PNG, JPEG, BMP, GIF, TGA, PNM, PSD, HDR)
+ * and preprocesses it into out (chans, S, S); an unreadable, corrupt, truncated or oversized file gives an error
+ * naming it. */
 int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *e);
 
 #endif

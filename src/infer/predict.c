@@ -63,6 +63,14 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
             vt_prediction *p = &out[i0 + b];
             const float *row = y->data + (int64_t)b * K;
             if (!p->ok) continue;
+            for (int j = 0; j < K && p->ok; j++)
+                if (!isfinite(row[j])) {
+                    p->ok = 0;
+                    bad++;
+                    vt_seterr(&p->err, "%s: the model's logits are not finite (class %d is %g): the weights overflow "
+                              "on this image", paths[i0 + b], j, (double)row[j]);
+                }
+            if (!p->ok) continue;
             vt_topk_of(row, K, k, &p->top);
             if (inputs) memcpy(inputs + (i0 + b) * per, in->data + b * per, sizeof(float) * (size_t)per);
             if (logits) memcpy(logits + (int64_t)(i0 + b) * K, row, sizeof(float) * (size_t)K);

@@ -1,4 +1,4 @@
-/* Image decoding (Debian's libstb: stb_image, stb_image_resize) and timm's eval preprocessing.
+/* Image files to model inputs: decoding (src/io/decode.c) and timm's eval preprocessing (stb_image_resize).
  *
  * timm's eval transform is PIL-based: Resize(floor(S / crop_pct), BICUBIC) on the shorter side, CenterCrop(S)
  * (zero padding when S is larger than the resized image, e.g. Refined-ViT-L's crop_pct 1.13), ToTensor, Normalize.
@@ -7,13 +7,12 @@
  * slightly (stb clamps the edge, PIL renormalises the weights): tests/reference/test_predict.py measures it. */
 #include "vitc/image.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include <stb_image.h>
 #include <stb_image_resize.h>
 
 /* Offset of a centred crop of `crop` pixels from a side of `side` pixels: torchvision's
@@ -74,57 +73,17 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     return 0;
 }
 
-/* Bytes an uncompressed binary PNM (P5/P6) or BMP file of this header needs, or 0 when the format is another one
- * (or compressed). stb_image decodes truncated PNM and BMP files without an error (it reads zeros past the end;
- * PNG, JPEG and GIF report it), so vt_image_load compares this with the file size. */
-static long long needed_bytes(const unsigned char *hd, size_t n) {
-    if (n >= 34 && hd[0] == 'B' && hd[1] == 'M') {
-        const long long off = hd[10] | hd[11] << 8 | hd[12] << 16 | (long long)hd[13] << 24;
-        const long long w = (int32_t)(hd[18] | hd[19] << 8 | hd[20] << 16 | (uint32_t)hd[21] << 24);
-        const long long h = (int32_t)(hd[22] | hd[23] << 8 | hd[24] << 16 | (uint32_t)hd[25] << 24);
-        const int bits = hd[28] | hd[29] << 8, comp = hd[30] | hd[31] << 8 | hd[32] << 16 | hd[33] << 24;
-        if (hd[14] < 40 || (comp != 0 && comp != 3) || w <= 0 || bits <= 0) return 0; /* old/compressed headers */
-        return off + (w * bits + 31) / 32 * 4 * (h < 0 ? -h : h);
-    }
-    if (n < 2 || hd[0] != 'P' || (hd[1] != '5' && hd[1] != '6')) return 0;
-    long long v[3] = {0, 0, 0};
-    size_t i = 2;
-    for (int k = 0; k < 3; k++) { /* width, height, maxval; whitespace and # comments between them */
-        while (i < n && (hd[i] == ' ' || hd[i] == '\t' || hd[i] == '\n' || hd[i] == '\r' || hd[i] == '#'))
-            if (hd[i++] == '#')
-                while (i < n && hd[i] != '\n') i++;
-        if (i >= n || hd[i] < '0' || hd[i] > '9') return 0;
-        while (i < n && hd[i] >= '0' && hd[i] <= '9' && v[k] < (1LL << 31)) v[k] = v[k] * 10 + (hd[i++] - '0');
-    }
-    return (long long)i + 1 + v[0] * v[1] * (hd[1] == '6' ? 3 : 1) * (v[2] > 255 ? 2 : 1);
-}
-
 int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *e) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return vt_seterr(e, "cannot open image %s: %s", path, strerror(errno));
-    int w = 0, h = 0, n = 0;
-    if (!stbi_info_from_file(f, &w, &h, &n)) {
-        fclose(f);
-        return vt_seterr(e, "cannot decode image %s: %s", path, stbi_failure_reason());
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    vt_image img = {0, 0, 0, NULL};
+    vt_err de = {{0}};
+    if (vt_read_file(path, VT_IMAGE_MAX_BYTES, &buf, &n, &de) || vt_image_decode(buf, n, p->chans, 0, &img, &de)) {
+        free(buf);
+        return vt_seterr(e, "cannot decode image %s: %s", path, de.msg);
     }
-    if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE) {
-        fclose(f);
-        return vt_seterr(e, "image %s is %d×%d pixels (each side must be 1..%d)", path, w, h, VT_IMAGE_MAX_SIDE);
-    }
-    unsigned char hd[512];
-    const size_t nh = fread(hd, 1, sizeof hd, f);
-    const long long need = needed_bytes(hd, nh);
-    const long long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (need > 0 && size >= 0 && size < need) {
-        fclose(f);
-        return vt_seterr(e, "cannot decode image %s: truncated (%lld of %lld bytes)", path, size, need);
-    }
-    rewind(f);
-    unsigned char *pix = stbi_load_from_file(f, &w, &h, &n, p->chans);
-    fclose(f);
-    if (!pix) return vt_seterr(e, "cannot decode image %s: %s", path, stbi_failure_reason());
-    vt_err pe = {{0}};
-    const int rc = vt_image_preprocess(pix, w, h, p, out, &pe);
-    stbi_image_free(pix);
-    return rc ? vt_seterr(e, "image %s: %s", path, pe.msg) : 0;
+    free(buf);
+    const int rc = vt_image_preprocess(img.pix, img.w, img.h, p, out, &de);
+    vt_image_free(&img);
+    return rc ? vt_seterr(e, "image %s: %s", path, de.msg) : 0;
 }

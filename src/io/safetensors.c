@@ -1,6 +1,8 @@
 /* Strict safetensors reader and atomic writer (rules in include/vitc/safetensors.h). */
 #include "vitc/safetensors.h"
 
+#include "vitc/fileio.h"
+
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -391,27 +393,10 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
 
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return vt_seterr(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return vt_seterr(e, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
-        fclose(fp);
-        return vt_seterr(e, "%s: out of memory reading %zu bytes", path, len);
-    }
-    size_t got = len ? fread(buf, 1, len, fp) : 0;
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (got != len || rerr) {
-        free(buf);
-        return vt_seterr(e, "%s: read error (%zu of %zu bytes)", path, got, len);
-    }
+    unsigned char *buf = NULL;
+    size_t len = 0;
     vt_err local = {{0}};
+    if (vt_read_file(path, SIZE_MAX / 2, &buf, &len, &local) != 0) return vt_seterr(e, "%s", local.msg);
     if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
     return 0;
 }
@@ -709,67 +694,31 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
     return 0;
 }
 
-/* fsyncs the directory holding path (best effort: makes the rename durable). */
-static void sync_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
 int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *metadata_json, vt_err *e) {
     if (n < 0 || (n > 0 && !tensors)) return vt_seterr(e, "%s: invalid tensor list", path);
     uint64_t *nbytes = calloc(n ? (size_t)n : 1, sizeof *nbytes);
     if (!nbytes) return vt_seterr(e, "out of memory");
     sbuf hb = {0};
-    char *tmp = NULL;
-    FILE *fp = NULL;
     int rc = -1;
     vt_err local = {{0}};
     if (check_outs(tensors, n, nbytes, &local) != 0 || build_header(tensors, n, nbytes, metadata_json, &hb, &local) != 0) {
         vt_seterr(e, "%s: %s", path, local.msg);
         goto done;
     }
-    size_t tl = strlen(path) + 32;
-    tmp = malloc(tl);
-    if (!tmp) {
-        vt_seterr(e, "out of memory");
-        goto done;
-    }
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    fp = fopen(tmp, "wb");
-    if (!fp) {
-        vt_seterr(e, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    vt_out o;
+    if (vt_out_open(&o, path, e)) goto done;
     uint8_t lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)((uint64_t)hb.n >> (8 * i));
-    int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hb.s, 1, hb.n, fp) == hb.n;
+    int ok = fwrite(lenb, 1, 8, o.f) == 8 && fwrite(hb.s, 1, hb.n, o.f) == hb.n;
     for (int i = 0; ok && i < n; i++)
-        if (nbytes[i]) ok = fwrite(tensors[i].data, 1, (size_t)nbytes[i], fp) == nbytes[i];
-    if (ok) ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int cerr = fclose(fp);
-    fp = NULL;
-    if (!ok || cerr != 0) {
-        vt_seterr(e, "%s: write error: %s", tmp, strerror(errno));
-        remove(tmp);
+        if (nbytes[i]) ok = fwrite(tensors[i].data, 1, (size_t)nbytes[i], o.f) == nbytes[i];
+    if (!ok) {
+        vt_seterr(e, "%s: write error: %s", path, strerror(errno));
+        vt_out_abort(&o);
         goto done;
     }
-    if (rename(tmp, path) != 0) {
-        vt_seterr(e, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-        remove(tmp);
-        goto done;
-    }
-    sync_dir(path);
-    rc = 0;
+    rc = vt_out_commit(&o, e);
 done:
-    free(tmp);
     free(hb.s);
     free(nbytes);
     return rc;

@@ -1,6 +1,8 @@
 /* metrics.csv writer and the gnuplot curves (the script embeds the data, so it can be re-run by hand). */
 #include "vitc/metrics.h"
 
+#include "vitc/fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,27 +33,43 @@ static void chomp(char *s) {
     while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = '\0';
 }
 
+/* Copies the rows of the existing metrics.csv at path into o (the header first), keeping rows whose epoch is at most
+ * max_epoch; a missing file writes just the header, a foreign header is an error. */
+static int copy_rows(const char *path, FILE *o, double max_epoch, vt_err *e) {
+    FILE *f = fopen(path, "r");
+    if (!f && errno != ENOENT) return vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
+    fprintf(o, "%s\n", VT_METRICS_HEADER);
+    char line[512];
+    int first = 1, rc = 0;
+    while (f && rc == 0 && fgets(line, sizeof line, f)) {
+        if (first) {
+            chomp(line);
+            if (strcmp(line, VT_METRICS_HEADER) != 0)
+                rc = vt_seterr(e, "%s: existing header \"%s\" differs from \"%s\" (not a vitc run's metrics)", path,
+                               line, VT_METRICS_HEADER);
+            first = 0;
+            continue;
+        }
+        char *end;
+        const double epoch = strtod(line, &end);
+        if (end != line && epoch <= max_epoch) fputs(line, o);
+    }
+    if (f && ferror(f) && rc == 0) rc = vt_seterr(e, "cannot read %s", path);
+    if (f) fclose(f);
+    return rc;
+}
+
 int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     if (!run_dir || !r) return vt_seterr(e, "vt_metrics_append: NULL argument");
     char path[4096];
     if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
-    int need_header = 1;
-    FILE *f = fopen(path, "r");
-    if (f) {
-        char line[256];
-        if (fgets(line, sizeof line, f)) {
-            chomp(line);
-            if (strcmp(line, VT_METRICS_HEADER) != 0) {
-                fclose(f);
-                return vt_seterr(e, "%s: existing header \"%s\" differs from \"%s\"", path, line, VT_METRICS_HEADER);
-            }
-            need_header = 0;
-        }
-        fclose(f);
+    vt_out o;
+    if (vt_out_open(&o, path, e)) return -1;
+    if (copy_rows(path, o.f, INFINITY, e)) {
+        vt_out_abort(&o);
+        return -1;
     }
-    f = fopen(path, "a");
-    if (!f) return vt_seterr(e, "cannot open %s for appending: %s", path, strerror(errno));
-    if (need_header) fprintf(f, "%s\n", VT_METRICS_HEADER);
+    FILE *f = o.f;
     put_num(f, r->epoch, 0);
     fprintf(f, "%" PRId64 ",", r->step);
     put_num(f, r->train_loss, 0);
@@ -61,38 +79,21 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     put_num(f, r->lr, 0);
     put_num(f, r->img_per_s, 0);
     put_num(f, r->seconds, 1);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return vt_seterr(e, "error writing %s: %s", path, strerror(errno));
-    return 0;
+    return vt_out_commit(&o, e);
 }
 
 int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e) {
     if (!run_dir) return vt_seterr(e, "vt_metrics_truncate: NULL argument");
-    char path[4096], tmp[4200];
+    char path[4096];
     if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? 0 : vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *o = fopen(tmp, "w");
-    if (!o) {
-        fclose(f);
-        return vt_seterr(e, "cannot create %s: %s", tmp, strerror(errno));
+    if (access(path, F_OK) != 0) return 0; /* nothing to truncate */
+    vt_out o;
+    if (vt_out_open(&o, path, e)) return -1;
+    if (copy_rows(path, o.f, max_epoch, e)) {
+        vt_out_abort(&o);
+        return -1;
     }
-    char line[512];
-    int first = 1;
-    while (fgets(line, sizeof line, f)) {
-        char *end;
-        const double epoch = strtod(line, &end);
-        if (first || (end != line && epoch <= max_epoch)) fputs(line, o); /* the header, then the kept rows */
-        first = 0;
-    }
-    const int bad = ferror(f) || ferror(o);
-    fclose(f);
-    if (fclose(o) != 0 || bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        return vt_seterr(e, "cannot rewrite %s: %s", path, strerror(errno));
-    }
-    return 0;
+    return vt_out_commit(&o, e);
 }
 
 /* Splits a CSV line into exactly NFIELDS numbers (NaN for empty fields); -1 on a malformed line. */

@@ -1,5 +1,6 @@
 /* Gradients on a batch, evaluation, and the Fashion-MNIST training loop with atomic checkpoints. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +8,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "vitc/fileio.h"
 #include "vitc/augment.h"
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
@@ -229,13 +232,54 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, train_
     return rc;
 }
 
-static int write_text(const char *dir, const char *file, const char *text, vt_err *e) {
+/* Takes the run folder's lock (an fcntl lock on RUN/.lock, released when the process ends, even by SIGKILL); -1 if
+ * another process holds it. Returns the descriptor that keeps the lock. */
+static int lock_run(const char *dir, vt_err *e) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *fp = fopen(path, "w");
-    if (!fp) return vt_seterr(e, "cannot write %s: %s", path, strerror(errno));
-    fputs(text, fp);
-    return fclose(fp) == 0 ? 0 : vt_seterr(e, "cannot write %s", path);
+    if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path) return vt_seterr(e, "run folder name too long");
+    const int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) return vt_seterr(e, "cannot create %s: %s", path, strerror(errno));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        close(fd);
+        return vt_seterr(e, "run folder %s is in use by another vitc process (lock %s held); use another --out", dir,
+                         path);
+    }
+    return fd;
+}
+
+/* The model name recorded in a checkpoint's metadata, into name (empty when absent). */
+static void checkpoint_model(const char *path, char *name, size_t n) {
+    vt_st_file f;
+    vt_err e = {{0}};
+    name[0] = '\0';
+    if (vt_st_open(path, &f, &e)) return;
+    const char *m = vt_st_meta(&f, "model");
+    if (m) snprintf(name, n, "%s", m);
+    vt_st_close(&f);
+}
+
+/* A fresh run may not replace another run's history: refuses a folder holding a checkpoint or metrics rows unless
+ * overwrite; resuming checks the checkpoint is the same model's. */
+static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
+    char ck[4096], met[4096], model[256];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
+    snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
+    if (o->resume) {
+        checkpoint_model(ck, model, sizeof model);
+        if (model[0] && strcmp(model, c->name) != 0)
+            return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);
+        if (strcmp(o->resume, o->run_dir) == 0 || o->overwrite) return 0;
+        snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->run_dir);
+    }
+    if (o->overwrite) return 0;
+    if (access(ck, F_OK) == 0 || access(met, F_OK) == 0) {
+        checkpoint_model(ck, model, sizeof model);
+        return vt_seterr(e, "run folder %s already holds a run (%s%s%s); continue it with --resume %s, or replace it "
+                         "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
+                         model[0] ? " of " : "", model, o->run_dir);
+    }
+    return 0;
 }
 
 /* Creates dir and its missing parents (like mkdir -p). */
@@ -263,7 +307,17 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                          c->arch.in_chans, c->arch.img_size, c->arch.img_size);
     if (c->arch.num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
+    if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
     if (make_dirs(o->run_dir, e)) return -1;
+    const int lock = lock_run(o->run_dir, e);
+    if (lock < 0) return -1;
+    char cmd_path[4096];
+    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
+    if (check_run_dir(c, o, e) || (o->command_line && vt_write_text(cmd_path, o->command_line, e))) {
+        close(lock);
+        return -1;
+    }
     vt_dataset tr = {0}, te = {0};
     vt_params *P = NULL;
     vt_adamw opt = {0};
@@ -308,7 +362,6 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         rc = -1;
         goto done;
     }
-    if (o->command_line) write_text(o->run_dir, "command.txt", o->command_line, e);
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * spe),
                             (int64_t)o->epochs * spe, 0};
     vt_augment aug = vt_augment_fmnist(o->augment);
@@ -379,5 +432,6 @@ done:
     vt_params_free(P);
     vt_dataset_free(&tr);
     vt_dataset_free(&te);
+    close(lock); /* releases the run folder */
     return rc;
 }

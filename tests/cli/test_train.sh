@@ -2,7 +2,9 @@
 # End-to-end training checks on a Fashion-MNIST subset: the loss goes down; --resume continues exactly (same
 # metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
 # keeps the last good checkpoint; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
-# (resume after a crash, fresh run in an old folder); drop-path (resume-exact); eval and bad arguments.
+# (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
+# metrics.csv, a second run on a locked folder and an empty --out are refused at start-up; drop-path (resume-exact);
+# eval and bad arguments.
 set -u
 cd "$(dirname "$0")/../.."
 V=./vitc
@@ -22,7 +24,7 @@ l1=$(sed -n 2p "$T/a/metrics.csv" | cut -d, -f3)
 l3=$(sed -n 4p "$T/a/metrics.csv" | cut -d, -f3)
 check "loss goes down ($l1 -> $l3)" "awk 'BEGIN{exit !($l3 < $l1)}'"
 check "curves.png is a PNG" "[ \"\$(head -c 4 '$T/a/curves.png' | tail -c 3)\" = PNG ]"
-check "no temp files left" "[ -z \"\$(ls '$T/a' | grep tmp)\" ]"
+check "no temp files left" "[ -z \"\$(ls -A '$T/a' | grep -E 'tmp|[.]vitc-')\" ]"
 check "command recorded" "grep -q 'vitc train' '$T/a/command.txt'"
 
 $V train $COMMON --epochs 1 --out "$T/b" >"$T/b1.log" 2>&1 &&
@@ -57,9 +59,34 @@ check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log
 check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
 
 cp -r "$T/a" "$T/old"
+cp "$T/old/metrics.csv" "$T/old.csv"
+cp "$T/old/checkpoint.safetensors" "$T/old.ckpt"
 $V train $COMMON --epochs 1 --out "$T/old" >"$T/old.log" 2>&1
-check "a fresh run in an old run folder starts a new metrics.csv" "[ \$(wc -l <'$T/old/metrics.csv') -eq 2 ]" \
-    "$(cat "$T/old/metrics.csv")"
+rc=$?
+check "a fresh run in a folder holding another run is refused" "[ $rc -eq 1 ] && grep -q -- '--overwrite' '$T/old.log'" \
+    "rc $rc: $(cat "$T/old.log")"
+check "... and leaves its history untouched" "cmp -s '$T/old.csv' '$T/old/metrics.csv' && cmp -s '$T/old.ckpt' '$T/old/checkpoint.safetensors'"
+$V train $COMMON --epochs 1 --out "$T/old" --overwrite >"$T/old.log" 2>&1
+check "--overwrite starts a new metrics.csv" "[ \$(wc -l <'$T/old/metrics.csv') -eq 2 ]" "$(cat "$T/old/metrics.csv")"
+$V train vit_fmnist_small --data fashion-mnist --epochs 1 --out "$T/old" --resume "$T/old" >"$T/other.log" 2>&1
+check "resuming another model's checkpoint is refused" "[ $? -eq 1 ] && grep -q 'checkpoint of vit_fmnist_tiny' '$T/other.log'" \
+    "$(cat "$T/other.log")"
+mkdir -p "$T/foreign"
+printf 'a,b,c\n1,2,3\n' >"$T/foreign/metrics.csv"
+$V train $COMMON --epochs 1 --out "$T/foreign" --overwrite >"$T/foreign.log" 2>&1
+check "a foreign metrics.csv is refused at start-up" "[ $? -eq 1 ] && grep -q 'not a vitc run' '$T/foreign.log' && \
+    ! grep -q '^Train:' '$T/foreign.log' && grep -q '^1,2,3' '$T/foreign/metrics.csv'" "$(cat "$T/foreign.log")"
+$V train $COMMON --epochs 2 --out "$T/locked" >"$T/l1.log" 2>&1 &
+first=$!
+for _ in $(seq 50); do [ -e "$T/locked/.lock" ] && break; sleep 0.1; done
+$V train $COMMON --epochs 1 --out "$T/locked" --overwrite >"$T/l2.log" 2>&1
+rc=$?
+wait $first
+check "two runs on one folder: the second is refused" "[ $rc -eq 1 ] && grep -q 'in use by another vitc process' '$T/l2.log'" \
+    "rc $rc: $(cat "$T/l2.log")"
+check "... and the first one completes" "[ \$(wc -l <'$T/locked/metrics.csv') -eq 3 ]"
+$V train $COMMON --epochs 1 --out "" >"$T/empty.log" 2>&1
+check "--out \"\" is refused" "[ $? -ne 0 ] && grep -q 'empty run folder name' '$T/empty.log'" "$(cat "$T/empty.log")"
 
 $V eval vit_fmnist_tiny --weights "$T/a/weights.safetensors" --data fashion-mnist --test-subset 256 >"$T/e.log" 2>&1
 check "eval prints accuracy" "grep -Eq 'top-1 accuracy [0-9.]+%' '$T/e.log'" "$(cat "$T/e.log")"

@@ -1,0 +1,38 @@
+/* Files: reading inputs whole (also from pipes and FIFOs), writing outputs safely: atomically (temporary file +
+ * fsync + rename), never onto special files or inputs. */
+#ifndef VITC_FILEIO_H
+#define VITC_FILEIO_H
+
+#include <stdio.h>
+
+#include "vitc/error.h"
+
+/* An output file being written: write to f, then vt_out_commit (or vt_out_abort). */
+typedef struct vt_out {
+    FILE *f;
+    char path[4096]; /* the target (a symlink's destination) */
+    char tmp[4096];  /* the temporary file beside it */
+} vt_out;
+
+/* Checks that path may be written: not empty, not an existing non-regular file (device, FIFO, folder), and not
+ * the same file as any of the ninputs paths in inputs (NULL entries skipped). */
+int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e);
+
+/* Opens a temporary file beside path for writing (vt_output_check applies; an existing symlink's destination is the
+ * target). */
+int vt_out_open(vt_out *o, const char *path, vt_err *e);
+
+/* Flushes, fsyncs and renames the temporary file over the target; on any error the target is unchanged. */
+int vt_out_commit(vt_out *o, vt_err *e);
+
+/* Closes and removes the temporary file (no-op after a commit). */
+void vt_out_abort(vt_out *o);
+
+/* Writes text to path atomically. */
+int vt_write_text(const char *path, const char *text, vt_err *e);
+
+/* Reads the whole file at path (a regular file, a pipe or a FIFO; opening never blocks on a FIFO without a writer)
+ * into a new malloc'd buffer (free with free()); more than max bytes, a folder or a read error is an error. */
+int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e);
+
+#endif

@@ -1,0 +1,162 @@
+/* Reading input files whole (regular files, pipes, FIFOs), and output files written atomically: a temporary file beside the target (a short mkstemp name, so any legal target
+ * name works), fsync'ed, then renamed over the target and the folder fsync'ed. A crash leaves the old file or the
+ * new one, never a mix. Targets that exist and are not regular files (device nodes, FIFOs, folders) are refused,
+ * and so is a target that is one of the command's own inputs. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "vitc/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The folder of path into dir ("." when none). */
+static void dir_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == path)
+        snprintf(dir, n, "/");
+    else
+        snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e) {
+    if (!path || !path[0]) return vt_seterr(e, "empty output file name");
+    struct stat st;
+    if (stat(path, &st) != 0) return errno == ENOENT ? 0 : vt_seterr(e, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return vt_seterr(e, "refusing to write %s: it exists and is not a regular file (%s)", path,
+                         S_ISDIR(st.st_mode)   ? "a folder"
+                         : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISBLK(st.st_mode) ? "a block device"
+                         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                : "a special file");
+    for (int i = 0; i < ninputs; i++) {
+        struct stat si;
+        if (inputs[i] && stat(inputs[i], &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)
+            return vt_seterr(e, "refusing to write %s: it is the input %s (the output would destroy it)", path,
+                             inputs[i]);
+    }
+    return 0;
+}
+
+int vt_out_open(vt_out *o, const char *path, vt_err *e) {
+    memset(o, 0, sizeof *o);
+    if (vt_output_check(path, NULL, 0, e)) return -1;
+    char real[PATH_MAX];
+    struct stat st;
+    /* an existing symlink: replace the file it points to, not the link */
+    const char *target = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real) ? real : path;
+    if (snprintf(o->path, sizeof o->path, "%s", target) >= (int)sizeof o->path)
+        return vt_seterr(e, "output path too long: %s", path);
+    char dir[sizeof o->path];
+    dir_of(o->path, dir, sizeof dir);
+    if (snprintf(o->tmp, sizeof o->tmp, "%s/.vitc-XXXXXX", dir) >= (int)sizeof o->tmp)
+        return vt_seterr(e, "output path too long: %s", path);
+    const int fd = mkstemp(o->tmp);
+    if (fd < 0) return vt_seterr(e, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
+    fchmod(fd, 0644);
+    o->f = fdopen(fd, "wb");
+    if (!o->f) {
+        close(fd);
+        remove(o->tmp);
+        return vt_seterr(e, "cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+int vt_out_commit(vt_out *o, vt_err *e) {
+    if (!o->f) return vt_seterr(e, "%s: output not open", o->path);
+    int ok = !ferror(o->f) && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
+    const int err = errno;
+    ok = fclose(o->f) == 0 && ok;
+    o->f = NULL;
+    if (!ok) {
+        remove(o->tmp);
+        return vt_seterr(e, "cannot write %s: %s", o->path, strerror(err ? err : errno));
+    }
+    if (rename(o->tmp, o->path) != 0) {
+        const int rerr = errno;
+        remove(o->tmp);
+        return vt_seterr(e, "cannot move the new %s into place: %s", o->path, strerror(rerr));
+    }
+    char dir[sizeof o->path];
+    dir_of(o->path, dir, sizeof dir);
+    const int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) { /* makes the rename durable (best effort: some file systems refuse to fsync a folder) */
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+void vt_out_abort(vt_out *o) {
+    if (o->f) {
+        fclose(o->f);
+        o->f = NULL;
+        remove(o->tmp);
+    }
+}
+
+int vt_write_text(const char *path, const char *text, vt_err *e) {
+    vt_out o;
+    if (vt_out_open(&o, path, e)) return -1;
+    fputs(text, o.f);
+    return vt_out_commit(&o, e);
+}
+
+int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e) {
+    *buf = NULL;
+    *n = 0;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
+    if (fd < 0) return vt_seterr(e, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+        const int err = errno;
+        close(fd);
+        return vt_seterr(e, "cannot read %s: %s", path, S_ISDIR(st.st_mode) ? "it is a folder" : strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max) {
+        close(fd);
+        return vt_seterr(e, "%s is %lld bytes (at most %zu are read)", path, (long long)st.st_size, max);
+    }
+    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : (size_t)1 << 16, len = 0;
+    unsigned char *b = malloc(cap);
+    int rc = b ? 0 : vt_seterr(e, "out of memory reading %s", path);
+    while (rc == 0) {
+        if (len == cap) {
+            if (cap > max) {
+                rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
+                break;
+            }
+            unsigned char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                rc = vt_seterr(e, "out of memory reading %s", path);
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        const ssize_t r = read(fd, b + len, cap - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) rc = vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (rc == 0 && len > max) rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *buf = b;
+    *n = len;
+    return 0;
+}

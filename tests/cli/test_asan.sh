@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The CLI built with ASan + UBSan (build-asan/vitc, leak detection on): a short Fashion-MNIST training run with a
+# resume, then init, forward, grad, deploy, predict and bench on small models; any sanitizer report fails the test.
+set -u
+cd "$(dirname "$0")/../.."
+V=./build-asan/vitc
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+# run NAME CMD...: exit 0 and no sanitizer report
+run() {
+    local name=$1
+    shift
+    "$@" >"$T/o.log" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ] && ! grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$T/o.log"; then ok "$name"; else
+        bad "$name" "rc $rc: $(grep -E -A8 'Sanitizer|runtime error' "$T/o.log" | head -20; tail -3 "$T/o.log")"; fi
+}
+[ -x "$V" ] || { bad "asan binary" "$V missing (make build-asan/vitc)"; exit 1; }
+M=vit_fmnist_tiny
+TR="$M --data fashion-mnist --batch-size 32 --lr 2e-3 --train-subset 256 --test-subset 64 --log-every 4"
+run "train 1 epoch" $V train $TR --epochs 1 --out "$T/r"
+run "resume to 2 epochs" $V train $TR --epochs 2 --out "$T/r" --resume "$T/r"
+run "eval" $V eval $M -w "$T/r/weights.safetensors" --data fashion-mnist --test-subset 64
+/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+st.save(f"{sys.argv[1]}/x.safetensors", {"input": np.random.default_rng(1).standard_normal((2, 1, 28, 28)).astype(np.float32),
+                                         "labels": np.array([3, 7], np.int64)})
+PY
+run "forward" $V forward $M -w "$T/r/weights.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+run "grad with 2 AdamW steps" $V grad $M -w "$T/r/weights.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors" --steps 2
+run "cFFN training-form init" $V init $M --ffn cffn --attn hmhsa --train-form -o "$T/hc.safetensors"
+run "deploy" $V deploy $M --ffn cffn --attn hmhsa -w "$T/hc.safetensors" -o "$T/hd.safetensors"
+run "bench --train (gma)" $V bench vit_fmnist_tiny_gap --attn gma --batch-size 2 --iters 1 --train
+run "bench groupmixformer_test" $V bench groupmixformer_test --batch-size 1 --iters 1
+head -c 100 /dev/urandom >"$T/noise.png"
+"$V" predict $M -w "$T/r/weights.safetensors" "$T/noise.png" >"$T/o.log" 2>&1
+if [ $? -eq 1 ] && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then ok "predict on a corrupt image"; else
+    bad "predict on a corrupt image" "$(tail -5 "$T/o.log")"; fi

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Hostile but realistic use: each case of the reliability probe (sizes past every limit, corrupt and truncated
+# images, special files and inputs as outputs, pipes and FIFOs, long names, NaN weights, odd thread settings) must
+# end with a clear message and its exit status, leave every input unchanged, and never crash; then training killed
+# with SIGKILL at random moments and resumed each time ends bit-identical to an uninterrupted run, with one
+# metrics.csv row per epoch.
+set -u
+cd "$(dirname "$0")/../.."
+V=./vitc
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
+# expect NAME RC WORDS CMD...: exit status RC (not a signal), stderr containing WORDS
+expect() {
+    local name=$1 want=$2 words=$3
+    shift 3
+    "$@" >"$T/out.log" 2>"$T/err.log"
+    local rc=$?
+    check "$name" "[ $rc -eq $want ] && grep -qi -- \"$words\" '$T/err.log'" "rc $rc (want $want): $(tail -c 400 "$T/err.log")"
+}
+M=vit_fmnist_tiny
+$V init $M -o "$T/w.safetensors" >/dev/null
+/usr/bin/python3 - "$T" <<'EOF'
+import struct, sys, zlib
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+t = sys.argv[1]
+st.save(f"{t}/x.safetensors", {"input": np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32),
+                               "labels": np.array([1, 2], np.int64)})
+w = st.load(f"{t}/w.safetensors")
+w["head.bias"] = w["head.bias"].copy(); w["head.bias"][3] = np.nan
+st.save(f"{t}/nan.safetensors", w)
+pix = (np.arange(28 * 28) % 251).astype(np.uint8)
+def png(rows):
+    raw = b"".join(b"\0" + rows[i * 28:(i + 1) * 28].tobytes() for i in range(28))
+    chunk = lambda k, d: struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d) & 0xffffffff)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 28, 28, 8, 0, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+good = png(pix)
+open(f"{t}/good.png", "wb").write(good)
+rot = bytearray(good); rot[60] ^= 4                              # a bit flipped inside IDAT: CRC mismatch
+open(f"{t}/rot.png", "wb").write(bytes(rot))
+tga = struct.pack("<BBBHHBHHHHBB", 0, 0, 2, 0, 0, 0, 0, 0, 28, 28, 24, 0)
+open(f"{t}/trunc.tga", "wb").write(tga + bytes(300))           # header + 300 of 2352 pixel bytes
+open(f"{t}/header.tga", "wb").write(tga)
+open(f"{t}/garbage.png", "wb").write(tga + bytes(range(256)) * 3)  # a TGA header + garbage, named .png
+EOF
+cp "$T/w.safetensors" "$T/w0.safetensors"
+cp "$T/x.safetensors" "$T/x0.safetensors"
+
+# 1. sizes past the limits: a refusal naming the size, not a write past a buffer
+expect "bench --img-size 1024 refused" 1 "limit" $V bench $M --img-size 1024 --iters 1
+expect "forward at 1024 px refused" 1 "limit" $V forward $M --img-size 1024 -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "deit --img-size 4096 refused" 1 "limit" $V bench deit_tiny_patch16_224 --img-size 4096 --iters 1
+expect "--img-size 736 refused" 1 "limit" $V bench $M --img-size 736 --iters 1
+# 2, 9. truncated TGA, header-only TGA, a TGA header + garbage, a bit-rotted PNG: errors, the good image still classified
+for f in trunc.tga header.tga garbage.png rot.png; do
+    expect "predict refuses $f" 1 "$f" $V predict $M -w "$T/w.safetensors" "$T/$f" "$T/good.png"
+    check "... and classifies the good image next to $f" "grep -q good.png '$T/out.log'"
+done
+# 3. outputs onto special files are refused, the special file survives
+mkfifo "$T/fifo"
+expect "-o onto a FIFO refused" 1 "not a regular file" $V init $M -o "$T/fifo"
+check "... the FIFO is still a FIFO" "[ -p '$T/fifo' ]"
+expect "-o /dev/null refused" 1 "not a regular file" $V init $M -o /dev/null
+check "... /dev/null is still a character device" "[ -c /dev/null ]"
+expect "-o onto a folder refused" 1 "not a regular file" $V init $M -o "$T"
+# 4. an output equal to an input is refused before anything is written
+expect "forward --input X -o X refused" 1 "is the input" $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/x.safetensors"
+expect "forward -w W -o W refused" 1 "is the input" $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/w.safetensors"
+ln -s "$T/w.safetensors" "$T/wlink"
+expect "grad -o through a symlink to the weights refused" 1 "is the input" $V grad $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/wlink"
+cp "$T/good.png" "$T/keep.png"
+expect "predict -o onto an image refused" 1 "is the input" $V predict $M -w "$T/w.safetensors" -o "$T/good.png" "$T/good.png"
+check "... every input unchanged" "cmp -s '$T/w.safetensors' '$T/w0.safetensors' && cmp -s '$T/x.safetensors' '$T/x0.safetensors' && cmp -s '$T/good.png' '$T/keep.png'"
+# 11. NaN weights are refused at load, naming the tensor
+expect "NaN weights refused" 1 "head.bias" $V forward $M -w "$T/nan.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+# 12. a FIFO without a writer as --weights does not hang; images and weights through pipes work
+expect "a FIFO as --weights does not hang" 1 "fifo" timeout 20 $V forward $M -w "$T/fifo" --input "$T/x.safetensors" -o "$T/y.safetensors"
+$V predict $M -w <(cat "$T/w.safetensors") <(cat "$T/good.png") >"$T/pipe.log" 2>&1
+check "weights and an image through pipes" "[ $? -eq 0 ] && grep -q 'class' '$T/pipe.log'" "$(cat "$T/pipe.log")"
+# 13. a legal 249-byte output name works (the temporary name does not grow it)
+long=$(printf 'w%.0s' $(seq 237)).safetensors
+$V init $M -o "$T/$long" >"$T/long.log" 2>&1
+check "a 249-byte output name" "[ $? -eq 0 ] && [ -s '$T/$long' ]" "$(cat "$T/long.log")"
+# 14. absurd thread counts are clamped with a notice, never a crash
+OMP_NUM_THREADS=100000 $V bench $M --batch-size 2 --iters 1 >"$T/t.log" 2>&1
+check "OMP_NUM_THREADS=100000 is clamped" "[ $? -eq 0 ] && grep -qi 'thread' '$T/t.log'" "$(cat "$T/t.log")"
+OMP_NUM_THREADS=300 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
+check "OMP_NUM_THREADS=300 runs on the cores it has and says so" "[ $? -eq 0 ] && grep -qi 'thread' '$T/t.err' && \
+    grep -q \"\\\"threads\\\": $(nproc)\" '$T/t.log'" "$(cat "$T/t.log" "$T/t.err")"
+# 15. empty names
+expect "train --out \"\" refused" 1 "empty run folder name" $V train $M --data fashion-mnist --epochs 1 --out ""
+expect "init -o \"\" refused" 1 "empty output file name" $V init $M -o ""
+
+# Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
+# uninterrupted run's weights (bit for bit) and one metrics.csv row per epoch.
+TR="$M --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 768 --test-subset 128 --seed 5 --threads 1"
+$V train $TR --epochs 3 --out "$T/ref" >/dev/null 2>&1
+seed=${VITC_KILL_SEED:-$RANDOM}
+echo "# SIGKILL delays from seed $seed (VITC_KILL_SEED reproduces them)"
+RANDOM=$seed
+$V train $TR --epochs 3 --out "$T/k" >/dev/null 2>&1 &
+pid=$!
+for i in 1 2 3; do
+    sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))" # within the ~5 s run: before, during or after a checkpoint
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    if [ -e "$T/k/checkpoint.safetensors" ]; then
+        $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >>"$T/k.log" 2>&1 &
+    else
+        $V train $TR --epochs 3 --out "$T/k" --overwrite >>"$T/k.log" 2>&1 &
+    fi
+    pid=$!
+done
+wait $pid
+[ -e "$T/k/weights.safetensors" ] || $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >>"$T/k.log" 2>&1
+check "killed and resumed run: bit-identical weights" "cmp -s '$T/ref/weights.safetensors' '$T/k/weights.safetensors'" \
+    "$(tail -5 "$T/k.log")"
+check "... one metrics row per epoch" "[ \"\$(cut -d, -f1 '$T/k/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 ' ]" \
+    "$(cat "$T/k/metrics.csv")"
+check "... no temporary files left" "[ -z \"\$(ls -A '$T/k' | grep -E '[.]vitc-|tmp')\" ]" "$(ls -A "$T/k")"
