@@ -105,9 +105,9 @@ build/fuzz_safetensors: fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/file
 	@mkdir -p build
 	$(FUZZ_CC) -o $@ fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/fileio.c src/core/error.c $(PKG_LIBS) -lm
 
-build/fuzz_image: fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/core/error.c include/vitc/*.h
+build/fuzz_image: fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/io/fileio.c src/core/error.c include/vitc/*.h
 	@mkdir -p build
-	$(FUZZ_CC) -o $@ fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/core/error.c $(PKG_LIBS) -lm
+	$(FUZZ_CC) -o $@ fuzz/fuzz_image.c src/io/decode.c src/io/image.c src/io/fileio.c src/core/error.c $(PKG_LIBS) -lm
 
 build/image_seeds: fuzz/image_seeds.c
 	@mkdir -p build
