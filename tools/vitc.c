@@ -324,9 +324,30 @@ static int cmd_init(opts *o) {
     return rc;
 }
 
+/* The side of the square `input` of o->input, or 0 (no readable 4-D square input; read_input reports why). */
+static int input_side(const opts *o) {
+    vt_st_file f = {0};
+    vt_err e = {{0}};
+    if (!o->input || vt_st_open(o->input, &f, &e)) return 0;
+    const vt_st_entry *t = vt_st_find(&f, "input");
+    const int side = t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
+    vt_st_close(&f);
+    return side;
+}
+
+/* cfg for o, at the input's image size when --img-size is not given and the model's weights fit any size. */
+static int model_cfg_for_input(const opts *o, vt_model_cfg *cfg) {
+    if (model_cfg(o, cfg)) return 1;
+    const int side = o->img_size ? 0 : input_side(o);
+    if (!(cfg->family->caps & VT_CAP_ANY_SIZE) || side < 1 || side == cfg->arch.img_size) return 0;
+    opts o2 = *o;
+    o2.img_size = side;
+    return model_cfg(&o2, cfg);
+}
+
 static int cmd_forward(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    if (model_cfg_for_input(o, &c)) return 1;
     if (!o->output) return die("%s", "missing --output");
     vt_params *P = load_model(o, &c, 1);
     if (!P) return 1;
@@ -368,7 +389,7 @@ static int cmd_forward(opts *o) {
 
 static int cmd_grad(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    if (model_cfg_for_input(o, &c)) return 1;
     if (!o->output) return die("%s", "missing --output");
     c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
     vt_params *P = load_model(o, &c, 1);

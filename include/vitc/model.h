@@ -60,7 +60,11 @@ struct vt_model_cfg {
 };
 
 /* Options a family may accept beyond the common overrides (vt_family.caps). */
-enum { VT_CAP_DROP_PATH = 1, VT_CAP_APPLY_TRANSFORM = 2 };
+enum {
+    VT_CAP_DROP_PATH = 1,       /* stochastic depth (--drop-path) */
+    VT_CAP_APPLY_TRANSFORM = 2, /* the Refiner's refine-every-block mode (--apply-transform) */
+    VT_CAP_ANY_SIZE = 4         /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+};
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */
 struct vt_family {

@@ -124,6 +124,6 @@ static const vt_model_cfg models[] = {
 };
 
 const vt_family vt_family_groupmixformer = {
-    .name = "groupmixformer", .build = build, .features = features, .check = check, .caps = VT_CAP_DROP_PATH,
+    .name = "groupmixformer", .build = build, .features = features, .check = check, .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE,
     .models = models, .nmodels = VT_COUNT(models),
 };

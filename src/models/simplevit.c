@@ -105,6 +105,6 @@ static const vt_model_cfg models[] = {
 };
 
 const vt_family vt_family_simplevit = {
-    .name = "simplevit", .build = build, .no_decay = no_decay, .check = check, .models = models,
+    .name = "simplevit", .build = build, .caps = VT_CAP_ANY_SIZE, .no_decay = no_decay, .check = check, .models = models,
     .nmodels = VT_COUNT(models),
 };

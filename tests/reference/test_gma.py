@@ -53,10 +53,11 @@ def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, 
     w = harness.run(rep, TMP, tag, model, ref, sd, args, img, in_chans, B, classes=10, seed=seed, do_grad=do_grad,
                     maps=ref.features if feats else None)
     g = torch.Generator().manual_seed(seed + 7)
-    for s in extra_sizes:
+    for s in extra_sizes:  # given with --img-size, and taken from the input (conv-only positions: any size fits)
         xs = torch.randn(B, in_chans, s, s, generator=g)
         harness.forward(rep, TMP, f"{tag}@{s}", model, ref, w, xs,
                         ["--img-size", s] + [a for a in args if a != "--img-size"])
+        harness.forward(rep, TMP, f"{tag}@{s} (size from the input)", model, ref, w, xs, args)
 
 
 def test_sizes(rep):
