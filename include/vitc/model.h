@@ -46,7 +46,6 @@ typedef struct vt_arch_cfg {
     int train_form;    /* 1: training form of re-parameterised blocks (cFFN branches); 0: deployed form */
     int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
-    int host_layout;   /* Swin (src/models/swin.c): 0 Microsoft/FLatten state_dict layout and size rules, 1 torchvision's */
 } vt_arch_cfg;
 
 /* A named model. */
@@ -155,6 +154,7 @@ extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), wit
 extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
 extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
 extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
-extern const vt_family vt_family_swin;           /* Swin (Microsoft/timm and torchvision layouts), FLatten-Swin, Swin-MSF */
+extern const vt_family vt_family_swin;           /* Swin, Microsoft/timm layout (fixed size), and FLatten-Swin */
+extern const vt_family vt_family_swin_tv;        /* Swin, torchvision layout (any size), and Swin-MSF */
 
 #endif

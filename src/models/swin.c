@@ -1,5 +1,6 @@
-/* Swin Transformer (Liu et al. 2021) in two state_dict layouts, and the papers' variants built on it:
- *   Microsoft layout (arch.host_layout 0; microsoft/Swin-Transformer = timm's swin_*_patch4_window*): patch_embed.
+/* Swin Transformer (Liu et al. 2021) in two state_dict layouts (two families sharing one builder), and the papers'
+ * variants built on them:
+ *   Microsoft layout (vt_family_swin; microsoft/Swin-Transformer = timm's swin_*_patch4_window*): patch_embed.
  *     {proj, norm}, layers.{i}.blocks.{j}.{attn_mask (fixed buffer, shifted blocks), norm1, attn.{relative_position_
  *     bias_table, relative_position_index (fixed int64 (w², w²))}, qkv, proj}, norm2, mlp.fc1/fc2}, layers.{i}.
  *     downsample.{norm, reduction}, norm, head. The input must be the built size; a stage whose resolution is at most
@@ -7,8 +8,8 @@
  *     the window; maps must be even before every patch merging. FLatten-Swin (spec-flatten §2) is this layout with
  *     FLatten attention in the stages typed "flatten" (windowed like the softmax stages; the shift mask is ignored,
  *     the attn_mask buffer still exists, positional_encoding rows = the resolved window²).
- *   torchvision layout (arch.host_layout 1; torchvision.models.swin_t/swin_s): features.0.{0 conv, 2 norm},
- *     features.{2i+1}.{j}.{norm1, attn.{qkv, proj, relative_position_bias_table, relative_position_index (flattened
+ *   torchvision layout (vt_family_swin_tv, VT_CAP_ANY_SIZE; torchvision.models.swin_t/swin_s): features.0.{0 conv,
+ *     2 norm}, features.{2i+1}.{j}.{norm1, attn.{qkv, proj, relative_position_bias_table, relative_position_index (flattened
  *     (w⁴,))}, norm2, mlp.{0, 3}}, features.{2i+2}.{norm, reduction}, norm, head; no attn_mask buffer (the mask is an
  *     op). Any input size: each block pads its normalised map with zeros to window multiples (padded tokens are not
  *     masked), a shift is zeroed per axis when the window covers the padded size, patch merging pads odd sizes.
@@ -20,6 +21,9 @@
 #include <string.h>
 
 #include "family.h"
+
+/* 1 for the torchvision layout. */
+static int is_tv(const vt_model_cfg *c) { return c->family == &vt_family_swin_tv; }
 
 /* How a block cuts its h×w map: window `win`, shifts (sh, sw), padded size hp × wp. */
 typedef struct {
@@ -51,7 +55,7 @@ static vt_tensor *block(vt_graph *g, const vt_model_cfg *c, const char *pre, vt_
     if (vt_bad(g, 1, t)) return NULL;
     const vt_arch_cfg *a = &c->arch;
     const vt_stage_cfg *st = &a->stages[i];
-    const int tv = a->host_layout, B = t->shape[0], C = t->shape[2];
+    const int tv = is_tv(c), B = t->shape[0], C = t->shape[2];
     const win_plan p = plan_block(tv, h, w, st->window, j);
     const int shifted = p.sh > 0 || p.sw > 0, softmax = !is_flatten(st->attn);
     const int whole = !shifted && p.win == h && p.win == w; /* one window, the map itself */
@@ -112,7 +116,7 @@ static vt_tensor *merge(vt_graph *g, const vt_model_cfg *c, const char *pre, vt_
 static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, int *ho, int *wo, vt_tensor **maps) {
     if (vt_bad(g, 1, x)) return NULL;
     const vt_arch_cfg *a = &c->arch;
-    const int tv = a->host_layout, B = x->shape[0], P = a->patch;
+    const int tv = is_tv(c), B = x->shape[0], P = a->patch;
     char pre[VT_NAMELEN];
     if (x->ndim != 4 || x->shape[2] < P || x->shape[3] < P)
         return vt_fail(g, c->name, "input must be (B, C, H, W) with H, W >= the patch size %d", P);
@@ -172,7 +176,7 @@ static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor 
  * the heads (and MSF groups), attention types the layout defines. */
 static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
-    const int tv = a->host_layout;
+    const int tv = is_tv(c);
     if (a->nstages < 1 || a->nstages > VT_MAX_STAGES || a->patch < 1 || a->class_token)
         return vt_seterr(e, "%s: a Swin host has 1-%d stages, a patch size and no class token", c->name,
                          VT_MAX_STAGES);
@@ -243,7 +247,7 @@ static int no_decay(const vt_tensor *t) {
                 .arch.stages[1].attn = "flatten", .pre.crop_pct = crop
 /* torchvision layout; crop = torchvision's crop 224 / resize (232: swin_t, 246: swin_s) rounded so that
  * floor(224 / crop_pct) is the resize. */
-#define TV(crop) .arch.host_layout = 1, .pre.crop_pct = crop
+#define TV(crop) .family = &vt_family_swin_tv, .pre.crop_pct = crop
 #define ATTN(t) .arch.stages[0].attn = t, .arch.stages[1].attn = t, .arch.stages[2].attn = t, .arch.stages[3].attn = t
 
 static const vt_model_cfg models[] = {
@@ -263,6 +267,9 @@ static const vt_model_cfg models[] = {
      .description = "FLatten-Swin-B: FLatten stages 1-2 (global), Swin windows 7 in 3-4"},
     {SWIN_BASE, BASE128, FLATTEN(96, 12, 1.0f), .arch.img_size = 384, .arch.drop_path = 0.5f,
      .name = "flatten_swin_base_384", .description = "FLatten-Swin-B at 384 px: FLatten stages 1-2, windows 12"},
+};
+
+static const vt_model_cfg tv_models[] = {
     {SWIN_BASE, TV(0.965f), .name = "swin_t", .description = "Swin-T, torchvision names (any input size, padding)"},
     {SWIN_BASE, SMALL, TV(0.91f), .arch.drop_path = 0.3f, .name = "swin_s",
      .description = "Swin-S, torchvision names (any input size, padding)"},
@@ -279,4 +286,9 @@ static const vt_model_cfg models[] = {
 const vt_family vt_family_swin = {
     .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check,
     .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+};
+
+const vt_family vt_family_swin_tv = {
+    .name = "swin_tv", .build = build, .features = features, .no_decay = no_decay, .check = check,
+    .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE, .models = tv_models, .nmodels = VT_COUNT(tv_models),
 };
