@@ -51,7 +51,8 @@ static void check_no_decay(vt_test *T) {
         vt_err e = {{0}};
         vt_model_cfg c;
         vt_params *P = vt_params_new(&e);
-        int ok = P && reduced(cases[k].model, 64, depths, heads, &c, &e) == 0 && vt_model_init_params(&c, P, 1, &e) == 0;
+        int ok = P && reduced(cases[k].model, 64, depths, heads, &c, &e) == 0 &&
+                 vt_model_init_params(&c, P, 1, &e) == 0;
         T_CHECK(T, ok, "%s: init: %s", cases[k].model, e.msg);
         if (ok)
             T_CHECK(T, decay_flag(P, cases[k].param) == cases[k].no_decay, "%s: %s no_decay %d, want %d",

@@ -9,10 +9,11 @@
  *     FLatten attention in the stages typed "flatten" (windowed like the softmax stages; the shift mask is ignored,
  *     the attn_mask buffer still exists, positional_encoding rows = the resolved window²).
  *   torchvision layout (vt_family_swin_tv, VT_CAP_ANY_SIZE; torchvision.models.swin_t/swin_s): features.0.{0 conv,
- *     2 norm}, features.{2i+1}.{j}.{norm1, attn.{qkv, proj, relative_position_bias_table, relative_position_index (flattened
- *     (w⁴,))}, norm2, mlp.{0, 3}}, features.{2i+2}.{norm, reduction}, norm, head; no attn_mask buffer (the mask is an
- *     op). Any input size: each block pads its normalised map with zeros to window multiples (padded tokens are not
- *     masked), a shift is zeroed per axis when the window covers the padded size, patch merging pads odd sizes.
+ *     2 norm}, features.{2i+1}.{j}.{norm1, attn.{qkv, proj, relative_position_bias_table, relative_position_index
+ *     (flattened (w⁴,))}, norm2, mlp.{0, 3}}, features.{2i+2}.{norm, reduction}, norm, head; no attn_mask buffer (the
+ *     mask is an op). Any input size: each block pads its normalised map with zeros to window multiples (padded tokens
+ *     are not masked), a shift is zeroed per axis when the window covers the padded size, patch merging pads odd
+ *     sizes.
  *     Swin-MSF (spec-msf §5) is this layout with MSF attention (qkvp) in every stage.
  * Block: x += drop_path(reverse(attn(partition(roll(norm1(x)))))); x += drop_path(mlp(norm2(x))). Windows are batch
  * entries of one fused attention; the relative position bias is shared by the windows and the shift mask is indexed
