@@ -24,6 +24,9 @@ static const struct {
     {"flatten_deit_tiny", "blocks.0.attn.dwc.*", "the last block's DWC never reaches the class token's head"},
     {"refiner_vit_*_dense", "aux_head.*", "the token-labelling head is not in train graphs (class head only)"},
     {"refiner_vit_*", "blocks.1.attn.DLA.bn3.bias", "adapt_bn (train-mode BatchNorm) removes per-channel shifts"},
+    {"*swin_*", "layers.3.blocks.*.attn.relative_position_bias_table",
+     "at the sweep's 32 px the last Microsoft-layout stage is a 1x1 map: a one-token window's bias is its row's only "
+     "logit, cancelled by the softmax"},
 };
 
 static int zero_allowed(const char *model, const char *param) {
@@ -40,6 +43,7 @@ static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
             for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;
             ov.img_size = sizes[k];
+            ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
             vt_err e1 = {{0}};
             vt_model_summary s;
             if (vt_model_configure(base, &ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {

@@ -655,38 +655,42 @@ static const command commands[] = {
     {"list", "vitc list", "every model name with params and GMACs", "", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
      "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --apply-transform --json --train-form", cmd_info, 0},
+     "--img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform --json --train-form",
+     cmd_info, 0},
     {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --apply-transform --train-form", cmd_init, 0},
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform "
+     "--train-form", cmd_init, 0},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform --threads "
-     "--train-form --features",
+     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
+     "--apply-transform --threads --train-form --features",
      cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
-     "--ffn --apply-transform --threads",
+     "--ffn --dims --depths --heads --apply-transform --threads",
      cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
-     "--fault-nan-step --drop-path",
+     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --dims "
+     "--depths --heads --apply-transform --fault-nan-step --drop-path",
      cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval, 0},
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --dims --depths --heads "
+     "--apply-transform --train-form", cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --apply-transform "
-     "--train-form --drop-path", cmd_bench, 0},
+     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --dims "
+     "--depths --heads --apply-transform --train-form --drop-path", cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
-     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy, 0},
+     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
+     "--apply-transform", cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
      "--weights -w --topk --crop-pct --json --output -o --batch-size --img-size --in-chans --num-classes --attn --ffn "
-     "--apply-transform --train-form --threads",
+     "--dims --depths --heads --apply-transform --train-form --threads",
      cmd_predict, 1},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);

@@ -154,5 +154,7 @@ extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), wit
 extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
 extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
 extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
+extern const vt_family vt_family_swin;           /* Swin, Microsoft/timm layout (fixed size), and FLatten-Swin */
+extern const vt_family vt_family_swin_tv;        /* Swin, torchvision layout (any size), and Swin-MSF */
 
 #endif

@@ -12,6 +12,8 @@ static const vt_family *const families[] = {
     &vt_family_groupmixformer,
     &vt_family_refined_vit,
     &vt_family_simplevit,
+    &vt_family_swin,
+    &vt_family_swin_tv,
 };
 #define NFAMILIES VT_COUNT(families)
 
