@@ -82,7 +82,8 @@ static const optdef optdefs[] = {
     NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
-      "probability, earlier ones linearly less (timm; default 0)"),
+      "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
+      "most; 0 turns it off)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
@@ -190,7 +191,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
         (o->heads && parse_list("--heads", o->heads, ov.heads)))
         return 1;
-    if (o->drop_path > 0) ov.drop_path = (float)o->drop_path;
+    ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
     ov.apply_transform = o->apply_transform;
@@ -788,7 +789,7 @@ int main(int argc, char **argv) {
         const char **images = calloc((size_t)argc, sizeof *images);
         if (!images) return die("%s", "out of memory");
         o.images = images;
-        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = -1;
+        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = o.drop_path = -1;
         o.lr = -1;
         o.fault_nan_step = -1;
         if (parse(&commands[i], argc, argv, &o)) {
