@@ -18,6 +18,7 @@
 
 typedef struct {
     const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume, *dims, *depths, *heads;
+    const char *windows; /* --windows */
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
@@ -61,6 +62,8 @@ static const optdef optdefs[] = {
     O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's)"),
+    O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
+      "(default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
@@ -156,6 +159,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
         (o->heads && parse_list("--heads", o->heads, ov.heads)))
         return 1;
+    if (o->windows && parse_list("--windows", o->windows, ov.windows)) return 1;
     if (o->drop_path > 0) ov.drop_path = (float)o->drop_path;
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;

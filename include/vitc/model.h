@@ -90,6 +90,7 @@ typedef struct vt_model_overrides {
     float drop_path;          /* < 0 keeps */
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform; /* 1 sets */
+    int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) / stripe width (CSwin) (0 keeps); added with CSwin */
 } vt_model_overrides;
 
 /* Number of registered models. */
@@ -150,5 +151,6 @@ extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), wit
 extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
 extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
 extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
+extern const vt_family vt_family_cswin;          /* CSwin and FLatten-CSwin */
 
 #endif
