@@ -285,6 +285,11 @@ static int cmd_info(opts *o) {
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(a);
+        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"interpolation\": \"%s\", \"mean\": [%g, %g, %g], "
+               "\"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path, (double)c.pre.crop_pct,
+               c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
+               (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
+               c.pre.dataset ? c.pre.dataset : "");
         printf(", \"blocks\": [");
     } else {
         printf("model      %s (%s)\n", c.name, c.description);
@@ -641,11 +646,17 @@ static void usage(FILE *f) {
 }
 
 /* True when the space-separated option list contains name as a whole word. */
-static int has_opt(const char *list, const char *name) {
+static int has_word(const char *list, const char *name) {
     size_t n = strlen(name);
     for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
     return 0;
+}
+
+/* 1 if the option list of a command holds `name`; the per-stage overrides go wherever --img-size does. */
+static int has_opt(const char *list, const char *name) {
+    if (has_word("--dims --depths --heads --windows", name)) return has_word(list, "--img-size");
+    return has_word(list, name);
 }
 
 static void command_help(const command *c) {
