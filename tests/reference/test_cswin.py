@@ -11,7 +11,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
            reference built with the same: names, forward <= 1e-4, `vitc grad` loss <= 1e-4 and every gradient
            <= 1e-3 relative to its tensor's largest element, every gradient non-zero somewhere.  Covered: two-branch
            stripes of width 1, 2, 3 and 7 (stage 1 width 2 and 3), stages whose split equals the resolution (one
-           branch), the last stage, FLatten L stages at 64 and 224 px, the 384-px models' own split 12.
+           branch), the last stage, FLatten L stages at 64 and 224 px, the 384-px models at 192 px with their own
+           split sizes [1, 2, 12, 12] (stage 3: split = resolution, one branch).
   zeros    stripes of width 1 (stage 1): the LePE taps that look across the stripe (vertical stripes: columns
            dx = ±1; horizontal stripes: rows dy = ±1) only ever read the zero padding, so their gradient is zero by
            construction.  The harness compares whole tensors (max error relative to the tensor's largest element),
@@ -22,6 +23,7 @@ Checks (reference in float64 from the same float32 weights/inputs):
            FLatten L stripes, an odd head count in a two-branch stage, --windows with too many values
 Run: /usr/bin/python3 tests/reference/test_cswin.py      (needs ./vitc or $VITC)
 """
+import os
 import time
 
 import numpy as np
@@ -31,6 +33,10 @@ import cswin_ref
 import harness
 import st
 from common import Report, have_vitc, info, tmpdir, vitc
+
+# The test host is shared: OpenMP threads that spin while waiting slow vitc down several-fold when other processes
+# hold the cores (measured: a full-size forward 2.2 s passive vs 4.9-9.9 s spinning), so let them sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ALIASES = {"cswin_tiny_224": "CSWin_64_12211_tiny_224", "cswin_small_224": "CSWin_64_24322_small_224",
            "cswin_base_224": "CSWin_96_24322_base_224", "cswin_base_384": "CSWin_96_24322_base_384",
