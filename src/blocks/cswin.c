@@ -5,9 +5,9 @@
  *
  * Softmax form (LePEAttention), stripe width s > 0 on an H x W grid: two branches, each over C/2 channels with h/2
  * heads of width d = C/h: branch 0 on vertical stripes (H rows x s columns), branch 1 on horizontal stripes (s rows x
- * W columns); per stripe window and head softmax((q·d^-½)·kᵀ)·v + LePE(v), LePE = attns.{i}.get_v, a depthwise 3x3
- * with bias over the window's raw v, zero-padded at the stripe borders; the branch outputs are concatenated (branch 0
- * first) -> proj. s = 0: one branch attns.0 over the whole grid, all C channels and h heads.
+ * W columns); per stripe window and head softmax((q·d^-½)·kᵀ)·v + LePE(v), LePE = attns.{i}.get_v, a depthwise
+ * 3x3 with bias over the window's raw v, zero-padded at the stripe borders; the branch outputs are concatenated
+ * (branch 0 first) -> proj. s = 0: one branch attns.0 over the whole grid, all C channels and h heads.
  * FLatten L form (linear = 1, s = 0 only): attns.0 = focused linear attention (vt_flatten_core: scale,
  * positional_encoding, dwc over d channels) + LePE over all C channels (get_v), summed in that order, -> proj.
  *
@@ -34,8 +34,8 @@ static vt_tensor *lepe(vt_graph *g, const char *prefix, vt_tensor *v, int wh, in
     return vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, v, 4, m4), w, b, 1), 3, m3);
 }
 
-/* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt): heads of the `dim` channels at q_off, q_off + C,
- * q_off + 2C, + LePE over its v channels (module prefix) -> (nw, wh·ww, dim). */
+/* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt): heads of the `dim` channels at q_off,
+ * q_off + C, q_off + 2C, + LePE over its v channels (module prefix) -> (nw, wh·ww, dim). */
 static vt_tensor *branch(vt_graph *g, const char *prefix, vt_tensor *t, int C, int q_off, int dim, int heads, int wh,
                          int ww) {
     const vt_attn_args args = {.heads = heads, .dim = dim, .q_off = q_off, .k_off = q_off + C, .v_off = q_off + 2 * C,

@@ -98,8 +98,8 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         if (i) {
             snprintf(pre, sizeof pre, "merge%d", i);
             vt_scope(g, pre);
-            vt_tensor *m = vt_conv2d_p(g, vt_pname(nm, pre, "conv"), to_map(g, t, 2 * R), a->stages[i].dim, 3, 2, 1,
-                                       1, 1);
+            vt_tensor *prev = to_map(g, t, img / (2 << i)); /* stage i−1's grid */
+            vt_tensor *m = vt_conv2d_p(g, vt_pname(nm, pre, "conv"), prev, a->stages[i].dim, 3, 2, 1, 1, 1);
             t = vt_layernorm_p(g, vt_pname(nm, pre, "norm"), to_tokens(g, m), a->ln_eps);
         }
         vt_attn_ctx actx = vt_stage_attn_ctx(c, i, R, R, 0);

@@ -109,7 +109,8 @@ def stage_maps(ref):
 def check_lepe_zeros(rep, tag, ref, grads, depth1):
     """Stage-1 stripes of width 1: get_v taps across the stripe get exactly zero gradient (element-wise)."""
     for j in range(depth1):
-        for i, dead in ((0, np.s_[:, :, :, [0, 2]]), (1, np.s_[:, :, [0, 2], :])):   # vertical: dx = ±1; horizontal: dy
+        # vertical stripes: columns dx = ±1 of the 3x3 kernel; horizontal stripes: rows dy = ±1
+        for i, dead in ((0, np.s_[:, :, :, [0, 2]]), (1, np.s_[:, :, [0, 2], :])):
             k = f"stage1.{j}.attns.{i}.get_v.weight"
             a = grads.get("grad/" + k)
             r = dict(ref.named_parameters())[k].grad
