@@ -32,7 +32,8 @@ static int zero_allowed(const char *model, const char *param) {
     return 0;
 }
 
-/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size. */
+/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size, without
+ * stochastic depth. */
 static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
     static const int sizes[] = {28, 32, 64, 96, 192, 224};
     vt_model_overrides ov = vt_model_no_overrides();

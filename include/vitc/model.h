@@ -90,7 +90,7 @@ typedef struct vt_model_overrides {
     float drop_path;          /* < 0 keeps */
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform; /* 1 sets */
-    int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) / stripe width (CSwin) (0 keeps); added with CSwin */
+    int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
 } vt_model_overrides;
 
 /* Number of registered models. */
