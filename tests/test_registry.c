@@ -35,10 +35,12 @@ static int zero_allowed(const char *model, const char *param) {
     return 0;
 }
 
-/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size. */
+/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size, without
+ * stochastic depth. */
 static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
-    static const int sizes[] = {28, 32, 64, 96, 224};
+    static const int sizes[] = {28, 32, 64, 96, 192, 224};
     vt_model_overrides ov = vt_model_no_overrides();
+    ov.drop_path = 0.0f; /* stochastic depth off: a branch dropped for the whole batch has no gradient */
     for (int depth = 1; depth <= 2; depth++)
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
             for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;

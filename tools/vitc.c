@@ -20,6 +20,7 @@
 
 typedef struct {
     const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume, *dims, *depths, *heads;
+    const char *windows; /* --windows */
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
@@ -63,6 +64,8 @@ static const optdef optdefs[] = {
     O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's)"),
+    O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
+      "(default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
@@ -191,6 +194,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
         (o->heads && parse_list("--heads", o->heads, ov.heads)))
         return 1;
+    if (o->windows && parse_list("--windows", o->windows, ov.windows)) return 1;
     ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
@@ -316,6 +320,11 @@ static int cmd_info(opts *o) {
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(a);
+        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"interpolation\": \"%s\", \"mean\": [%g, %g, %g], "
+               "\"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path, (double)c.pre.crop_pct,
+               c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
+               (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
+               c.pre.dataset ? c.pre.dataset : "");
         printf(", \"blocks\": [");
     } else {
         printf("model      %s (%s)\n", c.name, c.description);
@@ -703,11 +712,17 @@ static void usage(FILE *f) {
 }
 
 /* True when the space-separated option list contains name as a whole word. */
-static int has_opt(const char *list, const char *name) {
+static int has_word(const char *list, const char *name) {
     size_t n = strlen(name);
     for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
         if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
     return 0;
+}
+
+/* 1 if the option list of a command holds `name`; the per-stage overrides go wherever --img-size does. */
+static int has_opt(const char *list, const char *name) {
+    if (has_word("--dims --depths --heads --windows", name)) return has_word(list, "--img-size");
+    return has_word(list, name);
 }
 
 static void command_help(const command *c) {
