@@ -24,6 +24,9 @@ static const struct {
     {"flatten_deit_tiny", "blocks.0.attn.dwc.*", "the last block's DWC never reaches the class token's head"},
     {"refiner_vit_*_dense", "aux_head.*", "the token-labelling head is not in train graphs (class head only)"},
     {"refiner_vit_*", "blocks.1.attn.DLA.bn3.bias", "adapt_bn (train-mode BatchNorm) removes per-channel shifts"},
+    {"*swin_*", "layers.3.blocks.*.attn.relative_position_bias_table",
+     "at the sweep's 32 px the last Microsoft-layout stage is a 1x1 map: a one-token window's bias is its row's only "
+     "logit, cancelled by the softmax"},
     {"flatten_pvt_*", "norm.*", "FLatten-PVT keeps PVT's final norm in its state_dict but never applies it (GAP)"},
     {"pvt_*", "block[123].*.attn.q.*", "at the sweep's 32 px every SR key grid is 1x1: softmax over one key is 1"},
     {"pvt_v2_*", "block4.*.attn.q.*", "at 32 px stage 4 is a 1x1 grid (no class token): one key, softmax 1"},
@@ -38,14 +41,17 @@ static int zero_allowed(const char *model, const char *param) {
     return 0;
 }
 
-/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size. */
+/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size, without
+ * stochastic depth. */
 static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
-    static const int sizes[] = {28, 32, 64, 96, 224};
+    static const int sizes[] = {28, 32, 64, 96, 192, 224};
     vt_model_overrides ov = vt_model_no_overrides();
+    ov.drop_path = 0.0f; /* stochastic depth off: a branch dropped for the whole batch has no gradient */
     for (int depth = 1; depth <= 2; depth++)
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
             for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;
             ov.img_size = sizes[k];
+            ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
             vt_err e1 = {{0}};
             vt_model_summary s;
             if (vt_model_configure(base, &ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {

@@ -20,6 +20,7 @@
 
 typedef struct {
     const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume, *dims, *depths, *heads;
+    const char *windows; /* --windows */
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
@@ -63,6 +64,8 @@ static const optdef optdefs[] = {
     O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's)"),
+    O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
+      "(default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
@@ -82,7 +85,8 @@ static const optdef optdefs[] = {
     NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
-      "probability, earlier ones linearly less (timm; default 0)"),
+      "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
+      "most; 0 turns it off)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
@@ -190,7 +194,8 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
         (o->heads && parse_list("--heads", o->heads, ov.heads)))
         return 1;
-    if (o->drop_path > 0) ov.drop_path = (float)o->drop_path;
+    if (o->windows && parse_list("--windows", o->windows, ov.windows)) return 1;
+    ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
     ov.apply_transform = o->apply_transform;
@@ -315,6 +320,11 @@ static int cmd_info(opts *o) {
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(a);
+        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"interpolation\": \"%s\", \"mean\": [%g, %g, %g], "
+               "\"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path, (double)c.pre.crop_pct,
+               c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
+               (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
+               c.pre.dataset ? c.pre.dataset : "");
         printf(", \"blocks\": [");
     } else {
         printf("model      %s (%s)\n", c.name, c.description);
@@ -655,38 +665,42 @@ static const command commands[] = {
     {"list", "vitc list", "every model name with params and GMACs", "", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
      "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --apply-transform --json --train-form", cmd_info, 0},
+     "--img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform --json --train-form",
+     cmd_info, 0},
     {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --apply-transform --train-form", cmd_init, 0},
+     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform "
+     "--train-form", cmd_init, 0},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform --threads "
-     "--train-form --features",
+     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
+     "--apply-transform --threads --train-form --features",
      cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
-     "--ffn --apply-transform --threads",
+     "--ffn --dims --depths --heads --apply-transform --threads",
      cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --apply-transform "
-     "--fault-nan-step --drop-path",
+     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --dims "
+     "--depths --heads --apply-transform --fault-nan-step --drop-path",
      cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --apply-transform --train-form", cmd_eval, 0},
+     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --dims --depths --heads "
+     "--apply-transform --train-form", cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --apply-transform "
-     "--train-form --drop-path", cmd_bench, 0},
+     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --dims "
+     "--depths --heads --apply-transform --train-form --drop-path", cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
-     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --apply-transform", cmd_deploy, 0},
+     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
+     "--apply-transform", cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
      "--weights -w --topk --crop-pct --json --output -o --batch-size --img-size --in-chans --num-classes --attn --ffn "
-     "--apply-transform --train-form --threads",
+     "--dims --depths --heads --apply-transform --train-form --threads",
      cmd_predict, 1},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
@@ -707,7 +721,7 @@ static int has_word(const char *list, const char *name) {
 
 /* 1 if the option list of a command holds `name`; the per-stage overrides go wherever --img-size does. */
 static int has_opt(const char *list, const char *name) {
-    if (has_word("--dims --depths --heads", name)) return has_word(list, "--img-size");
+    if (has_word("--dims --depths --heads --windows", name)) return has_word(list, "--img-size");
     return has_word(list, name);
 }
 
@@ -790,7 +804,7 @@ int main(int argc, char **argv) {
         const char **images = calloc((size_t)argc, sizeof *images);
         if (!images) return die("%s", "out of memory");
         o.images = images;
-        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = -1;
+        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = o.drop_path = -1;
         o.lr = -1;
         o.fault_nan_step = -1;
         if (parse(&commands[i], argc, argv, &o)) {

@@ -230,4 +230,13 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
  * branches go through drop-path with probability drop (train graphs). */
 vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop);
 
+/* ---- cswin.c (CSwin cross-shaped window attention with LePE, Dong et al. 2022; FLatten-CSwin L blocks) ---- */
+/* CSwin block attention on x (B, H·W, C) (normalised tokens of the a->grid_h × a->grid_w grid) in the CSwin layout:
+ * prefix.qkv (packed q, k, v C-blocks), per branch prefix.attns.{i}, prefix.proj. Softmax (linear = 0): a->stripe
+ * s > 0 gives two branches of C/2 channels and h/2 heads on vertical (H × s) and horizontal (s × W) stripes, s = 0
+ * one branch over the whole grid; each branch is softmax(q·kᵀ/√d)·v + LePE (attns.{i}.get_v, depthwise 3×3 over raw
+ * v, zero-padded at the stripe borders). FLatten L (linear = 1, s = 0 only): attns.0 = vt_flatten_core (scale,
+ * positional_encoding, dwc) + LePE over all C. Branch outputs concatenated (branch 0 first) -> proj. */
+vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int linear);
+
 #endif

@@ -95,6 +95,7 @@ typedef struct vt_model_overrides {
     float drop_path;          /* < 0 keeps */
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform; /* 1 sets */
+    int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
 } vt_model_overrides;
 
 /* Number of registered models. */
@@ -155,6 +156,9 @@ extern const vt_family vt_family_vit;            /* ViT / DeiT (timm names), wit
 extern const vt_family vt_family_simplevit;      /* SimpleViT (MSF paper host) */
 extern const vt_family vt_family_refined_vit;    /* Refined-ViT (Refiner paper host) */
 extern const vt_family vt_family_groupmixformer; /* GroupMixFormer (GMA paper host) */
+extern const vt_family vt_family_swin;           /* Swin, Microsoft/timm layout (fixed size), and FLatten-Swin */
+extern const vt_family vt_family_swin_tv;        /* Swin, torchvision layout (any size), and Swin-MSF */
+extern const vt_family vt_family_cswin;          /* CSwin and FLatten-CSwin */
 extern const vt_family vt_family_pvt;            /* PVT v1 / PVTv2 (+ FLatten, hMHSA + cFFN variants) */
 
 #endif

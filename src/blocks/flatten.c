@@ -75,6 +75,7 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
     if (vt_bad(g, 1, x)) return NULL;
+    if (a->layout == VT_LAYOUT_CSWIN) return vt_block_cswin_attn(g, prefix, x, a, 1); /* CSwin L block (cswin.c) */
     char nm[VT_NAMELEN];
     const vt_block_opts none = {0}, *o = a->opts ? a->opts : &none;
     if (a->sr_ratio > 1)

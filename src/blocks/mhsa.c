@@ -91,6 +91,7 @@ vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, i
 
 vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
     if (vt_bad(g, 1, x)) return NULL;
+    if (a->layout == VT_LAYOUT_CSWIN) return vt_block_cswin_attn(g, prefix, x, a, 0); /* LePE stripes (cswin.c) */
     char nm[VT_NAMELEN];
     const int C = x->shape[x->ndim - 1];
     if (a->heads <= 0 || C % a->heads)

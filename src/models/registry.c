@@ -12,6 +12,9 @@ static const vt_family *const families[] = {
     &vt_family_groupmixformer,
     &vt_family_refined_vit,
     &vt_family_simplevit,
+    &vt_family_swin,
+    &vt_family_swin_tv,
+    &vt_family_cswin,
     &vt_family_pvt,
 };
 #define NFAMILIES VT_COUNT(families)
@@ -91,6 +94,13 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
         if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
     }
+    for (int i = 0; i < VT_MAX_STAGES; i++) /* --windows */
+        if (ov->windows[i] > 0) {
+            if (i >= a->nstages)
+                return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)", cfg->name, i + 1,
+                                 a->nstages);
+            a->stages[i].window = ov->windows[i];
+        }
     if (ov->drop_path >= 0.0f) {
         if (ov->drop_path > 0.0f && !(caps & VT_CAP_DROP_PATH))
             return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name, cfg->family->name);

@@ -1,0 +1,96 @@
+/* CSwin's block-level attention (Dong et al. 2022, microsoft/CSWin-Transformer models/cswin.py) and FLatten's CSwin
+ * L block (Han et al. 2023, LeapLabTHU/FLatten-Transformer models/flatten_cswin.py; spec-flatten.md §1.2, §5), in the
+ * host layout VT_LAYOUT_CSWIN: prefix.qkv (C -> 3C, packed as contiguous C-blocks q, k, v) and prefix.proj at block
+ * level, one module per branch at prefix.attns.{i}.
+ *
+ * Softmax form (LePEAttention), stripe width s > 0 on an H x W grid: two branches, each over C/2 channels with h/2
+ * heads of width d = C/h: branch 0 on vertical stripes (H rows x s columns), branch 1 on horizontal stripes (s rows x
+ * W columns); per stripe window and head softmax((q·d^-½)·kᵀ)·v + LePE(v), LePE = attns.{i}.get_v, a depthwise
+ * 3x3 with bias over the window's raw v, zero-padded at the stripe borders; the branch outputs are concatenated
+ * (branch 0 first) -> proj. s = 0: one branch attns.0 over the whole grid, all C channels and h heads.
+ * FLatten L form (linear = 1, s = 0 only): attns.0 = focused linear attention (vt_flatten_core: scale,
+ * positional_encoding, dwc over d channels) + LePE over all C channels (get_v), summed in that order, -> proj.
+ *
+ * No per-branch copies of q, k, v: horizontal stripes are consecutive rows, so branch 1 reads the packed qkv itself
+ * (a view (B·H/s, s·W, 3C)); branch 0 reads one stripe partition of the qkv map; both reach their halves through
+ * vt_attention_ex's channel offsets. Only v is sliced, for the LePE convolution. */
+#include <math.h>
+#include <stdio.h>
+
+#include "vitc/blocks.h"
+
+/* LePE of one branch: depthwise 3x3 (prefix.get_v, c channels, PyTorch's default init) over the windows of v
+ * (nw, wh·ww, c), zero padding at the window borders -> (nw, wh·ww, c). */
+static vt_tensor *lepe(vt_graph *g, const char *prefix, vt_tensor *v, int wh, int ww) {
+    if (vt_bad(g, 1, v)) return NULL;
+    char nm[VT_NAMELEN];
+    const int nw = v->shape[0], c = v->shape[2], ws[4] = {c, 1, 3, 3}, m4[4] = {nw, wh, ww, c},
+              m3[3] = {nw, wh * ww, c};
+    const vt_init wi = vt_conv_init(9, 9, 0); /* depthwise: fan_in = 1·3·3 */
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "get_v.weight"), 4, ws, wi);
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &c, wi);
+    if (!w || !b) return NULL;
+    w->paper_count = 1;
+    return vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, v, 4, m4), w, b, 1), 3, m3);
+}
+
+/* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt): heads of the `dim` channels at q_off,
+ * q_off + C, q_off + 2C, + LePE over its v channels (module prefix) -> (nw, wh·ww, dim). */
+static vt_tensor *branch(vt_graph *g, const char *prefix, vt_tensor *t, int C, int q_off, int dim, int heads, int wh,
+                         int ww) {
+    const vt_attn_args args = {.heads = heads, .dim = dim, .q_off = q_off, .k_off = q_off + C, .v_off = q_off + 2 * C,
+                               .scale = 1.0f / sqrtf((float)(dim / heads))};
+    vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
+    return vt_add(g, o, lepe(g, prefix, vt_slice(g, t, 2, q_off + 2 * C, dim), wh, ww));
+}
+
+vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int linear) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    const char *what = linear ? "flatten" : "mhsa";
+    const int H = a->grid_h, W = a->grid_w, s = a->stripe, h = a->heads;
+    const int B = x->shape[0], C = x->shape[x->ndim - 1];
+    if (a->layout != VT_LAYOUT_CSWIN)
+        return vt_fail(g, what, "%s: CSwin attention needs the CSwin layout (block-level qkv and proj)", prefix);
+    if (x->ndim != 3 || a->lead != 0 || H < 1 || W < 1 || x->shape[1] != H * W)
+        return vt_fail(g, what, "%s: input %s must be (B, %d·%d, C) tokens of the grid, no leading (class) tokens",
+                       prefix, vt_shape_str(x, sx, 64), H, W);
+    if (a->sr_ratio > 1 || a->rel_pos || a->mask)
+        return vt_fail(g, what, "%s: CSwin attention has no spatial reduction, relative position bias or shift mask",
+                       prefix);
+    if (h <= 0 || C % h)
+        return vt_fail(g, what, "%s: width %d is not divisible by %d heads", prefix, C, h);
+    if (s < 0 || (s > 0 && (H % s || W % s || h % 2 || C % 2 || (C / 2) % (h / 2))))
+        return vt_fail(g, what, "%s: stripes of width %d on a %dx%d grid need a width dividing both sides, an even "
+                       "head count and C/2 = %d divisible by h/2 (got %d heads)", prefix, s, H, W, C / 2, h);
+    if (linear && s > 0)
+        return vt_fail(g, what, "%s: FLatten's L attention in CSwin runs on one global branch (the official code fails "
+                       "on L stripes); got stripe width %d on a %dx%d grid", prefix, s, H, W);
+
+    vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, a->qkv_bias, a->winit); /* (B, N, 3C) */
+    char mod[VT_NAMELEN];
+    vt_tensor *o;
+    if (linear) {
+        snprintf(mod, sizeof mod, "%s.attns.0", prefix);
+        const vt_block_opts none = {0}, *op = a->opts ? a->opts : &none;
+        const vt_flatten_cfg fc = {h, op->focusing, op->kernel, a->conv_fanout};
+        vt_tensor *q = vt_slice(g, qkv, 2, 0, C), *k = vt_slice(g, qkv, 2, C, C), *v = vt_slice(g, qkv, 2, 2 * C, C);
+        o = vt_flatten_core(g, mod, q, k, v, H, W, &fc);   /* linear attention + DWC(v) */
+        o = vt_add(g, o, lepe(g, mod, v, H, W));            /* + LePE(v) */
+    } else if (s == 0) {
+        snprintf(mod, sizeof mod, "%s.attns.0", prefix);
+        o = branch(g, mod, qkv, C, 0, C, h, H, W);
+    } else {
+        const int hc = C / 2, m4[4] = {B, H, W, 3 * C}, hs[3] = {B * (H / s), s * W, 3 * C}, t3[3] = {B, H * W, hc};
+        /* branch 0: vertical stripes H x s, one partition of the qkv map */
+        snprintf(mod, sizeof mod, "%s.attns.0", prefix);
+        vt_tensor *vw = vt_window_partition(g, vt_reshape(g, qkv, 4, m4), H, s, 0, 0); /* (B·W/s, H·s, 3C) */
+        vt_tensor *o0 = vt_window_reverse(g, branch(g, mod, vw, C, 0, hc, h / 2, H, s), H, W, H, s, 0, 0);
+        /* branch 1: horizontal stripes s x W are consecutive rows: the qkv itself, viewed per stripe */
+        snprintf(mod, sizeof mod, "%s.attns.1", prefix);
+        vt_tensor *o1 = branch(g, mod, vt_reshape(g, qkv, 3, hs), C, hc, hc, h / 2, s, W);
+        vt_tensor *parts[2] = {vt_reshape(g, o0, 3, t3), vt_reshape(g, o1, 3, t3)};
+        o = vt_concat(g, parts, 2, 2);
+    }
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
+}
