@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""Side-by-side comparison of the five papers' blocks in one small Fashion-MNIST ViT host.
+"""Side-by-side comparison of the five papers' blocks in small Fashion-MNIST hosts.
 
-Every row trains the same host (vit_fmnist_tiny_gap: patch 4, 7x7 tokens, D 80, depth 4, 8 heads, GAP head, no class
-token, so that every attention type fits) with one attention (--attn) and FFN (--ffn) choice, for the same budget
-and seed, then records: params, MACs per image, test accuracy, training and inference throughput (`vitc bench`,
-batch 128) and the peak memory of the training process. Writes a markdown table to OUT/compare.md and prints it.
-Usage: /usr/bin/python3 bench/compare_blocks.py [--epochs E] [--train-subset N] [--out DIR] [--rows mhsa:mlp,...]
+Every row trains a host with one attention (--attn) and FFN (--ffn) choice, for the same budget and seed, then
+records: params, MACs per image, test accuracy, training and inference throughput (`vitc bench`, batch 128) and the
+peak memory of the training process. The plain host is vit_fmnist_tiny_gap (patch 4, 7x7 tokens, D 80, depth 4,
+8 heads, GAP head, no class token, so that every attention type fits); the hierarchical one is swin_fmnist_tiny
+(2 stages: 14x14 tokens in windows of 7, then 7x7; FLatten global over stage 1 as in FLatten-Swin, MSF in every
+window as in Swin-MSF). Writes a markdown table to
+OUT/compare.md and prints it.
+Usage: /usr/bin/python3 bench/compare_blocks.py [--epochs E] [--train-subset N] [--out DIR]
+       [--rows host:attn:ffn[:--option=value],...]   (per-stage lists joined by '+', e.g. flatten+mhsa)
 """
 import argparse
 import csv
@@ -18,8 +22,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VITC = os.path.join(ROOT, "vitc")
-HOST = "vit_fmnist_tiny_gap"
-ROWS = "mhsa:mlp,msf:mlp,msf_g2:mlp,hmhsa:mlp,flatten:mlp,refiner:mlp,gma:mlp,mhsa:cffn,hmhsa:cffn"
+HOST, SWIN = "vit_fmnist_tiny_gap", "swin_fmnist_tiny"
+ROWS = ",".join([f"{HOST}:{r}" for r in ("mhsa:mlp", "msf:mlp", "msf_g2:mlp", "hmhsa:mlp", "flatten:mlp", "refiner:mlp",
+                                           "gma:mlp", "mhsa:cffn", "hmhsa:cffn")] +
+                [f"{SWIN}:{r}" for r in ("mhsa:mlp", "flatten+mhsa:mlp:--windows=14+7", "msf:mlp", "msf_g2:mlp")])
 
 
 def run(args):
@@ -40,28 +46,31 @@ def main():
     ap.add_argument("--rows", default=ROWS)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    lines = [f"Host `{HOST}`, {a.epochs} epochs on the first {a.train_subset} Fashion-MNIST training images, "
+    lines = [f"Hosts `{HOST}` and `{SWIN}`, {a.epochs} epochs on the first {a.train_subset} Fashion-MNIST training images, "
              f"batch {a.batch_size}, AdamW lr {a.lr}, seed {a.seed}, no augmentation, label smoothing 0.1; "
              f"test accuracy on all 10,000 test images; img/s from `vitc bench` (batch 128); "
              f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}.", "",
-             "| attention | FFN | params | MMACs/img | test acc (%) | train img/s | infer img/s | peak MiB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| host | attention | FFN | params | MMACs/img | test acc (%) | train img/s | infer img/s | peak MiB |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
     for row in a.rows.split(","):
-        attn, ffn = row.split(":")
-        sel = ["--attn", attn, "--ffn", ffn]
-        info = json.loads(run(["info", HOST, "--json"] + sel))
-        rdir = os.path.join(a.out, f"{attn}-{ffn}")
-        log = run(["train", HOST, "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch-size",
+        host, attn, ffn, *extra = row.split(":")
+        sel = ["--attn", attn.replace("+", ","), "--ffn", ffn]
+        for opt in extra:  # e.g. --windows=14+7
+            k, v = opt.split("=")
+            sel += [k, v.replace("+", ",")]
+        info = json.loads(run(["info", host, "--json"] + sel))
+        rdir = os.path.join(a.out, f"{host}-{attn}-{ffn}")
+        log = run(["train", host, "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch-size",
                    str(a.batch_size), "--lr", a.lr, "--seed", a.seed, "--train-subset", str(a.train_subset),
                    "--no-augment", "--log-every", "100000", "--out", rdir, "--overwrite"] + sel)
         with open(os.path.join(rdir, "metrics.csv")) as f:
             last = list(csv.DictReader(f))[-1]
         peak = float(re.search(r"peak memory ([0-9.]+) MiB", log).group(1))
         # the training form is used for training; inference is measured in the deployed/eval form
-        tr = json.loads(run(["bench", HOST, "--batch-size", "128", "--iters", "10", "--train", "--json"] + sel))
-        inf = json.loads(run(["bench", HOST, "--batch-size", "128", "--iters", "10", "--json"] + sel))
-        line = (f"| {attn} | {ffn} | {info['params']:,} | {info['macs'] / 1e6:.2f} | "
+        tr = json.loads(run(["bench", host, "--batch-size", "128", "--iters", "10", "--train", "--json"] + sel))
+        inf = json.loads(run(["bench", host, "--batch-size", "128", "--iters", "10", "--json"] + sel))
+        line = (f"| {host} | {attn.replace('+', ', ')} | {ffn} | {info['params']:,} | {info['macs'] / 1e6:.2f} | "
                 f"{100 * float(last['test_acc']):.2f} | {tr['img_per_s']:.0f} | {inf['img_per_s']:.0f} | {peak:.0f} |")
         lines.append(line)
         print(line, flush=True)

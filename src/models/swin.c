@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "family.h"
+#include "vitc/dataset.h"
 
 /* 1 for the torchvision layout. */
 static int is_tv(const vt_model_cfg *c) { return c->family == &vt_family_swin_tv; }
@@ -268,6 +269,14 @@ static const vt_model_cfg models[] = {
      .description = "FLatten-Swin-B: FLatten stages 1-2 (global), Swin windows 7 in 3-4"},
     {SWIN_BASE, BASE128, FLATTEN(96, 12, 1.0f), .arch.img_size = 384, .arch.drop_path = 0.5f,
      .name = "flatten_swin_base_384", .description = "FLatten-Swin-B at 384 px: FLatten stages 1-2, windows 12"},
+    /* A 2-stage Swin for 28×28 Fashion-MNIST (patch 2: 14×14 then 7×7 tokens, window 7: shifted windows in stage 1,
+     * one window in stage 2), so the papers' blocks are compared in a hierarchical host too (make compare). */
+    {SWIN_BASE, .name = "swin_fmnist_tiny", .arch.img_size = 28, .arch.in_chans = 1, .arch.num_classes = 10,
+     .arch.patch = 2, .arch.nstages = 2, .arch.drop_path = 0.0f, .arch.stages[0].dim = 48, .arch.stages[1].dim = 96,
+     .arch.stages[0].heads = 3, .arch.stages[1].heads = 6,
+     .pre = {.mean = VT_FMNIST_MEAN3, .std = VT_FMNIST_STD3, .crop_pct = 1.0f, .interpolation = "bicubic",
+             .dataset = "fashion-mnist"},
+     .description = "2-stage Swin for 28x28 Fashion-MNIST: patch 2, dims 48/96, depths 2/2, window 7; --attn flatten,mhsa"},
 };
 
 static const vt_model_cfg tv_models[] = {

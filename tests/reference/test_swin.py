@@ -141,6 +141,19 @@ def test_windows(rep, files):
     harness.forward(rep, TMP, "swin_t@102 (size from the input)", "swin_t", ref, w, x, noimg)
 
 
+def test_fmnist(rep):
+    # swin_fmnist_tiny (make compare's hierarchical host): 2 stages, patch 2, 1 channel, 28 px; softmax windows of 7 in
+    # both stages, and FLatten global in stage 1 (window 14 = its resolution, as the paper's L stages)
+    name = "swin_fmnist_tiny"
+    swin_ref.MODELS[name] = dict(swin_ref._cfg("microsoft", 48, [2, 2], [3, 6], 7, 28, 0.0, la_window=14),
+                                 patch=2, in_chans=1, num_classes=10, dims=[48, 96])
+    for attn, args in (("SS", ["--attn", "mhsa"]), ("LS", ["--attn", "flatten,mhsa", "--windows", "14,7"])):
+        swin_ref.MODELS[name].update(attn=attn, focusing_factor=3.0 if "L" in attn else None,
+                                     kernel_size=5 if "L" in attn else None)
+        ref = swin_ref.build(name)
+        harness.run(rep, TMP, f"fmnist_{attn}", name, ref, swin_ref.randomize(ref, 21), args, 28, in_chans=1, seed=21)
+
+
 def test_full(rep):
     name = "swin_tiny_patch4_window7_224"
     torch.manual_seed(0)
@@ -187,6 +200,7 @@ def main():
         files = test_reduced(rep)
         test_buffers(rep, files)
         test_windows(rep, files)
+        test_fmnist(rep)
         test_full(rep)
         test_sizes(rep)
     print(f"# {time.time() - t0:.1f} s")
