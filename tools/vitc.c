@@ -661,48 +661,45 @@ static int cmd_predict(opts *o) {
     return rc;
 }
 
+/* Options that change a model's architecture (every command that builds one), and its input geometry (commands whose
+ * input is not a fixed dataset). */
+#define ARCH_OPTS "--attn --ffn --dims --depths --heads --windows --apply-transform "
+#define SIZE_OPTS "--img-size --in-chans --num-classes "
+
 static const command commands[] = {
     {"list", "vitc list", "every model name with params and GMACs", "", cmd_list, 0},
-    {"info", "vitc info MODEL [--img-size S] [--in-chans C] [--num-classes K] [--attn A] [--ffn F] [--json]",
-     "params, buffers, MACs of one image, per-block breakdown",
-     "--img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform --json --train-form",
-     cmd_info, 0},
-    {"init", "vitc init MODEL -o W.safetensors [--seed N] [size options]", "write the official initialisation",
-     "--output -o --seed --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads --apply-transform "
-     "--train-form", cmd_init, 0},
-    {"forward", "vitc forward MODEL --weights W --input X --output Y [size options]",
+    {"info", "vitc info MODEL [--img-size S] [--attn A] [--ffn F] [--dims ...] [--json]",
+     "params, buffers, MACs of one image, per-block breakdown", SIZE_OPTS ARCH_OPTS "--json --train-form", cmd_info,
+     0},
+    {"init", "vitc init MODEL -o W.safetensors [--seed N] [model options]", "write the official initialisation",
+     "--output -o --seed " SIZE_OPTS ARCH_OPTS "--train-form", cmd_init, 0},
+    {"forward", "vitc forward MODEL --weights W --input X --output Y [model options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
-     "--apply-transform --threads --train-form --features",
-     cmd_forward, 0},
+     "--weights -w --input --output -o --threads --train-form --features " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
-     "--weights -w --input --output -o --steps --lr --weight-decay --img-size --in-chans --num-classes --attn "
-     "--ffn --dims --depths --heads --apply-transform --threads",
-     cmd_grad, 0},
+     "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --attn --ffn --dims "
-     "--depths --heads --apply-transform --fault-nan-step --drop-path",
-     cmd_train, 0},
+     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --fault-nan-step "
+     "--drop-path " ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --attn --ffn --dims --depths --heads "
-     "--apply-transform --train-form", cmd_eval, 0},
+     "--weights -w --data --batch-size --test-subset --json --threads --train-form " ARCH_OPTS, cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --profile --img-size --in-chans --num-classes --attn --ffn --dims "
-     "--depths --heads --apply-transform --train-form --drop-path", cmd_bench, 0},
-    {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [size options]",
+     "--batch-size --train --iters --threads --json --profile --train-form --drop-path " SIZE_OPTS ARCH_OPTS,
+     cmd_bench, 0},
+    {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [model options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
-     "--weights -w --output -o --img-size --in-chans --num-classes --attn --ffn --dims --depths --heads "
-     "--apply-transform", cmd_deploy, 0},
+     "--weights -w --output -o " SIZE_OPTS ARCH_OPTS, cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
-     "--weights -w --topk --crop-pct --json --output -o --batch-size --img-size --in-chans --num-classes --attn --ffn "
-     "--dims --depths --heads --apply-transform --train-form --threads",
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads " SIZE_OPTS ARCH_OPTS,
      cmd_predict, 1},
 };
+#undef ARCH_OPTS
+#undef SIZE_OPTS
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
 static void usage(FILE *f) {
@@ -719,16 +716,11 @@ static int has_word(const char *list, const char *name) {
     return 0;
 }
 
-/* 1 if the option list of a command holds `name`; the per-stage overrides go wherever --img-size does. */
-static int has_opt(const char *list, const char *name) {
-    if (has_word("--dims --depths --heads --windows", name)) return has_word(list, "--img-size");
-    return has_word(list, name);
-}
 
 static void command_help(const command *c) {
     printf("usage: %s\n\n%s\n\noptions:\n", c->usage, c->summary);
     for (size_t i = 0; i < sizeof optdefs / sizeof optdefs[0]; i++) {
-        if (has_opt(c->options, optdefs[i].name))
+        if (has_word(c->options, optdefs[i].name))
             printf("  %-18s %s\n", optdefs[i].name, optdefs[i].help);
     }
     printf("  %-18s %s\n", "--help", "show this help");
@@ -751,7 +743,7 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         const optdef *d = NULL;
         for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
             if (strcmp(optdefs[k].name, a) == 0) d = &optdefs[k];
-        if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_opt(c->options, a)) d = NULL;
+        if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
             fprintf(stderr, "vitc %s: unknown option '%s' (see `vitc %s --help`)\n", c->name, a, c->name);
             return -1;
