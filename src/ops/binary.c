@@ -37,18 +37,31 @@ static void binary_fwd(vt_node *n) {
     const int64_t N = n->out->numel, nb = n->in[1]->numel;
     if (p->suffix) {
         /* fast path: b equals a's shape, or b is a broadcast of the last dim (bias-like) */
+        if (nb == N) { /* same shapes */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) {
-            float bv = b[i % nb];
-            y[i] = kind == B_ADD ? a[i] + bv : kind == B_SUB ? a[i] - bv : a[i] * bv;
+            for (int64_t i = 0; i < N; i++) y[i] = kind == B_ADD ? a[i] + b[i] : kind == B_SUB ? a[i] - b[i] : a[i] * b[i];
+            return;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N / nb; r++) { /* rows of b's size: no index arithmetic per element */
+            const float *ar = a + r * nb;
+            float *yr = y + r * nb;
+            for (int64_t j = 0; j < nb; j++)
+                yr[j] = kind == B_ADD ? ar[j] + b[j] : kind == B_SUB ? ar[j] - b[j] : ar[j] * b[j];
         }
         return;
     }
+    /* general broadcast: rows of the output's last dim, offsets computed once per row */
+    const int64_t L = p->shape[VT_MAXDIM - 1], sa = p->sa[VT_MAXDIM - 1], sb = p->sb[VT_MAXDIM - 1];
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++) {
+    for (int64_t r = 0; r < N / L; r++) {
         int64_t oa, ob;
-        offsets(p, i, &oa, &ob);
-        y[i] = kind == B_ADD ? a[oa] + b[ob] : kind == B_SUB ? a[oa] - b[ob] : a[oa] * b[ob];
+        offsets(p, r * L, &oa, &ob);
+        float *yr = y + r * L;
+        for (int64_t j = 0; j < L; j++) {
+            const float av = a[oa + j * sa], bv = b[ob + j * sb];
+            yr[j] = kind == B_ADD ? av + bv : kind == B_SUB ? av - bv : av * bv;
+        }
     }
 }
 
@@ -62,16 +75,33 @@ static void binary_bwd(vt_node *n) {
         const vt_tensor *X = side ? B : A, *Other = side ? A : B;
         if (!X->grad) continue;
         const float sign = (side && kind == B_SUB) ? -1.0f : 1.0f;
-        if (full(X, n->out)) {
+        const int64_t L = p->shape[VT_MAXDIM - 1];
+        const int64_t so = side ? p->sa[VT_MAXDIM - 1] : p->sb[VT_MAXDIM - 1]; /* the other operand's last stride */
+        if (full(X, n->out)) { /* X full size: rows of the last dim, the other operand's offset once per row */
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < N; i++) {
+            for (int64_t r = 0; r < N / L; r++) {
                 int64_t oa, ob;
-                float f = sign;
-                if (kind == B_MUL) {
-                    offsets(p, i, &oa, &ob);
-                    f = Other->data[side ? oa : ob];
-                }
-                X->grad[i] += dy[i] * f;
+                offsets(p, r * L, &oa, &ob);
+                const float *o = Other->data + (side ? oa : ob), *dr = dy + r * L;
+                float *gr = X->grad + r * L;
+                if (kind == B_MUL)
+                    for (int64_t j = 0; j < L; j++) gr[j] += dr[j] * o[j * so];
+                else
+                    for (int64_t j = 0; j < L; j++) gr[j] += dr[j] * sign;
+            }
+        } else if (X->numel == N / L && (side ? p->sb : p->sa)[VT_MAXDIM - 1] == 0) {
+            /* X is the output with its last dim 1 (e.g. a per-row scale): one element of X per row of dy */
+#pragma omp parallel for schedule(static)
+            for (int64_t r = 0; r < N / L; r++) {
+                int64_t oa, ob;
+                offsets(p, r * L, &oa, &ob);
+                const float *o = Other->data + (side ? oa : ob), *dr = dy + r * L;
+                double acc = 0.0;
+                if (kind == B_MUL)
+                    for (int64_t j = 0; j < L; j++) acc += (double)dr[j] * o[j * so];
+                else
+                    for (int64_t j = 0; j < L; j++) acc += dr[j];
+                X->grad[side ? ob : oa] += (float)(kind == B_MUL ? acc : sign * acc);
             }
         } else if (side == 1 && p->suffix) {
             /* b broadcast over leading dims (bias, position embedding): column sums, each thread owning a block
