@@ -160,6 +160,8 @@ static void check_hostile(vt_test *T) {
             for (int c = 0; c < 3; c++) raw[18 + ((H - 1 - y) * W + x) * 3 + 2 - c] = pix[(y * W + x) * 3 + c];
     T_CHECK(T, decode_ok(raw, sizeof raw, pix, W, H, &e) == 0, "uncompressed TGA decodes: %s", e.msg);
     T_CHECK(T, decode_ok(raw, 18, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"), "header-only TGA: %s", e.msg);
+    T_CHECK(T, decode_ok(raw, 17, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"), "17 bytes of a TGA header: %s",
+            e.msg); /* found by the image fuzzer: stb read a huge image of zeros */
     T_CHECK(T, decode_ok(raw, sizeof raw - 1, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"),
             "TGA one byte short: %s", e.msg);
     /* PNG: whole file decodes; a flipped bit in the image data (CRC), in the zlib stream with the CRC fixed up

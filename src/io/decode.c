@@ -213,8 +213,9 @@ static long long needed_bytes(const unsigned char *hd, size_t n) {
         }
         return (long long)i + 1 + v[0] * v[1] * (hd[1] == '6' ? 3 : 1) * (v[2] > 255 ? 2 : 1);
     }
-    if (n >= 18 && hd[1] <= 1 && (hd[2] == 1 || hd[2] == 2 || hd[2] == 3 || hd[2] == 9 || hd[2] == 10 || hd[2] == 11)) {
+    if (n >= 3 && hd[1] <= 1 && (hd[2] == 1 || hd[2] == 2 || hd[2] == 3 || hd[2] == 9 || hd[2] == 10 || hd[2] == 11)) {
         /* TGA (colour-map type 0 or 1, a known image type; stb_image identifies the same files) */
+        if (n < 18) return -1; /* not even the 18-byte header */
         const long long w = le16(hd + 12), h = le16(hd + 14), bpp = (hd[16] + 7) / 8;
         const long long map = hd[1] ? (long long)le16(hd + 5) * ((hd[7] + 7) / 8) : 0, at = 18 + hd[0] + map;
         if (hd[2] < 9) return at + w * h * bpp;
