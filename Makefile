@@ -8,7 +8,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics.
 OPT       ?= -O3 -march=native
 CFLAGS    := $(WARN) $(OPT) -fopenmp -Iinclude $(PKG_CFLAGS)
-LDLIBS     = $(PKG_LIBS) -lm -fopenmp
+LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 
 SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)

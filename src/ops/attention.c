@@ -4,7 +4,6 @@
  * MSF mode (Kobayashi 2024, spec-msf §2): the packed input holds q, k, v, p; the logits are Gaussian-kernel ones,
  * scale·(q·kᵀ − 0.5‖k‖²) (the ‖k_j‖² term is a per-key shift of every row), and the PROBE p is subtracted after
  * attention: o = softmax·v − p. */
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
@@ -19,12 +18,13 @@ static void attn_fwd(vt_node *n) {
     const int ld = (msf ? 4 : 3) * C; /* row stride of the packed input */
     const float scale = n->fa[0], *qkv = n->in[0]->data;
     float *out = n->out->data, *probs = n->save[0] ? n->save[0]->data : NULL, *ws = n->fws->data;
+    const vt_gemm_plan *gp = &n->g->gemm;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int bh = 0; bh < B * H; bh++) {
         const int b = bh / H, h = bh % H, t = omp_get_thread_num();
         const float *q = qkv + (size_t)b * N * ld + (size_t)h * dh, *k = q + C;
         float *s = probs ? probs + (size_t)bh * N * N : ws + (size_t)t * (N + 1) * N, *o = out + (size_t)b * N * C + h * dh;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, dh, scale, q, ld, k, ld, 0.0f, s, N);
+        vt_gemm(gp, 0, 1, N, N, dh, scale, q, ld, k, ld, 0.0f, s, N);
         if (msf) {
             float *kn = ws + (size_t)t * (N + 1) * N + (size_t)N * N; /* −0.5·scale·‖k_j‖² */
             for (int j = 0; j < N; j++) {
@@ -36,7 +36,7 @@ static void attn_fwd(vt_node *n) {
                 for (int j = 0; j < N; j++) s[(size_t)i * N + j] += kn[j];
         }
         for (int i = 0; i < N; i++) vt_softmax_row(s + (size_t)i * N, s + (size_t)i * N, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, N, 1.0f, s, N, q + 2 * C, ld, 0.0f, o, C);
+        vt_gemm(gp, 0, 0, N, dh, N, 1.0f, s, N, q + 2 * C, ld, 0.0f, o, C);
         if (msf)
             for (int i = 0; i < N; i++)
                 for (int c = 0; c < dh; c++) o[(size_t)i * C + c] -= q[(size_t)i * ld + 3 * C + c];
@@ -48,6 +48,7 @@ static void attn_bwd(vt_node *n) {
     const int ld = (msf ? 4 : 3) * C;
     const float scale = n->fa[0], *qkv = n->in[0]->data, *probs = n->save[0]->data, *dout = n->out->grad;
     float *dqkv = n->in[0]->grad, *ws = n->bws->data;
+    const vt_gemm_plan *gp = &n->g->gemm;
     if (!dqkv) return;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int bh = 0; bh < B * H; bh++) {
@@ -60,16 +61,16 @@ static void attn_bwd(vt_node *n) {
         if (msf) /* o = … − p */
             for (int i = 0; i < N; i++)
                 for (int c = 0; c < dh; c++) dq[(size_t)i * ld + 3 * C + c] -= dO[(size_t)i * C + c];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dh, N, 1.0f, p, N, dO, C, 1.0f, dv, ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, dh, 1.0f, dO, C, v, ld, 0.0f, dp, N);
+        vt_gemm(gp, 1, 0, N, dh, N, 1.0f, p, N, dO, C, 1.0f, dv, ld);
+        vt_gemm(gp, 0, 1, N, N, dh, 1.0f, dO, C, v, ld, 0.0f, dp, N);
         for (int i = 0; i < N; i++) { /* dS = P ⊙ (dP − Σⱼ dP⊙P) */
             float *r = dp + (size_t)i * N, dot = 0.0f;
             const float *pr = p + (size_t)i * N;
             for (int j = 0; j < N; j++) dot += r[j] * pr[j];
             for (int j = 0; j < N; j++) r[j] = pr[j] * (r[j] - dot);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, N, scale, dp, N, k, ld, 1.0f, dq, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, dh, N, scale, dp, N, q, ld, 1.0f, dk, ld);
+        vt_gemm(gp, 0, 0, N, dh, N, scale, dp, N, k, ld, 1.0f, dq, ld);
+        vt_gemm(gp, 1, 0, N, dh, N, scale, dp, N, q, ld, 1.0f, dk, ld);
         if (msf) { /* the −0.5·scale·‖k_j‖² shift: dk_j −= scale·(Σᵢ dS_ij)·k_j */
             for (int j = 0; j < N; j++) csum[j] = 0.0f;
             for (int i = 0; i < N; i++)

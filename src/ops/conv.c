@@ -1,10 +1,10 @@
 /* 2-D convolutions: NCHW conv2d (im2col + sgemm for dense/grouped convs, no im2col for 1x1 stride-1 convs, direct
  * loops for depthwise convs) and the channels-last depthwise conv used on token grids (B, H, W, C).
  * MACs: B·Cout·Ho·Wo·(Cin/groups)·kh·kw (bias adds not counted). */
-#include <cblas.h>
 #include <limits.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -23,6 +23,7 @@ typedef struct {
     int B, Cin, H, W, Cout, kh, kw, s, p, G, Ho, Wo, mode, tf, tb;
     int Cg, Og, Kg, P; /* channels per group in/out, K per group (Cg·kh·kw), output pixels */
     int64_t col;       /* floats of one image's column buffer (Cin·kh·kw·P) */
+    const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
@@ -30,7 +31,7 @@ enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
 static geom geom_of(const vt_node *n) {
     const int *a = n->ia;
     geom q = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
-              0, 0, 0, 0, 0};
+              0, 0, 0, 0, 0, &n->g->gemm};
     q.Cg = q.Cin / q.G;
     q.Og = q.Cout / q.G;
     q.Kg = q.Cg * q.kh * q.kw;
@@ -90,10 +91,9 @@ static void col2im(const geom *q, const float *dcol, float *dx, int par) {
     }
 }
 
-static void sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
-                  float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
-                B, ldb, beta, C, ldc);
+static void sgemm(const geom *q, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc) {
+    vt_gemm(q->gemm, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Forward of one image: y_b (Cout, P) = W_g · col_g per group, plus bias. */
@@ -105,7 +105,7 @@ static void conv_image_fwd(const geom *q, const float *x, const float *w, const 
         src = col;
     }
     for (int g = 0; g < q->G; g++)
-        sgemm(0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
+        sgemm(q, 0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
               0.0f, y + (size_t)g * q->Og * q->P, q->P);
     if (bias) {
 #pragma omp parallel for schedule(static) if (par)
@@ -124,9 +124,9 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
     if (q->mode == M_POINTWISE) {
         for (int g = 0; g < q->G; g++) {
             const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
-            if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, x + (size_t)g * q->Kg * q->P, q->P, 1.0f,
+            if (dw) sgemm(q, 0, 1, q->Og, q->Kg, q->P, dyg, q->P, x + (size_t)g * q->Kg * q->P, q->P, 1.0f,
                           dw + (size_t)g * q->Og * q->Kg, q->Kg);
-            if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 1.0f, dx + (size_t)g * q->Kg * q->P, q->P);
+            if (dx) sgemm(q, 1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 1.0f, dx + (size_t)g * q->Kg * q->P, q->P);
         }
         return;
     }
@@ -134,8 +134,8 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
     for (int g = 0; g < q->G; g++) {
         const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
         float *colg = col + (size_t)g * q->Kg * q->P;
-        if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, colg, q->P, 1.0f, dw + (size_t)g * q->Og * q->Kg, q->Kg);
-        if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 0.0f, colg, q->P);
+        if (dw) sgemm(q, 0, 1, q->Og, q->Kg, q->P, dyg, q->P, colg, q->P, 1.0f, dw + (size_t)g * q->Og * q->Kg, q->Kg);
+        if (dx) sgemm(q, 1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 0.0f, colg, q->P);
     }
     if (dx) col2im(q, col, dx, par);
 }
