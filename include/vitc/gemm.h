@@ -43,10 +43,14 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 /* Writes the rule that p applies (one line per shape class) into buf; returns buf. */
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n);
 
+/* When a library runs kernels below the CPU's ISA (e.g. OpenBLAS's SSE3 "Prescott" kernels on an AVX-512 Xeon it
+ * does not know), writes a warning naming the kernels and what vitc does about it into buf and returns 1; else 0. */
+int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_t n);
+
 /* "auto", "openblas" or "onednn". */
 const char *vt_gemm_lib_name(vt_gemm_lib lib);
 
-/* "generic (SSE)", "AVX", "AVX2" or "AVX-512". */
+/* "generic SSE", "AVX", "AVX2" or "AVX-512". */
 const char *vt_isa_name(vt_isa isa);
 
 /* Describes the CPU and the kernels the two libraries run on it. */

@@ -99,14 +99,25 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     return 0;
 }
 
+/* The dispatch rule, from bench/gemm_kernels.py on an AMD EPYC (Zen 4, AVX-512; OpenBLAS 0.3.21 "Cooperlake",
+ * oneDNN 2.6.3 avx512_core_bf16), 2026-11-23, best of alternated runs (README, "GEMM libraries"):
+ *  1. A library whose kernel is below the other's ISA tier loses every shape: OpenBLAS's "Prescott" (SSE3) kernels,
+ *     which Debian's OpenBLAS 0.3.21 runs on Intel Xeons it does not know, ran DeiT's GEMMs at 0.25-0.45x of oneDNN.
+ *  2. Same tier (AVX2 or better): OpenBLAS has less per-call overhead and wins the tiny shapes single-threaded
+ *     (49x49x32: 69 vs 50 GFLOP/s, 32^3: 108 vs 78), is even at ~100^3 (96^3: 115 vs 113) and loses above
+ *     (128^3: 99 vs 115; DeiT's 197x197x64 attention tiles: 98 vs 106); with more than one thread oneDNN also
+ *     parallelises from 64^3 up, where OpenBLAS 0.3.21 still runs one thread (96^3: 168 vs 115 GFLOP/s on 2 cores).
+ *     Below 64^3 both run one thread. Hence: MNK < 2^18, or < 2^20 on one thread -> OpenBLAS, otherwise oneDNN.
+ *  3. Same tier below AVX2 (old CPUs, non-x86: not measured): OpenBLAS, the engine's library before oneDNN. */
+#define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
+#define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
+
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int M, int N, int K) {
-    (void)threads;
-    (void)M;
-    (void)N;
-    (void)K;
     if (p->force != VT_GEMM_AUTO) return p->force;
     if (p->openblas != p->onednn) return p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
-    return VT_GEMM_ONEDNN;
+    if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
+    const long long mnk = (long long)M * N * K;
+    return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -122,14 +133,43 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     if (p->force != VT_GEMM_AUTO)
-        snprintf(buf, n, "every shape: %s (forced)", vt_gemm_lib_name(p->force));
+        snprintf(buf, n, "every shape: %s (forced by VITC_GEMM)", vt_gemm_lib_name(p->force));
     else if (p->openblas != p->onednn)
-        snprintf(buf, n, "every shape: %s (OpenBLAS kernel %s, oneDNN kernel %s)",
+        snprintf(buf, n, "every shape: %s (OpenBLAS runs %s kernels, oneDNN %s)",
                  vt_gemm_lib_name(p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN),
                  vt_isa_name(p->openblas), vt_isa_name(p->onednn));
+    else if (p->onednn < VT_ISA_AVX2)
+        snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
     else
-        snprintf(buf, n, "every shape: onednn");
+        snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
+                         "onednn on more; >= 2^20: onednn");
     return buf;
+}
+
+int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_t n) {
+    const int ob_low = p->openblas < p->cpu, dn_low = p->onednn < p->cpu;
+    if (p->cpu < VT_ISA_AVX2 || (!ob_low && !dn_low)) return 0;
+    char what[160], does[160];
+    if (ob_low && dn_low)
+        snprintf(what, sizeof what, "OpenBLAS (\"%s\", %s) and oneDNN (%s, %s) both run their kernels below",
+                 m->openblas_core, vt_isa_name(p->openblas), m->onednn_isa, vt_isa_name(p->onednn));
+    else if (ob_low)
+        snprintf(what, sizeof what, "OpenBLAS runs its \"%s\" kernels (%s)", m->openblas_core,
+                 vt_isa_name(p->openblas));
+    else
+        snprintf(what, sizeof what, "oneDNN runs its %s kernels (%s)", m->onednn_isa, vt_isa_name(p->onednn));
+    if (p->force != VT_GEMM_AUTO)
+        snprintf(does, sizeof does, "VITC_GEMM=%s forces that library for every GEMM", vt_gemm_lib_name(p->force));
+    else if (p->openblas != p->onednn)
+        snprintf(does, sizeof does, "vitc runs every GEMM on %s",
+                 p->openblas > p->onednn ? "OpenBLAS" : "oneDNN");
+    else
+        snprintf(does, sizeof does, "vitc keeps its shape rule (both libraries are at the same level)");
+    snprintf(buf, n, "%s on this %s CPU (%s); %s", what, vt_isa_name(p->cpu),
+             ob_low ? "OpenBLAS 0.3.21 does not know every recent CPU, and OPENBLAS_CORETYPE overrides its choice"
+                    : "DNNL_MAX_CPU_ISA caps oneDNN",
+             does);
+    return 1;
 }
 
 const char *vt_gemm_lib_name(vt_gemm_lib lib) {
@@ -137,7 +177,7 @@ const char *vt_gemm_lib_name(vt_gemm_lib lib) {
 }
 
 const char *vt_isa_name(vt_isa isa) {
-    static const char *const names[] = {"generic (SSE)", "AVX", "AVX2", "AVX-512"};
+    static const char *const names[] = {"generic SSE", "AVX", "AVX2", "AVX-512"};
     return names[isa];
 }
 
