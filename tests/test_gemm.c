@@ -1,6 +1,7 @@
 /* vt_gemm against the triple-loop reference for each library (forced) and for the automatic rule: every transpose,
  * alpha/beta, odd and tiny shapes, M/N/K = 1, leading dimensions wider than the rows, calls inside an OpenMP
  * parallel region; the rule itself; VITC_GEMM. */
+#include <dirent.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -84,7 +85,18 @@ static void check_libs(vt_test *T) {
     }
 }
 
-/* Each thread of a parallel region runs its own GEMMs (as attention does per head): results as on one thread. */
+/* Threads of this process (Linux: entries of /proc/self/task), or -1. */
+static int os_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Each thread of a parallel region runs its own GEMMs (as attention does per head): results as on one thread, and
+ * neither library starts threads of its own (both run on the OpenMP pool: no oversubscription). */
 static void check_in_parallel(vt_test *T) {
     const char *libs[] = {"openblas", "onednn", "auto"};
     for (int l = 0; l < 3; l++) {
@@ -104,6 +116,9 @@ static void check_in_parallel(vt_test *T) {
             }
         }
         T_CHECK(T, inpar, "%s: omp_in_parallel() false inside the region", libs[l]);
+        const int nt = os_threads(), most = omp_get_max_threads() > 2 ? omp_get_max_threads() : 2;
+        T_CHECK(T, nt <= most, "%s: %d OS threads after GEMMs inside and outside parallel regions, OpenMP allows %d",
+                libs[l], nt, most);
         T_CHECK(T, worst < 1e-5, "%s inside omp parallel: worst relative error %g", libs[l], worst);
     }
 }

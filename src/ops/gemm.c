@@ -99,16 +99,21 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     return 0;
 }
 
-/* The dispatch rule, from bench/gemm_kernels.py on an AMD EPYC (Zen 4, AVX-512; OpenBLAS 0.3.21 "Cooperlake",
- * oneDNN 2.6.3 avx512_core_bf16), 2026-11-23, best of alternated runs (README, "GEMM libraries"):
- *  1. A library whose kernel is below the other's ISA tier loses every shape: OpenBLAS's "Prescott" (SSE3) kernels,
- *     which Debian's OpenBLAS 0.3.21 runs on Intel Xeons it does not know, ran DeiT's GEMMs at 0.25-0.45x of oneDNN.
- *  2. Same tier (AVX2 or better): OpenBLAS has less per-call overhead and wins the tiny shapes single-threaded
- *     (49x49x32: 69 vs 50 GFLOP/s, 32^3: 108 vs 78), is even at ~100^3 (96^3: 115 vs 113) and loses above
- *     (128^3: 99 vs 115; DeiT's 197x197x64 attention tiles: 98 vs 106); with more than one thread oneDNN also
- *     parallelises from 64^3 up, where OpenBLAS 0.3.21 still runs one thread (96^3: 168 vs 115 GFLOP/s on 2 cores).
- *     Below 64^3 both run one thread. Hence: MNK < 2^18, or < 2^20 on one thread -> OpenBLAS, otherwise oneDNN.
- *  3. Same tier below AVX2 (old CPUs, non-x86: not measured): OpenBLAS, the engine's library before oneDNN. */
+/* The dispatch rule, measured with bench/gemm_kernels.py on an AMD EPYC (Zen 4, AVX-512, 2 cores; OpenBLAS 0.3.21
+ * "Cooperlake", oneDNN 2.6.3 avx512_core_bf16) on 2026-11-23, best of alternated runs (README, "GEMM libraries";
+ * GFLOP/s per thread for one-thread calls):
+ *  1. A library whose kernels are below the other's ISA tier loses every shape. With OpenBLAS's SSE3 "Prescott"
+ *     kernels (Debian's OpenBLAS 0.3.21 on Intel Xeons it does not know; OPENBLAS_CORETYPE=Prescott here) DeiT's
+ *     GEMMs ran at 0.3-0.4x of oneDNN (attention tiles 36 vs 104, qkv 78 vs 213 on 2 threads), tiny ones included
+ *     (32^3 on one thread: 26 vs 75).
+ *  2. Same tier (AVX2 or better): OpenBLAS has less per-call overhead and wins small shapes on one thread (32^3: 107
+ *     vs 67, 49x49x32: 71 vs 50), ties near 100^3 (96^3: 115 vs 111) and loses above (128^3: 98 vs 113; attention
+ *     tiles 197x64x197: 98 vs 105). On 2 threads OpenBLAS 0.3.21 still runs one thread below ~100^3 while oneDNN
+ *     splits from ~64^3 (80^3: 115 vs 173, 96^3: 116 vs 196); below 64^3 both run one thread (48^3: 112 vs 98).
+ *     Hence: M*N*K < 2^18, or < 2^20 on one thread (inside our parallel loops) -> OpenBLAS, otherwise oneDNN. With
+ *     both capped at AVX2 (OPENBLAS_CORETYPE=Haswell, DNNL_MAX_CPU_ISA=AVX2) the same rule stays within 1-3% of the
+ *     best library per shape over DeiT's GEMMs.
+ *  3. Same tier below AVX2 (old CPUs, non-x86; not measured): OpenBLAS, vitc's library before oneDNN. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 
