@@ -8,7 +8,8 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics.
 OPT       ?= -O3 -march=native
 CFLAGS    := $(WARN) $(OPT) -fopenmp -Iinclude $(PKG_CFLAGS)
-LDLIBS     = $(PKG_LIBS) -lm -fopenmp
+# oneDNN (libdnnl-dev) has no pkg-config file in Debian 12.
+LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 
 SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
@@ -18,8 +19,8 @@ ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
 ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
-DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libcjson-dev libstb-dev zlib1g-dev libpng-dev \
-             libturbojpeg0-dev
+DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
+             libpng-dev libturbojpeg0-dev
 DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
 

@@ -1,5 +1,5 @@
 /* vitc command-line interface: parses arguments and calls the library. `vitc help` lists the subcommands. */
-#include <cblas.h>
+#include <cblas.h> /* openblas_set_num_threads */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -122,9 +122,10 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
-/* One thread setting for the whole process (OpenMP and OpenBLAS): --threads, else OMP_NUM_THREADS, else every
- * online core; more than the online cores is clamped with a notice (extra threads only contend for the cores, and an
- * OMP_NUM_THREADS of 100000 crashed inside OpenMP). */
+/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core; more than the
+ * online cores is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000
+ * crashed inside OpenMP). OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads
+ * outside our parallel regions and one inside them, so this one setting holds for every GEMM. */
 static void set_threads(const opts *o) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
     const char *env = getenv("OMP_NUM_THREADS");
@@ -535,6 +536,15 @@ static int cmd_eval(opts *o) {
     return rc;
 }
 
+static void json_str(const char *s);
+
+/* The CPU's ISA as one phrase, e.g. "AVX-512 + AVX512_BF16". */
+static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s", m->avx512 ? "AVX-512" : m->avx2 ? "AVX2" : "below AVX2",
+             m->avx512_bf16 ? " + AVX512_BF16" : "", m->amx ? " + AMX" : "");
+    return buf;
+}
+
 static int cmd_bench(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
@@ -542,17 +552,43 @@ static int cmd_bench(opts *o) {
     vt_bench_result r;
     vt_err e = {{0}};
     if (vt_bench(&c, B, o->train, iters, o->profile, &r, &e)) return die("%s", e.msg);
-    if (o->json)
+    const vt_machine *m = &r.machine;
+    char rule[512], warn[512], isa[64];
+    const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
+    vt_gemm_rule(&r.gemm, rule, sizeof rule);
+    if (o->json) {
         printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
-               "\"arena_mib\": %.1f}\n",
+               "\"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, \"arena_mib\": %.1f, \"cpu_model\": ",
                c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.gmacs_per_img, r.gflops,
-               r.sgemm_gflops, r.arena_mib);
-    else
-        printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter), %.3f GMACs/img, %.1f GFLOP/s achieved "
-               "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB\n",
-               c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
-               r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib);
+               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib);
+        json_str(m->cpu_model);
+        printf(", \"isa\": {\"avx2\": %s, \"avx512\": %s, \"avx512_bf16\": %s, \"amx\": %s}, \"openblas_core\": ",
+               m->avx2 ? "true" : "false", m->avx512 ? "true" : "false", m->avx512_bf16 ? "true" : "false",
+               m->amx ? "true" : "false");
+        json_str(m->openblas_core);
+        printf(", \"onednn_isa\": ");
+        json_str(m->onednn_isa);
+        printf(", \"gemm_lib\": \"%s\", \"gemm_rule\": ", vt_gemm_lib_name(r.gemm.force));
+        json_str(rule);
+        printf(", \"gemm_warning\": ");
+        if (warned)
+            json_str(warn);
+        else
+            printf("null");
+        printf("}\n");
+        return 0;
+    }
+    printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter), %.3f GMACs/img, %.1f GFLOP/s achieved "
+           "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB\n",
+           c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
+           r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib);
+    printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
+    printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
+           m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
+           r.sgemm_onednn);
+    printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
+    if (warned) printf("WARNING: %s\n", warn);
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "vitc/error.h"
+#include "vitc/gemm.h"
 #include "vitc/rng.h"
 #include "vitc/tensor.h"
 
@@ -53,9 +54,11 @@ struct vt_graph {
     uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
+    vt_gemm_plan gemm;  /* GEMM library dispatch for this graph's ops (the machine, VITC_GEMM read at creation) */
 };
 
-/* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode. */
+/* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode; its GEMM library
+ * is chosen per call (vt_gemm_choose) unless the environment variable VITC_GEMM=openblas|onednn|auto says otherwise. */
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e);
 
 /* Frees the graph and its arena (not the parameter store). */

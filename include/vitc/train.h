@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "vitc/dataset.h"
+#include "vitc/gemm.h"
 #include "vitc/model.h"
 
 /* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1, runs that many AdamW steps
@@ -44,9 +45,13 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 /* Result of vt_bench. */
 typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
+    double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
+    vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
+    vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */
 } vt_bench_result;
 
-/* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures sgemm peak too.
+/* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures
+ * the sgemm peak of each GEMM library too.
  * With profile, prints the time per op type. */
 int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e);
 

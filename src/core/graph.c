@@ -15,6 +15,10 @@
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
     vt_graph *g = vt_alloc(sizeof(*g), e);
     if (!g) return NULL;
+    if (vt_gemm_plan_init(&g->gemm, getenv("VITC_GEMM"), e)) {
+        vt_free(g);
+        return NULL;
+    }
     g->P = P;
     g->training = training;
     g->seed = 0x5eed;

@@ -11,10 +11,10 @@
  * o = softmax·v − p.
  * Threads: parallel over (batch, head) when there are at least as many pairs as threads; otherwise the pairs run
  * one after another with multi-threaded sgemms and the softmax rows split over the threads. */
-#include <cblas.h>
 #include <omp.h>
 
 #include "mathfn.h"
+#include "vitc/gemm.h"
 #include "vitc/ops.h"
 
 /* Input slots: in[0] = q, then kv (if separate), bias, mask (each slot -1 when absent).
@@ -27,6 +27,7 @@ typedef struct {
     int kv_in, bias_in, mask_in;
     int bias_batched, bias_grad, nW;
     float scale;
+    const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } attn_p;
 
 /* Per-(batch, head) views of the inputs and the output (bias, mask and o NULL when absent or not wanted). */
@@ -64,7 +65,7 @@ static inline void logits_row(float *restrict r, const float *kn, const float *b
 static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, const float *probe, int rows_par) {
     const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
     const float scale = a->scale;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
+    vt_gemm(a->gemm, 0, 1, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
     if (a->msf) /* −0.5·scale·‖k_j‖² */
         for (int j = 0; j < M; j++) {
             const float *kr = io->k + (size_t)j * a->ldkv;
@@ -84,7 +85,7 @@ static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, co
             logits_row(s + i * ldm, knp, io->bias ? io->bias + i * ldm : NULL, io->mask ? io->mask + i * ldm : NULL,
                        M);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
+    vt_gemm(a->gemm, 0, 0, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
     if (probe)
         for (int i = 0; i < N; i++)
             for (int c = 0; c < dh; c++) io->o[(size_t)i * C + c] -= probe[(size_t)i * a->ldq + c];
@@ -131,9 +132,9 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
     if (dprobe) /* o = … − p */
         for (int i = 0; i < N; i++)
             for (int c = 0; c < dh; c++) dprobe[(size_t)i * a->ldq + c] -= dO[(size_t)i * C + c];
-    if (dv) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, dh, N, 1.0f, P, M, dO, C, 1.0f, dv, a->ldkv);
+    if (dv) vt_gemm(a->gemm, 1, 0, M, dh, N, 1.0f, P, M, dO, C, 1.0f, dv, a->ldkv);
     if (!dq && !dk && !dbias) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
+    vt_gemm(a->gemm, 0, 1, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
     /* dS = P ⊙ (dP − Σⱼ dP⊙P), the gradient of the logits (and of the bias) */
     if (rows_par) {
 #pragma omp parallel for schedule(static)
@@ -143,10 +144,10 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
         for (int i = 0; i < N; i++)
             ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
     }
-    if (dq) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, dh, M, scale, ds, M, io->k, a->ldkv, 1.0f, dq,
+    if (dq) vt_gemm(a->gemm, 0, 0, N, dh, M, scale, ds, M, io->k, a->ldkv, 1.0f, dq,
                         a->ldq);
     if (!dk) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, dh, N, scale, ds, M, io->q, a->ldq, 1.0f, dk, a->ldkv);
+    vt_gemm(a->gemm, 1, 0, M, dh, N, scale, ds, M, io->q, a->ldq, 1.0f, dk, a->ldkv);
     if (a->msf) { /* the −0.5·scale·‖k_j‖² shift: dk_j −= scale·(Σᵢ dS_ij)·k_j */
         for (int j = 0; j < M; j++) csum[j] = 0.0f;
         for (int i = 0; i < N; i++) {
@@ -283,7 +284,8 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const int nt = omp_get_max_threads();
     const int bias_grad = a->bias && a->bias->requires_grad;
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
-                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale};
+                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale,
+                                   &g->gemm};
     n->macs = 2LL * B * N * M * dim;
     const int64_t NM = (int64_t)N * M;
     if (g->training && !vt_node_save(n, 0, (int64_t)B * H * NM)) return NULL;

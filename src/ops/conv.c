@@ -1,10 +1,10 @@
 /* 2-D convolutions: NCHW conv2d (im2col + sgemm for dense/grouped convs, no im2col for 1x1 stride-1 convs, direct
  * loops for depthwise convs) and the channels-last depthwise conv used on token grids (B, H, W, C).
  * MACs: B·Cout·Ho·Wo·(Cin/groups)·kh·kw (bias adds not counted). */
-#include <cblas.h>
 #include <limits.h>
 #include <omp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -29,6 +29,7 @@ typedef struct {
                         * for depthwise convs the threads owning a padded-plane scratch (fws, bws) each */
     int Cg, Og, Kg, P; /* channels per group in/out, K per group (Cg·kh·kw), output pixels */
     int64_t col;       /* floats of one image's column buffer (Cin·kh·kw·P) */
+    const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
@@ -84,10 +85,9 @@ static void col2im(const geom *q, const float *dcol, float *dx, int par) {
     }
 }
 
-static void sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
-                  float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
-                B, ldb, beta, C, ldc);
+static void sgemm(const geom *q, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc) {
+    vt_gemm(q->gemm, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Forward of one image: y_b (Cout, P) = W_g · col_g per group, plus bias. */
@@ -99,7 +99,7 @@ static void conv_image_fwd(const geom *q, const float *x, const float *w, const 
         src = col;
     }
     for (int g = 0; g < q->G; g++)
-        sgemm(0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
+        sgemm(q, 0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
               0.0f, y + (size_t)g * q->Og * q->P, q->P);
     if (bias) {
 #pragma omp parallel for schedule(static) if (par)
@@ -118,9 +118,9 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
     if (q->mode == M_POINTWISE) {
         for (int g = 0; g < q->G; g++) {
             const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
-            if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, x + (size_t)g * q->Kg * q->P, q->P, 1.0f,
+            if (dw) sgemm(q, 0, 1, q->Og, q->Kg, q->P, dyg, q->P, x + (size_t)g * q->Kg * q->P, q->P, 1.0f,
                           dw + (size_t)g * q->Og * q->Kg, q->Kg);
-            if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 1.0f, dx + (size_t)g * q->Kg * q->P, q->P);
+            if (dx) sgemm(q, 1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 1.0f, dx + (size_t)g * q->Kg * q->P, q->P);
         }
         return;
     }
@@ -128,8 +128,8 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
     for (int g = 0; g < q->G; g++) {
         const float *dyg = dy + (size_t)g * q->Og * q->P, *wg = w + (size_t)g * q->Og * q->Kg;
         float *colg = col + (size_t)g * q->Kg * q->P;
-        if (dw) sgemm(0, 1, q->Og, q->Kg, q->P, dyg, q->P, colg, q->P, 1.0f, dw + (size_t)g * q->Og * q->Kg, q->Kg);
-        if (dx) sgemm(1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 0.0f, colg, q->P);
+        if (dw) sgemm(q, 0, 1, q->Og, q->Kg, q->P, dyg, q->P, colg, q->P, 1.0f, dw + (size_t)g * q->Og * q->Kg, q->Kg);
+        if (dx) sgemm(q, 1, 0, q->Kg, q->P, q->Og, wg, q->Kg, dyg, q->P, 0.0f, colg, q->P);
     }
     if (dx) col2im(q, col, dx, par);
 }
@@ -461,7 +461,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     const int tf = mode == M_DEPTHWISE ? omp_get_max_threads() : image_threads(B), tb = tf;
     const int Cg = Cin / groups, P = Ho * Wo;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P};
+                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm};
     *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) {

@@ -1,16 +1,14 @@
 /* Grouped linear projection (MSF's `GroupLinear`, interleaved or block output order) and the fixed 2-D sin-cos
  * position embedding of SimpleViT (a constant, recomputed in C, never a parameter). */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "vitc/ops.h"
 
-/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C. */
-static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                 float beta, float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-                B, ldb, beta, C, ldc);
+/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C, dispatched by n's graph. */
+static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    vt_gemm(&n->g->gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- group linear: x (R, Din), w (E, Din/G) -> y (R, E) ----
@@ -46,7 +44,7 @@ static void glinear_fwd(vt_node *n) {
     const float *x = n->in[0]->data, *w = n->in[1]->data;
     float *dst = il ? n->fws->data : n->out->data;
     for (int gi = 0; gi < G; gi++)
-        gemm(0, 1, R, Eg, Dg, 1.0f, x + (size_t)gi * Dg, Din, w + (size_t)gi * Eg * Dg, Dg, 0.0f,
+        gemm(n, 0, 1, R, Eg, Dg, 1.0f, x + (size_t)gi * Dg, Din, w + (size_t)gi * Eg * Dg, Dg, 0.0f,
              dst + (size_t)gi * Eg, E);
     if (il) interleave_rows(n->out->data, dst, R, E, G, 1);
 }
@@ -64,10 +62,10 @@ static void glinear_bwd(vt_node *n) {
     for (int gi = 0; gi < G; gi++) {
         const float *dyg = dy + (size_t)gi * Eg;
         if (x->grad)
-            gemm(0, 0, R, Dg, Eg, 1.0f, dyg, E, w->data + (size_t)gi * Eg * Dg, Dg, 1.0f, x->grad + (size_t)gi * Dg,
+            gemm(n, 0, 0, R, Dg, Eg, 1.0f, dyg, E, w->data + (size_t)gi * Eg * Dg, Dg, 1.0f, x->grad + (size_t)gi * Dg,
                  Din);
         if (w->grad)
-            gemm(1, 0, Eg, Dg, R, 1.0f, dyg, E, x->data + (size_t)gi * Dg, Din, 1.0f, w->grad + (size_t)gi * Eg * Dg,
+            gemm(n, 1, 0, Eg, Dg, R, 1.0f, dyg, E, x->data + (size_t)gi * Dg, Din, 1.0f, w->grad + (size_t)gi * Eg * Dg,
                  Dg);
     }
 }

@@ -1,5 +1,4 @@
-/* Linear layers and batched matrix products on OpenBLAS sgemm, plus a plain reference GEMM for tests. */
-#include <cblas.h>
+/* Linear layers and batched matrix products on vt_gemm (oneDNN or OpenBLAS), plus a plain reference GEMM for tests. */
 #include <omp.h>
 #include <string.h>
 
@@ -21,11 +20,10 @@ void vt_gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *
         }
 }
 
-/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C with op given by ta/tb. */
-static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                 float beta, float *C, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-                B, ldb, beta, C, ldc);
+/* Row-major sgemm: C = alpha·op(A)·op(B) + beta·C with op given by ta/tb, dispatched by n's graph. */
+static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    vt_gemm(&n->g->gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- linear: y = x (R, in) · w (out, in)ᵀ + b, with two optional fused epilogues ----
@@ -64,7 +62,7 @@ static void lin_rows(const vt_node *n, int r0, int r1, float *h) {
         else if (b || rr)
             memcpy(hr, b ? b : rr, sizeof(float) * (size_t)Co);
     }
-    gemm(0, 1, r1 - r0, Co, Ci, 1.0f, n->in[0]->data + (size_t)r0 * Ci, Ci, n->in[1]->data, Ci,
+    gemm(n, 0, 1, r1 - r0, Co, Ci, 1.0f, n->in[0]->data + (size_t)r0 * Ci, Ci, n->in[1]->data, Ci,
          (b || res) ? 1.0f : 0.0f, h + (size_t)r0 * Co, Co);
 }
 
@@ -117,8 +115,8 @@ static void linear_bwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) dy[i] *= d[i];
     }
-    if (x->grad) gemm(0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
-    if (w->grad) gemm(1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
+    if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
+    if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
     if (b && b->grad) { /* column sums of dy: each thread owns a block of columns and walks rows contiguously */
 #pragma omp parallel
         {
@@ -191,33 +189,35 @@ static void matmul_fwd(vt_node *n) {
     float *C = n->out->data;
     const int lda = ta ? M : K, ldb = tb ? K : N;
     if (shared && !ta) {
-        gemm(0, tb, nb * M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
+        gemm(n, 0, tb, nb * M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
         return;
     }
     if (nb == 1) {
-        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
+        gemm(n, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, N);
         return;
     }
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < nb; i++)
-        gemm(ta, tb, M, N, K, alpha, A + (size_t)i * M * K, lda, B + (shared ? 0 : (size_t)i * K * N), ldb, 0.0f,
-             C + (size_t)i * M * N, N);
+        gemm(n, ta, tb, M, N, K, alpha, A + (size_t)i * M * K, lda, B + (shared ? 0 : (size_t)i * K * N), ldb,
+             0.0f, C + (size_t)i * M * N, N);
 }
 
 /* dA += alpha·dC·op(B)ᵀ (or its transpose when ta) for one batch entry. */
-static void grad_a(int ta, int tb, int M, int N, int K, float alpha, const float *dC, const float *B, float *dA) {
+static void grad_a(const vt_node *n, int ta, int tb, int M, int N, int K, float alpha, const float *dC,
+                   const float *B, float *dA) {
     if (!ta)
-        gemm(0, !tb, M, K, N, alpha, dC, N, B, tb ? K : N, 1.0f, dA, K);
+        gemm(n, 0, !tb, M, K, N, alpha, dC, N, B, tb ? K : N, 1.0f, dA, K);
     else
-        gemm(tb, 1, K, M, N, alpha, B, tb ? K : N, dC, N, 1.0f, dA, M);
+        gemm(n, tb, 1, K, M, N, alpha, B, tb ? K : N, dC, N, 1.0f, dA, M);
 }
 
 /* dB += alpha·op(A)ᵀ·dC (or its transpose when tb) for one batch entry. */
-static void grad_b(int ta, int tb, int M, int N, int K, float alpha, const float *dC, const float *A, float *dB) {
+static void grad_b(const vt_node *n, int ta, int tb, int M, int N, int K, float alpha, const float *dC,
+                   const float *A, float *dB) {
     if (!tb)
-        gemm(!ta, 0, K, N, M, alpha, A, ta ? M : K, dC, N, 1.0f, dB, N);
+        gemm(n, !ta, 0, K, N, M, alpha, A, ta ? M : K, dC, N, 1.0f, dB, N);
     else
-        gemm(1, ta, N, K, M, alpha, dC, N, A, ta ? M : K, 1.0f, dB, K);
+        gemm(n, 1, ta, N, K, M, alpha, dC, N, A, ta ? M : K, 1.0f, dB, K);
 }
 
 static void matmul_bwd(vt_node *n) {
@@ -227,24 +227,24 @@ static void matmul_bwd(vt_node *n) {
     const vt_tensor *a = n->in[0], *b = n->in[1];
     const float *dC = n->out->grad;
     if (shared && !ta) {
-        if (a->grad) grad_a(0, tb, nb * M, N, K, alpha, dC, b->data, a->grad);
-        if (b->grad) grad_b(0, tb, nb * M, N, K, alpha, dC, a->data, b->grad);
+        if (a->grad) grad_a(n, 0, tb, nb * M, N, K, alpha, dC, b->data, a->grad);
+        if (b->grad) grad_b(n, 0, tb, nb * M, N, K, alpha, dC, a->data, b->grad);
         return;
     }
     if (a->grad) {
 #pragma omp parallel for schedule(static) if (nb > 1)
         for (int i = 0; i < nb; i++)
-            grad_a(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, b->data + (shared ? 0 : (size_t)i * K * N),
+            grad_a(n, ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, b->data + (shared ? 0 : (size_t)i * K * N),
                    a->grad + (size_t)i * M * K);
     }
     if (b->grad) {
         if (shared) {
             for (int i = 0; i < nb; i++)
-                grad_b(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K, b->grad);
+                grad_b(n, ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K, b->grad);
         } else {
 #pragma omp parallel for schedule(static) if (nb > 1)
             for (int i = 0; i < nb; i++)
-                grad_b(ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K,
+                grad_b(n, ta, tb, M, N, K, alpha, dC + (size_t)i * M * N, a->data + (size_t)i * M * K,
                        b->grad + (size_t)i * K * N);
         }
     }

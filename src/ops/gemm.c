@@ -1,0 +1,209 @@
+/* The one GEMM entry point: oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm per call (rule at vt_gemm_choose). */
+#include "vitc/gemm.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define VT_X86 1
+#endif
+
+/* CPU feature bits, with the OS's support for the registers (XCR0) checked. */
+typedef struct {
+    int avx, avx2, avx512, avx512_bf16, amx;
+} cpu_feats;
+
+static cpu_feats cpu_features(void) {
+    cpu_feats f = {0, 0, 0, 0, 0};
+#ifdef VT_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
+    unsigned long long xcr0 = 0;
+    if (osxsave) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        xcr0 = ((unsigned long long)hi << 32) | lo;
+    }
+    const int ymm = (xcr0 & 0x6) == 0x6, zmm = ymm && (xcr0 & 0xe0) == 0xe0, tiles = (xcr0 & 0x60000) == 0x60000;
+    f.avx = avx && ymm;
+    if (__get_cpuid_max(0, NULL) < 7) return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = f.avx && fma && ((b >> 5) & 1);
+    f.avx512 = zmm && ((b >> 16) & 1);
+    f.amx = tiles && ((d >> 24) & 1) && ((d >> 22) & 1); /* AMX-TILE and AMX-BF16 */
+    const unsigned sub = a;
+    if (sub >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
+    }
+#endif
+    return f;
+}
+
+/* The ISA tier of an OpenBLAS core name (DYNAMIC_ARCH's list in 0.3.21; later names map the same way). */
+static vt_isa openblas_tier(const char *core) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "Sapphirerapids"};
+    static const char *const avx2[] = {"Haswell", "Zen"};
+    static const char *const avx[] = {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+        if (core && strcasecmp(core, avx512[i]) == 0) return VT_ISA_AVX512;
+    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+        if (core && strcasecmp(core, avx2[i]) == 0) return VT_ISA_AVX2;
+    for (size_t i = 0; i < sizeof avx / sizeof *avx; i++)
+        if (core && strcasecmp(core, avx[i]) == 0) return VT_ISA_AVX;
+    return VT_ISA_GENERIC; /* Prescott, Core2, Nehalem, Atom, Barcelona, ...: SSE kernels */
+}
+
+/* The ISA tier of oneDNN's effective ISA (dnnl_cpu_isa_t is a bit set: 0x8/0x20 AVX-512, 0x4 AVX2, 0x2 AVX). */
+static vt_isa onednn_tier(dnnl_cpu_isa_t isa) {
+    const unsigned v = (unsigned)isa;
+    return (v & 0x28) ? VT_ISA_AVX512 : (v & 0x4) ? VT_ISA_AVX2 : (v & 0x2) ? VT_ISA_AVX : VT_ISA_GENERIC;
+}
+
+static const char *onednn_isa_name(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "generic";
+    }
+}
+
+int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
+    const cpu_feats f = cpu_features();
+    p->force = VT_GEMM_AUTO;
+    if (lib && lib[0] && strcmp(lib, "auto") != 0) {
+        if (strcmp(lib, "openblas") == 0)
+            p->force = VT_GEMM_OPENBLAS;
+        else if (strcmp(lib, "onednn") == 0)
+            p->force = VT_GEMM_ONEDNN;
+        else
+            return vt_seterr(e, "GEMM library '%s' unknown: expected auto, openblas or onednn (VITC_GEMM)", lib);
+    }
+    p->cpu = f.avx512 ? VT_ISA_AVX512 : f.avx2 ? VT_ISA_AVX2 : f.avx ? VT_ISA_AVX : VT_ISA_GENERIC;
+    p->openblas = openblas_tier(openblas_get_corename());
+    p->onednn = onednn_tier(dnnl_get_effective_cpu_isa());
+    return 0;
+}
+
+/* The dispatch rule, measured with bench/gemm_kernels.py on an AMD EPYC (Zen 4, AVX-512, 2 cores; OpenBLAS 0.3.21
+ * "Cooperlake", oneDNN 2.6.3 avx512_core_bf16) on 2026-11-23, best of alternated runs (README, "GEMM libraries";
+ * GFLOP/s per thread for one-thread calls):
+ *  1. A library whose kernels are below the other's ISA tier loses every shape. With OpenBLAS's SSE3 "Prescott"
+ *     kernels (Debian's OpenBLAS 0.3.21 on Intel Xeons it does not know; OPENBLAS_CORETYPE=Prescott here) DeiT's
+ *     GEMMs ran at 0.3-0.4x of oneDNN (attention tiles 36 vs 104, qkv 78 vs 213 on 2 threads), tiny ones included
+ *     (32^3 on one thread: 26 vs 75).
+ *  2. Same tier (AVX2 or better): OpenBLAS has less per-call overhead and wins small shapes on one thread (32^3: 107
+ *     vs 67, 49x49x32: 71 vs 50), ties near 100^3 (96^3: 115 vs 111) and loses above (128^3: 98 vs 113; attention
+ *     tiles 197x64x197: 98 vs 105). On 2 threads OpenBLAS 0.3.21 still runs one thread below ~100^3 while oneDNN
+ *     splits from ~64^3 (80^3: 115 vs 173, 96^3: 116 vs 196); below 64^3 both run one thread (48^3: 112 vs 98).
+ *     Hence: M*N*K < 2^18, or < 2^20 on one thread (inside our parallel loops) -> OpenBLAS, otherwise oneDNN. With
+ *     both capped at AVX2 (OPENBLAS_CORETYPE=Haswell, DNNL_MAX_CPU_ISA=AVX2) the same rule stays within 1-3% of the
+ *     best library per shape over DeiT's GEMMs.
+ *  3. Same tier below AVX2 (old CPUs, non-x86; not measured): OpenBLAS, vitc's library before oneDNN. */
+#define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
+#define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
+
+vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int M, int N, int K) {
+    if (p->force != VT_GEMM_AUTO) return p->force;
+    if (p->openblas != p->onednn) return p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
+    if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
+    const long long mnk = (long long)M * N * K;
+    return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
+}
+
+void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc) {
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (vt_gemm_choose(p, threads, M, N, K) == VT_GEMM_ONEDNN &&
+        dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
+        return;
+    /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory) */
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
+    if (p->force != VT_GEMM_AUTO)
+        snprintf(buf, n, "every shape: %s (forced by VITC_GEMM)", vt_gemm_lib_name(p->force));
+    else if (p->openblas != p->onednn)
+        snprintf(buf, n, "every shape: %s (OpenBLAS runs %s kernels, oneDNN %s)",
+                 vt_gemm_lib_name(p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN),
+                 vt_isa_name(p->openblas), vt_isa_name(p->onednn));
+    else if (p->onednn < VT_ISA_AVX2)
+        snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
+    else
+        snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
+                         "onednn on more; >= 2^20: onednn");
+    return buf;
+}
+
+int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_t n) {
+    const int ob_low = p->openblas < p->cpu, dn_low = p->onednn < p->cpu;
+    if (p->cpu < VT_ISA_AVX2 || (!ob_low && !dn_low)) return 0;
+    char what[160], does[160];
+    if (ob_low && dn_low)
+        snprintf(what, sizeof what, "OpenBLAS (\"%s\", %s) and oneDNN (%s, %s) both run their kernels below",
+                 m->openblas_core, vt_isa_name(p->openblas), m->onednn_isa, vt_isa_name(p->onednn));
+    else if (ob_low)
+        snprintf(what, sizeof what, "OpenBLAS runs its \"%s\" kernels (%s)", m->openblas_core,
+                 vt_isa_name(p->openblas));
+    else
+        snprintf(what, sizeof what, "oneDNN runs its %s kernels (%s)", m->onednn_isa, vt_isa_name(p->onednn));
+    if (p->force != VT_GEMM_AUTO)
+        snprintf(does, sizeof does, "VITC_GEMM=%s forces that library for every GEMM", vt_gemm_lib_name(p->force));
+    else if (p->openblas != p->onednn)
+        snprintf(does, sizeof does, "vitc runs every GEMM on %s",
+                 p->openblas > p->onednn ? "OpenBLAS" : "oneDNN");
+    else
+        snprintf(does, sizeof does, "vitc keeps its shape rule (both libraries are at the same level)");
+    snprintf(buf, n, "%s on this %s CPU (%s); %s", what, vt_isa_name(p->cpu),
+             ob_low ? "OpenBLAS 0.3.21 does not know every recent CPU, and OPENBLAS_CORETYPE overrides its choice"
+                    : "DNNL_MAX_CPU_ISA caps oneDNN",
+             does);
+    return 1;
+}
+
+const char *vt_gemm_lib_name(vt_gemm_lib lib) {
+    return lib == VT_GEMM_OPENBLAS ? "openblas" : lib == VT_GEMM_ONEDNN ? "onednn" : "auto";
+}
+
+const char *vt_isa_name(vt_isa isa) {
+    static const char *const names[] = {"generic SSE", "AVX", "AVX2", "AVX-512"};
+    return names[isa];
+}
+
+void vt_machine_probe(vt_machine *m) {
+    const cpu_feats f = cpu_features();
+    snprintf(m->cpu_model, sizeof m->cpu_model, "unknown");
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (fp && fgets(line, sizeof line, fp)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(m->cpu_model, sizeof m->cpu_model, "%s", colon);
+        break;
+    }
+    if (fp) fclose(fp);
+    m->avx2 = f.avx2;
+    m->avx512 = f.avx512;
+    m->avx512_bf16 = f.avx512_bf16;
+    m->amx = f.amx;
+    m->openblas_core = openblas_get_corename();
+    m->onednn_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GEMM libraries from the command line: `vitc bench` (text and --json) reports the CPU, its ISA, both libraries'
+# kernels, the dispatch rule, each library's sgemm peak and a warning when OpenBLAS runs generic kernels
+# (OPENBLAS_CORETYPE=Prescott emulates Debian's OpenBLAS 0.3.21 on a Xeon it does not know); VITC_GEMM forces a
+# library or is refused; forward logits and training gradients agree across openblas, onednn and auto.
+set -u
+cd "$(dirname "$0")/../.."
+V=./vitc
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
+unset OPENBLAS_CORETYPE VITC_GEMM
+
+# Fields of a bench --json line: prints "ok" or what is wrong. $1: file, $2: python condition on the dict j.
+json_check() {
+    $PY - "$1" "$2" <<'EOF'
+import json, sys
+try:
+    j = json.loads(open(sys.argv[1]).read())
+except Exception as e:
+    print(f"not JSON: {e}"); sys.exit()
+need = {"cpu_model": str, "isa": dict, "openblas_core": str, "onednn_isa": str, "gemm_lib": str, "gemm_rule": str,
+        "sgemm_gflops": float, "sgemm_gflops_openblas": float, "sgemm_gflops_onednn": float}
+for k, t in need.items():
+    if not isinstance(j.get(k), t) or (t is str and not j[k]):
+        print(f"{k} missing or not a {t.__name__}: {j.get(k)!r}"); sys.exit()
+if sorted(j["isa"]) != ["amx", "avx2", "avx512", "avx512_bf16"] or not all(isinstance(v, bool) for v in j["isa"].values()):
+    print(f"isa: {j['isa']}"); sys.exit()
+if "gemm_warning" not in j:
+    print("gemm_warning missing"); sys.exit()
+print("ok" if eval(sys.argv[2]) else f"condition {sys.argv[2]} false for {j}")
+EOF
+}
+
+$V bench vit_fmnist_tiny --batch-size 8 --iters 2 --json >"$T/b.json" 2>"$T/b.err"
+r=$(json_check "$T/b.json" "j['gemm_lib'] == 'auto' and j['sgemm_gflops'] == max(j['sgemm_gflops_openblas'], j['sgemm_gflops_onednn']) > 0")
+check "bench --json reports CPU, ISA, kernels, rule and each library's sgemm peak" "[ '$r' = ok ]" "$r $(cat "$T/b.err")"
+avx2=$($PY -c "import json,sys; print(int(json.load(open(sys.argv[1]))['isa']['avx2']))" "$T/b.json" 2>/dev/null)
+
+$V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/b.txt" 2>&1
+check "bench text names the CPU, the kernels and the dispatch" \
+    "grep -q '^cpu: ' '$T/b.txt' && grep -q '^gemm kernels: OpenBLAS \"' '$T/b.txt' && grep -q '^gemm dispatch (auto): ' '$T/b.txt'" \
+    "$(cat "$T/b.txt")"
+
+if [ "$avx2" = 1 ]; then
+    OPENBLAS_CORETYPE=Prescott $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --json >"$T/p.json" 2>"$T/p.err"
+    r=$(json_check "$T/p.json" "j['openblas_core'] == 'Prescott' and 'oneDNN' in (j['gemm_warning'] or '') and j['gemm_rule'].startswith('every shape: onednn')")
+    check "OPENBLAS_CORETYPE=Prescott: warning, every GEMM on oneDNN" "[ '$r' = ok ]" "$r $(cat "$T/p.err")"
+    OPENBLAS_CORETYPE=Prescott $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/p.txt" 2>&1
+    check "OPENBLAS_CORETYPE=Prescott: a WARNING line saying what vitc does" \
+        "grep -q '^WARNING: OpenBLAS runs its \"Prescott\" kernels.*vitc runs every GEMM on oneDNN' '$T/p.txt'" "$(cat "$T/p.txt")"
+else
+    ok "OPENBLAS_CORETYPE=Prescott: skipped (no AVX2 on this CPU)"
+fi
+
+VITC_GEMM=openblas $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --threads 1 --json >"$T/o.json" 2>"$T/o.err"
+r=$(json_check "$T/o.json" "j['gemm_lib'] == 'openblas' and 'forced' in j['gemm_rule'] and j['threads'] == 1")
+check "VITC_GEMM=openblas forces OpenBLAS (and --threads 1 is reported)" "[ '$r' = ok ]" "$r $(cat "$T/o.err")"
+VITC_GEMM=mkl $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/m.txt" 2>&1
+rc=$?
+check "VITC_GEMM=mkl is refused with a message" "[ $rc -eq 1 ] && grep -q \"GEMM library 'mkl' unknown\" '$T/m.txt'" \
+    "rc $rc: $(cat "$T/m.txt")"
+
+# the same logits and gradients whichever library runs the GEMMs (float32 summation order differs: 1e-4)
+$V init vit_fmnist_tiny -o "$T/w.safetensors" --seed 5 >/dev/null 2>&1
+$PY - "$T/x.safetensors" <<'EOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+r = np.random.default_rng(0)
+st.save(sys.argv[1], {"input": r.standard_normal((5, 1, 28, 28)).astype(np.float32),
+                      "labels": np.array([0, 3, 9, 1, 4], dtype=np.int64)})
+EOF
+for lib in openblas onednn auto; do
+    VITC_GEMM=$lib $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/f_$lib.safetensors" \
+        >"$T/f_$lib.log" 2>&1 || echo "forward $lib failed: $(cat "$T/f_$lib.log")"
+    VITC_GEMM=$lib $V grad vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g_$lib.safetensors" \
+        >"$T/g_$lib.log" 2>&1 || echo "grad $lib failed: $(cat "$T/g_$lib.log")"
+done
+r=$($PY - "$T" <<'EOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+d = sys.argv[1]
+worst = 0.0
+try:
+    for kind in ("f", "g"):
+        ref = st.load(f"{d}/{kind}_openblas.safetensors")
+        for lib in ("onednn", "auto"):
+            other = st.load(f"{d}/{kind}_{lib}.safetensors")
+            assert sorted(ref) == sorted(other), f"{kind} {lib}: tensors differ"
+            for k in ref:
+                a, b = np.asarray(ref[k], np.float64), np.asarray(other[k], np.float64)
+                worst = max(worst, float(np.max(np.abs(a - b)) / (1e-6 + np.max(np.abs(a)))))
+except Exception as e:
+    print(f"error: {e}"); sys.exit()
+print("ok" if worst < 1e-4 else f"worst relative difference {worst:.3g}")
+EOF
+)
+check "forward logits and every gradient agree across openblas, onednn and auto" "[ '$r' = ok ]" "$r"

@@ -1,0 +1,193 @@
+/* vt_gemm against the triple-loop reference for each library (forced) and for the automatic rule: every transpose,
+ * alpha/beta, odd and tiny shapes, M/N/K = 1, leading dimensions wider than the rows, calls inside an OpenMP
+ * parallel region; the rule itself; VITC_GEMM. */
+#include <dirent.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "vitc/gemm.h"
+#include "vitc/ops.h"
+
+#define PAD 7          /* extra columns of every leading dimension (strided operands, as attention's) */
+#define SENTINEL 1e30f /* value of C's padding columns, which vt_gemm must leave alone */
+
+typedef struct {
+    int M, N, K;
+} dims;
+
+/* Max |C - ref| over the M×N block relative to 1 + max |ref|, or INFINITY when a padding column changed or C is not
+ * finite. C starts as NaN when beta == 0 (it must not be read). */
+static double gemm_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alpha, float beta, vt_rng *r) {
+    const int M = d.M, N = d.N, K = d.K;
+    const int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+    const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *C = malloc(sizeof(float) * nc),
+          *R = malloc(sizeof(float) * nc);
+    double err = INFINITY;
+    if (A && B && C && R) {
+        for (size_t i = 0; i < na; i++) A[i] = vt_rng_normal(r);
+        for (size_t i = 0; i < nb; i++) B[i] = vt_rng_normal(r);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++)
+                C[(size_t)i * ldc + j] = j >= N ? SENTINEL : beta == 0.0f ? NAN : vt_rng_normal(r);
+        memcpy(R, C, sizeof(float) * nc);
+        vt_gemm_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+        vt_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        double e = 0.0, scale = 1.0;
+        int ok = 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                const float c = C[(size_t)i * ldc + j], ref = R[(size_t)i * ldc + j];
+                if (j >= N) {
+                    ok &= c == SENTINEL;
+                } else {
+                    ok &= isfinite(c);
+                    e = fmax(e, fabs((double)c - ref));
+                    scale = fmax(scale, 1.0 + fabs(ref));
+                }
+            }
+        err = ok ? e / scale : INFINITY;
+    }
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+    return err;
+}
+
+static const dims shapes[] = {{1, 1, 1}, {1, 1, 9},    {1, 13, 1},   {11, 1, 1},   {1, 33, 17},  {19, 1, 23},
+                              {2, 3, 4}, {5, 7, 3},    {37, 29, 53}, {49, 49, 32}, {64, 64, 64}, {197, 64, 83},
+                              {97, 131, 89}}; /* the last two: above 2^20 MACs, where auto picks oneDNN */
+static const float ab[][2] = {{1.0f, 0.0f}, {0.7f, 0.5f}, {-1.3f, 1.0f}, {0.25f, -2.0f}, {0.0f, 0.5f}};
+
+static void check_libs(vt_test *T) {
+    const char *libs[] = {"openblas", "onednn", "auto"};
+    vt_rng r;
+    vt_rng_seed(&r, 13);
+    for (int l = 0; l < 3; l++) {
+        vt_gemm_plan p;
+        vt_err e = {{0}};
+        T_CHECK(T, vt_gemm_plan_init(&p, libs[l], &e) == 0, "plan %s: %s", libs[l], e.msg);
+        double worst = 0.0;
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int t = 0; t < 4; t++)
+                for (size_t k = 0; k < sizeof ab / sizeof *ab; k++) {
+                    const double err = gemm_err(&p, t >> 1, t & 1, shapes[s], ab[k][0], ab[k][1], &r);
+                    if (!(err < 1e-5))
+                        T_CHECK(T, err < 1e-5, "%s ta=%d tb=%d %dx%dx%d alpha %g beta %g: error %g", libs[l], t >> 1,
+                                t & 1, shapes[s].M, shapes[s].N, shapes[s].K, ab[k][0], ab[k][1], err);
+                    worst = fmax(worst, err);
+                }
+        T_CHECK(T, worst < 1e-5, "%s: worst relative error %g", libs[l], worst);
+    }
+}
+
+/* Threads of this process (Linux: entries of /proc/self/task), or -1. */
+static int os_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Each thread of a parallel region runs its own GEMMs (as attention does per head): results as on one thread, and
+ * neither library starts threads of its own (both run on the OpenMP pool: no oversubscription). */
+static void check_in_parallel(vt_test *T) {
+    const char *libs[] = {"openblas", "onednn", "auto"};
+    for (int l = 0; l < 3; l++) {
+        vt_gemm_plan p;
+        vt_err e = {{0}};
+        vt_gemm_plan_init(&p, libs[l], &e);
+        double worst = 0.0;
+        int inpar = 1;
+#pragma omp parallel num_threads(2) reduction(max : worst) reduction(& : inpar)
+        {
+            vt_rng r;
+            vt_rng_seed(&r, 100 + (uint64_t)omp_get_thread_num());
+            inpar = omp_get_num_threads() < 2 || omp_in_parallel();
+            for (int t = 0; t < 4; t++) {
+                worst = fmax(worst, gemm_err(&p, t >> 1, t & 1, (dims){197, 64, 83}, 0.125f, 1.0f, &r));
+                worst = fmax(worst, gemm_err(&p, t >> 1, t & 1, (dims){49, 49, 32}, 1.0f, 0.0f, &r));
+            }
+        }
+        T_CHECK(T, inpar, "%s: omp_in_parallel() false inside the region", libs[l]);
+        const int nt = os_threads(), most = omp_get_max_threads() > 2 ? omp_get_max_threads() : 2;
+        T_CHECK(T, nt <= most, "%s: %d OS threads after GEMMs inside and outside parallel regions, OpenMP allows %d",
+                libs[l], nt, most);
+        T_CHECK(T, worst < 1e-5, "%s inside omp parallel: worst relative error %g", libs[l], worst);
+    }
+}
+
+/* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
+static void check_rule(vt_test *T) {
+    const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512};
+    T_CHECK(T, vt_gemm_choose(&same, 2, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 197, 197, 64) == DN, "attention tile on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 3152, 576, 192) == DN, "large shape: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 1 << 20, 1 << 20, 1 << 20) == DN, "no overflow in M*N*K");
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512};
+    T_CHECK(T, vt_gemm_choose(&prescott, 1, 4, 4, 4) == DN, "generic OpenBLAS kernel: onednn even for tiny shapes");
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC};
+    T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX};
+    T_CHECK(T, vt_gemm_choose(&old, 2, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
+    vt_gemm_plan forced = prescott;
+    forced.force = OB;
+    T_CHECK(T, vt_gemm_choose(&forced, 2, 3152, 576, 192) == OB, "forced openblas");
+    char buf[256];
+    T_CHECK(T, strstr(vt_gemm_rule(&prescott, buf, sizeof buf), "onednn") != NULL, "rule text: %s", buf);
+    T_CHECK(T, strstr(vt_gemm_rule(&forced, buf, sizeof buf), "forced") != NULL, "rule text: %s", buf);
+}
+
+/* vt_gemm_plan_init's names; VITC_GEMM reaches the graph, and a bad value is an error of vt_graph_new. */
+static void check_override(vt_test *T) {
+    vt_gemm_plan p;
+    vt_err e = {{0}};
+    T_CHECK(T, vt_gemm_plan_init(&p, NULL, &e) == 0 && p.force == VT_GEMM_AUTO, "NULL: auto");
+    T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0 && p.force == VT_GEMM_ONEDNN, "onednn");
+    T_CHECK(T, vt_gemm_plan_init(&p, "openblas", &e) == 0 && p.force == VT_GEMM_OPENBLAS, "openblas");
+    T_CHECK(T, vt_gemm_plan_init(&p, "mkl", &e) == -1 && strstr(e.msg, "'mkl'") && strstr(e.msg, "VITC_GEMM"),
+            "bad name: %s", e.msg);
+    const char *old = getenv("VITC_GEMM");
+    char *saved = old ? strdup(old) : NULL;
+    vt_err ge = {{0}};
+    vt_params *P = vt_params_new(&ge);
+    setenv("VITC_GEMM", "openblas", 1);
+    vt_graph *g = vt_graph_new(P, 0, &ge);
+    T_CHECK(T, g && g->gemm.force == VT_GEMM_OPENBLAS, "VITC_GEMM=openblas reaches the graph");
+    vt_graph_free(g);
+    setenv("VITC_GEMM", "fast", 1);
+    g = vt_graph_new(P, 0, &ge);
+    T_CHECK(T, !g && strstr(ge.msg, "'fast'"), "VITC_GEMM=fast: %s", ge.msg);
+    if (saved)
+        setenv("VITC_GEMM", saved, 1);
+    else
+        unsetenv("VITC_GEMM");
+    free(saved);
+    vt_params_free(P);
+}
+
+/* The machine description names both libraries' kernels. */
+static void check_machine(vt_test *T) {
+    vt_machine m;
+    vt_machine_probe(&m);
+    T_CHECK(T, m.cpu_model[0] && m.openblas_core && m.openblas_core[0] && m.onednn_isa && m.onednn_isa[0],
+            "machine: '%s', '%s', '%s'", m.cpu_model, m.openblas_core ? m.openblas_core : "(null)",
+            m.onednn_isa ? m.onednn_isa : "(null)");
+}
+
+void test_gemm(vt_test *T) {
+    check_libs(T);
+    check_in_parallel(T);
+    check_rule(T);
+    check_override(T);
+    check_machine(T);
+}
