@@ -24,7 +24,7 @@ DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcj
 DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
 
-.PHONY: all deps deps-test deps-demo test unit asan fuzz demo clean bench compare
+.PHONY: all deps deps-test deps-demo test unit asan fuzz demo clean bench compare link-flags
 all: vitc
 
 vitc: build/tools/vitc.o build/libvitc.a
@@ -92,6 +92,10 @@ bench: deps-test
 
 clean:
 	rm -rf build build-asan vitc
+
+# The compiler and linker flags a C program needs with build/libvitc.a (the reference tests' C drivers use them).
+link-flags:
+	@echo $(PKG_CFLAGS) $(LDLIBS)
 
 # Fuzzing with libFuzzer (clang; ASan+UBSan): the strict safetensors reader, and the image path (decoders +
 # preprocessing). `make fuzz` runs each target FUZZ_SECONDS (default 20) s on a seed corpus in build/fuzz_corpus_*

@@ -160,7 +160,7 @@ def build_driver(rep):
     if not lib.is_file():
         rep.check("driver-build", False, f"{lib} missing (run make vitc first)")
         return None
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "openblas", "libcjson", "stb", "zlib"],
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "link-flags"],
                            capture_output=True, text=True).stdout.split()
     exe = TMP / "pvt_driver"
     cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-O2",
