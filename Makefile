@@ -80,12 +80,14 @@ demo: deps-demo
 	$(MAKE) --no-print-directory vitc
 	bash tools/demo.sh
 
-# Trains the small Fashion-MNIST ViT host with each block and writes runs/compare/compare.md (~15 min on 2 cores).
+# Trains the small Fashion-MNIST hosts (plain ViT, 2-stage Swin) with each block; writes runs/compare/compare.md
+# (~30 min on 2 cores).
 compare: deps-test
 	$(MAKE) --no-print-directory vitc
-	/usr/bin/python3 bench/compare_blocks.py
+	/usr/bin/python3 bench/compare_blocks.py --epochs 3 --train-subset 15000
 
-# PyTorch vs vitc throughput, DeiT-Ti and DeiT-S, batch 1 and 16, inference and training.
+# PyTorch vs vitc throughput, DeiT-T/S and the hierarchical hosts (Swin-T, FLatten-Swin-T, PVTv2-b1, FLatten-PVTv2-b1,
+# CSwin-T), batch 1 and 16, inference and training (about an hour on 2 cores).
 bench: deps-test
 	$(MAKE) --no-print-directory vitc
 	/usr/bin/python3 bench/compare_torch.py
