@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
 # The CLI built with ASan + UBSan (build-asan/vitc, leak detection on): a short Fashion-MNIST training run with a
 # resume, then init, forward, grad, deploy, predict and bench on small models; any sanitizer report fails the test.
-set -u
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/lib.sh"
 V=./build-asan/vitc
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
 # run NAME CMD...: exit 0 and no sanitizer report
 run() {
     local name=$1

@@ -3,15 +3,9 @@
 # kernels, the dispatch rule, each library's sgemm peak and a warning when OpenBLAS runs generic kernels
 # (OPENBLAS_CORETYPE=Prescott emulates Debian's OpenBLAS 0.3.21 on a Xeon it does not know); VITC_GEMM forces a
 # library or is refused; forward logits and training gradients agree across openblas, onednn and auto.
-set -u
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 unset OPENBLAS_CORETYPE VITC_GEMM
 
 # Fields of a bench --json line: prints "ok" or what is wrong. $1: file, $2: python condition on the dict j.

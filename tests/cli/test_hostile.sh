@@ -4,14 +4,8 @@
 # end with a clear message and its exit status, leave every input unchanged, and never crash; then training killed
 # with SIGKILL at random moments and resumed each time ends bit-identical to an uninterrupted run, with one
 # metrics.csv row per epoch.
-set -u
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/lib.sh"
 V=./vitc
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 # expect NAME RC WORDS CMD...: exit status RC (not a signal), stderr containing WORDS
 expect() {
     local name=$1 want=$2 words=$3

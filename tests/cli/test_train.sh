@@ -5,14 +5,8 @@
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up; drop-path (resume-exact);
 # eval and bad arguments.
-set -u
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/lib.sh"
 V=./vitc
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 
 COMMON="vit_fmnist_tiny --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 1024 --test-subset 256 --seed 3 --log-every 8"
 

@@ -115,3 +115,22 @@ def scalar(x):
     x = np.asarray(x)
     assert x.size == 1, f"expected a scalar, got shape {x.shape}"
     return float(x.reshape(()))
+
+
+def build_driver(rep, name, outdir):
+    """Compiles tests/reference/<name>.c against build/libvitc.a with the Makefile's flags (`make link-flags`) into
+    outdir; reports `driver-build` and returns the executable's path, or None."""
+    import shlex
+    lib, src = ROOT / "build" / "libvitc.a", ROOT / "tests" / "reference" / f"{name}.c"
+    if not lib.is_file():
+        rep.check("driver-build", False, f"{lib} missing (run make vitc first)")
+        return None
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "link-flags"],
+                           capture_output=True, text=True).stdout.split()
+    exe = Path(outdir) / name
+    cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-O2",
+           "-fopenmp", f"-I{ROOT / 'include'}", str(src), str(lib), "-o", str(exe)] + flags + ["-lm", "-fopenmp"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if not rep.check("driver-build", p.returncode == 0, p.stderr[-800:] or shlex.join(cmd)):
+        return None
+    return exe

@@ -23,8 +23,6 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
   full      pvt_tiny at 224 / 1000 classes: names and eval logits
 Run: /usr/bin/python3 tests/reference/test_pvt.py      (needs ./vitc and build/libvitc.a)
 """
-import os
-import shlex
 import subprocess
 import time
 
@@ -33,7 +31,7 @@ import torch
 import harness
 import pvt_ref
 import st
-from common import ROOT, Report, grad_err, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
+from common import Report, build_driver, grad_err, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
 
 torch.set_num_threads(1)   # small float64 models: one thread is fastest on the shared 2-core host
 
@@ -155,24 +153,9 @@ def test_sizes(rep):
               and "--img-size" in msg, f"rc {p.returncode}: {msg}")
 
 
-def build_driver(rep):
-    lib, src = ROOT / "build" / "libvitc.a", ROOT / "tests" / "reference" / "pvt_driver.c"
-    if not lib.is_file():
-        rep.check("driver-build", False, f"{lib} missing (run make vitc first)")
-        return None
-    flags = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "link-flags"],
-                           capture_output=True, text=True).stdout.split()
-    exe = TMP / "pvt_driver"
-    cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-O2",
-           "-fopenmp", f"-I{ROOT / 'include'}", str(src), str(lib), "-o", str(exe)] + flags + ["-lm", "-fopenmp"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if not rep.check("driver-build", p.returncode == 0, p.stderr[-800:] or shlex.join(cmd)):
-        return None
-    return exe
-
 
 def test_nonsquare(rep):
-    exe = build_driver(rep)
+    exe = build_driver(rep, "pvt_driver", TMP)
     if exe is None:
         return
     cases = (("pvt_v2_b1", 61, 37, None), ("pvt_v2_b1_hmhsa_cffn", 29, 64, None), ("pvt_v2_b1", 32, 96, None),

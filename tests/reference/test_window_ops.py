@@ -11,15 +11,13 @@ larger than the map (torchvision clears the shift), and a shift cleared on one a
 Checks: forward output and patch merge ≤ 1e-4 (scale_err), gradients of the input, the bias table and the qkv
 weight ≤ 1e-3 (grad_err), the relative_position_index and the shift mask exactly.
 """
-import os
-import shlex
 import subprocess
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import ROOT, Report, grad_err, scale_err, tmpdir
+from common import Report, build_driver, grad_err, scale_err, tmpdir
 
 
 def rel_index(wh, ww):
@@ -86,21 +84,6 @@ def patch_merge(x):
     return x.reshape(x.shape[0], -1, x.shape[-1])
 
 
-def build_driver(rep, d):
-    lib, src = ROOT / "build" / "libvitc.a", ROOT / "tests" / "reference" / "window_ops_driver.c"
-    if not lib.is_file():
-        rep.check("driver-build", False, f"{lib} missing (run make vitc first)")
-        return None
-    flags = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "link-flags"],
-                           capture_output=True, text=True).stdout.split()
-    exe = d / "window_ops_driver"
-    cmd = [os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-O2",
-           "-fopenmp", f"-I{ROOT / 'include'}", str(src), str(lib), "-o", str(exe)] + flags + ["-lm", "-fopenmp"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if not rep.check("driver-build", p.returncode == 0, p.stderr[-800:] or shlex.join(cmd)):
-        return None
-    return exe
-
 
 CASES = [  # B, H, W, C, heads, window (wh, ww), shift (sh, sw)
     (2, 8, 8, 12, 3, (4, 4), (2, 2)),      # Microsoft's setting: whole windows, shift = window / 2
@@ -117,7 +100,7 @@ CASES = [  # B, H, W, C, heads, window (wh, ww), shift (sh, sw)
 def main():
     rep = Report()
     d = tmpdir()
-    exe = build_driver(rep, d)
+    exe = build_driver(rep, "window_ops_driver", d)
     try:
         from torchvision.models.swin_transformer import shifted_window_attention as tv_swa
     except Exception:  # torchvision is optional: the transcription above is the reference
