@@ -42,6 +42,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+import flatten_ref
 from torch import nn
 
 _C = dict(mlp_ratio=4.0, qkv_bias=True, ln_eps=1e-5, in_chans=3, num_classes=1000, focusing_factor=3,
@@ -190,32 +192,18 @@ class FocusedLinearAttention(nn.Module):
         self.get_v = nn.Conv2d(dim, dim, 3, 1, 1, groups=dim)
         self.dwc = nn.Conv2d(d, d, kernel, 1, kernel // 2, groups=d)
 
-    def phi(self, t, s):
-        t = (F.relu(t) + 1e-6) / s
-        tn = t.norm(dim=-1, keepdim=True)            # over all C channels of the token (every head together)
-        t = t ** self.p
-        return t / t.norm(dim=-1, keepdim=True) * tn
-
     def forward(self, q, k, v, dense=False):         # each (B, R*R, C)
         B, N, C = q.shape
         R, h = self.res, self.heads
         assert N == R * R, "token count does not match the stage resolution"
         s = F.softplus(self.scale)                   # beta 1, threshold 20
-        q = self.phi(q, s)
-        k = self.phi(k + self.positional_encoding, s)
-        qh, kh, vh = (split_heads(t, h) for t in (q, k, v))
-        if dense:                                    # O(N^2) form; 1e-6 placed as the code places it
-            a = qh @ kh.transpose(-2, -1)
-            o = (a @ vh) / (a.sum(-1, keepdim=True) + N * 1e-6)
-        else:
-            z = 1 / (qh @ kh.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)
-            kv = (kh.transpose(-2, -1) * N ** -0.5) @ (vh * N ** -0.5)
-            o = (qh @ kv) * z
+        o = flatten_ref.attend(flatten_ref.focus(q, s, self.p),
+                               flatten_ref.focus(k + self.positional_encoding, s, self.p), v, h, dense)
         d = C // h
-        vimg = vh.reshape(B * h, R, R, d).permute(0, 3, 1, 2)                # (B*h, d, R, R), kernel shared by heads
+        vimg = split_heads(v, h).reshape(B * h, R, R, d).permute(0, 3, 1, 2)  # (B*h, d, R, R), kernel shared by heads
         dwc = self.dwc(vimg).reshape(B, C, N).transpose(1, 2)                # channel i*d + c
         lepe = image_to_tokens(self.get_v(tokens_to_image(v, R, R)))         # depthwise 3x3 over all C
-        return merge_heads(o) + dwc + lepe
+        return o + dwc + lepe
 
 
 class Mlp(nn.Module):

@@ -35,6 +35,8 @@ from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
+
+import flatten_ref
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -168,12 +170,6 @@ class FocusedLinearAttention(_KVInput):
         self._init_sr(dim, sr, eps_sr)
         self.dwc = nn.Conv2d(d, d, kernel_size, padding=kernel_size // 2, groups=d)   # one head's d channels
 
-    def focus(self, t, s):
-        t = (F.relu(t) + 1e-6) / s
-        tn = t.norm(dim=-1, keepdim=True)                           # over all C channels (all heads jointly)
-        t = t ** self.p
-        return t / t.norm(dim=-1, keepdim=True) * tn
-
     def forward(self, x, H, W, dense=False):
         B, N, C = x.shape
         h, d = self.heads, C // self.heads
@@ -187,15 +183,8 @@ class FocusedLinearAttention(_KVInput):
         k, v = kv[..., :C], kv[..., C:]
         k = k + self.positional_encoding                            # keys only, before the ReLU
         s = F.softplus(self.scale)                                  # beta 1, threshold 20
-        q, k = self.focus(q, s), self.focus(k, s)
-        q, k, v = (t.reshape(B, -1, h, d).transpose(1, 2) for t in (q, k, v))     # (B, h, tokens, d)
-        if dense:     # O(N n) form, with the 1e-6 where the code puts it (self-test only)
-            a = q @ k.transpose(-2, -1)
-            o = (a @ v) / (a.sum(-1, keepdim=True) + n * 1e-6)
-        else:
-            z = 1 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)
-            o = (q @ ((k.transpose(-2, -1) * n ** -0.5) @ (v * n ** -0.5))) * z
-        o = o.transpose(1, 2).reshape(B, N, C)
+        o = flatten_ref.attend(flatten_ref.focus(q, s, self.p), flatten_ref.focus(k, s, self.p), v, h, dense)
+        v = flatten_ref.split_heads(v, h)                           # (B, h, n, d)
         if n != N:    # sr > 1: v linearly interpolated along the token axis from n to N (align_corners False)
             v = F.interpolate(v.transpose(-2, -1).reshape(B * h, d, n), size=N, mode="linear")
             v = v.reshape(B, h, d, N).transpose(-2, -1)

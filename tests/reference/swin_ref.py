@@ -47,6 +47,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+import flatten_ref
 from torch import nn
 
 LN_EPS = 1e-5           # every LayerNorm of every layout (nn.LayerNorm default)
@@ -302,21 +304,11 @@ class FocusedLinearAttention(nn.Module):
         h = self.heads
         t = self.qkv(x).reshape(B, N, 3, C)
         q, k, v = t[:, :, 0], t[:, :, 1], t[:, :, 2]
-        k = k + self.positional_encoding
         s = F.softplus(self.scale)
-        q = (F.relu(q) + 1e-6) / s
-        k = (F.relu(k) + 1e-6) / s
-        qn, kn = q.norm(dim=-1, keepdim=True), k.norm(dim=-1, keepdim=True)
-        q, k = q ** self.p, k ** self.p
-        q = q / q.norm(dim=-1, keepdim=True) * qn
-        k = k / k.norm(dim=-1, keepdim=True) * kn
-        q, k, v = (u.reshape(B, N, h, C // h).transpose(1, 2) for u in (q, k, v))   # (B, h, N, d)
-        z = 1.0 / (q @ k.mean(dim=2, keepdim=True).transpose(-2, -1) + 1e-6)
-        kv = (k.transpose(-2, -1) * N ** -0.5) @ (v * N ** -0.5)
-        o = (q @ kv) * z
-        o = o.transpose(1, 2).reshape(B, N, C)
+        o = flatten_ref.attend(flatten_ref.focus(q, s, self.p), flatten_ref.focus(k + self.positional_encoding, s, self.p),
+                               v, h)
         g = math.isqrt(N)
-        vimg = v.reshape(B * h, g, g, C // h).permute(0, 3, 1, 2)
+        vimg = flatten_ref.split_heads(v, h).reshape(B * h, g, g, C // h).permute(0, 3, 1, 2)
         o = o + self.dwc(vimg).reshape(B, C, N).transpose(1, 2)
         return self.proj(o)
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import flatten_ref
 import st
 from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
 
@@ -53,35 +54,19 @@ class FocusedLinearAttention(nn.Module):
         k, v = kv[:, :, 0], kv[:, :, 1]
         k = k + self.positional_encoding
         s = F.softplus(self.scale)                       # beta 1, threshold 20
-        q = (F.relu(q) + 1e-6) / s
-        k = (F.relu(k) + 1e-6) / s
-        qn, kn = q.norm(dim=-1, keepdim=True), k.norm(dim=-1, keepdim=True)
-        q, k = q ** self.p, k ** self.p
-        q = q / q.norm(dim=-1, keepdim=True) * qn
-        k = k / k.norm(dim=-1, keepdim=True) * kn
-        h, d = self.heads, C // self.heads
-        q, k, v = (t.reshape(B, N, h, d).permute(0, 2, 1, 3) for t in (q, k, v))   # (B, h, N, d)
-        return q, k, v
+        return flatten_ref.focus(q, s, self.p), flatten_ref.focus(k, s, self.p), v     # (B, N, C) each
 
     def dwc_term(self, v, B, N, C):
         h, d, lead = self.heads, C // self.heads, self.lead
         side = math.isqrt(N - lead)
-        vg = v[:, :, lead:].reshape(B * h, side, side, d).permute(0, 3, 1, 2)        # (B·h, d, H, W)
+        vg = flatten_ref.split_heads(v, h)[:, :, lead:].reshape(B * h, side, side, d).permute(0, 3, 1, 2)        # (B·h, d, H, W)
         t = self.dwc(vg).reshape(B, C, side * side).permute(0, 2, 1)              # channel i·d + c
         return torch.cat([t.new_zeros(B, lead, C), t], dim=1)
 
     def forward(self, x, dense=False):
         B, N, C = x.shape
         q, k, v = self.kernels(x)
-        n = k.shape[2]
-        if dense:    # O(N²) form of spec §1.2, with the 1e-6 placed as the code places it
-            a = q @ k.transpose(-2, -1)
-            o = (a @ v) / (a.sum(-1, keepdim=True) + n * 1e-6)
-        else:
-            z = 1 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)
-            kv = (k.transpose(-2, -1) * n ** -0.5) @ (v * n ** -0.5)
-            o = (q @ kv) * z
-        o = o.transpose(1, 2).reshape(B, N, C) + self.dwc_term(v, B, N, C)
+        o = flatten_ref.attend(q, k, v, self.heads, dense) + self.dwc_term(v, B, N, C)
         return self.proj(o)
 
 

@@ -229,8 +229,8 @@ def test_model(rep, tmp, tag, model, args, cfg, dbl, seed):
         ref_dep = build(cfg, dbl, False, sd_dep).eval()(x.double())
     e = scale_err(ref_dep, ref_tr)
     rep.check(f"{tag} reference merge", e <= 1e-6, f"deployed vs training-form eval logits {e:.2e}")
-    y_dep = run_forward(rep, f"({tag}) forward deployed", [model, *args], w_dep, xin, tmp / f"{tag}_yd.safetensors",
-                        ref_dep)
+    run_forward(rep, f"({tag}) forward deployed", [model, *args], w_dep, xin, tmp / f"{tag}_yd.safetensors",
+                ref_dep)
     y_tr = run_forward(rep, f"({tag}) forward training form (eval)", [model, *args, "--train-form"], w_tr, xin,
                        tmp / f"{tag}_yt.safetensors", ref_tr)
 

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 import harness  # noqa: E402
 import st  # noqa: E402
 import swin_ref  # noqa: E402
-from common import Report, have_vitc, info, tmpdir, vitc  # noqa: E402
+from common import Report, have_vitc, tmpdir, vitc  # noqa: E402
 
 DIMS = [16, 32, 64, 128]
 PAPER_M = {"swin_t": 28.20, "swin_t_msf": 30.36, "swin_t_msf_g2": 26.04, "swin_s": 49.43, "swin_s_msf": 53.36,
