@@ -7,27 +7,43 @@ each binary's best img/s. Prints a table with the CPU model and GEMM kernels, th
 and its share of the machine's best GEMM rate (the largest 1024^3 sgemm GFLOP/s that any run's bench measured with
 either library).
 
-    /usr/bin/python3 bench/vitc_before_after.py --old /tmp/vitc-old/vitc [--new ./vitc] [--reps 3] [--markdown F]
+    /usr/bin/python3 bench/vitc_before_after.py --old /tmp/vitc-old/vitc [--new ./vitc] [--reps 3] [--threads N]
+                                                [--markdown F]
+
+On a shared machine, 2-thread runs stall whenever another process holds the second core (a thread waits at every
+OpenMP barrier until the scheduler runs its partner again, ~10 ms): compare with --threads 1 there, or use
+--quiet-wait S to start every run when nothing else is runnable.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = {"unset": {}, "Prescott": {"OPENBLAS_CORETYPE": "Prescott"}}
 CASES = [(m, b, t) for m in ("deit_tiny_patch16_224", "deit_small_patch16_224") for b in (1, 16) for t in (0, 1)]
 
 
-def bench(binary, model, batch, train, setting):
+def wait_quiet(limit_s):
+    """Waits (at most limit_s) until no other process is runnable (/proc/loadavg's running count is 1: us)."""
+    t0 = time.time()
+    while time.time() - t0 < limit_s:
+        with open("/proc/loadavg") as f:
+            if int(f.read().split()[3].split("/")[0]) <= 1:
+                return
+        time.sleep(1)
+
+
+def bench(binary, model, batch, train, setting, threads):
     env = dict(os.environ)
     for k in ("OPENBLAS_CORETYPE", "DNNL_MAX_CPU_ISA", "VITC_GEMM"):
         env.pop(k, None)
     env.update(SETTINGS[setting])
     iters = 20 if batch == 1 else 4
-    cmd = [binary, "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json"] + (["--train"] if train
-                                                                                                   else [])
+    cmd = [binary, "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json"]
+    cmd += (["--train"] if train else []) + (["--threads", str(threads)] if threads else [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
@@ -40,6 +56,9 @@ def main():
     ap.add_argument("--new", default=os.path.join(ROOT, "vitc"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--settings", default="unset,Prescott")
+    ap.add_argument("--threads", type=int, default=0, help="--threads for both binaries (default: theirs, all cores)")
+    ap.add_argument("--quiet-wait", type=float, default=0,
+                    help="before each run, wait up to this many seconds for no other runnable process")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     settings = a.settings.split(",")
@@ -50,7 +69,10 @@ def main():
             for c in CASES:
                 order = ("old", "new") if (r + CASES.index(c)) % 2 == 0 else ("new", "old")
                 for which in order:
-                    j = bench(a.old if which == "old" else a.new, *c, s)
+                    wait_quiet(a.quiet_wait)
+                    j = bench(a.old if which == "old" else a.new, *c, s, a.threads)
+                    print(f"  {s} {c[0]} b{c[1]} {'train' if c[2] else 'infer'} {which}: {j['img_per_s']:.2f} img/s",
+                          file=sys.stderr, flush=True)
                     peak = max(peak, j["sgemm_gflops"], j.get("sgemm_gflops_onednn", 0.0),
                                j.get("sgemm_gflops_openblas", 0.0))
                     k = (s, c, which)
