@@ -105,6 +105,16 @@ static void check_decode(vt_test *T) {
     fclose(f);
     vt_clearerr(&e);
     T_CHECK(T, vt_image_load(path, &p, out, &e) != 0 && strstr(e.msg, "truncated"), "truncated PPM: %s", e.msg);
+    /* a binary PNM cut inside its header (found by the image fuzzer: stb_image made a 15532×6536 image from 14 bytes) */
+    static const char *const cut_headers[] = {"P5 15532 6536 ", "P6\n5 4\n", "P5 5 4 25"};
+    for (int k = 0; k < 3; k++) {
+        f = fopen(path, "wb");
+        fputs(cut_headers[k], f);
+        fclose(f);
+        vt_clearerr(&e);
+        T_CHECK(T, vt_image_load(path, &p, out, &e) != 0 && strstr(e.msg, "truncated"), "PNM header '%s': %s",
+                cut_headers[k], e.msg);
+    }
     /* BMP (written by stb_image_write): whole file decodes; cut in half it must be refused, not zero-filled */
     p.chans = 3;
     T_CHECK(T, stbi_write_bmp(path, 5, 4, 3, pix) != 0, "stbi_write_bmp");

@@ -193,7 +193,7 @@ static long long tga_rle_end(const unsigned char *b, size_t n, size_t at, long l
 }
 
 /* Bytes the file must have for its header's pixels (uncompressed BMP, binary PNM, TGA), 0 when not checkable,
- * -1 for an RLE TGA whose packets end before its pixels do. */
+ * -1 for an RLE TGA whose packets end before its pixels do or a binary PNM cut inside its header. */
 static long long needed_bytes(const unsigned char *hd, size_t n) {
     if (n >= 34 && hd[0] == 'B' && hd[1] == 'M') {
         const long long off = le32(hd + 10), w = (int32_t)le32(hd + 18), h = (int32_t)le32(hd + 22);
@@ -208,7 +208,8 @@ static long long needed_bytes(const unsigned char *hd, size_t n) {
             while (i < n && (hd[i] == ' ' || hd[i] == '\t' || hd[i] == '\n' || hd[i] == '\r' || hd[i] == '#'))
                 if (hd[i++] == '#')
                     while (i < n && hd[i] != '\n') i++;
-            if (i >= n || hd[i] < '0' || hd[i] > '9') return 0;
+            if (i >= n) return -1; /* the header ends before its three numbers (stb would invent the pixels) */
+            if (hd[i] < '0' || hd[i] > '9') return 0;
             while (i < n && hd[i] >= '0' && hd[i] <= '9' && v[k] < (1LL << 31)) v[k] = v[k] * 10 + (hd[i++] - '0');
         }
         return (long long)i + 1 + v[0] * v[1] * (hd[1] == '6' ? 3 : 1) * (v[2] > 255 ? 2 : 1);
