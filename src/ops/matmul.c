@@ -49,10 +49,9 @@ static vt_tensor *lin_res(const vt_node *n) {
     return p->has_res ? n->in[2 + p->has_bias] : NULL;
 }
 
-/* Rows [r0, r1) of h = r + b (either may be NULL; zero when both are), then h += x·wᵀ. */
-static void lin_rows(const vt_node *n, int r0, int r1, float *h) {
-    const linear_p *p = VT_OP_P(n, linear_p);
-    const int Ci = p->Ci, Co = p->Co;
+/* Rows [r0, r1) of h = r + b (either may be NULL; then nothing is written). */
+static void lin_init(const vt_node *n, int r0, int r1, float *h) {
+    const int Co = VT_OP_P(n, linear_p)->Co;
     const float *b = lin_bias(n), *res = lin_res(n) ? lin_res(n)->data : NULL;
     for (int r = r0; r < r1; r++) {
         float *hr = h + (size_t)r * Co;
@@ -62,8 +61,14 @@ static void lin_rows(const vt_node *n, int r0, int r1, float *h) {
         else if (b || rr)
             memcpy(hr, b ? b : rr, sizeof(float) * (size_t)Co);
     }
-    gemm(n, 0, 1, r1 - r0, Co, Ci, 1.0f, n->in[0]->data + (size_t)r0 * Ci, Ci, n->in[1]->data, Ci,
-         (b || res) ? 1.0f : 0.0f, h + (size_t)r0 * Co, Co);
+}
+
+/* Rows [r0, r1) of h += x·wᵀ, onto what lin_init wrote (h = x·wᵀ when there is neither bias nor residual). */
+static void lin_gemm(const vt_node *n, int r0, int r1, float *h) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    const int beta1 = lin_bias(n) || lin_res(n);
+    gemm(n, 0, 1, r1 - r0, p->Co, p->Ci, 1.0f, n->in[0]->data + (size_t)r0 * p->Ci, p->Ci, n->in[1]->data, p->Ci,
+         beta1 ? 1.0f : 0.0f, h + (size_t)r0 * p->Co, p->Co);
 }
 
 /* y[i] = GELU(y[i]) for i in [i0, i1), with d[i] = GELU'(y[i]) when d is not NULL. */
@@ -79,8 +84,12 @@ static void linear_fwd(vt_node *n) {
     const int R = lp->R, Co = lp->Co, act = lp->gelu;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = omp_get_max_threads();
-    if (!act || R < 2 * PANEL_ROWS) { /* one multi-threaded sgemm over all rows */
-        lin_rows(n, 0, R, y);
+    if (!act || R < 2 * PANEL_ROWS) { /* one multi-threaded sgemm over all rows, after a threaded bias/residual */
+        if (lin_bias(n) || lin_res(n)) {
+#pragma omp parallel for schedule(static) if (R >= 64)
+            for (int r0 = 0; r0 < R; r0 += 32) lin_init(n, r0, r0 + 32 < R ? r0 + 32 : R, y);
+        }
+        lin_gemm(n, 0, R, y);
         if (act) {
             const int64_t N = (int64_t)R * Co, chunk = 4096;
 #pragma omp parallel for schedule(static)
@@ -93,7 +102,8 @@ static void linear_fwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < np; p++) {
         const int r0 = (int)((int64_t)R * p / np), r1 = (int)((int64_t)R * (p + 1) / np);
-        lin_rows(n, r0, r1, y);
+        lin_init(n, r0, r1, y);
+        lin_gemm(n, r0, r1, y);
         gelu_rows(y, d, (int64_t)r0 * Co, (int64_t)r1 * Co);
     }
 }
