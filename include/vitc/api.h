@@ -108,7 +108,7 @@ VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc
 /** Frees a model and everything it holds (NULL is fine). */
 VITC_API void vitc_close(vitc_model *m);
 
-/** Fills info with the model's name, input geometry, classes and size; the strings live as long as the model. */
+/** Fills info with the model's name, input geometry, classes and size (strings live as long as the model). */
 VITC_API void vitc_get_info(const vitc_model *m, vitc_info *info);
 
 /** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PNM) with the model's eval transform: out[i] gets the top-k

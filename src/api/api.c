@@ -124,6 +124,7 @@ void vitc_close(vitc_model *m) {
 }
 
 void vitc_get_info(const vitc_model *m, vitc_info *info) {
+    if (!m || !info) return;
     const vt_arch_cfg *a = &m->cfg.arch;
     info->name = m->cfg.name;
     info->family = m->cfg.family->name;
