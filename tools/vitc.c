@@ -431,7 +431,8 @@ static int cmd_forward(opts *o) {
         die("%s", e.msg);
     } else if (x) {
         vt_predictor_forward(&p, x, B);
-        vt_st_out out[VT_MAX_STAGES] = {{"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
+        vt_st_out out[VT_MAX_STAGES] = {
+            {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
         static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
         for (int i = 0; i < p.nmaps; i++) {
             out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, p.maps[i]->data};

@@ -1,4 +1,4 @@
-/* Progress lines: redrawn in place on a terminal ("\r" + text + erase to the end of the line), plain lines otherwise. */
+/* Progress lines: redrawn in place on a terminal ("\r", text, erase to the end of the line), plain lines otherwise. */
 #include "vitc/progress.h"
 
 #include <stdio.h>

@@ -196,7 +196,8 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
     if (n < 1 || batch < 1 || k < 1) return vt_seterr(e, "predict needs n, batch and k >= 1");
     vt_predictor p;
     if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
-    const int bad = vt_predictor_classify(&p, file_source, (void *)paths, paths, n, k, out, inputs, logits, NULL, progress);
+    const int bad =
+        vt_predictor_classify(&p, file_source, (void *)paths, paths, n, k, out, inputs, logits, NULL, progress);
     vt_predictor_free(&p);
     return bad;
 }
