@@ -1,5 +1,7 @@
 # vitc build. `make` builds the CLI; `make test` installs test deps and runs every test;
-# `make demo` installs deps, builds and trains a small ViT on Fashion-MNIST.
+# `make demo` installs deps, builds and trains a small ViT on Fashion-MNIST;
+# `make install [PREFIX=/usr/local] [DESTDIR=]` installs the CLI, libvitc.so/.a, the public headers and vitc.pc;
+# `make docs` writes the API reference (Doxygen) to build/docs/html.
 PKGS      := openblas libcjson stb zlib libpng libturbojpeg
 CC        ?= cc
 WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L
@@ -13,6 +15,18 @@ LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 
 SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
+# The shared library: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is exported.
+PIC_OBJ   := $(SRC:%.c=build-pic/%.o)
+VERSION   := 0.1.0
+SOVERSION := 0
+SHLIB     := build/libvitc.so.$(VERSION)
+PUBLIC_H  := include/vitc/vitc.h include/vitc/api.h
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BINDIR    ?= $(PREFIX)/bin
+LIBDIR    ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 TEST_SRC  := $(wildcard tests/*.c)
 TEST_OBJ  := $(TEST_SRC:%.c=build/%.o)
 ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
@@ -21,10 +35,12 @@ ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-s
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
              libpng-dev libturbojpeg0-dev
-DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox
+DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy dataset-fashion-mnist gnuplot-nox doxygen
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
+DEB_DOCS  := doxygen
 
-.PHONY: all deps deps-test deps-demo test unit asan fuzz demo clean bench compare link-flags
+.PHONY: all deps deps-test deps-demo deps-docs test unit asan fuzz demo clean bench compare link-flags shared install \
+        uninstall docs
 all: vitc
 
 vitc: build/tools/vitc.o build/libvitc.a
@@ -36,6 +52,55 @@ build/libvitc.a: $(OBJ)
 build/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c -o $@ $<
+
+build-pic/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+# libvitc.so.VERSION with SONAME libvitc.so.SOVERSION (and the two links), every dependency resolved at link time.
+$(SHLIB): $(PIC_OBJ)
+	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -o $@ $^ $(LDLIBS)
+	ln -sf libvitc.so.$(VERSION) build/libvitc.so.$(SOVERSION)
+	ln -sf libvitc.so.$(SOVERSION) build/libvitc.so
+
+# The installed static library: the PIC objects linked into one object whose hidden symbols are made local, so a
+# program linking it statically sees the API only (build/libvitc.a keeps every symbol for the CLI and the tests).
+build/dist/libvitc.a: $(PIC_OBJ)
+	@mkdir -p build/dist
+	ld -r -o build/dist/vitc_all.o $^
+	objcopy --localize-hidden build/dist/vitc_all.o
+	rm -f $@ && ar rcs $@ build/dist/vitc_all.o
+
+# vitc.pc for PREFIX (written at install time, so each PREFIX gets its own): static linking needs Requires.private
+# and Libs.private (oneDNN has no .pc file in Debian).
+PC_LINES = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))' \
+  'includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))' '' 'Name: vitc' \
+  'Description: Vision transformers in C: classify images, get features (libvitc embedding API)' \
+  'Version: $(VERSION)' 'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lvitc' 'Libs.private: -ldnnl -lm -fopenmp' \
+  'Cflags: -I$${includedir}'
+
+shared: $(SHLIB) build/dist/libvitc.a
+
+install: vitc $(SHLIB) build/dist/libvitc.a
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/vitc $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 755 vitc $(DESTDIR)$(BINDIR)/vitc
+	install -m 644 build/dist/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.a
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libvitc.so.$(VERSION)
+	ln -sf libvitc.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libvitc.so.$(SOVERSION)
+	ln -sf libvitc.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libvitc.so
+	install -m 644 $(PUBLIC_H) $(DESTDIR)$(INCLUDEDIR)/vitc/
+	printf '%s\n' $(PC_LINES) > $(DESTDIR)$(PKGCONFIGDIR)/vitc.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/vitc $(DESTDIR)$(LIBDIR)/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.so \
+	  $(DESTDIR)$(LIBDIR)/libvitc.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libvitc.so.$(VERSION) \
+	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/vitc/,$(notdir $(PUBLIC_H))) $(DESTDIR)$(PKGCONFIGDIR)/vitc.pc
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/vitc 2>/dev/null
+
+# The API reference from the public headers' comments (docs/Doxyfile); any Doxygen warning fails the build.
+docs: deps-docs
+	@mkdir -p build/docs
+	doxygen docs/Doxyfile
 
 build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
@@ -65,6 +130,8 @@ deps-test:
 	$(call apt_install,$(DEB_TEST))
 deps-demo:
 	$(call apt_install,$(DEB_DEMO))
+deps-docs:
+	$(call apt_install,$(DEB_DOCS))
 
 unit: build/unit
 	./build/unit
@@ -73,7 +140,7 @@ asan: build-asan/unit
 	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
 
 test: deps-test
-	$(MAKE) --no-print-directory vitc build/unit build-asan/unit build-asan/vitc fuzz-build
+	$(MAKE) --no-print-directory vitc build/unit build-asan/unit build-asan/vitc fuzz-build shared
 	@bash tests/run_all.sh
 
 demo: deps-demo
@@ -93,7 +160,7 @@ bench: deps-test
 	/usr/bin/python3 bench/compare_torch.py
 
 clean:
-	rm -rf build build-asan vitc
+	rm -rf build build-asan build-pic vitc
 
 # The compiler and linker flags a C program needs with build/libvitc.a (the reference tests' C drivers use them).
 link-flags:

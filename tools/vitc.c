@@ -25,7 +25,7 @@ typedef struct {
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
-    int help, profile, overwrite;
+    int help, profile, overwrite, csv;
     int features, apply_transform;
     int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
     int topk;
@@ -67,6 +67,7 @@ static const optdef optdefs[] = {
     O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
       "(default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
+    O("--csv", O_FLAG, csv, "CSV with timm's column names (a header line, then one row per model)"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
@@ -206,27 +207,19 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     return 0;
 }
 
-/* A parameter store holding the model's parameters, initialised (seed) or loaded from o->weights. */
+/* A parameter store holding the model's parameters, loaded from o->weights or initialised (seed). */
 static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_weights) {
     vt_err e = {{0}};
-    vt_params *P = vt_params_new(&e);
-    if (!P || vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
-        die("%s", e.msg);
-        vt_params_free(P);
-        return NULL;
-    }
     if (need_weights && !o->weights) {
         die("%s", "missing --weights");
-        vt_params_free(P);
         return NULL;
     }
-    if (o->weights && vt_params_load(P, o->weights, &e)) {
-        char buf[700];
-        snprintf(buf, sizeof buf, "%s: %s", o->weights, e.msg);
-        die("%s", strstr(e.msg, o->weights) ? e.msg : buf); /* name the file once */
+    vt_params *P = o->weights ? vt_model_load(cfg, o->weights, &e) : vt_params_new(&e);
+    if (P && !o->weights && vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
         vt_params_free(P);
-        return NULL;
+        P = NULL;
     }
+    if (!P) die("%s", e.msg);
     return P;
 }
 
@@ -277,17 +270,48 @@ static float *read_input(const opts *o, const vt_model_cfg *cfg, vt_st_file *f, 
     return x;
 }
 
+/* Prints s as a CSV field (quoted when it holds a comma, a quote or a line break). */
+static void csv_str(const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+/* Every model with params and GMACs; --csv: timm-style columns (param_count in millions, gmacs per image). */
 static int cmd_list(opts *o) {
-    (void)o;
-    printf("%-36s %14s %9s  %s\n", "model", "params", "GMACs", "description");
+    if (o->csv)
+        printf("model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family\n");
+    else
+        printf("%-36s %14s %9s  %s\n", "model", "params", "GMACs", "description");
     for (int i = 0; i < vt_model_count(); i++) {
         const vt_model_cfg *c = vt_model_at(i);
         vt_err e = {{0}};
         vt_model_summary s;
-        if (vt_model_summarize(c, &s, &e) == 0)
+        const int ok = vt_model_summarize(c, &s, &e) == 0;
+        if (o->csv) {
+            csv_str(c->name);
+            if (ok)
+                printf(",%.6f,%.6f", s.params / 1e6, s.macs / 1e9);
+            else
+                printf(",,");
+            printf(",%d,%d,%d,%.4g,", c->arch.img_size, c->arch.in_chans, c->arch.num_classes,
+                   (double)(c->pre.crop_pct > 0.0f ? c->pre.crop_pct : 0.875f));
+            csv_str(c->pre.interpolation ? c->pre.interpolation : "bicubic");
+            putchar(',');
+            csv_str(c->family->name);
+            putchar('\n');
+        } else if (ok) {
             printf("%-36s %14lld %9.3f  %s\n", c->name, (long long)s.params, s.macs / 1e9, c->description);
-        else
+        } else {
             printf("%-36s  build error: %s\n", c->name, e.msg);
+        }
         vt_model_summary_free(&s);
     }
     return 0;
@@ -381,14 +405,14 @@ static int input_side(const opts *o) {
     return side;
 }
 
-/* cfg for o, at the input's image size when --img-size is not given and the model's weights fit any size. */
+/* cfg for o, at the input's image size when --img-size is not given: the model's weights must fit any size, or the
+ * input must have the model's size (a clear error otherwise). */
 static int model_cfg_for_input(const opts *o, vt_model_cfg *cfg) {
     if (model_cfg(o, cfg)) return 1;
     const int side = o->img_size ? 0 : input_side(o);
-    if (!(cfg->family->caps & VT_CAP_ANY_SIZE) || side < 1 || side == cfg->arch.img_size) return 0;
-    opts o2 = *o;
-    o2.img_size = side;
-    return model_cfg(&o2, cfg);
+    vt_err e = {{0}};
+    if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
+    return 0;
 }
 
 static int cmd_forward(opts *o) {
@@ -402,32 +426,21 @@ static int cmd_forward(opts *o) {
     int B = 0, rc = 1;
     float *x = read_input(o, &c, &f, &B);
     vt_err e = {{0}};
-    vt_graph *g = x ? vt_graph_new(P, 0, &e) : NULL;
-    if (g) {
-        vt_tensor *in = NULL, *maps[VT_MAX_STAGES], *y = NULL;
-        int nmaps = 0;
-        if (o->features) {
-            nmaps = vt_model_features(g, &c, B, &in, maps);
-            for (int i = 0; i < nmaps; i++) vt_graph_output(g, maps[i]);
-        } else {
-            y = vt_model_build(g, &c, B, &in);
-            vt_graph_output(g, y);
+    vt_predictor p = {0};
+    if (x && vt_predictor_init(&p, &c, P, B, o->features ? VT_PRED_MAPS : VT_PRED_LOGITS, &e)) {
+        die("%s", e.msg);
+    } else if (x) {
+        vt_predictor_forward(&p, x, B);
+        vt_st_out out[VT_MAX_STAGES] = {
+            {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
+        static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
+        for (int i = 0; i < p.nmaps; i++) {
+            out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, p.maps[i]->data};
+            for (int d = 0; d < 4; d++) out[i].shape[d] = p.maps[i]->shape[d];
         }
-        if (vt_graph_finalize(g, &e)) {
-            die("%s", e.msg);
-        } else {
-            memcpy(in->data, x, sizeof(float) * (size_t)in->numel);
-            vt_graph_forward(g);
-            vt_st_out out[VT_MAX_STAGES] = {{"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, y ? y->data : NULL}};
-            static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
-            for (int i = 0; i < nmaps; i++) {
-                out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, maps[i]->data};
-                for (int d = 0; d < 4; d++) out[i].shape[d] = maps[i]->shape[d];
-            }
-            rc = vt_st_write(o->output, out, o->features ? nmaps : 1, NULL, &e) ? die("%s", e.msg) : 0;
-        }
+        rc = vt_st_write(o->output, out, o->features ? p.nmaps : 1, NULL, &e) ? die("%s", e.msg) : 0;
     }
-    vt_graph_free(g);
+    vt_predictor_free(&p);
     vt_free(x);
     vt_st_close(&f);
     vt_params_free(P);
@@ -523,7 +536,7 @@ static int cmd_eval(opts *o) {
     double loss = 0, acc = 0;
     int rc = vt_dataset_load_fmnist(NULL, 0, &te, &e) ||
              (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, &e)) ||
-             vt_evaluate(&c, P, &te, o->batch > 0 ? o->batch : 250, &loss, &acc, &e);
+             vt_evaluate(&c, P, &te, o->batch > 0 ? o->batch : 250, &loss, &acc, stderr, &e);
     if (rc)
         die("%s", e.msg);
     else if (o->json)
@@ -549,9 +562,20 @@ static int cmd_bench(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
+    if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
     vt_bench_result r;
     vt_err e = {{0}};
-    if (vt_bench(&c, B, o->train, iters, o->profile, &r, &e)) return die("%s", e.msg);
+    if (vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e)) return die("%s", e.msg);
+    if (o->csv) { /* timm benchmark.py's columns: --bench infer, or --bench train with --train */
+        const char *m = o->train ? "train" : "infer";
+        printf("model,%s_samples_per_sec,%s_step_time,%s_batch_size,%s_img_size,%sparam_count\n", m, m, m, m,
+               o->train ? "" : "infer_gmacs,");
+        csv_str(c.name);
+        printf(",%.2f,%.3f,%d,%d,", r.img_per_s, r.ms_per_iter, B, c.arch.img_size);
+        if (!o->train) printf("%.6f,", r.gmacs_per_img);
+        printf("%.6f\n", r.params / 1e6);
+        return 0;
+    }
     const vt_machine *m = &r.machine;
     char rule[512], warn[512], isa[64];
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
@@ -630,7 +654,7 @@ static void json_str(const char *s) {
 
 /* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
-    const int names = c->pre.dataset && strcmp(c->pre.dataset, "fashion-mnist") == 0 && c->arch.num_classes == 10;
+    const int names = vt_model_class_name(c, 0) != NULL;
     if (o->json) {
         printf("{\"image\": ");
         json_str(path);
@@ -641,9 +665,9 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
     for (int i = 0; i < t->k; i++) {
         if (o->json)
             printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", i ? ", " : "", t->cls[i], names ? "\"name\": \"" : "",
-                   names ? vt_fmnist_class_name(t->cls[i]) : "", names ? "\", " : "", t->prob[i]);
+                   names ? vt_model_class_name(c, t->cls[i]) : "", names ? "\", " : "", t->prob[i]);
         else
-            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], names ? vt_fmnist_class_name(t->cls[i]) : "",
+            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], names ? vt_model_class_name(c, t->cls[i]) : "",
                    100.0 * t->prob[i]);
     }
     if (o->json) printf("]}\n");
@@ -666,7 +690,7 @@ static int cmd_predict(opts *o) {
     }
     vt_params *P = load_model(o, &c, 1);
     int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, k, res,
-                                   keep, keep ? keep + n * per : NULL, &e)
+                                   keep, keep ? keep + n * per : NULL, stderr, &e)
                 : -1;
     int rc = bad != 0;
     if (bad < 0 && P) die("%s", e.msg);
@@ -703,7 +727,7 @@ static int cmd_predict(opts *o) {
 #define SIZE_OPTS "--img-size --in-chans --num-classes "
 
 static const command commands[] = {
-    {"list", "vitc list", "every model name with params and GMACs", "", cmd_list, 0},
+    {"list", "vitc list [--csv]", "every model name with params and GMACs", "--csv", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--attn A] [--ffn F] [--dims ...] [--json]",
      "params, buffers, MACs of one image, per-block breakdown", SIZE_OPTS ARCH_OPTS "--json --train-form", cmd_info,
      0},
@@ -722,9 +746,9 @@ static const command commands[] = {
      "--drop-path " ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --train-form " ARCH_OPTS, cmd_eval, 0},
-    {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json]",
+    {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json | --csv]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --profile --train-form --drop-path " SIZE_OPTS ARCH_OPTS,
+     "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path " SIZE_OPTS ARCH_OPTS,
      cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [model options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",

@@ -1,7 +1,10 @@
-/* Classifying images with a loaded model: preprocessing as the model's pretrained cfg, batching and top-k (what
- * `vitc predict` prints; usable by any C caller). */
+/* Running a loaded model in eval mode: an eval graph built once for a batch size (logits, pooled features or stage
+ * maps), images preprocessed as the model's pretrained cfg, batching and top-k (what `vitc predict` and `vitc
+ * forward` print, and what the embedding API in api.h returns). */
 #ifndef VITC_PREDICT_H
 #define VITC_PREDICT_H
+
+#include <stdio.h>
 
 #include "vitc/image.h"
 #include "vitc/model.h"
@@ -28,11 +31,59 @@ void vt_topk_of(const float *logits, int K, int k, vt_topk *out);
 /* The eval preprocessing of c (its pretrained cfg: size, channels, crop_pct, mean, std). */
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c);
 
-/* Classifies the n image files in paths with c (parameters P) in batches of up to `batch` images: out[i] gets each
- * image's top-k or its own error (a bad image does not stop the others). When inputs / logits are non-NULL they
- * receive every image's preprocessed input (n, C, S, S) and logits (n, K). Returns the number of images that could
- * not be read, or -1 (e set) if the model itself cannot run. */
+/* c for square inputs of `size` pixels into out: c itself when the size is c's, c reconfigured when its family's
+ * weights fit any size (VT_CAP_ANY_SIZE), otherwise an error saying that the weights fix the size. */
+int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err *e);
+
+/* A new parameter store of c loaded from the safetensors file at path (the message names the file, and says so when
+ * the model's weights depend on an image size other than its named one); NULL on error. */
+vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e);
+
+/* The name of class cls of c's dataset (Fashion-MNIST's ten), or NULL when the model's classes have no names here. */
+const char *vt_model_class_name(const vt_model_cfg *c, int cls);
+
+/* What a predictor's graph computes (flags). */
+enum {
+    VT_PRED_LOGITS = 1, /* logits (B, K) */
+    VT_PRED_POOLED = 2, /* also the pooled features: the classifier head's input (B, D), timm's pre-logits */
+    VT_PRED_MAPS = 4    /* the stage maps (B, C_i, H_i, W_i) of hierarchical backbones instead of logits */
+};
+
+/* An eval graph of one model for batches of up to `batch` images, built once and run many times. */
+typedef struct vt_predictor {
+    vt_model_cfg cfg;
+    int batch;
+    vt_graph *g;
+    vt_tensor *in;                    /* the input (batch, C, S, S) */
+    vt_tensor *logits, *pooled;       /* (batch, K) and (batch, D), or NULL when not asked for */
+    vt_tensor *maps[VT_MAX_STAGES];   /* VT_PRED_MAPS: the stage maps */
+    int nmaps;
+} vt_predictor;
+
+/* Builds and plans the eval graph of c (parameters P, not owned) for up to `batch` images computing `what`
+ * (VT_PRED_*); an error when c has no pooled features or stage maps to give. */
+int vt_predictor_init(vt_predictor *p, const vt_model_cfg *c, vt_params *P, int batch, int what, vt_err *e);
+
+/* Frees the graph (a zeroed predictor is fine). */
+void vt_predictor_free(vt_predictor *p);
+
+/* Runs the graph on nb ≤ batch images x (nb, C, S, S); rows past nb are zero and their outputs meaningless. */
+void vt_predictor_forward(vt_predictor *p, const float *x, int nb);
+
+/* Fills out (C, S, S) with the preprocessed image i of a source; 0, or -1 with a message naming the image. */
+typedef int (*vt_image_source)(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e);
+
+/* Classifies n images read from src in batches of the predictor's size: out[i] gets each image's top-k or its own
+ * error (a bad image does not stop the others; names, if non-NULL, name the images in messages). Non-NULL inputs /
+ * logits / pooled receive every image's preprocessed input (n, C, S, S), logits (n, K) and pooled features (n, D).
+ * Progress goes to the stream `progress` (NULL: none) when there is more than one batch. Returns the failed count. */
+int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const char *const *names, int n, int k,
+                          vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress);
+
+/* Classifies the n image files in paths with c (parameters P) in batches of up to `batch` images, as
+ * vt_predictor_classify (inputs, logits: see there). Returns the number of images that could not be read, or -1
+ * (e set) if the model itself cannot run. */
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, vt_err *e);
+                     vt_prediction *out, float *inputs, float *logits, FILE *progress, vt_err *e);
 
 #endif

@@ -3,6 +3,7 @@
 #define VITC_TRAIN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vitc/dataset.h"
 #include "vitc/gemm.h"
@@ -14,9 +15,10 @@
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e);
 
-/* Mean loss and accuracy of the model on ds (eval mode, no augmentation) in batches of `batch`. */
+/* Mean loss and accuracy of the model on ds (eval mode, no augmentation) in batches of `batch`; progress on the
+ * stream `progress` (NULL: none) when there is more than one batch. */
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
-                vt_err *e);
+                FILE *progress, vt_err *e);
 
 /* Options of vt_train. */
 typedef struct vt_train_opts {
@@ -46,13 +48,15 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
+    int64_t params;                      /* parameters of the model benchmarked (the training form with train) */
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures
- * the sgemm peak of each GEMM library too.
- * With profile, prints the time per op type. */
-int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e);
+ * the sgemm peak of each GEMM library too. With profile, prints the time per op type; progress on the stream
+ * `progress` (NULL: none). */
+int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, FILE *progress, vt_bench_result *r,
+             vt_err *e);
 
 #endif

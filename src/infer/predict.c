@@ -1,9 +1,13 @@
-/* Image classification with a loaded model: each file decoded and preprocessed as the model's pretrained cfg
- * (src/io/image.c), batches through one eval graph built once, top-k by softmax probability. */
+/* Running a loaded model in eval mode: one graph built once per (model, batch size, what it computes), images
+ * decoded and preprocessed as the model's pretrained cfg (src/io/image.c), batches, top-k by softmax probability.
+ * `vitc predict`, `vitc forward` and the embedding API (src/api/api.c) all run models through here. */
 #include <math.h>
 #include <string.h>
 
+#include "vitc/dataset.h"
 #include "vitc/predict.h"
+#include "vitc/progress.h"
+#include "vitc/weights.h"
 
 void vt_topk_of(const float *logits, int K, int k, vt_topk *out) {
     if (k > K) k = K;
@@ -30,52 +34,170 @@ vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
                            {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}};
 }
 
+int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err *e) {
+    if (size == c->arch.img_size) {
+        *out = *c;
+        return 0;
+    }
+    if (!(c->family->caps & VT_CAP_ANY_SIZE))
+        return vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s family); "
+                         "another size needs --img-size %d and weights made at that size", c->name, c->arch.img_size,
+                         c->arch.img_size, size, size, c->family->name, size);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = size;
+    vt_err ce = {{0}};
+    if (vt_model_configure(c, &ov, out, &ce)) return vt_seterr(e, "%dx%d input: %s", size, size, ce.msg);
+    return 0;
+}
+
+vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
+    vt_err le = {{0}};
+    vt_params *P = vt_params_new(e);
+    if (!P || vt_model_init_params(c, P, 0, e)) {
+        vt_params_free(P);
+        return NULL;
+    }
+    if (vt_params_load(P, path, &le) == 0) return P;
+    vt_params_free(P);
+    const vt_model_cfg *named = vt_model_find(c->name);
+    char note[200] = "";
+    if (named && c->arch.img_size != named->arch.img_size && !(c->family->caps & VT_CAP_ANY_SIZE))
+        snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
+                 "than %d)", c->name, c->arch.img_size);
+    if (strstr(le.msg, path)) /* name the file once */
+        vt_seterr(e, "%s%s", le.msg, note);
+    else
+        vt_seterr(e, "%s: %s%s", path, le.msg, note);
+    return NULL;
+}
+
+const char *vt_model_class_name(const vt_model_cfg *c, int cls) {
+    if (c->pre.dataset && strcmp(c->pre.dataset, "fashion-mnist") == 0 && c->arch.num_classes == 10)
+        return vt_fmnist_class_name(cls);
+    return NULL;
+}
+
+/* The classifier head's input (timm's pre-logits): the input of the linear node that makes the logits, or of the
+ * linear `head` when the logits combine more (Refined-ViT's aux_head); NULL if there is none. */
+static vt_tensor *pre_logits(vt_graph *g, vt_tensor *logits) {
+    const vt_tensor *root = vt_root(logits);
+    for (int i = g->nn - 1; i >= 0; i--) {
+        const vt_node *n = g->nodes[i];
+        if (n->out == root) {
+            if (strcmp(n->op->name, "linear") == 0) return n->in[0];
+            break;
+        }
+    }
+    for (int i = g->nn - 1; i >= 0; i--) {
+        const vt_node *n = g->nodes[i];
+        if (strcmp(n->op->name, "linear") == 0 && n->nin > 1 && strcmp(n->in[1]->name, "head.weight") == 0)
+            return n->in[0];
+    }
+    return NULL;
+}
+
+void vt_predictor_free(vt_predictor *p) {
+    vt_graph_free(p->g);
+    p->g = NULL;
+}
+
+int vt_predictor_init(vt_predictor *p, const vt_model_cfg *c, vt_params *P, int batch, int what, vt_err *e) {
+    memset(p, 0, sizeof *p);
+    p->cfg = *c;
+    p->batch = batch;
+    if (batch < 1 || batch > 65536) return vt_seterr(e, "batch size %d is outside [1, 65536]", batch);
+    if ((what & VT_PRED_MAPS) && !c->family->features)
+        return vt_seterr(e, "%s has no stage feature maps (only hierarchical backbones do)", c->name);
+    if (!(p->g = vt_graph_new(P, 0, e))) return -1;
+    if (what & VT_PRED_MAPS) {
+        p->nmaps = vt_model_features(p->g, &p->cfg, batch, &p->in, p->maps);
+        for (int i = 0; i < p->nmaps; i++) vt_graph_output(p->g, p->maps[i]);
+    } else {
+        p->logits = vt_model_build(p->g, &p->cfg, batch, &p->in);
+        vt_graph_output(p->g, p->logits);
+        if ((what & VT_PRED_POOLED) && p->logits) {
+            if (!(p->pooled = pre_logits(p->g, p->logits)) || p->pooled->ndim != 2 || p->pooled->shape[0] != batch) {
+                vt_predictor_free(p);
+                return vt_seterr(e, "%s has no pooled features (no linear classifier head found)", c->name);
+            }
+            vt_graph_output(p->g, p->pooled);
+        }
+    }
+    if (vt_graph_finalize(p->g, e)) {
+        vt_predictor_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void vt_predictor_forward(vt_predictor *p, const float *x, int nb) {
+    const int64_t per = p->in->numel / p->batch;
+    memcpy(p->in->data, x, sizeof(float) * (size_t)(per * nb));
+    memset(p->in->data + per * nb, 0, sizeof(float) * (size_t)(per * (p->batch - nb)));
+    vt_graph_forward(p->g);
+}
+
+int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const char *const *names, int n, int k,
+                          vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress) {
+    const vt_model_cfg *c = &p->cfg;
+    const int K = c->arch.num_classes, B = p->batch, D = p->pooled ? p->pooled->shape[1] : 0;
+    const vt_preprocess pp = vt_model_preprocess(c);
+    const int64_t per = p->in->numel / B;
+    vt_progress pg;
+    vt_progress_start(&pg, n > B ? progress : NULL, "predict", "img", n, 0);
+    int bad = 0;
+    for (int i0 = 0; i0 < n; i0 += B) {
+        const int nb = n - i0 < B ? n - i0 : B;
+        memset(p->in->data, 0, sizeof(float) * (size_t)p->in->numel);
+        for (int b = 0; b < nb; b++) {
+            vt_prediction *r = &out[i0 + b];
+            vt_clearerr(&r->err);
+            r->ok = src(ctx, i0 + b, &pp, p->in->data + b * per, &r->err) == 0;
+            if (!r->ok) memset(p->in->data + b * per, 0, sizeof(float) * (size_t)per);
+            bad += !r->ok;
+        }
+        vt_graph_forward(p->g);
+        for (int b = 0; b < nb; b++) {
+            vt_prediction *r = &out[i0 + b];
+            const float *row = p->logits->data + (int64_t)b * K;
+            if (!r->ok) continue;
+            for (int j = 0; j < K && r->ok; j++)
+                if (!isfinite(row[j])) {
+                    r->ok = 0;
+                    bad++;
+                    char name[32];
+                    snprintf(name, sizeof name, "image %d", i0 + b);
+                    vt_seterr(&r->err, "%s: the model's logits are not finite (class %d is %g): the weights overflow "
+                              "on this image", names ? names[i0 + b] : name, j, (double)row[j]);
+                }
+            if (!r->ok) continue;
+            vt_topk_of(row, K, k, &r->top);
+            if (inputs) memcpy(inputs + (i0 + b) * per, p->in->data + b * per, sizeof(float) * (size_t)per);
+            if (logits) memcpy(logits + (int64_t)(i0 + b) * K, row, sizeof(float) * (size_t)K);
+            if (pooled && D)
+                memcpy(pooled + (int64_t)(i0 + b) * D, p->pooled->data + (int64_t)b * D, sizeof(float) * (size_t)D);
+        }
+        vt_progress_update(&pg, i0 + nb);
+    }
+    vt_progress_end(&pg);
+    return bad;
+}
+
+/* vt_image_source over files: ctx is the array of paths. */
+static int file_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
+    return vt_image_load(((const char *const *)ctx)[i], pp, out, e);
+}
+
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, vt_err *e) {
-    const int K = c->arch.num_classes;
+                     vt_prediction *out, float *inputs, float *logits, FILE *progress, vt_err *e) {
     if (c->arch.in_chans != 1 && c->arch.in_chans != 3)
         return vt_seterr(e, "predict reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
     if (n < 1 || batch < 1 || k < 1) return vt_seterr(e, "predict needs n, batch and k >= 1");
-    const int B = n < batch ? n : batch;
-    const vt_preprocess pp = vt_model_preprocess(c);
-    const int64_t per = (int64_t)c->arch.in_chans * c->arch.img_size * c->arch.img_size;
-    vt_graph *g = vt_graph_new(P, 0, e);
-    vt_tensor *in = NULL, *y = g ? vt_model_build(g, c, B, &in) : NULL;
-    if (!g) return -1;
-    vt_graph_output(g, y);
-    if (vt_graph_finalize(g, e)) {
-        vt_graph_free(g);
-        return -1;
-    }
-    int bad = 0;
-    for (int i0 = 0; i0 < n; i0 += B) {
-        const int nb = n - i0 < B ? n - i0 : B;
-        memset(in->data, 0, sizeof(float) * (size_t)in->numel);
-        for (int b = 0; b < nb; b++) {
-            vt_prediction *p = &out[i0 + b];
-            vt_clearerr(&p->err);
-            p->ok = vt_image_load(paths[i0 + b], &pp, in->data + b * per, &p->err) == 0;
-            bad += !p->ok;
-        }
-        vt_graph_forward(g);
-        for (int b = 0; b < nb; b++) {
-            vt_prediction *p = &out[i0 + b];
-            const float *row = y->data + (int64_t)b * K;
-            if (!p->ok) continue;
-            for (int j = 0; j < K && p->ok; j++)
-                if (!isfinite(row[j])) {
-                    p->ok = 0;
-                    bad++;
-                    vt_seterr(&p->err, "%s: the model's logits are not finite (class %d is %g): the weights overflow "
-                              "on this image", paths[i0 + b], j, (double)row[j]);
-                }
-            if (!p->ok) continue;
-            vt_topk_of(row, K, k, &p->top);
-            if (inputs) memcpy(inputs + (i0 + b) * per, in->data + b * per, sizeof(float) * (size_t)per);
-            if (logits) memcpy(logits + (int64_t)(i0 + b) * K, row, sizeof(float) * (size_t)K);
-        }
-    }
-    vt_graph_free(g);
+    vt_predictor p;
+    if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
+    const int bad =
+        vt_predictor_classify(&p, file_source, (void *)paths, paths, n, k, out, inputs, logits, NULL, progress);
+    vt_predictor_free(&p);
     return bad;
 }

@@ -26,8 +26,7 @@ void vt_image_free(vt_image *img) {
     img->pix = NULL;
 }
 
-/* Converts w·h pixels of `from` interleaved channels (1 L, 2 LA, 3 RGB, 4 RGBA) to `to` (1 or 3) in a new buffer. */
-static unsigned char *convert(const unsigned char *src, int w, int h, int from, int to, vt_err *e) {
+unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from, int to, vt_err *e) {
     const size_t np = (size_t)w * (size_t)h;
     unsigned char *dst = malloc(np * (size_t)to);
     if (!dst) {
@@ -126,7 +125,7 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
                 img->w = w;
                 img->h = h;
                 img->chans = chans;
-                img->pix = convert(raw, w, h, from, chans, e);
+                img->pix = vt_image_convert(raw, w, h, from, chans, e);
                 if (!img->pix) rc = -1;
             }
         }
@@ -167,7 +166,7 @@ static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_si
             img->w = sw;
             img->h = sh;
             img->chans = chans;
-            img->pix = convert(raw, sw, sh, from, chans, e);
+            img->pix = vt_image_convert(raw, sw, sh, from, chans, e);
             if (!img->pix) rc = -1;
         }
         free(raw);
@@ -241,7 +240,7 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     img->w = w;
     img->h = h;
     img->chans = chans;
-    img->pix = convert(pix, w, h, from, chans, e);
+    img->pix = vt_image_convert(pix, w, h, from, chans, e);
     stbi_image_free(pix);
     return img->pix ? 0 : -1;
 }

@@ -4,6 +4,7 @@
 
 #include "vitc/ops.h"
 #include "vitc/optim.h"
+#include "vitc/progress.h"
 #include "vitc/train.h"
 
 static double now_s(void) {
@@ -37,7 +38,8 @@ static void sgemm_peak(vt_bench_result *r) {
     r->sgemm_gflops = best[0] > best[1] ? best[0] : best[1];
 }
 
-int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profile, vt_bench_result *r, vt_err *e) {
+int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profile, FILE *progress, vt_bench_result *r,
+             vt_err *e) {
     const vt_model_cfg tc = train ? vt_model_training_form(cfg) : *cfg, *c = &tc; /* a training step: training form */
     vt_params *P = vt_params_new(e);
     if (!P || vt_model_init_params(c, P, 0, e)) {
@@ -61,10 +63,13 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         vt_rng_seed(&rng, 1);
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
         for (int b = 0; train && b < batch; b++) labels->data[b] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
+        vt_progress pg;
         for (int it = -2; it < iters; it++) { /* two warm-up iterations */
             if (it == 0) {
                 t = now_s();
                 if (profile && (rc = vt_graph_enable_profile(g, e))) break;
+                vt_progress_start(&pg, progress, train ? "bench train" : "bench infer", "img", iters, 0);
+                pg.units = batch;
             }
             vt_graph_forward(g);
             if (train) {
@@ -72,8 +77,10 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
                 vt_graph_backward(g);
                 vt_adamw_step(&opt, 1e-4f);
             }
+            if (it >= 0) vt_progress_update(&pg, it + 1);
         }
         t = now_s() - t;
+        if (rc == 0) vt_progress_end(&pg);
     }
     if (rc == 0) {
         int64_t macs = vt_graph_macs(g);
@@ -83,6 +90,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         /* FLOPs = 2·MACs forward; training counts backward as 2× forward (3× in all). */
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
+        r->params = vt_params_count(P, VT_PARAM);
         sgemm_peak(r);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;

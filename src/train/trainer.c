@@ -15,6 +15,7 @@
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
+#include "vitc/progress.h"
 #include "vitc/safetensors.h"
 #include "vitc/schedule.h"
 #include "vitc/train.h"
@@ -86,7 +87,7 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 }
 
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
-                vt_err *e) {
+                FILE *progress, vt_err *e) {
     if (ds->h != c->arch.img_size || ds->w != c->arch.img_size || c->arch.in_chans != 1)
         return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->arch.in_chans,
                          c->arch.img_size, c->arch.img_size, ds->h, ds->w);
@@ -103,13 +104,17 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int b
     aug.std = c->pre.std[0];
     double sl = 0.0;
     int64_t correct = 0;
+    vt_progress pg; /* only when there is more than one batch */
+    vt_progress_start(&pg, ds->n > batch ? progress : NULL, "Eval", "img", ds->n, 0);
     for (int s = 0; rc == 0 && s < ds->n; s += batch) {
         int n = ds->n - s < batch ? ds->n - s : batch;
         for (int i = 0; i < batch; i++) idx[i] = s + (i < n ? i : 0); /* pad the last batch, ignore extra rows */
         if ((rc = vt_augment_batch(ds, idx, batch, &aug, NULL, x->data, lab, e))) break;
         vt_graph_forward(g);
         score(logits->data, lab, n, c->arch.num_classes, &sl, &correct);
+        vt_progress_update(&pg, s + n);
     }
+    vt_progress_end(&pg);
     if (rc == 0) {
         *loss = sl / ds->n;
         *acc = (double)correct / ds->n;
@@ -373,6 +378,9 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         vt_shuffle(idx, tr.n, &st.rng);
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
+        int last_i = 0; /* steps of this epoch done at the last progress line */
+        vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
+        vt_progress_start(&pg, stdout, "Train", "img", spe, o->log_every);
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
@@ -397,16 +405,20 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0);
             correct += c0;
             lsum += loss;
-            if ((i + 1) % o->log_every == 0 || i + 1 == spe) {
-                double tn = now_s(), dt = (tn - tbatch) / ((i % o->log_every) + 1);
-                printf("Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  LR: %.3e\n",
-                       (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt, B / dt, lr);
-                fflush(stdout);
+            if (vt_progress_due(&pg, i + 1)) {
+                double tn = now_s(), dt = (tn - tbatch) / (i + 1 - last_i);
+                char line[256];
+                snprintf(line, sizeof line, "Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  "
+                         "LR: %.3e", (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt,
+                         B / dt, lr);
+                vt_progress_show(&pg, i + 1, line);
                 tbatch = tn;
+                last_i = i + 1;
             }
         }
+        vt_progress_end(&pg);
         double ep_s = now_s() - tep, tl = 0, ta = 0;
-        if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, e))) goto done;
+        if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, pg.tty ? stdout : NULL, e))) goto done;
         printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
                (long long)st.epoch, tl, 100 * ta, lsum / spe, 100.0 * correct / ((double)spe * B), spe * B / ep_s);
         fflush(stdout);

@@ -185,9 +185,9 @@ def test_sizes(rep):
     refused(rep, "cffn in Swin", ["MLP FFN"], "info", "swin_t", "--ffn", "cffn")
     x = TMP / "x256.safetensors"
     st.save(x, {"input": torch.zeros(1, 3, 256, 256)})
-    refused(rep, "Microsoft model on another input size", ["expects (B, 3, 224, 224)"], "forward",
-            "swin_tiny_patch4_window7_224", "--weights", TMP / "full_w.safetensors", "--input", x, "--output",
-            TMP / "y.safetensors")
+    refused(rep, "Microsoft model on another input size",
+            ["takes 224×224 inputs, not 256×256", "depend on the image size"], "forward", "swin_tiny_patch4_window7_224",
+            "--weights", TMP / "full_w.safetensors", "--input", x, "--output", TMP / "y.safetensors")
 
 
 def main():

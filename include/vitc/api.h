@@ -1,0 +1,148 @@
+/**
+ * @file api.h
+ * @brief The embedding API of libvitc: open a named model with its weights, classify images or tensors, get top-k
+ * classes and features, close. The only symbols libvitc.so exports; all start with `vitc_`.
+ *
+ * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message in
+ * the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The library keeps no mutable
+ * global state: a vitc_model holds everything, including its thread count. A vitc_model may be used by one thread
+ * at a time; separate models may run in separate threads.
+ */
+#ifndef VITC_API_H
+#define VITC_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Marks a function exported by libvitc.so (the library is built with -fvisibility=hidden). */
+#if defined(__GNUC__) && !defined(VITC_NO_VISIBILITY)
+#define VITC_API __attribute__((visibility("default")))
+#else
+#define VITC_API
+#endif
+
+/** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
+#define VITC_VERSION_MAJOR 0
+/** Minor version: new functions, compatible. */
+#define VITC_VERSION_MINOR 1
+/** Patch version: fixes only. */
+#define VITC_VERSION_PATCH 0
+
+/** Most classes a vitc_result holds. */
+#define VITC_MAX_TOPK 64
+/** Most stage maps a model gives (vitc_stage_features). */
+#define VITC_MAX_STAGES 4
+
+/** The message of a failed call (empty when none). */
+typedef struct vitc_error {
+    char msg[512]; /**< NUL-terminated English message naming the model, file or argument at fault */
+} vitc_error;
+
+/** An opened model: configuration, weights, thread count and cached graphs (opaque). */
+typedef struct vitc_model vitc_model;
+
+/** Options of vitc_open; zero (or vitc_options_init) means every default. */
+typedef struct vitc_options {
+    int threads;    /**< threads of this model's calls (clamped to the online cores); 0: the OpenMP default */
+    int img_size;   /**< input size; 0: the model's own (another only where the weights allow it) */
+    int batch;      /**< most images per forward pass; 0: 16 */
+    float crop_pct; /**< eval resize to floor(size / crop_pct) then centre crop; 0: the model's pretrained value */
+} vitc_options;
+
+/** What vitc_get_info reports about an opened model. */
+typedef struct vitc_info {
+    const char *name;    /**< registered model name, e.g. "deit_tiny_patch16_224" */
+    const char *family;  /**< host family, e.g. "vit", "swin" */
+    int img_size;        /**< input height = width in pixels */
+    int in_chans;        /**< input channels (1 or 3 for images) */
+    int num_classes;     /**< classes of the head (logits per image) */
+    int any_size;        /**< 1: the weights fit any input size (tensor calls may pass another size) */
+    int64_t params;      /**< learnable parameters */
+    double gmacs;        /**< multiply-adds of one image at img_size, in billions */
+} vitc_info;
+
+/** One image's top-k classes, most probable first, or the error that kept it from being classified. */
+typedef struct vitc_result {
+    int ok;                            /**< 1: classified; 0: see error */
+    int k;                             /**< classes listed */
+    int index[VITC_MAX_TOPK];          /**< class indices */
+    double prob[VITC_MAX_TOPK];        /**< softmax probabilities */
+    const char *label[VITC_MAX_TOPK];  /**< class names, or NULL where the model's dataset has none */
+    char error[512];                   /**< why the image failed (empty when ok) */
+} vitc_result;
+
+/** A decoded image: width × height pixels of `channels` interleaved 8-bit channels, rows top to bottom. */
+typedef struct vitc_pixels {
+    const unsigned char *data; /**< width · height · channels bytes */
+    int width;                 /**< pixels per row */
+    int height;                /**< rows */
+    int channels;              /**< 1 (L), 2 (LA), 3 (RGB) or 4 (RGBA); converted to the model's as PIL does */
+} vitc_pixels;
+
+/** A float32 tensor, row-major, allocated by the library (free with vitc_tensor_free). */
+typedef struct vitc_tensor {
+    int ndim;     /**< dimensions used in shape */
+    int shape[4]; /**< sizes, outermost first */
+    float *data;  /**< shape[0] · ... · shape[ndim-1] values */
+} vitc_tensor;
+
+/** The library version as "MAJOR.MINOR.PATCH". */
+VITC_API const char *vitc_version(void);
+
+/** Number of registered model names. */
+VITC_API int vitc_model_count(void);
+
+/** The i-th registered model name (0 <= i < vitc_model_count()), or NULL. */
+VITC_API const char *vitc_model_name(int i);
+
+/** Sets every option to its default (the same as zeroing the struct). */
+VITC_API void vitc_options_init(vitc_options *opt);
+
+/** Opens model `name` with weights from the safetensors file `weights` (official state_dict names); opt may be
+ * NULL. Returns the model, or NULL with the reason in err. */
+VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
+
+/** Frees a model and everything it holds (NULL is fine). */
+VITC_API void vitc_close(vitc_model *m);
+
+/** Fills info with the model's name, input geometry, classes and size (strings live as long as the model). */
+VITC_API void vitc_get_info(const vitc_model *m, vitc_info *info);
+
+/** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PNM) with the model's eval transform: out[i] gets the top-k
+ * of image i or its own error. Returns the number of images that failed, or -1 (err set) if none could run. */
+VITC_API int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out,
+                                 vitc_error *err);
+
+/** Classifies n decoded images with the model's eval transform, as vitc_classify_files. */
+VITC_API int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out,
+                                  vitc_error *err);
+
+/** Classifies n preprocessed images x (n, in_chans, size, size); size 0 means img_size. As vitc_classify_files. */
+VITC_API int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out,
+                                  vitc_error *err);
+
+/** Reads an image file and applies the model's eval transform into out (in_chans · img_size² floats). */
+VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err);
+
+/** Logits of n preprocessed images x (n, in_chans, size, size; size 0: img_size) into logits (n, num_classes). */
+VITC_API int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err);
+
+/** Pooled features (timm's pre-logits: the classifier head's input) of n images x into a new tensor (n, D). */
+VITC_API int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out,
+                                  vitc_error *err);
+
+/** Stage maps (n, C_i, H_i, W_i) of a hierarchical backbone for n images x into new tensors; returns their number. */
+VITC_API int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
+                                 vitc_error *err);
+
+/** Frees a tensor's data and zeroes it (a zeroed tensor is fine). */
+VITC_API void vitc_tensor_free(vitc_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

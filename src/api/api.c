@@ -1,0 +1,337 @@
+/* The embedding API (include/vitc/api.h) over the library: the registry and vt_model_configure for the model,
+ * vt_model_load for the weights, vt_predictor (src/infer/predict.c) for every forward pass, the image decoders and
+ * eval preprocessing of src/io. Each call runs with the model's thread count and restores the caller's OpenMP thread
+ * setting and floating-point mode (the graphs flush subnormals to zero) on return. */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "vitc/api.h"
+#include "vitc/predict.h"
+
+struct vitc_model {
+    vt_model_cfg cfg; /* configured at open (image size, crop_pct) */
+    vt_params *P;
+    int threads;      /* 0: the caller's OpenMP setting */
+    int batch;        /* most images per forward pass */
+    int64_t params;
+    double gmacs;
+    vt_predictor pred; /* the last graph built, reused while (batch, size, what) stay the same */
+    int pred_what;
+};
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+const char *vitc_version(void) {
+    return STR(VITC_VERSION_MAJOR) "." STR(VITC_VERSION_MINOR) "." STR(VITC_VERSION_PATCH);
+}
+
+int vitc_model_count(void) { return vt_model_count(); }
+
+const char *vitc_model_name(int i) { return i >= 0 && i < vt_model_count() ? vt_model_at(i)->name : NULL; }
+
+void vitc_options_init(vitc_options *opt) {
+    if (opt) memset(opt, 0, sizeof *opt);
+}
+
+/* Sets err's message (when err is non-NULL); returns -1. */
+static int fail(vitc_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(vitc_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* The caller's thread setting and floating-point mode, saved on entry to a call and restored on return. */
+typedef struct {
+    int threads;
+    unsigned csr;
+} call_env;
+
+static void enter(const vitc_model *m, call_env *c) {
+    c->threads = omp_get_max_threads();
+    if (m->threads > 0) omp_set_num_threads(m->threads);
+#if defined(__SSE2__)
+    c->csr = _mm_getcsr();
+#endif
+}
+
+static void leave(const call_env *c) {
+    omp_set_num_threads(c->threads);
+#if defined(__SSE2__)
+    _mm_setcsr(c->csr);
+#endif
+}
+
+vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err) {
+    vitc_options o;
+    vitc_options_init(&o);
+    if (opt) o = *opt;
+    if (err) err->msg[0] = '\0';
+    if (!name || !*name) return fail(err, "vitc_open: no model name"), NULL;
+    const vt_model_cfg *base = vt_model_find(name);
+    if (!base) return fail(err, "unknown model '%s' (see vitc_model_name or `vitc list`)", name), NULL;
+    if (!weights || !*weights) return fail(err, "vitc_open: no weights file for %s", name), NULL;
+    if (o.threads < 0 || o.threads > 1024) return fail(err, "threads %d is outside [0, 1024]", o.threads), NULL;
+    if (o.img_size < 0 || o.img_size > 4096) return fail(err, "img_size %d is outside [0, 4096]", o.img_size), NULL;
+    if (o.batch < 0 || o.batch > 1024) return fail(err, "batch %d is outside [0, 1024]", o.batch), NULL;
+    if (!(o.crop_pct >= 0.0f && o.crop_pct <= 10.0f))
+        return fail(err, "crop_pct %g is outside [0, 10]", (double)o.crop_pct), NULL;
+    vitc_model *m = calloc(1, sizeof *m);
+    if (!m) return fail(err, "out of memory"), NULL;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
+    m->batch = o.batch > 0 ? o.batch : 16;
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = o.img_size;
+    ov.crop_pct = o.crop_pct;
+    vt_err e = {{0}};
+    vt_model_summary s = {0};
+    call_env env;
+    enter(m, &env);
+    if (vt_model_configure(base, &ov, &m->cfg, &e) == 0 && vt_model_summarize(&m->cfg, &s, &e) == 0) {
+        m->params = s.params;
+        m->gmacs = (double)s.macs / 1e9;
+        m->P = vt_model_load(&m->cfg, weights, &e);
+    }
+    vt_model_summary_free(&s);
+    leave(&env);
+    if (!m->P) {
+        fail(err, "%s", e.msg);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void vitc_close(vitc_model *m) {
+    if (!m) return;
+    vt_predictor_free(&m->pred);
+    vt_params_free(m->P);
+    free(m);
+}
+
+void vitc_get_info(const vitc_model *m, vitc_info *info) {
+    if (!m || !info) return;
+    const vt_arch_cfg *a = &m->cfg.arch;
+    info->name = m->cfg.name;
+    info->family = m->cfg.family->name;
+    info->img_size = a->img_size;
+    info->in_chans = a->in_chans;
+    info->num_classes = a->num_classes;
+    info->any_size = (m->cfg.family->caps & VT_CAP_ANY_SIZE) != 0;
+    info->params = m->params;
+    info->gmacs = m->gmacs;
+}
+
+/* The model's graph for n images of `size` computing `what` (VT_PRED_*), reused when it matches. */
+static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err *e) {
+    const int B = n < m->batch ? n : m->batch;
+    vt_predictor *p = &m->pred;
+    if (p->g && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
+    vt_predictor_free(p);
+    vt_model_cfg c;
+    if (vt_model_at_size(&m->cfg, size, &c, e) || vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
+    m->pred_what = what;
+    return p;
+}
+
+/* Checks a call's common arguments: the model, n images and (when k_used) k. */
+static int check_args(const vitc_model *m, const void *in, int n, int k, int k_used, const void *out, vitc_error *err) {
+    if (err) err->msg[0] = '\0';
+    if (!m) return fail(err, "no model (NULL)");
+    if (!in || !out) return fail(err, "%s: NULL input or output array", m->cfg.name);
+    if (n < 1 || n > (1 << 24)) return fail(err, "%s: image count %d is outside [1, 2^24]", m->cfg.name, n);
+    if (k_used && (k < 1 || k > VITC_MAX_TOPK))
+        return fail(err, "%s: k = %d is outside [1, %d]", m->cfg.name, k, VITC_MAX_TOPK);
+    return 0;
+}
+
+/* Image sources for vt_predictor_classify. */
+typedef struct {
+    const void *items; /* paths, vitc_pixels or floats */
+    int64_t per;       /* floats per image (tensors) */
+} source;
+
+static int file_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
+    return vt_image_load(((const char *const *)((source *)ctx)->items)[i], pp, out, e);
+}
+
+static int pixel_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
+    const vitc_pixels *px = (const vitc_pixels *)((source *)ctx)->items + i;
+    if (!px->data) return vt_seterr(e, "image %d: no pixel data (NULL)", i);
+    if (px->channels < 1 || px->channels > 4)
+        return vt_seterr(e, "image %d: %d channels (1 L, 2 LA, 3 RGB or 4 RGBA expected)", i, px->channels);
+    if (px->width < 1 || px->height < 1 || px->width > VT_IMAGE_MAX_SIDE || px->height > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "image %d: %d×%d pixels (each side must be 1..%d)", i, px->width, px->height,
+                         VT_IMAGE_MAX_SIDE);
+    vt_err ce = {{0}};
+    unsigned char *pix = vt_image_convert(px->data, px->width, px->height, px->channels, pp->chans, &ce);
+    const int rc = pix ? vt_image_preprocess(pix, px->width, px->height, pp, out, &ce) : -1;
+    free(pix);
+    return rc ? vt_seterr(e, "image %d: %s", i, ce.msg) : 0;
+}
+
+static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
+    const source *s = ctx;
+    const float *x = (const float *)s->items + s->per * i;
+    (void)pp;
+    for (int64_t j = 0; j < s->per; j++)
+        if (!isfinite(x[j])) return vt_seterr(e, "image %d: the input holds NaN or Inf", i);
+    memcpy(out, x, sizeof(float) * (size_t)s->per);
+    return 0;
+}
+
+/* Classifies n images from src with the model at `size`, converting the results. */
+static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int size, int k,
+                    vitc_result *out, vitc_error *err) {
+    vt_err e = {{0}};
+    call_env env;
+    enter(m, &env);
+    vt_prediction *res = calloc((size_t)n, sizeof *res);
+    vt_predictor *p = res ? predictor(m, n, size, VT_PRED_LOGITS, &e) : NULL;
+    if (!res) vt_seterr(&e, "out of memory (%d results)", n);
+    ctx->per = p ? p->in->numel / p->batch : 0;
+    const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
+    leave(&env);
+    for (int i = 0; bad >= 0 && i < n; i++) {
+        vitc_result *r = &out[i];
+        memset(r, 0, sizeof *r);
+        r->ok = res[i].ok;
+        snprintf(r->error, sizeof r->error, "%s", res[i].ok ? "" : res[i].err.msg);
+        r->k = res[i].ok ? res[i].top.k : 0;
+        for (int j = 0; j < r->k; j++) {
+            r->index[j] = res[i].top.cls[j];
+            r->prob[j] = res[i].top.prob[j];
+            r->label[j] = vt_model_class_name(&m->cfg, r->index[j]);
+        }
+    }
+    free(res);
+    if (bad < 0) return fail(err, "%s", e.msg);
+    return bad;
+}
+
+int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out, vitc_error *err) {
+    if (check_args(m, paths, n, k, 1, out, err)) return -1;
+    for (int i = 0; i < n; i++)
+        if (!paths[i]) return fail(err, "%s: path %d is NULL", m->cfg.name, i);
+    source s = {paths, 0};
+    return classify(m, file_source, &s, paths, n, m->cfg.arch.img_size, k, out, err);
+}
+
+int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out, vitc_error *err) {
+    if (check_args(m, images, n, k, 1, out, err)) return -1;
+    source s = {images, 0};
+    return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, out, err);
+}
+
+int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out, vitc_error *err) {
+    if (check_args(m, x, n, k, 1, out, err)) return -1;
+    if (size < 0 || size > 4096) return fail(err, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    source s = {x, 0};
+    return classify(m, tensor_source, &s, NULL, n, size > 0 ? size : m->cfg.arch.img_size, k, out, err);
+}
+
+int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {
+    if (check_args(m, path, 1, 0, 0, out, err)) return -1;
+    const vt_preprocess pp = vt_model_preprocess(&m->cfg);
+    vt_err e = {{0}};
+    return vt_image_load(path, &pp, out, &e) ? fail(err, "%s", e.msg) : 0;
+}
+
+static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
+
+/* The size of tensor calls (0: the model's) after checking it and the n images x (finite values); -1 on error. */
+static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
+    if (size < 0 || size > 4096) return fail(err, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    size = size > 0 ? size : m->cfg.arch.img_size;
+    const int64_t per = (int64_t)m->cfg.arch.in_chans * size * size;
+    for (int64_t j = 0; j < per * n; j++)
+        if (!isfinite(x[j]))
+            return fail(err, "%s: image %lld of the input holds NaN or Inf", m->cfg.name, (long long)(j / per));
+    return size;
+}
+
+/* The output of p that a call copies: the logits (-1), the pooled features (-2) or stage map i. */
+static const vt_tensor *output(const vt_predictor *p, int which) {
+    return which == -1 ? p->logits : which == -2 ? p->pooled : p->maps[which];
+}
+
+/* Runs n images x (already checked, of `size`) through the model's graph for `what`, and copies the outputs `which`
+ * (nout of them, see output()) into dst[0..nout), each allocated first as a tensor when alloc (else dst[0].data is
+ * the caller's buffer). Returns the number of outputs, or -1. */
+static int run(vitc_model *m, const float *x, int n, int size, int what, const int *which, int nout, int alloc,
+               vitc_tensor *dst, vitc_error *err) {
+    vt_err e = {{0}};
+    call_env env;
+    enter(m, &env);
+    vt_predictor *p = predictor(m, n, size, what, &e);
+    if (p && nout < 0) nout = p->nmaps; /* every stage map */
+    for (int i = 0; p && alloc && i < nout; i++) {
+        const vt_tensor *t = output(p, which ? which[i] : i);
+        if (tensor_new(&dst[i], n, t->ndim, t->shape)) {
+            for (int j = 0; j < i; j++) vitc_tensor_free(&dst[j]);
+            vt_seterr(&e, "%s: out of memory for the outputs of %d images", m->cfg.name, n);
+            p = NULL;
+        }
+    }
+    const int64_t per = p ? p->in->numel / p->batch : 0;
+    for (int i0 = 0; p && i0 < n; i0 += p->batch) {
+        const int nb = n - i0 < p->batch ? n - i0 : p->batch;
+        vt_predictor_forward(p, x + per * i0, nb);
+        for (int i = 0; i < nout; i++) {
+            const vt_tensor *t = output(p, which ? which[i] : i);
+            const int64_t row = t->numel / p->batch;
+            memcpy(dst[i].data + row * i0, t->data, sizeof(float) * (size_t)(row * nb));
+        }
+    }
+    leave(&env);
+    return p ? nout : fail(err, "%s", e.msg);
+}
+
+int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err) {
+    if (check_args(m, x, n, 0, 0, logits, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
+    vitc_tensor t = {2, {n, m->cfg.arch.num_classes, 0, 0}, logits};
+    const int which = -1;
+    return run(m, x, n, size, VT_PRED_LOGITS, &which, 1, 0, &t, err) < 0 ? -1 : 0;
+}
+
+/* Allocates t as a tensor of the given shape with first dimension n; -1 when out of memory. */
+static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape) {
+    memset(t, 0, sizeof *t);
+    size_t numel = (size_t)n;
+    t->ndim = ndim;
+    t->shape[0] = n;
+    for (int d = 1; d < ndim && d < 4; d++) numel *= (size_t)(t->shape[d] = shape[d]);
+    return ndim <= 4 && (t->data = malloc(sizeof(float) * numel)) ? 0 : -1;
+}
+
+void vitc_tensor_free(vitc_tensor *t) {
+    if (!t) return;
+    free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out, vitc_error *err) {
+    if (check_args(m, x, n, 0, 0, out, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
+    const int which = -2;
+    return run(m, x, n, size, VT_PRED_LOGITS | VT_PRED_POOLED, &which, 1, 1, out, err) < 0 ? -1 : 0;
+}
+
+int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
+                        vitc_error *err) {
+    if (check_args(m, x, n, 0, 0, maps, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
+    return run(m, x, n, size, VT_PRED_MAPS, NULL, -1, 1, maps, err);
+}

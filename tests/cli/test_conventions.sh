@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Conventions: `vitc list --csv` and `vitc bench --csv` with timm's column names (benchmark.py: samples/s, step time
+# in ms, batch, image size, GMACs per image, params in millions) and parsable values; progress of long runs (predict,
+# eval, bench, train) as plain periodic lines when piped (no carriage return) and one line redrawn on a terminal;
+# `vitc forward` / `predict` take the image size from the input where the weights allow it, a clear error otherwise.
+. "$(dirname "$0")/lib.sh"
+V=./vitc
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=2
+
+# ---- list --csv
+$V list --csv >"$T/list.csv" 2>"$T/list.err"
+$V list >"$T/list.txt" 2>&1
+r=$($PY - "$T/list.csv" "$T/list.txt" <<'EOF'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+want = "model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family".split(",")
+text = open(sys.argv[2]).read().splitlines()[1:]
+if rows[0] != want: print(f"header {rows[0]}"); sys.exit()
+if len(rows) - 1 != len(text): print(f"{len(rows) - 1} rows vs {len(text)} models in vitc list"); sys.exit()
+names = [l.split()[0] for l in text]
+if [r[0] for r in rows[1:]] != names: print("model names differ from vitc list"); sys.exit()
+for r in rows[1:]:
+    if len(r) != len(want): print(f"row {r}"); sys.exit()
+    p, g, s, c, k, cp = float(r[1]), float(r[2]), int(r[3]), int(r[4]), int(r[5]), float(r[6])
+    if not (p > 0 and g > 0 and s > 0 and c > 0 and k > 0 and 0 < cp <= 2 and r[7] and r[8]): print(f"row {r}"); sys.exit()
+d = {r[0]: r for r in rows[1:]}["deit_tiny_patch16_224"]
+# exact count (5,717,416 in millions), 224 px, ImageNet classes; params/GMACs equal `vitc list`'s
+t = [l.split() for l in text if l.startswith("deit_tiny_patch16_224 ")][0]
+ok = d[1] == "5.717416" and d[3] == "224" and d[5] == "1000" and d[8] == "vit" and abs(float(d[2]) - float(t[2])) < 5e-4
+print("ok" if ok else f"deit row {d} vs {t}")
+EOF
+)
+check "list --csv: header, one parsable row per model of vitc list" "[ '$r' = ok ]" "$r $(cat "$T/list.err")"
+
+# ---- bench --csv (inference and training)
+$V bench vit_fmnist_tiny --batch-size 8 --iters 20 --csv >"$T/bi.csv" 2>"$T/bi.err"
+$V bench vit_fmnist_tiny --batch-size 4 --iters 5 --train --csv >"$T/bt.csv" 2>"$T/bt.err"
+r=$($PY - "$T/bi.csv" "$T/bt.csv" "$T/list.csv" <<'EOF'
+import csv, sys
+inf, tr, ls = (list(csv.DictReader(open(p))) for p in sys.argv[1:4])
+ref = {r["model"]: r for r in ls}["vit_fmnist_tiny"]
+hi = list(csv.reader(open(sys.argv[1])))[0]
+ht = list(csv.reader(open(sys.argv[2])))[0]
+if hi != "model,infer_samples_per_sec,infer_step_time,infer_batch_size,infer_img_size,infer_gmacs,param_count".split(","):
+    print(f"infer header {hi}"); sys.exit()
+if ht != "model,train_samples_per_sec,train_step_time,train_batch_size,train_img_size,param_count".split(","):
+    print(f"train header {ht}"); sys.exit()
+if len(inf) != 1 or len(tr) != 1: print("one row each expected"); sys.exit()
+i, t = inf[0], tr[0]
+for row, m, b in ((i, "infer", 8), (t, "train", 4)):
+    sps, st = float(row[f"{m}_samples_per_sec"]), float(row[f"{m}_step_time"])
+    if row["model"] != "vit_fmnist_tiny" or int(row[f"{m}_batch_size"]) != b or int(row[f"{m}_img_size"]) != 28:
+        print(f"{m} row {row}"); sys.exit()
+    if not (sps > 0 and st > 0 and abs(sps * st / 1000 / b - 1) < 0.02):  # samples/s = batch / step time (ms)
+        print(f"{m}: {sps} samples/s vs {st} ms/step at batch {b}"); sys.exit()
+    if abs(float(row["param_count"]) - float(ref["param_count"])) > 1e-6: print(f"{m} params {row}"); sys.exit()
+if abs(float(i["infer_gmacs"]) - float(ref["gmacs"])) > 1e-6: print(f"gmacs {i} vs {ref}"); sys.exit()
+print("ok")
+EOF
+)
+check "bench --csv: timm's infer_ and train_ columns, consistent values" "[ '$r' = ok ]" \
+    "$r $(cat "$T/bi.csv" "$T/bt.csv" "$T/bi.err")"
+$V bench vit_fmnist_tiny --csv --json >"$T/o.txt" 2>&1
+rc=$?
+check "bench --csv --json is refused" "[ $rc -eq 1 ] && grep -q 'csv excludes --json' '$T/o.txt'" "rc $rc: $(cat "$T/o.txt")"
+
+# ---- progress when piped: plain lines with rate and ETA, no carriage returns
+has_cr() { grep -q $'\r' "$@"; }
+check "bench: progress lines on stderr, the CSV alone on stdout" \
+    "grep -Eq '^bench infer 20/20 \(100%\)  [0-9.]+ img/s  took [0-9]+:[0-9]{2}$' '$T/bi.err' && \
+    [ \$(grep -c '^bench infer' '$T/bi.err') -ge 5 ] && grep -q '^bench train 5/5' '$T/bt.err' && \
+    ! has_cr '$T/bi.err' '$T/bi.csv' && [ \$(wc -l < '$T/bi.csv') -eq 2 ]" "$(cat "$T/bi.err")"
+$PY - "$T" <<'EOF'
+import sys
+from PIL import Image
+import numpy as np
+r = np.random.default_rng(1)
+for i in range(30):
+    Image.fromarray(r.integers(0, 255, (30 + i, 40, 3), dtype=np.uint8)).save(f"{sys.argv[1]}/p{i:02d}.png")
+EOF
+$V init vit_fmnist_tiny -o "$T/w.safetensors" >/dev/null
+$V init groupmixformer_test -o "$T/g.safetensors" >/dev/null
+$V predict vit_fmnist_tiny -w "$T/w.safetensors" --batch-size 3 "$T"/p*.png >"$T/p.out" 2>"$T/p.err"
+rc=$?
+check "predict over 30 images: periodic progress lines with rate and ETA on stderr" \
+    "[ $rc -eq 0 ] && [ \$(grep -Ec '^predict [0-9]+/30 \( *[0-9]+%\)  [0-9.]+ img/s  (ETA|took) [0-9]+:[0-9]{2}$' '$T/p.err') -ge 5 ] && \
+    grep -q '^predict 30/30 (100%)' '$T/p.err' && ! has_cr '$T/p.err' '$T/p.out' && [ \$(grep -c '^  1\.' '$T/p.out') -eq 30 ]" \
+    "rc $rc: $(cat "$T/p.err")"
+$V predict vit_fmnist_tiny -w "$T/w.safetensors" "$T/p00.png" >/dev/null 2>"$T/p1.err"
+check "predict of one batch: no progress lines" "[ ! -s '$T/p1.err' ]" "$(cat "$T/p1.err")"
+$V eval vit_fmnist_tiny -w "$T/w.safetensors" --data fashion-mnist --test-subset 1000 --batch-size 100 >"$T/e.out" \
+    2>"$T/e.err"
+rc=$?
+check "eval: progress lines on stderr, the result on stdout" \
+    "[ $rc -eq 0 ] && [ \$(grep -c '^Eval [0-9]*/1000' '$T/e.err') -ge 5 ] && grep -q '^Eval 1000/1000 (100%)' '$T/e.err' && \
+    ! has_cr '$T/e.err' '$T/e.out' && grep -q 'top-1 accuracy' '$T/e.out'" "rc $rc: $(cat "$T/e.err" "$T/e.out")"
+$V train vit_fmnist_tiny --data fashion-mnist --epochs 1 --batch-size 32 --train-subset 320 --test-subset 64 \
+    --log-every 2 --out "$T/run" >"$T/t.out" 2>&1
+rc=$?
+check "train piped: a plain Train line every --log-every steps with the ETA, no carriage return" \
+    "[ $rc -eq 0 ] && [ \$(grep -Ec '^Train: 0 \[ *[0-9]+/10 .*LR: [0-9.e+-]+  (ETA|took) [0-9]+:[0-9]{2}$' '$T/t.out') -eq 5 ] && \
+    ! has_cr '$T/t.out'" "rc $rc: $(cat "$T/t.out")"
+
+# ---- progress on a terminal: one line redrawn in place (script(1) gives the command a pseudo-terminal)
+if command -v script >/dev/null; then
+    script -qec "$V predict vit_fmnist_tiny -w $T/w.safetensors --batch-size 3 $(echo "$T"/p*.png)" /dev/null \
+        >"$T/tty.out" 2>&1
+    check "predict on a terminal: the progress line is redrawn (\\r, erase to end of line) and erased at the end" \
+        "grep -q $'\\rpredict 30/30 (100%)' '$T/tty.out' && grep -q $'\\033\\[K' '$T/tty.out' && \
+        [ \$(grep -c '^predict ' '$T/tty.out') -eq 0 ] && [ \$(grep -c 'class' '$T/tty.out') -ge 150 ]" \
+        "$(head -c 600 "$T/tty.out" | cat -A)"
+else
+    ok "progress on a terminal: skipped (no script(1))"
+fi
+
+# ---- image size from the input
+$PY - "$T" <<'EOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+r = np.random.default_rng(2)
+st.save(f"{sys.argv[1]}/g32.safetensors", {"input": r.standard_normal((2, 3, 32, 32)).astype(np.float32)})
+st.save(f"{sys.argv[1]}/v20.safetensors", {"input": r.standard_normal((1, 1, 20, 20)).astype(np.float32)})
+EOF
+$V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g32.safetensors" -o "$T/y.safetensors" >"$T/f.log" 2>&1
+rc1=$?
+$V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g32.safetensors" -o "$T/f.safetensors" --features \
+    >>"$T/f.log" 2>&1
+rc2=$?
+r=$($PY - "$T" <<'EOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+y, f = st.load(f"{sys.argv[1]}/y.safetensors"), st.load(f"{sys.argv[1]}/f.safetensors")
+shapes = [tuple(f[f"features.{i}"].shape) for i in range(4)]
+ok = tuple(y["logits"].shape) == (2, 10) and shapes == [(2, 20, 8, 8), (2, 30, 4, 4), (2, 40, 2, 2), (2, 50, 1, 1)]
+print("ok" if ok else f"{y['logits'].shape} {shapes}")
+EOF
+)
+check "forward: a model whose weights fit any size runs at the input's size (64 -> 32 px), logits and stage maps" \
+    "[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ '$r' = ok ]" "rc $rc1 $rc2: $r $(cat "$T/f.log")"
+$V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
+rc=$?
+check "forward: a fixed-size model refuses another input size, saying why" \
+    "[ $rc -eq 1 ] && grep -q 'vit_fmnist_tiny takes 28×28 inputs, not 20×20: its weights depend on the image size' '$T/f2.log'" \
+    "rc $rc: $(cat "$T/f2.log")"
+$V predict groupmixformer_test -w "$T/g.safetensors" --img-size 32 --output "$T/pg.safetensors" "$T/p00.png" \
+    >"$T/pg.log" 2>&1
+rc=$?
+r=$($PY -c "import sys; sys.path.insert(0, 'tests/reference'); import st; print(tuple(st.load('$T/pg.safetensors')['input'].shape))" 2>&1)
+check "predict: --img-size on a model whose weights fit any size" "[ $rc -eq 0 ] && [ '$r' = '(1, 3, 32, 32)' ]" \
+    "rc $rc: $r $(cat "$T/pg.log")"
+$V predict vit_fmnist_tiny -w "$T/w.safetensors" --img-size 20 "$T/p00.png" >"$T/pv.log" 2>&1
+rc=$?
+check "predict: another --img-size on a fixed-size model names the size dependence" \
+    "[ $rc -eq 1 ] && grep -q 'pos_embed' '$T/pv.log' && grep -q 'weights depend on the image size' '$T/pv.log'" \
+    "rc $rc: $(cat "$T/pv.log")"

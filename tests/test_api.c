@@ -1,0 +1,238 @@
+/* The embedding API (include/vitc/api.h): errors returned with clear messages (unknown model, bad options, missing or
+ * mismatched weights, NULL arguments, NaN inputs, bad pixel buffers, fixed-size models at another size), results equal
+ * to the library's own predictor (logits, top-k, pooled features = the head's input, stage maps at two sizes),
+ * batching that does not change results, the caller's thread setting and floating-point mode restored. Also runs
+ * under ASan + UBSan with leak detection (build-asan/unit). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include <stb_image_write.h>
+
+#include "test.h"
+#include "vitc/dataset.h"
+#include "vitc/predict.h"
+#include "vitc/vitc.h"
+#include "vitc/weights.h"
+
+/* Writes the initial weights of model `name` (seed 1) to path; 0 on success. */
+static int write_weights(const char *name, const char *path) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int rc = !P || vt_model_init_params(vt_model_find(name), P, 1, &e) || vt_params_save(P, path, &e);
+    if (rc) fprintf(stderr, "write_weights %s: %s\n", name, e.msg);
+    vt_params_free(P);
+    return rc;
+}
+
+/* n pseudo-random values in [-2, 2). */
+static float *random_input(int64_t n, unsigned seed) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; x && i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / (float)(1 << 24) * 4.0f - 2.0f;
+    }
+    return x;
+}
+
+static double max_diff(const float *a, const float *b, int64_t n) {
+    double d = 0.0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    return d;
+}
+
+static void check_open_errors(vt_test *T, const char *w) {
+    vitc_error err;
+    vitc_options o;
+    vitc_options_init(&o);
+    T_CHECK(T, !vitc_open("no_such_model", w, NULL, &err) && strstr(err.msg, "unknown model 'no_such_model'"), "%s",
+            err.msg);
+    T_CHECK(T, !vitc_open(NULL, w, NULL, &err) && err.msg[0], "NULL name");
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", NULL, NULL, &err) && strstr(err.msg, "no weights"), "%s", err.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", "/nonexistent/w.safetensors", NULL, &err) &&
+                   strstr(err.msg, "/nonexistent/w.safetensors"), "%s", err.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_small", w, NULL, &err) && strstr(err.msg, "shape mismatch"), "%s", err.msg);
+    T_CHECK(T, !vitc_open("nope", w, NULL, NULL), "a NULL error pointer is fine");
+    o.threads = -1;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "threads -1"), "%s", err.msg);
+    vitc_options_init(&o);
+    o.crop_pct = NAN;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct"), "%s", err.msg);
+    vitc_options_init(&o);
+    o.img_size = 20; /* the ViT's position embeddings fix its size */
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "depend on the image size"), "%s",
+            err.msg);
+}
+
+static void check_vit(vt_test *T, const char *w, const char *dir) {
+    vitc_error err;
+    vitc_options o;
+    vitc_options_init(&o);
+    o.threads = 1;
+    o.batch = 2; /* 5 images: batches of 2, 2 and 1 */
+    vitc_model *m = vitc_open("vit_fmnist_tiny", w, &o, &err);
+    T_CHECK(T, m != NULL, "%s", err.msg);
+    if (!m) return;
+    vitc_info info;
+    vitc_get_info(m, &info);
+    T_CHECK(T, strcmp(info.name, "vit_fmnist_tiny") == 0 && info.img_size == 28 && info.in_chans == 1 &&
+                   info.num_classes == 10 && info.params == 139018 && !info.any_size && info.gmacs > 0,
+            "info %s %d %d %d %lld", info.name, info.img_size, info.in_chans, info.num_classes, (long long)info.params);
+    const int n = 5, per = 28 * 28, K = 10;
+    float *x = random_input((int64_t)n * per, 7), logits[5 * 10], ref[5 * 10];
+    /* the library's own predictor on the same weights, batch 16 */
+    vt_err e = {{0}};
+    vt_params *P = vt_model_load(vt_model_find("vit_fmnist_tiny"), w, &e);
+    vt_predictor p = {0};
+    T_CHECK(T, P && vt_predictor_init(&p, vt_model_find("vit_fmnist_tiny"), P, 16, VT_PRED_LOGITS | VT_PRED_POOLED,
+                                      &e) == 0, "%s", e.msg);
+    if (p.g) {
+        vt_predictor_forward(&p, x, n);
+        memcpy(ref, p.logits->data, sizeof ref);
+    }
+    const int threads = omp_get_max_threads();
+#if defined(__SSE2__)
+    const unsigned csr = _mm_getcsr();
+#endif
+    T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == 0, "%s", err.msg);
+    T_CHECK(T, max_diff(logits, ref, n * K) < 1e-5, "logits differ from the predictor's by %g",
+            max_diff(logits, ref, n * K));
+    T_CHECK(T, omp_get_max_threads() == threads, "thread setting restored: %d vs %d", omp_get_max_threads(), threads);
+#if defined(__SSE2__)
+    T_CHECK(T, _mm_getcsr() == csr, "floating-point mode restored: %x vs %x", _mm_getcsr(), csr);
+#endif
+    /* top-k from tensors: the most probable class is the argmax, labels are Fashion-MNIST's, probabilities sorted */
+    vitc_result res[5];
+    T_CHECK(T, vitc_classify_tensor(m, x, n, 0, 3, res, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        int am = 0;
+        for (int j = 1; j < K; j++) am = logits[i * K + j] > logits[i * K + am] ? j : am;
+        T_CHECK(T, res[i].ok && res[i].k == 3 && res[i].index[0] == am && res[i].prob[0] >= res[i].prob[1] &&
+                       res[i].prob[1] >= res[i].prob[2] && res[i].prob[0] <= 1.0 && res[i].label[0] &&
+                       strcmp(res[i].label[0], vt_fmnist_class_name(am)) == 0,
+                "image %d: top-1 %d (argmax %d)", i, res[i].index[0], am);
+    }
+    /* pooled features: (n, 64), and head(pooled) gives the logits */
+    vitc_tensor pooled = {0};
+    T_CHECK(T, vitc_pooled_features(m, x, n, 0, &pooled, &err) == 0 && pooled.ndim == 2 && pooled.shape[0] == n &&
+                   pooled.shape[1] == 64, "%s", err.msg);
+    const vt_tensor *hw = P ? vt_params_find(P, "head.weight") : NULL, *hb = P ? vt_params_find(P, "head.bias") : NULL;
+    double herr = pooled.data && hw && hb ? 0.0 : 1.0;
+    for (int i = 0; herr < 1.0 && i < n; i++)
+        for (int j = 0; j < K; j++) {
+            double v = hb->data[j];
+            for (int d = 0; d < 64; d++) v += (double)hw->data[j * 64 + d] * pooled.data[i * 64 + d];
+            herr = fmax(herr, fabs(v - logits[i * K + j]));
+        }
+    T_CHECK(T, herr < 1e-4, "head(pooled) vs logits: %g", herr);
+    if (p.g) T_CHECK(T, pooled.data && max_diff(pooled.data, p.pooled->data, n * 64) < 1e-5, "pooled vs predictor");
+    vitc_tensor_free(&pooled);
+    T_CHECK(T, pooled.data == NULL && pooled.ndim == 0, "tensor freed and zeroed");
+    /* bad inputs: NaN, other sizes, no stage maps, NULL arrays, k out of range */
+    x[per + 3] = NAN;
+    T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == -1 && strstr(err.msg, "image 1") && strstr(err.msg, "NaN"),
+            "%s", err.msg);
+    T_CHECK(T, vitc_classify_tensor(m, x, n, 0, 3, res, &err) == 1 && res[0].ok && !res[1].ok &&
+                   strstr(res[1].error, "NaN") && res[2].ok, "NaN image: %d %s", res[1].ok, res[1].error);
+    x[per + 3] = 0.0f;
+    T_CHECK(T, vitc_logits(m, x, 1, 20, logits, &err) == -1 && strstr(err.msg, "takes 28×28 inputs, not 20×20"), "%s",
+            err.msg);
+    vitc_tensor maps[VITC_MAX_STAGES];
+    T_CHECK(T, vitc_stage_features(m, x, 1, 0, maps, &err) == -1 && strstr(err.msg, "no stage feature maps"), "%s",
+            err.msg);
+    T_CHECK(T, vitc_logits(m, NULL, 1, 0, logits, &err) == -1 && strstr(err.msg, "NULL"), "%s", err.msg);
+    T_CHECK(T, vitc_classify_tensor(m, x, 1, 0, 0, res, &err) == -1 && strstr(err.msg, "k = 0"), "%s", err.msg);
+    T_CHECK(T, vitc_classify_tensor(m, x, 0, 0, 1, res, &err) == -1 && strstr(err.msg, "image count 0"), "%s",
+            err.msg);
+    T_CHECK(T, vitc_logits(m, x, 1, -3, logits, &err) == -1 && strstr(err.msg, "size -3"), "%s", err.msg);
+    /* pixels and files: an RGB buffer converts to L as the decoder does; a PNG of it classifies the same */
+    unsigned char rgb[40 * 30 * 3];
+    for (int i = 0; i < (int)sizeof rgb; i++) rgb[i] = (unsigned char)(i * 97 % 251);
+    char png[4200];
+    snprintf(png, sizeof png, "%s/img.png", dir);
+    T_CHECK(T, stbi_write_png(png, 40, 30, 3, rgb, 40 * 3) != 0, "write %s", png);
+    vitc_pixels px[3] = {{rgb, 40, 30, 3}, {NULL, 40, 30, 3}, {rgb, 40, 30, 5}};
+    const char *paths[3] = {png, "/nonexistent.png", png};
+    vitc_result rp[3], rf[3];
+    T_CHECK(T, vitc_classify_pixels(m, px, 3, 5, rp, &err) == 2 && rp[0].ok && !rp[1].ok &&
+                   strstr(rp[1].error, "no pixel data") && !rp[2].ok && strstr(rp[2].error, "5 channels"),
+            "pixels: %s | %s", rp[1].error, rp[2].error);
+    T_CHECK(T, vitc_classify_files(m, paths, 3, 5, rf, &err) == 1 && rf[0].ok && !rf[1].ok &&
+                   strstr(rf[1].error, "/nonexistent.png") && rf[2].ok, "files: %s", rf[1].error);
+    T_CHECK(T, rp[0].index[0] == rf[0].index[0] && fabs(rp[0].prob[0] - rf[0].prob[0]) < 1e-6 &&
+                   rf[0].index[0] == rf[2].index[0], "pixels vs file: %d %d", rp[0].index[0], rf[0].index[0]);
+    float img[28 * 28];
+    T_CHECK(T, vitc_load_image(m, png, img, &err) == 0, "%s", err.msg);
+    T_CHECK(T, vitc_classify_tensor(m, img, 1, 0, 5, res, &err) == 0 && res[0].index[0] == rf[0].index[0] &&
+                   fabs(res[0].prob[0] - rf[0].prob[0]) < 1e-6, "load_image + tensor vs file");
+    T_CHECK(T, vitc_load_image(m, "/nonexistent.png", img, &err) == -1 && strstr(err.msg, "/nonexistent.png"), "%s",
+            err.msg);
+    vt_predictor_free(&p);
+    vt_params_free(P);
+    free(x);
+    vitc_close(m);
+    vitc_close(NULL);
+}
+
+/* A hierarchical model whose weights fit any size: stage maps and pooled features at 64 and 32 px. */
+static void check_gmf(vt_test *T, const char *w) {
+    vitc_error err;
+    vitc_model *m = vitc_open("groupmixformer_test", w, NULL, &err);
+    T_CHECK(T, m != NULL, "%s", err.msg);
+    if (!m) return;
+    vitc_info info;
+    vitc_get_info(m, &info);
+    T_CHECK(T, info.any_size && info.img_size == 64 && info.in_chans == 3, "info");
+    float *x = random_input(2 * 3 * 64 * 64, 3);
+    static const int dims[4] = {20, 30, 40, 50};
+    for (int size = 64; size >= 32; size -= 32) {
+        vitc_tensor maps[VITC_MAX_STAGES];
+        const int nm = vitc_stage_features(m, x, 2, size, maps, &err);
+        T_CHECK(T, nm == 4, "%d maps at %d: %s", nm, size, err.msg);
+        for (int i = 0; i < nm; i++) {
+            T_CHECK(T, maps[i].ndim == 4 && maps[i].shape[0] == 2 && maps[i].shape[1] == dims[i] &&
+                           maps[i].shape[2] == size / (4 << i) && maps[i].shape[3] == size / (4 << i),
+                    "map %d at %d: (%d, %d, %d, %d)", i, size, maps[i].shape[0], maps[i].shape[1], maps[i].shape[2],
+                    maps[i].shape[3]);
+            vitc_tensor_free(&maps[i]);
+        }
+        vitc_tensor pooled;
+        T_CHECK(T, vitc_pooled_features(m, x, 2, size, &pooled, &err) == 0 && pooled.shape[1] == 50, "%s", err.msg);
+        vitc_tensor_free(&pooled);
+        vitc_result r[2];
+        T_CHECK(T, vitc_classify_tensor(m, x, 2, size, 2, r, &err) == 0 && r[0].ok && r[0].label[0] == NULL, "%s",
+                err.msg);
+    }
+    T_CHECK(T, vitc_logits(m, x, 1, 48, (float[10]){0}, &err) == -1 && strstr(err.msg, "48"), "%s", err.msg);
+    free(x);
+    vitc_close(m);
+}
+
+void test_api(vt_test *T) {
+    T_CHECK(T, strcmp(vitc_version(), "0.1.0") == 0, "%s", vitc_version());
+    T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
+                   !vitc_model_name(vitc_model_count()), "model names");
+    char dir[] = "/tmp/vitc_api_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    char w[64], wg[64], png[80];
+    snprintf(w, sizeof w, "%s/vit.safetensors", dir);
+    snprintf(wg, sizeof wg, "%s/gmf.safetensors", dir);
+    snprintf(png, sizeof png, "%s/img.png", dir);
+    T_CHECK(T, write_weights("vit_fmnist_tiny", w) == 0 && write_weights("groupmixformer_test", wg) == 0, "weights");
+    check_open_errors(T, w);
+    check_vit(T, w, dir);
+    check_gmf(T, wg);
+    unlink(w);
+    unlink(wg);
+    unlink(png);
+    rmdir(dir);
+}
