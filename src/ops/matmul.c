@@ -130,7 +130,7 @@ static void linear_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd};
+static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -250,7 +250,7 @@ static void matmul_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd};
+static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha) {
     if (vt_bad(g, 2, a, b)) return NULL;
