@@ -1,5 +1,6 @@
 /* Throughput benchmark of one model: img/s, GMACs, achieved GFLOP/s, against the measured sgemm peak. */
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "vitc/ops.h"
@@ -83,6 +84,8 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         /* FLOPs = 2·MACs forward; training counts backward as 2× forward (3× in all). */
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
+        struct rusage ru; /* before sgemm_peak's buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
+        r->peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
         sgemm_peak(r);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
