@@ -165,10 +165,12 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
                 zero++;
             }
         }
-        float **ref = P->n > 0 ? calloc((size_t)P->n, sizeof *ref) : NULL, *x0 = malloc(sizeof(float) * (size_t)x->numel);
+        float **ref = P->n > 0 ? calloc((size_t)P->n, sizeof *ref) : NULL;
+        float *x0 = malloc(sizeof(float) * (size_t)x->numel);
         int np = 0, have = ref && x0;
         for (int i = 0; have && i < P->n; i++)
-            if (graded(P->t[i]) && (have = (ref[np] = malloc(sizeof(float) * (size_t)P->t[i]->numel)) != NULL))
+            if (graded(P->t[i]) &&
+                (have = (ref[np] = malloc(sizeof(float) * (size_t)P->t[i]->numel)) != NULL))
                 memcpy(ref[np++], P->t[i]->grad, sizeof(float) * (size_t)P->t[i]->numel);
         if (have) {
             memcpy(x0, x->data, sizeof(float) * (size_t)x->numel);
