@@ -14,41 +14,94 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
     return s;
 }
 
-void gc_run(vt_test *T, const gc_case *c) {
+/* Builds case c into a new graph (training unless c->eval; keep_all as given) over a new store *P, finalized, with
+ * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. NULL (T_CHECK failed) if
+ * the build fails. */
+static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
+                          vt_tensor **r, vt_rng *rng) {
     vt_err e = {{0}};
-    vt_params *P = vt_params_new(&e);
-    vt_graph *g = vt_graph_new(P, !c->eval, &e);
-    vt_rng rng;
-    vt_rng_seed(&rng, 1234);
-    vt_tensor *x[GC_MAXX];
+    *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(*P, !c->eval, &e);
+    g->keep_all = keep_all;
+    vt_rng_seed(rng, 1234);
     for (int i = 0; i < c->nx; i++) {
         char nm[16];
         snprintf(nm, sizeof nm, "x%d", i);
         x[i] = vt_param(g, nm, c->ndim[i], c->shape[i], (vt_init){VT_INIT_ZERO, 0});
     }
-    vt_tensor *y = c->build(g, x, c);
+    *y = c->build(g, x, c);
     int rshape[VT_MAXDIM] = {0};
-    if (y) memcpy(rshape, y->shape, sizeof rshape);
-    vt_tensor *r = y ? vt_input(g, "r", y->ndim, rshape) : NULL;
-    vt_tensor *loss = vt_sum(g, vt_mul(g, y, r));
+    if (*y) memcpy(rshape, (*y)->shape, sizeof rshape);
+    *r = *y ? vt_input(g, "r", (*y)->ndim, rshape) : NULL;
+    vt_tensor *loss = vt_sum(g, vt_mul(g, *y, *r));
     vt_graph_set_loss(g, loss);
-    vt_graph_output(g, y);
+    vt_graph_output(g, *y);
     if (vt_graph_finalize(g, &e)) {
         T_CHECK(T, 0, "%s: build failed: %s", c->name, e.msg);
         vt_graph_free(g);
-        vt_params_free(P);
-        return;
+        vt_params_free(*P);
+        return NULL;
     }
     for (int i = 0; i < c->nx; i++) {
         if (c->fill)
-            c->fill(x[i]->data, x[i]->numel, i, &rng);
+            c->fill(x[i]->data, x[i]->numel, i, rng);
         else
-            for (int64_t j = 0; j < x[i]->numel; j++) x[i]->data[j] = vt_rng_normal(&rng);
+            for (int64_t j = 0; j < x[i]->numel; j++) x[i]->data[j] = vt_rng_normal(rng);
     }
-    for (int64_t j = 0; j < r->numel; j++) r->data[j] = vt_rng_normal(&rng);
+    for (int64_t j = 0; j < (*r)->numel; j++) (*r)->data[j] = vt_rng_normal(rng);
+    return g;
+}
+
+/* 1 when the operands' gradients in xa and xb are bit-identical. */
+static int same_grads(const gc_case *c, vt_tensor **xa, vt_tensor **xb) {
+    for (int i = 0; i < c->nx; i++)
+        if (xa[i]->grad && memcmp(xa[i]->grad, xb[i]->grad, sizeof(float) * (size_t)xa[i]->numel)) return 0;
+    return 1;
+}
+
+/* The memory plan and the ops' bwd_reads declarations: the case planned keep_all (every value kept until its
+ * producer's backward) gives the same gradients as the default plan (g, already differentiated), and the same again
+ * when every value a node's backward does not declare reading is NaN while it runs (vt_graph_backward_poisoned). */
+static void gc_check_reads(vt_test *T, const gc_case *c, vt_tensor **x) {
+    vt_params *P;
+    vt_tensor *xk[GC_MAXX], *y, *r;
+    vt_rng rng;
+    vt_graph *g = gc_build(T, c, 1, &P, xk, &y, &r, &rng);
+    if (!g) return;
+    vt_err e = {{0}};
     vt_graph_forward(g);
     vt_params_zero_grad(P);
     vt_graph_backward(g);
+    T_CHECK(T, same_grads(c, x, xk), "%s: the default plan's gradients equal the keep-all plan's", c->name);
+    float *ref[GC_MAXX] = {0};
+    int ok = 1;
+    for (int i = 0; i < c->nx; i++)
+        if (xk[i]->grad && (ref[i] = vt_alloc(sizeof(float) * (size_t)xk[i]->numel, &e)))
+            memcpy(ref[i], xk[i]->grad, sizeof(float) * (size_t)xk[i]->numel);
+    vt_graph_forward(g); /* a backward may overwrite values that only it read: one forward per backward */
+    vt_params_zero_grad(P);
+    ok = vt_graph_backward_poisoned(g, &e) == 0;
+    T_CHECK(T, ok, "%s: poisoned backward runs: %s", c->name, e.msg);
+    for (int i = 0; ok && i < c->nx; i++)
+        if (xk[i]->grad)
+            T_CHECK(T, ref[i] && !memcmp(ref[i], xk[i]->grad, sizeof(float) * (size_t)xk[i]->numel),
+                    "%s: operand x%d's gradient changes when the values its ops' backward do not declare reading "
+                    "are NaN (a bwd_reads declaration is too small)", c->name, i);
+    for (int i = 0; i < c->nx; i++) vt_free(ref[i]);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+void gc_run(vt_test *T, const gc_case *c) {
+    vt_params *P;
+    vt_tensor *x[GC_MAXX], *y, *r;
+    vt_rng rng;
+    vt_graph *g = gc_build(T, c, 0, &P, x, &y, &r, &rng);
+    if (!g) return;
+    vt_graph_forward(g);
+    vt_params_zero_grad(P);
+    vt_graph_backward(g);
+    if (!c->eval) gc_check_reads(T, c, x);
     const double eps = c->eps > 0 ? c->eps : 1e-2, tol = c->tol > 0 ? c->tol : 1e-2;
     for (int i = 0; i < c->nx; i++) {
         if (c->nograd[i]) continue;

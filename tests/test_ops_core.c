@@ -15,6 +15,10 @@ static vt_tensor *b_linear_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
     return vt_linear_gelu(g, x[0], x[1], x[2]);
 }
+static vt_tensor *b_gelu_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_gelu_linear(g, x[0], x[1], x[2]);
+    return c->nx > 3 ? vt_residual(g, x[3], y) : y;
+}
 /* x0 + linear(x0 or x3, x1, x2): ia[0] 1 = the residual is the linear's own input; ia[1] 1 = h is used before the
  * residual (no fusion: vt_add). */
 static vt_tensor *b_residual(vt_graph *g, vt_tensor **x, const gc_case *c) {
@@ -112,6 +116,57 @@ static void check_shape_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
+ * and the gradients of x, w and b, over enough rows for several panels per thread. */
+static void check_gelu_linear_plain(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int xs[2] = {1100, 24}, ws[2] = {16, 24}, bs[1] = {16}, ys[2] = {1100, 16};
+    vt_tensor *y[2], *r[2], *x = NULL, *w = NULL, *b = NULL;
+    vt_graph *g[2];
+    float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
+    for (int k = 0; k < 2; k++) {
+        g[k] = vt_graph_new(P, 1, &e);
+        x = vt_param(g[k], "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.5f});
+        w = vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+        b = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
+        y[k] = k ? vt_linear(g[k], vt_gelu(g[k], x), w, b) : vt_gelu_linear(g[k], x, w, b);
+        r[k] = vt_input(g[k], "r", 2, ys);
+        vt_graph_set_loss(g[k], vt_sum(g[k], vt_mul(g[k], y[k], r[k])));
+        vt_graph_output(g[k], y[k]);
+        T_CHECK(T, vt_graph_finalize(g[k], &e) == 0, "gelu_linear graph %d: %s", k, e.msg);
+    }
+    vt_params_init(P, 7);
+    for (int64_t i = 0; i < r[0]->numel; i++) r[0]->data[i] = r[1]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
+    const vt_tensor *t[4] = {y[0], x, w, b};
+    for (int k = 0; k < 2 && !e.msg[0]; k++) {
+        vt_graph_forward(g[k]);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g[k]);
+        for (int j = 0; j < 4; j++) {
+            const float *v = j ? t[j]->grad : y[k]->data;
+            if (!k) {
+                ref[j] = malloc(sizeof(float) * (size_t)t[j]->numel);
+                if (ref[j]) memcpy(ref[j], v, sizeof(float) * (size_t)t[j]->numel);
+                continue;
+            }
+            for (int64_t i = 0; ref[j] && i < t[j]->numel; i++) {
+                err[j] = fmaxf(err[j], fabsf(v[i] - ref[j][i]));
+                mag[j] = fmaxf(mag[j], fabsf(ref[j][i]));
+            }
+        }
+    }
+    const char *what[4] = {"output", "dx", "dw", "db"};
+    for (int j = 0; j < 4; j++) {
+        T_CHECK(T, ref[j] && err[j] <= 1e-5f * fmaxf(mag[j], 1.0f),
+                "gelu_linear vs linear(gelu): %s differs by %g (max %g)", what[j], (double)err[j], (double)mag[j]);
+        free(ref[j]);
+    }
+    vt_graph_free(g[0]);
+    vt_graph_free(g[1]);
+    vt_params_free(P);
+}
+
 /* vt_residual fuses into the producing linear (no add node) and then refuses further uses of the linear's output. */
 static void check_residual_fusion(vt_test *T) {
     vt_err e = {{0}};
@@ -189,6 +244,7 @@ static void check_denormals_flushed(vt_test *T) {
 void test_ops_core(vt_test *T) {
     check_denormals_flushed(T);
     check_residual_fusion(T);
+    check_gelu_linear_plain(T);
     check_drop_path(T);
     check_gemm_ref(T);
     check_eval_matches_train(T);
@@ -200,6 +256,11 @@ void test_ops_core(vt_test *T) {
         {.name = "linear_gelu", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear_gelu},
         {.name = "linear_gelu_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
          .build = b_linear_gelu},
+        {.name = "gelu_linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_gelu_linear},
+        {.name = "gelu_linear_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
+         .build = b_gelu_linear},
+        {.name = "gelu_linear_residual", .nx = 4, .ndim = {2, 2, 1, 2}, .shape = {{3, 4}, {5, 4}, {5}, {3, 5}},
+         .build = b_gelu_linear},
         {.name = "linear_residual", .nx = 4, .ndim = {3, 2, 1, 3}, .shape = {{2, 3, 4}, {4, 5}, {4}, {2, 3, 5}},
          .build = b_residual},
         {.name = "linear_residual_self", .nx = 3, .ndim = {2, 2, 1}, .shape = {{3, 4}, {4, 4}, {4}},

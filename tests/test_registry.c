@@ -1,7 +1,10 @@
 /* The registry sweep (timm's test_models backward sweep): every registered model, shrunk to one block per stage
  * (two for the Refiner's plain/shared pairs) at the smallest image size it accepts, builds its train and eval
  * graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite outputs, and gives every
- * parameter a non-zero gradient except those zero by construction, listed below with the reason. */
+ * parameter a non-zero gradient except those zero by construction, listed below with the reason. It also checks the
+ * memory plan: the same step planned keep_all (every activation kept until its producer's backward) gives
+ * bit-identical gradients, also with the values no backward declares reading poisoned (NaN), from an arena no
+ * smaller than the default plan's. */
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
@@ -69,6 +72,47 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A parameter with a gradient buffer (the ones a step changes). */
+static int graded(const vt_tensor *t) { return t->kind == VT_PARAM && t->grad; }
+
+/* The keep_all plan of c's train graph over P: its arena is at least the default plan's (arena bytes), and its
+ * gradients, plain and poisoned, equal ref (every VT_PARAM's gradient from the default plan, in P's order). */
+static void check_plan(vt_test *T, const vt_model_cfg *c, vt_params *P, const float *x0, float *const *ref,
+                       int64_t arena) {
+    vt_err e = {{0}};
+    const int B = 2;
+    vt_tensor *x, *lab;
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    g->keep_all = 1;
+    vt_tensor *y = vt_model_build(g, c, B, &x);
+    lab = vt_input(g, "labels", 1, &B);
+    vt_graph_set_loss(g, vt_cross_entropy(g, y, lab, 0.0f));
+    vt_graph_output(g, y);
+    int ok = vt_graph_finalize(g, &e) == 0;
+    T_CHECK(T, ok, "%s: keep-all train graph builds: %s", c->name, e.msg);
+    if (ok) {
+        T_CHECK(T, vt_graph_arena_bytes(g) >= arena, "%s: default plan %lld bytes > keep-all plan %lld", c->name,
+                (long long)arena, (long long)vt_graph_arena_bytes(g));
+        memcpy(x->data, x0, sizeof(float) * (size_t)x->numel);
+        for (int b = 0; b < B; b++) lab->data[b] = (float)(b % c->arch.num_classes);
+        for (int pass = 0; ok && pass < 2; pass++) {
+            vt_graph_forward(g); /* a backward may overwrite values that only it read: one forward per backward */
+            vt_params_zero_grad(P);
+            if (pass == 0)
+                vt_graph_backward(g);
+            else
+                ok = vt_graph_backward_poisoned(g, &e) == 0;
+            int same = ok;
+            for (int i = 0, k = 0; same && i < P->n; i++)
+                if (graded(P->t[i]))
+                    same = !memcmp(ref[k++], P->t[i]->grad, sizeof(float) * (size_t)P->t[i]->numel);
+            T_CHECK(T, same, "%s: gradients of the keep-all plan%s equal the default plan's%s%s", c->name,
+                    pass ? ", poisoned," : "", pass ? " (a bwd_reads declaration is too small) " : "", e.msg);
+        }
+    }
+    vt_graph_free(g);
+}
+
 static void sweep_one(vt_test *T, const vt_model_cfg *base) {
     const double t0 = now_s();
     vt_err e = {{0}};
@@ -121,6 +165,23 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
                 zero++;
             }
         }
+        float **ref = P->n > 0 ? calloc((size_t)P->n, sizeof *ref) : NULL;
+        float *x0 = malloc(sizeof(float) * (size_t)x->numel);
+        int np = 0, have = ref && x0;
+        for (int i = 0; have && i < P->n; i++)
+            if (graded(P->t[i]) &&
+                (have = (ref[np] = malloc(sizeof(float) * (size_t)P->t[i]->numel)) != NULL))
+                memcpy(ref[np++], P->t[i]->grad, sizeof(float) * (size_t)P->t[i]->numel);
+        if (have) {
+            memcpy(x0, x->data, sizeof(float) * (size_t)x->numel);
+            check_plan(T, &c, P, x0, ref, vt_graph_arena_bytes(g));
+            for (int i = 0, k = 0; i < P->n; i++) /* the default plan's gradients back for the step */
+                if (graded(P->t[i])) memcpy(P->t[i]->grad, ref[k++], sizeof(float) * (size_t)P->t[i]->numel);
+        }
+        T_CHECK(T, have, "%s: out of memory for the plan check", c.name);
+        for (int i = 0; ref && i < np; i++) free(ref[i]);
+        free(ref);
+        free(x0);
         vt_adamw_step(&opt, 1e-3f);
         vt_graph_forward(ge);
         for (int64_t i = 0; i < ye->numel; i++) nonfinite |= !isfinite(ye->data[i]);

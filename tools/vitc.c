@@ -583,9 +583,10 @@ static int cmd_bench(opts *o) {
     if (o->json) {
         printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
-               "\"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, \"arena_mib\": %.1f, \"cpu_model\": ",
+               "\"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, \"arena_mib\": %.1f, "
+               "\"peak_rss_mib\": %.1f, \"cpu_model\": ",
                c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.gmacs_per_img, r.gflops,
-               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib);
+               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
         json_str(m->cpu_model);
         printf(", \"isa\": {\"avx2\": %s, \"avx512\": %s, \"avx512_bf16\": %s, \"amx\": %s}, \"openblas_core\": ",
                m->avx2 ? "true" : "false", m->avx512 ? "true" : "false", m->avx512_bf16 ? "true" : "false",
@@ -604,9 +605,9 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter), %.3f GMACs/img, %.1f GFLOP/s achieved "
-           "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB\n",
+           "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
            c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
-           r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib);
+           r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
     printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,

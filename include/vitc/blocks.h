@@ -120,7 +120,11 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
  * prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU. */
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out). */
+/* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
+ * x's width in one node (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two). */
+vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+
+/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out), GELU in fc2's prologue (vt_gelu_linear). */
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
 
 /* Initialisation of a convolution weight (fan_in = in/groups·k², fan_out = out/groups·k²): PyTorch's default

@@ -16,11 +16,26 @@
 typedef struct vt_node vt_node;
 typedef struct vt_graph vt_graph;
 
-/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads. */
+/* What an op's backward reads of the forward values its node saw (vt_opdef.bwd_reads): VT_READS(bits), with
+ * VT_READS_IN(i) for the values of input in[i] and VT_READS_OUT for the node's own output. Saved tensors, scratch,
+ * parameters and gradients need no declaration. The planner keeps an activation only while some forward or some
+ * declared backward still reads it (graph.c); an op that declares nothing (bwd_reads = 0) keeps every input and
+ * its output as long as their producers' backward, the safe default for new ops. tests/gradcheck.c checks every
+ * declaration by running backward with the undeclared values replaced by NaN (vt_graph_backward_poisoned). */
+#define VT_READS_DECLARED (1u << 31)
+#define VT_READS_IN(i) (1u << (i))
+#define VT_READS_ALL_IN ((1u << VT_MAXIN) - 1u)
+#define VT_READS_OUT (1u << VT_MAXIN)
+#define VT_READS(bits) (VT_READS_DECLARED | (unsigned)(bits))
+
+/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads and reads
+ * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
+ * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 typedef struct vt_opdef {
     const char *name;
     void (*forward)(vt_node *n);
     void (*backward)(vt_node *n);
+    unsigned bwd_reads; /* VT_READS(...); 0: undeclared (everything kept, as if all were read) */
 } vt_opdef;
 
 struct vt_node {
@@ -55,6 +70,8 @@ struct vt_graph {
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
     vt_gemm_plan gemm;  /* GEMM library dispatch for this graph's ops (the machine, VITC_GEMM read at creation) */
+    int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its
+                         * producer's backward, the plan before declarations existed); for comparisons and tests */
 };
 
 /* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode; its GEMM library
@@ -94,6 +111,12 @@ void vt_graph_forward(vt_graph *g);
 
 /* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */
 void vt_graph_backward(vt_graph *g);
+
+/* vt_graph_backward, except that while each node's backward runs, every input and output value it does not declare
+ * reading (vt_opdef.bwd_reads) is replaced by NaN (and restored after): the gradients equal vt_graph_backward's
+ * exactly when the declarations cover what the kernels read. For tests, on a train graph finalized with keep_all
+ * set; -1 (error set) otherwise or if out of memory. */
+int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 
 /* Starts accumulating per-node run times (see vt_graph_print_profile). */
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);

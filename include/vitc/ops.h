@@ -10,6 +10,9 @@
 vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* GELU(x·wᵀ + b) (exact erf) in one node: the activation runs in the GEMM's epilogue. */
 vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* GELU(x)·wᵀ + b (exact erf) in one node: the activation runs in the GEMM's prologue, so a train graph keeps only x
+ * (an MLP's fc2 after a plain fc1 keeps one hidden-sized buffer instead of vt_linear_gelu's two). */
+vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* x + h. When h is the output of a plain vt_linear that nothing has used yet, the add is fused into that linear
  * (no separate pass) and h itself may not be used again (a build error says so); otherwise a vt_add node. */
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);

@@ -45,6 +45,7 @@ typedef struct vt_tensor {
     struct vt_tensor *view_of; /* reshape views alias this root tensor */
     /* engine-private planning fields */
     int prod, last_use, grad_start, is_output;
+    int bwd_last;          /* the last step at which a backward reads this root's values (-1: none; set by finalize) */
     int consumed;          /* fused into a later node's epilogue (vt_residual): may not be used again */
     int scope;             /* params: scope index in the graph that created them (per-block breakdown) */
     int64_t off, goff;

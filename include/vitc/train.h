@@ -47,6 +47,7 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 /* Result of vt_bench. */
 typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
+    double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
     int64_t params;                      /* parameters of the model benchmarked (the training form with train) */
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */

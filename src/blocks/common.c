@@ -71,13 +71,15 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
     return drop > 0.0f && g->training ? vt_add(g, x, vt_drop_path(g, h, drop)) : vt_residual(g, x, h);
 }
 
-vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
+/* The FFN's pre-activation: prefix.fc1 (torchvision: prefix.0) [→ PVTv2's depthwise 3×3 on the token grid]; with
+ * gelu and no DWConv, GELU fused into fc1's epilogue (then the result is the activation). */
+static vt_tensor *fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f, int gelu) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     vt_tensor *w, *b;
     if (linear_params(g, vt_pname(nm, prefix, f->tv_names ? "0" : "fc1"), x, f->hidden, 1, f->winit, &w, &b))
         return NULL;
-    if (!f->dwconv) return vt_linear_gelu(g, x, w, b); /* GELU in the GEMM's epilogue */
+    if (!f->dwconv) return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
     const int B = x->shape[0], N = x->ndim == 3 ? x->shape[1] : 0, hid = f->hidden;
     if (x->ndim != 3 || f->grid_h * f->grid_w != N)
         return vt_fail(g, "mlp", "%s: the depthwise conv needs (B, H·W, C) tokens on the %dx%d grid", prefix, f->grid_h,
@@ -88,15 +90,33 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
     vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.bias"), 1, &hid, f->conv_fanout ? VT_INIT_Z : wi);
     if (dw) dw->paper_count = 1;
     vt_tensor *h = vt_reshape(g, vt_linear(g, x, w, b), 4, map);
-    return vt_gelu(g, vt_reshape(g, vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok));
+    return vt_reshape(g, vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok);
+}
+
+vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
+    vt_tensor *h = fc1_pre(g, prefix, x, f, 1);
+    return f->dwconv ? vt_gelu(g, h) : h;
+}
+
+/* fc2 (out features, bias) of an MLP whose hidden h has not had its GELU yet: GELU in fc2's GEMM prologue. */
+static vt_tensor *gelu_fc2(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, &w, &b)) return NULL;
+    return vt_gelu_linear(g, h, w, b);
+}
+
+vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN];
+    const int C = x->shape[x->ndim - 1];
+    vt_tensor *h = fc1_pre(g, prefix, x, f, 0);
+    return gelu_fc2(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, f->winit);
 }
 
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     int c = x->shape[x->ndim - 1];
-    vt_tensor *w, *b;
-    if (linear_params(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02, &w, &b)) return NULL;
-    vt_tensor *h = vt_linear_gelu(g, x, w, b);
-    return vt_linear_p(g, vt_pname(nm, prefix, "fc2"), h, c, 1, VT_INIT_W02);
+    vt_tensor *h = vt_linear_p(g, vt_pname(nm, prefix, "fc1"), x, hidden, 1, VT_INIT_W02);
+    return gelu_fc2(g, vt_pname(nm, prefix, "fc2"), h, c, VT_INIT_W02);
 }

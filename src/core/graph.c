@@ -2,6 +2,7 @@
 #include "vitc/graph.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ static vt_tensor *new_tensor(vt_graph *g, vt_kind kind, int ndim, const int *sha
     t->numel = numel;
     t->prod = -1;
     t->last_use = -1;
+    t->bwd_last = -1;
     g->tens[g->nt++] = t;
     return t;
 }
@@ -268,7 +270,22 @@ void vt_graph_set_loss(vt_graph *g, vt_tensor *t) {
     vt_graph_output(g, t);
 }
 
-/* ---- memory planning ---- */
+/* ---- memory planning ----
+ * The timeline: the forward of node p runs at step p and, in train graphs, its backward at step 2n-1-p (n nodes).
+ * Every planned buffer gets a live interval [start, end] of steps, and `place` gives buffers whose intervals overlap
+ * disjoint offsets. THE INVARIANT: a buffer's interval covers every step at which a kernel reads or writes it. Memory
+ * is shared only by buffers with disjoint intervals, so no kernel's write can then clobber a value that a later
+ * forward or backward still reads. Intervals, for the root of each view chain (views alias their root):
+ *  - VT_ACT, eval graph: [producer, last forward reader]; train graph: [producer, the latest of its last forward
+ *    reader and the backward step of every node whose backward reads it (bwd_last: through any view, as an input or
+ *    as that node's own output, per vt_opdef.bwd_reads)]. An op that declares nothing reads, by assumption,
+ *    everything it was given, for as long as before declarations existed: its inputs and output are kept until
+ *    their producers' backward. A node whose output needs no gradient never runs its backward, so it reads nothing.
+ *    Graph outputs (and the loss) live to the end; graph inputs for the whole run.
+ *  - its gradient (train graphs): from the backward of its last forward reader (the first to accumulate into it) to
+ *    its producer's backward (the last to read it);
+ *  - VT_SAVED: from its node's forward to its node's backward; VT_WORK: its node's step only.
+ * g->keep_all restores the plan from before declarations: every activation lives to its producer's backward. */
 
 typedef struct {
     int64_t size, off;
@@ -311,6 +328,26 @@ static int64_t place(buf_t *b, int nb, vt_err *e) {
     return total;
 }
 
+/* Sets bwd_last of every root read by some backward (see the planning notes above). */
+static void mark_backward_reads(vt_graph *g) {
+    const int n = g->nn;
+    for (int i = 0; i < n; i++) {
+        const vt_node *nd = g->nodes[i];
+        if (!nd->out->requires_grad || !nd->op->backward) continue; /* vt_graph_backward never runs it */
+        const unsigned r = nd->op->bwd_reads;
+        for (int k = 0; k <= nd->nin; k++) {
+            vt_tensor *t = vt_root(k < nd->nin ? nd->in[k] : nd->out);
+            int until = 2 * n - 1 - i;
+            if (!(r & VT_READS_DECLARED)) {
+                if (t->prod >= 0) until = 2 * n - 1 - t->prod; /* undeclared: kept as long as ever */
+            } else if (!(r & (k < nd->nin ? VT_READS_IN(k) : VT_READS_OUT))) {
+                continue;
+            }
+            if (until > t->bwd_last) t->bwd_last = until;
+        }
+    }
+}
+
 int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
     if (g->finalized) return 0;
@@ -319,6 +356,7 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     const int n = g->nn, T = g->training ? 2 * n : n, last = T - 1;
     buf_t *b = vt_alloc(sizeof(*b) * (size_t)(2 * g->nt + 1), e);
     if (!b) return -1;
+    if (g->training) mark_backward_reads(g);
     int nb = 0;
     for (int i = 0; i < g->nt; i++) {
         vt_tensor *t = g->tens[i];
@@ -329,12 +367,14 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
         case VT_ACT:
             if (p < 0) continue; /* never produced: unused */
             s = p;
-            if (t->is_output)
+            if (t->is_output) {
                 en = last;
-            else if (g->training)
+            } else if (g->training && g->keep_all) {
                 en = 2 * n - 1 - p;
-            else
+            } else {
                 en = t->last_use > p ? t->last_use : p;
+                if (t->bwd_last > en) en = t->bwd_last;
+            }
             break;
         case VT_SAVED:
             s = p;
@@ -454,16 +494,70 @@ static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
     if (g->loss && vt_root(g->loss) == t) t->grad[0] = 1.0f;
 }
 
-void vt_graph_backward(vt_graph *g) {
+/* Runs node nd's backward with the roots of its slots that it does not declare reading (vt_opdef.bwd_reads) filled
+ * with NaN, restoring them after (keep, cap: a reusable save area). Returns -1 (error set) if out of memory. */
+static int run_poisoned(vt_graph *g, vt_node *nd, float **keep, int64_t *cap, vt_err *e) {
+    const unsigned r = nd->op->bwd_reads;
+    vt_tensor *slot[VT_MAXIN + 1], *poison[VT_MAXIN + 1];
+    int np = 0;
+    int64_t total = 0;
+    for (int k = 0; k <= nd->nin; k++) slot[k] = vt_root(k < nd->nin ? nd->in[k] : nd->out);
+    for (int k = 0; (r & VT_READS_DECLARED) && k <= nd->nin; k++) {
+        int skip = !slot[k]->data;
+        for (int j = 0; j <= nd->nin; j++) /* the same memory is read through a declared slot */
+            skip |= slot[j] == slot[k] && (r & (j < nd->nin ? VT_READS_IN(j) : VT_READS_OUT));
+        for (int j = 0; j < np; j++) skip |= poison[j] == slot[k]; /* listed already */
+        if (skip) continue;
+        poison[np++] = slot[k];
+        total += slot[k]->numel;
+    }
+    if (total > *cap) {
+        vt_free(*keep);
+        *cap = total;
+        if (!(*keep = vt_alloc(sizeof(float) * (size_t)total, e))) return -1;
+    }
+    int64_t off = 0;
+    for (int k = 0; k < np; off += poison[k]->numel, k++) {
+        memcpy(*keep + off, poison[k]->data, sizeof(float) * (size_t)poison[k]->numel);
+        for (int64_t j = 0; j < poison[k]->numel; j++) poison[k]->data[j] = NAN;
+    }
+    run_node(g, nd, 1);
+    off = 0;
+    for (int k = 0; k < np; off += poison[k]->numel, k++)
+        memcpy(poison[k]->data, *keep + off, sizeof(float) * (size_t)poison[k]->numel);
+    return 0;
+}
+
+/* The backward pass; poisoned: every node's backward through run_poisoned. */
+static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
     flush_denormals();
     const int n = g->nn;
+    float *keep = NULL;
+    int64_t cap = 0;
     for (int i = n - 1; i >= 0; i--) {
         vt_node *nd = g->nodes[i];
         int s = 2 * n - 1 - i;
         grad_begin(g, nd->out, s);
         for (int k = 0; k < nd->nin; k++) grad_begin(g, nd->in[k], s);
-        if (nd->out->requires_grad && nd->op->backward) run_node(g, nd, 1);
+        if (!nd->out->requires_grad || !nd->op->backward) continue;
+        if (!poisoned) {
+            run_node(g, nd, 1);
+        } else if (run_poisoned(g, nd, &keep, &cap, e)) {
+            return -1;
+        }
     }
+    vt_free(keep);
+    return 0;
+}
+
+void vt_graph_backward(vt_graph *g) { backward_pass(g, 0, NULL); }
+
+int vt_graph_backward_poisoned(vt_graph *g, vt_err *e) {
+    /* Poisoning writes into every slot's memory, which must still belong to that slot: in the keep_all plan every
+     * input and output of a node is live until the node's backward has run; in the default plan an unread one may
+     * already share its memory with a live buffer (a gradient, this node's scratch). */
+    if (!g->training || !g->keep_all) return vt_seterr(e, "the poisoned backward needs a train graph planned keep_all");
+    return backward_pass(g, 1, e);
 }
 
 int64_t vt_graph_macs(const vt_graph *g) {

@@ -7,7 +7,8 @@
 
 #include "family.h"
 
-/* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)); followed by GELU (fused) when gelu. */
+/* nn.Linear with PyTorch's default init: weight and bias U(±1/sqrt(fan_in)); GELU fused after it (gelu = 1, keeps
+ * two buffers for backward) or before it (gelu = 2, vt_gelu_linear, keeps one). */
 static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, int out, int gelu) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
@@ -17,7 +18,7 @@ static vt_tensor *torch_linear(vt_graph *g, const char *prefix, vt_tensor *x, in
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, u);
     vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, u);
     if (w) w->paper_count = 1;
-    return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
+    return gelu == 2 ? vt_gelu_linear(g, x, w, b) : gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
 }
 
 /* The MSF paper's own attention module (in-module LayerNorm, no biases, PyTorch init), not the block table's. */
@@ -59,8 +60,8 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         char ff[VT_NAMELEN];
         snprintf(ff, sizeof ff, "transformer.layers.%d.1.net", i);
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, ff, "0"), t, a->ln_eps);
-        h = torch_linear(g, vt_pname(nm, ff, "1"), h, hidden, 1); /* Linear → GELU, fused */
-        t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D, 0));
+        h = torch_linear(g, vt_pname(nm, ff, "1"), h, hidden, 0);
+        t = vt_residual(g, t, torch_linear(g, vt_pname(nm, ff, "3"), h, D, 2)); /* GELU fused before the GEMM */
     }
     vt_scope(g, "linear_head");
     t = vt_layernorm_p(g, "linear_head.0", vt_mean(g, t, 1), a->ln_eps);

@@ -10,7 +10,11 @@
  * term is a per-key shift of every row), and the PROBE p (in q at p_off) is subtracted after attention:
  * o = softmax·v − p.
  * Threads: parallel over (batch, head) when there are at least as many pairs as threads; otherwise the pairs run
- * one after another with multi-threaded sgemms and the softmax rows split over the threads. */
+ * one after another with multi-threaded sgemms and the softmax rows split over the threads.
+ * Memory: train graphs keep no probabilities. Backward recomputes each (batch, head)'s N×M probabilities from q, k
+ * (and bias, mask) into a per-thread tile with the forward's own code, so they are the forward's values; the
+ * B·H·N·M floats it would otherwise keep from forward to backward were 15% of DeiT-S's training arena, and the
+ * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds). */
 #include <omp.h>
 
 #include "mathfn.h"
@@ -18,9 +22,9 @@
 #include "vitc/ops.h"
 
 /* Input slots: in[0] = q, then kv (if separate), bias, mask (each slot -1 when absent).
- * save[0] = probabilities (B, H, N, M) (train graphs). Work: forward: per thread M key norms (+ the N×M logits in
- * eval graphs); backward: per thread an N×M dS tile and M column sums, then (shared bias with a gradient) one
- * H×N×M partial bias gradient per thread. */
+ * Nothing saved. Work: forward: per thread M key norms and an N×M probability tile; backward: per thread the same
+ * two, an N×M dS tile and M column sums, then (shared bias with a gradient) one H×N×M partial bias gradient per
+ * thread. */
 typedef struct {
     int B, N, M, H, dh, nt, msf;
     int ldq, ldkv, q_off, k_off, v_off, p_off;
@@ -61,9 +65,9 @@ static inline void logits_row(float *restrict r, const float *kn, const float *b
     vt_softmax_row(r, r, M);
 }
 
-/* Forward of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
-static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, const float *probe, int rows_par) {
-    const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
+/* The probabilities of one (batch, head) into s (N×M); kn is M floats of scratch. */
+static void head_probs(const attn_p *a, const head_io *io, float *s, float *kn, int rows_par) {
+    const int N = a->N, M = a->M, dh = a->dh;
     const float scale = a->scale;
     vt_gemm(a->gemm, 0, 1, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
     if (a->msf) /* −0.5·scale·‖k_j‖² */
@@ -85,6 +89,12 @@ static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, co
             logits_row(s + i * ldm, knp, io->bias ? io->bias + i * ldm : NULL, io->mask ? io->mask + i * ldm : NULL,
                        M);
     }
+}
+
+/* Forward of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
+static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, const float *probe, int rows_par) {
+    const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
+    head_probs(a, io, s, kn, rows_par);
     vt_gemm(a->gemm, 0, 0, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
     if (probe)
         for (int i = 0; i < N; i++)
@@ -98,16 +108,15 @@ static void attn_fwd(vt_node *n) {
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
-    float *out = n->out->data, *probs = n->save[0] ? n->save[0]->data : NULL, *ws = n->fws->data;
-    const size_t per = probs ? (size_t)a->M : NM + (size_t)a->M; /* scratch floats per thread */
+    float *out = n->out->data, *ws = n->fws->data;
+    const size_t per = NM + (size_t)a->M; /* scratch floats per thread */
 #pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
     for (int bh = 0; bh < BH; bh++) {
         const int b = bh / H, h = bh % H;
         float *w = ws + (size_t)omp_get_thread_num() * per;
         const head_io io = head_ptrs(a, qd, kvd, bias, mask, out, b, h);
         const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
-        float *s = probs ? probs + (size_t)bh * NM : w + a->M;
-        head_fwd(a, &io, s, w, probe, !par);
+        head_fwd(a, &io, w + a->M, w, probe, !par);
     }
 }
 
@@ -165,21 +174,22 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
 
 static void attn_bwd(vt_node *n) {
     const attn_p *a = VT_OP_P(n, attn_p);
-    if (!n->save[0] || !n->bws) return; /* eval graph: nothing saved */
+    if (!n->bws) return; /* eval graph: no backward scratch */
     const int B = a->B, H = a->H, BH = B * H, dh = a->dh, par = BH >= a->nt;
-    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)H * NM, per = NM + (size_t)a->M;
+    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)H * NM, per = 2 * (NM + (size_t)a->M);
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
     float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
     if (!dqd && !dkvd && !dbias) return;
-    const float *probs = n->save[0]->data, *dout = n->out->grad;
+    const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
+    const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL, *dout = n->out->grad;
     float *ws = n->bws->data, *part = ws + (size_t)a->nt * per; /* partial shared-bias gradients */
     const int partial = dbias && !a->bias_batched && par;
     if (partial) vt_zero(part, (int64_t)a->nt * (int64_t)HNM);
 #pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
     for (int bh = 0; bh < BH; bh++) {
         const int b = bh / H, h = bh % H, t = omp_get_thread_num();
-        const head_io io = head_ptrs(a, qd, kvd, NULL, NULL, NULL, b, h);
+        const head_io io = head_ptrs(a, qd, kvd, bias, mask, NULL, b, h);
         const size_t qrow = (size_t)b * a->N * a->ldq, kvrow = (size_t)b * a->M * a->ldkv, hc = (size_t)h * dh;
         float *dq = dqd ? dqd + qrow + a->q_off + hc : NULL;
         float *dprobe = dqd && a->msf ? dqd + qrow + a->p_off + hc : NULL;
@@ -188,9 +198,9 @@ static void attn_bwd(vt_node *n) {
         if (dbias) /* per-batch bias: its own slice; shared: this thread's partial (or the gradient when serial) */
             db = a->bias_batched ? dbias + (size_t)bh * NM
                                  : (partial ? part + (size_t)t * HNM : dbias) + (size_t)h * NM;
-        float *w = ws + (size_t)t * per;
-        head_bwd(a, &io, probs + (size_t)bh * NM, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w,
-                 w + NM, !par);
+        float *w = ws + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, key norms */
+        head_probs(a, &io, P, P + NM, !par);
+        head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, !par);
     }
     if (partial) {
         const int nt = a->nt;
@@ -203,8 +213,10 @@ static void attn_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd};
-static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd};
+/* Backward reads every input: q, kv, bias and mask recompute the probabilities. */
+#define ATTN_READS VT_READS(VT_READS_ALL_IN)
+static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd, ATTN_READS};
+static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd, ATTN_READS};
 
 /* 1 when channel ranges [a, a + len) and [b, b + len) are identical or disjoint (no race between heads). */
 static int same_or_disjoint(int a, int b, int len) { return a == b || a + len <= b || b + len <= a; }
@@ -288,9 +300,8 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
                                    &g->gemm};
     n->macs = 2LL * B * N * M * dim;
     const int64_t NM = (int64_t)N * M;
-    if (g->training && !vt_node_save(n, 0, (int64_t)B * H * NM)) return NULL;
-    if (!vt_node_work(n, 0, (int64_t)nt * (g->training ? M : NM + M))) return NULL;
-    if (g->training && !vt_node_work(n, 1, (int64_t)nt * (NM + M) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
+    if (!vt_node_work(n, 0, (int64_t)nt * (NM + M))) return NULL;
+    if (g->training && !vt_node_work(n, 1, (int64_t)nt * 2 * (NM + M) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
         return NULL;
     return n->out;
 }

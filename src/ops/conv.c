@@ -414,7 +414,7 @@ static void conv_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd};
+static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 /* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
 static int image_threads(int B) {
@@ -629,7 +629,8 @@ static void dwn_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd};
+static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd,
+                                        VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
     if (vt_bad(g, 2, x, w)) return NULL;

@@ -127,7 +127,7 @@ static void focus_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_focus = {"focus", focus_fwd, focus_bwd};
+static const vt_opdef op_focus = {"focus", focus_fwd, focus_bwd, VT_READS(VT_READS_ALL_IN)};
 
 vt_tensor *vt_focus(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, float p) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -100,7 +100,7 @@ static void i2c_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd};
+static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd, VT_READS(0)};
 
 vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int nhwc) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -53,7 +53,8 @@ static void ce_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd};
+/* Backward reads the labels; the softmax is saved. */
+static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd, VT_READS(VT_READS_IN(1))};
 
 vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, float smoothing) {
     if (vt_bad(g, 2, logits, labels)) return NULL;
@@ -88,7 +89,7 @@ static void sum_bwd(vt_node *n) {
     for (int64_t i = 0; i < n->in[0]->numel; i++) dx[i] += d;
 }
 
-static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd};
+static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd, VT_READS(0)};
 
 vt_tensor *vt_sum(vt_graph *g, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -31,7 +31,11 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
  * pre-activation kept in save[0] for backward (train graphs; computed with the activation, they share erf and exp). The bias and residual are written into y first and sgemm accumulates onto
  * them (beta = 1); with GELU, threads take whole row panels (one single-threaded sgemm each) and apply GELU while
  * the panel is still in cache. Both avoid a separate pass over the (R, out) output; `vitc bench --profile`
- * measured GELU + residual adds at 8% of a DeiT-T training step before this fusion. */
+ * measured GELU + residual adds at 8% of a DeiT-T training step before this fusion.
+ * The prologue form y = GELU(x)·wᵀ + b (+ r) (vt_gelu_linear, an MLP's fc2 after a plain fc1) keeps only x, the
+ * pre-activation, for backward: the epilogue form keeps both GELU's output (for the next layer's dW) and its
+ * derivative, two (R, hidden) buffers, 20% of DeiT-S's training arena. Forward applies GELU per row panel into a
+ * per-thread scratch before that panel's sgemm; backward recomputes GELU(x) for dW and GELU'(x) for dx. */
 
 typedef struct {
     int R;        /* rows of x (all dims but the last) */
@@ -39,6 +43,8 @@ typedef struct {
     int gelu;     /* GELU after the bias (vt_linear_gelu) */
     int has_bias; /* b is in[2] */
     int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
+    int gelu_in;  /* GELU applied to x first (vt_gelu_linear): y = GELU(x)·wᵀ + b */
+    int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
 } linear_p;
 
 #define PANEL_ROWS 256 /* rows per GEMM panel: 256×768 floats fit in a core's L2 next to the packed weight */
@@ -63,12 +69,18 @@ static void lin_init(const vt_node *n, int r0, int r1, float *h) {
     }
 }
 
-/* Rows [r0, r1) of h += x·wᵀ, onto what lin_init wrote (h = x·wᵀ when there is neither bias nor residual). */
-static void lin_gemm(const vt_node *n, int r0, int r1, float *h) {
+/* Rows [r0, r1) of h += x·wᵀ with x's row r0 at xr, onto what lin_init wrote (h = x·wᵀ without bias and residual). */
+static void lin_gemm(const vt_node *n, const float *xr, int r0, int r1, float *h) {
     const linear_p *p = VT_OP_P(n, linear_p);
     const int beta1 = lin_bias(n) || lin_res(n);
-    gemm(n, 0, 1, r1 - r0, p->Co, p->Ci, 1.0f, n->in[0]->data + (size_t)r0 * p->Ci, p->Ci, n->in[1]->data, p->Ci,
-         beta1 ? 1.0f : 0.0f, h + (size_t)r0 * p->Co, p->Co);
+    gemm(n, 0, 1, r1 - r0, p->Co, p->Ci, 1.0f, xr, p->Ci, n->in[1]->data, p->Ci, beta1 ? 1.0f : 0.0f,
+         h + (size_t)r0 * p->Co, p->Co);
+}
+
+/* Rows [r0, r1) of h = r + b + x·wᵀ (one thread's panel). */
+static void lin_rows(const vt_node *n, const float *xr, int r0, int r1, float *h) {
+    lin_init(n, r0, r1, h);
+    lin_gemm(n, xr, r0, r1, h);
 }
 
 /* y[i] = GELU(y[i]) for i in [i0, i1), with d[i] = GELU'(y[i]) when d is not NULL. */
@@ -79,17 +91,36 @@ static void gelu_rows(float *y, float *d, int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; i++) y[i] = vt_gelu_f(y[i]);
 }
 
+/* Panels of the row loops: a multiple of the thread count, each at most PANEL_ROWS rows. */
+static int panels(int R, int nt) { return nt * ((R + nt * PANEL_ROWS - 1) / (nt * PANEL_ROWS)); }
+
+/* Rows of one thread's panel scratch (vt_gelu_linear): no panel of `panels` is longer. */
+static int panel_cap(int R) { return R < PANEL_ROWS ? R : PANEL_ROWS; }
+
 static void linear_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
-    const int R = lp->R, Co = lp->Co, act = lp->gelu;
+    const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->gelu;
+    const float *x = n->in[0]->data;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = omp_get_max_threads();
+    if (lp->gelu_in) { /* per thread: GELU of a row panel of x into scratch, then that panel's sgemm */
+        const int np = panels(R, lp->nt);
+#pragma omp parallel for schedule(static) num_threads(lp->nt)
+        for (int p = 0; p < np; p++) {
+            const int r0 = (int)((int64_t)R * p / np), r1 = (int)((int64_t)R * (p + 1) / np);
+            float *gx = n->fws->data + (size_t)omp_get_thread_num() * panel_cap(R) * Ci;
+            const float *xr = x + (size_t)r0 * Ci;
+            for (int64_t i = 0; i < (int64_t)(r1 - r0) * Ci; i++) gx[i] = vt_gelu_f(xr[i]);
+            lin_rows(n, gx, r0, r1, y);
+        }
+        return;
+    }
     if (!act || R < 2 * PANEL_ROWS) { /* one multi-threaded sgemm over all rows, after a threaded bias/residual */
         if (lin_bias(n) || lin_res(n)) {
 #pragma omp parallel for schedule(static) if (R >= 64)
             for (int r0 = 0; r0 < R; r0 += 32) lin_init(n, r0, r0 + 32 < R ? r0 + 32 : R, y);
         }
-        lin_gemm(n, 0, R, y);
+        lin_gemm(n, x, 0, R, y);
         if (act) {
             const int64_t N = (int64_t)R * Co, chunk = 4096;
 #pragma omp parallel for schedule(static)
@@ -98,12 +129,11 @@ static void linear_fwd(vt_node *n) {
         }
         return;
     }
-    const int np = nt * ((R + nt * PANEL_ROWS - 1) / (nt * PANEL_ROWS)); /* a multiple of the thread count */
+    const int np = panels(R, nt);
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < np; p++) {
         const int r0 = (int)((int64_t)R * p / np), r1 = (int)((int64_t)R * (p + 1) / np);
-        lin_init(n, r0, r1, y);
-        lin_gemm(n, r0, r1, y);
+        lin_rows(n, x + (size_t)r0 * Ci, r0, r1, y);
         gelu_rows(y, d, (int64_t)r0 * Co, (int64_t)r1 * Co);
     }
 }
@@ -125,8 +155,24 @@ static void linear_bwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) dy[i] *= d[i];
     }
-    if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
-    if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
+    if (p->gelu_in) { /* the whole GELU(x) in scratch for dW, then the same scratch for dy·w before GELU' */
+        const int64_t NX = (int64_t)R * Ci;
+        float *t = n->bws->data;
+        const float *xv = x->data;
+        if (w->grad) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < NX; i++) t[i] = vt_gelu_f(xv[i]);
+            gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, t, Ci, 1.0f, w->grad, Ci);
+        }
+        if (x->grad) {
+            gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 0.0f, t, Ci);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < NX; i++) x->grad[i] += t[i] * vt_gelu_grad_f(xv[i]);
+        }
+    } else {
+        if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
+        if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
+    }
     if (b && b->grad) { /* column sums of dy: each thread owns a block of columns and walks rows contiguously */
 #pragma omp parallel
         {
@@ -140,8 +186,9 @@ static void linear_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd};
+static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
+/* act: GELU after (1) or before (2, on x) the product. */
 static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act) {
     if (vt_bad(g, 2, x, w)) return NULL;
     char sx[64], sw[64], sb[64];
@@ -157,15 +204,21 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
-    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0};
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act == 1, b != NULL, 0, act == 2, omp_get_max_threads()};
     n->macs = (int64_t)R * Ci * w->shape[0];
-    if (act && g->training) vt_node_save(n, 0, n->out->numel);
+    if (act == 1 && g->training) vt_node_save(n, 0, n->out->numel);
+    if (act == 2) {
+        vt_node_work(n, 0, (int64_t)VT_OP_P(n, linear_p)->nt * panel_cap(R) * Ci);
+        if (g->training) vt_node_work(n, 1, x->numel);
+    }
     return n->out;
 }
 
 vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 0); }
 
 vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 1); }
+
+vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 2); }
 
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) {
     if (vt_bad(g, 2, x, h)) return NULL;
@@ -260,7 +313,7 @@ static void matmul_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd};
+static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha) {
     if (vt_bad(g, 2, a, b)) return NULL;

@@ -43,7 +43,7 @@ static void mean_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_mean = {"mean", mean_fwd, mean_bwd};
+static const vt_opdef op_mean = {"mean", mean_fwd, mean_bwd, VT_READS(0)};
 
 vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -123,7 +123,7 @@ static void avgpool_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd};
+static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd, VT_READS(0)};
 
 vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -54,7 +54,7 @@ static void concat_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd};
+static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd, VT_READS(0)};
 
 vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
     if (g->err.msg[0]) return NULL;
@@ -112,7 +112,7 @@ static void slice_bwd(vt_node *n) {
     for (int o = 0; o < O; o++) copy_or_add(dx + ((int64_t)o * A + st) * inner, dy + o * chunk, chunk, 1);
 }
 
-static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd};
+static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0)};
 
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -256,7 +256,7 @@ static void permute_bwd(vt_node *n) {
     permute_run(&d, n->out->grad, dx, 1);
 }
 
-static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd};
+static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0)};
 
 vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -318,8 +318,8 @@ static void merge_bwd(vt_node *n) {
     if (n->in[0]->grad) heads_move(n, n->out->grad, n->in[0]->grad, 0, 1);
 }
 
-static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd};
-static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd};
+static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd, VT_READS(0)};
+static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd, VT_READS(0)};
 
 vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -387,7 +387,7 @@ static void prepend_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd};
+static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd, VT_READS(0)};
 
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok) {
     if (vt_bad(g, 2, x, tok)) return NULL;

@@ -1,5 +1,6 @@
 /* Throughput benchmark of one model: img/s, GMACs, achieved GFLOP/s, against the measured sgemm peak. */
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "vitc/ops.h"
@@ -91,6 +92,8 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
         r->params = vt_params_count(P, VT_PARAM);
+        struct rusage ru; /* before sgemm_peak's buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
+        r->peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
         sgemm_peak(r);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
