@@ -77,6 +77,16 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
 vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis);
 /* Average pooling, NCHW, kernel k, stride s, zero padding pad counted in the divisor (PyTorch default). */
 vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad);
+/* Arguments of vt_avgpool2d_ex: PyTorch's AvgPool2d(k, s, pad, ceil_mode, count_include_pad) on NCHW or (nhwc)
+ * channels-last (B, H, W, C) maps. */
+typedef struct vt_pool_args {
+    int k, s, pad;
+    int ceil_mode;         /* output size rounded up (the last window clipped at the border) */
+    int count_include_pad; /* divisor counts the padding (0: only the real elements of each window) */
+    int nhwc;
+} vt_pool_args;
+/* Average pooling with PyTorch's ceil_mode / count_include_pad rules, in either layout (output in x's layout). */
+vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a);
 
 /* ---- shape.c ---- */
 /* Concatenation of n tensors along `axis` (other dims equal). */
