@@ -10,6 +10,8 @@
 vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* GELU(x·wᵀ + b) (exact erf) in one node: the activation runs in the GEMM's epilogue. */
 vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* max(x·wᵀ + b, 0) in one node (the ReLU in the GEMM's epilogue, as vt_linear_gelu). */
+vt_tensor *vt_linear_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* x + h. When h is the output of a plain vt_linear that nothing has used yet, the add is fused into that linear
  * (no separate pass) and h itself may not be used again (a build error says so); otherwise a vt_add node. */
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);
