@@ -63,7 +63,9 @@ struct vt_model_cfg {
 enum {
     VT_CAP_DROP_PATH = 1,       /* stochastic depth (--drop-path) */
     VT_CAP_APPLY_TRANSFORM = 2, /* the Refiner's refine-every-block mode (--apply-transform) */
-    VT_CAP_ANY_SIZE = 4         /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+    VT_CAP_ANY_SIZE = 4,        /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+    VT_CAP_FORM_RECORD = 8      /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
+                                 * files record their form and a file of the other form is refused (vt_params.form) */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */
@@ -160,5 +162,6 @@ extern const vt_family vt_family_swin;           /* Swin, Microsoft/timm layout 
 extern const vt_family vt_family_swin_tv;        /* Swin, torchvision layout (any size), and Swin-MSF */
 extern const vt_family vt_family_cswin;          /* CSwin and FLatten-CSwin */
 extern const vt_family vt_family_pvt;            /* PVT v1 / PVTv2 (+ FLatten, hMHSA + cFFN variants) */
+extern const vt_family vt_family_nextvit;        /* Next-ViT (+ hMHSA + cFFN variant), merge_bn deployment */
 
 #endif

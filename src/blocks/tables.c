@@ -42,16 +42,18 @@ static const vt_attn_type attn_types[] = {
 };
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
-/* fc1 -> [DWConv] -> GELU -> fc2 (torchvision names 0 / 3). */
+/* fc1 -> [DWConv] -> GELU -> fc2 (torchvision names 0 / 3; Next-ViT 1x1 convs conv1 -> ReLU -> conv2). */
 static vt_tensor *ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     vt_tensor *h = vt_block_fc1_act(g, prefix, x, f);
-    return vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, x->shape[x->ndim - 1], 1, f->winit);
+    const int C = x->shape[x->ndim - 1];
+    if (f->conv1x1) return vt_pointwise_p(g, vt_pname(nm, prefix, "conv2"), h, C, 1, f->winit);
+    return vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
 }
 
 static const vt_ffn_type ffn_types[] = {
-    {"mlp", "fc1 -> GELU -> fc2", ffn_mlp},
+    {"mlp", "fc1 -> GELU -> fc2 (Next-ViT: 1x1 convs with ReLU)", ffn_mlp},
     {"cffn", "cFFN: fc2 factorised (U, V), re-parameterised conv+BN branches in training", vt_block_cffn},
 };
 #define NFFN ((int)(sizeof ffn_types / sizeof ffn_types[0]))

@@ -16,6 +16,7 @@ static const vt_family *const families[] = {
     &vt_family_swin_tv,
     &vt_family_cswin,
     &vt_family_pvt,
+    &vt_family_nextvit,
 };
 #define NFAMILIES VT_COUNT(families)
 
@@ -198,6 +199,7 @@ int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_
         if (t->kind == VT_PARAM) t->no_decay = c->family->no_decay ? c->family->no_decay(t) : vt_no_decay_default(t, NULL);
     }
     vt_params_init(P, seed);
+    if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
     return 0;
 }
 
