@@ -210,7 +210,8 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
 static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_weights) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
-    if (!P || vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
+    /* a weights file must hold every tensor (vt_params_load), so nothing needs a random value first */
+    if (!P || (o->weights ? vt_model_create_params(cfg, P, &e) : vt_model_init_params(cfg, P, (uint64_t)o->seed, &e))) {
         die("%s", e.msg);
         vt_params_free(P);
         return NULL;

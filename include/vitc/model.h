@@ -132,6 +132,10 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
  * the family's rule and initialises the values with seed. */
 int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e);
 
+/* vt_model_init_params without the random initialisation (values zero, fixed buffers set): for a store whose every
+ * value is then loaded or computed (random init of a large model costs more than its forward). */
+int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e);
+
 /* c in its training form (the form train, grad and training benchmarks run). */
 vt_model_cfg vt_model_training_form(const vt_model_cfg *c);
 
