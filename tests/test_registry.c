@@ -1,5 +1,6 @@
 /* The registry sweep (timm's test_models backward sweep): every registered model, shrunk to one block per stage
- * (two for the Refiner's plain/shared pairs) at the smallest image size it accepts, builds its train and eval
+ * (two for the Refiner's plain/shared pairs, five in Next-ViT's stage 3) at the smallest image size it accepts, builds
+ * its train and eval
  * graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite outputs, and gives every
  * parameter a non-zero gradient except those zero by construction, listed below with the reason. */
 #include <fnmatch.h>
@@ -33,6 +34,14 @@ static const struct {
     {"pvt_v2_*hmhsa*", "block*.attn.[ic]hh.*", "every key is on the IHH grid, so the biases are per-head constants of a "
      "softmax row; at 32 px every key grid is 1x1 (one key), so the weights get none either"},
     {"pvt_v2_*hmhsa_cffn", "block*.mlp.fc2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode BatchNorm"},
+    {"nextvit_*", "features.*.e_mhsa.[qk].*", "at the sweep's 28 px every E-MHSA has one key (stages 2-3 hold fewer "
+     "than 2·sr² tokens, stage 4 is a 1x1 map): softmax over one key is 1"},
+    {"nextvit_*", "features.*.norm1.bias", "with one key its shift reaches only v, through the AvgPool1d whose "
+     "train-mode BatchNorm1d removes it"},
+    {"nextvit_*hmhsa*", "features.*.e_mhsa.[ic]hh.*", "one key per row: the hallucinated logits are cancelled by the "
+     "softmax"},
+    {"nextvit_*hmhsa_cffn", "features.*.mlp.conv2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode "
+     "BatchNorm"},
 };
 
 static int zero_allowed(const char *model, const char *param) {
@@ -41,23 +50,35 @@ static int zero_allowed(const char *model, const char *param) {
     return 0;
 }
 
-/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size, without
- * stochastic depth. */
-static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
+/* c configured with ov's depths at the smallest of the sweep's image sizes that builds; 0 if one does. */
+static int smallest_size(const vt_model_cfg *base, vt_model_overrides *ov, vt_model_cfg *c) {
     static const int sizes[] = {28, 32, 64, 96, 192, 224};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
+        ov->img_size = sizes[k];
+        vt_err e1 = {{0}};
+        vt_model_summary s;
+        if (vt_model_configure(base, ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
+            vt_model_summary_free(&s);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Configures c with one block per stage (two where a host needs pairs; one stage raised up to 5 where a host builds
+ * it in groups, as Next-ViT's stage 3) at the smallest accepted image size, without stochastic depth. */
+static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
     vt_model_overrides ov = vt_model_no_overrides();
-    ov.drop_path = 0.0f; /* stochastic depth off: a branch dropped for the whole batch has no gradient */
-    for (int depth = 1; depth <= 2; depth++)
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
-            for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;
-            ov.img_size = sizes[k];
-            ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
-            vt_err e1 = {{0}};
-            vt_model_summary s;
-            if (vt_model_configure(base, &ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
-                vt_model_summary_free(&s);
-                return 0;
-            }
+    ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
+    const int n = base->arch.nstages;
+    for (int depth = 1; depth <= 2; depth++) {
+        for (int i = 0; i < n; i++) ov.depths[i] = depth;
+        if (smallest_size(base, &ov, c) == 0) return 0;
+    }
+    for (int i = 0; i < n; i++)
+        for (int d = 3; d <= 5; d++) {
+            for (int j = 0; j < n; j++) ov.depths[j] = j == i ? d : 1;
+            if (smallest_size(base, &ov, c) == 0) return 0;
         }
     ov.img_size = 0;
     return vt_model_configure(base, &ov, c, e);
