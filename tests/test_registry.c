@@ -90,7 +90,25 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void sweep_one(vt_test *T, const vt_model_cfg *base) {
+/* 1 if two shrunk configs build the same network (same family and architecture; names and drop-path aside). */
+static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
+    const vt_arch_cfg *a = &x->arch, *b = &y->arch;
+    int same = x->family == y->family && a->img_size == b->img_size && a->in_chans == b->in_chans &&
+               a->num_classes == b->num_classes && a->patch == b->patch && a->nstages == b->nstages &&
+               strcmp(a->ffn, b->ffn) == 0 && a->qkv_bias == b->qkv_bias && a->ln_eps == b->ln_eps &&
+               a->class_token == b->class_token && a->aux_head == b->aux_head && a->version == b->version &&
+               !memcmp(&a->opts, &b->opts, sizeof a->opts); /* ints and floats only: no padding */
+    for (int i = 0; same && i < a->nstages; i++) {
+        const vt_stage_cfg *s = &a->stages[i], *t = &b->stages[i];
+        same = s->dim == t->dim && s->depth == t->depth && s->heads == t->heads && s->mlp_ratio == t->mlp_ratio &&
+               s->window == t->window && s->sr_ratio == t->sr_ratio && strcmp(s->attn, t->attn) == 0;
+    }
+    return same;
+}
+
+/* Sweeps one model, unless its shrunk network equals that of an earlier model (e.g. Next-ViT-S/B/L, which differ
+ * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). */
+static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n) {
     const double t0 = now_s();
     vt_err e = {{0}};
     vt_model_cfg c0;
@@ -98,6 +116,12 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
         T_CHECK(T, 0, "%s: no small configuration builds: %s", base->name, e.msg);
         return;
     }
+    for (int i = 0; i < *n; i++)
+        if (same_arch(&c0, &done[i])) {
+            T_CHECK(T, 1, "%s: shrunk to the network of %s (swept)", base->name, done[i].name);
+            return;
+        }
+    done[(*n)++] = c0;
     const vt_model_cfg c = vt_model_training_form(&c0);
     vt_params *P = vt_params_new(&e);
     vt_graph *g = NULL, *ge = NULL;
@@ -157,5 +181,9 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
 
 void test_registry(vt_test *T) {
     T_CHECK(T, vt_model_count() > 0, "models registered");
-    for (int i = 0; i < vt_model_count(); i++) sweep_one(T, vt_model_at(i));
+    vt_model_cfg *done = calloc((size_t)vt_model_count(), sizeof *done);
+    int n = 0;
+    T_CHECK(T, done != NULL, "out of memory");
+    for (int i = 0; done && i < vt_model_count(); i++) sweep_one(T, vt_model_at(i), done, &n);
+    free(done);
 }
