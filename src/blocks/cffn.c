@@ -25,7 +25,7 @@ int vt_cffn_width(int hidden, int C, float t) {
 }
 
 /* One factor map x (..., in) -> (..., out): Linear (deployed; a 1x1 conv when conv1x1) or Σ of r conv1x1 + BN
- * branches (training). */
+ * branches (training; convs initialised as the host's: PyTorch's default, Next-ViT's trunc_normal(0.02)). */
 static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form, int conv1x1) {
     if (!train_form && conv1x1) return vt_pointwise_p(g, prefix, x, out, 1, VT_INIT_W02); /* Next-ViT's conv rule */
     if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02); /* the host's Linear rule */
@@ -38,7 +38,7 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
         vt_pname(pre, prefix, sub);
         int ws[4] = {out, in, 1, 1}, w2[2] = {out, in};
         vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws,
-                                (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)in)});
+                                vt_conv_init(in, out, conv1x1 ? VT_CONV_INIT_W02 : VT_CONV_INIT_DEFAULT));
         if (w) w->paper_count = 1;
         vt_tensor *y = vt_linear(g, x, vt_reshape(g, w, 2, w2), NULL);
         y = vt_batchnorm_p(g, vt_pname(nm, pre, "bn"), y, -1, CFFN_BN_EPS, CFFN_BN_MOMENTUM);
