@@ -20,6 +20,11 @@ static vt_tensor *b_mean(vt_graph *g, vt_tensor **x, const gc_case *c) { return 
 static vt_tensor *b_avgpool(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_avgpool2d(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
 }
+/* ia: k, s, pad, ceil_mode, count_include_pad, nhwc */
+static vt_tensor *b_avgpool_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const vt_pool_args a = {c->ia[0], c->ia[1], c->ia[2], c->ia[3], c->ia[4], c->ia[5]};
+    return vt_avgpool2d_ex(g, x[0], &a);
+}
 static vt_tensor *b_concat(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_concat(g, x, c->nx, c->ia[0]); }
 static vt_tensor *b_slice(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_slice(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
@@ -233,6 +238,54 @@ static void check_pool_values(vt_test *T) {
             T_CHECK(T, err < 1e-6, "avgpool cfg %zu: rel err %g", k, err);
         }
         fenv_close(&f);
+    }
+    /* PyTorch's ceil_mode / count_include_pad rules in both layouts, against a direct transcription of its
+     * avg_pool2d loops: e.g. Next-ViT's AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False) on odd maps, where
+     * a 3x3 plane [0..8] gives [2, 3.5, 6.5, 8] */
+    static const int ex[][10] = {/* B, C, H, W, k, s, pad, ceil, incl, nhwc */
+                                 {1, 1, 3, 3, 2, 2, 0, 1, 0, 0}, {2, 3, 5, 7, 2, 2, 0, 1, 0, 1},
+                                 {1, 2, 6, 5, 3, 2, 1, 1, 1, 0}, {2, 5, 7, 6, 3, 2, 1, 1, 0, 1},
+                                 {1, 3, 4, 4, 2, 2, 0, 0, 1, 1}, {1, 2, 8, 5, 3, 3, 1, 1, 1, 1}};
+    for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) {
+        const int *q = ex[k], B = q[0], C = q[1], H = q[2], W = q[3], K = q[4], s = q[5], p = q[6], nhwc = q[9];
+        fenv fe;
+        fenv_open(&fe);
+        const int xs[4] = {B, nhwc ? H : C, nhwc ? W : H, nhwc ? C : W};
+        const vt_pool_args a = {K, s, p, q[7], q[8], nhwc};
+        vt_tensor *x = fenv_param(&fe, "x", 4, xs);
+        if (k == 0)
+            for (int i = 0; i < 9; i++) x->data[i] = (float)i;
+        vt_tensor *y = vt_avgpool2d_ex(fe.g, x, &a);
+        if (fenv_run(T, &fe, y, "avgpool2d_ex values") == 0) {
+            int Ho = (H + 2 * p - K + (q[7] ? s - 1 : 0)) / s + 1, Wo = (W + 2 * p - K + (q[7] ? s - 1 : 0)) / s + 1;
+            if (q[7] && (Ho - 1) * s >= H + p) Ho--;
+            if (q[7] && (Wo - 1) * s >= W + p) Wo--;
+            double ref[1024];
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++)
+                    for (int oh = 0; oh < Ho; oh++)
+                        for (int ow = 0; ow < Wo; ow++) {
+                            int hs = oh * s - p, ws = ow * s - p, he = hs + K, we = ws + K;
+                            he = he < H + p ? he : H + p;
+                            we = we < W + p ? we : W + p;
+                            const int pool = (he - hs) * (we - ws);
+                            hs = hs > 0 ? hs : 0, ws = ws > 0 ? ws : 0, he = he < H ? he : H, we = we < W ? we : W;
+                            double acc = 0.0;
+                            for (int ih = hs; ih < he; ih++)
+                                for (int iw = ws; iw < we; iw++)
+                                    acc += x->data[nhwc ? ((b * H + ih) * W + iw) * C + c : ((b * C + c) * H + ih) * W + iw];
+                            ref[nhwc ? ((b * Ho + oh) * Wo + ow) * C + c : ((b * C + c) * Ho + oh) * Wo + ow] =
+                                acc / (q[8] ? pool : (he - hs) * (we - ws));
+                        }
+            const int want[4] = {B, nhwc ? Ho : C, nhwc ? Wo : Ho, nhwc ? C : Wo};
+            T_CHECK(T, !memcmp(y->shape, want, sizeof want), "avgpool_ex cfg %zu: bad output shape", k);
+            const double err = rel_err(y->data, ref, y->numel);
+            T_CHECK(T, err < 1e-6, "avgpool_ex cfg %zu: rel err %g", k, err);
+            if (k == 0)
+                T_CHECK(T, y->data[0] == 2.0f && y->data[1] == 3.5f && y->data[2] == 6.5f && y->data[3] == 8.0f,
+                        "avgpool_ex 3x3 ceil/exclusive: %g %g %g %g", y->data[0], y->data[1], y->data[2], y->data[3]);
+        }
+        fenv_close(&fe);
     }
     /* mean over tokens (B, N, C) axis 1 with C wider than the kernel's block */
     fenv f;
@@ -457,6 +510,14 @@ static const gc_case other_cases[] = {
     {.name = "avgpool_3_1_1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool, .ia = {3, 1, 1}},
     {.name = "avgpool_2_2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 2, 7, 5}}, .build = b_avgpool, .ia = {2, 2, 0}},
     {.name = "avgpool_3_2_1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 6, 5}}, .build = b_avgpool, .ia = {3, 2, 1}},
+    {.name = "avgpool_ceil_excl_odd", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool_ex,
+     .ia = {2, 2, 0, 1, 0, 0}},
+    {.name = "avgpool_ceil_excl_nhwc", .nx = 1, .ndim = {4}, .shape = {{2, 5, 3, 4}}, .build = b_avgpool_ex,
+     .ia = {2, 2, 0, 1, 0, 1}},
+    {.name = "avgpool_ceil_incl_pad_nhwc", .nx = 1, .ndim = {4}, .shape = {{1, 6, 5, 3}}, .build = b_avgpool_ex,
+     .ia = {3, 2, 1, 1, 1, 1}},
+    {.name = "avgpool_overlap_excl_pad", .nx = 1, .ndim = {4}, .shape = {{2, 2, 5, 6}}, .build = b_avgpool_ex,
+     .ia = {3, 2, 1, 1, 0, 0}},
     {.name = "concat_axis0", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 4}, {1, 3, 4}, {3, 3, 4}},
      .build = b_concat, .ia = {0}},
     {.name = "concat_axis1", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 1, 4}}, .build = b_concat,

@@ -19,6 +19,10 @@ static vt_tensor *b_gelu_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
     vt_tensor *y = vt_gelu_linear(g, x[0], x[1], x[2]);
     return c->nx > 3 ? vt_residual(g, x[3], y) : y;
 }
+static vt_tensor *b_linear_relu(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_linear_relu(g, x[0], x[1], x[2]);
+}
 /* x0 + linear(x0 or x3, x1, x2): ia[0] 1 = the residual is the linear's own input; ia[1] 1 = h is used before the
  * residual (no fusion: vt_add). */
 static vt_tensor *b_residual(vt_graph *g, vt_tensor **x, const gc_case *c) {
@@ -167,6 +171,39 @@ static void check_gelu_linear_plain(vt_test *T) {
     vt_params_free(P);
 }
 
+/* The fused activations equal the plain chains (linear, then the activation op) exactly, on one multi-threaded
+ * sgemm (few rows) and on row panels (many rows). */
+static void check_linear_act_fusion(vt_test *T) {
+    static const int rows[2] = {7, 1100};
+    for (int k = 0; k < 2; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        const int xs[2] = {rows[k], 9}, ws[2] = {6, 9}, bs = 6;
+        vt_tensor *x = vt_input(g, "x", 2, xs), *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *b = vt_param(g, "b", 1, &bs, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *y[4] = {vt_linear_relu(g, x, w, b), vt_relu(g, vt_linear(g, x, w, b)), vt_linear_gelu(g, x, w, b),
+                           vt_gelu(g, vt_linear(g, x, w, b))};
+        for (int i = 0; i < 4; i++) vt_graph_output(g, y[i]);
+        int ok = vt_graph_finalize(g, &e) == 0;
+        T_CHECK(T, ok, "linear+act graph: %s", e.msg);
+        if (ok) {
+            vt_params_init(P, 5);
+            vt_rng r;
+            vt_rng_seed(&r, 9);
+            for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&r);
+            vt_graph_forward(g);
+            for (int a = 0; a < 2; a++) {
+                int same = 1;
+                for (int64_t i = 0; i < y[2 * a]->numel; i++) same &= y[2 * a]->data[i] == y[2 * a + 1]->data[i];
+                T_CHECK(T, same, "fused linear+%s differs from the plain chain (%d rows)", a ? "GELU" : "ReLU", rows[k]);
+            }
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 /* vt_residual fuses into the producing linear (no add node) and then refuses further uses of the linear's output. */
 static void check_residual_fusion(vt_test *T) {
     vt_err e = {{0}};
@@ -245,6 +282,7 @@ void test_ops_core(vt_test *T) {
     check_denormals_flushed(T);
     check_residual_fusion(T);
     check_gelu_linear_plain(T);
+    check_linear_act_fusion(T);
     check_drop_path(T);
     check_gemm_ref(T);
     check_eval_matches_train(T);
@@ -261,6 +299,9 @@ void test_ops_core(vt_test *T) {
          .build = b_gelu_linear},
         {.name = "gelu_linear_residual", .nx = 4, .ndim = {2, 2, 1, 2}, .shape = {{3, 4}, {5, 4}, {5}, {3, 5}},
          .build = b_gelu_linear},
+        {.name = "linear_relu", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear_relu},
+        {.name = "linear_relu_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
+         .build = b_linear_relu, .eps = 1e-4}, /* small steps: 5500 pre-activations, few within eps of the kink */
         {.name = "linear_residual", .nx = 4, .ndim = {3, 2, 1, 3}, .shape = {{2, 3, 4}, {4, 5}, {4}, {2, 3, 5}},
          .build = b_residual},
         {.name = "linear_residual_self", .nx = 3, .ndim = {2, 2, 1}, .shape = {{3, 4}, {4, 4}, {4}},

@@ -1,5 +1,6 @@
 /* The registry sweep (timm's test_models backward sweep): every registered model, shrunk to one block per stage
- * (two for the Refiner's plain/shared pairs) at the smallest image size it accepts, builds its train and eval
+ * (two for the Refiner's plain/shared pairs, five in Next-ViT's stage 3) at the smallest image size it accepts, builds
+ * its train and eval
  * graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite outputs, and gives every
  * parameter a non-zero gradient except those zero by construction, listed below with the reason. It also checks the
  * memory plan: the same step planned keep_all (every activation kept until its producer's backward) gives
@@ -36,6 +37,14 @@ static const struct {
     {"pvt_v2_*hmhsa*", "block*.attn.[ic]hh.*", "every key is on the IHH grid, so the biases are per-head constants of a "
      "softmax row; at 32 px every key grid is 1x1 (one key), so the weights get none either"},
     {"pvt_v2_*hmhsa_cffn", "block*.mlp.fc2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode BatchNorm"},
+    {"nextvit_*", "features.*.e_mhsa.[qk].*", "at the sweep's 28 px every E-MHSA has one key (stages 2-3 hold fewer "
+     "than 2·sr² tokens, stage 4 is a 1x1 map): softmax over one key is 1"},
+    {"nextvit_*", "features.*.norm1.bias", "with one key its shift reaches only v, through the AvgPool1d whose "
+     "train-mode BatchNorm1d removes it"},
+    {"nextvit_*hmhsa*", "features.*.e_mhsa.[ic]hh.*", "one key per row: the hallucinated logits are cancelled by the "
+     "softmax"},
+    {"nextvit_*hmhsa_cffn", "features.*.mlp.conv2_u.rep.*.bn.bias", "U's BatchNorm shift is cancelled by V's train-mode "
+     "BatchNorm"},
 };
 
 static int zero_allowed(const char *model, const char *param) {
@@ -44,23 +53,35 @@ static int zero_allowed(const char *model, const char *param) {
     return 0;
 }
 
-/* Configures c with one block per stage (two where a host needs pairs) at the smallest accepted image size, without
- * stochastic depth. */
-static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
+/* c configured with ov's depths at the smallest of the sweep's image sizes that builds; 0 if one does. */
+static int smallest_size(const vt_model_cfg *base, vt_model_overrides *ov, vt_model_cfg *c) {
     static const int sizes[] = {28, 32, 64, 96, 192, 224};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
+        ov->img_size = sizes[k];
+        vt_err e1 = {{0}};
+        vt_model_summary s;
+        if (vt_model_configure(base, ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
+            vt_model_summary_free(&s);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Configures c with one block per stage (two where a host needs pairs; one stage raised up to 5 where a host builds
+ * it in groups, as Next-ViT's stage 3) at the smallest accepted image size, without stochastic depth. */
+static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
     vt_model_overrides ov = vt_model_no_overrides();
-    ov.drop_path = 0.0f; /* stochastic depth off: a branch dropped for the whole batch has no gradient */
-    for (int depth = 1; depth <= 2; depth++)
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
-            for (int i = 0; i < base->arch.nstages; i++) ov.depths[i] = depth;
-            ov.img_size = sizes[k];
-            ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
-            vt_err e1 = {{0}};
-            vt_model_summary s;
-            if (vt_model_configure(base, &ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
-                vt_model_summary_free(&s);
-                return 0;
-            }
+    ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
+    const int n = base->arch.nstages;
+    for (int depth = 1; depth <= 2; depth++) {
+        for (int i = 0; i < n; i++) ov.depths[i] = depth;
+        if (smallest_size(base, &ov, c) == 0) return 0;
+    }
+    for (int i = 0; i < n; i++)
+        for (int d = 3; d <= 5; d++) {
+            for (int j = 0; j < n; j++) ov.depths[j] = j == i ? d : 1;
+            if (smallest_size(base, &ov, c) == 0) return 0;
         }
     ov.img_size = 0;
     return vt_model_configure(base, &ov, c, e);
@@ -113,7 +134,25 @@ static void check_plan(vt_test *T, const vt_model_cfg *c, vt_params *P, const fl
     vt_graph_free(g);
 }
 
-static void sweep_one(vt_test *T, const vt_model_cfg *base) {
+/* 1 if two shrunk configs build the same network (same family and architecture; names and drop-path aside). */
+static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
+    const vt_arch_cfg *a = &x->arch, *b = &y->arch;
+    int same = x->family == y->family && a->img_size == b->img_size && a->in_chans == b->in_chans &&
+               a->num_classes == b->num_classes && a->patch == b->patch && a->nstages == b->nstages &&
+               strcmp(a->ffn, b->ffn) == 0 && a->qkv_bias == b->qkv_bias && a->ln_eps == b->ln_eps &&
+               a->class_token == b->class_token && a->aux_head == b->aux_head && a->version == b->version &&
+               !memcmp(&a->opts, &b->opts, sizeof a->opts); /* ints and floats only: no padding */
+    for (int i = 0; same && i < a->nstages; i++) {
+        const vt_stage_cfg *s = &a->stages[i], *t = &b->stages[i];
+        same = s->dim == t->dim && s->depth == t->depth && s->heads == t->heads && s->mlp_ratio == t->mlp_ratio &&
+               s->window == t->window && s->sr_ratio == t->sr_ratio && strcmp(s->attn, t->attn) == 0;
+    }
+    return same;
+}
+
+/* Sweeps one model, unless its shrunk network equals that of an earlier model (e.g. Next-ViT-S/B/L, which differ
+ * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). */
+static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n) {
     const double t0 = now_s();
     vt_err e = {{0}};
     vt_model_cfg c0;
@@ -121,6 +160,12 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
         T_CHECK(T, 0, "%s: no small configuration builds: %s", base->name, e.msg);
         return;
     }
+    for (int i = 0; i < *n; i++)
+        if (same_arch(&c0, &done[i])) {
+            T_CHECK(T, 1, "%s: shrunk to the network of %s (swept)", base->name, done[i].name);
+            return;
+        }
+    done[(*n)++] = c0;
     const vt_model_cfg c = vt_model_training_form(&c0);
     vt_params *P = vt_params_new(&e);
     vt_graph *g = NULL, *ge = NULL;
@@ -197,5 +242,9 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base) {
 
 void test_registry(vt_test *T) {
     T_CHECK(T, vt_model_count() > 0, "models registered");
-    for (int i = 0; i < vt_model_count(); i++) sweep_one(T, vt_model_at(i));
+    vt_model_cfg *done = calloc((size_t)vt_model_count(), sizeof *done);
+    int n = 0;
+    T_CHECK(T, done != NULL, "out of memory");
+    for (int i = 0; done && i < vt_model_count(); i++) sweep_one(T, vt_model_at(i), done, &n);
+    free(done);
 }

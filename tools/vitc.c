@@ -27,7 +27,7 @@ typedef struct {
     double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
     int features, apply_transform;
-    int train_form; /* hMHSA + cFFN: training form (conv + BN branches) */
+    int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
@@ -99,7 +99,8 @@ static const optdef optdefs[] = {
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
-      "default: deployed form; train and grad always use the training form, see `vitc deploy`)"),
+      "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
+      "see `vitc deploy`)"),
     NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),

@@ -32,7 +32,9 @@ typedef struct vt_block_opts {
 enum {
     VT_LAYOUT_TIMM = 0, /* prefix.qkv (one packed projection) + prefix.proj: timm ViT/DeiT, Swin */
     VT_LAYOUT_PVT,      /* prefix.q + prefix.kv (+ prefix.sr, prefix.norm when sr_ratio > 1) + prefix.proj: PVT */
-    VT_LAYOUT_CSWIN     /* prefix.qkv and prefix.proj at block level, one module per branch in prefix.attns.{i} */
+    VT_LAYOUT_CSWIN,    /* prefix.qkv and prefix.proj at block level, one module per branch in prefix.attns.{i} */
+    VT_LAYOUT_NEXTVIT   /* prefix.q, prefix.k, prefix.v (+ prefix.norm, BatchNorm1d, when sr_ratio > 1) + prefix.proj:
+                         * Next-ViT's E-MHSA, keys reduced by AvgPool1d(sr²) over the raster tokens */
 };
 
 /* Everything an attention module may need to know about its place in the host; one context for every type. */
@@ -48,9 +50,12 @@ typedef struct vt_attn_ctx {
     vt_tensor *mask;         /* Swin shifted windows: constant additive (nW, N, N) mask, batch entry b uses mask[b % nW] */
     int stripe;              /* CSwin layout: stripe width of the two-branch form; 0: one branch over the whole grid */
     int layout;              /* VT_LAYOUT_* */
-    float ln_eps;            /* LayerNorms inside the module (PVT's spatial-reduction norm) */
+    float ln_eps;            /* norms inside the module (PVT's spatial-reduction LayerNorm, Next-ViT's BatchNorm1d) */
+    int norm_folded;         /* Next-ViT deployed form: the BatchNorm1d after the reduction is merged into k and v
+                              * (merge_bn): its tensors are kept, not applied */
     vt_init winit;           /* initialisation of the Linear weights (the host's rule) */
-    int conv_fanout;         /* convolutions inside: 1 normal(0, √(2/fan_out)) with bias 0 (PVTv2), 0 PyTorch's default */
+    int conv_fanout;         /* convolutions inside: a VT_CONV_INIT_* rule (0 PyTorch's default; 1 normal(0,
+                              * √(2/fan_out)) with bias 0 (PVTv2); 2 trunc_normal(0.02) with bias 0 (Next-ViT)) */
     const vt_block_opts *opts;
 } vt_attn_ctx;
 
@@ -63,6 +68,9 @@ typedef struct vt_ffn_ctx {
     int dwconv;              /* PVTv2: depthwise 3×3 prefix.dwconv.dwconv over the grid between fc1 and GELU */
     int conv_fanout;         /* as in vt_attn_ctx */
     int tv_names;            /* torchvision's Sequential names prefix.0 / prefix.3 instead of fc1 / fc2 */
+    int conv1x1;             /* Next-ViT: 1x1 convs prefix.conv1 / prefix.conv2 (cFFN conv2_u / conv2_v), weights
+                              * (out, in, 1, 1), on channels-last tokens */
+    int relu;                /* ReLU instead of GELU (Next-ViT) */
     const vt_block_opts *opts;
 } vt_ffn_ctx;
 
@@ -101,6 +109,10 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix);
 /* Linear layer with params prefix.weight (out, in) [paper-counted] and prefix.bias (out) when bias != 0. */
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
 
+/* 1x1 Conv2d on channels-last tokens x (..., in): params prefix.weight (out, in, 1, 1) [paper-counted] and prefix.bias
+ * (out) when bias != 0, computed as a Linear. */
+vt_tensor *vt_pointwise_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
+
 /* LayerNorm over the last dim with params prefix.weight / prefix.bias (no weight decay). */
 vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps);
 
@@ -112,12 +124,17 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 
+/* vt_batchnorm_p, or when folded only its tensors (kept in the state_dict, not applied: x is returned), for a
+ * BatchNorm merged into the next layer (Next-ViT's merge_bn). */
+vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                               int folded);
+
 /* x + drop_path(h, drop): the residual add of a transformer block (fused into h's linear when drop is off, see
  * vt_residual). */
 vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
 
-/* The first half of an FFN: prefix.fc1 (f->hidden; torchvision: prefix.0) → [PVTv2: depthwise 3×3
- * prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU. */
+/* The first half of an FFN: prefix.fc1 (f->hidden; torchvision: prefix.0; Next-ViT: 1x1 conv prefix.conv1) →
+ * [PVTv2: depthwise 3×3 prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU (or ReLU, f->relu). */
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
 /* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
@@ -127,9 +144,11 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out), GELU in fc2's prologue (vt_gelu_linear). */
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
 
-/* Initialisation of a convolution weight (fan_in = in/groups·k², fan_out = out/groups·k²): PyTorch's default
- * U(±1/√fan_in), or normal(0, √(2/fan_out)) when fanout (PVTv2's rule; its biases start at 0). */
-vt_init vt_conv_init(int fan_in, int fan_out, int fanout);
+/* Initialisation rules of convolutions (a host's rule; its biases start at 0 except with the default rule). */
+enum { VT_CONV_INIT_DEFAULT = 0, VT_CONV_INIT_FANOUT = 1, VT_CONV_INIT_W02 = 2 };
+/* Initialisation of a convolution weight (fan_in = in/groups·k², fan_out = out/groups·k²) under rule: PyTorch's
+ * default U(±1/√fan_in), normal(0, √(2/fan_out)) (PVTv2), or trunc_normal(0.02) (Next-ViT). */
+vt_init vt_conv_init(int fan_in, int fan_out, int rule);
 
 /* The query and key/value sources of an attention module in its host's layout, before the heads are split. */
 typedef struct vt_attn_src {
@@ -139,7 +158,10 @@ typedef struct vt_attn_src {
 } vt_attn_src;
 
 /* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout: TIMM one packed
- * prefix.qkv; PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1. */
+ * prefix.qkv; PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1; NEXTVIT
+ * prefix.q, prefix.k and prefix.v, k and v on the n = ⌊N/sr²⌋ AvgPool1d-reduced tokens when sr_ratio > 1, whose key
+ * grid (for hMHSA's IHH) is n row-major on the most square rows × cols = n (rows the largest divisor of n up to √n;
+ * 7x7 for 49 keys); k and v are returned as one concatenated (B, n, wk + wv) source. */
 int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int wq, int wk, int wv,
                     vt_attn_src *s);
 
@@ -186,11 +208,40 @@ vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const v
 int vt_cffn_width(int hidden, int C, float t);
 /* cFFN on x (B, N, C): the host's first half (vt_block_fc1_act: fc1, PVTv2's DWConv, GELU) -> U (hidden -> k) ->
  * V (k -> C), no activation between U and V; k from opts->cffn_t, opts->cffn_r training branches. Deployed form:
- * Linear prefix.fc2_u, prefix.fc2_v; training form (f->train_form): prefix.fc2_{u,v}.rep.{b}.{conv, bn}, summed. */
+ * Linear prefix.fc2_u, prefix.fc2_v (f->conv1x1: 1x1 convs prefix.conv2_u, prefix.conv2_v); training form
+ * (f->train_form): prefix.fc2_{u,v}.rep.{b}.{conv, bn} (conv2_{u,v}.rep...), summed. */
 vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 /* Fills the deployed store dep from the training-form store train: equal names copied, every X.{weight,bias} of
- * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps); errors name unused or missing tensors. */
+ * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps; X.weight (out, in) or a 1x1 conv's
+ * (out, in, 1, 1)); errors name unused or missing tensors. */
 int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e);
+
+/* ---- nextvit.c (Next-ViT, Li et al. 2022; official names; spec-nextvit.md) ---- */
+/* What a Next-ViT block needs from its host; tokens are channels-last (B, H·W, C). */
+typedef struct vt_nextvit_ctx {
+    const char *attn_type, *ffn_type; /* the NTB's attention type (mhsa = E-MHSA, hmhsa) and the MLP's FFN type */
+    vt_attn_ctx attn;  /* base attention context (qkv bias, sr ratio, init, options); the NTB sets heads (Cs/32), grid,
+                        * layout and the folded norm */
+    vt_ffn_ctx ffn;    /* base FFN context (form, init, options); the block sets hidden, 1x1-conv names and ReLU */
+    float drop;        /* drop-path rate p of the block */
+    int folded;        /* deployed form: the pre-norms are merged (merge_bn); their tensors stay, unapplied */
+} vt_nextvit_ctx;
+/* MHSA width Cs of an NTB with `out` channels: _make_divisible(int(0.75·out), 32); the conv stream has out − Cs. */
+int vt_nextvit_mhsa_width(int out);
+/* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN) -> ReLU -> prefix.projection. */
+vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W);
+/* NCB on x (B, H·W, in) -> (B, H'·W', out): prefix.patch_embed (stride 1 or 2; *H, *W updated), + MHCA, + MLP
+ * (ratio 3) on prefix.norm. */
+vt_tensor *vt_block_ncb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,
+                        const vt_nextvit_ctx *b);
+/* NTB on x (B, H·W, in) -> (B, H'·W', out): prefix.patch_embed to Cs, + e_mhsa(norm1), projection to Cc + MHCA,
+ * concat [Cs, Cc], + MLP (ratio 2) on prefix.norm2. */
+vt_tensor *vt_block_ntb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,
+                        const vt_nextvit_ctx *b);
+/* The official merge_pre_bn on store P: folds BatchNorm bn1 (and bn2 after it, if not NULL; eps 1e-5, running
+ * statistics) into the following map target (target.weight (out, in) or (out, in, 1, 1), target.bias):
+ * b += W·c, W ← W·diag(a) for the BNs' per-channel affine a·x + c. */
+int vt_merge_pre_bn(vt_params *P, const char *target, const char *bn1, const char *bn2, vt_err *e);
 
 /* ---- msf.c: Mean-Shift Feature attention and the baseline attention of its official code ---- */
 typedef struct vt_msf_cfg {

@@ -63,7 +63,9 @@ struct vt_model_cfg {
 enum {
     VT_CAP_DROP_PATH = 1,       /* stochastic depth (--drop-path) */
     VT_CAP_APPLY_TRANSFORM = 2, /* the Refiner's refine-every-block mode (--apply-transform) */
-    VT_CAP_ANY_SIZE = 4         /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+    VT_CAP_ANY_SIZE = 4,        /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+    VT_CAP_FORM_RECORD = 8      /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
+                                 * files record their form and a file of the other form is refused (vt_params.form) */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */
@@ -130,6 +132,10 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
  * the family's rule and initialises the values with seed. */
 int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e);
 
+/* vt_model_init_params without the random initialisation (values zero, fixed buffers set): for a store whose every
+ * value is then loaded or computed (random init of a large model costs more than its forward). */
+int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e);
+
 /* c in its training form (the form train, grad and training benchmarks run). */
 vt_model_cfg vt_model_training_form(const vt_model_cfg *c);
 
@@ -160,5 +166,6 @@ extern const vt_family vt_family_swin;           /* Swin, Microsoft/timm layout 
 extern const vt_family vt_family_swin_tv;        /* Swin, torchvision layout (any size), and Swin-MSF */
 extern const vt_family vt_family_cswin;          /* CSwin and FLatten-CSwin */
 extern const vt_family vt_family_pvt;            /* PVT v1 / PVTv2 (+ FLatten, hMHSA + cFFN variants) */
+extern const vt_family vt_family_nextvit;        /* Next-ViT (+ hMHSA + cFFN variant), merge_bn deployment */
 
 #endif

@@ -13,6 +13,8 @@ vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b)
 /* GELU(x)·wᵀ + b (exact erf) in one node: the activation runs in the GEMM's prologue, so a train graph keeps only x
  * (an MLP's fc2 after a plain fc1 keeps one hidden-sized buffer instead of vt_linear_gelu's two). */
 vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
+/* max(x·wᵀ + b, 0) in one node (the ReLU in the GEMM's epilogue, as vt_linear_gelu). */
+vt_tensor *vt_linear_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* x + h. When h is the output of a plain vt_linear that nothing has used yet, the add is fused into that linear
  * (no separate pass) and h itself may not be used again (a build error says so); otherwise a vt_add node. */
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);
@@ -80,6 +82,16 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
 vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis);
 /* Average pooling, NCHW, kernel k, stride s, zero padding pad counted in the divisor (PyTorch default). */
 vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad);
+/* Arguments of vt_avgpool2d_ex: PyTorch's AvgPool2d(k, s, pad, ceil_mode, count_include_pad) on NCHW or (nhwc)
+ * channels-last (B, H, W, C) maps. */
+typedef struct vt_pool_args {
+    int k, s, pad;
+    int ceil_mode;         /* output size rounded up (the last window clipped at the border) */
+    int count_include_pad; /* divisor counts the padding (0: only the real elements of each window) */
+    int nhwc;
+} vt_pool_args;
+/* Average pooling with PyTorch's ceil_mode / count_include_pad rules, in either layout (output in x's layout). */
+vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a);
 
 /* ---- shape.c ---- */
 /* Concatenation of n tensors along `axis` (other dims equal). */

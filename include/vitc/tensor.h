@@ -68,6 +68,8 @@ typedef struct vt_params {
     vt_tensor **t;
     int n, cap;
     int shapes_only; /* 1: record names and shapes only, allocate no data (for counting) */
+    const char *form; /* "training" or "deployed" for a model whose two forms share their keys (Next-ViT): recorded in
+                       * files by vt_params_save and checked by vt_params_load; NULL: not recorded */
 } vt_params;
 
 /* Creates an empty store. */

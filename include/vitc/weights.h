@@ -8,13 +8,18 @@
 #include "vitc/safetensors.h"
 #include "vitc/tensor.h"
 
+/* The safetensors __metadata__ key holding the form ("training" / "deployed") of a store with P->form set. */
+#define VT_FORM_KEY "vitc_form"
+
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
  * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
- * (VT_INIT_FIXED) equal to P's. Everything is checked before anything is copied: on error P is unchanged and
- * the message names the offending tensors. */
+ * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training) equal to it.
+ * Everything is checked before anything is copied: on error P is unchanged and the message names the offending
+ * tensors. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
-/* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded). */
+/* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded); P->form (if set) is
+ * recorded in the metadata. */
 int vt_params_save(const vt_params *P, const char *path, vt_err *e);
 
 /* Saves the loss of the last of `steps` steps as `loss` (and all of them as `losses` when steps > 1) and every

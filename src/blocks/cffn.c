@@ -1,7 +1,8 @@
 /* cFFN: the compact FFN of Xu et al. 2023 (spec-hmhsa-cffn.md §2). fc1 and the activation are the host's; fc2
  * (hidden -> C) is replaced by U (hidden -> k) then V (k -> C) with no activation between, k = floor(t·hidden·C /
  * (hidden + C)) (= floor(t·hidden/(m+1)) for hidden = m·C; t = 2/3 by default).
- *   deployed form: prefix.fc2_u (Linear k x hidden, bias), prefix.fc2_v (Linear C x k, bias);
+ *   deployed form: prefix.fc2_u (Linear k x hidden, bias), prefix.fc2_v (Linear C x k, bias) (Next-ViT's 1x1-conv
+ *     MLP: prefix.conv2_u (k, hidden, 1, 1), prefix.conv2_v (C, k, 1, 1), each with a bias);
  *   training form (A8, RepVGG style, r = 2): each factor is Σ_b BN_b(Conv1x1_b(·)), bias-free convs
  *     prefix.fc2_u.rep.{b}.conv.weight (k, hidden, 1, 1) and BN prefix.fc2_u.rep.{b}.bn.* over the output
  *     channels, statistics over batch x tokens (eps 1e-5, momentum 0.1); the same for fc2_v.
@@ -23,8 +24,10 @@ int vt_cffn_width(int hidden, int C, float t) {
     return k < 1 ? 1 : k;
 }
 
-/* One factor map x (..., in) -> (..., out): Linear (deployed) or Σ of r conv1x1 + BN branches (training). */
-static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form) {
+/* One factor map x (..., in) -> (..., out): Linear (deployed; a 1x1 conv when conv1x1) or Σ of r conv1x1 + BN
+ * branches (training; convs initialised as the host's: PyTorch's default, Next-ViT's trunc_normal(0.02)). */
+static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form, int conv1x1) {
+    if (!train_form && conv1x1) return vt_pointwise_p(g, prefix, x, out, 1, VT_INIT_W02); /* Next-ViT's conv rule */
     if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02); /* the host's Linear rule */
     if (vt_bad(g, 1, x)) return NULL;
     const int in = x->shape[x->ndim - 1];
@@ -35,7 +38,7 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
         vt_pname(pre, prefix, sub);
         int ws[4] = {out, in, 1, 1}, w2[2] = {out, in};
         vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws,
-                                (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)in)});
+                                vt_conv_init(in, out, conv1x1 ? VT_CONV_INIT_W02 : VT_CONV_INIT_DEFAULT));
         if (w) w->paper_count = 1;
         vt_tensor *y = vt_linear(g, x, vt_reshape(g, w, 2, w2), NULL);
         y = vt_batchnorm_p(g, vt_pname(nm, pre, "bn"), y, -1, CFFN_BN_EPS, CFFN_BN_MOMENTUM);
@@ -53,8 +56,9 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
     if (f->tv_names) return vt_fail(g, "cffn", "%s: cFFN has no torchvision (mlp.0 / mlp.3) layout", prefix);
     const int k = vt_cffn_width(hidden, C, t);
     vt_tensor *h = vt_block_fc1_act(g, prefix, x, f); /* the host's fc1 (+ PVTv2's DWConv) and GELU, kept */
-    vt_tensor *u = factor(g, vt_pname(nm, prefix, "fc2_u"), h, k, r, f->train_form);
-    return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, f->train_form);
+    const int cv = f->conv1x1;
+    vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv);
+    return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv);
 }
 
 /* ---- train -> deploy merge ---- */
@@ -72,11 +76,12 @@ static void mark(const vt_params *P, char *used, const vt_tensor *t) {
         if (P->t[i] == t) used[i] = 1;
 }
 
-/* Merges the branches of stem into dep tensor d (stem.weight (out, in) or stem.bias (out)). */
+/* Merges the branches of stem into dep tensor d (stem.weight (out, in) or (out, in, 1, 1), or stem.bias (out)). */
 static int merge_one(const vt_params *P, char *used, const char *stem, vt_tensor *d, int is_bias, float eps,
                      vt_err *e) {
     const int out = d->shape[0], in = is_bias ? 1 : d->shape[1];
-    if ((is_bias && d->ndim != 1) || (!is_bias && d->ndim != 2))
+    const int conv = d->ndim == 4 && d->shape[2] == 1 && d->shape[3] == 1;
+    if ((is_bias && d->ndim != 1) || (!is_bias && d->ndim != 2 && !conv))
         return vt_seterr(e, "deploy: %s has an unexpected shape for a merged factor map", d->name);
     double *acc = calloc((size_t)out * (size_t)in, sizeof *acc);
     if (!acc) return vt_seterr(e, "deploy: out of memory");

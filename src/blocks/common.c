@@ -1,4 +1,4 @@
-/* Parameterised wrappers of single ops (linear, layernorm, conv, batchnorm) and the timm MLP. */
+/* Parameterised wrappers of single ops (linear, 1x1 conv on tokens, layernorm, conv, batchnorm) and the timm MLP. */
 #include <math.h>
 #include <stdio.h>
 
@@ -9,22 +9,30 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
     return buf;
 }
 
-/* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix; 0 on success.
+/* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix, or of a 1x1 Conv2d
+ * (weight (out, in, 1, 1), returned as its (out, in) view) when conv; 0 on success.
  * (noinline: inlined into callers that build prefix with vt_pname, GCC reports a possible name truncation.) */
 __attribute__((noinline)) static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
-                         vt_tensor **w, vt_tensor **b) {
+                         int conv, vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
-    int ws[2] = {out, x->shape[x->ndim - 1]};
-    *w = vt_param(g, vt_pname(nm, prefix, "weight"), 2, ws, winit);
+    int ws[4] = {out, x->shape[x->ndim - 1], 1, 1};
+    *w = vt_param(g, vt_pname(nm, prefix, "weight"), conv ? 4 : 2, ws, winit);
     *b = bias ? vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z) : NULL;
     if (!*w || (bias && !*b)) return -1;
     (*w)->paper_count = 1;
-    return 0;
+    if (conv) *w = vt_reshape(g, *w, 2, ws);
+    return *w ? 0 : -1;
 }
 
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
     vt_tensor *w, *b;
-    if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, &w, &b)) return NULL;
+    if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, 0, &w, &b)) return NULL;
+    return vt_linear(g, x, w, b);
+}
+
+vt_tensor *vt_pointwise_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, 1, &w, &b)) return NULL;
     return vt_linear(g, x, w, b);
 }
 
@@ -53,6 +61,11 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
 }
 
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum) {
+    return vt_batchnorm_folded(g, prefix, x, axis, eps, momentum, 0);
+}
+
+vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                               int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     if (axis < 0) axis += x->ndim;
@@ -64,21 +77,24 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
     vt_tensor *nb = vt_buffer(g, vt_pname(nm, prefix, "num_batches_tracked"), 0, &one, VT_INIT_Z);
     if (!w || !b || !rm || !rv || !nb) return NULL;
     nb->is_i64 = 1;
-    return vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
+    return folded ? x : vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
 }
 
 vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) {
     return drop > 0.0f && g->training ? vt_add(g, x, vt_drop_path(g, h, drop)) : vt_residual(g, x, h);
 }
 
-/* The FFN's pre-activation: prefix.fc1 (torchvision: prefix.0) [→ PVTv2's depthwise 3×3 on the token grid]; with
- * gelu and no DWConv, GELU fused into fc1's epilogue (then the result is the activation). */
+/* The FFN's pre-activation: prefix.fc1 (torchvision: prefix.0, Next-ViT: the 1×1 conv prefix.conv1)
+ * [→ PVTv2's depthwise 3×3 on the token grid]; with gelu and no DWConv, GELU fused into fc1's epilogue, and with
+ * Next-ViT's ReLU always fused there (then the result is the activation). */
 static vt_tensor *fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f, int gelu) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     vt_tensor *w, *b;
-    if (linear_params(g, vt_pname(nm, prefix, f->tv_names ? "0" : "fc1"), x, f->hidden, 1, f->winit, &w, &b))
-        return NULL;
+    const char *name = f->conv1x1 ? "conv1" : f->tv_names ? "0" : "fc1";
+    if (linear_params(g, vt_pname(nm, prefix, name), x, f->hidden, 1, f->winit, f->conv1x1, &w, &b)) return NULL;
+    if (f->relu && f->dwconv) return vt_fail(g, "mlp", "%s: no ReLU variant of the DWConv MLP", prefix);
+    if (f->relu) return vt_linear_relu(g, x, w, b); /* the activation in the GEMM's epilogue */
     if (!f->dwconv) return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
     const int B = x->shape[0], N = x->ndim == 3 ? x->shape[1] : 0, hid = f->hidden;
     if (x->ndim != 3 || f->grid_h * f->grid_w != N)
@@ -101,7 +117,7 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* fc2 (out features, bias) of an MLP whose hidden h has not had its GELU yet: GELU in fc2's GEMM prologue. */
 static vt_tensor *gelu_fc2(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
     vt_tensor *w, *b;
-    if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, &w, &b)) return NULL;
+    if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, 0, &w, &b)) return NULL;
     return vt_gelu_linear(g, h, w, b);
 }
 
@@ -109,6 +125,11 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     const int C = x->shape[x->ndim - 1];
+    if (f->relu || f->conv1x1) { /* Next-ViT: conv1 -> ReLU -> conv2, 1×1 convs */
+        vt_tensor *h = vt_block_fc1_act(g, prefix, x, f);
+        return f->conv1x1 ? vt_pointwise_p(g, vt_pname(nm, prefix, "conv2"), h, C, 1, f->winit)
+                          : vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
+    }
     vt_tensor *h = fc1_pre(g, prefix, x, f, 0);
     return gelu_fc2(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, f->winit);
 }

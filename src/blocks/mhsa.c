@@ -1,14 +1,16 @@
 /* Softmax multi-head attention in the hosts' layouts, and the pieces every attention type shares: projections in
- * the host's layout (timm/Swin packed qkv, PVT q + kv with spatial reduction), PVT's spatial reduction, Swin's
+ * the host's layout (timm/Swin packed qkv, PVT q + kv with spatial reduction, Next-ViT q, k, v with AvgPool1d
+ * reduction), PVT's spatial reduction, Swin's
  * relative position bias. The fused op vt_attention_ex computes logits, bias, mask, softmax and ·v per head. */
 #include <math.h>
 #include <stdio.h>
 
 #include "vitc/blocks.h"
 
-vt_init vt_conv_init(int fan_in, int fan_out, int fanout) {
-    return fanout ? (vt_init){VT_INIT_NORMAL, sqrtf(2.0f / (float)fan_out)}
-                  : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)fan_in)};
+vt_init vt_conv_init(int fan_in, int fan_out, int rule) {
+    if (rule == VT_CONV_INIT_W02) return VT_INIT_W02;
+    return rule ? (vt_init){VT_INIT_NORMAL, sqrtf(2.0f / (float)fan_out)}
+                : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)fan_in)};
 }
 
 vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
@@ -30,6 +32,30 @@ vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int
     if (w) w->paper_count = 1;
     vt_tensor *t = vt_linear(g, vt_patchify_nhwc(g, m, sr), vt_reshape(g, w, 2, w2), b);
     return vt_layernorm_p(g, vt_pname(nm, prefix, "norm"), t, eps);
+}
+
+/* Next-ViT's spatial reduction of x (B, N, C): AvgPool1d(kernel = stride = r) over the raster token sequence (the
+ * last N mod r tokens dropped, as the official floor) -> BatchNorm1d prefix.norm over (B, n) (folded: its tensors
+ * kept but not applied, merge_bn) -> (B, n = ⌊N/r⌋, C). */
+static vt_tensor *pool_tokens(vt_graph *g, const char *prefix, vt_tensor *x, int r, float eps, int folded) {
+    if (vt_bad(g, 1, x)) return NULL;
+    char nm[VT_NAMELEN], sx[64];
+    const int B = x->shape[0], N = x->shape[1], C = x->shape[2], n = N / r, win[4] = {B, n, r, C};
+    if (n < 1)
+        return vt_fail(g, "sr", "%s: input %s has fewer tokens than the AvgPool1d window %d (the official code fails: "
+                       "output size is too small)", prefix, vt_shape_str(x, sx, 64), r);
+    vt_tensor *t = N % r ? vt_slice(g, x, 1, 0, n * r) : x;
+    t = vt_mean(g, vt_reshape(g, t, 4, win), 2);
+    return vt_batchnorm_folded(g, vt_pname(nm, prefix, "norm"), t, 2, eps, 0.1f, folded);
+}
+
+/* Rows of the key grid of n reduced Next-ViT keys: the largest divisor of n not above √n (n row-major on a
+ * rows × n/rows grid; 7x7 for 49 keys). */
+static int key_rows(int n) {
+    int r = 1;
+    for (int d = 1; d * d <= n; d++)
+        if (n % d == 0) r = d;
+    return r;
 }
 
 int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int wq, int wk, int wv,
@@ -65,6 +91,24 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
             s->kw = a->grid_w / a->sr_ratio;
         }
         s->kv = vt_linear_p(g, vt_pname(nm, prefix, "kv"), src, wk + wv, a->qkv_bias, a->winit);
+        s->v_off = wk;
+    } else if (a->layout == VT_LAYOUT_NEXTVIT) {
+        s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, wq, a->qkv_bias, a->winit);
+        vt_tensor *src = x;
+        if (a->sr_ratio > 1) {
+            if (a->lead) {
+                vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported",
+                        prefix, a->lead);
+                return -1;
+            }
+            src = pool_tokens(g, prefix, x, a->sr_ratio * a->sr_ratio, a->ln_eps, a->norm_folded);
+            if (!src) return -1;
+            s->kh = key_rows(src->shape[1]);
+            s->kw = src->shape[1] / s->kh;
+        }
+        vt_tensor *kv[2] = {vt_linear_p(g, vt_pname(nm, prefix, "k"), src, wk, a->qkv_bias, a->winit),
+                            vt_linear_p(g, vt_pname(nm, prefix, "v"), src, wv, a->qkv_bias, a->winit)};
+        s->kv = vt_concat(g, kv, 2, 2); /* one (B, n, wk + wv) source for the fused attention's offsets */
         s->v_off = wk;
     } else {
         vt_fail(g, "attention", "%s: layout %d has no projection of its own here", prefix, a->layout);

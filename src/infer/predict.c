@@ -53,7 +53,7 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     vt_err le = {{0}};
     vt_params *P = vt_params_new(e);
-    if (!P || vt_model_init_params(c, P, 0, e)) {
+    if (!P || vt_model_create_params(c, P, e)) {
         vt_params_free(P);
         return NULL;
     }

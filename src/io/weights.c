@@ -53,9 +53,32 @@ static int dtype_ok(const vt_tensor *t, vt_st_dtype d) {
     return d == VT_ST_I64 && t->kind == VT_BUFFER && t->is_i64;
 }
 
+/* 0 if file f may be loaded into P's form, else -1 with a message: a file records its form in __metadata__
+ * VT_FORM_KEY; files without the record (official checkpoints, converted files) hold the training form. */
+static int check_form(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    if (!P->form) return 0;
+    const char *rec = vt_st_meta(f, VT_FORM_KEY), *form = rec ? rec : "training";
+    if (strcmp(form, P->form) == 0) return 0;
+    if (strcmp(form, "training") != 0 && strcmp(form, "deployed") != 0)
+        return vt_seterr(e, "%s records an unknown form '%.40s' (metadata %s)", path, form, VT_FORM_KEY);
+    if (strcmp(P->form, "deployed") == 0)
+        return vt_seterr(e, "%s %s, but the model is built in its deployed form, which skips the BatchNorms that "
+                         "merge_bn folds into the next layers: merge the file with `vitc deploy`, or load it with "
+                         "--train-form", path, rec ? "holds training-form weights (metadata " VT_FORM_KEY ")"
+                         : "has no " VT_FORM_KEY " record, so it holds training-form weights (official checkpoints and "
+                         "converted files are the training form)");
+    return vt_seterr(e, "%s holds deployed-form weights (metadata %s: BatchNorms already merged by merge_bn), but the "
+                     "model is built in its training form, which would apply them twice: load it without --train-form",
+                     path, VT_FORM_KEY);
+}
+
 int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e) != 0) return -1;
+    if (check_form(P, &f, path, e)) {
+        vt_st_close(&f);
+        return -1;
+    }
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
@@ -151,7 +174,12 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
             o->data = t->data;
         }
     }
-    rc = vt_st_write(path, outs, n, "{\"format\":\"pt\"}", e);
+    char meta[128];
+    if (P->form)
+        snprintf(meta, sizeof meta, "{\"format\":\"pt\",\"%s\":\"%s\"}", VT_FORM_KEY, P->form);
+    else
+        snprintf(meta, sizeof meta, "{\"format\":\"pt\"}");
+    rc = vt_st_write(path, outs, n, meta, e);
 done:
     if (ibufs)
         for (int i = 0; i < n; i++) vt_free(ibufs[i]);

@@ -16,6 +16,7 @@ static const vt_family *const families[] = {
     &vt_family_swin_tv,
     &vt_family_cswin,
     &vt_family_pvt,
+    &vt_family_nextvit,
 };
 #define NFAMILIES VT_COUNT(families)
 
@@ -185,7 +186,7 @@ int vt_no_decay_default(const vt_tensor *t, const char *const *skip) {
     return 0;
 }
 
-int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e) {
+int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     vt_tensor *y = vt_model_build(g, c, 1, NULL);
@@ -197,6 +198,12 @@ int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_
         vt_tensor *t = P->t[i];
         if (t->kind == VT_PARAM) t->no_decay = c->family->no_decay ? c->family->no_decay(t) : vt_no_decay_default(t, NULL);
     }
+    if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
+    return 0;
+}
+
+int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e) {
+    if (vt_model_create_params(c, P, e)) return -1;
     vt_params_init(P, seed);
     return 0;
 }
@@ -213,7 +220,7 @@ int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *de
                          c->family->name);
     vt_model_cfg d = *c;
     d.arch.train_form = 0;
-    if (vt_model_init_params(&d, dep, 0, e)) return -1;
+    if (vt_model_create_params(&d, dep, e)) return -1; /* every value is written by the merge */
     return c->family->deploy(&d, train, dep, e);
 }
 

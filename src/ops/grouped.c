@@ -1,6 +1,7 @@
 /* Grouped linear projection (MSF's `GroupLinear`, interleaved or block output order) and the fixed 2-D sin-cos
  * position embedding of SimpleViT (a constant, recomputed in C, never a parameter). */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "vitc/ops.h"
@@ -37,15 +38,28 @@ static void interleave_rows(float *dst, const float *src, int R, int E, int G, i
     }
 }
 
+/* Row chunks per group so that the (group, chunk) tasks keep every thread busy (chunks of at least 64 rows). With
+ * several groups the tasks run in one parallel region, each a single-threaded sgemm: a multi-threaded sgemm per
+ * group (narrow Eg-column outputs, e.g. Next-ViT's 32-channel conv groups) spent more in its barriers than in its
+ * flops. */
+static int row_chunks(int R, int G) {
+    const int nt = omp_get_max_threads(), want = (2 * nt + G - 1) / G, most = R / 64 > 1 ? R / 64 : 1;
+    return G == 1 ? 1 : want < most ? want : most;
+}
+
 static void glinear_fwd(vt_node *n) {
     const glinear_p *p = VT_OP_P(n, glinear_p);
     const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
-    const int Dg = Din / G, Eg = E / G;
+    const int Dg = Din / G, Eg = E / G, nc = row_chunks(R, G);
     const float *x = n->in[0]->data, *w = n->in[1]->data;
     float *dst = il ? n->fws->data : n->out->data;
+#pragma omp parallel for collapse(2) schedule(static) if (G > 1)
     for (int gi = 0; gi < G; gi++)
-        gemm(n, 0, 1, R, Eg, Dg, 1.0f, x + (size_t)gi * Dg, Din, w + (size_t)gi * Eg * Dg, Dg, 0.0f,
-             dst + (size_t)gi * Eg, E);
+        for (int c = 0; c < nc; c++) {
+            const int r0 = (int)((int64_t)R * c / nc), r1 = (int)((int64_t)R * (c + 1) / nc);
+            gemm(n, 0, 1, r1 - r0, Eg, Dg, 1.0f, x + (size_t)r0 * Din + (size_t)gi * Dg, Din,
+                 w + (size_t)gi * Eg * Dg, Dg, 0.0f, dst + (size_t)r0 * E + (size_t)gi * Eg, E);
+        }
     if (il) interleave_rows(n->out->data, dst, R, E, G, 1);
 }
 
@@ -59,14 +73,21 @@ static void glinear_bwd(vt_node *n) {
         interleave_rows(n->bws->data, dy, R, E, G, 0);
         dy = n->bws->data;
     }
-    for (int gi = 0; gi < G; gi++) {
-        const float *dyg = dy + (size_t)gi * Eg;
-        if (x->grad)
-            gemm(n, 0, 0, R, Dg, Eg, 1.0f, dyg, E, w->data + (size_t)gi * Eg * Dg, Dg, 1.0f, x->grad + (size_t)gi * Dg,
-                 Din);
-        if (w->grad)
-            gemm(n, 1, 0, Eg, Dg, R, 1.0f, dyg, E, x->data + (size_t)gi * Dg, Din, 1.0f, w->grad + (size_t)gi * Eg * Dg,
-                 Dg);
+    const int nc = row_chunks(R, G);
+    if (x->grad) { /* (group, chunk) tasks write disjoint blocks of dx */
+#pragma omp parallel for collapse(2) schedule(static) if (G > 1)
+        for (int gi = 0; gi < G; gi++)
+            for (int c = 0; c < nc; c++) {
+                const int r0 = (int)((int64_t)R * c / nc), r1 = (int)((int64_t)R * (c + 1) / nc);
+                gemm(n, 0, 0, r1 - r0, Dg, Eg, 1.0f, dy + (size_t)r0 * E + (size_t)gi * Eg, E,
+                     w->data + (size_t)gi * Eg * Dg, Dg, 1.0f, x->grad + (size_t)r0 * Din + (size_t)gi * Dg, Din);
+            }
+    }
+    if (w->grad) { /* one task per group: its rows all sum into the group's weight block */
+#pragma omp parallel for schedule(static) if (G > 1)
+        for (int gi = 0; gi < G; gi++)
+            gemm(n, 1, 0, Eg, Dg, R, 1.0f, dy + (size_t)gi * Eg, E, x->data + (size_t)gi * Dg, Din, 1.0f,
+                 w->grad + (size_t)gi * Eg * Dg, Dg);
     }
 }
 

@@ -27,8 +27,9 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
 }
 
 /* ---- linear: y = x (R, in) · w (out, in)ᵀ + b, with two optional fused epilogues ----
- * Inputs: x, w, then b and r when present. y = r + x·wᵀ + b, or y = GELU(x·wᵀ + b) with GELU's derivative at the
- * pre-activation kept in save[0] for backward (train graphs; computed with the activation, they share erf and exp). The bias and residual are written into y first and sgemm accumulates onto
+ * Inputs: x, w, then b and r when present. y = r + x·wᵀ + b, or y = act(x·wᵀ + b) (GELU or ReLU) with the
+ * activation's derivative at the pre-activation kept in save[0] for backward (train graphs; for GELU computed with
+ * the activation, they share erf and exp). The bias and residual are written into y first and sgemm accumulates onto
  * them (beta = 1); with GELU, threads take whole row panels (one single-threaded sgemm each) and apply GELU while
  * the panel is still in cache. Both avoid a separate pass over the (R, out) output; `vitc bench --profile`
  * measured GELU + residual adds at 8% of a DeiT-T training step before this fusion.
@@ -40,12 +41,14 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
 typedef struct {
     int R;        /* rows of x (all dims but the last) */
     int Ci, Co;   /* in and out features */
-    int gelu;     /* GELU after the bias (vt_linear_gelu) */
+    int act;      /* activation after the bias: ACT_GELU (vt_linear_gelu), ACT_RELU (vt_linear_relu) or 0 */
     int has_bias; /* b is in[2] */
     int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
     int gelu_in;  /* GELU applied to x first (vt_gelu_linear): y = GELU(x)·wᵀ + b */
     int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
 } linear_p;
+
+enum { ACT_GELU = 1, ACT_RELU = 2 };
 
 #define PANEL_ROWS 256 /* rows per GEMM panel: 256×768 floats fit in a core's L2 next to the packed weight */
 
@@ -83,9 +86,14 @@ static void lin_rows(const vt_node *n, const float *xr, int r0, int r1, float *h
     lin_gemm(n, xr, r0, r1, h);
 }
 
-/* y[i] = GELU(y[i]) for i in [i0, i1), with d[i] = GELU'(y[i]) when d is not NULL. */
-static void gelu_rows(float *y, float *d, int64_t i0, int64_t i1) {
-    if (d)
+/* y[i] = act(y[i]) for i in [i0, i1), with d[i] = act'(y[i]) when d is not NULL. */
+static void act_rows(int act, float *y, float *d, int64_t i0, int64_t i1) {
+    if (act == ACT_RELU) {
+        for (int64_t i = i0; i < i1; i++) {
+            if (d) d[i] = y[i] > 0.0f ? 1.0f : 0.0f;
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        }
+    } else if (d)
         for (int64_t i = i0; i < i1; i++) y[i] = vt_gelu_fd(y[i], &d[i]);
     else
         for (int64_t i = i0; i < i1; i++) y[i] = vt_gelu_f(y[i]);
@@ -99,7 +107,7 @@ static int panel_cap(int R) { return R < PANEL_ROWS ? R : PANEL_ROWS; }
 
 static void linear_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
-    const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->gelu;
+    const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->act;
     const float *x = n->in[0]->data;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = omp_get_max_threads();
@@ -125,7 +133,7 @@ static void linear_fwd(vt_node *n) {
             const int64_t N = (int64_t)R * Co, chunk = 4096;
 #pragma omp parallel for schedule(static)
             for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
-                gelu_rows(y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
+                act_rows(act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
         }
         return;
     }
@@ -134,11 +142,11 @@ static void linear_fwd(vt_node *n) {
     for (int p = 0; p < np; p++) {
         const int r0 = (int)((int64_t)R * p / np), r1 = (int)((int64_t)R * (p + 1) / np);
         lin_rows(n, x + (size_t)r0 * Ci, r0, r1, y);
-        gelu_rows(y, d, (int64_t)r0 * Co, (int64_t)r1 * Co);
+        act_rows(act, y, d, (int64_t)r0 * Co, (int64_t)r1 * Co);
     }
 }
 
-/* Backward. With GELU, dy is turned into the pre-activation gradient in place (only this node reads its output's
+/* Backward. With an activation, dy is turned into the pre-activation gradient in place (only this node reads its output's
  * gradient, and it has done so by then). */
 static void linear_bwd(vt_node *n) {
     const linear_p *p = VT_OP_P(n, linear_p);
@@ -150,7 +158,7 @@ static void linear_bwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) r->grad[i] += dy[i];
     }
-    if (p->gelu) {
+    if (p->act) {
         const float *d = n->save[0]->data;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) dy[i] *= d[i];
@@ -188,8 +196,8 @@ static void linear_bwd(vt_node *n) {
 
 static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
-/* act: GELU after (1) or before (2, on x) the product. */
-static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act) {
+/* act: ACT_GELU or ACT_RELU after the product (0: none); gelu_in: GELU on x before it. */
+static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act, int gelu_in) {
     if (vt_bad(g, 2, x, w)) return NULL;
     char sx[64], sw[64], sb[64];
     const int Ci = x->shape[x->ndim - 1];
@@ -204,27 +212,33 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
-    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act == 1, b != NULL, 0, act == 2, omp_get_max_threads()};
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, omp_get_max_threads()};
     n->macs = (int64_t)R * Ci * w->shape[0];
-    if (act == 1 && g->training) vt_node_save(n, 0, n->out->numel);
-    if (act == 2) {
+    if (act && g->training) vt_node_save(n, 0, n->out->numel);
+    if (gelu_in) {
         vt_node_work(n, 0, (int64_t)VT_OP_P(n, linear_p)->nt * panel_cap(R) * Ci);
         if (g->training) vt_node_work(n, 1, x->numel);
     }
     return n->out;
 }
 
-vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 0); }
+vt_tensor *vt_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 0, 0); }
 
-vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 1); }
+vt_tensor *vt_linear_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) {
+    return linear(g, x, w, b, ACT_GELU, 0);
+}
 
-vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 2); }
+vt_tensor *vt_linear_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) {
+    return linear(g, x, w, b, ACT_RELU, 0);
+}
+
+vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 0, 1); }
 
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) {
     if (vt_bad(g, 2, x, h)) return NULL;
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
     linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
-    if (!p || p->gelu || p->has_res || h->last_use >= 0 || h->is_output || x == h || x->ndim != h->ndim ||
+    if (!p || p->act || p->has_res || h->last_use >= 0 || h->is_output || x == h || x->ndim != h->ndim ||
         memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
         return vt_add(g, x, h); /* not fusable (or a shape mismatch, which vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;

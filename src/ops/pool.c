@@ -1,4 +1,5 @@
-/* Reductions and pooling: mean over one axis (e.g. global average pooling over tokens) and NCHW average pooling.
+/* Reductions and pooling: mean over one axis (e.g. global average pooling over tokens) and average pooling (NCHW or
+ * channels-last, PyTorch's ceil_mode / count_include_pad rules).
  * Neither counts MACs (papers count only conv/linear/matmul multiply-adds). */
 #include "vitc/ops.h"
 
@@ -61,85 +62,114 @@ vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis) {
     return n->out;
 }
 
-/* ---- average pooling, NCHW ---- */
-/* Windows never reach past the padded border (floor mode), so the divisor is always k·k (count_include_pad=True). */
+/* ---- average pooling, NCHW or channels-last, PyTorch's AvgPool2d rules ----
+ * Output size ⌊(H + 2p − k)/s⌋ + 1, or with ceil_mode ⌈·⌉ + 1 less one when the last window would start past the
+ * padded border. Window (oh, ow) covers rows [oh·s − p, min(oh·s − p + k, H + p)) of the padded input (and columns
+ * likewise); its divisor is that size (count_include_pad) or the number of real input elements in it. */
 typedef struct {
-    int planes;    /* B·C */
-    int H, W;
-    int k, s, pad; /* kernel, stride, padding */
+    int B, C, H, W;
+    int k, s, pad;   /* kernel, stride, padding */
     int Ho, Wo;
+    int incl, nhwc;  /* count_include_pad; layout (B, H, W, C) */
 } avgpool_p;
 
-static void pool_range(int o, int s, int p, int k, int n, int *lo, int *hi) {
-    int a = o * s - p, b = a + k;
+/* Window of output index o along an axis of n inputs: the real inputs [*lo, *hi) and its divisor contribution. */
+static int pool_range(int o, int s, int p, int k, int n, int incl, int *lo, int *hi) {
+    int a = o * s - p, b = a + k < n + p ? a + k : n + p;
+    const int padded = b - a;
     *lo = a < 0 ? 0 : a;
     *hi = b > n ? n : b;
+    return incl ? padded : *hi - *lo;
 }
 
-static void avgpool_fwd(vt_node *n) {
-    const avgpool_p *ap = VT_OP_P(n, avgpool_p);
-    const int NP = ap->planes, H = ap->H, W = ap->W, k = ap->k, s = ap->s, p = ap->pad, Ho = ap->Ho, Wo = ap->Wo;
-    const float *x = n->in[0]->data, inv = 1.0f / (float)(k * k);
-    float *y = n->out->data;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int pl = 0; pl < NP; pl++)
-        for (int oh = 0; oh < Ho; oh++) {
-            const float *xp = x + (size_t)pl * H * W;
-            float *yr = y + ((size_t)pl * Ho + oh) * Wo;
-            int h0, h1;
-            pool_range(oh, s, p, k, H, &h0, &h1);
-            for (int ow = 0; ow < Wo; ow++) {
-                int w0, w1;
-                pool_range(ow, s, p, k, W, &w0, &w1);
-                float acc = 0.0f;
-                for (int ih = h0; ih < h1; ih++)
-                    for (int iw = w0; iw < w1; iw++) acc += xp[(size_t)ih * W + iw];
-                yr[ow] = acc * inv;
-            }
-        }
-}
-
-static void avgpool_bwd(vt_node *n) {
-    float *dx = n->in[0]->grad;
-    if (!dx) return;
-    const avgpool_p *ap = VT_OP_P(n, avgpool_p);
-    const int NP = ap->planes, H = ap->H, W = ap->W, k = ap->k, s = ap->s, p = ap->pad, Ho = ap->Ho, Wo = ap->Wo;
-    const float *dy = n->out->grad, inv = 1.0f / (float)(k * k);
-#pragma omp parallel for schedule(static)
-    for (int pl = 0; pl < NP; pl++) {
-        float *xp = dx + (size_t)pl * H * W;
-        for (int oh = 0; oh < Ho; oh++) {
-            const float *dr = dy + ((size_t)pl * Ho + oh) * Wo;
-            int h0, h1;
-            pool_range(oh, s, p, k, H, &h0, &h1);
-            for (int ow = 0; ow < Wo; ow++) {
-                int w0, w1;
-                pool_range(ow, s, p, k, W, &w0, &w1);
-                const float d = dr[ow] * inv;
-                for (int ih = h0; ih < h1; ih++)
-                    for (int iw = w0; iw < w1; iw++) xp[(size_t)ih * W + iw] += d;
-            }
+/* Output row (b, oh): forward (dir 0: y from x) or backward (dir 1: dx += dy / count). NCHW rows are (b·C + c, oh). */
+static void pool_row(const avgpool_p *q, int dir, const float *x, float *y, int64_t r) {
+    const int Ho = q->Ho, Wo = q->Wo, H = q->H, W = q->W, C = q->C;
+    const int oh = (int)(r % Ho);
+    int h0, h1;
+    const int ch = pool_range(oh, q->s, q->pad, q->k, H, q->incl, &h0, &h1);
+    for (int ow = 0; ow < Wo; ow++) {
+        int w0, w1;
+        const int cw = pool_range(ow, q->s, q->pad, q->k, W, q->incl, &w0, &w1);
+        const float inv = 1.0f / (float)(ch * cw);
+        if (q->nhwc) { /* row r = (b, oh); a C-vector per pixel */
+            const int64_t b = r / Ho;
+            float *yo = y + ((size_t)r * Wo + ow) * C;
+            if (!dir)
+                for (int c = 0; c < C; c++) yo[c] = 0.0f;
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++) {
+                    float *xi = (float *)x + (((size_t)b * H + ih) * W + iw) * C;
+                    if (dir)
+                        for (int c = 0; c < C; c++) xi[c] += yo[c] * inv;
+                    else
+                        for (int c = 0; c < C; c++) yo[c] += xi[c];
+                }
+            if (!dir)
+                for (int c = 0; c < C; c++) yo[c] *= inv;
+        } else { /* row r = (plane, oh) */
+            float *xp = (float *)x + (size_t)(r / Ho) * H * W, *yo = y + (size_t)r * Wo + ow;
+            float acc = 0.0f;
+            for (int ih = h0; ih < h1; ih++)
+                for (int iw = w0; iw < w1; iw++) {
+                    if (dir)
+                        xp[(size_t)ih * W + iw] += *yo * inv;
+                    else
+                        acc += xp[(size_t)ih * W + iw];
+                }
+            if (!dir) *yo = acc * inv;
         }
     }
 }
 
+static void avgpool_fwd(vt_node *n) {
+    const avgpool_p *q = VT_OP_P(n, avgpool_p);
+    const int64_t rows = (int64_t)q->B * (q->nhwc ? 1 : q->C) * q->Ho;
+#pragma omp parallel for schedule(static) if (n->out->numel > 16384)
+    for (int64_t r = 0; r < rows; r++) pool_row(q, 0, n->in[0]->data, n->out->data, r);
+}
+
+/* Windows of different output rows may overlap (k > s), so threads own whole images / planes. */
+static void avgpool_bwd(vt_node *n) {
+    float *dx = n->in[0]->grad;
+    if (!dx) return;
+    const avgpool_p *q = VT_OP_P(n, avgpool_p);
+    const int64_t planes = (int64_t)q->B * (q->nhwc ? 1 : q->C);
+#pragma omp parallel for schedule(static) if (n->out->numel > 16384)
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t r = pl * q->Ho; r < (pl + 1) * q->Ho; r++) pool_row(q, 1, dx, n->out->grad, r);
+}
+
 static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd, VT_READS(0)};
 
-vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad) {
+/* Output size along an axis of n inputs (PyTorch's pooling_output_shape). */
+static int pool_out(int n, int k, int s, int p, int ceil_mode) {
+    int o = (n + 2 * p - k + (ceil_mode ? s - 1 : 0)) / s + 1;
+    if (ceil_mode && (o - 1) * s >= n + p) o--;
+    return o;
+}
+
+vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a) {
     if (vt_bad(g, 1, x)) return NULL;
     char sx[64];
     vt_shape_str(x, sx, 64);
-    if (x->ndim != 4) return vt_fail(g, "avgpool2d", "input %s must be (B, C, H, W)", sx);
+    const int k = a->k, s = a->s, pad = a->pad;
+    if (x->ndim != 4) return vt_fail(g, "avgpool2d", "input %s must be %s", sx, a->nhwc ? "(B, H, W, C)" : "(B, C, H, W)");
     if (k < 1 || s < 1 || pad < 0 || 2 * pad > k)
         return vt_fail(g, "avgpool2d", "input %s: bad kernel %d / stride %d / padding %d (need padding <= kernel/2)",
                        sx, k, s, pad);
-    const int H = x->shape[2], W = x->shape[3];
+    const int H = x->shape[a->nhwc ? 1 : 2], W = x->shape[a->nhwc ? 2 : 3], C = x->shape[a->nhwc ? 3 : 1];
     if (H + 2 * pad < k || W + 2 * pad < k)
         return vt_fail(g, "avgpool2d", "input %s with padding %d is smaller than the %dx%d window", sx, pad, k, k);
-    const int Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1;
-    const int shape[4] = {x->shape[0], x->shape[1], Ho, Wo};
-    vt_node *n = vt_new_node(g, &op_avgpool, &x, 1, vt_new_act(g, 4, shape));
+    const int Ho = pool_out(H, k, s, pad, a->ceil_mode), Wo = pool_out(W, k, s, pad, a->ceil_mode);
+    const int nchw[4] = {x->shape[0], C, Ho, Wo}, nhwc[4] = {x->shape[0], Ho, Wo, C};
+    vt_node *n = vt_new_node(g, &op_avgpool, &x, 1, vt_new_act(g, 4, a->nhwc ? nhwc : nchw));
     if (!n) return NULL;
-    *VT_OP_P(n, avgpool_p) = (avgpool_p){x->shape[0] * x->shape[1], H, W, k, s, pad, Ho, Wo};
+    *VT_OP_P(n, avgpool_p) = (avgpool_p){x->shape[0], C, H, W, k, s, pad, Ho, Wo, a->count_include_pad, a->nhwc};
     return n->out;
+}
+
+vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad) {
+    const vt_pool_args a = {.k = k, .s = s, .pad = pad, .count_include_pad = 1};
+    return vt_avgpool2d_ex(g, x, &a);
 }

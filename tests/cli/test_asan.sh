@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CLI built with ASan + UBSan (build-asan/vitc, leak detection on): a short Fashion-MNIST training run with a
-# resume, then init, forward, grad, deploy, predict and bench on small models; any sanitizer report fails the test.
+# resume, then init, forward, grad, deploy (cFFN; Next-ViT's merge_bn and form record), predict and bench on small
+# models; any sanitizer report fails the test.
 . "$(dirname "$0")/lib.sh"
 V=./build-asan/vitc
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2
@@ -25,11 +26,19 @@ sys.path.insert(0, "tests/reference")
 import numpy as np, st
 st.save(f"{sys.argv[1]}/x.safetensors", {"input": np.random.default_rng(1).standard_normal((2, 1, 28, 28)).astype(np.float32),
                                          "labels": np.array([3, 7], np.int64)})
+st.save(f"{sys.argv[1]}/x3.safetensors", {"input": np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)})
 PY
 run "forward" $V forward $M -w "$T/r/weights.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 run "grad with 2 AdamW steps" $V grad $M -w "$T/r/weights.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors" --steps 2
 run "cFFN training-form init" $V init $M --ffn cffn --attn hmhsa --train-form -o "$T/hc.safetensors"
 run "deploy" $V deploy $M --ffn cffn --attn hmhsa -w "$T/hc.safetensors" -o "$T/hd.safetensors"
+NV="nextvit_small_hmhsa_cffn --depths 1,1,5,1 --img-size 32 --num-classes 10"
+run "Next-ViT training-form init" $V init $NV --train-form -o "$T/nv.safetensors"
+run "Next-ViT deploy (cFFN merge + merge_bn)" $V deploy $NV -w "$T/nv.safetensors" -o "$T/nvd.safetensors"
+run "Next-ViT deployed forward" $V forward $NV -w "$T/nvd.safetensors" --input "$T/x3.safetensors" -o "$T/nvy.safetensors"
+"$V" forward $NV -w "$T/nv.safetensors" --input "$T/x3.safetensors" -o "$T/nvy.safetensors" >"$T/o.log" 2>&1
+if [ $? -eq 1 ] && grep -q "vitc deploy" "$T/o.log" && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then
+    ok "Next-ViT wrong-form load refused"; else bad "Next-ViT wrong-form load refused" "$(tail -3 "$T/o.log")"; fi
 run "bench --train (gma)" $V bench vit_fmnist_tiny_gap --attn gma --batch-size 2 --iters 1 --train
 run "bench groupmixformer_test" $V bench groupmixformer_test --batch-size 1 --iters 1
 head -c 100 /dev/urandom >"$T/noise.png"
