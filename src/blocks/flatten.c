@@ -20,6 +20,13 @@ static void own_params(vt_graph *g, const char *prefix, int n, int C, vt_tensor 
     *pe = vt_param(g, vt_pname(nm, prefix, "positional_encoding"), 3, ps, VT_INIT_Z);
 }
 
+/* x repeated r times along axis 0 (r >= 1): concats of doubled copies, log2(r) small nodes. */
+static vt_tensor *tile0(vt_graph *g, vt_tensor *x, int r) {
+    if (r <= 1) return x;
+    vt_tensor *half = tile0(g, x, r / 2), *parts[3] = {half, half, x};
+    return vt_concat(g, parts, 2 + r % 2, 0);
+}
+
 vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
                            const vt_flatten_cfg *c) {
     if (vt_bad(g, 3, q, k, v)) return NULL;
@@ -50,27 +57,14 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     vt_tensor *fq = vt_focus(g, q, NULL, scale, p);
     vt_tensor *fk = vt_focus(g, k, pe, scale, p);
 
-    vt_tensor *qh = vt_split_heads(g, fq, 0, heads, d); /* (B, h, N, d) */
-    vt_tensor *kh = vt_split_heads(g, fk, 0, heads, d); /* (B, h, n, d) */
-    vt_tensor *vh = vt_split_heads(g, v, 0, heads, d);  /* (B, h, n, d) */
-    if (!qh || !kh || !vh) return NULL;
-
-    /* z = 1 / (q·k̄ + 1e-6): (B, h, N, 1) */
-    int ms[4] = {B, heads, d, 1};
-    vt_tensor *kmean = vt_reshape(g, vt_mean(g, kh, 2), 4, ms);
-    vt_tensor *z = vt_unary(g, vt_affine(g, vt_matmul(g, qh, kmean, 0, 0, 1.0f), 1.0f, 1e-6f), VT_POW, -1.0f);
-    /* KV = (k n^-½)ᵀ (v n^-½) = kᵀv / n: (B, h, d, d); o = (q·KV)·z */
-    vt_tensor *kv = vt_matmul(g, kh, vh, 1, 0, 1.0f / (float)n);
-    vt_tensor *o = vt_merge_heads(g, vt_mul(g, vt_matmul(g, qh, kv, 0, 0, 1.0f), z)); /* (B, N, C) */
-
-    /* DWC on raw v: (B·h, H, W, d) channels-last, one d-channel kernel shared by every head */
-    vt_tensor *vg = lead ? vt_slice(g, vh, 2, lead, H * W) : vh;
-    int gs[4] = {B * heads, H, W, d}, bs[4] = {B, heads, H * W, d};
-    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), dw, db, K / 2);
-    dwc = vt_merge_heads(g, vt_reshape(g, dwc, 4, bs)); /* (B, H·W, C), channel i·d + c */
-    if (!lead) return vt_add(g, o, dwc);
-    vt_tensor *parts[2] = {vt_slice(g, o, 1, 0, lead), vt_add(g, vt_slice(g, o, 1, lead, H * W), dwc)};
-    return vt_concat(g, parts, 2, 1);
+    /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
+     * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
+     * gradients sum the copies), no head split of v */
+    vt_tensor *vg = lead ? vt_slice(g, v, 1, lead, H * W) : v;
+    int gs[4] = {B, H, W, C}, ts[3] = {B, H * W, C};
+    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), tile0(g, dw, heads), tile0(g, db, heads), K / 2);
+    /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens (fused op) */
+    return vt_linear_attention(g, fq, fk, v, heads, 0, vt_reshape(g, dwc, 3, ts));
 }
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
