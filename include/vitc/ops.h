@@ -121,6 +121,9 @@ vt_tensor *vt_focus_pow(vt_graph *g, vt_tensor *x, float p);
 /* FLatten's fused kernel: vt_focus_pow of u = (ReLU(x + pe) + 1e-6) / softplus(scale); x (..., N, C), pe (N·C
  * values, broadcast over the batch) or NULL, scale (C values); scale NULL (and pe NULL): u = x. */
 vt_tensor *vt_focus(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, float p);
+/* vt_focus on channels [off, off + C) of x (..., N, L) (e.g. the q or k range of a packed qkv, read in place)
+ * -> (..., N, C); the gradient goes to those channels only. */
+vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe, vt_tensor *scale, float p);
 
 /* ---- linattn.c (FLatten) ---- */
 /* Multi-head linear attention, heads merged -> (B, N, C): per head h (d = C/heads channels h·d + [0, d)),

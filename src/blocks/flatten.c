@@ -5,6 +5,9 @@
  *   per head: z = 1 / (q·mean_j(k_j) + 1e-6),  KV = (kᵀ n^-½)(v n^-½),  o = (q·KV)·z   — O(N·d²), no N×N map;
  *   o (merged heads) += DWC(v): one d-channel K×K depthwise conv on the H×W key grid, the same kernel for every
  *   head (tokens before the grid — a class token — get no DWC term, an unofficial DeiT choice, spec §6).
+ * No head copies: two vt_focus_ex read q and k in place from the packed projections, vt_linear_attention fuses the
+ * per-head linear attention (and adds the DWC term), and the DWC is one C-channel vt_dwconv_nhwc on v (B, H, W, C)
+ * with the d-channel kernel tiled over the heads; the contiguous v the conv needs is the one copy left.
  * Parameters (relative to prefix): scale (1,1,C) and positional_encoding (1,n,C), both zero-initialised, then
  * qkv (Swin) or q + kv (PVT), proj, and dwc.weight (d,1,K,K) / dwc.bias (d) with PyTorch's default conv init. */
 #include <math.h>
@@ -27,19 +30,21 @@ static vt_tensor *tile0(vt_graph *g, vt_tensor *x, int r) {
     return vt_concat(g, parts, 2 + r % 2, 0);
 }
 
-vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
-                           const vt_flatten_cfg *c) {
+vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_off, vt_tensor *k, int k_off,
+                           vt_tensor *v, int H, int W, const vt_flatten_cfg *c) {
     if (vt_bad(g, 3, q, k, v)) return NULL;
     char nm[VT_NAMELEN], s1[64], s2[64], s3[64];
-    const int B = q->shape[0], N = q->shape[1], C = q->shape[2], n = k->ndim == 3 ? k->shape[1] : 0;
+    const int B = v->shape[0], N = q->ndim == 3 ? q->shape[1] : 0, C = v->shape[v->ndim - 1];
+    const int n = k->ndim == 3 ? k->shape[1] : 0;
     const int heads = c->heads, K = c->kernel > 0 ? c->kernel : 5, lead = n - H * W;
     const float p = c->focusing > 0.0f ? c->focusing : 3.0f;
-    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[0] != B || v->shape[0] != B || k->shape[2] != C ||
-        v->shape[2] != C || v->shape[1] != n || heads <= 0 || C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
-        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, C), (B, n, C), (B, n, C) with C divisible by "
-                       "%d heads, an odd kernel %d and n = leading tokens + grid %dx%d",
-                       prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), heads, K, H,
-                       W);
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[0] != B || k->shape[0] != B || q_off < 0 ||
+        q_off > q->shape[2] - C || k_off < 0 || k_off > k->shape[2] - C || v->shape[1] != n || heads <= 0 ||
+        C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
+        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, ·), (B, n, ·), (B, n, C) with the query and "
+                       "key channels [%d, %d + C), [%d, %d + C) inside, C divisible by %d heads, an odd kernel %d and "
+                       "n = leading tokens + grid %dx%d", prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64),
+                       vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, heads, K, H, W);
     if (N != n)
         return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
                        "reduction is not supported)", prefix, N, n);
@@ -54,8 +59,9 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     dw->paper_count = 1;
 
     /* focused kernel φ_p((ReLU(·) + 1e-6) / softplus(scale)) on q and on k + positional encoding (fused op) */
-    vt_tensor *fq = vt_focus(g, q, NULL, scale, p);
-    vt_tensor *fk = vt_focus(g, k, pe, scale, p);
+    /* (read in place from the packed projections: no q, k slices) */
+    vt_tensor *fq = vt_focus_ex(g, q, q_off, C, NULL, scale, p);
+    vt_tensor *fk = vt_focus_ex(g, k, k_off, C, pe, scale, p);
 
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
      * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
@@ -84,9 +90,8 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const
     /* the module's own parameters come first in the official state_dict; created by vt_flatten_core */
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, &pa, C, C, C, &s)) return NULL;
-    vt_tensor *q = vt_slice(g, s.q, 2, s.q_off, C), *k = vt_slice(g, s.kv, 2, s.k_off, C),
-              *v = vt_slice(g, s.kv, 2, s.v_off, C);
     const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout};
-    vt_tensor *out = vt_flatten_core(g, prefix, q, k, v, s.kh, s.kw, &fc);
+    vt_tensor *out = vt_flatten_core(g, prefix, s.q, s.q_off, s.kv, s.k_off, vt_slice(g, s.kv, 2, s.v_off, C), s.kh,
+                                     s.kw, &fc);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);
 }
