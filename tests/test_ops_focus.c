@@ -1,7 +1,7 @@
 /* vt_focus_pow (focus.c, FLatten's focusing function): values against a double-precision formula, gradient checks
  * (p = 3, 2, 1.5; odd row lengths; C = 1; the ReLU/+1e-6/scale chain), the fused vt_focus (with and without pe)
- * against finite differences and against the chain of single ops, the whole FLatten module on 3×3 and 2×2 grids
- * with a class token (input gradient), and the shape error. */
+ * against finite differences and against the chain of single ops, vt_focus_ex on a channel range of a wider
+ * input, the whole FLatten module on 3×3 and 2×2 grids with a class token (input gradient), and the shape error. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +24,12 @@ static vt_tensor *b_focus_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
 /* The fused op: x0 input, x1 scale, x2 positional encoding when ia[2]. */
 static vt_tensor *b_focus_fused(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_focus(g, x[0], c->ia[2] ? x[2] : NULL, x[1], c->fa[0]);
+}
+
+/* vt_focus_ex on channels [ia[3], ia[3] + ia[4]) of the wider x0 (the rest gets no gradient), with x1 scale and
+ * x2 pe when ia[2]. */
+static vt_tensor *b_focus_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_focus_ex(g, x[0], c->ia[3], c->ia[4], c->ia[2] ? x[2] : NULL, x[1], c->fa[0]);
 }
 
 /* Positive values in [0.2, 2.2]. */
@@ -77,6 +83,10 @@ static const gc_case focus_cases[] = {
      .build = b_focus_fused, .ia = {0, 0, 1}, .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
     {.name = "focus_fused_p2_pe", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 6}, {1, 1, 6}, {1, 3, 6}},
      .build = b_focus_fused, .ia = {0, 0, 1}, .fa = {2.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "focus_ex_k_pe", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 5, 11}, {1, 1, 7}, {1, 5, 7}},
+     .build = b_focus_ex, .ia = {0, 0, 1, 2, 7}, .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
+    {.name = "focus_ex_q", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 12}, {1, 1, 4}}, .build = b_focus_ex,
+     .ia = {0, 0, 0, 8, 4}, .fa = {3.0f}, .fill = fill_chain, .eps = 1e-3},
     {.name = "flatten_block_3x3_k3", .nx = 1, .ndim = {3}, .shape = {{2, 10, 12}}, .build = b_flatten_block,
      .ia = {3, 3}, .eps = 1e-3},
     {.name = "flatten_block_2x2_k5", .nx = 1, .ndim = {3}, .shape = {{1, 5, 12}}, .build = b_flatten_block,

@@ -94,7 +94,8 @@ typedef struct vt_pool_args {
 vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a);
 
 /* ---- shape.c ---- */
-/* Concatenation of n tensors along `axis` (other dims equal). */
+/* Concatenation of n tensors along `axis` (other dims equal); an input may appear more than once (tiling), its
+ * gradient then sums every copy's. */
 vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis);
 /* x[..., start:start+len, ...] along `axis` (a copy). */
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len);
@@ -135,6 +136,17 @@ vt_tensor *vt_focus_pow(vt_graph *g, vt_tensor *x, float p);
 /* FLatten's fused kernel: vt_focus_pow of u = (ReLU(x + pe) + 1e-6) / softplus(scale); x (..., N, C), pe (N·C
  * values, broadcast over the batch) or NULL, scale (C values); scale NULL (and pe NULL): u = x. */
 vt_tensor *vt_focus(vt_graph *g, vt_tensor *x, vt_tensor *pe, vt_tensor *scale, float p);
+/* vt_focus on channels [off, off + C) of x (..., N, L) (e.g. the q or k range of a packed qkv, read in place)
+ * -> (..., N, C); the gradient goes to those channels only. */
+vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe, vt_tensor *scale, float p);
+
+/* ---- linattn.c (FLatten) ---- */
+/* Multi-head linear attention, heads merged -> (B, N, C): per head h (d = C/heads channels h·d + [0, d)),
+ * o_i = (q_i·KV) / (q_i·k̄ + 1e-6) with KV = kᵀv/n and k̄ the mean key. q (B, N, C), k (B, n, C) (positive, e.g.
+ * vt_focus outputs), v (B, n, Lv) with the values at channels [v_off, v_off + C); add (B, Na, C), Na <= N, or NULL:
+ * added to the last Na output rows. v and add may not share memory with q, k or each other. */
+vt_tensor *vt_linear_attention(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, int heads, int v_off,
+                               vt_tensor *add);
 
 /* ---- grouped.c (MSF) ---- */
 /* Grouped projection (MSF GroupLinear, no bias): x (..., Din), w (E, Din/G) -> (..., E). Group gi reads input

@@ -74,8 +74,8 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         const vt_block_opts none = {0}, *op = a->opts ? a->opts : &none;
         const vt_flatten_cfg fc = {h, op->focusing, op->kernel, a->conv_fanout};
-        vt_tensor *q = vt_slice(g, qkv, 2, 0, C), *k = vt_slice(g, qkv, 2, C, C), *v = vt_slice(g, qkv, 2, 2 * C, C);
-        o = vt_flatten_core(g, mod, q, k, v, H, W, &fc);   /* linear attention + DWC(v) */
+        vt_tensor *v = vt_slice(g, qkv, 2, 2 * C, C);
+        o = vt_flatten_core(g, mod, qkv, 0, qkv, C, v, H, W, &fc); /* linear attention + DWC(v) */
         o = vt_add(g, o, lepe(g, mod, v, H, W));            /* + LePE(v) */
     } else if (s == 0) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);

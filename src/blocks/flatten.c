@@ -5,6 +5,9 @@
  *   per head: z = 1 / (q·mean_j(k_j) + 1e-6),  KV = (kᵀ n^-½)(v n^-½),  o = (q·KV)·z   — O(N·d²), no N×N map;
  *   o (merged heads) += DWC(v): one d-channel K×K depthwise conv on the H×W key grid, the same kernel for every
  *   head (tokens before the grid — a class token — get no DWC term, an unofficial DeiT choice, spec §6).
+ * No head copies: two vt_focus_ex read q and k in place from the packed projections, vt_linear_attention fuses the
+ * per-head linear attention (and adds the DWC term), and the DWC is one C-channel vt_dwconv_nhwc on v (B, H, W, C)
+ * with the d-channel kernel tiled over the heads; the contiguous v the conv needs is the one copy left.
  * Parameters (relative to prefix): scale (1,1,C) and positional_encoding (1,n,C), both zero-initialised, then
  * qkv (Swin) or q + kv (PVT), proj, and dwc.weight (d,1,K,K) / dwc.bias (d) with PyTorch's default conv init. */
 #include <math.h>
@@ -20,19 +23,28 @@ static void own_params(vt_graph *g, const char *prefix, int n, int C, vt_tensor 
     *pe = vt_param(g, vt_pname(nm, prefix, "positional_encoding"), 3, ps, VT_INIT_Z);
 }
 
-vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int W,
-                           const vt_flatten_cfg *c) {
+/* x repeated r times along axis 0 (r >= 1): concats of doubled copies, log2(r) small nodes. */
+static vt_tensor *tile0(vt_graph *g, vt_tensor *x, int r) {
+    if (r <= 1) return x;
+    vt_tensor *half = tile0(g, x, r / 2), *parts[3] = {half, half, x};
+    return vt_concat(g, parts, 2 + r % 2, 0);
+}
+
+vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_off, vt_tensor *k, int k_off,
+                           vt_tensor *v, int H, int W, const vt_flatten_cfg *c) {
     if (vt_bad(g, 3, q, k, v)) return NULL;
     char nm[VT_NAMELEN], s1[64], s2[64], s3[64];
-    const int B = q->shape[0], N = q->shape[1], C = q->shape[2], n = k->ndim == 3 ? k->shape[1] : 0;
+    const int B = v->shape[0], N = q->ndim == 3 ? q->shape[1] : 0, C = v->shape[v->ndim - 1];
+    const int n = k->ndim == 3 ? k->shape[1] : 0;
     const int heads = c->heads, K = c->kernel > 0 ? c->kernel : 5, lead = n - H * W;
     const float p = c->focusing > 0.0f ? c->focusing : 3.0f;
-    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[0] != B || v->shape[0] != B || k->shape[2] != C ||
-        v->shape[2] != C || v->shape[1] != n || heads <= 0 || C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
-        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, C), (B, n, C), (B, n, C) with C divisible by "
-                       "%d heads, an odd kernel %d and n = leading tokens + grid %dx%d",
-                       prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), heads, K, H,
-                       W);
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[0] != B || k->shape[0] != B || q_off < 0 ||
+        q_off > q->shape[2] - C || k_off < 0 || k_off > k->shape[2] - C || v->shape[1] != n || heads <= 0 ||
+        C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
+        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, ·), (B, n, ·), (B, n, C) with the query and "
+                       "key channels [%d, %d + C), [%d, %d + C) inside, C divisible by %d heads, an odd kernel %d and "
+                       "n = leading tokens + grid %dx%d", prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64),
+                       vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, heads, K, H, W);
     if (N != n)
         return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
                        "reduction is not supported)", prefix, N, n);
@@ -47,30 +59,18 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, vt_ten
     dw->paper_count = 1;
 
     /* focused kernel φ_p((ReLU(·) + 1e-6) / softplus(scale)) on q and on k + positional encoding (fused op) */
-    vt_tensor *fq = vt_focus(g, q, NULL, scale, p);
-    vt_tensor *fk = vt_focus(g, k, pe, scale, p);
+    /* (read in place from the packed projections: no q, k slices) */
+    vt_tensor *fq = vt_focus_ex(g, q, q_off, C, NULL, scale, p);
+    vt_tensor *fk = vt_focus_ex(g, k, k_off, C, pe, scale, p);
 
-    vt_tensor *qh = vt_split_heads(g, fq, 0, heads, d); /* (B, h, N, d) */
-    vt_tensor *kh = vt_split_heads(g, fk, 0, heads, d); /* (B, h, n, d) */
-    vt_tensor *vh = vt_split_heads(g, v, 0, heads, d);  /* (B, h, n, d) */
-    if (!qh || !kh || !vh) return NULL;
-
-    /* z = 1 / (q·k̄ + 1e-6): (B, h, N, 1) */
-    int ms[4] = {B, heads, d, 1};
-    vt_tensor *kmean = vt_reshape(g, vt_mean(g, kh, 2), 4, ms);
-    vt_tensor *z = vt_unary(g, vt_affine(g, vt_matmul(g, qh, kmean, 0, 0, 1.0f), 1.0f, 1e-6f), VT_POW, -1.0f);
-    /* KV = (k n^-½)ᵀ (v n^-½) = kᵀv / n: (B, h, d, d); o = (q·KV)·z */
-    vt_tensor *kv = vt_matmul(g, kh, vh, 1, 0, 1.0f / (float)n);
-    vt_tensor *o = vt_merge_heads(g, vt_mul(g, vt_matmul(g, qh, kv, 0, 0, 1.0f), z)); /* (B, N, C) */
-
-    /* DWC on raw v: (B·h, H, W, d) channels-last, one d-channel kernel shared by every head */
-    vt_tensor *vg = lead ? vt_slice(g, vh, 2, lead, H * W) : vh;
-    int gs[4] = {B * heads, H, W, d}, bs[4] = {B, heads, H * W, d};
-    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), dw, db, K / 2);
-    dwc = vt_merge_heads(g, vt_reshape(g, dwc, 4, bs)); /* (B, H·W, C), channel i·d + c */
-    if (!lead) return vt_add(g, o, dwc);
-    vt_tensor *parts[2] = {vt_slice(g, o, 1, 0, lead), vt_add(g, vt_slice(g, o, 1, lead, H * W), dwc)};
-    return vt_concat(g, parts, 2, 1);
+    /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
+     * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
+     * gradients sum the copies), no head split of v */
+    vt_tensor *vg = lead ? vt_slice(g, v, 1, lead, H * W) : v;
+    int gs[4] = {B, H, W, C}, ts[3] = {B, H * W, C};
+    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), tile0(g, dw, heads), tile0(g, db, heads), K / 2);
+    /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens (fused op) */
+    return vt_linear_attention(g, fq, fk, v, heads, 0, vt_reshape(g, dwc, 3, ts));
 }
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
@@ -90,9 +90,8 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const
     /* the module's own parameters come first in the official state_dict; created by vt_flatten_core */
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, &pa, C, C, C, &s)) return NULL;
-    vt_tensor *q = vt_slice(g, s.q, 2, s.q_off, C), *k = vt_slice(g, s.kv, 2, s.k_off, C),
-              *v = vt_slice(g, s.kv, 2, s.v_off, C);
     const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout};
-    vt_tensor *out = vt_flatten_core(g, prefix, q, k, v, s.kh, s.kw, &fc);
+    vt_tensor *out = vt_flatten_core(g, prefix, s.q, s.q_off, s.kv, s.k_off, vt_slice(g, s.kv, 2, s.v_off, C), s.kh,
+                                     s.kw, &fc);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);
 }

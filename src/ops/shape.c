@@ -20,6 +20,7 @@ typedef struct {
     int outer, inner;
     int A;    /* ΣA_i: the output's size along the axis */
     int axis; /* non-negative */
+    int dup;  /* an input appears twice (a tiled weight): backward serial, its slots add into one gradient */
 } concat_p;
 
 static void concat_fwd(vt_node *n) {
@@ -44,7 +45,7 @@ static void concat_bwd(vt_node *n) {
     int64_t off[VT_MAXIN + 1] = {0};
     for (int i = 0; i < nx; i++) off[i + 1] = off[i] + (int64_t)n->in[i]->shape[ax] * inner;
     const float *dy = n->out->grad;
-#pragma omp parallel for collapse(2) schedule(static) if (n->out->numel > PAR_MIN)
+#pragma omp parallel for collapse(2) schedule(static) if (n->out->numel > PAR_MIN && !p->dup)
     for (int o = 0; o < O; o++)
         for (int i = 0; i < nx; i++) {
             float *dx = n->in[i]->grad;
@@ -82,7 +83,10 @@ vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
         if (d < ax) O *= shape[d];
         if (d > ax) inner *= shape[d];
     }
-    *VT_OP_P(nd_, concat_p) = (concat_p){n, (int)O, (int)inner, shape[ax], ax};
+    int dup = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) dup |= vt_root(xs[i]) == vt_root(xs[j]);
+    *VT_OP_P(nd_, concat_p) = (concat_p){n, (int)O, (int)inner, shape[ax], ax, dup};
     return nd_->out;
 }
 

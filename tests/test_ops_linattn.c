@@ -1,0 +1,176 @@
+/* vt_linear_attention (linattn.c, FLatten's fused core): finite-difference gradients (odd sizes, N = 1, n ≠ N,
+ * 1 and 3 heads, values at a channel offset of a wider tensor, an add on all or the last rows); equality with the
+ * plain chain of single ops that FLatten used before (forward and every gradient, train and eval graphs, sizes that
+ * split every pass into row chunks and 128-row blocks); the builder's errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vitc/ops.h"
+
+/* The plain chain: split heads, k̄ = mean(k), z = (q·k̄ + 1e-6)^-1, KV = kᵀv/n, o = (q·KV)·z, merge heads, add on the
+ * last rows through slice/add/concat. */
+static vt_tensor *plain(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, int H, int v_off, vt_tensor *add) {
+    const int B = q->shape[0], N = q->shape[1], C = q->shape[2], n = k->shape[1], d = C / H;
+    vt_tensor *qh = vt_split_heads(g, q, 0, H, d), *kh = vt_split_heads(g, k, 0, H, d);
+    vt_tensor *vh = vt_split_heads(g, v, v_off, H, d);
+    const int ms[4] = {B, H, d, 1};
+    vt_tensor *kmean = vt_reshape(g, vt_mean(g, kh, 2), 4, ms);
+    vt_tensor *z = vt_unary(g, vt_affine(g, vt_matmul(g, qh, kmean, 0, 0, 1.0f), 1.0f, 1e-6f), VT_POW, -1.0f);
+    vt_tensor *kv = vt_matmul(g, kh, vh, 1, 0, 1.0f / (float)n);
+    vt_tensor *o = vt_merge_heads(g, vt_mul(g, vt_matmul(g, qh, kv, 0, 0, 1.0f), z));
+    if (!add) return o;
+    const int Na = add->shape[1], lead = N - Na;
+    if (!lead) return vt_add(g, o, add);
+    vt_tensor *parts[2] = {vt_slice(g, o, 1, 0, lead), vt_add(g, vt_slice(g, o, 1, lead, Na), add)};
+    return vt_concat(g, parts, 2, 1);
+}
+
+/* x0 q, x1 k, x2 v (values at channel ia[1]), x3 add when ia[2]; ia[0] heads; ia[3] 1: the plain chain. */
+static vt_tensor *b_la(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *add = c->ia[2] ? x[3] : NULL;
+    return c->ia[3] ? plain(g, x[0], x[1], x[2], c->ia[0], c->ia[1], add)
+                    : vt_linear_attention(g, x[0], x[1], x[2], c->ia[0], c->ia[1], add);
+}
+
+/* q, k positive in [0.2, 2.2] (as focused features are); v and add N(0, 1). */
+static void fill_la(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) d[i] = which < 2 ? 0.2f + 2.0f * vt_rng_uniform(r) : vt_rng_normal(r);
+}
+
+static const gc_case la_cases[] = {
+    {.name = "linattn_h3", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 5, 6}, {2, 5, 6}, {2, 5, 6}}, .build = b_la,
+     .ia = {3}, .fill = fill_la},
+    {.name = "linattn_h1_odd", .nx = 3, .ndim = {3, 3, 3}, .shape = {{1, 7, 5}, {1, 7, 5}, {1, 7, 5}}, .build = b_la,
+     .ia = {1}, .fill = fill_la},
+    {.name = "linattn_N1", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 1, 6}, {2, 1, 6}, {2, 1, 6}}, .build = b_la,
+     .ia = {3}, .fill = fill_la},
+    {.name = "linattn_N1_n4", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 1, 6}, {2, 4, 6}, {2, 4, 6}}, .build = b_la,
+     .ia = {2}, .fill = fill_la},
+    {.name = "linattn_N3_n7", .nx = 3, .ndim = {3, 3, 3}, .shape = {{1, 3, 9}, {1, 7, 9}, {1, 7, 9}}, .build = b_la,
+     .ia = {3}, .fill = fill_la},
+    {.name = "linattn_v_off", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 5, 6}, {2, 5, 6}, {2, 5, 15}}, .build = b_la,
+     .ia = {3, 4}, .fill = fill_la},
+    {.name = "linattn_add_all", .nx = 4, .ndim = {3, 3, 3, 3}, .shape = {{2, 4, 6}, {2, 4, 6}, {2, 4, 6}, {2, 4, 6}},
+     .build = b_la, .ia = {3, 0, 1}, .fill = fill_la},
+    {.name = "linattn_add_last_voff", .nx = 4, .ndim = {3, 3, 3, 3},
+     .shape = {{2, 5, 6}, {2, 5, 6}, {2, 5, 13}, {2, 3, 6}}, .build = b_la, .ia = {3, 7, 1}, .fill = fill_la},
+};
+
+/* Runs the fused op or the plain chain with loss sum(y·r); res gets the output then the gradients of q, k, v, add. */
+static int run(int fused, int train, int B, int N, int n, int H, int d, int Lv, int v_off, int Na, float **res) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, train, &e);
+    const int C = H * d, qs[3] = {B, N, C}, ks[3] = {B, n, C}, vs[3] = {B, n, Lv}, as[3] = {B, Na, C};
+    const vt_init z = {VT_INIT_ZERO, 0};
+    vt_tensor *q = vt_param(g, "q", 3, qs, z), *k = vt_param(g, "k", 3, ks, z), *v = vt_param(g, "v", 3, vs, z);
+    vt_tensor *add = Na ? vt_param(g, "add", 3, as, z) : NULL;
+    vt_tensor *y = fused ? vt_linear_attention(g, q, k, v, H, v_off, add) : plain(g, q, k, v, H, v_off, add);
+    vt_tensor *r = vt_input(g, "r", 3, qs);
+    if (train) vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    vt_graph_output(g, y);
+    int ok = vt_graph_finalize(g, &e) == 0;
+    if (ok) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 11);
+        vt_tensor *ts[4] = {q, k, v, add};
+        for (int t = 0; t < 4; t++)
+            for (int64_t i = 0; ts[t] && i < ts[t]->numel; i++)
+                ts[t]->data[i] = t < 2 ? 0.2f + 2.0f * vt_rng_uniform(&rng) : vt_rng_normal(&rng);
+        for (int64_t i = 0; i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        if (train) {
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+        }
+        const vt_tensor *outs[5] = {y, q, k, v, add};
+        for (int t = 0; t < 5; t++) {
+            res[t] = NULL;
+            if (!outs[t] || (t && !train)) continue;
+            res[t] = malloc(sizeof(float) * (size_t)outs[t]->numel);
+            if (res[t]) memcpy(res[t], t ? outs[t]->grad : outs[t]->data, sizeof(float) * (size_t)outs[t]->numel);
+        }
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return ok;
+}
+
+/* Fused equals plain to 1e-5 relative to each array's largest entry, for sizes that split KV over key chunks, the
+ * outputs over query chunks with several LA_RB-row blocks, with n ≠ N, 1 and 3 heads, v offsets and adds. */
+static void check_matches_plain(vt_test *T) {
+    static const struct {
+        int B, N, n, H, d, Lv, v_off, Na;
+    } sz[] = {
+        {2, 37, 37, 3, 4, 24, 6, 37},   /* v inside a wider tensor, add on every row */
+        {1, 1000, 1000, 3, 8, 24, 0, 0},  /* batch 1, 3 heads: chunked passes, 128-row blocks */
+        {1, 300, 200, 1, 16, 16, 0, 299}, /* n ≠ N, one head, add on the last rows */
+        {3, 49, 49, 6, 32, 192, 0, 48},  /* a Swin stage-2 window's shape, one lead token */
+    };
+    const char *what[5] = {"output", "dq", "dk", "dv", "dadd"};
+    for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+        for (int train = 0; train < 2; train++) {
+            float *a[5], *b[5];
+            const int C = sz[s].H * sz[s].d;
+            const int ok = run(1, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].Lv, sz[s].v_off, sz[s].Na,
+                               a) &
+                           run(0, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].Lv, sz[s].v_off, sz[s].Na,
+                               b);
+            T_CHECK(T, ok, "size %zu: build failed", s);
+            if (!ok) continue;
+            const int64_t nn[5] = {(int64_t)sz[s].B * sz[s].N * C, (int64_t)sz[s].B * sz[s].N * C,
+                                   (int64_t)sz[s].B * sz[s].n * C, (int64_t)sz[s].B * sz[s].n * sz[s].Lv,
+                                   (int64_t)sz[s].B * sz[s].Na * C};
+            for (int t = 0; t < 5; t++) {
+                if (a[t] && b[t]) {
+                    double err = 0.0, mx = 0.0;
+                    for (int64_t i = 0; i < nn[t]; i++) {
+                        err = fmax(err, fabs((double)a[t][i] - b[t][i]));
+                        mx = fmax(mx, fabs(b[t][i]));
+                    }
+                    T_CHECK(T, err <= 1e-5 * fmax(mx, 1e-3), "size %zu train %d, fused vs plain %s: max diff %g "
+                            "(scale %g)", s, train, what[t], err, mx);
+                } else {
+                    T_CHECK(T, !a[t] && !b[t], "size %zu train %d: %s present in one run only", s, train, what[t]);
+                }
+                free(a[t]);
+                free(b[t]);
+            }
+        }
+}
+
+/* Shape errors and shared memory are refused with the op's name and the shapes. */
+static void check_errors(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int s6[3] = {2, 5, 6}, s7[3] = {2, 4, 6}, s8[3] = {2, 5, 8}, s9[3] = {2, 6, 6};
+    struct {
+        int which;
+        const char *want;
+    } cases[] = {{0, "divisible by 4 heads"}, {1, "(2, 4, 6)"}, {2, "inside v"}, {3, "Na <= N"}, {4, "shares memory"},
+                 {5, "shares memory"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_tensor *q = vt_input(g, "q", 3, s6), *k = vt_input(g, "k", 3, s6), *v = vt_input(g, "v", 3, s6), *r;
+        switch (cases[c].which) {
+        case 0: r = vt_linear_attention(g, q, k, v, 4, 0, NULL); break;
+        case 1: r = vt_linear_attention(g, q, k, vt_input(g, "v4", 3, s7), 3, 0, NULL); break;
+        case 2: r = vt_linear_attention(g, q, k, vt_input(g, "v8", 3, s8), 3, 3, NULL); break;
+        case 3: r = vt_linear_attention(g, q, k, v, 3, 0, vt_input(g, "a", 3, s9)); break;
+        case 4: r = vt_linear_attention(g, q, k, k, 3, 0, NULL); break;
+        default: r = vt_linear_attention(g, q, k, v, 3, 0, v); break;
+        }
+        T_CHECK(T, r == NULL && strstr(g->err.msg, "linear_attention") && strstr(g->err.msg, cases[c].want),
+                "error case %zu: '%s'", c, g->err.msg);
+        vt_graph_free(g);
+    }
+    vt_params_free(P);
+}
+
+void test_ops_linattn(vt_test *T) {
+    check_errors(T);
+    check_matches_plain(T);
+    for (size_t i = 0; i < sizeof la_cases / sizeof la_cases[0]; i++) gc_run(T, &la_cases[i]);
+}
