@@ -154,7 +154,7 @@ compare: deps-test
 	/usr/bin/python3 bench/compare_blocks.py --epochs 3 --train-subset 15000
 
 # PyTorch vs vitc throughput, DeiT-T/S and the hierarchical hosts (Swin-T, FLatten-Swin-T, PVTv2-b1, FLatten-PVTv2-b1,
-# CSwin-T), batch 1 and 16, inference and training (about an hour on 2 cores).
+# CSwin-T, Next-ViT-S and its hMHSA + cFFN variant), batch 1 and 16, inference and training (over an hour on 2 cores).
 bench: deps-test
 	$(MAKE) --no-print-directory vitc
 	/usr/bin/python3 bench/compare_torch.py

@@ -2,7 +2,7 @@
 """Side-by-side throughput of vitc and PyTorch on the same model, batch and mode, in one run.
 
 PyTorch runs the independent PyTorch reference of the model (tests/reference: vit_ref for DeiT, swin_ref, pvt_ref,
-cswin_ref, gmf_ref; float32, eval mode for inference; forward + cross-entropy + backward + AdamW step for
+cswin_ref, gmf_ref, nextvit_ref (BN-merged for inference, like vitc's deployed Next-ViT); float32, eval mode for inference; forward + cross-entropy + backward + AdamW step for
 training; the hierarchical references match the official code bit for bit), under every combination of
 torch.set_num_threads in {1, 2} and OPENBLAS_NUM_THREADS in {1, 2} (each in a fresh process, since OpenBLAS reads
 its variable at load time); the best setting is kept. vitc runs `vitc bench ... --json` with its default threads.
@@ -28,8 +28,11 @@ sys.path.insert(0, %(ref)r)
 torch.set_num_threads(%(threads)d)
 torch.manual_seed(0)
 name = %(model)r
+train = %(train)d
 def build():
-    import vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref
+    import vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref, nextvit_ref
+    if name in nextvit_ref.DEPTHS:  # inference on the BN-merged form, as vitc's deployed default
+        return nextvit_ref.build(name, train_form=bool(train), merged=not train)
     for ref in (swin_ref, pvt_ref, cswin_ref):
         if name in ref.MODELS:
             return ref.build(name)
@@ -39,7 +42,6 @@ def build():
 m = build().float()
 x = torch.randn(%(batch)d, 3, %(img)d, %(img)d)
 y = torch.randint(0, 1000, (%(batch)d,))
-train = %(train)d
 if train:
     m.train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.05)
@@ -113,7 +115,7 @@ def vitc_run(model, batch, train, iters):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="deit_tiny_patch16_224,deit_small_patch16_224,swin_tiny_patch4_window7_224,"
-                    "flatten_swin_tiny,pvt_v2_b1,flatten_pvt_v2_b1,cswin_tiny_224")
+                    "flatten_swin_tiny,pvt_v2_b1,flatten_pvt_v2_b1,cswin_tiny_224,nextvit_small,nextvit_small_hmhsa_cffn")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--modes", default="infer,train")
     ap.add_argument("--iters", type=int, default=5)
