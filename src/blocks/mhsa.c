@@ -68,6 +68,11 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
                 vt_shape_str(x, sx, 64), a->lead, a->grid_h, a->grid_w);
         return -1;
     }
+    if (a->sr_ratio > 1 && a->lead) { /* the reduced keys are a grid: no token outside it (PVT, Next-ViT) */
+        vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported", prefix,
+                a->lead);
+        return -1;
+    }
     *s = (vt_attn_src){.kh = a->grid_h, .kw = a->grid_w, .klead = a->lead};
     if (a->layout == VT_LAYOUT_TIMM) {
         if (a->sr_ratio > 1) {
@@ -81,11 +86,6 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
         s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, wq, a->qkv_bias, a->winit);
         vt_tensor *src = x;
         if (a->sr_ratio > 1) {
-            if (a->lead) {
-                vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported",
-                        prefix, a->lead);
-                return -1;
-            }
             src = vt_block_sr(g, prefix, x, a->grid_h, a->grid_w, a->sr_ratio, a->ln_eps, a->conv_fanout);
             s->kh = a->grid_h / a->sr_ratio;
             s->kw = a->grid_w / a->sr_ratio;
@@ -96,11 +96,6 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
         s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, wq, a->qkv_bias, a->winit);
         vt_tensor *src = x;
         if (a->sr_ratio > 1) {
-            if (a->lead) {
-                vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported",
-                        prefix, a->lead);
-                return -1;
-            }
             src = pool_tokens(g, prefix, x, a->sr_ratio * a->sr_ratio, a->ln_eps, a->norm_folded);
             if (!src) return -1;
             s->kh = key_rows(src->shape[1]);
