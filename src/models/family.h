@@ -26,4 +26,8 @@ vt_attn_ctx vt_stage_attn_ctx(const vt_model_cfg *c, int i, int grid_h, int grid
 /* Stage i's context for its FFNs (hidden width from the stage's MLP ratio, form, options). */
 vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i);
 
+/* A four-stage family's `features` result once its backbone has filled maps (last: the backbone's output, unused):
+ * 4, or -1 after a build error or a missing stage map. */
+int vt_four_stage_maps(vt_graph *g, vt_tensor *last, vt_tensor *maps[VT_MAX_STAGES]);
+
 #endif

@@ -64,8 +64,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
 }
 
 static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor *maps[VT_MAX_STAGES]) {
-    backbone(g, c, x, maps);
-    return g->err.msg[0] || !maps[3] ? -1 : 4;
+    return vt_four_stage_maps(g, backbone(g, c, x, maps), maps);
 }
 
 static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {

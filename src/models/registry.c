@@ -150,6 +150,11 @@ vt_attn_ctx vt_stage_attn_ctx(const vt_model_cfg *c, int i, int grid_h, int grid
                          .lead = lead, .ln_eps = a->ln_eps, .winit = VT_INIT_W02, .opts = &a->opts};
 }
 
+int vt_four_stage_maps(vt_graph *g, vt_tensor *last, vt_tensor *maps[VT_MAX_STAGES]) {
+    (void)last;
+    return g->err.msg[0] || !maps[3] ? -1 : 4;
+}
+
 vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i) {
     const vt_arch_cfg *a = &c->arch;
     return (vt_ffn_ctx){.hidden = (int)((float)a->stages[i].dim * a->stages[i].mlp_ratio),
