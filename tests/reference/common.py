@@ -134,3 +134,32 @@ def build_driver(rep, name, outdir):
     if not rep.check("driver-build", p.returncode == 0, p.stderr[-800:] or shlex.join(cmd)):
         return None
     return exe
+
+
+def random_state(model, seed, dtype=torch.float32, special=None, gain=None):
+    """Random values for every state_dict entry of model, drawn in key order from one generator: conv/Linear weights
+    N(0, 1/fan_in) (times gain(key) when given), biases N(0, 0.1^2), norm weights 1 + N(0, 0.1^2), BN running_mean
+    N(0, 0.2^2), running_var U(0.5, 1.5), num_batches_tracked a random int; special(key, r) may return its own value
+    from the key's N(0, 1) draw r (None: the rules above)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in model.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            out[k] = torch.randint(1, 1000, (), generator=g, dtype=torch.int64)
+            continue
+        r = torch.randn(v.shape, generator=g, dtype=torch.float64)
+        t = special(k, r) if special else None
+        if t is not None:
+            pass
+        elif k.endswith("running_mean"):
+            t = 0.2 * r
+        elif k.endswith("running_var"):
+            t = 0.5 + torch.rand(v.shape, generator=g, dtype=torch.float64)
+        elif v.dim() == 1 and k.endswith("weight"):
+            t = 1 + 0.1 * r
+        elif v.dim() == 1:
+            t = 0.1 * r
+        else:
+            t = r / (v[0].numel() ** 0.5) * (gain(k) if gain else 1.0)
+        out[k] = t.to(dtype)
+    return out

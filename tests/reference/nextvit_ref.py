@@ -19,6 +19,7 @@ calibrate(model, sd, seed, img), merge_bn(sd, model), deploy(train_sd, model) (c
 """
 import math
 
+import common
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -275,25 +276,7 @@ def randomize(model, seed, dtype=torch.float32):
     """Random values for every state_dict entry: conv/Linear weights N(0, 1/fan_in) (the residual branches' last
     layers, BRANCH_OUT, half that std, so the residual stream grows slowly), biases N(0, 0.1^2), BN weights
     1 + N(0, 0.1^2), BN running_mean N(0, 0.2^2), running_var U(0.5, 1.5), num_batches_tracked random."""
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for k, v in model.state_dict().items():
-        if k.endswith("num_batches_tracked"):
-            out[k] = torch.randint(1, 1000, (), generator=g, dtype=torch.int64)
-            continue
-        r = torch.randn(v.shape, generator=g, dtype=torch.float64)
-        if k.endswith("running_mean"):
-            t = 0.2 * r
-        elif k.endswith("running_var"):
-            t = 0.5 + torch.rand(v.shape, generator=g, dtype=torch.float64)
-        elif v.dim() == 1 and k.endswith("weight"):
-            t = 1 + 0.1 * r
-        elif v.dim() == 1:
-            t = 0.1 * r
-        else:
-            t = r / math.sqrt(v[0].numel()) * (0.5 if k.endswith(BRANCH_OUT) else 1.0)
-        out[k] = t.to(dtype)
-    return out
+    return common.random_state(model, seed, dtype, gain=lambda k: 0.5 if k.endswith(BRANCH_OUT) else 1.0)
 
 
 def calibrate(model, sd, seed, img, B=4):

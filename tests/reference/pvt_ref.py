@@ -36,6 +36,7 @@ from fractions import Fraction
 import torch
 import torch.nn.functional as F
 
+import common
 import flatten_ref
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -488,31 +489,15 @@ def randomize(model, seed, dtype=torch.float32):
     biases N(0, 0.1^2); BN running_mean N(0, 0.2^2), running_var U(0.5, 1.5), num_batches_tracked random int;
     pos_embed{i} / cls_token N(0, 0.2^2); FLatten attn.scale N(0, 0.5^2) (softplus away from ln 2, both signs) and
     attn.positional_encoding N(0, 0.3^2) (both zero-initialised officially)."""
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for k, v in model.state_dict().items():
-        if k.endswith("num_batches_tracked"):
-            out[k] = torch.randint(1, 1000, (), generator=g, dtype=torch.int64)
-            continue
-        r = torch.randn(v.shape, generator=g, dtype=torch.float64)
-        if k.endswith("running_mean"):
-            t = 0.2 * r
-        elif k.endswith("running_var"):
-            t = 0.5 + torch.rand(v.shape, generator=g, dtype=torch.float64)
-        elif k.endswith("attn.scale"):
-            t = 0.5 * r
-        elif k.endswith("positional_encoding"):
-            t = 0.3 * r
-        elif k.startswith("pos_embed") or k == "cls_token":
-            t = 0.2 * r
-        elif v.dim() == 1 and k.endswith("weight"):                 # LayerNorm / BatchNorm scale
-            t = 1 + 0.1 * r
-        elif v.dim() == 1:                                          # every bias
-            t = 0.1 * r
-        else:
-            t = r / math.sqrt(v[0].numel())
-        out[k] = t.to(dtype)
-    return out
+    def special(k, r):
+        if k.endswith("attn.scale"):
+            return 0.5 * r
+        if k.endswith("positional_encoding"):
+            return 0.3 * r
+        if k.startswith("pos_embed") or k == "cls_token":
+            return 0.2 * r
+        return None
+    return common.random_state(model, seed, dtype, special)
 
 
 def deploy(train_sd, name="pvt_v2_b1_hmhsa_cffn"):

@@ -36,7 +36,7 @@ import torch
 import harness
 import nextvit_ref as R
 import st
-from common import Report, grad_err, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
+from common import Report, grad_err, have_vitc, scale_err, tmpdir, vitc, vitc_ok
 
 torch.set_num_threads(2)
 CLASSES, TOL_DEPLOY = 10, 1e-5
