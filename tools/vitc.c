@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "vitc/attention.h"
 #include "vitc/fileio.h"
 #include "vitc/blocks.h"
 #include "vitc/dataset.h"
@@ -21,6 +22,8 @@
 typedef struct {
     const char *model, *weights, *input, *output, *attn, *ffn, *data, *out_dir, *resume, *dims, *depths, *heads;
     const char *windows; /* --windows */
+    const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
+    int rollout;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every;
     long long seed, fault_nan_step;
@@ -63,7 +66,12 @@ static const optdef optdefs[] = {
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
     O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
-    O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's)"),
+    O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's); for `attention`: "
+      "the heads to draw: all (default), mean (their mean) or indices such as 0,2"),
+    O("--blocks", O_STR, blocks, "attention blocks to draw, comma-separated indices from 0 (default: all)"),
+    O("--rollout", O_FLAG, rollout, "also draw attention rollout over all blocks (Abnar & Zuidema 2020)"),
+    O("--save-maps", O_STR, save_maps, "MAPS.safetensors: the preprocessed inputs, the raw maps (images, heads, "
+      "queries, keys) by block name, and `rollout`"),
     O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
       "(default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
@@ -723,6 +731,37 @@ static int cmd_predict(opts *o) {
     return rc;
 }
 
+static int cmd_attention(opts *o) {
+    vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
+    vt_err e = {{0}};
+    const char *heads = o->heads;
+    o->heads = NULL; /* --heads selects the heads to draw here, not the architecture's */
+    if (heads && strcmp(heads, "mean") == 0)
+        ao.head_mean = 1;
+    else if (heads && strcmp(heads, "all") != 0 &&
+             (ao.nheads = vt_parse_index_list(heads, "--heads (all, mean or indices)", ao.heads, VT_ATTN_MAX_SEL,
+                                              &e)) < 0)
+        return die("%s", e.msg);
+    if (o->blocks && (ao.nblocks = vt_parse_index_list(o->blocks, "--blocks", ao.blocks, VT_ATTN_MAX_SEL, &e)) < 0)
+        return die("%s", e.msg);
+    vt_model_cfg c;
+    if (model_cfg(o, &c)) return 1;
+    if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
+    if (!o->output && !o->save_maps) return die("%s", "missing -o OUT.png (or --save-maps MAPS.safetensors)");
+    const char *fixed[1] = {o->weights};
+    if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
+        (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
+        return die("%s", e.msg);
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) return 1;
+    const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
+    vt_params_free(P);
+    if (rc) return die("%s", e.msg);
+    if (o->output) printf("wrote %s\n", o->output);
+    if (o->save_maps) printf("wrote %s\n", o->save_maps);
+    return 0;
+}
+
 /* Options that change a model's architecture (every command that builds one), and its input geometry (commands whose
  * input is not a fixed dataset). */
 #define ARCH_OPTS "--attn --ffn --dims --depths --heads --windows --apply-transform "
@@ -759,6 +798,11 @@ static const command commands[] = {
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
      "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads " SIZE_OPTS ARCH_OPTS,
      cmd_predict, 1},
+    {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
+     "[--rollout] [--save-maps MAPS.safetensors]",
+     "pictures of the class token's (or mean query's) attention per block and head, overlaid on the images",
+     "--weights -w --output -o --blocks --heads --rollout --save-maps --train-form --threads --attn --ffn --dims "
+     "--depths --windows --apply-transform --img-size --in-chans --num-classes", cmd_attention, 1},
 };
 #undef ARCH_OPTS
 #undef SIZE_OPTS

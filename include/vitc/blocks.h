@@ -165,6 +165,12 @@ typedef struct vt_attn_src {
 int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int wq, int wk, int wv,
                     vt_attn_src *s);
 
+/* Exports t (B, H, N, n), one of the block's own intermediates, as the attention map prefix[.view] (view NULL: the
+ * prefix alone) of queries on a's token layout and keys on s's (vt_graph_export_map; nothing unless the graph was
+ * built with export_maps). split: heads [0, split) and [split, H) are two kinds (0: one); probs: rows sum to 1. */
+void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_tensor *t, const vt_attn_ctx *a,
+                         const vt_attn_src *s, int split, int probs);
+
 /* PVT's spatial reduction of x (B, H·W, C): Conv(k = s = sr) prefix.sr on the H×W map (rows and columns past a
  * multiple of sr dropped, as a strided conv does) → LayerNorm prefix.norm (eps) → (B, ⌊H/sr⌋·⌊W/sr⌋, C). */
 vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,

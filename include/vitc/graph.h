@@ -51,7 +51,20 @@ struct vt_node {
     int64_t macs;       /* multiply-adds of one forward run of this node */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
     int index;
+    vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */
 };
+
+/* An attention map a block exported (vt_graph_export_map) from its own intermediate, when the graph was built with
+ * export_maps set: t is (B, H, N, M) over N queries (lead tokens, then a gh × gw grid) and M keys (klead, kh × kw). */
+typedef struct vt_attn_map {
+    char name[VT_NAMELEN]; /* the block's prefix and the view, e.g. "blocks.3.attn" or "blocks.3.attn.refined" */
+    char view[32];         /* the view alone ("" for a block's plain map) */
+    vt_tensor *t;
+    int lead, gh, gw;      /* queries */
+    int klead, kh, kw;     /* keys */
+    int split;             /* > 0: heads [0, split) and [split, H) are two kinds (hMHSA: computed, hallucinated) */
+    int probs;             /* 1: rows are probabilities (sum to 1); 0: other scores (the Refiner's refined maps) */
+} vt_attn_map;
 
 struct vt_graph {
     vt_params *P;
@@ -72,6 +85,10 @@ struct vt_graph {
     vt_gemm_plan gemm;  /* GEMM library dispatch for this graph's ops (the machine, VITC_GEMM read at creation) */
     int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
+    int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
+                         * nothing */
+    vt_attn_map **maps; /* the exported maps, in build order */
+    int nmaps, mapcap;
 };
 
 /* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode; its GEMM library
@@ -99,6 +116,10 @@ void vt_scope(vt_graph *g, const char *scope);
 
 /* Marks t as an output read after vt_graph_forward (keeps its memory live to the end). */
 void vt_graph_output(vt_graph *g, vt_tensor *t);
+
+/* When g->export_maps is set: records a copy of m (its name made unique with a suffix if needed) and marks m->t a
+ * graph output, so the planner keeps it; otherwise does nothing. Returns -1 (error set) when out of memory. */
+int vt_graph_export_map(vt_graph *g, const vt_attn_map *m);
 
 /* Marks the scalar t as the loss that vt_graph_backward differentiates. */
 void vt_graph_set_loss(vt_graph *g, vt_tensor *t);
@@ -150,6 +171,9 @@ vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, v
 
 /* Appends input t to node n (built earlier, for epilogue fusion); returns -1 (error set) if n is full. */
 int vt_node_add_input(vt_node *n, vt_tensor *t);
+
+/* A second output of node n (shape given, no gradient), planned as a graph output and written by n's forward. */
+vt_tensor *vt_node_extra_output(vt_node *n, int ndim, const int *shape);
 
 /* Attaches a saved tensor (kept for backward) of `numel` floats to node slot `slot`. */
 vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel);

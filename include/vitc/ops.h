@@ -123,6 +123,8 @@ typedef struct vt_attn_args {
     int msf;                           /* 1: MSF Gaussian-kernel logits and o = P·v − p (probe p in q at p_off) */
     vt_tensor *bias;                   /* NULL, or added to the logits: (H, N, M) shared, or (B, H, N, M) */
     vt_tensor *mask;                   /* NULL, or (nW, N, M) added to batch entry b as mask[b % nW]; no grad */
+    vt_tensor **probs;                 /* non-NULL in a graph with export_maps set: receives a (B, H, N, M) graph
+                                        * output into which forward writes its probabilities (else set to NULL) */
 } vt_attn_args;
 /* General fused attention: q (B, N, Lq), kv (B, M, Lkv) or NULL (kv = q, self-attention on a packed projection);
  * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). A shared bias's gradient sums the batch. */
@@ -197,5 +199,7 @@ vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int 
 /* Bilinear resize of x (B, H, W, C) to (B, Ho, Wo, C) as PyTorch's F.interpolate(mode="bilinear",
  * align_corners=False) given the output size: source coordinate (o + 0.5)·in/out − 0.5, clamped at 0. */
 vt_tensor *vt_resize_bilinear(vt_graph *g, vt_tensor *x, int Ho, int Wo);
+/* The same resize on plain arrays: x (B, H, W, C) into y (B, Ho, Wo, C) (the op's forward; attention pictures). */
+void vt_bilinear_resize(const float *x, int B, int H, int W, int C, float *y, int Ho, int Wo);
 
 #endif

@@ -112,6 +112,20 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
     return s->q && s->kv ? 0 : -1;
 }
 
+void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_tensor *t, const vt_attn_ctx *a,
+                         const vt_attn_src *s, int split, int probs) {
+    if (!g->export_maps || !t) return;
+    vt_attn_map m = {.t = t, .lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh,
+                     .kw = s->kw, .split = split, .probs = probs};
+    if (view) {
+        snprintf(m.name, sizeof m.name, "%.100s.%.20s", prefix, view);
+        snprintf(m.view, sizeof m.view, "%.20s", view);
+    }
+    else
+        snprintf(m.name, sizeof m.name, "%.120s", prefix);
+    vt_graph_export_map(g, &m);
+}
+
 vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, int flat) {
     if (g->err.msg[0]) return NULL;
     char nm[VT_NAMELEN];
@@ -137,11 +151,13 @@ vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt
         return vt_fail(g, "attention", "%s: width %d is not divisible by %d heads", prefix, C, a->heads);
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, a, C, C, C, &s)) return NULL;
+    vt_tensor *probs = NULL;
     const vt_attn_args args = {.heads = a->heads, .dim = C, .q_off = s.q_off, .k_off = s.k_off, .v_off = s.v_off,
                                .scale = 1.0f / sqrtf((float)(C / a->heads)),
                                .bias = a->rel_pos ? vt_block_rel_pos(g, prefix, a->rel_pos, a->heads, a->rel_pos_flat)
                                                   : NULL,
-                               .mask = a->mask};
+                               .mask = a->mask, .probs = &probs};
     vt_tensor *o = vt_attention_ex(g, s.q, s.kv == s.q ? NULL : s.kv, &args);
+    vt_block_export_map(g, prefix, NULL, probs, a, &s, 0, 1);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
 }

@@ -32,6 +32,8 @@ void vt_graph_free(vt_graph *g) {
     for (int i = 0; i < g->nn; i++) vt_free(g->nodes[i]);
     for (int i = 0; i < g->nt; i++) vt_free(g->tens[i]);
     for (int i = 0; i < g->nscopes; i++) free(g->scopes[i]);
+    for (int i = 0; i < g->nmaps; i++) vt_free(g->maps[i]);
+    vt_free(g->maps);
     vt_free(g->nodes);
     vt_free(g->tens);
     vt_free(g->scopes);
@@ -209,6 +211,32 @@ static vt_tensor *node_buffer(vt_node *n, vt_kind kind, int64_t numel, const cha
     }
     const int shape[1] = {(int)numel};
     return new_tensor(n->g, kind, 1, shape);
+}
+
+vt_tensor *vt_node_extra_output(vt_node *n, int ndim, const int *shape) {
+    vt_tensor *t = new_tensor(n->g, VT_ACT, ndim, shape);
+    if (!t) return NULL;
+    t->prod = n->index;
+    t->is_output = 1;
+    snprintf(t->name, sizeof t->name, "%.50s#%d.extra", n->op->name, n->index);
+    n->xout = t;
+    return t;
+}
+
+int vt_graph_export_map(vt_graph *g, const vt_attn_map *m) {
+    if (!g->export_maps || g->err.msg[0] || !m || !m->t) return 0;
+    if (grow(g, (void ***)&g->maps, g->nmaps, &g->mapcap)) return -1;
+    vt_attn_map *c = vt_alloc(sizeof(*c), &g->err);
+    if (!c) return -1;
+    *c = *m;
+    for (int k = 2, clash = 1; clash && k < 1000; k++) { /* a block exporting twice under one name: name.2, ... */
+        clash = 0;
+        for (int i = 0; i < g->nmaps && !clash; i++) clash = strcmp(g->maps[i]->name, c->name) == 0;
+        if (clash) snprintf(c->name, sizeof c->name, "%.*s.%d", VT_NAMELEN - 8, m->name, k);
+    }
+    vt_graph_output(g, m->t);
+    g->maps[g->nmaps++] = c;
+    return 0;
 }
 
 vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel) {

@@ -14,7 +14,9 @@
  * Memory: train graphs keep no probabilities. Backward recomputes each (batch, head)'s N×M probabilities from q, k
  * (and bias, mask) into a per-thread tile with the forward's own code, so they are the forward's values; the
  * B·H·N·M floats it would otherwise keep from forward to backward were 15% of DeiT-S's training arena, and the
- * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds). */
+ * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds).
+ * Export (vt_attn_args.probs, graphs built with export_maps, for `vitc attention`): forward computes each head's
+ * probabilities straight into a (B, H, N, M) second output instead of its scratch tile; off by default. */
 #include <omp.h>
 
 #include "mathfn.h"
@@ -108,7 +110,7 @@ static void attn_fwd(vt_node *n) {
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
-    float *out = n->out->data, *ws = n->fws->data;
+    float *out = n->out->data, *ws = n->fws->data, *probs = n->xout ? n->xout->data : NULL;
     const size_t per = NM + (size_t)a->M; /* scratch floats per thread */
 #pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
     for (int bh = 0; bh < BH; bh++) {
@@ -116,7 +118,7 @@ static void attn_fwd(vt_node *n) {
         float *w = ws + (size_t)omp_get_thread_num() * per;
         const head_io io = head_ptrs(a, qd, kvd, bias, mask, out, b, h);
         const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
-        head_fwd(a, &io, w + a->M, w, probe, !par);
+        head_fwd(a, &io, probs ? probs + (size_t)bh * NM : w + a->M, w, probe, !par);
     }
 }
 
@@ -299,6 +301,11 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
                                    a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale,
                                    &g->gemm};
     n->macs = 2LL * B * N * M * dim;
+    if (a->probs) {
+        const int ps[4] = {B, H, N, M};
+        *a->probs = g->export_maps ? vt_node_extra_output(n, 4, ps) : NULL;
+        if (g->export_maps && !*a->probs) return NULL;
+    }
     const int64_t NM = (int64_t)N * M;
     if (!vt_node_work(n, 0, (int64_t)nt * (NM + M))) return NULL;
     if (g->training && !vt_node_work(n, 1, (int64_t)nt * 2 * (NM + M) + (bias_grad && !bias_batched ? nt * H * NM : 0)))

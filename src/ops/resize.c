@@ -24,30 +24,31 @@ static void src_index(int o, int n_in, int n_out, int *i0, int *i1, float *lam) 
     *lam = s - (float)a;
 }
 
-static void rs_fwd(vt_node *n) {
-    const rs_p *q = VT_OP_P(n, rs_p);
-    const float *x = n->in[0]->data;
-    float *y = n->out->data;
-    const int C = q->C;
-    const int64_t R = (int64_t)q->B * q->Ho;
-#pragma omp parallel for schedule(static) if (R * q->Wo * (int64_t)C > 32768)
+void vt_bilinear_resize(const float *x, int B, int H, int W, int C, float *y, int Ho, int Wo) {
+    const int64_t R = (int64_t)B * Ho;
+#pragma omp parallel for schedule(static) if (R * Wo * (int64_t)C > 32768)
     for (int64_t r = 0; r < R; r++) {
-        const int b = (int)(r / q->Ho), oh = (int)(r % q->Ho);
+        const int b = (int)(r / Ho), oh = (int)(r % Ho);
         int y0, y1;
         float ly;
-        src_index(oh, q->H, q->Ho, &y0, &y1, &ly);
-        const float *r0 = x + ((size_t)b * q->H + y0) * q->W * C, *r1 = x + ((size_t)b * q->H + y1) * q->W * C;
-        for (int ow = 0; ow < q->Wo; ow++) {
+        src_index(oh, H, Ho, &y0, &y1, &ly);
+        const float *r0 = x + ((size_t)b * H + y0) * W * C, *r1 = x + ((size_t)b * H + y1) * W * C;
+        for (int ow = 0; ow < Wo; ow++) {
             int x0, x1;
             float lx;
-            src_index(ow, q->W, q->Wo, &x0, &x1, &lx);
+            src_index(ow, W, Wo, &x0, &x1, &lx);
             const float w00 = (1.0f - ly) * (1.0f - lx), w01 = (1.0f - ly) * lx, w10 = ly * (1.0f - lx), w11 = ly * lx;
             const float *a = r0 + (size_t)x0 * C, *bb = r0 + (size_t)x1 * C, *c = r1 + (size_t)x0 * C,
                         *d = r1 + (size_t)x1 * C;
-            float *out = y + ((size_t)r * q->Wo + ow) * C;
+            float *out = y + ((size_t)r * Wo + ow) * C;
             for (int k = 0; k < C; k++) out[k] = w00 * a[k] + w01 * bb[k] + w10 * c[k] + w11 * d[k];
         }
     }
+}
+
+static void rs_fwd(vt_node *n) {
+    const rs_p *q = VT_OP_P(n, rs_p);
+    vt_bilinear_resize(n->in[0]->data, q->B, q->H, q->W, q->C, n->out->data, q->Ho, q->Wo);
 }
 
 static void rs_bwd(vt_node *n) {

@@ -1,0 +1,41 @@
+/* Pictures of what a model attends to (`vitc attention`): the attention maps its blocks export from their own
+ * intermediates (vt_graph.export_maps, vt_attn_map), the class token's row (or, without a class token, the mean
+ * query's) per block and head over the patch grid, attention rollout, a labelled grid PNG and the raw maps. */
+#ifndef VITC_ATTENTION_H
+#define VITC_ATTENTION_H
+
+#include <stdio.h>
+
+#include "vitc/model.h"
+
+#define VT_ATTN_MAX_SEL 256
+
+/* What to draw and write. */
+typedef struct vt_attn_viz_opts {
+    int nblocks;                   /* 0: every block with drawable maps; else the attention blocks below */
+    int blocks[VT_ATTN_MAX_SEL];   /* block indices (0-based, in build order; a block may give several views) */
+    int head_mean;                 /* 1: one column, the mean over the heads */
+    int nheads;                    /* 0: every head; else the heads below (ignored with head_mean) */
+    int heads[VT_ATTN_MAX_SEL];
+    int rollout;                   /* 1: also attention rollout (Abnar & Zuidema 2020) over every block */
+    const char *png;               /* the picture (NULL: none) */
+    const char *save_maps;         /* safetensors with the preprocessed inputs and raw maps (NULL: none) */
+    FILE *progress;                /* progress over the images (NULL: none) */
+} vt_attn_viz_opts;
+
+/* Runs c (parameters P) on the n image files in paths with its blocks exporting their attention maps, and writes what
+ * o asks for. The PNG: one row per (image, map view) (and per image for the rollout), its first column the
+ * preprocessed image, then one tile per head (or the head mean), the map bilinearly upsampled to the input and
+ * overlaid in viridis; each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel caption, each row
+ * under a 12-pixel title, 4 pixels between tiles and around: width 4 + (1 + cols)·(T + 4), height
+ * 4 + rows·(24 + T + 4). The safetensors file: "input" (n, C, S, S), each drawn map by name (n, H, N, M), and
+ * "rollout" (n, N, N). Clear errors for unknown block or head indices, a model without attention maps, maps that
+ * cannot be drawn (per-window attention) and unreadable images. Returns 0, or -1 with e set. */
+int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n,
+                          const vt_attn_viz_opts *o, vt_err *e);
+
+/* Parses a comma-separated list of non-negative integers ("0,5,11") into out (at most max); returns the count, or -1
+ * with e set naming `what` on anything else. */
+int vt_parse_index_list(const char *s, const char *what, int *out, int max, vt_err *e);
+
+#endif

@@ -1,0 +1,430 @@
+/* `vitc attention`: the attention maps a model's blocks export from their own intermediates (a graph built with
+ * export_maps: the fused attention op writes its probabilities into a second output, other blocks mark their
+ * softmax or refined maps as graph outputs), reduced to the class token's row (or the mean query's) over the key
+ * grid, bilinearly upsampled (vt_bilinear_resize) onto the preprocessed image in viridis (viridis.h), and laid out
+ * in a labelled grid PNG written by stb_image_write (Debian's libstb, already linked for decoding). Captions use
+ * stb_easy_font (the same package): it turns text into rectangles, which are filled here, so no font files and no
+ * new dependency (libcairo would add one, and fonts) are needed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/attention.h"
+#include "vitc/fileio.h"
+#include "vitc/predict.h"
+#include "vitc/progress.h"
+#include "vitc/safetensors.h"
+
+#include <stb_image_write.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wmissing-braces"
+#include <stb_easy_font.h>
+#pragma GCC diagnostic pop
+
+#include "viridis.h"
+
+#define PAD 4
+#define TITLE 12
+#define CAPTION 12
+
+int vt_parse_index_list(const char *s, const char *what, int *out, int max, vt_err *e) {
+    int n = 0;
+    const char *p = s;
+    if (!s || !*s) return vt_seterr(e, "%s: empty list (want comma-separated indices such as 0,5,11)", what);
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9') return vt_seterr(e, "%s '%s': not a list of non-negative integers", what, s);
+        const long v = strtol(p, &end, 10);
+        if (v > 1000000 || (*end && *end != ',') || (*end == ',' && !end[1]))
+            return vt_seterr(e, "%s '%s': not a list of non-negative integers", what, s);
+        if (n == max) return vt_seterr(e, "%s '%s': more than %d indices", what, s, max);
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The block a map belongs to: its name without ".view". */
+static void module_of(const vt_attn_map *m, char *buf, size_t n) {
+    size_t len = strlen(m->name), vl = strlen(m->view);
+    if (vl && len > vl + 1) len -= vl + 1;
+    snprintf(buf, n, "%.*s", (int)len, m->name);
+}
+
+/* 0 when m can be drawn for one image: one batch entry, queries and keys on the token grids it declares. */
+static int drawable(const vt_attn_map *m, char *why, size_t n) {
+    const vt_tensor *t = m->t;
+    if (t->ndim != 4 || t->shape[0] != 1) {
+        snprintf(why, n, "%s: its attention runs per window (%d windows per image); per-window maps are not drawn",
+                 m->name, t->ndim == 4 ? t->shape[0] : 0);
+        return -1;
+    }
+    if (m->kh < 1 || m->kw < 1 || t->shape[2] != m->lead + m->gh * m->gw || t->shape[3] != m->klead + m->kh * m->kw) {
+        snprintf(why, n, "%s: its %d×%d map is not over the token grid", m->name, t->shape[2], t->shape[3]);
+        return -1;
+    }
+    return 0;
+}
+
+/* The drawn row of head h (h < 0: the head mean) of map m into v (kh·kw): the class token's row when the queries
+ * have a leading token, else the mean over the queries; keys before the grid dropped. */
+static void map_row(const vt_attn_map *m, int h, float *v) {
+    const vt_tensor *t = m->t;
+    const int H = t->shape[1], N = t->shape[2], M = t->shape[3], K = m->kh * m->kw;
+    const int h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1, q1 = m->lead ? 1 : N;
+    for (int j = 0; j < K; j++) {
+        double s = 0.0;
+        for (int hh = h0; hh < h1; hh++)
+            for (int i = 0; i < q1; i++) s += t->data[((size_t)hh * N + i) * M + m->klead + j];
+        v[j] = (float)(s / ((double)(h1 - h0) * q1));
+    }
+}
+
+/* Attention rollout (Abnar & Zuidema 2020) of one image into R (N×N, double): per block the head mean plus the
+ * identity, rows renormalised, multiplied through the blocks in order (R ← A·R). */
+static void rollout(vt_attn_map *const *prim, int nb, int N, double *R, double *A, double *T) {
+    for (int i = 0; i < N * N; i++) R[i] = i % (N + 1) == 0 ? 1.0 : 0.0;
+    for (int b = 0; b < nb; b++) {
+        const vt_tensor *t = prim[b]->t;
+        const int H = t->shape[1];
+        for (int i = 0; i < N; i++) {
+            double sum = 0.0;
+            for (int j = 0; j < N; j++) {
+                double s = 0.0;
+                for (int h = 0; h < H; h++) s += t->data[((size_t)h * N + i) * N + j];
+                A[i * N + j] = s / H + (i == j);
+                sum += A[i * N + j];
+            }
+            for (int j = 0; j < N; j++) A[i * N + j] /= sum;
+        }
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0.0;
+                for (int k = 0; k < N; k++) s += A[i * N + k] * R[k * N + j];
+                T[i * N + j] = s;
+            }
+        memcpy(R, T, sizeof(double) * (size_t)N * N);
+    }
+}
+
+/* The picture being drawn: an RGB canvas and its layout. */
+typedef struct {
+    unsigned char *rgb;
+    int W, H, T, S; /* canvas, tile side, input side */
+    float *big;     /* S·S upsampled map */
+} canvas;
+
+static void fill(canvas *cv, int x0, int y0, int w, int h, const unsigned char c[3]) {
+    for (int y = y0 < 0 ? 0 : y0; y < y0 + h && y < cv->H; y++)
+        for (int x = x0 < 0 ? 0 : x0; x < x0 + w && x < cv->W; x++) memcpy(cv->rgb + ((size_t)y * cv->W + x) * 3, c, 3);
+}
+
+/* Text at (x, y) in white, cut to maxw pixels (stb_easy_font: each character a few filled rectangles). */
+static void text(canvas *cv, int x, int y, const char *s, int maxw) {
+    static const unsigned char white[3] = {235, 235, 235};
+    char buf[160];
+    snprintf(buf, sizeof buf, "%s", s);
+    while (buf[0] && stb_easy_font_width(buf) > maxw) buf[strlen(buf) - 1] = 0;
+    float quads[4 * 4 * 400]; /* 400 quads: 16 bytes per vertex */
+    const int nq = stb_easy_font_print((float)x, (float)y, buf, NULL, quads, (int)sizeof quads);
+    for (int q = 0; q < nq; q++) {
+        const float *v = quads + q * 16; /* 4 vertices of (x, y, z, colour) */
+        float xa = v[0], xb = v[0], ya = v[1], yb = v[1];
+        for (int k = 1; k < 4; k++) {
+            xa = fminf(xa, v[k * 4]), xb = fmaxf(xb, v[k * 4]);
+            ya = fminf(ya, v[k * 4 + 1]), yb = fmaxf(yb, v[k * 4 + 1]);
+        }
+        fill(cv, (int)xa, (int)ya, (int)(xb - xa), (int)(yb - ya), white);
+    }
+}
+
+/* Tile at (x0, y0): the preprocessed image x (C, S, S, normalised by pp), and over it, if v is non-NULL, the map v
+ * (kh × kw) min-max scaled, upsampled to S×S and coloured with viridis (55% map, 45% image); T/S-fold pixels. */
+static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_preprocess *pp, const float *v, int kh,
+                 int kw) {
+    const int S = cv->S, f = cv->T / S;
+    if (v) {
+        float lo = v[0], hi = v[0];
+        for (int j = 1; j < kh * kw; j++) lo = fminf(lo, v[j]), hi = fmaxf(hi, v[j]);
+        vt_bilinear_resize(v, 1, kh, kw, 1, cv->big, S, S);
+        for (int j = 0; j < S * S; j++) cv->big[j] = hi > lo ? (cv->big[j] - lo) / (hi - lo) : 0.0f;
+    }
+    for (int y = 0; y < S; y++)
+        for (int xx = 0; xx < S; xx++) {
+            unsigned char px[3];
+            for (int c = 0; c < 3; c++) {
+                const int ch = C == 1 ? 0 : c;
+                float p = x[((size_t)ch * S + y) * S + xx] * pp->std[ch] + pp->mean[ch];
+                p = p < 0.0f ? 0.0f : p > 1.0f ? 1.0f : p;
+                float o = 255.0f * p;
+                if (v) {
+                    const float a = cv->big[y * S + xx];
+                    const int k = (int)lrintf(255.0f * (a < 0.0f ? 0.0f : a > 1.0f ? 1.0f : a));
+                    o = 0.45f * o + 0.55f * (float)viridis[k][c];
+                }
+                px[c] = (unsigned char)lrintf(o);
+            }
+            fill(cv, x0 + xx * f, y0 + y * f, f, f, px);
+        }
+}
+
+static void png_write(void *ctx, void *data, int size) {
+    vt_out *o = ctx;
+    if (o->f && fwrite(data, 1, (size_t)size, o->f) != (size_t)size) { /* commit reports the stream's error */
+    }
+}
+
+static int write_png(const char *path, const canvas *cv, vt_err *e) {
+    vt_out o;
+    if (vt_out_open(&o, path, e)) return -1;
+    if (!stbi_write_png_to_func(png_write, &o, cv->W, cv->H, 3, cv->rgb, cv->W * 3)) {
+        vt_out_abort(&o);
+        return vt_seterr(e, "%s: PNG encoding failed", path);
+    }
+    return vt_out_commit(&o, e);
+}
+
+/* Everything one run holds (freed by run_free). */
+typedef struct {
+    vt_graph *g;
+    vt_attn_map **sel, **prim;  /* drawn maps; each block's first square probability map (rollout) */
+    int nsel, nprim;
+    float **saved, *inputs, *rolls, *row;
+    double *R, *A, *T;
+    canvas cv;
+} run_t;
+
+static void run_free(run_t *r) {
+    if (r->saved)
+        for (int i = 0; i < r->nsel; i++) free(r->saved[i]);
+    free(r->saved);
+    free(r->sel);
+    free(r->prim);
+    free(r->inputs);
+    free(r->rolls);
+    free(r->row);
+    free(r->R);
+    free(r->A);
+    free(r->T);
+    free(r->cv.rgb);
+    free(r->cv.big);
+    vt_graph_free(r->g);
+}
+
+/* Selects the maps to draw (o->blocks or every drawable block) and, for the rollout, each block's primary map. */
+static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *o, vt_err *e) {
+    vt_graph *g = r->g;
+    char mods[512][VT_NAMELEN]; /* distinct blocks in build order */
+    int nmod = 0, *mod_of = calloc((size_t)g->nmaps, sizeof(int));
+    r->sel = calloc((size_t)g->nmaps, sizeof(*r->sel));
+    r->prim = calloc((size_t)g->nmaps, sizeof(*r->prim));
+    if (!mod_of || !r->sel || !r->prim) {
+        free(mod_of);
+        return vt_seterr(e, "out of memory");
+    }
+    for (int i = 0; i < g->nmaps; i++) {
+        char m[VT_NAMELEN];
+        module_of(g->maps[i], m, sizeof m);
+        int k = 0;
+        while (k < nmod && strcmp(mods[k], m) != 0) k++;
+        if (k == nmod && nmod < 512) snprintf(mods[nmod++], VT_NAMELEN, "%s", m);
+        mod_of[i] = k;
+    }
+    char why[300] = "";
+    for (int b = 0; b < o->nblocks; b++)
+        if (o->blocks[b] >= nmod) {
+            free(mod_of);
+            return vt_seterr(e, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name,
+                             nmod, nmod - 1, mods[0], mods[nmod - 1]);
+        }
+    for (int i = 0; i < g->nmaps; i++) {
+        vt_attn_map *m = g->maps[i];
+        int want = o->nblocks == 0;
+        for (int b = 0; b < o->nblocks; b++) want |= o->blocks[b] == mod_of[i];
+        char w[300];
+        const int ok = drawable(m, w, sizeof w) == 0;
+        if (!ok && !why[0]) snprintf(why, sizeof why, "%s", w);
+        if (want && !ok && o->nblocks) {
+            free(mod_of);
+            return vt_seterr(e, "%s", w);
+        }
+        if (want && ok) r->sel[r->nsel++] = m;
+    }
+    if (o->rollout)
+        for (int k = 0; k < nmod; k++) {
+            vt_attn_map *p = NULL;
+            for (int i = 0; i < g->nmaps && !p; i++) {
+                const vt_attn_map *m = g->maps[i];
+                if (mod_of[i] == k && m->probs && m->t->shape[2] == m->t->shape[3] && drawable(m, why, sizeof why) == 0)
+                    p = g->maps[i];
+            }
+            if (!p || (r->nprim && p->t->shape[2] != r->prim[0]->t->shape[2])) {
+                free(mod_of);
+                return vt_seterr(e, "--rollout needs every block's token-to-token probabilities over the same tokens; "
+                                 "%s has none that fit", mods[k]);
+            }
+            r->prim[r->nprim++] = p;
+        }
+    free(mod_of);
+    if (!r->nsel) return vt_seterr(e, "%s has no attention maps that can be drawn (%s)", c->name, why);
+    return 0;
+}
+
+int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n,
+                          const vt_attn_viz_opts *o, vt_err *e) {
+    if (c->arch.in_chans != 1 && c->arch.in_chans != 3)
+        return vt_seterr(e, "attention reads 1- or 3-channel images; %s has %d input channels", c->name,
+                         c->arch.in_chans);
+    if (n < 1) return vt_seterr(e, "attention needs at least one image");
+    if (!o->png && !o->save_maps) return vt_seterr(e, "attention needs an output: -o OUT.png and/or --save-maps");
+    if ((o->png && vt_output_check(o->png, paths, n, e)) || (o->save_maps && vt_output_check(o->save_maps, paths, n, e)))
+        return -1;
+    if (o->png && o->save_maps && strcmp(o->png, o->save_maps) == 0)
+        return vt_seterr(e, "-o and --save-maps name the same file %s", o->png);
+    run_t r = {0};
+    vt_tensor *in = NULL;
+    if (!(r.g = vt_graph_new(P, 0, e))) return -1;
+    r.g->export_maps = 1;
+    vt_graph_output(r.g, vt_model_build(r.g, c, 1, &in));
+    if (vt_graph_finalize(r.g, e)) goto fail;
+    if (r.g->nmaps == 0) {
+        vt_seterr(e, "%s has no attention maps: its blocks (attention '%s') compute none to export", c->name,
+                  c->arch.stages[0].attn);
+        goto fail;
+    }
+    if (select_maps(&r, c, o, e)) goto fail;
+    int cols = 1;
+    if (!o->head_mean) {
+        int maxh = 0;
+        for (int i = 0; i < r.nsel; i++) {
+            const int H = r.sel[i]->t->shape[1];
+            maxh = H > maxh ? H : maxh;
+            for (int k = 0; k < o->nheads; k++)
+                if (o->heads[k] >= H) {
+                    vt_seterr(e, "head %d: %s has %d heads (0 to %d)", o->heads[k], r.sel[i]->name, H, H - 1);
+                    goto fail;
+                }
+        }
+        cols = o->nheads ? o->nheads : maxh;
+    }
+    const vt_preprocess pp = vt_model_preprocess(c);
+    const int S = pp.size, C = c->arch.in_chans, rows_img = r.nsel + (o->rollout ? 1 : 0);
+    const int64_t per = (int64_t)C * S * S;
+    r.cv.S = S;
+    r.cv.T = S * ((128 + S - 1) / S);
+    const int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD), Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
+    if (o->png && (W > 32768 || Hh > 65536 * 4)) {
+        vt_seterr(e, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, "
+                  "--heads mean)", (long long)W, (long long)Hh);
+        goto fail;
+    }
+    r.cv.W = (int)W;
+    r.cv.H = (int)Hh;
+    int maxk = 1, NR = r.nprim ? r.prim[0]->t->shape[2] : 0;
+    for (int i = 0; i < r.nsel; i++) maxk = r.sel[i]->kh * r.sel[i]->kw > maxk ? r.sel[i]->kh * r.sel[i]->kw : maxk;
+    r.row = malloc(sizeof(float) * (size_t)maxk);
+    r.cv.big = malloc(sizeof(float) * (size_t)S * S);
+    if (o->png && !(r.cv.rgb = malloc((size_t)r.cv.W * r.cv.H * 3))) goto oom;
+    if (!r.row || !r.cv.big) goto oom;
+    if (o->png) memset(r.cv.rgb, 24, (size_t)r.cv.W * r.cv.H * 3);
+    if (o->save_maps) {
+        if (!(r.saved = calloc((size_t)r.nsel, sizeof(float *))) || !(r.inputs = malloc(sizeof(float) * per * n)))
+            goto oom;
+        for (int i = 0; i < r.nsel; i++)
+            if (!(r.saved[i] = malloc(sizeof(float) * (size_t)r.sel[i]->t->numel * n))) goto oom;
+        if (o->rollout && !(r.rolls = malloc(sizeof(float) * (size_t)NR * NR * n))) goto oom;
+    }
+    if (o->rollout && (!(r.R = malloc(sizeof(double) * (size_t)NR * NR)) ||
+                       !(r.A = malloc(sizeof(double) * (size_t)NR * NR)) ||
+                       !(r.T = malloc(sizeof(double) * (size_t)NR * NR))))
+        goto oom;
+    vt_progress pg;
+    vt_progress_start(&pg, n > 1 ? o->progress : NULL, "attention", "img", n, 0);
+    for (int b = 0; b < n; b++) {
+        if (vt_image_load(paths[b], &pp, in->data, e)) {
+            vt_progress_end(&pg);
+            goto fail;
+        }
+        vt_graph_forward(r.g);
+        if (r.inputs) memcpy(r.inputs + b * per, in->data, sizeof(float) * (size_t)per);
+        for (int i = 0; i < r.nsel; i++)
+            if (r.saved)
+                memcpy(r.saved[i] + r.sel[i]->t->numel * b, r.sel[i]->t->data, sizeof(float) * (size_t)r.sel[i]->t->numel);
+        if (o->rollout) {
+            rollout(r.prim, r.nprim, NR, r.R, r.A, r.T);
+            if (r.rolls)
+                for (int k = 0; k < NR * NR; k++) r.rolls[(size_t)b * NR * NR + k] = (float)r.R[k];
+        }
+        if (o->png) {
+            const char *base = strrchr(paths[b], '/') ? strrchr(paths[b], '/') + 1 : paths[b];
+            for (int i = 0; i < rows_img; i++) {
+                const vt_attn_map *m = i < r.nsel ? r.sel[i] : r.prim[0];
+                const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.T + PAD), yt = y0 + TITLE + CAPTION;
+                char t[200];
+                snprintf(t, sizeof t, "%s  %s%s", base, i < r.nsel ? m->name : "rollout over all blocks",
+                         i < r.nsel && !m->probs ? " (scores, not probabilities)" : "");
+                text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
+                text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
+                tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0);
+                if (i == r.nsel) { /* rollout: the class row (or the mean row) over the grid keys */
+                    const int K = m->kh * m->kw, q1 = m->lead ? 1 : NR;
+                    for (int j = 0; j < K; j++) {
+                        double s = 0.0;
+                        for (int q = 0; q < q1; q++) s += r.R[(size_t)q * NR + m->klead + j];
+                        r.row[j] = (float)(s / q1);
+                    }
+                    text(&r.cv, PAD + r.cv.T + PAD, y0 + TITLE + 2, m->lead ? "class row" : "mean row", r.cv.T);
+                    tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw);
+                    continue;
+                }
+                const int H = m->t->shape[1];
+                for (int k = 0; k < cols; k++) {
+                    const int h = o->head_mean ? -1 : o->nheads ? o->heads[k] : k;
+                    if (h >= H) continue;
+                    char cap[64];
+                    if (h < 0)
+                        snprintf(cap, sizeof cap, "mean of %d heads", H);
+                    else if (m->split)
+                        snprintf(cap, sizeof cap, "head %d %s", h, h < m->split ? "computed" : "hallucin.");
+                    else
+                        snprintf(cap, sizeof cap, "head %d", h);
+                    map_row(m, h, r.row);
+                    const int x0 = PAD + (1 + k) * (r.cv.T + PAD);
+                    text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
+                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, m->kh, m->kw);
+                }
+            }
+        }
+        vt_progress_update(&pg, b + 1);
+    }
+    vt_progress_end(&pg);
+    if (o->png && write_png(o->png, &r.cv, e)) goto fail;
+    if (o->save_maps) {
+        vt_st_out *t = calloc((size_t)r.nsel + 2, sizeof *t);
+        if (!t) goto oom;
+        int nt = 0;
+        t[nt++] = (vt_st_out){"input", VT_ST_F32, 4, {n, C, S, S}, r.inputs};
+        for (int i = 0; i < r.nsel; i++) {
+            const vt_tensor *m = r.sel[i]->t;
+            t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 4, {n, m->shape[1], m->shape[2], m->shape[3]}, r.saved[i]};
+        }
+        if (o->rollout) t[nt++] = (vt_st_out){"rollout", VT_ST_F32, 3, {n, NR, NR}, r.rolls};
+        char meta[300];
+        snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc attention maps (images, heads, queries, "
+                 "keys)\"}", c->name);
+        const int rc = vt_st_write(o->save_maps, t, nt, meta, e);
+        free(t);
+        if (rc) goto fail;
+    }
+    run_free(&r);
+    return 0;
+oom:
+    vt_seterr(e, "out of memory");
+fail:
+    run_free(&r);
+    return -1;
+}
