@@ -171,6 +171,10 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
 void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_tensor *t, const vt_attn_ctx *a,
                          const vt_attn_src *s, int split, int probs);
 
+/* The name (prefix[.view]) and token layout of a map exported by the block at prefix (queries on a's layout, keys
+ * on s's), for blocks that fill in the rest themselves (factorised maps) and call vt_graph_export_map. */
+vt_attn_map vt_block_map_geom(const char *prefix, const char *view, const vt_attn_ctx *a, const vt_attn_src *s);
+
 /* PVT's spatial reduction of x (B, H·W, C): Conv(k = s = sr) prefix.sr on the H×W map (rows and columns past a
  * multiple of sr dropped, as a strided conv does) → LayerNorm prefix.norm (eps) → (B, ⌊H/sr⌋·⌊W/sr⌋, C). */
 vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
@@ -258,6 +262,7 @@ typedef struct vt_msf_cfg {
     int block_grouping;   /* 1: block output order; 0: interleaved (o = e·G + g), the official default */
     int norm;             /* 1: LayerNorm `norm` (eps ln_eps) inside the module (SimpleViT); 0: none (ViT host) */
     float ln_eps;
+    int grid_h, grid_w;   /* the tokens' grid (no class token), for exported maps (SimpleViT) */
 } vt_msf_cfg;
 
 /* Parses "msf" | "orig", optionally "_g<N>" and then "_block", into probe / groups / block_grouping (-1: not one). */
@@ -279,8 +284,11 @@ typedef enum { VT_REFINER_PLAIN, VT_REFINER_SHARED, VT_REFINER_TRANSFORM } vt_re
 /* DLA on attention maps a (B, H, N, N): 1x1 expand H->round(expand·H), BN, ReLU6, dw 3x3, BN, ReLU6, 1x1 reduce, BN,
  * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}. */
 vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand);
-/* Refiner attention on x (B, N, C); *amap: incoming map A_in (B, H, N, N) or NULL, replaced by the outgoing map. */
-vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias,
+/* Refiner attention on x (B, N, C) with a's heads, qkv bias and token layout; *amap: incoming map A_in (B, H, N, N) or
+ * NULL, replaced by the outgoing map. Exports (export_maps) its softmax map (prefix; plain and transform modes), the
+ * incoming map (prefix.before; shared mode) and the refined one (prefix.refined: adapt_bn(DLA(·)) (·scale in shared
+ * mode), the map the block multiplies V with). */
+vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a,
                                  vt_refiner_mode mode, float expand, vt_tensor **amap);
 
 /* ---- gma.c (GroupMixFormer) ---- */

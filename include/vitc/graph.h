@@ -54,12 +54,28 @@ struct vt_node {
     vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */
 };
 
-/* An attention map a block exported (vt_graph_export_map) from its own intermediate, when the graph was built with
- * export_maps set: t is (B, H, N, M) over N queries (lead tokens, then a gh × gw grid) and M keys (klead, kh × kw). */
+/* How an exported map is given (vt_attn_map.form). */
+enum {
+    VT_MAP_FULL = 0, /* t holds the map */
+    VT_MAP_SOFTMAX,  /* softmax_j(scale·s_ij) of the factors' products s_ij = Σ_c q(i, c)·k(j, c) */
+    VT_MAP_LINEAR,   /* s_ij / (Σ_j s_ij + eps) (linear attention's implied weights; relu: ReLU on q and k first) */
+    VT_MAP_DOT       /* scale·s_ij, unnormalised */
+};
+
+/* An attention map a block exported (vt_graph_export_map) from its own intermediates, when the graph was built with
+ * export_maps set: a (B, H, N, M) map over N queries (lead tokens, then a gh × gw grid) and M keys (klead, kh × kw),
+ * held in t (VT_MAP_FULL) or given by factors q, k that the caller multiplies (linear attention never forms it). */
 typedef struct vt_attn_map {
     char name[VT_NAMELEN]; /* the block's prefix and the view, e.g. "blocks.3.attn" or "blocks.3.attn.refined" */
     char view[32];         /* the view alone ("" for a block's plain map) */
-    vt_tensor *t;
+    int form;              /* VT_MAP_* */
+    vt_tensor *t;          /* VT_MAP_FULL: (B, H, N, M) */
+    vt_tensor *q, *k, *kbias; /* factors (and an optional term added to k) */
+    int64_t qoff, koff, kboff;       /* the factors' first elements, in floats from their data */
+    int64_t qst[4], kst[4], kbst[4]; /* their strides in floats over (batch, head, token, channel) */
+    int batch, heads, n, m, d; /* factors: batch entries, H, N, M and the channels c summed over */
+    float scale, eps;
+    int relu;
     int lead, gh, gw;      /* queries */
     int klead, kh, kw;     /* keys */
     int split;             /* > 0: heads [0, split) and [split, H) are two kinds (hMHSA: computed, hallucinated) */
@@ -117,8 +133,8 @@ void vt_scope(vt_graph *g, const char *scope);
 /* Marks t as an output read after vt_graph_forward (keeps its memory live to the end). */
 void vt_graph_output(vt_graph *g, vt_tensor *t);
 
-/* When g->export_maps is set: records a copy of m (its name made unique with a suffix if needed) and marks m->t a
- * graph output, so the planner keeps it; otherwise does nothing. Returns -1 (error set) when out of memory. */
+/* When g->export_maps is set: records a copy of m (its name made unique with a suffix if needed) and marks its
+ * tensors (t, or q, k, kbias) graph outputs, so the planner keeps them; otherwise does nothing. Returns -1 (error set) when out of memory. */
 int vt_graph_export_map(vt_graph *g, const vt_attn_map *m);
 
 /* Marks the scalar t as the loss that vt_graph_backward differentiates. */

@@ -12,6 +12,7 @@
  * qkv (Swin) or q + kv (PVT), proj, and dwc.weight (d,1,K,K) / dwc.bias (d) with PyTorch's default conv init. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "vitc/blocks.h"
 
@@ -21,6 +22,44 @@ static void own_params(vt_graph *g, const char *prefix, int n, int C, vt_tensor 
     int ss[3] = {1, 1, C}, ps[3] = {1, n, C};
     *scale = vt_param(g, vt_pname(nm, prefix, "scale"), 3, ss, VT_INIT_Z);
     *pe = vt_param(g, vt_pname(nm, prefix, "positional_encoding"), 3, ps, VT_INIT_Z);
+}
+
+/* Exports (export_maps) the attention this linear attention implies without forming it: from the focus op's outputs
+ * fq, fk (B, N, C), w_ij = φ(q_i)·φ(k_j) / (Σ_j φ(q_i)·φ(k_j) + n·1e-6), the weights o_i gives v_j (the DWC term
+ * aside), as prefix; and, as prefix.relu_linear, the same formula with φ = ReLU on the raw q (channels q_off of q)
+ * and k + positional encoding (channels k_off of k): plain linear attention, a second formula by design (the focus
+ * argument of the paper). Keys: lead tokens, then an H × W grid; queries the same tokens. */
+static void export_flatten(vt_graph *g, const char *prefix, vt_tensor *fq, vt_tensor *fk, vt_tensor *q, int q_off,
+                           vt_tensor *k, int k_off, vt_tensor *pe, int heads, int H, int W) {
+    if (!g->export_maps || !fq || !fk) return;
+    const int B = fq->shape[0], N = fq->shape[1], C = fq->shape[2], d = C / heads;
+    const vt_attn_ctx geom = {.heads = heads, .grid_h = H, .grid_w = W, .lead = N - H * W};
+    const vt_attn_src keys = {.kh = H, .kw = W, .klead = N - H * W};
+    for (int plain = 0; plain < 2; plain++) {
+        vt_attn_map m = vt_block_map_geom(prefix, plain ? "relu_linear" : NULL, &geom, &keys);
+        vt_tensor *mq = plain ? q : fq, *mk = plain ? k : fk;
+        const int64_t lq = mq->shape[2], lk = mk->shape[2];
+        m.form = VT_MAP_LINEAR;
+        m.q = mq;
+        m.k = mk;
+        m.qoff = plain ? q_off : 0;
+        m.koff = plain ? k_off : 0;
+        const int64_t qs[4] = {(int64_t)N * lq, d, lq, 1}, ks[4] = {(int64_t)N * lk, d, lk, 1}, ps[4] = {0, d, C, 1};
+        memcpy(m.qst, qs, sizeof qs);
+        memcpy(m.kst, ks, sizeof ks);
+        if (plain) {
+            m.kbias = pe;
+            memcpy(m.kbst, ps, sizeof ps);
+            m.relu = 1;
+        }
+        m.batch = B;
+        m.heads = heads;
+        m.n = m.m = N;
+        m.d = d;
+        m.eps = 1e-6f * (float)N;
+        m.probs = 1;
+        vt_graph_export_map(g, &m);
+    }
 }
 
 /* x repeated r times along axis 0 (r >= 1): concats of doubled copies, log2(r) small nodes. */
@@ -62,6 +101,7 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
     /* (read in place from the packed projections: no q, k slices) */
     vt_tensor *fq = vt_focus_ex(g, q, q_off, C, NULL, scale, p);
     vt_tensor *fk = vt_focus_ex(g, k, k_off, C, pe, scale, p);
+    export_flatten(g, prefix, fq, fk, q, q_off, k, k_off, pe, heads, H, W);
 
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
      * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their

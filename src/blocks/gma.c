@@ -80,7 +80,25 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     vt_tensor *V = vt_reshape(g, vt_slice(g, Z, 0, 2, 1), 3, sh);
 
     /* Factorised attention: ctx[i][j] = Σ_n softmax_n(K)[i][n]·V[j][n]; F[j][n] = scale·Σ_i ctx[i][j]·Q[i][n]. */
-    vt_tensor *ctx = vt_matmul(g, vt_softmax(g, K, -1), V, 0, 1, 1.0f);
+    vt_tensor *Ks = vt_softmax(g, K, -1);
+    vt_tensor *ctx = vt_matmul(g, Ks, V, 0, 1, 1.0f);
+    if (g->export_maps) { /* the implied token weights of the factorised attention: F[:, n] = Σ_m w_nm·V[:, m] */
+        const vt_attn_ctx geom = {.heads = GMA_HEADS, .grid_h = H, .grid_w = W};
+        const vt_attn_src keys = {.kh = H, .kw = W};
+        vt_attn_map m = vt_block_map_geom(prefix, NULL, &geom, &keys);
+        const int64_t st[4] = {(int64_t)GMA_HEADS * d * N, (int64_t)d * N, 1, N};
+        m.form = VT_MAP_DOT; /* w_nm = scale·Σ_i Q[i][n]·softmax_m(K)[i][m] (not normalised: linear attention) */
+        m.q = Q;
+        m.k = Ks;
+        memcpy(m.qst, st, sizeof st);
+        memcpy(m.kst, st, sizeof st);
+        m.batch = B;
+        m.heads = GMA_HEADS;
+        m.n = m.m = N;
+        m.d = d;
+        m.scale = scale;
+        vt_graph_export_map(g, &m);
+    }
     vt_tensor *F = vt_matmul(g, ctx, Q, 1, 0, scale);
 
     /* CRPE on V laid out as (B, 8d, H, W), head groups {0-1: 3×3, 2-4: 5×5, 5-7: 7×7}. */

@@ -76,6 +76,7 @@ vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const v
     if (!o->chh_first && !o->no_chh) ah = chh(g, prefix, ah, a->conv_fanout);
     vt_tensor *maps[2] = {ar, ah};
     vt_tensor *attn = vt_softmax(g, vt_concat(g, maps, 2, 1), -1); /* (B, h, N, n) */
+    vt_block_export_map(g, prefix, NULL, attn, a, &s, h2, 1); /* heads [0, h2) computed, [h2, h) hallucinated */
     vt_tensor *out = vt_merge_heads(g, vt_matmul(g, attn, v, 0, 0, 1.0f));
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);
 }

@@ -112,17 +112,24 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
     return s->q && s->kv ? 0 : -1;
 }
 
-void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_tensor *t, const vt_attn_ctx *a,
-                         const vt_attn_src *s, int split, int probs) {
-    if (!g->export_maps || !t) return;
-    vt_attn_map m = {.t = t, .lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh,
-                     .kw = s->kw, .split = split, .probs = probs};
+vt_attn_map vt_block_map_geom(const char *prefix, const char *view, const vt_attn_ctx *a, const vt_attn_src *s) {
+    vt_attn_map m = {.lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh, .kw = s->kw};
     if (view) {
         snprintf(m.name, sizeof m.name, "%.100s.%.20s", prefix, view);
         snprintf(m.view, sizeof m.view, "%.20s", view);
-    }
-    else
+    } else {
         snprintf(m.name, sizeof m.name, "%.120s", prefix);
+    }
+    return m;
+}
+
+void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_tensor *t, const vt_attn_ctx *a,
+                         const vt_attn_src *s, int split, int probs) {
+    if (!g->export_maps || !t) return;
+    vt_attn_map m = vt_block_map_geom(prefix, view, a, s);
+    m.t = t;
+    m.split = split;
+    m.probs = probs;
     vt_graph_export_map(g, &m);
 }
 

@@ -8,6 +8,33 @@
 
 #include "vitc/blocks.h"
 
+/* Exports the fused op's probabilities (prefix) and, for MSF (probe), the plain softmax(scale·q·kᵀ) of the same
+ * projections t (B, N, nch·inner; q at 0, k at inner) as the view prefix.softmax_qk (a second formula, for the
+ * comparison: the Gaussian kernel's −0.5‖k‖² shift is what differs). */
+static void export_msf(vt_graph *g, const char *prefix, vt_tensor *t, vt_tensor *probs, int probe, int H, int inner,
+                       float scale, const vt_attn_ctx *a) {
+    if (!g->export_maps || !t) return;
+    const vt_attn_src s = {.kh = a->grid_h, .kw = a->grid_w, .klead = a->lead};
+    vt_block_export_map(g, prefix, NULL, probs, a, &s, 0, 1);
+    if (!probe) return;
+    vt_attn_map m = vt_block_map_geom(prefix, "softmax_qk", a, &s);
+    const int B = t->shape[0], N = t->shape[1], L = t->shape[2], dh = inner / H;
+    m.form = VT_MAP_SOFTMAX;
+    m.q = m.k = t;
+    m.koff = inner;
+    m.qst[0] = m.kst[0] = (int64_t)N * L;
+    m.qst[1] = m.kst[1] = dh;
+    m.qst[2] = m.kst[2] = L;
+    m.qst[3] = m.kst[3] = 1;
+    m.batch = B;
+    m.heads = H;
+    m.n = m.m = N;
+    m.d = dh;
+    m.scale = scale;
+    m.probs = 1;
+    vt_graph_export_map(g, &m);
+}
+
 int vt_msf_parse(const char *attn, vt_msf_cfg *m) {
     if (!attn) return -1;
     int probe;
@@ -57,7 +84,14 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     /* chunks q, k, v, p: contiguous blocks of `inner` output channels; head h takes [h·dh, (h+1)·dh) of each.
      * Fused attention (src/ops/attention.c) computes the Gaussian logits, softmax, ·v and − p per head. */
     const float s = 1.0f / sqrtf((float)dh);
-    vt_tensor *o = m->probe ? vt_attention_msf(g, t, H, s) : vt_attention(g, t, H, s);
+    vt_tensor *probs = NULL;
+    const vt_attn_args args = {.heads = H, .dim = inner, .k_off = inner, .v_off = 2 * inner, .p_off = 3 * inner,
+                               .scale = s, .msf = m->probe, .probs = &probs};
+    vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
+    if (m->grid_h > 0 && m->grid_w > 0) {
+        const vt_attn_ctx geom = {.heads = H, .grid_h = m->grid_h, .grid_w = m->grid_w};
+        export_msf(g, prefix, t, probs, m->probe, H, inner, s, &geom);
+    }
     int os[2] = {D, inner};
     const vt_init oinit = {VT_INIT_UNIFORM, 1.0f / sqrtf((float)inner)};
     vt_tensor *wo = vt_param(g, vt_pname(nm, prefix, "to_out.weight"), 2, os, oinit);
@@ -85,10 +119,12 @@ vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, cons
     if (w) w->paper_count = 1;
     vt_tensor *t = G == 1 ? vt_linear(g, x, w, b) : vt_group_linear(g, x, w, G, !m.block_grouping);
     if (G > 1 && b) t = vt_add(g, t, b); /* the bias follows the (interleaved) grouped product */
+    vt_tensor *probs = NULL;
     const vt_attn_args args = {.heads = H, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
                                .scale = 1.0f / sqrtf((float)(C / H)), .msf = m.probe,
                                .bias = a->rel_pos ? vt_block_rel_pos(g, prefix, a->rel_pos, H, a->rel_pos_flat) : NULL,
-                               .mask = a->mask};
+                               .mask = a->mask, .probs = &probs};
     vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
+    export_msf(g, prefix, t, probs, m.probe, H, C, args.scale, a);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
 }

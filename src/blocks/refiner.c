@@ -33,9 +33,12 @@ static vt_tensor *refine(vt_graph *g, const char *prefix, vt_tensor *a, float ex
     return vt_batchnorm_p(g, vt_pname(nm, prefix, "adapt_bn"), r, 1, BN_EPS, BN_MOM);
 }
 
-vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, int heads, int qkv_bias,
+vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *actx,
                                  vt_refiner_mode mode, float expand, vt_tensor **amap) {
     if (vt_bad(g, 1, x)) return NULL;
+    const int heads = actx->heads, qkv_bias = actx->qkv_bias;
+    /* the maps' token layout for export: queries and keys are the same tokens */
+    const vt_attn_src keys = {.kh = actx->grid_h, .kw = actx->grid_w, .klead = actx->lead};
     const int C = x->shape[x->ndim - 1];
     if (x->ndim != 3 || heads <= 0 || C % heads)
         return vt_fail(g, "refiner", "%s: input must be (B, N, C) with C divisible by %d heads", prefix, heads);
@@ -51,6 +54,8 @@ vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, 
         if (!ain) return vt_fail(g, "refiner", "%s: a shared-attention block needs the previous block's map", prefix);
         /* Â = scale·adapt_bn(DLA(A_in)) (no softmax); qkv is a (C, C) Linear giving V only; A_in passes through */
         attn = vt_scale(g, refine(g, prefix, ain, expand), scale);
+        vt_block_export_map(g, prefix, "before", ain, actx, &keys, 0, 0); /* the incoming map, before refinement */
+        vt_block_export_map(g, prefix, "refined", attn, actx, &keys, 0, 0);
         v = vt_split_heads(g, vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, C, qkv_bias, VT_INIT_W02), 0, heads, dh);
     } else {
         vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, qkv_bias, VT_INIT_W02);
@@ -58,8 +63,12 @@ vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, 
         v = vt_split_heads(g, qkv, 2 * C, heads, dh);
         /* (√s·q)(√s·k)ᵀ = s·q·kᵀ; softmax over keys; + scale·A_in (residual attention chain) */
         attn = vt_softmax(g, vt_matmul(g, q, k, 0, 1, scale), -1);
+        vt_block_export_map(g, prefix, NULL, attn, actx, &keys, 0, 1);
         if (ain) attn = vt_add(g, attn, vt_scale(g, ain, scale));
-        if (mode == VT_REFINER_TRANSFORM) attn = refine(g, prefix, attn, expand);
+        if (mode == VT_REFINER_TRANSFORM) {
+            attn = refine(g, prefix, attn, expand);
+            vt_block_export_map(g, prefix, "refined", attn, actx, &keys, 0, 0);
+        }
         if (amap) *amap = attn;
     }
     vt_tensor *o = vt_merge_heads(g, vt_matmul(g, attn, v, 0, 0, 1.0f));

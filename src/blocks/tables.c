@@ -17,7 +17,7 @@ static vt_tensor *attn_refiner(vt_graph *g, const char *prefix, vt_tensor *x, co
         return vt_fail(g, "refiner", "%s: needs global attention in the timm layout (no windows, no spatial reduction)",
                        prefix);
     const float expand = a->opts && a->opts->refiner_expand > 0 ? a->opts->refiner_expand : 3.0f;
-    return vt_block_refiner_attn(g, prefix, x, a->heads, a->qkv_bias, VT_REFINER_TRANSFORM, expand, NULL);
+    return vt_block_refiner_attn(g, prefix, x, a, VT_REFINER_TRANSFORM, expand, NULL);
 }
 
 /* Group-Mix attention on the token grid; it has no place for a class token. */

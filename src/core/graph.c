@@ -224,7 +224,7 @@ vt_tensor *vt_node_extra_output(vt_node *n, int ndim, const int *shape) {
 }
 
 int vt_graph_export_map(vt_graph *g, const vt_attn_map *m) {
-    if (!g->export_maps || g->err.msg[0] || !m || !m->t) return 0;
+    if (!g->export_maps || g->err.msg[0] || !m || (m->form == VT_MAP_FULL ? !m->t : !m->q || !m->k)) return 0;
     if (grow(g, (void ***)&g->maps, g->nmaps, &g->mapcap)) return -1;
     vt_attn_map *c = vt_alloc(sizeof(*c), &g->err);
     if (!c) return -1;
@@ -235,6 +235,9 @@ int vt_graph_export_map(vt_graph *g, const vt_attn_map *m) {
         if (clash) snprintf(c->name, sizeof c->name, "%.*s.%d", VT_NAMELEN - 8, m->name, k);
     }
     vt_graph_output(g, m->t);
+    vt_graph_output(g, m->q);
+    vt_graph_output(g, m->k);
+    vt_graph_output(g, m->kbias);
     g->maps[g->nmaps++] = c;
     return 0;
 }

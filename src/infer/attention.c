@@ -55,47 +55,94 @@ static void module_of(const vt_attn_map *m, char *buf, size_t n) {
     snprintf(buf, n, "%.*s", (int)len, m->name);
 }
 
+/* The map's batch entries, heads, queries and keys. */
+static void map_dims(const vt_attn_map *m, int *B, int *H, int *N, int *M) {
+    const vt_tensor *t = m->t;
+    const int full = m->form == VT_MAP_FULL && t && t->ndim == 4;
+    *B = full ? t->shape[0] : m->form == VT_MAP_FULL ? 0 : m->batch;
+    *H = full ? t->shape[1] : m->heads;
+    *N = full ? t->shape[2] : m->n;
+    *M = full ? t->shape[3] : m->m;
+}
+
 /* 0 when m can be drawn for one image: one batch entry, queries and keys on the token grids it declares. */
 static int drawable(const vt_attn_map *m, char *why, size_t n) {
-    const vt_tensor *t = m->t;
-    if (t->ndim != 4 || t->shape[0] != 1) {
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    if (B != 1) {
         snprintf(why, n, "%s: its attention runs per window (%d windows per image); per-window maps are not drawn",
-                 m->name, t->ndim == 4 ? t->shape[0] : 0);
+                 m->name, B);
         return -1;
     }
-    if (m->kh < 1 || m->kw < 1 || t->shape[2] != m->lead + m->gh * m->gw || t->shape[3] != m->klead + m->kh * m->kw) {
-        snprintf(why, n, "%s: its %d×%d map is not over the token grid", m->name, t->shape[2], t->shape[3]);
+    if (m->kh < 1 || m->kw < 1 || N != m->lead + m->gh * m->gw || M != m->klead + m->kh * m->kw) {
+        snprintf(why, n, "%s: its %d×%d map is not over the token grid", m->name, N, M);
         return -1;
     }
     return 0;
 }
 
-/* The drawn row of head h (h < 0: the head mean) of map m into v (kh·kw): the class token's row when the queries
- * have a leading token, else the mean over the queries; keys before the grid dropped. */
-static void map_row(const vt_attn_map *m, int h, float *v) {
-    const vt_tensor *t = m->t;
-    const int H = t->shape[1], N = t->shape[2], M = t->shape[3], K = m->kh * m->kw;
-    const int h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1, q1 = m->lead ? 1 : N;
+/* The (H, N, M) map of batch entry 0 into out: a copy of t, or computed from the factors (m->form). */
+static void materialise(const vt_attn_map *m, float *out) {
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    if (m->form == VT_MAP_FULL) {
+        memcpy(out, m->t->data, sizeof(float) * (size_t)H * N * M);
+        return;
+    }
+    const float *q = m->q->data + m->qoff, *k = m->k->data + m->koff, *kb = m->kbias ? m->kbias->data + m->kboff : NULL;
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < N; i++) {
+            float *row = out + ((size_t)h * N + i) * M;
+            double sum = 0.0, mx = -INFINITY;
+            for (int j = 0; j < M; j++) {
+                double acc = 0.0;
+                for (int c = 0; c < m->d; c++) {
+                    double a = q[h * m->qst[1] + i * m->qst[2] + c * m->qst[3]];
+                    double b = k[h * m->kst[1] + j * m->kst[2] + c * m->kst[3]];
+                    if (kb) b += kb[h * m->kbst[1] + j * m->kbst[2] + c * m->kbst[3]];
+                    if (m->relu) a = a > 0.0 ? a : 0.0, b = b > 0.0 ? b : 0.0;
+                    acc += a * b;
+                }
+                row[j] = (float)(m->form == VT_MAP_LINEAR ? acc : m->scale * acc);
+                sum += acc;
+                mx = row[j] > mx ? row[j] : mx;
+            }
+            if (m->form == VT_MAP_LINEAR) {
+                for (int j = 0; j < M; j++) row[j] = (float)(row[j] / (sum + m->eps));
+            } else if (m->form == VT_MAP_SOFTMAX) {
+                double z = 0.0;
+                for (int j = 0; j < M; j++) z += exp(row[j] - mx);
+                for (int j = 0; j < M; j++) row[j] = (float)(exp(row[j] - mx) / z);
+            }
+        }
+}
+
+/* The drawn row of head h (h < 0: the head mean) of map m (values data, (H, N, M)) into v (kh·kw): the class
+ * token's row when the queries have a leading token, else the mean over the queries; keys before the grid dropped. */
+static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    const int K = m->kh * m->kw, h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1, q1 = m->lead ? 1 : N;
     for (int j = 0; j < K; j++) {
         double s = 0.0;
         for (int hh = h0; hh < h1; hh++)
-            for (int i = 0; i < q1; i++) s += t->data[((size_t)hh * N + i) * M + m->klead + j];
+            for (int i = 0; i < q1; i++) s += data[((size_t)hh * N + i) * M + m->klead + j];
         v[j] = (float)(s / ((double)(h1 - h0) * q1));
     }
 }
 
 /* Attention rollout (Abnar & Zuidema 2020) of one image into R (N×N, double): per block the head mean plus the
  * identity, rows renormalised, multiplied through the blocks in order (R ← A·R). */
-static void rollout(vt_attn_map *const *prim, int nb, int N, double *R, double *A, double *T) {
+static void rollout(float *const *maps, const int *heads, int nb, int N, double *R, double *A, double *T) {
     for (int i = 0; i < N * N; i++) R[i] = i % (N + 1) == 0 ? 1.0 : 0.0;
     for (int b = 0; b < nb; b++) {
-        const vt_tensor *t = prim[b]->t;
-        const int H = t->shape[1];
+        const float *t = maps[b];
+        const int H = heads[b];
         for (int i = 0; i < N; i++) {
             double sum = 0.0;
             for (int j = 0; j < N; j++) {
                 double s = 0.0;
-                for (int h = 0; h < H; h++) s += t->data[((size_t)h * N + i) * N + j];
+                for (int h = 0; h < H; h++) s += t[((size_t)h * N + i) * N + j];
                 A[i * N + j] = s / H + (i == j);
                 sum += A[i * N + j];
             }
@@ -193,6 +240,9 @@ typedef struct {
     vt_graph *g;
     vt_attn_map **sel, **prim;  /* drawn maps; each block's first square probability map (rollout) */
     int nsel, nprim;
+    float **cur;                /* per graph map: its (H, N, M) values for the current image (NULL: not needed) */
+    float **selv, **primv;      /* cur of the drawn and of the rollout maps */
+    int *primh;                 /* heads of the rollout maps */
     float **saved, *inputs, *rolls, *row;
     double *R, *A, *T;
     canvas cv;
@@ -201,6 +251,12 @@ typedef struct {
 static void run_free(run_t *r) {
     if (r->saved)
         for (int i = 0; i < r->nsel; i++) free(r->saved[i]);
+    if (r->cur)
+        for (int i = 0; i < r->g->nmaps; i++) free(r->cur[i]);
+    free(r->cur);
+    free(r->selv);
+    free(r->primv);
+    free(r->primh);
     free(r->saved);
     free(r->sel);
     free(r->prim);
@@ -215,31 +271,44 @@ static void run_free(run_t *r) {
     vt_graph_free(r->g);
 }
 
-/* Selects the maps to draw (o->blocks or every drawable block) and, for the rollout, each block's primary map. */
+/* Numbers of floats of one image's map. */
+static int64_t map_numel(const vt_attn_map *m) {
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    return (int64_t)H * N * M;
+}
+
+/* Selects the maps to draw (o->blocks or every drawable block) and, for the rollout, each block's primary map, and
+ * gives each a buffer for its values. */
 static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *o, vt_err *e) {
     vt_graph *g = r->g;
-    char mods[512][VT_NAMELEN]; /* distinct blocks in build order */
-    int nmod = 0, *mod_of = calloc((size_t)g->nmaps, sizeof(int));
-    r->sel = calloc((size_t)g->nmaps, sizeof(*r->sel));
-    r->prim = calloc((size_t)g->nmaps, sizeof(*r->prim));
-    if (!mod_of || !r->sel || !r->prim) {
-        free(mod_of);
-        return vt_seterr(e, "out of memory");
+    char(*mods)[VT_NAMELEN] = calloc((size_t)g->nmaps, VT_NAMELEN); /* distinct blocks in build order */
+    int nmod = 0, *mod_of = calloc((size_t)g->nmaps, sizeof(int)), rc = -1;
+    const size_t nm = (size_t)g->nmaps;
+    r->sel = calloc(nm, sizeof(*r->sel));
+    r->prim = calloc(nm, sizeof(*r->prim));
+    r->cur = calloc(nm, sizeof(*r->cur));
+    r->selv = calloc(nm, sizeof(*r->selv));
+    r->primv = calloc(nm, sizeof(*r->primv));
+    r->primh = calloc(nm, sizeof(*r->primh));
+    if (!mods || !mod_of || !r->sel || !r->prim || !r->cur || !r->selv || !r->primv || !r->primh) {
+        vt_seterr(e, "out of memory");
+        goto done;
     }
     for (int i = 0; i < g->nmaps; i++) {
         char m[VT_NAMELEN];
         module_of(g->maps[i], m, sizeof m);
         int k = 0;
         while (k < nmod && strcmp(mods[k], m) != 0) k++;
-        if (k == nmod && nmod < 512) snprintf(mods[nmod++], VT_NAMELEN, "%s", m);
+        if (k == nmod) snprintf(mods[nmod++], VT_NAMELEN, "%s", m);
         mod_of[i] = k;
     }
     char why[300] = "";
     for (int b = 0; b < o->nblocks; b++)
         if (o->blocks[b] >= nmod) {
-            free(mod_of);
-            return vt_seterr(e, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name,
-                             nmod, nmod - 1, mods[0], mods[nmod - 1]);
+            vt_seterr(e, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name, nmod,
+                      nmod - 1, mods[0], mods[nmod - 1]);
+            goto done;
         }
     for (int i = 0; i < g->nmaps; i++) {
         vt_attn_map *m = g->maps[i];
@@ -249,29 +318,46 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
         const int ok = drawable(m, w, sizeof w) == 0;
         if (!ok && !why[0]) snprintf(why, sizeof why, "%s", w);
         if (want && !ok && o->nblocks) {
-            free(mod_of);
-            return vt_seterr(e, "%s", w);
+            vt_seterr(e, "%s", w);
+            goto done;
         }
-        if (want && ok) r->sel[r->nsel++] = m;
+        if (!want || !ok) continue;
+        if (!r->cur[i] && !(r->cur[i] = malloc(sizeof(float) * (size_t)map_numel(m)))) goto oom;
+        r->selv[r->nsel] = r->cur[i];
+        r->sel[r->nsel++] = m;
     }
     if (o->rollout)
         for (int k = 0; k < nmod; k++) {
-            vt_attn_map *p = NULL;
-            for (int i = 0; i < g->nmaps && !p; i++) {
-                const vt_attn_map *m = g->maps[i];
-                if (mod_of[i] == k && m->probs && m->t->shape[2] == m->t->shape[3] && drawable(m, why, sizeof why) == 0)
-                    p = g->maps[i];
+            int p = -1, B, H, N, M, N0 = 0;
+            char wb[300];
+            for (int i = 0; i < g->nmaps && p < 0; i++) {
+                map_dims(g->maps[i], &B, &H, &N, &M);
+                if (mod_of[i] == k && g->maps[i]->probs && N == M && drawable(g->maps[i], wb, sizeof wb) == 0) p = i;
             }
-            if (!p || (r->nprim && p->t->shape[2] != r->prim[0]->t->shape[2])) {
-                free(mod_of);
-                return vt_seterr(e, "--rollout needs every block's token-to-token probabilities over the same tokens; "
-                                 "%s has none that fit", mods[k]);
+            if (r->nprim) map_dims(r->prim[0], &B, &H, &N0, &M);
+            if (p >= 0) map_dims(g->maps[p], &B, &H, &N, &M);
+            if (p < 0 || (r->nprim && N != N0)) {
+                vt_seterr(e, "--rollout needs every block's token-to-token probabilities over the same tokens; %s has "
+                          "none that fit", mods[k]);
+                goto done;
             }
-            r->prim[r->nprim++] = p;
+            if (!r->cur[p] && !(r->cur[p] = malloc(sizeof(float) * (size_t)map_numel(g->maps[p])))) goto oom;
+            r->primv[r->nprim] = r->cur[p];
+            r->primh[r->nprim] = H;
+            r->prim[r->nprim++] = g->maps[p];
         }
+    if (!r->nsel) {
+        vt_seterr(e, "%s has no attention maps that can be drawn (%s)", c->name, why);
+        goto done;
+    }
+    rc = 0;
+    goto done;
+oom:
+    vt_seterr(e, "out of memory");
+done:
+    free(mods);
     free(mod_of);
-    if (!r->nsel) return vt_seterr(e, "%s has no attention maps that can be drawn (%s)", c->name, why);
-    return 0;
+    return rc;
 }
 
 int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n,
@@ -297,11 +383,11 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         goto fail;
     }
     if (select_maps(&r, c, o, e)) goto fail;
-    int cols = 1;
+    int cols = 1, B, H, N, M;
     if (!o->head_mean) {
         int maxh = 0;
         for (int i = 0; i < r.nsel; i++) {
-            const int H = r.sel[i]->t->shape[1];
+            map_dims(r.sel[i], &B, &H, &N, &M);
             maxh = H > maxh ? H : maxh;
             for (int k = 0; k < o->nheads; k++)
                 if (o->heads[k] >= H) {
@@ -316,15 +402,17 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     const int64_t per = (int64_t)C * S * S;
     r.cv.S = S;
     r.cv.T = S * ((128 + S - 1) / S);
-    const int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD), Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
-    if (o->png && (W > 32768 || Hh > 65536 * 4)) {
-        vt_seterr(e, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, "
-                  "--heads mean)", (long long)W, (long long)Hh);
+    const int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD);
+    const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
+    if (o->png && (W > 32768 || Hh > 262144 || W * Hh > ((int64_t)1 << 28))) {
+        vt_seterr(e, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, --heads "
+                  "mean)", (long long)W, (long long)Hh);
         goto fail;
     }
     r.cv.W = (int)W;
     r.cv.H = (int)Hh;
-    int maxk = 1, NR = r.nprim ? r.prim[0]->t->shape[2] : 0;
+    int maxk = 1, NR = 0;
+    if (r.nprim) map_dims(r.prim[0], &B, &H, &NR, &M);
     for (int i = 0; i < r.nsel; i++) maxk = r.sel[i]->kh * r.sel[i]->kw > maxk ? r.sel[i]->kh * r.sel[i]->kw : maxk;
     r.row = malloc(sizeof(float) * (size_t)maxk);
     r.cv.big = malloc(sizeof(float) * (size_t)S * S);
@@ -335,7 +423,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         if (!(r.saved = calloc((size_t)r.nsel, sizeof(float *))) || !(r.inputs = malloc(sizeof(float) * per * n)))
             goto oom;
         for (int i = 0; i < r.nsel; i++)
-            if (!(r.saved[i] = malloc(sizeof(float) * (size_t)r.sel[i]->t->numel * n))) goto oom;
+            if (!(r.saved[i] = malloc(sizeof(float) * (size_t)map_numel(r.sel[i]) * n))) goto oom;
         if (o->rollout && !(r.rolls = malloc(sizeof(float) * (size_t)NR * NR * n))) goto oom;
     }
     if (o->rollout && (!(r.R = malloc(sizeof(double) * (size_t)NR * NR)) ||
@@ -350,12 +438,15 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             goto fail;
         }
         vt_graph_forward(r.g);
+        for (int i = 0; i < r.g->nmaps; i++)
+            if (r.cur[i]) materialise(r.g->maps[i], r.cur[i]);
         if (r.inputs) memcpy(r.inputs + b * per, in->data, sizeof(float) * (size_t)per);
-        for (int i = 0; i < r.nsel; i++)
-            if (r.saved)
-                memcpy(r.saved[i] + r.sel[i]->t->numel * b, r.sel[i]->t->data, sizeof(float) * (size_t)r.sel[i]->t->numel);
+        for (int i = 0; r.saved && i < r.nsel; i++) {
+            const int64_t k = map_numel(r.sel[i]);
+            memcpy(r.saved[i] + k * b, r.selv[i], sizeof(float) * (size_t)k);
+        }
         if (o->rollout) {
-            rollout(r.prim, r.nprim, NR, r.R, r.A, r.T);
+            rollout(r.primv, r.primh, r.nprim, NR, r.R, r.A, r.T);
             if (r.rolls)
                 for (int k = 0; k < NR * NR; k++) r.rolls[(size_t)b * NR * NR + k] = (float)r.R[k];
         }
@@ -381,7 +472,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw);
                     continue;
                 }
-                const int H = m->t->shape[1];
+                map_dims(m, &B, &H, &N, &M);
                 for (int k = 0; k < cols; k++) {
                     const int h = o->head_mean ? -1 : o->nheads ? o->heads[k] : k;
                     if (h >= H) continue;
@@ -392,7 +483,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                         snprintf(cap, sizeof cap, "head %d %s", h, h < m->split ? "computed" : "hallucin.");
                     else
                         snprintf(cap, sizeof cap, "head %d", h);
-                    map_row(m, h, r.row);
+                    map_row(m, r.selv[i], h, r.row);
                     const int x0 = PAD + (1 + k) * (r.cv.T + PAD);
                     text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
                     tile(&r.cv, x0, yt, in->data, C, &pp, r.row, m->kh, m->kw);
@@ -409,8 +500,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         int nt = 0;
         t[nt++] = (vt_st_out){"input", VT_ST_F32, 4, {n, C, S, S}, r.inputs};
         for (int i = 0; i < r.nsel; i++) {
-            const vt_tensor *m = r.sel[i]->t;
-            t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 4, {n, m->shape[1], m->shape[2], m->shape[3]}, r.saved[i]};
+            map_dims(r.sel[i], &B, &H, &N, &M);
+            t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 4, {n, H, N, M}, r.saved[i]};
         }
         if (o->rollout) t[nt++] = (vt_st_out){"rollout", VT_ST_F32, 3, {n, NR, NR}, r.rolls};
         char meta[300];

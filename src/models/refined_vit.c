@@ -44,6 +44,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     t = vt_conv2d_p(g, "patch_embed.proj", t, D, 8, 8, 0, 1, 1);
     if (!t) return NULL;
     const int n = t->shape[2] * t->shape[3];
+    const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, t->shape[2], t->shape[3], 1);
     int s3[3] = {B, D, n}, perm[3] = {0, 2, 1}, ts[3] = {1, 1, D}, ps[3] = {1, n + 1, D};
     t = vt_permute(g, vt_reshape(g, t, 3, s3), perm); /* (B, n, D), token index y·w + x */
     vt_tensor *cls = vt_param(g, "cls_token", 3, ts, VT_INIT_W02);
@@ -59,7 +60,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
                                : (i % 2)                  ? VT_REFINER_SHARED
                                                           : VT_REFINER_PLAIN;
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), vt_scale(g, t, 0.5f), a->ln_eps);
-        h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, st->heads, a->qkv_bias, mode,
+        h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, &actx, mode,
                                   mode == VT_REFINER_TRANSFORM ? head_expand : expand, &amap);
         const float dp = vt_model_drop_path(c, i, depth);
         t = vt_add(g, t, vt_scale(g, vt_drop_path(g, h, dp), 2.0f));

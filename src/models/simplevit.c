@@ -39,6 +39,8 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     m.dim_head = a->opts.dim_head > 0 ? a->opts.dim_head : D / st->heads;
     m.norm = 1;
     m.ln_eps = a->ln_eps;
+    m.grid_h = gh;
+    m.grid_w = gw;
     char nm[VT_NAMELEN], pre[VT_NAMELEN];
     vt_scope(g, "to_patch_embedding");
     /* (B, C, H, W) → (B, H·W, C) → (B·gh, P, gw, P·C) → (B·gh, gw, P, P·C) → (B, N, (p1·P + p2)·C + c) */
