@@ -1,5 +1,6 @@
 /* The fused attention ops (plain and MSF): finite-difference gradients, and equality with the plain op chains
- * (forward and gradients, train and eval graphs); the inline exp/erf against double-precision libm. */
+ * (forward and gradients, train and eval graphs); the exported probabilities (vitc attention) against the chain's
+ * softmax, with the output unchanged; the inline exp/erf against double-precision libm. */
 #include <math.h>
 #include <string.h>
 
@@ -69,6 +70,91 @@ static void check_matches_plain(vt_test *T) {
         }
 }
 
+/* Fused attention on one packed input with probability export asked for (vt_attn_args.probs) in a graph with
+ * export_maps = exp: its output into out, the exported probabilities into probs (when given), its arena size. */
+static int64_t run_export(int msf, int exp, int train, int B, int N, int H, int dh, float *out, float *probs,
+                          int *got_probs) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, train, &e);
+    g->export_maps = exp;
+    const int C = H * dh, s[3] = {B, N, (msf ? 4 : 3) * C};
+    vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f}), *pr = NULL;
+    const vt_attn_args a = {.heads = H, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C, .scale = 0.4f,
+                            .msf = msf, .probs = &pr};
+    vt_tensor *y = vt_attention_ex(g, x, NULL, &a);
+    if (train) vt_graph_set_loss(g, vt_sum(g, y));
+    vt_graph_output(g, y);
+    vt_graph_finalize(g, &e);
+    vt_params_init(P, 5);
+    vt_graph_forward(g);
+    memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
+    *got_probs = pr != NULL;
+    if (pr && probs) memcpy(probs, pr->data, sizeof(float) * (size_t)pr->numel);
+    const int64_t bytes = vt_graph_arena_bytes(g);
+    vt_graph_free(g);
+    vt_params_free(P);
+    return bytes;
+}
+
+/* The plain chain's probabilities softmax(logits) (B, H, N, N) for the packed input of run_export. */
+static void plain_probs(int msf, int B, int N, int H, int dh, float *probs) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int C = H * dh, s[3] = {B, N, (msf ? 4 : 3) * C};
+    vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *q = vt_split_heads(g, x, 0, H, dh), *k = vt_split_heads(g, x, C, H, dh);
+    vt_tensor *logits = vt_matmul(g, q, k, 0, 1, 0.4f);
+    if (msf) {
+        const int ks[4] = {B, H, 1, N};
+        vt_tensor *kn = vt_scale(g, vt_mean(g, vt_mul(g, k, k), 3), 0.5f * 0.4f * (float)dh);
+        logits = vt_sub(g, logits, vt_reshape(g, kn, 4, ks));
+    }
+    vt_tensor *p = vt_softmax(g, logits, -1);
+    vt_graph_output(g, p);
+    vt_graph_finalize(g, &e);
+    vt_params_init(P, 5);
+    vt_graph_forward(g);
+    memcpy(probs, p->data, sizeof(float) * (size_t)p->numel);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+/* Export (for `vitc attention`): the exported probabilities equal the plain chain's softmax; the output is
+ * bit-identical with and without export; without export_maps nothing is exported and the arena is unchanged. */
+static void check_export(vt_test *T) {
+    enum { B = 2, N = 13, H = 3, dh = 8 };
+    static float o1[B * N * H * dh], o2[B * N * H * dh], p1[B * H * N * N], p2[B * H * N * N];
+    for (int msf = 0; msf < 2; msf++)
+        for (int train = 0; train < 2; train++) {
+            int got_on, got_off;
+            run_export(msf, 1, train, B, N, H, dh, o1, p1, &got_on);
+            const int64_t bytes_off = run_export(msf, 0, train, B, N, H, dh, o2, NULL, &got_off);
+            plain_probs(msf, B, N, H, dh, p2);
+            float ep = 0.0f;
+            for (int i = 0; i < B * H * N * N; i++) ep = fmaxf(ep, fabsf(p1[i] - p2[i]));
+            T_CHECK(T, got_on && ep < 1e-6f, "exported probabilities (msf=%d, train=%d): max err %g vs the chain", msf,
+                    train, ep);
+            T_CHECK(T, memcmp(o1, o2, sizeof o1) == 0, "output changed by export (msf=%d, train=%d)", msf, train);
+            /* the same op built without asking for probabilities: the arena of the default path */
+            vt_err e = {{0}};
+            vt_params *P = vt_params_new(&e);
+            vt_graph *g = vt_graph_new(P, train, &e);
+            const int s[3] = {B, N, (msf ? 4 : 3) * H * dh};
+            vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
+            vt_tensor *y = msf ? vt_attention_msf(g, x, H, 0.4f) : vt_attention(g, x, H, 0.4f);
+            if (train) vt_graph_set_loss(g, vt_sum(g, y));
+            vt_graph_output(g, y);
+            vt_graph_finalize(g, &e);
+            T_CHECK(T, !got_off && bytes_off == vt_graph_arena_bytes(g),
+                    "export off (msf=%d, train=%d): probabilities %d, arena %lld vs %lld bytes", msf, train, got_off,
+                    (long long)bytes_off, (long long)vt_graph_arena_bytes(g));
+            vt_graph_free(g);
+            vt_params_free(P);
+        }
+}
+
 static void check_mathfn(vt_test *T) {
     double re = 0, ae = 0;
     for (double x = -87.0; x < 88.0; x += 0.001) {
@@ -85,6 +171,7 @@ static void check_mathfn(vt_test *T) {
 void test_ops_attention(vt_test *T) {
     check_mathfn(T);
     check_matches_plain(T);
+    check_export(T);
     gc_case cases[] = {
         {.name = "attention", .nx = 1, .ndim = {3}, .shape = {{2, 5, 18}}, .build = b_attn, .ia = {2}, .fa = {0.5f}},
         {.name = "attention_n1", .nx = 1, .ndim = {3}, .shape = {{1, 1, 12}}, .build = b_attn, .ia = {1}, .fa = {1}},

@@ -17,6 +17,14 @@ def focus(t, s, p):
     return t / t.norm(dim=-1, keepdim=True) * tn
 
 
+def implied(q, k, heads):
+    """The attention linear attention implies: per head a_ij = q_i·k_j / (Σ_j q_i·k_j + n·1e-6) (B, h, N, n), the
+    weights `attend` gives v_j (the dense form's normaliser)."""
+    q, k = split_heads(q, heads), split_heads(k, heads)
+    a = q @ k.transpose(-2, -1)
+    return a / (a.sum(-1, keepdim=True) + k.shape[2] * 1e-6)
+
+
 def split_heads(t, heads):
     B, n, C = t.shape
     return t.reshape(B, n, heads, C // heads).transpose(1, 2)      # (B, h, n, d)

@@ -91,6 +91,7 @@ class EfficientAtt(nn.Module):
         Z = torch.cat(Y, 1).reshape(3, B, HEADS, d, N).transpose(-1, -2)       # (3, B, 8, N, d)
         q, k, v = Z[0], Z[1], Z[2]
         ctx = k.softmax(dim=2).transpose(-1, -2) @ v                            # (B, 8, d, d)
+        self.maps = {"": self.scale * q @ k.softmax(dim=2).transpose(-1, -2)}  # implied token weights (B, 8, N, N)
         fa = q @ ctx
         vimg = v.transpose(-1, -2).reshape(B, HEADS * d, H, W)
         vc = self.crpe(vimg).reshape(B, HEADS, d, N).transpose(-1, -2)

@@ -54,6 +54,7 @@ class FocusedLinearAttention(nn.Module):
         k, v = kv[:, :, 0], kv[:, :, 1]
         k = k + self.positional_encoding
         s = F.softplus(self.scale)                       # beta 1, threshold 20
+        self.raw = (q, k)                                # for the plain ReLU linear attention map in forward
         return flatten_ref.focus(q, s, self.p), flatten_ref.focus(k, s, self.p), v     # (B, N, C) each
 
     def dwc_term(self, v, B, N, C):
@@ -67,6 +68,9 @@ class FocusedLinearAttention(nn.Module):
         B, N, C = x.shape
         q, k, v = self.kernels(x)
         o = flatten_ref.attend(q, k, v, self.heads, dense) + self.dwc_term(v, B, N, C)
+        # the maps (test_attention.py): focused implied attention; plain ReLU linear attention of the same q, k
+        self.maps = {"": flatten_ref.implied(q, k, self.heads),
+                     "relu_linear": flatten_ref.implied(*(F.relu(t) for t in self.raw), self.heads)}
         return self.proj(o)
 
 

@@ -69,6 +69,7 @@ class HAttention(nn.Module):
         ih = self.ihh(img).reshape(B, N, h2, gh * gw).permute(0, 2, 1, 3)
         ah = self.chh(torch.cat([ar[..., :extra], ih], dim=-1))           # 1x1 over heads at every (query, key)
         a = torch.softmax(torch.cat([ar, ah], dim=1), dim=-1)
+        self.maps = {"": a}                                               # computed heads, then hallucinated ones
         return self.proj((a @ v).transpose(1, 2).reshape(B, N, C))
 
 

@@ -127,7 +127,10 @@ class HostAttn(nn.Module):
         B, n, C4 = t.shape
         q, k, v, p = [c.reshape(B, n, self.heads, self.dh).transpose(1, 2) for c in t.chunk(4, -1)]
         dots = q @ k.transpose(-1, -2) - 0.5 * (k * k).sum(-1)[:, :, None, :]
-        o = torch.softmax(dots * self.dh ** -0.5, dim=-1) @ v - p
+        a = torch.softmax(dots * self.dh ** -0.5, dim=-1)
+        o = a @ v - p
+        # the maps (test_attention.py): Gaussian-kernel probabilities, and plain softmax logits of the same q, k
+        self.maps = {"": a, "softmax_qk": torch.softmax(q @ k.transpose(-1, -2) * self.dh ** -0.5, dim=-1)}
         return self.proj(o.transpose(1, 2).reshape(B, n, C4 // 4))
 
 

@@ -367,7 +367,9 @@ class TransformAttn(nn.Module):
     def forward(self, x):
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.H, C // self.H).permute(2, 0, 3, 1, 4)
-        attn = self.adapt_bn(self.DLA(((q * self.scale) @ k.transpose(-2, -1)).softmax(-1)))
+        a = ((q * self.scale) @ k.transpose(-2, -1)).softmax(-1)
+        attn = self.adapt_bn(self.DLA(a))
+        self.maps = {"": a, "refined": attn}                  # before and after refinement (test_attention.py)
         return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
 
 

@@ -57,6 +57,7 @@ class Attention(nn.Module):
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]                       # (B, heads, N, head_dim)
         a = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
+        self.maps = {"": a}                                     # (B, heads, N, N), for test_attention.py
         return self.proj((a @ v).transpose(1, 2).reshape(B, N, D))
 
 

@@ -1,0 +1,207 @@
+"""Reference test of `vitc attention` (attention-map pictures) against the independent PyTorch reference models of
+the other reference tests, each of whose attention modules keeps its maps in `.maps` ({view: (B, H, N, M)}).
+
+For every block type in the ViT host on Fashion-MNIST-sized inputs (vit_fmnist_tiny; GMA: vit_fmnist_tiny_gap),
+random weights, three image files (PNG, one RGB of another size: vitc preprocesses them, the reference runs on the
+preprocessed `input` that --save-maps writes back), the maps vitc saves equal the reference's, max|a-b| / max(1,
+max|b|) <= 1e-5 (reference in float64):
+  mhsa      vit_ref.Attention: softmax(q·kᵀ·s)
+  hmhsa     test_hmhsa_cffn.HAttention: softmax([A_r, CHH(IHH(A_r))]) (computed heads, then hallucinated)
+  refiner   test_refiner.TransformAttn: the softmax map and the refined one adapt_bn(DLA(·))
+  msf       test_msf.HostAttn: the Gaussian-kernel probabilities and softmax(q·kᵀ·s) of the same q, k
+  flatten   test_flatten.FocusedLinearAttention: flatten_ref.implied(φ(q), φ(k)) and the same with ReLU on the raw
+            q, k + positional encoding (plain linear attention)
+  gma       gmf_ref.EfficientAtt: the implied token weights scale·q·softmax(k)ᵀ
+Rollout (--rollout): equals Abnar & Zuidema's rollout written here (per block the head mean + I, rows renormalised,
+R ← A·R) on the reference maps, <= 1e-5. The PNG decodes (PIL) to the size attention.h documents, for all blocks
+and heads, for --blocks 1,3 --heads mean and for --heads 0,2. Clear errors: an unknown block or head index, a
+malformed list, per-window maps (Swin), a model without maps (CSwin), rollout without probabilities (GMA), an
+unreadable image.
+Run: /usr/bin/python3 tests/reference/test_attention.py     (needs ./vitc or $VITC)
+"""
+import math
+
+import numpy as np
+import torch
+from PIL import Image
+
+import gmf_ref
+import st
+import test_flatten
+import test_hmhsa_cffn
+import test_msf
+import test_refiner
+import vit_ref
+from common import Report, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
+
+torch.set_default_dtype(torch.float32)  # test_refiner sets float64 when imported; each reference is made double
+TOL = 1e-5
+MODEL = "vit_fmnist_tiny"
+
+
+def write_images(tmp):
+    """Three images: 28×28 grayscale shapes, a noisy one, and a 40×33 RGB one (resized and cropped by vitc)."""
+    g = np.random.default_rng(0)
+    a = np.zeros((28, 28), np.uint8)
+    a[6:22, 9:19] = 200
+    a[12:16, 3:25] = 120
+    b = (g.random((28, 28)) * 255).astype(np.uint8)
+    c = (g.random((33, 40, 3)) * 255).astype(np.uint8)
+    paths = [tmp / "shapes.png", tmp / "noise.png", tmp / "rgb.png"]
+    Image.fromarray(a).save(paths[0])
+    Image.fromarray(b).save(paths[1])
+    Image.fromarray(c).save(paths[2])
+    return paths
+
+
+def ref_maps(model):
+    """{vitc map name: (B, H, N, M) numpy} from every module's .maps (name: module path [+ '.' + view])."""
+    out = {}
+    for name, mod in model.named_modules():
+        for view, a in getattr(mod, "maps", {}).items():
+            out[name + ("." + view if view else "")] = a.detach().numpy()
+    return out
+
+
+def rollout_ref(maps):
+    """Abnar & Zuidema 2020: for each block in order, A = mean over heads + I, rows renormalised; R ← A·R."""
+    B, _, N, _ = maps[0].shape
+    R = np.broadcast_to(np.eye(N), (B, N, N)).copy()
+    for a in maps:
+        A = a.mean(1) + np.eye(N)
+        A /= A.sum(-1, keepdims=True)
+        R = A @ R
+    return R
+
+
+def png_size(S, cols, rows):
+    """The grid's size as include/vitc/attention.h documents it (tile T = S·⌈128/S⌉)."""
+    T = S * math.ceil(128 / S)
+    return 4 + (1 + cols) * (T + 4), 4 + rows * (24 + T + 4)
+
+
+def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, heads=None, depth=None):
+    """Run vitc attention with the state dict sd and compare its saved maps (and rollout, PNG size) with ref."""
+    w, maps, png = tmp / f"{tag}_w.safetensors", tmp / f"{tag}_maps.safetensors", tmp / f"{tag}.png"
+    st.save(w, sd)
+    extra = ["--rollout"] if rollout else []
+    if vitc_ok(rep, f"{tag} attention", "attention", model, *args, "--weights", w, *imgs, "-o", png, "--save-maps",
+               maps, *extra) is None:
+        return
+    got = st.load(maps)
+    x = torch.from_numpy(got["input"]).double()
+    ref = ref.double().eval()
+    ref.load_state_dict({k: (v if v.dtype == torch.int64 else torch.as_tensor(v).double()) for k, v in sd.items()},
+                        strict=True)
+    with torch.no_grad():
+        ref(x)
+    want = ref_maps(ref)
+    names = sorted(k for k in got if k not in ("input", "rollout"))
+    rep.check(f"{tag} map names", names == sorted(want), f"vitc {names[:8]}, reference {sorted(want)[:8]}")
+    worst, where = 0.0, ""
+    for k in names:
+        if k in want:
+            if got[k].shape != want[k].shape:
+                rep.check(f"{tag} {k} shape", False, f"{got[k].shape}, want {want[k].shape}")
+                continue
+            e = scale_err(got[k], want[k])
+            if e > worst:
+                worst, where = e, k
+    rep.check(f"{tag} maps == reference", worst <= TOL, f"worst {worst:.2e} ({where}) over {len(names)} maps")
+    if rollout:
+        plain = [want[k] for k in sorted(want, key=lambda s: int(s.split(".")[1])) if k.count(".") == 2]
+        r = rollout_ref(plain)
+        e = scale_err(got.get("rollout", np.zeros(1)), r) if got.get("rollout") is not None and \
+            got["rollout"].shape == r.shape else float("inf")
+        rep.check(f"{tag} rollout == reference", e <= TOL, f"max err {e:.2e}")
+    H = heads or next(iter(want.values())).shape[1]
+    rows = len(imgs) * (len(names) + (1 if rollout else 0))
+    size = Image.open(png).size
+    rep.check(f"{tag} PNG size", size == png_size(28, H, rows), f"{size}, want {png_size(28, H, rows)}")
+
+
+def vit_cfg(rep):
+    j = info(rep, MODEL) or {}
+    return dict(patch_size=j.get("patch_size", 4), embed_dim=j.get("embed_dim", 64), depth=j.get("depth", 4),
+                num_heads=j.get("num_heads", 4), img_size=j.get("img_size", 28), in_chans=j.get("in_chans", 1),
+                num_classes=j.get("num_classes", 10), mlp_hidden=2 * j.get("embed_dim", 64))
+
+
+def test_types(rep, tmp, imgs, cfg):
+    D, H, g = cfg["embed_dim"], cfg["num_heads"], cfg["img_size"] // cfg["patch_size"]
+    # mhsa: fan-in weights make the softmax peaked (a map that is not nearly uniform)
+    check_case(rep, tmp, "mhsa", MODEL, [], vit_ref.ViT(cfg), vit_ref.random_state_dict(cfg, seed=1, std="fan_in"),
+               imgs)
+    m = vit_ref.ViT(cfg)
+    for b in m.blocks:
+        b.attn = test_hmhsa_cffn.HAttention(D, H, False, (g, g))
+    check_case(rep, tmp, "hmhsa", MODEL, ["--attn", "hmhsa"], m, test_hmhsa_cffn.random_sd(m, 2), imgs)
+    m = vit_ref.ViT(cfg)
+    for b in m.blocks:
+        b.attn = test_refiner.TransformAttn(D, H)
+    check_case(rep, tmp, "refiner", MODEL, ["--attn", "refiner"], m, test_refiner.randomise(m, 3), imgs)
+    m = test_msf.MSFViT(cfg, 1)
+    check_case(rep, tmp, "msf", MODEL, ["--attn", "msf"], m, test_msf.random_state_dict(m, 4), imgs)
+    check_case(rep, tmp, "flatten", MODEL, ["--attn", "flatten"], test_flatten.FLattenViT(cfg),
+               test_flatten.random_state_dict(cfg, 5), imgs)
+    m = gmf_ref.ViTGMA(28, 4, 80, 4, 160, 1, 10)
+    check_case(rep, tmp, "gma", "vit_fmnist_tiny_gap", ["--attn", "gma"], m, gmf_ref.randomize(m, 6), imgs,
+               rollout=False)
+
+
+def fails(rep, tag, want, *args):
+    """vitc must exit non-zero with `want` (a lowercase fragment) in its message, and no traceback-like crash."""
+    p = vitc(*args)
+    msg = (p.stderr or "").strip()
+    ok = p.returncode not in (0, None) and p.returncode < 128 and want in msg.lower()
+    rep.check(f"error: {tag}", ok, f"exit {p.returncode}, stderr {msg[-300:]!r}")
+
+
+def test_selection_and_errors(rep, tmp, imgs, cfg):
+    w = tmp / "sel_w.safetensors"
+    st.save(w, vit_ref.random_state_dict(cfg, seed=7, std="fan_in"))
+    base = ["attention", MODEL, "--weights", w]
+    png, maps = tmp / "sel.png", tmp / "sel.safetensors"
+    if vitc_ok(rep, "--blocks 1,3 --heads mean", *base, *imgs[:2], "-o", png, "--blocks", "1,3", "--heads", "mean",
+               "--save-maps", maps) is not None:
+        size = Image.open(png).size
+        rep.check("--blocks 1,3 --heads mean PNG size", size == png_size(28, 1, 2 * 2), f"{size}")
+        names = sorted(k for k in st.load(maps) if k != "input")
+        rep.check("--blocks 1,3 saves those blocks", names == ["blocks.1.attn", "blocks.3.attn"], f"{names}")
+    if vitc_ok(rep, "--heads 0,2", *base, imgs[0], "-o", png, "--heads", "0,2") is not None:
+        size = Image.open(png).size
+        rep.check("--heads 0,2 PNG size", size == png_size(28, 2, cfg["depth"]), f"{size}")
+    out = ["-o", tmp / "err.png"]
+    fails(rep, "unknown block", "block 4", *base, imgs[0], *out, "--blocks", "0,4")
+    fails(rep, "unknown head", "head 4", *base, imgs[0], *out, "--heads", "4")
+    fails(rep, "malformed --heads", "--heads", *base, imgs[0], *out, "--heads", "1,x")
+    fails(rep, "malformed --blocks", "--blocks", *base, imgs[0], *out, "--blocks", "-1")
+    bad = tmp / "not_an_image.png"
+    bad.write_text("not a picture\n")
+    fails(rep, "unreadable image", "not_an_image.png", *base, bad, *out)
+    fails(rep, "missing image", "missing.png", *base, tmp / "missing.png", *out)
+    fails(rep, "no output", "-o", *base, imgs[0])
+    for model, want, extra in [("swin_fmnist_tiny", "per window", ["--blocks", "0"]),
+                               ("cswin_tiny_224", "no attention maps", [])]:
+        wm = tmp / f"{model}.safetensors"
+        if vitc_ok(rep, f"init {model}", "init", model, "-o", wm) is not None:
+            fails(rep, f"{model}: {want}", want, "attention", model, "--weights", wm, imgs[0], *out, *extra)
+    wg = tmp / "gma_w.safetensors"
+    if vitc_ok(rep, "init gma", "init", "vit_fmnist_tiny_gap", "--attn", "gma", "-o", wg) is not None:
+        fails(rep, "rollout without probabilities", "--rollout", "attention", "vit_fmnist_tiny_gap", "--attn", "gma",
+              "--weights", wg, imgs[0], *out, "--rollout")
+
+
+def main():
+    rep = Report()
+    if have_vitc(rep):
+        tmp = tmpdir()
+        imgs = write_images(tmp)
+        cfg = vit_cfg(rep)
+        test_types(rep, tmp, imgs, cfg)
+        test_selection_and_errors(rep, tmp, imgs, cfg)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
