@@ -49,6 +49,9 @@ typedef struct vt_attn_ctx {
     int rel_pos_flat;        /* the index buffer is stored flattened (w⁴,) (torchvision) instead of (w², w²) */
     vt_tensor *mask;         /* Swin shifted windows: constant additive (nW, N, N) mask, batch entry b uses mask[b % nW] */
     int stripe;              /* CSwin layout: stripe width of the two-branch form; 0: one branch over the whole grid */
+    int win_h, win_w, win_sh, win_sw; /* > 0: the tokens are windows (batch entries, vt_window_partition) of an
+                              * win_h × win_w map with shift (win_sh, win_sw), each a grid_h × grid_w window (Swin);
+                              * for exported maps only */
     int layout;              /* VT_LAYOUT_* */
     float ln_eps;            /* norms inside the module (PVT's spatial-reduction LayerNorm, Next-ViT's BatchNorm1d) */
     int norm_folded;         /* Next-ViT deployed form: the BatchNorm1d after the reduction is merged into k and v

@@ -78,6 +78,8 @@ typedef struct vt_attn_map {
     int relu;
     int lead, gh, gw;      /* queries */
     int klead, kh, kw;     /* keys */
+    int win_h, win_w, win_sh, win_sw; /* > 0: batch entries are the gh × gw windows of one win_h × win_w map cut by
+                           * vt_window_partition with shift (win_sh, win_sw) (Swin); queries and keys are a window */
     int split;             /* > 0: heads [0, split) and [split, H) are two kinds (hMHSA: computed, hallucinated) */
     int probs;             /* 1: rows are probabilities (sum to 1); 0: other scores (the Refiner's refined maps) */
 } vt_attn_map;

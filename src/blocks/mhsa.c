@@ -113,7 +113,8 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
 }
 
 vt_attn_map vt_block_map_geom(const char *prefix, const char *view, const vt_attn_ctx *a, const vt_attn_src *s) {
-    vt_attn_map m = {.lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh, .kw = s->kw};
+    vt_attn_map m = {.lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh, .kw = s->kw,
+                     .win_h = a->win_h, .win_w = a->win_w, .win_sh = a->win_sh, .win_sw = a->win_sw};
     if (view) {
         snprintf(m.name, sizeof m.name, "%.100s.%.20s", prefix, view);
         snprintf(m.view, sizeof m.view, "%.20s", view);

@@ -65,10 +65,34 @@ static void map_dims(const vt_attn_map *m, int *B, int *H, int *N, int *M) {
     *M = full ? t->shape[3] : m->m;
 }
 
-/* 0 when m can be drawn for one image: one batch entry, queries and keys on the token grids it declares. */
+/* Windows per image of a per-window map (Swin: vt_window_partition's windows, padded map), else 0. */
+static int windows(const vt_attn_map *m, int *nwh, int *nww) {
+    if (m->win_h < 1 || m->win_w < 1 || m->gh < 1 || m->gw < 1) return 0;
+    *nwh = (m->win_h + m->gh - 1) / m->gh;
+    *nww = (m->win_w + m->gw - 1) / m->gw;
+    return *nwh * *nww;
+}
+
+/* The grid a map is drawn on: the keys' grid, or the whole map for per-window maps. */
+static void draw_grid(const vt_attn_map *m, int *gh, int *gw) {
+    *gh = m->win_h > 0 ? m->win_h : m->kh;
+    *gw = m->win_h > 0 ? m->win_w : m->kw;
+}
+
+/* 0 when m can be drawn for one image: one batch entry (or the windows of one image), queries and keys on the token
+ * grids it declares. */
 static int drawable(const vt_attn_map *m, char *why, size_t n) {
-    int B, H, N, M;
+    int B, H, N, M, nwh, nww;
     map_dims(m, &B, &H, &N, &M);
+    if (m->win_h > 0) {
+        const int nw = windows(m, &nwh, &nww);
+        if (B != nw || m->lead || N != m->gh * m->gw || M != N) {
+            snprintf(why, n, "%s: %d per-window maps of %d×%d do not fit %d windows of %dx%d tokens", m->name, B, N,
+                     M, nw, m->gh, m->gw);
+            return -1;
+        }
+        return 0;
+    }
     if (B != 1) {
         snprintf(why, n, "%s: its attention runs per window (%d windows per image); per-window maps are not drawn",
                  m->name, B);
@@ -81,15 +105,17 @@ static int drawable(const vt_attn_map *m, char *why, size_t n) {
     return 0;
 }
 
-/* The (H, N, M) map of batch entry 0 into out: a copy of t, or computed from the factors (m->form). */
+/* The (B, H, N, M) map (one image's batch entries) into out: a copy of t, or computed from the factors (m->form). */
 static void materialise(const vt_attn_map *m, float *out) {
     int B, H, N, M;
     map_dims(m, &B, &H, &N, &M);
     if (m->form == VT_MAP_FULL) {
-        memcpy(out, m->t->data, sizeof(float) * (size_t)H * N * M);
+        memcpy(out, m->t->data, sizeof(float) * (size_t)B * H * N * M);
         return;
     }
-    const float *q = m->q->data + m->qoff, *k = m->k->data + m->koff, *kb = m->kbias ? m->kbias->data + m->kboff : NULL;
+    for (int b = 0; b < B; b++, out += (size_t)H * N * M) {
+    const float *q = m->q->data + m->qoff + b * m->qst[0], *k = m->k->data + m->koff + b * m->kst[0];
+    const float *kb = m->kbias ? m->kbias->data + m->kboff + b * m->kbst[0] : NULL;
     for (int h = 0; h < H; h++)
         for (int i = 0; i < N; i++) {
             float *row = out + ((size_t)h * N + i) * M;
@@ -115,14 +141,31 @@ static void materialise(const vt_attn_map *m, float *out) {
                 for (int j = 0; j < M; j++) row[j] = (float)(exp(row[j] - mx) / z);
             }
         }
+    }
 }
 
-/* The drawn row of head h (h < 0: the head mean) of map m (values data, (H, N, M)) into v (kh·kw): the class
- * token's row when the queries have a leading token, else the mean over the queries; keys before the grid dropped. */
+/* The drawn row of head h (h < 0: the head mean) of map m (values data, (B, H, N, M)) into v (draw_grid): the
+ * class token's row when the queries have a leading token, else the mean over the queries; keys before the grid
+ * dropped. Per-window maps: each window's mean query over its keys, put back where the window took them from
+ * (vt_window_partition: padding at the bottom and right, then a roll by (−sh, −sw)). */
 static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
-    int B, H, N, M;
+    int B, H, N, M, nwh, nww;
     map_dims(m, &B, &H, &N, &M);
     const int K = m->kh * m->kw, h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1, q1 = m->lead ? 1 : N;
+    if (windows(m, &nwh, &nww)) {
+        const int Hp = nwh * m->gh, Wp = nww * m->gw;
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < M; j++) {
+                const int oy = ((b / nww) * m->gh + j / m->gw + m->win_sh) % Hp;
+                const int ox = ((b % nww) * m->gw + j % m->gw + m->win_sw) % Wp;
+                if (oy >= m->win_h || ox >= m->win_w) continue; /* padding */
+                double s = 0.0;
+                for (int hh = h0; hh < h1; hh++)
+                    for (int i = 0; i < N; i++) s += data[(((size_t)b * H + hh) * N + i) * M + j];
+                v[oy * m->win_w + ox] = (float)(s / ((double)(h1 - h0) * N));
+            }
+        return;
+    }
     for (int j = 0; j < K; j++) {
         double s = 0.0;
         for (int hh = h0; hh < h1; hh++)
@@ -243,14 +286,15 @@ typedef struct {
     float **cur;                /* per graph map: its (H, N, M) values for the current image (NULL: not needed) */
     float **selv, **primv;      /* cur of the drawn and of the rollout maps */
     int *primh;                 /* heads of the rollout maps */
-    float **saved, *inputs, *rolls, *row;
+    float **saved;              /* --save-maps: per drawn map its values, then per drawn map its rows */
+    float *inputs, *rolls, *row;
     double *R, *A, *T;
     canvas cv;
 } run_t;
 
 static void run_free(run_t *r) {
     if (r->saved)
-        for (int i = 0; i < r->nsel; i++) free(r->saved[i]);
+        for (int i = 0; i < 2 * r->nsel; i++) free(r->saved[i]);
     if (r->cur)
         for (int i = 0; i < r->g->nmaps; i++) free(r->cur[i]);
     free(r->cur);
@@ -275,7 +319,7 @@ static void run_free(run_t *r) {
 static int64_t map_numel(const vt_attn_map *m) {
     int B, H, N, M;
     map_dims(m, &B, &H, &N, &M);
-    return (int64_t)H * N * M;
+    return (int64_t)B * H * N * M;
 }
 
 /* Selects the maps to draw (o->blocks or every drawable block) and, for the rollout, each block's primary map, and
@@ -332,7 +376,9 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
             char wb[300];
             for (int i = 0; i < g->nmaps && p < 0; i++) {
                 map_dims(g->maps[i], &B, &H, &N, &M);
-                if (mod_of[i] == k && g->maps[i]->probs && N == M && drawable(g->maps[i], wb, sizeof wb) == 0) p = i;
+                if (mod_of[i] == k && g->maps[i]->probs && N == M && !g->maps[i]->win_h &&
+                    drawable(g->maps[i], wb, sizeof wb) == 0)
+                    p = i;
             }
             if (r->nprim) map_dims(r->prim[0], &B, &H, &N0, &M);
             if (p >= 0) map_dims(g->maps[p], &B, &H, &N, &M);
@@ -413,17 +459,27 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     r.cv.H = (int)Hh;
     int maxk = 1, NR = 0;
     if (r.nprim) map_dims(r.prim[0], &B, &H, &NR, &M);
-    for (int i = 0; i < r.nsel; i++) maxk = r.sel[i]->kh * r.sel[i]->kw > maxk ? r.sel[i]->kh * r.sel[i]->kw : maxk;
+    for (int i = 0; i < r.nsel; i++) {
+        int gh, gw;
+        draw_grid(r.sel[i], &gh, &gw);
+        maxk = gh * gw > maxk ? gh * gw : maxk;
+    }
     r.row = malloc(sizeof(float) * (size_t)maxk);
     r.cv.big = malloc(sizeof(float) * (size_t)S * S);
     if (o->png && !(r.cv.rgb = malloc((size_t)r.cv.W * r.cv.H * 3))) goto oom;
     if (!r.row || !r.cv.big) goto oom;
     if (o->png) memset(r.cv.rgb, 24, (size_t)r.cv.W * r.cv.H * 3);
     if (o->save_maps) {
-        if (!(r.saved = calloc((size_t)r.nsel, sizeof(float *))) || !(r.inputs = malloc(sizeof(float) * per * n)))
+        if (!(r.saved = calloc(2 * (size_t)r.nsel, sizeof(float *))) || !(r.inputs = malloc(sizeof(float) * per * n)))
             goto oom;
-        for (int i = 0; i < r.nsel; i++)
-            if (!(r.saved[i] = malloc(sizeof(float) * (size_t)map_numel(r.sel[i]) * n))) goto oom;
+        for (int i = 0; i < r.nsel; i++) {
+            int gh, gw;
+            draw_grid(r.sel[i], &gh, &gw);
+            map_dims(r.sel[i], &B, &H, &N, &M);
+            if (!(r.saved[i] = malloc(sizeof(float) * (size_t)map_numel(r.sel[i]) * n)) ||
+                !(r.saved[r.nsel + i] = malloc(sizeof(float) * (size_t)H * gh * gw * n)))
+                goto oom;
+        }
         if (o->rollout && !(r.rolls = malloc(sizeof(float) * (size_t)NR * NR * n))) goto oom;
     }
     if (o->rollout && (!(r.R = malloc(sizeof(double) * (size_t)NR * NR)) ||
@@ -443,7 +499,11 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         if (r.inputs) memcpy(r.inputs + b * per, in->data, sizeof(float) * (size_t)per);
         for (int i = 0; r.saved && i < r.nsel; i++) {
             const int64_t k = map_numel(r.sel[i]);
+            int gh, gw;
             memcpy(r.saved[i] + k * b, r.selv[i], sizeof(float) * (size_t)k);
+            draw_grid(r.sel[i], &gh, &gw);
+            map_dims(r.sel[i], &B, &H, &N, &M);
+            for (int h = 0; h < H; h++) map_row(r.sel[i], r.selv[i], h, r.saved[r.nsel + i] + ((size_t)b * H + h) * gh * gw);
         }
         if (o->rollout) {
             rollout(r.primv, r.primh, r.nprim, NR, r.R, r.A, r.T);
@@ -456,8 +516,9 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                 const vt_attn_map *m = i < r.nsel ? r.sel[i] : r.prim[0];
                 const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.T + PAD), yt = y0 + TITLE + CAPTION;
                 char t[200];
-                snprintf(t, sizeof t, "%s  %s%s", base, i < r.nsel ? m->name : "rollout over all blocks",
-                         i < r.nsel && !m->probs ? " (scores, not probabilities)" : "");
+                snprintf(t, sizeof t, "%s  %s%s%s", base, i < r.nsel ? m->name : "rollout over all blocks",
+                         i < r.nsel && !m->probs ? " (scores, not probabilities)" : "",
+                         i < r.nsel && m->win_h ? " (per window)" : "");
                 text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
                 text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
                 tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0);
@@ -485,8 +546,10 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                         snprintf(cap, sizeof cap, "head %d", h);
                     map_row(m, r.selv[i], h, r.row);
                     const int x0 = PAD + (1 + k) * (r.cv.T + PAD);
+                    int gh, gw;
+                    draw_grid(m, &gh, &gw);
                     text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
-                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, m->kh, m->kw);
+                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw);
                 }
             }
         }
@@ -495,20 +558,33 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     vt_progress_end(&pg);
     if (o->png && write_png(o->png, &r.cv, e)) goto fail;
     if (o->save_maps) {
-        vt_st_out *t = calloc((size_t)r.nsel + 2, sizeof *t);
-        if (!t) goto oom;
+        vt_st_out *t = calloc(2 * (size_t)r.nsel + 2, sizeof *t);
+        char(*rn)[VT_NAMELEN + 8] = calloc((size_t)r.nsel, VT_NAMELEN + 8);
+        if (!t || !rn) {
+            free(t);
+            free(rn);
+            goto oom;
+        }
         int nt = 0;
         t[nt++] = (vt_st_out){"input", VT_ST_F32, 4, {n, C, S, S}, r.inputs};
         for (int i = 0; i < r.nsel; i++) {
             map_dims(r.sel[i], &B, &H, &N, &M);
-            t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 4, {n, H, N, M}, r.saved[i]};
+            if (r.sel[i]->win_h) /* per-window maps: (images, windows, heads, queries, keys) */
+                t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 5, {n, B, H, N, M}, r.saved[i]};
+            else
+                t[nt++] = (vt_st_out){r.sel[i]->name, VT_ST_F32, 4, {n, H, N, M}, r.saved[i]};
+            int gh, gw;
+            draw_grid(r.sel[i], &gh, &gw);
+            snprintf(rn[i], VT_NAMELEN + 8, "%s.rows", r.sel[i]->name);
+            t[nt++] = (vt_st_out){rn[i], VT_ST_F32, 4, {n, H, gh, gw}, r.saved[r.nsel + i]};
         }
         if (o->rollout) t[nt++] = (vt_st_out){"rollout", VT_ST_F32, 3, {n, NR, NR}, r.rolls};
         char meta[300];
-        snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc attention maps (images, heads, queries, "
-                 "keys)\"}", c->name);
+        snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc attention: maps (images, [windows,] heads, "
+                 "queries, keys); NAME.rows: the drawn rows (images, heads, grid h, grid w)\"}", c->name);
         const int rc = vt_st_write(o->save_maps, t, nt, meta, e);
         free(t);
+        free(rn);
         if (rc) goto fail;
     }
     run_free(&r);

@@ -86,6 +86,12 @@ static vt_tensor *block(vt_graph *g, const vt_model_cfg *c, const char *pre, vt_
     if (!whole) x = vt_window_partition(g, vt_reshape(g, x, 4, map), p.win, p.win, p.sh, p.sw);
     vt_attn_ctx ac = vt_stage_attn_ctx(c, i, whole ? h : p.win, whole ? w : p.win, 0);
     ac.layout = VT_LAYOUT_TIMM;
+    if (!whole) { /* the windows' place in the map, for exported attention maps */
+        ac.win_h = h;
+        ac.win_w = w;
+        ac.win_sh = p.sh;
+        ac.win_sw = p.sw;
+    }
     if (softmax) {
         ac.rel_pos = p.win;
         ac.rel_pos_flat = tv;

@@ -279,7 +279,9 @@ class WindowAttention(nn.Module):
         if mask is not None:
             nW = mask.shape[0]
             a = (a.reshape(Bw // nW, nW, h, N, N) + mask[None, :, None].to(a.dtype)).reshape(Bw, h, N, N)
-        o = torch.softmax(a, dim=-1) @ v
+        p = torch.softmax(a, dim=-1)
+        self.maps = {"": p}                                                       # per window (test_attention.py)
+        o = p @ v
         if self.msf is not None:
             o = o - t[3]
         return self.proj(o.transpose(1, 2).reshape(Bw, N, C))

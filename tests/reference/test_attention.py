@@ -13,10 +13,13 @@ max|b|) <= 1e-5 (reference in float64):
             q, k + positional encoding (plain linear attention)
   gma       gmf_ref.EfficientAtt: the implied token weights scale·q·softmax(k)ᵀ
 Rollout (--rollout): equals Abnar & Zuidema's rollout written here (per block the head mean + I, rows renormalised,
-R ← A·R) on the reference maps, <= 1e-5. The PNG decodes (PIL) to the size attention.h documents, for all blocks
+R ← A·R) on the reference maps, <= 1e-5. The drawn rows (NAME.rows) equal the class token's row (mean query's
+without one) of the reference maps. Swin (swin_fmnist_tiny, shifted windows): the per-window maps equal swin_ref's
+and the drawn rows are each window's mean query put back where the window took its tokens (unpartition, roll
+back). The PNG decodes (PIL) to the size attention.h documents, for all blocks
 and heads, for --blocks 1,3 --heads mean and for --heads 0,2. Clear errors: an unknown block or head index, a
-malformed list, per-window maps (Swin), a model without maps (CSwin), rollout without probabilities (GMA), an
-unreadable image.
+malformed list, rollout over per-window maps (Swin) or without probabilities (GMA), a model without maps (CSwin),
+an unreadable or missing image, no output.
 Run: /usr/bin/python3 tests/reference/test_attention.py     (needs ./vitc or $VITC)
 """
 import math
@@ -30,6 +33,7 @@ import st
 import test_flatten
 import test_hmhsa_cffn
 import test_msf
+import swin_ref
 import test_refiner
 import vit_ref
 from common import Report, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
@@ -74,6 +78,14 @@ def rollout_ref(maps):
     return R
 
 
+def rows_ref(a, lead):
+    """The drawn rows (B, H, g, g) of maps a (B, H, N, N) on a g×g grid after `lead` tokens: the class token's row,
+    or (no class token) the mean over the queries."""
+    r = a[:, :, 0, lead:] if lead else a.mean(2)
+    g = math.isqrt(r.shape[-1])
+    return r.reshape(*r.shape[:2], g, g)
+
+
 def png_size(S, cols, rows):
     """The grid's size as include/vitc/attention.h documents it (tile T = S·⌈128/S⌉)."""
     T = S * math.ceil(128 / S)
@@ -96,7 +108,7 @@ def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, heads=No
     with torch.no_grad():
         ref(x)
     want = ref_maps(ref)
-    names = sorted(k for k in got if k not in ("input", "rollout"))
+    names = sorted(k for k in got if k not in ("input", "rollout") and not k.endswith(".rows"))
     rep.check(f"{tag} map names", names == sorted(want), f"vitc {names[:8]}, reference {sorted(want)[:8]}")
     worst, where = 0.0, ""
     for k in names:
@@ -108,6 +120,10 @@ def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, heads=No
             if e > worst:
                 worst, where = e, k
     rep.check(f"{tag} maps == reference", worst <= TOL, f"worst {worst:.2e} ({where}) over {len(names)} maps")
+    lead = 0 if "gap" in model else 1
+    e = max((scale_err(got[k + ".rows"], rows_ref(want[k], lead)) if k + ".rows" in got else float("inf"))
+            for k in want)
+    rep.check(f"{tag} drawn rows == reference", e <= TOL, f"class-token (or mean-query) rows: max err {e:.2e}")
     if rollout:
         plain = [want[k] for k in sorted(want, key=lambda s: int(s.split(".")[1])) if k.count(".") == 2]
         r = rollout_ref(plain)
@@ -149,6 +165,50 @@ def test_types(rep, tmp, imgs, cfg):
                rollout=False)
 
 
+def test_swin_windows(rep, tmp, imgs):
+    """swin_fmnist_tiny (14×14 tokens, windows of 7, shift 3 in odd blocks of stage 0; stage 1 one 7×7 window):
+    the per-window maps (images, windows, heads, N, N) equal swin_ref's, and the drawn rows are each window's mean
+    query put back where its tokens came from (the reference's unpartition and roll back)."""
+    name = "swin_fmnist_tiny"
+    swin_ref.MODELS[name] = dict(swin_ref._cfg("microsoft", 48, [2, 2], [3, 6], 7, 28, 0.0), patch=2, in_chans=1,
+                                 num_classes=10, dims=[48, 96], attn="SS", focusing_factor=None, kernel_size=None)
+    ref = swin_ref.build(name).double().eval()
+    sd = swin_ref.randomize(ref, 8)
+    ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd.items()}, strict=True)
+    w, maps, png = tmp / "swin_w.safetensors", tmp / "swin_maps.safetensors", tmp / "swin.png"
+    st.save(w, sd)
+    if vitc_ok(rep, "swin attention", "attention", name, "--weights", w, *imgs, "-o", png, "--save-maps",
+               maps) is None:
+        return
+    got = st.load(maps)
+    with torch.no_grad():
+        ref(torch.from_numpy(got["input"]).double())
+    n, worst, rows_worst, where = len(imgs), 0.0, 0.0, ""
+    for mname, mod in ref.named_modules():
+        if not hasattr(mod, "maps") or not mname.endswith(".attn"):
+            continue
+        blk = ref.get_submodule(mname[: -len(".attn")])
+        a = mod.maps[""]                                            # (n·nW, H, N, N)
+        nW = a.shape[0] // n
+        g = got.get(mname)
+        want = a.numpy().reshape(n, nW, *a.shape[1:]) if nW > 1 else a.numpy()
+        if g is None or g.shape != want.shape:
+            rep.check(f"swin {mname} shape", False, f"{None if g is None else g.shape}, want {want.shape}")
+            continue
+        e = scale_err(g, want)
+        if e > worst:
+            worst, where = e, mname
+        rows = a.mean(2).transpose(1, 2)                             # (n·nW, N, H): each window's mean query
+        r = swin_ref.unpartition(rows, blk.w, n, blk.res, blk.res)    # (n, res, res, H)
+        if blk.s:
+            r = torch.roll(r, shifts=(blk.s, blk.s), dims=(1, 2))
+        rows_worst = max(rows_worst, scale_err(got.get(mname + ".rows", np.zeros(1)), r.permute(0, 3, 1, 2).numpy()))
+    rep.check("swin per-window maps == reference", worst <= TOL, f"worst {worst:.2e} ({where})")
+    rep.check("swin stitched rows == reference", rows_worst <= TOL, f"max err {rows_worst:.2e}")
+    size = Image.open(png).size
+    rep.check("swin PNG size", size == png_size(28, 6, n * 4), f"{size}, want {png_size(28, 6, n * 4)}")
+
+
 def fails(rep, tag, want, *args):
     """vitc must exit non-zero with `want` (a lowercase fragment) in its message, and no traceback-like crash."""
     p = vitc(*args)
@@ -166,7 +226,7 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
                "--save-maps", maps) is not None:
         size = Image.open(png).size
         rep.check("--blocks 1,3 --heads mean PNG size", size == png_size(28, 1, 2 * 2), f"{size}")
-        names = sorted(k for k in st.load(maps) if k != "input")
+        names = sorted(k for k in st.load(maps) if k != "input" and not k.endswith(".rows"))
         rep.check("--blocks 1,3 saves those blocks", names == ["blocks.1.attn", "blocks.3.attn"], f"{names}")
     if vitc_ok(rep, "--heads 0,2", *base, imgs[0], "-o", png, "--heads", "0,2") is not None:
         size = Image.open(png).size
@@ -181,7 +241,7 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
     fails(rep, "unreadable image", "not_an_image.png", *base, bad, *out)
     fails(rep, "missing image", "missing.png", *base, tmp / "missing.png", *out)
     fails(rep, "no output", "-o", *base, imgs[0])
-    for model, want, extra in [("swin_fmnist_tiny", "per window", ["--blocks", "0"]),
+    for model, want, extra in [("swin_fmnist_tiny", "--rollout", ["--rollout"]),
                                ("cswin_tiny_224", "no attention maps", [])]:
         wm = tmp / f"{model}.safetensors"
         if vitc_ok(rep, f"init {model}", "init", model, "-o", wm) is not None:
@@ -199,6 +259,7 @@ def main():
         imgs = write_images(tmp)
         cfg = vit_cfg(rep)
         test_types(rep, tmp, imgs, cfg)
+        test_swin_windows(rep, tmp, imgs)
         test_selection_and_errors(rep, tmp, imgs, cfg)
     rep.finish()
 
