@@ -24,13 +24,16 @@ typedef struct vt_attn_viz_opts {
 } vt_attn_viz_opts;
 
 /* Runs c (parameters P) on the n image files in paths with its blocks exporting their attention maps, and writes what
- * o asks for. The PNG: one row per (image, map view) (and per image for the rollout), its first column the
- * preprocessed image, then one tile per head (or the head mean), the map bilinearly upsampled to the input and
- * overlaid in viridis; each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel caption, each row
- * under a 12-pixel title, 4 pixels between tiles and around: width 4 + (1 + cols)·(T + 4), height
- * 4 + rows·(24 + T + 4). The safetensors file: "input" (n, C, S, S), each drawn map by name (n, H, N, M), and
- * "rollout" (n, N, N). Clear errors for unknown block or head indices, a model without attention maps, maps that
- * cannot be drawn (per-window attention) and unreadable images. Returns 0, or -1 with e set. */
+ * o asks for. Each map is drawn as its class token's row or, without a class token, its mean query's row over the key
+ * grid; Swin's per-window maps as each window's mean query put back where the window took its tokens.
+ * The PNG: one row per (image, map view) (and per image for the rollout), its first column the preprocessed image,
+ * then one tile per head (or the head mean), the row min-max scaled, bilinearly upsampled to the input and overlaid
+ * in viridis; each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel caption, each row under a
+ * 12-pixel title, 4 pixels between tiles and around: width 4 + (1 + cols)·(T + 4), height 4 + rows·(24 + T + 4).
+ * The safetensors file: "input" (n, C, S, S); each drawn map by name, (n, H, N, M) or per window (n, nW, H, N, M);
+ * NAME.rows, the drawn rows (n, H, grid h, grid w); "rollout" (n, N, N). Clear errors for unknown block or head
+ * indices, a model without attention maps, maps that cannot be drawn and unreadable images. Returns 0, or -1 with e
+ * set. */
 int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n,
                           const vt_attn_viz_opts *o, vt_err *e);
 

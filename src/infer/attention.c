@@ -105,43 +105,58 @@ static int drawable(const vt_attn_map *m, char *why, size_t n) {
     return 0;
 }
 
-/* The (B, H, N, M) map (one image's batch entries) into out: a copy of t, or computed from the factors (m->form). */
-static void materialise(const vt_attn_map *m, float *out) {
+/* One row of a factorised map: s_j = Σ_c q(i, c)·k(j, c) (ReLU on both first when m->relu) into r (M doubles). */
+static void factor_row(const vt_attn_map *m, const float *q, const float *k, const float *kb, int h, int i, int M,
+                       double *r) {
+    for (int j = 0; j < M; j++) {
+        double acc = 0.0;
+        for (int c = 0; c < m->d; c++) {
+            double x = q[h * m->qst[1] + i * m->qst[2] + c * m->qst[3]];
+            double y = k[h * m->kst[1] + j * m->kst[2] + c * m->kst[3]];
+            if (kb) y += kb[h * m->kbst[1] + j * m->kbst[2] + c * m->kbst[3]];
+            if (m->relu) {
+                x = x > 0.0 ? x : 0.0;
+                y = y > 0.0 ? y : 0.0;
+            }
+            acc += x * y;
+        }
+        r[j] = acc;
+    }
+}
+
+/* The (B, H, N, M) map (one image's batch entries) into out: a copy of t, or computed from the factors in double
+ * precision (m->form); -1 when out of memory. */
+static int materialise(const vt_attn_map *m, float *out) {
     int B, H, N, M;
     map_dims(m, &B, &H, &N, &M);
     if (m->form == VT_MAP_FULL) {
         memcpy(out, m->t->data, sizeof(float) * (size_t)B * H * N * M);
-        return;
+        return 0;
     }
-    for (int b = 0; b < B; b++, out += (size_t)H * N * M) {
-    const float *q = m->q->data + m->qoff + b * m->qst[0], *k = m->k->data + m->koff + b * m->kst[0];
-    const float *kb = m->kbias ? m->kbias->data + m->kboff + b * m->kbst[0] : NULL;
-    for (int h = 0; h < H; h++)
-        for (int i = 0; i < N; i++) {
-            float *row = out + ((size_t)h * N + i) * M;
-            double sum = 0.0, mx = -INFINITY;
-            for (int j = 0; j < M; j++) {
-                double acc = 0.0;
-                for (int c = 0; c < m->d; c++) {
-                    double a = q[h * m->qst[1] + i * m->qst[2] + c * m->qst[3]];
-                    double b = k[h * m->kst[1] + j * m->kst[2] + c * m->kst[3]];
-                    if (kb) b += kb[h * m->kbst[1] + j * m->kbst[2] + c * m->kbst[3]];
-                    if (m->relu) a = a > 0.0 ? a : 0.0, b = b > 0.0 ? b : 0.0;
-                    acc += a * b;
+    double *r = malloc(sizeof(double) * (size_t)M);
+    if (!r) return -1;
+    for (int b = 0; b < B; b++) {
+        const float *q = m->q->data + m->qoff + b * m->qst[0], *k = m->k->data + m->koff + b * m->kst[0];
+        const float *kb = m->kbias ? m->kbias->data + m->kboff + b * m->kbst[0] : NULL;
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < N; i++) {
+                float *row = out + (((size_t)b * H + h) * N + i) * M;
+                factor_row(m, q, k, kb, h, i, M, r);
+                double sum = 0.0, mx = -INFINITY, z = 0.0;
+                for (int j = 0; j < M; j++) {
+                    sum += r[j];
+                    mx = m->scale * r[j] > mx ? m->scale * r[j] : mx;
                 }
-                row[j] = (float)(m->form == VT_MAP_LINEAR ? acc : m->scale * acc);
-                sum += acc;
-                mx = row[j] > mx ? row[j] : mx;
+                if (m->form == VT_MAP_SOFTMAX)
+                    for (int j = 0; j < M; j++) z += exp(m->scale * r[j] - mx);
+                for (int j = 0; j < M; j++)
+                    row[j] = (float)(m->form == VT_MAP_LINEAR    ? r[j] / (sum + m->eps)
+                                     : m->form == VT_MAP_SOFTMAX ? exp(m->scale * r[j] - mx) / z
+                                                                 : m->scale * r[j]);
             }
-            if (m->form == VT_MAP_LINEAR) {
-                for (int j = 0; j < M; j++) row[j] = (float)(row[j] / (sum + m->eps));
-            } else if (m->form == VT_MAP_SOFTMAX) {
-                double z = 0.0;
-                for (int j = 0; j < M; j++) z += exp(row[j] - mx);
-                for (int j = 0; j < M; j++) row[j] = (float)(exp(row[j] - mx) / z);
-            }
-        }
     }
+    free(r);
+    return 0;
 }
 
 /* The drawn row of head h (h < 0: the head mean) of map m (values data, (B, H, N, M)) into v (draw_grid): the
@@ -232,6 +247,9 @@ static void text(canvas *cv, int x, int y, const char *s, int maxw) {
     }
 }
 
+/* x clamped to [0, 1], NaN to 0 (weights that overflow must not index outside the colormap). */
+static float unit(float x) { return x >= 0.0f ? (x <= 1.0f ? x : 1.0f) : 0.0f; }
+
 /* Tile at (x0, y0): the preprocessed image x (C, S, S, normalised by pp), and over it, if v is non-NULL, the map v
  * (kh × kw) min-max scaled, upsampled to S×S and coloured with viridis (55% map, 45% image); T/S-fold pixels. */
 static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_preprocess *pp, const float *v, int kh,
@@ -248,12 +266,9 @@ static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_pre
             unsigned char px[3];
             for (int c = 0; c < 3; c++) {
                 const int ch = C == 1 ? 0 : c;
-                float p = x[((size_t)ch * S + y) * S + xx] * pp->std[ch] + pp->mean[ch];
-                p = p < 0.0f ? 0.0f : p > 1.0f ? 1.0f : p;
-                float o = 255.0f * p;
+                float o = 255.0f * unit(x[((size_t)ch * S + y) * S + xx] * pp->std[ch] + pp->mean[ch]);
                 if (v) {
-                    const float a = cv->big[y * S + xx];
-                    const int k = (int)lrintf(255.0f * (a < 0.0f ? 0.0f : a > 1.0f ? 1.0f : a));
+                    const int k = (int)lrintf(255.0f * unit(cv->big[y * S + xx]));
                     o = 0.45f * o + 0.55f * (float)viridis[k][c];
                 }
                 px[c] = (unsigned char)lrintf(o);
@@ -262,10 +277,11 @@ static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_pre
         }
 }
 
+/* stb_image_write's sink: into the output's temporary file (a short write leaves the stream's error flag set, which
+ * vt_out_commit reports). */
 static void png_write(void *ctx, void *data, int size) {
     vt_out *o = ctx;
-    if (o->f && fwrite(data, 1, (size_t)size, o->f) != (size_t)size) { /* commit reports the stream's error */
-    }
+    if (o->f) (void)fwrite(data, 1, (size_t)size, o->f);
 }
 
 static int write_png(const char *path, const canvas *cv, vt_err *e) {
@@ -495,7 +511,10 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         }
         vt_graph_forward(r.g);
         for (int i = 0; i < r.g->nmaps; i++)
-            if (r.cur[i]) materialise(r.g->maps[i], r.cur[i]);
+            if (r.cur[i] && materialise(r.g->maps[i], r.cur[i])) {
+                vt_progress_end(&pg);
+                goto oom;
+            }
         if (r.inputs) memcpy(r.inputs + b * per, in->data, sizeof(float) * (size_t)per);
         for (int i = 0; r.saved && i < r.nsel; i++) {
             const int64_t k = map_numel(r.sel[i]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CLI built with ASan + UBSan (build-asan/vitc, leak detection on): a short Fashion-MNIST training run with a
-# resume, then init, forward, grad, deploy (cFFN; Next-ViT's merge_bn and form record), predict and bench on small
-# models; any sanitizer report fails the test.
+# resume, then init, forward, grad, deploy (cFFN; Next-ViT's merge_bn and form record), predict, bench and attention
+# (every view: mhsa with rollout, FLatten's factorised maps, Swin's windows) on small models; any sanitizer report
+# fails the test.
 . "$(dirname "$0")/lib.sh"
 V=./build-asan/vitc
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=2
@@ -45,3 +46,17 @@ head -c 100 /dev/urandom >"$T/noise.png"
 "$V" predict $M -w "$T/r/weights.safetensors" "$T/noise.png" >"$T/o.log" 2>&1
 if [ $? -eq 1 ] && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then ok "predict on a corrupt image"; else
     bad "predict on a corrupt image" "$(tail -5 "$T/o.log")"; fi
+/usr/bin/python3 -c "
+import sys; from PIL import Image; import numpy as np
+Image.fromarray((np.random.default_rng(3).random((28, 28)) * 255).astype(np.uint8)).save(sys.argv[1])" "$T/img.png"
+run "attention (mhsa, rollout, maps)" $V attention $M -w "$T/r/weights.safetensors" "$T/img.png" "$T/img.png" \
+    -o "$T/a.png" --rollout --save-maps "$T/a.safetensors"
+run "FLatten init" $V init $M --attn flatten -o "$T/fl.safetensors"
+run "attention (FLatten, head mean)" $V attention $M --attn flatten -w "$T/fl.safetensors" "$T/img.png" -o "$T/f.png" \
+    --heads mean --save-maps "$T/f.safetensors"
+run "Swin init" $V init swin_fmnist_tiny -o "$T/sw.safetensors"
+run "attention (Swin windows)" $V attention swin_fmnist_tiny -w "$T/sw.safetensors" "$T/img.png" -o "$T/s.png" \
+    --save-maps "$T/s.safetensors"
+"$V" attention $M -w "$T/r/weights.safetensors" "$T/img.png" -o "$T/e.png" --blocks 9 >"$T/o.log" 2>&1
+if [ $? -eq 1 ] && grep -q "block 9" "$T/o.log" && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then
+    ok "attention: unknown block refused"; else bad "attention: unknown block refused" "$(tail -5 "$T/o.log")"; fi
