@@ -56,7 +56,7 @@ static const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
     O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
-    O("--output", O_STR, output, "output safetensors file"),
+    O("--output", O_STR, output, "output safetensors file (`attention`: the PNG)"),
     O("-o", O_STR, output, "same as --output"),
     NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
     NUM("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),

@@ -232,7 +232,7 @@ int vt_graph_export_map(vt_graph *g, const vt_attn_map *m) {
     for (int k = 2, clash = 1; clash && k < 1000; k++) { /* a block exporting twice under one name: name.2, ... */
         clash = 0;
         for (int i = 0; i < g->nmaps && !clash; i++) clash = strcmp(g->maps[i]->name, c->name) == 0;
-        if (clash) snprintf(c->name, sizeof c->name, "%.*s.%d", VT_NAMELEN - 8, m->name, k);
+        if (clash) snprintf(c->name, sizeof c->name, "%.100s.%d", m->name, k);
     }
     vt_graph_output(g, m->t);
     vt_graph_output(g, m->q);

@@ -536,7 +536,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                 const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.T + PAD), yt = y0 + TITLE + CAPTION;
                 char t[200];
                 snprintf(t, sizeof t, "%s  %s%s%s", base, i < r.nsel ? m->name : "rollout over all blocks",
-                         i < r.nsel && !m->probs ? " (scores, not probabilities)" : "",
+                         i < r.nsel && !m->probs ? " (scores)" : "",
                          i < r.nsel && m->win_h ? " (per window)" : "");
                 text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
                 text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
