@@ -7,7 +7,9 @@ preprocessed `input` that --save-maps writes back), the maps vitc saves equal th
 max|b|) <= 1e-5 (reference in float64):
   mhsa      vit_ref.Attention: softmax(q·kᵀ·s)
   hmhsa     test_hmhsa_cffn.HAttention: softmax([A_r, CHH(IHH(A_r))]) (computed heads, then hallucinated)
-  refiner   test_refiner.TransformAttn: the softmax map and the refined one adapt_bn(DLA(·))
+  refiner   test_refiner.TransformAttn: the softmax map and the refined one adapt_bn(DLA(·)); and Refined-ViT-S
+            (refiner_vit_s at 32 px, test_refiner.RefinedViT): plain blocks' softmax, shared blocks' incoming
+            (`.before`) and refined maps
   msf       test_msf.HostAttn: the Gaussian-kernel probabilities and softmax(q·kᵀ·s) of the same q, k
   flatten   test_flatten.FocusedLinearAttention: flatten_ref.implied(φ(q), φ(k)) and the same with ReLU on the raw
             q, k + positional encoding (plain linear attention)
@@ -92,7 +94,7 @@ def png_size(S, cols, rows):
     return 4 + (1 + cols) * (T + 4), 4 + rows * (24 + T + 4)
 
 
-def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, heads=None, depth=None):
+def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, img=28):
     """Run vitc attention with the state dict sd and compare its saved maps (and rollout, PNG size) with ref."""
     w, maps, png = tmp / f"{tag}_w.safetensors", tmp / f"{tag}_maps.safetensors", tmp / f"{tag}.png"
     st.save(w, sd)
@@ -130,10 +132,10 @@ def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, heads=No
         e = scale_err(got.get("rollout", np.zeros(1)), r) if got.get("rollout") is not None and \
             got["rollout"].shape == r.shape else float("inf")
         rep.check(f"{tag} rollout == reference", e <= TOL, f"max err {e:.2e}")
-    H = heads or next(iter(want.values())).shape[1]
+    H = max(a.shape[1] for a in want.values())
     rows = len(imgs) * (len(names) + (1 if rollout else 0))
     size = Image.open(png).size
-    rep.check(f"{tag} PNG size", size == png_size(28, H, rows), f"{size}, want {png_size(28, H, rows)}")
+    rep.check(f"{tag} PNG size", size == png_size(img, H, rows), f"{size}, want {png_size(img, H, rows)}")
 
 
 def vit_cfg(rep):
@@ -156,6 +158,11 @@ def test_types(rep, tmp, imgs, cfg):
     for b in m.blocks:
         b.attn = test_refiner.TransformAttn(D, H)
     check_case(rep, tmp, "refiner", MODEL, ["--attn", "refiner"], m, test_refiner.randomise(m, 3), imgs)
+    # Refined-ViT-S at 32 px (2×2 patches + class token): plain blocks' softmax maps, shared blocks' incoming and
+    # refined maps (no rollout: the shared blocks have no probabilities)
+    m = test_refiner.RefinedViT("refiner_vit_s", img=32, classes=10)
+    check_case(rep, tmp, "refiner_vit_s", "refiner_vit_s", ["--img-size", 32, "--num-classes", 10], m,
+               test_refiner.randomise(m, 9), imgs, rollout=False, img=32)
     m = test_msf.MSFViT(cfg, 1)
     check_case(rep, tmp, "msf", MODEL, ["--attn", "msf"], m, test_msf.random_state_dict(m, 4), imgs)
     check_case(rep, tmp, "flatten", MODEL, ["--attn", "flatten"], test_flatten.FLattenViT(cfg),

@@ -110,10 +110,13 @@ class Attn(nn.Module):
             attn = self.adapt_bn(self.DLA(a_in)) * self.scale
             v = self.qkv(x).reshape(B, N, H, hd).permute(0, 2, 1, 3)
             a_out = a_in
+            self.maps = {"before": a_in, "refined": attn}        # the incoming map and the refined one
+
         else:
             q, k, v = self.qkv(x).reshape(B, N, 3, H, hd).permute(2, 0, 3, 1, 4)
             s = math.sqrt(self.scale)
             attn = ((s * q) @ (s * k).transpose(-2, -1)).softmax(-1)
+            self.maps = {"": attn}                                # the softmax map (test_attention.py)
             if a_in is not None:
                 attn = attn + self.scale * a_in
             a_out = attn
