@@ -252,13 +252,16 @@ def test_erase_stats(rep, drv, d):
 
 
 def test_deit(rep, drv, d, imgs):
+    """The composed transform at 32×32 on the test images (12 seeds each) and at 224×224 on a 500×375 image."""
     import torchvision.transforms.functional as TF
     from torchvision.transforms import InterpolationMode
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    for name, img in imgs:
+    big = Image.fromarray(np.random.RandomState(5).randint(0, 256, (9, 12, 3), dtype=np.uint8), "RGB")
+    cases = [(name, img, 32, range(20 * i, 20 * i + 12)) for i, (name, img) in enumerate(imgs)]
+    cases.append(("smooth-RGB-500x375", big.resize((500, 375), Image.BICUBIC), 224, range(100, 106)))
+    for name, img, S, seeds in cases:
         C = 1 if img.mode == "L" else 3
-        S = 32
-        for seed in range(12):
+        for seed in seeds:
             fin, fout, flog = d / "in.raw", d / "deit.bin", d / "deit.log"
             fin.write_bytes(np.asarray(img).tobytes())
             p = drv.run("deit", fin, fout, flog, img.size[0], img.size[1], C, S, seed)
