@@ -414,18 +414,19 @@ static void affine(const vt_image *img, const double a[6], int interp, const uns
                     o[c] = (unsigned char)(v1 + (v2 - v1) * dy);
                 }
             } else {
-                int xs[4];
-                for (int i = 0; i < 4; i++) xs[i] = clampi(xi - 1 + i, W) * C;
+                int xs[4], ok[4];
+                const unsigned char *rows[4];
+                for (int i = 0; i < 4; i++) {
+                    xs[i] = clampi(xi - 1 + i, W) * C;
+                    const int yr = yi - 1 + i; /* PIL: the first row clamped, later rows outside repeat the last */
+                    rows[i] = pix + (size_t)clampi(yr, H) * W * C;
+                    ok[i] = i == 0 || (yr >= 0 && yr < H);
+                }
                 for (int c = 0; c < C; c++) {
                     double v[4];
                     for (int j = 0; j < 4; j++) {
-                        const int yr = yi - 1 + j;
-                        if (j > 0 && !(yr >= 0 && yr < H)) {
-                            v[j] = v[j - 1];
-                            continue;
-                        }
-                        const unsigned char *r = pix + (size_t)clampi(yr, H) * W * C + c;
-                        v[j] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+                        const unsigned char *r = rows[j] + c;
+                        v[j] = ok[j] ? cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx) : v[j - 1];
                     }
                     const double r = cubic(v[0], v[1], v[2], v[3], dy);
                     o[c] = r <= 0.0 ? 0 : r >= 255.0 ? 255 : (unsigned char)r;
