@@ -20,7 +20,8 @@ static void check_params(vt_test *T) {
     char buf[1024];
     vt_tf_params_format(&d, buf, sizeof buf);
     T_CHECK(T, strstr(buf, "size=224") && strstr(buf, "randaugment=rand-m9-mstd0.5-inc1") &&
-                   strstr(buf, "interpolation=bicubic") && strstr(buf, "reprob=0.25") && strstr(buf, "fill=124,116,104"),
+                   strstr(buf, "interpolation=bicubic") && strstr(buf, "reprob=0.25") &&
+                   strstr(buf, "fill=124,116,104"),
             "%s", buf);
     struct {
         const char *word;

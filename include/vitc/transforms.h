@@ -94,9 +94,9 @@ typedef struct vt_ra_step {
 } vt_ra_step;
 
 /* Applies op at `magnitude` (0..10, timm's level-to-argument mapping; negate flips signed ops' sign; interp is the
- * filter of rotate/shear/translate, bilinear or bicubic; fill their out-of-image colour) to img in place, with
- * PIL's semantics (ImageOps, ImageEnhance blends, Image.transform AFFINE, Image.rotate). translate_pct as in
- * vt_tf_params. */
+ * filter of rotate/shear/translate, bilinear or bicubic; fill their out-of-image colour, fill[0] for 1-channel images)
+ * to img in place, with PIL's semantics (ImageOps, ImageEnhance blends, Image.transform AFFINE, Image.rotate).
+ * translate_pct as in vt_tf_params. */
 int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp, double translate_pct,
                 const unsigned char fill[3], vt_err *e);
 

@@ -4,10 +4,10 @@ tests/reference/transforms_driver.c (compiled here against build/libvitc.a).
 Images: Fashion-MNIST test images (28×28 L, also converted to RGB and upscaled to 61×47 with PIL so ops see more
 than 28 pixels), a uniform-noise RGB image and a smooth random RGB image (bilinear-upscaled noise: natural-like
 histograms and edges), 1 and 3 channels.
-Exactness: every op is compared pixel for pixel with PIL (0 grey levels allowed) except where noted in TOL:
-  none at present - the C code follows PIL's fixed-point (resize: 22-bit coefficients), double (affine) and float
-  (blend, SMOOTH) arithmetic step for step; the rotate matrix rounds to 15 decimals as Python's round(x, 15) but
-  through nearbyint(x·1e15)/1e15, which may differ in the last bit (never seen to change a pixel here).
+Exactness: every op is compared pixel for pixel with PIL, 0 grey levels allowed, no exceptions: the C code follows
+  PIL's fixed-point (resize: 22-bit coefficients), double (affine) and float (blend, SMOOTH) arithmetic step for
+  step; the rotate matrix rounds to 15 decimals as Python's round(x, 15) but through nearbyint(x·1e15)/1e15, which
+  may differ in the last bit (never seen to change a pixel here).
 The reference for each RandAugment op is written here from timm 0.4.12's auto_augment.py semantics with PIL calls
 (timm is not a Debian package).
 Statistics over many draws (tolerances of 5 standard errors, so a wrong distribution fails): RandomResizedCrop
@@ -18,12 +18,11 @@ the same steps are run here with torchvision's resized_crop/hflip, the PIL ops, 
 erased values."""
 import gzip
 import subprocess
-import sys
 
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 
-from common import ROOT, Report, build_driver, tmpdir
+from common import Report, build_driver, tmpdir
 
 FILL = (124, 116, 104)
 NAMES = ["AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "SolarizeAdd",
@@ -183,7 +182,8 @@ def test_rrc_stats(rep, drv, d):
     # the central-crop fallback: a 1000×10 strip can never fit a 3/4..4/3 box of >= 8% area
     p = drv.run("rrc", d / "rrc2.bin", 5, 1000, 10, 3)
     fb = np.fromfile(d / "rrc2.bin", np.int32).reshape(5, 4) if p.returncode == 0 else None
-    ok = fb is not None and all(tuple(r) == (493, 0, 13, 10) for r in fb)  # w = round(10·4/3) = 13, x0 = (1000 - 13) // 2
+    # w = round(10·4/3) = 13, x0 = (1000 - 13) // 2
+    ok = fb is not None and all(tuple(r) == (493, 0, 13, 10) for r in fb)
     rep.check("rrc fallback = central crop (493, 0, 13x10)", ok, p.stderr or str(fb[:1] if fb is not None else ""))
 
 
@@ -207,8 +207,8 @@ def test_ra_stats(rep, drv, d):
     tail = 0.5 * (1 - erf(zc / sqrt(2)))
     pdf = exp(-zc * zc / 2) / sqrt(2 * pi)
     mean_ref = 9 - 0.5 * (pdf - zc * tail)
-    rep.check("randaugment magnitude mean (gauss(9, 0.5) clipped at 10)", abs(m.mean() - mean_ref) < 5 * 0.5 / np.sqrt(m.size),
-              f"{m.mean():.4f} vs {mean_ref:.4f}")
+    rep.check("randaugment magnitude mean (gauss(9, 0.5) clipped at 10)",
+              abs(m.mean() - mean_ref) < 5 * 0.5 / np.sqrt(m.size), f"{m.mean():.4f} vs {mean_ref:.4f}")
     # Var[min(Z, 2)] = Φ(2) − 2φ(2) + 4(1 − Φ(2)) − E[min(Z, 2)]², times 0.5²
     ez = -pdf + zc * tail
     std_ref = 0.5 * sqrt((1 - tail) - zc * pdf + zc * zc * tail - ez * ez)
@@ -315,5 +315,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT / "tests" / "reference"))
     main()
