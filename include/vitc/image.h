@@ -31,7 +31,8 @@ typedef struct vt_image {
 int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e);
 
 /* Converts w·h pixels of `from` interleaved channels (1 L, 2 LA, 3 RGB, 4 RGBA) to `to` (1 or 3) in a new malloc'd
- * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma, rounded; L -> RGB: copies; alpha dropped). */
+ * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma in PIL 9.4's 16-bit fixed point; L -> RGB: copies;
+ * alpha dropped). */
 unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from, int to, vt_err *e);
 
 /* Frees a decoded image's pixels. */
