@@ -51,39 +51,39 @@ static void check_resize(vt_test *T) {
     fill_pattern(pix, sizeof pix, 1);
     vt_image im = {9, 7, 3, pix};
     /* the same size: PIL's weights are exactly one at the centre */
-    T_CHECK(T, vt_tf_resize(&im, 0, 0, 9, 7, 9, 7, VT_INTERP_BICUBIC, out, &e) == 0, "%s", e.msg);
+    T_CHECK(T, vt_image_resize(&im, 0, 0, 9, 7, 9, 7, VT_INTERP_BICUBIC, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, memcmp(out, pix, sizeof pix) == 0, "9x7 -> 9x7 is not the identity");
     /* a constant image stays constant at any scale (normalised weights) */
     unsigned char flat[5 * 3 * 3];
     memset(flat, 77, sizeof flat);
     vt_image fl = {5, 3, 3, flat};
     for (int f = VT_INTERP_BILINEAR; f <= VT_INTERP_BICUBIC; f++) {
-        T_CHECK(T, vt_tf_resize(&fl, 1, 0, 3, 3, 40, 40, (vt_interp)f, out, &e) == 0, "%s", e.msg);
+        T_CHECK(T, vt_image_resize(&fl, 1, 0, 3, 3, 40, 40, (vt_interp)f, out, &e) == 0, "%s", e.msg);
         int same = 1;
         for (int i = 0; i < 40 * 40 * 3; i++) same &= out[i] == 77;
         T_CHECK(T, same, "constant image changed by filter %d", f);
     }
     /* a 1×1 crop */
-    T_CHECK(T, vt_tf_resize(&im, 8, 6, 1, 1, 3, 2, VT_INTERP_BICUBIC, out, &e) == 0, "%s", e.msg);
+    T_CHECK(T, vt_image_resize(&im, 8, 6, 1, 1, 3, 2, VT_INTERP_BICUBIC, out, &e) == 0, "%s", e.msg);
     const unsigned char *last = pix + (6 * 9 + 8) * 3;
     T_CHECK(T, out[0] == last[0] && out[5 * 3 + 2] == last[2], "1x1 crop not replicated");
     /* bad arguments */
     const int boxes[4][4] = {{-1, 0, 2, 2}, {0, 0, 10, 7}, {8, 6, 2, 1}, {0, 0, 0, 3}};
     for (int i = 0; i < 4; i++) {
         vt_clearerr(&e);
-        T_CHECK(T, vt_tf_resize(&im, boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3], 4, 4, VT_INTERP_BICUBIC, out,
+        T_CHECK(T, vt_image_resize(&im, boxes[i][0], boxes[i][1], boxes[i][2], boxes[i][3], 4, 4, VT_INTERP_BICUBIC, out,
                                 &e) == -1 && strstr(e.msg, "not inside"),
                 "box %d: %s", i, e.msg);
     }
     vt_clearerr(&e);
-    T_CHECK(T, vt_tf_resize(&im, 0, 0, 9, 7, 0, 4, VT_INTERP_BICUBIC, out, &e) == -1 && strstr(e.msg, "target"),
+    T_CHECK(T, vt_image_resize(&im, 0, 0, 9, 7, 0, 4, VT_INTERP_BICUBIC, out, &e) == -1 && strstr(e.msg, "target"),
             "%s", e.msg);
     vt_clearerr(&e);
-    T_CHECK(T, vt_tf_resize(&im, 0, 0, 9, 7, 4, 4, VT_INTERP_RANDOM, out, &e) == -1 && strstr(e.msg, "filter"), "%s",
+    T_CHECK(T, vt_image_resize(&im, 0, 0, 9, 7, 4, 4, VT_INTERP_RANDOM, out, &e) == -1 && strstr(e.msg, "filter"), "%s",
             e.msg);
     vt_image two = {3, 3, 2, pix};
     vt_clearerr(&e);
-    T_CHECK(T, vt_tf_resize(&two, 0, 0, 3, 3, 4, 4, VT_INTERP_BICUBIC, out, &e) == -1 && strstr(e.msg, "channels"),
+    T_CHECK(T, vt_image_resize(&two, 0, 0, 3, 3, 4, 4, VT_INTERP_BICUBIC, out, &e) == -1 && strstr(e.msg, "channels"),
             "%s", e.msg);
 }
 
@@ -235,12 +235,12 @@ static void check_composed(vt_test *T) {
     unsigned char one = 200;
     const vt_image tiny = {1, 1, 1, &one};
     T_CHECK(T, vt_tf_deit_train(&tiny, &p, &r1, a, &e) == 0, "%s", e.msg);
-    /* everything random off: resize + normalise only, exact against vt_tf_resize */
+    /* everything random off: resize + normalise only, exact against vt_image_resize */
     vt_tf_params q = p;
     q.scale[0] = q.scale[1] = 1.0f, q.ratio[0] = q.ratio[1] = (float)W / H, q.hflip = 0.0f, q.ra_layers = 0,
     q.re_prob = 0.0f;
     unsigned char res[24 * 24 * 3];
-    T_CHECK(T, vt_tf_resize(&im, 0, 0, W, H, 24, 24, VT_INTERP_BICUBIC, res, &e) == 0, "%s", e.msg);
+    T_CHECK(T, vt_image_resize(&im, 0, 0, W, H, 24, 24, VT_INTERP_BICUBIC, res, &e) == 0, "%s", e.msg);
     T_CHECK(T, vt_tf_deit_train(&im, &q, &r1, a, &e) == 0, "%s", e.msg);
     double err = 0;
     for (int c = 0; c < 3; c++)

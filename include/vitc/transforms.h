@@ -14,10 +14,6 @@
 #include "vitc/image.h"
 #include "vitc/rng.h"
 
-/* Resampling filters, numbered as PIL's (Image.BILINEAR = 2, Image.BICUBIC = 3); RANDOM picks one of the two per
- * call (timm's _RANDOM_INTERPOLATION). */
-typedef enum { VT_INTERP_RANDOM = 0, VT_INTERP_BILINEAR = 2, VT_INTERP_BICUBIC = 3 } vt_interp;
-
 /* RandAugment's ops, in timm's _RAND_INCREASING_TRANSFORMS order (the index drawn picks from this list). */
 typedef enum {
     VT_RA_AUTOCONTRAST,
@@ -67,13 +63,6 @@ int vt_tf_params_check(const vt_tf_params *p, vt_err *e);
 
 /* Writes the knobs as one line "key=value ..." (for run logs and saved recipes) into buf; returns snprintf's count. */
 int vt_tf_params_format(const vt_tf_params *p, char *buf, size_t n);
-
-/* Resizes the crop box (x0, y0, cw, ch) of src to ow×oh pixels into dst (ow·oh·chans bytes) as PIL 9.4's
- * img.crop(box).resize((ow, oh), filter) (torchvision's resized_crop): separable filter with the support widened
- * by the scale when shrinking, 22-bit fixed-point coefficients, rounded, clipped to 8 bits. filter: bilinear or
- * bicubic (a = -0.5). */
-int vt_tf_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow, int oh, vt_interp filter,
-                 unsigned char *dst, vt_err *e);
 
 /* Draws a RandomResizedCrop box (timm/torchvision get_params) for a w×h image into box = {x0, y0, cw, ch}: up to 10
  * attempts, each uniform() for the area fraction and uniform() for the log aspect ratio, then below() for the top

@@ -91,124 +91,6 @@ int vt_tf_params_format(const vt_tf_params *p, char *buf, size_t n) {
                     (double)p->re_min_area, (double)p->re_max_area, (double)p->re_min_aspect, p->re_count);
 }
 
-static int check_image(const vt_image *img, vt_err *e) {
-    if (!img || !img->pix || (img->chans != 1 && img->chans != 3) || img->w < 1 || img->h < 1 ||
-        img->w > VT_IMAGE_MAX_SIDE || img->h > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "bad image: %d×%d, %d channels (need 1..%d pixels a side, 1 or 3 channels, pixels)",
-                         img ? img->w : 0, img ? img->h : 0, img ? img->chans : 0, VT_IMAGE_MAX_SIDE);
-    return 0;
-}
-
-/* ---- resize (PIL Resample.c) ---- */
-
-#define PREC 22 /* PIL's PRECISION_BITS for 8-bit images: 32 - 8 - 2 */
-
-static double filter_bicubic(double x) { /* Keys, a = -0.5 */
-    const double a = -0.5;
-    if (x < 0.0) x = -x;
-    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
-    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
-    return 0.0;
-}
-
-static double filter_bilinear(double x) {
-    if (x < 0.0) x = -x;
-    return x < 1.0 ? 1.0 - x : 0.0;
-}
-
-/* PIL's precompute_coeffs + normalize_coeffs_8bpc for inSize -> outSize (box 0..inSize): bounds[2·o] = first input,
- * bounds[2·o+1] = count, k[o·ksize ...] fixed-point weights; returns ksize, or -1 when out of memory. */
-static int coeffs(int inSize, int outSize, vt_interp f, int **boundsp, int **kkp) {
-    const double fsupport = f == VT_INTERP_BICUBIC ? 2.0 : 1.0;
-    const double scale = (double)inSize / outSize;
-    const double filterscale = scale < 1.0 ? 1.0 : scale;
-    const double support = fsupport * filterscale;
-    const int ksize = (int)ceil(support) * 2 + 1;
-    int *bounds = malloc(sizeof(int) * 2 * (size_t)outSize);
-    int *kk = malloc(sizeof(int) * (size_t)ksize * (size_t)outSize);
-    double *k = malloc(sizeof(double) * (size_t)ksize);
-    if (!bounds || !kk || !k) {
-        free(bounds), free(kk), free(k);
-        return -1;
-    }
-    for (int xx = 0; xx < outSize; xx++) {
-        const double center = (xx + 0.5) * scale, ss = 1.0 / filterscale;
-        double ww = 0.0;
-        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
-        if (xmin < 0) xmin = 0;
-        if (xmax > inSize) xmax = inSize;
-        xmax -= xmin;
-        for (int x = 0; x < xmax; x++) {
-            const double t = (x + xmin - center + 0.5) * ss;
-            k[x] = f == VT_INTERP_BICUBIC ? filter_bicubic(t) : filter_bilinear(t);
-            ww += k[x];
-        }
-        for (int x = 0; x < ksize; x++) {
-            double v = x < xmax ? (ww != 0.0 ? k[x] / ww : k[x]) : 0.0;
-            kk[xx * ksize + x] = v < 0 ? (int)(-0.5 + v * (1 << PREC)) : (int)(0.5 + v * (1 << PREC));
-        }
-        bounds[2 * xx] = xmin;
-        bounds[2 * xx + 1] = xmax;
-    }
-    free(k);
-    *boundsp = bounds;
-    *kkp = kk;
-    return ksize;
-}
-
-static inline unsigned char clip8_fixed(int v) {
-    if (v <= 0) return 0;
-    v >>= PREC;
-    return (unsigned char)(v > 255 ? 255 : v);
-}
-
-int vt_tf_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow, int oh, vt_interp filter,
-                 unsigned char *dst, vt_err *e) {
-    if (check_image(src, e)) return -1;
-    if (x0 < 0 || y0 < 0 || cw < 1 || ch < 1 || x0 > src->w - cw || y0 > src->h - ch)
-        return vt_seterr(e, "crop box (%d, %d) %d×%d is not inside the %d×%d image", x0, y0, cw, ch, src->w, src->h);
-    if (ow < 1 || oh < 1 || ow > VT_IMAGE_MAX_SIDE || oh > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "resize target %d×%d (each side must be 1..%d)", ow, oh, VT_IMAGE_MAX_SIDE);
-    if (filter != VT_INTERP_BILINEAR && filter != VT_INTERP_BICUBIC)
-        return vt_seterr(e, "resize filter %d (bilinear 2 or bicubic 3)", (int)filter);
-    const int C = src->chans, W = src->w;
-    int *bh = NULL, *kh = NULL, *bv = NULL, *kv = NULL;
-    const int ksh = coeffs(cw, ow, filter, &bh, &kh);
-    const int ksv = ksh < 0 ? -1 : coeffs(ch, oh, filter, &bv, &kv);
-    /* rows of the crop the vertical pass reads, and the horizontal pass's output for them */
-    const int yfirst = ksv < 0 ? 0 : bv[0], ylast = ksv < 0 ? 0 : bv[2 * oh - 2] + bv[2 * oh - 1];
-    unsigned char *tmp = ksv < 0 ? NULL : malloc((size_t)ow * (size_t)(ylast - yfirst) * C);
-    if (!tmp) {
-        free(bh), free(kh), free(bv), free(kv);
-        return vt_seterr(e, "out of memory resizing %d×%d to %d×%d", cw, ch, ow, oh);
-    }
-    for (int y = yfirst; y < ylast; y++) {
-        const unsigned char *row = src->pix + ((size_t)(y0 + y) * W + x0) * C;
-        unsigned char *out = tmp + (size_t)(y - yfirst) * ow * C;
-        for (int xx = 0; xx < ow; xx++) {
-            const int xmin = bh[2 * xx], n = bh[2 * xx + 1];
-            const int *k = kh + (size_t)xx * ksh;
-            for (int c = 0; c < C; c++) {
-                int ss = 1 << (PREC - 1);
-                for (int x = 0; x < n; x++) ss += row[(xmin + x) * C + c] * k[x];
-                out[xx * C + c] = clip8_fixed(ss);
-            }
-        }
-    }
-    for (int yy = 0; yy < oh; yy++) {
-        const int ymin = bv[2 * yy] - yfirst, n = bv[2 * yy + 1];
-        const int *k = kv + (size_t)yy * ksv;
-        unsigned char *out = dst + (size_t)yy * ow * C;
-        for (int i = 0; i < ow * C; i++) {
-            int ss = 1 << (PREC - 1);
-            for (int y = 0; y < n; y++) ss += tmp[(size_t)(ymin + y) * ow * C + i] * k[y];
-            out[i] = clip8_fixed(ss);
-        }
-    }
-    free(tmp), free(bh), free(kh), free(bv), free(kv);
-    return 0;
-}
-
 /* ---- RandomResizedCrop, flip ---- */
 
 int vt_tf_rrc_box(int w, int h, const float scale[2], const float ratio[2], vt_rng *rng, int box[4], vt_err *e) {
@@ -460,7 +342,7 @@ static int is_geometric_op(int op) { return op == VT_RA_ROTATE || op >= VT_RA_SH
 
 int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp, double translate_pct,
                 const unsigned char fill[3], vt_err *e) {
-    if (check_image(img, e)) return -1;
+    if (vt_image_check(img, e)) return -1;
     if (op < 0 || op >= VT_RA_NUM_OPS) return vt_seterr(e, "RandAugment op %d (0..%d)", op, VT_RA_NUM_OPS - 1);
     if (!(magnitude >= 0.0 && magnitude <= 10.0))
         return vt_seterr(e, "RandAugment magnitude %g (must be in [0, 10])", magnitude);
@@ -527,7 +409,7 @@ int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp,
 }
 
 int vt_randaugment(vt_image *img, const vt_tf_params *p, vt_rng *rng, vt_ra_step *steps, vt_err *e) {
-    if (check_image(img, e) || vt_tf_params_check(p, e)) return -1;
+    if (vt_image_check(img, e) || vt_tf_params_check(p, e)) return -1;
     int ops[16];
     for (int i = 0; i < p->ra_layers; i++) ops[i] = (int)vt_rng_below(rng, VT_RA_NUM_OPS);
     for (int i = 0; i < p->ra_layers; i++) {
@@ -577,7 +459,7 @@ int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_r
 }
 
 int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, float *out, vt_err *e) {
-    if (check_image(src, e) || vt_tf_params_check(p, e)) return -1;
+    if (vt_image_check(src, e) || vt_tf_params_check(p, e)) return -1;
     const int S = p->size, C = src->chans;
     int box[4];
     if (vt_tf_rrc_box(src->w, src->h, p->scale, p->ratio, rng, box, e)) return -1;
@@ -585,7 +467,7 @@ int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, fl
         p->interp != VT_INTERP_RANDOM ? p->interp : vt_rng_below(rng, 2) ? VT_INTERP_BICUBIC : VT_INTERP_BILINEAR;
     vt_image img = {S, S, C, malloc((size_t)S * S * C)};
     if (!img.pix) return vt_seterr(e, "out of memory (%d×%d image)", S, S);
-    if (vt_tf_resize(src, box[0], box[1], box[2], box[3], S, S, (vt_interp)interp, img.pix, e)) {
+    if (vt_image_resize(src, box[0], box[1], box[2], box[3], S, S, (vt_interp)interp, img.pix, e)) {
         free(img.pix);
         return -1;
     }

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
         im.pix = read_all(argv[2], (size_t)im.w * im.h * im.chans);
         const int ow = atoi(argv[11]), oh = atoi(argv[12]);
         unsigned char *out = malloc((size_t)ow * oh * im.chans);
-        if (vt_tf_resize(&im, atoi(argv[7]), atoi(argv[8]), atoi(argv[9]), atoi(argv[10]), ow, oh,
+        if (vt_image_resize(&im, atoi(argv[7]), atoi(argv[8]), atoi(argv[9]), atoi(argv[10]), ow, oh,
                          (vt_interp)atoi(argv[13]), out, &e))
             return fail(&e);
         write_all(argv[3], out, (size_t)ow * oh * im.chans);
