@@ -34,13 +34,20 @@ static vt_tensor *lepe(vt_graph *g, const char *prefix, vt_tensor *v, int wh, in
     return vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, v, 4, m4), w, b, 1), 3, m3);
 }
 
-/* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt): heads of the `dim` channels at q_off,
- * q_off + C, q_off + 2C, + LePE over its v channels (module prefix) -> (nw, wh·ww, dim). */
+/* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt) cut from an mh × mw map (vt_window_partition
+ * order; mh = wh and mw = ww: one window, the map): heads of the `dim` channels at q_off, q_off + C, q_off + 2C,
+ * + LePE over its v channels (module prefix) -> (nw, wh·ww, dim). Exports its maps as prefix (export_maps). */
 static vt_tensor *branch(vt_graph *g, const char *prefix, vt_tensor *t, int C, int q_off, int dim, int heads, int wh,
-                         int ww) {
+                         int ww, int mh, int mw) {
+    vt_tensor *probs = NULL;
     const vt_attn_args args = {.heads = heads, .dim = dim, .q_off = q_off, .k_off = q_off + C, .v_off = q_off + 2 * C,
-                               .scale = 1.0f / sqrtf((float)(dim / heads))};
+                               .scale = 1.0f / sqrtf((float)(dim / heads)), .probs = &probs};
     vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
+    const int stripes = mh != wh || mw != ww;
+    const vt_attn_ctx geom = {.heads = heads, .grid_h = wh, .grid_w = ww, .win_h = stripes ? mh : 0,
+                              .win_w = stripes ? mw : 0};
+    const vt_attn_src keys = {.kh = wh, .kw = ww};
+    vt_block_export_map(g, prefix, NULL, probs, &geom, &keys, 0, 1);
     return vt_add(g, o, lepe(g, prefix, vt_slice(g, t, 2, q_off + 2 * C, dim), wh, ww));
 }
 
@@ -79,16 +86,16 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
         o = vt_add(g, o, lepe(g, mod, v, H, W));            /* + LePE(v) */
     } else if (s == 0) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
-        o = branch(g, mod, qkv, C, 0, C, h, H, W);
+        o = branch(g, mod, qkv, C, 0, C, h, H, W, H, W);
     } else {
         const int hc = C / 2, m4[4] = {B, H, W, 3 * C}, hs[3] = {B * (H / s), s * W, 3 * C}, t3[3] = {B, H * W, hc};
         /* branch 0: vertical stripes H x s, one partition of the qkv map */
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         vt_tensor *vw = vt_window_partition(g, vt_reshape(g, qkv, 4, m4), H, s, 0, 0); /* (B·W/s, H·s, 3C) */
-        vt_tensor *o0 = vt_window_reverse(g, branch(g, mod, vw, C, 0, hc, h / 2, H, s), H, W, H, s, 0, 0);
+        vt_tensor *o0 = vt_window_reverse(g, branch(g, mod, vw, C, 0, hc, h / 2, H, s, H, W), H, W, H, s, 0, 0);
         /* branch 1: horizontal stripes s x W are consecutive rows: the qkv itself, viewed per stripe */
         snprintf(mod, sizeof mod, "%s.attns.1", prefix);
-        vt_tensor *o1 = branch(g, mod, vt_reshape(g, qkv, 3, hs), C, hc, hc, h / 2, s, W);
+        vt_tensor *o1 = branch(g, mod, vt_reshape(g, qkv, 3, hs), C, hc, hc, h / 2, s, W, H, W);
         vt_tensor *parts[2] = {vt_reshape(g, o0, 3, t3), vt_reshape(g, o1, 3, t3)};
         o = vt_concat(g, parts, 2, 2);
     }

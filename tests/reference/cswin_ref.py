@@ -176,6 +176,7 @@ class StripeAttention(nn.Module):
         lepe = image_to_tokens(self.get_v(tokens_to_image(vw, hs, ws)))   # zero padding at the window borders
         qh, kh, vh = (split_heads(t, self.heads) for t in (qw, kw, vw))
         a = torch.softmax((qh * self.d ** -0.5) @ kh.transpose(-2, -1), dim=-1)
+        self.maps = {"": a}                          # per window (B·nW, heads, hs·ws, hs·ws), for test_attention.py
         o = merge_heads(a @ vh) + lepe
         return from_windows(o, B, R, R, hs, ws)
 
