@@ -17,7 +17,8 @@ void vt_resize_bicubic(const float *src, int h, int w, int C, float *dst, int H,
  * initialisation; an absolute position embedding (1, p + h·w, C) whose grid differs is resized bicubically keeping
  * its p prefix (class/distillation) rows, as timm's resample_abs_pos_embed (ViT/DeiT, Refined-ViT, PVT, FLatten's
  * positional_encoding); a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically as timm's
- * resize_rel_pos_bias_table_simple. Fixed buffers (relative_position_index, masks) stay as the model computes them.
+ * resize_rel_pos_bias_table_simple. Fixed buffers (relative_position_index, masks) stay as the model computes them,
+ * and the file's relative_position_index / attn_mask buffers that the model lacks are dropped (as timm's Swin filter).
  * Prints one line per adapted tensor to log (NULL: silent). Missing, unexpected or otherwise mis-shaped tensors and
  * non-finite values are errors naming them; on error P may be partly loaded. With nothing to adapt this is
  * vt_params_load. */

@@ -90,6 +90,11 @@ static void note(char *buf, size_t cap, int *count, const char *name) {
     snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *count > 1 ? ", " : "", name);
 }
 
+/* Buffers that models derive from their configuration (timm's Swin checkpoint_filter_fn drops them too). */
+static int derived_buffer(const char *name) {
+    return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
+}
+
 int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
@@ -108,8 +113,15 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         if (a == KEEP) note(bad, sizeof bad, &nbad, t->name);
         nadapt += a != SAME;
     }
-    for (int i = 0; i < f.n; i++)
-        if (!vt_params_find(P, f.entries[i].name)) note(extra, sizeof extra, &nextra, f.entries[i].name);
+    for (int i = 0; i < f.n; i++) {
+        if (vt_params_find(P, f.entries[i].name)) continue;
+        if (!derived_buffer(f.entries[i].name)) {
+            note(extra, sizeof extra, &nextra, f.entries[i].name);
+        } else { /* e.g. a shift mask the new window no longer needs */
+            nadapt++;
+            if (log) fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
+        }
+    }
     if (nmiss || nextra || nbad) {
         vt_seterr(e, "%s: cannot fine-tune from these weights:%s%s%s%s%s%s%s%s%s", path, nmiss ? " missing " : "",
                   miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "", extra,

@@ -9,12 +9,22 @@
  *       IN: float32 logits (B, K), targets (B, K); OUT: loss, dloss/dlogits, dloss/dtargets.
  *   recipe_driver clip max_norm n0 n1 ... -- IN OUT
  *       parameters of n_i floats with gradients from IN (float32); OUT: the norm returned, the clipped gradients.
+ *   recipe_driver resize h w C H W IN OUT
+ *       IN: float32 (h, w, C) grid; OUT: vt_resize_bicubic to (H, W, C).
+ *   recipe_driver adapt MODEL IMG NCLS WINDOW W_IN W_OUT LOSSES
+ *       MODEL at image size IMG with NCLS classes (WINDOW > 0: every stage's window) loads W_IN with vt_adapt_load
+ *       (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW steps (lr 1e-3) on one random batch of 8
+ *       with labels < NCLS and writes the 8 losses to LOSSES.
  * Compiled by the test against build/libvitc.a. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "vitc/adapt.h"
 #include "vitc/mixup.h"
+#include "vitc/model.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
 
@@ -149,11 +159,61 @@ static int do_clip(int argc, char **a) {
     return 0;
 }
 
+static int do_resize(char **a) {
+    const int h = atoi(a[0]), w = atoi(a[1]), C = atoi(a[2]), H = atoi(a[3]), W = atoi(a[4]);
+    float *src = malloc(sizeof(float) * (size_t)h * w * C), *dst = malloc(sizeof(float) * (size_t)H * W * C);
+    if (!src || !dst || read_f32(a[5], src, (size_t)h * w * C)) return 1;
+    vt_resize_bicubic(src, h, w, C, dst, H, W);
+    FILE *f = out_open(a[6]);
+    if (!f) return 1;
+    put_f(f, dst, (size_t)H * W * C);
+    fclose(f);
+    free(src);
+    free(dst);
+    return 0;
+}
+
+static int do_adapt(char **a) {
+    vt_err e = {{0}};
+    const vt_model_cfg *base = vt_model_find(a[0]);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = atoi(a[1]);
+    ov.num_classes = atoi(a[2]);
+    for (int i = 0; base && i < base->arch.nstages && atoi(a[3]) > 0; i++) ov.windows[i] = atoi(a[3]);
+    ov.drop_path = 0.0f;
+    vt_model_cfg c;
+    vt_params *P = vt_params_new(&e);
+    if (!base || vt_model_configure(base, &ov, &c, &e) || vt_model_init_params(&c, P, 7, &e) ||
+        vt_adapt_load(P, c.arch.num_classes, a[4], stdout, &e) || vt_params_save(P, a[5], &e)) {
+        fprintf(stderr, "%s\n", base ? e.msg : "unknown model");
+        return 1;
+    }
+    const int B = 8, n = c.arch.in_chans * c.arch.img_size * c.arch.img_size;
+    float *x = malloc(sizeof(float) * (size_t)B * n), lab[8], losses[8];
+    vt_rng r;
+    vt_rng_seed(&r, 3);
+    for (int i = 0; i < B * n; i++) x[i] = vt_rng_normal(&r);
+    for (int i = 0; i < B; i++) lab[i] = (float)vt_rng_below(&r, (uint32_t)c.arch.num_classes);
+    if (vt_grad_steps(&c, P, x, lab, B, 8, 1e-3, 0.05, losses, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    FILE *f = out_open(a[6]);
+    if (!f) return 1;
+    put_f(f, losses, 8);
+    fclose(f);
+    free(x);
+    vt_params_free(P);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 15 && strcmp(argv[1], "mixup") == 0) return do_mixup(argv + 2);
     if (argc >= 11 && strcmp(argv[1], "draws") == 0) return do_draws(argv + 2);
     if (argc >= 6 && strcmp(argv[1], "softce") == 0) return do_softce(argv + 2);
     if (argc >= 6 && strcmp(argv[1], "clip") == 0) return do_clip(argc - 2, argv + 2);
+    if (argc >= 9 && strcmp(argv[1], "resize") == 0) return do_resize(argv + 2);
+    if (argc >= 9 && strcmp(argv[1], "adapt") == 0) return do_adapt(argv + 2);
     fprintf(stderr, "usage: see the comment at the top of recipe_driver.c\n");
     return 2;
 }

