@@ -10,6 +10,7 @@
 #include "vitc/adapt.h"
 #include "vitc/ema.h"
 #include "vitc/model.h"
+#include "vitc/ops.h"
 #include "vitc/recipe.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
@@ -189,7 +190,22 @@ static void check_adapt(vt_test *T) {
     vt_params_free(Q);
 }
 
+/* The soft-target cross-entropy refuses mismatched shapes, naming the op (its values: gradcheck and the torch test). */
+static void check_soft_ce_shapes(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int a[2] = {4, 5}, b[2] = {4, 6};
+    vt_tensor *x = vt_input(g, "x", 2, a), *t = vt_input(g, "t", 2, b);
+    T_CHECK(T, vt_soft_cross_entropy(g, x, t) == NULL && vt_graph_finalize(g, &e) != 0 &&
+                   strstr(e.msg, "soft_cross_entropy") && strstr(e.msg, "(4, 6)"),
+            "mismatched targets refused: %s", e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_recipe(vt_test *T) {
+    check_soft_ce_shapes(T);
     check_ema(T);
     check_accum(T);
     check_recipes(T);

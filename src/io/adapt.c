@@ -98,6 +98,12 @@ static int derived_buffer(const char *name) {
 int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
+    const char *form = vt_st_meta(&f, VT_FORM_KEY); /* files without the record hold the training form */
+    if (P->form && strcmp(form ? form : "training", P->form) != 0) {
+        vt_st_close(&f);
+        return vt_seterr(e, "%s holds %s-form weights but the model is built in its %s form (see `vitc deploy`)",
+                         path, form ? form : "training", P->form);
+    }
     char miss[1024] = "", extra[1024] = "", bad[1024] = "";
     int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0;
     for (int i = 0; i < P->n; i++) {
