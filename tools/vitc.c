@@ -33,6 +33,7 @@ typedef struct {
     const char *recipe, *init_from;           /* train: --recipe, --init-from */
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
+    int repeated_aug, no_repeated_aug;        /* train */
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
     char cmdline[2048];
@@ -99,6 +100,9 @@ static const optdef optdefs[] = {
       "saved as weights_ema.safetensors"),
     O("--no-model-ema", O_FLAG, no_model_ema, "no weight EMA (the deit and refiner recipes keep one)"),
     NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996)"),
+    O("--repeated-aug", O_FLAG, repeated_aug, "DeiT's repeated-augmentation sampler: each image 3 times in a row, "
+      "⌊n/256⌋·256 images an epoch (on in the deit recipe)"),
+    O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
     NUM("--accum-steps", O_INT, accum_steps, 1, 1e6, "micro-batches of --batch-size per optimiser step (default 1)"),
     O("--init-from", O_STR, init_from, "W.safetensors to fine-tune from: the head is re-initialised when "
       "--num-classes differs, position embeddings / relative-position tables are resized bicubically (as timm)"),
@@ -533,6 +537,9 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->model_ema && o->no_model_ema) return die("%s", "--model-ema and --no-model-ema contradict each other");
     if (o->model_ema || o->no_model_ema) r->model_ema = o->model_ema;
     if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
+    if (o->repeated_aug && o->no_repeated_aug)
+        return die("%s", "--repeated-aug and --no-repeated-aug contradict each other");
+    if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
     if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
     r->drop_path = o->drop_path;
     return 0;
@@ -794,7 +801,7 @@ static const command commands[] = {
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --fault-nan-step "
      "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
-     "--model-ema-decay --accum-steps --init-from " ARCH_OPTS, cmd_train, 0},
+     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug " ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --train-form " ARCH_OPTS, cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json | --csv]",

@@ -27,7 +27,7 @@ typedef struct vt_recipe {
     vt_mixup mixup;              /* num_classes and smoothing are filled from the model and `smoothing` */
     int model_ema;
     double model_ema_decay;
-    int repeated_aug;            /* DeiT's RASampler (3 repeats): recorded, not implemented by vitc */
+    int repeated_aug;            /* 1: DeiT's RASampler, 3 repeats (vt_ra_sample) */
     /* per-image augmentation (timm create_transform names), plain fields for the transforms code */
     char aa[64];                 /* RandAugment / AutoAugment string, "" for none */
     double reprob;               /* RandomErasing probability */

@@ -49,6 +49,7 @@ typedef struct vt_train_opts {
                                   saved as weights_ema.safetensors */
     double model_ema_decay;
     int accum_steps;           /* micro-batches of `batch` per optimiser step (1: none); schedule in optimiser steps */
+    int repeated_aug;          /* > 0: DeiT's RASampler with this many repeats (vt_ra_sample); 0: a plain shuffle */
     const char *init_from;     /* weights to fine-tune from (vt_adapt_load: head re-initialised, position tables
                                   resized when needed), or NULL */
     const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none) */

@@ -35,8 +35,6 @@ static void preset_deit(vt_recipe *r) {
                      .interpolation = "bicubic", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
                      .color_jitter = 0.4};
     r->mixup = vt_mixup_timm(0);
-    r->notes = "repeated augmentation (RASampler) is recorded but not implemented: vitc samples each image once an "
-               "epoch";
 }
 
 /* Swin (microsoft/Swin-Transformer config.py defaults + main.py; spec-flatten.md §2.1: FLatten's code keeps them):
@@ -82,7 +80,7 @@ static void preset_refiner(vt_recipe *r, const char *model) {
     preset_deit(r);
     r->source = "Refiner yaml + DeiT's timm recipe (spec-refiner.md §7: EMA 0.99996, drop-path S 0.1 / M 0.2 / L 0.25)";
     r->drop_path = model && strstr(model, "_m") ? 0.2 : model && strstr(model, "_l") ? 0.25 : 0.1;
-    r->notes = "MixToken, token labelling, the cos_reg loss and repeated augmentation are not implemented";
+    r->notes = "MixToken, token labelling and the cos_reg loss are not implemented";
 }
 
 /* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not
@@ -104,8 +102,9 @@ static void preset_msf(vt_recipe *r) {
     r->mixup.cutmix_alpha = 0.2;
     r->reprob = 0.0;
     snprintf(r->aa, sizeof r->aa, "three");
-    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the RA sampler is "
-               "not implemented; the README decays every parameter, vitc keeps its no-decay list";
+    r->repeated_aug = 1; /* torchvision's RASampler: DeiT's, 3 repeats */
+    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the README decays "
+               "every parameter, vitc keeps its no-decay list";
 }
 
 /* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */
@@ -160,6 +159,7 @@ void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     o->mixup = r->mixup;
     o->model_ema = r->model_ema;
     o->model_ema_decay = r->model_ema_decay;
+    o->repeated_aug = r->repeated_aug ? 3 : 0;
     o->recipe = r;
 }
 

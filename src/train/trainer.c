@@ -19,6 +19,7 @@
 #include "vitc/optim.h"
 #include "vitc/progress.h"
 #include "vitc/recipe.h"
+#include "vitc/sampler.h"
 #include "vitc/safetensors.h"
 #include "vitc/schedule.h"
 #include "vitc/train.h"
@@ -408,6 +409,14 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng
                           rng, NULL, e);
 }
 
+/* The epoch's image order in idx: DeiT's repeated-augmentation sampler when on, else a shuffle of [0, n). */
+static int epoch_order(const vt_train_opts *o, int *idx, int n, vt_rng *rng, vt_err *e) {
+    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, rng, e) < 0 ? -1 : 0;
+    vt_iota(idx, n);
+    vt_shuffle(idx, n, rng);
+    return 0;
+}
+
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
 static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *te, int64_t epoch, vt_err *e) {
     if (!ema->P) return 0;
@@ -460,9 +469,11 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     }
     if (o->init_from) printf("Fine-tuning from %s\n", o->init_from);
     /* spe counts micro-batches of B; each optimiser step takes A of them (the schedule counts optimiser steps) */
-    const int B = o->batch, A = o->accum_steps, spe = tr.n / (B * A) * A;
+    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(tr.n, 1) : tr.n; /* images an epoch visits */
+    const int B = o->batch, A = o->accum_steps, spe = nsamp / (B * A) * A;
     if (spe == 0) {
-        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the training set (%d)", B, A, tr.n);
+        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s", B, A,
+                       nsamp, o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
         goto done;
     }
     idx = malloc(sizeof(int) * (size_t)tr.n);
@@ -498,8 +509,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     aug.std = c->pre.std[0];
     const double t0 = now_s();
     for (; st.epoch < o->epochs; st.epoch++) {
-        vt_iota(idx, tr.n);
-        vt_shuffle(idx, tr.n, &st.rng);
+        if ((rc = epoch_order(o, idx, tr.n, &st.rng, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */

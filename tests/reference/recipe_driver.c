@@ -15,13 +15,17 @@
  *       MODEL at image size IMG with NCLS classes (WINDOW > 0: every stage's window) loads W_IN with vt_adapt_load
  *       (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW steps (lr 1e-3) on one random batch of 8
  *       with labels < NCLS and writes the 8 losses to LOSSES.
+ *   recipe_driver ra n repeats replicas rank seed OUT
+ *       OUT: the permutation vt_ra_sample starts from (n values), then its output for that rank.
  * Compiled by the test against build/libvitc.a. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vitc/adapt.h"
+#include "vitc/augment.h"
 #include "vitc/mixup.h"
+#include "vitc/sampler.h"
 #include "vitc/model.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
@@ -207,6 +211,32 @@ static int do_adapt(char **a) {
     return 0;
 }
 
+static int do_ra(char **a) {
+    const int n = atoi(a[0]), reps = atoi(a[1]), R = atoi(a[2]), rank = atoi(a[3]);
+    const uint64_t seed = strtoull(a[4], NULL, 10);
+    int *perm = malloc(sizeof(int) * (size_t)n), *out = malloc(sizeof(int) * (size_t)n + 1);
+    if (!perm || !out) return 1;
+    vt_rng r;
+    vt_rng_seed(&r, seed);
+    vt_iota(perm, n);
+    vt_shuffle(perm, n, &r); /* the draws vt_ra_sample makes from the same state */
+    vt_rng_seed(&r, seed);
+    vt_err e = {{0}};
+    const int k = vt_ra_sample(out, n, reps, R, rank, &r, &e);
+    if (k < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    FILE *f = out_open(a[5]);
+    if (!f) return 1;
+    for (int i = 0; i < n; i++) put(f, perm[i]);
+    for (int i = 0; i < k; i++) put(f, out[i]);
+    fclose(f);
+    free(perm);
+    free(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 15 && strcmp(argv[1], "mixup") == 0) return do_mixup(argv + 2);
     if (argc >= 11 && strcmp(argv[1], "draws") == 0) return do_draws(argv + 2);
@@ -214,6 +244,7 @@ int main(int argc, char **argv) {
     if (argc >= 6 && strcmp(argv[1], "clip") == 0) return do_clip(argc - 2, argv + 2);
     if (argc >= 9 && strcmp(argv[1], "resize") == 0) return do_resize(argv + 2);
     if (argc >= 9 && strcmp(argv[1], "adapt") == 0) return do_adapt(argv + 2);
+    if (argc >= 8 && strcmp(argv[1], "ra") == 0) return do_ra(argv + 2);
     fprintf(stderr, "usage: see the comment at the top of recipe_driver.c\n");
     return 2;
 }

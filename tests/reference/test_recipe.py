@@ -15,6 +15,8 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
   pos_embed = [class row, F.interpolate of the 7×7 grid to 9×9] (timm's resample_abs_pos_embed without antialias),
   the head re-initialised, every other tensor equal, and 8 AdamW steps lower the loss; a Swin table resized from
   window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
+- the repeated-augmentation sampler (vt_ra_sample) equals DeiT's RASampler.__iter__ (samplers.py, transcribed) applied
+  to the same permutation, for 1 and 3 replicas;
 - `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives the weights of batch 16 (LayerNorm
   model, ≤ 1e-5 relative); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
   settings (lr scaled by batch/512); --init-from with another model's weights is refused naming tensors; Mixup with
@@ -22,6 +24,7 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
 The C side is tests/reference/recipe_driver.c, compiled against build/libvitc.a.
 """
 import json
+import math
 import subprocess
 
 import numpy as np
@@ -272,6 +275,33 @@ def check_finetune(rep, exe, d):
               f"{keys}")
 
 
+def deit_rasampler(perm, replicas, rank, repeats=3):
+    """DeiT samplers.py RASampler.__iter__ with torch.randperm's result replaced by perm."""
+    n = len(perm)
+    num_samples = int(math.ceil(n * repeats / replicas))
+    total_size = num_samples * replicas
+    num_selected_samples = int(math.floor(n // 256 * 256 / replicas))
+    indices = [ele for ele in perm for i in range(repeats)]
+    indices += indices[:(total_size - len(indices))]
+    assert len(indices) == total_size
+    indices = indices[rank:total_size:replicas]
+    assert len(indices) == num_samples
+    return indices[:num_selected_samples]
+
+
+def check_rasampler(rep, exe, d):
+    for n, replicas, rank in ((1000, 1, 0), (600, 1, 0), (1000, 3, 2), (257, 2, 1), (100, 1, 0)):
+        name = f"RASampler n {n}, replicas {replicas}, rank {rank}"
+        fout = d / "ra.bin"
+        if not run(rep, name, exe, "ra", n, 3, replicas, rank, 11, fout):
+            continue
+        v = np.fromfile(fout, dtype=np.float64).astype(int)
+        perm, got = list(v[:n]), list(v[n:])
+        ref = deit_rasampler(perm, replicas, rank)
+        rep.check(f"{name}: = DeiT's", sorted(perm) == list(range(n)) and got == ref,
+                  f"{len(got)} vs {len(ref)} indices, first {got[:6]} vs {ref[:6]}")
+
+
 def read_weights(run):
     return st.load(run / "weights.safetensors")
 
@@ -314,7 +344,7 @@ def check_train(rep, d):
         rep.check("EMA: resumed run's EMA equals the uninterrupted run's", all(np.array_equal(a[k], b[k]) for k in a))
     rd = d / "deit"
     p = vitc_ok(rep, "train --recipe deit", "train", "vit_fmnist_tiny", "--recipe", "deit", "--epochs", "1",
-                "--train-subset", "64", "--test-subset", "50", "--batch-size", "32", "--threads", "1", "--out", rd)
+                "--train-subset", "300", "--test-subset", "50", "--batch-size", "32", "--threads", "1", "--out", rd)
     if p:
         try:
             r = json.loads((rd / "recipe.json").read_text())
@@ -323,6 +353,9 @@ def check_train(rep, d):
         rep.check("recipe deit: printed and saved", "Recipe deit" in p.stdout and r.get("mixup") == 0.8 and
                   r.get("cutmix") == 1.0 and r.get("model_ema") is True and abs(r.get("lr", 0) - 5e-4 * 32 / 512) < 1e-12,
                   json.dumps(r)[:300])
+        # repeated augmentation: 300 images -> 256 visited an epoch -> 8 steps of 32
+        rep.check("recipe deit: repeated augmentation visits ⌊300/256⌋·256 images", "[   8/8 (100%)]" in p.stdout,
+                  p.stdout[-300:])
     ws = d / "swin_other.safetensors"
     vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws)
     p = vitc("train", "vit_fmnist_tiny", "--init-from", ws, "--epochs", "1", "--train-subset", "64", "--out", d / "bad")
@@ -343,6 +376,7 @@ def main():
         check_softce(rep, exe, d)
         check_clip(rep, exe, d)
         check_resize(rep, exe, d)
+        check_rasampler(rep, exe, d)
         if have_vitc(rep):
             check_finetune(rep, exe, d)
             check_train(rep, d)
