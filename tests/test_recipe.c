@@ -12,6 +12,7 @@
 #include "vitc/model.h"
 #include "vitc/ops.h"
 #include "vitc/recipe.h"
+#include "vitc/sampler.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
@@ -204,7 +205,43 @@ static void check_soft_ce_shapes(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Invariants of Mixup/CutMix and of the repeated-augmentation sampler (their values against timm/DeiT: the reference
+ * test); here they also run under ASan. */
+static void check_mixup_sampler(vt_test *T) {
+    vt_err e = {{0}};
+    enum { B = 4, C = 2, H = 5, W = 6, K = 3 };
+    float x[B * C * H * W], t[B * K];
+    const int lab[B] = {0, 1, 2, 1};
+    for (int i = 0; i < B * C * H * W; i++) x[i] = (float)i;
+    vt_mixup m = vt_mixup_timm(K);
+    vt_mixup_draw d = {0.5, 0, 0, 0};
+    double lam;
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0, "%s", e.msg);
+    double err = 0;
+    for (int i = 0; i < C * H * W; i++) err = fmax(err, fabs(x[i] - x[(B - 1) * C * H * W + i]));
+    T_CHECK(T, err == 0 && lam == 0.5, "lam 0.5 makes each pair equal: %g", err);
+    d = (vt_mixup_draw){0.3, 1, 2, 3};
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0 && lam > 0 && lam < 1, "cutmix lam %g",
+            lam);
+    double s = 0;
+    for (int k = 0; k < K; k++) s += t[k];
+    T_CHECK(T, fabs(s - 1) < 1e-6, "targets sum to 1: %g", s);
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, 3, C, H, W, lab, t, &lam, &e) != 0 && strstr(e.msg, "even"), "odd batch");
+    const int bad[B] = {0, 1, 5, 1};
+    e = (vt_err){{0}}; /* the first error message is kept: start afresh */
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, bad, t, &lam, &e) != 0 && strstr(e.msg, "label 5"), "bad label: %s", e.msg);
+    vt_rng r;
+    vt_rng_seed(&r, 1);
+    int idx[600];
+    const int n = vt_ra_sample(idx, 600, 3, 1, 0, &r, &e);
+    int ok = n == 512 && vt_ra_count(600, 1) == 512;
+    for (int i = 0; ok && i + 2 < n; i += 3) ok = idx[i] == idx[i + 1] && idx[i] == idx[i + 2] && idx[i] < 600;
+    T_CHECK(T, ok, "RASampler: 512 of 600, each index 3 times in a row (got %d)", n);
+    T_CHECK(T, vt_ra_sample(idx, 600, 3, 2, 2, &r, &e) < 0, "rank outside replicas refused");
+}
+
 void test_recipe(vt_test *T) {
+    check_mixup_sampler(T);
     check_soft_ce_shapes(T);
     check_ema(T);
     check_accum(T);

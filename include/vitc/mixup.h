@@ -34,12 +34,9 @@ int vt_mixup_enabled(const vt_mixup *m);
  * chosen mode; for CutMix with lam < 1, cy ~ U{0..H-1} then cx ~ U{0..W-1} (timm's rand_bbox). */
 void vt_mixup_sample(const vt_mixup *m, int H, int W, vt_rng *rng, vt_mixup_draw *d);
 
-/* Applies draw d to x (B, C, H, W) in place and writes targets (B, num_classes): each row's smoothed one-hot
- * (on 1 - s + s/K, off s/K) mixed with the row B-1-b's (the flipped batch) as lam·y + (1-lam)·y_flip. Mixup:
- * x = lam·x + (1-lam)·x_flip. CutMix: the box rows [cy - ⌊cut_h/2⌋, cy + ⌊cut_h/2⌋) × cols likewise (cut = ⌊side ·
- * sqrt(1-lam)⌋, clipped to the image) is copied from the flipped batch, lam corrected to the box area when
- * correct_lam. *lam_out (may be NULL) gets the lam used. Errors: odd B (timm requires an even batch), a label outside
- * [0, num_classes), bad settings. */
+/* Applies draw d to x (B, C, H, W) in place (timm's _mix_batch) and writes targets (B, num_classes): smoothed one-hots
+ * mixed with the flipped batch's, lam·y + (1-lam)·y_flip (mixup_target); *lam_out (may be NULL) gets the lam used
+ * (CutMix's corrected to the box area). Errors: odd B (timm needs pairs), a label outside [0, K), bad settings. */
 int vt_mixup_apply(const vt_mixup *m, const vt_mixup_draw *d, float *x, int B, int C, int H, int W, const int *labels,
                    float *targets, double *lam_out, vt_err *e);
 

@@ -1,4 +1,12 @@
-/* Loading a checkpoint for fine-tuning: head re-initialisation and bicubic position-table resizing (timm). */
+/* Loading a checkpoint for fine-tuning, as timm's checkpoint_filter_fn adapts one:
+ * - a classifier tensor (name holding "head") whose class count differs keeps the model's fresh initialisation;
+ * - an absolute position embedding (1, p + h·w, C) whose grid differs is resized bicubically keeping its p prefix
+ *   (class / distillation) rows, as timm's resample_abs_pos_embed (ViT/DeiT, Refined-ViT, PVT, FLatten's
+ *   positional_encoding), with torch's F.interpolate(bicubic, align_corners=False) and no antialias;
+ * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
+ *   resize_rel_pos_bias_table_simple);
+ * - fixed buffers (relative_position_index, attn_mask) stay the model's own, and the file's ones the model lacks are
+ *   dropped (timm's Swin filter); a file of the other form (Next-ViT deployed vs training) is refused. */
 #include "vitc/adapt.h"
 
 #include <math.h>

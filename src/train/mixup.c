@@ -1,4 +1,7 @@
-/* Mixup / CutMix with soft targets (timm's Mixup, mode 'batch'). */
+/* Mixup / CutMix with soft targets (timm's Mixup, mode 'batch'). Mixup: x = lam·x + (1-lam)·x_flip. CutMix: the box
+ * rows [cy - ⌊cut_h/2⌋, cy + ⌊cut_h/2⌋) × columns likewise, cut = ⌊side·sqrt(1-lam)⌋, clipped to the image (timm's
+ * rand_bbox), is copied from the flipped batch and lam becomes 1 - box area / image area (correct_lam). Targets:
+ * one-hot with on 1 - s + s/K and off s/K (s the smoothing), mixed as lam·y + (1-lam)·y_flip. */
 #include "vitc/mixup.h"
 
 #include <math.h>
