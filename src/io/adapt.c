@@ -131,9 +131,8 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         if (vt_params_find(P, f.entries[i].name)) continue;
         if (!derived_buffer(f.entries[i].name)) {
             note(extra, sizeof extra, &nextra, f.entries[i].name);
-        } else { /* e.g. a shift mask the new window no longer needs */
-            nadapt++;
-            if (log) fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
+        } else {
+            nadapt++; /* e.g. a shift mask the new window no longer needs */
         }
     }
     if (nmiss || nextra || nbad) {
@@ -148,6 +147,9 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         vt_st_close(&f);
         return vt_params_load(P, path, e);
     }
+    for (int i = 0; log && i < f.n; i++)
+        if (!vt_params_find(P, f.entries[i].name))
+            fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
     int rc = 0;
     for (int i = 0; rc == 0 && i < P->n; i++) {
         vt_tensor *t = P->t[i];
