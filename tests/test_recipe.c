@@ -137,6 +137,26 @@ static void check_recipes(vt_test *T) {
     unlink(path);
 }
 
+/* A recipe's per-image knobs become the transforms' parameters (timm's RandAugment string parsed). */
+static void check_recipe_transforms(vt_test *T) {
+    vt_err e = {{0}};
+    vt_recipe r;
+    vt_tf_params p;
+    vt_recipe_get("deit", NULL, &r, &e);
+    const vt_tf_params d = vt_tf_deit(224);
+    T_CHECK(T, vt_recipe_transforms(&r, 224, &p, &e) == 0 && p.ra_layers == 2 && p.ra_magnitude == 9.0f &&
+                   p.ra_mstd == 0.5f && p.ra_prob == 0.5f && p.re_prob == 0.25f && p.interp == VT_INTERP_BICUBIC &&
+                   p.scale[0] == d.scale[0] && p.ratio[1] == d.ratio[1] && p.hflip == 0.5f && p.size == 224,
+            "deit recipe = vt_tf_deit: %s", e.msg);
+    snprintf(r.aa, sizeof r.aa, "rand-n3-m7-inc1");
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 3 && p.ra_magnitude == 7.0f &&
+                   p.ra_mstd == 0.0f, "rand-n3-m7-inc1: %s", e.msg);
+    r.aa[0] = '\0';
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 0, "no aa: RandAugment off");
+    vt_recipe_get("msf", NULL, &r, &e);
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) != 0 && strstr(e.msg, "three"), "aa three refused: %s", e.msg);
+}
+
 /* The bicubic resize keeps a constant grid constant and a same-size resize exact (the interpolation itself is
  * checked against torch in tests/reference/test_recipe.py). */
 static void check_bicubic(vt_test *T) {
@@ -242,6 +262,7 @@ static void check_mixup_sampler(vt_test *T) {
 
 void test_recipe(vt_test *T) {
     check_mixup_sampler(T);
+    check_recipe_transforms(T);
     check_soft_ce_shapes(T);
     check_ema(T);
     check_accum(T);

@@ -7,6 +7,7 @@
 
 #include "vitc/error.h"
 #include "vitc/mixup.h"
+#include "vitc/transforms.h"
 
 struct vt_train_opts;
 
@@ -53,6 +54,12 @@ double vt_recipe_lr(const vt_recipe *r);
 
 /* Copies r's optimiser, schedule, mixing and EMA settings into o (vt_train's options); o->recipe = r. */
 void vt_recipe_apply(const vt_recipe *r, struct vt_train_opts *o);
+
+/* The per-image train transform of r at size×size (vt_tf_deit with r's crop, flip, interpolation, RandomErasing and
+ * its `aa` parsed as timm's rand_augment_transform: "rand-m9-mstd0.5-inc1", n = ops, m = magnitude, mstd, p = op
+ * probability; "" = none); mean, std and fill stay ImageNet's for the caller to set from the model. Errors: an aa
+ * that is not RandAugment with increasing ops, a RandomErasing mode other than pixel. */
+int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *e);
 
 /* Prints every setting, one "  key: value" line each, under a header naming the recipe and its source. */
 void vt_recipe_print(const vt_recipe *r, FILE *f);

@@ -163,6 +163,51 @@ void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     o->recipe = r;
 }
 
+int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *e) {
+    *p = vt_tf_deit(size);
+    for (int i = 0; i < 2; i++) p->scale[i] = (float)r->scale[i], p->ratio[i] = (float)r->ratio[i];
+    p->hflip = (float)r->hflip;
+    if (!strcmp(r->interpolation, "bicubic")) p->interp = VT_INTERP_BICUBIC;
+    else if (!strcmp(r->interpolation, "bilinear")) p->interp = VT_INTERP_BILINEAR;
+    else if (!strcmp(r->interpolation, "random")) p->interp = VT_INTERP_RANDOM;
+    else return vt_seterr(e, "recipe %s: unknown train interpolation '%s'", r->name, r->interpolation);
+    p->ra_interp = p->interp; /* timm hands RandAugment the train interpolation (random: its own random choice) */
+    p->re_prob = (float)r->reprob;
+    p->re_count = r->recount > 0 ? r->recount : 1;
+    if (r->reprob > 0 && strcmp(r->remode, "pixel") != 0)
+        return vt_seterr(e, "recipe %s: RandomErasing mode '%s' is not implemented (pixel is)", r->name, r->remode);
+    p->ra_layers = 0;
+    if (!r->aa[0]) return vt_tf_params_check(p, e);
+    char aa[64];
+    snprintf(aa, sizeof aa, "%s", r->aa);
+    int inc = 0, first = 1;
+    p->ra_layers = 2; /* timm's defaults: n 2, m 10 → given, mstd 0, p 0.5 */
+    p->ra_magnitude = 10.0f;
+    p->ra_mstd = 0.0f;
+    p->ra_prob = 0.5f;
+    for (char *save = NULL, *tok = strtok_r(aa, "-", &save); tok; tok = strtok_r(NULL, "-", &save), first = 0) {
+        char *end = NULL;
+        if (first) {
+            if (strcmp(tok, "rand")) break;
+            continue;
+        }
+        const int mstd = !strncmp(tok, "mstd", 4), incl = !strncmp(tok, "inc", 3);
+        const char *num = tok + (mstd ? 4 : incl ? 3 : 1);
+        const double v = strtod(num, &end);
+        if (end == num || *end) return vt_seterr(e, "recipe %s: bad RandAugment section '%s' in '%s'", r->name, tok, r->aa);
+        if (mstd) p->ra_mstd = (float)v;
+        else if (incl) inc = v != 0;
+        else if (tok[0] == 'm') p->ra_magnitude = (float)v;
+        else if (tok[0] == 'n') p->ra_layers = (int)v;
+        else if (tok[0] == 'p') p->ra_prob = (float)v;
+        else return vt_seterr(e, "recipe %s: unknown RandAugment section '%s' in '%s'", r->name, tok, r->aa);
+    }
+    if (strncmp(r->aa, "rand", 4) != 0 || !inc)
+        return vt_seterr(e, "recipe %s: augmentation '%s' is not implemented (RandAugment with increasing ops, "
+                         "rand-...-inc1, is)", r->name, r->aa);
+    return vt_tf_params_check(p, e);
+}
+
 /* The settings as a cJSON object (NULL when out of memory). */
 static cJSON *to_json(const vt_recipe *r) {
     cJSON *j = cJSON_CreateObject();
