@@ -56,6 +56,15 @@ static void fill_labels(float *d, int64_t n, int which, vt_rng *r) {
     for (int64_t i = 0; i < n; i++) d[i] = which == 1 ? (float)vt_rng_below(r, 5) : vt_rng_normal(r) * 2.0f;
 }
 
+static vt_tensor *b_soft_ce(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_soft_cross_entropy(g, x[0], x[1]);
+}
+/* Logits N(0, 2²); targets: positive rows (Mixup-like soft targets, not normalised, so the sum_k t_k term counts). */
+static void fill_soft(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) d[i] = which == 1 ? 0.05f + vt_rng_uniform(r) : vt_rng_normal(r) * 2.0f;
+}
+
 static void check_gemm_ref(vt_test *T) {
     vt_rng r;
     vt_rng_seed(&r, 7);
@@ -333,6 +342,10 @@ void test_ops_core(vt_test *T) {
          .build = b_ce, .fill = fill_labels, .fa = {0.1f}},
         {.name = "cross_entropy_1", .nx = 2, .ndim = {2, 1}, .shape = {{1, 2}, {1}}, .nograd = {0, 1},
          .build = b_ce, .fill = fill_labels, .fa = {0.3f}},
+        {.name = "soft_cross_entropy", .nx = 2, .ndim = {2, 2}, .shape = {{4, 5}, {4, 5}}, .build = b_soft_ce,
+         .fill = fill_soft},
+        {.name = "soft_cross_entropy_1", .nx = 2, .ndim = {2, 2}, .shape = {{1, 3}, {1, 3}}, .build = b_soft_ce,
+         .fill = fill_soft},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
 }

@@ -16,6 +16,7 @@
 #include "vitc/model.h"
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
+#include "vitc/recipe.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
@@ -32,6 +33,10 @@ typedef struct {
     int features, apply_transform;
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
+    const char *recipe, *init_from;           /* train: --recipe, --init-from */
+    double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
+    int model_ema, no_model_ema, accum_steps; /* train */
+    int repeated_aug, no_repeated_aug;        /* train */
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
     char cmdline[2048];
@@ -92,7 +97,23 @@ static const optdef optdefs[] = {
     NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
     NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
-    NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off)"),
+    NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
+    O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
+      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `--recipe list` prints them all"),
+    NUM("--mixup", O_DBL, mixup, 0, 100, "Mixup alpha: lam ~ Beta(a, a) (default 0: off; deit 0.8)"),
+    NUM("--cutmix", O_DBL, cutmix, 0, 100, "CutMix alpha (default 0: off; deit 1.0)"),
+    NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1)"),
+    NUM("--mixup-switch-prob", O_DBL, mixup_switch, 0, 1, "probability of CutMix when both are on (default 0.5)"),
+    O("--model-ema", O_FLAG, model_ema, "keep an EMA of the weights (timm ModelEmaV2), evaluated each epoch and "
+      "saved as weights_ema.safetensors"),
+    O("--no-model-ema", O_FLAG, no_model_ema, "no weight EMA (the deit and refiner recipes keep one)"),
+    NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996)"),
+    O("--repeated-aug", O_FLAG, repeated_aug, "DeiT's repeated-augmentation sampler: each image 3 times in a row, "
+      "⌊n/256⌋·256 images an epoch (on in the deit recipe)"),
+    O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
+    NUM("--accum-steps", O_INT, accum_steps, 1, 1e6, "micro-batches of --batch-size per optimiser step (default 1)"),
+    O("--init-from", O_STR, init_from, "W.safetensors to fine-tune from: the head is re-initialised when "
+      "--num-classes differs, position embeddings / relative-position tables are resized bicubically (as timm)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off)"),
@@ -504,23 +525,56 @@ static int cmd_grad(opts *o) {
     return rc;
 }
 
+/* The recipe (--recipe, else vitc's defaults) with the explicit options over it. */
+static int train_recipe(opts *o, vt_recipe *r) {
+    vt_err e = {{0}};
+    if (vt_recipe_get(o->recipe ? o->recipe : "default", o->model, r, &e)) return die("%s", e.msg);
+    if (o->epochs) r->epochs = o->epochs;
+    if (o->batch) r->batch = o->batch;
+    if (o->accum_steps) r->accum_steps = o->accum_steps;
+    if (o->lr > 0) r->lr = o->lr, r->lr_given = 1;
+    if (o->wd >= 0) r->weight_decay = o->wd;
+    if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
+    if (o->min_lr >= 0) r->min_lr = o->min_lr;
+    if (o->smoothing >= 0) r->smoothing = o->smoothing;
+    if (o->clip >= 0) r->clip_grad = o->clip;
+    if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;
+    if (o->cutmix >= 0) r->mixup.cutmix_alpha = o->cutmix;
+    if (o->mixup_prob >= 0) r->mixup.prob = o->mixup_prob;
+    if (o->mixup_switch >= 0) r->mixup.switch_prob = o->mixup_switch;
+    if (o->model_ema && o->no_model_ema) return die("%s", "--model-ema and --no-model-ema contradict each other");
+    if (o->model_ema || o->no_model_ema) r->model_ema = o->model_ema;
+    if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
+    if (o->repeated_aug && o->no_repeated_aug)
+        return die("%s", "--repeated-aug and --no-repeated-aug contradict each other");
+    if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
+    if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
+    r->drop_path = o->drop_path;
+    return 0;
+}
+
 static int cmd_train(opts *o) {
+    if (o->recipe && strcmp(o->recipe, "list") == 0) {
+        for (int i = 0; i < vt_recipe_count(); i++) {
+            vt_recipe r;
+            vt_err e = {{0}};
+            if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
+            vt_recipe_print(&r, stdout);
+        }
+        return 0;
+    }
+    vt_recipe r;
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    if (train_recipe(o, &r) || model_cfg(o, &c)) return 1;
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
     if (o->data) t.data = o->data;
     t.run_dir = o->out_dir;
     t.resume = o->resume;
-    if (o->epochs) t.epochs = o->epochs;
-    if (o->batch) t.batch = o->batch;
-    if (o->lr > 0) t.lr = o->lr;
-    if (o->wd >= 0) t.weight_decay = o->wd;
-    if (o->warmup_epochs >= 0) t.warmup_epochs = o->warmup_epochs;
-    if (o->min_lr >= 0) t.min_lr = o->min_lr;
-    if (o->smoothing >= 0) t.smoothing = o->smoothing;
-    t.clip_grad = o->clip;
+    vt_recipe_apply(&r, &t);
+    if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
+    t.init_from = o->init_from;
     t.seed = (uint64_t)o->seed;
     t.augment = !o->augment;
     t.train_subset = o->train_subset;
@@ -781,10 +835,12 @@ static const command commands[] = {
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
-     "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
+     "train with AdamW, warm-up + cosine, label smoothing, crop + flip, Mixup/CutMix, weight EMA, gradient "
+     "accumulation, named recipes (--recipe), fine-tuning (--init-from); checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --fault-nan-step "
-     "--drop-path " ARCH_OPTS, cmd_train, 0},
+     "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
+     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug " ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --train-form " ARCH_OPTS, cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json | --csv]",
@@ -903,7 +959,7 @@ int main(int argc, char **argv) {
         if (!images) return die("%s", "out of memory");
         o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.smoothing = o.drop_path = -1;
-        o.lr = -1;
+        o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
         o.fault_nan_step = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);

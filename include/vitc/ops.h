@@ -46,6 +46,9 @@ vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p);
 /* Mean cross-entropy of logits (B, K) against labels (B,) holding class indices as floats, with label
  * smoothing eps (target = (1-eps)·onehot + eps/K) -> shape (1,). */
 vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, float smoothing);
+/* Soft-target cross-entropy (timm SoftTargetCrossEntropy): logits (B, K), targets (B, K) -> (1,) =
+ * mean over b of sum_k -t_bk log softmax(logits_b)_k; differentiable in both; 0 MACs. */
+vt_tensor *vt_soft_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *targets);
 /* Sum of all elements -> shape (1,). */
 vt_tensor *vt_sum(vt_graph *g, vt_tensor *x);
 

@@ -23,4 +23,10 @@ uint32_t vt_rng_below(vt_rng *r, uint32_t n);
 /* Standard normal sample (Box-Muller). */
 float vt_rng_normal(vt_rng *r);
 
+/* Gamma(a, 1) sample, a > 0 (Marsaglia-Tsang; a < 1 through Gamma(a + 1)·U^(1/a)); NaN for a <= 0. */
+double vt_rng_gamma(vt_rng *r, double a);
+
+/* Beta(a, b) sample as X/(X+Y) with X ~ Gamma(a), Y ~ Gamma(b) (numpy's beta for these parameters is the same law). */
+double vt_rng_beta(vt_rng *r, double a, double b);
+
 #endif

@@ -7,13 +7,22 @@
 
 #include "vitc/dataset.h"
 #include "vitc/gemm.h"
+#include "vitc/mixup.h"
 #include "vitc/model.h"
+
+struct vt_recipe;
 
 /* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1, runs that many AdamW steps
  * (betas 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params) on the batch, writing the loss
  * before each step into losses[0..steps); gradients left in P are those of the last step. */
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e);
+
+/* Gradients of the mean loss over `accum` micro-batches of B (x: accum·B inputs, labels: accum·B) accumulated as
+ * vt_train does with accum_steps (train mode, no drop-path): the same as one vt_grad_steps batch of accum·B for a
+ * model without BatchNorm, up to rounding. *loss gets the mean of the micro-batch losses. */
+int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
+                  float *loss, vt_err *e);
 
 /* Mean loss and accuracy of the model on ds (eval mode, no augmentation) in batches of `batch`; progress on the
  * stream `progress` (NULL: none) when there is more than one batch. */
@@ -34,9 +43,20 @@ typedef struct vt_train_opts {
     int log_every;             /* progress line every this many steps */
     int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */
+    vt_mixup mixup;            /* Mixup/CutMix of each (micro-)batch when enabled (vt_mixup_enabled): soft targets
+                                  smoothed by `smoothing`, soft-target cross-entropy; num_classes from the model */
+    int model_ema;             /* 1: keep a model EMA (timm ModelEmaV2), evaluated each epoch, in the checkpoint and
+                                  saved as weights_ema.safetensors */
+    double model_ema_decay;
+    int accum_steps;           /* micro-batches of `batch` per optimiser step (1: none); schedule in optimiser steps */
+    int repeated_aug;          /* > 0: DeiT's RASampler with this many repeats (vt_ra_sample); 0: a plain shuffle */
+    const char *init_from;     /* weights to fine-tune from (vt_adapt_load: head re-initialised, position tables
+                                  resized when needed), or NULL */
+    const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none) */
 } vt_train_opts;
 
-/* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs). */
+/* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs; no
+ * Mixup/CutMix, no EMA (decay 0.99996 when turned on), no accumulation). */
 void vt_train_defaults(vt_train_opts *o);
 
 /* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints

@@ -37,3 +37,33 @@ float vt_rng_normal(vt_rng *r) {
     double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
 }
+
+/* Uniform double in (0, 1] with 53 random bits. */
+static double unit_open0(vt_rng *r) { return ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
+
+/* Standard normal in double precision (Box-Muller, one of the pair). */
+static double normal_d(vt_rng *r) {
+    double u1 = unit_open0(r), u2 = unit_open0(r);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+double vt_rng_gamma(vt_rng *r, double a) {
+    if (!(a > 0.0)) return NAN;
+    if (a < 1.0) { /* Gamma(a) = Gamma(a + 1) · U^(1/a) */
+        double g = vt_rng_gamma(r, a + 1.0);
+        return g * pow(unit_open0(r), 1.0 / a);
+    }
+    const double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d); /* Marsaglia & Tsang (2000) */
+    for (;;) {
+        double x = normal_d(r), v = 1.0 + c * x;
+        if (v <= 0.0) continue;
+        v = v * v * v;
+        double u = unit_open0(r);
+        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v))) return d * v;
+    }
+}
+
+double vt_rng_beta(vt_rng *r, double a, double b) {
+    double x = vt_rng_gamma(r, a), y = vt_rng_gamma(r, b);
+    return x + y > 0.0 ? x / (x + y) : 0.5;
+}

@@ -1,4 +1,4 @@
-/* Cross-entropy with label smoothing, and the full sum (used by tests and simple objectives). */
+/* Cross-entropy with label smoothing, soft-target cross-entropy (Mixup/CutMix targets), and the full sum (used by tests and simple objectives). */
 #include <math.h>
 
 #include "vitc/ops.h"
@@ -69,6 +69,75 @@ vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, f
     vt_node *n = vt_new_node(g, &op_ce, in, 2, vt_new_act(g, 1, &one));
     if (!n) return NULL;
     *VT_OP_P(n, ce_p) = (ce_p){logits->shape[0], logits->shape[1], smoothing};
+    vt_node_save(n, 0, logits->numel);
+    return n->out;
+}
+
+/* Soft-target cross-entropy (timm's SoftTargetCrossEntropy): logits (B, K), targets (B, K), out (1,) =
+ * mean_b sum_k -t_bk log softmax(x_b)_k; save[0] = log-softmax (B, K). */
+typedef struct {
+    int B, K;
+} soft_ce_p;
+
+static void soft_ce_fwd(vt_node *n) {
+    const soft_ce_p *c = VT_OP_P(n, soft_ce_p);
+    const int B = c->B, K = c->K;
+    const float *x = n->in[0]->data, *t = n->in[1]->data;
+    float *lsm = n->save[0]->data;
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int b = 0; b < B; b++) {
+        const float *xr = x + (size_t)b * K, *tr = t + (size_t)b * K;
+        float *lr = lsm + (size_t)b * K;
+        float mx = xr[0];
+        for (int k = 1; k < K; k++) mx = xr[k] > mx ? xr[k] : mx;
+        double se = 0.0;
+        for (int k = 0; k < K; k++) se += exp((double)xr[k] - mx);
+        const double lse = mx + log(se);
+        double row = 0.0;
+        for (int k = 0; k < K; k++) {
+            const double lp = xr[k] - lse;
+            lr[k] = (float)lp;
+            row -= tr[k] * lp;
+        }
+        total += row;
+    }
+    n->out->data[0] = (float)(total / B);
+}
+
+/* d/dx_bk = g/B (p_bk sum_j t_bj - t_bk); d/dt_bk = -g/B log p_bk. */
+static void soft_ce_bwd(vt_node *n) {
+    const soft_ce_p *c = VT_OP_P(n, soft_ce_p);
+    const int B = c->B, K = c->K;
+    const float *t = n->in[1]->data, *lsm = n->save[0]->data;
+    float *dx = n->in[0]->grad, *dt = n->in[1]->grad;
+    const float gscale = n->out->grad[0] / B;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
+        const float *tr = t + (size_t)b * K, *lr = lsm + (size_t)b * K;
+        double ts = 0.0;
+        for (int k = 0; k < K; k++) ts += tr[k];
+        for (int k = 0; dx && k < K; k++) dx[(size_t)b * K + k] += gscale * (float)(exp((double)lr[k]) * ts - tr[k]);
+        for (int k = 0; dt && k < K; k++) dt[(size_t)b * K + k] -= gscale * lr[k];
+    }
+}
+
+/* Backward reads the targets; the log-softmax is saved. */
+static const vt_opdef op_soft_ce = {"soft_cross_entropy", soft_ce_fwd, soft_ce_bwd, VT_READS(VT_READS_IN(1))};
+
+vt_tensor *vt_soft_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *targets) {
+    if (vt_bad(g, 2, logits, targets)) return NULL;
+    char a[64], b[64];
+    if (logits->ndim != 2 || targets->ndim != 2 || targets->shape[0] != logits->shape[0] ||
+        targets->shape[1] != logits->shape[1])
+        return vt_fail(g, "soft_cross_entropy", "logits %s and targets %s must both be (B, K)",
+                       vt_shape_str(logits, a, 64), vt_shape_str(targets, b, 64));
+    int one = 1;
+    vt_tensor *in[2] = {logits, targets};
+    vt_node *n = vt_new_node(g, &op_soft_ce, in, 2, vt_new_act(g, 1, &one));
+    if (!n) return NULL;
+    *VT_OP_P(n, soft_ce_p) = (soft_ce_p){logits->shape[0], logits->shape[1]};
+    n->macs = 0; /* elementwise: 0 MACs by the engine's convention (README) */
     vt_node_save(n, 0, logits->numel);
     return n->out;
 }

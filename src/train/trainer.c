@@ -11,11 +11,15 @@
 #include <unistd.h>
 
 #include "vitc/fileio.h"
+#include "vitc/adapt.h"
 #include "vitc/augment.h"
+#include "vitc/ema.h"
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
 #include "vitc/progress.h"
+#include "vitc/recipe.h"
+#include "vitc/sampler.h"
 #include "vitc/safetensors.h"
 #include "vitc/schedule.h"
 #include "vitc/train.h"
@@ -27,18 +31,23 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A train-mode graph: logits, labels input and mean cross-entropy loss. */
+/* A train-mode graph: logits, labels input and mean cross-entropy loss; with soft targets (Mixup/CutMix) a
+ * `targets` input (B, K) and the soft-target cross-entropy instead (labels then only score the batch). */
 typedef struct {
     vt_graph *g;
-    vt_tensor *x, *labels, *logits, *loss;
+    vt_tensor *x, *labels, *targets, *logits, *loss;
 } train_graph;
 
-static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothing, train_graph *t, vt_err *e) {
+static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothing, int soft, train_graph *t,
+                       vt_err *e) {
     memset(t, 0, sizeof *t);
     if (!(t->g = vt_graph_new(P, 1, e))) return -1;
     t->logits = vt_model_build(t->g, c, B, &t->x);
     t->labels = vt_input(t->g, "labels", 1, &B);
-    t->loss = vt_cross_entropy(t->g, t->logits, t->labels, smoothing);
+    const int ts[2] = {B, c->arch.num_classes};
+    if (soft) t->targets = vt_input(t->g, "targets", 2, ts);
+    t->loss = soft ? vt_soft_cross_entropy(t->g, t->logits, t->targets)
+                   : vt_cross_entropy(t->g, t->logits, t->labels, smoothing);
     vt_graph_output(t->g, t->logits);
     vt_graph_set_loss(t->g, t->loss);
     if (vt_graph_finalize(t->g, e)) {
@@ -54,7 +63,7 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f; /* deterministic gradients: stochastic depth off */
     train_graph t;
-    if (build_train(&tc, P, B, 0.0f, &t, e)) return -1;
+    if (build_train(&tc, P, B, 0.0f, 0, &t, e)) return -1;
     vt_adamw opt = {0};
     int rc = 0;
     if (steps > 1 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)wd, e)) rc = -1;
@@ -70,6 +79,43 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
     if (steps > 1) vt_adamw_free(&opt);
     vt_graph_free(t.g);
     return rc;
+}
+
+/* ---- gradient accumulation (--accum-steps) ---- */
+
+/* Backward of micro-batch j of `accum` making one optimiser step: gradients zeroed on the first, accumulated by
+ * each, scaled by 1/accum after the last (timm divides the loss by accum: the same up to rounding). */
+static void accum_backward(train_graph *t, vt_params *P, int j, int accum) {
+    if (j == 0) vt_params_zero_grad(P);
+    vt_graph_backward(t->g);
+    if (j != accum - 1 || accum == 1) return;
+    const float s = 1.0f / (float)accum;
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *p = P->t[i];
+        if (p->grad)
+            for (int64_t k = 0; k < p->numel; k++) p->grad[k] *= s;
+    }
+}
+
+int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
+                  float *loss, vt_err *e) {
+    if (B <= 0 || accum <= 0) return vt_seterr(e, "vt_grad_accum: batch %d and accum %d must be > 0", B, accum);
+    vt_model_cfg tc = vt_model_training_form(c);
+    tc.arch.drop_path = 0.0f;
+    train_graph t;
+    if (build_train(&tc, P, B, 0.0f, 0, &t, e)) return -1;
+    const size_t img = (size_t)t.x->numel / (size_t)B;
+    double sum = 0.0;
+    for (int j = 0; j < accum; j++) {
+        memcpy(t.x->data, x + (size_t)j * B * img, sizeof(float) * (size_t)B * img);
+        memcpy(t.labels->data, labels + (size_t)j * B, sizeof(float) * (size_t)B);
+        vt_graph_forward(t.g);
+        sum += t.loss->data[0];
+        accum_backward(&t, P, j, accum);
+    }
+    *loss = (float)(sum / accum);
+    vt_graph_free(t.g);
+    return 0;
 }
 
 /* Sum of the cross-entropy losses and of the correct top-1 predictions of the first n rows of logits (B, K). */
@@ -140,6 +186,10 @@ void vt_train_defaults(vt_train_opts *o) {
     o->augment = 1;
     o->log_every = 50;
     o->fault_nan_step = -1;
+    o->mixup = vt_mixup_timm(0);
+    o->mixup.mixup_alpha = o->mixup.cutmix_alpha = 0.0; /* off */
+    o->model_ema_decay = 0.99996;
+    o->accum_steps = 1;
 }
 
 /* ---- checkpoints ---- */
@@ -149,21 +199,30 @@ typedef struct {
     vt_rng rng;
 } train_state;
 
+/* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
+#define EMA_PREFIX "ema/"
+
 static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P, const vt_adamw *opt,
-                           const train_state *st, vt_err *e) {
-    int n = P->n + vt_adamw_nstate(opt) + 3, k = 0;
+                           const vt_params *ema, const train_state *st, vt_err *e) {
+    const int ne = ema ? ema->n : 0;
+    int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0;
     vt_st_out *out = calloc((size_t)n, sizeof *out);
     char(*names)[VT_NAMELEN] = calloc((size_t)n, VT_NAMELEN);
-    int64_t(*i64)[1] = calloc((size_t)P->n, sizeof *i64);
+    int64_t(*i64)[1] = calloc((size_t)(P->n + ne), sizeof *i64);
     if (!out || !names || !i64) {
         free(out);
         free(names);
         free(i64);
         return vt_seterr(e, "out of memory writing a checkpoint");
     }
-    for (int i = 0; i < P->n; i++, k++) {
-        const vt_tensor *t = P->t[i];
-        out[k].name = t->name;
+    for (int i = 0; i < P->n + ne; i++, k++) { /* the model, then its EMA (ema/<name>) */
+        const vt_tensor *t = i < P->n ? P->t[i] : ema->t[i - P->n];
+        if (i < P->n) {
+            out[k].name = t->name;
+        } else {
+            snprintf(names[k], VT_NAMELEN, EMA_PREFIX "%.*s", VT_NAMELEN - 5, t->name);
+            out[k].name = names[k];
+        }
         out[k].ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++) out[k].shape[d] = t->shape[d];
         if (t->is_i64) {
@@ -208,11 +267,27 @@ static int ck_read(const vt_st_file *f, const char *name, float *dst, int64_t nu
     return vt_st_read_f32(t, dst, numel, e);
 }
 
-static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, train_state *st, vt_err *e) {
+/* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
+ * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice. */
+static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_params *ema, train_state *st,
+                           vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
     int rc = 0;
     for (int i = 0; rc == 0 && i < P->n; i++) rc = ck_read(&f, P->t[i]->name, P->t[i]->data, P->t[i]->numel, e);
+    if (rc == 0 && ema && ema->n) {
+        char nm[VT_NAMELEN + 8];
+        snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[0]->name);
+        const int has = vt_st_find(&f, nm) != NULL;
+        for (int i = 0; rc == 0 && i < ema->n; i++) {
+            snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[i]->name);
+            if (has)
+                rc = ck_read(&f, nm, ema->t[i]->data, ema->t[i]->numel, e);
+            else
+                memcpy(ema->t[i]->data, P->t[i]->data, sizeof(float) * (size_t)P->t[i]->numel);
+        }
+        if (rc == 0 && !has) printf("Note: %s holds no model EMA; the EMA starts from its weights\n", path);
+    }
     for (int i = 0; rc == 0 && i < vt_adamw_nstate(opt); i++) {
         char nm[VT_NAMELEN];
         int64_t numel;
@@ -301,6 +376,56 @@ static int make_dirs(const char *dir, vt_err *e) {
     }
 }
 
+/* ---- recipe hooks of the training loop (Mixup/CutMix, model EMA, recipe record, fine-tuning start) ---- */
+
+/* Checks the recipe options against the model and batch; fills *mix (num_classes, smoothing) when mixing is on. */
+static int recipe_check(const vt_model_cfg *c, const vt_train_opts *o, vt_mixup *mix, vt_err *e) {
+    *mix = o->mixup;
+    mix->num_classes = c->arch.num_classes;
+    mix->smoothing = o->smoothing;
+    if (o->accum_steps < 1) return vt_seterr(e, "accumulation steps %d must be >= 1", o->accum_steps);
+    if (o->model_ema && !(o->model_ema_decay >= 0 && o->model_ema_decay <= 1))
+        return vt_seterr(e, "model EMA decay %g outside [0, 1]", o->model_ema_decay);
+    if (vt_mixup_enabled(mix) && o->batch % 2)
+        return vt_seterr(e, "Mixup/CutMix mix each batch with its reverse and need an even batch size (got %d)",
+                         o->batch);
+    return 0;
+}
+
+/* Prints the resolved recipe and writes it to RUN/recipe.json (atomically); nothing without a recipe. */
+static int recipe_record(const vt_train_opts *o, vt_err *e) {
+    if (!o->recipe) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/recipe.json", o->run_dir);
+    vt_recipe_print(o->recipe, stdout);
+    return vt_recipe_save(o->recipe, path, e);
+}
+
+/* Mixes the batch in t (x, labels as ints in lab) into soft targets when mixing is on; draws from rng. */
+static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng *rng, vt_err *e) {
+    if (!t->targets) return 0;
+    const vt_tensor *x = t->x;
+    return vt_mixup_batch(mix, t->x->data, x->shape[0], x->shape[1], x->shape[2], x->shape[3], lab, t->targets->data,
+                          rng, NULL, e);
+}
+
+/* The epoch's image order in idx: DeiT's repeated-augmentation sampler when on, else a shuffle of [0, n). */
+static int epoch_order(const vt_train_opts *o, int *idx, int n, vt_rng *rng, vt_err *e) {
+    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, rng, e) < 0 ? -1 : 0;
+    vt_iota(idx, n);
+    vt_shuffle(idx, n, rng);
+    return 0;
+}
+
+/* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
+static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *te, int64_t epoch, vt_err *e) {
+    if (!ema->P) return 0;
+    double tl = 0, ta = 0;
+    if (vt_evaluate(c, ema->P, te, 250, &tl, &ta, NULL, e)) return -1;
+    printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%\n", (long long)epoch, tl, 100 * ta);
+    return 0;
+}
+
 /* ---- the training loop ---- */
 
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
@@ -326,19 +451,29 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     vt_dataset tr = {0}, te = {0};
     vt_params *P = NULL;
     vt_adamw opt = {0};
+    vt_ema ema = {0};
+    vt_mixup mix;
     train_graph t = {0};
     int *idx = NULL, *lab = NULL, rc = 0;
-    if (vt_dataset_load_fmnist(NULL, 1, &tr, e) || vt_dataset_load_fmnist(NULL, 0, &te, e) ||
+    if (recipe_check(c, o, &mix, e) || recipe_record(o, e) || vt_dataset_load_fmnist(NULL, 1, &tr, e) ||
+        vt_dataset_load_fmnist(NULL, 0, &te, e) ||
         (o->train_subset > 0 && vt_dataset_subset(&tr, o->train_subset, e)) ||
         (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, e)) || !(P = vt_params_new(e)) ||
-        vt_model_init_params(c, P, o->seed, e) || build_train(c, P, o->batch, (float)o->smoothing, &t, e) ||
-        vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e)) {
+        vt_model_init_params(c, P, o->seed, e) ||
+        (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, stdout, e)) ||
+        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
+        vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+        (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e))) {
         rc = -1;
         goto done;
     }
-    const int B = o->batch, spe = tr.n / B;
+    if (o->init_from) printf("Fine-tuning from %s\n", o->init_from);
+    /* spe counts micro-batches of B; each optimiser step takes A of them (the schedule counts optimiser steps) */
+    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(tr.n, 1) : tr.n; /* images an epoch visits */
+    const int B = o->batch, A = o->accum_steps, spe = nsamp / (B * A) * A;
     if (spe == 0) {
-        rc = vt_seterr(e, "batch size %d is larger than the training set (%d)", B, tr.n);
+        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s", B, A,
+                       nsamp, o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
         goto done;
     }
     idx = malloc(sizeof(int) * (size_t)tr.n);
@@ -355,7 +490,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (o->resume) {
         char rpath[4096];
         snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
-        if (load_checkpoint(rpath, P, &opt, &st, e)) {
+        if (load_checkpoint(rpath, P, &opt, ema.P, &st, e)) {
             rc = -1;
             goto done;
         }
@@ -367,15 +502,14 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         rc = -1;
         goto done;
     }
-    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * spe),
-                            (int64_t)o->epochs * spe, 0};
+    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
+                            (int64_t)o->epochs * (spe / A), 0};
     vt_augment aug = vt_augment_fmnist(o->augment);
     aug.mean = c->pre.mean[0];
     aug.std = c->pre.std[0];
     const double t0 = now_s();
     for (; st.epoch < o->epochs; st.epoch++) {
-        vt_iota(idx, tr.n);
-        vt_shuffle(idx, tr.n, &st.rng);
+        if ((rc = epoch_order(o, idx, tr.n, &st.rng, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */
@@ -383,10 +517,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         vt_progress_start(&pg, stdout, "Train", "img", spe, o->log_every);
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
+            const int j = i % A; /* micro-batch j of the optimiser step */
             if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
+            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done;
             if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
-            t.g->seed = (o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)st.step; /* drop-path masks of this step */
+            /* drop-path masks of this micro-batch */
+            t.g->seed = (o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j);
             vt_graph_forward(t.g);
             float loss = t.loss->data[0];
             if (!isfinite(loss)) {
@@ -395,11 +532,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                                o->resume || st.epoch > 0 ? ckpt : "(none yet)");
                 goto done;
             }
-            vt_params_zero_grad(P);
-            vt_graph_backward(t.g);
-            if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
-            vt_adamw_step(&opt, (float)lr);
-            st.step++;
+            accum_backward(&t, P, j, A);
+            if (j == A - 1) { /* the optimiser step */
+                if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
+                vt_adamw_step(&opt, (float)lr);
+                if (ema.P) vt_ema_update(&ema, P);
+                st.step++;
+            }
             int64_t c0 = 0;
             double l0 = 0.0;
             score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0);
@@ -421,14 +560,20 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, pg.tty ? stdout : NULL, e))) goto done;
         printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
                (long long)st.epoch, tl, 100 * ta, lsum / spe, 100.0 * correct / ((double)spe * B), spe * B / ep_s);
+        if ((rc = ema_eval(c, &ema, &te, st.epoch, e))) goto done;
         fflush(stdout);
         vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), tl, ta,
                               vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0};
         train_state next = st;
         next.epoch++;
-        if ((rc = vt_metrics_append(o->run_dir, &row, e)) || (rc = save_checkpoint(ckpt, c, P, &opt, &next, e)) ||
-            (rc = vt_params_save(P, wpath, e)))
+        if ((rc = vt_metrics_append(o->run_dir, &row, e)) ||
+            (rc = save_checkpoint(ckpt, c, P, &opt, ema.P, &next, e)) || (rc = vt_params_save(P, wpath, e)))
             goto done;
+        if (ema.P) { /* weights_ema.safetensors beside weights.safetensors */
+            char epath[4096];
+            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
+            if ((rc = vt_params_save(ema.P, epath, e))) goto done;
+        }
         vt_err pe = {{0}};
         if (vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
     }
@@ -441,6 +586,7 @@ done:
     free(lab);
     vt_graph_free(t.g);
     vt_adamw_free(&opt);
+    vt_ema_free(&ema);
     vt_params_free(P);
     vt_dataset_free(&tr);
     vt_dataset_free(&te);

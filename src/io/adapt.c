@@ -1,0 +1,191 @@
+/* Loading a checkpoint for fine-tuning, as timm's checkpoint_filter_fn adapts one:
+ * - a classifier tensor (name holding "head") whose class count differs keeps the model's fresh initialisation;
+ * - an absolute position embedding (1, p + h·w, C) whose grid differs is resized bicubically keeping its p prefix
+ *   (class / distillation) rows, as timm's resample_abs_pos_embed (ViT/DeiT, Refined-ViT, PVT, FLatten's
+ *   positional_encoding), with torch's F.interpolate(bicubic, align_corners=False) and no antialias;
+ * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
+ *   resize_rel_pos_bias_table_simple);
+ * - fixed buffers (relative_position_index, attn_mask) stay the model's own, and the file's ones the model lacks are
+ *   dropped (timm's Swin filter); a file of the other form (Next-ViT deployed vs training) is refused. */
+#include "vitc/adapt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/safetensors.h"
+#include "vitc/weights.h"
+
+/* torch's cubic convolution weights (A = -0.75) of the 4 taps around a source position with fraction t. */
+static void cubic_coeffs(double t, double w[4]) {
+    const double A = -0.75;
+#define CC1(x) (((A + 2) * (x) - (A + 3)) * (x) * (x) + 1)
+#define CC2(x) ((((A * (x)) - 5 * A) * (x) + 8 * A) * (x) - 4 * A)
+    w[0] = CC2(t + 1.0);
+    w[1] = CC1(t);
+    w[2] = CC1(1.0 - t);
+    w[3] = CC2(2.0 - t);
+#undef CC1
+#undef CC2
+}
+
+/* Source taps (clamped indices) and weights of output index o for a resize from n_in to n_out (align_corners False,
+ * no clamping of the real source position, as torch does for cubic). */
+static void taps(int o, int n_in, int n_out, int idx[4], double w[4]) {
+    const double scale = (double)n_in / n_out, real = scale * (o + 0.5) - 0.5, fl = floor(real);
+    cubic_coeffs(real - fl, w);
+    for (int k = 0; k < 4; k++) {
+        int i = (int)fl - 1 + k;
+        idx[k] = i < 0 ? 0 : i > n_in - 1 ? n_in - 1 : i;
+    }
+}
+
+void vt_resize_bicubic(const float *src, int h, int w, int C, float *dst, int H, int W) {
+    for (int y = 0; y < H; y++) {
+        int iy[4], ix[4];
+        double wy[4], wx[4];
+        taps(y, h, H, iy, wy);
+        for (int x = 0; x < W; x++) {
+            taps(x, w, W, ix, wx);
+            for (int c = 0; c < C; c++) {
+                double acc = 0.0;
+                for (int a = 0; a < 4; a++)
+                    for (int b = 0; b < 4; b++) acc += wy[a] * wx[b] * src[((size_t)iy[a] * w + ix[b]) * C + c];
+                dst[((size_t)y * W + x) * C + c] = (float)acc;
+            }
+        }
+    }
+}
+
+typedef enum { KEEP, SAME, HEAD, POS, RPB } action;
+
+/* The side of a square n (0 if n is not a positive square). */
+static int isqrt_exact(int64_t n) {
+    if (n <= 0) return 0;
+    int s = (int)llround(sqrt((double)n));
+    return (int64_t)s * s == n ? s : 0;
+}
+
+/* What to do with model tensor t given the file's entry s; for POS, *prefix gets the kept leading rows. */
+static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int *prefix) {
+    int same = s->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+    if (same) return SAME;
+    if (s->ndim != t->ndim) return KEEP;
+    int rest = 1; /* every dimension but the first equal */
+    for (int d = 1; d < t->ndim; d++) rest &= s->shape[d] == t->shape[d];
+    if (strstr(t->name, "head") && rest && t->shape[0] == num_classes) return HEAD;
+    if (t->ndim == 3 && t->shape[0] == 1 && s->shape[0] == 1 && s->shape[2] == t->shape[2])
+        for (int p = 0; p <= 2; p++)
+            if (isqrt_exact(t->shape[1] - p) && isqrt_exact(s->shape[1] - p)) {
+                *prefix = p;
+                return POS;
+            }
+    const char *suf = "relative_position_bias_table";
+    const size_t ln = strlen(t->name), ls = strlen(suf);
+    if (t->ndim == 2 && rest && ln >= ls && !strcmp(t->name + ln - ls, suf) && isqrt_exact(t->shape[0]) &&
+        isqrt_exact(s->shape[0]))
+        return RPB;
+    return KEEP;
+}
+
+/* Appends name to a comma-separated list of at most 8 names (then "…"), counting them. */
+static void note(char *buf, size_t cap, int *count, const char *name) {
+    if (++*count > 8) {
+        if (*count == 9) snprintf(buf + strlen(buf), cap - strlen(buf), ", ...");
+        return;
+    }
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *count > 1 ? ", " : "", name);
+}
+
+/* Buffers that models derive from their configuration (timm's Swin checkpoint_filter_fn drops them too). */
+static int derived_buffer(const char *name) {
+    return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
+}
+
+int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt_err *e) {
+    vt_st_file f;
+    if (vt_st_open(path, &f, e)) return -1;
+    const char *form = vt_st_meta(&f, VT_FORM_KEY); /* files without the record hold the training form */
+    if (P->form && strcmp(form ? form : "training", P->form) != 0) {
+        vt_st_close(&f);
+        return vt_seterr(e, "%s holds %s-form weights but the model is built in its %s form (see `vitc deploy`)",
+                         path, form ? form : "training", P->form);
+    }
+    char miss[1024] = "", extra[1024] = "", bad[1024] = "";
+    int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0;
+    for (int i = 0; i < P->n; i++) {
+        const vt_tensor *t = P->t[i];
+        const vt_st_entry *s = vt_st_find(&f, t->name);
+        int p = 0;
+        if (t->init.kind == VT_INIT_FIXED) continue; /* recomputed by the model */
+        if (!s) {
+            note(miss, sizeof miss, &nmiss, t->name);
+            continue;
+        }
+        action a = plan(t, s, num_classes, &p);
+        if (a == KEEP) note(bad, sizeof bad, &nbad, t->name);
+        nadapt += a != SAME;
+    }
+    for (int i = 0; i < f.n; i++) {
+        if (vt_params_find(P, f.entries[i].name)) continue;
+        if (!derived_buffer(f.entries[i].name)) {
+            note(extra, sizeof extra, &nextra, f.entries[i].name);
+        } else {
+            nadapt++; /* e.g. a shift mask the new window no longer needs */
+        }
+    }
+    if (nmiss || nextra || nbad) {
+        vt_seterr(e, "%s: cannot fine-tune from these weights:%s%s%s%s%s%s%s%s%s", path, nmiss ? " missing " : "",
+                  miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "", extra,
+                  nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position embedding, "
+                  "relative-position table): " : "", bad, "");
+        vt_st_close(&f);
+        return -1;
+    }
+    if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) */
+        vt_st_close(&f);
+        return vt_params_load(P, path, e);
+    }
+    for (int i = 0; log && i < f.n; i++)
+        if (!vt_params_find(P, f.entries[i].name))
+            fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        const vt_st_entry *s = t->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, t->name);
+        if (!s) continue;
+        int p = 0, nd = -1;
+        const action a = plan(t, s, num_classes, &p);
+        float *src = NULL;
+        int64_t shp[VT_ST_MAXDIM];
+        if ((rc = vt_st_read_named(&f, t->name, &src, &nd, shp, e))) break;
+        for (int64_t j = 0; rc == 0 && j < s->numel; j++)
+            if (!isfinite(src[j]))
+                rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
+                               isnan(src[j]) ? "NaN" : "Inf", (long long)j);
+        if (rc == 0 && a == SAME) {
+            memcpy(t->data, src, sizeof(float) * (size_t)t->numel);
+        } else if (rc == 0 && a == HEAD) {
+            if (log)
+                fprintf(log, "init-from: %s re-initialised: %lld classes in %s, %d in the model (--num-classes)\n",
+                        t->name, (long long)s->shape[0], path, num_classes);
+        } else if (rc == 0 && a == POS) {
+            const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p), gm = isqrt_exact(t->shape[1] - p);
+            memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */
+            vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gm, gm);
+            if (log)
+                fprintf(log, "init-from: %s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)\n",
+                        t->name, gs, gs, gm, gm, p, p == 1 ? "" : "s");
+        } else if (rc == 0 && a == RPB) {
+            const int ss = isqrt_exact(s->shape[0]), sm = isqrt_exact(t->shape[0]);
+            vt_resize_bicubic(src, ss, ss, t->shape[1], t->data, sm, sm);
+            if (log)
+                fprintf(log, "init-from: %s resized bicubically from %d×%d to %d×%d (window %d -> %d)\n", t->name, ss,
+                        ss, sm, sm, (ss + 1) / 2, (sm + 1) / 2);
+        }
+        vt_free(src);
+    }
+    vt_st_close(&f);
+    return rc;
+}

@@ -1,0 +1,290 @@
+/* Named training recipes: each preset cites where its values come from. */
+#include "vitc/recipe.h"
+
+#include <cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/fileio.h"
+#include "vitc/train.h"
+
+/* vitc's plain defaults (vt_train_defaults): what `vitc train` does without --recipe. */
+static void preset_default(vt_recipe *r) {
+    vt_train_opts o;
+    vt_train_defaults(&o);
+    *r = (vt_recipe){.source = "vitc's defaults (vt_train_defaults): Fashion-MNIST crop + flip, no mixing",
+                     .lr = o.lr, .weight_decay = o.weight_decay, .warmup_lr = o.warmup_lr, .min_lr = o.min_lr,
+                     .warmup_epochs = o.warmup_epochs, .smoothing = o.smoothing, .epochs = o.epochs,
+                     .batch = o.batch, .accum_steps = 1, .drop_path = -1, .model_ema_decay = 0.99996,
+                     .interpolation = "bilinear", .scale = {1, 1}, .ratio = {1, 1}, .hflip = 0.5};
+    r->mixup = vt_mixup_timm(0);
+    r->mixup.mixup_alpha = r->mixup.cutmix_alpha = 0.0;
+}
+
+/* DeiT (facebookresearch/deit main.py argument defaults, timm's create_transform and Mixup):
+ * AdamW lr 5e-4 · batch/512, wd 0.05, 300 epochs, 5 warm-up epochs from 1e-6, cosine to 1e-5, label smoothing 0.1,
+ * Mixup 0.8 / CutMix 1.0 / switch 0.5, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path 0.1,
+ * model EMA 0.99996 (main.py sets model_ema=True by default), repeated augmentation (RASampler) on, batch 64 a GPU,
+ * color jitter 0.4 (unused: timm applies it only without aa), bicubic RandomResizedCrop (0.08-1, 3/4-4/3). */
+static void preset_deit(vt_recipe *r) {
+    *r = (vt_recipe){.source = "DeiT main.py defaults (timm create_transform, Mixup)", .lr = 5e-4,
+                     .lr_base_batch = 512, .weight_decay = 0.05, .warmup_lr = 1e-6, .min_lr = 1e-5,
+                     .warmup_epochs = 5, .smoothing = 0.1, .epochs = 300, .batch = 64, .accum_steps = 1,
+                     .drop_path = 0.1, .model_ema = 1, .model_ema_decay = 0.99996, .repeated_aug = 1,
+                     .aa = "rand-m9-mstd0.5-inc1", .reprob = 0.25, .remode = "pixel", .recount = 1,
+                     .interpolation = "bicubic", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
+                     .color_jitter = 0.4};
+    r->mixup = vt_mixup_timm(0);
+}
+
+/* Swin (microsoft/Swin-Transformer config.py defaults + main.py; spec-flatten.md §2.1: FLatten's code keeps them):
+ * AdamW base lr 5e-4, warm-up lr 5e-7 and min lr 5e-6, all three scaled by batch/512, 300 epochs, 20 warm-up
+ * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, label smoothing 0.1, Mixup 0.8 / CutMix 1.0 / switch 0.5,
+ * RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path per model (Swin-T 0.2, S 0.3, B 0.5: the
+ * named configs' rates), no EMA, no repeated augmentation. */
+static void preset_swin(vt_recipe *r) {
+    preset_deit(r);
+    r->source = "Swin config.py defaults + main.py (spec-flatten.md §2.1: FLatten-Swin/PVT/CSwin train with them)";
+    r->warmup_lr = 5e-7;
+    r->min_lr = 5e-6;
+    r->scale_warmup_min_lr = 1;
+    r->warmup_epochs = 20;
+    r->clip_grad = 5.0;
+    r->batch = 128;
+    r->drop_path = -1;
+    r->model_ema = 0;
+    r->repeated_aug = 0;
+    r->notes = NULL;
+}
+
+/* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
+ * wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
+ * 0.25, 300 epochs, no EMA; drop-path per size from the yaml files: M 0.1, T 0.1, S 0.2, B 0.5, L 0.1 (§7; the paper
+ * says 0.0/0.1/0.2/0.4/0.5, trap 19). The Swin code base: warm-up/min lr as Swin's. */
+static void preset_gmf(vt_recipe *r, const char *model) {
+    preset_swin(r);
+    r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; drop-path per size from its yaml files)";
+    static const struct {
+        const char *suffix;
+        double dp;
+    } sizes[] = {{"_m", 0.1}, {"_miny", 0.1}, {"_t", 0.1}, {"_tiny", 0.1}, {"_s", 0.2}, {"_small", 0.2},
+                 {"_b", 0.5}, {"_base", 0.5}, {"_l", 0.1}, {"_large", 0.1}};
+    const char *sz = model ? strstr(model, "groupmixformer") : NULL;
+    for (size_t i = 0; sz && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(sz + strlen("groupmixformer"), sizes[i].suffix) == 0) r->drop_path = sizes[i].dp;
+}
+
+/* Refiner (spec-refiner.md §7): DeiT's timm-based recipe, model EMA 0.99996 kept and evaluated, drop-path per model
+ * from the yaml files (S 0.1, M 0.2, L 0.25 relabel). MixToken, token labelling and the cos_reg loss are not done. */
+static void preset_refiner(vt_recipe *r, const char *model) {
+    preset_deit(r);
+    r->source = "Refiner yaml + DeiT's timm recipe (spec-refiner.md §7: EMA 0.99996, drop-path S 0.1 / M 0.2 / L 0.25)";
+    r->drop_path = model && strstr(model, "_m") ? 0.2 : model && strstr(model, "_l") ? 0.25 : 0.1;
+    r->notes = "MixToken, token labelling and the cos_reg loss are not implemented";
+}
+
+/* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not
+ * scaled), wd 0.05, 100 epochs, 10 warm-up epochs starting at 0.033·lr, cosine to 0, label smoothing 0.1,
+ * Mixup 0.2 / CutMix 0.2 (torchvision's RandomChoice: switch 0.5), RA sampler, no drop-path, no EMA. */
+static void preset_msf(vt_recipe *r) {
+    preset_deit(r);
+    r->source = "MSF README command (spec-msf.md §4.4; torchvision reference train.py)";
+    r->lr = 1e-3;
+    r->lr_base_batch = 0;
+    r->warmup_lr = 0.033e-3;
+    r->min_lr = 0.0;
+    r->warmup_epochs = 10;
+    r->epochs = 100;
+    r->batch = 256;
+    r->drop_path = 0.0;
+    r->model_ema = 0;
+    r->mixup.mixup_alpha = 0.2;
+    r->mixup.cutmix_alpha = 0.2;
+    r->reprob = 0.0;
+    snprintf(r->aa, sizeof r->aa, "three");
+    r->repeated_aug = 1; /* torchvision's RASampler: DeiT's, 3 repeats */
+    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the README decays "
+               "every parameter, vitc keeps its no-decay list";
+}
+
+/* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */
+static void preset_hmhsa(vt_recipe *r) {
+    preset_deit(r);
+    r->source = "hMHSA/cFFN: the host's recipe (spec-hmhsa-cffn.md §3); DeiT's for the DeiT hosts";
+}
+
+static const char *const names[] = {"default", "deit", "swin", "flatten", "groupmixformer", "refiner", "msf", "hmhsa"};
+
+int vt_recipe_count(void) { return (int)(sizeof names / sizeof names[0]); }
+
+const char *vt_recipe_name(int i) { return i >= 0 && i < vt_recipe_count() ? names[i] : NULL; }
+
+int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) {
+    if (!strcmp(name, "default")) preset_default(r);
+    else if (!strcmp(name, "deit")) preset_deit(r);
+    else if (!strcmp(name, "swin") || !strcmp(name, "flatten")) preset_swin(r);
+    else if (!strcmp(name, "groupmixformer")) preset_gmf(r, model);
+    else if (!strcmp(name, "refiner")) preset_refiner(r, model);
+    else if (!strcmp(name, "msf")) preset_msf(r);
+    else if (!strcmp(name, "hmhsa")) preset_hmhsa(r);
+    else {
+        char list[256] = "";
+        for (int i = 0; i < vt_recipe_count(); i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+        return vt_seterr(e, "unknown recipe '%s' (known: %s)", name, list);
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    if (!strcmp(name, "flatten"))
+        r->source = "FLatten: Swin's config.py defaults + main.py (spec-flatten.md §2.1, the Swin code base)";
+    return 0;
+}
+
+double vt_recipe_lr(const vt_recipe *r) {
+    if (r->lr_given || r->lr_base_batch <= 0) return r->lr;
+    return r->lr * r->batch * (r->accum_steps > 0 ? r->accum_steps : 1) / r->lr_base_batch;
+}
+
+void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
+    const double f = vt_recipe_lr(r) / r->lr;
+    o->lr = vt_recipe_lr(r);
+    o->warmup_lr = r->scale_warmup_min_lr ? r->warmup_lr * f : r->warmup_lr;
+    o->min_lr = r->scale_warmup_min_lr ? r->min_lr * f : r->min_lr;
+    o->weight_decay = r->weight_decay;
+    o->warmup_epochs = r->warmup_epochs;
+    o->clip_grad = r->clip_grad;
+    o->smoothing = r->smoothing;
+    o->epochs = r->epochs;
+    o->batch = r->batch;
+    o->accum_steps = r->accum_steps;
+    o->mixup = r->mixup;
+    o->model_ema = r->model_ema;
+    o->model_ema_decay = r->model_ema_decay;
+    o->repeated_aug = r->repeated_aug ? 3 : 0;
+    o->recipe = r;
+}
+
+int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *e) {
+    *p = vt_tf_deit(size);
+    for (int i = 0; i < 2; i++) p->scale[i] = (float)r->scale[i], p->ratio[i] = (float)r->ratio[i];
+    p->hflip = (float)r->hflip;
+    if (!strcmp(r->interpolation, "bicubic")) p->interp = VT_INTERP_BICUBIC;
+    else if (!strcmp(r->interpolation, "bilinear")) p->interp = VT_INTERP_BILINEAR;
+    else if (!strcmp(r->interpolation, "random")) p->interp = VT_INTERP_RANDOM;
+    else return vt_seterr(e, "recipe %s: unknown train interpolation '%s'", r->name, r->interpolation);
+    p->ra_interp = p->interp; /* timm hands RandAugment the train interpolation (random: its own random choice) */
+    p->re_prob = (float)r->reprob;
+    p->re_count = r->recount > 0 ? r->recount : 1;
+    if (r->reprob > 0 && strcmp(r->remode, "pixel") != 0)
+        return vt_seterr(e, "recipe %s: RandomErasing mode '%s' is not implemented (pixel is)", r->name, r->remode);
+    p->ra_layers = 0;
+    if (!r->aa[0]) return vt_tf_params_check(p, e);
+    char aa[64];
+    snprintf(aa, sizeof aa, "%s", r->aa);
+    int inc = 0, first = 1;
+    p->ra_layers = 2; /* timm's defaults: n 2, m 10 → given, mstd 0, p 0.5 */
+    p->ra_magnitude = 10.0f;
+    p->ra_mstd = 0.0f;
+    p->ra_prob = 0.5f;
+    for (char *save = NULL, *tok = strtok_r(aa, "-", &save); tok; tok = strtok_r(NULL, "-", &save), first = 0) {
+        char *end = NULL;
+        if (first) {
+            if (strcmp(tok, "rand")) break;
+            continue;
+        }
+        const int mstd = !strncmp(tok, "mstd", 4), incl = !strncmp(tok, "inc", 3);
+        const char *num = tok + (mstd ? 4 : incl ? 3 : 1);
+        const double v = strtod(num, &end);
+        if (end == num || *end) return vt_seterr(e, "recipe %s: bad RandAugment section '%s' in '%s'", r->name, tok, r->aa);
+        if (mstd) p->ra_mstd = (float)v;
+        else if (incl) inc = v != 0;
+        else if (tok[0] == 'm') p->ra_magnitude = (float)v;
+        else if (tok[0] == 'n') p->ra_layers = (int)v;
+        else if (tok[0] == 'p') p->ra_prob = (float)v;
+        else return vt_seterr(e, "recipe %s: unknown RandAugment section '%s' in '%s'", r->name, tok, r->aa);
+    }
+    if (strncmp(r->aa, "rand", 4) != 0 || !inc)
+        return vt_seterr(e, "recipe %s: augmentation '%s' is not implemented (RandAugment with increasing ops, "
+                         "rand-...-inc1, is)", r->name, r->aa);
+    return vt_tf_params_check(p, e);
+}
+
+/* The settings as a cJSON object (NULL when out of memory). */
+static cJSON *to_json(const vt_recipe *r) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    vt_train_opts o;
+    vt_train_defaults(&o);
+    vt_recipe_apply(r, &o);
+    cJSON_AddStringToObject(j, "recipe", r->name);
+    cJSON_AddStringToObject(j, "source", r->source ? r->source : "");
+    if (r->notes) cJSON_AddStringToObject(j, "not_implemented", r->notes);
+    cJSON_AddStringToObject(j, "opt", "adamw");
+    cJSON_AddStringToObject(j, "sched", "cosine");
+    cJSON_AddNumberToObject(j, "lr_base", r->lr);
+    cJSON_AddNumberToObject(j, "lr_base_batch", r->lr_base_batch);
+    cJSON_AddNumberToObject(j, "lr", o.lr);
+    cJSON_AddNumberToObject(j, "warmup_lr", o.warmup_lr);
+    cJSON_AddNumberToObject(j, "min_lr", o.min_lr);
+    cJSON_AddNumberToObject(j, "warmup_epochs", r->warmup_epochs);
+    cJSON_AddNumberToObject(j, "epochs", r->epochs);
+    cJSON_AddNumberToObject(j, "batch_size", r->batch);
+    cJSON_AddNumberToObject(j, "accum_steps", r->accum_steps);
+    cJSON_AddNumberToObject(j, "weight_decay", r->weight_decay);
+    if (r->clip_grad > 0) cJSON_AddNumberToObject(j, "clip_grad", r->clip_grad);
+    else cJSON_AddNullToObject(j, "clip_grad");
+    cJSON_AddNumberToObject(j, "smoothing", r->smoothing);
+    if (r->drop_path >= 0) cJSON_AddNumberToObject(j, "drop_path", r->drop_path);
+    else cJSON_AddStringToObject(j, "drop_path", "model");
+    cJSON_AddNumberToObject(j, "mixup", r->mixup.mixup_alpha);
+    cJSON_AddNumberToObject(j, "cutmix", r->mixup.cutmix_alpha);
+    cJSON_AddNumberToObject(j, "mixup_prob", r->mixup.prob);
+    cJSON_AddNumberToObject(j, "mixup_switch_prob", r->mixup.switch_prob);
+    cJSON_AddStringToObject(j, "mixup_mode", "batch");
+    cJSON_AddBoolToObject(j, "model_ema", r->model_ema);
+    cJSON_AddNumberToObject(j, "model_ema_decay", r->model_ema_decay);
+    cJSON_AddBoolToObject(j, "repeated_aug", r->repeated_aug);
+    cJSON_AddStringToObject(j, "aa", r->aa);
+    cJSON_AddNumberToObject(j, "reprob", r->reprob);
+    cJSON_AddStringToObject(j, "remode", r->remode);
+    cJSON_AddNumberToObject(j, "recount", r->recount);
+    cJSON_AddStringToObject(j, "train_interpolation", r->interpolation);
+    double sr[4] = {r->scale[0], r->scale[1], r->ratio[0], r->ratio[1]};
+    cJSON_AddItemToObject(j, "scale", cJSON_CreateDoubleArray(sr, 2));
+    cJSON_AddItemToObject(j, "ratio", cJSON_CreateDoubleArray(sr + 2, 2));
+    cJSON_AddNumberToObject(j, "hflip", r->hflip);
+    cJSON_AddNumberToObject(j, "color_jitter", r->color_jitter);
+    return j;
+}
+
+void vt_recipe_print(const vt_recipe *r, FILE *f) {
+    cJSON *j = to_json(r);
+    if (!j) return;
+    fprintf(f, "Recipe %s (%s):\n", r->name, r->source ? r->source : "");
+    for (cJSON *it = j->child; it; it = it->next) {
+        if (!strcmp(it->string, "recipe") || !strcmp(it->string, "source")) continue;
+        char *v = cJSON_IsString(it) ? NULL : cJSON_PrintUnformatted(it);
+        fprintf(f, "  %-20s %s\n", it->string, v ? v : it->valuestring);
+        cJSON_free(v);
+    }
+    cJSON_Delete(j);
+}
+
+int vt_recipe_save(const vt_recipe *r, const char *path, vt_err *e) {
+    cJSON *j = to_json(r);
+    char *text = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!text) return vt_seterr(e, "out of memory writing %s", path);
+    size_t n = strlen(text);
+    char *t2 = malloc(n + 2);
+    if (!t2) {
+        cJSON_free(text);
+        return vt_seterr(e, "out of memory writing %s", path);
+    }
+    memcpy(t2, text, n);
+    t2[n] = '\n';
+    t2[n + 1] = '\0';
+    cJSON_free(text);
+    int rc = vt_write_text(path, t2, e);
+    free(t2);
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* DeiT's repeated-augmentation sampler. */
+#include "vitc/sampler.h"
+
+#include <stdlib.h>
+
+#include "vitc/augment.h"
+
+int vt_ra_count(int n, int replicas) { return replicas > 0 && n > 0 ? (int)((long long)n / 256 * 256 / replicas) : 0; }
+
+int vt_ra_sample(int *out, int n, int repeats, int replicas, int rank, vt_rng *rng, vt_err *e) {
+    if (n <= 0 || repeats < 1 || replicas < 1 || rank < 0 || rank >= replicas)
+        return vt_seterr(e, "repeated-augmentation sampler: bad n %d, repeats %d, replicas %d, rank %d", n, repeats,
+                         replicas, rank);
+    int *perm = malloc(sizeof(int) * (size_t)n);
+    if (!perm) return vt_seterr(e, "out of memory");
+    vt_iota(perm, n);
+    vt_shuffle(perm, n, rng);
+    const int sel = vt_ra_count(n, replicas);
+    for (int i = 0; i < sel; i++) {
+        long long j = rank + (long long)i * replicas;   /* entry of the repeated, padded list */
+        long long k = j < (long long)n * repeats ? j : j - (long long)n * repeats; /* padding repeats the start */
+        out[i] = perm[k / repeats];
+    }
+    free(perm);
+    return sel;
+}

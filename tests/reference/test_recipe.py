@@ -1,0 +1,387 @@
+"""Reference tests of the training recipe's pieces against computations written here, independently of the C code,
+from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.clip_grad_norm_):
+
+- Mixup/CutMix (vt_mixup_apply, src/train/mixup.c) with fixed lam / mode / box centre: the mixed batch and the soft
+  targets equal timm's `_mix_batch` + `mixup_target` transcribed in torch (≤ 1e-6), for Mixup, CutMix with and
+  without correct_lam, boxes clipped at the border, lam = 1 (no mixing);
+- the draws (vt_mixup_sample): CutMix frequency = switch_prob, Mixup's lam ~ Beta(0.8, 0.8) and CutMix's ~ Beta(1, 1)
+  (two-sample Kolmogorov-Smirnov against torch.distributions.Beta), box centres uniform, prob < 1 leaves that share
+  of the batches unmixed, Mixup-only never cuts;
+- soft-target cross-entropy (vt_soft_cross_entropy, src/ops/loss.c): loss and gradients equal timm's
+  SoftTargetCrossEntropy with autograd (float64) ≤ 1e-5;
+- gradient clipping (vt_clip_grad_norm) equals torch.nn.utils.clip_grad_norm_ ≤ 1e-6;
+- the fine-tuning resize (vt_resize_bicubic) equals F.interpolate(mode="bicubic", align_corners=False) ≤ 1e-5, up
+  and down; end to end (vt_adapt_load): a saved 10-class 28×28 vit_fmnist_tiny loads into a 2-class 36×36 model with
+  pos_embed = [class row, F.interpolate of the 7×7 grid to 9×9] (timm's resample_abs_pos_embed without antialias),
+  the head re-initialised, every other tensor equal, and 8 AdamW steps lower the loss; a Swin table resized from
+  window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
+- the repeated-augmentation sampler (vt_ra_sample) equals DeiT's RASampler.__iter__ (samplers.py, transcribed) applied
+  to the same permutation, for 1 and 3 replicas;
+- `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives the weights of batch 16 (LayerNorm
+  model, ≤ 1e-5 relative); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
+  settings (lr scaled by batch/512); --init-from with another model's weights is refused naming tensors; Mixup with
+  an odd batch is refused.
+The C side is tests/reference/recipe_driver.c, compiled against build/libvitc.a.
+"""
+import json
+import math
+import subprocess
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import st
+from common import Report, build_driver, grad_err, have_vitc, scale_err, tmpdir, vitc, vitc_ok
+
+
+def run(rep, name, exe, *args):
+    p = subprocess.run([str(exe)] + [str(a) for a in args], capture_output=True, text=True, timeout=300)
+    return rep.check(f"{name}: run", p.returncode == 0, p.stderr[-600:])
+
+
+# ---- timm's Mixup, mode 'batch', transcribed (numpy draws replaced by the given lam / mode / centre) ----
+def rand_bbox(shape, lam, cy, cx):
+    ratio = np.sqrt(1 - lam)
+    img_h, img_w = shape[-2:]
+    cut_h, cut_w = int(img_h * ratio), int(img_w * ratio)
+    yl = np.clip(cy - cut_h // 2, 0, img_h)
+    yh = np.clip(cy + cut_h // 2, 0, img_h)
+    xl = np.clip(cx - cut_w // 2, 0, img_w)
+    xh = np.clip(cx + cut_w // 2, 0, img_w)
+    return yl, yh, xl, xh
+
+
+def one_hot(x, num_classes, on_value, off_value):
+    x = x.long().view(-1, 1)
+    return torch.full((x.size(0), num_classes), off_value).scatter_(1, x, on_value)
+
+
+def mixup_target(target, num_classes, lam, smoothing):
+    off_value = smoothing / num_classes
+    on_value = 1. - smoothing + off_value
+    y1 = one_hot(target, num_classes, on_value, off_value)
+    y2 = one_hot(target.flip(0), num_classes, on_value, off_value)
+    return y1 * lam + y2 * (1. - lam)
+
+
+def timm_mix(x, target, K, lam, cutmix, cy, cx, smoothing, correct_lam):
+    x = x.clone()
+    if lam != 1.:
+        if cutmix:
+            yl, yh, xl, xh = rand_bbox(x.shape, lam, cy, cx)
+            if correct_lam:
+                lam = 1. - (yh - yl) * (xh - xl) / float(x.shape[-2] * x.shape[-1])
+            x[:, :, yl:yh, xl:xh] = x.flip(0)[:, :, yl:yh, xl:xh]
+        else:
+            x_flipped = x.flip(0).mul_(1. - lam)
+            x.mul_(lam).add_(x_flipped)
+    return x, mixup_target(target, K, lam, smoothing), lam
+
+
+MIX_CASES = [  # B, C, H, W, K, lam, cutmix, cy, cx, smoothing, correct_lam
+    (4, 3, 8, 8, 5, 0.3, 0, 0, 0, 0.1, 1),
+    (6, 2, 7, 9, 10, 0.85, 0, 0, 0, 0.0, 1),
+    (4, 3, 8, 8, 5, 0.3, 1, 4, 4, 0.1, 1),     # box inside the image
+    (4, 3, 8, 10, 5, 0.2, 1, 0, 9, 0.1, 1),    # box clipped at the top and right
+    (2, 1, 28, 28, 10, 0.6, 1, 27, 3, 0.1, 0),  # correct_lam off: lam stays the Beta draw
+    (8, 3, 5, 5, 3, 0.95, 1, 2, 2, 0.1, 1),     # small cut (int() of a small side): possibly empty box
+    (4, 3, 8, 8, 5, 1.0, 1, 3, 3, 0.1, 1),      # lam = 1: nothing mixed, targets smoothed one-hot
+]
+
+
+def check_mixup(rep, exe, d):
+    for case in MIX_CASES:
+        B, C, H, W, K, lam, cut, cy, cx, sm, corr = case
+        name = f"mixup B{B} C{C} {H}x{W} K{K} lam{lam} {'cutmix' if cut else 'mixup'} c=({cy},{cx}) corr{corr}"
+        g = torch.Generator().manual_seed(B * 100 + H)
+        x = torch.randn(B, C, H, W, generator=g)
+        lab = torch.randint(0, K, (B,), generator=g)
+        xr, tr, lr = timm_mix(x, lab, K, lam, cut, cy, cx, sm, corr)
+        fin, fout = d / "mix_in.bin", d / "mix_out.bin"
+        with open(fin, "wb") as f:
+            f.write(x.numpy().tobytes())
+            f.write(lab.float().numpy().tobytes())
+        if not run(rep, name, exe, "mixup", B, C, H, W, K, repr(lam), cut, cy, cx, repr(sm), corr, fin, fout):
+            continue
+        out = np.fromfile(fout, dtype=np.float64)
+        nx = B * C * H * W
+        rep.check(f"{name}: images", scale_err(out[:nx].reshape(x.shape), xr) <= 1e-6,
+                  f"err {scale_err(out[:nx].reshape(x.shape), xr):.1e}")
+        rep.check(f"{name}: targets", scale_err(out[nx:nx + B * K].reshape(B, K), tr) <= 1e-6,
+                  f"err {scale_err(out[nx:nx + B * K].reshape(B, K), tr):.1e}")
+        rep.check(f"{name}: lam", abs(out[-1] - lr) <= 1e-12, f"{out[-1]} vs {lr}")
+        rep.check(f"{name}: targets sum to 1", np.allclose(out[nx:nx + B * K].reshape(B, K).sum(1), 1, atol=1e-6))
+
+
+def ks2(a, b):
+    """Two-sample Kolmogorov-Smirnov statistic and its 1e-4 critical value."""
+    a, b = np.sort(a), np.sort(b)
+    z = np.concatenate([a, b])
+    d = np.abs(np.searchsorted(a, z, side="right") / a.size - np.searchsorted(b, z, side="right") / b.size).max()
+    crit = np.sqrt(-np.log(1e-4 / 2) / 2) * np.sqrt((a.size + b.size) / (a.size * b.size))
+    return d, crit
+
+
+def draws(rep, exe, d, N, H, W, ma, ca, prob, sw, seed):
+    fout = d / "draws.bin"
+    if not run(rep, f"draws {ma}/{ca}/{prob}/{sw}", exe, "draws", N, H, W, ma, ca, prob, sw, seed, fout):
+        return None
+    return np.fromfile(fout, dtype=np.float64).reshape(N, 4)
+
+
+def check_draws(rep, exe, d):
+    N, H, W = 40000, 28, 20
+    r = draws(rep, exe, d, N, H, W, 0.8, 1.0, 1.0, 0.5, 7)
+    if r is not None:
+        lam, cut, cy, cx = r[:, 0], r[:, 1] == 1, r[:, 2], r[:, 3]
+        share = cut.mean()
+        rep.check("draws: CutMix share = switch_prob 0.5", abs(share - 0.5) < 5 * np.sqrt(0.25 / N), f"{share:.4f}")
+        g = torch.Generator().manual_seed(3)
+        for mode, sel, alpha in (("Mixup", ~cut, 0.8), ("CutMix", cut, 1.0)):
+            torch.manual_seed(11)
+            ref = torch.distributions.Beta(alpha, alpha).sample((N,)).double().numpy()
+            dks, crit = ks2(lam[sel], ref)
+            rep.check(f"draws: {mode} lam ~ Beta({alpha}, {alpha}) (KS vs torch)", dks < crit,
+                      f"D {dks:.4f}, critical {crit:.4f}")
+        for what, v, n in (("cy", cy[cut], H), ("cx", cx[cut], W)):
+            counts = np.bincount(v.astype(int), minlength=n)
+            exp = v.size / n
+            chi2 = ((counts - exp) ** 2 / exp).sum()
+            rep.check(f"draws: box {what} uniform over {n}", counts.size == n and chi2 < n - 1 + 6 * np.sqrt(2 * (n - 1)),
+                      f"chi2 {chi2:.1f} for {n - 1} dof")
+        rep.check("draws: Mixup draws no box", np.all(cy[~cut] == 0) and np.all(cx[~cut] == 0))
+    r = draws(rep, exe, d, 20000, H, W, 0.8, 1.0, 0.5, 0.5, 8)
+    if r is not None:
+        unmixed = (r[:, 0] == 1).mean()
+        rep.check("draws: prob 0.5 leaves half the batches unmixed", abs(unmixed - 0.5) < 5 * np.sqrt(0.25 / 20000),
+                  f"{unmixed:.4f}")
+    r = draws(rep, exe, d, 5000, H, W, 0.8, 0.0, 1.0, 0.5, 9)
+    if r is not None:
+        rep.check("draws: mixup_alpha only never cuts", np.all(r[:, 1] == 0) and np.all(r[:, 0] < 1))
+    r = draws(rep, exe, d, 5000, H, W, 0.0, 1.0, 1.0, 0.5, 9)
+    if r is not None:
+        rep.check("draws: cutmix_alpha only always cuts", np.all(r[:, 1] == 1))
+
+
+def check_softce(rep, exe, d):
+    for B, K in ((4, 5), (16, 10), (1, 1000)):
+        name = f"soft_cross_entropy B{B} K{K}"
+        g = torch.Generator().manual_seed(B + K)
+        x = (3 * torch.randn(B, K, generator=g)).float()
+        t = torch.rand(B, K, generator=g).float()
+        t = t / t.sum(-1, keepdim=True)
+        fin, fout = d / "ce_in.bin", d / "ce_out.bin"
+        with open(fin, "wb") as f:
+            f.write(x.numpy().tobytes())
+            f.write(t.numpy().tobytes())
+        if not run(rep, name, exe, "softce", B, K, fin, fout):
+            continue
+        out = np.fromfile(fout, dtype=np.float64)
+        xd, td = x.double().requires_grad_(), t.double().requires_grad_()
+        loss = torch.sum(-td * F.log_softmax(xd, dim=-1), dim=-1).mean()  # timm SoftTargetCrossEntropy
+        loss.backward()
+        rep.check(f"{name}: loss", abs(out[0] - loss.item()) <= 1e-5 * max(1, abs(loss.item())),
+                  f"{out[0]} vs {loss.item()}")
+        for what, o, ref in (("grad logits", out[1:1 + B * K], xd.grad), ("grad targets", out[1 + B * K:], td.grad)):
+            e, i, a, b = grad_err(o.reshape(B, K), ref)
+            rep.check(f"{name}: {what}", e <= 1e-5, f"err {e:.1e} at {i}: {a:.6g} vs {b:.6g}")
+
+
+def check_clip(rep, exe, d):
+    for max_norm, scale in ((1.0, 1.0), (5.0, 0.01), (0.5, 30.0)):
+        sizes = (7, 100, 3)
+        g = torch.Generator().manual_seed(int(max_norm * 10))
+        grads = [scale * torch.randn(n, generator=g) for n in sizes]
+        params = [torch.zeros(n, requires_grad=True) for n in sizes]
+        for p, gr in zip(params, grads):
+            p.grad = gr.clone()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        fin, fout = d / "clip_in.bin", d / "clip_out.bin"
+        with open(fin, "wb") as f:
+            for gr in grads:
+                f.write(gr.numpy().tobytes())
+        name = f"clip_grad_norm max {max_norm} (norm {norm.item():.3g})"
+        if not run(rep, name, exe, "clip", max_norm, *sizes, "--", fin, fout):
+            continue
+        out = np.fromfile(fout, dtype=np.float64)
+        rep.check(f"{name}: norm", abs(out[0] - norm.item()) <= 1e-6 * norm.item(), f"{out[0]} vs {norm.item()}")
+        ref = torch.cat([p.grad for p in params])
+        e, i, a, b = grad_err(out[1:], ref)
+        rep.check(f"{name}: clipped gradients", e <= 1e-6, f"err {e:.1e} at {i}: {a:.6g} vs {b:.6g}")
+
+
+def torch_resize(grid, H, W):
+    """(h, w, C) -> (H, W, C) with F.interpolate bicubic, align_corners False (float64)."""
+    x = torch.as_tensor(np.asarray(grid, np.float64)).permute(2, 0, 1).unsqueeze(0)
+    return F.interpolate(x, size=(H, W), mode="bicubic", align_corners=False)[0].permute(1, 2, 0).numpy()
+
+
+def check_resize(rep, exe, d):
+    for h, w, C, H, W in ((7, 7, 8, 9, 9), (4, 4, 3, 14, 14), (14, 14, 5, 24, 24), (13, 13, 4, 9, 9), (9, 9, 2, 5, 5),
+                          (2, 2, 1, 7, 7)):
+        name = f"bicubic {h}x{w}x{C} -> {H}x{W}"
+        g = torch.Generator().manual_seed(h * 100 + H)
+        src = torch.randn(h, w, C, generator=g).float().numpy()
+        fin, fout = d / "rs_in.bin", d / "rs_out.bin"
+        src.tofile(fin)
+        if not run(rep, name, exe, "resize", h, w, C, H, W, fin, fout):
+            continue
+        out = np.fromfile(fout, dtype=np.float64).reshape(H, W, C)
+        e = scale_err(out, torch_resize(src, H, W))
+        rep.check(f"{name} = F.interpolate", e <= 1e-5, f"err {e:.1e}")
+
+
+def check_finetune(rep, exe, d):
+    w10, w2, losses = d / "w10.safetensors", d / "w2.safetensors", d / "losses.bin"
+    if vitc_ok(rep, "init vit_fmnist_tiny", "init", "vit_fmnist_tiny", "-o", w10, "--seed", "4") is None:
+        return
+    p = subprocess.run([str(exe), "adapt", "vit_fmnist_tiny", "36", "2", "0", str(w10), str(w2), str(losses)],
+                       capture_output=True, text=True, timeout=300)
+    if not rep.check("fine-tune 10 -> 2 classes, 28 -> 36 px: run", p.returncode == 0, p.stderr[-600:]):
+        return
+    a, b = st.load(w10), st.load(w2)
+    pe_a, pe_b = a["pos_embed"].astype(np.float64), b["pos_embed"]
+    ref = np.concatenate([pe_a[:, :1], torch_resize(pe_a[0, 1:].reshape(7, 7, -1), 9, 9).reshape(1, 81, -1)], 1)
+    e = scale_err(pe_b, ref)
+    rep.check("fine-tune: pos_embed = class row + bicubic 7x7 -> 9x9 (torch)", pe_b.shape == (1, 82, 64) and e <= 1e-5,
+              f"shape {pe_b.shape}, err {e:.1e}")
+    rep.check("fine-tune: head re-initialised for 2 classes",
+              b["head.weight"].shape == (2, 64) and b["head.bias"].shape == (2,))
+    others = [k for k in a if k not in ("pos_embed", "head.weight", "head.bias")]
+    same = [k for k in others if k in b and np.array_equal(a[k], b[k])]
+    rep.check("fine-tune: every other tensor loaded unchanged", len(same) == len(others) == len(b) - 3,
+              f"{len(same)} of {len(others)}")
+    rep.check("fine-tune: one line per adapted tensor", "pos_embed resized" in p.stdout and
+              "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
+    l = np.fromfile(losses, dtype=np.float64)
+    rep.check("fine-tune: 8 AdamW steps lower the loss", l.size == 8 and l[-1] < l[0] - 0.05, f"losses {l}")
+    ws, ws14 = d / "swin.safetensors", d / "swin14.safetensors"
+    if vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws, "--seed", "5") is None:
+        return
+    p = subprocess.run([str(exe), "adapt", "swin_fmnist_tiny", "28", "10", "14", str(ws), str(ws14), str(losses)],
+                       capture_output=True, text=True, timeout=300)
+    if not rep.check("fine-tune Swin window 7 -> 14: run", p.returncode == 0, p.stderr[-600:]):
+        return
+    a, b = st.load(ws), st.load(ws14)
+    keys = [k for k in a if k.endswith("relative_position_bias_table") and a[k].shape != b[k].shape]
+    for k in keys:
+        t = a[k].astype(np.float64)  # ((2w-1)^2, heads): timm transposes to (1, heads, 13, 13), interpolates, back
+        ref = torch_resize(t.reshape(13, 13, -1), 27, 27).reshape(27 * 27, -1)
+        e = scale_err(b[k], ref)
+        rep.check(f"fine-tune Swin: {k} 13x13 -> 27x27 = F.interpolate", b[k].shape == ref.shape and e <= 1e-5,
+                  f"err {e:.1e}")
+    rep.check("fine-tune Swin: the stage-0 tables were resized", len(keys) == 2 and "window 7 -> 14" in p.stdout,
+              f"{keys}")
+
+
+def deit_rasampler(perm, replicas, rank, repeats=3):
+    """DeiT samplers.py RASampler.__iter__ with torch.randperm's result replaced by perm."""
+    n = len(perm)
+    num_samples = int(math.ceil(n * repeats / replicas))
+    total_size = num_samples * replicas
+    num_selected_samples = int(math.floor(n // 256 * 256 / replicas))
+    indices = [ele for ele in perm for i in range(repeats)]
+    indices += indices[:(total_size - len(indices))]
+    assert len(indices) == total_size
+    indices = indices[rank:total_size:replicas]
+    assert len(indices) == num_samples
+    return indices[:num_selected_samples]
+
+
+def check_rasampler(rep, exe, d):
+    for n, replicas, rank in ((1000, 1, 0), (600, 1, 0), (1000, 3, 2), (257, 2, 1), (100, 1, 0)):
+        name = f"RASampler n {n}, replicas {replicas}, rank {rank}"
+        fout = d / "ra.bin"
+        if not run(rep, name, exe, "ra", n, 3, replicas, rank, 11, fout):
+            continue
+        v = np.fromfile(fout, dtype=np.float64).astype(int)
+        perm, got = list(v[:n]), list(v[n:])
+        ref = deit_rasampler(perm, replicas, rank)
+        rep.check(f"{name}: = DeiT's", sorted(perm) == list(range(n)) and got == ref,
+                  f"{len(got)} vs {len(ref)} indices, first {got[:6]} vs {ref[:6]}")
+
+
+def read_weights(run):
+    return st.load(run / "weights.safetensors")
+
+
+def check_train(rep, d):
+    common = ["--epochs", "1", "--train-subset", "64", "--test-subset", "50", "--no-augment", "--drop-path", "0",
+              "--threads", "1", "--warmup-epochs", "0", "--lr", "0.003", "--log-every", "1"]
+    r16, r8 = d / "b16", d / "b8x2"
+    ok = vitc_ok(rep, "train batch 16", "train", "vit_fmnist_tiny", "--batch-size", "16", "--out", r16, *common)
+    ok2 = vitc_ok(rep, "train batch 8 x 2", "train", "vit_fmnist_tiny", "--batch-size", "8", "--accum-steps", "2",
+                  "--out", r8, *common)
+    if ok and ok2:
+        a, b = read_weights(r16), read_weights(r8)
+        # The gradients agree to 1e-5 (the `recipe` unit suite); AdamW's first steps move each weight by about
+        # lr·sign(g), so rounding differences in tiny gradients show in the weights: 1e-4 here, and the key bias
+        # (qkv.bias rows [C, 2C)), whose gradient is exactly zero (softmax ignores a constant per query), is left out.
+        def rel(k):
+            x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+            if k.endswith("attn.qkv.bias"):
+                C = x.size // 3
+                x, y = np.concatenate([x[:C], x[2 * C:]]), np.concatenate([y[:C], y[2 * C:]])
+            return np.abs(x - y).max() / max(np.abs(x).max(), 1e-8)
+        worst = max(rel(k) for k in a)
+        rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key bias)", worst <= 1e-4,
+                  f"worst relative difference {worst:.1e}")
+        la, lb = (float((r / "metrics.csv").read_text().splitlines()[1].split(",")[2]) for r in (r16, r8))
+        rep.check("accum-steps 2 x batch 8 = batch 16: epoch train loss", abs(la - lb) <= 1e-5 * abs(la), f"{la} vs {lb}")
+    common = ["--train-subset", "64", "--test-subset", "50", "--batch-size", "16", "--threads", "1",
+              "--model-ema", "--model-ema-decay", "0.5"]
+    full, part = d / "ema_full", d / "ema_part"
+    p = vitc_ok(rep, "train with EMA", "train", "vit_fmnist_tiny", "--epochs", "2", "--out", full, *common)
+    if p:
+        rep.check("EMA: evaluated each epoch", p.stdout.count("Test (EMA): epoch") == 2, p.stdout[-300:])
+        ema, w = st.load(full / "weights_ema.safetensors"), read_weights(full)
+        rep.check("EMA: weights_ema differs from the weights", any(not np.array_equal(ema[k], w[k]) for k in w))
+    if p and vitc_ok(rep, "train with EMA, 1 epoch", "train", "vit_fmnist_tiny", "--epochs", "1", "--out", part,
+                     *common) and vitc_ok(rep, "resume with EMA", "train", "vit_fmnist_tiny", "--epochs", "2",
+                                          "--out", part, "--resume", part, *common):
+        a, b = st.load(full / "weights_ema.safetensors"), st.load(part / "weights_ema.safetensors")
+        rep.check("EMA: resumed run's EMA equals the uninterrupted run's", all(np.array_equal(a[k], b[k]) for k in a))
+    rd = d / "deit"
+    p = vitc_ok(rep, "train --recipe deit", "train", "vit_fmnist_tiny", "--recipe", "deit", "--epochs", "1",
+                "--train-subset", "300", "--test-subset", "50", "--batch-size", "32", "--threads", "1", "--out", rd)
+    if p:
+        try:
+            r = json.loads((rd / "recipe.json").read_text())
+        except (OSError, ValueError) as e:
+            r = {"error": str(e)}
+        rep.check("recipe deit: printed and saved", "Recipe deit" in p.stdout and r.get("mixup") == 0.8 and
+                  r.get("cutmix") == 1.0 and r.get("model_ema") is True and abs(r.get("lr", 0) - 5e-4 * 32 / 512) < 1e-12,
+                  json.dumps(r)[:300])
+        # repeated augmentation: 300 images -> 256 visited an epoch -> 8 steps of 32
+        rep.check("recipe deit: repeated augmentation visits ⌊300/256⌋·256 images", "[   8/8 (100%)]" in p.stdout,
+                  p.stdout[-300:])
+    ws = d / "swin_other.safetensors"
+    vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws)
+    p = vitc("train", "vit_fmnist_tiny", "--init-from", ws, "--epochs", "1", "--train-subset", "64", "--out", d / "bad")
+    rep.check("init-from another model's weights: refused naming tensors", p.returncode == 1 and
+              "missing" in p.stderr and "pos_embed" in p.stderr, p.stderr[-300:])
+    p = vitc("train", "vit_fmnist_tiny", "--mixup", "0.8", "--batch-size", "7", "--epochs", "1", "--train-subset", "64",
+             "--out", d / "odd")
+    rep.check("mixup with an odd batch: refused", p.returncode == 1 and "even batch" in p.stderr, p.stderr[-300:])
+
+
+def main():
+    rep = Report()
+    d = tmpdir()
+    exe = build_driver(rep, "recipe_driver", d)
+    if exe:
+        check_mixup(rep, exe, d)
+        check_draws(rep, exe, d)
+        check_softce(rep, exe, d)
+        check_clip(rep, exe, d)
+        check_resize(rep, exe, d)
+        check_rasampler(rep, exe, d)
+        if have_vitc(rep):
+            check_finetune(rep, exe, d)
+            check_train(rep, d)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()

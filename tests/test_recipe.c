@@ -1,0 +1,272 @@
+/* Training-recipe pieces: model EMA against a direct computation, gradient accumulation against one large batch,
+ * recipe presets and overrides, the fine-tuning loader's adaptations and errors, the bicubic resize's invariants. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "vitc/adapt.h"
+#include "vitc/ema.h"
+#include "vitc/model.h"
+#include "vitc/ops.h"
+#include "vitc/recipe.h"
+#include "vitc/sampler.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
+
+/* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double. */
+static void check_ema(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int s3[1] = {3}, s1[1] = {1};
+    vt_tensor *w = vt_params_add(P, "w", VT_PARAM, 1, s3, (vt_init){VT_INIT_ZERO, 0}, &e);
+    vt_tensor *rm = vt_params_add(P, "bn.running_mean", VT_BUFFER, 1, s3, (vt_init){VT_INIT_ZERO, 0}, &e);
+    vt_tensor *nb = vt_params_add(P, "bn.num_batches_tracked", VT_BUFFER, 0, s1, (vt_init){VT_INIT_ZERO, 0}, &e);
+    nb->is_i64 = 1;
+    for (int i = 0; i < 3; i++) w->data[i] = (float)(i + 1), rm->data[i] = (float)(-i);
+    vt_ema m;
+    T_CHECK(T, vt_ema_init(&m, P, 0.9, &e) == 0, "%s", e.msg);
+    double ew[3] = {1, 2, 3}, er[3] = {0, -1, -2};
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 3; i++) {
+            w->data[i] += 0.5f * (float)(step + i);
+            rm->data[i] = (float)(step * i);
+            ew[i] = 0.9 * ew[i] + 0.1 * w->data[i];
+            er[i] = 0.9 * er[i] + 0.1 * rm->data[i];
+        }
+        nb->data[0] += 1;
+        vt_ema_update(&m, P);
+    }
+    double err = 0;
+    for (int i = 0; i < 3; i++)
+        err = fmax(err, fmax(fabs(m.P->t[0]->data[i] - ew[i]), fabs(m.P->t[1]->data[i] - er[i])));
+    T_CHECK(T, err < 1e-5, "EMA of parameters and running stats off by %g", err);
+    T_CHECK(T, m.P->t[2]->data[0] == 3.0f, "num_batches_tracked copied, got %g", (double)m.P->t[2]->data[0]);
+    T_CHECK(T, strcmp(m.P->t[1]->name, "bn.running_mean") == 0 && m.P->t[2]->is_i64, "names and flags kept");
+    vt_ema bad;
+    T_CHECK(T, vt_ema_init(&bad, P, 1.5, &e) != 0 && strstr(e.msg, "decay"), "decay 1.5 refused: %s", e.msg);
+    vt_ema_free(&m);
+    vt_params_free(P);
+}
+
+/* N micro-batches of B accumulated == one batch of N·B (vit_fmnist_tiny: LayerNorm only), ≤ 1e-5 relative. */
+static void check_accum(vt_test *T) {
+    vt_err e = {{0}};
+    const vt_model_cfg *base = vt_model_find("vit_fmnist_tiny");
+    T_CHECK(T, base != NULL, "vit_fmnist_tiny registered");
+    if (!base) return;
+    vt_model_cfg c = *base;
+    const int B = 3, N = 4, img = 28 * 28;
+    float *x = malloc(sizeof(float) * (size_t)B * N * img), lab[12], l1[1], l2;
+    vt_rng r;
+    vt_rng_seed(&r, 5);
+    for (int i = 0; i < B * N * img; i++) x[i] = vt_rng_normal(&r);
+    for (int i = 0; i < B * N; i++) lab[i] = (float)vt_rng_below(&r, 10);
+    vt_params *P1 = vt_params_new(&e), *P2 = vt_params_new(&e);
+    int ok = vt_model_init_params(&c, P1, 3, &e) == 0 && vt_model_init_params(&c, P2, 3, &e) == 0 &&
+             vt_grad_steps(&c, P1, x, lab, B * N, 1, 0, 0, l1, &e) == 0 &&
+             vt_grad_accum(&c, P2, x, lab, B, N, &l2, &e) == 0;
+    T_CHECK(T, ok, "%s", e.msg);
+    double worst = 0, gmax = 0;
+    for (int i = 0; ok && i < P1->n; i++) {
+        const vt_tensor *a = P1->t[i], *b = P2->t[i];
+        if (!a->grad) continue;
+        for (int64_t k = 0; k < a->numel; k++) {
+            worst = fmax(worst, fabs((double)a->grad[k] - b->grad[k]));
+            gmax = fmax(gmax, fabs(a->grad[k]));
+        }
+    }
+    T_CHECK(T, ok && worst <= 1e-5 * gmax && gmax > 0, "accumulated gradients differ by %g (max |grad| %g)", worst, gmax);
+    T_CHECK(T, ok && fabs(l1[0] - l2) <= 1e-5 * fabs(l1[0]), "loss %g vs %g", (double)l1[0], (double)l2);
+    T_CHECK(T, vt_grad_accum(&c, P2, x, lab, B, 0, &l2, &e) != 0, "accum 0 refused");
+    vt_params_free(P1);
+    vt_params_free(P2);
+    free(x);
+}
+
+static void check_recipes(vt_test *T) {
+    vt_err e = {{0}};
+    vt_recipe r;
+    for (int i = 0; i < vt_recipe_count(); i++)
+        T_CHECK(T, vt_recipe_get(vt_recipe_name(i), NULL, &r, &e) == 0 && strcmp(r.name, vt_recipe_name(i)) == 0,
+                "preset %s: %s", vt_recipe_name(i), e.msg);
+    T_CHECK(T, vt_recipe_get("deit", "deit_tiny_patch16_224", &r, &e) == 0, "%s", e.msg);
+    T_CHECK(T, fabs(vt_recipe_lr(&r) - 5e-4 * 64 / 512) < 1e-12 && r.epochs == 300 && r.warmup_epochs == 5 &&
+                   r.mixup.mixup_alpha == 0.8 && r.mixup.cutmix_alpha == 1.0 && r.mixup.switch_prob == 0.5 &&
+                   r.model_ema && r.model_ema_decay == 0.99996 && r.drop_path == 0.1 && r.reprob == 0.25 &&
+                   !strcmp(r.aa, "rand-m9-mstd0.5-inc1") && r.smoothing == 0.1 && r.min_lr == 1e-5,
+            "deit preset: lr %g", vt_recipe_lr(&r));
+    r.batch = 256;
+    r.accum_steps = 4;
+    T_CHECK(T, fabs(vt_recipe_lr(&r) - 1e-3) < 1e-12, "lr scales with batch × accum: %g", vt_recipe_lr(&r));
+    r.lr = 3e-4;
+    r.lr_given = 1;
+    T_CHECK(T, vt_recipe_lr(&r) == 3e-4, "an explicit --lr is used as given");
+    vt_train_opts o;
+    vt_train_defaults(&o);
+    T_CHECK(T, vt_recipe_get("swin", "swin_tiny_patch4_window7_224", &r, &e) == 0, "%s", e.msg);
+    vt_recipe_apply(&r, &o);
+    T_CHECK(T, o.clip_grad == 5.0 && o.warmup_epochs == 20 && fabs(o.lr - 1.25e-4) < 1e-12 &&
+                   fabs(o.min_lr - 5e-6 * 0.25) < 1e-15 && fabs(o.warmup_lr - 5e-7 * 0.25) < 1e-15 && !o.model_ema &&
+                   r.drop_path < 0 && o.recipe == &r,
+            "swin preset applied: lr %g min %g", o.lr, o.min_lr);
+    const char *gm[] = {"groupmixformer_m", "groupmixformer_t", "groupmixformer_s", "groupmixformer_b",
+                        "groupmixformer_l", "groupmixformer_base"};
+    const double dp[] = {0.1, 0.1, 0.2, 0.5, 0.1, 0.5};
+    for (int i = 0; i < 6; i++)
+        T_CHECK(T, vt_recipe_get("groupmixformer", gm[i], &r, &e) == 0 && r.drop_path == dp[i] && r.clip_grad == 5,
+                "%s drop-path %g", gm[i], r.drop_path);
+    T_CHECK(T, vt_recipe_get("msf", NULL, &r, &e) == 0 && r.mixup.mixup_alpha == 0.2 && r.lr_base_batch == 0 &&
+                   r.epochs == 100 && r.drop_path == 0,
+            "msf preset");
+    T_CHECK(T, vt_recipe_get("nope", NULL, &r, &e) != 0 && strstr(e.msg, "deit"), "unknown recipe: %s", e.msg);
+    char path[] = "/tmp/vitc-recipe-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    vt_recipe_get("deit", NULL, &r, &e);
+    T_CHECK(T, fd >= 0 && vt_recipe_save(&r, path, &e) == 0, "recipe.json written: %s", e.msg);
+    FILE *f = fopen(path, "r");
+    char buf[4096] = "";
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+    T_CHECK(T, strstr(buf, "\"mixup_switch_prob\":\t0.5") && strstr(buf, "\"aa\":\t\"rand-m9-mstd0.5-inc1\""),
+            "recipe.json holds the settings: %.200s", buf);
+    unlink(path);
+}
+
+/* A recipe's per-image knobs become the transforms' parameters (timm's RandAugment string parsed). */
+static void check_recipe_transforms(vt_test *T) {
+    vt_err e = {{0}};
+    vt_recipe r;
+    vt_tf_params p;
+    vt_recipe_get("deit", NULL, &r, &e);
+    const vt_tf_params d = vt_tf_deit(224);
+    T_CHECK(T, vt_recipe_transforms(&r, 224, &p, &e) == 0 && p.ra_layers == 2 && p.ra_magnitude == 9.0f &&
+                   p.ra_mstd == 0.5f && p.ra_prob == 0.5f && p.re_prob == 0.25f && p.interp == VT_INTERP_BICUBIC &&
+                   p.scale[0] == d.scale[0] && p.ratio[1] == d.ratio[1] && p.hflip == 0.5f && p.size == 224,
+            "deit recipe = vt_tf_deit: %s", e.msg);
+    snprintf(r.aa, sizeof r.aa, "rand-n3-m7-inc1");
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 3 && p.ra_magnitude == 7.0f &&
+                   p.ra_mstd == 0.0f, "rand-n3-m7-inc1: %s", e.msg);
+    r.aa[0] = '\0';
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 0, "no aa: RandAugment off");
+    vt_recipe_get("msf", NULL, &r, &e);
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) != 0 && strstr(e.msg, "three"), "aa three refused: %s", e.msg);
+}
+
+/* The bicubic resize keeps a constant grid constant and a same-size resize exact (the interpolation itself is
+ * checked against torch in tests/reference/test_recipe.py). */
+static void check_bicubic(vt_test *T) {
+    float src[5 * 5 * 2], dst[9 * 9 * 2];
+    for (int i = 0; i < 50; i++) src[i] = i % 2 ? 3.0f : -1.0f;
+    vt_resize_bicubic(src, 5, 5, 2, dst, 9, 9);
+    double err = 0;
+    for (int i = 0; i < 162; i++) err = fmax(err, fabs(dst[i] - (i % 2 ? 3.0 : -1.0)));
+    T_CHECK(T, err < 1e-6, "constant grid stays constant: %g", err);
+    for (int i = 0; i < 50; i++) src[i] = (float)(i * 0.37 - 4);
+    vt_resize_bicubic(src, 5, 5, 2, dst, 5, 5);
+    err = 0;
+    for (int i = 0; i < 50; i++) err = fmax(err, fabs(dst[i] - src[i]));
+    T_CHECK(T, err < 1e-6, "same size is the identity: %g", err);
+}
+
+/* Fine-tuning loader: a saved 10-class vit_fmnist_tiny loads into a 2-class model at 36×36 with the head
+ * re-initialised and pos_embed resized; an unrelated model's file is refused, naming the tensors. */
+static void check_adapt(vt_test *T) {
+    vt_err e = {{0}};
+    const vt_model_cfg *base = vt_model_find("vit_fmnist_tiny");
+    vt_model_overrides ov = vt_model_no_overrides();
+    vt_model_cfg c10 = *base, c2;
+    ov.num_classes = 2;
+    ov.img_size = 36;
+    T_CHECK(T, vt_model_configure(base, &ov, &c2, &e) == 0, "%s", e.msg);
+    char path[] = "/tmp/vitc-adapt-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    vt_params *P10 = vt_params_new(&e), *P2 = vt_params_new(&e), *Q = vt_params_new(&e);
+    int ok = vt_model_init_params(&c10, P10, 1, &e) == 0 && vt_params_save(P10, path, &e) == 0 &&
+             vt_model_init_params(&c2, P2, 2, &e) == 0;
+    T_CHECK(T, ok, "%s", e.msg);
+    vt_tensor *h = vt_params_find(P2, "head.weight");
+    float h0 = h ? h->data[0] : 0;
+    T_CHECK(T, ok && vt_adapt_load(P2, 2, path, NULL, &e) == 0, "adapt load: %s", e.msg);
+    T_CHECK(T, h && h->data[0] == h0, "head kept its fresh initialisation");
+    const vt_tensor *pe = vt_params_find(P2, "pos_embed"), *pe10 = vt_params_find(P10, "pos_embed");
+    T_CHECK(T, pe && pe10 && pe->shape[1] == 82 && pe10->shape[1] == 50 &&
+                   memcmp(pe->data, pe10->data, sizeof(float) * (size_t)pe->shape[2]) == 0,
+            "pos_embed resized 7x7 -> 9x9 with the class row kept");
+    const vt_tensor *q1 = vt_params_find(P2, "blocks.0.attn.qkv.weight"), *q0 = vt_params_find(P10, "blocks.0.attn.qkv.weight");
+    T_CHECK(T, q1 && q0 && memcmp(q1->data, q0->data, sizeof(float) * (size_t)q0->numel) == 0, "other tensors loaded");
+    ok = vt_model_init_params(vt_model_find("swin_fmnist_tiny"), Q, 1, &e) == 0;
+    T_CHECK(T, ok && vt_adapt_load(Q, 10, path, NULL, &e) != 0 && strstr(e.msg, "missing") &&
+                   strstr(e.msg, "unexpected") && strstr(e.msg, "pos_embed"),
+            "another model's weights refused, naming tensors: %s", e.msg);
+    T_CHECK(T, vt_adapt_load(P10, 10, "/nonexistent/w.safetensors", NULL, &e) != 0, "missing file refused");
+    unlink(path);
+    vt_params_free(P10);
+    vt_params_free(P2);
+    vt_params_free(Q);
+}
+
+/* The soft-target cross-entropy refuses mismatched shapes, naming the op (its values: gradcheck and the torch test). */
+static void check_soft_ce_shapes(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int a[2] = {4, 5}, b[2] = {4, 6};
+    vt_tensor *x = vt_input(g, "x", 2, a), *t = vt_input(g, "t", 2, b);
+    T_CHECK(T, vt_soft_cross_entropy(g, x, t) == NULL && vt_graph_finalize(g, &e) != 0 &&
+                   strstr(e.msg, "soft_cross_entropy") && strstr(e.msg, "(4, 6)"),
+            "mismatched targets refused: %s", e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
+/* Invariants of Mixup/CutMix and of the repeated-augmentation sampler (their values against timm/DeiT: the reference
+ * test); here they also run under ASan. */
+static void check_mixup_sampler(vt_test *T) {
+    vt_err e = {{0}};
+    enum { B = 4, C = 2, H = 5, W = 6, K = 3 };
+    float x[B * C * H * W], t[B * K];
+    const int lab[B] = {0, 1, 2, 1};
+    for (int i = 0; i < B * C * H * W; i++) x[i] = (float)i;
+    vt_mixup m = vt_mixup_timm(K);
+    vt_mixup_draw d = {0.5, 0, 0, 0};
+    double lam;
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0, "%s", e.msg);
+    double err = 0;
+    for (int i = 0; i < C * H * W; i++) err = fmax(err, fabs(x[i] - x[(B - 1) * C * H * W + i]));
+    T_CHECK(T, err == 0 && lam == 0.5, "lam 0.5 makes each pair equal: %g", err);
+    d = (vt_mixup_draw){0.3, 1, 2, 3};
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0 && lam > 0 && lam < 1, "cutmix lam %g",
+            lam);
+    double s = 0;
+    for (int k = 0; k < K; k++) s += t[k];
+    T_CHECK(T, fabs(s - 1) < 1e-6, "targets sum to 1: %g", s);
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, 3, C, H, W, lab, t, &lam, &e) != 0 && strstr(e.msg, "even"), "odd batch");
+    const int bad[B] = {0, 1, 5, 1};
+    e = (vt_err){{0}}; /* the first error message is kept: start afresh */
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, bad, t, &lam, &e) != 0 && strstr(e.msg, "label 5"), "bad label: %s", e.msg);
+    vt_rng r;
+    vt_rng_seed(&r, 1);
+    int idx[600];
+    const int n = vt_ra_sample(idx, 600, 3, 1, 0, &r, &e);
+    int ok = n == 512 && vt_ra_count(600, 1) == 512;
+    for (int i = 0; ok && i + 2 < n; i += 3) ok = idx[i] == idx[i + 1] && idx[i] == idx[i + 2] && idx[i] < 600;
+    T_CHECK(T, ok, "RASampler: 512 of 600, each index 3 times in a row (got %d)", n);
+    T_CHECK(T, vt_ra_sample(idx, 600, 3, 2, 2, &r, &e) < 0, "rank outside replicas refused");
+}
+
+void test_recipe(vt_test *T) {
+    check_mixup_sampler(T);
+    check_recipe_transforms(T);
+    check_soft_ce_shapes(T);
+    check_ema(T);
+    check_accum(T);
+    check_recipes(T);
+    check_bicubic(T);
+    check_adapt(T);
+}
