@@ -34,6 +34,11 @@ int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side,
  * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma, rounded; L -> RGB: copies; alpha dropped). */
 unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from, int to, vt_err *e);
 
+/* Resizes w×h pixels of `chans` (1..4) channels so the shorter side is `side` (the longer int(side·long/short), as
+ * torchvision's Resize(int)) with the bicubic filter of vt_image_preprocess, rounded to 8 bits, into out (new pixels,
+ * vt_image_free). */
+int vt_image_resize(const unsigned char *pix, int w, int h, int chans, int side, vt_image *out, vt_err *e);
+
 /* Frees a decoded image's pixels. */
 void vt_image_free(vt_image *img);
 

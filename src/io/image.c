@@ -23,6 +23,67 @@ static int crop_offset(int side, int crop) {
     return twice % 2 == 0 ? twice / 2 : (twice / 2) + ((twice / 2) % 2);
 }
 
+/* Resizes w×h pixels of C uint8 channels so that the shorter side is `side` (torchvision Resize(int): the longer one
+ * becomes int(side * long / short)) with the bicubic filter, rounded to 8 bits like PIL, into a new vt_alloc'd
+ * buffer of floats in [0, 1] (*sw × *sh × C). */
+static float *resize_short(const unsigned char *pix, int w, int h, int C, int side, int *psw, int *psh, vt_err *e) {
+    const int sw = w <= h ? side : (int)((double)side * w / h), sh = w <= h ? (int)((double)side * h / w) : side;
+    if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE) {
+        vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
+                  VT_IMAGE_MAX_SIDE);
+        return NULL;
+    }
+    const size_t nin = (size_t)w * h * C, nres = (size_t)sw * sh * C;
+    float *res = vt_alloc(sizeof(float) * nres, e);
+    if (!res) return NULL;
+    if (sw == w && sh == h) {
+        for (size_t i = 0; i < nin; i++) res[i] = pix[i] / 255.0f;
+    } else {
+        float *in = vt_alloc(sizeof(float) * nin, e);
+        if (!in) {
+            vt_free(res);
+            return NULL;
+        }
+        for (size_t i = 0; i < nin; i++) in[i] = pix[i] / 255.0f;
+        const int ok = stbir_resize_float_generic(in, w, h, 0, res, sw, sh, 0, C, STBIR_ALPHA_CHANNEL_NONE, 0,
+                                                  STBIR_EDGE_CLAMP, STBIR_FILTER_CATMULLROM, STBIR_COLORSPACE_LINEAR,
+                                                  NULL);
+        vt_free(in);
+        if (!ok) {
+            vt_free(res);
+            vt_seterr(e, "resizing %d×%d to %d×%d failed (out of memory)", w, h, sw, sh);
+            return NULL;
+        }
+        for (size_t i = 0; i < nres; i++) { /* PIL resizes 8-bit images to 8 bits: round and clip */
+            const float v = nearbyintf(res[i] * 255.0f);
+            res[i] = (v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v) / 255.0f;
+        }
+    }
+    *psw = sw;
+    *psh = sh;
+    return res;
+}
+
+int vt_image_resize(const unsigned char *pix, int w, int h, int chans, int side, vt_image *out, vt_err *e) {
+    if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE || chans < 1 || chans > 4 || side < 1 ||
+        side > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "vt_image_resize: image of %d×%d×%d pixels to shorter side %d (sides must be 1..%d)", w,
+                         h, chans, side, VT_IMAGE_MAX_SIDE);
+    int sw, sh;
+    float *res = resize_short(pix, w, h, chans, side, &sw, &sh, e);
+    if (!res) return -1;
+    const size_t n = (size_t)sw * sh * chans;
+    unsigned char *p = malloc(n);
+    if (!p) {
+        vt_free(res);
+        return vt_seterr(e, "out of memory resizing an image to %d×%d", sw, sh);
+    }
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)nearbyintf(res[i] * 255.0f);
+    vt_free(res);
+    *out = (vt_image){sw, sh, chans, p};
+    return 0;
+}
+
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e) {
     if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "image of %d×%d pixels (each side must be 1..%d)", w, h, VT_IMAGE_MAX_SIDE);
@@ -38,29 +99,9 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     if (scale < 1 || scale > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "resize target %g pixels for size %d and crop_pct %g is out of range", scale, S,
                          (double)p->crop_pct);
-    /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short) */
-    const int sw = w <= h ? (int)scale : (int)(scale * w / h), sh = w <= h ? (int)(scale * h / w) : (int)scale;
-    if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
-                         VT_IMAGE_MAX_SIDE);
-    const size_t nin = (size_t)w * h * C, nres = (size_t)sw * sh * C;
-    float *in = vt_alloc(sizeof(float) * (nin + nres), e);
-    if (!in) return -1;
-    float *res = in + nin;
-    for (size_t i = 0; i < nin; i++) in[i] = pix[i] / 255.0f;
-    if (sw == w && sh == h) {
-        memcpy(res, in, sizeof(float) * nin);
-    } else {
-        if (!stbir_resize_float_generic(in, w, h, 0, res, sw, sh, 0, C, STBIR_ALPHA_CHANNEL_NONE, 0,
-                                        STBIR_EDGE_CLAMP, STBIR_FILTER_CATMULLROM, STBIR_COLORSPACE_LINEAR, NULL)) {
-            vt_free(in);
-            return vt_seterr(e, "resizing %d×%d to %d×%d failed (out of memory)", w, h, sw, sh);
-        }
-        for (size_t i = 0; i < nres; i++) { /* PIL resizes 8-bit images to 8 bits: round and clip */
-            const float v = nearbyintf(res[i] * 255.0f);
-            res[i] = (v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v) / 255.0f;
-        }
-    }
+    int sw, sh;
+    float *res = resize_short(pix, w, h, C, (int)scale, &sw, &sh, e);
+    if (!res) return -1;
     const int ox = crop_offset(sw, S), oy = crop_offset(sh, S);
     for (int c = 0; c < C; c++)
         for (int y = 0; y < S; y++)
@@ -69,7 +110,7 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
                 const float v = sx >= 0 && sx < sw && sy >= 0 && sy < sh ? res[((size_t)sy * sw + sx) * C + c] : 0.0f;
                 out[((size_t)c * S + y) * S + x] = (v - p->mean[c]) / p->std[c];
             }
-    vt_free(in);
+    vt_free(res);
     return 0;
 }
 

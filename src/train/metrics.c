@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NFIELDS 9
+#define NFIELDS 10
 
 static int join(char *out, size_t len, const char *dir, const char *file, vt_err *e) {
     int k = snprintf(out, len, "%s/%s", dir, file);
@@ -78,7 +78,8 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     put_num(f, r->test_acc, 0);
     put_num(f, r->lr, 0);
     put_num(f, r->img_per_s, 0);
-    put_num(f, r->seconds, 1);
+    put_num(f, r->seconds, 0);
+    put_num(f, r->test_acc5, 1);
     return vt_out_commit(&o, e);
 }
 
