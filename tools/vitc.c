@@ -543,7 +543,8 @@ static int cmd_eval(opts *o) {
         return 1;
     }
     vt_eval_result r;
-    int rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, o->batch > 0 ? o->batch : 250, o->workers, &r, stderr, &e);
+    const int B = o->batch > 0 ? o->batch : 250;
+    int rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
     if (rc)
         die("%s", e.msg);
@@ -772,7 +773,7 @@ static const command commands[] = {
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers --fault-nan-step "
-     "--drop-path " ARCH_OPTS, cmd_train, 0},
+     "--drop-path " SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --workers --train-form " SIZE_OPTS ARCH_OPTS,

@@ -48,9 +48,11 @@ typedef struct vt_eval_result {
 } vt_eval_result;
 
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
- * default); progress on the stream `progress` (NULL: none) when there is more than one batch. */
+ * default), or with `loader` when not NULL (made by the caller for src, tf and batch with VT_BAD_DROP, reused across
+ * evaluations so an unreadable image is warned about once); progress on the stream `progress` (NULL: none) when
+ * there is more than one batch. */
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
-                int workers, vt_eval_result *r, FILE *progress, vt_err *e);
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e);
 
 /* Options of vt_train. */
 typedef struct vt_train_opts {

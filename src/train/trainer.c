@@ -97,7 +97,7 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 #define PREFETCH 3
 
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
-                int workers, vt_eval_result *r, FILE *progress, vt_err *e) {
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
     if (tf->size != c->arch.img_size || tf->chans != c->arch.in_chans)
         return vt_seterr(e, "%s expects %d×%d×%d inputs but the transform gives %d×%d×%d", c->name, c->arch.in_chans,
                          c->arch.img_size, c->arch.img_size, tf->chans, tf->size, tf->size);
@@ -112,8 +112,9 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
     int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
-    vt_loader *L = rc ? NULL : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
-                                             PREFETCH, VT_BAD_DROP, e);
+    vt_loader *L = rc || loader ? loader
+                                : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
+                                                PREFETCH, VT_BAD_DROP, e);
     if (rc == 0 && !L) rc = -1;
     if (rc == 0) vt_iota(idx, src->n);
     if (rc == 0 && vt_loader_start(L, idx, src->n, 0, 0, 0, e) < 0) rc = -1;
@@ -143,7 +144,7 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
         r->n = scored;
         r->skipped = vt_loader_skipped(L);
     }
-    vt_loader_free(L);
+    if (L != loader) vt_loader_free(L);
     free(idx);
     free(lab);
     vt_graph_free(g);
@@ -428,13 +429,15 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     vt_params *P = NULL;
     vt_adamw opt = {0};
     train_graph t = {0};
-    vt_loader *L = NULL;
+    vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
     int *idx = NULL, *lab = NULL, rc = 0;
+    const int eval_batch = 250;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (!(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
         build_train(c, P, o->batch, (float)o->smoothing, &t, e) ||
         vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
-        !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e))) {
+        !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
+        !(LV = vt_loader_new(&d.val, &d.eval_tf, eval_batch, workers, PREFETCH, VT_BAD_DROP, e))) {
         rc = -1;
         goto done;
     }
@@ -532,11 +535,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                    (long long)skipped, skipped == 1 ? "" : "s");
         double ep_s = now_s() - tep;
         vt_eval_result ev;
-        if ((rc = vt_evaluate(c, P, &d.val, &d.eval_tf, 250, workers, &ev, pg.tty ? stdout : NULL, e))) goto done;
+        if ((rc = vt_evaluate(c, P, &d.val, &d.eval_tf, eval_batch, workers, LV, &ev, pg.tty ? stdout : NULL, e)))
+            goto done;
         printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
                (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
                100.0 * correct / ((double)spe * B), spe * B / ep_s);
-        if (ev.skipped > 0) printf("Skipped %lld unreadable validation images\n", (long long)ev.skipped);
+        if (ev.skipped > 0)
+            printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
         fflush(stdout);
         vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), ev.loss,
                               ev.acc1, vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0, ev.acc5};
@@ -554,6 +559,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
            o->run_dir, ru.ru_maxrss / 1024.0);
 done:
     vt_loader_free(L);
+    vt_loader_free(LV);
     free(idx);
     free(lab);
     vt_graph_free(t.g);
