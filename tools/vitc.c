@@ -29,6 +29,9 @@ typedef struct {
     int features, apply_transform;
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
+    const char *classes; /* --classes FILE: a run's classes.json */
+    char **cls;          /* its names (ncls) */
+    int ncls;
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
     char cmdline[2048];
@@ -104,6 +107,8 @@ static const optdef optdefs[] = {
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
       "see `vitc deploy`)"),
+    O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
+      "predict prints these names, eval checks the folder's classes against them"),
     NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
@@ -530,6 +535,8 @@ static int cmd_train(opts *o) {
     return rc ? die("%s", e.msg) : 0;
 }
 
+static int read_classes(opts *o, int K);
+
 static int cmd_eval(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
@@ -537,6 +544,17 @@ static int cmd_eval(opts *o) {
     vt_data d;
     vt_err e = {{0}};
     if (vt_data_open(&c, data, 0, 0, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (read_classes(o, c.arch.num_classes)) {
+        vt_data_close(&d);
+        return 1;
+    }
+    for (int k = 0; d.folder && o->cls && k < o->ncls; k++)
+        if (strcmp(o->cls[k], d.f_train.classes[k]) != 0) {
+            fprintf(stderr, "vitc: class %d is '%s' in %s but '%s' in %s/train\n", k, o->cls[k], o->classes,
+                    d.f_train.classes[k], data);
+            vt_data_close(&d);
+            return 1;
+        }
     vt_params *P = load_model(o, &c, 1);
     if (!P) {
         vt_data_close(&d);
@@ -683,8 +701,27 @@ static void json_str(const char *s) {
 }
 
 /* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
+/* Class i's name: from --classes, else the model's dataset's (NULL: none). */
+static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
+    if (o->cls) return i >= 0 && i < o->ncls ? o->cls[i] : NULL;
+    return vt_model_class_name(c, i);
+}
+
+/* Reads --classes (when given) into o->cls; its class count must be the model's (K). */
+static int read_classes(opts *o, int K) {
+    if (!o->classes) return 0;
+    vt_err e = {{0}};
+    if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
+    if (o->ncls != K) {
+        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs (--num-classes %d)\n", o->classes,
+                o->ncls, K, o->ncls);
+        return 1;
+    }
+    return 0;
+}
+
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
-    const int names = vt_model_class_name(c, 0) != NULL;
+    const int names = class_name(o, c, 0) != NULL;
     if (o->json) {
         printf("{\"image\": ");
         json_str(path);
@@ -693,12 +730,18 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
         printf("%s\n", path);
     }
     for (int i = 0; i < t->k; i++) {
-        if (o->json)
-            printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", i ? ", " : "", t->cls[i], names ? "\"name\": \"" : "",
-                   names ? vt_model_class_name(c, t->cls[i]) : "", names ? "\", " : "", t->prob[i]);
-        else
-            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], names ? vt_model_class_name(c, t->cls[i]) : "",
-                   100.0 * t->prob[i]);
+        const char *nm = names ? class_name(o, c, t->cls[i]) : NULL;
+        if (o->json) {
+            printf("%s{\"class\": %d, ", i ? ", " : "", t->cls[i]);
+            if (nm) {
+                printf("\"name\": ");
+                json_str(nm);
+                printf(", ");
+            }
+            printf("\"prob\": %.6f}", t->prob[i]);
+        } else {
+            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], nm ? nm : "", 100.0 * t->prob[i]);
+        }
     }
     if (o->json) printf("]}\n");
 }
@@ -709,6 +752,7 @@ static int cmd_predict(opts *o) {
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (o->output && output_ok(o)) return 1;
+    if (read_classes(o, c.arch.num_classes)) return 1;
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
@@ -776,7 +820,8 @@ static const command commands[] = {
      "--drop-path " SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --workers --train-form " SIZE_OPTS ARCH_OPTS,
+     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form " SIZE_OPTS
+     ARCH_OPTS,
      cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--data DIR [--workers N]] "
      "[--json | --csv]",
@@ -789,8 +834,8 @@ static const command commands[] = {
      "--weights -w --output -o " SIZE_OPTS ARCH_OPTS, cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
-     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads " SIZE_OPTS ARCH_OPTS,
-     cmd_predict, 1},
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes " SIZE_OPTS
+     ARCH_OPTS, cmd_predict, 1},
 };
 #undef ARCH_OPTS
 #undef SIZE_OPTS
@@ -906,6 +951,7 @@ int main(int argc, char **argv) {
             set_threads(&o);
             rc = commands[i].run(&o);
         }
+        vt_classes_free(o.cls, o.ncls);
         free(images);
         return rc;
     }

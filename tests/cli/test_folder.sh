@@ -18,6 +18,8 @@ $PY tests/cli/folder_ref.py idx "$F/png" "${VITC_FMNIST_DIR:-/usr/share/datasets
     >"$T/idx.log" 2>&1
 check "torchvision ImageFolder order written as IDX" "[ -s '$T/idx/train-images-idx3-ubyte.gz' ]" "$(tail -3 "$T/idx.log")"
 
+ONE=$(find "$F/png/val" -name '*.png' | sort | head -n 1)
+
 # decoded PNG pixels = IDX pixels: vitc predict --output holds the preprocessed inputs (crop_pct 1: x/255 normalised)
 $V init vit_fmnist_tiny -o "$T/w.safetensors" >/dev/null 2>&1
 mkdir -p "$T/pix"
@@ -50,6 +52,16 @@ check "eval on the folder's val split prints top-1 and top-5" \
 a1=$(sed -n 2p "$T/png/metrics.csv" | cut -d, -f6)
 check "eval agrees with the run's last evaluation" \
     "grep -q \"top-1 accuracy $($PY -c "print('%.2f' % (100 * $a1))")%\" '$T/ev.log'" "$a1 vs $(cat "$T/ev.log")"
+
+$V predict vit_fmnist_tiny -w "$T/png/weights.safetensors" --classes "$T/png/classes.json" --topk 10 --json "$ONE" \
+    >"$T/pred.log" 2>&1
+check "predict --classes names the folder's classes" \
+    "grep -q '\"name\": \"9_boot\"' '$T/pred.log' && grep -q '\"name\": \"0_tshirt\"' '$T/pred.log'" "$(cat "$T/pred.log")"
+$PY -c 'import json, sys; json.dump({str(k): "c%d" % k for k in range(10)}, open(sys.argv[1], "w"))' "$T/other.json"
+$V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$F/png" --classes "$T/other.json" >"$T/ev2.log" 2>&1
+rc=$?
+check "eval --classes refuses a folder with other classes" \
+    "[ $rc -eq 1 ] && grep -q \"class 0 is 'c0' in $T/other.json but '0_tshirt'\" '$T/ev2.log'" "rc $rc: $(cat "$T/ev2.log")"
 
 # JPEG: runs and lowers the loss (two epochs on a subset)
 $V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --data "$F/jpg" \
@@ -101,7 +113,6 @@ err() { # name, expected message part, folder, extra options...
     local rc=$?
     check "$name" "[ $rc -eq 1 ] && grep -qF -- '$want' '$T/err.log'" "rc $rc: $(cat "$T/err.log")"
 }
-ONE=$(find "$F/png/val" -name '*.png' | sort | head -n 1)
 mkdir -p "$T/e1/val/a" "$T/e2/train/a" "$T/e3/train/a" "$T/e3/train/b" "$T/e3/val/a" "$T/e4/train/a" "$T/e4/val/b"
 cp "$ONE" "$T/e2/train/a/"
 cp "$ONE" "$T/e3/train/a/"
