@@ -57,7 +57,7 @@ def synthetic(args):
     w, h = (int(v) for v in args.size.split("x"))
     rng = np.random.default_rng(0)
     for i in range(args.n):
-        split = "val" if i % 5 == 4 else "train"
+        split = "val" if (i // args.classes) % 5 == 4 else "train"
         cls = "c%02d" % (i % args.classes)
         d = os.path.join(args.out, split, cls)
         os.makedirs(d, exist_ok=True)

@@ -188,6 +188,10 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
     } else {
         if (C != 1 && C != 3)
             return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+        struct stat st;
+        if (stat(data, &st) != 0 || !S_ISDIR(st.st_mode))
+            return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
+                             "train/<class>/<image> and val/<class>/<image>)", data, data);
         if (vt_imagefolder_open(data, &d->f_train, &d->f_val, e)) return -1;
         if (d->f_train.nclasses != K) {
             vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,

@@ -125,7 +125,7 @@ err "missing val/ is an error" "$T/e2 has no val/ folder" "$T/e2"
 err "an empty class folder is an error" "class folder $T/e3/train/b holds no image files" "$T/e3"
 err "a val class missing from train is an error" "class folder $T/e4/val/b has no counterpart in the training classes" "$T/e4"
 err "a class count unlike the model's is an error" "$F/png/train has 10 classes but vit_fmnist_tiny has 2 outputs: use --num-classes 10" "$F/png" --num-classes 2
-err "a missing folder is an error" "image folder $T/none does not exist" "$T/none"
+err "a missing folder is an error" "neither fashion-mnist nor an image folder (no folder $T/none holding" "$T/none"
 
 # the pipeline benchmark
 $V bench vit_fmnist_tiny --batch-size 64 --iters 3 --data "$F/jpg" --workers 2 >"$T/bench.log" 2>&1
