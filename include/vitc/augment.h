@@ -39,8 +39,8 @@ typedef struct vt_crop_flip {
     float mean[3], std[3];
 } vt_crop_flip;
 
-/* The transform applying cf (which must outlive it); crop_flip(28, pad 4, flip) is Fashion-MNIST's training
- * augmentation, also the default training transform of image folders. */
+/* The transform applying cf (which must outlive it; it needs an rng); crop_flip(28, pad 4, flip) is Fashion-MNIST's
+ * training augmentation, and crop_flip(S, pad S/7, flip) the default training transform of image folders. */
 vt_transform vt_transform_crop_flip(const vt_crop_flip *cf);
 
 /* The eval transform of a model's pretrained cfg (vt_image_preprocess; p must outlive it); draws nothing. */

@@ -93,8 +93,8 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
         free(full);
     }
     closedir(d);
-    if (dirs) qsort(dirs->s, (size_t)dirs->n, sizeof(char *), cmp_str);
-    if (files) qsort(files->s, (size_t)files->n, sizeof(char *), cmp_str);
+    if (dirs && dirs->n > 1) qsort(dirs->s, (size_t)dirs->n, sizeof(char *), cmp_str);
+    if (files && files->n > 1) qsort(files->s, (size_t)files->n, sizeof(char *), cmp_str);
     return rc;
 }
 
@@ -181,7 +181,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         rc = cdir ? walk(cdir, 0, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
         if (rc == 0 && nf == before)
             rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
-        if (rc == 0) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
+        if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
         free(cdir);
         for (int i = before; rc == 0 && i < nf; i++) { /* root becomes the full path */
             char *p = join(fs[i].root, fs[i].name);

@@ -2,10 +2,9 @@
  * same as per-sample transforms for the loader (crop+flip, the eval transform), and in-memory datasets as sources. */
 #include "vitc/augment.h"
 
-#include <stdint.h>
-
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 vt_augment vt_augment_fmnist(int train) {
     vt_augment a = {VT_FMNIST_MEAN, VT_FMNIST_STD, train ? 4 : 0, train ? 1 : 0};
@@ -70,7 +69,7 @@ static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, fl
     const vt_crop_flip *cf = ctx;
     if (img->chans != cf->chans)
         return vt_seterr(e, "crop+flip transform: image has %d channels, expected %d", img->chans, cf->chans);
-    if (cf->size < 1 || cf->pad < 0 || cf->chans < 1 || cf->chans > 3 || ((cf->pad > 0 || cf->hflip) && !rng))
+    if (cf->size < 1 || cf->pad < 0 || cf->chans < 1 || cf->chans > 3 || !rng)
         return vt_seterr(e, "crop+flip transform: bad settings (size %d, pad %d, chans %d%s)", cf->size, cf->pad,
                          cf->chans, rng ? "" : ", no rng");
     vt_image r = {0, 0, 0, NULL};

@@ -205,14 +205,14 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
         d->train = vt_source_imagefolder(&d->f_train);
         d->val = vt_source_imagefolder(&d->f_val);
     }
-    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip; eval: the model's
-     * pretrained eval transform (as `vitc predict`) */
-    d->crop = (vt_crop_flip){S, C, augment ? S / 7 : 0, augment ? 1 : 0, {0}, {0}};
+    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip; eval, and training
+     * without augmentation: the model's pretrained eval transform (as `vitc predict`) */
+    d->crop = (vt_crop_flip){S, C, S / 7, 1, {0}, {0}};
     for (int ch = 0; ch < 3; ch++) {
         d->crop.mean[ch] = d->pre.mean[ch];
         d->crop.std[ch] = d->pre.std[ch];
     }
-    d->train_tf = vt_transform_crop_flip(&d->crop);
+    d->train_tf = augment ? vt_transform_crop_flip(&d->crop) : vt_transform_eval(&d->pre);
     d->eval_tf = vt_transform_eval(&d->pre);
     return 0;
 }
