@@ -35,7 +35,8 @@ ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-s
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
              libpng-dev libturbojpeg0-dev
-DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-torchvision python3-pil python3-numpy dataset-fashion-mnist gnuplot-nox doxygen
+DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy python3-pil python3-torchvision \
+             dataset-fashion-mnist gnuplot-nox doxygen
 DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
 DEB_DOCS  := doxygen
 

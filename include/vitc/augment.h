@@ -30,8 +30,8 @@ void vt_iota(int *idx, int n);
 /* Shuffles idx[0..n) in place (Fisher-Yates driven by rng). */
 void vt_shuffle(int *idx, int n, vt_rng *rng);
 
-/* Parameters of vt_transform_crop_flip: resize the shorter side to size (bicubic, as the eval transform; no-op when
- * it already is), random crop size×size after zero padding by pad pixels (torchvision RandomCrop(size, pad)),
+/* Parameters of vt_transform_crop_flip: resize the shorter side to size (PIL's bicubic, vt_image_resize, as the eval
+ * transform; no-op when it already is), random crop size×size after zero padding by pad pixels (torchvision RandomCrop(size, pad)),
  * horizontal flip with probability 0.5 when hflip, normalise (x/255 - mean) / std per channel. Random draws per
  * image, in order: crop row offset, crop column offset, flip. */
 typedef struct vt_crop_flip {

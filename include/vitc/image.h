@@ -31,13 +31,23 @@ typedef struct vt_image {
 int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e);
 
 /* Converts w·h pixels of `from` interleaved channels (1 L, 2 LA, 3 RGB, 4 RGBA) to `to` (1 or 3) in a new malloc'd
- * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma, rounded; L -> RGB: copies; alpha dropped). */
+ * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma in PIL 9.4's 16-bit fixed point; L -> RGB: copies;
+ * alpha dropped). */
 unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from, int to, vt_err *e);
 
-/* Resizes w×h pixels of `chans` (1..4) channels so the shorter side is `side` (the longer int(side·long/short), as
- * torchvision's Resize(int)) with the bicubic filter of vt_image_preprocess, rounded to 8 bits, into out (new pixels,
- * vt_image_free). */
-int vt_image_resize(const unsigned char *pix, int w, int h, int chans, int side, vt_image *out, vt_err *e);
+/* Resampling filters, numbered as PIL's (Image.BILINEAR = 2, Image.BICUBIC = 3); RANDOM picks one of the two per
+ * call (timm's _RANDOM_INTERPOLATION). */
+typedef enum { VT_INTERP_RANDOM = 0, VT_INTERP_BILINEAR = 2, VT_INTERP_BICUBIC = 3 } vt_interp;
+
+/* Checks img: pixels present, 1 or 3 channels, each side 1..VT_IMAGE_MAX_SIDE. */
+int vt_image_check(const vt_image *img, vt_err *e);
+
+/* Resizes the crop box (x0, y0, cw, ch) of src to ow×oh pixels into dst (ow·oh·chans bytes) as PIL 9.4's
+ * img.crop(box).resize((ow, oh), filter) (torchvision's resized_crop): separable filter with the support widened
+ * by the scale when shrinking, 22-bit fixed-point coefficients, rounded, clipped to 8 bits. filter: bilinear or
+ * bicubic (a = -0.5). */
+int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow, int oh, vt_interp filter,
+                    unsigned char *dst, vt_err *e);
 
 /* Frees a decoded image's pixels. */
 void vt_image_free(vt_image *img);

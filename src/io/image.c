@@ -1,10 +1,10 @@
-/* Image files to model inputs: decoding (src/io/decode.c) and timm's eval preprocessing (stb_image_resize).
+/* Image files to model inputs: decoding (src/io/decode.c), PIL's resampler and timm's eval preprocessing.
  *
  * timm's eval transform is PIL-based: Resize(floor(S / crop_pct), BICUBIC) on the shorter side, CenterCrop(S)
  * (zero padding when S is larger than the resized image, e.g. Refined-ViT-L's crop_pct 1.13), ToTensor, Normalize.
- * PIL's bicubic is the Keys cubic with a = -0.5 (Catmull-Rom), widened by the scale factor when shrinking; stb's
- * CATMULLROM filter does the same, and its results are rounded to 8 bits as PIL's are. Border pixels differ
- * slightly (stb clamps the edge, PIL renormalises the weights): tests/reference/test_predict.py measures it. */
+ * The resize is PIL 9.4's own arithmetic (vt_image_resize: Keys cubic a = -0.5 widened by the scale when shrinking,
+ * weights renormalised at the borders, 22-bit fixed point, 8-bit rounding after each pass), so the preprocessed
+ * input equals timm's to the last bit (tests/reference/test_predict.py, test_transforms.py). */
 #include "vitc/image.h"
 
 #include <math.h>
@@ -13,7 +13,123 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <stb_image_resize.h>
+int vt_image_check(const vt_image *img, vt_err *e) {
+    if (!img || !img->pix || (img->chans != 1 && img->chans != 3) || img->w < 1 || img->h < 1 ||
+        img->w > VT_IMAGE_MAX_SIDE || img->h > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "bad image: %d×%d, %d channels (need 1..%d pixels a side, 1 or 3 channels, pixels)",
+                         img ? img->w : 0, img ? img->h : 0, img ? img->chans : 0, VT_IMAGE_MAX_SIDE);
+    return 0;
+}
+
+/* ---- PIL 9.4's resampler (Resample.c): separable passes, horizontal first, 22-bit fixed-point weights ---- */
+
+#define PREC 22 /* PIL's PRECISION_BITS for 8-bit images: 32 - 8 - 2 */
+
+static double filter_bicubic(double x) { /* Keys, a = -0.5 */
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+static double filter_bilinear(double x) {
+    if (x < 0.0) x = -x;
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* PIL's precompute_coeffs + normalize_coeffs_8bpc for inSize -> outSize (box 0..inSize): bounds[2·o] = first input,
+ * bounds[2·o+1] = count, k[o·ksize ...] fixed-point weights; returns ksize, or -1 when out of memory. */
+static int coeffs(int inSize, int outSize, vt_interp f, int **boundsp, int **kkp) {
+    const double fsupport = f == VT_INTERP_BICUBIC ? 2.0 : 1.0;
+    const double scale = (double)inSize / outSize;
+    const double filterscale = scale < 1.0 ? 1.0 : scale;
+    const double support = fsupport * filterscale;
+    const int ksize = (int)ceil(support) * 2 + 1;
+    int *bounds = malloc(sizeof(int) * 2 * (size_t)outSize);
+    int *kk = malloc(sizeof(int) * (size_t)ksize * (size_t)outSize);
+    double *k = malloc(sizeof(double) * (size_t)ksize);
+    if (!bounds || !kk || !k) {
+        free(bounds), free(kk), free(k);
+        return -1;
+    }
+    for (int xx = 0; xx < outSize; xx++) {
+        const double center = (xx + 0.5) * scale, ss = 1.0 / filterscale;
+        double ww = 0.0;
+        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+        if (xmin < 0) xmin = 0;
+        if (xmax > inSize) xmax = inSize;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            const double t = (x + xmin - center + 0.5) * ss;
+            k[x] = f == VT_INTERP_BICUBIC ? filter_bicubic(t) : filter_bilinear(t);
+            ww += k[x];
+        }
+        for (int x = 0; x < ksize; x++) {
+            double v = x < xmax ? (ww != 0.0 ? k[x] / ww : k[x]) : 0.0;
+            kk[xx * ksize + x] = v < 0 ? (int)(-0.5 + v * (1 << PREC)) : (int)(0.5 + v * (1 << PREC));
+        }
+        bounds[2 * xx] = xmin;
+        bounds[2 * xx + 1] = xmax;
+    }
+    free(k);
+    *boundsp = bounds;
+    *kkp = kk;
+    return ksize;
+}
+
+static inline unsigned char clip8_fixed(int v) {
+    if (v <= 0) return 0;
+    v >>= PREC;
+    return (unsigned char)(v > 255 ? 255 : v);
+}
+
+int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow, int oh, vt_interp filter,
+                 unsigned char *dst, vt_err *e) {
+    if (vt_image_check(src, e)) return -1;
+    if (x0 < 0 || y0 < 0 || cw < 1 || ch < 1 || x0 > src->w - cw || y0 > src->h - ch)
+        return vt_seterr(e, "crop box (%d, %d) %d×%d is not inside the %d×%d image", x0, y0, cw, ch, src->w, src->h);
+    if (ow < 1 || oh < 1 || ow > VT_IMAGE_MAX_SIDE || oh > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "resize target %d×%d (each side must be 1..%d)", ow, oh, VT_IMAGE_MAX_SIDE);
+    if (filter != VT_INTERP_BILINEAR && filter != VT_INTERP_BICUBIC)
+        return vt_seterr(e, "resize filter %d (bilinear 2 or bicubic 3)", (int)filter);
+    const int C = src->chans, W = src->w;
+    int *bh = NULL, *kh = NULL, *bv = NULL, *kv = NULL;
+    const int ksh = coeffs(cw, ow, filter, &bh, &kh);
+    const int ksv = ksh < 0 ? -1 : coeffs(ch, oh, filter, &bv, &kv);
+    /* rows of the crop the vertical pass reads, and the horizontal pass's output for them */
+    const int yfirst = ksv < 0 ? 0 : bv[0], ylast = ksv < 0 ? 0 : bv[2 * oh - 2] + bv[2 * oh - 1];
+    unsigned char *tmp = ksv < 0 ? NULL : malloc((size_t)ow * (size_t)(ylast - yfirst) * C);
+    if (!tmp) {
+        free(bh), free(kh), free(bv), free(kv);
+        return vt_seterr(e, "out of memory resizing %d×%d to %d×%d", cw, ch, ow, oh);
+    }
+    for (int y = yfirst; y < ylast; y++) {
+        const unsigned char *row = src->pix + ((size_t)(y0 + y) * W + x0) * C;
+        unsigned char *out = tmp + (size_t)(y - yfirst) * ow * C;
+        for (int xx = 0; xx < ow; xx++) {
+            const int xmin = bh[2 * xx], n = bh[2 * xx + 1];
+            const int *k = kh + (size_t)xx * ksh;
+            for (int c = 0; c < C; c++) {
+                int ss = 1 << (PREC - 1);
+                for (int x = 0; x < n; x++) ss += row[(xmin + x) * C + c] * k[x];
+                out[xx * C + c] = clip8_fixed(ss);
+            }
+        }
+    }
+    for (int yy = 0; yy < oh; yy++) {
+        const int ymin = bv[2 * yy] - yfirst, n = bv[2 * yy + 1];
+        const int *k = kv + (size_t)yy * ksv;
+        unsigned char *out = dst + (size_t)yy * ow * C;
+        for (int i = 0; i < ow * C; i++) {
+            int ss = 1 << (PREC - 1);
+            for (int y = 0; y < n; y++) ss += tmp[(size_t)(ymin + y) * ow * C + i] * k[y];
+            out[i] = clip8_fixed(ss);
+        }
+    }
+    free(tmp), free(bh), free(kh), free(bv), free(kv);
+    return 0;
+}
 
 /* Offset of a centred crop of `crop` pixels from a side of `side` pixels: torchvision's
  * int(round((side - crop) / 2)) with Python's round-half-to-even, or minus the left padding when crop > side. */
@@ -21,67 +137,6 @@ static int crop_offset(int side, int crop) {
     if (crop > side) return -((crop - side) / 2);
     const int twice = side - crop; /* offset = round(twice / 2), ties to even */
     return twice % 2 == 0 ? twice / 2 : (twice / 2) + ((twice / 2) % 2);
-}
-
-/* Resizes w×h pixels of C uint8 channels so that the shorter side is `side` (torchvision Resize(int): the longer one
- * becomes int(side * long / short)) with the bicubic filter, rounded to 8 bits like PIL, into a new vt_alloc'd
- * buffer of floats in [0, 1] (*sw × *sh × C). */
-static float *resize_short(const unsigned char *pix, int w, int h, int C, int side, int *psw, int *psh, vt_err *e) {
-    const int sw = w <= h ? side : (int)((double)side * w / h), sh = w <= h ? (int)((double)side * h / w) : side;
-    if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE) {
-        vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
-                  VT_IMAGE_MAX_SIDE);
-        return NULL;
-    }
-    const size_t nin = (size_t)w * h * C, nres = (size_t)sw * sh * C;
-    float *res = vt_alloc(sizeof(float) * nres, e);
-    if (!res) return NULL;
-    if (sw == w && sh == h) {
-        for (size_t i = 0; i < nin; i++) res[i] = pix[i] / 255.0f;
-    } else {
-        float *in = vt_alloc(sizeof(float) * nin, e);
-        if (!in) {
-            vt_free(res);
-            return NULL;
-        }
-        for (size_t i = 0; i < nin; i++) in[i] = pix[i] / 255.0f;
-        const int ok = stbir_resize_float_generic(in, w, h, 0, res, sw, sh, 0, C, STBIR_ALPHA_CHANNEL_NONE, 0,
-                                                  STBIR_EDGE_CLAMP, STBIR_FILTER_CATMULLROM, STBIR_COLORSPACE_LINEAR,
-                                                  NULL);
-        vt_free(in);
-        if (!ok) {
-            vt_free(res);
-            vt_seterr(e, "resizing %d×%d to %d×%d failed (out of memory)", w, h, sw, sh);
-            return NULL;
-        }
-        for (size_t i = 0; i < nres; i++) { /* PIL resizes 8-bit images to 8 bits: round and clip */
-            const float v = nearbyintf(res[i] * 255.0f);
-            res[i] = (v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v) / 255.0f;
-        }
-    }
-    *psw = sw;
-    *psh = sh;
-    return res;
-}
-
-int vt_image_resize(const unsigned char *pix, int w, int h, int chans, int side, vt_image *out, vt_err *e) {
-    if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE || chans < 1 || chans > 4 || side < 1 ||
-        side > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "vt_image_resize: image of %d×%d×%d pixels to shorter side %d (sides must be 1..%d)", w,
-                         h, chans, side, VT_IMAGE_MAX_SIDE);
-    int sw, sh;
-    float *res = resize_short(pix, w, h, chans, side, &sw, &sh, e);
-    if (!res) return -1;
-    const size_t n = (size_t)sw * sh * chans;
-    unsigned char *p = malloc(n);
-    if (!p) {
-        vt_free(res);
-        return vt_seterr(e, "out of memory resizing an image to %d×%d", sw, sh);
-    }
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)nearbyintf(res[i] * 255.0f);
-    vt_free(res);
-    *out = (vt_image){sw, sh, chans, p};
-    return 0;
 }
 
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e) {
@@ -99,15 +154,24 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     if (scale < 1 || scale > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "resize target %g pixels for size %d and crop_pct %g is out of range", scale, S,
                          (double)p->crop_pct);
-    int sw, sh;
-    float *res = resize_short(pix, w, h, C, (int)scale, &sw, &sh, e);
-    if (!res) return -1;
+    /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short) */
+    const int sw = w <= h ? (int)scale : (int)(scale * w / h), sh = w <= h ? (int)(scale * h / w) : (int)scale;
+    if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
+                         VT_IMAGE_MAX_SIDE);
+    unsigned char *res = vt_alloc((size_t)sw * sh * C, e);
+    const vt_image src = {w, h, C, (unsigned char *)pix};
+    if (!res || vt_image_resize(&src, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, res, e)) {
+        vt_free(res);
+        return -1;
+    }
     const int ox = crop_offset(sw, S), oy = crop_offset(sh, S);
     for (int c = 0; c < C; c++)
         for (int y = 0; y < S; y++)
             for (int x = 0; x < S; x++) {
                 const int sx = x + ox, sy = y + oy;
-                const float v = sx >= 0 && sx < sw && sy >= 0 && sy < sh ? res[((size_t)sy * sw + sx) * C + c] : 0.0f;
+                const int in = sx >= 0 && sx < sw && sy >= 0 && sy < sh;
+                const float v = in ? res[((size_t)sy * sw + sx) * C + c] / 255.0f : 0.0f;
                 out[((size_t)c * S + y) * S + x] = (v - p->mean[c]) / p->std[c];
             }
     vt_free(res);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 vt_augment vt_augment_fmnist(int train) {
     vt_augment a = {VT_FMNIST_MEAN, VT_FMNIST_STD, train ? 4 : 0, train ? 1 : 0};
@@ -74,8 +75,18 @@ static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, fl
                          cf->chans, rng ? "" : ", no rng");
     vt_image r = {0, 0, 0, NULL};
     const vt_image *src = img;
-    if ((img->w < img->h ? img->w : img->h) != cf->size) {
-        if (vt_image_resize(img->pix, img->w, img->h, img->chans, cf->size, &r, e)) return -1;
+    if ((img->w < img->h ? img->w : img->h) != cf->size) { /* torchvision Resize(size): the longer side scales too */
+        const int w = img->w, h = img->h, S = cf->size;
+        const int sw = w <= h ? S : (int)((double)S * w / h), sh = w <= h ? (int)((double)S * h / w) : S;
+        if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
+            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
+                             VT_IMAGE_MAX_SIDE);
+        r = (vt_image){sw, sh, img->chans, malloc((size_t)sw * sh * img->chans)};
+        if (!r.pix) return vt_seterr(e, "out of memory resizing an image to %d×%d", sw, sh);
+        if (vt_image_resize(img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, r.pix, e)) {
+            vt_image_free(&r);
+            return -1;
+        }
         src = &r;
     }
     float lut[3][256];
