@@ -1,6 +1,7 @@
 /* The input pipeline: loader determinism (1 vs 3 workers, prefetch depth, abandoned epochs), per-sample keyed random
  * draws, the crop+flip transform against a direct RandomCrop(padding)+flip, unreadable samples (replaced, dropped,
- * all bad), and ImageFolder scanning (torchvision's order and extension rules, the class map file). */
+ * all bad), RGB images of other shapes (crop+flip's resize, the DeiT transform as a loader transform), and
+ * ImageFolder scanning (torchvision's order and extension rules, the class map file). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,105 @@ static void test_folder_scan(vt_test *T) {
     T_CHECK(T, system(p) == 0, "cleanup");
 }
 
+/* An RGB source of NR random w×h images (w, h varying per image). */
+#define NR 24
+typedef struct {
+    uint8_t *pix[NR];
+    int w[NR], h[NR];
+} rgb_set;
+
+static int rgb_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    (void)min_side;
+    const rgb_set *s = ctx;
+    if (chans != 3) return vt_seterr(e, "rgb_set gives 3 channels");
+    const size_t n = (size_t)s->w[i] * s->h[i] * 3;
+    unsigned char *p = malloc(n);
+    if (!p) return vt_seterr(e, "out of memory");
+    memcpy(p, s->pix[i], n);
+    *img = (vt_image){s->w[i], s->h[i], 3, p};
+    *label = i % 3;
+    return 0;
+}
+
+/* 1 if rows a[0..NR) are set's images through crop+flip cf, written directly: resize (PIL's bicubic,
+ * vt_image_resize) to shorter side S, then the crop and flip drawn from the keyed rng (seed 11, epoch 4). */
+static int crop_flip_direct(const rgb_set *set, const vt_crop_flip *cf, const float *a) {
+    const int S = cf->size, pad = cf->pad;
+    const size_t per = 3 * (size_t)S * S;
+    int ok = 1;
+    vt_err e = {{0}};
+    for (int i = 0; i < NR; i++) {
+        const int w = set->w[i], h = set->h[i];
+        const int sw = w <= h ? S : (int)((double)S * w / h), sh = w <= h ? (int)((double)S * h / w) : S;
+        unsigned char *res = malloc((size_t)sw * sh * 3);
+        const vt_image img = {w, h, 3, set->pix[i]};
+        ok &= res && vt_image_resize(&img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, res, &e) == 0;
+        vt_rng k;
+        vt_rng_seed(&k, vt_rng_key(11, 4, (uint64_t)i));
+        const int top = (int)vt_rng_below(&k, (uint32_t)(sh - S + 2 * pad + 1)) - pad;
+        const int left = (int)vt_rng_below(&k, (uint32_t)(sw - S + 2 * pad + 1)) - pad;
+        const int flip = vt_rng_uniform(&k) < 0.5f;
+        for (int c = 0; ok && c < 3; c++)
+            for (int y = 0; y < S; y++)
+                for (int x = 0; x < S; x++) {
+                    const int sy = y + top, sx = (flip ? S - 1 - x : x) + left;
+                    const float v = sy >= 0 && sy < sh && sx >= 0 && sx < sw ? res[((size_t)sy * sw + sx) * 3 + c] : 0;
+                    ok &= a[i * per + ((size_t)c * S + y) * S + x] == (v / 255.0f - cf->mean[c]) / cf->std[c];
+                }
+        free(res);
+    }
+    return ok;
+}
+
+/* Transforms on RGB images of other shapes through the loader, 1 and 3 workers alike: crop+flip against the direct
+ * computation; the DeiT transform (include/vitc/transforms.h) against direct calls with each sample's keyed rng. */
+static void test_rgb(vt_test *T) {
+    rgb_set set;
+    vt_rng r;
+    vt_rng_seed(&r, 5);
+    for (int i = 0; i < NR; i++) {
+        set.w[i] = 20 + (int)vt_rng_below(&r, 30);
+        set.h[i] = 20 + (int)vt_rng_below(&r, 30);
+        set.pix[i] = malloc((size_t)set.w[i] * set.h[i] * 3);
+        for (int q = 0; set.pix[i] && q < set.w[i] * set.h[i] * 3; q++) set.pix[i][q] = (uint8_t)vt_rng_below(&r, 256);
+    }
+    const vt_source src = {NR, 3, rgb_get, NULL, &set};
+    vt_crop_flip cf = {16, 3, 2, 1, {0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
+    vt_tf_params dp = vt_tf_deit(16);
+    const vt_transform tfs[2] = {vt_transform_crop_flip(&cf), vt_transform_deit(&dp, 3)};
+    int idx[NR], la[NR], lb[NR];
+    vt_iota(idx, NR);
+    const size_t per = 3 * 16 * 16;
+    float *a = calloc(NR * per, sizeof(float)), *b = calloc(NR * per, sizeof(float)), *want = calloc(per, sizeof(float));
+    vt_err e = {{0}};
+    for (int t = 0; t < 2; t++) {
+        vt_loader *L1 = vt_loader_new(&src, &tfs[t], BATCH, 1, 1, VT_BAD_REPLACE, &e);
+        vt_loader *L3 = vt_loader_new(&src, &tfs[t], BATCH, 3, 3, VT_BAD_REPLACE, &e);
+        int ok = L1 && L3 && vt_loader_start(L1, idx, NR, 0, 11, 4, &e) == 3 &&
+                 vt_loader_start(L3, idx, NR, 0, 11, 4, &e) == 3;
+        for (int k = 0; ok && k < 3; k++)
+            ok = vt_loader_next(L1, a + k * BATCH * per, la + k * BATCH, &e) == BATCH &&
+                 vt_loader_next(L3, b + k * BATCH * per, lb + k * BATCH, &e) == BATCH;
+        T_CHECK(T, ok && memcmp(a, b, NR * per * sizeof(float)) == 0 && memcmp(la, lb, sizeof la) == 0,
+                "transform %d: 1 and 3 workers differ: %s", t, e.msg);
+        vt_loader_free(L1);
+        vt_loader_free(L3);
+        if (t == 0) T_CHECK(T, crop_flip_direct(&set, &cf, a), "crop+flip of RGB images differs from the direct one");
+        int same = 1;
+        for (int i = 0; i < NR && t == 1; i++) {
+            vt_rng k;
+            vt_rng_seed(&k, vt_rng_key(11, 4, (uint64_t)i));
+            const vt_image img = {set.w[i], set.h[i], 3, set.pix[i]};
+            same &= vt_tf_deit_train(&img, &dp, &k, want, &e) == 0 && memcmp(want, a + i * per, per * 4) == 0;
+        }
+        if (t == 1) T_CHECK(T, same, "the DeiT transform through the loader differs from direct calls: %s", e.msg);
+    }
+    free(a);
+    free(b);
+    free(want);
+    for (int i = 0; i < NR; i++) free(set.pix[i]);
+}
+
 void test_loader(vt_test *T) {
     static uint8_t pix[NS * SIDE * SIDE], lab8[NS];
     vt_dataset ds;
@@ -256,4 +356,5 @@ void test_loader(vt_test *T) {
     free(a);
     free(b);
     test_folder_scan(T);
+    test_rgb(T);
 }

@@ -7,6 +7,7 @@
 #include "vitc/error.h"
 #include "vitc/loader.h"
 #include "vitc/rng.h"
+#include "vitc/transforms.h"
 
 /* What vt_augment_batch does to each image. */
 typedef struct vt_augment {
@@ -45,6 +46,10 @@ vt_transform vt_transform_crop_flip(const vt_crop_flip *cf);
 
 /* The eval transform of a model's pretrained cfg (vt_image_preprocess; p must outlive it); draws nothing. */
 vt_transform vt_transform_eval(const vt_preprocess *p);
+
+/* The DeiT train transform (vt_tf_deit_train, include/vitc/transforms.h) of p (which must outlive it) for images of
+ * `chans` channels, as a loader transform. */
+vt_transform vt_transform_deit(const vt_tf_params *p, int chans);
 
 /* A source over an in-memory dataset (ds must outlive it); get() copies the pixels (chans 1, or 3 by repeating). */
 vt_source vt_source_dataset(const vt_dataset *ds);

@@ -121,6 +121,15 @@ vt_transform vt_transform_eval(const vt_preprocess *p) {
     return t;
 }
 
+static int deit_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e) {
+    return vt_tf_deit_train(img, ctx, rng, out, e);
+}
+
+vt_transform vt_transform_deit(const vt_tf_params *p, int chans) {
+    vt_transform t = {deit_apply, p, p->size, chans, 0}; /* full-size decode: the crop box may be small */
+    return t;
+}
+
 /* ---- an in-memory dataset as a sample source ---- */
 
 static int dataset_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
