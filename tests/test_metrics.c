@@ -140,6 +140,18 @@ void test_metrics(vt_test *T) {
     vt_clearerr(&e);
     T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "header"), "plot foreign header: %s", e.msg);
 
+    /* a run from before test_acc5: resuming (truncate) rewrites it with the new header and an empty test_acc5 */
+    f = fopen(csv, "w");
+    fprintf(f, "%s\n1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n2,200,1,0.6,,,0.0005,1234.5,20.5\n",
+            VT_METRICS_HEADER_V1);
+    fclose(f);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_truncate(dir, 1, &e) == 0, "truncate a legacy file: %s", e.msg);
+    char *text3 = slurp(csv);
+    T_CHECK(T, text3 && strcmp(text3, VT_METRICS_HEADER "\n1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25,\n") == 0,
+            "legacy metrics.csv became\n%s", text3 ? text3 : "(none)");
+    free(text3);
+
     /* malformed row */
     f = fopen(csv, "w");
     fprintf(f, "%s\n1,2,3\n", VT_METRICS_HEADER);

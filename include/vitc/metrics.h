@@ -8,6 +8,8 @@
 
 /* First line of metrics.csv. */
 #define VT_METRICS_HEADER "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds,test_acc5"
+/* The header before test_acc5: such a file is rewritten with the new header (an empty test_acc5) when appended to. */
+#define VT_METRICS_HEADER_V1 "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds"
 
 /* One row; NaN values are written as empty fields (e.g. no test evaluation on this row). */
 typedef struct vt_metrics_row {

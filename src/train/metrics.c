@@ -40,11 +40,12 @@ static int copy_rows(const char *path, FILE *o, double max_epoch, vt_err *e) {
     if (!f && errno != ENOENT) return vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
     fprintf(o, "%s\n", VT_METRICS_HEADER);
     char line[512];
-    int first = 1, rc = 0;
+    int first = 1, rc = 0, legacy = 0;
     while (f && rc == 0 && fgets(line, sizeof line, f)) {
         if (first) {
             chomp(line);
-            if (strcmp(line, VT_METRICS_HEADER) != 0)
+            legacy = strcmp(line, VT_METRICS_HEADER_V1) == 0; /* before test_acc5: rows get an empty last field */
+            if (strcmp(line, VT_METRICS_HEADER) != 0 && !legacy)
                 rc = vt_seterr(e, "%s: existing header \"%s\" differs from \"%s\" (not a vitc run's metrics)", path,
                                line, VT_METRICS_HEADER);
             first = 0;
@@ -52,7 +53,13 @@ static int copy_rows(const char *path, FILE *o, double max_epoch, vt_err *e) {
         }
         char *end;
         const double epoch = strtod(line, &end);
-        if (end != line && epoch <= max_epoch) fputs(line, o);
+        if (end == line || epoch > max_epoch) continue;
+        if (legacy) {
+            chomp(line);
+            fprintf(o, "%s,\n", line);
+        } else {
+            fputs(line, o);
+        }
     }
     if (f && ferror(f) && rc == 0) rc = vt_seterr(e, "cannot read %s", path);
     if (f) fclose(f);
