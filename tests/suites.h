@@ -2,6 +2,7 @@
 SUITE(ops_core)
 SUITE(gemm)
 SUITE(data)
+SUITE(loader)
 SUITE(optim)
 SUITE(metrics)
 SUITE(safetensors)

@@ -1,4 +1,5 @@
-/* Gradients on a batch, evaluation, and the Fashion-MNIST training loop with atomic checkpoints. */
+/* Gradients on a batch, data sets (Fashion-MNIST, image folders), evaluation, and the training loop with atomic
+ * checkpoints; batches come from the threaded loader (src/train/loader.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -17,6 +18,7 @@
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
+#include "vitc/predict.h"
 #include "vitc/progress.h"
 #include "vitc/recipe.h"
 #include "vitc/sampler.h"
@@ -118,57 +120,149 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
     return 0;
 }
 
-/* Sum of the cross-entropy losses and of the correct top-1 predictions of the first n rows of logits (B, K). */
-static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct) {
+/* Sums over the rows of logits (B, K) whose label is >= 0 (the others are skipped images): cross-entropy loss,
+ * correct top-1 and top-5 predictions (a label is in the top k when fewer than k logits exceed its own). */
+static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct,
+                  int64_t *correct5) {
     for (int b = 0; b < n; b++) {
+        if (labels[b] < 0) continue;
         const float *r = logits + (size_t)b * K;
-        int best = 0;
+        int best = 0, above = 0;
         for (int k = 1; k < K; k++)
             if (r[k] > r[best]) best = k;
+        for (int k = 0; k < K; k++) above += r[k] > r[labels[b]];
         double se = 0.0;
         for (int k = 0; k < K; k++) se += exp((double)r[k] - r[best]);
         *loss += log(se) - ((double)r[labels[b]] - r[best]);
         *correct += best == labels[b];
+        if (correct5) *correct5 += above < 5;
     }
 }
 
-int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
-                FILE *progress, vt_err *e) {
-    if (ds->h != c->arch.img_size || ds->w != c->arch.img_size || c->arch.in_chans != 1)
-        return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->arch.in_chans,
-                         c->arch.img_size, c->arch.img_size, ds->h, ds->w);
+/* Loader batches ahead of the consumer. */
+#define PREFETCH 3
+/* Evaluation batch of the training loop. */
+#define EVAL_BATCH 250
+
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
+    if (tf->size != c->arch.img_size || tf->chans != c->arch.in_chans)
+        return vt_seterr(e, "%s expects %d×%d×%d inputs but the transform gives %d×%d×%d", c->name, c->arch.in_chans,
+                         c->arch.img_size, c->arch.img_size, tf->chans, tf->size, tf->size);
+    if (src->nclasses > c->arch.num_classes)
+        return vt_seterr(e, "the data has %d classes but %s has %d outputs (--num-classes %d)", src->nclasses, c->name,
+                         c->arch.num_classes, src->nclasses);
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     vt_tensor *x;
     vt_tensor *logits = vt_model_build(g, c, batch, &x);
     vt_graph_output(g, logits);
-    int *idx = malloc(sizeof(int) * (size_t)batch), *lab = malloc(sizeof(int) * (size_t)batch);
+    int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
-    if (!idx || !lab) rc = vt_seterr(e, "out of memory");
-    vt_augment aug = vt_augment_fmnist(0);
-    aug.mean = c->pre.mean[0];
-    aug.std = c->pre.std[0];
+    if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
+    vt_loader *L = rc || loader ? loader
+                                : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
+                                                PREFETCH, VT_BAD_DROP, e);
+    if (rc == 0 && !L) rc = -1;
+    if (rc == 0) vt_iota(idx, src->n);
+    if (rc == 0 && vt_loader_start(L, idx, src->n, 0, 0, 0, e) < 0) rc = -1;
     double sl = 0.0;
-    int64_t correct = 0;
+    int64_t correct = 0, correct5 = 0;
+    int done = 0, scored = 0;
     vt_progress pg; /* only when there is more than one batch */
-    vt_progress_start(&pg, ds->n > batch ? progress : NULL, "Eval", "img", ds->n, 0);
-    for (int s = 0; rc == 0 && s < ds->n; s += batch) {
-        int n = ds->n - s < batch ? ds->n - s : batch;
-        for (int i = 0; i < batch; i++) idx[i] = s + (i < n ? i : 0); /* pad the last batch, ignore extra rows */
-        if ((rc = vt_augment_batch(ds, idx, batch, &aug, NULL, x->data, lab, e))) break;
+    vt_progress_start(&pg, src->n > batch ? progress : NULL, "Eval", "img", src->n, 0);
+    while (rc == 0) {
+        const int n = vt_loader_next(L, x->data, lab, e);
+        if (n <= 0) {
+            rc = n;
+            break;
+        }
         vt_graph_forward(g);
-        score(logits->data, lab, n, c->arch.num_classes, &sl, &correct);
-        vt_progress_update(&pg, s + n);
+        score(logits->data, lab, n, c->arch.num_classes, &sl, &correct, &correct5);
+        for (int b = 0; b < n; b++) scored += lab[b] >= 0;
+        done += n;
+        vt_progress_update(&pg, done);
     }
     vt_progress_end(&pg);
+    if (rc == 0 && scored == 0) rc = vt_seterr(e, "no readable image to evaluate");
     if (rc == 0) {
-        *loss = sl / ds->n;
-        *acc = (double)correct / ds->n;
+        r->loss = sl / scored;
+        r->acc1 = (double)correct / scored;
+        r->acc5 = (double)correct5 / scored;
+        r->n = scored;
+        r->skipped = vt_loader_skipped(L);
     }
+    if (L != loader) vt_loader_free(L);
     free(idx);
     free(lab);
     vt_graph_free(g);
     return rc;
+}
+
+void vt_data_close(vt_data *d) {
+    vt_dataset_free(&d->fm_train);
+    vt_dataset_free(&d->fm_val);
+    vt_imagefolder_free(&d->f_train);
+    vt_imagefolder_free(&d->f_val);
+    memset(d, 0, sizeof *d);
+}
+
+/* Keeps the first k samples of a folder split. */
+static void folder_subset(vt_imagefolder *f, int k) {
+    for (int i = k; i < f->n; i++) free(f->paths[i]);
+    if (k < f->n) f->n = k;
+}
+
+int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, int train_subset, int val_subset,
+                 vt_data *d, vt_err *e) {
+    memset(d, 0, sizeof *d);
+    const int S = c->arch.img_size, C = c->arch.in_chans, K = c->arch.num_classes;
+    if (!data || !data[0]) return vt_seterr(e, "empty --data (fashion-mnist or an image folder)");
+    d->pre = vt_model_preprocess(c);
+    if (strcmp(data, "fashion-mnist") == 0) {
+        if (C != 1 || S != 28)
+            return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
+                             C, S, S);
+        if (K != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
+        if ((train && vt_dataset_load_fmnist(NULL, 1, &d->fm_train, e)) ||
+            vt_dataset_load_fmnist(NULL, 0, &d->fm_val, e) ||
+            (train && train_subset > 0 && vt_dataset_subset(&d->fm_train, train_subset, e)) ||
+            (val_subset > 0 && vt_dataset_subset(&d->fm_val, val_subset, e))) {
+            vt_data_close(d);
+            return -1;
+        }
+        d->train = vt_source_dataset(&d->fm_train);
+        d->val = vt_source_dataset(&d->fm_val);
+    } else {
+        if (C != 1 && C != 3)
+            return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+        struct stat st;
+        if (stat(data, &st) != 0 || !S_ISDIR(st.st_mode))
+            return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
+                             "train/<class>/<image> and val/<class>/<image>)", data, data);
+        if (vt_imagefolder_open(data, &d->f_train, &d->f_val, e)) return -1;
+        if (d->f_train.nclasses != K) {
+            vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,
+                      d->f_train.nclasses, c->name, K, d->f_train.nclasses);
+            vt_data_close(d);
+            return -1;
+        }
+        d->folder = 1;
+        if (train_subset > 0) folder_subset(&d->f_train, train_subset);
+        if (val_subset > 0) folder_subset(&d->f_val, val_subset);
+        d->train = vt_source_imagefolder(&d->f_train);
+        d->val = vt_source_imagefolder(&d->f_val);
+    }
+    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip; eval, and training
+     * without augmentation: the model's pretrained eval transform (as `vitc predict`) */
+    d->crop = (vt_crop_flip){S, C, S / 7, 1, {0}, {0}};
+    for (int ch = 0; ch < 3; ch++) {
+        d->crop.mean[ch] = d->pre.mean[ch];
+        d->crop.std[ch] = d->pre.std[ch];
+    }
+    d->train_tf = augment ? vt_transform_crop_flip(&d->crop) : vt_transform_eval(&d->pre);
+    d->eval_tf = vt_transform_eval(&d->pre);
+    return 0;
 }
 
 void vt_train_defaults(vt_train_opts *o) {
@@ -409,20 +503,26 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng
                           rng, NULL, e);
 }
 
-/* The epoch's image order in idx: DeiT's repeated-augmentation sampler when on, else a shuffle of [0, n). */
-static int epoch_order(const vt_train_opts *o, int *idx, int n, vt_rng *rng, vt_err *e) {
-    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, rng, e) < 0 ? -1 : 0;
+/* The epoch's image order: drawn from (seed, epoch) alone (the same in every process and in a resumed run), DeiT's
+ * repeated-augmentation sampler when on, else a permutation of [0, n) (the one place that chooses the epoch's index
+ * list). Returns the count written to idx (n, or vt_ra_count(n, 1)), or -1. */
+static int epoch_order(const vt_train_opts *o, int64_t epoch, int *idx, int n, vt_err *e) {
+    vt_rng r;
+    vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
+    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, &r, e);
     vt_iota(idx, n);
-    vt_shuffle(idx, n, rng);
-    return 0;
+    vt_shuffle(idx, n, &r);
+    return n;
 }
 
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
-static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *te, int64_t epoch, vt_err *e) {
+static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_data *d, vt_loader *LV, int64_t epoch,
+                    vt_err *e) {
     if (!ema->P) return 0;
-    double tl = 0, ta = 0;
-    if (vt_evaluate(c, ema->P, te, 250, &tl, &ta, NULL, e)) return -1;
-    printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%\n", (long long)epoch, tl, 100 * ta);
+    vt_eval_result ev;
+    if (vt_evaluate(c, ema->P, &d->val, &d->eval_tf, EVAL_BATCH, 0, LV, &ev, NULL, e)) return -1;
+    printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
+           100 * ev.acc1, 100 * ev.acc5);
     return 0;
 }
 
@@ -430,60 +530,66 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *
 
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
-    if (strcmp(o->data, "fashion-mnist") != 0)
-        return vt_seterr(e, "unknown dataset '%s' (supported: fashion-mnist)", o->data);
-    if (c->arch.in_chans != 1 || c->arch.img_size != 28)
-        return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
-                         c->arch.in_chans, c->arch.img_size, c->arch.img_size);
-    if (c->arch.num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
-    if (make_dirs(o->run_dir, e)) return -1;
+    vt_data d;
+    if (vt_data_open(c, o->data, 1, o->augment, o->train_subset, o->test_subset, &d, e)) return -1;
+    if (make_dirs(o->run_dir, e)) {
+        vt_data_close(&d);
+        return -1;
+    }
     const int lock = lock_run(o->run_dir, e);
-    if (lock < 0) return -1;
-    char cmd_path[4096];
+    if (lock < 0) {
+        vt_data_close(&d);
+        return -1;
+    }
+    char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
-    if (check_run_dir(c, o, e) || (o->command_line && vt_write_text(cmd_path, o->command_line, e))) {
+    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
+    if (check_run_dir(c, o, e) || (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
+        (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e))) {
+        vt_data_close(&d);
         close(lock);
         return -1;
     }
-    vt_dataset tr = {0}, te = {0};
     vt_params *P = NULL;
     vt_adamw opt = {0};
     vt_ema ema = {0};
     vt_mixup mix;
     train_graph t = {0};
+    vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
     int *idx = NULL, *lab = NULL, rc = 0;
-    if (recipe_check(c, o, &mix, e) || recipe_record(o, e) || vt_dataset_load_fmnist(NULL, 1, &tr, e) ||
-        vt_dataset_load_fmnist(NULL, 0, &te, e) ||
-        (o->train_subset > 0 && vt_dataset_subset(&tr, o->train_subset, e)) ||
-        (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, e)) || !(P = vt_params_new(e)) ||
+    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
+    if (recipe_check(c, o, &mix, e) || recipe_record(o, e) || !(P = vt_params_new(e)) ||
         vt_model_init_params(c, P, o->seed, e) ||
         (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, stdout, e)) ||
         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
         vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
-        (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e))) {
+        (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) ||
+        !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
+        !(LV = vt_loader_new(&d.val, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e))) {
         rc = -1;
         goto done;
     }
     if (o->init_from) printf("Fine-tuning from %s\n", o->init_from);
     /* spe counts micro-batches of B; each optimiser step takes A of them (the schedule counts optimiser steps) */
-    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(tr.n, 1) : tr.n; /* images an epoch visits */
+    const int N = d.train.n, nsamp = o->repeated_aug > 0 ? vt_ra_count(N, 1) : N; /* images an epoch visits */
     const int B = o->batch, A = o->accum_steps, spe = nsamp / (B * A) * A;
     if (spe == 0) {
         rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s", B, A,
                        nsamp, o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
         goto done;
     }
-    idx = malloc(sizeof(int) * (size_t)tr.n);
+    idx = malloc(sizeof(int) * (size_t)N);
     lab = malloc(sizeof(int) * (size_t)B);
     if (!idx || !lab) {
         rc = vt_seterr(e, "out of memory");
         goto done;
     }
     train_state st = {0, 0, {{0}}};
-    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL);
+    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* kept in checkpoints; the data order is keyed by (seed, epoch) */
     char ckpt[4096], wpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
@@ -502,14 +608,18 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         rc = -1;
         goto done;
     }
+    if (d.folder)
+        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads\n",
+               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers);
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
                             (int64_t)o->epochs * (spe / A), 0};
-    vt_augment aug = vt_augment_fmnist(o->augment);
-    aug.mean = c->pre.mean[0];
-    aug.std = c->pre.std[0];
     const double t0 = now_s();
     for (; st.epoch < o->epochs; st.epoch++) {
-        if ((rc = epoch_order(o, idx, tr.n, &st.rng, e))) goto done;
+        const int n = epoch_order(o, st.epoch, idx, N, e);
+        if (n < 0 || vt_loader_start(L, idx, n, 1, o->seed, st.epoch, e) < 0) {
+            rc = -1;
+            goto done;
+        }
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */
@@ -518,7 +628,10 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             const int j = i % A; /* micro-batch j of the optimiser step */
-            if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
+            if (vt_loader_next(L, t.x->data, lab, e) != B) {
+                rc = vt_seterr(e, "the loader ended the epoch early");
+                goto done;
+            }
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
             if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done;
             if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
@@ -541,7 +654,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             }
             int64_t c0 = 0;
             double l0 = 0.0;
-            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0);
+            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0, NULL);
             correct += c0;
             lsum += loss;
             if (vt_progress_due(&pg, i + 1)) {
@@ -556,14 +669,23 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             }
         }
         vt_progress_end(&pg);
-        double ep_s = now_s() - tep, tl = 0, ta = 0;
-        if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, pg.tty ? stdout : NULL, e))) goto done;
-        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
-               (long long)st.epoch, tl, 100 * ta, lsum / spe, 100.0 * correct / ((double)spe * B), spe * B / ep_s);
-        if ((rc = ema_eval(c, &ema, &te, st.epoch, e))) goto done;
+        const int64_t skipped = vt_loader_skipped(L);
+        if (skipped > 0)
+            printf("Skipped %lld unreadable training image%s this epoch (each replaced by the next readable one)\n",
+                   (long long)skipped, skipped == 1 ? "" : "s");
+        double ep_s = now_s() - tep;
+        vt_eval_result ev;
+        if ((rc = vt_evaluate(c, P, &d.val, &d.eval_tf, EVAL_BATCH, workers, LV, &ev, pg.tty ? stdout : NULL, e)))
+            goto done;
+        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
+               (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
+               100.0 * correct / ((double)spe * B), spe * B / ep_s);
+        if (ev.skipped > 0)
+            printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
+        if ((rc = ema_eval(c, &ema, &d, LV, st.epoch, e))) goto done;
         fflush(stdout);
-        vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), tl, ta,
-                              vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0};
+        vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), ev.loss,
+                              ev.acc1, vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0, ev.acc5};
         train_state next = st;
         next.epoch++;
         if ((rc = vt_metrics_append(o->run_dir, &row, e)) ||
@@ -582,14 +704,15 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
            o->run_dir, ru.ru_maxrss / 1024.0);
 done:
+    vt_loader_free(L);
+    vt_loader_free(LV);
     free(idx);
     free(lab);
     vt_graph_free(t.g);
     vt_adamw_free(&opt);
     vt_ema_free(&ema);
     vt_params_free(P);
-    vt_dataset_free(&tr);
-    vt_dataset_free(&te);
+    vt_data_close(&d);
     close(lock); /* releases the run folder */
     return rc;
 }
