@@ -545,7 +545,8 @@ static int cmd_train(opts *o) {
     }
     int rc = vt_train(&c, &t, &e);
     if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
-        if (!d.err_shared || d.err_reporter) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
+        if (d.rank > 0 && (!d.err_shared || d.err_reporter)) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
+        if (d.rank == 0 && (!d.err_shared || d.err_reporter)) die("%s", e.msg);
         if (!d.err_shared) vt_dist_abort(&d, 1);
         vt_dist_finalize(&d);
         return 1;
