@@ -502,7 +502,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
                o->run_dir, ru.ru_maxrss / 1024.0);
         if (d->size > 1 && steps_run > 0)
-            printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.0f "
+            printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
                    "MiB) of %.1f ms/step (%.1f%%)\n", d->size, B, 1e3 * d->comm_s / (double)steps_run,
                    d->overlap ? "overlapped" : "blocking", (double)d->bucket_bytes / (1 << 20),
                    1e3 * train_s / (double)steps_run, 100.0 * d->comm_s / train_s);
