@@ -32,7 +32,8 @@ typedef struct vt_train_opts {
     int train_subset, test_subset; /* 0: whole split */
     int augment;               /* random crop (pad 4) + horizontal flip */
     int log_every;             /* progress line every this many steps */
-    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off) */
+    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
+                                * several ranks, on the last one only) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */
     struct vt_dist *dist;      /* data-parallel ranks (vitc/dist.h; batch is per rank); NULL: this process alone */
 } vt_train_opts;
