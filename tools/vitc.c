@@ -72,7 +72,7 @@ static const optdef optdefs[] = {
     O("--json", O_FLAG, json, "machine-readable output"),
     O("--csv", O_FLAG, csv, "CSV with timm's column names (a header line, then one row per model)"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
-    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
+    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size (train under mpirun: per rank)"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
     NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
