@@ -16,6 +16,7 @@
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
 #include "vitc/recipe.h"
+#include "vitc/dist.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
@@ -27,6 +28,8 @@ typedef struct {
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
+    int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */
+    double bucket_mib; /* train under mpirun: gradient bucket size */
     int features, apply_transform;
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
@@ -77,10 +80,11 @@ static const optdef optdefs[] = {
     O("--json", O_FLAG, json, "machine-readable output"),
     O("--csv", O_FLAG, csv, "CSV with timm's column names (a header line, then one row per model)"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
-    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
+    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size (train under mpirun: per rank)"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
-    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores)"),
+    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
+      "per rank: the node's cores divided among its ranks)"),
     NUM("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
     POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
     NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
@@ -116,10 +120,15 @@ static const optdef optdefs[] = {
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
+    NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
+      "MiB (default 4)"),
+    O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
+      "bucket's allreduce during it"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
-    NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN"),
+    NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
+      "(under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile, "print the time spent per op type"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
@@ -153,11 +162,13 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
-/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core; more than the
- * online cores is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000
- * crashed inside OpenMP). OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads
- * outside our parallel regions and one inside them, so this one setting holds for every GEMM. */
-static void set_threads(const opts *o) {
+/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
+ * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores is clamped with a notice
+ * (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside OpenMP), and ranks x
+ * threads over the cores is warned about. OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run
+ * omp_get_max_threads() threads outside our parallel regions and one inside them, so this one setting holds for every
+ * GEMM. */
+static void set_threads(const opts *o, int ranks) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
@@ -172,12 +183,15 @@ static void set_threads(const opts *o) {
             want = cores;
         }
     }
-    if (want <= 0) want = cores;
+    if (want <= 0) want = cores / ranks > 0 ? cores / ranks : 1;
     if (want > cores) {
         fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
                 from, cores, cores);
         want = cores;
     }
+    if (ranks > 1 && want * ranks > cores)
+        fprintf(stderr, "vitc: warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
+                "contend (set --threads)\n", ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
 }
@@ -585,7 +599,25 @@ static int cmd_train(opts *o) {
     t.overwrite = o->overwrite;
     t.workers = o->workers;
     vt_err e = {{0}};
+    vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
+    if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    if (d.size > 1) {
+        if (d.local_size > 1) set_threads(o, d.local_size); /* the node's cores are shared by its ranks */
+        if (o->bucket_mib > 0) d.bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
+        d.overlap = !o->no_overlap;
+        if (t.workers == 0) /* the node's cores are shared by its ranks' loaders too */
+            t.workers = vt_loader_default_workers() / d.local_size > 1 ? vt_loader_default_workers() / d.local_size : 1;
+        t.dist = &d;
+    }
     int rc = vt_train(&c, &t, &e);
+    if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
+        if (d.rank > 0 && (!d.err_shared || d.err_reporter)) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
+        if (d.rank == 0 && (!d.err_shared || d.err_reporter)) die("%s", e.msg);
+        if (!d.err_shared) vt_dist_abort(&d, 1);
+        vt_dist_finalize(&d);
+        return 1;
+    }
+    vt_dist_finalize(&d);
     return rc ? die("%s", e.msg) : 0;
 }
 
@@ -873,7 +905,8 @@ static const command commands[] = {
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers --fault-nan-step "
      "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
-     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug " SIZE_OPTS ARCH_OPTS, cmd_train, 0},
+     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug --bucket-mib --no-overlap "
+     SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
      "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form " SIZE_OPTS
@@ -1004,7 +1037,7 @@ int main(int argc, char **argv) {
         if (o.help) {
             command_help(&commands[i]);
         } else {
-            set_threads(&o);
+            set_threads(&o, 1);
             rc = commands[i].run(&o);
         }
         vt_classes_free(o.cls, o.ncls);

@@ -75,7 +75,8 @@ typedef struct vt_train_opts {
     int train_subset, test_subset; /* 0: whole split */
     int augment;               /* random crop (pad 4) + horizontal flip */
     int log_every;             /* progress line every this many steps */
-    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off) */
+    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
+                                * several ranks, on the last one only) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */
     vt_mixup mixup;            /* Mixup/CutMix of each (micro-)batch when enabled (vt_mixup_enabled): soft targets
                                   smoothed by `smoothing`, soft-target cross-entropy; num_classes from the model */
@@ -88,6 +89,7 @@ typedef struct vt_train_opts {
                                   resized when needed), or NULL */
     const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none) */
     int workers;               /* input pipeline threads (0: vt_loader_default_workers()) */
+    struct vt_dist *dist;      /* data-parallel ranks (vitc/dist.h; batch is per rank); NULL: this process alone */
 } vt_train_opts;
 
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs; no
@@ -96,7 +98,8 @@ void vt_train_defaults(vt_train_opts *o);
 
 /* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
  * (weights, optimizer state, step, RNG) in run_dir/checkpoint.safetensors; stops on a non-finite loss. run_dir is
- * locked for the run; a folder holding another run is refused unless resumed or o->overwrite. */
+ * locked for the run; a folder holding another run is refused unless resumed or o->overwrite. With o->dist of N > 1
+ * ranks: each rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */

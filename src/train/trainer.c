@@ -14,6 +14,7 @@
 #include "vitc/fileio.h"
 #include "vitc/adapt.h"
 #include "vitc/augment.h"
+#include "vitc/dist.h"
 #include "vitc/ema.h"
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
@@ -86,17 +87,23 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
 /* ---- gradient accumulation (--accum-steps) ---- */
 
 /* Backward of micro-batch j of `accum` making one optimiser step: gradients zeroed on the first, accumulated by
- * each, scaled by 1/accum after the last (timm divides the loss by accum: the same up to rounding). */
-static void accum_backward(train_graph *t, vt_params *P, int j, int accum) {
+ * each; after the last, averaged over the ranks by gb (NULL: one process; the allreduce starts only during the last
+ * backward) and scaled by 1/accum (timm divides the loss by accum: the same up to rounding). */
+static int accum_backward(train_graph *t, vt_params *P, int j, int accum, vt_dist_grads *gb, vt_err *e) {
     if (j == 0) vt_params_zero_grad(P);
+    const int last = j == accum - 1;
+    vt_dist_grads_hold(gb, !last);
     vt_graph_backward(t->g);
-    if (j != accum - 1 || accum == 1) return;
+    if (!last) return 0;
+    if (gb && vt_dist_grads_average(gb, e)) return -1;
+    if (accum == 1) return 0;
     const float s = 1.0f / (float)accum;
     for (int i = 0; i < P->n; i++) {
         vt_tensor *p = P->t[i];
         if (p->grad)
             for (int64_t k = 0; k < p->numel; k++) p->grad[k] *= s;
     }
+    return 0;
 }
 
 int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
@@ -113,7 +120,7 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
         memcpy(t.labels->data, labels + (size_t)j * B, sizeof(float) * (size_t)B);
         vt_graph_forward(t.g);
         sum += t.loss->data[0];
-        accum_backward(&t, P, j, accum);
+        accum_backward(&t, P, j, accum, NULL, e);
     }
     *loss = (float)(sum / accum);
     vt_graph_free(t.g);
@@ -297,7 +304,7 @@ typedef struct {
 #define EMA_PREFIX "ema/"
 
 static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P, const vt_adamw *opt,
-                           const vt_params *ema, const train_state *st, vt_err *e) {
+                           const vt_params *ema, const train_state *st, int world_size, vt_err *e) {
     const int ne = ema ? ema->n : 0;
     int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0;
     vt_st_out *out = calloc((size_t)n, sizeof *out);
@@ -343,7 +350,8 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
     char meta[256];
-    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\"}", c->name);
+    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\", \"world_size\": \"%d\"}", c->name,
+             world_size);
     int rc = vt_st_write(path, out, k, meta, e);
     free(out);
     free(names);
@@ -422,13 +430,13 @@ static int lock_run(const char *dir, vt_err *e) {
     return fd;
 }
 
-/* The model name recorded in a checkpoint's metadata, into name (empty when absent). */
-static void checkpoint_model(const char *path, char *name, size_t n) {
+/* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent). */
+static void checkpoint_meta(const char *path, const char *key, char *name, size_t n) {
     vt_st_file f;
     vt_err e = {{0}};
     name[0] = '\0';
     if (vt_st_open(path, &f, &e)) return;
-    const char *m = vt_st_meta(&f, "model");
+    const char *m = vt_st_meta(&f, key);
     if (m) snprintf(name, n, "%s", m);
     vt_st_close(&f);
 }
@@ -440,7 +448,7 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
     if (o->resume) {
-        checkpoint_model(ck, model, sizeof model);
+        checkpoint_meta(ck, "model", model, sizeof model);
         if (model[0] && strcmp(model, c->name) != 0)
             return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);
         if (strcmp(o->resume, o->run_dir) == 0 || o->overwrite) return 0;
@@ -448,7 +456,7 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     }
     if (o->overwrite) return 0;
     if (access(ck, F_OK) == 0 || access(met, F_OK) == 0) {
-        checkpoint_model(ck, model, sizeof model);
+        checkpoint_meta(ck, "model", model, sizeof model);
         return vt_seterr(e, "run folder %s already holds a run (%s%s%s); continue it with --resume %s, or replace it "
                          "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
                          model[0] ? " of " : "", model, o->run_dir);
@@ -503,26 +511,69 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng
                           rng, NULL, e);
 }
 
-/* The epoch's image order: drawn from (seed, epoch) alone (the same in every process and in a resumed run), DeiT's
- * repeated-augmentation sampler when on, else a permutation of [0, n) (the one place that chooses the epoch's index
- * list). Returns the count written to idx (n, or vt_ra_count(n, 1)), or -1. */
-static int epoch_order(const vt_train_opts *o, int64_t epoch, int *idx, int n, vt_err *e) {
+/* This rank's image order of an epoch, drawn from (seed, epoch) alone (the same in every process and in a resumed
+ * run; the one place that chooses the loader's index list): with repeated augmentation DeiT's RASampler, which
+ * takes the rank and the rank count itself; else a permutation of [0, n) sharded as torch's DistributedSampler
+ * (vt_dist_epoch_indices). idx holds n ints; returns the count written, or -1. */
+static int epoch_order(const vt_train_opts *o, const vt_dist *dp, int64_t epoch, int *idx, int n, vt_err *e) {
+    if (o->repeated_aug <= 0) return vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
     vt_rng r;
     vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
-    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, &r, e);
-    vt_iota(idx, n);
-    vt_shuffle(idx, n, &r);
-    return n;
+    return vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e);
+}
+
+/* ---- data-parallel evaluation: each rank scores a contiguous slice of the validation set ---- */
+
+typedef struct {
+    const vt_source *src;
+    int lo;
+} slice_ctx;
+
+static int slice_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    const slice_ctx *s = ctx;
+    return s->src->get(s->src->ctx, s->lo + i, chans, min_side, img, label, e);
+}
+
+static const char *slice_name(void *ctx, int i) {
+    const slice_ctx *s = ctx;
+    return s->src->name ? s->src->name(s->src->ctx, s->lo + i) : NULL;
+}
+
+/* Samples [⌊n·rank/size⌋, ⌊n·(rank+1)/size⌋) of src as a source (sc must outlive it). */
+static vt_source source_slice(const vt_source *src, const vt_dist *dp, slice_ctx *sc) {
+    const int lo = (int)((int64_t)src->n * dp->rank / dp->size), hi = (int)((int64_t)src->n * (dp->rank + 1) / dp->size);
+    *sc = (slice_ctx){src, lo};
+    vt_source v = *src;
+    v.n = hi - lo;
+    v.get = slice_get;
+    v.name = src->name ? slice_name : NULL;
+    v.ctx = sc;
+    return v;
+}
+
+/* vt_evaluate of P over the ranks: each scores its slice `part` (with loader LV), the sums are reduced; rank 0's
+ * parameters and buffers (e.g. BatchNorm running statistics) are broadcast first so that every slice sees one model. */
+static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *part, const vt_transform *tf,
+                          vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, vt_err *e) {
+    if (dp->size == 1) return vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, e);
+    if (vt_dist_broadcast(dp, P, NULL, NULL, 0, e)) return -1;
+    vt_eval_result m = {0};
+    const int rc = part->n > 0 ? vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, e) : 0;
+    double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
+    if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
+    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4]};
+    return 0;
 }
 
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
-static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_data *d, vt_loader *LV, int64_t epoch,
-                    vt_err *e) {
+static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *part, const vt_transform *tf,
+                    vt_loader *LV, vt_dist *dp, int64_t epoch, vt_err *e) {
     if (!ema->P) return 0;
     vt_eval_result ev;
-    if (vt_evaluate(c, ema->P, &d->val, &d->eval_tf, EVAL_BATCH, 0, LV, &ev, NULL, e)) return -1;
-    printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
-           100 * ev.acc1, 100 * ev.acc5);
+    if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, e)) return -1;
+    if (dp->rank == 0)
+        printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
+               100 * ev.acc1, 100 * ev.acc5);
     return 0;
 }
 
@@ -534,88 +585,94 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
+    vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
+    const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
+    FILE *out = lead ? stdout : NULL;
     vt_data d;
-    if (vt_data_open(c, o->data, 1, o->augment, o->train_subset, o->test_subset, &d, e)) return -1;
-    if (make_dirs(o->run_dir, e)) {
-        vt_data_close(&d);
-        return -1;
-    }
-    const int lock = lock_run(o->run_dir, e);
-    if (lock < 0) {
-        vt_data_close(&d);
-        return -1;
-    }
-    char cmd_path[4096], cls_path[4096];
-    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
-    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
-    if (check_run_dir(c, o, e) || (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
-        (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e))) {
-        vt_data_close(&d);
-        close(lock);
-        return -1;
-    }
     vt_params *P = NULL;
     vt_adamw opt = {0};
     vt_ema ema = {0};
     vt_mixup mix;
     train_graph t = {0};
+    vt_dist_grads *gb = NULL;
     vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
-    int *idx = NULL, *lab = NULL, rc = 0;
-    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
-    if (recipe_check(c, o, &mix, e) || recipe_record(o, e) || !(P = vt_params_new(e)) ||
-        vt_model_init_params(c, P, o->seed, e) ||
-        (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, stdout, e)) ||
-        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
-        vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
-        (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) ||
-        !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
-        !(LV = vt_loader_new(&d.val, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e))) {
+    slice_ctx vsc;
+    vt_source vpart = {0}; /* this rank's slice of the validation set */
+    int *idx = NULL, *lab = NULL, lock = -1, rc = vt_data_open(c, o->data, 1, o->augment, o->train_subset,
+                                                                o->test_subset, &d, e);
+    char cmd_path[4096], cls_path[4096];
+    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
+    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
+    if (rc == 0 && lead &&
+        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || check_run_dir(c, o, e) ||
+         (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
+         (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
-        goto done;
-    }
-    if (o->init_from) printf("Fine-tuning from %s\n", o->init_from);
-    /* spe counts micro-batches of B; each optimiser step takes A of them (the schedule counts optimiser steps) */
-    const int N = d.train.n, nsamp = o->repeated_aug > 0 ? vt_ra_count(N, 1) : N; /* images an epoch visits */
-    const int B = o->batch, A = o->accum_steps, spe = nsamp / (B * A) * A;
-    if (spe == 0) {
-        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s", B, A,
-                       nsamp, o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
-        goto done;
-    }
-    idx = malloc(sizeof(int) * (size_t)N);
-    lab = malloc(sizeof(int) * (size_t)B);
-    if (!idx || !lab) {
+    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
+    if (rc == 0) vpart = source_slice(&d.val, dp, &vsc);
+    if (rc == 0 &&
+        (recipe_check(c, o, &mix, e) || !(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
+         (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) ||
+         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
+         vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+         (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) || !(gb = vt_dist_grads_new(dp, t.g, e)) ||
+         !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
+         (vpart.n > 0 && !(LV = vt_loader_new(&vpart, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
+        rc = -1;
+    if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
+    /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
+     * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
+     * steps) */
+    const int N = d.train.n;
+    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
+    const int B = o->batch, A = o->accum_steps > 0 ? o->accum_steps : 1, spe = nsamp / (B * A) * A;
+    if (rc == 0 && spe == 0)
+        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s%s", B,
+                       A, nsamp, dp->size > 1 ? " per rank" : "",
+                       o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
+    if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
-        goto done;
-    }
     train_state st = {0, 0, {{0}}};
-    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* kept in checkpoints; the data order is keyed by (seed, epoch) */
+    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     char ckpt[4096], wpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
-    if (o->resume) {
-        char rpath[4096];
+    if (rc == 0 && lead && o->resume) {
+        char rpath[4096], world[32];
         snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
-        if (load_checkpoint(rpath, P, &opt, ema.P, &st, e)) {
+        checkpoint_meta(rpath, "world_size", world, sizeof world);
+        const int w = world[0] ? atoi(world) : 1; /* checkpoints from before data parallelism: one process */
+        if (w != dp->size)
+            rc = vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same "
+                           "count (%s)", rpath, w, w == 1 ? "" : "s", dp->size,
+                           w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
+        else if (load_checkpoint(rpath, P, &opt, ema.P, &st, e))
             rc = -1;
-            goto done;
-        }
-        printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
+        else
+            printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
-    if (vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) {
-        rc = -1;
+    if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
+    int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
+    memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
+    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
+        (ema.P && (rc = vt_dist_broadcast(dp, ema.P, NULL, NULL, 0, e))))
         goto done;
-    }
-    if (d.folder)
-        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads\n",
-               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers);
+    st.step = pos[0];
+    st.epoch = pos[1];
+    memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
+    if (d.folder && lead)
+        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads%s\n",
+               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, dp->size > 1 ? " per rank" : "");
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
                             (int64_t)o->epochs * (spe / A), 0};
     const double t0 = now_s();
+    const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
+    double train_s = 0.0;
+    int64_t steps_run = 0;
     for (; st.epoch < o->epochs; st.epoch++) {
-        const int n = epoch_order(o, st.epoch, idx, N, e);
+        const int n = epoch_order(o, dp, st.epoch, idx, N, e);
         if (n < 0 || vt_loader_start(L, idx, n, 1, o->seed, st.epoch, e) < 0) {
             rc = -1;
             goto done;
@@ -624,7 +681,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */
         vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
-        vt_progress_start(&pg, stdout, "Train", "img", spe, o->log_every);
+        vt_progress_start(&pg, out, "Train", "img", spe, o->log_every);
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             const int j = i % A; /* micro-batch j of the optimiser step */
@@ -633,86 +690,105 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                 goto done;
             }
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
-            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done;
-            if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
-            /* drop-path masks of this micro-batch */
-            t.g->seed = (o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j);
+            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done; /* Mixup/CutMix after the loader */
+            if (o->fault_nan_step == st.step && dp->rank == dp->size - 1) t.x->data[0] = NAN; /* the last rank only */
+            /* drop-path masks of this micro-batch (and rank: ranks hold different samples) */
+            t.g->seed = ((o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j)) +
+                        (uint64_t)dp->rank * 0xd1b54a32d192ed03ULL;
             vt_graph_forward(t.g);
-            float loss = t.loss->data[0];
+            int64_t c0 = 0;
+            double l0 = 0.0, red[2] = {t.loss->data[0], 0.0};
+            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0, NULL);
+            red[1] = (double)c0;
+            if ((rc = vt_dist_sum(dp, red, 2, e))) goto done; /* every rank sees the same loss (and NaN) */
+            const double loss = red[0] / dp->size;
             if (!isfinite(loss)) {
                 rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
                                "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
                                o->resume || st.epoch > 0 ? ckpt : "(none yet)");
+                vt_dist_agree(dp, rc, e);
                 goto done;
             }
-            accum_backward(&t, P, j, A);
-            if (j == A - 1) { /* the optimiser step */
+            if ((rc = accum_backward(&t, P, j, A, gb, e))) goto done;
+            if (j == A - 1) { /* the optimiser step (one place) */
                 if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
                 vt_adamw_step(&opt, (float)lr);
                 if (ema.P) vt_ema_update(&ema, P);
                 st.step++;
+                steps_run++;
             }
-            int64_t c0 = 0;
-            double l0 = 0.0;
-            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0, NULL);
-            correct += c0;
+            correct += (int64_t)red[1];
             lsum += loss;
             if (vt_progress_due(&pg, i + 1)) {
                 double tn = now_s(), dt = (tn - tbatch) / (i + 1 - last_i);
                 char line[256];
                 snprintf(line, sizeof line, "Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  "
                          "LR: %.3e", (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt,
-                         B / dt, lr);
+                         (double)B * dp->size / dt, lr);
                 vt_progress_show(&pg, i + 1, line);
                 tbatch = tn;
                 last_i = i + 1;
             }
         }
         vt_progress_end(&pg);
-        const int64_t skipped = vt_loader_skipped(L);
-        if (skipped > 0)
-            printf("Skipped %lld unreadable training image%s this epoch (each replaced by the next readable one)\n",
-                   (long long)skipped, skipped == 1 ? "" : "s");
-        double ep_s = now_s() - tep;
+        double skipped = (double)vt_loader_skipped(L);
+        if ((rc = vt_dist_sum(dp, &skipped, 1, e))) goto done;
+        if (skipped > 0 && lead)
+            printf("Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
+                   skipped, skipped == 1 ? "" : "s");
+        const double ep_s = now_s() - tep;
+        train_s += ep_s;
         vt_eval_result ev;
-        if ((rc = vt_evaluate(c, P, &d.val, &d.eval_tf, EVAL_BATCH, workers, LV, &ev, pg.tty ? stdout : NULL, e)))
-            goto done;
-        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
-               (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
-               100.0 * correct / ((double)spe * B), spe * B / ep_s);
-        if (ev.skipped > 0)
-            printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
-        if ((rc = ema_eval(c, &ema, &d, LV, st.epoch, e))) goto done;
-        fflush(stdout);
-        vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), ev.loss,
-                              ev.acc1, vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0, ev.acc5};
-        train_state next = st;
-        next.epoch++;
-        if ((rc = vt_metrics_append(o->run_dir, &row, e)) ||
-            (rc = save_checkpoint(ckpt, c, P, &opt, ema.P, &next, e)) || (rc = vt_params_save(P, wpath, e)))
-            goto done;
-        if (ema.P) { /* weights_ema.safetensors beside weights.safetensors */
-            char epath[4096];
-            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
-            if ((rc = vt_params_save(ema.P, epath, e))) goto done;
+        if ((rc = evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, e))) goto done;
+        if (lead) {
+            printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
+                   "img/s)\n", (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
+                   100.0 * correct / (double)epoch_imgs, epoch_imgs / ep_s);
+            if (ev.skipped > 0)
+                printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped,
+                       ev.skipped == 1 ? "" : "s");
         }
-        vt_err pe = {{0}};
-        if (vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+        if ((rc = ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, e))) goto done;
+        if (lead) {
+            fflush(stdout);
+            vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / (double)epoch_imgs,
+                                  ev.loss, ev.acc1, vt_sched_lr(&sched, st.step), epoch_imgs / ep_s, now_s() - t0,
+                                  ev.acc5};
+            train_state next = st;
+            next.epoch++;
+            char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
+            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
+            if (vt_metrics_append(o->run_dir, &row, e) ||
+                save_checkpoint(ckpt, c, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
+                (ema.P && vt_params_save(ema.P, epath, e)))
+                rc = -1;
+            vt_err pe = {{0}};
+            if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+        }
+        if ((rc = vt_dist_agree(dp, rc, e))) goto done; /* rank 0's writes failed: every rank stops */
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
-           o->run_dir, ru.ru_maxrss / 1024.0);
+    if (lead) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
+               o->run_dir, ru.ru_maxrss / 1024.0);
+        if (dp->size > 1 && steps_run > 0)
+            printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
+                   "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, B, 1e3 * dp->comm_s / (double)steps_run,
+                   dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
+                   1e3 * train_s / (double)steps_run, 100.0 * dp->comm_s / train_s);
+    }
 done:
     vt_loader_free(L);
     vt_loader_free(LV);
     free(idx);
     free(lab);
+    vt_dist_grads_free(gb);
     vt_graph_free(t.g);
     vt_adamw_free(&opt);
     vt_ema_free(&ema);
     vt_params_free(P);
     vt_data_close(&d);
-    close(lock); /* releases the run folder */
+    if (lock >= 0) close(lock); /* releases the run folder */
     return rc;
 }
