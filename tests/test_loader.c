@@ -233,6 +233,22 @@ static void test_rgb(vt_test *T) {
         }
         if (t == 1) T_CHECK(T, same, "the DeiT transform through the loader differs from direct calls: %s", e.msg);
     }
+    /* explicit keys (repeated augmentation): image 0 at every position, row j drawn from key 1000 + j */
+    uint64_t keys[NR];
+    int zero[NR] = {0};
+    for (int j = 0; j < NR; j++) keys[j] = 1000 + (uint64_t)j;
+    vt_loader *LK = vt_loader_new(&src, &tfs[1], BATCH, 2, 2, VT_BAD_REPLACE, &e);
+    int ok = LK && vt_loader_start_keyed(LK, zero, keys, NR, 0, 11, 4, &e) == 3;
+    for (int k = 0; ok && k < 3; k++) ok = vt_loader_next(LK, a + k * BATCH * per, la + k * BATCH, &e) == BATCH;
+    const vt_image img0 = {set.w[0], set.h[0], 3, set.pix[0]};
+    for (int j = 0; ok && j < NR; j++) {
+        vt_rng k;
+        vt_rng_seed(&k, vt_rng_key(11, 4, 1000 + (uint64_t)j));
+        ok = vt_tf_deit_train(&img0, &dp, &k, want, &e) == 0 && memcmp(want, a + j * per, per * 4) == 0;
+    }
+    T_CHECK(T, ok && memcmp(a, a + per, per * 4) != 0, "keyed loader rows differ from direct calls with their keys: %s",
+            e.msg);
+    vt_loader_free(LK);
     free(a);
     free(b);
     free(want);

@@ -586,17 +586,6 @@ static int cmd_train(opts *o) {
     if (o->data) t.data = o->data;
     t.run_dir = o->out_dir;
     t.resume = o->resume;
-    vt_recipe_apply(&r, &t);
-    if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
-    t.init_from = o->init_from;
-    t.seed = (uint64_t)o->seed;
-    t.augment = !o->augment;
-    t.train_subset = o->train_subset;
-    t.test_subset = o->test_subset;
-    if (o->log_every > 0) t.log_every = o->log_every;
-    if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
-    t.command_line = o->cmdline;
-    t.overwrite = o->overwrite;
     t.workers = o->workers;
     vt_err e = {{0}};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
@@ -609,6 +598,18 @@ static int cmd_train(opts *o) {
             t.workers = vt_loader_default_workers() / d.local_size > 1 ? vt_loader_default_workers() / d.local_size : 1;
         t.dist = &d;
     }
+    r.world_size = d.size; /* a recipe's lr scales with the global batch */
+    vt_recipe_apply(&r, &t);
+    if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
+    t.init_from = o->init_from;
+    t.seed = (uint64_t)o->seed;
+    t.augment = !o->augment;
+    t.train_subset = o->train_subset;
+    t.test_subset = o->test_subset;
+    if (o->log_every > 0) t.log_every = o->log_every;
+    if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
+    t.command_line = o->cmdline;
+    t.overwrite = o->overwrite;
     int rc = vt_train(&c, &t, &e);
     if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
         if (d.rank > 0 && (!d.err_shared || d.err_reporter)) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
@@ -629,7 +630,7 @@ static int cmd_eval(opts *o) {
     const char *data = o->data ? o->data : "fashion-mnist";
     vt_data d;
     vt_err e = {{0}};
-    if (vt_data_open(&c, data, 0, 0, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
     if (read_classes(o, c.arch.num_classes)) {
         vt_data_close(&d);
         return 1;
@@ -686,7 +687,7 @@ static int cmd_bench(opts *o) {
     if (o->data) {
         vt_data d;
         o->train = 1;
-        if (vt_data_open(&c, o->data, 1, 1, 0, 0, &d, &e)) return die("%s", e.msg);
+        if (vt_data_open(&c, o->data, 1, 1, NULL, 0, 0, &d, &e)) return die("%s", e.msg);
         const int rc = vt_bench_input(&d, B, workers, iters > 20 ? iters : 20, &pipe, &e);
         vt_data_close(&d);
         if (rc) return die("%s", e.msg);

@@ -55,6 +55,12 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
  * draws keyed by (seed, epoch, dataset index). An epoch in progress is abandoned. Returns the batch count. */
 int vt_loader_start(vt_loader *L, const int *idx, int n, int drop_last, uint64_t seed, int64_t epoch, vt_err *e);
 
+/* vt_loader_start with the third key of each position's random draws given: keys[j] for idx[j] (keys NULL: the
+ * dataset index), e.g. to give the repeats of an image in one epoch their own draws; a replacement for an unreadable
+ * sample i' is keyed keys[j] + (i' - idx[j]). keys is copied. */
+int vt_loader_start_keyed(vt_loader *L, const int *idx, const uint64_t *keys, int n, int drop_last, uint64_t seed,
+                          int64_t epoch, vt_err *e);
+
 /* Waits for the next batch of the epoch and copies it into x (batch, chans, size, size) and labels[batch] (rows
  * past the batch's end are left as they are). Returns the rows of the batch, 0 at the end of the epoch, -1 on an
  * error (a worker's, or every sample unreadable). */

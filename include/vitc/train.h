@@ -28,23 +28,28 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
                   float *loss, vt_err *e);
 
 /* A training/evaluation data set for one model: Fashion-MNIST in memory or an image folder read on demand, as
- * sample sources with their transforms (training: crop + flip; eval: the model's pretrained eval transform). */
+ * sample sources with their transforms (training: crop + flip, or a folder's DeiT transform; eval: the model's
+ * pretrained eval transform). */
 typedef struct vt_data {
     int folder;                    /* 1: an image folder, 0: Fashion-MNIST */
     vt_dataset fm_train, fm_val;   /* Fashion-MNIST */
     vt_imagefolder f_train, f_val; /* image folder */
     vt_source train, val;
-    vt_crop_flip crop;             /* the training transform's settings */
+    vt_crop_flip crop;             /* the training transform's settings (crop + flip) */
+    vt_tf_params deit;             /* ... or the DeiT train transform's, when deit_on */
+    int deit_on;
     vt_preprocess pre;             /* the eval transform's settings */
     vt_transform train_tf, eval_tf;
 } vt_data; /* the sources and transforms point into the struct: do not move it once opened */
 
 /* Opens `data` ("fashion-mnist" or an image folder DIR with train/ and val/) for model c: checks that its classes and
  * channels fit c (a folder's images are converted to c's channels and sized by the transforms); train_subset /
- * val_subset > 0 keep the first N samples; augment 0: the training transform is the eval transform. With
- * train 0, the training split is not loaded (Fashion-MNIST) or not needed (eval). */
-int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, int train_subset, int val_subset,
-                 vt_data *d, vt_err *e);
+ * val_subset > 0 keep the first N samples; augment 0: the training transform is the eval transform; deit (NULL:
+ * none): a folder's training transform is vt_transform_deit of these knobs (mean, std and fill set from c's
+ * preprocessing; Fashion-MNIST keeps crop + flip). With train 0, the training split is not loaded (Fashion-MNIST) or
+ * not needed (eval). */
+int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
+                 int train_subset, int val_subset, vt_data *d, vt_err *e);
 
 /* Frees what vt_data_open loaded (a zeroed d is fine). */
 void vt_data_close(vt_data *d);

@@ -32,6 +32,7 @@ struct vt_loader {
     pthread_cond_t work, ready;
     /* the epoch (guarded by mu) */
     int *idx, n, nb, active, quit, inflight;
+    uint64_t *keys; /* the third RNG key of each position (NULL: the dataset index) */
     int next;     /* next position to claim */
     int consumed; /* batches handed out */
     uint64_t seed;
@@ -109,7 +110,8 @@ static int make_row(vt_loader *L, int p, slot *s, int r) {
         pthread_mutex_unlock(&L->mu);
     }
     vt_rng rng;
-    vt_rng_seed(&rng, vt_rng_key(L->seed, (uint64_t)L->epoch, (uint64_t)i));
+    const uint64_t key = L->keys ? L->keys[p] + (uint64_t)(i - L->idx[p]) : (uint64_t)i;
+    vt_rng_seed(&rng, vt_rng_key(L->seed, (uint64_t)L->epoch, key));
     vt_err e = {{0}};
     int rc = L->tf->apply(L->tf->ctx, &img, &rng, out, &e);
     vt_image_free(&img);
@@ -165,6 +167,7 @@ void vt_loader_free(vt_loader *L) {
     free(L->ring);
     free(L->threads);
     free(L->idx);
+    free(L->keys);
     free(L->known_bad);
     free(L);
 }
@@ -218,6 +221,11 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
 }
 
 int vt_loader_start(vt_loader *L, const int *idx, int n, int drop_last, uint64_t seed, int64_t epoch, vt_err *e) {
+    return vt_loader_start_keyed(L, idx, NULL, n, drop_last, seed, epoch, e);
+}
+
+int vt_loader_start_keyed(vt_loader *L, const int *idx, const uint64_t *keys, int n, int drop_last, uint64_t seed,
+                          int64_t epoch, vt_err *e) {
     if (n < 1 || !idx) return vt_seterr(e, "vt_loader_start: empty index list");
     for (int j = 0; j < n; j++)
         if (idx[j] < 0 || idx[j] >= L->src->n)
@@ -225,13 +233,21 @@ int vt_loader_start(vt_loader *L, const int *idx, int n, int drop_last, uint64_t
     const int nb = drop_last ? n / L->B : (n + L->B - 1) / L->B;
     if (nb < 1) return vt_seterr(e, "batch size %d is larger than the %d samples of the epoch", L->B, n);
     int *copy = malloc(sizeof(int) * (size_t)n);
-    if (!copy) return vt_seterr(e, "out of memory");
+    uint64_t *kcopy = keys ? malloc(sizeof(uint64_t) * (size_t)n) : NULL;
+    if (!copy || (keys && !kcopy)) {
+        free(copy);
+        free(kcopy);
+        return vt_seterr(e, "out of memory");
+    }
     memcpy(copy, idx, sizeof(int) * (size_t)n);
+    if (keys) memcpy(kcopy, keys, sizeof(uint64_t) * (size_t)n);
     pthread_mutex_lock(&L->mu);
     L->active = 0; /* abandon an epoch in progress: wait for rows being made */
     while (L->inflight > 0) pthread_cond_wait(&L->ready, &L->mu);
     free(L->idx);
+    free(L->keys);
     L->idx = copy;
+    L->keys = kcopy;
     L->n = drop_last ? nb * L->B : n;
     L->nb = nb;
     L->next = 0;

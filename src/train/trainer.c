@@ -220,8 +220,8 @@ static void folder_subset(vt_imagefolder *f, int k) {
     if (k < f->n) f->n = k;
 }
 
-int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, int train_subset, int val_subset,
-                 vt_data *d, vt_err *e) {
+int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
+                 int train_subset, int val_subset, vt_data *d, vt_err *e) {
     memset(d, 0, sizeof *d);
     const int S = c->arch.img_size, C = c->arch.in_chans, K = c->arch.num_classes;
     if (!data || !data[0]) return vt_seterr(e, "empty --data (fashion-mnist or an image folder)");
@@ -268,6 +268,21 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
         d->crop.std[ch] = d->pre.std[ch];
     }
     d->train_tf = augment ? vt_transform_crop_flip(&d->crop) : vt_transform_eval(&d->pre);
+    if (augment && deit && d->folder) { /* the model's normalisation; geometric ops fill with its mean colour */
+        d->deit = *deit;
+        d->deit.size = S;
+        for (int ch = 0; ch < 3; ch++) {
+            d->deit.mean[ch] = d->pre.mean[ch];
+            d->deit.std[ch] = d->pre.std[ch];
+            d->deit.fill[ch] = (unsigned char)lrintf(255.0f * d->pre.mean[ch]);
+        }
+        if (vt_tf_params_check(&d->deit, e)) {
+            vt_data_close(d);
+            return -1;
+        }
+        d->deit_on = 1;
+        d->train_tf = vt_transform_deit(&d->deit, C);
+    }
     d->eval_tf = vt_transform_eval(&d->pre);
     return 0;
 }
@@ -511,15 +526,36 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng
                           rng, NULL, e);
 }
 
+/* The DeiT per-image train transform a recipe asks for (RandAugment, RandomErasing or RandomResizedCrop) in *p
+ * (vt_recipe_transforms); p->size 0 when it asks for none (no recipe, or the default's crop + flip). An `aa` that is
+ * not RandAugment (the MSF's "three") is left out: the recipe's notes say so. */
+static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err *e) {
+    memset(p, 0, sizeof *p);
+    const vt_recipe *r = o->recipe;
+    if (!r || !(r->aa[0] || r->reprob > 0 || r->scale[0] < 1 || r->scale[1] < 1)) return 0;
+    vt_recipe rr = *r;
+    if (strncmp(rr.aa, "rand", 4) != 0) rr.aa[0] = '\0';
+    return vt_recipe_transforms(&rr, size, p, e);
+}
+
 /* This rank's image order of an epoch, drawn from (seed, epoch) alone (the same in every process and in a resumed
- * run; the one place that chooses the loader's index list): with repeated augmentation DeiT's RASampler, which
- * takes the rank and the rank count itself; else a permutation of [0, n) sharded as torch's DistributedSampler
- * (vt_dist_epoch_indices). idx holds n ints; returns the count written, or -1. */
-static int epoch_order(const vt_train_opts *o, const vt_dist *dp, int64_t epoch, int *idx, int n, vt_err *e) {
-    if (o->repeated_aug <= 0) return vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
+ * run; the one place that chooses the loader's index list), started on loader L: with repeated augmentation DeiT's
+ * RASampler, which takes the rank and the rank count itself, each copy of an image keyed apart (index + n·copy) so
+ * that its copies get their own augmentation; else a permutation of [0, n) sharded as torch's DistributedSampler
+ * (vt_dist_epoch_indices). idx and keys hold n each. */
+static int epoch_start(const vt_train_opts *o, const vt_dist *dp, vt_loader *L, int64_t epoch, int *idx,
+                       uint64_t *keys, int n, vt_err *e) {
+    int k;
+    if (o->repeated_aug <= 0) {
+        k = vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
+        return k < 0 || vt_loader_start(L, idx, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+    }
     vt_rng r;
     vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
-    return vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e);
+    if ((k = vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e)) < 0) return -1;
+    for (int i = 0; i < k; i++)
+        keys[i] = (uint64_t)idx[i] + (uint64_t)n * (uint64_t)vt_ra_repeat(i, n, o->repeated_aug, dp->size, dp->rank);
+    return vt_loader_start_keyed(L, idx, keys, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
 }
 
 /* ---- data-parallel evaluation: each rank scores a contiguous slice of the validation set ---- */
@@ -598,8 +634,12 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
     slice_ctx vsc;
     vt_source vpart = {0}; /* this rank's slice of the validation set */
-    int *idx = NULL, *lab = NULL, lock = -1, rc = vt_data_open(c, o->data, 1, o->augment, o->train_subset,
-                                                                o->test_subset, &d, e);
+    vt_tf_params deit;
+    uint64_t *keys = NULL; /* the loader's draw keys under repeated augmentation */
+    int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
+    if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
+                                o->test_subset, &d, e))
+        rc = -1;
     char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
     snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
@@ -630,7 +670,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s%s", B,
                        A, nsamp, dp->size > 1 ? " per rank" : "",
                        o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
-    if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(lab = malloc(sizeof(int) * (size_t)B))))
+    if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
+                    !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
     train_state st = {0, 0, {{0}}};
     vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
@@ -662,9 +703,14 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     st.step = pos[0];
     st.epoch = pos[1];
     memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
-    if (d.folder && lead)
+    if (d.folder && lead) {
         printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads%s\n",
                o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, dp->size > 1 ? " per rank" : "");
+        char tf[512];
+        if (d.deit_on) vt_tf_params_format(&d.deit, tf, sizeof tf);
+        printf("Train transform: %s%s\n", d.deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
+               d.deit_on ? tf : "");
+    }
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
                             (int64_t)o->epochs * (spe / A), 0};
     const double t0 = now_s();
@@ -672,11 +718,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     double train_s = 0.0;
     int64_t steps_run = 0;
     for (; st.epoch < o->epochs; st.epoch++) {
-        const int n = epoch_order(o, dp, st.epoch, idx, N, e);
-        if (n < 0 || vt_loader_start(L, idx, n, 1, o->seed, st.epoch, e) < 0) {
-            rc = -1;
-            goto done;
-        }
+        if ((rc = epoch_start(o, dp, L, st.epoch, idx, keys, N, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */
@@ -782,6 +824,7 @@ done:
     vt_loader_free(L);
     vt_loader_free(LV);
     free(idx);
+    free(keys);
     free(lab);
     vt_dist_grads_free(gb);
     vt_graph_free(t.g);

@@ -38,8 +38,8 @@ PYEOF
 }
 # The largest relative difference of columns 3..6 (train loss and accuracy, test loss and accuracy) of two metrics.csv.
 metrics_err() {
-    paste -d, <(tail -n +2 "$1") <(tail -n +2 "$2") | awk -F, '{for (c = 3; c <= 6; c++) {
-        d = $c - $(c + 9); if (d < 0) d = -d; m = $(c + 9) < 0 ? -$(c + 9) : $(c + 9); r = d / (m > 1e-30 ? m : 1e-30)
+    paste -d, <(tail -n +2 "$1") <(tail -n +2 "$2") | awk -F, '{h = NF / 2; for (c = 3; c <= 6; c++) {
+        d = $c - $(c + h); if (d < 0) d = -d; m = $(c + h) < 0 ? -$(c + h) : $(c + h); r = d / (m > 1e-30 ? m : 1e-30)
         if (r > w) w = r } n++} END {if (n != 5) print 1; else printf "%.3g\n", w}'
 }
 
