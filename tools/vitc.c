@@ -901,8 +901,9 @@ static const command commands[] = {
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
     {"train", "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
-     "train with AdamW, warm-up + cosine, label smoothing, crop + flip, Mixup/CutMix, weight EMA, gradient "
-     "accumulation, named recipes (--recipe), fine-tuning (--init-from); checkpoints, metrics.csv, curves.png",
+     "train with AdamW, warm-up + cosine, label smoothing, crop + flip (a recipe's DeiT transforms on image folders), "
+     "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
+     "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
      "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers --fault-nan-step "
      "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "

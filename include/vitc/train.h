@@ -78,7 +78,7 @@ typedef struct vt_train_opts {
     double lr, min_lr, warmup_lr, weight_decay, warmup_epochs, smoothing, clip_grad;
     uint64_t seed;
     int train_subset, test_subset; /* 0: whole split */
-    int augment;               /* random crop (pad 4) + horizontal flip */
+    int augment;               /* 1: the training transform (crop + flip, or a folder's DeiT transform); 0: eval's */
     int log_every;             /* progress line every this many steps */
     int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
                                 * several ranks, on the last one only) */
@@ -92,7 +92,9 @@ typedef struct vt_train_opts {
     int repeated_aug;          /* > 0: DeiT's RASampler with this many repeats (vt_ra_sample); 0: a plain shuffle */
     const char *init_from;     /* weights to fine-tune from (vt_adapt_load: head re-initialised, position tables
                                   resized when needed), or NULL */
-    const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none) */
+    const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none);
+                                       its per-image augmentation (RandAugment, RandomErasing, RandomResizedCrop)
+                                       becomes an image folder's training transform */
     int workers;               /* input pipeline threads (0: vt_loader_default_workers()) */
     struct vt_dist *dist;      /* data-parallel ranks (vitc/dist.h; batch is per rank); NULL: this process alone */
 } vt_train_opts;
