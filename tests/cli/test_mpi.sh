@@ -4,7 +4,7 @@
 # within 1e-5 relative, weights 5e-5; augmentation on: its draws are keyed per sample; the key third of each qkv bias is compared
 # apart: its exact gradient is 0, softmax ignores a constant per query, so the computed one is rounding noise that
 # AdamW's m / (sqrt(v) + eps) turns into steps of up to lr whatever the noise), with the allreduce overlapped with
-# backward or not (bit-identical); a rank killed mid-run (kill -9) leaves rank 0's last checkpoint intact and
+# backward or not (bit-identical), and with 2 accumulated micro-batches per rank; a rank killed mid-run (kill -9) leaves rank 0's last checkpoint intact and
 # loadable, and --resume with the same rank count finishes with the same weights as an uninterrupted run; resuming
 # with another rank count is refused naming both; a NaN on one rank stops every rank with one message; ranks x
 # threads over the cores is warned about; rank 0 alone writes the run folder and prints.
@@ -64,6 +64,12 @@ check "2x32 == 1x64: key biases (exact gradient 0) apart by less than 5 steps x 
     "awk 'BEGIN{exit !($wk < 5 * 2e-3)}'"
 check "overlapped and blocking allreduce give identical weights" \
     "cmp -s '$T/two/weights.safetensors' '$T/twob/weights.safetensors'"
+# gradient accumulation under mpirun: 2 ranks x 2 micro-batches of 16 = 1 process x 64 (the ranks' gradients are
+# averaged once, during the last micro-batch's backward, in small overlapped buckets)
+$MPI $V train $EQ --batch-size 16 --accum-steps 2 --bucket-mib 0.02 --out "$T/acc" >"$T/acc.log" 2>&1
+me=$(metrics_err "$T/acc/metrics.csv" "$T/one/metrics.csv")
+check "2 ranks x 2 x 16 (--accum-steps 2) == 1x64: losses and accuracies within 1e-5 (rel. $me)" \
+    "awk 'BEGIN{exit !($me <= 1e-5)}'" "$(tail -5 "$T/acc.log"; cat "$T/acc/metrics.csv")"
 check "rank 0 alone prints (one line per epoch)" "[ \$(grep -o 'Test: epoch' '$T/two.log' | wc -l) -eq 5 ]" \
     "$(cat "$T/two.log")"
 check "allreduce timing reported" "grep -q '^Data parallel: 2 ranks x batch 32; gradient averaging' '$T/two.log'"
