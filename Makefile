@@ -2,7 +2,8 @@
 # `make demo` installs deps, builds and trains a small ViT on Fashion-MNIST;
 # `make install [PREFIX=/usr/local] [DESTDIR=]` installs the CLI, libvitc.so/.a, the public headers and vitc.pc;
 # `make docs` writes the API reference (Doxygen) to build/docs/html.
-PKGS      := openblas libcjson stb zlib libpng libturbojpeg
+# ompi-c: OpenMPI for data-parallel training (`mpirun -np N vitc train`); MPI_Init is called only under mpirun.
+PKGS      := openblas libcjson stb zlib libpng libturbojpeg ompi-c
 CC        ?= cc
 WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -34,10 +35,10 @@ ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-s
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
-             libpng-dev libturbojpeg0-dev
-DEB_TEST  := $(DEB_BUILD) clang libclang-rt-14-dev python3-torch python3-numpy python3-pil python3-torchvision \
-             dataset-fashion-mnist gnuplot-nox doxygen
-DEB_DEMO  := $(DEB_BUILD) dataset-fashion-mnist gnuplot-nox
+             libpng-dev libturbojpeg0-dev libopenmpi-dev
+DEB_TEST  := $(DEB_BUILD) openmpi-bin clang libclang-rt-14-dev python3-torch python3-numpy python3-pil \
+             python3-torchvision dataset-fashion-mnist gnuplot-nox doxygen
+DEB_DEMO  := $(DEB_BUILD) openmpi-bin dataset-fashion-mnist gnuplot-nox
 DEB_DOCS  := doxygen
 
 .PHONY: all deps deps-test deps-demo deps-docs test unit asan fuzz demo clean bench compare link-flags shared install \

@@ -60,15 +60,15 @@ void test_metrics(vt_test *T) {
     /* rows: header once, NaN as empty fields */
     for (int ep = 1; ep <= 3; ep++) {
         vt_metrics_row r = {ep, ep * 100, 2.0 / ep, 0.3 * ep, ep == 2 ? NAN : 2.2 / ep, ep == 2 ? NAN : 0.28 * ep,
-                            1e-3 / ep, 1234.5, 10.25 * ep};
+                            1e-3 / ep, 1234.5, 10.25 * ep, ep == 2 ? NAN : 0.3 + 0.2 * ep};
         vt_clearerr(&e);
         T_CHECK(T, vt_metrics_append(dir, &r, &e) == 0, "append %d: %s", ep, e.msg);
     }
     char *text = slurp(csv);
     const char *want = VT_METRICS_HEADER "\n"
-                                         "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n"
-                                         "2,200,1,0.6,,,0.0005,1234.5,20.5\n"
-                                         "3,300,0.666666667,0.9,0.733333333,0.84,0.000333333333,1234.5,30.75\n";
+                                         "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25,0.5\n"
+                                         "2,200,1,0.6,,,0.0005,1234.5,20.5,\n"
+                                         "3,300,0.666666667,0.9,0.733333333,0.84,0.000333333333,1234.5,30.75,0.9\n";
     T_CHECK(T, text && strcmp(text, want) == 0, "metrics.csv is\n%s\nwant\n%s", text ? text : "(none)", want);
     free(text);
 
@@ -77,11 +77,11 @@ void test_metrics(vt_test *T) {
     T_CHECK(T, vt_metrics_truncate(dir, 2, &e) == 0, "truncate: %s", e.msg);
     text = slurp(csv);
     const char *want2 = VT_METRICS_HEADER "\n"
-                                          "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n"
-                                          "2,200,1,0.6,,,0.0005,1234.5,20.5\n";
+                                          "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25,0.5\n"
+                                          "2,200,1,0.6,,,0.0005,1234.5,20.5,\n";
     T_CHECK(T, text && strcmp(text, want2) == 0, "after truncation to epoch 2 metrics.csv is\n%s", text ? text : "");
     free(text);
-    vt_metrics_row r3 = {3, 300, 2.0 / 3, 0.9, 2.2 / 3, 0.84, 1e-3 / 3, 1234.5, 30.75};
+    vt_metrics_row r3 = {3, 300, 2.0 / 3, 0.9, 2.2 / 3, 0.84, 1e-3 / 3, 1234.5, 30.75, 0.9};
     vt_clearerr(&e);
     T_CHECK(T, vt_metrics_append(dir, &r3, &e) == 0, "append after truncation: %s", e.msg);
     text = slurp(csv);
@@ -134,11 +134,23 @@ void test_metrics(vt_test *T) {
     FILE *f = fopen(csv, "w");
     fputs("a,b,c\n1,2,3\n", f);
     fclose(f);
-    vt_metrics_row r = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    vt_metrics_row r = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     vt_clearerr(&e);
     T_CHECK(T, vt_metrics_append(dir, &r, &e) == -1 && strstr(e.msg, "header"), "foreign header: %s", e.msg);
     vt_clearerr(&e);
     T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "header"), "plot foreign header: %s", e.msg);
+
+    /* a run from before test_acc5: resuming (truncate) rewrites it with the new header and an empty test_acc5 */
+    f = fopen(csv, "w");
+    fprintf(f, "%s\n1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25\n2,200,1,0.6,,,0.0005,1234.5,20.5\n",
+            VT_METRICS_HEADER_V1);
+    fclose(f);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_metrics_truncate(dir, 1, &e) == 0, "truncate a legacy file: %s", e.msg);
+    char *text3 = slurp(csv);
+    T_CHECK(T, text3 && strcmp(text3, VT_METRICS_HEADER "\n1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25,\n") == 0,
+            "legacy metrics.csv became\n%s", text3 ? text3 : "(none)");
+    free(text3);
 
     /* malformed row */
     f = fopen(csv, "w");

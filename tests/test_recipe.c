@@ -101,6 +101,11 @@ static void check_recipes(vt_test *T) {
     r.batch = 256;
     r.accum_steps = 4;
     T_CHECK(T, fabs(vt_recipe_lr(&r) - 1e-3) < 1e-12, "lr scales with batch × accum: %g", vt_recipe_lr(&r));
+    r.batch = 64;
+    r.accum_steps = 1;
+    r.world_size = 8; /* DeiT's 8 GPUs × 64: the global batch 512 */
+    T_CHECK(T, fabs(vt_recipe_lr(&r) - 5e-4) < 1e-12, "lr scales with the ranks' global batch: %g", vt_recipe_lr(&r));
+    r.world_size = 0;
     r.lr = 3e-4;
     r.lr_given = 1;
     T_CHECK(T, vt_recipe_lr(&r) == 3e-4, "an explicit --lr is used as given");
@@ -258,6 +263,19 @@ static void check_mixup_sampler(vt_test *T) {
     for (int i = 0; ok && i + 2 < n; i += 3) ok = idx[i] == idx[i + 1] && idx[i] == idx[i + 2] && idx[i] < 600;
     T_CHECK(T, ok, "RASampler: 512 of 600, each index 3 times in a row (got %d)", n);
     T_CHECK(T, vt_ra_sample(idx, 600, 3, 2, 2, &r, &e) < 0, "rank outside replicas refused");
+    /* vt_ra_repeat: over 2 ranks (the same draws), the 3 copies of each of 256 images are copies 0, 1 and 2 */
+    int seen[256][3] = {{0}}, a[128], b[128];
+    vt_rng r0 = r, r1 = r;
+    ok = vt_ra_sample(a, 256, 3, 2, 0, &r0, &e) == 128 && vt_ra_sample(b, 256, 3, 2, 1, &r1, &e) == 128;
+    for (int i = 0; ok && i < 128; i++) {
+        seen[a[i]][vt_ra_repeat(i, 256, 3, 2, 0)]++;
+        seen[b[i]][vt_ra_repeat(i, 256, 3, 2, 1)]++;
+    }
+    int copies = 0, clash = 0;
+    for (int i = 0; i < 256; i++)
+        for (int k = 0; k < 3; k++) copies += seen[i][k], clash += seen[i][k] > 1;
+    T_CHECK(T, ok && copies == 256 && clash == 0, "RASampler copies numbered apart (copies %d, clashes %d)", copies,
+            clash);
 }
 
 void test_recipe(vt_test *T) {

@@ -17,6 +17,7 @@
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
 #include "vitc/recipe.h"
+#include "vitc/dist.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
@@ -26,10 +27,12 @@ typedef struct {
     const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
     int rollout;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
-    int train_subset, test_subset, log_every;
+    int train_subset, test_subset, log_every, workers;
     long long seed, fault_nan_step;
     double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
+    int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */
+    double bucket_mib; /* train under mpirun: gradient bucket size */
     int features, apply_transform;
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
@@ -37,6 +40,9 @@ typedef struct {
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
     int repeated_aug, no_repeated_aug;        /* train */
+    const char *classes; /* --classes FILE: a run's classes.json */
+    char **cls;          /* its names (ncls) */
+    int ncls;
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
     char cmdline[2048];
@@ -82,14 +88,18 @@ static const optdef optdefs[] = {
     O("--json", O_FLAG, json, "machine-readable output"),
     O("--csv", O_FLAG, csv, "CSV with timm's column names (a header line, then one row per model)"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
-    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size"),
+    NUM("--batch-size", O_INT, batch, 1, 65536, "batch size (train under mpirun: per rank)"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
-    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores)"),
+    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
+      "per rank: the node's cores divided among its ranks)"),
     NUM("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
     POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
     NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
-    O("--data", O_STR, data, "dataset: fashion-mnist"),
+    O("--data", O_STR, data, "dataset: fashion-mnist, or an image folder DIR holding train/<class>/<image> and "
+      "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name)"),
+    NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
+      "cores, at most 8)"),
     NUM("--epochs", O_INT, epochs, 1, 1e6, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
@@ -118,10 +128,15 @@ static const optdef optdefs[] = {
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
+    NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
+      "MiB (default 4)"),
+    O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
+      "bucket's allreduce during it"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
-    NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN"),
+    NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
+      "(under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile, "print the time spent per op type"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
@@ -130,6 +145,8 @@ static const optdef optdefs[] = {
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
       "see `vitc deploy`)"),
+    O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
+      "predict prints these names, eval checks the folder's classes against them"),
     NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
@@ -153,11 +170,13 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
-/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core; more than the
- * online cores is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000
- * crashed inside OpenMP). OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads
- * outside our parallel regions and one inside them, so this one setting holds for every GEMM. */
-static void set_threads(const opts *o) {
+/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
+ * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores is clamped with a notice
+ * (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside OpenMP), and ranks x
+ * threads over the cores is warned about. OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run
+ * omp_get_max_threads() threads outside our parallel regions and one inside them, so this one setting holds for every
+ * GEMM. */
+static void set_threads(const opts *o, int ranks) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
@@ -172,12 +191,15 @@ static void set_threads(const opts *o) {
             want = cores;
         }
     }
-    if (want <= 0) want = cores;
+    if (want <= 0) want = cores / ranks > 0 ? cores / ranks : 1;
     if (want > cores) {
         fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
                 from, cores, cores);
         want = cores;
     }
+    if (ranks > 1 && want * ranks > cores)
+        fprintf(stderr, "vitc: warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
+                "contend (set --threads)\n", ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
 }
@@ -572,6 +594,19 @@ static int cmd_train(opts *o) {
     if (o->data) t.data = o->data;
     t.run_dir = o->out_dir;
     t.resume = o->resume;
+    t.workers = o->workers;
+    vt_err e = {{0}};
+    vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
+    if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    if (d.size > 1) {
+        if (d.local_size > 1) set_threads(o, d.local_size); /* the node's cores are shared by its ranks */
+        if (o->bucket_mib > 0) d.bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
+        d.overlap = !o->no_overlap;
+        if (t.workers == 0) /* the node's cores are shared by its ranks' loaders too */
+            t.workers = vt_loader_default_workers() / d.local_size > 1 ? vt_loader_default_workers() / d.local_size : 1;
+        t.dist = &d;
+    }
+    r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;
@@ -583,31 +618,58 @@ static int cmd_train(opts *o) {
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     t.command_line = o->cmdline;
     t.overwrite = o->overwrite;
-    vt_err e = {{0}};
     int rc = vt_train(&c, &t, &e);
+    if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
+        if (d.rank > 0 && (!d.err_shared || d.err_reporter)) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
+        if (d.rank == 0 && (!d.err_shared || d.err_reporter)) die("%s", e.msg);
+        if (!d.err_shared) vt_dist_abort(&d, 1);
+        vt_dist_finalize(&d);
+        return 1;
+    }
+    vt_dist_finalize(&d);
     return rc ? die("%s", e.msg) : 0;
 }
+
+static int read_classes(opts *o, int K);
 
 static int cmd_eval(opts *o) {
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    if (o->data && strcmp(o->data, "fashion-mnist") != 0) return die("unknown dataset '%s'", o->data);
-    vt_params *P = load_model(o, &c, 1);
-    if (!P) return 1;
-    vt_dataset te = {0};
+    const char *data = o->data ? o->data : "fashion-mnist";
+    vt_data d;
     vt_err e = {{0}};
-    double loss = 0, acc = 0;
-    int rc = vt_dataset_load_fmnist(NULL, 0, &te, &e) ||
-             (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, &e)) ||
-             vt_evaluate(&c, P, &te, o->batch > 0 ? o->batch : 250, &loss, &acc, stderr, &e);
+    if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (read_classes(o, c.arch.num_classes)) {
+        vt_data_close(&d);
+        return 1;
+    }
+    for (int k = 0; d.folder && o->cls && k < o->ncls; k++)
+        if (strcmp(o->cls[k], d.f_train.classes[k]) != 0) {
+            fprintf(stderr, "vitc: class %d is '%s' in %s but '%s' in %s/train\n", k, o->cls[k], o->classes,
+                    d.f_train.classes[k], data);
+            vt_data_close(&d);
+            return 1;
+        }
+    vt_params *P = load_model(o, &c, 1);
+    if (!P) {
+        vt_data_close(&d);
+        return 1;
+    }
+    vt_eval_result r;
+    const int B = o->batch > 0 ? o->batch : 250;
+    int rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    const char *what = d.folder ? "validation" : "Fashion-MNIST test";
     if (rc)
         die("%s", e.msg);
     else if (o->json)
-        printf("{\"model\": \"%s\", \"images\": %d, \"loss\": %.6f, \"acc1\": %.4f}\n", c.name, te.n, loss, 100 * acc);
+        printf("{\"model\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, \"acc1\": %.4f, \"acc5\": %.4f}\n",
+               c.name, r.n, (long long)r.skipped, r.loss, 100 * r.acc1, 100 * r.acc5);
     else
-        printf("%s on Fashion-MNIST test (%d images): loss %.4f, top-1 accuracy %.2f%%\n", c.name, te.n, loss,
-               100 * acc);
-    vt_dataset_free(&te);
+        printf("%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name, what,
+               d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
+               100 * r.acc1, 100 * r.acc5);
+    if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
+    vt_data_close(&d);
     vt_params_free(P);
     return rc;
 }
@@ -628,7 +690,22 @@ static int cmd_bench(opts *o) {
     if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
     vt_bench_result r;
     vt_err e = {{0}};
+    double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */
+    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
+    if (o->data) {
+        vt_data d;
+        o->train = 1;
+        if (vt_data_open(&c, o->data, 1, 1, NULL, 0, 0, &d, &e)) return die("%s", e.msg);
+        const int rc = vt_bench_input(&d, B, workers, iters > 20 ? iters : 20, &pipe, &e);
+        vt_data_close(&d);
+        if (rc) return die("%s", e.msg);
+    }
     if (vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e)) return die("%s", e.msg);
+    if (o->data && !o->json && !o->csv)
+        printf("input pipeline (%s, batch %d, %d workers): %.1f img/s alone; training step %.1f img/s: %s\n", o->data,
+               B, workers, pipe, r.img_per_s,
+               pipe < r.img_per_s ? "input-bound (the GEMMs would wait for data)"
+                                  : "not input-bound (the pipeline is faster than the step, if it gets the cores)");
     if (o->csv) { /* timm benchmark.py's columns: --bench infer, or --bench train with --train */
         const char *m = o->train ? "train" : "infer";
         printf("model,%s_samples_per_sec,%s_step_time,%s_batch_size,%s_img_size,%sparam_count\n", m, m, m, m,
@@ -647,9 +724,11 @@ static int cmd_bench(opts *o) {
         printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
                "\"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, \"arena_mib\": %.1f, "
-               "\"peak_rss_mib\": %.1f, \"cpu_model\": ",
+               "\"peak_rss_mib\": %.1f, ",
                c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.gmacs_per_img, r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
+        if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
+        printf("\"cpu_model\": ");
         json_str(m->cpu_model);
         printf(", \"isa\": {\"avx2\": %s, \"avx512\": %s, \"avx512_bf16\": %s, \"amx\": %s}, \"openblas_core\": ",
                m->avx2 ? "true" : "false", m->avx512 ? "true" : "false", m->avx512_bf16 ? "true" : "false",
@@ -717,8 +796,27 @@ static void json_str(const char *s) {
 }
 
 /* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
+/* Class i's name: from --classes, else the model's dataset's (NULL: none). */
+static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
+    if (o->cls) return i >= 0 && i < o->ncls ? o->cls[i] : NULL;
+    return vt_model_class_name(c, i);
+}
+
+/* Reads --classes (when given) into o->cls; its class count must be the model's (K). */
+static int read_classes(opts *o, int K) {
+    if (!o->classes) return 0;
+    vt_err e = {{0}};
+    if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
+    if (o->ncls != K) {
+        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs (--num-classes %d)\n", o->classes,
+                o->ncls, K, o->ncls);
+        return 1;
+    }
+    return 0;
+}
+
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
-    const int names = vt_model_class_name(c, 0) != NULL;
+    const int names = class_name(o, c, 0) != NULL;
     if (o->json) {
         printf("{\"image\": ");
         json_str(path);
@@ -727,12 +825,18 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
         printf("%s\n", path);
     }
     for (int i = 0; i < t->k; i++) {
-        if (o->json)
-            printf("%s{\"class\": %d, %s%s%s\"prob\": %.6f}", i ? ", " : "", t->cls[i], names ? "\"name\": \"" : "",
-                   names ? vt_model_class_name(c, t->cls[i]) : "", names ? "\", " : "", t->prob[i]);
-        else
-            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], names ? vt_model_class_name(c, t->cls[i]) : "",
-                   100.0 * t->prob[i]);
+        const char *nm = names ? class_name(o, c, t->cls[i]) : NULL;
+        if (o->json) {
+            printf("%s{\"class\": %d, ", i ? ", " : "", t->cls[i]);
+            if (nm) {
+                printf("\"name\": ");
+                json_str(nm);
+                printf(", ");
+            }
+            printf("\"prob\": %.6f}", t->prob[i]);
+        } else {
+            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], nm ? nm : "", 100.0 * t->prob[i]);
+        }
     }
     if (o->json) printf("]}\n");
 }
@@ -743,6 +847,7 @@ static int cmd_predict(opts *o) {
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (o->output && output_ok(o)) return 1;
+    if (read_classes(o, c.arch.num_classes)) return 1;
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
@@ -834,26 +939,33 @@ static const command commands[] = {
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
-    {"train", "vitc train MODEL --data fashion-mnist --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
-     "train with AdamW, warm-up + cosine, label smoothing, crop + flip, Mixup/CutMix, weight EMA, gradient "
-     "accumulation, named recipes (--recipe), fine-tuning (--init-from); checkpoints, metrics.csv, curves.png",
+    {"train", "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
+     "train with AdamW, warm-up + cosine, label smoothing, crop + flip (a recipe's DeiT transforms on image folders), "
+     "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
+     "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --fault-nan-step "
+     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers --fault-nan-step "
      "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
-     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug " ARCH_OPTS, cmd_train, 0},
-    {"eval", "vitc eval MODEL --weights W --data fashion-mnist [--json]", "test loss and top-1 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --train-form " ARCH_OPTS, cmd_eval, 0},
-    {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--json | --csv]",
+     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug --bucket-mib --no-overlap "
+     SIZE_OPTS ARCH_OPTS, cmd_train, 0},
+    {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
+     "test (or DIR/val) loss, top-1 and top-5 accuracy",
+     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form " SIZE_OPTS
+     ARCH_OPTS,
+     cmd_eval, 0},
+    {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--data DIR [--workers N]] "
+     "[--json | --csv]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path " SIZE_OPTS ARCH_OPTS,
+     "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path --data --workers "
+     SIZE_OPTS ARCH_OPTS,
      cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [model options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
      "--weights -w --output -o " SIZE_OPTS ARCH_OPTS, cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
-     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads " SIZE_OPTS ARCH_OPTS,
-     cmd_predict, 1},
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes " SIZE_OPTS
+     ARCH_OPTS, cmd_predict, 1},
     {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
      "[--rollout] [--save-maps MAPS.safetensors]",
      "pictures of the class token's (or mean query's) attention per block and head, overlaid on the images",
@@ -971,9 +1083,10 @@ int main(int argc, char **argv) {
         if (o.help) {
             command_help(&commands[i]);
         } else {
-            set_threads(&o);
+            set_threads(&o, 1);
             rc = commands[i].run(&o);
         }
+        vt_classes_free(o.cls, o.ncls);
         free(images);
         return rc;
     }

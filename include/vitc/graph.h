@@ -101,6 +101,10 @@ struct vt_graph {
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
     vt_gemm_plan gemm;  /* GEMM library dispatch for this graph's ops (the machine, VITC_GEMM read at creation) */
+    void (*bwd_hook)(void *ctx, int node); /* when non-NULL, vt_graph_backward calls it after the backward step of
+                         * each node (run or skipped), in descending node order: gradients that only nodes >= node
+                         * write are then final (data-parallel training starts their allreduce there, dist.c) */
+    void *bwd_hook_ctx; /* its first argument */
     int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs

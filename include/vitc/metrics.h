@@ -7,7 +7,9 @@
 #include "vitc/error.h"
 
 /* First line of metrics.csv. */
-#define VT_METRICS_HEADER "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds"
+#define VT_METRICS_HEADER "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds,test_acc5"
+/* The header before test_acc5: such a file is rewritten with the new header (an empty test_acc5) when appended to. */
+#define VT_METRICS_HEADER_V1 "epoch,step,train_loss,train_acc,test_loss,test_acc,lr,img_per_s,seconds"
 
 /* One row; NaN values are written as empty fields (e.g. no test evaluation on this row). */
 typedef struct vt_metrics_row {
@@ -16,6 +18,7 @@ typedef struct vt_metrics_row {
     double train_loss, train_acc; /* accuracies are fractions in [0, 1] */
     double test_loss, test_acc;
     double lr, img_per_s, seconds; /* seconds: wall time since the start of the run */
+    double test_acc5;              /* top-5 accuracy */
 } vt_metrics_row;
 
 /* Appends r to run_dir/metrics.csv, writing the header first when the file is new or empty; fails when an

@@ -23,6 +23,7 @@ typedef struct vt_recipe {
     int scale_warmup_min_lr;     /* 1: warmup_lr and min_lr are scaled like lr (Swin's main.py) */
     double weight_decay, warmup_lr, min_lr, warmup_epochs, clip_grad, smoothing;
     int epochs, batch, accum_steps;
+    int world_size;              /* data-parallel ranks (0 or 1: one process); batch is per rank, as DeiT's */
     double drop_path;            /* < 0: the model's own rate */
     /* batch mixing and weight averaging */
     vt_mixup mixup;              /* num_classes and smoothing are filled from the model and `smoothing` */
@@ -48,8 +49,8 @@ const char *vt_recipe_name(int i);
  * listing the names. */
 int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e);
 
-/* The peak learning rate r trains with: lr, times batch · accum_steps / lr_base_batch when the recipe scales it and
- * --lr did not set it. */
+/* The peak learning rate r trains with: lr, times the global batch (batch · accum_steps · world_size) /
+ * lr_base_batch when the recipe scales it and --lr did not set it. */
 double vt_recipe_lr(const vt_recipe *r);
 
 /* Copies r's optimiser, schedule, mixing and EMA settings into o (vt_train's options); o->recipe = r. */

@@ -11,6 +11,9 @@ typedef struct vt_rng {
 /* Seeds the generator from one 64-bit seed. */
 void vt_rng_seed(vt_rng *r, uint64_t seed);
 
+/* A seed derived from (seed, a, b), e.g. (run seed, epoch, sample index): distinct keys give unrelated streams. */
+uint64_t vt_rng_key(uint64_t seed, uint64_t a, uint64_t b);
+
 /* Next 64 random bits. */
 uint64_t vt_rng_u64(vt_rng *r);
 

@@ -14,4 +14,8 @@ int vt_ra_count(int n, int replicas);
  * out (room for that many). Returns that count, or -1 (error set) for bad arguments or out of memory. */
 int vt_ra_sample(int *out, int n, int repeats, int replicas, int rank, vt_rng *rng, vt_err *e);
 
+/* Which copy (0 .. repeats-1) of its image entry i of vt_ra_sample's output (same n, repeats, replicas, rank) is: the
+ * trainer keys each copy's augmentation by it, so the copies of an image get different draws, as in DeiT. */
+int vt_ra_repeat(int i, int n, int repeats, int replicas, int rank);
+
 #endif

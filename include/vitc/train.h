@@ -5,8 +5,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "vitc/augment.h"
 #include "vitc/dataset.h"
 #include "vitc/gemm.h"
+#include "vitc/imagefolder.h"
+#include "vitc/loader.h"
 #include "vitc/mixup.h"
 #include "vitc/model.h"
 
@@ -24,14 +27,50 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
 int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
                   float *loss, vt_err *e);
 
-/* Mean loss and accuracy of the model on ds (eval mode, no augmentation) in batches of `batch`; progress on the
- * stream `progress` (NULL: none) when there is more than one batch. */
-int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
-                FILE *progress, vt_err *e);
+/* A training/evaluation data set for one model: Fashion-MNIST in memory or an image folder read on demand, as
+ * sample sources with their transforms (training: crop + flip, or a folder's DeiT transform; eval: the model's
+ * pretrained eval transform). */
+typedef struct vt_data {
+    int folder;                    /* 1: an image folder, 0: Fashion-MNIST */
+    vt_dataset fm_train, fm_val;   /* Fashion-MNIST */
+    vt_imagefolder f_train, f_val; /* image folder */
+    vt_source train, val;
+    vt_crop_flip crop;             /* the training transform's settings (crop + flip) */
+    vt_tf_params deit;             /* ... or the DeiT train transform's, when deit_on */
+    int deit_on;
+    vt_preprocess pre;             /* the eval transform's settings */
+    vt_transform train_tf, eval_tf;
+} vt_data; /* the sources and transforms point into the struct: do not move it once opened */
+
+/* Opens `data` ("fashion-mnist" or an image folder DIR with train/ and val/) for model c: checks that its classes and
+ * channels fit c (a folder's images are converted to c's channels and sized by the transforms); train_subset /
+ * val_subset > 0 keep the first N samples; augment 0: the training transform is the eval transform; deit (NULL:
+ * none): a folder's training transform is vt_transform_deit of these knobs (mean, std and fill set from c's
+ * preprocessing; Fashion-MNIST keeps crop + flip). With train 0, the training split is not loaded (Fashion-MNIST) or
+ * not needed (eval). */
+int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
+                 int train_subset, int val_subset, vt_data *d, vt_err *e);
+
+/* Frees what vt_data_open loaded (a zeroed d is fine). */
+void vt_data_close(vt_data *d);
+
+/* Evaluation results: mean loss, top-1 and top-5 accuracy over the readable images; unreadable ones skipped. */
+typedef struct vt_eval_result {
+    double loss, acc1, acc5;
+    int n;           /* images scored */
+    int64_t skipped; /* unreadable images left out */
+} vt_eval_result;
+
+/* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
+ * default), or with `loader` when not NULL (made by the caller for src, tf and batch with VT_BAD_DROP, reused across
+ * evaluations so an unreadable image is warned about once); progress on the stream `progress` (NULL: none) when
+ * there is more than one batch. */
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e);
 
 /* Options of vt_train. */
 typedef struct vt_train_opts {
-    const char *data;          /* "fashion-mnist" */
+    const char *data;          /* "fashion-mnist" or an image folder (DIR/train/<class>/..., DIR/val/<class>/...) */
     const char *run_dir;       /* output folder (created) */
     const char *resume;        /* run folder to resume from, or NULL */
     const char *command_line;  /* recorded in run_dir/command.txt */
@@ -39,9 +78,10 @@ typedef struct vt_train_opts {
     double lr, min_lr, warmup_lr, weight_decay, warmup_epochs, smoothing, clip_grad;
     uint64_t seed;
     int train_subset, test_subset; /* 0: whole split */
-    int augment;               /* random crop (pad 4) + horizontal flip */
+    int augment;               /* 1: the training transform (crop + flip, or a folder's DeiT transform); 0: eval's */
     int log_every;             /* progress line every this many steps */
-    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off) */
+    int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
+                                * several ranks, on the last one only) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */
     vt_mixup mixup;            /* Mixup/CutMix of each (micro-)batch when enabled (vt_mixup_enabled): soft targets
                                   smoothed by `smoothing`, soft-target cross-entropy; num_classes from the model */
@@ -52,7 +92,11 @@ typedef struct vt_train_opts {
     int repeated_aug;          /* > 0: DeiT's RASampler with this many repeats (vt_ra_sample); 0: a plain shuffle */
     const char *init_from;     /* weights to fine-tune from (vt_adapt_load: head re-initialised, position tables
                                   resized when needed), or NULL */
-    const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none) */
+    const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none);
+                                       its per-image augmentation (RandAugment, RandomErasing, RandomResizedCrop)
+                                       becomes an image folder's training transform */
+    int workers;               /* input pipeline threads (0: vt_loader_default_workers()) */
+    struct vt_dist *dist;      /* data-parallel ranks (vitc/dist.h; batch is per rank); NULL: this process alone */
 } vt_train_opts;
 
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs; no
@@ -61,7 +105,8 @@ void vt_train_defaults(vt_train_opts *o);
 
 /* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
  * (weights, optimizer state, step, RNG) in run_dir/checkpoint.safetensors; stops on a non-finite loss. run_dir is
- * locked for the run; a folder holding another run is refused unless resumed or o->overwrite. */
+ * locked for the run; a folder holding another run is refused unless resumed or o->overwrite. With o->dist of N > 1
+ * ranks: each rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */
@@ -79,5 +124,9 @@ typedef struct vt_bench_result {
  * `progress` (NULL: none). */
 int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, FILE *progress, vt_bench_result *r,
              vt_err *e);
+
+/* Images per second of d's training input pipeline alone (read, decode, crop + flip into batches of `batch` with
+ * `workers` threads), over `batches` batches (as many passes over the training set as that takes). */
+int vt_bench_input(const vt_data *d, int batch, int workers, int batches, double *img_per_s, vt_err *e);
 
 #endif

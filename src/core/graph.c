@@ -570,12 +570,14 @@ static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
         int s = 2 * n - 1 - i;
         grad_begin(g, nd->out, s);
         for (int k = 0; k < nd->nin; k++) grad_begin(g, nd->in[k], s);
-        if (!nd->out->requires_grad || !nd->op->backward) continue;
-        if (!poisoned) {
-            run_node(g, nd, 1);
-        } else if (run_poisoned(g, nd, &keep, &cap, e)) {
-            return -1;
+        if (nd->out->requires_grad && nd->op->backward) {
+            if (!poisoned) {
+                run_node(g, nd, 1);
+            } else if (run_poisoned(g, nd, &keep, &cap, e)) {
+                return -1;
+            }
         }
+        if (g->bwd_hook) g->bwd_hook(g->bwd_hook_ctx, i);
     }
     vt_free(keep);
     return 0;

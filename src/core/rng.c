@@ -13,6 +13,13 @@ void vt_rng_seed(vt_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
+uint64_t vt_rng_key(uint64_t seed, uint64_t a, uint64_t b) {
+    uint64_t x = seed;
+    uint64_t k = splitmix64(&x) ^ a;
+    k = splitmix64(&k) ^ b;
+    return splitmix64(&k);
+}
+
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t vt_rng_u64(vt_rng *r) {

@@ -1,12 +1,40 @@
-/* Batch building with torchvision-like augmentation (RandomCrop(padding) then RandomHorizontalFlip, Normalize). */
+/* Batch building with torchvision-like augmentation (RandomCrop(padding) then RandomHorizontalFlip, Normalize), the
+ * same as per-sample transforms for the loader (crop+flip, the eval transform), and in-memory datasets as sources. */
 #include "vitc/augment.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 vt_augment vt_augment_fmnist(int train) {
     vt_augment a = {VT_FMNIST_MEAN, VT_FMNIST_STD, train ? 4 : 0, train ? 1 : 0};
     return a;
+}
+
+/* RandomCrop(S, padding=pad) of a w×h image of C interleaved channels, then a horizontal flip, into out (C, S, S)
+ * through the per-channel lookup table lut (uint8 -> normalised float; padding is value 0). Random draws, in order:
+ * crop row offset, crop column offset, flip (a draw only where the range has more than one value or hflip). */
+static void crop_flip_chw(const uint8_t *src, int w, int h, int C, int S, int pad, int hflip, const float (*lut)[256],
+                          vt_rng *rng, float *out) {
+    int oy = -pad, ox = -pad, flip = 0;
+    if (pad > 0 || h != S) oy = (int)vt_rng_below(rng, (uint32_t)(h - S + 2 * pad + 1)) - pad;
+    if (pad > 0 || w != S) ox = (int)vt_rng_below(rng, (uint32_t)(w - S + 2 * pad + 1)) - pad;
+    if (hflip) flip = vt_rng_uniform(rng) < 0.5f;
+    for (int c = 0; c < C; c++)
+        for (int y = 0; y < S; y++) {
+            const int sy = y + oy;
+            float *row = out + ((size_t)c * S + y) * S;
+            if (sy < 0 || sy >= h) {
+                for (int x = 0; x < S; x++) row[x] = lut[c][0];
+                continue;
+            }
+            const uint8_t *srow = src + (size_t)sy * w * C + c;
+            for (int x = 0; x < S; x++) {
+                const int sx = (flip ? S - 1 - x : x) + ox;
+                row[x] = sx >= 0 && sx < w ? lut[c][srow[(size_t)sx * C]] : lut[c][0];
+            }
+        }
 }
 
 int vt_augment_batch(const vt_dataset *ds, const int *idx, int B, const vt_augment *aug, vt_rng *rng, float *x,
@@ -19,6 +47,7 @@ int vt_augment_batch(const vt_dataset *ds, const int *idx, int B, const vt_augme
     if (aug->pad < 0 || aug->pad > ds->h || aug->pad > ds->w)
         return vt_seterr(e, "vt_augment_batch: crop padding %d not in [0, %d]", aug->pad,
                          ds->h < ds->w ? ds->h : ds->w);
+    if (ds->h != ds->w) return vt_seterr(e, "vt_augment_batch: images of %d×%d pixels are not square", ds->w, ds->h);
     if ((aug->pad > 0 || aug->hflip) && !rng) return vt_seterr(e, "vt_augment_batch: augmentation needs an rng");
     for (int b = 0; b < B; b++)
         if (idx[b] < 0 || idx[b] >= ds->n)
@@ -26,34 +55,98 @@ int vt_augment_batch(const vt_dataset *ds, const int *idx, int B, const vt_augme
 
     float lut[256];
     for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - aug->mean) / aug->std;
-    const int H = ds->h, W = ds->w, pad = aug->pad;
-    const size_t hw = (size_t)H * (size_t)W;
+    const size_t hw = (size_t)ds->h * (size_t)ds->w;
     for (int b = 0; b < B; b++) {
-        /* Draw order per image: crop row offset, crop column offset, flip. */
-        int dy = 0, dx = 0, flip = 0;
-        if (pad > 0) {
-            dy = (int)vt_rng_below(rng, (uint32_t)(2 * pad + 1)) - pad;
-            dx = (int)vt_rng_below(rng, (uint32_t)(2 * pad + 1)) - pad;
-        }
-        if (aug->hflip) flip = vt_rng_uniform(rng) < 0.5f;
-        const uint8_t *src = ds->images + (size_t)idx[b] * hw;
-        float *dst = x + (size_t)b * hw;
-        for (int y = 0; y < H; y++) {
-            int sy = y + dy;
-            float *row = dst + (size_t)y * W;
-            if (sy < 0 || sy >= H) {
-                for (int c = 0; c < W; c++) row[c] = lut[0];
-                continue;
-            }
-            const uint8_t *srow = src + (size_t)sy * W;
-            for (int c = 0; c < W; c++) {
-                int sx = (flip ? W - 1 - c : c) + dx;
-                row[c] = sx >= 0 && sx < W ? lut[srow[sx]] : lut[0];
-            }
-        }
+        crop_flip_chw(ds->images + (size_t)idx[b] * hw, ds->w, ds->h, 1, ds->w, aug->pad, aug->hflip,
+                      (const float(*)[256])lut, rng, x + (size_t)b * hw);
         if (labels) labels[b] = ds->labels[idx[b]];
     }
     return 0;
+}
+
+/* ---- per-sample transforms (the loader's seam) ---- */
+
+static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e) {
+    const vt_crop_flip *cf = ctx;
+    if (img->chans != cf->chans)
+        return vt_seterr(e, "crop+flip transform: image has %d channels, expected %d", img->chans, cf->chans);
+    if (cf->size < 1 || cf->pad < 0 || cf->chans < 1 || cf->chans > 3 || !rng)
+        return vt_seterr(e, "crop+flip transform: bad settings (size %d, pad %d, chans %d%s)", cf->size, cf->pad,
+                         cf->chans, rng ? "" : ", no rng");
+    vt_image r = {0, 0, 0, NULL};
+    const vt_image *src = img;
+    if ((img->w < img->h ? img->w : img->h) != cf->size) { /* torchvision Resize(size): the longer side scales too */
+        const int w = img->w, h = img->h, S = cf->size;
+        const int sw = w <= h ? S : (int)((double)S * w / h), sh = w <= h ? (int)((double)S * h / w) : S;
+        if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
+            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
+                             VT_IMAGE_MAX_SIDE);
+        r = (vt_image){sw, sh, img->chans, malloc((size_t)sw * sh * img->chans)};
+        if (!r.pix) return vt_seterr(e, "out of memory resizing an image to %d×%d", sw, sh);
+        if (vt_image_resize(img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, r.pix, e)) {
+            vt_image_free(&r);
+            return -1;
+        }
+        src = &r;
+    }
+    float lut[3][256];
+    for (int c = 0; c < cf->chans; c++) {
+        if (!(cf->std[c] > 0.0f) || !isfinite(cf->std[c]) || !isfinite(cf->mean[c])) {
+            vt_image_free(&r);
+            return vt_seterr(e, "crop+flip transform: bad normalisation of channel %d", c);
+        }
+        for (int v = 0; v < 256; v++) lut[c][v] = ((float)v / 255.0f - cf->mean[c]) / cf->std[c];
+    }
+    crop_flip_chw(src->pix, src->w, src->h, cf->chans, cf->size, cf->pad, cf->hflip, lut, rng, out);
+    vt_image_free(&r);
+    return 0;
+}
+
+vt_transform vt_transform_crop_flip(const vt_crop_flip *cf) {
+    vt_transform t = {crop_flip_apply, cf, cf->size, cf->chans, cf->size};
+    return t;
+}
+
+static int eval_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e) {
+    (void)rng;
+    const vt_preprocess *p = ctx;
+    if (img->chans != p->chans)
+        return vt_seterr(e, "eval transform: image has %d channels, expected %d", img->chans, p->chans);
+    return vt_image_preprocess(img->pix, img->w, img->h, p, out, e);
+}
+
+vt_transform vt_transform_eval(const vt_preprocess *p) {
+    const int side = p->crop_pct > 0.0f ? (int)floor((double)p->size / (double)p->crop_pct) : p->size;
+    vt_transform t = {eval_apply, p, p->size, p->chans, side};
+    return t;
+}
+
+static int deit_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e) {
+    return vt_tf_deit_train(img, ctx, rng, out, e);
+}
+
+vt_transform vt_transform_deit(const vt_tf_params *p, int chans) {
+    vt_transform t = {deit_apply, p, p->size, chans, 0}; /* full-size decode: the crop box may be small */
+    return t;
+}
+
+/* ---- an in-memory dataset as a sample source ---- */
+
+static int dataset_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    (void)min_side;
+    const vt_dataset *ds = ctx;
+    if (i < 0 || i >= ds->n) return vt_seterr(e, "sample %d out of range [0, %d)", i, ds->n);
+    const size_t hw = (size_t)ds->h * (size_t)ds->w;
+    unsigned char *p = vt_image_convert(ds->images + (size_t)i * hw, ds->w, ds->h, 1, chans, e);
+    if (!p) return -1;
+    *img = (vt_image){ds->w, ds->h, chans, p};
+    *label = ds->labels[i];
+    return 0;
+}
+
+vt_source vt_source_dataset(const vt_dataset *ds) {
+    vt_source s = {ds->n, ds->nclasses, dataset_get, NULL, (void *)ds};
+    return s;
 }
 
 void vt_iota(int *idx, int n) {

@@ -1,8 +1,10 @@
-/* Throughput benchmark of one model: img/s, GMACs, achieved GFLOP/s, against the measured sgemm peak. */
+/* Throughput benchmarks: one model's img/s, GMACs, achieved GFLOP/s against the measured sgemm peak; the input
+ * pipeline's img/s alone. */
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
 
+#include "vitc/augment.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
 #include "vitc/progress.h"
@@ -102,5 +104,36 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
     vt_adamw_free(&opt);
     vt_graph_free(g);
     vt_params_free(P);
+    return rc;
+}
+
+int vt_bench_input(const vt_data *d, int batch, int workers, int batches, double *img_per_s, vt_err *e) {
+    if (batches < 1) return vt_seterr(e, "vt_bench_input: %d batches", batches);
+    const int n = d->train.n;
+    const int64_t want = (int64_t)batch * batches;
+    float *x = vt_alloc(sizeof(float) * (size_t)d->train_tf.chans * d->train_tf.size * d->train_tf.size *
+                        (size_t)batch, e);
+    int *lab = malloc(sizeof(int) * (size_t)batch), *idx = malloc(sizeof(int) * (size_t)n);
+    vt_loader *L = x && lab && idx ? vt_loader_new(&d->train, &d->train_tf, batch, workers, 3, VT_BAD_REPLACE, e)
+                                   : NULL;
+    int rc = L ? 0 : (x && lab && idx ? -1 : vt_seterr(e, "out of memory"));
+    int64_t got = 0;
+    double t0 = now_s();
+    for (int64_t epoch = 0; rc == 0 && got < want; epoch++) { /* as many passes over the data as `batches` needs */
+        vt_iota(idx, n);
+        int nb = vt_loader_start(L, idx, n, 1, 0, epoch, e);
+        if (nb < 0) rc = -1;
+        for (int k = 0; rc == 0 && k < nb && got < want; k++) {
+            const int r = vt_loader_next(L, x, lab, e);
+            if (r < 0) rc = -1;
+            got += r > 0 ? r : 0;
+        }
+    }
+    const double t = now_s() - t0;
+    if (rc == 0) *img_per_s = (double)got / t;
+    vt_loader_free(L);
+    vt_free(x);
+    free(lab);
+    free(idx);
     return rc;
 }

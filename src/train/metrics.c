@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NFIELDS 9
+#define NFIELDS 10
 
 static int join(char *out, size_t len, const char *dir, const char *file, vt_err *e) {
     int k = snprintf(out, len, "%s/%s", dir, file);
@@ -40,11 +40,12 @@ static int copy_rows(const char *path, FILE *o, double max_epoch, vt_err *e) {
     if (!f && errno != ENOENT) return vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
     fprintf(o, "%s\n", VT_METRICS_HEADER);
     char line[512];
-    int first = 1, rc = 0;
+    int first = 1, rc = 0, legacy = 0;
     while (f && rc == 0 && fgets(line, sizeof line, f)) {
         if (first) {
             chomp(line);
-            if (strcmp(line, VT_METRICS_HEADER) != 0)
+            legacy = strcmp(line, VT_METRICS_HEADER_V1) == 0; /* before test_acc5: rows get an empty last field */
+            if (strcmp(line, VT_METRICS_HEADER) != 0 && !legacy)
                 rc = vt_seterr(e, "%s: existing header \"%s\" differs from \"%s\" (not a vitc run's metrics)", path,
                                line, VT_METRICS_HEADER);
             first = 0;
@@ -52,7 +53,13 @@ static int copy_rows(const char *path, FILE *o, double max_epoch, vt_err *e) {
         }
         char *end;
         const double epoch = strtod(line, &end);
-        if (end != line && epoch <= max_epoch) fputs(line, o);
+        if (end == line || epoch > max_epoch) continue;
+        if (legacy) {
+            chomp(line);
+            fprintf(o, "%s,\n", line);
+        } else {
+            fputs(line, o);
+        }
     }
     if (f && ferror(f) && rc == 0) rc = vt_seterr(e, "cannot read %s", path);
     if (f) fclose(f);
@@ -78,7 +85,8 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     put_num(f, r->test_acc, 0);
     put_num(f, r->lr, 0);
     put_num(f, r->img_per_s, 0);
-    put_num(f, r->seconds, 1);
+    put_num(f, r->seconds, 0);
+    put_num(f, r->test_acc5, 1);
     return vt_out_commit(&o, e);
 }
 

@@ -141,7 +141,8 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) 
 
 double vt_recipe_lr(const vt_recipe *r) {
     if (r->lr_given || r->lr_base_batch <= 0) return r->lr;
-    return r->lr * r->batch * (r->accum_steps > 0 ? r->accum_steps : 1) / r->lr_base_batch;
+    return r->lr * r->batch * (r->accum_steps > 0 ? r->accum_steps : 1) * (r->world_size > 1 ? r->world_size : 1) /
+           r->lr_base_batch;
 }
 
 void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
@@ -229,6 +230,7 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddNumberToObject(j, "epochs", r->epochs);
     cJSON_AddNumberToObject(j, "batch_size", r->batch);
     cJSON_AddNumberToObject(j, "accum_steps", r->accum_steps);
+    cJSON_AddNumberToObject(j, "world_size", r->world_size > 1 ? r->world_size : 1);
     cJSON_AddNumberToObject(j, "weight_decay", r->weight_decay);
     if (r->clip_grad > 0) cJSON_AddNumberToObject(j, "clip_grad", r->clip_grad);
     else cJSON_AddNullToObject(j, "clip_grad");

@@ -1,4 +1,5 @@
-/* Gradients on a batch, evaluation, and the Fashion-MNIST training loop with atomic checkpoints. */
+/* Gradients on a batch, data sets (Fashion-MNIST, image folders), evaluation, and the training loop with atomic
+ * checkpoints; batches come from the threaded loader (src/train/loader.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -13,10 +14,12 @@
 #include "vitc/fileio.h"
 #include "vitc/adapt.h"
 #include "vitc/augment.h"
+#include "vitc/dist.h"
 #include "vitc/ema.h"
 #include "vitc/metrics.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
+#include "vitc/predict.h"
 #include "vitc/progress.h"
 #include "vitc/recipe.h"
 #include "vitc/sampler.h"
@@ -84,17 +87,23 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
 /* ---- gradient accumulation (--accum-steps) ---- */
 
 /* Backward of micro-batch j of `accum` making one optimiser step: gradients zeroed on the first, accumulated by
- * each, scaled by 1/accum after the last (timm divides the loss by accum: the same up to rounding). */
-static void accum_backward(train_graph *t, vt_params *P, int j, int accum) {
+ * each; after the last, averaged over the ranks by gb (NULL: one process; the allreduce starts only during the last
+ * backward) and scaled by 1/accum (timm divides the loss by accum: the same up to rounding). */
+static int accum_backward(train_graph *t, vt_params *P, int j, int accum, vt_dist_grads *gb, vt_err *e) {
     if (j == 0) vt_params_zero_grad(P);
+    const int last = j == accum - 1;
+    vt_dist_grads_hold(gb, !last);
     vt_graph_backward(t->g);
-    if (j != accum - 1 || accum == 1) return;
+    if (!last) return 0;
+    if (gb && vt_dist_grads_average(gb, e)) return -1;
+    if (accum == 1) return 0;
     const float s = 1.0f / (float)accum;
     for (int i = 0; i < P->n; i++) {
         vt_tensor *p = P->t[i];
         if (p->grad)
             for (int64_t k = 0; k < p->numel; k++) p->grad[k] *= s;
     }
+    return 0;
 }
 
 int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
@@ -111,64 +120,171 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
         memcpy(t.labels->data, labels + (size_t)j * B, sizeof(float) * (size_t)B);
         vt_graph_forward(t.g);
         sum += t.loss->data[0];
-        accum_backward(&t, P, j, accum);
+        accum_backward(&t, P, j, accum, NULL, e);
     }
     *loss = (float)(sum / accum);
     vt_graph_free(t.g);
     return 0;
 }
 
-/* Sum of the cross-entropy losses and of the correct top-1 predictions of the first n rows of logits (B, K). */
-static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct) {
+/* Sums over the rows of logits (B, K) whose label is >= 0 (the others are skipped images): cross-entropy loss,
+ * correct top-1 and top-5 predictions (a label is in the top k when fewer than k logits exceed its own). */
+static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct,
+                  int64_t *correct5) {
     for (int b = 0; b < n; b++) {
+        if (labels[b] < 0) continue;
         const float *r = logits + (size_t)b * K;
-        int best = 0;
+        int best = 0, above = 0;
         for (int k = 1; k < K; k++)
             if (r[k] > r[best]) best = k;
+        for (int k = 0; k < K; k++) above += r[k] > r[labels[b]];
         double se = 0.0;
         for (int k = 0; k < K; k++) se += exp((double)r[k] - r[best]);
         *loss += log(se) - ((double)r[labels[b]] - r[best]);
         *correct += best == labels[b];
+        if (correct5) *correct5 += above < 5;
     }
 }
 
-int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_dataset *ds, int batch, double *loss, double *acc,
-                FILE *progress, vt_err *e) {
-    if (ds->h != c->arch.img_size || ds->w != c->arch.img_size || c->arch.in_chans != 1)
-        return vt_seterr(e, "%s expects %d×%d×%d inputs but the dataset has 1×%d×%d images", c->name, c->arch.in_chans,
-                         c->arch.img_size, c->arch.img_size, ds->h, ds->w);
+/* Loader batches ahead of the consumer. */
+#define PREFETCH 3
+/* Evaluation batch of the training loop. */
+#define EVAL_BATCH 250
+
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
+    if (tf->size != c->arch.img_size || tf->chans != c->arch.in_chans)
+        return vt_seterr(e, "%s expects %d×%d×%d inputs but the transform gives %d×%d×%d", c->name, c->arch.in_chans,
+                         c->arch.img_size, c->arch.img_size, tf->chans, tf->size, tf->size);
+    if (src->nclasses > c->arch.num_classes)
+        return vt_seterr(e, "the data has %d classes but %s has %d outputs (--num-classes %d)", src->nclasses, c->name,
+                         c->arch.num_classes, src->nclasses);
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     vt_tensor *x;
     vt_tensor *logits = vt_model_build(g, c, batch, &x);
     vt_graph_output(g, logits);
-    int *idx = malloc(sizeof(int) * (size_t)batch), *lab = malloc(sizeof(int) * (size_t)batch);
+    int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
-    if (!idx || !lab) rc = vt_seterr(e, "out of memory");
-    vt_augment aug = vt_augment_fmnist(0);
-    aug.mean = c->pre.mean[0];
-    aug.std = c->pre.std[0];
+    if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
+    vt_loader *L = rc || loader ? loader
+                                : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
+                                                PREFETCH, VT_BAD_DROP, e);
+    if (rc == 0 && !L) rc = -1;
+    if (rc == 0) vt_iota(idx, src->n);
+    if (rc == 0 && vt_loader_start(L, idx, src->n, 0, 0, 0, e) < 0) rc = -1;
     double sl = 0.0;
-    int64_t correct = 0;
+    int64_t correct = 0, correct5 = 0;
+    int done = 0, scored = 0;
     vt_progress pg; /* only when there is more than one batch */
-    vt_progress_start(&pg, ds->n > batch ? progress : NULL, "Eval", "img", ds->n, 0);
-    for (int s = 0; rc == 0 && s < ds->n; s += batch) {
-        int n = ds->n - s < batch ? ds->n - s : batch;
-        for (int i = 0; i < batch; i++) idx[i] = s + (i < n ? i : 0); /* pad the last batch, ignore extra rows */
-        if ((rc = vt_augment_batch(ds, idx, batch, &aug, NULL, x->data, lab, e))) break;
+    vt_progress_start(&pg, src->n > batch ? progress : NULL, "Eval", "img", src->n, 0);
+    while (rc == 0) {
+        const int n = vt_loader_next(L, x->data, lab, e);
+        if (n <= 0) {
+            rc = n;
+            break;
+        }
         vt_graph_forward(g);
-        score(logits->data, lab, n, c->arch.num_classes, &sl, &correct);
-        vt_progress_update(&pg, s + n);
+        score(logits->data, lab, n, c->arch.num_classes, &sl, &correct, &correct5);
+        for (int b = 0; b < n; b++) scored += lab[b] >= 0;
+        done += n;
+        vt_progress_update(&pg, done);
     }
     vt_progress_end(&pg);
+    if (rc == 0 && scored == 0) rc = vt_seterr(e, "no readable image to evaluate");
     if (rc == 0) {
-        *loss = sl / ds->n;
-        *acc = (double)correct / ds->n;
+        r->loss = sl / scored;
+        r->acc1 = (double)correct / scored;
+        r->acc5 = (double)correct5 / scored;
+        r->n = scored;
+        r->skipped = vt_loader_skipped(L);
     }
+    if (L != loader) vt_loader_free(L);
     free(idx);
     free(lab);
     vt_graph_free(g);
     return rc;
+}
+
+void vt_data_close(vt_data *d) {
+    vt_dataset_free(&d->fm_train);
+    vt_dataset_free(&d->fm_val);
+    vt_imagefolder_free(&d->f_train);
+    vt_imagefolder_free(&d->f_val);
+    memset(d, 0, sizeof *d);
+}
+
+/* Keeps the first k samples of a folder split. */
+static void folder_subset(vt_imagefolder *f, int k) {
+    for (int i = k; i < f->n; i++) free(f->paths[i]);
+    if (k < f->n) f->n = k;
+}
+
+int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
+                 int train_subset, int val_subset, vt_data *d, vt_err *e) {
+    memset(d, 0, sizeof *d);
+    const int S = c->arch.img_size, C = c->arch.in_chans, K = c->arch.num_classes;
+    if (!data || !data[0]) return vt_seterr(e, "empty --data (fashion-mnist or an image folder)");
+    d->pre = vt_model_preprocess(c);
+    if (strcmp(data, "fashion-mnist") == 0) {
+        if (C != 1 || S != 28)
+            return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
+                             C, S, S);
+        if (K != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
+        if ((train && vt_dataset_load_fmnist(NULL, 1, &d->fm_train, e)) ||
+            vt_dataset_load_fmnist(NULL, 0, &d->fm_val, e) ||
+            (train && train_subset > 0 && vt_dataset_subset(&d->fm_train, train_subset, e)) ||
+            (val_subset > 0 && vt_dataset_subset(&d->fm_val, val_subset, e))) {
+            vt_data_close(d);
+            return -1;
+        }
+        d->train = vt_source_dataset(&d->fm_train);
+        d->val = vt_source_dataset(&d->fm_val);
+    } else {
+        if (C != 1 && C != 3)
+            return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+        struct stat st;
+        if (stat(data, &st) != 0 || !S_ISDIR(st.st_mode))
+            return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
+                             "train/<class>/<image> and val/<class>/<image>)", data, data);
+        if (vt_imagefolder_open(data, &d->f_train, &d->f_val, e)) return -1;
+        if (d->f_train.nclasses != K) {
+            vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,
+                      d->f_train.nclasses, c->name, K, d->f_train.nclasses);
+            vt_data_close(d);
+            return -1;
+        }
+        d->folder = 1;
+        if (train_subset > 0) folder_subset(&d->f_train, train_subset);
+        if (val_subset > 0) folder_subset(&d->f_val, val_subset);
+        d->train = vt_source_imagefolder(&d->f_train);
+        d->val = vt_source_imagefolder(&d->f_val);
+    }
+    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip; eval, and training
+     * without augmentation: the model's pretrained eval transform (as `vitc predict`) */
+    d->crop = (vt_crop_flip){S, C, S / 7, 1, {0}, {0}};
+    for (int ch = 0; ch < 3; ch++) {
+        d->crop.mean[ch] = d->pre.mean[ch];
+        d->crop.std[ch] = d->pre.std[ch];
+    }
+    d->train_tf = augment ? vt_transform_crop_flip(&d->crop) : vt_transform_eval(&d->pre);
+    if (augment && deit && d->folder) { /* the model's normalisation; geometric ops fill with its mean colour */
+        d->deit = *deit;
+        d->deit.size = S;
+        for (int ch = 0; ch < 3; ch++) {
+            d->deit.mean[ch] = d->pre.mean[ch];
+            d->deit.std[ch] = d->pre.std[ch];
+            d->deit.fill[ch] = (unsigned char)lrintf(255.0f * d->pre.mean[ch]);
+        }
+        if (vt_tf_params_check(&d->deit, e)) {
+            vt_data_close(d);
+            return -1;
+        }
+        d->deit_on = 1;
+        d->train_tf = vt_transform_deit(&d->deit, C);
+    }
+    d->eval_tf = vt_transform_eval(&d->pre);
+    return 0;
 }
 
 void vt_train_defaults(vt_train_opts *o) {
@@ -203,7 +319,7 @@ typedef struct {
 #define EMA_PREFIX "ema/"
 
 static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P, const vt_adamw *opt,
-                           const vt_params *ema, const train_state *st, vt_err *e) {
+                           const vt_params *ema, const train_state *st, int world_size, vt_err *e) {
     const int ne = ema ? ema->n : 0;
     int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0;
     vt_st_out *out = calloc((size_t)n, sizeof *out);
@@ -249,7 +365,8 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
     char meta[256];
-    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\"}", c->name);
+    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\", \"world_size\": \"%d\"}", c->name,
+             world_size);
     int rc = vt_st_write(path, out, k, meta, e);
     free(out);
     free(names);
@@ -328,13 +445,13 @@ static int lock_run(const char *dir, vt_err *e) {
     return fd;
 }
 
-/* The model name recorded in a checkpoint's metadata, into name (empty when absent). */
-static void checkpoint_model(const char *path, char *name, size_t n) {
+/* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent). */
+static void checkpoint_meta(const char *path, const char *key, char *name, size_t n) {
     vt_st_file f;
     vt_err e = {{0}};
     name[0] = '\0';
     if (vt_st_open(path, &f, &e)) return;
-    const char *m = vt_st_meta(&f, "model");
+    const char *m = vt_st_meta(&f, key);
     if (m) snprintf(name, n, "%s", m);
     vt_st_close(&f);
 }
@@ -346,7 +463,7 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
     if (o->resume) {
-        checkpoint_model(ck, model, sizeof model);
+        checkpoint_meta(ck, "model", model, sizeof model);
         if (model[0] && strcmp(model, c->name) != 0)
             return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);
         if (strcmp(o->resume, o->run_dir) == 0 || o->overwrite) return 0;
@@ -354,7 +471,7 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     }
     if (o->overwrite) return 0;
     if (access(ck, F_OK) == 0 || access(met, F_OK) == 0) {
-        checkpoint_model(ck, model, sizeof model);
+        checkpoint_meta(ck, "model", model, sizeof model);
         return vt_seterr(e, "run folder %s already holds a run (%s%s%s); continue it with --resume %s, or replace it "
                          "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
                          model[0] ? " of " : "", model, o->run_dir);
@@ -409,20 +526,90 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng
                           rng, NULL, e);
 }
 
-/* The epoch's image order in idx: DeiT's repeated-augmentation sampler when on, else a shuffle of [0, n). */
-static int epoch_order(const vt_train_opts *o, int *idx, int n, vt_rng *rng, vt_err *e) {
-    if (o->repeated_aug > 0) return vt_ra_sample(idx, n, o->repeated_aug, 1, 0, rng, e) < 0 ? -1 : 0;
-    vt_iota(idx, n);
-    vt_shuffle(idx, n, rng);
+/* The DeiT per-image train transform a recipe asks for (RandAugment, RandomErasing or RandomResizedCrop) in *p
+ * (vt_recipe_transforms); p->size 0 when it asks for none (no recipe, or the default's crop + flip). An `aa` that is
+ * not RandAugment (the MSF's "three") is left out: the recipe's notes say so. */
+static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err *e) {
+    memset(p, 0, sizeof *p);
+    const vt_recipe *r = o->recipe;
+    if (!r || !(r->aa[0] || r->reprob > 0 || r->scale[0] < 1 || r->scale[1] < 1)) return 0;
+    vt_recipe rr = *r;
+    if (strncmp(rr.aa, "rand", 4) != 0) rr.aa[0] = '\0';
+    return vt_recipe_transforms(&rr, size, p, e);
+}
+
+/* This rank's image order of an epoch, drawn from (seed, epoch) alone (the same in every process and in a resumed
+ * run; the one place that chooses the loader's index list), started on loader L: with repeated augmentation DeiT's
+ * RASampler, which takes the rank and the rank count itself, each copy of an image keyed apart (index + n·copy) so
+ * that its copies get their own augmentation; else a permutation of [0, n) sharded as torch's DistributedSampler
+ * (vt_dist_epoch_indices). idx and keys hold n each. */
+static int epoch_start(const vt_train_opts *o, const vt_dist *dp, vt_loader *L, int64_t epoch, int *idx,
+                       uint64_t *keys, int n, vt_err *e) {
+    int k;
+    if (o->repeated_aug <= 0) {
+        k = vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
+        return k < 0 || vt_loader_start(L, idx, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+    }
+    vt_rng r;
+    vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
+    if ((k = vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e)) < 0) return -1;
+    for (int i = 0; i < k; i++)
+        keys[i] = (uint64_t)idx[i] + (uint64_t)n * (uint64_t)vt_ra_repeat(i, n, o->repeated_aug, dp->size, dp->rank);
+    return vt_loader_start_keyed(L, idx, keys, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+}
+
+/* ---- data-parallel evaluation: each rank scores a contiguous slice of the validation set ---- */
+
+typedef struct {
+    const vt_source *src;
+    int lo;
+} slice_ctx;
+
+static int slice_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    const slice_ctx *s = ctx;
+    return s->src->get(s->src->ctx, s->lo + i, chans, min_side, img, label, e);
+}
+
+static const char *slice_name(void *ctx, int i) {
+    const slice_ctx *s = ctx;
+    return s->src->name ? s->src->name(s->src->ctx, s->lo + i) : NULL;
+}
+
+/* Samples [⌊n·rank/size⌋, ⌊n·(rank+1)/size⌋) of src as a source (sc must outlive it). */
+static vt_source source_slice(const vt_source *src, const vt_dist *dp, slice_ctx *sc) {
+    const int lo = (int)((int64_t)src->n * dp->rank / dp->size), hi = (int)((int64_t)src->n * (dp->rank + 1) / dp->size);
+    *sc = (slice_ctx){src, lo};
+    vt_source v = *src;
+    v.n = hi - lo;
+    v.get = slice_get;
+    v.name = src->name ? slice_name : NULL;
+    v.ctx = sc;
+    return v;
+}
+
+/* vt_evaluate of P over the ranks: each scores its slice `part` (with loader LV), the sums are reduced; rank 0's
+ * parameters and buffers (e.g. BatchNorm running statistics) are broadcast first so that every slice sees one model. */
+static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *part, const vt_transform *tf,
+                          vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, vt_err *e) {
+    if (dp->size == 1) return vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, e);
+    if (vt_dist_broadcast(dp, P, NULL, NULL, 0, e)) return -1;
+    vt_eval_result m = {0};
+    const int rc = part->n > 0 ? vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, e) : 0;
+    double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
+    if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
+    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4]};
     return 0;
 }
 
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
-static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *te, int64_t epoch, vt_err *e) {
+static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *part, const vt_transform *tf,
+                    vt_loader *LV, vt_dist *dp, int64_t epoch, vt_err *e) {
     if (!ema->P) return 0;
-    double tl = 0, ta = 0;
-    if (vt_evaluate(c, ema->P, te, 250, &tl, &ta, NULL, e)) return -1;
-    printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%\n", (long long)epoch, tl, 100 * ta);
+    vt_eval_result ev;
+    if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, e)) return -1;
+    if (dp->rank == 0)
+        printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
+               100 * ev.acc1, 100 * ev.acc5);
     return 0;
 }
 
@@ -430,166 +617,221 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_dataset *
 
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
-    if (strcmp(o->data, "fashion-mnist") != 0)
-        return vt_seterr(e, "unknown dataset '%s' (supported: fashion-mnist)", o->data);
-    if (c->arch.in_chans != 1 || c->arch.img_size != 28)
-        return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
-                         c->arch.in_chans, c->arch.img_size, c->arch.img_size);
-    if (c->arch.num_classes != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
-    if (make_dirs(o->run_dir, e)) return -1;
-    const int lock = lock_run(o->run_dir, e);
-    if (lock < 0) return -1;
-    char cmd_path[4096];
-    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
-    if (check_run_dir(c, o, e) || (o->command_line && vt_write_text(cmd_path, o->command_line, e))) {
-        close(lock);
-        return -1;
-    }
-    vt_dataset tr = {0}, te = {0};
+    vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
+    const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
+    FILE *out = lead ? stdout : NULL;
+    vt_data d;
     vt_params *P = NULL;
     vt_adamw opt = {0};
     vt_ema ema = {0};
     vt_mixup mix;
     train_graph t = {0};
-    int *idx = NULL, *lab = NULL, rc = 0;
-    if (recipe_check(c, o, &mix, e) || recipe_record(o, e) || vt_dataset_load_fmnist(NULL, 1, &tr, e) ||
-        vt_dataset_load_fmnist(NULL, 0, &te, e) ||
-        (o->train_subset > 0 && vt_dataset_subset(&tr, o->train_subset, e)) ||
-        (o->test_subset > 0 && vt_dataset_subset(&te, o->test_subset, e)) || !(P = vt_params_new(e)) ||
-        vt_model_init_params(c, P, o->seed, e) ||
-        (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, stdout, e)) ||
-        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
-        vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
-        (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e))) {
+    vt_dist_grads *gb = NULL;
+    vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
+    slice_ctx vsc;
+    vt_source vpart = {0}; /* this rank's slice of the validation set */
+    vt_tf_params deit;
+    uint64_t *keys = NULL; /* the loader's draw keys under repeated augmentation */
+    int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
+    if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
+                                o->test_subset, &d, e))
         rc = -1;
-        goto done;
-    }
-    if (o->init_from) printf("Fine-tuning from %s\n", o->init_from);
-    /* spe counts micro-batches of B; each optimiser step takes A of them (the schedule counts optimiser steps) */
-    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(tr.n, 1) : tr.n; /* images an epoch visits */
-    const int B = o->batch, A = o->accum_steps, spe = nsamp / (B * A) * A;
-    if (spe == 0) {
-        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s", B, A,
-                       nsamp, o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
-        goto done;
-    }
-    idx = malloc(sizeof(int) * (size_t)tr.n);
-    lab = malloc(sizeof(int) * (size_t)B);
-    if (!idx || !lab) {
+    char cmd_path[4096], cls_path[4096];
+    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
+    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
+    if (rc == 0 && lead &&
+        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || check_run_dir(c, o, e) ||
+         (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
+         (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
+        rc = -1;
+    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
+    if (rc == 0) vpart = source_slice(&d.val, dp, &vsc);
+    if (rc == 0 &&
+        (recipe_check(c, o, &mix, e) || !(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
+         (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) ||
+         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
+         vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+         (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) || !(gb = vt_dist_grads_new(dp, t.g, e)) ||
+         !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
+         (vpart.n > 0 && !(LV = vt_loader_new(&vpart, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
+        rc = -1;
+    if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
+    /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
+     * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
+     * steps) */
+    const int N = d.train.n;
+    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
+    const int B = o->batch, A = o->accum_steps > 0 ? o->accum_steps : 1, spe = nsamp / (B * A) * A;
+    if (rc == 0 && spe == 0)
+        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s%s", B,
+                       A, nsamp, dp->size > 1 ? " per rank" : "",
+                       o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
+    if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
+                    !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
-        goto done;
-    }
     train_state st = {0, 0, {{0}}};
-    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL);
+    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     char ckpt[4096], wpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
-    if (o->resume) {
-        char rpath[4096];
+    if (rc == 0 && lead && o->resume) {
+        char rpath[4096], world[32];
         snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
-        if (load_checkpoint(rpath, P, &opt, ema.P, &st, e)) {
+        checkpoint_meta(rpath, "world_size", world, sizeof world);
+        const int w = world[0] ? atoi(world) : 1; /* checkpoints from before data parallelism: one process */
+        if (w != dp->size)
+            rc = vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same "
+                           "count (%s)", rpath, w, w == 1 ? "" : "s", dp->size,
+                           w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
+        else if (load_checkpoint(rpath, P, &opt, ema.P, &st, e))
             rc = -1;
-            goto done;
-        }
-        printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
+        else
+            printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
-    if (vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) {
-        rc = -1;
+    if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
+    int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
+    memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
+    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
+        (ema.P && (rc = vt_dist_broadcast(dp, ema.P, NULL, NULL, 0, e))))
         goto done;
+    st.step = pos[0];
+    st.epoch = pos[1];
+    memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
+    if (d.folder && lead) {
+        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads%s\n",
+               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, dp->size > 1 ? " per rank" : "");
+        char tf[512];
+        if (d.deit_on) vt_tf_params_format(&d.deit, tf, sizeof tf);
+        printf("Train transform: %s%s\n", d.deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
+               d.deit_on ? tf : "");
     }
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
                             (int64_t)o->epochs * (spe / A), 0};
-    vt_augment aug = vt_augment_fmnist(o->augment);
-    aug.mean = c->pre.mean[0];
-    aug.std = c->pre.std[0];
     const double t0 = now_s();
+    const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
+    double train_s = 0.0;
+    int64_t steps_run = 0;
     for (; st.epoch < o->epochs; st.epoch++) {
-        if ((rc = epoch_order(o, idx, tr.n, &st.rng, e))) goto done;
+        if ((rc = epoch_start(o, dp, L, st.epoch, idx, keys, N, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
         int last_i = 0; /* steps of this epoch done at the last progress line */
         vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
-        vt_progress_start(&pg, stdout, "Train", "img", spe, o->log_every);
+        vt_progress_start(&pg, out, "Train", "img", spe, o->log_every);
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             const int j = i % A; /* micro-batch j of the optimiser step */
-            if ((rc = vt_augment_batch(&tr, idx + (size_t)i * B, B, &aug, &st.rng, t.x->data, lab, e))) goto done;
+            if (vt_loader_next(L, t.x->data, lab, e) != B) {
+                rc = vt_seterr(e, "the loader ended the epoch early");
+                goto done;
+            }
             for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
-            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done;
-            if (o->fault_nan_step == st.step) t.x->data[0] = NAN;
-            /* drop-path masks of this micro-batch */
-            t.g->seed = (o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j);
+            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done; /* Mixup/CutMix after the loader */
+            if (o->fault_nan_step == st.step && dp->rank == dp->size - 1) t.x->data[0] = NAN; /* the last rank only */
+            /* drop-path masks of this micro-batch (and rank: ranks hold different samples) */
+            t.g->seed = ((o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j)) +
+                        (uint64_t)dp->rank * 0xd1b54a32d192ed03ULL;
             vt_graph_forward(t.g);
-            float loss = t.loss->data[0];
+            int64_t c0 = 0;
+            double l0 = 0.0, red[2] = {t.loss->data[0], 0.0};
+            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0, NULL);
+            red[1] = (double)c0;
+            if ((rc = vt_dist_sum(dp, red, 2, e))) goto done; /* every rank sees the same loss (and NaN) */
+            const double loss = red[0] / dp->size;
             if (!isfinite(loss)) {
                 rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
                                "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
                                o->resume || st.epoch > 0 ? ckpt : "(none yet)");
+                vt_dist_agree(dp, rc, e);
                 goto done;
             }
-            accum_backward(&t, P, j, A);
-            if (j == A - 1) { /* the optimiser step */
+            if ((rc = accum_backward(&t, P, j, A, gb, e))) goto done;
+            if (j == A - 1) { /* the optimiser step (one place) */
                 if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
                 vt_adamw_step(&opt, (float)lr);
                 if (ema.P) vt_ema_update(&ema, P);
                 st.step++;
+                steps_run++;
             }
-            int64_t c0 = 0;
-            double l0 = 0.0;
-            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0);
-            correct += c0;
+            correct += (int64_t)red[1];
             lsum += loss;
             if (vt_progress_due(&pg, i + 1)) {
                 double tn = now_s(), dt = (tn - tbatch) / (i + 1 - last_i);
                 char line[256];
                 snprintf(line, sizeof line, "Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  "
                          "LR: %.3e", (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt,
-                         B / dt, lr);
+                         (double)B * dp->size / dt, lr);
                 vt_progress_show(&pg, i + 1, line);
                 tbatch = tn;
                 last_i = i + 1;
             }
         }
         vt_progress_end(&pg);
-        double ep_s = now_s() - tep, tl = 0, ta = 0;
-        if ((rc = vt_evaluate(c, P, &te, 250, &tl, &ta, pg.tty ? stdout : NULL, e))) goto done;
-        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
-               (long long)st.epoch, tl, 100 * ta, lsum / spe, 100.0 * correct / ((double)spe * B), spe * B / ep_s);
-        if ((rc = ema_eval(c, &ema, &te, st.epoch, e))) goto done;
-        fflush(stdout);
-        vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / ((double)spe * B), tl, ta,
-                              vt_sched_lr(&sched, st.step), spe * B / ep_s, now_s() - t0};
-        train_state next = st;
-        next.epoch++;
-        if ((rc = vt_metrics_append(o->run_dir, &row, e)) ||
-            (rc = save_checkpoint(ckpt, c, P, &opt, ema.P, &next, e)) || (rc = vt_params_save(P, wpath, e)))
-            goto done;
-        if (ema.P) { /* weights_ema.safetensors beside weights.safetensors */
-            char epath[4096];
-            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
-            if ((rc = vt_params_save(ema.P, epath, e))) goto done;
+        double skipped = (double)vt_loader_skipped(L);
+        if ((rc = vt_dist_sum(dp, &skipped, 1, e))) goto done;
+        if (skipped > 0 && lead)
+            printf("Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
+                   skipped, skipped == 1 ? "" : "s");
+        const double ep_s = now_s() - tep;
+        train_s += ep_s;
+        vt_eval_result ev;
+        if ((rc = evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, e))) goto done;
+        if (lead) {
+            printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
+                   "img/s)\n", (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
+                   100.0 * correct / (double)epoch_imgs, epoch_imgs / ep_s);
+            if (ev.skipped > 0)
+                printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped,
+                       ev.skipped == 1 ? "" : "s");
         }
-        vt_err pe = {{0}};
-        if (vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+        if ((rc = ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, e))) goto done;
+        if (lead) {
+            fflush(stdout);
+            vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / (double)epoch_imgs,
+                                  ev.loss, ev.acc1, vt_sched_lr(&sched, st.step), epoch_imgs / ep_s, now_s() - t0,
+                                  ev.acc5};
+            train_state next = st;
+            next.epoch++;
+            char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
+            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
+            if (vt_metrics_append(o->run_dir, &row, e) ||
+                save_checkpoint(ckpt, c, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
+                (ema.P && vt_params_save(ema.P, epath, e)))
+                rc = -1;
+            vt_err pe = {{0}};
+            if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+        }
+        if ((rc = vt_dist_agree(dp, rc, e))) goto done; /* rank 0's writes failed: every rank stops */
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
-           o->run_dir, ru.ru_maxrss / 1024.0);
+    if (lead) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
+               o->run_dir, ru.ru_maxrss / 1024.0);
+        if (dp->size > 1 && steps_run > 0)
+            printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
+                   "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, B, 1e3 * dp->comm_s / (double)steps_run,
+                   dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
+                   1e3 * train_s / (double)steps_run, 100.0 * dp->comm_s / train_s);
+    }
 done:
+    vt_loader_free(L);
+    vt_loader_free(LV);
     free(idx);
+    free(keys);
     free(lab);
+    vt_dist_grads_free(gb);
     vt_graph_free(t.g);
     vt_adamw_free(&opt);
     vt_ema_free(&ema);
     vt_params_free(P);
-    vt_dataset_free(&tr);
-    vt_dataset_free(&te);
-    close(lock); /* releases the run folder */
+    vt_data_close(&d);
+    if (lock >= 0) close(lock); /* releases the run folder */
     return rc;
 }

@@ -316,7 +316,8 @@ def check_train(rep, d):
     if ok and ok2:
         a, b = read_weights(r16), read_weights(r8)
         # The gradients agree to 1e-5 (the `recipe` unit suite); AdamW's first steps move each weight by about
-        # lr·sign(g), so rounding differences in tiny gradients show in the weights: 1e-4 here, and the key bias
+        # lr·sign(g), so rounding differences in tiny gradients show in the weights: up to 1.4e-4 here (the keyed
+        # loader's epoch order; 0.7e-4 with the order before it), hence 2e-4, and the key bias
         # (qkv.bias rows [C, 2C)), whose gradient is exactly zero (softmax ignores a constant per query), is left out.
         def rel(k):
             x, y = a[k].astype(np.float64), b[k].astype(np.float64)
@@ -325,7 +326,7 @@ def check_train(rep, d):
                 x, y = np.concatenate([x[:C], x[2 * C:]]), np.concatenate([y[:C], y[2 * C:]])
             return np.abs(x - y).max() / max(np.abs(x).max(), 1e-8)
         worst = max(rel(k) for k in a)
-        rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key bias)", worst <= 1e-4,
+        rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key bias)", worst <= 2e-4,
                   f"worst relative difference {worst:.1e}")
         la, lb = (float((r / "metrics.csv").read_text().splitlines()[1].split(",")[2]) for r in (r16, r8))
         rep.check("accum-steps 2 x batch 8 = batch 16: epoch train loss", abs(la - lb) <= 1e-5 * abs(la), f"{la} vs {lb}")

@@ -1,0 +1,46 @@
+/* Image-folder datasets with torchvision ImageFolder semantics: DIR/train/<class>/... and DIR/val/<class>/...;
+ * classes are the sorted names of train's subfolders (index = position), files are found recursively in each class
+ * folder and sorted (os.walk order), extensions are torchvision's IMG_EXTENSIONS that vitc decodes (.jpg .jpeg .png
+ * .ppm .bmp .pgm), case-insensitive. */
+#ifndef VITC_IMAGEFOLDER_H
+#define VITC_IMAGEFOLDER_H
+
+#include "vitc/error.h"
+#include "vitc/loader.h"
+
+/* One split of an image folder: n image paths and their labels, and the class names. */
+typedef struct vt_imagefolder {
+    int nclasses;
+    char **classes; /* nclasses names (the train split's) */
+    int n;
+    char **paths;   /* n file paths */
+    int *labels;    /* n labels < nclasses */
+} vt_imagefolder;
+
+/* 1 when name ends with an image extension vitc reads (case-insensitive). */
+int vt_is_image_file(const char *name);
+
+/* Scans dir/train and dir/val into train and val (val uses train's class indices). Errors name the folder: a missing
+ * train/ or val/, no class folder, a class folder without images, a val class that train lacks. */
+int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e);
+
+/* Scans one split folder (e.g. dir/val) with the classes of `classes` (NULL: its own sorted subfolders). */
+int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt_imagefolder *out, vt_err *e);
+
+/* Writes the class index map as JSON {"0": "name0", "1": ...} to path atomically. */
+int vt_imagefolder_write_classes(const vt_imagefolder *f, const char *path, vt_err *e);
+
+/* Reads a class index map written by vt_imagefolder_write_classes into names (n malloc'd strings; free with
+ * vt_classes_free); the indices must be 0..n-1. */
+int vt_classes_read(const char *path, char ***names, int *n, vt_err *e);
+
+/* Frees names from vt_classes_read. */
+void vt_classes_free(char **names, int n);
+
+/* A source reading and decoding f's files on demand (f must outlive it); errors name the file. */
+vt_source vt_source_imagefolder(const vt_imagefolder *f);
+
+/* Frees f's arrays and zeroes it (a zeroed f is fine). */
+void vt_imagefolder_free(vt_imagefolder *f);
+
+#endif

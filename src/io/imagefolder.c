@@ -1,0 +1,344 @@
+/* Image folders (torchvision ImageFolder semantics, see include/vitc/imagefolder.h) and their sample source. */
+#include "vitc/imagefolder.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "vitc/fileio.h"
+#include "vitc/image.h"
+
+/* torchvision's IMG_EXTENSIONS less .tif, .tiff and .webp, which vitc's decoders do not read. */
+static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm"};
+#define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm"
+#define MAX_DEPTH 32 /* symlinked folders are followed (as torchvision's os.walk(followlinks=True)); loops end here */
+
+int vt_is_image_file(const char *name) {
+    const size_t n = strlen(name);
+    for (size_t k = 0; k < sizeof exts / sizeof *exts; k++) {
+        const size_t m = strlen(exts[k]);
+        if (n < m) continue;
+        size_t j = 0;
+        while (j < m && tolower((unsigned char)name[n - m + j]) == exts[k][j]) j++;
+        if (j == m) return 1;
+    }
+    return 0;
+}
+
+/* A growable list of strings. */
+typedef struct {
+    char **s;
+    int n, cap;
+} strlist;
+
+static int push(strlist *l, char *s, vt_err *e) {
+    if (!s) return vt_seterr(e, "out of memory scanning an image folder");
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        char **p = realloc(l->s, sizeof(char *) * (size_t)cap);
+        if (!p) {
+            free(s);
+            return vt_seterr(e, "out of memory scanning an image folder");
+        }
+        l->s = p;
+        l->cap = cap;
+    }
+    l->s[l->n++] = s;
+    return 0;
+}
+
+static void strlist_free(strlist *l) {
+    for (int i = 0; i < l->n; i++) free(l->s[i]);
+    free(l->s);
+    *l = (strlist){NULL, 0, 0};
+}
+
+static char *join(const char *a, const char *b) {
+    const size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted. */
+static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
+    DIR *d = opendir(dir);
+    if (!d) return vt_seterr(e, "cannot open folder %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        char *full = join(dir, de->d_name);
+        if (!full) {
+            rc = vt_seterr(e, "out of memory scanning an image folder");
+            break;
+        }
+        if (is_dir(full)) {
+            if (dirs) rc = push(dirs, strdup(de->d_name), e);
+        } else if (files && vt_is_image_file(de->d_name)) {
+            rc = push(files, strdup(de->d_name), e);
+        }
+        free(full);
+    }
+    closedir(d);
+    if (dirs && dirs->n > 1) qsort(dirs->s, (size_t)dirs->n, sizeof(char *), cmp_str);
+    if (files && files->n > 1) qsort(files->s, (size_t)files->n, sizeof(char *), cmp_str);
+    return rc;
+}
+
+/* A file found under a class folder: os.walk's root and the file name, ordered as sorted(os.walk()) then sorted(files). */
+typedef struct {
+    char *root, *name;
+} found;
+
+static int cmp_found(const void *a, const void *b) {
+    const found *x = a, *y = b;
+    const int c = strcmp(x->root, y->root);
+    return c ? c : strcmp(x->name, y->name);
+}
+
+/* Appends the image paths under dir (recursively) to out. */
+static int walk(const char *dir, int depth, found **out, int *n, int *cap, vt_err *e) {
+    if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep (a symlink loop?)", dir,
+                                            MAX_DEPTH);
+    strlist dirs = {0}, files = {0};
+    int rc = list_dir(dir, &dirs, &files, e);
+    for (int i = 0; rc == 0 && i < files.n; i++) {
+        if (*n == *cap) {
+            int c = *cap ? 2 * *cap : 256;
+            found *p = realloc(*out, sizeof(found) * (size_t)c);
+            if (!p) {
+                rc = vt_seterr(e, "out of memory scanning an image folder");
+                break;
+            }
+            *out = p;
+            *cap = c;
+        }
+        char *root = strdup(dir);
+        if (!root) {
+            rc = vt_seterr(e, "out of memory scanning an image folder");
+            break;
+        }
+        (*out)[(*n)++] = (found){root, files.s[i]};
+        files.s[i] = NULL;
+    }
+    for (int i = 0; rc == 0 && i < dirs.n; i++) {
+        char *sub = join(dir, dirs.s[i]);
+        rc = sub ? walk(sub, depth + 1, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
+        free(sub);
+    }
+    strlist_free(&dirs);
+    strlist_free(&files);
+    return rc;
+}
+
+void vt_imagefolder_free(vt_imagefolder *f) {
+    for (int i = 0; i < f->nclasses && f->classes; i++) free(f->classes[i]);
+    for (int i = 0; i < f->n && f->paths; i++) free(f->paths[i]);
+    free(f->classes);
+    free(f->paths);
+    free(f->labels);
+    memset(f, 0, sizeof *f);
+}
+
+int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt_imagefolder *out, vt_err *e) {
+    memset(out, 0, sizeof *out);
+    if (!is_dir(split_dir)) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
+    strlist cls = {0};
+    found *fs = NULL;
+    int nf = 0, cap = 0;
+    int rc = list_dir(split_dir, &cls, NULL, e);
+    if (rc == 0 && cls.n == 0)
+        rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
+    int *label_of = rc == 0 ? calloc((size_t)cls.n, sizeof(int)) : NULL;
+    if (rc == 0 && !label_of) rc = vt_seterr(e, "out of memory");
+    for (int c = 0; rc == 0 && c < cls.n; c++) {
+        label_of[c] = c;
+        if (classes) {
+            label_of[c] = -1;
+            for (int k = 0; k < classes->nclasses; k++)
+                if (strcmp(classes->classes[k], cls.s[c]) == 0) label_of[c] = k;
+            if (label_of[c] < 0) {
+                rc = vt_seterr(e, "image folder: class folder %s/%s has no counterpart in the training classes "
+                               "(%d classes from the train folder)", split_dir, cls.s[c], classes->nclasses);
+                break;
+            }
+        }
+        char *cdir = join(split_dir, cls.s[c]);
+        const int before = nf;
+        rc = cdir ? walk(cdir, 0, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
+        if (rc == 0 && nf == before)
+            rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
+        if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
+        free(cdir);
+        for (int i = before; rc == 0 && i < nf; i++) { /* root becomes the full path */
+            char *p = join(fs[i].root, fs[i].name);
+            if (!p) {
+                rc = vt_seterr(e, "out of memory");
+                break;
+            }
+            free(fs[i].root);
+            free(fs[i].name);
+            fs[i].root = p;
+            fs[i].name = NULL;
+        }
+        if (rc == 0) {
+            int *l = realloc(out->labels, sizeof(int) * (size_t)(nf > 0 ? nf : 1));
+            if (!l) rc = vt_seterr(e, "out of memory");
+            else out->labels = l;
+            for (int i = before; rc == 0 && i < nf; i++) out->labels[i] = label_of[c];
+        }
+    }
+    if (rc == 0) {
+        out->n = nf;
+        out->paths = malloc(sizeof(char *) * (size_t)nf);
+        const int K = classes ? classes->nclasses : cls.n;
+        out->classes = calloc((size_t)K, sizeof(char *));
+        if (!out->paths || !out->classes) rc = vt_seterr(e, "out of memory");
+        for (int i = 0; rc == 0 && i < nf; i++) {
+            out->paths[i] = fs[i].root;
+            fs[i].root = NULL;
+        }
+        out->nclasses = K;
+        for (int k = 0; rc == 0 && k < K; k++)
+            if (!(out->classes[k] = strdup(classes ? classes->classes[k] : cls.s[k]))) rc = vt_seterr(e, "out of memory");
+    }
+    for (int i = 0; i < nf; i++) {
+        free(fs[i].root);
+        free(fs[i].name);
+    }
+    free(fs);
+    free(label_of);
+    strlist_free(&cls);
+    if (rc) {
+        if (!out->paths) out->n = 0;
+        vt_imagefolder_free(out);
+    }
+    return rc;
+}
+
+int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e) {
+    memset(train, 0, sizeof *train);
+    memset(val, 0, sizeof *val);
+    if (!is_dir(dir)) return vt_seterr(e, "image folder %s does not exist or is not a folder", dir);
+    char *t = join(dir, "train"), *v = join(dir, "val");
+    int rc = 0;
+    if (!t || !v)
+        rc = vt_seterr(e, "out of memory");
+    else if (!is_dir(t))
+        rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...)",
+                       dir, dir, dir);
+    else if (!is_dir(v))
+        rc = vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", dir, dir);
+    else if (vt_imagefolder_scan(t, NULL, train, e) || vt_imagefolder_scan(v, train, val, e))
+        rc = -1;
+    free(t);
+    free(v);
+    if (rc) {
+        vt_imagefolder_free(train);
+        vt_imagefolder_free(val);
+    }
+    return rc;
+}
+
+int vt_imagefolder_write_classes(const vt_imagefolder *f, const char *path, vt_err *e) {
+    cJSON *o = cJSON_CreateObject();
+    int rc = o ? 0 : vt_seterr(e, "out of memory");
+    for (int k = 0; rc == 0 && k < f->nclasses; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", k);
+        if (!cJSON_AddStringToObject(o, key, f->classes[k])) rc = vt_seterr(e, "out of memory");
+    }
+    char *text = rc == 0 ? cJSON_Print(o) : NULL;
+    if (rc == 0 && !text) rc = vt_seterr(e, "out of memory");
+    if (rc == 0) {
+        size_t n = strlen(text);
+        char *withnl = malloc(n + 2);
+        if (!withnl) {
+            rc = vt_seterr(e, "out of memory");
+        } else {
+            memcpy(withnl, text, n);
+            memcpy(withnl + n, "\n", 2);
+            rc = vt_write_text(path, withnl, e);
+            free(withnl);
+        }
+    }
+    free(text);
+    cJSON_Delete(o);
+    return rc;
+}
+
+void vt_classes_free(char **names, int n) {
+    for (int i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+}
+
+int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    if (vt_read_file(path, (size_t)64 << 20, &buf, &len, e)) return -1;
+    cJSON *o = cJSON_ParseWithLength((const char *)buf, len);
+    free(buf);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return vt_seterr(e, "%s: not a class index map (a JSON object {\"0\": \"name\", ...})", path);
+    }
+    const int K = cJSON_GetArraySize(o);
+    char **nm = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
+    int rc = K > 0 && nm ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    for (int k = 0; rc == 0 && k < K; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", k);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!cJSON_IsString(v))
+            rc = vt_seterr(e, "%s: class %d is missing or not a string (keys must be 0..%d)", path, k, K - 1);
+        else if (!(nm[k] = strdup(v->valuestring)))
+            rc = vt_seterr(e, "out of memory");
+    }
+    cJSON_Delete(o);
+    if (rc) {
+        vt_classes_free(nm, K);
+        return -1;
+    }
+    *names = nm;
+    *n = K;
+    return 0;
+}
+
+static int folder_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    const vt_imagefolder *f = ctx;
+    if (i < 0 || i >= f->n) return vt_seterr(e, "sample %d out of range [0, %d)", i, f->n);
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    vt_err de = {{0}};
+    if (vt_read_file(f->paths[i], VT_IMAGE_MAX_BYTES, &buf, &n, &de) ||
+        vt_image_decode(buf, n, chans, min_side, img, &de)) {
+        free(buf);
+        return vt_seterr(e, "%s: %s", f->paths[i], de.msg);
+    }
+    free(buf);
+    *label = f->labels[i];
+    return 0;
+}
+
+static const char *folder_name(void *ctx, int i) {
+    const vt_imagefolder *f = ctx;
+    return i >= 0 && i < f->n ? f->paths[i] : NULL;
+}
+
+vt_source vt_source_imagefolder(const vt_imagefolder *f) {
+    vt_source s = {f->n, f->nclasses, folder_get, folder_name, (void *)f};
+    return s;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Image-folder training (issue 11): a small ImageFolder of Fashion-MNIST (2,000 train / 500 val, PNG and JPEG) made
+# by tools/make_imagefolder.py; checks that decoded PNG pixels equal the IDX pixels, that training on the PNG folder
+# gives the same losses and bit-identical weights as training on IDX files holding the same images in torchvision
+# ImageFolder's order (tests/cli/folder_ref.py), that JPEG training lowers the loss, that corrupt and truncated files
+# are skipped with one warning each and counted, that 1 and 3 loader threads give the same run, classes.json, eval
+# with top-5, a 3-channel model on grayscale PNGs, the pipeline benchmark, and the folder errors.
+. "$(dirname "$0")/lib.sh"
+V=./vitc
+PY=/usr/bin/python3
+F=build/test-folder
+if [ ! -e "$F/.done" ]; then
+    rm -rf "$F"
+    $PY tools/make_imagefolder.py fmnist "$F" --train 2000 --val 500 >"$T/mk.log" 2>&1 && touch "$F/.done"
+fi
+check "make_imagefolder.py writes the folders" "[ -e '$F/.done' ]" "$(tail -3 "$T/mk.log" 2>/dev/null)"
+$PY tests/cli/folder_ref.py idx "$F/png" "${VITC_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}" "$T/idx" \
+    >"$T/idx.log" 2>&1
+check "torchvision ImageFolder order written as IDX" "[ -s '$T/idx/train-images-idx3-ubyte.gz' ]" "$(tail -3 "$T/idx.log")"
+
+ONE=$(find "$F/png/val" -name '*.png' | sort | head -n 1)
+
+# decoded PNG pixels = IDX pixels: vitc predict --output holds the preprocessed inputs (crop_pct 1: x/255 normalised)
+$V init vit_fmnist_tiny -o "$T/w.safetensors" >/dev/null 2>&1
+mkdir -p "$T/pix"
+find "$F/png/val" -type f \( -iname '*.png' \) | sort | head -n 200 >"$T/pix/images.txt"
+$V predict vit_fmnist_tiny -w "$T/w.safetensors" --output "$T/pix/x.safetensors" $(cat "$T/pix/images.txt") \
+    >/dev/null 2>"$T/pix.log"
+$PY tests/cli/folder_ref.py pixels "$T/pix/x.safetensors" "${VITC_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}" \
+    0.2860 0.3530 200 >"$T/pixcheck.log" 2>&1
+cat "$T/pixcheck.log" | grep -E '^(PASS|FAIL)' || bad "pixel check ran" "$(tail -3 "$T/pixcheck.log" "$T/pix.log")"
+
+COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
+$V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1
+check "training on the PNG folder runs" "[ $? -eq 0 ] && [ -s '$T/png/metrics.csv' ]" "$(tail -3 "$T/png.log")"
+VITC_FMNIST_DIR="$T/idx" $V train $COMMON --data fashion-mnist --workers 1 --out "$T/idx-run" >"$T/idxrun.log" 2>&1
+check "training on the same images as IDX runs" "[ -s '$T/idx-run/metrics.csv' ]" "$(tail -3 "$T/idxrun.log")"
+check "PNG folder and IDX give the same losses and accuracies" \
+    "diff <(cut -d, -f1-6,10 '$T/png/metrics.csv') <(cut -d, -f1-6,10 '$T/idx-run/metrics.csv') >/dev/null" \
+    "$(cat "$T/png/metrics.csv" "$T/idx-run/metrics.csv")"
+check "PNG folder and IDX give bit-identical weights (3 vs 1 loader threads)" \
+    "cmp -s '$T/png/weights.safetensors' '$T/idx-run/weights.safetensors'"
+check "classes.json maps index to class folder" \
+    "$PY -c 'import json,sys; d=json.load(open(\"$T/png/classes.json\")); sys.exit(not (len(d)==10 and d[\"0\"]==\"0_tshirt\" and d[\"9\"]==\"9_boot\"))'"
+check "the epoch prints top-5" "grep -q 'Acc@5: ' '$T/png.log'"
+check "metrics.csv has test_acc5" "head -1 '$T/png/metrics.csv' | grep -q ',test_acc5$'"
+
+$V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$F/png" >"$T/ev.log" 2>&1
+check "eval on the folder's val split prints top-1 and top-5" \
+    "grep -Eq 'on validation .*\(500 images\): loss [0-9.]+, top-1 accuracy [0-9.]+%, top-5 accuracy [0-9.]+%' '$T/ev.log'" \
+    "$(cat "$T/ev.log")"
+a1=$(sed -n 2p "$T/png/metrics.csv" | cut -d, -f6)
+check "eval agrees with the run's last evaluation" \
+    "grep -q \"top-1 accuracy $($PY -c "print('%.2f' % (100 * $a1))")%\" '$T/ev.log'" "$a1 vs $(cat "$T/ev.log")"
+
+$V predict vit_fmnist_tiny -w "$T/png/weights.safetensors" --classes "$T/png/classes.json" --topk 10 --json "$ONE" \
+    >"$T/pred.log" 2>&1
+check "predict --classes names the folder's classes" \
+    "grep -q '\"name\": \"9_boot\"' '$T/pred.log' && grep -q '\"name\": \"0_tshirt\"' '$T/pred.log'" "$(cat "$T/pred.log")"
+$PY -c 'import json, sys; json.dump({str(k): "c%d" % k for k in range(10)}, open(sys.argv[1], "w"))' "$T/other.json"
+$V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$F/png" --classes "$T/other.json" >"$T/ev2.log" 2>&1
+rc=$?
+check "eval --classes refuses a folder with other classes" \
+    "[ $rc -eq 1 ] && grep -q \"class 0 is 'c0' in $T/other.json but '0_tshirt'\" '$T/ev2.log'" "rc $rc: $(cat "$T/ev2.log")"
+
+# JPEG: runs and lowers the loss (two epochs on a subset)
+$V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --data "$F/jpg" \
+    --out "$T/jpg" >"$T/jpg.log" 2>&1
+l1=$(sed -n 2p "$T/jpg/metrics.csv" 2>/dev/null | cut -d, -f3)
+l2=$(sed -n 3p "$T/jpg/metrics.csv" 2>/dev/null | cut -d, -f3)
+check "JPEG training lowers the loss (${l1:-?} -> ${l2:-?})" "[ -n '$l2' ] && awk 'BEGIN{exit !($l2 < $l1)}'" \
+    "$(tail -3 "$T/jpg.log")"
+
+# a 3-channel model reads grayscale PNGs as PIL "RGB"
+$V train vit_fmnist_tiny --in-chans 3 --batch-size 64 --train-subset 256 --test-subset 64 --epochs 1 \
+    --data "$F/png" --out "$T/rgb" >"$T/rgb.log" 2>&1
+check "a 3-channel model trains on grayscale PNGs" "[ $? -eq 0 ] && grep -q '^Done' '$T/rgb.log'" "$(tail -3 "$T/rgb.log")"
+
+# corrupt and truncated files: skipped, one warning each (over two epochs), counted at each epoch end
+mkdir -p "$T/bad"
+cp -r "$F/png/train" "$F/png/val" "$T/bad/"
+b1=$(find "$T/bad/train/0_tshirt" -name '*.png' | sort | sed -n 3p)   # in the first 640 (classes 0 and 1 and more)
+b2=$(find "$T/bad/train/1_trouser" -name '*.png' | sort | sed -n 5p)
+b3=$(find "$T/bad/val/2_pullover" -name '*.png' | sort | sed -n 2p)
+head -c 100 "$b1" >"$T/trunc" && mv "$T/trunc" "$b1"
+echo "this is not a PNG" >"$b2"
+head -c 60 "$b3" >"$T/trunc" && mv "$T/trunc" "$b3"
+$V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --train-subset 640 \
+    --data "$T/bad" --out "$T/badrun" >"$T/bad.log" 2>&1
+check "training with corrupt files finishes" "[ $? -eq 0 ]" "$(tail -3 "$T/bad.log")"
+for f in "$b1" "$b2" "$b3"; do
+    check "one warning naming $(basename "$(dirname "$f")")/$(basename "$f")" \
+        "[ \$(grep -c 'warning: skipping unreadable image.*$f' '$T/bad.log') -eq 1 ]" "$(grep -F "$f" "$T/bad.log")"
+done
+check "skipped files counted at each epoch end" \
+    "[ \$(grep -c '^Skipped 2 unreadable training images this epoch' '$T/bad.log') -eq 2 ] && grep -q '^Skipped 1 unreadable validation image$' '$T/bad.log'" \
+    "$(grep -i skipped "$T/bad.log")"
+
+mkdir -p "$T/allbad/train/a" "$T/allbad/val/a"
+for i in 1 2 3; do echo junk >"$T/allbad/train/a/$i.png"; done
+echo junk >"$T/allbad/val/a/1.png"
+$V train vit_fmnist_tiny --num-classes 1 --batch-size 2 --epochs 1 --data "$T/allbad" --out "$T/allbadrun" \
+    >"$T/allbad.log" 2>&1
+rc=$?
+check "every file corrupt: a clear error" "[ $rc -eq 1 ] && grep -q 'none of the 3 images of the dataset could be read' '$T/allbad.log'" \
+    "rc $rc: $(tail -3 "$T/allbad.log")"
+
+# folder errors, each naming the folder
+err() { # name, expected message part, folder, extra options...
+    local name=$1 want=$2 dir=$3
+    shift 3
+    $V train vit_fmnist_tiny --epochs 1 --data "$dir" --out "$T/errrun" "$@" >"$T/err.log" 2>&1
+    local rc=$?
+    check "$name" "[ $rc -eq 1 ] && grep -qF -- '$want' '$T/err.log'" "rc $rc: $(cat "$T/err.log")"
+}
+mkdir -p "$T/e1/val/a" "$T/e2/train/a" "$T/e3/train/a" "$T/e3/train/b" "$T/e3/val/a" "$T/e4/train/a" "$T/e4/val/b"
+cp "$ONE" "$T/e2/train/a/"
+cp "$ONE" "$T/e3/train/a/"
+touch "$T/e3/train/b/readme.txt"
+cp "$ONE" "$T/e3/val/a/"
+cp "$ONE" "$T/e4/train/a/"
+cp "$ONE" "$T/e4/val/b/"
+err "missing train/ is an error" "$T/e1 has no train/ folder" "$T/e1"
+err "missing val/ is an error" "$T/e2 has no val/ folder" "$T/e2"
+err "an empty class folder is an error" "class folder $T/e3/train/b holds no image files" "$T/e3"
+err "a val class missing from train is an error" "class folder $T/e4/val/b has no counterpart in the training classes" "$T/e4"
+err "a class count unlike the model's is an error" "$F/png/train has 10 classes but vit_fmnist_tiny has 2 outputs: use --num-classes 10" "$F/png" --num-classes 2
+err "a missing folder is an error" "neither fashion-mnist nor an image folder (no folder $T/none holding" "$T/none"
+
+# the pipeline benchmark
+$V bench vit_fmnist_tiny --batch-size 64 --iters 3 --data "$F/jpg" --workers 2 >"$T/bench.log" 2>&1
+check "bench --data prints the pipeline's img/s next to the training step's" \
+    "grep -Eq '^input pipeline .*2 workers\): [0-9.]+ img/s alone; training step [0-9.]+ img/s: (not )?input-bound' '$T/bench.log'" \
+    "$(cat "$T/bench.log")"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun (OpenMPI, 2 ranks x 1 thread, --oversubscribe on a small machine):
+# 2 ranks x batch B train exactly as 1 process x batch 2B (losses of 5 steps, test metrics and the final weights
+# within 1e-5 relative, each weight tensor 5e-5; augmentation on: its draws are keyed per sample; the key third of each qkv bias is compared
+# apart: its exact gradient is 0, softmax ignores a constant per query, so the computed one is rounding noise that
+# AdamW's m / (sqrt(v) + eps) turns into steps of up to lr whatever the noise), with the allreduce overlapped with
+# backward or not (bit-identical), and with 2 accumulated micro-batches per rank; a rank killed mid-run (kill -9) leaves rank 0's last checkpoint intact and
+# loadable, and --resume with the same rank count finishes with the same weights as an uninterrupted run; resuming
+# with another rank count is refused naming both; a NaN on one rank stops every rank with one message; ranks x
+# threads over the cores is warned about; rank 0 alone writes the run folder and prints.
+. "$(dirname "$0")/lib.sh"
+V=./vitc
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPI="mpirun --oversubscribe --bind-to none -np 2"
+if ! command -v mpirun >/dev/null; then bad "mpirun" "not installed (Debian openmpi-bin; make deps-test)"; exit 1; fi
+
+# Differences of two weights files: "R A", R the largest ||a-b|| / ||b|| over the tensors except the key thirds of
+# the qkv biases, A the largest |a-b| in those.
+weights_err() {
+    $PY - "$1" "$2" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+assert a.keys() == b.keys(), "different tensors"
+rel, key, dd, nn = 0.0, 0.0, 0.0, 0.0
+for k in a:
+    x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+    if k.endswith("qkv.bias"):
+        d = len(y) // 3
+        key = max(key, np.abs(x[d:2 * d] - y[d:2 * d]).max())
+        x, y = np.concatenate([x[:d], x[2 * d:]]), np.concatenate([y[:d], y[2 * d:]])
+    rel = max(rel, np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
+    dd, nn = dd + np.sum((x - y) ** 2), nn + np.sum(y ** 2)
+print(f"{np.sqrt(dd / max(nn, 1e-60)):.3g} {rel:.3g} {key:.3g}")
+PYEOF
+}
+# The largest relative difference of columns 3..6 (train loss and accuracy, test loss and accuracy) of two metrics.csv.
+metrics_err() {
+    paste -d, <(tail -n +2 "$1") <(tail -n +2 "$2") | awk -F, '{h = NF / 2; for (c = 3; c <= 6; c++) {
+        d = $c - $(c + h); if (d < 0) d = -d; m = $(c + h) < 0 ? -$(c + h) : $(c + h); r = d / (m > 1e-30 ? m : 1e-30)
+        if (r > w) w = r } n++} END {if (n != 5) print 1; else printf "%.3g\n", w}'
+}
+
+# 1) 5 steps (5 epochs of one step): 1 process x 64 against 2 ranks x 32, the allreduce overlapped in small buckets
+# (~28 of the 0.56 MB of gradients: a bucket started before the last op writing it has run changes the weights) and
+# blocking in one 4 MiB bucket
+EQ="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 64 --test-subset 100 --seed 3 --epochs 5 --threads 1"
+$V train $EQ --batch-size 64 --out "$T/one" >"$T/one.log" 2>&1
+check "1 process x 64 trains" "[ $? -eq 0 ]" "$(tail -3 "$T/one.log")"
+$MPI $V train $EQ --batch-size 32 --bucket-mib 0.02 --out "$T/two" >"$T/two.log" 2>&1
+check "2 ranks x 32 train" "[ $? -eq 0 ]" "$(tail -5 "$T/two.log")"
+$MPI $V train $EQ --batch-size 32 --no-overlap --out "$T/twob" >"$T/twob.log" 2>&1
+check "2 ranks x 32 train with the blocking allreduce" "[ $? -eq 0 ]" "$(tail -5 "$T/twob.log")"
+me=$(metrics_err "$T/two/metrics.csv" "$T/one/metrics.csv")
+check "2x32 == 1x64: losses and accuracies of 5 steps within 1e-5 (rel. $me)" "awk 'BEGIN{exit !($me <= 1e-5)}'" \
+    "$(cat "$T/one/metrics.csv" "$T/two/metrics.csv")"
+read -r wg we wk <<<"$(weights_err "$T/two/weights.safetensors" "$T/one/weights.safetensors")"
+# weights: the whole parameter vector within 1e-5 of its norm (the issue's bound), and each tensor within 5e-5 of its
+# own norm (the worst is blocks.0.mlp.fc2.bias at 1.3e-5, |diff| 3e-7: summation-order rounding that AdamW's first
+# steps scale up in small tensors)
+check "2x32 == 1x64: final weights within 1e-5 (rel. $wg)" "awk 'BEGIN{exit !($wg <= 1e-5)}'"
+check "2x32 == 1x64: each weight tensor within 5e-5 (rel. $we)" "awk 'BEGIN{exit !($we <= 5e-5)}'"
+check "2x32 == 1x64: key biases (exact gradient 0) apart by less than 5 steps x lr ($wk)" \
+    "awk 'BEGIN{exit !($wk < 5 * 2e-3)}'"
+check "overlapped and blocking allreduce give identical weights" \
+    "cmp -s '$T/two/weights.safetensors' '$T/twob/weights.safetensors'"
+# gradient accumulation under mpirun: 2 ranks x 2 micro-batches of 16 = 1 process x 64 (the ranks' gradients are
+# averaged once, during the last micro-batch's backward, in small overlapped buckets)
+$MPI $V train $EQ --batch-size 16 --accum-steps 2 --bucket-mib 0.02 --out "$T/acc" >"$T/acc.log" 2>&1
+me=$(metrics_err "$T/acc/metrics.csv" "$T/one/metrics.csv")
+check "2 ranks x 2 x 16 (--accum-steps 2) == 1x64: losses and accuracies within 1e-5 (rel. $me)" \
+    "awk 'BEGIN{exit !($me <= 1e-5)}'" "$(tail -5 "$T/acc.log"; cat "$T/acc/metrics.csv")"
+check "rank 0 alone prints (one line per epoch)" "[ \$(grep -o 'Test: epoch' '$T/two.log' | wc -l) -eq 5 ]" \
+    "$(cat "$T/two.log")"
+check "allreduce timing reported" "grep -q '^Data parallel: 2 ranks x batch 32; gradient averaging' '$T/two.log'"
+check "rank 0 writes the run folder" "[ -s '$T/two/command.txt' ] && [ -s '$T/two/curves.png' ] && \
+    [ \$(wc -l <'$T/two/metrics.csv') -eq 6 ] && [ -z \"\$(ls -A '$T/two' | grep -E 'tmp|[.]vitc-')\" ]"
+
+# 2) kill -9 of rank 1 during epoch 2 of 3; rank 0's checkpoint of epoch 1 stays intact; --resume with 2 ranks
+KL="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 2048 --test-subset 100 --seed 5 --epochs 3 --threads 1 \
+    --batch-size 32 --log-every 1000"
+$MPI $V train $KL --out "$T/ref" >"$T/ref.log" 2>&1
+check "uninterrupted 2-rank run" "[ $? -eq 0 ]" "$(tail -5 "$T/ref.log")"
+$MPI $V train $KL --out "$T/k" >"$T/k.log" 2>&1 &
+mp=$!
+for _ in $(seq 600); do [ "$(cat "$T/k/metrics.csv" 2>/dev/null | wc -l)" = 2 ] && break; sleep 0.05; done
+cp "$T/k/checkpoint.safetensors" "$T/k1.ckpt" 2>/dev/null
+victim=""
+for p in $(pgrep -P "$mp"); do
+    grep -qz '^OMPI_COMM_WORLD_RANK=1$' "/proc/$p/environ" 2>/dev/null && victim=$p
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $mp
+rc=$?
+check "kill -9 of rank 1 during epoch 2 stops the run" "[ -n '$victim' ] && [ $rc -ne 0 ] && \
+    [ \$(wc -l <'$T/k/metrics.csv') -eq 2 ]" "victim '$victim', rc $rc: $(tail -5 "$T/k.log")"
+check "... the last checkpoint is intact" "cmp -s '$T/k1.ckpt' '$T/k/checkpoint.safetensors'"
+check "... and loads (strict reader: epoch 1, world size 2)" "$PY -c \"
+import sys, json; sys.path.insert(0, 'tests/reference'); import st
+t = st.load('$T/k/checkpoint.safetensors'); h = st.parse(open('$T/k/checkpoint.safetensors', 'rb').read())[0]
+assert int(t['train/epoch'][0]) == 1 and h['__metadata__']['world_size'] == '2'\""
+$MPI $V train $KL --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
+check "--resume with 2 ranks runs to the end" "[ $? -eq 0 ] && grep -q 'Resumed from .* at epoch 1' '$T/k2.log' && \
+    [ \$(wc -l <'$T/k/metrics.csv') -eq 4 ]" "$(tail -5 "$T/k2.log")"
+check "... with the uninterrupted run's weights" "cmp -s '$T/ref/weights.safetensors' '$T/k/weights.safetensors'"
+
+# 3) another rank count on resume: a clear error naming both, printed once
+$V train $KL --out "$T/k" --resume "$T/k" >"$T/m1.log" 2>&1
+rc=$?
+check "resuming 2 ranks' checkpoint without mpirun is refused" \
+    "[ $rc -eq 1 ] && grep -q 'written by a run of 2 ranks but this run has 1' '$T/m1.log'" "rc $rc: $(cat "$T/m1.log")"
+cores=$(nproc) # (and all the node's cores per rank: a warning)
+$MPI $V train $EQ --batch-size 32 --threads "$cores" --out "$T/one" --resume "$T/one" >"$T/m2.log" 2>&1
+rc=$?
+check "resuming 1 process's checkpoint with 2 ranks is refused, once" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'written by a run of 1 rank but this run has 2' '$T/m2.log') -eq 1 ]" \
+    "rc $rc: $(cat "$T/m2.log")"
+check "ranks x threads over the cores warns" "[ $cores -lt 2 ] || grep -q 'exceed its $cores cores' '$T/m2.log'" \
+    "$(cat "$T/m2.log")"
+
+# 4) a NaN on rank 1 only (epoch 2 of 3): both ranks stop, one message, the checkpoint of epoch 1 kept
+$MPI $V train $EQ --batch-size 32 --epochs 3 --fault-nan-step 1 --out "$T/nan" >"$T/nan.log" 2>&1
+rc=$?
+check "a NaN on rank 1 stops every rank with one message" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'loss is NaN at step 1' '$T/nan.log') -eq 1 ]" "rc $rc: $(cat "$T/nan.log")"
+check "... keeping the last good checkpoint" "$PY -c \"
+import sys; sys.path.insert(0, 'tests/reference'); import st
+assert int(st.load('$T/nan/checkpoint.safetensors')['train/epoch'][0]) == 1\""
