@@ -4,7 +4,7 @@
 Model: vit_fmnist_p7 (ViT, patch 7 -> 16 tokens + class token, D 128, depth 4, 4 heads, MLP 2x, 540k params).
 Schedule: `make demo`'s (tools/demo.sh): Fashion-MNIST train split, no augmentation, batch 128 (last partial batch
 dropped), AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.05 except biases, norms, class token and position
-embedding), lr 3e-3 with a 0.3-epoch linear warm-up from 1e-6 and a per-step cosine to 1e-5 (timm's
+embedding), lr 1e-3 with a 0.3-epoch linear warm-up from 1e-6 and a per-step cosine to 1e-5 (timm's
 CosineLRScheduler), no label smoothing; test accuracy on the 10,000 test images after the last epoch.
 
 The PyTorch side is written here, independently of vitc (timm's ViT layout: pre-norm blocks, LayerNorm eps 1e-6,
@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = os.environ.get("VITC_FMNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530
-LR, WARMUP_LR, MIN_LR, WARMUP_EPOCHS, WD, BATCH = 3e-3, 1e-6, 1e-5, 0.3, 0.05, 128
+LR, WARMUP_LR, MIN_LR, WARMUP_EPOCHS, WD, BATCH = 1e-3, 1e-6, 1e-5, 0.3, 0.05, 128
 
 
 def load_idx(images, labels):
