@@ -8,12 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
-F=build/test-folder
-if [ ! -e "$F/.done" ]; then
-    rm -rf "$F"
-    $PY tools/make_imagefolder.py fmnist "$F" --train 2000 --val 500 >"$T/mk.log" 2>&1 && touch "$F/.done"
-fi
-check "make_imagefolder.py writes the folders" "[ -e '$F/.done' ]" "$(tail -3 "$T/mk.log" 2>/dev/null)"
+make_test_imagefolder
 $PY tests/cli/folder_ref.py idx "$F/png" "${VITC_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}" "$T/idx" \
     >"$T/idx.log" 2>&1
 check "torchvision ImageFolder order written as IDX" "[ -s '$T/idx/train-images-idx3-ubyte.gz' ]" "$(tail -3 "$T/idx.log")"

@@ -8,12 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
-F=build/test-folder
-if [ ! -e "$F/.done" ]; then
-    rm -rf "$F"
-    $PY tools/make_imagefolder.py fmnist "$F" --train 2000 --val 500 >"$T/mk.log" 2>&1 && touch "$F/.done"
-fi
-check "the test ImageFolder exists" "[ -e '$F/.done' ]" "$(tail -3 "$T/mk.log" 2>/dev/null)"
+make_test_imagefolder
 
 COMMON="vit_fmnist_tiny --data $F/png --train-subset 512 --test-subset 100 --epochs 1 --seed 4 --threads 1 --log-every 1000"
 $V train $COMMON --recipe deit --batch-size 32 --out "$T/deit" >"$T/deit.log" 2>&1
