@@ -19,3 +19,10 @@ make_test_imagefolder() {
     fi
     check "the test ImageFolder exists (tools/make_imagefolder.py)" "[ -e '$F/.done' ]" "$(tail -3 "$T/mk.log" 2>/dev/null)"
 }
+# use_mpirun: sets MPI to a 2-rank mpirun for this small machine (oversubscribed, unbound; root allowed, as CI runs
+# as root; no cross-memory-attach, which containers often forbid).
+use_mpirun() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+        OMPI_MCA_btl_vader_single_copy_mechanism=none
+    MPI="mpirun --oversubscribe --bind-to none -np 2"
+}

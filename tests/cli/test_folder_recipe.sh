@@ -28,11 +28,11 @@ check "a plain folder run keeps crop + flip" "[ $? -eq 0 ] && grep -q '^Train tr
     "$(tail -5 "$T/plain.log")"
 
 if command -v mpirun >/dev/null; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    use_mpirun
     EQ="$COMMON --recipe deit --mixup 0 --cutmix 0 --drop-path 0 --no-model-ema --workers 1 --lr 1e-3"
     $V train $EQ --batch-size 64 --out "$T/one" >"$T/one.log" 2>&1
     check "one process, folder, DeiT transform, repeated augmentation" "[ $? -eq 0 ]" "$(tail -5 "$T/one.log")"
-    mpirun --oversubscribe --bind-to none -np 2 $V train $EQ --batch-size 32 --out "$T/two" >"$T/two.log" 2>&1
+    $MPI $V train $EQ --batch-size 32 --out "$T/two" >"$T/two.log" 2>&1
     check "mpirun -np 2 on the folder runs" "[ $? -eq 0 ] && [ \$(grep -o 'Test: epoch' '$T/two.log' | wc -l) -eq 1 ]" \
         "$(tail -8 "$T/two.log")"
     # train loss/acc and test loss/acc/acc5 within 1e-4 relative (summation order differs)

@@ -11,8 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-MPI="mpirun --oversubscribe --bind-to none -np 2"
+use_mpirun
 if ! command -v mpirun >/dev/null; then bad "mpirun" "not installed (Debian openmpi-bin; make deps-test)"; exit 1; fi
 
 # Differences of two weights files: "R A", R the largest ||a-b|| / ||b|| over the tensors except the key thirds of
