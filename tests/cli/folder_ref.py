@@ -19,13 +19,8 @@ from torchvision.datasets import ImageFolder
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 import st  # noqa: E402  (the tests' safetensors reader)
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[0:4], "big")
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(magic & 0xFF)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+from make_imagefolder import read_idx  # noqa: E402  (the IDX reader that made the folders)
 
 
 def samples(split_dir, class_to_idx=None):
