@@ -5,7 +5,8 @@
  * parameter a non-zero gradient except those zero by construction, listed below with the reason. It also checks the
  * memory plan: the same step planned keep_all (every activation kept until its producer's backward) gives
  * bit-identical gradients, also with the values no backward declares reading poisoned (NaN), from an arena no
- * smaller than the default plan's. */
+ * smaller than the default plan's. And class-token ViTs' pruned last block (only the class token's row) against
+ * the graph of every token. */
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
@@ -240,7 +241,89 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
     vt_params_free(P);
 }
 
+/* A train graph of c over P for a batch of B (all_tokens as given), its input filled from x0 and labels b % classes,
+ * one forward and backward run; NULL (and a failed check) if it does not build. */
+static vt_graph *step_graph(vt_test *T, const vt_model_cfg *c, vt_params *P, int B, int all_tokens, const float *x0) {
+    vt_err e = {{0}};
+    vt_tensor *x, *lab;
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    if (!g) return NULL;
+    g->all_tokens = all_tokens;
+    vt_tensor *y = vt_model_build(g, c, B, &x);
+    lab = vt_input(g, "labels", 1, &B);
+    vt_graph_set_loss(g, vt_cross_entropy(g, y, lab, 0.0f));
+    vt_graph_output(g, y);
+    const int ok = vt_graph_finalize(g, &e) == 0;
+    T_CHECK(T, ok, "%s (all_tokens %d): train graph builds: %s", c->name, all_tokens, e.msg);
+    if (!ok) {
+        vt_graph_free(g);
+        return NULL;
+    }
+    memcpy(x->data, x0, sizeof(float) * (size_t)x->numel);
+    for (int b = 0; b < B; b++) lab->data[b] = (float)(b % c->arch.num_classes);
+    vt_graph_forward(g);
+    vt_params_zero_grad(P);
+    vt_graph_backward(g);
+    return g;
+}
+
+/* A class-token ViT's last block computes only the class token's row past its keys and values unless the graph
+ * asks for every token (g->all_tokens): the same loss and gradients to rounding, with fewer MACs. */
+static void check_all_tokens(vt_test *T, const char *name) {
+    vt_err e = {{0}};
+    vt_model_cfg c;
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.drop_path = 0.0f;
+    const vt_model_cfg *base = vt_model_find(name);
+    vt_params *P = vt_params_new(&e);
+    int ok = base && P && vt_model_configure(base, &ov, &c, &e) == 0 && vt_model_init_params(&c, P, 5, &e) == 0;
+    T_CHECK(T, ok, "%s: configured: %s", name, e.msg);
+    const int B = 3, S = ok ? c.arch.img_size : 0, n = B * c.arch.in_chans * S * S;
+    float *x0 = ok ? malloc(sizeof(float) * (size_t)n) : NULL, **ref = ok ? calloc((size_t)P->n, sizeof *ref) : NULL;
+    vt_rng r;
+    vt_rng_seed(&r, 17);
+    for (int i = 0; x0 && i < n; i++) x0[i] = vt_rng_normal(&r);
+    vt_graph *full = x0 && ref ? step_graph(T, &c, P, B, 1, x0) : NULL;
+    for (int i = 0; full && i < P->n; i++)
+        if (graded(P->t[i]) && (ref[i] = malloc(sizeof(float) * (size_t)P->t[i]->numel)))
+            memcpy(ref[i], P->t[i]->grad, sizeof(float) * (size_t)P->t[i]->numel);
+    vt_graph *cls = full ? step_graph(T, &c, P, B, 0, x0) : NULL;
+    if (cls) {
+        T_CHECK(T, vt_graph_macs(cls) < vt_graph_macs(full), "%s: the class-token last block does less (%lld vs %lld "
+                "MACs)", name, (long long)vt_graph_macs(cls), (long long)vt_graph_macs(full));
+        const float l0 = full->loss->data[0], l1 = cls->loss->data[0];
+        T_CHECK(T, fabsf(l0 - l1) <= 1e-5f * fabsf(l0), "%s: loss %.8g with every token, %.8g with the class token's "
+                "row", name, l0, l1);
+        double worst = 0.0;
+        const char *where = "";
+        for (int i = 0; i < P->n; i++) {
+            if (!ref[i]) continue;
+            double num = 0.0, den = 0.0;
+            for (int64_t j = 0; j < P->t[i]->numel; j++) {
+                const double d = (double)P->t[i]->grad[j] - (double)ref[i][j];
+                num += d * d;
+                den += (double)ref[i][j] * ref[i][j];
+            }
+            const double rel = sqrt(num / (den > 0.0 ? den : 1.0));
+            if (rel > worst) {
+                worst = rel;
+                where = P->t[i]->name;
+            }
+        }
+        T_CHECK(T, worst <= 1e-5, "%s: gradients equal every token's graph's (worst relative %.3g in %s)", name, worst,
+                where);
+    }
+    for (int i = 0; ref && i < P->n; i++) free(ref[i]);
+    free(ref);
+    free(x0);
+    vt_graph_free(full);
+    vt_graph_free(cls);
+    vt_params_free(P);
+}
+
 void test_registry(vt_test *T) {
+    check_all_tokens(T, "vit_fmnist_p7");
+    check_all_tokens(T, "deit_tiny_patch16_224");
     T_CHECK(T, vt_model_count() > 0, "models registered");
     vt_model_cfg *done = calloc((size_t)vt_model_count(), sizeof *done);
     int n = 0;

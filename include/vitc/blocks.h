@@ -191,6 +191,10 @@ vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, i
  * products (+ relative position bias, + shift mask), softmax, ·v, prefix.proj. */
 vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
+/* vt_block_mhsa's result for the a->lead leading (class) tokens only, (B, lead, C): their queries over every key, for
+ * a last block whose other rows nothing reads (timm layout, no bias, mask or reduction). Same parameters. */
+vt_tensor *vt_block_mhsa_lead(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
+
 /* ---- the papers' blocks: one section per file, added below ---- */
 
 /* ---- flatten.c (FLatten focused linear attention, Han et al. 2023; spec-flatten.md §1.2) ---- */

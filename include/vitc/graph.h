@@ -109,6 +109,9 @@ struct vt_graph {
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
                          * nothing */
+    int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token
+                         * ViT's last block computes only the class token's row past its keys and values (the one row
+                         * its head reads; same result); model summaries set it so their MACs are the model's */
     vt_attn_map **maps; /* the exported maps, in build order */
     int nmaps, mapcap;
 };

@@ -111,7 +111,10 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */
 typedef struct vt_bench_result {
-    double img_per_s, ms_per_iter, gmacs_per_img, gflops, sgemm_gflops, arena_mib;
+    double img_per_s, ms_per_iter, sgemm_gflops, arena_mib;
+    double gmacs_per_img;                /* the model's multiply-adds per image (every token, as its summary) */
+    double gflops;                       /* achieved: the multiply-adds the graph ran (a class-token ViT's last block
+                                          * computes one row) ×2, ×3 for a training step, per second */
     double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
     int64_t params;                      /* parameters of the model benchmarked (the training form with train) */

@@ -235,6 +235,7 @@ int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
     P.shapes_only = 1;
     vt_graph *g = vt_graph_new(&P, 0, e);
     int rc = -1;
+    if (g) g->all_tokens = 1; /* the model's MACs, not the pruned last block's */
     if (g && !vt_model_build(g, c, 1, NULL)) {
         vt_seterr(e, "%s", g->err.msg);
     } else if (g) {

@@ -3,6 +3,7 @@
  * block tables (--attn / --ffn), so the five papers' blocks run in this one host. Named models: DeiT, small ViTs for
  * Fashion-MNIST, and the papers' DeiT variants (FLatten-DeiT-T, DeiT + hMHSA + cFFN). */
 #include <stdio.h>
+#include <string.h>
 
 #include "family.h"
 #include "vitc/dataset.h"
@@ -25,12 +26,21 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     t = vt_add(g, t, vt_param(g, "pos_embed", 3, ps, VT_INIT_W02));
     const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, a->class_token);
     const vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, 0);
+    /* The head reads only the class token: the last block computes the other tokens' keys and values, nothing more
+     * (plain attention and MLP; every token when the graph asks for all of them or exports attention maps) */
+    const int cls_last = a->class_token && !g->all_tokens && !g->export_maps && !strcmp(a->stages[0].attn, "mhsa") &&
+                         !strcmp(a->ffn, "mlp");
     for (int i = 0; i < depth; i++) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
         const float dp = vt_model_drop_path(c, i, depth);
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
-        t = vt_block_residual(g, t, vt_attn_build(g, a->stages[0].attn, vt_pname(nm, pre, "attn"), h, &actx), dp);
+        if (cls_last && i == depth - 1) {
+            t = vt_slice(g, t, 1, 0, 1); /* the class token's residual stream (made before the branch) */
+            t = vt_block_residual(g, t, vt_block_mhsa_lead(g, vt_pname(nm, pre, "attn"), h, &actx), dp);
+        } else
+            t = vt_block_residual(g, t, vt_attn_build(g, a->stages[0].attn, vt_pname(nm, pre, "attn"), h, &actx),
+                                  dp);
         h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
         t = vt_block_residual(g, t, vt_ffn_build(g, a->ffn, vt_pname(nm, pre, "mlp"), h, &fctx), dp);
     }

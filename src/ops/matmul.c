@@ -238,8 +238,10 @@ vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) {
     if (vt_bad(g, 2, x, h)) return NULL;
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
     linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
-    if (!p || p->act || p->has_res || h->last_use >= 0 || h->is_output || x == h || x->ndim != h->ndim ||
-        memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
+    /* fusable: a plain linear whose only reader would be the sum, and x computed before it (a node made later,
+     * e.g. by an argument evaluated after h's builder, cannot become its input) */
+    if (!p || p->act || p->has_res || h->last_use >= 0 || h->is_output || x == h || vt_root(x)->prod >= h->prod ||
+        x->ndim != h->ndim || memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
         return vt_add(g, x, h); /* not fusable (or a shape mismatch, which vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;
     p->has_res = 1;
