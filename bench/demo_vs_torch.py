@@ -5,11 +5,12 @@ Model: vit_fmnist_p7 (ViT, patch 7 -> 16 tokens + class token, D 128, depth 4, 4
 Schedule: `make demo`'s (tools/demo.sh): Fashion-MNIST train split, no augmentation, batch 128 (last partial batch
 dropped), AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.05 except biases, norms, class token and position
 embedding), lr 1e-3 with a 0.3-epoch linear warm-up from 1e-6 and a per-step cosine to 1e-5 (timm's
-CosineLRScheduler), no label smoothing; test accuracy on the 10,000 test images after the last epoch.
+CosineLRScheduler), no label smoothing; test accuracy on the 10,000 test images after every epoch (as vitc's trainer
+evaluates), the last one reported.
 
 The PyTorch side is written here, independently of vitc (timm's ViT layout: pre-norm blocks, LayerNorm eps 1e-6,
 fused qkv, exact GELU, trunc-normal(0.02) init). Each side runs as its own process, timed from start to exit
-(start-up, data loading, training and the final evaluation), `--rounds` times alternating which goes first.
+(start-up, data loading, training and the evaluations), `--rounds` times alternating which goes first.
 
     /usr/bin/python3 bench/demo_vs_torch.py [--epochs 8] [--rounds 1] [--threads 2] [--vitc ./vitc]
     /usr/bin/python3 bench/demo_vs_torch.py --torch-only       # the PyTorch side alone (prints one JSON line)
@@ -104,8 +105,16 @@ def torch_side(epochs, threads, seed):
             return WARMUP_LR + step * (LR - WARMUP_LR) / warm
         return MIN_LR + 0.5 * (LR - MIN_LR) * (1 + math.cos(math.pi * step / total))
 
+    def evaluate():  # the test split, as vitc evaluates after every epoch
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for s in range(0, len(xte), 250):
+                correct += (model(xte[s:s + 250]).argmax(1) == yte[s:s + 250]).sum().item()
+        return 100.0 * correct / len(xte)
+
     gen = torch.Generator().manual_seed(seed)
-    step, t_train = 0, 0.0
+    step, t_train, acc = 0, 0.0, 0.0
     for _ in range(epochs):
         te = time.perf_counter()
         model.train()
@@ -120,12 +129,8 @@ def torch_side(epochs, threads, seed):
             opt.step()
             step += 1
         t_train += time.perf_counter() - te
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for s in range(0, len(xte), 250):
-            correct += (model(xte[s:s + 250]).argmax(1) == yte[s:s + 250]).sum().item()
-    return {"side": "pytorch", "version": torch.__version__, "params": params, "acc": 100.0 * correct / len(xte),
+        acc = evaluate()
+    return {"side": "pytorch", "version": torch.__version__, "params": params, "acc": acc,
             "train_img_s": spe * BATCH * epochs / t_train, "inner_s": time.perf_counter() - t0}
 
 
