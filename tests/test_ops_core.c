@@ -30,6 +30,13 @@ static vt_tensor *b_residual(vt_graph *g, vt_tensor **x, const gc_case *c) {
     if (c->ia[1]) vt_graph_output(g, vt_mul(g, h, h));
     return vt_residual(g, x[0], h);
 }
+/* x3 + drop_path(linear(x0, x1, x2) or, with ia[0], gelu_linear(...), fa[0]) (fused; ia[1]: h used before, so
+ * vt_add + vt_drop_path nodes). */
+static vt_tensor *b_residual_drop(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *h = c->ia[0] ? vt_gelu_linear(g, x[0], x[1], x[2]) : vt_linear(g, x[0], x[1], x[2]);
+    if (c->ia[1]) vt_graph_output(g, vt_mul(g, h, h));
+    return vt_residual_drop(g, x[3], h, c->fa[0]);
+}
 static vt_tensor *b_droppath(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_drop_path(g, x[0], c->fa[0]);
 }
@@ -229,6 +236,57 @@ static void check_residual_fusion(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_residual_drop fused into the linear (one node in train graphs, none of drop_path or add): each sample's rows are
+ * either the residual exactly (dropped, at rate p) or residual + (x·wᵀ + b)/(1 − p) (the reference GEMM); in eval
+ * graphs plain x + x·wᵀ + b. */
+static void check_residual_drop(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int B = 600, N = 3, Ci = 5, Co = 4, xs[3] = {B, N, Ci}, rs[3] = {B, N, Co}, ws[2] = {Co, Ci};
+    const float p = 0.3f;
+    for (int train = 1; train >= 0; train--) {
+        vt_graph *g = vt_graph_new(P, train, &e);
+        vt_tensor *x = vt_input(g, "x", 3, xs), *r = vt_input(g, "r", 3, rs);
+        vt_tensor *w = vt_param(g, "fc.weight", 2, ws, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *b = vt_param(g, "fc.bias", 1, &Co, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *y = vt_residual_drop(g, r, vt_linear(g, x, w, b), p);
+        vt_graph_output(g, y);
+        T_CHECK(T, g->nn == 1, "train %d: the drop-path residual is not fused (%d nodes)", train, g->nn);
+        const int ok = vt_graph_finalize(g, &e) == 0;
+        T_CHECK(T, ok, "%s", e.msg);
+        if (!ok) {
+            vt_graph_free(g);
+            continue;
+        }
+        vt_rng rng;
+        vt_rng_seed(&rng, 3);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
+        for (int64_t i = 0; i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
+        for (int i = 0; i < Co * Ci; i++) w->data[i] = vt_rng_normal(&rng);
+        for (int i = 0; i < Co; i++) b->data[i] = vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        float ref[N * Co];
+        int dropped = 0, bad = 0;
+        for (int s = 0; s < B; s++) {
+            for (int i = 0; i < N * Co; i++) ref[i] = b->data[i % Co];
+            vt_gemm_ref(0, 1, N, Co, Ci, 1.0f, x->data + s * N * Ci, Ci, w->data, Ci, 1.0f, ref, Co);
+            const float *rr = r->data + s * N * Co, *yy = y->data + s * N * Co;
+            int drop = train, keep = 1;
+            for (int i = 0; i < N * Co; i++) {
+                drop &= yy[i] == rr[i];
+                keep &= fabsf(yy[i] - rr[i] - (train ? 1.0f / (1.0f - p) : 1.0f) * ref[i]) <= 1e-4f * (1.0f + fabsf(ref[i]));
+            }
+            dropped += drop;
+            bad += !drop && !keep;
+        }
+        T_CHECK(T, bad == 0, "train %d: %d samples neither dropped nor r + (x·wᵀ + b)/(1 − p)", train, bad);
+        T_CHECK(T, train ? fabs(dropped / (double)B - p) < 0.06 : dropped == 0, "train %d: dropped %d of %d samples at "
+                "p = %g", train, dropped, B, (double)p);
+        vt_graph_free(g);
+    }
+    vt_params_free(P);
+}
+
 /* Drop-path: per-sample keep/drop at rate p with 1/(1-p) scaling in train graphs, identity (no node) in eval graphs
  * and at p = 0, the same mask for the same (seed, node), another one for another seed, and a bad p rejected. */
 static void check_drop_path(vt_test *T) {
@@ -293,6 +351,7 @@ void test_ops_core(vt_test *T) {
     check_gelu_linear_plain(T);
     check_linear_act_fusion(T);
     check_drop_path(T);
+    check_residual_drop(T);
     check_gemm_ref(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
@@ -317,6 +376,12 @@ void test_ops_core(vt_test *T) {
          .build = b_residual, .ia = {1}},
         {.name = "linear_residual_unfused", .nx = 4, .ndim = {2, 2, 1, 2}, .shape = {{3, 4}, {4, 2}, {4}, {3, 2}},
          .build = b_residual, .ia = {0, 1}},
+        {.name = "linear_residual_drop", .nx = 4, .ndim = {3, 2, 1, 3}, .shape = {{8, 3, 4}, {5, 4}, {5}, {8, 3, 5}},
+         .build = b_residual_drop, .fa = {0.4f}},
+        {.name = "gelu_linear_residual_drop_panels", .nx = 4, .ndim = {3, 2, 1, 3},
+         .shape = {{6, 190, 3}, {4, 3}, {4}, {6, 190, 4}}, .build = b_residual_drop, .ia = {1}, .fa = {0.5f}},
+        {.name = "linear_residual_drop_unfused", .nx = 4, .ndim = {3, 2, 1, 3},
+         .shape = {{8, 2, 4}, {3, 4}, {3}, {8, 2, 3}}, .build = b_residual_drop, .ia = {0, 1}, .fa = {0.4f}},
         {.name = "matmul_nn", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 4, 5}}, .build = b_matmul, .fa = {1}},
         {.name = "matmul_nt", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 3, 4}, {2, 2, 5, 4}}, .build = b_matmul,
          .ia = {0, 1}, .fa = {0.5f}},

@@ -18,6 +18,9 @@ vt_tensor *vt_linear_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b)
 /* x + h. When h is the output of a plain vt_linear that nothing has used yet, the add is fused into that linear
  * (no separate pass) and h itself may not be used again (a build error says so); otherwise a vt_add node. */
 vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);
+/* x + drop_path(h, drop) (train graphs; x + h in eval graphs), fused into h's linear as vt_residual fuses (the drop
+ * applied per sample in its epilogue, dropped samples skip the product); otherwise vt_add and vt_drop_path nodes. */
+vt_tensor *vt_residual_drop(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
 /* Batched alpha·op(a)·op(b): a (..., M, K) (or (..., K, M) if ta), b (..., K, N) (or (..., N, K) if tb);
  * batch dims equal, or b has exactly 2 dims (shared by every batch). */
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha);

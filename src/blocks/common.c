@@ -81,7 +81,7 @@ vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, in
 }
 
 vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) {
-    return drop > 0.0f && g->training ? vt_add(g, x, vt_drop_path(g, h, drop)) : vt_residual(g, x, h);
+    return vt_residual_drop(g, x, h, drop);
 }
 
 /* The FFN's pre-activation: prefix.fc1 (torchvision: prefix.0, Next-ViT: the 1×1 conv prefix.conv1)

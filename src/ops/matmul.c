@@ -36,7 +36,11 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
  * The prologue form y = GELU(x)·wᵀ + b (+ r) (vt_gelu_linear, an MLP's fc2 after a plain fc1) keeps only x, the
  * pre-activation, for backward: the epilogue form keeps both GELU's output (for the next layer's dW) and its
  * derivative, two (R, hidden) buffers, 20% of DeiT-S's training arena. Forward applies GELU per row panel into a
- * per-thread scratch before that panel's sgemm; backward recomputes GELU(x) for dW and GELU'(x) for dx. */
+ * per-thread scratch before that panel's sgemm; backward recomputes GELU(x) for dW and GELU'(x) for dx.
+ * Drop-path on a fused residual branch (vt_residual_drop, train graphs): y = r + s·(x·wᵀ + b) with s per sample 0 or
+ * 1/(1 − p): the product runs only for kept samples (sgemm's alpha = s), and backward scales dy per sample in place
+ * after the residual's gradient; `vitc bench --profile` measured the separate drop_path + add passes at 14% of a
+ * CSwin-T training step. */
 
 typedef struct {
     int R;        /* rows of x (all dims but the last) */
@@ -46,6 +50,8 @@ typedef struct {
     int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
     int gelu_in;  /* GELU applied to x first (vt_gelu_linear): y = GELU(x)·wᵀ + b */
     int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
+    float drop;   /* has_res in a train graph: drop-path probability of the branch (vt_residual_drop), 0: none */
+    int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -58,26 +64,50 @@ static vt_tensor *lin_res(const vt_node *n) {
     return p->has_res ? n->in[2 + p->has_bias] : NULL;
 }
 
-/* Rows [r0, r1) of h = r + b (either may be NULL; then nothing is written). */
+/* The drop-path factor of row r's sample (1 without drop-path). */
+static float lin_scale(const vt_node *n, int r) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    return p->drop > 0.0f ? n->save[0]->data[r / p->T] : 1.0f;
+}
+
+/* Rows [r0, r1) of h = r + s·b, s the row's drop-path factor (either may be NULL; then nothing is written). */
 static void lin_init(const vt_node *n, int r0, int r1, float *h) {
     const int Co = VT_OP_P(n, linear_p)->Co;
     const float *b = lin_bias(n), *res = lin_res(n) ? lin_res(n)->data : NULL;
     for (int r = r0; r < r1; r++) {
         float *hr = h + (size_t)r * Co;
-        const float *rr = res ? res + (size_t)r * Co : NULL;
+        const float *rr = res ? res + (size_t)r * Co : NULL, s = lin_scale(n, r);
         if (b && rr)
-            for (int o = 0; o < Co; o++) hr[o] = rr[o] + b[o];
+            for (int o = 0; o < Co; o++) hr[o] = rr[o] + s * b[o];
         else if (b || rr)
             memcpy(hr, b ? b : rr, sizeof(float) * (size_t)Co);
     }
 }
 
-/* Rows [r0, r1) of h += x·wᵀ with x's row r0 at xr, onto what lin_init wrote (h = x·wᵀ without bias and residual). */
+/* Rows [r0, r1) of h += s·x·wᵀ with x's row r0 at xr, onto what lin_init wrote (h = x·wᵀ without bias and
+ * residual); with drop-path one sgemm per run of rows with the same factor, none for dropped samples (s = 0). */
 static void lin_gemm(const vt_node *n, const float *xr, int r0, int r1, float *h) {
     const linear_p *p = VT_OP_P(n, linear_p);
     const int beta1 = lin_bias(n) || lin_res(n);
-    gemm(n, 0, 1, r1 - r0, p->Co, p->Ci, 1.0f, xr, p->Ci, n->in[1]->data, p->Ci, beta1 ? 1.0f : 0.0f,
-         h + (size_t)r0 * p->Co, p->Co);
+    for (int a = r0, z; a < r1; a = z) {
+        const float s = lin_scale(n, a);
+        z = p->drop > 0.0f ? (a / p->T + 1) * p->T : r1;
+        while (z < r1 && lin_scale(n, z) == s) z += p->T;
+        if (z > r1) z = r1;
+        if (s != 0.0f)
+            gemm(n, 0, 1, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, n->in[1]->data, p->Ci,
+                 beta1 ? 1.0f : 0.0f, h + (size_t)a * p->Co, p->Co);
+    }
+}
+
+/* Draws the drop-path factor of every sample into save[0] (keyed by the graph's seed and the node, as
+ * vt_drop_path: a forward and its backward see the same draws). */
+static void lin_draw(vt_node *n) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    vt_rng r;
+    vt_rng_seed(&r, n->g->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(n->index + 1)));
+    float *m = n->save[0]->data;
+    for (int b = 0; b < p->R / p->T; b++) m[b] = vt_rng_uniform(&r) < p->drop ? 0.0f : 1.0f / (1.0f - p->drop);
 }
 
 /* Rows [r0, r1) of h = r + b + x·wᵀ (one thread's panel). */
@@ -111,6 +141,7 @@ static void linear_fwd(vt_node *n) {
     const float *x = n->in[0]->data;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = omp_get_max_threads();
+    if (lp->drop > 0.0f) lin_draw(n);
     if (lp->gelu_in) { /* per thread: GELU of a row panel of x into scratch, then that panel's sgemm */
         const int np = panels(R, lp->nt);
 #pragma omp parallel for schedule(static) num_threads(lp->nt)
@@ -157,6 +188,11 @@ static void linear_bwd(vt_node *n) {
     if (r && r->grad) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) r->grad[i] += dy[i];
+    }
+    if (p->drop > 0.0f) { /* the branch's gradient, in place (as the activation's below): dy·s per sample */
+        const float *m = n->save[0]->data;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N; i++) dy[i] *= m[i / ((int64_t)p->T * Co)];
     }
     if (p->act) {
         const float *d = n->save[0]->data;
@@ -212,7 +248,8 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
-    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, omp_get_max_threads()};
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, omp_get_max_threads(), 0.0f,
+                                       R};
     n->macs = (int64_t)R * Ci * w->shape[0];
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
     if (gelu_in) {
@@ -234,21 +271,36 @@ vt_tensor *vt_linear_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b)
 
 vt_tensor *vt_gelu_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) { return linear(g, x, w, b, 0, 1); }
 
-vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) {
+/* x + h with h's drop-path probability drop (0: none; train graphs only), fused into h's linear where vt_residual
+ * would fuse; otherwise vt_add of x and vt_drop_path(h). */
+static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) {
     if (vt_bad(g, 2, x, h)) return NULL;
+    if (!(drop >= 0.0f && drop < 1.0f)) return vt_fail(g, "drop_path", "probability %g must be in [0, 1)", (double)drop);
+    if (!g->training) drop = 0.0f;
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
     linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
     /* fusable: a plain linear whose only reader would be the sum, and x computed before it (a node made later,
      * e.g. by an argument evaluated after h's builder, cannot become its input) */
-    if (!p || p->act || p->has_res || h->last_use >= 0 || h->is_output || x == h || vt_root(x)->prod >= h->prod ||
+    if (!p || p->act || p->has_res || h->last_use >= 0 || h->is_output || x == h ||
+        (vt_root(x)->kind == VT_ACT && vt_root(x)->prod >= h->prod) ||
         x->ndim != h->ndim || memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
-        return vt_add(g, x, h); /* not fusable (or a shape mismatch, which vt_add reports) */
+        return vt_add(g, x, drop > 0.0f ? vt_drop_path(g, h, drop) : h); /* not fusable (or a shape mismatch, which
+                                                                             * vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;
     p->has_res = 1;
+    if (drop > 0.0f) {
+        if (!vt_node_save(n, 0, h->shape[0])) return NULL;
+        p->drop = drop;
+        p->T = p->R / h->shape[0];
+    }
     vt_tensor *y = vt_reshape(g, h, h->ndim, h->shape); /* the sum, under a new handle */
     h->consumed = 1;
     return y;
 }
+
+vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) { return residual(g, x, h, 0.0f); }
+
+vt_tensor *vt_residual_drop(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) { return residual(g, x, h, drop); }
 
 /* ---- batched matmul ---- */
 /* C (batch, M, N) = alpha·op(A)·op(B), op(A) (M, K) and op(B) (K, N) transposed when ta / tb. */
