@@ -16,6 +16,10 @@ static vt_tensor *b_conv(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
 }
+/* channels [ia[1], ia[1] + C) of x0, pad ia[0], bias x2, plus x3 */
+static vt_tensor *b_dwn_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_dwconv_nhwc_ex(g, x[0], c->ia[1], x[1], x[2], c->ia[0], x[3]);
+}
 static vt_tensor *b_mean(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_mean(g, x[0], c->ia[0]); }
 static vt_tensor *b_avgpool(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_avgpool2d(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
@@ -174,28 +178,32 @@ static void check_conv_values(vt_test *T) {
 static void check_dwconv_nhwc_values(vt_test *T) {
     static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0},
                                  {1, 5, 4, 37, 3, 1}, {2, 3, 3, 32, 3, 2}};
-    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-        const int B = cfgs[k][0], H = cfgs[k][1], W = cfgs[k][2], C = cfgs[k][3], K = cfgs[k][4], p = cfgs[k][5];
+    for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) { /* odd k: channels 3.. of a wider x, plus r */
+        const int *cf = cfgs[k / 2], ex = (int)(k % 2);
+        const int B = cf[0], H = cf[1], W = cf[2], C = cf[3], K = cf[4], p = cf[5], L = ex ? C + 5 : C, c0 = ex ? 3 : 0;
+        const int Ho = H + 2 * p - K + 1, Wo = W + 2 * p - K + 1;
         fenv f;
         fenv_open(&f);
-        const int xs[4] = {B, H, W, C}, ws[4] = {C, 1, K, K}, bs[1] = {C};
+        const int xs[4] = {B, H, W, L}, ws[4] = {C, 1, K, K}, bs[1] = {C}, rs[3] = {B, Ho * Wo, C};
         vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws), *b = fenv_param(&f, "b", 1, bs);
-        vt_tensor *y = vt_dwconv_nhwc(f.g, x, w, b, p);
+        vt_tensor *r = ex ? fenv_param(&f, "r", 3, rs) : NULL;
+        vt_tensor *y = ex ? vt_dwconv_nhwc_ex(f.g, x, c0, w, b, p, r) : vt_dwconv_nhwc(f.g, x, w, b, p);
         if (fenv_run(T, &f, y, "dwconv_nhwc values") == 0) {
-            const int Ho = H + 2 * p - K + 1, Wo = W + 2 * p - K + 1;
             double ref[2048];
             for (int n = 0; n < B; n++)
                 for (int oh = 0; oh < Ho; oh++)
                     for (int ow = 0; ow < Wo; ow++)
                         for (int c = 0; c < C; c++) {
-                            double s = b->data[c];
+                            const size_t o = ((size_t)(n * Ho + oh) * Wo + ow) * C + c;
+                            double s = b->data[c] + (r ? r->data[o] : 0.0);
                             for (int ki = 0; ki < K; ki++)
                                 for (int kj = 0; kj < K; kj++) {
                                     const int ih = oh - p + ki, iw = ow - p + kj;
                                     if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                    s += (double)w->data[(c * K + ki) * K + kj] * x->data[((n * H + ih) * W + iw) * C + c];
+                                    s += (double)w->data[(c * K + ki) * K + kj] *
+                                         x->data[((n * H + ih) * W + iw) * L + c0 + c];
                                 }
-                            ref[((n * Ho + oh) * Wo + ow) * C + c] = s;
+                            ref[o] = s;
                         }
             T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo, "dwconv_nhwc cfg %zu: bad output shape", k);
             double err = rel_err(y->data, ref, y->numel);
@@ -493,6 +501,10 @@ static const gc_case conv_cases[] = {
      .build = b_dwn, .ia = {1}},
     {.name = "dwconv_nhwc_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 7, 6, 3}, {3, 1, 7, 7}, {3}},
      .build = b_dwn, .ia = {3}},
+    {.name = "dwconv_nhwc_ex_offset_add", .nx = 4, .ndim = {4, 4, 1, 3},
+     .shape = {{2, 5, 4, 20}, {17, 1, 3, 3}, {17}, {2, 20, 17}}, .build = b_dwn_ex, .ia = {1, 2}},
+    {.name = "dwconv_nhwc_ex_p0", .nx = 4, .ndim = {4, 4, 1, 4},
+     .shape = {{1, 4, 5, 9}, {3, 1, 3, 3}, {3}, {1, 2, 3, 3}}, .build = b_dwn_ex, .ia = {0, 6}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
      .ia = {0}},
     {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},

@@ -205,11 +205,12 @@ typedef struct vt_flatten_cfg {
     int conv_fanout;  /* DWC init: 1 normal(0, √(2/fan_out)), bias 0 (PVTv2); 0 PyTorch's default */
 } vt_flatten_cfg;
 /* Focused linear attention (no proj) on projected queries at channels [q_off, q_off + C) of q (B, N, ·), keys at
- * [k_off, k_off + C) of k (B, n, ·) (q and k may be one packed qkv) and values v (B, n, C): creates prefix.scale,
+ * [k_off, k_off + C) of k (B, n, ·) and values at [v_off, v_off + C) of v (B, n, ·) (all may be one packed qkv,
+ * read in place): creates prefix.scale,
  * prefix.positional_encoding (1, n, C) and prefix.dwc (d = C/heads channels shared by all heads); the last H·W
  * of the n key tokens form the row-major DWC grid, earlier (class) tokens get no DWC term. -> (B, N, C). */
 vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_off, vt_tensor *k, int k_off,
-                           vt_tensor *v, int H, int W, const vt_flatten_cfg *c);
+                           vt_tensor *v, int v_off, int C, int H, int W, const vt_flatten_cfg *c);
 /* FLatten attention module on x (B, N, C) in the context's layout (TIMM qkv as Swin, PVT q + kv as PVT and, with
  * opts->flatten_q_kv, the DeiT transplant): projections, vt_flatten_core on the token grid, prefix.proj. */
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);

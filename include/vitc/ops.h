@@ -82,6 +82,9 @@ vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis);
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
 /* Depthwise 2-D convolution on channels-last maps: x (B, H, W, C), w (C, 1, kh, kw), b (C) or NULL; stride 1. */
 vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad);
+/* vt_dwconv_nhwc over channels [c0, c0 + C) of x (B, H, W, L) (C from w, read in place: no slice), plus r (NULL or
+ * the output's B·Ho·Wo·C values, any shape ending in C) added to the result. */
+vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad, vt_tensor *r);
 
 /* ---- pool.c ---- */
 /* Mean over `axis` (removed from the shape). */

@@ -19,19 +19,20 @@
 
 #include "vitc/blocks.h"
 
-/* LePE of one branch: depthwise 3x3 (prefix.get_v, c channels, PyTorch's default init) over the windows of v
- * (nw, wh·ww, c), zero padding at the window borders -> (nw, wh·ww, c). */
-static vt_tensor *lepe(vt_graph *g, const char *prefix, vt_tensor *v, int wh, int ww) {
-    if (vt_bad(g, 1, v)) return NULL;
+/* o + LePE of one branch: depthwise 3x3 (prefix.get_v, c channels, PyTorch's default init) over the windows of v,
+ * channels [v_off, v_off + c) of t (nw, wh·ww, ·) read in place, zero padding at the window borders, added to o
+ * (nw, wh·ww, c) in the conv -> (nw, wh·ww, c). */
+static vt_tensor *add_lepe(vt_graph *g, const char *prefix, vt_tensor *o, vt_tensor *t, int v_off, int c, int wh,
+                           int ww) {
+    if (vt_bad(g, 2, o, t)) return NULL;
     char nm[VT_NAMELEN];
-    const int nw = v->shape[0], c = v->shape[2], ws[4] = {c, 1, 3, 3}, m4[4] = {nw, wh, ww, c},
-              m3[3] = {nw, wh * ww, c};
+    const int nw = t->shape[0], ws[4] = {c, 1, 3, 3}, m4[4] = {nw, wh, ww, t->shape[2]}, m3[3] = {nw, wh * ww, c};
     const vt_init wi = vt_conv_init(9, 9, 0); /* depthwise: fan_in = 1·3·3 */
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "get_v.weight"), 4, ws, wi);
     vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &c, wi);
     if (!w || !b) return NULL;
     w->paper_count = 1;
-    return vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, v, 4, m4), w, b, 1), 3, m3);
+    return vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, t, 4, m4), v_off, w, b, 1, o), 3, m3);
 }
 
 /* One softmax branch on the windows of a packed qkv t (nw, wh·ww, Lt) cut from an mh × mw map (vt_window_partition
@@ -48,7 +49,7 @@ static vt_tensor *branch(vt_graph *g, const char *prefix, vt_tensor *t, int C, i
                               .win_w = stripes ? mw : 0};
     const vt_attn_src keys = {.kh = wh, .kw = ww};
     vt_block_export_map(g, prefix, NULL, probs, &geom, &keys, 0, 1);
-    return vt_add(g, o, lepe(g, prefix, vt_slice(g, t, 2, q_off + 2 * C, dim), wh, ww));
+    return add_lepe(g, prefix, o, t, q_off + 2 * C, dim, wh, ww);
 }
 
 vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a, int linear) {
@@ -81,9 +82,8 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         const vt_block_opts none = {0}, *op = a->opts ? a->opts : &none;
         const vt_flatten_cfg fc = {h, op->focusing, op->kernel, a->conv_fanout};
-        vt_tensor *v = vt_slice(g, qkv, 2, 2 * C, C);
-        o = vt_flatten_core(g, mod, qkv, 0, qkv, C, v, H, W, &fc); /* linear attention + DWC(v) */
-        o = vt_add(g, o, lepe(g, mod, v, H, W));            /* + LePE(v) */
+        o = vt_flatten_core(g, mod, qkv, 0, qkv, C, qkv, 2 * C, C, H, W, &fc); /* linear attention + DWC(v) */
+        o = add_lepe(g, mod, o, qkv, 2 * C, C, H, W);                           /* + LePE(v) */
     } else if (s == 0) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         o = branch(g, mod, qkv, C, 0, C, h, H, W, H, W);

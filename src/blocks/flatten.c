@@ -70,20 +70,21 @@ static vt_tensor *tile0(vt_graph *g, vt_tensor *x, int r) {
 }
 
 vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_off, vt_tensor *k, int k_off,
-                           vt_tensor *v, int H, int W, const vt_flatten_cfg *c) {
+                           vt_tensor *v, int v_off, int C, int H, int W, const vt_flatten_cfg *c) {
     if (vt_bad(g, 3, q, k, v)) return NULL;
     char nm[VT_NAMELEN], s1[64], s2[64], s3[64];
-    const int B = v->shape[0], N = q->ndim == 3 ? q->shape[1] : 0, C = v->shape[v->ndim - 1];
+    const int B = v->shape[0], N = q->ndim == 3 ? q->shape[1] : 0;
     const int n = k->ndim == 3 ? k->shape[1] : 0;
     const int heads = c->heads, K = c->kernel > 0 ? c->kernel : 5, lead = n - H * W;
     const float p = c->focusing > 0.0f ? c->focusing : 3.0f;
     if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[0] != B || k->shape[0] != B || q_off < 0 ||
-        q_off > q->shape[2] - C || k_off < 0 || k_off > k->shape[2] - C || v->shape[1] != n || heads <= 0 ||
-        C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
-        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, ·), (B, n, ·), (B, n, C) with the query and "
-                       "key channels [%d, %d + C), [%d, %d + C) inside, C divisible by %d heads, an odd kernel %d and "
-                       "n = leading tokens + grid %dx%d", prefix, vt_shape_str(q, s1, 64), vt_shape_str(k, s2, 64),
-                       vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, heads, K, H, W);
+        q_off > q->shape[2] - C || k_off < 0 || k_off > k->shape[2] - C || v->shape[1] != n || v_off < 0 ||
+        v_off > v->shape[2] - C || C <= 0 || heads <= 0 || C % heads || H <= 0 || W <= 0 || lead < 0 || K % 2 == 0)
+        return vt_fail(g, "flatten", "%s: q %s, k %s, v %s must be (B, N, ·), (B, n, ·), (B, n, ·) with the query, key "
+                       "and value channels [%d, %d + C), [%d, %d + C), [%d, %d + C) inside, C = %d divisible by %d "
+                       "heads, an odd kernel %d and n = leading tokens + grid %dx%d", prefix, vt_shape_str(q, s1, 64),
+                       vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, v_off, v_off, C,
+                       heads, K, H, W);
     if (N != n)
         return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
                        "reduction is not supported)", prefix, N, n);
@@ -106,11 +107,13 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
      * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
      * gradients sum the copies), no head split of v */
-    vt_tensor *vg = lead ? vt_slice(g, v, 1, lead, H * W) : v;
-    int gs[4] = {B, H, W, C}, ts[3] = {B, H * W, C};
-    vt_tensor *dwc = vt_dwconv_nhwc(g, vt_reshape(g, vg, 4, gs), tile0(g, dw, heads), tile0(g, db, heads), K / 2);
+    /* (v's channels read in place; with leading tokens, the grid tokens' v channels are cut out first) */
+    vt_tensor *vg = lead ? vt_slice(g, vt_slice(g, v, 2, v_off, C), 1, lead, H * W) : v;
+    int gs[4] = {B, H, W, lead ? C : v->shape[2]}, ts[3] = {B, H * W, C};
+    vt_tensor *dwc = vt_dwconv_nhwc_ex(g, vt_reshape(g, vg, 4, gs), lead ? 0 : v_off, tile0(g, dw, heads),
+                                       tile0(g, db, heads), K / 2, NULL);
     /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens (fused op) */
-    return vt_linear_attention(g, fq, fk, v, heads, 0, vt_reshape(g, dwc, 3, ts));
+    return vt_linear_attention(g, fq, fk, v, heads, v_off, vt_reshape(g, dwc, 3, ts));
 }
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
@@ -131,7 +134,7 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, &pa, C, C, C, &s)) return NULL;
     const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout};
-    vt_tensor *out = vt_flatten_core(g, prefix, s.q, s.q_off, s.kv, s.k_off, vt_slice(g, s.kv, 2, s.v_off, C), s.kh,
+    vt_tensor *out = vt_flatten_core(g, prefix, s.q, s.q_off, s.kv, s.k_off, s.kv, s.v_off, C, s.kh,
                                      s.kw, &fc);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);
 }

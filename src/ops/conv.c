@@ -485,13 +485,17 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
 }
 
 /* ---- depthwise conv, channels-last ---- */
-/* x (B, H, W, C), w (C, 1, kh, kw), stride 1, padding p -> (B, Ho, Wo, C), Ho = H + 2p - kh + 1.
+/* x (B, H, W, L) read at channels [c0, c0 + C) (L = C, c0 = 0 for a plain map; a packed qkv's v channels otherwise,
+ * with no slice copy), w (C, 1, kh, kw), stride 1, padding p -> (B, Ho, Wo, C), Ho = H + 2p - kh + 1, plus an optional
+ * same-shape term r added to the output (CSwin's attention + LePE: no separate add pass).
  * fws: weights transposed to (kh·kw, C). bws: the same, then per-thread (kh·kw + 1)·C partials of dW, db. */
 typedef struct {
     int B, H, W, C, kh, kw;
     int p;  /* padding */
     int Ho, Wo;
     int nt; /* threads of the dW/db reduction */
+    int L, c0; /* x's channels per pixel and the first one convolved */
+    int bias_in, add_in; /* input slots of b and r, -1 when absent */
 } dwn_p;
 
 static void transpose_w(const float *w, float *wt, int C, int K) {
@@ -536,8 +540,10 @@ static void taps_part(float *restrict out, const float *init, int acc, const flo
 
 static void dwn_fwd(vt_node *n) {
     const dwn_p *dp = VT_OP_P(n, dwn_p);
-    const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo;
-    const float *x = n->in[0]->data, *bias = n->nin > 2 ? n->in[2]->data : NULL;
+    const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
+              L = dp->L;
+    const float *x = n->in[0]->data + dp->c0, *bias = dp->bias_in >= 0 ? n->in[dp->bias_in]->data : NULL;
+    const float *add = dp->add_in >= 0 ? n->in[dp->add_in]->data : NULL;
     float *y = n->out->data, *wt = n->fws->data;
     transpose_w(n->in[1]->data, wt, C, kh * kw);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -546,16 +552,18 @@ static void dwn_fwd(vt_node *n) {
             const int ki0 = p - oh > 0 ? p - oh : 0, ki1 = H + p - oh < kh ? H + p - oh : kh;
             for (int ow = 0; ow < Wo; ow++) {
                 const int kj0 = p - ow > 0 ? p - ow : 0, kj1 = W + p - ow < kw ? W + p - ow : kw;
-                float *yv = y + (((size_t)b * Ho + oh) * Wo + ow) * C;
-                const ptrdiff_t xb = (((ptrdiff_t)b * H + oh - p) * W + ow - p) * C; /* tap (0, 0); may be < 0 */
+                const size_t o = (((size_t)b * Ho + oh) * Wo + ow) * C;
+                float *yv = y + o;
+                const ptrdiff_t xb = (((ptrdiff_t)b * H + oh - p) * W + ow - p) * L; /* tap (0, 0); may be < 0 */
+                if (add) memcpy(yv, add + o, sizeof(float) * (size_t)C);
                 for (int c0 = 0; c0 < C; c0 += VB) {
                     const int nc = C - c0 < VB ? C - c0 : VB;
                     if (nc == VB)
-                        taps_full(yv + c0, bias ? bias + c0 : NULL, 0, x + (xb + c0), wt + c0, ki0, ki1, kj0, kj1,
-                                  (ptrdiff_t)W * C, C, kw, C);
+                        taps_full(yv + c0, bias ? bias + c0 : NULL, add != NULL, x + (xb + c0), wt + c0, ki0, ki1,
+                                  kj0, kj1, (ptrdiff_t)W * L, L, kw, C);
                     else
-                        taps_part(yv + c0, bias ? bias + c0 : NULL, 0, x + (xb + c0), wt + c0, ki0, ki1, kj0, kj1,
-                                  (ptrdiff_t)W * C, C, kw, C, nc);
+                        taps_part(yv + c0, bias ? bias + c0 : NULL, add != NULL, x + (xb + c0), wt + c0, ki0, ki1,
+                                  kj0, kj1, (ptrdiff_t)W * L, L, kw, C, nc);
                 }
             }
         }
@@ -564,10 +572,16 @@ static void dwn_fwd(vt_node *n) {
 static void dwn_bwd(vt_node *n) {
     const dwn_p *dp = VT_OP_P(n, dwn_p);
     const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
-              nt = dp->nt, K = kh * kw;
-    const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
-    const float *x = X->data, *dy = n->out->grad;
-    float *dx = X->grad, *dw = Wt->grad, *db = Bt ? Bt->grad : NULL, *wt = n->bws->data;
+              nt = dp->nt, K = kh * kw, L = dp->L;
+    const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = dp->bias_in >= 0 ? n->in[dp->bias_in] : NULL;
+    const vt_tensor *R = dp->add_in >= 0 ? n->in[dp->add_in] : NULL;
+    const float *x = X->data + dp->c0, *dy = n->out->grad;
+    float *dx = X->grad ? X->grad + dp->c0 : NULL, *dw = Wt->grad, *db = Bt ? Bt->grad : NULL, *wt = n->bws->data;
+    if (R && R->grad) {
+        const int64_t N = n->out->numel;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N; i++) R->grad[i] += dy[i];
+    }
     if (dx) {
         transpose_w(Wt->data, wt, C, K);
         /* gather: dx[ih, iw] += Σ_taps w[tap] · dy[ih + p - ki, iw + p - kj] */
@@ -577,7 +591,7 @@ static void dwn_bwd(vt_node *n) {
                 const int ki0 = ih + p - Ho + 1 > 0 ? ih + p - Ho + 1 : 0, ki1 = ih + p + 1 < kh ? ih + p + 1 : kh;
                 for (int iw = 0; iw < W; iw++) {
                     const int kj0 = iw + p - Wo + 1 > 0 ? iw + p - Wo + 1 : 0, kj1 = iw + p + 1 < kw ? iw + p + 1 : kw;
-                    float *xv = dx + (((size_t)b * H + ih) * W + iw) * C;
+                    float *xv = dx + (((size_t)b * H + ih) * W + iw) * L;
                     const ptrdiff_t d0 = (((ptrdiff_t)b * Ho + ih + p) * Wo + iw + p) * C; /* tap (0, 0) */
                     for (int c0 = 0; c0 < C; c0 += VB) {
                         const int nc = C - c0 < VB ? C - c0 : VB;
@@ -611,7 +625,7 @@ static void dwn_bwd(vt_node *n) {
                         for (int kj = 0; kj < kw; kj++) {
                             const int iw = ow - p + kj;
                             if (iw < 0 || iw >= W) continue;
-                            const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * C;
+                            const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * L;
                             float *restrict mv = mine + (size_t)(ki * kw + kj) * C;
                             for (int c = 0; c < C; c++) mv[c] += dv[c] * xv[c];
                         }
@@ -632,33 +646,45 @@ static void dwn_bwd(vt_node *n) {
 static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd,
                                         VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
-vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
+vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad, vt_tensor *r) {
     if (vt_bad(g, 2, x, w)) return NULL;
-    char sx[64], sw[64], sb[64];
+    char sx[64], sw[64], sb[64], sr[64];
     vt_shape_str(x, sx, 64);
     vt_shape_str(w, sw, 64);
     snprintf(sb, sizeof sb, "none");
     if (b) vt_shape_str(b, sb, 64);
-    if (x->ndim != 4 || w->ndim != 4 || w->shape[0] != x->shape[3] || w->shape[1] != 1 ||
-        (b && (b->ndim != 1 || b->shape[0] != x->shape[3])))
+    const int C = w->ndim == 4 ? w->shape[0] : 0;
+    if (x->ndim != 4 || w->ndim != 4 || w->shape[1] != 1 || c0 < 0 || c0 > x->shape[3] - C ||
+        (b && (b->ndim != 1 || b->shape[0] != C)))
         return vt_fail(g, "dwconv_nhwc",
-                       "input %s must be (B, H, W, C), weight %s (%s) (C, 1, kh, kw) and bias %s (C) or none", sx, sw,
-                       w->name, sb);
-    const int B = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3], kh = w->shape[2],
+                       "input %s must be (B, H, W, L) holding channels [%d, %d + C), weight %s (%s) (C, 1, kh, kw) and "
+                       "bias %s (C) or none", sx, c0, c0, sw, w->name, sb);
+    const int B = x->shape[0], H = x->shape[1], W = x->shape[2], L = x->shape[3], kh = w->shape[2],
               kw = w->shape[3];
     if (pad < 0 || H + 2 * pad < kh || W + 2 * pad < kw)
         return vt_fail(g, "dwconv_nhwc", "input %s with padding %d is smaller than the %dx%d kernel of weight %s (%s)",
                        sx, pad, kh, kw, sw, w->name);
     const int Ho = H + 2 * pad - kh + 1, Wo = W + 2 * pad - kw + 1;
     const int shape[4] = {B, Ho, Wo, C};
-    vt_tensor *in[3] = {x, w, b};
-    vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
+    if (r && (vt_bad(g, 1, r) || r->numel != (int64_t)B * Ho * Wo * C || r->shape[r->ndim - 1] != C))
+        return r ? vt_fail(g, "dwconv_nhwc", "added term %s must hold the output's (%d, %d, %d, %d) values",
+                           vt_shape_str(r, sr, 64), B, Ho, Wo, C)
+                 : NULL;
+    vt_tensor *in[4] = {x, w};
+    int nin = 2, bias_in = -1, add_in = -1;
+    if (b) in[bias_in = nin++] = b;
+    if (r) in[add_in = nin++] = r;
+    vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     const int nt = omp_get_max_threads();
-    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt};
+    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     vt_node_work(n, 0, (int64_t)kh * kw * C);
-    if (x->requires_grad || w->requires_grad || (b && b->requires_grad))
+    if (x->requires_grad || w->requires_grad || (b && b->requires_grad) || (r && r->requires_grad))
         vt_node_work(n, 1, (int64_t)kh * kw * C + (int64_t)nt * (kh * kw + 1) * C);
     return n->out;
+}
+
+vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
+    return vt_dwconv_nhwc_ex(g, x, 0, w, b, pad, NULL);
 }
