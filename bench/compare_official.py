@@ -73,8 +73,8 @@ DEFAULT_MODELS = ("groupmixformer_m,groupmixformer_t,groupmixformer_s,refiner_vi
 # models whose official training forward needs extra targets: inference only
 EVAL_ONLY = {"refiner_vit_s_dense": "the official train forward (aux head + MixToken) needs token-labelling targets"}
 
-TIMM_HELP = """timm 0.4.x is not importable by {py}. The official code targets timm 0.4 (timm.models.layers,
-register_model). Make a virtualenv that sees Debian's torch and install it from PyPI:
+TIMM_HELP = """The official code needs timm 0.4.x (timm.models.layers, register_model; MSF excepted) and einops,
+which {py} lacks. Make a virtualenv that sees Debian's torch and install them from PyPI:
   /usr/bin/python3 -m venv --system-site-packages /tmp/offvenv
   /tmp/offvenv/bin/pip install timm==0.4.12 einops
 and pass --python /tmp/offvenv/bin/python. (timm 0.4.12's __init__ imports its data and model zoo, which need
@@ -90,11 +90,8 @@ FLATTEN_SWIN = {"PATCH_SIZE": 4, "IN_CHANS": 3, "EMBED_DIM": 96, "DEPTHS": [2, 2
 
 # ---------------------------------------------------------------- official side (runs under --python)
 
-def _import_timm(py):
-    try:
-        import timm
-    except ImportError as e:
-        sys.exit(f"{e}\n" + TIMM_HELP.format(py=py))
+def _import_timm():
+    import timm
     if not timm.__version__.startswith("0.4."):
         print(f"warning: timm {timm.__version__}; the official code targets timm 0.4.x", file=sys.stderr)
 
@@ -118,7 +115,8 @@ def build_official(name, repo, drop_path, img_size):
     import types
     import yaml
     kind, what = OFFICIAL[name]
-    _import_timm(sys.executable)  # before the repository joins the path: Refiner vendors an old timm/
+    if kind != "msf":  # the real timm before the repository joins the path: Refiner vendors an old timm/
+        _import_timm()
     sys.path.insert(0, repo)
     if kind == "gma":
         if importlib.util.find_spec("ipdb") is None:  # imported, never used, by the official file
@@ -190,7 +188,10 @@ def worker(spec):
     """Runs in a fresh interpreter: parameter count, or the best img/s over torch threads 1 and 2."""
     import torch
     torch.manual_seed(0)
-    m = build_official(spec["name"], spec["repo"], spec["drop_path"], spec["img_size"]).float()
+    try:
+        m = build_official(spec["name"], spec["repo"], spec["drop_path"], spec["img_size"]).float()
+    except ImportError as e:
+        sys.exit(f"{e}\n" + TIMM_HELP.format(py=sys.executable))
     out = {"params": sum(p.numel() for p in m.parameters()), "class": type(m).__name__, "torch": torch_blas()}
     if spec["mode"] == "params":
         print(json.dumps(out))
