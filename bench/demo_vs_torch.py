@@ -5,8 +5,8 @@ Model: vit_fmnist_p7 (ViT, patch 7 -> 16 tokens + class token, D 128, depth 4, 4
 Schedule: `make demo`'s (tools/demo.sh): Fashion-MNIST train split, no augmentation, batch 128 (last partial batch
 dropped), AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.05 except biases, norms, class token and position
 embedding), lr 1e-3 with a 0.3-epoch linear warm-up from 1e-6 and a per-step cosine to 1e-5 (timm's
-CosineLRScheduler), no label smoothing; test accuracy on the 10,000 test images after every epoch (as vitc's trainer
-evaluates), the last one reported.
+CosineLRScheduler), the gradients' global norm clipped at 1, no label smoothing; test accuracy on the 10,000 test
+images after every epoch (as vitc's trainer evaluates), the last one reported.
 
 The PyTorch side is written here, independently of vitc (timm's ViT layout: pre-norm blocks, LayerNorm eps 1e-6,
 fused qkv, exact GELU, trunc-normal(0.02) init). Each side runs as its own process, timed from start to exit
@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = os.environ.get("VITC_FMNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530
-LR, WARMUP_LR, MIN_LR, WARMUP_EPOCHS, WD, BATCH = 1e-3, 1e-6, 1e-5, 0.3, 0.05, 128
+LR, WARMUP_LR, MIN_LR, WARMUP_EPOCHS, WD, BATCH, CLIP = 1e-3, 1e-6, 1e-5, 0.3, 0.05, 128, 1.0
 
 
 def load_idx(images, labels):
@@ -126,6 +126,7 @@ def torch_side(epochs, threads, seed):
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
             opt.step()
             step += 1
         t_train += time.perf_counter() - te
@@ -148,7 +149,8 @@ def run_torch(args):
 def run_vitc(args, run_dir):
     cmd = [args.vitc, "train", "vit_fmnist_p7", "--data", "fashion-mnist", "--epochs", str(args.epochs),
            "--batch-size", str(BATCH), "--lr", str(LR), "--warmup-epochs", str(WARMUP_EPOCHS), "--no-augment",
-           "--smoothing", "0", "--log-every", "1000", "--threads", str(args.threads), "--out", run_dir, "--overwrite"]
+           "--smoothing", "0", "--clip-grad", str(CLIP), "--log-every", "1000", "--threads", str(args.threads),
+           "--out", run_dir, "--overwrite"]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
