@@ -16,9 +16,12 @@ def torch_line():
     dnn = re.search(r"MKL-DNN (v[\d.]+)", show)
     mkl = re.search(r"Math Kernel Library Version ([\d.]+)", show)
     cap = re.search(r"CPU capability usage: (\S+)", show)
+    if hasattr(torch.backends, "cpu"):  # torch >= 2.0
+        cap = re.match(r"(.*)", torch.backends.cpu.get_cpu_capability())
     torch.ones(64, 64) @ torch.ones(64, 64)  # loads the BLAS library, if torch links one dynamically
     with open("/proc/self/maps") as f:
-        libs = sorted({m.group(1) for m in re.finditer(r"/(lib(?:openblas|blas|mkl_rt|blis)[^/\s]*\.so[.\d]*)", f.read())})
+        pat = r"/(lib(?:openblas|blas|mkl_rt|blis)[^/\s]*\.so[.\d]*)"
+        libs = sorted({m.group(1) for m in re.finditer(pat, f.read())})
     line = f"torch {torch.__version__}: BLAS {blas.group(1) if blas else '?'}"
     if mkl:
         line += f" (MKL {mkl.group(1)})"
@@ -31,4 +34,5 @@ if __name__ == "__main__":
     print(torch_line())
     if "--ort" in sys.argv[1:]:
         import onnxruntime
-        print(f"onnxruntime {onnxruntime.__version__}: MLAS GEMMs, providers {', '.join(onnxruntime.get_available_providers())}")
+        providers = ", ".join(onnxruntime.get_available_providers())
+        print(f"onnxruntime {onnxruntime.__version__}: MLAS GEMMs, providers {providers}")
