@@ -10,14 +10,26 @@ The host's speed drifts by up to 1.5x within minutes, so after the four settings
 run alternately --repeats times and each side reports its best run (vitc gets --repeats runs, PyTorch's best
 setting at least as many).
 Peak memory: each process's peak resident set (MiB) for the same run (weights, activations, libraries).
+
+With --venv DIR (a virtualenv made by bench/anchors_venv.sh: PyTorch 2.x from PyPI, with MKL and its own oneDNN,
+and ONNX Runtime), each row also runs, with DIR's python and the same reference model and snippet:
+  torch 2.x eager   float32, torch.set_num_threads in {1, 2} (MKL follows it; OpenBLAS is not loaded, so
+                    OPENBLAS_NUM_THREADS has nothing to set);
+  torch.compile     torch.compile(model) (inductor), on eager's best thread count; two warm-up steps compile it,
+                    outside the timing; "n/a" with the reason printed once when it fails;
+  ORT               inference only: the eval model exported by torch.onnx.export (opset 18, static shapes) to a
+                    temporary file, run by onnxruntime's CPUExecutionProvider with all graph optimisations,
+                    intra_op_num_threads in {1, 2}.
+Every side alternates --repeats times after its search and keeps its best run; ratio = vitc / the best anchor.
 Usage: /usr/bin/python3 bench/compare_torch.py [--models deit_tiny_patch16_224,...] [--batches 1,16]
-       [--modes infer,train] [--iters N] [--repeats R]
+       [--modes infer,train] [--iters N] [--repeats R] [--no-search] [--venv build/bench-venv]
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,42 +51,77 @@ def build():
     if name in gmf_ref.CONFIGS:
         return gmf_ref.build(name)
     return vit_ref.ViT(vit_ref.model_config(name))
+backend = %(backend)r  # "eager"; with PyTorch 2.x also "compile" or "ort" (inference only)
 m = build().float()
 x = torch.randn(%(batch)d, 3, %(img)d, %(img)d)
 y = torch.randint(0, 1000, (%(batch)d,))
-if train:
-    m.train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.05)
-    lossf = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
-    def step():
-        opt.zero_grad(set_to_none=True)
-        lossf(m(x), y).backward()
-        opt.step()
-else:
+def prepare():  # the timed step() of this backend
+    net = torch.compile(m) if backend == "compile" else m
+    if backend == "ort":
+        import os, onnxruntime as ort
+        m.eval()
+        path = %(onnx)r  # exported once per model and batch, by the first ORT run
+        if not os.path.exists(path):
+            with torch.no_grad():
+                torch.onnx.export(m, (x,), path + ".tmp", opset_version=18, dynamo=True, external_data=False)
+            os.replace(path + ".tmp", path)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = %(threads)d, 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        feed = {sess.get_inputs()[0].name: x.numpy()}
+        return lambda: sess.run(None, feed)
+    if train:
+        m.train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.05)
+        lossf = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+        def step():
+            opt.zero_grad(set_to_none=True)
+            lossf(net(x), y).backward()
+            opt.step()
+        return step
     m.eval()
     def step():
         with torch.no_grad():
-            m(x)
-for _ in range(2):
-    step()
+            net(x)
+    return step
+t = time.perf_counter()
+if backend == "eager":
+    step = prepare()
+    for _ in range(2):
+        step()
+else:  # a failed compile or export is this run's result, not a crash
+    try:
+        step = prepare()
+        for _ in range(2):
+            step()
+    except Exception as e:
+        print(json.dumps({"error": (type(e).__name__ + ": " + str(e)).strip().splitlines()[0][:300]}))
+        sys.exit(0)
+warm_s = time.perf_counter() - t
 t = time.perf_counter()
 for _ in range(%(iters)d):
     step()
 t = time.perf_counter() - t
-print(json.dumps({"img_per_s": %(batch)d * %(iters)d / t,
+print(json.dumps({"img_per_s": %(batch)d * %(iters)d / t, "warmup_s": warm_s,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
-def torch_run(model, img, batch, train, iters, threads, blas):
-    """(img/s, peak MiB) of one PyTorch run in a fresh process."""
+def torch_run(model, img, batch, train, iters, threads, blas, python="/usr/bin/python3", backend="eager", onnx=""):
+    """(img/s, peak MiB) of one PyTorch run in a fresh process; Debian's torch exits on failure, the others
+    return (None, reason)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(threads))
     code = TORCH_SNIPPET % dict(ref=os.path.join(ROOT, "tests", "reference"), threads=threads, model=model,
-                                img=img, batch=batch, train=int(train), iters=iters)
-    out = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True, text=True)
-    if out.returncode != 0:
+                                img=img, batch=batch, train=int(train), iters=iters, backend=backend, onnx=onnx)
+    out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    r = json.loads(lines[-1]) if out.returncode == 0 and lines and lines[-1].startswith("{") else None
+    if python == "/usr/bin/python3" and r is None:
         sys.exit("torch run failed:\n" + out.stderr)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if r is None or "error" in r:
+        err = r["error"] if r else (out.stderr.strip().splitlines() or ["exit status %d" % out.returncode])[-1]
+        return None, err
     return r["img_per_s"], r["peak_mib"]
 
 
@@ -89,6 +136,46 @@ def torch_best(model, img, batch, train, iters, search):
     return best
 
 
+class Anchor:
+    """One PyPI anchor (torch 2.x eager, torch.compile or ORT) of one row: its best run so far, or why it has none."""
+
+    def __init__(self, python, backend, onnx):
+        self.python, self.backend, self.onnx = python, backend, onnx
+        self.ips, self.threads, self.err = None, None, None
+
+    def run(self, row, threads):
+        ips, err = torch_run(*row, threads, threads, self.python, self.backend, self.onnx)
+        if ips is None:
+            self.err = self.err or err
+        elif self.ips is None or ips > self.ips:
+            self.ips, self.threads = ips, threads
+
+    def cell(self):
+        return f"{self.ips:.2f} ({self.threads})" if self.ips is not None else "n/a"
+
+
+def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again):
+    """The PyPI anchors of one row (model, img, batch, train, iters), alternated with vitc's and Debian torch's
+    repeats (vitc_again / debian_again run one more of theirs); returns the anchors by name."""
+    model, _, batch, train, _ = row
+    python = os.path.join(venv, "bin", "python")
+    onnx = os.path.join(tmp, f"{model}_b{batch}.onnx")
+    an = {k: Anchor(python, k, onnx) for k in ("eager", "compile", "ort")}
+    threads = (1, 2) if search else (2,)
+    for t in threads:
+        an["eager"].run(row, t)
+    if an["eager"].ips is not None:
+        an["compile"].run(row, an["eager"].threads)
+    if not train:
+        for t in threads:
+            an["ort"].run(row, t)
+    for _ in range(repeats - 1):
+        vitc_again()
+        debian_again()
+        for a in an.values():
+            if a.threads is not None:
+                a.run(row, a.threads)
+    return an
 def img_size(model):
     out = subprocess.run([os.path.join(ROOT, "vitc"), "info", model, "--json"], capture_output=True, text=True)
     if out.returncode != 0:
@@ -121,30 +208,75 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="alternating vitc / PyTorch runs after the search")
     ap.add_argument("--no-search", action="store_true", help="PyTorch with 2 threads only (no thread search)")
+    ap.add_argument("--venv", help="also PyTorch 2.x eager, torch.compile and ONNX Runtime from this virtualenv "
+                    "(made by bench/anchors_venv.sh)")
     a = ap.parse_args()
+    if a.venv and not os.access(os.path.join(a.venv, "bin", "python"), os.X_OK):
+        sys.exit(f"{a.venv}/bin/python not found: make it with bench/anchors_venv.sh {a.venv}")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"# {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores; img/s (higher is better), "
-          "ratio = vitc / torch best; MiB: peak resident set of each process")
-    print("| model | mode | batch | vitc img/s | vitc GFLOP/s | torch best img/s (threads, OpenBLAS threads) | ratio "
-          "| MiB vitc / torch |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for model in a.models.split(","):
-        img = img_size(model)
-        for mode in a.modes.split(","):
-            for b in (int(v) for v in a.batches.split(",")):
-                train = mode == "train"
-                iters = max(2, a.iters if b > 1 else 4 * a.iters)
-                # the host is noisy: each side keeps its best run (see the module docstring)
-                v = vitc_run(model, b, train, iters)
-                t = torch_best(model, img, b, train, iters, not a.no_search)
-                for _ in range(a.repeats - 1):
-                    v2 = vitc_run(model, b, train, iters)
-                    v = v if v["img_per_s"] >= v2["img_per_s"] else v2
-                    ips, mib = torch_run(model, img, b, train, iters, t[1], t[2])
-                    t = (ips, t[1], t[2], max(mib, t[3])) if ips > t[0] else t
-                print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
-                      f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} | "
-                      f"{v['peak_mib']:.0f} / {t[3]:.0f} |", flush=True)
+          + ("ratio = vitc / best anchor; (n) = threads" if a.venv else
+             "ratio = vitc / torch best; MiB: peak resident set of each process"))
+    info = os.path.join(ROOT, "bench", "torch_info.py")
+    for python in ["/usr/bin/python3"] + ([os.path.join(a.venv, "bin", "python")] if a.venv else []):
+        out = subprocess.run([python, info] + (["--ort"] if python != "/usr/bin/python3" else []),
+                             capture_output=True, text=True)
+        for line in out.stdout.splitlines() or [f"{python}: torch_info failed: {out.stderr.strip()[-200:]}"]:
+            print("# " + line)
+    header = False
+    errors_seen = set()
+    with tempfile.TemporaryDirectory(prefix="vitc-compare-") as tmp:
+        for model in a.models.split(","):
+            img = img_size(model)
+            for mode in a.modes.split(","):
+                for b in (int(v) for v in a.batches.split(",")):
+                    train = mode == "train"
+                    iters = max(2, a.iters if b > 1 else 4 * a.iters)
+                    # the host is noisy: each side keeps its best run (see the module docstring)
+                    v = vitc_run(model, b, train, iters)
+                    t = torch_best(model, img, b, train, iters, not a.no_search)
+                    if not header:
+                        print(f"# vitc's GEMM kernels: OpenBLAS {v.get('openblas_core', '?')}, "
+                              f"oneDNN {v.get('onednn_isa', '?')}")
+                        if a.venv:
+                            print("| model | mode | batch | vitc img/s | Debian torch 1.13 (threads, OpenBLAS threads) "
+                                  "| torch 2.x eager | torch.compile | ORT | ratio |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                        else:
+                            print("| model | mode | batch | vitc img/s | vitc GFLOP/s | torch best img/s (threads, "
+                                  "OpenBLAS threads) | ratio | MiB vitc / torch |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|")
+                        header = True
+
+                    def vitc_again():
+                        nonlocal v
+                        v2 = vitc_run(model, b, train, iters)
+                        v = v if v["img_per_s"] >= v2["img_per_s"] else v2
+
+                    def debian_again():
+                        nonlocal t
+                        ips, mib = torch_run(model, img, b, train, iters, t[1], t[2])
+                        t = (ips, t[1], t[2], max(mib, t[3])) if ips > t[0] else t
+
+                    if not a.venv:
+                        for _ in range(a.repeats - 1):
+                            vitc_again()
+                            debian_again()
+                        print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
+                              f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} | "
+                              f"{v['peak_mib']:.0f} / {t[3]:.0f} |", flush=True)
+                        continue
+                    an = anchors_row(a.venv, tmp, (model, img, b, train, iters), not a.no_search, a.repeats,
+                                     vitc_again, debian_again)
+                    for k, x in an.items():
+                        if x.err and k not in errors_seen:
+                            errors_seen.add(k)
+                            print(f"# {k} n/a ({model} {mode} b{b}, first failure only): {x.err}", flush=True)
+                    best = max([t[0]] + [x.ips for x in an.values() if x.ips is not None])
+                    ort = an["ort"].cell() if not train else "-"
+                    print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {t[0]:.2f} ({t[1]}, {t[2]}) | "
+                          f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {v['img_per_s'] / best:.2f} |",
+                          flush=True)
 
 
 if __name__ == "__main__":
