@@ -12,7 +12,8 @@ The PyTorch side is written here, independently of vitc (timm's ViT layout: pre-
 fused qkv, exact GELU, trunc-normal(0.02) init). Each side runs as its own process, timed from start to exit
 (start-up, data loading, training and the evaluations), `--rounds` times alternating which goes first.
 
-    /usr/bin/python3 bench/demo_vs_torch.py [--epochs 8] [--rounds 1] [--threads 2] [--vitc ./vitc]
+    /usr/bin/python3 bench/demo_vs_torch.py [--epochs 8] [--rounds 1] [--first vitc|pytorch] [--threads 2]
+                                            [--vitc ./vitc]
     /usr/bin/python3 bench/demo_vs_torch.py --torch-only       # the PyTorch side alone (prints one JSON line)
 """
 import argparse
@@ -175,6 +176,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--first", choices=("vitc", "pytorch"), default="vitc", help="the side that runs first in round 1 "
+                    "(then the order alternates)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--vitc", default=os.path.join(ROOT, "vitc"))
     ap.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
@@ -190,7 +193,7 @@ def main():
     res = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            order = (run_vitc, run_torch) if r % 2 == 0 else (run_torch, run_vitc)
+            order = (run_vitc, run_torch) if (r + (args.first == "pytorch")) % 2 == 0 else (run_torch, run_vitc)
             for f in order:
                 out = f(args, os.path.join(tmp, "run")) if f is run_vitc else f(args)
                 res.append(out)
