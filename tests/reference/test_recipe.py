@@ -231,15 +231,25 @@ def check_resize(rep, exe, d):
         rep.check(f"{name} = F.interpolate", e <= 1e-5, f"err {e:.1e}")
 
 
+def adapt_run(rep, exe, d, model, seed, args, what, losses):
+    """`vitc init` of model with seed, then the adapt driver with args (size, classes, window) on it: (the initial
+    tensors, the adapted ones, the driver's run), or None after a failed check."""
+    src, dst = d / f"{model}.safetensors", d / f"{model}_adapted.safetensors"
+    if vitc_ok(rep, f"init {model}", "init", model, "-o", src, "--seed", str(seed)) is None:
+        return None
+    p = subprocess.run([str(exe), "adapt", model, *args, str(src), str(dst), str(losses)], capture_output=True,
+                       text=True, timeout=300)
+    if not rep.check(f"fine-tune {what}: run", p.returncode == 0, p.stderr[-600:]):
+        return None
+    return st.load(src), st.load(dst), p
+
+
 def check_finetune(rep, exe, d):
-    w10, w2, losses = d / "w10.safetensors", d / "w2.safetensors", d / "losses.bin"
-    if vitc_ok(rep, "init vit_fmnist_tiny", "init", "vit_fmnist_tiny", "-o", w10, "--seed", "4") is None:
+    losses = d / "losses.bin"
+    r = adapt_run(rep, exe, d, "vit_fmnist_tiny", 4, ["36", "2", "0"], "10 -> 2 classes, 28 -> 36 px", losses)
+    if r is None:
         return
-    p = subprocess.run([str(exe), "adapt", "vit_fmnist_tiny", "36", "2", "0", str(w10), str(w2), str(losses)],
-                       capture_output=True, text=True, timeout=300)
-    if not rep.check("fine-tune 10 -> 2 classes, 28 -> 36 px: run", p.returncode == 0, p.stderr[-600:]):
-        return
-    a, b = st.load(w10), st.load(w2)
+    a, b, p = r
     pe_a, pe_b = a["pos_embed"].astype(np.float64), b["pos_embed"]
     ref = np.concatenate([pe_a[:, :1], torch_resize(pe_a[0, 1:].reshape(7, 7, -1), 9, 9).reshape(1, 81, -1)], 1)
     e = scale_err(pe_b, ref)
@@ -255,14 +265,10 @@ def check_finetune(rep, exe, d):
               "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
     l = np.fromfile(losses, dtype=np.float64)
     rep.check("fine-tune: 8 AdamW steps lower the loss", l.size == 8 and l[-1] < l[0] - 0.05, f"losses {l}")
-    ws, ws14 = d / "swin.safetensors", d / "swin14.safetensors"
-    if vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws, "--seed", "5") is None:
+    r = adapt_run(rep, exe, d, "swin_fmnist_tiny", 5, ["28", "10", "14"], "Swin window 7 -> 14", losses)
+    if r is None:
         return
-    p = subprocess.run([str(exe), "adapt", "swin_fmnist_tiny", "28", "10", "14", str(ws), str(ws14), str(losses)],
-                       capture_output=True, text=True, timeout=300)
-    if not rep.check("fine-tune Swin window 7 -> 14: run", p.returncode == 0, p.stderr[-600:]):
-        return
-    a, b = st.load(ws), st.load(ws14)
+    a, b, p = r
     keys = [k for k in a if k.endswith("relative_position_bias_table") and a[k].shape != b[k].shape]
     for k in keys:
         t = a[k].astype(np.float64)  # ((2w-1)^2, heads): timm transposes to (1, heads, 13, 13), interpolates, back
