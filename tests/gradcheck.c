@@ -15,10 +15,11 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
 }
 
 /* Builds case c into a new graph (training unless c->eval; keep_all as given) over a new store *P, finalized, with
- * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. NULL (T_CHECK failed) if
- * the build fails. */
-static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
-                          vt_tensor **r, vt_rng *rng) {
+ * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. act: the op sees each
+ * differentiated operand through an identity node (vt_affine 1·x + 0), an activation whose gradient the op's
+ * backward may write rather than add to (vt_node.grad_fresh). NULL (T_CHECK failed) if the build fails. */
+static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act, vt_params **P, vt_tensor **x,
+                             vt_tensor **y, vt_tensor **r, vt_rng *rng) {
     vt_err e = {{0}};
     *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(*P, !c->eval, &e);
@@ -29,7 +30,9 @@ static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params 
         snprintf(nm, sizeof nm, "x%d", i);
         x[i] = vt_param(g, nm, c->ndim[i], c->shape[i], (vt_init){VT_INIT_ZERO, 0});
     }
-    *y = c->build(g, x, c);
+    vt_tensor *seen[GC_MAXX];
+    for (int i = 0; i < c->nx; i++) seen[i] = act && !c->nograd[i] ? vt_affine(g, x[i], 1.0f, 0.0f) : x[i];
+    *y = c->build(g, seen, c);
     int rshape[VT_MAXDIM] = {0};
     if (*y) memcpy(rshape, (*y)->shape, sizeof rshape);
     *r = *y ? vt_input(g, "r", (*y)->ndim, rshape) : NULL;
@@ -50,6 +53,11 @@ static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params 
     }
     for (int64_t j = 0; j < (*r)->numel; j++) (*r)->data[j] = vt_rng_normal(rng);
     return g;
+}
+
+static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
+                          vt_tensor **r, vt_rng *rng) {
+    return gc_build_as(T, c, keep_all, 0, P, x, y, r, rng);
 }
 
 /* 1 when the operands' gradients in xa and xb are bit-identical. */
@@ -92,6 +100,36 @@ static void gc_check_reads(vt_test *T, const gc_case *c, vt_tensor **x) {
     vt_params_free(P);
 }
 
+/* Gradients an op writes first: with every operand seen through an identity activation, the op's backward writes
+ * those activations' gradients (vt_node.grad_fresh, NaN until it runs: the poisoned backward), and the operands'
+ * gradients equal x's (from the case as built, operands read directly as parameters) to rounding. */
+static void gc_check_fresh(vt_test *T, const gc_case *c, vt_tensor **x) {
+    vt_params *P;
+    vt_tensor *xa[GC_MAXX], *y, *r;
+    vt_rng rng;
+    vt_graph *g = gc_build_as(T, c, 1, 1, &P, xa, &y, &r, &rng);
+    if (!g) return;
+    vt_err e = {{0}};
+    vt_graph_forward(g);
+    vt_params_zero_grad(P);
+    const int ok = vt_graph_backward_poisoned(g, &e) == 0;
+    T_CHECK(T, ok, "%s: poisoned backward through identity activations runs: %s", c->name, e.msg);
+    for (int i = 0; ok && i < c->nx; i++) {
+        if (!x[i]->grad || c->nograd[i]) continue;
+        double err = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < x[i]->numel; j++) {
+            err = fmax(err, fabs((double)xa[i]->grad[j] - x[i]->grad[j])); /* NaN fails below */
+            if (!isfinite(xa[i]->grad[j])) err = INFINITY;
+            mag = fmax(mag, fabs((double)x[i]->grad[j]));
+        }
+        T_CHECK(T, err <= 1e-5 * fmax(mag, 1e-3), "%s: operand x%d's gradient through an identity activation differs "
+                "by %.3g (max %.3g): a backward leaves part of a gradient it writes first unwritten (grad_fresh)",
+                c->name, i, err, mag);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void gc_run(vt_test *T, const gc_case *c) {
     vt_params *P;
     vt_tensor *x[GC_MAXX], *y, *r;
@@ -101,7 +139,10 @@ void gc_run(vt_test *T, const gc_case *c) {
     vt_graph_forward(g);
     vt_params_zero_grad(P);
     vt_graph_backward(g);
-    if (!c->eval) gc_check_reads(T, c, x);
+    if (!c->eval) {
+        gc_check_reads(T, c, x);
+        if (!c->node_rng) gc_check_fresh(T, c, x);
+    }
     const double eps = c->eps > 0 ? c->eps : 1e-2, tol = c->tol > 0 ? c->tol : 1e-2;
     for (int i = 0; i < c->nx; i++) {
         if (c->nograd[i]) continue;

@@ -20,6 +20,8 @@ struct gc_case {
     int ia[8];                            /* free parameters for build */
     float fa[4];
     int eval;                             /* build the graph in eval mode for the forward (still differentiated) */
+    int node_rng;                         /* the op draws from an RNG keyed by its node's index (drop-path): the
+                                           * check through identity activations (more nodes) cannot compare */
     double eps;                           /* finite-difference step (default 1e-2) */
     double tol;                           /* max |analytic - numeric| / max(max|numeric|, 1e-2) (default 1e-2) */
 };

@@ -28,7 +28,8 @@ typedef struct vt_graph vt_graph;
 #define VT_READS_OUT (1u << VT_MAXIN)
 #define VT_READS(bits) (VT_READS_DECLARED | (unsigned)(bits))
 
-/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads and reads
+/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
+ * those of the slots in n->grad_fresh) and reads
  * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
  * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 typedef struct vt_opdef {
@@ -52,6 +53,11 @@ struct vt_node {
     int scope;          /* index into the graph's scope names (per-block breakdown) */
     int index;
     vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */
+    unsigned grad_sets; /* set by the builder: input slots (bit i: in[i]) whose gradient the backward can write (=)
+                         * instead of adding to (+=), covering every element */
+    unsigned grad_fresh; /* set by the engine before each backward run: the slots of grad_sets whose gradient this
+                          * node writes first (it was not zeroed, memset being ~7% of a ViT step): the backward must
+                          * write every element of them rather than add */
 };
 
 /* How an exported map is given (vt_attn_map.form). */
@@ -159,8 +165,9 @@ void vt_graph_forward(vt_graph *g);
 void vt_graph_backward(vt_graph *g);
 
 /* vt_graph_backward, except that while each node's backward runs, every input and output value it does not declare
- * reading (vt_opdef.bwd_reads) is replaced by NaN (and restored after): the gradients equal vt_graph_backward's
- * exactly when the declarations cover what the kernels read. For tests, on a train graph finalized with keep_all
+ * reading (vt_opdef.bwd_reads) is replaced by NaN (and restored after), and the gradients it writes first
+ * (vt_node.grad_fresh) start as NaN: the gradients equal vt_graph_backward's exactly when the declarations cover what
+ * the kernels read and those backwards write every element. For tests, on a train graph finalized with keep_all
  * set; -1 (error set) otherwise or if out of memory. */
 int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 

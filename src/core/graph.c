@@ -525,6 +525,28 @@ static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
     if (g->loss && vt_root(g->loss) == t) t->grad[0] = 1.0f;
 }
 
+/* Begins the gradients that start at backward step s, nd's step: zeroes them, except those of nd's grad_sets slots
+ * whose memory no other slot of nd shares, which nd's backward writes first (set in nd->grad_fresh; NaN when
+ * poisoned, so a backward that leaves an element unwritten shows in the tests). */
+static void grads_begin(vt_graph *g, vt_node *nd, int s, int poisoned) {
+    nd->grad_fresh = 0;
+    grad_begin(g, nd->out, s);
+    const int runs = nd->out->requires_grad && nd->out->grad && nd->op->backward;
+    for (int k = 0; k < nd->nin; k++) {
+        vt_tensor *t = vt_root(nd->in[k]);
+        int fresh = runs && (nd->grad_sets >> k & 1u) && t->kind == VT_ACT && t->grad && t->grad_start == s &&
+                    vt_root(nd->out) != t;
+        for (int j = 0; fresh && j < nd->nin; j++) fresh = j == k || vt_root(nd->in[j]) != t;
+        if (!fresh) {
+            grad_begin(g, nd->in[k], s);
+            continue;
+        }
+        nd->grad_fresh |= 1u << k;
+        if (poisoned)
+            for (int64_t i = 0; i < t->numel; i++) t->grad[i] = NAN;
+    }
+}
+
 /* Runs node nd's backward with the roots of its slots that it does not declare reading (vt_opdef.bwd_reads) filled
  * with NaN, restoring them after (keep, cap: a reusable save area). Returns -1 (error set) if out of memory. */
 static int run_poisoned(vt_graph *g, vt_node *nd, float **keep, int64_t *cap, vt_err *e) {
@@ -568,8 +590,7 @@ static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
     for (int i = n - 1; i >= 0; i--) {
         vt_node *nd = g->nodes[i];
         int s = 2 * n - 1 - i;
-        grad_begin(g, nd->out, s);
-        for (int k = 0; k < nd->nin; k++) grad_begin(g, nd->in[k], s);
+        grads_begin(g, nd, s, poisoned);
         if (nd->out->requires_grad && nd->op->backward) {
             if (!poisoned) {
                 run_node(g, nd, 1);

@@ -135,15 +135,20 @@ static inline void ds_row(float *restrict r, const float *restrict p, float *res
 }
 
 /* Backward of one (batch, head). P: probabilities; dO: output gradient rows (stride H·dh); dq, dk, dv, dprobe,
- * dbias: gradient views (NULL where not wanted); ds: N×M scratch, csum: M floats. */
+ * dbias: gradient views (NULL where not wanted); ds: N×M scratch, csum: M floats; bq, bkv: 1 to add to q's and kv's
+ * gradients, 0 to write them (vt_node.grad_fresh). */
 static void head_bwd(const attn_p *a, const head_io *io, const float *P, const float *dO, float *dq, float *dk,
-                     float *dv, float *dprobe, float *dbias, float *ds, float *csum, int rows_par) {
+                     float *dv, float *dprobe, float *dbias, float *ds, float *csum, int rows_par, float bq,
+                     float bkv) {
     const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
     const float scale = a->scale;
     if (dprobe) /* o = … − p */
         for (int i = 0; i < N; i++)
-            for (int c = 0; c < dh; c++) dprobe[(size_t)i * a->ldq + c] -= dO[(size_t)i * C + c];
-    if (dv) vt_gemm(a->gemm, 1, 0, M, dh, N, 1.0f, P, M, dO, C, 1.0f, dv, a->ldkv);
+            for (int c = 0; c < dh; c++) {
+                float *d = &dprobe[(size_t)i * a->ldq + c];
+                *d = (bq != 0.0f ? *d : 0.0f) - dO[(size_t)i * C + c];
+            }
+    if (dv) vt_gemm(a->gemm, 1, 0, M, dh, N, 1.0f, P, M, dO, C, bkv, dv, a->ldkv);
     if (!dq && !dk && !dbias) return;
     vt_gemm(a->gemm, 0, 1, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
     /* dS = P ⊙ (dP − Σⱼ dP⊙P), the gradient of the logits (and of the bias) */
@@ -155,10 +160,9 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
         for (int i = 0; i < N; i++)
             ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
     }
-    if (dq) vt_gemm(a->gemm, 0, 0, N, dh, M, scale, ds, M, io->k, a->ldkv, 1.0f, dq,
-                        a->ldq);
+    if (dq) vt_gemm(a->gemm, 0, 0, N, dh, M, scale, ds, M, io->k, a->ldkv, bq, dq, a->ldq);
     if (!dk) return;
-    vt_gemm(a->gemm, 1, 0, M, dh, N, scale, ds, M, io->q, a->ldq, 1.0f, dk, a->ldkv);
+    vt_gemm(a->gemm, 1, 0, M, dh, N, scale, ds, M, io->q, a->ldq, bkv, dk, a->ldkv);
     if (a->msf) { /* the −0.5·scale·‖k_j‖² shift: dk_j −= scale·(Σᵢ dS_ij)·k_j */
         for (int j = 0; j < M; j++) csum[j] = 0.0f;
         for (int i = 0; i < N; i++) {
@@ -188,6 +192,8 @@ static void attn_bwd(vt_node *n) {
     float *ws = n->bws->data, *part = ws + (size_t)a->nt * per; /* partial shared-bias gradients */
     const int partial = dbias && !a->bias_batched && par;
     if (partial) vt_zero(part, (int64_t)a->nt * (int64_t)HNM);
+    const float bq = n->grad_fresh & 1u ? 0.0f : 1.0f;
+    const float bkv = a->kv_in >= 0 ? (n->grad_fresh >> a->kv_in & 1u ? 0.0f : 1.0f) : bq;
 #pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
     for (int bh = 0; bh < BH; bh++) {
         const int b = bh / H, h = bh % H, t = omp_get_thread_num();
@@ -202,7 +208,8 @@ static void attn_bwd(vt_node *n) {
                                  : (partial ? part + (size_t)t * HNM : dbias) + (size_t)h * NM;
         float *w = ws + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, key norms */
         head_probs(a, &io, P, P + NM, !par);
-        head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, !par);
+        head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, !par, bq,
+                 bkv);
     }
     if (partial) {
         const int nt = a->nt;
@@ -219,6 +226,15 @@ static void attn_bwd(vt_node *n) {
 #define ATTN_READS VT_READS(VT_READS_ALL_IN)
 static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd, ATTN_READS};
 static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd, ATTN_READS};
+
+/* 1 when the n ranges [offs[i], offs[i] + len) cover [0, total) each channel once. */
+static int tiles(const int *offs, int n, int len, int total) {
+    if ((int64_t)n * len != total) return 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (offs[i] == offs[j]) return 0;
+    return 1; /* n distinct offsets of ranges that lie inside [0, total), identical or disjoint (checked): a tiling */
+}
 
 /* 1 when channel ranges [a, a + len) and [b, b + len) are identical or disjoint (no race between heads). */
 static int same_or_disjoint(int a, int b, int len) { return a == b || a + len <= b || b + len <= a; }
@@ -301,6 +317,10 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
                                    a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale,
                                    &g->gemm};
     n->macs = 2LL * B * N * M * dim;
+    /* q's (and kv's) gradient can be written rather than added when its channel ranges tile it exactly */
+    if (tiles(offs, no, dim, Lq)) n->grad_sets |= 1u;
+    const int kvoffs[2] = {a->k_off, a->v_off};
+    if (kv && tiles(kvoffs, 2, dim, Lkv)) n->grad_sets |= 1u << kv_in;
     if (a->probs) {
         const int ps[4] = {B, H, N, M};
         *a->probs = g->export_maps ? vt_node_extra_output(n, 4, ps) : NULL;

@@ -185,9 +185,11 @@ static void linear_bwd(vt_node *n) {
     const int R = p->R, Ci = p->Ci, Co = p->Co;
     float *dy = n->out->grad;
     const int64_t N = (int64_t)R * Co;
+    const int x_fresh = n->grad_fresh & 1u; /* write x's gradient rather than add (see vt_node.grad_fresh) */
     if (r && r->grad) {
+        const int set = n->grad_fresh >> (2 + p->has_bias) & 1u;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) r->grad[i] += dy[i];
+        for (int64_t i = 0; i < N; i++) r->grad[i] = (set ? 0.0f : r->grad[i]) + dy[i];
     }
     if (p->drop > 0.0f) { /* the branch's gradient, in place (as the activation's below): dy·s per sample */
         const float *m = n->save[0]->data;
@@ -203,18 +205,31 @@ static void linear_bwd(vt_node *n) {
         const int64_t NX = (int64_t)R * Ci;
         float *t = n->bws->data;
         const float *xv = x->data;
-        if (w->grad) {
+        float *dx = x->grad;
+        const int both = w->grad && x_fresh; /* GELU' goes into x's gradient, written later: one pass for both */
+        if (both) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < NX; i++) t[i] = vt_gelu_fd(xv[i], &dx[i]);
+        } else if (w->grad) {
 #pragma omp parallel for schedule(static)
             for (int64_t i = 0; i < NX; i++) t[i] = vt_gelu_f(xv[i]);
-            gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, t, Ci, 1.0f, w->grad, Ci);
         }
-        if (x->grad) {
+        if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, t, Ci, 1.0f, w->grad, Ci);
+        if (dx) {
             gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 0.0f, t, Ci);
+            if (both) {
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < NX; i++) x->grad[i] += t[i] * vt_gelu_grad_f(xv[i]);
+                for (int64_t i = 0; i < NX; i++) dx[i] *= t[i];
+            } else if (x_fresh) {
+#pragma omp parallel for schedule(static)
+                for (int64_t i = 0; i < NX; i++) dx[i] = t[i] * vt_gelu_grad_f(xv[i]);
+            } else {
+#pragma omp parallel for schedule(static)
+                for (int64_t i = 0; i < NX; i++) dx[i] += t[i] * vt_gelu_grad_f(xv[i]);
+            }
         }
     } else {
-        if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 1.0f, x->grad, Ci);
+        if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, x_fresh ? 0.0f : 1.0f, x->grad, Ci);
         if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
     }
     if (b && b->grad) { /* column sums of dy: each thread owns a block of columns and walks rows contiguously */
@@ -251,6 +266,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, omp_get_max_threads(), 0.0f,
                                        R};
     n->macs = (int64_t)R * Ci * w->shape[0];
+    n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
     if (gelu_in) {
         vt_node_work(n, 0, (int64_t)VT_OP_P(n, linear_p)->nt * panel_cap(R) * Ci);
@@ -288,6 +304,7 @@ static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) 
                                                                              * vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;
     p->has_res = 1;
+    n->grad_sets |= 1u << (n->nin - 1);
     if (drop > 0.0f) {
         if (!vt_node_save(n, 0, h->shape[0])) return NULL;
         p->drop = drop;

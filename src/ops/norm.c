@@ -66,6 +66,7 @@ static void ln_bwd(vt_node *n) {
     const float *w = W ? W->data : NULL;
     float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
     if (!dy || !(dx || dw || db)) return;
+    const int fresh = n->grad_fresh & 1u; /* write dx rather than add (see vt_node.grad_fresh) */
     double *part = (dw || db) ? (double *)n->bws->data : NULL; /* [chunk][2][C]: dw then db partials */
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < nch; k++) {
@@ -92,7 +93,7 @@ static void ln_bwd(vt_node *n) {
 #pragma omp simd
                 for (int i = 0; i < C; i++) {
                     const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
-                    dxr[i] += rs * (gi - a - xh * c);
+                    dxr[i] = (fresh ? 0.0f : dxr[i]) + rs * (gi - a - xh * c);
                 }
             }
         }
@@ -135,6 +136,7 @@ vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, f
     *VT_OP_P(n, ln_p) = (ln_p){(int)R, C, nch, iw, ib, eps};
     vt_node_save(n, 0, R);
     vt_node_save(n, 1, R);
+    n->grad_sets = 1u; /* x */
     if (w || b) vt_node_work(n, 1, (int64_t)4 * nch * C);
     return n->out;
 }
