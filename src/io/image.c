@@ -94,6 +94,12 @@ int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow,
     if (filter != VT_INTERP_BILINEAR && filter != VT_INTERP_BICUBIC)
         return vt_seterr(e, "resize filter %d (bilinear 2 or bicubic 3)", (int)filter);
     const int C = src->chans, W = src->w;
+    if (x0 == 0 && y0 == 0 && cw == W && ch == src->h && ow == cw && oh == ch) { /* the whole image at its size: PIL
+                                                                              * returns a copy (its filters give the
+                                                                              * same at integer offsets) */
+        memcpy(dst, src->pix, (size_t)W * src->h * C);
+        return 0;
+    }
     int *bh = NULL, *kh = NULL, *bv = NULL, *kv = NULL;
     const int ksh = coeffs(cw, ow, filter, &bh, &kh);
     const int ksv = ksh < 0 ? -1 : coeffs(ch, oh, filter, &bv, &kv);

@@ -118,7 +118,8 @@ def test_resize(rep, drv, imgs):
     for name, img in imgs:
         w, h = img.size
         boxes = [(0, 0, w, h, 17, 17), (1, 2, w - 3, h - 2, 40, 40), (w // 3, h // 4, w // 2, h // 2, 224, 224),
-                 (0, h // 3, w, h - h // 3, 9, 13), (w // 2, 0, 1, 1, 5, 5)]
+                 (0, h // 3, w, h - h // 3, 9, 13), (w // 2, 0, 1, 1, 5, 5),
+                 (0, 0, w, h, w, h), (1, 1, w - 1, h - 1, w - 1, h - 1)]  # at its own size: a copy, as PIL's
         for x0, y0, cw, ch, ow, oh in boxes:
             for filt, fname in ((Image.BICUBIC, "bicubic"), (Image.BILINEAR, "bilinear")):
                 got, err = drv.pixels("resize", img, x0, y0, cw, ch, ow, oh, filt)
