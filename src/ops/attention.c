@@ -11,7 +11,9 @@
  * o = softmax·v − p.
  * Threads: parallel over (batch, head) when there are at least as many pairs as threads; otherwise the pairs run
  * one after another with multi-threaded sgemms and the softmax rows split over the threads.
- * Memory: train graphs keep no probabilities. Backward recomputes each (batch, head)'s N×M probabilities from q, k
+ * Memory: train graphs keep the probabilities (save[0], B·H·N·M floats) only for small maps, M <= dh, where they
+ * are at most a third of a packed qkv and recomputing them was a third of the attention's backward time (the demo's
+ * ViT, 17 tokens, dh 32). Otherwise backward recomputes each (batch, head)'s N×M probabilities from q, k
  * (and bias, mask) into a per-thread tile with the forward's own code, so they are the forward's values; the
  * B·H·N·M floats it would otherwise keep from forward to backward were 15% of DeiT-S's training arena, and the
  * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds).
@@ -32,6 +34,7 @@ typedef struct {
     int ldq, ldkv, q_off, k_off, v_off, p_off;
     int kv_in, bias_in, mask_in;
     int bias_batched, bias_grad, nW;
+    int keep_p; /* train graphs with M <= dh: forward keeps the probabilities in save[0] for backward */
     float scale;
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } attn_p;
@@ -110,7 +113,8 @@ static void attn_fwd(vt_node *n) {
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
-    float *out = n->out->data, *ws = n->fws->data, *probs = n->xout ? n->xout->data : NULL;
+    float *out = n->out->data, *ws = n->fws->data;
+    float *probs = n->xout ? n->xout->data : a->keep_p ? n->save[0]->data : NULL;
     const size_t per = NM + (size_t)a->M; /* scratch floats per thread */
 #pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
     for (int bh = 0; bh < BH; bh++) {
@@ -207,7 +211,10 @@ static void attn_bwd(vt_node *n) {
             db = a->bias_batched ? dbias + (size_t)bh * NM
                                  : (partial ? part + (size_t)t * HNM : dbias) + (size_t)h * NM;
         float *w = ws + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, key norms */
-        head_probs(a, &io, P, P + NM, !par);
+        if (a->keep_p)
+            P = n->save[0]->data + (size_t)bh * NM;
+        else
+            head_probs(a, &io, P, P + NM, !par);
         head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, !par, bq,
                  bkv);
     }
@@ -313,9 +320,12 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     if (!n) return NULL;
     const int nt = omp_get_max_threads();
     const int bias_grad = a->bias && a->bias->requires_grad;
+    /* small maps (M <= dh: the probabilities are at most a third of a packed qkv) are kept rather than recomputed */
+    const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
-                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, a->scale,
+                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, a->scale,
                                    &g->gemm};
+    if (keep_p && !vt_node_save(n, 0, (int64_t)B * H * N * M)) return NULL;
     n->macs = 2LL * B * N * M * dim;
     /* q's (and kv's) gradient can be written rather than added when its channel ranges tile it exactly */
     if (tiles(offs, no, dim, Lq)) n->grad_sets |= 1u;
