@@ -141,10 +141,11 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
 /* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
- * x's width in one node (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two). */
+ * x's width, GELU in fc2's prologue (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two), or in
+ * fc1's epilogue in train graphs with a hidden activation of at most 2^20 floats (faster there; see common.c). */
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (out), GELU in fc2's prologue (vt_gelu_linear). */
+/* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (x's width), placed as vt_block_ffn_mlp places it. */
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
 
 /* Initialisation rules of convolutions (a host's rule; its biases start at 0 except with the default rule). */
