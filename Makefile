@@ -8,9 +8,10 @@ CC        ?= cc
 WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-# -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics.
+# -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics. -fno-math-errno keeps them (sqrtf
+# still returns NaN for x < 0; only errno is not set) and lets loops with sqrtf vectorise (AdamW's ran scalar).
 OPT       ?= -O3 -march=native
-CFLAGS    := $(WARN) $(OPT) -fopenmp -Iinclude $(PKG_CFLAGS)
+CFLAGS    := $(WARN) $(OPT) -fno-math-errno -fopenmp -Iinclude $(PKG_CFLAGS)
 # oneDNN (libdnnl-dev) has no pkg-config file in Debian 12.
 LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 
