@@ -127,21 +127,30 @@ static void check_in_parallel(vt_test *T) {
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
     vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512};
-    T_CHECK(T, vt_gemm_choose(&same, 2, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
-    T_CHECK(T, vt_gemm_choose(&same, 1, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 1, 197, 197, 64) == DN, "attention tile on 1 thread: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 3152, 576, 192) == DN, "large shape: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 1, 1 << 20, 1 << 20, 1 << 20) == DN, "no overflow in M*N*K");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 197, 197, 64) == DN, "attention tile on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 3152, 576, 192) == DN, "large shape: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 1 << 20, 1 << 20, 1 << 20) == DN, "no overflow in M*N*K");
+    /* rule 4: A·Bᵀ with few rows for its depth on more than one thread */
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 49, 768, 3072) == OB, "A*B^T, 49 rows, K 3072, 2 threads: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 400, 384, 1536) == DN, "A*B^T, 400 rows, K 1536: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 49, 768, 3072) == DN, "A*B, 49 rows, K 3072: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 1, 49, 768, 3072) == DN, "A^T*B^T: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
     vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512};
-    T_CHECK(T, vt_gemm_choose(&prescott, 1, 4, 4, 4) == DN, "generic OpenBLAS kernel: onednn even for tiny shapes");
+    T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
+            "generic OpenBLAS kernel: onednn even for tiny shapes");
     vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC};
-    T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
+    T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 0, 0, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
     vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX};
-    T_CHECK(T, vt_gemm_choose(&old, 2, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
+    T_CHECK(T, vt_gemm_choose(&old, 2, 0, 0, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
     vt_gemm_plan forced = prescott;
     forced.force = OB;
-    T_CHECK(T, vt_gemm_choose(&forced, 2, 3152, 576, 192) == OB, "forced openblas");
+    T_CHECK(T, vt_gemm_choose(&forced, 2, 0, 0, 3152, 576, 192) == OB, "forced openblas");
     char buf[256];
     T_CHECK(T, strstr(vt_gemm_rule(&prescott, buf, sizeof buf), "onednn") != NULL, "rule text: %s", buf);
     T_CHECK(T, strstr(vt_gemm_rule(&forced, buf, sizeof buf), "forced") != NULL, "rule text: %s", buf);

@@ -1,12 +1,11 @@
 /* The registry sweep (timm's test_models backward sweep): every registered model, shrunk to one block per stage
  * (two for the Refiner's plain/shared pairs, five in Next-ViT's stage 3) at the smallest image size it accepts, builds
- * its train and eval
- * graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite outputs, and gives every
- * parameter a non-zero gradient except those zero by construction, listed below with the reason. It also checks the
- * memory plan: the same step planned keep_all (every activation kept until its producer's backward) gives
- * bit-identical gradients, also with the values no backward declares reading poisoned (NaN) and the gradients a
- * backward writes first (vt_node.grad_fresh) NaN until it runs, from an arena no smaller than the default plan's. And class-token ViTs' pruned last block (only the class token's row) against
- * the graph of every token. */
+ * its train and eval graphs, takes a training step (forward, backward, AdamW) and an eval forward with finite
+ * outputs, and gives every parameter a non-zero gradient except those zero by construction, listed below with the
+ * reason. It also checks the memory plan: the same step planned keep_all (every activation kept until its producer's
+ * backward) gives bit-identical gradients, also with the values no backward declares reading poisoned (NaN) and the
+ * gradients a backward writes first (vt_node.grad_fresh) NaN until it runs, from an arena no smaller than the default
+ * plan's. And class-token ViTs' pruned last block (only the class token's row) against the graph of every token. */
 #include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
@@ -129,8 +128,11 @@ static void check_plan(vt_test *T, const vt_model_cfg *c, vt_params *P, const fl
                 if (graded(P->t[i]))
                     same = !memcmp(ref[k++], P->t[i]->grad, sizeof(float) * (size_t)P->t[i]->numel);
             T_CHECK(T, same, "%s: gradients of the keep-all plan%s equal the default plan's%s%s", c->name,
-                    pass ? ", poisoned," : "", pass ? " (a bwd_reads declaration is too small, or a backward leaves part of a gradient it writes first "
-                                "unwritten: vt_node.grad_fresh) " : "", e.msg);
+                    pass ? ", poisoned," : "",
+                    pass ? " (a bwd_reads declaration is too small, or a backward leaves part of a gradient it "
+                           "writes first unwritten: vt_node.grad_fresh) "
+                         : "",
+                    e.msg);
         }
     }
     vt_graph_free(g);

@@ -32,8 +32,9 @@ typedef struct vt_machine {
 /* Fills p from the machine; lib is "auto", "openblas", "onednn" (NULL or "" = auto), else -1 with an error. */
 int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
 
-/* The library that vt_gemm uses for this shape when `threads` threads run it (1 inside a parallel region). */
-vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int M, int N, int K);
+/* The library that vt_gemm uses for C = op(A)·op(B) (ta, tb: A, B transposed) of this shape when `threads` threads
+ * run it (1 inside a parallel region). */
+vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K);
 
 /* Row-major C = alpha·op(A)·op(B) + beta·C (op transposes when ta/tb); C is not read when beta is 0. Inside an
  * OpenMP parallel region it runs on the calling thread, outside it on omp_get_max_threads() threads. */

@@ -140,7 +140,8 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
                           : vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
     }
     const char *fc2 = vt_pname(nm, prefix, f->tv_names ? "3" : "fc2");
-    if (!f->dwconv && gelu_epilogue(g, x, f->hidden)) return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
+    if (!f->dwconv && gelu_epilogue(g, x, f->hidden))
+        return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
     return gelu_fc2(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
 }
 

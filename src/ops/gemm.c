@@ -113,14 +113,23 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     Hence: M*N*K < 2^18, or < 2^20 on one thread (inside our parallel loops) -> OpenBLAS, otherwise oneDNN. With
  *     both capped at AVX2 (OPENBLAS_CORETYPE=Haswell, DNNL_MAX_CPU_ISA=AVX2) the same rule stays within 1-3% of the
  *     best library per shape over DeiT's GEMMs.
- *  3. Same tier below AVX2 (old CPUs, non-x86; not measured): OpenBLAS, vitc's library before oneDNN. */
+ *  3. Same tier below AVX2 (old CPUs, non-x86; not measured): OpenBLAS, vitc's library before oneDNN.
+ *  4. Same tier, on more than one thread, a linear layer's forward shape C = A·Bᵀ (ta 0, tb 1) with few rows for its
+ *     depth, 16 <= M < K/4: oneDNN 2.6.3 splits it badly over the threads and OpenBLAS is faster (2 threads, GFLOP/s,
+ *     OpenBLAS vs oneDNN, M×N×K: 49×768×3072 125 vs 56, 49×384×1536 163 vs 77, 49×768×768 167 vs 127,
+ *     128×768×3072 152 vs 96, 196×384×1536 188 vs 155, 16×384×128 67 vs 58; the rule's edge: 49×384×128 146 vs 132,
+ *     196×768×768 193 vs 192, 400×384×1536 160 vs 177). oneDNN stays faster on every backward shape (AB and AᵀB) of
+ *     the same sizes, and on one thread also on these (49×768×3072 109 vs 119); below 16 rows oneDNN takes another
+ *     path and is far faster (1×1536×384 58 vs 13, 12×384×1536 207 vs 65; 16×384×1536 32 vs 115). A batch-1 Swin's
+ *     last stages and DeiT's fc2 at batch 1 are such shapes. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 
-vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int M, int N, int K) {
+vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
     if (p->force != VT_GEMM_AUTO) return p->force;
     if (p->openblas != p->onednn) return p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
+    if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
     const long long mnk = (long long)M * N * K;
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
@@ -128,7 +137,7 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int M, int N, int
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (vt_gemm_choose(p, threads, M, N, K) == VT_GEMM_ONEDNN &&
+    if (vt_gemm_choose(p, threads, ta, tb, M, N, K) == VT_GEMM_ONEDNN &&
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
         return;
     /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory) */
@@ -147,7 +156,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
-                         "onednn on more; >= 2^20: onednn");
+                         "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
+                         "openblas");
     return buf;
 }
 
