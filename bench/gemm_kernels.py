@@ -5,9 +5,10 @@ Builds bench/gemm_kernels.c against build/libvitc.a, then, in one run, times eve
 DeiT-T and DeiT-S at batch 1 and 16 (forward qkv/proj/fc1/fc2, their backward dX and dW, the patch embedding,
 the per-head attention GEMMs and the per-panel fc1 GEMMs, which run one per thread inside vitc's parallel loops),
 with OPENBLAS_CORETYPE unset and =Prescott (what Debian's OpenBLAS 0.3.21 picks on Intel Xeons it does not know),
-plus a sweep of n^3 squares for the dispatch rule, alternating the settings --reps times and keeping each library's
-best. Prints one table per setting with the CPU model and kernels, and a summary: the time of a model's GEMMs with
-each library, with `auto` and with the best library per shape.
+plus a sweep of n^3 squares and one of few-row linear shapes (M rows, A·Bᵀ and its backward) for the dispatch
+rule, alternating the settings --reps times and keeping each library's best. Prints one table per setting with the
+CPU model and kernels, and a summary: the time of a model's GEMMs with each library, with `auto` and with the best
+library per shape.
 
     /usr/bin/python3 bench/gemm_kernels.py [--reps 3] [--threads N] [--settings unset,Prescott] [--markdown OUT.md]
 """
@@ -81,6 +82,12 @@ def shapes(threads):
         for par in (0, 1):
             out.append((f"sweep {n}^3 {'per-thread' if par else 'all-threads'}", "sweep", 1, 0, 0, n, n, n, n, n, n,
                         0, par))
+    # rule 4's sweep: a linear's forward A·Bᵀ (and its backward AB, AᵀB) with few rows for its depth, all threads
+    for m in (1, 12, 16, 49, 128, 196, 400):
+        for k, n in ((128, 384), (1536, 384), (3072, 768), (768, 3072)):
+            out.append((f"rows {m}x{n}x{k} A*B^T", "sweep", 1, 0, 1, m, n, k, k, k, n, 1, 0))
+            out.append((f"rows {m}x{k}x{n} dX", "sweep", 1, 0, 0, m, k, n, n, k, k, 1, 0))
+            out.append((f"rows {n}x{k}x{m} dW", "sweep", 1, 1, 0, n, k, m, n, k, k, 1, 0))
     out.append(("peak 1024^3", "peak", 1, 0, 0, 1024, 1024, 1024, 1024, 1024, 1024, 0, 0))
     return out
 

@@ -121,7 +121,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     196×768×768 193 vs 192, 400×384×1536 160 vs 177). oneDNN stays faster on every backward shape (AB and AᵀB) of
  *     the same sizes, and on one thread also on these (49×768×3072 109 vs 119); below 16 rows oneDNN takes another
  *     path and is far faster (1×1536×384 58 vs 13, 12×384×1536 207 vs 65; 16×384×1536 32 vs 115). A batch-1 Swin's
- *     last stages and DeiT's fc2 at batch 1 are such shapes. */
+ *     last stages and DeiT's fc2 at batch 1 are such shapes. bench/gemm_kernels.py's "rows" sweep measures them. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 
