@@ -366,6 +366,9 @@ void test_ops_core(vt_test *T) {
         {.name = "gelu_linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_gelu_linear},
         {.name = "gelu_linear_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
          .build = b_gelu_linear},
+        /* fewer rows than two panels but more than one: GELU of all rows, then one sgemm (scratch for all rows) */
+        {.name = "gelu_linear_whole", .nx = 3, .ndim = {2, 2, 1}, .shape = {{300, 3}, {5, 3}, {5}},
+         .build = b_gelu_linear},
         {.name = "gelu_linear_residual", .nx = 4, .ndim = {2, 2, 1, 2}, .shape = {{3, 4}, {5, 4}, {5}, {3, 5}},
          .build = b_gelu_linear},
         {.name = "linear_relu", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear_relu},
