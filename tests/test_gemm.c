@@ -126,7 +126,7 @@ static void check_in_parallel(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, NULL};
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
@@ -141,12 +141,12 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, NULL};
     T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 0, 0, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, NULL};
     T_CHECK(T, vt_gemm_choose(&old, 2, 0, 0, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
     vt_gemm_plan forced = prescott;
     forced.force = OB;
@@ -154,6 +154,62 @@ static void check_rule(vt_test *T) {
     char buf[256];
     T_CHECK(T, strstr(vt_gemm_rule(&prescott, buf, sizeof buf), "onednn") != NULL, "rule text: %s", buf);
     T_CHECK(T, strstr(vt_gemm_rule(&forced, buf, sizeof buf), "forced") != NULL, "rule text: %s", buf);
+}
+
+/* The linear primitives (rule 5): y = post(x·wᵀ + b) against a double-precision reference for every post-op, with
+ * and without bias, on odd shapes (M, N, K = 1 included); a second request returns the same primitive; y starts as
+ * NaN (it must not be read). */
+static void check_prims(vt_test *T) {
+    vt_gemm_plan p;
+    vt_err e = {{0}};
+    T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "plan: %s", e.msg);
+    static const dims ds[] = {{1, 1, 1}, {3, 5, 7}, {49, 96, 200}, {300, 17, 64}};
+    vt_rng r;
+    vt_rng_seed(&r, 21);
+    for (size_t s = 0; s < sizeof ds / sizeof *ds; s++)
+        for (int post = VT_GEMM_POST_NONE; post <= VT_GEMM_POST_RELU; post++)
+            for (int hb = 0; hb < 2; hb++) {
+                const int M = ds[s].M, N = ds[s].N, K = ds[s].K;
+                vt_gemm_prim *q = vt_gemm_linear_prim(&p, M, N, K, hb, (vt_gemm_post)post);
+                T_CHECK(T, q != NULL, "primitive %dx%dx%d post %d bias %d", M, N, K, post, hb);
+                if (!q) continue;
+                T_CHECK(T, vt_gemm_linear_prim(&p, M, N, K, hb, (vt_gemm_post)post) == q, "reused");
+                float *x = malloc(sizeof(float) * (size_t)M * K), *w = malloc(sizeof(float) * (size_t)N * K),
+                      *b = malloc(sizeof(float) * (size_t)N), *res = malloc(sizeof(float) * (size_t)M * N),
+                      *y = malloc(sizeof(float) * (size_t)M * N);
+                for (int i = 0; i < M * K; i++) x[i] = vt_rng_uniform(&r) * 2.0f - 1.0f;
+                for (int i = 0; i < N * K; i++) w[i] = vt_rng_uniform(&r) * 2.0f - 1.0f;
+                for (int i = 0; i < N; i++) b[i] = vt_rng_uniform(&r) * 2.0f - 1.0f;
+                for (int i = 0; i < M * N; i++) res[i] = vt_rng_uniform(&r) * 2.0f - 1.0f, y[i] = NAN;
+                const int rc = vt_gemm_prim_run(q, x, w, hb ? b : NULL, post == VT_GEMM_POST_ADD ? res : NULL, y);
+                double err = 0.0, scale = 1.0;
+                for (int i = 0; i < M; i++)
+                    for (int o = 0; o < N; o++) {
+                        double v = hb ? b[o] : 0.0;
+                        for (int k = 0; k < K; k++) v += (double)x[(size_t)i * K + k] * w[(size_t)o * K + k];
+                        if (post == VT_GEMM_POST_ADD) v += res[(size_t)i * N + o];
+                        if (post == VT_GEMM_POST_RELU) v = v > 0.0 ? v : 0.0;
+                        scale = fmax(scale, fabs(v));
+                        const double d = fabs(v - y[(size_t)i * N + o]);
+                        err = d == d ? fmax(err, d) : INFINITY;
+                    }
+                T_CHECK(T, rc == 0 && err / scale < 1e-5, "%dx%dx%d post %d bias %d: run %d, error %g", M, N, K, post,
+                        hb, rc, err / scale);
+                free(x), free(w), free(b), free(res), free(y);
+            }
+    vt_gemm_plan_free(&p);
+    T_CHECK(T, p.prims == NULL, "freed");
+    /* rule 5 */
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, NULL};
+    T_CHECK(T, vt_gemm_linear_wanted(&same, 2, 196, 1536, 384), "196x1536x384 (M <= 2K): primitive");
+    T_CHECK(T, vt_gemm_linear_wanted(&same, 2, 3136, 96, 384), "3136x96x384 (K >= 2N): primitive");
+    T_CHECK(T, !vt_gemm_linear_wanted(&same, 2, 3136, 288, 96), "3136x288x96: sgemm");
+    vt_gemm_plan ob = same, low = same;
+    ob.force = VT_GEMM_OPENBLAS;
+    low.onednn = VT_ISA_AVX;
+    low.openblas = VT_ISA_AVX;
+    T_CHECK(T, !vt_gemm_linear_wanted(&ob, 2, 196, 1536, 384), "forced openblas: no primitive");
+    T_CHECK(T, !vt_gemm_linear_wanted(&low, 2, 196, 1536, 384), "below AVX2: no primitive");
 }
 
 /* vt_gemm_plan_init's names; VITC_GEMM reaches the graph, and a bad value is an error of vt_graph_new. */
@@ -197,6 +253,7 @@ void test_gemm(vt_test *T) {
     check_libs(T);
     check_in_parallel(T);
     check_rule(T);
+    check_prims(T);
     check_override(T);
     check_machine(T);
 }

@@ -14,11 +14,19 @@ typedef enum vt_gemm_lib { VT_GEMM_AUTO = 0, VT_GEMM_OPENBLAS = 1, VT_GEMM_ONEDN
 /* x86 vector ISA tiers, ordered: a library's kernel below the CPU's tier is "generic" for that CPU. */
 typedef enum vt_isa { VT_ISA_GENERIC = 0, VT_ISA_AVX = 1, VT_ISA_AVX2 = 2, VT_ISA_AVX512 = 3 } vt_isa;
 
+/* oneDNN matmul primitives made for a plan's linear layers (vt_gemm_linear_prim), with their engine and stream. */
+typedef struct vt_gemm_prims vt_gemm_prims;
+
+/* One oneDNN matmul primitive for a linear layer's shape (owned by the plan's vt_gemm_prims). */
+typedef struct vt_gemm_prim vt_gemm_prim;
+
 /* The dispatch inputs, fixed when a graph is created (vt_graph.gemm): the forced library, if any, and the ISA
- * tiers of the CPU and of the kernels OpenBLAS and oneDNN run on it. */
+ * tiers of the CPU and of the kernels OpenBLAS and oneDNN run on it; prims (NULL until the first is made) holds the
+ * graph's linear primitives and is freed by vt_gemm_plan_free. */
 typedef struct vt_gemm_plan {
     vt_gemm_lib force;
     vt_isa cpu, openblas, onednn;
+    vt_gemm_prims *prims;
 } vt_gemm_plan;
 
 /* What `vitc bench` reports about the machine and the libraries. */
@@ -29,7 +37,7 @@ typedef struct vt_machine {
     const char *onednn_isa;       /* dnnl_get_effective_cpu_isa() as a name, e.g. "avx512_core_bf16" */
 } vt_machine;
 
-/* Fills p from the machine; lib is "auto", "openblas", "onednn" (NULL or "" = auto), else -1 with an error. */
+/* Fills p from the machine (no primitives yet); lib is "auto", "openblas", "onednn" (NULL or "" = auto), else -1 with an error. */
 int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
 
 /* The library that vt_gemm uses for C = op(A)·op(B) (ta, tb: A, B transposed) of this shape when `threads` threads
@@ -40,6 +48,24 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
  * OpenMP parallel region it runs on the calling thread, outside it on omp_get_max_threads() threads. */
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* What a linear primitive adds after the product and bias. */
+typedef enum vt_gemm_post { VT_GEMM_POST_NONE = 0, VT_GEMM_POST_ADD, VT_GEMM_POST_RELU } vt_gemm_post;
+
+/* Whether the plan runs a linear layer's forward y = x·wᵀ (x M×K, w N×K) as one oneDNN matmul primitive with its
+ * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads. */
+int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K);
+
+/* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
+ * row-major (post ADD: + r, r (M, N)); made on first request and reused. NULL if oneDNN cannot make it. */
+vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post);
+
+/* Runs q on all threads (call it outside OpenMP parallel regions); b and r as q was made (NULL when absent).
+ * Returns 0, or -1 if oneDNN failed (nothing meaningful written; the caller falls back to vt_gemm). */
+int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y);
+
+/* Frees the plan's primitives (the plan stays usable). */
+void vt_gemm_plan_free(vt_gemm_plan *p);
 
 /* Writes the rule that p applies (one line per shape class) into buf; returns buf. */
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n);

@@ -29,6 +29,7 @@ vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
 
 void vt_graph_free(vt_graph *g) {
     if (!g) return;
+    vt_gemm_plan_free(&g->gemm);
     for (int i = 0; i < g->nn; i++) vt_free(g->nodes[i]);
     for (int i = 0; i < g->nt; i++) vt_free(g->tens[i]);
     for (int i = 0; i < g->nscopes; i++) free(g->scopes[i]);

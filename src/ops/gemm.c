@@ -5,6 +5,7 @@
 #include <dnnl.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -85,6 +86,7 @@ static const char *onednn_isa_name(dnnl_cpu_isa_t isa) {
 int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     const cpu_feats f = cpu_features();
     p->force = VT_GEMM_AUTO;
+    p->prims = NULL;
     if (lib && lib[0] && strcmp(lib, "auto") != 0) {
         if (strcmp(lib, "openblas") == 0)
             p->force = VT_GEMM_OPENBLAS;
@@ -121,7 +123,15 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     196×768×768 193 vs 192, 400×384×1536 160 vs 177). oneDNN stays faster on every backward shape (AB and AᵀB) of
  *     the same sizes, and on one thread also on these (49×768×3072 109 vs 119); below 16 rows oneDNN takes another
  *     path and is far faster (1×1536×384 58 vs 13, 12×384×1536 207 vs 65; 16×384×1536 32 vs 115). A batch-1 Swin's
- *     last stages and DeiT's fc2 at batch 1 are such shapes. bench/gemm_kernels.py's "rows" sweep measures them. */
+ *     last stages and DeiT's fc2 at batch 1 are such shapes. bench/gemm_kernels.py's "rows" sweep measures them.
+ *  5. Same tier, a linear layer's whole forward y = x·wᵀ + b (+ residual or activation) with M <= 2K or K >= 2N:
+ *     one oneDNN matmul primitive (brgemm, "brg:avx512_core" here) with the bias and a binary-add or ReLU post-op
+ *     fused, made once per graph (vt_gemm_linear_prim), instead of bias rows written first and sgemm with beta 1.
+ *     2 threads, GFLOP/s incl. the bias, primitive vs the rules above, M×N×K: 49×768×3072 181 vs 124 (OpenBLAS),
+ *     49×768×768 201 vs 167, 196×384×1536 214 vs 153, 196×1152×384 205 vs 194, 784×192×768 210 vs 207,
+ *     3136×96×384 223 vs 210, 3152×384×1536 212 vs 178; with a residual 49×768×3072 172 vs 112, 196×384×384 200
+ *     vs 186. Larger M over a shallow K loses (its weight operand, wᵀ read in place, is packed per call):
+ *     3136×288×96 168 vs 204, 3136×96×96 166 vs 201, 784×576×192 192 vs 203, 3152×1536×384 199 vs 215. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 
@@ -145,6 +155,134 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
                 B, ldb, beta, C, ldc);
 }
 
+int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K) {
+    (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
+    if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
+    if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
+    return (long long)M <= 2LL * K || K >= 2LL * N;
+}
+
+struct vt_gemm_prim {
+    int M, N, K, has_bias;
+    vt_gemm_post post;
+    dnnl_primitive_t prim;
+    dnnl_memory_t x, w, b, r, y; /* descriptors with no data; run sets the handles */
+    dnnl_stream_t stream;        /* the plan's */
+    vt_gemm_prim *next;
+};
+
+struct vt_gemm_prims {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    vt_gemm_prim *list;
+};
+
+static void prim_free(vt_gemm_prim *q) {
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    dnnl_memory_t m[5] = {q->x, q->w, q->b, q->r, q->y};
+    for (int i = 0; i < 5; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    free(q);
+}
+
+void vt_gemm_plan_free(vt_gemm_plan *p) {
+    vt_gemm_prims *c = p->prims;
+    if (!c) return;
+    for (vt_gemm_prim *q = c->list, *nx; q; q = nx) {
+        nx = q->next;
+        prim_free(q);
+    }
+    if (c->stream) dnnl_stream_destroy(c->stream);
+    if (c->eng) dnnl_engine_destroy(c->eng);
+    free(c);
+    p->prims = NULL;
+}
+
+/* A dense row-major rows×cols matrix (transposed: a cols×rows one read as its transpose). */
+static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
+    dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, strides) == dnnl_success ? 0 : -1;
+}
+
+/* Makes q's primitive and memory objects; returns 0 or -1. */
+static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
+    dnnl_memory_desc_t xd, wd, bd, yd;
+    if (md2(&xd, q->M, q->K, 0) || md2(&wd, q->K, q->N, 1) || md2(&bd, 1, q->N, 0) || md2(&yd, q->M, q->N, 0))
+        return -1;
+    dnnl_matmul_desc_t mm;
+    if (dnnl_matmul_desc_init(&mm, &xd, &wd, q->has_bias ? &bd : NULL, &yd) != dnnl_success) return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
+    if (!bad && q->post == VT_GEMM_POST_ADD) bad = dnnl_post_ops_append_binary(po, dnnl_binary_add, &yd) != dnnl_success;
+    if (!bad && q->post == VT_GEMM_POST_RELU)
+        bad = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
+    if (!bad) bad = dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    dnnl_primitive_desc_t pd = NULL;
+    if (!bad) bad = dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) != dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (bad) return -1;
+    return dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   (q->has_bias && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success) ||
+                   (q->post == VT_GEMM_POST_ADD &&
+                    dnnl_memory_create(&q->r, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success)
+               ? -1
+               : 0;
+}
+
+vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+    vt_gemm_prims *c = p->prims;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c) return NULL;
+        p->prims = c;
+        if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags) != dnnl_success) {
+            vt_gemm_plan_free(p);
+            return NULL;
+        }
+    }
+    has_bias = has_bias != 0;
+    for (vt_gemm_prim *q = c->list; q; q = q->next)
+        if (q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->post == post) return q;
+    vt_gemm_prim *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    *q = (vt_gemm_prim){M, N, K, has_bias, post, NULL, NULL, NULL, NULL, NULL, NULL, c->stream, NULL};
+    if (prim_make(c, q)) {
+        prim_free(q);
+        return NULL;
+    }
+    q->next = c->list;
+    c->list = q;
+    return q;
+}
+
+int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y) {
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_WEIGHTS, q->w}, {DNNL_ARG_DST, q->y}};
+    int na = 3;
+    if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, y) != dnnl_success)
+        return -1;
+    if (q->has_bias) {
+        if (!b || dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) return -1;
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b};
+    }
+    if (q->post == VT_GEMM_POST_ADD) {
+        if (!r || dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) return -1;
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
+    }
+    return dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
+                   dnnl_stream_wait(q->stream) != dnnl_success
+               ? -1
+               : 0;
+}
+
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     if (p->force != VT_GEMM_AUTO)
         snprintf(buf, n, "every shape: %s (forced by VITC_GEMM)", vt_gemm_lib_name(p->force));
@@ -157,7 +295,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
-                         "openblas");
+                         "openblas; a linear's whole forward with M <= 2K or K >= 2N: onednn matmul primitive, bias "
+                         "and residual fused");
     return buf;
 }
 

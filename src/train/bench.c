@@ -103,6 +103,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         sgemm_peak(r);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
+        r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */
         vt_graph_print_profile(g);
     }
     vt_adamw_free(&opt);
