@@ -3,6 +3,7 @@
  * against naive double-precision references, MAC counts, and build-time shape errors. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -12,6 +13,9 @@
 
 static vt_tensor *b_conv(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_conv2d(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0], c->ia[1], c->ia[2]);
+}
+static vt_tensor *b_convn(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_conv2d_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0], c->ia[1], c->ia[2]);
 }
 static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
@@ -171,6 +175,66 @@ static void check_conv_values(vt_test *T) {
         }
     }
     omp_set_num_threads(saved);
+}
+
+/* ---- channels-last dense / grouped conv against the same reference, on oneDNN's convolution (the default plan)
+ * and on the patches + sgemm path (VITC_GEMM=openblas), at 1-3 threads ---- */
+
+static void check_conv_nhwc_values(vt_test *T) {
+    static const convcfg cfgs[] = {
+        {2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1},    /* dense 3x3, non-square map */
+        {3, 4, 9, 6, 6, 3, 3, 2, 1, 2, 1},    /* groups 2, stride 2, odd H */
+        {1, 64, 6, 5, 64, 3, 3, 1, 1, 2, 0},  /* Next-ViT's MHCA: 32-channel groups, no bias */
+        {2, 6, 8, 7, 6, 3, 3, 1, 1, 6, 1},    /* depthwise */
+        {2, 8, 5, 6, 4, 1, 1, 1, 0, 1, 1},    /* pointwise */
+        {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1},  /* patch embedding */
+        {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
+    };
+    const char *old = getenv("VITC_GEMM");
+    char *saved_env = old ? strdup(old) : NULL;
+    const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
+    for (int lib = 0; lib < 2; lib++) {
+        if (lib) setenv("VITC_GEMM", "openblas", 1);
+        for (int ti = 0; ti < 3; ti++) {
+            omp_set_num_threads(threads[ti]);
+            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+                const convcfg *c = &cfgs[k];
+                fenv f;
+                fenv_open(&f);
+                const int xs[4] = {c->B, c->H, c->W, c->Cin}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
+                          bs[1] = {c->Cout};
+                vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
+                vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
+                vt_tensor *y = vt_conv2d_nhwc(f.g, x, w, b, c->s, c->p, c->G);
+                if (fenv_run(T, &f, y, "conv_nhwc values") == 0) {
+                    const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
+                    static float xc[8192];
+                    static double ref[8192], yr[8192];
+                    for (int n = 0; n < c->B; n++) /* the NCHW copy the reference reads */
+                        for (int ch = 0; ch < c->Cin; ch++)
+                            for (int i = 0; i < c->H * c->W; i++)
+                                xc[((size_t)n * c->Cin + ch) * c->H * c->W + i] =
+                                    x->data[((size_t)n * c->H * c->W + i) * c->Cin + ch];
+                    conv_naive(c, xc, w->data, b ? b->data : NULL, ref, Ho, Wo);
+                    for (int n = 0; n < c->B; n++)
+                        for (int o = 0; o < c->Cout; o++)
+                            for (int i = 0; i < Ho * Wo; i++)
+                                yr[((size_t)n * Ho * Wo + i) * c->Cout + o] = ref[((size_t)n * c->Cout + o) * Ho * Wo + i];
+                    const double err = rel_err(y->data, yr, y->numel);
+                    T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo && err < 1e-5,
+                            "conv_nhwc cfg %zu (%s, %d threads): output %dx%d (want %dx%d), rel err %g", k,
+                            lib ? "openblas" : "default", threads[ti], y->shape[1], y->shape[2], Ho, Wo, err);
+                    T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
+                            "conv_nhwc cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
+                }
+                fenv_close(&f);
+            }
+        }
+    }
+    omp_set_num_threads(saved);
+    if (saved_env) setenv("VITC_GEMM", saved_env, 1);
+    else unsetenv("VITC_GEMM");
+    free(saved_env);
 }
 
 /* ---- depthwise channels-last conv against a direct reference ---- */
@@ -465,6 +529,14 @@ static void check_errors(vt_test *T) {
 /* ---- gradient checks ---- */
 
 static const gc_case conv_cases[] = {
+    {.name = "conv_nhwc_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 3}, {4, 3, 3, 3}, {4}},
+     .build = b_convn, .ia = {1, 1, 1}},
+    {.name = "conv_nhwc_groups2_s2", .nx = 2, .ndim = {4, 4}, .shape = {{3, 7, 5, 4}, {6, 2, 3, 3}},
+     .build = b_convn, .ia = {2, 1, 2}},
+    {.name = "conv_nhwc_groups3_p0_B1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 6, 5, 6}, {3, 2, 3, 3}, {3}},
+     .build = b_convn, .ia = {1, 0, 3}},
+    {.name = "conv_nhwc_1x1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {4, 5, 1, 1}}, .build = b_convn,
+     .ia = {1, 0, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
      .ia = {1, 1, 1}},
     {.name = "conv_1x1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 3, 5}, {6, 4, 1, 1}, {6}}, .build = b_conv,
@@ -561,6 +633,7 @@ static const gc_case other_cases[] = {
 
 void test_ops_conv_shape(vt_test *T) {
     check_conv_values(T);
+    check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);
     check_pool_values(T);
     check_shape_values(T);

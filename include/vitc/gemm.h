@@ -64,6 +64,18 @@ vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_
  * Returns 0, or -1 if oneDNN failed (nothing meaningful written; the caller falls back to vt_gemm). */
 int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y);
 
+/* One oneDNN convolution primitive for a channels-last conv's forward (owned by the plan's vt_gemm_prims). */
+typedef struct vt_gemm_conv vt_gemm_conv;
+
+/* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) + b (if has_bias)
+ * with stride s, zero padding pad and G groups; made on first request and reused. NULL where the plan keeps convs on
+ * im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier, or only a reference kernel. */
+vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                int has_bias);
+
+/* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first; 0 or -1. */
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y);
+
 /* Frees the plan's primitives (the plan stays usable). */
 void vt_gemm_plan_free(vt_gemm_plan *p);
 

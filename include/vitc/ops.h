@@ -80,6 +80,9 @@ vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis);
 /* ---- conv.c ---- */
 /* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
+/* Dense or grouped k×k convolution on channels-last maps: x (B, H, W, C), w (Cout, C/groups, k, k) (PyTorch's
+ * layout), b (Cout) or NULL -> (B, Ho, Wo, Cout); oneDNN's convolution where the GEMM plan has one. */
+vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
 /* Depthwise 2-D convolution on channels-last maps: x (B, H, W, C), w (C, 1, kh, kw), b (C) or NULL; stride 1. */
 vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad);
 /* vt_dwconv_nhwc over channels [c0, c0 + C) of x (B, H, W, L) (C from w, read in place: no slice), plus r (NULL or

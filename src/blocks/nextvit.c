@@ -3,7 +3,7 @@
  *   PatchEmbed: stride 2: AvgPool2d(2, ceil_mode, count_include_pad=False) -> 1x1 conv (no bias) -> BatchNorm;
  *               stride 1 and a width change: 1x1 conv -> BatchNorm; otherwise nothing (no keys);
  *   MHCA: grouped 3x3 conv (32 channels per group, no bias) -> BatchNorm -> ReLU -> 1x1 `projection` (no bias),
- *         the grouped conv as vt_im2col + vt_group_linear (group g reads its 32·9 patch columns);
+ *         the grouped conv channels-last (vt_conv2d_nhwc, oneDNN's convolution where available);
  *   NCB: x = PE(x); x += MHCA(x); x += MLP(norm(x)) (MLP ratio 3);
  *   NTB: x = PE(x) (to Cs = 3/4 of the width); x += E-MHSA(norm1(x)) (the attention table's type in the NEXTVIT
  *        layout, heads Cs/32); o = projection(x) (1x1 conv + BN to Cc); o += MHCA(o); x = [x, o];
@@ -66,11 +66,10 @@ vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, i
     if (x->ndim != 3 || x->shape[1] != H * W || C % NV_HEAD_DIM)
         return vt_fail(g, "mhca", "%s: input %s must be (B, %d·%d, C) with C a multiple of %d", prefix,
                        vt_shape_str(x, sx, 64), H, W, NV_HEAD_DIM);
-    const int map[4] = {B, H, W, C}, ws[4] = {C, NV_HEAD_DIM, 3, 3}, w2[2] = {C, NV_HEAD_DIM * 9}, tok[3] = {B, H * W, C};
+    const int map[4] = {B, H, W, C}, ws[4] = {C, NV_HEAD_DIM, 3, 3}, tok[3] = {B, H * W, C};
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "group_conv3x3.weight"), 4, ws, VT_INIT_W02);
     if (w) w->paper_count = 1;
-    vt_tensor *cols = vt_im2col(g, vt_reshape(g, x, 4, map), 3, 1, 1, 1); /* (B, H, W, C·9), (c, ky, kx) order */
-    vt_tensor *h = vt_group_linear(g, cols, vt_reshape(g, w, 2, w2), C / NV_HEAD_DIM, 0);
+    vt_tensor *h = vt_conv2d_nhwc(g, vt_reshape(g, x, 4, map), w, NULL, 1, 1, C / NV_HEAD_DIM);
     h = vt_relu(g, bn(g, prefix, "norm", vt_reshape(g, h, 3, tok), 0));
     return vt_pointwise_p(g, vt_pname(nm, prefix, "projection"), h, C, 0, VT_INIT_W02);
 }

@@ -171,10 +171,20 @@ struct vt_gemm_prim {
     vt_gemm_prim *next;
 };
 
+struct vt_gemm_conv {
+    int geom[11]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, 0 */
+    dnnl_primitive_t prim, pack; /* the conv; the reorder of the plain weight into its layout */
+    dnnl_memory_t x, w, wp, b, y; /* wp: the packed weight, in `packed` */
+    void *packed;
+    dnnl_stream_t stream;
+    vt_gemm_conv *next;
+};
+
 struct vt_gemm_prims {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     vt_gemm_prim *list;
+    vt_gemm_conv *convs;
 };
 
 static void prim_free(vt_gemm_prim *q) {
@@ -185,12 +195,26 @@ static void prim_free(vt_gemm_prim *q) {
     free(q);
 }
 
+static void conv_free(vt_gemm_conv *q) {
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    if (q->pack) dnnl_primitive_destroy(q->pack);
+    dnnl_memory_t m[5] = {q->x, q->w, q->wp, q->b, q->y};
+    for (int i = 0; i < 5; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    free(q->packed);
+    free(q);
+}
+
 void vt_gemm_plan_free(vt_gemm_plan *p) {
     vt_gemm_prims *c = p->prims;
     if (!c) return;
     for (vt_gemm_prim *q = c->list, *nx; q; q = nx) {
         nx = q->next;
         prim_free(q);
+    }
+    for (vt_gemm_conv *q = c->convs, *nx; q; q = nx) {
+        nx = q->next;
+        conv_free(q);
     }
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->eng) dnnl_engine_destroy(c->eng);
@@ -235,18 +259,24 @@ static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
                : 0;
 }
 
-vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+/* The plan's primitive store, made with its engine and stream on first use (NULL if that fails). */
+static vt_gemm_prims *prims_of(vt_gemm_plan *p) {
     vt_gemm_prims *c = p->prims;
-    if (!c) {
-        c = calloc(1, sizeof *c);
-        if (!c) return NULL;
-        p->prims = c;
-        if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
-            dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags) != dnnl_success) {
-            vt_gemm_plan_free(p);
-            return NULL;
-        }
+    if (c) return c;
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    p->prims = c;
+    if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags) != dnnl_success) {
+        vt_gemm_plan_free(p);
+        return NULL;
     }
+    return c;
+}
+
+vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+    vt_gemm_prims *c = prims_of(p);
+    if (!c) return NULL;
     has_bias = has_bias != 0;
     for (vt_gemm_prim *q = c->list; q; q = q->next)
         if (q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->post == post) return q;
@@ -278,6 +308,84 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
         args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
     }
     return dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
+                   dnnl_stream_wait(q->stream) != dnnl_success
+               ? -1
+               : 0;
+}
+
+/* Makes q's convolution (weights in the layout oneDNN picks), the weight reorder and the memory objects; 0 or -1.
+ * A reference kernel is refused: it is slower than im2col + sgemm. */
+static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
+    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1;
+    dnnl_memory_desc_t xd, yd, bd, wd, wany;
+    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo}, db = {Co}, st = {s, s}, pd2 = {pad, pad};
+    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k}; /* goihw / oihw: the same memory */
+    const int wnd = G > 1 ? 5 : 4;
+    int64_t *wdims = G > 1 ? dwg : dw1;
+    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+        return -1;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xd, &wany,
+                                           v[9] ? &bd : NULL, &yd, st, pd2, pd2) != dnnl_success)
+        return -1;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    if (dnnl_primitive_desc_create(&pd, &cd, NULL, c->eng, NULL) != dnnl_success) return -1;
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    int bad = !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
+                    dnnl_reorder_primitive_desc_create(&rpd, &wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
+                    dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
+                    dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
+                    dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    (v[9] && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    dnnl_primitive_desc_destroy(pd);
+    return bad ? -1 : 0;
+}
+
+vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                int has_bias) {
+    if (p->force == VT_GEMM_OPENBLAS ||
+        (p->force == VT_GEMM_AUTO && (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2)))
+        return NULL;
+    vt_gemm_prims *c = prims_of(p);
+    if (!c) return NULL;
+    const int geom[11] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, 0};
+    for (vt_gemm_conv *q = c->convs; q; q = q->next)
+        if (memcmp(q->geom, geom, sizeof geom) == 0) return q;
+    vt_gemm_conv *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    memcpy(q->geom, geom, sizeof geom);
+    q->stream = c->stream;
+    if (conv_make(c, q)) {
+        conv_free(q);
+        return NULL;
+    }
+    q->next = c->convs;
+    c->convs = q;
+    return q;
+}
+
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y) {
+    if (dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, y) != dnnl_success ||
+        (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success))
+        return -1;
+    dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
+    dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, q->y}, {DNNL_ARG_BIAS, q->b}};
+    return dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success ||
+                   dnnl_primitive_execute(q->prim, q->stream, q->b ? 4 : 3, ca) != dnnl_success ||
                    dnnl_stream_wait(q->stream) != dnnl_success
                ? -1
                : 0;

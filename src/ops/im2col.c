@@ -7,24 +7,19 @@
 #include <limits.h>
 #include <string.h>
 
+#include "patches.h"
 #include "vitc/ops.h"
 
 #define PAR_MIN 32768 /* elements below which the gathers stay single-threaded */
 
-typedef struct {
-    int B, C, H, W, k, s, p, Ho, Wo;
-    int nhwc; /* 1: x is (B, H, W, C); 0: (B, C, H, W) */
-} i2c_p;
+typedef vt_patch_geom i2c_p;
 
 /* Input offset of element (b, c, y, x) in either layout. */
 static inline size_t xoff(const i2c_p *q, int b, int c, int y, int x) {
     return q->nhwc ? (((size_t)b * q->H + y) * q->W + x) * q->C + c : (((size_t)b * q->C + c) * q->H + y) * q->W + x;
 }
 
-static void i2c_fwd(vt_node *n) {
-    const i2c_p *q = VT_OP_P(n, i2c_p);
-    const float *x = n->in[0]->data;
-    float *out = n->out->data;
+void vt_patches_gather(const vt_patch_geom *q, const float *x, float *out) {
     const int k = q->k, kk = k * k, C = q->C, Wo = q->Wo;
     const size_t K = (size_t)C * kk;
     const int64_t R = (int64_t)q->B * q->Ho;
@@ -69,11 +64,7 @@ static int taps_of(const i2c_p *q, int i, int no, int *tap, int *pos) {
     return m;
 }
 
-static void i2c_bwd(vt_node *n) {
-    const i2c_p *q = VT_OP_P(n, i2c_p);
-    float *dx = n->in[0]->grad;
-    if (!dx) return;
-    const float *dy = n->out->grad;
+void vt_patches_scatter_add(const vt_patch_geom *q, const float *dy, float *dx) {
     const int k = q->k, kk = k * k, C = q->C, Wo = q->Wo;
     const size_t K = (size_t)C * kk;
     const int64_t R = (int64_t)q->B * q->H;
@@ -98,6 +89,12 @@ static void i2c_bwd(vt_node *n) {
                 }
         }
     }
+}
+
+static void i2c_fwd(vt_node *n) { vt_patches_gather(VT_OP_P(n, i2c_p), n->in[0]->data, n->out->data); }
+
+static void i2c_bwd(vt_node *n) {
+    if (n->in[0]->grad) vt_patches_scatter_add(VT_OP_P(n, i2c_p), n->out->grad, n->in[0]->grad);
 }
 
 static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd, VT_READS(0)};
