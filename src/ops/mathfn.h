@@ -12,7 +12,8 @@
 static inline float vt_expf(float x) {
     x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
     /* x = n·ln2 + r with |r| <= ln2/2, n = round(x / ln2) */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest via 1.5·2^23 */
+    const float sh = x * 1.44269504088896341f + 12582912.0f; /* round to nearest via 1.5·2^23: n in its low bits */
+    float n = sh - 12582912.0f;
     float r = x - n * 0.693145751953125f; /* ln2 split in a high and a low part for an exact reduction */
     r -= n * 1.428606765330187045e-06f;
     /* exp(r) by its Taylor series to degree 7 (error < 2e-8 on |r| <= 0.347) */
@@ -25,7 +26,10 @@ static inline float vt_expf(float x) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     /* scale by 2^n in two steps so n = 128 (x near 88.7) does not overflow the exponent field */
-    int32_t ni = (int32_t)(n == n ? n : 0.0f), h = ni / 2; /* NaN: p is NaN already */
+    uint32_t shb; /* n from sh's bits, not a float-to-int conversion (undefined for NaN, and the branch that
+                   * guarded it cost 20% of GELU's time); NaN: p is NaN already */
+    memcpy(&shb, &sh, 4);
+    int32_t ni = (int32_t)(shb - 0x4B400000u), h = ni / 2;
     uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(ni - h + 127) << 23;
     float s1, s2;
     memcpy(&s1, &b1, 4);
