@@ -18,11 +18,20 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
  * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. act: the op sees each
  * differentiated operand through an identity node (vt_affine 1·x + 0), an activation whose gradient the op's
  * backward may write rather than add to (vt_node.grad_fresh). NULL (T_CHECK failed) if the build fails. */
-static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act, vt_params **P, vt_tensor **x,
-                             vt_tensor **y, vt_tensor **r, vt_rng *rng) {
+static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, const char *lib, vt_params **P,
+                              vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
     vt_err e = {{0}};
     *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(*P, !c->eval, &e);
+    if (lib) { /* before any node exists: nothing has made primitives from the plan yet */
+        vt_gemm_plan_free(&g->gemm);
+        if (vt_gemm_plan_init(&g->gemm, lib, &e)) {
+            T_CHECK(T, 0, "%s: GEMM plan %s: %s", c->name, lib, e.msg);
+            vt_graph_free(g);
+            vt_params_free(*P);
+            return NULL;
+        }
+    }
     g->keep_all = keep_all;
     vt_rng_seed(rng, 1234);
     for (int i = 0; i < c->nx; i++) {
@@ -55,9 +64,54 @@ static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act
     return g;
 }
 
+static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act, vt_params **P, vt_tensor **x,
+                             vt_tensor **y, vt_tensor **r, vt_rng *rng) {
+    return gc_build_lib(T, c, keep_all, act, NULL, P, x, y, r, rng);
+}
+
 static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
                           vt_tensor **r, vt_rng *rng) {
     return gc_build_as(T, c, keep_all, 0, P, x, y, r, rng);
+}
+
+/* max |a - b| / max(max |b|, floor) over n floats (infinite when a holds a non-finite value that b does not). */
+static double rel_diff(const float *a, const float *b, int64_t n, double floor) {
+    double err = 0.0, mag = floor;
+    for (int64_t j = 0; j < n; j++) {
+        if (isfinite(b[j]) && !isfinite(a[j])) return INFINITY;
+        err = fmax(err, fabs((double)a[j] - b[j]));
+        mag = fmax(mag, fabs((double)b[j]));
+    }
+    return err / mag;
+}
+
+/* The alternative kernels against the reference ones: the case built with each GEMM plan ("openblas": OpenBLAS
+ * sgemm only, no oneDNN primitive; "onednn": oneDNN wherever it can run) gives the output and gradients of the
+ * default plan (y, x: its forward and backward already run) to float rounding (1e-4 of their scale), whichever
+ * library, fused primitive or fallback path each op picks. */
+static void gc_check_kernels(vt_test *T, const gc_case *c, const vt_tensor *y, vt_tensor **x) {
+    static const char *const libs[] = {"openblas", "onednn"};
+    for (int l = 0; l < 2; l++) {
+        vt_params *P;
+        vt_tensor *xl[GC_MAXX], *yl, *r;
+        vt_rng rng;
+        vt_graph *g = gc_build_lib(T, c, 0, 0, libs[l], &P, xl, &yl, &r, &rng);
+        if (!g) return;
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        const double ey = rel_diff(yl->data, y->data, y->numel, 1e-3);
+        T_CHECK(T, ey <= 1e-4, "%s: output with the %s GEMM plan differs from the default plan's by %.3g of its scale",
+                c->name, libs[l], ey);
+        for (int i = 0; i < c->nx; i++) {
+            if (!x[i]->grad || c->nograd[i]) continue;
+            const double eg = rel_diff(xl[i]->grad, x[i]->grad, x[i]->numel, 1e-3);
+            T_CHECK(T, eg <= 1e-4, "%s: operand x%d's gradient with the %s GEMM plan differs from the default plan's "
+                    "by %.3g of its scale", c->name, i, libs[l], eg);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
 }
 
 /* 1 when the operands' gradients in xa and xb are bit-identical. */
@@ -139,6 +193,7 @@ void gc_run(vt_test *T, const gc_case *c) {
     vt_graph_forward(g);
     vt_params_zero_grad(P);
     vt_graph_backward(g);
+    gc_check_kernels(T, c, y, x);
     if (!c->eval) {
         gc_check_reads(T, c, x);
         if (!c->node_rng) gc_check_fresh(T, c, x);

@@ -26,7 +26,9 @@ struct gc_case {
     double tol;                           /* max |analytic - numeric| / max(max|numeric|, 1e-2) (default 1e-2) */
 };
 
-/* Builds the case, checks every operand's gradient at up to 64 sampled elements, records one check per operand. */
+/* Builds the case, checks every operand's gradient at up to 64 sampled elements, records one check per operand;
+ * also checks the memory plan's declarations and that the OpenBLAS-only and oneDNN GEMM plans
+ * give the default plan's output and gradients (the alternative kernels against the reference ones). */
 void gc_run(vt_test *T, const gc_case *c);
 
 /* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):

@@ -2,6 +2,7 @@
  * plus graph-level checks: shape errors at build time, eval/train graphs agree, planner reuse in eval. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -345,7 +346,48 @@ static void check_denormals_flushed(vt_test *T) {
     vt_params_free(P);
 }
 
+/* A graph runs on the threads it was built for (vt_graph.threads), whatever the caller's OpenMP setting when it
+ * runs: its per-thread scratch (the GELU-prologue linear's row panels here) is sized for that count, and the
+ * caller's setting is restored after each run. */
+static void check_threads_fixed(vt_test *T) {
+    const int saved = omp_get_max_threads();
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    omp_set_num_threads(2);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[2] = {1100, 24}, ws[2] = {16, 24}, bs[1] = {16};
+    vt_tensor *x = vt_param(g, "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.2f});
+    vt_tensor *y = vt_gelu_linear(g, x, w, vt_param(g, "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.2f}));
+    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, y)));
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0 && g->threads == 2, "finalize on 2 threads: %s", e.msg);
+    vt_params_init(P, 5);
+    float *ref = vt_alloc(sizeof(float) * (size_t)(y->numel + w->numel), &e);
+    for (int run = 0; ref && run < 3; run++) {
+        const int caller = run == 0 ? 2 : run == 1 ? 4 : 1;
+        omp_set_num_threads(caller);
+        vt_params_zero_grad(P);
+        vt_graph_forward(g);
+        vt_graph_backward(g);
+        T_CHECK(T, omp_get_max_threads() == caller, "the caller's %d threads are restored after a run", caller);
+        if (run == 0) {
+            memcpy(ref, y->data, sizeof(float) * (size_t)y->numel);
+            memcpy(ref + y->numel, w->grad, sizeof(float) * (size_t)w->numel);
+        } else {
+            T_CHECK(T, !memcmp(ref, y->data, sizeof(float) * (size_t)y->numel) &&
+                           !memcmp(ref + y->numel, w->grad, sizeof(float) * (size_t)w->numel),
+                    "a graph built on 2 threads gives the same output and gradient when the caller has %d", caller);
+        }
+    }
+    vt_free(ref);
+    vt_graph_free(g);
+    vt_params_free(P);
+    omp_set_num_threads(saved);
+}
+
 void test_ops_core(vt_test *T) {
+    check_threads_fixed(T);
     check_denormals_flushed(T);
     check_residual_fusion(T);
     check_gelu_linear_plain(T);

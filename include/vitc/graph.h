@@ -92,6 +92,8 @@ typedef struct vt_attn_map {
 
 struct vt_graph {
     vt_params *P;
+    int threads;        /* the threads its kernels run on: omp_get_max_threads() when the graph was created; builders
+                         * size per-thread scratch for it and vt_graph_forward / backward run with it */
     int training;       /* 1: train mode (BatchNorm batch stats, dropout), activations kept for backward */
     vt_err err;         /* first build error; later builder calls become no-ops */
     vt_node **nodes;
@@ -122,7 +124,8 @@ struct vt_graph {
     int nmaps, mapcap;
 };
 
-/* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode; its GEMM library
+/* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode, run on the calling
+ * thread's omp_get_max_threads() threads (vt_graph.threads); its GEMM library
  * is chosen per call (vt_gemm_choose) unless the environment variable VITC_GEMM=openblas|onednn|auto says otherwise. */
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <omp.h>
+
 #if defined(__SSE2__)
 #include <xmmintrin.h>
 #endif
@@ -21,6 +23,7 @@ vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
         return NULL;
     }
     g->P = P;
+    g->threads = omp_get_max_threads();
     g->training = training;
     g->seed = 0x5eed;
     vt_scope(g, "");
@@ -480,9 +483,23 @@ static void flush_denormals(void) {
 #endif
 }
 
+/* Makes the calling thread's parallel regions run g->threads threads (the count its scratch was sized for);
+ * returns the count to restore with omp_set_num_threads after the run. */
+static int threads_enter(const vt_graph *g) {
+    const int prev = omp_get_max_threads();
+    if (prev != g->threads) omp_set_num_threads(g->threads);
+    return prev;
+}
+
+static void threads_leave(const vt_graph *g, int prev) {
+    if (prev != g->threads) omp_set_num_threads(prev);
+}
+
 void vt_graph_forward(vt_graph *g) {
+    const int prev = threads_enter(g);
     flush_denormals();
     for (int i = 0; i < g->nn; i++) run_node(g, g->nodes[i], 0);
+    threads_leave(g, prev);
 }
 
 int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
@@ -584,25 +601,27 @@ static int run_poisoned(vt_graph *g, vt_node *nd, float **keep, int64_t *cap, vt
 
 /* The backward pass; poisoned: every node's backward through run_poisoned. */
 static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
+    const int prev = threads_enter(g);
     flush_denormals();
     const int n = g->nn;
     float *keep = NULL;
     int64_t cap = 0;
-    for (int i = n - 1; i >= 0; i--) {
+    int rc = 0;
+    for (int i = n - 1; i >= 0 && rc == 0; i--) {
         vt_node *nd = g->nodes[i];
         int s = 2 * n - 1 - i;
         grads_begin(g, nd, s, poisoned);
         if (nd->out->requires_grad && nd->op->backward) {
-            if (!poisoned) {
+            if (!poisoned)
                 run_node(g, nd, 1);
-            } else if (run_poisoned(g, nd, &keep, &cap, e)) {
-                return -1;
-            }
+            else
+                rc = run_poisoned(g, nd, &keep, &cap, e);
         }
-        if (g->bwd_hook) g->bwd_hook(g->bwd_hook_ctx, i);
+        if (rc == 0 && g->bwd_hook) g->bwd_hook(g->bwd_hook_ctx, i);
     }
     vt_free(keep);
-    return 0;
+    threads_leave(g, prev);
+    return rc;
 }
 
 void vt_graph_backward(vt_graph *g) { backward_pass(g, 0, NULL); }

@@ -318,7 +318,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const int shape[3] = {B, N, dim};
     vt_node *n = vt_new_node(g, a->msf ? &op_attention_msf : &op_attention, in, nin, vt_new_act(g, 3, shape));
     if (!n) return NULL;
-    const int nt = omp_get_max_threads();
+    const int nt = g->threads;
     const int bias_grad = a->bias && a->bias->requires_grad;
     /* small maps (M <= dh: the probabilities are at most a third of a packed qkv) are kept rather than recomputed */
     const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);

@@ -419,8 +419,8 @@ static void conv_bwd(vt_node *n) {
 static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
 
 /* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
-static int image_threads(int B) {
-    int nt = omp_get_max_threads();
+static int image_threads(const vt_graph *g, int B) {
+    const int nt = g->threads;
     return B >= nt && nt > 1 ? nt : 1;
 }
 
@@ -460,7 +460,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
         mode = M_DEPTHWISE;
     else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
         mode = M_POINTWISE;
-    const int tf = mode == M_DEPTHWISE ? omp_get_max_threads() : image_threads(B), tb = tf;
+    const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B), tb = tf;
     const int Cg = Cin / groups, P = Ho * Wo;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
                     Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm};
@@ -678,7 +678,7 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     if (r) in[add_in = nin++] = r;
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
-    const int nt = omp_get_max_threads();
+    const int nt = g->threads;
     *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     vt_node_work(n, 0, (int64_t)kh * kw * C);

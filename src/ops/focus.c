@@ -211,7 +211,7 @@ vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe,
     shape[x->ndim - 1] = C;
     vt_node *n = vt_new_node(g, &op_focus, in, nin, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
-    const int nt = omp_get_max_threads();
+    const int nt = g->threads;
     const int rows = (int)(x->numel / L);
     /* without pe every row is its own position (parallel backward) */
     *VT_OP_P(n, focus_p) = (focus_p){rows, C, L, off, pe ? T : rows, pe != NULL, scale != NULL, nt, p};

@@ -246,7 +246,7 @@ vt_tensor *vt_linear_attention(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tenso
     const int shape[3] = {B, N, C};
     vt_node *nd = vt_new_node(g, &op_linattn, in, add ? 4 : 3, vt_new_act(g, 3, shape));
     if (!nd) return NULL;
-    const int nt = omp_get_max_threads(), d = C / heads, BH = B * heads;
+    const int nt = g->threads, d = C / heads, BH = B * heads;
     la_p p = {B, N, n, C, heads, d, Lv, v_off, add ? add->shape[1] : 0, nt, chunks(BH, n, nt), chunks(BH, N, nt),
               &g->gemm};
     *VT_OP_P(nd, la_p) = p;

@@ -156,7 +156,7 @@ static vt_gemm_prim *lin_prim(vt_node *n) {
         p->prim_state = -1;
         const int whole = !p->gelu_in || p->R < 2 * PANEL_ROWS; /* a prologue GELU of many rows runs per panel */
         if (whole && p->drop == 0.0f && !omp_in_parallel() &&
-            vt_gemm_linear_wanted(&n->g->gemm, omp_get_max_threads(), p->R, p->Co, p->Ci)) {
+            vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci)) {
             const vt_gemm_post post = p->has_res                                  ? VT_GEMM_POST_ADD
                                       : p->act == ACT_RELU && !n->save[0]         ? VT_GEMM_POST_RELU
                                                                                   : VT_GEMM_POST_NONE;
@@ -172,7 +172,7 @@ static void linear_fwd(vt_node *n) {
     const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->act;
     const float *x = n->in[0]->data;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
-    const int nt = omp_get_max_threads();
+    const int nt = n->g->threads;
     if (lp->drop > 0.0f) lin_draw(n);
     vt_gemm_prim *prim = lin_prim(n);
     if (prim) {
@@ -324,7 +324,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
-    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, omp_get_max_threads(), 0.0f,
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0.0f,
                                        R, 0, NULL};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
