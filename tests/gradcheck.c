@@ -18,8 +18,8 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
  * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. act: the op sees each
  * differentiated operand through an identity node (vt_affine 1·x + 0), an activation whose gradient the op's
  * backward may write rather than add to (vt_node.grad_fresh). NULL (T_CHECK failed) if the build fails. */
-static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, const char *lib, vt_params **P,
-                              vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
+static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, const char *lib, int ref_kernels,
+                              vt_params **P, vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
     vt_err e = {{0}};
     *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(*P, !c->eval, &e);
@@ -33,6 +33,7 @@ static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int ac
         }
     }
     g->keep_all = keep_all;
+    g->ref_kernels = ref_kernels;
     vt_rng_seed(rng, 1234);
     for (int i = 0; i < c->nx; i++) {
         char nm[16];
@@ -66,7 +67,7 @@ static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int ac
 
 static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act, vt_params **P, vt_tensor **x,
                              vt_tensor **y, vt_tensor **r, vt_rng *rng) {
-    return gc_build_lib(T, c, keep_all, act, NULL, P, x, y, r, rng);
+    return gc_build_lib(T, c, keep_all, act, NULL, 0, P, x, y, r, rng);
 }
 
 static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
@@ -85,29 +86,33 @@ static double rel_diff(const float *a, const float *b, int64_t n, double floor) 
     return err / mag;
 }
 
-/* The alternative kernels against the reference ones: the case built with each GEMM plan ("openblas": OpenBLAS
- * sgemm only, no oneDNN primitive; "onednn": oneDNN wherever it can run) gives the output and gradients of the
- * default plan (y, x: its forward and backward already run) to float rounding (1e-4 of their scale), whichever
- * library, fused primitive or fallback path each op picks. */
+/* The alternative kernels against the reference ones: the case built with every node on its op's own forward
+ * (vt_graph.ref_kernels: no vt_kernel such as a oneDNN primitive), and with each forced GEMM plan ("openblas":
+ * OpenBLAS sgemm and no oneDNN kernel; "onednn": oneDNN wherever it can run), gives the output and gradients of the
+ * default plan (y, x: its forward and backward already run) to float rounding (1e-4 of their scale). */
 static void gc_check_kernels(vt_test *T, const gc_case *c, const vt_tensor *y, vt_tensor **x) {
-    static const char *const libs[] = {"openblas", "onednn"};
-    for (int l = 0; l < 2; l++) {
+    static const struct {
+        const char *lib, *what;
+        int ref;
+    } runs[] = {{NULL, "reference kernels", 1}, {"openblas", "openblas GEMM plan", 0},
+                {"onednn", "onednn GEMM plan", 0}};
+    for (int l = 0; l < 3; l++) {
         vt_params *P;
         vt_tensor *xl[GC_MAXX], *yl, *r;
         vt_rng rng;
-        vt_graph *g = gc_build_lib(T, c, 0, 0, libs[l], &P, xl, &yl, &r, &rng);
+        vt_graph *g = gc_build_lib(T, c, 0, 0, runs[l].lib, runs[l].ref, &P, xl, &yl, &r, &rng);
         if (!g) return;
         vt_graph_forward(g);
         vt_params_zero_grad(P);
         vt_graph_backward(g);
         const double ey = rel_diff(yl->data, y->data, y->numel, 1e-3);
-        T_CHECK(T, ey <= 1e-4, "%s: output with the %s GEMM plan differs from the default plan's by %.3g of its scale",
-                c->name, libs[l], ey);
+        T_CHECK(T, ey <= 1e-4, "%s: output with the %s differs from the default's by %.3g of its scale", c->name,
+                runs[l].what, ey);
         for (int i = 0; i < c->nx; i++) {
             if (!x[i]->grad || c->nograd[i]) continue;
             const double eg = rel_diff(xl[i]->grad, x[i]->grad, x[i]->numel, 1e-3);
-            T_CHECK(T, eg <= 1e-4, "%s: operand x%d's gradient with the %s GEMM plan differs from the default plan's "
-                    "by %.3g of its scale", c->name, i, libs[l], eg);
+            T_CHECK(T, eg <= 1e-4, "%s: operand x%d's gradient with the %s differs from the default's by %.3g of "
+                    "its scale", c->name, i, runs[l].what, eg);
         }
         vt_graph_free(g);
         vt_params_free(P);

@@ -32,11 +32,24 @@ typedef struct vt_graph vt_graph;
  * those of the slots in n->grad_fresh) and reads
  * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
  * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
+/* An alternative forward kernel of an op (another backend: a library primitive; another dtype later). When a graph
+ * is finalized each node takes the first of its op's kernels whose prepare(n) returns 1 (it decides from the node's
+ * shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN primitive), else the op's
+ * own forward, the reference; graphs with ref_kernels set take none. A kernel computes the reference's result to
+ * float rounding (every gradient-check case runs both ways, tests/gradcheck.c) and writes what the op's backward
+ * reads (saved tensors) as the reference does; the backward is the op's. */
+typedef struct vt_kernel {
+    const char *name;               /* "<op>.<backend>", e.g. "linear.onednn_matmul" (profiles show it) */
+    int (*prepare)(vt_node *n);     /* 1: runs n (ready), 0: not for this node or machine */
+    void (*forward)(vt_node *n);
+} vt_kernel;
+
 typedef struct vt_opdef {
     const char *name;
     void (*forward)(vt_node *n);
     void (*backward)(vt_node *n);
     unsigned bwd_reads; /* VT_READS(...); 0: undeclared (everything kept, as if all were read) */
+    const vt_kernel *const *kernels; /* alternative forwards, preferred first, NULL-terminated (NULL: none) */
 } vt_opdef;
 
 struct vt_node {
@@ -53,6 +66,7 @@ struct vt_node {
     int scope;          /* index into the graph's scope names (per-block breakdown) */
     int index;
     vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */
+    const vt_kernel *kern; /* the forward kernel chosen at finalize (vt_kernel); NULL: the op's own forward */
     unsigned grad_sets; /* set by the builder: input slots (bit i: in[i]) whose gradient the backward can write (=)
                          * instead of adding to (+=), covering every element */
     unsigned grad_fresh; /* set by the engine before each backward run: the slots of grad_sets whose gradient this
@@ -113,6 +127,8 @@ struct vt_graph {
                          * each node (run or skipped), in descending node order: gradients that only nodes >= node
                          * write are then final (data-parallel training starts their allreduce there, dist.c) */
     void *bwd_hook_ctx; /* its first argument */
+    int ref_kernels;    /* set before finalize: every node runs its op's own (reference) forward, no vt_kernel; for
+                         * tests comparing the kernels */
     int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
@@ -177,7 +193,8 @@ int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 /* Starts accumulating per-node run times (see vt_graph_print_profile). */
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
-/* Prints the accumulated time per op type, largest first, as a share of the total. */
+/* Prints the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
+ * total. */
 void vt_graph_print_profile(const vt_graph *g);
 
 /* Total multiply-adds of one forward run. */

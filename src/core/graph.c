@@ -452,6 +452,12 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
         t->data = r->data;
         t->grad = r->grad;
     }
+    for (int i = 0; i < g->nn; i++) { /* each node's forward kernel (vt_kernel), on the threads it will run on */
+        vt_node *nd = g->nodes[i];
+        nd->kern = NULL;
+        for (const vt_kernel *const *k = nd->op->kernels; k && *k && !g->ref_kernels && !nd->kern; k++)
+            if ((*k)->prepare(nd)) nd->kern = *k;
+    }
     g->finalized = 1;
     return 0;
 }
@@ -467,6 +473,8 @@ static void run_node(vt_graph *g, vt_node *nd, int bwd) {
     double t = g->node_s ? now_s() : 0.0;
     if (bwd)
         nd->op->backward(nd);
+    else if (nd->kern)
+        nd->kern->forward(nd);
     else
         nd->op->forward(nd);
     if (g->node_s) g->node_s[nd->index] += now_s() - t;
@@ -515,8 +523,9 @@ void vt_graph_print_profile(const vt_graph *g) {
     int n = 0;
     for (int i = 0; i < g->nn; i++) {
         int k = 0;
-        while (k < n && strcmp(names[k], g->nodes[i]->op->name) != 0) k++;
-        if (k == n && n < 64) names[n++] = g->nodes[i]->op->name;
+        const char *name = g->nodes[i]->kern ? g->nodes[i]->kern->name : g->nodes[i]->op->name;
+        while (k < n && strcmp(names[k], name) != 0) k++;
+        if (k == n && n < 64) names[n++] = name;
         if (k < n) {
             t[k] += g->node_s[i];
             macs[k] += g->nodes[i]->macs;
@@ -530,9 +539,9 @@ void vt_graph_print_profile(const vt_graph *g) {
                 int64_t mm = macs[i]; macs[i] = macs[j]; macs[j] = mm;
                 const char *nn = names[i]; names[i] = names[j]; names[j] = nn;
             }
-    printf("%-16s %10s %7s %14s\n", "op", "seconds", "share", "forward MACs");
+    printf("%-24s %10s %7s %14s\n", "op", "seconds", "share", "forward MACs");
     for (int i = 0; i < n; i++)
-        printf("%-16s %10.4f %6.1f%% %14lld\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i]);
+        printf("%-24s %10.4f %6.1f%% %14lld\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i]);
 }
 
 /* Zeroes the gradient of t's root if its live range begins at backward step s (seeds the loss with 1). */

@@ -416,7 +416,7 @@ static void conv_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
 
 /* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
 static int image_threads(const vt_graph *g, int B) {
@@ -646,7 +646,7 @@ static void dwn_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd,
-                                        VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+                                        VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
 
 vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad, vt_tensor *r) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -701,8 +701,7 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
 typedef struct {
     vt_patch_geom q;
     int Cout, G, has_bias;
-    int prim_state;     /* 0: undecided; 1: prim; -1: the sgemm path */
-    vt_gemm_conv *prim; /* the graph's oneDNN convolution for this geometry */
+    vt_gemm_conv *prim; /* the conv_nhwc.onednn kernel's primitive (made by its prepare) */
 } convn_p;
 
 /* Rows of the output (positions) and depth of one group's patch (C/G·k·k). */
@@ -735,22 +734,32 @@ static void convn_gemm_fwd(const vt_node *n, const float *cols, float *y) {
         }
 }
 
+/* The reference forward: patches + per-group sgemm. */
 static void convn_fwd(vt_node *n) {
-    convn_p *p = VT_OP_P(n, convn_p);
-    const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
-    if (p->prim_state == 0) {
-        p->prim = omp_in_parallel() ? NULL
-                                    : vt_gemm_conv_prim(&n->g->gemm, p->q.B, p->q.C, p->q.H, p->q.W, p->Cout, p->q.k,
-                                                        p->q.s, p->q.p, p->G, p->has_bias);
-        p->prim_state = p->prim ? 1 : -1;
-    }
-    if (p->prim_state > 0) {
-        if (vt_gemm_conv_run(p->prim, x, w, b, n->out->data) == 0) return;
-        p->prim_state = -1; /* oneDNN failed: the sgemm path from now on */
-    }
-    vt_patches_gather(&p->q, x, n->fws->data);
+    const convn_p *p = VT_OP_P(n, convn_p);
+    vt_patches_gather(&p->q, n->in[0]->data, n->fws->data);
     convn_gemm_fwd(n, n->fws->data, n->out->data);
 }
+
+/* One oneDNN convolution where the plan has one for this geometry (vt_gemm_conv_prim). */
+static int convn_prim_prepare(vt_node *n) {
+    convn_p *p = VT_OP_P(n, convn_p);
+    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->q.B, p->q.C, p->q.H, p->q.W, p->Cout, p->q.k, p->q.s, p->q.p, p->G,
+                                p->has_bias);
+    return p->prim != NULL;
+}
+
+static void convn_prim_fwd(vt_node *n) {
+    const convn_p *p = VT_OP_P(n, convn_p);
+    if (vt_gemm_conv_run(p->prim, n->in[0]->data, n->in[1]->data, p->has_bias ? n->in[2]->data : NULL,
+                         n->out->data) != 0) {
+        n->kern = NULL; /* oneDNN failed: the reference from now on */
+        convn_fwd(n);
+    }
+}
+
+static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, convn_prim_fwd};
+static const vt_kernel *const convn_kernels[] = {&k_convn_prim, NULL};
 
 static void convn_bwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
@@ -787,7 +796,8 @@ static void convn_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_conv_nhwc = {"conv_nhwc", convn_fwd, convn_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+static const vt_opdef op_conv_nhwc = {"conv_nhwc", convn_fwd, convn_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
+                                      convn_kernels};
 
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -813,7 +823,7 @@ vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
     vt_node *n = vt_new_node(g, &op_conv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     convn_p *p = VT_OP_P(n, convn_p);
-    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, 0, NULL};
+    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, NULL};
     const int64_t cols = convn_rows(p) * C * k * k;
     if (!vt_node_work(n, 0, cols) || (g->training && !vt_node_work(n, 1, cols))) return NULL;
     n->macs = convn_rows(p) * w->shape[0] * convn_kg(p);

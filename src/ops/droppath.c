@@ -37,7 +37,8 @@ static void droppath_bwd(vt_node *n) {
         for (int i = 0; i < per; i++) dx[(size_t)b * per + i] += dy[(size_t)b * per + i] * m[b];
 }
 
-static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd, VT_READS(0)}; /* the mask is saved */
+static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd,
+                                     VT_READS(0), NULL}; /* the mask is saved */
 
 vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p) {
     if (vt_bad(g, 1, x)) return NULL;

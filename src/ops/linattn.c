@@ -215,7 +215,7 @@ static void la_bwd(vt_node *nd) {
 }
 
 static const vt_opdef op_linattn = {"linear_attention", la_fwd, la_bwd,
-                                    VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2))};
+                                    VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2)), NULL};
 
 vt_tensor *vt_linear_attention(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, int heads, int v_off,
                                vt_tensor *add) {

@@ -52,8 +52,7 @@ typedef struct {
     int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
     float drop;   /* has_res in a train graph: drop-path probability of the branch (vt_residual_drop), 0: none */
     int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
-    int prim_state; /* 0: not yet decided; 1: the whole forward runs as prim; -1: never (sgemm paths) */
-    vt_gemm_prim *prim; /* the graph's oneDNN matmul primitive for this node (vt_gemm_linear_prim) */
+    vt_gemm_prim *prim; /* the linear.onednn_matmul kernel's primitive (made by its prepare) */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -147,26 +146,7 @@ static int panels(int R, int nt) { return nt * ((R + nt * PANEL_ROWS - 1) / (nt 
 /* Rows of one thread's panel scratch (vt_gelu_linear): no panel of `panels` is longer. */
 static int panel_cap(int R) { return R < PANEL_ROWS ? R : PANEL_ROWS; }
 
-/* The node's matmul primitive when the GEMM rule wants one for its whole forward (decided on the first run, from
- * the graph's thread count then; never with drop-path's per-sample factors): bias and residual fused, and ReLU at
- * inference; GELU, and ReLU in train graphs (its derivative is saved), run after it. NULL: the sgemm paths. */
-static vt_gemm_prim *lin_prim(vt_node *n) {
-    linear_p *p = VT_OP_P(n, linear_p);
-    if (p->prim_state == 0) {
-        p->prim_state = -1;
-        const int whole = !p->gelu_in || p->R < 2 * PANEL_ROWS; /* a prologue GELU of many rows runs per panel */
-        if (whole && p->drop == 0.0f && !omp_in_parallel() &&
-            vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci)) {
-            const vt_gemm_post post = p->has_res                                  ? VT_GEMM_POST_ADD
-                                      : p->act == ACT_RELU && !n->save[0]         ? VT_GEMM_POST_RELU
-                                                                                  : VT_GEMM_POST_NONE;
-            p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post);
-            if (p->prim) p->prim_state = 1;
-        }
-    }
-    return p->prim_state > 0 ? p->prim : NULL;
-}
-
+/* The reference (sgemm) forward. */
 static void linear_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
     const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->act;
@@ -174,29 +154,6 @@ static void linear_fwd(vt_node *n) {
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = n->g->threads;
     if (lp->drop > 0.0f) lin_draw(n);
-    vt_gemm_prim *prim = lin_prim(n);
-    if (prim) {
-        const float *xin = x;
-        if (lp->gelu_in) { /* R·Ci floats of scratch: R < 2 * PANEL_ROWS (lin_prim) */
-            float *gx = n->fws->data;
-            const int64_t NX = (int64_t)R * Ci;
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
-            xin = gx;
-        }
-        const vt_tensor *res = lin_res(n);
-        if (vt_gemm_prim_run(prim, xin, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y) == 0) {
-            if (act && (d || act == ACT_GELU)) { /* the activation (and its derivative) after the product: oneDNN's
-                                                  * GELU is another approximation than vt_gelu's */
-                const int64_t N = (int64_t)R * Co, chunk = 4096;
-#pragma omp parallel for schedule(static)
-                for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
-                    act_rows(act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
-            }
-            return;
-        }
-        VT_OP_P(n, linear_p)->prim_state = -1; /* oneDNN failed: the sgemm paths from now on */
-    }
     if (lp->gelu_in && R < 2 * PANEL_ROWS) { /* few rows: GELU of all of x, then one threaded sgemm (a batch-1
                                                 * Swin-T's last stage: 25-row panels on one thread each ran 1.35x
                                                 * slower) */
@@ -237,6 +194,51 @@ static void linear_fwd(vt_node *n) {
         act_rows(act, y, d, (int64_t)r0 * Co, (int64_t)r1 * Co);
     }
 }
+
+/* The whole forward as one oneDNN matmul primitive where the GEMM rule wants one (vt_gemm_linear_wanted; never
+ * with drop-path's per-sample factors, nor for a prologue GELU of many rows, which runs per panel): bias and
+ * residual fused, and ReLU at inference; GELU, and ReLU in train graphs (its derivative is saved), run after it. */
+static int linear_prim_prepare(vt_node *n) {
+    linear_p *p = VT_OP_P(n, linear_p);
+    if ((p->gelu_in && p->R >= 2 * PANEL_ROWS) || p->drop > 0.0f ||
+        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci))
+        return 0;
+    const vt_gemm_post post = p->has_res                          ? VT_GEMM_POST_ADD
+                              : p->act == ACT_RELU && !n->save[0] ? VT_GEMM_POST_RELU
+                                                                  : VT_GEMM_POST_NONE;
+    p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post);
+    return p->prim != NULL;
+}
+
+static void linear_prim_fwd(vt_node *n) {
+    const linear_p *lp = VT_OP_P(n, linear_p);
+    const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->act;
+    const float *x = n->in[0]->data;
+    float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
+    if (lp->gelu_in) { /* R·Ci floats of scratch: R < 2 * PANEL_ROWS (prepare) */
+        float *gx = n->fws->data;
+        const int64_t NX = (int64_t)R * Ci;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
+        x = gx;
+    }
+    const vt_tensor *res = lin_res(n);
+    if (vt_gemm_prim_run(lp->prim, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y) != 0) {
+        n->kern = NULL; /* oneDNN failed: the reference from now on */
+        linear_fwd(n);
+        return;
+    }
+    if (act && (d || act == ACT_GELU)) { /* the activation (and its derivative) after the product: oneDNN's GELU is
+                                          * another approximation than vt_gelu's */
+        const int64_t N = (int64_t)R * Co, chunk = 4096;
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
+            act_rows(act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
+    }
+}
+
+static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd};
+static const vt_kernel *const linear_kernels[] = {&k_linear_prim, NULL};
 
 /* Backward. With an activation, dy is turned into the pre-activation gradient in place (only this node reads its output's
  * gradient, and it has done so by then). */
@@ -306,7 +308,8 @@ static void linear_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
+                                    linear_kernels};
 
 /* act: ACT_GELU or ACT_RELU after the product (0: none); gelu_in: GELU on x before it. */
 static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act, int gelu_in) {
@@ -325,7 +328,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0.0f,
-                                       R, 0, NULL};
+                                       R, NULL};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
@@ -461,7 +464,7 @@ static void matmul_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
 
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha) {
     if (vt_bad(g, 2, a, b)) return NULL;

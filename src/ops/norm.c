@@ -112,7 +112,7 @@ static void ln_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_layernorm = {"layernorm", ln_fwd, ln_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1))};
+static const vt_opdef op_layernorm = {"layernorm", ln_fwd, ln_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
 
 static int is_vec(const vt_tensor *t, int C) { return !t || (t->ndim == 1 && t->shape[0] == C); }
 
@@ -337,7 +337,7 @@ static void bn_bwd(vt_node *n) {
     if (dx) chan_apply(0, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
 }
 
-static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN)};
+static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL};
 
 vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                         vt_tensor *nbt, int axis, float eps, float momentum) {

@@ -55,7 +55,7 @@ static void concat_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd, VT_READS(0)};
+static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd, VT_READS(0), NULL};
 
 vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
     if (g->err.msg[0]) return NULL;
@@ -116,7 +116,7 @@ static void slice_bwd(vt_node *n) {
     for (int o = 0; o < O; o++) copy_or_add(dx + ((int64_t)o * A + st) * inner, dy + o * chunk, chunk, 1);
 }
 
-static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0)};
+static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0), NULL};
 
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -260,7 +260,7 @@ static void permute_bwd(vt_node *n) {
     permute_run(&d, n->out->grad, dx, 1);
 }
 
-static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0)};
+static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0), NULL};
 
 vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -322,8 +322,8 @@ static void merge_bwd(vt_node *n) {
     if (n->in[0]->grad) heads_move(n, n->out->grad, n->in[0]->grad, 0, 1);
 }
 
-static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd, VT_READS(0)};
-static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd, VT_READS(0)};
+static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd, VT_READS(0), NULL};
+static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd, VT_READS(0), NULL};
 
 vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -391,7 +391,7 @@ static void prepend_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd, VT_READS(0)};
+static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd, VT_READS(0), NULL};
 
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok) {
     if (vt_bad(g, 2, x, tok)) return NULL;
