@@ -141,6 +141,14 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, NULL}; /* rule 6 */
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 1, 56, 56, 32) == DN, "AVX2: window tile on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 0, 16, 16, 16) == OB, "AVX2: 16^3 on 1 thread: openblas");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 49, 2304, 768) == DN, "AVX2: A*B^T, 49 rows, 2 threads: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 1, 1000, 192) == DN, "AVX2: 1 row, 2 threads: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 8, 8, 8) == OB, "AVX2: 8^3 on 2 threads: openblas");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 64, 32, 64) == OB, "AVX2: 64x32x64 on 2 threads: openblas");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 96, 96, 96) == DN, "AVX2: 96^3 on 2 threads: onednn");
     vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");

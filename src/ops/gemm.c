@@ -131,16 +131,34 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     49×768×768 201 vs 167, 196×384×1536 214 vs 153, 196×1152×384 205 vs 194, 784×192×768 210 vs 207,
  *     3136×96×384 223 vs 210, 3152×384×1536 212 vs 178; with a residual 49×768×3072 172 vs 112, 196×384×384 200
  *     vs 186. Larger M over a shallow K loses (its weight operand, wᵀ read in place, is packed per call):
- *     3136×288×96 168 vs 204, 3136×96×96 166 vs 201, 784×576×192 192 vs 203, 3152×1536×384 199 vs 215. */
+ *     3136×288×96 168 vs 204, 3136×96×96 166 vs 201, 784×576×192 192 vs 203, 3152×1536×384 199 vs 215.
+ *  6. Both libraries at the AVX2 tier (an AMD EPYC Zen 3, 2 cores, OpenBLAS "Zen", oneDNN avx2; 2026-11-26, best of
+ *     5 alternated bursts, GFLOP/s OpenBLAS vs oneDNN) rules 2 and 4 do not hold: on one thread oneDNN wins from
+ *     32^3 up (32^3 AB 64 vs 81; window-attention tiles 49×49×32 AᵀB 63 vs 76, 56×56×32 ABᵀ 76 vs 94, AᵀB 79 vs 118,
+ *     49×32×49 AB 76 vs 109, 98×32×98 AB 95 vs 145, 64^3 100-107 vs 132-142; 16^3 and 16×16×32 still OpenBLAS:
+ *     20 vs 16, 34 vs 29), and on 2 threads it wins the rows that rule 4 gave OpenBLAS (49×2304×768 124 vs 152,
+ *     49×3072×768 123 vs 148, 16×1000×192 63 vs 99) and few-row products below 2^18 (1×1000×192 5 vs 32,
+ *     1×192×576 6 vs 51, 4×96×96 26 vs 39, 8×384×96 29 vs 75; 8^3 4.5 vs 1.5), while square-ish 2-thread shapes
+ *     below 2^18 stay erratic for oneDNN (64×32×64 ABᵀ 42 vs 7, 56×32×56 AᵀB 51 vs 13): 1 thread: M*N*K < 2^15 ->
+ *     OpenBLAS, else oneDNN; more threads: M <= 8 with M*N*K >= 2^13 -> oneDNN, else rule 2's 2^18. Measured with
+ *     bench/gemm_kernels.py and its stdin shapes. (Zen 4 capped at AVX2 kept rule 2 within 1-3%: the rule follows
+ *     the tier, which is what the machine reports, not the microarchitecture.) */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
+#define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
+#define AVX2_ROWS_MNK (1LL << 13) /* rule 6: few-row products on more threads go to oneDNN from here */
 
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
     if (p->force != VT_GEMM_AUTO) return p->force;
     if (p->openblas != p->onednn) return p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
-    if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
     const long long mnk = (long long)M * N * K;
+    if (p->onednn == VT_ISA_AVX2) { /* rule 6 */
+        if (threads <= 1) return mnk < AVX2_ONE_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
+        if (M <= 8 && mnk >= AVX2_ROWS_MNK) return VT_GEMM_ONEDNN;
+        return mnk < TINY_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
+    }
+    if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
@@ -400,6 +418,11 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  vt_isa_name(p->openblas), vt_isa_name(p->onednn));
     else if (p->onednn < VT_ISA_AVX2)
         snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
+    else if (p->onednn == VT_ISA_AVX2)
+        snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): M*N*K < 2^15: openblas, else onednn; on "
+                         "more: M <= 8 and M*N*K >= 2^13: onednn, else M*N*K < 2^18: openblas, else onednn; a "
+                         "linear's whole forward with M <= 2K or K >= 2N: onednn matmul primitive, bias and residual "
+                         "fused");
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
