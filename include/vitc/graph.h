@@ -28,10 +28,6 @@ typedef struct vt_graph vt_graph;
 #define VT_READS_OUT (1u << VT_MAXIN)
 #define VT_READS(bits) (VT_READS_DECLARED | (unsigned)(bits))
 
-/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
- * those of the slots in n->grad_fresh) and reads
- * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
- * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 /* An alternative forward kernel of an op (another backend: a library primitive; another dtype later). When a graph
  * is finalized each node takes the first of its op's kernels whose prepare(n) returns 1 (it decides from the node's
  * shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN primitive), else the op's
@@ -44,6 +40,10 @@ typedef struct vt_kernel {
     void (*forward)(vt_node *n);
 } vt_kernel;
 
+/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
+ * those of the slots in n->grad_fresh) and reads
+ * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
+ * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 typedef struct vt_opdef {
     const char *name;
     void (*forward)(vt_node *n);
