@@ -146,6 +146,25 @@ static int panels(int R, int nt) { return nt * ((R + nt * PANEL_ROWS - 1) / (nt 
 /* Rows of one thread's panel scratch (vt_gelu_linear): no panel of `panels` is longer. */
 static int panel_cap(int R) { return R < PANEL_ROWS ? R : PANEL_ROWS; }
 
+/* GELU of all of x (R·Ci floats) into the forward scratch (sized for it when R < 2 * PANEL_ROWS); returns it. */
+static const float *gelu_all(const vt_node *n, const float *x) {
+    const linear_p *lp = VT_OP_P(n, linear_p);
+    float *gx = n->fws->data;
+    const int64_t NX = (int64_t)lp->R * lp->Ci;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
+    return gx;
+}
+
+/* The activation (and its derivative into d) over all of y, in threaded chunks. */
+static void act_all(const vt_node *n, float *y, float *d) {
+    const linear_p *lp = VT_OP_P(n, linear_p);
+    const int64_t N = (int64_t)lp->R * lp->Co, chunk = 4096;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
+        act_rows(lp->act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
+}
+
 /* The reference (sgemm) forward. */
 static void linear_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
@@ -157,11 +176,7 @@ static void linear_fwd(vt_node *n) {
     if (lp->gelu_in && R < 2 * PANEL_ROWS) { /* few rows: GELU of all of x, then one threaded sgemm (a batch-1
                                                 * Swin-T's last stage: 25-row panels on one thread each ran 1.35x
                                                 * slower) */
-        float *gx = n->fws->data; /* R · Ci floats */
-        const int64_t NX = (int64_t)R * Ci;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
-        lin_whole(n, gx, y);
+        lin_whole(n, gelu_all(n, x), y);
         return;
     }
     if (lp->gelu_in) { /* per thread: GELU of a row panel of x into scratch, then that panel's sgemm */
@@ -178,12 +193,7 @@ static void linear_fwd(vt_node *n) {
     }
     if (!act || R < 2 * PANEL_ROWS) { /* one multi-threaded sgemm over all rows, after a threaded bias/residual */
         lin_whole(n, x, y);
-        if (act) {
-            const int64_t N = (int64_t)R * Co, chunk = 4096;
-#pragma omp parallel for schedule(static)
-            for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
-                act_rows(act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
-        }
+        if (act) act_all(n, y, d);
         return;
     }
     const int np = panels(R, nt);
@@ -212,29 +222,17 @@ static int linear_prim_prepare(vt_node *n) {
 
 static void linear_prim_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
-    const int R = lp->R, Ci = lp->Ci, Co = lp->Co, act = lp->act;
-    const float *x = n->in[0]->data;
+    const int act = lp->act;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
-    if (lp->gelu_in) { /* R·Ci floats of scratch: R < 2 * PANEL_ROWS (prepare) */
-        float *gx = n->fws->data;
-        const int64_t NX = (int64_t)R * Ci;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
-        x = gx;
-    }
+    const float *x = lp->gelu_in ? gelu_all(n, n->in[0]->data) : n->in[0]->data; /* R < 2 * PANEL_ROWS (prepare) */
     const vt_tensor *res = lin_res(n);
     if (vt_gemm_prim_run(lp->prim, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y) != 0) {
         n->kern = NULL; /* oneDNN failed: the reference from now on */
         linear_fwd(n);
         return;
     }
-    if (act && (d || act == ACT_GELU)) { /* the activation (and its derivative) after the product: oneDNN's GELU is
-                                          * another approximation than vt_gelu's */
-        const int64_t N = (int64_t)R * Co, chunk = 4096;
-#pragma omp parallel for schedule(static)
-        for (int64_t c = 0; c < (N + chunk - 1) / chunk; c++)
-            act_rows(act, y, d, c * chunk, (c + 1) * chunk < N ? (c + 1) * chunk : N);
-    }
+    if (act && (d || act == ACT_GELU)) act_all(n, y, d); /* after the product (and its derivative): oneDNN's GELU
+                                                           * is another approximation than vt_gelu's */
 }
 
 static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd};
