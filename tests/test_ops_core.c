@@ -448,6 +448,9 @@ void test_ops_core(vt_test *T) {
         {.name = "sub_bcast", .nx = 2, .ndim = {3, 2}, .shape = {{2, 3, 4}, {3, 1}}, .build = b_sub},
         {.name = "mul_bcast", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {2, 3, 1, 5}}, .build = b_mul},
         {.name = "mul_same", .nx = 2, .ndim = {1, 1}, .shape = {{7}, {7}}, .build = b_mul},
+        /* a per-row scale (BatchNorm folded into a weight: the row fast path) and its mirror (general path) */
+        {.name = "mul_rowscale", .nx = 2, .ndim = {2, 2}, .shape = {{4, 7}, {4, 1}}, .build = b_mul},
+        {.name = "add_rowscale_left", .nx = 2, .ndim = {2, 2}, .shape = {{4, 1}, {4, 7}}, .build = b_add},
         {.name = "affine", .nx = 1, .ndim = {2}, .shape = {{3, 4}}, .build = b_affine, .fa = {-1.5f, 0.25f}},
         {.name = "cross_entropy", .nx = 2, .ndim = {2, 1}, .shape = {{4, 5}, {4}}, .nograd = {0, 1},
          .build = b_ce, .fill = fill_labels},

@@ -722,10 +722,11 @@ static int cmd_bench(opts *o) {
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
         printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
-               "\"ms_per_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, "
-               "\"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, \"arena_mib\": %.1f, "
-               "\"peak_rss_mib\": %.1f, ",
-               c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.gmacs_per_img, r.gflops,
+               "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
+               "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
+               "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
+               c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img,
+               r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
         printf("\"cpu_model\": ");
@@ -746,10 +747,10 @@ static int cmd_bench(opts *o) {
         printf("}\n");
         return 0;
     }
-    printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter), %.3f GMACs/img, %.1f GFLOP/s achieved "
-           "(%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
+    printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
+           "achieved (%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
            c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
-           r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
+           r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
     printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,

@@ -132,6 +132,16 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
 vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                                int folded);
 
+/* BatchNorm prefix (w's first dim channels) folded into the bias-free conv or linear weight w before it, as an
+ * inference engine fuses conv + BN: returns w·s per output channel, *bias = β − μ·s, s = γ/√(σ² + eps), computed in
+ * the graph from the BN's tensors (declared, so the state_dict keeps them). Eval semantics only (running stats). */
+vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, float eps, vt_tensor **bias);
+
+/* Bias-free 1x1 conv `conv` (vt_pointwise_p) → BatchNorm `bn` on channels-last tokens; folded: the BatchNorm folded
+ * into the conv (vt_bn_fold_weight; eval semantics), one GEMM with a bias and no BN pass. */
+vt_tensor *vt_pointwise_bn_p(vt_graph *g, const char *conv, const char *bn, vt_tensor *x, int out, vt_init winit,
+                             float eps, float momentum, int folded);
+
 /* x + drop_path(h, drop): the residual add of a transformer block (fused into h's linear when drop is off, see
  * vt_residual). */
 vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
@@ -244,12 +254,14 @@ typedef struct vt_nextvit_ctx {
                         * layout and the folded norm */
     vt_ffn_ctx ffn;    /* base FFN context (form, init, options); the block sets hidden, 1x1-conv names and ReLU */
     float drop;        /* drop-path rate p of the block */
-    int folded;        /* deployed form: the pre-norms are merged (merge_bn); their tensors stay, unapplied */
+    int folded;        /* deployed form (eval semantics): the pre-norms are merged (merge_bn); their tensors stay,
+                        * unapplied; the post-conv BNs are folded into their convs in the graph (vt_bn_fold_weight) */
 } vt_nextvit_ctx;
 /* MHSA width Cs of an NTB with `out` channels: _make_divisible(int(0.75·out), 32); the conv stream has out − Cs. */
 int vt_nextvit_mhsa_width(int out);
-/* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN) -> ReLU -> prefix.projection. */
-vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W);
+/* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN; folded into the conv when folded)
+ * -> ReLU -> prefix.projection. */
+vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded);
 /* NCB on x (B, H·W, in) -> (B, H'·W', out): prefix.patch_embed (stride 1 or 2; *H, *W updated), + MHCA, + MLP
  * (ratio 3) on prefix.norm. */
 vt_tensor *vt_block_ncb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,

@@ -112,6 +112,8 @@ int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 /* Result of vt_bench. */
 typedef struct vt_bench_result {
     double img_per_s, ms_per_iter, sgemm_gflops, arena_mib;
+    double ms_best_iter;                 /* the fastest timed iteration (on a shared machine the least disturbed:
+                                          * steadier than the mean for comparing two runs) */
     double gmacs_per_img;                /* the model's multiply-adds per image (every token, as its summary) */
     double gflops;                       /* achieved: the multiply-adds the graph ran (a class-token ViT's last block
                                           * computes one row) ×2, ×3 for a training step, per second */

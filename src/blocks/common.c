@@ -64,20 +64,50 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
     return vt_batchnorm_folded(g, prefix, x, axis, eps, momentum, 0);
 }
 
+/* Declares BatchNorm prefix's tensors for c channels (weight, bias, running_mean, running_var, num_batches_tracked);
+ * 0 on success. */
+static int bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
+    char nm[VT_NAMELEN];
+    int one = 1;
+    t[0] = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
+    t[1] = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
+    t[2] = vt_buffer(g, vt_pname(nm, prefix, "running_mean"), 1, &c, VT_INIT_Z);
+    t[3] = vt_buffer(g, vt_pname(nm, prefix, "running_var"), 1, &c, VT_INIT_1);
+    t[4] = vt_buffer(g, vt_pname(nm, prefix, "num_batches_tracked"), 0, &one, VT_INIT_Z);
+    if (!t[0] || !t[1] || !t[2] || !t[3] || !t[4]) return -1;
+    t[4]->is_i64 = 1;
+    return 0;
+}
+
 vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                                int folded) {
     if (vt_bad(g, 1, x)) return NULL;
-    char nm[VT_NAMELEN];
     if (axis < 0) axis += x->ndim;
-    int c = x->shape[axis], one = 1;
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
-    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
-    vt_tensor *rm = vt_buffer(g, vt_pname(nm, prefix, "running_mean"), 1, &c, VT_INIT_Z);
-    vt_tensor *rv = vt_buffer(g, vt_pname(nm, prefix, "running_var"), 1, &c, VT_INIT_1);
-    vt_tensor *nb = vt_buffer(g, vt_pname(nm, prefix, "num_batches_tracked"), 0, &one, VT_INIT_Z);
-    if (!w || !b || !rm || !rv || !nb) return NULL;
-    nb->is_i64 = 1;
-    return folded ? x : vt_batchnorm(g, x, w, b, rm, rv, nb, axis, eps, momentum);
+    vt_tensor *t[5];
+    if (bn_tensors(g, prefix, x->shape[axis], t)) return NULL;
+    return folded ? x : vt_batchnorm(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum);
+}
+
+vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, float eps, vt_tensor **bias) {
+    *bias = NULL;
+    if (vt_bad(g, 1, w)) return NULL;
+    vt_tensor *t[5];
+    if (bn_tensors(g, prefix, w->shape[0], t)) return NULL;
+    const int O = w->shape[0], rows[2] = {O, (int)(w->numel / O)}, col[2] = {O, 1};
+    /* s = γ·(σ² + eps)^(−1/2), t = β − μ·s; w·s on w's (O, rest) view, one scale per row */
+    vt_tensor *s = vt_mul(g, t[0], vt_unary(g, vt_affine(g, t[3], 1.0f, eps), VT_POW, -0.5f));
+    *bias = vt_sub(g, t[1], vt_mul(g, t[2], s));
+    vt_tensor *ws = vt_mul(g, vt_reshape(g, w, 2, rows), vt_reshape(g, s, 2, col));
+    return *bias && ws ? vt_reshape(g, ws, w->ndim, w->shape) : NULL;
+}
+
+vt_tensor *vt_pointwise_bn_p(vt_graph *g, const char *conv, const char *bn, vt_tensor *x, int out, vt_init winit,
+                             float eps, float momentum, int folded) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, x) || linear_params(g, conv, x, out, 0, winit, 1, &w, &b)) return NULL;
+    if (!folded) return vt_batchnorm_folded(g, bn, vt_linear(g, x, w, NULL), -1, eps, momentum, 0);
+    w = vt_bn_fold_weight(g, bn, w, eps, &b);
+    return vt_linear(g, x, w, b);
 }
 
 vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) {

@@ -10,7 +10,9 @@
  *        x += MLP(norm2(x)) (MLP ratio 2). Drop-path 0.75p / 0.25p / p on the three NTB branches, p on both NCB's.
  * The MLP is the FFN table's type with Next-ViT's 1x1-conv names and ReLU. In the deployed form the pre-norms
  * (norm, norm1, norm2 and E-MHSA's BatchNorm1d) are folded into the next layer (vt_merge_pre_bn) and kept in the
- * state_dict unapplied. Every norm is BatchNorm with eps 1e-5. */
+ * state_dict unapplied, and the BNs after PatchEmbed's and MHCA's convs are folded into those convs in the graph
+ * (vt_bn_fold_weight: what TensorRT's conv + BN fusion does for the official deployment). Every norm is BatchNorm
+ * with eps 1e-5. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +40,12 @@ static vt_tensor *bn(vt_graph *g, const char *prefix, const char *name, vt_tenso
     return vt_batchnorm_folded(g, vt_pname(nm, prefix, name), x, -1, NV_EPS, NV_MOMENTUM, folded);
 }
 
-/* PatchEmbed(in, out, stride) prefix.{conv, norm} on x (B, H·W, in); *H, *W become the output grid. */
-static vt_tensor *patch_embed(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride) {
+/* PatchEmbed(in, out, stride) prefix.{conv, norm} on x (B, H·W, in); *H, *W become the output grid; folded: the BN
+ * folded into the conv. */
+static vt_tensor *patch_embed(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,
+                              int folded) {
     if (vt_bad(g, 1, x)) return NULL;
-    char nm[VT_NAMELEN];
+    char nm[VT_NAMELEN], n2[VT_NAMELEN];
     const int B = x->shape[0], C = x->shape[2];
     if (stride == 2) {
         const int map[4] = {B, *H, *W, C};
@@ -55,11 +59,11 @@ static vt_tensor *patch_embed(vt_graph *g, const char *prefix, vt_tensor *x, int
     } else if (C == out) {
         return x;
     }
-    x = vt_pointwise_p(g, vt_pname(nm, prefix, "conv"), x, out, 0, VT_INIT_W02);
-    return bn(g, prefix, "norm", x, 0);
+    return vt_pointwise_bn_p(g, vt_pname(nm, prefix, "conv"), vt_pname(n2, prefix, "norm"), x, out, VT_INIT_W02, NV_EPS,
+                             NV_MOMENTUM, folded);
 }
 
-vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W) {
+vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
     const int B = x->shape[0], C = x->shape[x->ndim - 1];
@@ -69,8 +73,10 @@ vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, i
     const int map[4] = {B, H, W, C}, ws[4] = {C, NV_HEAD_DIM, 3, 3}, tok[3] = {B, H * W, C};
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "group_conv3x3.weight"), 4, ws, VT_INIT_W02);
     if (w) w->paper_count = 1;
-    vt_tensor *h = vt_conv2d_nhwc(g, vt_reshape(g, x, 4, map), w, NULL, 1, 1, C / NV_HEAD_DIM);
-    h = vt_relu(g, bn(g, prefix, "norm", vt_reshape(g, h, 3, tok), 0));
+    vt_tensor *bias = NULL;
+    if (folded) w = vt_bn_fold_weight(g, vt_pname(nm, prefix, "norm"), w, NV_EPS, &bias);
+    vt_tensor *h = vt_reshape(g, vt_conv2d_nhwc(g, vt_reshape(g, x, 4, map), w, bias, 1, 1, C / NV_HEAD_DIM), 3, tok);
+    h = vt_relu(g, folded ? h : bn(g, prefix, "norm", h, 0));
     return vt_pointwise_p(g, vt_pname(nm, prefix, "projection"), h, C, 0, VT_INIT_W02);
 }
 
@@ -87,8 +93,8 @@ static vt_tensor *mlp(vt_graph *g, const char *prefix, vt_tensor *x, int ratio, 
 vt_tensor *vt_block_ncb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,
                         const vt_nextvit_ctx *b) {
     char nm[VT_NAMELEN];
-    x = patch_embed(g, vt_pname(nm, prefix, "patch_embed"), x, H, W, out, stride);
-    x = vt_block_residual(g, x, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), x, *H, *W), b->drop);
+    x = patch_embed(g, vt_pname(nm, prefix, "patch_embed"), x, H, W, out, stride, b->folded);
+    x = vt_block_residual(g, x, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), x, *H, *W, b->folded), b->drop);
     vt_tensor *h = bn(g, prefix, "norm", x, b->folded);
     return vt_block_residual(g, x, mlp(g, prefix, h, 3, b), b->drop);
 }
@@ -101,7 +107,7 @@ vt_tensor *vt_block_ntb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, i
     if (Cc < NV_HEAD_DIM || Cc % NV_HEAD_DIM)
         return vt_fail(g, "ntb", "%s: width %d splits into %d + %d channels; the conv stream needs a positive multiple "
                        "of %d", prefix, out, Cs, Cc, NV_HEAD_DIM);
-    x = patch_embed(g, vt_pname(nm, prefix, "patch_embed"), x, H, W, Cs, stride);
+    x = patch_embed(g, vt_pname(nm, prefix, "patch_embed"), x, H, W, Cs, stride, b->folded);
     vt_attn_ctx a = b->attn;
     a.heads = Cs / NV_HEAD_DIM;
     a.grid_h = *H;
@@ -112,8 +118,9 @@ vt_tensor *vt_block_ntb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, i
     a.norm_folded = b->folded;
     vt_tensor *h = bn(g, prefix, "norm1", x, b->folded);
     x = vt_block_residual(g, x, vt_attn_build(g, b->attn_type, vt_pname(nm, prefix, "e_mhsa"), h, &a), 0.75f * b->drop);
-    vt_tensor *o = patch_embed(g, vt_pname(nm, prefix, "projection"), x, H, W, Cc, 1);
-    o = vt_block_residual(g, o, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), o, *H, *W), 0.25f * b->drop);
+    vt_tensor *o = patch_embed(g, vt_pname(nm, prefix, "projection"), x, H, W, Cc, 1, b->folded);
+    o = vt_block_residual(g, o, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), o, *H, *W, b->folded),
+                          0.25f * b->drop);
     vt_tensor *parts[2] = {x, o};
     x = vt_concat(g, parts, 2, 2); /* [MHSA stream, conv stream] */
     h = bn(g, prefix, "norm2", x, b->folded);

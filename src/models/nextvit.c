@@ -9,7 +9,9 @@
  * Drop-path: block i of n gets p_i = drop_path·i/(n−1) (the official linspace). Everything after the stem runs on
  * channels-last tokens (B, H·W, C). Forms: training (arch.train_form: every BatchNorm applied; cFFN's branches) and
  * deployed (the official merge_bn: norm / norm1 / norm2 / e_mhsa.norm folded into the next q, k, v, mlp.conv1 and
- * kept unapplied; cFFN merged). Both keep one key set (for plain Next-ViT), so weight files record their form. */
+ * kept unapplied; cFFN merged). Both keep one key set (for plain Next-ViT), so weight files record their form. The
+ * deployed form is an inference form: its graph also folds the stem's, PatchEmbeds' and MHCAs' BNs into their convs
+ * (running statistics, as TensorRT fuses conv + BN) and applies the head's BN after the mean. */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,14 +62,19 @@ static vt_nextvit_ctx block_ctx(const vt_model_cfg *c, int i) {
     return b;
 }
 
-/* ConvBNReLU stem.{i} on NCHW x. */
-static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int stride) {
+/* ConvBNReLU stem.{i} on NCHW x; folded: the BN folded into the conv (deployed form). */
+static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int stride, int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
     snprintf(pre, sizeof pre, "stem.%d", i);
     const int ws[4] = {out, x->shape[1], 3, 3};
     vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws, VT_INIT_W02);
     if (w) w->paper_count = 1;
+    if (folded) {
+        vt_tensor *b;
+        w = vt_bn_fold_weight(g, vt_pname(nm, pre, "norm"), w, NV_EPS, &b);
+        return vt_relu(g, vt_conv2d(g, x, w, b, stride, 1, 1));
+    }
     vt_tensor *y = vt_batchnorm_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
                                   NV_MOMENTUM);
     return vt_relu(g, y);
@@ -84,10 +91,11 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     if (size_problem(c, x->shape[2], x->shape[3], msg, sizeof msg)) return vt_fail(g, c->name, "%s", msg);
     const int B = x->shape[0], nblk = vt_model_depth(c), to_tok[4] = {0, 2, 3, 1};
     vt_scope(g, "stem");
-    vt_tensor *t = conv_bn_relu(g, 0, x, stem_chs[0], 2);
-    t = conv_bn_relu(g, 1, t, stem_chs[1], 1);
-    t = conv_bn_relu(g, 2, t, stem_chs[2], 1);
-    t = conv_bn_relu(g, 3, t, stem_chs[2], 2);
+    const int fo = !a->train_form;
+    vt_tensor *t = conv_bn_relu(g, 0, x, stem_chs[0], 2, fo);
+    t = conv_bn_relu(g, 1, t, stem_chs[1], 1, fo);
+    t = conv_bn_relu(g, 2, t, stem_chs[2], 1, fo);
+    t = conv_bn_relu(g, 3, t, stem_chs[2], 2, fo);
     if (!t) return NULL;
     int H = t->shape[2], W = t->shape[3];
     const int tok[3] = {B, H * W, stem_chs[2]};
@@ -117,7 +125,10 @@ static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor 
 static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     vt_tensor *t = backbone(g, c, x, NULL);
     vt_scope(g, "head");
-    t = vt_mean(g, vt_batchnorm_p(g, "norm", t, 2, NV_EPS, NV_MOMENTUM), 1); /* BN -> global average pool */
+    if (c->arch.train_form) /* BN -> global average pool */
+        t = vt_mean(g, vt_batchnorm_p(g, "norm", t, 2, NV_EPS, NV_MOMENTUM), 1);
+    else /* the eval BN is a per-channel affine map: it commutes with the mean, on B·C values instead of B·N·C */
+        t = vt_batchnorm_p(g, "norm", vt_mean(g, t, 1), 1, NV_EPS, NV_MOMENTUM);
     return vt_linear_p(g, "proj_head.0", t, c->arch.num_classes, 1, VT_INIT_W02);
 }
 

@@ -14,7 +14,7 @@
 /* Applies `expr` (in terms of v = x[i]) to every element into out[i] (= for forward, += for backward). */
 #define MAP(out, OPER, expr)                                          \
     do {                                                              \
-        _Pragma("omp parallel for schedule(static)")                  \
+        _Pragma("omp parallel for schedule(static) if (N > VT_PAR_MIN)") \
         for (int64_t i = 0; i < N; i++) {                             \
             const float v = x[i];                                     \
             out[i] OPER(expr);                                        \

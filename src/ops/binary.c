@@ -38,11 +38,11 @@ static void binary_fwd(vt_node *n) {
     if (p->suffix) {
         /* fast path: b equals a's shape, or b is a broadcast of the last dim (bias-like) */
         if (nb == N) { /* same shapes */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
             for (int64_t i = 0; i < N; i++) y[i] = kind == B_ADD ? a[i] + b[i] : kind == B_SUB ? a[i] - b[i] : a[i] * b[i];
             return;
         }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
         for (int64_t r = 0; r < N / nb; r++) { /* rows of b's size: no index arithmetic per element */
             const float *ar = a + r * nb;
             float *yr = y + r * nb;
@@ -53,13 +53,19 @@ static void binary_fwd(vt_node *n) {
     }
     /* general broadcast: rows of the output's last dim, offsets computed once per row */
     const int64_t L = p->shape[VT_MAXDIM - 1], sa = p->sa[VT_MAXDIM - 1], sb = p->sb[VT_MAXDIM - 1];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
     for (int64_t r = 0; r < N / L; r++) {
         int64_t oa, ob;
         offsets(p, r * L, &oa, &ob);
         float *yr = y + r * L;
+        const float *ar = a + oa, *br = b + ob;
+        if (sa == 1 && sb == 0) { /* a row against one value of b (e.g. a per-row scale): vectorisable */
+            const float bv = br[0];
+            for (int64_t j = 0; j < L; j++) yr[j] = kind == B_ADD ? ar[j] + bv : kind == B_SUB ? ar[j] - bv : ar[j] * bv;
+            continue;
+        }
         for (int64_t j = 0; j < L; j++) {
-            const float av = a[oa + j * sa], bv = b[ob + j * sb];
+            const float av = ar[j * sa], bv = br[j * sb];
             yr[j] = kind == B_ADD ? av + bv : kind == B_SUB ? av - bv : av * bv;
         }
     }
@@ -78,7 +84,7 @@ static void binary_bwd(vt_node *n) {
         const int64_t L = p->shape[VT_MAXDIM - 1];
         const int64_t so = side ? p->sa[VT_MAXDIM - 1] : p->sb[VT_MAXDIM - 1]; /* the other operand's last stride */
         if (full(X, n->out)) { /* X full size: rows of the last dim, the other operand's offset once per row */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
             for (int64_t r = 0; r < N / L; r++) {
                 int64_t oa, ob;
                 offsets(p, r * L, &oa, &ob);
@@ -91,7 +97,7 @@ static void binary_bwd(vt_node *n) {
             }
         } else if (X->numel == N / L && (side ? p->sb : p->sa)[VT_MAXDIM - 1] == 0) {
             /* X is the output with its last dim 1 (e.g. a per-row scale): one element of X per row of dy */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
             for (int64_t r = 0; r < N / L; r++) {
                 int64_t oa, ob;
                 offsets(p, r * L, &oa, &ob);
@@ -107,7 +113,7 @@ static void binary_bwd(vt_node *n) {
             /* b broadcast over leading dims (bias, position embedding): column sums, each thread owning a block
              * of b's elements and walking the rows of dy contiguously */
             const int64_t nb = B->numel, rows = N / nb;
-#pragma omp parallel
+#pragma omp parallel if (N > VT_PAR_MIN)
             {
                 const int nt = omp_get_num_threads(), t = omp_get_thread_num();
                 const int64_t j0 = nb * t / nt, j1 = nb * (t + 1) / nt;
@@ -182,7 +188,7 @@ static void affine_fwd(vt_node *n) {
     const affine_p *p = VT_OP_P(n, affine_p);
     const float s = p->s, c = p->c, *x = n->in[0]->data;
     float *y = n->out->data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n->out->numel > VT_PAR_MIN)
     for (int64_t i = 0; i < n->out->numel; i++) y[i] = s * x[i] + c;
 }
 
@@ -190,7 +196,7 @@ static void affine_bwd(vt_node *n) {
     const float s = VT_OP_P(n, affine_p)->s, *dy = n->out->grad;
     float *dx = n->in[0]->grad;
     if (!dx) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n->out->numel > VT_PAR_MIN)
     for (int64_t i = 0; i < n->out->numel; i++) dx[i] += s * dy[i];
 }
 

@@ -12,7 +12,7 @@ static void max_fwd(vt_node *n) {
     const int O = p->outer, A = p->A, Ni = p->inner;
     const float *x = n->in[0]->data;
     float *y = n->out->data, *arg = n->save[0] ? n->save[0]->data : NULL;
-#pragma omp parallel for schedule(static) if ((int64_t)O * A * Ni > 16384)
+#pragma omp parallel for schedule(static) if ((int64_t)O * A * Ni > VT_PAR_MIN)
     for (int o = 0; o < O; o++)
         for (int i = 0; i < Ni; i++) {
             const float *xp = x + (size_t)o * A * Ni + i;
@@ -36,7 +36,7 @@ static void max_bwd(vt_node *n) {
     const max_p *p = VT_OP_P(n, max_p);
     const int O = p->outer, A = p->A, Ni = p->inner;
     const float *dy = n->out->grad, *arg = n->save[0]->data;
-#pragma omp parallel for schedule(static) if ((int64_t)O * Ni > 16384)
+#pragma omp parallel for schedule(static) if ((int64_t)O * Ni > VT_PAR_MIN)
     for (int o = 0; o < O; o++)
         for (int i = 0; i < Ni; i++) {
             const size_t k = (size_t)o * Ni + i;

@@ -15,7 +15,7 @@ static void mean_fwd(vt_node *n) {
     const int O = p->outer, A = p->A, Ni = p->inner, nbk = (Ni + MEAN_BLK - 1) / MEAN_BLK;
     const float *x = n->in[0]->data, inv = 1.0f / (float)A;
     float *y = n->out->data;
-#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > 16384)
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > VT_PAR_MIN)
     for (int o = 0; o < O; o++)
         for (int bk = 0; bk < nbk; bk++) {
             const int i0 = bk * MEAN_BLK, i1 = i0 + MEAN_BLK < Ni ? i0 + MEAN_BLK : Ni;
@@ -35,7 +35,7 @@ static void mean_bwd(vt_node *n) {
     const mean_p *p = VT_OP_P(n, mean_p);
     const int O = p->outer, A = p->A, Ni = p->inner;
     const float *dy = n->out->grad, inv = 1.0f / (float)A;
-#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > 16384)
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)O * A * Ni > VT_PAR_MIN)
     for (int o = 0; o < O; o++)
         for (int a = 0; a < A; a++) {
             float *xr = dx + ((size_t)o * A + a) * Ni;
@@ -125,7 +125,7 @@ static void pool_row(const avgpool_p *q, int dir, const float *x, float *y, int6
 static void avgpool_fwd(vt_node *n) {
     const avgpool_p *q = VT_OP_P(n, avgpool_p);
     const int64_t rows = (int64_t)q->B * (q->nhwc ? 1 : q->C) * q->Ho;
-#pragma omp parallel for schedule(static) if (n->out->numel > 16384)
+#pragma omp parallel for schedule(static) if (n->out->numel > VT_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) pool_row(q, 0, n->in[0]->data, n->out->data, r);
 }
 
@@ -135,7 +135,7 @@ static void avgpool_bwd(vt_node *n) {
     if (!dx) return;
     const avgpool_p *q = VT_OP_P(n, avgpool_p);
     const int64_t planes = (int64_t)q->B * (q->nhwc ? 1 : q->C);
-#pragma omp parallel for schedule(static) if (n->out->numel > 16384)
+#pragma omp parallel for schedule(static) if (n->out->numel > VT_PAR_MIN)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t r = pl * q->Ho; r < (pl + 1) * q->Ho; r++) pool_row(q, 1, dx, n->out->grad, r);
 }
