@@ -540,6 +540,47 @@ static void taps_part(float *restrict out, const float *init, int acc, const flo
     for (int t = 0; t < nc; t++) out[t] = acc ? out[t] + a[t] : a[t];
 }
 
+/* taps_full for DW_PX consecutive pixels (out + i·os from src + i·ss) over the same taps: DW_PX·VB independent
+ * accumulators, where one pixel's VB (two AVX2 vectors) left the loop waiting on the FMA latency (~4 cycles) and each
+ * weight vector is loaded once for DW_PX pixels. */
+#define DW_PX 4
+static void taps4(float *restrict out, ptrdiff_t os, const float *init, int acc, const float *src, ptrdiff_t ss,
+                  const float *w, int ki0, int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc) {
+    float a0[VB], a1[VB], a2[VB], a3[VB];
+#pragma omp simd
+    for (int t = 0; t < VB; t++) a0[t] = a1[t] = a2[t] = a3[t] = init ? init[t] : 0.0f;
+    for (int ki = ki0; ki < ki1; ki++)
+        for (int kj = kj0; kj < kj1; kj++) {
+            const float *restrict sv = src + ki * rs + kj * cs, *restrict wv = w + (size_t)(ki * kw + kj) * wc;
+#pragma omp simd
+            for (int t = 0; t < VB; t++) {
+                const float wt = wv[t];
+                a0[t] += wt * sv[t];
+                a1[t] += wt * sv[ss + t];
+                a2[t] += wt * sv[2 * ss + t];
+                a3[t] += wt * sv[3 * ss + t];
+            }
+        }
+    float *o0 = out, *o1 = out + os, *o2 = out + 2 * os, *o3 = out + 3 * os;
+    if (acc) {
+#pragma omp simd
+        for (int t = 0; t < VB; t++) {
+            o0[t] += a0[t];
+            o1[t] += a1[t];
+            o2[t] += a2[t];
+            o3[t] += a3[t];
+        }
+    } else {
+#pragma omp simd
+        for (int t = 0; t < VB; t++) {
+            o0[t] = a0[t];
+            o1[t] = a1[t];
+            o2[t] = a2[t];
+            o3[t] = a3[t];
+        }
+    }
+}
+
 static void dwn_fwd(vt_node *n) {
     const dwn_p *dp = VT_OP_P(n, dwn_p);
     const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
@@ -557,7 +598,23 @@ static void dwn_fwd(vt_node *n) {
                 const size_t o = (((size_t)b * Ho + oh) * Wo + ow) * C;
                 float *yv = y + o;
                 const ptrdiff_t xb = (((ptrdiff_t)b * H + oh - p) * W + ow - p) * L; /* tap (0, 0); may be < 0 */
-                if (add) memcpy(yv, add + o, sizeof(float) * (size_t)C);
+                const int run = ow >= p && ow + DW_PX - 1 <= W + p - kw && ow + DW_PX <= Wo; /* DW_PX full-width */
+                if (add) memcpy(yv, add + o, sizeof(float) * (size_t)C * (run ? DW_PX : 1));
+                if (run) {
+                    for (int c0 = 0; c0 < C; c0 += VB)
+                        for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
+                            float *yi = yv + (size_t)i * C + c0;
+                            const float *xi = x + (xb + (ptrdiff_t)i * L + c0), *bi = bias ? bias + c0 : NULL;
+                            if (c0 + VB <= C)
+                                taps4(yi, C, bi, add != NULL, xi, L, wt + c0, ki0, ki1, 0, kw, (ptrdiff_t)W * L, L, kw,
+                                      C);
+                            else
+                                taps_part(yi, bi, add != NULL, xi, wt + c0, ki0, ki1, 0, kw, (ptrdiff_t)W * L, L, kw,
+                                          C, C - c0);
+                        }
+                    ow += DW_PX - 1;
+                    continue;
+                }
                 for (int c0 = 0; c0 < C; c0 += VB) {
                     const int nc = C - c0 < VB ? C - c0 : VB;
                     if (nc == VB)
@@ -569,6 +626,37 @@ static void dwn_fwd(vt_node *n) {
                 }
             }
         }
+}
+
+/* m[c] += Σ_{ow in [lo, hi)} d[ow·C + c]·x[ow·L + c] (one tap of dW over an output row): two pixels' partial sums
+ * per VB channels in registers, m read and written once per row instead of once per pixel. */
+static void dw_tap_row(float *restrict m, const float *restrict d, const float *restrict x, int C, int L, int lo,
+                       int hi) {
+    int c0 = 0;
+    for (; c0 + VB <= C; c0 += VB) {
+        float s0[VB] = {0}, s1[VB] = {0};
+        int ow = lo;
+        for (; ow + 1 < hi; ow += 2) {
+            const float *d0 = d + (size_t)ow * C + c0, *x0 = x + (ptrdiff_t)ow * L + c0;
+#pragma omp simd
+            for (int t = 0; t < VB; t++) {
+                s0[t] += d0[t] * x0[t];
+                s1[t] += d0[C + t] * x0[L + t];
+            }
+        }
+        if (ow < hi) {
+            const float *d0 = d + (size_t)ow * C + c0, *x0 = x + (ptrdiff_t)ow * L + c0;
+#pragma omp simd
+            for (int t = 0; t < VB; t++) s0[t] += d0[t] * x0[t];
+        }
+#pragma omp simd
+        for (int t = 0; t < VB; t++) m[c0 + t] += s0[t] + s1[t];
+    }
+    for (int c = c0; c < C; c++) {
+        float s = 0.0f;
+        for (int ow = lo; ow < hi; ow++) s += d[(size_t)ow * C + c] * x[(ptrdiff_t)ow * L + c];
+        m[c] += s;
+    }
 }
 
 static void dwn_bwd(vt_node *n) {
@@ -595,6 +683,21 @@ static void dwn_bwd(vt_node *n) {
                     const int kj0 = iw + p - Wo + 1 > 0 ? iw + p - Wo + 1 : 0, kj1 = iw + p + 1 < kw ? iw + p + 1 : kw;
                     float *xv = dx + (((size_t)b * H + ih) * W + iw) * L;
                     const ptrdiff_t d0 = (((ptrdiff_t)b * Ho + ih + p) * Wo + iw + p) * C; /* tap (0, 0) */
+                    if (iw >= kw - 1 - p && iw + DW_PX <= Wo - p && iw + DW_PX <= W) { /* DW_PX full-width pixels */
+                        for (int c0 = 0; c0 < C; c0 += VB)
+                            for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
+                                float *xi = xv + (size_t)i * L + c0;
+                                const float *di = dy + (d0 + (ptrdiff_t)i * C + c0);
+                                if (c0 + VB <= C)
+                                    taps4(xi, L, NULL, 1, di, C, wt + c0, ki0, ki1, 0, kw, -(ptrdiff_t)Wo * C,
+                                          -(ptrdiff_t)C, kw, C);
+                                else
+                                    taps_part(xi, NULL, 1, di, wt + c0, ki0, ki1, 0, kw, -(ptrdiff_t)Wo * C,
+                                              -(ptrdiff_t)C, kw, C, C - c0);
+                            }
+                        iw += DW_PX - 1;
+                        continue;
+                    }
                     for (int c0 = 0; c0 < C; c0 += VB) {
                         const int nc = C - c0 < VB ? C - c0 : VB;
                         if (nc == VB)
@@ -616,23 +719,19 @@ static void dwn_bwd(vt_node *n) {
         float *mine = part + per * (size_t)omp_get_thread_num(), *mdb = mine + (size_t)K * C;
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int oh = 0; oh < Ho; oh++)
-                for (int ow = 0; ow < Wo; ow++) {
-                    const float *restrict dv = dy + (((size_t)b * Ho + oh) * Wo + ow) * C;
-                    for (int c = 0; c < C; c++) mdb[c] += dv[c];
-                    if (!dw) continue;
-                    for (int ki = 0; ki < kh; ki++) {
-                        const int ih = oh - p + ki;
-                        if (ih < 0 || ih >= H) continue;
-                        for (int kj = 0; kj < kw; kj++) {
-                            const int iw = ow - p + kj;
-                            if (iw < 0 || iw >= W) continue;
-                            const float *restrict xv = x + (((size_t)b * H + ih) * W + iw) * L;
-                            float *restrict mv = mine + (size_t)(ki * kw + kj) * C;
-                            for (int c = 0; c < C; c++) mv[c] += dv[c] * xv[c];
-                        }
-                    }
+            for (int oh = 0; oh < Ho; oh++) {
+                const float *restrict dr = dy + ((size_t)b * Ho + oh) * Wo * C; /* the output row */
+                for (int ow = 0; ow < Wo; ow++)
+                    for (int c = 0; c < C; c++) mdb[c] += dr[(size_t)ow * C + c];
+                for (int ki = 0; dw && ki < kh; ki++) {
+                    const int ih = oh - p + ki;
+                    if (ih < 0 || ih >= H) continue;
+                    const float *restrict xr = x + ((size_t)b * H + ih) * W * L; /* the input row */
+                    for (int kj = 0; kj < kw; kj++) /* dW[tap] += Σ_ow dy[ow]·x[ow − p + kj], summed in registers */
+                        dw_tap_row(mine + (size_t)(ki * kw + kj) * C, dr, xr + (ptrdiff_t)(kj - p) * L, C, L,
+                                   imax(0, p - kj), Wo < W + p - kj ? Wo : W + p - kj);
                 }
+            }
     }
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++) {
