@@ -149,6 +149,15 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 8, 8, 8) == OB, "AVX2: 8^3 on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 64, 32, 64) == OB, "AVX2: 64x32x64 on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 96, 96, 96) == DN, "AVX2: 96^3 on 2 threads: onednn");
+    /* rule 7: weight gradients A^T*B with N 128..256, or M*N <= 2^18, on more threads */
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 1024, 256, 3136) == OB, "AVX2: dW 1024x256x3136: openblas");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 256, 1024, 3136) == OB, "AVX2: dW 256x1024x3136: openblas");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 1024, 3136) == DN, "AVX2: dW 512x1024x3136: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 256, 64, 50176) == DN, "AVX2: dW with N 64: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 96, 384, 50176) == DN, "AVX2: dW with M 96: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 1024, 256, 3136) == DN, "AVX2: A*B of the same size: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1024, 256, 3136) == DN, "AVX2: dW on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == DN, "AVX-512 tier: no rule 7");
     vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");

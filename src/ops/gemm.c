@@ -142,11 +142,22 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     below 2^18 stay erratic for oneDNN (64×32×64 ABᵀ 42 vs 7, 56×32×56 AᵀB 51 vs 13): 1 thread: M*N*K < 2^15 ->
  *     OpenBLAS, else oneDNN; more threads: M <= 8 with M*N*K >= 2^13 -> oneDNN, else rule 2's 2^18. Measured with
  *     bench/gemm_kernels.py and its stdin shapes. (Zen 4 capped at AVX2 kept rule 2 within 1-3%: the rule follows
- *     the tier, which is what the machine reports, not the microarchitecture.) */
+ *     the tier, which is what the machine reports, not the microarchitecture.)
+ *  7. AVX2 tier, more threads, a weight gradient C = Aᵀ·B (ta 1, tb 0; dW = dyᵀ·x of a linear, M = out, N = in
+ *     features, K = rows) with M, N >= 128 and (N <= 256 or M·N <= 2^18): OpenBLAS, oneDNN's transposed-A path
+ *     being slow on these, worst with power-of-two widths (CSwin's 64/128/256/512). Same Zen 3, 2026-11-26, best of
+ *     3 alternated bursts, OpenBLAS vs oneDNN GFLOP/s, M×N×K: 1024×256×3136 134 vs 78, 256×1024×3136 143 vs 62,
+ *     192×1024×3136 145 vs 65, 512×512×3136 132 vs 93, 2048×256×3136 154 vs 84, 256×256×3136 134 vs 105,
+ *     384×128×3136 101 vs 86, 1536×256×3136 141 vs 113; the edges: 768×128×784 126 vs 145, 512×128×12544 96 vs
+ *     105, 384×1024×3136 142 vs 145, 512×1024×3136 149 vs 157; N = 64 stays oneDNN (256×64×3136 122 vs 130,
+ *     768×64×3136 85 vs 160), and so does M < 128 (Swin-T's stage-1 fc2, 96×384×50176: 135 vs 164). A sweep of
+ *     120 shapes (M 192-2048, N 64-1024, K 784-12544) on stdin to bench/gemm_kernels.c. CSwin-T's stage-3 fc1
+ *     weight gradient (1024×256×3136) ran at 64 GFLOP/s before. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
 #define AVX2_ROWS_MNK (1LL << 13) /* rule 6: few-row products on more threads go to oneDNN from here */
+#define AVX2_ATB_MN (1LL << 18)   /* rule 7: AᵀB products with N > 256 go to OpenBLAS up to this M·N */
 
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
     if (p->force != VT_GEMM_AUTO) return p->force;
@@ -156,6 +167,8 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     if (p->onednn == VT_ISA_AVX2) { /* rule 6 */
         if (threads <= 1) return mnk < AVX2_ONE_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
         if (M <= 8 && mnk >= AVX2_ROWS_MNK) return VT_GEMM_ONEDNN;
+        if (ta && !tb && M >= 128 && N >= 128 && (N <= 256 || (long long)M * N <= AVX2_ATB_MN))
+            return VT_GEMM_OPENBLAS; /* rule 7 */
         return mnk < TINY_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     }
     if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
@@ -420,9 +433,9 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
     else if (p->onednn == VT_ISA_AVX2)
         snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): M*N*K < 2^15: openblas, else onednn; on "
-                         "more: M <= 8 and M*N*K >= 2^13: onednn, else M*N*K < 2^18: openblas, else onednn; a "
-                         "linear's whole forward with M <= 2K or K >= 2N: onednn matmul primitive, bias and residual "
-                         "fused");
+                         "more: M <= 8 and M*N*K >= 2^13: onednn, A^T*B with M, N >= 128 and (N <= 256 or M*N "
+                         "<= 2^18): openblas, else M*N*K < 2^18: openblas, else onednn; a linear's whole forward with "
+                         "M <= 2K or K >= 2N: onednn matmul primitive, bias and residual fused");
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
