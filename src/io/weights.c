@@ -72,6 +72,13 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
                      path, VT_FORM_KEY);
 }
 
+/* 1 when name is a BatchNorm's running variance (PyTorch's `running_var`): negative values would make NaN. */
+static int is_variance(const char *name) {
+    const size_t n = strlen(name), k = strlen(".running_var");
+    return n >= k && strcmp(name + n - k, ".running_var") == 0;
+}
+
+
 int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e) != 0) return -1;
@@ -112,7 +119,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         vt_st_close(&f);
         return vt_seterr(e, "%s", msg);
     }
-    /* Values: every tensor finite and every fixed buffer equal to its definition, checked tensor by tensor in a
+    /* Values: every tensor finite, every running variance >= 0 and every fixed buffer equal to its definition, checked tensor by tensor in a
      * scratch buffer before anything is copied into P. */
     int64_t most = 1;
     for (int i = 0; i < P->n; i++) most = P->t[i]->numel > most ? P->t[i]->numel : most;
@@ -125,6 +132,9 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
             if (!isfinite(tmp[j]))
                 rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
                                isnan(tmp[j]) ? "NaN" : "Inf", (long long)j);
+            else if (tmp[j] < 0.0f && is_variance(t->name))
+                rc = vt_seterr(e, "%s: tensor '%s' holds %g at element %lld; a BatchNorm's running variance must be "
+                               ">= 0", path, t->name, (double)tmp[j], (long long)j);
             else if (t->init.kind == VT_INIT_FIXED && tmp[j] != t->data[j])
                 rc = vt_seterr(e, "%s: buffer '%s' element %lld is %g but the architecture defines %g (a buffer derived "
                                "from the configuration, e.g. a window size or image size that differs from the model's)",

@@ -22,6 +22,7 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
            logits equal the training form's within 1e-5 and the reference's merged model within 1e-4
   forms    a file without a form record (official checkpoints) is refused by the deployed form; a deployed file is
            refused by --train-form; messages say what to do
+  hostile  a negative BatchNorm running_var in the weights is refused, naming the tensor
   sizes    24 px refused (stage 2 has fewer tokens than the AvgPool1d window; smallest 25), 25 px runs (eval logits),
            a 24x24 input to a model built for 64 is refused; --depths with a stage-3 depth not a multiple of 5 and
            --dims refused with clear messages
@@ -159,6 +160,15 @@ def test_small_sizes(rep, w, args):
     expect_error(rep, "24x24 input refused", ["forward", "nextvit_small", *args, "--train-form", "--weights", w,
                                               "--input", xin, "--output", TMP / "y24.safetensors"],
                  "fewer tokens", "AvgPool1d")
+    # a negative running variance (NaN in every BatchNorm form, training and folded) is refused at load
+    bad = st.load(w)
+    bad["features.1.mhca.norm.running_var"][3] = -0.5
+    wb, x32 = TMP / "negvar.safetensors", TMP / "x32.safetensors"
+    st.save(wb, bad)
+    st.save(x32, {"input": torch.randn(1, 3, 32, 32, generator=g)})
+    expect_error(rep, "negative running_var refused", ["forward", "nextvit_small", *args, "--train-form", "--weights",
+                                                        wb, "--input", x32, "--output", TMP / "yv.safetensors"],
+                 "features.1.mhca.norm.running_var", "running variance")
 
 
 def main():
