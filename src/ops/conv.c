@@ -581,6 +581,21 @@ static void taps4(float *restrict out, ptrdiff_t os, const float *init, int acc,
     }
 }
 
+/* All C channels of DW_PX consecutive full-width pixels (out + i·os from src + i·ss, i < DW_PX): taps4 on every
+ * full VB block, taps_part per pixel on the last nc < VB channels. */
+static void taps_run(float *out, ptrdiff_t os, const float *init, int acc, const float *src, ptrdiff_t ss,
+                     const float *w, int ki0, int ki1, ptrdiff_t rs, ptrdiff_t cs, int kw, int C) {
+    for (int c0 = 0; c0 < C; c0 += VB)
+        for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
+            float *oi = out + i * os + c0;
+            const float *si = src + i * ss + c0, *bi = init ? init + c0 : NULL;
+            if (c0 + VB <= C)
+                taps4(oi, os, bi, acc, si, ss, w + c0, ki0, ki1, 0, kw, rs, cs, kw, C);
+            else
+                taps_part(oi, bi, acc, si, w + c0, ki0, ki1, 0, kw, rs, cs, kw, C, C - c0);
+        }
+}
+
 static void dwn_fwd(vt_node *n) {
     const dwn_p *dp = VT_OP_P(n, dwn_p);
     const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
@@ -601,17 +616,7 @@ static void dwn_fwd(vt_node *n) {
                 const int run = ow >= p && ow + DW_PX - 1 <= W + p - kw && ow + DW_PX <= Wo; /* DW_PX full-width */
                 if (add) memcpy(yv, add + o, sizeof(float) * (size_t)C * (run ? DW_PX : 1));
                 if (run) {
-                    for (int c0 = 0; c0 < C; c0 += VB)
-                        for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
-                            float *yi = yv + (size_t)i * C + c0;
-                            const float *xi = x + (xb + (ptrdiff_t)i * L + c0), *bi = bias ? bias + c0 : NULL;
-                            if (c0 + VB <= C)
-                                taps4(yi, C, bi, add != NULL, xi, L, wt + c0, ki0, ki1, 0, kw, (ptrdiff_t)W * L, L, kw,
-                                      C);
-                            else
-                                taps_part(yi, bi, add != NULL, xi, wt + c0, ki0, ki1, 0, kw, (ptrdiff_t)W * L, L, kw,
-                                          C, C - c0);
-                        }
+                    taps_run(yv, C, bias, add != NULL, x + xb, L, wt, ki0, ki1, (ptrdiff_t)W * L, L, kw, C);
                     ow += DW_PX - 1;
                     continue;
                 }
@@ -684,17 +689,7 @@ static void dwn_bwd(vt_node *n) {
                     float *xv = dx + (((size_t)b * H + ih) * W + iw) * L;
                     const ptrdiff_t d0 = (((ptrdiff_t)b * Ho + ih + p) * Wo + iw + p) * C; /* tap (0, 0) */
                     if (iw >= kw - 1 - p && iw + DW_PX <= Wo - p && iw + DW_PX <= W) { /* DW_PX full-width pixels */
-                        for (int c0 = 0; c0 < C; c0 += VB)
-                            for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
-                                float *xi = xv + (size_t)i * L + c0;
-                                const float *di = dy + (d0 + (ptrdiff_t)i * C + c0);
-                                if (c0 + VB <= C)
-                                    taps4(xi, L, NULL, 1, di, C, wt + c0, ki0, ki1, 0, kw, -(ptrdiff_t)Wo * C,
-                                          -(ptrdiff_t)C, kw, C);
-                                else
-                                    taps_part(xi, NULL, 1, di, wt + c0, ki0, ki1, 0, kw, -(ptrdiff_t)Wo * C,
-                                              -(ptrdiff_t)C, kw, C, C - c0);
-                            }
+                        taps_run(xv, L, NULL, 1, dy + d0, C, wt, ki0, ki1, -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C);
                         iw += DW_PX - 1;
                         continue;
                     }
