@@ -1,8 +1,11 @@
 /* vt_linear_attention (linattn.c, FLatten's fused core): finite-difference gradients (odd sizes, N = 1, n ≠ N,
  * 1 and 3 heads, values at a channel offset of a wider tensor, an add on all or the last rows); equality with the
  * plain chain of single ops that FLatten used before (forward and every gradient, train and eval graphs, sizes that
- * split every pass into row chunks and 128-row blocks); the builder's errors. */
+ * split every pass into row chunks and 128-row blocks); the builder's errors. The focused mode
+ * (vt_linear_attention_ex with a scale): finite differences on a packed qkv and on separate q, kv with n ≠ N, and
+ * equality with vt_focus_ex + vt_linear_attention (every gradient, chunked passes, several blocks of focused rows). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +42,36 @@ static void fill_la(float *d, int64_t n, int which, vt_rng *r) {
     for (int64_t i = 0; i < n; i++) d[i] = which < 2 ? 0.2f + 2.0f * vt_rng_uniform(r) : vt_rng_normal(r);
 }
 
+/* Focused: x0 q and, when ia[1], k and v too (packed qkv at channels 0, C, 2C), else x3 kv (B, n, 2C); x1 scale,
+ * x2 pe when ia[2], x4 add when ia[3]; ia[0] heads; q read at channel ia[4] of x0 when not packed. */
+static vt_tensor *b_la_focus(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int C = x[1]->shape[2];
+    vt_tensor *kv = c->ia[1] ? x[0] : x[3];
+    const vt_linattn_args a = {.heads = c->ia[0], .q_off = c->ia[1] ? 0 : c->ia[4], .k_off = c->ia[1] ? C : 0,
+                               .v_off = c->ia[1] ? 2 * C : C, .C = C, .add = c->ia[3] ? x[4] : NULL, .scale = x[1],
+                               .pe = c->ia[2] ? x[2] : NULL, .p = 3.0f};
+    return vt_linear_attention_ex(g, x[0], kv, kv, &a);
+}
+
+/* Raw q, k, v: N(0, 1) kept 0.05 away from the ReLU kink; scale N(0, 1); pe 0 (x + pe stays off the kink; its
+ * gradient is still checked); add N(0, 1). */
+static void fill_focus(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = vt_rng_normal(r);
+        if (which == 2) v = 0.0f;
+        while ((which == 0 || which == 3) && fabsf(v) < 0.05f) v = vt_rng_normal(r);
+        d[i] = v;
+    }
+}
+
 static const gc_case la_cases[] = {
+    {.name = "linattn_focus_packed_pe", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 5, 18}, {1, 1, 6}, {1, 5, 6}},
+     .build = b_la_focus, .ia = {3, 1, 1}, .fill = fill_focus, .eps = 1e-3},
+    {.name = "linattn_focus_q_kv_add", .nx = 5, .ndim = {3, 3, 3, 3, 3},
+     .shape = {{2, 4, 9}, {1, 1, 6}, {1, 7, 6}, {2, 7, 12}, {2, 3, 6}}, .build = b_la_focus, .ia = {2, 0, 1, 1, 2},
+     .fill = fill_focus, .eps = 1e-3},
+    {.name = "linattn_focus_nope_h1", .nx = 4, .ndim = {3, 3, 3, 3}, .shape = {{1, 6, 5}, {1, 1, 5}, {1, 1, 1},
+     {1, 3, 10}}, .build = b_la_focus, .ia = {1, 0, 0, 0, 0}, .nograd = {0, 0, 1}, .fill = fill_focus, .eps = 1e-3},
     {.name = "linattn_h3", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 5, 6}, {2, 5, 6}, {2, 5, 6}}, .build = b_la,
      .ia = {3}, .fill = fill_la},
     {.name = "linattn_h1_odd", .nx = 3, .ndim = {3, 3, 3}, .shape = {{1, 7, 5}, {1, 7, 5}, {1, 7, 5}}, .build = b_la,
@@ -141,6 +173,99 @@ static void check_matches_plain(vt_test *T) {
         }
 }
 
+/* Focused op or vt_focus_ex + vt_linear_attention, loss sum(y·r); res: output, then the gradients of q (or qkv), kv
+ * (packed: none), scale, pe, add. */
+static int run_focus(int fused, int train, int B, int N, int n, int H, int d, int packed, int pe_on, int Na,
+                     float **res) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, train, &e);
+    const int C = H * d, qo = packed ? 0 : 2, ko = packed ? C : 0, vo = packed ? 2 * C : C;
+    const int qs[3] = {B, N, packed ? 3 * C : C + 3}, kvs[3] = {B, n, 2 * C}, ss[3] = {1, 1, C}, ps[3] = {1, n, C};
+    const int as[3] = {B, Na, C}, os[3] = {B, N, C};
+    const vt_init z = {VT_INIT_ZERO, 0};
+    vt_tensor *q = vt_param(g, "q", 3, qs, z), *kv = packed ? q : vt_param(g, "kv", 3, kvs, z);
+    vt_tensor *sc = vt_param(g, "scale", 3, ss, z), *pe = pe_on ? vt_param(g, "pe", 3, ps, z) : NULL;
+    vt_tensor *add = Na ? vt_param(g, "add", 3, as, z) : NULL, *y;
+    if (fused) {
+        const vt_linattn_args a = {.heads = H, .q_off = qo, .k_off = ko, .v_off = vo, .C = C, .add = add,
+                                   .scale = sc, .pe = pe, .p = 3.0f};
+        y = vt_linear_attention_ex(g, q, kv, kv, &a);
+    } else {
+        vt_tensor *fq = vt_focus_ex(g, q, qo, C, NULL, sc, 3.0f), *fk = vt_focus_ex(g, kv, ko, C, pe, sc, 3.0f);
+        y = vt_linear_attention(g, fq, fk, kv, H, vo, add);
+    }
+    vt_tensor *r = vt_input(g, "r", 3, os);
+    if (train) vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    vt_graph_output(g, y);
+    int ok = vt_graph_finalize(g, &e) == 0;
+    const vt_tensor *outs[6] = {y, q, packed ? NULL : kv, sc, pe, add};
+    for (int t = 0; t < 6; t++) res[t] = NULL;
+    if (ok) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 5);
+        for (int t = 1; t < 6; t++)
+            for (int64_t i = 0; outs[t] && i < outs[t]->numel; i++)
+                outs[t]->data[i] = (t >= 3 ? 0.5f : 1.0f) * vt_rng_normal(&rng);
+        for (int64_t i = 0; i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        if (train) {
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+        }
+        for (int t = 0; t < 6; t++) {
+            if (!outs[t] || (t && !train)) continue;
+            res[t] = malloc(sizeof(float) * (size_t)outs[t]->numel);
+            if (res[t]) memcpy(res[t], t ? outs[t]->grad : outs[t]->data, sizeof(float) * (size_t)outs[t]->numel);
+        }
+    }
+    const int64_t nn[6] = {y ? y->numel : 0, q->numel, kv->numel, sc->numel, pe ? pe->numel : 0, add ? add->numel : 0};
+    for (int t = 0; t < 6; t++) res[6 + t] = (float *)(intptr_t)nn[t]; /* sizes ride along */
+    vt_graph_free(g);
+    vt_params_free(P);
+    return ok;
+}
+
+/* The focused op equals vt_focus_ex + vt_linear_attention to 1e-5 relative to each array's largest entry: packed
+ * qkv and separate q, kv (n ≠ N), with and without pe and add, batch 1 and 3, C 96 (128-row blocks) and 384 (42-row
+ * blocks), sizes that chunk every pass. */
+static void check_focus_matches_chain(vt_test *T) {
+    static const struct {
+        int B, N, n, H, d, packed, pe, Na;
+    } sz[] = {
+        {1, 1000, 1000, 3, 32, 1, 1, 1000}, /* FLatten-Swin stage 1 at batch 1: chunks, 128-row blocks */
+        {3, 300, 200, 2, 16, 0, 1, 0},      /* n ≠ N, pe rows owned by key chunks over 3 batch items */
+        {2, 97, 97, 6, 64, 1, 0, 96},       /* C 384: 42-row blocks, a lead token without add */
+    };
+    const char *what[6] = {"output", "dq", "dkv", "dscale", "dpe", "dadd"};
+    for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+        for (int train = 0; train < 2; train++) {
+            float *a[12], *b[12];
+            const int ok = run_focus(1, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].packed, sz[s].pe,
+                                     sz[s].Na, a) &
+                           run_focus(0, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].packed, sz[s].pe,
+                                     sz[s].Na, b);
+            T_CHECK(T, ok, "focus size %zu: build failed", s);
+            for (int t = 0; t < 6; t++) {
+                const int64_t nn = (int64_t)(intptr_t)b[6 + t];
+                if (ok && a[t] && b[t]) {
+                    double err = 0.0, mx = 0.0;
+                    for (int64_t i = 0; i < nn; i++) {
+                        err = fmax(err, fabs((double)a[t][i] - b[t][i]));
+                        mx = fmax(mx, fabs(b[t][i]));
+                    }
+                    T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "focus size %zu train %d, fused vs chain %s: max diff "
+                            "%g (scale %g)", s, train, what[t], err, mx);
+                } else if (ok) {
+                    T_CHECK(T, !a[t] && !b[t], "focus size %zu train %d: %s present in one run only", s, train,
+                            what[t]);
+                }
+                free(a[t]);
+                free(b[t]);
+            }
+        }
+}
+
 /* Shape errors and shared memory are refused with the op's name and the shapes. */
 static void check_errors(vt_test *T) {
     vt_err e = {{0}};
@@ -172,5 +297,6 @@ static void check_errors(vt_test *T) {
 void test_ops_linattn(vt_test *T) {
     check_errors(T);
     check_matches_plain(T);
+    check_focus_matches_chain(T);
     for (size_t i = 0; i < sizeof la_cases / sizeof la_cases[0]; i++) gc_run(T, &la_cases[i]);
 }

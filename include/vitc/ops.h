@@ -161,6 +161,19 @@ vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe,
  * added to the last Na output rows. v and add may not share memory with q, k or each other. */
 vt_tensor *vt_linear_attention(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, int heads, int v_off,
                                vt_tensor *add);
+/* Arguments of vt_linear_attention_ex. */
+typedef struct {
+    int heads;
+    int q_off, k_off, v_off; /* first channel of q, k and the values inside their tensors' last dim */
+    int C;                   /* channels of q, k and the values; 0: q's last dim */
+    vt_tensor *add;          /* (B, Na, C), Na <= N, added to the last Na output rows, or NULL */
+    vt_tensor *scale;        /* FLatten's focus: q, k <- vt_focus(q), vt_focus(k + pe) with this (C) scale; or NULL */
+    vt_tensor *pe;           /* with a scale: the keys' positional encoding (n·C values), or NULL */
+    float p;                 /* with a scale: the focusing exponent (> 0) */
+} vt_linattn_args;
+/* vt_linear_attention on channel ranges of q (B, N, Lq), k (B, n, Lk), v (B, n, Lv) (e.g. one packed qkv: v may
+ * share q's or k's tensor with a disjoint range), optionally with FLatten's focus fused in (never stored). */
+vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, const vt_linattn_args *a);
 
 /* ---- grouped.c (MSF) ---- */
 /* Grouped projection (MSF GroupLinear, no bias): x (..., Din), w (E, Din/G) -> (..., E). Group gi reads input

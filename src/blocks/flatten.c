@@ -1,13 +1,15 @@
 /* FLatten focused linear attention (Han et al., ICCV 2023; official FocusedLinearAttention at HEAD abdb115,
  * ../shared/specs/spec-flatten.md §1.2). Per call, x (B, N, C) with h heads of width d = C/h:
  *   k += positional_encoding (keys only);  s = softplus(scale);
- *   q, k ← φ_p((ReLU(·) + 1e-6) / s), φ_p(u) = u^p·‖u‖/‖u^p‖ with norms over all C channels (fused op vt_focus);
+ *   q, k ← φ_p((ReLU(·) + 1e-6) / s), φ_p(u) = u^p·‖u‖/‖u^p‖ with norms over all C channels (inside the fused op);
  *   per head: z = 1 / (q·mean_j(k_j) + 1e-6),  KV = (kᵀ n^-½)(v n^-½),  o = (q·KV)·z   — O(N·d²), no N×N map;
  *   o (merged heads) += DWC(v): one d-channel K×K depthwise conv on the H×W key grid, the same kernel for every
  *   head (tokens before the grid — a class token — get no DWC term, an unofficial DeiT choice, spec §6).
- * No head copies: two vt_focus_ex read q and k in place from the packed projections, vt_linear_attention fuses the
- * per-head linear attention (and adds the DWC term), and the DWC is one C-channel vt_dwconv_nhwc on v (B, H, W, C)
- * with the d-channel kernel tiled over the heads; the contiguous v the conv needs is the one copy left.
+ * No head copies and no focused maps: vt_linear_attention_ex reads q, k and v in place from the packed projections,
+ * applies the focus to rows in cache, fuses the per-head linear attention and adds the DWC term (graphs that
+ * export attention maps take two vt_focus_ex nodes and the op without focus: the maps need φ(q), φ(k)); the DWC is
+ * one C-channel vt_dwconv_nhwc on v (B, H, W, C) with the d-channel kernel tiled over the heads; the contiguous v
+ * the conv needs is the one copy left.
  * Parameters (relative to prefix): scale (1,1,C) and positional_encoding (1,n,C), both zero-initialised, then
  * qkv (Swin) or q + kv (PVT), proj, and dwc.weight (d,1,K,K) / dwc.bias (d) with PyTorch's default conv init. */
 #include <math.h>
@@ -98,11 +100,14 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
     if (!scale || !pe || !dw || !db) return NULL;
     dw->paper_count = 1;
 
-    /* focused kernel φ_p((ReLU(·) + 1e-6) / softplus(scale)) on q and on k + positional encoding (fused op) */
-    /* (read in place from the packed projections: no q, k slices) */
-    vt_tensor *fq = vt_focus_ex(g, q, q_off, C, NULL, scale, p);
-    vt_tensor *fk = vt_focus_ex(g, k, k_off, C, pe, scale, p);
-    export_flatten(g, prefix, fq, fk, q, q_off, k, k_off, pe, heads, H, W);
+    /* exporting the maps needs the focused q, k as tensors: vt_focus_ex nodes then (read in place from the packed
+     * projections), the op without its focus below */
+    vt_tensor *fq = NULL, *fk = NULL;
+    if (g->export_maps) {
+        fq = vt_focus_ex(g, q, q_off, C, NULL, scale, p);
+        fk = vt_focus_ex(g, k, k_off, C, pe, scale, p);
+        export_flatten(g, prefix, fq, fk, q, q_off, k, k_off, pe, heads, H, W);
+    }
 
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
      * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
@@ -112,8 +117,12 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
     int gs[4] = {B, H, W, lead ? C : v->shape[2]}, ts[3] = {B, H * W, C};
     vt_tensor *dwc = vt_dwconv_nhwc_ex(g, vt_reshape(g, vg, 4, gs), lead ? 0 : v_off, tile0(g, dw, heads),
                                        tile0(g, db, heads), K / 2, NULL);
-    /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens (fused op) */
-    return vt_linear_attention(g, fq, fk, v, heads, v_off, vt_reshape(g, dwc, 3, ts));
+    /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens, with the focused kernel
+     * φ_p((ReLU(·) + 1e-6) / softplus(scale)) of q and k + positional encoding computed inside (one fused op) */
+    if (fq) return vt_linear_attention(g, fq, fk, v, heads, v_off, vt_reshape(g, dwc, 3, ts));
+    const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
+                                .add = vt_reshape(g, dwc, 3, ts), .scale = scale, .pe = pe, .p = p};
+    return vt_linear_attention_ex(g, q, k, v, &la);
 }
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {

@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "focus.h"
 #include "vitc/ops.h"
 
 /* Forward scratch fws: is_c = 1/softplus(scale_c) (C). Backward scratch bws: is (C), sigmoid(scale) (C), per-thread
@@ -36,9 +37,10 @@ static double sigmoidd(double v) { return v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v))
 #define FB 64
 
 /* u over channels [c0, c0 + len) of row xr: x itself (no scale), or (ReLU(x + pe) + 1e-6)·is_c; v gets x + pe. */
-static inline void u_block(const focus_p *fp, const float *restrict xr, const float *restrict per,
-                           const float *restrict is, int c0, int len, float *restrict u, float *restrict v) {
-    if (!fp->has_scale) {
+static inline void u_block(const vt_focus_k *f, const float *restrict xr, const float *restrict per, int c0, int len,
+                           float *restrict u, float *restrict v) {
+    const float *restrict is = f->is;
+    if (!is) {
 #pragma omp simd
         for (int t = 0; t < len; t++) u[t] = v[t] = xr[c0 + t];
     } else if (per) {
@@ -75,110 +77,124 @@ static inline void pow_block(const float *restrict u, float *restrict out, int l
     }
 }
 
-static void inv_softplus(const vt_node *n, float *is) {
-    const focus_p *fp = VT_OP_P(n, focus_p);
-    const int C = fp->C;
-    if (fp->has_scale)
-        for (int c = 0; c < C; c++) is[c] = (float)(1.0 / softplusd(n->in[fp->has_pe ? 2 : 1]->data[c]));
+void vt_focus_consts(const float *scale, int C, float *is, float *sig) {
+    for (int c = 0; c < C; c++) {
+        is[c] = (float)(1.0 / softplusd(scale[c]));
+        if (sig) sig[c] = (float)sigmoidd(scale[c]);
+    }
+}
+
+/* One pass writes u^p into yr and sums the two norms; the second scales yr in place (in L1), no recomputation. */
+void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st) {
+    const int C = f->C;
+    float u[FB], v[FB], u2 = 0.0f, a2 = 0.0f;
+    for (int c0 = 0; c0 < C; c0 += FB) {
+        const int len = C - c0 < FB ? C - c0 : FB;
+        float *restrict a = yr + c0;
+        u_block(f, xr, per, c0, len, u, v);
+        pow_block(u, a, len, f->p);
+#pragma omp simd reduction(+ : u2, a2)
+        for (int t = 0; t < len; t++) {
+            u2 += u[t] * u[t];
+            a2 += a[t] * a[t];
+        }
+    }
+    const float ratio = a2 > 0.0f ? sqrtf(u2 / a2) : 0.0f;
+#pragma omp simd
+    for (int c = 0; c < C; c++) yr[c] *= ratio;
+    if (st) {
+        st[0] = u2;
+        st[1] = a2;
+    }
+}
+
+void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, const float *yr, const float *st,
+                      const float *gr, float *dxr, float *dper, float *dsc) {
+    const int C = f->C;
+    const float p = f->p, *is = f->is, *sig = f->sig;
+    float u[FB], a[FB], v[FB], u2 = 0.0f, a2 = 0.0f, ga = 0.0f;
+    if (yr && st) { /* the forward's row and norms: ga = Σ dy·a = Σ dy·y / ratio */
+        u2 = st[0];
+        a2 = st[1];
+#pragma omp simd reduction(+ : ga)
+        for (int c = 0; c < C; c++) ga += gr[c] * yr[c];
+        ga = a2 > 0.0f && u2 > 0.0f ? ga * sqrtf(a2 / u2) : 0.0f;
+    }
+    for (int c0 = 0; c0 < C && !(yr && st); c0 += FB) {
+        const int len = C - c0 < FB ? C - c0 : FB;
+        u_block(f, xr, per, c0, len, u, v);
+        pow_block(u, a, len, p);
+#pragma omp simd reduction(+ : u2, a2, ga)
+        for (int k = 0; k < len; k++) {
+            u2 += u[k] * u[k];
+            a2 += a[k] * a[k];
+            ga += gr[c0 + k] * a[k];
+        }
+    }
+    if (!(a2 > 0.0f) || !(u2 > 0.0f)) return;
+    const float U = sqrtf(u2), A = sqrtf(a2), ratio = U / A, tt = ga / a2, s = ga / (A * U);
+    for (int c0 = 0; c0 < C; c0 += FB) {
+        const int len = C - c0 < FB ? C - c0 : FB;
+        float du[FB], a1[FB];
+        u_block(f, xr, per, c0, len, u, v);
+        pow_block(u, a, len, p);
+        pow_block(u, a1, len, p - 1.0f);
+#pragma omp simd
+        for (int k = 0; k < len; k++) du[k] = p * a1[k] * ratio * (gr[c0 + k] - tt * a[k]) + s * u[k];
+        if (!is) {
+            if (dxr)
+#pragma omp simd
+                for (int k = 0; k < len; k++) dxr[c0 + k] += du[k];
+            continue;
+        }
+        /* through ReLU and ·is: dv = du·is where x + pe > 0 */
+        if (dxr)
+#pragma omp simd
+            for (int k = 0; k < len; k++) dxr[c0 + k] += v[k] > 0.0f ? du[k] * is[c0 + k] : 0.0f;
+        if (dper)
+#pragma omp simd
+            for (int k = 0; k < len; k++) dper[c0 + k] += v[k] > 0.0f ? du[k] * is[c0 + k] : 0.0f;
+        if (dsc)
+#pragma omp simd
+            for (int k = 0; k < len; k++) dsc[c0 + k] += -du[k] * u[k] * is[c0 + k] * sig[c0 + k];
+    }
 }
 
 static void focus_fwd(vt_node *n) {
     const focus_p *fp = VT_OP_P(n, focus_p);
     const int rows = fp->rows, C = fp->C, T = fp->T;
-    const float p = fp->p;
     const float *x = n->in[0]->data, *pe = fp->has_pe ? n->in[1]->data : NULL;
     float *y = n->out->data, *is = n->fws ? n->fws->data : NULL;
-    inv_softplus(n, is);
+    if (is) vt_focus_consts(n->in[fp->has_pe ? 2 : 1]->data, C, is, NULL);
+    const vt_focus_k f = {C, fp->p, is, NULL};
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * fp->ldx + fp->off, *per = pe ? pe + (size_t)(r % T) * C : NULL;
-        float *yr = y + (size_t)r * C;
-        float u[FB], a[FB], v[FB], u2 = 0.0f, a2 = 0.0f;
-        for (int c0 = 0; c0 < C; c0 += FB) {
-            const int len = C - c0 < FB ? C - c0 : FB;
-            u_block(fp, xr, per, is, c0, len, u, v);
-            pow_block(u, a, len, p);
-#pragma omp simd reduction(+ : u2, a2)
-            for (int t = 0; t < len; t++) {
-                u2 += u[t] * u[t];
-                a2 += a[t] * a[t];
-            }
-        }
-        const float ratio = a2 > 0.0f ? sqrtf(u2 / a2) : 0.0f;
-        for (int c0 = 0; c0 < C; c0 += FB) {
-            const int len = C - c0 < FB ? C - c0 : FB;
-            u_block(fp, xr, per, is, c0, len, u, v);
-            pow_block(u, a, len, p);
-#pragma omp simd
-            for (int t = 0; t < len; t++) yr[c0 + t] = a[t] * ratio;
-        }
-    }
+    for (int r = 0; r < rows; r++)
+        vt_focus_row_fwd(&f, x + (size_t)r * fp->ldx + fp->off, pe ? pe + (size_t)(r % T) * C : NULL,
+                         y + (size_t)r * C, NULL);
 }
 
 static void focus_bwd(vt_node *n) {
     const focus_p *fp = VT_OP_P(n, focus_p);
     const int rows = fp->rows, C = fp->C, T = fp->T, nt = fp->nt;
-    const float p = fp->p;
     vt_tensor *sc = fp->has_scale ? n->in[fp->has_pe ? 2 : 1] : NULL, *pet = fp->has_pe ? n->in[1] : NULL;
     const float *x = n->in[0]->data, *dy = n->out->grad, *pe = pet ? pet->data : NULL;
     float *dx = n->in[0]->grad, *dpe = pet ? pet->grad : NULL, *dsc = sc ? sc->grad : NULL;
     if (!dy || (!dx && !dpe && !dsc)) return;
     float *is = n->bws ? n->bws->data : NULL, *sig = is ? is + C : NULL, *part = is ? is + 2 * C : NULL;
-    inv_softplus(n, is);
     if (sc) {
-        for (int c = 0; c < C; c++) sig[c] = (float)sigmoidd(sc->data[c]);
+        vt_focus_consts(sc->data, C, is, sig);
         for (int64_t i = 0; i < (int64_t)nt * C; i++) part[i] = 0.0f;
     }
+    const vt_focus_k f = {C, fp->p, is, sig};
     const int B = rows / T;
     /* parallel over token positions t (each owns pe row t); batch items inside */
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int t = 0; t < T; t++) {
-        float *pt = part ? part + (size_t)omp_get_thread_num() * C : NULL;
-        const float *per = pe ? pe + (size_t)t * C : NULL;
+        float *pt = dsc ? part + (size_t)omp_get_thread_num() * C : NULL;
         for (int b = 0; b < B; b++) {
-            const int r = b * T + t;
-            const float *xr = x + (size_t)r * fp->ldx + fp->off, *gr = dy + (size_t)r * C;
-            float u[FB], a[FB], v[FB], u2 = 0.0f, a2 = 0.0f, ga = 0.0f;
-            for (int c0 = 0; c0 < C; c0 += FB) {
-                const int len = C - c0 < FB ? C - c0 : FB;
-                u_block(fp, xr, per, is, c0, len, u, v);
-                pow_block(u, a, len, p);
-#pragma omp simd reduction(+ : u2, a2, ga)
-                for (int k = 0; k < len; k++) {
-                    u2 += u[k] * u[k];
-                    a2 += a[k] * a[k];
-                    ga += gr[c0 + k] * a[k];
-                }
-            }
-            if (!(a2 > 0.0f) || !(u2 > 0.0f)) continue;
-            const float U = sqrtf(u2), A = sqrtf(a2), ratio = U / A, tt = ga / a2, s = ga / (A * U);
-            float *dxr = dx ? dx + (size_t)r * fp->ldx + fp->off : NULL, *dper = dpe ? dpe + (size_t)t * C : NULL;
-            for (int c0 = 0; c0 < C; c0 += FB) {
-                const int len = C - c0 < FB ? C - c0 : FB;
-                float du[FB], a1[FB];
-                u_block(fp, xr, per, is, c0, len, u, v);
-                pow_block(u, a, len, p);
-                pow_block(u, a1, len, p - 1.0f);
-#pragma omp simd
-                for (int k = 0; k < len; k++) du[k] = p * a1[k] * ratio * (gr[c0 + k] - tt * a[k]) + s * u[k];
-                if (!sc) {
-                    if (dxr)
-#pragma omp simd
-                        for (int k = 0; k < len; k++) dxr[c0 + k] += du[k];
-                    continue;
-                }
-                /* through ReLU and ·is: dv = du·is where x + pe > 0 */
-                if (dxr)
-#pragma omp simd
-                    for (int k = 0; k < len; k++) dxr[c0 + k] += v[k] > 0.0f ? du[k] * is[c0 + k] : 0.0f;
-                if (dper)
-#pragma omp simd
-                    for (int k = 0; k < len; k++) dper[c0 + k] += v[k] > 0.0f ? du[k] * is[c0 + k] : 0.0f;
-                if (dsc)
-#pragma omp simd
-                    for (int k = 0; k < len; k++)
-                        pt[c0 + k] += -du[k] * u[k] * is[c0 + k] * sig[c0 + k];
-            }
+            const size_t r = (size_t)b * T + t;
+            vt_focus_row_bwd(&f, x + r * fp->ldx + fp->off, pe ? pe + (size_t)t * C : NULL, NULL, NULL, dy + r * C,
+                             dx ? dx + r * fp->ldx + fp->off : NULL, dpe ? dpe + (size_t)t * C : NULL, pt);
         }
     }
     if (dsc)

@@ -1,0 +1,25 @@
+/* FLatten's focused kernel on single rows (focus.c), shared by the vt_focus op and the focused linear attention
+ * (linattn.c), which applies it to q and k rows in cache instead of reading them from vt_focus outputs. */
+#ifndef VITC_OPS_FOCUS_H
+#define VITC_OPS_FOCUS_H
+
+/* Per-call constants: C channels, exponent p, is_c = 1/softplus(scale_c) (NULL: no scale, u = x) and, for the
+ * backward, sig_c = sigmoid(scale_c). */
+typedef struct {
+    int C;
+    float p;
+    const float *is, *sig;
+} vt_focus_k;
+
+/* is (C) and, when sig is not NULL, sig (C) from the raw scale (softplus with PyTorch's threshold 20). */
+void vt_focus_consts(const float *scale, int C, float *is, float *sig);
+/* yr = φ_p(u) of one row xr (C channels), u = (ReLU(xr + per) + 1e-6)·is (per: NULL or the row's pe); st (2 floats,
+ * or NULL) gets the row's ‖u‖² and ‖u^p‖². */
+void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st);
+/* Adds the gradients of one row given gr = d yr: to dxr and dper (each may be NULL) and, with a scale, to the
+ * partial scale gradient dsc (C floats; may be NULL). yr and st: the forward's row and norms (saves a pass), or
+ * NULL (recomputed). */
+void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, const float *yr, const float *st,
+                      const float *gr, float *dxr, float *dper, float *dsc);
+
+#endif
