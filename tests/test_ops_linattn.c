@@ -5,7 +5,6 @@
  * (vt_linear_attention_ex with a scale): finite differences on a packed qkv and on separate q, kv with n ≠ N, and
  * equality with vt_focus_ex + vt_linear_attention (every gradient, chunked passes, several blocks of focused rows). */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,8 +89,45 @@ static const gc_case la_cases[] = {
      .shape = {{2, 5, 6}, {2, 5, 6}, {2, 5, 13}, {2, 3, 6}}, .build = b_la, .ia = {3, 7, 1}, .fill = fill_la},
 };
 
+/* An array of a run: the output's values or a tensor's gradient (malloc'd; NULL when absent) and its length. */
+typedef struct {
+    float *v;
+    int64_t n;
+} arr;
+
+/* res[0] = y's values, res[t] = outs[t]'s gradient (train graphs only), for the n tensors outs (y first). */
+static void collect(vt_tensor *const *outs, int n, int train, arr *res) {
+    for (int t = 0; t < n; t++) {
+        res[t] = (arr){NULL, outs[t] ? outs[t]->numel : 0};
+        if (!outs[t] || (t && !train)) continue;
+        res[t].v = malloc(sizeof(float) * (size_t)res[t].n);
+        if (res[t].v) memcpy(res[t].v, t ? outs[t]->grad : outs[t]->data, sizeof(float) * (size_t)res[t].n);
+    }
+}
+
+/* The n arrays of two runs agree to 1e-5 relative to b's largest entry, which is non-zero; frees both. */
+static void compare(vt_test *T, const char *what_run, size_t s, int train, const char *const *what, arr *a, arr *b,
+                    int n) {
+    for (int t = 0; t < n; t++) {
+        if (a[t].v && b[t].v) {
+            double err = 0.0, mx = 0.0;
+            for (int64_t i = 0; i < b[t].n; i++) {
+                err = fmax(err, fabs((double)a[t].v[i] - b[t].v[i]));
+                mx = fmax(mx, fabs(b[t].v[i]));
+            }
+            T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "%s size %zu train %d, %s: max diff %g (scale %g)", what_run, s,
+                    train, what[t], err, mx);
+        } else {
+            T_CHECK(T, !a[t].v && !b[t].v, "%s size %zu train %d: %s present in one run only", what_run, s, train,
+                    what[t]);
+        }
+        free(a[t].v);
+        free(b[t].v);
+    }
+}
+
 /* Runs the fused op or the plain chain with loss sum(y·r); res gets the output then the gradients of q, k, v, add. */
-static int run(int fused, int train, int B, int N, int n, int H, int d, int Lv, int v_off, int Na, float **res) {
+static int run(int fused, int train, int B, int N, int n, int H, int d, int Lv, int v_off, int Na, arr *res) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
@@ -117,13 +153,8 @@ static int run(int fused, int train, int B, int N, int n, int H, int d, int Lv, 
             vt_params_zero_grad(P);
             vt_graph_backward(g);
         }
-        const vt_tensor *outs[5] = {y, q, k, v, add};
-        for (int t = 0; t < 5; t++) {
-            res[t] = NULL;
-            if (!outs[t] || (t && !train)) continue;
-            res[t] = malloc(sizeof(float) * (size_t)outs[t]->numel);
-            if (res[t]) memcpy(res[t], t ? outs[t]->grad : outs[t]->data, sizeof(float) * (size_t)outs[t]->numel);
-        }
+        vt_tensor *outs[5] = {y, q, k, v, add};
+        collect(outs, 5, train, res);
     }
     vt_graph_free(g);
     vt_params_free(P);
@@ -144,39 +175,20 @@ static void check_matches_plain(vt_test *T) {
     const char *what[5] = {"output", "dq", "dk", "dv", "dadd"};
     for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
         for (int train = 0; train < 2; train++) {
-            float *a[5], *b[5];
-            const int C = sz[s].H * sz[s].d;
+            arr a[5], b[5];
             const int ok = run(1, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].Lv, sz[s].v_off, sz[s].Na,
                                a) &
                            run(0, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].Lv, sz[s].v_off, sz[s].Na,
                                b);
             T_CHECK(T, ok, "size %zu: build failed", s);
-            if (!ok) continue;
-            const int64_t nn[5] = {(int64_t)sz[s].B * sz[s].N * C, (int64_t)sz[s].B * sz[s].N * C,
-                                   (int64_t)sz[s].B * sz[s].n * C, (int64_t)sz[s].B * sz[s].n * sz[s].Lv,
-                                   (int64_t)sz[s].B * sz[s].Na * C};
-            for (int t = 0; t < 5; t++) {
-                if (a[t] && b[t]) {
-                    double err = 0.0, mx = 0.0;
-                    for (int64_t i = 0; i < nn[t]; i++) {
-                        err = fmax(err, fabs((double)a[t][i] - b[t][i]));
-                        mx = fmax(mx, fabs(b[t][i]));
-                    }
-                    T_CHECK(T, err <= 1e-5 * fmax(mx, 1e-3), "size %zu train %d, fused vs plain %s: max diff %g "
-                            "(scale %g)", s, train, what[t], err, mx);
-                } else {
-                    T_CHECK(T, !a[t] && !b[t], "size %zu train %d: %s present in one run only", s, train, what[t]);
-                }
-                free(a[t]);
-                free(b[t]);
-            }
+            if (ok) compare(T, "fused vs plain", s, train, what, a, b, 5);
         }
 }
 
 /* Focused op or vt_focus_ex + vt_linear_attention, loss sum(y·r); res: output, then the gradients of q (or qkv), kv
  * (packed: none), scale, pe, add. */
 static int run_focus(int fused, int train, int B, int N, int n, int H, int d, int packed, int pe_on, int Na,
-                     float **res) {
+                     arr *res) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
@@ -199,8 +211,7 @@ static int run_focus(int fused, int train, int B, int N, int n, int H, int d, in
     if (train) vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
     vt_graph_output(g, y);
     int ok = vt_graph_finalize(g, &e) == 0;
-    const vt_tensor *outs[6] = {y, q, packed ? NULL : kv, sc, pe, add};
-    for (int t = 0; t < 6; t++) res[t] = NULL;
+    vt_tensor *outs[6] = {y, q, packed ? NULL : kv, sc, pe, add};
     if (ok) {
         vt_rng rng;
         vt_rng_seed(&rng, 5);
@@ -213,14 +224,8 @@ static int run_focus(int fused, int train, int B, int N, int n, int H, int d, in
             vt_params_zero_grad(P);
             vt_graph_backward(g);
         }
-        for (int t = 0; t < 6; t++) {
-            if (!outs[t] || (t && !train)) continue;
-            res[t] = malloc(sizeof(float) * (size_t)outs[t]->numel);
-            if (res[t]) memcpy(res[t], t ? outs[t]->grad : outs[t]->data, sizeof(float) * (size_t)outs[t]->numel);
-        }
+        collect(outs, 6, train, res);
     }
-    const int64_t nn[6] = {y ? y->numel : 0, q->numel, kv->numel, sc->numel, pe ? pe->numel : 0, add ? add->numel : 0};
-    for (int t = 0; t < 6; t++) res[6 + t] = (float *)(intptr_t)nn[t]; /* sizes ride along */
     vt_graph_free(g);
     vt_params_free(P);
     return ok;
@@ -240,29 +245,13 @@ static void check_focus_matches_chain(vt_test *T) {
     const char *what[6] = {"output", "dq", "dkv", "dscale", "dpe", "dadd"};
     for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
         for (int train = 0; train < 2; train++) {
-            float *a[12], *b[12];
+            arr a[6], b[6];
             const int ok = run_focus(1, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].packed, sz[s].pe,
                                      sz[s].Na, a) &
                            run_focus(0, train, sz[s].B, sz[s].N, sz[s].n, sz[s].H, sz[s].d, sz[s].packed, sz[s].pe,
                                      sz[s].Na, b);
             T_CHECK(T, ok, "focus size %zu: build failed", s);
-            for (int t = 0; t < 6; t++) {
-                const int64_t nn = (int64_t)(intptr_t)b[6 + t];
-                if (ok && a[t] && b[t]) {
-                    double err = 0.0, mx = 0.0;
-                    for (int64_t i = 0; i < nn; i++) {
-                        err = fmax(err, fabs((double)a[t][i] - b[t][i]));
-                        mx = fmax(mx, fabs(b[t][i]));
-                    }
-                    T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "focus size %zu train %d, fused vs chain %s: max diff "
-                            "%g (scale %g)", s, train, what[t], err, mx);
-                } else if (ok) {
-                    T_CHECK(T, !a[t] && !b[t], "focus size %zu train %d: %s present in one run only", s, train,
-                            what[t]);
-                }
-                free(a[t]);
-                free(b[t]);
-            }
+            if (ok) compare(T, "focused vs chain", s, train, what, a, b, 6);
         }
 }
 
