@@ -158,7 +158,8 @@ vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe,
 /* Multi-head linear attention, heads merged -> (B, N, C): per head h (d = C/heads channels h·d + [0, d)),
  * o_i = (q_i·KV) / (q_i·k̄ + 1e-6) with KV = kᵀv/n and k̄ the mean key. q (B, N, C), k (B, n, C) (positive, e.g.
  * vt_focus outputs), v (B, n, Lv) with the values at channels [v_off, v_off + C); add (B, Na, C), Na <= N, or NULL:
- * added to the last Na output rows. v and add may not share memory with q, k or each other. */
+ * added to the last Na output rows. v may share q's or k's tensor only with a disjoint channel range; add shares
+ * memory with none of them. */
 vt_tensor *vt_linear_attention(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, int heads, int v_off,
                                vt_tensor *add);
 /* Arguments of vt_linear_attention_ex. */
