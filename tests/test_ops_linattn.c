@@ -283,8 +283,44 @@ static void check_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_linear_attention_ex's own refusals: the focus's arguments, channel ranges, and v overlapping q's or k's range in
+ * one packed tensor (a disjoint range of the same tensor is accepted). */
+static void check_errors_ex(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int sp[3] = {2, 5, 18}, s6[1] = {6}, s5[1] = {5}, pe6[3] = {1, 5, 6}, pe4[3] = {1, 4, 6};
+    struct {
+        int which;
+        const char *want;
+    } cases[] = {{0, "required with a positional"}, {1, "C = 6 values"}, {2, "exponent 0 > 0"},
+                 {3, "n·C = 5·6 values"}, {4, "shares memory"}, {5, "inside v"}, {6, NULL}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_tensor *qkv = vt_input(g, "qkv", 3, sp), *sc = vt_input(g, "s", 1, s6), *pe = vt_input(g, "pe", 3, pe6);
+        vt_linattn_args a = {.heads = 3, .q_off = 0, .k_off = 6, .v_off = 12, .C = 6, .scale = sc, .pe = pe, .p = 3};
+        switch (cases[c].which) {
+        case 0: a.scale = NULL; break;
+        case 1: a.scale = vt_input(g, "s5", 1, s5); break;
+        case 2: a.p = 0.0f; break;
+        case 3: a.pe = vt_input(g, "pe4", 3, pe4); break;
+        case 4: a.v_off = 9; break; /* overlaps k's channels [6, 12) */
+        case 5: a.v_off = 13; break;
+        default: break;
+        }
+        vt_tensor *r = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
+        if (cases[c].want)
+            T_CHECK(T, r == NULL && strstr(g->err.msg, "linear_attention") && strstr(g->err.msg, cases[c].want),
+                    "ex error case %zu: '%s'", c, g->err.msg);
+        else
+            T_CHECK(T, r != NULL, "packed qkv with disjoint ranges refused: '%s'", g->err.msg);
+        vt_graph_free(g);
+    }
+    vt_params_free(P);
+}
+
 void test_ops_linattn(vt_test *T) {
     check_errors(T);
+    check_errors_ex(T);
     check_matches_plain(T);
     check_focus_matches_chain(T);
     for (size_t i = 0; i < sizeof la_cases / sizeof la_cases[0]; i++) gc_run(T, &la_cases[i]);
