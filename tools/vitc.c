@@ -36,6 +36,7 @@ typedef struct {
     int features, apply_transform;
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
+    const char *dtype;                        /* --dtype */
     const char *recipe, *init_from;           /* train: --recipe, --init-from */
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
@@ -75,6 +76,8 @@ static const optdef optdefs[] = {
     O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
       "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
+    O("--dtype", O_STR, dtype, "arithmetic of the linear layers at inference: fp32 (default) or int8 (dynamic "
+      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement)"),
     O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's); for `attention`: "
@@ -253,6 +256,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
     ov.apply_transform = o->apply_transform;
+    ov.dtype = o->dtype;
     vt_err e = {{0}};
     if (vt_model_configure(base, &ov, cfg, &e)) return die("%s", e.msg);
     if (o->features && !cfg->family->features) return die("%s has no stage feature maps (--features)", cfg->name);
@@ -655,20 +659,36 @@ static int cmd_eval(opts *o) {
         vt_data_close(&d);
         return 1;
     }
-    vt_eval_result r;
-    const int B = o->batch > 0 ? o->batch : 250;
-    int rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run an int8 evaluation is compared with */
+    const int B = o->batch > 0 ? o->batch : 250, q = c.arch.int8;
+    vt_model_cfg cf = c;
+    cf.arch.int8 = 0;
+    int rc = 0, agree = 0;
+    if (q && (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
+        rc = vt_seterr(&e, "out of memory");
+    if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
+    if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
     if (rc)
         die("%s", e.msg);
-    else if (o->json)
-        printf("{\"model\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, \"acc1\": %.4f, \"acc5\": %.4f}\n",
-               c.name, r.n, (long long)r.skipped, r.loss, 100 * r.acc1, 100 * r.acc5);
-    else
-        printf("%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name, what,
-               d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
+    else if (o->json) {
+        printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, "
+               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, q ? "int8" : "fp32", r.n, (long long)r.skipped, r.loss,
                100 * r.acc1, 100 * r.acc5);
+        if (q) printf(", \"fp32_acc1\": %.4f, \"top1_agreement\": %.4f", 100 * rf.acc1, 100.0 * agree / r.n);
+        printf("}\n");
+    } else {
+        printf("%s%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
+               q ? " (int8)" : "", what, d.folder ? " " : "", d.folder ? data : "", r.n,
+               r.skipped ? ", unreadable ones skipped" : "", r.loss, 100 * r.acc1, 100 * r.acc5);
+        if (q)
+            printf("fp32: top-1 accuracy %.2f%% (int8 %+.2f points); top-1 agreement of int8 with fp32: %.2f%% "
+                   "(%d of %d)\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1), 100.0 * agree / r.n, agree, r.n);
+    }
     if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
+    free(r.top1);
+    free(rf.top1);
     vt_data_close(&d);
     vt_params_free(P);
     return rc;
@@ -688,6 +708,7 @@ static int cmd_bench(opts *o) {
     if (model_cfg(o, &c)) return 1;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
+    if (c.arch.int8 && (o->train || o->data)) return die("%s", "--dtype int8 is for inference (bench without --train)");
     vt_bench_result r;
     vt_err e = {{0}};
     double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */
@@ -721,11 +742,12 @@ static int cmd_bench(opts *o) {
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
-        printf("{\"model\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
+        printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img,
+               c.name, c.arch.int8 ? "int8" : "fp32", B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
+               r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
@@ -749,8 +771,9 @@ static int cmd_bench(opts *o) {
     }
     printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
-           c.name, o->train ? "train" : "inference", B, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
-           r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops, r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
+           c.name, o->train ? "train" : c.arch.int8 ? "int8 inference" : "inference", B, omp_get_max_threads(),
+           r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops,
+           r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
     printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
@@ -936,7 +959,7 @@ static const command commands[] = {
      "--output -o --seed " SIZE_OPTS ARCH_OPTS "--train-form", cmd_init, 0},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [model options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --threads --train-form --features " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
+     "--weights -w --input --output -o --threads --train-form --features --dtype " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
@@ -951,13 +974,13 @@ static const command commands[] = {
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form " SIZE_OPTS
+     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form --dtype " SIZE_OPTS
      ARCH_OPTS,
      cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--data DIR [--workers N]] "
      "[--json | --csv]",
      "img/s, GMACs, achieved GFLOP/s and the sgemm peak",
-     "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path --data --workers "
+     "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path --data --workers --dtype "
      SIZE_OPTS ARCH_OPTS,
      cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [model options]",
@@ -965,7 +988,7 @@ static const command commands[] = {
      "--weights -w --output -o " SIZE_OPTS ARCH_OPTS, cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
-     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes " SIZE_OPTS
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes --dtype " SIZE_OPTS
      ARCH_OPTS, cmd_predict, 1},
     {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
      "[--rollout] [--save-maps MAPS.safetensors]",

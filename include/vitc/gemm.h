@@ -5,6 +5,7 @@
 #define VITC_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vitc/error.h"
 
@@ -26,6 +27,7 @@ typedef struct vt_gemm_prim vt_gemm_prim;
 typedef struct vt_gemm_plan {
     vt_gemm_lib force;
     vt_isa cpu, openblas, onednn;
+    int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
     vt_gemm_prims *prims;
 } vt_gemm_plan;
 
@@ -75,6 +77,25 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
 
 /* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first; 0 or -1. */
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y);
+
+/* An int8 linear layer: a oneDNN u8 × s8 matmul with this layer's quantised weight (owned by the plan). */
+typedef struct vt_gemm_q8 vt_gemm_q8;
+
+/* The weight levels of the plan's int8 layers, L: 127, or 63 without VNNI, where the kernels (AVX2 vpmaddubsw)
+ * add pairs of u8·s8 products in 16 bits, which would saturate past 32767 (255·63·2 does not). */
+int vt_gemm_q8_levels(const vt_gemm_plan *p);
+
+/* A new int8 primitive for one layer y = post(x·wᵀ + b) with shapes as vt_gemm_linear_prim (gelu_in: x is
+ * replaced by GELU(x)); NULL where it would not be faster than fp32: VITC_GEMM=openblas, oneDNN below AVX2, no
+ * optimised int8 kernel, or a shape the measured rule (gemm.c) leaves to fp32 (VITC_GEMM=onednn: every shape). Quantisation (dynamic, per run): the input gets one scale sx = (hi − lo) / 255 over its
+ * range [lo, hi] ∪ {0} and a zero point z = round(−lo·(1/sx)), x_q = clamp(floor(x·(1/sx) + z + 0.5), 0, 255);
+ * the weight's row o gets s_o = max|w_o| / L (L = vt_gemm_q8_levels), w_q = round(w · (L / max|w_o|));
+ * y = sx·s_o·Σ (x_q − z)·w_q + b (+ r). */
+vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post, int gelu_in);
+
+/* Runs q (outside OpenMP parallel regions), quantising w first when it is not the weight of the previous run (a
+ * weight changed in place needs a new primitive); 0, or -1 if oneDNN failed. */
+int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b, const float *r, float *y);
 
 /* Frees the plan's primitives (the plan stays usable). */
 void vt_gemm_plan_free(vt_gemm_plan *p);

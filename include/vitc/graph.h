@@ -35,7 +35,8 @@ typedef struct vt_graph vt_graph;
  * shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN primitive), else the op's
  * own forward, the reference; graphs with ref_kernels set take none. A kernel computes the reference's result to
  * float rounding (every gradient-check case runs both ways, tests/gradcheck.c) and writes what the op's backward
- * reads (saved tensors) as the reference does; the backward is the op's. */
+ * reads (saved tensors) as the reference does; the backward is the op's. Int8 kernels, taken only by eval graphs with
+ * vt_graph.int8 set, compute a documented quantised result instead (tests/test_int8.c). */
 typedef struct vt_kernel {
     const char *name;               /* "<op>.<backend>", e.g. "linear.onednn_matmul" (profiles show it) */
     int (*prepare)(vt_node *n);     /* 1: runs n (ready), 0: not for this node or machine */
@@ -133,6 +134,9 @@ struct vt_graph {
                          * tests comparing the kernels */
     int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
+    int int8;           /* set before finalize (vt_model_build does, from the model's arch.int8): an inference graph
+                         * runs its linear layers whose weights are parameters in int8 (linear.onednn_int8, vt_gemm_q8:
+                         * the weights are quantised at the first forward, so load them before it) */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
                          * nothing */
     int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token
@@ -162,6 +166,10 @@ vt_tensor *vt_buffer(vt_graph *g, const char *name, int ndim, const int *shape, 
 /* Returns the buffer `name` whose values are fixed by the architecture (e.g. Swin's relative_position_index): created
  * with a copy of values (numel floats) if absent; a weights file must hold the same values (vt_params_load). */
 vt_tensor *vt_buffer_fixed(vt_graph *g, const char *name, int ndim, const int *shape, const float *values);
+
+/* 1 when t's values depend on parameters and buffers only (t is one, a view of one, or made from them by nodes of
+ * g, at most 8 deep), so that an eval graph computes the same values at every forward; 0 otherwise. */
+int vt_graph_is_constant(const vt_graph *g, const vt_tensor *t);
 
 /* Sets the scope (e.g. "blocks.3") that later nodes are attributed to in the MAC breakdown. */
 void vt_scope(vt_graph *g, const char *scope);

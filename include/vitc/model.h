@@ -47,6 +47,7 @@ typedef struct vt_arch_cfg {
     int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
+    int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
 } vt_arch_cfg;
 
 /* A named model. */
@@ -98,6 +99,7 @@ typedef struct vt_model_overrides {
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform; /* 1 sets */
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
+    const char *dtype;        /* inference arithmetic of the linear layers: "fp32" or "int8" (NULL keeps fp32) */
 } vt_model_overrides;
 
 /* Number of registered models. */

@@ -59,6 +59,7 @@ typedef struct vt_eval_result {
     double loss, acc1, acc5;
     int n;           /* images scored */
     int64_t skipped; /* unreadable images left out */
+    int *top1;       /* set by the caller, or NULL: gets each image's top-1 class in source order (-1: unreadable) */
 } vt_eval_result;
 
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the

@@ -142,6 +142,18 @@ vt_tensor *vt_buffer_fixed(vt_graph *g, const char *name, int ndim, const int *s
     return t;
 }
 
+static int constant_at(const vt_graph *g, const vt_tensor *t, int depth) {
+    const vt_tensor *r = vt_root((vt_tensor *)t);
+    if (r->kind == VT_PARAM || r->kind == VT_BUFFER) return 1;
+    if (r->kind != VT_ACT || r->prod < 0 || depth == 0) return 0;
+    const vt_node *n = g->nodes[r->prod];
+    for (int i = 0; i < n->nin; i++)
+        if (!constant_at(g, n->in[i], depth - 1)) return 0;
+    return 1;
+}
+
+int vt_graph_is_constant(const vt_graph *g, const vt_tensor *t) { return constant_at(g, t, 8); }
+
 void vt_scope(vt_graph *g, const char *scope) {
     for (int i = 0; i < g->nscopes; i++)
         if (strcmp(g->scopes[i], scope) == 0) {

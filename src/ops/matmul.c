@@ -53,6 +53,7 @@ typedef struct {
     float drop;   /* has_res in a train graph: drop-path probability of the branch (vt_residual_drop), 0: none */
     int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
     vt_gemm_prim *prim; /* the linear.onednn_matmul kernel's primitive (made by its prepare) */
+    vt_gemm_q8 *q8;     /* the linear.onednn_int8 kernel's primitive and quantised weight */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -236,7 +237,35 @@ static void linear_prim_fwd(vt_node *n) {
 }
 
 static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd};
-static const vt_kernel *const linear_kernels[] = {&k_linear_prim, NULL};
+
+/* int8 graphs (vt_graph.int8, inference only): a layer whose weight is constant (a parameter, or made from
+ * parameters, e.g. a slice of one) runs as a oneDNN u8 × s8 matmul (vt_gemm_q8: the input quantised per run, the
+ * weight per output row at the first run), bias and residual or ReLU fused, GELU after it. */
+static int linear_q8_prepare(vt_node *n) {
+    linear_p *p = VT_OP_P(n, linear_p);
+    if (!n->g->int8 || n->g->training || p->drop > 0.0f || (p->has_res && p->act) ||
+        !vt_graph_is_constant(n->g, n->in[1]))
+        return 0;
+    const vt_gemm_post post = p->has_res            ? VT_GEMM_POST_ADD
+                              : p->act == ACT_RELU ? VT_GEMM_POST_RELU
+                                                   : VT_GEMM_POST_NONE;
+    p->q8 = vt_gemm_q8_linear(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post, p->gelu_in);
+    return p->q8 != NULL;
+}
+
+static void linear_q8_fwd(vt_node *n) {
+    const linear_p *lp = VT_OP_P(n, linear_p);
+    const vt_tensor *res = lin_res(n);
+    if (vt_gemm_q8_run(lp->q8, n->in[0]->data, n->in[1]->data, lin_bias(n), res ? res->data : NULL, n->out->data)) {
+        n->kern = NULL; /* oneDNN failed: the reference from now on */
+        linear_fwd(n);
+        return;
+    }
+    if (lp->act == ACT_GELU) act_all(n, n->out->data, NULL);
+}
+
+static const vt_kernel k_linear_q8 = {"linear.onednn_int8", linear_q8_prepare, linear_q8_fwd};
+static const vt_kernel *const linear_kernels[] = {&k_linear_q8, &k_linear_prim, NULL};
 
 /* Backward. With an activation, dy is turned into the pre-activation gradient in place (only this node reads its output's
  * gradient, and it has done so by then). */
@@ -326,7 +355,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0.0f,
-                                       R, NULL};
+                                       R, NULL, NULL};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);

@@ -187,6 +187,12 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
         vt_graph_forward(g);
         score(logits->data, lab, n, c->arch.num_classes, &sl, &correct, &correct5);
         for (int b = 0; b < n; b++) scored += lab[b] >= 0;
+        for (int b = 0; r->top1 && b < n; b++) {
+            const float *row = logits->data + (size_t)b * c->arch.num_classes;
+            int best = 0;
+            for (int k = 1; k < c->arch.num_classes; k++) best = row[k] > row[best] ? k : best;
+            r->top1[done + b] = lab[b] < 0 ? -1 : best;
+        }
         done += n;
         vt_progress_update(&pg, done);
     }
@@ -597,7 +603,7 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *
     const int rc = part->n > 0 ? vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, e) : 0;
     double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
     if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
-    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4]};
+    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL};
     return 0;
 }
 
@@ -605,7 +611,7 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *
 static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *part, const vt_transform *tf,
                     vt_loader *LV, vt_dist *dp, int64_t epoch, vt_err *e) {
     if (!ema->P) return 0;
-    vt_eval_result ev;
+    vt_eval_result ev = {0};
     if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, e)) return -1;
     if (dp->rank == 0)
         printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
@@ -780,7 +786,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                    skipped, skipped == 1 ? "" : "s");
         const double ep_s = now_s() - tep;
         train_s += ep_s;
-        vt_eval_result ev;
+        vt_eval_result ev = {0};
         if ((rc = evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, e))) goto done;
         if (lead) {
             printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# int8 inference (`--dtype int8`): the issue's accuracy gates on a model trained here for one epoch on 20,000
+# Fashion-MNIST images (test accuracy within 0.1 point of fp32, top-1 agreement with fp32 at least 99.5% over the
+# 10,000 test images); int8 logits near fp32's through `forward`; refusals (training, unknown dtypes).
+. "$(dirname "$0")/lib.sh"
+V=./vitc
+
+$V train vit_fmnist_p7 --data fashion-mnist --epochs 1 --batch-size 128 --lr 1e-3 --warmup-epochs 0.3 --clip-grad 1 \
+    --no-augment --smoothing 0 --train-subset 20000 --log-every 1000 --out "$T/run" >"$T/train.log" 2>&1
+check "training for the gates runs" "[ -s '$T/run/weights.safetensors' ]" "$(tail -3 "$T/train.log")"
+$V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnist --dtype int8 --json >"$T/eval.json" \
+    2>"$T/eval.err"
+check "eval --dtype int8 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/eval.err")"
+gates=$(/usr/bin/python3 - "$T/eval.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = (d["dtype"] == "int8" and d["images"] == 10000 and abs(d["acc1"] - d["fp32_acc1"]) <= 0.1
+      and d["top1_agreement"] >= 99.5)
+print(("ok " if ok else "bad ") + json.dumps(d))
+PY
+)
+check "int8 accuracy within 0.1 point of fp32 and top-1 agreement >= 99.5%" "[ \"\${gates%% *}\" = ok ]" "$gates"
+
+# forward: logits of 4 test images in fp32 and int8, close but not equal
+/usr/bin/python3 - "$T/x.safetensors" <<'PY'
+import struct, sys, json, random
+random.seed(3)
+n = 4 * 1 * 28 * 28
+vals = [random.gauss(0, 1) for _ in range(n)]
+hdr = json.dumps({"input": {"dtype": "F32", "shape": [4, 1, 28, 28], "data_offsets": [0, 4 * n]}}).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<%df" % n, *vals))
+PY
+$V forward vit_fmnist_p7 --weights "$T/run/weights.safetensors" --input "$T/x.safetensors" -o "$T/f32.safetensors" \
+    >"$T/f.log" 2>&1 &&
+    $V forward vit_fmnist_p7 --weights "$T/run/weights.safetensors" --input "$T/x.safetensors" --dtype int8 \
+        -o "$T/q8.safetensors" >>"$T/f.log" 2>&1
+check "forward --dtype int8 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/f.log")"
+near=$(/usr/bin/python3 - "$T/f32.safetensors" "$T/q8.safetensors" <<'PY'
+import json, struct, sys
+def read(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    e = next(v for k, v in h.items() if k != "__metadata__"); s, t = e["data_offsets"]
+    return struct.unpack("<%df" % ((t - s) // 4), b[8 + n + s:8 + n + t])
+a, q = read(sys.argv[1]), read(sys.argv[2])
+err, rng = max(abs(x - y) for x, y in zip(a, q)), max(a) - min(a)
+print(("ok" if 0 < err < 0.05 * rng else "bad") + " max |int8 - fp32| %.4g of a logit range %.4g" % (err, rng))
+PY
+)
+check "int8 logits within 5% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
+
+$V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/b.log" 2>&1
+check "bench --dtype int8 says so" "grep -q 'int8 inference batch 8' '$T/b.log'" "$(tail -2 "$T/b.log")"
+$V bench vit_fmnist_p7 --batch-size 8 --iters 1 --train --dtype int8 >"$T/bt.log" 2>&1
+check "bench --train --dtype int8 refused" "[ $? -ne 0 ] && grep -q 'for inference' '$T/bt.log'" "$(cat "$T/bt.log")"
+$V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnist --dtype bf16 >"$T/bf.log" 2>&1
+check "unknown --dtype refused" "[ $? -ne 0 ] && grep -q \"unknown --dtype 'bf16'\" '$T/bf.log'" "$(cat "$T/bf.log")"
+$V train vit_fmnist_p7 --data fashion-mnist --epochs 1 --dtype int8 --out "$T/t8" >"$T/t8.log" 2>&1
+check "train --dtype int8 refused" "[ $? -ne 0 ] && grep -q -- '--dtype' '$T/t8.log'" "$(cat "$T/t8.log")"
