@@ -38,6 +38,11 @@ static vt_tensor *b_slice(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_slice(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
 }
 static vt_tensor *b_permute(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_permute(g, x[0], c->ia); }
+/* ia: the permutation (ndim entries), then the sliced axis, its start and length. */
+static vt_tensor *b_permute_slice(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int nd = x[0]->ndim;
+    return vt_permute_slice(g, x[0], c->ia, c->ia[nd], c->ia[nd + 1], c->ia[nd + 2]);
+}
 static vt_tensor *b_split(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_split_heads(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
 }
@@ -381,11 +386,13 @@ static void check_pool_values(vt_test *T) {
 
 /* ---- shape-op values ---- */
 
-/* Checks vt_permute of a random tensor against direct index arithmetic. */
-static void check_permute_case(vt_test *T, int nd, const int *shape, const int *perm) {
+/* Checks vt_permute_slice (axis -1: vt_permute) of a random tensor against direct index arithmetic. */
+static void check_permute_slice_case(vt_test *T, int nd, const int *shape, const int *perm, int axis, int start,
+                                     int len) {
     fenv f;
     fenv_open(&f);
-    vt_tensor *x = fenv_param(&f, "x", nd, shape), *y = vt_permute(f.g, x, perm);
+    vt_tensor *x = fenv_param(&f, "x", nd, shape);
+    vt_tensor *y = axis < 0 ? vt_permute(f.g, x, perm) : vt_permute_slice(f.g, x, perm, axis, start, len);
     if (fenv_run(T, &f, y, "permute values") == 0) {
         int64_t ist[VT_MAXDIM], bad = 0;
         ist[nd - 1] = 1;
@@ -393,15 +400,19 @@ static void check_permute_case(vt_test *T, int nd, const int *shape, const int *
         for (int64_t i = 0; i < y->numel; i++) {
             int64_t t = i, src = 0;
             for (int d = nd - 1; d >= 0; d--) {
-                src += t % y->shape[d] * ist[perm[d]];
+                src += (t % y->shape[d] + (perm[d] == axis ? start : 0)) * ist[perm[d]];
                 t /= y->shape[d];
             }
             bad += y->data[i] != x->data[src];
         }
-        T_CHECK(T, bad == 0, "permute %d-D (first perm %d, %d): %lld wrong elements", nd, perm[0], perm[1],
-                (long long)bad);
+        T_CHECK(T, bad == 0, "permute %d-D (first perm %d, %d; axis %d from %d): %lld wrong elements", nd, perm[0],
+                perm[1], axis, start, (long long)bad);
     }
     fenv_close(&f);
+}
+
+static void check_permute_case(vt_test *T, int nd, const int *shape, const int *perm) {
+    check_permute_slice_case(T, nd, shape, perm, -1, 0, 0);
 }
 
 static void check_shape_values(vt_test *T) {
@@ -432,6 +443,17 @@ static void check_shape_values(vt_test *T) {
     {
         const int s[2] = {1, 7}, p[2] = {1, 0};
         check_permute_case(T, 2, s, p);
+    }
+    { /* GroupMixFormer's segments: qkv (B, N, 3, 5, s) -> segment j as (3, B, 1, s, N), and (B, 3, 1, s, N) */
+        const int s[5] = {2, 45, 3, 5, 6}, p[5] = {2, 0, 3, 4, 1}, q[5] = {0, 2, 3, 4, 1};
+        for (int j = 0; j < 5; j++) check_permute_slice_case(T, 5, s, p, 3, j, 1);
+        check_permute_slice_case(T, 5, s, q, 3, 4, 1);
+    }
+    { /* a range of the contiguous axis, of an outer one, longer than one element */
+        const int s[4] = {2, 37, 5, 40}, p[4] = {0, 3, 1, 2}, q[4] = {1, 0, 2, 3};
+        check_permute_slice_case(T, 4, s, p, 3, 7, 30);
+        check_permute_slice_case(T, 4, s, p, 1, 3, 33);
+        check_permute_slice_case(T, 4, s, q, 0, 1, 1);
     }
     /* split_heads / merge_heads / prepend_tokens / concat / slice against index arithmetic */
     fenv f;
@@ -491,6 +513,7 @@ static void check_errors(vt_test *T) {
         {"mean axis", "mean", "(2, 3, 4)", NULL},
         {"split_heads range", "split_heads", "(2, 3, 4)", NULL},
         {"prepend_tokens width", "prepend_tokens", "(2, 3, 4)", "(2, 5, 4)"},
+        {"permute_slice range", "permute", "(2, 3, 4)", "[2, 5)"},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
         vt_err e = {{0}};
@@ -519,7 +542,12 @@ static void check_errors(vt_test *T) {
         case 6: y = vt_avgpool2d(g, x4, 3, 1, 2); break;
         case 7: y = vt_mean(g, a, 3); break;
         case 8: y = vt_split_heads(g, a, 1, 2, 2); break;
-        default: y = vt_prepend_tokens(g, a, b); break;
+        case 9: y = vt_prepend_tokens(g, a, b); break;
+        default: {
+            const int p[3] = {2, 1, 0};
+            y = vt_permute_slice(g, a, p, 2, 2, 3);
+            break;
+        }
         }
         expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
         vt_graph_free(g);
@@ -628,6 +656,14 @@ static const gc_case other_cases[] = {
      .ia = {0, 3, 1, 4, 2}},
     {.name = "permute_5d_big", .nx = 1, .ndim = {5}, .shape = {{2, 3, 40, 2, 35}}, .build = b_permute,
      .ia = {4, 2, 0, 3, 1}},
+    {.name = "permute_slice_gma", .nx = 1, .ndim = {5}, .shape = {{2, 6, 3, 5, 2}}, .build = b_permute_slice,
+     .ia = {2, 0, 3, 4, 1, 3, 2, 1}},
+    {.name = "permute_slice_rows", .nx = 1, .ndim = {3}, .shape = {{2, 5, 3}}, .build = b_permute_slice,
+     .ia = {1, 0, 2, 1, 1, 3}},
+    {.name = "permute_slice_inner", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 9}}, .build = b_permute_slice,
+     .ia = {0, 3, 1, 2, 3, 2, 5}},
+    {.name = "permute_slice_tiles", .nx = 1, .ndim = {4}, .shape = {{1, 40, 2, 35}}, .build = b_permute_slice,
+     .ia = {0, 3, 2, 1, 1, 4, 34}},
     {.name = "split_heads", .nx = 1, .ndim = {3}, .shape = {{2, 3, 20}}, .build = b_split, .ia = {4, 2, 5}},
     {.name = "split_heads_B1_full", .nx = 1, .ndim = {3}, .shape = {{1, 1, 6}}, .build = b_split, .ia = {0, 3, 2}},
     {.name = "merge_heads", .nx = 1, .ndim = {4}, .shape = {{2, 3, 4, 5}}, .build = b_merge},

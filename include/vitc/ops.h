@@ -113,6 +113,9 @@ vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis);
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len);
 /* Axis permutation: out.shape[i] = x.shape[perm[i]]. */
 vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm);
+/* vt_permute of the range [start, start + len) of x's axis `axis` only (the slice and the permute in one pass); axis
+ * -1: all of x, as vt_permute. */
+vt_tensor *vt_permute_slice(vt_graph *g, vt_tensor *x, const int *perm, int axis, int start, int len);
 /* (B, N, Ctot) channels [off, off + H·dh) -> (B, H, N, dh), head h taking channels off + h·dh + [0, dh). */
 vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh);
 /* (B, H, N, dh) -> (B, N, H·dh) with channel h·dh + c. */

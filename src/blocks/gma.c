@@ -56,19 +56,22 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     const int s = C / 5, d = s / 2, B3 = 3 * B;
     const float scale = 1.0f / sqrtf((float)C / GMA_HEADS);
 
-    /* Q, K, V as 3B channel-first images. */
+    /* Q, K, V: qkv (B, N, 3C) viewed as (B, N, 3, 5, s); segment j of the three as 3B channel-first images
+     * (3B, s, H, W), read straight from it by one sliced permute each (no (3B, C, H, W) copy to slice from). */
     vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
-    const int s4a[4] = {B, N, 3, C}, perm_a[4] = {2, 0, 3, 1}, s4b[4] = {B3, C, H, W};
-    t = vt_reshape(g, vt_permute(g, vt_reshape(g, t, 4, s4a), perm_a), 4, s4b); /* (3B, C, H, W) */
+    const int s5[5] = {B, N, 3, 5, s}, pseg[5] = {2, 0, 3, 4, 1}, sseg[4] = {B3, s, H, W};
+    t = vt_reshape(g, t, 5, s5);
+    vt_tensor *seg[4];
+    for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 3, j, 1), 4, sseg);
 
     /* Pre-attention branches. */
     char agg[VT_NAMELEN], sub[VT_NAMELEN];
     vt_pname(agg, prefix, "aggregator");
     vt_tensor *Y[4];
-    Y[0] = bn_hswish(g, vt_pname(nm, agg, "norm0"), vt_slice(g, t, 1, 0, s));
+    Y[0] = bn_hswish(g, vt_pname(nm, agg, "norm0"), seg[0]);
     for (int j = 1; j <= 3; j++) {
         snprintf(sub, sizeof sub, "agg%d", j);
-        vt_tensor *a = separable(g, vt_pname(nm, agg, sub), vt_slice(g, t, 1, j * s, s), s, 2 * j + 1, 1);
+        vt_tensor *a = separable(g, vt_pname(nm, agg, sub), seg[j], s, 2 * j + 1, 1);
         snprintf(sub, sizeof sub, "norm%d", j);
         Y[j] = bn_hswish(g, vt_pname(nm, agg, sub), a);
     }
@@ -113,9 +116,9 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     const int so[3] = {B, 4 * s, N}, ptok[3] = {0, 2, 1};
     vt_tensor *O = vt_permute(g, vt_reshape(g, vt_add(g, F, E), 3, so), ptok); /* (B, N, 4s), channel h·d + c */
 
-    /* Non-attention branch on [Q_4 | K_4 | V_4] per image. */
-    const int s5[4] = {3, B, s, N}, p5[4] = {1, 0, 2, 3}, s5b[4] = {B, 3 * s, H, W};
-    vt_tensor *X4 = vt_reshape(g, vt_permute(g, vt_reshape(g, vt_slice(g, t, 1, 4 * s, s), 4, s5), p5), 4, s5b);
+    /* Non-attention branch on [Q_4 | K_4 | V_4] per image: (B, 3s, H, W), one sliced permute of qkv. */
+    const int p4[5] = {0, 2, 3, 4, 1}, s4[4] = {B, 3 * s, H, W};
+    vt_tensor *X4 = vt_reshape(g, vt_permute_slice(g, t, p4, 3, 4, 1), 4, s4);
     vt_pname(sub, agg, "agg0");
     vt_tensor *u = separable(g, vt_pname(nm, sub, "conv"), X4, s, 3, 1); /* (B, s, H, W) */
     const int su[3] = {B, s, N};

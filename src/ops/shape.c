@@ -144,26 +144,29 @@ vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
 /* The permutation is reduced to its canonical form: size-1 dims dropped and output dims that are adjacent in
  * the input merged, so e.g. NCHW -> NHWC becomes a batched 2-D transpose. Then either the last output dim is
  * contiguous in the input (row copies) or a 2-D blocked transpose runs between the input's contiguous dim and
- * the output's last dim, over every combination of the remaining dims. */
+ * the output's last dim, over every combination of the remaining dims. A permute may read a range of one input
+ * axis only (vt_permute_slice): sizes are the range's, strides the whole input's, and the range's first element is
+ * the base. */
 
 typedef struct {
     int k;
     int64_t n[VT_MAXDIM], is[VT_MAXDIM]; /* output dim sizes and their input strides */
 } pdesc;
 
-static void pdesc_make(int nd, const int *ishape, const int *perm, pdesc *d) {
+/* size[a]: input dim a's extent as read (the whole dim, or a slice's length); ishape gives the strides. */
+static void pdesc_make(int nd, const int *ishape, const int *size, const int *perm, pdesc *d) {
     int64_t st[VT_MAXDIM];
     st[nd - 1] = 1;
     for (int i = nd - 2; i >= 0; i--) st[i] = st[i + 1] * ishape[i + 1];
     d->k = 0;
     for (int i = 0; i < nd; i++) {
         const int a = perm[i];
-        if (ishape[a] == 1) continue;
-        if (d->k > 0 && d->is[d->k - 1] == st[a] * ishape[a]) {
-            d->n[d->k - 1] *= ishape[a];
+        if (size[a] == 1) continue;
+        if (d->k > 0 && d->is[d->k - 1] == st[a] * size[a]) {
+            d->n[d->k - 1] *= size[a];
             d->is[d->k - 1] = st[a];
         } else {
-            d->n[d->k] = ishape[a];
+            d->n[d->k] = size[a];
             d->is[d->k] = st[a];
             d->k++;
         }
@@ -177,8 +180,9 @@ static void pdesc_make(int nd, const int *ishape, const int *perm, pdesc *d) {
 
 #define PT 32 /* transpose tile */
 
-/* dst (output order) = or += src (input order) under the canonical permutation d. */
-static void permute_run(const pdesc *d, const float *restrict src, float *restrict dst, int acc) {
+/* Moves between the strided side s (input order, d's strides) and the dense side t (output order): t = s (mode
+ * 0), t += s (mode 1) or s += t (mode 2, a sliced permute's backward: every element of s is reached once). */
+static void permute_run(const pdesc *d, float *restrict s_, float *restrict t_, int mode) {
     const int k = d->k;
     int64_t os[VT_MAXDIM];
     os[k - 1] = 1;
@@ -208,7 +212,10 @@ static void permute_run(const pdesc *d, const float *restrict src, float *restri
                 si += c * ois[j];
                 so += c * oos[j];
             }
-            copy_or_add(dst + so, src + si, L, acc);
+            if (mode == 2)
+                copy_or_add(s_ + si, t_ + so, L, 1);
+            else
+                copy_or_add(t_ + so, s_ + si, L, mode);
         }
         return;
     }
@@ -226,9 +233,10 @@ static void permute_run(const pdesc *d, const float *restrict src, float *restri
         const int64_t q0 = r / tl % tq * PT, l0 = r % tl * PT;
         const int64_t q1 = q0 + PT < nq ? q0 + PT : nq, l1 = l0 + PT < nl ? l0 + PT : nl;
         for (int64_t a = q0; a < q1; a++) {
-            float *o = dst + so + a * osq;
-            const float *s = src + si + a;
-            if (acc)
+            float *o = t_ + so + a * osq, *s = s_ + si + a;
+            if (mode == 2)
+                for (int64_t l = l0; l < l1; l++) s[l * isl] += o[l];
+            else if (mode == 1)
                 for (int64_t l = l0; l < l1; l++) o[l] += s[l * isl];
             else
                 for (int64_t l = l0; l < l1; l++) o[l] = s[l * isl];
@@ -239,30 +247,48 @@ static void permute_run(const pdesc *d, const float *restrict src, float *restri
 typedef struct {
     int ndim;
     int perm[VT_MAXDIM]; /* output dim i is input dim perm[i] */
+    int axis, start;     /* input axis read over a range only (-1: none) and the range's first index */
 } permute_p;
 
-static void permute_fwd(vt_node *n) {
+/* The node's forward description and the offset of its first input element. */
+static int64_t permute_desc(const vt_node *n, pdesc *d) {
     const permute_p *p = VT_OP_P(n, permute_p);
+    const vt_tensor *x = n->in[0];
+    int size[VT_MAXDIM];
+    int64_t base = p->axis >= 0 ? p->start : 0;
+    for (int a = 0; a < p->ndim; a++) size[a] = x->shape[a];
+    for (int i = 0; i < p->ndim; i++) size[p->perm[i]] = n->out->shape[i];
+    for (int a = p->axis + 1; p->axis >= 0 && a < p->ndim; a++) base *= x->shape[a];
+    pdesc_make(p->ndim, x->shape, size, p->perm, d);
+    return base;
+}
+
+static void permute_fwd(vt_node *n) {
     pdesc d;
-    pdesc_make(p->ndim, n->in[0]->shape, p->perm, &d);
-    permute_run(&d, n->in[0]->data, n->out->data, 0);
+    const int64_t base = permute_desc(n, &d);
+    permute_run(&d, n->in[0]->data + base, n->out->data, 0);
 }
 
 static void permute_bwd(vt_node *n) {
     float *dx = n->in[0]->grad;
     if (!dx) return;
     const permute_p *p = VT_OP_P(n, permute_p);
+    pdesc d;
+    if (p->axis >= 0) { /* dy scattered into the range of dx */
+        const int64_t base = permute_desc(n, &d);
+        permute_run(&d, dx + base, n->out->grad, 2);
+        return;
+    }
     const int nd = p->ndim;
     int inv[VT_MAXDIM];
     for (int i = 0; i < nd; i++) inv[p->perm[i]] = i;
-    pdesc d;
-    pdesc_make(nd, n->out->shape, inv, &d);
+    pdesc_make(nd, n->out->shape, n->out->shape, inv, &d);
     permute_run(&d, n->out->grad, dx, 1);
 }
 
 static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0), NULL};
 
-vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
+vt_tensor *vt_permute_slice(vt_graph *g, vt_tensor *x, const int *perm, int axis, int start, int len) {
     if (vt_bad(g, 1, x)) return NULL;
     int seen[VT_MAXDIM] = {0}, shape[VT_MAXDIM], ok = x->ndim >= 1;
     for (int i = 0; ok && i < x->ndim; i++) {
@@ -272,21 +298,30 @@ vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) {
             shape[i] = x->shape[perm[i]];
         }
     }
+    char sx[64], sp[64];
     if (!ok) {
-        char sx[64], sp[64];
-        int len = 0;
-        for (int i = 0; i < x->ndim && len < 60; i++)
-            len += snprintf(sp + len, sizeof sp - (size_t)len, "%s%d", i ? ", " : "", perm[i]);
+        int len_ = 0;
+        for (int i = 0; i < x->ndim && len_ < 60; i++)
+            len_ += snprintf(sp + len_, sizeof sp - (size_t)len_, "%s%d", i ? ", " : "", perm[i]);
         return vt_fail(g, "permute", "(%s) is not a permutation of the %d dims of input %s", x->ndim ? sp : "",
                        x->ndim, vt_shape_str(x, sx, 64));
     }
+    if (axis >= x->ndim || (axis >= 0 && (start < 0 || len < 1 || start > x->shape[axis] - len)))
+        return vt_fail(g, "permute", "range [%d, %d) of axis %d outside input %s", start, start + len, axis,
+                       vt_shape_str(x, sx, 64));
+    for (int i = 0; axis >= 0 && i < x->ndim; i++)
+        if (perm[i] == axis) shape[i] = len;
     vt_node *n = vt_new_node(g, &op_permute, &x, 1, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     permute_p *p = VT_OP_P(n, permute_p);
     p->ndim = x->ndim;
     for (int i = 0; i < x->ndim; i++) p->perm[i] = perm[i];
+    p->axis = axis < 0 ? -1 : axis;
+    p->start = axis < 0 ? 0 : start;
     return n->out;
 }
+
+vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm) { return vt_permute_slice(g, x, perm, -1, 0, 0); }
 
 /* ---- attention heads ---- */
 /* split: (B, N, Ctot)[..., off + h·dh + d] -> (B, H, N, dh); merge: (B, H, N, dh) -> (B, N, H·dh).
