@@ -289,6 +289,25 @@ static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
     return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, strides) == dnnl_success ? 0 : -1;
 }
 
+/* Appends a linear primitive's post-op (+ r of shape yd, or ReLU) to po; 0 or 1 (failed). */
+static int append_post(dnnl_post_ops_t po, vt_gemm_post post, const dnnl_memory_desc_t *yd) {
+    if (post == VT_GEMM_POST_ADD) return dnnl_post_ops_append_binary(po, dnnl_binary_add, yd) != dnnl_success;
+    if (post == VT_GEMM_POST_RELU)
+        return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
+    return 0;
+}
+
+/* Sets po on attr and makes the matmul's primitive descriptor into *pd unless bad; frees attr and po either way.
+ * Returns bad, or 1 if a step failed. */
+static int finish_pd(vt_gemm_prims *c, const dnnl_matmul_desc_t *mm, dnnl_primitive_attr_t attr, dnnl_post_ops_t po,
+                     int bad, dnnl_primitive_desc_t *pd) {
+    if (!bad) bad = dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    if (!bad) bad = dnnl_primitive_desc_create(pd, mm, attr, c->eng, NULL) != dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return bad;
+}
+
 /* Makes q's primitive and memory objects; returns 0 or -1. */
 static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
     dnnl_memory_desc_t xd, wd, bd, yd;
@@ -299,14 +318,9 @@ static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
-    if (!bad && q->post == VT_GEMM_POST_ADD) bad = dnnl_post_ops_append_binary(po, dnnl_binary_add, &yd) != dnnl_success;
-    if (!bad && q->post == VT_GEMM_POST_RELU)
-        bad = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
-    if (!bad) bad = dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    if (!bad) bad = append_post(po, q->post, &yd);
     dnnl_primitive_desc_t pd = NULL;
-    if (!bad) bad = dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) != dnnl_success;
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    bad = finish_pd(c, &mm, attr, po, bad, &pd);
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success;
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (bad) return -1;
@@ -501,15 +515,9 @@ static int q8_make(vt_gemm_prims *c, vt_gemm_q8 *q) {
     if (!bad) bad = dnnl_primitive_attr_set_output_scales(attr, 1, 1 << 1, &rt_scale) != dnnl_success;
     if (!bad) bad = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &rt_zp) != dnnl_success;
     if (!bad && q->has_bias) bad = dnnl_post_ops_append_binary(po, dnnl_binary_add, &bd) != dnnl_success;
-    if (!bad && q->post == VT_GEMM_POST_ADD)
-        bad = dnnl_post_ops_append_binary(po, dnnl_binary_add, &yd) != dnnl_success;
-    if (!bad && q->post == VT_GEMM_POST_RELU)
-        bad = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
-    if (!bad) bad = dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success;
+    if (!bad) bad = append_post(po, q->post, &yd);
     dnnl_primitive_desc_t pd = NULL;
-    if (!bad) bad = dnnl_primitive_desc_create(&pd, &mm, attr, c->eng, NULL) != dnnl_success;
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    bad = finish_pd(c, &mm, attr, po, bad, &pd);
     const char *impl = NULL;
     if (!bad) bad = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
                     !impl || strstr(impl, "ref"); /* a reference kernel: slower than fp32 */
