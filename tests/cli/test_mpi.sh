@@ -85,7 +85,11 @@ $MPI $V train $KL --out "$T/ref" >"$T/ref.log" 2>&1
 check "uninterrupted 2-rank run" "[ $? -eq 0 ]" "$(tail -5 "$T/ref.log")"
 $MPI $V train $KL --out "$T/k" >"$T/k.log" 2>&1 &
 mp=$!
-for _ in $(seq 600); do [ "$(cat "$T/k/metrics.csv" 2>/dev/null | wc -l)" = 2 ] && break; sleep 0.05; done
+# epoch 1's row is appended to metrics.csv just before its checkpoint is renamed into place: wait for both
+for _ in $(seq 600); do
+    [ "$(cat "$T/k/metrics.csv" 2>/dev/null | wc -l)" = 2 ] && [ -e "$T/k/checkpoint.safetensors" ] && break
+    sleep 0.05
+done
 cp "$T/k/checkpoint.safetensors" "$T/k1.ckpt" 2>/dev/null
 victim=""
 for p in $(pgrep -P "$mp"); do
