@@ -759,6 +759,7 @@ static int cmd_bench(opts *o) {
         json_str(m->openblas_core);
         printf(", \"onednn_isa\": ");
         json_str(m->onednn_isa);
+        printf(", \"linears\": %d, \"int8_linears\": %d", r.linears, r.int8_linears);
         printf(", \"gemm_lib\": \"%s\", \"gemm_rule\": ", vt_gemm_lib_name(r.gemm.force));
         json_str(rule);
         printf(", \"gemm_warning\": ");
@@ -779,6 +780,13 @@ static int cmd_bench(opts *o) {
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
            r.sgemm_onednn);
     printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
+    if (c.arch.int8 && r.int8_linears)
+        printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster)\n",
+               r.int8_linears, r.linears);
+    else if (c.arch.int8)
+        printf("WARNING: --dtype int8, but none of the %d linear layers runs the int8 kernel (oneDNN has no fast int8 "
+               "kernel on this CPU, VITC_GEMM=openblas, or fp32 measured faster for every shape): this ran fp32\n",
+               r.linears);
     if (warned) printf("WARNING: %s\n", warn);
     return 0;
 }

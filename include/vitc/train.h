@@ -123,6 +123,7 @@ typedef struct vt_bench_result {
     int64_t params;                      /* parameters of the model benchmarked (the training form with train) */
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */
+    int linears, int8_linears;           /* the graph's linear layers, and those on the int8 kernel (--dtype int8) */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures

@@ -1,6 +1,7 @@
 /* Throughput benchmarks: one model's img/s, GMACs, achieved GFLOP/s against the measured sgemm peak; the input
  * pipeline's img/s alone. */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -108,6 +109,11 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */
+        r->linears = r->int8_linears = 0;
+        for (int i = 0; i < g->nn; i++) {
+            r->linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
+            r->int8_linears += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
+        }
         vt_graph_print_profile(g);
     }
     vt_adamw_free(&opt);

@@ -50,7 +50,12 @@ PY
 check "int8 logits within 5% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
 
 $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/b.log" 2>&1
-check "bench --dtype int8 says so" "grep -q 'int8 inference batch 8' '$T/b.log'" "$(tail -2 "$T/b.log")"
+check "bench --dtype int8 says so, and how many layers ran int8" \
+    "grep -q 'int8 inference batch 8' '$T/b.log' && grep -Eq '^int8: [1-9][0-9]* of 18 linear layers' '$T/b.log'" \
+    "$(tail -2 "$T/b.log")"
+VITC_GEMM=openblas $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/bo.log" 2>&1
+check "bench --dtype int8 warns when no layer could run int8 (VITC_GEMM=openblas)" \
+    "grep -q 'WARNING: --dtype int8, but none of the 18 linear layers' '$T/bo.log'" "$(tail -2 "$T/bo.log")"
 $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --train --dtype int8 >"$T/bt.log" 2>&1
 check "bench --train --dtype int8 refused" "[ $? -ne 0 ] && grep -q 'for inference' '$T/bt.log'" "$(cat "$T/bt.log")"
 $V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnist --dtype bf16 >"$T/bf.log" 2>&1
