@@ -2,7 +2,7 @@
  * double-precision evaluation of the documented quantisation (gemm.h, vt_gemm_q8_linear) for every fused form
  * (bias, residual, ReLU, GELU after, GELU before), inputs all positive, all negative, constant and odd shapes; the
  * quantised result's distance from fp32; train graphs, weights made from inputs and forced OpenBLAS never take the
- * kernel; a model's logits. */
+ * kernel; NaN and infinite inputs; a model's logits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +160,36 @@ static void check_refusals(vt_test *T) {
     }
 }
 
+/* Hostile inputs: a NaN or an infinity in x reaches the output as in fp32 (that run falls back to fp32), never a
+ * finite-looking result, a crash or an undefined float-to-integer conversion (the ASan + UBSan run checks that). */
+static void check_nonfinite(vt_test *T) {
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        g->int8 = 1;
+        vt_gemm_plan_init(&g->gemm, "onednn", &e);
+        int xs[2] = {16, 96}, ws[2] = {128, 96};
+        vt_tensor *x = vt_input(g, "x", 2, xs);
+        vt_tensor *y = vt_linear(g, x, vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f}), NULL);
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+        if (is_int8(linear_node(g))) {
+            vt_params_init(P, 3);
+            for (int i = 0; i < 16 * 96; i++) x->data[i] = (float)(i % 7) - 3.0f;
+            x->data[5 * 96 + 17] = bad[k];
+            vt_graph_forward(g);
+            int nonfinite = 0;
+            for (int i = 0; i < 16 * 128; i++) nonfinite += !isfinite(y->data[i]);
+            T_CHECK(T, nonfinite > 0, "input %g: every output finite", (double)bad[k]);
+            T_CHECK(T, is_int8(linear_node(g)), "input %g: the int8 kernel was dropped for later runs", (double)bad[k]);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 /* A whole model (`--dtype int8`): every linear layer runs int8 (the last block's class-token query weight is a slice
  * of a parameter), and the logits stay near the fp32 ones (within 5% of their range on random weights). */
 static void check_model(vt_test *T) {
@@ -214,5 +244,6 @@ void test_int8(vt_test *T) {
         check_layer(T, 33, 24, 48, F_GELU_IN, xk, &r);
     }
     check_refusals(T);
+    check_nonfinite(T);
     check_model(T);
 }

@@ -608,6 +608,11 @@ static int q8_weights(vt_gemm_q8 *q, const float *w) {
     return 0;
 }
 
+/* round(v) clamped to [0, top]; NaN (from a NaN or infinite input) gives 0, never an undefined conversion. */
+static inline uint8_t q8_level(float v, float top) {
+    return (uint8_t)(v > 0.0f ? (v < top ? floorf(v + 0.5f) : top) : 0.0f);
+}
+
 /* GELU's least value, at x = -0.75179... (it falls before, rises after). */
 #define GELU_XMIN (-0.7517916f)
 
@@ -615,11 +620,14 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b
     if (q->wsrc != w && q8_weights(q, w)) return -1;
     const int64_t n = (int64_t)q->M * q->K;
     float lo = 0.0f, hi = 0.0f;
-#pragma omp parallel for schedule(static) reduction(min : lo) reduction(max : hi)
+    int64_t nonfinite = 0;
+#pragma omp parallel for schedule(static) reduction(min : lo) reduction(max : hi) reduction(+ : nonfinite)
     for (int64_t i = 0; i < n; i++) {
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
+        nonfinite += !(x[i] - x[i] == 0.0f); /* NaN or ±Inf */
     }
+    if (nonfinite) return 1; /* no scale fits: the caller runs this input in fp32, which propagates it */
     if (q->gelu_in) { /* the range of GELU(x) over [lo, hi] */
         const float glo = vt_gelu_f(lo), ghi = vt_gelu_f(hi);
         hi = glo > ghi ? glo : ghi;
@@ -634,13 +642,13 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
             const float v = vt_gelu_f(x[i]) * inv + zpf;
-            xq[i] = (uint8_t)(v <= 0.0f ? 0.0f : v >= top ? top : floorf(v + 0.5f));
+            xq[i] = q8_level(v, top);
         }
     } else {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
             const float v = x[i] * inv + zpf;
-            xq[i] = (uint8_t)(v <= 0.0f ? 0.0f : v >= top ? top : floorf(v + 0.5f));
+            xq[i] = q8_level(v, top);
         }
     }
     for (int o = 0; o < q->N; o++) q->oscale[o] = sx * q->wscale[o];

@@ -256,8 +256,10 @@ static int linear_q8_prepare(vt_node *n) {
 static void linear_q8_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
     const vt_tensor *res = lin_res(n);
-    if (vt_gemm_q8_run(lp->q8, n->in[0]->data, n->in[1]->data, lin_bias(n), res ? res->data : NULL, n->out->data)) {
-        n->kern = NULL; /* oneDNN failed: the reference from now on */
+    const int rc = vt_gemm_q8_run(lp->q8, n->in[0]->data, n->in[1]->data, lin_bias(n), res ? res->data : NULL,
+                                  n->out->data);
+    if (rc) {
+        if (rc < 0) n->kern = NULL; /* oneDNN failed: the reference from now on; rc 1 (a non-finite input): this run */
         linear_fwd(n);
         return;
     }
