@@ -87,21 +87,29 @@ static double rel_diff(const float *a, const float *b, int64_t n, double floor) 
 }
 
 /* The alternative kernels against the reference ones: the case built with every node on its op's own forward
- * (vt_graph.ref_kernels: no vt_kernel such as a oneDNN primitive), and with each forced GEMM plan ("openblas":
- * OpenBLAS sgemm and no oneDNN kernel; "onednn": oneDNN wherever it can run), gives the output and gradients of the
- * default plan (y, x: its forward and backward already run) to float rounding (1e-4 of their scale). */
+ * (vt_graph.ref_kernels: no vt_kernel such as a oneDNN primitive), with each forced GEMM plan ("openblas":
+ * OpenBLAS sgemm and no oneDNN kernel; "onednn": oneDNN wherever it can run), and on the oneDNN plan with every
+ * node's kernel handed to the reference before the first run (vt_node_fallback: the forward scratch the plan left
+ * out is made then) gives the output and gradients of the default plan (y, x: its forward and backward already
+ * run) to float rounding (1e-4 of their scale). */
 static void gc_check_kernels(vt_test *T, const gc_case *c, const vt_tensor *y, vt_tensor **x) {
     static const struct {
         const char *lib, *what;
-        int ref;
-    } runs[] = {{NULL, "reference kernels", 1}, {"openblas", "openblas GEMM plan", 0},
-                {"onednn", "onednn GEMM plan", 0}};
-    for (int l = 0; l < 3; l++) {
+        int ref, fallback;
+    } runs[] = {{NULL, "reference kernels", 1, 0}, {"openblas", "openblas GEMM plan", 0, 0},
+                {"onednn", "onednn GEMM plan", 0, 0}, {"onednn", "kernels handed to the reference", 0, 1}};
+    for (int l = 0; l < 4; l++) {
         vt_params *P;
         vt_tensor *xl[GC_MAXX], *yl, *r;
         vt_rng rng;
         vt_graph *g = gc_build_lib(T, c, 0, 0, runs[l].lib, runs[l].ref, &P, xl, &yl, &r, &rng);
         if (!g) return;
+        for (int i = 0; runs[l].fallback && i < g->nn; i++) {
+            vt_node *n = g->nodes[i];
+            if (!n->kern) continue;
+            T_CHECK(T, vt_node_fallback(n, 1) == 0 && !n->kern && (!n->fws || n->fws->data),
+                    "%s: node %d (%s) not handed to the reference", c->name, i, n->op->name);
+        }
         vt_graph_forward(g);
         vt_params_zero_grad(P);
         vt_graph_backward(g);

@@ -26,6 +26,28 @@ static const vt_node *linear_node(const vt_graph *g) {
 
 static int is_int8(const vt_node *n) { return n && n->kern && strcmp(n->kern->name, "linear.onednn_int8") == 0; }
 
+/* Bytes [a, a + na) and [b, b + nb) overlap. */
+static int overlap(const void *a, int64_t na, const void *b, int64_t nb) {
+    const unsigned char *p = a, *q = b;
+    return p < q + nb && q < p + na;
+}
+
+/* The int8 node ln's quantised input is planned scratch of dtype u8 (vt_kernel_work): xk bytes, 64-byte aligned in
+ * the arena, apart from the node's input and output; the reference's forward scratch (GELU-before layers) is not
+ * planned. */
+static void check_scratch(vt_test *T, const vt_graph *g, const vt_node *ln, const vt_tensor *x, const vt_tensor *y,
+                          int64_t xk) {
+    const vt_tensor *k = ln->kws;
+    T_CHECK(T, k && k->dtype == VT_U8 && k->numel == xk && k->data, "int8 scratch: %s", k ? "wrong type or size" : "none");
+    if (!k || !k->data) return;
+    const uint8_t *p = vt_tensor_u8(k);
+    T_CHECK(T, p >= g->arena && p + xk <= g->arena + g->arena_bytes && (p - g->arena) % 64 == 0,
+            "int8 scratch outside the arena or misaligned");
+    T_CHECK(T, !overlap(p, xk, x->data, 4 * x->numel) && !overlap(p, xk, y->data, 4 * y->numel),
+            "int8 scratch overlaps the layer's input or output");
+    T_CHECK(T, !ln->fws || !ln->fws->data, "the reference's forward scratch was planned for the int8 kernel");
+}
+
 /* One (M, N, K) layer of form f in an int8 eval graph: the kernel is chosen, and its output equals the quantised
  * product within float rounding (GELU before the product: within two quantisation steps, as the library's erf and
  * libm's may round an input to neighbouring levels) and the fp32 product within the quantisation error. */
@@ -56,6 +78,7 @@ static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *
     T_CHECK(T, is_int8(ln), "%dx%dx%d %s: kernel %s, not linear.onednn_int8", M, N, K, fname[f],
             ln && ln->kern ? ln->kern->name : "(reference)");
     if (!is_int8(ln)) goto done;
+    check_scratch(T, g, ln, x, y, (int64_t)M * K);
     vt_params_init(P, 7 + (uint64_t)M);
     for (int i = 0; i < M * K; i++) {
         const float v = xk == X_ZERO ? 0.0f : 1.5f * vt_rng_normal(r);
@@ -164,7 +187,8 @@ static void check_refusals(vt_test *T) {
  * finite-looking result, a crash or an undefined float-to-integer conversion (the ASan + UBSan run checks that). */
 static void check_nonfinite(vt_test *T) {
     const float bad[3] = {NAN, INFINITY, -INFINITY};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 6; k++) { /* k >= 3: GELU before the product (the fp32 run needs the scratch the plan left
+                                   * out, vt_node_fallback) */
         vt_err e = {{0}};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
@@ -172,18 +196,20 @@ static void check_nonfinite(vt_test *T) {
         vt_gemm_plan_init(&g->gemm, "onednn", &e);
         int xs[2] = {16, 96}, ws[2] = {128, 96};
         vt_tensor *x = vt_input(g, "x", 2, xs);
-        vt_tensor *y = vt_linear(g, x, vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f}), NULL);
+        vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+        vt_tensor *y = k < 3 ? vt_linear(g, x, w, NULL) : vt_gelu_linear(g, x, w, NULL);
         vt_graph_output(g, y);
         T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
         if (is_int8(linear_node(g))) {
             vt_params_init(P, 3);
             for (int i = 0; i < 16 * 96; i++) x->data[i] = (float)(i % 7) - 3.0f;
-            x->data[5 * 96 + 17] = bad[k];
+            x->data[5 * 96 + 17] = bad[k % 3];
             vt_graph_forward(g);
             int nonfinite = 0;
             for (int i = 0; i < 16 * 128; i++) nonfinite += !isfinite(y->data[i]);
-            T_CHECK(T, nonfinite > 0, "input %g: every output finite", (double)bad[k]);
-            T_CHECK(T, is_int8(linear_node(g)), "input %g: the int8 kernel was dropped for later runs", (double)bad[k]);
+            T_CHECK(T, nonfinite > 0, "input %g (form %d): every output finite", (double)bad[k % 3], k / 3);
+            T_CHECK(T, is_int8(linear_node(g)), "input %g (form %d): the int8 kernel was dropped for later runs",
+                    (double)bad[k % 3], k / 3);
         }
         vt_graph_free(g);
         vt_params_free(P);

@@ -673,7 +673,52 @@ static const gc_case other_cases[] = {
     {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
 };
 
+/* The plan of an eval conv_nhwc (3×3, 64 channels, 2 × 28²): with the oneDNN kernel the reference's im2col scratch
+ * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels; both give one result. */
+static void check_conv_nhwc_plan(vt_test *T) {
+    int64_t bytes[2] = {0, 0};
+    float *out[2] = {NULL, NULL};
+    int taken = 0;
+    for (int ref = 0; ref < 2; ref++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        vt_gemm_plan_init(&g->gemm, "onednn", &e);
+        g->ref_kernels = ref;
+        int xs[4] = {2, 28, 28, 64}, ws[4] = {64, 64, 3, 3};
+        vt_tensor *x = vt_input(g, "x", 4, xs);
+        vt_tensor *y = vt_conv2d_nhwc(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.05f}), NULL, 1, 1, 1);
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+        if (!e.msg[0]) {
+            const vt_node *n = g->nodes[g->nn - 1];
+            if (!ref) taken = n->kern != NULL;
+            if (!ref && taken) T_CHECK(T, n->fws && !n->fws->data, "oneDNN conv: the im2col scratch was planned");
+            vt_params_init(P, 4);
+            for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 13) / 13.0f - 0.5f;
+            vt_graph_forward(g);
+            bytes[ref] = vt_graph_arena_bytes(g);
+            out[ref] = malloc(sizeof(float) * (size_t)y->numel);
+            if (out[ref]) memcpy(out[ref], y->data, sizeof(float) * (size_t)y->numel);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+    const int64_t cols = (int64_t)2 * 28 * 28 * 64 * 9 * 4;
+    if (taken)
+        T_CHECK(T, bytes[0] + cols <= bytes[1], "arena with the oneDNN conv %lld B, reference %lld B (im2col %lld B)",
+                (long long)bytes[0], (long long)bytes[1], (long long)cols);
+    if (out[0] && out[1]) {
+        double err = 0.0;
+        for (int i = 0; i < 2 * 28 * 28 * 64; i++) err = fmax(err, fabs(out[0][i] - out[1][i]));
+        T_CHECK(T, err < 1e-4, "oneDNN conv vs reference: %g", err);
+    }
+    free(out[0]);
+    free(out[1]);
+}
+
 void test_ops_conv_shape(vt_test *T) {
+    check_conv_nhwc_plan(T);
     check_conv_values(T);
     check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);

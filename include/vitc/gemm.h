@@ -93,10 +93,12 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p);
  * y = sx·s_o·Σ (x_q − z)·w_q + b (+ r). */
 vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post, int gelu_in);
 
-/* Runs q (outside OpenMP parallel regions), quantising w first when it is not the weight of the previous run (a
- * weight changed in place needs a new primitive); 0, 1 when x holds a NaN or an infinity (nothing written: the
- * caller computes that run in fp32, so it propagates as there), or -1 if oneDNN failed. */
-int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b, const float *r, float *y);
+/* Runs q (outside OpenMP parallel regions) with xq (M·K bytes) for the quantised input, quantising w first when it
+ * is not the weight of the previous run (a weight changed in place needs a new primitive); 0, 1 when x holds a NaN
+ * or an infinity (nothing written: the caller computes that run in fp32, so it propagates as there), or -1 if
+ * oneDNN failed. */
+int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, const float *b, const float *r,
+                   float *y);
 
 /* Frees the plan's primitives (the plan stays usable). */
 void vt_gemm_plan_free(vt_gemm_plan *p);

@@ -30,10 +30,12 @@ typedef struct vt_graph vt_graph;
 #define VT_READS_OUT (1u << VT_MAXIN)
 #define VT_READS(bits) (VT_READS_DECLARED | (unsigned)(bits))
 
-/* An alternative forward kernel of an op (another backend: a library primitive; another dtype later). When a graph
- * is finalized each node takes the first of its op's kernels whose prepare(n) returns 1 (it decides from the node's
- * shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN primitive), else the op's
- * own forward, the reference; graphs with ref_kernels set take none. A kernel computes the reference's result to
+/* An alternative forward kernel of an op (another backend: a library primitive; another dtype). When a graph is
+ * finalized, before its memory is planned, each node takes the first of its op's kernels whose prepare(n) returns 1
+ * (it decides from the node's shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN
+ * primitive, and its scratch of any dtype with vt_kernel_work), else the op's own forward, the reference; graphs
+ * with ref_kernels set take none. The op's forward scratch (vt_node.fws) is planned only for a kernel that says it
+ * uses it (ref_scratch); a kernel that hands a run to the reference calls vt_node_fallback first. A kernel computes the reference's result to
  * float rounding (every gradient-check case runs both ways, tests/gradcheck.c) and writes what the op's backward
  * reads (saved tensors) as the reference does; the backward is the op's. Int8 kernels, taken only by eval graphs with
  * vt_graph.int8 set, compute a documented quantised result instead (tests/test_int8.c). */
@@ -41,6 +43,7 @@ typedef struct vt_kernel {
     const char *name;               /* "<op>.<backend>", e.g. "linear.onednn_matmul" (profiles show it) */
     int (*prepare)(vt_node *n);     /* 1: runs n (ready), 0: not for this node or machine */
     void (*forward)(vt_node *n);
+    int ref_scratch;                /* 1: forward also uses the op's forward scratch n->fws */
 } vt_kernel;
 
 /* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
@@ -64,6 +67,7 @@ struct vt_node {
     vt_tensor *save[4]; /* VT_SAVED: values kept from forward for backward */
     vt_tensor *fws;     /* VT_WORK: forward scratch (NULL if none) */
     vt_tensor *bws;     /* VT_WORK: backward scratch (NULL if none) */
+    vt_tensor *kws;     /* VT_WORK: the chosen kernel's forward scratch (vt_kernel_work; NULL if none) */
     _Alignas(max_align_t) unsigned char params[VT_OP_PARAMS]; /* the op's typed parameters: see VT_OP_P */
     int64_t macs;       /* multiply-adds of one forward run of this node */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
@@ -119,8 +123,8 @@ struct vt_graph {
     int nt, tcap;
     char **scopes;
     int nscopes, scap, cur_scope;
-    float *arena;
-    int64_t arena_floats;
+    unsigned char *arena; /* every planned tensor, each at a 64-byte aligned offset */
+    int64_t arena_bytes;
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
     uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
     int finalized;
@@ -242,6 +246,15 @@ vt_tensor *vt_node_save(vt_node *n, int slot, int64_t numel);
 
 /* Attaches forward (which = 0) or backward (which = 1) scratch of `numel` floats. */
 vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel);
+
+/* For a kernel's prepare: forward scratch of numel elements of dtype for it (n->kws), planned only if the kernel is
+ * taken. */
+vt_tensor *vt_kernel_work(vt_node *n, vt_dtype dtype, int64_t numel);
+
+/* For a kernel's forward about to run the op's reference forward instead (for good when for_good: a library call
+ * failed; else this run): gives the node its forward scratch if the plan left it out (heap memory, freed with the
+ * graph). 0: the reference may run; -1: out of memory, the node's output is set to NaN instead. */
+int vt_node_fallback(vt_node *n, int for_good);
 
 /* Shape of x with `axis` removed (into shape; returns its ndim, or -1 if axis is out of range), and the products
  * of the dims before (*outer) and after (*inner) the axis, for reductions over one axis. */

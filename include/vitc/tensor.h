@@ -1,4 +1,5 @@
-/* Tensors (float32, row-major, contiguous, up to VT_MAXDIM dims) and the parameter store. */
+/* Tensors (row-major, contiguous, up to VT_MAXDIM dims; float32 unless a kernel's scratch says otherwise) and the
+ * parameter store. */
 #ifndef VITC_TENSOR_H
 #define VITC_TENSOR_H
 
@@ -18,6 +19,16 @@ typedef enum {
     VT_WORK      /* per-node scratch, live only while its node runs (planned) */
 } vt_kind;
 
+/* The element type of a tensor. Parameters, activations, gradients and saved values are VT_F32; a kernel's own
+ * scratch may be another type (vt_kernel_work), planned by its byte size (vt_dtype_size). */
+typedef enum {
+    VT_F32 = 0, /* float (data) */
+    VT_U8       /* uint8_t, e.g. the int8 kernel's quantised input (vt_tensor_u8) */
+} vt_dtype;
+
+/* Bytes of one element of dtype d (0 when out of range). */
+int vt_dtype_size(vt_dtype d);
+
 /* How a parameter is initialised by vt_params_init (the official init of each model). */
 typedef enum {
     VT_INIT_ZERO = 0, VT_INIT_ONE, VT_INIT_CONST, VT_INIT_NORMAL, VT_INIT_TRUNC_NORMAL, VT_INIT_UNIFORM,
@@ -34,7 +45,8 @@ typedef struct vt_tensor {
     int ndim;
     int shape[VT_MAXDIM];
     int64_t numel;
-    float *data;
+    vt_dtype dtype;        /* VT_F32 but for kernel scratch (vt_kernel_work) */
+    float *data;           /* its first element (a VT_U8 tensor's are read through vt_tensor_u8) */
     float *grad;           /* NULL when no gradient flows here */
     vt_kind kind;
     int requires_grad;     /* params: 1; activations: 1 if any input requires grad */
@@ -47,9 +59,14 @@ typedef struct vt_tensor {
     int prod, last_use, grad_start, is_output;
     int bwd_last;          /* the last step at which a backward reads this root's values (-1: none; set by finalize) */
     int consumed;          /* fused into a later node's epilogue (vt_residual): may not be used again */
+    int unplanned;         /* scratch the chosen kernel does not use: no memory (NULL data) unless a fallback asks */
+    int heap;              /* data is its own allocation (a fallback's scratch; freed with the graph) */
     int scope;             /* params: scope index in the graph that created them (per-block breakdown) */
     int64_t off, goff;
 } vt_tensor;
+
+/* The bytes of a VT_U8 tensor t (its data, typed). */
+static inline uint8_t *vt_tensor_u8(const vt_tensor *t) { return (uint8_t *)(void *)t->data; }
 
 /* Number of elements of a shape (0 dims -> 1). */
 int64_t vt_shape_numel(int ndim, const int *shape);

@@ -34,7 +34,10 @@ void vt_graph_free(vt_graph *g) {
     if (!g) return;
     vt_gemm_plan_free(&g->gemm);
     for (int i = 0; i < g->nn; i++) vt_free(g->nodes[i]);
-    for (int i = 0; i < g->nt; i++) vt_free(g->tens[i]);
+    for (int i = 0; i < g->nt; i++) {
+        if (g->tens[i]->heap) vt_free(g->tens[i]->data);
+        vt_free(g->tens[i]);
+    }
     for (int i = 0; i < g->nscopes; i++) free(g->scopes[i]);
     for (int i = 0; i < g->nmaps; i++) vt_free(g->maps[i]);
     vt_free(g->maps);
@@ -218,10 +221,10 @@ int vt_node_add_input(vt_node *n, vt_tensor *t) {
     return 0;
 }
 
-/* A 1-D planned buffer of numel floats for node n, refused (naming the op) past the per-tensor limit. */
+/* A 1-D planned buffer of numel elements for node n, refused (naming the op) past the per-tensor limit. */
 static vt_tensor *node_buffer(vt_node *n, vt_kind kind, int64_t numel, const char *what) {
     if (numel < 1 || numel > INT_MAX) {
-        vt_fail(n->g, n->op->name, "%s buffer of %lld floats is outside the engine's per-tensor limit of %d elements "
+        vt_fail(n->g, n->op->name, "%s buffer of %lld elements is outside the engine's per-tensor limit of %d elements "
                 "(8 GiB); use a smaller batch or image size", what, (long long)numel, INT_MAX);
         return NULL;
     }
@@ -276,6 +279,31 @@ vt_tensor *vt_node_work(vt_node *n, int which, int64_t numel) {
     else
         n->fws = t;
     return t;
+}
+
+vt_tensor *vt_kernel_work(vt_node *n, vt_dtype dtype, int64_t numel) {
+    if (n->g->finalized) return vt_fail(n->g, n->op->name, "kernel scratch requested after planning");
+    vt_tensor *t = node_buffer(n, VT_WORK, numel, "kernel scratch");
+    if (!t) return NULL;
+    t->dtype = dtype;
+    t->prod = n->index;
+    t->last_use = 0;
+    n->kws = t;
+    return t;
+}
+
+int vt_node_fallback(vt_node *n, int for_good) {
+    if (for_good) n->kern = NULL;
+    vt_tensor *t = n->fws;
+    if (!t || t->data) return 0;
+    t->data = vt_alloc((size_t)t->numel * (size_t)vt_dtype_size(t->dtype), NULL);
+    if (t->data) {
+        t->heap = 1;
+        return 0;
+    }
+    float *y = n->out->data;
+    for (int64_t i = 0; i < n->out->numel; i++) y[i] = NAN;
+    return -1;
 }
 
 vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape) {
@@ -350,7 +378,7 @@ static int cmp_off(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
-/* First-fit placement of buffers with live intervals, largest first; returns the arena size in floats. */
+/* First-fit placement of buffers with live intervals, largest first; returns the arena size in bytes. */
 static int64_t place(buf_t *b, int nb, vt_err *e) {
     qsort(b, (size_t)nb, sizeof *b, cmp_size);
     buf_t **live = malloc(sizeof(*live) * (size_t)(nb + 1));
@@ -395,11 +423,36 @@ static void mark_backward_reads(vt_graph *g) {
     }
 }
 
+/* Bytes of a planned buffer of numel elements of size esize: a multiple of 64, so every offset stays 64-byte
+ * aligned. */
+static int64_t aligned_bytes(int64_t numel, int esize) { return (numel * esize + 63) / 64 * 64; }
+
+/* Each node's forward kernel (vt_kernel), on the threads it will run on; the scratch it does not use is left out of
+ * the plan: a refused kernel's (vt_kernel_work), and the op's forward scratch when a kernel without ref_scratch
+ * runs the node. */
+static void choose_kernels(vt_graph *g) {
+    for (int i = 0; i < g->nn && !g->err.msg[0]; i++) {
+        vt_node *nd = g->nodes[i];
+        nd->kern = NULL;
+        for (const vt_kernel *const *k = nd->op->kernels; k && *k && !g->ref_kernels && !nd->kern; k++) {
+            if ((*k)->prepare(nd)) {
+                nd->kern = *k;
+            } else if (nd->kws) {
+                nd->kws->unplanned = 1;
+                nd->kws = NULL;
+            }
+        }
+        if (nd->kern && !nd->kern->ref_scratch && nd->fws) nd->fws->unplanned = 1;
+    }
+}
+
 int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
     if (g->finalized) return 0;
     if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
     if (g->training && vt_params_alloc_grads(g->P, e)) return -1;
+    choose_kernels(g);
+    if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
     const int n = g->nn, T = g->training ? 2 * n : n, last = T - 1;
     buf_t *b = vt_alloc(sizeof(*b) * (size_t)(2 * g->nt + 1), e);
     if (!b) return -1;
@@ -407,7 +460,7 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     int nb = 0;
     for (int i = 0; i < g->nt; i++) {
         vt_tensor *t = g->tens[i];
-        if (t->view_of) continue;
+        if (t->view_of || t->unplanned) continue;
         int s = 0, en = last, p = t->prod;
         switch (t->kind) {
         case VT_INPUT: break;
@@ -436,10 +489,10 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
             break;
         default: continue;
         }
-        b[nb++] = (buf_t){(t->numel + 15) / 16 * 16, 0, s, en, &t->off};
+        b[nb++] = (buf_t){aligned_bytes(t->numel, vt_dtype_size(t->dtype)), 0, s, en, &t->off};
         if (g->training && t->kind == VT_ACT && t->requires_grad) {
             t->grad_start = t->last_use >= 0 ? 2 * n - 1 - t->last_use : 2 * n - 1 - p;
-            b[nb++] = (buf_t){(t->numel + 15) / 16 * 16, 0, t->grad_start, 2 * n - 1 - p, &t->goff};
+            b[nb++] = (buf_t){aligned_bytes(t->numel, sizeof(float)), 0, t->grad_start, 2 * n - 1 - p, &t->goff};
         } else {
             t->goff = -1;
         }
@@ -447,15 +500,15 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     int64_t total = place(b, nb, e);
     vt_free(b);
     if (total < 0) return -1;
-    g->arena_floats = total;
-    g->arena = vt_alloc(sizeof(float) * (size_t)(total ? total : 1), e);
+    g->arena_bytes = total;
+    g->arena = vt_alloc((size_t)(total ? total : 1), e);
     if (!g->arena) return -1;
     for (int i = 0; i < g->nt; i++) {
         vt_tensor *t = g->tens[i];
-        if (t->view_of || (t->kind == VT_WORK && t->last_use == 1 && !g->training)) continue;
+        if (t->view_of || t->unplanned || (t->kind == VT_WORK && t->last_use == 1 && !g->training)) continue;
         if (t->kind == VT_ACT && t->prod < 0) continue;
-        t->data = g->arena + t->off;
-        t->grad = t->goff >= 0 ? g->arena + t->goff : NULL;
+        t->data = (float *)(void *)(g->arena + t->off);
+        t->grad = t->goff >= 0 ? (float *)(void *)(g->arena + t->goff) : NULL;
     }
     for (int i = 0; i < g->nt; i++) { /* views alias their root (created after it, so resolve in order) */
         vt_tensor *t = g->tens[i];
@@ -463,12 +516,6 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
         vt_tensor *r = vt_root(t);
         t->data = r->data;
         t->grad = r->grad;
-    }
-    for (int i = 0; i < g->nn; i++) { /* each node's forward kernel (vt_kernel), on the threads it will run on */
-        vt_node *nd = g->nodes[i];
-        nd->kern = NULL;
-        for (const vt_kernel *const *k = nd->op->kernels; k && *k && !g->ref_kernels && !nd->kern; k++)
-            if ((*k)->prepare(nd)) nd->kern = *k;
     }
     g->finalized = 1;
     return 0;
@@ -661,4 +708,4 @@ int64_t vt_graph_macs(const vt_graph *g) {
     return m;
 }
 
-int64_t vt_graph_arena_bytes(const vt_graph *g) { return g->arena_floats * (int64_t)sizeof(float); }
+int64_t vt_graph_arena_bytes(const vt_graph *g) { return g->arena_bytes; }

@@ -6,6 +6,14 @@
 
 #include "vitc/rng.h"
 
+int vt_dtype_size(vt_dtype d) {
+    switch (d) {
+    case VT_F32: return 4;
+    case VT_U8: return 1;
+    }
+    return 0;
+}
+
 int64_t vt_shape_numel(int ndim, const int *shape) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {

@@ -864,13 +864,12 @@ static int convn_prim_prepare(vt_node *n) {
 static void convn_prim_fwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     if (vt_gemm_conv_run(p->prim, n->in[0]->data, n->in[1]->data, p->has_bias ? n->in[2]->data : NULL,
-                         n->out->data) != 0) {
-        n->kern = NULL; /* oneDNN failed: the reference from now on */
+                         n->out->data) != 0 &&
+        vt_node_fallback(n, 1) == 0) /* oneDNN failed: the reference from now on */
         convn_fwd(n);
-    }
 }
 
-static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, convn_prim_fwd};
+static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, convn_prim_fwd, 0};
 static const vt_kernel *const convn_kernels[] = {&k_convn_prim, NULL};
 
 static void convn_bwd(vt_node *n) {

@@ -226,7 +226,6 @@ struct vt_gemm_q8 {
     float *wscale, *oscale;      /* per output: the weight's scale; the product's (wscale · the input's scale) */
     int32_t zpv;                 /* the input's zero point of the current run */
     const float *wsrc;           /* the float weight that wq holds (quantised at the first run; NULL before) */
-    uint8_t **xbuf;              /* the store's shared activation buffer (its capacity covers M·K) */
     dnnl_stream_t stream;
     vt_gemm_q8 *next;
 };
@@ -237,8 +236,6 @@ struct vt_gemm_prims {
     vt_gemm_prim *list;
     vt_gemm_conv *convs;
     vt_gemm_q8 *q8s;  /* int8 linears, one per node (each holds its layer's quantised weight) */
-    uint8_t *q8x;     /* their quantised input, shared (nodes run one at a time) */
-    size_t q8x_cap;
 };
 
 static void q8_free(vt_gemm_q8 *q);
@@ -276,7 +273,6 @@ void vt_gemm_plan_free(vt_gemm_plan *p) {
         nx = q->next;
         q8_free(q);
     }
-    free(c->q8x);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->eng) dnnl_engine_destroy(c->eng);
     free(c);
@@ -570,14 +566,8 @@ vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias
     if (!q) return NULL;
     *q = (vt_gemm_q8){.M = M, .N = N, .K = K, .has_bias = has_bias != 0, .gelu_in = gelu_in != 0,
                       .wmax = vt_gemm_q8_levels(p), .post = post,
-                      .xbuf = &c->q8x, .stream = c->stream};
-    const size_t need = (size_t)M * K;
-    uint8_t *xb = need > c->q8x_cap ? realloc(c->q8x, need) : c->q8x;
-    if (xb) {
-        c->q8x = xb;
-        c->q8x_cap = need > c->q8x_cap ? need : c->q8x_cap;
-    }
-    if (!xb || q8_make(c, q)) {
+                      .stream = c->stream};
+    if (q8_make(c, q)) {
         q8_free(q);
         return NULL;
     }
@@ -616,7 +606,8 @@ static inline uint8_t q8_level(float v, float top) {
 /* GELU's least value, at x = -0.75179... (it falls before, rises after). */
 #define GELU_XMIN (-0.7517916f)
 
-int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b, const float *r, float *y) {
+int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, const float *b, const float *r,
+                   float *y) {
     if (q->wsrc != w && q8_weights(q, w)) return -1;
     const int64_t n = (int64_t)q->M * q->K;
     float lo = 0.0f, hi = 0.0f;
@@ -637,7 +628,6 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, const float *w, const float *b
     const float top = 255.0f, sx = hi > lo ? (hi - lo) / top : 1.0f, inv = 1.0f / sx;
     const int32_t zp = (int32_t)lrintf(-lo * inv);
     const float zpf = (float)zp;
-    uint8_t *xq = *q->xbuf;
     if (q->gelu_in) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {

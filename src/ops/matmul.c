@@ -228,15 +228,14 @@ static void linear_prim_fwd(vt_node *n) {
     const float *x = lp->gelu_in ? gelu_all(n, n->in[0]->data) : n->in[0]->data; /* R < 2 * PANEL_ROWS (prepare) */
     const vt_tensor *res = lin_res(n);
     if (vt_gemm_prim_run(lp->prim, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y) != 0) {
-        n->kern = NULL; /* oneDNN failed: the reference from now on */
-        linear_fwd(n);
+        if (vt_node_fallback(n, 1) == 0) linear_fwd(n); /* oneDNN failed: the reference from now on */
         return;
     }
     if (act && (d || act == ACT_GELU)) act_all(n, y, d); /* after the product (and its derivative): oneDNN's GELU
                                                            * is another approximation than vt_gelu's */
 }
 
-static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd};
+static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd, 1};
 
 /* int8 graphs (vt_graph.int8, inference only): a layer whose weight is constant (a parameter, or made from
  * parameters, e.g. a slice of one) runs as a oneDNN u8 × s8 matmul (vt_gemm_q8: the input quantised per run, the
@@ -250,23 +249,22 @@ static int linear_q8_prepare(vt_node *n) {
                               : p->act == ACT_RELU ? VT_GEMM_POST_RELU
                                                    : VT_GEMM_POST_NONE;
     p->q8 = vt_gemm_q8_linear(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post, p->gelu_in);
-    return p->q8 != NULL;
+    return p->q8 != NULL && vt_kernel_work(n, VT_U8, (int64_t)p->R * p->Ci) != NULL;
 }
 
 static void linear_q8_fwd(vt_node *n) {
     const linear_p *lp = VT_OP_P(n, linear_p);
     const vt_tensor *res = lin_res(n);
-    const int rc = vt_gemm_q8_run(lp->q8, n->in[0]->data, n->in[1]->data, lin_bias(n), res ? res->data : NULL,
-                                  n->out->data);
-    if (rc) {
-        if (rc < 0) n->kern = NULL; /* oneDNN failed: the reference from now on; rc 1 (a non-finite input): this run */
-        linear_fwd(n);
+    const int rc = vt_gemm_q8_run(lp->q8, n->in[0]->data, vt_tensor_u8(n->kws), n->in[1]->data, lin_bias(n),
+                                  res ? res->data : NULL, n->out->data);
+    if (rc) { /* oneDNN failed: the reference from now on; rc 1 (a non-finite input): this run */
+        if (vt_node_fallback(n, rc < 0) == 0) linear_fwd(n);
         return;
     }
     if (lp->act == ACT_GELU) act_all(n, n->out->data, NULL);
 }
 
-static const vt_kernel k_linear_q8 = {"linear.onednn_int8", linear_q8_prepare, linear_q8_fwd};
+static const vt_kernel k_linear_q8 = {"linear.onednn_int8", linear_q8_prepare, linear_q8_fwd, 0};
 static const vt_kernel *const linear_kernels[] = {&k_linear_q8, &k_linear_prim, NULL};
 
 /* Backward. With an activation, dy is turned into the pre-activation gradient in place (only this node reads its output's
