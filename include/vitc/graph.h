@@ -208,7 +208,7 @@ int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
 /* Prints the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
- * total. */
+ * total, then the 12 slowest nodes (scope, kernel, first input's and output's shapes). */
 void vt_graph_print_profile(const vt_graph *g);
 
 /* Total multiply-adds of one forward run. */

@@ -574,6 +574,29 @@ int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
     return 0;
 }
 
+/* The PROFILE_TOP nodes that took longest (forward + backward): scope, kernel, first input's and output's shapes. */
+#define PROFILE_TOP 12
+static void print_slowest(const vt_graph *g, double total) {
+    int top[PROFILE_TOP], nt = 0;
+    for (int i = 0; i < g->nn; i++) { /* insertion into the top list, slowest first */
+        int k = nt < PROFILE_TOP ? nt++ : PROFILE_TOP;
+        while (k > 0 && g->node_s[top[k - 1]] < g->node_s[i]) {
+            if (k < PROFILE_TOP) top[k] = top[k - 1];
+            k--;
+        }
+        if (k < PROFILE_TOP) top[k] = i;
+    }
+    printf("slowest nodes:\n%-6s %-44s %-22s %8s %6s  %s\n", "node", "scope", "op", "seconds", "share",
+           "input -> output");
+    for (int j = 0; j < nt; j++) {
+        const vt_node *nd = g->nodes[top[j]];
+        char a[64], b[64];
+        printf("%-6d %-44.44s %-22.22s %8.4f %5.1f%%  %s -> %s\n", nd->index, g->scopes[nd->scope],
+               nd->kern ? nd->kern->name : nd->op->name, g->node_s[top[j]], 100.0 * g->node_s[top[j]] / total,
+               nd->nin ? vt_shape_str(nd->in[0], a, sizeof a) : "()", vt_shape_str(nd->out, b, sizeof b));
+    }
+}
+
 void vt_graph_print_profile(const vt_graph *g) {
     if (!g->node_s) return;
     const char *names[64];
@@ -601,6 +624,7 @@ void vt_graph_print_profile(const vt_graph *g) {
     printf("%-24s %10s %7s %14s\n", "op", "seconds", "share", "forward MACs");
     for (int i = 0; i < n; i++)
         printf("%-24s %10.4f %6.1f%% %14lld\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i]);
+    print_slowest(g, total);
 }
 
 /* Zeroes the gradient of t's root if its live range begins at backward step s (seeds the loss with 1). */
