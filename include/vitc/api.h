@@ -27,7 +27,7 @@ extern "C" {
 /** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
 #define VITC_VERSION_MAJOR 0
 /** Minor version: new functions, compatible. */
-#define VITC_VERSION_MINOR 1
+#define VITC_VERSION_MINOR 2
 /** Patch version: fixes only. */
 #define VITC_VERSION_PATCH 0
 
@@ -104,6 +104,10 @@ VITC_API void vitc_options_init(vitc_options *opt);
 /** Opens model `name` with weights from the safetensors file `weights` (official state_dict names); opt may be
  * NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
+
+/** Sets the arithmetic of the model's linear layers for later calls: "fp32" (the default) or "int8" (dynamic
+ * quantisation, as `vitc forward --dtype int8`; layers stay fp32 where the CPU has no fast int8 kernel). */
+VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 
 /** Frees a model and everything it holds (NULL is fine). */
 VITC_API void vitc_close(vitc_model *m);

@@ -116,6 +116,19 @@ vitc_model *vitc_open(const char *name, const char *weights, const vitc_options 
     return m;
 }
 
+int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
+    if (err) err->msg[0] = '\0';
+    if (!m) return fail(err, "no model (NULL)");
+    if (!dtype || (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "int8") != 0))
+        return fail(err, "%s: unknown dtype '%s' (fp32 or int8)", m->cfg.name, dtype ? dtype : "(NULL)");
+    const int int8 = strcmp(dtype, "int8") == 0;
+    if (m->cfg.arch.int8 != int8) {
+        m->cfg.arch.int8 = int8;
+        vt_predictor_free(&m->pred); /* the next call builds the graph with the new kernels */
+    }
+    return 0;
+}
+
 void vitc_close(vitc_model *m) {
     if (!m) return;
     vt_predictor_free(&m->pred);

@@ -822,8 +822,8 @@ static int convn_kg(const convn_p *p) { return p->q.C / p->G * p->q.k * p->q.k; 
 
 /* Row chunks per group (at least 64 rows each) so that the (group, chunk) tasks, one single-threaded sgemm each,
  * keep every thread busy (as vt_group_linear). */
-static int convn_chunks(int R, int G) {
-    const int nt = omp_get_max_threads(), want = (2 * nt + G - 1) / G, most = R / 64 > 1 ? R / 64 : 1;
+static int convn_chunks(int R, int G, int nt) {
+    const int want = (2 * nt + G - 1) / G, most = R / 64 > 1 ? R / 64 : 1;
     return want < most ? want : most;
 }
 
@@ -831,7 +831,7 @@ static int convn_chunks(int R, int G) {
 static void convn_gemm_fwd(const vt_node *n, const float *cols, float *y) {
     const convn_p *p = VT_OP_P(n, convn_p);
     const int R = (int)convn_rows(p), G = p->G, Og = p->Cout / G, Kg = convn_kg(p), K = Kg * G;
-    const int nc = convn_chunks(R, G);
+    const int nc = convn_chunks(R, G, n->g->threads);
     const float *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int gi = 0; gi < G; gi++)
@@ -895,7 +895,7 @@ static void convn_bwd(vt_node *n) {
         }
     }
     if (x->grad) { /* (group, chunk) tasks write disjoint blocks of dcols */
-        const int nc = convn_chunks(R, G);
+        const int nc = convn_chunks(R, G, n->g->threads);
 #pragma omp parallel for collapse(2) schedule(static)
         for (int gi = 0; gi < G; gi++)
             for (int c = 0; c < nc; c++) {

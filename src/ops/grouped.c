@@ -42,15 +42,15 @@ static void interleave_rows(float *dst, const float *src, int R, int E, int G, i
  * several groups the tasks run in one parallel region, each a single-threaded sgemm: a multi-threaded sgemm per
  * group (narrow Eg-column outputs, e.g. Next-ViT's 32-channel conv groups) spent more in its barriers than in its
  * flops. */
-static int row_chunks(int R, int G) {
-    const int nt = omp_get_max_threads(), want = (2 * nt + G - 1) / G, most = R / 64 > 1 ? R / 64 : 1;
+static int row_chunks(int R, int G, int nt) {
+    const int want = (2 * nt + G - 1) / G, most = R / 64 > 1 ? R / 64 : 1;
     return G == 1 ? 1 : want < most ? want : most;
 }
 
 static void glinear_fwd(vt_node *n) {
     const glinear_p *p = VT_OP_P(n, glinear_p);
     const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
-    const int Dg = Din / G, Eg = E / G, nc = row_chunks(R, G);
+    const int Dg = Din / G, Eg = E / G, nc = row_chunks(R, G, n->g->threads);
     const float *x = n->in[0]->data, *w = n->in[1]->data;
     float *dst = il ? n->fws->data : n->out->data;
 #pragma omp parallel for collapse(2) schedule(static) if (G > 1)
@@ -73,7 +73,7 @@ static void glinear_bwd(vt_node *n) {
         interleave_rows(n->bws->data, dy, R, E, G, 0);
         dy = n->bws->data;
     }
-    const int nc = row_chunks(R, G);
+    const int nc = row_chunks(R, G, n->g->threads);
     if (x->grad) { /* (group, chunk) tasks write disjoint blocks of dx */
 #pragma omp parallel for collapse(2) schedule(static) if (G > 1)
         for (int gi = 0; gi < G; gi++)
