@@ -203,22 +203,25 @@ static void dw_plane_bwd(const geom *q, const float *restrict x, const float *w,
  * outputs are computed VB at a time with all taps accumulated in registers (each output written once). */
 
 #define VB 16
+/* DW_ROWS output rows of VB outputs at once: 2·DW_ROWS independent vector accumulators (one row alone had 2, and the
+ * FMA latency bound the loop; GroupMixFormer-T training b16: the conv2d op 2.7-2.9 -> 2.1-2.2 s per two steps). */
+#define DW_ROWS 4
 
 static int round_up(int a, int m) { return (a + m - 1) / m * m; }
 static int imax(int a, int b) { return a > b ? a : b; }
 
 typedef struct {
-    int Hp, Wp; /* padded input plane (forward and dW) */
-    int Hd, Wd; /* padded output-gradient plane (backward) */
+    int Hp, Wp; /* padded input plane (forward and dW), DW_ROWS - 1 zero rows past the padding */
+    int Hd, Wd; /* padded output-gradient plane (backward), likewise */
     int64_t fwd, bwd; /* scratch floats per thread */
 } dwdims;
 
 static dwdims dw_dims(const geom *q) {
     dwdims d;
     const int Wo16 = round_up(q->Wo, VB), W16 = round_up(q->W, VB);
-    d.Hp = q->H + 2 * q->p;
+    d.Hp = q->H + 2 * q->p + DW_ROWS - 1;
     d.Wp = Wo16 + q->kw - 1;
-    d.Hd = imax(q->H + q->p + q->kh - 1, q->H + 2 * q->p);
+    d.Hd = imax(q->H + q->p + q->kh - 1, q->H + 2 * q->p) + DW_ROWS - 1;
     d.Wd = imax(W16 + q->p + q->kw - 1, Wo16 + 2 * (q->kw - 1));
     d.fwd = (int64_t)d.Hp * d.Wp;
     d.bwd = d.fwd + (int64_t)d.Hd * d.Wd + (int64_t)q->kh * q->kw * VB;
@@ -231,30 +234,41 @@ static void pad_plane(const float *x, int H, int W, int top, int left, float *xp
     for (int r = 0; r < H; r++) memcpy(xp + (size_t)(r + top) * Wp + left, x + (size_t)r * W, sizeof(float) * W);
 }
 
-/* DW_ROWS output rows of VB outputs at once: 2·DW_ROWS independent vector accumulators (one row alone had 2, and the
- * FMA latency bound the loop; GroupMixFormer-T training b16: the conv2d op 2.7-2.9 -> 2.1-2.2 s per two steps). */
-#define DW_ROWS 4
+/* Eight floats as one value (GNU C vector extension, gcc and clang; lowered to whatever vectors the target has):
+ * dw1_rows's accumulators. Written with `float a[VB]` arrays and `omp simd` loops, gcc kept them in memory and
+ * loaded and stored each at every tap (perf: the loop bound by those round trips). */
+typedef float v8f __attribute__((vector_size(32)));
 
-/* R <= DW_ROWS rows of VB sums acc[r][t] = init + Σ_{ki, kj} w[ki·kw + kj]·src[r·ld + ki·ks + kj·js + t] over a
- * padded plane (forward: the input, steps +row, +1; dX: the output gradient, steps −row, −1). */
-static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t ks, ptrdiff_t js, const float *w,
-                            int kh, int kw, float init, int R, float acc[DW_ROWS][VB]) {
+static inline v8f v8_load(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = (add: +=) init +
+ * Σ_{ki, kj} w[ki·kw + kj]·src[r·ld + ki·ks + kj·js + t] over a padded plane (forward: the input, steps +row, +1;
+ * dX: the output gradient, steps −row, −1). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero
+ * rows past their end and VB-rounded widths, dw_dims) in 2·DW_ROWS vector registers. */
+static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t ks, ptrdiff_t js,
+                            const float *restrict w, int kh, int kw, float init, float *restrict out, ptrdiff_t ldo,
+                            int R, int n, int add) {
+    enum { NV = VB / 8 };
+    v8f a[DW_ROWS][NV];
     for (int r = 0; r < DW_ROWS; r++)
-        for (int t = 0; t < VB; t++) acc[r][t] = init;
+        for (int v = 0; v < NV; v++) a[r][v] = (v8f){init, init, init, init, init, init, init, init};
     for (int ki = 0; ki < kh; ki++)
         for (int kj = 0; kj < kw; kj++) {
-            const float wv = w[ki * kw + kj];
-            const float *xr = src + ki * ks + kj * js;
-            if (R == DW_ROWS) {
-                for (int r = 0; r < DW_ROWS; r++)
-#pragma omp simd
-                    for (int t = 0; t < VB; t++) acc[r][t] += wv * xr[r * ld + t];
-            } else {
-                for (int r = 0; r < R; r++)
-#pragma omp simd
-                    for (int t = 0; t < VB; t++) acc[r][t] += wv * xr[r * ld + t];
-            }
+            const float c = w[ki * kw + kj];
+            const v8f wv = {c, c, c, c, c, c, c, c};
+            const float *restrict xr = src + ki * ks + kj * js;
+            for (int r = 0; r < DW_ROWS; r++)
+                for (int v = 0; v < NV; v++) a[r][v] += wv * v8_load(xr + r * ld + 8 * v);
         }
+    for (int r = 0; r < R; r++) {
+        float o[VB], *dst = out + r * ldo;
+        memcpy(o, a[r], sizeof o);
+        for (int t = 0; t < n; t++) dst[t] = add ? dst[t] + o[t] : o[t];
+    }
 }
 
 static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
@@ -263,13 +277,9 @@ static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const 
     pad_plane(x, q->H, q->W, q->p, q->p, xp, d->Hp, Wp);
     for (int oh = 0; oh < q->Ho; oh += DW_ROWS) {
         const int R = q->Ho - oh < DW_ROWS ? q->Ho - oh : DW_ROWS;
-        for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
-            float acc[DW_ROWS][VB];
-            dw1_rows(xp + (size_t)oh * Wp + ow0, Wp, Wp, 1, w, kh, kw, bv, R, acc);
-            const int nt = Wo - ow0 < VB ? Wo - ow0 : VB;
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < nt; t++) y[(size_t)(oh + r) * Wo + ow0 + t] = acc[r][t];
-        }
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB)
+            dw1_rows(xp + (size_t)oh * Wp + ow0, Wp, Wp, 1, w, kh, kw, bv, y + (size_t)oh * Wo + ow0, Wo, R,
+                     Wo - ow0 < VB ? Wo - ow0 : VB, 0);
     }
 }
 
@@ -281,14 +291,9 @@ static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const 
     if (dx)
         for (int ih = 0; ih < H; ih += DW_ROWS) {
             const int R = H - ih < DW_ROWS ? H - ih : DW_ROWS;
-            for (int iw0 = 0; iw0 < W; iw0 += VB) {
-                float a[DW_ROWS][VB];
+            for (int iw0 = 0; iw0 < W; iw0 += VB)
                 dw1_rows(dyp + (size_t)(ih + p + kh - 1) * Wd + iw0 + p + kw - 1, Wd, -(ptrdiff_t)Wd, -1, w, kh, kw,
-                         0.0f, R, a);
-                const int nt = W - iw0 < VB ? W - iw0 : VB;
-                for (int r = 0; r < R; r++)
-                    for (int t = 0; t < nt; t++) dx[(size_t)(ih + r) * W + iw0 + t] += a[r][t];
-            }
+                         0.0f, dx + (size_t)ih * W + iw0, W, R, W - iw0 < VB ? W - iw0 : VB, 1);
         }
     if (!acc) return;
     pad_plane(x, H, W, p, p, xp, d->Hp, Wp);
