@@ -448,6 +448,9 @@ static void check_shape_values(vt_test *T) {
         const int s[5] = {2, 45, 3, 5, 6}, p[5] = {2, 0, 3, 4, 1}, q[5] = {0, 2, 3, 4, 1};
         for (int j = 0; j < 5; j++) check_permute_slice_case(T, 5, s, p, 3, j, 1);
         check_permute_slice_case(T, 5, s, q, 3, 4, 1);
+        const int w[5] = {2, 45, 3, 5, 20}; /* 8×8 register blocks (shape.c) and their remainders */
+        check_permute_slice_case(T, 5, w, p, 3, 2, 1);
+        check_permute_slice_case(T, 5, w, q, 3, 4, 1);
     }
     { /* a range of the contiguous axis, of an outer one, longer than one element */
         const int s[4] = {2, 37, 5, 40}, p[4] = {0, 3, 1, 2}, q[4] = {1, 0, 2, 3};

@@ -237,13 +237,7 @@ static void pad_plane(const float *x, int H, int W, int top, int left, float *xp
 /* Eight floats as one value (GNU C vector extension, gcc and clang; lowered to whatever vectors the target has):
  * dw1_rows's accumulators. Written with `float a[VB]` arrays and `omp simd` loops, gcc kept them in memory and
  * loaded and stored each at every tap (perf: the loop bound by those round trips). */
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f v8_load(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+typedef float v8f __attribute__((vector_size(32))); /* never passed or returned (its ABI depends on the ISA) */
 
 /* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = (add: +=) init +
  * Σ_{ki, kj} w[ki·kw + kj]·src[r·ld + ki·ks + kj·js + t] over a padded plane (forward: the input, steps +row, +1;
@@ -262,7 +256,11 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t k
             const v8f wv = {c, c, c, c, c, c, c, c};
             const float *restrict xr = src + ki * ks + kj * js;
             for (int r = 0; r < DW_ROWS; r++)
-                for (int v = 0; v < NV; v++) a[r][v] += wv * v8_load(xr + r * ld + 8 * v);
+                for (int v = 0; v < NV; v++) {
+                    v8f xv;
+                    memcpy(&xv, xr + r * ld + 8 * v, sizeof xv);
+                    a[r][v] += wv * xv;
+                }
         }
     for (int r = 0; r < R; r++) {
         float o[VB], *dst = out + r * ldo;

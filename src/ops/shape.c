@@ -1,7 +1,12 @@
 /* Data-movement ops: concat, slice, general permute, attention head split/merge, token prepending.
  * All copy (no views besides vt_reshape); backward accumulates into the input gradients. No MACs. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "vitc/ops.h"
 
@@ -180,6 +185,34 @@ static void pdesc_make(int nd, const int *ishape, const int *size, const int *pe
 
 #define PT 32 /* transpose tile */
 
+#if defined(__AVX__)
+/* dst[j·ds + i] = (add: +=) src[i·ss + j] for i, j < 8: eight row loads, the classic unpack / shuffle / lane-swap
+ * transpose in registers, eight row stores. The scalar tile loop read one strided float per element (gcc made a
+ * two-wide insert-and-store of it): GroupMixFormer-S's (16, 196, 3, 5, 64) -> (3, 16, 1, 64, 196) segment permute
+ * took 8 ms per forward for 0.6 M floats. */
+static inline void transpose8(const float *src, ptrdiff_t ss, float *dst, ptrdiff_t ds, int add) {
+    const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + ss), r2 = _mm256_loadu_ps(src + 2 * ss),
+                 r3 = _mm256_loadu_ps(src + 3 * ss), r4 = _mm256_loadu_ps(src + 4 * ss),
+                 r5 = _mm256_loadu_ps(src + 5 * ss), r6 = _mm256_loadu_ps(src + 6 * ss),
+                 r7 = _mm256_loadu_ps(src + 7 * ss);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                   _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                   _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                   _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+    for (int j = 0; j < 8; j++) {
+        float *d = dst + j * ds;
+        _mm256_storeu_ps(d, add ? _mm256_add_ps(_mm256_loadu_ps(d), c[j]) : c[j]);
+    }
+}
+#endif
+
 /* Moves between the strided side s (input order, d's strides) and the dense side t (output order): t = s (mode
  * 0), t += s (mode 1) or s += t (mode 2, a sliced permute's backward: every element of s is reached once). */
 static void permute_run(const pdesc *d, float *restrict s_, float *restrict t_, int mode) {
@@ -232,7 +265,28 @@ static void permute_run(const pdesc *d, float *restrict s_, float *restrict t_, 
         }
         const int64_t q0 = r / tl % tq * PT, l0 = r % tl * PT;
         const int64_t q1 = q0 + PT < nq ? q0 + PT : nq, l1 = l0 + PT < nl ? l0 + PT : nl;
-        for (int64_t a = q0; a < q1; a++) {
+        int64_t a = q0;
+#if defined(__AVX__)
+        for (; a + 8 <= q1; a += 8) { /* 8×8 blocks in registers, the tile's last l < 8 columns below */
+            int64_t l = l0;
+            for (; l + 8 <= l1; l += 8) {
+                if (mode == 2)
+                    transpose8(t_ + so + a * osq + l, osq, s_ + si + a + l * isl, isl, 1);
+                else
+                    transpose8(s_ + si + a + l * isl, isl, t_ + so + a * osq + l, osq, mode);
+            }
+            for (int64_t b = a; b < a + 8 && l < l1; b++) {
+                float *o = t_ + so + b * osq, *s = s_ + si + b;
+                for (int64_t m = l; m < l1; m++) {
+                    if (mode == 2)
+                        s[m * isl] += o[m];
+                    else
+                        o[m] = mode ? o[m] + s[m * isl] : s[m * isl];
+                }
+            }
+        }
+#endif
+        for (; a < q1; a++) {
             float *o = t_ + so + a * osq, *s = s_ + si + a;
             if (mode == 2)
                 for (int64_t l = l0; l < l1; l++) s[l * isl] += o[l];
