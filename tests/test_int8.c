@@ -38,7 +38,8 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb) {
 static void check_scratch(vt_test *T, const vt_graph *g, const vt_node *ln, const vt_tensor *x, const vt_tensor *y,
                           int64_t xk) {
     const vt_tensor *k = ln->kws;
-    T_CHECK(T, k && k->dtype == VT_U8 && k->numel == xk && k->data, "int8 scratch: %s", k ? "wrong type or size" : "none");
+    T_CHECK(T, k && k->dtype == VT_U8 && k->numel == xk && k->data, "int8 scratch: %s",
+            k ? "wrong type or size" : "none");
     if (!k || !k->data) return;
     const uint8_t *p = vt_tensor_u8(k);
     T_CHECK(T, p >= g->arena && p + xk <= g->arena + g->arena_bytes && (p - g->arena) % 64 == 0,

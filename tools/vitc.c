@@ -140,7 +140,8 @@ static const optdef optdefs[] = {
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
-    O("--profile", O_FLAG, profile, "print the time spent per op type (per kernel) and the 12 slowest nodes with their scope and shapes"),
+    O("--profile", O_FLAG, profile,
+      "print the time spent per op type (per kernel) and the 12 slowest nodes with their scope and shapes"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "

@@ -35,9 +35,9 @@ typedef struct vt_graph vt_graph;
  * (it decides from the node's shapes, the graph's GEMM plan and thread count, and makes what it needs, e.g. a oneDNN
  * primitive, and its scratch of any dtype with vt_kernel_work), else the op's own forward, the reference; graphs
  * with ref_kernels set take none. The op's forward scratch (vt_node.fws) is planned only for a kernel that says it
- * uses it (ref_scratch); a kernel that hands a run to the reference calls vt_node_fallback first. A kernel computes the reference's result to
- * float rounding (every gradient-check case runs both ways, tests/gradcheck.c) and writes what the op's backward
- * reads (saved tensors) as the reference does; the backward is the op's. Int8 kernels, taken only by eval graphs with
+ * uses it (ref_scratch); a kernel that hands a run to the reference calls vt_node_fallback first. A kernel computes
+ * the reference's result to float rounding (every gradient-check case runs both ways, tests/gradcheck.c) and writes
+ * what the op's backward reads (saved tensors) as the reference does; the backward is the op's. Int8 kernels, taken only by eval graphs with
  * vt_graph.int8 set, compute a documented quantised result instead (tests/test_int8.c). */
 typedef struct vt_kernel {
     const char *name;               /* "<op>.<backend>", e.g. "linear.onednn_matmul" (profiles show it) */

@@ -95,7 +95,8 @@ $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --train --profile >"$T/prof.log" 2>&1
 check "bench --profile: time per op and the 12 slowest nodes" \
-    "grep -Eq '^linear +[0-9.]+ +[0-9.]+%' '$T/prof.log' && [ \$(sed -n '/^slowest nodes/,/img.s/p' '$T/prof.log' | grep -Ec '^[0-9]+ ') -eq 12 ]" \
+    "grep -Eq '^linear +[0-9.]+ +[0-9.]+%' '$T/prof.log' &&
+     [ \$(sed -n '/^slowest nodes/,/img.s/p' '$T/prof.log' | grep -Ec '^[0-9]+ ') -eq 12 ]" \
     "$(cat "$T/prof.log")"
 # numeric options: a value outside its range, NaN/Inf or garbage is refused (never replaced by the default)
 while IFS='|' read -r args want; do
