@@ -720,8 +720,47 @@ static void check_conv_nhwc_plan(vt_test *T) {
     free(out[1]);
 }
 
+/* Slices whose few chunks are long enough to be copied in pieces by several threads (slice_pieces): values and the
+ * gradient (r on the sliced range, zero elsewhere) for one chunk of 100,100 floats and two of 90,030. */
+static void check_slice_pieces(vt_test *T) {
+    const int shapes[2][3] = {{3, 100, 1001}, {2, 50, 3001}}, axis[2] = {0, 1}, start[2] = {1, 10}, len[2] = {1, 30};
+    for (int c = 0; c < 2; c++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_tensor *x = vt_param(g, "x", 3, shapes[c], (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *y = vt_slice(g, x, axis[c], start[c], len[c]);
+        vt_tensor *r = y ? vt_input(g, "r", 3, y->shape) : NULL;
+        vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "slice pieces: %s", e.msg);
+        if (!e.msg[0]) {
+            vt_params_init(P, 3 + (uint64_t)c);
+            for (int64_t i = 0; i < r->numel; i++) r->data[i] = (float)(i % 7) - 3.0f;
+            vt_graph_forward(g);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+            const int A = shapes[c][axis[c]], inner = axis[c] ? shapes[c][2] : shapes[c][1] * shapes[c][2];
+            const int outer = axis[c] ? shapes[c][0] : 1;
+            int64_t bad = 0;
+            for (int o = 0; o < outer; o++)
+                for (int a = 0; a < A; a++)
+                    for (int i = 0; i < inner; i++) {
+                        const int64_t xi = ((int64_t)o * A + a) * inner + i;
+                        const int in = a >= start[c] && a < start[c] + len[c];
+                        const int64_t yi = ((int64_t)o * len[c] + (a - start[c])) * inner + i;
+                        bad += in ? (y->data[yi] != x->data[xi] || x->grad[xi] != r->data[yi]) : x->grad[xi] != 0.0f;
+                    }
+            T_CHECK(T, bad == 0, "slice pieces case %d: %lld wrong values or gradients", c, (long long)bad);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_ops_conv_shape(vt_test *T) {
     check_conv_nhwc_plan(T);
+    check_slice_pieces(T);
     check_conv_values(T);
     check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);

@@ -100,25 +100,35 @@ typedef struct {
     int outer, A, start, len, inner;
 } slice_p;
 
-static void slice_fwd(vt_node *n) {
-    const slice_p *p = VT_OP_P(n, slice_p);
-    const int O = p->outer, A = p->A, st = p->start, len = p->len, inner = p->inner;
-    const int64_t chunk = (int64_t)len * inner;
-    const float *x = n->in[0]->data;
-    float *y = n->out->data;
-#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
-    for (int o = 0; o < O; o++) copy_or_add(y + o * chunk, x + ((int64_t)o * A + st) * inner, chunk, 0);
+/* Pieces each output chunk is copied in: one per chunk when there are at least 4 chunks, else enough pieces of at
+ * least PAR_MIN floats to share one large chunk among the threads (GroupMixFormer's Q, K, V slices are one chunk). */
+static int slice_pieces(int O, int64_t chunk) {
+    if (O >= 4 || chunk < 2 * PAR_MIN) return 1;
+    const int64_t k = chunk / PAR_MIN;
+    return k < 8 ? (int)k : 8;
 }
 
+/* Copies (bwd = 0: y from x) or accumulates (bwd = 1: dx from dy) every chunk of the slice, in pieces. */
+static void slice_run(const slice_p *p, float *x, float *y, int bwd) {
+    const int O = p->outer, A = p->A, st = p->start, inner = p->inner;
+    const int64_t chunk = (int64_t)p->len * inner;
+    const int P = slice_pieces(O, chunk);
+#pragma omp parallel for schedule(static) if ((int64_t)O * chunk > PAR_MIN)
+    for (int t = 0; t < O * P; t++) {
+        const int o = t / P, k = t % P;
+        const int64_t a = chunk * k / P, b = chunk * (k + 1) / P;
+        float *xs = x + ((int64_t)o * A + st) * inner + a, *ys = y + o * chunk + a;
+        if (bwd)
+            copy_or_add(xs, ys, b - a, 1);
+        else
+            copy_or_add(ys, xs, b - a, 0);
+    }
+}
+
+static void slice_fwd(vt_node *n) { slice_run(VT_OP_P(n, slice_p), n->in[0]->data, n->out->data, 0); }
+
 static void slice_bwd(vt_node *n) {
-    float *dx = n->in[0]->grad;
-    if (!dx) return;
-    const slice_p *p = VT_OP_P(n, slice_p);
-    const int O = p->outer, A = p->A, st = p->start, len = p->len, inner = p->inner;
-    const int64_t chunk = (int64_t)len * inner;
-    const float *dy = n->out->grad;
-#pragma omp parallel for schedule(static) if (n->out->numel > PAR_MIN)
-    for (int o = 0; o < O; o++) copy_or_add(dx + ((int64_t)o * A + st) * inner, dy + o * chunk, chunk, 1);
+    if (n->in[0]->grad) slice_run(VT_OP_P(n, slice_p), n->in[0]->grad, n->out->grad, 1);
 }
 
 static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0), NULL};
