@@ -247,7 +247,8 @@ static void check_conv_nhwc_values(vt_test *T) {
 static void check_dwconv_nhwc_values(vt_test *T) {
     static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0},
                                  {1, 5, 4, 37, 3, 1}, {2, 3, 3, 32, 3, 2},
-                                 {1, 4, 12, 37, 5, 2}}; /* the last: 4-pixel runs over 2 full channel blocks + 5 */
+                                 {1, 4, 12, 37, 5, 2}, /* strips with padding columns, 4 8-channel blocks + 5 */
+                                 {1, 3, 21, 19, 5, 2}}; /* an 8-pixel strip inside the row, a 5-pixel one at its end */
     for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) { /* odd k: channels 3.. of a wider x, plus r */
         const int *cf = cfgs[k / 2], ex = (int)(k % 2);
         const int B = cf[0], H = cf[1], W = cf[2], C = cf[3], K = cf[4], p = cf[5], L = ex ? C + 5 : C, c0 = ex ? 3 : 0;
@@ -607,11 +608,11 @@ static const gc_case conv_cases[] = {
      .build = b_dwn, .ia = {3}},
     {.name = "dwconv_nhwc_ex_offset_add", .nx = 4, .ndim = {4, 4, 1, 3},
      .shape = {{2, 5, 4, 20}, {17, 1, 3, 3}, {17}, {2, 20, 17}}, .build = b_dwn_ex, .ia = {1, 2}},
-    /* wide enough for the 4-pixel runs (forward and dx gather), 16 + 2 channels */
-    {.name = "dwconv_nhwc_runs", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 3, 9, 18}, {18, 1, 3, 3}, {18}},
+    /* wide enough for an 8-pixel strip without padding columns (forward and dX), 16 + 2 channels */
+    {.name = "dwconv_nhwc_runs", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 3, 20, 18}, {18, 1, 3, 3}, {18}},
      .build = b_dwn, .ia = {1}},
     {.name = "dwconv_nhwc_ex_runs", .nx = 4, .ndim = {4, 4, 1, 3},
-     .shape = {{1, 3, 10, 22}, {18, 1, 3, 3}, {18}, {1, 30, 18}}, .build = b_dwn_ex, .ia = {1, 2}},
+     .shape = {{1, 3, 18, 22}, {18, 1, 3, 3}, {18}, {1, 54, 18}}, .build = b_dwn_ex, .ia = {1, 2}},
     {.name = "dwconv_nhwc_ex_p0", .nx = 4, .ndim = {4, 4, 1, 4},
      .shape = {{1, 4, 5, 9}, {3, 1, 3, 3}, {3}, {1, 2, 3, 3}}, .build = b_dwn_ex, .ia = {0, 6}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,

@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "patches.h"
 #include "vitc/ops.h"
@@ -521,100 +524,145 @@ typedef struct {
     int bias_in, add_in; /* input slots of b and r, -1 when absent */
 } dwn_p;
 
-static void transpose_w(const float *w, float *wt, int C, int K) {
+/* w (C, K) -> wt (K, C); flip: tap k goes to row K − 1 − k (the dX correlation's kernel). */
+static void transpose_w(const float *w, float *wt, int C, int K, int flip) {
     for (int c = 0; c < C; c++)
-        for (int k = 0; k < K; k++) wt[(size_t)k * C + c] = w[(size_t)c * K + k];
+        for (int k = 0; k < K; k++) wt[(size_t)(flip ? K - 1 - k : k) * C + c] = w[(size_t)c * K + k];
 }
 
-/* One block of channels of one pixel: out[t] (= init[t] or 0, or += when acc) + Σ_{ki, kj} w[ki·kw + kj][t] ·
- * src[ki·rs + kj·cs + t] over ki in [ki0, ki1), kj in [kj0, kj1); w rows have stride wc. taps_full handles VB
- * channels (accumulated in registers), taps_part the last nc < VB. */
-static void taps_full(float *restrict out, const float *init, int acc, const float *src, const float *w, int ki0,
-                      int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc) {
-    float a[VB];
-#pragma omp simd
-    for (int t = 0; t < VB; t++) a[t] = init ? init[t] : 0.0f;
-    for (int ki = ki0; ki < ki1; ki++)
-        for (int kj = kj0; kj < kj1; kj++) {
-            const float *restrict sv = src + ki * rs + kj * cs, *restrict wv = w + (size_t)(ki * kw + kj) * wc;
-#pragma omp simd
-            for (int t = 0; t < VB; t++) a[t] += wv[t] * sv[t];
-        }
-    if (acc) {
-#pragma omp simd
-        for (int t = 0; t < VB; t++) out[t] += a[t];
-    } else {
-#pragma omp simd
-        for (int t = 0; t < VB; t++) out[t] = a[t];
-    }
-}
+/* One output row of a channels-last depthwise correlation, the forward's (x -> y) and dX's (dy -> dx: the kernel
+ * flipped, padding k - 1 - p): y[ow, c] (+= when acc) = bias[c] + Σ_{ki, kj} w[ki·kw + kj][c] ·
+ * x[oh - ph + ki, ow - pw + kj, c], taps outside the input read as zeros. */
+typedef struct {
+    const float *x;  /* the batch item's input (its first channel) */
+    ptrdiff_t xl;    /* floats between input pixels */
+    int Hi, Wi;      /* input size */
+    const float *w;  /* taps (kh·kw, C) */
+    int kh, kw, ph, pw, C;
+    float *y;        /* the output row (its first channel) */
+    ptrdiff_t yl;    /* floats between output pixels */
+    int Wo, acc;     /* output width; add to y instead of writing it */
+    const float *bias;
+} dws_row;
 
-static void taps_part(float *restrict out, const float *init, int acc, const float *src, const float *w, int ki0,
-                      int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc, int nc) {
-    float a[VB];
-    for (int t = 0; t < nc; t++) a[t] = init ? init[t] : 0.0f;
-    for (int ki = ki0; ki < ki1; ki++)
-        for (int kj = kj0; kj < kj1; kj++) {
-            const float *sv = src + ki * rs + kj * cs, *wv = w + (size_t)(ki * kw + kj) * wc;
-            for (int t = 0; t < nc; t++) a[t] += wv[t] * sv[t];
-        }
-    for (int t = 0; t < nc; t++) out[t] = acc ? out[t] + a[t] : a[t];
-}
+/* Output pixels per strip: a strip of DWS_P pixels × 8 channels is DWS_P vector accumulators (named variables:
+ * gcc keeps an array of vectors indexed in an unrolled loop in memory, a load and a store around every update),
+ * updated tap by tap with one weight vector and one input vector per multiply-add. */
+#define DWS_P 8
 
-/* taps_full for DW_PX consecutive pixels (out + i·os from src + i·ss) over the same taps: DW_PX·VB independent
- * accumulators, where one pixel's VB (two AVX2 vectors) left the loop waiting on the FMA latency (~4 cycles) and each
- * weight vector is loaded once for DW_PX pixels. */
-#define DW_PX 4
-static void taps4(float *restrict out, ptrdiff_t os, const float *init, int acc, const float *src, ptrdiff_t ss,
-                  const float *w, int ki0, int ki1, int kj0, int kj1, ptrdiff_t rs, ptrdiff_t cs, int kw, int wc) {
-    float a0[VB], a1[VB], a2[VB], a3[VB];
-#pragma omp simd
-    for (int t = 0; t < VB; t++) a0[t] = a1[t] = a2[t] = a3[t] = init ? init[t] : 0.0f;
-    for (int ki = ki0; ki < ki1; ki++)
-        for (int kj = kj0; kj < kj1; kj++) {
-            const float *restrict sv = src + ki * rs + kj * cs, *restrict wv = w + (size_t)(ki * kw + kj) * wc;
-#pragma omp simd
-            for (int t = 0; t < VB; t++) {
-                const float wt = wv[t];
-                a0[t] += wt * sv[t];
-                a1[t] += wt * sv[ss + t];
-                a2[t] += wt * sv[2 * ss + t];
-                a3[t] += wt * sv[3 * ss + t];
+#if defined(__FMA__) /* one fused multiply-add (gcc's -std=c11 keeps a·b + c as two roundings and two instructions) */
+#define V8_MADD(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#else
+#define V8_MADD(acc, a, b) ((acc) += (a) * (b))
+#endif
+
+/* xv = 8 floats at p, or zeros when `in` is false (a padding column). */
+#define V8_LOAD_IF(xv, in, p)                                                                                         \
+    do {                                                                                                               \
+        if (in) memcpy(&(xv), (p), sizeof(xv));                                                                        \
+        else (xv) = (v8f){0};                                                                                          \
+    } while (0)
+
+/* 8 floats at p = v (+= v when acc), when `in`. */
+#define V8_STORE_IF(v, in, acc, p)                                                                                     \
+    do {                                                                                                               \
+        if (in) {                                                                                                      \
+            if (acc) {                                                                                                 \
+                v8f o_;                                                                                                \
+                memcpy(&o_, (p), sizeof o_);                                                                           \
+                (v) += o_;                                                                                             \
+            }                                                                                                          \
+            memcpy((p), &(v), sizeof(v));                                                                              \
+        }                                                                                                              \
+    } while (0)
+
+/* np (<= DWS_P) pixels from column ow0, channels [cb, cb + 8); `checked` (a constant where inlined): some taps read
+ * columns outside [0, Wi) (zeros), else every column is in range. */
+static inline __attribute__((always_inline)) void dws_strip(const dws_row *r, int ki0, int ki1, int row0, int ow0,
+                                                            int np, int cb, const int checked) {
+    v8f a0, a1, a2, a3, a4, a5, a6, a7;
+    v8f init = {0};
+    if (r->bias) memcpy(&init, r->bias + cb, sizeof init);
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = init;
+    const ptrdiff_t xl = r->xl;
+    for (int ki = ki0; ki < ki1; ki++) {
+        const float *xr = r->x + (ptrdiff_t)(row0 + ki) * r->Wi * xl + cb, *wr = r->w + (size_t)ki * r->kw * r->C + cb;
+        for (int kj = 0; kj < r->kw; kj++) {
+            const int c0 = ow0 - r->pw + kj; /* input column of pixel 0 */
+            const float *xp = xr + (ptrdiff_t)c0 * xl;
+            v8f w, x0, x1, x2, x3, x4, x5, x6, x7;
+            memcpy(&w, wr + (size_t)kj * r->C, sizeof w);
+            if (checked) {
+                const unsigned Wi = (unsigned)r->Wi;
+                V8_LOAD_IF(x0, (unsigned)c0 < Wi, xp);
+                V8_LOAD_IF(x1, (unsigned)(c0 + 1) < Wi, xp + xl);
+                V8_LOAD_IF(x2, (unsigned)(c0 + 2) < Wi, xp + 2 * xl);
+                V8_LOAD_IF(x3, (unsigned)(c0 + 3) < Wi, xp + 3 * xl);
+                V8_LOAD_IF(x4, (unsigned)(c0 + 4) < Wi, xp + 4 * xl);
+                V8_LOAD_IF(x5, (unsigned)(c0 + 5) < Wi, xp + 5 * xl);
+                V8_LOAD_IF(x6, (unsigned)(c0 + 6) < Wi, xp + 6 * xl);
+                V8_LOAD_IF(x7, (unsigned)(c0 + 7) < Wi, xp + 7 * xl);
+            } else {
+                memcpy(&x0, xp, sizeof x0);
+                memcpy(&x1, xp + xl, sizeof x1);
+                memcpy(&x2, xp + 2 * xl, sizeof x2);
+                memcpy(&x3, xp + 3 * xl, sizeof x3);
+                memcpy(&x4, xp + 4 * xl, sizeof x4);
+                memcpy(&x5, xp + 5 * xl, sizeof x5);
+                memcpy(&x6, xp + 6 * xl, sizeof x6);
+                memcpy(&x7, xp + 7 * xl, sizeof x7);
             }
+            V8_MADD(a0, w, x0);
+            V8_MADD(a1, w, x1);
+            V8_MADD(a2, w, x2);
+            V8_MADD(a3, w, x3);
+            V8_MADD(a4, w, x4);
+            V8_MADD(a5, w, x5);
+            V8_MADD(a6, w, x6);
+            V8_MADD(a7, w, x7);
         }
-    float *o0 = out, *o1 = out + os, *o2 = out + 2 * os, *o3 = out + 3 * os;
-    if (acc) {
-#pragma omp simd
-        for (int t = 0; t < VB; t++) {
-            o0[t] += a0[t];
-            o1[t] += a1[t];
-            o2[t] += a2[t];
-            o3[t] += a3[t];
-        }
-    } else {
-#pragma omp simd
-        for (int t = 0; t < VB; t++) {
-            o0[t] = a0[t];
-            o1[t] = a1[t];
-            o2[t] = a2[t];
-            o3[t] = a3[t];
-        }
+    }
+    float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;
+    const ptrdiff_t yl = r->yl;
+    const int acc = r->acc;
+    V8_STORE_IF(a0, 0 < np, acc, y0);
+    V8_STORE_IF(a1, 1 < np, acc, y0 + yl);
+    V8_STORE_IF(a2, 2 < np, acc, y0 + 2 * yl);
+    V8_STORE_IF(a3, 3 < np, acc, y0 + 3 * yl);
+    V8_STORE_IF(a4, 4 < np, acc, y0 + 4 * yl);
+    V8_STORE_IF(a5, 5 < np, acc, y0 + 5 * yl);
+    V8_STORE_IF(a6, 6 < np, acc, y0 + 6 * yl);
+    V8_STORE_IF(a7, 7 < np, acc, y0 + 7 * yl);
+}
+
+/* Output pixel ow, channels [c_from, c_to), one channel at a time (the channels past the last 8-channel block). */
+static void dws_pixel(const dws_row *r, int ki0, int ki1, int row0, int ow, int c_from, int c_to) {
+    float *dst = r->y + (ptrdiff_t)ow * r->yl;
+    for (int c = c_from; c < c_to; c++) {
+        float s = r->bias ? r->bias[c] : 0.0f;
+        for (int ki = ki0; ki < ki1; ki++)
+            for (int kj = 0; kj < r->kw; kj++) {
+                const int col = ow - r->pw + kj;
+                if (col >= 0 && col < r->Wi)
+                    s += r->w[(size_t)(ki * r->kw + kj) * r->C + c] *
+                         r->x[((ptrdiff_t)(row0 + ki) * r->Wi + col) * r->xl + c];
+            }
+        dst[c] = r->acc ? dst[c] + s : s;
     }
 }
 
-/* All C channels of DW_PX consecutive full-width pixels (out + i·os from src + i·ss, i < DW_PX): taps4 on every
- * full VB block, taps_part per pixel on the last nc < VB channels. */
-static void taps_run(float *out, ptrdiff_t os, const float *init, int acc, const float *src, ptrdiff_t ss,
-                     const float *w, int ki0, int ki1, ptrdiff_t rs, ptrdiff_t cs, int kw, int C) {
-    for (int c0 = 0; c0 < C; c0 += VB)
-        for (int i = 0; i < (c0 + VB <= C ? 1 : DW_PX); i++) {
-            float *oi = out + i * os + c0;
-            const float *si = src + i * ss + c0, *bi = init ? init + c0 : NULL;
-            if (c0 + VB <= C)
-                taps4(oi, os, bi, acc, si, ss, w + c0, ki0, ki1, 0, kw, rs, cs, kw, C);
-            else
-                taps_part(oi, bi, acc, si, w + c0, ki0, ki1, 0, kw, rs, cs, kw, C, C - c0);
-        }
+/* Output row oh: strips of 8-channel blocks, dws_pixel for the channels past the last block. */
+static void dws_run_row(const dws_row *r, int oh) {
+    const int row0 = oh - r->ph, ki0 = row0 < 0 ? -row0 : 0, ki1 = r->Hi - row0 < r->kh ? r->Hi - row0 : r->kh;
+    const int C8 = r->C / 8 * 8;
+    for (int ow0 = 0; ow0 < r->Wo; ow0 += DWS_P) {
+        const int np = r->Wo - ow0 < DWS_P ? r->Wo - ow0 : DWS_P;
+        const int inside = np == DWS_P && ow0 - r->pw >= 0 && ow0 - r->pw + DWS_P - 1 + r->kw - 1 < r->Wi;
+        for (int cb = 0; cb < C8; cb += 8)
+            if (inside) dws_strip(r, ki0, ki1, row0, ow0, np, cb, 0);
+            else dws_strip(r, ki0, ki1, row0, ow0, np, cb, 1);
+        for (int i = 0; i < np && C8 < r->C; i++) dws_pixel(r, ki0, ki1, row0, ow0 + i, C8, r->C);
+    }
 }
 
 static void dwn_fwd(vt_node *n) {
@@ -624,65 +672,84 @@ static void dwn_fwd(vt_node *n) {
     const float *x = n->in[0]->data + dp->c0, *bias = dp->bias_in >= 0 ? n->in[dp->bias_in]->data : NULL;
     const float *add = dp->add_in >= 0 ? n->in[dp->add_in]->data : NULL;
     float *y = n->out->data, *wt = n->fws->data;
-    transpose_w(n->in[1]->data, wt, C, kh * kw);
+    transpose_w(n->in[1]->data, wt, C, kh * kw, 0);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int oh = 0; oh < Ho; oh++) {
-            const int ki0 = p - oh > 0 ? p - oh : 0, ki1 = H + p - oh < kh ? H + p - oh : kh;
-            for (int ow = 0; ow < Wo; ow++) {
-                const int kj0 = p - ow > 0 ? p - ow : 0, kj1 = W + p - ow < kw ? W + p - ow : kw;
-                const size_t o = (((size_t)b * Ho + oh) * Wo + ow) * C;
-                float *yv = y + o;
-                const ptrdiff_t xb = (((ptrdiff_t)b * H + oh - p) * W + ow - p) * L; /* tap (0, 0); may be < 0 */
-                const int run = ow >= p && ow + DW_PX - 1 <= W + p - kw && ow + DW_PX <= Wo; /* DW_PX full-width */
-                if (add) memcpy(yv, add + o, sizeof(float) * (size_t)C * (run ? DW_PX : 1));
-                if (run) {
-                    taps_run(yv, C, bias, add != NULL, x + xb, L, wt, ki0, ki1, (ptrdiff_t)W * L, L, kw, C);
-                    ow += DW_PX - 1;
-                    continue;
-                }
-                for (int c0 = 0; c0 < C; c0 += VB) {
-                    const int nc = C - c0 < VB ? C - c0 : VB;
-                    if (nc == VB)
-                        taps_full(yv + c0, bias ? bias + c0 : NULL, add != NULL, x + (xb + c0), wt + c0, ki0, ki1,
-                                  kj0, kj1, (ptrdiff_t)W * L, L, kw, C);
-                    else
-                        taps_part(yv + c0, bias ? bias + c0 : NULL, add != NULL, x + (xb + c0), wt + c0, ki0, ki1,
-                                  kj0, kj1, (ptrdiff_t)W * L, L, kw, C, nc);
-                }
-            }
+            const size_t o = ((size_t)b * Ho + oh) * Wo * C;
+            if (add) memcpy(y + o, add + o, sizeof(float) * (size_t)Wo * C);
+            const dws_row r = {x + (size_t)b * H * W * L, L, H, W, wt, kh, kw, p, p, C, y + o, C, Wo, add != NULL,
+                               bias};
+            dws_run_row(&r, oh);
         }
 }
 
-/* m[c] += Σ_{ow in [lo, hi)} d[ow·C + c]·x[ow·L + c] (one tap of dW over an output row): two pixels' partial sums
- * per VB channels in registers, m read and written once per row instead of once per pixel. */
-static void dw_tap_row(float *restrict m, const float *restrict d, const float *restrict x, int C, int L, int lo,
-                       int hi) {
-    int c0 = 0;
-    for (; c0 + VB <= C; c0 += VB) {
-        float s0[VB] = {0}, s1[VB] = {0};
-        int ow = lo;
-        for (; ow + 1 < hi; ow += 2) {
-            const float *d0 = d + (size_t)ow * C + c0, *x0 = x + (ptrdiff_t)ow * L + c0;
-#pragma omp simd
-            for (int t = 0; t < VB; t++) {
-                s0[t] += d0[t] * x0[t];
-                s1[t] += d0[C + t] * x0[L + t];
+/* dW of one 8-pixel strip (np <= DWS_P pixels from column ow0, channels [cb, cb + 8)) for kernel row ki:
+ * m[kj·C + c] += Σ_i dy[ow0 + i, c]·x[ow0 + i − p + kj, c] for every kj, x the input row. The strip's output
+ * gradients stay in registers across the kw taps (the per-tap loop this replaced loaded both operands of every
+ * multiply-add); `checked` (a constant where inlined): some pixels are past np or read padding columns (zeros). */
+static inline __attribute__((always_inline)) void dwk_strip(float *restrict m, const float *dr, const float *xr,
+                                                            ptrdiff_t xl, int C, int W, int p, int kw, int ow0,
+                                                            int np, int cb, const int checked) {
+    v8f d0, d1, d2, d3, d4, d5, d6, d7;
+    const float *dp = dr + (size_t)ow0 * C + cb;
+    V8_LOAD_IF(d0, !checked || 0 < np, dp);
+    V8_LOAD_IF(d1, !checked || 1 < np, dp + C);
+    V8_LOAD_IF(d2, !checked || 2 < np, dp + 2 * C);
+    V8_LOAD_IF(d3, !checked || 3 < np, dp + 3 * C);
+    V8_LOAD_IF(d4, !checked || 4 < np, dp + 4 * C);
+    V8_LOAD_IF(d5, !checked || 5 < np, dp + 5 * C);
+    V8_LOAD_IF(d6, !checked || 6 < np, dp + 6 * C);
+    V8_LOAD_IF(d7, !checked || 7 < np, dp + 7 * C);
+    const unsigned Wu = (unsigned)W;
+    for (int kj = 0; kj < kw; kj++) {
+        const int c0 = ow0 - p + kj; /* input column of pixel 0 */
+        const float *xp = xr + (ptrdiff_t)c0 * xl + cb;
+        v8f x0, x1, x2, x3, x4, x5, x6, x7, s, t, mv;
+        V8_LOAD_IF(x0, !checked || (0 < np && (unsigned)c0 < Wu), xp);
+        V8_LOAD_IF(x1, !checked || (1 < np && (unsigned)(c0 + 1) < Wu), xp + xl);
+        V8_LOAD_IF(x2, !checked || (2 < np && (unsigned)(c0 + 2) < Wu), xp + 2 * xl);
+        V8_LOAD_IF(x3, !checked || (3 < np && (unsigned)(c0 + 3) < Wu), xp + 3 * xl);
+        V8_LOAD_IF(x4, !checked || (4 < np && (unsigned)(c0 + 4) < Wu), xp + 4 * xl);
+        V8_LOAD_IF(x5, !checked || (5 < np && (unsigned)(c0 + 5) < Wu), xp + 5 * xl);
+        V8_LOAD_IF(x6, !checked || (6 < np && (unsigned)(c0 + 6) < Wu), xp + 6 * xl);
+        V8_LOAD_IF(x7, !checked || (7 < np && (unsigned)(c0 + 7) < Wu), xp + 7 * xl);
+        s = d0 * x0;
+        t = d1 * x1;
+        V8_MADD(s, d2, x2);
+        V8_MADD(t, d3, x3);
+        V8_MADD(s, d4, x4);
+        V8_MADD(t, d5, x5);
+        V8_MADD(s, d6, x6);
+        V8_MADD(t, d7, x7);
+        float *mp = m + (size_t)kj * C + cb;
+        memcpy(&mv, mp, sizeof mv);
+        mv += s + t;
+        memcpy(mp, &mv, sizeof mv);
+    }
+}
+
+/* dW partial sums of output row dr (Wo pixels) for kernel row ki (input row xr, W pixels, stride xl):
+ * m[kj·C + c] += Σ_ow dr[ow, c]·xr[ow − p + kj, c]; 8-channel blocks by strips, the rest one channel at a time. */
+static void dwk_row(float *restrict m, const float *dr, const float *xr, ptrdiff_t xl, int C, int W, int Wo, int p,
+                    int kw) {
+    const int C8 = C / 8 * 8;
+    for (int ow0 = 0; ow0 < Wo; ow0 += DWS_P) {
+        const int np = Wo - ow0 < DWS_P ? Wo - ow0 : DWS_P;
+        const int inside = np == DWS_P && ow0 - p >= 0 && ow0 - p + DWS_P - 1 + kw - 1 < W;
+        for (int cb = 0; cb < C8; cb += 8)
+            if (inside) dwk_strip(m, dr, xr, xl, C, W, p, kw, ow0, np, cb, 0);
+            else dwk_strip(m, dr, xr, xl, C, W, p, kw, ow0, np, cb, 1);
+    }
+    for (int c = C8; c < C; c++)
+        for (int kj = 0; kj < kw; kj++) {
+            float s = 0.0f;
+            for (int ow = 0; ow < Wo; ow++) {
+                const int col = ow - p + kj;
+                if (col >= 0 && col < W) s += dr[(size_t)ow * C + c] * xr[(ptrdiff_t)col * xl + c];
             }
+            m[(size_t)kj * C + c] += s;
         }
-        if (ow < hi) {
-            const float *d0 = d + (size_t)ow * C + c0, *x0 = x + (ptrdiff_t)ow * L + c0;
-#pragma omp simd
-            for (int t = 0; t < VB; t++) s0[t] += d0[t] * x0[t];
-        }
-#pragma omp simd
-        for (int t = 0; t < VB; t++) m[c0 + t] += s0[t] + s1[t];
-    }
-    for (int c = c0; c < C; c++) {
-        float s = 0.0f;
-        for (int ow = lo; ow < hi; ow++) s += d[(size_t)ow * C + c] * x[(ptrdiff_t)ow * L + c];
-        m[c] += s;
-    }
 }
 
 static void dwn_bwd(vt_node *n) {
@@ -698,32 +765,14 @@ static void dwn_bwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N; i++) R->grad[i] += dy[i];
     }
-    if (dx) {
-        transpose_w(Wt->data, wt, C, K);
-        /* gather: dx[ih, iw] += Σ_taps w[tap] · dy[ih + p - ki, iw + p - kj] */
+    if (dx) { /* dX = dY correlated with the flipped kernel, padding k - 1 - p */
+        transpose_w(Wt->data, wt, C, K, 1);
 #pragma omp parallel for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
             for (int ih = 0; ih < H; ih++) {
-                const int ki0 = ih + p - Ho + 1 > 0 ? ih + p - Ho + 1 : 0, ki1 = ih + p + 1 < kh ? ih + p + 1 : kh;
-                for (int iw = 0; iw < W; iw++) {
-                    const int kj0 = iw + p - Wo + 1 > 0 ? iw + p - Wo + 1 : 0, kj1 = iw + p + 1 < kw ? iw + p + 1 : kw;
-                    float *xv = dx + (((size_t)b * H + ih) * W + iw) * L;
-                    const ptrdiff_t d0 = (((ptrdiff_t)b * Ho + ih + p) * Wo + iw + p) * C; /* tap (0, 0) */
-                    if (iw >= kw - 1 - p && iw + DW_PX <= Wo - p && iw + DW_PX <= W) { /* DW_PX full-width pixels */
-                        taps_run(xv, L, NULL, 1, dy + d0, C, wt, ki0, ki1, -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C);
-                        iw += DW_PX - 1;
-                        continue;
-                    }
-                    for (int c0 = 0; c0 < C; c0 += VB) {
-                        const int nc = C - c0 < VB ? C - c0 : VB;
-                        if (nc == VB)
-                            taps_full(xv + c0, NULL, 1, dy + (d0 + c0), wt + c0, ki0, ki1, kj0, kj1,
-                                      -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C);
-                        else
-                            taps_part(xv + c0, NULL, 1, dy + (d0 + c0), wt + c0, ki0, ki1, kj0, kj1,
-                                      -(ptrdiff_t)Wo * C, -(ptrdiff_t)C, kw, C, nc);
-                    }
-                }
+                const dws_row r = {dy + (size_t)b * Ho * Wo * C, C, Ho, Wo, wt, kh, kw, kh - 1 - p, kw - 1 - p, C,
+                                   dx + ((size_t)b * H + ih) * W * L, L, W, 1, NULL};
+                dws_run_row(&r, ih);
             }
     }
     if (!dw && !db) return;
@@ -742,10 +791,7 @@ static void dwn_bwd(vt_node *n) {
                 for (int ki = 0; dw && ki < kh; ki++) {
                     const int ih = oh - p + ki;
                     if (ih < 0 || ih >= H) continue;
-                    const float *restrict xr = x + ((size_t)b * H + ih) * W * L; /* the input row */
-                    for (int kj = 0; kj < kw; kj++) /* dW[tap] += Σ_ow dy[ow]·x[ow − p + kj], summed in registers */
-                        dw_tap_row(mine + (size_t)(ki * kw + kj) * C, dr, xr + (ptrdiff_t)(kj - p) * L, C, L,
-                                   imax(0, p - kj), Wo < W + p - kj ? Wo : W + p - kj);
+                    dwk_row(mine + (size_t)ki * kw * C, dr, x + ((size_t)b * H + ih) * W * L, L, C, W, Wo, p, kw);
                 }
             }
     }
