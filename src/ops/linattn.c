@@ -35,6 +35,7 @@
 #define LA_RBMIN 8
 #define LA_TASKS 8        /* target tasks per thread per pass (load balance at small batch) */
 #define LA_MINROWS 32     /* fewest rows in a chunk */
+#define LA_PF 4           /* rows ahead whose q or k channels are prefetched before the focus reads them */
 
 /* Inputs: in[0] q, in[1] k, in[2] v, then scale, pe, add where present (slots below). save[0]: per (b, h) KV (d×d)
  * then m (d) (train graphs). fws: KV and m (eval graphs), the KV/m partial sums over key chunks (when sk > 1), then
@@ -65,6 +66,11 @@ static inline int chunk_start(int s, int S, int rows) { return (int)((int64_t)s 
 
 static inline size_t per_bh(const la_p *a) { return (size_t)a->d * a->d + (size_t)a->d; }
 
+/* Prefetches for writing the n floats at p (a gradient row the focus backward writes next). */
+static inline void prefetch_row_w(float *p, int n) {
+    for (int c = 0; c < n; c += 16) __builtin_prefetch(p + c, 1);
+}
+
 /* Rows [r0, r0 + rows) of batch item b of x (q or k: `total` rows per item, stride ld, channels from off): focused
  * into buf (stride C) when f is set (pe: the positional encoding, row r0 first, or NULL; st: NULL or 2 floats per
  * row for the norms), else x in place. *lds gets the stride of what is returned. */
@@ -73,9 +79,12 @@ static const float *rows_src(const la_p *a, const vt_focus_k *f, const float *x,
     const float *xb = x + ((size_t)b * total + r0) * ld + off;
     *lds = f ? a->C : ld;
     if (!f) return xb;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        if (r + LA_PF < rows) /* the row LA_PF ahead, whose channels are a strided slice the hardware misses */
+            for (int c = 0; c < a->C; c += 16) __builtin_prefetch(xb + (size_t)(r + LA_PF) * ld + c);
         vt_focus_row_fwd(f, xb + (size_t)r * ld, pe ? pe + (size_t)(r0 + r) * a->C : NULL, buf + (size_t)r * a->C,
                          st ? st + 2 * r : NULL);
+    }
     return buf;
 }
 
@@ -245,9 +254,11 @@ static void bwd_query_block(const la_p *a, const vt_focus_k *f, const float *q, 
     }
     if (want_dsrc && f) {
         const float *qb = q + ((size_t)b * N + i0) * a->ldq + a->q_off;
-        for (int r = 0; r < rows; r++)
+        for (int r = 0; r < rows; r++) {
+            if (dqb && r + LA_PF < rows) prefetch_row_w(dqb + (size_t)(r + LA_PF) * a->ldq, C);
             vt_focus_row_bwd(f, qb + (size_t)r * a->ldq, NULL, buf + (size_t)r * C, st + 2 * r, dbuf + (size_t)r * C,
                              dqb ? dqb + (size_t)r * a->ldq : NULL, NULL, dsc);
+        }
     }
 }
 
@@ -285,10 +296,12 @@ static void bwd_key_block(const la_p *a, const vt_focus_k *f, const float *k, co
     }
     if (want_dsrc && f) {
         const float *kb = k + ((size_t)b * n + j0) * a->ldk + a->k_off;
-        for (int r = 0; r < rows; r++)
+        for (int r = 0; r < rows; r++) {
+            if (dkb && r + LA_PF < rows) prefetch_row_w(dkb + (size_t)(r + LA_PF) * a->ldk, C);
             vt_focus_row_bwd(f, kb + (size_t)r * a->ldk, pe ? pe + (size_t)(j0 + r) * C : NULL, buf + (size_t)r * C,
                              st + 2 * r, dbuf + (size_t)r * C, dkb ? dkb + (size_t)r * a->ldk : NULL,
                              dpe ? dpe + (size_t)(j0 + r) * C : NULL, dsc);
+        }
     }
 }
 
