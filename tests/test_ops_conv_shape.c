@@ -721,6 +721,63 @@ static void check_conv_nhwc_plan(vt_test *T) {
     free(out[1]);
 }
 
+/* NCHW conv2d's oneDNN kernel (forced oneDNN plan): taken for stride-1 convs and 3-channel first layers, not for a
+ * stride-2 conv on 16 channels (slower there, see conv.c); where taken, the reference's im2col scratch is not
+ * planned, the blocked x / y scratch is, and the result equals the reference's. */
+static void check_conv2d_onednn(vt_test *T) {
+    static const int cfg[][7] = {/* B, Cin, H, Cout, k, s, p */ {2, 16, 19, 24, 3, 1, 1}, {3, 3, 21, 8, 7, 4, 3},
+                                 {2, 16, 12, 8, 3, 2, 1}};
+    for (int c = 0; c < 3; c++) {
+        const int *f = cfg[c], B = f[0], Ci = f[1], H = f[2], Co = f[3], k = f[4], s = f[5], p = f[6];
+        const int Ho = (H + 2 * p - k) / s + 1, ny = B * Co * Ho * Ho;
+        float *out[2] = {NULL, NULL};
+        int taken = 0;
+        for (int ref = 0; ref < 2; ref++) {
+            vt_err e = {{0}};
+            vt_params *P = vt_params_new(&e);
+            vt_graph *g = vt_graph_new(P, 0, &e);
+            vt_gemm_plan_init(&g->gemm, "onednn", &e);
+            g->ref_kernels = ref;
+            int xs[4] = {B, Ci, H, H}, ws[4] = {Co, Ci, k, k};
+            vt_tensor *x = vt_input(g, "x", 4, xs);
+            vt_tensor *y = vt_conv2d(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.1f}),
+                                     vt_param(g, "b", 1, &Co, (vt_init){VT_INIT_NORMAL, 0.1f}), s, p, 1);
+            vt_graph_output(g, y);
+            T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+            if (!e.msg[0]) {
+                const vt_node *n = g->nodes[g->nn - 1];
+                if (!ref) {
+                    taken = n->kern != NULL;
+                    if (c == 2) T_CHECK(T, !taken, "conv2d cfg %d: the oneDNN kernel was taken for stride 2", c);
+                    if (taken) {
+                        T_CHECK(T, strcmp(n->kern->name, "conv2d.onednn") == 0, "kernel %s", n->kern->name);
+                        T_CHECK(T, n->fws && !n->fws->data, "conv2d cfg %d: the im2col scratch was planned", c);
+                        T_CHECK(T, n->kws && n->kws->dtype == VT_U8 && n->kws->data, "conv2d cfg %d: no scratch", c);
+                    }
+                }
+                vt_params_init(P, 4);
+                for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 13) / 13.0f - 0.5f;
+                vt_graph_forward(g);
+                out[ref] = malloc(sizeof(float) * (size_t)ny);
+                if (out[ref]) memcpy(out[ref], y->data, sizeof(float) * (size_t)ny);
+            }
+            vt_graph_free(g);
+            vt_params_free(P);
+        }
+        if (out[0] && out[1]) {
+            double err = 0.0, mx = 0.0;
+            for (int i = 0; i < ny; i++) {
+                err = fmax(err, fabs(out[0][i] - out[1][i]));
+                mx = fmax(mx, fabs(out[1][i]));
+            }
+            T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "conv2d cfg %d (kernel %d) vs reference: %g of %g", c, taken, err,
+                    mx);
+        }
+        free(out[0]);
+        free(out[1]);
+    }
+}
+
 /* Slices whose few chunks are long enough to be copied in pieces by several threads (slice_pieces): values and the
  * gradient (r on the sliced range, zero elsewhere) for one chunk of 100,100 floats and two of 90,030. */
 static void check_slice_pieces(vt_test *T) {
@@ -765,6 +822,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_conv_values(T);
     check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);
+    check_conv2d_onednn(T);
     check_pool_values(T);
     check_shape_values(T);
     check_errors(T);

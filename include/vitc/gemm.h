@@ -70,13 +70,18 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
 typedef struct vt_gemm_conv vt_gemm_conv;
 
 /* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) + b (if has_bias)
- * with stride s, zero padding pad and G groups; made on first request and reused. NULL where the plan keeps convs on
+ * with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead, reordered to
+ * and from the blocked layouts the conv picks); made on first request and reused. NULL where the plan keeps convs on
  * im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier, or only a reference kernel. */
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
-                                int has_bias);
+                                int has_bias, int nchw);
 
-/* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first; 0 or -1. */
-int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y);
+/* Bytes of scratch vt_gemm_conv_run needs (an NCHW conv's blocked x and y; 0 for NHWC). */
+size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
+
+/* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first (and an NCHW
+ * conv's x and y through `scratch`, vt_gemm_conv_scratch bytes, 64-byte aligned); 0 or -1. */
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch);
 
 /* An int8 linear layer: a oneDNN u8 × s8 matmul with this layer's quantised weight (owned by the plan). */
 typedef struct vt_gemm_q8 vt_gemm_q8;

@@ -207,10 +207,15 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[11]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, 0 */
+    int geom[11]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, nchw */
     dnnl_primitive_t prim, pack; /* the conv; the reorder of the plain weight into its layout */
     dnnl_memory_t x, w, wp, b, y; /* wp: the packed weight, in `packed` */
     void *packed;
+    /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (NULL where the
+     * conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
+    dnnl_primitive_t rx, ry;
+    dnnl_memory_t xb, yb;
+    size_t xb_bytes, yb_bytes;
     dnnl_stream_t stream;
     vt_gemm_conv *next;
 };
@@ -251,8 +256,10 @@ static void prim_free(vt_gemm_prim *q) {
 static void conv_free(vt_gemm_conv *q) {
     if (q->prim) dnnl_primitive_destroy(q->prim);
     if (q->pack) dnnl_primitive_destroy(q->pack);
-    dnnl_memory_t m[5] = {q->x, q->w, q->wp, q->b, q->y};
-    for (int i = 0; i < 5; i++)
+    if (q->rx) dnnl_primitive_destroy(q->rx);
+    if (q->ry) dnnl_primitive_destroy(q->ry);
+    dnnl_memory_t m[7] = {q->x, q->w, q->wp, q->b, q->y, q->xb, q->yb};
+    for (int i = 0; i < 7; i++)
         if (m[i]) dnnl_memory_destroy(m[i]);
     free(q->packed);
     free(q);
@@ -384,25 +391,43 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
                : 0;
 }
 
-/* Makes q's convolution (weights in the layout oneDNN picks), the weight reorder and the memory objects; 0 or -1.
- * A reference kernel is refused: it is slower than im2col + sgemm. */
+/* For an NCHW conv: the reorder between the plain layout `plain` and the conv's `conv` layout (x: to it; y: from it)
+ * and the memory object in that layout (its data set at run time), or nothing where the two are equal; 0 or -1. */
+static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *conv, int to_conv,
+                        dnnl_primitive_t *r, dnnl_memory_t *m, size_t *bytes) {
+    if (dnnl_memory_desc_equal(plain, conv)) return 0;
+    dnnl_primitive_desc_t rpd = NULL;
+    const int bad = (to_conv ? dnnl_reorder_primitive_desc_create(&rpd, plain, c->eng, conv, c->eng, NULL)
+                             : dnnl_reorder_primitive_desc_create(&rpd, conv, c->eng, plain, c->eng, NULL)) != dnnl_success ||
+                    dnnl_primitive_create(r, rpd) != dnnl_success ||
+                    dnnl_memory_create(m, conv, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    *bytes = (dnnl_memory_desc_get_size(conv) + 63) / 64 * 64;
+    return bad ? -1 : 0;
+}
+
+/* Makes q's convolution (weights in the layout oneDNN picks; NCHW: x and y too, with their reorders), the weight
+ * reorder and the memory objects; 0 or -1. A reference kernel is refused: it is slower than im2col + sgemm. */
 static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
-    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1;
-    dnnl_memory_desc_t xd, yd, bd, wd, wany;
+    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
+    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
+    dnnl_memory_desc_t xd, yd, bd, wd, wany, xa, ya;
     dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo}, db = {Co}, st = {s, s}, pd2 = {pad, pad};
     dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k}; /* goihw / oihw: the same memory */
     const int wnd = G > 1 ? 5 : 4;
     int64_t *wdims = G > 1 ? dwg : dw1;
-    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, dnnl_nhwc) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
         return -1;
     dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xd, &wany,
-                                           v[9] ? &bd : NULL, &yd, st, pd2, pd2) != dnnl_success)
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xa, &wany,
+                                           v[9] ? &bd : NULL, &ya, st, pd2, pd2) != dnnl_success)
         return -1;
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     if (dnnl_primitive_desc_create(&pd, &cd, NULL, c->eng, NULL) != dnnl_success) return -1;
@@ -419,19 +444,24 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
                     dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     (v[9] && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
+    if (!bad && nchw)
+        bad = conv_reorder(c, &xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+                           &q->xb_bytes) ||
+              conv_reorder(c, &yd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0, &q->ry, &q->yb,
+                           &q->yb_bytes);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     dnnl_primitive_desc_destroy(pd);
     return bad ? -1 : 0;
 }
 
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
-                                int has_bias) {
+                                int has_bias, int nchw) {
     if (p->force == VT_GEMM_OPENBLAS ||
         (p->force == VT_GEMM_AUTO && (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2)))
         return NULL;
     vt_gemm_prims *c = prims_of(p);
     if (!c) return NULL;
-    const int geom[11] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, 0};
+    const int geom[11] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, nchw != 0};
     for (vt_gemm_conv *q = c->convs; q; q = q->next)
         if (memcmp(q->geom, geom, sizeof geom) == 0) return q;
     vt_gemm_conv *q = calloc(1, sizeof *q);
@@ -447,16 +477,25 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
     return q;
 }
 
-int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y) {
+size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
+
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch) {
+    unsigned char *sc = scratch;
     if (dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
         dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
         dnnl_memory_set_data_handle(q->y, y) != dnnl_success ||
-        (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success))
+        (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) ||
+        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
+        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
         return -1;
+    dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
     dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
-    dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, q->y}, {DNNL_ARG_BIAS, q->b}};
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}}, ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
+    dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}, {DNNL_ARG_BIAS, q->b}};
     return dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success ||
+                   (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
                    dnnl_primitive_execute(q->prim, q->stream, q->b ? 4 : 3, ca) != dnnl_success ||
+                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
                    dnnl_stream_wait(q->stream) != dnnl_success
                ? -1
                : 0;
