@@ -397,8 +397,8 @@ static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const
                         dnnl_primitive_t *r, dnnl_memory_t *m, size_t *bytes) {
     if (dnnl_memory_desc_equal(plain, conv)) return 0;
     dnnl_primitive_desc_t rpd = NULL;
-    const int bad = (to_conv ? dnnl_reorder_primitive_desc_create(&rpd, plain, c->eng, conv, c->eng, NULL)
-                             : dnnl_reorder_primitive_desc_create(&rpd, conv, c->eng, plain, c->eng, NULL)) != dnnl_success ||
+    const dnnl_memory_desc_t *from = to_conv ? plain : conv, *to = to_conv ? conv : plain;
+    const int bad = dnnl_reorder_primitive_desc_create(&rpd, from, c->eng, to, c->eng, NULL) != dnnl_success ||
                     dnnl_primitive_create(r, rpd) != dnnl_success ||
                     dnnl_memory_create(m, conv, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
     if (rpd) dnnl_primitive_desc_destroy(rpd);
@@ -490,7 +490,8 @@ int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const floa
         return -1;
     dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
     dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
-    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}}, ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
+    dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
     dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}, {DNNL_ARG_BIAS, q->b}};
     return dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success ||
                    (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
