@@ -106,23 +106,33 @@ static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, co
             for (int c = 0; c < dh; c++) io->o[(size_t)i * C + c] -= probe[(size_t)i * a->ldq + c];
 }
 
-static void attn_fwd(vt_node *n) {
+/* Forward of pair bh = b·H + h with thread t's scratch; rows_par: the pairs run one after another, each on all
+ * threads. */
+static void pair_fwd(const vt_node *n, int bh, int t, int rows_par) {
     const attn_p *a = VT_OP_P(n, attn_p);
-    const int B = a->B, H = a->H, BH = B * H, par = BH >= a->nt;
-    const size_t NM = (size_t)a->N * a->M;
+    const int b = bh / a->H, h = bh % a->H;
+    const size_t NM = (size_t)a->N * a->M, per = NM + (size_t)a->M; /* scratch floats per thread */
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
-    float *out = n->out->data, *ws = n->fws->data;
     float *probs = n->xout ? n->xout->data : a->keep_p ? n->save[0]->data : NULL;
-    const size_t per = NM + (size_t)a->M; /* scratch floats per thread */
-#pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
-    for (int bh = 0; bh < BH; bh++) {
-        const int b = bh / H, h = bh % H;
-        float *w = ws + (size_t)omp_get_thread_num() * per;
-        const head_io io = head_ptrs(a, qd, kvd, bias, mask, out, b, h);
-        const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
-        head_fwd(a, &io, probs ? probs + (size_t)bh * NM : w + a->M, w, probe, !par);
+    float *w = n->fws->data + (size_t)t * per;
+    const head_io io = head_ptrs(a, qd, kvd, bias, mask, n->out->data, b, h);
+    const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
+    head_fwd(a, &io, probs ? probs + (size_t)bh * NM : w + a->M, w, probe, rows_par);
+}
+
+/* Pairs in parallel when there are enough of them; otherwise in sequence outside any parallel region (the GEMMs and
+ * row loops inside then use every thread: run inside an inactive `parallel if (0)` region, each of their parallel
+ * regions made a nested team, and PVTv2-b1's one-head stage-1 attention at batch 1 took 9.4 ms instead of 0.9). */
+static void attn_fwd(vt_node *n) {
+    const attn_p *a = VT_OP_P(n, attn_p);
+    const int BH = a->B * a->H;
+    if (BH >= a->nt) {
+#pragma omp parallel for schedule(static) num_threads(a->nt)
+        for (int bh = 0; bh < BH; bh++) pair_fwd(n, bh, omp_get_thread_num(), 0);
+    } else {
+        for (int bh = 0; bh < BH; bh++) pair_fwd(n, bh, 0, 1);
     }
 }
 
@@ -182,41 +192,55 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
     }
 }
 
-static void attn_bwd(vt_node *n) {
+/* Backward of pair bh with thread t's scratch; db_base: where a shared bias's gradient goes (this thread's partial
+ * sums, or the gradient itself when the pairs run in sequence). */
+static void pair_bwd(const vt_node *n, int bh, int t, int rows_par, float *db_base) {
     const attn_p *a = VT_OP_P(n, attn_p);
-    if (!n->bws) return; /* eval graph: no backward scratch */
-    const int B = a->B, H = a->H, BH = B * H, dh = a->dh, par = BH >= a->nt;
-    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)H * NM, per = 2 * (NM + (size_t)a->M);
+    const int H = a->H, dh = a->dh, b = bh / H, h = bh % H;
+    const size_t NM = (size_t)a->N * a->M, per = 2 * (NM + (size_t)a->M);
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
     float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
-    if (!dqd && !dkvd && !dbias) return;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL, *dout = n->out->grad;
-    float *ws = n->bws->data, *part = ws + (size_t)a->nt * per; /* partial shared-bias gradients */
-    const int partial = dbias && !a->bias_batched && par;
-    if (partial) vt_zero(part, (int64_t)a->nt * (int64_t)HNM);
     const float bq = n->grad_fresh & 1u ? 0.0f : 1.0f;
     const float bkv = a->kv_in >= 0 ? (n->grad_fresh >> a->kv_in & 1u ? 0.0f : 1.0f) : bq;
-#pragma omp parallel for schedule(static) num_threads(a->nt) if (par)
-    for (int bh = 0; bh < BH; bh++) {
-        const int b = bh / H, h = bh % H, t = omp_get_thread_num();
-        const head_io io = head_ptrs(a, qd, kvd, bias, mask, NULL, b, h);
-        const size_t qrow = (size_t)b * a->N * a->ldq, kvrow = (size_t)b * a->M * a->ldkv, hc = (size_t)h * dh;
-        float *dq = dqd ? dqd + qrow + a->q_off + hc : NULL;
-        float *dprobe = dqd && a->msf ? dqd + qrow + a->p_off + hc : NULL;
-        float *dk = dkvd ? dkvd + kvrow + a->k_off + hc : NULL, *dv = dkvd ? dkvd + kvrow + a->v_off + hc : NULL;
-        float *db = NULL;
-        if (dbias) /* per-batch bias: its own slice; shared: this thread's partial (or the gradient when serial) */
-            db = a->bias_batched ? dbias + (size_t)bh * NM
-                                 : (partial ? part + (size_t)t * HNM : dbias) + (size_t)h * NM;
-        float *w = ws + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, key norms */
-        if (a->keep_p)
-            P = n->save[0]->data + (size_t)bh * NM;
-        else
-            head_probs(a, &io, P, P + NM, !par);
-        head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, !par, bq,
-                 bkv);
+    const head_io io = head_ptrs(a, qd, kvd, bias, mask, NULL, b, h);
+    const size_t qrow = (size_t)b * a->N * a->ldq, kvrow = (size_t)b * a->M * a->ldkv, hc = (size_t)h * dh;
+    float *dq = dqd ? dqd + qrow + a->q_off + hc : NULL;
+    float *dprobe = dqd && a->msf ? dqd + qrow + a->p_off + hc : NULL;
+    float *dk = dkvd ? dkvd + kvrow + a->k_off + hc : NULL, *dv = dkvd ? dkvd + kvrow + a->v_off + hc : NULL;
+    float *db = NULL;
+    if (dbias) /* per-batch bias: its own slice; shared: db_base's head slice */
+        db = a->bias_batched ? dbias + (size_t)bh * NM : db_base + (size_t)h * NM;
+    float *w = n->bws->data + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, norms */
+    if (a->keep_p)
+        P = n->save[0]->data + (size_t)bh * NM;
+    else
+        head_probs(a, &io, P, P + NM, rows_par);
+    head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, rows_par, bq,
+             bkv);
+}
+
+static void attn_bwd(vt_node *n) {
+    const attn_p *a = VT_OP_P(n, attn_p);
+    if (!n->bws) return; /* eval graph: no backward scratch */
+    const int BH = a->B * a->H, par = BH >= a->nt;
+    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)a->H * NM, per = 2 * (NM + (size_t)a->M);
+    float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
+    float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
+    if (!dqd && !dkvd && !dbias) return;
+    float *part = n->bws->data + (size_t)a->nt * per; /* partial shared-bias gradients */
+    const int partial = dbias && !a->bias_batched && par;
+    if (partial) vt_zero(part, (int64_t)a->nt * (int64_t)HNM);
+    if (par) { /* as in attn_fwd: no nested parallel regions in the sequential case */
+#pragma omp parallel for schedule(static) num_threads(a->nt)
+        for (int bh = 0; bh < BH; bh++) {
+            const int t = omp_get_thread_num();
+            pair_bwd(n, bh, t, 0, partial ? part + (size_t)t * HNM : dbias);
+        }
+    } else {
+        for (int bh = 0; bh < BH; bh++) pair_bwd(n, bh, 0, 1, dbias);
     }
     if (partial) {
         const int nt = a->nt;
