@@ -586,6 +586,11 @@ static const gc_case conv_cases[] = {
      .ia = {1, 0, 2}},
     {.name = "conv_depthwise", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 6, 5}, {3, 1, 3, 3}, {3}},
      .build = b_conv, .ia = {1, 1, 3}},
+    /* one channel, many small maps (hMHSA's IHH): the depthwise path */
+    {.name = "conv_one_channel", .nx = 3, .ndim = {4, 4, 1}, .shape = {{6, 1, 7, 7}, {1, 1, 3, 3}, {1}},
+     .build = b_conv, .ia = {1, 1, 1}},
+    {.name = "conv_one_channel_s2", .nx = 2, .ndim = {4, 4}, .shape = {{3, 1, 7, 6}, {1, 1, 3, 3}},
+     .build = b_conv, .ia = {2, 1, 1}},
     {.name = "conv_depthwise_k5_s2", .nx = 2, .ndim = {4, 4}, .shape = {{1, 4, 9, 7}, {4, 1, 5, 5}},
      .build = b_conv, .ia = {2, 2, 4}},
     {.name = "conv_depthwise_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 2, 8, 6}, {2, 1, 7, 7}, {2}},

@@ -510,7 +510,8 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     vt_node *n = vt_new_node(g, &op_conv2d, in, b ? 3 : 2, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     int mode = M_IM2COL;
-    if (groups == Cin && Cout == Cin && groups > 1)
+    if (groups == Cin && Cout == Cin && (groups > 1 || kh * kw > 1)) /* one channel: a depthwise conv too (hMHSA's
+                                                                         * IHH on B·N one-channel 7×7 maps) */
         mode = M_DEPTHWISE;
     else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
         mode = M_POINTWISE;
