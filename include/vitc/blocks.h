@@ -150,6 +150,12 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
  * [PVTv2: depthwise 3×3 prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU (or ReLU, f->relu). */
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
+/* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
+vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+
+/* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
+vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int out, vt_init winit);
+
 /* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
  * x's width, GELU in fc2's prologue (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two), or in
  * fc1's epilogue in train graphs with a hidden activation of at most 2^20 floats (faster there; see common.c). */

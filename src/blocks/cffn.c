@@ -55,8 +55,14 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
     if (hidden < 1 || r > 64) return vt_fail(g, "cffn", "%s: hidden %d / branches %d out of range", prefix, hidden, r);
     if (f->tv_names) return vt_fail(g, "cffn", "%s: cFFN has no torchvision (mlp.0 / mlp.3) layout", prefix);
     const int k = vt_cffn_width(hidden, C, t);
-    vt_tensor *h = vt_block_fc1_act(g, prefix, x, f); /* the host's fc1 (+ PVTv2's DWConv) and GELU, kept */
     const int cv = f->conv1x1;
+    if (f->dwconv && !f->train_form) { /* deployed on PVTv2: GELU in fc2_u's GEMM prologue, as the host's MLP has it in
+                                        * fc2's (a separate GELU pass was 8% of pvt_v2_b1_hmhsa_cffn's batch-1 step) */
+        vt_tensor *u = vt_gelu_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_pre(g, prefix, x, f), k,
+                                        VT_INIT_W02);
+        return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0);
+    }
+    vt_tensor *h = vt_block_fc1_act(g, prefix, x, f); /* the host's fc1 (+ PVTv2's DWConv) and GELU, kept */
     vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv);
     return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv);
 }

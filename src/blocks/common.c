@@ -144,6 +144,10 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
     return f->dwconv ? vt_gelu(g, h) : h;
 }
 
+vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
+    return f->relu ? vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix) : fc1_pre(g, prefix, x, f, 0);
+}
+
 /* 1 when an MLP's GELU goes into fc1's epilogue (vt_linear_gelu, keeping GELU's output and derivative for backward)
  * rather than fc2's prologue (vt_gelu_linear, keeping only fc1's output; backward computes GELU again): in train
  * graphs whose hidden activation is at most 2^20 floats. Measured with `vitc bench --train` (2026-11-23, AMD EPYC
@@ -153,8 +157,7 @@ static int gelu_epilogue(const vt_graph *g, const vt_tensor *x, int hidden) {
     return g->training && x->numel / x->shape[x->ndim - 1] * (int64_t)hidden <= (1 << 20);
 }
 
-/* fc2 (out features, bias) of an MLP whose hidden h has not had its GELU yet: GELU in fc2's GEMM prologue. */
-static vt_tensor *gelu_fc2(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
+vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
     vt_tensor *w, *b;
     if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, 0, &w, &b)) return NULL;
     return vt_gelu_linear(g, h, w, b);
@@ -172,7 +175,7 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
     const char *fc2 = vt_pname(nm, prefix, f->tv_names ? "3" : "fc2");
     if (!f->dwconv && gelu_epilogue(g, x, f->hidden))
         return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
-    return gelu_fc2(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
+    return vt_gelu_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
 }
 
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
