@@ -682,48 +682,85 @@ static const gc_case other_cases[] = {
     {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
 };
 
+/* One eval graph of a single conv on a forced oneDNN plan (ref: vt_graph.ref_kernels), x filled with a fixed
+ * pattern: the output (malloc'd, or NULL), the arena's bytes and what the conv node was planned with. */
+typedef struct {
+    float *out;
+    int64_t bytes;
+    const char *kern; /* the node's kernel, NULL: the reference */
+    int im2col_left_out, u8_scratch; /* the reference's forward scratch not planned; a planned u8 kernel scratch */
+} plan_run;
+
+/* Builds the conv on x; cfg: the caller's geometry. */
+typedef vt_tensor *(*conv_build)(vt_graph *g, vt_tensor *x, const int *cfg);
+
+static plan_run run_plan(vt_test *T, int ref, const int xs[4], conv_build build, const int *cfg) {
+    plan_run r = {0};
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    vt_gemm_plan_init(&g->gemm, "onednn", &e);
+    g->ref_kernels = ref;
+    vt_tensor *x = vt_input(g, "x", 4, xs), *y = build(g, x, cfg);
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    if (!e.msg[0]) {
+        const vt_node *n = g->nodes[g->nn - 1];
+        r.kern = n->kern ? n->kern->name : NULL;
+        r.im2col_left_out = n->fws && !n->fws->data;
+        r.u8_scratch = n->kws && n->kws->dtype == VT_U8 && n->kws->data;
+        vt_params_init(P, 4);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 13) / 13.0f - 0.5f;
+        vt_graph_forward(g);
+        r.bytes = vt_graph_arena_bytes(g);
+        r.out = malloc(sizeof(float) * (size_t)y->numel);
+        if (r.out) memcpy(r.out, y->data, sizeof(float) * (size_t)y->numel);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return r;
+}
+
+/* Largest |a - b| over n floats; *scale gets the largest |b|. */
+static double max_diff(const float *a, const float *b, int64_t n, double *scale) {
+    double err = 0.0, mx = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        err = fmax(err, fabs(a[i] - b[i]));
+        mx = fmax(mx, fabs(b[i]));
+    }
+    *scale = mx;
+    return err;
+}
+
+static vt_tensor *b_plan_nhwc(vt_graph *g, vt_tensor *x, const int *cfg) {
+    (void)cfg;
+    const int ws[4] = {64, 64, 3, 3};
+    return vt_conv2d_nhwc(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.05f}), NULL, 1, 1, 1);
+}
+
 /* The plan of an eval conv_nhwc (3×3, 64 channels, 2 × 28²): with the oneDNN kernel the reference's im2col scratch
  * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels; both give one result. */
 static void check_conv_nhwc_plan(vt_test *T) {
-    int64_t bytes[2] = {0, 0};
-    float *out[2] = {NULL, NULL};
-    int taken = 0;
-    for (int ref = 0; ref < 2; ref++) {
-        vt_err e = {{0}};
-        vt_params *P = vt_params_new(&e);
-        vt_graph *g = vt_graph_new(P, 0, &e);
-        vt_gemm_plan_init(&g->gemm, "onednn", &e);
-        g->ref_kernels = ref;
-        int xs[4] = {2, 28, 28, 64}, ws[4] = {64, 64, 3, 3};
-        vt_tensor *x = vt_input(g, "x", 4, xs);
-        vt_tensor *y = vt_conv2d_nhwc(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.05f}), NULL, 1, 1, 1);
-        vt_graph_output(g, y);
-        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
-        if (!e.msg[0]) {
-            const vt_node *n = g->nodes[g->nn - 1];
-            if (!ref) taken = n->kern != NULL;
-            if (!ref && taken) T_CHECK(T, n->fws && !n->fws->data, "oneDNN conv: the im2col scratch was planned");
-            vt_params_init(P, 4);
-            for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 13) / 13.0f - 0.5f;
-            vt_graph_forward(g);
-            bytes[ref] = vt_graph_arena_bytes(g);
-            out[ref] = malloc(sizeof(float) * (size_t)y->numel);
-            if (out[ref]) memcpy(out[ref], y->data, sizeof(float) * (size_t)y->numel);
-        }
-        vt_graph_free(g);
-        vt_params_free(P);
-    }
+    const int xs[4] = {2, 28, 28, 64};
+    const plan_run k = run_plan(T, 0, xs, b_plan_nhwc, NULL), r = run_plan(T, 1, xs, b_plan_nhwc, NULL);
+    if (k.kern) T_CHECK(T, k.im2col_left_out, "oneDNN conv: the im2col scratch was planned");
     const int64_t cols = (int64_t)2 * 28 * 28 * 64 * 9 * 4;
-    if (taken)
-        T_CHECK(T, bytes[0] + cols <= bytes[1], "arena with the oneDNN conv %lld B, reference %lld B (im2col %lld B)",
-                (long long)bytes[0], (long long)bytes[1], (long long)cols);
-    if (out[0] && out[1]) {
-        double err = 0.0;
-        for (int i = 0; i < 2 * 28 * 28 * 64; i++) err = fmax(err, fabs(out[0][i] - out[1][i]));
+    if (k.kern)
+        T_CHECK(T, k.bytes + cols <= r.bytes, "arena with the oneDNN conv %lld B, reference %lld B (im2col %lld B)",
+                (long long)k.bytes, (long long)r.bytes, (long long)cols);
+    if (k.out && r.out) {
+        double mx, err = max_diff(k.out, r.out, 2 * 28 * 28 * 64, &mx);
         T_CHECK(T, err < 1e-4, "oneDNN conv vs reference: %g", err);
     }
-    free(out[0]);
-    free(out[1]);
+    free(k.out);
+    free(r.out);
+}
+
+/* cfg: B, Cin, H, Cout, k, s, p */
+static vt_tensor *b_plan_nchw(vt_graph *g, vt_tensor *x, const int *f) {
+    const int ws[4] = {f[3], f[1], f[4], f[4]};
+    return vt_conv2d(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.1f}),
+                     vt_param(g, "b", 1, &f[3], (vt_init){VT_INIT_NORMAL, 0.1f}), f[5], f[6], 1);
 }
 
 /* NCHW conv2d's oneDNN kernel (forced oneDNN plan): taken for stride-1 convs and 3-channel first layers, not for a
@@ -733,53 +770,21 @@ static void check_conv2d_onednn(vt_test *T) {
     static const int cfg[][7] = {/* B, Cin, H, Cout, k, s, p */ {2, 16, 19, 24, 3, 1, 1}, {3, 3, 21, 8, 7, 4, 3},
                                  {2, 16, 12, 8, 3, 2, 1}};
     for (int c = 0; c < 3; c++) {
-        const int *f = cfg[c], B = f[0], Ci = f[1], H = f[2], Co = f[3], k = f[4], s = f[5], p = f[6];
-        const int Ho = (H + 2 * p - k) / s + 1, ny = B * Co * Ho * Ho;
-        float *out[2] = {NULL, NULL};
-        int taken = 0;
-        for (int ref = 0; ref < 2; ref++) {
-            vt_err e = {{0}};
-            vt_params *P = vt_params_new(&e);
-            vt_graph *g = vt_graph_new(P, 0, &e);
-            vt_gemm_plan_init(&g->gemm, "onednn", &e);
-            g->ref_kernels = ref;
-            int xs[4] = {B, Ci, H, H}, ws[4] = {Co, Ci, k, k};
-            vt_tensor *x = vt_input(g, "x", 4, xs);
-            vt_tensor *y = vt_conv2d(g, x, vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.1f}),
-                                     vt_param(g, "b", 1, &Co, (vt_init){VT_INIT_NORMAL, 0.1f}), s, p, 1);
-            vt_graph_output(g, y);
-            T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
-            if (!e.msg[0]) {
-                const vt_node *n = g->nodes[g->nn - 1];
-                if (!ref) {
-                    taken = n->kern != NULL;
-                    if (c == 2) T_CHECK(T, !taken, "conv2d cfg %d: the oneDNN kernel was taken for stride 2", c);
-                    if (taken) {
-                        T_CHECK(T, strcmp(n->kern->name, "conv2d.onednn") == 0, "kernel %s", n->kern->name);
-                        T_CHECK(T, n->fws && !n->fws->data, "conv2d cfg %d: the im2col scratch was planned", c);
-                        T_CHECK(T, n->kws && n->kws->dtype == VT_U8 && n->kws->data, "conv2d cfg %d: no scratch", c);
-                    }
-                }
-                vt_params_init(P, 4);
-                for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 13) / 13.0f - 0.5f;
-                vt_graph_forward(g);
-                out[ref] = malloc(sizeof(float) * (size_t)ny);
-                if (out[ref]) memcpy(out[ref], y->data, sizeof(float) * (size_t)ny);
-            }
-            vt_graph_free(g);
-            vt_params_free(P);
+        const int *f = cfg[c], Ho = (f[2] + 2 * f[6] - f[4]) / f[5] + 1, xs[4] = {f[0], f[1], f[2], f[2]};
+        const plan_run k = run_plan(T, 0, xs, b_plan_nchw, f), r = run_plan(T, 1, xs, b_plan_nchw, f);
+        if (c == 2) T_CHECK(T, !k.kern, "conv2d cfg %d: the oneDNN kernel was taken for stride 2", c);
+        if (k.kern) {
+            T_CHECK(T, strcmp(k.kern, "conv2d.onednn") == 0, "kernel %s", k.kern);
+            T_CHECK(T, k.im2col_left_out, "conv2d cfg %d: the im2col scratch was planned", c);
+            T_CHECK(T, k.u8_scratch, "conv2d cfg %d: no scratch", c);
         }
-        if (out[0] && out[1]) {
-            double err = 0.0, mx = 0.0;
-            for (int i = 0; i < ny; i++) {
-                err = fmax(err, fabs(out[0][i] - out[1][i]));
-                mx = fmax(mx, fabs(out[1][i]));
-            }
-            T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "conv2d cfg %d (kernel %d) vs reference: %g of %g", c, taken, err,
-                    mx);
+        if (k.out && r.out) {
+            double mx, err = max_diff(k.out, r.out, (int64_t)f[0] * f[3] * Ho * Ho, &mx);
+            T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "conv2d cfg %d (kernel %s) vs reference: %g of %g", c,
+                    k.kern ? k.kern : "none", err, mx);
         }
-        free(out[0]);
-        free(out[1]);
+        free(k.out);
+        free(r.out);
     }
 }
 

@@ -609,61 +609,39 @@ typedef struct {
 
 /* np (<= DWS_P) pixels from column ow0, channels [cb, cb + 8); `checked` (a constant where inlined): some taps read
  * columns outside [0, Wi) (zeros), else every column is in range. */
+/* The eight pixels of a strip: F(i) for i = 0..7 (one named vector variable per pixel, written out). */
+#define DWS_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7)
+
 static inline __attribute__((always_inline)) void dws_strip(const dws_row *r, int ki0, int ki1, int row0, int ow0,
                                                             int np, int cb, const int checked) {
-    v8f a0, a1, a2, a3, a4, a5, a6, a7;
     v8f init = {0};
     if (r->bias) memcpy(&init, r->bias + cb, sizeof init);
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = init;
+#define DWS_ACC(i) v8f a##i = init;
+    DWS_EACH(DWS_ACC)
     const ptrdiff_t xl = r->xl;
+    const unsigned Wi = (unsigned)r->Wi;
     for (int ki = ki0; ki < ki1; ki++) {
         const float *xr = r->x + (ptrdiff_t)(row0 + ki) * r->Wi * xl + cb, *wr = r->w + (size_t)ki * r->kw * r->C + cb;
         for (int kj = 0; kj < r->kw; kj++) {
             const int c0 = ow0 - r->pw + kj; /* input column of pixel 0 */
             const float *xp = xr + (ptrdiff_t)c0 * xl;
-            v8f w, x0, x1, x2, x3, x4, x5, x6, x7;
+            v8f w;
             memcpy(&w, wr + (size_t)kj * r->C, sizeof w);
-            if (checked) {
-                const unsigned Wi = (unsigned)r->Wi;
-                V8_LOAD_IF(x0, (unsigned)c0 < Wi, xp);
-                V8_LOAD_IF(x1, (unsigned)(c0 + 1) < Wi, xp + xl);
-                V8_LOAD_IF(x2, (unsigned)(c0 + 2) < Wi, xp + 2 * xl);
-                V8_LOAD_IF(x3, (unsigned)(c0 + 3) < Wi, xp + 3 * xl);
-                V8_LOAD_IF(x4, (unsigned)(c0 + 4) < Wi, xp + 4 * xl);
-                V8_LOAD_IF(x5, (unsigned)(c0 + 5) < Wi, xp + 5 * xl);
-                V8_LOAD_IF(x6, (unsigned)(c0 + 6) < Wi, xp + 6 * xl);
-                V8_LOAD_IF(x7, (unsigned)(c0 + 7) < Wi, xp + 7 * xl);
-            } else {
-                memcpy(&x0, xp, sizeof x0);
-                memcpy(&x1, xp + xl, sizeof x1);
-                memcpy(&x2, xp + 2 * xl, sizeof x2);
-                memcpy(&x3, xp + 3 * xl, sizeof x3);
-                memcpy(&x4, xp + 4 * xl, sizeof x4);
-                memcpy(&x5, xp + 5 * xl, sizeof x5);
-                memcpy(&x6, xp + 6 * xl, sizeof x6);
-                memcpy(&x7, xp + 7 * xl, sizeof x7);
-            }
-            V8_MADD(a0, w, x0);
-            V8_MADD(a1, w, x1);
-            V8_MADD(a2, w, x2);
-            V8_MADD(a3, w, x3);
-            V8_MADD(a4, w, x4);
-            V8_MADD(a5, w, x5);
-            V8_MADD(a6, w, x6);
-            V8_MADD(a7, w, x7);
+#define DWS_TAP(i)                                                                                                    \
+    v8f x##i;                                                                                                          \
+    V8_LOAD_IF(x##i, !checked || (unsigned)(c0 + i) < Wi, xp + i * xl);                                                \
+    V8_MADD(a##i, w, x##i);
+            DWS_EACH(DWS_TAP)
         }
     }
     float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;
     const ptrdiff_t yl = r->yl;
     const int acc = r->acc;
-    V8_STORE_IF(a0, 0 < np, acc, y0);
-    V8_STORE_IF(a1, 1 < np, acc, y0 + yl);
-    V8_STORE_IF(a2, 2 < np, acc, y0 + 2 * yl);
-    V8_STORE_IF(a3, 3 < np, acc, y0 + 3 * yl);
-    V8_STORE_IF(a4, 4 < np, acc, y0 + 4 * yl);
-    V8_STORE_IF(a5, 5 < np, acc, y0 + 5 * yl);
-    V8_STORE_IF(a6, 6 < np, acc, y0 + 6 * yl);
-    V8_STORE_IF(a7, 7 < np, acc, y0 + 7 * yl);
+#define DWS_OUT(i) V8_STORE_IF(a##i, i < np, acc, y0 + i * yl);
+    DWS_EACH(DWS_OUT)
+#undef DWS_ACC
+#undef DWS_TAP
+#undef DWS_OUT
 }
 
 /* Output pixel ow, channels [c_from, c_to), one channel at a time (the channels past the last 8-channel block). */
@@ -722,42 +700,31 @@ static void dwn_fwd(vt_node *n) {
 static inline __attribute__((always_inline)) void dwk_strip(float *restrict m, const float *dr, const float *xr,
                                                             ptrdiff_t xl, int C, int W, int p, int kw, int ow0,
                                                             int np, int cb, const int checked) {
-    v8f d0, d1, d2, d3, d4, d5, d6, d7;
     const float *dp = dr + (size_t)ow0 * C + cb;
-    V8_LOAD_IF(d0, !checked || 0 < np, dp);
-    V8_LOAD_IF(d1, !checked || 1 < np, dp + C);
-    V8_LOAD_IF(d2, !checked || 2 < np, dp + 2 * C);
-    V8_LOAD_IF(d3, !checked || 3 < np, dp + 3 * C);
-    V8_LOAD_IF(d4, !checked || 4 < np, dp + 4 * C);
-    V8_LOAD_IF(d5, !checked || 5 < np, dp + 5 * C);
-    V8_LOAD_IF(d6, !checked || 6 < np, dp + 6 * C);
-    V8_LOAD_IF(d7, !checked || 7 < np, dp + 7 * C);
+#define DWK_DY(i)                                                                                                     \
+    v8f d##i;                                                                                                          \
+    V8_LOAD_IF(d##i, !checked || i < np, dp + i * C);
+    DWS_EACH(DWK_DY)
     const unsigned Wu = (unsigned)W;
     for (int kj = 0; kj < kw; kj++) {
         const int c0 = ow0 - p + kj; /* input column of pixel 0 */
         const float *xp = xr + (ptrdiff_t)c0 * xl + cb;
-        v8f x0, x1, x2, x3, x4, x5, x6, x7, s, t, mv;
-        V8_LOAD_IF(x0, !checked || (0 < np && (unsigned)c0 < Wu), xp);
-        V8_LOAD_IF(x1, !checked || (1 < np && (unsigned)(c0 + 1) < Wu), xp + xl);
-        V8_LOAD_IF(x2, !checked || (2 < np && (unsigned)(c0 + 2) < Wu), xp + 2 * xl);
-        V8_LOAD_IF(x3, !checked || (3 < np && (unsigned)(c0 + 3) < Wu), xp + 3 * xl);
-        V8_LOAD_IF(x4, !checked || (4 < np && (unsigned)(c0 + 4) < Wu), xp + 4 * xl);
-        V8_LOAD_IF(x5, !checked || (5 < np && (unsigned)(c0 + 5) < Wu), xp + 5 * xl);
-        V8_LOAD_IF(x6, !checked || (6 < np && (unsigned)(c0 + 6) < Wu), xp + 6 * xl);
-        V8_LOAD_IF(x7, !checked || (7 < np && (unsigned)(c0 + 7) < Wu), xp + 7 * xl);
-        s = d0 * x0;
-        t = d1 * x1;
-        V8_MADD(s, d2, x2);
-        V8_MADD(t, d3, x3);
-        V8_MADD(s, d4, x4);
-        V8_MADD(t, d5, x5);
-        V8_MADD(s, d6, x6);
-        V8_MADD(t, d7, x7);
+        v8f s = {0}, t = {0}, mv; /* even and odd pixels: two dependency chains */
+#define DWK_TAP(i)                                                                                                    \
+    {                                                                                                                  \
+        v8f x;                                                                                                         \
+        V8_LOAD_IF(x, !checked || (i < np && (unsigned)(c0 + i) < Wu), xp + i * xl);                                   \
+        if (i % 2) V8_MADD(t, d##i, x);                                                                                \
+        else V8_MADD(s, d##i, x);                                                                                      \
+    }
+        DWS_EACH(DWK_TAP)
         float *mp = m + (size_t)kj * C + cb;
         memcpy(&mv, mp, sizeof mv);
         mv += s + t;
         memcpy(mp, &mv, sizeof mv);
     }
+#undef DWK_DY
+#undef DWK_TAP
 }
 
 /* dW partial sums of output row dr (Wo pixels) for kernel row ki (input row xr, W pixels, stride xl):
