@@ -79,9 +79,11 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
 /* Bytes of scratch vt_gemm_conv_run needs (an NCHW conv's blocked x and y; 0 for NHWC). */
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
 
-/* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first (and an NCHW
- * conv's x and y through `scratch`, vt_gemm_conv_scratch bytes, 64-byte aligned); 0 or -1. */
-int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch);
+/* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first when pack (else
+ * the weight the last packing run packed), an NCHW conv's x and y going through `scratch` (vt_gemm_conv_scratch
+ * bytes, 64-byte aligned); 0 or -1. */
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
+                     int pack);
 
 /* An int8 linear layer: a oneDNN u8 × s8 matmul with this layer's quantised weight (owned by the plan). */
 typedef struct vt_gemm_q8 vt_gemm_q8;

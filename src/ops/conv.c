@@ -441,18 +441,20 @@ static void conv_bwd(vt_node *n) {
     }
 }
 
-/* conv2d.onednn, dense and grouped convs (the im2col mode; square kernels) of stride 1 or on at most 4 input
- * channels (first layers): one oneDNN direct convolution on the blocked layouts it picks, x and y reordered to and
- * from them through the kernel's planned scratch, the weight packed on every run (training changes it); the
- * backward is the op's (im2col again). Measured against im2col + sgemm (forward, reorders included, best of 10,
- * 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels 1.28-1.73x (batch 1, 16),
- * 32 -> 64 1.28x; 3-channel patch embeds and stems: 1.01-1.27x (4x4/4, 7x7/4, 16x16/16, 3x3/2); stride 2 on 20 to
- * 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps): those stay on im2col. */
+/* conv2d.onednn, dense and grouped convs (the im2col mode; square kernels) of stride 1, or overlapping (k > s) on at
+ * most 4 input channels (first layers): one oneDNN direct convolution per image on the blocked layouts it picks, x and y
+ * reordered to and from them through the kernel's planned scratch (one image's: the whole batch's blocked copies
+ * had grown Next-ViT-S's batch-16 inference arena from 138 to 181 MiB), the weight packed once per run (training
+ * changes it); the backward is the op's (im2col again). Measured against im2col + sgemm (forward, reorders
+ * included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels
+ * 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2); stride 2 on
+ * 20 to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch embeds
+ * (4x4/4, 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on im2col
+ * (the patch embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
-    if (q->mode != M_IM2COL || q->kh != q->kw || (q->s > 1 && q->Cin > 4)) return 0;
-    q->prim = vt_gemm_conv_prim(&n->g->gemm, q->B, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, n->nin > 2,
-                                1);
+    if (q->mode != M_IM2COL || q->kh != q->kw || (q->s > 1 && (q->Cin > 4 || q->kh <= q->s))) return 0;
+    q->prim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, n->nin > 2, 1);
     if (!q->prim) return 0;
     const size_t bytes = vt_gemm_conv_scratch(q->prim);
     return bytes == 0 || vt_kernel_work(n, VT_U8, (int64_t)bytes) != NULL;
@@ -460,10 +462,13 @@ static int conv_prim_prepare(vt_node *n) {
 
 static void conv_prim_fwd(vt_node *n) {
     const geom *q = VT_OP_P(n, geom);
-    if (vt_gemm_conv_run(q->prim, n->in[0]->data, n->in[1]->data, n->nin > 2 ? n->in[2]->data : NULL, n->out->data,
-                         n->kws ? vt_tensor_u8(n->kws) : NULL) != 0 &&
-        vt_node_fallback(n, 1) == 0) /* oneDNN failed: the reference from now on */
-        conv_fwd(n);
+    const size_t xs = (size_t)q->Cin * q->H * q->W, ys = (size_t)q->Cout * q->P;
+    for (int i = 0; i < q->B; i++)
+        if (vt_gemm_conv_run(q->prim, n->in[0]->data + i * xs, n->in[1]->data, n->nin > 2 ? n->in[2]->data : NULL,
+                             n->out->data + i * ys, n->kws ? vt_tensor_u8(n->kws) : NULL, i == 0) != 0) {
+            if (vt_node_fallback(n, 1) == 0) conv_fwd(n); /* oneDNN failed: the reference from now on */
+            return;
+        }
 }
 
 static const vt_kernel k_conv_prim = {"conv2d.onednn", conv_prim_prepare, conv_prim_fwd, 0};
@@ -911,7 +916,7 @@ static int convn_prim_prepare(vt_node *n) {
 static void convn_prim_fwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     if (vt_gemm_conv_run(p->prim, n->in[0]->data, n->in[1]->data, p->has_bias ? n->in[2]->data : NULL,
-                         n->out->data, NULL) != 0 &&
+                         n->out->data, NULL, 1) != 0 &&
         vt_node_fallback(n, 1) == 0) /* oneDNN failed: the reference from now on */
         convn_fwd(n);
 }

@@ -479,7 +479,8 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
 
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
 
-int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch) {
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
+                     int pack) {
     unsigned char *sc = scratch;
     if (dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
         dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
@@ -493,7 +494,7 @@ int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const floa
     dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
     dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
     dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}, {DNNL_ARG_BIAS, q->b}};
-    return dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success ||
+    return (pack && dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success) ||
                    (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
                    dnnl_primitive_execute(q->prim, q->stream, q->b ? 4 : 3, ca) != dnnl_success ||
                    (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
