@@ -10,10 +10,12 @@
 #include "vitc/blocks.h"
 #include "vitc/ops.h"
 
-/* Analytically zero gradients: CHH bias when CHH is last (a per-head shift that softmax cancels), U's BN bias
- * (a per-channel shift that V's bias-free convs carry to V's train-mode BNs, which subtract it). */
-static int zero_expected(const char *name, int chh_last) {
-    return (chh_last && strstr(name, "chh.bias")) || (strstr(name, "fc2_u.rep.") && strstr(name, "bn.bias"));
+/* Analytically zero gradients: CHH bias when CHH is last, IHH bias when no key bypasses IHH (either way a per-head
+ * shift of whole rows that softmax cancels), U's BN bias (a per-channel shift that V's bias-free convs carry to V's
+ * train-mode BNs, which subtract it). */
+static int zero_expected(const char *name, int chh_last, int lead) {
+    return (chh_last && strstr(name, "chh.bias")) || (!lead && strstr(name, "ihh.bias")) ||
+           (strstr(name, "fc2_u.rep.") && strstr(name, "bn.bias"));
 }
 
 /* Builds the block on x (B, N, C) (train mode), loss = Σ y·r, and checks central differences on every param. */
@@ -57,7 +59,7 @@ static void check_grad(vt_test *T, const char *tag, int cffn, const vt_attn_ctx 
         const int64_t n = t->numel;
         double anysum = 0;
         const double rel = gc_param_error(g, t, y, r->data, 24, 3e-3f, &anysum);
-        if (zero_expected(t->name, cffn || !hc->opts->chh_first)) { /* the differences are float noise here */
+        if (zero_expected(t->name, cffn || !hc->opts->chh_first, cffn || hc->lead)) { /* the differences are float noise here */
             T_CHECK(T, anysum / (double)n < 1e-4, "%s: %s gradient should vanish (mean |g| %.3g)", tag, t->name,
                     anysum / (double)n);
             continue;

@@ -147,6 +147,24 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
 
 /* ---- ops added for the papers' blocks: one section per file, added below ---- */
 
+/* ---- hattn.c (hMHSA) ---- */
+/* Arguments of vt_hallucinated_attention. */
+typedef struct vt_hattn_args {
+    int heads, dim;           /* h (even) heads of d = dim/h channels; output (B, N, dim) */
+    int q_off, k_off, v_off;  /* queries in q and keys in kv: h/2 heads (dim/2 channels) at q_off and k_off; values
+                               * in kv: h heads (dim channels) at v_off */
+    int klead, kh, kw;        /* the keys: klead tokens that bypass IHH, then a kh × kw grid (row-major) */
+    float scale;              /* computed logits scale·q·kᵀ */
+    vt_tensor *ihh_w, *ihh_b; /* IHH, a 3x3 conv per computed head over the key grid: (h/2, 1, 3, 3), (h/2) */
+    vt_tensor *chh_w, *chh_b; /* CHH, a 1x1 conv over the computed heads: (h/2, h/2, 1, 1), (h/2) */
+    int chh_first;            /* 1: CHH before IHH (a weight NULL: that stage is left out; a bias NULL: none) */
+    vt_tensor **probs;        /* as vt_attn_args.probs: (B, h, N, M), computed heads first */
+} vt_hattn_args;
+/* hMHSA's attention (Xu et al. 2023): h/2 computed maps scale·q·kᵀ, h/2 hallucinated ones from them (IHH then CHH,
+ * or as chosen), softmax of all h, ·v per head, heads merged -> (B, N, dim). q (B, N, Lq); kv (B, M, Lkv) or NULL
+ * (keys and values in q). */
+vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_hattn_args *a);
+
 /* ---- focus.c (FLatten) ---- */
 /* Focusing power over the last dim: y = x^p · ‖x‖₂ / ‖x^p‖₂ per row (x > 0 elementwise, p > 0). */
 vt_tensor *vt_focus_pow(vt_graph *g, vt_tensor *x, float p);

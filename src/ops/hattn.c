@@ -1,0 +1,478 @@
+/* hMHSA's attention as one op (Xu et al. 2023, ../shared/specs/spec-hmhsa-cffn.md §1), equal to the plain chain
+ * split_heads → matmul(q, kᵀ)·scale → [A_r, CHH(IHH(A_r))] → softmax → matmul(·, v) → merge_heads (checked in
+ * tests/test_ops_hattn.c), without the (B, h, N, M) intermediates, permutes and concats of that chain:
+ *   h2 = h/2 computed heads: A_r = scale·Q_j·K_jᵀ (queries and keys of h2 heads of d channels);
+ *   IHH: per computed head j a 3x3 conv (padding 1, bias) over the keys' kh × kw grid of every query row; the klead
+ *        keys before the grid bypass it unchanged; CHH: per (query, key) a 1x1 conv h2 -> h2 over the heads;
+ *   the h2 hallucinated maps follow the computed ones, softmax over keys, ·V for all h heads (V has h heads).
+ * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r).
+ * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
+ * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel. Backward
+ * recomputes a tile's logits and probabilities (nothing is saved), then the gradients back through softmax, CHH and
+ * IHH; the keys' and values' gradients sum over the tiles of an entry, so either each thread owns whole batch
+ * entries (enough of them) or the entries run one after another with their tiles in parallel, each thread summing
+ * into its own dK/dV block that is added after the entry. The weights' gradients are summed per thread. */
+#include <omp.h>
+#include <string.h>
+
+#include "mathfn.h"
+#include "vitc/gemm.h"
+#include "vitc/ops.h"
+
+enum { ST_IHH = 1, ST_CHH = 2 };
+
+#define TILE_FLOATS 131072 /* a tile's h × rows × M probabilities: about this many floats (512 KiB); measured on
+                           * DeiT-T's shapes (b16, 6 heads of 32, 197 tokens): 32K floats 1.1-1.2x slower, a whole
+                           * entry per tile no faster (the GEMMs' rows matter more than L2 here) */
+
+/* Input slots: in[0] = q, then kv, IHH weight and bias, CHH weight and bias (each -1 when absent). */
+typedef struct {
+    int B, N, M, H, h2, d, nt;
+    int ldq, ldkv, q_off, k_off, v_off;
+    int klead, kh, kw;
+    int kv_in, iw_in, ib_in, cw_in, cb_in;
+    int st[2], nst; /* the hallucination stages in order */
+    int T, ntile;   /* rows per tile, tiles per batch entry */
+    int by_entry;   /* backward: 1 threads own batch entries; 0 entries in sequence, tiles in parallel */
+    float scale;
+    const vt_gemm_plan *gemm;
+} hattn_p;
+
+/* Floats of the weights' gradient partials of one thread: IHH h2·9 + h2, CHH h2·h2 + h2. */
+static size_t wg_floats(const hattn_p *a) { return (size_t)a->h2 * (11 + (size_t)a->h2); }
+/* A zero-padded grid: (kh + 2) × (kw + 2) floats and one more at each end (read for discarded border outputs). */
+static size_t pad_floats(const hattn_p *a) { return (size_t)(a->kh + 2) * (size_t)(a->kw + 2) + 2; }
+static size_t tile_floats(const hattn_p *a) { return (size_t)a->T * (size_t)a->M; }
+
+/* IHH's 3x3 correlations run over the padded grid as one flat vector: output k = yy·pw + c (c = x + 1 in
+ * [0, pw), pw = kw + 2; the border columns c = 0 and pw − 1 are computed and discarded) reads the padded input at
+ * k + dy·pw + dx − 1 for tap (dy, dx), one contiguous run per tap instead of kh short rows. */
+
+/* Copies one row's kh × kw grid x into pad's interior; pad's border (and its two end floats) stay zero. pad points
+ * at the first padded element (the slack float before it included in the buffer). */
+static void fill_pad(const hattn_p *a, const float *x, float *pad) {
+    const int pw = a->kw + 2;
+    for (int yy = 0; yy < a->kh; yy++)
+        memcpy(pad + (size_t)(yy + 1) * pw + 1, x + (size_t)yy * a->kw, sizeof(float) * (size_t)a->kw);
+}
+
+/* o (kh·pw flat outputs) = bias + Σ taps w[t]·pad shifted (see above), the nine taps summed in registers. */
+static void corr3_flat(const hattn_p *a, const float *pad, const float *w, float bias, float *o) {
+    const int pw = a->kw + 2, n = a->kh * pw;
+    const float *p0 = pad - 1, *p1 = pad - 1 + pw, *p2 = pad - 1 + 2 * pw;
+    const float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
+#pragma omp simd
+    for (int k = 0; k < n; k++)
+        o[k] = bias + (w0 * p0[k] + w1 * p0[k + 1] + w2 * p0[k + 2]) + (w3 * p1[k] + w4 * p1[k + 1] + w5 * p1[k + 2]) +
+               (w6 * p2[k] + w7 * p2[k + 1] + w8 * p2[k + 2]);
+}
+
+/* y (the kh × kw grid) = (acc ? y : 0) + the interior columns of the flat outputs o. */
+static void unpad(const hattn_p *a, const float *o, float *y, int acc) {
+    const int pw = a->kw + 2, gw = a->kw;
+    for (int yy = 0; yy < a->kh; yy++) {
+        const float *src = o + (size_t)yy * pw + 1;
+        float *dst = y + (size_t)yy * gw;
+        if (acc) {
+#pragma omp simd
+            for (int x = 0; x < gw; x++) dst[x] += src[x];
+        } else {
+            memcpy(dst, src, sizeof(float) * (size_t)gw);
+        }
+    }
+}
+
+/* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: two pad_floats blocks. */
+static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, const float *in, float *out, size_t hs,
+                      int rows, float *pad) {
+    const int h2 = a->h2, M = a->M, L = a->klead;
+    if (st == ST_CHH) { /* row by row: a row's h2 inputs and output stay in L1 */
+        for (int r = 0; r < rows; r++) {
+            const size_t ro = (size_t)r * M;
+            for (int i = 0; i < h2; i++) {
+                float *o = out + i * hs + ro;
+                const float bi = b ? b[i] : 0.0f;
+#pragma omp simd
+                for (int e = 0; e < M; e++) o[e] = bi;
+                for (int j = 0; j < h2; j++) {
+                    const float wv = w[i * h2 + j], *x = in + j * hs + ro;
+#pragma omp simd
+                    for (int e = 0; e < M; e++) o[e] += wv * x[e];
+                }
+            }
+        }
+        return;
+    }
+    memset(pad, 0, 2 * sizeof(float) * pad_floats(a));
+    float *pin = pad + 1, *o = pad + pad_floats(a);
+    for (int j = 0; j < h2; j++)
+        for (int r = 0; r < rows; r++) {
+            const float *x = in + j * hs + (size_t)r * M;
+            float *y = out + j * hs + (size_t)r * M;
+            for (int k = 0; k < L; k++) y[k] = x[k];
+            fill_pad(a, x + L, pin);
+            corr3_flat(a, pin, w + 9 * j, b ? b[j] : 0.0f, o);
+            unpad(a, o, y + L, 0);
+        }
+}
+
+/* One stage backward: din (= or += when acc) from dout, and the weight's and bias's gradients added to dw, db (NULL:
+ * not wanted); in: the stage's forward input. pad: three pad_floats scratch blocks. */
+static void stage_bwd(const hattn_p *a, int st, const float *w, const float *in, const float *dout, float *din,
+                      int acc, float *dw, float *db, size_t hs, int rows, float *pad) {
+    const int h2 = a->h2, M = a->M, L = a->klead, pw = a->kw + 2, nf = a->kh * pw;
+    if (st == ST_CHH) { /* row by row, as forward */
+        for (int r = 0; r < rows; r++) {
+            const size_t ro = (size_t)r * M;
+            for (int i = 0; i < h2; i++) {
+                const float *go = dout + i * hs + ro;
+                if (db) {
+                    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                    for (int e = 0; e < M; e++) s += go[e];
+                    db[i] += s;
+                }
+                if (dw)
+                    for (int j = 0; j < h2; j++) {
+                        const float *x = in + j * hs + ro;
+                        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                        for (int e = 0; e < M; e++) s += go[e] * x[e];
+                        dw[i * h2 + j] += s;
+                    }
+            }
+            for (int j = 0; j < h2; j++) {
+                float *gi = din + j * hs + ro;
+                for (int i = 0; i < h2; i++) {
+                    const float wv = w[i * h2 + j], *go = dout + i * hs + ro;
+                    if (i == 0 && !acc) {
+#pragma omp simd
+                        for (int e = 0; e < M; e++) gi[e] = wv * go[e];
+                    } else {
+#pragma omp simd
+                        for (int e = 0; e < M; e++) gi[e] += wv * go[e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const size_t pf = pad_floats(a);
+    memset(pad, 0, 3 * sizeof(float) * pf);
+    float *pin = pad + 1, *pdo = pad + pf + 1, *o = pad + 2 * pf;
+    for (int j = 0; j < h2; j++) {
+        float wf[9], gw9[9] = {0}, gb = 0.0f;
+        for (int t = 0; t < 9; t++) wf[t] = w[9 * j + 8 - t]; /* dX: the same correlation with the kernel flipped */
+        for (int r = 0; r < rows; r++) {
+            const float *x = in + j * hs + (size_t)r * M, *go = dout + j * hs + (size_t)r * M;
+            float *gi = din + j * hs + (size_t)r * M;
+            for (int k = 0; k < L; k++) gi[k] = (acc ? gi[k] : 0.0f) + go[k];
+            fill_pad(a, go + L, pdo);
+            corr3_flat(a, pdo, wf, 0.0f, o);
+            unpad(a, o, gi + L, acc);
+            if (!dw && !db) continue;
+            /* dW[t] = Σ dout(yy, x)·in_pad(yy + dy, x + dx): the padded dout's border columns are zero, so the flat
+             * products over the kh·pw outputs (dout at k + pw) count the interior only */
+            fill_pad(a, x + L, pin);
+            const float *dp = pdo + pw;
+            for (int t = 0; t < 9; t++) {
+                const float *pr = pin + (t / 3) * pw + t % 3 - 1;
+                float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                for (int k = 0; k < nf; k++) s += dp[k] * pr[k];
+                gw9[t] += s;
+            }
+            float sb = 0.0f;
+#pragma omp simd reduction(+ : sb)
+            for (int k = 0; k < nf; k++) sb += dp[k];
+            gb += sb;
+        }
+        if (dw)
+            for (int t = 0; t < 9; t++) dw[9 * j + t] += gw9[t];
+        if (db) db[j] += gb;
+    }
+}
+
+static const float *data_or_null(const vt_node *n, int slot) { return slot >= 0 ? n->in[slot]->data : NULL; }
+
+/* The logits of rows [r0, r0 + rows) of entry b, every head, into P (head stride hs), then their softmax.
+ * S: NULL, or h2 maps receiving the computed logits (the stages' input; backward keeps them); U: h2 maps for the
+ * first stage's output when there are two. */
+static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float *S, float *U, float *pad,
+                       size_t hs) {
+    const hattn_p *a = VT_OP_P(n, hattn_p);
+    const int M = a->M, d = a->d, h2 = a->h2;
+    const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
+    const float *qb = qd + ((size_t)b * a->N + r0) * a->ldq + a->q_off, *kb = kvd + (size_t)b * M * a->ldkv + a->k_off;
+    float *src = S ? S : P;
+    for (int j = 0; j < h2; j++)
+        vt_gemm(a->gemm, 0, 1, rows, M, d, a->scale, qb + j * d, a->ldq, kb + j * d, a->ldkv, 0.0f, src + j * hs, M);
+    const size_t n1 = (size_t)rows * M;
+    if (S)
+        for (int j = 0; j < h2; j++) memcpy(P + j * hs, S + j * hs, sizeof(float) * n1);
+    float *hal = P + h2 * hs;
+    const float *w[2], *bb[2];
+    for (int s = 0; s < a->nst; s++) {
+        const int ih = a->st[s] == ST_IHH;
+        w[s] = data_or_null(n, ih ? a->iw_in : a->cw_in);
+        bb[s] = data_or_null(n, ih ? a->ib_in : a->cb_in);
+    }
+    if (a->nst == 0)
+        for (int j = 0; j < h2; j++) memcpy(hal + j * hs, src + j * hs, sizeof(float) * n1);
+    else if (a->nst == 1)
+        stage_fwd(a, a->st[0], w[0], bb[0], src, hal, hs, rows, pad);
+    else {
+        stage_fwd(a, a->st[0], w[0], bb[0], src, U, hs, rows, pad);
+        stage_fwd(a, a->st[1], w[1], bb[1], U, hal, hs, rows, pad);
+    }
+    for (int i = 0; i < a->H; i++)
+        for (int r = 0; r < rows; r++) vt_softmax_row(P + i * hs + (size_t)r * M, P + i * hs + (size_t)r * M, M);
+}
+
+/* Forward of tile u (entry u / ntile) with thread t's scratch. */
+static void fwd_tile(const vt_node *n, int u, int t) {
+    const hattn_p *a = VT_OP_P(n, hattn_p);
+    const int b = u / a->ntile, r0 = (u % a->ntile) * a->T, rows = a->N - r0 < a->T ? a->N - r0 : a->T;
+    if (rows <= 0) return;
+    const int M = a->M, d = a->d, C = a->H * d;
+    const size_t hs = tile_floats(a), per = (a->H + (a->nst == 2 ? a->h2 : 0)) * hs + 2 * pad_floats(a);
+    float *P = n->fws->data + (size_t)t * per, *U = P + a->H * hs, *pad = U + (a->nst == 2 ? a->h2 : 0) * hs;
+    tile_probs(n, b, r0, rows, P, NULL, U, pad, hs);
+    const float *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : n->in[0]->data;
+    const float *vb = kvd + (size_t)b * M * a->ldkv + a->v_off;
+    float *ob = n->out->data + ((size_t)b * a->N + r0) * C;
+    for (int i = 0; i < a->H; i++)
+        vt_gemm(a->gemm, 0, 0, rows, d, M, 1.0f, P + i * hs, M, vb + i * d, a->ldkv, 0.0f, ob + i * d, C);
+    if (n->xout) /* exported probabilities (B, H, N, M) */
+        for (int i = 0; i < a->H; i++)
+            memcpy(n->xout->data + (((size_t)b * a->H + i) * a->N + r0) * M, P + i * hs, sizeof(float) * rows * M);
+}
+
+static void hattn_fwd(vt_node *n) {
+    const hattn_p *a = VT_OP_P(n, hattn_p);
+    const int units = a->B * a->ntile;
+#pragma omp parallel for schedule(static) num_threads(a->nt)
+    for (int u = 0; u < units; u++) fwd_tile(n, u, omp_get_thread_num());
+}
+
+/* Backward of tile `tile` of entry b with thread t's scratch. dk, dv: where the keys' and values' gradients of this
+ * entry go (row stride ldk; NULL: not wanted), added to when bkv is 1, written when 0; dwg: the thread's weight
+ * gradient partials. */
+static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float *dv, int ldk, float bkv) {
+    const hattn_p *a = VT_OP_P(n, hattn_p);
+    const int r0 = tile * a->T, rows = a->N - r0 < a->T ? a->N - r0 : a->T;
+    if (rows <= 0) return;
+    const int M = a->M, d = a->d, H = a->H, h2 = a->h2, C = H * d;
+    const size_t hs = tile_floats(a), per = (3 * (size_t)h2 + 2 * (size_t)H) * hs + 3 * pad_floats(a);
+    float *S = n->bws->data + (size_t)t * per, *U = S + h2 * hs, *D = U + h2 * hs, *P = D + h2 * hs;
+    float *G = P + H * hs, *pad = G + H * hs;
+    tile_probs(n, b, r0, rows, P, S, U, pad, hs);
+    const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
+    const float *qb = qd + ((size_t)b * a->N + r0) * a->ldq + a->q_off, *kb = kvd + (size_t)b * M * a->ldkv;
+    const float *dO = n->out->grad + ((size_t)b * a->N + r0) * C;
+    if (dv)
+        for (int i = 0; i < H; i++)
+            vt_gemm(a->gemm, 1, 0, M, d, rows, 1.0f, P + i * hs, M, dO + i * d, C, bkv, dv + i * d, ldk);
+    for (int i = 0; i < H; i++) {
+        vt_gemm(a->gemm, 0, 1, rows, M, d, 1.0f, dO + i * d, C, kb + a->v_off + i * d, a->ldkv, 0.0f, G + i * hs, M);
+        for (int r = 0; r < rows; r++) { /* dZ = P ⊙ (dP − Σⱼ dP⊙P) */
+            float *g = G + i * hs + (size_t)r * M;
+            const float *p = P + i * hs + (size_t)r * M;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < M; j++) dot += g[j] * p[j];
+#pragma omp simd
+            for (int j = 0; j < M; j++) g[j] = p[j] * (g[j] - dot);
+        }
+    }
+    /* the hallucinated maps' gradient back through the stages into the computed logits' */
+    float *wg = n->bws->data + (size_t)a->nt * per + (size_t)t * wg_floats(a);
+    float *gw[2], *gb[2];
+    const float *w[2];
+    for (int s = 0; s < a->nst; s++) {
+        const int ih = a->st[s] == ST_IHH, wi = ih ? a->iw_in : a->cw_in, bi = ih ? a->ib_in : a->cb_in;
+        float *base = ih ? wg : wg + 10 * (size_t)h2;
+        w[s] = n->in[wi]->data;
+        gw[s] = n->in[wi]->grad ? base : NULL;
+        gb[s] = bi >= 0 && n->in[bi]->grad ? base + (ih ? 9 : h2) * (size_t)h2 : NULL;
+    }
+    float *Gh = G + h2 * hs;
+    if (a->nst == 0) {
+        for (int j = 0; j < h2; j++)
+            for (size_t e = 0; e < (size_t)rows * M; e++) G[j * hs + e] += Gh[j * hs + e];
+    } else if (a->nst == 1) {
+        stage_bwd(a, a->st[0], w[0], S, Gh, G, 1, gw[0], gb[0], hs, rows, pad);
+    } else {
+        stage_bwd(a, a->st[1], w[1], U, Gh, D, 0, gw[1], gb[1], hs, rows, pad);
+        stage_bwd(a, a->st[0], w[0], S, D, G, 1, gw[0], gb[0], hs, rows, pad);
+    }
+    float *dqd = n->in[0]->grad;
+    if (dqd) {
+        const float bq = n->grad_fresh & 1u ? 0.0f : 1.0f;
+        float *dq = dqd + ((size_t)b * a->N + r0) * a->ldq + a->q_off;
+        for (int j = 0; j < h2; j++)
+            vt_gemm(a->gemm, 0, 0, rows, d, M, a->scale, G + j * hs, M, kb + a->k_off + j * d, a->ldkv, bq, dq + j * d,
+                    a->ldq);
+    }
+    if (dk)
+        for (int j = 0; j < h2; j++)
+            vt_gemm(a->gemm, 1, 0, M, d, rows, a->scale, G + j * hs, M, qb + j * d, a->ldq, bkv, dk + j * d, ldk);
+}
+
+static void hattn_bwd(vt_node *n) {
+    const hattn_p *a = VT_OP_P(n, hattn_p);
+    if (!n->bws) return; /* eval graph */
+    const int H = a->H, h2 = a->h2, M = a->M, C = H * a->d, nt = a->nt;
+    const size_t per = (3 * (size_t)h2 + 2 * (size_t)H) * tile_floats(a) + 3 * pad_floats(a), nwg = wg_floats(a);
+    float *wg = n->bws->data + (size_t)nt * per, *acc = wg + (size_t)nt * nwg;
+    vt_zero(wg, (int64_t)(nt * nwg));
+    const int kv_slot = a->kv_in >= 0 ? a->kv_in : 0;
+    float *dkvd = n->in[kv_slot]->grad;
+    const float bkv = n->grad_fresh >> kv_slot & 1u ? 0.0f : 1.0f;
+    const size_t kvrow = (size_t)M * a->ldkv;
+    if (a->by_entry) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int b = 0; b < a->B; b++)
+            for (int tile = 0; tile < a->ntile; tile++) {
+                float *dkb = dkvd ? dkvd + b * kvrow : NULL;
+                bwd_tile(n, b, tile, omp_get_thread_num(), dkb ? dkb + a->k_off : NULL, dkb ? dkb + a->v_off : NULL,
+                         a->ldkv, tile ? 1.0f : bkv);
+            }
+    } else {
+        const int lda = 3 * C / 2; /* per thread: M rows of [dK (C/2) | dV (C)] */
+        const size_t blk = (size_t)M * lda;
+        for (int b = 0; b < a->B; b++) {
+            if (dkvd) vt_zero(acc, (int64_t)(nt * blk));
+#pragma omp parallel for schedule(static) num_threads(nt)
+            for (int tile = 0; tile < a->ntile; tile++) {
+                float *mine = dkvd ? acc + (size_t)omp_get_thread_num() * blk : NULL;
+                bwd_tile(n, b, tile, omp_get_thread_num(), mine, mine ? mine + C / 2 : NULL, lda, 1.0f);
+            }
+            if (!dkvd) continue;
+            float *dkb = dkvd + b * kvrow;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)M * lda * nt > VT_PAR_MIN)
+            for (int m = 0; m < M; m++)
+                for (int c = 0; c < lda; c++) {
+                    float s = 0.0f;
+                    for (int th = 0; th < nt; th++) s += acc[(size_t)th * blk + (size_t)m * lda + c];
+                    float *dst = dkb + (size_t)m * a->ldkv + (c < C / 2 ? a->k_off + c : a->v_off + c - C / 2);
+                    *dst = (bkv != 0.0f ? *dst : 0.0f) + s;
+                }
+        }
+    }
+    const int wslot[4] = {a->iw_in, a->ib_in, a->cw_in, a->cb_in};
+    const size_t woff[4] = {0, 9 * (size_t)h2, 10 * (size_t)h2, 10 * (size_t)h2 + (size_t)h2 * h2};
+    for (int k = 0; k < 4; k++) {
+        if (wslot[k] < 0 || !n->in[wslot[k]]->grad) continue;
+        float *gd = n->in[wslot[k]]->grad;
+        for (int64_t e = 0; e < n->in[wslot[k]]->numel; e++) {
+            float s = 0.0f;
+            for (int th = 0; th < nt; th++) s += wg[(size_t)th * nwg + woff[k] + (size_t)e];
+            gd[e] += s;
+        }
+    }
+}
+
+/* Backward reads every input (the logits are recomputed). */
+static const vt_opdef op_hattn = {"hallucinated_attention", hattn_fwd, hattn_bwd, VT_READS(VT_READS_ALL_IN), NULL};
+
+/* 1 when the n channel ranges [off[i], off[i] + len[i]) are disjoint and inside [0, total); *cover: they fill it. */
+static int disjoint(const int *off, const int *len, int n, int total, int *cover) {
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (off[i] < 0 || off[i] > total - len[i]) return 0;
+        for (int j = i + 1; j < n; j++)
+            if (off[i] < off[j] + len[j] && off[j] < off[i] + len[i]) return 0;
+        sum += len[i];
+    }
+    *cover = sum == total;
+    return 1;
+}
+
+/* 1 when t is (shape...) of nd dims. */
+static int is_shape(const vt_tensor *t, int nd, int s0, int s1, int s2, int s3) {
+    const int s[4] = {s0, s1, s2, s3};
+    if (t->ndim != nd) return 0;
+    for (int i = 0; i < nd; i++)
+        if (t->shape[i] != s[i]) return 0;
+    return 1;
+}
+
+vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_hattn_args *a) {
+    if (vt_bad(g, 1, q)) return NULL;
+    static const char *op = "hallucinated_attention";
+    if (!a) return vt_fail(g, op, "no arguments given");
+    char sq[64], sk[64], sw[64];
+    vt_shape_str(q, sq, 64);
+    if (kv == q) kv = NULL;
+    const int H = a->heads, dim = a->dim;
+    if (q->ndim != 3 || H < 2 || H % 2 || dim <= 0 || dim % H)
+        return vt_fail(g, op, "q %s must be (B, N, Lq), the heads %d even and the width %d divisible by them", sq, H,
+                       dim);
+    const int B = q->shape[0], N = q->shape[1], Lq = q->shape[2], h2 = H / 2, d = dim / H;
+    vt_tensor *kt = kv ? kv : q;
+    vt_shape_str(kt, sk, 64);
+    if (kv && (kv->ndim != 3 || kv->shape[0] != B))
+        return vt_fail(g, op, "kv %s must be (B, M, Lkv) with the batch %d of q %s", sk, B, sq);
+    const int M = kt->shape[1], Lkv = kt->shape[2];
+    int offs[3] = {a->q_off, a->k_off, a->v_off}, lens[3] = {dim / 2, dim / 2, dim}, qcover = 0, kvcover = 0;
+    const int ok = kv ? disjoint(offs, lens, 1, Lq, &qcover) && disjoint(offs + 1, lens + 1, 2, Lkv, &kvcover)
+                      : disjoint(offs, lens, 3, Lq, &qcover);
+    if (!ok)
+        return vt_fail(g, op, "q %s%s%s: the query [%d, +%d), key [%d, +%d) and value [%d, +%d) channels must be "
+                       "disjoint and inside their tensors", sq, kv ? ", kv " : "", kv ? sk : "", a->q_off, dim / 2,
+                       a->k_off, dim / 2, a->v_off, dim);
+    if (a->ihh_w && (a->klead < 0 || a->kh < 1 || a->kw < 1 || a->klead + a->kh * a->kw != M))
+        return vt_fail(g, op, "key grid %dx%d after %d leading keys does not fit the %d keys of %s", a->kh, a->kw,
+                       a->klead, M, sk);
+    const vt_tensor *wt[4] = {a->ihh_w, a->ihh_b, a->chh_w, a->chh_b};
+    const int want[4][5] = {{4, h2, 1, 3, 3}, {1, h2, 0, 0, 0}, {4, h2, h2, 1, 1}, {1, h2, 0, 0, 0}};
+    for (int k = 0; k < 4; k++) {
+        if (!wt[k]) continue;
+        if (!wt[k - k % 2])
+            return vt_fail(g, op, "the %s bias without its weight", k < 2 ? "IHH" : "CHH");
+        if (!is_shape(wt[k], want[k][0], want[k][1], want[k][2], want[k][3], want[k][4]))
+            return vt_fail(g, op, "%s %s %s (%s) must be %s for %d computed heads", k < 2 ? "IHH" : "CHH",
+                           k % 2 ? "bias" : "weight", vt_shape_str(wt[k], sw, 64), wt[k]->name,
+                           k == 0 ? "(h2, 1, 3, 3)" : k == 2 ? "(h2, h2, 1, 1)" : "(h2)", h2);
+    }
+    vt_tensor *in[6] = {q};
+    int nin = 1, slot[5] = {-1, -1, -1, -1, -1};
+    if (kv) in[slot[0] = nin++] = kv;
+    for (int k = 0; k < 4; k++)
+        if (wt[k]) in[slot[k + 1] = nin++] = (vt_tensor *)wt[k];
+    const int shape[3] = {B, N, dim};
+    vt_node *n = vt_new_node(g, &op_hattn, in, nin, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    hattn_p p = {B, N, M, H, h2, d, g->threads, Lq, kv ? Lkv : Lq, a->q_off, a->k_off, a->v_off, a->klead, a->kh,
+                 a->kw, slot[0], slot[1], slot[2], slot[3], slot[4], {0, 0}, 0, 0, 0, 0, a->scale, &g->gemm};
+    if (!a->ihh_w) p.klead = 0, p.kh = p.kw = 1;
+    const int first = a->chh_first ? ST_CHH : ST_IHH;
+    if (first == ST_CHH ? a->chh_w != NULL : a->ihh_w != NULL) p.st[p.nst++] = first;
+    if (first == ST_CHH ? a->ihh_w != NULL : a->chh_w != NULL) p.st[p.nst++] = first == ST_CHH ? ST_IHH : ST_CHH;
+    /* tiles: about TILE_FLOATS probabilities each; with few of them, as many per entry as keeps the threads even */
+    const int nt = p.nt;
+    int ntile = (int)(((int64_t)H * N * M + TILE_FLOATS - 1) / TILE_FLOATS);
+    if (ntile > N) ntile = N;
+    while ((int64_t)B * ntile < 8LL * nt && ((int64_t)B * ntile) % nt && ntile < N) ntile++;
+    p.T = (N + ntile - 1) / ntile;
+    p.ntile = (N + p.T - 1) / p.T;
+    p.by_entry = B >= nt && (B % nt == 0 || B >= 4 * nt);
+    *VT_OP_P(n, hattn_p) = p;
+    n->macs = (int64_t)B * N * M * (dim / 2 + dim);
+    if (a->ihh_w) n->macs += (int64_t)B * N * h2 * a->kh * a->kw * 9;
+    if (a->chh_w) n->macs += (int64_t)B * N * M * h2 * h2;
+    if (qcover) n->grad_sets |= 1u;
+    if (kv && kvcover) n->grad_sets |= 1u << slot[0];
+    if (a->probs) {
+        const int ps[4] = {B, H, N, M};
+        *a->probs = g->export_maps ? vt_node_extra_output(n, 4, ps) : NULL;
+        if (g->export_maps && !*a->probs) return NULL;
+    }
+    const int64_t hs = (int64_t)p.T * M, pad = (int64_t)pad_floats(&p);
+    if (!vt_node_work(n, 0, nt * ((H + (p.nst == 2 ? h2 : 0)) * hs + 2 * pad))) return NULL;
+    if (g->training && !vt_node_work(n, 1, nt * ((3LL * h2 + 2LL * H) * hs + 3 * pad + (int64_t)wg_floats(&p)) +
+                                               (p.by_entry ? 0 : (int64_t)nt * M * (3 * dim / 2))))
+        return NULL;
+    return n->out;
+}
