@@ -247,6 +247,9 @@ void test_ops_hattn(vt_test *T) {
         {"tiles_by_entry", 2, 169, 0, 32, 0, 8, 16, 0, 8, 16, 1, 12, 14, 1, 1, 1, 0, 0.7f},
         {"tiles_one_entry", 1, 169, 0, 32, 0, 8, 16, 0, 8, 16, 1, 12, 14, 1, 1, 1, 1, 0.7f},
         {"tiles_odd_batch", 3, 150, 49, 4, 12, 4, 8, 0, 0, 4, 0, 7, 7, 1, 1, 1, 0, 0.7f},
+        /* 8 computed heads: CHH as a GEMM (CHH_GEMM in hattn.c) */
+        {"chh_gemm", 2, 10, 0, 64, 0, 16, 32, 0, 16, 32, 1, 3, 3, 1, 1, 1, 0, 0.5f},
+        {"chh_gemm_first_b1", 1, 12, 6, 16, 48, 16, 32, 0, 0, 16, 0, 2, 3, 1, 1, 1, 1, 0.5f},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
     /* a bias of the last stage with every key of a row in its reach shifts whole rows before the softmax: its
@@ -256,6 +259,7 @@ void test_ops_hattn(vt_test *T) {
         {"fd_pvt_ihh_chh", 1, 4, 6, 4, 12, 4, 8, 0, 0, 4, 0, 2, 3, 1, 1, 0, 0, 0.5f},
         {"fd_ihh_only", 2, 7, 0, 8, 0, 2, 4, 0, 2, 4, 1, 2, 3, 1, 0, 1, 0, 0.8f},
         {"fd_copy", 2, 3, 0, 8, 0, 2, 4, 0, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0.8f},
+        {"fd_chh_gemm", 1, 5, 0, 32, 0, 16, 16, 0, 8, 16, 1, 2, 2, 1, 1, 1, 1, 0.5f},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

@@ -21,6 +21,9 @@
 
 enum { ST_IHH = 1, ST_CHH = 2 };
 
+#ifndef CHH_GEMM
+#define CHH_GEMM 8 /* CHH over at least this many computed heads runs as one GEMM per tile, fewer as row loops */
+#endif
 #define TILE_FLOATS 131072 /* a tile's h × rows × M probabilities: about this many floats (512 KiB); measured on
                            * DeiT-T's shapes (b16, 6 heads of 32, 197 tokens): 32K floats 1.1-1.2x slower, a whole
                            * entry per tile no faster (the GEMMs' rows matter more than L2 here) */
@@ -86,6 +89,17 @@ static void unpad(const hattn_p *a, const float *o, float *y, int acc) {
 static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, const float *in, float *out, size_t hs,
                       int rows, float *pad) {
     const int h2 = a->h2, M = a->M, L = a->klead;
+    if (st == ST_CHH && h2 >= CHH_GEMM) { /* out (h2 × rows·M) = bias + W · in */
+        const size_t n = (size_t)rows * M;
+        for (int i = 0; i < h2; i++) {
+            float *o = out + i * hs;
+            const float bi = b ? b[i] : 0.0f;
+#pragma omp simd
+            for (size_t e = 0; e < n; e++) o[e] = bi;
+        }
+        vt_gemm(a->gemm, 0, 0, h2, (int)n, h2, 1.0f, w, h2, in, (int)hs, 1.0f, out, (int)hs);
+        return;
+    }
     if (st == ST_CHH) { /* row by row: a row's h2 inputs and output stay in L1 */
         for (int r = 0; r < rows; r++) {
             const size_t ro = (size_t)r * M;
@@ -121,6 +135,19 @@ static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, 
 static void stage_bwd(const hattn_p *a, int st, const float *w, const float *in, const float *dout, float *din,
                       int acc, float *dw, float *db, size_t hs, int rows, float *pad) {
     const int h2 = a->h2, M = a->M, L = a->klead, pw = a->kw + 2, nf = a->kh * pw;
+    if (st == ST_CHH && h2 >= CHH_GEMM) { /* dW += dout · inᵀ, din (+)= Wᵀ · dout */
+        const size_t n = (size_t)rows * M;
+        for (int i = 0; db && i < h2; i++) {
+            const float *go = dout + i * hs;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (size_t e = 0; e < n; e++) s += go[e];
+            db[i] += s;
+        }
+        if (dw) vt_gemm(a->gemm, 0, 1, h2, h2, (int)n, 1.0f, dout, (int)hs, in, (int)hs, 1.0f, dw, h2);
+        vt_gemm(a->gemm, 1, 0, h2, (int)n, h2, 1.0f, w, h2, dout, (int)hs, acc ? 1.0f : 0.0f, din, (int)hs);
+        return;
+    }
     if (st == ST_CHH) { /* row by row, as forward */
         for (int r = 0; r < rows; r++) {
             const size_t ro = (size_t)r * M;
