@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#if defined(__FMA__)
+#if defined(__FMA__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -247,6 +247,30 @@ static void zero_pads(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_
  * loaded and stored each at every tap (perf: the loop bound by those round trips). */
 typedef float v8f __attribute__((vector_size(32))); /* never passed or returned (its ABI depends on the ISA) */
 
+/* The first min(cnt, 8) floats of *vp into p (added to them when add). */
+static inline __attribute__((always_inline)) void v8_store_first(float *p, const v8f *vp, int cnt, int add) {
+    v8f v = *vp;
+#if defined(__AVX2__)
+    if (cnt < 8 && !add) { /* a masked store: a copy loop here became `rep movs` (tens of cycles for 14 floats) */
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(p, m, (__m256)v);
+        return;
+    }
+#endif
+    if (cnt < 8) { /* adding (a masked load and store was slower than this loop on Zen 3), or no AVX2 */
+        float o[8];
+        memcpy(o, &v, sizeof o);
+        for (int t = 0; t < cnt; t++) p[t] = add ? p[t] + o[t] : o[t];
+        return;
+    }
+    if (add) {
+        v8f t;
+        memcpy(&t, p, sizeof t);
+        v += t;
+    }
+    memcpy(p, &v, sizeof v);
+}
+
 /* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = (add: +=) init +
  * Σ_{ki, kj} w[ki·kw + kj]·src[r·ld + ki·ks + kj·js + t] over a padded plane (forward: the input, steps +row, +1;
  * dX: the output gradient, steps −row, −1). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero
@@ -270,29 +294,9 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t k
                     a[r][v] += wv * xv;
                 }
         }
-    for (int r = 0; r < R; r++) {
-        float *dst = out + r * ldo;
-        if (n == VB) { /* whole vectors (a scalar copy loop here was a third of a 3x3 conv's time) */
-            for (int v = 0; v < NV; v++) {
-                v8f y = a[r][v];
-                if (add) {
-                    v8f t;
-                    memcpy(&t, dst + 8 * v, sizeof t);
-                    y += t;
-                }
-                memcpy(dst + 8 * v, &y, sizeof y);
-            }
-            continue;
-        }
-        float o[VB];
-        memcpy(o, a[r], sizeof o);
-        if (add) {
-#pragma omp simd
-            for (int t = 0; t < n; t++) dst[t] += o[t];
-        } else {
-            memcpy(dst, o, sizeof(float) * (size_t)n);
-        }
-    }
+    for (int r = 0; r < R; r++) /* whole and masked vector stores (a scalar copy loop here had become `rep movs`:
+                                 * a third of a 3x3 conv's time) */
+        for (int v = 0; v < NV && 8 * v < n; v++) v8_store_first(out + r * ldo + 8 * v, &a[r][v], n - 8 * v, add);
 }
 
 static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
