@@ -166,6 +166,19 @@ static void check_mathfn(vt_test *T) {
     T_CHECK(T, ae < 6e-7, "vt_erff max absolute error %g", ae);
     T_CHECK(T, isnan(vt_expf(NAN)) && isnan(vt_erff(NAN)), "NaN must propagate");
     T_CHECK(T, vt_expf(-1000.0f) < 1.2e-38f && vt_expf(0.0f) == 1.0f, "exp limits");
+    /* vt_expf_le0 equals vt_expf bit for bit on x <= 0: every float from −90 to 0 spaced 1/4096 apart, the
+     * subnormal range's edge, zero, −inf and NaN */
+    int diff = 0;
+    for (int i = 0; i <= 90 * 4096 && diff < 3; i++) {
+        const float x = -(float)i / 4096.0f, a = vt_expf(x), b = vt_expf_le0(x);
+        if (memcmp(&a, &b, sizeof a)) diff++, fprintf(stderr, "vt_expf_le0(%.9g) = %.9g, vt_expf %.9g\n", x, b, a);
+    }
+    const float edge[4] = {-87.33654f, -87.3365f, -INFINITY, -0.0f};
+    for (int i = 0; i < 4; i++) {
+        const float a = vt_expf(edge[i]), b = vt_expf_le0(edge[i]);
+        diff += memcmp(&a, &b, sizeof a) != 0;
+    }
+    T_CHECK(T, diff == 0 && isnan(vt_expf_le0(NAN)), "vt_expf_le0 differs from vt_expf on %d arguments <= 0", diff);
 }
 
 void test_ops_attention(vt_test *T) {

@@ -37,6 +37,31 @@ static inline float vt_expf(float x) {
     return p * s1 * s2;
 }
 
+/* vt_expf(x) for x <= 0 (or NaN), bit for bit, with less work: no upper clamp, and n >= −126 lets 2^n be one
+ * normal float, so p·2^n is one multiplication (exact, or rounded once into the subnormals, as p·2^h·2^(n−h) is).
+ * For softmax arguments (x − max) and e^(−x²): about 20% fewer operations than vt_expf. */
+static inline float vt_expf_le0(float x) {
+    x = x < -87.33654f ? -87.33654f : x;
+    const float sh = x * 1.44269504088896341f + 12582912.0f;
+    float n = sh - 12582912.0f;
+    float r = x - n * 0.693145751953125f;
+    r -= n * 1.428606765330187045e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    uint32_t shb;
+    memcpy(&shb, &sh, 4);
+    uint32_t b = (shb - 0x4B400000u + 127u) << 23; /* 2^n, n in [−126, 0] */
+    float s;
+    memcpy(&s, &b, 4);
+    return p * s;
+}
+
 /* erf(x) by Abramowitz & Stegun 7.1.26 evaluated in float (absolute error < 6e-7); *e receives e^(-x²), which
  * the formula computes anyway (GELU's gradient reuses it). */
 static inline float vt_erf_e(float x, float *e) {
@@ -47,7 +72,7 @@ static inline float vt_erf_e(float x, float *e) {
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    *e = vt_expf(-a * a);
+    *e = vt_expf_le0(-a * a);
     float y = 1.0f - p * t * *e;
     return x < 0 ? -y : y;
 }
@@ -82,7 +107,7 @@ static inline void vt_softmax_row(const float *x, float *y, int n) {
     for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
 #pragma omp simd reduction(+ : s)
     for (int j = 0; j < n; j++) {
-        y[j] = vt_expf(x[j] - mx);
+        y[j] = vt_expf_le0(x[j] - mx);
         s += y[j];
     }
     const float inv = 1.0f / s;
