@@ -1,8 +1,9 @@
 /* vt_hallucinated_attention (src/ops/hattn.c), hMHSA's fused attention: equality with the plain op chain
  * (split_heads / matmul / permute / slice / conv2d / concat / softmax / merge_heads; forward and every gradient,
  * train and eval graphs) for a packed qkv with a bypassing token, a separate reduced kv, each stage order and
- * subset, no biases, and maps split into several tiles (whole batch entries per thread, and one entry's tiles in
- * parallel); finite-difference gradients on small shapes; the builder's errors. */
+ * subset, no biases, one query and one key, a 1x1 key grid, 8 computed heads (CHH as a GEMM), and maps split into
+ * several tiles (whole batch entries per thread, and one entry's tiles in parallel); finite-difference gradients on
+ * small shapes; the builder's errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,8 @@ void test_ops_hattn(vt_test *T) {
         {"tiles_by_entry", 2, 169, 0, 32, 0, 8, 16, 0, 8, 16, 1, 12, 14, 1, 1, 1, 0, 0.7f},
         {"tiles_one_entry", 1, 169, 0, 32, 0, 8, 16, 0, 8, 16, 1, 12, 14, 1, 1, 1, 1, 0.7f},
         {"tiles_odd_batch", 3, 150, 49, 4, 12, 4, 8, 0, 0, 4, 0, 7, 7, 1, 1, 1, 0, 0.7f},
+        {"n1_m1_chh", 3, 1, 1, 4, 12, 4, 8, 0, 0, 4, 0, 0, 0, 0, 1, 1, 0, 0.5f},  /* one query, one key */
+        {"grid_1x1", 2, 3, 1, 4, 12, 4, 8, 0, 0, 4, 0, 1, 1, 1, 1, 1, 1, 0.5f},   /* IHH on a 1x1 grid */
         /* 8 computed heads: CHH as a GEMM (CHH_GEMM in hattn.c) */
         {"chh_gemm", 2, 10, 0, 64, 0, 16, 32, 0, 16, 32, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         {"chh_gemm_first_b1", 1, 12, 6, 16, 48, 16, 32, 0, 0, 16, 0, 2, 3, 1, 1, 1, 1, 0.5f},
