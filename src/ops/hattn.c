@@ -21,9 +21,8 @@
 
 enum { ST_IHH = 1, ST_CHH = 2 };
 
-#ifndef CHH_GEMM
-#define CHH_GEMM 8 /* CHH over at least this many computed heads runs as one GEMM per tile, fewer as row loops */
-#endif
+#define CHH_GEMM 8 /* CHH over at least this many computed heads runs as one GEMM per tile, fewer as row loops (at 3
+                    * and 6 heads the GEMM was no faster; at 24, Next-ViT-S's last stage, 1.8x forward) */
 #define TILE_FLOATS 131072 /* a tile's h × rows × M probabilities: about this many floats (512 KiB); measured on
                            * DeiT-T's shapes (b16, 6 heads of 32, 197 tokens): 32K floats 1.1-1.2x slower, a whole
                            * entry per tile no faster (the GEMMs' rows matter more than L2 here) */
