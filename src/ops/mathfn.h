@@ -8,10 +8,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* e^x for float x, relative error < 2e-7; results are clamped to [1.2e-38, 3.4e38]; NaN stays NaN. */
-static inline float vt_expf(float x) {
-    x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
-    /* x = n·ln2 + r with |r| <= ln2/2, n = round(x / ln2) */
+/* e^r for an already clamped x = n·ln2 + r: returns e^r and sets *nb to n (n = round(x / ln2), from the bits of the
+ * rounding shift: no float-to-int conversion, undefined for NaN, whose guarding branch cost 20% of GELU's time;
+ * for NaN the result is NaN already). */
+static inline float vt_exp_reduced(float x, uint32_t *nb) {
+    /* x = n·ln2 + r with |r| <= ln2/2 */
     const float sh = x * 1.44269504088896341f + 12582912.0f; /* round to nearest via 1.5·2^23: n in its low bits */
     float n = sh - 12582912.0f;
     float r = x - n * 0.693145751953125f; /* ln2 split in a high and a low part for an exact reduction */
@@ -25,41 +26,37 @@ static inline float vt_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    /* scale by 2^n in two steps so n = 128 (x near 88.7) does not overflow the exponent field */
-    uint32_t shb; /* n from sh's bits, not a float-to-int conversion (undefined for NaN, and the branch that
-                   * guarded it cost 20% of GELU's time); NaN: p is NaN already */
+    uint32_t shb;
     memcpy(&shb, &sh, 4);
-    int32_t ni = (int32_t)(shb - 0x4B400000u), h = ni / 2;
-    uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(ni - h + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, 4);
-    memcpy(&s2, &b2, 4);
-    return p * s1 * s2;
+    *nb = shb - 0x4B400000u;
+    return p;
+}
+
+/* 2^k as a float for k in [−126, 127]. */
+static inline float vt_pow2i(int32_t k) {
+    const uint32_t b = (uint32_t)(k + 127) << 23;
+    float s;
+    memcpy(&s, &b, 4);
+    return s;
+}
+
+/* e^x for float x, relative error < 2e-7; results are clamped to [1.2e-38, 3.4e38]; NaN stays NaN. */
+static inline float vt_expf(float x) {
+    x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+    uint32_t nb;
+    const float p = vt_exp_reduced(x, &nb);
+    /* scale by 2^n in two steps so n = 128 (x near 88.7) does not overflow the exponent field */
+    const int32_t ni = (int32_t)nb, h = ni / 2;
+    return p * vt_pow2i(h) * vt_pow2i(ni - h);
 }
 
 /* vt_expf(x) for x <= 0 (or NaN), bit for bit, with less work: no upper clamp, and n >= −126 lets 2^n be one
  * normal float, so p·2^n is one multiplication (exact, or rounded once into the subnormals, as p·2^h·2^(n−h) is).
  * For softmax arguments (x − max) and e^(−x²): about 20% fewer operations than vt_expf. */
 static inline float vt_expf_le0(float x) {
-    x = x < -87.33654f ? -87.33654f : x;
-    const float sh = x * 1.44269504088896341f + 12582912.0f;
-    float n = sh - 12582912.0f;
-    float r = x - n * 0.693145751953125f;
-    r -= n * 1.428606765330187045e-06f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    uint32_t shb;
-    memcpy(&shb, &sh, 4);
-    uint32_t b = (shb - 0x4B400000u + 127u) << 23; /* 2^n, n in [−126, 0] */
-    float s;
-    memcpy(&s, &b, 4);
-    return p * s;
+    uint32_t nb;
+    const float p = vt_exp_reduced(x < -87.33654f ? -87.33654f : x, &nb);
+    return p * vt_pow2i((int32_t)nb);
 }
 
 /* erf(x) by Abramowitz & Stegun 7.1.26 evaluated in float (absolute error < 6e-7); *e receives e^(-x²), which
