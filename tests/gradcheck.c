@@ -14,15 +14,15 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
     return s;
 }
 
-/* Builds case c into a new graph (training unless c->eval; keep_all as given) over a new store *P, finalized, with
+/* Builds case c into a new graph (training when train; keep_all as given) over a new store *P, finalized, with
  * the operands x[] and the probe r filled from a fixed seed; *y receives the op's output. act: the op sees each
  * differentiated operand through an identity node (vt_affine 1·x + 0), an activation whose gradient the op's
  * backward may write rather than add to (vt_node.grad_fresh). NULL (T_CHECK failed) if the build fails. */
-static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, const char *lib, int ref_kernels,
-                              vt_params **P, vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
+static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, int train, const char *lib,
+                              int ref_kernels, vt_params **P, vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
     vt_err e = {{0}};
     *P = vt_params_new(&e);
-    vt_graph *g = vt_graph_new(*P, !c->eval, &e);
+    vt_graph *g = vt_graph_new(*P, train, &e);
     if (lib) { /* before any node exists: nothing has made primitives from the plan yet */
         vt_gemm_plan_free(&g->gemm);
         if (vt_gemm_plan_init(&g->gemm, lib, &e)) {
@@ -67,7 +67,7 @@ static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int ac
 
 static vt_graph *gc_build_as(vt_test *T, const gc_case *c, int keep_all, int act, vt_params **P, vt_tensor **x,
                              vt_tensor **y, vt_tensor **r, vt_rng *rng) {
-    return gc_build_lib(T, c, keep_all, act, NULL, 0, P, x, y, r, rng);
+    return gc_build_lib(T, c, keep_all, act, !c->eval, NULL, 0, P, x, y, r, rng);
 }
 
 static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params **P, vt_tensor **x, vt_tensor **y,
@@ -102,7 +102,7 @@ static void gc_check_kernels(vt_test *T, const gc_case *c, const vt_tensor *y, v
         vt_params *P;
         vt_tensor *xl[GC_MAXX], *yl, *r;
         vt_rng rng;
-        vt_graph *g = gc_build_lib(T, c, 0, 0, runs[l].lib, runs[l].ref, &P, xl, &yl, &r, &rng);
+        vt_graph *g = gc_build_lib(T, c, 0, 0, !c->eval, runs[l].lib, runs[l].ref, &P, xl, &yl, &r, &rng);
         if (!g) return;
         for (int i = 0; runs[l].fallback && i < g->nn; i++) {
             vt_node *n = g->nodes[i];
@@ -261,4 +261,39 @@ double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float
     }
     *abs_sum = any;
     return maxerr / fmax(maxnum, 1e-2);
+}
+
+void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol) {
+    for (int train = 0; train < 2; train++) {
+        vt_params *P[2] = {NULL, NULL};
+        vt_tensor *x[2][GC_MAXX], *y[2], *r[2];
+        vt_graph *g[2] = {NULL, NULL};
+        vt_rng rng[2];
+        const gc_case *c[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            g[k] = gc_build_lib(T, c[k], 0, train, train, NULL, 0, &P[k], x[k], &y[k], &r[k], &rng[k]);
+            if (!g[k]) break;
+            vt_graph_forward(g[k]);
+            if (!train) continue;
+            vt_params_zero_grad(P[k]);
+            vt_graph_backward(g[k]);
+        }
+        if (g[0] && g[1]) {
+            const double ey = rel_diff(y[1]->data, y[0]->data, y[0]->numel, 1.0);
+            T_CHECK(T, ey <= tol, "%s (train=%d): output differs from %s's by %.3g of its scale", b->name, train,
+                    a->name, ey);
+            for (int i = 0; train && i < a->nx; i++) {
+                if (a->nograd[i] || !x[0][i]->grad) continue;
+                const double eg = rel_diff(x[1][i]->grad, x[0][i]->grad, x[0][i]->numel, 1.0);
+                T_CHECK(T, eg <= tol, "%s: operand x%d's gradient differs from %s's by %.3g of its scale", b->name, i,
+                        a->name, eg);
+            }
+        }
+        for (int k = 0; k < 2; k++) {
+            if (!g[k]) continue;
+            vt_graph_free(g[k]);
+            vt_params_free(P[k]);
+        }
+        if (!g[0] || !g[1]) return;
+    }
 }

@@ -31,6 +31,12 @@ struct gc_case {
  * give the default plan's output and gradients (the alternative kernels against the reference ones). */
 void gc_run(vt_test *T, const gc_case *c);
 
+/* Two builds of the same operands (a and b share nx, ndim, shape, nograd and fill; only build differs, e.g. a fused
+ * op and the plain op chain it replaces), each in an eval graph and in a training graph whose ops see the operands
+ * through identity nodes (so gradients the op writes rather than adds run): b's output and every operand's gradient
+ * equal a's within tol of their scale (max |b − a| / max(1, max |a|)). */
+void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol);
+
 /* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):
  * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements; *abs_sum gets sum |grad|. */
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
