@@ -1,37 +1,16 @@
 /* Numerically stable softmax over any axis, forward and backward.
  *
  * MAC convention: 0 MACs (elementwise/reduction op; only matmul-like products are counted, DESIGN.md §2).
- * x is viewed as (outer, A, inner) with A the softmax axis. The last-axis case (inner = 1) runs one contiguous
- * row per iteration, parallel over rows; other axes process blocks of IB adjacent inner positions at once so
- * every load is contiguous. Backward: dx += y ⊙ (dy − Σ_axis dy ⊙ y), using the output y (kept in train graphs). */
+ * x is viewed as (outer, A, inner) with A the softmax axis. The last-axis case (inner = 1) runs vt_softmax_row
+ * (mathfn.h, float sums as in the fused attention ops) on one contiguous row per iteration, parallel over rows; other
+ * axes process blocks of IB adjacent inner positions at once so every load is contiguous. Backward: dx += y ⊙ (dy − Σ_axis dy ⊙ y), using the output y (kept in train graphs). */
 #include <math.h>
 #include <stdint.h>
 
+#include "mathfn.h"
 #include "vitc/ops.h"
 
 #define IB 16
-
-/* e^x for x <= 0 (softmax arguments after subtracting the max), vectorisable: Cody-Waite reduction
- * x = n·ln2 + r, |r| <= ln2/2, and the Cephes expf polynomial (about 1 ulp); 0 below -87 (where e^x < 2^-125),
- * NaN propagates. Written without library calls so that `omp simd` loops vectorise. */
-static inline float exp_le0(float x) {
-    const float xc = x < -87.0f ? -87.0f : x;
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest (1.5·2^23) */
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } sc = {.i = ((int32_t)n + 127) << 23};
-    return x < -87.0f ? 0.0f : p * sc.f;
-}
 
 /* x viewed as (outer, A, inner), A the softmax axis. */
 typedef struct {
@@ -45,21 +24,7 @@ static void softmax_fwd(vt_node *n) {
     float *y = n->out->data;
     if (inner == 1) {
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < outer; r++) {
-            const float *xr = x + (size_t)r * A;
-            float *yr = y + (size_t)r * A;
-            float mx = xr[0];
-            for (int a = 1; a < A; a++) mx = xr[a] > mx ? xr[a] : mx;
-            double s = 0.0;
-#pragma omp simd reduction(+ : s)
-            for (int a = 0; a < A; a++) {
-                yr[a] = exp_le0(xr[a] - mx);
-                s += yr[a];
-            }
-            const float inv = (float)(1.0 / s);
-#pragma omp simd
-            for (int a = 0; a < A; a++) yr[a] *= inv;
-        }
+        for (int r = 0; r < outer; r++) vt_softmax_row(x + (size_t)r * A, y + (size_t)r * A, A);
         return;
     }
     const int nb = (inner + IB - 1) / IB;
@@ -83,7 +48,7 @@ static void softmax_fwd(vt_node *n) {
             for (int a = 0; a < A; a++)
                 for (int i = 0; i < w; i++) {
                     const size_t k = (size_t)a * inner + i;
-                    yo[k] = exp_le0(xo[k] - mx[i]);
+                    yo[k] = vt_expf_le0(xo[k] - mx[i]);
                     s[i] += yo[k];
                 }
             float inv[IB];
@@ -104,10 +69,9 @@ static void softmax_bwd(vt_node *n) {
         for (int r = 0; r < outer; r++) {
             const float *yr = y + (size_t)r * A, *dyr = dy + (size_t)r * A;
             float *dxr = dx + (size_t)r * A;
-            double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-            for (int a = 0; a < A; a++) dot += (double)dyr[a] * yr[a];
-            const float d = (float)dot;
+            float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+            for (int a = 0; a < A; a++) d += dyr[a] * yr[a];
 #pragma omp simd
             for (int a = 0; a < A; a++) dxr[a] += yr[a] * (dyr[a] - d);
         }
