@@ -620,6 +620,8 @@ static const gc_case conv_cases[] = {
      .shape = {{1, 3, 18, 22}, {18, 1, 3, 3}, {18}, {1, 54, 18}}, .build = b_dwn_ex, .ia = {1, 2}},
     {.name = "dwconv_nhwc_ex_p0", .nx = 4, .ndim = {4, 4, 1, 4},
      .shape = {{1, 4, 5, 9}, {3, 1, 3, 3}, {3}, {1, 2, 3, 3}}, .build = b_dwn_ex, .ia = {0, 6}},
+    {.name = "dwconv_nhwc_ex_dense_add", .nx = 4, .ndim = {4, 4, 1, 3}, /* every channel: the oneDNN kernel + r */
+     .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 20, 6}}, .build = b_dwn_ex, .ia = {1, 0}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
      .ia = {0}},
     {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},
@@ -756,6 +758,33 @@ static void check_conv_nhwc_plan(vt_test *T) {
     free(r.out);
 }
 
+/* cfg: c0, L (x's channels per pixel), add r */
+static vt_tensor *b_plan_dwn(vt_graph *g, vt_tensor *x, const int *f) {
+    const int C = 24, ws[4] = {C, 1, 3, 3}, rs[4] = {2, 14, 14, C};
+    vt_tensor *r = f[2] ? vt_param(g, "r", 4, rs, (vt_init){VT_INIT_NORMAL, 1.0f}) : NULL;
+    return vt_dwconv_nhwc_ex(g, x, f[0], vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.2f}),
+                             vt_param(g, "b", 1, &C, (vt_init){VT_INIT_NORMAL, 0.2f}), 1, r);
+}
+
+/* dwconv_nhwc on a forced oneDNN plan: a plain map (with or without the added term) runs the oneDNN depthwise
+ * convolution, channels read from a wider map keep this file's kernel; both equal the reference's output. */
+static void check_dwconv_nhwc_onednn(vt_test *T) {
+    static const int cfg[3][3] = {{0, 24, 0}, {0, 24, 1}, {5, 32, 0}}; /* c0, L, add */
+    for (int c = 0; c < 3; c++) {
+        const int *f = cfg[c], xs[4] = {2, 14, 14, f[1]};
+        const plan_run k = run_plan(T, 0, xs, b_plan_dwn, f), r = run_plan(T, 1, xs, b_plan_dwn, f);
+        if (c < 2) T_CHECK(T, k.kern && strcmp(k.kern, "dwconv_nhwc.onednn") == 0, "dwconv_nhwc cfg %d: kernel %s", c,
+                           k.kern ? k.kern : "none (reference)");
+        else T_CHECK(T, !k.kern, "dwconv_nhwc cfg %d: kernel %s on an offset input", c, k.kern);
+        if (k.out && r.out) {
+            double mx, err = max_diff(k.out, r.out, (int64_t)2 * 14 * 14 * 24, &mx);
+            T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "dwconv_nhwc cfg %d vs reference: %g of %g", c, err, mx);
+        }
+        free(k.out);
+        free(r.out);
+    }
+}
+
 /* cfg: B, Cin, H, Cout, k, s, p */
 static vt_tensor *b_plan_nchw(vt_graph *g, vt_tensor *x, const int *f) {
     const int ws[4] = {f[3], f[1], f[4], f[4]};
@@ -834,6 +863,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);
     check_conv2d_onednn(T);
+    check_dwconv_nhwc_onednn(T);
     check_pool_values(T);
     check_shape_values(T);
     check_errors(T);
