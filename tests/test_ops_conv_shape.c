@@ -63,6 +63,19 @@ static vt_tensor *b_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_permute(g, vt_concat(g, parts, 2, 2), p);
 }
 
+/* Slices of an activation that are views of it (contiguous ranges along axis 0): the middle third feeds a linear
+ * layer, whose backward may write its input's gradient rather than add (vt_node.grad_fresh) only where that input
+ * covers its root's memory, so the other thirds' gradients must stay zero, not NaN (the poisoned backward); a
+ * reshape of a view of a view adds the offsets. */
+static vt_tensor *b_slice_views(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    vt_tensor *z = vt_scale(g, x[0], 2.0f); /* (3, 4, 5): an activation root */
+    vt_tensor *mid = vt_slice(g, z, 0, 1, 1), *last = vt_slice(g, vt_slice(g, z, 0, 1, 2), 0, 1, 1);
+    const int s2[2] = {4, 5};
+    vt_tensor *t = vt_slice(g, vt_reshape(g, last, 2, s2), 1, 0, 3);  /* (4, 3), a copy */
+    return vt_add(g, t, vt_linear(g, vt_reshape(g, mid, 2, s2), x[1], NULL)); /* the linear reads z last */
+}
+
 /* ---- a tiny harness for forward-value checks: operands are parameters filled with N(0, 1) ---- */
 
 typedef struct {
@@ -518,6 +531,7 @@ static void check_errors(vt_test *T) {
         {"split_heads range", "split_heads", "(2, 3, 4)", NULL},
         {"prepend_tokens width", "prepend_tokens", "(2, 3, 4)", "(2, 5, 4)"},
         {"permute_slice range", "permute", "(2, 3, 4)", "[2, 5)"},
+        {"view range", "view", "(2, 3, 4)", "[20, 26)"},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
         vt_err e = {{0}};
@@ -547,11 +561,12 @@ static void check_errors(vt_test *T) {
         case 7: y = vt_mean(g, a, 3); break;
         case 8: y = vt_split_heads(g, a, 1, 2, 2); break;
         case 9: y = vt_prepend_tokens(g, a, b); break;
-        default: {
+        case 10: {
             const int p[3] = {2, 1, 0};
             y = vt_permute_slice(g, a, p, 2, 2, 3);
             break;
         }
+        default: y = vt_view_range(g, a, 20, 2, (const int[]){2, 3}); break;
         }
         expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
         vt_graph_free(g);
@@ -681,6 +696,7 @@ static const gc_case other_cases[] = {
     {.name = "prepend_tokens", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {1, 2, 4}}, .build = b_prepend},
     {.name = "prepend_tokens_B1", .nx = 2, .ndim = {3, 3}, .shape = {{1, 1, 3}, {1, 1, 3}}, .build = b_prepend},
     {.name = "prepend_tokens_B3", .nx = 2, .ndim = {3, 3}, .shape = {{3, 2, 2}, {1, 1, 2}}, .build = b_prepend},
+    {.name = "slice_views", .nx = 2, .ndim = {3, 2}, .shape = {{3, 4, 5}, {3, 5}}, .build = b_slice_views},
     {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
 };
 

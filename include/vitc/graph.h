@@ -263,4 +263,8 @@ int vt_reduce_shape(const vt_tensor *x, int axis, int *shape, int64_t *outer, in
 /* A reshape view of x (same data and grad, new shape; numel must match). */
 vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape);
 
+/* A view of the contiguous elements [off, off + numel(shape)) of x (their data and grad, no copy) with the given
+ * shape; they must lie inside x. */
+vt_tensor *vt_view_range(vt_graph *g, vt_tensor *x, int64_t off, int ndim, const int *shape);
+
 #endif

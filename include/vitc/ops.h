@@ -109,7 +109,8 @@ vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a);
 /* Concatenation of n tensors along `axis` (other dims equal); an input may appear more than once (tiling), its
  * gradient then sums every copy's. */
 vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis);
-/* x[..., start:start+len, ...] along `axis` (a copy). */
+/* x[..., start:start+len, ...] along `axis`: a view (vt_view_range) when the range is contiguous (every dim before
+ * `axis` is 1), else a copy. */
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len);
 /* Axis permutation: out.shape[i] = x.shape[perm[i]]. */
 vt_tensor *vt_permute(vt_graph *g, vt_tensor *x, const int *perm);

@@ -54,7 +54,8 @@ typedef struct vt_tensor {
     int paper_count;       /* params: counted by a paper's "Linear/Conv weights only" convention */
     int is_i64;            /* buffers: stored as I64 in files (BatchNorm num_batches_tracked) */
     vt_init init;          /* params/buffers: initialisation rule */
-    struct vt_tensor *view_of; /* reshape views alias this root tensor */
+    struct vt_tensor *view_of; /* views (vt_reshape, vt_view_range) alias this tensor's memory */
+    int64_t view_off;      /* views: elements from view_of's first one to this view's (0 for a reshape) */
     /* engine-private planning fields */
     int prod, last_use, grad_start, is_output;
     int bwd_last;          /* the last step at which a backward reads this root's values (-1: none; set by finalize) */

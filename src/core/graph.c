@@ -306,6 +306,23 @@ int vt_node_fallback(vt_node *n, int for_good) {
     return -1;
 }
 
+vt_tensor *vt_view_range(vt_graph *g, vt_tensor *x, int64_t off, int ndim, const int *shape) {
+    if (vt_bad(g, 1, x)) return NULL;
+    const int64_t n = vt_shape_numel(ndim, shape);
+    if (n < 1 || off < 0 || off > x->numel - n) {
+        char a[64];
+        return vt_fail(g, "view", "elements [%lld, %lld) (%d dims) are not inside %s (%lld elements)", (long long)off,
+                       (long long)(off + n), ndim, vt_shape_str(x, a, sizeof a), (long long)x->numel);
+    }
+    vt_tensor *t = new_tensor(g, VT_ACT, ndim, shape);
+    if (!t) return NULL;
+    t->view_of = x;
+    t->view_off = off;
+    t->requires_grad = x->requires_grad;
+    snprintf(t->name, sizeof t->name, "view(%.100s)", x->name);
+    return t;
+}
+
 vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape) {
     if (vt_bad(g, 1, x)) return NULL;
     if (vt_shape_numel(ndim, shape) != x->numel) {
@@ -314,12 +331,7 @@ vt_tensor *vt_reshape(vt_graph *g, vt_tensor *x, int ndim, const int *shape) {
                        vt_shape_str(x, a, sizeof a), (long long)x->numel, ndim,
                        (long long)vt_shape_numel(ndim, shape));
     }
-    vt_tensor *t = new_tensor(g, VT_ACT, ndim, shape);
-    if (!t) return NULL;
-    t->view_of = x;
-    t->requires_grad = x->requires_grad;
-    snprintf(t->name, sizeof t->name, "view(%.100s)", x->name);
-    return t;
+    return vt_view_range(g, x, 0, ndim, shape);
 }
 
 int vt_reduce_shape(const vt_tensor *x, int axis, int *shape, int64_t *outer, int64_t *inner) {
@@ -510,12 +522,12 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
         t->data = (float *)(void *)(g->arena + t->off);
         t->grad = t->goff >= 0 ? (float *)(void *)(g->arena + t->goff) : NULL;
     }
-    for (int i = 0; i < g->nt; i++) { /* views alias their root (created after it, so resolve in order) */
+    for (int i = 0; i < g->nt; i++) { /* views alias their source (created after it, so resolve in order) */
         vt_tensor *t = g->tens[i];
         if (!t->view_of) continue;
-        vt_tensor *r = vt_root(t);
-        t->data = r->data;
-        t->grad = r->grad;
+        const vt_tensor *r = t->view_of;
+        t->data = r->data ? r->data + t->view_off : NULL;
+        t->grad = r->grad ? r->grad + t->view_off : NULL;
     }
     g->finalized = 1;
     return 0;
@@ -636,7 +648,7 @@ static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
 }
 
 /* Begins the gradients that start at backward step s, nd's step: zeroes them, except those of nd's grad_sets slots
- * whose memory no other slot of nd shares, which nd's backward writes first (set in nd->grad_fresh; NaN when
+ * that cover their root's memory and share it with no other slot of nd, which nd's backward writes first (set in nd->grad_fresh; NaN when
  * poisoned, so a backward that leaves an element unwritten shows in the tests). */
 static void grads_begin(vt_graph *g, vt_node *nd, int s, int poisoned) {
     nd->grad_fresh = 0;
@@ -645,7 +657,7 @@ static void grads_begin(vt_graph *g, vt_node *nd, int s, int poisoned) {
     for (int k = 0; k < nd->nin; k++) {
         vt_tensor *t = vt_root(nd->in[k]);
         int fresh = runs && (nd->grad_sets >> k & 1u) && t->kind == VT_ACT && t->grad && t->grad_start == s &&
-                    vt_root(nd->out) != t;
+                    vt_root(nd->out) != t && nd->in[k]->numel == t->numel; /* not a part (vt_view_range) */
         for (int j = 0; fresh && j < nd->nin; j++) fresh = j == k || vt_root(nd->in[j]) != t;
         if (!fresh) {
             grad_begin(g, nd->in[k], s);

@@ -144,13 +144,14 @@ vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
     int shape[VT_MAXDIM];
     memcpy(shape, x->shape, sizeof shape);
     shape[ax] = len;
-    vt_node *n = vt_new_node(g, &op_slice, &x, 1, vt_new_act(g, x->ndim, shape));
-    if (!n) return NULL;
     int64_t O = 1, inner = 1;
     for (int d = 0; d < x->ndim; d++) {
         if (d < ax) O *= x->shape[d];
         if (d > ax) inner *= x->shape[d];
     }
+    if (O == 1) return vt_view_range(g, x, (int64_t)start * inner, x->ndim, shape); /* one contiguous range */
+    vt_node *n = vt_new_node(g, &op_slice, &x, 1, vt_new_act(g, x->ndim, shape));
+    if (!n) return NULL;
     *VT_OP_P(n, slice_p) = (slice_p){(int)O, x->shape[ax], start, len, (int)inner};
     return n->out;
 }
