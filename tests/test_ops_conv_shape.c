@@ -76,6 +76,17 @@ static vt_tensor *b_slice_views(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_add(g, t, vt_linear(g, vt_reshape(g, mid, 2, s2), x[1], NULL)); /* the linear reads z last */
 }
 
+/* x0 read by a concat and a permute and then, later in the forward, by two products: the concat's and the permute's
+ * backward must add into x0's gradient (a first write there would drop the products' part), while the second
+ * permute, its input's only reader, writes its gradient first. */
+static vt_tensor *b_concat_permute_reuse(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    vt_tensor *parts[2] = {x[0], x[1]}; /* (2, 3, 4), (2, 2, 4) */
+    const int p[3] = {0, 2, 1};
+    vt_tensor *s = vt_slice(g, vt_concat(g, parts, 2, 1), 1, 1, 3), *t = vt_permute(g, vt_permute(g, x[0], p), p);
+    return vt_add(g, vt_mul(g, s, x[0]), vt_mul(g, t, x[0]));
+}
+
 /* ---- a tiny harness for forward-value checks: operands are parameters filled with N(0, 1) ---- */
 
 typedef struct {
@@ -696,6 +707,8 @@ static const gc_case other_cases[] = {
     {.name = "prepend_tokens", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {1, 2, 4}}, .build = b_prepend},
     {.name = "prepend_tokens_B1", .nx = 2, .ndim = {3, 3}, .shape = {{1, 1, 3}, {1, 1, 3}}, .build = b_prepend},
     {.name = "prepend_tokens_B3", .nx = 2, .ndim = {3, 3}, .shape = {{3, 2, 2}, {1, 1, 2}}, .build = b_prepend},
+    {.name = "concat_permute_reuse", .nx = 2, .ndim = {3, 3}, .shape = {{2, 3, 4}, {2, 2, 4}},
+     .build = b_concat_permute_reuse},
     {.name = "slice_views", .nx = 2, .ndim = {3, 2}, .shape = {{3, 4, 5}, {3, 5}}, .build = b_slice_views},
     {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
 };

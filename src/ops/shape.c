@@ -56,7 +56,7 @@ static void concat_bwd(vt_node *n) {
             float *dx = n->in[i]->grad;
             if (!dx) continue;
             const int64_t len = off[i + 1] - off[i];
-            copy_or_add(dx + o * len, dy + o * row + off[i], len, 1);
+            copy_or_add(dx + o * len, dy + o * row + off[i], len, !(n->grad_fresh >> i & 1u));
         }
 }
 
@@ -92,6 +92,7 @@ vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) dup |= vt_root(xs[i]) == vt_root(xs[j]);
     *VT_OP_P(nd_, concat_p) = (concat_p){n, (int)O, (int)inner, shape[ax], ax, dup};
+    nd_->grad_sets = (1u << n) - 1u; /* backward covers every input (the engine leaves a repeated one to +=) */
     return nd_->out;
 }
 
@@ -348,7 +349,7 @@ static void permute_bwd(vt_node *n) {
     int inv[VT_MAXDIM];
     for (int i = 0; i < nd; i++) inv[p->perm[i]] = i;
     pdesc_make(nd, n->out->shape, n->out->shape, inv, &d);
-    permute_run(&d, n->out->grad, dx, 1);
+    permute_run(&d, n->out->grad, dx, n->grad_fresh & 1u ? 0 : 1);
 }
 
 static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0), NULL};
@@ -383,6 +384,7 @@ vt_tensor *vt_permute_slice(vt_graph *g, vt_tensor *x, const int *perm, int axis
     for (int i = 0; i < x->ndim; i++) p->perm[i] = perm[i];
     p->axis = axis < 0 ? -1 : axis;
     p->start = axis < 0 ? 0 : start;
+    if (axis < 0) n->grad_sets = 1u; /* backward reaches every element of x: it may write rather than add */
     return n->out;
 }
 
