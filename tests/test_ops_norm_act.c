@@ -25,6 +25,20 @@ static vt_tensor *b_bn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return y;
 }
 
+/* vt_batchnorm_act (the activation kind in ia[3]) and the chain it replaces, BatchNorm then vt_unary; ia as b_bn. */
+static vt_tensor *b_bn_act(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm_act(g, x[0], c->ia[1] ? x[1] : NULL, c->ia[1] ? x[2] : NULL, x[3], x[4], x[5],
+                                    c->ia[0], 1e-5f, 0.1f, c->ia[3]);
+    g->training = keep;
+    return y;
+}
+
+static vt_tensor *b_bn_then_act(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_unary(g, b_bn(g, x, c), (vt_unary_kind)c->ia[3], 0.0f);
+}
+
 /* BatchNorm without running statistics (track_running_stats=False): batch statistics in every mode. */
 static vt_tensor *b_bn_nostats(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int keep = g->training;
@@ -445,7 +459,7 @@ static void check_errors(vt_test *T) {
         int which;
         const char *want;
     } cs[] = {{0, "layernorm"}, {1, "batchnorm"}, {2, "more than 1 value"}, {3, "softmax"}, {4, "running_var"},
-              {5, "unknown activation"}};
+              {5, "unknown activation"}, {6, "only ReLU, ReLU6 and Hardswish"}};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         vt_err e = {{0}};
         vt_params *P = vt_params_new(&e);
@@ -460,6 +474,7 @@ static void check_errors(vt_test *T) {
         case 3: y = vt_softmax(g, x, -4); break;
         case 4: y = vt_batchnorm(g, x, w4, w4, w4, NULL, NULL, 2, 1e-5f, 0.1f); break;
         case 5: y = vt_unary(g, x, (vt_unary_kind)42, 0.0f); break;
+        case 6: y = vt_batchnorm_act(g, x, NULL, NULL, NULL, NULL, NULL, 2, 1e-5f, 0.1f, VT_GELU); break;
         }
         vt_tensor *z = vt_gelu(g, x);
         T_CHECK(T, y == NULL && z == NULL, "error case %zu built a tensor", k);
@@ -467,6 +482,31 @@ static void check_errors(vt_test *T) {
                 e.msg);
         vt_graph_free(g);
         vt_params_free(P);
+    }
+}
+
+/* BatchNorm + activation in one op equals BatchNorm then the activation (outputs and every gradient, eval and
+ * training graphs), for each activation, channels-first and channels-last, batch and running statistics, with and
+ * without affine parameters; finite differences on two of them. */
+static void check_bn_act(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], ia[4]; /* ia: axis, affine, eval-mode node, activation */
+    } cs[] = {{4, {2, 3, 4, 5}, {1, 1, 0, VT_RELU}},     {4, {2, 3, 4, 5}, {1, 1, 0, VT_RELU6}},
+              {4, {2, 3, 4, 5}, {1, 1, 0, VT_HARDSWISH}}, {3, {2, 5, 19}, {2, 1, 0, VT_HARDSWISH}},
+              {3, {2, 5, 19}, {2, 0, 0, VT_RELU6}},      {4, {2, 3, 4, 5}, {1, 1, 1, VT_HARDSWISH}},
+              {3, {3, 50, 17}, {2, 1, 1, VT_RELU}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[cs[i].ia[0]];
+        gc_case f = {.name = "batchnorm_act", .nx = 6, .ndim = {cs[i].ndim, 1, 1, 1, 1, 1},
+                     .shape = {{0}, {C}, {C}, {C}, {C}, {1}}, .nograd = {0, !cs[i].ia[1], !cs[i].ia[1], 1, 1, 1},
+                     .build = b_bn_act, .fill = fill_bn};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.ia, cs[i].ia, sizeof cs[i].ia);
+        gc_case p = f;
+        p.name = "batchnorm then the activation";
+        p.build = b_bn_then_act;
+        gc_compare(T, &p, &f, 1e-6);
+        if (i == 1 || i == 3) gc_run(T, &f);
     }
 }
 
@@ -545,4 +585,5 @@ void test_ops_norm_act(vt_test *T) {
          .ia = {3}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
+    check_bn_act(T);
 }

@@ -127,6 +127,10 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 
+/* vt_batchnorm_p followed by the activation act (vt_batchnorm_act: VT_RELU, VT_RELU6, VT_HARDSWISH) in one op. */
+vt_tensor *vt_batchnorm_act_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                              int act);
+
 /* vt_batchnorm_p, or when folded only its tensors (kept in the state_dict, not applied: x is returned), for a
  * BatchNorm merged into the next layer (Next-ViT's merge_bn). */
 vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,

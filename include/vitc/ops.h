@@ -63,6 +63,10 @@ vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, f
  * (may be NULL); eval graphs use rmean/rvar. w, b may be NULL. */
 vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                         vt_tensor *nbt, int axis, float eps, float momentum);
+/* vt_batchnorm followed by the activation act (VT_RELU, VT_RELU6 or VT_HARDSWISH; -1: none) in the same op: one pass
+ * and no kept BatchNorm output (backward recomputes it from x). */
+vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                            vt_tensor *nbt, int axis, float eps, float momentum, int act);
 
 /* ---- activation.c ---- */
 typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;

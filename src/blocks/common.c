@@ -60,10 +60,6 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     return vt_conv2d(g, x, w, b, stride, pad, groups);
 }
 
-vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum) {
-    return vt_batchnorm_folded(g, prefix, x, axis, eps, momentum, 0);
-}
-
 /* Declares BatchNorm prefix's tensors for c channels (weight, bias, running_mean, running_var, num_batches_tracked);
  * 0 on success. */
 static int bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
@@ -79,13 +75,28 @@ static int bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
     return 0;
 }
 
-vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
-                               int folded) {
+/* The BatchNorm prefix on x (folded: its tensors only, x returned) with activation act after it (-1: none). */
+static vt_tensor *batchnorm(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                            int folded, int act) {
     if (vt_bad(g, 1, x)) return NULL;
     if (axis < 0) axis += x->ndim;
     vt_tensor *t[5];
     if (bn_tensors(g, prefix, x->shape[axis], t)) return NULL;
-    return folded ? x : vt_batchnorm(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum);
+    return folded ? x : vt_batchnorm_act(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum, act);
+}
+
+vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                               int folded) {
+    return batchnorm(g, prefix, x, axis, eps, momentum, folded, -1);
+}
+
+vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum) {
+    return batchnorm(g, prefix, x, axis, eps, momentum, 0, -1);
+}
+
+vt_tensor *vt_batchnorm_act_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                              int act) {
+    return batchnorm(g, prefix, x, axis, eps, momentum, 0, act);
 }
 
 vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, float eps, vt_tensor **bias) {

@@ -32,11 +32,6 @@ vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int
     return separable(g, prefix, x, out, k, stride);
 }
 
-/* BatchNorm2d (eps 1e-5, momentum 0.1, channel axis 1) then Hardswish. */
-static vt_tensor *bn_hswish(vt_graph *g, const char *prefix, vt_tensor *x) {
-    return vt_unary(g, vt_batchnorm_p(g, prefix, x, 1, 1e-5f, 0.1f), VT_HARDSWISH, 0.0f);
-}
-
 /* Depthwise k×k conv with bias, NCHW, padding k/2 (CRPE). */
 static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int k) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -68,12 +63,12 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     char agg[VT_NAMELEN], sub[VT_NAMELEN];
     vt_pname(agg, prefix, "aggregator");
     vt_tensor *Y[4];
-    Y[0] = bn_hswish(g, vt_pname(nm, agg, "norm0"), seg[0]);
+    Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
     for (int j = 1; j <= 3; j++) {
         snprintf(sub, sizeof sub, "agg%d", j);
         vt_tensor *a = separable(g, vt_pname(nm, agg, sub), seg[j], s, 2 * j + 1, 1);
         snprintf(sub, sizeof sub, "norm%d", j);
-        Y[j] = bn_hswish(g, vt_pname(nm, agg, sub), a);
+        Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, 1e-5f, 0.1f, VT_HARDSWISH);
     }
     const int sz[4] = {3, B * GMA_HEADS, d, N};
     vt_tensor *Z = vt_reshape(g, vt_concat(g, Y, 4, 1), 4, sz); /* (3, B·8, d, N) */

@@ -18,9 +18,9 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
     const int H = a->shape[1], He = (int)nearbyint((double)expand * H); /* Python round(): half to even */
     if (He < 1) return vt_fail(g, "dla", "%s: expansion %g of %d heads gives no channels", prefix, expand, H);
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
-    t = vt_unary(g, vt_batchnorm_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM), VT_RELU6, 0.0f);
+    t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
     t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
-    t = vt_unary(g, vt_batchnorm_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM), VT_RELU6, 0.0f);
+    t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
     t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
     t = vt_batchnorm_p(g, vt_pname(nm, prefix, "bn3"), t, 1, BN_EPS, BN_MOM);
     return vt_add(g, t, a);

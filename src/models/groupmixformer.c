@@ -7,11 +7,6 @@
 
 #include "family.h"
 
-/* BatchNorm2d (eps 1e-5, momentum 0.1) on NCHW x, then Hardswish. */
-static vt_tensor *bn_hswish(vt_graph *g, const char *prefix, vt_tensor *x) {
-    return vt_unary(g, vt_batchnorm_p(g, prefix, x, 1, 1e-5f, 0.1f), VT_HARDSWISH, 0.0f);
-}
-
 /* Stem, patch embeds and stages; returns the last stage's tokens (B, N_3, C_3); with maps != NULL also the four
  * stage maps (B, C_i, H_i, W_i) (the official return_interm_layers=True outputs). */
 static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor **maps) {
@@ -30,9 +25,9 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
 
     vt_scope(g, "conv_stem");
     vt_tensor *m = vt_conv2d_p(g, "conv_stem.proj1", x, C0 / 2, 3, 2, 1, 1, 1);
-    m = bn_hswish(g, "conv_stem.norm1", m);
+    m = vt_batchnorm_act_p(g, "conv_stem.norm1", m, 1, 1e-5f, 0.1f, VT_HARDSWISH);
     m = vt_conv2d_p(g, "conv_stem.proj2", m, C0, 3, 2, 1, 1, 1);
-    m = bn_hswish(g, "conv_stem.norm2", m); /* (B, C0, H/4, W/4) */
+    m = vt_batchnorm_act_p(g, "conv_stem.norm2", m, 1, 1e-5f, 0.1f, VT_HARDSWISH); /* (B, C0, H/4, W/4) */
 
     vt_tensor *t = NULL;
     int C = C0, H = 0, W = 0, blk = 0;
@@ -42,7 +37,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         vt_scope(g, pre);
         C = st[i].dim;
         m = vt_block_separable(g, vt_pname(nm, pre, "proj"), m, C, 3, i ? 2 : 1);
-        m = bn_hswish(g, vt_pname(nm, pre, "norm"), m);
+        m = vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), m, 1, 1e-5f, 0.1f, VT_HARDSWISH);
         if (!m) break;
         H = m->shape[2];
         W = m->shape[3];

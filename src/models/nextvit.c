@@ -75,9 +75,8 @@ static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int st
         w = vt_bn_fold_weight(g, vt_pname(nm, pre, "norm"), w, NV_EPS, &b);
         return vt_relu(g, vt_conv2d(g, x, w, b, stride, 1, 1));
     }
-    vt_tensor *y = vt_batchnorm_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
-                                  NV_MOMENTUM);
-    return vt_relu(g, y);
+    return vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
+                              NV_MOMENTUM, VT_RELU);
 }
 
 /* Stem and blocks; returns the last tokens (B, H·W, 1024); with maps != NULL also the four stage outputs

@@ -13,7 +13,7 @@
 static vt_tensor *stem_layer(vt_graph *g, const char *conv, const char *bn, vt_tensor *x, int out, int k, int s,
                              int p) {
     x = vt_conv2d_p(g, conv, x, out, k, s, p, 1, 0);
-    return vt_relu(g, vt_batchnorm_p(g, bn, x, 1, BN_EPS, BN_MOM));
+    return vt_batchnorm_act_p(g, bn, x, 1, BN_EPS, BN_MOM, VT_RELU);
 }
 
 /* Official Mlp: fc1 (hidden) → GELU → fc2 → × scale_channel (C,) (init 1e-5). */

@@ -50,8 +50,8 @@ static void unary_fwd(vt_node *n) {
     switch (u->kind) {
     case VT_GELU: MAP(y, =, vt_gelu_f(v)); break;
     case VT_RELU: MAP(y, =, v > 0.0f ? v : 0.0f); break;
-    case VT_RELU6: MAP(y, =, v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f); break;
-    case VT_HARDSWISH: MAP(y, =, v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f); break;
+    case VT_RELU6: MAP(y, =, vt_relu6_f(v)); break;
+    case VT_HARDSWISH: MAP(y, =, vt_hswish_f(v)); break;
     case VT_SOFTPLUS: MAP(y, =, v > 20.0f ? v : log1pf(expf(v))); break;
     case VT_POW: MAP(y, =, powp(v, p)); break;
     case VT_SIGMOID: MAP(y, =, sigmoidf(v)); break;
@@ -69,8 +69,8 @@ static void unary_bwd(vt_node *n) {
         MAP(dx, +=, dy[i] * vt_gelu_grad_f(v));
         break;
     case VT_RELU: MAP(dx, +=, v > 0.0f ? dy[i] : 0.0f); break;
-    case VT_RELU6: MAP(dx, +=, v > 0.0f && v < 6.0f ? dy[i] : 0.0f); break;
-    case VT_HARDSWISH: MAP(dx, +=, v < -3.0f ? 0.0f : v <= 3.0f ? dy[i] * (v / 3.0f + 0.5f) : dy[i]); break;
+    case VT_RELU6: MAP(dx, +=, dy[i] * vt_relu6_d(v)); break;
+    case VT_HARDSWISH: MAP(dx, +=, dy[i] * vt_hswish_d(v)); break;
     case VT_SOFTPLUS: MAP(dx, +=, v > 20.0f ? dy[i] : dy[i] * sigmoidf(v)); break;
     case VT_POW:
         MAP(dx, +=, p == 0.0f ? 0.0f : p == 1.0f ? dy[i] : p == 2.0f ? 2.0f * v * dy[i] : dy[i] * p * powp(v, p - 1.0f));
