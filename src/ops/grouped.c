@@ -127,13 +127,14 @@ static void posemb_fwd(vt_node *n) {
     const posemb_p *p = VT_OP_P(n, posemb_p);
     const int h = p->h, w = p->w, dim = p->dim, Q = dim / 4;
     const double temp = p->temperature;
-    float *pe = n->out->data;
+    float *pe = n->out->data, *om = n->fws->data; /* the Q frequencies, once (pow per element was most of the op) */
+    for (int c = 0; c < Q; c++) om[c] = (float)(1.0 / pow(temp, Q > 1 ? (double)c / (Q - 1) : 0.0));
+#pragma omp parallel for schedule(static)
     for (int t = 0; t < h * w; t++) {
         const double x = t % w, y = t / w;
         float *row = pe + (size_t)t * dim;
         for (int c = 0; c < Q; c++) {
-            const float om = (float)(1.0 / pow(temp, Q > 1 ? (double)c / (Q - 1) : 0.0));
-            const float xo = (float)x * om, yo = (float)y * om; /* float32 products, as the official code */
+            const float xo = (float)x * om[c], yo = (float)y * om[c]; /* float32 products, as the official code */
             row[c] = sinf(xo);
             row[Q + c] = cosf(xo);
             row[2 * Q + c] = sinf(yo);
@@ -155,5 +156,6 @@ vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperat
     vt_node *n = vt_new_node(g, &op_posemb, NULL, 0, vt_new_act(g, 3, shape));
     if (!n) return NULL;
     *VT_OP_P(n, posemb_p) = (posemb_p){h, w, dim, temperature};
+    vt_node_work(n, 0, dim / 4);
     return n->out;
 }
