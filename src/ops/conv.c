@@ -247,6 +247,12 @@ static void zero_pads(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_
  * loaded and stored each at every tap (perf: the loop bound by those round trips). */
 typedef float v8f __attribute__((vector_size(32))); /* never passed or returned (its ABI depends on the ISA) */
 
+#if defined(__FMA__) /* one fused multiply-add (gcc's -std=c11 keeps a·b + c as two roundings and two instructions) */
+#define V8_MADD(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
+#else
+#define V8_MADD(acc, a, b) ((acc) += (a) * (b))
+#endif
+
 /* The first min(cnt, 8) floats of *vp into p (added to them when add). */
 static inline __attribute__((always_inline)) void v8_store_first(float *p, const v8f *vp, int cnt, int add) {
     v8f v = *vp;
@@ -311,6 +317,37 @@ static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const 
     }
 }
 
+/* ac[kj·VB + t] += Σ_{oh, blocks} dr[oh·Wd + ow0 + t]·xr[oh·Wp + ow0 + kj + t] for t < 8 and kj < KW (one kernel row's
+ * taps, 8 lanes of the VB-wide blocks): the taps' sums stay in registers over the whole plane and each dy vector is
+ * loaded once for all KW taps (the loop this replaced loaded and stored an accumulator at every multiply-add).
+ * dr: the padded dy plane at output row 0, xr: the padded x plane at the kernel row; KW <= 7, a constant where
+ * inlined (named accumulators: gcc keeps an array of vectors in memory). */
+static inline __attribute__((always_inline)) void dwk_taps(const float *dr, int Wd, const float *xr, int Wp, int Ho,
+                                                           int Wo, const int KW, float *ac) {
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0};
+    for (int oh = 0; oh < Ho; oh++)
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB) { /* dy is zero past Wo in its padded plane */
+            const float *d = dr + (size_t)oh * Wd + ow0, *xv = xr + (size_t)oh * Wp + ow0;
+            v8f dv;
+            memcpy(&dv, d, sizeof dv);
+#define DWK_TAP(j, aj)                                                                                                \
+    if (j < KW) {                                                                                                      \
+        v8f t_;                                                                                                        \
+        memcpy(&t_, xv + j, sizeof t_);                                                                                \
+        V8_MADD(aj, dv, t_);                                                                                           \
+    }
+            DWK_TAP(0, a0) DWK_TAP(1, a1) DWK_TAP(2, a2) DWK_TAP(3, a3) DWK_TAP(4, a4) DWK_TAP(5, a5) DWK_TAP(6, a6)
+#undef DWK_TAP
+        }
+    const v8f all[7] = {a0, a1, a2, a3, a4, a5, a6};
+    for (int j = 0; j < KW; j++) {
+        v8f o;
+        memcpy(&o, ac + (size_t)j * VB, sizeof o);
+        o += all[j];
+        memcpy(ac + (size_t)j * VB, &o, sizeof o);
+    }
+}
+
 /* dx += full correlation of dy with w; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). */
 static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const float *w, const float *dy, float *dx,
                           float *acc, float *xp, float *dyp) {
@@ -325,16 +362,16 @@ static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const 
         }
     if (!acc) return;
     fill_pad(x, H, W, p, p, xp, Wp);
-    for (int oh = 0; oh < q->Ho; oh++)
-        for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
-            const float *dr = dyp + (size_t)(oh + kh - 1) * Wd + ow0 + kw - 1; /* zeros past Wo */
-            for (int ki = 0; ki < kh; ki++) {
-                const float *xr = xp + (size_t)(oh + ki) * Wp + ow0;
-                for (int kj = 0; kj < kw; kj++) {
-                    float *ac = acc + (size_t)(ki * kw + kj) * VB;
-#pragma omp simd
-                    for (int t = 0; t < VB; t++) ac[t] += dr[t] * xr[kj + t];
-                }
+    for (int ki = 0; ki < kh; ki++)
+        for (int h = 0; h < VB; h += 8) {
+            const float *dr = dyp + (size_t)(kh - 1) * Wd + kw - 1 + h, *xr = xp + (size_t)ki * Wp + h;
+            float *ac = acc + (size_t)ki * kw * VB + h;
+            switch (kw) { /* the kernel widths the models use, as constants; others one tap at a time */
+            case 3: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 3, ac); break;
+            case 5: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 5, ac); break;
+            case 7: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 7, ac); break;
+            default:
+                for (int kj = 0; kj < kw; kj++) dwk_taps(dr, Wd, xr + kj, Wp, q->Ho, Wo, 1, ac + (size_t)kj * VB);
             }
         }
 }
@@ -615,11 +652,6 @@ typedef struct {
  * updated tap by tap with one weight vector and one input vector per multiply-add. */
 #define DWS_P 8
 
-#if defined(__FMA__) /* one fused multiply-add (gcc's -std=c11 keeps a·b + c as two roundings and two instructions) */
-#define V8_MADD(acc, a, b) ((acc) = _mm256_fmadd_ps((a), (b), (acc)))
-#else
-#define V8_MADD(acc, a, b) ((acc) += (a) * (b))
-#endif
 
 /* xv = 8 floats at p, or zeros when `in` is false (a padding column). */
 static const float v8_zeros[8] = {0};
