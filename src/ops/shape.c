@@ -102,7 +102,7 @@ typedef struct {
 } slice_p;
 
 /* Pieces each output chunk is copied in: one per chunk when there are at least 4 chunks, else enough pieces of at
- * least PAR_MIN floats to share one large chunk among the threads (GroupMixFormer's Q, K, V slices are one chunk). */
+ * least PAR_MIN floats to share a few large chunks among the threads (a slice of one chunk is a view, no copy). */
 static int slice_pieces(int O, int64_t chunk) {
     if (O >= 4 || chunk < 2 * PAR_MIN) return 1;
     const int64_t k = chunk / PAR_MIN;
