@@ -648,8 +648,8 @@ static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
 }
 
 /* Begins the gradients that start at backward step s, nd's step: zeroes them, except those of nd's grad_sets slots
- * that cover their root's memory and share it with no other slot of nd, which nd's backward writes first (set in nd->grad_fresh; NaN when
- * poisoned, so a backward that leaves an element unwritten shows in the tests). */
+ * that cover their root's memory and share it with no other slot of nd, which nd's backward writes first (set in
+ * nd->grad_fresh; NaN when poisoned, so a backward that leaves an element unwritten shows in the tests). */
 static void grads_begin(vt_graph *g, vt_node *nd, int s, int poisoned) {
     nd->grad_fresh = 0;
     grad_begin(g, nd->out, s);

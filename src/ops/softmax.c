@@ -3,7 +3,8 @@
  * MAC convention: 0 MACs (elementwise/reduction op; only matmul-like products are counted, DESIGN.md §2).
  * x is viewed as (outer, A, inner) with A the softmax axis. The last-axis case (inner = 1) runs vt_softmax_row
  * (mathfn.h, float sums as in the fused attention ops) on one contiguous row per iteration, parallel over rows; other
- * axes process blocks of IB adjacent inner positions at once so every load is contiguous. Backward: dx += y ⊙ (dy − Σ_axis dy ⊙ y), using the output y (kept in train graphs). */
+ * axes process blocks of IB adjacent inner positions at once so every load is contiguous. Backward:
+ * dx += y ⊙ (dy − Σ_axis dy ⊙ y), using the output y (kept in train graphs). */
 #include <math.h>
 #include <stdint.h>
 
