@@ -49,7 +49,7 @@ static void unary_fwd(vt_node *n) {
     const int64_t N = n->out->numel;
     switch (u->kind) {
     case VT_GELU: MAP(y, =, vt_gelu_f(v)); break;
-    case VT_RELU: MAP(y, =, v > 0.0f ? v : 0.0f); break;
+    case VT_RELU: MAP(y, =, vt_relu_f(v)); break;
     case VT_RELU6: MAP(y, =, vt_relu6_f(v)); break;
     case VT_HARDSWISH: MAP(y, =, vt_hswish_f(v)); break;
     case VT_SOFTPLUS: MAP(y, =, v > 20.0f ? v : log1pf(expf(v))); break;

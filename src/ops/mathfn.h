@@ -112,8 +112,10 @@ static inline void vt_softmax_row(const float *x, float *y, int n) {
     for (int j = 0; j < n; j++) y[j] *= inv;
 }
 
-/* ReLU6, Hardswish and their derivatives (relu6_d, hswish_d: the factor dy is multiplied by), shared by the activation
- * op and the BatchNorm that applies one after itself (norm.c), so both give the same floats. */
+/* ReLU, ReLU6, Hardswish and their derivatives (the factor dy is multiplied by), shared by the activation op and the
+ * BatchNorm that applies one after itself (norm.c), so both give the same floats. */
+static inline float vt_relu_f(float v) { return v > 0.0f ? v : 0.0f; }
+static inline float vt_relu_d(float v) { return v > 0.0f ? 1.0f : 0.0f; }
 static inline float vt_relu6_f(float v) { return v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f; }
 static inline float vt_relu6_d(float v) { return v > 0.0f && v < 6.0f ? 1.0f : 0.0f; }
 static inline float vt_hswish_f(float v) { return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f; }

@@ -163,7 +163,7 @@ typedef struct {
 /* The activation after the normalisation (act: bn_p.act) and its derivative, at the normalised value z. */
 static inline float bn_act(int act, float z) {
     switch (act) {
-    case VT_RELU: return z > 0.0f ? z : 0.0f;
+    case VT_RELU: return vt_relu_f(z);
     case VT_RELU6: return vt_relu6_f(z);
     case VT_HARDSWISH: return vt_hswish_f(z);
     default: return z;
@@ -172,7 +172,7 @@ static inline float bn_act(int act, float z) {
 
 static inline float bn_act_d(int act, float z) {
     switch (act) {
-    case VT_RELU: return z > 0.0f ? 1.0f : 0.0f;
+    case VT_RELU: return vt_relu_d(z);
     case VT_RELU6: return vt_relu6_d(z);
     case VT_HARDSWISH: return vt_hswish_d(z);
     default: return 1.0f;
