@@ -181,8 +181,45 @@ static void check_mathfn(vt_test *T) {
     T_CHECK(T, diff == 0 && isnan(vt_expf_le0(NAN)), "vt_expf_le0 differs from vt_expf on %d arguments <= 0", diff);
 }
 
+/* vt_softmax_row (vector body and scalar tail) against double precision on rows of 1 to 40 and 197 values spread
+ * over 60 units (tiny probabilities included); a NaN anywhere in a row makes the row NaN, −inf gives 0. */
+static void check_softmax_row(vt_test *T) {
+    vt_rng s;
+    vt_rng_seed(&s, 7);
+    float x[197], y[197];
+    double worst = 0;
+    for (int n = 1; n <= 198; n = n < 40 ? n + 1 : (n == 40 ? 197 : 199)) {
+        for (int j = 0; j < n; j++) x[j] = 60.0f * (vt_rng_uniform(&s) - 0.5f);
+        vt_softmax_row(x, y, n);
+        double mx = x[0], sum = 0;
+        for (int j = 1; j < n; j++) mx = fmax(mx, x[j]);
+        for (int j = 0; j < n; j++) sum += exp((double)(x[j] - (float)mx)); /* the float difference, as the kernel */
+        for (int j = 0; j < n; j++) {
+            const double r = exp((double)(x[j] - (float)mx)) / sum;
+            worst = fmax(worst, fabs(y[j] - r) / (r + 1e-30));
+        }
+    }
+    T_CHECK(T, worst < 1e-6, "softmax row max relative error %g", worst);
+    for (int n = 1; n <= 20; n++)
+        for (int at = 0; at < n; at += 3) {
+            for (int j = 0; j < n; j++) x[j] = (float)j * 0.1f;
+            x[at] = NAN;
+            vt_softmax_row(x, y, n);
+            int nan = 0;
+            for (int j = 0; j < n; j++) nan += isnan(y[j]) != 0;
+            T_CHECK(T, nan == n, "softmax row of %d with NaN at %d: %d NaN outputs", n, at, nan);
+            x[at] = -INFINITY;
+            if (n > 1) {
+                vt_softmax_row(x, y, n);
+                const int other = at == n - 1 ? 0 : n - 1;
+                T_CHECK(T, y[at] < 1e-30f && y[other] > 0.0f, "softmax row of %d, -inf at %d", n, at);
+            }
+        }
+}
+
 void test_ops_attention(vt_test *T) {
     check_mathfn(T);
+    check_softmax_row(T);
     check_matches_plain(T);
     check_export(T);
     gc_case cases[] = {

@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 /* e^r for an already clamped x = n·ln2 + r: returns e^r and sets *nb to n (n = round(x / ln2), from the bits of the
  * rounding shift: no float-to-int conversion, undefined for NaN, whose guarding branch cost 20% of GELU's time;
@@ -97,9 +100,73 @@ static inline float vt_gelu_grad_f(float x) {
     return d;
 }
 
-/* y = softmax(x) over one contiguous row of n values (y may equal x); the max, exponent and sum loops vectorise. */
+#if defined(__AVX2__) && defined(__FMA__)
+/* vt_expf_le0 on eight floats with fused multiply-adds (gcc's -std=c11 rounds a·b + c twice and vectorised the
+ * scalar softmax loop 1.8x slower than this, measured on 197-key rows); the same reduction and polynomial, so the
+ * results differ from the scalar function by rounding only. max(clamp, x) keeps NaN (maxps returns its second
+ * operand when either is NaN). */
+static inline __m256 vt_expf_le0_v8(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-87.33654f), x);
+    const __m256 sh = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f));
+    const __m256 n = _mm256_sub_ps(sh, _mm256_set1_ps(12582912.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n from the rounding shift's low bits (n >= -126: one normal float) */
+    const __m256i nb = _mm256_add_epi32(_mm256_castps_si256(sh), _mm256_set1_epi32(127 - 0x4B400000));
+    const __m256i e = _mm256_slli_epi32(nb, 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* The sum (or max when mx) of v's eight lanes. */
+static inline float vt_hreduce_v8(__m256 v, int mx) {
+    __m128 a = _mm256_castps256_ps128(v), b = _mm256_extractf128_ps(v, 1);
+    a = mx ? _mm_max_ps(a, b) : _mm_add_ps(a, b);
+    b = _mm_movehl_ps(a, a);
+    a = mx ? _mm_max_ps(a, b) : _mm_add_ps(a, b);
+    b = _mm_shuffle_ps(a, a, 1);
+    a = mx ? _mm_max_ss(a, b) : _mm_add_ss(a, b);
+    return _mm_cvtss_f32(a);
+}
+#endif
+
+/* y = softmax(x) over one contiguous row of n values (y may equal x): a max pass, an exponent-and-sum pass and a
+ * scaling pass, eight floats at a time with AVX2 + FMA, otherwise loops the compiler vectorises. */
 static inline void vt_softmax_row(const float *x, float *y, int n) {
     float mx = x[0], s = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (n >= 8) {
+        int j0;
+        __m256 m = _mm256_loadu_ps(x);
+        for (j0 = 8; j0 + 8 <= n; j0 += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j0));
+        mx = vt_hreduce_v8(m, 1);
+        for (int j = j0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+        const __m256 vm = _mm256_set1_ps(mx);
+        __m256 vs = _mm256_setzero_ps();
+        for (j0 = 0; j0 + 8 <= n; j0 += 8) {
+            const __m256 e = vt_expf_le0_v8(_mm256_sub_ps(_mm256_loadu_ps(x + j0), vm));
+            _mm256_storeu_ps(y + j0, e);
+            vs = _mm256_add_ps(vs, e);
+        }
+        s = vt_hreduce_v8(vs, 0);
+        for (int j = j0; j < n; j++) {
+            y[j] = vt_expf_le0(x[j] - mx);
+            s += y[j];
+        }
+        const float inv = 1.0f / s;
+        const __m256 vi = _mm256_set1_ps(inv);
+        for (j0 = 0; j0 + 8 <= n; j0 += 8) _mm256_storeu_ps(y + j0, _mm256_mul_ps(_mm256_loadu_ps(y + j0), vi));
+        for (int j = j0; j < n; j++) y[j] *= inv;
+        return;
+    }
+#endif
 #pragma omp simd reduction(max : mx)
     for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
 #pragma omp simd reduction(+ : s)
