@@ -45,6 +45,9 @@ static size_t wg_floats(const hattn_p *a) { return (size_t)a->h2 * (11 + (size_t
 /* A zero-padded grid: (kh + 2) × (kw + 2) floats and one more at each end (read for discarded border outputs). */
 static size_t pad_floats(const hattn_p *a) { return (size_t)(a->kh + 2) * (size_t)(a->kw + 2) + 2; }
 static size_t tile_floats(const hattn_p *a) { return (size_t)a->T * (size_t)a->M; }
+/* A thread's stage scratch: three padded grids (backward) and six masked IHH weight grids plus a zero row (forward;
+ * corr3_grid). */
+static size_t stage_scratch(const hattn_p *a) { return 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw; }
 
 /* IHH's 3x3 correlations run over the padded grid as one flat vector: output k = yy·pw + c (c = x + 1 in
  * [0, pw), pw = kw + 2; the border columns c = 0 and pw − 1 are computed and discarded) reads the padded input at
@@ -84,7 +87,63 @@ static void unpad(const hattn_p *a, const float *o, float *y, int acc) {
     }
 }
 
-/* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: two pad_floats blocks. */
+/* IHH forward without the padded copies (kh, kw >= 3): output k of the grid as one flat vector reads
+ * x[k + dy·kw + dx]; the taps with dx = ±1 take weights multiplied by a column mask (ihh_masked: zero where the tap
+ * would wrap into the neighbouring row), so border columns need no case of their own; above the first row and
+ * below the last reads a zero row. The padded copies in and out of a scratch grid this replaced (short memcpy calls
+ * per row) cost as much as the correlation on DeiT-T hMHSA's 14 × 14 key grid. */
+
+/* y[i] = bias + the nine taps at outputs i in [0, len): r0, r1, r2 the rows above, at and below output 0 (each read
+ * at i − 1, i, i + 1), m: the six masked weights at output 0 with stride n (taps 0, 2, 3, 5, 6, 8). */
+static void corr3_span(const float *r0, const float *r1, const float *r2, const float *m, int n, const float *w,
+                       float bias, float *y, int len) {
+    const float *m0 = m, *m2 = m + n, *m3 = m + 2 * n, *m5 = m + 3 * n, *m6 = m + 4 * n, *m8 = m + 5 * n;
+    const float w1 = w[1], w4 = w[4], w7 = w[7];
+#pragma omp simd
+    for (int i = 0; i < len; i++)
+        y[i] = bias + (m0[i] * r0[i - 1] + w1 * r0[i] + m2[i] * r0[i + 1]) +
+               (m3[i] * r1[i - 1] + w4 * r1[i] + m5[i] * r1[i + 1]) +
+               (m6[i] * r2[i - 1] + w7 * r2[i] + m8[i] * r2[i + 1]);
+}
+
+/* corr3_span's masked weights of one head: for taps 0, 2, 3, 5, 6, 8 (dx = −1, +1), kh·kw floats each. */
+static void ihh_masked(const hattn_p *a, const float *w, float *m) {
+    const int kw = a->kw, n = a->kh * kw;
+    static const int tap[6] = {0, 2, 3, 5, 6, 8};
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < n; k++) {
+            const int c = k % kw + (tap[i] % 3 == 0 ? -1 : 1);
+            m[(size_t)i * n + k] = c >= 0 && c < kw ? w[tap[i]] : 0.0f;
+        }
+}
+
+/* Output (yy, xx) of the zero-padded 3x3 correlation of grid x, summed as corr3_span. */
+static float corr3_at(const hattn_p *a, const float *x, const float *w, float bias, int yy, int xx) {
+    float t[3] = {0.0f, 0.0f, 0.0f};
+    for (int dy = -1; dy <= 1; dy++) {
+        if (yy + dy < 0 || yy + dy >= a->kh) continue;
+        const float *r = x + (size_t)(yy + dy) * a->kw + xx, *wr = w + 3 * (dy + 1);
+        t[dy + 1] = (xx > 0 ? wr[0] * r[-1] : 0.0f) + wr[1] * r[0] + (xx + 1 < a->kw ? wr[2] * r[1] : 0.0f);
+    }
+    return bias + t[0] + t[1] + t[2];
+}
+
+/* y = IHH(x) on one grid (kh, kw >= 3) with a head's masked weights m; z: kw + 2 zeros. Spans: the first row from
+ * column 1, the rows between from (1, 1) to (kh − 2, kw − 2), the last row to column kw − 2; the four outputs left
+ * ((0, 0), (1, 0), (kh − 2, kw − 1), (kh − 1, kw − 1)) would read outside x through the flat layout. */
+static void corr3_grid(const hattn_p *a, const float *x, const float *w, const float *m, float bias, const float *z,
+                       float *y) {
+    const int kw = a->kw, n = a->kh * kw, k1 = n - kw;
+    corr3_span(z + 1, x + 1, x + kw + 1, m + 1, n, w, bias, y + 1, kw - 1);
+    corr3_span(x + 1, x + kw + 1, x + 2 * kw + 1, m + kw + 1, n, w, bias, y + kw + 1, n - 2 * kw - 2);
+    corr3_span(x + k1 - kw, x + k1, z + 1, m + k1, n, w, bias, y + k1, kw - 1);
+    y[0] = corr3_at(a, x, w, bias, 0, 0);
+    y[kw] = corr3_at(a, x, w, bias, 1, 0);
+    y[k1 - 1] = corr3_at(a, x, w, bias, a->kh - 2, kw - 1);
+    y[n - 1] = corr3_at(a, x, w, bias, a->kh - 1, kw - 1);
+}
+
+/* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: stage_scratch floats. */
 static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, const float *in, float *out, size_t hs,
                       int rows, float *pad) {
     const int h2 = a->h2, M = a->M, L = a->klead;
@@ -112,6 +171,21 @@ static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, 
 #pragma omp simd
                     for (int e = 0; e < M; e++) o[e] += wv * x[e];
                 }
+            }
+        }
+        return;
+    }
+    if (a->kh >= 3 && a->kw >= 3) {
+        const size_t n = (size_t)a->kh * a->kw;
+        float *z = pad + 6 * n;
+        memset(z, 0, sizeof(float) * (size_t)(a->kw + 2));
+        for (int j = 0; j < h2; j++) {
+            ihh_masked(a, w + 9 * j, pad);
+            for (int r = 0; r < rows; r++) {
+                const float *x = in + j * hs + (size_t)r * M;
+                float *y = out + j * hs + (size_t)r * M;
+                for (int k = 0; k < L; k++) y[k] = x[k];
+                corr3_grid(a, x + L, w + 9 * j, pad, b ? b[j] : 0.0f, z, y + L);
             }
         }
         return;
@@ -261,7 +335,7 @@ static void fwd_tile(const vt_node *n, int u, int t) {
     const int b = u / a->ntile, r0 = (u % a->ntile) * a->T, rows = a->N - r0 < a->T ? a->N - r0 : a->T;
     if (rows <= 0) return;
     const int M = a->M, d = a->d, C = a->H * d;
-    const size_t hs = tile_floats(a), per = (a->H + (a->nst == 2 ? a->h2 : 0)) * hs + 2 * pad_floats(a);
+    const size_t hs = tile_floats(a), per = (a->H + (a->nst == 2 ? a->h2 : 0)) * hs + stage_scratch(a);
     float *P = n->fws->data + (size_t)t * per, *U = P + a->H * hs, *pad = U + (a->nst == 2 ? a->h2 : 0) * hs;
     tile_probs(n, b, r0, rows, P, NULL, U, pad, hs);
     const float *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : n->in[0]->data;
@@ -289,7 +363,7 @@ static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float 
     const int r0 = tile * a->T, rows = a->N - r0 < a->T ? a->N - r0 : a->T;
     if (rows <= 0) return;
     const int M = a->M, d = a->d, H = a->H, h2 = a->h2, C = H * d;
-    const size_t hs = tile_floats(a), per = (3 * (size_t)h2 + 2 * (size_t)H) * hs + 3 * pad_floats(a);
+    const size_t hs = tile_floats(a), per = (3 * (size_t)h2 + 2 * (size_t)H) * hs + stage_scratch(a);
     float *S = n->bws->data + (size_t)t * per, *U = S + h2 * hs, *D = U + h2 * hs, *P = D + h2 * hs;
     float *G = P + H * hs, *pad = G + H * hs;
     tile_probs(n, b, r0, rows, P, S, U, pad, hs);
@@ -349,7 +423,7 @@ static void hattn_bwd(vt_node *n) {
     const hattn_p *a = VT_OP_P(n, hattn_p);
     if (!n->bws) return; /* eval graph */
     const int H = a->H, h2 = a->h2, M = a->M, C = H * a->d, nt = a->nt;
-    const size_t per = (3 * (size_t)h2 + 2 * (size_t)H) * tile_floats(a) + 3 * pad_floats(a), nwg = wg_floats(a);
+    const size_t per = (3 * (size_t)h2 + 2 * (size_t)H) * tile_floats(a) + stage_scratch(a), nwg = wg_floats(a);
     float *wg = n->bws->data + (size_t)nt * per, *acc = wg + (size_t)nt * nwg;
     vt_zero(wg, (int64_t)(nt * nwg));
     const int kv_slot = a->kv_in >= 0 ? a->kv_in : 0;
@@ -495,9 +569,9 @@ vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, c
         *a->probs = g->export_maps ? vt_node_extra_output(n, 4, ps) : NULL;
         if (g->export_maps && !*a->probs) return NULL;
     }
-    const int64_t hs = (int64_t)p.T * M, pad = (int64_t)pad_floats(&p);
-    if (!vt_node_work(n, 0, nt * ((H + (p.nst == 2 ? h2 : 0)) * hs + 2 * pad))) return NULL;
-    if (g->training && !vt_node_work(n, 1, nt * ((3LL * h2 + 2LL * H) * hs + 3 * pad + (int64_t)wg_floats(&p)) +
+    const int64_t hs = (int64_t)p.T * M, pad = (int64_t)stage_scratch(&p);
+    if (!vt_node_work(n, 0, nt * ((H + (p.nst == 2 ? h2 : 0)) * hs + pad))) return NULL;
+    if (g->training && !vt_node_work(n, 1, nt * ((3LL * h2 + 2LL * H) * hs + pad + (int64_t)wg_floats(&p)) +
                                                (p.by_entry ? 0 : (int64_t)nt * M * (3 * dim / 2))))
         return NULL;
     return n->out;
