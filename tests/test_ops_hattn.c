@@ -198,6 +198,9 @@ void test_ops_hattn(vt_test *T) {
         {"fd_ihh_only", 2, 7, 0, 8, 0, 2, 4, 0, 2, 4, 1, 2, 3, 1, 0, 1, 0, 0.8f},
         {"fd_copy", 2, 3, 0, 8, 0, 2, 4, 0, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0.8f},
         {"fd_chh_gemm", 1, 5, 0, 32, 0, 16, 16, 0, 8, 16, 1, 2, 2, 1, 1, 1, 1, 0.5f},
+        /* grids of at least 3x3: the unpadded IHH (corr3_grid, ihh_wgrad in hattn.c) */
+        {"fd_grid_3x4", 1, 4, 12, 4, 12, 4, 8, 0, 0, 4, 0, 3, 4, 1, 1, 0, 0, 0.5f},
+        {"fd_deit_3x3_ihh", 1, 10, 0, 16, 0, 4, 8, 0, 4, 8, 1, 3, 3, 1, 0, 1, 0, 0.8f},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

@@ -45,8 +45,8 @@ static size_t wg_floats(const hattn_p *a) { return (size_t)a->h2 * (11 + (size_t
 /* A zero-padded grid: (kh + 2) × (kw + 2) floats and one more at each end (read for discarded border outputs). */
 static size_t pad_floats(const hattn_p *a) { return (size_t)(a->kh + 2) * (size_t)(a->kw + 2) + 2; }
 static size_t tile_floats(const hattn_p *a) { return (size_t)a->T * (size_t)a->M; }
-/* A thread's stage scratch: three padded grids (backward) and six masked IHH weight grids plus a zero row (forward;
- * corr3_grid). */
+/* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
+ * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two). */
 static size_t stage_scratch(const hattn_p *a) { return 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw; }
 
 /* IHH's 3x3 correlations run over the padded grid as one flat vector: output k = yy·pw + c (c = x + 1 in
@@ -96,14 +96,20 @@ static void unpad(const hattn_p *a, const float *o, float *y, int acc) {
 /* y[i] = bias + the nine taps at outputs i in [0, len): r0, r1, r2 the rows above, at and below output 0 (each read
  * at i − 1, i, i + 1), m: the six masked weights at output 0 with stride n (taps 0, 2, 3, 5, 6, 8). */
 static void corr3_span(const float *r0, const float *r1, const float *r2, const float *m, int n, const float *w,
-                       float bias, float *y, int len) {
+                       float bias, float *y, int len, int acc) {
     const float *m0 = m, *m2 = m + n, *m3 = m + 2 * n, *m5 = m + 3 * n, *m6 = m + 4 * n, *m8 = m + 5 * n;
     const float w1 = w[1], w4 = w[4], w7 = w[7];
+#define CORR3_AT(i)                                                                                               \
+    (bias + (m0[i] * r0[i - 1] + w1 * r0[i] + m2[i] * r0[i + 1]) +                                                 \
+     (m3[i] * r1[i - 1] + w4 * r1[i] + m5[i] * r1[i + 1]) + (m6[i] * r2[i - 1] + w7 * r2[i] + m8[i] * r2[i + 1]))
+    if (acc) {
 #pragma omp simd
-    for (int i = 0; i < len; i++)
-        y[i] = bias + (m0[i] * r0[i - 1] + w1 * r0[i] + m2[i] * r0[i + 1]) +
-               (m3[i] * r1[i - 1] + w4 * r1[i] + m5[i] * r1[i + 1]) +
-               (m6[i] * r2[i - 1] + w7 * r2[i] + m8[i] * r2[i + 1]);
+        for (int i = 0; i < len; i++) y[i] += CORR3_AT(i);
+    } else {
+#pragma omp simd
+        for (int i = 0; i < len; i++) y[i] = CORR3_AT(i);
+    }
+#undef CORR3_AT
 }
 
 /* corr3_span's masked weights of one head: for taps 0, 2, 3, 5, 6, 8 (dx = −1, +1), kh·kw floats each. */
@@ -128,19 +134,45 @@ static float corr3_at(const hattn_p *a, const float *x, const float *w, float bi
     return bias + t[0] + t[1] + t[2];
 }
 
-/* y = IHH(x) on one grid (kh, kw >= 3) with a head's masked weights m; z: kw + 2 zeros. Spans: the first row from
- * column 1, the rows between from (1, 1) to (kh − 2, kw − 2), the last row to column kw − 2; the four outputs left
- * ((0, 0), (1, 0), (kh − 2, kw − 1), (kh − 1, kw − 1)) would read outside x through the flat layout. */
+/* y (= or += when acc) IHH(x) on one grid (kh, kw >= 3) with a head's masked weights m; z: kw + 2 zeros. Spans:
+ * the first row from column 1, the rows between from (1, 1) to (kh − 2, kw − 2), the last row to column kw − 2; the
+ * four outputs left ((0, 0), (1, 0), (kh − 2, kw − 1), (kh − 1, kw − 1)) would read outside x through the flat
+ * layout. */
 static void corr3_grid(const hattn_p *a, const float *x, const float *w, const float *m, float bias, const float *z,
-                       float *y) {
-    const int kw = a->kw, n = a->kh * kw, k1 = n - kw;
-    corr3_span(z + 1, x + 1, x + kw + 1, m + 1, n, w, bias, y + 1, kw - 1);
-    corr3_span(x + 1, x + kw + 1, x + 2 * kw + 1, m + kw + 1, n, w, bias, y + kw + 1, n - 2 * kw - 2);
-    corr3_span(x + k1 - kw, x + k1, z + 1, m + k1, n, w, bias, y + k1, kw - 1);
-    y[0] = corr3_at(a, x, w, bias, 0, 0);
-    y[kw] = corr3_at(a, x, w, bias, 1, 0);
-    y[k1 - 1] = corr3_at(a, x, w, bias, a->kh - 2, kw - 1);
-    y[n - 1] = corr3_at(a, x, w, bias, a->kh - 1, kw - 1);
+                       float *y, int acc) {
+    const int kw = a->kw, n = a->kh * kw, k1 = n - kw, at[4] = {0, kw, k1 - 1, n - 1};
+    corr3_span(z + 1, x + 1, x + kw + 1, m + 1, n, w, bias, y + 1, kw - 1, acc);
+    corr3_span(x + 1, x + kw + 1, x + 2 * kw + 1, m + kw + 1, n, w, bias, y + kw + 1, n - 2 * kw - 2, acc);
+    corr3_span(x + k1 - kw, x + k1, z + 1, m + k1, n, w, bias, y + k1, kw - 1, acc);
+    for (int i = 0; i < 4; i++) {
+        const float v = corr3_at(a, x, w, bias, at[i] / kw, at[i] % kw);
+        y[at[i]] = acc ? y[at[i]] + v : v;
+    }
+}
+
+/* IHH's weight and bias gradients of one grid, unpadded: gw[t] += Σ_k dout[k]·x[k + dy·kw + dx] over the outputs k
+ * whose tap t stays inside the grid (the k range keeps the row inside, the column masks cm, 1 − [k % kw == 0] for
+ * dx = −1 then 1 − [k % kw == kw − 1] for dx = +1, the column); *gb += Σ_k dout[k]. */
+static void ihh_wgrad(const hattn_p *a, const float *x, const float *dout, const float *cm, float *gw, float *gb) {
+    const int kw = a->kw, n = a->kh * kw;
+    for (int t = 0; t < 9; t++) {
+        const int off = (t / 3 - 1) * kw + t % 3 - 1, k0 = off < 0 ? -off : 0, k1 = off > 0 ? n - off : n;
+        const float *xs = x + off;
+        float s = 0.0f;
+        if (t % 3 == 1) {
+#pragma omp simd reduction(+ : s)
+            for (int k = k0; k < k1; k++) s += dout[k] * xs[k];
+        } else {
+            const float *mk = cm + (t % 3 ? n : 0);
+#pragma omp simd reduction(+ : s)
+            for (int k = k0; k < k1; k++) s += dout[k] * mk[k] * xs[k];
+        }
+        gw[t] += s;
+    }
+    float sb = 0.0f;
+#pragma omp simd reduction(+ : sb)
+    for (int k = 0; k < n; k++) sb += dout[k];
+    *gb += sb;
 }
 
 /* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: stage_scratch floats. */
@@ -185,7 +217,7 @@ static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, 
                 const float *x = in + j * hs + (size_t)r * M;
                 float *y = out + j * hs + (size_t)r * M;
                 for (int k = 0; k < L; k++) y[k] = x[k];
-                corr3_grid(a, x + L, w + 9 * j, pad, b ? b[j] : 0.0f, z, y + L);
+                corr3_grid(a, x + L, w + 9 * j, pad, b ? b[j] : 0.0f, z, y + L, 0);
             }
         }
         return;
@@ -254,6 +286,28 @@ static void stage_bwd(const hattn_p *a, int st, const float *w, const float *in,
                     }
                 }
             }
+        }
+        return;
+    }
+    if (a->kh >= 3 && a->kw >= 3) { /* unpadded, as the forward (corr3_grid, ihh_wgrad) */
+        const int kw = a->kw, n = a->kh * kw;
+        float *m = pad, *z = m + 6 * (size_t)n, *cm = z + kw + 2;
+        memset(z, 0, sizeof(float) * (size_t)(kw + 2));
+        for (int k = 0; k < n; k++) cm[k] = k % kw ? 1.0f : 0.0f, cm[n + k] = k % kw == kw - 1 ? 0.0f : 1.0f;
+        for (int j = 0; j < h2; j++) {
+            float wf[9], gw9[9] = {0}, gb = 0.0f;
+            for (int t = 0; t < 9; t++) wf[t] = w[9 * j + 8 - t]; /* dX: the correlation with the kernel flipped */
+            ihh_masked(a, wf, m);
+            for (int r = 0; r < rows; r++) {
+                const float *x = in + j * hs + (size_t)r * M, *go = dout + j * hs + (size_t)r * M;
+                float *gi = din + j * hs + (size_t)r * M;
+                for (int k = 0; k < L; k++) gi[k] = (acc ? gi[k] : 0.0f) + go[k];
+                corr3_grid(a, go + L, wf, m, 0.0f, z, gi + L, acc);
+                if (dw || db) ihh_wgrad(a, x + L, go + L, cm, gw9, &gb);
+            }
+            if (dw)
+                for (int t = 0; t < 9; t++) dw[9 * j + t] += gw9[t];
+            if (db) db[j] += gb;
         }
         return;
     }
