@@ -123,6 +123,8 @@ vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float e
  * PyTorch default init (U(±1/sqrt(fan_in))). */
 vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,
                        int bias);
+/* vt_conv2d_p's weight alone: prefix.weight (out, in/groups, k, k), paper-counted, the same initialisation. */
+vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups);
 
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
@@ -140,6 +142,9 @@ vt_tensor *vt_batchnorm_folded(vt_graph *g, const char *prefix, vt_tensor *x, in
  * inference engine fuses conv + BN: returns w·s per output channel, *bias = β − μ·s, s = γ/√(σ² + eps), computed in
  * the graph from the BN's tensors (declared, so the state_dict keeps them). Eval semantics only (running stats). */
 vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, float eps, vt_tensor **bias);
+/* BatchNorm prefix over c channels at eval as (2, c): row 0 s = γ/√(σ² + eps), row 1 β − μ·s (computed in the graph
+ * from the BN's tensors, declared as vt_bn_fold_weight does). */
+vt_tensor *vt_bn_scale_shift(vt_graph *g, const char *prefix, int c, float eps);
 
 /* Bias-free 1x1 conv `conv` (vt_pointwise_p) → BatchNorm `bn` on channels-last tokens; folded: the BatchNorm folded
  * into the conv (vt_bn_fold_weight; eval semantics), one GEMM with a bias and no BN pass. */
@@ -313,8 +318,9 @@ vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, cons
  * scale·adapt_bn(DLA(A_in)), passes A_in on), transform (plain, then the map refined by adapt_bn(DLA(.))). */
 typedef enum { VT_REFINER_PLAIN, VT_REFINER_SHARED, VT_REFINER_TRANSFORM } vt_refiner_mode;
 /* DLA on attention maps a (B, H, N, N): 1x1 expand H->round(expand·H), BN, ReLU6, dw 3x3, BN, ReLU6, 1x1 reduce, BN,
- * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}. */
-vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand);
+ * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}; then BatchNorm `adapt` (NULL: none) and
+ * ·scale. Eval graphs without ref_kernels run it as one op (vt_dla_eval), others as the op chain. */
+vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand, const char *adapt, float scale);
 /* Refiner attention on x (B, N, C) with a's heads, qkv bias and token layout; *amap: incoming map A_in (B, H, N, N) or
  * NULL, replaced by the outgoing map. Exports (export_maps) its softmax map (prefix; plain and transform modes), the
  * incoming map (prefix.before; shared mode) and the refined one (prefix.refined: adapt_bn(DLA(·)) (·scale in shared

@@ -68,6 +68,14 @@ vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, v
 vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, int act);
 
+/* ---- dla.c ---- */
+/* The Refiner's DLA at inference in one op, tile by tile in cache: out = A ⊙ (s3 ⊙ W_pro·D + t3 + a) + B with
+ * D = relu6(s2 ⊙ dw3x3(relu6(s1 ⊙ W_exp·a + t1)) + t2) on maps a (B, H, Nr, Nc); w_exp (He, H, 1, 1), w_dw
+ * (He, 1, 3, 3), w_pro (H, He, 1, 1); bn1..bn3 (2, C) BatchNorm scales and shifts (rows s, t; vt_bn_scale_shift);
+ * aff (2, H) rows A, B, or NULL (A = 1, B = 0). Eval graphs only (no backward). */
+vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w_dw, vt_tensor *w_pro,
+                       vt_tensor *bn1, vt_tensor *bn2, vt_tensor *bn3, vt_tensor *aff);
+
 /* ---- activation.c ---- */
 typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;
 /* Elementwise f(x); p is the exponent for VT_POW (x^p; x must be > 0 unless p is an integer). */

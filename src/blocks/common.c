@@ -51,13 +51,19 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     if (x->ndim != 4 || groups <= 0 || x->shape[1] % groups)
         return vt_fail(g, "conv2d", "%s: input must be (B, C, H, W) with C divisible by groups %d", prefix, groups);
     char nm[VT_NAMELEN];
-    int cin = x->shape[1] / groups;
-    int ws[4] = {out, cin, k, k};
-    float bound = 1.0f / sqrtf((float)(cin * k * k));
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound}), *b = NULL;
-    if (w) w->paper_count = 1;
+    vt_tensor *w = vt_conv_weight(g, prefix, out, x->shape[1], k, groups), *b = NULL;
+    const float bound = 1.0f / sqrtf((float)(x->shape[1] / groups * k * k));
     if (bias) b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
     return vt_conv2d(g, x, w, b, stride, pad, groups);
+}
+
+vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
+    char nm[VT_NAMELEN];
+    const int cin = in / groups, ws[4] = {out, cin, k, k};
+    const float bound = 1.0f / sqrtf((float)(cin * k * k));
+    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound});
+    if (w) w->paper_count = 1;
+    return w;
 }
 
 /* Declares BatchNorm prefix's tensors for c channels (weight, bias, running_mean, running_var, num_batches_tracked);
@@ -110,6 +116,15 @@ vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, floa
     *bias = vt_sub(g, t[1], vt_mul(g, t[2], s));
     vt_tensor *ws = vt_mul(g, vt_reshape(g, w, 2, rows), vt_reshape(g, s, 2, col));
     return *bias && ws ? vt_reshape(g, ws, w->ndim, w->shape) : NULL;
+}
+
+vt_tensor *vt_bn_scale_shift(vt_graph *g, const char *prefix, int c, float eps) {
+    vt_tensor *t[5];
+    if (bn_tensors(g, prefix, c, t)) return NULL;
+    vt_tensor *s = vt_mul(g, t[0], vt_unary(g, vt_affine(g, t[3], 1.0f, eps), VT_POW, -0.5f));
+    const int row[2] = {1, c};
+    vt_tensor *st[2] = {vt_reshape(g, s, 2, row), vt_reshape(g, vt_sub(g, t[1], vt_mul(g, t[2], s)), 2, row)};
+    return vt_concat(g, st, 2, 0);
 }
 
 vt_tensor *vt_pointwise_bn_p(vt_graph *g, const char *conv, const char *bn, vt_tensor *x, int out, vt_init winit,

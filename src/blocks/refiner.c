@@ -10,27 +10,40 @@
 #define BN_EPS 1e-5f
 #define BN_MOM 0.1f
 
-vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand) {
+vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand, const char *adapt, float scale) {
     if (vt_bad(g, 1, a)) return NULL;
     if (a->ndim != 4 || expand <= 0.0f)
         return vt_fail(g, "dla", "%s: maps must be (B, H, N, N) and the expansion ratio positive", prefix);
     char nm[VT_NAMELEN];
     const int H = a->shape[1], He = (int)nearbyint((double)expand * H); /* Python round(): half to even */
     if (He < 1) return vt_fail(g, "dla", "%s: expansion %g of %d heads gives no channels", prefix, expand, H);
+    if (!g->training && !g->ref_kernels) { /* one op; the BatchNorms as scale/shift pairs, adapt·scale as its affine */
+        vt_tensor *we = vt_conv_weight(g, vt_pname(nm, prefix, "conv_exp"), He, H, 1, 1);
+        vt_tensor *bn1 = vt_bn_scale_shift(g, vt_pname(nm, prefix, "bn1"), He, BN_EPS);
+        vt_tensor *wd = vt_conv_weight(g, vt_pname(nm, prefix, "depth_sep_conv"), He, He, 3, He);
+        vt_tensor *bn2 = vt_bn_scale_shift(g, vt_pname(nm, prefix, "bn2"), He, BN_EPS);
+        vt_tensor *wp = vt_conv_weight(g, vt_pname(nm, prefix, "conv_pro"), H, He, 1, 1);
+        vt_tensor *bn3 = vt_bn_scale_shift(g, vt_pname(nm, prefix, "bn3"), H, BN_EPS);
+        vt_tensor *aff = adapt ? vt_bn_scale_shift(g, adapt, H, BN_EPS) : NULL;
+        if (aff && scale != 1.0f) aff = vt_scale(g, aff, scale);
+        if (!adapt && scale != 1.0f) return vt_fail(g, "dla", "%s: a scale without the adapt BatchNorm", prefix);
+        return vt_dla_eval(g, a, we, wd, wp, bn1, bn2, bn3, aff);
+    }
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
     t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
     t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
     t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
     t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
     t = vt_batchnorm_p(g, vt_pname(nm, prefix, "bn3"), t, 1, BN_EPS, BN_MOM);
-    return vt_add(g, t, a);
+    t = vt_add(g, t, a);
+    if (adapt) t = vt_batchnorm_p(g, adapt, t, 1, BN_EPS, BN_MOM);
+    return scale != 1.0f ? vt_scale(g, t, scale) : t;
 }
 
-/* adapt_bn(DLA(a)) with the block's parameter names. */
-static vt_tensor *refine(vt_graph *g, const char *prefix, vt_tensor *a, float expand) {
-    char nm[VT_NAMELEN];
-    vt_tensor *r = vt_block_dla(g, vt_pname(nm, prefix, "DLA"), a, expand);
-    return vt_batchnorm_p(g, vt_pname(nm, prefix, "adapt_bn"), r, 1, BN_EPS, BN_MOM);
+/* scale·adapt_bn(DLA(a)) with the block's parameter names. */
+static vt_tensor *refine(vt_graph *g, const char *prefix, vt_tensor *a, float expand, float scale) {
+    char nm[VT_NAMELEN], ad[VT_NAMELEN];
+    return vt_block_dla(g, vt_pname(nm, prefix, "DLA"), a, expand, vt_pname(ad, prefix, "adapt_bn"), scale);
 }
 
 vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *actx,
@@ -53,7 +66,7 @@ vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, 
     if (mode == VT_REFINER_SHARED) {
         if (!ain) return vt_fail(g, "refiner", "%s: a shared-attention block needs the previous block's map", prefix);
         /* Â = scale·adapt_bn(DLA(A_in)) (no softmax); qkv is a (C, C) Linear giving V only; A_in passes through */
-        attn = vt_scale(g, refine(g, prefix, ain, expand), scale);
+        attn = refine(g, prefix, ain, expand, scale);
         vt_block_export_map(g, prefix, "before", ain, actx, &keys, 0, 0); /* the incoming map, before refinement */
         vt_block_export_map(g, prefix, "refined", attn, actx, &keys, 0, 0);
         v = vt_split_heads(g, vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, C, qkv_bias, VT_INIT_W02), 0, heads, dh);
@@ -66,7 +79,7 @@ vt_tensor *vt_block_refiner_attn(vt_graph *g, const char *prefix, vt_tensor *x, 
         vt_block_export_map(g, prefix, NULL, attn, actx, &keys, 0, 1);
         if (ain) attn = vt_add(g, attn, vt_scale(g, ain, scale));
         if (mode == VT_REFINER_TRANSFORM) {
-            attn = refine(g, prefix, attn, expand);
+            attn = refine(g, prefix, attn, expand, 1.0f);
             vt_block_export_map(g, prefix, "refined", attn, actx, &keys, 0, 0);
         }
         if (amap) *amap = attn;
