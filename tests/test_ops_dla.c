@@ -61,12 +61,13 @@ static void check_equal(vt_test *T, const dla_case *c) {
     int fk = 0, fr = 1;
     int64_t nk = 0, nr = 0;
     float *k = run_dla(T, c, 0, &fk, &nk), *r = run_dla(T, c, 1, &fr, &nr);
-    T_CHECK(T, fk && !fr, "%s: fused op taken %d (expected 1), by the reference graph %d (expected 0)", c->name, fk, fr);
+    T_CHECK(T, fk && !fr, "%s: fused op taken %d (expected 1), by the reference graph %d (expected 0)", c->name, fk,
+            fr);
     if (k && r && nk == nr) {
         double err = 0, mx = 0;
         for (int64_t i = 0; i < nk; i++) err = fmax(err, fabs(k[i] - r[i])), mx = fmax(mx, fabs(r[i]));
-        T_CHECK(T, err <= 1e-5 * fmax(1.0, mx) && mx > 0, "%s: fused vs op chain max |diff| %g (scale %g)", c->name, err,
-                mx);
+        T_CHECK(T, err <= 1e-5 * fmax(1.0, mx) && mx > 0, "%s: fused vs op chain max |diff| %g (scale %g)", c->name,
+                err, mx);
     }
     free(k);
     free(r);
