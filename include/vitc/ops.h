@@ -76,6 +76,14 @@ vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
 vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w_dw, vt_tensor *w_pro,
                        vt_tensor *bn1, vt_tensor *bn2, vt_tensor *bn3, vt_tensor *aff);
 
+/* ---- gmagg.c ---- */
+/* GroupMixFormer's aggregators at inference in one op: Z (3B, 4s, N) = [hswish(BN0(X_0)) | hswish(BN_j(PW_j·DW_j(
+ * X_j))), j = 1..3] for segment j of Q, K and V (the 3B images type·B + b) read from qkv (B, N = H·W, 3C), C = 5s;
+ * dw3, dw5, dw7 (s, 1, k, k); pw (3, s, s) the pointwise weights (out, in); bn (4, 2, s) the BatchNorms' scales and
+ * shifts (vt_bn_scale_shift). Eval graphs only (no backward). */
+vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
+                                 vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn);
+
 /* ---- activation.c ---- */
 typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;
 /* Elementwise f(x); p is the exponent for VT_POW (x^p; x must be > 0 unless p is an integer). */

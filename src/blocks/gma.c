@@ -38,6 +38,29 @@ static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int k) {
     return vt_conv2d_p(g, name, x, x->shape[1], k, 1, k / 2, x->shape[1], 1);
 }
 
+/* BatchNorm prefix's eval scale and shift as (1, 2, s). */
+static vt_tensor *bn_pair(vt_graph *g, const char *prefix, int s) {
+    const int sh[3] = {1, 2, s};
+    return vt_reshape(g, vt_bn_scale_shift(g, prefix, s, 1e-5f), 3, sh);
+}
+
+/* The aggregators' parameters (declared in the chain's order) and vt_gma_aggregate_eval on qkv (B, N, 3C). */
+static vt_tensor *aggregate_fused(vt_graph *g, const char *agg, vt_tensor *qkv, int H, int W, int s) {
+    char nm[VT_NAMELEN], sub[VT_NAMELEN], cv[VT_NAMELEN];
+    const int s3[3] = {1, s, s};
+    vt_tensor *bn[4], *dw[3], *pw[3];
+    bn[0] = bn_pair(g, vt_pname(nm, agg, "norm0"), s);
+    for (int j = 1; j <= 3; j++) {
+        snprintf(sub, sizeof sub, "agg%d", j);
+        vt_pname(cv, agg, sub);
+        dw[j - 1] = vt_conv_weight(g, vt_pname(nm, cv, "conv1"), s, s, 2 * j + 1, s);
+        pw[j - 1] = vt_reshape(g, vt_conv_weight(g, vt_pname(nm, cv, "pointwise_conv"), s, s, 1, 1), 3, s3);
+        snprintf(sub, sizeof sub, "norm%d", j);
+        bn[j] = bn_pair(g, vt_pname(nm, agg, sub), s);
+    }
+    return vt_gma_aggregate_eval(g, qkv, H, W, dw[0], dw[1], dw[2], vt_concat(g, pw, 3, 0), vt_concat(g, bn, 4, 0));
+}
+
 vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
@@ -53,25 +76,30 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
 
     /* Q, K, V: qkv (B, N, 3C) viewed as (B, N, 3, 5, s); segment j of the three as 3B channel-first images
      * (3B, s, H, W), read straight from it by one sliced permute each (no (3B, C, H, W) copy to slice from). */
-    vt_tensor *t = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
+    vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
     const int s5[5] = {B, N, 3, 5, s}, pseg[5] = {2, 0, 3, 4, 1}, sseg[4] = {B3, s, H, W};
-    t = vt_reshape(g, t, 5, s5);
-    vt_tensor *seg[4];
-    for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 3, j, 1), 4, sseg);
+    vt_tensor *t = vt_reshape(g, qkv, 5, s5);
 
-    /* Pre-attention branches. */
+    /* Pre-attention branches: Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N); at inference one fused op. */
     char agg[VT_NAMELEN], sub[VT_NAMELEN];
     vt_pname(agg, prefix, "aggregator");
-    vt_tensor *Y[4];
-    Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
-    for (int j = 1; j <= 3; j++) {
-        snprintf(sub, sizeof sub, "agg%d", j);
-        vt_tensor *a = separable(g, vt_pname(nm, agg, sub), seg[j], s, 2 * j + 1, 1);
-        snprintf(sub, sizeof sub, "norm%d", j);
-        Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, 1e-5f, 0.1f, VT_HARDSWISH);
+    vt_tensor *Zc;
+    if (!g->training && !g->ref_kernels) {
+        Zc = aggregate_fused(g, agg, qkv, H, W, s);
+    } else {
+        vt_tensor *seg[4], *Y[4];
+        for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 3, j, 1), 4, sseg);
+        Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        for (int j = 1; j <= 3; j++) {
+            snprintf(sub, sizeof sub, "agg%d", j);
+            vt_tensor *a = separable(g, vt_pname(nm, agg, sub), seg[j], s, 2 * j + 1, 1);
+            snprintf(sub, sizeof sub, "norm%d", j);
+            Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        }
+        Zc = vt_concat(g, Y, 4, 1);
     }
     const int sz[4] = {3, B * GMA_HEADS, d, N};
-    vt_tensor *Z = vt_reshape(g, vt_concat(g, Y, 4, 1), 4, sz); /* (3, B·8, d, N) */
+    vt_tensor *Z = vt_reshape(g, Zc, 4, sz); /* (3, B·8, d, N) */
     const int sh[3] = {B * GMA_HEADS, d, N};
     vt_tensor *Q = vt_reshape(g, vt_slice(g, Z, 0, 0, 1), 3, sh);
     vt_tensor *K = vt_reshape(g, vt_slice(g, Z, 0, 1, 1), 3, sh);

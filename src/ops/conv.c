@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "dwplane.h"
 #include "patches.h"
 #include "vitc/ops.h"
 
@@ -315,6 +316,31 @@ static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const 
             dw1_rows(xp + (size_t)oh * Wp + ow0, Wp, Wp, 1, w, kh, kw, bv, y + (size_t)oh * Wo + ow0, Wo, R,
                      Wo - ow0 < VB ? Wo - ow0 : VB, 0);
     }
+}
+
+/* A one-plane geometry for vt_dw_plane. */
+static geom plane_geom(int H, int W, int k) {
+    geom q = {0};
+    q.B = q.Cin = q.Cout = q.G = 1;
+    q.H = q.Ho = H;
+    q.W = q.Wo = W;
+    q.kh = q.kw = k;
+    q.s = 1;
+    q.p = k / 2;
+    q.mode = M_DEPTHWISE;
+    q.P = H * W;
+    return q;
+}
+
+size_t vt_dw_plane_scratch(int H, int W, int k) {
+    const geom q = plane_geom(H, W, k);
+    return (size_t)dw_dims(&q).fwd;
+}
+
+void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias, float *y, float *scratch) {
+    const geom q = plane_geom(H, W, k);
+    const dwdims d = dw_dims(&q);
+    dw1_plane_fwd(&q, &d, x, w, bias, y, scratch);
 }
 
 /* ac[kj·VB + t] += Σ_{oh, blocks} dr[oh·Wd + ow0 + t]·xr[oh·Wp + ow0 + kj + t] for t < 8 and kj < KW (one kernel row's

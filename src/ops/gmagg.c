@@ -1,0 +1,132 @@
+/* GroupMixFormer's pre-attention aggregators at inference as one op (spec-groupmixformer.md §4; the chain it
+ * replaces in eval graphs is in src/blocks/gma.c):
+ *   X_j (s channels × N tokens) = segment j of Q, K or V, read from the qkv linear's output (B, N, 3C), C = 5s;
+ *   Z_i = [hswish(s0 ⊙ X_0 + t0) | hswish(s_j ⊙ PW_j·DW_k(X_j) + t_j), j = 1, 2, 3 with k = 2j + 1]
+ * for the 3B images i = type·B + b, into Z (3B, 4s, N) channel-first. One unit is an (image, segment) pair: its
+ * transposing read of qkv, the depthwise planes and the pointwise GEMM (BatchNorm scale folded into its weights)
+ * stay in the thread's cache, and the result lands in its slot of Z, where the chain made four sliced permutes,
+ * three depthwise and three pointwise convs, four BatchNorm + Hardswish passes and a concat, each through memory.
+ * No backward: training graphs (BatchNorm batch statistics) keep the chain. */
+#include <omp.h>
+#include <string.h>
+
+#include "dwplane.h"
+#include "mathfn.h"
+#include "transpose8.h"
+#include "vitc/gemm.h"
+#include "vitc/ops.h"
+
+typedef struct {
+    int B, N, H, W, s, nt;
+    const vt_gemm_plan *gemm;
+} gagg_p;
+
+/* Floats of the folded weights (three s×s pointwise matrices scaled by their BatchNorm) and of one thread's scratch
+ * (X and the depthwise output, s·N each, and a padded plane per kernel size). */
+static size_t fold_floats(const gagg_p *p) { return 3 * (size_t)p->s * p->s; }
+static size_t pad_at(const gagg_p *p, int j) {
+    size_t o = 0;
+    for (int i = 1; i < j; i++) o += vt_dw_plane_scratch(p->H, p->W, 2 * i + 1);
+    return o;
+}
+static size_t thread_floats(const gagg_p *p) { return 2 * (size_t)p->s * p->N + pad_at(p, 4); }
+
+/* X[c·N + m] = src[m·ls + c] for m < N, c < s: 8×8 blocks through registers (a scalar loop with one strided store
+ * per element took most of the op's time), scalar edges. */
+static void gather_t(const float *src, ptrdiff_t ls, float *X, int N, int s) {
+    int m0 = 0;
+#if defined(__AVX__)
+    for (; m0 + 8 <= N; m0 += 8) {
+        int c0 = 0;
+        for (; c0 + 8 <= s; c0 += 8) transpose8(src + m0 * ls + c0, ls, X + (size_t)c0 * N + m0, N, 0);
+        for (int m = m0; m < m0 + 8; m++)
+            for (int c = c0; c < s; c++) X[(size_t)c * N + m] = src[m * ls + c];
+    }
+#endif
+    for (int m = m0; m < N; m++)
+        for (int c = 0; c < s; c++) X[(size_t)c * N + m] = src[m * ls + c];
+}
+
+static void gagg_unit(const vt_node *n, int u, const float *wf, float *sc) {
+    const gagg_p *p = VT_OP_P(n, gagg_p);
+    const int B = p->B, N = p->N, s = p->s, C = 5 * s, i = u / 4, j = u % 4, t = i / B, b = i % B;
+    const float *bn = n->in[5]->data + (size_t)j * 2 * s; /* (4, 2, s): scale row, shift row */
+    const float *src = n->in[0]->data + (size_t)b * N * 3 * C + (size_t)t * C + (size_t)j * s;
+    float *z = n->out->data + ((size_t)i * 4 * s + (size_t)j * s) * N;
+    if (j == 0) { /* hswish(BN(X_0)): gathered into its slot, normalised there */
+        gather_t(src, 3 * (ptrdiff_t)C, z, N, s);
+        for (int c = 0; c < s; c++) {
+            float *zc = z + (size_t)c * N;
+            const float a = bn[c], sh = bn[s + c];
+#pragma omp simd
+            for (int m = 0; m < N; m++) zc[m] = vt_hswish_f(a * zc[m] + sh);
+        }
+        return;
+    }
+    float *X = sc, *D = X + (size_t)s * N, *pad = D + (size_t)s * N + pad_at(p, j);
+    gather_t(src, 3 * (ptrdiff_t)C, X, N, s);
+    const int k = 2 * j + 1;
+    const float *w = n->in[j]->data;
+    for (int c = 0; c < s; c++)
+        vt_dw_plane(X + (size_t)c * N, p->H, p->W, k, w + (size_t)c * k * k, 0.0f, D + (size_t)c * N, pad);
+    vt_gemm(p->gemm, 0, 0, s, N, s, 1.0f, wf + (size_t)(j - 1) * s * s, s, D, N, 0.0f, z, N);
+    for (int c = 0; c < s; c++) {
+        float *zc = z + (size_t)c * N;
+        const float sh = bn[s + c];
+#pragma omp simd
+        for (int m = 0; m < N; m++) zc[m] = vt_hswish_f(zc[m] + sh);
+    }
+}
+
+static void gagg_fwd(vt_node *n) {
+    const gagg_p *p = VT_OP_P(n, gagg_p);
+    const int s = p->s;
+    float *wf = n->fws->data, *scratch = wf + fold_floats(p);
+    const float *pw = n->in[4]->data, *bn = n->in[5]->data;
+    for (int j = 1; j <= 3; j++) /* W'_j = diag(BN_j scale)·PW_j */
+        for (int o = 0; o < s; o++)
+            for (int c = 0; c < s; c++)
+                wf[((size_t)(j - 1) * s + o) * s + c] =
+                    bn[(size_t)j * 2 * s + o] * pw[((size_t)(j - 1) * s + o) * s + c];
+    const int units = 3 * p->B * 4;
+#pragma omp parallel num_threads(p->nt)
+    {
+        float *sc = scratch + (size_t)omp_get_thread_num() * thread_floats(p);
+        memset(sc + 2 * (size_t)s * p->N, 0, sizeof(float) * pad_at(p, 4)); /* the padded planes' borders */
+#pragma omp for schedule(dynamic, 1)
+        for (int u = 0; u < units; u++) gagg_unit(n, u, wf, sc);
+    }
+}
+
+static const vt_opdef op_gagg = {"gma_aggregate", gagg_fwd, NULL, VT_READS(0), NULL};
+
+vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
+                                 vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn) {
+    if (vt_bad(g, 6, qkv, dw3, dw5, dw7, pw, bn)) return NULL;
+    static const char *op = "gma_aggregate";
+    char sq[64];
+    vt_shape_str(qkv, sq, sizeof sq);
+    if (g->training) return vt_fail(g, op, "the fused aggregators have no backward: training graphs use the op chain");
+    if (qkv->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != qkv->shape[1] || qkv->shape[2] % 15)
+        return vt_fail(g, op, "qkv %s must be (B, H·W = %d·%d, 3C) with C a multiple of 5", sq, H, W);
+    const int B = qkv->shape[0], N = qkv->shape[1], s = qkv->shape[2] / 15;
+    const vt_tensor *dw[3] = {dw3, dw5, dw7};
+    for (int j = 0; j < 3; j++) {
+        const int k = 2 * j + 3;
+        if (dw[j]->ndim != 4 || dw[j]->shape[0] != s || dw[j]->shape[1] != 1 || dw[j]->shape[2] != k ||
+            dw[j]->shape[3] != k)
+            return vt_fail(g, op, "depthwise weight %d must be (%d, 1, %d, %d) for qkv %s", j + 1, s, k, k, sq);
+    }
+    if (pw->ndim != 3 || pw->shape[0] != 3 || pw->shape[1] != s || pw->shape[2] != s || bn->ndim != 3 ||
+        bn->shape[0] != 4 || bn->shape[1] != 2 || bn->shape[2] != s)
+        return vt_fail(g, op, "pointwise weights must be (3, %d, %d) and BatchNorm pairs (4, 2, %d)", s, s, s);
+    vt_tensor *in[6] = {qkv, dw3, dw5, dw7, pw, bn};
+    const int zs[3] = {3 * B, 4 * s, N};
+    vt_node *n = vt_new_node(g, &op_gagg, in, 6, vt_new_act(g, 3, zs));
+    if (!n) return NULL;
+    const gagg_p p = {B, N, H, W, s, g->threads, &g->gemm};
+    *VT_OP_P(n, gagg_p) = p;
+    n->macs = 3LL * B * N * s * (9 + 25 + 49 + 3LL * s);
+    if (!vt_node_work(n, 0, (int64_t)(fold_floats(&p) + (size_t)p.nt * thread_floats(&p)))) return NULL;
+    return n->out;
+}
