@@ -297,3 +297,16 @@ void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol) {
         if (!g[0] || !g[1]) return;
     }
 }
+
+void gc_shake_norms(vt_params *P, uint64_t seed, float spread) {
+    vt_rng r;
+    vt_rng_seed(&r, seed);
+    for (int i = 0; i < P->n; i++) {
+        vt_tensor *t = P->t[i];
+        if (t->is_i64 || t->ndim != 1) continue;
+        const size_t len = strlen(t->name);
+        const int var = len > 11 && !strcmp(t->name + len - 11, "running_var");
+        for (int64_t j = 0; j < t->numel; j++)
+            t->data[j] = var ? 0.5f + vt_rng_uniform(&r) : t->data[j] + spread * vt_rng_normal(&r);
+    }
+}

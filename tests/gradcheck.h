@@ -42,4 +42,8 @@ void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol);
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
                       double *abs_sum);
 
+/* Moves every 1-D float tensor of P off its initial value (norm affines, biases and running means by spread·N(0, 1),
+ * running variances to 0.5 + U(0, 1)), so eval-mode BatchNorms are no identity; seeded, so two stores agree. */
+void gc_shake_norms(vt_params *P, uint64_t seed, float spread);
+
 #endif

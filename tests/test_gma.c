@@ -70,16 +70,9 @@ static float *eval_attn(vt_test *T, int ref, int B, int H, int W, int C, int *fu
         T_CHECK(T, 0, "gma eval %dx(%dx%d) C%d: build failed: %s", B, H, W, C, e.msg);
     } else {
         vt_params_init(P, 7);
+        gc_shake_norms(P, 5, 0.5f); /* BatchNorm statistics and affines away from the identity */
         vt_rng r;
         vt_rng_seed(&r, 5);
-        for (int i = 0; i < P->n; i++) { /* BatchNorm statistics and affines away from the identity */
-            vt_tensor *t = P->t[i];
-            if (t->is_i64 || t->ndim != 1) continue;
-            const size_t len = strlen(t->name);
-            const int var = len > 11 && !strcmp(t->name + len - 11, "running_var");
-            for (int64_t j = 0; j < t->numel; j++)
-                t->data[j] = var ? 0.5f + vt_rng_uniform(&r) : t->data[j] + 0.5f * vt_rng_normal(&r);
-        }
         for (int64_t j = 0; j < x->numel; j++) x->data[j] = vt_rng_normal(&r);
         vt_graph_forward(g);
         *fused = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gradcheck.h"
 #include "test.h"
 #include "vitc/blocks.h"
 #include "vitc/ops.h"
@@ -34,16 +35,9 @@ static float *run_dla(vt_test *T, const dla_case *c, int ref, int *fused, int64_
         T_CHECK(T, 0, "%s: build failed: %s", c->name, e.msg);
     } else {
         vt_params_init(P, 5);
+        gc_shake_norms(P, 11, 0.3f); /* BatchNorm statistics and affines away from the identity */
         vt_rng r;
         vt_rng_seed(&r, 11);
-        for (int i = 0; i < P->n; i++) { /* BatchNorm statistics and affines away from the identity */
-            vt_tensor *t = P->t[i];
-            if (t->is_i64 || t->ndim != 1) continue;
-            const size_t len = strlen(t->name);
-            const int var = len > 11 && !strcmp(t->name + len - 11, "running_var");
-            for (int64_t j = 0; j < t->numel; j++)
-                t->data[j] = var ? 0.5f + vt_rng_uniform(&r) : t->data[j] + 0.3f * vt_rng_normal(&r);
-        }
         for (int64_t j = 0; j < x->numel; j++) x->data[j] = vt_rng_normal(&r);
         vt_graph_forward(g);
         *fused = 0;
