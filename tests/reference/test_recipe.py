@@ -322,10 +322,13 @@ def check_train(rep, d):
         a, b = read_weights(r16), read_weights(r8)
         # The gradients agree to 1e-5 (the `recipe` unit suite); AdamW's first steps move each weight by about
         # lr·sign(g), so rounding differences in tiny gradients show in the weights: up to 1.4e-4 here (the keyed
-        # loader's epoch order; 0.7e-4 with the order before it), hence 2e-4. The key projection (qkv rows
-        # [C, 2C), weight and bias) is left out: softmax ignores a constant per query, so its gradient is zero along
-        # the tokens' mean (exactly zero for the bias) and some of its elements are rounding-sized, which AdamW turns
-        # into lr-sized moves (2.9e-4 in block 2's key weights once the last block computed only the class token).
+        # loader's epoch order; 0.7e-4 with the order before it), 3.0e-4 after softmax moved to fused multiply-adds
+        # (one element of block 2's fc2 weight), hence 5e-4; an accumulation that changes the gradient's direction
+        # (a micro-batch dropped) moves weights by lr-sized steps (lr 3e-3), far above it, while a uniform scale
+        # error would not show here (AdamW ignores it). The key projection (qkv rows [C, 2C), weight and bias) is left
+        # out: softmax ignores a constant per query, so its gradient is zero along the tokens' mean (exactly zero for
+        # the bias) and some of its elements are rounding-sized, which AdamW turns into lr-sized moves (2.9e-4 in
+        # block 2's key weights once the last block computed only the class token).
         def rel(k):
             x, y = a[k].astype(np.float64), b[k].astype(np.float64)
             if k.endswith("attn.qkv.bias") or k.endswith("attn.qkv.weight"):
@@ -334,7 +337,7 @@ def check_train(rep, d):
             return np.abs(x - y).max() / max(np.abs(x).max(), 1e-8)
         worst = max(rel(k) for k in a)
         rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key projection)",
-                  worst <= 2e-4,
+                  worst <= 5e-4,
                   f"worst relative difference {worst:.1e}")
         la, lb = (float((r / "metrics.csv").read_text().splitlines()[1].split(",")[2]) for r in (r16, r8))
         rep.check("accum-steps 2 x batch 8 = batch 16: epoch train loss", abs(la - lb) <= 1e-5 * abs(la), f"{la} vs {lb}")
