@@ -1,6 +1,7 @@
 #include "gradcheck.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -309,4 +310,51 @@ void gc_shake_norms(vt_params *P, uint64_t seed, float spread) {
         for (int64_t j = 0; j < t->numel; j++)
             t->data[j] = var ? 0.5f + vt_rng_uniform(&r) : t->data[j] + spread * vt_rng_normal(&r);
     }
+}
+
+/* One graph of gc_compare_eval_fused: the output (malloc'd) or NULL; *has_op: some node runs op. */
+static float *eval_fused_run(vt_test *T, const char *tag, int ref, int ndim, const int *xs, gc_eval_build build,
+                             const void *ctx, const char *op, int *has_op, int64_t *numel) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    g->ref_kernels = ref;
+    vt_tensor *x = vt_input(g, "x", ndim, xs), *y = build(g, x, ctx);
+    float *out = NULL;
+    if (y) vt_graph_output(g, y);
+    if (!y || vt_graph_finalize(g, &e)) {
+        T_CHECK(T, 0, "%s: build failed: %s", tag, e.msg);
+    } else {
+        vt_params_init(P, 7);
+        gc_shake_norms(P, 5, 0.4f);
+        vt_rng r;
+        vt_rng_seed(&r, 11);
+        for (int64_t j = 0; j < x->numel; j++) x->data[j] = vt_rng_normal(&r);
+        vt_graph_forward(g);
+        *has_op = 0;
+        for (int i = 0; i < g->nn; i++) *has_op |= !strcmp(g->nodes[i]->op->name, op);
+        *numel = y->numel;
+        out = malloc(sizeof(float) * (size_t)y->numel);
+        if (out) memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return out;
+}
+
+void gc_compare_eval_fused(vt_test *T, const char *tag, int ndim, const int *xs, gc_eval_build build, const void *ctx,
+                           const char *op, double tol) {
+    int fk = 0, fr = 1;
+    int64_t nk = 0, nr = 0;
+    float *k = eval_fused_run(T, tag, 0, ndim, xs, build, ctx, op, &fk, &nk);
+    float *r = eval_fused_run(T, tag, 1, ndim, xs, build, ctx, op, &fr, &nr);
+    T_CHECK(T, fk && !fr, "%s: %s taken %d (expected 1), by the reference graph %d (expected 0)", tag, op, fk, fr);
+    if (k && r && nk == nr) {
+        double err = 0, mx = 0;
+        for (int64_t i = 0; i < nk; i++) err = fmax(err, fabs(k[i] - r[i])), mx = fmax(mx, fabs(r[i]));
+        T_CHECK(T, err <= tol * fmax(1.0, mx) && mx > 0, "%s: fused vs op chain max |diff| %g (scale %g)", tag, err,
+                mx);
+    }
+    free(k);
+    free(r);
 }

@@ -46,4 +46,14 @@ double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float
  * running variances to 0.5 + U(0, 1)), so eval-mode BatchNorms are no identity; seeded, so two stores agree. */
 void gc_shake_norms(vt_params *P, uint64_t seed, float spread);
 
+/* Builds a block on input x in an eval graph (ctx: the caller's case). */
+typedef vt_tensor *(*gc_eval_build)(vt_graph *g, vt_tensor *x, const void *ctx);
+
+/* An eval-only fused op against the op chain it replaces: build(x) in an eval graph and in one with ref_kernels
+ * (where the builder takes the chain), on the same input (N(0, 1)) and parameters (initialised, then
+ * gc_shake_norms); checks that op runs in the first graph and not in the second, and that the outputs agree within
+ * tol of their scale (max |a − b| / max(1, max |b|)). */
+void gc_compare_eval_fused(vt_test *T, const char *tag, int ndim, const int *xs, gc_eval_build build, const void *ctx,
+                           const char *op, double tol);
+
 #endif

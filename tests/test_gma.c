@@ -2,7 +2,6 @@
  * block in train mode (BatchNorm batch statistics over the 3B stacked Q/K/V images), on a non-square grid, plus
  * the shape errors. The PyTorch comparison is tests/reference/test_gma.py. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -54,52 +53,17 @@ static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, 
     vt_params_free(P);
 }
 
-/* Eval forward of the GMA attention on fixed random input, weights and BatchNorm statistics: with the fused
- * aggregators (ref 0: vt_gma_aggregate_eval) or the op chain (ref 1: vt_graph.ref_kernels). *fused: the graph has a
- * gma_aggregate node. Returns the output (malloc'd) or NULL. */
-static float *eval_attn(vt_test *T, int ref, int B, int H, int W, int C, int *fused, int64_t *numel) {
-    vt_err e = {{0}};
-    vt_params *P = vt_params_new(&e);
-    vt_graph *g = vt_graph_new(P, 0, &e);
-    g->ref_kernels = ref;
-    const int xs[3] = {B, H * W, C};
-    vt_tensor *x = vt_input(g, "x", 3, xs), *y = vt_block_gma_attn(g, "att", x, H, W);
-    float *out = NULL;
-    if (y) vt_graph_output(g, y);
-    if (!y || vt_graph_finalize(g, &e)) {
-        T_CHECK(T, 0, "gma eval %dx(%dx%d) C%d: build failed: %s", B, H, W, C, e.msg);
-    } else {
-        vt_params_init(P, 7);
-        gc_shake_norms(P, 5, 0.5f); /* BatchNorm statistics and affines away from the identity */
-        vt_rng r;
-        vt_rng_seed(&r, 5);
-        for (int64_t j = 0; j < x->numel; j++) x->data[j] = vt_rng_normal(&r);
-        vt_graph_forward(g);
-        *fused = 0;
-        for (int i = 0; i < g->nn; i++) *fused |= !strcmp(g->nodes[i]->op->name, "gma_aggregate");
-        *numel = y->numel;
-        out = malloc(sizeof(float) * (size_t)y->numel);
-        if (out) memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
-    }
-    vt_graph_free(g);
-    vt_params_free(P);
-    return out;
+static vt_tensor *b_gma_attn(vt_graph *g, vt_tensor *x, const void *ctx) {
+    const int *hw = ctx;
+    return vt_block_gma_attn(g, "att", x, hw[0], hw[1]);
 }
 
 /* The fused inference aggregators against the op chain they replace. */
 static void check_eval_fused(vt_test *T, int B, int H, int W, int C) {
-    int fk = 0, fr = 1;
-    int64_t nk = 0, nr = 0;
-    float *k = eval_attn(T, 0, B, H, W, C, &fk, &nk), *r = eval_attn(T, 1, B, H, W, C, &fr, &nr);
-    T_CHECK(T, fk && !fr, "gma eval %dx(%dx%d) C%d: fused op taken %d, by the reference graph %d", B, H, W, C, fk, fr);
-    if (k && r && nk == nr) {
-        double err = 0, mx = 0;
-        for (int64_t i = 0; i < nk; i++) err = fmax(err, fabs(k[i] - r[i])), mx = fmax(mx, fabs(r[i]));
-        T_CHECK(T, err <= 1e-5 * fmax(1.0, mx) && mx > 0, "gma eval %dx(%dx%d) C%d: fused vs chain max |diff| %g "
-                "(scale %g)", B, H, W, C, err, mx);
-    }
-    free(k);
-    free(r);
+    char tag[64];
+    snprintf(tag, sizeof tag, "gma eval %dx(%dx%d) C%d", B, H, W, C);
+    const int xs[3] = {B, H * W, C}, hw[2] = {H, W};
+    gc_compare_eval_fused(T, tag, 3, xs, b_gma_attn, hw, "gma_aggregate", 1e-5);
 }
 
 void test_gma(vt_test *T) {

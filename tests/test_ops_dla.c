@@ -2,8 +2,6 @@
  * vt_graph.ref_kernels), on random weights and BatchNorm statistics: one tile and several (halo rows between tiles),
  * one-row tiles, planes one or two keys wide, with and without the adapt BatchNorm and scale; then its errors.
  * The PyTorch comparison of whole Refined-ViT models (eval graphs: this op) is tests/reference/test_refiner.py. */
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -19,52 +17,14 @@ typedef struct {
     float scale;
 } dla_case;
 
-/* Eval forward of vt_block_dla on fixed random maps and parameters; *fused: the graph has a "dla" node. Returns the
- * output (malloc'd) or NULL. */
-static float *run_dla(vt_test *T, const dla_case *c, int ref, int *fused, int64_t *numel) {
-    vt_err e = {{0}};
-    vt_params *P = vt_params_new(&e);
-    vt_graph *g = vt_graph_new(P, 0, &e);
-    g->ref_kernels = ref;
-    const int xs[4] = {c->B, c->H, c->Nr, c->Nc};
-    vt_tensor *x = vt_input(g, "x", 4, xs);
-    vt_tensor *y = vt_block_dla(g, "dla", x, c->expand, c->adapt ? "adapt" : NULL, c->scale);
-    float *out = NULL;
-    if (y) vt_graph_output(g, y);
-    if (!y || vt_graph_finalize(g, &e)) {
-        T_CHECK(T, 0, "%s: build failed: %s", c->name, e.msg);
-    } else {
-        vt_params_init(P, 5);
-        gc_shake_norms(P, 11, 0.3f); /* BatchNorm statistics and affines away from the identity */
-        vt_rng r;
-        vt_rng_seed(&r, 11);
-        for (int64_t j = 0; j < x->numel; j++) x->data[j] = vt_rng_normal(&r);
-        vt_graph_forward(g);
-        *fused = 0;
-        for (int i = 0; i < g->nn; i++) *fused |= !strcmp(g->nodes[i]->op->name, "dla");
-        *numel = y->numel;
-        out = malloc(sizeof(float) * (size_t)y->numel);
-        if (out) memcpy(out, y->data, sizeof(float) * (size_t)y->numel);
-    }
-    vt_graph_free(g);
-    vt_params_free(P);
-    return out;
+static vt_tensor *b_dla(vt_graph *g, vt_tensor *x, const void *ctx) {
+    const dla_case *c = ctx;
+    return vt_block_dla(g, "dla", x, c->expand, c->adapt ? "adapt" : NULL, c->scale);
 }
 
 static void check_equal(vt_test *T, const dla_case *c) {
-    int fk = 0, fr = 1;
-    int64_t nk = 0, nr = 0;
-    float *k = run_dla(T, c, 0, &fk, &nk), *r = run_dla(T, c, 1, &fr, &nr);
-    T_CHECK(T, fk && !fr, "%s: fused op taken %d (expected 1), by the reference graph %d (expected 0)", c->name, fk,
-            fr);
-    if (k && r && nk == nr) {
-        double err = 0, mx = 0;
-        for (int64_t i = 0; i < nk; i++) err = fmax(err, fabs(k[i] - r[i])), mx = fmax(mx, fabs(r[i]));
-        T_CHECK(T, err <= 1e-5 * fmax(1.0, mx) && mx > 0, "%s: fused vs op chain max |diff| %g (scale %g)", c->name,
-                err, mx);
-    }
-    free(k);
-    free(r);
+    const int xs[4] = {c->B, c->H, c->Nr, c->Nc};
+    gc_compare_eval_fused(T, c->name, 4, xs, b_dla, c, "dla", 1e-5);
 }
 
 static void check_errors(vt_test *T) {
