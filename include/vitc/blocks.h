@@ -318,8 +318,8 @@ vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, cons
  * scale·adapt_bn(DLA(A_in)), passes A_in on), transform (plain, then the map refined by adapt_bn(DLA(.))). */
 typedef enum { VT_REFINER_PLAIN, VT_REFINER_SHARED, VT_REFINER_TRANSFORM } vt_refiner_mode;
 /* DLA on attention maps a (B, H, N, N): 1x1 expand H->round(expand·H), BN, ReLU6, dw 3x3, BN, ReLU6, 1x1 reduce, BN,
- * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}; then BatchNorm `adapt` (NULL: none) and
- * ·scale. Eval graphs without ref_kernels run it as one op (vt_dla_eval), others as the op chain. */
+ * + a; params prefix.{conv_exp, bn1, depth_sep_conv, bn2, conv_pro, bn3}; then BatchNorm `adapt` (NULL: none, and
+ * then scale must be 1) and ·scale. Eval graphs without ref_kernels run it as one op (vt_dla_eval), others as the op chain. */
 vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float expand, const char *adapt, float scale);
 /* Refiner attention on x (B, N, C) with a's heads, qkv bias and token layout; *amap: incoming map A_in (B, H, N, N) or
  * NULL, replaced by the outgoing map. Exports (export_maps) its softmax map (prefix; plain and transform modes), the

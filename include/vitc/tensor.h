@@ -75,6 +75,9 @@ int64_t vt_shape_numel(int ndim, const int *shape);
 /* Writes "(a, b, c)" for t's shape into buf; returns buf. */
 const char *vt_shape_str(const vt_tensor *t, char *buf, int len);
 
+/* 1 when t is not NULL and has nd (<= 4) dims equal to d0, d1, ... (the unused ones ignored), else 0. */
+int vt_has_shape(const vt_tensor *t, int nd, int d0, int d1, int d2, int d3);
+
 /* Sets n floats at p to zero (in parallel when n is large). */
 void vt_zero(float *p, int64_t n);
 

@@ -17,6 +17,7 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
     char nm[VT_NAMELEN];
     const int H = a->shape[1], He = (int)nearbyint((double)expand * H); /* Python round(): half to even */
     if (He < 1) return vt_fail(g, "dla", "%s: expansion %g of %d heads gives no channels", prefix, expand, H);
+    if (!adapt && scale != 1.0f) return vt_fail(g, "dla", "%s: a scale without the adapt BatchNorm", prefix);
     if (!g->training && !g->ref_kernels) { /* one op; the BatchNorms as scale/shift pairs, adapt·scale as its affine */
         vt_tensor *we = vt_conv_weight(g, vt_pname(nm, prefix, "conv_exp"), He, H, 1, 1);
         vt_tensor *bn1 = vt_bn_scale_shift(g, vt_pname(nm, prefix, "bn1"), He, BN_EPS);
@@ -26,7 +27,6 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
         vt_tensor *bn3 = vt_bn_scale_shift(g, vt_pname(nm, prefix, "bn3"), H, BN_EPS);
         vt_tensor *aff = adapt ? vt_bn_scale_shift(g, adapt, H, BN_EPS) : NULL;
         if (aff && scale != 1.0f) aff = vt_scale(g, aff, scale);
-        if (!adapt && scale != 1.0f) return vt_fail(g, "dla", "%s: a scale without the adapt BatchNorm", prefix);
         return vt_dla_eval(g, a, we, wd, wp, bn1, bn2, bn3, aff);
     }
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);

@@ -23,6 +23,14 @@ int64_t vt_shape_numel(int ndim, const int *shape) {
     return n;
 }
 
+int vt_has_shape(const vt_tensor *t, int nd, int d0, int d1, int d2, int d3) {
+    const int d[4] = {d0, d1, d2, d3};
+    if (!t || nd > 4 || t->ndim != nd) return 0;
+    for (int i = 0; i < nd; i++)
+        if (t->shape[i] != d[i]) return 0;
+    return 1;
+}
+
 const char *vt_shape_str(const vt_tensor *t, char *buf, int len) {
     int o = snprintf(buf, (size_t)len, "(");
     for (int i = 0; i < t->ndim && o < len; i++)

@@ -121,15 +121,6 @@ static void dla_fwd(vt_node *n) {
 
 static const vt_opdef op_dla = {"dla", dla_fwd, NULL, VT_READS(0), NULL};
 
-/* 1 when t is (d0, d1[, d2, d3]) (nd dims). */
-static int has_shape(const vt_tensor *t, int nd, int d0, int d1, int d2, int d3) {
-    const int d[4] = {d0, d1, d2, d3};
-    if (!t || t->ndim != nd) return 0;
-    for (int i = 0; i < nd; i++)
-        if (t->shape[i] != d[i]) return 0;
-    return 1;
-}
-
 vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w_dw, vt_tensor *w_pro,
                        vt_tensor *bn1, vt_tensor *bn2, vt_tensor *bn3, vt_tensor *aff) {
     if (vt_bad(g, 7, a, w_exp, w_dw, w_pro, bn1, bn2, bn3)) return NULL;
@@ -139,9 +130,10 @@ vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w
     if (g->training) return vt_fail(g, op, "the fused DLA has no backward: training graphs use the op chain");
     if (a->ndim != 4) return vt_fail(g, op, "maps %s must be (B, H, Nr, Nc)", sa);
     const int B = a->shape[0], H = a->shape[1], Nr = a->shape[2], Nc = a->shape[3], He = w_exp->shape[0];
-    if (!has_shape(w_exp, 4, He, H, 1, 1) || !has_shape(w_dw, 4, He, 1, 3, 3) || !has_shape(w_pro, 4, H, He, 1, 1) ||
-        !has_shape(bn1, 2, 2, He, 0, 0) || !has_shape(bn2, 2, 2, He, 0, 0) || !has_shape(bn3, 2, 2, H, 0, 0) ||
-        (aff && !has_shape(aff, 2, 2, H, 0, 0)))
+    if (!vt_has_shape(w_exp, 4, He, H, 1, 1) || !vt_has_shape(w_dw, 4, He, 1, 3, 3) ||
+        !vt_has_shape(w_pro, 4, H, He, 1, 1) || !vt_has_shape(bn1, 2, 2, He, 0, 0) ||
+        !vt_has_shape(bn2, 2, 2, He, 0, 0) || !vt_has_shape(bn3, 2, 2, H, 0, 0) ||
+        (aff && !vt_has_shape(aff, 2, 2, H, 0, 0)))
         return vt_fail(g, op, "for maps %s with %d expanded channels: weights (He, H, 1, 1), (He, 1, 3, 3), "
                        "(H, He, 1, 1) and scale/shift pairs (2, He), (2, He), (2, H)%s expected", sa, He,
                        aff ? ", (2, H)" : "");

@@ -113,12 +113,10 @@ vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_t
     const vt_tensor *dw[3] = {dw3, dw5, dw7};
     for (int j = 0; j < 3; j++) {
         const int k = 2 * j + 3;
-        if (dw[j]->ndim != 4 || dw[j]->shape[0] != s || dw[j]->shape[1] != 1 || dw[j]->shape[2] != k ||
-            dw[j]->shape[3] != k)
+        if (!vt_has_shape(dw[j], 4, s, 1, k, k))
             return vt_fail(g, op, "depthwise weight %d must be (%d, 1, %d, %d) for qkv %s", j + 1, s, k, k, sq);
     }
-    if (pw->ndim != 3 || pw->shape[0] != 3 || pw->shape[1] != s || pw->shape[2] != s || bn->ndim != 3 ||
-        bn->shape[0] != 4 || bn->shape[1] != 2 || bn->shape[2] != s)
+    if (!vt_has_shape(pw, 3, 3, s, s, 0) || !vt_has_shape(bn, 3, 4, 2, s, 0))
         return vt_fail(g, op, "pointwise weights must be (3, %d, %d) and BatchNorm pairs (4, 2, %d)", s, s, s);
     vt_tensor *in[6] = {qkv, dw3, dw5, dw7, pw, bn};
     const int zs[3] = {3 * B, 4 * s, N};

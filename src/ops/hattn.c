@@ -543,15 +543,6 @@ static int disjoint(const int *off, const int *len, int n, int total, int *cover
     return 1;
 }
 
-/* 1 when t is (shape...) of nd dims. */
-static int is_shape(const vt_tensor *t, int nd, int s0, int s1, int s2, int s3) {
-    const int s[4] = {s0, s1, s2, s3};
-    if (t->ndim != nd) return 0;
-    for (int i = 0; i < nd; i++)
-        if (t->shape[i] != s[i]) return 0;
-    return 1;
-}
-
 vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_hattn_args *a) {
     if (vt_bad(g, 1, q)) return NULL;
     static const char *op = "hallucinated_attention";
@@ -585,7 +576,7 @@ vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, c
         if (!wt[k]) continue;
         if (!wt[k - k % 2])
             return vt_fail(g, op, "the %s bias without its weight", k < 2 ? "IHH" : "CHH");
-        if (!is_shape(wt[k], want[k][0], want[k][1], want[k][2], want[k][3], want[k][4]))
+        if (!vt_has_shape(wt[k], want[k][0], want[k][1], want[k][2], want[k][3], want[k][4]))
             return vt_fail(g, op, "%s %s %s (%s) must be %s for %d computed heads", k < 2 ? "IHH" : "CHH",
                            k % 2 ? "bias" : "weight", vt_shape_str(wt[k], sw, 64), wt[k]->name,
                            k == 0 ? "(h2, 1, 3, 3)" : k == 2 ? "(h2, h2, 1, 1)" : "(h2)", h2);
