@@ -17,6 +17,14 @@ static vt_tensor *b_conv(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_convn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_conv2d_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0], c->ia[1], c->ia[2]);
 }
+/* x + conv(x) (Cout = C, a "same" conv): x's gradient gets two terms, so a backward that writes instead of adding
+ * fails */
+static vt_tensor *b_convn_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, x[0], b_convn(g, x, c));
+}
+static vt_tensor *b_conv_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, x[0], b_conv(g, x, c));
+}
 static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
 }
@@ -594,6 +602,8 @@ static const gc_case conv_cases[] = {
      .build = b_convn, .ia = {2, 1, 2}},
     {.name = "conv_nhwc_groups3_p0_B1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 6, 5, 6}, {3, 2, 3, 3}, {3}},
      .build = b_convn, .ia = {1, 0, 3}},
+    {.name = "conv_nhwc_groups2_residual", .nx = 2, .ndim = {4, 4}, .shape = {{2, 5, 4, 4}, {4, 2, 3, 3}},
+     .build = b_convn_res, .ia = {1, 1, 2}},
     {.name = "conv_nhwc_1x1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {4, 5, 1, 1}}, .build = b_convn,
      .ia = {1, 0, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
@@ -628,6 +638,10 @@ static const gc_case conv_cases[] = {
      .ia = {1, 1, 2}},
     {.name = "conv_patch4", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 8, 8}, {5, 3, 4, 4}, {5}}, .build = b_conv,
      .ia = {4, 0, 1}},
+    {.name = "conv_groups2_residual", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 6}, {4, 2, 3, 3}},
+     .build = b_conv_res, .ia = {1, 1, 2}},
+    {.name = "conv_5x5_p0", .nx = 2, .ndim = {4, 4}, .shape = {{3, 3, 7, 6}, {4, 3, 5, 5}}, .build = b_conv,
+     .ia = {1, 0, 1}},
     {.name = "conv_big_pad", .nx = 2, .ndim = {4, 4}, .shape = {{1, 2, 3, 3}, {2, 2, 3, 3}}, .build = b_conv,
      .ia = {1, 2, 1}},
     {.name = "conv_kh3_kw1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 4}, {3, 2, 3, 1}}, .build = b_conv,
