@@ -585,15 +585,15 @@ static void conv_bwd(vt_node *n) {
 }
 
 /* conv2d.onednn, dense and grouped convs (the im2col mode; square kernels) of stride 1, or overlapping (k > s) on at
- * most 4 input channels (first layers): one oneDNN direct convolution per image on the blocked layouts it picks, x and y
- * reordered to and from them through the kernel's planned scratch (one image's: the whole batch's blocked copies
- * had grown Next-ViT-S's batch-16 inference arena from 138 to 181 MiB), the weight packed once per run (training
- * changes it); the backward is the op's (im2col again). Measured against im2col + sgemm (forward, reorders
- * included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels
- * 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2); stride 2 on
- * 20 to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch embeds
- * (4x4/4, 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on im2col
- * (the patch embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit). */
+ * most 4 input channels (first layers): one oneDNN direct convolution per image on the blocked layouts it picks, x and
+ * y reordered to and from them through the kernel's planned scratch (one image's: the whole batch's blocked copies had
+ * grown Next-ViT-S's batch-16 inference arena from 138 to 181 MiB), the weight packed once per run (training changes
+ * it); the backward is the op's (dW by im2col again; dX of stride 1 through bprim, dx_prim). Measured against im2col +
+ * sgemm (forward, reorders included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64
+ * -> 32 channels 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2);
+ * stride 2 on 20 to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch
+ * embeds (4x4/4, 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on
+ * im2col (the patch embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
     if (q->mode != M_IM2COL || q->kh != q->kw || (q->s > 1 && (q->Cin > 4 || q->kh <= q->s))) return 0;
@@ -1037,8 +1037,9 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
  * 1, 0.75 vs 1.36 ms at 56x56x96 in 3 groups; the weight is packed into its layout on every run, as training
  * changes it) where the plan has one (vt_gemm_conv_prim); otherwise the patches (vt_patches_gather, rows of C·k·k)
  * into scratch and one sgemm per (group, row chunk): the composition vt_im2col + vt_group_linear (block order).
- * Backward: the patches again into scratch, dW_g += dY_gᵀ·cols_g, then the same scratch takes dcols_g = dY_g·W_g
- * and the gather's adjoint adds it into dx. */
+ * Backward: the patches again into scratch, dW_g += dY_gᵀ·cols_g; dX of a stride-1 conv through the forward
+ * primitive of the transposed conv where the plan made one (convn_bwd_prim), else the same scratch takes dcols_g =
+ * dY_g·W_g and the gather's adjoint adds it into dx. */
 typedef struct {
     vt_patch_geom q;
     int Cout, G, has_bias;
