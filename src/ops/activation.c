@@ -4,8 +4,8 @@
  * Backward reads the op's input x (kept in train graphs) and follows PyTorch's gradient conventions at kinks:
  * ReLU 0 at x = 0; ReLU6 0 at x = 0 and x = 6 (hardtanh); Hardswish 0 for x < -3, (2x + 3)/6 for -3 <= x <= 3,
  * 1 for x > 3; Softplus (beta 1, threshold 20) is x for x > 20 with gradient 1 there.
- * GELU uses the vectorisable vt_erff/vt_expf of mathfn.h (erf to 6e-7): glibc's scalar erff made GELU ~14% of a
- * DeiT-T inference step (`vitc bench --profile`). */
+ * GELU uses mathfn.h's vector kernels (erf to 6e-7): glibc's scalar erff made GELU ~14% of a DeiT-T inference step
+ * (`vitc bench --profile`). */
 #include <math.h>
 
 #include "mathfn.h"
@@ -48,7 +48,7 @@ static void unary_fwd(vt_node *n) {
     float *y = n->out->data;
     const int64_t N = n->out->numel;
     switch (u->kind) {
-    case VT_GELU: MAP(y, =, vt_gelu_f(v)); break;
+    case VT_GELU: vt_gelu_all(x, y, NULL, N); break;
     case VT_RELU: MAP(y, =, vt_relu_f(v)); break;
     case VT_RELU6: MAP(y, =, vt_relu6_f(v)); break;
     case VT_HARDSWISH: MAP(y, =, vt_hswish_f(v)); break;
@@ -65,9 +65,7 @@ static void unary_bwd(vt_node *n) {
     const int64_t N = n->out->numel;
     if (!dx || !dy) return;
     switch (u->kind) {
-    case VT_GELU:
-        MAP(dx, +=, dy[i] * vt_gelu_grad_f(v));
-        break;
+    case VT_GELU: vt_gelu_bwd_all(x, dy, dx, N, 1); break;
     case VT_RELU: MAP(dx, +=, v > 0.0f ? dy[i] : 0.0f); break;
     case VT_RELU6: MAP(dx, +=, dy[i] * vt_relu6_d(v)); break;
     case VT_HARDSWISH: MAP(dx, +=, dy[i] * vt_hswish_d(v)); break;

@@ -669,11 +669,13 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, c
     const float top = 255.0f, sx = hi > lo ? (hi - lo) / top : 1.0f, inv = 1.0f / sx;
     const int32_t zp = (int32_t)lrintf(-lo * inv);
     const float zpf = (float)zp;
-    if (q->gelu_in) {
+    if (q->gelu_in) { /* GELU by blocks of 256 floats on the stack (the vector kernel), then their levels */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            const float v = vt_gelu_f(x[i]) * inv + zpf;
-            xq[i] = q8_level(v, top);
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            float gx[256];
+            const int m = n - i0 < 256 ? (int)(n - i0) : 256;
+            vt_gelu_n(x + i0, gx, m);
+            for (int i = 0; i < m; i++) xq[i0 + i] = q8_level(gx[i] * inv + zpf, top);
         }
     } else {
 #pragma omp parallel for schedule(static)

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -100,33 +100,40 @@ static inline float vt_gelu_grad_f(float x) {
     return d;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-/* vt_expf_le0 on eight floats with fused multiply-adds (gcc's -std=c11 rounds a·b + c twice and vectorised the
- * scalar softmax loop 1.8x slower than this, measured on 197-key rows); the same reduction and polynomial, so the
- * results differ from the scalar function by rounding only. max(clamp, x) keeps NaN (maxps returns its second
- * operand when either is NaN). */
-static inline __m256 vt_expf_le0_v8(__m256 x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-87.33654f), x);
-    const __m256 sh = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f));
-    const __m256 n = _mm256_sub_ps(sh, _mm256_set1_ps(12582912.0f));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* 2^n from the rounding shift's low bits (n >= -126: one normal float) */
-    const __m256i nb = _mm256_add_epi32(_mm256_castps_si256(sh), _mm256_set1_epi32(127 - 0x4B400000));
-    const __m256i e = _mm256_slli_epi32(nb, 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+/* One SIMD vector of VT_VW floats: AVX-512F (16) or AVX2 + FMA (8); VT_VW undefined without either. The kernels
+ * below are written once over it with fused multiply-adds (gcc's -std=c11 rounds a·b + c twice in scalar code and
+ * vectorised the scalar GELU 8 floats wide with separate multiplies and adds: 2.3 ns per float against 0.94 for
+ * vt_gelu_n 16 wide, measured on an Intel Xeon (Cascade Lake, AVX-512), 2026-11-27). */
+#if defined(__AVX512F__)
+#define VT_VW 16
+typedef __m512 vt_vf;
+#define VT_VPS(op) _mm512_##op##_ps
+/* |v| */
+static inline vt_vf vt_vabs(vt_vf v) { return _mm512_castsi512_ps(_mm512_and_epi32(_mm512_castps_si512(v),
+                                                                                    _mm512_set1_epi32(0x7fffffff))); }
+/* m with the sign of s flipped where s is negative (m·sign(s) for m >= 0) */
+static inline vt_vf vt_vsignof(vt_vf m, vt_vf s) {
+    return _mm512_castsi512_ps(_mm512_xor_epi32(_mm512_castps_si512(m), _mm512_and_epi32(_mm512_castps_si512(s),
+                                                                                        _mm512_set1_epi32(INT32_MIN))));
 }
-
-/* The sum (or max when mx) of v's eight lanes. */
-static inline float vt_hreduce_v8(__m256 v, int mx) {
+/* 2^n as floats from the rounding shift sh = x/ln2 + 1.5·2^23 (n in its low bits, n >= -126) */
+static inline vt_vf vt_vpow2_sh(vt_vf sh) {
+    const __m512i nb = _mm512_add_epi32(_mm512_castps_si512(sh), _mm512_set1_epi32(127 - 0x4B400000));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(nb, 23));
+}
+/* the sum (or max when mx) of v's lanes */
+static inline float vt_vhreduce(vt_vf v, int mx) { return mx ? _mm512_reduce_max_ps(v) : _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VT_VW 8
+typedef __m256 vt_vf;
+#define VT_VPS(op) _mm256_##op##_ps
+static inline vt_vf vt_vabs(vt_vf v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+static inline vt_vf vt_vsignof(vt_vf m, vt_vf s) { return _mm256_xor_ps(m, _mm256_and_ps(s, _mm256_set1_ps(-0.0f))); }
+static inline vt_vf vt_vpow2_sh(vt_vf sh) {
+    const __m256i nb = _mm256_add_epi32(_mm256_castps_si256(sh), _mm256_set1_epi32(127 - 0x4B400000));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(nb, 23));
+}
+static inline float vt_vhreduce(vt_vf v, int mx) {
     __m128 a = _mm256_castps256_ps128(v), b = _mm256_extractf128_ps(v, 1);
     a = mx ? _mm_max_ps(a, b) : _mm_add_ps(a, b);
     b = _mm_movehl_ps(a, a);
@@ -137,32 +144,144 @@ static inline float vt_hreduce_v8(__m256 v, int mx) {
 }
 #endif
 
+#ifdef VT_VW
+/* vt_expf_le0 on one vector: the same reduction and polynomial with fused multiply-adds, so the results differ from
+ * the scalar function by rounding only. max(clamp, x) keeps NaN (maxps returns its second operand when either is
+ * NaN). */
+static inline vt_vf vt_vexpf_le0(vt_vf x) {
+    x = VT_VPS(max)(VT_VPS(set1)(-87.33654f), x);
+    const vt_vf sh = VT_VPS(fmadd)(x, VT_VPS(set1)(1.44269504088896341f), VT_VPS(set1)(12582912.0f));
+    const vt_vf n = VT_VPS(sub)(sh, VT_VPS(set1)(12582912.0f));
+    vt_vf r = VT_VPS(fnmadd)(n, VT_VPS(set1)(0.693145751953125f), x);
+    r = VT_VPS(fnmadd)(n, VT_VPS(set1)(1.428606765330187045e-06f), r);
+    vt_vf p = VT_VPS(set1)(1.0f / 5040.0f);
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f / 720.0f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f / 120.0f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f / 24.0f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f / 6.0f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(0.5f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f));
+    p = VT_VPS(fmadd)(p, r, VT_VPS(set1)(1.0f));
+    return VT_VPS(mul)(p, vt_vpow2_sh(sh));
+}
+
+/* GELU(x) = x·Φ(x) on one vector, as vt_gelu_f; with d, *d = Φ(x) + x·φ(x) (vt_gelu_fd). */
+static inline vt_vf vt_vgelu(vt_vf x, vt_vf *d) {
+    const vt_vf z = VT_VPS(mul)(x, VT_VPS(set1)(0.70710678118654752f)), a = vt_vabs(z);
+    const vt_vf t = VT_VPS(div)(VT_VPS(set1)(1.0f), VT_VPS(fmadd)(a, VT_VPS(set1)(0.3275911f), VT_VPS(set1)(1.0f)));
+    vt_vf p = VT_VPS(set1)(1.061405429f);
+    p = VT_VPS(fmadd)(p, t, VT_VPS(set1)(-1.453152027f));
+    p = VT_VPS(fmadd)(p, t, VT_VPS(set1)(1.421413741f));
+    p = VT_VPS(fmadd)(p, t, VT_VPS(set1)(-0.284496736f));
+    p = VT_VPS(fmadd)(p, t, VT_VPS(set1)(0.254829592f));
+    const vt_vf e = vt_vexpf_le0(VT_VPS(mul)(VT_VPS(sub)(VT_VPS(setzero)(), a), a)); /* e^(-x²/2) */
+    const vt_vf erf = vt_vsignof(VT_VPS(fnmadd)(VT_VPS(mul)(p, t), e, VT_VPS(set1)(1.0f)), z);
+    const vt_vf cdf = VT_VPS(mul)(VT_VPS(set1)(0.5f), VT_VPS(add)(VT_VPS(set1)(1.0f), erf));
+    if (d) *d = VT_VPS(fmadd)(VT_VPS(mul)(x, VT_VPS(set1)(0.39894228040143268f)), e, cdf);
+    return VT_VPS(mul)(x, cdf);
+}
+#endif
+
+/* The GELU kernels over n floats, one thread (callers split the work): every float, the last partial vector's too,
+ * goes through the same vector code, so a value does not depend on where in an array it sits.
+ * vt_gelu_n: y = GELU(x) (y may be x). vt_gelu_fd_n: also d = GELU'(x) (y may be NULL; x, y, d may coincide).
+ * vt_gelu_bwd_n: dx = dy·GELU'(x), or dx += that when acc. */
+static inline void vt_gelu_n(const float *x, float *y, int64_t n) {
+#ifdef VT_VW
+    int64_t i = 0;
+    for (; i + VT_VW <= n; i += VT_VW) VT_VPS(storeu)(y + i, vt_vgelu(VT_VPS(loadu)(x + i), NULL));
+    if (i < n) {
+        float b[VT_VW] = {0};
+        memcpy(b, x + i, (size_t)(n - i) * sizeof *b);
+        VT_VPS(storeu)(b, vt_vgelu(VT_VPS(loadu)(b), NULL));
+        memcpy(y + i, b, (size_t)(n - i) * sizeof *b);
+    }
+#else
+    for (int64_t i = 0; i < n; i++) y[i] = vt_gelu_f(x[i]);
+#endif
+}
+
+static inline void vt_gelu_fd_n(const float *x, float *y, float *d, int64_t n) {
+#ifdef VT_VW
+    int64_t i = 0;
+    vt_vf dv;
+    for (; i + VT_VW <= n; i += VT_VW) {
+        const vt_vf yv = vt_vgelu(VT_VPS(loadu)(x + i), &dv);
+        if (y) VT_VPS(storeu)(y + i, yv);
+        VT_VPS(storeu)(d + i, dv);
+    }
+    if (i < n) {
+        float b[VT_VW] = {0}, bd[VT_VW];
+        memcpy(b, x + i, (size_t)(n - i) * sizeof *b);
+        VT_VPS(storeu)(b, vt_vgelu(VT_VPS(loadu)(b), &dv));
+        VT_VPS(storeu)(bd, dv);
+        if (y) memcpy(y + i, b, (size_t)(n - i) * sizeof *b);
+        memcpy(d + i, bd, (size_t)(n - i) * sizeof *b);
+    }
+#else
+    for (int64_t i = 0; i < n; i++) {
+        const float v = vt_gelu_fd(x[i], &d[i]);
+        if (y) y[i] = v;
+    }
+#endif
+}
+
+static inline void vt_gelu_bwd_n(const float *x, const float *dy, float *dx, int64_t n, int acc) {
+    for (int64_t i0 = 0; i0 < n; i0 += 256) { /* GELU' of a block into the stack, then the products */
+        float d[256];
+        const int m = n - i0 < 256 ? (int)(n - i0) : 256;
+        vt_gelu_fd_n(x + i0, NULL, d, m);
+        if (acc)
+            for (int i = 0; i < m; i++) dx[i0 + i] += dy[i0 + i] * d[i];
+        else
+            for (int i = 0; i < m; i++) dx[i0 + i] = dy[i0 + i] * d[i];
+    }
+}
+
+/* vt_gelu_fd_n (vt_gelu_n when d is NULL) over n floats on all threads, in chunks of 4096 floats. */
+static inline void vt_gelu_all(const float *x, float *y, float *d, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; i += 4096) {
+        const int64_t m = n - i < 4096 ? n - i : 4096;
+        if (d)
+            vt_gelu_fd_n(x + i, y ? y + i : NULL, d + i, m);
+        else
+            vt_gelu_n(x + i, y + i, m);
+    }
+}
+
+/* vt_gelu_bwd_n over n floats on all threads, in chunks of 4096 floats. */
+static inline void vt_gelu_bwd_all(const float *x, const float *dy, float *dx, int64_t n, int acc) {
+#pragma omp parallel for schedule(static) if (n > 4096)
+    for (int64_t i = 0; i < n; i += 4096) vt_gelu_bwd_n(x + i, dy + i, dx + i, n - i < 4096 ? n - i : 4096, acc);
+}
+
 /* y = softmax(x) over one contiguous row of n values (y may equal x): a max pass, an exponent-and-sum pass and a
- * scaling pass, eight floats at a time with AVX2 + FMA, otherwise loops the compiler vectorises. */
+ * scaling pass, a vector at a time where the CPU has one (VT_VW), otherwise loops the compiler vectorises. */
 static inline void vt_softmax_row(const float *x, float *y, int n) {
     float mx = x[0], s = 0.0f;
-#if defined(__AVX2__) && defined(__FMA__)
-    if (n >= 8) {
+#ifdef VT_VW
+    if (n >= VT_VW) {
         int j0;
-        __m256 m = _mm256_loadu_ps(x);
-        for (j0 = 8; j0 + 8 <= n; j0 += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j0));
-        mx = vt_hreduce_v8(m, 1);
+        vt_vf m = VT_VPS(loadu)(x);
+        for (j0 = VT_VW; j0 + VT_VW <= n; j0 += VT_VW) m = VT_VPS(max)(m, VT_VPS(loadu)(x + j0));
+        mx = vt_vhreduce(m, 1);
         for (int j = j0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-        const __m256 vm = _mm256_set1_ps(mx);
-        __m256 vs = _mm256_setzero_ps();
-        for (j0 = 0; j0 + 8 <= n; j0 += 8) {
-            const __m256 e = vt_expf_le0_v8(_mm256_sub_ps(_mm256_loadu_ps(x + j0), vm));
-            _mm256_storeu_ps(y + j0, e);
-            vs = _mm256_add_ps(vs, e);
+        const vt_vf vm = VT_VPS(set1)(mx);
+        vt_vf vs = VT_VPS(setzero)();
+        for (j0 = 0; j0 + VT_VW <= n; j0 += VT_VW) {
+            const vt_vf e = vt_vexpf_le0(VT_VPS(sub)(VT_VPS(loadu)(x + j0), vm));
+            VT_VPS(storeu)(y + j0, e);
+            vs = VT_VPS(add)(vs, e);
         }
-        s = vt_hreduce_v8(vs, 0);
+        s = vt_vhreduce(vs, 0);
         for (int j = j0; j < n; j++) {
             y[j] = vt_expf_le0(x[j] - mx);
             s += y[j];
         }
         const float inv = 1.0f / s;
-        const __m256 vi = _mm256_set1_ps(inv);
-        for (j0 = 0; j0 + 8 <= n; j0 += 8) _mm256_storeu_ps(y + j0, _mm256_mul_ps(_mm256_loadu_ps(y + j0), vi));
+        const vt_vf vi = VT_VPS(set1)(inv);
+        for (j0 = 0; j0 + VT_VW <= n; j0 += VT_VW) VT_VPS(storeu)(y + j0, VT_VPS(mul)(VT_VPS(loadu)(y + j0), vi));
         for (int j = j0; j < n; j++) y[j] *= inv;
         return;
     }

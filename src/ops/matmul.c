@@ -136,9 +136,9 @@ static void act_rows(int act, float *y, float *d, int64_t i0, int64_t i1) {
             y[i] = y[i] > 0.0f ? y[i] : 0.0f;
         }
     } else if (d)
-        for (int64_t i = i0; i < i1; i++) y[i] = vt_gelu_fd(y[i], &d[i]);
+        vt_gelu_fd_n(y + i0, y + i0, d + i0, i1 - i0);
     else
-        for (int64_t i = i0; i < i1; i++) y[i] = vt_gelu_f(y[i]);
+        vt_gelu_n(y + i0, y + i0, i1 - i0);
 }
 
 /* Panels of the row loops: a multiple of the thread count, each at most PANEL_ROWS rows. */
@@ -151,9 +151,7 @@ static int panel_cap(int R) { return R < PANEL_ROWS ? R : PANEL_ROWS; }
 static const float *gelu_all(const vt_node *n, const float *x) {
     const linear_p *lp = VT_OP_P(n, linear_p);
     float *gx = n->fws->data;
-    const int64_t NX = (int64_t)lp->R * lp->Ci;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < NX; i++) gx[i] = vt_gelu_f(x[i]);
+    vt_gelu_all(x, gx, NULL, (int64_t)lp->R * lp->Ci);
     return gx;
 }
 
@@ -187,7 +185,7 @@ static void linear_fwd(vt_node *n) {
             const int r0 = (int)((int64_t)R * p / np), r1 = (int)((int64_t)R * (p + 1) / np);
             float *gx = n->fws->data + (size_t)omp_get_thread_num() * panel_cap(R) * Ci;
             const float *xr = x + (size_t)r0 * Ci;
-            for (int64_t i = 0; i < (int64_t)(r1 - r0) * Ci; i++) gx[i] = vt_gelu_f(xr[i]);
+            vt_gelu_n(xr, gx, (int64_t)(r1 - r0) * Ci);
             lin_rows(n, gx, r0, r1, y);
         }
         return;
@@ -297,26 +295,17 @@ static void linear_bwd(vt_node *n) {
         const float *xv = x->data;
         float *dx = x->grad;
         const int both = w->grad && x_fresh; /* GELU' goes into x's gradient, written later: one pass for both */
-        if (both) {
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < NX; i++) t[i] = vt_gelu_fd(xv[i], &dx[i]);
-        } else if (w->grad) {
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < NX; i++) t[i] = vt_gelu_f(xv[i]);
+        if (w->grad) {
+            vt_gelu_all(xv, t, both ? dx : NULL, NX);
+            gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, t, Ci, 1.0f, w->grad, Ci);
         }
-        if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, t, Ci, 1.0f, w->grad, Ci);
         if (dx) {
             gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, 0.0f, t, Ci);
             if (both) {
 #pragma omp parallel for schedule(static)
                 for (int64_t i = 0; i < NX; i++) dx[i] *= t[i];
-            } else if (x_fresh) {
-#pragma omp parallel for schedule(static)
-                for (int64_t i = 0; i < NX; i++) dx[i] = t[i] * vt_gelu_grad_f(xv[i]);
-            } else {
-#pragma omp parallel for schedule(static)
-                for (int64_t i = 0; i < NX; i++) dx[i] += t[i] * vt_gelu_grad_f(xv[i]);
-            }
+            } else
+                vt_gelu_bwd_all(xv, t, dx, NX, !x_fresh);
         }
     } else {
         if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, x_fresh ? 0.0f : 1.0f, x->grad, Ci);
