@@ -244,6 +244,12 @@ void test_ops_attention_ex(vt_test *T) {
         {"shared_qk", 2, 7, 7, 16, 0, 2, 8, 0, 0, 8, 0, 0, 0, 0, 0.5f, 0, {0}},        /* q and k the same channels */
         {"huge_negative", 4, 6, 6, 12, 0, 2, 4, 0, 4, 8, 0, 0, 2, 2, 1.0f, 1, {0}},
         {"n1_m1", 3, 1, 1, 9, 0, 1, 3, 0, 3, 6, 0, 0, 1, 3, 1.0f, 0, {0}},
+        /* the models' tile sizes: dh 32 and 64, 49 to 128 keys (Swin's windows, CSwin's stripes) */
+        {"win49_bias_mask", 4, 49, 49, 192, 0, 2, 64, 0, 64, 128, 0, 0, 1, 2, 0.18f, 0, {0}}, /* Swin's 7×7 windows */
+        {"sep_kv_98", 4, 7, 98, 64, 128, 2, 64, 0, 0, 64, 0, 0, 2, 0, 0.2f, 0, {0}}, /* CSwin-T stage 3 stripes */
+        {"msf_dh64", 4, 10, 10, 512, 0, 2, 128, 0, 128, 256, 384, 1, 0, 0, 0.15f, 0, {0}},
+        {"m128_n5", 4, 5, 128, 32, 64, 1, 32, 0, 32, 0, 0, 0, 1, 0, 0.2f, 0, {0}},
+        {"dh32_huge", 4, 6, 6, 96, 0, 1, 32, 0, 32, 64, 0, 0, 2, 2, 1.0f, 1, {0}},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
     static const acase fd[] = {
@@ -256,6 +262,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"fd_n1", 1, 1, 1, 6, 0, 1, 2, 0, 2, 4, 0, 0, 1, 1, 1.0f, 0, {1, 1, 1, 1, 0, 0}},
         {"fd_mask_operand", 2, 3, 3, 6, 0, 1, 2, 0, 2, 4, 0, 0, 0, 2, 0.8f, 0, {0}},  /* mask parameter, no grad */
         {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0, {0}},
+        {"fd_dh32", 4, 3, 5, 64, 128, 2, 64, 0, 0, 64, 0, 0, 1, 0, 0.2f, 0, {0}}, /* the models' head width */
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);
