@@ -11,8 +11,9 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics. -fno-math-errno keeps them (sqrtf
 # still returns NaN for x < 0; only errno is not set) and lets loops with sqrtf vectorise (AdamW's ran scalar).
 # -fno-trapping-math (values unchanged; vitc never unmasks FP exceptions) lets gcc vectorise loops whose float
-# math sits under a condition (the clamps of vt_expf in GELU, softmax): without AVX-512's masked instructions it
-# would not, and GELU ran 13.6 instead of 1.5 ns per element on an AVX2 Zen 3 (2026-11-26).
+# math sits under a condition (the clamps of vt_expf in softmax over other axes and in the scalar fallbacks of
+# mathfn.h): without AVX-512's masked instructions it would not, and GELU, then scalar code, ran 13.6 instead of
+# 1.5 ns per element on an AVX2 Zen 3 (2026-11-26).
 OPT       ?= -O3 -march=native
 CFLAGS    := $(WARN) $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Iinclude $(PKG_CFLAGS)
 # oneDNN (libdnnl-dev) has no pkg-config file in Debian 12.
