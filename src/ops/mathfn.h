@@ -93,13 +93,6 @@ static inline float vt_gelu_fd(float x, float *d) {
 /* GELU with the exact erf, x·Φ(x). */
 static inline float vt_gelu_f(float x) { return 0.5f * x * (1.0f + vt_erff(x * 0.70710678118654752f)); }
 
-/* dGELU/dx = Φ(x) + x·φ(x). */
-static inline float vt_gelu_grad_f(float x) {
-    float d;
-    vt_gelu_fd(x, &d);
-    return d;
-}
-
 /* One SIMD vector of VT_VW floats: AVX-512F (16) or AVX2 + FMA (8); VT_VW undefined without either. The kernels
  * below are written once over it with fused multiply-adds (gcc's -std=c11 rounds a·b + c twice in scalar code and
  * vectorised the scalar GELU 8 floats wide with separate multiplies and adds: 2.3 ns per float against 0.72 for
