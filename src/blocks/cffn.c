@@ -56,8 +56,10 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
     if (f->tv_names) return vt_fail(g, "cffn", "%s: cFFN has no torchvision (mlp.0 / mlp.3) layout", prefix);
     const int k = vt_cffn_width(hidden, C, t);
     const int cv = f->conv1x1;
-    if (f->dwconv && !f->train_form) { /* deployed on PVTv2: GELU in fc2_u's GEMM prologue, as the host's MLP has it in
-                                        * fc2's (a separate GELU pass was 8% of pvt_v2_b1_hmhsa_cffn's batch-1 step) */
+    if (!f->train_form && !cv && !f->relu) { /* deployed: GELU in fc2_u's GEMM prologue, as the host's MLP has it in
+                                               * fc2's at inference (PVTv2: a separate GELU pass was 8% of
+                                               * pvt_v2_b1_hmhsa_cffn's batch-1 step; DeiT-T: fc1's GELU epilogue
+                                               * made fc1 1.5x slower than DeiT-T's plain fc1) */
         vt_tensor *u = vt_gelu_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_pre(g, prefix, x, f), k,
                                         VT_INIT_W02);
         return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0);

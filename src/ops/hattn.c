@@ -46,8 +46,20 @@ static size_t wg_floats(const hattn_p *a) { return (size_t)a->h2 * (11 + (size_t
 static size_t pad_floats(const hattn_p *a) { return (size_t)(a->kh + 2) * (size_t)(a->kw + 2) + 2; }
 static size_t tile_floats(const hattn_p *a) { return (size_t)a->T * (size_t)a->M; }
 /* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
- * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two). */
-static size_t stage_scratch(const hattn_p *a) { return 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw; }
+ * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused path's buffers
+ * (hal_fused_floats). */
+#ifdef VT_VW
+static size_t hal_fused_floats(const hattn_p *a);
+#endif
+static size_t stage_scratch(const hattn_p *a) {
+    const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
+#ifdef VT_VW
+    const size_t f = hal_fused_floats(a);
+    return f > st ? f : st;
+#else
+    return st;
+#endif
+}
 
 /* IHH's 3x3 correlations run over the padded grid as one flat vector: output k = yy·pw + c (c = x + 1 in
  * [0, pw), pw = kw + 2; the border columns c = 0 and pw − 1 are computed and discarded) reads the padded input at
@@ -235,6 +247,83 @@ static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, 
         }
 }
 
+#ifdef VT_VW
+/* IHH then CHH fused per query row (the models' order: kh, kw >= 3 checked by hal_fused_ok): each computed head's
+ * row is copied into a zero-bordered grid, its 3x3 correlation computed a vector at a time into a row buffer, CHH
+ * mixes those buffers into the hallucinated rows, and every head's softmax runs on that query row while it is in L1.
+ * The stage-by-stage path passes each tile's h2 maps through L2 three times (IHH, CHH, softmax); this one once.
+ * The columns' wrap-around of the flat grid is masked per output (cmL, cmR: 0 in the first or last column). */
+static int hal_fused_ok(const hattn_p *a) {
+    return a->nst == 2 && a->st[0] == ST_IHH && a->h2 < CHH_GEMM && a->kh >= 3 && a->kw >= 3;
+}
+
+static int vw_round(int n) { return (n + VT_VW - 1) / VT_VW * VT_VW; }
+
+/* Floats of a thread's fused scratch: h2 bordered grids, two column masks, h2 IHH rows and one output row. */
+static size_t hal_fused_floats(const hattn_p *a) {
+    const size_t n = (size_t)vw_round(a->kh * a->kw), m = (size_t)vw_round(a->M) + VT_VW;
+    return (size_t)a->h2 * (n + 2 * (size_t)a->kw + 2) + 2 * n + ((size_t)a->h2 + 1) * m;
+}
+
+/* Rows [0, rows) of the tile: src (h2 computed logit maps, head stride hs; S in backward, else P itself) ->
+ * P's probabilities of every head; U (NULL in forward): the IHH outputs, CHH's input, kept for backward. */
+static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const float *cw, const float *cb,
+                      const float *src, float *P, float *U, size_t hs, int rows, float *buf) {
+    const int h2 = a->h2, M = a->M, L = a->klead, kw = a->kw, n = a->kh * kw, np = vw_round(n);
+    const int gs = np + 2 * kw + 2, ms = vw_round(M) + VT_VW;
+    float *grid = buf, *cmL = grid + (size_t)h2 * gs, *cmR = cmL + np, *ihh = cmR + np, *out = ihh + (size_t)h2 * ms;
+    memset(buf, 0, sizeof(float) * hal_fused_floats(a));
+    for (int k = 0; k < n; k++) {
+        cmL[k] = k % kw ? 1.0f : 0.0f;
+        cmR[k] = k % kw != kw - 1 ? 1.0f : 0.0f;
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int j = 0; j < h2; j++) {
+            const float *x = src + j * hs + (size_t)r * M, *w = iw + 9 * j;
+            float *g = grid + (size_t)j * gs + kw + 1, *y = ihh + (size_t)j * ms;
+            memcpy(g, x + L, sizeof(float) * (size_t)n);
+            for (int k = 0; k < L; k++) y[k] = x[k]; /* the lead keys bypass IHH */
+            const vt_vf w0 = VT_VPS(set1)(w[0]), w1 = VT_VPS(set1)(w[1]), w2 = VT_VPS(set1)(w[2]);
+            const vt_vf w3 = VT_VPS(set1)(w[3]), w4 = VT_VPS(set1)(w[4]), w5 = VT_VPS(set1)(w[5]);
+            const vt_vf w6 = VT_VPS(set1)(w[6]), w7 = VT_VPS(set1)(w[7]), w8 = VT_VPS(set1)(w[8]);
+            const vt_vf bj = VT_VPS(set1)(ib ? ib[j] : 0.0f);
+            for (int k = 0; k < np; k += VT_VW) {
+                const float *u = g + k - kw, *c = g + k, *d = g + k + kw;
+                vt_vf m = VT_VPS(mul)(w1, VT_VPS(loadu)(u));
+                m = VT_VPS(fmadd)(w4, VT_VPS(loadu)(c), m);
+                m = VT_VPS(fmadd)(w7, VT_VPS(loadu)(d), m);
+                vt_vf l = VT_VPS(mul)(w0, VT_VPS(loadu)(u - 1));
+                l = VT_VPS(fmadd)(w3, VT_VPS(loadu)(c - 1), l);
+                l = VT_VPS(fmadd)(w6, VT_VPS(loadu)(d - 1), l);
+                vt_vf rr = VT_VPS(mul)(w2, VT_VPS(loadu)(u + 1));
+                rr = VT_VPS(fmadd)(w5, VT_VPS(loadu)(c + 1), rr);
+                rr = VT_VPS(fmadd)(w8, VT_VPS(loadu)(d + 1), rr);
+                vt_vf o = VT_VPS(add)(bj, m);
+                o = VT_VPS(fmadd)(VT_VPS(loadu)(cmL + k), l, o);
+                o = VT_VPS(fmadd)(VT_VPS(loadu)(cmR + k), rr, o);
+                VT_VPS(storeu)(y + L + k, o);
+            }
+            if (U) memcpy(U + j * hs + (size_t)r * M, y, sizeof(float) * (size_t)M);
+        }
+        for (int i = 0; i < h2; i++) {
+            const vt_vf bi = VT_VPS(set1)(cb ? cb[i] : 0.0f);
+            for (int k = 0; k < M; k += VT_VW) {
+                vt_vf o = bi;
+                for (int j = 0; j < h2; j++)
+                    o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), VT_VPS(loadu)(ihh + (size_t)j * ms + k), o);
+                VT_VPS(storeu)(out + k, o);
+            }
+            float *p = P + (h2 + i) * hs + (size_t)r * M;
+            vt_softmax_row(out, p, M);
+        }
+        for (int j = 0; j < h2; j++) {
+            float *p = P + j * hs + (size_t)r * M;
+            vt_softmax_row(src + j * hs + (size_t)r * M, p, M);
+        }
+    }
+}
+#endif
+
 /* One stage backward: din (= or += when acc) from dout, and the weight's and bias's gradients added to dw, db (NULL:
  * not wanted); in: the stage's forward input. pad: three pad_floats scratch blocks. */
 static void stage_bwd(const hattn_p *a, int st, const float *w, const float *in, const float *dout, float *din,
@@ -362,15 +451,21 @@ static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, floa
     for (int j = 0; j < h2; j++)
         vt_gemm(a->gemm, 0, 1, rows, M, d, a->scale, qb + j * d, a->ldq, kb + j * d, a->ldkv, 0.0f, src + j * hs, M);
     const size_t n1 = (size_t)rows * M;
-    if (S)
-        for (int j = 0; j < h2; j++) memcpy(P + j * hs, S + j * hs, sizeof(float) * n1);
     float *hal = P + h2 * hs;
-    const float *w[2], *bb[2];
+    const float *w[2] = {NULL, NULL}, *bb[2] = {NULL, NULL};
     for (int s = 0; s < a->nst; s++) {
         const int ih = a->st[s] == ST_IHH;
         w[s] = data_or_null(n, ih ? a->iw_in : a->cw_in);
         bb[s] = data_or_null(n, ih ? a->ib_in : a->cb_in);
     }
+#ifdef VT_VW
+    if (hal_fused_ok(a)) { /* the softmax of the computed rows reads S, no copy into P first */
+        hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
+        return;
+    }
+#endif
+    if (S)
+        for (int j = 0; j < h2; j++) memcpy(P + j * hs, S + j * hs, sizeof(float) * n1);
     if (a->nst == 0)
         for (int j = 0; j < h2; j++) memcpy(hal + j * hs, src + j * hs, sizeof(float) * n1);
     else if (a->nst == 1)
