@@ -8,7 +8,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
           params_linear_conv_weights equal the spec §6 table (and the reference module's counts), plus 2·MACs (G)
           within 0.01 of the spec's counted FLOPs where the spec gives them; alias SimpleViTS_msf-g2 resolves
   (names) `vitc init` names/shapes equal the reference state_dict (simplevit_ti_* at 32 px / 10 classes)
-  (fwd)   named models (default: all 16; --quick: the four attention types of ViT-Ti plus ss_msf_g2 and s_msf)
+  (fwd)   named models (default: all 16, ViT-B at depth 2 but simplevit_b_msf_g2 at its full depth 12; --quick: the
+          four attention types of ViT-Ti plus ss_msf_g2 and s_msf)
           at --img-size 32 --num-classes 10 (2x2 tokens), random weights with non-trivial LN:
           `vitc forward` logits max|a-b| / max(1, max|b|) <= 1e-4
   (grad)  `vitc grad`: loss <= 1e-4 relative, every grad/<param> max|a-b| / max|b| <= 1e-3, each non-zero
@@ -180,9 +181,9 @@ class Patchify(nn.Module):
 
 
 class SimpleViT(nn.Module):
-    def __init__(self, size, att, img=224, classes=1000, patch=16, channels=3):
+    def __init__(self, size, att, img=224, classes=1000, patch=16, channels=3, depth=None):
         super().__init__()
-        c = SIZES[size]
+        c = dict(SIZES[size], **({"depth": depth} if depth else {}))
         probe, groups = ATTS[att]
         D, pd = c["dim"], channels * patch * patch
         self.to_patch_embedding = nn.Sequential(Patchify(patch), nn.LayerNorm(pd), nn.Linear(pd, D), nn.LayerNorm(D))
@@ -371,7 +372,9 @@ def run_model(rep, tmp, tag, name, ref, extra_args, seed, B=2, img=32, chans=3, 
 
 
 # Quick sweep (--quick): every attention type on ViT-Ti, plus ViT-SS MSF-g2 and ViT-S MSF. The default (make test)
-# runs all 16 named models (the ViT-B ones move ~350 MB per weight file).
+# runs all 16 named models; ViT-B at depth 2 (`--depths 2`) except MSF-g2, the full-size one: the four full ViT-B
+# runs took 55 of the file's 84 s (each moves ~350 MB of weights).
+FULL_B = "simplevit_b_msf_g2"
 QUICK = ["simplevit_ti_orig", "simplevit_ti_msf", "simplevit_ti_msf_g2", "simplevit_ti_orig_g2",
          "simplevit_ss_msf_g2", "simplevit_s_msf"]
 
@@ -380,8 +383,10 @@ def test_models(rep, tmp, names):
     for i, name in enumerate(names):
         _, size, att = name.split("_", 2)
         t0 = time.time()
-        run_model(rep, tmp, f"(simplevit) {name}", name, SimpleViT(size, att, img=32, classes=10),
-                  ["--img-size", 32, "--num-classes", 10], seed=10 + i)
+        depth = 2 if size == "b" and name != FULL_B else None
+        run_model(rep, tmp, f"(simplevit) {name}" + (f" depth {depth}" if depth else ""), name,
+                  SimpleViT(size, att, img=32, classes=10, depth=depth),
+                  ["--img-size", 32, "--num-classes", 10] + (["--depths", depth] if depth else []), seed=10 + i)
         print(f"# {name}: {time.time() - t0:.1f} s", flush=True)
 
 
