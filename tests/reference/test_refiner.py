@@ -16,10 +16,11 @@ Plain ViT host, `--attn refiner` (vit_fmnist_tiny, 28x28x1, batch 4): every bloc
 A = adapt_bn(DLA(softmax(q·kᵀ·s))) (expansion 3, no × scale, no attention chain; the official apply_transform
 path without A_in), o = A·v; the rest is vit_ref.py's ViT. Checked: names/shapes, forward, loss, gradients.
 
-Cost: the M/L weights are 55-81M parameters even at 32 px (the blocks dominate), so by default the gradient is
+Cost: the M/L weights are 55-81M parameters even at 32 px (the blocks dominate), so by default M and L run at depth
+4 (`--depths 4`: two [plain, shared] pairs, their full widths and heads; S is the full-size check), the gradient is
 checked for the three non-dense models and refiner_vit_s_dense (a *_dense train graph is the non-dense one: the
 aux_head is eval-only), and the forward for all six, with one random state dict per size shared by the two
-variants; --full checks every gradient.
+variants; --full runs M and L at their 32 blocks and checks every gradient.
 
 Checks:
   counts  `vitc info --json` params of all six models at 224 (spec §8) and refiner_vit_s / refiner_vit_l_dense
@@ -57,6 +58,7 @@ PARAMS_224 = {"refiner_vit_s": 25_023_656, "refiner_vit_m": 55_029_932, "refiner
               "refiner_vit_l_dense": 81_150_192}
 PARAMS_OTHER = [("refiner_vit_s", 384, 25_169_576), ("refiner_vit_l_dense", 448, 81_451_248)]
 TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
+REDUCED_DEPTH = 4   # M and L run two [plain, shared] pairs (--full: all 32 blocks); S, the full-size check, all 16
 LN_EPS = 1e-6
 
 
@@ -168,9 +170,10 @@ class Stem(nn.Module):
 
 
 class RefinedViT(nn.Module):
-    def __init__(self, name, img=224, classes=1000):
+    def __init__(self, name, img=224, classes=1000, depth=None):
         super().__init__()
-        depth, C, H, aux = arch(name)
+        full, C, H, aux = arch(name)
+        depth = depth or full
         self.aux = aux
         self.cls_token = nn.Parameter(torch.zeros(1, 1, C))
         self.pos_embed = nn.Parameter(torch.zeros(1, (img // 16) ** 2 + 1, C))
@@ -307,9 +310,10 @@ def check_grads(rep, name, res, m, x, labels):
 def test_size(rep, tmp, size, img, classes, batch, names, full):
     """Both variants of one size share one random state dict (the dense one adds aux_head)."""
     t0 = time.time()
-    common = ["--img-size", img, "--num-classes", classes]
+    depth = None if size == "s" or full else REDUCED_DEPTH
+    common = ["--img-size", img, "--num-classes", classes] + (["--depths", depth] if depth else [])
     dense = f"refiner_vit_{size}_dense"
-    ref = RefinedViT(dense, img, classes)
+    ref = RefinedViT(dense, img, classes, depth)
     sd_dense = randomise(ref, seed=ord(size))
     ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd_dense.items()})
     for seed in range(7, 57):   # an input whose ReLUs are not within float32 noise of a kink (see kink_margin)
@@ -353,7 +357,7 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
                 check_grads(rep, name, st.load(out), ref, x, labels)
             out.unlink(missing_ok=True)
         w.unlink()
-    print(f"# refiner_vit_{size}: {time.time() - t0:.1f}s", flush=True)
+    print(f"# refiner_vit_{size}{f' depth {depth}' if depth else ''}: {time.time() - t0:.1f}s", flush=True)
 
 
 class TransformAttn(nn.Module):
@@ -448,7 +452,7 @@ def main():
     ap.add_argument("--img-size", type=int, default=32)
     ap.add_argument("--num-classes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--full", action="store_true", help="also the gradients of refiner_vit_{m,l}_dense")
+    ap.add_argument("--full", action="store_true", help="M and L at full depth, and the gradients of refiner_vit_{m,l}_dense")
     args = ap.parse_args()
     rep = Report()
     if have_vitc(rep):
