@@ -21,8 +21,10 @@
 
 enum { ST_IHH = 1, ST_CHH = 2 };
 
-#define CHH_GEMM 8 /* CHH over at least this many computed heads runs as one GEMM per tile, fewer as row loops (at 3
-                    * and 6 heads the GEMM was no faster; at 24, Next-ViT-S's last stage, 1.8x forward) */
+#define CHH_GEMM 8 /* stage path: CHH over at least this many computed heads runs as one GEMM per tile, fewer as row
+                    * loops (at 3 and 6 heads the GEMM was no faster; at 24, Next-ViT-S's last stage, 1.8x forward).
+                    * The fused rows (hal_fused) beat that GEMM too: 7x7 keys, b16, eval forward of the op with 8 / 12
+                    * / 24 computed heads 2.4-2.6 -> 1.9, 4.1 -> 3.3, 6.9 -> 6.0-6.3 ms (Intel Xeon Cascade Lake) */
 #define TILE_FLOATS 131072 /* a tile's h × rows × M probabilities: about this many floats (512 KiB); measured on
                            * DeiT-T's shapes (b16, 6 heads of 32, 197 tokens): 32K floats 1.1-1.2x slower, a whole
                            * entry per tile no faster (the GEMMs' rows matter more than L2 here) */
@@ -248,13 +250,13 @@ static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, 
 }
 
 #ifdef VT_VW
-/* IHH then CHH fused per query row (the models' order: kh, kw >= 3 checked by hal_fused_ok): each computed head's
+/* IHH then CHH fused per query row (the models' order; grids of at least 3x3): each computed head's
  * row is copied into a zero-bordered grid, its 3x3 correlation computed a vector at a time into a row buffer, CHH
  * mixes those buffers into the hallucinated rows, and every head's softmax runs on that query row while it is in L1.
  * The stage-by-stage path passes each tile's h2 maps through L2 three times (IHH, CHH, softmax); this one once.
  * The columns' wrap-around of the flat grid is masked per output (cmL, cmR: 0 in the first or last column). */
 static int hal_fused_ok(const hattn_p *a) {
-    return a->nst == 2 && a->st[0] == ST_IHH && a->h2 < CHH_GEMM && a->kh >= 3 && a->kw >= 3;
+    return a->nst == 2 && a->st[0] == ST_IHH && a->kh >= 3 && a->kw >= 3;
 }
 
 static int vw_round(int n) { return (n + VT_VW - 1) / VT_VW * VT_VW; }
