@@ -5,7 +5,9 @@
  *   IHH: per computed head j a 3x3 conv (padding 1, bias) over the keys' kh × kw grid of every query row; the klead
  *        keys before the grid bypass it unchanged; CHH: per (query, key) a 1x1 conv h2 -> h2 over the heads;
  *   the h2 hallucinated maps follow the computed ones, softmax over keys, ·V for all h heads (V has h heads).
- * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r).
+ * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r); in the
+ * models' order (IHH, CHH) on grids of at least 3x3, with AVX2 or AVX-512, forward runs them and the softmax per query
+ * row (hal_fused), and backward's gradients through them stage by stage.
  * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
  * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel. Backward
  * recomputes a tile's logits and probabilities (nothing is saved), then the gradients back through softmax, CHH and
