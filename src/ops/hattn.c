@@ -49,21 +49,6 @@ static size_t wg_floats(const hattn_p *a) { return (size_t)a->h2 * (11 + (size_t
 /* A zero-padded grid: (kh + 2) × (kw + 2) floats and one more at each end (read for discarded border outputs). */
 static size_t pad_floats(const hattn_p *a) { return (size_t)(a->kh + 2) * (size_t)(a->kw + 2) + 2; }
 static size_t tile_floats(const hattn_p *a) { return (size_t)a->T * (size_t)a->M; }
-/* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
- * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused path's buffers
- * (hal_fused_floats). */
-#ifdef VT_VW
-static size_t hal_fused_floats(const hattn_p *a);
-#endif
-static size_t stage_scratch(const hattn_p *a) {
-    const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
-#ifdef VT_VW
-    const size_t f = hal_fused_floats(a);
-    return f > st ? f : st;
-#else
-    return st;
-#endif
-}
 
 /* IHH's 3x3 correlations run over the padded grid as one flat vector: output k = yy·pw + c (c = x + 1 in
  * [0, pw), pw = kw + 2; the border columns c = 0 and pw − 1 are computed and discarded) reads the padded input at
@@ -191,7 +176,7 @@ static void ihh_wgrad(const hattn_p *a, const float *x, const float *dout, const
     *gb += sb;
 }
 
-/* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: stage_scratch floats. */
+/* One stage forward on rows × M maps of h2 heads (head stride hs): in -> out. pad: stage_scratch floats (below). */
 static void stage_fwd(const hattn_p *a, int st, const float *w, const float *b, const float *in, float *out, size_t hs,
                       int rows, float *pad) {
     const int h2 = a->h2, M = a->M, L = a->klead;
@@ -327,6 +312,19 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
     }
 }
 #endif
+
+/* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
+ * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused path's buffers
+ * (hal_fused_floats). */
+static size_t stage_scratch(const hattn_p *a) {
+    const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
+#ifdef VT_VW
+    const size_t f = hal_fused_floats(a);
+    return f > st ? f : st;
+#else
+    return st;
+#endif
+}
 
 /* One stage backward: din (= or += when acc) from dout, and the weight's and bias's gradients added to dw, db (NULL:
  * not wanted); in: the stage's forward input. pad: three pad_floats scratch blocks. */
