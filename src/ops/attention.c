@@ -138,11 +138,7 @@ static void attn_fwd(vt_node *n) {
 
 /* One row of the logits' gradient in place, r = p ⊙ (r − Σⱼ r⊙p), also added to the bias gradient row db if given. */
 static inline void ds_row(float *restrict r, const float *restrict p, float *restrict db, int M) {
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < M; j++) dot += r[j] * p[j];
-#pragma omp simd
-    for (int j = 0; j < M; j++) r[j] = p[j] * (r[j] - dot);
+    vt_softmax_bwd_row(p, r, M);
     if (db)
 #pragma omp simd
         for (int j = 0; j < M; j++) db[j] += r[j];

@@ -7,7 +7,8 @@
  *   the h2 hallucinated maps follow the computed ones, softmax over keys, ·V for all h heads (V has h heads).
  * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r); in the
  * models' order (IHH, CHH) on grids of at least 3x3, with AVX2 or AVX-512, forward runs them and the softmax per query
- * row (hal_fused), and backward's gradients through them stage by stage.
+ * row (hal_fused), and backward the gradients back through them per query row too (hal_fused_bwd); other orders and
+ * grids run stage by stage.
  * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
  * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel. Backward
  * recomputes a tile's logits and probabilities (nothing is saved), then the gradients back through softmax, CHH and
@@ -311,6 +312,118 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
         }
     }
 }
+
+/* Floats of a thread's scratch for hal_fused_bwd: two bordered grids, two column masks, two row buffers and the
+ * weight gradients' vector accumulators (IHH 10 per computed head, CHH h2 + 1 per head). */
+static size_t hal_bwd_floats(const hattn_p *a) {
+    const size_t n = (size_t)vw_round(a->kh * a->kw), m = (size_t)vw_round(a->M) + VT_VW, h2 = (size_t)a->h2;
+    return 2 * (n + 2 * (size_t)a->kw + 2) + 3 * n + m + VT_VW * h2 * (11 + h2);
+}
+
+/* Backward of hal_fused's two stages over rows [0, rows) of a tile: Gh (the hallucinated logits' gradients, h2
+ * maps, head stride hs) back through CHH into a row buffer D (the IHH outputs' gradient), then through IHH: the lead
+ * keys' D is added to G, the grid's D is copied into a zero-bordered grid and correlated with the flipped kernel
+ * into G (+=). S: IHH's input (the computed logits), U: its output (CHH's input). The weight and bias gradients are
+ * added to gwI, gbI, gwC, gbC (NULL: not wanted) from one vector accumulator per weight, summed over the tile's
+ * rows and reduced once at its end (the stage path reduced nine products per row and head). */
+static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, const float *S, const float *U,
+                          const float *Gh, float *G, float *gwI, float *gbI, float *gwC, float *gbC, size_t hs, int rows,
+                          float *buf) {
+    const int h2 = a->h2, M = a->M, L = a->klead, kw = a->kw, n = a->kh * kw, np = vw_round(n), Mv = M / VT_VW * VT_VW;
+    const int gs = np + 2 * kw + 2;
+    float *gD = buf, *gX = gD + gs, *cmL = gX + gs, *cmR = cmL + np, *ob = cmR + np, *D = ob + np;
+    float *accI = D + vw_round(M) + VT_VW, *accC = accI + (size_t)VT_VW * 10 * h2;
+    memset(buf, 0, sizeof(float) * hal_bwd_floats(a));
+    for (int k = 0; k < n; k++) {
+        cmL[k] = k % kw ? 1.0f : 0.0f;
+        cmR[k] = k % kw != kw - 1 ? 1.0f : 0.0f;
+    }
+    float *dg = gD + kw + 1, *xg = gX + kw + 1; /* the grids' first interior float */
+    for (int r = 0; r < rows; r++) {
+        const size_t ro = (size_t)r * M;
+        for (int j = 0; j < h2; j++) {
+            /* CHH: D = Σ_i W[i][j]·Gh_i; dW[i][j] += Gh_i·U_j, db[i] += Σ Gh_i (in the pass j = 0) */
+            const float *u = U + j * hs + ro;
+            int e = 0;
+            for (; e < Mv; e += VT_VW) {
+                const vt_vf uv = VT_VPS(loadu)(u + e);
+                vt_vf d = VT_VPS(setzero)();
+                for (int i = 0; i < h2; i++) {
+                    const vt_vf gv = VT_VPS(loadu)(Gh + i * hs + ro + e);
+                    float *ac = accC + (size_t)VT_VW * ((size_t)i * (h2 + 1) + j);
+                    d = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), gv, d);
+                    VT_VPS(storeu)(ac, VT_VPS(fmadd)(gv, uv, VT_VPS(loadu)(ac)));
+                    if (j == 0) {
+                        float *ab = accC + (size_t)VT_VW * ((size_t)i * (h2 + 1) + h2);
+                        VT_VPS(storeu)(ab, VT_VPS(add)(gv, VT_VPS(loadu)(ab)));
+                    }
+                }
+                VT_VPS(storeu)(D + e, d);
+            }
+            for (; e < M; e++) { /* the row's last M % VT_VW keys */
+                float d = 0.0f;
+                for (int i = 0; i < h2; i++) {
+                    const float gv = Gh[i * hs + ro + (size_t)e];
+                    d += cw[i * h2 + j] * gv;
+                    if (gwC) gwC[i * h2 + j] += gv * u[e];
+                    if (gbC && j == 0) gbC[i] += gv;
+                }
+                D[e] = d;
+            }
+            /* IHH: the lead keys bypass it; the grid's gradient through the flipped kernel, the weights' products */
+            float *gi = G + j * hs + ro;
+            for (int k = 0; k < L; k++) gi[k] += D[k];
+            memcpy(dg, D + L, sizeof(float) * (size_t)n);
+            memcpy(xg, S + j * hs + ro + L, sizeof(float) * (size_t)n);
+            const float *w = iw + 9 * j;
+            const vt_vf f0 = VT_VPS(set1)(w[8]), f1 = VT_VPS(set1)(w[7]), f2 = VT_VPS(set1)(w[6]);
+            const vt_vf f3 = VT_VPS(set1)(w[5]), f4 = VT_VPS(set1)(w[4]), f5 = VT_VPS(set1)(w[3]);
+            const vt_vf f6 = VT_VPS(set1)(w[2]), f7 = VT_VPS(set1)(w[1]), f8 = VT_VPS(set1)(w[0]);
+            vt_vf t0 = VT_VPS(setzero)(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0, t8 = t0, tb = t0;
+            for (int k = 0; k < np; k += VT_VW) {
+                const float *du = dg + k - kw, *dc = dg + k, *dd = dg + k + kw;
+                const vt_vf mL = VT_VPS(loadu)(cmL + k), mR = VT_VPS(loadu)(cmR + k);
+                vt_vf m = VT_VPS(mul)(f1, VT_VPS(loadu)(du));
+                m = VT_VPS(fmadd)(f4, VT_VPS(loadu)(dc), m);
+                m = VT_VPS(fmadd)(f7, VT_VPS(loadu)(dd), m);
+                vt_vf l = VT_VPS(mul)(f0, VT_VPS(loadu)(du - 1));
+                l = VT_VPS(fmadd)(f3, VT_VPS(loadu)(dc - 1), l);
+                l = VT_VPS(fmadd)(f6, VT_VPS(loadu)(dd - 1), l);
+                vt_vf rr = VT_VPS(mul)(f2, VT_VPS(loadu)(du + 1));
+                rr = VT_VPS(fmadd)(f5, VT_VPS(loadu)(dc + 1), rr);
+                rr = VT_VPS(fmadd)(f8, VT_VPS(loadu)(dd + 1), rr);
+                VT_VPS(storeu)(ob + k, VT_VPS(fmadd)(mR, rr, VT_VPS(fmadd)(mL, l, m)));
+                /* dW[t] += dy(k)·x(k + offset of t), dy masked where tap t would wrap across a row */
+                const vt_vf dz = VT_VPS(loadu)(dc), dl = VT_VPS(mul)(dz, mL), dr = VT_VPS(mul)(dz, mR);
+                const float *xu = xg + k - kw, *xc = xg + k, *xd = xg + k + kw;
+                t0 = VT_VPS(fmadd)(dl, VT_VPS(loadu)(xu - 1), t0);
+                t1 = VT_VPS(fmadd)(dz, VT_VPS(loadu)(xu), t1);
+                t2 = VT_VPS(fmadd)(dr, VT_VPS(loadu)(xu + 1), t2);
+                t3 = VT_VPS(fmadd)(dl, VT_VPS(loadu)(xc - 1), t3);
+                t4 = VT_VPS(fmadd)(dz, VT_VPS(loadu)(xc), t4);
+                t5 = VT_VPS(fmadd)(dr, VT_VPS(loadu)(xc + 1), t5);
+                t6 = VT_VPS(fmadd)(dl, VT_VPS(loadu)(xd - 1), t6);
+                t7 = VT_VPS(fmadd)(dz, VT_VPS(loadu)(xd), t7);
+                t8 = VT_VPS(fmadd)(dr, VT_VPS(loadu)(xd + 1), t8);
+                tb = VT_VPS(add)(tb, dz);
+            }
+            for (int k = 0; k < n; k++) gi[L + k] += ob[k];
+            const vt_vf tv[10] = {t0, t1, t2, t3, t4, t5, t6, t7, t8, tb};
+            float *ai = accI + (size_t)VT_VW * 10 * j;
+            for (int t = 0; t < 10; t++)
+                VT_VPS(storeu)(ai + VT_VW * t, VT_VPS(add)(tv[t], VT_VPS(loadu)(ai + VT_VW * t)));
+        }
+    }
+    for (int j = 0; j < h2; j++) {
+        for (int t = 0; t < 9 && gwI; t++) gwI[9 * j + t] += vt_vhreduce(VT_VPS(loadu)(accI + VT_VW * (10 * j + t)), 0);
+        if (gbI) gbI[j] += vt_vhreduce(VT_VPS(loadu)(accI + VT_VW * (10 * j + 9)), 0);
+    }
+    for (int i = 0; i < h2; i++) {
+        for (int j = 0; j < h2 && gwC; j++)
+            gwC[i * h2 + j] += vt_vhreduce(VT_VPS(loadu)(accC + (size_t)VT_VW * ((size_t)i * (h2 + 1) + j)), 0);
+        if (gbC) gbC[i] += vt_vhreduce(VT_VPS(loadu)(accC + (size_t)VT_VW * ((size_t)i * (h2 + 1) + h2)), 0);
+    }
+}
 #endif
 
 /* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
@@ -319,8 +432,8 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
 static size_t stage_scratch(const hattn_p *a) {
     const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
 #ifdef VT_VW
-    const size_t f = hal_fused_floats(a);
-    return f > st ? f : st;
+    const size_t f = hal_fused_floats(a), fb = hal_bwd_floats(a), m = f > fb ? f : fb;
+    return m > st ? m : st;
 #else
     return st;
 #endif
@@ -526,15 +639,8 @@ static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float 
             vt_gemm(a->gemm, 1, 0, M, d, rows, 1.0f, P + i * hs, M, dO + i * d, C, bkv, dv + i * d, ldk);
     for (int i = 0; i < H; i++) {
         vt_gemm(a->gemm, 0, 1, rows, M, d, 1.0f, dO + i * d, C, kb + a->v_off + i * d, a->ldkv, 0.0f, G + i * hs, M);
-        for (int r = 0; r < rows; r++) { /* dZ = P ⊙ (dP − Σⱼ dP⊙P) */
-            float *g = G + i * hs + (size_t)r * M;
-            const float *p = P + i * hs + (size_t)r * M;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < M; j++) dot += g[j] * p[j];
-#pragma omp simd
-            for (int j = 0; j < M; j++) g[j] = p[j] * (g[j] - dot);
-        }
+        for (int r = 0; r < rows; r++) /* dZ = P ⊙ (dP − Σⱼ dP⊙P) */
+            vt_softmax_bwd_row(P + i * hs + (size_t)r * M, G + i * hs + (size_t)r * M, M);
     }
     /* the hallucinated maps' gradient back through the stages into the computed logits' */
     float *wg = n->bws->data + (size_t)a->nt * per + (size_t)t * wg_floats(a);
@@ -553,6 +659,10 @@ static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float 
             for (size_t e = 0; e < (size_t)rows * M; e++) G[j * hs + e] += Gh[j * hs + e];
     } else if (a->nst == 1) {
         stage_bwd(a, a->st[0], w[0], S, Gh, G, 1, gw[0], gb[0], hs, rows, pad);
+#ifdef VT_VW
+    } else if (hal_fused_ok(a)) {
+        hal_fused_bwd(a, w[0], w[1], S, U, Gh, G, gw[0], gb[0], gw[1], gb[1], hs, rows, pad);
+#endif
     } else {
         stage_bwd(a, a->st[1], w[1], U, Gh, D, 0, gw[1], gb[1], hs, rows, pad);
         stage_bwd(a, a->st[0], w[0], S, D, G, 1, gw[0], gb[0], hs, rows, pad);
