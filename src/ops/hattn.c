@@ -249,6 +249,23 @@ static int hal_fused_ok(const hattn_p *a) {
 
 static int vw_round(int n) { return (n + VT_VW - 1) / VT_VW * VT_VW; }
 
+/* One vector of the 3x3 correlation on a zero-bordered grid: outputs k .. k + VT_VW − 1 at g (the grid's interior
+ * at output k, row width kw), taps w[0..8] (broadcast), column masks mL, mR (0 where a dx = −1 or +1 tap would wrap
+ * into the neighbouring row), plus bias. */
+static inline vt_vf corr3_vec(const float *g, int kw, const vt_vf *w, vt_vf mL, vt_vf mR, vt_vf bias) {
+    const float *u = g - kw, *c = g, *d = g + kw;
+    vt_vf m = VT_VPS(mul)(w[1], VT_VPS(loadu)(u));
+    m = VT_VPS(fmadd)(w[4], VT_VPS(loadu)(c), m);
+    m = VT_VPS(fmadd)(w[7], VT_VPS(loadu)(d), m);
+    vt_vf l = VT_VPS(mul)(w[0], VT_VPS(loadu)(u - 1));
+    l = VT_VPS(fmadd)(w[3], VT_VPS(loadu)(c - 1), l);
+    l = VT_VPS(fmadd)(w[6], VT_VPS(loadu)(d - 1), l);
+    vt_vf r = VT_VPS(mul)(w[2], VT_VPS(loadu)(u + 1));
+    r = VT_VPS(fmadd)(w[5], VT_VPS(loadu)(c + 1), r);
+    r = VT_VPS(fmadd)(w[8], VT_VPS(loadu)(d + 1), r);
+    return VT_VPS(fmadd)(mR, r, VT_VPS(fmadd)(mL, l, VT_VPS(add)(bias, m)));
+}
+
 /* Floats of a thread's fused scratch: h2 bordered grids, two column masks, h2 IHH rows and one output row. */
 static size_t hal_fused_floats(const hattn_p *a) {
     const size_t n = (size_t)vw_round(a->kh * a->kw), m = (size_t)vw_round(a->M) + VT_VW;
@@ -273,26 +290,12 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
             float *g = grid + (size_t)j * gs + kw + 1, *y = ihh + (size_t)j * ms;
             memcpy(g, x + L, sizeof(float) * (size_t)n);
             for (int k = 0; k < L; k++) y[k] = x[k]; /* the lead keys bypass IHH */
-            const vt_vf w0 = VT_VPS(set1)(w[0]), w1 = VT_VPS(set1)(w[1]), w2 = VT_VPS(set1)(w[2]);
-            const vt_vf w3 = VT_VPS(set1)(w[3]), w4 = VT_VPS(set1)(w[4]), w5 = VT_VPS(set1)(w[5]);
-            const vt_vf w6 = VT_VPS(set1)(w[6]), w7 = VT_VPS(set1)(w[7]), w8 = VT_VPS(set1)(w[8]);
+            vt_vf wv[9];
+            for (int t = 0; t < 9; t++) wv[t] = VT_VPS(set1)(w[t]);
             const vt_vf bj = VT_VPS(set1)(ib ? ib[j] : 0.0f);
-            for (int k = 0; k < np; k += VT_VW) {
-                const float *u = g + k - kw, *c = g + k, *d = g + k + kw;
-                vt_vf m = VT_VPS(mul)(w1, VT_VPS(loadu)(u));
-                m = VT_VPS(fmadd)(w4, VT_VPS(loadu)(c), m);
-                m = VT_VPS(fmadd)(w7, VT_VPS(loadu)(d), m);
-                vt_vf l = VT_VPS(mul)(w0, VT_VPS(loadu)(u - 1));
-                l = VT_VPS(fmadd)(w3, VT_VPS(loadu)(c - 1), l);
-                l = VT_VPS(fmadd)(w6, VT_VPS(loadu)(d - 1), l);
-                vt_vf rr = VT_VPS(mul)(w2, VT_VPS(loadu)(u + 1));
-                rr = VT_VPS(fmadd)(w5, VT_VPS(loadu)(c + 1), rr);
-                rr = VT_VPS(fmadd)(w8, VT_VPS(loadu)(d + 1), rr);
-                vt_vf o = VT_VPS(add)(bj, m);
-                o = VT_VPS(fmadd)(VT_VPS(loadu)(cmL + k), l, o);
-                o = VT_VPS(fmadd)(VT_VPS(loadu)(cmR + k), rr, o);
-                VT_VPS(storeu)(y + L + k, o);
-            }
+            for (int k = 0; k < np; k += VT_VW)
+                VT_VPS(storeu)(y + L + k,
+                               corr3_vec(g + k, kw, wv, VT_VPS(loadu)(cmL + k), VT_VPS(loadu)(cmR + k), bj));
             if (U) memcpy(U + j * hs + (size_t)r * M, y, sizeof(float) * (size_t)M);
         }
         for (int i = 0; i < h2; i++) {
@@ -376,25 +379,14 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
             memcpy(dg, D + L, sizeof(float) * (size_t)n);
             memcpy(xg, S + j * hs + ro + L, sizeof(float) * (size_t)n);
             const float *w = iw + 9 * j;
-            const vt_vf f0 = VT_VPS(set1)(w[8]), f1 = VT_VPS(set1)(w[7]), f2 = VT_VPS(set1)(w[6]);
-            const vt_vf f3 = VT_VPS(set1)(w[5]), f4 = VT_VPS(set1)(w[4]), f5 = VT_VPS(set1)(w[3]);
-            const vt_vf f6 = VT_VPS(set1)(w[2]), f7 = VT_VPS(set1)(w[1]), f8 = VT_VPS(set1)(w[0]);
+            vt_vf wf[9]; /* dX: the same correlation with the kernel flipped */
+            for (int t = 0; t < 9; t++) wf[t] = VT_VPS(set1)(w[8 - t]);
             vt_vf t0 = VT_VPS(setzero)(), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0, t8 = t0, tb = t0;
             for (int k = 0; k < np; k += VT_VW) {
-                const float *du = dg + k - kw, *dc = dg + k, *dd = dg + k + kw;
                 const vt_vf mL = VT_VPS(loadu)(cmL + k), mR = VT_VPS(loadu)(cmR + k);
-                vt_vf m = VT_VPS(mul)(f1, VT_VPS(loadu)(du));
-                m = VT_VPS(fmadd)(f4, VT_VPS(loadu)(dc), m);
-                m = VT_VPS(fmadd)(f7, VT_VPS(loadu)(dd), m);
-                vt_vf l = VT_VPS(mul)(f0, VT_VPS(loadu)(du - 1));
-                l = VT_VPS(fmadd)(f3, VT_VPS(loadu)(dc - 1), l);
-                l = VT_VPS(fmadd)(f6, VT_VPS(loadu)(dd - 1), l);
-                vt_vf rr = VT_VPS(mul)(f2, VT_VPS(loadu)(du + 1));
-                rr = VT_VPS(fmadd)(f5, VT_VPS(loadu)(dc + 1), rr);
-                rr = VT_VPS(fmadd)(f8, VT_VPS(loadu)(dd + 1), rr);
-                VT_VPS(storeu)(ob + k, VT_VPS(fmadd)(mR, rr, VT_VPS(fmadd)(mL, l, m)));
+                VT_VPS(storeu)(ob + k, corr3_vec(dg + k, kw, wf, mL, mR, VT_VPS(setzero)()));
                 /* dW[t] += dy(k)·x(k + offset of t), dy masked where tap t would wrap across a row */
-                const vt_vf dz = VT_VPS(loadu)(dc), dl = VT_VPS(mul)(dz, mL), dr = VT_VPS(mul)(dz, mR);
+                const vt_vf dz = VT_VPS(loadu)(dg + k), dl = VT_VPS(mul)(dz, mL), dr = VT_VPS(mul)(dz, mR);
                 const float *xu = xg + k - kw, *xc = xg + k, *xd = xg + k + kw;
                 t0 = VT_VPS(fmadd)(dl, VT_VPS(loadu)(xu - 1), t0);
                 t1 = VT_VPS(fmadd)(dz, VT_VPS(loadu)(xu), t1);
