@@ -266,6 +266,15 @@ static inline vt_vf corr3_vec(const float *g, int kw, const vt_vf *w, vt_vf mL, 
     return VT_VPS(fmadd)(mR, r, VT_VPS(fmadd)(mL, l, VT_VPS(add)(bias, m)));
 }
 
+/* corr3_vec's column masks over a grid of n outputs, rows of kw: cmL 0 in the first column, cmR 0 in the last, 1
+ * elsewhere (the floats after n stay as they are: zero in the callers' scratch). */
+static void col_masks(int kw, int n, float *cmL, float *cmR) {
+    for (int k = 0; k < n; k++) {
+        cmL[k] = k % kw ? 1.0f : 0.0f;
+        cmR[k] = k % kw != kw - 1 ? 1.0f : 0.0f;
+    }
+}
+
 /* Floats of a thread's fused scratch: h2 bordered grids, two column masks, h2 IHH rows and one output row. */
 static size_t hal_fused_floats(const hattn_p *a) {
     const size_t n = (size_t)vw_round(a->kh * a->kw), m = (size_t)vw_round(a->M) + VT_VW;
@@ -280,10 +289,7 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
     const int gs = np + 2 * kw + 2, ms = vw_round(M) + VT_VW;
     float *grid = buf, *cmL = grid + (size_t)h2 * gs, *cmR = cmL + np, *ihh = cmR + np, *out = ihh + (size_t)h2 * ms;
     memset(buf, 0, sizeof(float) * hal_fused_floats(a));
-    for (int k = 0; k < n; k++) {
-        cmL[k] = k % kw ? 1.0f : 0.0f;
-        cmR[k] = k % kw != kw - 1 ? 1.0f : 0.0f;
-    }
+    col_masks(kw, n, cmL, cmR);
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < h2; j++) {
             const float *x = src + j * hs + (size_t)r * M, *w = iw + 9 * j;
@@ -337,10 +343,7 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
     float *gD = buf, *gX = gD + gs, *cmL = gX + gs, *cmR = cmL + np, *ob = cmR + np, *D = ob + np;
     float *accI = D + vw_round(M) + VT_VW, *accC = accI + (size_t)VT_VW * 10 * h2;
     memset(buf, 0, sizeof(float) * hal_bwd_floats(a));
-    for (int k = 0; k < n; k++) {
-        cmL[k] = k % kw ? 1.0f : 0.0f;
-        cmR[k] = k % kw != kw - 1 ? 1.0f : 0.0f;
-    }
+    col_masks(kw, n, cmL, cmR);
     float *dg = gD + kw + 1, *xg = gX + kw + 1; /* the grids' first interior float */
     for (int r = 0; r < rows; r++) {
         const size_t ro = (size_t)r * M;
