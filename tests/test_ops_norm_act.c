@@ -368,8 +368,10 @@ static vt_tensor *op_bn(vt_graph *g, vt_tensor *x, void *arg) {
 
 static void check_batchnorm_values(vt_test *T) {
     static const struct {
-        int ndim, shape[4], axis;
-    } cs[] = {{4, {3, 5, 4, 6}, 1}, {3, {4, 7, 5}, 2}, {4, {2, 3, 4, 5}, 3}, {2, {6, 3}, 1}, {3, {1, 20, 2}, 1}};
+        int ndim, shape[4], axis, outlier; /* 1: each channel's first value an outlier at 1000, ~500 standard
+                                            * deviations off (the shift of the one-pass statistics) */
+    } cs[] = {{4, {3, 5, 4, 6}, 1, 0}, {3, {4, 7, 5}, 2, 0}, {4, {2, 3, 4, 5}, 3, 0}, {2, {6, 3}, 1, 0},
+              {3, {1, 20, 2}, 1, 0},    {3, {4, 300, 6}, 2, 1}, {4, {3, 5, 40, 6}, 1, 1}};
     for (size_t t = 0; t < sizeof cs / sizeof cs[0]; t++) {
         const int ax = cs[t].axis, C = cs[t].shape[ax];
         fwd1 f;
@@ -382,6 +384,9 @@ static void check_batchnorm_values(vt_test *T) {
         vt_rng r;
         vt_rng_seed(&r, 11 + t);
         for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = 2.0f * vt_rng_normal(&r) + 0.5f;
+        int inner0 = 1;
+        for (int d = ax + 1; d < cs[t].ndim; d++) inner0 *= cs[t].shape[d];
+        for (int c = 0; cs[t].outlier && c < C; c++) f.x->data[(size_t)c * inner0] = 1000.0f;
         for (int c = 0; c < C; c++) {
             ba.w->data[c] = 1.0f + 0.5f * vt_rng_normal(&r);
             ba.b->data[c] = vt_rng_normal(&r);
@@ -414,8 +419,9 @@ static void check_batchnorm_values(vt_test *T) {
                     const double want = (f.x->data[k] - m) / sqrt(v + 1e-5) * ba.w->data[c] + ba.b->data[c];
                     err_y = fmax(err_y, fabs(f.y->data[k] - want));
                 }
-            err_rm = fmax(err_rm, fabs(ba.rm->data[c] - (0.9 * rm0[c] + 0.1 * m)));
-            err_rv = fmax(err_rv, fabs(ba.rv->data[c] - (0.9 * rv0[c] + 0.1 * v * M / (M - 1))));
+            const double want_rm = 0.9 * rm0[c] + 0.1 * m, want_rv = 0.9 * rv0[c] + 0.1 * v * M / (M - 1);
+            err_rm = fmax(err_rm, fabs(ba.rm->data[c] - want_rm) / fmax(1.0, fabs(want_rm)));
+            err_rv = fmax(err_rv, fabs(ba.rv->data[c] - want_rv) / fmax(1.0, want_rv));
         }
         T_CHECK(T, err_y < 1e-5, "batchnorm train case %zu: output error %g", t, err_y);
         T_CHECK(T, err_rm < 1e-6 && err_rv < 1e-6, "batchnorm case %zu: running mean err %g, var err %g", t, err_rm,
