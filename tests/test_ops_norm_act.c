@@ -383,10 +383,11 @@ static void check_batchnorm_values(vt_test *T) {
         vt_params_init(f.P, 1);
         vt_rng r;
         vt_rng_seed(&r, 11 + t);
+        int outer = 1, inner = 1;
+        for (int d = 0; d < ax; d++) outer *= cs[t].shape[d];
+        for (int d = ax + 1; d < cs[t].ndim; d++) inner *= cs[t].shape[d];
         for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = 2.0f * vt_rng_normal(&r) + 0.5f;
-        int inner0 = 1;
-        for (int d = ax + 1; d < cs[t].ndim; d++) inner0 *= cs[t].shape[d];
-        for (int c = 0; cs[t].outlier && c < C; c++) f.x->data[(size_t)c * inner0] = 1000.0f;
+        for (int c = 0; cs[t].outlier && c < C; c++) f.x->data[(size_t)c * inner] = 1000.0f;
         for (int c = 0; c < C; c++) {
             ba.w->data[c] = 1.0f + 0.5f * vt_rng_normal(&r);
             ba.b->data[c] = vt_rng_normal(&r);
@@ -396,9 +397,6 @@ static void check_batchnorm_values(vt_test *T) {
         float rm0[64], rv0[64];
         memcpy(rm0, ba.rm->data, sizeof(float) * C);
         memcpy(rv0, ba.rv->data, sizeof(float) * C);
-        int outer = 1, inner = 1;
-        for (int d = 0; d < ax; d++) outer *= cs[t].shape[d];
-        for (int d = ax + 1; d < cs[t].ndim; d++) inner *= cs[t].shape[d];
         const int M = outer * inner;
         vt_graph_forward(f.g);
         double err_y = 0.0, err_rm = 0.0, err_rv = 0.0;
