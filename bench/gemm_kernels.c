@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     vt_err e = {{0}};
     for (int l = 0; l < 3; l++)
         if (vt_gemm_plan_init(&plan[l], libs[l], &e)) return fprintf(stderr, "%s\n", e.msg), 1;
-    char rule[512];
+    char rule[768];
     printf("machine cpu=%s|avx2=%d|avx512=%d|avx512_bf16=%d|amx=%d|openblas=%s|onednn=%s|threads=%d\n", m.cpu_model,
            m.avx2, m.avx512, m.avx512_bf16, m.amx, m.openblas_core, m.onednn_isa, omp_get_max_threads());
     printf("rule %s\n", vt_gemm_rule(&plan[2], rule, sizeof rule));

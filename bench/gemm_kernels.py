@@ -5,10 +5,10 @@ Builds bench/gemm_kernels.c against build/libvitc.a, then, in one run, times eve
 DeiT-T and DeiT-S at batch 1 and 16 (forward qkv/proj/fc1/fc2, their backward dX and dW, the patch embedding,
 the per-head attention GEMMs and the per-panel fc1 GEMMs, which run one per thread inside vitc's parallel loops),
 with OPENBLAS_CORETYPE unset and =Prescott (what Debian's OpenBLAS 0.3.21 picks on Intel Xeons it does not know),
-plus a sweep of n^3 squares and one of few-row linear shapes (M rows, A·Bᵀ and its backward) for the dispatch
-rule, alternating the settings --reps times and keeping each library's best. Prints one table per setting with the
-CPU model and kernels, and a summary: the time of a model's GEMMs with each library, with `auto` and with the best
-library per shape.
+plus a sweep of n^3 squares, one of few-row linear shapes (M rows, A·Bᵀ and its backward) and one of the
+hierarchical hosts' weight gradients (AᵀB over many rows) for the dispatch rule, alternating the settings --reps
+times and keeping each library's best. Prints one table per setting with the CPU model and kernels, and a summary:
+the time of a model's GEMMs with each library, with `auto` and with the best library per shape.
 
     /usr/bin/python3 bench/gemm_kernels.py [--reps 3] [--threads N] [--settings unset,Prescott] [--markdown OUT.md]
 """
@@ -88,6 +88,20 @@ def shapes(threads):
             out.append((f"rows {m}x{n}x{k} A*B^T", "sweep", 1, 0, 1, m, n, k, k, k, n, 1, 0))
             out.append((f"rows {m}x{k}x{n} dX", "sweep", 1, 0, 0, m, k, n, n, k, k, 1, 0))
             out.append((f"rows {n}x{k}x{m} dW", "sweep", 1, 1, 0, n, k, m, n, k, k, 1, 0))
+    # rules 7 and 8's sweep: weight gradients dW = dyᵀ·x (AᵀB, M = out, N = in features, K = rows) of the
+    # hierarchical hosts at batch 16 (stage widths, MLP ratios, stage rows) and of DeiT-S, all threads
+    hosts = {"Swin-T": ((96, 192, 384, 768), (4, 4, 4, 4)), "PVTv2-b1": ((64, 128, 320, 512), (8, 8, 4, 4)),
+             "CSwin-T": ((64, 128, 256, 512), (4, 4, 4, 4)), "Next-ViT-S": ((96, 192, 384, 768), (3, 3, 3, 3)),
+             "DeiT-S": ((384,), (4,))}
+    seen = set()
+    for host, (dims, ratios) in hosts.items():
+        rows = (3152,) if host == "DeiT-S" else (50176, 12544, 3136, 784)
+        for c, r, k in zip(dims, ratios, rows):
+            for lin, m, n in (("fc1", r * c, c), ("fc2", c, r * c), ("qkv", 3 * c, c), ("kv", 2 * c, c),
+                              ("proj", c, c)):
+                if (m, n, k) not in seen:
+                    seen.add((m, n, k))
+                    out.append((f"dW {host} {lin} {m}x{n}x{k}", "sweep", 1, 1, 0, m, n, k, m, n, n, 1, 0))
     out.append(("peak 1024^3", "peak", 1, 0, 0, 1024, 1024, 1024, 1024, 1024, 1024, 0, 0))
     return out
 

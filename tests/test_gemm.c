@@ -157,7 +157,16 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 96, 384, 50176) == DN, "AVX2: dW with M 96: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 1024, 256, 3136) == DN, "AVX2: A*B of the same size: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1024, 256, 3136) == DN, "AVX2: dW on 1 thread: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == DN, "AVX-512 tier: no rule 7");
+    /* rule 8 (AVX-512 tier): weight gradients over many rows with M >= 2N, on more threads */
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == OB, "AVX-512: dW 1024x256x3136: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 512, 64, 50176) == OB, "AVX-512: dW 512x64x50176: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 2048, 512, 784) == OB, "AVX-512: dW 2048x512x784: openblas");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 128, 784) == DN, "AVX-512: dW, N 128 over 784 rows: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 384, 96, 50176) == DN, "AVX-512: dW with M 384: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 192, 768, 3136) == DN, "AVX-512: dW with M < 2N: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 1, 0, 1024, 256, 3136) == DN, "AVX-512: dW on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 1024, 256, 3136) == DN, "AVX-512: A*B of the same size: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 64, 50176) == DN, "AVX2: no rule 8");
     vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");

@@ -156,12 +156,27 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     105, 384×1024×3136 142 vs 145, 512×1024×3136 149 vs 157; N = 64 stays oneDNN (256×64×3136 122 vs 130,
  *     768×64×3136 85 vs 160), and so does M < 128 (Swin-T's stage-1 fc2, 96×384×50176: 135 vs 164). A sweep of
  *     120 shapes (M 192-2048, N 64-1024, K 784-12544) on stdin to bench/gemm_kernels.c. CSwin-T's stage-3 fc1
- *     weight gradient (1024×256×3136) ran at 64 GFLOP/s before. */
+ *     weight gradient (1024×256×3136) ran at 64 GFLOP/s before.
+ *  8. AVX-512 tier, more threads, a weight gradient C = Aᵀ·B (as rule 7) over many rows with M >= 2N: K >= 3136
+ *     and M >= 512, or K >= 784 with M >= 1024 and N >= 384: OpenBLAS. Intel Xeon Cascade Lake (2 vCPUs, OpenBLAS
+ *     "SkylakeX", oneDNN avx512_core_vnni), 2026-11-28, ratio OpenBLAS / oneDNN GFLOP/s over three runs of best-of-4
+ *     alternated bursts, M×N×K: 1024×256×3136 1.60-1.61 (CSwin-T stage 3 fc1), 2048×512×784 1.08-1.61,
+ *     1024×512×784 1.35-1.44, 1536×384×3136 1.19-1.49, 512×64×50176 1.21-1.34 (PVTv2 stage 1 fc1), 1024×128×12544
+ *     1.25-1.34, 512×128×12544 1.23-1.37, 640×320×3136 1.11-1.17, 768×256×3136 1.08-1.09, 1152×384×3152 1.02-1.15,
+ *     the edges 576×192×3136 0.89-1.07, 768×192×3152 0.92-0.97; outside the rule oneDNN stays: M < 2N (fc2's
+ *     192×768×3136 0.86-0.92, 64×512×12544 0.79), M < 512 (288×96×50176 0.88-0.95, 256×64×3136 0.72-0.80), few rows
+ *     (512×128×784 0.84-0.90, 1024×128×784 0.89-1.00, 768×192×197 0.81). Shapes: bench/gemm_kernels.py's "dW"
+ *     sweep. Not measured on AMD's AVX-512 CPUs (Zen 4), where rule 2 was. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
 #define AVX2_ROWS_MNK (1LL << 13) /* rule 6: few-row products on more threads go to oneDNN from here */
 #define AVX2_ATB_MN (1LL << 18)   /* rule 7: AᵀB products with N > 256 go to OpenBLAS up to this M·N */
+
+/* Rule 8: a weight gradient AᵀB over many rows (K) with M >= 2N. */
+static int wide_dw(int M, int N, int K) {
+    return M >= 2 * N && ((K >= 3136 && M >= 512) || (K >= 784 && M >= 1024 && N >= 384));
+}
 
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
     if (p->force != VT_GEMM_AUTO) return p->force;
@@ -176,6 +191,7 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
         return mnk < TINY_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     }
     if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
+    if (threads > 1 && ta && !tb && wide_dw(M, N, K)) return VT_GEMM_OPENBLAS;
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
@@ -725,8 +741,9 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
-                         "openblas; a linear's whole forward with M <= 2K or K >= 2N: onednn matmul primitive, bias "
-                         "and residual fused");
+                         "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
+                         "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N: onednn "
+                         "matmul primitive, bias and residual fused");
     return buf;
 }
 
