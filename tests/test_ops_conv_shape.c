@@ -22,6 +22,12 @@ static vt_tensor *b_convn(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_convn_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_add(g, x[0], b_convn(g, x, c));
 }
+/* conv(x, w) + conv(conv(x, w), w) (Cout = C): w's gradient sums two convs' terms, so a weight gradient that
+ * writes instead of adding fails */
+static vt_tensor *b_convn_twice(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = b_convn(g, x, c);
+    return vt_add(g, y, vt_conv2d_nhwc(g, y, x[1], NULL, c->ia[0], c->ia[1], c->ia[2]));
+}
 static vt_tensor *b_conv_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_add(g, x[0], b_conv(g, x, c));
 }
@@ -606,6 +612,14 @@ static const gc_case conv_cases[] = {
      .build = b_convn_res, .ia = {1, 1, 2}},
     {.name = "conv_nhwc_1x1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {4, 5, 1, 1}}, .build = b_convn,
      .ia = {1, 0, 1}},
+    /* 32-channel groups (Next-ViT's MHCA): oneDNN's optimised convs take these (dW through vt_gemm_conv_wgrad), the
+     * OpenBLAS plan the patches path */
+    {.name = "conv_nhwc_groups32", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 6, 5, 64}, {64, 32, 3, 3}, {64}},
+     .build = b_convn, .ia = {1, 1, 2}},
+    {.name = "conv_nhwc_groups32_s2", .nx = 2, .ndim = {4, 4}, .shape = {{2, 7, 6, 64}, {32, 32, 3, 3}},
+     .build = b_convn, .ia = {2, 1, 2}},
+    {.name = "conv_nhwc_groups32_twice", .nx = 2, .ndim = {4, 4}, .shape = {{2, 5, 5, 64}, {64, 32, 3, 3}},
+     .build = b_convn_twice, .ia = {1, 1, 2}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
      .ia = {1, 1, 1}},
     {.name = "conv_1x1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 3, 5}, {6, 4, 1, 1}, {6}}, .build = b_conv,
@@ -613,6 +627,9 @@ static const gc_case conv_cases[] = {
     {.name = "conv_1x1_s2_odd", .nx = 2, .ndim = {4, 4}, .shape = {{1, 4, 5, 7}, {3, 4, 1, 1}}, .build = b_conv,
      .ia = {2, 0, 1}},
     {.name = "conv_s2_odd_B1", .nx = 2, .ndim = {4, 4}, .shape = {{1, 3, 7, 9}, {4, 3, 3, 3}}, .build = b_conv,
+     .ia = {2, 1, 1}},
+    /* 28x28 = 784 output pixels per image: a strided conv whose weight gradient takes oneDNN's primitive */
+    {.name = "conv_s2_784px", .nx = 2, .ndim = {4, 4}, .shape = {{2, 8, 55, 56}, {16, 8, 3, 3}}, .build = b_conv,
      .ia = {2, 1, 1}},
     {.name = "conv_groups2", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 5, 4}, {6, 2, 3, 3}, {6}}, .build = b_conv,
      .ia = {1, 1, 2}},

@@ -66,7 +66,7 @@ vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_
  * Returns 0, or -1 if oneDNN failed (nothing meaningful written; the caller falls back to vt_gemm). */
 int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y);
 
-/* One oneDNN convolution primitive for a channels-last conv's forward (owned by the plan's vt_gemm_prims). */
+/* One oneDNN convolution primitive, a conv's forward or weight gradient (owned by the plan's vt_gemm_prims). */
 typedef struct vt_gemm_conv vt_gemm_conv;
 
 /* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) + b (if has_bias)
@@ -76,7 +76,8 @@ typedef struct vt_gemm_conv vt_gemm_conv;
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int has_bias, int nchw);
 
-/* Bytes of scratch vt_gemm_conv_run needs (an NCHW conv's blocked x and y; 0 for NHWC). */
+/* Bytes of scratch vt_gemm_conv_run (or vt_gemm_conv_wgrad_run) needs (an NCHW conv's blocked x and y (dy); 0 for
+ * NHWC). */
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
 
 /* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first when pack (else
@@ -84,6 +85,17 @@ size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
  * bytes, 64-byte aligned); 0 or -1. */
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
                      int pack);
+
+/* The plan's weight-gradient primitive of the conv of vt_gemm_conv_prim's geometry (no bias; nchw as there); NULL
+ * where that function would give none, and under the AVX-512 tier unless VITC_GEMM=onednn forces it. */
+vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                 int nchw);
+
+/* dw (Cout, C/G, k, k) += the weight gradient of x (B, H, W, C) and dy (B, Ho, Wo, Cout) (or NCHW, through
+ * `scratch` of vt_gemm_conv_scratch bytes, 64-byte aligned), on all threads (outside OpenMP parallel regions); 0, or
+ * -1 if oneDNN failed (in the reorders or the gradient conv, before dw is touched; the add after them is a reorder
+ * between buffers the plan allocated). */
+int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch);
 
 /* An int8 linear layer: a oneDNN u8 × s8 matmul with this layer's quantised weight (owned by the plan). */
 typedef struct vt_gemm_q8 vt_gemm_q8;

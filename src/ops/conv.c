@@ -39,6 +39,7 @@ typedef struct {
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
     vt_gemm_conv *prim;       /* the conv2d.onednn kernel's primitive (made by its prepare), else NULL */
     vt_gemm_conv *bprim;      /* with prim, training, stride 1, k > 1: the forward primitive computing dX (dx_prim) */
+    vt_gemm_conv *wprim;      /* training: the weight-gradient primitive (dw_prim; conv_prim_prepare says where) */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
@@ -494,6 +495,16 @@ static void conv_bwd_dx(const vt_node *n, const geom *q, float *dx, float *ws) {
         conv_image_bwd(q, n->in[0]->data + i * xs, n->in[1]->data, n->out->grad + i * ys, ws, dx + i * xs, NULL, 1);
 }
 
+/* dW of the images through wprim, one image at a time (its NCHW x and dy reordered into ws first), added into w's
+ * gradient. Returns the first image it could not do (B when all went through). */
+static int dw_prim(const vt_node *n, const geom *q, float *ws) {
+    const size_t xs = (size_t)q->Cin * q->H * q->W, ys = (size_t)q->Cout * q->P;
+    for (int i = 0; i < q->B; i++)
+        if (vt_gemm_conv_wgrad_run(q->wprim, n->in[0]->data + i * xs, n->out->grad + i * ys, n->in[1]->grad, ws) != 0)
+            return i;
+    return q->B;
+}
+
 static void conv_bwd(vt_node *n) {
     const geom q = *VT_OP_P(n, geom);
     const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
@@ -554,6 +565,15 @@ static void conv_bwd(vt_node *n) {
     float *ws = n->bws ? n->bws->data : NULL;
     float *const dx_all = dx;
     if (q.bprim) dx = NULL; /* dX after dW, through the primitive */
+    if (dw && q.wprim) { /* images the primitive failed on take im2col + sgemm */
+        for (int i = dw_prim(n, &q, ws); i < q.B; i++)
+            conv_image_bwd(&q, x + i * xs, w, dy + i * ys, ws, NULL, dw, 1);
+        dw = NULL;
+    }
+    if (!dx && !dw) {
+        conv_bwd_dx(n, &q, dx_all, ws);
+        return;
+    }
     if (q.tb <= 1) {
         for (int i = 0; i < q.B; i++)
             conv_image_bwd(&q, x + i * xs, w, dy + i * ys, ws, dx ? dx + i * xs : NULL, dw, 1);
@@ -588,22 +608,35 @@ static void conv_bwd(vt_node *n) {
  * most 4 input channels (first layers): one oneDNN direct convolution per image on the blocked layouts it picks, x and
  * y reordered to and from them through the kernel's planned scratch (one image's: the whole batch's blocked copies had
  * grown Next-ViT-S's batch-16 inference arena from 138 to 181 MiB), the weight packed once per run (training changes
- * it); the backward is the op's (dW by im2col again; dX of stride 1 through bprim, dx_prim). Measured against im2col +
- * sgemm (forward, reorders included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64
- * -> 32 channels 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2);
- * stride 2 on 20 to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch
- * embeds (4x4/4, 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on
- * im2col (the patch embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit). */
+ * it); the backward is the op's (dX of stride 1 through bprim, dx_prim). Measured against im2col + sgemm (forward,
+ * reorders included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels
+ * 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2); stride 2 on 20
+ * to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch embeds (4x4/4,
+ * 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on im2col (the patch
+ * embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit).
+ * The prepare also makes the op's weight-gradient primitive (the plan's primitives are made here, at finalize), one
+ * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for the convs above and for overlapping (k > s)
+ * strided ones with at least 784 output pixels per image: 3x3, batch 16, backward of the op (dX included), best of
+ * 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64 170 -> 142,
+ * at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from 112x112 64 -> 64
+ * 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512 41 -> 45 (hence the
+ * 784 pixels). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
-    if (q->mode != M_IM2COL || q->kh != q->kw || (q->s > 1 && (q->Cin > 4 || q->kh <= q->s))) return 0;
+    if (q->mode != M_IM2COL || q->kh != q->kw) return 0;
+    const int fwd = q->s == 1 || (q->Cin <= 4 && q->kh > q->s); /* the forward primitive's convs */
+    /* the scratch of bprim and wprim: the column buffer after the dW partials (conv_bwd) */
+    const int64_t room = q->tb > 1 ? q->tb * (q->col + n->in[1]->numel) - n->in[1]->numel : q->col;
+    if (n->g->training && n->in[1]->requires_grad && n->bws && (fwd || (q->P >= 784 && q->kh > q->s))) {
+        q->wprim = vt_gemm_conv_wgrad(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, 1);
+        if (q->wprim && (int64_t)(vt_gemm_conv_scratch(q->wprim) + 3) / 4 > room) q->wprim = NULL;
+    }
+    if (!fwd) return 0;
     q->prim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, n->nin > 2, 1);
     if (!q->prim) return 0;
     if (n->g->training && q->s == 1 && q->kh > 1 && n->in[0]->requires_grad && n->bws) {
         q->bprim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cout, q->Ho, q->Wo, q->Cin, q->kh, 1, q->kh - 1 - q->p, q->G,
                                      0, 1);
-        /* its scratch: the column buffer after the dW partials (conv_bwd) */
-        const int64_t room = q->tb > 1 ? q->tb * (q->col + n->in[1]->numel) - n->in[1]->numel : q->col;
         if (q->bprim && dx_prim_floats(q, q->bprim) > room) q->bprim = NULL;
     }
     const size_t bytes = vt_gemm_conv_scratch(q->prim);
@@ -673,7 +706,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B), tb = tf;
     const int Cg = Cin / groups, P = Ho * Wo;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL};
+                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL};
     *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) {
@@ -1037,14 +1070,19 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
  * 1, 0.75 vs 1.36 ms at 56x56x96 in 3 groups; the weight is packed into its layout on every run, as training
  * changes it) where the plan has one (vt_gemm_conv_prim); otherwise the patches (vt_patches_gather, rows of C·k·k)
  * into scratch and one sgemm per (group, row chunk): the composition vt_im2col + vt_group_linear (block order).
- * Backward: the patches again into scratch, dW_g += dY_gᵀ·cols_g; dX of a stride-1 conv through the forward
- * primitive of the transposed conv where the plan made one (convn_bwd_prim), else the same scratch takes dcols_g =
- * dY_g·W_g and the gather's adjoint adds it into dx. */
+ * Backward: dW through oneDNN's weight-gradient convolution where the plan made one (vt_gemm_conv_wgrad), else the
+ * patches again into scratch and dW_g += dY_gᵀ·cols_g; dX of a stride-1 conv through the forward primitive of the
+ * transposed conv where the plan made one (convn_bwd_prim), else the same scratch takes dcols_g = dY_g·W_g and the
+ * gather's adjoint adds it into dx. The weight-gradient primitive against the patches and one sgemm per group
+ * (3 groups of M = 32 rows on 2 threads at 56x56), the op's whole backward on Next-ViT-S's MHCA shapes at batch 16
+ * (3x3, 32-channel groups, dX through bprim in both; Intel Xeon Cascade Lake, 2 threads, best of 8, 2026-11-28):
+ * 56x56x96 90 -> 52 ms, 28x28x192 39 -> 24, 14x14x384 20 -> 12, 7x7x768 10 -> 8.5. */
 typedef struct {
     vt_patch_geom q;
     int Cout, G, has_bias;
     vt_gemm_conv *prim; /* the conv_nhwc.onednn kernel's primitive (made by its prepare) */
     vt_gemm_conv *bprim; /* training, stride 1, k > 1: the forward primitive that computes dX (convn_bwd_prim) */
+    vt_gemm_conv *wprim; /* training: the weight-gradient primitive (convn_bwd) */
 } convn_p;
 
 /* Rows of the output (positions) and depth of one group's patch (C/G·k·k). */
@@ -1092,6 +1130,8 @@ static int convn_prim_prepare(vt_node *n) {
     if (p->prim && n->g->training && q->s == 1 && q->k > 1 && n->in[0]->requires_grad)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, q->B, p->Cout, q->Ho, q->Wo, q->C, q->k, 1, q->k - 1 - q->p, p->G, 0,
                                      0);
+    if (p->prim && n->g->training && n->in[1]->requires_grad)
+        p->wprim = vt_gemm_conv_wgrad(&n->g->gemm, q->B, q->C, q->H, q->W, p->Cout, q->k, q->s, q->p, p->G, 0);
     return p->prim != NULL;
 }
 
@@ -1131,7 +1171,8 @@ static void convn_bwd(vt_node *n) {
     const float *dy = n->out->grad;
     float *cols = n->bws->data;
     const int R = (int)convn_rows(p), G = p->G, Og = p->Cout / G, Kg = convn_kg(p), K = Kg * G, Co = p->Cout;
-    if (w->grad) { /* one task per group: all rows sum into the group's weight block */
+    if (w->grad && !(p->wprim && vt_gemm_conv_wgrad_run(p->wprim, x->data, dy, w->grad, NULL) == 0)) {
+        /* one task per group: all rows sum into the group's weight block */
         vt_patches_gather(&p->q, x->data, cols);
 #pragma omp parallel for schedule(static) if (G > 1)
         for (int gi = 0; gi < G; gi++)
@@ -1187,7 +1228,7 @@ vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
     vt_node *n = vt_new_node(g, &op_conv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     convn_p *p = VT_OP_P(n, convn_p);
-    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, NULL, NULL};
+    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, NULL, NULL, NULL};
     const int64_t cols = convn_rows(p) * C * k * k, xw = x->numel + (int64_t)w->numel; /* convn_bwd_prim's */
     if (!vt_node_work(n, 0, cols) || (g->training && !vt_node_work(n, 1, cols > xw ? cols : xw))) return NULL;
     n->macs = convn_rows(p) * w->shape[0] * convn_kg(p);

@@ -223,9 +223,11 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[11]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, nchw */
-    dnnl_primitive_t prim, pack; /* the conv; the reorder of the plain weight into its layout */
-    dnnl_memory_t x, w, wp, b, y; /* wp: the packed weight, in `packed` */
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, nchw, wgrad */
+    /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad (channels-last,
+     * vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
+    dnnl_primitive_t prim, pack;
+    dnnl_memory_t x, w, wp, b, y;
     void *packed;
     /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (NULL where the
      * conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
@@ -470,27 +472,120 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     return bad ? -1 : 0;
 }
 
-vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
-                                int has_bias, int nchw) {
+/* Makes q's weight-gradient convolution (channels-last x and dy, or NCHW ones reordered into the blocked layouts it
+ * picks; the gradient in the layout it picks, added into the plain (Cout, C/G, k, k) one by a reorder with a sum
+ * post-op); 0 or -1. A reference kernel is refused. */
+static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
+    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
+    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
+    dnnl_memory_desc_t xd, yd, wd, wany, xa, ya;
+    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo}, st = {s, s}, pd2 = {pad, pad};
+    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k}; /* goihw / oihw: the same memory */
+    const int wnd = G > 1 ? 5 : 4;
+    int64_t *wdims = G > 1 ? dwg : dw1;
+    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+        return -1;
+    dnnl_convolution_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL, rpd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    const char *impl = "";
+    int bad = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wany, NULL,
+                                                 &ya, st, pd2, pd2) != dnnl_success ||
+              dnnl_primitive_desc_create(&fpd, &fd, NULL, c->eng, NULL) != dnnl_success ||
+              dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wany, NULL, &ya, st,
+                                                          pd2, pd2) != dnnl_success ||
+              dnnl_primitive_desc_create(&pd, &bd, NULL, c->eng, fpd) != dnnl_success;
+    const dnnl_memory_desc_t *wq = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+    if (!bad) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    bad = bad || !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    if (!bad)
+        bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
+              dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
+              dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+              dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success ||
+              dnnl_reorder_primitive_desc_create(&rpd, wq, c->eng, &wd, c->eng, attr) != dnnl_success ||
+              dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
+              dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
+              dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
+    if (!bad && nchw)
+        bad = conv_reorder(c, &xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+                           &q->xb_bytes) ||
+              conv_reorder(c, &yd, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), 1, &q->ry, &q->yb,
+                           &q->yb_bytes);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    return bad ? -1 : 0;
+}
+
+/* The plan's convolution for geom (forward, or the weight gradient when geom[11]), made on first request. */
+static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
     if (p->force == VT_GEMM_OPENBLAS ||
         (p->force == VT_GEMM_AUTO && (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2)))
         return NULL;
     vt_gemm_prims *c = prims_of(p);
     if (!c) return NULL;
-    const int geom[11] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, nchw != 0};
     for (vt_gemm_conv *q = c->convs; q; q = q->next)
-        if (memcmp(q->geom, geom, sizeof geom) == 0) return q;
+        if (memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
     vt_gemm_conv *q = calloc(1, sizeof *q);
     if (!q) return NULL;
-    memcpy(q->geom, geom, sizeof geom);
+    memcpy(q->geom, geom, sizeof q->geom);
     q->stream = c->stream;
-    if (conv_make(c, q)) {
+    if (geom[11] ? convw_make(c, q) : conv_make(c, q)) {
         conv_free(q);
         return NULL;
     }
     q->next = c->convs;
     c->convs = q;
     return q;
+}
+
+vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                int has_bias, int nchw) {
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, nchw != 0, 0};
+    return conv_get(p, geom);
+}
+
+/* Measured faster than im2col + sgemm at the AVX-512 tier only (conv.c); with oneDNN's AVX2 kernels (AMD EPYC Zen 3,
+ * 2026-11-27) it ran Next-ViT-S's stem conv at 73 GFLOP/s, no faster. */
+vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                 int nchw) {
+    if (p->force == VT_GEMM_AUTO && p->onednn < VT_ISA_AVX512) return NULL;
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, 0, nchw != 0, 1};
+    return conv_get(p, geom);
+}
+
+int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch) {
+    unsigned char *sc = scratch;
+    if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, (void *)dy) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->w, dw) != dnnl_success ||
+        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
+        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
+        return -1;
+    dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}}, ya[2] = {{DNNL_ARG_FROM, q->y}, {DNNL_ARG_TO, cy}};
+    dnnl_exec_arg_t ca[3] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_DIFF_DST, cy}, {DNNL_ARG_DIFF_WEIGHTS, q->wp}};
+    dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, q->wp}, {DNNL_ARG_TO, q->w}};
+    return (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
+                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
+                   dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success ||
+                   dnnl_primitive_execute(q->pack, q->stream, 2, ra) != dnnl_success ||
+                   dnnl_stream_wait(q->stream) != dnnl_success
+               ? -1
+               : 0;
 }
 
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
