@@ -38,6 +38,11 @@ static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_dwn_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc_ex(g, x[0], c->ia[1], x[1], x[2], c->ia[0], x[3]);
 }
+/* b_dwn_ex (every channel, same size) + x0 + x3: x0's and x3's gradients get a second term, so a backward that
+ * writes where it must add fails */
+static vt_tensor *b_dwn_ex_shared(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, vt_add(g, b_dwn_ex(g, x, c), x[0]), x[3]);
+}
 static vt_tensor *b_mean(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_mean(g, x[0], c->ia[0]); }
 static vt_tensor *b_avgpool(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_avgpool2d(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
@@ -682,6 +687,8 @@ static const gc_case conv_cases[] = {
      .shape = {{1, 4, 5, 9}, {3, 1, 3, 3}, {3}, {1, 2, 3, 3}}, .build = b_dwn_ex, .ia = {0, 6}},
     {.name = "dwconv_nhwc_ex_dense_add", .nx = 4, .ndim = {4, 4, 1, 3}, /* every channel: the oneDNN kernel + r */
      .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 20, 6}}, .build = b_dwn_ex, .ia = {1, 0}},
+    {.name = "dwconv_nhwc_ex_shared", .nx = 4, .ndim = {4, 4, 1, 4},
+     .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 4, 5, 6}}, .build = b_dwn_ex_shared, .ia = {1, 0}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
      .ia = {0}},
     {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},

@@ -935,6 +935,14 @@ static void dwk_row(float *restrict m, const float *dr, const float *xr, ptrdiff
         }
 }
 
+/* Row ih of batch item b of dX (written when acc is 0, else added to): dy correlated with the flipped taps wt. */
+static void dwn_dx_row(const dwn_p *dp, const float *dy, const float *wt, float *dx, int acc, int b, int ih) {
+    const dws_row r = {dy + (size_t)b * dp->Ho * dp->Wo * dp->C, dp->C, dp->Ho, dp->Wo, wt, dp->kh, dp->kw,
+                       dp->kh - 1 - dp->p, dp->kw - 1 - dp->p, dp->C, dx + ((size_t)b * dp->H + ih) * dp->W * dp->L,
+                       dp->L, dp->W, acc, NULL};
+    dws_run_row(&r, ih);
+}
+
 static void dwn_bwd(vt_node *n) {
     const dwn_p *dp = VT_OP_P(n, dwn_p);
     const int B = dp->B, H = dp->H, W = dp->W, C = dp->C, kh = dp->kh, kw = dp->kw, p = dp->p, Ho = dp->Ho, Wo = dp->Wo,
@@ -943,31 +951,34 @@ static void dwn_bwd(vt_node *n) {
     const vt_tensor *R = dp->add_in >= 0 ? n->in[dp->add_in] : NULL;
     const float *x = X->data + dp->c0, *dy = n->out->grad;
     float *dx = X->grad ? X->grad + dp->c0 : NULL, *dw = Wt->grad, *db = Bt ? Bt->grad : NULL, *wt = n->bws->data;
+    const int dx_acc = !(n->grad_fresh & 1u); /* 0: x's gradient is written, not added to (grad_sets) */
     if (R && R->grad) {
         const int64_t N = n->out->numel;
+        float *rg = R->grad;
+        if (n->grad_fresh >> dp->add_in & 1u) memcpy(rg, dy, sizeof(float) * (size_t)N);
+        else {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) R->grad[i] += dy[i];
+            for (int64_t i = 0; i < N; i++) rg[i] += dy[i];
+        }
     }
-    if (dx) { /* dX = dY correlated with the flipped kernel, padding k - 1 - p */
-        transpose_w(Wt->data, wt, C, K, 1);
-#pragma omp parallel for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int ih = 0; ih < H; ih++) {
-                const dws_row r = {dy + (size_t)b * Ho * Wo * C, C, Ho, Wo, wt, kh, kw, kh - 1 - p, kw - 1 - p, C,
-                                   dx + ((size_t)b * H + ih) * W * L, L, W, 1, NULL};
-                dws_run_row(&r, ih);
-            }
-    }
-    if (!dw && !db) return;
+    if (dx) transpose_w(Wt->data, wt, C, K, 1); /* dX = dY correlated with the flipped kernel, padding k - 1 - p */
+    const int wdb = dw || db, fused = dx && wdb && Ho == H; /* one pass over the rows for dX and dW: dy row ih
+                                                              * (read for dX's row ih) is dW's output row ih */
     const size_t per = (size_t)(K + 1) * C;
     float *part = wt + (size_t)K * C;
-    memset(part, 0, sizeof(float) * per * (size_t)nt);
+    if (wdb) memset(part, 0, sizeof(float) * per * (size_t)nt);
 #pragma omp parallel num_threads(nt)
     {
         float *mine = part + per * (size_t)omp_get_thread_num(), *mdb = mine + (size_t)K * C;
+        if (dx && !fused) {
+#pragma omp for collapse(2) schedule(static)
+            for (int b = 0; b < B; b++)
+                for (int ih = 0; ih < H; ih++) dwn_dx_row(dp, dy, wt, dx, dx_acc, b, ih);
+        }
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int oh = 0; oh < Ho; oh++) {
+            for (int oh = 0; oh < (wdb ? Ho : 0); oh++) {
+                if (fused) dwn_dx_row(dp, dy, wt, dx, dx_acc, b, oh);
                 const float *restrict dr = dy + ((size_t)b * Ho + oh) * Wo * C; /* the output row */
                 for (int ow = 0; ow < Wo; ow++)
                     for (int c = 0; c < C; c++) mdb[c] += dr[(size_t)ow * C + c];
@@ -978,6 +989,7 @@ static void dwn_bwd(vt_node *n) {
                 }
             }
     }
+    if (!wdb) return;
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++) {
         for (int k = 0; k <= K; k++) {
@@ -1055,6 +1067,8 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     const int nt = g->threads;
     *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, NULL};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
+    if (c0 == 0 && L == C) n->grad_sets |= 1u; /* dX covers every element of x */
+    if (r) n->grad_sets |= 1u << add_in;
     vt_node_work(n, 0, (int64_t)kh * kw * C);
     if (x->requires_grad || w->requires_grad || (b && b->requires_grad) || (r && r->requires_grad))
         vt_node_work(n, 1, (int64_t)kh * kw * C + (int64_t)nt * (kh * kw + 1) * C);
