@@ -35,6 +35,11 @@ static vt_tensor *b_bn_act(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return y;
 }
 
+/* x0 + b_bn: x0's gradient gets a second term, so a backward that writes it where it must add fails */
+static vt_tensor *b_bn_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, x[0], b_bn(g, x, c));
+}
+
 static vt_tensor *b_bn_then_act(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_unary(g, b_bn(g, x, c), (vt_unary_kind)c->ia[3], 0.0f);
 }
@@ -546,6 +551,9 @@ void test_ops_norm_act(vt_test *T) {
          .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {-1, 1, 0}},
         {.name = "bn_noaffine_2d_train", .nx = 6, .ndim = {2, 1, 1, 1, 1, 1}, .shape = {{5, 3}, {3}, {3}, {3}, {3}, {1}},
          .nograd = {0, 1, 1, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 0, 0}},
+        {.name = "bn_nchw_train_residual", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1},
+         .shape = {{2, 3, 4, 5}, {3}, {3}, {3}, {3}, {1}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn_res,
+         .fill = fill_bn, .ia = {1, 1, 0}},
         {.name = "bn_many_rows_train", .nx = 6, .ndim = {3, 1, 1, 1, 1, 1},
          .shape = {{3, 50, 17}, {17}, {17}, {17}, {17}, {1}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn,
          .fill = fill_bn, .ia = {2, 1, 0}},

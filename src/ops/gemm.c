@@ -224,13 +224,13 @@ struct vt_gemm_prim {
 
 struct vt_gemm_conv {
     int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, nchw, wgrad */
-    /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad (channels-last,
-     * vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
+    /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
+     * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
     dnnl_memory_t x, w, wp, b, y;
     void *packed;
-    /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (NULL where the
-     * conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
+    /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
+     * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
     dnnl_primitive_t rx, ry;
     dnnl_memory_t xb, yb;
     size_t xb_bytes, yb_bytes;

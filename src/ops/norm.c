@@ -280,8 +280,9 @@ static inline __attribute__((always_inline)) void act_pass(const int fwd, const 
     } while (0)
 
 /* Per-channel elementwise pass over (outer, C, inner), parallel over rows (channels-last) or planes:
- * forward (fwd = 1): out = act((x − m)·k1 + k0) (bn_act);  backward: out += k1·(dy − k2 − (x − m)·k3);
- * fwd = 2: dy ·= act'((x − m)·k1 + k0) in place (out unused: the activation's backward before BatchNorm's). */
+ * forward (fwd = 1): out = act((x − m)·k1 + k0) (bn_act);  backward (fwd = 0, -1): out += k1·(dy − k2 − (x − m)·k3),
+ * written instead of added to when fwd is -1; fwd = 2: dy ·= act'((x − m)·k1 + k0) in place (out unused: the
+ * activation's backward before BatchNorm's). */
 static void chan_apply(int fwd, int act, const float *x, float *dy, const float *m, const float *k0, const float *k1,
                        const float *k2, const float *k3, float *out, int outer, int C, int inner) {
     if (inner == 1) {
@@ -290,13 +291,18 @@ static void chan_apply(int fwd, int act, const float *x, float *dy, const float 
             const float *xr = x + (size_t)o * C;
             if (fwd == 2) {
                 ACT_PASS(2, act, 1, xr, dy + (size_t)o * C, m, k1, k0, C);
-            } else if (fwd) {
+            } else if (fwd == 1) {
                 ACT_PASS(1, act, 1, xr, out + (size_t)o * C, m, k1, k0, C);
-            } else {
+            } else if (fwd == 0) {
                 const float *dr = dy + (size_t)o * C;
                 float *yr = out + (size_t)o * C;
 #pragma omp simd
                 for (int c = 0; c < C; c++) yr[c] += k1[c] * (dr[c] - k2[c] - (xr[c] - m[c]) * k3[c]);
+            } else {
+                const float *dr = dy + (size_t)o * C;
+                float *yr = out + (size_t)o * C;
+#pragma omp simd
+                for (int c = 0; c < C; c++) yr[c] = k1[c] * (dr[c] - k2[c] - (xr[c] - m[c]) * k3[c]);
             }
         }
         return;
@@ -307,12 +313,16 @@ static void chan_apply(int fwd, int act, const float *x, float *dy, const float 
             const size_t base = ((size_t)o * C + c) * inner;
             if (fwd == 2) {
                 ACT_PASS(2, act, 0, x + base, dy + base, m + c, k1 + c, k0 + c, inner);
-            } else if (fwd) {
+            } else if (fwd == 1) {
                 ACT_PASS(1, act, 0, x + base, out + base, m + c, k1 + c, k0 + c, inner);
-            } else {
+            } else if (fwd == 0) {
                 const float mc = m[c], a = k1[c], b2 = k2[c], b3 = k3[c];
 #pragma omp simd
                 for (int i = 0; i < inner; i++) out[base + i] += a * (dy[base + i] - b2 - (x[base + i] - mc) * b3);
+            } else {
+                const float mc = m[c], a = k1[c], b2 = k2[c], b3 = k3[c];
+#pragma omp simd
+                for (int i = 0; i < inner; i++) out[base + i] = a * (dy[base + i] - b2 - (x[base + i] - mc) * b3);
             }
         }
 }
@@ -395,7 +405,7 @@ static void bn_bwd(vt_node *n) {
         k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
         k3[c] = batch ? (float)(s2[c] * rs * rs / M) : 0.0f;
     }
-    if (dx) chan_apply(0, -1, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
+    if (dx) chan_apply(n->grad_fresh & 1u ? -1 : 0, -1, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
 }
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL};
@@ -437,6 +447,7 @@ vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
     }
     vt_node *n = vt_new_node(g, &op_batchnorm, in, nin, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
+    n->grad_sets = 1u; /* dx covers every element of x */
     const int nch = chunks(outer);
     bn_p *p = VT_OP_P(n, bn_p);
     *p = (bn_p){.outer = (int)outer, .C = C, .inner = (int)inner, .nch = nch, .batch = batch, .update = update,
