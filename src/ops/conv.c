@@ -617,10 +617,10 @@ static void conv_bwd(vt_node *n) {
  * The prepare also makes the op's weight-gradient primitive (the plan's primitives are made here, at finalize), one
  * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for the convs above and for overlapping (k > s)
  * strided ones with at least 784 output pixels per image: 3x3, batch 16, backward of the op (dX included), best of
- * 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64 170 -> 142,
- * at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from 112x112 64 -> 64
- * 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512 41 -> 45 (hence the
- * 784 pixels). */
+ * 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64
+ * 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from
+ * 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512
+ * 41 -> 45 (hence the 784 pixels). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
     if (q->mode != M_IM2COL || q->kh != q->kw) return 0;

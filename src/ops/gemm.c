@@ -424,28 +424,49 @@ static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const
     return bad ? -1 : 0;
 }
 
-/* Makes q's convolution (weights in the layout oneDNN picks; NCHW: x and y too, with their reorders), the weight
- * reorder and the memory objects; 0 or -1. A reference kernel is refused: it is slower than im2col + sgemm. */
-static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+/* The memory descriptors of q's geometry: x and y in the plain layout (xd, yd) and as the conv takes them (xa, ya:
+ * NCHW leaves the layout to oneDNN), the plain weight (wd: goihw, or oihw for one group: the same memory) and the
+ * weight in the layout oneDNN picks (wany), and the stride and padding; 0 or -1. */
+typedef struct {
+    dnnl_memory_desc_t xd, yd, xa, ya, wd, wany;
+    dnnl_dims_t st, pad;
+} conv_descs;
+
+static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
     const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
     const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
     const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
-    dnnl_memory_desc_t xd, yd, bd, wd, wany, xa, ya;
-    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo}, db = {Co}, st = {s, s}, pd2 = {pad, pad};
-    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k}; /* goihw / oihw: the same memory */
+    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo};
+    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k};
     const int wnd = G > 1 ? 5 : 4;
     int64_t *wdims = G > 1 ? dwg : dw1;
-    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+    d->st[0] = d->st[1] = s;
+    d->pad[0] = d->pad[1] = pad;
+    return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success
+               ? -1
+               : 0;
+}
+
+/* Makes q's convolution (weights in the layout oneDNN picks; NCHW: x and y too, with their reorders), the weight
+ * reorder and the memory objects; 0 or -1. A reference kernel is refused: it is slower than im2col + sgemm. */
+static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    const int *v = q->geom, nchw = v[10];
+    conv_descs d;
+    dnnl_memory_desc_t bd;
+    const dnnl_dims_t db = {v[4]};
+    if (conv_descs_init(q, &d) || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success)
         return -1;
     dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xa, &wany,
-                                           v[9] ? &bd : NULL, &ya, st, pd2, pd2) != dnnl_success)
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &d.xa, &d.wany,
+                                           v[9] ? &bd : NULL, &d.ya, d.st, d.pad, d.pad) != dnnl_success)
         return -1;
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     if (dnnl_primitive_desc_create(&pd, &cd, NULL, c->eng, NULL) != dnnl_success) return -1;
@@ -455,17 +476,17 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
     int bad = !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
-                    dnnl_reorder_primitive_desc_create(&rpd, &wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
+                    dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
                     dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
                     dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
-                    dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-                    dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-                    dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     (v[9] && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
     if (!bad && nchw)
-        bad = conv_reorder(c, &xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+        bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
-              conv_reorder(c, &yd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0, &q->ry, &q->yb,
+              conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0, &q->ry, &q->yb,
                            &q->yb_bytes);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     dnnl_primitive_desc_destroy(pd);
@@ -476,31 +497,18 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
  * picks; the gradient in the layout it picks, added into the plain (Cout, C/G, k, k) one by a reorder with a sum
  * post-op); 0 or -1. A reference kernel is refused. */
 static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
-    const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
-    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
-    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
-    dnnl_memory_desc_t xd, yd, wd, wany, xa, ya;
-    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo}, st = {s, s}, pd2 = {pad, pad};
-    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k}; /* goihw / oihw: the same memory */
-    const int wnd = G > 1 ? 5 : 4;
-    int64_t *wdims = G > 1 ? dwg : dw1;
-    if (dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
-        return -1;
+    conv_descs d;
+    if (conv_descs_init(q, &d)) return -1;
     dnnl_convolution_desc_t fd, bd;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL, rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     const char *impl = "";
-    int bad = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xa, &wany, NULL,
-                                                 &ya, st, pd2, pd2) != dnnl_success ||
+    int bad = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &d.xa, &d.wany,
+                                                 NULL, &d.ya, d.st, d.pad, d.pad) != dnnl_success ||
               dnnl_primitive_desc_create(&fpd, &fd, NULL, c->eng, NULL) != dnnl_success ||
-              dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &xa, &wany, NULL, &ya, st,
-                                                          pd2, pd2) != dnnl_success ||
+              dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &d.xa, &d.wany, NULL, &d.ya,
+                                                          d.st, d.pad, d.pad) != dnnl_success ||
               dnnl_primitive_desc_create(&pd, &bd, NULL, c->eng, fpd) != dnnl_success;
     const dnnl_memory_desc_t *wq = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
     if (!bad) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -511,16 +519,16 @@ static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
               dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
               dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
               dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success ||
-              dnnl_reorder_primitive_desc_create(&rpd, wq, c->eng, &wd, c->eng, attr) != dnnl_success ||
+              dnnl_reorder_primitive_desc_create(&rpd, wq, c->eng, &d.wd, c->eng, attr) != dnnl_success ||
               dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
               dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
-              dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-              dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-              dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
-    if (!bad && nchw)
-        bad = conv_reorder(c, &xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+              dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
+    if (!bad && q->geom[10]) /* NCHW */
+        bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
-              conv_reorder(c, &yd, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), 1, &q->ry, &q->yb,
+              conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), 1, &q->ry, &q->yb,
                            &q->yb_bytes);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -576,7 +584,8 @@ int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, flo
         (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
         return -1;
     dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
-    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}}, ya[2] = {{DNNL_ARG_FROM, q->y}, {DNNL_ARG_TO, cy}};
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
+    dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, q->y}, {DNNL_ARG_TO, cy}};
     dnnl_exec_arg_t ca[3] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_DIFF_DST, cy}, {DNNL_ARG_DIFF_WEIGHTS, q->wp}};
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, q->wp}, {DNNL_ARG_TO, q->w}};
     return (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
