@@ -616,8 +616,8 @@ static void conv_bwd(vt_node *n) {
  * embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit).
  * The prepare also makes the op's weight-gradient primitive (the plan's primitives are made here, at finalize), one
  * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for the convs above and for overlapping (k > s)
- * strided ones with at least 784 output pixels per image: 3x3, batch 16, backward of the op (dX included), best of
- * 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64
+ * strided ones with at least 784 output pixels per image: 3x3, batch 16, a backward pass of the op (dX included) and
+ * of a small loss after it (a square and means), best of 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64
  * 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from
  * 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512
  * 41 -> 45 (hence the 784 pixels). */
@@ -1088,8 +1088,9 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
  * patches again into scratch and dW_g += dY_gᵀ·cols_g; dX of a stride-1 conv through the forward primitive of the
  * transposed conv where the plan made one (convn_bwd_prim), else the same scratch takes dcols_g = dY_g·W_g and the
  * gather's adjoint adds it into dx. The weight-gradient primitive against the patches and one sgemm per group
- * (3 groups of M = 32 rows on 2 threads at 56x56), the op's whole backward on Next-ViT-S's MHCA shapes at batch 16
- * (3x3, 32-channel groups, dX through bprim in both; Intel Xeon Cascade Lake, 2 threads, best of 8, 2026-11-28):
+ * (3 groups of M = 32 rows on 2 threads at 56x56), a backward pass of the op and of a small loss after it (a square
+ * and means, the same in both) on Next-ViT-S's MHCA shapes at batch 16 (3x3, 32-channel groups, dX through bprim in
+ * both; Intel Xeon Cascade Lake, 2 threads, best of 8, 2026-11-28):
  * 56x56x96 90 -> 52 ms, 28x28x192 39 -> 24, 14x14x384 20 -> 12, 7x7x768 10 -> 8.5. */
 typedef struct {
     vt_patch_geom q;
