@@ -617,10 +617,10 @@ static void conv_bwd(vt_node *n) {
  * The prepare also makes the op's weight-gradient primitive (the plan's primitives are made here, at finalize), one
  * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for the convs above and for overlapping (k > s)
  * strided ones with at least 784 output pixels per image: 3x3, batch 16, a backward pass of the op (dX included) and
- * of a small loss after it (a square and means), best of 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64
- * 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from
- * 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512
- * 41 -> 45 (hence the 784 pixels). */
+ * of a small loss after it (a square and means), best of 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride
+ * 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128
+ * 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30,
+ * from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512 41 -> 45 (hence the 784 pixels). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
     if (q->mode != M_IM2COL || q->kh != q->kw) return 0;
@@ -975,19 +975,21 @@ static void dwn_bwd(vt_node *n) {
             for (int b = 0; b < B; b++)
                 for (int ih = 0; ih < H; ih++) dwn_dx_row(dp, dy, wt, dx, dx_acc, b, ih);
         }
+        if (wdb) {
 #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
-            for (int oh = 0; oh < (wdb ? Ho : 0); oh++) {
-                if (fused) dwn_dx_row(dp, dy, wt, dx, dx_acc, b, oh);
-                const float *restrict dr = dy + ((size_t)b * Ho + oh) * Wo * C; /* the output row */
-                for (int ow = 0; ow < Wo; ow++)
-                    for (int c = 0; c < C; c++) mdb[c] += dr[(size_t)ow * C + c];
-                for (int ki = 0; dw && ki < kh; ki++) {
-                    const int ih = oh - p + ki;
-                    if (ih < 0 || ih >= H) continue;
-                    dwk_row(mine + (size_t)ki * kw * C, dr, x + ((size_t)b * H + ih) * W * L, L, C, W, Wo, p, kw);
+            for (int b = 0; b < B; b++)
+                for (int oh = 0; oh < Ho; oh++) {
+                    if (fused) dwn_dx_row(dp, dy, wt, dx, dx_acc, b, oh);
+                    const float *restrict dr = dy + ((size_t)b * Ho + oh) * Wo * C; /* the output row */
+                    for (int ow = 0; ow < Wo; ow++)
+                        for (int c = 0; c < C; c++) mdb[c] += dr[(size_t)ow * C + c];
+                    for (int ki = 0; dw && ki < kh; ki++) {
+                        const int ih = oh - p + ki;
+                        if (ih < 0 || ih >= H) continue;
+                        dwk_row(mine + (size_t)ki * kw * C, dr, x + ((size_t)b * H + ih) * W * L, L, C, W, Wo, p, kw);
+                    }
                 }
-            }
+        }
     }
     if (!wdb) return;
 #pragma omp parallel for schedule(static)
