@@ -66,7 +66,47 @@ static void check_eval_fused(vt_test *T, int B, int H, int W, int C) {
     gc_compare_eval_fused(T, tag, 3, xs, b_gma_attn, hw, "gma_aggregate", 1e-5);
 }
 
+/* Operands f, q (B, A, N), u (B, N, T), then the value parts; ia = {nv, c_0, c_1, c_2}. */
+static vt_tensor *b_merge(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_gma_merge(g, x[0], x[1], x + 3, c->ia[0], x[2]);
+}
+
+/* The op chain vt_gma_merge replaces: concat([permute(f + q ⊙ concat(v)), u]). */
+static vt_tensor *b_merge_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int perm[3] = {0, 2, 1};
+    vt_tensor *v = vt_concat(g, x + 3, c->ia[0], 1);
+    vt_tensor *o[2] = {vt_permute(g, vt_add(g, x[0], vt_mul(g, x[1], v)), perm), x[2]};
+    return vt_concat(g, o, 2, 2);
+}
+
+/* vt_gma_merge's gradients by finite differences and its values and gradients against the chain: A channels in
+ * parts (a part across an 8-channel tile, A not a multiple of 8), N tokens (a partial 64-token unit, a partial
+ * 8-token tile), T tail channels. */
+static void check_merge(vt_test *T, int B, int N, int Tc, int nv, const int *vc) {
+    int A = 0;
+    for (int k = 0; k < nv; k++) A += vc[k];
+    gc_case f = {.name = "gma_merge", .nx = 3 + nv, .ndim = {3, 3, 3, 3, 3, 3}, .build = b_merge};
+    const int fs[3] = {B, A, N}, us[3] = {B, N, Tc};
+    memcpy(f.shape[0], fs, sizeof fs);
+    memcpy(f.shape[1], fs, sizeof fs);
+    memcpy(f.shape[2], us, sizeof us);
+    f.ia[0] = nv;
+    for (int k = 0; k < nv; k++) {
+        const int vs[3] = {B, vc[k], N};
+        memcpy(f.shape[3 + k], vs, sizeof vs);
+    }
+    gc_run(T, &f);
+    gc_case p = f;
+    p.name = "mul, add, permute and concats";
+    p.build = b_merge_chain;
+    gc_compare(T, &p, &f, 1e-6);
+}
+
 void test_gma(vt_test *T) {
+    check_merge(T, 2, 70, 3, 3, (const int[]){2, 5, 5});    /* A = 12: a part across the first tile's edge */
+    check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
+    check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */
+    check_merge(T, 8, 520, 2, 3, (const int[]){4, 4, 4});   /* 512-token units and an 8-token one */
     check_block_grad(T, "gma_attn 2x(3x4) C20", 1, 2, 3, 4, 20);
     check_block_grad(T, "gma_block 1x(4x3) C20", 0, 1, 4, 3, 20);
     check_eval_fused(T, 2, 3, 5, 40);  /* 15 tokens: 8×8 transposes and scalar edges; s = 8 */

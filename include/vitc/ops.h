@@ -84,6 +84,12 @@ vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w
 vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
                                  vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn);
 
+/* ---- gmamerge.c ---- */
+/* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) channel-first,
+ * v the nv channel parts (B, c_k, ...) of a (B, A, N) (Σc_k = A), u (B, N, T) tokens; replaces mul, add, permute
+ * and concats. */
+vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, int nv, vt_tensor *u);
+
 /* ---- activation.c ---- */
 typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;
 /* Elementwise f(x); p is the exponent for VT_POW (x^p; x must be > 0 unless p is an integer). */

@@ -8,7 +8,7 @@
  *   shared by Q, K and V because they are one stacked batch)
  *   Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N) = (3, B·8, d, N): head h = channels [h·d, (h+1)·d), channel-first
  *   K̂ = softmax over N; ctx = K̂·Vᵀ (d×d); F = scale·ctxᵀ·Q; CRPE Vc = DW{3,5,7}(V as (B, 8d, H, W)) per head
- *   group {0-1, 2-4, 5-7}; O = F + Q ⊙ Vc (channel-first (B, 4s, N)) → tokens (B, N, 4s)
+ *   group {0-1, 2-4, 5-7}; O = F + Q ⊙ Vc (channel-first (B, 4s, N)) → tokens (B, N, 4s) next to U (vt_gma_merge)
  *   U = hswish(LN_1e-5(pw(dw3×3([Q_4 | K_4 | V_4])))) (B, N, s); proj([O | U]). */
 #include <math.h>
 #include <stdio.h>
@@ -135,21 +135,20 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         snprintf(sub, sizeof sub, "crpe.conv_list.%d", k);
         Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
     }
-    vt_tensor *E = vt_mul(g, Q, vt_reshape(g, vt_concat(g, Vc, 3, 1), 3, sh));
-    const int so[3] = {B, 4 * s, N}, ptok[3] = {0, 2, 1};
-    vt_tensor *O = vt_permute(g, vt_reshape(g, vt_add(g, F, E), 3, so), ptok); /* (B, N, 4s), channel h·d + c */
 
     /* Non-attention branch on [Q_4 | K_4 | V_4] per image: (B, 3s, H, W), one sliced permute of qkv. */
     const int p4[5] = {0, 2, 3, 4, 1}, s4[4] = {B, 3 * s, H, W};
     vt_tensor *X4 = vt_reshape(g, vt_permute_slice(g, t, p4, 3, 4, 1), 4, s4);
     vt_pname(sub, agg, "agg0");
     vt_tensor *u = separable(g, vt_pname(nm, sub, "conv"), X4, s, 3, 1); /* (B, s, H, W) */
-    const int su[3] = {B, s, N};
+    const int su[3] = {B, s, N}, ptok[3] = {0, 2, 1};
     u = vt_permute(g, vt_reshape(g, u, 3, su), ptok);
     u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);
 
-    vt_tensor *cat[2] = {O, u};
-    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), vt_concat(g, cat, 2, 2), C, 1, VT_INIT_W02);
+    /* proj([O | u]) with O = F + Q ⊙ [Vc_0 | Vc_1 | Vc_2] as tokens (B, N, 4s), channel h·d + c: one op. */
+    const int so[3] = {B, 4 * s, N};
+    vt_tensor *O = vt_gma_merge(g, vt_reshape(g, F, 3, so), vt_reshape(g, Q, 3, so), Vc, 3, u);
+    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), O, C, 1, VT_INIT_W02);
 }
 
 vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int mlp_hidden, float drop) {
