@@ -12,6 +12,29 @@
 static vt_tensor *b_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL);
 }
+static vt_tensor *b_linear_t(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_linear_t(g, x[0], x[1], c->nx > 2 ? x[2] : NULL);
+}
+/* vt_linear_t's reference: the linear, its output permuted features first. */
+static vt_tensor *b_linear_t_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int perm3[3] = {2, 0, 1}, perm2[2] = {1, 0};
+    return vt_permute(g, vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL), x[0]->ndim == 3 ? perm3 : perm2);
+}
+/* vt_linear_t by finite differences and against its chain, with and without bias, 3-D and 2-D inputs. */
+static void check_linear_t(vt_test *T) {
+    const gc_case cs[] = {
+        {.name = "linear_t", .nx = 3, .ndim = {3, 2, 1}, .shape = {{3, 7, 5}, {6, 5}, {6}}, .build = b_linear_t},
+        {.name = "linear_t_2d", .nx = 3, .ndim = {2, 2, 1}, .shape = {{9, 4}, {5, 4}, {5}}, .build = b_linear_t},
+        {.name = "linear_t_nobias", .nx = 2, .ndim = {3, 2}, .shape = {{4, 3, 6}, {2, 6}}, .build = b_linear_t},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        gc_run(T, &cs[i]);
+        gc_case p = cs[i];
+        p.name = "linear then permute";
+        p.build = b_linear_t_chain;
+        gc_compare(T, &p, &cs[i], 1e-5);
+    }
+}
 static vt_tensor *b_linear_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
     return vt_linear_gelu(g, x[0], x[1], x[2]);
@@ -395,6 +418,7 @@ void test_ops_core(vt_test *T) {
     check_drop_path(T);
     check_residual_drop(T);
     check_gemm_ref(T);
+    check_linear_t(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
     gc_case cases[] = {

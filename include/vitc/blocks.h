@@ -111,6 +111,8 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix);
 
 /* Linear layer with params prefix.weight (out, in) [paper-counted] and prefix.bias (out) when bias != 0. */
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
+/* The same Linear with its output transposed: x (..., in) -> (out, ...) (vt_linear_t). */
+vt_tensor *vt_linear_t_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
 
 /* 1x1 Conv2d on channels-last tokens x (..., in): params prefix.weight (out, in, 1, 1) [paper-counted] and prefix.bias
  * (out) when bias != 0, computed as a Linear. */

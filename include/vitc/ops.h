@@ -21,6 +21,8 @@ vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h);
 /* x + drop_path(h, drop) (train graphs; x + h in eval graphs), fused into h's linear as vt_residual fuses (the drop
  * applied per sample in its epilogue, dropped samples skip the product); otherwise vt_add and vt_drop_path nodes. */
 vt_tensor *vt_residual_drop(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop);
+/* vt_linear's x·wᵀ + b transposed: x (..., K), w (M, K), b (M) or NULL -> (M, ...) (features first). */
+vt_tensor *vt_linear_t(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b);
 /* Batched alpha·op(a)·op(b): a (..., M, K) (or (..., K, M) if ta), b (..., K, N) (or (..., N, K) if tb);
  * batch dims equal, or b has exactly 2 dims (shared by every batch). */
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha);
@@ -78,7 +80,7 @@ vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w
 
 /* ---- gmagg.c ---- */
 /* GroupMixFormer's aggregators at inference in one op: Z (3B, 4s, N) = [hswish(BN0(X_0)) | hswish(BN_j(PW_j·DW_j(
- * X_j))), j = 1..3] for segment j of Q, K and V (the 3B images type·B + b) read from qkv (B, N = H·W, 3C), C = 5s;
+ * X_j))), j = 1..3] for segment j of Q, K and V (the 3B images type·B + b) read from qkv (3C, B, N = H·W), C = 5s;
  * dw3, dw5, dw7 (s, 1, k, k); pw (3, s, s) the pointwise weights (out, in); bn (4, 2, s) the BatchNorms' scales and
  * shifts (vt_bn_scale_shift). Eval graphs only (no backward). */
 vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,

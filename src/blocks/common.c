@@ -12,8 +12,8 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
 /* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix, or of a 1x1 Conv2d
  * (weight (out, in, 1, 1), returned as its (out, in) view) when conv; 0 on success.
  * (noinline: inlined into callers that build prefix with vt_pname, GCC reports a possible name truncation.) */
-__attribute__((noinline)) static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
-                         int conv, vt_tensor **w, vt_tensor **b) {
+__attribute__((noinline)) static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out,
+                                                   int bias, vt_init winit, int conv, vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
     int ws[4] = {out, x->shape[x->ndim - 1], 1, 1};
     *w = vt_param(g, vt_pname(nm, prefix, "weight"), conv ? 4 : 2, ws, winit);
@@ -28,6 +28,12 @@ vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     vt_tensor *w, *b;
     if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, 0, &w, &b)) return NULL;
     return vt_linear(g, x, w, b);
+}
+
+vt_tensor *vt_linear_t_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, 0, &w, &b)) return NULL;
+    return vt_linear_t(g, x, w, b);
 }
 
 vt_tensor *vt_pointwise_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {

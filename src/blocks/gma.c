@@ -2,7 +2,7 @@
  * the GMA block (CPE → LN → EfficientAtt → LN → MLP) and the attention alone for the plain ViT host.
  *
  * Layout of the attention (B images, N = H·W tokens, width C, s = C/5, d = s/2, 8 heads):
- *   qkv (B, N, 3C) → (3, B, C, N) = 3B channel-first images (index type·B + b; Q, K, V)
+ *   qkv (3C, B, N) (the linear's output transposed) → (3, B, C, N) = 3B channel-first images (index type·B + b)
  *   segments X_j = channels [j·s, (j+1)·s) of the 3B images
  *   Y_0 = hswish(BN(X_0)); Y_k = hswish(BN(pw1×1(dw k×k(X_k)))), k = 3, 5, 7 (weights and BN batch statistics
  *   shared by Q, K and V because they are one stacked batch)
@@ -44,7 +44,7 @@ static vt_tensor *bn_pair(vt_graph *g, const char *prefix, int s) {
     return vt_reshape(g, vt_bn_scale_shift(g, prefix, s, 1e-5f), 3, sh);
 }
 
-/* The aggregators' parameters (declared in the chain's order) and vt_gma_aggregate_eval on qkv (B, N, 3C). */
+/* The aggregators' parameters (declared in the chain's order) and vt_gma_aggregate_eval on qkv (3C, B, N). */
 static vt_tensor *aggregate_fused(vt_graph *g, const char *agg, vt_tensor *qkv, int H, int W, int s) {
     char nm[VT_NAMELEN], sub[VT_NAMELEN], cv[VT_NAMELEN];
     const int s3[3] = {1, s, s};
@@ -74,10 +74,11 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     const int s = C / 5, d = s / 2, B3 = 3 * B;
     const float scale = 1.0f / sqrtf((float)C / GMA_HEADS);
 
-    /* Q, K, V: qkv (B, N, 3C) viewed as (B, N, 3, 5, s); segment j of the three as 3B channel-first images
-     * (3B, s, H, W), read straight from it by one sliced permute each (no (3B, C, H, W) copy to slice from). */
-    vt_tensor *qkv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
-    const int s5[5] = {B, N, 3, 5, s}, pseg[5] = {2, 0, 3, 4, 1}, sseg[4] = {B3, s, H, W};
+    /* Q, K, V: the qkv linear's output transposed (3C, B, N) (the GEMM writes it so: no transposing pass) viewed as
+     * (3, 5, s, B, N); segment j of the three as 3B channel-first images (3B, s, H, W) (index type·B + b) is one
+     * sliced permute of whole planes. */
+    vt_tensor *qkv = vt_linear_t_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
+    const int s5[5] = {3, 5, s, B, N}, pseg[5] = {0, 3, 1, 2, 4}, sseg[4] = {B3, s, H, W};
     vt_tensor *t = vt_reshape(g, qkv, 5, s5);
 
     /* Pre-attention branches: Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N); at inference one fused op. */
@@ -88,7 +89,7 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         Zc = aggregate_fused(g, agg, qkv, H, W, s);
     } else {
         vt_tensor *seg[4], *Y[4];
-        for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 3, j, 1), 4, sseg);
+        for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 1, j, 1), 4, sseg);
         Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
         for (int j = 1; j <= 3; j++) {
             snprintf(sub, sizeof sub, "agg%d", j);
@@ -136,9 +137,9 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
     }
 
-    /* Non-attention branch on [Q_4 | K_4 | V_4] per image: (B, 3s, H, W), one sliced permute of qkv. */
-    const int p4[5] = {0, 2, 3, 4, 1}, s4[4] = {B, 3 * s, H, W};
-    vt_tensor *X4 = vt_reshape(g, vt_permute_slice(g, t, p4, 3, 4, 1), 4, s4);
+    /* Non-attention branch on [Q_4 | K_4 | V_4] per image: (B, 3s, H, W), one sliced permute of qkv's planes. */
+    const int p4[5] = {3, 0, 1, 2, 4}, s4[4] = {B, 3 * s, H, W};
+    vt_tensor *X4 = vt_reshape(g, vt_permute_slice(g, t, p4, 1, 4, 1), 4, s4);
     vt_pname(sub, agg, "agg0");
     vt_tensor *u = separable(g, vt_pname(nm, sub, "conv"), X4, s, 3, 1); /* (B, s, H, W) */
     const int su[3] = {B, s, N}, ptok[3] = {0, 2, 1};

@@ -1,18 +1,18 @@
 /* GroupMixFormer's pre-attention aggregators at inference as one op (spec-groupmixformer.md §4; the chain it
  * replaces in eval graphs is in src/blocks/gma.c):
- *   X_j (s channels × N tokens) = segment j of Q, K or V, read from the qkv linear's output (B, N, 3C), C = 5s;
+ *   X_j (s channels × N tokens) = segment j of Q, K or V: s planes of the qkv linear's transposed output
+ *   (3C, B, N) (vt_linear_t), C = 5s;
  *   Z_i = [hswish(s0 ⊙ X_0 + t0) | hswish(s_j ⊙ PW_j·DW_k(X_j) + t_j), j = 1, 2, 3 with k = 2j + 1]
  * for the 3B images i = type·B + b, into Z (3B, 4s, N) channel-first. One unit is an (image, segment) pair: its
- * transposing read of qkv, the depthwise planes and the pointwise GEMM (BatchNorm scale folded into its weights)
- * stay in the thread's cache, and the result lands in its slot of Z, where the chain made four sliced permutes,
- * three depthwise and three pointwise convs, four BatchNorm + Hardswish passes and a concat, each through memory.
+ * depthwise planes and the pointwise GEMM (BatchNorm scale folded into its weights) stay in the thread's cache, and
+ * the result lands in its slot of Z, where the chain made four sliced copies, three depthwise and three pointwise
+ * convs, four BatchNorm + Hardswish passes and a concat, each through memory.
  * No backward: training graphs (BatchNorm batch statistics) keep the chain. */
 #include <omp.h>
 #include <string.h>
 
 #include "dwplane.h"
 #include "mathfn.h"
-#include "transpose8.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
 
@@ -22,53 +22,37 @@ typedef struct {
 } gagg_p;
 
 /* Floats of the folded weights (three s×s pointwise matrices scaled by their BatchNorm) and of one thread's scratch
- * (X and the depthwise output, s·N each, and a padded plane per kernel size). */
+ * (the depthwise output, s·N, and a padded plane per kernel size). */
 static size_t fold_floats(const gagg_p *p) { return 3 * (size_t)p->s * p->s; }
 static size_t pad_at(const gagg_p *p, int j) {
     size_t o = 0;
     for (int i = 1; i < j; i++) o += vt_dw_plane_scratch(p->H, p->W, 2 * i + 1);
     return o;
 }
-static size_t thread_floats(const gagg_p *p) { return 2 * (size_t)p->s * p->N + pad_at(p, 4); }
-
-/* X[c·N + m] = src[m·ls + c] for m < N, c < s: 8×8 blocks through registers (a scalar loop with one strided store
- * per element took most of the op's time), scalar edges. */
-static void gather_t(const float *src, ptrdiff_t ls, float *X, int N, int s) {
-    int m0 = 0;
-#if defined(__AVX__)
-    for (; m0 + 8 <= N; m0 += 8) {
-        int c0 = 0;
-        for (; c0 + 8 <= s; c0 += 8) transpose8(src + m0 * ls + c0, ls, X + (size_t)c0 * N + m0, N, 0);
-        for (int m = m0; m < m0 + 8; m++)
-            for (int c = c0; c < s; c++) X[(size_t)c * N + m] = src[m * ls + c];
-    }
-#endif
-    for (int m = m0; m < N; m++)
-        for (int c = 0; c < s; c++) X[(size_t)c * N + m] = src[m * ls + c];
-}
+static size_t thread_floats(const gagg_p *p) { return (size_t)p->s * p->N + pad_at(p, 4); }
 
 static void gagg_unit(const vt_node *n, int u, const float *wf, float *sc) {
     const gagg_p *p = VT_OP_P(n, gagg_p);
     const int B = p->B, N = p->N, s = p->s, C = 5 * s, i = u / 4, j = u % 4, t = i / B, b = i % B;
     const float *bn = n->in[5]->data + (size_t)j * 2 * s; /* (4, 2, s): scale row, shift row */
-    const float *src = n->in[0]->data + (size_t)b * N * 3 * C + (size_t)t * C + (size_t)j * s;
+    const size_t ps = (size_t)B * N; /* plane stride: channel o of image b at (o·B + b)·N */
+    const float *X = n->in[0]->data + ((size_t)(t * C + j * s) * B + b) * N;
     float *z = n->out->data + ((size_t)i * 4 * s + (size_t)j * s) * N;
-    if (j == 0) { /* hswish(BN(X_0)): gathered into its slot, normalised there */
-        gather_t(src, 3 * (ptrdiff_t)C, z, N, s);
+    if (j == 0) { /* hswish(BN(X_0)) into its slot */
         for (int c = 0; c < s; c++) {
+            const float *xc = X + c * ps;
             float *zc = z + (size_t)c * N;
             const float a = bn[c], sh = bn[s + c];
 #pragma omp simd
-            for (int m = 0; m < N; m++) zc[m] = vt_hswish_f(a * zc[m] + sh);
+            for (int m = 0; m < N; m++) zc[m] = vt_hswish_f(a * xc[m] + sh);
         }
         return;
     }
-    float *X = sc, *D = X + (size_t)s * N, *pad = D + (size_t)s * N + pad_at(p, j);
-    gather_t(src, 3 * (ptrdiff_t)C, X, N, s);
+    float *D = sc, *pad = D + (size_t)s * N + pad_at(p, j);
     const int k = 2 * j + 1;
     const float *w = n->in[j]->data;
     for (int c = 0; c < s; c++)
-        vt_dw_plane(X + (size_t)c * N, p->H, p->W, k, w + (size_t)c * k * k, 0.0f, D + (size_t)c * N, pad);
+        vt_dw_plane(X + c * ps, p->H, p->W, k, w + (size_t)c * k * k, 0.0f, D + (size_t)c * N, pad);
     vt_gemm(p->gemm, 0, 0, s, N, s, 1.0f, wf + (size_t)(j - 1) * s * s, s, D, N, 0.0f, z, N);
     for (int c = 0; c < s; c++) {
         float *zc = z + (size_t)c * N;
@@ -92,7 +76,7 @@ static void gagg_fwd(vt_node *n) {
 #pragma omp parallel num_threads(p->nt)
     {
         float *sc = scratch + (size_t)omp_get_thread_num() * thread_floats(p);
-        memset(sc + 2 * (size_t)s * p->N, 0, sizeof(float) * pad_at(p, 4)); /* the padded planes' borders */
+        memset(sc + (size_t)s * p->N, 0, sizeof(float) * pad_at(p, 4)); /* the padded planes' borders */
 #pragma omp for schedule(dynamic, 1)
         for (int u = 0; u < units; u++) gagg_unit(n, u, wf, sc);
     }
@@ -107,9 +91,9 @@ vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_t
     char sq[64];
     vt_shape_str(qkv, sq, sizeof sq);
     if (g->training) return vt_fail(g, op, "the fused aggregators have no backward: training graphs use the op chain");
-    if (qkv->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != qkv->shape[1] || qkv->shape[2] % 15)
-        return vt_fail(g, op, "qkv %s must be (B, H·W = %d·%d, 3C) with C a multiple of 5", sq, H, W);
-    const int B = qkv->shape[0], N = qkv->shape[1], s = qkv->shape[2] / 15;
+    if (qkv->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != qkv->shape[2] || qkv->shape[0] % 15)
+        return vt_fail(g, op, "qkv %s must be (3C, B, H·W = %d·%d) with C a multiple of 5", sq, H, W);
+    const int B = qkv->shape[1], N = qkv->shape[2], s = qkv->shape[0] / 15;
     const vt_tensor *dw[3] = {dw3, dw5, dw7};
     for (int j = 0; j < 3; j++) {
         const int k = 2 * j + 3;

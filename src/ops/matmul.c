@@ -401,6 +401,72 @@ vt_tensor *vt_residual(vt_graph *g, vt_tensor *x, vt_tensor *h) { return residua
 
 vt_tensor *vt_residual_drop(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) { return residual(g, x, h, drop); }
 
+/* ---- linear with a transposed output: y (M, R) = w (M, K) · x (R, K)ᵀ + b (one column per row of x) ----
+ * For ops that read channel planes (GroupMixFormer's aggregators and branches): vt_linear's product written
+ * transposed by the GEMM itself (one threaded GEMM over all rows, as vt_linear's), so no transposing pass over an
+ * (R, M) output follows. The bias is written into y first and the GEMM accumulates onto it. */
+typedef struct {
+    int R, K, M;
+    int has_bias;
+} linear_t_p;
+
+static void linear_t_fwd(vt_node *n) {
+    const linear_t_p *p = VT_OP_P(n, linear_t_p);
+    const int R = p->R, K = p->K, M = p->M;
+    float *y = n->out->data;
+    if (p->has_bias) {
+        const float *b = n->in[2]->data;
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < M; o++)
+            for (int r = 0; r < R; r++) y[(size_t)o * R + r] = b[o];
+    }
+    gemm(n, 0, 1, M, R, K, 1.0f, n->in[1]->data, K, n->in[0]->data, K, p->has_bias ? 1.0f : 0.0f, y, R);
+}
+
+/* dx (R, K) = dyᵀ · w (written where fresh); dw += dy · x; db += dy's row sums. */
+static void linear_t_bwd(vt_node *n) {
+    const linear_t_p *p = VT_OP_P(n, linear_t_p);
+    const int R = p->R, K = p->K, M = p->M;
+    const float *dy = n->out->grad;
+    float *dx = n->in[0]->grad, *dw = n->in[1]->grad, *db = p->has_bias ? n->in[2]->grad : NULL;
+    if (dx) gemm(n, 1, 0, R, K, M, 1.0f, dy, R, n->in[1]->data, K, n->grad_fresh & 1u ? 0.0f : 1.0f, dx, K);
+    if (dw) gemm(n, 0, 0, M, K, R, 1.0f, dy, R, n->in[0]->data, K, 1.0f, dw, K);
+    if (db) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < M; o++) {
+            double s = 0.0;
+            for (int r = 0; r < R; r++) s += dy[(size_t)o * R + r];
+            db[o] += (float)s;
+        }
+    }
+}
+
+static const vt_opdef op_linear_t = {"linear_t", linear_t_fwd, linear_t_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
+                                     NULL};
+
+vt_tensor *vt_linear_t(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64];
+    vt_shape_str(x, sx, 64);
+    vt_shape_str(w, sw, 64);
+    if (x->ndim < 1 || x->ndim >= VT_MAXDIM || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
+        return vt_fail(g, "linear_t", "input %s must be (..., K) and weight %s (M, K)", sx, sw);
+    const int M = w->shape[0], K = w->shape[1];
+    if (b && (b->ndim != 1 || b->shape[0] != M))
+        return vt_fail(g, "linear_t", "bias must be (%d) for weight %s", M, sw);
+    int ys[VT_MAXDIM];
+    ys[0] = M;
+    for (int i = 0; i + 1 < x->ndim; i++) ys[i + 1] = x->shape[i];
+    vt_tensor *in[3] = {x, w, b};
+    vt_node *n = vt_new_node(g, &op_linear_t, in, b ? 3 : 2, vt_new_act(g, x->ndim, ys));
+    if (!n) return NULL;
+    const int R = (int)(x->numel / K);
+    *VT_OP_P(n, linear_t_p) = (linear_t_p){R, K, M, b != NULL};
+    n->macs = (int64_t)R * K * M;
+    n->grad_sets = 1u; /* x */
+    return n->out;
+}
+
 /* ---- batched matmul ---- */
 /* C (batch, M, N) = alpha·op(A)·op(B), op(A) (M, K) and op(B) (K, N) transposed when ta / tb. */
 typedef struct {
