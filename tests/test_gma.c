@@ -107,6 +107,43 @@ void test_gma(vt_test *T) {
     check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
     check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */
     check_merge(T, 8, 520, 2, 3, (const int[]){4, 4, 4});   /* 512-token units and an 8-token one */
+    /* shape errors of the merge op (parts not adding up to f's channels, u of another token count, q unlike f) and
+     * of the fused aggregators on a token-major qkv (B, N, 3C) */
+    static const struct {
+        int fs[3], qs[3], us[3], vc[2];
+        const char *msg;
+    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 9, 3}, {6, 5}, "11 channels"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 8, 3}, {6, 6}, "must be (B, N, T)"},
+               {{2, 12, 9}, {2, 12, 8}, {2, 9, 3}, {6, 6}, "one (B, A, N) shape"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        vt_tensor *v[2];
+        for (int k = 0; k < 2; k++) {
+            const int vs[3] = {2, bad[i].vc[k], 9};
+            v[k] = vt_input(g, k ? "v1" : "v0", 3, vs);
+        }
+        const vt_tensor *y = vt_gma_merge(g, vt_input(g, "f", 3, bad[i].fs), vt_input(g, "q", 3, bad[i].qs), v, 2,
+                                          vt_input(g, "u", 3, bad[i].us));
+        T_CHECK(T, !y && strstr(g->err.msg, "gma_merge") && strstr(g->err.msg, bad[i].msg), "bad merge %zu: %s", i,
+                g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+    {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        const int qs[3] = {2, 12, 60}, d3[4] = {4, 1, 3, 3}, d5[4] = {4, 1, 5, 5}, d7[4] = {4, 1, 7, 7};
+        const int pw[3] = {3, 4, 4}, bn[3] = {4, 2, 4};
+        const vt_tensor *y = vt_gma_aggregate_eval(g, vt_input(g, "qkv", 3, qs), 3, 4, vt_input(g, "d3", 4, d3),
+                                                   vt_input(g, "d5", 4, d5), vt_input(g, "d7", 4, d7),
+                                                   vt_input(g, "pw", 3, pw), vt_input(g, "bn", 3, bn));
+        T_CHECK(T, !y && strstr(g->err.msg, "(3C, B, H·W"), "token-major qkv must fail: %s", g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
     check_block_grad(T, "gma_attn 2x(3x4) C20", 1, 2, 3, 4, 20);
     check_block_grad(T, "gma_block 1x(4x3) C20", 0, 1, 4, 3, 20);
     check_eval_fused(T, 2, 3, 5, 40);  /* 15 tokens: 8×8 transposes and scalar edges; s = 8 */

@@ -27,6 +27,21 @@ static void check_linear_t(vt_test *T) {
         {.name = "linear_t_2d", .nx = 3, .ndim = {2, 2, 1}, .shape = {{9, 4}, {5, 4}, {5}}, .build = b_linear_t},
         {.name = "linear_t_nobias", .nx = 2, .ndim = {3, 2}, .shape = {{4, 3, 6}, {2, 6}}, .build = b_linear_t},
     };
+    static const struct {
+        int xs[3], ws[2], bias;
+        const char *msg;
+    } bad[] = {{{2, 3, 5}, {4, 6}, 0, "must be (..., K)"}, {{2, 3, 5}, {4, 5}, 3, "bias must be (4)"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) { /* shape errors: K mismatch, a wrong bias */
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        vt_tensor *b = bad[i].bias ? vt_input(g, "b", 1, &bad[i].bias) : NULL;
+        const vt_tensor *y = vt_linear_t(g, vt_input(g, "x", 3, bad[i].xs), vt_input(g, "w", 2, bad[i].ws), b);
+        T_CHECK(T, !y && strstr(g->err.msg, "linear_t") && strstr(g->err.msg, bad[i].msg), "bad linear_t %zu: %s", i,
+                g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         gc_run(T, &cs[i]);
         gc_case p = cs[i];
