@@ -94,7 +94,9 @@ static vt_tensor *b_mul(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
     return vt_mul(g, x[0], x[1]);
 }
-static vt_tensor *b_affine(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_affine(g, x[0], c->fa[0], c->fa[1]); }
+static vt_tensor *b_affine(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_affine(g, x[0], c->fa[0], c->fa[1]);
+}
 static vt_tensor *b_ce(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_cross_entropy(g, x[0], x[1], c->fa[0]);
 }
@@ -251,7 +253,8 @@ static void check_linear_act_fusion(vt_test *T) {
             for (int a = 0; a < 2; a++) {
                 int same = 1;
                 for (int64_t i = 0; i < y[2 * a]->numel; i++) same &= y[2 * a]->data[i] == y[2 * a + 1]->data[i];
-                T_CHECK(T, same, "fused linear+%s differs from the plain chain (%d rows)", a ? "GELU" : "ReLU", rows[k]);
+                T_CHECK(T, same, "fused linear+%s differs from the plain chain (%d rows)", a ? "GELU" : "ReLU",
+                        rows[k]);
             }
         }
         vt_graph_free(g);
@@ -313,7 +316,8 @@ static void check_residual_drop(vt_test *T) {
             int drop = train, keep = 1;
             for (int i = 0; i < N * Co; i++) {
                 drop &= yy[i] == rr[i];
-                keep &= fabsf(yy[i] - rr[i] - (train ? 1.0f / (1.0f - p) : 1.0f) * ref[i]) <= 1e-4f * (1.0f + fabsf(ref[i]));
+                const float f = train ? 1.0f / (1.0f - p) : 1.0f;
+                keep &= fabsf(yy[i] - rr[i] - f * ref[i]) <= 1e-4f * (1.0f + fabsf(ref[i]));
             }
             dropped += drop;
             bad += !drop && !keep;
