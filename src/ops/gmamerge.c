@@ -27,16 +27,16 @@ static int v_part(const gmerge_p *p, int c, int *k) {
     return c;
 }
 
-/* dst[j·ld + i] = (add: +=) src[i·ls + j] for i < ni, j < nj (ni, nj ≤ 8): 8×8 in registers when whole. */
-static void tile_t(const float *src, ptrdiff_t ls, float *dst, ptrdiff_t ld, int ni, int nj, int add) {
+/* dst[j·ld + i] = src[i·ls + j] for i < ni, j < nj (ni, nj ≤ 8): 8×8 in registers when whole. */
+static void tile_t(const float *src, ptrdiff_t ls, float *dst, ptrdiff_t ld, int ni, int nj) {
 #if defined(__AVX__)
     if (ni == 8 && nj == 8) {
-        transpose8(src, ls, dst, ld, add);
+        transpose8(src, ls, dst, ld, 0);
         return;
     }
 #endif
     for (int i = 0; i < ni; i++)
-        for (int j = 0; j < nj; j++) dst[j * ld + i] = (add ? dst[j * ld + i] : 0.0f) + src[i * ls + j];
+        for (int j = 0; j < nj; j++) dst[j * ld + i] = src[i * ls + j];
 }
 
 static void gmerge_fwd(vt_node *n) {
@@ -62,7 +62,7 @@ static void gmerge_fwd(vt_node *n) {
                 for (int m = 0; m < nn; m++) tr[m] = fr[m] + qr[m] * vr[m];
             }
             for (int m0 = 0; m0 < nn; m0 += 8)
-                tile_t(t + m0, tb, y + ((size_t)b * N + n0 + m0) * L + c0, L, nc, nn - m0 < 8 ? nn - m0 : 8, 0);
+                tile_t(t + m0, tb, y + ((size_t)b * N + n0 + m0) * L + c0, L, nc, nn - m0 < 8 ? nn - m0 : 8);
         }
         for (int m = 0; m < nn; m++)
             memcpy(y + ((size_t)b * N + n0 + m) * L + A, u + ((size_t)b * N + n0 + m) * T, sizeof(float) * T);
@@ -88,7 +88,7 @@ static void gmerge_bwd(vt_node *n) {
         for (int c0 = 0; c0 < A; c0 += 8) {
             const int nc = A - c0 < 8 ? A - c0 : 8;
             for (int m0 = 0; m0 < nn; m0 += 8) /* t[c][m] = dy[b, n0 + m, c0 + c] */
-                tile_t(dy + ((size_t)b * N + n0 + m0) * L + c0, L, t + m0, tb, nn - m0 < 8 ? nn - m0 : 8, nc, 0);
+                tile_t(dy + ((size_t)b * N + n0 + m0) * L + c0, L, t + m0, tb, nn - m0 < 8 ? nn - m0 : 8, nc);
             for (int c = 0; c < nc; c++) {
                 const size_t o = ((size_t)b * A + c0 + c) * N + n0;
                 int k;

@@ -1,5 +1,5 @@
-/* An 8×8 float transpose through AVX registers, shared by the permute op (shape.c) and the fused GMA aggregators
- * (gmagg.c). */
+/* An 8×8 float transpose through AVX registers, shared by the permute op (shape.c) and GroupMixFormer's output
+ * merge (gmamerge.c). */
 #ifndef VITC_TRANSPOSE8_H
 #define VITC_TRANSPOSE8_H
 
