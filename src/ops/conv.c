@@ -436,32 +436,27 @@ static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const 
         }
     if (!acc) return;
     fill_pad(x, H, W, p, p, xp, Wp);
-#if defined(__AVX512F__)
-    for (int ki = 0; ki < kh; ki++) {
-        const float *dr = dyp + (size_t)(kh - 1) * Wd + kw - 1, *xr = xp + (size_t)ki * Wp;
-        float *ac = acc + (size_t)ki * kw * VB;
-        switch (kw) {
-        case 3: dwk_taps16(dr, Wd, xr, Wp, q->Ho, Wo, 3, ac); break;
-        case 5: dwk_taps16(dr, Wd, xr, Wp, q->Ho, Wo, 5, ac); break;
-        case 7: dwk_taps16(dr, Wd, xr, Wp, q->Ho, Wo, 7, ac); break;
-        default:
-            for (int kj = 0; kj < kw; kj++) dwk_taps16(dr, Wd, xr + kj, Wp, q->Ho, Wo, 1, ac + (size_t)kj * VB);
-        }
-    }
-#else
+#if defined(__AVX512F__) /* whole VB-wide blocks per call */
+#define DWK_TAPS dwk_taps16
+#define DWK_LANES VB
+#else /* 8 of the VB lanes per call */
+#define DWK_TAPS dwk_taps
+#define DWK_LANES 8
+#endif
     for (int ki = 0; ki < kh; ki++)
-        for (int h = 0; h < VB; h += 8) {
+        for (int h = 0; h < VB; h += DWK_LANES) {
             const float *dr = dyp + (size_t)(kh - 1) * Wd + kw - 1 + h, *xr = xp + (size_t)ki * Wp + h;
             float *ac = acc + (size_t)ki * kw * VB + h;
             switch (kw) { /* the kernel widths the models use, as constants; others one tap at a time */
-            case 3: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 3, ac); break;
-            case 5: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 5, ac); break;
-            case 7: dwk_taps(dr, Wd, xr, Wp, q->Ho, Wo, 7, ac); break;
+            case 3: DWK_TAPS(dr, Wd, xr, Wp, q->Ho, Wo, 3, ac); break;
+            case 5: DWK_TAPS(dr, Wd, xr, Wp, q->Ho, Wo, 5, ac); break;
+            case 7: DWK_TAPS(dr, Wd, xr, Wp, q->Ho, Wo, 7, ac); break;
             default:
-                for (int kj = 0; kj < kw; kj++) dwk_taps(dr, Wd, xr + kj, Wp, q->Ho, Wo, 1, ac + (size_t)kj * VB);
+                for (int kj = 0; kj < kw; kj++) DWK_TAPS(dr, Wd, xr + kj, Wp, q->Ho, Wo, 1, ac + (size_t)kj * VB);
             }
         }
-#endif
+#undef DWK_TAPS
+#undef DWK_LANES
 }
 
 /* ---- conv2d kernels ---- */

@@ -27,6 +27,14 @@ static int v_part(const gmerge_p *p, int c, int *k) {
     return c;
 }
 
+/* Work unit u's image *b and its tokens [*n0, *n0 + *nn). */
+static void unit_span(const gmerge_p *p, int u, int *b, int *n0, int *nn) {
+    const int nb = (p->N + p->tb - 1) / p->tb;
+    *b = u / nb;
+    *n0 = u % nb * p->tb;
+    *nn = p->N - *n0 < p->tb ? p->N - *n0 : p->tb;
+}
+
 /* dst[j·ld + i] = src[i·ls + j] for i < ni, j < nj (ni, nj ≤ 8): 8×8 in registers when whole. */
 static void tile_t(const float *src, ptrdiff_t ls, float *dst, ptrdiff_t ld, int ni, int nj) {
 #if defined(__AVX__)
@@ -48,7 +56,8 @@ static void gmerge_fwd(vt_node *n) {
     float *y = n->out->data;
 #pragma omp parallel for schedule(static)
     for (int unit = 0; unit < B * nb; unit++) {
-        const int b = unit / nb, n0 = unit % nb * tb, nn = N - n0 < tb ? N - n0 : tb;
+        int b, n0, nn;
+        unit_span(p, unit, &b, &n0, &nn);
         float t[8 * TB_MAX];
         for (int c0 = 0; c0 < A; c0 += 8) {
             const int nc = A - c0 < 8 ? A - c0 : 8;
@@ -83,7 +92,8 @@ static void gmerge_bwd(vt_node *n) {
     }
 #pragma omp parallel for schedule(static)
     for (int unit = 0; unit < B * nb; unit++) {
-        const int b = unit / nb, n0 = unit % nb * tb, nn = N - n0 < tb ? N - n0 : tb;
+        int b, n0, nn;
+        unit_span(p, unit, &b, &n0, &nn);
         float t[8 * TB_MAX];
         for (int c0 = 0; c0 < A; c0 += 8) {
             const int nc = A - c0 < 8 ? A - c0 : 8;
