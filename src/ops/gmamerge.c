@@ -19,12 +19,12 @@ typedef struct {
     int vc[VT_MAXIN]; /* channels of each v part */
 } gmerge_p;
 
-/* The v part holding channel c of the A (into *k) and c's channel within it. */
-static int v_part(const gmerge_p *p, int c, int *k) {
+/* The v part holding channel c of the A (into *k) and the offset of image b's row of c, from token n0, in it. */
+static size_t v_row(const gmerge_p *p, int b, int c, int n0, int *k) {
     int j = 0;
     while (c >= p->vc[j]) c -= p->vc[j++];
     *k = j;
-    return c;
+    return ((size_t)b * p->vc[j] + (size_t)c) * p->N + (size_t)n0;
 }
 
 /* Work unit u's image *b and its tokens [*n0, *n0 + *nn). */
@@ -64,8 +64,8 @@ static void gmerge_fwd(vt_node *n) {
             for (int c = 0; c < nc; c++) {
                 const size_t o = ((size_t)b * A + c0 + c) * N + n0;
                 int k;
-                const int cc = v_part(p, c0 + c, &k);
-                const float *fr = f + o, *qr = q + o, *vr = vd[k] + ((size_t)b * p->vc[k] + cc) * N + n0;
+                const size_t ov = v_row(p, b, c0 + c, n0, &k);
+                const float *fr = f + o, *qr = q + o, *vr = vd[k] + ov;
                 float *tr = t + c * tb;
 #pragma omp simd
                 for (int m = 0; m < nn; m++) tr[m] = fr[m] + qr[m] * vr[m];
@@ -102,8 +102,7 @@ static void gmerge_bwd(vt_node *n) {
             for (int c = 0; c < nc; c++) {
                 const size_t o = ((size_t)b * A + c0 + c) * N + n0;
                 int k;
-                const int cc = v_part(p, c0 + c, &k);
-                const size_t ov = ((size_t)b * p->vc[k] + cc) * N + n0;
+                const size_t ov = v_row(p, b, c0 + c, n0, &k);
                 const float *tr = t + c * tb, *qr = q + o, *vr = vd[k] + ov;
                 float *dvr = dvd[k] ? dvd[k] + ov : NULL;
                 const int wv = n->grad_fresh >> (3 + k) & 1u;
