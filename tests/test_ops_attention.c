@@ -218,13 +218,16 @@ static void check_gelu_kernels(vt_test *T) {
             bad);
 }
 
-/* vt_softmax_row (vector body and scalar tail) against double precision on rows of 1 to 40 and 197 values spread
- * over 60 units (tiny probabilities included); a NaN anywhere in a row makes the row NaN, −inf gives 0. */
+/* vt_softmax_row and vt_softmax_bwd_row (vector body and the overlapping last vector, or scalar loops below a
+ * vector) against double precision on rows of 1 to 40 and 197 values spread over 60 units (tiny probabilities
+ * included), the forward also in place (y = x: the same floats); a NaN anywhere in a row makes the row NaN, −inf
+ * gives 0. */
 static void check_softmax_row(vt_test *T) {
     vt_rng s;
     vt_rng_seed(&s, 7);
-    float x[197], y[197];
-    double worst = 0;
+    float x[197], y[197], g[197];
+    double worst = 0, worst_b = 0;
+    int moved = 0;
     for (int n = 1; n <= 198; n = n < 40 ? n + 1 : (n == 40 ? 197 : 199)) {
         for (int j = 0; j < n; j++) x[j] = 60.0f * (vt_rng_uniform(&s) - 0.5f);
         vt_softmax_row(x, y, n);
@@ -235,8 +238,22 @@ static void check_softmax_row(vt_test *T) {
             const double r = exp((double)(x[j] - (float)mx)) / sum;
             worst = fmax(worst, fabs(y[j] - r) / (r + 1e-30));
         }
+        double dot = 0;
+        for (int j = 0; j < n; j++) {
+            g[j] = 2.0f * vt_rng_uniform(&s) - 1.0f;
+            dot += (double)g[j] * y[j];
+        }
+        float gb[197];
+        memcpy(gb, g, sizeof(float) * (size_t)n);
+        vt_softmax_bwd_row(y, gb, n);
+        for (int j = 0; j < n; j++) /* relative to the terms' magnitude: g − dot may cancel */
+            worst_b = fmax(worst_b, fabs(gb[j] - y[j] * (g[j] - dot)) / (y[j] * (fabs(g[j]) + fabs(dot)) + 1e-30));
+        vt_softmax_row(x, x, n);
+        moved += memcmp(x, y, sizeof(float) * (size_t)n) != 0;
     }
     T_CHECK(T, worst < 1e-6, "softmax row max relative error %g", worst);
+    T_CHECK(T, worst_b < 1e-6, "softmax backward row max relative error %g", worst_b);
+    T_CHECK(T, moved == 0, "softmax row in place differs from out of place on %d rows", moved);
     for (int n = 1; n <= 20; n++)
         for (int at = 0; at < n; at += 3) {
             for (int j = 0; j < n; j++) x[j] = (float)j * 0.1f;
