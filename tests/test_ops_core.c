@@ -50,6 +50,51 @@ static void check_linear_t(vt_test *T) {
         gc_compare(T, &p, &cs[i], 1e-5);
     }
 }
+/* The profile's split by op kind: a linear (GEMM), GELU (other) and attention (fused) each get a positive share,
+ * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros. */
+static void check_profile_split(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[3] = {2, 16, 24}, ws[2] = {24, 24}, bs[1] = {24};
+    vt_tensor *x = vt_input(g, "x", 3, xs);
+    vt_tensor *h = vt_gelu(g, vt_linear(g, x, vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.2f}),
+                                        vt_param(g, "b", 1, bs, (vt_init){VT_INIT_ZERO, 0.0f})));
+    vt_graph_set_loss(g, vt_sum(g, vt_attention(g, h, 2, 0.3f)));
+    double sh[VT_OP_KINDS] = {1.0, 1.0, 1.0};
+    int rc = vt_graph_finalize(g, &e);
+    if (rc == 0) {
+        vt_params_init(P, 3);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 7) * 0.1f;
+        vt_graph_forward(g);
+        vt_graph_profile_split(g, sh);
+        T_CHECK(T, sh[0] == 0.0 && sh[1] == 0.0 && sh[2] == 0.0, "split without profiling: %g %g %g", sh[0], sh[1],
+                sh[2]);
+        rc = vt_graph_enable_profile(g, &e);
+    }
+    T_CHECK(T, rc == 0, "profile graph: %s", e.msg);
+    if (rc == 0) {
+        for (int it = 0; it < 3; it++) {
+            vt_graph_forward(g);
+            vt_graph_backward(g);
+        }
+        vt_graph_profile_split(g, sh);
+        T_CHECK(T, sh[VT_OP_GEMM] > 0 && sh[VT_OP_FUSED] > 0 && sh[VT_OP_OTHER] > 0 &&
+                       fabs(sh[0] + sh[1] + sh[2] - 1.0) < 1e-9,
+                "split by kind: gemm %g fused %g other %g", sh[VT_OP_GEMM], sh[VT_OP_FUSED], sh[VT_OP_OTHER]);
+        int kinds = 0;
+        for (int i = 0; i < g->nn; i++) {
+            const vt_opdef *op = g->nodes[i]->op;
+            kinds += strcmp(op->name, "linear") == 0 ? op->kind == VT_OP_GEMM
+                     : strcmp(op->name, "attention") == 0 ? op->kind == VT_OP_FUSED
+                     : strcmp(op->name, "gelu") == 0     ? op->kind == VT_OP_OTHER
+                                                         : 0;
+        }
+        T_CHECK(T, kinds == 3, "%d of the linear, GELU and attention nodes have their kinds", kinds);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
 static vt_tensor *b_linear_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
     return vt_linear_gelu(g, x[0], x[1], x[2]);
@@ -438,6 +483,7 @@ void test_ops_core(vt_test *T) {
     check_residual_drop(T);
     check_gemm_ref(T);
     check_linear_t(T);
+    check_profile_split(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
     gc_case cases[] = {

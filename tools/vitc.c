@@ -141,7 +141,8 @@ static const optdef optdefs[] = {
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
-      "print the time spent per op type (per kernel) and the 12 slowest nodes with their scope and shapes"),
+      "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
+      "split by kind and the 12 slowest nodes with their scope and shapes (--json adds time_by_kind)"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: groupmixformer_*)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
@@ -761,6 +762,9 @@ static int cmd_bench(opts *o) {
         printf(", \"onednn_isa\": ");
         json_str(m->onednn_isa);
         printf(", \"linears\": %d, \"int8_linears\": %d", r.linears, r.int8_linears);
+        if (o->profile)
+            printf(", \"time_by_kind\": {\"gemm\": %.4f, \"fused\": %.4f, \"other\": %.4f}", r.by_kind[VT_OP_GEMM],
+                   r.by_kind[VT_OP_FUSED], r.by_kind[VT_OP_OTHER]);
         printf(", \"gemm_lib\": \"%s\", \"gemm_rule\": ", vt_gemm_lib_name(r.gemm.force));
         json_str(rule);
         printf(", \"gemm_warning\": ");

@@ -50,12 +50,18 @@ typedef struct vt_kernel {
  * those of the slots in n->grad_fresh) and reads
  * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
  * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
+/* What an op's time goes to, for the profile's split (vt_graph_profile_split): GEMM library calls around light
+ * epilogues (linear, matmul, convolutions but the depthwise), GEMMs fused with other work on their tiles (the
+ * attention ops, the Refiner's DLA), or neither (memory-bound: norms, activations, layout, depthwise convs). */
+typedef enum { VT_OP_OTHER = 0, VT_OP_GEMM, VT_OP_FUSED, VT_OP_KINDS } vt_op_kind;
+
 typedef struct vt_opdef {
     const char *name;
     void (*forward)(vt_node *n);
     void (*backward)(vt_node *n);
     unsigned bwd_reads; /* VT_READS(...); 0: undeclared (everything kept, as if all were read) */
     const vt_kernel *const *kernels; /* alternative forwards, preferred first, NULL-terminated (NULL: none) */
+    vt_op_kind kind;
 } vt_opdef;
 
 struct vt_node {
@@ -208,8 +214,13 @@ int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
 /* Prints the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
- * total, then the 12 slowest nodes (scope, kernel, first input's and output's shapes). */
+ * total with the op's kind, the split by op kind (vt_graph_profile_split), then the 12 slowest nodes (scope, kernel, first input's and
+ * output's shapes). */
 void vt_graph_print_profile(const vt_graph *g);
+
+/* The accumulated time's fractions by op kind: share[VT_OP_GEMM], share[VT_OP_FUSED], share[VT_OP_OTHER] (zeros when
+ * profiling is off or nothing ran). */
+void vt_graph_profile_split(const vt_graph *g, double share[VT_OP_KINDS]);
 
 /* Total multiply-adds of one forward run. */
 int64_t vt_graph_macs(const vt_graph *g);

@@ -124,6 +124,8 @@ typedef struct vt_bench_result {
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */
     int linears, int8_linears;           /* the graph's linear layers, and those on the int8 kernel (--dtype int8) */
+    double by_kind[VT_OP_KINDS];         /* with profile: the timed steps' fractions by op kind
+                                          * (vt_graph_profile_split); zeros without */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures

@@ -609,17 +609,32 @@ static void print_slowest(const vt_graph *g, double total) {
     }
 }
 
+void vt_graph_profile_split(const vt_graph *g, double share[VT_OP_KINDS]) {
+    double total = 0.0;
+    for (int k = 0; k < VT_OP_KINDS; k++) share[k] = 0.0;
+    for (int i = 0; g->node_s && i < g->nn; i++) {
+        share[g->nodes[i]->op->kind] += g->node_s[i];
+        total += g->node_s[i];
+    }
+    for (int k = 0; k < VT_OP_KINDS && total > 0.0; k++) share[k] /= total;
+}
+
 void vt_graph_print_profile(const vt_graph *g) {
     if (!g->node_s) return;
+    static const char *kind_names[VT_OP_KINDS] = {"other", "gemm", "fused"};
     const char *names[64];
     double t[64] = {0}, total = 0.0;
     int64_t macs[64] = {0};
+    vt_op_kind kinds[64];
     int n = 0;
     for (int i = 0; i < g->nn; i++) {
         int k = 0;
         const char *name = g->nodes[i]->kern ? g->nodes[i]->kern->name : g->nodes[i]->op->name;
         while (k < n && strcmp(names[k], name) != 0) k++;
-        if (k == n && n < 64) names[n++] = name;
+        if (k == n && n < 64) {
+            kinds[n] = g->nodes[i]->op->kind;
+            names[n++] = name;
+        }
         if (k < n) {
             t[k] += g->node_s[i];
             macs[k] += g->nodes[i]->macs;
@@ -632,10 +647,16 @@ void vt_graph_print_profile(const vt_graph *g) {
                 double tt = t[i]; t[i] = t[j]; t[j] = tt;
                 int64_t mm = macs[i]; macs[i] = macs[j]; macs[j] = mm;
                 const char *nn = names[i]; names[i] = names[j]; names[j] = nn;
+                vt_op_kind kk = kinds[i]; kinds[i] = kinds[j]; kinds[j] = kk;
             }
-    printf("%-24s %10s %7s %14s\n", "op", "seconds", "share", "forward MACs");
+    printf("%-24s %10s %7s %14s  %s\n", "op", "seconds", "share", "forward MACs", "kind");
     for (int i = 0; i < n; i++)
-        printf("%-24s %10.4f %6.1f%% %14lld\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i]);
+        printf("%-24s %10.4f %6.1f%% %14lld  %s\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i],
+               kind_names[kinds[i]]);
+    double sh[VT_OP_KINDS];
+    vt_graph_profile_split(g, sh);
+    printf("by kind: GEMM ops %.1f%%, GEMMs fused with other work (attention, DLA) %.1f%%, other ops %.1f%%\n",
+           100.0 * sh[VT_OP_GEMM], 100.0 * sh[VT_OP_FUSED], 100.0 * sh[VT_OP_OTHER]);
     print_slowest(g, total);
 }
 

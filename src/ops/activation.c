@@ -82,13 +82,13 @@ static void unary_bwd(vt_node *n) {
 
 #define X_READ VT_READS(VT_READS_IN(0)) /* every derivative here is a function of the input x */
 static const vt_opdef op_unary[] = {
-    [VT_GELU] = {"gelu", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_RELU] = {"relu", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_RELU6] = {"relu6", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_HARDSWISH] = {"hardswish", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_SOFTPLUS] = {"softplus", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_POW] = {"pow", unary_fwd, unary_bwd, X_READ, NULL},
-    [VT_SIGMOID] = {"sigmoid", unary_fwd, unary_bwd, X_READ, NULL}};
+    [VT_GELU] = {"gelu", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_RELU] = {"relu", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_RELU6] = {"relu6", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_HARDSWISH] = {"hardswish", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_SOFTPLUS] = {"softplus", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_POW] = {"pow", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER},
+    [VT_SIGMOID] = {"sigmoid", unary_fwd, unary_bwd, X_READ, NULL, VT_OP_OTHER}};
 
 vt_tensor *vt_unary(vt_graph *g, vt_tensor *x, vt_unary_kind kind, float p) {
     if (vt_bad(g, 1, x)) return NULL;

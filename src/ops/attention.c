@@ -251,8 +251,8 @@ static void attn_bwd(vt_node *n) {
 
 /* Backward reads every input: q, kv, bias and mask recompute the probabilities. */
 #define ATTN_READS VT_READS(VT_READS_ALL_IN)
-static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd, ATTN_READS, NULL};
-static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd, ATTN_READS, NULL};
+static const vt_opdef op_attention = {"attention", attn_fwd, attn_bwd, ATTN_READS, NULL, VT_OP_FUSED};
+static const vt_opdef op_attention_msf = {"attention_msf", attn_fwd, attn_bwd, ATTN_READS, NULL, VT_OP_FUSED};
 
 /* 1 when the n ranges [offs[i], offs[i] + len) cover [0, total) each channel once. */
 static int tiles(const int *offs, int n, int len, int total) {

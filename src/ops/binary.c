@@ -135,9 +135,9 @@ static void binary_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_binary[3] = {
-    {"add", binary_fwd, binary_bwd, VT_READS(0), NULL},
-    {"sub", binary_fwd, binary_bwd, VT_READS(0), NULL},
-    {"mul", binary_fwd, binary_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL}};
+    {"add", binary_fwd, binary_bwd, VT_READS(0), NULL, VT_OP_OTHER},
+    {"sub", binary_fwd, binary_bwd, VT_READS(0), NULL, VT_OP_OTHER},
+    {"mul", binary_fwd, binary_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL, VT_OP_OTHER}};
 
 static vt_tensor *binary(vt_graph *g, vt_tensor *a, vt_tensor *b, int kind) {
     if (vt_bad(g, 2, a, b)) return NULL;
@@ -200,7 +200,7 @@ static void affine_bwd(vt_node *n) {
     for (int64_t i = 0; i < n->out->numel; i++) dx[i] += s * dy[i];
 }
 
-static const vt_opdef op_affine = {"affine", affine_fwd, affine_bwd, VT_READS(0), NULL};
+static const vt_opdef op_affine = {"affine", affine_fwd, affine_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_affine(vt_graph *g, vt_tensor *x, float s, float c) {
     if (vt_bad(g, 1, x)) return NULL;

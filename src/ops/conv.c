@@ -712,7 +712,7 @@ static const vt_kernel k_conv_prim = {"conv2d.onednn", conv_prim_prepare, conv_p
 static const vt_kernel *const conv_kernels[] = {&k_conv_prim, NULL};
 
 static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
-                                   conv_kernels};
+                                   conv_kernels, VT_OP_GEMM};
 
 /* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
 static int image_threads(const vt_graph *g, int B) {
@@ -1088,7 +1088,7 @@ static const vt_kernel k_dwn_prim = {"dwconv_nhwc.onednn", dwn_prim_prepare, dwn
 static const vt_kernel *const dwn_kernels[] = {&k_dwn_prim, NULL};
 
 static const vt_opdef op_dwconv_nhwc = {"dwconv_nhwc", dwn_fwd, dwn_bwd,
-                                        VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), dwn_kernels};
+                                        VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), dwn_kernels, VT_OP_OTHER};
 
 vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad, vt_tensor *r) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -1273,7 +1273,7 @@ static void convn_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_conv_nhwc = {"conv_nhwc", convn_fwd, convn_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
-                                      convn_kernels};
+                                      convn_kernels, VT_OP_GEMM};
 
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
     if (vt_bad(g, 2, x, w)) return NULL;

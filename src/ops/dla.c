@@ -119,7 +119,7 @@ static void dla_fwd(vt_node *n) {
     for (int u = 0; u < units; u++) dla_tile(n, u, f, sc + (size_t)omp_get_thread_num() * tile_floats(p));
 }
 
-static const vt_opdef op_dla = {"dla", dla_fwd, NULL, VT_READS(0), NULL};
+static const vt_opdef op_dla = {"dla", dla_fwd, NULL, VT_READS(0), NULL, VT_OP_FUSED};
 
 vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w_dw, vt_tensor *w_pro,
                        vt_tensor *bn1, vt_tensor *bn2, vt_tensor *bn3, vt_tensor *aff) {

@@ -38,7 +38,7 @@ static void droppath_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd,
-                                     VT_READS(0), NULL}; /* the mask is saved */
+                                     VT_READS(0), NULL, VT_OP_OTHER}; /* the mask is saved */
 
 vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -205,7 +205,7 @@ static void focus_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_focus = {"focus", focus_fwd, focus_bwd, VT_READS(VT_READS_ALL_IN), NULL};
+static const vt_opdef op_focus = {"focus", focus_fwd, focus_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe, vt_tensor *scale, float p) {
     if (vt_bad(g, 1, x)) return NULL;

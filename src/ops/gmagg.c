@@ -82,7 +82,7 @@ static void gagg_fwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_gagg = {"gma_aggregate", gagg_fwd, NULL, VT_READS(0), NULL};
+static const vt_opdef op_gagg = {"gma_aggregate", gagg_fwd, NULL, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
                                  vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn) {

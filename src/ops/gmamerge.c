@@ -132,7 +132,8 @@ static void gmerge_bwd(vt_node *n) {
 }
 
 /* Inputs f, u, q, v parts; backward reads q and the v parts. */
-static const vt_opdef op_gmerge = {"gma_merge", gmerge_fwd, gmerge_bwd, VT_READS(VT_READS_ALL_IN & ~3u), NULL};
+static const vt_opdef op_gmerge = {"gma_merge", gmerge_fwd, gmerge_bwd, VT_READS(VT_READS_ALL_IN & ~3u), NULL,
+                                   VT_OP_OTHER};
 
 vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, int nv, vt_tensor *u) {
     static const char *op = "gma_merge";

@@ -92,7 +92,7 @@ static void glinear_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_glinear = {"group_linear", glinear_fwd, glinear_bwd,
-                                     VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
+                                     VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL, VT_OP_GEMM};
 
 vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, int interleave) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -145,7 +145,7 @@ static void posemb_fwd(vt_node *n) {
 
 static void posemb_bwd(vt_node *n) { (void)n; }
 
-static const vt_opdef op_posemb = {"posemb_sincos2d", posemb_fwd, posemb_bwd, VT_READS(0), NULL};
+static const vt_opdef op_posemb = {"posemb_sincos2d", posemb_fwd, posemb_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature) {
     if (vt_bad(g, 0)) return NULL;

@@ -730,7 +730,8 @@ static void hattn_bwd(vt_node *n) {
 }
 
 /* Backward reads every input (the logits are recomputed). */
-static const vt_opdef op_hattn = {"hallucinated_attention", hattn_fwd, hattn_bwd, VT_READS(VT_READS_ALL_IN), NULL};
+static const vt_opdef op_hattn = {"hallucinated_attention", hattn_fwd, hattn_bwd, VT_READS(VT_READS_ALL_IN), NULL,
+                                  VT_OP_FUSED};
 
 /* 1 when the n channel ranges [off[i], off[i] + len[i]) are disjoint and inside [0, total); *cover: they fill it. */
 static int disjoint(const int *off, const int *len, int n, int total, int *cover) {

@@ -97,7 +97,7 @@ static void i2c_bwd(vt_node *n) {
     if (n->in[0]->grad) vt_patches_scatter_add(VT_OP_P(n, i2c_p), n->out->grad, n->in[0]->grad);
 }
 
-static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd, VT_READS(0), NULL};
+static const vt_opdef op_i2c = {"im2col", i2c_fwd, i2c_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_im2col(vt_graph *g, vt_tensor *x, int k, int stride, int pad, int nhwc) {
     if (vt_bad(g, 1, x)) return NULL;

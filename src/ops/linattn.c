@@ -369,10 +369,10 @@ static void la_bwd(vt_node *nd) {
 
 /* Inputs q, k, v, then add (plain) or scale, pe, add (focused; without a pe, add moves up and counts as read). */
 static const vt_opdef op_linattn = {"linear_attention", la_fwd, la_bwd,
-                                    VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2)), NULL};
+                                    VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2)), NULL, VT_OP_FUSED};
 static const vt_opdef op_linattn_focus = {"linear_attention", la_fwd, la_bwd,
                                           VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2) | VT_READS_IN(3) |
-                                                   VT_READS_IN(4)), NULL};
+                                                   VT_READS_IN(4)), NULL, VT_OP_FUSED};
 
 /* A tensor whose gradient the backward writes on another schedule than x's: it may share x's memory only as the
  * same tensor with a disjoint channel range. */

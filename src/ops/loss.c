@@ -54,7 +54,7 @@ static void ce_bwd(vt_node *n) {
 }
 
 /* Backward reads the labels; the softmax is saved. */
-static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd, VT_READS(VT_READS_IN(1)), NULL};
+static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd, VT_READS(VT_READS_IN(1)), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, float smoothing) {
     if (vt_bad(g, 2, logits, labels)) return NULL;
@@ -123,7 +123,8 @@ static void soft_ce_bwd(vt_node *n) {
 }
 
 /* Backward reads the targets; the log-softmax is saved. */
-static const vt_opdef op_soft_ce = {"soft_cross_entropy", soft_ce_fwd, soft_ce_bwd, VT_READS(VT_READS_IN(1)), NULL};
+static const vt_opdef op_soft_ce = {"soft_cross_entropy", soft_ce_fwd, soft_ce_bwd, VT_READS(VT_READS_IN(1)), NULL,
+                                   VT_OP_OTHER};
 
 vt_tensor *vt_soft_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *targets) {
     if (vt_bad(g, 2, logits, targets)) return NULL;
@@ -158,7 +159,7 @@ static void sum_bwd(vt_node *n) {
     for (int64_t i = 0; i < n->in[0]->numel; i++) dx[i] += d;
 }
 
-static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd, VT_READS(0), NULL};
+static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_sum(vt_graph *g, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;

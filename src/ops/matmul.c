@@ -325,7 +325,7 @@ static void linear_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
-                                    linear_kernels};
+                                    linear_kernels, VT_OP_GEMM};
 
 /* act: ACT_GELU or ACT_RELU after the product (0: none); gelu_in: GELU on x before it. */
 static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int act, int gelu_in) {
@@ -442,7 +442,7 @@ static void linear_t_bwd(vt_node *n) {
 }
 
 static const vt_opdef op_linear_t = {"linear_t", linear_t_fwd, linear_t_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
-                                     NULL};
+                                     NULL, VT_OP_GEMM};
 
 vt_tensor *vt_linear_t(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b) {
     if (vt_bad(g, 2, x, w)) return NULL;
@@ -546,7 +546,8 @@ static void matmul_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
+static const vt_opdef op_matmul = {"matmul", matmul_fwd, matmul_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL,
+                                   VT_OP_GEMM};
 
 vt_tensor *vt_matmul(vt_graph *g, vt_tensor *a, vt_tensor *b, int ta, int tb, float alpha) {
     if (vt_bad(g, 2, a, b)) return NULL;

@@ -44,7 +44,7 @@ static void max_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_max = {"max", max_fwd, max_bwd, VT_READS(0), NULL}; /* the arg-max is saved */
+static const vt_opdef op_max = {"max", max_fwd, max_bwd, VT_READS(0), NULL, VT_OP_OTHER}; /* the arg-max is saved */
 
 vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis) {
     if (vt_bad(g, 1, x)) return NULL;

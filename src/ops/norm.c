@@ -113,7 +113,8 @@ static void ln_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_layernorm = {"layernorm", ln_fwd, ln_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL};
+static const vt_opdef op_layernorm = {"layernorm", ln_fwd, ln_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL,
+                                     VT_OP_OTHER};
 
 static int is_vec(const vt_tensor *t, int C) { return !t || (t->ndim == 1 && t->shape[0] == C); }
 
@@ -408,7 +409,7 @@ static void bn_bwd(vt_node *n) {
     if (dx) chan_apply(n->grad_fresh & 1u ? -1 : 0, -1, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
 }
 
-static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL};
+static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, int act) {

@@ -44,7 +44,7 @@ static void mean_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_mean = {"mean", mean_fwd, mean_bwd, VT_READS(0), NULL};
+static const vt_opdef op_mean = {"mean", mean_fwd, mean_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -140,7 +140,7 @@ static void avgpool_bwd(vt_node *n) {
         for (int64_t r = pl * q->Ho; r < (pl + 1) * q->Ho; r++) pool_row(q, 1, dx, n->out->grad, r);
 }
 
-static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd, VT_READS(0), NULL};
+static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 /* Output size along an axis of n inputs (PyTorch's pooling_output_shape). */
 static int pool_out(int n, int k, int s, int p, int ceil_mode) {

@@ -84,7 +84,7 @@ static void rs_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_resize = {"resize_bilinear", rs_fwd, rs_bwd, VT_READS(0), NULL};
+static const vt_opdef op_resize = {"resize_bilinear", rs_fwd, rs_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_resize_bilinear(vt_graph *g, vt_tensor *x, int Ho, int Wo) {
     if (vt_bad(g, 1, x)) return NULL;

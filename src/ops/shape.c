@@ -57,7 +57,7 @@ static void concat_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd, VT_READS(0), NULL};
+static const vt_opdef op_concat = {"concat", concat_fwd, concat_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
     if (g->err.msg[0]) return NULL;
@@ -129,7 +129,7 @@ static void slice_bwd(vt_node *n) {
     if (n->in[0]->grad) slice_run(VT_OP_P(n, slice_p), n->in[0]->grad, n->out->grad, 1);
 }
 
-static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0), NULL};
+static const vt_opdef op_slice = {"slice", slice_fwd, slice_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_slice(vt_graph *g, vt_tensor *x, int axis, int start, int len) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -322,7 +322,7 @@ static void permute_bwd(vt_node *n) {
     permute_run(&d, n->out->grad, dx, n->grad_fresh & 1u ? 0 : 1);
 }
 
-static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0), NULL};
+static const vt_opdef op_permute = {"permute", permute_fwd, permute_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_permute_slice(vt_graph *g, vt_tensor *x, const int *perm, int axis, int start, int len) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -394,8 +394,8 @@ static void merge_bwd(vt_node *n) {
     if (n->in[0]->grad) heads_move(n, n->out->grad, n->in[0]->grad, 0, 1);
 }
 
-static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd, VT_READS(0), NULL};
-static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd, VT_READS(0), NULL};
+static const vt_opdef op_split = {"split_heads", split_fwd, split_bwd, VT_READS(0), NULL, VT_OP_OTHER};
+static const vt_opdef op_merge = {"merge_heads", merge_fwd, merge_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_split_heads(vt_graph *g, vt_tensor *x, int off, int H, int dh) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -463,7 +463,7 @@ static void prepend_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd, VT_READS(0), NULL};
+static const vt_opdef op_prepend = {"prepend_tokens", prepend_fwd, prepend_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok) {
     if (vt_bad(g, 2, x, tok)) return NULL;

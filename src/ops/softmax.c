@@ -100,7 +100,7 @@ static void softmax_bwd(vt_node *n) {
         }
 }
 
-static const vt_opdef op_softmax = {"softmax", softmax_fwd, softmax_bwd, VT_READS(VT_READS_OUT), NULL};
+static const vt_opdef op_softmax = {"softmax", softmax_fwd, softmax_bwd, VT_READS(VT_READS_OUT), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -76,8 +76,8 @@ static void wrev_bwd(vt_node *n) {
     if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, 1, 1);
 }
 
-static const vt_opdef op_wpart = {"window_partition", wpart_fwd, wpart_bwd, VT_READS(0), NULL};
-static const vt_opdef op_wrev = {"window_reverse", wrev_fwd, wrev_bwd, VT_READS(0), NULL};
+static const vt_opdef op_wpart = {"window_partition", wpart_fwd, wpart_bwd, VT_READS(0), NULL, VT_OP_OTHER};
+static const vt_opdef op_wrev = {"window_reverse", wrev_fwd, wrev_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 /* Fills the geometry for a (B, H, W, C) map; returns 0, or -1 with the error recorded under `op`. */
 static int win_geom(vt_graph *g, const char *op, const char *what, int B, int H, int W, int C, int wh, int ww, int sh,
@@ -213,7 +213,7 @@ static void smask_fwd(vt_node *n) {
 
 static void smask_bwd(vt_node *n) { (void)n; }
 
-static const vt_opdef op_smask = {"window_shift_mask", smask_fwd, smask_bwd, VT_READS(0), NULL};
+static const vt_opdef op_smask = {"window_shift_mask", smask_fwd, smask_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_window_shift_mask(vt_graph *g, int Hp, int Wp, int wh, int ww, int sh, int sw) {
     if (vt_bad(g, 0)) return NULL;
@@ -283,7 +283,7 @@ static void rpb_bwd(vt_node *n) {
     }
 }
 
-static const vt_opdef op_rpb = {"rel_pos_bias", rpb_fwd, rpb_bwd, VT_READS(0), NULL};
+static const vt_opdef op_rpb = {"rel_pos_bias", rpb_fwd, rpb_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_rel_pos_bias(vt_graph *g, vt_tensor *table, int wh, int ww) {
     if (vt_bad(g, 1, table)) return NULL;
@@ -340,7 +340,7 @@ static void pm_bwd(vt_node *n) {
     if (n->in[0]->grad) pm_move(VT_OP_P(n, pm_p), n->in[0]->grad, n->out->grad, 0);
 }
 
-static const vt_opdef op_pm = {"patch_merge", pm_fwd, pm_bwd, VT_READS(0), NULL};
+static const vt_opdef op_pm = {"patch_merge", pm_fwd, pm_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -404,7 +404,7 @@ static void pf_bwd(vt_node *n) {
     if (n->in[0]->grad) pf_move(VT_OP_P(n, pf_p), n->in[0]->grad, n->out->grad, 0);
 }
 
-static const vt_opdef op_pf = {"patchify_nhwc", pf_fwd, pf_bwd, VT_READS(0), NULL};
+static const vt_opdef op_pf = {"patchify_nhwc", pf_fwd, pf_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
 vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p) {
     if (vt_bad(g, 1, x)) return NULL;

@@ -114,6 +114,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
             r->linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
             r->int8_linears += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
         }
+        vt_graph_profile_split(g, r->by_kind);
         vt_graph_print_profile(g);
     }
     vt_adamw_free(&opt);
