@@ -1,5 +1,5 @@
-/* MSF ops and block: group_linear (interleave/block) gradients and values against the dense expansion of spec-msf
- * §3, the sin-cos position embedding's spot values (spec §4.2), attention-name parsing, and finite-difference
+/* MSF ops and block: group_linear (interleave/block, with and without its bias) gradients, values against the
+ * dense expansion of spec-msf §3 and the fused bias against group_linear then add, the sin-cos position embedding's spot values (spec §4.2), attention-name parsing, and finite-difference
  * gradients of the whole MSF / baseline attention module (all parameters and the input). */
 #include <math.h>
 #include <string.h>
@@ -9,7 +9,12 @@
 #include "vitc/ops.h"
 
 static vt_tensor *b_glinear(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    return vt_group_linear(g, x[0], x[1], c->ia[0], c->ia[1]);
+    return vt_group_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0], c->ia[1]);
+}
+
+/* The bias added after the grouped product as a separate op (what the fused bias replaces). */
+static vt_tensor *b_glinear_add(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, vt_group_linear(g, x[0], x[1], NULL, c->ia[0], c->ia[1]), x[2]);
 }
 
 /* group_linear equals vt_linear with the dense matrix Wd built from the index mapping of spec §3. */
@@ -19,7 +24,7 @@ static void check_dense(vt_test *T, int R, int Din, int E, int G, int il) {
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {R, Din}, ws[2] = {E, Din / G}, ds[2] = {E, Din};
     vt_tensor *x = vt_input(g, "x", 2, xs), *w = vt_input(g, "w", 2, ws), *wd = vt_input(g, "wd", 2, ds);
-    vt_tensor *y1 = vt_group_linear(g, x, w, G, il), *y2 = vt_linear(g, x, wd, NULL);
+    vt_tensor *y1 = vt_group_linear(g, x, w, NULL, G, il), *y2 = vt_linear(g, x, wd, NULL);
     vt_graph_output(g, y1);
     vt_graph_output(g, y2);
     if (vt_graph_finalize(g, &e)) {
@@ -136,6 +141,21 @@ void test_ops_msf(vt_test *T) {
          .ia = {1, 1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
+    const gc_case biased[] = { /* interleaved, block order (several row chunks per group), one group */
+        {.name = "group_linear_il2_bias", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 6}, {8, 3}, {8}},
+         .build = b_glinear, .ia = {2, 1}},
+        {.name = "group_linear_block2_bias", .nx = 3, .ndim = {2, 2, 1}, .shape = {{300, 6}, {8, 3}, {8}},
+         .build = b_glinear, .ia = {2, 0}},
+        {.name = "group_linear_g1_bias", .nx = 3, .ndim = {2, 2, 1}, .shape = {{3, 5}, {4, 5}, {4}},
+         .build = b_glinear, .ia = {1, 1}},
+    };
+    for (size_t i = 0; i < sizeof biased / sizeof biased[0]; i++) {
+        gc_run(T, &biased[i]);
+        gc_case p = biased[i];
+        p.name = "group_linear then add";
+        p.build = b_glinear_add;
+        gc_compare(T, &p, &biased[i], 1e-5);
+    }
     check_dense(T, 5, 8, 12, 2, 1);
     check_dense(T, 5, 8, 12, 2, 0);
     check_dense(T, 3, 12, 36, 3, 1);
@@ -147,9 +167,15 @@ void test_ops_msf(vt_test *T) {
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {2, 6}, ws[2] = {8, 4};
-    T_CHECK(T, !vt_group_linear(g, vt_input(g, "x", 2, xs), vt_input(g, "w", 2, ws), 2, 1) &&
+    T_CHECK(T, !vt_group_linear(g, vt_input(g, "x", 2, xs), vt_input(g, "w", 2, ws), NULL, 2, 1) &&
                    strstr(g->err.msg, "group_linear") && strstr(g->err.msg, "(8, 4)"),
             "bad group_linear weight must fail with the shapes: %s", g->err.msg);
+    vt_graph_free(g);
+    g = vt_graph_new(P, 0, &e);
+    const int ws3[2] = {8, 3}, bs[1] = {6};
+    T_CHECK(T, !vt_group_linear(g, vt_input(g, "x", 2, xs), vt_input(g, "w", 2, ws3), vt_input(g, "b", 1, bs), 2, 1) &&
+                   strstr(g->err.msg, "group_linear") && strstr(g->err.msg, "bias (6)") && strstr(g->err.msg, "(8)"),
+            "a group_linear bias of the wrong size must fail with the shapes: %s", g->err.msg);
     vt_graph_free(g);
     vt_params_free(P);
     vt_msf_cfg m = {.heads = 2, .dim_head = 3, .probe = 1, .groups = 1, .norm = 1, .ln_eps = 1e-5f};

@@ -227,10 +227,10 @@ typedef struct {
 vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, const vt_linattn_args *a);
 
 /* ---- grouped.c (MSF) ---- */
-/* Grouped projection (MSF GroupLinear, no bias): x (..., Din), w (E, Din/G) -> (..., E). Group gi reads input
+/* Grouped projection (MSF GroupLinear): x (..., Din), w (E, Din/G), b (E) or NULL -> (..., E). Group gi reads input
  * channels [gi·Din/G, (gi+1)·Din/G) and weight rows gi·E/G + e; output channel e·G + gi (interleave) or
- * gi·E/G + e (block). MACs: E·Din/G per row. */
-vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, int interleave);
+ * gi·E/G + e (block); b is added in output order (Swin-MSF's qkvp bias). MACs: E·Din/G per row. */
+vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int groups, int interleave);
 /* Constant 2-D sin-cos position embedding (1, h·w, dim) of SimpleViT: token y·w + x gets [sin(xω), cos(xω),
  * sin(yω), cos(yω)] with ω_c = temperature^(−c/(dim/4 − 1)); no inputs, no gradient. */
 vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature);

@@ -80,7 +80,7 @@ vt_tensor *vt_block_msf(vt_graph *g, const char *prefix, vt_tensor *x, const vt_
     const vt_init winit = {VT_INIT_UNIFORM, 1.0f / sqrtf((float)(D / G))}; /* PyTorch's default */
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, pname), 2, ws, winit);
     if (w) w->paper_count = 1;
-    vt_tensor *t = G == 1 ? vt_linear(g, x, w, NULL) : vt_group_linear(g, x, w, G, !m->block_grouping);
+    vt_tensor *t = G == 1 ? vt_linear(g, x, w, NULL) : vt_group_linear(g, x, w, NULL, G, !m->block_grouping);
     /* chunks q, k, v, p: contiguous blocks of `inner` output channels; head h takes [h·dh, (h+1)·dh) of each.
      * Fused attention (src/ops/attention.c) computes the Gaussian logits, softmax, ·v and − p per head. */
     const float s = 1.0f / sqrtf((float)dh);
@@ -117,8 +117,7 @@ vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, cons
     vt_tensor *b = a->qkv_bias ? vt_param(g, vt_pname(nm, prefix, m.probe ? "qkvp.bias" : "qkv.bias"), 1, &E, VT_INIT_Z)
                                : NULL;
     if (w) w->paper_count = 1;
-    vt_tensor *t = G == 1 ? vt_linear(g, x, w, b) : vt_group_linear(g, x, w, G, !m.block_grouping);
-    if (G > 1 && b) t = vt_add(g, t, b); /* the bias follows the (interleaved) grouped product */
+    vt_tensor *t = G == 1 ? vt_linear(g, x, w, b) : vt_group_linear(g, x, w, b, G, !m.block_grouping);
     vt_tensor *probs = NULL;
     const vt_attn_args args = {.heads = H, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
                                .scale = 1.0f / sqrtf((float)(C / H)), .msf = m.probe,

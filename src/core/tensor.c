@@ -1,6 +1,7 @@
 #include "vitc/tensor.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -172,6 +173,18 @@ void vt_zero(float *p, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > 2 * chunk)
     for (int64_t c = 0; c < (n + chunk - 1) / chunk; c++)
         memset(p + c * chunk, 0, sizeof(float) * (size_t)(n - c * chunk < chunk ? n - c * chunk : chunk));
+}
+
+void vt_add_col_sums(const float *y, int64_t R, int C, float *s) {
+#pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int c0 = (int)((int64_t)C * t / nt), c1 = (int)((int64_t)C * (t + 1) / nt);
+        for (int64_t r = 0; r < R; r++) { /* rows walked contiguously, each thread's columns summed in place */
+            const float *row = y + (size_t)r * C;
+            for (int c = c0; c < c1; c++) s[c] += row[c];
+        }
+    }
 }
 
 void vt_params_zero_grad(vt_params *P) {

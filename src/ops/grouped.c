@@ -12,17 +12,19 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
     vt_gemm(&n->g->gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* ---- group linear: x (R, Din), w (E, Din/G) -> y (R, E) ----
+/* ---- group linear: x (R, Din), w (E, Din/G) [+ b (E)] -> y (R, E) ----
  * Group gi reads x[:, gi·Dg : (gi+1)·Dg] and weight rows gi·Eg + e, e < Eg, giving y_{gi,e}; its output channel is
- * e·G + gi (interleave) or gi·Eg + e (block). The interleaved mode computes in block order into scratch, then
- * scatters (forward) / gathers (backward). */
+ * e·G + gi (interleave) or gi·Eg + e (block); the bias, in output order, follows. The interleaved mode computes in
+ * block order into scratch, then scatters adding the bias (forward) / gathers (backward); the block order starts
+ * each GEMM's output block from the bias. */
 typedef struct {
     int R, Din, E, G;
-    int il; /* interleaved output order (never with one group) */
+    int il;       /* interleaved output order (never with one group) */
+    int has_bias; /* in[2] = b */
 } glinear_p;
 
-/* dst[r, e·G + gi] = src[r, gi·Eg + e] (to_il) or the reverse. */
-static void interleave_rows(float *dst, const float *src, int R, int E, int G, int to_il) {
+/* dst[r, e·G + gi] = src[r, gi·Eg + e] (+ b[e·G + gi] when b) (to_il), or dst[r, gi·Eg + e] = src[r, e·G + gi]. */
+static void interleave_rows(float *dst, const float *src, const float *b, int R, int E, int G, int to_il) {
     const int Eg = E / G;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; r++) {
@@ -31,7 +33,7 @@ static void interleave_rows(float *dst, const float *src, int R, int E, int G, i
         for (int gi = 0; gi < G; gi++)
             for (int e = 0; e < Eg; e++) {
                 if (to_il)
-                    d[e * G + gi] = s[gi * Eg + e];
+                    d[e * G + gi] = s[gi * Eg + e] + (b ? b[e * G + gi] : 0.0f);
                 else
                     d[gi * Eg + e] = s[e * G + gi];
             }
@@ -51,26 +53,31 @@ static void glinear_fwd(vt_node *n) {
     const glinear_p *p = VT_OP_P(n, glinear_p);
     const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
     const int Dg = Din / G, Eg = E / G, nc = row_chunks(R, G, n->g->threads);
-    const float *x = n->in[0]->data, *w = n->in[1]->data;
+    const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
     float *dst = il ? n->fws->data : n->out->data;
+    const int from_bias = b && !il; /* block order: each GEMM adds onto its block filled with the bias */
 #pragma omp parallel for collapse(2) schedule(static) if (G > 1)
     for (int gi = 0; gi < G; gi++)
         for (int c = 0; c < nc; c++) {
             const int r0 = (int)((int64_t)R * c / nc), r1 = (int)((int64_t)R * (c + 1) / nc);
+            float *y = dst + (size_t)r0 * E + (size_t)gi * Eg;
+            for (int r = 0; from_bias && r < r1 - r0; r++)
+                memcpy(y + (size_t)r * E, b + (size_t)gi * Eg, sizeof *y * (size_t)Eg);
             gemm(n, 0, 1, r1 - r0, Eg, Dg, 1.0f, x + (size_t)r0 * Din + (size_t)gi * Dg, Din,
-                 w + (size_t)gi * Eg * Dg, Dg, 0.0f, dst + (size_t)r0 * E + (size_t)gi * Eg, E);
+                 w + (size_t)gi * Eg * Dg, Dg, from_bias ? 1.0f : 0.0f, y, E);
         }
-    if (il) interleave_rows(n->out->data, dst, R, E, G, 1);
+    if (il) interleave_rows(n->out->data, dst, b, R, E, G, 1);
 }
 
 static void glinear_bwd(vt_node *n) {
     const glinear_p *p = VT_OP_P(n, glinear_p);
     const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
     const int Dg = Din / G, Eg = E / G;
-    const vt_tensor *x = n->in[0], *w = n->in[1];
+    const vt_tensor *x = n->in[0], *w = n->in[1], *b = p->has_bias ? n->in[2] : NULL;
     const float *dy = n->out->grad;
+    if (b && b->grad) vt_add_col_sums(dy, R, E, b->grad); /* in output order, before the gather */
     if (il) {
-        interleave_rows(n->bws->data, dy, R, E, G, 0);
+        interleave_rows(n->bws->data, dy, NULL, R, E, G, 0);
         dy = n->bws->data;
     }
     const int nc = row_chunks(R, G, n->g->threads);
@@ -94,22 +101,24 @@ static void glinear_bwd(vt_node *n) {
 static const vt_opdef op_glinear = {"group_linear", glinear_fwd, glinear_bwd,
                                      VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL, VT_OP_GEMM};
 
-vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, int groups, int interleave) {
+vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int groups, int interleave) {
     if (vt_bad(g, 2, x, w)) return NULL;
-    char sx[64], sw[64];
+    char sx[64], sw[64], sb[64];
     const int Din = x->shape[x->ndim - 1];
     if (groups <= 0 || Din % groups || w->ndim != 2 || w->shape[1] * groups != Din || w->shape[0] % groups)
         return vt_fail(g, "group_linear", "input %s, weight %s (%s), %d groups: weight must be (out, %d) with out "
                        "divisible by the groups", vt_shape_str(x, sx, 64), vt_shape_str(w, sw, 64), w->name, groups,
                        groups > 0 ? Din / groups : 0);
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return vt_fail(g, "group_linear", "bias %s (%s) must be (%d)", vt_shape_str(b, sb, 64), b->name, w->shape[0]);
     int shape[VT_MAXDIM];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = w->shape[0];
-    vt_tensor *in[2] = {x, w};
-    vt_node *n = vt_new_node(g, &op_glinear, in, 2, vt_new_act(g, x->ndim, shape));
+    vt_tensor *in[3] = {x, w, b};
+    vt_node *n = vt_new_node(g, &op_glinear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Din), il = interleave && groups > 1;
-    *VT_OP_P(n, glinear_p) = (glinear_p){R, Din, w->shape[0], groups, il};
+    *VT_OP_P(n, glinear_p) = (glinear_p){R, Din, w->shape[0], groups, il, b != NULL};
     if (il && (!vt_node_work(n, 0, (int64_t)R * w->shape[0]) || !vt_node_work(n, 1, (int64_t)R * w->shape[0])))
         return NULL;
     n->macs = (int64_t)R * w->shape[0] * (Din / groups);

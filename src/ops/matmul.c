@@ -311,17 +311,7 @@ static void linear_bwd(vt_node *n) {
         if (x->grad) gemm(n, 0, 0, R, Ci, Co, 1.0f, dy, Co, w->data, Ci, x_fresh ? 0.0f : 1.0f, x->grad, Ci);
         if (w->grad) gemm(n, 1, 0, Co, Ci, R, 1.0f, dy, Co, x->data, Ci, 1.0f, w->grad, Ci);
     }
-    if (b && b->grad) { /* column sums of dy: each thread owns a block of columns and walks rows contiguously */
-#pragma omp parallel
-        {
-            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-            const int o0 = (int)((int64_t)Co * t / nt), o1 = (int)((int64_t)Co * (t + 1) / nt);
-            for (int rr = 0; rr < R; rr++) {
-                const float *row = dy + (size_t)rr * Co;
-                for (int o = o0; o < o1; o++) b->grad[o] += row[o];
-            }
-        }
-    }
+    if (b && b->grad) vt_add_col_sums(dy, R, Co, b->grad);
 }
 
 static const vt_opdef op_linear = {"linear", linear_fwd, linear_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
