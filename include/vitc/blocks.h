@@ -128,6 +128,11 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
 /* vt_conv2d_p's weight alone: prefix.weight (out, in/groups, k, k), paper-counted, the same initialisation. */
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups);
 
+/* vt_conv2d_p (bias, one group) on x (B, C, H, W) computed as its patches (vt_im2col) times the weight viewed as
+ * (out, C·k·k): the tokens (B, Ho·Wo, out) in raster order, the grid in *gh, *gw. */
+vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad,
+                              int *gh, int *gw);
+
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 

@@ -63,6 +63,29 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     return vt_conv2d(g, x, w, b, stride, pad, groups);
 }
 
+/* The linear layer's backward is one GEMM per gradient over the whole batch (dW: K = B·Ho·Wo), where the conv's
+ * im2col path runs one per image (K = Ho·Wo) into per-thread dW partials: on the Refiner's 8x8/8 patch projection
+ * (128 -> 384 channels, 112x112 at batch 16) its backward took 298-319 ms against 530-551 for the conv and the
+ * permute to tokens, the forward 168-178 against 174-177 ms (three alternated runs, 2 threads, AMD EPYC Zen 3,
+ * 2026-11-28). On 3-channel image patch embeds (16x16/16 to 192 or 384, 4x4/4 to 96) it was 1.0-1.6x slower, and
+ * the ViTs keep the conv. */
+vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad,
+                              int *gh, int *gw) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim != 4) return vt_fail(g, "conv2d", "%s: input must be (B, C, H, W)", prefix);
+    char nm[VT_NAMELEN];
+    const int B = x->shape[0], C = x->shape[1], w2[2] = {out, C * k * k};
+    vt_tensor *w = vt_conv_weight(g, prefix, out, C, k, 1);
+    const float bound = 1.0f / sqrtf((float)(C * k * k));
+    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
+    vt_tensor *cols = vt_im2col(g, x, k, stride, pad, 0); /* (B, Ho, Wo, C·k·k) */
+    if (!cols || !w || !b) return NULL;
+    *gh = cols->shape[1];
+    *gw = cols->shape[2];
+    const int ts[3] = {B, *gh * *gw, out};
+    return vt_reshape(g, vt_linear(g, cols, vt_reshape(g, w, 2, w2), b), 3, ts);
+}
+
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
     char nm[VT_NAMELEN];
     const int cin = in / groups, ws[4] = {out, cin, k, k};

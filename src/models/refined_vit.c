@@ -41,12 +41,12 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     vt_tensor *t = stem_layer(g, "patch_embed.conv1", "patch_embed.bn1", x, 32, 7, 2, 3);
     t = stem_layer(g, "patch_embed.conv2", "patch_embed.bn2", t, 64, 3, 1, 1);
     t = stem_layer(g, "patch_embed.conv3", "patch_embed.bn3", t, 128, 3, 1, 1);
-    t = vt_conv2d_p(g, "patch_embed.proj", t, D, 8, 8, 0, 1, 1);
+    int gh, gw;
+    t = vt_conv2d_tokens_p(g, "patch_embed.proj", t, D, 8, 8, 0, &gh, &gw); /* (B, n, D), token index y·w + x */
     if (!t) return NULL;
-    const int n = t->shape[2] * t->shape[3];
-    const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, t->shape[2], t->shape[3], 1);
-    int s3[3] = {B, D, n}, perm[3] = {0, 2, 1}, ts[3] = {1, 1, D}, ps[3] = {1, n + 1, D};
-    t = vt_permute(g, vt_reshape(g, t, 3, s3), perm); /* (B, n, D), token index y·w + x */
+    const int n = gh * gw;
+    const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, 1);
+    int ts[3] = {1, 1, D}, ps[3] = {1, n + 1, D};
     vt_tensor *cls = vt_param(g, "cls_token", 3, ts, VT_INIT_W02);
     vt_tensor *pos = vt_param(g, "pos_embed", 3, ps, VT_INIT_W02);
     if (!cls || !pos) return NULL;
