@@ -264,6 +264,15 @@ double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float
     return maxerr / fmax(maxnum, 1e-2);
 }
 
+void gc_run_vs_plain(vt_test *T, const gc_case *c, vt_tensor *(*plain)(vt_graph *, vt_tensor **, const gc_case *),
+                     const char *name, double tol) {
+    gc_run(T, c);
+    gc_case p = *c;
+    p.name = name;
+    p.build = plain;
+    gc_compare(T, &p, c, tol);
+}
+
 void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol) {
     for (int train = 0; train < 2; train++) {
         vt_params *P[2] = {NULL, NULL};

@@ -37,6 +37,11 @@ void gc_run(vt_test *T, const gc_case *c);
  * equal a's within tol of their scale (max |b − a| / max(1, max |a|)). */
 void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol);
 
+/* gc_run(c), then gc_compare of c against the same operands built by `plain` (the chain c's op replaces, named
+ * `name` in messages) within tol. */
+void gc_run_vs_plain(vt_test *T, const gc_case *c, vt_tensor *(*plain)(vt_graph *, vt_tensor **, const gc_case *),
+                     const char *name, double tol);
+
 /* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):
  * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements; *abs_sum gets sum |grad|. */
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,

@@ -95,11 +95,7 @@ static void check_merge(vt_test *T, int B, int N, int Tc, int nv, const int *vc)
         const int vs[3] = {B, vc[k], N};
         memcpy(f.shape[3 + k], vs, sizeof vs);
     }
-    gc_run(T, &f);
-    gc_case p = f;
-    p.name = "mul, add, permute and concats";
-    p.build = b_merge_chain;
-    gc_compare(T, &p, &f, 1e-6);
+    gc_run_vs_plain(T, &f, b_merge_chain, "mul, add, permute and concats", 1e-6);
 }
 
 void test_gma(vt_test *T) {

@@ -42,13 +42,8 @@ static void check_linear_t(vt_test *T) {
         vt_graph_free(g);
         vt_params_free(P);
     }
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        gc_run(T, &cs[i]);
-        gc_case p = cs[i];
-        p.name = "linear then permute";
-        p.build = b_linear_t_chain;
-        gc_compare(T, &p, &cs[i], 1e-5);
-    }
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        gc_run_vs_plain(T, &cs[i], b_linear_t_chain, "linear then permute", 1e-5);
 }
 /* The profile's split by op kind: a linear (GEMM), GELU (other) and attention (fused) each get a positive share,
  * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros. */
