@@ -621,7 +621,7 @@ void vt_graph_profile_split(const vt_graph *g, double share[VT_OP_KINDS]) {
 
 void vt_graph_print_profile(const vt_graph *g) {
     if (!g->node_s) return;
-    static const char *kind_names[VT_OP_KINDS] = {"other", "gemm", "fused"};
+    static const char *const kind_names[VT_OP_KINDS] = {"other", "gemm", "fused"};
     const char *names[64];
     double t[64] = {0}, total = 0.0;
     int64_t macs[64] = {0};
