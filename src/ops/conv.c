@@ -796,6 +796,8 @@ typedef struct {
     int L, c0; /* x's channels per pixel and the first one convolved */
     int bias_in, add_in; /* input slots of b and r, -1 when absent */
     vt_gemm_conv *prim;  /* the oneDNN kernel's convolution (dwn_prim_prepare) */
+    vt_gemm_conv *bprim; /* with prim, training: the same convolution of dY by the flipped taps (padding k − 1 − p),
+                          * x's gradient when backward writes it rather than adds to it */
 } dwn_p;
 
 /* w (C, K) -> wt (K, C); flip: tap k goes to row K − 1 − k (the dX correlation's kernel). */
@@ -1015,7 +1017,16 @@ static void dwn_bwd(vt_node *n) {
             for (int64_t i = 0; i < N; i++) rg[i] += dy[i];
         }
     }
-    if (dx) transpose_w(Wt->data, wt, C, K, 1); /* dX = dY correlated with the flipped kernel, padding k - 1 - p */
+    /* dX = dY correlated with the flipped kernel, padding k - 1 - p: oneDNN's convolution where it can write x's
+     * gradient (the taps flipped in their (C, k, k) order), else this file's rows (the taps transposed) */
+    int prim_dx = dx && !dx_acc && dp->bprim;
+    if (prim_dx) {
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++) wt[(size_t)c * K + k] = Wt->data[(size_t)c * K + K - 1 - k];
+        prim_dx = vt_gemm_conv_run(dp->bprim, dy, wt, NULL, dx, NULL, 1) == 0;
+    }
+    if (prim_dx) dx = NULL; /* done */
+    if (dx) transpose_w(Wt->data, wt, C, K, 1);
     const int wdb = dw || db, fused = dx && wdb && Ho == H; /* one pass over the rows for dX and dW: dy row ih
                                                               * (read for dX's row ih) is dW's output row ih */
     const size_t per = (size_t)(K + 1) * C;
@@ -1060,11 +1071,15 @@ static void dwn_bwd(vt_node *n) {
 /* A plain map (every channel convolved) with a square kernel as one oneDNN depthwise convolution (G = C, its jit
  * kernel for channels-last), the added term after it: 1.5-2.7x dwn_fwd on one thread on PVTv2's MLP maps
  * (16×56²×512, 16×28²×1024, 16×14²×1280: 29 vs 44, 12.5 vs 33, 2.9 vs 7.0 ms) and GroupMixFormer's CPE (16×56²×80:
- * 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. Backward stays on this file's kernels. */
+ * 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. In training it also makes the convolution that gives dX (bprim); dW
+ * and the bias's gradient stay on this file's kernels. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
     p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, p->bias_in >= 0, 0);
+    if (p->prim && n->g->training && n->in[0]->requires_grad && n->bws)
+        p->bprim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->Ho, p->Wo, p->C, p->kh, 1, p->kh - 1 - p->p, p->C, 0,
+                                     0);
     return p->prim != NULL;
 }
 
@@ -1121,7 +1136,7 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     const int nt = g->threads;
-    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, NULL};
+    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, NULL, NULL};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     if (c0 == 0 && L == C) n->grad_sets |= 1u; /* dX covers every element of x */
     if (r) n->grad_sets |= 1u << add_in;
