@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "vitc/fileio.h"
 #include "vitc/safetensors.h"
 
 /* Builds a file image: u64 LE strlen(header), header, then dlen bytes of data (0x11 if data NULL). */
@@ -143,6 +144,33 @@ static void test_roundtrip(vt_test *T, const char *dir) {
     T_CHECK(T, rc == 0 && vt_st_open(path, &f, &e) == 0 && f.n == 0, "empty write: %s", e.msg);
     vt_st_close(&f);
     unlink(path);
+}
+
+/* Temporary files are named after their writer (.vitc-PID-XXXXXX); vt_remove_stale_temps removes those of ended
+ * processes only: not a live writer's (this process's), an old-style name without a PID, a malformed one or other
+ * files. */
+static void test_stale_temps(vt_test *T, const char *dir) {
+    char live[64], p[512];
+    snprintf(live, sizeof live, ".vitc-%ld-ghijkl", (long)getpid());
+    const char *names[] = {".vitc-999999999-abcdef", live, ".vitc-abcdef", ".vitc-12x-abcdef", "notes.txt"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        FILE *f = fopen(p, "wb");
+        if (f) fclose(f);
+    }
+    T_CHECK(T, vt_remove_stale_temps(dir) == 1, "one stale temporary file removed");
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        T_CHECK(T, (access(p, F_OK) == 0) == (i > 0), "%s %s", names[i], i > 0 ? "kept" : "removed");
+        remove(p);
+    }
+    vt_out o;
+    vt_err e = {{0}};
+    snprintf(p, sizeof p, "%s/out.bin", dir);
+    char want[64];
+    snprintf(want, sizeof want, "/.vitc-%ld-", (long)getpid());
+    T_CHECK(T, vt_out_open(&o, p, &e) == 0 && strstr(o.tmp, want), "temporary name %s holds %s", o.tmp, want);
+    vt_out_abort(&o);
 }
 
 static void test_writer_errors(vt_test *T, const char *dir) {
@@ -462,6 +490,7 @@ void test_safetensors(vt_test *T) {
     }
     test_roundtrip(T, dir);
     test_writer_errors(T, dir);
+    test_stale_temps(T, dir);
     test_malformed(T, dir);
     test_conversions(T);
     T_CHECK(T, count_dir(dir, NULL) == 0, "test files left behind");

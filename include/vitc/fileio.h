@@ -19,8 +19,12 @@ typedef struct vt_out {
 int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e);
 
 /* Opens a temporary file beside path for writing (vt_output_check applies; an existing symlink's destination is the
- * target). */
+ * target), named .vitc-PID-XXXXXX after the writing process. */
 int vt_out_open(vt_out *o, const char *path, vt_err *e);
+
+/* Removes the temporary files in dir whose writing process has ended (killed between vt_out_open and the commit);
+ * returns how many. For a folder only this process writes to (a training run's, under its lock). */
+int vt_remove_stale_temps(const char *dir);
 
 /* Flushes, fsyncs and renames the temporary file over the target; on any error the target is unchanged. */
 int vt_out_commit(vt_out *o, vt_err *e);

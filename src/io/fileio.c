@@ -5,8 +5,10 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "vitc/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +59,7 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
         return vt_seterr(e, "output path too long: %s", path);
     char dir[sizeof o->path];
     dir_of(o->path, dir, sizeof dir);
-    if (snprintf(o->tmp, sizeof o->tmp, "%s/.vitc-XXXXXX", dir) >= (int)sizeof o->tmp)
+    if (snprintf(o->tmp, sizeof o->tmp, "%s/.vitc-%ld-XXXXXX", dir, (long)getpid()) >= (int)sizeof o->tmp)
         return vt_seterr(e, "output path too long: %s", path);
     const int fd = mkstemp(o->tmp);
     if (fd < 0) return vt_seterr(e, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
@@ -94,6 +96,23 @@ int vt_out_commit(vt_out *o, vt_err *e) {
         close(dfd);
     }
     return 0;
+}
+
+int vt_remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        char *end;
+        if (strncmp(de->d_name, ".vitc-", 6) != 0) continue;
+        const long pid = strtol(de->d_name + 6, &end, 10);
+        if (end == de->d_name + 6 || *end != '-' || strlen(end) != 7 || pid <= 0 || pid > INT_MAX) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* the writer lives (or is not ours to judge) */
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path && remove(path) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 void vt_out_abort(vt_out *o) {

@@ -451,6 +451,14 @@ static int lock_run(const char *dir, vt_err *e) {
     return fd;
 }
 
+/* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (say how many); 0. */
+static int stale_temps(const char *dir) {
+    const int n = vt_remove_stale_temps(dir);
+    if (n > 0) fprintf(stderr, "%s: removed %d temporary file%s of an earlier run's unfinished write\n", dir, n,
+                       n == 1 ? "" : "s");
+    return 0;
+}
+
 /* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent). */
 static void checkpoint_meta(const char *path, const char *key, char *name, size_t n) {
     vt_st_file f;
@@ -650,7 +658,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
     snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
     if (rc == 0 && lead &&
-        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || check_run_dir(c, o, e) ||
+        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
+         check_run_dir(c, o, e) ||
          (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;

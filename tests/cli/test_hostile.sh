@@ -115,4 +115,9 @@ check "killed and resumed run: bit-identical weights" "cmp -s '$T/ref/weights.sa
     "$(tail -5 "$T/k.log")"
 check "... one metrics row per epoch" "[ \"\$(cut -d, -f1 '$T/k/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 ' ]" \
     "$(cat "$T/k/metrics.csv")"
+# a write cut by SIGKILL leaves its temporary file (.vitc-PID-XXXXXX); the next run in the folder removes it
+touch "$T/k/.vitc-999999999-zzzzzz"
+$V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
+check "... a resumed run removes a killed writer's temporary file" \
+    "[ ! -e '$T/k/.vitc-999999999-zzzzzz' ] && grep -q 'removed 1 temporary file' '$T/k2.log'" "$(cat "$T/k2.log")"
 check "... no temporary files left" "[ -z \"\$(ls -A '$T/k' | grep -E '[.]vitc-|tmp')\" ]" "$(ls -A "$T/k")"
