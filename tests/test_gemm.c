@@ -230,6 +230,8 @@ static void check_prims(vt_test *T) {
     T_CHECK(T, vt_gemm_linear_wanted(&same, 2, 196, 1536, 384), "196x1536x384 (M <= 2K): primitive");
     T_CHECK(T, vt_gemm_linear_wanted(&same, 2, 3136, 96, 384), "3136x96x384 (K >= 2N): primitive");
     T_CHECK(T, !vt_gemm_linear_wanted(&same, 2, 3136, 288, 96), "3136x288x96: sgemm");
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, NULL};
+    T_CHECK(T, vt_gemm_linear_wanted(&avx2, 2, 3136, 288, 96), "AVX2 tier, 3136x288x96: primitive");
     vt_gemm_plan ob = same, low = same;
     ob.force = VT_GEMM_OPENBLAS;
     low.onednn = VT_ISA_AVX;

@@ -136,6 +136,14 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     3136×96×384 223 vs 210, 3152×384×1536 212 vs 178; with a residual 49×768×3072 172 vs 112, 196×384×384 200
  *     vs 186. Larger M over a shallow K loses (its weight operand, wᵀ read in place, is packed per call):
  *     3136×288×96 168 vs 204, 3136×96×96 166 vs 201, 784×576×192 192 vs 203, 3152×1536×384 199 vs 215.
+ *     At the AVX2 tier (rule 6's Zen 3, 2026-11-28) every linear's forward takes the primitive: alone (a one-linear
+ *     graph, best of 9 alternated bursts, twice) it ties on most shapes and wins on large outputs, where writing the
+ *     bias rows first is one more pass over memory (12544×512×64 1.17-1.31×, 50176×384×96 1.04-1.16×, 12544×1024×128
+ *     1.01-1.15×), losing 2-8% only with a residual on a shallow K (3136×96×96, 12544×64×64, 3136×64×64); whole
+ *     models (both rules' graphs in one process, steps alternated, best of 30-60; the same rule on both sides reads
+ *     0.99-1.01) ran PVTv2-b1's batch-1 inference in 0.97-0.98 of the time and the demo ViT's training step
+ *     (batch 128) in 0.93-0.97, and no model tried was slower (batch 16: DeiT-T, Swin-T, CSwin-T, Next-ViT-S,
+ *     GroupMixFormer-T, PVTv2-b1 0.93-0.99; batch 1: DeiT-T, Swin-T, CSwin-T, FLatten-Swin-T, Next-ViT-S 0.98-1.01).
  *  6. Both libraries at the AVX2 tier (an AMD EPYC Zen 3, 2 cores, OpenBLAS "Zen", oneDNN avx2; 2026-11-26, best of
  *     5 alternated bursts, GFLOP/s OpenBLAS vs oneDNN) rules 2 and 4 do not hold: on one thread oneDNN wins from
  *     32^3 up (32^3 AB 64 vs 81; window-attention tiles 49×49×32 AᵀB 63 vs 76, 56×56×32 ABᵀ 76 vs 94, AᵀB 79 vs 118,
@@ -210,7 +218,7 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
     if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
     if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
-    return (long long)M <= 2LL * K || K >= 2LL * N;
+    return p->onednn == VT_ISA_AVX2 || (long long)M <= 2LL * K || K >= 2LL * N; /* rule 5 (AVX2: every shape) */
 }
 
 struct vt_gemm_prim {
@@ -840,8 +848,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else if (p->onednn == VT_ISA_AVX2)
         snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): M*N*K < 2^15: openblas, else onednn; on "
                          "more: M <= 8 and M*N*K >= 2^13: onednn, A^T*B with M, N >= 128 and (N <= 256 or M*N "
-                         "<= 2^18): openblas, else M*N*K < 2^18: openblas, else onednn; a linear's whole forward with "
-                         "M <= 2K or K >= 2N: onednn matmul primitive, bias and residual fused");
+                         "<= 2^18): openblas, else M*N*K < 2^18: openblas, else onednn; a linear's whole forward: "
+                         "onednn matmul primitive, bias and residual fused");
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
