@@ -181,6 +181,35 @@ static void conv_naive(const convcfg *c, const float *x, const float *w, const f
                 }
 }
 
+/* Nodes of g running op. */
+static int count_op(const vt_graph *g, const char *op) {
+    int k = 0;
+    for (int i = 0; i < g->nn; i++) k += strcmp(g->nodes[i]->op->name, op) == 0;
+    return k;
+}
+
+/* ref = max(ref, 0) over n values. */
+static void relu_ref(double *ref, int64_t n) {
+    for (int64_t i = 0; i < n; i++) ref[i] = ref[i] > 0.0 ? ref[i] : 0.0;
+}
+
+/* VITC_GEMM set to lib (NULL: unset); returns the previous value (malloc'd or NULL) for restore_gemm_env. */
+static char *set_gemm_env(const char *lib) {
+    const char *old = getenv("VITC_GEMM");
+    char *saved = old ? strdup(old) : NULL;
+    if (lib) setenv("VITC_GEMM", lib, 1);
+    else unsetenv("VITC_GEMM");
+    return saved;
+}
+
+static void restore_gemm_env(char *saved) {
+    if (saved) setenv("VITC_GEMM", saved, 1);
+    else unsetenv("VITC_GEMM");
+    free(saved);
+}
+
+/* conv2d and vt_conv2d_relu (one node in these inference graphs, no relu op), on the default plan (oneDNN where it
+ * takes the conv) and on VITC_GEMM=openblas (im2col + sgemm, the depthwise and pointwise loops), 1-3 threads. */
 static void check_conv_values(vt_test *T) {
     static const convcfg cfgs[] = {
         {2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1},   /* dense 3x3, non-square */
@@ -197,32 +226,61 @@ static void check_conv_values(vt_test *T) {
         {1, 3, 6, 17, 3, 5, 5, 1, 0, 3, 1},  /* depthwise 5x5 without padding (output narrower than input) */
     };
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int ti = 0; ti < 3; ti++) {
-        omp_set_num_threads(threads[ti]);
-        for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-            const convcfg *c = &cfgs[k];
-            fenv f;
-            fenv_open(&f);
-            const int xs[4] = {c->B, c->Cin, c->H, c->W}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
-                      bs[1] = {c->Cout};
-            vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
-            vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
-            vt_tensor *y = vt_conv2d(f.g, x, w, b, c->s, c->p, c->G);
-            if (fenv_run(T, &f, y, "conv2d values") == 0) {
-                const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
-                T_CHECK(T, y->shape[2] == Ho && y->shape[3] == Wo, "conv cfg %zu: output %dx%d, expected %dx%d", k,
-                        y->shape[2], y->shape[3], Ho, Wo);
-                double ref[4096];
-                conv_naive(c, x->data, w->data, b ? b->data : NULL, ref, Ho, Wo);
-                double err = rel_err(y->data, ref, y->numel);
-                T_CHECK(T, err < 1e-5, "conv cfg %zu (%d threads): rel err %g", k, threads[ti], err);
-                T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
-                        "conv cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
+    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: VITC_GEMM=openblas */
+        char *env = set_gemm_env(v & 2 ? "openblas" : NULL);
+        const int relu = v & 1;
+        for (int ti = 0; ti < 3; ti++) {
+            omp_set_num_threads(threads[ti]);
+            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+                const convcfg *c = &cfgs[k];
+                fenv f;
+                fenv_open(&f);
+                const int xs[4] = {c->B, c->Cin, c->H, c->W}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
+                          bs[1] = {c->Cout};
+                vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
+                vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
+                vt_tensor *y = (relu ? vt_conv2d_relu : vt_conv2d)(f.g, x, w, b, c->s, c->p, c->G);
+                if (fenv_run(T, &f, y, "conv2d values") == 0) {
+                    const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
+                    T_CHECK(T, y->shape[2] == Ho && y->shape[3] == Wo, "conv cfg %zu: output %dx%d, expected %dx%d",
+                            k, y->shape[2], y->shape[3], Ho, Wo);
+                    double ref[4096];
+                    conv_naive(c, x->data, w->data, b ? b->data : NULL, ref, Ho, Wo);
+                    if (relu) relu_ref(ref, y->numel);
+                    double err = rel_err(y->data, ref, y->numel);
+                    T_CHECK(T, err < 1e-5 && count_op(f.g, "relu") == 0, "conv cfg %zu (%s%s, %d threads): rel err "
+                            "%g, %d relu nodes", k, v & 2 ? "openblas" : "default", relu ? ", ReLU" : "",
+                            threads[ti], err, count_op(f.g, "relu"));
+                    T_CHECK(T, vt_graph_macs(f.g) ==
+                                   (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
+                            "conv cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
+                }
+                fenv_close(&f);
             }
-            fenv_close(&f);
         }
+        restore_gemm_env(env);
     }
     omp_set_num_threads(saved);
+}
+
+/* In a training graph, and with ref_kernels, vt_conv2d_relu and vt_conv2d_nhwc_relu are the conv and a relu op. */
+static void check_conv_relu_chain(vt_test *T) {
+    for (int v = 0; v < 4; v++) { /* v & 1: channels-last; v & 2: eval graph with ref_kernels, else training */
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, !(v & 2), &e);
+        g->ref_kernels = (v & 2) != 0;
+        const int xs[4] = {2, 8, 8, 8}, ws[4] = {8, 4, 3, 3}; /* NCHW or NHWC alike */
+        vt_tensor *x = vt_param(g, "x", 4, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+        vt_tensor *y = (v & 1 ? vt_conv2d_nhwc_relu : vt_conv2d_relu)(g, x, w, NULL, 1, 1, 2);
+        if (!(v & 2)) vt_graph_set_loss(g, vt_sum(g, y));
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0 && count_op(g, "relu") == 1, "conv relu chain %d: %s, %d relu nodes",
+                v, e.msg, count_op(g, "relu"));
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
 }
 
 /* ---- channels-last dense / grouped conv against the same reference, on oneDNN's convolution (the default plan)
@@ -238,11 +296,10 @@ static void check_conv_nhwc_values(vt_test *T) {
         {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1},  /* patch embedding */
         {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
     };
-    const char *old = getenv("VITC_GEMM");
-    char *saved_env = old ? strdup(old) : NULL;
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int lib = 0; lib < 2; lib++) {
-        if (lib) setenv("VITC_GEMM", "openblas", 1);
+    for (int v = 0; v < 4; v++) { /* lib: VITC_GEMM=openblas; relu: vt_conv2d_nhwc_relu */
+        const int lib = v >> 1, relu = v & 1;
+        char *env = set_gemm_env(lib ? "openblas" : NULL);
         for (int ti = 0; ti < 3; ti++) {
             omp_set_num_threads(threads[ti]);
             for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
@@ -253,7 +310,7 @@ static void check_conv_nhwc_values(vt_test *T) {
                           bs[1] = {c->Cout};
                 vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
                 vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
-                vt_tensor *y = vt_conv2d_nhwc(f.g, x, w, b, c->s, c->p, c->G);
+                vt_tensor *y = (relu ? vt_conv2d_nhwc_relu : vt_conv2d_nhwc)(f.g, x, w, b, c->s, c->p, c->G);
                 if (fenv_run(T, &f, y, "conv_nhwc values") == 0) {
                     const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
                     static float xc[8192];
@@ -268,21 +325,21 @@ static void check_conv_nhwc_values(vt_test *T) {
                         for (int o = 0; o < c->Cout; o++)
                             for (int i = 0; i < Ho * Wo; i++)
                                 yr[((size_t)n * Ho * Wo + i) * c->Cout + o] = ref[((size_t)n * c->Cout + o) * Ho * Wo + i];
+                    if (relu) relu_ref(yr, y->numel);
                     const double err = rel_err(y->data, yr, y->numel);
-                    T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo && err < 1e-5,
-                            "conv_nhwc cfg %zu (%s, %d threads): output %dx%d (want %dx%d), rel err %g", k,
-                            lib ? "openblas" : "default", threads[ti], y->shape[1], y->shape[2], Ho, Wo, err);
+                    T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo && err < 1e-5 && count_op(f.g, "relu") == 0,
+                            "conv_nhwc cfg %zu (%s%s, %d threads): output %dx%d (want %dx%d), rel err %g, %d relu "
+                            "nodes", k, lib ? "openblas" : "default", relu ? ", ReLU" : "", threads[ti], y->shape[1],
+                            y->shape[2], Ho, Wo, err, count_op(f.g, "relu"));
                     T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
                             "conv_nhwc cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
                 }
                 fenv_close(&f);
             }
         }
+        restore_gemm_env(env);
     }
     omp_set_num_threads(saved);
-    if (saved_env) setenv("VITC_GEMM", saved_env, 1);
-    else unsetenv("VITC_GEMM");
-    free(saved_env);
 }
 
 /* ---- depthwise channels-last conv against a direct reference ---- */
@@ -930,6 +987,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_conv_nhwc_plan(T);
     check_slice_pieces(T);
     check_conv_values(T);
+    check_conv_relu_chain(T);
     check_conv_nhwc_values(T);
     check_dwconv_nhwc_values(T);
     check_conv2d_onednn(T);

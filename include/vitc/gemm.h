@@ -69,12 +69,16 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
 /* One oneDNN convolution primitive, a conv's forward or weight gradient (owned by the plan's vt_gemm_prims). */
 typedef struct vt_gemm_conv vt_gemm_conv;
 
-/* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) + b (if has_bias)
- * with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead, reordered to
- * and from the blocked layouts the conv picks); made on first request and reused. NULL where the plan keeps convs on
- * im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier, or only a reference kernel. */
+/* vt_gemm_conv_prim's flags: a bias b is added; a ReLU post-op follows (inference: nothing keeps its input). */
+enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2 };
+
+/* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) (+ b, then ReLU,
+ * as flags say) with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead,
+ * reordered to and from the blocked layouts the conv picks); made on first request and reused. NULL where the plan
+ * keeps convs on im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier, or only a reference
+ * kernel. */
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
-                                int has_bias, int nchw);
+                                int flags, int nchw);
 
 /* Bytes of scratch vt_gemm_conv_run (or vt_gemm_conv_wgrad_run) needs (an NCHW conv's blocked x and y (dy); 0 for
  * NHWC). */

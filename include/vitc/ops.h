@@ -111,6 +111,11 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
 /* Dense or grouped k×k convolution on channels-last maps: x (B, H, W, C), w (Cout, C/groups, k, k) (PyTorch's
  * layout), b (Cout) or NULL -> (B, Ho, Wo, Cout); oneDNN's convolution where the GEMM plan has one. */
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
+/* vt_relu(vt_conv2d(...)) and vt_relu(vt_conv2d_nhwc(...)); in inference graphs (without ref_kernels) one node, the
+ * ReLU applied in the conv's output pass (a oneDNN post-op, or the bias loop). */
+vt_tensor *vt_conv2d_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
+vt_tensor *vt_conv2d_nhwc_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad,
+                               int groups);
 /* Depthwise 2-D convolution on channels-last maps: x (B, H, W, C), w (C, 1, kh, kw), b (C) or NULL; stride 1. */
 vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad);
 /* vt_dwconv_nhwc over channels [c0, c0 + C) of x (B, H, W, L) (C from w, read in place: no slice), plus r (NULL or

@@ -75,8 +75,12 @@ vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, i
     if (w) w->paper_count = 1;
     vt_tensor *bias = NULL;
     if (folded) w = vt_bn_fold_weight(g, vt_pname(nm, prefix, "norm"), w, NV_EPS, &bias);
-    vt_tensor *h = vt_reshape(g, vt_conv2d_nhwc(g, vt_reshape(g, x, 4, map), w, bias, 1, 1, C / NV_HEAD_DIM), 3, tok);
-    h = vt_relu(g, folded ? h : bn(g, prefix, "norm", h, 0));
+    vt_tensor *h, *xm = vt_reshape(g, x, 4, map);
+    if (folded)
+        h = vt_reshape(g, vt_conv2d_nhwc_relu(g, xm, w, bias, 1, 1, C / NV_HEAD_DIM), 3, tok);
+    else
+        h = vt_relu(g, bn(g, prefix, "norm", vt_reshape(g, vt_conv2d_nhwc(g, xm, w, NULL, 1, 1, C / NV_HEAD_DIM), 3, tok),
+                          0));
     return vt_pointwise_p(g, vt_pname(nm, prefix, "projection"), h, C, 0, VT_INIT_W02);
 }
 

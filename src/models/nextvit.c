@@ -73,7 +73,7 @@ static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int st
     if (folded) {
         vt_tensor *b;
         w = vt_bn_fold_weight(g, vt_pname(nm, pre, "norm"), w, NV_EPS, &b);
-        return vt_relu(g, vt_conv2d(g, x, w, b, stride, 1, 1));
+        return vt_conv2d_relu(g, x, w, b, stride, 1, 1);
     }
     return vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
                               NV_MOMENTUM, VT_RELU);

@@ -40,9 +40,19 @@ typedef struct {
     vt_gemm_conv *prim;       /* the conv2d.onednn kernel's primitive (made by its prepare), else NULL */
     vt_gemm_conv *bprim;      /* with prim, training, stride 1, k > 1: the forward primitive computing dX (dx_prim) */
     vt_gemm_conv *wprim;      /* training: the weight-gradient primitive (dw_prim; conv_prim_prepare says where) */
+    int relu;                 /* vt_conv2d_relu in an inference graph: ReLU on the output, in the same pass */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
+
+/* y = max(y, 0) over n floats (NaN to 0, as vt_relu), one thread; relu_all: on all threads. */
+static void relu_n(float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+static void relu_all(float *y, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < n; c += 4096) relu_n(y + c, n - c < 4096 ? n - c : 4096);
+}
 
 /* col[(c·kh + ki)·kw + kj][oh·Wo + ow] = x[c][oh·s - p + ki][ow·s - p + kj] (0 outside) for one image. */
 static void im2col(const geom *q, const float *x, float *col, int par) {
@@ -111,12 +121,18 @@ static void conv_image_fwd(const geom *q, const float *x, const float *w, const 
     for (int g = 0; g < q->G; g++)
         sgemm(q, 0, 0, q->Og, q->P, q->Kg, w + (size_t)g * q->Og * q->Kg, q->Kg, src + (size_t)g * q->Kg * q->P, q->P,
               0.0f, y + (size_t)g * q->Og * q->P, q->P);
-    if (bias) {
+    if (bias || q->relu) {
 #pragma omp parallel for schedule(static) if (par)
         for (int o = 0; o < q->Cout; o++) {
             float *yo = y + (size_t)o * q->P;
-            const float bv = bias[o];
-            for (int i = 0; i < q->P; i++) yo[i] += bv;
+            const float bv = bias ? bias[o] : 0.0f;
+            if (q->relu)
+                for (int i = 0; i < q->P; i++) {
+                    const float v = yo[i] + bv;
+                    yo[i] = v > 0.0f ? v : 0.0f;
+                }
+            else
+                for (int i = 0; i < q->P; i++) yo[i] += bv;
         }
     }
 }
@@ -477,6 +493,7 @@ static void conv_fwd(vt_node *n) {
                 const int c = bc % q.Cin;
                 dw1_plane_fwd(&q, &d, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
                               y + (size_t)bc * q.P, xp);
+                if (q.relu) relu_n(y + (size_t)bc * q.P, q.P);
             }
         }
         return;
@@ -487,6 +504,7 @@ static void conv_fwd(vt_node *n) {
             const int c = bc % q.Cin;
             dw_plane_fwd(&q, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
                          y + (size_t)bc * q.P);
+            if (q.relu) relu_n(y + (size_t)bc * q.P, q.P);
         }
         return;
     }
@@ -686,7 +704,8 @@ static int conv_prim_prepare(vt_node *n) {
         if (q->wprim && (int64_t)(vt_gemm_conv_scratch(q->wprim) + 3) / 4 > room) q->wprim = NULL;
     }
     if (!fwd) return 0;
-    q->prim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, n->nin > 2, 1);
+    q->prim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G,
+                                (n->nin > 2 ? VT_CONV_BIAS : 0) | (q->relu ? VT_CONV_RELU : 0), 1);
     if (!q->prim) return 0;
     if (n->g->training && q->s == 1 && q->kh > 1 && n->in[0]->requires_grad && n->bws) {
         q->bprim = vt_gemm_conv_prim(&n->g->gemm, 1, q->Cout, q->Ho, q->Wo, q->Cin, q->kh, 1, q->kh - 1 - q->p, q->G,
@@ -760,7 +779,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B), tb = tf;
     const int Cg = Cin / groups, P = Ho * Wo;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL};
+                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0};
     *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) {
@@ -1076,7 +1095,8 @@ static void dwn_bwd(vt_node *n) {
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
-    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, p->bias_in >= 0, 0);
+    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C,
+                                p->bias_in >= 0 ? VT_CONV_BIAS : 0, 0);
     if (p->prim && n->g->training && n->in[0]->requires_grad && n->bws)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->Ho, p->Wo, p->C, p->kh, 1, p->kh - 1 - p->p, p->C, 0,
                                      0);
@@ -1169,6 +1189,7 @@ typedef struct {
     vt_gemm_conv *prim; /* the conv_nhwc.onednn kernel's primitive (made by its prepare) */
     vt_gemm_conv *bprim; /* training, stride 1, k > 1: the forward primitive that computes dX (convn_bwd_prim) */
     vt_gemm_conv *wprim; /* training: the weight-gradient primitive (convn_bwd) */
+    int relu;            /* vt_conv2d_nhwc_relu in an inference graph: ReLU on the output */
 } convn_p;
 
 /* Rows of the output (positions) and depth of one group's patch (C/G·k·k). */
@@ -1201,18 +1222,20 @@ static void convn_gemm_fwd(const vt_node *n, const float *cols, float *y) {
         }
 }
 
-/* The reference forward: patches + per-group sgemm. */
+/* The reference forward: patches + per-group sgemm (then the ReLU of vt_conv2d_nhwc_relu). */
 static void convn_fwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     vt_patches_gather(&p->q, n->in[0]->data, n->fws->data);
     convn_gemm_fwd(n, n->fws->data, n->out->data);
+    if (p->relu) relu_all(n->out->data, n->out->numel);
 }
 
 /* One oneDNN convolution where the plan has one for this geometry (vt_gemm_conv_prim). */
 static int convn_prim_prepare(vt_node *n) {
     convn_p *p = VT_OP_P(n, convn_p);
     const vt_patch_geom *q = &p->q;
-    p->prim = vt_gemm_conv_prim(&n->g->gemm, q->B, q->C, q->H, q->W, p->Cout, q->k, q->s, q->p, p->G, p->has_bias, 0);
+    p->prim = vt_gemm_conv_prim(&n->g->gemm, q->B, q->C, q->H, q->W, p->Cout, q->k, q->s, q->p, p->G,
+                                (p->has_bias ? VT_CONV_BIAS : 0) | (p->relu ? VT_CONV_RELU : 0), 0);
     if (p->prim && n->g->training && q->s == 1 && q->k > 1 && n->in[0]->requires_grad)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, q->B, p->Cout, q->Ho, q->Wo, q->C, q->k, 1, q->k - 1 - q->p, p->G, 0,
                                      0);
@@ -1314,9 +1337,30 @@ vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
     vt_node *n = vt_new_node(g, &op_conv_nhwc, in, b ? 3 : 2, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     convn_p *p = VT_OP_P(n, convn_p);
-    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, NULL, NULL, NULL};
+    *p = (convn_p){{B, C, H, W, k, stride, pad, Ho, Wo, 1}, w->shape[0], groups, b != NULL, NULL, NULL, NULL, 0};
     const int64_t cols = convn_rows(p) * C * k * k, xw = x->numel + (int64_t)w->numel; /* convn_bwd_prim's */
     if (!vt_node_work(n, 0, cols) || (g->training && !vt_node_work(n, 1, cols > xw ? cols : xw))) return NULL;
     n->macs = convn_rows(p) * w->shape[0] * convn_kg(p);
     return n->out;
+}
+
+/* The conv node y made by a conv builder, with its ReLU fused (inference graphs with their kernels), else
+ * vt_relu(y). */
+static vt_tensor *conv_relu(vt_graph *g, vt_tensor *y, int is_nhwc) {
+    if (!y || g->training || g->ref_kernels) return vt_relu(g, y);
+    vt_node *n = g->nodes[y->prod];
+    if (is_nhwc)
+        VT_OP_P(n, convn_p)->relu = 1;
+    else
+        VT_OP_P(n, geom)->relu = 1;
+    return y;
+}
+
+vt_tensor *vt_conv2d_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
+    return conv_relu(g, vt_conv2d(g, x, w, b, stride, pad, groups), 0);
+}
+
+vt_tensor *vt_conv2d_nhwc_relu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad,
+                               int groups) {
+    return conv_relu(g, vt_conv2d_nhwc(g, x, w, b, stride, pad, groups), 1);
 }

@@ -231,7 +231,7 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, has_bias, nchw, wgrad */
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, VT_CONV_RELU), nchw, wgrad */
     /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
      * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
@@ -474,10 +474,21 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
         return -1;
     dnnl_convolution_desc_t cd;
     if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &d.xa, &d.wany,
-                                           v[9] ? &bd : NULL, &d.ya, d.st, d.pad, d.pad) != dnnl_success)
+                                           (v[9] & VT_CONV_BIAS) ? &bd : NULL, &d.ya, d.st, d.pad, d.pad) !=
+        dnnl_success)
         return -1;
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
-    if (dnnl_primitive_desc_create(&pd, &cd, NULL, c->eng, NULL) != dnnl_success) return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int made = (v[9] & VT_CONV_RELU) ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                                           dnnl_post_ops_create(&po) == dnnl_success &&
+                                           append_post(po, VT_GEMM_POST_RELU, NULL) == 0 &&
+                                           dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success
+                                     : 1;
+    made = made && dnnl_primitive_desc_create(&pd, &cd, attr, c->eng, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!made) return -1;
     const char *impl = "";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -490,7 +501,7 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
                     dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-                    (v[9] && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
+                    ((v[9] & VT_CONV_BIAS) && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
     if (!bad && nchw)
         bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
@@ -569,8 +580,8 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
 }
 
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
-                                int has_bias, int nchw) {
-    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, has_bias != 0, nchw != 0, 0};
+                                int flags, int nchw) {
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, flags & (VT_CONV_BIAS | VT_CONV_RELU), nchw != 0, 0};
     return conv_get(p, geom);
 }
 
