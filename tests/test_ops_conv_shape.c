@@ -115,12 +115,19 @@ typedef struct {
     vt_err e;
 } fenv;
 
-static void fenv_open(fenv *f) {
+/* An eval graph on the GEMM plan of lib ("openblas", "onednn"; NULL: the default, as VITC_GEMM would set it). */
+static void fenv_open_lib(fenv *f, const char *lib) {
     memset(f, 0, sizeof *f);
     f->P = vt_params_new(&f->e);
     f->g = vt_graph_new(f->P, 0, &f->e);
+    if (lib && f->g) { /* before any node: no primitive was made from the plan yet */
+        vt_gemm_plan_free(&f->g->gemm);
+        vt_gemm_plan_init(&f->g->gemm, lib, &f->e);
+    }
     vt_rng_seed(&f->r, 99);
 }
+
+static void fenv_open(fenv *f) { fenv_open_lib(f, NULL); }
 
 static vt_tensor *fenv_param(fenv *f, const char *name, int ndim, const int *shape) {
     vt_tensor *t = vt_param(f->g, name, ndim, shape, (vt_init){VT_INIT_ZERO, 0});
@@ -193,21 +200,6 @@ static void relu_ref(double *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++) ref[i] = ref[i] > 0.0 ? ref[i] : 0.0;
 }
 
-/* VITC_GEMM set to lib (NULL: unset); returns the previous value (malloc'd or NULL) for restore_gemm_env. */
-static char *set_gemm_env(const char *lib) {
-    const char *old = getenv("VITC_GEMM");
-    char *saved = old ? strdup(old) : NULL;
-    if (lib) setenv("VITC_GEMM", lib, 1);
-    else unsetenv("VITC_GEMM");
-    return saved;
-}
-
-static void restore_gemm_env(char *saved) {
-    if (saved) setenv("VITC_GEMM", saved, 1);
-    else unsetenv("VITC_GEMM");
-    free(saved);
-}
-
 /* conv2d and vt_conv2d_relu (one node in these inference graphs, no relu op), on the default plan (oneDNN where it
  * takes the conv) and on VITC_GEMM=openblas (im2col + sgemm, the depthwise and pointwise loops), 1-3 threads. */
 static void check_conv_values(vt_test *T) {
@@ -226,15 +218,15 @@ static void check_conv_values(vt_test *T) {
         {1, 3, 6, 17, 3, 5, 5, 1, 0, 3, 1},  /* depthwise 5x5 without padding (output narrower than input) */
     };
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: VITC_GEMM=openblas */
-        char *env = set_gemm_env(v & 2 ? "openblas" : NULL);
+    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: the openblas GEMM plan */
+        const char *lib = v & 2 ? "openblas" : NULL;
         const int relu = v & 1;
         for (int ti = 0; ti < 3; ti++) {
             omp_set_num_threads(threads[ti]);
             for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
                 const convcfg *c = &cfgs[k];
                 fenv f;
-                fenv_open(&f);
+                fenv_open_lib(&f, lib);
                 const int xs[4] = {c->B, c->Cin, c->H, c->W}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
                           bs[1] = {c->Cout};
                 vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
@@ -258,7 +250,6 @@ static void check_conv_values(vt_test *T) {
                 fenv_close(&f);
             }
         }
-        restore_gemm_env(env);
     }
     omp_set_num_threads(saved);
 }
@@ -297,15 +288,14 @@ static void check_conv_nhwc_values(vt_test *T) {
         {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
     };
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* lib: VITC_GEMM=openblas; relu: vt_conv2d_nhwc_relu */
+    for (int v = 0; v < 4; v++) { /* lib: the openblas GEMM plan; relu: vt_conv2d_nhwc_relu */
         const int lib = v >> 1, relu = v & 1;
-        char *env = set_gemm_env(lib ? "openblas" : NULL);
         for (int ti = 0; ti < 3; ti++) {
             omp_set_num_threads(threads[ti]);
             for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
                 const convcfg *c = &cfgs[k];
                 fenv f;
-                fenv_open(&f);
+                fenv_open_lib(&f, lib ? "openblas" : NULL);
                 const int xs[4] = {c->B, c->H, c->W, c->Cin}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
                           bs[1] = {c->Cout};
                 vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
@@ -337,7 +327,6 @@ static void check_conv_nhwc_values(vt_test *T) {
                 fenv_close(&f);
             }
         }
-        restore_gemm_env(env);
     }
     omp_set_num_threads(saved);
 }
