@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # vitc name -> (repository, how to build its official model). Commits checked: bench/fetch_official.sh.
@@ -268,6 +270,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="one short repeat (1 s, 1 warm-up step, torch threads 2 only): a smoke test, not a measurement")
     a = ap.parse_args()
+    benchenv.clean_omp_env()
     repos = {}
     for r in a.repo:
         k, sep, path = r.partition("=")

@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TORCH_SNIPPET = r"""
@@ -211,6 +213,7 @@ def main():
     ap.add_argument("--venv", help="also PyTorch 2.x eager, torch.compile and ONNX Runtime from this virtualenv "
                     "(made by bench/anchors_venv.sh)")
     a = ap.parse_args()
+    benchenv.clean_omp_env()
     if a.venv and not os.access(os.path.join(a.venv, "bin", "python"), os.X_OK):
         sys.exit(f"{a.venv}/bin/python not found: make it with bench/anchors_venv.sh {a.venv}")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
