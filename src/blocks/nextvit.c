@@ -76,11 +76,12 @@ vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, i
     vt_tensor *bias = NULL;
     if (folded) w = vt_bn_fold_weight(g, vt_pname(nm, prefix, "norm"), w, NV_EPS, &bias);
     vt_tensor *h, *xm = vt_reshape(g, x, 4, map);
-    if (folded)
+    if (folded) { /* the BN in the weight and bias, the ReLU in the conv's output pass */
         h = vt_reshape(g, vt_conv2d_nhwc_relu(g, xm, w, bias, 1, 1, C / NV_HEAD_DIM), 3, tok);
-    else
-        h = vt_relu(g, bn(g, prefix, "norm", vt_reshape(g, vt_conv2d_nhwc(g, xm, w, NULL, 1, 1, C / NV_HEAD_DIM), 3, tok),
-                          0));
+    } else {
+        h = vt_reshape(g, vt_conv2d_nhwc(g, xm, w, NULL, 1, 1, C / NV_HEAD_DIM), 3, tok);
+        h = vt_relu(g, bn(g, prefix, "norm", h, 0));
+    }
     return vt_pointwise_p(g, vt_pname(nm, prefix, "projection"), h, C, 0, VT_INIT_W02);
 }
 
