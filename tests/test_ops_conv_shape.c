@@ -188,6 +188,15 @@ static void conv_naive(const convcfg *c, const float *x, const float *w, const f
                 }
 }
 
+/* The operands of cfg c as parameters of f's graph, x NCHW or channels-last (nhwc); b NULL without bias. */
+static void conv_operands(fenv *f, const convcfg *c, int nhwc, vt_tensor **x, vt_tensor **w, vt_tensor **b) {
+    const int xs[4] = {c->B, nhwc ? c->H : c->Cin, nhwc ? c->W : c->H, nhwc ? c->Cin : c->W};
+    const int ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw}, bs[1] = {c->Cout};
+    *x = fenv_param(f, "x", 4, xs);
+    *w = fenv_param(f, "w", 4, ws);
+    *b = c->bias ? fenv_param(f, "b", 1, bs) : NULL;
+}
+
 /* Nodes of g running op. */
 static int count_op(const vt_graph *g, const char *op) {
     int k = 0;
@@ -227,10 +236,8 @@ static void check_conv_values(vt_test *T) {
                 const convcfg *c = &cfgs[k];
                 fenv f;
                 fenv_open_lib(&f, lib);
-                const int xs[4] = {c->B, c->Cin, c->H, c->W}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
-                          bs[1] = {c->Cout};
-                vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
-                vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
+                vt_tensor *x, *w, *b;
+                conv_operands(&f, c, 0, &x, &w, &b);
                 vt_tensor *y = (relu ? vt_conv2d_relu : vt_conv2d)(f.g, x, w, b, c->s, c->p, c->G);
                 if (fenv_run(T, &f, y, "conv2d values") == 0) {
                     const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
@@ -288,18 +295,17 @@ static void check_conv_nhwc_values(vt_test *T) {
         {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
     };
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* lib: the openblas GEMM plan; relu: vt_conv2d_nhwc_relu */
-        const int lib = v >> 1, relu = v & 1;
+    for (int v = 0; v < 4; v++) { /* v & 1: vt_conv2d_nhwc_relu; v & 2: the openblas GEMM plan */
+        const char *lib = v & 2 ? "openblas" : NULL;
+        const int relu = v & 1;
         for (int ti = 0; ti < 3; ti++) {
             omp_set_num_threads(threads[ti]);
             for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
                 const convcfg *c = &cfgs[k];
                 fenv f;
-                fenv_open_lib(&f, lib ? "openblas" : NULL);
-                const int xs[4] = {c->B, c->H, c->W, c->Cin}, ws[4] = {c->Cout, c->Cin / c->G, c->kh, c->kw},
-                          bs[1] = {c->Cout};
-                vt_tensor *x = fenv_param(&f, "x", 4, xs), *w = fenv_param(&f, "w", 4, ws);
-                vt_tensor *b = c->bias ? fenv_param(&f, "b", 1, bs) : NULL;
+                fenv_open_lib(&f, lib);
+                vt_tensor *x, *w, *b;
+                conv_operands(&f, c, 1, &x, &w, &b);
                 vt_tensor *y = (relu ? vt_conv2d_nhwc_relu : vt_conv2d_nhwc)(f.g, x, w, b, c->s, c->p, c->G);
                 if (fenv_run(T, &f, y, "conv_nhwc values") == 0) {
                     const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
