@@ -279,6 +279,18 @@ static void check_conv_relu_chain(vt_test *T) {
         vt_graph_free(g);
         vt_params_free(P);
     }
+    for (int nhwc = 0; nhwc < 2; nhwc++) { /* a bad weight: the conv's own error, in an eval graph too */
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        const int xs[4] = {2, 8, 8, 8}, ws[4] = {8, 3, 3, 3};
+        vt_tensor *x = vt_input(g, "x", 4, xs), *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+        vt_tensor *y = (nhwc ? vt_conv2d_nhwc_relu : vt_conv2d_relu)(g, x, w, NULL, 1, 1, 2);
+        T_CHECK(T, !y && vt_graph_finalize(g, &e) != 0 && strstr(e.msg, nhwc ? "conv_nhwc" : "conv2d"),
+                "bad conv relu %d: %s", nhwc, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
 }
 
 /* ---- channels-last dense / grouped conv against the same reference, on oneDNN's convolution (the default plan)
