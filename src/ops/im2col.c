@@ -21,27 +21,39 @@ static inline size_t xoff(const i2c_p *q, int b, int c, int y, int x) {
 
 void vt_patches_gather(const vt_patch_geom *q, const float *x, float *out) {
     const int k = q->k, kk = k * k, C = q->C, Wo = q->Wo;
-    const size_t K = (size_t)C * kk;
+    const size_t K = (size_t)C * kk, plane = (size_t)q->H * q->W;
     const int64_t R = (int64_t)q->B * q->Ho;
 #pragma omp parallel for schedule(static) if (R * Wo * (int64_t)K > PAR_MIN)
     for (int64_t r = 0; r < R; r++) { /* output row (b, oh) */
         const int b = (int)(r / q->Ho), oh = (int)(r % q->Ho);
         for (int ow = 0; ow < Wo; ow++) {
             float *d = out + ((size_t)r * Wo + ow) * K;
+            const int x0 = ow * q->s - q->p, inside = x0 >= 0 && x0 + k <= q->W;
             for (int ky = 0; ky < k; ky++) {
                 const int y = oh * q->s - q->p + ky;
-                for (int kx = 0; kx < k; kx++) {
-                    const int xx = ow * q->s - q->p + kx;
-                    float *dt = d + ky * k + kx;
-                    if (y < 0 || y >= q->H || xx < 0 || xx >= q->W) {
-                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = 0.0f;
-                    } else if (q->nhwc) { /* C contiguous reads, writes strided by k² */
-                        const float *src = x + xoff(q, b, 0, y, xx);
-                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = src[c];
-                    } else {
-                        const size_t plane = (size_t)q->H * q->W;
-                        const float *src = x + xoff(q, b, 0, y, xx);
-                        for (int c = 0; c < C; c++) dt[(size_t)c * kk] = src[(size_t)c * plane];
+                if (y < 0 || y >= q->H) {
+                    for (int c = 0; c < C; c++) memset(d + (size_t)c * kk + ky * k, 0, sizeof(float) * (size_t)k);
+                } else if (q->nhwc) { /* per tap: C contiguous reads, writes strided by k² */
+                    for (int kx = 0; kx < k; kx++) {
+                        const int xx = x0 + kx;
+                        float *dt = d + ky * k + kx;
+                        if (xx < 0 || xx >= q->W) {
+                            for (int c = 0; c < C; c++) dt[(size_t)c * kk] = 0.0f;
+                        } else {
+                            const float *src = x + xoff(q, b, 0, y, xx);
+                            for (int c = 0; c < C; c++) dt[(size_t)c * kk] = src[c];
+                        }
+                    }
+                } else { /* per channel: the k taps of a kernel row are k contiguous floats of an input row */
+                    const float *src = x + xoff(q, b, 0, y, 0);
+                    for (int c = 0; c < C; c++) {
+                        float *dt = d + (size_t)c * kk + ky * k;
+                        const float *sr = src + (size_t)c * plane;
+                        if (inside)
+                            memcpy(dt, sr + x0, sizeof(float) * (size_t)k);
+                        else
+                            for (int kx = 0; kx < k; kx++)
+                                dt[kx] = x0 + kx >= 0 && x0 + kx < q->W ? sr[x0 + kx] : 0.0f;
                     }
                 }
             }
