@@ -209,6 +209,58 @@ static void relu_ref(double *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++) ref[i] = ref[i] > 0.0 ? ref[i] : 0.0;
 }
 
+/* Each cfg with and without the fused ReLU (vt_conv2d[_nhwc]_relu: one node in these inference graphs, no relu op), on
+ * the default plan and the openblas one, at 1-3 threads, against conv_naive (through NCHW copies of x and of the
+ * reference when nhwc); output size and MACs too. */
+static void conv_values_sweep(vt_test *T, const convcfg *cfgs, size_t ncfg, int nhwc) {
+    const char *what = nhwc ? "conv_nhwc" : "conv";
+    const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
+    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: the openblas GEMM plan */
+        const char *lib = v & 2 ? "openblas" : NULL;
+        const int relu = v & 1;
+        for (int ti = 0; ti < 3; ti++) {
+            omp_set_num_threads(threads[ti]);
+            for (size_t k = 0; k < ncfg; k++) {
+                const convcfg *c = &cfgs[k];
+                fenv f;
+                fenv_open_lib(&f, lib);
+                vt_tensor *x, *w, *b, *y;
+                conv_operands(&f, c, nhwc, &x, &w, &b);
+                if (nhwc)
+                    y = (relu ? vt_conv2d_nhwc_relu : vt_conv2d_nhwc)(f.g, x, w, b, c->s, c->p, c->G);
+                else
+                    y = (relu ? vt_conv2d_relu : vt_conv2d)(f.g, x, w, b, c->s, c->p, c->G);
+                if (fenv_run(T, &f, y, nhwc ? "conv_nhwc values" : "conv2d values") == 0) {
+                    const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
+                    const int hw = c->H * c->W, ohw = Ho * Wo, oh = y->shape[nhwc ? 1 : 2], ow = y->shape[nhwc ? 2 : 3];
+                    static float xc[8192];
+                    static double ref[8192], yr[8192];
+                    for (int n = 0; nhwc && n < c->B; n++) /* the NCHW copy the reference reads */
+                        for (int ch = 0; ch < c->Cin; ch++)
+                            for (int i = 0; i < hw; i++)
+                                xc[((size_t)n * c->Cin + ch) * hw + i] = x->data[((size_t)n * hw + i) * c->Cin + ch];
+                    conv_naive(c, nhwc ? xc : x->data, w->data, b ? b->data : NULL, ref, Ho, Wo);
+                    for (int n = 0; nhwc && n < c->B; n++)
+                        for (int o = 0; o < c->Cout; o++)
+                            for (int i = 0; i < ohw; i++)
+                                yr[((size_t)n * ohw + i) * c->Cout + o] = ref[((size_t)n * c->Cout + o) * ohw + i];
+                    double *want = nhwc ? yr : ref;
+                    if (relu) relu_ref(want, y->numel);
+                    const double err = rel_err(y->data, want, y->numel);
+                    T_CHECK(T, oh == Ho && ow == Wo && err < 1e-5 && count_op(f.g, "relu") == 0,
+                            "%s cfg %zu (%s%s, %d threads): output %dx%d (want %dx%d), rel err %g, %d relu nodes",
+                            what, k, lib ? "openblas" : "default", relu ? ", ReLU" : "", threads[ti], oh, ow, Ho, Wo,
+                            err, count_op(f.g, "relu"));
+                    T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * ohw * (c->Cin / c->G) * c->kh * c->kw,
+                            "%s cfg %zu: MACs %lld", what, k, (long long)vt_graph_macs(f.g));
+                }
+                fenv_close(&f);
+            }
+        }
+    }
+    omp_set_num_threads(saved);
+}
+
 /* conv2d and vt_conv2d_relu (one node in these inference graphs, no relu op), on the default plan (oneDNN where it
  * takes the conv) and on VITC_GEMM=openblas (im2col + sgemm, the depthwise and pointwise loops), 1-3 threads. */
 static void check_conv_values(vt_test *T) {
@@ -226,39 +278,7 @@ static void check_conv_values(vt_test *T) {
         {2, 4, 5, 21, 4, 3, 3, 1, 3, 4, 1},  /* depthwise, padding > k-1, W spanning two 16-wide blocks */
         {1, 3, 6, 17, 3, 5, 5, 1, 0, 3, 1},  /* depthwise 5x5 without padding (output narrower than input) */
     };
-    const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: the openblas GEMM plan */
-        const char *lib = v & 2 ? "openblas" : NULL;
-        const int relu = v & 1;
-        for (int ti = 0; ti < 3; ti++) {
-            omp_set_num_threads(threads[ti]);
-            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-                const convcfg *c = &cfgs[k];
-                fenv f;
-                fenv_open_lib(&f, lib);
-                vt_tensor *x, *w, *b;
-                conv_operands(&f, c, 0, &x, &w, &b);
-                vt_tensor *y = (relu ? vt_conv2d_relu : vt_conv2d)(f.g, x, w, b, c->s, c->p, c->G);
-                if (fenv_run(T, &f, y, "conv2d values") == 0) {
-                    const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
-                    T_CHECK(T, y->shape[2] == Ho && y->shape[3] == Wo, "conv cfg %zu: output %dx%d, expected %dx%d",
-                            k, y->shape[2], y->shape[3], Ho, Wo);
-                    double ref[4096];
-                    conv_naive(c, x->data, w->data, b ? b->data : NULL, ref, Ho, Wo);
-                    if (relu) relu_ref(ref, y->numel);
-                    double err = rel_err(y->data, ref, y->numel);
-                    T_CHECK(T, err < 1e-5 && count_op(f.g, "relu") == 0, "conv cfg %zu (%s%s, %d threads): rel err "
-                            "%g, %d relu nodes", k, v & 2 ? "openblas" : "default", relu ? ", ReLU" : "",
-                            threads[ti], err, count_op(f.g, "relu"));
-                    T_CHECK(T, vt_graph_macs(f.g) ==
-                                   (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
-                            "conv cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
-                }
-                fenv_close(&f);
-            }
-        }
-    }
-    omp_set_num_threads(saved);
+    conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 0);
 }
 
 /* In a training graph, and with ref_kernels, vt_conv2d_relu and vt_conv2d_nhwc_relu are the conv and a relu op. */
@@ -306,47 +326,7 @@ static void check_conv_nhwc_values(vt_test *T) {
         {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1},  /* patch embedding */
         {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
     };
-    const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* v & 1: vt_conv2d_nhwc_relu; v & 2: the openblas GEMM plan */
-        const char *lib = v & 2 ? "openblas" : NULL;
-        const int relu = v & 1;
-        for (int ti = 0; ti < 3; ti++) {
-            omp_set_num_threads(threads[ti]);
-            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
-                const convcfg *c = &cfgs[k];
-                fenv f;
-                fenv_open_lib(&f, lib);
-                vt_tensor *x, *w, *b;
-                conv_operands(&f, c, 1, &x, &w, &b);
-                vt_tensor *y = (relu ? vt_conv2d_nhwc_relu : vt_conv2d_nhwc)(f.g, x, w, b, c->s, c->p, c->G);
-                if (fenv_run(T, &f, y, "conv_nhwc values") == 0) {
-                    const int Ho = (c->H + 2 * c->p - c->kh) / c->s + 1, Wo = (c->W + 2 * c->p - c->kw) / c->s + 1;
-                    static float xc[8192];
-                    static double ref[8192], yr[8192];
-                    for (int n = 0; n < c->B; n++) /* the NCHW copy the reference reads */
-                        for (int ch = 0; ch < c->Cin; ch++)
-                            for (int i = 0; i < c->H * c->W; i++)
-                                xc[((size_t)n * c->Cin + ch) * c->H * c->W + i] =
-                                    x->data[((size_t)n * c->H * c->W + i) * c->Cin + ch];
-                    conv_naive(c, xc, w->data, b ? b->data : NULL, ref, Ho, Wo);
-                    for (int n = 0; n < c->B; n++)
-                        for (int o = 0; o < c->Cout; o++)
-                            for (int i = 0; i < Ho * Wo; i++)
-                                yr[((size_t)n * Ho * Wo + i) * c->Cout + o] = ref[((size_t)n * c->Cout + o) * Ho * Wo + i];
-                    if (relu) relu_ref(yr, y->numel);
-                    const double err = rel_err(y->data, yr, y->numel);
-                    T_CHECK(T, y->shape[1] == Ho && y->shape[2] == Wo && err < 1e-5 && count_op(f.g, "relu") == 0,
-                            "conv_nhwc cfg %zu (%s%s, %d threads): output %dx%d (want %dx%d), rel err %g, %d relu "
-                            "nodes", k, lib ? "openblas" : "default", relu ? ", ReLU" : "", threads[ti], y->shape[1],
-                            y->shape[2], Ho, Wo, err, count_op(f.g, "relu"));
-                    T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * Ho * Wo * (c->Cin / c->G) * c->kh * c->kw,
-                            "conv_nhwc cfg %zu: MACs %lld", k, (long long)vt_graph_macs(f.g));
-                }
-                fenv_close(&f);
-            }
-        }
-    }
-    omp_set_num_threads(saved);
+    conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 1);
 }
 
 /* ---- depthwise channels-last conv against a direct reference ---- */
