@@ -312,7 +312,8 @@ static void run_patch_embed(int use_conv, int B, int H, int W, int C, int Co, in
         y = vt_linear(g, vt_patchify_nhwc(g, x, p), vt_reshape(g, w, 2, w2), b);
     }
     vt_tensor *r = vt_input(g, "r", 3, ys);
-    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    /* + sum(x): x's gradient also has a second term, to which the patch gather's adjoint must add */
+    vt_graph_set_loss(g, vt_add(g, vt_sum(g, vt_mul(g, y, r)), vt_sum(g, x)));
     vt_graph_output(g, y);
     if (vt_graph_finalize(g, &e) == 0) {
         vt_params_init(P, 3);
@@ -333,7 +334,9 @@ static void run_patch_embed(int use_conv, int B, int H, int W, int C, int Co, in
 }
 
 static void check_patchify_conv(vt_test *T) {
-    static const int S[][6] = {{2, 8, 12, 3, 5, 4}, {1, 6, 9, 4, 3, 3}, {2, 3, 5, 2, 4, 1}, {1, 4, 4, 8, 2, 2}};
+    static const int S[][6] = {{2, 8, 12, 3, 5, 4}, {1, 6, 9, 4, 3, 3}, {2, 3, 5, 2, 4, 1}, {1, 4, 4, 8, 2, 2},
+                               {1, 16, 8, 16, 3, 8},  /* p and C multiples of 8: register transposes */
+                               {1, 8, 16, 12, 2, 8}}; /* p = 8, C not a multiple of 8 */
     enum { CAP = 8192 };
     static float o1[CAP], o2[CAP], g1[CAP], g2[CAP];
     for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
@@ -389,6 +392,7 @@ static const gc_case fd_cases[] = {
     {.name = "patchify_p3_nonsquare", .nx = 1, .ndim = {4}, .shape = {{1, 3, 9, 2}}, .build = b_pf, .ia = {3}},
     {.name = "patchify_p4", .nx = 1, .ndim = {4}, .shape = {{1, 4, 8, 3}}, .build = b_pf, .ia = {4}},
     {.name = "patchify_p1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 3, 2}}, .build = b_pf, .ia = {1}},
+    {.name = "patchify_p8_c8", .nx = 1, .ndim = {4}, .shape = {{1, 8, 16, 8}}, .build = b_pf, .ia = {8}},
 };
 
 /* ---- builder errors ---- */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "vitc/ops.h"
+#include "transpose8.h"
 
 #define PAR_MIN 32768 /* elements below which the gathers stay single-threaded */
 
@@ -374,6 +375,20 @@ static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
         for (int px = 0; px < Wo; px++) {
             float *pt = pat + ((size_t)r * Wo + px) * pp * C;
             float *m0 = map + (size_t)r * p * rowf + (size_t)px * p * C;
+#if defined(__AVX__)
+            if (p % 8 == 0 && C % 8 == 0) { /* 8 taps x 8 channels per register transpose */
+                for (int ky = 0; ky < p; ky++)
+                    for (int kx = 0; kx < p; kx += 8)
+                        for (int c = 0; c < C; c += 8) {
+                            float *mr = m0 + ky * rowf + (size_t)kx * C + c, *dr = pt + (size_t)c * pp + ky * p + kx;
+                            if (fwd)
+                                transpose8(mr, C, dr, (ptrdiff_t)pp, 0);
+                            else
+                                transpose8(dr, (ptrdiff_t)pp, mr, C, 1);
+                        }
+                continue;
+            }
+#endif
             if (p >= 4) { /* per channel: p² strided reads, p² contiguous writes */
                 for (int c = 0; c < C; c++) {
                     float *d = pt + (size_t)c * pp;
