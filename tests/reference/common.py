@@ -97,10 +97,10 @@ def scale_err(a, b):
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max())) if b.size else 0.0
 
 
-def grad_err(a, b):
-    """-> (relative error, worst index, a at worst, b at worst)."""
+def grad_err(a, b, slack=None):
+    """-> (relative error, worst index, a at worst, b at worst); slack: a per-element bound on |a - b| not counted."""
     a, b = _np(a), _np(b)
-    d = np.abs(a - b)
+    d = np.abs(a - b) if slack is None else np.maximum(np.abs(a - b) - _np(slack), 0.0)
     i = np.unravel_index(int(np.argmax(d)), d.shape)
     return float(d[i] / max(np.abs(b).max(), 1e-8)), tuple(int(j) for j in i), float(a[i]), float(b[i])
 
