@@ -210,13 +210,14 @@ static void relu_ref(double *ref, int64_t n) {
 }
 
 /* Each cfg with and without the fused ReLU (vt_conv2d[_nhwc]_relu: one node in these inference graphs, no relu op), on
- * the default plan and the openblas one, at 1-3 threads, against conv_naive (through NCHW copies of x and of the
+ * the default plan, the openblas one and the onednn one, at 1-3 threads, against conv_naive (through NCHW copies of x and of the
  * reference when nhwc); output size and MACs too. */
 static void conv_values_sweep(vt_test *T, const convcfg *cfgs, size_t ncfg, int nhwc) {
     const char *what = nhwc ? "conv_nhwc" : "conv";
     const int threads[3] = {1, 2, 3}, saved = omp_get_max_threads();
-    for (int v = 0; v < 4; v++) { /* v & 1: ReLU fused; v & 2: the openblas GEMM plan */
-        const char *lib = v & 2 ? "openblas" : NULL;
+    static const char *const libs[3] = {NULL, "openblas", "onednn"};
+    for (int v = 0; v < 6; v++) { /* v & 1: ReLU fused; v >> 1: the GEMM plan */
+        const char *lib = libs[v >> 1];
         const int relu = v & 1;
         for (int ti = 0; ti < 3; ti++) {
             omp_set_num_threads(threads[ti]);
@@ -249,7 +250,7 @@ static void conv_values_sweep(vt_test *T, const convcfg *cfgs, size_t ncfg, int 
                     const double err = rel_err(y->data, want, y->numel);
                     T_CHECK(T, oh == Ho && ow == Wo && err < 1e-5 && count_op(f.g, "relu") == 0,
                             "%s cfg %zu (%s%s, %d threads): output %dx%d (want %dx%d), rel err %g, %d relu nodes",
-                            what, k, lib ? "openblas" : "default", relu ? ", ReLU" : "", threads[ti], oh, ow, Ho, Wo,
+                            what, k, lib ? lib : "default", relu ? ", ReLU" : "", threads[ti], oh, ow, Ho, Wo,
                             err, count_op(f.g, "relu"));
                     T_CHECK(T, vt_graph_macs(f.g) == (int64_t)c->B * c->Cout * ohw * (c->Cin / c->G) * c->kh * c->kw,
                             "%s cfg %zu: MACs %lld", what, k, (long long)vt_graph_macs(f.g));
@@ -262,11 +263,13 @@ static void conv_values_sweep(vt_test *T, const convcfg *cfgs, size_t ncfg, int 
 }
 
 /* conv2d and vt_conv2d_relu (one node in these inference graphs, no relu op), on the default plan (oneDNN where it
- * takes the conv) and on VITC_GEMM=openblas (im2col + sgemm, the depthwise and pointwise loops), 1-3 threads. */
+ * takes the conv), on VITC_GEMM=openblas (im2col + sgemm, the depthwise and pointwise loops) and on VITC_GEMM=onednn
+ * (the oneDNN convolution wherever conv.c may take it), 1-3 threads. */
 static void check_conv_values(vt_test *T) {
     static const convcfg cfgs[] = {
         {2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1},   /* dense 3x3, non-square */
         {3, 4, 9, 6, 6, 3, 3, 2, 1, 2, 1},   /* groups 2, stride 2, odd H */
+        {2, 6, 9, 8, 5, 3, 3, 2, 1, 1, 1},   /* dense 3x3, stride 2, more than 4 channels (oneDNN at AVX-512) */
         {2, 6, 8, 7, 6, 3, 3, 1, 1, 6, 1},   /* depthwise */
         {1, 5, 11, 9, 5, 7, 7, 2, 3, 5, 0},  /* depthwise 7x7, stride 2, pad 3, B=1 */
         {2, 3, 7, 7, 6, 3, 3, 1, 0, 3, 1},   /* channel multiplier 2 (grouped, not depthwise) */
@@ -314,7 +317,7 @@ static void check_conv_relu_chain(vt_test *T) {
 }
 
 /* ---- channels-last dense / grouped conv against the same reference, on oneDNN's convolution (the default plan)
- * and on the patches + sgemm path (VITC_GEMM=openblas), at 1-3 threads ---- */
+ * and on the patches + sgemm path (VITC_GEMM=openblas), and on VITC_GEMM=onednn, at 1-3 threads ---- */
 
 static void check_conv_nhwc_values(vt_test *T) {
     static const convcfg cfgs[] = {
@@ -798,8 +801,8 @@ static const gc_case other_cases[] = {
     {.name = "shape_chain", .nx = 1, .ndim = {3}, .shape = {{2, 3, 8}}, .build = b_chain},
 };
 
-/* One eval graph of a single conv on a forced oneDNN plan (ref: vt_graph.ref_kernels), x filled with a fixed
- * pattern: the output (malloc'd, or NULL), the arena's bytes and what the conv node was planned with. */
+/* One eval graph of a single conv on the GEMM plan of lib ("onednn", "auto", ...; ref: vt_graph.ref_kernels), x filled
+ * with a fixed pattern: the output (malloc'd, or NULL), the arena's bytes and what the conv node was planned with. */
 typedef struct {
     float *out;
     int64_t bytes;
@@ -810,12 +813,13 @@ typedef struct {
 /* Builds the conv on x; cfg: the caller's geometry. */
 typedef vt_tensor *(*conv_build)(vt_graph *g, vt_tensor *x, const int *cfg);
 
-static plan_run run_plan(vt_test *T, int ref, const int xs[4], conv_build build, const int *cfg) {
+static plan_run run_plan_on(vt_test *T, const char *lib, int ref, const int xs[4], conv_build build, const int *cfg) {
     plan_run r = {0};
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
-    vt_gemm_plan_init(&g->gemm, "onednn", &e);
+    vt_gemm_plan_free(&g->gemm); /* no primitive was made from it yet */
+    vt_gemm_plan_init(&g->gemm, lib, &e);
     g->ref_kernels = ref;
     vt_tensor *x = vt_input(g, "x", 4, xs), *y = build(g, x, cfg);
     vt_graph_output(g, y);
@@ -835,6 +839,11 @@ static plan_run run_plan(vt_test *T, int ref, const int xs[4], conv_build build,
     vt_graph_free(g);
     vt_params_free(P);
     return r;
+}
+
+/* run_plan_on a forced oneDNN plan. */
+static plan_run run_plan(vt_test *T, int ref, const int xs[4], conv_build build, const int *cfg) {
+    return run_plan_on(T, "onednn", ref, xs, build, cfg);
 }
 
 /* Largest |a - b| over n floats; *scale gets the largest |b|. */
@@ -906,17 +915,29 @@ static vt_tensor *b_plan_nchw(vt_graph *g, vt_tensor *x, const int *f) {
                      vt_param(g, "b", 1, &f[3], (vt_init){VT_INIT_NORMAL, 0.1f}), f[5], f[6], 1);
 }
 
-/* NCHW conv2d's oneDNN kernel (forced oneDNN plan): taken for stride-1 convs and overlapping 3-channel first
- * layers, not for a stride-2 conv on 16 channels nor a non-overlapping 3-channel patch embed (see conv.c); where
- * taken, the reference's im2col scratch is not planned, the blocked x / y scratch is, and the result equals the
- * reference's. */
+/* NCHW conv2d's oneDNN kernel (forced oneDNN plan): taken for stride-1 convs, overlapping 3-channel first layers and
+ * an overlapping stride-2 conv on 16 channels (on the default plan only at oneDNN's AVX-512 tier), not for a
+ * non-overlapping 3-channel patch embed (see conv.c); where taken, the reference's im2col scratch is not planned, the
+ * blocked x / y scratch is, and the result equals the reference's. */
 static void check_conv2d_onednn(vt_test *T) {
     static const int cfg[][7] = {/* B, Cin, H, Cout, k, s, p */ {2, 16, 19, 24, 3, 1, 1}, {3, 3, 21, 8, 7, 4, 3},
                                  {2, 16, 12, 8, 3, 2, 1}, {2, 3, 16, 8, 4, 4, 0}};
+    vt_err e = {{0}};
+    vt_gemm_plan auto_plan = {0};
+    T_CHECK(T, vt_gemm_plan_init(&auto_plan, "auto", &e) == 0, "auto plan: %s", e.msg);
+    const int tier512 = auto_plan.onednn >= VT_ISA_AVX512 && auto_plan.openblas <= auto_plan.onednn;
+    vt_gemm_plan_free(&auto_plan);
     for (int c = 0; c < 4; c++) {
         const int *f = cfg[c], Ho = (f[2] + 2 * f[6] - f[4]) / f[5] + 1, xs[4] = {f[0], f[1], f[2], f[2]};
         const plan_run k = run_plan(T, 0, xs, b_plan_nchw, f), r = run_plan(T, 1, xs, b_plan_nchw, f);
-        if (c >= 2) T_CHECK(T, !k.kern, "conv2d cfg %d: the oneDNN kernel was taken", c);
+        if (c == 2) {
+            T_CHECK(T, k.kern != NULL, "conv2d cfg %d: the oneDNN kernel was not taken on the oneDNN plan", c);
+            const plan_run a = run_plan_on(T, "auto", 0, xs, b_plan_nchw, f);
+            T_CHECK(T, (a.kern != NULL) == tier512, "conv2d cfg %d on the auto plan: kernel %s, oneDNN at AVX-512 %d", c,
+                    a.kern ? a.kern : "none", tier512);
+            free(a.out);
+        }
+        if (c == 3) T_CHECK(T, !k.kern, "conv2d cfg %d: the oneDNN kernel was taken", c);
         if (k.kern) {
             T_CHECK(T, strcmp(k.kern, "conv2d.onednn") == 0, "kernel %s", k.kern);
             T_CHECK(T, k.im2col_left_out, "conv2d cfg %d: the im2col scratch was planned", c);

@@ -677,29 +677,35 @@ static void conv_bwd(vt_node *n) {
 }
 
 /* conv2d.onednn, dense and grouped convs (the im2col mode; square kernels) of stride 1, or overlapping (k > s) on at
- * most 4 input channels (first layers): one oneDNN direct convolution per image on the blocked layouts it picks, x and
- * y reordered to and from them through the kernel's planned scratch (one image's: the whole batch's blocked copies had
- * grown Next-ViT-S's batch-16 inference arena from 138 to 181 MiB), the weight packed once per run (training changes
- * it); the backward is the op's (dX of stride 1 through bprim, dx_prim). Measured against im2col + sgemm (forward,
- * reorders included, best of 10, 2 threads, AMD EPYC Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels
- * 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel overlapping stems: 1.10-1.27x (7x7/4, 3x3/2); stride 2 on 20
- * to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on 56x56 to 14x14 maps); non-overlapping patch embeds (4x4/4,
- * 16x16/16, whose im2col is a reshape): 1.01-1.19x, within this host's noise. The last two stay on im2col (the patch
- * embeds also keep the plain ViTs' results, and the demo's accuracy, bit for bit).
+ * most 4 input channels (first layers) or, at oneDNN's AVX-512 tier (or VITC_GEMM=onednn), on any number: one oneDNN
+ * direct convolution per image on the blocked layouts it picks, x and y reordered to and from them through the kernel's
+ * planned scratch (one image's: the whole batch's blocked copies had grown Next-ViT-S's batch-16 inference arena from
+ * 138 to 181 MiB), the weight packed once per run (training changes it); the backward is the op's (dX of stride 1
+ * through bprim, dx_prim). Measured against im2col + sgemm (forward, reorders included, best of 10, 2 threads, AMD EPYC
+ * Zen 3, 2026-11-27): stride 1, 3x3 at 112x112: 64 -> 32 channels 1.28-1.73x (batch 1, 16), 32 -> 64 1.28x; 3-channel
+ * overlapping stems: 1.10-1.27x (7x7/4, 3x3/2); stride 2 on 20 to 320 channels: 0.84-1.07x at batch 16 (0.87-0.99 on
+ * 56x56 to 14x14 maps); non-overlapping patch embeds (4x4/4, 16x16/16, whose im2col is a reshape): 1.01-1.19x, within
+ * this host's noise. Those strided convs on more than 4 channels take the primitive at oneDNN's AVX-512 tier only,
+ * where it is faster (3x3/2, 2 threads, Intel Xeon Ice Lake, 2026-11-28, alternated, best of 12: 20 -> 64 to 320 -> 512
+ * channels on 112x112 to 14x14 maps 1.04-1.57x at batch 1, 1.16-1.53x at batch 16); the non-overlapping patch embeds
+ * stay on im2col on every tier (they also keep the plain ViTs' results, and the demo's accuracy, bit for bit).
  * The prepare also makes the op's weight-gradient primitive (the plan's primitives are made here, at finalize), one
- * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for the convs above and for overlapping (k > s)
- * strided ones with at least 784 output pixels per image: 3x3, batch 16, a backward pass of the op (dX included) and
- * of a small loss after it (a square and means), best of 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride
- * 1 at 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128
- * 46 -> 41, 14x14 256 -> 256 47 -> 43; stride 2 from 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30,
- * from 28x28 128 -> 256 32 -> 31, from 14x14 256 -> 512 41 -> 45 (hence the 784 pixels). */
+ * oneDNN convolution per image (dw_prim) instead of im2col + sgemm, for stride 1, the first layers and overlapping (k >
+ * s) strided ones with at least 784 output pixels per image: 3x3, batch 16, a backward pass of the op (dX included) and
+ * of a small loss after it (a square and means), best of 4, 2 threads, Intel Xeon Cascade Lake, 2026-11-28: stride 1 at
+ * 112x112 64 -> 32 channels 186 -> 105 ms, 32 -> 64 170 -> 142, at 56x56 64 -> 64 74 -> 49, 28x28 128 -> 128 46 -> 41,
+ * 14x14 256 -> 256 47 -> 43; stride 2 from 112x112 64 -> 64 94 -> 69, from 56x56 64 -> 128 33 -> 30, from 28x28 128 ->
+ * 256 32 -> 31, from 14x14 256 -> 512 41 -> 45 (hence the 784 pixels). */
 static int conv_prim_prepare(vt_node *n) {
     geom *q = VT_OP_P(n, geom);
     if (q->mode != M_IM2COL || q->kh != q->kw) return 0;
-    const int fwd = q->s == 1 || (q->Cin <= 4 && q->kh > q->s); /* the forward primitive's convs */
+    const vt_gemm_plan *gp = &n->g->gemm;
+    const int first = q->s == 1 || (q->Cin <= 4 && q->kh > q->s); /* the forward primitive's convs on every tier */
+    const int avx512 = gp->force == VT_GEMM_ONEDNN || (gp->force == VT_GEMM_AUTO && gp->onednn >= VT_ISA_AVX512);
+    const int fwd = first || (avx512 && q->kh > q->s);
     /* the scratch of bprim and wprim: the column buffer after the dW partials (conv_bwd) */
     const int64_t room = q->tb > 1 ? q->tb * (q->col + n->in[1]->numel) - n->in[1]->numel : q->col;
-    if (n->g->training && n->in[1]->requires_grad && n->bws && (fwd || (q->P >= 784 && q->kh > q->s))) {
+    if (n->g->training && n->in[1]->requires_grad && n->bws && (first || (q->P >= 784 && q->kh > q->s))) {
         q->wprim = vt_gemm_conv_wgrad(&n->g->gemm, 1, q->Cin, q->H, q->W, q->Cout, q->kh, q->s, q->p, q->G, 1);
         if (q->wprim && (int64_t)(vt_gemm_conv_scratch(q->wprim) + 3) / 4 > room) q->wprim = NULL;
     }
