@@ -99,7 +99,8 @@ def grad(rep, tmp, tag, model, ref, w, x, labels, args, zero_ok=(), tol=TOL_GRAD
         if not np.any(a != 0) and not any(fnmatch.fnmatch(k, p) for p in zero_ok):
             zero.append(k)
     if not bad:
-        rep.check(f"grads {tag}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}; {slack_note + '; ' if slack_note else ''}"
+        note = slack_note + "; " if slack_note else ""
+        rep.check(f"grads {tag}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}; {note}"
                   f"zero by construction (round-off only in vitc): {structural[:6]}{'...' if len(structural) > 6 else ''}")
     rep.check(f"grads non-zero {tag}", not zero, f"all-zero gradients: {zero[:8]}")
 
