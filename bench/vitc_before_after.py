@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`vitc bench` of two vitc binaries (e.g. before and after a change), alternated in one run.
 
-For DeiT-T and DeiT-S at batch 1 and 16, inference and training, with OPENBLAS_CORETYPE unset and =Prescott, runs
+For DeiT-T and DeiT-S at batch 1 and 16, inference and training, with OPENBLAS_CORETYPE unset and =Prescott (or
+--settings AVX2: OpenBLAS's Haswell kernels and oneDNN held to AVX2, as on an AVX2-only CPU), runs
 `OLD bench ... --json` and `NEW bench ... --json` alternately --reps times (the order flips every round) and keeps
 each binary's best img/s. Prints a table with the CPU model and GEMM kernels, the speed-up, the achieved GFLOP/s
 and its share of the machine's best GEMM rate (the largest 1024^3 sgemm GFLOP/s that any run's bench measured with
@@ -24,7 +25,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETTINGS = {"unset": {}, "Prescott": {"OPENBLAS_CORETYPE": "Prescott"}}
+# "AVX2" stands in for an AVX2-only CPU (such as AMD Zen 3) on an AVX-512 one: both libraries held to AVX2 kernels.
+SETTINGS = {"unset": {}, "Prescott": {"OPENBLAS_CORETYPE": "Prescott"},
+            "AVX2": {"OPENBLAS_CORETYPE": "Haswell", "DNNL_MAX_CPU_ISA": "AVX2"}}
 
 
 def wait_quiet(limit_s):

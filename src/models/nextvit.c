@@ -1,7 +1,8 @@
 /* Next-ViT (Li et al. 2022, "Next-ViT: Next Generation Vision Transformer for Efficient Deployment in Realistic
  * Industrial Scenarios"), as bytedance/Next-ViT classification/nextvit.py builds it (shared/specs/spec-nextvit.md),
  * and Next-ViT-S with hMHSA + cFFN (Xu et al. 2023; spec-hmhsa-cffn.md §3, spec-nextvit.md §8):
- *   stem: 4 ConvBNReLU (3x3, padding 1, no bias): 3->64 s2, 64->32, 32->64, 64->64 s2 (NCHW convs, then tokens);
+ *   stem: 4 ConvBNReLU (3x3, padding 1, no bias): 3->64 s2, 64->32, 32->64, 64->64 s2 (NCHW convs in the training
+ *     form, channels-last ones in the deployed form; then tokens);
  *   features.{i}: the official stage_out_channels / stage_block_types for the depths: stage 1 NCB(96)×d0; stage 2
  *     NCB(192)×(d1−1) + NTB(256); stage 3 (NCB(384)×4 + NTB(512))×(d2/5); stage 4 NCB(768)×(d3−1) + NTB(1024);
  *     stride 2 in block 0 of stages 2-4; NTB spatial reduction 4, 2, 1 (src/blocks/nextvit.c);
@@ -62,18 +63,22 @@ static vt_nextvit_ctx block_ctx(const vt_model_cfg *c, int i) {
     return b;
 }
 
-/* ConvBNReLU stem.{i} on NCHW x; folded: the BN folded into the conv (deployed form). */
+/* ConvBNReLU stem.{i}. Training form: NCHW x, the BN applied. Deployed form: channels-last x (B, H, W, C), the BN
+ * folded into the conv: oneDNN's convolution then runs without the blocked-layout reorders of each NCHW conv
+ * (Next-ViT-S's forward at batch 16 1.05x on an Intel Ice Lake, 4 of 4 alternated rounds; batch 1, and both batches
+ * with the libraries held to AVX2, 0.99-1.01x; 2026-11-28). Training keeps NCHW: there the channels-last stem was
+ * 0.89-0.94x with AVX2 kernels, its weight gradient going through a 462 MB patch matrix instead of image by image. */
 static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int stride, int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
     snprintf(pre, sizeof pre, "stem.%d", i);
-    const int ws[4] = {out, x->shape[1], 3, 3};
+    const int ws[4] = {out, x->shape[folded ? 3 : 1], 3, 3};
     vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws, VT_INIT_W02);
     if (w) w->paper_count = 1;
     if (folded) {
         vt_tensor *b;
         w = vt_bn_fold_weight(g, vt_pname(nm, pre, "norm"), w, NV_EPS, &b);
-        return vt_conv2d_relu(g, x, w, b, stride, 1, 1);
+        return vt_conv2d_nhwc_relu(g, x, w, b, stride, 1, 1);
     }
     return vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
                               NV_MOMENTUM, VT_RELU);
@@ -91,14 +96,14 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     const int B = x->shape[0], nblk = vt_model_depth(c), to_tok[4] = {0, 2, 3, 1};
     vt_scope(g, "stem");
     const int fo = !a->train_form;
-    vt_tensor *t = conv_bn_relu(g, 0, x, stem_chs[0], 2, fo);
+    vt_tensor *t = conv_bn_relu(g, 0, fo ? vt_permute(g, x, to_tok) : x, stem_chs[0], 2, fo);
     t = conv_bn_relu(g, 1, t, stem_chs[1], 1, fo);
     t = conv_bn_relu(g, 2, t, stem_chs[2], 1, fo);
     t = conv_bn_relu(g, 3, t, stem_chs[2], 2, fo);
     if (!t) return NULL;
-    int H = t->shape[2], W = t->shape[3];
+    int H = t->shape[fo ? 1 : 2], W = t->shape[fo ? 2 : 3];
     const int tok[3] = {B, H * W, stem_chs[2]};
-    t = vt_reshape(g, vt_permute(g, t, to_tok), 3, tok);
+    t = vt_reshape(g, fo ? t : vt_permute(g, t, to_tok), 3, tok);
     for (int i = 0, blk = 0; i < 4; i++) {
         vt_nextvit_ctx b = block_ctx(c, i);
         for (int j = 0; j < a->stages[i].depth; j++, blk++) {
