@@ -28,6 +28,7 @@ typedef struct vt_gemm_plan {
     vt_gemm_lib force;
     vt_isa cpu, openblas, onednn;
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
+    int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case */
     vt_gemm_prims *prims;
 } vt_gemm_plan;
 
@@ -55,8 +56,9 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 typedef enum vt_gemm_post { VT_GEMM_POST_NONE = 0, VT_GEMM_POST_ADD, VT_GEMM_POST_RELU } vt_gemm_post;
 
 /* Whether the plan runs a linear layer's forward y = x·wᵀ (x M×K, w N×K) as one oneDNN matmul primitive with its
- * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads. */
-int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K);
+ * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads; fused: the
+ * primitive's post-ops do all the layer's epilogue (an inference graph, no GELU after the product). */
+int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
  * row-major (post ADD: + r, r (M, N)); made on first request and reused. NULL if oneDNN cannot make it. */

@@ -19,13 +19,15 @@
 
 /* CPU feature bits, with the OS's support for the registers (XCR0) checked. */
 typedef struct {
-    int avx, avx2, avx512, avx512_bf16, amx;
+    int avx, avx2, avx512, avx512_bf16, amx, intel;
 } cpu_feats;
 
 static cpu_feats cpu_features(void) {
-    cpu_feats f = {0, 0, 0, 0, 0};
+    cpu_feats f = {0, 0, 0, 0, 0, 0};
 #ifdef VT_X86
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* the vendor string, in ebx, edx, ecx: "Genu" "ineI" "ntel" */
+        f.intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
     const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
     unsigned long long xcr0 = 0;
@@ -102,6 +104,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->openblas = openblas_tier(openblas_get_corename());
     p->onednn = onednn_tier(dnnl_get_effective_cpu_isa());
     p->vnni = ((unsigned)dnnl_get_effective_cpu_isa() & 0x440u) != 0; /* the VNNI bits of avx512_core_vnni, avx2_vnni */
+    p->intel = f.intel;
     return 0;
 }
 
@@ -144,6 +147,16 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     0.99-1.01) ran PVTv2-b1's batch-1 inference in 0.97-0.98 of the time and the demo ViT's training step
  *     (batch 128) in 0.93-0.97, and no model tried was slower (batch 16: DeiT-T, Swin-T, CSwin-T, Next-ViT-S,
  *     GroupMixFormer-T, PVTv2-b1 0.93-0.99; batch 1: DeiT-T, Swin-T, CSwin-T, FLatten-Swin-T, Next-ViT-S 0.98-1.01).
+ *     On Intel's AVX-512 (measured on a Xeon Ice Lake, oneDNN avx512_core_vnni, 2026-11-28) every shape takes it
+ *     where its post-ops do the layer's whole epilogue (inference graphs: bias, residual or ReLU; not GELU, which
+ *     runs after the product, nor training graphs, whose activation derivative the per-panel path computes in
+ *     cache): an eval graph built with and without this case in one process, forwards alternated, 2 threads, time
+ *     ratio best of 15 (per-round median): batch 16 DeiT-T 1.10 (1.08), Swin-T 1.04 (1.06), CSwin-T 1.05 (1.04),
+ *     Next-ViT-S 1.10 (1.11), PVTv2-b1 1.07 (1.08), GroupMixFormer-T 1.08 (1.05), FLatten-Swin-T 0.99 (1.05),
+ *     DeiT-S 0.96 (0.96: its qkv and proj; two identical DeiT-S graphs read 0.96-1.04 in the same test); batch 1
+ *     (best of 39) 0.99-1.11, Next-ViT-S 1.11 and PVTv2-b1 1.10. Training graphs with it read 0.93-1.09 per model
+ *     in bench/vitc_before_after.py, as often slower as faster; AMD's AVX-512 (Zen 4, where the shapes above were
+ *     measured) keeps the shape rule.
  *  6. Both libraries at the AVX2 tier (an AMD EPYC Zen 3, 2 cores, OpenBLAS "Zen", oneDNN avx2; 2026-11-26, best of
  *     5 alternated bursts, GFLOP/s OpenBLAS vs oneDNN) rules 2 and 4 do not hold: on one thread oneDNN wins from
  *     32^3 up (32^3 AB 64 vs 81; window-attention tiles 49×49×32 AᵀB 63 vs 76, 56×56×32 ABᵀ 76 vs 94, AᵀB 79 vs 118,
@@ -214,11 +227,12 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
                 B, ldb, beta, C, ldc);
 }
 
-int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K) {
+int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
     if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
     if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
-    return p->onednn == VT_ISA_AVX2 || (long long)M <= 2LL * K || K >= 2LL * N; /* rule 5 (AVX2: every shape) */
+    /* rule 5 (AVX2, and Intel's AVX-512 where the post-ops do the whole epilogue: every shape) */
+    return p->onednn == VT_ISA_AVX2 || (fused && p->intel) || (long long)M <= 2LL * K || K >= 2LL * N;
 }
 
 struct vt_gemm_prim {
@@ -865,8 +879,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
                          "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
-                         "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N: onednn "
-                         "matmul primitive, bias and residual fused");
+                         "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
+                         "matmul primitive, bias and residual fused", p->intel ? " (inference: every shape)" : "");
     return buf;
 }
 

@@ -210,7 +210,8 @@ static void linear_fwd(vt_node *n) {
 static int linear_prim_prepare(vt_node *n) {
     linear_p *p = VT_OP_P(n, linear_p);
     if ((p->gelu_in && p->R >= 2 * PANEL_ROWS) || p->drop > 0.0f ||
-        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci))
+        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci,
+                               !n->g->training && p->act != ACT_GELU))
         return 0;
     const vt_gemm_post post = p->has_res                          ? VT_GEMM_POST_ADD
                               : p->act == ACT_RELU && !n->save[0] ? VT_GEMM_POST_RELU
