@@ -880,7 +880,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
                          "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
                          "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
-                         "matmul primitive, bias and residual fused", p->intel ? " (inference, no GELU after it: every shape)" : "");
+                         "matmul primitive, bias and residual fused",
+                 p->intel ? " (inference, no GELU after it: every shape)" : "");
     return buf;
 }
 
