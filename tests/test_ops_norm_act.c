@@ -1,9 +1,11 @@
 /* Gradient checks and value checks for layernorm, batchnorm (channels-first/-last, train/eval), the elementwise
  * activations, and softmax over every axis; plus build-time shape errors for these ops. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gradcheck.h"
+#include "vitc/blocks.h"
 #include "vitc/ops.h"
 
 /* ---------------------------------------------------------------- builders for gc_case */
@@ -466,6 +468,116 @@ static void check_batchnorm_values(vt_test *T) {
     }
 }
 
+/* vt_batchnorm_sum over ia[0] groups of z = x0 (..., r·C): x1..x4 the groups' weights, biases, running means and
+ * variances stacked (r·C), x5 their num_batches_tracked (r), each group's cut by vt_slice; ia[2] as b_bn's. */
+static vt_tensor *b_bn_sum(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int r = c->ia[0], C = x[0]->shape[x[0]->ndim - 1] / r, keep = g->training;
+    vt_tensor *t[15];
+    for (int b = 0; b < r; b++)
+        for (int k = 0; k < 5; k++)
+            t[5 * b + k] = k < 4 ? vt_slice(g, x[1 + k], 0, b * C, C) : vt_slice(g, x[5], 0, b, 1);
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm_sum(g, x[0], r, t, 1e-5f, 0.1f);
+    g->training = keep;
+    return y;
+}
+
+/* The chain vt_batchnorm_sum replaces: each group's vt_batchnorm on its slice of z, then the adds. */
+static vt_tensor *b_bn_sum_plain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int r = c->ia[0], nd = x[0]->ndim, C = x[0]->shape[nd - 1] / r, keep = g->training;
+    vt_tensor *y = NULL;
+    for (int b = 0; b < r; b++) {
+        vt_tensor *t[5];
+        for (int k = 0; k < 5; k++) t[k] = k < 4 ? vt_slice(g, x[1 + k], 0, b * C, C) : vt_slice(g, x[5], 0, b, 1);
+        vt_tensor *zb = vt_slice(g, x[0], nd - 1, b * C, C);
+        if (c->ia[2]) g->training = 0;
+        vt_tensor *yb = vt_batchnorm(g, zb, t[0], t[1], t[2], t[3], t[4], nd - 1, 1e-5f, 0.1f);
+        g->training = keep;
+        y = y ? vt_add(g, y, yb) : yb;
+    }
+    return y;
+}
+
+/* vt_batchnorm_sum: finite differences, and output and gradients equal to the chain of BatchNorms and adds (train and
+ * eval graphs, batch and running statistics); running statistics updated as the chain's; errors. */
+static void check_batchnorm_sum(vt_test *T) {
+    static const struct {
+        int ndim, shape[3], r, eval_node;
+    } cs[] = {{3, {2, 5, 8}, 2, 0},   {3, {3, 4, 15}, 3, 0}, {2, {7, 5}, 1, 0},
+              {3, {2, 9, 42}, 2, 1}, {3, {2, 6, 6}, 3, 1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int L = cs[i].shape[cs[i].ndim - 1], r = cs[i].r;
+        gc_case f = {.name = "batchnorm_sum", .nx = 6, .ndim = {cs[i].ndim, 1, 1, 1, 1, 1},
+                     .shape = {{0}, {L}, {L}, {L}, {L}, {r}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn_sum,
+                     .fill = fill_bn, .ia = {r, 0, cs[i].eval_node}};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        gc_run_vs_plain(T, &f, b_bn_sum_plain, "batchnorms then adds", 1e-5);
+    }
+    /* running statistics: both forms in one training graph, on one input, each with its own buffers */
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int r = 3, C = 5, L = r * C, zs[3] = {2, 7, L};
+    vt_tensor *z = vt_input(g, "z", 3, zs), *t[2][15], *y[2] = {NULL, NULL};
+    for (int f = 0; f < 2; f++)
+        for (int b = 0; b < r; b++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "%c%d", f ? 'p' : 'f', b);
+            T_CHECK(T, vt_bn_tensors(g, nm, C, t[f] + 5 * b) == 0, "bn tensors %s", nm);
+        }
+    y[0] = vt_batchnorm_sum(g, z, r, t[0], 1e-5f, 0.1f);
+    for (int b = 0; b < r; b++) {
+        vt_tensor **u = t[1] + 5 * b;
+        vt_tensor *yb = vt_batchnorm(g, vt_slice(g, z, 2, b * C, C), u[0], u[1], u[2], u[3], u[4], 2, 1e-5f, 0.1f);
+        y[1] = y[1] ? vt_add(g, y[1], yb) : yb;
+    }
+    vt_graph_output(g, y[0]);
+    vt_graph_output(g, y[1]);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 5);
+        for (int64_t i = 0; i < z->numel; i++) z->data[i] = 3.0f * vt_rng_normal(&rng) - 1.0f;
+        for (int k = 0; k < 5 * r; k++) /* the same random start in both forms' tensors */
+            for (int c = 0; c < t[0][k]->numel; c++)
+                t[0][k]->data[c] = t[1][k]->data[c] = k % 5 == 4 ? 3.0f : k % 5 == 3 ? 0.5f + vt_rng_uniform(&rng)
+                                                                                   : vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        vt_graph_forward(g);
+        double ey = 0.0, es = 0.0;
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        for (int k = 0; k < 5 * r; k++)
+            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+        T_CHECK(T, ey < 1e-5 && es < 1e-6, "batchnorm_sum vs the chain: output %g, running statistics %g", ey, es);
+        T_CHECK(T, t[0][4]->data[0] == 5.0f && t[0][14]->data[0] == 5.0f, "num_batches_tracked %g, %g after two",
+                (double)t[0][4]->data[0], (double)t[0][14]->data[0]);
+    }
+    /* errors: too many groups, channels not divisible into the groups, a group's tensor of the wrong size */
+    static const struct {
+        int r, L;
+        const char *want;
+    } es[] = {{4, 12, "4 groups (need 1 to 3)"}, {2, 7, "must hold 2 groups"}, {2, 6, "group 1's bias"}};
+    for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
+        vt_err e2 = {{0}};
+        vt_params *P2 = vt_params_new(&e2);
+        vt_graph *g2 = vt_graph_new(P2, 1, &e2);
+        const int s2[2] = {4, es[k].L}, four = 4;
+        vt_tensor *tt[15];
+        for (int b = 0; b < 3; b++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "e%d", b);
+            vt_bn_tensors(g2, nm, 3, tt + 5 * b);
+        }
+        if (k == 2) tt[5 + 1] = vt_param(g2, "bad", 1, &four, (vt_init){VT_INIT_ONE, 0});
+        vt_tensor *yy = vt_batchnorm_sum(g2, vt_input(g2, "z", 2, s2), es[k].r, tt, 1e-5f, 0.1f);
+        T_CHECK(T, !yy && strstr(g2->err.msg, es[k].want), "batchnorm_sum error %zu: %s", k, g2->err.msg);
+        vt_graph_free(g2);
+        vt_params_free(P2);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* Shape errors name the op and the shapes; nothing is built after the first error. */
 static void check_errors(vt_test *T) {
     struct {
@@ -529,6 +641,7 @@ void test_ops_norm_act(vt_test *T) {
     check_softmax_values(T);
     check_layernorm_values(T);
     check_batchnorm_values(T);
+    check_batchnorm_sum(T);
     check_errors(T);
     gc_case cases[] = {
         /* layernorm */

@@ -133,6 +133,10 @@ vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int 
 vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad,
                               int *gh, int *gw);
 
+/* Declares BatchNorm prefix's tensors for c channels into t: weight, bias, running_mean, running_var,
+ * num_batches_tracked; 0 on success. */
+int vt_bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]);
+
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 

@@ -95,9 +95,7 @@ vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int 
     return w;
 }
 
-/* Declares BatchNorm prefix's tensors for c channels (weight, bias, running_mean, running_var, num_batches_tracked);
- * 0 on success. */
-static int bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
+int vt_bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
     char nm[VT_NAMELEN];
     int one = 1;
     t[0] = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
@@ -116,7 +114,7 @@ static vt_tensor *batchnorm(vt_graph *g, const char *prefix, vt_tensor *x, int a
     if (vt_bad(g, 1, x)) return NULL;
     if (axis < 0) axis += x->ndim;
     vt_tensor *t[5];
-    if (bn_tensors(g, prefix, x->shape[axis], t)) return NULL;
+    if (vt_bn_tensors(g, prefix, x->shape[axis], t)) return NULL;
     return folded ? x : vt_batchnorm_act(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum, act);
 }
 
@@ -138,7 +136,7 @@ vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, floa
     *bias = NULL;
     if (vt_bad(g, 1, w)) return NULL;
     vt_tensor *t[5];
-    if (bn_tensors(g, prefix, w->shape[0], t)) return NULL;
+    if (vt_bn_tensors(g, prefix, w->shape[0], t)) return NULL;
     const int O = w->shape[0], rows[2] = {O, (int)(w->numel / O)}, col[2] = {O, 1};
     /* s = γ·(σ² + eps)^(−1/2), t = β − μ·s; w·s on w's (O, rest) view, one scale per row */
     vt_tensor *s = vt_mul(g, t[0], vt_unary(g, vt_affine(g, t[3], 1.0f, eps), VT_POW, -0.5f));
@@ -149,7 +147,7 @@ vt_tensor *vt_bn_fold_weight(vt_graph *g, const char *prefix, vt_tensor *w, floa
 
 vt_tensor *vt_bn_scale_shift(vt_graph *g, const char *prefix, int c, float eps) {
     vt_tensor *t[5];
-    if (bn_tensors(g, prefix, c, t)) return NULL;
+    if (vt_bn_tensors(g, prefix, c, t)) return NULL;
     vt_tensor *s = vt_mul(g, t[0], vt_unary(g, vt_affine(g, t[3], 1.0f, eps), VT_POW, -0.5f));
     const int row[2] = {1, c};
     vt_tensor *st[2] = {vt_reshape(g, s, 2, row), vt_reshape(g, vt_sub(g, t[1], vt_mul(g, t[2], s)), 2, row)};

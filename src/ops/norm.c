@@ -230,9 +230,11 @@ static inline float bn_act_d(int act, float z) {
 #define CB 64 /* channels-last: channels per work item */
 
 /* Per-channel sums over (outer, C, inner): s1[c] = Σ f, s2[c] = Σ f·(x − m[c]) with f = u if u is given else
- * x − m[c] (m NULL: 0). outer is split into nch fixed chunks (partials in part: 2·nch·C doubles). */
-static void chan_sums(const float *x, const float *u, const float *m, int outer, int C, int inner, int nch,
-                      double *part, double *s1, double *s2) {
+ * x − m[c] (m NULL: 0). outer is split into nch fixed chunks (partials in part: 2·nch·C doubles). Channels-last
+ * (inner = 1): x's and u's rows are ldx and ldu floats apart (C for a plain map; more for channels [c0, c0 + C) of
+ * a wider one, x then pointing at channel c0). */
+static void chan_sums_ld(const float *x, ptrdiff_t ldx, const float *u, ptrdiff_t ldu, const float *m, int outer,
+                         int C, int inner, int nch, double *part, double *s1, double *s2) {
     const int cb = inner == 1 ? CB : 1, nb = (C + cb - 1) / cb;
 #pragma omp parallel for schedule(static) collapse(2)
     for (int k = 0; k < nch; k++)
@@ -244,9 +246,9 @@ static void chan_sums(const float *x, const float *u, const float *m, int outer,
             for (int j = 0; j < cw; j++) mm[j] = m ? m[c0 + j] : 0.0f;
             if (inner == 1) { /* rows of C contiguous channels: vectorise across the channel block */
                 for (int o = o0; o < o1; o++) {
-                    const float *xr = x + (size_t)o * C + c0;
+                    const float *xr = x + (ptrdiff_t)o * ldx + c0;
                     if (u) {
-                        const float *ur = u + (size_t)o * C + c0;
+                        const float *ur = u + (ptrdiff_t)o * ldu + c0;
 #pragma omp simd
                         for (int j = 0; j < cw; j++) {
                             a1[j] += ur[j];
@@ -298,6 +300,11 @@ static void chan_sums(const float *x, const float *u, const float *m, int outer,
         s1[c] = t1;
         s2[c] = t2;
     }
+}
+
+static void chan_sums(const float *x, const float *u, const float *m, int outer, int C, int inner, int nch,
+                      double *part, double *s1, double *s2) {
+    chan_sums_ld(x, C, u, C, m, outer, C, inner, nch, part, s1, s2);
 }
 
 /* n elements of one row (rows: ks = 1, the coefficients per element) or plane (ks = 0, one coefficient): y =
@@ -516,4 +523,171 @@ vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
 vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                         vt_tensor *nbt, int axis, float eps, float momentum) {
     return vt_batchnorm_act(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1);
+}
+
+/* ================================ BatchNorms of channel groups, summed ================================ */
+/* y (..., C) = Σ_b BN_b(z[..., b·C, (b + 1)·C)) for b < r: the r BatchNorms of cFFN's training branches (each over
+ * its own channels, statistics over all rows) and their sum in one op over one product z of the r branches'
+ * convolutions (a single GEMM over their stacked weights, cffn.c). Inputs: z, then per group weight, bias,
+ * running_mean, running_var, num_batches_tracked (in[1 + 5b ...]). Statistics as vt_batchnorm's (two-pass, double
+ * sums in fixed chunks; save[0] mean, save[1] rstd per channel of z, batch statistics only).
+ * fws: partials, s1, s2 (batch statistics), then scale, shift and mean (3·rC floats); bws: partials, s1, s2, then
+ * k1, k2, k3 and the mean (4·rC floats). Measured against the chain of r BatchNorms, r − 1 adds and r GEMMs: see
+ * cffn.c. */
+typedef struct {
+    int R, C, r;
+    int nch, batch, update;
+    float eps, momentum;
+} bns_p;
+
+static const vt_tensor *bns_in(const vt_node *n, int b, int k) { return n->in[1 + 5 * b + k]; }
+
+/* Channel j of z: group j / C, channel j % C of that group's tensor k (0 weight ... 4 num_batches_tracked). */
+static float bns_val(const vt_node *n, int k, int j) {
+    const int C = VT_OP_P(n, bns_p)->C;
+    return bns_in(n, j / C, k)->data[j % C];
+}
+
+/* The scale and shift of z's channels and the mean they subtract (rC floats each): batch statistics (saved) or
+ * running ones; forward and backward compute the same floats. */
+static void bns_affine(const vt_node *n, float *scale, float *shift, float *mean) {
+    const bns_p *p = VT_OP_P(n, bns_p);
+    const int rC = p->r * p->C;
+    for (int j = 0; j < rC; j++) {
+        const float rs = p->batch ? n->save[1]->data[j] : (float)(1.0 / sqrt((double)bns_val(n, 3, j) + p->eps));
+        scale[j] = rs * bns_val(n, 0, j);
+        shift[j] = bns_val(n, 1, j);
+        mean[j] = p->batch ? n->save[0]->data[j] : bns_val(n, 2, j);
+    }
+}
+
+static void bns_fwd(vt_node *n) {
+    const bns_p *p = VT_OP_P(n, bns_p);
+    const int R = p->R, C = p->C, r = p->r, rC = r * C, nch = p->nch;
+    const float *z = n->in[0]->data;
+    const int64_t red = p->batch ? (int64_t)4 * nch * rC + 4 * rC : 0;
+    float *scale = n->fws->data + red, *shift = scale + rC, *mean = shift + rC, *y = n->out->data;
+    if (p->batch) {
+        double *part = (double *)n->fws->data, *s1 = part + (size_t)2 * nch * rC, *s2 = s1 + rC;
+        float *mu = n->save[0]->data, *rstd = n->save[1]->data;
+        chan_sums(z, NULL, NULL, R, rC, 1, nch, part, s1, s2);
+        for (int j = 0; j < rC; j++) mu[j] = (float)(s1[j] / R);
+        chan_sums(z, NULL, mu, R, rC, 1, nch, part, s1, s2); /* deviations from the rounded mean */
+        for (int j = 0; j < rC; j++) {
+            double var = (s2[j] - s1[j] * s1[j] / R) / R;
+            if (var < 0.0) var = 0.0;
+            rstd[j] = (float)(1.0 / sqrt(var + p->eps));
+            if (p->update) { /* as vt_batchnorm: torch's momentum update, unbiased variance */
+                const double bm = mu[j] + s1[j] / R, mom = p->momentum;
+                float *rm = bns_in(n, j / C, 2)->data + j % C, *rv = bns_in(n, j / C, 3)->data + j % C;
+                *rm = (float)((1.0 - mom) * *rm + mom * bm);
+                *rv = (float)((1.0 - mom) * *rv + mom * var * R / (R - 1));
+            }
+        }
+        for (int b = 0; p->update && b < r; b++) bns_in(n, b, 4)->data[0] += 1.0f;
+    }
+    bns_affine(n, scale, shift, mean);
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < R; o++) {
+        const float *zr = z + (size_t)o * rC;
+        float *yr = y + (size_t)o * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) yr[c] = (zr[c] - mean[c]) * scale[c] + shift[c];
+        for (int b = 1; b < r; b++) {
+            const float *zb = zr + (size_t)b * C, *mb = mean + (size_t)b * C, *sb = scale + (size_t)b * C,
+                        *hb = shift + (size_t)b * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) yr[c] += (zb[c] - mb[c]) * sb[c] + hb[c];
+        }
+    }
+}
+
+static void bns_bwd(vt_node *n) {
+    const bns_p *p = VT_OP_P(n, bns_p);
+    const int R = p->R, C = p->C, r = p->r, rC = r * C, nch = p->nch;
+    const float *z = n->in[0]->data, *dy = n->out->grad;
+    float *dz = n->in[0]->grad;
+    if (!dy) return;
+    double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * rC, *s2 = s1 + rC;
+    float *k1 = n->bws->data + (int64_t)4 * nch * rC + 4 * rC, *k2 = k1 + rC, *k3 = k2 + rC, *m = k3 + rC;
+    bns_affine(n, k1, k2, m); /* the mean (k1, k2: scratch until set below) */
+    for (int b = 0; b < r; b++) /* Σdy, Σdy·(z − mean) per channel of group b */
+        chan_sums_ld(z + (size_t)b * C, rC, dy, C, m + (size_t)b * C, R, C, 1, nch, part, s1 + (size_t)b * C,
+                     s2 + (size_t)b * C);
+    for (int j = 0; j < rC; j++) {
+        const float rs = p->batch ? n->save[1]->data[j] : (float)(1.0 / sqrt((double)bns_val(n, 3, j) + p->eps));
+        float *dw = bns_in(n, j / C, 0)->grad, *db = bns_in(n, j / C, 1)->grad;
+        if (dw) dw[j % C] += (float)(s2[j] * rs);
+        if (db) db[j % C] += (float)s1[j];
+        /* batch statistics: dz = w·rstd·(dy − mean(dy) − ẑ·mean(dy·ẑ)); running statistics: dz = w·rstd·dy */
+        k1[j] = bns_val(n, 0, j) * rs;
+        k2[j] = p->batch ? (float)(s1[j] / R) : 0.0f;
+        k3[j] = p->batch ? (float)(s2[j] * rs * rs / R) : 0.0f;
+    }
+    if (!dz) return;
+    const int add = !(n->grad_fresh & 1u);
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < R; o++) {
+        const float *zr = z + (size_t)o * rC, *dr = dy + (size_t)o * C;
+        float *gr = dz + (size_t)o * rC;
+        for (int b = 0; b < r; b++) {
+            const size_t q = (size_t)b * C;
+            if (add) {
+#pragma omp simd
+                for (int c = 0; c < C; c++)
+                    gr[q + c] += k1[q + c] * (dr[c] - k2[q + c] - (zr[q + c] - m[q + c]) * k3[q + c]);
+            } else {
+#pragma omp simd
+                for (int c = 0; c < C; c++)
+                    gr[q + c] = k1[q + c] * (dr[c] - k2[q + c] - (zr[q + c] - m[q + c]) * k3[q + c]);
+            }
+        }
+    }
+}
+
+static const vt_opdef op_batchnorm_sum = {"batchnorm_sum", bns_fwd, bns_bwd, VT_READS(VT_READS_ALL_IN), NULL,
+                                          VT_OP_OTHER};
+
+vt_tensor *vt_batchnorm_sum(vt_graph *g, vt_tensor *z, int r, vt_tensor *const *t, float eps, float momentum) {
+    if (vt_bad(g, 1, z)) return NULL;
+    char sz[64];
+    if (r < 1 || 1 + 5 * r > VT_MAXIN)
+        return vt_fail(g, "batchnorm_sum", "%d groups (need 1 to %d)", r, (VT_MAXIN - 1) / 5);
+    const int L = z->shape[z->ndim - 1], C = L / r;
+    if (z->ndim < 2 || L % r)
+        return vt_fail(g, "batchnorm_sum", "input %s: the last dim must hold %d groups of channels",
+                       vt_shape_str(z, sz, 64), r);
+    for (int k = 0; k < 5 * r; k++)
+        if (vt_bad(g, 1, t[k])) return NULL;
+    for (int k = 0; k < 5 * r; k++)
+        if (k % 5 == 4 ? t[k]->numel != 1 : !is_vec(t[k], C))
+            return vt_fail(g, "batchnorm_sum", "group %d's %s %s: must be (%d) (num_batches_tracked: one value)",
+                           k / 5, (const char *[]){"weight", "bias", "running_mean", "running_var",
+                                                   "num_batches_tracked"}[k % 5], t[k]->name, C);
+    if (!(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return vt_fail(g, "batchnorm_sum", "eps %g must be >= 0 and momentum %g in [0, 1]", (double)eps,
+                       (double)momentum);
+    const int64_t R = z->numel / L;
+    if (g->training && R < 2)
+        return vt_fail(g, "batchnorm_sum", "input %s: expected more than 1 value per channel when training",
+                       vt_shape_str(z, sz, 64));
+    int ys[VT_MAXDIM];
+    memcpy(ys, z->shape, sizeof(int) * (size_t)z->ndim);
+    ys[z->ndim - 1] = C;
+    vt_tensor *in[VT_MAXIN] = {z};
+    for (int k = 0; k < 5 * r; k++) in[1 + k] = t[k];
+    vt_node *n = vt_new_node(g, &op_batchnorm_sum, in, 1 + 5 * r, vt_new_act(g, z->ndim, ys));
+    if (!n) return NULL;
+    n->grad_sets = 1u; /* dz covers every element of z */
+    const int nch = chunks(R), rC = L;
+    *VT_OP_P(n, bns_p) = (bns_p){.R = (int)R, .C = C, .r = r, .nch = nch, .batch = g->training,
+                                 .update = g->training, .eps = eps, .momentum = momentum};
+    const int64_t red = (int64_t)4 * nch * rC + 4 * rC;
+    if (g->training) {
+        vt_node_save(n, 0, rC);
+        vt_node_save(n, 1, rC);
+    }
+    vt_node_work(n, 0, (g->training ? red : 0) + 3 * rC);
+    vt_node_work(n, 1, red + 4 * rC);
+    return n->out;
 }
