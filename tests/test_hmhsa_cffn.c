@@ -1,7 +1,7 @@
 /* hMHSA and cFFN blocks: finite-difference gradients of every parameter and the input through each block (hMHSA
  * on a non-square 2x3 key grid plus one bypassing token, with head doubling and the CHH-first ablation; cFFN in
- * its training form with BatchNorm batch statistics), the deploy merge (training-form eval output == deployed
- * output) and the shape errors. The PyTorch comparison is tests/reference/test_hmhsa_cffn.py. */
+ * its training form with BatchNorm batch statistics, 2 and 4 branches, after a plain fc1 and after a DWConv), the
+ * deploy merge (training-form eval output == deployed output, 3 and 4 branches) and the shape errors. The PyTorch comparison is tests/reference/test_hmhsa_cffn.py. */
 #include <math.h>
 #include <string.h>
 
@@ -18,17 +18,19 @@ static int zero_expected(const char *name, int chh_last, int lead) {
            (strstr(name, "fc2_u.rep.") && strstr(name, "bn.bias"));
 }
 
-/* Builds the block on x (B, N, C) (train mode), loss = Σ y·r, and checks central differences on every param. */
-static void check_grad(vt_test *T, const char *tag, int cffn, const vt_attn_ctx *hc, int B, int N, int C) {
+/* Builds the block on x (B, N, C) (train mode): the cFFN of fc (its hidden width then set to 2·C), else the hMHSA of
+ * hc; loss = Σ y·r, and checks central differences on every param. */
+static void check_grad(vt_test *T, const char *tag, const vt_ffn_ctx *fc, const vt_attn_ctx *hc, int B, int N,
+                       int C) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, N, C};
     vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
-    const vt_block_opts two = {.cffn_r = 2};
-    vt_tensor *y = cffn ? vt_block_cffn(g, "mlp", x, &(vt_ffn_ctx){.hidden = 2 * C, .train_form = 1,
-                                                                    .winit = VT_INIT_W02, .opts = &two})
-                        : vt_block_hmhsa(g, "attn", x, hc);
+    const int cffn = fc != NULL;
+    vt_ffn_ctx f = fc ? *fc : (vt_ffn_ctx){0};
+    f.hidden = 2 * C;
+    vt_tensor *y = cffn ? vt_block_cffn(g, "mlp", x, &f) : vt_block_hmhsa(g, "attn", x, hc);
     vt_tensor *r = vt_input(g, "r", 3, xs);
     vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
     vt_graph_output(g, y);
@@ -72,12 +74,13 @@ static void check_grad(vt_test *T, const char *tag, int cffn, const vt_attn_ctx 
 }
 
 /* Eval output of a cFFN on x in the given form over store P (built on first use). */
-static int cffn_eval(vt_params *P, int train_form, const float *xd, int B, int N, int C, float *out, vt_err *e) {
+static int cffn_eval(vt_params *P, int train_form, int r, const float *xd, int B, int N, int C, float *out,
+                     vt_err *e) {
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     int xs[3] = {B, N, C};
     vt_tensor *x = vt_input(g, "x", 3, xs);
-    const vt_block_opts o = {.cffn_t = 0.5f, .cffn_r = 3};
+    const vt_block_opts o = {.cffn_t = 0.5f, .cffn_r = r};
     vt_tensor *y = vt_block_cffn(g, "mlp", x,
                                  &(vt_ffn_ctx){.hidden = 3 * C, .train_form = train_form, .winit = VT_INIT_W02, .opts = &o});
     vt_graph_output(g, y);
@@ -91,13 +94,14 @@ static int cffn_eval(vt_params *P, int train_form, const float *xd, int B, int N
     return rc;
 }
 
-/* Training form (r = 3, t = 1/2, random BN running stats) -> vt_cffn_deploy -> deployed form: equal eval outputs. */
-static void check_deploy(vt_test *T) {
+/* Training form (r branches, t = 1/2, random BN running stats) -> vt_cffn_deploy -> deployed form: equal eval
+ * outputs. */
+static void check_deploy(vt_test *T, int r) {
     enum { B = 2, N = 5, C = 12 };
     vt_err e = {{0}};
     vt_params *Pt = vt_params_new(&e), *Pd = vt_params_new(&e);
     float x[B * N * C], yt[B * N * C], yd[B * N * C];
-    int ok = Pt && Pd && !cffn_eval(Pt, 1, NULL, B, N, C, NULL, &e) && !cffn_eval(Pd, 0, NULL, B, N, C, NULL, &e);
+    int ok = Pt && Pd && !cffn_eval(Pt, 1, r, NULL, B, N, C, NULL, &e) && !cffn_eval(Pd, 0, r, NULL, B, N, C, NULL, &e);
     T_CHECK(T, ok, "cffn deploy: build failed: %s", e.msg);
     if (ok) {
         vt_params_init(Pt, 3);
@@ -117,10 +121,11 @@ static void check_deploy(vt_test *T) {
         T_CHECK(T, ok, "cffn deploy: %s", e.msg);
     }
     if (ok) {
-        ok = !cffn_eval(Pt, 1, x, B, N, C, yt, &e) && !cffn_eval(Pd, 0, x, B, N, C, yd, &e);
+        ok = !cffn_eval(Pt, 1, r, x, B, N, C, yt, &e) && !cffn_eval(Pd, 0, r, x, B, N, C, yd, &e);
         double err = 0, mx = 1;
         for (int j = 0; ok && j < B * N * C; j++) err = fmax(err, fabs(yt[j] - yd[j])), mx = fmax(mx, fabs(yt[j]));
-        T_CHECK(T, ok && err / mx < 1e-5, "cffn deploy: train-form vs deployed eval outputs differ by %.3g", err / mx);
+        T_CHECK(T, ok && err / mx < 1e-5, "cffn deploy r=%d: train-form vs deployed eval outputs differ by %.3g", r,
+                err / mx);
         /* a deployed store is not a training store: deploying it must fail and name a tensor */
         vt_err e2 = {{0}};
         T_CHECK(T, vt_cffn_deploy(Pd, Pt, 1e-5f, &e2) && strstr(e2.msg, "mlp."), "deploy of deployed weights: %s",
@@ -132,20 +137,35 @@ static void check_deploy(vt_test *T) {
 
 void test_hmhsa_cffn(vt_test *T) {
     const vt_block_opts dbl = {.double_heads = 1}, chh_first = {.chh_first = 1}, plain = {0};
-    check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", 0,
+    check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", NULL,
                &(vt_attn_ctx){.heads = 2, .qkv_bias = 1, .grid_h = 2, .grid_w = 3, .lead = 1, .winit = VT_INIT_W02,
                               .opts = &dbl},
                2, 7, 24);
-    check_grad(T, "hmhsa chh-first 1x(3x2) C16 h4", 0,
+    check_grad(T, "hmhsa chh-first 1x(3x2) C16 h4", NULL,
                &(vt_attn_ctx){.heads = 4, .grid_h = 3, .grid_w = 2, .winit = VT_INIT_W02, .opts = &chh_first}, 1, 6,
                16);
     /* PVT layout (q C/2, kv 3C/2) on keys reduced 2x (sr conv + LN): a 4x5 grid gives 2x2 keys (a column dropped) */
-    check_grad(T, "hmhsa pvt sr2 2x(4x5) C16 h2->4", 0,
+    check_grad(T, "hmhsa pvt sr2 2x(4x5) C16 h2->4", NULL,
                &(vt_attn_ctx){.heads = 2, .qkv_bias = 1, .grid_h = 4, .grid_w = 5, .sr_ratio = 2, .ln_eps = 1e-5f,
                               .layout = VT_LAYOUT_PVT, .conv_fanout = 1, .winit = VT_INIT_W02, .opts = &dbl},
                2, 20, 16);
-    check_grad(T, "cffn train form 2x5 C12", 1, NULL, 2, 5, 12);
-    check_deploy(T);
+    /* cFFN training form: r = 2 (the stacked GEMM and vt_batchnorm_sum) and r = 4 (the branch chain), each after a
+     * plain fc1 and after PVTv2's DWConv (GELU in the U branches' GEMM prologue, or a vt_gelu before the chain) */
+    const vt_block_opts two = {.cffn_r = 2}, four = {.cffn_r = 4};
+    check_grad(T, "cffn train form r2 2x5 C12", &(vt_ffn_ctx){.train_form = 1, .winit = VT_INIT_W02, .opts = &two},
+               NULL, 2, 5, 12);
+    check_grad(T, "cffn train form r4 2x5 C12", &(vt_ffn_ctx){.train_form = 1, .winit = VT_INIT_W02, .opts = &four},
+               NULL, 2, 5, 12);
+    check_grad(T, "cffn train form dwconv r2 2x(2x3) C8",
+               &(vt_ffn_ctx){.train_form = 1, .dwconv = 1, .grid_h = 2, .grid_w = 3, .winit = VT_INIT_W02,
+                             .opts = &two},
+               NULL, 2, 6, 8);
+    check_grad(T, "cffn train form dwconv r4 2x(2x3) C8",
+               &(vt_ffn_ctx){.train_form = 1, .dwconv = 1, .grid_h = 2, .grid_w = 3, .winit = VT_INIT_W02,
+                             .opts = &four},
+               NULL, 2, 6, 8);
+    check_deploy(T, 3);
+    check_deploy(T, 4);
     T_CHECK(T, vt_cffn_width(768, 192, 2.0f / 3.0f) == 102 && vt_cffn_width(1536, 384, 0) == 204 &&
                    vt_cffn_width(512, 64, 2.0f / 3.0f) == 37 && vt_cffn_width(2048, 512, 2.0f / 3.0f) == 273,
             "cffn width: floor(t·hidden/(m+1)) (spec trap 6)");

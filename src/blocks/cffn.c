@@ -25,7 +25,8 @@ int vt_cffn_width(int hidden, int C, float t) {
 }
 
 /* One factor map x (..., in) -> (..., out): Linear (deployed; a 1x1 conv when conv1x1) or Σ of r conv1x1 + BN
- * branches (training; convs initialised as the host's: PyTorch's default, Next-ViT's trunc_normal(0.02)). With
+ * branches (training; convs initialised as the host's: PyTorch's default, Next-ViT's trunc_normal(0.02)), of GELU(x)
+ * when gelu_in (training form only). With
  * r <= 3 the branches run as one product over their stacked weights (r·out, in) and one vt_batchnorm_sum of its r
  * channel groups: one GEMM of r·out columns instead of r of out (cFFN's k is narrow: 37 columns in PVTv2-b1's first
  * stage), and no separate BatchNorm outputs and adds. Larger r: the branches one by one. Training step at batch 16,
@@ -33,12 +34,14 @@ int vt_cffn_width(int hidden, int C, float t) {
  * threads), best / per-round median speed-up: PVTv2-b1 hMHSA + cFFN 1.05 / 1.05 and 1.02 / 1.06, DeiT-T's 1.11 /
  * 1.08 and 1.06 / 1.09, Next-ViT-S's 1.05 / 1.06 and 1.01 / 1.05, DeiT-S's 0.90-1.02 in four runs (its k = 204
  * columns are wide enough already; its BatchNorm + add time fell from 5.3% to 4.2% of the step in `--profile`). */
-static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form, int conv1x1) {
+static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form, int conv1x1,
+                         int gelu_in) {
     if (!train_form && conv1x1) return vt_pointwise_p(g, prefix, x, out, 1, VT_INIT_W02); /* Next-ViT's conv rule */
     if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02); /* the host's Linear rule */
     if (vt_bad(g, 1, x)) return NULL;
     const int in = x->shape[x->ndim - 1], fused = r <= 3;
     vt_tensor *sum = NULL, *ws[3], *bn[15];
+    if (gelu_in && !fused) x = vt_gelu(g, x);
     for (int b = 0; b < r; b++) {
         char pre[VT_NAMELEN], nm[VT_NAMELEN], sub[32];
         snprintf(sub, sizeof sub, "rep.%d", b);
@@ -57,7 +60,8 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
         sum = sum ? vt_add(g, sum, y) : y;
     }
     if (!fused) return sum;
-    vt_tensor *z = vt_linear(g, x, r > 1 ? vt_concat(g, ws, r, 0) : ws[0], NULL);
+    vt_tensor *wc = r > 1 ? vt_concat(g, ws, r, 0) : ws[0];
+    vt_tensor *z = gelu_in ? vt_gelu_linear(g, x, wc, NULL) : vt_linear(g, x, wc, NULL);
     return vt_batchnorm_sum(g, z, r, bn, CFFN_BN_EPS, CFFN_BN_MOMENTUM);
 }
 
@@ -76,11 +80,16 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
                                                * made fc1 1.5x slower than DeiT-T's plain fc1) */
         vt_tensor *u = vt_gelu_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_pre(g, prefix, x, f), k,
                                         VT_INIT_W02);
-        return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0);
+        return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0, 0);
     }
-    vt_tensor *h = vt_block_fc1_act(g, prefix, x, f); /* the host's fc1 (+ PVTv2's DWConv) and GELU, kept */
-    vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv);
-    return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv);
+    /* the host's fc1 (+ PVTv2's DWConv) and GELU; after the DWConv, GELU goes into the U branches' stacked GEMM (its
+     * prologue, as the host MLP's fc2 has it) rather than a separate pass, whose output the arena kept: in
+     * pvt_v2_b1_hmhsa_cffn's training step at batch 16 the GELU op was 6% of the time, the arena 1,669 -> 1,337 MiB,
+     * and the step 1.02-1.04x faster (best of 8 alternated rounds, medians 0.99-1.05; Ice Lake, 2026-11-29) */
+    const int gelu_in = f->dwconv && f->train_form && !cv;
+    vt_tensor *h = gelu_in ? vt_block_fc1_pre(g, prefix, x, f) : vt_block_fc1_act(g, prefix, x, f);
+    vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv, gelu_in);
+    return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv, 0);
 }
 
 /* ---- train -> deploy merge ---- */
