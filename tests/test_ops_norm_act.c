@@ -470,6 +470,59 @@ static void check_batchnorm_values(vt_test *T) {
     }
 }
 
+/* vt_batchnorm_res: x0 input, x1 w, x2 b, x3 running mean, x4 running var, x5 the added term (ia[3] 0: none; 2:
+ * added once more after the op, so its gradient must be added to, not written); fa[0] the output factor; ia[0] axis,
+ * ia[2] as b_bn's. */
+static vt_tensor *b_bn_res_fused(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm_res(g, x[0], x[1], x[2], x[3], x[4], NULL, c->ia[0], 1e-5f, 0.1f, c->fa[0],
+                                    c->ia[3] ? x[5] : NULL);
+    g->training = keep;
+    return c->ia[3] == 2 ? vt_add(g, y, x[5]) : y;
+}
+
+/* The chain it replaces: BatchNorm, the factor, the add. */
+static vt_tensor *b_bn_res_plain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm(g, x[0], x[1], x[2], x[3], x[4], NULL, c->ia[0], 1e-5f, 0.1f);
+    g->training = keep;
+    y = vt_scale(g, y, c->fa[0]);
+    y = c->ia[3] ? vt_add(g, y, x[5]) : y;
+    return c->ia[3] == 2 ? vt_add(g, y, x[5]) : y;
+}
+
+/* vt_batchnorm_res against BatchNorm, scale and add: finite differences, outputs and gradients (train, eval and an
+ * eval node in a train graph; NCHW planes as the Refiner's maps, channels-last), and its shape errors. */
+static void check_batchnorm_res(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], axis, eval_node, with_r;
+        float scale;
+    } cs[] = {{4, {2, 3, 5, 5}, 1, 0, 1, 1.0f}, {4, {2, 3, 5, 5}, 1, 0, 0, 0.125f}, {4, {2, 4, 3, 6}, 1, 1, 1, 0.5f},
+              {3, {2, 5, 19}, 2, 0, 1, 2.0f}, {3, {3, 4, 6}, 2, 1, 0, 0.25f}, {4, {2, 3, 4, 4}, 1, 0, 2, 0.5f}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[cs[i].axis];
+        gc_case f = {.name = "batchnorm_res", .nx = 6, .ndim = {cs[i].ndim, 1, 1, 1, 1, cs[i].ndim},
+                     .shape = {{0}, {C}, {C}, {C}, {C}, {0}}, .nograd = {0, 0, 0, 1, 1, !cs[i].with_r},
+                     .build = b_bn_res_fused, .fill = fill_bn, .ia = {cs[i].axis, 1, cs[i].eval_node, cs[i].with_r},
+                     .fa = {cs[i].scale}};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.shape[5], cs[i].shape, sizeof cs[i].shape);
+        gc_run_vs_plain(T, &f, b_bn_res_plain, "batchnorm, scale and add", 1e-5);
+    }
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[3] = {2, 3, 4}, rs[3] = {2, 3, 5};
+    vt_tensor *y = vt_batchnorm_res(g, vt_input(g, "x", 3, xs), NULL, NULL, NULL, NULL, NULL, 2, 1e-5f, 0.1f, 1.0f,
+                                    vt_input(g, "r", 3, rs));
+    T_CHECK(T, !y && strstr(g->err.msg, "added term (2, 3, 5) must have the input's shape (2, 3, 4)"),
+            "batchnorm_res shape error: %s", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* vt_batchnorm_sum over ia[0] groups of z = x0 (..., r·C): x1..x4 the groups' weights, biases, running means and
  * variances stacked (r·C), x5 their num_batches_tracked (r), each group's cut by vt_slice; ia[2] as b_bn's. */
 static vt_tensor *b_bn_sum(vt_graph *g, vt_tensor **x, const gc_case *c) {
@@ -644,6 +697,7 @@ void test_ops_norm_act(vt_test *T) {
     check_layernorm_values(T);
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
+    check_batchnorm_res(T);
     check_errors(T);
     gc_case cases[] = {
         /* layernorm */

@@ -140,6 +140,10 @@ int vt_bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]);
 /* BatchNorm with prefix.{weight, bias, running_mean, running_var, num_batches_tracked}, channel axis `axis`. */
 vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum);
 
+/* oscale·vt_batchnorm_p(x) + r (r NULL: none) in one op (vt_batchnorm_res). */
+vt_tensor *vt_batchnorm_res_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                              float oscale, vt_tensor *r);
+
 /* vt_batchnorm_p followed by the activation act (vt_batchnorm_act: VT_RELU, VT_RELU6, VT_HARDSWISH) in one op. */
 vt_tensor *vt_batchnorm_act_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                               int act);

@@ -69,6 +69,9 @@ vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, v
  * and no kept BatchNorm output (backward recomputes it from x). */
 vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, int act);
+/* y = oscale·vt_batchnorm(x) + r (r NULL: none; else x's shape) in one op: no separate scale and add passes. */
+vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                            vt_tensor *nbt, int axis, float eps, float momentum, float oscale, vt_tensor *r);
 /* y (..., C) = Σ_b BN_b(z[..., b·C, (b + 1)·C)) over r channel groups of z (..., r·C) (1 <= r <= 3), each group's
  * vt_batchnorm (channels-last) with t[5b .. 5b + 4] = weight, bias, running_mean, running_var, num_batches_tracked. */
 vt_tensor *vt_batchnorm_sum(vt_graph *g, vt_tensor *z, int r, vt_tensor *const *t, float eps, float momentum);

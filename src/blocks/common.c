@@ -127,6 +127,14 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
     return batchnorm(g, prefix, x, axis, eps, momentum, 0, -1);
 }
 
+vt_tensor *vt_batchnorm_res_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
+                              float oscale, vt_tensor *r) {
+    if (vt_bad(g, 1, x)) return NULL;
+    vt_tensor *t[5];
+    if (vt_bn_tensors(g, prefix, x->shape[axis < 0 ? axis + x->ndim : axis], t)) return NULL;
+    return vt_batchnorm_res(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum, oscale, r);
+}
+
 vt_tensor *vt_batchnorm_act_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                               int act) {
     return batchnorm(g, prefix, x, axis, eps, momentum, 0, act);

@@ -205,7 +205,9 @@ typedef struct {
     int update; /* update the running statistics */
     int idx[5]; /* indices in in[] of w, b, rmean, rvar, nbt (-1: absent) */
     int act;    /* activation applied after it: VT_RELU, VT_RELU6, VT_HARDSWISH, or -1 (none) */
+    int res;    /* vt_batchnorm_res: the slot of the added term r (-1: none) */
     float eps, momentum;
+    float oscale; /* vt_batchnorm_res: the output's factor (1 otherwise) */
 } bn_p;
 
 /* The activation after the normalisation (act: bn_p.act) and its derivative, at the normalised value z. */
@@ -355,11 +357,12 @@ static inline __attribute__((always_inline)) void act_pass(const int fwd, const 
     } while (0)
 
 /* Per-channel elementwise pass over (outer, C, inner), parallel over rows (channels-last) or planes:
- * forward (fwd = 1): out = act((x − m)·k1 + k0) (bn_act);  backward (fwd = 0, -1): out += k1·(dy − k2 − (x − m)·k3),
+ * forward (fwd = 1): out = act((x − m)·k1 + k0) (bn_act), plus r (NULL: none; without act) while in cache;
+ * backward (fwd = 0, -1): out += k1·(dy − k2 − (x − m)·k3),
  * written instead of added to when fwd is -1; fwd = 2: dy ·= act'((x − m)·k1 + k0) in place (out unused: the
  * activation's backward before BatchNorm's). */
 static void chan_apply(int fwd, int act, const float *x, float *dy, const float *m, const float *k0, const float *k1,
-                       const float *k2, const float *k3, float *out, int outer, int C, int inner) {
+                       const float *k2, const float *k3, const float *r, float *out, int outer, int C, int inner) {
     if (inner == 1) {
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < outer; o++) {
@@ -367,7 +370,13 @@ static void chan_apply(int fwd, int act, const float *x, float *dy, const float 
             if (fwd == 2) {
                 ACT_PASS(2, act, 1, xr, dy + (size_t)o * C, m, k1, k0, C);
             } else if (fwd == 1) {
-                ACT_PASS(1, act, 1, xr, out + (size_t)o * C, m, k1, k0, C);
+                float *yr = out + (size_t)o * C;
+                ACT_PASS(1, act, 1, xr, yr, m, k1, k0, C);
+                if (r) {
+                    const float *rr = r + (size_t)o * C;
+#pragma omp simd
+                    for (int c = 0; c < C; c++) yr[c] += rr[c];
+                }
             } else if (fwd == 0) {
                 const float *dr = dy + (size_t)o * C;
                 float *yr = out + (size_t)o * C;
@@ -390,6 +399,9 @@ static void chan_apply(int fwd, int act, const float *x, float *dy, const float 
                 ACT_PASS(2, act, 0, x + base, dy + base, m + c, k1 + c, k0 + c, inner);
             } else if (fwd == 1) {
                 ACT_PASS(1, act, 0, x + base, out + base, m + c, k1 + c, k0 + c, inner);
+                if (r)
+#pragma omp simd
+                    for (int i = 0; i < inner; i++) out[base + i] += r[base + i];
             } else if (fwd == 0) {
                 const float mc = m[c], a = k1[c], b2 = k2[c], b3 = k3[c];
 #pragma omp simd
@@ -415,8 +427,8 @@ static void bn_affine(const vt_node *n, float *scale, float *shift) {
     const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL, *rstd = p->batch ? n->save[1]->data : NULL;
     for (int c = 0; c < p->C; c++) {
         const float rs = rstd ? rstd[c] : (float)(1.0 / sqrt((double)RV->data[c] + p->eps));
-        scale[c] = w ? rs * w[c] : rs;
-        shift[c] = b ? b[c] : 0.0f;
+        scale[c] = (w ? rs * w[c] : rs) * p->oscale;
+        shift[c] = (b ? b[c] : 0.0f) * p->oscale;
     }
 }
 
@@ -445,7 +457,8 @@ static void bn_fwd(vt_node *n) {
         mean = RM->data;
     }
     bn_affine(n, scale, shift);
-    chan_apply(1, p->act, x, NULL, mean, shift, scale, NULL, NULL, n->out->data, outer, C, inner);
+    chan_apply(1, p->act, x, NULL, mean, shift, scale, NULL, NULL, p->res >= 0 ? n->in[p->res]->data : NULL,
+               n->out->data, outer, C, inner);
 }
 
 static void bn_bwd(vt_node *n) {
@@ -455,6 +468,13 @@ static void bn_bwd(vt_node *n) {
     const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3);
     const float *w = W ? W->data : NULL;
     float *dy = n->out->grad, *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
+    float *dr = p->res >= 0 ? n->in[p->res]->grad : NULL;
+    if (dy && dr) { /* y = s·BN(x) + r: r's gradient is dy (written where fresh) */
+        const int set = n->grad_fresh >> p->res & 1u;
+        const int64_t N = n->out->numel;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N; i++) dr[i] = (set ? 0.0f : dr[i]) + dy[i];
+    }
     if (!dy || !(dx || dw || db)) return;
     const int64_t M = (int64_t)outer * inner;
     double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
@@ -462,26 +482,27 @@ static void bn_bwd(vt_node *n) {
     if (p->act >= 0) { /* the activation's backward first, in place (only this node reads its output's gradient) */
         float *scale = n->bws->data + (int64_t)4 * nch * C + 7 * C, *shift = scale + C;
         bn_affine(n, scale, shift);
-        chan_apply(2, p->act, x, dy, mean, shift, scale, NULL, NULL, NULL, outer, C, inner);
+        chan_apply(2, p->act, x, dy, mean, shift, scale, NULL, NULL, NULL, NULL, outer, C, inner);
     }
     if (dw || db || batch) chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
     float *k1 = n->bws->data + (int64_t)4 * nch * C + 4 * C, *k2 = k1 + C, *k3 = k2 + C;
     for (int c = 0; c < C; c++) {
         const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)RV->data[c] + eps));
-        if (dw) dw[c] += (float)(s2[c] * rs);
-        if (db) db[c] += (float)s1[c];
-        k1[c] = w ? w[c] * rs : rs;
+        if (dw) dw[c] += (float)(s2[c] * rs * p->oscale);
+        if (db) db[c] += (float)(s1[c] * p->oscale);
+        k1[c] = (w ? w[c] * rs : rs) * p->oscale;
         /* batch statistics: dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)); running statistics: dx = w·rstd·dy */
         k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
         k3[c] = batch ? (float)(s2[c] * rs * rs / M) : 0.0f;
     }
-    if (dx) chan_apply(n->grad_fresh & 1u ? -1 : 0, -1, x, dy, mean, NULL, k1, k2, k3, dx, outer, C, inner);
+    if (dx) chan_apply(n->grad_fresh & 1u ? -1 : 0, -1, x, dy, mean, NULL, k1, k2, k3, NULL, dx, outer, C, inner);
 }
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
 
-vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
-                            vt_tensor *nbt, int axis, float eps, float momentum, int act) {
+/* vt_batchnorm_act with, when r is given (no activation then), y = oscale·BN(x) + r. */
+static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                            vt_tensor *nbt, int axis, float eps, float momentum, int act, vt_tensor *r, float oscale) {
     if (vt_bad(g, 1, x)) return NULL;
     if (act != -1 && act != VT_RELU && act != VT_RELU6 && act != VT_HARDSWISH)
         return vt_fail(g, "batchnorm", "activation %d after it: only ReLU, ReLU6 and Hardswish (or none, -1)", act);
@@ -508,20 +529,27 @@ vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
     if (batch && outer * inner < 2)
         return vt_fail(g, "batchnorm", "input %s: expected more than 1 value per channel when training",
                        vt_shape_str(x, sx, 64));
-    vt_tensor *in[6] = {x};
+    if ((r || oscale != 1.0f) && act != -1)
+        return vt_fail(g, "batchnorm", "an added term or an output factor goes with no activation");
+    if (r && (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int) * (size_t)x->ndim)))
+        return vt_fail(g, "batchnorm", "added term %s must have the input's shape %s", vt_shape_str(r, s[0], 64),
+                       vt_shape_str(x, sx, 64));
+    vt_tensor *in[7] = {x};
     int nin = 1, idx[5];
     vt_tensor *opt[5] = {w, b, rmean, rvar, nbt};
     for (int k = 0; k < 5; k++) {
         idx[k] = opt[k] ? nin : -1;
         if (opt[k]) in[nin++] = opt[k];
     }
+    const int res = r ? nin : -1;
+    if (r) in[nin++] = r;
     vt_node *n = vt_new_node(g, &op_batchnorm, in, nin, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;
-    n->grad_sets = 1u; /* dx covers every element of x */
+    n->grad_sets = 1u | (r ? 1u << res : 0u); /* dx covers every element of x, dr of r */
     const int nch = chunks(outer);
     bn_p *p = VT_OP_P(n, bn_p);
     *p = (bn_p){.outer = (int)outer, .C = C, .inner = (int)inner, .nch = nch, .batch = batch, .update = update,
-                .act = act, .eps = eps, .momentum = momentum};
+                .act = act, .res = res, .eps = eps, .momentum = momentum, .oscale = oscale};
     for (int k = 0; k < 5; k++) p->idx[k] = idx[k];
     const int64_t red = (int64_t)4 * nch * C + 4 * C; /* partials + s1, s2 in doubles, counted in floats */
     if (batch) {
@@ -535,9 +563,19 @@ vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
     return n->out;
 }
 
+vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                            vt_tensor *nbt, int axis, float eps, float momentum, int act) {
+    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, act, NULL, 1.0f);
+}
+
 vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                         vt_tensor *nbt, int axis, float eps, float momentum) {
-    return vt_batchnorm_act(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1);
+    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1, NULL, 1.0f);
+}
+
+vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
+                            vt_tensor *nbt, int axis, float eps, float momentum, float oscale, vt_tensor *r) {
+    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1, r, oscale);
 }
 
 /* ================================ BatchNorms of channel groups, summed ================================ */
