@@ -312,8 +312,8 @@ static void chan_sums(const float *x, const float *u, const float *m, int outer,
 /* Batch statistics of each channel of x (outer, C, inner) (part: the chunks' partial sums). One pass over x: sums of
  * the deviations d from the channel's first value, d exact in double, so var = E[d²] − E[d]² loses about
  * 1e-16·(Δ/σ)² relative to cancellation, Δ that value's distance from the mean (tests: Δ ≈ 220σ). On return s1[c] is
- * the mean, s2[c] the biased variance (at least 0) and mu[c] the mean rounded to float. Two passes before (the mean, then the deviations from
- * it); a training step at batch 16 with one pass, old and new alternated in one process (8 rounds, Ice Lake,
+ * the mean, s2[c] the biased variance (at least 0) and mu[c] the mean rounded to float. Two passes before (the mean,
+ * then the deviations from it); a training step at batch 16 with one pass, old and new alternated in one process (8 rounds, Ice Lake,
  * 2026-11-29), per-round medians: Refined-ViT-S 1.02-1.05x in four runs (BatchNorms over its expanded attention maps;
  * best steps 0.93-1.06x), Next-ViT-S 1.01-1.03x, GroupMixFormer-T 1.02x. */
 static void batch_stats(const float *x, int outer, int C, int inner, int nch, double *part, double *s1, double *s2,
@@ -582,8 +582,8 @@ vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
 /* y (..., C) = Σ_b BN_b(z[..., b·C, (b + 1)·C)) for b < r: the r BatchNorms of cFFN's training branches (each over
  * its own channels, statistics over all rows) and their sum in one op over one product z of the r branches'
  * convolutions (a single GEMM over their stacked weights, cffn.c). Inputs: z, then per group weight, bias,
- * running_mean, running_var, num_batches_tracked (in[1 + 5b ...]). Statistics as vt_batchnorm's (two-pass, double
- * sums in fixed chunks; save[0] mean, save[1] rstd per channel of z, batch statistics only).
+ * running_mean, running_var, num_batches_tracked (in[1 + 5b ...]). Statistics as vt_batchnorm's (batch_stats: one
+ * pass, double sums in fixed chunks; save[0] mean, save[1] rstd per channel of z, batch statistics only).
  * fws: partials, s1, s2 (batch statistics), then scale, shift and mean (3·rC floats); bws: partials, s1, s2, then
  * k1, k2, k3 and the mean (4·rC floats). Measured against the chain of r BatchNorms, r − 1 adds and r GEMMs: see
  * cffn.c. */
