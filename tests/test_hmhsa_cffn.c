@@ -1,7 +1,8 @@
 /* hMHSA and cFFN blocks: finite-difference gradients of every parameter and the input through each block (hMHSA
  * on a non-square 2x3 key grid plus one bypassing token, with head doubling and the CHH-first ablation; cFFN in
  * its training form with BatchNorm batch statistics, 2 and 4 branches, after a plain fc1 and after a DWConv), the
- * deploy merge (training-form eval output == deployed output, 3 and 4 branches) and the shape errors. The PyTorch comparison is tests/reference/test_hmhsa_cffn.py. */
+ * deploy merge (training-form eval output == deployed output, 3 and 4 branches) and the shape errors. The PyTorch
+ * comparison is tests/reference/test_hmhsa_cffn.py. */
 #include <math.h>
 #include <string.h>
 
