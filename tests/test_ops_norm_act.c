@@ -607,16 +607,18 @@ static void check_batchnorm_sum(vt_test *T) {
         T_CHECK(T, t[0][4]->data[0] == 5.0f && t[0][14]->data[0] == 5.0f, "num_batches_tracked %g, %g after two",
                 (double)t[0][4]->data[0], (double)t[0][14]->data[0]);
     }
-    /* errors: too many groups, channels not divisible into the groups, a group's tensor of the wrong size */
+    /* errors: too many groups, channels not divisible into the groups, a group's tensor of the wrong size, one row
+     * to take training statistics from */
     static const struct {
-        int r, L;
+        int r, L, rows;
         const char *want;
-    } es[] = {{4, 12, "4 groups (need 1 to 3)"}, {2, 7, "must hold 2 groups"}, {2, 6, "group 1's bias"}};
+    } es[] = {{4, 12, 4, "4 groups (need 1 to 3)"}, {2, 7, 4, "must hold 2 groups"}, {2, 6, 4, "group 1's bias"},
+              {2, 6, 1, "more than 1 value per channel"}};
     for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
         vt_err e2 = {{0}};
         vt_params *P2 = vt_params_new(&e2);
         vt_graph *g2 = vt_graph_new(P2, 1, &e2);
-        const int s2[2] = {4, es[k].L}, four = 4;
+        const int s2[2] = {es[k].rows, es[k].L}, four = 4;
         vt_tensor *tt[15];
         for (int b = 0; b < 3; b++) {
             char nm[16];

@@ -601,13 +601,19 @@ static float bns_val(const vt_node *n, int k, int j) {
     return bns_in(n, j / C, k)->data[j % C];
 }
 
+/* 1/√(σ² + eps) of z's channel j: the batch's (saved) or the running variance's. */
+static float bns_rstd(const vt_node *n, int j) {
+    const bns_p *p = VT_OP_P(n, bns_p);
+    return p->batch ? n->save[1]->data[j] : (float)(1.0 / sqrt((double)bns_val(n, 3, j) + p->eps));
+}
+
 /* The scale and shift of z's channels and the mean they subtract (rC floats each): batch statistics (saved) or
  * running ones; forward and backward compute the same floats. */
 static void bns_affine(const vt_node *n, float *scale, float *shift, float *mean) {
     const bns_p *p = VT_OP_P(n, bns_p);
     const int rC = p->r * p->C;
     for (int j = 0; j < rC; j++) {
-        const float rs = p->batch ? n->save[1]->data[j] : (float)(1.0 / sqrt((double)bns_val(n, 3, j) + p->eps));
+        const float rs = bns_rstd(n, j);
         scale[j] = rs * bns_val(n, 0, j);
         shift[j] = bns_val(n, 1, j);
         mean[j] = p->batch ? n->save[0]->data[j] : bns_val(n, 2, j);
@@ -664,7 +670,7 @@ static void bns_bwd(vt_node *n) {
         chan_sums_ld(z + (size_t)b * C, rC, dy, C, m + (size_t)b * C, R, C, 1, nch, part, s1 + (size_t)b * C,
                      s2 + (size_t)b * C);
     for (int j = 0; j < rC; j++) {
-        const float rs = p->batch ? n->save[1]->data[j] : (float)(1.0 / sqrt((double)bns_val(n, 3, j) + p->eps));
+        const float rs = bns_rstd(n, j);
         float *dw = bns_in(n, j / C, 0)->grad, *db = bns_in(n, j / C, 1)->grad;
         if (dw) dw[j % C] += (float)(s2[j] * rs);
         if (db) db[j % C] += (float)s1[j];
