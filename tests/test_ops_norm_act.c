@@ -74,6 +74,17 @@ static vt_tensor *b_softmax_sq(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_mul(g, y, y);
 }
 
+/* vt_softmax_res(x0, x1, fa[0]) and the chain it replaces, softmax + fa[0]·x1; ia[0] 1: x1 added once more after
+ * the op (so its gradient must be added to, not written). */
+static vt_tensor *b_softmax_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_softmax_res(g, x[0], x[1], c->fa[0]);
+    return c->ia[0] ? vt_add(g, y, x[1]) : y;
+}
+static vt_tensor *b_softmax_res_plain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_add(g, vt_softmax(g, x[0], -1), vt_scale(g, x[1], c->fa[0]));
+    return c->ia[0] ? vt_add(g, y, x[1]) : y;
+}
+
 /* ---------------------------------------------------------------- fills */
 
 /* Uniform in [-8, 8] kept >= 0.05 away from the kinks -3, 0, 3, 6 (relu, relu6, hardswish). */
@@ -692,6 +703,33 @@ static void check_bn_act(vt_test *T) {
     }
 }
 
+/* vt_softmax_res against softmax, scale and add: finite differences, outputs and gradients (rows shorter than a
+ * vector, with a vector tail, whole vectors; the residual without a gradient and used again), and its shape
+ * error. */
+static void check_softmax_res(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], nograd_r, again;
+        float c;
+    } cs[] = {{4, {2, 3, 5, 5}, 0, 0, 0.25f}, {4, {2, 2, 3, 19}, 0, 1, 0.1767767f}, {2, {3, 32}, 1, 0, 2.0f},
+              {3, {2, 3, 37}, 0, 0, -0.5f}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        gc_case f = {.name = "softmax_res", .nx = 2, .ndim = {cs[i].ndim, cs[i].ndim}, .nograd = {0, cs[i].nograd_r},
+                     .build = b_softmax_res, .ia = {cs[i].again}, .fa = {cs[i].c}};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.shape[1], cs[i].shape, sizeof cs[i].shape);
+        gc_run_vs_plain(T, &f, b_softmax_res_plain, "softmax, scale and add", 1e-5);
+    }
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[3] = {2, 3, 4}, rs[3] = {2, 4, 3};
+    vt_tensor *y = vt_softmax_res(g, vt_input(g, "x", 3, xs), vt_input(g, "r", 3, rs), 0.5f);
+    T_CHECK(T, !y && strstr(g->err.msg, "added term (2, 4, 3) must have the input's shape (2, 3, 4)"),
+            "softmax_res shape error: %s", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_norm_act(vt_test *T) {
     check_activation_values(T);
     check_kink_grads(T);
@@ -700,6 +738,7 @@ void test_ops_norm_act(vt_test *T) {
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
     check_batchnorm_res(T);
+    check_softmax_res(T);
     check_errors(T);
     gc_case cases[] = {
         /* layernorm */

@@ -110,6 +110,8 @@ vt_tensor *vt_relu(vt_graph *g, vt_tensor *x);
 /* ---- softmax.c ---- */
 /* Softmax over `axis` (negative counts from the end). */
 vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis);
+/* softmax(x over the last axis) + c·r, r of x's shape, in one pass (equal to vt_add(softmax, vt_scale(r, c))). */
+vt_tensor *vt_softmax_res(vt_graph *g, vt_tensor *x, vt_tensor *r, float c);
 
 /* ---- conv.c ---- */
 /* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
