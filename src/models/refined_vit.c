@@ -50,7 +50,11 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     vt_tensor *cls = vt_param(g, "cls_token", 3, ts, VT_INIT_W02);
     vt_tensor *pos = vt_param(g, "pos_embed", 3, ps, VT_INIT_W02);
     if (!cls || !pos) return NULL;
-    t = vt_add(g, vt_prepend_tokens(g, t, cls), pos);
+    /* The official blocks keep t and add 2·branch(norm(0.5·t)); vitc carries u = 0.5·t instead (u += branch(norm(u)),
+     * the attention's add inside proj's GEMM) and doubles it once before the final norm. Halving and doubling are
+     * exact in floating point, so every value and gradient is the official one bit for bit, without the two scale
+     * passes per residual branch. */
+    t = vt_affine(g, vt_add(g, vt_prepend_tokens(g, t, cls), pos), 0.5f, 0.0f);
 
     vt_tensor *amap = NULL; /* the attention map carried from block to block */
     for (int i = 0; i < depth; i++) {
@@ -59,18 +63,17 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         vt_refiner_mode mode = apply_transform ? VT_REFINER_TRANSFORM
                                : (i % 2)                  ? VT_REFINER_SHARED
                                                           : VT_REFINER_PLAIN;
-        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), vt_scale(g, t, 0.5f), a->ln_eps);
+        vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
         h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, &actx, mode,
                                   mode == VT_REFINER_TRANSFORM ? head_expand : expand, &amap);
         const float dp = vt_model_drop_path(c, i, depth);
-        t = vt_add(g, t, vt_scale(g, vt_drop_path(g, h, dp), 2.0f));
-        h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), vt_scale(g, t, 0.5f), a->ln_eps);
-        h = mlp(g, vt_pname(nm, pre, "mlp"), h, (int)(D * st->mlp_ratio));
-        t = vt_add(g, t, vt_scale(g, vt_drop_path(g, h, dp), 2.0f));
+        t = vt_residual_drop(g, t, h, dp);
+        h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
+        t = vt_residual_drop(g, t, mlp(g, vt_pname(nm, pre, "mlp"), h, (int)(D * st->mlp_ratio)), dp);
     }
 
     vt_scope(g, "head");
-    t = vt_layernorm_p(g, "norm", t, a->ln_eps);
+    t = vt_layernorm_p(g, "norm", vt_scale(g, t, 2.0f), a->ln_eps);
     int s2[2] = {B, D};
     vt_tensor *logits = vt_linear_p(g, "head", vt_reshape(g, vt_slice(g, t, 1, 0, 1), 2, s2), a->num_classes, 1,
                                     VT_INIT_W02);
