@@ -126,7 +126,7 @@ static void check_in_parallel(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, NULL};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
@@ -141,7 +141,7 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, NULL}; /* rule 6 */
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, NULL, NULL}; /* rule 6 */
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 1, 56, 56, 32) == DN, "AVX2: window tile on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 0, 16, 16, 16) == OB, "AVX2: 16^3 on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 49, 2304, 768) == DN, "AVX2: A*B^T, 49 rows, 2 threads: onednn");
@@ -167,12 +167,12 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 1, 0, 1024, 256, 3136) == DN, "AVX-512: dW on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 1024, 256, 3136) == DN, "AVX-512: A*B of the same size: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 64, 50176) == DN, "AVX2: no rule 8");
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, NULL};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, NULL};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 0, 0, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, NULL};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&old, 2, 0, 0, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
     vt_gemm_plan forced = prescott;
     forced.force = OB;

@@ -46,7 +46,8 @@ static void check_linear_t(vt_test *T) {
         gc_run_vs_plain(T, &cs[i], b_linear_t_chain, "linear then permute", 1e-5);
 }
 /* The profile's split by op kind: a linear (GEMM), GELU (other) and attention (fused) each get a positive share,
- * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros. */
+ * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros; the time in the
+ * fused op's GEMM calls is positive, within its node's time, and counted for no other node. */
 static void check_profile_split(vt_test *T) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
@@ -63,8 +64,8 @@ static void check_profile_split(vt_test *T) {
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = (float)(i % 7) * 0.1f;
         vt_graph_forward(g);
         vt_graph_profile_split(g, sh);
-        T_CHECK(T, sh[0] == 0.0 && sh[1] == 0.0 && sh[2] == 0.0, "split without profiling: %g %g %g", sh[0], sh[1],
-                sh[2]);
+        T_CHECK(T, sh[0] == 0.0 && sh[1] == 0.0 && sh[2] == 0.0 && vt_graph_profile_fused_gemm(g) == 0.0,
+                "split without profiling: %g %g %g", sh[0], sh[1], sh[2]);
         rc = vt_graph_enable_profile(g, &e);
     }
     T_CHECK(T, rc == 0, "profile graph: %s", e.msg);
@@ -86,6 +87,14 @@ static void check_profile_split(vt_test *T) {
                                                          : 0;
         }
         T_CHECK(T, kinds == 3, "%d of the linear, GELU and attention nodes have their kinds", kinds);
+        const double fg = vt_graph_profile_fused_gemm(g);
+        T_CHECK(T, fg > 0.0 && fg <= sh[VT_OP_FUSED], "fused ops' GEMM calls %g of the time, fused ops %g", fg,
+                sh[VT_OP_FUSED]);
+        int outside = 0;
+        for (int i = 0; i < g->nn; i++)
+            outside += g->node_gemm_s[i] < 0.0 || g->node_gemm_s[i] > g->node_s[i] ||
+                       (g->nodes[i]->op->kind != VT_OP_FUSED && g->node_gemm_s[i] != 0.0);
+        T_CHECK(T, outside == 0, "%d nodes with GEMM-call time outside [0, their time] or not fused", outside);
     }
     vt_graph_free(g);
     vt_params_free(P);

@@ -763,8 +763,8 @@ static int cmd_bench(opts *o) {
         json_str(m->onednn_isa);
         printf(", \"linears\": %d, \"int8_linears\": %d", r.linears, r.int8_linears);
         if (o->profile)
-            printf(", \"time_by_kind\": {\"gemm\": %.4f, \"fused\": %.4f, \"other\": %.4f}", r.by_kind[VT_OP_GEMM],
-                   r.by_kind[VT_OP_FUSED], r.by_kind[VT_OP_OTHER]);
+            printf(", \"time_by_kind\": {\"gemm\": %.4f, \"fused\": %.4f, \"fused_gemm_calls\": %.4f, \"other\": %.4f}",
+                   r.by_kind[VT_OP_GEMM], r.by_kind[VT_OP_FUSED], r.fused_gemm, r.by_kind[VT_OP_OTHER]);
         printf(", \"gemm_lib\": \"%s\", \"gemm_rule\": ", vt_gemm_lib_name(r.gemm.force));
         json_str(rule);
         printf(", \"gemm_warning\": ");

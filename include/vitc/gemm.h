@@ -30,7 +30,11 @@ typedef struct vt_gemm_plan {
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
     int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case */
     vt_gemm_prims *prims;
+    double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at
+                      * [t · VT_GEMM_PROF_STRIDE]; a call outside a parallel region counts its time on every thread */
 } vt_gemm_plan;
+
+#define VT_GEMM_PROF_STRIDE 8 /* doubles between two threads' vt_gemm_plan.calls_s (a cache line) */
 
 /* What `vitc bench` reports about the machine and the libraries. */
 typedef struct vt_machine {

@@ -135,6 +135,8 @@ struct vt_graph {
     uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */
+    double *node_gemm_s; /* with node_s: of those, the seconds a fused node (VT_OP_FUSED) spent in vt_gemm calls (its
+                          * threads' time in them over the thread count) */
     vt_gemm_plan gemm;  /* GEMM library dispatch for this graph's ops (the machine, VITC_GEMM read at creation) */
     void (*bwd_hook)(void *ctx, int node); /* when non-NULL, vt_graph_backward calls it after the backward step of
                          * each node (run or skipped), in descending node order: gradients that only nodes >= node
@@ -221,6 +223,10 @@ void vt_graph_print_profile(const vt_graph *g);
 /* The accumulated time's fractions by op kind: share[VT_OP_GEMM], share[VT_OP_FUSED], share[VT_OP_OTHER] (zeros when
  * profiling is off or nothing ran). */
 void vt_graph_profile_split(const vt_graph *g, double share[VT_OP_KINDS]);
+
+/* The fraction of the accumulated time that fused ops (VT_OP_FUSED) spent inside their vt_gemm calls (their threads'
+ * time in those calls over the thread count; part of share[VT_OP_FUSED]); 0 when profiling is off. */
+double vt_graph_profile_fused_gemm(const vt_graph *g);
 
 /* Total multiply-adds of one forward run. */
 int64_t vt_graph_macs(const vt_graph *g);

@@ -126,6 +126,8 @@ typedef struct vt_bench_result {
     int linears, int8_linears;           /* the graph's linear layers, and those on the int8 kernel (--dtype int8) */
     double by_kind[VT_OP_KINDS];         /* with profile: the timed steps' fractions by op kind
                                           * (vt_graph_profile_split); zeros without */
+    double fused_gemm;                   /* with profile: the fraction in the fused ops' GEMM calls (part of
+                                          * by_kind[VT_OP_FUSED]; vt_graph_profile_fused_gemm) */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures

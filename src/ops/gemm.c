@@ -216,15 +216,30 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
-void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-             const float *B, int ldb, float beta, float *C, int ldc) {
-    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (vt_gemm_choose(p, threads, ta, tb, M, N, K) == VT_GEMM_ONEDNN &&
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
         return;
     /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory) */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
+}
+
+void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc) {
+    const int inside = omp_in_parallel(), threads = inside ? 1 : omp_get_max_threads();
+    if (!p->calls_s) {
+        gemm_run(p, threads, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    const double t0 = omp_get_wtime();
+    gemm_run(p, threads, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    const double dt = omp_get_wtime() - t0;
+    if (inside)
+        p->calls_s[(size_t)omp_get_thread_num() * VT_GEMM_PROF_STRIDE] += dt;
+    else
+        for (int t = 0; t < threads; t++) p->calls_s[(size_t)t * VT_GEMM_PROF_STRIDE] += dt;
 }
 
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {

@@ -109,12 +109,14 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */
+        r->gemm.calls_s = NULL;
         r->linears = r->int8_linears = 0;
         for (int i = 0; i < g->nn; i++) {
             r->linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
             r->int8_linears += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
         }
         vt_graph_profile_split(g, r->by_kind);
+        r->fused_gemm = vt_graph_profile_fused_gemm(g);
         vt_graph_print_profile(g);
     }
     vt_adamw_free(&opt);
