@@ -4,7 +4,8 @@
 The performance issue's target for the papers' blocks is that no more than a quarter of a step runs outside GEMMs.
 `vitc bench --profile` splits the timed steps by op kind (include/vitc/graph.h, vt_op_kind): GEMM ops (linear,
 matmul, convolutions but the depthwise, grouped linears), GEMMs fused with other work on their tiles (the attention
-ops, the Refiner's DLA: per-head GEMMs with softmax, focusing or hallucination between them) and other ops
+ops, the Refiner's DLA, GroupMixFormer's aggregators: per-head or per-plane GEMMs with softmax, focusing,
+hallucination or depthwise convolutions between them) and other ops
 (norms, activations, layout, depthwise convs). The fused ops' own GEMM calls are timed too (their threads' time in
 vt_gemm over the thread count), so the last share column counts only the time outside any GEMM call. This script
 runs it for every paper-variant model (or --models), inference and training, and prints a markdown table with the

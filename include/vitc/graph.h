@@ -52,7 +52,8 @@ typedef struct vt_kernel {
  * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 /* What an op's time goes to, for the profile's split (vt_graph_profile_split): GEMM library calls around light
  * epilogues (linear, matmul, convolutions but the depthwise), GEMMs fused with other work on their tiles (the
- * attention ops, the Refiner's DLA), or neither (memory-bound: norms, activations, layout, depthwise convs). */
+ * attention ops, the Refiner's DLA, GroupMixFormer's aggregators), or neither (memory-bound: norms, activations,
+ * layout, depthwise convs). */
 typedef enum { VT_OP_OTHER = 0, VT_OP_GEMM, VT_OP_FUSED, VT_OP_KINDS } vt_op_kind;
 
 typedef struct vt_opdef {

@@ -677,8 +677,8 @@ void vt_graph_print_profile(const vt_graph *g) {
     double sh[VT_OP_KINDS];
     vt_graph_profile_split(g, sh);
     const double fg = vt_graph_profile_fused_gemm(g);
-    printf("by kind: GEMM ops %.1f%%, GEMMs fused with other work (attention, DLA) %.1f%% (%.1f%% in their GEMM "
-           "calls), other ops %.1f%%; outside GEMM calls %.1f%%\n",
+    printf("by kind: GEMM ops %.1f%%, GEMMs fused with other work (attention, DLA, GMA aggregators) %.1f%% (%.1f%% "
+           "in their GEMM calls), other ops %.1f%%; outside GEMM calls %.1f%%\n",
            100.0 * sh[VT_OP_GEMM], 100.0 * sh[VT_OP_FUSED], 100.0 * fg, 100.0 * sh[VT_OP_OTHER],
            100.0 * (sh[VT_OP_FUSED] - fg + sh[VT_OP_OTHER]));
     print_slowest(g, total);
