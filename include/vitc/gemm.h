@@ -75,8 +75,9 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
 /* One oneDNN convolution primitive, a conv's forward or weight gradient (owned by the plan's vt_gemm_prims). */
 typedef struct vt_gemm_conv vt_gemm_conv;
 
-/* vt_gemm_conv_prim's flags: a bias b is added; a ReLU post-op follows (inference: nothing keeps its input). */
-enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2 };
+/* vt_gemm_conv_prim's flags: a bias b is added; a ReLU post-op follows (inference: nothing keeps its input); a term
+ * of y's shape is added after the bias (channels-last only, not with ReLU; vt_gemm_conv_run_add). */
+enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2, VT_CONV_ADD = 4 };
 
 /* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) (+ b, then ReLU,
  * as flags say) with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead,
@@ -95,6 +96,10 @@ size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
  * bytes, 64-byte aligned); 0 or -1. */
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
                      int pack);
+/* vt_gemm_conv_run of a VT_CONV_ADD conv: y = conv(x) + b + r in the conv's output pass (r NULL: a conv without
+ * that flag); 0 or -1. */
+int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r, float *y,
+                         void *scratch, int pack);
 
 /* The plan's weight-gradient primitive of the conv of vt_gemm_conv_prim's geometry (no bias; nchw as there); NULL
  * where that function would give none, and under the AVX-512 tier unless VITC_GEMM=onednn forces it. */

@@ -159,14 +159,15 @@ vt_tensor *vt_block_gma(vt_graph *g, const char *prefix, vt_tensor *x, int H, in
         return vt_fail(g, "gma_block", "%s: input %s must be (B, N, C) with N = H·W = %d·%d", prefix,
                        vt_shape_str(x, sx, 64), H, W);
     const int B = x->shape[0], N = x->shape[1], C = x->shape[2];
-    /* CPE: x + DW3×3(x) with bias, computed channels-last on the token grid. */
+    /* CPE: x + DW3×3(x) with bias, computed channels-last on the token grid, x added in the conv's output pass. */
     const int ws[4] = {C, 1, 3, 3}, smap[4] = {B, H, W, C}, stok[3] = {B, N, C};
     const vt_init u3 = {VT_INIT_UNIFORM, 1.0f / 3.0f}; /* PyTorch default: 1/sqrt(fan_in = 9) */
     vt_tensor *cw = vt_param(g, vt_pname(nm, prefix, "cpe.proj.weight"), 4, ws, u3);
     vt_tensor *cb = vt_param(g, vt_pname(nm, prefix, "cpe.proj.bias"), 1, &C, u3);
     if (!cw || !cb) return NULL;
     cw->paper_count = 1;
-    x = vt_add(g, x, vt_reshape(g, vt_dwconv_nhwc(g, vt_reshape(g, x, 4, smap), cw, cb, 1), 3, stok));
+    vt_tensor *xm = vt_reshape(g, x, 4, smap);
+    x = vt_reshape(g, vt_dwconv_nhwc_ex(g, xm, 0, cw, cb, 1, xm), 3, stok);
     vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm1"), x, 1e-6f);
     x = vt_block_residual(g, x, vt_block_gma_attn(g, vt_pname(nm, prefix, "att"), h, H, W), drop);
     h = vt_layernorm_p(g, vt_pname(nm, prefix, "norm2"), x, 1e-6f);

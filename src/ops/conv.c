@@ -1094,15 +1094,15 @@ static void dwn_bwd(vt_node *n) {
 }
 
 /* A plain map (every channel convolved) with a square kernel as one oneDNN depthwise convolution (G = C, its jit
- * kernel for channels-last), the added term after it: 1.5-2.7x dwn_fwd on one thread on PVTv2's MLP maps
- * (16×56²×512, 16×28²×1024, 16×14²×1280: 29 vs 44, 12.5 vs 33, 2.9 vs 7.0 ms) and GroupMixFormer's CPE (16×56²×80:
- * 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. In training it also makes the convolution that gives dX (bprim); dW
- * and the bias's gradient stay on this file's kernels. */
+ * kernel for channels-last), the added term in its output pass (a binary post-op): 1.5-2.7x dwn_fwd on one thread
+ * on PVTv2's MLP maps (16×56²×512, 16×28²×1024, 16×14²×1280: 29 vs 44, 12.5 vs 33, 2.9 vs 7.0 ms) and
+ * GroupMixFormer's CPE (16×56²×80: 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. In training it also makes the
+ * convolution that gives dX (bprim); dW and the bias's gradient stay on this file's kernels. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
-    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C,
-                                p->bias_in >= 0 ? VT_CONV_BIAS : 0, 0);
+    const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0);
+    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, flags, 0);
     if (p->prim && n->g->training && n->in[0]->requires_grad && n->bws)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->Ho, p->Wo, p->C, p->kh, 1, p->kh - 1 - p->p, p->C, 0,
                                      0);
@@ -1112,16 +1112,10 @@ static int dwn_prim_prepare(vt_node *n) {
 static void dwn_prim_fwd(vt_node *n) {
     const dwn_p *p = VT_OP_P(n, dwn_p);
     float *y = n->out->data;
-    if (vt_gemm_conv_run(p->prim, n->in[0]->data, n->in[1]->data, p->bias_in >= 0 ? n->in[p->bias_in]->data : NULL,
-                         y, NULL, 1) != 0) {
+    if (vt_gemm_conv_run_add(p->prim, n->in[0]->data, n->in[1]->data,
+                             p->bias_in >= 0 ? n->in[p->bias_in]->data : NULL,
+                             p->add_in >= 0 ? n->in[p->add_in]->data : NULL, y, NULL, 1) != 0) {
         if (vt_node_fallback(n, 1) == 0) dwn_fwd(n); /* oneDNN failed: the reference from now on */
-        return;
-    }
-    if (p->add_in >= 0) {
-        const float *r = n->in[p->add_in]->data;
-        const int64_t N = n->out->numel;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N; i++) y[i] += r[i];
     }
 }
 

@@ -260,11 +260,11 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, VT_CONV_RELU), nchw, wgrad */
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, VT_CONV_RELU, VT_CONV_ADD), nchw, wgrad */
     /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
      * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
-    dnnl_memory_t x, w, wp, b, y;
+    dnnl_memory_t x, w, wp, b, y, r; /* r: VT_CONV_ADD's added term (y's layout) */
     void *packed;
     /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
      * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
@@ -313,8 +313,8 @@ static void conv_free(vt_gemm_conv *q) {
     if (q->pack) dnnl_primitive_destroy(q->pack);
     if (q->rx) dnnl_primitive_destroy(q->rx);
     if (q->ry) dnnl_primitive_destroy(q->ry);
-    dnnl_memory_t m[7] = {q->x, q->w, q->wp, q->b, q->y, q->xb, q->yb};
-    for (int i = 0; i < 7; i++)
+    dnnl_memory_t m[8] = {q->x, q->w, q->wp, q->b, q->y, q->xb, q->yb, q->r};
+    for (int i = 0; i < 8; i++)
         if (m[i]) dnnl_memory_destroy(m[i]);
     free(q->packed);
     free(q);
@@ -345,6 +345,11 @@ void vt_gemm_plan_free(vt_gemm_plan *p) {
 static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
     dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
     return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, strides) == dnnl_success ? 0 : -1;
+}
+
+/* A memory object of descriptor d with no data yet (run sets the handle); 0 or -1. */
+static int mem_of(dnnl_memory_t *m, const dnnl_memory_desc_t *d, dnnl_engine_t eng) {
+    return dnnl_memory_create(m, d, eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
 }
 
 /* Appends a linear primitive's post-op (+ r of shape yd, or ReLU) to po; 0 or 1 (failed). */
@@ -509,11 +514,15 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    int made = (v[9] & VT_CONV_RELU) ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
-                                           dnnl_post_ops_create(&po) == dnnl_success &&
-                                           append_post(po, VT_GEMM_POST_RELU, NULL) == 0 &&
-                                           dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success
-                                     : 1;
+    if ((v[9] & VT_CONV_ADD) && (nchw || (v[9] & VT_CONV_RELU))) return -1; /* not needed: not made */
+    const vt_gemm_post post = (v[9] & VT_CONV_RELU) ? VT_GEMM_POST_RELU
+                              : (v[9] & VT_CONV_ADD) ? VT_GEMM_POST_ADD
+                                                     : VT_GEMM_POST_NONE;
+    int made = post != VT_GEMM_POST_NONE ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                                               dnnl_post_ops_create(&po) == dnnl_success &&
+                                               append_post(po, post, &d.yd) == 0 &&
+                                               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success
+                                         : 1;
     made = made && dnnl_primitive_desc_create(&pd, &cd, attr, c->eng, NULL) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -530,7 +539,8 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
                     dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
-                    ((v[9] & VT_CONV_BIAS) && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success);
+                    ((v[9] & VT_CONV_BIAS) && mem_of(&q->b, &bd, c->eng)) ||
+                    ((v[9] & VT_CONV_ADD) && mem_of(&q->r, &d.yd, c->eng));
     if (!bad && nchw)
         bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
@@ -610,7 +620,8 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
 
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int flags, int nchw) {
-    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, flags & (VT_CONV_BIAS | VT_CONV_RELU), nchw != 0, 0};
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD),
+                          nchw != 0, 0};
     return conv_get(p, geom);
 }
 
@@ -649,8 +660,14 @@ size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_
 
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
                      int pack) {
+    return vt_gemm_conv_run_add(q, x, w, b, NULL, y, scratch, pack);
+}
+
+int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r, float *y,
+                         void *scratch, int pack) {
     unsigned char *sc = scratch;
-    if (dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
+    if (!q->r != !r || (r && dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) ||
+        dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
         dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
         dnnl_memory_set_data_handle(q->y, y) != dnnl_success ||
         (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) ||
@@ -661,10 +678,13 @@ int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const floa
     dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
     dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
     dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
-    dnnl_exec_arg_t ca[4] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}, {DNNL_ARG_BIAS, q->b}};
+    dnnl_exec_arg_t ca[5] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}};
+    int na = 3;
+    if (q->b) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b};
+    if (q->r) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
     return (pack && dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success) ||
                    (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
-                   dnnl_primitive_execute(q->prim, q->stream, q->b ? 4 : 3, ca) != dnnl_success ||
+                   dnnl_primitive_execute(q->prim, q->stream, na, ca) != dnnl_success ||
                    (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
                    dnnl_stream_wait(q->stream) != dnnl_success
                ? -1
@@ -691,10 +711,6 @@ static void q8_free(vt_gemm_q8 *q) {
 static int mdt(dnnl_memory_desc_t *d, int rows, int cols, int transposed, dnnl_data_type_t dt) {
     dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
     return dnnl_memory_desc_init_by_strides(d, 2, dims, dt, strides) == dnnl_success ? 0 : -1;
-}
-
-static int mem_of(dnnl_memory_t *m, const dnnl_memory_desc_t *d, dnnl_engine_t eng) {
-    return dnnl_memory_create(m, d, eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
 }
 
 /* Makes q's matmul: u8 x (M, K) with a run-time zero point, s8 w (K, N) in the layout oneDNN picks, f32 y (M, N),
