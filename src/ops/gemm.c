@@ -92,6 +92,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     const cpu_feats f = cpu_features();
     p->force = VT_GEMM_AUTO;
     p->prims = NULL;
+    p->calls_s = NULL;
     if (lib && lib[0] && strcmp(lib, "auto") != 0) {
         if (strcmp(lib, "openblas") == 0)
             p->force = VT_GEMM_OPENBLAS;
