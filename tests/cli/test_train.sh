@@ -97,7 +97,8 @@ $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --train --profile >"$T/prof.lo
 check "bench --profile: time per op with its kind, the split by kind and the 12 slowest nodes" \
     "grep -Eq '^linear(\\.[a-z_]+)? +[0-9.]+ +[0-9.]+% +[0-9]+ +gemm$' '$T/prof.log' &&
      grep -Eq '^attention +[0-9.]+ +[0-9.]+% +[0-9]+ +fused$' '$T/prof.log' &&
-     grep -Eq '^by kind: GEMM ops [0-9.]+%, .* [0-9.]+%, other ops [0-9.]+%$' '$T/prof.log' &&
+     grep -Eq '^by kind: GEMM ops [0-9.]+%, .* [0-9.]+% \\([0-9.]+% in their GEMM calls\\), other ops [0-9.]+%; '\
+'outside GEMM calls [0-9.]+%$' '$T/prof.log' &&
      [ \$(sed -n '/^slowest nodes/,/img.s/p' '$T/prof.log' | grep -Ec '^[0-9]+ ') -eq 12 ]" \
     "$(cat "$T/prof.log")"
 # numeric options: a value outside its range, NaN/Inf or garbage is refused (never replaced by the default)
