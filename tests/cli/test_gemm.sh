@@ -33,6 +33,10 @@ $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --json >"$T/b.json" 2>"$T/b.er
 r=$(json_check "$T/b.json" "j['gemm_lib'] == 'auto' and j['sgemm_gflops'] == max(j['sgemm_gflops_openblas'], j['sgemm_gflops_onednn']) > 0")
 check "bench --json reports CPU, ISA, kernels, rule and each library's sgemm peak" "[ '$r' = ok ]" "$r $(cat "$T/b.err")"
 avx2=$($PY -c "import json,sys; print(int(json.load(open(sys.argv[1]))['isa']['avx2']))" "$T/b.json" 2>/dev/null)
+$V bench vit_fmnist_tiny --batch-size 8 --iters 2 --profile --json 2>"$T/k.err" | tail -n 1 >"$T/k.json"
+r=$(json_check "$T/k.json" "(lambda k: 0 < k['fused_gemm_calls'] <= k['fused'] and abs(k['gemm'] + k['fused'] + k['other'] - 1) < 1e-3)(j['time_by_kind'])")
+check "bench --profile --json: the split by kind and the fused ops' GEMM calls within their share" "[ '$r' = ok ]" \
+    "$r $(cat "$T/k.err")"
 
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/b.txt" 2>&1
 check "bench text names the CPU, the kernels and the dispatch" \
