@@ -60,7 +60,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
      * the attention's add inside proj's GEMM) and doubles it once before the final norm. Halving and doubling are
      * exact in floating point, so every value and gradient is the official one bit for bit, without the two scale
      * passes per residual branch. */
-    t = vt_affine(g, vt_add(g, vt_prepend_tokens(g, t, cls), pos), 0.5f, 0.0f);
+    t = vt_scale(g, vt_add(g, vt_prepend_tokens(g, t, cls), pos), 0.5f);
 
     vt_tensor *amap = NULL; /* the attention map carried from block to block */
     for (int i = 0; i < depth; i++) {

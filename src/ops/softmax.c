@@ -175,7 +175,7 @@ static const vt_opdef op_softmax_res = {"softmax_res", softmax_res_fwd, softmax_
 vt_tensor *vt_softmax_res(vt_graph *g, vt_tensor *x, vt_tensor *r, float c) {
     if (vt_bad(g, 2, x, r)) return NULL;
     char sx[64], sr[64];
-    if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int) * (size_t)x->ndim))
+    if (x->ndim < 1 || r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int) * (size_t)x->ndim))
         return vt_fail(g, "softmax_res", "added term %s must have the input's shape %s", vt_shape_str(r, sr, 64),
                        vt_shape_str(x, sx, 64));
     vt_tensor *in[2] = {x, r};
