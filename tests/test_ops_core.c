@@ -227,33 +227,46 @@ static void check_shape_errors(vt_test *T) {
 }
 
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
- * and the gradients of x, w and b, over enough rows for several panels per thread. */
-static void check_gelu_linear_plain(vt_test *T) {
+ * and the gradients of x, w and b, over enough rows for several panels per thread. Variants: 0 x a parameter, 1 x
+ * an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW skipped), 3 x
+ * an input (no gradient: dx skipped). */
+static void check_gelu_linear_plain(vt_test *T, int variant) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     const int xs[2] = {1100, 24}, ws[2] = {16, 24}, bs[1] = {16}, ys[2] = {1100, 16};
-    vt_tensor *y[2], *r[2], *x = NULL, *w = NULL, *b = NULL;
+    vt_tensor *y[2], *r[2], *x = NULL, *w = NULL, *b = NULL, *wi[2] = {0}, *xi[2] = {0};
     vt_graph *g[2];
     float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
     for (int k = 0; k < 2; k++) {
         g[k] = vt_graph_new(P, 1, &e);
-        x = vt_param(g[k], "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.5f});
-        w = vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+        xi[k] = variant == 3 ? vt_input(g[k], "x", 2, xs) : NULL;
+        wi[k] = variant == 2 ? vt_input(g[k], "w", 2, ws) : NULL;
+        x = xi[k] ? xi[k] : vt_param(g[k], "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.5f});
+        w = wi[k] ? wi[k] : vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
         b = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
-        y[k] = k ? vt_linear(g[k], vt_gelu(g[k], x), w, b) : vt_gelu_linear(g[k], x, w, b);
+        vt_tensor *xa = variant == 1 ? vt_scale(g[k], x, 1.5f) : x;
+        y[k] = k ? vt_linear(g[k], vt_gelu(g[k], xa), w, b) : vt_gelu_linear(g[k], xa, w, b);
         r[k] = vt_input(g[k], "r", 2, ys);
-        vt_graph_set_loss(g[k], vt_sum(g[k], vt_mul(g[k], y[k], r[k])));
+        vt_tensor *loss = vt_sum(g[k], vt_mul(g[k], y[k], r[k]));
+        /* variant 1: xa's other reader runs its backward first, so the linear adds to xa's gradient */
+        if (variant == 1) loss = vt_add(g[k], loss, vt_sum(g[k], vt_mul(g[k], xa, xa)));
+        vt_graph_set_loss(g[k], loss);
         vt_graph_output(g[k], y[k]);
         T_CHECK(T, vt_graph_finalize(g[k], &e) == 0, "gelu_linear graph %d: %s", k, e.msg);
     }
     vt_params_init(P, 7);
     for (int64_t i = 0; i < r[0]->numel; i++) r[0]->data[i] = r[1]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
+    for (int k = 0; k < 2 && variant == 2 && wi[k]; k++)
+        for (int64_t i = 0; i < wi[k]->numel; i++) wi[k]->data[i] = (float)((i * 13 % 7) - 3) * 0.1f;
+    for (int k = 0; k < 2 && variant == 3 && xi[k]; k++)
+        for (int64_t i = 0; i < xi[k]->numel; i++) xi[k]->data[i] = (float)((i * 29 % 17) - 8) * 0.2f;
     const vt_tensor *t[4] = {y[0], x, w, b};
     for (int k = 0; k < 2 && !e.msg[0]; k++) {
         vt_graph_forward(g[k]);
         vt_params_zero_grad(P);
         vt_graph_backward(g[k]);
         for (int j = 0; j < 4; j++) {
+            if ((j == 1 && variant == 3) || (j == 2 && variant == 2)) continue;
             const float *v = j ? t[j]->grad : y[k]->data;
             if (!k) {
                 ref[j] = malloc(sizeof(float) * (size_t)t[j]->numel);
@@ -268,8 +281,10 @@ static void check_gelu_linear_plain(vt_test *T) {
     }
     const char *what[4] = {"output", "dx", "dw", "db"};
     for (int j = 0; j < 4; j++) {
+        if ((j == 1 && variant == 3) || (j == 2 && variant == 2)) continue;
         T_CHECK(T, ref[j] && err[j] <= 1e-5f * fmaxf(mag[j], 1.0f),
-                "gelu_linear vs linear(gelu): %s differs by %g (max %g)", what[j], (double)err[j], (double)mag[j]);
+                "gelu_linear vs linear(gelu), variant %d: %s differs by %g (max %g)", variant, what[j], (double)err[j],
+                (double)mag[j]);
         free(ref[j]);
     }
     vt_graph_free(g[0]);
@@ -481,7 +496,7 @@ void test_ops_core(vt_test *T) {
     check_threads_fixed(T);
     check_denormals_flushed(T);
     check_residual_fusion(T);
-    check_gelu_linear_plain(T);
+    for (int v = 0; v < 4; v++) check_gelu_linear_plain(T, v);
     check_linear_act_fusion(T);
     check_drop_path(T);
     check_residual_drop(T);
