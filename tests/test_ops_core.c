@@ -315,10 +315,18 @@ static void check_linear_act_fusion(vt_test *T) {
             for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&r);
             vt_graph_forward(g);
             for (int a = 0; a < 2; a++) {
-                int same = 1;
-                for (int64_t i = 0; i < y[2 * a]->numel; i++) same &= y[2 * a]->data[i] == y[2 * a + 1]->data[i];
-                T_CHECK(T, same, "fused linear+%s differs from the plain chain (%d rows)", a ? "GELU" : "ReLU",
-                        rows[k]);
+                /* oneDNN's GELU post-op (the linear's primitive at inference, where GEMM rule 5 picks it) is its own
+                 * erf form: within float rounding of vt_gelu's; every other path is vt_gelu itself */
+                const vt_node *nd = g->nodes[y[2 * a]->prod];
+                const int post = a && nd->kern && !strcmp(nd->kern->name, "linear.onednn_matmul");
+                float err = 0.0f;
+                for (int64_t i = 0; i < y[2 * a]->numel; i++) {
+                    const float u = y[2 * a]->data[i], v = y[2 * a + 1]->data[i];
+                    err = fmaxf(err, fabsf(u - v) / fmaxf(1.0f, fabsf(v)));
+                }
+                T_CHECK(T, post ? err <= 1e-6f : err == 0.0f,
+                        "fused linear+%s (%s) differs from the plain chain by %g (%d rows)", a ? "GELU" : "ReLU",
+                        post ? "oneDNN post-op" : "in place", (double)err, rows[k]);
             }
         }
         vt_graph_free(g);

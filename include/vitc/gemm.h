@@ -56,12 +56,18 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);
 
-/* What a linear primitive adds after the product and bias. */
-typedef enum vt_gemm_post { VT_GEMM_POST_NONE = 0, VT_GEMM_POST_ADD, VT_GEMM_POST_RELU } vt_gemm_post;
+/* What a linear primitive adds after the product and bias (GELU: oneDNN's erf form, within 1e-6·max(1, |y|) of
+ * vitc's). */
+typedef enum vt_gemm_post {
+    VT_GEMM_POST_NONE = 0,
+    VT_GEMM_POST_ADD,
+    VT_GEMM_POST_RELU,
+    VT_GEMM_POST_GELU
+} vt_gemm_post;
 
 /* Whether the plan runs a linear layer's forward y = x·wᵀ (x M×K, w N×K) as one oneDNN matmul primitive with its
  * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads; fused: the
- * primitive's post-ops do all the layer's epilogue (an inference graph, no GELU after the product). */
+ * primitive's post-ops do all the layer's epilogue (an inference graph). */
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense

@@ -1,5 +1,6 @@
 /* Parameterised wrappers of single ops (linear, 1x1 conv on tokens, layernorm, conv, batchnorm) and the timm MLP. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "vitc/blocks.h"
@@ -213,9 +214,16 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * rather than fc2's prologue (vt_gelu_linear, keeping only fc1's output; backward computes GELU again): in train
  * graphs whose hidden activation is at most 2^20 floats. Measured with `vitc bench --train` (2026-11-23, AMD EPYC
  * Zen 4, 2 threads): the demo's ViT (2,176 × 256 hidden) 2.5-5% faster in the epilogue form; DeiT-T at batch 16
- * (3,152 × 768) no faster and a 28% larger arena. */
-static int gelu_epilogue(const vt_graph *g, const vt_tensor *x, int hidden) {
-    return g->training && x->numel / x->shape[x->ndim - 1] * (int64_t)hidden <= (1 << 20);
+ * (3,152 × 768) no faster and a 28% larger arena.
+ * In float inference graphs, where fc1 runs as one oneDNN matmul primitive with GELU as its post-op (GEMM rule 5):
+ * no pass over the hidden activation at all, and fc2 a primitive too rather than one-thread row panels. CSwin-T's
+ * eval graph at batch 16 ran 1.04-1.05x faster (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon
+ * Ice Lake, 2026-11-29); MLPs alone (R rows, C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. */
+static int gelu_epilogue(vt_graph *g, const vt_tensor *x, int hidden) {
+    const int64_t R = x->numel / x->shape[x->ndim - 1];
+    if (g->training) return R * hidden <= (1 << 20);
+    return !g->int8 && R <= INT32_MAX &&
+           vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, hidden, x->shape[x->ndim - 1], 1);
 }
 
 vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {

@@ -149,8 +149,8 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     (batch 128) in 0.93-0.97, and no model tried was slower (batch 16: DeiT-T, Swin-T, CSwin-T, Next-ViT-S,
  *     GroupMixFormer-T, PVTv2-b1 0.93-0.99; batch 1: DeiT-T, Swin-T, CSwin-T, FLatten-Swin-T, Next-ViT-S 0.98-1.01).
  *     On Intel's AVX-512 (measured on a Xeon Ice Lake, oneDNN avx512_core_vnni, 2026-11-28) every shape takes it
- *     where its post-ops do the layer's whole epilogue (inference graphs: bias, residual or ReLU; not GELU, which
- *     runs after the product, nor training graphs, whose activation derivative the per-panel path computes in
+ *     where its post-ops do the layer's whole epilogue (inference graphs: bias, residual, ReLU or, since
+ *     2026-11-29, GELU; not training graphs, whose activation derivative the per-panel path computes in
  *     cache): an eval graph built with and without this case in one process, forwards alternated, 2 threads, time
  *     ratio best of 15 (per-round median): batch 16 DeiT-T 1.10 (1.08), Swin-T 1.04 (1.06), CSwin-T 1.05 (1.04),
  *     Next-ViT-S 1.10 (1.11), PVTv2-b1 1.07 (1.08), GroupMixFormer-T 1.08 (1.05), FLatten-Swin-T 0.99 (1.05),
@@ -353,11 +353,13 @@ static int mem_of(dnnl_memory_t *m, const dnnl_memory_desc_t *d, dnnl_engine_t e
     return dnnl_memory_create(m, d, eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
 }
 
-/* Appends a linear primitive's post-op (+ r of shape yd, or ReLU) to po; 0 or 1 (failed). */
+/* Appends a linear primitive's post-op (+ r of shape yd, ReLU or GELU) to po; 0 or 1 (failed). */
 static int append_post(dnnl_post_ops_t po, vt_gemm_post post, const dnnl_memory_desc_t *yd) {
     if (post == VT_GEMM_POST_ADD) return dnnl_post_ops_append_binary(po, dnnl_binary_add, yd) != dnnl_success;
     if (post == VT_GEMM_POST_RELU)
         return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success;
+    if (post == VT_GEMM_POST_GELU)
+        return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0.0f, 0.0f) != dnnl_success;
     return 0;
 }
 
@@ -913,7 +915,7 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                          "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
                          "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
                          "matmul primitive, bias and residual fused",
-                 p->intel ? " (inference, no GELU after it: every shape)" : "");
+                 p->intel ? " (inference: every shape)" : "");
     return buf;
 }
 

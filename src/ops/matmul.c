@@ -206,16 +206,17 @@ static void linear_fwd(vt_node *n) {
 
 /* The whole forward as one oneDNN matmul primitive where the GEMM rule wants one (vt_gemm_linear_wanted; never
  * with drop-path's per-sample factors, nor for a prologue GELU of many rows, which runs per panel): bias and
- * residual fused, and ReLU at inference; GELU, and ReLU in train graphs (its derivative is saved), run after it. */
+ * residual fused, and the activation at inference (oneDNN's GELU, erf form: within 1e-6·max(1, |y|) of vt_gelu's);
+ * in train graphs the activation and its derivative (saved) run after it. */
 static int linear_prim_prepare(vt_node *n) {
     linear_p *p = VT_OP_P(n, linear_p);
     if ((p->gelu_in && p->R >= 2 * PANEL_ROWS) || p->drop > 0.0f ||
-        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci,
-                               !n->g->training && p->act != ACT_GELU))
+        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training))
         return 0;
-    const vt_gemm_post post = p->has_res                          ? VT_GEMM_POST_ADD
-                              : p->act == ACT_RELU && !n->save[0] ? VT_GEMM_POST_RELU
-                                                                  : VT_GEMM_POST_NONE;
+    const vt_gemm_post post = p->has_res                           ? VT_GEMM_POST_ADD
+                              : !p->act || n->save[0]              ? VT_GEMM_POST_NONE
+                              : p->act == ACT_RELU                 ? VT_GEMM_POST_RELU
+                                                                   : VT_GEMM_POST_GELU;
     p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post);
     return p->prim != NULL;
 }
@@ -230,8 +231,7 @@ static void linear_prim_fwd(vt_node *n) {
         if (vt_node_fallback(n, 1) == 0) linear_fwd(n); /* oneDNN failed: the reference from now on */
         return;
     }
-    if (act && (d || act == ACT_GELU)) act_all(n, y, d); /* after the product (and its derivative): oneDNN's GELU
-                                                           * is another approximation than vt_gelu's */
+    if (act && d) act_all(n, y, d); /* train graphs: the activation and its derivative after the product */
 }
 
 static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd, 1};
