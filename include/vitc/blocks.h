@@ -177,12 +177,17 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
+/* 1 when an FFN on x (rows, C) with `hidden` features runs GELU in fc1's epilogue (vt_linear_gelu) rather than in
+ * the next linear's prologue (vt_gelu_linear): small train graphs, and inference graphs whose fc1 runs as a oneDNN
+ * primitive (GELU its post-op). */
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, int hidden);
+
 /* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
 vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int out, vt_init winit);
 
 /* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
  * x's width, GELU in fc2's prologue (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two), or in
- * fc1's epilogue in train graphs with a hidden activation of at most 2^20 floats (faster there; see common.c). */
+ * fc1's epilogue where vt_block_gelu_in_fc1 says so (see common.c). */
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
 /* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (x's width), placed as vt_block_ffn_mlp places it. */

@@ -210,7 +210,7 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
     return f->relu ? vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix) : fc1_pre(g, prefix, x, f, 0);
 }
 
-/* 1 when an MLP's GELU goes into fc1's epilogue (vt_linear_gelu, keeping GELU's output and derivative for backward)
+/* An MLP's GELU goes into fc1's epilogue (vt_linear_gelu, keeping GELU's output and derivative for backward)
  * rather than fc2's prologue (vt_gelu_linear, keeping only fc1's output; backward computes GELU again): in train
  * graphs whose hidden activation is at most 2^20 floats. Measured with `vitc bench --train` (2026-11-23, AMD EPYC
  * Zen 4, 2 threads): the demo's ViT (2,176 × 256 hidden) 2.5-5% faster in the epilogue form; DeiT-T at batch 16
@@ -219,7 +219,7 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * no pass over the hidden activation at all, and fc2 a primitive too rather than one-thread row panels. CSwin-T's
  * eval graph at batch 16 ran 1.04-1.05x faster (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon
  * Ice Lake, 2026-11-29); MLPs alone (R rows, C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. */
-static int gelu_epilogue(vt_graph *g, const vt_tensor *x, int hidden) {
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, int hidden) {
     const int64_t R = x->numel / x->shape[x->ndim - 1];
     if (g->training) return R * hidden <= (1 << 20);
     return !g->int8 && R <= INT32_MAX &&
@@ -242,7 +242,7 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
                           : vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
     }
     const char *fc2 = vt_pname(nm, prefix, f->tv_names ? "3" : "fc2");
-    if (!f->dwconv && gelu_epilogue(g, x, f->hidden))
+    if (!f->dwconv && vt_block_gelu_in_fc1(g, x, f->hidden))
         return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
     return vt_gelu_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
 }
