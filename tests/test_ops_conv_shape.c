@@ -34,6 +34,10 @@ static vt_tensor *b_conv_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
 }
+/* in a train graph: the depthwise conv and the GELU op */
+static vt_tensor *b_dwn_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_dwconv_nhwc_gelu(g, x[0], x[1], x[2], c->ia[0]);
+}
 /* channels [ia[1], ia[1] + C) of x0, pad ia[0], bias x2, plus x3 */
 static vt_tensor *b_dwn_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc_ex(g, x[0], c->ia[1], x[1], x[2], c->ia[0], x[3]);
@@ -723,6 +727,8 @@ static const gc_case conv_cases[] = {
      .build = b_dwn, .ia = {1}},
     {.name = "dwconv_nhwc_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 7, 6, 3}, {3, 1, 7, 7}, {3}},
      .build = b_dwn, .ia = {3}},
+    {.name = "dwconv_nhwc_gelu", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 4, 6}, {6, 1, 3, 3}, {6}},
+     .build = b_dwn_gelu, .ia = {1}},
     {.name = "dwconv_nhwc_ex_offset_add", .nx = 4, .ndim = {4, 4, 1, 3},
      .shape = {{2, 5, 4, 20}, {17, 1, 3, 3}, {17}, {2, 20, 17}}, .build = b_dwn_ex, .ia = {1, 2}},
     /* wide enough for an 8-pixel strip without padding columns (forward and dX), 16 + 2 channels */
@@ -881,27 +887,44 @@ static void check_conv_nhwc_plan(vt_test *T) {
     free(r.out);
 }
 
-/* cfg: c0, L (x's channels per pixel), add r */
+/* cfg: c0, L (x's channels per pixel), then 1 add r, 2 GELU fused (vt_dwconv_nhwc_gelu), 3 GELU as its own op */
 static vt_tensor *b_plan_dwn(vt_graph *g, vt_tensor *x, const int *f) {
     const int C = 24, ws[4] = {C, 1, 3, 3}, rs[4] = {2, 14, 14, C};
-    vt_tensor *r = f[2] ? vt_param(g, "r", 4, rs, (vt_init){VT_INIT_NORMAL, 1.0f}) : NULL;
-    return vt_dwconv_nhwc_ex(g, x, f[0], vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.2f}),
-                             vt_param(g, "b", 1, &C, (vt_init){VT_INIT_NORMAL, 0.2f}), 1, r);
+    vt_tensor *r = f[2] == 1 ? vt_param(g, "r", 4, rs, (vt_init){VT_INIT_NORMAL, 1.0f}) : NULL;
+    vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.2f});
+    vt_tensor *b = vt_param(g, "b", 1, &C, (vt_init){VT_INIT_NORMAL, 0.2f});
+    if (f[2] == 2) return vt_dwconv_nhwc_gelu(g, x, w, b, 1);
+    vt_tensor *y = vt_dwconv_nhwc_ex(g, x, f[0], w, b, 1, r);
+    return f[2] == 3 ? vt_gelu(g, y) : y;
 }
 
-/* dwconv_nhwc on a forced oneDNN plan: a plain map (with or without the added term) runs the oneDNN depthwise
- * convolution, channels read from a wider map keep this file's kernel; both equal the reference's output. */
+/* dwconv_nhwc on a forced oneDNN plan: a plain map (with or without the added term, or GELU fused) runs the oneDNN
+ * depthwise convolution, channels read from a wider map keep this file's kernel; both equal the reference's output,
+ * and the fused GELU (either kernel) equals the conv followed by the GELU op. */
 static void check_dwconv_nhwc_onednn(vt_test *T) {
-    static const int cfg[3][3] = {{0, 24, 0}, {0, 24, 1}, {5, 32, 0}}; /* c0, L, add */
-    for (int c = 0; c < 3; c++) {
+    static const int cfg[4][3] = {{0, 24, 0}, {0, 24, 1}, {5, 32, 0}, {0, 24, 2}}; /* c0, L, add / GELU */
+    static const int chain[3] = {0, 24, 3};
+    const int64_t ny = (int64_t)2 * 14 * 14 * 24;
+    for (int c = 0; c < 4; c++) {
         const int *f = cfg[c], xs[4] = {2, 14, 14, f[1]};
         const plan_run k = run_plan(T, 0, xs, b_plan_dwn, f), r = run_plan(T, 1, xs, b_plan_dwn, f);
-        if (c < 2) T_CHECK(T, k.kern && strcmp(k.kern, "dwconv_nhwc.onednn") == 0, "dwconv_nhwc cfg %d: kernel %s", c,
-                           k.kern ? k.kern : "none (reference)");
+        if (c != 2) T_CHECK(T, k.kern && strcmp(k.kern, "dwconv_nhwc.onednn") == 0, "dwconv_nhwc cfg %d: kernel %s",
+                            c, k.kern ? k.kern : "none (reference)");
         else T_CHECK(T, !k.kern, "dwconv_nhwc cfg %d: kernel %s on an offset input", c, k.kern);
         if (k.out && r.out) {
-            double mx, err = max_diff(k.out, r.out, (int64_t)2 * 14 * 14 * 24, &mx);
+            double mx, err = max_diff(k.out, r.out, ny, &mx);
             T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "dwconv_nhwc cfg %d vs reference: %g of %g", c, err, mx);
+        }
+        if (c == 3) {
+            const plan_run p = run_plan(T, 1, xs, b_plan_dwn, chain);
+            double mx = 0.0, ek = 1.0, er = 1.0;
+            if (p.out && k.out && r.out) {
+                ek = max_diff(k.out, p.out, ny, &mx);
+                er = max_diff(r.out, p.out, ny, &mx);
+            }
+            T_CHECK(T, mx > 0.0 && ek <= 1e-6 * fmax(1.0, mx) && er <= 1e-6 * fmax(1.0, mx),
+                    "dwconv_nhwc_gelu vs dwconv_nhwc + gelu: oneDNN %g, reference %g of %g", ek, er, mx);
+            free(p.out);
         }
         free(k.out);
         free(r.out);

@@ -180,7 +180,7 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* 1 when an FFN on x (rows, C) with `hidden` features runs GELU in fc1's epilogue (vt_linear_gelu) rather than in
  * the next linear's prologue (vt_gelu_linear): small train graphs, and inference graphs whose fc1 runs as a oneDNN
  * primitive (GELU its post-op). */
-int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, int hidden);
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f);
 
 /* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
 vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int out, vt_init winit);

@@ -81,9 +81,10 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
 /* One oneDNN convolution primitive, a conv's forward or weight gradient (owned by the plan's vt_gemm_prims). */
 typedef struct vt_gemm_conv vt_gemm_conv;
 
-/* vt_gemm_conv_prim's flags: a bias b is added; a ReLU post-op follows (inference: nothing keeps its input); a term
- * of y's shape is added after the bias (channels-last only, not with ReLU; vt_gemm_conv_run_add). */
-enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2, VT_CONV_ADD = 4 };
+/* vt_gemm_conv_prim's flags: a bias b is added; a ReLU or GELU post-op follows (inference: nothing keeps its input;
+ * GELU: oneDNN's erf form, channels-last only); a term of y's shape is added after the bias (channels-last only, not
+ * with an activation; vt_gemm_conv_run_add). */
+enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2, VT_CONV_ADD = 4, VT_CONV_GELU = 8 };
 
 /* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) (+ b, then ReLU,
  * as flags say) with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead,

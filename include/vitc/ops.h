@@ -129,6 +129,9 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
 /* vt_dwconv_nhwc over channels [c0, c0 + C) of x (B, H, W, L) (C from w, read in place: no slice), plus r (NULL or
  * the output's B·Ho·Wo·C values, any shape ending in C) added to the result. */
 vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad, vt_tensor *r);
+/* GELU(vt_dwconv_nhwc(x, w, b, pad)): in inference graphs one op (on oneDNN, GELU its erf-form post-op: within
+ * 1e-6·max(1, |y|) of vt_gelu's), in train graphs the two. */
+vt_tensor *vt_dwconv_nhwc_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad);
 
 /* ---- pool.c ---- */
 /* Mean over `axis` (removed from the shape). */

@@ -80,7 +80,7 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
                                                * Lake, 2026-11-29); a separate GELU pass was 8% of
                                                * pvt_v2_b1_hmhsa_cffn's batch-1 step, and fc1's GELU epilogue run
                                                * after the product made DeiT-T's fc1 1.5x slower than its plain fc1 */
-        vt_tensor *u = !f->dwconv && vt_block_gelu_in_fc1(g, x, hidden)
+        vt_tensor *u = vt_block_gelu_in_fc1(g, x, f)
                            ? vt_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_act(g, prefix, x, f), k, 1,
                                          VT_INIT_W02)
                            : vt_gelu_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_pre(g, prefix, x, f), k,

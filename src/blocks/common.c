@@ -198,12 +198,11 @@ static vt_tensor *fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const v
     vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.bias"), 1, &hid, f->conv_fanout ? VT_INIT_Z : wi);
     if (dw) dw->paper_count = 1;
     vt_tensor *h = vt_reshape(g, vt_linear(g, x, w, b), 4, map);
-    return vt_reshape(g, vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok);
+    return vt_reshape(g, gelu ? vt_dwconv_nhwc_gelu(g, h, dw, db, 1) : vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok);
 }
 
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
-    vt_tensor *h = fc1_pre(g, prefix, x, f, 1);
-    return f->dwconv ? vt_gelu(g, h) : h;
+    return fc1_pre(g, prefix, x, f, 1);
 }
 
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
@@ -218,9 +217,15 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * In float inference graphs, where fc1 runs as one oneDNN matmul primitive with GELU as its post-op (GEMM rule 5):
  * no pass over the hidden activation at all, and fc2 a primitive too rather than one-thread row panels. CSwin-T's
  * eval graph at batch 16 ran 1.04-1.05x faster (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon
- * Ice Lake, 2026-11-29); MLPs alone (R rows, C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. */
-int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, int hidden) {
+ * Ice Lake, 2026-11-29); MLPs alone (R rows, C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. PVTv2's
+ * FFN (fc1, DWConv, GELU, fc2) the same way at inference, GELU as the depthwise conv's post-op
+ * (vt_dwconv_nhwc_gelu) and fc2 a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
+ * FLatten-PVTv2-b1 1.02-1.06x / 1.01x, pvt_v2_b1_hmhsa_cffn 1.02-1.04x at batch 16 (per-round medians of 16-20
+ * alternated rounds, same CPU and day); train graphs keep GELU in fc2's prologue. */
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
     const int64_t R = x->numel / x->shape[x->ndim - 1];
+    const int hidden = f->hidden;
+    if (f->dwconv && g->training) return 0;
     if (g->training) return R * hidden <= (1 << 20);
     return !g->int8 && R <= INT32_MAX &&
            vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, hidden, x->shape[x->ndim - 1], 1);
@@ -242,7 +247,7 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
                           : vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
     }
     const char *fc2 = vt_pname(nm, prefix, f->tv_names ? "3" : "fc2");
-    if (!f->dwconv && vt_block_gelu_in_fc1(g, x, f->hidden))
+    if (vt_block_gelu_in_fc1(g, x, f))
         return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
     return vt_gelu_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
 }

@@ -13,6 +13,7 @@
 #endif
 
 #include "dwplane.h"
+#include "mathfn.h"
 #include "patches.h"
 #include "vitc/ops.h"
 
@@ -820,6 +821,7 @@ typedef struct {
     int nt; /* threads of the dW/db reduction */
     int L, c0; /* x's channels per pixel and the first one convolved */
     int bias_in, add_in; /* input slots of b and r, -1 when absent */
+    int gelu;            /* inference graphs (vt_dwconv_nhwc_gelu): GELU of the output */
     vt_gemm_conv *prim;  /* the oneDNN kernel's convolution (dwn_prim_prepare) */
     vt_gemm_conv *bprim; /* with prim, training: the same convolution of dY by the flipped taps (padding k − 1 − p),
                           * x's gradient when backward writes it rather than adds to it */
@@ -956,6 +958,7 @@ static void dwn_fwd(vt_node *n) {
             const dws_row r = {x + (size_t)b * H * W * L, L, H, W, wt, kh, kw, p, p, C, y + o, C, Wo, add != NULL,
                                bias};
             dws_run_row(&r, oh);
+            if (dp->gelu) vt_gelu_n(y + o, y + o, (int64_t)Wo * C);
         }
 }
 
@@ -1101,7 +1104,8 @@ static void dwn_bwd(vt_node *n) {
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
-    const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0);
+    const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0) |
+                      (p->gelu ? VT_CONV_GELU : 0);
     p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, flags, 0);
     if (p->prim && n->g->training && n->in[0]->requires_grad && n->bws)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->Ho, p->Wo, p->C, p->kh, 1, p->kh - 1 - p->p, p->C, 0,
@@ -1156,7 +1160,7 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     const int nt = g->threads;
-    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, NULL, NULL};
+    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, 0, NULL, NULL};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     if (c0 == 0 && L == C) n->grad_sets |= 1u; /* dX covers every element of x */
     if (r) n->grad_sets |= 1u << add_in;
@@ -1168,6 +1172,13 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
 
 vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
     return vt_dwconv_nhwc_ex(g, x, 0, w, b, pad, NULL);
+}
+
+vt_tensor *vt_dwconv_nhwc_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
+    vt_tensor *y = vt_dwconv_nhwc_ex(g, x, 0, w, b, pad, NULL);
+    if (!y || g->training) return vt_gelu(g, y); /* backward goes through the plain chain */
+    VT_OP_P(g->nodes[y->prod], dwn_p)->gelu = 1;
+    return y;
 }
 
 /* ---- channels-last dense / grouped conv: x (B, H, W, C), w (Cout, C/G, k, k), b (Cout) or NULL ----

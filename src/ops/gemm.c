@@ -261,7 +261,7 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, VT_CONV_RELU, VT_CONV_ADD), nchw, wgrad */
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, _RELU, _ADD, _GELU), nchw, wgrad */
     /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
      * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
@@ -517,10 +517,12 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    if ((v[9] & VT_CONV_ADD) && (nchw || (v[9] & VT_CONV_RELU))) return -1; /* not needed: not made */
-    const vt_gemm_post post = (v[9] & VT_CONV_RELU) ? VT_GEMM_POST_RELU
-                              : (v[9] & VT_CONV_ADD) ? VT_GEMM_POST_ADD
-                                                     : VT_GEMM_POST_NONE;
+    const int acts = (v[9] & VT_CONV_RELU ? 1 : 0) + (v[9] & VT_CONV_GELU ? 1 : 0) + (v[9] & VT_CONV_ADD ? 1 : 0);
+    if (acts > 1 || (nchw && (v[9] & (VT_CONV_ADD | VT_CONV_GELU)))) return -1; /* not needed: not made */
+    const vt_gemm_post post = (v[9] & VT_CONV_RELU)   ? VT_GEMM_POST_RELU
+                              : (v[9] & VT_CONV_GELU) ? VT_GEMM_POST_GELU
+                              : (v[9] & VT_CONV_ADD)  ? VT_GEMM_POST_ADD
+                                                      : VT_GEMM_POST_NONE;
     int made = post != VT_GEMM_POST_NONE ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
                                                dnnl_post_ops_create(&po) == dnnl_success &&
                                                append_post(po, post, &d.yd) == 0 &&
@@ -623,8 +625,8 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
 
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int flags, int nchw) {
-    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD),
-                          nchw != 0, 0};
+    const int kept = flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD | VT_CONV_GELU);
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, kept, nchw != 0, 0};
     return conv_get(p, geom);
 }
 
