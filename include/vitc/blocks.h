@@ -177,9 +177,10 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* 1 when an FFN on x (rows, C) with `hidden` features runs GELU in fc1's epilogue (vt_linear_gelu) rather than in
- * the next linear's prologue (vt_gelu_linear): small train graphs, and inference graphs whose fc1 runs as a oneDNN
- * primitive (GELU its post-op). */
+/* 1 when the FFN f on x (rows, C) runs GELU right after fc1 (vt_linear_gelu; with PVTv2's DWConv after that conv,
+ * vt_dwconv_nhwc_gelu) rather than in the next linear's prologue (vt_gelu_linear): train graphs without the DWConv
+ * whose hidden activation is small, and float inference graphs whose linears run as oneDNN primitives (GELU then is
+ * the post-op of fc1 or of the DWConv). */
 int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f);
 
 /* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */

@@ -1176,7 +1176,8 @@ vt_tensor *vt_dwconv_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
 
 vt_tensor *vt_dwconv_nhwc_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int pad) {
     vt_tensor *y = vt_dwconv_nhwc_ex(g, x, 0, w, b, pad, NULL);
-    if (!y || g->training) return vt_gelu(g, y); /* backward goes through the plain chain */
+    if (!y) return NULL;
+    if (g->training) return vt_gelu(g, y); /* backward goes through the plain chain */
     VT_OP_P(g->nodes[y->prod], dwn_p)->gelu = 1;
     return y;
 }
