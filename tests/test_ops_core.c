@@ -292,8 +292,9 @@ static void check_gelu_linear_plain(vt_test *T, int variant) {
     vt_params_free(P);
 }
 
-/* The fused activations equal the plain chains (linear, then the activation op) exactly, on one multi-threaded
- * sgemm (few rows) and on row panels (many rows). */
+/* The fused activations equal the plain chains (linear, then the activation op) within float rounding, on one
+ * multi-threaded sgemm (few rows), on row panels (many rows) and on oneDNN's primitive with the activation as its
+ * post-op (inference, where GEMM rule 5 picks it). */
 static void check_linear_act_fusion(vt_test *T) {
     static const int rows[2] = {7, 1100};
     for (int k = 0; k < 2; k++) {
@@ -315,18 +316,19 @@ static void check_linear_act_fusion(vt_test *T) {
             for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&r);
             vt_graph_forward(g);
             for (int a = 0; a < 2; a++) {
-                /* oneDNN's GELU post-op (the linear's primitive at inference, where GEMM rule 5 picks it) is its own
-                 * erf form: within float rounding of vt_gelu's; every other path is vt_gelu itself */
+                /* within float rounding: oneDNN's GELU post-op (the linear's primitive at inference, where GEMM
+                 * rule 5 picks it) is its own erf form, and the fused form's one-thread GEMMs over row panels may
+                 * sum in another order than the chain's one GEMM (2e-7 with generic SSE kernels; equal on AVX2 and
+                 * AVX-512 ones); a missing or wrong activation is off by O(1) */
                 const vt_node *nd = g->nodes[y[2 * a]->prod];
-                const int post = a && nd->kern && !strcmp(nd->kern->name, "linear.onednn_matmul");
+                const int post = nd->kern && !strcmp(nd->kern->name, "linear.onednn_matmul");
                 float err = 0.0f;
                 for (int64_t i = 0; i < y[2 * a]->numel; i++) {
                     const float u = y[2 * a]->data[i], v = y[2 * a + 1]->data[i];
                     err = fmaxf(err, fabsf(u - v) / fmaxf(1.0f, fabsf(v)));
                 }
-                T_CHECK(T, post ? err <= 1e-6f : err == 0.0f,
-                        "fused linear+%s (%s) differs from the plain chain by %g (%d rows)", a ? "GELU" : "ReLU",
-                        post ? "oneDNN post-op" : "in place", (double)err, rows[k]);
+                T_CHECK(T, err <= 1e-6f, "fused linear+%s (%s) differs from the plain chain by %g (%d rows)",
+                        a ? "GELU" : "ReLU", post ? "oneDNN primitive" : "sgemm", (double)err, rows[k]);
             }
         }
         vt_graph_free(g);
