@@ -235,6 +235,13 @@ static void check_prims(vt_test *T) {
     }
     vt_gemm_plan intel = same;
     intel.intel = 1;
+    /* rule 9: Intel, one thread, A*B^T with K <= 32 from 2^18 */
+    const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 1, 98, 98, 32) == DN, "Intel, 98x98x32 A*B^T on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 98, 98, 32) == OB, "not Intel, 98x98x32 A*B^T on 1 thread: openblas");
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 1, 49, 49, 32) == OB, "Intel, 49x49x32 A*B^T (below 2^18): openblas");
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 1, 98, 98, 64) == OB, "Intel, 98x98x64 A*B^T (K 64): openblas");
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 0, 98, 98, 32) == OB, "Intel, 98x98x32 A*B on 1 thread: openblas");
     T_CHECK(T, vt_gemm_linear_wanted(&intel, 2, 3136, 288, 96, 1), "Intel, inference, 3136x288x96: primitive");
     T_CHECK(T, !vt_gemm_linear_wanted(&intel, 2, 3136, 288, 96, 0), "Intel, training, 3136x288x96: sgemm");
     vt_gemm_plan avx2 = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX2, .openblas = VT_ISA_AVX2, .onednn = VT_ISA_AVX2};

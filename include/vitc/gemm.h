@@ -28,7 +28,7 @@ typedef struct vt_gemm_plan {
     vt_gemm_lib force;
     vt_isa cpu, openblas, onednn;
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
-    int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case */
+    int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case, rule 9 */
     vt_gemm_prims *prims;
     double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at
                       * [t · VT_GEMM_PROF_STRIDE]; a call outside a parallel region counts its time on every thread */

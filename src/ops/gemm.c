@@ -188,7 +188,15 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     the edges 576×192×3136 0.89-1.07, 768×192×3152 0.92-0.97; outside the rule oneDNN stays: M < 2N (fc2's
  *     192×768×3136 0.86-0.92, 64×512×12544 0.79), M < 512 (288×96×50176 0.88-0.95, 256×64×3136 0.72-0.80), few rows
  *     (512×128×784 0.84-0.90, 1024×128×784 0.89-1.00, 768×192×197 0.81). Shapes: bench/gemm_kernels.py's "dW"
- *     sweep. Not measured on AMD's AVX-512 CPUs (Zen 4), where rule 2 was. */
+ *     sweep. Not measured on AMD's AVX-512 CPUs (Zen 4), where rule 2 was.
+ *  9. Intel's AVX-512, one thread, attention logits of 32-channel heads: C = A·Bᵀ with K <= 32 and M·N·K >= 2^18
+ *     (CSwin's 98-token stripe tiles, hMHSA's DeiT-Ti row tiles of 197 keys; not Swin's 49-token windows): oneDNN
+ *     instead of rule 2's OpenBLAS. One-thread tiles are too noisy to rank alone here (98×98×32 107 vs 90 in one
+ *     run, 64×197×32 75-100 vs 102-160 in two); whole graphs, the rule off and on in one process, steps alternated,
+ *     per-round medians (Intel Xeon Ice Lake, 2026-11-29): CSwin-T training at batch 16 1.040 / 1.038 (two runs),
+ *     inference 1.020 / 1.021, batch 1 1.003; DeiT-Ti hMHSA + cFFN inference 1.019 / 1.024, training 1.003;
+ *     FLatten-CSwin-T 0.996; Swin-T 1.003 (no shape of it in the rule: the control). Not measured on Cascade Lake
+ *     or on AMD's AVX-512. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -214,6 +222,7 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     }
     if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
     if (threads > 1 && ta && !tb && wide_dw(M, N, K)) return VT_GEMM_OPENBLAS;
+    if (threads <= 1 && p->intel && !ta && tb && K <= 32 && mnk >= TINY_MNK) return VT_GEMM_ONEDNN; /* rule 9 */
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
@@ -915,8 +924,9 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
                          "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
-                         "more than 1 thread: openblas; a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
+                         "more than 1 thread: openblas;%s a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
                          "matmul primitive, bias and residual fused",
+                 p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
                  p->intel ? " (inference: every shape)" : "");
     return buf;
 }
