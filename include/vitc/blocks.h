@@ -177,18 +177,19 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* 1 when the FFN f on x (rows, C) runs GELU right after fc1 (vt_linear_gelu; with PVTv2's DWConv after that conv,
- * vt_dwconv_nhwc_gelu) rather than in the next linear's prologue (vt_gelu_linear): train graphs without the DWConv
- * whose hidden activation is small, and float inference graphs whose linears run as oneDNN primitives (GELU then is
- * the post-op of fc1 or of the DWConv). */
-int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f);
-
 /* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
 vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int out, vt_init winit);
 
+/* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
+ * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
+ * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU their post-op),
+ * else in that linear's GEMM prologue (vt_gelu_linear_p). f without ReLU. */
+vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
+                                    const char *name, int out, vt_init winit);
+
 /* The host's MLP FFN: vt_block_fc1_act's fc1 [and DWConv], then GELU and prefix.fc2 (torchvision: prefix.3) back to
  * x's width, GELU in fc2's prologue (vt_gelu_linear: a train graph keeps one hidden-sized buffer, not two), or in
- * fc1's epilogue where vt_block_gelu_in_fc1 says so (see common.c). */
+ * fc1's epilogue where vt_block_ffn_gelu_linear places it there (see common.c). */
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
 /* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (x's width), placed as vt_block_ffn_mlp places it. */

@@ -74,17 +74,13 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
     if (f->tv_names) return vt_fail(g, "cffn", "%s: cFFN has no torchvision (mlp.0 / mlp.3) layout", prefix);
     const int k = vt_cffn_width(hidden, C, t);
     const int cv = f->conv1x1;
-    if (!f->train_form && !cv && !f->relu) { /* deployed: GELU where the host's MLP has it (vt_block_gelu_in_fc1):
+    if (!f->train_form && !cv && !f->relu) { /* deployed: GELU where the host's MLP has it (vt_block_ffn_gelu_linear):
                                                * fc2_u's GEMM prologue, or fc1's oneDNN post-op where fc1 runs as a
                                                * primitive (DeiT-T at batch 16 1.02-1.08x, DeiT-S 0.99-1.07x; Ice
                                                * Lake, 2026-11-29); a separate GELU pass was 8% of
                                                * pvt_v2_b1_hmhsa_cffn's batch-1 step, and fc1's GELU epilogue run
                                                * after the product made DeiT-T's fc1 1.5x slower than its plain fc1 */
-        vt_tensor *u = vt_block_gelu_in_fc1(g, x, f)
-                           ? vt_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_act(g, prefix, x, f), k, 1,
-                                         VT_INIT_W02)
-                           : vt_gelu_linear_p(g, vt_pname(nm, prefix, "fc2_u"), vt_block_fc1_pre(g, prefix, x, f), k,
-                                              VT_INIT_W02);
+        vt_tensor *u = vt_block_ffn_gelu_linear(g, prefix, x, f, vt_pname(nm, prefix, "fc2_u"), k, VT_INIT_W02);
         return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0, 0);
     }
     /* the host's fc1 (+ PVTv2's DWConv) and GELU; after the DWConv, GELU goes into the U branches' stacked GEMM (its

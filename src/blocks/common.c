@@ -222,19 +222,25 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * (vt_dwconv_nhwc_gelu) and fc2 a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
  * FLatten-PVTv2-b1 1.02-1.06x / 1.01x, pvt_v2_b1_hmhsa_cffn 1.02-1.04x at batch 16 (per-round medians of 16-20
  * alternated rounds, same CPU and day); train graphs keep GELU in fc2's prologue. */
-int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
+static int gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
     const int64_t R = x->numel / x->shape[x->ndim - 1];
-    const int hidden = f->hidden;
-    if (f->dwconv && g->training) return 0;
-    if (g->training) return R * hidden <= (1 << 20);
+    if (g->training) return !f->dwconv && R * f->hidden <= (1 << 20);
     return !g->int8 && R <= INT32_MAX &&
-           vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, hidden, x->shape[x->ndim - 1], 1);
+           vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, f->hidden, x->shape[x->ndim - 1], 1);
 }
 
 vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
     vt_tensor *w, *b;
     if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, 0, &w, &b)) return NULL;
     return vt_gelu_linear(g, h, w, b);
+}
+
+vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
+                                    const char *name, int out, vt_init winit) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (f->relu) return vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix);
+    if (gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
+    return vt_gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
 }
 
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
@@ -246,10 +252,7 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
         return f->conv1x1 ? vt_pointwise_p(g, vt_pname(nm, prefix, "conv2"), h, C, 1, f->winit)
                           : vt_linear_p(g, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), h, C, 1, f->winit);
     }
-    const char *fc2 = vt_pname(nm, prefix, f->tv_names ? "3" : "fc2");
-    if (vt_block_gelu_in_fc1(g, x, f))
-        return vt_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 1), C, 1, f->winit);
-    return vt_gelu_linear_p(g, fc2, fc1_pre(g, prefix, x, f, 0), C, f->winit);
+    return vt_block_ffn_gelu_linear(g, prefix, x, f, vt_pname(nm, prefix, f->tv_names ? "3" : "fc2"), C, f->winit);
 }
 
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
