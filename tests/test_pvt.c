@@ -2,7 +2,8 @@
  * against vt_conv2d (outputs and every input, weight and bias gradient;
  * NCHW images and channels-last token maps; PVT v1's k = s patches, PVTv2's overlapping k7 s4 p3 and k3 s2 p1, odd
  * and non-square sizes), finite-difference gradients of vt_im2col, its builder errors, and the family's handling
- * of input sizes (stage grids of odd / non-square inputs through the features hook, refused sizes). */
+ * of input sizes (stage grids of odd / non-square inputs through the features hook, refused sizes), and the
+ * inference graphs' patch embeds by convolution against the training graphs' im2col + linear. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,10 +243,65 @@ static void check_sizes(vt_test *T) {
     }
 }
 
+/* ---- patch embeds by convolution (inference graphs, embed_by_conv in src/models/pvt.c) ---- */
+
+/* Builds `name` (small widths, one block per stage, no drop path) at 256 px for a batch of 2 (stage 2's embed: 2048
+ * output positions, the rule's threshold) as an inference graph and as a training graph on the same parameters and
+ * input: on Intel's AVX-512 the inference graph's stage-2 embed must be a convolution (a conv_nhwc node, stage 3's
+ * 512 positions stay below the threshold; elsewhere and in the training graph none), its logits those of the
+ * training graph's forward (im2col + linear). */
+static void check_embed_conv(vt_test *T, const char *name) {
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = 256;
+    ov.drop_path = 0.0f;
+    static const int dims[4] = {16, 24, 40, 48}, heads[4] = {1, 2, 2, 3};
+    for (int i = 0; i < 4; i++) {
+        ov.dims[i] = dims[i];
+        ov.depths[i] = 1;
+        ov.heads[i] = heads[i];
+    }
+    vt_err e = {{0}};
+    vt_model_cfg c;
+    vt_params *P = vt_params_new(&e);
+    int ok = P && vt_model_configure(vt_model_find(name), &ov, &c, &e) == 0 && vt_model_init_params(&c, P, 1, &e) == 0;
+    vt_graph *g[2] = {NULL, NULL};
+    vt_tensor *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
+    int convs[2] = {0, 0};
+    for (int t = 0; ok && t < 2; t++) {
+        g[t] = vt_graph_new(P, t, &e);
+        y[t] = g[t] ? vt_model_build(g[t], &c, 2, &x[t]) : NULL;
+        if (y[t]) vt_graph_output(g[t], y[t]);
+        ok = y[t] && vt_graph_finalize(g[t], &e) == 0;
+        for (int i = 0; ok && i < g[t]->nn; i++) convs[t] += !strcmp(g[t]->nodes[i]->op->name, "conv_nhwc");
+    }
+    double err = 0, scale = 0;
+    if (ok) {
+        vt_rng r;
+        vt_rng_seed(&r, 11);
+        for (int64_t i = 0; i < x[0]->numel; i++) x[0]->data[i] = x[1]->data[i] = vt_rng_normal(&r);
+        vt_graph_forward(g[0]);
+        vt_graph_forward(g[1]);
+        for (int64_t i = 0; i < y[0]->numel; i++) {
+            err = fmax(err, fabs(y[0]->data[i] - y[1]->data[i]));
+            scale = fmax(scale, fabs(y[1]->data[i]));
+        }
+    }
+    const vt_gemm_plan *q = ok ? &g[0]->gemm : NULL;
+    const int want = q && !g[0]->int8 && q->intel && q->onednn >= VT_ISA_AVX512 && q->force != VT_GEMM_OPENBLAS;
+    T_CHECK(T, ok && convs[0] == want && convs[1] == 0 && scale > 0 && err <= 1e-4 * scale,
+            "%s at 256 px, batch 2: inference graph's embed 2 as a convolution where the CPU is Intel with "
+            "AVX-512 (%d: %d conv_nhwc nodes, training graph %d), logits within %g of the training graph's "
+            "(scale %g) (%s)", name, want, convs[0], convs[1], err, scale, e.msg);
+    for (int t = 0; t < 2; t++) vt_graph_free(g[t]);
+    vt_params_free(P);
+}
+
 void test_pvt(vt_test *T) {
     check_im2col_conv(T);
     for (size_t i = 0; i < sizeof fd_cases / sizeof fd_cases[0]; i++) gc_run(T, &fd_cases[i]);
     check_im2col_errors(T);
     check_resize_values(T);
     check_sizes(T);
+    check_embed_conv(T, "pvt_v2_b1");
+    check_embed_conv(T, "pvt_tiny");
 }
