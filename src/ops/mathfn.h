@@ -118,6 +118,12 @@ static inline vt_vf vt_vpow2_sh(vt_vf sh) {
 static inline float vt_vhreduce(vt_vf v, int mx) { return mx ? _mm512_reduce_max_ps(v) : _mm512_reduce_add_ps(v); }
 /* v with all but its last r lanes zeroed (0 < r < VT_VW) */
 static inline vt_vf vt_vlast(vt_vf v, int r) { return _mm512_maskz_mov_ps((__mmask16)(0xFFFFu << (16 - r)), v); }
+/* the n floats at p (0 < n < VT_VW) in the first lanes, zeros after them (nothing read past p + n) */
+static inline vt_vf vt_vload_n(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+/* stores v's first n lanes at p (0 < n < VT_VW; nothing written past p + n) */
+static inline void vt_vstore_n(float *p, vt_vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), v); }
+/* v with all but its first n lanes zeroed (0 < n < VT_VW) */
+static inline vt_vf vt_vfirst(vt_vf v, int n) { return _mm512_maskz_mov_ps((__mmask16)((1u << n) - 1), v); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VT_VW 8
 typedef __m256 vt_vf;
@@ -141,6 +147,14 @@ static inline vt_vf vt_vlast(vt_vf v, int r) {
     static const int32_t hi[16] = {0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1};
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(hi + r))));
 }
+/* the AVX2 lane masks of vt_vload_n, vt_vstore_n and vt_vfirst: the first n lanes set */
+static inline __m256i vt_vmask_n(int n) {
+    static const int32_t lo[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const __m256i *)(lo + 8 - n));
+}
+static inline vt_vf vt_vload_n(const float *p, int n) { return _mm256_maskload_ps(p, vt_vmask_n(n)); }
+static inline void vt_vstore_n(float *p, vt_vf v, int n) { _mm256_maskstore_ps(p, vt_vmask_n(n), v); }
+static inline vt_vf vt_vfirst(vt_vf v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(vt_vmask_n(n))); }
 #endif
 
 #ifdef VT_VW
