@@ -342,7 +342,8 @@ static void check_dwconv_nhwc_values(vt_test *T) {
     static const int cfgs[][6] = {/* B, H, W, C, k, pad */ {2, 5, 7, 6, 3, 1}, {1, 9, 8, 5, 7, 3}, {2, 6, 5, 3, 3, 0},
                                  {1, 5, 4, 37, 3, 1}, {2, 3, 3, 32, 3, 2},
                                  {1, 4, 12, 37, 5, 2}, /* strips with padding columns, 4 8-channel blocks + 5 */
-                                 {1, 3, 21, 19, 5, 2}}; /* an 8-pixel strip inside the row, a 5-pixel one at its end */
+                                 {1, 3, 21, 19, 5, 2},  /* an 8-pixel strip inside the row, a 5-pixel one at its end */
+                                 {1, 4, 11, 29, 3, 1}}; /* AVX-512: a 16-channel block, an 8-channel one, 5 channels */
     for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) { /* odd k: channels 3.. of a wider x, plus r */
         const int *cf = cfgs[k / 2], ex = (int)(k % 2);
         const int B = cf[0], H = cf[1], W = cf[2], C = cf[3], K = cf[4], p = cf[5], L = ex ? C + 5 : C, c0 = ex ? 3 : 0;
@@ -746,6 +747,9 @@ static const gc_case conv_cases[] = {
      .ia = {0}},
     {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},
      .build = b_dwn, .ia = {1}},
+    /* channels 2..30 of 33 (the reference kernels): a 16-channel strip (AVX-512), an 8-channel one and 5 channels */
+    {.name = "dwconv_nhwc_ex_C29", .nx = 4, .ndim = {4, 4, 1, 3},
+     .shape = {{1, 3, 10, 33}, {29, 1, 3, 3}, {29}, {1, 30, 29}}, .build = b_dwn_ex, .ia = {1, 2}},
     {.name = "dwconv_nhwc_1x3", .nx = 2, .ndim = {4, 4}, .shape = {{3, 3, 4, 4}, {4, 1, 1, 3}}, .build = b_dwn,
      .ia = {1}},
 };
