@@ -748,6 +748,9 @@ void test_ops_norm_act(vt_test *T) {
          .build = b_ln, .ia = {2}},
         {.name = "ln_many_rows", .nx = 3, .ndim = {3, 1, 1}, .shape = {{5, 31, 8}, {8}, {8}}, .build = b_ln,
          .ia = {3}},
+        /* whole vectors and a partial one (8 or 16 lanes: 37 = 2·16 + 5 = 4·8 + 5), and whole vectors only */
+        {.name = "ln_C37", .nx = 3, .ndim = {3, 1, 1}, .shape = {{2, 3, 37}, {37}, {37}}, .build = b_ln, .ia = {3}},
+        {.name = "ln_C32_noaffine", .nx = 1, .ndim = {3}, .shape = {{2, 3, 32}}, .build = b_ln},
         /* batchnorm: x, w, b, running mean, running var, num_batches_tracked */
         {.name = "bn_nchw_train", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1}, .shape = {{2, 3, 4, 5}, {3}, {3}, {3}, {3}, {1}},
          .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 1, 0}},

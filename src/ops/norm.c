@@ -17,7 +17,7 @@
 static int chunks(int64_t rows) { return rows < NCHUNK ? (int)rows : NCHUNK; }
 
 /* ================================ LayerNorm ================================ */
-/* save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C doubles (dw, db partials) when affine. */
+/* save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C floats (dw, db partials) when affine. */
 typedef struct {
     int R, C;
     int nch;    /* chunks of the dw/db reduction */
@@ -92,6 +92,66 @@ static void ln_fwd(vt_node *n) {
     for (int r = 0; r < R; r++) ln_row(x + (size_t)r * C, y + (size_t)r * C, w, b, C, eps, mean + r, rstd + r);
 }
 
+/* One row's backward (ln_row's saved m, rs): with g = dy [·w] and x̂ = (x − m)·rs, dx = rs·(g − Σg / C − x̂·Σg·x̂ / C)
+ * (written, or added when acc), and the row's dy·x̂ and dy added to pw and pb (the chunk's partials of dw, db, when
+ * pw). Sums in float vector lanes, as the forward's; the chunks' partials are added in double. The double sums this
+ * replaced ran the op's backward 1.2-1.4x slower (node time, 60 alternated runs, 2 threads, Intel Xeon Ice Lake,
+ * 2026-11-29: 50176 rows of 40 and 64 channels 1.32x / 1.37x, 12544 of 128 1.19x, 3136 of 320 1.23x, 784 of 512
+ * 1.32x). */
+static inline void ln_row_bwd(const float *xr, const float *dyr, const float *w, float m, float rs, float *dxr,
+                              int acc, float *pw, float *pb, int C) {
+#ifdef VT_VW
+    const int C1 = C / VT_VW * VT_VW, t = C - C1;
+    const vt_vf mv = VT_VPS(set1)(m), rv = VT_VPS(set1)(rs);
+    vt_vf sg = VT_VPS(setzero)(), sgx = VT_VPS(setzero)();
+    for (int i = 0; i < C; i += VT_VW) {
+        const int k = C - i < VT_VW ? t : 0; /* lanes of a partial last vector; 0: a whole one */
+        const vt_vf xv = k ? vt_vload_n(xr + i, k) : VT_VPS(loadu)(xr + i);
+        const vt_vf dv = k ? vt_vload_n(dyr + i, k) : VT_VPS(loadu)(dyr + i);
+        const vt_vf xh = VT_VPS(mul)(VT_VPS(sub)(xv, mv), rv);
+        const vt_vf g = w ? VT_VPS(mul)(dv, k ? vt_vload_n(w + i, k) : VT_VPS(loadu)(w + i)) : dv;
+        sg = VT_VPS(add)(sg, g); /* zero lanes past the row: g = 0 there */
+        sgx = VT_VPS(fmadd)(g, xh, sgx);
+        if (pw) {
+            const vt_vf a = VT_VPS(fmadd)(dv, xh, k ? vt_vload_n(pw + i, k) : VT_VPS(loadu)(pw + i));
+            const vt_vf b = VT_VPS(add)(dv, k ? vt_vload_n(pb + i, k) : VT_VPS(loadu)(pb + i));
+            if (k) vt_vstore_n(pw + i, a, k), vt_vstore_n(pb + i, b, k);
+            else VT_VPS(storeu)(pw + i, a), VT_VPS(storeu)(pb + i, b);
+        }
+    }
+    if (!dxr) return;
+    const vt_vf av = VT_VPS(set1)(vt_vhreduce(sg, 0) / (float)C), cv = VT_VPS(set1)(vt_vhreduce(sgx, 0) / (float)C);
+    for (int i = 0; i < C; i += VT_VW) {
+        const int k = C - i < VT_VW ? t : 0;
+        const vt_vf xv = k ? vt_vload_n(xr + i, k) : VT_VPS(loadu)(xr + i);
+        const vt_vf dv = k ? vt_vload_n(dyr + i, k) : VT_VPS(loadu)(dyr + i);
+        const vt_vf xh = VT_VPS(mul)(VT_VPS(sub)(xv, mv), rv);
+        const vt_vf g = w ? VT_VPS(mul)(dv, k ? vt_vload_n(w + i, k) : VT_VPS(loadu)(w + i)) : dv;
+        vt_vf d = VT_VPS(mul)(rv, VT_VPS(fnmadd)(xh, cv, VT_VPS(sub)(g, av)));
+        if (acc) d = VT_VPS(add)(d, k ? vt_vload_n(dxr + i, k) : VT_VPS(loadu)(dxr + i));
+        if (k) vt_vstore_n(dxr + i, d, k);
+        else VT_VPS(storeu)(dxr + i, d);
+    }
+#else
+    double sg = 0.0, sgx = 0.0;
+    for (int i = 0; i < C; i++) {
+        const float xh = (xr[i] - m) * rs, g = w ? dyr[i] * w[i] : dyr[i];
+        sg += g;
+        sgx += (double)g * xh;
+        if (pw) {
+            pw[i] += dyr[i] * xh;
+            pb[i] += dyr[i];
+        }
+    }
+    if (!dxr) return;
+    const float a = (float)(sg / C), c = (float)(sgx / C);
+    for (int i = 0; i < C; i++) {
+        const float xh = (xr[i] - m) * rs, g = w ? dyr[i] * w[i] : dyr[i];
+        dxr[i] = (acc ? dxr[i] : 0.0f) + rs * (g - a - xh * c);
+    }
+#endif
+}
+
 static void ln_bwd(vt_node *n) {
     const ln_p *p = VT_OP_P(n, ln_p);
     const int R = p->R, C = p->C, nch = p->nch;
@@ -100,39 +160,18 @@ static void ln_bwd(vt_node *n) {
     const float *w = W ? W->data : NULL;
     float *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
     if (!dy || !(dx || dw || db)) return;
-    const int fresh = n->grad_fresh & 1u; /* write dx rather than add (see vt_node.grad_fresh) */
-    double *part = (dw || db) ? (double *)n->bws->data : NULL; /* [chunk][2][C]: dw then db partials */
+    const int acc = !(n->grad_fresh & 1u); /* add to dx rather than write it (see vt_node.grad_fresh) */
+    float *part = (dw || db) ? n->bws->data : NULL; /* [chunk][2][C]: dw then db partials */
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < nch; k++) {
         const int r0 = (int)((int64_t)R * k / nch), r1 = (int)((int64_t)R * (k + 1) / nch);
-        double *pw = part ? part + (size_t)2 * k * C : NULL, *pb = pw ? pw + C : NULL;
-        if (pw) memset(pw, 0, sizeof(double) * 2 * (size_t)C);
-        for (int r = r0; r < r1; r++) {
-            const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
-            const float m = mean[r], rs = rstd[r];
-            double sg = 0.0, sgx = 0.0;
-#pragma omp simd reduction(+ : sg, sgx)
-            for (int i = 0; i < C; i++) {
-                const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
-                sg += gi;
-                sgx += (double)gi * xh;
-                if (pw) {
-                    pw[i] += (double)dyr[i] * xh;
-                    pb[i] += dyr[i];
-                }
-            }
-            if (dx) {
-                float *dxr = dx + (size_t)r * C;
-                const float a = (float)(sg / C), c = (float)(sgx / C);
-#pragma omp simd
-                for (int i = 0; i < C; i++) {
-                    const float xh = (xr[i] - m) * rs, gi = w ? dyr[i] * w[i] : dyr[i];
-                    dxr[i] = (fresh ? 0.0f : dxr[i]) + rs * (gi - a - xh * c);
-                }
-            }
-        }
+        float *pw = part ? part + (size_t)2 * k * C : NULL, *pb = pw ? pw + C : NULL;
+        if (pw) memset(pw, 0, sizeof(float) * 2 * (size_t)C);
+        for (int r = r0; r < r1; r++)
+            ln_row_bwd(x + (size_t)r * C, dy + (size_t)r * C, w, mean[r], rstd[r], dx ? dx + (size_t)r * C : NULL, acc,
+                       pw, pb, C);
     }
-    if (part) {
+    if (part) { /* the chunks' partials in a fixed order, in double */
 #pragma omp parallel for schedule(static)
         for (int i = 0; i < C; i++) {
             double sw = 0.0, sb = 0.0;
@@ -172,7 +211,7 @@ vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, f
     vt_node_save(n, 0, R);
     vt_node_save(n, 1, R);
     n->grad_sets = 1u; /* x */
-    if (w || b) vt_node_work(n, 1, (int64_t)4 * nch * C);
+    if (w || b) vt_node_work(n, 1, (int64_t)2 * nch * C);
     return n->out;
 }
 
