@@ -3,9 +3,10 @@
  * MAC convention: normalisation layers count 0 MACs (only matmul-like products are counted; see
  * DESIGN.md §2). fvcore-style counters would add a few flops per element here; we do not.
  *
- * LayerNorm's per-row statistics sum in float (ln_row); the other reductions accumulate in double. Reductions
- * across rows/positions are split into a fixed number of chunks (independent of the thread count) whose partial sums
- * are added in a fixed order, so results are bit-identical for any OMP_NUM_THREADS. */
+ * LayerNorm sums each row, and its backward each row chunk's dw / db partials, in float vector lanes (ln_row,
+ * ln_row_bwd); the other reductions accumulate in double. Reductions across rows/positions are split into a fixed
+ * number of chunks (independent of the thread count) whose partial sums are added in a fixed order, so results are
+ * bit-identical for any OMP_NUM_THREADS. */
 #include <math.h>
 #include <string.h>
 
