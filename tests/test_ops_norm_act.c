@@ -375,8 +375,8 @@ static void check_layernorm_values(vt_test *T) {
                             yv, v / (v + 1e-5));
                 }
             }
-            T_CHECK(T, err < 1e-5 + 4.0 * tol_m, "layernorm C %d offset %g (affine %d) max error %g", C, (double)cs[k].off, affine,
-                    err);
+            T_CHECK(T, err < 1e-5 + 4.0 * tol_m, "layernorm C %d offset %g (affine %d) max error %g", C,
+                    (double)cs[k].off, affine, err);
             fwd1_free(&f);
         }
 }
