@@ -362,6 +362,9 @@ static vt_tensor *b_part(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_rev(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_window_reverse(g, x[0], c->ia[4], c->ia[5], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
 }
+static vt_tensor *b_rev_add(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_window_reverse_add(g, x[0], x[1], c->ia[4], c->ia[5], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
+}
 static vt_tensor *b_rpb(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_rel_pos_bias(g, x[0], c->ia[0], c->ia[1]);
 }
@@ -384,6 +387,9 @@ static const gc_case fd_cases[] = {
      .ia = {2, 3, 1, 2, 5, 7}},
     {.name = "window_reverse_stripe", .nx = 1, .ndim = {3}, .shape = {{2, 5, 2}}, .build = b_rev,
      .ia = {1, 5, 0, 0, 2, 5}},
+    /* the residual (B, H·W, C) added in the same gather: both inputs' gradients */
+    {.name = "window_reverse_add_shift_pad", .nx = 2, .ndim = {3, 3}, .shape = {{2 * 9, 6, 3}, {2, 35, 3}},
+     .build = b_rev_add, .ia = {2, 3, 1, 2, 5, 7}},
     {.name = "rel_pos_bias", .nx = 1, .ndim = {2}, .shape = {{3 * 5, 2}}, .build = b_rpb, .ia = {2, 3}},
     {.name = "rel_pos_bias_softmax", .nx = 1, .ndim = {2}, .shape = {{5 * 3, 3}}, .build = b_rpb_soft, .ia = {3, 2}},
     {.name = "rel_pos_bias_1x1", .nx = 1, .ndim = {2}, .shape = {{1, 4}}, .build = b_rpb, .ia = {1, 1}},
@@ -435,8 +441,42 @@ static void check_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_window_reverse_add against vt_window_reverse then vt_add in one graph (bit for bit: the same float sums), on a
+ * padded and shifted map; a residual of the wrong size is refused with both shapes named. */
+static void check_reverse_add(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int ws[3] = {2 * 9, 6, 3}, rs[3] = {2, 35, 3}, map[4] = {2, 5, 7, 3}, bad[3] = {2, 34, 3};
+    vt_tensor *xw = vt_input(g, "xw", 3, ws), *r = vt_input(g, "r", 3, rs);
+    vt_tensor *y1 = vt_window_reverse_add(g, xw, r, 5, 7, 2, 3, 1, 2);
+    vt_tensor *y2 = vt_add(g, vt_window_reverse(g, xw, 5, 7, 2, 3, 1, 2), vt_reshape(g, r, 4, map));
+    int ok = y1 && y2;
+    if (ok) {
+        vt_graph_output(g, y1);
+        vt_graph_output(g, y2);
+        ok = vt_graph_finalize(g, &e) == 0;
+    }
+    int same = 0;
+    if (ok) {
+        for (int64_t i = 0; i < xw->numel; i++) xw->data[i] = (float)(i % 23) * 0.37f - 3.0f;
+        for (int64_t i = 0; i < r->numel; i++) r->data[i] = (float)(i % 11) * 0.53f - 2.0f;
+        vt_graph_forward(g);
+        same = y1->numel == y2->numel && memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0;
+    }
+    T_CHECK(T, ok && same, "window_reverse_add differs from window_reverse + add (%s)", e.msg);
+    vt_graph_free(g);
+    g = vt_graph_new(P, 0, &e);
+    vt_tensor *y = vt_window_reverse_add(g, vt_input(g, "xw", 3, ws), vt_input(g, "r", 3, bad), 5, 7, 2, 3, 1, 2);
+    T_CHECK(T, !y && strstr(g->err.msg, "added term (2, 34, 3)") && strstr(g->err.msg, "(2, 5, 7, 3)"),
+            "window_reverse_add with a wrong residual: '%s'", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_window(vt_test *T) {
     check_windows(T);
+    check_reverse_add(T);
     check_shift_mask(T);
     check_rel_pos(T);
     check_patch_merge(T);

@@ -262,6 +262,9 @@ vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh
 /* Inverse of vt_window_partition for an H×W map: windows (B·nW, wh·ww, C) -> (B, H, W, C) (rolled back by
  * (+sh, +sw), padding cropped). Rectangular windows are CSwin's stripes, e.g. (H, 1) or (2, W). */
 vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, int ww, int sh, int sw);
+/* vt_window_reverse(xw) + r in one pass (r: the map's B·H·W·C values, channels last; Swin's residual). */
+vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H, int W, int wh, int ww, int sh,
+                                 int sw);
 /* Constant Swin shift mask (nW, wh·ww, wh·ww) for the padded Hp×Wp map: 0 for token pairs of the same region,
  * −100 otherwise (regions as Microsoft's/torchvision's attn_mask; see vt_window_shift_mask_fill). No inputs. */
 vt_tensor *vt_window_shift_mask(vt_graph *g, int Hp, int Wp, int wh, int ww, int sh, int sw);

@@ -1,8 +1,9 @@
-/* Gathers of the hierarchical hosts (Swin, CSwin, PVT): window partition / reverse with padding and cyclic shift,
- * the Swin shift mask, the relative-position bias gather, Swin's patch merging and the non-overlapping patch
- * extraction of k = s convolutions on channels-last maps. All are data movement (0 MACs). Every output element
- * comes from at most one input element, so the backward kernels are adjoint gathers, parallel over the same rows
- * as the forward ones without races (the bias gather's backward sums over the pairs of each relative offset).
+/* Gathers of the hierarchical hosts (Swin, CSwin, PVT): window partition / reverse with padding and cyclic shift
+ * (the reverse optionally adding a map-shaped term in the same pass, Swin's residual), the Swin shift mask, the
+ * relative-position bias gather, Swin's patch merging and the non-overlapping patch extraction of k = s convolutions
+ * on channels-last maps. All are data movement (0 MACs). Every output element comes from at most one input element
+ * (and the addend's), so the backward kernels are adjoint gathers, parallel over the same rows as the forward ones
+ * without races (the bias gather's backward sums over the pairs of each relative offset).
  * Inner loops move runs of C contiguous channels (memcpy-sized); positions are stepped incrementally (no divisions
  * per element). */
 #include <limits.h>
@@ -22,6 +23,11 @@ static inline void move(float *restrict dst, const float *restrict src, size_t n
         memcpy(dst, src, sizeof(float) * n);
 }
 
+/* dst = src + add over n floats (vt_window_reverse_add's map rows). */
+static inline void move_add(float *restrict dst, const float *restrict src, const float *restrict add, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = src[i] + add[i];
+}
+
 /* ---- window partition / reverse ----
  * The map (B, H, W, C) is padded with zeros to (Hp, Wp) (multiples of the window), rolled by (−sh, −sw)
  * (padded-map position (Y, X) takes ((Y + sh) mod Hp, (X + sw) mod Wp)) and cut into nWh × nWw windows of wh × ww
@@ -32,8 +38,9 @@ typedef struct {
 } win_p;
 
 /* Moves between the map side and the window side. to_win: windows receive (padding positions get zeros unless
- * acc); otherwise the map receives (padding positions are skipped). acc: += instead of =. */
-static void win_move(const win_p *p, float *map, float *win, int to_win, int acc) {
+ * acc); otherwise the map receives (padding positions are skipped), plus add (a map-shaped addend) when not NULL.
+ * acc: += instead of =. */
+static void win_move(const win_p *p, float *map, float *win, const float *add, int to_win, int acc) {
     const int wh = p->wh, ww = p->ww, H = p->H, W = p->W, Hp = p->Hp, Wp = p->Wp, nWh = p->nWh, nWw = p->nWw;
     const size_t C = (size_t)p->C;
     const int64_t R = (int64_t)p->B * nWh * nWw * wh; /* one window row each */
@@ -58,6 +65,9 @@ static void win_move(const win_p *p, float *map, float *win, int to_win, int acc
             if (X < W) {
                 if (to_win)
                     move(wr + (size_t)tx * C, mr + (size_t)X * C, (size_t)len * C, acc);
+                else if (add)
+                    move_add(mr + (size_t)X * C, wr + (size_t)tx * C, add + (mr - map) + (size_t)X * C,
+                             (size_t)len * C);
                 else
                     move(mr + (size_t)X * C, wr + (size_t)tx * C, (size_t)len * C, acc);
             } else if (to_win && !acc) {
@@ -68,13 +78,23 @@ static void win_move(const win_p *p, float *map, float *win, int to_win, int acc
     }
 }
 
-static void wpart_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->in[0]->data, n->out->data, 1, 0); }
+static void wpart_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->in[0]->data, n->out->data, NULL, 1, 0); }
 static void wpart_bwd(vt_node *n) {
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, 0, 1);
+    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, NULL, 0, 1);
 }
-static void wrev_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->out->data, n->in[0]->data, 0, 0); }
+/* in[1], when present: the addend of vt_window_reverse_add (its gradient: the output's, added) */
+static void wrev_fwd(vt_node *n) {
+    win_move(VT_OP_P(n, win_p), n->out->data, n->in[0]->data, n->nin > 1 ? n->in[1]->data : NULL, 0, 0);
+}
 static void wrev_bwd(vt_node *n) {
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, 1, 1);
+    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, NULL, 1, 1);
+    if (n->nin > 1 && n->in[1]->grad) {
+        float *rg = n->in[1]->grad;
+        const float *dy = n->out->grad;
+        const int64_t N = n->out->numel;
+#pragma omp parallel for schedule(static) if (N > PAR_MIN)
+        for (int64_t i = 0; i < N; i++) rg[i] += dy[i];
+    }
 }
 
 static const vt_opdef op_wpart = {"window_partition", wpart_fwd, wpart_bwd, VT_READS(0), NULL, VT_OP_OTHER};
@@ -118,7 +138,12 @@ vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh
 }
 
 vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, int ww, int sh, int sw) {
-    if (vt_bad(g, 1, xw)) return NULL;
+    return vt_window_reverse_add(g, xw, NULL, H, W, wh, ww, sh, sw);
+}
+
+vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H, int W, int wh, int ww, int sh,
+                                 int sw) {
+    if (vt_bad(g, 1, xw) || (r && vt_bad(g, 1, r))) return NULL;
     char sx[64], what[160];
     vt_shape_str(xw, sx, 64);
     snprintf(what, sizeof what, "windows %s for a %dx%d map", sx, H, W);
@@ -132,7 +157,13 @@ vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, i
     p.B = xw->shape[0] / nW;
     p.C = xw->shape[2];
     const int shape[4] = {p.B, H, W, p.C};
-    vt_node *n = vt_new_node(g, &op_wrev, &xw, 1, vt_new_act(g, 4, shape));
+    if (r && (r->numel != (int64_t)p.B * H * W * p.C || r->shape[r->ndim - 1] != p.C)) {
+        char sr[64];
+        return vt_fail(g, "window_reverse", "%s: the added term %s must hold the (%d, %d, %d, %d) map", what,
+                       vt_shape_str(r, sr, 64), p.B, H, W, p.C);
+    }
+    vt_tensor *in[2] = {xw, r};
+    vt_node *n = vt_new_node(g, &op_wrev, in, r ? 2 : 1, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     *VT_OP_P(n, win_p) = p;
     return n->out;
