@@ -101,13 +101,12 @@ static vt_tensor *block(vt_graph *g, const vt_model_cfg *c, const char *pre, vt_
     /* at inference the residual add runs in the windows' reverse gather (no drop path there): the reverse and add
      * nodes of Swin-T's eval graph took 11.1-11.5 instead of 19.9-23.8 ms per step at batch 16, FLatten-Swin-T's
      * 3.6 instead of 5.9-6.1 (Intel Xeon Ice Lake, 2026-11-29, node times of 10 forwards, two runs each) */
-    if (whole)
-        t = vt_block_residual(g, t, o, drop);
-    else if (!g->training)
+    if (!whole && !g->training) {
         t = vt_reshape(g, vt_window_reverse_add(g, o, t, h, w, p.win, p.win, p.sh, p.sw), 3, tok);
-    else
-        t = vt_block_residual(g, t, vt_reshape(g, vt_window_reverse(g, o, h, w, p.win, p.win, p.sh, p.sw), 3, tok),
-                              drop);
+    } else {
+        if (!whole) o = vt_reshape(g, vt_window_reverse(g, o, h, w, p.win, p.win, p.sh, p.sw), 3, tok);
+        t = vt_block_residual(g, t, o, drop);
+    }
     x = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
     vt_ffn_ctx fc = vt_stage_ffn_ctx(c, i);
     fc.tv_names = tv;
