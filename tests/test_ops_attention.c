@@ -182,7 +182,8 @@ static void check_mathfn(vt_test *T) {
 }
 
 /* The GELU kernels (vt_gelu_n, vt_gelu_fd_n, vt_gelu_bwd_n; vector body and padded tail) against double precision
- * on arrays of 1 to 40 floats over [-9, 9]: GELU within 5e-7 absolute, GELU' within 1e-6; a value does not depend on
+ * on arrays of 1 to 40 floats over [-9, 9] and at the seams of its piecewise table: GELU within 5e-7 absolute, GELU'
+ * within 1e-6, GELU(x) = x or 0 at |x| >= 40; a value does not depend on
  * its position (the same x at offset 0 and inside a longer array gives the same bits); NaN propagates; ±inf give
  * GELU(+inf) = +inf, GELU(-inf) = NaN or 0 as the scalar vt_gelu_f (only NaN-ness is compared). */
 static void check_gelu_kernels(vt_test *T) {
@@ -207,6 +208,27 @@ static void check_gelu_kernels(vt_test *T) {
         vt_gelu_fd_n(x + n - 1, y1, d1, 1); /* the last value alone (the tail) equals its place in the array */
         moved += memcmp(y1, y + n - 1, sizeof *y) != 0 || memcmp(d1, d + n - 1, sizeof *d) != 0;
     }
+    /* the piecewise table's seams (mathfn.h): every interval boundary k·5.5/16 and its last point 5.5, one float
+     * either side, both signs; then large arguments, where GELU(x) is x or 0 */
+    float z[4 * 17 * 3 + 4];
+    int nz = 0;
+    for (int k = 0; k <= 16; k++)
+        for (int sg = -1; sg <= 1; sg += 2) {
+            const float b = (float)sg * 5.5f * (float)k / 16.0f;
+            z[nz++] = nextafterf(b, -INFINITY), z[nz++] = b, z[nz++] = nextafterf(b, INFINITY);
+        }
+    z[nz++] = 40.0f, z[nz++] = -40.0f, z[nz++] = 3e30f, z[nz++] = -3e30f;
+    float zy[sizeof z / sizeof *z], zd[sizeof z / sizeof *z];
+    vt_gelu_fd_n(z, zy, zd, nz);
+    int far = 0;
+    for (int j = 0; j < nz; j++) {
+        const double v = z[j], cdf = 0.5 * erfc(-v / sqrt(2.0)), g = v * cdf;
+        const double gd = cdf + v * exp(-0.5 * v * v) / sqrt(2.0 * 3.14159265358979323846);
+        if (fabs(v) > 9.0) far += zy[j] != (float)g;
+        else ey = fmax(ey, fabs(zy[j] - g));
+        ed = fmax(ed, fabs(zd[j] - gd));
+    }
+    T_CHECK(T, far == 0, "vector GELU: %d of 4 large arguments not x or 0", far);
     T_CHECK(T, ey < 5e-7, "vector GELU max absolute error %g", ey);
     T_CHECK(T, ed < 1e-6 && eb < 2e-6, "vector GELU' max absolute error %g, backward %g", ed, eb);
     T_CHECK(T, moved == 0, "vector GELU: %d values changed with their position", moved);

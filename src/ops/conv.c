@@ -1131,10 +1131,17 @@ static void dwn_bwd(vt_node *n) {
  * kernel for channels-last), the added term in its output pass (a binary post-op): 1.5-2.7x dwn_fwd on one thread
  * on PVTv2's MLP maps (16×56²×512, 16×28²×1024, 16×14²×1280: 29 vs 44, 12.5 vs 33, 2.9 vs 7.0 ms) and
  * GroupMixFormer's CPE (16×56²×80: 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. In training it also makes the
- * convolution that gives dX (bprim); dW and the bias's gradient stay on this file's kernels. */
+ * convolution that gives dX (bprim); dW and the bias's gradient stay on this file's kernels.
+ * Not with GELU fused on AVX-512 (unless the plan forces oneDNN): there dwn_fwd's 16-channel strips and mathfn.h's
+ * GELU per output row beat oneDNN's convolution with its GELU post-op (PVTv2-b1's four MLP maps at batch 16: 17.5 /
+ * 7.4 / 2.5 / 0.92 against 23.4 / 10.2 / 3.7 / 1.36 ms per node; batch 1: 1.16-1.27 / 0.55 / 0.20 / 0.10 against
+ * 1.39-1.52 / 0.67-0.73 / 0.23 / 0.12; eval graphs 1.07 / 1.08 at batch 16, 1.02 / 1.03 at batch 1 (per-round
+ * medians of two runs, old and new graph alternated in one process); Intel Xeon Ice Lake,
+ * 2026-11-29). AVX2 machines were not measured: they keep oneDNN. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
+    if (p->gelu && DWS_WIDE && n->g->gemm.force == VT_GEMM_AUTO) return 0; /* see above */
     const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0) |
                       (p->gelu ? VT_CONV_GELU : 0);
     p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, flags, 0);
