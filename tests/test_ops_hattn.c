@@ -185,6 +185,11 @@ void test_ops_hattn(vt_test *T) {
         {"n1_m1_chh", 3, 1, 1, 4, 12, 4, 8, 0, 0, 4, 0, 0, 0, 0, 1, 1, 0, 0.5f},  /* one query, one key */
         {"grid_1x1", 2, 3, 1, 4, 12, 4, 8, 0, 0, 4, 0, 1, 1, 1, 1, 1, 1, 0.5f},   /* IHH on a 1x1 grid */
         {"grid_5x3", 2, 6, 15, 8, 24, 4, 16, 0, 0, 8, 0, 5, 3, 1, 1, 1, 0, 0.5f}, /* the narrowest unpadded grid */
+        /* the fused rows' CHH unrolled for 1, 3 and 5 computed heads, the loop for 12 (hal_fused in hattn.c) */
+        {"h2_1", 2, 10, 0, 16, 0, 2, 8, 0, 4, 8, 1, 3, 3, 1, 1, 1, 0, 0.5f},
+        {"h2_3", 2, 10, 0, 24, 0, 6, 12, 0, 6, 12, 1, 3, 3, 1, 1, 1, 0, 0.5f},
+        {"h2_5_tail", 1, 17, 0, 40, 0, 10, 20, 0, 10, 20, 1, 4, 4, 1, 1, 1, 0, 0.5f},
+        {"h2_12", 1, 10, 0, 48, 0, 24, 24, 0, 12, 24, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         /* 8 computed heads: CHH as a GEMM (CHH_GEMM in hattn.c) */
         {"chh_gemm", 2, 10, 0, 64, 0, 16, 32, 0, 16, 32, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         {"chh_gemm_first_b1", 1, 12, 6, 16, 48, 16, 32, 0, 0, 16, 0, 2, 3, 1, 1, 1, 1, 0.5f},

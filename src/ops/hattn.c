@@ -15,6 +15,7 @@
  * IHH; the keys' and values' gradients sum over the tiles of an entry, so either each thread owns whole batch
  * entries (enough of them) or the entries run one after another with their tiles in parallel, each thread summing
  * into its own dK/dV block that is added after the entry. The weights' gradients are summed per thread. */
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -275,27 +276,78 @@ static void col_masks(int kw, int n, float *cmL, float *cmR) {
     }
 }
 
-/* Floats of a thread's fused scratch: h2 bordered grids, two column masks, h2 IHH rows and one output row. */
+/* Floats of a thread's fused scratch: h2 bordered grids, two column masks, h2 IHH rows, h2 CHH rows and 2·h2 row
+ * maxima. */
 static size_t hal_fused_floats(const hattn_p *a) {
     const size_t n = (size_t)vw_round(a->kh * a->kw), m = (size_t)vw_round(a->M) + VT_VW;
-    return (size_t)a->h2 * (n + 2 * (size_t)a->kw + 2) + 2 * n + ((size_t)a->h2 + 1) * m;
+    return (size_t)a->h2 * (n + 2 * (size_t)a->kw + 2) + 2 * n + 2 * (size_t)a->h2 * (m + 1);
+}
+
+/* Copies the n floats at x to g and returns their maximum (with m: the max so far). */
+static inline float copy_max(const float *x, float *g, int n, float m) {
+    int k = 0;
+    if (n >= VT_VW) {
+        vt_vf mv = VT_VPS(set1)(m);
+        for (; k + VT_VW <= n; k += VT_VW) {
+            const vt_vf v = VT_VPS(loadu)(x + k);
+            VT_VPS(storeu)(g + k, v);
+            mv = VT_VPS(max)(mv, v);
+        }
+        m = vt_vhreduce(mv, 1);
+    }
+    for (; k < n; k++) {
+        g[k] = x[k];
+        m = x[k] > m ? x[k] : m;
+    }
+    return m;
+}
+
+/* CHH on one query row: out_i = cb_i + Σ_j cw[i·h2 + j]·ihh_j for the h2 hallucinated heads (rows ms floats apart,
+ * whole vectors: the floats past M are computed too and ignored), and mx[i] the maximum of out_i's first M floats.
+ * Each vector of the h2 inputs is loaded once for all outputs; H2 <= 8 (a constant where inlined) keeps them in
+ * registers. */
+static inline __attribute__((always_inline)) void chh_row(const float *cw, const float *cb, const float *ihh,
+                                                          size_t ms, float *out, int M, const int H2, float *mx) {
+    const int nv = M / VT_VW * VT_VW;
+    vt_vf mv[8], x[8];
+    for (int i = 0; i < H2; i++) mv[i] = VT_VPS(set1)(-INFINITY);
+    for (int k = 0; k < M; k += VT_VW) {
+        for (int j = 0; j < H2; j++) x[j] = VT_VPS(loadu)(ihh + (size_t)j * ms + k);
+        for (int i = 0; i < H2; i++) {
+            vt_vf o = VT_VPS(set1)(cb ? cb[i] : 0.0f);
+            for (int j = 0; j < H2; j++) o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * H2 + j]), x[j], o);
+            VT_VPS(storeu)(out + (size_t)i * ms + k, o);
+            if (k < nv) mv[i] = VT_VPS(max)(mv[i], o);
+        }
+    }
+    for (int i = 0; i < H2; i++) {
+        float m = nv ? vt_vhreduce(mv[i], 1) : -INFINITY;
+        for (int k = nv; k < M; k++) m = out[(size_t)i * ms + k] > m ? out[(size_t)i * ms + k] : m;
+        mx[i] = m;
+    }
 }
 
 /* Rows [0, rows) of the tile: src (h2 computed logit maps, head stride hs; S in backward, else P itself) ->
- * P's probabilities of every head; U (NULL in forward): the IHH outputs, CHH's input, kept for backward. */
+ * P's probabilities of every head; U (NULL in forward): the IHH outputs, CHH's input, kept for backward. Each
+ * row's maximum comes out of the pass that writes or copies it (the grid copy, CHH), so the softmaxes skip theirs. */
 static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const float *cw, const float *cb,
                       const float *src, float *P, float *U, size_t hs, int rows, float *buf) {
     const int h2 = a->h2, M = a->M, L = a->klead, kw = a->kw, n = a->kh * kw, np = vw_round(n);
     const int gs = np + 2 * kw + 2, ms = vw_round(M) + VT_VW;
     float *grid = buf, *cmL = grid + (size_t)h2 * gs, *cmR = cmL + np, *ihh = cmR + np, *out = ihh + (size_t)h2 * ms;
+    float *smx = out + (size_t)h2 * ms, *hmx = smx + h2; /* the rows' maxima: computed, hallucinated heads */
     memset(buf, 0, sizeof(float) * hal_fused_floats(a));
     col_masks(kw, n, cmL, cmR);
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < h2; j++) {
             const float *x = src + j * hs + (size_t)r * M, *w = iw + 9 * j;
             float *g = grid + (size_t)j * gs + kw + 1, *y = ihh + (size_t)j * ms;
-            memcpy(g, x + L, sizeof(float) * (size_t)n);
-            for (int k = 0; k < L; k++) y[k] = x[k]; /* the lead keys bypass IHH */
+            float m = -INFINITY;
+            for (int k = 0; k < L; k++) { /* the lead keys bypass IHH */
+                y[k] = x[k];
+                m = x[k] > m ? x[k] : m;
+            }
+            smx[j] = copy_max(x + L, g, n, m);
             vt_vf wv[9];
             for (int t = 0; t < 9; t++) wv[t] = VT_VPS(set1)(w[t]);
             const vt_vf bj = VT_VPS(set1)(ib ? ib[j] : 0.0f);
@@ -304,21 +356,31 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
                                corr3_vec(g + k, kw, wv, VT_VPS(loadu)(cmL + k), VT_VPS(loadu)(cmR + k), bj));
             if (U) memcpy(U + j * hs + (size_t)r * M, y, sizeof(float) * (size_t)M);
         }
-        for (int i = 0; i < h2; i++) {
-            const vt_vf bi = VT_VPS(set1)(cb ? cb[i] : 0.0f);
-            for (int k = 0; k < M; k += VT_VW) {
-                vt_vf o = bi;
-                for (int j = 0; j < h2; j++)
-                    o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), VT_VPS(loadu)(ihh + (size_t)j * ms + k), o);
-                VT_VPS(storeu)(out + k, o);
+        switch (h2) { /* the models' computed heads: DeiT 3, PVTv2 1 / 2 / 5 / 8 (Next-ViT's 4 to 24: the loop) */
+        case 1: chh_row(cw, cb, ihh, ms, out, M, 1, hmx); break;
+        case 2: chh_row(cw, cb, ihh, ms, out, M, 2, hmx); break;
+        case 3: chh_row(cw, cb, ihh, ms, out, M, 3, hmx); break;
+        case 4: chh_row(cw, cb, ihh, ms, out, M, 4, hmx); break;
+        case 5: chh_row(cw, cb, ihh, ms, out, M, 5, hmx); break;
+        case 6: chh_row(cw, cb, ihh, ms, out, M, 6, hmx); break;
+        case 8: chh_row(cw, cb, ihh, ms, out, M, 8, hmx); break;
+        default:
+            for (int i = 0; i < h2; i++) {
+                const vt_vf bi = VT_VPS(set1)(cb ? cb[i] : 0.0f);
+                for (int k = 0; k < M; k += VT_VW) {
+                    vt_vf o = bi;
+                    for (int j = 0; j < h2; j++)
+                        o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), VT_VPS(loadu)(ihh + (size_t)j * ms + k), o);
+                    VT_VPS(storeu)(out + (size_t)i * ms + k, o);
+                }
+                hmx[i] = out[(size_t)i * ms];
+                for (int k = 1; k < M; k++) hmx[i] = out[(size_t)i * ms + k] > hmx[i] ? out[(size_t)i * ms + k] : hmx[i];
             }
-            float *p = P + (h2 + i) * hs + (size_t)r * M;
-            vt_softmax_row(out, p, M);
         }
-        for (int j = 0; j < h2; j++) {
-            float *p = P + j * hs + (size_t)r * M;
-            vt_softmax_row(src + j * hs + (size_t)r * M, p, M);
-        }
+        for (int i = 0; i < h2; i++)
+            vt_softmax_row_max(out + (size_t)i * ms, P + (h2 + i) * hs + (size_t)r * M, M, hmx[i]);
+        for (int j = 0; j < h2; j++)
+            vt_softmax_row_max(src + j * hs + (size_t)r * M, P + j * hs + (size_t)r * M, M, smx[j]);
     }
 }
 

@@ -320,35 +320,29 @@ static inline void vt_gelu_bwd_all(const float *x, const float *dy, float *dx, i
  * tail (AMD EPYC Zen 3, 2026-11-28): five scalar exponentials cost as much as a fifth of the row; AVX2's masked
  * loads and stores were no faster than the scalar tail on that CPU. */
 
-/* y = softmax(x) over one contiguous row of n values (y may equal x): a max pass, an exponent-and-sum pass and a
- * scaling pass, a vector at a time where the CPU has one (VT_VW), otherwise loops the compiler vectorises. */
-static inline void vt_softmax_row(const float *x, float *y, int n) {
-    float mx = x[0], s = 0.0f;
+/* y = softmax(x) over one contiguous row of n values (y may equal x) whose maximum mx the caller knows: an
+ * exponent-and-sum pass and a scaling pass, a vector at a time where the CPU has one (VT_VW), otherwise loops the
+ * compiler vectorises. */
+static inline void vt_softmax_row_max(const float *x, float *y, int n, float mx) {
+    float s = 0.0f;
 #ifdef VT_VW
     if (n >= VT_VW) {
         const int nv = n / VT_VW * VT_VW, r = n - nv;
-        const vt_vf xt = VT_VPS(loadu)(x + n - VT_VW);
-        vt_vf m = xt;
-        for (int j = 0; j < nv; j += VT_VW) m = VT_VPS(max)(m, VT_VPS(loadu)(x + j));
-        const vt_vf vm = VT_VPS(set1)(vt_vhreduce(m, 1));
+        const vt_vf vm = VT_VPS(set1)(mx);
         vt_vf vs = VT_VPS(setzero)(), et = vs;
+        if (r) et = vt_vexpf_le0(VT_VPS(sub)(VT_VPS(loadu)(x + n - VT_VW), vm)); /* before y overwrites it */
         for (int j = 0; j < nv; j += VT_VW) {
             const vt_vf e = vt_vexpf_le0(VT_VPS(sub)(VT_VPS(loadu)(x + j), vm));
             VT_VPS(storeu)(y + j, e);
             vs = VT_VPS(add)(vs, e);
         }
-        if (r) {
-            et = vt_vexpf_le0(VT_VPS(sub)(xt, vm));
-            vs = VT_VPS(add)(vs, vt_vlast(et, r));
-        }
+        if (r) vs = VT_VPS(add)(vs, vt_vlast(et, r));
         const vt_vf vi = VT_VPS(set1)(1.0f / vt_vhreduce(vs, 0));
         for (int j = 0; j < nv; j += VT_VW) VT_VPS(storeu)(y + j, VT_VPS(mul)(VT_VPS(loadu)(y + j), vi));
         if (r) VT_VPS(storeu)(y + n - VT_VW, VT_VPS(mul)(et, vi));
         return;
     }
 #endif
-#pragma omp simd reduction(max : mx)
-    for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
 #pragma omp simd reduction(+ : s)
     for (int j = 0; j < n; j++) {
         y[j] = vt_expf_le0(x[j] - mx);
@@ -357,6 +351,23 @@ static inline void vt_softmax_row(const float *x, float *y, int n) {
     const float inv = 1.0f / s;
 #pragma omp simd
     for (int j = 0; j < n; j++) y[j] *= inv;
+}
+
+/* y = softmax(x) over one contiguous row of n values (y may equal x): a max pass, then vt_softmax_row_max. */
+static inline void vt_softmax_row(const float *x, float *y, int n) {
+    float mx = x[0];
+#ifdef VT_VW
+    if (n >= VT_VW) {
+        const int nv = n / VT_VW * VT_VW;
+        vt_vf m = VT_VPS(loadu)(x + n - VT_VW);
+        for (int j = 0; j < nv; j += VT_VW) m = VT_VPS(max)(m, VT_VPS(loadu)(x + j));
+        vt_softmax_row_max(x, y, n, vt_vhreduce(m, 1));
+        return;
+    }
+#endif
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    vt_softmax_row_max(x, y, n, mx);
 }
 
 /* Softmax backward over one row in place: g = p ⊙ (g − Σ g⊙p), p the row's probabilities, g its gradient. The
