@@ -373,8 +373,9 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
                         o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), VT_VPS(loadu)(ihh + (size_t)j * ms + k), o);
                     VT_VPS(storeu)(out + (size_t)i * ms + k, o);
                 }
-                hmx[i] = out[(size_t)i * ms];
-                for (int k = 1; k < M; k++) hmx[i] = out[(size_t)i * ms + k] > hmx[i] ? out[(size_t)i * ms + k] : hmx[i];
+                const float *oi = out + (size_t)i * ms;
+                hmx[i] = oi[0];
+                for (int k = 1; k < M; k++) hmx[i] = oi[k] > hmx[i] ? oi[k] : hmx[i];
             }
         }
         for (int i = 0; i < h2; i++)
