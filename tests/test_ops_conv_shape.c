@@ -942,6 +942,32 @@ static void check_dwconv_nhwc_onednn(vt_test *T) {
     }
 }
 
+/* cfg[0]: 1 the depthwise 3x3 with GELU fused (vt_dwconv_nhwc_gelu), 0 the conv and then the GELU op; C from x. */
+static vt_tensor *b_dwn_gelu_c(vt_graph *g, vt_tensor *x, const int *f) {
+    const int C = x->shape[3], ws[4] = {C, 1, 3, 3};
+    vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+    vt_tensor *b = vt_param(g, "b", 1, &C, (vt_init){VT_INIT_NORMAL, 0.3f});
+    return f[0] ? vt_dwconv_nhwc_gelu(g, x, w, b, 1) : vt_gelu(g, vt_dwconv_nhwc(g, x, w, b, 1));
+}
+
+/* The fused GELU on whole 16-channel strips (dwn_fwd: GELU in registers; from 2^24 outputs streaming stores), on
+ * the automatic plan, against the conv followed by the GELU op; a channel count off the strips (40) too. */
+static void check_dwconv_gelu_strips(vt_test *T) {
+    static const int xs[3][4] = {{2, 9, 7, 32}, {2, 6, 5, 40}, {1, 256, 256, 256}};
+    static const int fused[1] = {1}, chain[1] = {0};
+    for (int c = 0; c < 3; c++) {
+        const int64_t ny = (int64_t)xs[c][0] * xs[c][1] * xs[c][2] * xs[c][3];
+        const plan_run k = run_plan_on(T, "auto", 0, xs[c], b_dwn_gelu_c, fused);
+        const plan_run r = run_plan_on(T, "auto", 0, xs[c], b_dwn_gelu_c, chain);
+        double mx = 0.0, err = 1.0;
+        if (k.out && r.out) err = max_diff(k.out, r.out, ny, &mx);
+        T_CHECK(T, mx > 0.0 && err <= 1e-5 * fmax(1.0, mx), "dwconv_nhwc_gelu %dx%dx%dx%d vs conv + gelu: %g of %g",
+                xs[c][0], xs[c][1], xs[c][2], xs[c][3], err, mx);
+        free(k.out);
+        free(r.out);
+    }
+}
+
 /* cfg: B, Cin, H, Cout, k, s, p */
 static vt_tensor *b_plan_nchw(vt_graph *g, vt_tensor *x, const int *f) {
     const int ws[4] = {f[3], f[1], f[4], f[4]};
@@ -1034,6 +1060,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_dwconv_nhwc_values(T);
     check_conv2d_onednn(T);
     check_dwconv_nhwc_onednn(T);
+    check_dwconv_gelu_strips(T);
     check_pool_values(T);
     check_shape_values(T);
     check_errors(T);

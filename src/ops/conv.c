@@ -846,6 +846,7 @@ typedef struct {
     ptrdiff_t yl;    /* floats between output pixels */
     int Wo, acc;     /* output width; add to y instead of writing it */
     const float *bias;
+    int gelu, nt;    /* dws_strip16 with acc 0: GELU of the outputs; non-temporal stores (64-byte aligned rows) */
 } dws_row;
 
 /* Output pixels per strip: a strip of DWS_P pixels × 8 channels is DWS_P vector accumulators (named variables:
@@ -892,7 +893,7 @@ static const float v8_zeros[16] = {0};
  * of packed maps, 16x56x56x64 to 16x14x14x320, 30 alternated runs, Intel Xeon Ice Lake, 2026-11-29; forward and
  * backward 1.1-1.35x); in eval graphs the packed depthwise convs took 13-16 instead of 22-24 ms per FLatten-PVTv2-b1
  * step at batch 16, 26-31 instead of 41-49 in CSwin-T's, 16-19 instead of 23-24 in FLatten-Swin-T's. */
-#define DWS_STRIP_FN(NAME, VT, MADD)                                                                                   \
+#define DWS_STRIP_FN(NAME, VT, MADD, OUT)                                                                              \
     static inline __attribute__((always_inline)) void NAME(const dws_row *r, int ki0, int ki1, int row0, int ow0,     \
                                                            int np, int cb, const int checked) {                        \
         VT init = {0};                                                                                                 \
@@ -914,14 +915,21 @@ static const float v8_zeros[16] = {0};
         float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;                                                                \
         const ptrdiff_t yl = r->yl;                                                                                    \
         const int acc = r->acc;                                                                                        \
-        DWS_EACH(DWS_OUT, VT, MADD)                                                                                    \
+        DWS_EACH(OUT, VT, MADD)                                                                                        \
     }
 
-DWS_STRIP_FN(dws_strip, v8f, V8_MADD)
+DWS_STRIP_FN(dws_strip, v8f, V8_MADD, DWS_OUT)
 #ifdef __AVX512F__
 typedef float v16f __attribute__((vector_size(64)));
 #define V16_MADD(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
-DWS_STRIP_FN(dws_strip16, v16f, V16_MADD)
+/* dws_strip16's output: as DWS_OUT, or (acc 0) GELU in registers and a streaming store where the row says so */
+#define DWS_OUT16(i, VT, MADD)                                                                                         \
+    if (i < np) {                                                                                                      \
+        if (r->gelu) a##i = (VT)vt_vgelu((vt_vf)a##i, NULL);                                                           \
+        if (r->nt) _mm512_stream_ps(y0 + i * yl, (__m512)a##i);                                                        \
+        else V8_STORE_IF(a##i, 1, acc, y0 + i * yl);                                                                   \
+    }
+DWS_STRIP_FN(dws_strip16, v16f, V16_MADD, DWS_OUT16)
 #define DWS_WIDE 16 /* channels of dws_strip16's vectors */
 #else
 #define DWS_WIDE 0 /* no dws_strip16 */
@@ -971,15 +979,25 @@ static void dwn_fwd(vt_node *n) {
     const float *add = dp->add_in >= 0 ? n->in[dp->add_in]->data : NULL;
     float *y = n->out->data, *wt = n->fws->data;
     transpose_w(n->in[1]->data, wt, C, kh * kw, 0);
+    /* GELU in the 16-channel strips' registers (the op alone at 16×56²×512 / 16×28²×1024: 15.5 / 6.3 against 16.4 /
+     * 6.9 ms with a GELU pass per row, best of 30) and, for outputs past 64 MiB that no cache keeps for the next
+     * layer, streaming stores (14.0-14.2 against 14.2-15.5 ms at 16×56²×512; no gain at 16×28²×1024); eval graphs
+     * with both against the row pass, per-round medians of 14 rounds at batch 16: PVTv2-b1 1.031, FLatten-PVTv2-b1
+     * 1.043, PVTv2-b1 hMHSA + cFFN 1.051; batch 1 1.039 (Intel Xeon Ice Lake, 2026-11-29) */
+    const int g16 = dp->gelu && !add && DWS_WIDE && C % 16 == 0;
+    const int nt = g16 && ((uintptr_t)y & 63) == 0 && (int64_t)B * Ho * Wo * C >= (1 << 24);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int oh = 0; oh < Ho; oh++) {
             const size_t o = ((size_t)b * Ho + oh) * Wo * C;
             if (add) memcpy(y + o, add + o, sizeof(float) * (size_t)Wo * C);
             const dws_row r = {x + (size_t)b * H * W * L, L, H, W, wt, kh, kw, p, p, C, y + o, C, Wo, add != NULL,
-                               bias};
+                               bias, g16, nt};
             dws_run_row(&r, oh);
-            if (dp->gelu) vt_gelu_n(y + o, y + o, (int64_t)Wo * C);
+            if (dp->gelu && !g16) vt_gelu_n(y + o, y + o, (int64_t)Wo * C);
+#ifdef __AVX512F__
+            if (nt) _mm_sfence();
+#endif
         }
 }
 
@@ -1054,7 +1072,7 @@ static void dwk_row(float *restrict m, const float *dr, const float *xr, ptrdiff
 static void dwn_dx_row(const dwn_p *dp, const float *dy, const float *wt, float *dx, int acc, int b, int ih) {
     const dws_row r = {dy + (size_t)b * dp->Ho * dp->Wo * dp->C, dp->C, dp->Ho, dp->Wo, wt, dp->kh, dp->kw,
                        dp->kh - 1 - dp->p, dp->kw - 1 - dp->p, dp->C, dx + ((size_t)b * dp->H + ih) * dp->W * dp->L,
-                       dp->L, dp->W, acc, NULL};
+                       dp->L, dp->W, acc, NULL, 0, 0};
     dws_run_row(&r, ih);
 }
 
@@ -1133,11 +1151,11 @@ static void dwn_bwd(vt_node *n) {
  * GroupMixFormer's CPE (16×56²×80: 2.8 vs 5.9 ms), 2026-11-27, AMD EPYC Zen 3. In training it also makes the
  * convolution that gives dX (bprim); dW and the bias's gradient stay on this file's kernels.
  * Not with GELU fused on AVX-512 (unless the plan forces oneDNN): there dwn_fwd's 16-channel strips and mathfn.h's
- * GELU per output row beat oneDNN's convolution with its GELU post-op (PVTv2-b1's four MLP maps at batch 16: 17.5 /
- * 7.4 / 2.5 / 0.92 against 23.4 / 10.2 / 3.7 / 1.36 ms per node; batch 1: 1.16-1.27 / 0.55 / 0.20 / 0.10 against
- * 1.39-1.52 / 0.67-0.73 / 0.23 / 0.12; eval graphs 1.07 / 1.08 at batch 16, 1.02 / 1.03 at batch 1 (per-round
- * medians of two runs, old and new graph alternated in one process); Intel Xeon Ice Lake,
- * 2026-11-29). AVX2 machines were not measured: they keep oneDNN. */
+ * GELU (then a pass per output row, now in the strips' registers) beat oneDNN's convolution with its GELU post-op:
+ * PVTv2-b1's four MLP maps at batch 16 17.5 / 7.4 / 2.5 / 0.92 against 23.4 / 10.2 / 3.7 / 1.36 ms per node, at
+ * batch 1 1.16-1.27 / 0.55 / 0.20 / 0.10 against 1.39-1.52 / 0.67-0.73 / 0.23 / 0.12; eval graphs 1.07 / 1.08 at
+ * batch 16, 1.02 / 1.03 at batch 1 (per-round medians of two runs, old and new graph alternated in one process;
+ * Intel Xeon Ice Lake, 2026-11-29). AVX2 machines were not measured: they keep oneDNN. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
