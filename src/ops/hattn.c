@@ -283,6 +283,12 @@ static size_t hal_fused_floats(const hattn_p *a) {
     return (size_t)a->h2 * (n + 2 * (size_t)a->kw + 2) + 2 * n + 2 * (size_t)a->h2 * (m + 1);
 }
 
+/* The largest of m and the n floats at x. */
+static inline float max_from(const float *x, int n, float m) {
+    for (int k = 0; k < n; k++) m = x[k] > m ? x[k] : m;
+    return m;
+}
+
 /* Copies the n floats at x to g and returns their maximum (with m: the max so far). */
 static inline float copy_max(const float *x, float *g, int n, float m) {
     int k = 0;
@@ -295,11 +301,8 @@ static inline float copy_max(const float *x, float *g, int n, float m) {
         }
         m = vt_vhreduce(mv, 1);
     }
-    for (; k < n; k++) {
-        g[k] = x[k];
-        m = x[k] > m ? x[k] : m;
-    }
-    return m;
+    memcpy(g + k, x + k, sizeof(float) * (size_t)(n - k));
+    return max_from(x + k, n - k, m);
 }
 
 /* CHH on one query row: out_i = cb_i + Σ_j cw[i·h2 + j]·ihh_j for the h2 hallucinated heads (rows ms floats apart,
@@ -320,11 +323,8 @@ static inline __attribute__((always_inline)) void chh_row(const float *cw, const
             if (k < nv) mv[i] = VT_VPS(max)(mv[i], o);
         }
     }
-    for (int i = 0; i < H2; i++) {
-        float m = nv ? vt_vhreduce(mv[i], 1) : -INFINITY;
-        for (int k = nv; k < M; k++) m = out[(size_t)i * ms + k] > m ? out[(size_t)i * ms + k] : m;
-        mx[i] = m;
-    }
+    for (int i = 0; i < H2; i++)
+        mx[i] = max_from(out + (size_t)i * ms + nv, M - nv, nv ? vt_vhreduce(mv[i], 1) : -INFINITY);
 }
 
 /* Rows [0, rows) of the tile: src (h2 computed logit maps, head stride hs; S in backward, else P itself) ->
@@ -342,12 +342,8 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
         for (int j = 0; j < h2; j++) {
             const float *x = src + j * hs + (size_t)r * M, *w = iw + 9 * j;
             float *g = grid + (size_t)j * gs + kw + 1, *y = ihh + (size_t)j * ms;
-            float m = -INFINITY;
-            for (int k = 0; k < L; k++) { /* the lead keys bypass IHH */
-                y[k] = x[k];
-                m = x[k] > m ? x[k] : m;
-            }
-            smx[j] = copy_max(x + L, g, n, m);
+            memcpy(y, x, sizeof(float) * (size_t)L); /* the lead keys bypass IHH */
+            smx[j] = copy_max(x + L, g, n, max_from(x, L, -INFINITY));
             vt_vf wv[9];
             for (int t = 0; t < 9; t++) wv[t] = VT_VPS(set1)(w[t]);
             const vt_vf bj = VT_VPS(set1)(ib ? ib[j] : 0.0f);
@@ -356,7 +352,7 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
                                corr3_vec(g + k, kw, wv, VT_VPS(loadu)(cmL + k), VT_VPS(loadu)(cmR + k), bj));
             if (U) memcpy(U + j * hs + (size_t)r * M, y, sizeof(float) * (size_t)M);
         }
-        switch (h2) { /* the models' computed heads: DeiT 3, PVTv2 1 / 2 / 5 / 8 (Next-ViT's 4 to 24: the loop) */
+        switch (h2) { /* the models' computed heads: DeiT 3, PVTv2 1 / 2 / 5 / 8, Next-ViT 4 / 8 (its 12 to 24: the loop) */
         case 1: chh_row(cw, cb, ihh, ms, out, M, 1, hmx); break;
         case 2: chh_row(cw, cb, ihh, ms, out, M, 2, hmx); break;
         case 3: chh_row(cw, cb, ihh, ms, out, M, 3, hmx); break;
@@ -373,9 +369,7 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
                         o = VT_VPS(fmadd)(VT_VPS(set1)(cw[i * h2 + j]), VT_VPS(loadu)(ihh + (size_t)j * ms + k), o);
                     VT_VPS(storeu)(out + (size_t)i * ms + k, o);
                 }
-                const float *oi = out + (size_t)i * ms;
-                hmx[i] = oi[0];
-                for (int k = 1; k < M; k++) hmx[i] = oi[k] > hmx[i] ? oi[k] : hmx[i];
+                hmx[i] = max_from(out + (size_t)i * ms, M, -INFINITY);
             }
         }
         for (int i = 0; i < h2; i++)
