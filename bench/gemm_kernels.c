@@ -1,4 +1,5 @@
-/* Times each GEMM library (OpenBLAS, oneDNN, and vitc's dispatcher `auto`) on shapes read from stdin, one per line:
+/* Times each GEMM library (OpenBLAS, oneDNN, vitc's 64-column kernel `vitc` where it applies: N = 64, not AᵀBᵀ, built
+ * for AVX-512; and vitc's dispatcher `auto`) on shapes read from stdin, one per line:
  *   LABEL TA TB M N K LDA LDB LDC BETA PAR
  * PAR 0: one call on all threads (outside a parallel region); PAR 1: every thread runs its own call on its own
  * buffers inside an omp parallel region (vitc's per-head attention and per-panel GEMMs), GFLOP/s summed over threads.
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/ops/gemm64.h"
 #include "vitc/gemm.h"
 
 static double now_s(void) {
@@ -25,6 +27,15 @@ typedef struct {
     float beta;
 } shape;
 
+/* One call of plan p's vt_gemm, or of vitc's 64-column kernel when p is NULL (on the calling thread when par). */
+static void call(const vt_gemm_plan *p, const shape *s, const float *A, const float *B, float *C) {
+    if (p)
+        vt_gemm(p, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, s->lda, B, s->ldb, s->beta, C, s->ldc);
+    else
+        vt_gemm64(s->par ? 1 : omp_get_max_threads(), s->ta, s->tb, s->M, s->K, 1.0f, A, s->lda, B, s->ldb, s->beta,
+                  C, s->ldc);
+}
+
 /* Seconds per call (aggregate over threads when par) of `calls` calls. */
 static double burst(const vt_gemm_plan *p, const shape *s, float **A, float **B, float **C, int calls) {
     double t = now_s();
@@ -32,12 +43,10 @@ static double burst(const vt_gemm_plan *p, const shape *s, float **A, float **B,
 #pragma omp parallel
         {
             const int th = omp_get_thread_num();
-            for (int i = 0; i < calls; i++)
-                vt_gemm(p, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A[th], s->lda, B[th], s->ldb, s->beta, C[th], s->ldc);
+            for (int i = 0; i < calls; i++) call(p, s, A[th], B[th], C[th]);
         }
     } else {
-        for (int i = 0; i < calls; i++)
-            vt_gemm(p, s->ta, s->tb, s->M, s->N, s->K, 1.0f, A[0], s->lda, B[0], s->ldb, s->beta, C[0], s->ldc);
+        for (int i = 0; i < calls; i++) call(p, s, A[0], B[0], C[0]);
     }
     return (now_s() - t) / calls / (s->par ? omp_get_max_threads() : 1);
 }
@@ -48,10 +57,12 @@ int main(int argc, char **argv) {
     vt_machine m;
     vt_machine_probe(&m);
     vt_gemm_plan plan[3];
-    const char *libs[3] = {"openblas", "onednn", "auto"};
+    const char *libs[4] = {"openblas", "onednn", "auto", "vitc"};
     vt_err e = {{0}};
     for (int l = 0; l < 3; l++)
         if (vt_gemm_plan_init(&plan[l], libs[l], &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+    float a1 = 1.0f, b64[64] = {0}, c64[64];
+    const int have64 = vt_gemm64(1, 0, 0, 1, 1, 1.0f, &a1, 1, b64, 64, 0.0f, c64, 64) == 0; /* libvitc.a has it */
     char rule[768];
     printf("machine cpu=%s|avx2=%d|avx512=%d|avx512_bf16=%d|amx=%d|openblas=%s|onednn=%s|threads=%d\n", m.cpu_model,
            m.avx2, m.avx512, m.avx512_bf16, m.amx, m.openblas_core, m.onednn_isa, omp_get_max_threads());
@@ -76,21 +87,23 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < nc; i++) C[t][i] = 0.0f;
         }
         /* calls per burst: about burst_s, from one timed call per library (after a warm-up call) */
-        int calls[3];
-        for (int l = 0; l < 3; l++) {
-            burst(&plan[l], &s, A, B, C, 1);
-            double t1 = burst(&plan[l], &s, A, B, C, 1) * (s.par ? nt : 1);
+        const int nlib = have64 && s.N == 64 && !(s.ta && s.tb) ? 4 : 3;
+        int calls[4];
+        for (int l = 0; l < nlib; l++) {
+            const vt_gemm_plan *p = l < 3 ? &plan[l] : NULL;
+            burst(p, &s, A, B, C, 1);
+            double t1 = burst(p, &s, A, B, C, 1) * (s.par ? nt : 1);
             calls[l] = t1 > burst_s ? 1 : (int)(burst_s / (t1 > 1e-7 ? t1 : 1e-7)) + 1;
         }
-        double best[3] = {1e30, 1e30, 1e30};
+        double best[4] = {1e30, 1e30, 1e30, 1e30};
         for (int r = 0; r < reps; r++)
-            for (int k = 0; k < 3; k++) {
-                const int l = (k + r) % 3; /* rotate the order every round */
-                const double t = burst(&plan[l], &s, A, B, C, calls[l]);
+            for (int k = 0; k < nlib; k++) {
+                const int l = (k + r) % nlib; /* rotate the order every round */
+                const double t = burst(l < 3 ? &plan[l] : NULL, &s, A, B, C, calls[l]);
                 if (t < best[l]) best[l] = t;
             }
         const double flop = 2.0 * s.M * s.N * s.K;
-        for (int l = 0; l < 3; l++) printf("%s %s %.2f\n", label, libs[l], flop / best[l] / 1e9);
+        for (int l = 0; l < nlib; l++) printf("%s %s %.2f\n", label, libs[l], flop / best[l] / 1e9);
         fflush(stdout);
         for (int t = 0; t < nbuf; t++) {
             free(A[t]);

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""GEMM libraries on the real shapes of DeiT-T/S: OpenBLAS, oneDNN and vitc's dispatcher (`auto`).
+"""GEMM libraries on the real shapes of DeiT-T/S: OpenBLAS, oneDNN, vitc's 64-column kernel and its dispatcher (`auto`).
 
 Builds bench/gemm_kernels.c against build/libvitc.a, then, in one run, times every GEMM that vitc issues for
 DeiT-T and DeiT-S at batch 1 and 16 (forward qkv/proj/fc1/fc2, their backward dX and dW, the patch embedding,
 the per-head attention GEMMs and the per-panel fc1 GEMMs, which run one per thread inside vitc's parallel loops),
 with OPENBLAS_CORETYPE unset and =Prescott (what Debian's OpenBLAS 0.3.21 picks on Intel Xeons it does not know),
-plus a sweep of n^3 squares, one of few-row linear shapes (M rows, A·Bᵀ and its backward) and one of the
-hierarchical hosts' weight gradients (AᵀB over many rows) for the dispatch rule, alternating the settings --reps
+plus a sweep of n^3 squares, one of few-row linear shapes (M rows, A·Bᵀ and its backward), one of the
+hierarchical hosts' weight gradients (AᵀB over many rows) and one of products with 64 columns (rule 10: vitc's own
+kernel, timed as `vitc` on the shapes it takes, N = 64) for the dispatch rule, alternating the settings --reps
 times and keeping each library's best. Prints one table per setting with the CPU model and kernels, and a summary:
 the time of a model's GEMMs with each library, with `auto` and with the best library per shape.
 
@@ -102,6 +103,18 @@ def shapes(threads):
                 if (m, n, k) not in seen:
                     seen.add((m, n, k))
                     out.append((f"dW {host} {lin} {m}x{n}x{k}", "sweep", 1, 1, 0, m, n, k, m, n, n, 1, 0))
+    # rule 10's sweep: 64 output columns; stage-1 rows of the hosts at batch 16 (50176) and 1 (3136) over the depths
+    # of their linears (A·B: dX into 64 features, A·Bᵀ: a forward into 64), weight gradients AᵀB into 64 input
+    # features, and one-thread tiles (64-channel heads' P·V and dQ)
+    for m in (50176, 3136):
+        for k in (64, 128, 192, 256, 512):
+            out.append((f"n64 {m}x64x{k} A*B", "sweep", 1, 0, 0, m, 64, k, k, 64, 64, 1, 0))
+            out.append((f"n64 {m}x64x{k} A*B^T", "sweep", 1, 0, 1, m, 64, k, k, k, 64, 1, 0))
+    for m in (64, 128, 192, 256, 512):
+        for k in (50176, 3136, 784):
+            out.append((f"n64 dW {m}x64x{k}", "sweep", 1, 1, 0, m, 64, k, m, 64, 64, 1, 0))
+    for n in (49, 98, 197, 392):
+        out.append((f"n64 {n}x64x{n} per-thread", "sweep", 1, 0, 0, n, 64, n, n, 64, 64, 0, 1))
     out.append(("peak 1024^3", "peak", 1, 0, 0, 1024, 1024, 1024, 1024, 1024, 1024, 0, 0))
     return out
 
@@ -163,13 +176,15 @@ def main():
         machine, rule = info[key]
         env = " ".join(f"{k}={v}" for k, v in SETTINGS[key].items()) or "OPENBLAS_CORETYPE unset"
         out.append(f"\n{env}: {machine.replace('|', ', ')}\nauto rule: {rule}\n")
-        out.append("| GEMM | ta tb | M×N×K | threads | OpenBLAS GFLOP/s | oneDNN GFLOP/s | auto GFLOP/s | auto/best |")
-        out.append("|---|---|---|---|---:|---:|---:|---:|")
+        out.append("| GEMM | ta tb | M×N×K | threads | OpenBLAS GFLOP/s | oneDNN GFLOP/s | vitc GFLOP/s | "
+                   "auto GFLOP/s | auto/best library |")
+        out.append("|---|---|---|---|---:|---:|---:|---:|---:|")
         for s in shp:
             v = [best[key][(s[0], l)] for l in LIBS]
+            own = best[key].get((s[0], "vitc"))  # the 64-column kernel, where it applies
             thr = f"1 per call ×{a.threads}" if s[12] else str(a.threads)
             out.append(f"| {s[0]} | {s[3]} {s[4]} | {s[5]}×{s[6]}×{s[7]} | {thr} | {v[0]:.1f} | {v[1]:.1f} | "
-                       f"{v[2]:.1f} | {v[2] / max(v[0], v[1], 1e-9):.2f} |")
+                       f"{'–' if own is None else f'{own:.1f}'} | {v[2]:.1f} | {v[2] / max(v[0], v[1], 1e-9):.2f} |")
         # time of all GEMMs of a forward / backward with each library, with auto, and with the best per shape
         out.append("\n| model, batch, pass | GEMM GFLOP | OpenBLAS ms | oneDNN ms | auto ms | best per shape ms | "
                    "auto GFLOP/s | auto vs peak |")
@@ -182,13 +197,13 @@ def main():
         def flop(x):  # of all calls of shape x in a pass
             return 2.0 * x[5] * x[6] * x[7] * x[2] * (a.threads if x[12] else 1)
 
-        def rate(x, libs):  # best GFLOP/s among libs, never 0
-            return max(1e-9, max(best[key][(x[0], l)] for l in libs))
+        def rate(x, libs):  # best GFLOP/s among libs (those timed on x), never 0
+            return max(1e-9, max(best[key].get((x[0], l), 0.0) for l in libs))
 
         for gname, ss in groups.items():
             fl = sum(flop(x) for x in ss)
             t = {l: sum(flop(x) / rate(x, [l]) / 1e9 for x in ss) for l in LIBS}
-            tb = sum(flop(x) / rate(x, LIBS[:2]) / 1e9 for x in ss)
+            tb = sum(flop(x) / rate(x, LIBS[:2] + ["vitc"]) / 1e9 for x in ss)
             out.append(f"| {gname} | {fl / 1e9:.2f} | {1e3 * t['openblas']:.1f} | {1e3 * t['onednn']:.1f} | "
                        f"{1e3 * t['auto']:.1f} | {1e3 * tb:.1f} | {fl / t['auto'] / 1e9:.1f} | "
                        f"{100 * fl / t['auto'] / 1e9 / peak:.0f}% |")

@@ -1,12 +1,13 @@
 /* vt_gemm against the triple-loop reference for each library (forced) and for the automatic rule: every transpose,
  * alpha/beta, odd and tiny shapes, M/N/K = 1, leading dimensions wider than the rows, calls inside an OpenMP
- * parallel region; the rule itself; VITC_GEMM. */
+ * parallel region; vitc's 64-column kernel called directly; the rule itself; VITC_GEMM. */
 #include <dirent.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/ops/gemm64.h"
 #include "test.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
@@ -19,7 +20,8 @@ typedef struct {
 } dims;
 
 /* Max |C - ref| over the M×N block relative to 1 + max |ref|, or INFINITY when a padding column changed or C is not
- * finite. C starts as NaN when beta == 0 (it must not be read). */
+ * finite. C starts as NaN when beta == 0 (it must not be read). p NULL: vitc's 64-column kernel (N = 64) on
+ * omp_get_max_threads() threads instead of vt_gemm (INFINITY if it declines). */
 static double gemm_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alpha, float beta, vt_rng *r) {
     const int M = d.M, N = d.N, K = d.K;
     const int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
@@ -35,9 +37,13 @@ static double gemm_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
                 C[(size_t)i * ldc + j] = j >= N ? SENTINEL : beta == 0.0f ? NAN : vt_rng_normal(r);
         memcpy(R, C, sizeof(float) * nc);
         vt_gemm_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
-        vt_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        double e = 0.0, scale = 1.0;
         int ok = 1;
+        if (p)
+            vt_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        else
+            ok = N == 64 &&
+                 vt_gemm64(omp_get_max_threads(), ta, tb, M, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0;
+        double e = 0.0, scale = 1.0;
         for (int i = 0; i < M; i++)
             for (int j = 0; j < ldc; j++) {
                 const float c = C[(size_t)i * ldc + j], ref = R[(size_t)i * ldc + j];
@@ -58,9 +64,10 @@ static double gemm_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
     return err;
 }
 
-static const dims shapes[] = {{1, 1, 1}, {1, 1, 9},    {1, 13, 1},   {11, 1, 1},   {1, 33, 17},  {19, 1, 23},
-                              {2, 3, 4}, {5, 7, 3},    {37, 29, 53}, {49, 49, 32}, {64, 64, 64}, {197, 64, 83},
-                              {97, 131, 89}}; /* the last two: above 2^20 MACs, where auto picks oneDNN */
+static const dims shapes[] = {{1, 1, 1},    {1, 1, 9},    {1, 13, 1},   {11, 1, 1},   {1, 33, 17},
+                              {19, 1, 23},  {2, 3, 4},    {5, 7, 3},    {37, 29, 53}, {49, 49, 32},
+                              {64, 64, 64}, {197, 64, 83}, {97, 131, 89}, /* above 2^20 MACs: auto picks oneDNN */
+                              {301, 64, 131}, {67, 64, 3137}}; /* rule 10 on Intel's AVX-512: vitc's kernel */
 static const float ab[][2] = {{1.0f, 0.0f}, {0.7f, 0.5f}, {-1.3f, 1.0f}, {0.25f, -2.0f}, {0.0f, 0.5f}};
 
 static void check_libs(vt_test *T) {
@@ -111,7 +118,7 @@ static void check_in_parallel(vt_test *T) {
             vt_rng_seed(&r, 100 + (uint64_t)omp_get_thread_num());
             inpar = omp_get_num_threads() < 2 || omp_in_parallel();
             for (int t = 0; t < 4; t++) {
-                worst = fmax(worst, gemm_err(&p, t >> 1, t & 1, (dims){197, 64, 83}, 0.125f, 1.0f, &r));
+                worst = fmax(worst, gemm_err(&p, t >> 1, t & 1, (dims){197, 64, 170}, 0.125f, 1.0f, &r));
                 worst = fmax(worst, gemm_err(&p, t >> 1, t & 1, (dims){49, 49, 32}, 1.0f, 0.0f, &r));
             }
         }
@@ -121,6 +128,41 @@ static void check_in_parallel(vt_test *T) {
                 libs[l], nt, most);
         T_CHECK(T, worst < 1e-5, "%s inside omp parallel: worst relative error %g", libs[l], worst);
     }
+}
+
+/* vitc's 64-column kernel alone, on 1 and 2 threads: row counts around its 6-row tile (M = 1, 5, 6, 7, 13, 301), K
+ * around Aᵀ·B's 128-row passes and the threads' shares (1 to 1,000), every alpha/beta of check_libs; Aᵀ·Bᵀ and a
+ * build without AVX-512 decline. */
+static void check_gemm64(vt_test *T) {
+    static const int Ms[] = {1, 5, 6, 7, 13, 301}, Ks[] = {1, 3, 127, 129, 300, 1000};
+    vt_rng r;
+    vt_rng_seed(&r, 64);
+    float one = 1.0f, b[64] = {0}, c[64];
+    const int declined = vt_gemm64(1, 0, 0, 1, 1, 1.0f, &one, 1, b, 64, 0.0f, c, 64);
+    if (!VT_GEMM64) {
+        T_CHECK(T, declined == -1, "built without AVX-512: the kernel declines");
+        return;
+    }
+    T_CHECK(T, declined == 0, "built with AVX-512: the kernel runs");
+    T_CHECK(T, vt_gemm64(1, 1, 1, 1, 1, 1.0f, &one, 1, b, 1, 0.0f, c, 64) == -1, "A^T*B^T declines");
+    const int max_threads = omp_get_max_threads();
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        double worst = 0.0;
+        for (size_t m = 0; m < sizeof Ms / sizeof *Ms; m++)
+            for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++)
+                for (int t = 0; t < 3; t++) /* ta tb: 0 0, 0 1, 1 0 */
+                    for (size_t a = 0; a < sizeof ab / sizeof *ab; a++) {
+                        const int ta = t == 2, tb = t == 1;
+                        const double err = gemm_err(NULL, ta, tb, (dims){Ms[m], 64, Ks[k]}, ab[a][0], ab[a][1], &r);
+                        if (!(err < 1e-5))
+                            T_CHECK(T, err < 1e-5, "%d threads, ta=%d tb=%d %dx64x%d alpha %g beta %g: error %g", th,
+                                    ta, tb, Ms[m], Ks[k], ab[a][0], ab[a][1], err);
+                        worst = fmax(worst, err);
+                    }
+        T_CHECK(T, worst < 1e-5, "64-column kernel on %d threads: worst relative error %g", th, worst);
+    }
+    omp_set_num_threads(max_threads);
 }
 
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
@@ -252,6 +294,29 @@ static void check_prims(vt_test *T) {
     low.openblas = VT_ISA_AVX;
     T_CHECK(T, !vt_gemm_linear_wanted(&ob, 2, 196, 1536, 384, 1), "forced openblas: no primitive");
     T_CHECK(T, !vt_gemm_linear_wanted(&low, 2, 196, 1536, 384, 1), "below AVX2: no primitive");
+    /* rule 10: Intel's AVX-512, 64 columns, where the kernel is built (else the rules above) */
+    const vt_gemm_lib V = VT_GEMM64 ? VT_GEMM_VITC : DN;
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 0, 50176, 64, 512) == V, "Intel, 50176x64x512 A*B: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 1, 50176, 64, 512) == V, "Intel, 50176x64x512 A*B^T: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 0, 197, 64, 197) == V, "Intel, 197x64x197 on 1 thread: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, 512, 64, 50176) == (VT_GEMM64 ? VT_GEMM_VITC : OB),
+            "Intel, dW 512x64x50176: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 0, 98, 64, 98) == OB, "Intel, 98x64x98 (M*K < 2^15): openblas");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, 512, 64, 784) == DN, "Intel, dW over 784 rows: onednn");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, 32, 64, 50176) == DN, "Intel, dW with M 32: onednn");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, 64, 512, 50176) == DN, "Intel, dW with M 64, N 512: onednn");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 1, 512, 64, 50176) == DN, "Intel, A^T*B^T: onednn");
+    T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 0, 50176, 96, 512) == DN, "Intel, 96 columns: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 50176, 64, 512) == DN, "not Intel: onednn");
+    T_CHECK(T, vt_gemm_choose(&ob, 2, 0, 0, 50176, 64, 512) == OB, "forced openblas: openblas");
+    vt_gemm_plan intel2 = intel;
+    intel2.cpu = intel2.openblas = intel2.onednn = VT_ISA_AVX2;
+    T_CHECK(T, vt_gemm_choose(&intel2, 2, 0, 0, 50176, 64, 512) == DN, "Intel's AVX2: onednn");
+    char buf[768];
+    T_CHECK(T, (strstr(vt_gemm_rule(&intel, buf, sizeof buf), "64-column") != NULL) == VT_GEMM64, "rule text: %s",
+            buf);
+    T_CHECK(T, !strstr(vt_gemm_rule(&same, buf, sizeof buf), "64-column"), "rule text (not Intel): %s", buf);
+    T_CHECK(T, strcmp(vt_gemm_lib_name(VT_GEMM_VITC), "vitc") == 0, "the kernel's name");
 }
 
 /* vt_gemm_plan_init's names; VITC_GEMM reaches the graph, and a bad value is an error of vt_graph_new. */
@@ -294,6 +359,7 @@ static void check_machine(vt_test *T) {
 void test_gemm(vt_test *T) {
     check_libs(T);
     check_in_parallel(T);
+    check_gemm64(T);
     check_rule(T);
     check_prims(T);
     check_override(T);

@@ -1,4 +1,5 @@
-/* The one GEMM entry point: oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm per call (rule at vt_gemm_choose). */
+/* The one GEMM entry point: oneDNN's dnnl_sgemm, OpenBLAS's cblas_sgemm or vitc's 64-column kernel (gemm64.c) per
+ * call (rule at vt_gemm_choose). */
 #include "vitc/gemm.h"
 
 #include <cblas.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "gemm64.h"
 #include "mathfn.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -196,12 +198,38 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     per-round medians (Intel Xeon Ice Lake, 2026-11-29): CSwin-T training at batch 16 1.040 / 1.038 (two runs),
  *     inference 1.020 / 1.021, batch 1 1.003; DeiT-Ti hMHSA + cFFN inference 1.019 / 1.024, training 1.003;
  *     FLatten-CSwin-T 0.996; Swin-T 1.003 (no shape of it in the rule: the control). Not measured on Cascade Lake
- *     or on AMD's AVX-512. */
+ *     or on AMD's AVX-512.
+ * 10. Intel's AVX-512 (before every rule above but a forced library), products with N = 64 columns: A·B and A·Bᵀ
+ *     with M·K >= 2^15, and weight gradients Aᵀ·B over K >= 3136 rows with M >= 64: vitc's own kernel
+ *     (gemm64.c: a 6 × 64 register tile, A read in place, only Bᵀ's 64 rows packed). Xeon Ice Lake (2 vCPUs,
+ *     OpenBLAS "SkylakeX", oneDNN avx512_core_vnni), 2026-11-29, bench/gemm_kernels.py (best of 3 × 7 alternated
+ *     bursts; GFLOP/s, vitc vs the better library): 2 threads, A·Bᵀ M×64×K 50176×64×64 222 vs 153, ×512 221 vs
+ *     151, 3136×64×128 254 vs 166; A·B 50176×64×512 185 vs 156, 3136×64×64 307 vs 223, 50176×64×256 154 vs 165
+ *     (the one loss, 0.83-1.13 in other runs); Aᵀ·B 512×64×50176 187 vs 120, 64×64×50176 146 vs 110,
+ *     512×64×3136 201 vs 181 (but over 784 rows 0.89-1.01, and K = 197 0.7); one thread inside parallel loops:
+ *     DeiT's P·V and dQ of 64-channel heads, 197×64×197, 218-228 vs 167-201, 392×64×392 307 vs 229, while
+ *     98×64×98 (228 vs 240) and 49×64×49 (172 vs 188) stay with OpenBLAS. N = 128 as two 64-column halves won only
+ *     A·Bᵀ with K >= 512 (12544×128×1024 1.46x) and lost elsewhere (A·B 12544×128×128 0.85x, Aᵀ·B 128×128×12544
+ *     0.84x): not in the rule; M = 64 with N > 64 computed as the transposed product lost (64×512×50176 0.94x).
+ *     Whole graphs with and without the rule in one process, steps alternated, per-round median (best) of 14:
+ *     training at batch 16 FLatten-PVTv2-b1 1.024 (1.043; 1.024 and 1.052 in two more runs), PVTv2-b1 1.046,
+ *     PVTv2-b1 + hMHSA + cFFN 1.039, DeiT-T 1.014, DeiT-S 1.016, CSwin-T 0.997 (0.988 in a second run: level);
+ *     inference DeiT-T 1.047 at batch 16, 0.992 at batch 1; PVTv2-b1, FLatten-PVTv2-b1, DeiT-S + hMHSA + cFFN
+ *     0.995-1.015. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
 #define AVX2_ROWS_MNK (1LL << 13) /* rule 6: few-row products on more threads go to oneDNN from here */
 #define AVX2_ATB_MN (1LL << 18)   /* rule 7: AᵀB products with N > 256 go to OpenBLAS up to this M·N */
+
+#define N64_AB_MK (1LL << 15) /* rule 10: A·B / A·Bᵀ with N = 64 from M·K = 2^15 (197 × 197 is 1.3x, 98 × 98 0.9x) */
+#define N64_ATB_K 3136       /* rule 10: Aᵀ·B with N = 64 over this many rows */
+
+/* Rule 10: vitc's 64-column kernel (Intel's AVX-512, the kernel built). */
+static int n64_rule(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K) {
+    if (!VT_GEMM64 || !p->intel || p->cpu < VT_ISA_AVX512 || N != 64) return 0;
+    return ta ? !tb && K >= N64_ATB_K && M >= 64 : (long long)M * K >= N64_AB_MK;
+}
 
 /* Rule 8: a weight gradient AᵀB over many rows (K) with M >= 2N. */
 static int wide_dw(int M, int N, int K) {
@@ -210,6 +238,7 @@ static int wide_dw(int M, int N, int K) {
 
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
     if (p->force != VT_GEMM_AUTO) return p->force;
+    if (n64_rule(p, ta, tb, M, N, K)) return VT_GEMM_VITC;
     if (p->openblas != p->onednn) return p->openblas > p->onednn ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
     const long long mnk = (long long)M * N * K;
@@ -228,10 +257,13 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
 
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (vt_gemm_choose(p, threads, ta, tb, M, N, K) == VT_GEMM_ONEDNN &&
+    const vt_gemm_lib lib = vt_gemm_choose(p, threads, ta, tb, M, N, K);
+    if (lib == VT_GEMM_VITC && vt_gemm64(threads, ta, tb, M, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
+    if (lib != VT_GEMM_OPENBLAS &&
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
         return;
-    /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory) */
+    /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory); vitc's
+     * kernel falls back to oneDNN only when out of memory */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
 }
@@ -928,6 +960,10 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                          "matmul primitive, bias and residual fused",
                  p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
                  p->intel ? " (inference: every shape)" : "");
+    const size_t used = strlen(buf);
+    if (p->force == VT_GEMM_AUTO && n64_rule(p, 0, 0, 1, 64, (int)N64_AB_MK) && used < n)
+        snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15, "
+                                       "A^T*B over >= 3136 rows with M >= 64): vitc's 64-column kernel");
     return buf;
 }
 
@@ -958,7 +994,8 @@ int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_
 }
 
 const char *vt_gemm_lib_name(vt_gemm_lib lib) {
-    return lib == VT_GEMM_OPENBLAS ? "openblas" : lib == VT_GEMM_ONEDNN ? "onednn" : "auto";
+    static const char *const names[] = {"auto", "openblas", "onednn", "vitc"};
+    return lib >= VT_GEMM_AUTO && lib <= VT_GEMM_VITC ? names[lib] : "auto";
 }
 
 const char *vt_isa_name(vt_isa isa) {
