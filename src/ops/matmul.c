@@ -1,4 +1,5 @@
-/* Linear layers and batched matrix products on vt_gemm (oneDNN or OpenBLAS), plus a plain reference GEMM for tests. */
+/* Linear layers and batched matrix products on vt_gemm (oneDNN, OpenBLAS or vitc's 64-column kernel), plus a plain
+ * reference GEMM for tests. */
 #include <omp.h>
 #include <string.h>
 
