@@ -225,9 +225,12 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
 #define N64_AB_MK (1LL << 15) /* rule 10: A·B / A·Bᵀ with N = 64 from M·K = 2^15 (197 × 197 is 1.3x, 98 × 98 0.9x) */
 #define N64_ATB_K 3136       /* rule 10: Aᵀ·B with N = 64 over this many rows */
 
-/* Rule 10: vitc's 64-column kernel (Intel's AVX-512, the kernel built). */
+/* Whether rule 10 applies on this machine: Intel's AVX-512, the kernel built. */
+static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->intel && p->cpu >= VT_ISA_AVX512; }
+
+/* Rule 10: vitc's 64-column kernel for this shape. */
 static int n64_rule(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K) {
-    if (!VT_GEMM64 || !p->intel || p->cpu < VT_ISA_AVX512 || N != 64) return 0;
+    if (!n64_on(p) || N != 64) return 0;
     return ta ? !tb && K >= N64_ATB_K && M >= 64 : (long long)M * K >= N64_AB_MK;
 }
 
@@ -961,7 +964,7 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
                  p->intel ? " (inference: every shape)" : "");
     const size_t used = strlen(buf);
-    if (p->force == VT_GEMM_AUTO && n64_rule(p, 0, 0, 1, 64, (int)N64_AB_MK) && used < n)
+    if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)
         snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15, "
                                        "A^T*B over >= 3136 rows with M >= 64): vitc's 64-column kernel");
     return buf;
