@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
         if (vt_gemm_plan_init(&plan[l], libs[l], &e)) return fprintf(stderr, "%s\n", e.msg), 1;
     float a1 = 1.0f, b64[64] = {0}, c64[64];
     const int have64 = vt_gemm64(1, 0, 0, 1, 1, 1.0f, &a1, 1, b64, 64, 0.0f, c64, 64) == 0; /* libvitc.a has it */
-    char rule[768];
+    char rule[1024];
     printf("machine cpu=%s|avx2=%d|avx512=%d|avx512_bf16=%d|amx=%d|openblas=%s|onednn=%s|threads=%d\n", m.cpu_model,
            m.avx2, m.avx512, m.avx512_bf16, m.amx, m.openblas_core, m.onednn_isa, omp_get_max_threads());
     printf("rule %s\n", vt_gemm_rule(&plan[2], rule, sizeof rule));

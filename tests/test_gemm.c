@@ -1,6 +1,7 @@
 /* vt_gemm against the triple-loop reference for each library (forced) and for the automatic rule: every transpose,
  * alpha/beta, odd and tiny shapes, M/N/K = 1, leading dimensions wider than the rows, calls inside an OpenMP
- * parallel region; vitc's 64-column kernel called directly; the rule itself; VITC_GEMM. */
+ * parallel region; vitc's 64-column kernel called directly; rule 11's transposed weight gradients; the rule itself;
+ * VITC_GEMM. */
 #include <dirent.h>
 #include <math.h>
 #include <omp.h>
@@ -165,6 +166,33 @@ static void check_gemm64(vt_test *T) {
     omp_set_num_threads(max_threads);
 }
 
+/* Rule 11's transposed weight gradient (oneDNN's Bᵀ·A into a scratch, added into C transposed) through vt_gemm with
+ * an Intel AVX-512 plan on 2 threads (on any machine: the path needs only oneDNN): sizes around the 8×8 tiles of the
+ * transposed add (M, N multiples of 8 and not), every alpha/beta of check_libs. */
+static void check_transposed_dw(vt_test *T) {
+    static const dims ds[] = {{256, 128, 3136}, {283, 121, 3137}};
+    const vt_gemm_plan intel = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX512, .openblas = VT_ISA_AVX512,
+                                .onednn = VT_ISA_AVX512, .intel = 1};
+    vt_rng r;
+    vt_rng_seed(&r, 11);
+    const int max_threads = omp_get_max_threads();
+    omp_set_num_threads(2);
+    double worst = 0.0;
+    for (size_t d = 0; d < sizeof ds / sizeof *ds; d++) {
+        T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, ds[d].M, ds[d].N, ds[d].K) == VT_GEMM_ONEDNN_T,
+                "%dx%dx%d on 2 threads: rule 11", ds[d].M, ds[d].N, ds[d].K);
+        for (size_t a = 0; a < sizeof ab / sizeof *ab; a++) {
+            const double err = gemm_err(&intel, 1, 0, ds[d], ab[a][0], ab[a][1], &r);
+            if (!(err < 1e-5))
+                T_CHECK(T, err < 1e-5, "A^T*B %dx%dx%d alpha %g beta %g: error %g", ds[d].M, ds[d].N, ds[d].K,
+                        ab[a][0], ab[a][1], err);
+            worst = fmax(worst, err);
+        }
+    }
+    T_CHECK(T, worst < 1e-5, "transposed weight gradients: worst relative error %g", worst);
+    omp_set_num_threads(max_threads);
+}
+
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
@@ -209,6 +237,28 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 1, 0, 1024, 256, 3136) == DN, "AVX-512: dW on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 1024, 256, 3136) == DN, "AVX-512: A*B of the same size: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 64, 50176) == DN, "AVX2: no rule 8");
+    /* rule 11 (Intel's AVX-512): weight gradients over >= 3136 rows, 96 <= N <= 256, M >= 2N, M*N in 2^15..2^18 */
+    vt_gemm_plan in = same;
+    in.intel = 1;
+    const vt_gemm_lib TD = VT_GEMM_ONEDNN_T;
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1024, 256, 3136) == TD, "Intel: dW 1024x256x3136: transposed");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 384, 96, 50176) == TD, "Intel: dW 384x96x50176: transposed");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 288, 96, 50176) == DN, "Intel: dW with M*N < 2^15: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1024, 128, 12544) == TD, "Intel: dW 1024x128x12544: transposed");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1024, 256, 3135) == DN, "Intel: dW over 3135 rows: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1536, 384, 3136) == OB, "Intel: dW with N 384: rule 8");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 2048, 256, 3136) == OB, "Intel: dW with M*N 2^19: rule 8");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 255, 128, 12544) == DN, "Intel: dW with M < 2N: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 320, 80, 12544) == DN, "Intel: dW with N 80: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 1, 1, 0, 1024, 256, 3136) == DN, "Intel: dW on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 0, 0, 1024, 256, 3136) == DN, "Intel: A*B: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 1, 1024, 256, 3136) == DN, "Intel: A^T*B^T: onednn");
+    vt_gemm_plan in2 = avx2;
+    in2.intel = 1;
+    T_CHECK(T, vt_gemm_choose(&in2, 2, 1, 0, 1024, 256, 3136) == OB, "Intel's AVX2: rule 7, not 11");
+    vt_gemm_plan inf = in;
+    inf.force = DN;
+    T_CHECK(T, vt_gemm_choose(&inf, 2, 1, 0, 1024, 256, 3136) == DN, "Intel, forced onednn: onednn");
     vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");
@@ -222,6 +272,10 @@ static void check_rule(vt_test *T) {
     char buf[256];
     T_CHECK(T, strstr(vt_gemm_rule(&prescott, buf, sizeof buf), "onednn") != NULL, "rule text: %s", buf);
     T_CHECK(T, strstr(vt_gemm_rule(&forced, buf, sizeof buf), "forced") != NULL, "rule text: %s", buf);
+    char text[1024];
+    T_CHECK(T, strstr(vt_gemm_rule(&in, text, sizeof text), "transposed product") != NULL, "rule text: %s", text);
+    T_CHECK(T, !strstr(vt_gemm_rule(&same, text, sizeof text), "transposed"), "rule text (not Intel): %s", text);
+    T_CHECK(T, strcmp(vt_gemm_lib_name(TD), "onednn_t") == 0, "rule 11's name");
 }
 
 /* The linear primitives (rule 5): y = post(x·wᵀ + b) against a double-precision reference for every post-op, with
@@ -312,7 +366,7 @@ static void check_prims(vt_test *T) {
     vt_gemm_plan intel2 = intel;
     intel2.cpu = intel2.openblas = intel2.onednn = VT_ISA_AVX2;
     T_CHECK(T, vt_gemm_choose(&intel2, 2, 0, 0, 50176, 64, 512) == DN, "Intel's AVX2: onednn");
-    char buf[768];
+    char buf[1024];
     T_CHECK(T, (strstr(vt_gemm_rule(&intel, buf, sizeof buf), "64-column") != NULL) == VT_GEMM64, "rule text: %s",
             buf);
     T_CHECK(T, !strstr(vt_gemm_rule(&same, buf, sizeof buf), "64-column"), "rule text (not Intel): %s", buf);
@@ -360,6 +414,7 @@ void test_gemm(vt_test *T) {
     check_libs(T);
     check_in_parallel(T);
     check_gemm64(T);
+    check_transposed_dw(T);
     check_rule(T);
     check_prims(T);
     check_override(T);

@@ -740,7 +740,7 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[768], warn[512], isa[64];
+    char rule[1024], warn[512], isa[64];
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {

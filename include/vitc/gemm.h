@@ -10,9 +10,16 @@
 
 #include "vitc/error.h"
 
-/* A GEMM library; VT_GEMM_AUTO lets the rule choose per call; VT_GEMM_VITC, vitc's own kernel for products with 64
- * columns on AVX-512 (rule 10), is only chosen by the rule. */
-typedef enum vt_gemm_lib { VT_GEMM_AUTO = 0, VT_GEMM_OPENBLAS = 1, VT_GEMM_ONEDNN = 2, VT_GEMM_VITC = 3 } vt_gemm_lib;
+/* A GEMM library; VT_GEMM_AUTO lets the rule choose per call. Only the rule chooses VT_GEMM_VITC, vitc's own kernel
+ * for products with 64 columns on AVX-512 (rule 10), and VT_GEMM_ONEDNN_T, oneDNN computing a weight gradient's
+ * transpose, added into C transposed (rule 11). */
+typedef enum vt_gemm_lib {
+    VT_GEMM_AUTO = 0,
+    VT_GEMM_OPENBLAS = 1,
+    VT_GEMM_ONEDNN = 2,
+    VT_GEMM_VITC = 3,
+    VT_GEMM_ONEDNN_T = 4
+} vt_gemm_lib;
 
 /* x86 vector ISA tiers, ordered: a library's kernel below the CPU's tier is "generic" for that CPU. */
 typedef enum vt_isa { VT_ISA_GENERIC = 0, VT_ISA_AVX = 1, VT_ISA_AVX2 = 2, VT_ISA_AVX512 = 3 } vt_isa;
@@ -153,7 +160,7 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n);
  * does not know), writes a warning naming the kernels and what vitc does about it into buf and returns 1; else 0. */
 int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_t n);
 
-/* "auto", "openblas", "onednn" or "vitc". */
+/* "auto", "openblas", "onednn", "vitc" or "onednn_t". */
 const char *vt_gemm_lib_name(vt_gemm_lib lib);
 
 /* "generic SSE", "AVX", "AVX2" or "AVX-512". */

@@ -13,6 +13,7 @@
 
 #include "gemm64.h"
 #include "mathfn.h"
+#include "transpose8.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -215,7 +216,20 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     training at batch 16 FLatten-PVTv2-b1 1.024 (1.043; 1.024 and 1.052 in two more runs), PVTv2-b1 1.046,
  *     PVTv2-b1 + hMHSA + cFFN 1.039, DeiT-T 1.014, DeiT-S 1.016, CSwin-T 0.997 (0.988 in a second run: level);
  *     inference DeiT-T 1.047 at batch 16, 0.992 at batch 1; PVTv2-b1, FLatten-PVTv2-b1, DeiT-S + hMHSA + cFFN
- *     0.995-1.015. */
+ *     0.995-1.015.
+ * 11. Intel's AVX-512, more threads, a weight gradient C = Aᵀ·B over K >= 3136 rows with 96 <= N <= 256, M >= 2N and
+ *     2^15 <= M·N <= 2^18 (fc1's and qkv's dW at C = 96 ... 256): oneDNN computes the transpose S = Bᵀ·A (N × M)
+ *     into a scratch, added into C transposed in 8×8 register tiles (atb_transposed). oneDNN 2.6.3 runs Aᵀ·B well
+ *     with few rows and many columns and badly the other way round (rule 8's reason), and neither library computes
+ *     C in the other orientation. Xeon Ice Lake, 2026-11-29, vt_gemm with and without the rule in one process,
+ *     calls alternated, per-round medians of 20 (the copy and the transposed add included): 1024×256×3136 1.17
+ *     (CSwin-T stage 3 fc1), 768×256×3136 1.14, 1024×128×12544 1.17, 512×128×12544 1.07, 384×128×12544 1.30,
+ *     256×128×12544 1.04, 384×96×50176 1.15, 640×160×12544 1.10, the 192-wide 576/768×192×3152/12544 and
+ *     512×256×12544 1.00-1.03; 288×96×50176 0.98 and 192×96×12544 0.90 (hence M·N >= 2^15); N = 320-768 mixed
+ *     (0.74-1.16 over runs) and M·N above 2^18 unmeasured: outside. Whole training steps at batch 16, the rule off
+ *     and on in one process, per-round medians: CSwin-T 1.024 (1.020-1.025 in three earlier runs), DeiT-T 1.051
+ *     (1.035, 1.04), GroupMixFormer-S 1.031, FLatten-PVTv2-b1 1.023, Swin-T 1.000, Next-ViT-S 0.992, DeiT-S (no
+ *     shape in the rule: the control) 0.971. Not measured on Cascade Lake or AMD. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -224,6 +238,9 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
 
 #define N64_AB_MK (1LL << 15) /* rule 10: A·B / A·Bᵀ with N = 64 from M·K = 2^15 (197 × 197 is 1.3x, 98 × 98 0.9x) */
 #define N64_ATB_K 3136       /* rule 10: Aᵀ·B with N = 64 over this many rows */
+#define TDW_K 3136            /* rule 11: weight gradients over this many rows */
+#define TDW_MN_MIN (1LL << 15) /* rule 11: smaller gradients (192 × 96) lost */
+#define TDW_MN_MAX (1LL << 18) /* rule 11: the largest gradient measured (1024 × 256), the transposed copy's size */
 
 /* Whether rule 10 applies on this machine: Intel's AVX-512, the kernel built. */
 static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->intel && p->cpu >= VT_ISA_AVX512; }
@@ -232,6 +249,12 @@ static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->intel && p->cp
 static int n64_rule(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K) {
     if (!n64_on(p) || N != 64) return 0;
     return ta ? !tb && K >= N64_ATB_K && M >= 64 : (long long)M * K >= N64_AB_MK;
+}
+
+/* Rule 11: a weight gradient AᵀB over many rows with 96 <= N <= 256, M >= 2N and 2^15 <= M·N <= 2^18, on Intel. */
+static int tdw_rule(const vt_gemm_plan *p, int M, int N, int K) {
+    const long long mn = (long long)M * N;
+    return p->intel && K >= TDW_K && N >= 96 && N <= 256 && M >= 2 * N && mn >= TDW_MN_MIN && mn <= TDW_MN_MAX;
 }
 
 /* Rule 8: a weight gradient AᵀB over many rows (K) with M >= 2N. */
@@ -253,20 +276,59 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
         return mnk < TINY_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
     }
     if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
+    if (threads > 1 && ta && !tb && tdw_rule(p, M, N, K)) return VT_GEMM_ONEDNN_T;
     if (threads > 1 && ta && !tb && wide_dw(M, N, K)) return VT_GEMM_OPENBLAS;
     if (threads <= 1 && p->intel && !ta && tb && K <= 32 && mnk >= TINY_MNK) return VT_GEMM_ONEDNN; /* rule 9 */
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
+}
+
+/* Rule 11: C (M×N) = alpha·Aᵀ·B + beta·C (A K×M, B K×N) as its transpose S = alpha·Bᵀ·A through oneDNN into a
+ * scratch, then C = Sᵀ + beta·C, 8×8 tiles transposed in registers, on all threads (outside parallel regions); 0,
+ * or -1 with C untouched (no memory, or oneDNN refused). */
+static int atb_transposed(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc) {
+    float *S = malloc(sizeof(float) * (size_t)M * N);
+    if (!S) return -1;
+    if (dnnl_sgemm('T', 'N', N, M, K, alpha, B, ldb, A, lda, 0.0f, S, M) != dnnl_success) {
+        free(S);
+        return -1;
+    }
+    const int add = beta != 0.0f;
+#pragma omp parallel for schedule(static)
+    for (int i0 = 0; i0 < M; i0 += 8) {
+        const int ni = M - i0 < 8 ? M - i0 : 8;
+        float *c = C + (size_t)i0 * ldc;
+        if (add && beta != 1.0f)
+            for (int i = 0; i < ni; i++)
+                for (int j = 0; j < N; j++) c[(size_t)i * ldc + j] *= beta;
+        for (int j0 = 0; j0 < N; j0 += 8) {
+            const int nj = N - j0 < 8 ? N - j0 : 8;
+            const float *s = S + (size_t)j0 * M + i0; /* S's rows j0.., columns i0.. */
+#if defined(__AVX__)
+            if (ni == 8 && nj == 8) {
+                transpose8(s, M, c + j0, ldc, add);
+                continue;
+            }
+#endif
+            for (int i = 0; i < ni; i++)
+                for (int j = 0; j < nj; j++)
+                    c[(size_t)i * ldc + j0 + j] = s[(size_t)j * M + i] + (add ? c[(size_t)i * ldc + j0 + j] : 0.0f);
+        }
+    }
+    free(S);
+    return 0;
 }
 
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     const vt_gemm_lib lib = vt_gemm_choose(p, threads, ta, tb, M, N, K);
     if (lib == VT_GEMM_VITC && vt_gemm64(threads, ta, tb, M, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
+    if (lib == VT_GEMM_ONEDNN_T && atb_transposed(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
     if (lib != VT_GEMM_OPENBLAS &&
         dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success)
         return;
     /* OpenBLAS, or oneDNN refused (it returns an error only for arguments out of range or out of memory); vitc's
-     * kernel falls back to oneDNN only when out of memory */
+     * kernel and rule 11's transposed product fall back to oneDNN's direct product only when out of memory */
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
 }
@@ -958,9 +1020,12 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
-                         "openblas; A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) on "
-                         "more than 1 thread: openblas;%s a linear's whole forward with M <= 2K or K >= 2N%s: onednn "
-                         "matmul primitive, bias and residual fused",
+                         "openblas;%s A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) "
+                         "on more than 1 thread: openblas;%s a linear's whole forward with M <= 2K or K >= 2N%s: "
+                         "onednn matmul primitive, bias and residual fused",
+                 p->intel ? " A^T*B over >= 3136 rows with 96 <= N <= 256, M >= 2N, 2^15 <= M*N <= 2^18 on more "
+                            "than 1 thread: onednn on the transposed product;"
+                          : "",
                  p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
                  p->intel ? " (inference: every shape)" : "");
     const size_t used = strlen(buf);
@@ -997,8 +1062,8 @@ int vt_gemm_warning(const vt_gemm_plan *p, const vt_machine *m, char *buf, size_
 }
 
 const char *vt_gemm_lib_name(vt_gemm_lib lib) {
-    static const char *const names[] = {"auto", "openblas", "onednn", "vitc"};
-    return lib >= VT_GEMM_AUTO && lib <= VT_GEMM_VITC ? names[lib] : "auto";
+    static const char *const names[] = {"auto", "openblas", "onednn", "vitc", "onednn_t"};
+    return lib >= VT_GEMM_AUTO && lib <= VT_GEMM_ONEDNN_T ? names[lib] : "auto";
 }
 
 const char *vt_isa_name(vt_isa isa) {
