@@ -80,7 +80,7 @@ vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, i
         h = vt_reshape(g, vt_conv2d_nhwc_relu(g, xm, w, bias, 1, 1, C / NV_HEAD_DIM), 3, tok);
     } else {
         h = vt_reshape(g, vt_conv2d_nhwc(g, xm, w, NULL, 1, 1, C / NV_HEAD_DIM), 3, tok);
-        h = vt_relu(g, bn(g, prefix, "norm", h, 0));
+        h = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "norm"), h, -1, NV_EPS, NV_MOMENTUM, VT_RELU);
     }
     return vt_pointwise_p(g, vt_pname(nm, prefix, "projection"), h, C, 0, VT_INIT_W02);
 }
