@@ -228,8 +228,9 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     512×256×12544 1.00-1.03; 288×96×50176 0.98 and 192×96×12544 0.90 (hence M·N >= 2^15); N = 320-768 mixed
  *     (0.74-1.16 over runs) and M·N above 2^18 unmeasured: outside. Whole training steps at batch 16, the rule off
  *     and on in one process, per-round medians: CSwin-T 1.024 (1.020-1.025 in three earlier runs), DeiT-T 1.051
- *     (1.035, 1.04), GroupMixFormer-S 1.031, FLatten-PVTv2-b1 1.023, Swin-T 1.000, Next-ViT-S 0.992, DeiT-S (no
- *     shape in the rule: the control) 0.971. Not measured on Cascade Lake or AMD. */
+ *     (1.035, 1.04), GroupMixFormer-S 1.031, FLatten-PVTv2-b1 1.023, Swin-T 1.000, Next-ViT-S 0.992 (its deployed
+ *     graph trained: the same GEMM shapes), DeiT-S (no shape in the rule: the control) 0.971. Not measured on
+ *     Cascade Lake or AMD. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
