@@ -257,6 +257,27 @@ static inline float bn_act_d(int act, float z) {
 
 #define CB 64 /* channels-last: channels per work item */
 
+/* Chunk k's sums a1, a2 of channels [c0, c0 + cw) into part (2·nch·C doubles, chunk-major, pairs). */
+static void store_part(double *part, int k, int C, int c0, int cw, const double *a1, const double *a2) {
+    for (int j = 0; j < cw; j++) {
+        part[2 * ((size_t)k * C + c0 + j)] = a1[j];
+        part[2 * ((size_t)k * C + c0 + j) + 1] = a2[j];
+    }
+}
+
+/* s1[c], s2[c]: the nch chunks' partial sums of channel c added in chunk order (the same result on any threads). */
+static void add_parts(const double *part, int nch, int C, double *s1, double *s2) {
+    for (int c = 0; c < C; c++) {
+        double t1 = 0.0, t2 = 0.0;
+        for (int k = 0; k < nch; k++) {
+            t1 += part[2 * ((size_t)k * C + c)];
+            t2 += part[2 * ((size_t)k * C + c) + 1];
+        }
+        s1[c] = t1;
+        s2[c] = t2;
+    }
+}
+
 /* Per-channel sums over (outer, C, inner): s1[c] = Σ f, s2[c] = Σ f·(x − m[c]) with f = u if u is given else
  * x − m[c] (m NULL: 0). outer is split into nch fixed chunks (partials in part: 2·nch·C doubles). Channels-last
  * (inner = 1): x's and u's rows are ldx and ldu floats apart (C for a plain map; more for channels [c0, c0 + C) of
@@ -314,20 +335,9 @@ static void chan_sums_ld(const float *x, ptrdiff_t ldx, const float *u, ptrdiff_
                 a1[0] = t1;
                 a2[0] = t2;
             }
-            for (int j = 0; j < cw; j++) {
-                part[2 * ((size_t)k * C + c0 + j)] = a1[j];
-                part[2 * ((size_t)k * C + c0 + j) + 1] = a2[j];
-            }
+            store_part(part, k, C, c0, cw, a1, a2);
         }
-    for (int c = 0; c < C; c++) {
-        double t1 = 0.0, t2 = 0.0;
-        for (int k = 0; k < nch; k++) {
-            t1 += part[2 * ((size_t)k * C + c)];
-            t2 += part[2 * ((size_t)k * C + c) + 1];
-        }
-        s1[c] = t1;
-        s2[c] = t2;
-    }
+    add_parts(part, nch, C, s1, s2);
 }
 
 static void chan_sums(const float *x, const float *u, const float *m, int outer, int C, int inner, int nch,
@@ -395,20 +405,9 @@ static void chan_sums_act(int act, const float *x, float *u, const float *m, con
                     ACT_SUMS(act, 0, x + base, u + base, m + c0, k1 + c0, k0 + c0, inner, a1, a2);
                 }
             }
-            for (int j = 0; j < cw; j++) {
-                part[2 * ((size_t)k * C + c0 + j)] = a1[j];
-                part[2 * ((size_t)k * C + c0 + j) + 1] = a2[j];
-            }
+            store_part(part, k, C, c0, cw, a1, a2);
         }
-    for (int c = 0; c < C; c++) {
-        double t1 = 0.0, t2 = 0.0;
-        for (int k = 0; k < nch; k++) {
-            t1 += part[2 * ((size_t)k * C + c)];
-            t2 += part[2 * ((size_t)k * C + c) + 1];
-        }
-        s1[c] = t1;
-        s2[c] = t2;
-    }
+    add_parts(part, nch, C, s1, s2);
 }
 
 /* Batch statistics of each channel of x (outer, C, inner) (part: the chunks' partial sums). One pass over x: sums of
