@@ -257,6 +257,15 @@ static inline float bn_act_d(int act, float z) {
 
 #define CB 64 /* channels-last: channels per work item */
 
+/* The work item (k, jb) of the per-channel sums: rows [o0, o1) of outer's nch fixed chunks (the same split on any
+ * number of threads, so the sums do not depend on it) and channels [c0, c0 + cw) of blocks of cb. */
+static void chunk_range(int k, int jb, int nch, int outer, int C, int cb, int *o0, int *o1, int *c0, int *cw) {
+    *o0 = (int)((int64_t)outer * k / nch);
+    *o1 = (int)((int64_t)outer * (k + 1) / nch);
+    *c0 = jb * cb;
+    *cw = *c0 + cb < C ? cb : C - *c0;
+}
+
 /* Chunk k's sums a1, a2 of channels [c0, c0 + cw) into part (2·nch·C doubles, chunk-major, pairs). */
 static void store_part(double *part, int k, int C, int c0, int cw, const double *a1, const double *a2) {
     for (int j = 0; j < cw; j++) {
@@ -288,8 +297,8 @@ static void chan_sums_ld(const float *x, ptrdiff_t ldx, const float *u, ptrdiff_
 #pragma omp parallel for schedule(static) collapse(2)
     for (int k = 0; k < nch; k++)
         for (int jb = 0; jb < nb; jb++) {
-            const int o0 = (int)((int64_t)outer * k / nch), o1 = (int)((int64_t)outer * (k + 1) / nch);
-            const int c0 = jb * cb, cw = c0 + cb < C ? cb : C - c0;
+            int o0, o1, c0, cw;
+            chunk_range(k, jb, nch, outer, C, cb, &o0, &o1, &c0, &cw);
             double a1[CB] = {0}, a2[CB] = {0};
             float mm[CB];
             for (int j = 0; j < cw; j++) mm[j] = m ? m[c0 + j] : 0.0f;
@@ -393,8 +402,8 @@ static void chan_sums_act(int act, const float *x, float *u, const float *m, con
 #pragma omp parallel for schedule(static) collapse(2)
     for (int k = 0; k < nch; k++)
         for (int jb = 0; jb < nb; jb++) {
-            const int o0 = (int)((int64_t)outer * k / nch), o1 = (int)((int64_t)outer * (k + 1) / nch);
-            const int c0 = jb * cb, cw = c0 + cb < C ? cb : C - c0;
+            int o0, o1, c0, cw;
+            chunk_range(k, jb, nch, outer, C, cb, &o0, &o1, &c0, &cw);
             double a1[CB] = {0}, a2[CB] = {0};
             for (int o = o0; o < o1; o++) {
                 if (inner == 1) {
