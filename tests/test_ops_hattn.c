@@ -190,6 +190,14 @@ void test_ops_hattn(vt_test *T) {
         {"h2_3", 2, 10, 0, 24, 0, 6, 12, 0, 6, 12, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         {"h2_5_tail", 1, 17, 0, 40, 0, 10, 20, 0, 10, 20, 1, 4, 4, 1, 1, 1, 0, 0.5f},
         {"h2_12", 1, 10, 0, 48, 0, 24, 24, 0, 12, 24, 1, 3, 3, 1, 1, 1, 0, 0.5f},
+        /* grid rows of 14 keys: one vector each with AVX-512 (hal_rows in hattn.c; 1, 3, 5 and 12 computed heads,
+         * separate keys); 15 keys: the flat grid (hal_fused) */
+        {"rows_h2_1", 2, 43, 0, 16, 0, 2, 8, 0, 4, 8, 1, 3, 14, 1, 1, 1, 0, 0.5f},
+        {"rows_h2_3", 2, 43, 0, 24, 0, 6, 12, 0, 6, 12, 1, 3, 14, 1, 1, 1, 0, 0.5f},
+        {"rows_h2_5", 1, 43, 0, 40, 0, 10, 20, 0, 10, 20, 1, 3, 14, 1, 1, 1, 0, 0.5f},
+        {"rows_h2_12", 1, 43, 0, 48, 0, 24, 24, 0, 12, 24, 1, 3, 14, 1, 1, 1, 0, 0.5f},
+        {"rows_sep_kv", 2, 10, 56, 8, 24, 4, 16, 0, 0, 8, 0, 4, 14, 1, 1, 1, 0, 0.5f},
+        {"flat_3x15", 1, 46, 0, 24, 0, 6, 12, 0, 6, 12, 1, 3, 15, 1, 1, 1, 0, 0.5f},
         /* 8 computed heads: CHH as a GEMM (CHH_GEMM in hattn.c) */
         {"chh_gemm", 2, 10, 0, 64, 0, 16, 32, 0, 16, 32, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         {"chh_gemm_first_b1", 1, 12, 6, 16, 48, 16, 32, 0, 0, 16, 0, 2, 3, 1, 1, 1, 1, 0.5f},
@@ -206,6 +214,8 @@ void test_ops_hattn(vt_test *T) {
         /* grids of at least 3x3: the unpadded IHH (corr3_grid, ihh_wgrad in hattn.c) */
         {"fd_grid_3x4", 1, 4, 12, 4, 12, 4, 8, 0, 0, 4, 0, 3, 4, 1, 1, 0, 0, 0.5f},
         {"fd_deit_3x3_ihh", 1, 10, 0, 16, 0, 4, 8, 0, 4, 8, 1, 3, 3, 1, 0, 1, 0, 0.8f},
+        /* backward after hal_rows' forward */
+        {"fd_rows_3x14", 1, 4, 42, 4, 12, 4, 8, 0, 0, 4, 0, 3, 14, 1, 1, 0, 0, 0.5f},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

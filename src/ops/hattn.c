@@ -17,6 +17,7 @@
  * into its own dK/dV block that is added after the entry. The weights' gradients are summed per thread. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "mathfn.h"
@@ -379,6 +380,171 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
     }
 }
 
+#if VT_VW == 16
+/* hal_fused's forward on grids of at most 14 columns with AVX-512: a grid row is one vector, its kw keys in lanes
+ * 1 .. kw and zeros in the others, which are the 3x3 correlation's left and right borders; the taps dx = ±1 are the
+ * row shifted by one lane (valignd), the rows above and below a rolling window of registers. IHH's and CHH's outputs
+ * stay in that layout (aligned scratch), and the hallucinated probabilities go to P's rows through masked stores.
+ * hal_fused's flat grid reads eleven unaligned vectors per output vector, most of them split across two cache lines
+ * at 512 bits, but packs the grid densely: the rows win only where they are no more vectors than the flat grid plus
+ * one. The op's eval forward at batch 16, alternated in one process (Intel Xeon Ice Lake, 2026-11-29): DeiT-Ti's 14 x
+ * 14 keys (1.09-1.17x; its training step's op 1.09x), 10 x 10 1.01x, 8 x 8 0.99x, PVTv2-b1's and Next-ViT-S's 7 x 7
+ * 0.92-0.97x in one run, 0.97-1.10x in another: those keep hal_fused. Backward stays with hal_fused_bwd (IHH's
+ * gradients in this layout: 1.02-1.04x at 14 x 14, 0.98x at 7 x 7). */
+static int hal_rows_ok(const hattn_p *a) {
+    return hal_fused_ok(a) && a->kw <= VT_VW - 2 && a->kh * VT_VW <= vw_round(a->kh * a->kw) + VT_VW;
+}
+
+/* Floats of a thread's hal_rows scratch: IHH's and CHH's h2 × kh row vectors, their h2 × klead lead keys, 2·h2
+ * maxima and a vector's worth for the alignment. */
+static size_t hal_rows_floats(const hattn_p *a) {
+    return 2 * (size_t)a->h2 * ((size_t)a->kh * VT_VW + (size_t)a->klead + 1) + VT_VW;
+}
+
+/* v's lanes moved up by one (lane i = v[i − 1], lane 0 = 0), and down by one (lane i = v[i + 1], lane 15 = 0). */
+static inline __m512 lane_up(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_setzero_si512(), 15));
+}
+static inline __m512 lane_down(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_setzero_si512(), _mm512_castps_si512(v), 1));
+}
+
+/* The 3x3 correlation (taps w, plus bias) of a kh × kw grid whose row yy is the masked load (gm: lanes 1 .. kw) at
+ * x + yy·rs, into kh row vectors y; returns the largest of the grid's values. */
+static float corr_rows(const hattn_p *a, const float *x, size_t rs, const float *w, float bias, __mmask16 gm,
+                       float *y) {
+    const int kh = a->kh;
+    __m512 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(w[t]);
+    const __m512 z = _mm512_setzero_ps(), bv = _mm512_set1_ps(bias);
+    __m512 mx = _mm512_set1_ps(-INFINITY), pc = z, pl = z, pr = z;
+    __m512 cc = _mm512_maskz_loadu_ps(gm, x), cl = lane_up(cc), cr = lane_down(cc);
+    for (int yy = 0; yy < kh; yy++) {
+        const __m512 nc = yy + 1 < kh ? _mm512_maskz_loadu_ps(gm, x + (size_t)(yy + 1) * rs) : z;
+        const __m512 nl = lane_up(nc), nr = lane_down(nc);
+        __m512 s0 = _mm512_fmadd_ps(wv[0], pl, bv), s1 = _mm512_mul_ps(wv[1], pc), s2 = _mm512_mul_ps(wv[2], pr);
+        s0 = _mm512_fmadd_ps(wv[3], cl, s0);
+        s1 = _mm512_fmadd_ps(wv[4], cc, s1);
+        s2 = _mm512_fmadd_ps(wv[5], cr, s2);
+        s0 = _mm512_fmadd_ps(wv[6], nl, s0);
+        s1 = _mm512_fmadd_ps(wv[7], nc, s1);
+        s2 = _mm512_fmadd_ps(wv[8], nr, s2);
+        _mm512_storeu_ps(y + (size_t)yy * VT_VW, _mm512_add_ps(_mm512_add_ps(s0, s1), s2));
+        mx = _mm512_mask_max_ps(mx, gm, mx, cc);
+        pl = cl, pc = cc, pr = cr, cl = nl, cc = nc, cr = nr;
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+/* CHH on the lead keys (L of them, head stride L) of output head i of h2: outL[i·L + k]; returns the largest of them
+ * and m. */
+static float chh_lead(const float *cw, const float *cb, const float *inL, int L, int h2, int i, float *outL, float m) {
+    for (int k = 0; k < L; k++) {
+        float o = cb ? cb[i] : 0.0f;
+        for (int j = 0; j < h2; j++) o += cw[i * h2 + j] * inL[j * L + k];
+        outL[i * L + k] = o;
+        m = o > m ? o : m;
+    }
+    return m;
+}
+
+/* CHH over the row vectors (nv of them, head stride vs) and the L lead keys: out_i = cb_i + Σ_j cw[i·H2 + j]·in_j,
+ * mx[i] the largest of out_i's keys (lanes gm). H2 <= 8 (a constant where inlined) keeps each vector of the inputs in
+ * registers for all outputs; H2 = 0: any h2 heads, the inputs loaded for each output. */
+static inline __attribute__((always_inline)) void chh_rows(const float *cw, const float *cb, const float *in,
+                                                           const float *inL, int nv, size_t vs, int L, float *out,
+                                                           float *outL, __mmask16 gm, const int H2, int h2,
+                                                           float *mx) {
+    if (!H2) {
+        for (int i = 0; i < h2; i++) {
+            const __m512 bi = _mm512_set1_ps(cb ? cb[i] : 0.0f);
+            __m512 mv = _mm512_set1_ps(-INFINITY);
+            for (int v = 0; v < nv; v++) {
+                __m512 o = bi;
+                for (int j = 0; j < h2; j++)
+                    o = _mm512_fmadd_ps(_mm512_set1_ps(cw[i * h2 + j]), _mm512_loadu_ps(in + j * vs + v * VT_VW), o);
+                _mm512_storeu_ps(out + i * vs + (size_t)v * VT_VW, o);
+                mv = _mm512_mask_max_ps(mv, gm, mv, o);
+            }
+            mx[i] = chh_lead(cw, cb, inL, L, h2, i, outL, _mm512_reduce_max_ps(mv));
+        }
+        return;
+    }
+    __m512 mv[8], x[8];
+    for (int i = 0; i < H2; i++) mv[i] = _mm512_set1_ps(-INFINITY);
+    for (int v = 0; v < nv; v++) {
+        for (int j = 0; j < H2; j++) x[j] = _mm512_loadu_ps(in + j * vs + (size_t)v * VT_VW);
+        for (int i = 0; i < H2; i++) {
+            __m512 o = _mm512_set1_ps(cb ? cb[i] : 0.0f);
+            for (int j = 0; j < H2; j++) o = _mm512_fmadd_ps(_mm512_set1_ps(cw[i * H2 + j]), x[j], o);
+            _mm512_storeu_ps(out + i * vs + (size_t)v * VT_VW, o);
+            mv[i] = _mm512_mask_max_ps(mv[i], gm, mv[i], o);
+        }
+    }
+    for (int i = 0; i < H2; i++) mx[i] = chh_lead(cw, cb, inL, L, H2, i, outL, _mm512_reduce_max_ps(mv[i]));
+}
+
+/* The softmax of one hallucinated row (kh row vectors y, L lead keys yL, maximum m) into P's row p. */
+static void softmax_rows(const hattn_p *a, float *y, const float *yL, float m, __mmask16 gm, float *p) {
+    const int kh = a->kh, kw = a->kw, L = a->klead;
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 vs = _mm512_setzero_ps();
+    for (int v = 0; v < kh; v++) { /* the lanes outside gm: e^0, left out of the sum */
+        const __m512 e = vt_vexpf_le0(_mm512_maskz_sub_ps(gm, _mm512_loadu_ps(y + (size_t)v * VT_VW), vm));
+        _mm512_storeu_ps(y + (size_t)v * VT_VW, e);
+        vs = _mm512_mask_add_ps(vs, gm, vs, e);
+    }
+    float s = _mm512_reduce_add_ps(vs);
+    for (int k = 0; k < L; k++) s += p[k] = vt_expf_le0(yL[k] - m);
+    const float inv = 1.0f / s;
+    for (int k = 0; k < L; k++) p[k] *= inv;
+    const __m512 vi = _mm512_set1_ps(inv);
+    for (int v = 0; v < kh; v++)
+        _mm512_mask_storeu_ps(p + (size_t)v * kw + L - 1, gm,
+                              _mm512_mul_ps(_mm512_loadu_ps(y + (size_t)v * VT_VW), vi));
+}
+
+/* hal_fused's work (same arguments) on grids of at most VT_VW − 2 columns, in the row vectors above. */
+static void hal_rows(const hattn_p *a, const float *iw, const float *ib, const float *cw, const float *cb,
+                     const float *src, float *P, float *U, size_t hs, int rows, float *buf) {
+    const int h2 = a->h2, M = a->M, L = a->klead, kh = a->kh;
+    const size_t vs = (size_t)kh * VT_VW;
+    const __mmask16 gm = (__mmask16)(((1u << a->kw) - 1) << 1);
+    float *ihh = (float *)(((uintptr_t)buf + 63) & ~(uintptr_t)63), *out = ihh + h2 * vs, *ihhL = out + h2 * vs;
+    float *outL = ihhL + (size_t)h2 * L, *smx = outL + (size_t)h2 * L, *hmx = smx + h2;
+    for (int r = 0; r < rows; r++) {
+        const size_t ro = (size_t)r * M;
+        for (int j = 0; j < h2; j++) {
+            const float *x = src + j * hs + ro;
+            float *u = U ? U + j * hs + ro : NULL;
+            float m = corr_rows(a, x + L - 1, (size_t)a->kw, iw + 9 * j, ib ? ib[j] : 0.0f, gm, ihh + j * vs);
+            for (int k = 0; k < L; k++) m = x[k] > m ? x[k] : m;
+            memcpy(ihhL + (size_t)j * L, x, sizeof(float) * (size_t)L); /* the lead keys bypass IHH */
+            if (u) {
+                memcpy(u, x, sizeof(float) * (size_t)L);
+                for (int v = 0; v < kh; v++)
+                    _mm512_mask_storeu_ps(u + (size_t)v * a->kw + L - 1, gm, _mm512_loadu_ps(ihh + j * vs + v * VT_VW));
+            }
+            smx[j] = m;
+        }
+        switch (h2) { /* as hal_fused's */
+        case 1: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 1, h2, hmx); break;
+        case 2: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 2, h2, hmx); break;
+        case 3: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 3, h2, hmx); break;
+        case 4: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 4, h2, hmx); break;
+        case 5: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 5, h2, hmx); break;
+        case 6: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 6, h2, hmx); break;
+        case 8: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 8, h2, hmx); break;
+        default: chh_rows(cw, cb, ihh, ihhL, kh, vs, L, out, outL, gm, 0, h2, hmx);
+        }
+        for (int i = 0; i < h2; i++)
+            softmax_rows(a, out + i * vs, outL + (size_t)i * L, hmx[i], gm, P + (h2 + i) * hs + ro);
+        for (int j = 0; j < h2; j++) vt_softmax_row_max(src + j * hs + ro, P + j * hs + ro, M, smx[j]);
+    }
+}
+
+#endif
+
 /* Floats of a thread's scratch for hal_fused_bwd: two bordered grids, two column masks, two row buffers and the
  * weight gradients' vector accumulators (IHH 10 per computed head, CHH h2 + 1 per head). */
 static size_t hal_bwd_floats(const hattn_p *a) {
@@ -484,7 +650,10 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
 static size_t stage_scratch(const hattn_p *a) {
     const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
 #ifdef VT_VW
-    const size_t f = hal_fused_floats(a), fb = hal_bwd_floats(a), m = f > fb ? f : fb;
+    size_t f = hal_fused_floats(a), fb = hal_bwd_floats(a), m = f > fb ? f : fb;
+#if VT_VW == 16
+    f = hal_rows_floats(a), m = f > m ? f : m;
+#endif
     return m > st ? m : st;
 #else
     return st;
@@ -626,6 +795,12 @@ static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, floa
         bb[s] = data_or_null(n, ih ? a->ib_in : a->cb_in);
     }
 #ifdef VT_VW
+#if VT_VW == 16
+    if (hal_rows_ok(a)) {
+        hal_rows(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
+        return;
+    }
+#endif
     if (hal_fused_ok(a)) { /* the softmax of the computed rows reads S, no copy into P first */
         hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
         return;
