@@ -293,8 +293,8 @@ static void check_gelu_linear_plain(vt_test *T, int variant) {
 }
 
 /* The fused activations equal the plain chains (linear, then the activation op) within float rounding, on one
- * multi-threaded sgemm (few rows), on row panels (many rows) and on oneDNN's primitive with the activation as its
- * post-op (inference, where GEMM rule 5 picks it). */
+ * multi-threaded sgemm (few rows), on row panels (many rows) and on oneDNN's primitive (inference, where GEMM rule 5
+ * picks it: ReLU as its post-op, GELU after it). */
 static void check_linear_act_fusion(vt_test *T) {
     static const int rows[2] = {7, 1100};
     for (int k = 0; k < 2; k++) {
@@ -316,10 +316,9 @@ static void check_linear_act_fusion(vt_test *T) {
             for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&r);
             vt_graph_forward(g);
             for (int a = 0; a < 2; a++) {
-                /* within float rounding: oneDNN's GELU post-op (the linear's primitive at inference, where GEMM
-                 * rule 5 picks it) is its own erf form, and the fused form's one-thread GEMMs over row panels may
-                 * sum in another order than the chain's one GEMM (2e-7 with generic SSE kernels; equal on AVX2 and
-                 * AVX-512 ones); a missing or wrong activation is off by O(1) */
+                /* within float rounding: the fused form's one-thread GEMMs over row panels may sum in another order
+                 * than the chain's one GEMM (2e-7 with generic SSE kernels; equal on AVX2 and AVX-512 ones); a
+                 * missing or wrong activation is off by O(1) */
                 const vt_node *nd = g->nodes[y[2 * a]->prod];
                 const int post = nd->kern && !strcmp(nd->kern->name, "linear.onednn_matmul");
                 float err = 0.0f;
