@@ -214,10 +214,11 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * graphs whose hidden activation is at most 2^20 floats. Measured with `vitc bench --train` (2026-11-23, AMD EPYC
  * Zen 4, 2 threads): the demo's ViT (2,176 × 256 hidden) 2.5-5% faster in the epilogue form; DeiT-T at batch 16
  * (3,152 × 768) no faster and a 28% larger arena.
- * In float inference graphs, where fc1 runs as one oneDNN matmul primitive with GELU as its post-op (GEMM rule 5):
- * no pass over the hidden activation at all, and fc2 a primitive too rather than one-thread row panels. CSwin-T's
- * eval graph at batch 16 ran 1.04-1.05x faster (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon
- * Ice Lake, 2026-11-29); MLPs alone (R rows, C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. PVTv2's
+ * In float inference graphs, where fc1 runs as one oneDNN matmul primitive (GEMM rule 5) with GELU after it in the
+ * same node (then oneDNN's post-op; since 98c224b vitc's vector GELU over the output, faster than that post-op), and
+ * fc2 a primitive too rather than one-thread row panels: CSwin-T's eval graph at batch 16 ran 1.04-1.05x faster
+ * (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon Ice Lake, 2026-11-29); MLPs alone (R rows,
+ * C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. PVTv2's
  * FFN (fc1, DWConv, GELU, fc2) the same way at inference, GELU as the depthwise conv's post-op
  * (vt_dwconv_nhwc_gelu) and fc2 a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
  * FLatten-PVTv2-b1 1.02-1.06x / 1.01x, pvt_v2_b1_hmhsa_cffn 1.02-1.04x at batch 16 (per-round medians of 16-20
