@@ -7,8 +7,8 @@
  *   the h2 hallucinated maps follow the computed ones, softmax over keys, ·V for all h heads (V has h heads).
  * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r); in the
  * models' order (IHH, CHH) on grids of at least 3x3, with AVX2 or AVX-512, forward runs them and the softmax per query
- * row (hal_fused), and backward the gradients back through them per query row too (hal_fused_bwd); other orders and
- * grids run stage by stage.
+ * row (hal_fused; with AVX-512 on 14-column grids, hal_rows: a grid row per vector), and backward the gradients back
+ * through them per query row too (hal_fused_bwd); other orders and grids run stage by stage.
  * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
  * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel. Backward
  * recomputes a tile's logits and probabilities (nothing is saved), then the gradients back through softmax, CHH and
