@@ -2,6 +2,7 @@
  * (forward and gradients, train and eval graphs); the exported probabilities (vitc attention) against the chain's
  * softmax, with the output unchanged; the inline exp/erf against double-precision libm. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "../src/ops/mathfn.h"
@@ -155,6 +156,35 @@ static void check_export(vt_test *T) {
         }
 }
 
+/* Fewer (batch, head) pairs than 8 per thread and not a multiple of the threads (B·H = 3 on 2 threads): the forward
+ * runs each pair's query rows in chunks (attn_p.nr in attention.c); outputs, gradients and exported probabilities
+ * still match the plain chain. */
+static void check_row_chunks(vt_test *T) {
+    enum { B = 1, N = 17, H = 3, dh = 8 };
+    static float o1[B * N * H * dh], o2[B * N * H * dh], g1[B * N * 4 * H * dh], g2[B * N * 4 * H * dh];
+    static float p1[B * H * N * N], p2[B * H * N * N];
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    for (int msf = 0; msf < 2; msf++) {
+        for (int train = 0; train < 2; train++) {
+            run(1, msf, train, B, N, H, dh, o1, g1);
+            run(0, msf, train, B, N, H, dh, o2, g2);
+            double eo = 0, eg = 0;
+            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
+            for (int i = 0; train && i < B * N * (msf ? 4 : 3) * H * dh; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
+            T_CHECK(T, eo < 1e-5 && eg < 1e-5, "row chunks vs plain (msf=%d, train=%d): output err %g, grad err %g",
+                    msf, train, eo, eg);
+        }
+        int got;
+        run_export(msf, 1, 0, B, N, H, dh, o1, p1, &got);
+        plain_probs(msf, B, N, H, dh, p2);
+        float ep = 0.0f;
+        for (int i = 0; i < B * H * N * N; i++) ep = fmaxf(ep, fabsf(p1[i] - p2[i]));
+        T_CHECK(T, got && ep < 1e-6f, "row chunks' exported probabilities (msf=%d): max err %g", msf, ep);
+    }
+    omp_set_num_threads(saved);
+}
+
 static void check_mathfn(vt_test *T) {
     double re = 0, ae = 0;
     for (double x = -87.0; x < 88.0; x += 0.001) {
@@ -299,6 +329,7 @@ void test_ops_attention(vt_test *T) {
     check_softmax_row(T);
     check_matches_plain(T);
     check_export(T);
+    check_row_chunks(T);
     gc_case cases[] = {
         {.name = "attention", .nx = 1, .ndim = {3}, .shape = {{2, 5, 18}}, .build = b_attn, .ia = {2}, .fa = {0.5f}},
         {.name = "attention_n1", .nx = 1, .ndim = {3}, .shape = {{1, 1, 12}}, .build = b_attn, .ia = {1}, .fa = {1}},

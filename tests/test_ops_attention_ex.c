@@ -4,6 +4,7 @@
  * with nW > 1 (0 / −100), MSF with bias and mask, huge negative logits (−1e30, −3e38); finite-difference gradients
  * on small and edge shapes (N = 1, M = 1, odd sizes; masks from vt_window_shift_mask); the builder's errors. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,6 +253,17 @@ void test_ops_attention_ex(vt_test *T) {
         {"dh32_huge", 4, 6, 6, 96, 0, 1, 32, 0, 32, 64, 0, 0, 2, 2, 1.0f, 1, {0}},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
+    /* B·H = 3 on 2 threads: the forward runs each pair's query rows in chunks (attn_p.nr), the bias's, the mask's
+     * and the probe's rows offset with them */
+    static const acase chunks[] = {
+        {"chunks_bias_mask", 3, 16, 16, 48, 0, 1, 16, 0, 16, 32, 0, 0, 1, 3, 0.4f, 0, {0}},
+        {"chunks_msf_bias_mask", 3, 9, 9, 32, 0, 1, 8, 0, 8, 16, 24, 1, 1, 3, 0.5f, 0, {0}},
+        {"chunks_bias_batched_sep_kv", 1, 13, 7, 24, 48, 3, 24, 0, 0, 24, 0, 0, 2, 0, 0.35f, 0, {0}},
+    };
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) check_equal(T, &chunks[i]);
+    omp_set_num_threads(saved);
     static const acase fd[] = {
         {"fd_sep_kv", 2, 5, 3, 6, 12, 2, 6, 0, 0, 6, 0, 0, 0, 0, 0.5f, 0, {0}},
         {"fd_offsets", 1, 4, 4, 12, 0, 2, 2, 2, 6, 10, 0, 0, 0, 0, 0.7f, 0, {0}},

@@ -9,8 +9,9 @@
  * MSF mode (Kobayashi 2024, spec-msf §2): the logits are Gaussian-kernel ones, scale·(q·kᵀ − 0.5‖k‖²) (the ‖k_j‖²
  * term is a per-key shift of every row), and the PROBE p (in q at p_off) is subtracted after attention:
  * o = softmax·v − p.
- * Threads: parallel over (batch, head) when there are at least as many pairs as threads; otherwise the pairs run
- * one after another with multi-threaded sgemms and the softmax rows split over the threads.
+ * Threads: parallel over (batch, head) when there are at least as many pairs as threads (in forward, a pair's query
+ * rows in chunks where the pairs alone would leave threads idle); otherwise the pairs run one after another with
+ * multi-threaded sgemms and the softmax rows split over the threads.
  * Memory: train graphs keep the probabilities (save[0], B·H·N·M floats) only for small maps, M <= dh, where they
  * are at most a third of a packed qkv and recomputing them was a third of the attention's backward time (the demo's
  * ViT, 17 tokens, dh 32). Otherwise backward recomputes each (batch, head)'s N×M probabilities from q, k
@@ -35,6 +36,7 @@ typedef struct {
     int kv_in, bias_in, mask_in;
     int bias_batched, bias_grad, nW;
     int keep_p; /* train graphs with M <= dh: forward keeps the probabilities in save[0] for backward */
+    int nr;     /* forward: query-row chunks per (batch, head) pair, so that the pairs' chunks spread evenly */
     float scale;
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } attn_p;
@@ -70,9 +72,9 @@ static inline void logits_row(float *restrict r, const float *kn, const float *b
     vt_softmax_row(r, r, M);
 }
 
-/* The probabilities of one (batch, head) into s (N×M); kn is M floats of scratch. */
-static void head_probs(const attn_p *a, const head_io *io, float *s, float *kn, int rows_par) {
-    const int N = a->N, M = a->M, dh = a->dh;
+/* The probabilities of N query rows of one (batch, head) into s (N×M); kn is M floats of scratch. */
+static void head_probs(const attn_p *a, const head_io *io, int N, float *s, float *kn, int rows_par) {
+    const int M = a->M, dh = a->dh;
     const float scale = a->scale;
     vt_gemm(a->gemm, 0, 1, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
     if (a->msf) /* −0.5·scale·‖k_j‖² */
@@ -96,30 +98,35 @@ static void head_probs(const attn_p *a, const head_io *io, float *s, float *kn, 
     }
 }
 
-/* Forward of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
-static void head_fwd(const attn_p *a, const head_io *io, float *s, float *kn, const float *probe, int rows_par) {
-    const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
-    head_probs(a, io, s, kn, rows_par);
+/* Forward of N query rows of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
+static void head_fwd(const attn_p *a, const head_io *io, int N, float *s, float *kn, const float *probe,
+                     int rows_par) {
+    const int M = a->M, dh = a->dh, C = a->H * dh;
+    head_probs(a, io, N, s, kn, rows_par);
     vt_gemm(a->gemm, 0, 0, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
     if (probe)
         for (int i = 0; i < N; i++)
             for (int c = 0; c < dh; c++) io->o[(size_t)i * C + c] -= probe[(size_t)i * a->ldq + c];
 }
 
-/* Forward of pair bh = b·H + h with thread t's scratch; rows_par: the pairs run one after another, each on all
- * threads. */
-static void pair_fwd(const vt_node *n, int bh, int t, int rows_par) {
+/* Forward of chunk c (of nr) of pair bh = b·H + h's query rows with thread t's scratch; rows_par: the pairs run one
+ * after another, each on all threads. */
+static void pair_fwd(const vt_node *n, int bh, int c, int t, int rows_par) {
     const attn_p *a = VT_OP_P(n, attn_p);
-    const int b = bh / a->H, h = bh % a->H;
-    const size_t NM = (size_t)a->N * a->M, per = NM + (size_t)a->M; /* scratch floats per thread */
+    const int b = bh / a->H, h = bh % a->H, M = a->M;
+    const int r0 = (int)((int64_t)a->N * c / a->nr), rows = (int)((int64_t)a->N * (c + 1) / a->nr) - r0;
+    const size_t NM = (size_t)a->N * M, per = NM + (size_t)M; /* scratch floats per thread */
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
     float *probs = n->xout ? n->xout->data : a->keep_p ? n->save[0]->data : NULL;
     float *w = n->fws->data + (size_t)t * per;
-    const head_io io = head_ptrs(a, qd, kvd, bias, mask, n->out->data, b, h);
-    const float *probe = a->msf ? qd + (size_t)b * a->N * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
-    head_fwd(a, &io, probs ? probs + (size_t)bh * NM : w + a->M, w, probe, rows_par);
+    head_io io = head_ptrs(a, qd, kvd, bias, mask, n->out->data, b, h);
+    io.q += (size_t)r0 * a->ldq, io.o += (size_t)r0 * a->H * a->dh; /* the chunk's rows */
+    if (io.bias) io.bias += (size_t)r0 * M;
+    if (io.mask) io.mask += (size_t)r0 * M;
+    const float *probe = a->msf ? qd + ((size_t)b * a->N + r0) * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
+    head_fwd(a, &io, rows, probs ? probs + (size_t)bh * NM + (size_t)r0 * M : w + M, w, probe, rows_par);
 }
 
 /* Pairs in parallel when there are enough of them; otherwise in sequence outside any parallel region (the GEMMs and
@@ -127,12 +134,12 @@ static void pair_fwd(const vt_node *n, int bh, int t, int rows_par) {
  * regions made a nested team, and PVTv2-b1's one-head stage-1 attention at batch 1 took 9.4 ms instead of 0.9). */
 static void attn_fwd(vt_node *n) {
     const attn_p *a = VT_OP_P(n, attn_p);
-    const int BH = a->B * a->H;
+    const int BH = a->B * a->H, nr = a->nr;
     if (BH >= a->nt) {
 #pragma omp parallel for schedule(static) num_threads(a->nt)
-        for (int bh = 0; bh < BH; bh++) pair_fwd(n, bh, omp_get_thread_num(), 0);
+        for (int u = 0; u < BH * nr; u++) pair_fwd(n, u / nr, u % nr, omp_get_thread_num(), 0);
     } else {
-        for (int bh = 0; bh < BH; bh++) pair_fwd(n, bh, 0, 1);
+        for (int bh = 0; bh < BH; bh++) pair_fwd(n, bh, 0, 0, 1);
     }
 }
 
@@ -213,7 +220,7 @@ static void pair_bwd(const vt_node *n, int bh, int t, int rows_par, float *db_ba
     if (a->keep_p)
         P = n->save[0]->data + (size_t)bh * NM;
     else
-        head_probs(a, &io, P, P + NM, rows_par);
+        head_probs(a, &io, a->N, P, P + NM, rows_par);
     head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, rows_par, bq,
              bkv);
 }
@@ -343,8 +350,16 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     /* small maps (M <= dh: the probabilities are at most a third of a packed qkv) are kept rather than recomputed */
     const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
-                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, a->scale,
-                                   &g->gemm};
+                                   a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, 1,
+                                   a->scale, &g->gemm};
+    /* with fewer pairs than 8 per thread and not a multiple of the threads (DeiT-Ti's 3 heads at batch 1 on 2 threads
+     * ran 2 pairs on one, 1 on the other), each pair's query rows in as many chunks as even them out: the op alone at
+     * DeiT-Ti's batch-1 shapes 1.11-1.16x, eval graphs DeiT-Ti 1.022-1.034 at batch 1 (per-round medians, alternated
+     * in one process, Intel Xeon Ice Lake, 2026-11-29); backward keeps whole pairs (their dK, dV sum over the rows) */
+    attn_p *ap = VT_OP_P(n, attn_p);
+    const int BH = B * H;
+    if (BH >= nt)
+        while (BH * ap->nr < 8 * nt && (BH * ap->nr) % nt && ap->nr < N) ap->nr++;
     if (keep_p && !vt_node_save(n, 0, (int64_t)B * H * N * M)) return NULL;
     n->macs = 2LL * B * N * M * dim;
     /* q's (and kv's) gradient can be written rather than added when its channel ranges tile it exactly */
