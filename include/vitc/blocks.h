@@ -182,7 +182,7 @@ vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int o
 
 /* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
  * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
- * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU their post-op),
+ * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU right after fc1's),
  * else in that linear's GEMM prologue (vt_gelu_linear_p). f without ReLU. */
 vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
                                     const char *name, int out, vt_init winit);

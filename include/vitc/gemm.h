@@ -76,7 +76,7 @@ typedef enum vt_gemm_post {
 
 /* Whether the plan runs a linear layer's forward y = x·wᵀ (x M×K, w N×K) as one oneDNN matmul primitive with its
  * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads; fused: the
- * primitive's post-ops do all the layer's epilogue (an inference graph). */
+ * node does all the layer's epilogue (an inference graph: post-ops, GELU right after the primitive). */
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
