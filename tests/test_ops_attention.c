@@ -28,8 +28,10 @@ static vt_tensor *plain(vt_graph *g, vt_tensor *qkv, int H, float scale, int msf
     return vt_merge_heads(g, o);
 }
 
-/* Runs fused or plain attention on the same packed input and returns the output and the input's gradient. */
-static void run(int fused, int msf, int train, int B, int N, int H, int dh, float *out, float *grad) {
+/* Runs fused or plain attention on the same packed input and returns the output and the input's gradient; with
+ * `other`, the keys' channels are added to the output too: a second reader made after the attention, whose gradient
+ * reaches those channels first in backward, so the attention's dK must be added to it. */
+static void run_ex(int fused, int msf, int train, int other, int B, int N, int H, int dh, float *out, float *grad) {
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
@@ -37,6 +39,7 @@ static void run(int fused, int msf, int train, int B, int N, int H, int dh, floa
     vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
     vt_tensor *y = fused ? (msf ? vt_attention_msf(g, x, H, 0.4f) : vt_attention(g, x, H, 0.4f))
                          : plain(g, x, H, 0.4f, msf);
+    if (other) y = vt_add(g, y, vt_slice(g, x, 2, H * dh, H * dh));
     int rs[3] = {B, N, H * dh};
     vt_tensor *r = vt_input(g, "r", 3, rs);
     vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
@@ -53,6 +56,10 @@ static void run(int fused, int msf, int train, int B, int N, int H, int dh, floa
     }
     vt_graph_free(g);
     vt_params_free(P);
+}
+
+static void run(int fused, int msf, int train, int B, int N, int H, int dh, float *out, float *grad) {
+    run_ex(fused, msf, train, 0, B, N, H, dh, out, grad);
 }
 
 static void check_matches_plain(vt_test *T) {
@@ -166,14 +173,16 @@ static void check_row_chunks(vt_test *T) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
     for (int msf = 0; msf < 2; msf++) {
-        for (int train = 0; train < 2; train++) {
-            run(1, msf, train, B, N, H, dh, o1, g1);
-            run(0, msf, train, B, N, H, dh, o2, g2);
+        for (int mode = 0; mode < 3; mode++) { /* eval, train, train with the input's gradient added to */
+            const int train = mode > 0, other = mode == 2;
+            run_ex(1, msf, train, other, B, N, H, dh, o1, g1);
+            run_ex(0, msf, train, other, B, N, H, dh, o2, g2);
             double eo = 0, eg = 0;
             for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
             for (int i = 0; train && i < B * N * (msf ? 4 : 3) * H * dh; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
-            T_CHECK(T, eo < 1e-5 && eg < 1e-5, "row chunks vs plain (msf=%d, train=%d): output err %g, grad err %g",
-                    msf, train, eo, eg);
+            T_CHECK(T, eo < 1e-5 && eg < 1e-5,
+                    "row chunks vs plain (msf=%d, train=%d, other reader %d): output err %g, grad err %g", msf, train,
+                    other, eo, eg);
         }
         int got;
         run_export(msf, 1, 0, B, N, H, dh, o1, p1, &got);

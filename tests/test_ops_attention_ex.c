@@ -259,6 +259,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"chunks_bias_mask", 3, 16, 16, 48, 0, 1, 16, 0, 16, 32, 0, 0, 1, 3, 0.4f, 0, {0}},
         {"chunks_msf_bias_mask", 3, 9, 9, 32, 0, 1, 8, 0, 8, 16, 24, 1, 1, 3, 0.5f, 0, {0}},
         {"chunks_bias_batched_sep_kv", 1, 13, 7, 24, 48, 3, 24, 0, 0, 24, 0, 0, 2, 0, 0.35f, 0, {0}},
+        {"chunks_kv_untiled", 1, 13, 7, 24, 56, 3, 24, 0, 4, 30, 0, 0, 0, 0, 0.35f, 0, {0}}, /* kv channels outside k, v */
     };
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
