@@ -281,19 +281,16 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_we
     return P;
 }
 
-/* Reads `input` (B, C, H, W) from o->input and checks it against cfg; returns the data and B. */
-static float *read_input(const opts *o, const vt_model_cfg *cfg, vt_st_file *f, int *B) {
+/* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
+static int open_input(const opts *o, vt_st_file *f) {
     vt_err e = {{0}};
-    if (!o->input) {
-        die("%s", "missing --input");
-        return NULL;
-    }
-    if (vt_st_open(o->input, f, &e)) {
-        char buf[700];
-        snprintf(buf, sizeof buf, "%s: %s", o->input, e.msg);
-        die("%s", buf);
-        return NULL;
-    }
+    if (!o->input) return die("%s", "missing --input");
+    return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
+}
+
+/* Reads `input` (B, C, H, W) from f (open_input) and checks it against cfg; returns the data and B. */
+static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, int *B) {
+    vt_err e = {{0}};
     float *x = NULL;
     int nd = -1;
     int64_t sh[VT_ST_MAXDIM];
@@ -344,6 +341,7 @@ static void csv_str(const char *s) {
 
 /* Every model with params and GMACs; --csv: timm-style columns (param_count in millions, gmacs per image). */
 static int cmd_list(opts *o) {
+    if (o->model) return die("unexpected argument '%s' (`vitc list` takes no model)", o->model);
     if (o->csv)
         printf("model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family\n");
     else
@@ -452,22 +450,17 @@ static int cmd_init(opts *o) {
     return rc;
 }
 
-/* The side of the square `input` of o->input, or 0 (no readable 4-D square input; read_input reports why). */
-static int input_side(const opts *o) {
-    vt_st_file f = {0};
-    vt_err e = {{0}};
-    if (!o->input || vt_st_open(o->input, &f, &e)) return 0;
-    const vt_st_entry *t = vt_st_find(&f, "input");
-    const int side = t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
-    vt_st_close(&f);
-    return side;
+/* The side of the square `input` in f, or 0 (no 4-D square input; read_input reports why). */
+static int input_side(const vt_st_file *f) {
+    const vt_st_entry *t = vt_st_find(f, "input");
+    return t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
 }
 
-/* cfg for o, at the input's image size when --img-size is not given: the model's weights must fit any size, or the
- * input must have the model's size (a clear error otherwise). */
-static int model_cfg_for_input(const opts *o, vt_model_cfg *cfg) {
+/* cfg for o, at the size of the input in f when --img-size is not given: the model's weights must fit any size, or
+ * the input must have the model's size (a clear error otherwise). */
+static int model_cfg_for_input(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
     if (model_cfg(o, cfg)) return 1;
-    const int side = o->img_size ? 0 : input_side(o);
+    const int side = o->img_size ? 0 : input_side(f);
     vt_err e = {{0}};
     if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
     return 0;
@@ -475,14 +468,17 @@ static int model_cfg_for_input(const opts *o, vt_model_cfg *cfg) {
 
 static int cmd_forward(opts *o) {
     vt_model_cfg c;
-    if (model_cfg_for_input(o, &c)) return 1;
-    if (!o->output) return die("%s", "missing --output");
-    if (output_ok(o)) return 1;
-    vt_params *P = load_model(o, &c, 1);
-    if (!P) return 1;
     vt_st_file f = {0};
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing --output");
+    if (output_ok(o) || open_input(o, &f)) return 1;
+    vt_params *P = model_cfg_for_input(o, &f, &c) ? NULL : load_model(o, &c, 1);
+    if (!P) {
+        vt_st_close(&f);
+        return 1;
+    }
     int B = 0, rc = 1;
-    float *x = read_input(o, &c, &f, &B);
+    float *x = read_input(&c, &f, &B);
     vt_err e = {{0}};
     vt_predictor p = {0};
     if (x && vt_predictor_init(&p, &c, P, B, o->features ? VT_PRED_MAPS : VT_PRED_LOGITS, &e)) {
@@ -496,7 +492,19 @@ static int cmd_forward(opts *o) {
             out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, p.maps[i]->data};
             for (int d = 0; d < 4; d++) out[i].shape[d] = p.maps[i]->shape[d];
         }
-        rc = vt_st_write(o->output, out, o->features ? p.nmaps : 1, NULL, &e) ? die("%s", e.msg) : 0;
+        const int nout = o->features ? p.nmaps : 1;
+        int bad = -1;
+        for (int i = 0; i < nout && bad < 0; i++) {
+            int64_t n = 1;
+            for (int d = 0; d < out[i].ndim; d++) n *= out[i].shape[d];
+            for (int64_t j = 0; j < n && bad < 0; j++)
+                if (!isfinite(((const float *)out[i].data)[j])) bad = i;
+        }
+        if (bad >= 0)
+            die("%s came out NaN or Inf: the input or the weights overflow float32 in the forward pass (nothing "
+                "written)", out[bad].name);
+        else
+            rc = vt_st_write(o->output, out, nout, NULL, &e) ? die("%s", e.msg) : 0;
     }
     vt_predictor_free(&p);
     vt_free(x);
@@ -507,15 +515,21 @@ static int cmd_forward(opts *o) {
 
 static int cmd_grad(opts *o) {
     vt_model_cfg c;
-    if (model_cfg_for_input(o, &c)) return 1;
-    if (!o->output) return die("%s", "missing --output");
-    if (output_ok(o)) return 1;
-    c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
-    vt_params *P = load_model(o, &c, 1);
-    if (!P) return 1;
     vt_st_file f = {0};
+    if (model_cfg(o, &c)) return 1;
+    if (!o->output) return die("%s", "missing --output");
+    if (output_ok(o) || open_input(o, &f)) return 1;
+    vt_params *P = NULL;
+    if (!model_cfg_for_input(o, &f, &c)) {
+        c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
+        P = load_model(o, &c, 1);
+    }
+    if (!P) {
+        vt_st_close(&f);
+        return 1;
+    }
     int B = 0, rc = 1, steps = o->steps > 0 ? o->steps : 1;
-    float *x = read_input(o, &c, &f, &B), *labf = NULL, *losses = NULL;
+    float *x = read_input(&c, &f, &B), *labf = NULL, *losses = NULL;
     int32_t *lab = NULL;
     int64_t nl = 0;
     vt_err e = {{0}};
@@ -614,6 +628,13 @@ static int cmd_train(opts *o) {
     }
     r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
+    if (o->min_lr >= 0 && t.min_lr > t.lr) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "the final learning rate %g (--min-lr) is above the peak %g (--lr, or the recipe's)",
+                 t.min_lr, t.lr);
+        vt_dist_finalize(&d);
+        return die("%s", buf);
+    }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;
     t.seed = (uint64_t)o->seed;
@@ -693,7 +714,7 @@ static int cmd_eval(opts *o) {
     free(rf.top1);
     vt_data_close(&d);
     vt_params_free(P);
-    return rc;
+    return rc ? 1 : 0;
 }
 
 static void json_str(const char *s);

@@ -39,4 +39,13 @@ int vt_write_text(const char *path, const char *text, vt_err *e);
  * into a new malloc'd buffer (free with free()); more than max bytes, a folder or a read error is an error. */
 int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e);
 
+/* How many bytes a file holds in all, as far as its first len bytes b tell (b is NULL when len is 0); at most len
+ * when they tell no more (the reading stops there). */
+typedef size_t (*vt_size_fn)(const unsigned char *b, size_t len, void *arg);
+
+/* vt_read_file, but a stream (a pipe, a FIFO, a character device such as /dev/zero) is read only as far as size
+ * says its content ends, asked again each time that far is read (NULL: to the end); regular files are read whole. */
+int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsigned char **buf, size_t *n,
+                  vt_err *e);
+
 #endif

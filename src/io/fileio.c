@@ -131,6 +131,11 @@ int vt_write_text(const char *path, const char *text, vt_err *e) {
 }
 
 int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e) {
+    return vt_read_sized(path, max, NULL, NULL, buf, n, e);
+}
+
+int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsigned char **buf, size_t *n,
+                  vt_err *e) {
     *buf = NULL;
     *n = 0;
     const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
@@ -141,15 +146,22 @@ int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, v
         close(fd);
         return vt_seterr(e, "cannot read %s: %s", path, S_ISDIR(st.st_mode) ? "it is a folder" : strerror(err));
     }
-    if (!S_ISREG(st.st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max) {
+    const int reg = S_ISREG(st.st_mode);
+    if (!reg) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
+    if (reg && (uint64_t)st.st_size > max) {
         close(fd);
         return vt_seterr(e, "%s is %lld bytes (at most %zu are read)", path, (long long)st.st_size, max);
     }
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : (size_t)1 << 16, len = 0;
+    size_t cap = reg ? (size_t)st.st_size + 1 : (size_t)1 << 16, len = 0;
+    size_t want = reg || !size ? SIZE_MAX : size(NULL, 0, arg); /* a stream with a size function: read to there */
     unsigned char *b = malloc(cap);
     int rc = b ? 0 : vt_seterr(e, "out of memory reading %s", path);
     while (rc == 0) {
+        if (len >= want) {
+            const size_t w = size(b, len, arg);
+            if (w <= len) break;
+            want = w;
+        }
         if (len == cap) {
             if (cap > max) {
                 rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
@@ -163,7 +175,8 @@ int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, v
             b = nb;
             cap *= 2;
         }
-        const ssize_t r = read(fd, b + len, cap - len);
+        const size_t room = cap - len < want - len ? cap - len : want - len;
+        const ssize_t r = read(fd, b + len, room);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) rc = vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
         if (r <= 0) break;

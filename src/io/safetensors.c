@@ -391,12 +391,33 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     return parse_owned(copy, len, f, e);
 }
 
+/* The size of a safetensors stream from its first len bytes (vt_size_fn): the 8-byte length, then the header, then the
+ * data up to the largest data_offsets end, and one byte more (parse_owned refuses trailing bytes). A header that is
+ * too long or does not parse ends the reading: parse_owned says why. */
+static size_t st_size(const unsigned char *b, size_t len, void *arg) {
+    (void)arg;
+    if (len < 8) return 8;
+    const uint64_t hn = le64(b);
+    if (hn > VT_ST_MAX_HEADER) return len;
+    if (len < 8 + hn) return 8 + (size_t)hn;
+    cJSON *root = cJSON_ParseWithLength((const char *)b + 8, (size_t)hn);
+    double end = 0.0;
+    const cJSON *t = NULL;
+    cJSON_ArrayForEach(t, root) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+        const cJSON *hi = cJSON_IsArray(o) ? cJSON_GetArrayItem(o, 1) : NULL;
+        if (cJSON_IsNumber(hi) && hi->valuedouble > end) end = hi->valuedouble;
+    }
+    cJSON_Delete(root);
+    return end < (double)(SIZE_MAX / 4) ? 8 + (size_t)hn + (size_t)end + 1 : len;
+}
+
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     unsigned char *buf = NULL;
     size_t len = 0;
     vt_err local = {{0}};
-    if (vt_read_file(path, SIZE_MAX / 2, &buf, &len, &local) != 0) return vt_seterr(e, "%s", local.msg);
+    if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0) return vt_seterr(e, "%s", local.msg);
     if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
     return 0;
 }

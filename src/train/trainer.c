@@ -387,7 +387,11 @@ static int ck_read(const vt_st_file *f, const char *name, float *dst, int64_t nu
     if (t->numel != numel)
         return vt_seterr(e, "checkpoint tensor %s has %lld elements, expected %lld", name, (long long)t->numel,
                          (long long)numel);
-    return vt_st_read_f32(t, dst, numel, e);
+    if (vt_st_read_f32(t, dst, numel, e)) return -1;
+    for (int64_t i = 0; i < numel; i++)
+        if (!isfinite(dst[i]))
+            return vt_seterr(e, "checkpoint tensor %s holds NaN or Inf (element %lld)", name, (long long)i);
+    return 0;
 }
 
 /* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
@@ -417,6 +421,10 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
         const vt_tensor *p;
         float *d = vt_adamw_state(opt, i, nm, sizeof nm, &numel, &p);
         rc = ck_read(&f, nm, d, numel, e);
+        for (int64_t j = 0; rc == 0 && strncmp(nm, "optim/v/", 8) == 0 && j < numel; j++)
+            if (d[j] < 0.0f)
+                rc = vt_seterr(e, "checkpoint tensor %s (a second moment) is negative at element %lld", nm,
+                               (long long)j);
     }
     int64_t v[4];
     const char *keys[3] = {"train/step", "train/epoch", "train/rng"};
@@ -430,9 +438,18 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
             if (i == 2) memcpy(st->rng.s, v, sizeof st->rng.s);
         }
     }
+    if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
+        rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld are inconsistent (both 0, or both positive)",
+                       (long long)st->epoch, (long long)st->step);
     if (rc == 0) opt->step = st->step;
     vt_st_close(&f);
     return rc;
+}
+
+/* Whether paths a and b name the same existing folder. */
+static int same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
 /* Takes the run folder's lock (an fcntl lock on RUN/.lock, released when the process ends, even by SIGKILL); -1 if
@@ -635,6 +652,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
+    if (o->resume && o->init_from)
+        return vt_seterr(e, "--resume and --init-from contradict each other: a resumed run continues its checkpoint");
     vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
     const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
     FILE *out = lead ? stdout : NULL;
@@ -697,13 +716,23 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         char rpath[4096], world[32];
         snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
         checkpoint_meta(rpath, "world_size", world, sizeof world);
-        const int w = world[0] ? atoi(world) : 1; /* checkpoints from before data parallelism: one process */
-        if (w != dp->size)
+        char *end = NULL;
+        const long w = world[0] ? strtol(world, &end, 10) : 1; /* checkpoints from before data parallelism: one */
+        if (world[0] && (*end || w < 1 || w > 1 << 20))
+            rc = vt_seterr(e, "%s has a malformed world_size (\"%s\"): not a checkpoint vitc wrote", rpath, world);
+        else if (w != dp->size)
             rc = vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same "
-                           "count (%s)", rpath, w, w == 1 ? "" : "s", dp->size,
+                           "count (%s)", rpath, (int)w, w == 1 ? "" : "s", dp->size,
                            w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
         else if (load_checkpoint(rpath, P, &opt, ema.P, &st, e))
             rc = -1;
+        else if (st.epoch > o->epochs || (st.epoch == o->epochs && !same_dir(o->resume, o->run_dir)))
+            rc = vt_seterr(e, "%s is at epoch %lld: a run of %d epochs has nothing left to train%s; raise --epochs to "
+                           "continue it", rpath, (long long)st.epoch, o->epochs,
+                           st.epoch == o->epochs ? " (its weights are in that run folder)" : "");
+        else if (st.step > st.epoch * (int64_t)N)
+            rc = vt_seterr(e, "%s is at step %lld after %lld epochs, more than the %d images of an epoch allow: not a "
+                           "checkpoint of this data", rpath, (long long)st.step, (long long)st.epoch, N);
         else
             printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
     }

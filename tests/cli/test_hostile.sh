@@ -88,6 +88,30 @@ check "OMP_NUM_THREADS=300 runs on the cores it has and says so" "[ $? -eq 0 ] &
 # 15. empty names
 expect "train --out \"\" refused" 1 "empty run folder name" $V train $M --data fashion-mnist --epochs 1 --out ""
 expect "init -o \"\" refused" 1 "empty output file name" $V init $M -o ""
+# 16. an endless stream as a safetensors file ends at its header (read only as far as the header says), and an
+# input through a pipe is read once (its size taken from the same read)
+expect "--weights /dev/zero refused at once" 1 "JSON object" timeout 20 $V forward $M -w /dev/zero --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "--input /dev/zero refused at once" 1 "JSON object" timeout 20 $V forward $M -w "$T/w.safetensors" --input /dev/zero -o "$T/y.safetensors"
+$V forward $M -w "$T/w.safetensors" --input <(cat "$T/x.safetensors") -o "$T/yp.safetensors" >"$T/pin.log" 2>&1
+check "an input through a pipe without --img-size" "[ $? -eq 0 ] && [ -s '$T/yp.safetensors' ]" "$(cat "$T/pin.log")"
+# 17. finite inputs and weights that overflow float32: an error, no file of NaN
+/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+t = sys.argv[1]
+st.save(f"{t}/xbig.safetensors", {"input": np.full((2, 1, 28, 28), 3e38, np.float32), "labels": np.array([1, 2], np.int64)})
+PY
+expect "forward whose logits overflow refused" 1 "NaN or Inf" $V forward $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/ybig.safetensors"
+expect "grad whose loss overflows refused" 1 "overflow" $V grad $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/gbig.safetensors"
+check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '$T/gbig.safetensors' ]"
+# 18. contradictory or stray arguments
+expect "list with a stray argument refused" 1 "unexpected argument" $V list extra
+expect "--min-lr above --lr refused" 1 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
+expect "--resume with --init-from refused" 1 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
+for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'not an image' >"$T/allbad/$s/$c/x.png"; done; done
+$V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
+expect "eval over only unreadable images: exit status 1" 1 "no readable image" $V eval $M --num-classes 2 -w "$T/w2.safetensors" --data "$T/allbad"
 
 # Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
 # uninterrupted run's weights (bit for bit) and one metrics.csv row per epoch.
@@ -121,3 +145,32 @@ $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
 check "... a resumed run removes a killed writer's temporary file" \
     "[ ! -e '$T/k/.vitc-999999999-zzzzzz' ] && grep -q 'removed 1 temporary file' '$T/k2.log'" "$(cat "$T/k2.log")"
 check "... no temporary files left" "[ -z \"\$(ls -A '$T/k' | grep -E '[.]vitc-|tmp')\" ]" "$(ls -A "$T/k")"
+# A checkpoint whose counters or optimiser state were altered is refused on --resume, naming what is wrong; one that
+# is complete resumes only in its own folder or with more epochs.
+/usr/bin/python3 - "$T" <<'PY'
+import json, os, shutil, struct, sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+t = sys.argv[1]
+src = f"{t}/ref/checkpoint.safetensors"
+buf = open(src, "rb").read()
+meta = json.loads(buf[8:8 + struct.unpack("<Q", buf[:8])[0]]).get("__metadata__", {})
+w = st.load(src)
+def variant(name, **changes):
+    os.makedirs(f"{t}/{name}", exist_ok=True)
+    v = dict(w); m = dict(meta)
+    for k, val in changes.items():
+        if k == "world_size": m[k] = val
+        else: v[k.replace("__", "/")] = val
+    st.save(f"{t}/{name}/checkpoint.safetensors", v, metadata=m)
+vkey = next(k for k in w if k.startswith("optim/v/"))
+neg = w[vkey].copy(); neg.flat[0] = -1.0
+variant("ck_epoch", train__epoch=np.array([-3], np.int64))
+variant("ck_step", train__step=np.array([1 << 60], np.int64))
+variant("ck_v", **{vkey.replace("/", "__"): neg})
+variant("ck_ws", world_size="abc")
+PY
+for c in "ck_epoch:inconsistent" "ck_step:images of an epoch" "ck_v:negative" "ck_ws:malformed world_size"; do
+    expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
+done
+expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"
