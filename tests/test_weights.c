@@ -203,6 +203,9 @@ void test_weights(vt_test *T) {
     vt_clearerr(&e2);
     T_CHECK(T, vt_st_read_labels(&f, "ybig", &lab, &n, &e2) == -1 && lab == NULL && strstr(e2.msg, "int32"),
             "labels out of range: %s", e2.msg);
+    vt_clearerr(&e2);
+    T_CHECK(T, vt_st_read_labels(&f, "x", &lab, &n, &e2) == -1 && lab == NULL && strstr(e2.msg, "shape (B,)"),
+            "labels of 4 dimensions: %s", e2.msg);
     vt_st_close(&f);
     unlink(p2);
 

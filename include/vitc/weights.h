@@ -31,8 +31,8 @@ int vt_params_save_grads(const vt_params *P, const char *path, const float *loss
  * must hold VT_ST_MAXDIM values. */
 int vt_st_read_named(const vt_st_file *f, const char *name, float **out, int *ndim, int64_t *shape, vt_err *e);
 
-/* Reads class labels (I64/I32/I16/I8/U8, or integral float values) from tensor name of f into a new
- * vt_alloc'd int32 array *out of *n elements (free with vt_free); values must fit in int32. */
+/* Reads class labels (I64/I32/I16/I8/U8, or integral float values) from the one-dimensional tensor name of f into a
+ * new vt_alloc'd int32 array *out of *n elements (free with vt_free); values must fit in int32. */
 int vt_st_read_labels(const vt_st_file *f, const char *name, int32_t **out, int64_t *n, vt_err *e);
 
 #endif

@@ -223,6 +223,8 @@ int vt_st_read_labels(const vt_st_file *f, const char *name, int32_t **out, int6
     *n = 0;
     const vt_st_entry *t = vt_st_find(f, name);
     if (!t) return vt_seterr(e, "tensor '%s' not found in file", name);
+    if (t->ndim != 1)
+        return vt_seterr(e, "tensor '%s' has %d dimensions; labels are one per sample, shape (B,)", name, t->ndim);
     int64_t *tmp = vt_alloc(sizeof(int64_t) * (size_t)t->numel, e);
     if (!tmp) return -1;
     if (vt_st_read_i64(t, tmp, t->numel, e) != 0) {
