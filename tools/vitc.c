@@ -1091,6 +1091,11 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         }
         const char *v = argv[++i];
         if (d->kind == O_STR) {
+            if (v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3`: the value was left out */
+                fprintf(stderr, "vitc %s: option %s needs a value, got the option %s (a file of that name: ./%s)\n",
+                        c->name, a, v, v);
+                return -1;
+            }
             *(const char **)field = v;
             continue;
         }
@@ -1098,7 +1103,8 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         errno = 0;
         const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
         if (errno || !end || *end || end == v || !isfinite(x)) {
-            fprintf(stderr, "vitc %s: bad value '%s' for %s\n", c->name, v, a);
+            fprintf(stderr, "vitc %s: bad value '%s' for %s%s\n", c->name, v, a,
+                    errno == ERANGE ? " (out of range of a double, or too close to 0)" : "");
             return -1;
         }
         if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {

@@ -87,11 +87,13 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         return -1;
     }
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
+    int rep_missing = 0, rep_extra = 0; /* names of re-parameterised branches (cFFN's `.rep.`) on either side */
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(&f, t->name);
         if (!s) {
             list_add(&missing, "%s", t->name);
+            rep_missing += strstr(t->name, ".rep.") != NULL;
             continue;
         }
         int same = s->ndim == t->ndim;
@@ -104,14 +106,26 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         if (!dtype_ok(t, s->dtype)) list_add(&dtype, "%s (%s)", t->name, vt_st_dtype_name(s->dtype));
     }
     for (int i = 0; i < f.n; i++)
-        if (!vt_params_find(P, f.entries[i].name)) list_add(&extra, "%s", f.entries[i].name);
+        if (!vt_params_find(P, f.entries[i].name)) {
+            list_add(&extra, "%s", f.entries[i].name);
+            rep_extra += strstr(f.entries[i].name, ".rep.") != NULL;
+        }
 
     if (missing.count || extra.count || shape.count || dtype.count) {
         char msg[4096];
+        /* the first words say it when the file and the model differ only in the form of re-parameterised blocks */
+        const char *form = rep_missing && !rep_extra && extra.count
+                               ? ". It looks like the deployed form of re-parameterised blocks (no `.rep.` branches) "
+                                 "and the model is their training form (grad, train --init-from, --train-form): use a "
+                                 "training-form file, or leave out --train-form"
+                           : rep_extra && !rep_missing && missing.count
+                               ? ". It holds the training form of re-parameterised blocks (`.rep.` branches) and the "
+                                 "model is their deployed form: merge it with `vitc deploy`, or load it with --train-form"
+                               : "";
         size_t o = (size_t)snprintf(msg, sizeof msg,
                                     "%s: weights do not match the model (missing %d, unexpected %d, shape mismatch %d, "
-                                    "unsupported dtype %d)",
-                                    path, missing.count, extra.count, shape.count, dtype.count);
+                                    "unsupported dtype %d)%s",
+                                    path, missing.count, extra.count, shape.count, dtype.count, form);
         o = list_emit(msg, sizeof msg, o, "missing", &missing);
         o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
         o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
