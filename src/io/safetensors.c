@@ -417,7 +417,8 @@ int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     unsigned char *buf = NULL;
     size_t len = 0;
     vt_err local = {{0}};
-    if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0) return vt_seterr(e, "%s", local.msg);
+    if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
+        return vt_seterr(e, "%s", local.msg);
     if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
     return 0;
 }
