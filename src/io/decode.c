@@ -51,7 +51,8 @@ unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from
 /* Checks the image header's size before decoding: each side 1..VT_IMAGE_MAX_SIDE. */
 static int check_size(int w, int h, vt_err *e) {
     if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "image of %d×%d pixels (each side must be 1..%d)", w, h, VT_IMAGE_MAX_SIDE);
+        return vt_seterr(e, "the image header declares %d×%d pixels (each side must be 1..%d)%s", w, h,
+                         VT_IMAGE_MAX_SIDE, w < 1 || h < 1 ? ": a corrupt or cut file?" : "");
     return 0;
 }
 

@@ -193,7 +193,7 @@ static int parse_entry(const cJSON *c, vt_st_entry *t, vt_err *e) {
     for (const cJSON *v = sh->child; v; v = v->next, i++) {
         uint64_t dim;
         if (json_uint(v, &dim) != 0)
-            return vt_seterr(e, "tensor '%s': shape[%d] is not a non-negative integer", name, i);
+            return vt_seterr(e, "tensor '%s': shape[%d] is not a non-negative integer of at most 2^53", name, i);
         t->shape[i] = (int64_t)dim;
         if (dim != 0 && numel > UINT64_MAX / dim) numel = UINT64_MAX; /* saturate; checked below */
         else numel *= dim;
