@@ -65,8 +65,9 @@ enum {
     VT_CAP_DROP_PATH = 1,       /* stochastic depth (--drop-path) */
     VT_CAP_APPLY_TRANSFORM = 2, /* the Refiner's refine-every-block mode (--apply-transform) */
     VT_CAP_ANY_SIZE = 4,        /* parameter shapes do not depend on the image size: `forward` takes it from its input */
-    VT_CAP_FORM_RECORD = 8      /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
+    VT_CAP_FORM_RECORD = 8,     /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
                                  * files record their form and a file of the other form is refused (vt_params.form) */
+    VT_CAP_WINDOWS = 16         /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */

@@ -188,6 +188,6 @@ static const vt_model_cfg models[] = {
  * cls_token) do not exist in these networks, so nothing else is excluded (FLatten's scale and positional_encoding
  * are decayed, as the official training code does). */
 const vt_family vt_family_cswin = {
-    .name = "cswin", .build = build, .features = features, .check = check, .caps = VT_CAP_DROP_PATH,
+    .name = "cswin", .build = build, .features = features, .check = check, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS,
     .models = models, .nmodels = VT_COUNT(models),
 };

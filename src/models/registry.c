@@ -100,6 +100,9 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             if (i >= a->nstages)
                 return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)", cfg->name, i + 1,
                                  a->nstages);
+            if (!(caps & VT_CAP_WINDOWS))
+                return vt_seterr(e, "%s has no attention windows or stripes (--windows applies to Swin and CSwin "
+                                 "models)", cfg->name);
             a->stages[i].window = ov->windows[i];
         }
     if (ov->drop_path >= 0.0f) {

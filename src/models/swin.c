@@ -308,10 +308,10 @@ static const vt_model_cfg tv_models[] = {
 
 const vt_family vt_family_swin = {
     .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+    .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS, .models = models, .nmodels = VT_COUNT(models),
 };
 
 const vt_family vt_family_swin_tv = {
     .name = "swin_tv", .build = build, .features = features, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE, .models = tv_models, .nmodels = VT_COUNT(tv_models),
+    .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE | VT_CAP_WINDOWS, .models = tv_models, .nmodels = VT_COUNT(tv_models),
 };

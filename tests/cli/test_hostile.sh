@@ -110,6 +110,7 @@ expect "list with a stray argument refused" 1 "unexpected argument" $V list extr
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
+expect "--windows on a model without windows refused" 1 "no attention windows" $V info $M --windows 3
 # 19. cFFN weights of the other form: the error says which form the file holds
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
