@@ -315,12 +315,11 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, int *B) {
         vt_free(x);
         return NULL;
     }
-    for (int64_t i = 0; i < sh[0] * sh[1] * sh[2] * sh[3]; i++)
-        if (!isfinite(x[i])) {
-            die("%s", "input contains NaN or Inf");
-            vt_free(x);
-            return NULL;
-        }
+    if (vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]) >= 0) {
+        die("%s", "input contains NaN or Inf");
+        vt_free(x);
+        return NULL;
+    }
     *B = (int)sh[0];
     return x;
 }
@@ -456,10 +455,9 @@ static int input_side(const vt_st_file *f) {
     return t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
 }
 
-/* cfg for o, at the size of the input in f when --img-size is not given: the model's weights must fit any size, or
- * the input must have the model's size (a clear error otherwise). */
-static int model_cfg_for_input(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
-    if (model_cfg(o, cfg)) return 1;
+/* cfg (model_cfg's) at the size of the input in f when --img-size is not given: the model's weights must fit any
+ * size, or the input must have the model's size (a clear error otherwise). */
+static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
     const int side = o->img_size ? 0 : input_side(f);
     vt_err e = {{0}};
     if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
@@ -472,7 +470,7 @@ static int cmd_forward(opts *o) {
     if (model_cfg(o, &c)) return 1;
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
-    vt_params *P = model_cfg_for_input(o, &f, &c) ? NULL : load_model(o, &c, 1);
+    vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
     if (!P) {
         vt_st_close(&f);
         return 1;
@@ -497,8 +495,7 @@ static int cmd_forward(opts *o) {
         for (int i = 0; i < nout && bad < 0; i++) {
             int64_t n = 1;
             for (int d = 0; d < out[i].ndim; d++) n *= out[i].shape[d];
-            for (int64_t j = 0; j < n && bad < 0; j++)
-                if (!isfinite(((const float *)out[i].data)[j])) bad = i;
+            if (vt_first_nonfinite(out[i].data, n) >= 0) bad = i;
         }
         if (bad >= 0)
             die("%s came out NaN or Inf: the input or the weights overflow float32 in the forward pass (nothing "
@@ -520,7 +517,7 @@ static int cmd_grad(opts *o) {
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = NULL;
-    if (!model_cfg_for_input(o, &f, &c)) {
+    if (!fit_input_size(o, &f, &c)) {
         c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
         P = load_model(o, &c, 1);
     }

@@ -81,6 +81,9 @@ int vt_has_shape(const vt_tensor *t, int nd, int d0, int d1, int d2, int d3);
 /* Sets n floats at p to zero (in parallel when n is large). */
 void vt_zero(float *p, int64_t n);
 
+/* The index of the first NaN or Inf among n floats at p, or -1 when all are finite. */
+int64_t vt_first_nonfinite(const float *p, int64_t n);
+
 /* s[c] += Σ_r y[r·C + c] over R rows of C floats (a bias gradient): each thread owns a block of columns. */
 void vt_add_col_sums(const float *y, int64_t R, int C, float *s);
 

@@ -168,6 +168,12 @@ int vt_params_alloc_grads(vt_params *P, vt_err *e) {
     return 0;
 }
 
+int64_t vt_first_nonfinite(const float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(p[i])) return i;
+    return -1;
+}
+
 void vt_zero(float *p, int64_t n) {
     const int64_t chunk = 1 << 16; /* 256 KiB per task: below that a parallel region costs more than it saves */
 #pragma omp parallel for schedule(static) if (n > 2 * chunk)

@@ -272,12 +272,12 @@ int vt_params_save_grads(const vt_params *P, const char *path, const float *loss
     if (!out || !names) {
         vt_seterr(e, "out of memory saving %s", path);
     } else {
-        for (int k = 0; k < steps; k++)
-            if (!isfinite(losses[k])) {
-                vt_seterr(e, "the loss of step %d is %s: the input or the weights overflow float32 (%s not written)",
-                          k + 1, isnan(losses[k]) ? "NaN" : "infinite", path);
-                goto done;
-            }
+        const int64_t k = vt_first_nonfinite(losses, steps);
+        if (k >= 0) {
+            vt_seterr(e, "the loss of step %lld is %s: the input or the weights overflow float32 (%s not written)",
+                      (long long)k + 1, isnan(losses[k]) ? "NaN" : "infinite", path);
+            goto done;
+        }
         out[n++] = (vt_st_out){"loss", VT_ST_F32, 0, {0}, &losses[steps - 1]};
         if (steps > 1) out[n++] = (vt_st_out){"losses", VT_ST_F32, 1, {steps}, losses};
         for (int i = 0; i < P->n; i++) {
@@ -287,12 +287,11 @@ int vt_params_save_grads(const vt_params *P, const char *path, const float *loss
                 vt_seterr(e, "parameter '%s' has no gradient to save", t->name);
                 goto done;
             }
-            for (int64_t j = 0; j < t->numel; j++)
-                if (!isfinite(t->grad[j])) {
-                    vt_seterr(e, "the gradient of '%s' is NaN or Inf: the input or the weights overflow float32 (%s "
-                              "not written)", t->name, path);
-                    goto done;
-                }
+            if (vt_first_nonfinite(t->grad, t->numel) >= 0) {
+                vt_seterr(e, "the gradient of '%s' is NaN or Inf: the input or the weights overflow float32 (%s "
+                          "not written)", t->name, path);
+                goto done;
+            }
             snprintf(names[i], VT_NAMELEN + 8, "grad/%s", t->name);
             out[n] = (vt_st_out){names[i], VT_ST_F32, t->ndim, {0}, t->grad};
             for (int d = 0; d < t->ndim; d++) out[n].shape[d] = t->shape[d];

@@ -388,10 +388,8 @@ static int ck_read(const vt_st_file *f, const char *name, float *dst, int64_t nu
         return vt_seterr(e, "checkpoint tensor %s has %lld elements, expected %lld", name, (long long)t->numel,
                          (long long)numel);
     if (vt_st_read_f32(t, dst, numel, e)) return -1;
-    for (int64_t i = 0; i < numel; i++)
-        if (!isfinite(dst[i]))
-            return vt_seterr(e, "checkpoint tensor %s holds NaN or Inf (element %lld)", name, (long long)i);
-    return 0;
+    const int64_t bad = vt_first_nonfinite(dst, numel);
+    return bad < 0 ? 0 : vt_seterr(e, "checkpoint tensor %s holds NaN or Inf (element %lld)", name, (long long)bad);
 }
 
 /* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
