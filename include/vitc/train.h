@@ -69,6 +69,9 @@ typedef struct vt_eval_result {
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
                 int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e);
 
+/* Most epochs a run may have (--epochs' limit); a checkpoint past it is not one vitc wrote. */
+#define VT_EPOCHS_MAX 1000000
+
 /* Options of vt_train. */
 typedef struct vt_train_opts {
     const char *data;          /* "fashion-mnist" or an image folder (DIR/train/<class>/..., DIR/val/<class>/...) */

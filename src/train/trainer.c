@@ -439,6 +439,9 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
         rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld are inconsistent (both 0, or both positive)",
                        (long long)st->epoch, (long long)st->step);
+    else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)
+        rc = vt_seterr(e, "checkpoint is at epoch %lld, past the %d epochs a run may have: not a checkpoint vitc wrote",
+                       (long long)st->epoch, VT_EPOCHS_MAX);
     if (rc == 0) opt->step = st->step;
     vt_st_close(&f);
     return rc;
@@ -647,6 +650,7 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *p
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (o->epochs > VT_EPOCHS_MAX) return vt_seterr(e, "at most %d epochs", VT_EPOCHS_MAX);
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");

@@ -111,6 +111,8 @@ expect "-o followed by an option refused" 2 "needs a value, got the option --see
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
 expect "--windows on a model without windows refused" 1 "no attention windows" $V info $M --windows 3
+expect "an option given twice refused" 2 "given twice (as --lr and --lr)" $V train $M --lr 0.1 --lr 0.01 --out "$T/lr2"
+expect "... an alias counts as the same option" 2 "given twice (as -w and --weights)" $V forward $M -w "$T/w.safetensors" --weights "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y2.safetensors"
 # 19. cFFN weights of the other form: the error says which form the file holds
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
@@ -175,10 +177,11 @@ vkey = next(k for k in w if k.startswith("optim/v/"))
 neg = w[vkey].copy(); neg.flat[0] = -1.0
 variant("ck_epoch", train__epoch=np.array([-3], np.int64))
 variant("ck_step", train__step=np.array([1 << 60], np.int64))
+variant("ck_far", train__epoch=np.array([1 << 62], np.int64), train__step=np.array([1 << 62], np.int64))
 variant("ck_v", **{vkey.replace("/", "__"): neg})
 variant("ck_ws", world_size="abc")
 PY
-for c in "ck_epoch:inconsistent" "ck_step:images of an epoch" "ck_v:negative" "ck_ws:malformed world_size"; do
+for c in "ck_epoch:inconsistent" "ck_step:images of an epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"
