@@ -128,6 +128,17 @@ vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, in
  * between buffers the plan allocated). */
 int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch);
 
+/* A new primitive for one inference linear layer y = post(x·wᵀ + b) (shapes as vt_gemm_linear_prim, post not GELU)
+ * as a 1x1 convolution with its own copy of w packed into the kernel's layout: for a weight that is constant while
+ * the graph lives (rule 12 at vt_gemm_choose). NULL where the rule does not apply: not oneDNN's AVX2 tier, a forced
+ * library, or no optimised 1x1 kernel. */
+vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post);
+
+/* Runs q on all threads (outside OpenMP parallel regions), packing w first when repack or when q's packed copy is
+ * of another pointer (its values changed in between: repack); b and r as q was made; 0 or -1 (the caller falls back). */
+int vt_gemm_linear_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r,
+                            float *y, int repack);
+
 /* An int8 linear layer: a oneDNN u8 × s8 matmul with this layer's quantised weight (owned by the plan). */
 typedef struct vt_gemm_q8 vt_gemm_q8;
 
@@ -143,12 +154,12 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p);
  * y = sx·s_o·Σ (x_q − z)·w_q + b (+ r). */
 vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post, int gelu_in);
 
-/* Runs q (outside OpenMP parallel regions) with xq (M·K bytes) for the quantised input, quantising w first when it
- * is not the weight of the previous run (a weight changed in place needs a new primitive); 0, 1 when x holds a NaN
- * or an infinity (nothing written: the caller computes that run in fp32, so it propagates as there), or -1 if
- * oneDNN failed. */
+/* Runs q (outside OpenMP parallel regions) with xq (M·K bytes) for the quantised input, quantising w first when
+ * requant or when it is not the weight of the previous run (its values changed in between: requant); 0, 1 when x
+ * holds a NaN or an infinity (nothing written: the caller computes that run in fp32, so it propagates as there), or
+ * -1 if oneDNN failed. */
 int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, const float *b, const float *r,
-                   float *y);
+                   float *y, int requant);
 
 /* Frees the plan's primitives (the plan stays usable). */
 void vt_gemm_plan_free(vt_gemm_plan *p);

@@ -149,7 +149,7 @@ struct vt_graph {
                          * producer's backward, the plan before declarations existed); for comparisons and tests */
     int int8;           /* set before finalize (vt_model_build does, from the model's arch.int8): an inference graph
                          * runs its linear layers whose weights are parameters in int8 (linear.onednn_int8, vt_gemm_q8:
-                         * the weights are quantised at the first forward, so load them before it) */
+                         * the weights are quantised at the first forward and again after vt_params_changed) */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
                          * nothing */
     int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token

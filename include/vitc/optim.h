@@ -15,6 +15,7 @@ typedef struct vt_adamw {
     vt_tensor **p;     /* tracked parameters, in store order */
     float **m, **v;    /* first/second moments, m[i] and v[i] hold p[i]->numel floats */
     float *buf;        /* the single allocation behind all m and v arrays */
+    vt_params *P;      /* the store the parameters belong to (each step marks it changed) */
 } vt_adamw;
 
 /* Allocates P's missing gradients (vt_params_alloc_grads) and tracks every VT_PARAM with requires_grad; moments

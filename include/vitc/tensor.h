@@ -97,7 +97,13 @@ typedef struct vt_params {
     int shapes_only; /* 1: record names and shapes only, allocate no data (for counting) */
     const char *form; /* "training" or "deployed" for a model whose two forms share their keys (Next-ViT): recorded in
                        * files by vt_params_save and checked by vt_params_load; NULL: not recorded */
+    uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of
+                       * constant weights (packed, quantised) and renew them when it moved */
 } vt_params;
+
+/* Marks P's values as changed (vitc's own writers do it: loads, inits, optimiser and EMA steps, merges); code that
+ * writes parameter or buffer values itself calls it before the next forward of a graph built on P. */
+void vt_params_changed(vt_params *P);
 
 /* Creates an empty store. */
 vt_params *vt_params_new(vt_err *e);

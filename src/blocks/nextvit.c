@@ -155,6 +155,7 @@ static int bn_affine(const vt_params *P, const char *prefix, int C, double *s, d
 }
 
 int vt_merge_pre_bn(vt_params *P, const char *target, const char *bn1, const char *bn2, vt_err *e) {
+    vt_params_changed(P);
     vt_tensor *W = find(P, target, "weight"), *bias = find(P, target, "bias");
     if (!W || !bias || W->numel == 0 || bias->ndim != 1 || W->shape[0] != bias->shape[0] ||
         (W->ndim != 2 && !(W->ndim == 4 && W->shape[2] == 1 && W->shape[3] == 1)))

@@ -123,8 +123,11 @@ static float trunc_normal(vt_rng *r, float std) {
     }
 }
 
+void vt_params_changed(vt_params *P) { P->gen++; }
+
 void vt_params_init(vt_params *P, uint64_t seed) {
     if (P->shapes_only) return;
+    vt_params_changed(P);
     vt_rng r;
     vt_rng_seed(&r, seed);
     for (int i = 0; i < P->n; i++) {

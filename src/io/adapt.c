@@ -104,6 +104,7 @@ static int derived_buffer(const char *name) {
 }
 
 int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt_err *e) {
+    vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
     const char *form = vt_st_meta(&f, VT_FORM_KEY); /* files without the record hold the training form */

@@ -80,6 +80,7 @@ static int is_variance(const char *name) {
 
 
 int vt_params_load(vt_params *P, const char *path, vt_err *e) {
+    vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e) != 0) return -1;
     if (check_form(P, &f, path, e)) {

@@ -230,7 +230,22 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     and on in one process, per-round medians: CSwin-T 1.024 (1.020-1.025 in three earlier runs), DeiT-T 1.051
  *     (1.035, 1.04), GroupMixFormer-S 1.031, FLatten-PVTv2-b1 1.023, Swin-T 1.000, Next-ViT-S 0.992 (its deployed
  *     graph trained: the same GEMM shapes), DeiT-S (no shape in the rule: the control) 0.971. Not measured on
- *     Cascade Lake or AMD. */
+ *     Cascade Lake or AMD.
+ * 12. AVX2 tier (before rule 5's matmul primitive), an inference linear whose weight is constant (made of
+ *     parameters): oneDNN's 1x1 convolution over channels-last rows (jit_1x1:avx2) with the layer's own copy of the
+ *     weight packed once into the conv's blocked layout (vt_gemm_linear_conv; packed again when the parameters
+ *     change, vt_params_changed), where the matmul primitive (gemm:jit) packs the weight at every call. AMD EPYC
+ *     Zen 3, 2026-11-29, the layer alone with cold weights (64 MB of copies cycled), best of 7 alternated rounds,
+ *     GFLOP/s matmul vs packed conv: Next-ViT-S at batch 1 49×2048×1024 61-104 vs 90-114, 49×2304×768 96 vs 131,
+ *     196×512×1024 123 vs 160, 784×512×256 136-151 vs 156-166; DeiT-Ti 197×768×192 118 vs 153, 197×576×192 129 vs
+ *     157; batch 16 3152×192×768 112 vs 149, 3136×1536×384 126 vs 141. Packing at every call (what a training step
+ *     would need) lost at 49-197 rows (56-85 vs 61-104): training graphs keep rule 5. oneDNN's inner product
+ *     (gemm:jit) with a packed weight was no faster than the matmul. Whole eval graphs with and without the rule in
+ *     one process, forwards alternated, per-round medians of 5-21: batch 1 DeiT-T 1.17-1.22, DeiT-S 1.21, Swin-T
+ *     1.21, CSwin-T 1.25, FLatten-Swin-T 1.09, PVTv2-b1 1.07, Next-ViT-S 1.17-1.19, DeiT-T + hMHSA + cFFN 1.19,
+ *     GroupMixFormer-M 1.14, Refined-ViT-S 1.10, SimpleViT-S + MSF-g2 1.14; batch 16 DeiT-T 1.05, DeiT-S 1.06,
+ *     Swin-T 1.11, PVTv2-b1 1.10, FLatten-Swin-T 1.27, Next-ViT-S 1.11, SimpleViT-S + MSF-g2 1.01. Intel's and
+ *     AMD's AVX-512 tiers (brgemm matmul; a packed weight level there, docs/benchmarks.md) keep rule 5. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -368,12 +383,14 @@ struct vt_gemm_prim {
 };
 
 struct vt_gemm_conv {
-    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, _RELU, _ADD, _GELU), nchw, wgrad */
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, _RELU, _ADD, _GELU), nchw, and the use:
+                   * CONV_FWD, CONV_WGRAD, or CONV_LINEAR (one layer's own, vt_gemm_linear_conv: never shared) */
     /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
      * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
     dnnl_memory_t x, w, wp, b, y, r; /* r: VT_CONV_ADD's added term (y's layout) */
     void *packed;
+    const float *wsrc; /* CONV_LINEAR: the weight `packed` holds (NULL: none yet) */
     /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
      * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
     dnnl_primitive_t rx, ry;
@@ -382,6 +399,8 @@ struct vt_gemm_conv {
     dnnl_stream_t stream;
     vt_gemm_conv *next;
 };
+
+enum { CONV_FWD = 0, CONV_WGRAD = 1, CONV_LINEAR = 2 }; /* vt_gemm_conv's use (geom[11]) */
 
 struct vt_gemm_q8 {
     int M, N, K, has_bias, gelu_in;
@@ -643,7 +662,8 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
-    int bad = !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] == CONV_LINEAR && !strstr(impl, "1x1")) ||
+              !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
                     dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
                     dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
@@ -716,12 +736,12 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
     vt_gemm_prims *c = prims_of(p);
     if (!c) return NULL;
     for (vt_gemm_conv *q = c->convs; q; q = q->next)
-        if (memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
+        if (geom[11] != CONV_LINEAR && memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
     vt_gemm_conv *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     memcpy(q->geom, geom, sizeof q->geom);
     q->stream = c->stream;
-    if (geom[11] ? convw_make(c, q) : conv_make(c, q)) {
+    if (geom[11] == CONV_WGRAD ? convw_make(c, q) : conv_make(c, q)) {
         conv_free(q);
         return NULL;
     }
@@ -733,7 +753,7 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int flags, int nchw) {
     const int kept = flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD | VT_CONV_GELU);
-    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, kept, nchw != 0, 0};
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, kept, nchw != 0, CONV_FWD};
     return conv_get(p, geom);
 }
 
@@ -742,7 +762,7 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
 vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                  int nchw) {
     if (p->force == VT_GEMM_AUTO && p->onednn < VT_ISA_AVX512) return NULL;
-    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, 0, nchw != 0, 1};
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, 0, nchw != 0, CONV_WGRAD};
     return conv_get(p, geom);
 }
 
@@ -769,6 +789,25 @@ int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, flo
 }
 
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
+
+/* Rule 12 (see the list at vt_gemm_choose). */
+vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+    if (p->force != VT_GEMM_AUTO || p->onednn != VT_ISA_AVX2 || p->openblas > p->onednn || post == VT_GEMM_POST_GELU)
+        return NULL;
+    const int flags = (has_bias ? VT_CONV_BIAS : 0) | (post == VT_GEMM_POST_RELU ? VT_CONV_RELU : 0) |
+                      (post == VT_GEMM_POST_ADD ? VT_CONV_ADD : 0);
+    const int geom[12] = {1, K, 1, M, N, 1, 1, 0, 1, flags, 0, CONV_LINEAR};
+    return conv_get(p, geom);
+}
+
+int vt_gemm_linear_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r,
+                            float *y, int repack) {
+    const int pack = repack || q->wsrc != w;
+    q->wsrc = NULL;
+    if (vt_gemm_conv_run_add(q, x, w, b, r, y, NULL, pack)) return -1;
+    q->wsrc = w;
+    return 0;
+}
 
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
                      int pack) {
@@ -944,8 +983,11 @@ static inline uint8_t q8_level(float v, float top) {
 #define GELU_XMIN (-0.7517916f)
 
 int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, const float *b, const float *r,
-                   float *y) {
-    if (q->wsrc != w && q8_weights(q, w)) return -1;
+                   float *y, int requant) {
+    if (requant || q->wsrc != w) {
+        q->wsrc = NULL;
+        if (q8_weights(q, w)) return -1;
+    }
     const int64_t n = (int64_t)q->M * q->K;
     float lo = 0.0f, hi = 0.0f;
     int64_t nonfinite = 0;
@@ -1017,7 +1059,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): M*N*K < 2^15: openblas, else onednn; on "
                          "more: M <= 8 and M*N*K >= 2^13: onednn, A^T*B with M, N >= 128 and (N <= 256 or M*N "
                          "<= 2^18): openblas, else M*N*K < 2^18: openblas, else onednn; a linear's whole forward: "
-                         "onednn matmul primitive, bias and residual fused");
+                         "onednn matmul primitive, bias and residual fused (inference with a constant weight: onednn "
+                         "1x1 conv, weight packed once)");
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "

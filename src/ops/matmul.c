@@ -55,6 +55,8 @@ typedef struct {
     int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
     vt_gemm_prim *prim; /* the linear.onednn_matmul kernel's primitive (made by its prepare) */
     vt_gemm_q8 *q8;     /* the linear.onednn_int8 kernel's primitive and quantised weight */
+    vt_gemm_conv *conv; /* the linear.onednn_conv1x1 kernel's primitive and packed weight */
+    uint64_t gen;       /* conv, q8: the parameters' generation (vt_params.gen) the weight's copy was made at */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -213,15 +215,22 @@ static void linear_fwd(vt_node *n) {
  * the product without any GELU 3.09 ms, with the post-op 4.0, with the pass after it 3.6), DeiT-S's 1.03x, 197
  * rows 1.08x; eval graphs DeiT-Ti 1.048 (b16) and 1.033 (b1), Swin-T 1.010 and 1.061, CSwin-T 1.018, DeiT-Ti +
  * hMHSA + cFFN 1.060, DeiT-S 0.991 / 1.029, Refined-ViT-S 0.979 / 0.998 (two runs each: noise). */
+static int linear_prim_wanted(const vt_node *n) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    return !(p->gelu_in && p->R >= 2 * PANEL_ROWS) && p->drop == 0.0f &&
+           vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training);
+}
+
+/* The primitive's post-op: the residual, or an inference ReLU (nothing keeps its input). */
+static vt_gemm_post linear_prim_post(const vt_node *n) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    return p->has_res ? VT_GEMM_POST_ADD : p->act == ACT_RELU && !n->save[0] ? VT_GEMM_POST_RELU : VT_GEMM_POST_NONE;
+}
+
 static int linear_prim_prepare(vt_node *n) {
     linear_p *p = VT_OP_P(n, linear_p);
-    if ((p->gelu_in && p->R >= 2 * PANEL_ROWS) || p->drop > 0.0f ||
-        !vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training))
-        return 0;
-    const vt_gemm_post post = p->has_res                              ? VT_GEMM_POST_ADD
-                              : p->act == ACT_RELU && !n->save[0] ? VT_GEMM_POST_RELU
-                                                                  : VT_GEMM_POST_NONE;
-    p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, post);
+    if (!linear_prim_wanted(n)) return 0;
+    p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, linear_prim_post(n));
     return p->prim != NULL;
 }
 
@@ -240,6 +249,31 @@ static void linear_prim_fwd(vt_node *n) {
 
 static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd, 1};
 
+/* Inference graphs on the AVX2 tier: a layer whose weight is constant runs as a oneDNN 1x1 convolution with that
+ * weight packed at the first forward (vt_gemm_linear_conv, rule 12 in gemm.c), the epilogue as the matmul kernel's. */
+static int linear_conv_prepare(vt_node *n) {
+    linear_p *p = VT_OP_P(n, linear_p);
+    if (n->g->training || !vt_graph_is_constant(n->g, n->in[1]) || !linear_prim_wanted(n)) return 0;
+    p->conv = vt_gemm_linear_conv(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, linear_prim_post(n));
+    return p->conv != NULL;
+}
+
+static void linear_conv_fwd(vt_node *n) {
+    linear_p *lp = VT_OP_P(n, linear_p);
+    const float *x = lp->gelu_in ? gelu_all(n, n->in[0]->data) : n->in[0]->data; /* R < 2 * PANEL_ROWS (prepare) */
+    const vt_tensor *res = lin_res(n);
+    const uint64_t gen = n->g->P->gen; /* the weight is made of parameters (prepare): repacked when they changed */
+    if (vt_gemm_linear_conv_run(lp->conv, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, n->out->data,
+                                gen != lp->gen)) {
+        if (vt_node_fallback(n, 1) == 0) linear_fwd(n); /* oneDNN failed: the reference from now on */
+        return;
+    }
+    lp->gen = gen;
+    if (lp->act == ACT_GELU) act_all(n, n->out->data, NULL);
+}
+
+static const vt_kernel k_linear_conv = {"linear.onednn_conv1x1", linear_conv_prepare, linear_conv_fwd, 1};
+
 /* int8 graphs (vt_graph.int8, inference only): a layer whose weight is constant (a parameter, or made from
  * parameters, e.g. a slice of one) runs as a oneDNN u8 × s8 matmul (vt_gemm_q8: the input quantised per run, the
  * weight per output row at the first run), bias and residual or ReLU fused, GELU after it. */
@@ -256,10 +290,12 @@ static int linear_q8_prepare(vt_node *n) {
 }
 
 static void linear_q8_fwd(vt_node *n) {
-    const linear_p *lp = VT_OP_P(n, linear_p);
+    linear_p *lp = VT_OP_P(n, linear_p);
     const vt_tensor *res = lin_res(n);
+    const uint64_t gen = n->g->P->gen; /* requantised when the parameters changed */
     const int rc = vt_gemm_q8_run(lp->q8, n->in[0]->data, vt_tensor_u8(n->kws), n->in[1]->data, lin_bias(n),
-                                  res ? res->data : NULL, n->out->data);
+                                  res ? res->data : NULL, n->out->data, gen != lp->gen);
+    if (rc == 0 || rc == 1) lp->gen = gen; /* the weight was quantised (1: only the input was refused) */
     if (rc) { /* oneDNN failed: the reference from now on; rc 1 (a non-finite input): this run */
         if (vt_node_fallback(n, rc < 0) == 0) linear_fwd(n);
         return;
@@ -268,7 +304,7 @@ static void linear_q8_fwd(vt_node *n) {
 }
 
 static const vt_kernel k_linear_q8 = {"linear.onednn_int8", linear_q8_prepare, linear_q8_fwd, 0};
-static const vt_kernel *const linear_kernels[] = {&k_linear_q8, &k_linear_prim, NULL};
+static const vt_kernel *const linear_kernels[] = {&k_linear_q8, &k_linear_conv, &k_linear_prim, NULL};
 
 /* Backward's one pass over dy's rows before the products: the fused residual gets dy as it arrives (written where
  * its gradient is fresh, else added), dy becomes the product's gradient in place (times the sample's drop-path factor
@@ -373,7 +409,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0.0f,
-                                       R, NULL, NULL};
+                                       R, NULL, NULL, NULL, 0};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);

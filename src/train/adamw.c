@@ -20,6 +20,7 @@ int vt_adamw_init(vt_adamw *o, vt_params *P, float beta1, float beta2, float eps
     o->beta2 = beta2;
     o->eps = eps;
     o->weight_decay = weight_decay;
+    o->P = P;
     if (P->shapes_only) return vt_seterr(e, "AdamW needs a store with data (this one records shapes only)");
     if (vt_params_alloc_grads(P, e)) return -1;
     int n = 0;
@@ -67,6 +68,7 @@ void vt_adamw_free(vt_adamw *o) {
 
 void vt_adamw_step(vt_adamw *o, float lr) {
     o->step++;
+    if (o->P) vt_params_changed(o->P);
     const double t = (double)o->step;
     const double bc1 = 1.0 - pow((double)o->beta1, t);
     const double bc2 = 1.0 - pow((double)o->beta2, t);

@@ -93,6 +93,7 @@ int vt_dist_sum(const vt_dist *d, double *v, int n, vt_err *e) {
 
 int vt_dist_broadcast(const vt_dist *d, vt_params *P, vt_adamw *opt, int64_t *v, int nv, vt_err *e) {
     if (!d->mpi || d->size == 1) return 0;
+    vt_params_changed(P);
     for (int i = 0; i < P->n; i++) {
         vt_tensor *t = P->t[i];
         if (t->data && mpi_check(MPI_Bcast(t->data, (int)t->numel, MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Bcast", e))

@@ -25,6 +25,7 @@ int vt_ema_init(vt_ema *m, const vt_params *src, double decay, vt_err *e) {
 }
 
 void vt_ema_update(vt_ema *m, const vt_params *src) {
+    vt_params_changed(m->P);
     const float d = (float)m->decay, c = (float)(1.0 - m->decay);
     for (int i = 0; i < src->n && i < m->P->n; i++) {
         const vt_tensor *s = src->t[i];

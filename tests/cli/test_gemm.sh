@@ -73,10 +73,14 @@ r = np.random.default_rng(0)
 st.save(sys.argv[1], {"input": r.standard_normal((5, 1, 28, 28)).astype(np.float32),
                       "labels": np.array([0, 3, 9, 1, 4], dtype=np.int64)})
 EOF
-for lib in openblas onednn auto; do
-    VITC_GEMM=$lib $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/f_$lib.safetensors" \
+# avx2: both libraries held to AVX2 kernels, as on an AVX2-only CPU (GEMM rule 12's packed 1x1 convs in inference)
+AVX2_ENV="VITC_GEMM=auto DNNL_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell"
+for lib in openblas onednn auto avx2; do
+    envs="VITC_GEMM=$lib"
+    [ $lib = avx2 ] && envs=$AVX2_ENV
+    env $envs $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/f_$lib.safetensors" \
         >"$T/f_$lib.log" 2>&1 || echo "forward $lib failed: $(cat "$T/f_$lib.log")"
-    VITC_GEMM=$lib $V grad vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g_$lib.safetensors" \
+    env $envs $V grad vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g_$lib.safetensors" \
         >"$T/g_$lib.log" 2>&1 || echo "grad $lib failed: $(cat "$T/g_$lib.log")"
 done
 r=$($PY - "$T" <<'EOF'
@@ -89,7 +93,7 @@ worst = 0.0
 try:
     for kind in ("f", "g"):
         ref = st.load(f"{d}/{kind}_openblas.safetensors")
-        for lib in ("onednn", "auto"):
+        for lib in ("onednn", "auto", "avx2"):
             other = st.load(f"{d}/{kind}_{lib}.safetensors")
             assert sorted(ref) == sorted(other), f"{kind} {lib}: tensors differ"
             for k in ref:
@@ -100,4 +104,9 @@ except Exception as e:
 print("ok" if worst < 1e-4 else f"worst relative difference {worst:.3g}")
 EOF
 )
-check "forward logits and every gradient agree across openblas, onednn and auto" "[ '$r' = ok ]" "$r"
+check "forward logits and every gradient agree across openblas, onednn, auto and auto held to AVX2" "[ '$r' = ok ]" "$r"
+if [ "$avx2" = 1 ]; then
+    env $AVX2_ENV $V bench vit_fmnist_tiny --batch-size 4 --iters 1 --profile >"$T/a2.log" 2>&1
+    check "held to AVX2, inference linears run as packed 1x1 convs (rule 12)" \
+        "grep -q 'linear.onednn_conv1x1' '$T/a2.log' && ! grep -q 'linear.onednn_matmul' '$T/a2.log'" "$(cat "$T/a2.log")"
+fi
