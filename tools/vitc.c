@@ -1055,10 +1055,9 @@ static void command_help(const command *c) {
     printf("  %-18s %s\n", "--help", "show this help");
 }
 
-/* Parses argv[2..] into o, accepting only the command's options, each value option once (an alias counts as the
- * same option: `-w a --weights b` is refused); returns -1 on an error. */
+/* Parses argv[2..] into o, accepting only the command's options; an option given again replaces its value (as
+ * argparse: a script may override a shared argument list); returns -1 on an error. */
 static int parse(const command *c, int argc, char **argv, opts *o) {
-    const char *given[sizeof optdefs / sizeof optdefs[0]] = {0}; /* per field offset's first definition: its name */
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-') {
@@ -1088,18 +1087,6 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             fprintf(stderr, "vitc %s: option %s needs a value\n", c->name, a);
             return -1;
         }
-        const optdef *first = d;
-        for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
-            if (optdefs[k].off == d->off) {
-                first = &optdefs[k];
-                break;
-            }
-        const char **seen = &given[first - optdefs];
-        if (*seen) {
-            fprintf(stderr, "vitc %s: option %s given twice (as %s and %s); give it once\n", c->name, a, *seen, a);
-            return -1;
-        }
-        *seen = a;
         const char *v = argv[++i];
         if (d->kind == O_STR) {
             if (v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3`: the value was left out */
