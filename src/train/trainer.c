@@ -675,15 +675,6 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, e))
         rc = -1;
-    char cmd_path[4096], cls_path[4096];
-    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
-    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
-    if (rc == 0 && lead &&
-        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
-         check_run_dir(c, o, e) ||
-         (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
-         (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
-        rc = -1;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (rc == 0) vpart = source_slice(&d.val, dp, &vsc);
     if (rc == 0 &&
@@ -709,6 +700,17 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
                     !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
+    /* the run folder is made and written once the options, data and model have passed their checks: a refused run
+     * leaves no folder behind */
+    char cmd_path[4096], cls_path[4096];
+    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
+    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
+    if (rc == 0 && lead &&
+        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
+         check_run_dir(c, o, e) ||
+         (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
+         (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
+        rc = -1;
     train_state st = {0, 0, {{0}}};
     vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     char ckpt[4096], wpath[4096];

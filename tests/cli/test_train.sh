@@ -3,7 +3,8 @@
 # metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
 # keeps the last good checkpoint; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
-# metrics.csv, a second run on a locked folder and an empty --out are refused at start-up; drop-path (resume-exact);
+# metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
+# folder); drop-path (resume-exact);
 # eval and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
@@ -42,6 +43,9 @@ check "drop-path resume gives bit-identical weights" "cmp -s '$T/dp/weights.safe
 check "drop-path changes training" "[ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" != \"\$(sed -n 3p '$T/a/metrics.csv' | cut -d, -f3)\" ]"
 $V train $COMMON --epochs 1 --drop-path 1.5 --out "$T/c" >"$T/dpb.log" 2>&1
 check "bad --drop-path rejected" "[ $? -ne 0 ] && grep -q 'drop-path must be' '$T/dpb.log'"
+$V train $COMMON --epochs 1 --batch-size 4096 --out "$T/refused/run" >"$T/refused.log" 2>&1
+check "a run refused at set-up (batch larger than an epoch) leaves no run folder" \
+    "[ $? -ne 0 ] && grep -q 'larger than the 1024 images' '$T/refused.log' && [ ! -e '$T/refused' ]" "$(cat "$T/refused.log")"
 $V bench simplevit_ti_msf --batch-size 1 --train --drop-path 0.1 >"$T/dps.log" 2>&1
 check "drop-path refused where the official code has none" "[ $? -ne 0 ] && grep -q 'has no drop-path' '$T/dps.log'"
 
