@@ -672,6 +672,9 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     vt_tf_params deit;
     uint64_t *keys = NULL; /* the loader's draw keys under repeated augmentation */
     int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
+    /* a folder holding another run is refused before the data and model are set up (an image folder's scan can take
+     * minutes); the check is made again under the folder's lock below, where it decides */
+    if (rc == 0 && lead && check_run_dir(c, o, e)) rc = -1;
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, e))
         rc = -1;
