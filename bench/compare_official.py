@@ -311,7 +311,7 @@ def main():
             if train and name in EVAL_ONLY:
                 notes.append(f"{name}: {mode} b{b} not timed, {EVAL_ONLY[name]}")
                 continue
-            best_o, best_t, best_v, iters = 0.0, 0, None, 2
+            best_o, best_t, best_v, iters, peak = 0.0, 0, None, 2, 0.0
             for r in range(repeats):
                 o = official(a, dict(spec, mode=mode, batch=b))
                 for t, ips in o["img_per_s"].items():
@@ -319,6 +319,7 @@ def main():
                         best_o, best_t = ips, int(t)
                 v = vitc_bench(a, name, b, train, iters)
                 vitc_kernels = vitc_kernels or v
+                peak = max(peak, v["sgemm_gflops"])
                 if v["ms_per_iter"] * iters >= 1e3 * min_time or r == repeats - 1:
                     best_v = v if best_v is None or v["img_per_s"] > best_v["img_per_s"] else best_v
                 # next vitc runs: enough iterations for min_time (a shorter first run only calibrates)
@@ -326,7 +327,8 @@ def main():
                 log(f"  {name} {mode} b{b} run {r + 1}/{repeats}: official {max(o['img_per_s'].values()):.2f}, "
                     f"vitc {v['img_per_s']:.2f} img/s")
             rows.append(f"| {name} ({o['class']}) | {mode} | {b} | {best_o:.2f} ({best_t}) | "
-                        f"{best_v['img_per_s']:.2f} | {best_v['img_per_s'] / best_o:.2f} |")
+                        f"{best_v['img_per_s']:.2f} | {best_v['img_per_s'] / best_o:.2f} | "
+                        f"{benchenv.peak_cells(best_v, best_o, peak)} |")
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     kern = (f"vitc GEMM: OpenBLAS core {vitc_kernels['openblas_core']}, oneDNN {vitc_kernels['onednn_isa']} "
             f"({vitc_kernels['gemm_lib']})" if vitc_kernels else "vitc GEMM: not run")
@@ -334,9 +336,12 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores; {torch_info or 'torch: not run'}; {kern}"
           + (f"; OPENBLAS_CORETYPE={env!r}" if env is not None else ""))
     print(f"# img/s (higher is better), best of {repeats} alternated runs per side; official: best of torch threads "
-          f"{'/'.join(map(str, threads))}; ratio = vitc / official")
-    print("| model (official class) | mode | batch | official img/s (torch threads) | vitc img/s | ratio |")
-    print("|---|---|---:|---:|---:|---:|")
+          f"{'/'.join(map(str, threads))}; ratio = vitc / official; peak: the highest sgemm GFLOP/s of the row's vitc "
+          "runs; % peak: achieved GFLOP/s (vitc's MAC count) as a share of it; ceiling = peak / official GFLOP/s, "
+          "the most an fp32 engine running every MAC at that peak could reach")
+    print("| model (official class) | mode | batch | official img/s (torch threads) | vitc img/s | ratio | "
+          "peak GFLOP/s | % peak vitc / official | ceiling |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(row)
     for n in notes:

@@ -21,6 +21,12 @@ and ONNX Runtime), each row also runs, with DIR's python and the same reference 
                     temporary file, run by onnxruntime's CPUExecutionProvider with all graph optimisations,
                     intra_op_num_threads in {1, 2}.
 Every side alternates --repeats times after its search and keeps its best run; ratio = vitc / the best anchor.
+
+Against the machine's fp32 GEMM speed: "peak" is the highest 1024^3 sgemm GFLOP/s that `vitc bench` measured in
+this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side's achieved GFLOP/s (the model's MACs
+at its img/s; vitc's count, the same network) as a share of it; "ceiling" = peak / the best anchor's GFLOP/s, the
+ratio an engine running every MAC at the sgemm peak would reach against that anchor: a target above it needs fewer
+operations (another algorithm or precision), not faster fp32 code.
 Usage: /usr/bin/python3 bench/compare_torch.py [--models deit_tiny_patch16_224,...] [--batches 1,16]
        [--modes infer,train] [--iters N] [--repeats R] [--no-search] [--venv build/bench-venv]
 """
@@ -237,23 +243,27 @@ def main():
                     iters = max(2, a.iters if b > 1 else 4 * a.iters)
                     # the host is noisy: each side keeps its best run (see the module docstring)
                     v = vitc_run(model, b, train, iters)
+                    peak = v["sgemm_gflops"]
                     t = torch_best(model, img, b, train, iters, not a.no_search)
                     if not header:
                         print(f"# vitc's GEMM kernels: OpenBLAS {v.get('openblas_core', '?')}, "
                               f"oneDNN {v.get('onednn_isa', '?')}")
                         if a.venv:
                             print("| model | mode | batch | vitc img/s | Debian torch 1.13 (threads, OpenBLAS threads) "
-                                  "| torch 2.x eager | torch.compile | ORT | ratio |")
-                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                                  "| torch 2.x eager | torch.compile | ORT | ratio | peak GFLOP/s | % peak vitc / "
+                                  "best anchor | ceiling |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
                         else:
                             print("| model | mode | batch | vitc img/s | vitc GFLOP/s | torch best img/s (threads, "
-                                  "OpenBLAS threads) | ratio | MiB vitc / torch |")
-                            print("|---|---|---:|---:|---:|---:|---:|---:|")
+                                  "OpenBLAS threads) | ratio | MiB vitc / torch | peak GFLOP/s | % peak vitc / "
+                                  "torch | ceiling |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
                         header = True
 
                     def vitc_again():
-                        nonlocal v
+                        nonlocal v, peak
                         v2 = vitc_run(model, b, train, iters)
+                        peak = max(peak, v2["sgemm_gflops"])
                         v = v if v["img_per_s"] >= v2["img_per_s"] else v2
 
                     def debian_again():
@@ -267,7 +277,7 @@ def main():
                             debian_again()
                         print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
                               f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} | "
-                              f"{v['peak_mib']:.0f} / {t[3]:.0f} |", flush=True)
+                              f"{v['peak_mib']:.0f} / {t[3]:.0f} | {benchenv.peak_cells(v, t[0], peak)} |", flush=True)
                         continue
                     an = anchors_row(a.venv, tmp, (model, img, b, train, iters), not a.no_search, a.repeats,
                                      vitc_again, debian_again)
@@ -278,8 +288,8 @@ def main():
                     best = max([t[0]] + [x.ips for x in an.values() if x.ips is not None])
                     ort = an["ort"].cell() if not train else "-"
                     print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {t[0]:.2f} ({t[1]}, {t[2]}) | "
-                          f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {v['img_per_s'] / best:.2f} |",
-                          flush=True)
+                          f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {v['img_per_s'] / best:.2f} | "
+                          f"{benchenv.peak_cells(v, best, peak)} |", flush=True)
 
 
 if __name__ == "__main__":
