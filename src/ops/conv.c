@@ -1322,7 +1322,74 @@ static void convn_prim_fwd(vt_node *n) {
 }
 
 static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, convn_prim_fwd, 0};
-static const vt_kernel *const convn_kernels[] = {&k_convn_prim, NULL};
+
+/* Output pixels per task of the rows kernel: their patches (CONVN_ROWS × C·k·k floats) stay in the thread's caches
+ * between their gather and the GEMM that reads them. */
+#define CONVN_ROWS 256
+
+/* The rows kernel: an ungrouped conv (C >= 16, k > 1) as tasks of CONVN_ROWS output pixels, each on one thread: the
+ * task's patches gathered in (ky, kx, c) order (one copy of C contiguous floats per tap) into the thread's scratch,
+ * then one single-threaded sgemm against the weight transposed to (Cout, ky, kx, C), the bias and ReLU on the rows
+ * it wrote. Taken at the AVX2 tier, where oneDNN's jit:avx2 channels-last convolution ran Next-ViT-S's deployed stem
+ * slower: one-conv eval graphs alternated in one process, best of 6 (30 at batch 1), GFLOP/s oneDNN vs rows, batch
+ * 16: 64→32 at 112² 76 vs 108, 32→64 98 vs 114, 64→64 stride 2 51 vs 132; batch 1 84 vs 112, 121 vs 124, 53 vs 110
+ * (AMD EPYC Zen 3, 2026-11-30). In the whole forward at batch 16 (`--profile`) those three nodes took 71, 69 and 33
+ * instead of 99, 76 and 80 ms; eval graphs with and without the kernel alternated in one process, per-round median
+ * of 10 (30): 0.939 of the time at batch 16 (0.951 at batch 1). The 3-channel first conv stays on oneDNN (3→64 stride 2
+ * at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float copies), and so do grouped convs (Next-ViT's 32-channel MHCA groups: 32-column GEMMs) and the
+ * AVX-512 tier (not measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch patch matrix. */
+static int convn_rows_prepare(vt_node *n) {
+    const convn_p *p = VT_OP_P(n, convn_p);
+    const vt_patch_geom *q = &p->q;
+    const vt_gemm_plan *gp = &n->g->gemm;
+    const int plan = gp->force == VT_GEMM_OPENBLAS || (gp->force == VT_GEMM_AUTO && gp->onednn == VT_ISA_AVX2);
+    if (!plan || p->G != 1 || q->k == 1 || q->C < 16) return 0;
+    const int64_t K = (int64_t)q->C * q->k * q->k;
+    return vt_kernel_work(n, VT_F32, (int64_t)p->Cout * K + (int64_t)n->g->threads * CONVN_ROWS * K) != NULL;
+}
+
+static void convn_rows_fwd(vt_node *n) {
+    const convn_p *p = VT_OP_P(n, convn_p);
+    const vt_patch_geom *q = &p->q;
+    const int C = q->C, k = q->k, K = C * k * k, Co = p->Cout, HWo = q->Ho * q->Wo;
+    const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
+    float *wt = n->kws->data, *y = n->out->data;
+    for (int o = 0; o < Co; o++)
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < k * k; t++) wt[(size_t)o * K + (size_t)t * C + c] = w[((size_t)o * C + c) * k * k + t];
+    const int64_t R = (int64_t)q->B * HWo, tasks = (R + CONVN_ROWS - 1) / CONVN_ROWS;
+#pragma omp parallel num_threads(n->g->threads)
+    {
+        float *cols = wt + (size_t)Co * K + (size_t)omp_get_thread_num() * CONVN_ROWS * K;
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t r0 = t * CONVN_ROWS, r1 = r0 + CONVN_ROWS < R ? r0 + CONVN_ROWS : R;
+            for (int64_t r = r0; r < r1; r++) {
+                const int bi = (int)(r / HWo), oh = (int)(r % HWo) / q->Wo, ow = (int)(r % HWo) % q->Wo;
+                float *d = cols + (size_t)(r - r0) * K;
+                for (int ky = 0; ky < k; ky++) {
+                    const int iy = oh * q->s - q->p + ky;
+                    for (int kx = 0; kx < k; kx++) {
+                        const int ix = ow * q->s - q->p + kx;
+                        float *dt = d + (size_t)(ky * k + kx) * C;
+                        if (iy < 0 || iy >= q->H || ix < 0 || ix >= q->W)
+                            memset(dt, 0, sizeof(float) * (size_t)C);
+                        else
+                            memcpy(dt, x + (((size_t)bi * q->H + iy) * q->W + ix) * C, sizeof(float) * (size_t)C);
+                    }
+                }
+            }
+            float *yr = y + (size_t)r0 * Co;
+            const int rows = (int)(r1 - r0);
+            for (int i = 0; b && i < rows; i++) memcpy(yr + (size_t)i * Co, b, sizeof(float) * (size_t)Co);
+            vt_gemm(&n->g->gemm, 0, 1, rows, Co, K, 1.0f, cols, K, wt, K, b ? 1.0f : 0.0f, yr, Co);
+            if (p->relu) relu_n(yr, (int64_t)rows * Co);
+        }
+    }
+}
+
+static const vt_kernel k_convn_rows = {"conv_nhwc.rows", convn_rows_prepare, convn_rows_fwd, 0};
+static const vt_kernel *const convn_kernels[] = {&k_convn_rows, &k_convn_prim, NULL};
 
 /* dX of a stride-1 conv through the forward primitive bprim: the transposed convolution is the correlation of dy,
  * padded by k − 1 − p, with each group's weight transposed (in ↔ out) and flipped, (C, Cout/G, k, k). Into the
