@@ -1327,6 +1327,12 @@ static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, c
  * between their gather and the GEMM that reads them. */
 #define CONVN_ROWS 256
 
+/* Output pixels of the rows kernel's largest task. */
+static int64_t convn_task_rows(const vt_patch_geom *q) {
+    const int64_t R = (int64_t)q->B * q->Ho * q->Wo;
+    return R < CONVN_ROWS ? R : CONVN_ROWS;
+}
+
 /* The rows kernel: an ungrouped conv (C >= 16, k > 1) as tasks of CONVN_ROWS output pixels, each on one thread: the
  * task's patches gathered in (ky, kx, c) order (one copy of C contiguous floats per tap) into the thread's scratch,
  * then one single-threaded sgemm against the weight transposed to (Cout, ky, kx, C), the bias and ReLU on the rows
@@ -1335,17 +1341,18 @@ static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, c
  * 16: 64→32 at 112² 76 vs 108, 32→64 98 vs 114, 64→64 stride 2 51 vs 132; batch 1 84 vs 112, 121 vs 124, 53 vs 110
  * (AMD EPYC Zen 3, 2026-11-30). In the whole forward at batch 16 (`--profile`) those three nodes took 71, 69 and 33
  * instead of 99, 76 and 80 ms; eval graphs with and without the kernel alternated in one process, per-round median
- * of 10 (30): 0.939 of the time at batch 16 (0.951 at batch 1). The 3-channel first conv stays on oneDNN (3→64 stride 2
- * at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float copies), and so do grouped convs (Next-ViT's 32-channel MHCA groups: 32-column GEMMs) and the
- * AVX-512 tier (not measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch patch matrix. */
+ * of 10 (30): 0.939 of the time at batch 16 (0.951 at batch 1). Not taken: the 3-channel first conv (3→64 stride 2
+ * at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float copies), grouped convs (Next-ViT's 32-channel
+ * MHCA groups as 32-column GEMMs: level at 56², 1.4x at 28², slower at 7² and at batch 1) and the AVX-512 tier (not
+ * measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch patch matrix. */
 static int convn_rows_prepare(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     const vt_patch_geom *q = &p->q;
     const vt_gemm_plan *gp = &n->g->gemm;
     const int plan = gp->force == VT_GEMM_OPENBLAS || (gp->force == VT_GEMM_AUTO && gp->onednn == VT_ISA_AVX2);
     if (!plan || p->G != 1 || q->k == 1 || q->C < 16) return 0;
-    const int64_t K = (int64_t)q->C * q->k * q->k;
-    return vt_kernel_work(n, VT_F32, (int64_t)p->Cout * K + (int64_t)n->g->threads * CONVN_ROWS * K) != NULL;
+    const int64_t K = (int64_t)q->C * q->k * q->k, need = (int64_t)p->Cout * K + n->g->threads * convn_task_rows(q) * K;
+    return need <= INT_MAX && vt_kernel_work(n, VT_F32, need) != NULL; /* else the reference or oneDNN */
 }
 
 static void convn_rows_fwd(vt_node *n) {
@@ -1360,7 +1367,7 @@ static void convn_rows_fwd(vt_node *n) {
     const int64_t R = (int64_t)q->B * HWo, tasks = (R + CONVN_ROWS - 1) / CONVN_ROWS;
 #pragma omp parallel num_threads(n->g->threads)
     {
-        float *cols = wt + (size_t)Co * K + (size_t)omp_get_thread_num() * CONVN_ROWS * K;
+        float *cols = wt + (size_t)Co * K + (size_t)omp_get_thread_num() * (size_t)convn_task_rows(q) * K;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t r0 = t * CONVN_ROWS, r1 = r0 + CONVN_ROWS < R ? r0 + CONVN_ROWS : R;
