@@ -332,10 +332,12 @@ static void check_conv_nhwc_values(vt_test *T) {
         {2, 8, 5, 6, 4, 1, 1, 1, 0, 1, 1},    /* pointwise */
         {2, 3, 16, 12, 7, 4, 4, 4, 0, 1, 1},  /* patch embedding */
         {1, 2, 6, 5, 4, 5, 5, 3, 2, 2, 1},    /* 5x5, stride 3 */
-        /* the rows kernel (C >= 16, ungrouped; AVX2 tier and the OpenBLAS plan): 289 output pixels, two tasks (256 +
-         * 33); stride 2 with a bias-free 5x5 whose taps fall off every border */
+        /* the rows kernel (at least 16 channels per group; the AVX2 tier and the OpenBLAS plan): 289 output pixels,
+         * two tasks (256 + 33); stride 2 with a bias-free 5x5 whose taps fall off every border; two 16-channel groups
+         * over 324 pixels (padding 2: whole rows of zero taps) */
         {1, 16, 17, 17, 12, 3, 3, 1, 1, 1, 1},
         {2, 20, 9, 8, 24, 5, 5, 2, 2, 1, 0},
+        {1, 32, 16, 16, 16, 3, 3, 1, 2, 2, 1},
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 1);
 }
@@ -673,12 +675,6 @@ static const gc_case conv_cases[] = {
      .build = b_convn_res, .ia = {1, 1, 2}},
     {.name = "conv_nhwc_1x1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {4, 5, 1, 1}}, .build = b_convn,
      .ia = {1, 0, 1}},
-    /* 16 channels, ungrouped: the rows kernel where the plan takes it (two tasks of output pixels), the same conv
-     * twice so that its weight gradient sums two terms */
-    {.name = "conv_nhwc_rows_twice", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 17, 17, 16}, {16, 16, 3, 3}, {16}},
-     .build = b_convn_twice, .ia = {1, 1, 1}},
-    {.name = "conv_nhwc_rows_s2", .nx = 2, .ndim = {4, 4}, .shape = {{2, 9, 8, 20}, {24, 20, 3, 3}},
-     .build = b_convn, .ia = {2, 1, 1}},
     /* 32-channel groups (Next-ViT's MHCA): oneDNN's optimised convs take these (dW through vt_gemm_conv_wgrad), the
      * OpenBLAS plan the patches path */
     {.name = "conv_nhwc_groups32", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 6, 5, 64}, {64, 32, 3, 3}, {64}},

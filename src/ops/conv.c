@@ -1326,6 +1326,7 @@ static const vt_kernel k_convn_prim = {"conv_nhwc.onednn", convn_prim_prepare, c
 /* Output pixels per task of the rows kernel: their patches (CONVN_ROWS × C·k·k floats) stay in the thread's caches
  * between their gather and the GEMM that reads them. */
 #define CONVN_ROWS 256
+#define CONVN_GROUPED_MIN 8192 /* output pixels from which a grouped conv takes the rows kernel at the AVX2 tier */
 
 /* Output pixels of the rows kernel's largest task. */
 static int64_t convn_task_rows(const vt_patch_geom *q) {
@@ -1333,63 +1334,72 @@ static int64_t convn_task_rows(const vt_patch_geom *q) {
     return R < CONVN_ROWS ? R : CONVN_ROWS;
 }
 
-/* The rows kernel: an ungrouped conv (C >= 16, k > 1) as tasks of CONVN_ROWS output pixels, each on one thread: the
- * task's patches gathered in (ky, kx, c) order (one copy of C contiguous floats per tap) into the thread's scratch,
- * then one single-threaded sgemm against the weight transposed to (Cout, ky, kx, C), the bias and ReLU on the rows
- * it wrote. Taken at the AVX2 tier, where oneDNN's jit:avx2 channels-last convolution ran Next-ViT-S's deployed stem
- * slower: one-conv eval graphs alternated in one process, best of 6 (30 at batch 1), GFLOP/s oneDNN vs rows, batch
- * 16: 64→32 at 112² 76 vs 108, 32→64 98 vs 114, 64→64 stride 2 51 vs 132; batch 1 84 vs 112, 121 vs 124, 53 vs 110
- * (AMD EPYC Zen 3, 2026-11-30). In the whole forward at batch 16 (`--profile`) those three nodes took 71, 69 and 33
- * instead of 99, 76 and 80 ms; eval graphs with and without the kernel alternated in one process, per-round median
- * of 10 (30): 0.939 of the time at batch 16 (0.951 at batch 1). Not taken: the 3-channel first conv (3→64 stride 2
- * at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float copies), grouped convs (Next-ViT's 32-channel
- * MHCA groups as 32-column GEMMs: level at 56², 1.4x at 28², slower at 7² and at batch 1) and the AVX-512 tier (not
- * measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch patch matrix. */
+/* The rows kernel: a conv with at least 16 input channels per group and k > 1 in an inference graph, as tasks of
+ * CONVN_ROWS output pixels, each on one thread: the task's patches gathered in (ky, kx, c) order per group (one copy
+ * of C/G contiguous floats per tap and group) into the thread's scratch, then one single-threaded sgemm per group
+ * against the weight transposed to (Cout, ky, kx, C/G), the bias and ReLU on the rows it wrote. Taken at the AVX2
+ * tier, where oneDNN's jit:avx2 channels-last convolution ran Next-ViT-S's deployed stem and its MHCA convs slower
+ * (AMD EPYC Zen 3, 2026-11-30; one-conv eval graphs alternated in one process, best of 6-40, GFLOP/s oneDNN vs rows):
+ * ungrouped at batch 16, 64→32 at 112² 76 vs 108, 32→64 98 vs 114, 64→64 stride 2 51 vs 132; batch 1 84 vs 112,
+ * 121 vs 124, 53 vs 110. In the whole forward at batch 16 (`--profile`) those three nodes took 71, 69 and 33 instead
+ * of 99, 76 and 80 ms, and eval graphs with and without the kernel, alternated, took 0.939 of the time at batch 16
+ * and 0.951 at batch 1 (per-round medians of 10 and 30). The MHCA's 32-channel groups at batch 16: 56²×96 73-77 vs
+ * 92-97, 28²×192 60-61 vs 86-87, but 14²×384 64-70 vs 60-78, 7²×768 62-70 vs 34-40, and at batch 1 oneDNN as fast
+ * or faster (56² 73-78 vs 66-107, 14² 102-110 vs 45-65): grouped convs take the kernel from CONVN_GROUPED_MIN output
+ * pixels: Next-ViT-S's eval graph at batch 16 then took 0.953 and 0.975 of the time (medians of 10; best steps 0.96,
+ * 0.91), its hMHSA + cFFN variant's 0.993 (0.96). Not taken: the
+ * 3-channel first conv (3→64 stride 2 at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float
+ * copies), training graphs (not measured; their backward keeps the transposed-conv primitive that convn_prim_prepare
+ * makes) and the AVX-512 tier (not measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch
+ * patch matrix (64→32 at 112²: 105 vs 44 GFLOP/s). */
 static int convn_rows_prepare(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     const vt_patch_geom *q = &p->q;
     const vt_gemm_plan *gp = &n->g->gemm;
     const int plan = gp->force == VT_GEMM_OPENBLAS || (gp->force == VT_GEMM_AUTO && gp->onednn == VT_ISA_AVX2);
-    if (!plan || p->G != 1 || q->k == 1 || q->C < 16) return 0;
-    const int64_t K = (int64_t)q->C * q->k * q->k, need = (int64_t)p->Cout * K + n->g->threads * convn_task_rows(q) * K;
+    const int grouped_ok = gp->force == VT_GEMM_OPENBLAS || (int64_t)q->B * q->Ho * q->Wo >= CONVN_GROUPED_MIN;
+    if (!plan || n->g->training || (p->G > 1 && !grouped_ok) || q->k == 1 || q->C / p->G < 16) return 0;
+    const int64_t K = (int64_t)q->C * q->k * q->k;
+    const int64_t need = (int64_t)p->Cout * (K / p->G) + n->g->threads * convn_task_rows(q) * K;
     return need <= INT_MAX && vt_kernel_work(n, VT_F32, need) != NULL; /* else the reference or oneDNN */
 }
 
 static void convn_rows_fwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     const vt_patch_geom *q = &p->q;
-    const int C = q->C, k = q->k, K = C * k * k, Co = p->Cout, HWo = q->Ho * q->Wo;
+    const int G = p->G, Cg = q->C / G, kk = q->k * q->k, Kg = Cg * kk, K = Kg * G, Co = p->Cout, Og = Co / G;
+    const int HWo = q->Ho * q->Wo;
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
     float *wt = n->kws->data, *y = n->out->data;
-    for (int o = 0; o < Co; o++)
-        for (int c = 0; c < C; c++)
-            for (int t = 0; t < k * k; t++) wt[(size_t)o * K + (size_t)t * C + c] = w[((size_t)o * C + c) * k * k + t];
+    for (int o = 0; o < Co; o++) /* (Cout, Cg, k, k) -> (Cout, k, k, Cg) */
+        for (int c = 0; c < Cg; c++)
+            for (int t = 0; t < kk; t++) wt[(size_t)o * Kg + (size_t)t * Cg + c] = w[((size_t)o * Cg + c) * kk + t];
     const int64_t R = (int64_t)q->B * HWo, tasks = (R + CONVN_ROWS - 1) / CONVN_ROWS;
 #pragma omp parallel num_threads(n->g->threads)
     {
-        float *cols = wt + (size_t)Co * K + (size_t)omp_get_thread_num() * (size_t)convn_task_rows(q) * K;
+        float *cols = wt + (size_t)Co * Kg + (size_t)omp_get_thread_num() * (size_t)convn_task_rows(q) * K;
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
             const int64_t r0 = t * CONVN_ROWS, r1 = r0 + CONVN_ROWS < R ? r0 + CONVN_ROWS : R;
+            const int rows = (int)(r1 - r0);
             for (int64_t r = r0; r < r1; r++) {
                 const int bi = (int)(r / HWo), oh = (int)(r % HWo) / q->Wo, ow = (int)(r % HWo) % q->Wo;
-                float *d = cols + (size_t)(r - r0) * K;
-                for (int ky = 0; ky < k; ky++) {
-                    const int iy = oh * q->s - q->p + ky;
-                    for (int kx = 0; kx < k; kx++) {
-                        const int ix = ow * q->s - q->p + kx;
-                        float *dt = d + (size_t)(ky * k + kx) * C;
-                        if (iy < 0 || iy >= q->H || ix < 0 || ix >= q->W)
-                            memset(dt, 0, sizeof(float) * (size_t)C);
-                        else
-                            memcpy(dt, x + (((size_t)bi * q->H + iy) * q->W + ix) * C, sizeof(float) * (size_t)C);
+                for (int tap = 0; tap < kk; tap++) {
+                    const int iy = oh * q->s - q->p + tap / q->k, ix = ow * q->s - q->p + tap % q->k;
+                    const int in = iy >= 0 && iy < q->H && ix >= 0 && ix < q->W;
+                    const float *src = in ? x + (((size_t)bi * q->H + iy) * q->W + ix) * q->C : NULL;
+                    for (int gi = 0; gi < G; gi++) {
+                        float *dt = cols + ((size_t)gi * rows + (size_t)(r - r0)) * Kg + (size_t)tap * Cg;
+                        if (in) memcpy(dt, src + (size_t)gi * Cg, sizeof(float) * (size_t)Cg);
+                        else memset(dt, 0, sizeof(float) * (size_t)Cg);
                     }
                 }
             }
             float *yr = y + (size_t)r0 * Co;
-            const int rows = (int)(r1 - r0);
             for (int i = 0; b && i < rows; i++) memcpy(yr + (size_t)i * Co, b, sizeof(float) * (size_t)Co);
-            vt_gemm(&n->g->gemm, 0, 1, rows, Co, K, 1.0f, cols, K, wt, K, b ? 1.0f : 0.0f, yr, Co);
+            for (int gi = 0; gi < G; gi++)
+                vt_gemm(&n->g->gemm, 0, 1, rows, Og, Kg, 1.0f, cols + (size_t)gi * rows * Kg, Kg,
+                        wt + (size_t)gi * Og * Kg, Kg, b ? 1.0f : 0.0f, yr + (size_t)gi * Og, Co);
             if (p->relu) relu_n(yr, (int64_t)rows * Co);
         }
     }
