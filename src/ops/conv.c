@@ -1240,10 +1240,11 @@ vt_tensor *vt_dwconv_nhwc_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tenso
 }
 
 /* ---- channels-last dense / grouped conv: x (B, H, W, C), w (Cout, C/G, k, k), b (Cout) or NULL ----
- * Forward: one oneDNN convolution (brgconv: 1.8-2.3x im2col + per-group sgemm on Next-ViT-S's MHCA shapes at batch
- * 1, 0.75 vs 1.36 ms at 56x56x96 in 3 groups; the weight is packed into its layout on every run, as training
- * changes it) where the plan has one (vt_gemm_conv_prim); otherwise the patches (vt_patches_gather, rows of C·k·k)
- * into scratch and one sgemm per (group, row chunk): the composition vt_im2col + vt_group_linear (block order).
+ * Forward: at the AVX2 tier in inference graphs the rows kernel (convn_rows_prepare says where); else one oneDNN
+ * convolution (brgconv: 1.8-2.3x im2col + per-group sgemm on Next-ViT-S's MHCA shapes at batch 1, 0.75 vs 1.36 ms at
+ * 56x56x96 in 3 groups; the weight is packed into its layout on every run, as training changes it) where the plan
+ * has one (vt_gemm_conv_prim); otherwise the patches (vt_patches_gather, rows of C·k·k) into scratch and one sgemm
+ * per (group, row chunk): the composition vt_im2col + vt_group_linear (block order).
  * Backward: dW through oneDNN's weight-gradient convolution where the plan made one (vt_gemm_conv_wgrad), else the
  * patches again into scratch and dW_g += dY_gᵀ·cols_g; dX of a stride-1 conv through the forward primitive of the
  * transposed conv where the plan made one (convn_bwd_prim), else the same scratch takes dcols_g = dY_g·W_g and the
@@ -1347,11 +1348,11 @@ static int64_t convn_task_rows(const vt_patch_geom *q) {
  * 92-97, 28²×192 60-61 vs 86-87, but 14²×384 64-70 vs 60-78, 7²×768 62-70 vs 34-40, and at batch 1 oneDNN as fast
  * or faster (56² 73-78 vs 66-107, 14² 102-110 vs 45-65): grouped convs take the kernel from CONVN_GROUPED_MIN output
  * pixels: Next-ViT-S's eval graph at batch 16 then took 0.953 and 0.975 of the time (medians of 10; best steps 0.96,
- * 0.91), its hMHSA + cFFN variant's 0.993 (0.96). Not taken: the
- * 3-channel first conv (3→64 stride 2 at 224²: 61 vs 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float
- * copies), training graphs (not measured; their backward keeps the transposed-conv primitive that convn_prim_prepare
- * makes) and the AVX-512 tier (not measured). Also on VITC_GEMM=openblas, in place of the reference's whole-batch
- * patch matrix (64→32 at 112²: 105 vs 44 GFLOP/s). */
+ * 0.91), its hMHSA + cFFN variant's 0.993 (0.96). Not taken: the 3-channel first conv (3→64 stride 2 at 224²: 61 vs
+ * 40 GFLOP/s at batch 16, 133 vs 49 at batch 1: 3-float copies), training graphs (not measured; their backward keeps
+ * the transposed-conv primitive that convn_prim_prepare makes) and the AVX-512 tier (not measured). Also on
+ * VITC_GEMM=openblas, in place of the reference's whole-batch patch matrix (64→32 at 112²: 105 vs 44 GFLOP/s). The
+ * gather is vt_patches_gather's in another order: (ky, kx, c) makes each tap one contiguous copy. */
 static int convn_rows_prepare(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     const vt_patch_geom *q = &p->q;
