@@ -1373,8 +1373,7 @@ static void convn_rows_fwd(vt_node *n) {
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
     float *wt = n->kws->data, *y = n->out->data;
     for (int o = 0; o < Co; o++) /* (Cout, Cg, k, k) -> (Cout, k, k, Cg) */
-        for (int c = 0; c < Cg; c++)
-            for (int t = 0; t < kk; t++) wt[(size_t)o * Kg + (size_t)t * Cg + c] = w[((size_t)o * Cg + c) * kk + t];
+        transpose_w(w + (size_t)o * Kg, wt + (size_t)o * Kg, Cg, kk, 0);
     const int64_t R = (int64_t)q->B * HWo, tasks = (R + CONVN_ROWS - 1) / CONVN_ROWS;
 #pragma omp parallel num_threads(n->g->threads)
     {
