@@ -342,6 +342,32 @@ static void check_conv_nhwc_values(vt_test *T) {
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 1);
 }
 
+/* In a training graph the OpenBLAS plan runs a channels-last conv with 16 channels on the rows kernel, its backward
+ * in the same tasks (the gradients: gc_run's conv_nhwc_rows_* and groups32 cases against finite differences and the
+ * reference kernels), and a forced oneDNN plan does not. */
+static void check_conv_nhwc_rows_train(vt_test *T) {
+    static const char *const libs[2] = {"openblas", "onednn"};
+    for (int l = 0; l < 2; l++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        vt_gemm_plan_free(&g->gemm); /* no primitive was made from it yet */
+        vt_gemm_plan_init(&g->gemm, libs[l], &e);
+        const int xs[4] = {1, 17, 17, 16}, ws[4] = {8, 16, 3, 3};
+        vt_tensor *x = vt_param(g, "x", 4, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.1f});
+        vt_graph_set_loss(g, vt_sum(g, vt_conv2d_nhwc(g, x, w, NULL, 1, 1, 1)));
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+        const char *kern = NULL;
+        for (int i = 0; i < g->nn; i++)
+            if (strcmp(g->nodes[i]->op->name, "conv_nhwc") == 0 && g->nodes[i]->kern) kern = g->nodes[i]->kern->name;
+        const int rows = kern && strcmp(kern, "conv_nhwc.rows") == 0;
+        T_CHECK(T, rows == (l == 0), "training conv_nhwc on the %s plan ran %s", libs[l], kern ? kern : "the reference");
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 /* ---- depthwise channels-last conv against a direct reference ---- */
 
 static void check_dwconv_nhwc_values(vt_test *T) {
@@ -676,13 +702,19 @@ static const gc_case conv_cases[] = {
     {.name = "conv_nhwc_1x1", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 4, 5}, {4, 5, 1, 1}}, .build = b_convn,
      .ia = {1, 0, 1}},
     /* 32-channel groups (Next-ViT's MHCA): oneDNN's optimised convs take these (dW through vt_gemm_conv_wgrad), the
-     * OpenBLAS plan the patches path */
+     * OpenBLAS plan the rows kernel (dW in its tasks, dX of the stride-1 ones as the rows kernel's transposed conv) */
     {.name = "conv_nhwc_groups32", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 6, 5, 64}, {64, 32, 3, 3}, {64}},
      .build = b_convn, .ia = {1, 1, 2}},
     {.name = "conv_nhwc_groups32_s2", .nx = 2, .ndim = {4, 4}, .shape = {{2, 7, 6, 64}, {32, 32, 3, 3}},
      .build = b_convn, .ia = {2, 1, 2}},
     {.name = "conv_nhwc_groups32_twice", .nx = 2, .ndim = {4, 4}, .shape = {{2, 5, 5, 64}, {64, 32, 3, 3}},
      .build = b_convn_twice, .ia = {1, 1, 2}},
+    /* the rows kernel in training on the AVX2 tier's default plan too: an ungrouped conv over 289 output pixels (two
+     * tasks: 256 + 33), and 16-channel groups over 2,304 pixels (nine tasks; the grouped minimum is 2,048) */
+    {.name = "conv_nhwc_rows_tasks", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 17, 17, 16}, {8, 16, 3, 3}, {8}},
+     .build = b_convn, .ia = {1, 1, 1}},
+    {.name = "conv_nhwc_rows_groups16", .nx = 2, .ndim = {4, 4}, .shape = {{1, 48, 48, 32}, {16, 16, 3, 3}},
+     .build = b_convn, .ia = {1, 1, 2}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
      .ia = {1, 1, 1}},
     {.name = "conv_1x1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 3, 5}, {6, 4, 1, 1}, {6}}, .build = b_conv,
@@ -1063,6 +1095,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_conv_values(T);
     check_conv_relu_chain(T);
     check_conv_nhwc_values(T);
+    check_conv_nhwc_rows_train(T);
     check_dwconv_nhwc_values(T);
     check_conv2d_onednn(T);
     check_dwconv_nhwc_onednn(T);
