@@ -375,7 +375,8 @@ static void check_dwconv_nhwc_values(vt_test *T) {
                                  {1, 5, 4, 37, 3, 1}, {2, 3, 3, 32, 3, 2},
                                  {1, 4, 12, 37, 5, 2}, /* strips with padding columns, 4 8-channel blocks + 5 */
                                  {1, 3, 21, 19, 5, 2},  /* an 8-pixel strip inside the row, a 5-pixel one at its end */
-                                 {1, 4, 11, 29, 3, 1}}; /* AVX-512: a 16-channel block, an 8-channel one, 5 channels */
+                                 {1, 4, 11, 29, 3, 1},  /* AVX-512: a 16-channel block, an 8-channel one, 5 channels */
+                                 {2, 9, 1, 19, 3, 1}};  /* one column: run as one row, the taps transposed */
     for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) { /* odd k: channels 3.. of a wider x, plus r */
         const int *cf = cfgs[k / 2], ex = (int)(k % 2);
         const int B = cf[0], H = cf[1], W = cf[2], C = cf[3], K = cf[4], p = cf[5], L = ex ? C + 5 : C, c0 = ex ? 3 : 0;
@@ -781,6 +782,14 @@ static const gc_case conv_cases[] = {
      .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 20, 6}}, .build = b_dwn_ex, .ia = {1, 0}},
     {.name = "dwconv_nhwc_ex_shared", .nx = 4, .ndim = {4, 4, 1, 4},
      .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 4, 5, 6}}, .build = b_dwn_ex_shared, .ia = {1, 0}},
+    /* one-column maps (CSwin's one-pixel vertical stripes) run as one-row maps with the taps transposed: a square
+     * kernel over 16 + 2 channels, a 5x3 one (the transposition of a non-square kernel), a packed input plus r */
+    {.name = "dwconv_nhwc_one_column", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 9, 1, 18}, {18, 1, 3, 3}, {18}},
+     .build = b_dwn, .ia = {1}},
+    {.name = "dwconv_nhwc_one_column_5x3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 11, 1, 4}, {4, 1, 5, 3}, {4}},
+     .build = b_dwn, .ia = {1}},
+    {.name = "dwconv_nhwc_ex_one_column", .nx = 4, .ndim = {4, 4, 1, 3},
+     .shape = {{2, 10, 1, 20}, {17, 1, 3, 3}, {17}, {2, 10, 17}}, .build = b_dwn_ex, .ia = {1, 2}},
     {.name = "dwconv_nhwc_3x3_p0", .nx = 2, .ndim = {4, 4}, .shape = {{2, 4, 5, 2}, {2, 1, 3, 3}}, .build = b_dwn,
      .ia = {0}},
     {.name = "dwconv_nhwc_C37", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 4, 37}, {37, 1, 3, 3}, {37}},

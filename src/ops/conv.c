@@ -825,12 +825,31 @@ typedef struct {
     vt_gemm_conv *prim;  /* the oneDNN kernel's convolution (dwn_prim_prepare) */
     vt_gemm_conv *bprim; /* with prim, training: the same convolution of dY by the flipped taps (padding k − 1 − p),
                           * x's gradient when backward writes it rather than adds to it */
+    int tr; /* a one-column map (W = Wo = 1) run as the one-row map it is in memory: H, W and kh, kw hold the swapped
+             * sizes, and tap (i, j) here is the weight's (j, i). A column's 8-pixel strips computed 1 pixel each:
+             * CSwin-T's stage-1 LePE (896 windows of 56×1×32 at batch 16, with its square-sum loss) took 14.6 / 27
+             * ms forward / backward, now 3.5 / 5.6; the depthwise convs of CSwin-T's training step at batch 16 180
+             * → 137 ms (`--profile`; AMD EPYC Zen 3, 2026-11-30) */
 } dwn_p;
 
 /* w (C, K) -> wt (K, C); flip: tap k goes to row K − 1 − k (the dX correlation's kernel). */
 static void transpose_w(const float *w, float *wt, int C, int K, int flip) {
     for (int c = 0; c < C; c++)
         for (int k = 0; k < K; k++) wt[(size_t)(flip ? K - 1 - k : k) * C + c] = w[(size_t)c * K + k];
+}
+
+/* The weight's index (within a channel's taps) of the depthwise conv's tap k (dwn_p.tr). */
+static int dwn_tap(const dwn_p *dp, int k) { return dp->tr ? k % dp->kw * dp->kh + k / dp->kw : k; }
+
+/* w (C, kh·kw) -> wt (kh·kw, C) in the node's tap order (transpose_w, through dwn_tap). */
+static void dwn_taps(const dwn_p *dp, const float *w, float *wt, int flip) {
+    const int C = dp->C, K = dp->kh * dp->kw;
+    if (!dp->tr) {
+        transpose_w(w, wt, C, K, flip);
+        return;
+    }
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < K; k++) wt[(size_t)(flip ? K - 1 - k : k) * C + c] = w[(size_t)c * K + dwn_tap(dp, k)];
 }
 
 /* One output row of a channels-last depthwise correlation, the forward's (x -> y) and dX's (dy -> dx: the kernel
@@ -978,7 +997,7 @@ static void dwn_fwd(vt_node *n) {
     const float *x = n->in[0]->data + dp->c0, *bias = dp->bias_in >= 0 ? n->in[dp->bias_in]->data : NULL;
     const float *add = dp->add_in >= 0 ? n->in[dp->add_in]->data : NULL;
     float *y = n->out->data, *wt = n->fws->data;
-    transpose_w(n->in[1]->data, wt, C, kh * kw, 0);
+    dwn_taps(dp, n->in[1]->data, wt, 0);
     /* GELU in the 16-channel strips' registers (the op alone at 16×56²×512 / 16×28²×1024: 15.5 / 6.3 against 16.4 /
      * 6.9 ms with a GELU pass per row, best of 30) and, for outputs past 64 MiB that no cache keeps for the next
      * layer, streaming stores (14.0-14.2 against 14.2-15.5 ms at 16×56²×512; no gain at 16×28²×1024); eval graphs
@@ -1103,7 +1122,7 @@ static void dwn_bwd(vt_node *n) {
         prim_dx = vt_gemm_conv_run(dp->bprim, dy, wt, NULL, dx, NULL, 1) == 0;
     }
     if (prim_dx) dx = NULL; /* done */
-    if (dx) transpose_w(Wt->data, wt, C, K, 1);
+    if (dx) dwn_taps(dp, Wt->data, wt, 1);
     const int wdb = dw || db, fused = dx && wdb && Ho == H; /* one pass over the rows for dX and dW: dy row ih
                                                               * (read for dX's row ih) is dW's output row ih */
     const size_t per = (size_t)(K + 1) * C;
@@ -1139,7 +1158,7 @@ static void dwn_bwd(vt_node *n) {
         for (int k = 0; k <= K; k++) {
             float s = 0.0f;
             for (int t = 0; t < nt; t++) s += part[per * t + (size_t)k * C + c];
-            if (k < K && dw) dw[(size_t)c * K + k] += s;
+            if (k < K && dw) dw[(size_t)c * K + dwn_tap(dp, k)] += s;
             if (k == K && db) db[c] += s;
         }
     }
@@ -1159,7 +1178,7 @@ static void dwn_bwd(vt_node *n) {
  * 100.9 against oneDNN's 95.4 ms per batch-16 step (node sums): AVX2 keeps oneDNN. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
-    if (p->c0 != 0 || p->L != p->C || p->kh != p->kw) return 0;
+    if (p->c0 != 0 || p->L != p->C || p->kh != p->kw || p->tr) return 0;
     if (p->gelu && DWS_WIDE && n->g->gemm.force == VT_GEMM_AUTO) return 0; /* see above */
     const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0) |
                       (p->gelu ? VT_CONV_GELU : 0);
@@ -1216,8 +1235,9 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     if (r) in[add_in = nin++] = r;
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
-    const int nt = g->threads;
-    *VT_OP_P(n, dwn_p) = (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, 0, NULL, NULL};
+    const int nt = g->threads, tr = W == 1 && Wo == 1 && H > 1; /* 8-pixel strips of one-pixel rows: 1/8 used */
+    *VT_OP_P(n, dwn_p) = tr ? (dwn_p){B, W, H, C, kw, kh, pad, Wo, Ho, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 1}
+                            : (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 0};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     if (c0 == 0 && L == C) n->grad_sets |= 1u; /* dX covers every element of x */
     if (r) n->grad_sets |= 1u << add_in;
