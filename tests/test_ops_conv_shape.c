@@ -362,7 +362,8 @@ static void check_conv_nhwc_rows_train(vt_test *T) {
         for (int i = 0; i < g->nn; i++)
             if (strcmp(g->nodes[i]->op->name, "conv_nhwc") == 0 && g->nodes[i]->kern) kern = g->nodes[i]->kern->name;
         const int rows = kern && strcmp(kern, "conv_nhwc.rows") == 0;
-        T_CHECK(T, rows == (l == 0), "training conv_nhwc on the %s plan ran %s", libs[l], kern ? kern : "the reference");
+        T_CHECK(T, rows == (l == 0), "training conv_nhwc on the %s plan ran %s", libs[l],
+                kern ? kern : "the reference");
         vt_graph_free(g);
         vt_params_free(P);
     }
