@@ -377,7 +377,8 @@ static void check_dwconv_nhwc_values(vt_test *T) {
                                  {1, 4, 12, 37, 5, 2}, /* strips with padding columns, 4 8-channel blocks + 5 */
                                  {1, 3, 21, 19, 5, 2},  /* an 8-pixel strip inside the row, a 5-pixel one at its end */
                                  {1, 4, 11, 29, 3, 1},  /* AVX-512: a 16-channel block, an 8-channel one, 5 channels */
-                                 {2, 9, 1, 19, 3, 1}};  /* one column: run as one row, the taps transposed */
+                                 {2, 9, 1, 19, 3, 1},   /* one column: run as one row, the taps transposed */
+                                 {1, 6, 1, 9, 3, 2}};   /* one column padded to three output columns: not */
     for (size_t k = 0; k < 2 * sizeof cfgs / sizeof cfgs[0]; k++) { /* odd k: channels 3.. of a wider x, plus r */
         const int *cf = cfgs[k / 2], ex = (int)(k % 2);
         const int B = cf[0], H = cf[1], W = cf[2], C = cf[3], K = cf[4], p = cf[5], L = ex ? C + 5 : C, c0 = ex ? 3 : 0;

@@ -1480,13 +1480,13 @@ static void rows_wgrad(const vt_node *n, float *ws) {
     const vt_patch_geom *q = &p->q;
     const int G = p->G, Co = p->Cout, Og = Co / G, Cg = q->C / G, kk = q->k * q->k, Kg = Cg * kk, K = Kg * G;
     const int64_t R = convn_rows(p), tasks = (R + CONVN_ROWS - 1) / CONVN_ROWS;
-    const int64_t per = convn_task_rows(q) * K + (int64_t)Co * Kg;
+    const int64_t cols = convn_task_rows(q) * K, per = cols + (int64_t)Co * Kg; /* a thread's patches, then its sums */
     const float *x = n->in[0]->data, *dy = n->out->grad;
     float *dw = n->in[1]->grad;
 #pragma omp parallel num_threads(n->g->threads)
     {
         const int nth = omp_get_num_threads();
-        float *tc = ws + (size_t)omp_get_thread_num() * (size_t)per, *acc = tc + convn_task_rows(q) * K;
+        float *tc = ws + (size_t)omp_get_thread_num() * (size_t)per, *acc = tc + cols;
         memset(acc, 0, sizeof(float) * (size_t)Co * (size_t)Kg);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
@@ -1502,8 +1502,7 @@ static void rows_wgrad(const vt_node *n, float *ws) {
             for (int t = 0; t < kk; t++)
                 for (int c = 0; c < Cg; c++) {
                     float s = 0.0f;
-                    for (int i = 0; i < nth; i++) s += ws[(size_t)i * (size_t)per + (size_t)convn_task_rows(q) * K +
-                                                          ((size_t)o * kk + t) * Cg + c];
+                    for (int i = 0; i < nth; i++) s += ws[(size_t)(i * per + cols) + ((size_t)o * kk + t) * Cg + c];
                     dw[((size_t)o * Cg + c) * kk + t] += s;
                 }
     }
