@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "vitc/blocks.h"
 #include "vitc/model.h"
 #include "vitc/ops.h"
 
@@ -296,6 +297,51 @@ static void check_embed_conv(vt_test *T, const char *name) {
     vt_params_free(P);
 }
 
+/* ---- PVTv2's FFN as one inference op (vt_dwffn_eval) against the op chain ---- */
+
+typedef struct {
+    const char *type; /* "mlp" or "cffn" (deployed form) */
+    int H, W, hidden;
+} ffn_case;
+
+static vt_tensor *b_ffn(vt_graph *g, vt_tensor *x, const void *ctx) {
+    const ffn_case *c = ctx;
+    static const vt_block_opts opts = {.cffn_t = 2.0f / 3.0f, .cffn_r = 2};
+    const vt_ffn_ctx f = {.hidden = c->hidden, .grid_h = c->H, .grid_w = c->W, .dwconv = 1, .conv_fanout = 1,
+                          .winit = VT_INIT_W02, .opts = &opts};
+    return vt_residual(g, x, vt_ffn_build(g, c->type, "mlp", x, &f));
+}
+
+/* Bands of one to many rows, images split into row blocks between threads (batch 1 and 3), a one-row map, and the
+ * deployed cFFN's fc2_u as the op's second product. */
+static void check_ffn_fused(vt_test *T) {
+    static const ffn_case cases[] = {{"mlp", 7, 64, 16}, {"mlp", 5, 7, 24}, {"mlp", 1, 6, 16}, {"mlp", 9, 3, 8},
+                                     {"cffn", 6, 40, 32}, {"cffn", 4, 5, 48}};
+    static const int batches[] = {1, 3, 2, 1, 2, 3};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const ffn_case *c = &cases[i];
+        char tag[96];
+        snprintf(tag, sizeof tag, "pvtv2 %s eval %dx(%dx%d) hidden %d", c->type, batches[i], c->H, c->W, c->hidden);
+        const int xs[3] = {batches[i], c->H * c->W, 8};
+        gc_compare_eval_fused(T, tag, 3, xs, b_ffn, c, "dwffn", 1e-5);
+    }
+    /* the builder's errors: a training graph, tokens off the grid, a weight of the wrong shape */
+    static const char *want[] = {"no backward", "H·W", "weights must be"};
+    for (int k = 0; k < 3; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, k == 0, &e);
+        const int xs[3] = {2, 12, 8}, w1s[2] = {16, 8}, hs[1] = {16}, dws[4] = {16, 1, 3, 3};
+        const int w2s[2] = {8, k == 2 ? 15 : 16};
+        vt_tensor *y = vt_dwffn_eval(g, vt_input(g, "x", 3, xs), 3, k == 1 ? 5 : 4, vt_input(g, "w1", 2, w1s),
+                                     vt_input(g, "b1", 1, hs), vt_input(g, "dw", 4, dws), vt_input(g, "db", 1, hs),
+                                     vt_input(g, "w2", 2, w2s), NULL);
+        T_CHECK(T, !y && strstr(g->err.msg, want[k]), "dwffn error %d: '%s' (want '%s')", k, g->err.msg, want[k]);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_pvt(vt_test *T) {
     check_im2col_conv(T);
     for (size_t i = 0; i < sizeof fd_cases / sizeof fd_cases[0]; i++) gc_run(T, &fd_cases[i]);
@@ -304,4 +350,5 @@ void test_pvt(vt_test *T) {
     check_sizes(T);
     check_embed_conv(T, "pvt_v2_b1");
     check_embed_conv(T, "pvt_tiny");
+    check_ffn_fused(T);
 }

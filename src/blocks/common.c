@@ -13,16 +13,24 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
 /* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix, or of a 1x1 Conv2d
  * (weight (out, in, 1, 1), returned as its (out, in) view) when conv; 0 on success.
  * (noinline: inlined into callers that build prefix with vt_pname, GCC reports a possible name truncation.) */
-__attribute__((noinline)) static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out,
-                                                   int bias, vt_init winit, int conv, vt_tensor **w, vt_tensor **b) {
+/* The weight (out, in) (conv: (out, in, 1, 1), returned as its (out, in) view) and, when bias, the bias of the linear
+ * layer prefix. */
+__attribute__((noinline)) static int linear_params_in(vt_graph *g, const char *prefix, int in, int out, int bias,
+                                                      vt_init winit, int conv, vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
-    int ws[4] = {out, x->shape[x->ndim - 1], 1, 1};
+    int ws[4] = {out, in, 1, 1};
     *w = vt_param(g, vt_pname(nm, prefix, "weight"), conv ? 4 : 2, ws, winit);
     *b = bias ? vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, VT_INIT_Z) : NULL;
     if (!*w || (bias && !*b)) return -1;
     (*w)->paper_count = 1;
     if (conv) *w = vt_reshape(g, *w, 2, ws);
     return *w ? 0 : -1;
+}
+
+/* linear_params_in for the layer reading x. */
+static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
+                         int conv, vt_tensor **w, vt_tensor **b) {
+    return linear_params_in(g, prefix, x->shape[x->ndim - 1], out, bias, winit, conv, w, b);
 }
 
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
@@ -176,6 +184,28 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
     return vt_residual_drop(g, x, h, drop);
 }
 
+/* The FFN's first layer's name: prefix.fc1, torchvision's prefix.0, Next-ViT's 1×1 conv prefix.conv1. */
+static const char *fc1_name(const vt_ffn_ctx *f) { return f->conv1x1 ? "conv1" : f->tv_names ? "0" : "fc1"; }
+
+/* PVTv2's depthwise 3×3 (prefix.dwconv.dwconv) over the hidden map of x's tokens, -1 (failed) where x is not
+ * (B, H·W, C) on the FFN's grid. */
+static int dw_params(vt_graph *g, const char *prefix, const vt_tensor *x, const vt_ffn_ctx *f, vt_tensor **dw,
+                     vt_tensor **db) {
+    char nm[VT_NAMELEN];
+    if (x->ndim != 3 || f->grid_h * f->grid_w != x->shape[1]) {
+        vt_fail(g, "mlp", "%s: the depthwise conv needs (B, H·W, C) tokens on the %dx%d grid", prefix, f->grid_h,
+                f->grid_w);
+        return -1;
+    }
+    const int hid = f->hidden, ws[4] = {hid, 1, 3, 3};
+    const vt_init wi = vt_conv_init(9, 9, f->conv_fanout); /* depthwise: fan_in = fan_out = 3·3 */
+    *dw = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.weight"), 4, ws, wi);
+    *db = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.bias"), 1, &hid, f->conv_fanout ? VT_INIT_Z : wi);
+    if (!*dw || !*db) return -1;
+    (*dw)->paper_count = 1;
+    return 0;
+}
+
 /* The FFN's pre-activation: prefix.fc1 (torchvision: prefix.0, Next-ViT: the 1×1 conv prefix.conv1)
  * [→ PVTv2's depthwise 3×3 on the token grid]; with gelu and no DWConv, GELU fused into fc1's epilogue, and with
  * Next-ViT's ReLU always fused there (then the result is the activation). */
@@ -183,20 +213,14 @@ static vt_tensor *fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const v
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     vt_tensor *w, *b;
-    const char *name = f->conv1x1 ? "conv1" : f->tv_names ? "0" : "fc1";
-    if (linear_params(g, vt_pname(nm, prefix, name), x, f->hidden, 1, f->winit, f->conv1x1, &w, &b)) return NULL;
+    if (linear_params(g, vt_pname(nm, prefix, fc1_name(f)), x, f->hidden, 1, f->winit, f->conv1x1, &w, &b)) return NULL;
     if (f->relu && f->dwconv) return vt_fail(g, "mlp", "%s: no ReLU variant of the DWConv MLP", prefix);
     if (f->relu) return vt_linear_relu(g, x, w, b); /* the activation in the GEMM's epilogue */
     if (!f->dwconv) return gelu ? vt_linear_gelu(g, x, w, b) : vt_linear(g, x, w, b);
-    const int B = x->shape[0], N = x->ndim == 3 ? x->shape[1] : 0, hid = f->hidden;
-    if (x->ndim != 3 || f->grid_h * f->grid_w != N)
-        return vt_fail(g, "mlp", "%s: the depthwise conv needs (B, H·W, C) tokens on the %dx%d grid", prefix, f->grid_h,
-                       f->grid_w);
-    const int ws[4] = {hid, 1, 3, 3}, map[4] = {B, f->grid_h, f->grid_w, hid}, tok[3] = {B, N, hid};
-    const vt_init wi = vt_conv_init(9, 9, f->conv_fanout); /* depthwise: fan_in = fan_out = 3·3 */
-    vt_tensor *dw = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.weight"), 4, ws, wi);
-    vt_tensor *db = vt_param(g, vt_pname(nm, prefix, "dwconv.dwconv.bias"), 1, &hid, f->conv_fanout ? VT_INIT_Z : wi);
-    if (dw) dw->paper_count = 1;
+    vt_tensor *dw, *db;
+    if (dw_params(g, prefix, x, f, &dw, &db)) return NULL;
+    const int B = x->shape[0], N = x->shape[1], hid = f->hidden;
+    const int map[4] = {B, f->grid_h, f->grid_w, hid}, tok[3] = {B, N, hid};
     vt_tensor *h = vt_reshape(g, vt_linear(g, x, w, b), 4, map);
     return vt_reshape(g, gelu ? vt_dwconv_nhwc_gelu(g, h, dw, db, 1) : vt_dwconv_nhwc(g, h, dw, db, 1), 3, tok);
 }
@@ -218,9 +242,9 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * same node (then oneDNN's post-op; since 98c224b vitc's vector GELU over the output, faster than that post-op), and
  * fc2 a primitive too rather than one-thread row panels: CSwin-T's eval graph at batch 16 ran 1.04-1.05x faster
  * (per-round medians of 14-20 alternated rounds, three runs, Intel Xeon Ice Lake, 2026-11-29); MLPs alone (R rows,
- * C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. PVTv2's
- * FFN (fc1, DWConv, GELU, fc2) the same way at inference, GELU as the depthwise conv's post-op
- * (vt_dwconv_nhwc_gelu) and fc2 a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
+ * C channels, hidden 4C, 30 alternated rounds) 0.99-1.05x. PVTv2's FFN (fc1, DWConv, GELU, fc2) the same way at
+ * inference where vt_dwffn_eval does not take it, GELU as the depthwise conv's post-op (vt_dwconv_nhwc_gelu) and fc2
+ * a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
  * FLatten-PVTv2-b1 1.02-1.06x / 1.01x, pvt_v2_b1_hmhsa_cffn 1.02-1.04x at batch 16 (per-round medians of 16-20
  * alternated rounds, same CPU and day); train graphs keep GELU in fc2's prologue. */
 static int gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
@@ -240,6 +264,16 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
                                     const char *name, int out, vt_init winit) {
     if (vt_bad(g, 1, x)) return NULL;
     if (f->relu) return vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix);
+    /* PVTv2's FFN in inference graphs: one op, band by band (vt_dwffn_eval), where its rule says it is faster */
+    if (f->dwconv && !f->conv1x1 && !g->int8 && !g->ref_kernels &&
+        vt_dwffn_wanted(g, x->shape[x->ndim - 1], f->hidden, out)) {
+        char nm[VT_NAMELEN];
+        vt_tensor *w1, *b1, *dw, *db, *w2, *b2;
+        if (linear_params(g, vt_pname(nm, prefix, fc1_name(f)), x, f->hidden, 1, f->winit, 0, &w1, &b1) ||
+            dw_params(g, prefix, x, f, &dw, &db) || linear_params_in(g, name, f->hidden, out, 1, winit, 0, &w2, &b2))
+            return NULL;
+        return vt_dwffn_eval(g, x, f->grid_h, f->grid_w, w1, b1, dw, db, w2, b2);
+    }
     if (gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
     return vt_gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
 }

@@ -1,4 +1,5 @@
-/* conv.c's stride-1 depthwise plane kernel for other ops (the fused GMA aggregators, gmagg.c). */
+/* conv.c's stride-1 depthwise kernels for other ops: planes (the fused GMA aggregators, gmagg.c) and channels-last
+ * rows (the fused PVTv2 FFN, dwffn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H
 
@@ -10,5 +11,12 @@ size_t vt_dw_plane_scratch(int H, int W, int k);
 
 /* y (H×W) = bias + the k×k correlation (k odd, zero padding k/2) of plane x with w (k·k floats). */
 void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias, float *y, float *scratch);
+
+/* Rows [oh0, oh1) of the channels-last k×k depthwise correlation (k odd, stride 1, zero padding k/2) of an H×W map
+ * of C channels, plus bias (C floats, or NULL), then GELU when gelu, into y (pixels yl floats apart, row oh0 first).
+ * x holds the map's rows from xr0 on (those the taps reach: [oh0 − k/2, oh1 + k/2) within [0, H)), pixels xl floats
+ * apart; wt holds the taps as (k·k, C). */
+void vt_dw_nhwc_rows(const float *x, ptrdiff_t xl, int xr0, int H, int W, int C, const float *wt, int k,
+                     const float *bias, int gelu, float *y, ptrdiff_t yl, int oh0, int oh1);
 
 #endif

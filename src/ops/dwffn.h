@@ -1,0 +1,13 @@
+/* The fused PVTv2 FFN (dwffn.c) for matmul.c's residual fusion: x + FFN(x) added in the op's output pass. */
+#ifndef VITC_DWFFN_H
+#define VITC_DWFFN_H
+
+#include "vitc/graph.h"
+
+/* Whether n is a vt_dwffn_eval node with no residual yet. */
+int vt_dwffn_fusable(const vt_node *n);
+
+/* Records n's last input (just added by the caller) as the residual its output adds. */
+void vt_dwffn_take_residual(vt_node *n);
+
+#endif
