@@ -940,24 +940,24 @@ static const float v8_zeros[16] = {0};
 
 /* dws_strip for 3-column kernels (kw = 3): the ten input columns of a row of taps are loaded once each and added
  * into every pixel they reach (its three taps' weights in registers), rather than once per (pixel, tap): 13 loads
- * per 24 multiply-adds instead of 27, and the strip was load-bound. An in-cache 56-pixel row of 64 channels (one
- * thread, AMD EPYC Zen 3, 2026-11-30): 1.6 → 3.3 G outputs/s. */
+ * per 24 multiply-adds instead of 27, and the strip was load-bound: 1.1-1.6× the per-tap strip on in-cache bands of
+ * three 56-pixel rows of 64 or 512 channels (one thread, alternated runs, AMD EPYC Zen 3, 2026-11-30). */
 #define DWS3_COL(c, VT, USES)                                                                                          \
     {                                                                                                                  \
         VT x;                                                                                                          \
         V8_LOAD_IF(x, !checked || (unsigned)(c0 + c) < Wi, xr + (ptrdiff_t)(c0 + c) * xl);                             \
         USES                                                                                                           \
     }
-#define DWS3_COLS(VT, MADD) \
-    DWS3_COL(0, VT, MADD(a0, w0, x);) \
-    DWS3_COL(1, VT, MADD(a1, w0, x); MADD(a0, w1, x);) \
-    DWS3_COL(2, VT, MADD(a2, w0, x); MADD(a1, w1, x); MADD(a0, w2, x);) \
-    DWS3_COL(3, VT, MADD(a3, w0, x); MADD(a2, w1, x); MADD(a1, w2, x);) \
-    DWS3_COL(4, VT, MADD(a4, w0, x); MADD(a3, w1, x); MADD(a2, w2, x);) \
-    DWS3_COL(5, VT, MADD(a5, w0, x); MADD(a4, w1, x); MADD(a3, w2, x);) \
-    DWS3_COL(6, VT, MADD(a6, w0, x); MADD(a5, w1, x); MADD(a4, w2, x);) \
-    DWS3_COL(7, VT, MADD(a7, w0, x); MADD(a6, w1, x); MADD(a5, w2, x);) \
-    DWS3_COL(8, VT, MADD(a7, w1, x); MADD(a6, w2, x);) \
+#define DWS3_COLS(VT, MADD)                                                                                            \
+    DWS3_COL(0, VT, MADD(a0, w0, x);)                                                                                  \
+    DWS3_COL(1, VT, MADD(a1, w0, x); MADD(a0, w1, x);)                                                                 \
+    DWS3_COL(2, VT, MADD(a2, w0, x); MADD(a1, w1, x); MADD(a0, w2, x);)                                                \
+    DWS3_COL(3, VT, MADD(a3, w0, x); MADD(a2, w1, x); MADD(a1, w2, x);)                                                \
+    DWS3_COL(4, VT, MADD(a4, w0, x); MADD(a3, w1, x); MADD(a2, w2, x);)                                                \
+    DWS3_COL(5, VT, MADD(a5, w0, x); MADD(a4, w1, x); MADD(a3, w2, x);)                                                \
+    DWS3_COL(6, VT, MADD(a6, w0, x); MADD(a5, w1, x); MADD(a4, w2, x);)                                                \
+    DWS3_COL(7, VT, MADD(a7, w0, x); MADD(a6, w1, x); MADD(a5, w2, x);)                                                \
+    DWS3_COL(8, VT, MADD(a7, w1, x); MADD(a6, w2, x);)                                                                 \
     DWS3_COL(9, VT, MADD(a7, w2, x);)
 #define DWS_STRIP3_FN(NAME, VT, MADD, OUT)                                                                             \
     static inline __attribute__((always_inline)) void NAME(const dws_row *r, int ki0, int ki1, int row0, int ow0,     \
