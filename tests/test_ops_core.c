@@ -380,6 +380,71 @@ static void check_linear_repack(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Eval graphs run a constant node (inputs all parameters) once per parameter generation: its output keeps its own
+ * buffer across forwards while later nodes' buffers reuse the arena, a second forward skips it and gives the same
+ * output, vt_params_changed and a training graph's forward on the same store make it run again. */
+static void check_constant_nodes(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e), *gt = vt_graph_new(P, 1, &e);
+    const int R = 8, C = 8, xs[2] = {R, C}, ws[2] = {C, C};
+    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *s = vt_param(g, "s", 1, &C, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    const int col[2] = {C, 1};
+    vt_tensor *wf = vt_mul(g, w, vt_reshape(g, s, 2, col)); /* constant: w scaled per row, added to layer 1 */
+    vt_tensor *h = x;
+    for (int k = 0; k < 4; k++) /* wf added in the first layer only: later buffers (its size) could take its place */
+        h = vt_unary(g, k ? vt_linear(g, h, w, NULL) : vt_add(g, vt_linear(g, h, w, NULL), wf), VT_SIGMOID, 0.0f);
+    vt_graph_output(g, h);
+    vt_tensor *xt = vt_input(gt, "x", 2, xs);
+    vt_graph_set_loss(gt, vt_sum(gt, vt_linear(gt, xt, vt_param(gt, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 1.0f}),
+                                               NULL)));
+    const int ok = vt_graph_finalize(g, &e) == 0 && vt_graph_finalize(gt, &e) == 0 &&
+                   vt_graph_enable_profile(g, &e) == 0;
+    T_CHECK(T, ok, "constant-node graphs: %s", e.msg);
+    T_CHECK(T, ok && g->nodes[vt_root(wf)->prod]->constant && !g->nodes[h->prod]->constant,
+            "the scaled weight is a constant node, the output is not");
+    float first[64];
+    vt_params_init(P, 3);
+    for (int64_t i = 0; ok && i < x->numel; i++) x->data[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (int round = 0; ok && round < 4; round++) {
+        if (round == 2) { /* a new weight, announced */
+            for (int64_t i = 0; i < w->numel; i++) w->data[i] *= 0.5f;
+            vt_params_changed(P);
+        }
+        if (round == 3) vt_graph_forward(gt); /* a training forward (running statistics) counts as a change */
+        const int wn = vt_root(wf)->prod;
+        g->node_s[wn] = 0.0;
+        vt_graph_forward(g);
+        const int ran = g->node_s[wn] > 0.0;
+        T_CHECK(T, ran == (round != 1), "round %d: the constant node ran %d", round, ran);
+        double want = 0.0, err = 0.0;
+        for (int i = 0; i < R; i++) /* the output against the four layers in double */
+            for (int o = 0; o < C; o++) {
+                double v[8], t[8];
+                for (int k = 0; k < C; k++) v[k] = x->data[i * C + k];
+                for (int layer = 0; layer < 4; layer++) {
+                    for (int a = 0; a < C; a++) {
+                        double acc = 0.0;
+                        for (int k = 0; k < C; k++) acc += v[k] * w->data[a * C + k];
+                        if (layer == 0) acc += (double)w->data[i * C + a] * s->data[i];
+                        t[a] = 1.0 / (1.0 + exp(-acc));
+                    }
+                    memcpy(v, t, sizeof v);
+                }
+                want = fmax(want, fabs(v[o]));
+                err = fmax(err, fabs(v[o] - h->data[i * C + o]));
+            }
+        T_CHECK(T, err <= 1e-5 * fmax(1.0, want), "round %d: output off by %g", round, err);
+        if (round == 0) memcpy(first, h->data, sizeof first);
+        if (round == 1) T_CHECK(T, !memcmp(first, h->data, sizeof first), "a skipped constant changed the output");
+    }
+    vt_graph_free(g);
+    vt_graph_free(gt);
+    vt_params_free(P);
+}
+
 /* vt_residual fuses into the producing linear (no add node) and then refuses further uses of the linear's output. */
 static void check_residual_fusion(vt_test *T) {
     vt_err e = {{0}};
@@ -553,6 +618,7 @@ void test_ops_core(vt_test *T) {
     for (int v = 0; v < 4; v++) check_gelu_linear_plain(T, v);
     check_linear_act_fusion(T);
     check_linear_repack(T);
+    check_constant_nodes(T);
     check_drop_path(T);
     check_residual_drop(T);
     check_gemm_ref(T);

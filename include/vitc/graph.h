@@ -81,6 +81,8 @@ struct vt_node {
     int index;
     vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */
     const vt_kernel *kern; /* the forward kernel chosen at finalize (vt_kernel); NULL: the op's own forward */
+    int constant;       /* eval graphs (set at finalize): every input is a parameter, a buffer or a constant node's
+                         * output, so the output changes only with the parameters (see vt_graph.const_gen) */
     unsigned grad_sets; /* set by the builder: input slots (bit i: in[i]) whose gradient the backward can write (=)
                          * instead of adding to (+=), covering every element */
     unsigned grad_fresh; /* set by the engine before each backward run: the slots of grad_sets whose gradient this
@@ -157,6 +159,8 @@ struct vt_graph {
                          * its head reads; same result); model summaries set it so their MACs are the model's */
     vt_attn_map **maps; /* the exported maps, in build order */
     int nmaps, mapcap;
+    uint64_t const_gen; /* eval graphs: the parameters' generation (vt_params.gen) the constant nodes' outputs were
+                         * computed at, plus one (0: never); vt_graph_forward skips those nodes while it holds */
 };
 
 /* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode, run on the calling
