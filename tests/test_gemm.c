@@ -226,7 +226,10 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 256, 64, 50176) == DN, "AVX2: dW with N 64: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 96, 384, 50176) == DN, "AVX2: dW with M 96: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 0, 1024, 256, 3136) == DN, "AVX2: A*B of the same size: onednn");
-    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1024, 256, 3136) == DN, "AVX2: dW on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1024, 256, 3136) == OB, "AVX2: dW on 1 thread: openblas (rule 13)");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 256, 128, 3136) == DN, "AVX2: dW with M 256 on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 768, 192, 197) == DN, "AVX2: dW over 197 rows on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1536, 384, 3136) == DN, "AVX2: dW 1536x384 on 1 thread: onednn");
     /* rule 8 (AVX-512 tier): weight gradients over many rows with M >= 2N, on more threads */
     T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == OB, "AVX-512: dW 1024x256x3136: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 512, 64, 50176) == OB, "AVX-512: dW 512x64x50176: openblas");

@@ -245,7 +245,16 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     1.21, CSwin-T 1.25, FLatten-Swin-T 1.09, PVTv2-b1 1.07, Next-ViT-S 1.17-1.19, DeiT-T + hMHSA + cFFN 1.19,
  *     GroupMixFormer-M 1.14, Refined-ViT-S 1.10, SimpleViT-S + MSF-g2 1.14; batch 16 DeiT-T 1.05, DeiT-S 1.06,
  *     Swin-T 1.11, PVTv2-b1 1.10, FLatten-Swin-T 1.27, Next-ViT-S 1.11, SimpleViT-S + MSF-g2 1.01. Intel's and
- *     AMD's AVX-512 tiers (brgemm matmul; a packed weight level there, docs/benchmarks.md) keep rule 5. */
+ *     AMD's AVX-512 tiers (brgemm matmul; a packed weight level there, docs/benchmarks.md) keep rule 5.
+ * 13. AVX2 tier, one thread (inside a parallel loop), a weight gradient C = Aᵀ·B over K >= 784 rows with M >= 384,
+ *     N >= 128 and (N <= 256 or M·N <= 2^18): OpenBLAS, as rule 7 on more threads (MSF's grouped projections
+ *     compute each group's dW on its own thread). AMD EPYC Zen 3, 2026-11-30, both threads running their own
+ *     product, best of 8 alternated rounds, OpenBLAS vs oneDNN GFLOP/s summed, two runs: 768×192×3136 (lda 1536,
+ *     SimpleViT-S-MSF-g2's group) 106 / 122 vs 89 / 100, 512×256×3136 106 / 130 vs 88 / 90, 1024×256×3136 85 /
+ *     114 vs 53 / 50, 384×192×3136 141 / 84 vs 136 / 76, 768×192×784 84 / 86 vs 66 / 66; oneDNN stays for M < 384
+ *     (256×128×3136 132 / 107 vs 140 / 126, 128×128×3136 108 / 109 vs 112 / 116) and N = 384 past 2^18
+ *     (1536×384×3136 131 vs 131). SimpleViT-S-MSF-g2's training step at batch 16, the rule off and on in one
+ *     process, alternated: its group_linear nodes 637 → 616 ms per step (eight rounds). */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -285,6 +294,9 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     if (p->onednn < VT_ISA_AVX2) return VT_GEMM_OPENBLAS;
     const long long mnk = (long long)M * N * K;
     if (p->onednn == VT_ISA_AVX2) { /* rule 6 */
+        if (threads <= 1 && ta && !tb && M >= 384 && N >= 128 && K >= 784 &&
+            (N <= 256 || (long long)M * N <= AVX2_ATB_MN))
+            return VT_GEMM_OPENBLAS; /* rule 13 */
         if (threads <= 1) return mnk < AVX2_ONE_MNK ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
         if (M <= 8 && mnk >= AVX2_ROWS_MNK) return VT_GEMM_ONEDNN;
         if (ta && !tb && M >= 128 && N >= 128 && (N <= 256 || (long long)M * N <= AVX2_ATB_MN))
@@ -1056,7 +1068,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else if (p->onednn < VT_ISA_AVX2)
         snprintf(buf, n, "every shape: openblas (both libraries run %s kernels)", vt_isa_name(p->onednn));
     else if (p->onednn == VT_ISA_AVX2)
-        snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): M*N*K < 2^15: openblas, else onednn; on "
+        snprintf(buf, n, "(AVX2 tier) on 1 thread (inside parallel loops): A^T*B over K >= 784 rows with M >= 384, "
+                         "N >= 128 and (N <= 256 or M*N <= 2^18): openblas, M*N*K < 2^15: openblas, else onednn; on "
                          "more: M <= 8 and M*N*K >= 2^13: onednn, A^T*B with M, N >= 128 and (N <= 256 or M*N "
                          "<= 2^18): openblas, else M*N*K < 2^18: openblas, else onednn; a linear's whole forward: "
                          "onednn matmul primitive, bias and residual fused (inference with a constant weight: onednn "
