@@ -912,25 +912,20 @@ static const float v8_zeros[16] = {0};
  * vectors ran the forward 1.25-1.75x faster than 8-channel strips (FLatten's 5x5 and CSwin's 3x3 convs on v read out
  * of packed maps, 16x56x56x64 to 16x14x14x320, 30 alternated runs, Intel Xeon Ice Lake, 2026-11-29; forward and
  * backward 1.1-1.35x); in eval graphs the packed depthwise convs took 13-16 instead of 22-24 ms per FLatten-PVTv2-b1
- * step at batch 16, 26-31 instead of 41-49 in CSwin-T's, 16-19 instead of 23-24 in FLatten-Swin-T's. */
-#define DWS_STRIP_FN(NAME, VT, MADD, OUT)                                                                              \
-    static inline __attribute__((always_inline)) void NAME(const dws_row *r, int ki0, int ki1, int row0, int ow0,     \
+ * step at batch 16, 26-31 instead of 41-49 in CSwin-T's, 16-19 instead of 23-24 in FLatten-Swin-T's. ROW(VT, MADD)
+ * adds one row of taps (input row xr, weights wr) into the accumulators: DWS_ROW_TAPS or DWS_ROW_3. */
+#define DWS_STRIP_FN(NAME, VT, MADD, OUT, ROW)                                                                         \
+    static inline __attribute__((always_inline)) void NAME(const dws_row *r, int ki0, int ki1, int row0, int ow0,      \
                                                            int np, int cb, const int checked) {                        \
         VT init = {0};                                                                                                 \
-        if (r->bias) memcpy(&init, r->bias + cb, sizeof init);                                                        \
+        if (r->bias) memcpy(&init, r->bias + cb, sizeof init);                                                         \
         DWS_EACH(DWS_ACC, VT, MADD)                                                                                    \
         const ptrdiff_t xl = r->xl;                                                                                    \
         const unsigned Wi = (unsigned)r->Wi;                                                                           \
         for (int ki = ki0; ki < ki1; ki++) {                                                                           \
             const float *xr = r->x + (ptrdiff_t)(row0 + ki - r->r0) * r->Wi * xl + cb;                                 \
             const float *wr = r->w + (size_t)ki * r->kw * r->C + cb;                                                   \
-            for (int kj = 0; kj < r->kw; kj++) {                                                                       \
-                const int c0 = ow0 - r->pw + kj; /* input column of pixel 0 */                                        \
-                const float *xp = xr + (ptrdiff_t)c0 * xl;                                                             \
-                VT w;                                                                                                  \
-                memcpy(&w, wr + (size_t)kj * r->C, sizeof w);                                                          \
-                DWS_EACH(DWS_TAP, VT, MADD)                                                                            \
-            }                                                                                                          \
+            ROW(VT, MADD)                                                                                              \
         }                                                                                                              \
         float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;                                                                \
         const ptrdiff_t yl = r->yl;                                                                                    \
@@ -938,10 +933,21 @@ static const float v8_zeros[16] = {0};
         DWS_EACH(OUT, VT, MADD)                                                                                        \
     }
 
-/* dws_strip for 3-column kernels (kw = 3): the ten input columns of a row of taps are loaded once each and added
- * into every pixel they reach (its three taps' weights in registers), rather than once per (pixel, tap): 13 loads
- * per 24 multiply-adds instead of 27, and the strip was load-bound: 1.1-1.6× the per-tap strip on in-cache bands of
- * three 56-pixel rows of 64 or 512 channels (one thread, alternated runs, AMD EPYC Zen 3, 2026-11-30). */
+/* DWS_STRIP_FN's row of taps, one tap at a time: each pixel's input loaded once per tap. */
+#define DWS_ROW_TAPS(VT, MADD)                                                                                         \
+    for (int kj = 0; kj < r->kw; kj++) {                                                                               \
+        const int c0 = ow0 - r->pw + kj; /* input column of pixel 0 */                                                 \
+        const float *xp = xr + (ptrdiff_t)c0 * xl;                                                                     \
+        VT w;                                                                                                          \
+        memcpy(&w, wr + (size_t)kj * r->C, sizeof w);                                                                  \
+        DWS_EACH(DWS_TAP, VT, MADD)                                                                                    \
+    }
+
+/* DWS_STRIP_FN's row of taps for 3-column kernels (kw = 3: dws_strip3): the ten input columns of the row are loaded
+ * once each and added into every pixel they reach (its three taps' weights in registers), rather than once per
+ * (pixel, tap): 13 loads per 24 multiply-adds instead of 27, and the strip was load-bound: 1.1-1.6× the per-tap
+ * strip on in-cache bands of three 56-pixel rows of 64 or 512 channels (one thread, alternated runs, AMD EPYC Zen 3,
+ * 2026-11-30). */
 #define DWS3_COL(c, VT, USES)                                                                                          \
     {                                                                                                                  \
         VT x;                                                                                                          \
@@ -959,32 +965,18 @@ static const float v8_zeros[16] = {0};
     DWS3_COL(7, VT, MADD(a7, w0, x); MADD(a6, w1, x); MADD(a5, w2, x);)                                                \
     DWS3_COL(8, VT, MADD(a7, w1, x); MADD(a6, w2, x);)                                                                 \
     DWS3_COL(9, VT, MADD(a7, w2, x);)
-#define DWS_STRIP3_FN(NAME, VT, MADD, OUT)                                                                             \
-    static inline __attribute__((always_inline)) void NAME(const dws_row *r, int ki0, int ki1, int row0, int ow0,     \
-                                                           int np, int cb, const int checked) {                        \
-        VT init = {0};                                                                                                 \
-        if (r->bias) memcpy(&init, r->bias + cb, sizeof init);                                                        \
-        DWS_EACH(DWS_ACC, VT, MADD)                                                                                    \
-        const ptrdiff_t xl = r->xl;                                                                                    \
-        const unsigned Wi = (unsigned)r->Wi;                                                                           \
-        const int c0 = ow0 - r->pw; /* input column of pixel 0's first tap */                                         \
-        for (int ki = ki0; ki < ki1; ki++) {                                                                           \
-            const float *xr = r->x + (ptrdiff_t)(row0 + ki - r->r0) * r->Wi * xl + cb;                                 \
-            const float *wr = r->w + (size_t)ki * 3 * r->C + cb;                                                       \
-            VT w0, w1, w2;                                                                                             \
-            memcpy(&w0, wr, sizeof w0);                                                                                \
-            memcpy(&w1, wr + r->C, sizeof w1);                                                                         \
-            memcpy(&w2, wr + 2 * (size_t)r->C, sizeof w2);                                                             \
-            DWS3_COLS(VT, MADD)                                                                                        \
-        }                                                                                                              \
-        float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;                                                                \
-        const ptrdiff_t yl = r->yl;                                                                                    \
-        const int acc = r->acc;                                                                                        \
-        DWS_EACH(OUT, VT, MADD)                                                                                        \
+#define DWS_ROW_3(VT, MADD)                                                                                            \
+    {                                                                                                                  \
+        const int c0 = ow0 - r->pw; /* input column of pixel 0's first tap */                                          \
+        VT w0, w1, w2;                                                                                                 \
+        memcpy(&w0, wr, sizeof w0);                                                                                    \
+        memcpy(&w1, wr + r->C, sizeof w1);                                                                             \
+        memcpy(&w2, wr + 2 * (size_t)r->C, sizeof w2);                                                                 \
+        DWS3_COLS(VT, MADD)                                                                                            \
     }
 
-DWS_STRIP_FN(dws_strip, v8f, V8_MADD, DWS_OUT)
-DWS_STRIP3_FN(dws_strip3, v8f, V8_MADD, DWS_OUT)
+DWS_STRIP_FN(dws_strip, v8f, V8_MADD, DWS_OUT, DWS_ROW_TAPS)
+DWS_STRIP_FN(dws_strip3, v8f, V8_MADD, DWS_OUT, DWS_ROW_3)
 #ifdef __AVX512F__
 typedef float v16f __attribute__((vector_size(64)));
 #define V16_MADD(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
@@ -995,8 +987,8 @@ typedef float v16f __attribute__((vector_size(64)));
         if (r->nt) _mm512_stream_ps(y0 + i * yl, (__m512)a##i);                                                        \
         else V8_STORE_IF(a##i, 1, acc, y0 + i * yl);                                                                   \
     }
-DWS_STRIP_FN(dws_strip16, v16f, V16_MADD, DWS_OUT16)
-DWS_STRIP3_FN(dws_strip3_16, v16f, V16_MADD, DWS_OUT16)
+DWS_STRIP_FN(dws_strip16, v16f, V16_MADD, DWS_OUT16, DWS_ROW_TAPS)
+DWS_STRIP_FN(dws_strip3_16, v16f, V16_MADD, DWS_OUT16, DWS_ROW_3)
 #define DWS_WIDE 16 /* channels of dws_strip16's vectors */
 #else
 #define DWS_WIDE 0 /* no dws_strip16 */
