@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "vitc/blocks.h"
 #include "vitc/ops.h"
 
 static vt_tensor *b_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
@@ -380,6 +381,44 @@ static void check_linear_repack(vt_test *T) {
     vt_params_free(P);
 }
 
+/* ---- the plain MLP as one inference op (vt_ffn_eval) against the op chain ---- */
+
+typedef struct {
+    const char *type; /* "mlp" or "cffn" (deployed form) */
+    int hidden;
+} mlp_case;
+
+static vt_tensor *b_mlp(vt_graph *g, vt_tensor *x, const void *ctx) {
+    const mlp_case *c = ctx;
+    static const vt_block_opts opts = {.cffn_t = 2.0f / 3.0f, .cffn_r = 2};
+    const vt_ffn_ctx f = {.hidden = c->hidden, .winit = VT_INIT_W02, .opts = &opts};
+    return vt_residual(g, x, vt_ffn_build(g, c->type, "mlp", x, &f));
+}
+
+/* Through the FFN builders at sizes the rule takes (a hidden map of 2^22 floats or more; the last band partial), the
+ * residual fused into the op (mlp) or into the deployed cFFN's fc2_v after it; and the builder's errors. */
+static void check_ffn_fused(vt_test *T) {
+    static const mlp_case cases[] = {{"mlp", 512}, {"cffn", 520}};
+    const int xs[3] = {2, 4100, 8};
+    for (int i = 0; i < 2; i++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "%s eval 2x4100 C8 hidden %d", cases[i].type, cases[i].hidden);
+        gc_compare_eval_fused(T, tag, 3, xs, b_mlp, &cases[i], "ffn", 1e-5);
+    }
+    static const char *want[] = {"no backward", "weights must be"};
+    for (int k = 0; k < 2; k++) {
+        vt_err e = {{0}};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, k == 0, &e);
+        const int x2[2] = {5, 8}, w1s[2] = {16, 8}, hs[1] = {16}, w2s[2] = {8, k == 1 ? 15 : 16};
+        vt_tensor *y = vt_ffn_eval(g, vt_input(g, "x", 2, x2), vt_input(g, "w1", 2, w1s), vt_input(g, "b1", 1, hs),
+                                   vt_input(g, "w2", 2, w2s), NULL);
+        T_CHECK(T, !y && strstr(g->err.msg, want[k]), "ffn error %d: '%s' (want '%s')", k, g->err.msg, want[k]);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 /* Eval graphs run a constant node (inputs all parameters) once per parameter generation: its output keeps its own
  * buffer across forwards while later nodes' buffers reuse the arena, a second forward skips it and gives the same
  * output, vt_params_changed and a training graph's forward on the same store make it run again. */
@@ -619,6 +658,7 @@ void test_ops_core(vt_test *T) {
     check_linear_act_fusion(T);
     check_linear_repack(T);
     check_constant_nodes(T);
+    check_ffn_fused(T);
     check_drop_path(T);
     check_residual_drop(T);
     check_gemm_ref(T);

@@ -84,7 +84,7 @@ vt_tensor *vt_batchnorm_sum(vt_graph *g, vt_tensor *z, int r, vt_tensor *const *
 vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w_dw, vt_tensor *w_pro,
                        vt_tensor *bn1, vt_tensor *bn2, vt_tensor *bn3, vt_tensor *aff);
 
-/* ---- dwffn.c ---- */
+/* ---- ffn.c ---- */
 /* PVTv2's FFN at inference in one op: y (B, H·W, out) = GELU(DW(x·w1ᵀ + b1) + db)·w2ᵀ + b2 for x (B, H·W, C), w1
  * (hid, C), b1 (hid), DW the 3×3 depthwise conv (padding 1) with dw (hid, 1, 3, 3), db (hid), w2 (out, hid), b2 (out)
  * or NULL; band by band, the hidden map never in memory. Eval graphs only (no backward). */
@@ -93,6 +93,12 @@ vt_tensor *vt_dwffn_eval(vt_graph *g, vt_tensor *x, int H, int W, vt_tensor *w1,
 /* Whether vt_dwffn_eval runs faster than the op chain for C input features, hidden width hid and out features (an
  * inference graph whose weights fit beside the bands in a core's L2: a measured rule). */
 int vt_dwffn_wanted(const vt_graph *g, int C, int hid, int out);
+/* The plain MLP at inference in one op: y (.., out) = GELU(x·w1ᵀ + b1)·w2ᵀ + b2 for x (.., C), w1 (hid, C), b1 (hid),
+ * w2 (out, hid), b2 (out) or NULL; a band of rows at a time, the hidden rows in cache. Eval graphs only. */
+vt_tensor *vt_ffn_eval(vt_graph *g, vt_tensor *x, vt_tensor *w1, vt_tensor *b1, vt_tensor *w2, vt_tensor *b2);
+/* Whether vt_ffn_eval runs faster than the op chain over R rows of C features, hidden width hid and out features
+ * (an inference graph whose weights fit a core's L2 and whose hidden map would not stay in cache: a measured rule). */
+int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out);
 
 /* ---- gmagg.c ---- */
 /* GroupMixFormer's aggregators at inference in one op: Z (3B, 4s, N) = [hswish(BN0(X_0)) | hswish(BN_j(PW_j·DW_j(

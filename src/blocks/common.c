@@ -274,6 +274,16 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
             return NULL;
         return vt_dwffn_eval(g, x, f->grid_h, f->grid_w, w1, b1, dw, db, w2, b2);
     }
+    /* the plain MLP in inference graphs: one op, band by band (vt_ffn_eval), where its rule says it is faster */
+    if (!f->dwconv && !f->conv1x1 && !g->int8 && !g->ref_kernels &&
+        vt_ffn_wanted(g, x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1], f->hidden, out)) {
+        char nm[VT_NAMELEN];
+        vt_tensor *w1, *b1, *w2, *b2;
+        if (linear_params(g, vt_pname(nm, prefix, fc1_name(f)), x, f->hidden, 1, f->winit, 0, &w1, &b1) ||
+            linear_params_in(g, name, f->hidden, out, 1, winit, 0, &w2, &b2))
+            return NULL;
+        return vt_ffn_eval(g, x, w1, b1, w2, b2);
+    }
     if (gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
     return vt_gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
 }

@@ -1,5 +1,5 @@
 /* conv.c's stride-1 depthwise kernels for other ops: planes (the fused GMA aggregators, gmagg.c) and channels-last
- * rows (the fused PVTv2 FFN, dwffn.c). */
+ * rows (the fused PVTv2 FFN, ffn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H
 

@@ -3,7 +3,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "dwffn.h"
+#include "ffn.h"
 #include "mathfn.h"
 #include "vitc/ops.h"
 
@@ -445,7 +445,7 @@ static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) 
     if (!g->training) drop = 0.0f;
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
     linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
-    const int ffn = n && !g->training && vt_dwffn_fusable(n); /* the fused PVTv2 FFN (eval graphs) */
+    const int ffn = n && !g->training && vt_ffn_fusable(n); /* a fused FFN (eval graphs) */
     /* fusable: a plain linear (or the fused FFN) whose only reader would be the sum, and x computed before it (a node
      * made later, e.g. by an argument evaluated after h's builder, cannot become its input) */
     if ((!p && !ffn) || (p && (p->act || p->has_res)) || h->last_use >= 0 || h->is_output || x == h ||
@@ -455,7 +455,7 @@ static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) 
                                                                              * vt_add reports) */
     if (vt_node_add_input(n, x)) return NULL;
     if (ffn) {
-        vt_dwffn_take_residual(n);
+        vt_ffn_take_residual(n);
         vt_tensor *y = vt_reshape(g, h, h->ndim, h->shape);
         h->consumed = 1;
         return y;

@@ -1,17 +1,21 @@
-/* PVTv2's FFN at inference as one op (spec-flatten §3, spec-hmhsa-cffn §3; the chain it replaces in eval graphs is
- * in src/blocks/common.c, fc1_pre):
- *   y (B, H·W, Co) = [r +] GELU(DW3x3(x·w1ᵀ + b1) + db)·w2ᵀ [+ b2]
- * The chain writes the hidden map (B, H·W, hid) to memory three times and reads it three times (fc1's output, the
- * depthwise conv's input and output, fc2's input): PVTv2-b1's stage-1 hidden map is 103 MB at batch 16, and the
- * depthwise conv ran at the host's memory bandwidth. Here a thread walks down one image (or a block of its rows)
- * in bands of a few rows: fc1 for the rows the band's taps reach that it does not hold yet (one-thread GEMMs), the
- * depthwise conv with GELU into a second band buffer, fc2 from it into y; both buffers stay in the core's caches.
+/* The FFN at inference as one op, band by band, where the op chain (src/blocks/common.c) would take its hidden map
+ * through memory:
+ *   PVTv2's (spec-flatten §3, spec-hmhsa-cffn §3), vt_dwffn_eval: y (B, H·W, Co) = [r +] GELU(DW3x3(x·w1ᵀ + b1) +
+ *   db)·w2ᵀ [+ b2]. The chain writes the hidden map (B, H·W, hid) to memory three times and reads it three times
+ *   (fc1's output, the depthwise conv's input and output, fc2's input): PVTv2-b1's stage-1 hidden map is 103 MB at
+ *   batch 16, and the depthwise conv ran at the host's memory bandwidth. Here a thread walks down one image (or a
+ *   block of its rows) in bands of a few rows: fc1 for the rows the band's taps reach that it does not hold yet
+ *   (one-thread GEMMs), the depthwise conv with GELU into a second band buffer, fc2 from it into y; both buffers stay
+ *   in the core's caches.
+ *   The plain MLP, vt_ffn_eval: y (R, Co) = [r +] GELU(x·w1ᵀ + b1)·w2ᵀ [+ b2], a band of rows at a time.
  * No backward: training graphs keep the chain. */
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
-#include "dwffn.h"
 #include "dwplane.h"
+#include "ffn.h"
+#include "mathfn.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
 
@@ -39,6 +43,18 @@ static int hstride(const dwffn_p *p) { return p->hid + 16; }
 
 /* Floats of one thread's scratch: the hidden rows a band reads (rb + 2) and the band's activations (rb). */
 static size_t thread_floats(const dwffn_p *p) { return (size_t)(2 * p->rb + 2) * p->W * hstride(p); }
+
+/* m rows of Co outputs at y = r + b (either may be NULL; nothing written when both are): what fc2's GEMM adds onto. */
+static void out_init(float *y, const float *b, const float *r, int m, int Co) {
+    for (int i = 0; i < m && (b || r); i++) {
+        float *yi = y + (size_t)i * Co;
+        const float *ri = r ? r + (size_t)i * Co : NULL;
+        if (b && ri)
+            for (int c = 0; c < Co; c++) yi[c] = ri[c] + b[c];
+        else
+            memcpy(yi, b ? b : ri, sizeof(float) * (size_t)Co);
+    }
+}
 
 /* Output rows [t0, t1) of image b. hbuf holds the hidden rows [h0, h1) of the image between bands. */
 static void dwffn_rows(const vt_node *n, const float *wt, int b, int t0, int t1, float *hbuf, float *abuf) {
@@ -69,13 +85,7 @@ static void dwffn_rows(const vt_node *n, const float *wt, int b, int t0, int t1,
         vt_dw_nhwc_rows(hbuf, hs, h0, H, W, hid, wt, 3, db, 1, abuf, hs, o0, o1);
         float *yr = y + (size_t)o0 * W * Co;
         const size_t m = (size_t)(o1 - o0) * W;
-        for (size_t i = 0; i < m && (b2 || res); i++) {
-            float *yi = yr + i * Co;
-            if (b2 && res)
-                for (int c = 0; c < Co; c++) yi[c] = res[(size_t)o0 * W * Co + i * Co + c] + b2[c];
-            else
-                memcpy(yi, b2 ? b2 : res + (size_t)o0 * W * Co + i * Co, sizeof(float) * (size_t)Co);
-        }
+        out_init(yr, b2, res ? res + (size_t)o0 * W * Co : NULL, (int)m, Co);
         vt_gemm(p->gemm, 0, 1, (int)m, Co, hid, 1.0f, abuf, hs, w2, hid, b2 || res ? 1.0f : 0.0f, yr, Co);
     }
 }
@@ -140,6 +150,87 @@ vt_tensor *vt_dwffn_eval(vt_graph *g, vt_tensor *x, int H, int W, vt_tensor *w1,
     return n->out;
 }
 
-int vt_dwffn_fusable(const vt_node *n) { return n->op == &op_dwffn && VT_OP_P(n, dwffn_p)->res_in < 0; }
 
-void vt_dwffn_take_residual(vt_node *n) { VT_OP_P(n, dwffn_p)->res_in = n->nin - 1; }
+/* ---- the plain MLP ---- */
+
+typedef struct {
+    int R, C, hid, Co;
+    int nt;
+    int has_b2, res_in; /* in[4] is b2; r's input slot, -1 when absent */
+    const vt_gemm_plan *gemm;
+} ffn_p;
+
+#define FFN_BAND 128 /* rows per band: 64, 256, 512 and 1024 were no faster on Swin-T's stage-1 MLP */
+
+/* Floats of one thread's scratch: a band's hidden rows, hid + 16 floats apart (as dwffn's). */
+static size_t ffn_thread_floats(const ffn_p *p) { return (size_t)FFN_BAND * (size_t)(p->hid + 16); }
+
+static void ffn_fwd(vt_node *n) {
+    const ffn_p *p = VT_OP_P(n, ffn_p);
+    const int C = p->C, hid = p->hid, Co = p->Co, hs = hid + 16, nb = (p->R + FFN_BAND - 1) / FFN_BAND;
+    const float *x = n->in[0]->data, *w1 = n->in[1]->data, *b1 = n->in[2]->data, *w2 = n->in[3]->data;
+    const float *b2 = p->has_b2 ? n->in[4]->data : NULL, *res = p->res_in >= 0 ? n->in[p->res_in]->data : NULL;
+    float *y = n->out->data;
+#pragma omp parallel num_threads(p->nt)
+    {
+        float *h = n->fws->data + (size_t)omp_get_thread_num() * ffn_thread_floats(p);
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < nb; t++) {
+            const int r0 = t * FFN_BAND, m = p->R - r0 < FFN_BAND ? p->R - r0 : FFN_BAND;
+            for (int i = 0; i < m; i++) memcpy(h + (size_t)i * hs, b1, sizeof(float) * (size_t)hid);
+            vt_gemm(p->gemm, 0, 1, m, hid, C, 1.0f, x + (size_t)r0 * C, C, w1, C, 1.0f, h, hs);
+            for (int i = 0; i < m; i++) vt_gelu_n(h + (size_t)i * hs, h + (size_t)i * hs, hid);
+            float *yr = y + (size_t)r0 * Co;
+            out_init(yr, b2, res ? res + (size_t)r0 * Co : NULL, m, Co);
+            vt_gemm(p->gemm, 0, 1, m, Co, hid, 1.0f, h, hs, w2, hid, b2 || res ? 1.0f : 0.0f, yr, Co);
+        }
+    }
+}
+
+static const vt_opdef op_ffn = {"ffn", ffn_fwd, NULL, VT_READS(0), NULL, VT_OP_FUSED};
+
+/* Swin-T's stage-1 MLP (96 → 384 → 96 over 50,176 rows at batch 16) as the op: 63 against 73 ms per block; its other
+ * stages (weights of 1.2-9.4 MB) 0.82-1.0× the chain's speed; at batch 1 (a 4.8 MB hidden map, in L3) whole eval
+ * graphs with the op on every stage-1 MLP read 0.99× (medians of 10 alternated rounds). So: weights of at most
+ * 512 KB (the L2 of a Zen 3 core) over a hidden map of at least 16 MiB, which the caches would not keep. With that
+ * rule, eval graphs at batch 16 on the same AMD EPYC Zen 3 (2026-11-30), per-node sums over the stage-1 blocks,
+ * eight alternated rounds: Swin-T 286 against 303 ms, FLatten-Swin-T 285 against 298, CSwin-T 101 against 104. */
+int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out) {
+    return !g->training && ((long long)C + out) * hid <= 131072 && R * hid >= (1 << 22);
+}
+
+vt_tensor *vt_ffn_eval(vt_graph *g, vt_tensor *x, vt_tensor *w1, vt_tensor *b1, vt_tensor *w2, vt_tensor *b2) {
+    if (vt_bad(g, 4, x, w1, b1, w2)) return NULL;
+    static const char *op = "ffn";
+    char sx[64];
+    vt_shape_str(x, sx, sizeof sx);
+    if (g->training) return vt_fail(g, op, "the fused FFN has no backward: training graphs use the op chain");
+    const int C = x->shape[x->ndim - 1], hid = w1->shape[0], Co = w2->shape[0];
+    if (!vt_has_shape(w1, 2, hid, C, 0, 0) || !vt_has_shape(b1, 1, hid, 0, 0, 0) ||
+        !vt_has_shape(w2, 2, Co, hid, 0, 0) || (b2 && !vt_has_shape(b2, 1, Co, 0, 0, 0)) || x->numel / C > INT32_MAX)
+        return vt_fail(g, op, "for input %s the weights must be fc1 (hid, %d), its bias (hid), fc2 (out, hid) and its "
+                       "bias (out)", sx, C);
+    vt_tensor *in[5] = {x, w1, b1, w2, b2};
+    int ys[VT_MAXDIM];
+    memcpy(ys, x->shape, sizeof ys);
+    ys[x->ndim - 1] = Co;
+    vt_node *n = vt_new_node(g, &op_ffn, in, b2 ? 5 : 4, vt_new_act(g, x->ndim, ys));
+    if (!n) return NULL;
+    const ffn_p p = {(int)(x->numel / C), C, hid, Co, g->threads, b2 != NULL, -1, &g->gemm};
+    *VT_OP_P(n, ffn_p) = p;
+    n->macs = (int64_t)p.R * ((int64_t)C * hid + (int64_t)hid * Co);
+    if (!vt_node_work(n, 0, (int64_t)((size_t)p.nt * ffn_thread_floats(&p)))) return NULL;
+    return n->out;
+}
+
+int vt_ffn_fusable(const vt_node *n) {
+    return (n->op == &op_dwffn && VT_OP_P(n, dwffn_p)->res_in < 0) ||
+           (n->op == &op_ffn && VT_OP_P(n, ffn_p)->res_in < 0);
+}
+
+void vt_ffn_take_residual(vt_node *n) {
+    if (n->op == &op_dwffn)
+        VT_OP_P(n, dwffn_p)->res_in = n->nin - 1;
+    else
+        VT_OP_P(n, ffn_p)->res_in = n->nin - 1;
+}
