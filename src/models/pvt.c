@@ -102,21 +102,28 @@ static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor
     return vt_concat(g, parts, 2, 1);
 }
 
-/* Whether a patch embed over a token map (stages 2-4) runs as one oneDNN convolution rather than vt_im2col + a
- * linear: in float inference graphs (int8 ones keep their quantised linear) with at least PVT_EMBED_CONV_MIN output
- * positions (B·Ho·Wo). The patches pass goes and the conv's blocked kernel runs as fast as the linear's GEMM there;
- * on fewer positions the conv split its work worse (nodes of eval graphs, two runs each, 2 threads, Intel Xeon Ice
- * Lake, 2026-11-29: PVTv2-b1 at batch 16, embed2 13.9-16.3 -> 9.3-9.5 ms, embed3 12.9-16.0 -> 10.9-11.3, embed4
- * (784 positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
- * 0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
- * 5.4-5.6 ms). Training graphs keep the linear, whose backward is one GEMM per gradient over the batch (a stride-2
- * conv's dX goes through the patches' adjoint). Intel's AVX-512 only: on an AMD EPYC Zen 3 (oneDNN's AVX2 kernels,
- * 2026-11-28) the embeds of stages 2-4 as convolutions made PVTv2-b1's batch-16 inference 1.04-1.06x slower
- * (docs/benchmarks.md). */
-static int embed_by_conv(const vt_graph *g, int nhwc, int64_t positions) {
+/* Whether a patch embed runs as one oneDNN convolution over channels-last input rather than vt_im2col + a linear, in
+ * float inference graphs (int8 ones keep their quantised linear; training graphs keep the linear, whose backward is
+ * one GEMM per gradient over the batch, where a strided conv's dX goes through the patches' adjoint).
+ * - The first embed when its patches overlap (PVTv2's 7x7 / 4 over the 3-channel image, permuted to channels-last
+ *   first): the patches of 3-channel pixels are 147 short copies per output pixel, the conv reads the image in place.
+ *   Eval graphs of pvt_v2_b1, the two forms alternated in one process (AMD EPYC Zen 3, oneDNN's AVX2 kernels,
+ *   2026-11-30): the scope 21.3 -> 12.1 ms per batch-16 forward (im2col 8.1 + linear 11.4 against permute 2.8 + conv
+ *   7.8), 1.2 -> 0.8 ms at batch 1. PVT v1's non-overlapping 4x4 / 4 embed gained nothing (9.9 -> 9.0 ms at batch
+ *   16, 0.6 -> 0.7 at batch 1): it keeps the patches.
+ * - Embeds over a token map (stages 2-4) with at least PVT_EMBED_CONV_MIN output positions (B·Ho·Wo), on Intel's
+ *   AVX-512: the patches pass goes and the conv's blocked kernel runs as fast as the linear's GEMM there; on fewer
+ *   positions the conv split its work worse (nodes of eval graphs, two runs each, 2 threads, Intel Xeon Ice Lake,
+ *   2026-11-29: PVTv2-b1 at batch 16, embed2 13.9-16.3 -> 9.3-9.5 ms, embed3 12.9-16.0 -> 10.9-11.3, embed4 (784
+ *   positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
+ *   0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
+ *   5.4-5.6 ms). On an AMD EPYC Zen 3 (2026-11-28) they made PVTv2-b1's batch-16 inference 1.04-1.06x slower
+ *   (docs/benchmarks.md). */
+static int embed_by_conv(const vt_graph *g, int first, int k, int s, int64_t positions) {
     const vt_gemm_plan *q = &g->gemm;
-    return nhwc && !g->training && !g->int8 && positions >= PVT_EMBED_CONV_MIN && q->intel &&
-           q->onednn >= VT_ISA_AVX512 && q->force != VT_GEMM_OPENBLAS;
+    if (g->training || g->int8 || q->force == VT_GEMM_OPENBLAS) return 0;
+    if (first) return k > s && q->onednn >= VT_ISA_AVX2;
+    return positions >= PVT_EMBED_CONV_MIN && q->intel && q->onednn >= VT_ISA_AVX512;
 }
 
 /* Stage i's patch embed on x (the NCHW image for i = 0, else the previous stage's tokens as (B, H, W, C)) -> tokens
@@ -137,9 +144,10 @@ static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tens
     if (w) w->paper_count = 1;
     /* (B, Ho, Wo, C) from one oneDNN convolution (vt_conv2d_nhwc) or from the patches (vt_im2col) and a linear */
     const int Ho = (x->shape[nhwc ? 1 : 2] + 2 * p - k) / s + 1, Wo = (x->shape[nhwc ? 2 : 3] + 2 * p - k) / s + 1;
-    vt_tensor *y = embed_by_conv(g, nhwc, (int64_t)B * Ho * Wo) ? vt_conv2d_nhwc(g, x, w, b, s, p, 1)
-                                                               : vt_linear(g, vt_im2col(g, x, k, s, p, nhwc),
-                                                                           vt_reshape(g, w, 2, w2), b);
+    static const int to_nhwc[4] = {0, 2, 3, 1};
+    vt_tensor *y = embed_by_conv(g, !nhwc, k, s, (int64_t)B * Ho * Wo)
+                       ? vt_conv2d_nhwc(g, nhwc ? x : vt_permute(g, x, to_nhwc), w, b, s, p, 1)
+                       : vt_linear(g, vt_im2col(g, x, k, s, p, nhwc), vt_reshape(g, w, 2, w2), b);
     if (!y) return NULL;
     *H = Ho;
     *W = Wo;
