@@ -3,7 +3,8 @@
  * plain chain of single ops that FLatten used before (forward and every gradient, train and eval graphs, sizes that
  * split every pass into row chunks and 128-row blocks); the builder's errors. The focused mode
  * (vt_linear_attention_ex with a scale): finite differences on a packed qkv and on separate q, kv with n ≠ N, and
- * equality with vt_focus_ex + vt_linear_attention (every gradient, chunked passes, several blocks of focused rows). */
+ * equality with vt_focus_ex + vt_linear_attention (every gradient, chunked passes, several blocks of focused rows);
+ * FLatten's DWC fused into it in inference graphs against the op with the DWC's chain as its add term. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,90 @@ static void check_focus_matches_chain(vt_test *T) {
         }
 }
 
+/* The focused op with FLatten's DWC fused (inference graphs) or the chain: a C-channel vt_dwconv_nhwc_ex over the
+ * values' grid rows (its kernel the d-channel one tiled over the heads) as the add term. Packed qkv (B, N, 3C), N =
+ * lead + gh·gw. res[0] gets the output; *macs the graph's MACs. */
+static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int K, arr *res, int64_t *macs) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int C = H * d, N = lead + gh * gw, qs[3] = {B, N, 3 * C}, ss[3] = {1, 1, C}, ps[3] = {1, N, C};
+    const int ws[4] = {fused ? d : C, 1, K, K}, bs[1] = {fused ? d : C}, gs[4] = {B, gh, gw, C}, as[3] = {B, gh * gw, C};
+    const vt_init z = {VT_INIT_ZERO, 0};
+    vt_tensor *qkv = vt_param(g, "qkv", 3, qs, z), *sc = vt_param(g, "scale", 3, ss, z);
+    vt_tensor *pe = vt_param(g, "pe", 3, ps, z), *w = vt_param(g, "w", 4, ws, z), *b = vt_param(g, "b", 1, bs, z);
+    vt_linattn_args a = {.heads = H, .q_off = 0, .k_off = C, .v_off = 2 * C, .C = C, .scale = sc, .pe = pe, .p = 3.0f};
+    if (fused) {
+        a.dwc_w = w;
+        a.dwc_b = b;
+        a.grid_h = gh;
+        a.grid_w = gw;
+    } else {
+        vt_tensor *vg = vt_slice(g, vt_slice(g, qkv, 2, 2 * C, C), 1, lead, gh * gw);
+        a.add = vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, vg, 4, gs), 0, w, b, K / 2, NULL), 3, as);
+    }
+    vt_tensor *y = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
+    vt_graph_output(g, y);
+    const int ok = y && vt_graph_finalize(g, &e) == 0;
+    if (ok) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 9);
+        vt_tensor *ts[3] = {qkv, sc, pe};
+        for (int t = 0; t < 3; t++)
+            for (int64_t i = 0; i < ts[t]->numel; i++) ts[t]->data[i] = (t ? 0.5f : 1.0f) * vt_rng_normal(&rng);
+        float kw[5 * 5 * 64], kb[64]; /* the d-channel kernel, tiled in the chain's C-channel weight */
+        for (int i = 0; i < d * K * K; i++) kw[i] = 0.3f * vt_rng_normal(&rng);
+        for (int i = 0; i < d; i++) kb[i] = vt_rng_normal(&rng);
+        for (int c = 0; c < (fused ? d : C); c++) {
+            memcpy(w->data + (size_t)c * K * K, kw + (size_t)(c % d) * K * K, sizeof(float) * (size_t)K * K);
+            b->data[c] = kb[c % d];
+        }
+        vt_graph_forward(g);
+        vt_tensor *outs[1] = {y};
+        collect(outs, 1, 0, res);
+        *macs = vt_graph_macs(g);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return ok;
+}
+
+/* The DWC inside the op equals the chain to 1e-5 relative, MACs included: a class token before the grid (a block
+ * of its own), batch 1 (query chunks of a few grid rows) and 3, C 384 (blocks of 42 rows: three 14-pixel grid rows;
+ * one 50-pixel row when the grid is wider), K 3 and 5. */
+static void check_dwc_fused(vt_test *T) {
+    static const struct {
+        int B, lead, gh, gw, H, d, K;
+    } sz[] = {{2, 1, 7, 9, 3, 8, 5}, {1, 0, 40, 30, 2, 16, 3}, {3, 1, 14, 14, 6, 64, 5}, {1, 0, 3, 50, 6, 64, 3}};
+    const char *what[1] = {"output"};
+    for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++) {
+        arr a[1], b[1];
+        int64_t ma = 0, mb = 0;
+        const int ok = run_dwc(1, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, a, &ma) &
+                       run_dwc(0, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, b, &mb);
+        T_CHECK(T, ok, "fused DWC size %zu: build failed", s);
+        if (!ok) continue;
+        T_CHECK(T, ma == mb, "fused DWC size %zu: MACs %lld, the chain's %lld", s, (long long)ma, (long long)mb);
+        compare(T, "fused DWC vs chain", s, 0, what, a, b, 1);
+    }
+    /* refused: a training graph, with an add term, an even kernel, a grid larger than the rows */
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    const int qs[3] = {1, 10, 18}, ss[1] = {6}, ws[4] = {2, 1, 3, 3}, w2[4] = {2, 1, 2, 2}, bs[1] = {2};
+    for (int c = 0; c < 4; c++) {
+        vt_graph *g = vt_graph_new(P, c == 0, &e);
+        vt_tensor *qkv = vt_input(g, "qkv", 3, qs), *w = vt_input(g, "w", 4, c == 2 ? w2 : ws);
+        vt_linattn_args a = {.heads = 3, .k_off = 6, .v_off = 12, .C = 6, .scale = vt_input(g, "s", 1, ss), .p = 3,
+                             .dwc_w = w, .dwc_b = vt_input(g, "b", 1, bs), .grid_h = 3, .grid_w = c == 3 ? 4 : 3};
+        if (c == 1) a.add = vt_input(g, "a", 3, (const int[3]){1, 9, 6});
+        vt_tensor *r = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
+        T_CHECK(T, r == NULL && strstr(g->err.msg, "fused DWC") && strstr(g->err.msg, "inference graphs"),
+                "fused DWC error case %d: '%s'", c, g->err.msg);
+        vt_graph_free(g);
+    }
+    vt_params_free(P);
+}
+
 /* Shape errors and shared memory are refused with the op's name and the shapes. */
 static void check_errors(vt_test *T) {
     vt_err e = {{0}};
@@ -323,5 +408,6 @@ void test_ops_linattn(vt_test *T) {
     check_errors_ex(T);
     check_matches_plain(T);
     check_focus_matches_chain(T);
+    check_dwc_fused(T);
     for (size_t i = 0; i < sizeof la_cases / sizeof la_cases[0]; i++) gc_run(T, &la_cases[i]);
 }

@@ -253,6 +253,11 @@ typedef struct {
     vt_tensor *scale;        /* FLatten's focus: q, k <- vt_focus(q), vt_focus(k + pe) with this (C) scale; or NULL */
     vt_tensor *pe;           /* with a scale: the keys' positional encoding (n·C values), or NULL */
     float p;                 /* with a scale: the focusing exponent (> 0) */
+    /* inference graphs, instead of add: FLatten's DWC, the depthwise conv (stride 1, padding K/2) of the values' last
+     * grid_h·grid_w rows as a grid_h × grid_w map, added to the last grid_h·grid_w output rows; weight (d, 1, K, K)
+     * and bias (d) shared by the heads (channel c takes kernel c mod d), computed per block of rows in cache */
+    vt_tensor *dwc_w, *dwc_b;
+    int grid_h, grid_w;
 } vt_linattn_args;
 /* vt_linear_attention on channel ranges of q (B, N, Lq), k (B, n, Lk), v (B, n, Lv) (e.g. one packed qkv: v may
  * share q's or k's tensor with a disjoint range), optionally with FLatten's focus fused in (never stored). */

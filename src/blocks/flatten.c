@@ -109,6 +109,18 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
         export_flatten(g, prefix, fq, fk, q, q_off, k, k_off, pe, heads, H, W);
     }
 
+    /* inference: the DWC inside the op, per block of whole grid rows in cache (no (B, H·W, C) map written and read
+     * back). Eval graphs with the DWC fused and with the chain, alternated in one process (AMD EPYC Zen 3,
+     * 2026-11-30), the attention and DWC nodes per forward at batch 16, fused / chain: FLatten-Swin-T 68 / 97 ms,
+     * FLatten-CSwin-T 123 / 147, FLatten-PVTv2-b1 71 / 77, FLatten-DeiT-T 42 / 55 (its chain also copies the grid's
+     * v out of the packed qkv); at batch 4 CSwin-T 1.10-1.14x, PVTv2-b1 0.95-1.01x; at batch 1 and 2 level within
+     * the 5-10% by which two identical graphs differ in that harness (each query task re-reads its K − 1 halo rows) */
+    if (!fq && !g->training) {
+        const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
+                                    .scale = scale, .pe = pe, .p = p, .dwc_w = dw, .dwc_b = db, .grid_h = H,
+                                    .grid_w = W};
+        return vt_linear_attention_ex(g, q, k, v, &la);
+    }
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
      * C-channel depthwise conv whose channel i·d + c has kernel c: the weight and bias tiled heads times (their
      * gradients sum the copies), no head split of v */

@@ -867,6 +867,7 @@ typedef struct {
     const float *bias;
     int gelu, nt;    /* dws_strip16 with acc 0: GELU of the outputs; non-temporal stores (64-byte aligned rows) */
     int r0;          /* the input row x holds first (rows before it are never read: a band of a larger map) */
+    int w0;          /* the first output column (y points at it; columns [w0, Wo) are written) */
 } dws_row;
 
 /* Output pixels per strip: a strip of DWS_P pixels × 8 channels is DWS_P vector accumulators (named variables:
@@ -927,7 +928,7 @@ static const float v8_zeros[16] = {0};
             const float *wr = r->w + (size_t)ki * r->kw * r->C + cb;                                                   \
             ROW(VT, MADD)                                                                                              \
         }                                                                                                              \
-        float *y0 = r->y + (ptrdiff_t)ow0 * r->yl + cb;                                                                \
+        float *y0 = r->y + (ptrdiff_t)(ow0 - r->w0) * r->yl + cb;                                                      \
         const ptrdiff_t yl = r->yl;                                                                                    \
         const int acc = r->acc;                                                                                        \
         DWS_EACH(OUT, VT, MADD)                                                                                        \
@@ -1028,7 +1029,7 @@ DWS_STRIP_FN(dws_strip5_16, v16f, V16_MADD, DWS_OUT16, DWS_ROW_5)
 
 /* Output pixel ow, channels [c_from, c_to), one channel at a time (the channels past the last 8-channel block). */
 static void dws_pixel(const dws_row *r, int ki0, int ki1, int row0, int ow, int c_from, int c_to) {
-    float *dst = r->y + (ptrdiff_t)ow * r->yl;
+    float *dst = r->y + (ptrdiff_t)(ow - r->w0) * r->yl;
     for (int c = c_from; c < c_to; c++) {
         float s = r->bias ? r->bias[c] : 0.0f;
         for (int ki = ki0; ki < ki1; ki++)
@@ -1047,7 +1048,7 @@ static void dws_pixel(const dws_row *r, int ki0, int ki1, int row0, int ow, int 
 static void dws_run_row(const dws_row *r, int oh) {
     const int row0 = oh - r->ph, ki0 = row0 < 0 ? -row0 : 0, ki1 = r->Hi - row0 < r->kh ? r->Hi - row0 : r->kh;
     const int C8 = r->C / 8 * 8, C16 = DWS_WIDE ? r->C / 16 * 16 : 0;
-    for (int ow0 = 0; ow0 < r->Wo; ow0 += DWS_P) {
+    for (int ow0 = r->w0; ow0 < r->Wo; ow0 += DWS_P) {
         const int np = r->Wo - ow0 < DWS_P ? r->Wo - ow0 : DWS_P;
         const int inside = np == DWS_P && ow0 - r->pw >= 0 && ow0 - r->pw + DWS_P - 1 + r->kw - 1 < r->Wi;
 #ifdef __AVX512F__
@@ -1075,9 +1076,19 @@ void vt_dw_nhwc_rows(const float *x, ptrdiff_t xl, int xr0, int H, int W, int C,
     const int g16 = gelu && DWS_WIDE && C % 16 == 0;
     for (int oh = oh0; oh < oh1; oh++) {
         float *yr = y + (size_t)(oh - oh0) * W * yl;
-        const dws_row r = {x, xl, H, W, wt, k, k, k / 2, k / 2, C, yr, yl, W, 0, bias, g16, 0, xr0};
+        const dws_row r = {x, xl, H, W, wt, k, k, k / 2, k / 2, C, yr, yl, W, 0, bias, g16, 0, xr0, 0};
         dws_run_row(&r, oh);
         for (int i = 0; gelu && !g16 && i < W; i++) vt_gelu_n(yr + i * yl, yr + i * yl, C);
+    }
+}
+
+void vt_dw_nhwc_pixels(const float *x, ptrdiff_t xl, int H, int W, int C, const float *wt, int k,
+                       const float *bias, float *y, ptrdiff_t yl, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1;) {
+        const int oh = (int)(p / W), ow = (int)(p % W), end = p1 - (int64_t)oh * W < W ? (int)(p1 - (int64_t)oh * W) : W;
+        const dws_row r = {x, xl, H, W, wt, k, k, k / 2, k / 2, C, y + (p - p0) * yl, yl, end, 0, bias, 0, 0, 0, ow};
+        dws_run_row(&r, oh);
+        p += end - ow;
     }
 }
 
@@ -1102,7 +1113,7 @@ static void dwn_fwd(vt_node *n) {
             const size_t o = ((size_t)b * Ho + oh) * Wo * C;
             if (add) memcpy(y + o, add + o, sizeof(float) * (size_t)Wo * C);
             const dws_row r = {x + (size_t)b * H * W * L, L, H, W, wt, kh, kw, p, p, C, y + o, C, Wo, add != NULL,
-                               bias, g16, nt, 0};
+                               bias, g16, nt, 0, 0};
             dws_run_row(&r, oh);
             if (dp->gelu && !g16) vt_gelu_n(y + o, y + o, (int64_t)Wo * C);
 #ifdef __AVX512F__
@@ -1182,7 +1193,7 @@ static void dwk_row(float *restrict m, const float *dr, const float *xr, ptrdiff
 static void dwn_dx_row(const dwn_p *dp, const float *dy, const float *wt, float *dx, int acc, int b, int ih) {
     const dws_row r = {dy + (size_t)b * dp->Ho * dp->Wo * dp->C, dp->C, dp->Ho, dp->Wo, wt, dp->kh, dp->kw,
                        dp->kh - 1 - dp->p, dp->kw - 1 - dp->p, dp->C, dx + ((size_t)b * dp->H + ih) * dp->W * dp->L,
-                       dp->L, dp->W, acc, NULL, 0, 0, 0};
+                       dp->L, dp->W, acc, NULL, 0, 0, 0, 0};
     dws_run_row(&r, ih);
 }
 

@@ -1,9 +1,10 @@
-/* conv.c's stride-1 depthwise kernels for other ops: planes (the fused GMA aggregators, gmagg.c) and channels-last
- * rows (the fused PVTv2 FFN, ffn.c). */
+/* conv.c's stride-1 depthwise kernels for other ops: planes (the fused GMA aggregators, gmagg.c), channels-last
+ * rows (the fused PVTv2 FFN, ffn.c) and pixel ranges (FLatten's DWC inside the linear attention, linattn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Floats of the padded-plane scratch of vt_dw_plane for an H×W plane and a k×k kernel; zero it once per thread:
  * every call with the same (H, W, k) leaves its border zero. */
@@ -18,5 +19,10 @@ void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias
  * apart; wt holds the taps as (k·k, C). */
 void vt_dw_nhwc_rows(const float *x, ptrdiff_t xl, int xr0, int H, int W, int C, const float *wt, int k,
                      const float *bias, int gelu, float *y, ptrdiff_t yl, int oh0, int oh1);
+
+/* Pixels [p0, p1) (raster order) of the same correlation over a whole H×W map x (k odd, stride 1, padding k/2,
+ * bias or NULL, no GELU) into y (pixel p0 first, pixels yl floats apart). */
+void vt_dw_nhwc_pixels(const float *x, ptrdiff_t xl, int H, int W, int C, const float *wt, int k,
+                       const float *bias, float *y, ptrdiff_t yl, int64_t p0, int64_t p1);
 
 #endif

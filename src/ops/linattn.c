@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dwplane.h"
 #include "focus.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
@@ -53,6 +54,7 @@ typedef struct {
     int skb;                                 /* with pe: key chunks of the backward's key pass (all batch items) */
     int rb;                                  /* rows per inner block */
     const vt_gemm_plan *gemm;                /* the graph's GEMM dispatch */
+    int in_dw, in_db, K, gh, gw;             /* the fused DWC (inference): weight and bias slots (-1: none), grid */
 } la_p;
 
 /* Chunks per batch item for `rows` rows: about LA_TASKS·nt tasks over `items` items, none under LA_MINROWS rows. */
@@ -63,6 +65,13 @@ static int chunks(int items, int rows, int nt) {
 }
 
 static inline int chunk_start(int s, int S, int rows) { return (int)((int64_t)s * rows / S); }
+
+/* Start of query chunk s of sq; with the fused DWC on whole grid rows (the rows after the lead ones), so that its
+ * blocks (a->rb rows, a multiple of the grid's width) cut no grid row: the DWC's strips run over whole rows. */
+static inline int q_chunk(const la_p *a, int s, int lead) {
+    if (a->in_dw < 0 || s == a->sq) return chunk_start(s, a->sq, a->N);
+    return s ? lead + (int)((int64_t)s * a->gh / a->sq) * a->gw : 0;
+}
 
 static inline size_t per_bh(const la_p *a) { return (size_t)a->d * a->d + (size_t)a->d; }
 
@@ -151,6 +160,20 @@ static void la_fwd(vt_node *nd) {
         f = &fk;
         w += C;
     }
+    const float *dwt = NULL, *dwb = NULL; /* the fused DWC's taps (K·K, C) and bias (C), the kernels tiled over heads */
+    float *dwbuf = NULL;                  /* per thread rb·C of its outputs */
+    if (a->in_dw >= 0) {
+        const int KK = a->K * a->K;
+        const float *wk = nd->in[a->in_dw]->data, *bk = nd->in[a->in_db]->data;
+        for (int t = 0; t < KK; t++)
+            for (int c = 0; c < C; c++) w[(size_t)t * C + c] = wk[(size_t)(c % d) * KK + t];
+        for (int c = 0; c < C; c++) w[(size_t)KK * C + c] = bk[c % d];
+        dwt = w;
+        dwb = w + (size_t)KK * C;
+        w += (size_t)(KK + 1) * C;
+        dwbuf = w;
+        w += (size_t)a->nt * a->rb * C;
+    }
     const size_t tb = (size_t)a->rb * C; /* per-thread focused rows */
     /* pass 1: KV and m of every head per batch item, over key chunks (partials when sk > 1) */
 #pragma omp parallel for schedule(static) num_threads(a->nt)
@@ -168,12 +191,18 @@ static void la_fwd(vt_node *nd) {
     const int lead = N - a->Na;
 #pragma omp parallel for schedule(static) num_threads(a->nt)
     for (int t = 0; t < B * sq; t++) {
-        const int b = t / sq, s = t % sq, i1 = chunk_start(s + 1, sq, N);
+        const int b = t / sq, s = t % sq, i1 = q_chunk(a, s + 1, lead);
         float *buf = w + (size_t)omp_get_thread_num() * tb;
-        for (int i0 = chunk_start(s, sq, N); i0 < i1; i0 += a->rb) {
-            const int rows = i1 - i0 < a->rb ? i1 - i0 : a->rb;
+        float *dwo = dwbuf ? dwbuf + (size_t)omp_get_thread_num() * tb : NULL;
+        for (int i0 = q_chunk(a, s, lead), rows; i0 < i1; i0 += rows) {
+            rows = i1 - i0 < a->rb ? i1 - i0 : a->rb;
+            if (dwo && i0 < lead && rows > lead - i0) rows = lead - i0; /* the lead rows on their own: grid rows align */
+            const int g0 = i0 > lead ? i0 : lead; /* first grid row */
             int lds;
             const float *src = rows_src(a, f, q, a->ldq, a->q_off, N, NULL, b, i0, rows, buf, NULL, &lds);
+            if (dwo && g0 < i0 + rows) /* the DWC of the block's grid rows, the add term read below */
+                vt_dw_nhwc_pixels(v + ((size_t)b * n + lead) * a->ldv + a->v_off, a->ldv, a->gh, a->gw, C, dwt, a->K,
+                                  dwb, dwo, C, g0 - lead, i0 + rows - lead);
             for (int h = 0; h < H; h++) {
                 const float *KV = kvm + (size_t)b * HL + h * L, *m = KV + (size_t)d * d, *qb = src + (size_t)h * d;
                 float *ob = o + ((size_t)b * N + i0) * C + (size_t)h * d;
@@ -185,8 +214,9 @@ static void la_fwd(vt_node *nd) {
                     for (int c = 0; c < d; c++) den += qr[c] * m[c];
                     const float z = 1.0f / (den + LA_EPS);
                     const int i = i0 + r;
-                    if (add && i >= lead) {
-                        const float *ar = add + ((size_t)b * a->Na + (i - lead)) * C + (size_t)h * d;
+                    if ((add || dwo) && i >= lead) {
+                        const float *ar = dwo ? dwo + (size_t)(i - g0) * C + (size_t)h * d
+                                              : add + ((size_t)b * a->Na + (i - lead)) * C + (size_t)h * d;
 #pragma omp simd
                         for (int c = 0; c < d; c++) orow[c] = orow[c] * z + ar[c];
                     } else {
@@ -417,26 +447,52 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
         (ra && (ra == vt_root(q) || ra == vt_root(k) || ra == vt_root(v))))
         return vt_fail(g, "linear_attention", "v %s%s%s shares memory with q %s or k %s", sv, add ? " or add " : "",
                        add ? sa : "", sq, sk);
-    vt_tensor *in[6] = {q, k, v};
-    int nin = 3, in_add = -1, in_scale = -1, in_pe = -1;
+    vt_tensor *dw = la->dwc_w, *db = la->dwc_b;
+    const int gh = la->grid_h, gw = la->grid_w, K = dw && dw->ndim == 4 ? dw->shape[2] : 0;
+    if (dw || db) {
+        char s1[64] = "none", s2[64] = "none";
+        if (dw) vt_shape_str(dw, s1, 64);
+        if (db) vt_shape_str(db, s2, 64);
+        const int d = C / heads;
+        if (g->training || add || !dw || !db || vt_bad(g, 2, dw, db) || dw->ndim != 4 || dw->shape[0] != d ||
+            dw->shape[1] != 1 || dw->shape[3] != K || K % 2 == 0 || db->numel != d || gh <= 0 || gw <= 0 ||
+            (int64_t)gh * gw > n || n != N)
+            return vt_fail(g, "linear_attention", "fused DWC: weight %s must be (d, 1, K, K) with K odd and bias %s (d), "
+                           "d = %d, over a %dx%d grid of the last of n = N = %d / %d rows, in inference graphs and "
+                           "without an add term", s1, s2, d, gh, gw, N, n);
+    }
+    vt_tensor *in[8] = {q, k, v};
+    int nin = 3, in_add = -1, in_scale = -1, in_pe = -1, in_dw = -1, in_db = -1;
     if (scale) in[in_scale = nin++] = scale;
     if (pe) in[in_pe = nin++] = pe;
     if (add) in[in_add = nin++] = add;
+    if (dw) {
+        in[in_dw = nin++] = dw;
+        in[in_db = nin++] = db;
+    }
     const int shape[3] = {B, N, C};
     vt_node *nd = vt_new_node(g, scale ? &op_linattn_focus : &op_linattn, in, nin, vt_new_act(g, 3, shape));
     if (!nd) return NULL;
     const int nt = g->threads, d = C / heads, focus = scale != NULL;
     int rb = LA_BLOCK / C;
     rb = !focus || rb > LA_RB ? LA_RB : rb < LA_RBMIN ? LA_RBMIN : rb;
-    la_p p = {B, N, n, C, heads, d, q->shape[2], qo, k->shape[2], ko, v->shape[2], vo, add ? add->shape[1] : 0,
-              in_add, in_scale, in_pe, la->p, nt, chunks(B, n, nt), chunks(B, N, nt), chunks(1, n, nt), rb,
-              &g->gemm};
+    int nq = chunks(B, N, nt);
+    if (dw) { /* query chunks and blocks of whole grid rows (q_chunk) */
+        rb = rb / gw > 1 ? rb / gw * gw : gw;
+        nq = nq < gh ? nq : gh;
+    }
+    la_p p = {B, N, n, C, heads, d, q->shape[2], qo, k->shape[2], ko, v->shape[2], vo,
+              add ? add->shape[1] : dw ? gh * gw : 0, in_add, in_scale, in_pe, la->p, nt, chunks(B, n, nt),
+              nq, chunks(1, n, nt), rb, &g->gemm, in_dw, in_db, K, gh, gw};
     *VT_OP_P(nd, la_p) = p;
-    /* KV = KᵀV (n·d² per head), Q·KV (N·d²), Q·m (N·d): the plain chain's three matmuls (the focus: 0 MACs) */
-    nd->macs = (int64_t)B * heads * ((int64_t)n * d * d + (int64_t)N * d * d + (int64_t)N * d);
+    /* KV = KᵀV (n·d² per head), Q·KV (N·d²), Q·m (N·d): the plain chain's three matmuls (the focus: 0 MACs); the
+     * fused DWC's K² per grid output */
+    nd->macs = (int64_t)B * heads * ((int64_t)n * d * d + (int64_t)N * d * d + (int64_t)N * d) +
+               (dw ? (int64_t)B * gh * gw * C * K * K : 0);
     const int64_t L = (int64_t)d * d + d, HL = (int64_t)heads * L;
     const int64_t fw = (g->training ? 0 : (int64_t)B * HL) + (p.sk > 1 ? (int64_t)B * p.sk * HL : 0) +
-                       (focus ? C + (int64_t)nt * rb * C : 0);
+                       (focus ? C + (int64_t)nt * rb * C : 0) +
+                       (dw ? (int64_t)(K * K + 1) * C + (int64_t)nt * rb * C : 0);
     if (g->training && !vt_node_save(nd, 0, (int64_t)B * HL)) return NULL;
     if (fw > 0 && !vt_node_work(nd, 0, fw)) return NULL;
     if (g->training) {
