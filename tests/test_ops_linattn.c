@@ -264,7 +264,8 @@ static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int C = H * d, N = lead + gh * gw, qs[3] = {B, N, 3 * C}, ss[3] = {1, 1, C}, ps[3] = {1, N, C};
-    const int ws[4] = {fused ? d : C, 1, K, K}, bs[1] = {fused ? d : C}, gs[4] = {B, gh, gw, C}, as[3] = {B, gh * gw, C};
+    const int ws[4] = {fused ? d : C, 1, K, K}, bs[1] = {fused ? d : C}, gs[4] = {B, gh, gw, C};
+    const int as[3] = {B, gh * gw, C};
     const vt_init z = {VT_INIT_ZERO, 0};
     vt_tensor *qkv = vt_param(g, "qkv", 3, qs, z), *sc = vt_param(g, "scale", 3, ss, z);
     vt_tensor *pe = vt_param(g, "pe", 3, ps, z), *w = vt_param(g, "w", 4, ws, z), *b = vt_param(g, "b", 1, bs, z);

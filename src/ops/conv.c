@@ -1085,7 +1085,8 @@ void vt_dw_nhwc_rows(const float *x, ptrdiff_t xl, int xr0, int H, int W, int C,
 void vt_dw_nhwc_pixels(const float *x, ptrdiff_t xl, int H, int W, int C, const float *wt, int k,
                        const float *bias, float *y, ptrdiff_t yl, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1;) {
-        const int oh = (int)(p / W), ow = (int)(p % W), end = p1 - (int64_t)oh * W < W ? (int)(p1 - (int64_t)oh * W) : W;
+        const int oh = (int)(p / W), ow = (int)(p % W);
+        const int end = p1 - (int64_t)oh * W < W ? (int)(p1 - (int64_t)oh * W) : W;
         const dws_row r = {x, xl, H, W, wt, k, k, k / 2, k / 2, C, y + (p - p0) * yl, yl, end, 0, bias, 0, 0, 0, ow};
         dws_run_row(&r, oh);
         p += end - ow;

@@ -196,7 +196,7 @@ static void la_fwd(vt_node *nd) {
         float *dwo = dwbuf ? dwbuf + (size_t)omp_get_thread_num() * tb : NULL;
         for (int i0 = q_chunk(a, s, lead), rows; i0 < i1; i0 += rows) {
             rows = i1 - i0 < a->rb ? i1 - i0 : a->rb;
-            if (dwo && i0 < lead && rows > lead - i0) rows = lead - i0; /* the lead rows on their own: grid rows align */
+            if (dwo && i0 < lead && rows > lead - i0) rows = lead - i0; /* lead rows alone: grid rows align */
             const int g0 = i0 > lead ? i0 : lead; /* first grid row */
             int lds;
             const float *src = rows_src(a, f, q, a->ldq, a->q_off, N, NULL, b, i0, rows, buf, NULL, &lds);
@@ -457,9 +457,9 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
         if (g->training || add || !dw || !db || vt_bad(g, 2, dw, db) || dw->ndim != 4 || dw->shape[0] != d ||
             dw->shape[1] != 1 || dw->shape[3] != K || K % 2 == 0 || db->numel != d || gh <= 0 || gw <= 0 ||
             (int64_t)gh * gw > n || n != N)
-            return vt_fail(g, "linear_attention", "fused DWC: weight %s must be (d, 1, K, K) with K odd and bias %s (d), "
-                           "d = %d, over a %dx%d grid of the last of n = N = %d / %d rows, in inference graphs and "
-                           "without an add term", s1, s2, d, gh, gw, N, n);
+            return vt_fail(g, "linear_attention", "fused DWC: weight %s must be (d, 1, K, K) with K odd and bias %s "
+                           "(d), d = %d, over a %dx%d grid of the last of n = N = %d / %d rows, in inference graphs "
+                           "and without an add term", s1, s2, d, gh, gw, N, n);
     }
     vt_tensor *in[8] = {q, k, v};
     int nin = 3, in_add = -1, in_scale = -1, in_pe = -1, in_dw = -1, in_db = -1;
