@@ -830,6 +830,7 @@ typedef struct {
              * CSwin-T's stage-1 LePE (896 windows of 56×1×32 at batch 16, with its square-sum loss) took 14.6 / 27
              * ms forward / backward, now 3.5 / 5.6; the depthwise convs of CSwin-T's training step at batch 16 180
              * → 137 ms (`--profile`; AMD EPYC Zen 3, 2026-11-30) */
+    int per_item; /* with gelu: prim convolves one batch item, mathfn.h's GELU follows on it (dwn_prim_prepare) */
 } dwn_p;
 
 /* w (C, K) -> wt (K, C); flip: tap k goes to row K − 1 − k (the dX correlation's kernel). */
@@ -1278,14 +1279,23 @@ static void dwn_bwd(vt_node *n) {
  * batch 1 1.16-1.27 / 0.55 / 0.20 / 0.10 against 1.39-1.52 / 0.67-0.73 / 0.23 / 0.12; eval graphs 1.07 / 1.08 at
  * batch 16, 1.02 / 1.03 at batch 1 (per-round medians of two runs, old and new graph alternated in one process;
  * Intel Xeon Ice Lake, 2026-11-29). Built for AVX2 with oneDNN held to AVX2 on that CPU, the 8-channel strips took
- * 100.9 against oneDNN's 95.4 ms per batch-16 step (node sums): AVX2 keeps oneDNN. */
+ * 100.9 against oneDNN's 95.4 ms per batch-16 step (node sums): AVX2 keeps oneDNN.
+ * With GELU (and no added term) the convolution runs one batch item at a time, without a post-op, and mathfn.h's
+ * GELU follows over that item's output while it is in cache: oneDNN's gelu_erf post-op took 7.8 of the 17.6 ms of
+ * PVTv2-b1's stage-2 map (16×28²×1024). The op alone (AMD EPYC Zen 3, 2026-11-30, best of 8, 2 threads), post-op
+ * against per item: 16×28²×1024 15.5 vs 12.8 ms, 16×14²×1280 5.1 vs 4.4, 16×7²×2048 1.77 vs 1.39, 16×56²×512 34.7
+ * vs 30.0, 1×28²×1024 0.83 vs 0.64 (two or four items at a time: no faster than one); PVTv2-b1 + hMHSA + cFFN's
+ * depthwise nodes in eval graphs, the two forms alternated in one process, 42.7 vs 49.5 ms per forward at batch 16,
+ * 2.14 vs 2.51 at batch 1. */
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw || p->tr) return 0;
     if (p->gelu && DWS_WIDE && n->g->gemm.force == VT_GEMM_AUTO) return 0; /* see above */
+    p->per_item = p->gelu && p->add_in < 0;
     const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0) |
-                      (p->gelu ? VT_CONV_GELU : 0);
-    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C, flags, 0);
+                      (p->gelu && !p->per_item ? VT_CONV_GELU : 0);
+    p->prim = vt_gemm_conv_prim(&n->g->gemm, p->per_item ? 1 : p->B, p->C, p->H, p->W, p->C, p->kh, 1, p->p, p->C,
+                                flags, 0);
     if (p->prim && n->g->training && n->in[0]->requires_grad && n->bws)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, p->B, p->C, p->Ho, p->Wo, p->C, p->kh, 1, p->kh - 1 - p->p, p->C, 0,
                                      0);
@@ -1295,11 +1305,25 @@ static int dwn_prim_prepare(vt_node *n) {
 static void dwn_prim_fwd(vt_node *n) {
     const dwn_p *p = VT_OP_P(n, dwn_p);
     float *y = n->out->data;
-    if (vt_gemm_conv_run_add(p->prim, n->in[0]->data, n->in[1]->data,
-                             p->bias_in >= 0 ? n->in[p->bias_in]->data : NULL,
-                             p->add_in >= 0 ? n->in[p->add_in]->data : NULL, y, NULL, 1) != 0) {
-        if (vt_node_fallback(n, 1) == 0) dwn_fwd(n); /* oneDNN failed: the reference from now on */
+    const float *bias = p->bias_in >= 0 ? n->in[p->bias_in]->data : NULL;
+    int bad = 0;
+    if (p->per_item) {
+        const int64_t xi = (int64_t)p->H * p->W * p->C, yi = (int64_t)p->Ho * p->Wo * p->C, nt = p->nt;
+        for (int b = 0; b < p->B && !bad; b++) { /* the weight packed for the first item only */
+            float *yb = y + b * yi;
+            bad = vt_gemm_conv_run_add(p->prim, n->in[0]->data + b * xi, n->in[1]->data, bias, NULL, yb, NULL,
+                                       b == 0) != 0;
+#pragma omp parallel for schedule(static) num_threads(p->nt)
+            for (int64_t t = 0; t < nt; t++) { /* 8-float aligned pieces */
+                const int64_t a = yi * t / nt / 8 * 8, e = t == nt - 1 ? yi : yi * (t + 1) / nt / 8 * 8;
+                if (!bad) vt_gelu_n(yb + a, yb + a, e - a);
+            }
+        }
+    } else {
+        bad = vt_gemm_conv_run_add(p->prim, n->in[0]->data, n->in[1]->data, bias,
+                                   p->add_in >= 0 ? n->in[p->add_in]->data : NULL, y, NULL, 1) != 0;
     }
+    if (bad && vt_node_fallback(n, 1) == 0) dwn_fwd(n); /* oneDNN failed: the reference from now on */
 }
 
 static const vt_kernel k_dwn_prim = {"dwconv_nhwc.onednn", dwn_prim_prepare, dwn_prim_fwd, 0};
@@ -1339,8 +1363,8 @@ vt_tensor *vt_dwconv_nhwc_ex(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt
     vt_node *n = vt_new_node(g, &op_dwconv_nhwc, in, nin, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     const int nt = g->threads, tr = W == 1 && Wo == 1 && H > 1; /* 8-pixel strips of one-pixel rows: 1/8 used */
-    *VT_OP_P(n, dwn_p) = tr ? (dwn_p){B, W, H, C, kw, kh, pad, Wo, Ho, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 1}
-                            : (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 0};
+    *VT_OP_P(n, dwn_p) = tr ? (dwn_p){B, W, H, C, kw, kh, pad, Wo, Ho, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 1, 0}
+                            : (dwn_p){B, H, W, C, kh, kw, pad, Ho, Wo, nt, L, c0, bias_in, add_in, 0, NULL, NULL, 0, 0};
     n->macs = (int64_t)B * Ho * Wo * C * kh * kw;
     if (c0 == 0 && L == C) n->grad_sets |= 1u; /* dX covers every element of x */
     if (r) n->grad_sets |= 1u << add_in;
