@@ -22,6 +22,7 @@
 #include "family.h"
 
 #define PVT_EMBED_CONV_MIN 2048 /* embed_by_conv */
+#define PVT_EMBED_ROWS_W 131072 /* embed_by_conv: 512 KB */
 #define PATCH_LN_EPS 1e-5f /* patch_embed{i}.norm and the SR norm attn.norm: plain nn.LayerNorm */
 
 /* Kernel, stride and padding of stage i's patch embed (arch.patch: the first embed's kernel, 4 or 7). */
@@ -118,11 +119,22 @@ static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor
  *   positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
  *   0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
  *   5.4-5.6 ms). On an AMD EPYC Zen 3 (2026-11-28) they made PVTv2-b1's batch-16 inference 1.04-1.06x slower
- *   (docs/benchmarks.md). */
-static int embed_by_conv(const vt_graph *g, int first, int k, int s, int64_t positions) {
+ *   (docs/benchmarks.md).
+ * - On oneDNN's AVX2 tier, embeds over a token map with at least PVT_EMBED_CONV_MIN output positions whose weight
+ *   holds at most PVT_EMBED_ROWS_W floats (PVTv2's and PVT's stage-2 embeds): vt_conv2d_nhwc takes its rows kernel
+ *   there (patches of 256 output pixels gathered into cache, one GEMM each, the weight in L2), not oneDNN's strided
+ *   convolution (2x slower than im2col + linear at every stage). The three PVTv2-b1 embeds of stages 2-4 per
+ *   forward, eval graphs alternated in one process (AMD EPYC Zen 3, 2026-11-30), im2col + linear against the rows
+ *   kernel at stage 2: 59.3 vs 53.8 ms at batch 16, 15.4 vs 14.8 at batch 4 (PVT-Tiny 29.1 vs 26.7, 7.7 vs 7.3),
+ *   where identical graphs read 0.97-1.0 in that harness; the rows kernel lost at stages 3-4 (1.5 and 5.9 MB
+ *   weights: 20.0 vs 17.1 and 24.2 vs 16.7 ms at batch 16) and on stage 2's 784 positions at batch 1 (1.11 vs
+ *   0.97). */
+static int embed_by_conv(const vt_graph *g, int first, int k, int s, int64_t positions, int64_t wfloats) {
     const vt_gemm_plan *q = &g->gemm;
     if (g->training || g->int8 || q->force == VT_GEMM_OPENBLAS) return 0;
     if (first) return k > s && q->onednn >= VT_ISA_AVX2;
+    if (q->onednn == VT_ISA_AVX2 && q->force == VT_GEMM_AUTO)
+        return positions >= PVT_EMBED_CONV_MIN && wfloats <= PVT_EMBED_ROWS_W;
     return positions >= PVT_EMBED_CONV_MIN && q->intel && q->onednn >= VT_ISA_AVX512;
 }
 
@@ -145,7 +157,7 @@ static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tens
     /* (B, Ho, Wo, C) from one oneDNN convolution (vt_conv2d_nhwc) or from the patches (vt_im2col) and a linear */
     const int Ho = (x->shape[nhwc ? 1 : 2] + 2 * p - k) / s + 1, Wo = (x->shape[nhwc ? 2 : 3] + 2 * p - k) / s + 1;
     static const int to_nhwc[4] = {0, 2, 3, 1};
-    vt_tensor *y = embed_by_conv(g, !nhwc, k, s, (int64_t)B * Ho * Wo)
+    vt_tensor *y = embed_by_conv(g, !nhwc, k, s, (int64_t)B * Ho * Wo, (int64_t)C * Cin * k * k)
                        ? vt_conv2d_nhwc(g, nhwc ? x : vt_permute(g, x, to_nhwc), w, b, s, p, 1)
                        : vt_linear(g, vt_im2col(g, x, k, s, p, nhwc), vt_reshape(g, w, 2, w2), b);
     if (!y) return NULL;
