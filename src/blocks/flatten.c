@@ -115,7 +115,7 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
      * FLatten-CSwin-T 123 / 147, FLatten-PVTv2-b1 71 / 77, FLatten-DeiT-T 42 / 55 (its chain also copies the grid's
      * v out of the packed qkv); at batch 4 CSwin-T 1.10-1.14x, PVTv2-b1 0.95-1.01x; at batch 1 and 2 level within
      * the 5-10% by which two identical graphs differ in that harness (each query task re-reads its K − 1 halo rows) */
-    if (!fq && !g->training) {
+    if (!fq && !g->training && !g->ref_kernels) {
         const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
                                     .scale = scale, .pe = pe, .p = p, .dwc_w = dw, .dwc_b = db, .grid_h = H,
                                     .grid_w = W};
