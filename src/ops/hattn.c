@@ -10,7 +10,8 @@
  * row (hal_fused; with AVX-512 on 14-column grids, hal_rows: a grid row per vector), and backward the gradients back
  * through them per query row too (hal_fused_bwd); other orders and grids run stage by stage.
  * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
- * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel. Backward
+ * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel; where
+ * hal_fused runs, it leaves the softmax's division to the tile's output rows (d floats a row, not M). Backward
  * recomputes a tile's logits and probabilities (nothing is saved), then the gradients back through softmax, CHH and
  * IHH; the keys' and values' gradients sum over the tiles of an entry, so either each thread owns whole batch
  * entries (enough of them) or the entries run one after another with their tiles in parallel, each thread summing
@@ -328,11 +329,21 @@ static inline __attribute__((always_inline)) void chh_row(const float *cw, const
         mx[i] = max_from(out + (size_t)i * ms + nv, M - nv, nv ? vt_vhreduce(mv[i], 1) : -INFINITY);
 }
 
+/* y = softmax(x) over a row of M (maximum mx), or with inv its exponentials only and *inv = 1 / their sum. */
+static inline void softmax_or_exp(const float *x, float *y, int M, float mx, float *inv) {
+    if (inv)
+        *inv = 1.0f / vt_exp_row_max(x, y, M, mx);
+    else
+        vt_softmax_row_max(x, y, M, mx);
+}
+
 /* Rows [0, rows) of the tile: src (h2 computed logit maps, head stride hs; S in backward, else P itself) ->
- * P's probabilities of every head; U (NULL in forward): the IHH outputs, CHH's input, kept for backward. Each
- * row's maximum comes out of the pass that writes or copies it (the grid copy, CHH), so the softmaxes skip theirs. */
+ * P's probabilities of every head, or with inv (H·rows floats) the unnormalised exponentials and inv[i·rows + r] = 1
+ * / row r's sum in head i (vt_exp_row_max); U (NULL in forward): the IHH outputs, CHH's input, kept for backward.
+ * Each row's maximum comes out of the pass that writes or copies it (the grid copy, CHH), so the softmaxes skip
+ * theirs. */
 static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const float *cw, const float *cb,
-                      const float *src, float *P, float *U, size_t hs, int rows, float *buf) {
+                      const float *src, float *P, float *U, float *inv, size_t hs, int rows, float *buf) {
     const int h2 = a->h2, M = a->M, L = a->klead, kw = a->kw, n = a->kh * kw, np = vw_round(n);
     const int gs = np + 2 * kw + 2, ms = vw_round(M) + VT_VW;
     float *grid = buf, *cmL = grid + (size_t)h2 * gs, *cmR = cmL + np, *ihh = cmR + np, *out = ihh + (size_t)h2 * ms;
@@ -374,9 +385,11 @@ static void hal_fused(const hattn_p *a, const float *iw, const float *ib, const 
             }
         }
         for (int i = 0; i < h2; i++)
-            vt_softmax_row_max(out + (size_t)i * ms, P + (h2 + i) * hs + (size_t)r * M, M, hmx[i]);
+            softmax_or_exp(out + (size_t)i * ms, P + (h2 + i) * hs + (size_t)r * M, M, hmx[i],
+                           inv ? inv + (size_t)(h2 + i) * rows + r : NULL);
         for (int j = 0; j < h2; j++)
-            vt_softmax_row_max(src + j * hs + (size_t)r * M, P + j * hs + (size_t)r * M, M, smx[j]);
+            softmax_or_exp(src + j * hs + (size_t)r * M, P + j * hs + (size_t)r * M, M, smx[j],
+                           inv ? inv + (size_t)j * rows + r : NULL);
     }
 }
 
@@ -660,6 +673,12 @@ static size_t stage_scratch(const hattn_p *a) {
 #endif
 }
 
+/* Floats of a thread's forward scratch: the tile's H probability maps, h2 IHH outputs (two stages), H·T reciprocals of
+ * row sums, then the stages' scratch. */
+static size_t fwd_floats(const hattn_p *a) {
+    return (a->H + (a->nst == 2 ? (size_t)a->h2 : 0)) * tile_floats(a) + (size_t)a->H * a->T + stage_scratch(a);
+}
+
 /* One stage backward: din (= or += when acc) from dout, and the weight's and bias's gradients added to dw, db (NULL:
  * not wanted); in: the stage's forward input. pad: three pad_floats scratch blocks. */
 static void stage_bwd(const hattn_p *a, int st, const float *w, const float *in, const float *dout, float *din,
@@ -776,9 +795,10 @@ static const float *data_or_null(const vt_node *n, int slot) { return slot >= 0 
 
 /* The logits of rows [r0, r0 + rows) of entry b, every head, into P (head stride hs), then their softmax.
  * S: NULL, or h2 maps receiving the computed logits (the stages' input; backward keeps them); U: h2 maps for the
- * first stage's output when there are two. */
-static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float *S, float *U, float *pad,
-                       size_t hs) {
+ * first stage's output when there are two. inv: NULL, or H·rows floats: where the path allows (hal_fused), P is
+ * left unnormalised and inv receives each row's 1 / sum (returns 1; else 0, P normalised). */
+static int tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float *S, float *U, float *inv,
+                      float *pad, size_t hs) {
     const hattn_p *a = VT_OP_P(n, hattn_p);
     const int M = a->M, d = a->d, h2 = a->h2;
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
@@ -798,12 +818,12 @@ static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, floa
 #if VT_VW == 16
     if (hal_rows_ok(a)) {
         hal_rows(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
-        return;
+        return 0;
     }
 #endif
     if (hal_fused_ok(a)) { /* the softmax of the computed rows reads S, no copy into P first */
-        hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
-        return;
+        hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, inv, hs, rows, pad);
+        return inv != NULL;
     }
 #endif
     if (S)
@@ -818,6 +838,7 @@ static void tile_probs(const vt_node *n, int b, int r0, int rows, float *P, floa
     }
     for (int i = 0; i < a->H; i++)
         for (int r = 0; r < rows; r++) vt_softmax_row(P + i * hs + (size_t)r * M, P + i * hs + (size_t)r * M, M);
+    return 0;
 }
 
 /* Forward of tile u (entry u / ntile) with thread t's scratch. */
@@ -826,17 +847,28 @@ static void fwd_tile(const vt_node *n, int u, int t) {
     const int b = u / a->ntile, r0 = (u % a->ntile) * a->T, rows = a->N - r0 < a->T ? a->N - r0 : a->T;
     if (rows <= 0) return;
     const int M = a->M, d = a->d, C = a->H * d;
-    const size_t hs = tile_floats(a), per = (a->H + (a->nst == 2 ? a->h2 : 0)) * hs + stage_scratch(a);
-    float *P = n->fws->data + (size_t)t * per, *U = P + a->H * hs, *pad = U + (a->nst == 2 ? a->h2 : 0) * hs;
-    tile_probs(n, b, r0, rows, P, NULL, U, pad, hs);
+    const size_t hs = tile_floats(a), per = fwd_floats(a);
+    float *P = n->fws->data + (size_t)t * per, *U = P + a->H * hs, *inv = U + (a->nst == 2 ? a->h2 : 0) * hs;
+    const int defer = tile_probs(n, b, r0, rows, P, NULL, U, inv, inv + (size_t)a->H * a->T, hs);
     const float *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : n->in[0]->data;
     const float *vb = kvd + (size_t)b * M * a->ldkv + a->v_off;
     float *ob = n->out->data + ((size_t)b * a->N + r0) * C;
-    for (int i = 0; i < a->H; i++)
+    for (int i = 0; i < a->H; i++) {
         vt_gemm(a->gemm, 0, 0, rows, d, M, 1.0f, P + i * hs, M, vb + i * d, a->ldkv, 0.0f, ob + i * d, C);
-    if (n->xout) /* exported probabilities (B, H, N, M) */
-        for (int i = 0; i < a->H; i++)
-            memcpy(n->xout->data + (((size_t)b * a->H + i) * a->N + r0) * M, P + i * hs, sizeof(float) * rows * M);
+        for (int r = 0; r < rows && defer; r++) { /* the softmax's division, on the output rows */
+            float *o = ob + (size_t)r * C + i * d;
+            const float f = inv[(size_t)i * rows + r];
+#pragma omp simd
+            for (int c = 0; c < d; c++) o[c] *= f;
+        }
+        if (n->xout) /* exported probabilities (B, H, N, M) */
+            for (int r = 0; r < rows; r++) {
+                const float *pr = P + i * hs + (size_t)r * M, f = defer ? inv[(size_t)i * rows + r] : 1.0f;
+                float *x = n->xout->data + (((size_t)b * a->H + i) * a->N + r0 + r) * M;
+#pragma omp simd
+                for (int k = 0; k < M; k++) x[k] = pr[k] * f;
+            }
+    }
 }
 
 static void hattn_fwd(vt_node *n) {
@@ -857,7 +889,7 @@ static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float 
     const size_t hs = tile_floats(a), per = (3 * (size_t)h2 + 2 * (size_t)H) * hs + stage_scratch(a);
     float *S = n->bws->data + (size_t)t * per, *U = S + h2 * hs, *D = U + h2 * hs, *P = D + h2 * hs;
     float *G = P + H * hs, *pad = G + H * hs;
-    tile_probs(n, b, r0, rows, P, S, U, pad, hs);
+    tile_probs(n, b, r0, rows, P, S, U, NULL, pad, hs);
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *qb = qd + ((size_t)b * a->N + r0) * a->ldq + a->q_off, *kb = kvd + (size_t)b * M * a->ldkv;
     const float *dO = n->out->grad + ((size_t)b * a->N + r0) * C;
@@ -1050,7 +1082,7 @@ vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, c
         if (g->export_maps && !*a->probs) return NULL;
     }
     const int64_t hs = (int64_t)p.T * M, pad = (int64_t)stage_scratch(&p);
-    if (!vt_node_work(n, 0, nt * ((H + (p.nst == 2 ? h2 : 0)) * hs + pad))) return NULL;
+    if (!vt_node_work(n, 0, nt * (int64_t)fwd_floats(&p))) return NULL;
     if (g->training && !vt_node_work(n, 1, nt * ((3LL * h2 + 2LL * H) * hs + pad + (int64_t)wg_floats(&p)) +
                                                (p.by_entry ? 0 : (int64_t)nt * M * (3 * dim / 2))))
         return NULL;
