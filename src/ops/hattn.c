@@ -825,6 +825,8 @@ static int tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float
         hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, inv, hs, rows, pad);
         return inv != NULL;
     }
+#else
+    (void)inv; /* the unnormalised form is hal_fused's, in vector builds */
 #endif
     if (S)
         for (int j = 0; j < h2; j++) memcpy(P + j * hs, S + j * hs, sizeof(float) * n1);
