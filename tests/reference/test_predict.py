@@ -149,8 +149,11 @@ def main():
         st.save(x, {"input": res["input"]})
         if vitc_ok(rep, f"forward {deit}@{size}", "forward", deit, "--weights", w, "--input", x, "--output",
                    tmp / "y.safetensors", *common):
+            # predict ran the four images as batches of 3 and 1, forward as one batch of 4: the GEMM kernels block
+            # those row counts differently, so the logits agree to float rounding (7.9e-7 to 1.04e-6 seen on an AMD
+            # EPYC Zen 3, 2026-11-30), where a wrong image order or preprocessing would differ at order 1
             e = scale_err(res["logits"], st.load(tmp / "y.safetensors")["logits"])
-            rep.check(f"logits = forward {deit}@{size}", e <= 1e-6, f"{e:.2e}")
+            rep.check(f"logits = forward {deit}@{size}", e <= 1e-5, f"{e:.2e}")
 
     # crop_pct > 1 pads: the frame outside the resized image is the normalised black pixel
     w = tmp / "deit224.safetensors"
