@@ -19,6 +19,7 @@ CFLAGS    := $(WARN) $(OPT) -fno-math-errno -fno-trapping-math -fopenmp -Iinclud
 # oneDNN (libdnnl-dev) has no pkg-config file in Debian 12.
 LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 
+NPROC     := $(shell nproc 2>/dev/null || echo 1)
 SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
 # The shared library: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is exported.
@@ -146,12 +147,13 @@ unit: build/unit
 asan: build-asan/unit
 	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
 
+# The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
-	$(MAKE) --no-print-directory vitc build/unit build-asan/unit build-asan/vitc fuzz-build shared
+	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan/vitc fuzz-build shared
 	@bash tests/run_all.sh
 
 demo: deps-demo
-	$(MAKE) --no-print-directory vitc
+	$(MAKE) --no-print-directory -j$(NPROC) vitc
 	bash tools/demo.sh
 
 # Trains the small Fashion-MNIST hosts (plain ViT, 2-stage Swin) with each block; writes runs/compare/compare.md
@@ -174,12 +176,13 @@ link-flags:
 	@echo $(PKG_CFLAGS) $(LDLIBS)
 
 # Fuzzing with libFuzzer (clang; ASan+UBSan): the strict safetensors reader, and the image path (decoders +
-# preprocessing). `make fuzz` runs each target FUZZ_SECONDS (default 20) s on a seed corpus in build/fuzz_corpus_*
-# and prints "fuzz <target>: ok (N runs)" or "fuzz <target>: FAILED ..." (exit 1). FUZZ_SECONDS=3600 for a long run.
+# preprocessing). `make fuzz` (or one target: `make fuzz-safetensors`, `make fuzz-image`) runs each target
+# FUZZ_SECONDS (default 20) s on a seed corpus in build/fuzz_corpus_* and prints "fuzz <target>: ok (N runs)" or
+# "fuzz <target>: FAILED ..." (exit 1). FUZZ_SECONDS=3600 for a long run.
 FUZZ_SECONDS ?= 20
 FUZZ_CC := clang $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -Iinclude $(PKG_CFLAGS)
-.PHONY: fuzz-build
+.PHONY: fuzz-build fuzz-safetensors fuzz-image
 fuzz-build: build/fuzz_safetensors build/fuzz_image
 
 build/fuzz_safetensors: fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/fileio.c src/core/error.c include/vitc/*.h
@@ -206,8 +209,12 @@ define run_fuzz
 	fi
 endef
 
-fuzz: fuzz-build build/image_seeds
+fuzz: fuzz-safetensors fuzz-image
+
+fuzz-safetensors: build/fuzz_safetensors
 	@sh fuzz/make_corpus.sh build/fuzz_corpus
-	@mkdir -p build/fuzz_corpus_image && ./build/image_seeds build/fuzz_corpus_image
 	$(call run_fuzz,safetensors,build/fuzz_corpus,-dict=fuzz/safetensors.dict)
+
+fuzz-image: build/fuzz_image build/image_seeds
+	@mkdir -p build/fuzz_corpus_image && ./build/image_seeds build/fuzz_corpus_image
 	$(call run_fuzz,image,build/fuzz_corpus_image,-max_len=65536)

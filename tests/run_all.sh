@@ -1,75 +1,85 @@
 #!/usr/bin/env bash
-# Runs every test part (unit tests, the same under ASan+UBSan, the safetensors fuzzer, the PyTorch reference
-# and CLI tests) and prints one closing line "N passed, N failed"; exits 1 on any failure.
+# Runs every test part (unit tests, the same under ASan+UBSan, the two libFuzzer targets, the PyTorch reference and
+# CLI tests) and prints one closing line "N passed, N failed"; exits 1 on any failure. The parts are independent
+# processes and run TEST_JOBS at a time (default: the cores, at most 4), the longest first; each part's result is
+# printed when it ends. TEST_JOBS=1 runs them one after another.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that find no work sleep instead of spinning: on a shared or loaded host spinning threads made small
-# graphs 10x slower (results do not depend on it)
+# graphs 10x slower (results do not depend on it); it also lets the parts share the cores.
 export OMP_WAIT_POLICY=PASSIVE
+jobs=${TEST_JOBS:-$(nproc)}
+[ -n "${TEST_JOBS:-}" ] || [ "$jobs" -le 4 ] || jobs=4
+[ "$jobs" -ge 1 ] 2>/dev/null || { echo "TEST_JOBS must be a positive integer, not '$jobs'"; exit 2; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# The parts: name, how its result is read (unit: the binary's closing "N passed, N failed" line; fuzz: make's
+# "fuzz TARGET: ok" line; lines: its PASS and FAIL lines), command. The unit binaries first (the longest parts).
+names=() kinds=() cmds=()
+part() { names+=("$1"); kinds+=("$2"); cmds+=("$3"); }
+part "unit tests under ASan+UBSan" unit \
+    "env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 ./build-asan/unit"
+part "unit tests" unit ./build/unit
+for target in safetensors image; do
+    part "fuzz $target" fuzz "make --no-print-directory fuzz-$target"
+done
+for t in tests/reference/test_*.py; do part "$t" lines "/usr/bin/python3 $t"; done
+for t in tests/cli/test_*.sh; do part "$t" lines "bash $t"; done
+
 pass=0
 fail=0
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 
-# Adds the counts of a unit-test binary's closing "N passed, N failed" line (a missing line is a failure).
-count_unit() {
-    local line
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-    if [ -z "$line" ]; then
-        fail=$((fail + 1))
-        echo "FAIL $1: no summary line (crashed?)"
-        tail -n 20 "$log"
-        return
-    fi
-    pass=$((pass + $(echo "$line" | cut -d' ' -f1)))
-    fail=$((fail + $(echo "$line" | cut -d' ' -f3)))
-    [ "$2" -eq 0 ] || [ "$(echo "$line" | cut -d' ' -f3)" != 0 ] || { fail=$((fail + 1)); echo "FAIL $1: exit $2"; }
-}
-
-run_part() { # name, command...
-    local name=$1
-    shift
-    echo "== $name"
-    local t0=$SECONDS
-    "$@" >"$log" 2>&1
-    local rc=$?
-    grep -E '^(FAIL|suite )' "$log" | head -n 60
-    echo "   ($((SECONDS - t0)) s)"
-    return $rc
-}
-
-run_part "unit tests" ./build/unit; count_unit unit $?
-run_part "unit tests under ASan+UBSan" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    OMP_NUM_THREADS=2 ./build-asan/unit
-count_unit asan $?
-
-echo "== fuzz (safetensors parser, image decoders + preprocessing)"
-make --no-print-directory fuzz >"$log" 2>&1
-for target in safetensors image; do
-    if grep -q "^fuzz $target: ok" "$log"; then
-        pass=$((pass + 1)); grep "^fuzz $target:" "$log"
-    else
-        fail=$((fail + 1)); echo "FAIL fuzz $target"; tail -n 30 "$log"
-    fi
-done
-
-for t in tests/reference/test_*.py tests/cli/test_*.sh; do
-    [ -e "$t" ] || continue
-    t0=$SECONDS
-    case "$t" in
-        *.py) /usr/bin/python3 "$t" >"$log" 2>&1 ;;
-        *.sh) bash "$t" >"$log" 2>&1 ;;
+# Prints part i's result (log $dir/i.log, exit status rc, seconds s) and adds its counts.
+report() {
+    local i=$1 rc=$2 s=$3 log="$dir/$1.log" name=${names[$1]} p=0 f=0 line
+    case ${kinds[$i]} in
+        unit)
+            echo "== $name ($s s)"
+            grep -E '^(FAIL|suite )' "$log" | head -n 60
+            line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+            if [ -z "$line" ]; then
+                f=1; echo "FAIL $name: no summary line (crashed?)"; tail -n 20 "$log"
+            else
+                p=$(echo "$line" | cut -d' ' -f1); f=$(echo "$line" | cut -d' ' -f3)
+                [ "$rc" -eq 0 ] || [ "$f" -ne 0 ] || { f=1; echo "FAIL $name: exit $rc"; }
+            fi ;;
+        fuzz)
+            if [ "$rc" -eq 0 ] && grep -q "^${name}: ok" "$log"; then
+                p=1; echo "== $(grep "^${name}: ok" "$log") ($s s)"
+            else
+                f=1; echo "== $name ($s s)"; echo "FAIL $name"; tail -n 30 "$log"
+            fi ;;
+        lines)
+            p=$(grep -c '^PASS' "$log")
+            f=$(grep -c '^FAIL' "$log")
+            echo "== $name: $p passed, $f failed ($s s)"
+            grep '^FAIL' "$log" | head -n 20
+            if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+                f=1; echo "FAIL $name: exit code $rc"; tail -n 20 "$log"
+            fi ;;
     esac
-    rc=$?
-    p=$(grep -c '^PASS' "$log")
-    f=$(grep -c '^FAIL' "$log")
-    echo "== $t: $p passed, $f failed ($((SECONDS - t0)) s)"
-    grep '^FAIL' "$log" | head -n 20
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        f=1; echo "FAIL $t: exit code $rc"; tail -n 20 "$log"
-    fi
     pass=$((pass + p))
     fail=$((fail + f))
+}
+
+declare -A part_of # pid -> part
+t0=()
+next=0
+running=0
+while [ "$next" -lt "${#names[@]}" ] || [ "$running" -gt 0 ]; do
+    while [ "$running" -lt "$jobs" ] && [ "$next" -lt "${#names[@]}" ]; do
+        bash -c "${cmds[$next]}" >"$dir/$next.log" 2>&1 </dev/null &
+        part_of[$!]=$next
+        t0[$next]=$SECONDS
+        next=$((next + 1))
+        running=$((running + 1))
+    done
+    wait -n -p pid
+    rc=$?
+    running=$((running - 1))
+    i=${part_of[$pid]}
+    report "$i" "$rc" $((SECONDS - t0[i]))
 done
 
 echo "$pass passed, $fail failed"

@@ -9,14 +9,19 @@ ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 # make_test_imagefolder: sets F to the test ImageFolder of Fashion-MNIST (2,000 train / 500 val images as PNG and
-# JPEG, tools/make_imagefolder.py), made once under build/ and reused, and checks it exists.
+# JPEG, tools/make_imagefolder.py), made once under build/ and reused (under a lock: tests run side by side), and
+# checks it exists.
 make_test_imagefolder() {
     F=build/test-folder
-    if [ ! -e "$F/.done" ]; then
-        rm -rf "$F"
-        /usr/bin/python3 tools/make_imagefolder.py fmnist "$F" --train 2000 --val 500 >"$T/mk.log" 2>&1 &&
-            touch "$F/.done"
-    fi
+    mkdir -p build
+    (
+        flock 9
+        if [ ! -e "$F/.done" ]; then
+            rm -rf "$F"
+            /usr/bin/python3 tools/make_imagefolder.py fmnist "$F" --train 2000 --val 500 >"$T/mk.log" 2>&1 &&
+                touch "$F/.done"
+        fi
+    ) 9>build/test-folder.lock
     check "the test ImageFolder exists (tools/make_imagefolder.py)" "[ -e '$F/.done' ]" "$(tail -3 "$T/mk.log" 2>/dev/null)"
 }
 # use_mpirun: sets MPI to a 2-rank mpirun for this small machine (oversubscribed, unbound; root allowed, as CI runs
