@@ -36,8 +36,12 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 TEST_SRC  := $(wildcard tests/*.c)
 TEST_OBJ  := $(TEST_SRC:%.c=build/%.o)
-ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
 ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# Two builds under ASan + UBSan: build-asan/ for the target's baseline ISA (the scalar code, as on a CPU without AVX2)
+# and build-asan-vec/ with -march=native (the AVX2 / AVX-512 kernels users run).
+ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
+ASAN_VEC_OBJ := $(ASAN_OBJ:build-asan/%=build-asan-vec/%)
+ASAN_CC    = $(CC) $(WARN) $(ASAN_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS)
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
@@ -112,7 +116,11 @@ docs: deps-docs
 
 build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(WARN) $(ASAN_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
+	$(ASAN_CC) -c -o $@ $<
+
+build-asan-vec/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(ASAN_CC) -march=native -fno-math-errno -fno-trapping-math -c -o $@ $<
 
 build/unit: $(TEST_OBJ) build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -122,6 +130,9 @@ build-asan/vitc: build-asan/tools/vitc.o $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
 build-asan/unit: $(ASAN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
+
+build-asan-vec/unit: $(ASAN_VEC_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
 # Installs Debian packages from the list given in PKGLIST when any is missing.
@@ -144,12 +155,13 @@ deps-docs:
 unit: build/unit
 	./build/unit
 
-asan: build-asan/unit
+asan: build-asan/unit build-asan-vec/unit
 	ASAN_OPTIONS=detect_leaks=1 ./build-asan/unit
+	ASAN_OPTIONS=detect_leaks=1 ./build-asan-vec/unit
 
 # The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
-	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan/vitc fuzz-build shared
+	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc fuzz-build shared
 	@bash tests/run_all.sh
 
 demo: deps-demo
@@ -169,7 +181,7 @@ bench: deps-test
 	/usr/bin/python3 bench/compare_torch.py
 
 clean:
-	rm -rf build build-asan build-pic vitc
+	rm -rf build build-asan build-asan-vec build-pic vitc
 
 # The compiler and linker flags a C program needs with build/libvitc.a (the reference tests' C drivers use them).
 link-flags:

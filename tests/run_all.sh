@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test part (unit tests, the same under ASan+UBSan, the two libFuzzer targets, the PyTorch reference and
-# CLI tests) and prints one closing line "N passed, N failed"; exits 1 on any failure. The parts are independent
-# processes and run TEST_JOBS at a time (default: the cores, at most 4), the longest first; each part's result is
-# printed when it ends. TEST_JOBS=1 runs them one after another.
+# Runs every test part (unit tests; the same under ASan+UBSan, built twice: vector kernels and scalar code; the two
+# libFuzzer targets; the PyTorch reference and CLI tests) and prints one closing line "N passed, N failed"; exits 1
+# on any failure. The parts are independent processes and run TEST_JOBS at a time (default: the cores, at most 4),
+# the unit binaries first; each part's result is printed when it ends. TEST_JOBS=1 runs them one after another.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that find no work sleep instead of spinning: on a shared or loaded host spinning threads made small
@@ -18,8 +18,9 @@ trap 'rm -rf "$dir"' EXIT
 # "fuzz TARGET: ok" line; lines: its PASS and FAIL lines), command. The unit binaries first (the longest parts).
 names=() kinds=() cmds=()
 part() { names+=("$1"); kinds+=("$2"); cmds+=("$3"); }
-part "unit tests under ASan+UBSan" unit \
-    "env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 ./build-asan/unit"
+asan="env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2"
+part "unit tests under ASan+UBSan, vector kernels (-march=native)" unit "$asan ./build-asan-vec/unit"
+part "unit tests under ASan+UBSan, scalar code" unit "$asan ./build-asan/unit"
 part "unit tests" unit ./build/unit
 for target in safetensors image; do
     part "fuzz $target" fuzz "make --no-print-directory fuzz-$target"
