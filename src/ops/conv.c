@@ -1013,7 +1013,10 @@ DWS_STRIP_FN(dws_strip5, v8f, V8_MADD, DWS_OUT, DWS_ROW_5)
 #ifdef __AVX512F__
 typedef float v16f __attribute__((vector_size(64)));
 #define V16_MADD(acc, a, b) ((acc) = _mm512_fmadd_ps((a), (b), (acc)))
-/* dws_strip16's output: as DWS_OUT, or (acc 0) GELU in registers and a streaming store where the row says so */
+/* dws_strip16's output: as DWS_OUT, or (acc 0) GELU in registers and a streaming store where the row says so. The
+ * same GELU in the 8-channel strips' registers with AVX2 lost to the pass over each row: PVTv2-b1 hMHSA + cFFN's
+ * fused FFNs (vt_dw_nhwc_rows) at batch 16, one eval graph alternated with the row pass, 1.035-1.065x slower (5 runs
+ * of 12 rounds, AMD EPYC Zen 3, 2026-11-30). */
 #define DWS_OUT16(i, VT, MADD)                                                                                         \
     if (i < np) {                                                                                                      \
         if (r->gelu) a##i = (VT)vt_vgelu((vt_vf)a##i, NULL);                                                           \
