@@ -15,7 +15,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 # The parts: name, how its result is read (unit: the binary's closing "N passed, N failed" line; fuzz: make's
-# "fuzz TARGET: ok" line; lines: its PASS and FAIL lines), command. The unit binaries first (the longest parts).
+# "fuzz TARGET: ok" line; lines: its PASS and FAIL lines), command. The unit binaries first (the longest parts), the
+# CLI tests before the reference tests (the longest of those, test_mpi and test_int8, ended last after them).
 names=() kinds=() cmds=()
 part() { names+=("$1"); kinds+=("$2"); cmds+=("$3"); }
 asan="env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2"
@@ -25,8 +26,8 @@ part "unit tests" unit ./build/unit
 for target in safetensors image; do
     part "fuzz $target" fuzz "make --no-print-directory fuzz-$target"
 done
-for t in tests/reference/test_*.py; do part "$t" lines "/usr/bin/python3 $t"; done
 for t in tests/cli/test_*.sh; do part "$t" lines "bash $t"; done
+for t in tests/reference/test_*.py; do part "$t" lines "/usr/bin/python3 $t"; done
 
 pass=0
 fail=0
