@@ -3,6 +3,7 @@
 # libFuzzer targets; the PyTorch reference and CLI tests) and prints one closing line "N passed, N failed"; exits 1
 # on any failure. The parts are independent processes and run TEST_JOBS at a time (default: the cores, at most 4),
 # the unit binaries first; each part's result is printed when it ends. TEST_JOBS=1 runs them one after another.
+# A part still running after TEST_TIMEOUT seconds (default 1200) is stopped with its processes and counts as failed.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that find no work sleep instead of spinning: on a shared or loaded host spinning threads made small
@@ -11,6 +12,8 @@ export OMP_WAIT_POLICY=PASSIVE
 jobs=${TEST_JOBS:-$(nproc)}
 [ -n "${TEST_JOBS:-}" ] || [ "$jobs" -le 4 ] || jobs=4
 [ "$jobs" -ge 1 ] 2>/dev/null || { echo "TEST_JOBS must be a positive integer, not '$jobs'"; exit 2; }
+limit=${TEST_TIMEOUT:-1200}
+[ "$limit" -ge 1 ] 2>/dev/null || { echo "TEST_TIMEOUT must be a positive number of seconds, not '$limit'"; exit 2; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -35,6 +38,13 @@ fail=0
 # Prints part i's result (log $dir/i.log, exit status rc, seconds s) and adds its counts.
 report() {
     local i=$1 rc=$2 s=$3 log="$dir/$1.log" name=${names[$1]} p=0 f=0 line
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then # timeout(1): the part ran past the limit
+        echo "== $name ($s s)"
+        echo "FAIL $name: still running after $limit s (TEST_TIMEOUT), stopped"
+        tail -n 20 "$log"
+        fail=$((fail + 1))
+        return
+    fi
     case ${kinds[$i]} in
         unit)
             echo "== $name ($s s)"
@@ -71,7 +81,7 @@ next=0
 running=0
 while [ "$next" -lt "${#names[@]}" ] || [ "$running" -gt 0 ]; do
     while [ "$running" -lt "$jobs" ] && [ "$next" -lt "${#names[@]}" ]; do
-        bash -c "${cmds[$next]}" >"$dir/$next.log" 2>&1 </dev/null &
+        timeout -k 10 "$limit" bash -c "${cmds[$next]}" >"$dir/$next.log" 2>&1 </dev/null &
         part_of[$!]=$next
         t0[$next]=$SECONDS
         next=$((next + 1))
