@@ -43,6 +43,10 @@ ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-s
 ASAN_OBJ  := $(SRC:%.c=build-asan/%.o) $(TEST_SRC:%.c=build-asan/%.o)
 ASAN_VEC_OBJ := $(ASAN_OBJ:build-asan/%=build-asan-vec/%)
 ASAN_CC    = $(CC) $(WARN) $(ASAN_FLAGS) $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS)
+# Every source compiled (not linked or run) for the two vector ISAs vitc has kernels for, AVX2 (x86-64-v3) and
+# AVX-512 (x86-64-v4), under -Werror: the paths of the ISA this machine lacks are compiled too. x86-64 hosts only.
+ISA_OBJ   := $(foreach v,v3 v4,$(SRC:%.c=build-isa/$(v)/%.o) $(TEST_SRC:%.c=build-isa/$(v)/%.o))
+ISA_CHECK := $(if $(filter x86_64,$(shell uname -m)),isa-check)
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
@@ -53,7 +57,7 @@ DEB_DEMO  := $(DEB_BUILD) openmpi-bin dataset-fashion-mnist gnuplot-nox
 DEB_DOCS  := doxygen
 
 .PHONY: all deps deps-test deps-demo deps-docs test unit asan fuzz demo clean bench compare link-flags shared install \
-        uninstall docs
+        uninstall docs isa-check
 all: vitc
 
 vitc: build/tools/vitc.o build/libvitc.a
@@ -119,6 +123,16 @@ build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcar
 	@mkdir -p $(dir $@)
 	$(ASAN_CC) -c -o $@ $<
 
+build-isa/v3/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O3 -march=x86-64-v3 $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
+
+build-isa/v4/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O3 -march=x86-64-v4 $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
+
+isa-check: $(ISA_OBJ)
+
 build-asan-vec/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(ASAN_CC) -march=native -c -o $@ $<
@@ -162,7 +176,8 @@ asan: build-asan/unit build-asan-vec/unit
 
 # The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
-	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc fuzz-build shared
+	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc fuzz-build shared \
+	  $(ISA_CHECK)
 	@bash tests/run_all.sh
 
 demo: deps-demo
@@ -182,7 +197,7 @@ bench: deps-test
 	/usr/bin/python3 bench/compare_torch.py
 
 clean:
-	rm -rf build build-asan build-asan-vec build-pic vitc
+	rm -rf build build-asan build-asan-vec build-isa build-pic vitc
 
 # The compiler and linker flags a C program needs with build/libvitc.a (the reference tests' C drivers use them).
 link-flags:
