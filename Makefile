@@ -45,7 +45,8 @@ ASAN_VEC_OBJ := $(ASAN_OBJ:build-asan/%=build-asan-vec/%)
 ASAN_CC    = $(CC) $(WARN) $(ASAN_FLAGS) $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS)
 # Every source compiled (not linked or run) for the two vector ISAs vitc has kernels for, AVX2 (x86-64-v3) and
 # AVX-512 (x86-64-v4), under -Werror: the paths of the ISA this machine lacks are compiled too. x86-64 hosts only.
-ISA_OBJ   := $(foreach v,v3 v4,$(SRC:%.c=build-isa/$(v)/%.o) $(TEST_SRC:%.c=build-isa/$(v)/%.o))
+ISA_LEVELS := v3 v4
+ISA_OBJ   := $(foreach v,$(ISA_LEVELS),$(SRC:%.c=build-isa/$(v)/%.o) $(TEST_SRC:%.c=build-isa/$(v)/%.o))
 ISA_CHECK := $(if $(filter x86_64,$(shell uname -m)),isa-check)
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
@@ -123,13 +124,13 @@ build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcar
 	@mkdir -p $(dir $@)
 	$(ASAN_CC) -c -o $@ $<
 
-build-isa/v3/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O3 -march=x86-64-v3 $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
-
-build-isa/v4/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(WARN) -O3 -march=x86-64-v4 $(FP_FLAGS) -fopenmp -Iinclude -Itests $(PKG_CFLAGS) -c -o $@ $<
+# build-isa/LEVEL/path.o: path.c for -march=x86-64-LEVEL.
+define isa_rule
+build-isa/$(1)/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(WARN) -O3 -march=x86-64-$(1) $$(FP_FLAGS) -fopenmp -Iinclude -Itests $$(PKG_CFLAGS) -c -o $$@ $$<
+endef
+$(foreach v,$(ISA_LEVELS),$(eval $(call isa_rule,$(v))))
 
 isa-check: $(ISA_OBJ)
 
