@@ -38,7 +38,8 @@ fail=0
 # Prints part i's result (log $dir/i.log, exit status rc, seconds s) and adds its counts.
 report() {
     local i=$1 rc=$2 s=$3 log="$dir/$1.log" name=${names[$1]} p=0 f=0 line
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then # timeout(1): the part ran past the limit
+    if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$s" -ge "$limit" ]; then # timeout(1) stopped it (a kill
+        # before the limit, e.g. the OOM killer's, is read as the part's own exit status below)
         echo "== $name ($s s)"
         echo "FAIL $name: still running after $limit s (TEST_TIMEOUT), stopped"
         tail -n 20 "$log"
