@@ -1,7 +1,7 @@
 /* The gathers of src/ops/window.c: window partition / reverse against a naive pad + roll + view/permute (torchvision's
  * construction, element by element) for shifted, padded and rectangular windows, both compositions with the identity,
- * the Swin shift mask against a literal emulation of the Python slices, the relative-position index against
- * Microsoft's meshgrid construction and the bias gather, patch merging against direct indexing, patchify + linear
+ * the partition of a channel selection, the Swin shift mask against a literal emulation of the Python slices, the
+ * relative-position index against Microsoft's meshgrid construction and the bias gather, patch merging against direct indexing, patchify + linear
  * against vt_conv2d (forward and gradients), finite-difference gradients of every op, and builder errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -149,6 +149,43 @@ static void check_windows(vt_test *T) {
             T_CHECK(T, n == nw && memcmp(got, tmp, sizeof(float) * (size_t)nw) == 0,
                     "window_partition(window_reverse(w)) != w for %s (no padding)", c->name);
         }
+    }
+}
+
+/* vt_window_partition_sel against the full partition (naive_partition) with the selected channels picked out per
+ * token: the first `width` of each of `blocks` channel blocks (CSwin's vertical branch takes the q, k, v halves). */
+static vt_tensor *u_part_sel(vt_graph *g, vt_tensor *x, const int *a) {
+    return vt_window_partition_sel(g, x, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static void check_partition_sel(vt_test *T) {
+    static const struct {
+        wcase c;
+        int blocks, width;
+    } S[] = {
+        {{"cswin_qkv_halves", 2, 6, 4, 12, 6, 2, 0, 0}, 3, 2}, /* (H, 2) stripes of a packed qkv, C = 4 */
+        {{"padded_shift", 2, 7, 9, 6, 3, 4, 1, 2}, 2, 1},
+        {{"one_block_prefix", 1, 5, 6, 5, 4, 4, 0, 0}, 1, 3},
+        {{"all_channels", 1, 4, 4, 6, 2, 2, 1, 1}, 3, 2}, /* width = C/blocks: the plain partition */
+    };
+    enum { CAP = 8192 };
+    static float got[CAP], full[CAP];
+    for (size_t k = 0; k < sizeof S / sizeof S[0]; k++) {
+        const wcase *c = &S[k].c;
+        const int bl = S[k].blocks, wd = S[k].width, bs = c->C / bl, Cw = bl * wd;
+        const int a[6] = {c->wh, c->ww, c->sh, c->sw, bl, wd}, xs[4] = {c->B, c->H, c->W, c->C};
+        const int64_t ntok = (int64_t)c->B * up(c->H, c->wh) * up(c->W, c->ww);
+        float *xin = malloc(sizeof(float) * (size_t)c->B * c->H * c->W * c->C);
+        for (int64_t i = 0; i < (int64_t)c->B * c->H * c->W * c->C; i++) xin[i] = (float)i + 1.0f;
+        vt_err e = {{0}};
+        const int64_t n = run_unary(4, xs, u_part_sel, a, got, CAP, NULL, &e);
+        naive_partition(c, xin, full);
+        int ok = n == ntok * Cw;
+        for (int64_t t = 0; ok && t < ntok; t++)
+            for (int j = 0; j < Cw; j++) ok &= got[t * Cw + j] == full[t * c->C + j / wd * bs + j % wd];
+        T_CHECK(T, ok, "window_partition_sel %s (%d blocks, width %d): differs from the partition's channels (%s)",
+                c->name, bl, wd, e.msg);
+        free(xin);
     }
 }
 
@@ -359,6 +396,9 @@ static void check_patchify_conv(vt_test *T) {
 static vt_tensor *b_part(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_window_partition(g, x[0], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
 }
+static vt_tensor *b_part_sel(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_window_partition_sel(g, x[0], c->ia[0], c->ia[1], c->ia[2], c->ia[3], c->ia[4], c->ia[5]);
+}
 static vt_tensor *b_rev(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_window_reverse(g, x[0], c->ia[4], c->ia[5], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
 }
@@ -382,6 +422,11 @@ static const gc_case fd_cases[] = {
     {.name = "window_partition_shift_pad", .nx = 1, .ndim = {4}, .shape = {{2, 5, 7, 3}}, .build = b_part,
      .ia = {2, 3, 1, 2}},
     {.name = "window_partition_stripe", .nx = 1, .ndim = {4}, .shape = {{1, 4, 3, 2}}, .build = b_part, .ia = {4, 1}},
+    /* a channel selection: the unselected channels' gradients stay zero */
+    {.name = "window_partition_sel_stripe", .nx = 1, .ndim = {4}, .shape = {{2, 4, 2, 6}}, .build = b_part_sel,
+     .ia = {4, 1, 0, 0, 3, 1}},
+    {.name = "window_partition_sel_shift_pad", .nx = 1, .ndim = {4}, .shape = {{1, 3, 5, 4}}, .build = b_part_sel,
+     .ia = {2, 2, 1, 1, 2, 1}},
     {.name = "window_partition_n1", .nx = 1, .ndim = {4}, .shape = {{3, 1, 1, 2}}, .build = b_part, .ia = {1, 1}},
     {.name = "window_reverse_shift_pad", .nx = 1, .ndim = {3}, .shape = {{2 * 9, 6, 3}}, .build = b_rev,
      .ia = {2, 3, 1, 2, 5, 7}},
@@ -419,6 +464,8 @@ static void check_errors(vt_test *T) {
         {"window_partition", 3, {2, 4, 4}, e_part, {2, 2, 0, 0}},          /* not 4-D */
         {"shift", 4, {1, 4, 4, 2}, e_part, {2, 2, 4, 0}},                  /* shift past the padded map */
         {"at least", 4, {1, 4, 4, 2}, e_part, {0, 2, 0, 0}},               /* empty window */
+        {"blocks", 4, {1, 4, 4, 6}, u_part_sel, {2, 2, 0, 0, 3, 3}},      /* width 3 > 6 / 3 */
+        {"blocks", 4, {1, 4, 4, 6}, u_part_sel, {2, 2, 0, 0, 4, 1}},      /* 6 channels in 4 blocks */
         {"window_reverse", 3, {3, 4, 2}, u_rev, {2, 2, 0, 0, 4, 4}},       /* 3 windows, 4 per image */
         {"rel_pos_bias", 2, {10, 2}, u_rpb, {2, 3}},                       /* table rows 10 ≠ 15 */
         {"patch_merge", 3, {1, 4, 4}, u_pm, {0}},                          /* not 4-D */
@@ -476,6 +523,7 @@ static void check_reverse_add(vt_test *T) {
 
 void test_ops_window(vt_test *T) {
     check_windows(T);
+    check_partition_sel(T);
     check_reverse_add(T);
     check_shift_mask(T);
     check_rel_pos(T);

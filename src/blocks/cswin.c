@@ -12,8 +12,8 @@
  * positional_encoding, dwc over d channels) + LePE over all C channels (get_v), summed in that order, -> proj.
  *
  * No per-branch copies of q, k, v: horizontal stripes are consecutive rows, so branch 1 reads the packed qkv itself
- * (a view (B·H/s, s·W, 3C)); branch 0 reads one stripe partition of the qkv map; both reach their halves through
- * vt_attention_ex's channel offsets. Only v is sliced, for the LePE convolution. */
+ * (a view (B·H/s, s·W, 3C)) and reaches its halves through vt_attention_ex's channel offsets; branch 0 reads one
+ * stripe partition of its halves of q, k and v (vt_window_partition_sel). The LePE convolutions read v in place. */
 #include <math.h>
 #include <stdio.h>
 
@@ -89,10 +89,10 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
         o = branch(g, mod, qkv, C, 0, C, h, H, W, H, W);
     } else {
         const int hc = C / 2, m4[4] = {B, H, W, 3 * C}, hs[3] = {B * (H / s), s * W, 3 * C}, t3[3] = {B, H * W, hc};
-        /* branch 0: vertical stripes H x s, one partition of the qkv map */
+        /* branch 0: vertical stripes H x s, a partition of its halves of q, k and v: (B·W/s, H·s, 3·C/2) */
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
-        vt_tensor *vw = vt_window_partition(g, vt_reshape(g, qkv, 4, m4), H, s, 0, 0); /* (B·W/s, H·s, 3C) */
-        vt_tensor *o0 = vt_window_reverse(g, branch(g, mod, vw, C, 0, hc, h / 2, H, s, H, W), H, W, H, s, 0, 0);
+        vt_tensor *vw = vt_window_partition_sel(g, vt_reshape(g, qkv, 4, m4), H, s, 0, 0, 3, hc);
+        vt_tensor *o0 = vt_window_reverse(g, branch(g, mod, vw, hc, 0, hc, h / 2, H, s, H, W), H, W, H, s, 0, 0);
         /* branch 1: horizontal stripes s x W are consecutive rows: the qkv itself, viewed per stripe */
         snprintf(mod, sizeof mod, "%s.attns.1", prefix);
         vt_tensor *o1 = branch(g, mod, vt_reshape(g, qkv, 3, hs), C, hc, hc, h / 2, s, W, H, W);

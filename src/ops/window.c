@@ -1,7 +1,7 @@
-/* Gathers of the hierarchical hosts (Swin, CSwin, PVT): window partition / reverse with padding and cyclic shift
- * (the reverse optionally adding a map-shaped term in the same pass, Swin's residual), the Swin shift mask, the
- * relative-position bias gather, Swin's patch merging and the non-overlapping patch extraction of k = s convolutions
- * on channels-last maps. All are data movement (0 MACs). Every output element comes from at most one input element
+/* Gathers of the hierarchical hosts (Swin, CSwin, PVT): window partition (optionally of a channel selection) and
+ * reverse with padding and cyclic shift (the reverse optionally adding a map-shaped term in the same pass, Swin's
+ * residual), the Swin shift mask, the relative-position bias gather, Swin's patch merging and the non-overlapping
+ * patch extraction of k = s convolutions on channels-last maps. All are data movement (0 MACs). Every output element comes from at most one input element
  * (and the addend's), so the backward kernels are adjoint gathers, parallel over the same rows as the forward ones
  * without races (the bias gather's backward sums over the pairs of each relative offset).
  * Inner loops move runs of C contiguous channels (memcpy-sized); positions are stepped incrementally (no divisions
@@ -35,14 +35,29 @@ static inline void move_add(float *restrict dst, const float *restrict src, cons
 
 typedef struct {
     int B, H, W, C, wh, ww, sh, sw, Hp, Wp, nWh, nWw;
+    int Cm, nb; /* the map's channels; the windows hold the first C/nb channels of each of its nb blocks of Cm/nb */
 } win_p;
+
+/* The selected channels of one run of len tokens: nb blocks of bw = C/nb window channels, Cm/nb apart in the map. */
+static void move_sel(const win_p *p, float *mr, float *wr, int len, int to_win, int acc) {
+    const size_t bw = (size_t)(p->C / p->nb), bs = (size_t)(p->Cm / p->nb);
+    for (int t = 0; t < len; t++)
+        for (int k = 0; k < p->nb; k++) {
+            float *m = mr + (size_t)t * p->Cm + k * bs, *w = wr + (size_t)t * p->C + k * bw;
+            if (to_win)
+                move(w, m, bw, acc);
+            else
+                move(m, w, bw, acc);
+        }
+}
 
 /* Moves between the map side and the window side. to_win: windows receive (padding positions get zeros unless
  * acc); otherwise the map receives (padding positions are skipped), plus add (a map-shaped addend) when not NULL.
- * acc: += instead of =. */
+ * acc: += instead of =. A channel selection (Cm > C) is moved to the windows or added back to the map, never with
+ * an addend. */
 static void win_move(const win_p *p, float *map, float *win, const float *add, int to_win, int acc) {
     const int wh = p->wh, ww = p->ww, H = p->H, W = p->W, Hp = p->Hp, Wp = p->Wp, nWh = p->nWh, nWw = p->nWw;
-    const size_t C = (size_t)p->C;
+    const size_t C = (size_t)p->C, Cm = (size_t)p->Cm;
     const int64_t R = (int64_t)p->B * nWh * nWw * wh; /* one window row each */
 #pragma omp parallel for schedule(static) if (R * ww * (int64_t)C > PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
@@ -56,14 +71,16 @@ static void win_move(const win_p *p, float *map, float *win, const float *add, i
             if (to_win && !acc) memset(wr, 0, sizeof(float) * (size_t)ww * C);
             continue;
         }
-        float *mr = map + ((size_t)b * H + (size_t)Y) * W * C;
+        float *mr = map + ((size_t)b * H + (size_t)Y) * W * Cm;
         for (int tx = 0; tx < ww;) {
             int X = wx * ww + tx + p->sw;
             if (X >= Wp) X -= Wp;
             /* a run of tokens that neither wraps nor crosses the data / padding edge */
             const int lim = X >= W ? Wp - X : W - X, len = ww - tx < lim ? ww - tx : lim;
             if (X < W) {
-                if (to_win)
+                if (Cm != C)
+                    move_sel(p, mr + (size_t)X * Cm, wr + (size_t)tx * C, len, to_win, acc);
+                else if (to_win)
                     move(wr + (size_t)tx * C, mr + (size_t)X * C, (size_t)len * C, acc);
                 else if (add)
                     move_add(mr + (size_t)X * C, wr + (size_t)tx * C, add + (mr - map) + (size_t)X * C,
@@ -117,19 +134,30 @@ static int win_geom(vt_graph *g, const char *op, const char *what, int B, int H,
                 what, sh, sw, (long long)Hp, (long long)Wp, H, W, wh, ww);
         return -1;
     }
-    *p = (win_p){B, H, W, C, wh, ww, sh, sw, (int)Hp, (int)Wp, (int)(Hp / wh), (int)(Wp / ww)};
+    *p = (win_p){B, H, W, C, wh, ww, sh, sw, (int)Hp, (int)Wp, (int)(Hp / wh), (int)(Wp / ww), C, 1};
     return 0;
 }
 
 vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw) {
+    return vt_window_partition_sel(g, x, wh, ww, sh, sw, 1, x ? x->shape[x->ndim - 1] : 0);
+}
+
+vt_tensor *vt_window_partition_sel(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw, int blocks, int width) {
     if (vt_bad(g, 1, x)) return NULL;
     char sx[64], what[96];
     vt_shape_str(x, sx, 64);
     if (x->ndim != 4) return vt_fail(g, "window_partition", "input %s must be (B, H, W, C)", sx);
+    const int Cm = x->shape[3];
+    if (blocks < 1 || Cm % blocks || width < 1 || width > Cm / blocks)
+        return vt_fail(g, "window_partition", "input %s: the first %d channels of %d blocks need 1 <= %d <= C/%d",
+                       sx, width, blocks, width, blocks);
     snprintf(what, sizeof what, "input %s", sx);
     win_p p;
-    if (win_geom(g, "window_partition", what, x->shape[0], x->shape[1], x->shape[2], x->shape[3], wh, ww, sh, sw, &p))
+    if (win_geom(g, "window_partition", what, x->shape[0], x->shape[1], x->shape[2], blocks * width, wh, ww, sh, sw,
+                 &p))
         return NULL;
+    p.Cm = Cm;
+    p.nb = blocks;
     const int shape[3] = {p.B * p.nWh * p.nWw, wh * ww, p.C};
     vt_node *n = vt_new_node(g, &op_wpart, &x, 1, vt_new_act(g, 3, shape));
     if (!n) return NULL;
@@ -155,7 +183,7 @@ vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H
         return vt_fail(g, "window_reverse", "%s must be (B·%d, %d, C) (%dx%d windows of %dx%d tokens)", what, nW,
                        wh * ww, p.nWh, p.nWw, wh, ww);
     p.B = xw->shape[0] / nW;
-    p.C = xw->shape[2];
+    p.C = p.Cm = xw->shape[2];
     const int shape[4] = {p.B, H, W, p.C};
     if (r && (r->numel != (int64_t)p.B * H * W * p.C || r->shape[r->ndim - 1] != p.C)) {
         char sr[64];
