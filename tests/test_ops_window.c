@@ -1,8 +1,9 @@
 /* The gathers of src/ops/window.c: window partition / reverse against a naive pad + roll + view/permute (torchvision's
  * construction, element by element) for shifted, padded and rectangular windows, both compositions with the identity,
  * the partition of a channel selection, the Swin shift mask against a literal emulation of the Python slices, the
- * relative-position index against Microsoft's meshgrid construction and the bias gather, patch merging against direct indexing, patchify + linear
- * against vt_conv2d (forward and gradients), finite-difference gradients of every op, and builder errors. */
+ * relative-position index against Microsoft's meshgrid construction and the bias gather, patch merging against
+ * direct indexing, patchify + linear against vt_conv2d (forward and gradients), finite-difference gradients of every
+ * op, and builder errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -280,8 +280,8 @@ vt_tensor *vt_max(vt_graph *g, vt_tensor *x, int axis);
 /* x (B, H, W, C) zero-padded at the bottom/right to multiples of (wh, ww), rolled by (−sh, −sw) (torch.roll), cut
  * into windows -> (B·nWh·nWw, wh·ww, C), windows ordered (image, row, col), tokens row-major; 0 <= sh < Hp etc. */
 vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw);
-/* vt_window_partition of the first `width` channels of each of the `blocks` equal channel blocks of x (CSwin's
- * vertical branch: the q, k and v halves of a packed qkv) -> (B·nW, wh·ww, blocks·width). */
+/* vt_window_partition of the first `width` channels (0: all) of each of the `blocks` equal channel blocks of x
+ * (CSwin's vertical branch: the q, k and v halves of a packed qkv) -> (B·nW, wh·ww, blocks·width). */
 vt_tensor *vt_window_partition_sel(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw, int blocks, int width);
 /* Inverse of vt_window_partition for an H×W map: windows (B·nW, wh·ww, C) -> (B, H, W, C) (rolled back by
  * (+sh, +sw), padding cropped). Rectangular windows are CSwin's stripes, e.g. (H, 1) or (2, W). */

@@ -1,9 +1,10 @@
 /* Gathers of the hierarchical hosts (Swin, CSwin, PVT): window partition (optionally of a channel selection) and
  * reverse with padding and cyclic shift (the reverse optionally adding a map-shaped term in the same pass, Swin's
  * residual), the Swin shift mask, the relative-position bias gather, Swin's patch merging and the non-overlapping
- * patch extraction of k = s convolutions on channels-last maps. All are data movement (0 MACs). Every output element comes from at most one input element
- * (and the addend's), so the backward kernels are adjoint gathers, parallel over the same rows as the forward ones
- * without races (the bias gather's backward sums over the pairs of each relative offset).
+ * patch extraction of k = s convolutions on channels-last maps. All are data movement (0 MACs). Every output
+ * element comes from at most one input element (and the addend's), so the backward kernels are adjoint gathers,
+ * parallel over the same rows as the forward ones without races (the bias gather's backward sums over the pairs of
+ * each relative offset).
  * Inner loops move runs of C contiguous channels (memcpy-sized); positions are stepped incrementally (no divisions
  * per element). */
 #include <limits.h>
@@ -139,7 +140,7 @@ static int win_geom(vt_graph *g, const char *op, const char *what, int B, int H,
 }
 
 vt_tensor *vt_window_partition(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw) {
-    return vt_window_partition_sel(g, x, wh, ww, sh, sw, 1, x ? x->shape[x->ndim - 1] : 0);
+    return vt_window_partition_sel(g, x, wh, ww, sh, sw, 1, 0);
 }
 
 vt_tensor *vt_window_partition_sel(vt_graph *g, vt_tensor *x, int wh, int ww, int sh, int sw, int blocks, int width) {
@@ -148,6 +149,7 @@ vt_tensor *vt_window_partition_sel(vt_graph *g, vt_tensor *x, int wh, int ww, in
     vt_shape_str(x, sx, 64);
     if (x->ndim != 4) return vt_fail(g, "window_partition", "input %s must be (B, H, W, C)", sx);
     const int Cm = x->shape[3];
+    if (blocks >= 1 && Cm % blocks == 0 && width == 0) width = Cm / blocks;
     if (blocks < 1 || Cm % blocks || width < 1 || width > Cm / blocks)
         return vt_fail(g, "window_partition", "input %s: the first %d channels of %d blocks need 1 <= %d <= C/%d",
                        sx, width, blocks, width, blocks);
