@@ -144,7 +144,7 @@ static const optdef optdefs[] = {
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
       "split by kind and the 12 slowest nodes with their scope and shapes (--json adds time_by_kind)"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
-      "(hierarchical backbones: groupmixformer_*)"),
+      "(hierarchical backbones: Swin, PVT, CSwin, GroupMixFormer, Next-ViT)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
