@@ -176,8 +176,9 @@ static int die(const char *fmt, const char *msg) {
 }
 
 /* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
- * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores is clamped with a notice
- * (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside OpenMP), and ranks x
+ * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores or than OpenMP allows
+ * is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
+ * OpenMP), OpenMP's dynamic team sizes are turned off, and ranks x
  * threads over the cores is warned about. OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run
  * omp_get_max_threads() threads outside our parallel regions and one inside them, so this one setting holds for every
  * GEMM. */
@@ -196,12 +197,22 @@ static void set_threads(const opts *o, int ranks) {
             want = cores;
         }
     }
-    if (want <= 0) want = cores / ranks > 0 ? cores / ranks : 1;
+    if (want <= 0) {
+        want = cores / ranks > 0 ? cores / ranks : 1;
+        from = "the online cores";
+    }
     if (want > cores) {
         fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
                 from, cores, cores);
         want = cores;
     }
+    const int usable = vt_threads_usable((int)want); /* OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0 */
+    if (usable < want) {
+        fprintf(stderr, "vitc: notice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
+                "OMP_MAX_ACTIVE_LEVELS): using %d\n", want, from, usable, usable);
+        want = usable;
+    }
+    omp_set_dynamic(0); /* exact teams: OpenBLAS's threaded sgemm hangs in a smaller one (OMP_DYNAMIC=true) */
     if (ranks > 1 && want * ranks > cores)
         fprintf(stderr, "vitc: warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
                 "contend (set --threads)\n", ranks, want, want == 1 ? "the minimum" : from, cores);

@@ -122,8 +122,9 @@ typedef struct vt_attn_map {
 
 struct vt_graph {
     vt_params *P;
-    int threads;        /* the threads its kernels run on: omp_get_max_threads() when the graph was created; builders
-                         * size per-thread scratch for it and vt_graph_forward / backward run with it */
+    int threads;        /* the threads its kernels run on: vt_threads_usable(omp_get_max_threads()) when the graph
+                         * was created; builders size per-thread scratch for it and vt_graph_forward / backward run
+                         * with it (OpenMP's dynamic adjustment off) */
     int training;       /* 1: train mode (BatchNorm batch stats, dropout), activations kept for backward */
     vt_err err;         /* first build error; later builder calls become no-ops */
     vt_node **nodes;
@@ -163,8 +164,23 @@ struct vt_graph {
                          * computed at, plus one (0: never); vt_graph_forward skips those nodes while it holds */
 };
 
+/* The threads a parallel region asked for `want` gets: at most OMP_THREAD_LIMIT's, 1 when OMP_MAX_ACTIVE_LEVELS is 0
+ * (OpenBLAS's threaded sgemm waits forever for threads a smaller team does not have). */
+int vt_threads_usable(int want);
+
+/* The calling thread's OpenMP settings that vt_threads_enter changes. */
+typedef struct {
+    int threads, dynamic;
+} vt_threads_env;
+
+/* Makes the calling thread's parallel regions run exactly `threads` threads (a usable count; OpenMP's dynamic
+ * adjustment off: a smaller team hangs OpenBLAS's threaded sgemm); returns the settings vt_threads_leave restores. */
+vt_threads_env vt_threads_enter(int threads);
+/* Restores the settings vt_threads_enter returned. */
+void vt_threads_leave(vt_threads_env prev);
+
 /* Creates an empty graph over the parameter store P (not owned) in train (1) or eval (0) mode, run on the calling
- * thread's omp_get_max_threads() threads (vt_graph.threads); its GEMM library
+ * thread's vt_threads_usable(omp_get_max_threads()) threads (vt_graph.threads); its GEMM library
  * is chosen per call (vt_gemm_choose) unless the environment variable VITC_GEMM=openblas|onednn|auto says otherwise. */
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e);
 

@@ -15,6 +15,12 @@
 #include <xmmintrin.h>
 #endif
 
+int vt_threads_usable(int want) {
+    const int limit = omp_get_thread_limit();
+    if (omp_get_max_active_levels() < 1 || want < 1) return 1;
+    return want < limit ? want : limit;
+}
+
 vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
     vt_graph *g = vt_alloc(sizeof(*g), e);
     if (!g) return NULL;
@@ -23,7 +29,7 @@ vt_graph *vt_graph_new(vt_params *P, int training, vt_err *e) {
         return NULL;
     }
     g->P = P;
-    g->threads = omp_get_max_threads();
+    g->threads = vt_threads_usable(omp_get_max_threads());
     g->training = training;
     g->seed = 0x5eed;
     vt_scope(g, "");
@@ -591,27 +597,27 @@ static void flush_denormals(void) {
 #endif
 }
 
-/* Makes the calling thread's parallel regions run g->threads threads (the count its scratch was sized for);
- * returns the count to restore with omp_set_num_threads after the run. */
-static int threads_enter(const vt_graph *g) {
-    const int prev = omp_get_max_threads();
-    if (prev != g->threads) omp_set_num_threads(g->threads);
+vt_threads_env vt_threads_enter(int threads) {
+    const vt_threads_env prev = {omp_get_max_threads(), omp_get_dynamic()};
+    if (prev.threads != threads) omp_set_num_threads(threads);
+    if (prev.dynamic) omp_set_dynamic(0);
     return prev;
 }
 
-static void threads_leave(const vt_graph *g, int prev) {
-    if (prev != g->threads) omp_set_num_threads(prev);
+void vt_threads_leave(vt_threads_env prev) {
+    if (omp_get_max_threads() != prev.threads) omp_set_num_threads(prev.threads);
+    if (prev.dynamic) omp_set_dynamic(1);
 }
 
 void vt_graph_forward(vt_graph *g) {
-    const int prev = threads_enter(g);
+    const vt_threads_env prev = vt_threads_enter(g->threads); /* the count its scratch was sized for */
     flush_denormals();
     const int held = g->const_gen == g->P->gen + 1; /* the constant nodes' outputs are current */
     for (int i = 0; i < g->nn; i++)
         if (!(held && g->nodes[i]->constant)) run_node(g, g->nodes[i], 0);
     if (g->training) vt_params_changed(g->P); /* BatchNorm running statistics moved */
     else g->const_gen = g->P->gen + 1;
-    threads_leave(g, prev);
+    vt_threads_leave(prev);
 }
 
 int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
@@ -774,7 +780,7 @@ static int run_poisoned(vt_graph *g, vt_node *nd, float **keep, int64_t *cap, vt
 
 /* The backward pass; poisoned: every node's backward through run_poisoned. */
 static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
-    const int prev = threads_enter(g);
+    const vt_threads_env prev = vt_threads_enter(g->threads); /* the count its scratch was sized for */
     flush_denormals();
     const int n = g->nn;
     float *keep = NULL;
@@ -793,7 +799,7 @@ static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
         if (rc == 0 && g->bwd_hook) g->bwd_hook(g->bwd_hook_ctx, i);
     }
     vt_free(keep);
-    threads_leave(g, prev);
+    vt_threads_leave(prev);
     return rc;
 }
 

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <omp.h>
+
 #include "vitc/augment.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
@@ -21,6 +23,7 @@ static double now_s(void) {
  * alternating); r->sgemm_gflops is the better of the two. */
 static void sgemm_peak(vt_bench_result *r) {
     const int n = 1024;
+    const vt_threads_env env = vt_threads_enter(vt_threads_usable(omp_get_max_threads()));
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     vt_gemm_plan p[2];
     double best[2] = {0.0, 0.0};
@@ -34,6 +37,7 @@ static void sgemm_peak(vt_bench_result *r) {
                 if (2.0 * n * n * n / t / 1e9 > best[l]) best[l] = 2.0 * n * n * n / t / 1e9;
             }
     }
+    vt_threads_leave(env);
     free(a);
     free(b);
     free(c);
