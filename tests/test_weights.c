@@ -1,4 +1,4 @@
-/* vt_params_load/save and the CLI tensor-file helpers. */
+/* The parameter store (its name index, also the scopes'), vt_params_load/save and the CLI tensor-file helpers. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "vitc/graph.h"
 #include "vitc/weights.h"
 
 static int count_dir(const char *dir, const char *needle) {
@@ -57,7 +58,44 @@ static void expect_load_fail(vt_test *T, vt_params *P, const char *path, const c
     T_CHECK(T, all_zero(P), "a failed load modified the model");
 }
 
+/* The store's name index across its growth (256 slots, then doubling): 5,000 tensors each found at its own entry,
+ * a re-declaration returning the same tensor, absent names (and names differing in the last byte) not found; a
+ * graph's scopes through the same index: re-entering a scope reuses it. */
+static void check_name_index(vt_test *T) {
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    enum { N = 5000 };
+    int one = 1, ok = P != NULL;
+    for (int i = 0; ok && i < N; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "blocks.%d.w", i);
+        ok = vt_params_add(P, nm, VT_PARAM, 1, &one, (vt_init){VT_INIT_ZERO, 0}, &e) == P->t[i] && P->n == i + 1;
+    }
+    for (int i = 0; ok && i < N; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "blocks.%d.w", i);
+        ok = vt_params_find(P, nm) == P->t[i] &&
+             vt_params_add(P, nm, VT_PARAM, 1, &one, (vt_init){VT_INIT_ZERO, 0}, &e) == P->t[i];
+        snprintf(nm, sizeof nm, "blocks.%d.x", i);
+        ok = ok && !vt_params_find(P, nm);
+    }
+    T_CHECK(T, ok && P->n == N && !vt_params_find(P, "") && !vt_params_find(P, "blocks.5000.w"),
+            "parameter store index over %d names (%s)", N, e.msg);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    for (int i = 0; g && i < 600; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "stage%d", i);
+        vt_scope(g, nm);
+    }
+    if (g) vt_scope(g, "stage17");
+    T_CHECK(T, g && g->nscopes == 601 && g->cur_scope == 18 && strcmp(g->scopes[18], "stage17") == 0,
+            "scopes re-entered by name: %d scopes, current %d", g ? g->nscopes : -1, g ? g->cur_scope : -1);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_weights(vt_test *T) {
+    check_name_index(T);
     char dir[] = "/tmp/vitc_w_XXXXXX";
     if (!mkdtemp(dir)) {
         T_CHECK(T, 0, "mkdtemp failed");

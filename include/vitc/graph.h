@@ -133,6 +133,7 @@ struct vt_graph {
     int nt, tcap;
     char **scopes;
     int nscopes, scap, cur_scope;
+    vt_name_index scope_index; /* of scopes by name */
     unsigned char *arena; /* every planned tensor, each at a 64-byte aligned offset */
     int64_t arena_bytes;
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */

@@ -90,10 +90,28 @@ void vt_add_col_sums(const float *y, int64_t R, int C, float *s);
 /* Root tensor of a view chain (t itself when not a view). */
 vt_tensor *vt_root(vt_tensor *t);
 
+/* An open-addressed index of named entries (a parameter store's tensors, a graph's scopes): slot[i] holds an
+ * entry's position + 1 (0: empty), slots is a power of two kept over twice the entries, probed linearly from the
+ * name's FNV-1a hash. name_of(ctx, k) is entry k's name. */
+typedef const char *(*vt_name_of)(const void *ctx, int k);
+typedef struct {
+    int *slot;
+    int slots;
+} vt_name_index;
+
+/* Entry position of `name` in the index, -1 if absent. */
+int vt_name_index_find(const vt_name_index *x, const char *name, vt_name_of name_of, const void *ctx);
+/* Adds entry k (its name absent) after making room for k + 1 entries (entries 0..k-1 re-inserted when the table
+ * grows); -1 with the error set if out of memory. */
+int vt_name_index_add(vt_name_index *x, int k, vt_name_of name_of, const void *ctx, vt_err *e);
+/* Frees the index's table. */
+void vt_name_index_free(vt_name_index *x);
+
 /* The learnable parameters and buffers of a model, shared by all graphs built on it. */
 typedef struct vt_params {
     vt_tensor **t;
     int n, cap;
+    vt_name_index index; /* of t by name */
     int shapes_only; /* 1: record names and shapes only, allocate no data (for counting) */
     const char *form; /* "training" or "deployed" for a model whose two forms share their keys (Next-ViT): recorded in
                        * files by vt_params_save and checked by vt_params_load; NULL: not recorded */

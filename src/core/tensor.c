@@ -55,13 +55,52 @@ void vt_params_free(vt_params *P) {
         vt_free(P->t[i]);
     }
     vt_free(P->t);
+    vt_name_index_free(&P->index);
     vt_free(P);
 }
 
+/* FNV-1a of a name. */
+static uint32_t name_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* The slot holding `name`, or the empty slot where it would go (x->slots > 0). */
+static int *name_slot(const vt_name_index *x, const char *name, vt_name_of name_of, const void *ctx) {
+    const uint32_t mask = (uint32_t)x->slots - 1;
+    for (uint32_t i = name_hash(name) & mask;; i = (i + 1) & mask)
+        if (!x->slot[i] || strcmp(name_of(ctx, x->slot[i] - 1), name) == 0) return &x->slot[i];
+}
+
+int vt_name_index_find(const vt_name_index *x, const char *name, vt_name_of name_of, const void *ctx) {
+    return x->slots ? *name_slot(x, name, name_of, ctx) - 1 : -1;
+}
+
+int vt_name_index_add(vt_name_index *x, int k, vt_name_of name_of, const void *ctx, vt_err *e) {
+    if (2 * (k + 1) > x->slots) {
+        int slots = x->slots ? 2 * x->slots : 256;
+        while (2 * (k + 1) > slots) slots *= 2;
+        int *slot = vt_alloc(sizeof(int) * (size_t)slots, e); /* zeroed: every slot empty */
+        if (!slot) return -1;
+        vt_free(x->slot);
+        *x = (vt_name_index){slot, slots};
+        for (int i = 0; i < k; i++) *name_slot(x, name_of(ctx, i), name_of, ctx) = i + 1;
+    }
+    *name_slot(x, name_of(ctx, k), name_of, ctx) = k + 1;
+    return 0;
+}
+
+void vt_name_index_free(vt_name_index *x) {
+    vt_free(x->slot);
+    *x = (vt_name_index){NULL, 0};
+}
+
+static const char *param_name(const void *P, int k) { return ((const vt_params *)P)->t[k]->name; }
+
 vt_tensor *vt_params_find(const vt_params *P, const char *name) {
-    for (int i = 0; i < P->n; i++)
-        if (strcmp(P->t[i]->name, name) == 0) return P->t[i];
-    return NULL;
+    const int k = vt_name_index_find(&P->index, name, param_name, P);
+    return k < 0 ? NULL : P->t[k];
 }
 
 vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init,
@@ -111,7 +150,13 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
         vt_free(t);
         return NULL;
     }
-    P->t[P->n++] = t;
+    P->t[P->n] = t;
+    if (vt_name_index_add(&P->index, P->n, param_name, P, e)) {
+        vt_free(t->data);
+        vt_free(t);
+        return NULL;
+    }
+    P->n++;
     return t;
 }
 

@@ -239,17 +239,18 @@ int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *de
 
 int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
     memset(s, 0, sizeof *s);
-    vt_params P = {0};
-    P.shapes_only = 1;
-    vt_graph *g = vt_graph_new(&P, 0, e);
+    vt_params *P = vt_params_new(e);
+    if (!P) return -1;
+    P->shapes_only = 1;
+    vt_graph *g = vt_graph_new(P, 0, e);
     int rc = -1;
     if (g) g->all_tokens = 1; /* the model's MACs, not the pruned last block's */
     if (g && !vt_model_build(g, c, 1, NULL)) {
         vt_seterr(e, "%s", g->err.msg);
     } else if (g) {
-        s->params = vt_params_count(&P, VT_PARAM);
-        s->buffers = vt_params_count(&P, VT_BUFFER);
-        s->paper_params = vt_params_count_paper(&P);
+        s->params = vt_params_count(P, VT_PARAM);
+        s->buffers = vt_params_count(P, VT_BUFFER);
+        s->paper_params = vt_params_count_paper(P);
         s->macs = vt_graph_macs(g);
         s->scope = calloc((size_t)g->nscopes, sizeof *s->scope);
         s->scope_params = calloc((size_t)g->nscopes, sizeof *s->scope_params);
@@ -259,15 +260,14 @@ int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
         } else {
             s->nscopes = g->nscopes;
             for (int i = 0; i < g->nscopes; i++) snprintf(s->scope[i], VT_NAMELEN, "%s", g->scopes[i]);
-            for (int k = 0; k < P.n; k++)
-                if (P.t[k]->kind == VT_PARAM) s->scope_params[P.t[k]->scope] += P.t[k]->numel;
+            for (int k = 0; k < P->n; k++)
+                if (P->t[k]->kind == VT_PARAM) s->scope_params[P->t[k]->scope] += P->t[k]->numel;
             for (int k = 0; k < g->nn; k++) s->scope_macs[g->nodes[k]->scope] += g->nodes[k]->macs;
             rc = 0;
         }
     }
     vt_graph_free(g);
-    for (int k = 0; k < P.n; k++) vt_free(P.t[k]);
-    vt_free(P.t);
+    vt_params_free(P);
     if (rc) vt_model_summary_free(s);
     return rc;
 }
