@@ -115,6 +115,26 @@ static void check_decode(vt_test *T) {
         T_CHECK(T, vt_image_load(path, &p, out, &e) != 0 && strstr(e.msg, "truncated"), "PNM header '%s': %s",
                 cut_headers[k], e.msg);
     }
+    /* PNM maxval other than 255: samples scaled to [0, 255] as PIL reads them (stb_image returns 8-bit samples
+     * unscaled and 16-bit ones as their high byte); above maxval reads 255; maxval 0 is refused */
+    {
+        static const unsigned char m15[] = "P5\n4 1\n15\n\x00\x07\x0f\x10";
+        static const unsigned char m1000[] = "P5\n3 1\n1000\n\x00\x01\x01\xf4\x03\xe8"; /* 1, 500, 1000 */
+        static const unsigned char m0[] = "P5\n2 1\n0\n\x00\x00";
+        vt_image im;
+        vt_clearerr(&e);
+        int rc = vt_image_decode(m15, sizeof m15 - 1, 1, 0, &im, &e);
+        T_CHECK(T, rc == 0 && im.w == 4 && im.pix[0] == 0 && im.pix[1] == 119 && im.pix[2] == 255 && im.pix[3] == 255,
+                "PGM maxval 15 scaled (0, 119, 255, 255): %s", e.msg);
+        if (rc == 0) vt_image_free(&im);
+        rc = vt_image_decode(m1000, sizeof m1000 - 1, 1, 0, &im, &e);
+        T_CHECK(T, rc == 0 && im.w == 3 && im.pix[0] == 0 && im.pix[1] == 128 && im.pix[2] == 255,
+                "16-bit PGM maxval 1000 scaled (0, 128, 255): %s", e.msg);
+        if (rc == 0) vt_image_free(&im);
+        vt_clearerr(&e);
+        T_CHECK(T, vt_image_decode(m0, sizeof m0 - 1, 1, 0, &im, &e) != 0 && strstr(e.msg, "maxval 0"),
+                "PGM maxval 0 refused: %s", e.msg);
+    }
     /* BMP (written by stb_image_write): whole file decodes; cut in half it must be refused, not zero-filled */
     p.chans = 3;
     T_CHECK(T, stbi_write_bmp(path, 5, 4, 3, pix) != 0, "stbi_write_bmp");

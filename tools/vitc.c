@@ -1,6 +1,7 @@
 /* vitc command-line interface: parses arguments and calls the library. `vitc help` lists the subcommands. */
 #include <cblas.h> /* openblas_set_num_threads */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -78,16 +79,18 @@ static const optdef optdefs[] = {
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
     O("--dtype", O_STR, dtype, "arithmetic of the linear layers at inference: fp32 (default) or int8 (dynamic "
       "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement)"),
-    O("--dims", O_STR, dims, "stage widths, comma-separated (e.g. 32,64,128,256; default: the model's)"),
-    O("--depths", O_STR, depths, "blocks per stage, comma-separated (default: the model's)"),
-    O("--heads", O_STR, heads, "attention heads per stage, comma-separated (default: the model's); for `attention`: "
-      "the heads to draw: all (default), mean (their mean) or indices such as 0,2"),
+    O("--dims", O_STR, dims, "stage widths, one value for every stage or one per stage, comma-separated (e.g. "
+      "32,64,128,256; default: the model's)"),
+    O("--depths", O_STR, depths, "blocks per stage, one value for every stage or one per stage, comma-separated "
+      "(default: the model's)"),
+    O("--heads", O_STR, heads, "attention heads per stage, one value for every stage or one per stage (default: the "
+      "model's); for `attention`: the heads to draw: all (default), mean (their mean) or indices such as 0,2"),
     O("--blocks", O_STR, blocks, "attention blocks to draw, comma-separated indices from 0 (default: all)"),
     O("--rollout", O_FLAG, rollout, "also draw attention rollout over all blocks (Abnar & Zuidema 2020)"),
     O("--save-maps", O_STR, save_maps, "MAPS.safetensors: the preprocessed inputs, the raw maps (images, heads, "
       "queries, keys) by block name, and `rollout`"),
-    O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, comma-separated "
-      "(default: the model's)"),
+    O("--windows", O_STR, windows, "attention window (Swin) or stripe width (CSwin) per stage, one value for every "
+      "stage or one per stage, comma-separated (default: the model's)"),
     O("--json", O_FLAG, json, "machine-readable output"),
     O("--csv", O_FLAG, csv, "CSV with timm's column names (a header line, then one row per model)"),
     NUM("--seed", O_LL, seed, 0, 9.2e18, "random seed (default 0)"),
@@ -220,24 +223,32 @@ static void set_threads(const opts *o, int ranks) {
     openblas_set_num_threads((int)want);
 }
 
-/* Parses "a,b,c" (at most VT_MAX_STAGES positive integers up to 65536) into v; -1 with a message otherwise. */
-static int parse_list(const char *opt, const char *list, int *v) {
+/* Parses "a,b,c" (positive integers up to 65536) into v for a model of `stages` stages: one value for every stage
+ * or one per stage (as --attn); -1 with a message otherwise (a shorter list had silently left the last stages). */
+static int parse_list(const char *opt, const char *list, int stages, int *v) {
     const char *p = list;
-    for (int i = 0; i < VT_MAX_STAGES; i++) {
+    int n = 0;
+    for (;;) {
         char *end = NULL;
         errno = 0;
         const long x = strtol(p, &end, 10);
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
-            fprintf(stderr, "vitc: %s '%s': expected up to %d comma-separated integers in [1, 65536]\n", opt, list,
-                    VT_MAX_STAGES);
+            fprintf(stderr, "vitc: %s '%s': expected comma-separated integers in [1, 65536]\n", opt, list);
             return -1;
         }
-        v[i] = (int)x;
-        if (!*end) return 0;
+        if (n < VT_MAX_STAGES) v[n] = (int)x;
+        n++;
+        if (!*end) break;
         p = end + 1;
     }
-    fprintf(stderr, "vitc: %s '%s': more than %d values\n", opt, list, VT_MAX_STAGES);
-    return -1;
+    if (n == 1)
+        for (int i = 1; i < stages; i++) v[i] = v[0];
+    else if (n != stages) {
+        fprintf(stderr, "vitc: %s '%s': %d values, but the model has %d stage(s): give one value for every stage or "
+                "one per stage\n", opt, list, n, stages);
+        return -1;
+    }
+    return 0;
 }
 
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
@@ -261,10 +272,12 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     ov.num_classes = o->num_classes;
     ov.attn = o->attn;
     ov.ffn = o->ffn;
-    if ((o->dims && parse_list("--dims", o->dims, ov.dims)) || (o->depths && parse_list("--depths", o->depths, ov.depths)) ||
-        (o->heads && parse_list("--heads", o->heads, ov.heads)))
+    const int ns = base->arch.nstages;
+    if ((o->dims && parse_list("--dims", o->dims, ns, ov.dims)) ||
+        (o->depths && parse_list("--depths", o->depths, ns, ov.depths)) ||
+        (o->heads && parse_list("--heads", o->heads, ns, ov.heads)) ||
+        (o->windows && parse_list("--windows", o->windows, ns, ov.windows)))
         return 1;
-    if (o->windows && parse_list("--windows", o->windows, ov.windows)) return 1;
     ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
@@ -1111,9 +1124,12 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         char *end = NULL;
         errno = 0;
         const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
-        if (errno || !end || *end || end == v || !isfinite(x)) {
+        const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
+        if (errno || !end || *end || end == v || !isfinite(x) || tiny) {
             fprintf(stderr, "vitc %s: bad value '%s' for %s%s\n", c->name, v, a,
-                    errno == ERANGE ? " (out of range of a double, or too close to 0)" : "");
+                    errno == ERANGE ? " (out of range of a double, or too close to 0)"
+                    : tiny          ? " (too close to 0 for a float)"
+                                    : "");
             return -1;
         }
         if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {

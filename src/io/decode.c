@@ -2,7 +2,9 @@
  * truncated stream is an error), JPEG through libjpeg-turbo (any warning, e.g. a premature end of data, is an
  * error; optional DCT-domain downscaling), and the formats neither covers (BMP, GIF, TGA, PNM, PSD, HDR) through
  * stb_image, whose results are checked: an uncompressed BMP, PNM or TGA, or an RLE TGA, must hold every pixel its
- * header claims (stb reads zeros past the end of such files instead of failing). Files are read whole, from
+ * header claims (stb reads zeros past the end of such files instead of failing). Binary PNM samples are read here
+ * once stb_image has identified the file (pnm_samples: stb 2.27 neither scales by maxval nor reads 16-bit samples
+ * big-endian). Files are read whole, from
  * regular files and from pipes alike. Colour conversion follows PIL's convert(): RGB -> L with ITU-R 601-2 luma
  * in PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; the rounded (299 R + 587 G + 114 B) / 1000
  * differs from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
@@ -193,6 +195,31 @@ static long long tga_rle_end(const unsigned char *b, size_t n, size_t at, long l
     return at <= n ? (long long)at : 0;
 }
 
+/* A binary PNM's header: P5 (gray) or P6 (RGB), width, height, maxval, samples from byte `data` on. */
+typedef struct {
+    long long w, h, maxval;
+    size_t data;
+    int chans;
+} pnm_hdr;
+
+/* Parses a binary PNM header: 1 when hd starts one, 0 when it is not one (or not a parsable one), -1 when the file
+ * ends inside it. */
+static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p) {
+    if (n < 2 || hd[0] != 'P' || (hd[1] != '5' && hd[1] != '6')) return 0;
+    long long v[3] = {0, 0, 0};
+    size_t i = 2;
+    for (int k = 0; k < 3; k++) { /* width, height, maxval; whitespace and # comments between them */
+        while (i < n && (hd[i] == ' ' || hd[i] == '\t' || hd[i] == '\n' || hd[i] == '\r' || hd[i] == '#'))
+            if (hd[i++] == '#')
+                while (i < n && hd[i] != '\n') i++;
+        if (i >= n) return -1; /* the header ends before its three numbers (stb would invent the pixels) */
+        if (hd[i] < '0' || hd[i] > '9') return 0;
+        while (i < n && hd[i] >= '0' && hd[i] <= '9' && v[k] < (1LL << 31)) v[k] = v[k] * 10 + (hd[i++] - '0');
+    }
+    *p = (pnm_hdr){v[0], v[1], v[2], i + 1, hd[1] == '6' ? 3 : 1}; /* one whitespace byte after maxval */
+    return 1;
+}
+
 /* Bytes the file must have for its header's pixels (uncompressed BMP, binary PNM, TGA), 0 when not checkable,
  * -1 for an RLE TGA whose packets end before its pixels do or a binary PNM cut inside its header. */
 static long long needed_bytes(const unsigned char *hd, size_t n) {
@@ -202,19 +229,9 @@ static long long needed_bytes(const unsigned char *hd, size_t n) {
         if (hd[14] < 40 || (comp != 0 && comp != 3) || w <= 0 || bits <= 0) return 0; /* old/compressed headers */
         return off + (w * bits + 31) / 32 * 4 * (h < 0 ? -h : h);
     }
-    if (n >= 2 && hd[0] == 'P' && (hd[1] == '5' || hd[1] == '6')) {
-        long long v[3] = {0, 0, 0};
-        size_t i = 2;
-        for (int k = 0; k < 3; k++) { /* width, height, maxval; whitespace and # comments between them */
-            while (i < n && (hd[i] == ' ' || hd[i] == '\t' || hd[i] == '\n' || hd[i] == '\r' || hd[i] == '#'))
-                if (hd[i++] == '#')
-                    while (i < n && hd[i] != '\n') i++;
-            if (i >= n) return -1; /* the header ends before its three numbers (stb would invent the pixels) */
-            if (hd[i] < '0' || hd[i] > '9') return 0;
-            while (i < n && hd[i] >= '0' && hd[i] <= '9' && v[k] < (1LL << 31)) v[k] = v[k] * 10 + (hd[i++] - '0');
-        }
-        return (long long)i + 1 + v[0] * v[1] * (hd[1] == '6' ? 3 : 1) * (v[2] > 255 ? 2 : 1);
-    }
+    pnm_hdr p;
+    const int pnm = pnm_header(hd, n, &p);
+    if (pnm) return pnm < 0 ? -1 : (long long)p.data + p.w * p.h * p.chans * (p.maxval > 255 ? 2 : 1);
     if (n >= 3 && hd[1] <= 1 && (hd[2] == 1 || hd[2] == 2 || hd[2] == 3 || hd[2] == 9 || hd[2] == 10 || hd[2] == 11)) {
         /* TGA (colour-map type 0 or 1, a known image type; stb_image identifies the same files) */
         if (n < 18) return -1; /* not even the 18-byte header */
@@ -227,6 +244,30 @@ static long long needed_bytes(const unsigned char *hd, size_t n) {
     return 0;
 }
 
+/* A binary PNM's samples (w·h·chans, after the size checks) scaled from [0, maxval] to [0, 255] as PIL reads them:
+ * rounded, a sample above maxval reads 255, two bytes big-endian per sample for maxval > 255. Decoded here, not by
+ * stb_image 2.27, which returns 8-bit samples unscaled and reads 16-bit ones in the host's byte order (little-endian
+ * on x86: a 16-bit file read as noise). NULL with the error set for a maxval outside [1, 65535] (PIL refuses those). */
+static unsigned char *pnm_samples(const unsigned char *buf, const pnm_hdr *p, vt_err *e) {
+    if (p->maxval < 1 || p->maxval > 65535) {
+        vt_seterr(e, "corrupt PNM image: maxval %lld is outside [1, 65535]", p->maxval);
+        return NULL;
+    }
+    const size_t count = (size_t)(p->w * p->h * p->chans);
+    const unsigned char *s = buf + p->data;
+    const long long m = p->maxval;
+    unsigned char *out = malloc(count);
+    if (!out) {
+        vt_seterr(e, "out of memory (%lld×%lld image)", p->w, p->h);
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const long long v = m > 255 ? (long long)s[2 * i] << 8 | s[2 * i + 1] : s[i];
+        out[i] = v >= m ? 255 : (unsigned char)((v * 255 + m / 2) / m);
+    }
+    return out;
+}
+
 static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *img, vt_err *e) {
     int w = 0, h = 0, from = 0;
     if (n > INT32_MAX) return vt_seterr(e, "file of %zu bytes is too large", n);
@@ -237,13 +278,19 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     if (need < 0 || (need > 0 && (long long)n < need))
         return vt_seterr(e, "truncated image file (%zu bytes, the header's pixels need %lld)", n,
                          need < 0 ? (long long)n + 1 : need);
-    unsigned char *pix = stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
-    if (!pix) return vt_seterr(e, "corrupt image: %s", stbi_failure_reason());
+    pnm_hdr p;
+    const int pnm = pnm_header(buf, n, &p) == 1 && p.w == w && p.h == h; /* the file stb_image identified */
+    unsigned char *pix = pnm ? pnm_samples(buf, &p, e) : stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
+    if (!pix) return pnm ? -1 : vt_seterr(e, "corrupt image: %s", stbi_failure_reason());
+    if (pnm) from = p.chans;
     img->w = w;
     img->h = h;
     img->chans = chans;
     img->pix = vt_image_convert(pix, w, h, from, chans, e);
-    stbi_image_free(pix);
+    if (pnm)
+        free(pix);
+    else
+        stbi_image_free(pix);
     return img->pix ? 0 : -1;
 }
 

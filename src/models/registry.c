@@ -87,19 +87,25 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (ov->num_classes > 0) a->num_classes = ov->num_classes;
     if (ov->attn && set_attn(out, ov->attn, e)) return -1;
     if (ov->ffn && set_name(a->ffn, ov->ffn, strlen(ov->ffn), cfg->name, "FFN", e)) return -1;
-    for (int i = 0; i < VT_MAX_STAGES; i++) {
-        if ((ov->dims[i] > 0 || ov->depths[i] > 0 || ov->heads[i] > 0) && i >= a->nstages)
-            return vt_seterr(e, "%s: --dims/--depths/--heads give %d values but the model has %d stage(s)", cfg->name,
-                             i + 1, a->nstages);
+    int given = 0; /* values given: up to the last stage set */
+    for (int i = 0; i < VT_MAX_STAGES; i++)
+        if (ov->dims[i] > 0 || ov->depths[i] > 0 || ov->heads[i] > 0) given = i + 1;
+    if (given > a->nstages)
+        return vt_seterr(e, "%s: --dims/--depths/--heads give %d values but the model has %d stage(s)", cfg->name,
+                         given, a->nstages);
+    for (int i = 0; i < a->nstages; i++) {
         if (ov->dims[i] > 0) a->stages[i].dim = ov->dims[i];
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
         if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
     }
-    for (int i = 0; i < VT_MAX_STAGES; i++) /* --windows */
+    given = 0;
+    for (int i = 0; i < VT_MAX_STAGES; i++)
+        if (ov->windows[i] > 0) given = i + 1;
+    if (given > a->nstages)
+        return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)", cfg->name, given,
+                         a->nstages);
+    for (int i = 0; i < a->nstages; i++) /* --windows */
         if (ov->windows[i] > 0) {
-            if (i >= a->nstages)
-                return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)", cfg->name, i + 1,
-                                 a->nstages);
             if (!(caps & VT_CAP_WINDOWS))
                 return vt_seterr(e, "%s has no attention windows or stripes (--windows applies to Swin and CSwin "
                                  "models)", cfg->name);

@@ -126,6 +126,15 @@ expect "-o followed by an option refused" 2 "needs a value, got the option --see
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
 expect "--windows on a model without windows refused" 1 "no attention windows" $V info $M --windows 3
+# a value a double holds but a float stores as 0 (it had fallen back to the model's crop_pct)
+expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M -w "$T/w.safetensors" \
+    --crop-pct 1e-300 x.png
+# per-stage lists: one value for every stage or one per stage (a shorter list had left the last stages as they were)
+expect "--dims with 2 values for 4 stages refused" 1 "2 values, but the model has 4 stage(s)" $V info \
+    groupmixformer_test --dims 20,30
+$V info swin_fmnist_tiny --heads 4 --json >"$T/h.json" 2>&1
+check "--heads 4 sets every stage's heads" "[ $? -eq 0 ] && [ \$(grep -o '\"heads\": 4,' '$T/h.json' | wc -l) -eq 2 ]" \
+    "$(cat "$T/h.json")"
 $V info vit_fmnist_tiny --img-size 56 --img-size 28 >"$T/twice.log" 2>&1
 check "an option given again replaces its value (a script may override a shared list)" \
     "[ $? -eq 0 ] && grep -q 'input      1 x 28 x 28' '$T/twice.log'" "$(cat "$T/twice.log")"

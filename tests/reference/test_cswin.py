@@ -148,7 +148,8 @@ def test_sizes(rep):
         ("cswin_tiny_224", ["--img-size", 64], "stripe width 7 does not divide the stage resolution 4"),
         ("flatten_cswin_tiny", ["--img-size", 64, "--windows", "1,2,2,2"], "FLatten L attention runs on one global"),
         ("cswin_tiny_224", ["--heads", "3,4,8,16", "--dims", "66,128,256,512"], "even head count"),
-        ("cswin_tiny_224", ["--windows", "1,2,7,7,7"], "more than 4 values"),
+        ("cswin_tiny_224", ["--windows", "1,2,7,7,7"], "5 values, but the model has 4 stage(s)"),
+        ("cswin_tiny_224", ["--depths", "1,2"], "2 values, but the model has 4 stage(s)"),
         ("cswin_tiny_224", ["--img-size", 16], "below 32"),
     ]
     for model, args, frag in cases:
