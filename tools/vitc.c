@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "vitc/attention.h"
@@ -986,6 +987,9 @@ static int cmd_attention(opts *o) {
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (!o->output && !o->save_maps) return die("%s", "missing -o OUT.png (or --save-maps MAPS.safetensors)");
+    const size_t len = o->output ? strlen(o->output) : 0;
+    if (o->output && (len < 4 || strcasecmp(o->output + len - 4, ".png") != 0))
+        return die("-o %s: the picture is written as PNG; give a name ending in .png", o->output);
     const char *fixed[1] = {o->weights};
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))

@@ -293,6 +293,7 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
     fails(rep, "unreadable image", "not_an_image.png", *base, bad, *out)
     fails(rep, "missing image", "missing.png", *base, tmp / "missing.png", *out)
     fails(rep, "no output", "-o", *base, imgs[0])
+    fails(rep, "-o not .png", "ending in .png", *base, imgs[0], "-o", tmp / "pic.jpg")
     wm = tmp / "swin.safetensors"
     if vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", wm) is not None:
         fails(rep, "rollout over windows", "--rollout", "attention", "swin_fmnist_tiny", "--weights", wm, imgs[0],
