@@ -4,10 +4,10 @@
  * stb_image, whose results are checked: an uncompressed BMP, PNM or TGA, or an RLE TGA, must hold every pixel its
  * header claims (stb reads zeros past the end of such files instead of failing). Binary PNM samples are read here
  * once stb_image has identified the file (pnm_samples: stb 2.27 neither scales by maxval nor reads 16-bit samples
- * big-endian). Files are read whole, from
- * regular files and from pipes alike. Colour conversion follows PIL's convert(): RGB -> L with ITU-R 601-2 luma
- * in PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; the rounded (299 R + 587 G + 114 B) / 1000
- * differs from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
+ * big-endian). Files are read whole, from regular files and from pipes alike. Colour conversion follows PIL's
+ * convert(): RGB -> L with ITU-R 601-2 luma in PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16;
+ * the rounded (299 R + 587 G + 114 B) / 1000 differs from it on ~0.05% of pixels), L -> RGB by copying, alpha
+ * dropped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>

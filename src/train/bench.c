@@ -1,11 +1,10 @@
 /* Throughput benchmarks: one model's img/s, GMACs, achieved GFLOP/s against the measured sgemm peak; the input
  * pipeline's img/s alone. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-#include <omp.h>
 
 #include "vitc/augment.h"
 #include "vitc/ops.h"
