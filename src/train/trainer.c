@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "vitc/fileio.h"
 #include "vitc/adapt.h"
 #include "vitc/augment.h"
@@ -254,6 +256,12 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
             return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
                              "train/<class>/<image> and val/<class>/<image>)", data, data);
         if (vt_imagefolder_open(data, &d->f_train, &d->f_val, e)) return -1;
+        if (train && d->f_train.nclasses == 1) { /* a softmax over one class is 1 whatever the weights: nothing to learn */
+            vt_seterr(e, "%s/train has one class folder (%s): training a classifier needs two or more "
+                      "(train/<class>/<image>)", data, d->f_train.classes[0]);
+            vt_data_close(d);
+            return -1;
+        }
         if (d->f_train.nclasses != K) {
             vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,
                       d->f_train.nclasses, c->name, K, d->f_train.nclasses);
@@ -324,8 +332,61 @@ typedef struct {
 /* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
 #define EMA_PREFIX "ema/"
 
-static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P, const vt_adamw *opt,
-                           const vt_params *ema, const train_state *st, int world_size, vt_err *e) {
+/* A setting of the run recorded in its checkpoints' metadata under its option's name, so that a resume can say what
+ * it changes; `steps` marks those that set an epoch's optimiser steps (a change there breaks the schedule). */
+typedef struct {
+    const char *key, *str; /* str: a text value; NULL: the number in num */
+    char num[32];
+    int steps;
+} run_setting;
+
+enum { RUN_SETTINGS = 21 };
+
+/* The settings of run o of model c (the training form) that change its numbers; returns their count. */
+static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setting *s) {
+    const struct { const char *key; double v; int steps; } num[] = {
+        {"batch-size", o->batch, 1}, {"accum-steps", o->accum_steps > 0 ? o->accum_steps : 1, 1},
+        {"train-subset", o->train_subset, 1}, {"repeated-aug", o->repeated_aug, 1}, {"epochs", o->epochs, 0},
+        {"seed", (double)o->seed, 0}, {"lr", o->lr, 0}, {"min-lr", o->min_lr, 0}, {"warmup-lr", o->warmup_lr, 0},
+        {"warmup-epochs", o->warmup_epochs, 0}, {"weight-decay", o->weight_decay, 0}, {"smoothing", o->smoothing, 0},
+        {"clip-grad", o->clip_grad, 0}, {"augment", o->augment, 0}, {"mixup", o->mixup.mixup_alpha, 0},
+        {"cutmix", o->mixup.cutmix_alpha, 0}, {"mixup-prob", o->mixup.prob, 0},
+        {"mixup-switch-prob", o->mixup.switch_prob, 0}, {"model-ema-decay", o->model_ema ? o->model_ema_decay : 0, 0},
+        {"drop-path", c->arch.drop_path, 0}};
+    int n = 0;
+    s[n++] = (run_setting){"data", o->data, {0}, 1};
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++, n++) {
+        s[n] = (run_setting){num[i].key, NULL, {0}, num[i].steps};
+        if (strcmp(num[i].key, "seed") == 0) /* a 64-bit seed is not a double */
+            snprintf(s[n].num, sizeof s[n].num, "%llu", (unsigned long long)o->seed);
+        else
+            snprintf(s[n].num, sizeof s[n].num, "%.17g", num[i].v);
+    }
+    return n;
+}
+
+/* A setting's value as recorded. */
+static const char *setting_value(const run_setting *s) { return s->str ? s->str : s->num; }
+
+/* The metadata of a checkpoint of run o: the model, the format, the rank count and the run's settings, as JSON
+ * (malloc'd; NULL when out of memory). */
+static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, int world_size) {
+    run_setting s[RUN_SETTINGS];
+    const int n = run_settings(c, o, s);
+    cJSON *m = cJSON_CreateObject();
+    char w[16];
+    snprintf(w, sizeof w, "%d", world_size);
+    int ok = m && cJSON_AddStringToObject(m, "model", c->name) && cJSON_AddStringToObject(m, "format", "vitc-checkpoint")
+             && cJSON_AddStringToObject(m, "world_size", w);
+    for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
+    char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
+    cJSON_Delete(m);
+    return txt;
+}
+
+static int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts *o, vt_params *P,
+                           const vt_adamw *opt, const vt_params *ema, const train_state *st, int world_size,
+                           vt_err *e) {
     const int ne = ema ? ema->n : 0;
     int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0;
     vt_st_out *out = calloc((size_t)n, sizeof *out);
@@ -370,10 +431,9 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, vt_params *P
     out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
-    char meta[256];
-    snprintf(meta, sizeof meta, "{\"model\": \"%s\", \"format\": \"vitc-checkpoint\", \"world_size\": \"%d\"}", c->name,
-             world_size);
-    int rc = vt_st_write(path, out, k, meta, e);
+    char *meta = checkpoint_metadata(c, o, world_size);
+    int rc = meta ? vt_st_write(path, out, k, meta, e) : vt_seterr(e, "out of memory writing a checkpoint");
+    cJSON_free(meta);
     free(out);
     free(names);
     free(i64);
@@ -486,6 +546,80 @@ static void checkpoint_meta(const char *path, const char *key, char *name, size_
     const char *m = vt_st_meta(&f, key);
     if (m) snprintf(name, n, "%s", m);
     vt_st_close(&f);
+}
+
+/* Appends "key recorded → this run's" of setting s, recorded as rec, to buf (size n); numbers in %g form but the
+ * seed (a 64-bit value). */
+static void append_change(char *buf, size_t n, const run_setting *s, const char *rec) {
+    const size_t len = strlen(buf);
+    char was[48], now[48];
+    const int raw = s->str || strcmp(s->key, "seed") == 0;
+    snprintf(was, sizeof was, "%.6g", strtod(rec, NULL));
+    snprintf(now, sizeof now, "%.6g", strtod(s->num, NULL));
+    snprintf(buf + len, n - len, "%s%s %s → %s", len ? ", " : "", s->key, raw ? rec : was,
+             raw ? setting_value(s) : now);
+}
+
+/* On --resume from checkpoint path at st: refuses it when its step count does not fit this run's optimiser steps an
+ * epoch (spe: batch size × accumulation steps, the data and the ranks set them, and the schedule counts steps),
+ * naming the recorded settings that differ; otherwise prints a note naming the settings this run changes. A
+ * checkpoint from before settings were recorded is checked by its step count alone. */
+static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
+                        int64_t spe, vt_err *e) {
+    run_setting s[RUN_SETTINGS];
+    const int n = run_settings(c, o, s);
+    char steps[400] = "", other[1024] = "";
+    long long images = 1; /* images an optimiser step in the checkpoint's run (batch size × accumulation steps) */
+    vt_st_file f;
+    if (vt_st_open(path, &f, e)) return -1;
+    for (int i = 0; i < n; i++) {
+        const char *rec = vt_st_meta(&f, s[i].key);
+        if (rec && (strcmp(s[i].key, "batch-size") == 0 || strcmp(s[i].key, "accum-steps") == 0))
+            images *= strtoll(rec, NULL, 10);
+        if (!rec || strcmp(rec, setting_value(&s[i])) == 0) continue;
+        append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
+    }
+    vt_st_close(&f);
+    if (st->step != st->epoch * spe) {
+        const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
+        char hint[200];
+        if (per_step && images > 0)
+            snprintf(hint, sizeof hint, "resume with the checkpoint's values, or with its %lld images an optimiser step "
+                     "(batch size × accumulation steps)", images);
+        else
+            snprintf(hint, sizeof hint, "resume with the %s of that run%s", steps[0] ? "values" : "settings",
+                     steps[0] ? "" : " (its command.txt)");
+        return vt_seterr(e, "%s is at step %lld after %lld epoch%s, but this run takes %lld optimiser steps an epoch: "
+                         "the learning-rate schedule would not continue the run's. %s%s%s%s", path,
+                         (long long)st->step, (long long)st->epoch, st->epoch == 1 ? "" : "s", (long long)spe,
+                         steps[0] ? "Changed: " : "", steps, steps[0] ? "; " : "", hint);
+    }
+    if (steps[0] || other[0])
+        printf("Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
+    return 0;
+}
+
+/* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st after checking it fits this run: its
+ * rank count, epochs left to train, the optimiser steps of an epoch (spe) and the settings (check_resume). */
+static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_adamw *opt, vt_params *ema,
+                      train_state *st, int ranks, int64_t spe, vt_err *e) {
+    char rpath[4096], world[32];
+    snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
+    checkpoint_meta(rpath, "world_size", world, sizeof world);
+    char *end = NULL;
+    const long w = world[0] ? strtol(world, &end, 10) : 1; /* checkpoints from before data parallelism: one */
+    if (world[0] && (*end || w < 1 || w > 1 << 20))
+        return vt_seterr(e, "%s has a malformed world_size (\"%s\"): not a checkpoint vitc wrote", rpath, world);
+    if (w != ranks)
+        return vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same count "
+                         "(%s)", rpath, (int)w, w == 1 ? "" : "s", ranks,
+                         w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
+    if (load_checkpoint(rpath, P, opt, ema, st, e)) return -1;
+    if (st->epoch > o->epochs || (st->epoch == o->epochs && !same_dir(o->resume, o->run_dir)))
+        return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs has nothing left to train%s; raise --epochs to "
+                         "continue it", rpath, (long long)st->epoch, o->epochs,
+                         st->epoch == o->epochs ? " (its weights are in that run folder)" : "");
+    return check_resume(rpath, c, o, st, spe, e);
 }
 
 /* A fresh run may not replace another run's history: refuses a folder holding a checkpoint or metrics rows unless
@@ -650,6 +784,9 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *p
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (c->arch.num_classes < 2)
+        return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
+                         c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
     if (o->epochs > VT_EPOCHS_MAX) return vt_seterr(e, "at most %d epochs", VT_EPOCHS_MAX);
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
@@ -703,8 +840,15 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
                     !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
-    /* the run folder is made and written once the options, data and model have passed their checks: a refused run
-     * leaves no folder behind */
+    /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
+     * folder; one resumed in place is read under the folder's lock) have passed their checks: a refused run leaves no
+     * folder behind */
+    train_state st = {0, 0, {{0}}};
+    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
+    const int resume_here = o->resume && same_dir(o->resume, o->run_dir);
+    if (rc == 0 && lead && o->resume && !resume_here &&
+        resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e))
+        rc = -1;
     char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
     snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
@@ -714,35 +858,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
          (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
-    train_state st = {0, 0, {{0}}};
-    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     char ckpt[4096], wpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
-    if (rc == 0 && lead && o->resume) {
-        char rpath[4096], world[32];
-        snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
-        checkpoint_meta(rpath, "world_size", world, sizeof world);
-        char *end = NULL;
-        const long w = world[0] ? strtol(world, &end, 10) : 1; /* checkpoints from before data parallelism: one */
-        if (world[0] && (*end || w < 1 || w > 1 << 20))
-            rc = vt_seterr(e, "%s has a malformed world_size (\"%s\"): not a checkpoint vitc wrote", rpath, world);
-        else if (w != dp->size)
-            rc = vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same "
-                           "count (%s)", rpath, (int)w, w == 1 ? "" : "s", dp->size,
-                           w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
-        else if (load_checkpoint(rpath, P, &opt, ema.P, &st, e))
-            rc = -1;
-        else if (st.epoch > o->epochs || (st.epoch == o->epochs && !same_dir(o->resume, o->run_dir)))
-            rc = vt_seterr(e, "%s is at epoch %lld: a run of %d epochs has nothing left to train%s; raise --epochs to "
-                           "continue it", rpath, (long long)st.epoch, o->epochs,
-                           st.epoch == o->epochs ? " (its weights are in that run folder)" : "");
-        else if (st.step > st.epoch * (int64_t)N)
-            rc = vt_seterr(e, "%s is at step %lld after %lld epochs, more than the %d images of an epoch allow: not a "
-                           "checkpoint of this data", rpath, (long long)st.step, (long long)st.epoch, N);
-        else
-            printf("Resumed from %s at epoch %lld, step %lld\n", rpath, (long long)st.epoch, (long long)st.step);
-    }
+    if (rc == 0 && lead && resume_here && resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)) rc = -1;
+    if (rc == 0 && lead && o->resume)
+        printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st.epoch,
+               (long long)st.step);
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
     if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
@@ -852,7 +974,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
             snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
             if (vt_metrics_append(o->run_dir, &row, e) ||
-                save_checkpoint(ckpt, c, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
+                save_checkpoint(ckpt, c, o, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
                 (ema.P && vt_params_save(ema.P, epath, e)))
                 rc = -1;
             vt_err pe = {{0}};

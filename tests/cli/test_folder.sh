@@ -91,10 +91,11 @@ check "skipped files counted at each epoch end" \
     "[ \$(grep -c '^Skipped 2 unreadable training images this epoch' '$T/bad.log') -eq 2 ] && grep -q '^Skipped 1 unreadable validation image$' '$T/bad.log'" \
     "$(grep -i skipped "$T/bad.log")"
 
-mkdir -p "$T/allbad/train/a" "$T/allbad/val/a"
-for i in 1 2 3; do echo junk >"$T/allbad/train/a/$i.png"; done
+mkdir -p "$T/allbad/train/a" "$T/allbad/train/b" "$T/allbad/val/a"
+for i in 1 2; do echo junk >"$T/allbad/train/a/$i.png"; done
+echo junk >"$T/allbad/train/b/3.png"
 echo junk >"$T/allbad/val/a/1.png"
-$V train vit_fmnist_tiny --num-classes 1 --batch-size 2 --epochs 1 --data "$T/allbad" --out "$T/allbadrun" \
+$V train vit_fmnist_tiny --num-classes 2 --batch-size 2 --epochs 1 --data "$T/allbad" --out "$T/allbadrun" \
     >"$T/allbad.log" 2>&1
 rc=$?
 check "every file corrupt: a clear error" "[ $rc -eq 1 ] && grep -q 'none of the 3 images of the dataset could be read' '$T/allbad.log'" \
@@ -121,6 +122,15 @@ err "an empty class folder is an error" "class folder $T/e3/train/b holds no ima
 err "a val class missing from train is an error" "class folder $T/e4/val/b has no counterpart in the training classes" "$T/e4"
 err "a class count unlike the model's is an error" "$F/png/train has 10 classes but vit_fmnist_tiny has 2 outputs: use --num-classes 10" "$F/png" --num-classes 2
 err "a missing folder is an error" "neither fashion-mnist nor an image folder (no folder $T/none holding" "$T/none"
+
+# one class: a softmax over it is 1 whatever the weights, so training is refused, folder or model
+mkdir -p "$T/oneclass/train/cat" "$T/oneclass/val/cat"
+cp "$ONE" "$T/oneclass/train/cat/"
+cp "$ONE" "$T/oneclass/val/cat/"
+err "a one-class folder refused for training" "$T/oneclass/train has one class folder (cat)" "$T/oneclass"
+err "a one-output model refused for training" "has 1 output: a classifier to train needs two or more" "$T/oneclass" \
+    --num-classes 1
+check "... leaving no run folder" "[ ! -e '$T/errrun' ]"
 
 # the pipeline benchmark
 $V bench vit_fmnist_tiny --batch-size 64 --iters 3 --data "$F/jpg" --workers 2 >"$T/bench.log" 2>&1

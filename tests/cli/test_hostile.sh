@@ -191,9 +191,11 @@ src = f"{t}/ref/checkpoint.safetensors"
 buf = open(src, "rb").read()
 meta = json.loads(buf[8:8 + struct.unpack("<Q", buf[:8])[0]]).get("__metadata__", {})
 w = st.load(src)
-def variant(name, **changes):
+def variant(name, settings=True, **changes):
     os.makedirs(f"{t}/{name}", exist_ok=True)
     v = dict(w); m = dict(meta)
+    if not settings:  # a checkpoint from before the run's settings were recorded
+        m = {k: meta[k] for k in ("model", "format", "world_size")}
     for k, val in changes.items():
         if k == "world_size": m[k] = val
         else: v[k.replace("__", "/")] = val
@@ -205,8 +207,9 @@ variant("ck_step", train__step=np.array([1 << 60], np.int64))
 variant("ck_far", train__epoch=np.array([1 << 62], np.int64), train__step=np.array([1 << 62], np.int64))
 variant("ck_v", **{vkey.replace("/", "__"): neg})
 variant("ck_ws", world_size="abc")
+variant("ck_old", settings=False, train__step=w["train/step"] + 1)
 PY
-for c in "ck_epoch:inconsistent" "ck_step:images of an epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
+for c in "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"

@@ -34,6 +34,19 @@ $V train $COMMON --epochs 3 --out "$T/b" --resume "$T/b" >"$T/b3.log" 2>&1
 check "resume drops metrics rows past its checkpoint" \
     "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null" "$(cat "$T/b/metrics.csv")"
 
+check "a resume that changes nothing prints no note" "! grep -q '^Note:' '$T/b3.log'" "$(grep Note "$T/b3.log")"
+
+# the checkpoint records the run's settings: a resume whose batch breaks the step count is refused, naming the change;
+# one that keeps the images an optimiser step resumes, with a note naming every setting it changes
+$V train $COMMON --epochs 4 --batch-size 32 --out "$T/rs" --resume "$T/b" >"$T/rs.log" 2>&1
+check "a resume with another batch size is refused, naming it" "[ $? -eq 1 ] && grep -q 'Changed: batch-size 64 → 32; \
+resume with the checkpoint.s values, or with its 64 images an optimiser step' '$T/rs.log'" "$(cat "$T/rs.log")"
+check "... leaving no run folder" "[ ! -e '$T/rs' ]"
+$V train $COMMON --epochs 4 --batch-size 32 --accum-steps 2 --lr 1e-3 --out "$T/rs" --resume "$T/b" >"$T/rs.log" 2>&1
+check "... the same images an optimiser step resume, with a note of every change" "[ $? -eq 0 ] && grep -q \
+'^Note: this resumed run changes batch-size 64 → 32, accum-steps 1 → 2, epochs 3 → 4, lr 0.002 → 0.001$' '$T/rs.log'" \
+    "$(head -3 "$T/rs.log")"
+
 # drop-path: masks follow (seed, step), so a resumed run still equals the uninterrupted one, and training changes
 $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
