@@ -340,7 +340,7 @@ typedef struct {
     int steps;
 } run_setting;
 
-enum { RUN_SETTINGS = 21 };
+enum { RUN_SETTINGS = 24 };
 
 /* The settings of run o of model c (the training form) that change its numbers; returns their count. */
 static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setting *s) {
@@ -353,8 +353,10 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setti
         {"cutmix", o->mixup.cutmix_alpha, 0}, {"mixup-prob", o->mixup.prob, 0},
         {"mixup-switch-prob", o->mixup.switch_prob, 0}, {"model-ema-decay", o->model_ema ? o->model_ema_decay : 0, 0},
         {"drop-path", c->arch.drop_path, 0}};
+    _Static_assert(sizeof num / sizeof *num + 2 <= RUN_SETTINGS, "run_setting array too small");
     int n = 0;
     s[n++] = (run_setting){"data", o->data, {0}, 1};
+    s[n++] = (run_setting){"recipe", o->recipe ? o->recipe->name : "none", {0}, 0};
     for (size_t i = 0; i < sizeof num / sizeof *num; i++, n++) {
         s[n] = (run_setting){num[i].key, NULL, {0}, num[i].steps};
         if (strcmp(num[i].key, "seed") == 0) /* a 64-bit seed is not a double */
