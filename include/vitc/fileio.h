@@ -35,6 +35,9 @@ void vt_out_abort(vt_out *o);
 /* Writes text to path atomically. */
 int vt_write_text(const char *path, const char *text, vt_err *e);
 
+/* Copies the regular file src to dst atomically (whole, read into memory). */
+int vt_copy_file(const char *src, const char *dst, vt_err *e);
+
 /* Reads the whole file at path (a regular file, a pipe or a FIFO; opening never blocks on a FIFO without a writer)
  * into a new malloc'd buffer (free with free()); more than max bytes, a folder or a read error is an error. */
 int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e);

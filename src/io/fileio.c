@@ -130,6 +130,22 @@ int vt_write_text(const char *path, const char *text, vt_err *e) {
     return vt_out_commit(&o, e);
 }
 
+int vt_copy_file(const char *src, const char *dst, vt_err *e) {
+    unsigned char *buf;
+    size_t n;
+    vt_out o;
+    if (vt_read_file(src, (size_t)1 << 40, &buf, &n, e)) return -1;
+    int rc = vt_out_open(&o, dst, e);
+    if (rc == 0 && fwrite(buf, 1, n, o.f) != n) {
+        vt_out_abort(&o);
+        rc = vt_seterr(e, "cannot write %s: %s", dst, strerror(errno));
+    } else if (rc == 0) {
+        rc = vt_out_commit(&o, e);
+    }
+    free(buf);
+    return rc;
+}
+
 int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, vt_err *e) {
     return vt_read_sized(path, max, NULL, NULL, buf, n, e);
 }

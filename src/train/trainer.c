@@ -327,6 +327,8 @@ void vt_train_defaults(vt_train_opts *o) {
 typedef struct {
     int64_t step, epoch;
     vt_rng rng;
+    int64_t best_epoch; /* the epoch (0-based, as the Test lines) whose weights are weights_best.safetensors; -1: none */
+    double best_acc1;   /* its validation top-1 */
 } train_state;
 
 /* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
@@ -370,16 +372,21 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setti
 /* A setting's value as recorded. */
 static const char *setting_value(const run_setting *s) { return s->str ? s->str : s->num; }
 
-/* The metadata of a checkpoint of run o: the model, the format, the rank count and the run's settings, as JSON
+/* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
+ * and the run's settings, as JSON
  * (malloc'd; NULL when out of memory). */
-static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, int world_size) {
+static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
+                                 int world_size) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, s);
     cJSON *m = cJSON_CreateObject();
-    char w[16];
+    char w[16], be[24], ba[32];
     snprintf(w, sizeof w, "%d", world_size);
+    snprintf(be, sizeof be, "%lld", (long long)st->best_epoch);
+    snprintf(ba, sizeof ba, "%.17g", st->best_acc1);
     int ok = m && cJSON_AddStringToObject(m, "model", c->name) && cJSON_AddStringToObject(m, "format", "vitc-checkpoint")
-             && cJSON_AddStringToObject(m, "world_size", w);
+             && cJSON_AddStringToObject(m, "world_size", w) && cJSON_AddStringToObject(m, "best_epoch", be) &&
+             cJSON_AddStringToObject(m, "best_acc1", ba);
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
     cJSON_Delete(m);
@@ -433,7 +440,7 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_tra
     out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
-    char *meta = checkpoint_metadata(c, o, world_size);
+    char *meta = checkpoint_metadata(c, o, st, world_size);
     int rc = meta ? vt_st_write(path, out, k, meta, e) : vt_seterr(e, "out of memory writing a checkpoint");
     cJSON_free(meta);
     free(out);
@@ -504,6 +511,18 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)
         rc = vt_seterr(e, "checkpoint is at epoch %lld, past the %d epochs a run may have: not a checkpoint vitc wrote",
                        (long long)st->epoch, VT_EPOCHS_MAX);
+    const char *be = vt_st_meta(&f, "best_epoch"), *ba = vt_st_meta(&f, "best_acc1");
+    st->best_epoch = -1; /* a checkpoint from before the best epoch was recorded: none yet */
+    st->best_acc1 = 0.0;
+    if (rc == 0 && be && ba) {
+        char *e1, *e2;
+        st->best_epoch = strtoll(be, &e1, 10);
+        st->best_acc1 = strtod(ba, &e2);
+        if (*e1 || *e2 || !*be || !*ba || st->best_epoch < -1 || st->best_epoch >= st->epoch ||
+            !(st->best_acc1 >= 0.0 && st->best_acc1 <= 1.0))
+            rc = vt_seterr(e, "checkpoint's best epoch \"%.20s\" (top-1 \"%.30s\") is not one of its epochs 0..%lld "
+                           "with a top-1 in [0, 1]: not a checkpoint vitc wrote", be, ba, (long long)st->epoch - 1);
+    }
     if (rc == 0) opt->step = st->step;
     vt_st_close(&f);
     return rc;
@@ -845,7 +864,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
      * folder; one resumed in place is read under the folder's lock) have passed their checks: a refused run leaves no
      * folder behind */
-    train_state st = {0, 0, {{0}}};
+    train_state st = {0, 0, {{0}}, -1, 0.0};
     vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     const int resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&
@@ -860,13 +879,23 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
          (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
-    char ckpt[4096], wpath[4096];
+    char ckpt[4096], wpath[4096], bpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
+    snprintf(bpath, sizeof bpath, "%s/weights_best.safetensors", o->run_dir);
     if (rc == 0 && lead && resume_here && resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)) rc = -1;
     if (rc == 0 && lead && o->resume)
         printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st.epoch,
                (long long)st.step);
+    if (rc == 0 && lead && o->resume && st.best_epoch >= 0) { /* the best weights come along */
+        char src[4096];
+        snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
+        if (access(src, F_OK) != 0)
+            printf("Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
+                   100 * st.best_acc1, (long long)st.best_epoch, bpath);
+        else if (!resume_here && vt_copy_file(src, bpath, e))
+            rc = -1;
+    }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
     if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
@@ -973,12 +1002,20 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                                   ev.acc5};
             train_state next = st;
             next.epoch++;
+            /* the best validation top-1 so far: its weights are written before the checkpoint that names them */
+            const int better = ev.n > 0 && (st.best_epoch < 0 || ev.acc1 > st.best_acc1);
+            if (better) {
+                next.best_epoch = st.epoch;
+                next.best_acc1 = ev.acc1;
+            }
             char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
             snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
-            if (vt_metrics_append(o->run_dir, &row, e) ||
+            if (vt_metrics_append(o->run_dir, &row, e) || (better && vt_params_save(P, bpath, e)) ||
                 save_checkpoint(ckpt, c, o, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
                 (ema.P && vt_params_save(ema.P, epath, e)))
                 rc = -1;
+            st.best_epoch = next.best_epoch;
+            st.best_acc1 = next.best_acc1;
             vt_err pe = {{0}};
             if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
         }
@@ -989,6 +1026,9 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         getrusage(RUSAGE_SELF, &ru);
         printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
                o->run_dir, ru.ru_maxrss / 1024.0);
+        if (st.best_epoch >= 0)
+            printf("Best: epoch %lld, Acc@1 %.2f%%; its weights in %s\n", (long long)st.best_epoch,
+                   100 * st.best_acc1, bpath);
         if (dp->size > 1 && steps_run > 0)
             printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
                    "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, B, 1e3 * dp->comm_s / (double)steps_run,

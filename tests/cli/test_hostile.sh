@@ -149,7 +149,7 @@ $V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
 expect "eval over only unreadable images: exit status 1" 1 "no readable image" $V eval $M --num-classes 2 -w "$T/w2.safetensors" --data "$T/allbad"
 
 # Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
-# uninterrupted run's weights (bit for bit) and one metrics.csv row per epoch.
+# uninterrupted run's weights and best weights (bit for bit) and one metrics.csv row per epoch.
 TR="$M --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 768 --test-subset 128 --seed 5 --threads 1"
 $V train $TR --epochs 3 --out "$T/ref" >/dev/null 2>&1
 seed=${VITC_KILL_SEED:-$RANDOM}
@@ -174,6 +174,7 @@ check "killed and resumed run: bit-identical weights" "cmp -s '$T/ref/weights.sa
     "$(tail -5 "$T/k.log")"
 check "... one metrics row per epoch" "[ \"\$(cut -d, -f1 '$T/k/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 ' ]" \
     "$(cat "$T/k/metrics.csv")"
+check "... the same best weights" "cmp -s '$T/ref/weights_best.safetensors' '$T/k/weights_best.safetensors'"
 # a write cut by SIGKILL leaves its temporary file (.vitc-PID-XXXXXX); the next run in the folder removes it
 touch "$T/k/.vitc-999999999-zzzzzz"
 $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
@@ -197,7 +198,7 @@ def variant(name, settings=True, **changes):
     if not settings:  # a checkpoint from before the run's settings were recorded
         m = {k: meta[k] for k in ("model", "format", "world_size")}
     for k, val in changes.items():
-        if k == "world_size": m[k] = val
+        if k in meta: m[k] = val
         else: v[k.replace("__", "/")] = val
     st.save(f"{t}/{name}/checkpoint.safetensors", v, metadata=m)
 vkey = next(k for k in w if k.startswith("optim/v/"))
@@ -208,8 +209,9 @@ variant("ck_far", train__epoch=np.array([1 << 62], np.int64), train__step=np.arr
 variant("ck_v", **{vkey.replace("/", "__"): neg})
 variant("ck_ws", world_size="abc")
 variant("ck_old", settings=False, train__step=w["train/step"] + 1)
+variant("ck_best", best_epoch="3")
 PY
-for c in "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
+for c in "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"

@@ -21,12 +21,19 @@ check "loss goes down ($l1 -> $l3)" "awk 'BEGIN{exit !($l3 < $l1)}'"
 check "curves.png is a PNG" "[ \"\$(head -c 4 '$T/a/curves.png' | tail -c 3)\" = PNG ]"
 check "no temp files left" "[ -z \"\$(ls -A '$T/a' | grep -E 'tmp|[.]vitc-')\" ]"
 check "command recorded" "grep -q 'vitc train' '$T/a/command.txt'"
+# the best validation top-1's weights: the epoch the Best line names is metrics.csv's first highest test_acc
+best=$(awk -F, 'NR > 1 && (NR == 2 || $6 > m) {m = $6; e = $1 - 1} END {print e}' "$T/a/metrics.csv")
+check "Best line names metrics.csv's best epoch ($best)" "grep -q '^Best: epoch $best, Acc@1 ' '$T/a.log'" "$(grep Best "$T/a.log")"
+check "... its weights are weights_best.safetensors (the final weights iff it is the last epoch)" \
+    "[ -s '$T/a/weights_best.safetensors' ] && { cmp -s '$T/a/weights_best.safetensors' '$T/a/weights.safetensors'; \
+    [ \$? -eq \$(( $best == 2 ? 0 : 1 )) ]; }"
 
 $V train $COMMON --epochs 1 --out "$T/b" >"$T/b1.log" 2>&1 &&
     $V train $COMMON --epochs 3 --out "$T/b" --resume "$T/b" >"$T/b2.log" 2>&1
 check "resume runs" "[ $? -eq 0 ] && grep -q 'Resumed from' '$T/b2.log'" "$(tail -3 "$T/b2.log")"
 check "resume gives identical metrics" "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
 check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
+check "... and the same best weights" "cmp -s '$T/a/weights_best.safetensors' '$T/b/weights_best.safetensors'"
 
 # a row written just before a crash (metrics.csv is appended before the checkpoint) is dropped by the resume
 echo "4,64,1,1,1,1,0.001,1,1" >>"$T/b/metrics.csv"
