@@ -107,11 +107,12 @@ typedef struct vt_train_opts {
  * Mixup/CutMix, no EMA (decay 0.99996 when turned on), no accumulation). */
 void vt_train_defaults(vt_train_opts *o);
 
-/* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic checkpoints
- * (weights, optimizer state, step, RNG, the run's settings) in run_dir/checkpoint.safetensors, the best validation
- * top-1's weights in run_dir/weights_best.safetensors; stops on a non-finite loss. run_dir is locked for the run; a folder holding another run is refused unless resumed or o->overwrite; a
- * resume whose settings change an epoch's optimiser steps is refused, other changes are named in a note. With o->dist of N > 1
- * ranks: each rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
+/* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic
+ * checkpoints (weights, optimizer state, step, RNG, the run's settings) in run_dir/checkpoint.safetensors, the best
+ * validation top-1's weights in run_dir/weights_best.safetensors; stops on a non-finite loss. run_dir is locked for
+ * the run; a folder holding another run is refused unless resumed or o->overwrite; a resume whose settings change an
+ * epoch's optimiser steps is refused, other changes are named in a note. With o->dist of N > 1 ranks: each rank
+ * trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */

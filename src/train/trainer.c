@@ -373,8 +373,7 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setti
 static const char *setting_value(const run_setting *s) { return s->str ? s->str : s->num; }
 
 /* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
- * and the run's settings, as JSON
- * (malloc'd; NULL when out of memory). */
+ * and the run's settings, as JSON (malloc'd; NULL when out of memory). */
 static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
                                  int world_size) {
     run_setting s[RUN_SETTINGS];
