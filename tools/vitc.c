@@ -31,7 +31,7 @@ typedef struct {
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every, workers;
     long long seed, fault_nan_step;
-    double lr, wd, warmup_epochs, smoothing, min_lr, clip, crop_pct, drop_path;
+    double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
     int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */
     double bucket_mib; /* train under mpirun: gradient bucket size */
@@ -49,6 +49,10 @@ typedef struct {
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
     char cmdline[2048];
+    unsigned char given[128]; /* given[k]: optdefs[k] was on the command line */
+    char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
+    char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */
+    char model_options[1024]; /* train: the options that configured the model, as recorded (record_model_options) */
 } opts;
 
 typedef enum { O_STR, O_INT, O_LL, O_DBL, O_FLAG } okind;
@@ -108,11 +112,14 @@ static const optdef optdefs[] = {
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
       "cores, at most 8)"),
     NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs"),
-    O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png)"),
-    O("--resume", O_STR, resume, "run folder whose checkpoint to continue from"),
+    O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
+    O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
+      "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
     O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
     NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
+    NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from (default 1e-6, or the "
+        "recipe's)"),
     NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
@@ -589,6 +596,164 @@ static int cmd_grad(opts *o) {
     return rc;
 }
 
+static int set_option(const char *cmd, const optdef *d, const char *a, const char *v, const char *what, opts *o);
+static int has_word(const char *list, const char *name);
+
+/* The option spelt name. */
+static const optdef *find_option(const char *name) {
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (strcmp(optdefs[k].name, name) == 0) return &optdefs[k];
+    return NULL;
+}
+
+/* True when option name (or another spelling of it) was on the command line. */
+static int given(const opts *o, const char *name) {
+    const optdef *d = find_option(name);
+    for (size_t k = 0; d && k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (optdefs[k].off == d->off && o->given[k]) return 1;
+    return 0;
+}
+
+/* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
+static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
+    if (strlen(v) >= size) {
+        fprintf(stderr, "vitc train: %s records a %s of %zu bytes: not a checkpoint vitc wrote\n", path, key,
+                strlen(v));
+        return -1;
+    }
+    memcpy(buf, v, strlen(v) + 1);
+    return 0;
+}
+
+/* The options that configure a model (recorded by training runs). */
+#define ARCH_OPTS "--attn --ffn --dims --depths --heads --windows --apply-transform "
+#define SIZE_OPTS "--img-size --in-chans --num-classes "
+
+/* The model options in o->resumed_model as a checkpoint recorded them (path; what: the error's suffix), "--opt
+ * value" pairs and flags separated by spaces (a value runs to the next " --"): those not on the command line are
+ * taken; each is marked given. The text is split in place (o's pointers refer to it). */
+static int take_model_options(opts *o, const char *path, const char *what) {
+    for (char *p = o->resumed_model; *p;) {
+        char *name = p, *end = strchr(p, ' ');
+        if (end) *end = '\0';
+        const optdef *d = find_option(name);
+        if (!d || strncmp(name, "--", 2) != 0 || !has_word(ARCH_OPTS SIZE_OPTS, name)) {
+            fprintf(stderr, "vitc train: %s records the model option '%s': not a checkpoint vitc wrote\n", path, name);
+            return -1;
+        }
+        p = end ? end + 1 : name + strlen(name);
+        char *v = NULL;
+        if (d->kind != O_FLAG) {
+            v = p;
+            char *next = strstr(p, " --");
+            p = next ? next + 1 : p + strlen(p);
+            if (next) *next = '\0';
+            if (!*v) {
+                fprintf(stderr, "vitc train: %s records the model option %s without a value\n", path, name);
+                return -1;
+            }
+        }
+        if (given(o, name)) continue;
+        o->given[d - optdefs] = 1;
+        if (!v)
+            *(int *)((char *)o + d->off) = 1;
+        else if (set_option("train", d, name, v, what, o))
+            return -1;
+    }
+    return 0;
+}
+
+/* Writes the model options given (or taken on --resume) into o->model_options, in the form take_model_options reads. */
+static int record_model_options(opts *o) {
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
+        const optdef *d = &optdefs[k];
+        if (!o->given[k] || !has_word(ARCH_OPTS SIZE_OPTS, d->name)) continue;
+        const char *field = (const char *)o + d->off;
+        char v[64] = "";
+        const char *val = v;
+        if (d->kind == O_STR)
+            val = *(const char *const *)field;
+        else if (d->kind == O_INT)
+            snprintf(v, sizeof v, "%d", *(const int *)field);
+        else if (d->kind == O_DBL)
+            snprintf(v, sizeof v, "%.17g", *(const double *)field);
+        else if (d->kind == O_LL)
+            snprintf(v, sizeof v, "%lld", *(const long long *)field);
+        const int m = snprintf(o->model_options + n, sizeof o->model_options - n, "%s%s%s%s", n ? " " : "", d->name,
+                               d->kind == O_FLAG ? "" : " ", d->kind == O_FLAG ? "" : val);
+        if (m < 0 || (size_t)m >= sizeof o->model_options - n || strstr(val, " --"))
+            return die("%s", "the model options are too long to record in a checkpoint (or a value holds ' --')");
+        n += (size_t)m;
+    }
+    return 0;
+}
+
+/* train --resume DIR: --out defaults to DIR, and each setting DIR's checkpoint records (vt_train's run settings, under
+ * their option names) is the default of its option, checked as if given; a --recipe other than the checkpoint's keeps
+ * that recipe's values instead of the recorded ones for what it sets. A checkpoint that cannot be read is left to
+ * vt_train, which says what is wrong with it. */
+static int resume_defaults(opts *o) {
+    if (!o->resume) return 0;
+    if (!o->out_dir) o->out_dir = o->resume;
+    char path[4096], what[4200];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", o->resume);
+    snprintf(what, sizeof what, " (recorded in %s)", path);
+    vt_st_file f;
+    vt_err e = {{0}};
+    if (vt_st_open(path, &f, &e)) return 0;
+    const char *rec = vt_st_meta(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
+    /* same: the recipe is the checkpoint's (a run without --recipe has vitc's defaults, the recipe "default") */
+    const int same = !rec || strcmp(strcmp(rec, "none") ? rec : "default", mine) == 0 || !given(o, "--recipe");
+    int rc = 0;
+    if (rec && strcmp(rec, "none") && !given(o, "--recipe")) {
+        rc = copy_recorded(o->resumed_recipe, sizeof o->resumed_recipe, rec, "recipe", path);
+        o->recipe = o->resumed_recipe;
+    }
+    /* the recorded settings that are plain options; recipe: 1 for those a recipe sets */
+    static const struct { const char *opt; int recipe; } plain[] = {
+        {"--train-subset", 0}, {"--test-subset", 0}, {"--seed", 0}, {"--batch-size", 1}, {"--accum-steps", 1},
+        {"--epochs", 1}, {"--lr", 1}, {"--min-lr", 1}, {"--warmup-lr", 1}, {"--warmup-epochs", 1},
+        {"--weight-decay", 1}, {"--smoothing", 1}, {"--clip-grad", 1}, {"--mixup", 1}, {"--cutmix", 1},
+        {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1}};
+    for (size_t i = 0; rc == 0 && i < sizeof plain / sizeof plain[0]; i++) {
+        const char *v = vt_st_meta(&f, plain[i].opt + 2);
+        if (!v || given(o, plain[i].opt) || (plain[i].recipe && !same)) continue;
+        if (strstr(plain[i].opt, "-subset") && strcmp(v, "0") == 0) continue; /* 0: every image */
+        rc = set_option("train", find_option(plain[i].opt), plain[i].opt, v, what, o);
+    }
+    if (rc == 0 && o->drop_path > 0 && !given(o, "--drop-path")) { /* recorded from the model's float: its shortest */
+        char buf[32];                                              /* decimal, e.g. 0.1, not 0.10000000149011612 */
+        for (int p = 1; p <= 9; p++) {
+            snprintf(buf, sizeof buf, "%.*g", p, o->drop_path);
+            if (strtof(buf, NULL) == (float)o->drop_path) break;
+        }
+        o->drop_path = strtod(buf, NULL);
+    }
+    const char *mo = vt_st_meta(&f, "model-options");
+    if (rc == 0 && mo) rc = copy_recorded(o->resumed_model, sizeof o->resumed_model, mo, "model-options", path);
+    if (rc == 0 && mo) rc = take_model_options(o, path, what);
+    const char *data = vt_st_meta(&f, "data"), *aug = vt_st_meta(&f, "augment");
+    const char *ra = vt_st_meta(&f, "repeated-aug"), *ema = vt_st_meta(&f, "model-ema-decay");
+    if (rc == 0 && data && !given(o, "--data")) {
+        rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
+        o->data = o->resumed_data;
+    }
+    if (aug && strcmp(aug, "0") == 0) o->augment = 1; /* o->augment is --no-augment */
+    if (same && ra && !given(o, "--repeated-aug") && !given(o, "--no-repeated-aug")) {
+        o->repeated_aug = strcmp(ra, "0") != 0;
+        o->no_repeated_aug = !o->repeated_aug;
+    }
+    if (rc == 0 && same && ema && !given(o, "--model-ema") && !given(o, "--no-model-ema")) {
+        o->model_ema = strcmp(ema, "0") != 0; /* the decay of a run without an EMA is recorded as 0 */
+        o->no_model_ema = !o->model_ema;
+        if (o->model_ema && !given(o, "--model-ema-decay"))
+            rc = set_option("train", find_option("--model-ema-decay"), "--model-ema-decay", ema, what, o);
+    }
+    vt_st_close(&f);
+    return rc ? 1 : 0;
+}
+
 /* The recipe (--recipe, else vitc's defaults) with the explicit options over it. */
 static int train_recipe(opts *o, vt_recipe *r) {
     vt_err e = {{0}};
@@ -600,6 +765,7 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->wd >= 0) r->weight_decay = o->wd;
     if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
     if (o->min_lr >= 0) r->min_lr = o->min_lr;
+    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr;
     if (o->smoothing >= 0) r->smoothing = o->smoothing;
     if (o->clip >= 0) r->clip_grad = o->clip;
     if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;
@@ -629,7 +795,7 @@ static int cmd_train(opts *o) {
     }
     vt_recipe r;
     vt_model_cfg c;
-    if (train_recipe(o, &r) || model_cfg(o, &c)) return 1;
+    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r) || model_cfg(o, &c)) return 1;
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -666,6 +832,7 @@ static int cmd_train(opts *o) {
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     t.command_line = o->cmdline;
+    t.model_options = o->model_options;
     t.overwrite = o->overwrite;
     int rc = vt_train(&c, &t, &e);
     if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
@@ -1006,9 +1173,6 @@ static int cmd_attention(opts *o) {
 
 /* Options that change a model's architecture (every command that builds one), and its input geometry (commands whose
  * input is not a fixed dataset). */
-#define ARCH_OPTS "--attn --ffn --dims --depths --heads --windows --apply-transform "
-#define SIZE_OPTS "--img-size --in-chans --num-classes "
-
 static const command commands[] = {
     {"list", "vitc list [--csv]", "every model name with params and GMACs", "--csv", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--attn A] [--ffn F] [--dims ...] [--json]",
@@ -1022,13 +1186,15 @@ static const command commands[] = {
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
-    {"train", "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR [--resume DIR]",
+    {"train",
+     "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR; to continue a run: "
+     "vitc train MODEL --resume RUN_DIR [--epochs E]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip (a recipe's DeiT transforms on image folders), "
      "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
      "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
-     "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --smoothing --clip-grad --out "
-     "--resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers --fault-nan-step "
-     "--drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
+     "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr --smoothing --clip-grad "
+     "--out --resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers "
+     "--fault-nan-step --drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
      "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug --bucket-mib --no-overlap "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
@@ -1083,9 +1249,43 @@ static void command_help(const command *c) {
     printf("  %-18s %s\n", "--help", "show this help");
 }
 
+/* Sets option d (spelt a) of command cmd to the text v, checked as the command line is (what: where v comes from, for
+ * the error message); returns -1 on an error. */
+static int set_option(const char *cmd, const optdef *d, const char *a, const char *v, const char *what, opts *o) {
+    char *field = (char *)o + d->off;
+    if (d->kind == O_STR) {
+        *(const char **)field = v;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
+    const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
+    if (errno || !end || *end || end == v || !isfinite(x) || tiny) {
+        fprintf(stderr, "vitc %s: bad value '%s' for %s%s%s\n", cmd, v, a, what,
+                errno == ERANGE ? " (out of range of a double, or too close to 0)"
+                : tiny          ? " (too close to 0 for a float)"
+                                : "");
+        return -1;
+    }
+    if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {
+        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g], got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
+                d->lo, d->hi, v, what);
+        return -1;
+    }
+    if (d->kind == O_DBL)
+        *(double *)field = x;
+    else if (d->kind == O_INT)
+        *(int *)field = (int)x; /* every O_INT range lies inside int */
+    else
+        *(long long *)field = strtoll(v, NULL, 10); /* exact beyond 2^53 */
+    return 0;
+}
+
 /* Parses argv[2..] into o, accepting only the command's options; an option given again replaces its value (as
  * argparse: a script may override a shared argument list); returns -1 on an error. */
 static int parse(const command *c, int argc, char **argv, opts *o) {
+    _Static_assert(sizeof optdefs / sizeof optdefs[0] <= sizeof o->given, "opts.given too small");
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-') {
@@ -1106,9 +1306,9 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             fprintf(stderr, "vitc %s: unknown option '%s' (see `vitc %s --help`)\n", c->name, a, c->name);
             return -1;
         }
-        char *field = (char *)o + d->off;
+        o->given[d - optdefs] = 1;
         if (d->kind == O_FLAG) {
-            *(int *)field = 1;
+            *(int *)((char *)o + d->off) = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -1116,37 +1316,12 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         const char *v = argv[++i];
-        if (d->kind == O_STR) {
-            if (v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3`: the value was left out */
-                fprintf(stderr, "vitc %s: option %s needs a value, got the option %s (a file of that name: ./%s)\n",
-                        c->name, a, v, v);
-                return -1;
-            }
-            *(const char **)field = v;
-            continue;
-        }
-        char *end = NULL;
-        errno = 0;
-        const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
-        const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
-        if (errno || !end || *end || end == v || !isfinite(x) || tiny) {
-            fprintf(stderr, "vitc %s: bad value '%s' for %s%s\n", c->name, v, a,
-                    errno == ERANGE ? " (out of range of a double, or too close to 0)"
-                    : tiny          ? " (too close to 0 for a float)"
-                                    : "");
+        if (d->kind == O_STR && v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3` */
+            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s (a file of that name: ./%s)\n",
+                    c->name, a, v, v);
             return -1;
         }
-        if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {
-            fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g], got %s\n", c->name, a, d->lo_open ? '(' : '[', d->lo,
-                    d->hi, v);
-            return -1;
-        }
-        if (d->kind == O_DBL)
-            *(double *)field = x;
-        else if (d->kind == O_INT)
-            *(int *)field = (int)x; /* every O_INT range lies inside int */
-        else
-            *(long long *)field = strtoll(v, NULL, 10); /* exact beyond 2^53 */
+        if (set_option(c->name, d, a, v, "", o)) return -1;
     }
     return 0;
 }
@@ -1163,7 +1338,7 @@ int main(int argc, char **argv) {
         const char **images = calloc((size_t)argc, sizeof *images);
         if (!images) return die("%s", "out of memory");
         o.images = images;
-        o.wd = o.warmup_epochs = o.min_lr = o.smoothing = o.drop_path = -1;
+        o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
         o.fault_nan_step = -1;
         if (parse(&commands[i], argc, argv, &o)) {

@@ -77,7 +77,9 @@ typedef struct vt_train_opts {
     const char *data;          /* "fashion-mnist" or an image folder (DIR/train/<class>/..., DIR/val/<class>/...) */
     const char *run_dir;       /* output folder (created) */
     const char *resume;        /* run folder to resume from, or NULL */
-    const char *command_line;  /* recorded in run_dir/command.txt */
+    const char *command_line;  /* recorded in run_dir/command.txt, after the resumed run's command lines */
+    const char *model_options; /* the options that configured the model (the CLI's text, e.g. "--img-size 64"),
+                                  recorded in checkpoints as "model-options" for a resume to take; NULL: none */
     int epochs, batch;
     double lr, min_lr, warmup_lr, weight_decay, warmup_epochs, smoothing, clip_grad;
     uint64_t seed;

@@ -349,16 +349,18 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setti
     const struct { const char *key; double v; int steps; } num[] = {
         {"batch-size", o->batch, 1}, {"accum-steps", o->accum_steps > 0 ? o->accum_steps : 1, 1},
         {"train-subset", o->train_subset, 1}, {"repeated-aug", o->repeated_aug, 1}, {"epochs", o->epochs, 0},
+        {"test-subset", o->test_subset, 0},
         {"seed", (double)o->seed, 0}, {"lr", o->lr, 0}, {"min-lr", o->min_lr, 0}, {"warmup-lr", o->warmup_lr, 0},
         {"warmup-epochs", o->warmup_epochs, 0}, {"weight-decay", o->weight_decay, 0}, {"smoothing", o->smoothing, 0},
         {"clip-grad", o->clip_grad, 0}, {"augment", o->augment, 0}, {"mixup", o->mixup.mixup_alpha, 0},
         {"cutmix", o->mixup.cutmix_alpha, 0}, {"mixup-prob", o->mixup.prob, 0},
         {"mixup-switch-prob", o->mixup.switch_prob, 0}, {"model-ema-decay", o->model_ema ? o->model_ema_decay : 0, 0},
         {"drop-path", c->arch.drop_path, 0}};
-    _Static_assert(sizeof num / sizeof *num + 2 <= RUN_SETTINGS, "run_setting array too small");
+    _Static_assert(sizeof num / sizeof *num + 3 <= RUN_SETTINGS, "run_setting array too small");
     int n = 0;
     s[n++] = (run_setting){"data", o->data, {0}, 1};
     s[n++] = (run_setting){"recipe", o->recipe ? o->recipe->name : "none", {0}, 0};
+    s[n++] = (run_setting){"model-options", o->model_options ? o->model_options : "", {0}, 0};
     for (size_t i = 0; i < sizeof num / sizeof *num; i++, n++) {
         s[n] = (run_setting){num[i].key, NULL, {0}, num[i].steps};
         if (strcmp(num[i].key, "seed") == 0) /* a 64-bit seed is not a double */
@@ -569,15 +571,15 @@ static void checkpoint_meta(const char *path, const char *key, char *name, size_
 }
 
 /* Appends "key recorded → this run's" of setting s, recorded as rec, to buf (size n); numbers in %g form but the
- * seed (a 64-bit value). */
+ * seed (a 64-bit value), an empty text as "none". */
 static void append_change(char *buf, size_t n, const run_setting *s, const char *rec) {
     const size_t len = strlen(buf);
     char was[48], now[48];
     const int raw = s->str || strcmp(s->key, "seed") == 0;
     snprintf(was, sizeof was, "%.6g", strtod(rec, NULL));
     snprintf(now, sizeof now, "%.6g", strtod(s->num, NULL));
-    snprintf(buf + len, n - len, "%s%s %s → %s", len ? ", " : "", s->key, raw ? rec : was,
-             raw ? setting_value(s) : now);
+    snprintf(buf + len, n - len, "%s%s %s → %s", len ? ", " : "", s->key, raw ? (*rec ? rec : "none") : was,
+             raw ? (*setting_value(s) ? setting_value(s) : "none") : now);
 }
 
 /* On --resume from checkpoint path at st: refuses it when its step count does not fit this run's optimiser steps an
@@ -588,7 +590,7 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                         int64_t spe, vt_err *e) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, s);
-    char steps[400] = "", other[1024] = "";
+    char steps[400] = "", other[2048] = "";
     long long images = 1; /* images an optimiser step in the checkpoint's run (batch size × accumulation steps) */
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
@@ -693,6 +695,30 @@ static int recipe_check(const vt_model_cfg *c, const vt_train_opts *o, vt_mixup 
         return vt_seterr(e, "Mixup/CutMix mix each batch with its reverse and need an even batch size (got %d)",
                          o->batch);
     return 0;
+}
+
+/* Writes o->command_line to path (RUN/command.txt), after the command lines of the run resumed (its command.txt), so
+ * that the file holds every command the run was started with, in order. */
+static int command_record(const vt_train_opts *o, const char *path, vt_err *e) {
+    if (!o->command_line) return 0;
+    char old[4096];
+    unsigned char *prev = NULL;
+    size_t n = 0;
+    snprintf(old, sizeof old, "%s/command.txt", o->resume ? o->resume : "");
+    if (o->resume && access(old, F_OK) == 0 && vt_read_file(old, 1 << 20, &prev, &n, e)) return -1;
+    const size_t m = strlen(o->command_line);
+    char *text = malloc(n + m + 2);
+    if (!text) {
+        free(prev);
+        return vt_seterr(e, "out of memory");
+    }
+    if (n) memcpy(text, prev, n);
+    if (n && text[n - 1] != '\n') text[n++] = '\n';
+    memcpy(text + n, o->command_line, m + 1);
+    free(prev);
+    const int rc = vt_write_text(path, text, e);
+    free(text);
+    return rc;
 }
 
 /* Prints the resolved recipe and writes it to RUN/recipe.json (atomically); nothing without a recipe. */
@@ -875,7 +901,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && lead &&
         (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
          check_run_dir(c, o, e) ||
-         (o->command_line && vt_write_text(cmd_path, o->command_line, e)) ||
+         command_record(o, cmd_path, e) ||
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
     char ckpt[4096], wpath[4096], bpath[4096];

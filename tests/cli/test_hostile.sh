@@ -210,8 +210,15 @@ variant("ck_v", **{vkey.replace("/", "__"): neg})
 variant("ck_ws", world_size="abc")
 variant("ck_old", settings=False, train__step=w["train/step"] + 1)
 variant("ck_best", best_epoch="3")
+variant("ck_bs", **{"batch-size": "0"})
+variant("ck_mo", **{"model-options": "--weights x.safetensors"})
 PY
 for c in "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
+# a resume takes the settings a checkpoint records for the options it does not give, checked as if given
+expect "a recorded batch size out of range refused" 1 "batch-size must be in \[1, 65536\], got 0 (recorded in" \
+    $V train $M --epochs 3 --threads 1 --resume "$T/ck_bs"
+expect "a recorded model option that is not one refused" 1 "records the model option '--weights'" \
+    $V train $M --epochs 3 --threads 1 --resume "$T/ck_mo"
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"

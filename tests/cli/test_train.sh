@@ -54,6 +54,22 @@ check "... the same images an optimiser step resume, with a note of every change
 '^Note: this resumed run changes batch-size 64 → 32, accum-steps 1 → 2, epochs 3 → 4, lr 0.002 → 0.001$' '$T/rs.log'" \
     "$(head -3 "$T/rs.log")"
 
+# a resume takes what its checkpoint records for the options it does not give (the recipe and its Mixup, EMA and
+# repeated augmentation, the model options, the data, the seed) and continues in that folder, as if never stopped
+RC="$COMMON --recipe deit --heads 2 --no-augment --warmup-lr 1e-4"
+$V train $RC --epochs 2 --out "$T/u" >"$T/u.log" 2>&1
+$V train $RC --epochs 1 --out "$T/v" >"$T/v1.log" 2>&1 && $V train vit_fmnist_tiny --resume "$T/v" --epochs 2 >"$T/v2.log" 2>&1
+check "a resume giving only --epochs takes the checkpoint's settings (the note names nothing else)" \
+    "[ $? -eq 0 ] && grep -q '^Note: this resumed run changes epochs 1 → 2$' '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log")"
+check "... bit-identical weights and EMA to the run never stopped" \
+    "cmp -s '$T/u/weights.safetensors' '$T/v/weights.safetensors' && \
+     cmp -s '$T/u/weights_ema.safetensors' '$T/v/weights_ema.safetensors'"
+check "... command.txt holds both commands" "[ \$(grep -c 'vitc train' '$T/v/command.txt') -eq 2 ]" "$(cat "$T/v/command.txt")"
+$V train vit_fmnist_tiny --resume "$T/v" --epochs 3 --heads 4 --no-model-ema >"$T/v3.log" 2>&1
+check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && grep -q \
+'^Note: this resumed run changes model-options --heads 2 → --heads 4, epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
+'$T/v3.log'" "$(head -3 "$T/v3.log")"
+
 # drop-path: masks follow (seed, step), so a resumed run still equals the uninterrupted one, and training changes
 $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
