@@ -210,6 +210,22 @@ static void check_adapt(vt_test *T) {
                    strstr(e.msg, "unexpected") && strstr(e.msg, "pos_embed"),
             "another model's weights refused, naming tensors: %s", e.msg);
     T_CHECK(T, vt_adapt_load(P10, 10, "/nonexistent/w.safetensors", NULL, &e) != 0, "missing file refused");
+    /* a tensor loaded as it is gets the strict loader's checks, also when others are adapted (the head here) */
+    vt_params *G = vt_params_new(&e), *G2 = vt_params_new(&e);
+    const vt_model_cfg *gb = vt_model_find("groupmixformer_test");
+    vt_model_cfg g2;
+    ov = vt_model_no_overrides();
+    ov.num_classes = 2;
+    ok = G && G2 && vt_model_configure(gb, &ov, &g2, &e) == 0 && vt_model_init_params(gb, G, 1, &e) == 0 &&
+         vt_model_init_params(&g2, G2, 1, &e) == 0;
+    vt_tensor *rv = ok ? vt_params_find(G, "conv_stem.norm1.running_var") : NULL;
+    if (rv) rv->data[0] = -1.0f;
+    e = (vt_err){{0}}; /* the first error message is kept: clear the one above */
+    T_CHECK(T, rv && vt_params_save(G, path, &e) == 0 && vt_adapt_load(G2, 2, path, NULL, &e) != 0 &&
+                   strstr(e.msg, "conv_stem.norm1.running_var") && strstr(e.msg, "running variance"),
+            "a negative running variance refused while the head is adapted: %s", e.msg);
+    vt_params_free(G);
+    vt_params_free(G2);
     unlink(path);
     vt_params_free(P10);
     vt_params_free(P2);

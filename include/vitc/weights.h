@@ -18,6 +18,15 @@
  * tensors. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
+/* Reads entry `name` of f (opened from path) into dst as the value of t, checked as vt_params_load checks a file:
+ * t's shape, a float dtype (I64 for t's integer buffers), finite values, running variances >= 0, fixed buffers equal
+ * to t's; dst (t->numel floats, may be t->data) is written only when all hold. */
+int vt_param_read(const vt_st_file *f, const char *name, const vt_tensor *t, float *dst, const char *path, vt_err *e);
+
+/* t's values rounded to int64 as files store integer buffers (malloc'd with vt_alloc; free with vt_free); NULL with a
+ * message naming path and t when a value does not fit. */
+int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e);
+
 /* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded); P->form (if set) is
  * recorded in the metadata. */
 int vt_params_save(const vt_params *P, const char *path, vt_err *e);

@@ -158,6 +158,14 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         if (!s) continue;
         int p = 0, nd = -1;
         const action a = plan(t, s, num_classes, &p);
+        if (a == SAME) { /* checked as the strict loader checks it (dtype, finite, running variances) */
+            rc = vt_param_read(&f, t->name, t, t->data, path, e);
+            continue;
+        }
+        if (s->dtype != VT_ST_F32 && s->dtype != VT_ST_F16 && s->dtype != VT_ST_BF16) {
+            rc = vt_seterr(e, "%s: tensor %s is %s (want F32/F16/BF16)", path, t->name, vt_st_dtype_name(s->dtype));
+            break;
+        }
         float *src = NULL;
         int64_t shp[VT_ST_MAXDIM];
         if ((rc = vt_st_read_named(&f, t->name, &src, &nd, shp, e))) break;
@@ -165,9 +173,7 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
             if (!isfinite(src[j]))
                 rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
                                isnan(src[j]) ? "NaN" : "Inf", (long long)j);
-        if (rc == 0 && a == SAME) {
-            memcpy(t->data, src, sizeof(float) * (size_t)t->numel);
-        } else if (rc == 0 && a == HEAD) {
+        if (rc == 0 && a == HEAD) {
             if (log)
                 fprintf(log, "init-from: %s re-initialised: %lld classes in %s, %d in the model (--num-classes)\n",
                         t->name, (long long)s->shape[0], path, num_classes);

@@ -78,6 +78,58 @@ static int is_variance(const char *name) {
     return n >= k && strcmp(name + n - k, ".running_var") == 0;
 }
 
+/* 0 when vals (t->numel floats, file entry `name` of path) may be t's value: finite, a running variance >= 0, a fixed
+ * buffer equal to t's definition; else -1 with a message naming the element. */
+static int check_values(const vt_tensor *t, const char *name, const float *vals, const char *path, vt_err *e) {
+    for (int64_t j = 0; j < t->numel; j++) {
+        if (!isfinite(vals[j]))
+            return vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, name,
+                             isnan(vals[j]) ? "NaN" : "Inf", (long long)j);
+        if (vals[j] < 0.0f && is_variance(t->name))
+            return vt_seterr(e, "%s: tensor '%s' holds %g at element %lld; a BatchNorm's running variance must be >= 0",
+                             path, name, (double)vals[j], (long long)j);
+        if (t->init.kind == VT_INIT_FIXED && vals[j] != t->data[j])
+            return vt_seterr(e, "%s: buffer '%s' element %lld is %g but the architecture defines %g (a buffer derived "
+                             "from the configuration, e.g. a window size or image size that differs from the model's)",
+                             path, name, (long long)j, (double)vals[j], (double)t->data[j]);
+    }
+    return 0;
+}
+
+int vt_param_read(const vt_st_file *f, const char *name, const vt_tensor *t, float *dst, const char *path, vt_err *e) {
+    const vt_st_entry *s = vt_st_find(f, name);
+    if (!s) return vt_seterr(e, "%s lacks tensor %s", path, name);
+    int same = s->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+    char a[160], b[160];
+    if (!same)
+        return vt_seterr(e, "%s: tensor %s has shape %s, the model's %s has %s", path, name,
+                         file_shape(s, a, sizeof a), t->name, vt_shape_str(t, b, (int)sizeof b));
+    if (!dtype_ok(t, s->dtype))
+        return vt_seterr(e, "%s: tensor %s is %s (want F32/F16/BF16, or I64 for integer buffers)", path, name,
+                         vt_st_dtype_name(s->dtype));
+    float *tmp = vt_alloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1), e);
+    int rc = tmp ? vt_st_read_f32(s, tmp, t->numel, e) : -1;
+    if (rc == 0) rc = check_values(t, name, tmp, path, e);
+    if (rc == 0) memcpy(dst, tmp, sizeof(float) * (size_t)t->numel);
+    vt_free(tmp);
+    return rc;
+}
+
+int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
+    int64_t *v = vt_alloc(sizeof(int64_t) * (size_t)(t->numel ? t->numel : 1), e);
+    for (int64_t j = 0; v && j < t->numel; j++) {
+        const float x = t->data[j];
+        if (!(x > -9.2e18f && x < 9.2e18f)) {
+            vt_seterr(e, "%s: buffer '%s' element %lld = %g does not fit in I64", path, t->name, (long long)j,
+                      (double)x);
+            vt_free(v);
+            return NULL;
+        }
+        v[j] = (int64_t)llrintf(x);
+    }
+    return v;
+}
 
 int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     vt_params_changed(P);
@@ -143,18 +195,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     for (int i = 0; i < P->n && rc == 0; i++) {
         const vt_tensor *t = P->t[i];
         rc = vt_st_read_f32(vt_st_find(&f, t->name), tmp, t->numel, e);
-        for (int64_t j = 0; rc == 0 && j < t->numel; j++) {
-            if (!isfinite(tmp[j]))
-                rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
-                               isnan(tmp[j]) ? "NaN" : "Inf", (long long)j);
-            else if (tmp[j] < 0.0f && is_variance(t->name))
-                rc = vt_seterr(e, "%s: tensor '%s' holds %g at element %lld; a BatchNorm's running variance must be "
-                               ">= 0", path, t->name, (double)tmp[j], (long long)j);
-            else if (t->init.kind == VT_INIT_FIXED && tmp[j] != t->data[j])
-                rc = vt_seterr(e, "%s: buffer '%s' element %lld is %g but the architecture defines %g (a buffer derived "
-                               "from the configuration, e.g. a window size or image size that differs from the model's)",
-                               path, t->name, (long long)j, (double)tmp[j], (double)t->data[j]);
-        }
+        if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
     }
     vt_free(tmp);
     for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
@@ -181,17 +222,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
         o->ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++) o->shape[d] = t->shape[d];
         if (t->is_i64) {
-            ibufs[i] = vt_alloc(sizeof(int64_t) * (size_t)t->numel, e);
-            if (!ibufs[i]) goto done;
-            for (int64_t j = 0; j < t->numel; j++) {
-                float v = t->data[j];
-                if (!(v > -9.2e18f && v < 9.2e18f)) {
-                    vt_seterr(e, "%s: buffer '%s' element %lld = %g does not fit in I64", path, t->name,
-                              (long long)j, (double)v);
-                    goto done;
-                }
-                ibufs[i][j] = (int64_t)llrintf(v);
-            }
+            if (!(ibufs[i] = vt_param_i64(t, path, e))) goto done;
             o->dtype = VT_ST_I64;
             o->data = ibufs[i];
         } else {

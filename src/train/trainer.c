@@ -398,17 +398,17 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_tra
                            const vt_adamw *opt, const vt_params *ema, const train_state *st, int world_size,
                            vt_err *e) {
     const int ne = ema ? ema->n : 0;
-    int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0;
+    int n = P->n + ne + vt_adamw_nstate(opt) + 3, k = 0, rc = 0;
     vt_st_out *out = calloc((size_t)n, sizeof *out);
     char(*names)[VT_NAMELEN] = calloc((size_t)n, VT_NAMELEN);
-    int64_t(*i64)[1] = calloc((size_t)(P->n + ne), sizeof *i64);
+    int64_t **i64 = calloc((size_t)(P->n + ne), sizeof *i64); /* integer buffers as files store them */
     if (!out || !names || !i64) {
         free(out);
         free(names);
         free(i64);
         return vt_seterr(e, "out of memory writing a checkpoint");
     }
-    for (int i = 0; i < P->n + ne; i++, k++) { /* the model, then its EMA (ema/<name>) */
+    for (int i = 0; rc == 0 && i < P->n + ne; i++, k++) { /* the model, then its EMA (ema/<name>) */
         const vt_tensor *t = i < P->n ? P->t[i] : ema->t[i - P->n];
         if (i < P->n) {
             out[k].name = t->name;
@@ -419,7 +419,7 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_tra
         out[k].ndim = t->ndim;
         for (int d = 0; d < t->ndim; d++) out[k].shape[d] = t->shape[d];
         if (t->is_i64) {
-            i64[i][0] = (int64_t)llround(t->data[0]);
+            rc = (i64[i] = vt_param_i64(t, path, e)) ? 0 : -1;
             out[k].dtype = VT_ST_I64;
             out[k].data = i64[i];
         } else {
@@ -441,25 +441,14 @@ static int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_tra
     out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
-    char *meta = checkpoint_metadata(c, o, st, world_size);
-    int rc = meta ? vt_st_write(path, out, k, meta, e) : vt_seterr(e, "out of memory writing a checkpoint");
+    char *meta = rc ? NULL : checkpoint_metadata(c, o, st, world_size);
+    if (rc == 0) rc = meta ? vt_st_write(path, out, k, meta, e) : vt_seterr(e, "out of memory writing a checkpoint");
     cJSON_free(meta);
+    for (int i = 0; i < P->n + ne; i++) vt_free(i64[i]);
     free(out);
     free(names);
     free(i64);
     return rc;
-}
-
-/* Reads one tensor of f into dst (numel floats), checking its element count. */
-static int ck_read(const vt_st_file *f, const char *name, float *dst, int64_t numel, vt_err *e) {
-    const vt_st_entry *t = vt_st_find(f, name);
-    if (!t) return vt_seterr(e, "checkpoint lacks tensor %s", name);
-    if (t->numel != numel)
-        return vt_seterr(e, "checkpoint tensor %s has %lld elements, expected %lld", name, (long long)t->numel,
-                         (long long)numel);
-    if (vt_st_read_f32(t, dst, numel, e)) return -1;
-    const int64_t bad = vt_first_nonfinite(dst, numel);
-    return bad < 0 ? 0 : vt_seterr(e, "checkpoint tensor %s holds NaN or Inf (element %lld)", name, (long long)bad);
 }
 
 /* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
@@ -469,7 +458,8 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
     int rc = 0;
-    for (int i = 0; rc == 0 && i < P->n; i++) rc = ck_read(&f, P->t[i]->name, P->t[i]->data, P->t[i]->numel, e);
+    /* each tensor checked as a weights file's (vt_param_read): shape, dtype, finite, variances, fixed buffers */
+    for (int i = 0; rc == 0 && i < P->n; i++) rc = vt_param_read(&f, P->t[i]->name, P->t[i], P->t[i]->data, path, e);
     if (rc == 0 && ema && ema->n) {
         char nm[VT_NAMELEN + 8];
         snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[0]->name);
@@ -477,7 +467,7 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
         for (int i = 0; rc == 0 && i < ema->n; i++) {
             snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[i]->name);
             if (has)
-                rc = ck_read(&f, nm, ema->t[i]->data, ema->t[i]->numel, e);
+                rc = vt_param_read(&f, nm, P->t[i], ema->t[i]->data, path, e);
             else
                 memcpy(ema->t[i]->data, P->t[i]->data, sizeof(float) * (size_t)P->t[i]->numel);
         }
@@ -488,7 +478,7 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
         int64_t numel;
         const vt_tensor *p;
         float *d = vt_adamw_state(opt, i, nm, sizeof nm, &numel, &p);
-        rc = ck_read(&f, nm, d, numel, e);
+        rc = vt_param_read(&f, nm, p, d, path, e); /* a moment has its parameter's shape */
         for (int64_t j = 0; rc == 0 && strncmp(nm, "optim/v/", 8) == 0 && j < numel; j++)
             if (d[j] < 0.0f)
                 rc = vt_seterr(e, "checkpoint tensor %s (a second moment) is negative at element %lld", nm,
@@ -506,7 +496,10 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
             if (i == 2) memcpy(st->rng.s, v, sizeof st->rng.s);
         }
     }
-    if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
+    if (rc == 0 && !(st->rng.s[0] | st->rng.s[1] | st->rng.s[2] | st->rng.s[3]))
+        rc = vt_seterr(e, "checkpoint's train/rng is all zeros, a state the generator never reaches: not a checkpoint "
+                       "vitc wrote");
+    else if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
         rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld are inconsistent (both 0, or both positive)",
                        (long long)st->epoch, (long long)st->step);
     else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)
@@ -596,8 +589,10 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     if (vt_st_open(path, &f, e)) return -1;
     for (int i = 0; i < n; i++) {
         const char *rec = vt_st_meta(&f, s[i].key);
-        if (rec && (strcmp(s[i].key, "batch-size") == 0 || strcmp(s[i].key, "accum-steps") == 0))
-            images *= strtoll(rec, NULL, 10);
+        if (rec && (strcmp(s[i].key, "batch-size") == 0 || strcmp(s[i].key, "accum-steps") == 0)) {
+            const long long v = strtoll(rec, NULL, 10); /* each at most 2^20 as vitc writes them */
+            images = v > 0 && v <= 1 << 20 && images > 0 ? images * v : 0;
+        }
         if (!rec || strcmp(rec, setting_value(&s[i])) == 0) continue;
         append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
     }
@@ -1051,9 +1046,10 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         getrusage(RUSAGE_SELF, &ru);
         printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
                o->run_dir, ru.ru_maxrss / 1024.0);
-        if (st.best_epoch >= 0)
-            printf("Best: epoch %lld, Acc@1 %.2f%%; its weights in %s\n", (long long)st.best_epoch,
-                   100 * st.best_acc1, bpath);
+        if (st.best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
+            printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st.best_epoch, 100 * st.best_acc1,
+                   access(bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
+                   "no weights_best.safetensors)", access(bpath, F_OK) == 0 ? bpath : "");
         if (dp->size > 1 && steps_run > 0)
             printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
                    "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, B, 1e3 * dp->comm_s / (double)steps_run,

@@ -211,9 +211,11 @@ variant("ck_ws", world_size="abc")
 variant("ck_old", settings=False, train__step=w["train/step"] + 1)
 variant("ck_best", best_epoch="3")
 variant("ck_bs", **{"batch-size": "0"})
+variant("ck_tr", **{"head.weight": np.ascontiguousarray(w["head.weight"].T)})
+variant("ck_rng", train__rng=np.zeros(4, np.int64))
 variant("ck_mo", **{"model-options": "--weights x.safetensors"})
 PY
-for c in "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
+for c in "ck_tr:tensor head.weight has shape (64, 10), the model's head.weight has (10, 64)" "ck_rng:train/rng is all zeros" "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
 # a resume takes the settings a checkpoint records for the options it does not give, checked as if given

@@ -70,6 +70,20 @@ check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && gre
 '^Note: this resumed run changes model-options --heads 2 → --heads 4, epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
 '$T/v3.log'" "$(head -3 "$T/v3.log")"
 
+rm "$T/v/weights_best.safetensors"
+$V train vit_fmnist_tiny --resume "$T/v" --epochs 4 >"$T/v4.log" 2>&1
+check "... a resume whose folder lost weights_best.safetensors says so, and the Best line tells whether it came back" \
+    "grep -q 'weights_best.safetensors is missing; the next epoch above Acc@1' '$T/v4.log' && \
+     if [ -e '$T/v/weights_best.safetensors' ]; then grep -q '^Best: .*; its weights in ' '$T/v4.log'; \
+     else grep -q '^Best: .*; its weights are missing' '$T/v4.log'; fi" "$(grep -v '^ ' "$T/v4.log")"
+
+# a model with integer buffers (Swin's relative_position_index) checkpoints them whole: its resume is bit-exact too
+SW="swin_fmnist_tiny --data fashion-mnist --batch-size 32 --train-subset 256 --test-subset 128 --seed 2"
+$V train $SW --epochs 2 --out "$T/sw1" >"$T/sw1.log" 2>&1
+$V train $SW --epochs 1 --out "$T/sw2" >"$T/sw2.log" 2>&1 && $V train swin_fmnist_tiny --resume "$T/sw2" --epochs 2 >"$T/sw3.log" 2>&1
+check "Swin: resume gives bit-identical weights" \
+    "[ $? -eq 0 ] && cmp -s '$T/sw1/weights.safetensors' '$T/sw2/weights.safetensors'" "$(tail -2 "$T/sw3.log")"
+
 # drop-path: masks follow (seed, step), so a resumed run still equals the uninterrupted one, and training changes
 $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 1 --drop-path 0.3 --out "$T/dq" >"$T/dq1.log" 2>&1 &&
