@@ -118,7 +118,7 @@ uninstall:
 # The API reference from the public headers' comments (docs/Doxyfile); any Doxygen warning fails the build.
 docs: deps-docs
 	@mkdir -p build/docs
-	doxygen docs/Doxyfile
+	{ cat docs/Doxyfile; echo 'PROJECT_NUMBER = $(VERSION)'; } | doxygen - # the version from one place
 
 build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)

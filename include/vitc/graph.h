@@ -125,7 +125,7 @@ struct vt_graph {
     int threads;        /* the threads its kernels run on: vt_threads_usable(omp_get_max_threads()) when the graph
                          * was created; builders size per-thread scratch for it and vt_graph_forward / backward run
                          * with it (OpenMP's dynamic adjustment off) */
-    int training;       /* 1: train mode (BatchNorm batch stats, dropout), activations kept for backward */
+    int training;       /* 1: train mode (BatchNorm batch stats, drop-path), activations kept for backward */
     vt_err err;         /* first build error; later builder calls become no-ops */
     vt_node **nodes;
     int nn, ncap;

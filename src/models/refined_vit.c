@@ -3,6 +3,7 @@
  * and shared Refiner attention (or refine-every-block with refiner.apply_transform), residual branches on 0.5·x
  * added ×2, MLP ratio 3 with mlp.scale_channel, final norm, head on the class token and the optional aux_head. */
 #include <stdio.h>
+#include <string.h>
 
 #include "family.h"
 
@@ -94,6 +95,9 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 }
 
 static int check(const vt_model_cfg *c, vt_err *e) {
+    if (strcmp(c->arch.stages[0].attn, "refiner") != 0 || strcmp(c->arch.ffn, "mlp") != 0)
+        return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); got --attn %s --ffn %s",
+                         c->name, c->arch.stages[0].attn, c->arch.ffn);
     if (c->arch.img_size % 16)
         return vt_seterr(e, "%s: image size %d must be a multiple of 16 (stem stride 2 × patch 8)", c->name,
                          c->arch.img_size);

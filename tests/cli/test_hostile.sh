@@ -139,6 +139,12 @@ $V info vit_fmnist_tiny --img-size 56 --img-size 28 >"$T/twice.log" 2>&1
 check "an option given again replaces its value (a script may override a shared list)" \
     "[ $? -eq 0 ] && grep -q 'input      1 x 28 x 28' '$T/twice.log'" "$(cat "$T/twice.log")"
 # 19. cFFN weights of the other form: the error says which form the file holds
+# a block a host cannot hold is refused by name, never ignored
+for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixed blocks" \
+    "groupmixformer_test --attn mhsa:fixed blocks" "simplevit_ti_msf --ffn cffn:takes the MSF paper" \
+    "simplevit_ti_msf --attn flatten:takes the MSF paper"; do
+    expect "info ${c%%:*} refused" 1 "${c#*:}" $V info ${c%%:*}
+done
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
