@@ -21,7 +21,8 @@ typedef struct vt_imagefolder {
 int vt_is_image_file(const char *name);
 
 /* Scans dir/train and dir/val into train and val (val uses train's class indices). Errors name the folder: a missing
- * train/ or val/, no class folder, a class folder without images, a val class that train lacks. */
+ * train/ or val/, no class folder, a class folder without images, a val class that train lacks, a folder reached a
+ * second time through symlinks (both paths named). */
 int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e);
 
 /* Scans one split folder (e.g. dir/val) with the classes of `classes` (NULL: its own sorted subfolders). */

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 /* torchvision's IMG_EXTENSIONS less .tif, .tiff and .webp, which vitc's decoders do not read. */
 static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm"};
 #define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm"
-#define MAX_DEPTH 32 /* symlinked folders are followed (as torchvision's os.walk(followlinks=True)); loops end here */
+#define MAX_DEPTH 32 /* folders nested deeper are refused */
 
 int vt_is_image_file(const char *name) {
     const size_t n = strlen(name);
@@ -109,10 +110,62 @@ static int cmp_found(const void *a, const void *b) {
     return c ? c : strcmp(x->name, y->name);
 }
 
-/* Appends the image paths under dir (recursively) to out. */
-static int walk(const char *dir, int depth, found **out, int *n, int *cap, vt_err *e) {
-    if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep (a symlink loop?)", dir,
-                                            MAX_DEPTH);
+/* The folders a split's scan has reached, by (st_dev, st_ino), with the path each was first reached by: symlinked
+ * folders are followed, so a folder reached twice (a symlink loop, or links that branch to one folder: 2^depth
+ * visits) is an error. An open-addressing hash set. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    char *path; /* NULL: a free slot */
+} seen_dir;
+
+typedef struct {
+    seen_dir *t;
+    size_t n, cap; /* cap: a power of two, or 0 */
+} seen_set;
+
+static size_t seen_slot(const seen_set *s, dev_t dev, ino_t ino) {
+    uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15u) ^ ((uint64_t)ino * 0xff51afd7ed558ccdu);
+    h ^= h >> 29;
+    size_t i = (size_t)h & (s->cap - 1);
+    while (s->t[i].path && (s->t[i].dev != dev || s->t[i].ino != ino)) i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+static void seen_free(seen_set *s) {
+    for (size_t i = 0; i < s->cap; i++) free(s->t[i].path);
+    free(s->t);
+    *s = (seen_set){NULL, 0, 0};
+}
+
+/* Adds folder dir to s: an error naming both paths when it was reached before. */
+static int seen_add(seen_set *s, const char *dir, vt_err *e) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return vt_seterr(e, "cannot open folder %s: %s", dir, strerror(errno));
+    if (2 * (s->n + 1) > s->cap) { /* grow to keep the load under 1/2 */
+        seen_set g = {calloc(s->cap ? 2 * s->cap : 64, sizeof(seen_dir)), 0, s->cap ? 2 * s->cap : 64};
+        if (!g.t) return vt_seterr(e, "out of memory scanning an image folder");
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->t[i].path) g.t[seen_slot(&g, s->t[i].dev, s->t[i].ino)] = s->t[i];
+        g.n = s->n;
+        free(s->t);
+        *s = g;
+    }
+    const size_t i = seen_slot(s, st.st_dev, st.st_ino);
+    if (s->t[i].path)
+        return vt_seterr(e, "image folder: %s is the folder %s reached again (a symlink loop, or two links to one "
+                         "folder); each folder may be reached once", dir, s->t[i].path);
+    if (!(s->t[i].path = strdup(dir))) return vt_seterr(e, "out of memory scanning an image folder");
+    s->t[i].dev = st.st_dev;
+    s->t[i].ino = st.st_ino;
+    s->n++;
+    return 0;
+}
+
+/* Appends the image paths under dir (recursively) to out; seen: the folders reached so far. */
+static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n, int *cap, vt_err *e) {
+    if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep", dir, MAX_DEPTH);
+    if (seen_add(seen, dir, e)) return -1;
     strlist dirs = {0}, files = {0};
     int rc = list_dir(dir, &dirs, &files, e);
     for (int i = 0; rc == 0 && i < files.n; i++) {
@@ -136,7 +189,7 @@ static int walk(const char *dir, int depth, found **out, int *n, int *cap, vt_er
     }
     for (int i = 0; rc == 0 && i < dirs.n; i++) {
         char *sub = join(dir, dirs.s[i]);
-        rc = sub ? walk(sub, depth + 1, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
+        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
         free(sub);
     }
     strlist_free(&dirs);
@@ -159,7 +212,9 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     strlist cls = {0};
     found *fs = NULL;
     int nf = 0, cap = 0;
-    int rc = list_dir(split_dir, &cls, NULL, e);
+    seen_set seen = {NULL, 0, 0}; /* the split folder and every folder under it, reached once each */
+    int rc = seen_add(&seen, split_dir, e);
+    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, e);
     if (rc == 0 && cls.n == 0)
         rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
     int *label_of = rc == 0 ? calloc((size_t)cls.n, sizeof(int)) : NULL;
@@ -178,7 +233,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         }
         char *cdir = join(split_dir, cls.s[c]);
         const int before = nf;
-        rc = cdir ? walk(cdir, 0, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
+        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
         if (rc == 0 && nf == before)
             rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
         if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
@@ -222,6 +277,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     free(fs);
     free(label_of);
     strlist_free(&cls);
+    seen_free(&seen);
     if (rc) {
         if (!out->paths) out->n = 0;
         vt_imagefolder_free(out);
