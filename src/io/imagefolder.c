@@ -197,6 +197,34 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
     return rc;
 }
 
+/* name with control bytes written as \n, \t, \r or \xNN, cut to fit out[n]. */
+static const char *printable(const char *name, char *out, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && o + 8 < n; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r')
+            o += (size_t)snprintf(out + o, n - o, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+        else if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Checks a class name: not empty, no control characters (bytes below 0x20, 0x7f: they would break the lines that
+ * print it). where begins the error message. */
+static int check_class_name(const char *name, const char *where, vt_err *e) {
+    if (!name[0]) return vt_seterr(e, "%s: an empty class name", where);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            char shown[160];
+            return vt_seterr(e, "%s: class name '%s' has a control character (byte 0x%02x)", where,
+                             printable(name, shown, sizeof shown), *p);
+        }
+    return 0;
+}
+
 void vt_imagefolder_free(vt_imagefolder *f) {
     for (int i = 0; i < f->nclasses && f->classes; i++) free(f->classes[i]);
     for (int i = 0; i < f->n && f->paths; i++) free(f->paths[i]);
@@ -217,6 +245,13 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     if (rc == 0) rc = list_dir(split_dir, &cls, NULL, e);
     if (rc == 0 && cls.n == 0)
         rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
+    if (rc == 0) { /* every class folder's name, the val split's too (it must be a train class) */
+        char *where = malloc(strlen(split_dir) + 64);
+        if (where) snprintf(where, strlen(split_dir) + 64, "image folder: a class folder in %s", split_dir);
+        for (int c = 0; rc == 0 && c < cls.n; c++)
+            rc = where ? check_class_name(cls.s[c], where, e) : vt_seterr(e, "out of memory");
+        free(where);
+    }
     int *label_of = rc == 0 ? calloc((size_t)cls.n, sizeof(int)) : NULL;
     if (rc == 0 && !label_of) rc = vt_seterr(e, "out of memory");
     for (int c = 0; rc == 0 && c < cls.n; c++) {
@@ -341,29 +376,78 @@ void vt_classes_free(char **names, int n) {
     free(names);
 }
 
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* 1 when key is a class index as written by vt_imagefolder_write_classes: "0" or digits without a leading zero. */
+static int index_key(const char *key) {
+    if (!key || !key[0] || (key[0] == '0' && key[1])) return 0;
+    for (const char *p = key; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
 int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     unsigned char *buf = NULL;
     size_t len = 0;
     if (vt_read_file(path, (size_t)64 << 20, &buf, &len, e)) return -1;
-    cJSON *o = cJSON_ParseWithLength((const char *)buf, len);
+    const unsigned char *nul = memchr(buf, 0, len);
+    const size_t nul_at = nul ? (size_t)(nul - buf) : 0;
+    const char *end = NULL;
+    cJSON *o = nul ? NULL : cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
+    size_t at = o && end ? (size_t)(end - (const char *)buf) : len; /* only whitespace may follow the object */
+    while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r')) at++;
     free(buf);
-    if (!cJSON_IsObject(o)) {
+    if (nul || !cJSON_IsObject(o) || at < len) {
         cJSON_Delete(o);
+        if (nul) return vt_seterr(e, "%s: a NUL byte at offset %zu", path, nul_at);
+        if (o && at < len) return vt_seterr(e, "%s: text after the JSON object (at byte %zu)", path, at);
         return vt_seterr(e, "%s: not a class index map (a JSON object {\"0\": \"name\", ...})", path);
     }
     const int K = cJSON_GetArraySize(o);
     char **nm = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
-    int rc = K > 0 && nm ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    const char **keys = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
+    int rc = K > 0 && nm && keys ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    int i = 0;
+    for (const cJSON *c = o->child; rc == 0 && c; c = c->next, i++) {
+        keys[i] = c->string;
+        if (!index_key(c->string))
+            rc = vt_seterr(e, "%s: key \"%.40s\" is not a class index (0, 1, ... without leading zeros)", path,
+                           c->string ? c->string : "");
+    }
+    if (rc == 0) { /* a key given twice: cJSON keeps both, and one index would go missing */
+        qsort(keys, (size_t)K, sizeof *keys, cmp_cstr);
+        for (int k = 1; rc == 0 && k < K; k++)
+            if (strcmp(keys[k - 1], keys[k]) == 0) rc = vt_seterr(e, "%s: duplicate key \"%s\"", path, keys[k]);
+    }
     for (int k = 0; rc == 0 && k < K; k++) {
-        char key[16];
+        char key[16], where[32];
+        vt_err ne = {{0}};
         snprintf(key, sizeof key, "%d", k);
+        snprintf(where, sizeof where, "class %d", k);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
         if (!cJSON_IsString(v))
             rc = vt_seterr(e, "%s: class %d is missing or not a string (keys must be 0..%d)", path, k, K - 1);
+        else if (check_class_name(v->valuestring, where, &ne))
+            rc = vt_seterr(e, "%s: %s", path, ne.msg);
         else if (!(nm[k] = strdup(v->valuestring)))
             rc = vt_seterr(e, "out of memory");
     }
+    if (rc == 0) { /* a name given twice: sorted, equal names are neighbours */
+        memcpy(keys, nm, sizeof(char *) * (size_t)K);
+        qsort(keys, (size_t)K, sizeof *keys, cmp_cstr);
+        for (int k = 1; rc == 0 && k < K; k++)
+            if (strcmp(keys[k - 1], keys[k]) == 0) {
+                int first = -1, second = -1;
+                for (int j = 0; j < K; j++)
+                    if (strcmp(nm[j], keys[k]) == 0) {
+                        if (first < 0) first = j;
+                        else if (second < 0) second = j;
+                    }
+                rc = vt_seterr(e, "%s: classes %d and %d are both named '%.200s'", path, first, second, keys[k]);
+            }
+    }
     cJSON_Delete(o);
+    free(keys);
     if (rc) {
         vt_classes_free(nm, K);
         return -1;
