@@ -287,6 +287,16 @@ static void test_malformed(vt_test *T, const char *dir) {
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,\"2\"],\"data_offsets\":[0,8]}}", 8, "shape[1]");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,4]}}", 4, "shape[0]");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":5,\"data_offsets\":[0,4]}}", 4, "shape is not an array");
+    /* integral values not written as integers (cJSON reads them as integers) */
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[10.0],\"data_offsets\":[0,10]}}", 10,
+               "tensor 'a': the number 10.0 in its entry is not written as a non-negative integer");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1e1],\"data_offsets\":[0,10]}}", 10, "number 1e1");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[010],\"data_offsets\":[0,10]}}", 10, "number 010");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[-0,0]}}", 0, "number -0 ");
+    expect_bad(T, "{\"b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]},\"a\":{\"dtype\":\"U8\",\"shape\":[2],"
+                  "\"data_offsets\":[1,3.0E0]}}", 3, "tensor 'a': the number 3.0E0");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[9007199254740993,0],\"data_offsets\":[0,0]}}", 0,
+               "number 9007199254740993 in its entry is not at most 2^53");
     expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1, "max 8");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[9007199254740992,9007199254740992],\"data_offsets\":[0,4]}}", 4,
                "overflow");

@@ -11,6 +11,8 @@
  *   - every other entry is an object with exactly the fields "dtype" (one of F64 F32 F16 BF16 I64
  *     I32 I16 I8 U8 BOOL), "shape" (<= 8 non-negative integers) and "data_offsets" ([begin, end],
  *     non-negative integers, begin <= end); names are non-empty and shorter than VT_NAMELEN;
+ *   - numbers are written as integers of at most 2^53: digits only, no leading zero (10.0, 1e1, -0,
+ *     010 are refused, though JSON parsers read them as integers);
  *   - prod(shape) * dtype size (overflow-checked) == end - begin;
  *   - the offsets, sorted, tile the data section exactly: start at 0, no gap, no overlap, and the
  *     last end equals the data-section size (no trailing bytes).

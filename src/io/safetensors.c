@@ -73,6 +73,44 @@ static int json_uint(const cJSON *v, uint64_t *out) {
     return 0;
 }
 
+/* Checks every number in a parsed header is written as a plain non-negative integer of at most 2^53 ("0" or digits
+ * without a leading zero): cJSON reads 10.0, 1e1, -0 and 010 as integers, and 2^53 + 1 as 2^53. The numbers are
+ * the entries' shapes and data_offsets; errors name the tensor (the top-level key) whose entry holds the number. */
+static int check_numbers(const char *h, size_t n, vt_err *e) {
+    int depth = 0;
+    const char *str = NULL, *key = NULL; /* the last string at depth 1 and the top-level key now open */
+    size_t str_len = 0, key_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = h[i];
+        if (c == '"') {
+            const size_t start = ++i;
+            while (i < n && h[i] != '"') i += h[i] == '\\' ? 2 : 1;
+            if (depth == 1) str = h + start, str_len = i - start;
+        } else if (c == ':' && depth == 1) {
+            key = str, key_len = str_len;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            uint64_t v = 0;
+            int plain = c != '-' && !(c == '0' && i + 1 < n && h[i + 1] >= '0' && h[i + 1] <= '9');
+            while (j < n && h[j] && strchr("0123456789+-.eE", h[j])) {
+                if (h[j] < '0' || h[j] > '9') plain = 0;
+                else if (v <= (uint64_t)MAX_JSON_INT) v = v * 10 + (uint64_t)(h[j] - '0');
+                j++;
+            }
+            if (!plain || v > (uint64_t)MAX_JSON_INT)
+                return vt_seterr(e, "tensor '%.*s': the number %.*s in its entry is not %s", (int)(key_len < 64 ? key_len : 64),
+                                 key ? key : "", (int)(j - i < 32 ? j - i : 32), h + i,
+                                 plain ? "at most 2^53" : "written as a non-negative integer (digits only)");
+            i = j - 1;
+        }
+    }
+    return 0;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* Returns a duplicated key among the children of obj, NULL when none (or -1 via *err on OOM). */
@@ -324,6 +362,7 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
         if (parse_entry(c, &f->entries[f->n], e) != 0) goto done;
         f->n++;
     }
+    if (check_numbers((const char *)hdr, hlen, e) != 0) goto done;
 
     /* Offsets must tile the data section exactly. */
     const uint8_t *data = hdr + hlen;
