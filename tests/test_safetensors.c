@@ -193,6 +193,26 @@ static void test_writer_errors(vt_test *T, const char *dir) {
     T_CHECK(T, vt_st_write(path, dup, 1, "{\"a\":\"b\",\"a\":\"c\"}", &e) == -1 && strstr(e.msg, "duplicate"), "meta4: %s",
             e.msg);
     vt_clearerr(&e);
+    /* strings the reader would refuse (not UTF-8; e.g. a --data path with byte 0xff) are never written */
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"ok\":\"b\",\"data\":\"/tmp/\xff\"}", &e) == -1 &&
+                   strstr(e.msg, "the value of metadata key 'data' is not valid UTF-8 (byte 0xff at offset 5)") &&
+                   strstr(e.msg, path),
+            "metadata value not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"d\xc3\":\"b\"}", &e) == -1 &&
+                   strstr(e.msg, "metadata key 'd\\xc3' is not valid UTF-8"),
+            "metadata key not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    vt_st_out badname = {.name = "w\xe2\x82", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};
+    T_CHECK(T, vt_st_write(path, &badname, 1, NULL, &e) == -1 && strstr(e.msg, "tensor name 'w\\xe2\\x82' is not valid"),
+            "tensor name not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"d\":\"caf\xc3\xa9 \\u00e9\"}", &e) == 0, "UTF-8 metadata: %s", e.msg);
+    vt_st_file f0;
+    T_CHECK(T, vt_st_open(path, &f0, &e) == 0 && vt_st_meta(&f0, "d") && strcmp(vt_st_meta(&f0, "d"), "caf\xc3\xa9 \xc3\xa9") == 0,
+            "UTF-8 metadata read back: %s", e.msg);
+    vt_st_close(&f0);
+    unlink(path);
     vt_st_out noname = {.name = "", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};
     T_CHECK(T, vt_st_write(path, &noname, 1, NULL, &e) == -1 && strstr(e.msg, "empty"), "noname: %s", e.msg);
     vt_clearerr(&e);

@@ -98,7 +98,8 @@ int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e);
 
 /* Writes n tensors to path atomically (path.tmp.<pid>, fsync, rename; temp removed on error).
  * metadata_json is NULL or a JSON object of string values stored as __metadata__. The header is
- * space-padded so the data section starts at a multiple of 8. Names must be unique. */
+ * space-padded so the data section starts at a multiple of 8. Names must be unique; names, metadata
+ * keys and values must be valid UTF-8 (the reader refuses anything else). */
 int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *metadata_json, vt_err *e);
 
 #endif

@@ -62,6 +62,25 @@ static int utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
     return 1;
 }
 
+/* s with bytes outside printable ASCII written as \xNN, cut to fit buf[n] (for messages about invalid strings). */
+static const char *escaped(const char *s, char *buf, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < n; p++)
+        if (*p < 0x20 || *p >= 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", *p);
+        else buf[o++] = (char)*p;
+    buf[o] = '\0';
+    return buf;
+}
+
+/* The writer's check of a metadata key or value, or a tensor name: valid UTF-8, so that the reader accepts it. */
+static int check_utf8(const char *s, const char *what, const char *key, vt_err *e) {
+    size_t bad;
+    char shown[200];
+    if (utf8_valid((const uint8_t *)s, strlen(s), &bad)) return 0;
+    return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu)", what, escaped(key, shown, sizeof shown),
+                     (unsigned char)s[bad], bad);
+}
+
 /* A JSON number that is a non-negative integer <= 2^53, into *out; 0 on success, -1 otherwise. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return -1;
@@ -672,9 +691,7 @@ static int check_outs(const vt_st_out *ts, int n, uint64_t *nbytes, vt_err *e) {
         if (nl >= VT_NAMELEN)
             return vt_seterr(e, "tensor name '%.40s...' is too long (%zu bytes, max %d)", t->name, nl, VT_NAMELEN - 1);
         if (strcmp(t->name, "__metadata__") == 0) return vt_seterr(e, "'__metadata__' is not a valid tensor name");
-        size_t bad;
-        if (!utf8_valid((const uint8_t *)t->name, nl, &bad))
-            return vt_seterr(e, "tensor name '%s' is not valid UTF-8", t->name);
+        if (check_utf8(t->name, "tensor name", t->name, e)) return -1;
         if ((unsigned)t->dtype >= VT_ST_NDTYPE) return vt_seterr(e, "tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
         if (t->ndim < 0 || t->ndim > VT_ST_MAXDIM)
             return vt_seterr(e, "tensor '%s': ndim %d out of range [0, %d]", t->name, t->ndim, VT_ST_MAXDIM);
@@ -720,6 +737,11 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
         vt_st_file tmp;
         memset(&tmp, 0, sizeof tmp);
         int rc = parse_metadata(m, &tmp, e);
+        for (int i = 0; rc == 0 && i < tmp.n_meta; i++) /* the reader refuses a header that is not UTF-8 */
+            rc = check_utf8(tmp.meta_keys[i], "metadata key", tmp.meta_keys[i], e) ||
+                         check_utf8(tmp.meta_vals[i], "the value of metadata key", tmp.meta_keys[i], e)
+                     ? -1
+                     : 0;
         vt_st_close(&tmp);
         char *txt = rc == 0 ? cJSON_PrintUnformatted(m) : NULL;
         cJSON_Delete(m);
