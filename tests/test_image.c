@@ -322,8 +322,8 @@ static void check_pnm_jpeg(vt_test *T) {
     unsigned char pic[100] = {0x53, 0x80, 0xf6, 0x34};
     memcpy(pic + 88, "PICT", 4);
     T_CHECK(T, rgb_ok(pic, sizeof pic, NULL, 0, 0, &e) != 0 && strstr(e.msg, "unsupported"), "PIC: %s", e.msg);
-    T_CHECK(T, rgb_ok((const unsigned char *)"P2 1 1 255\n7\n", 13, NULL, 0, 0, &e) != 0 && strstr(e.msg, "unsupported"),
-            "ASCII PGM: %s", e.msg);
+    T_CHECK(T, rgb_ok((const unsigned char *)"P2 1 1 255\n7\n", 13, NULL, 0, 0, &e) != 0 &&
+                   strstr(e.msg, "unsupported"), "ASCII PGM: %s", e.msg);
 }
 
 /* BMP: OS/2 (12-byte) headers, top-down rows, a compression field stb_image reads as none, palettes (issue: only
@@ -425,7 +425,9 @@ static void check_gif_psd_hdr(vt_test *T) {
         if (i % 100 == 0) lzw[nl++] = 128; /* clear */
         const int v = (i * 7 + i / W * 3) % 128;
         lzw[nl++] = (unsigned char)v;
-        want[3 * i] = (unsigned char)(2 * v), want[3 * i + 1] = (unsigned char)(255 - v), want[3 * i + 2] = (unsigned char)v;
+        want[3 * i] = (unsigned char)(2 * v);
+        want[3 * i + 1] = (unsigned char)(255 - v);
+        want[3 * i + 2] = (unsigned char)v;
     }
     lzw[nl++] = 129; /* end of information */
     for (size_t at = 0; at < nl; at += 200) {

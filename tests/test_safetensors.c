@@ -204,13 +204,13 @@ static void test_writer_errors(vt_test *T, const char *dir) {
             "metadata key not UTF-8: %s", e.msg);
     vt_clearerr(&e);
     vt_st_out badname = {.name = "w\xe2\x82", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};
-    T_CHECK(T, vt_st_write(path, &badname, 1, NULL, &e) == -1 && strstr(e.msg, "tensor name 'w\\xe2\\x82' is not valid"),
-            "tensor name not UTF-8: %s", e.msg);
+    T_CHECK(T, vt_st_write(path, &badname, 1, NULL, &e) == -1 &&
+                   strstr(e.msg, "tensor name 'w\\xe2\\x82' is not valid"), "tensor name not UTF-8: %s", e.msg);
     vt_clearerr(&e);
     T_CHECK(T, vt_st_write(path, dup, 1, "{\"d\":\"caf\xc3\xa9 \\u00e9\"}", &e) == 0, "UTF-8 metadata: %s", e.msg);
     vt_st_file f0;
-    T_CHECK(T, vt_st_open(path, &f0, &e) == 0 && vt_st_meta(&f0, "d") && strcmp(vt_st_meta(&f0, "d"), "caf\xc3\xa9 \xc3\xa9") == 0,
-            "UTF-8 metadata read back: %s", e.msg);
+    T_CHECK(T, vt_st_open(path, &f0, &e) == 0 && vt_st_meta(&f0, "d") &&
+                   strcmp(vt_st_meta(&f0, "d"), "caf\xc3\xa9 \xc3\xa9") == 0, "UTF-8 metadata read back: %s", e.msg);
     vt_st_close(&f0);
     unlink(path);
     vt_st_out noname = {.name = "", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};

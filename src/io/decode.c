@@ -203,13 +203,15 @@ static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p, vt_err *e) 
     long long v[3] = {0, 0, 0};
     if (n < 3) return vt_seterr(e, "truncated image file (%zu bytes: a PNM header cut after its magic)", n);
     if (!pnm_space(hd[2]))
-        return vt_seterr(e, "corrupt PNM header: byte 0x%02x after the magic %c%c, not whitespace", hd[2], hd[0], hd[1]);
+        return vt_seterr(e, "corrupt PNM header: byte 0x%02x after the magic %c%c, not whitespace", hd[2], hd[0],
+                         hd[1]);
     size_t i = 3;
     for (int k = 0; k < 3; k++) {
         while (i < n && (pnm_space(hd[i]) || hd[i] == '#'))
             if (hd[i++] == '#')
                 while (i < n && hd[i] != '\n' && hd[i] != '\r') i++;
-        if (i >= n) return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends before its %s)", n, what[k]);
+        if (i >= n)
+            return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends before its %s)", n, what[k]);
         if (hd[i] < '0' || hd[i] > '9')
             return vt_seterr(e, "corrupt PNM header: byte 0x%02x at offset %zu where the %s should be", hd[i], i,
                              what[k]);
@@ -218,8 +220,10 @@ static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p, vt_err *e) 
             if (v[k] <= INT32_MAX) v[k] = v[k] * 10 + (hd[i] - '0'); /* stops growing past INT32_MAX: no overflow */
         if (v[k] > INT32_MAX)
             return vt_seterr(e, "corrupt PNM header: the %s %.*s%s does not fit an int", what[k],
-                             (int)(i - first < 24 ? i - first : 24), (const char *)hd + first, i - first > 24 ? "..." : "");
-        if (i >= n) return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends after its %s)", n, what[k]);
+                             (int)(i - first < 24 ? i - first : 24), (const char *)hd + first,
+                             i - first > 24 ? "..." : "");
+        if (i >= n)
+            return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends after its %s)", n, what[k]);
         if (!pnm_space(hd[i]))
             return vt_seterr(e, "corrupt PNM header: byte 0x%02x after the %s, not whitespace", hd[i], what[k]);
         i++;
@@ -297,7 +301,8 @@ static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
     if (n < 14 + hsz) return truncated(e, "BMP", n, "header cut");
     const int bits = (int)le16(b + (hsz == 12 ? 24 : 28)), comp = hsz == 12 ? 0 : (int32_t)le32(b + 30);
     if (comp == 1 || comp == 2 || comp >= 4 || off > INT32_MAX) return 0; /* RLE, JPEG, PNG: stb_image refuses */
-    if (off < 14 + hsz) return vt_seterr(e, "corrupt BMP: pixel data offset %u lies inside its %u-byte header", off, 14 + hsz);
+    if (off < 14 + hsz)
+        return vt_seterr(e, "corrupt BMP: pixel data offset %u lies inside its %u-byte header", off, 14 + hsz);
     const uint64_t row = ((uint64_t)w * (uint64_t)bits + 31) / 32 * 4, need = off + row * (uint64_t)h;
     if (n < need) return too_short(e, n, need);
     if (bits != 1 && bits != 4 && bits != 8) return 0;
@@ -308,7 +313,9 @@ static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
     for (int y = 0; y < h; y++) {
         const unsigned char *r = b + off + (size_t)y * row;
         for (int x = 0; x < w; x++) {
-            const int i = bits == 8 ? r[x] : bits == 4 ? (r[x / 2] >> (x & 1 ? 0 : 4)) & 15 : (r[x / 8] >> (7 - x % 8)) & 1;
+            const int i = bits == 8   ? r[x]
+                          : bits == 4 ? (r[x / 2] >> (x & 1 ? 0 : 4)) & 15
+                                      : (r[x / 8] >> (7 - x % 8)) & 1;
             if (i >= psize)
                 return vt_seterr(e, "corrupt BMP: pixel %d of row %d uses palette entry %d, past the %lld read", x, y,
                                  i, psize);
@@ -393,7 +400,8 @@ static int psd_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
         const uint64_t need = at + read * px * (uint64_t)(depth / 8);
         return n < need ? too_short(e, n, need) : 0;
     }
-    if (depth == 16) return vt_seterr(e, "16-bit RLE-compressed PSD images are not supported (stb_image misreads them)");
+    if (depth == 16)
+        return vt_seterr(e, "16-bit RLE-compressed PSD images are not supported (stb_image misreads them)");
     const uint64_t counts = (uint64_t)h * (uint64_t)chans * 2; /* the row byte counts, skipped */
     if (counts > n - at) return truncated(e, "PSD", n, "row byte counts cut");
     at += (size_t)counts;

@@ -77,8 +77,8 @@ static int check_utf8(const char *s, const char *what, const char *key, vt_err *
     size_t bad;
     char shown[200];
     if (utf8_valid((const uint8_t *)s, strlen(s), &bad)) return 0;
-    return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu)", what, escaped(key, shown, sizeof shown),
-                     (unsigned char)s[bad], bad);
+    return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu)", what,
+                     escaped(key, shown, sizeof shown), (unsigned char)s[bad], bad);
 }
 
 /* A JSON number that is a non-negative integer <= 2^53, into *out; 0 on success, -1 otherwise. */
@@ -121,8 +121,9 @@ static int check_numbers(const char *h, size_t n, vt_err *e) {
                 j++;
             }
             if (!plain || v > (uint64_t)MAX_JSON_INT)
-                return vt_seterr(e, "tensor '%.*s': the number %.*s in its entry is not %s", (int)(key_len < 64 ? key_len : 64),
-                                 key ? key : "", (int)(j - i < 32 ? j - i : 32), h + i,
+                return vt_seterr(e, "tensor '%.*s': the number %.*s in its entry is not %s",
+                                 (int)(key_len < 64 ? key_len : 64), key ? key : "", (int)(j - i < 32 ? j - i : 32),
+                                 h + i,
                                  plain ? "at most 2^53" : "written as a non-negative integer (digits only)");
             i = j - 1;
         }

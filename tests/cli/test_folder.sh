@@ -138,7 +138,8 @@ check "a folder reached twice through symlinks is an error naming both paths" \
     "[ $rc -eq 1 ] && grep -qF '/x/y is the folder $T/e5/train/a/x/' '$T/err.log'" "rc $rc: $(cat "$T/err.log")"
 rm "$T/e5/train/a/x"
 ln -s . "$T/e5/train/a/self"
-err "a symlink loop is an error naming both paths" "$T/e5/train/a/self is the folder $T/e5/train/a reached again" "$T/e5"
+err "a symlink loop is an error naming both paths" "$T/e5/train/a/self is the folder $T/e5/train/a reached again" \
+    "$T/e5"
 rm "$T/e5/train/a/self"
 mkdir -p "$T/e5/train/b"$'\n'"c"
 cp "$ONE" "$T/e5/train/b"$'\n'"c/"
