@@ -234,9 +234,265 @@ static void check_hostile(vt_test *T) {
             e.msg);
 }
 
+/* A growable byte buffer for files built here. */
+typedef struct {
+    unsigned char b[16384];
+    size_t n;
+} bytes;
+
+static void put(bytes *o, const void *p, size_t n) {
+    if (o->n + n <= sizeof o->b) memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+static void put8(bytes *o, unsigned v) { put(o, &(unsigned char){(unsigned char)v}, 1); }
+static void put16le(bytes *o, unsigned v) { put8(o, v & 255), put8(o, v >> 8 & 255); }
+static void put32le(bytes *o, unsigned v) { put16le(o, v & 0xffff), put16le(o, v >> 16); }
+static void put16be(bytes *o, unsigned v) { put8(o, v >> 8 & 255), put8(o, v & 255); }
+static void put32be(bytes *o, unsigned v) { put16be(o, v >> 16), put16be(o, v & 0xffff); }
+
+/* Decodes buf[0..n) to RGB: 0 with w×h pixels equal to want (when given), else -1 with e set. */
+static int rgb_ok(const unsigned char *buf, size_t n, const unsigned char *want, int w, int h, vt_err *e) {
+    vt_image img;
+    vt_clearerr(e);
+    if (vt_image_decode(buf, n, 3, 0, &img, e)) return -1;
+    const int ok = img.w == w && img.h == h && (!want || memcmp(img.pix, want, (size_t)w * h * 3) == 0);
+    vt_image_free(&img);
+    return ok ? 0 : vt_seterr(e, "decoded %d×%d with other pixels", img.w, img.h);
+}
+
+/* 1 when every cut of buf to fewer than `upto` bytes, from `from` on, is refused; names the first one accepted. */
+static int cuts_refused(vt_test *T, const char *what, const unsigned char *buf, size_t from, size_t upto) {
+    vt_err e = {{0}};
+    for (size_t cut = from; cut < upto; cut++)
+        if (rgb_ok(buf, cut, NULL, 0, 0, &e) == 0 || !e.msg[0] || strstr(e.msg, "decoded")) {
+            T_CHECK(T, 0, "%s cut to %zu of %zu bytes accepted", what, cut, upto);
+            return 0;
+        }
+    return 1;
+}
+
+/* Binary PNM headers as PIL and stb_image read them (issue: stb_image took \f and a comment ending in \r as
+ * separators where vitc's header parser did not, so truncated files were filled with zeros), numbers that do not
+ * fit an int, tables-only JPEGs, and formats refused. */
+static void check_pnm_jpeg(vt_test *T) {
+    vt_err e = {{0}};
+    static const unsigned char four[] = {0, 85, 170, 255, 0, 0, 85, 85, 170, 170, 255, 255}; /* 4×1 gray as RGB */
+    unsigned char rgb[12];
+    for (int i = 0; i < 4; i++) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = four[i];
+    static const char *const good[] = {"P5\f4 1 255\n", "P5 #c\r4 1 255\n", "P5\v4\t#c\n1\r255\f", "P5 0004 1 255\n"};
+    for (int k = 0; k < 4; k++) {
+        bytes b = {{0}, 0};
+        put(&b, good[k], strlen(good[k]));
+        put(&b, four, 4);
+        T_CHECK(T, rgb_ok(b.b, b.n, rgb, 4, 1, &e) == 0, "PNM header %d decodes: %s", k, e.msg);
+        T_CHECK(T, rgb_ok(b.b, b.n - 1, NULL, 4, 1, &e) != 0 && strstr(e.msg, "truncated"), "header %d cut: %s", k,
+                e.msg);
+    }
+    /* truncated files whose header stb_image reads as 100×100 (the audit's cases) */
+    static const char *const cut[] = {"P5\f100 100 255\nxy", "P5 #\r100 100 255\n1 1 255\nxy", "P6 100\v100 255\nx"};
+    static const char *const need[] = {"need 10015)", "need 10017)", "need 30015)"};
+    for (int k = 0; k < 3; k++)
+        T_CHECK(T, rgb_ok((const unsigned char *)cut[k], strlen(cut[k]), NULL, 0, 0, &e) != 0 &&
+                       strstr(e.msg, "truncated") && strstr(e.msg, need[k]),
+                "truncated 100×100 PNM %d: %s", k, e.msg);
+    /* numbers past INT_MAX (stb_image wraps 2^32 + 1 to 1), and what PIL and stb_image read apart */
+    static const struct {
+        const char *file, *msg;
+    } bad[] = {
+        {"P5 4294967297 4294967297 255\nx", "width 4294967297 does not fit an int"},
+        {"P5 1 99999999999999999999999999999 255\nx", "height 999999999999999999999999... does not fit"},
+        {"P5 1 1 2147483648\nx", "maxval 2147483648 does not fit"},
+        {"P5 1 1 70000\nxx", "maxval 70000 is outside"},
+        {"P51 1 255\nx", "after the magic"},
+        {"P5 1#c\n1 255\nx", "after the width"},
+        {"P5 1 1 255#c\nx", "after the maxval"},
+        {"P5 1 x 255\nx", "where the height should be"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        T_CHECK(T, rgb_ok((const unsigned char *)bad[k].file, strlen(bad[k].file), NULL, 0, 0, &e) != 0 &&
+                       strstr(e.msg, bad[k].msg),
+                "PNM '%s': %s", bad[k].file, e.msg);
+    /* a JPEG of tables only: libjpeg-turbo's header call succeeds without setting the size */
+    T_CHECK(T, rgb_ok((const unsigned char *)"\xff\xd8\xff\xd9", 4, NULL, 0, 0, &e) != 0 &&
+                   strstr(e.msg, "no frame header"), "tables-only JPEG: %s", e.msg);
+    /* SOI then junk: libjpeg-turbo's (not stb_image's JPEG decoder, which reads zeros past the end) */
+    T_CHECK(T, rgb_ok((const unsigned char *)"\xff\xd8\x00\xff\xc0", 5, NULL, 0, 0, &e) != 0 && strstr(e.msg, "JPEG"),
+            "JPEG with junk after SOI: %s", e.msg);
+    /* formats stb_image reads but vitc does not: Softimage PIC, ASCII PNM */
+    unsigned char pic[100] = {0x53, 0x80, 0xf6, 0x34};
+    memcpy(pic + 88, "PICT", 4);
+    T_CHECK(T, rgb_ok(pic, sizeof pic, NULL, 0, 0, &e) != 0 && strstr(e.msg, "unsupported"), "PIC: %s", e.msg);
+    T_CHECK(T, rgb_ok((const unsigned char *)"P2 1 1 255\n7\n", 13, NULL, 0, 0, &e) != 0 &&
+                   strstr(e.msg, "unsupported"), "ASCII PGM: %s", e.msg);
+}
+
+/* BMP: OS/2 (12-byte) headers, top-down rows, a compression field stb_image reads as none, palettes (issue: only
+ * headers of 40 bytes and more with compression 0 or 3 were checked for truncation). */
+static void check_bmp(vt_test *T) {
+    enum { W = 5, H = 4 };
+    vt_err e = {{0}};
+    unsigned char want[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) want[i] = (unsigned char)(i * 29 % 256);
+    const int row = (W * 3 + 3) / 4 * 4;
+    /* OS/2 24-bit: 12-byte header, 16-bit sizes, bottom-up rows */
+    bytes b = {{0}, 0};
+    put(&b, "BM", 2), put32le(&b, 0), put32le(&b, 0), put32le(&b, 26);
+    put32le(&b, 12), put16le(&b, W), put16le(&b, H), put16le(&b, 1), put16le(&b, 24);
+    for (int y = H - 1; y >= 0; y--) {
+        for (int x = 0; x < W; x++)
+            for (int c = 2; c >= 0; c--) put8(&b, want[(y * W + x) * 3 + c]);
+        for (int k = W * 3; k < row; k++) put8(&b, 0);
+    }
+    T_CHECK(T, rgb_ok(b.b, b.n, want, W, H, &e) == 0, "OS/2 BMP: %s", e.msg);
+    T_CHECK(T, cuts_refused(T, "OS/2 BMP", b.b, 2, b.n), "OS/2 BMP cuts");
+    /* the audit's OS/2 BMP: 100×100 declared, 10 bytes of pixels */
+    bytes o = {{0}, 0};
+    put(&o, "BM", 2), put32le(&o, 0), put32le(&o, 0), put32le(&o, 26);
+    put32le(&o, 12), put16le(&o, 100), put16le(&o, 100), put16le(&o, 1), put16le(&o, 24);
+    put(&o, "0123456789", 10);
+    T_CHECK(T, rgb_ok(o.b, o.n, NULL, 0, 0, &e) != 0 && strstr(e.msg, "truncated"), "100×100 OS/2 BMP: %s", e.msg);
+    /* Windows 24-bit, top-down (negative height), then with compression 0xffffffff (stb_image: uncompressed) */
+    bytes t = {{0}, 0};
+    put(&t, "BM", 2), put32le(&t, 0), put32le(&t, 0), put32le(&t, 54);
+    put32le(&t, 40), put32le(&t, W), put32le(&t, (unsigned)-H), put16le(&t, 1), put16le(&t, 24), put32le(&t, 0);
+    for (int k = 0; k < 5; k++) put32le(&t, 0);
+    for (int y = 0; y < H; y++) {
+        for (int x = 0; x < W; x++)
+            for (int c = 2; c >= 0; c--) put8(&t, want[(y * W + x) * 3 + c]);
+        for (int k = W * 3; k < row; k++) put8(&t, 0);
+    }
+    T_CHECK(T, rgb_ok(t.b, t.n, want, W, H, &e) == 0, "top-down BMP: %s", e.msg);
+    T_CHECK(T, cuts_refused(T, "top-down BMP", t.b, 2, t.n), "top-down BMP cuts");
+    t.b[30] = t.b[31] = t.b[32] = t.b[33] = 0xff;
+    T_CHECK(T, rgb_ok(t.b, t.n, want, W, H, &e) == 0, "BMP compression -1: %s", e.msg);
+    T_CHECK(T, cuts_refused(T, "BMP with compression -1", t.b, 54, t.n), "BMP compression -1 cuts");
+    t.b[10] = 30; /* pixel data offset inside the header */
+    T_CHECK(T, rgb_ok(t.b, t.n, NULL, 0, 0, &e) != 0 && strstr(e.msg, "inside its 54-byte header"), "offset 30: %s",
+            e.msg);
+    /* 8-bit palette: an OS/2 file with 8 entries (stb_image 2.27 reads 4 of them) and a Windows one with 2; a pixel
+     * past the entries read is refused (stb_image would return uninitialised memory for it) */
+    static const unsigned char pal[8][3] = {{10, 20, 30}, {40, 50, 60}, {70, 80, 90}, {100, 110, 120},
+                                            {1, 2, 3},    {4, 5, 6},    {7, 8, 9},    {11, 12, 13}};
+    for (int os2 = 0; os2 < 2; os2++) {
+        const int entries = os2 ? 8 : 2, read = os2 ? 4 : 2, hsz = os2 ? 12 : 40, es = os2 ? 3 : 4;
+        bytes q = {{0}, 0};
+        unsigned char wp[W * H * 3];
+        put(&q, "BM", 2), put32le(&q, 0), put32le(&q, 0), put32le(&q, 14 + hsz + entries * es);
+        if (os2) {
+            put32le(&q, 12), put16le(&q, W), put16le(&q, H), put16le(&q, 1), put16le(&q, 8);
+        } else {
+            put32le(&q, 40), put32le(&q, W), put32le(&q, H), put16le(&q, 1), put16le(&q, 8), put32le(&q, 0);
+            for (int k = 0; k < 5; k++) put32le(&q, 0);
+        }
+        for (int i = 0; i < entries; i++) {
+            put8(&q, pal[i][2]), put8(&q, pal[i][1]), put8(&q, pal[i][0]);
+            if (!os2) put8(&q, 0);
+        }
+        const size_t px = q.n;
+        for (int y = H - 1; y >= 0; y--) {
+            for (int x = 0; x < W; x++) {
+                const int i = (x + y) % read;
+                put8(&q, (unsigned)i);
+                memcpy(wp + (y * W + x) * 3, pal[i], 3);
+            }
+            for (int k = W; k < (W + 3) / 4 * 4; k++) put8(&q, 0);
+        }
+        T_CHECK(T, rgb_ok(q.b, q.n, wp, W, H, &e) == 0, "8-bit BMP (OS/2 %d): %s", os2, e.msg);
+        T_CHECK(T, cuts_refused(T, "8-bit BMP", q.b, 2, q.n), "8-bit BMP cuts (OS/2 %d)", os2);
+        q.b[px + 2] = 7; /* in the OS/2 file's palette, not in the part read */
+        T_CHECK(T, rgb_ok(q.b, q.n, NULL, 0, 0, &e) != 0 && strstr(e.msg, "palette entry"),
+                "8-bit BMP (OS/2 %d) pixel past the palette: %s", os2, e.msg);
+    }
+}
+
+/* GIF (LZW codes of 8 bits with a clear code every 100 pixels: one byte a pixel), PSD (raw and RLE) and HDR (flat
+ * and RLE): whole files decode to their pixels, every cut is refused (issue: stb_image decoded cut GIF, PSD and HDR
+ * files from zeros past the end, and looped forever on a cut RLE HDR). */
+static void check_gif_psd_hdr(vt_test *T) {
+    enum { W = 20, H = 15 };
+    vt_err e = {{0}};
+    unsigned char want[W * H * 3];
+    /* GIF: a global table of 128 entries, then a graphic control extension, a comment and the image */
+    bytes g = {{0}, 0};
+    put(&g, "GIF89a", 6), put16le(&g, W), put16le(&g, H), put8(&g, 0x80 | 6), put8(&g, 0), put8(&g, 0);
+    for (int i = 0; i < 128; i++) put8(&g, (unsigned)(2 * i)), put8(&g, (unsigned)(255 - i)), put8(&g, (unsigned)i);
+    put(&g, "\x21\xf9\x04\x00\x00\x00\x00\x00", 8);
+    put(&g, "\x21\xfe\x03" "abc" "\x00", 7);
+    put8(&g, 0x2c), put16le(&g, 0), put16le(&g, 0), put16le(&g, W), put16le(&g, H), put8(&g, 0), put8(&g, 7);
+    unsigned char lzw[W * H + 8];
+    size_t nl = 0;
+    for (int i = 0; i < W * H; i++) {
+        if (i % 100 == 0) lzw[nl++] = 128; /* clear */
+        const int v = (i * 7 + i / W * 3) % 128;
+        lzw[nl++] = (unsigned char)v;
+        want[3 * i] = (unsigned char)(2 * v);
+        want[3 * i + 1] = (unsigned char)(255 - v);
+        want[3 * i + 2] = (unsigned char)v;
+    }
+    lzw[nl++] = 129; /* end of information */
+    for (size_t at = 0; at < nl; at += 200) {
+        const size_t len = nl - at < 200 ? nl - at : 200;
+        put8(&g, (unsigned)len), put(&g, lzw + at, len);
+    }
+    put8(&g, 0), put8(&g, 0x3b);
+    T_CHECK(T, rgb_ok(g.b, g.n, want, W, H, &e) == 0, "GIF: %s", e.msg);
+    T_CHECK(T, cuts_refused(T, "GIF", g.b, 0, g.n - 1), "GIF cuts"); /* without its trailer it is whole */
+    /* PSD, RGB 8-bit: planar raw, then PackBits rows (a literal run and a repeat each) */
+    for (int rle = 0; rle < 2; rle++) {
+        bytes p = {{0}, 0};
+        put(&p, "8BPS", 4), put16be(&p, 1), put(&p, "\0\0\0\0\0\0", 6), put16be(&p, 3), put32be(&p, H);
+        put32be(&p, W), put16be(&p, 8), put16be(&p, 3);
+        put32be(&p, 0), put32be(&p, 4), put32be(&p, 0), put32be(&p, 0), put16be(&p, (unsigned)rle);
+        for (int k = 0; rle && k < H * 3; k++) put16be(&p, 0); /* row byte counts (stb_image skips them) */
+        for (int c = 0; c < 3; c++)
+            for (int y = 0; y < H; y++) {
+                if (rle) put8(&p, W - 3); /* W - 2 literal bytes, then a repeat of 2 */
+                for (int x = 0; x < W - (rle ? 2 : 0); x++) put8(&p, want[(y * W + x) * 3 + c]);
+                if (rle) {
+                    put8(&p, 257 - 2), put8(&p, 9);
+                    for (int x = W - 2; x < W; x++) want[(y * W + x) * 3 + c] = 9;
+                }
+            }
+        T_CHECK(T, rgb_ok(p.b, p.n, want, W, H, &e) == 0, "PSD (RLE %d): %s", rle, e.msg);
+        T_CHECK(T, cuts_refused(T, "PSD", p.b, 0, p.n), "PSD cuts (RLE %d)", rle);
+    }
+    /* HDR: 1.0 (mantissa 128, exponent 129) reads 255, 0 reads 0; flat for a width under 8, else RLE scanlines */
+    for (int rle = 0; rle < 2; rle++) {
+        const int w = rle ? 9 : 4, h = 3;
+        bytes r = {{0}, 0};
+        char line[32];
+        snprintf(line, sizeof line, "-Y %d +X %d\n", h, w);
+        static const char head[] = "#?RADIANCE\n# made by test_image\nFORMAT=32-bit_rle_rgbe\n\n";
+        put(&r, head, sizeof head - 1), put(&r, line, strlen(line));
+        unsigned char m[9][4];
+        for (int y = 0; y < h; y++) {
+            for (int x = 0; x < w; x++)
+                for (int c = 0; c < 3; c++) {
+                    m[x][c] = (x + y + c) % 2 ? 128 : 0;
+                    want[(y * w + x) * 3 + c] = m[x][c] ? 255 : 0;
+                }
+            if (!rle) {
+                for (int x = 0; x < w; x++) put(&r, m[x], 3), put8(&r, 129);
+                continue;
+            }
+            put8(&r, 2), put8(&r, 2), put16be(&r, (unsigned)w);
+            for (int c = 0; c < 3; c++) { /* literal runs */
+                put8(&r, (unsigned)w);
+                for (int x = 0; x < w; x++) put8(&r, m[x][c]);
+            }
+            put8(&r, 128 + (unsigned)w), put8(&r, 129); /* the exponent: one run */
+        }
+        T_CHECK(T, rgb_ok(r.b, r.n, want, w, h, &e) == 0, "HDR (RLE %d): %s", rle, e.msg);
+        T_CHECK(T, cuts_refused(T, "HDR", r.b, 0, r.n), "HDR cuts (RLE %d)", rle);
+    }
+}
+
 void test_image(vt_test *T) {
     check_crops(T);
     check_channels_and_errors(T);
     check_decode(T);
     check_hostile(T);
+    check_pnm_jpeg(T);
+    check_bmp(T);
+    check_gif_psd_hdr(T);
 }

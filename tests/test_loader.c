@@ -140,6 +140,114 @@ static void test_folder_scan(vt_test *T) {
     T_CHECK(T, system(p) == 0, "cleanup");
 }
 
+/* Writes text to dir/name. */
+static void write_text(const char *dir, const char *name, const char *text) {
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* Symlinked folders reached twice (issue: 30 levels of two links each to the next level made 2^30 visits, the depth
+ * limit never reached) and class names that cannot be printed on one line. */
+static void test_folder_links(vt_test *T) {
+    char root[] = "/tmp/vitc_links_XXXXXX";
+    if (!mkdtemp(root)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    char p[1024], q[1024];
+    vt_imagefolder f;
+    vt_err e = {{0}};
+    /* a/l0 .. a/l29: each level holds x and y, both links to the next level */
+    snprintf(p, sizeof p, "%s/a", root);
+    mkdir(p, 0777);
+    touch(p, "1.png");
+    for (int k = 0; k < 30; k++) {
+        snprintf(p, sizeof p, "%s/l%d", root, k);
+        mkdir(p, 0777);
+        touch(p, "2.png");
+        snprintf(q, sizeof q, "../l%d", k + 1);
+        for (int j = 0; j < 2 && k < 29; j++) {
+            snprintf(p, sizeof p, "%s/l%d/%c", root, k, "xy"[j]);
+            T_CHECK(T, symlink(q, p) == 0, "symlink %s", p);
+        }
+    }
+    snprintf(p, sizeof p, "%s/a/x", root);
+    T_CHECK(T, symlink("../l0", p) == 0, "symlink %s", p);
+    /* l29 is first reached as a/x/x/.../x (x before y), then again as a/x/.../x/y */
+    char deep[512], want[1100];
+    int o = snprintf(deep, sizeof deep, "%s/a", root);
+    for (int k = 0; k < 29; k++) o += snprintf(deep + o, sizeof deep - (size_t)o, "/x");
+    snprintf(want, sizeof want, "%s/y is the folder %s/x reached again", deep, deep);
+    vt_clearerr(&e);
+    const int rc = vt_imagefolder_scan(root, NULL, &f, &e);
+    T_CHECK(T, rc == -1 && strstr(e.msg, want), "branching links: %s", e.msg);
+    if (rc == 0) vt_imagefolder_free(&f);
+    /* a link to one's own folder, and a class folder that is another class's */
+    snprintf(p, sizeof p, "cd /tmp && rm -rf '%s'/a/x '%s'/l*", root, root);
+    T_CHECK(T, system(p) == 0, "cleanup links");
+    snprintf(p, sizeof p, "%s/a/self", root);
+    T_CHECK(T, symlink(".", p) == 0, "symlink %s", p);
+    vt_clearerr(&e);
+    snprintf(q, sizeof q, "%s/a/self is the folder %s/a reached again", root, root);
+    T_CHECK(T, vt_imagefolder_scan(root, NULL, &f, &e) == -1 && strstr(e.msg, q), "self link: %s", e.msg);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/b", root);
+    T_CHECK(T, symlink("a", p) == 0, "symlink %s", p);
+    vt_clearerr(&e);
+    snprintf(q, sizeof q, "%s/b is the folder %s/a reached again", root, root);
+    T_CHECK(T, vt_imagefolder_scan(root, NULL, &f, &e) == -1 && strstr(e.msg, q), "class b = class a: %s", e.msg);
+    unlink(p);
+    T_CHECK(T, vt_imagefolder_scan(root, NULL, &f, &e) == 0 && f.n == 1, "one class, one file: %s", e.msg);
+    vt_imagefolder_free(&f);
+    /* a class folder named with a newline */
+    snprintf(p, sizeof p, "%s/b\nc", root);
+    mkdir(p, 0777);
+    touch(p, "3.png");
+    vt_clearerr(&e);
+    T_CHECK(T, vt_imagefolder_scan(root, NULL, &f, &e) == -1 && strstr(e.msg, "'b\\nc' has a control character"),
+            "class folder with a newline: %s", e.msg);
+    /* classes.json: text after the object, keys given twice or not indices, names empty, repeated or with control
+     * characters; each refused naming the problem */
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"0\": \"a\", \"1\": \"b\"} junk", "text after the JSON object"},
+        {"{\"0\": \"a\", \"1\": \"b\"}\n{}", "text after the JSON object"},
+        {"{\"0\": \"a\", \"0\": \"b\"}", "duplicate key \"0\""},
+        {"{\"0\": \"a\", \"01\": \"b\"}", "key \"01\" is not a class index"},
+        {"{\"0\": \"a\", \"x\": \"b\"}", "key \"x\" is not a class index"},
+        {"{\"0\": \"a\", \"1\": \"\"}", "class 1: an empty class name"},
+        {"{\"0\": \"a\", \"1\": \"b\\nc\"}", "class 1: class name 'b\\nc' has a control character (byte 0x0a)"},
+        {"{\"0\": \"a\", \"1\": \"b\\u007f\"}", "byte 0x7f"},
+        {"{\"0\": \"a\", \"1\": \"b\", \"2\": \"a\"}", "classes 0 and 2 are both named 'a'"},
+        {"{\"0\": \"a\", \"1\": 7}", "class 1 is missing or not a string"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char **names = NULL;
+        int K = 0;
+        write_text(root, "classes.json", bad[k].json);
+        snprintf(p, sizeof p, "%s/classes.json", root);
+        vt_clearerr(&e);
+        const int r = vt_classes_read(p, &names, &K, &e);
+        T_CHECK(T, r == -1 && strstr(e.msg, bad[k].msg) && strstr(e.msg, p), "classes.json %s: %s", bad[k].json,
+                e.msg);
+        if (r == 0) vt_classes_free(names, K);
+    }
+    write_text(root, "classes.json", "\n {\"1\": \"b\", \"0\": \"a\"}\r\n\t ");
+    char **names = NULL;
+    int K = 0;
+    T_CHECK(T, vt_classes_read(p, &names, &K, &e) == 0 && K == 2 && strcmp(names[0], "a") == 0 &&
+                   strcmp(names[1], "b") == 0, "classes.json in any key order, whitespace around: %s", e.msg);
+    if (names) vt_classes_free(names, K);
+    snprintf(p, sizeof p, "cd /tmp && rm -rf '%s'", root);
+    T_CHECK(T, system(p) == 0, "cleanup");
+}
+
 /* An RGB source of NR random w×h images (w, h varying per image). */
 #define NR 24
 typedef struct {
@@ -372,5 +480,6 @@ void test_loader(vt_test *T) {
     free(a);
     free(b);
     test_folder_scan(T);
+    test_folder_links(T);
     test_rgb(T);
 }

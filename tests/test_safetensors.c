@@ -193,6 +193,26 @@ static void test_writer_errors(vt_test *T, const char *dir) {
     T_CHECK(T, vt_st_write(path, dup, 1, "{\"a\":\"b\",\"a\":\"c\"}", &e) == -1 && strstr(e.msg, "duplicate"), "meta4: %s",
             e.msg);
     vt_clearerr(&e);
+    /* strings the reader would refuse (not UTF-8; e.g. a --data path with byte 0xff) are never written */
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"ok\":\"b\",\"data\":\"/tmp/\xff\"}", &e) == -1 &&
+                   strstr(e.msg, "the value of metadata key 'data' is not valid UTF-8 (byte 0xff at offset 5)") &&
+                   strstr(e.msg, path),
+            "metadata value not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"d\xc3\":\"b\"}", &e) == -1 &&
+                   strstr(e.msg, "metadata key 'd\\xc3' is not valid UTF-8"),
+            "metadata key not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    vt_st_out badname = {.name = "w\xe2\x82", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};
+    T_CHECK(T, vt_st_write(path, &badname, 1, NULL, &e) == -1 &&
+                   strstr(e.msg, "tensor name 'w\\xe2\\x82' is not valid"), "tensor name not UTF-8: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_st_write(path, dup, 1, "{\"d\":\"caf\xc3\xa9 \\u00e9\"}", &e) == 0, "UTF-8 metadata: %s", e.msg);
+    vt_st_file f0;
+    T_CHECK(T, vt_st_open(path, &f0, &e) == 0 && vt_st_meta(&f0, "d") &&
+                   strcmp(vt_st_meta(&f0, "d"), "caf\xc3\xa9 \xc3\xa9") == 0, "UTF-8 metadata read back: %s", e.msg);
+    vt_st_close(&f0);
+    unlink(path);
     vt_st_out noname = {.name = "", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a};
     T_CHECK(T, vt_st_write(path, &noname, 1, NULL, &e) == -1 && strstr(e.msg, "empty"), "noname: %s", e.msg);
     vt_clearerr(&e);
@@ -287,6 +307,16 @@ static void test_malformed(vt_test *T, const char *dir) {
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,\"2\"],\"data_offsets\":[0,8]}}", 8, "shape[1]");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,4]}}", 4, "shape[0]");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":5,\"data_offsets\":[0,4]}}", 4, "shape is not an array");
+    /* integral values not written as integers (cJSON reads them as integers) */
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[10.0],\"data_offsets\":[0,10]}}", 10,
+               "tensor 'a': the number 10.0 in its entry is not written as a non-negative integer");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1e1],\"data_offsets\":[0,10]}}", 10, "number 1e1");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[010],\"data_offsets\":[0,10]}}", 10, "number 010");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[-0,0]}}", 0, "number -0 ");
+    expect_bad(T, "{\"b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]},\"a\":{\"dtype\":\"U8\",\"shape\":[2],"
+                  "\"data_offsets\":[1,3.0E0]}}", 3, "tensor 'a': the number 3.0E0");
+    expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[9007199254740993,0],\"data_offsets\":[0,0]}}", 0,
+               "number 9007199254740993 in its entry is not at most 2^53");
     expect_bad(T, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1, "max 8");
     expect_bad(T, "{\"a\":{\"dtype\":\"F32\",\"shape\":[9007199254740992,9007199254740992],\"data_offsets\":[0,4]}}", 4,
                "overflow");

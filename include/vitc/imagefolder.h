@@ -21,17 +21,20 @@ typedef struct vt_imagefolder {
 int vt_is_image_file(const char *name);
 
 /* Scans dir/train and dir/val into train and val (val uses train's class indices). Errors name the folder: a missing
- * train/ or val/, no class folder, a class folder without images, a val class that train lacks. */
+ * train/ or val/, no class folder, a class folder without images, a val class that train lacks, a folder reached a
+ * second time through symlinks (both paths named). */
 int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e);
 
-/* Scans one split folder (e.g. dir/val) with the classes of `classes` (NULL: its own sorted subfolders). */
+/* Scans one split folder (e.g. dir/val) with the classes of `classes` (NULL: its own sorted subfolders); class folder
+ * names with control characters are refused. */
 int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt_imagefolder *out, vt_err *e);
 
 /* Writes the class index map as JSON {"0": "name0", "1": ...} to path atomically. */
 int vt_imagefolder_write_classes(const vt_imagefolder *f, const char *path, vt_err *e);
 
 /* Reads a class index map written by vt_imagefolder_write_classes into names (n malloc'd strings; free with
- * vt_classes_free); the indices must be 0..n-1. */
+ * vt_classes_free): one JSON object and nothing after it, keys 0..n-1 once each, names distinct, not empty, without
+ * control characters. */
 int vt_classes_read(const char *path, char ***names, int *n, vt_err *e);
 
 /* Frees names from vt_classes_read. */

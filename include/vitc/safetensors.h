@@ -11,6 +11,8 @@
  *   - every other entry is an object with exactly the fields "dtype" (one of F64 F32 F16 BF16 I64
  *     I32 I16 I8 U8 BOOL), "shape" (<= 8 non-negative integers) and "data_offsets" ([begin, end],
  *     non-negative integers, begin <= end); names are non-empty and shorter than VT_NAMELEN;
+ *   - numbers are written as integers of at most 2^53: digits only, no leading zero (10.0, 1e1, -0,
+ *     010 are refused, though JSON parsers read them as integers);
  *   - prod(shape) * dtype size (overflow-checked) == end - begin;
  *   - the offsets, sorted, tile the data section exactly: start at 0, no gap, no overlap, and the
  *     last end equals the data-section size (no trailing bytes).
@@ -96,7 +98,8 @@ int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e);
 
 /* Writes n tensors to path atomically (path.tmp.<pid>, fsync, rename; temp removed on error).
  * metadata_json is NULL or a JSON object of string values stored as __metadata__. The header is
- * space-padded so the data section starts at a multiple of 8. Names must be unique. */
+ * space-padded so the data section starts at a multiple of 8. Names must be unique; names, metadata
+ * keys and values must be valid UTF-8 (the reader refuses anything else). */
 int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *metadata_json, vt_err *e);
 
 #endif

@@ -1,13 +1,12 @@
 /* Decoding untrusted image files. PNG goes through libpng (every chunk CRC and the zlib Adler-32 checked, a
  * truncated stream is an error), JPEG through libjpeg-turbo (any warning, e.g. a premature end of data, is an
- * error; optional DCT-domain downscaling), and the formats neither covers (BMP, GIF, TGA, PNM, PSD, HDR) through
- * stb_image, whose results are checked: an uncompressed BMP, PNM or TGA, or an RLE TGA, must hold every pixel its
- * header claims (stb reads zeros past the end of such files instead of failing). Binary PNM samples are read here
- * once stb_image has identified the file (pnm_samples: stb 2.27 neither scales by maxval nor reads 16-bit samples
- * big-endian). Files are read whole, from regular files and from pipes alike. Colour conversion follows PIL's
- * convert(): RGB -> L with ITU-R 601-2 luma in PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16;
- * the rounded (299 R + 587 G + 114 B) / 1000 differs from it on ~0.05% of pixels), L -> RGB by copying, alpha
- * dropped. */
+ * error; optional DCT-domain downscaling), binary PNM (P5, P6) is read here (header as PIL reads it, samples scaled
+ * by maxval), and BMP, GIF, TGA, PSD and HDR through stb_image once a walk of the file's structure has checked that
+ * every byte stb_image will read lies in the file (past the end it reads zeros instead of failing, or for HDR loops
+ * forever). Other formats stb_image reads (Softimage PIC, ASCII PNM) are refused. Files are read whole, from
+ * regular files and from pipes alike. Colour conversion follows PIL's convert(): RGB -> L with ITU-R 601-2 luma in
+ * PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; the rounded (299 R + 587 G + 114 B) / 1000
+ * differs from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -145,9 +144,11 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
 static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e) {
     tjhandle tj = tjInitDecompress();
     if (!tj) return vt_seterr(e, "out of memory (libjpeg-turbo)");
-    int w, h, sub, space, rc = 0;
+    int w = 0, h = 0, sub = -1, space = -1, rc = 0; /* a file of tables only leaves them unset, with no error */
     if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &space)) {
         rc = vt_seterr(e, "corrupt JPEG: %s", tjGetErrorStr2(tj));
+    } else if (w < 1 || h < 1) {
+        rc = vt_seterr(e, "corrupt JPEG: no frame header (a file of tables only, or cut before its image size)");
     } else if (check_size(w, h, e)) {
         rc = -1;
     } else if (space == TJCS_CMYK || space == TJCS_YCCK) {
@@ -179,118 +180,302 @@ static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_si
     return rc;
 }
 
-/* ---- other formats (stb_image), with truncation checks ---- */
-
-static uint32_t le16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
-static uint32_t le32(const unsigned char *p) { return le16(p) | le16(p + 2) << 16; }
-
-/* Bytes an RLE TGA needs to hold w·h pixels of bpp bytes from offset `at`, or 0 if it cannot (truncated). */
-static long long tga_rle_end(const unsigned char *b, size_t n, size_t at, long long pixels, int bpp) {
-    while (pixels > 0) {
-        if (at >= n) return 0;
-        const int head = b[at++], count = (head & 127) + 1;
-        at += (size_t)(head & 128 ? bpp : count * bpp);
-        pixels -= count;
-    }
-    return at <= n ? (long long)at : 0;
-}
+/* ---- binary PNM (P5, P6), read here: stb_image 2.27 neither scales samples by maxval nor reads 16-bit ones
+ * big-endian, and reads a header some other way than PIL does ---- */
 
 /* A binary PNM's header: P5 (gray) or P6 (RGB), width, height, maxval, samples from byte `data` on. */
 typedef struct {
-    long long w, h, maxval;
+    int w, h, maxval, chans;
     size_t data;
-    int chans;
 } pnm_hdr;
 
-/* Parses a binary PNM header: 1 when hd starts one, 0 when it is not one (or not a parsable one), -1 when the file
- * ends inside it. */
-static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p) {
-    if (n < 2 || hd[0] != 'P' || (hd[1] != '5' && hd[1] != '6')) return 0;
-    long long v[3] = {0, 0, 0};
-    size_t i = 2;
-    for (int k = 0; k < 3; k++) { /* width, height, maxval; whitespace and # comments between them */
-        while (i < n && (hd[i] == ' ' || hd[i] == '\t' || hd[i] == '\n' || hd[i] == '\r' || hd[i] == '#'))
-            if (hd[i++] == '#')
-                while (i < n && hd[i] != '\n') i++;
-        if (i >= n) return -1; /* the header ends before its three numbers (stb would invent the pixels) */
-        if (hd[i] < '0' || hd[i] > '9') return 0;
-        while (i < n && hd[i] >= '0' && hd[i] <= '9' && v[k] < (1LL << 31)) v[k] = v[k] * 10 + (hd[i++] - '0');
-    }
-    *p = (pnm_hdr){v[0], v[1], v[2], i + 1, hd[1] == '6' ? 3 : 1}; /* one whitespace byte after maxval */
-    return 1;
+/* PNM header whitespace, as PIL and stb_image have it. */
+static int pnm_space(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* Bytes the file must have for its header's pixels (uncompressed BMP, binary PNM, TGA), 0 when not checkable,
- * -1 for an RLE TGA whose packets end before its pixels do or a binary PNM cut inside its header. */
-static long long needed_bytes(const unsigned char *hd, size_t n) {
-    if (n >= 34 && hd[0] == 'B' && hd[1] == 'M') {
-        const long long off = le32(hd + 10), w = (int32_t)le32(hd + 18), h = (int32_t)le32(hd + 22);
-        const int bits = (int)le16(hd + 28), comp = (int)le32(hd + 30);
-        if (hd[14] < 40 || (comp != 0 && comp != 3) || w <= 0 || bits <= 0) return 0; /* old/compressed headers */
-        return off + (w * bits + 31) / 32 * 4 * (h < 0 ? -h : h);
+/* Parses the header of a binary PNM (hd starts "P5" or "P6") as PIL and stb_image both read it: the magic, one
+ * whitespace byte, then width, height and maxval separated by whitespace (space \t \n \v \f \r) and # comments that
+ * end at \n or \r; each number ends with one whitespace byte (a '#' right after a digit is read apart by the two),
+ * the one after maxval the last byte before the samples. Numbers must fit an int. */
+static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p, vt_err *e) {
+    static const char *const what[3] = {"width", "height", "maxval"};
+    long long v[3] = {0, 0, 0};
+    if (n < 3) return vt_seterr(e, "truncated image file (%zu bytes: a PNM header cut after its magic)", n);
+    if (!pnm_space(hd[2]))
+        return vt_seterr(e, "corrupt PNM header: byte 0x%02x after the magic %c%c, not whitespace", hd[2], hd[0],
+                         hd[1]);
+    size_t i = 3;
+    for (int k = 0; k < 3; k++) {
+        while (i < n && (pnm_space(hd[i]) || hd[i] == '#'))
+            if (hd[i++] == '#')
+                while (i < n && hd[i] != '\n' && hd[i] != '\r') i++;
+        if (i >= n)
+            return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends before its %s)", n, what[k]);
+        if (hd[i] < '0' || hd[i] > '9')
+            return vt_seterr(e, "corrupt PNM header: byte 0x%02x at offset %zu where the %s should be", hd[i], i,
+                             what[k]);
+        const size_t first = i;
+        for (; i < n && hd[i] >= '0' && hd[i] <= '9'; i++)
+            if (v[k] <= INT32_MAX) v[k] = v[k] * 10 + (hd[i] - '0'); /* stops growing past INT32_MAX: no overflow */
+        if (v[k] > INT32_MAX)
+            return vt_seterr(e, "corrupt PNM header: the %s %.*s%s does not fit an int", what[k],
+                             (int)(i - first < 24 ? i - first : 24), (const char *)hd + first,
+                             i - first > 24 ? "..." : "");
+        if (i >= n)
+            return vt_seterr(e, "truncated image file (%zu bytes: the PNM header ends after its %s)", n, what[k]);
+        if (!pnm_space(hd[i]))
+            return vt_seterr(e, "corrupt PNM header: byte 0x%02x after the %s, not whitespace", hd[i], what[k]);
+        i++;
     }
-    pnm_hdr p;
-    const int pnm = pnm_header(hd, n, &p);
-    if (pnm) return pnm < 0 ? -1 : (long long)p.data + p.w * p.h * p.chans * (p.maxval > 255 ? 2 : 1);
-    if (n >= 3 && hd[1] <= 1 && (hd[2] == 1 || hd[2] == 2 || hd[2] == 3 || hd[2] == 9 || hd[2] == 10 || hd[2] == 11)) {
-        /* TGA (colour-map type 0 or 1, a known image type; stb_image identifies the same files) */
-        if (n < 18) return -1; /* not even the 18-byte header */
-        const long long w = le16(hd + 12), h = le16(hd + 14), bpp = (hd[16] + 7) / 8;
-        const long long map = hd[1] ? (long long)le16(hd + 5) * ((hd[7] + 7) / 8) : 0, at = 18 + hd[0] + map;
-        if (hd[2] < 9) return at + w * h * bpp;
-        const long long end = tga_rle_end(hd, n, (size_t)at, w * h, (int)bpp);
-        return end ? end : -1;
+    *p = (pnm_hdr){(int)v[0], (int)v[1], (int)v[2], hd[1] == '6' ? 3 : 1, i};
+    return 0;
+}
+
+/* Decodes a binary PNM: samples (two bytes big-endian each for maxval > 255) scaled from [0, maxval] to [0, 255] as
+ * PIL reads them (rounded; a sample above maxval reads 255); maxval outside [1, 65535] is refused, as PIL does. */
+static int decode_pnm(const unsigned char *buf, size_t n, int chans, vt_image *img, vt_err *e) {
+    pnm_hdr p = {0, 0, 0, 0, 0};
+    if (pnm_header(buf, n, &p, e) || check_size(p.w, p.h, e)) return -1;
+    if (p.maxval < 1 || p.maxval > 65535)
+        return vt_seterr(e, "corrupt PNM image: maxval %d is outside [1, 65535]", p.maxval);
+    const size_t count = (size_t)p.w * (size_t)p.h * (size_t)p.chans, bps = p.maxval > 255 ? 2 : 1;
+    if (n - p.data < count * bps)
+        return vt_seterr(e, "truncated image file (%zu bytes, the header's pixels need %zu)", n, p.data + count * bps);
+    const unsigned char *s = buf + p.data;
+    const unsigned m = (unsigned)p.maxval;
+    unsigned char *pix = malloc(count);
+    if (!pix) return vt_seterr(e, "out of memory (%d×%d image)", p.w, p.h);
+    for (size_t i = 0; i < count; i++) {
+        const unsigned v = bps == 2 ? (unsigned)s[2 * i] << 8 | s[2 * i + 1] : s[i];
+        pix[i] = v >= m ? 255 : (unsigned char)((v * 255 + m / 2) / m);
+    }
+    img->w = p.w;
+    img->h = p.h;
+    img->chans = chans;
+    img->pix = vt_image_convert(pix, p.w, p.h, p.chans, chans, e);
+    free(pix);
+    return img->pix ? 0 : -1;
+}
+
+/* ---- BMP, GIF, TGA, PSD, HDR (stb_image), with checks that every byte stb_image reads lies in the file (past
+ * the end it reads zeros, or for HDR loops forever) ---- */
+
+static uint32_t le16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t le32(const unsigned char *p) { return le16(p) | le16(p + 2) << 16; }
+static uint32_t be16(const unsigned char *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t be32(const unsigned char *p) { return be16(p) << 16 | be16(p + 2); }
+
+#define FORMATS "PNG, JPEG, BMP, GIF, TGA, binary PNM (P5, P6), PSD, HDR"
+
+/* The formats read with stb_image, told apart by their first bytes as stb_image tells them (no two overlap). */
+typedef enum { FMT_NONE, FMT_BMP, FMT_GIF, FMT_TGA, FMT_PSD, FMT_HDR } stb_format;
+static const char *const fmt_name[] = {"?", "BMP", "GIF", "TGA", "PSD", "HDR"};
+
+static stb_format stb_kind(const unsigned char *b, size_t n) {
+    if (n >= 2 && b[0] == 'B' && b[1] == 'M') return FMT_BMP;
+    if (n >= 6 && (memcmp(b, "GIF87a", 6) == 0 || memcmp(b, "GIF89a", 6) == 0)) return FMT_GIF;
+    if (n >= 4 && memcmp(b, "8BPS", 4) == 0) return FMT_PSD;
+    if ((n >= 11 && memcmp(b, "#?RADIANCE\n", 11) == 0) || (n >= 7 && memcmp(b, "#?RGBE\n", 7) == 0)) return FMT_HDR;
+    /* TGA: colour-map type 0 or 1 and a known image type (stb_image tests TGA last, with more rules) */
+    if (n >= 3 && b[1] <= 1 && (b[2] == 1 || b[2] == 2 || b[2] == 3 || b[2] == 9 || b[2] == 10 || b[2] == 11))
+        return FMT_TGA;
+    return FMT_NONE;
+}
+
+static int truncated(vt_err *e, const char *fmt, size_t n, const char *where) {
+    return vt_seterr(e, "truncated image file (%zu bytes: %s %s)", n, fmt, where);
+}
+
+static int too_short(vt_err *e, size_t n, uint64_t need) {
+    return vt_seterr(e, "truncated image file (%zu bytes, the header's pixels need %llu)", n, (unsigned long long)need);
+}
+
+/* BMP: the header, the pixel rows from the data offset (uncompressed or bit fields), and for palette images every
+ * pixel's index inside the palette stb_image reads (entries past it are uninitialised memory there). w, h: the
+ * checked size (h = |height|). */
+static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) {
+    if (n < 18) return truncated(e, "BMP", n, "header cut");
+    const uint32_t off = le32(b + 10), hsz = le32(b + 14);
+    if (hsz != 12 && hsz != 40 && hsz != 56 && hsz != 108 && hsz != 124) return 0; /* stb_image refuses it */
+    if (n < 14 + hsz) return truncated(e, "BMP", n, "header cut");
+    const int bits = (int)le16(b + (hsz == 12 ? 24 : 28)), comp = hsz == 12 ? 0 : (int32_t)le32(b + 30);
+    if (comp == 1 || comp == 2 || comp >= 4 || off > INT32_MAX) return 0; /* RLE, JPEG, PNG: stb_image refuses */
+    if (off < 14 + hsz)
+        return vt_seterr(e, "corrupt BMP: pixel data offset %u lies inside its %u-byte header", off, 14 + hsz);
+    const uint64_t row = ((uint64_t)w * (uint64_t)bits + 31) / 32 * 4, need = off + row * (uint64_t)h;
+    if (n < need) return too_short(e, n, need);
+    if (bits != 1 && bits != 4 && bits != 8) return 0;
+    /* stb_image 2.27 reads (offset - 38) / 3 entries of an OS/2 palette (hsz 12), (offset - 14 - hsz) / 4 others */
+    const long long psize = hsz == 12 ? ((long long)off - 38) / 3 : ((long long)off - 14 - hsz) / 4;
+    if (psize < 1) return vt_seterr(e, "corrupt BMP: its pixel data offset %u leaves no room for a palette", off);
+    if (psize > 256) return 0; /* refused by stb_image */
+    for (int y = 0; y < h; y++) {
+        const unsigned char *r = b + off + (size_t)y * row;
+        for (int x = 0; x < w; x++) {
+            const int i = bits == 8   ? r[x]
+                          : bits == 4 ? (r[x / 2] >> (x & 1 ? 0 : 4)) & 15
+                                      : (r[x / 8] >> (7 - x % 8)) & 1;
+            if (i >= psize)
+                return vt_seterr(e, "corrupt BMP: pixel %d of row %d uses palette entry %d, past the %lld read", x, y,
+                                 i, psize);
+        }
     }
     return 0;
 }
 
-/* A binary PNM's samples (w·h·chans, after the size checks) scaled from [0, maxval] to [0, 255] as PIL reads them:
- * rounded, a sample above maxval reads 255, two bytes big-endian per sample for maxval > 255. Decoded here, not by
- * stb_image 2.27, which returns 8-bit samples unscaled and reads 16-bit ones in the host's byte order (little-endian
- * on x86: a 16-bit file read as noise). NULL with the error set for a maxval outside [1, 65535] (PIL refuses those). */
-static unsigned char *pnm_samples(const unsigned char *buf, const pnm_hdr *p, vt_err *e) {
-    if (p->maxval < 1 || p->maxval > 65535) {
-        vt_seterr(e, "corrupt PNM image: maxval %lld is outside [1, 65535]", p->maxval);
-        return NULL;
+/* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end. */
+static int gif_check(const unsigned char *b, size_t n, vt_err *e) {
+    if (n < 13) return truncated(e, "GIF", n, "header cut");
+    size_t at = 13;
+    if (b[10] & 0x80) at += 3 * ((size_t)2 << (b[10] & 7)); /* global colour table */
+    for (;;) {
+        if (at >= n) return truncated(e, "GIF", n, "ends before its first image");
+        const int tag = b[at++];
+        if (tag == 0x2c) { /* image descriptor (9 bytes), local colour table, LZW code size, data sub-blocks */
+            if (n - at < 9) return truncated(e, "GIF", n, "image descriptor cut");
+            const int flags = b[at + 8];
+            at += 9;
+            if (flags & 0x80) at += 3 * ((size_t)2 << (flags & 7));
+            for (at++;;) {
+                if (at >= n) return truncated(e, "GIF", n, "image data cut");
+                const size_t len = b[at++];
+                if (len == 0) return 0;
+                at += len;
+            }
+        }
+        if (tag != 0x21) return 0; /* the trailer or an unknown block: stb_image refuses the file */
+        if (at >= n) return truncated(e, "GIF", n, "extension cut");
+        if (b[at++] == 0xf9) { /* graphic control: as stb_image reads it, a size other than 4 ends the block */
+            if (at >= n) return truncated(e, "GIF", n, "extension cut");
+            const size_t len = b[at++];
+            at += len;
+            if (len != 4) continue;
+        }
+        for (;;) { /* sub-blocks to a zero-length one */
+            if (at >= n) return truncated(e, "GIF", n, "extension cut");
+            const size_t len = b[at++];
+            if (len == 0) break;
+            at += len;
+        }
     }
-    const size_t count = (size_t)(p->w * p->h * p->chans);
-    const unsigned char *s = buf + p->data;
-    const long long m = p->maxval;
-    unsigned char *out = malloc(count);
-    if (!out) {
-        vt_seterr(e, "out of memory (%lld×%lld image)", p->w, p->h);
-        return NULL;
+}
+
+/* TGA: the pixels (uncompressed) or the RLE packets up to the last pixel. */
+static int tga_check(const unsigned char *b, size_t n, vt_err *e) {
+    if (n < 18) return truncated(e, "TGA", n, "header cut");
+    const uint64_t w = le16(b + 12), h = le16(b + 14), bpp = (b[16] + 7) / 8;
+    const uint64_t map = b[1] ? (uint64_t)le16(b + 5) * ((b[7] + 7) / 8) : 0, at0 = 18 + b[0] + map;
+    if (b[2] < 9) return n < at0 + w * h * bpp ? too_short(e, n, at0 + w * h * bpp) : 0;
+    uint64_t at = at0;
+    for (uint64_t left = w * h; left > 0;) {
+        if (at >= n) return truncated(e, "RLE TGA", n, "pixel packets cut");
+        const unsigned head = b[at++], count = (head & 127) + 1;
+        at += head & 128 ? bpp : count * bpp;
+        left -= count < left ? count : left;
     }
-    for (size_t i = 0; i < count; i++) {
-        const long long v = m > 255 ? (long long)s[2 * i] << 8 | s[2 * i + 1] : s[i];
-        out[i] = v >= m ? 255 : (unsigned char)((v * 255 + m / 2) / m);
+    return at > n ? truncated(e, "RLE TGA", n, "pixel packets cut") : 0;
+}
+
+/* PSD: the sections before the image data, then the first four channels (as many as there are) raw or RLE. */
+static int psd_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) {
+    if (n < 26) return truncated(e, "PSD", n, "header cut");
+    const int chans = (int)be16(b + 12), depth = (int)be16(b + 22);
+    if (be16(b + 4) != 1 || chans > 16 || (depth != 8 && depth != 16) || be16(b + 24) != 3) return 0; /* refused */
+    size_t at = 26;
+    for (int k = 0; k < 3; k++) { /* colour mode data, image resources, layer and mask information */
+        if (n - at < 4) return truncated(e, "PSD", n, "section length cut");
+        const uint32_t len = be32(b + at);
+        at += 4;
+        if (len > INT32_MAX) return vt_seterr(e, "corrupt PSD: section length %u", len); /* stb_image: to the end */
+        if (len > n - at) return truncated(e, "PSD", n, "section cut");
+        at += len;
     }
-    return out;
+    if (n - at < 2) return truncated(e, "PSD", n, "compression field cut");
+    const uint32_t comp = be16(b + at), read = chans < 4 ? (uint32_t)chans : 4;
+    const uint64_t px = (uint64_t)w * (uint64_t)h;
+    at += 2;
+    if (comp > 1) return 0; /* refused by stb_image */
+    if (comp == 0) {
+        const uint64_t need = at + read * px * (uint64_t)(depth / 8);
+        return n < need ? too_short(e, n, need) : 0;
+    }
+    if (depth == 16)
+        return vt_seterr(e, "16-bit RLE-compressed PSD images are not supported (stb_image misreads them)");
+    const uint64_t counts = (uint64_t)h * (uint64_t)chans * 2; /* the row byte counts, skipped */
+    if (counts > n - at) return truncated(e, "PSD", n, "row byte counts cut");
+    at += (size_t)counts;
+    for (uint32_t c = 0; c < read; c++)
+        for (uint64_t left = px; left > 0;) { /* PackBits: 0..127 copy len+1 bytes, 129..255 repeat one, 128 no-op */
+            if (at >= n) return truncated(e, "PSD", n, "RLE data cut");
+            const unsigned len = b[at++];
+            if (len == 128) continue;
+            const uint64_t count = len < 128 ? len + 1 : 257 - len, bytes = len < 128 ? count : 1;
+            if (count > left) return 0; /* refused by stb_image */
+            if (bytes > n - at) return truncated(e, "PSD", n, "RLE data cut");
+            at += (size_t)bytes;
+            left -= count;
+        }
+    return 0;
+}
+
+/* HDR: header lines up to an empty one (or one starting with a NUL byte, as stb_image reads them), the size line,
+ * then flat RGBE pixels (width < 8, or a scanline not starting 2 2: from there on all flat) or RLE scanlines. */
+static int hdr_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) {
+    size_t at = 0;
+    for (int last = 0; !last;) {
+        const unsigned char *nl = at < n ? memchr(b + at, '\n', n - at) : NULL;
+        if (!nl) return truncated(e, "HDR", n, "header cut");
+        last = b[at] == '\n' || b[at] == 0;
+        at = (size_t)(nl - b) + 1;
+    }
+    const unsigned char *nl = at < n ? memchr(b + at, '\n', n - at) : NULL; /* "-Y h +X w" */
+    if (!nl) return truncated(e, "HDR", n, "size line cut");
+    at = (size_t)(nl - b) + 1;
+    const uint64_t flat = 4 * (uint64_t)w * (uint64_t)h;
+    if (w < 8) return n - at < flat ? too_short(e, n, at + flat) : 0;
+    for (int y = 0; y < h; y++) {
+        if (n - at < 4) return truncated(e, "HDR", n, "scanline cut");
+        if (b[at] != 2 || b[at + 1] != 2 || (b[at + 2] & 0x80)) /* not RLE: stb_image reads the image flat */
+            return n - at < flat ? too_short(e, n, at + flat) : 0;
+        if ((int)(b[at + 2] << 8 | b[at + 3]) != w) return 0; /* refused by stb_image */
+        at += 4;
+        for (int c = 0; c < 4; c++)
+            for (int x = 0; x < w;) { /* > 128: a run of count - 128 of the next byte; else count bytes */
+                if (at >= n) return truncated(e, "HDR", n, "RLE scanline cut");
+                const int count = b[at++], run = count > 128;
+                const int px = run ? count - 128 : count, bytes = run ? 1 : count;
+                if (px > w - x) return 0; /* refused by stb_image */
+                if ((size_t)bytes > n - at) return truncated(e, "HDR", n, "RLE scanline cut");
+                at += (size_t)bytes;
+                x += px;
+            }
+    }
+    return 0;
 }
 
 static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *img, vt_err *e) {
-    int w = 0, h = 0, from = 0;
+    const stb_format f = stb_kind(buf, n);
+    if (f == FMT_NONE) return vt_seterr(e, "unsupported or unrecognised image format (supported: " FORMATS ")");
     if (n > INT32_MAX) return vt_seterr(e, "file of %zu bytes is too large", n);
+    int w = 0, h = 0, from = 0;
     if (!stbi_info_from_memory(buf, (int)n, &w, &h, &from))
-        return vt_seterr(e, "unknown or corrupt image format (%s)", stbi_failure_reason());
+        return vt_seterr(e, "corrupt or unsupported %s image (%s)", fmt_name[f], stbi_failure_reason());
+    if (f == FMT_BMP && h < 0 && h != INT32_MIN) h = -h; /* a top-down BMP */
     if (check_size(w, h, e)) return -1;
-    const long long need = needed_bytes(buf, n);
-    if (need < 0 || (need > 0 && (long long)n < need))
-        return vt_seterr(e, "truncated image file (%zu bytes, the header's pixels need %lld)", n,
-                         need < 0 ? (long long)n + 1 : need);
-    pnm_hdr p;
-    const int pnm = pnm_header(buf, n, &p) == 1 && p.w == w && p.h == h; /* the file stb_image identified */
-    unsigned char *pix = pnm ? pnm_samples(buf, &p, e) : stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
-    if (!pix) return pnm ? -1 : vt_seterr(e, "corrupt image: %s", stbi_failure_reason());
-    if (pnm) from = p.chans;
+    const int bad = f == FMT_BMP   ? bmp_check(buf, n, w, h, e)
+                    : f == FMT_GIF ? gif_check(buf, n, e)
+                    : f == FMT_TGA ? tga_check(buf, n, e)
+                    : f == FMT_PSD ? psd_check(buf, n, w, h, e)
+                                   : hdr_check(buf, n, w, h, e);
+    if (bad) return -1;
+    unsigned char *pix = stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
+    if (!pix) return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], stbi_failure_reason());
     img->w = w;
     img->h = h;
     img->chans = chans;
     img->pix = vt_image_convert(pix, w, h, from, chans, e);
-    if (pnm)
-        free(pix);
-    else
-        stbi_image_free(pix);
+    stbi_image_free(pix);
     return img->pix ? 0 : -1;
 }
 
@@ -300,6 +485,7 @@ int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side,
     if (n == 0) return vt_seterr(e, "empty file");
     static const unsigned char png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (n >= 8 && memcmp(buf, png_sig, 8) == 0) return decode_png(buf, n, chans, img, e);
-    if (n >= 3 && buf[0] == 0xff && buf[1] == 0xd8 && buf[2] == 0xff) return decode_jpeg(buf, n, chans, min_side, img, e);
+    if (n >= 2 && buf[0] == 0xff && buf[1] == 0xd8) return decode_jpeg(buf, n, chans, min_side, img, e);
+    if (n >= 2 && buf[0] == 'P' && (buf[1] == '5' || buf[1] == '6')) return decode_pnm(buf, n, chans, img, e);
     return decode_stb(buf, n, chans, img, e);
 }

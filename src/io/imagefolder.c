@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 /* torchvision's IMG_EXTENSIONS less .tif, .tiff and .webp, which vitc's decoders do not read. */
 static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm"};
 #define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm"
-#define MAX_DEPTH 32 /* symlinked folders are followed (as torchvision's os.walk(followlinks=True)); loops end here */
+#define MAX_DEPTH 32 /* folders nested deeper are refused */
 
 int vt_is_image_file(const char *name) {
     const size_t n = strlen(name);
@@ -109,10 +110,62 @@ static int cmp_found(const void *a, const void *b) {
     return c ? c : strcmp(x->name, y->name);
 }
 
-/* Appends the image paths under dir (recursively) to out. */
-static int walk(const char *dir, int depth, found **out, int *n, int *cap, vt_err *e) {
-    if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep (a symlink loop?)", dir,
-                                            MAX_DEPTH);
+/* The folders a split's scan has reached, by (st_dev, st_ino), with the path each was first reached by: symlinked
+ * folders are followed, so a folder reached twice (a symlink loop, or links that branch to one folder: 2^depth
+ * visits) is an error. An open-addressing hash set. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    char *path; /* NULL: a free slot */
+} seen_dir;
+
+typedef struct {
+    seen_dir *t;
+    size_t n, cap; /* cap: a power of two, or 0 */
+} seen_set;
+
+static size_t seen_slot(const seen_set *s, dev_t dev, ino_t ino) {
+    uint64_t h = ((uint64_t)dev * 0x9e3779b97f4a7c15u) ^ ((uint64_t)ino * 0xff51afd7ed558ccdu);
+    h ^= h >> 29;
+    size_t i = (size_t)h & (s->cap - 1);
+    while (s->t[i].path && (s->t[i].dev != dev || s->t[i].ino != ino)) i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+static void seen_free(seen_set *s) {
+    for (size_t i = 0; i < s->cap; i++) free(s->t[i].path);
+    free(s->t);
+    *s = (seen_set){NULL, 0, 0};
+}
+
+/* Adds folder dir to s: an error naming both paths when it was reached before. */
+static int seen_add(seen_set *s, const char *dir, vt_err *e) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return vt_seterr(e, "cannot open folder %s: %s", dir, strerror(errno));
+    if (2 * (s->n + 1) > s->cap) { /* grow to keep the load under 1/2 */
+        seen_set g = {calloc(s->cap ? 2 * s->cap : 64, sizeof(seen_dir)), 0, s->cap ? 2 * s->cap : 64};
+        if (!g.t) return vt_seterr(e, "out of memory scanning an image folder");
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->t[i].path) g.t[seen_slot(&g, s->t[i].dev, s->t[i].ino)] = s->t[i];
+        g.n = s->n;
+        free(s->t);
+        *s = g;
+    }
+    const size_t i = seen_slot(s, st.st_dev, st.st_ino);
+    if (s->t[i].path)
+        return vt_seterr(e, "image folder: %s is the folder %s reached again (a symlink loop, or two links to one "
+                         "folder); each folder may be reached once", dir, s->t[i].path);
+    if (!(s->t[i].path = strdup(dir))) return vt_seterr(e, "out of memory scanning an image folder");
+    s->t[i].dev = st.st_dev;
+    s->t[i].ino = st.st_ino;
+    s->n++;
+    return 0;
+}
+
+/* Appends the image paths under dir (recursively) to out; seen: the folders reached so far. */
+static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n, int *cap, vt_err *e) {
+    if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep", dir, MAX_DEPTH);
+    if (seen_add(seen, dir, e)) return -1;
     strlist dirs = {0}, files = {0};
     int rc = list_dir(dir, &dirs, &files, e);
     for (int i = 0; rc == 0 && i < files.n; i++) {
@@ -136,12 +189,40 @@ static int walk(const char *dir, int depth, found **out, int *n, int *cap, vt_er
     }
     for (int i = 0; rc == 0 && i < dirs.n; i++) {
         char *sub = join(dir, dirs.s[i]);
-        rc = sub ? walk(sub, depth + 1, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
+        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
         free(sub);
     }
     strlist_free(&dirs);
     strlist_free(&files);
     return rc;
+}
+
+/* name with control bytes written as \n, \t, \r or \xNN, cut to fit out[n]. */
+static const char *printable(const char *name, char *out, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && o + 8 < n; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r')
+            o += (size_t)snprintf(out + o, n - o, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+        else if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Checks a class name: not empty, no control characters (bytes below 0x20, 0x7f: they would break the lines that
+ * print it). where begins the error message. */
+static int check_class_name(const char *name, const char *where, vt_err *e) {
+    if (!name[0]) return vt_seterr(e, "%s: an empty class name", where);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            char shown[160];
+            return vt_seterr(e, "%s: class name '%s' has a control character (byte 0x%02x)", where,
+                             printable(name, shown, sizeof shown), *p);
+        }
+    return 0;
 }
 
 void vt_imagefolder_free(vt_imagefolder *f) {
@@ -159,9 +240,18 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     strlist cls = {0};
     found *fs = NULL;
     int nf = 0, cap = 0;
-    int rc = list_dir(split_dir, &cls, NULL, e);
+    seen_set seen = {NULL, 0, 0}; /* the split folder and every folder under it, reached once each */
+    int rc = seen_add(&seen, split_dir, e);
+    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, e);
     if (rc == 0 && cls.n == 0)
         rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
+    if (rc == 0) { /* every class folder's name, the val split's too (it must be a train class) */
+        char *where = malloc(strlen(split_dir) + 64);
+        if (where) snprintf(where, strlen(split_dir) + 64, "image folder: a class folder in %s", split_dir);
+        for (int c = 0; rc == 0 && c < cls.n; c++)
+            rc = where ? check_class_name(cls.s[c], where, e) : vt_seterr(e, "out of memory");
+        free(where);
+    }
     int *label_of = rc == 0 ? calloc((size_t)cls.n, sizeof(int)) : NULL;
     if (rc == 0 && !label_of) rc = vt_seterr(e, "out of memory");
     for (int c = 0; rc == 0 && c < cls.n; c++) {
@@ -178,7 +268,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         }
         char *cdir = join(split_dir, cls.s[c]);
         const int before = nf;
-        rc = cdir ? walk(cdir, 0, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
+        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
         if (rc == 0 && nf == before)
             rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
         if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
@@ -222,6 +312,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     free(fs);
     free(label_of);
     strlist_free(&cls);
+    seen_free(&seen);
     if (rc) {
         if (!out->paths) out->n = 0;
         vt_imagefolder_free(out);
@@ -285,29 +376,78 @@ void vt_classes_free(char **names, int n) {
     free(names);
 }
 
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* 1 when key is a class index as written by vt_imagefolder_write_classes: "0" or digits without a leading zero. */
+static int index_key(const char *key) {
+    if (!key || !key[0] || (key[0] == '0' && key[1])) return 0;
+    for (const char *p = key; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
 int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     unsigned char *buf = NULL;
     size_t len = 0;
     if (vt_read_file(path, (size_t)64 << 20, &buf, &len, e)) return -1;
-    cJSON *o = cJSON_ParseWithLength((const char *)buf, len);
+    const unsigned char *nul = memchr(buf, 0, len);
+    const size_t nul_at = nul ? (size_t)(nul - buf) : 0;
+    const char *end = NULL;
+    cJSON *o = nul ? NULL : cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
+    size_t at = o && end ? (size_t)(end - (const char *)buf) : len; /* only whitespace may follow the object */
+    while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r')) at++;
     free(buf);
-    if (!cJSON_IsObject(o)) {
+    if (nul || !cJSON_IsObject(o) || at < len) {
         cJSON_Delete(o);
+        if (nul) return vt_seterr(e, "%s: a NUL byte at offset %zu", path, nul_at);
+        if (o && at < len) return vt_seterr(e, "%s: text after the JSON object (at byte %zu)", path, at);
         return vt_seterr(e, "%s: not a class index map (a JSON object {\"0\": \"name\", ...})", path);
     }
     const int K = cJSON_GetArraySize(o);
     char **nm = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
-    int rc = K > 0 && nm ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    const char **keys = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
+    int rc = K > 0 && nm && keys ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    int i = 0;
+    for (const cJSON *c = o->child; rc == 0 && c; c = c->next, i++) {
+        keys[i] = c->string;
+        if (!index_key(c->string))
+            rc = vt_seterr(e, "%s: key \"%.40s\" is not a class index (0, 1, ... without leading zeros)", path,
+                           c->string ? c->string : "");
+    }
+    if (rc == 0) { /* a key given twice: cJSON keeps both, and one index would go missing */
+        qsort(keys, (size_t)K, sizeof *keys, cmp_cstr);
+        for (int k = 1; rc == 0 && k < K; k++)
+            if (strcmp(keys[k - 1], keys[k]) == 0) rc = vt_seterr(e, "%s: duplicate key \"%s\"", path, keys[k]);
+    }
     for (int k = 0; rc == 0 && k < K; k++) {
-        char key[16];
+        char key[16], where[32];
+        vt_err ne = {{0}};
         snprintf(key, sizeof key, "%d", k);
+        snprintf(where, sizeof where, "class %d", k);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
         if (!cJSON_IsString(v))
             rc = vt_seterr(e, "%s: class %d is missing or not a string (keys must be 0..%d)", path, k, K - 1);
+        else if (check_class_name(v->valuestring, where, &ne))
+            rc = vt_seterr(e, "%s: %s", path, ne.msg);
         else if (!(nm[k] = strdup(v->valuestring)))
             rc = vt_seterr(e, "out of memory");
     }
+    if (rc == 0) { /* a name given twice: sorted, equal names are neighbours */
+        memcpy(keys, nm, sizeof(char *) * (size_t)K);
+        qsort(keys, (size_t)K, sizeof *keys, cmp_cstr);
+        for (int k = 1; rc == 0 && k < K; k++)
+            if (strcmp(keys[k - 1], keys[k]) == 0) {
+                int first = -1, second = -1;
+                for (int j = 0; j < K; j++)
+                    if (strcmp(nm[j], keys[k]) == 0) {
+                        if (first < 0) first = j;
+                        else if (second < 0) second = j;
+                    }
+                rc = vt_seterr(e, "%s: classes %d and %d are both named '%.200s'", path, first, second, keys[k]);
+            }
+    }
     cJSON_Delete(o);
+    free(keys);
     if (rc) {
         vt_classes_free(nm, K);
         return -1;

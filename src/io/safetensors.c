@@ -62,6 +62,25 @@ static int utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
     return 1;
 }
 
+/* s with bytes outside printable ASCII written as \xNN, cut to fit buf[n] (for messages about invalid strings). */
+static const char *escaped(const char *s, char *buf, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < n; p++)
+        if (*p < 0x20 || *p >= 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", *p);
+        else buf[o++] = (char)*p;
+    buf[o] = '\0';
+    return buf;
+}
+
+/* The writer's check of a metadata key or value, or a tensor name: valid UTF-8, so that the reader accepts it. */
+static int check_utf8(const char *s, const char *what, const char *key, vt_err *e) {
+    size_t bad;
+    char shown[200];
+    if (utf8_valid((const uint8_t *)s, strlen(s), &bad)) return 0;
+    return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu)", what,
+                     escaped(key, shown, sizeof shown), (unsigned char)s[bad], bad);
+}
+
 /* A JSON number that is a non-negative integer <= 2^53, into *out; 0 on success, -1 otherwise. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return -1;
@@ -70,6 +89,45 @@ static int json_uint(const cJSON *v, uint64_t *out) {
     uint64_t u = (uint64_t)d;
     if ((double)u != d) return -1;
     *out = u;
+    return 0;
+}
+
+/* Checks every number in a parsed header is written as a plain non-negative integer of at most 2^53 ("0" or digits
+ * without a leading zero): cJSON reads 10.0, 1e1, -0 and 010 as integers, and 2^53 + 1 as 2^53. The numbers are
+ * the entries' shapes and data_offsets; errors name the tensor (the top-level key) whose entry holds the number. */
+static int check_numbers(const char *h, size_t n, vt_err *e) {
+    int depth = 0;
+    const char *str = NULL, *key = NULL; /* the last string at depth 1 and the top-level key now open */
+    size_t str_len = 0, key_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = h[i];
+        if (c == '"') {
+            const size_t start = ++i;
+            while (i < n && h[i] != '"') i += h[i] == '\\' ? 2 : 1;
+            if (depth == 1) str = h + start, str_len = i - start;
+        } else if (c == ':' && depth == 1) {
+            key = str, key_len = str_len;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            uint64_t v = 0;
+            int plain = c != '-' && !(c == '0' && i + 1 < n && h[i + 1] >= '0' && h[i + 1] <= '9');
+            while (j < n && h[j] && strchr("0123456789+-.eE", h[j])) {
+                if (h[j] < '0' || h[j] > '9') plain = 0;
+                else if (v <= (uint64_t)MAX_JSON_INT) v = v * 10 + (uint64_t)(h[j] - '0');
+                j++;
+            }
+            if (!plain || v > (uint64_t)MAX_JSON_INT)
+                return vt_seterr(e, "tensor '%.*s': the number %.*s in its entry is not %s",
+                                 (int)(key_len < 64 ? key_len : 64), key ? key : "", (int)(j - i < 32 ? j - i : 32),
+                                 h + i,
+                                 plain ? "at most 2^53" : "written as a non-negative integer (digits only)");
+            i = j - 1;
+        }
+    }
     return 0;
 }
 
@@ -324,6 +382,7 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
         if (parse_entry(c, &f->entries[f->n], e) != 0) goto done;
         f->n++;
     }
+    if (check_numbers((const char *)hdr, hlen, e) != 0) goto done;
 
     /* Offsets must tile the data section exactly. */
     const uint8_t *data = hdr + hlen;
@@ -633,9 +692,7 @@ static int check_outs(const vt_st_out *ts, int n, uint64_t *nbytes, vt_err *e) {
         if (nl >= VT_NAMELEN)
             return vt_seterr(e, "tensor name '%.40s...' is too long (%zu bytes, max %d)", t->name, nl, VT_NAMELEN - 1);
         if (strcmp(t->name, "__metadata__") == 0) return vt_seterr(e, "'__metadata__' is not a valid tensor name");
-        size_t bad;
-        if (!utf8_valid((const uint8_t *)t->name, nl, &bad))
-            return vt_seterr(e, "tensor name '%s' is not valid UTF-8", t->name);
+        if (check_utf8(t->name, "tensor name", t->name, e)) return -1;
         if ((unsigned)t->dtype >= VT_ST_NDTYPE) return vt_seterr(e, "tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
         if (t->ndim < 0 || t->ndim > VT_ST_MAXDIM)
             return vt_seterr(e, "tensor '%s': ndim %d out of range [0, %d]", t->name, t->ndim, VT_ST_MAXDIM);
@@ -681,6 +738,11 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
         vt_st_file tmp;
         memset(&tmp, 0, sizeof tmp);
         int rc = parse_metadata(m, &tmp, e);
+        for (int i = 0; rc == 0 && i < tmp.n_meta; i++) /* the reader refuses a header that is not UTF-8 */
+            rc = check_utf8(tmp.meta_keys[i], "metadata key", tmp.meta_keys[i], e) ||
+                         check_utf8(tmp.meta_vals[i], "the value of metadata key", tmp.meta_keys[i], e)
+                     ? -1
+                     : 0;
         vt_st_close(&tmp);
         char *txt = rc == 0 ? cJSON_PrintUnformatted(m) : NULL;
         cJSON_Delete(m);

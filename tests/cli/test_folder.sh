@@ -123,6 +123,42 @@ err "a val class missing from train is an error" "class folder $T/e4/val/b has n
 err "a class count unlike the model's is an error" "$F/png/train has 10 classes but vit_fmnist_tiny has 2 outputs: use --num-classes 10" "$F/png" --num-classes 2
 err "a missing folder is an error" "neither fashion-mnist nor an image folder (no folder $T/none holding" "$T/none"
 
+# symlinked folders reached twice: 30 levels of two links each to the next level (2^30 walks before the fix)
+mkdir -p "$T/e5/train/a" "$T/e5/val/a"
+cp "$ONE" "$T/e5/train/a/"
+cp "$ONE" "$T/e5/val/a/"
+for k in $(seq 0 29); do
+    mkdir -p "$T/e5/l$k"
+    [ "$k" -lt 29 ] && ln -s "../l$((k + 1))" "$T/e5/l$k/x" && ln -s "../l$((k + 1))" "$T/e5/l$k/y"
+done
+ln -s ../../l0 "$T/e5/train/a/x"
+timeout 120 $V train vit_fmnist_tiny --epochs 1 --data "$T/e5" --out "$T/errrun" >"$T/err.log" 2>&1
+rc=$?
+check "a folder reached twice through symlinks is an error naming both paths" \
+    "[ $rc -eq 1 ] && grep -qF '/x/y is the folder $T/e5/train/a/x/' '$T/err.log'" "rc $rc: $(cat "$T/err.log")"
+rm "$T/e5/train/a/x"
+ln -s . "$T/e5/train/a/self"
+err "a symlink loop is an error naming both paths" "$T/e5/train/a/self is the folder $T/e5/train/a reached again" \
+    "$T/e5"
+rm "$T/e5/train/a/self"
+mkdir -p "$T/e5/train/b"$'\n'"c"
+cp "$ONE" "$T/e5/train/b"$'\n'"c/"
+err "a class folder named with a newline is an error" "a class folder in $T/e5/train: class name" "$T/e5"
+
+# classes.json that predict --classes refuses, naming the problem
+cls() { # name, expected message part, JSON text
+    printf '%s' "$3" >"$T/cls.json"
+    $V predict vit_fmnist_tiny -w "$T/w.safetensors" --classes "$T/cls.json" "$ONE" >"$T/cls.log" 2>&1
+    local rc=$?
+    check "$1" "[ $rc -ne 0 ] && grep -qF -- '$2' '$T/cls.log'" "rc $rc: $(cat "$T/cls.log")"
+}
+TEN='"0":"a","1":"b","2":"c","3":"d","4":"e","5":"f","6":"g","7":"h","8":"i"'
+cls "classes.json with text after the object" "$T/cls.json: text after the JSON object" "{$TEN,\"9\":\"j\"} x"
+cls "classes.json with a duplicate key" "duplicate key \"8\"" "{$TEN,\"8\":\"j\"}"
+cls "classes.json with a duplicate name" "classes 0 and 9 are both named" "{$TEN,\"9\":\"a\"}"
+cls "classes.json with an empty name" "class 9: an empty class name" "{$TEN,\"9\":\"\"}"
+cls "classes.json with a newline in a name" "has a control character (byte 0x0a)" "{$TEN,\"9\":\"j\\nk\"}"
+
 # one class: a softmax over it is 1 whatever the weights, so training is refused, folder or model
 mkdir -p "$T/oneclass/train/cat" "$T/oneclass/val/cat"
 cp "$ONE" "$T/oneclass/train/cat/"
