@@ -96,7 +96,11 @@ int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e);
  * values are all integral and in range (error otherwise). */
 int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e);
 
-/* Writes n tensors to path atomically (path.tmp.<pid>, fsync, rename; temp removed on error).
+/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF); else 0 with the offset of
+ * the first bad byte in *bad. Header strings must be (the reader refuses anything else). */
+int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad);
+
+/* Writes n tensors to path atomically (vt_out_open: a temporary file beside it, fsync, rename; removed on error).
  * metadata_json is NULL or a JSON object of string values stored as __metadata__. The header is
  * space-padded so the data section starts at a multiple of 8. Names must be unique; names, metadata
  * keys and values must be valid UTF-8 (the reader refuses anything else). */

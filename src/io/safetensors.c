@@ -39,8 +39,7 @@ static uint64_t le64(const uint8_t *p) {
     return v;
 }
 
-/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
-static int utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
+int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = s[i];
@@ -76,7 +75,7 @@ static const char *escaped(const char *s, char *buf, size_t n) {
 static int check_utf8(const char *s, const char *what, const char *key, vt_err *e) {
     size_t bad;
     char shown[200];
-    if (utf8_valid((const uint8_t *)s, strlen(s), &bad)) return 0;
+    if (vt_utf8_valid((const uint8_t *)s, strlen(s), &bad)) return 0;
     return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu)", what,
                      escaped(key, shown, sizeof shown), (unsigned char)s[bad], bad);
 }
@@ -330,7 +329,7 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
         goto done;
     }
     size_t bad;
-    if (!utf8_valid(hdr, hlen, &bad)) {
+    if (!vt_utf8_valid(hdr, hlen, &bad)) {
         vt_seterr(e, "invalid JSON header: not valid UTF-8 at header offset %zu", bad);
         goto done;
     }

@@ -829,6 +829,14 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
                          c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
     if (o->epochs > VT_EPOCHS_MAX) return vt_seterr(e, "at most %d epochs", VT_EPOCHS_MAX);
+    const char *text[2][2] = {{"the data path", o->data}, {"the model options", o->model_options}};
+    for (int i = 0; i < 2; i++) { /* recorded in the checkpoints' JSON header, which must be UTF-8: refused now */
+        size_t bad = 0;
+        if (text[i][1] && !vt_utf8_valid((const uint8_t *)text[i][1], strlen(text[i][1]), &bad))
+            return vt_seterr(e, "%s '%s' is not valid UTF-8 (byte 0x%02x at offset %zu), and checkpoints record it "
+                             "in JSON: give it in UTF-8 (e.g. through a symbolic link)", text[i][0], text[i][1],
+                             (unsigned char)text[i][1][bad], bad);
+    }
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");

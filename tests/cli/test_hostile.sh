@@ -139,6 +139,10 @@ $V info vit_fmnist_tiny --img-size 56 --img-size 28 >"$T/twice.log" 2>&1
 check "an option given again replaces its value (a script may override a shared list)" \
     "[ $? -eq 0 ] && grep -q 'input      1 x 28 x 28' '$T/twice.log'" "$(cat "$T/twice.log")"
 # 19. cFFN weights of the other form: the error says which form the file holds
+# checkpoints record the data path in their JSON header: a path that is not UTF-8 is refused before training
+expect "a --data path that is not UTF-8 refused" 1 "not valid UTF-8 (byte 0xff" \
+    $V train $M --data "$T/d$(printf '\377')x" --epochs 1 --out "$T/u8run"
+check "... leaving no run folder" "[ ! -e '$T/u8run' ]"
 # a block a host cannot hold is refused by name, never ignored
 for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixed blocks" \
     "groupmixformer_test --attn mhsa:fixed blocks" "simplevit_ti_msf --ffn cffn:takes the MSF paper" \
