@@ -63,13 +63,16 @@ typedef struct {
     const char *help;
     double lo, hi; /* numeric options: the accepted range (finite values only) */
     int lo_open;   /* 1: the range excludes lo */
+    int hi_open;   /* 1: the range excludes hi */
 } optdef;
 
-/* O: a string or flag option; NUM: a number in [lo, hi]; POS: a number in (0, hi]. Unset numbers keep their
- * defaults, so a given value outside the range is an error rather than a silent fall-back to the default. */
-#define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0}
-#define NUM(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0}
-#define POS(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1}
+/* O: a string or flag option; NUM: a number in [lo, hi]; POS: a number in (0, hi]; BELOW: a number in [lo, hi).
+ * Unset numbers keep their defaults, so a given value outside the range is an error rather than a silent fall-back
+ * to the default. */
+#define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0, 0}
+#define NUM(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0, 0}
+#define POS(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1, 0}
+#define BELOW(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0, 1}
 static const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
@@ -120,7 +123,7 @@ static const optdef optdefs[] = {
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
     NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from (default 1e-6, or the "
         "recipe's)"),
-    NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
+    BELOW("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing in [0, 1) (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
       "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `--recipe list` prints them all"),
@@ -172,6 +175,7 @@ static const optdef optdefs[] = {
 #undef O
 #undef NUM
 #undef POS
+#undef BELOW
 
 typedef struct {
     const char *name, *usage, *summary, *options;
@@ -1268,9 +1272,9 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
                                 : "");
         return -1;
     }
-    if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {
-        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g], got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
-                d->lo, d->hi, v, what);
+    if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
+        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g%c, got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
+                d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
     }
     if (d->kind == O_DBL)

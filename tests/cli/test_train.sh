@@ -155,6 +155,7 @@ bench vit_fmnist_tiny --batch-size 100000000|--batch-size must be in [1, 65536]
 train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr
 train vit_fmnist_tiny --lr 0|--lr must be in (0, 10], got 0
 train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing
+train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs
 predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
 EOF
