@@ -156,7 +156,8 @@ static const optdef optdefs[] = {
       "(under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
-      "split by kind and the 12 slowest nodes with their scope and shapes (--json adds time_by_kind)"),
+      "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
+      "time_by_kind in the JSON)"),
     O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
       "(hierarchical backbones: Swin, PVT, CSwin, GroupMixFormer, Next-ViT)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
@@ -937,7 +938,24 @@ static int cmd_bench(opts *o) {
         vt_data_close(&d);
         if (rc) return die("%s", e.msg);
     }
-    if (vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e)) return die("%s", e.msg);
+    /* vt_bench prints the --profile table on stdout; with --json stdout holds the JSON object alone, so the table
+     * goes to stderr (fd 1 pointed at fd 2 for the call) */
+    int saved = -1;
+    if (o->json && o->profile) {
+        fflush(stdout);
+        saved = dup(STDOUT_FILENO);
+        if (saved < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+            if (saved >= 0) close(saved);
+            return die("%s", "--profile --json: cannot send the profile table to stderr");
+        }
+    }
+    const int brc = vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e);
+    if (saved >= 0) {
+        fflush(stdout);
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    if (brc) return die("%s", e.msg);
     if (o->data && !o->json && !o->csv)
         printf("input pipeline (%s, batch %d, %d workers): %.1f img/s alone; training step %.1f img/s: %s\n", o->data,
                B, workers, pipe, r.img_per_s,

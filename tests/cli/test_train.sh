@@ -168,3 +168,9 @@ for c in list info init forward grad train eval bench deploy predict; do
     $V $c --help >"$T/h.log" 2>&1
     check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
 done
+
+# bench --profile --json: stdout is exactly one JSON object, the profile table goes to stderr
+$V bench vit_fmnist_tiny --batch-size 2 --iters 2 --json --profile >"$T/pj.json" 2>"$T/pj.err"
+check "bench --profile --json: stdout is one JSON object, the table on stderr" \
+    "[ $? -eq 0 ] && /usr/bin/python3 -m json.tool '$T/pj.json' >/dev/null && grep -q '^slowest nodes' '$T/pj.err'" \
+    "$(head -c 600 "$T/pj.json")"
