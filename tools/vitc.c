@@ -120,9 +120,10 @@ static const optdef optdefs[] = {
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
     O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
     NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
-    NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
-    NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from (default 1e-6, or the "
-        "recipe's)"),
+    NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine, at most the peak; used as given (default "
+        "1e-5, or the recipe's, which swin, flatten and groupmixformer scale with the batch as the lr)"),
+    NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from; used as given (default "
+        "1e-6, or the recipe's, scaled as --min-lr's)"),
     BELOW("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing in [0, 1) (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
@@ -769,8 +770,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->lr > 0) r->lr = o->lr, r->lr_given = 1;
     if (o->wd >= 0) r->weight_decay = o->wd;
     if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
-    if (o->min_lr >= 0) r->min_lr = o->min_lr;
-    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr;
+    if (o->min_lr >= 0) r->min_lr = o->min_lr, r->min_lr_given = 1;
+    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr, r->warmup_lr_given = 1;
     if (o->smoothing >= 0) r->smoothing = o->smoothing;
     if (o->clip >= 0) r->clip_grad = o->clip;
     if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;

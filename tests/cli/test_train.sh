@@ -174,3 +174,11 @@ $V bench vit_fmnist_tiny --batch-size 2 --iters 2 --json --profile >"$T/pj.json"
 check "bench --profile --json: stdout is one JSON object, the table on stderr" \
     "[ $? -eq 0 ] && /usr/bin/python3 -m json.tool '$T/pj.json' >/dev/null && grep -q '^slowest nodes' '$T/pj.err'" \
     "$(head -c 600 "$T/pj.json")"
+
+# explicit --min-lr and --warmup-lr are used as given, not scaled with the batch by the swin recipe (as --lr is not)
+SMALL="vit_fmnist_tiny --data fashion-mnist --train-subset 256 --test-subset 128 --epochs 1"
+$V train $SMALL --recipe swin --batch-size 16 --min-lr 1e-5 --warmup-lr 1e-6 --out "$T/sw" >"$T/sw.log" 2>&1
+check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed recipe hold them unscaled" \
+    "[ $? -eq 0 ] && grep -q '\"min_lr\":.1e-05,' '$T/sw/recipe.json' && grep -q '\"warmup_lr\":.1e-06,' '$T/sw/recipe.json' \
+     && grep -Eq '^  min_lr +1e-05$' '$T/sw.log' && grep -Eq '^  warmup_lr +1e-06$' '$T/sw.log'" \
+    "$(grep -E 'lr' "$T/sw/recipe.json" 2>/dev/null) $(tail -2 "$T/sw.log")"
