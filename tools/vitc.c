@@ -789,6 +789,20 @@ static int train_recipe(opts *o, vt_recipe *r) {
     return 0;
 }
 
+/* Where train's learning-rate option opt got its value, for messages: the command line, the checkpoint resumed
+ * (recorded: set though not given), the recipe or vitc's default. */
+static const char *lr_source(const opts *o, const char *opt, int recorded, char *buf, size_t n) {
+    if (given(o, opt))
+        snprintf(buf, n, "%s", opt);
+    else if (recorded)
+        snprintf(buf, n, "%s recorded in %s/checkpoint.safetensors", opt, o->resume);
+    else if (o->recipe)
+        snprintf(buf, n, "the %s recipe's %s", o->recipe, opt);
+    else
+        snprintf(buf, n, "the default %s", opt);
+    return buf;
+}
+
 static int cmd_train(opts *o) {
     if (o->recipe && strcmp(o->recipe, "list") == 0) {
         for (int i = 0; i < vt_recipe_count(); i++) {
@@ -822,12 +836,13 @@ static int cmd_train(opts *o) {
     }
     r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
-    if (o->min_lr >= 0 && t.min_lr > t.lr) {
-        char buf[160];
-        snprintf(buf, sizeof buf, "the final learning rate %g (--min-lr) is above the peak %g (--lr, or the recipe's)",
-                 t.min_lr, t.lr);
+    if (t.min_lr > t.lr) { /* the cosine would raise the learning rate */
+        char from[4200], peak[4200];
+        fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most %g "
+                "(e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from), t.lr,
+                lr_source(o, "--lr", o->lr > 0, peak, sizeof peak), t.lr);
         vt_dist_finalize(&d);
-        return die("%s", buf);
+        return 1;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;

@@ -182,3 +182,12 @@ check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed
     "[ $? -eq 0 ] && grep -q '\"min_lr\":.1e-05,' '$T/sw/recipe.json' && grep -q '\"warmup_lr\":.1e-06,' '$T/sw/recipe.json' \
      && grep -Eq '^  min_lr +1e-05$' '$T/sw.log' && grep -Eq '^  warmup_lr +1e-06$' '$T/sw.log'" \
     "$(grep -E 'lr' "$T/sw/recipe.json" 2>/dev/null) $(tail -2 "$T/sw.log")"
+
+# a final learning rate above the peak is refused whatever its source, naming it and the way out
+$V train $SMALL --lr 1e-6 --out "$T/lo" >"$T/lo.log" 2>&1
+check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and --min-lr" \
+    "[ $? -eq 1 ] && grep -qF 'final learning rate 1e-05 (the default --min-lr) is above the peak 1e-06 (--lr): give --min-lr' \
+     '$T/lo.log' && [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
+$V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... and under a recipe's, naming the recipe" \
+    "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
