@@ -319,6 +319,18 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_we
     return P;
 }
 
+/* The arithmetic eval and bench report when --dtype int8 ran no layer in int8. */
+#define INT8_NONE "fp32 (int8 requested; no layer ran int8)"
+
+/* Warns on stderr when c asks for int8 but u, the linear layers of the graph that ran, has none on the int8 kernel;
+ * returns 1 then. */
+static int warn_int8_fallback(const vt_model_cfg *c, vt_int8_use u) {
+    char msg[400];
+    if (!vt_int8_fallback(c, u, msg, sizeof msg)) return 0;
+    fprintf(stderr, "vitc: warning: %s\n", msg);
+    return 1;
+}
+
 /* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
 static int open_input(const opts *o, vt_st_file *f) {
     vt_err e = {{0}};
@@ -521,6 +533,7 @@ static int cmd_forward(opts *o) {
         die("%s", e.msg);
     } else if (x) {
         vt_predictor_forward(&p, x, B);
+        warn_int8_fallback(&c, vt_graph_int8_use(p.g));
         vt_st_out out[VT_MAX_STAGES] = {
             {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
         static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
@@ -893,31 +906,43 @@ static int cmd_eval(opts *o) {
         return 1;
     }
     vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run an int8 evaluation is compared with */
-    const int B = o->batch > 0 ? o->batch : 250, q = c.arch.int8;
+    const int B = o->batch > 0 ? o->batch : 250;
     vt_model_cfg cf = c;
     cf.arch.int8 = 0;
+    vt_int8_use use = {0, 0};
     int rc = 0, agree = 0;
+    if (c.arch.int8) { /* the layers on the int8 kernel at this batch (vt_evaluate builds the same graph) */
+        vt_predictor p;
+        rc = vt_predictor_init(&p, &c, P, B, VT_PRED_LOGITS, &e);
+        if (rc == 0) use = vt_graph_int8_use(p.g);
+        vt_predictor_free(&p);
+    }
+    const int q = rc == 0 && c.arch.int8 && !warn_int8_fallback(&c, use); /* int8 runs: compared with fp32 */
     if (q && (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
         rc = vt_seterr(&e, "out of memory");
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
-    if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    if (rc == 0) rc = vt_evaluate(q ? &c : &cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
+    const char *dtype = q ? "int8" : c.arch.int8 ? INT8_NONE : "fp32";
     if (rc)
         die("%s", e.msg);
     else if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, "
-               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, q ? "int8" : "fp32", r.n, (long long)r.skipped, r.loss,
-               100 * r.acc1, 100 * r.acc5);
+               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, dtype, r.n, (long long)r.skipped, r.loss, 100 * r.acc1,
+               100 * r.acc5);
+        if (c.arch.int8) printf(", \"linears\": %d, \"int8_linears\": %d", use.linears, use.int8);
         if (q) printf(", \"fp32_acc1\": %.4f, \"top1_agreement\": %.4f", 100 * rf.acc1, 100.0 * agree / r.n);
         printf("}\n");
     } else {
         printf("%s%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
-               q ? " (int8)" : "", what, d.folder ? " " : "", d.folder ? data : "", r.n,
-               r.skipped ? ", unreadable ones skipped" : "", r.loss, 100 * r.acc1, 100 * r.acc5);
+               q ? " (int8)" : c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "", what,
+               d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
+               100 * r.acc1, 100 * r.acc5);
         if (q)
             printf("fp32: top-1 accuracy %.2f%% (int8 %+.2f points); top-1 agreement of int8 with fp32: %.2f%% "
-                   "(%d of %d)\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1), 100.0 * agree / r.n, agree, r.n);
+                   "(%d of %d); %d of %d linear layers ran int8\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1),
+                   100.0 * agree / r.n, agree, r.n, use.int8, use.linears);
     }
     if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
     free(r.top1);
@@ -988,15 +1013,17 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[1024], warn[512], isa[64];
+    char rule[1024], warn[512], isa[64], q8warn[400];
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
+    const int fell_back = vt_int8_fallback(&c, (vt_int8_use){r.linears, r.int8_linears}, q8warn, sizeof q8warn);
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, c.arch.int8 ? "int8" : "fp32", B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
+               c.name, fell_back ? INT8_NONE : c.arch.int8 ? "int8" : "fp32", B,
+               o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
@@ -1025,7 +1052,8 @@ static int cmd_bench(opts *o) {
     }
     printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
-           c.name, o->train ? "train" : c.arch.int8 ? "int8 inference" : "inference", B, omp_get_max_threads(),
+           c.name, o->train ? "train" : c.arch.int8 && !fell_back ? "int8 inference" : "inference", B,
+           omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops,
            r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
@@ -1033,13 +1061,11 @@ static int cmd_bench(opts *o) {
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
            r.sgemm_onednn);
     printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
-    if (c.arch.int8 && r.int8_linears)
+    if (fell_back)
+        printf("WARNING: %s\n", q8warn);
+    else if (c.arch.int8)
         printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster)\n",
                r.int8_linears, r.linears);
-    else if (c.arch.int8)
-        printf("WARNING: --dtype int8, but none of the %d linear layers runs the int8 kernel (oneDNN has no fast int8 "
-               "kernel on this CPU, VITC_GEMM=openblas, or fp32 measured faster for every shape): this ran fp32\n",
-               r.linears);
     if (warned) printf("WARNING: %s\n", warn);
     return 0;
 }
@@ -1143,11 +1169,13 @@ static int cmd_predict(opts *o) {
         return die("%s", "out of memory");
     }
     vt_params *P = load_model(o, &c, 1);
+    vt_int8_use use = {0, 0};
     int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, k, res,
-                                   keep, keep ? keep + n * per : NULL, stderr, &e)
+                                   keep, keep ? keep + n * per : NULL, &use, stderr, &e)
                 : -1;
     int rc = bad != 0;
     if (bad < 0 && P) die("%s", e.msg);
+    if (bad >= 0) warn_int8_fallback(&c, use);
     for (int i = 0; bad >= 0 && i < n; i++) {
         if (res[i].ok) {
             print_top(o, &c, o->images[i], &res[i].top);
