@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,13 +114,14 @@ static const optdef optdefs[] = {
     O("--data", O_STR, data, "dataset: fashion-mnist, or an image folder DIR holding train/<class>/<image> and "
       "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name)"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
-      "cores, at most 8)"),
+      "cores, at most 8; bench: with --data only)"),
     NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
     O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
-    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
+    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs, at most --epochs (default 1, "
+      "or the recipe's)"),
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine, at most the peak; used as given (default "
         "1e-5, or the recipe's, which swin, flatten and groupmixformer scale with the batch as the lr)"),
     NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from; used as given (default "
@@ -127,15 +129,18 @@ static const optdef optdefs[] = {
     BELOW("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing in [0, 1) (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
-      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `--recipe list` prints them all"),
+      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `vitc train [MODEL] --recipe list` "
+      "prints them all (with MODEL: its per-model rates) and takes no other option"),
     NUM("--mixup", O_DBL, mixup, 0, 100, "Mixup alpha: lam ~ Beta(a, a) (default 0: off; deit 0.8)"),
     NUM("--cutmix", O_DBL, cutmix, 0, 100, "CutMix alpha (default 0: off; deit 1.0)"),
-    NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1)"),
-    NUM("--mixup-switch-prob", O_DBL, mixup_switch, 0, 1, "probability of CutMix when both are on (default 0.5)"),
+    NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1; refused when --mixup "
+        "and --cutmix are 0)"),
+    NUM("--mixup-switch-prob", O_DBL, mixup_switch, 0, 1, "probability of CutMix when both are on (default 0.5; refused "
+        "unless both are)"),
     O("--model-ema", O_FLAG, model_ema, "keep an EMA of the weights (timm ModelEmaV2), evaluated each epoch and "
       "saved as weights_ema.safetensors"),
     O("--no-model-ema", O_FLAG, no_model_ema, "no weight EMA (the deit and refiner recipes keep one)"),
-    NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996)"),
+    NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996; refused without an EMA)"),
     O("--repeated-aug", O_FLAG, repeated_aug, "DeiT's repeated-augmentation sampler: each image 3 times in a row, "
       "⌊n/256⌋·256 images an epoch (on in the deit recipe)"),
     O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
@@ -144,12 +149,12 @@ static const optdef optdefs[] = {
       "--num-classes differs, position embeddings / relative-position tables are resized bicubically (as timm)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
-      "most; 0 turns it off)"),
+      "most; 0 turns it off; bench: with --train or --data only)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
     NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
-      "MiB (default 4)"),
+      "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
-      "bucket's allreduce during it"),
+      "bucket's allreduce during it (in one process: a notice, no effect)"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
@@ -167,8 +172,9 @@ static const optdef optdefs[] = {
       "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
       "see `vitc deploy`)"),
     O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
-      "predict prints these names, eval checks the folder's classes against them"),
-    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
+      "predict prints these names, eval checks an image folder's classes against them (not with fashion-mnist)"),
+    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5; more than the model's classes: all of "
+      "them, with a notice)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
@@ -190,6 +196,46 @@ static int die(const char *fmt, const char *msg) {
     fprintf(stderr, fmt, msg);
     fprintf(stderr, "\n");
     return 1;
+}
+
+/* An option that can have no effect in command cmd (or an argument it cannot take): prints "vitc CMD: message" and
+ * returns 2, the exit status of the other option errors. */
+static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "vitc %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+/* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here, where refusing it would break
+ * scripts that pass it everywhere. */
+static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notice(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("vitc: notice: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* The option spelt name. */
+static const optdef *find_option(const char *name) {
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (strcmp(optdefs[k].name, name) == 0) return &optdefs[k];
+    return NULL;
+}
+
+/* True when option name (or another spelling of it) was on the command line. */
+static int given(const opts *o, const char *name) {
+    const optdef *d = find_option(name);
+    for (size_t k = 0; d && k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (optdefs[k].off == d->off && o->given[k]) return 1;
+    return 0;
 }
 
 /* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
@@ -562,6 +608,11 @@ static int cmd_forward(opts *o) {
 }
 
 static int cmd_grad(opts *o) {
+    static const char *const adamw[] = {"--lr", "--weight-decay"};
+    for (int i = 0; i < 2 && o->steps <= 1; i++)
+        if (given(o, adamw[i]))
+            return refuse("grad", "%s has no effect with --steps 1 (one forward/backward pass, no AdamW step): give "
+                          "--steps N >= 2 for N-1 AdamW steps", adamw[i]);
     vt_model_cfg c;
     vt_st_file f = {0};
     if (model_cfg(o, &c)) return 1;
@@ -617,21 +668,6 @@ static int cmd_grad(opts *o) {
 
 static int set_option(const char *cmd, const optdef *d, const char *a, const char *v, const char *what, opts *o);
 static int has_word(const char *list, const char *name);
-
-/* The option spelt name. */
-static const optdef *find_option(const char *name) {
-    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
-        if (strcmp(optdefs[k].name, name) == 0) return &optdefs[k];
-    return NULL;
-}
-
-/* True when option name (or another spelling of it) was on the command line. */
-static int given(const opts *o, const char *name) {
-    const optdef *d = find_option(name);
-    for (size_t k = 0; d && k < sizeof optdefs / sizeof optdefs[0]; k++)
-        if (optdefs[k].off == d->off && o->given[k]) return 1;
-    return 0;
-}
 
 /* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
 static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
@@ -816,19 +852,53 @@ static const char *lr_source(const opts *o, const char *opt, int recorded, char 
     return buf;
 }
 
-static int cmd_train(opts *o) {
-    if (o->recipe && strcmp(o->recipe, "list") == 0) {
-        for (int i = 0; i < vt_recipe_count(); i++) {
-            vt_recipe r;
-            vt_err e = {{0}};
-            if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
-            vt_recipe_print(&r, stdout);
-        }
-        return 0;
+/* train --recipe list [MODEL]: every recipe's settings (MODEL: with its per-model rates); no other option. */
+static int list_recipes(const opts *o) {
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (o->given[k] && strcmp(optdefs[k].name, "--recipe") != 0)
+            return refuse("train", "--recipe list prints the recipes and takes no other option (got %s)",
+                          optdefs[k].name);
+    if (o->model && !vt_model_find(o->model)) return die("unknown model '%s' (see `vitc list`)", o->model);
+    for (int i = 0; i < vt_recipe_count(); i++) {
+        vt_recipe r;
+        vt_err e = {{0}};
+        if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
+        vt_recipe_print(&r, stdout);
     }
+    return 0;
+}
+
+/* Refuses the train options given that r (the resolved recipe) leaves without effect; 0 when there is none. Options
+ * a resume took from its checkpoint are not given and never refused. */
+static int train_unused_options(const opts *o, const vt_recipe *r) {
+    const vt_mixup *m = &r->mixup;
+    if (given(o, "--model-ema-decay") && !r->model_ema)
+        return refuse("train", "--model-ema-decay has no effect without a weight EMA (%s): add --model-ema",
+                      given(o, "--no-model-ema") ? "--no-model-ema"
+                      : o->no_model_ema          ? "the run resumed keeps none"
+                      : o->recipe                ? "the recipe keeps none"
+                                                 : "off by default");
+    if (given(o, "--mixup-prob") && !(m->mixup_alpha > 0 || m->cutmix_alpha > 0))
+        return refuse("train", "--mixup-prob has no effect with mixing off (--mixup and --cutmix are 0): give --mixup "
+                      "or --cutmix above 0");
+    if (given(o, "--mixup-switch-prob") && !(m->mixup_alpha > 0 && m->cutmix_alpha > 0 && m->prob > 0))
+        return refuse("train", "--mixup-switch-prob chooses between Mixup and CutMix, so it has no effect unless both "
+                      "are on (here --mixup %g, --cutmix %g, --mixup-prob %g)", m->mixup_alpha, m->cutmix_alpha,
+                      m->prob);
+    if (given(o, "--warmup-epochs") && r->warmup_epochs > r->epochs)
+        return refuse("train", "--warmup-epochs %g is longer than the run (--epochs %d): the learning rate would "
+                      "never reach its peak nor decay; give at most --epochs", r->warmup_epochs, r->epochs);
+    return 0;
+}
+
+static int cmd_train(opts *o) {
+    if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
     vt_recipe r;
     vt_model_cfg c;
-    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r) || model_cfg(o, &c)) return 1;
+    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r)) return 1;
+    const int unused = train_unused_options(o, &r);
+    if (unused) return unused;
+    if (model_cfg(o, &c)) return 1;
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -839,6 +909,10 @@ static int cmd_train(opts *o) {
     vt_err e = {{0}};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
     if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    if (d.size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
+        notice("%s%s%s: gradient averaging happens only under mpirun (data-parallel ranks); this run is one process",
+               given(o, "--bucket-mib") ? "--bucket-mib" : "", given(o, "--bucket-mib") && o->no_overlap ? " and " : "",
+               o->no_overlap ? "--no-overlap" : "");
     if (d.size > 1) {
         if (d.local_size > 1) set_threads(o, d.local_size); /* the node's cores are shared by its ranks */
         if (o->bucket_mib > 0) d.bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
@@ -883,9 +957,11 @@ static int cmd_train(opts *o) {
 static int read_classes(opts *o, int K);
 
 static int cmd_eval(opts *o) {
+    const char *data = o->data ? o->data : "fashion-mnist";
+    if (o->classes && strcmp(data, "fashion-mnist") == 0)
+        return refuse("eval", "--classes checks an image folder's classes (--data DIR); fashion-mnist has its own ten");
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    const char *data = o->data ? o->data : "fashion-mnist";
     vt_data d;
     vt_err e = {{0}};
     if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
@@ -962,6 +1038,11 @@ static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
 }
 
 static int cmd_bench(opts *o) {
+    if (given(o, "--workers") && !o->data)
+        return refuse("bench", "--workers sets the input pipeline's threads, which only --data DIR runs");
+    if (given(o, "--drop-path") && !o->train && !o->data)
+        return refuse("bench", "--drop-path acts only in a training step: add --train (inference has no stochastic "
+                      "depth)");
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
@@ -1160,6 +1241,7 @@ static int cmd_predict(opts *o) {
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
+    if (o->topk > K) notice("--topk %d is more than the %d classes of %s: listing %d", o->topk, K, c.name, K);
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */
@@ -1170,8 +1252,8 @@ static int cmd_predict(opts *o) {
     }
     vt_params *P = load_model(o, &c, 1);
     vt_int8_use use = {0, 0};
-    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, k, res,
-                                   keep, keep ? keep + n * per : NULL, &use, stderr, &e)
+    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
+                                   keep ? keep + n * per : NULL, &use, stderr, &e)
                 : -1;
     int rc = bad != 0;
     if (bad < 0 && P) die("%s", e.msg);

@@ -158,6 +158,16 @@ train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing
 train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs
 predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
+grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
+grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
+train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
+train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
+train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
+train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 is longer than the run (--epochs 2)
+train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes and takes no other option (got --epochs)
+bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
+bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step
+eval vit_fmnist_tiny --weights w.safetensors --classes c.json|--classes checks an image folder's classes
 EOF
 $V bench deit_tiny_patch16_224 --batch-size 65536 --iters 1 >"$T/big.log" 2>&1
 rc=$?
@@ -191,3 +201,27 @@ check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and
 $V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... and under a recipe's, naming the recipe" \
     "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+
+# options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
+$V train foo --recipe list >"$T/rl.log" 2>&1
+check "train foo --recipe list: the unknown model refused" "[ $? -eq 1 ] && grep -q \"unknown model 'foo'\" '$T/rl.log'" \
+    "$(head -3 "$T/rl.log")"
+$V train $SMALL --bucket-mib 8 --no-overlap --out "$T/bk" >"$T/bk.log" 2>&1
+check "--bucket-mib and --no-overlap outside mpirun: a notice, and the run goes on" "[ $? -eq 0 ] && grep -q \
+'^vitc: notice: --bucket-mib and --no-overlap: gradient averaging happens only under mpirun' '$T/bk.log'" "$(head -3 "$T/bk.log")"
+$V train vit_fmnist_tiny --resume "$T/bk" --epochs 2 --model-ema-decay 0.9 >"$T/bk2.log" 2>&1
+check "... --model-ema-decay refused on the resume of a run without an EMA" \
+    "[ $? -eq 2 ] && grep -q 'model-ema-decay has no effect' '$T/bk2.log'" "$(cat "$T/bk2.log")"
+$V train vit_fmnist_tiny --resume "$T/bk" --epochs 2 >"$T/bk2.log" 2>&1
+check "... its resume, whose recorded --mixup-prob, --mixup-switch-prob and --warmup-epochs are not given, runs" \
+    "[ $? -eq 0 ] && ! grep -q 'no effect\\|notice' '$T/bk2.log'" "$(head -3 "$T/bk2.log")"
+/usr/bin/python3 -c "from PIL import Image; Image.new('L', (28, 28), 90).save('$T/img.png')"
+$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --topk 20 "$T/img.png" >"$T/pk.log" 2>"$T/pk.err"
+check "predict --topk above the classes: a notice, all 10 listed" "[ $? -eq 0 ] && \
+    grep -q '^vitc: notice: --topk 20 is more than the 10 classes of vit_fmnist_tiny: listing 10' '$T/pk.err' && \
+    [ \$(grep -c '^  [0-9]*\\. class' '$T/pk.log') -eq 10 ]" "$(cat "$T/pk.err" "$T/pk.log")"
+$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --batch-size 65 $(printf "$T/img.png %.0s" $(seq 65)) \
+    >"$T/pb.log" 2>"$T/pb.err"
+check "predict --batch-size 65 runs 65 images in one batch (no progress lines), not capped at 64" \
+    "[ $? -eq 0 ] && [ \$(grep -c '^$T/img.png' '$T/pb.log') -eq 65 ] && ! grep -q '^predict' '$T/pb.err'" \
+    "$(head -3 "$T/pb.err")"
