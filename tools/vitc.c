@@ -87,13 +87,14 @@ static const optdef optdefs[] = {
       "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
     O("--dtype", O_STR, dtype, "arithmetic of the linear layers at inference: fp32 (default) or int8 (dynamic "
-      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement)"),
+      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement; "
+      "when no linear layer can run int8, a warning and fp32)"),
     O("--dims", O_STR, dims, "stage widths, one value for every stage or one per stage, comma-separated (e.g. "
       "32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, one value for every stage or one per stage, comma-separated "
       "(default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, one value for every stage or one per stage (default: the "
-      "model's); for `attention`: the heads to draw: all (default), mean (their mean) or indices such as 0,2"),
+      "model's)"),
     O("--blocks", O_STR, blocks, "attention blocks to draw, comma-separated indices from 0 (default: all)"),
     O("--rollout", O_FLAG, rollout, "also draw attention rollout over all blocks (Abnar & Zuidema 2020)"),
     O("--save-maps", O_STR, save_maps, "MAPS.safetensors: the preprocessed inputs, the raw maps (images, heads, "
@@ -108,9 +109,12 @@ static const optdef optdefs[] = {
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
     NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
       "per rank: the node's cores divided among its ranks)"),
-    NUM("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
+    NUM("--steps", O_INT, steps, 1, 1e6, "forward/backward passes on the batch (default 1); with N >= 2 an AdamW step "
+      "(--lr, --weight-decay) follows each pass but the last, N-1 in all; G holds the last pass's loss and gradients, "
+      "and every pass's loss as `losses`"),
     POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
-    NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
+    NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (default 0.05, or the recipe's; not on norms, biases, "
+      "tokens, position embeddings)"),
     O("--data", O_STR, data, "dataset: fashion-mnist, or an image folder DIR holding train/<class>/<image> and "
       "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name)"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
@@ -164,8 +168,9 @@ static const optdef optdefs[] = {
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
       "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
       "time_by_kind in the JSON)"),
-    O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
-      "(hierarchical backbones: Swin, PVT, CSwin, GroupMixFormer, Next-ViT)"),
+    O("--features", O_FLAG, features, "write the stage maps `features.0`, `features.1`, ... (B, C, H, W) instead of "
+      "logits, one per stage of the model (4 for Swin-T, 2 for swin_fmnist_tiny; hierarchical backbones: Swin, PVT, "
+      "CSwin, GroupMixFormer, Next-ViT)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
@@ -184,6 +189,27 @@ static const optdef optdefs[] = {
 #undef NUM
 #undef POS
 #undef BELOW
+
+/* The help of an option in a command that reads it otherwise than its optdefs text says. */
+static const struct {
+    const char *cmd, *opt, *help;
+} command_option_help[] = {
+    {"attention", "--heads", "the heads to draw: all (default), mean (their mean) or indices such as 0,2"},
+    {"forward", "--img-size", "input image size (default: the size of `input` where the model's weights fit any "
+     "size, else the model's)"},
+    {"grad", "--img-size", "input image size (default: the size of `input` where the model's weights fit any size, "
+     "else the model's)"},
+    {"grad", "--lr", "AdamW learning rate of --steps N >= 2, constant (default 1e-3; refused with --steps 1)"},
+    {"grad", "--weight-decay", "AdamW weight decay of --steps N >= 2 (default 0; not on norms, biases, tokens, "
+     "position embeddings; refused with --steps 1)"},
+    {"bench", "--data", "also time the input pipeline of this dataset (fashion-mnist or an image folder DIR) alone, "
+     "then a training step: --data implies --train"},
+    {"bench", "--batch-size", "batch size (default 1)"},
+    {"eval", "--batch-size", "batch size (default 250)"},
+    {"predict", "--batch-size", "images per forward pass (default 16)"},
+    {"predict", "--json", "JSON Lines: one object per image and line, {\"image\", \"top\": [{\"class\", \"name\", "
+     "\"prob\"}, ...]} or {\"image\", \"error\"}"},
+};
 
 typedef struct {
     const char *name, *usage, *summary, *options;
@@ -1047,7 +1073,9 @@ static int cmd_bench(opts *o) {
     if (model_cfg(o, &c)) return 1;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
-    if (c.arch.int8 && (o->train || o->data)) return die("%s", "--dtype int8 is for inference (bench without --train)");
+    if (c.arch.int8 && (o->train || o->data))
+        return die("--dtype int8 is for inference, but %s benchmarks a training step",
+                   o->train ? "--train" : "--data (which implies --train)");
     vt_bench_result r;
     vt_err e = {{0}};
     double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */
@@ -1391,8 +1419,12 @@ static int has_word(const char *list, const char *name) {
 static void command_help(const command *c) {
     printf("usage: %s\n\n%s\n\noptions:\n", c->usage, c->summary);
     for (size_t i = 0; i < sizeof optdefs / sizeof optdefs[0]; i++) {
-        if (has_word(c->options, optdefs[i].name))
-            printf("  %-18s %s\n", optdefs[i].name, optdefs[i].help);
+        if (!has_word(c->options, optdefs[i].name)) continue;
+        const char *help = optdefs[i].help;
+        for (size_t k = 0; k < sizeof command_option_help / sizeof command_option_help[0]; k++)
+            if (!strcmp(command_option_help[k].cmd, c->name) && !strcmp(command_option_help[k].opt, optdefs[i].name))
+                help = command_option_help[k].help;
+        printf("  %-18s %s\n", optdefs[i].name, help);
     }
     printf("  %-18s %s\n", "--help", "show this help");
 }

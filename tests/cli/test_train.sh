@@ -225,3 +225,22 @@ $V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --batch-size 65 $(print
 check "predict --batch-size 65 runs 65 images in one batch (no progress lines), not capped at 64" \
     "[ $? -eq 0 ] && [ \$(grep -c '^$T/img.png' '$T/pb.log') -eq 65 ] && ! grep -q '^predict' '$T/pb.err'" \
     "$(head -3 "$T/pb.err")"
+
+# help: what each option does in that command
+help_line() { $V "$1" --help | grep -E "^  $2 "; }
+check "grad --help: --steps runs N passes and N-1 AdamW steps; --lr and --weight-decay give their defaults" \
+    "help_line grad --steps | grep -q 'N-1 in all' && help_line grad --lr | grep -q 'default 1e-3' && \
+     help_line grad --weight-decay | grep -q 'default 0;'" "$(help_line grad '--(steps|lr|weight-decay)')"
+check "forward --help: --features writes one map per stage; --img-size defaults to the input's" \
+    "help_line forward --features | grep -q 'one per stage' && ! help_line forward --features | grep -q four && \
+     help_line forward --img-size | grep -q 'size of .input.'" "$(help_line forward '--(features|img-size)')"
+check "attention --help: --heads selects the heads to draw; info --help: --heads is the architecture's" \
+    "help_line attention --heads | grep -q 'heads to draw' && ! help_line attention --heads | grep -q 'per stage' && \
+     ! help_line info --heads | grep -q draw" "$(help_line attention --heads)"
+check "bench --help: --data implies --train; predict --help: --json is JSON Lines" \
+    "help_line bench --data | grep -q 'implies --train' && help_line predict --json | grep -q 'JSON Lines'" \
+    "$(help_line bench --data; help_line predict --json)"
+$V bench vit_fmnist_tiny --data fashion-mnist --dtype int8 >"$T/b8.log" 2>&1
+check "bench --data --dtype int8 refused naming --data, not an option never given" \
+    "[ $? -eq 1 ] && grep -qF 'for inference, but --data (which implies --train)' '$T/b8.log' && \
+     ! grep -q 'without --train' '$T/b8.log'" "$(cat "$T/b8.log")"
