@@ -309,6 +309,17 @@ static void set_threads(const opts *o, int ranks) {
     openblas_set_num_threads((int)want);
 }
 
+/* s for a message: quoted whole, or its first 60 characters and its length (a long value must not push the reason
+ * out of the message). */
+static const char *quoted(const char *s, char *buf, size_t n) {
+    const size_t len = strlen(s);
+    if (len <= 60)
+        snprintf(buf, n, "'%s'", s);
+    else
+        snprintf(buf, n, "'%.60s...' (%zu characters)", s, len);
+    return buf;
+}
+
 /* Parses "a,b,c" (positive integers up to 65536) into v for a model of `stages` stages: one value for every stage
  * or one per stage (as --attn); -1 with a message otherwise (a shorter list had silently left the last stages). */
 static int parse_list(const char *opt, const char *list, int stages, int *v) {
@@ -318,8 +329,10 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
         char *end = NULL;
         errno = 0;
         const long x = strtol(p, &end, 10);
+        char q[128];
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
-            fprintf(stderr, "vitc: %s '%s': expected comma-separated integers in [1, 65536]\n", opt, list);
+            fprintf(stderr, "vitc: %s %s: expected comma-separated integers in [1, 65536]\n", opt,
+                    quoted(list, q, sizeof q));
             return -1;
         }
         if (n < VT_MAX_STAGES) v[n] = (int)x;
@@ -330,8 +343,9 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
     if (n == 1)
         for (int i = 1; i < stages; i++) v[i] = v[0];
     else if (n != stages) {
-        fprintf(stderr, "vitc: %s '%s': %d values, but the model has %d stage(s): give one value for every stage or "
-                "one per stage\n", opt, list, n, stages);
+        char q[128];
+        fprintf(stderr, "vitc: %s %s: %d values, but the model has %d stage(s): give one value for every stage or "
+                "one per stage\n", opt, quoted(list, q, sizeof q), n, stages);
         return -1;
     }
     return 0;
@@ -462,7 +476,7 @@ static void csv_str(const char *s) {
 
 /* Every model with params and GMACs; --csv: timm-style columns (param_count in millions, gmacs per image). */
 static int cmd_list(opts *o) {
-    if (o->model) return die("unexpected argument '%s' (`vitc list` takes no model)", o->model);
+    if (o->model) return refuse("list", "unexpected argument '%s' (`vitc list` takes no model)", o->model);
     if (o->csv)
         printf("model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family\n");
     else
@@ -1313,6 +1327,25 @@ static int cmd_predict(opts *o) {
     return rc;
 }
 
+/* vt_parse_index_list of option opt's list s (what: its description in messages) into out (at most max); on an
+ * error, the message quotes at most 60 characters of s (the library's quotes it whole, and a long list pushed the
+ * reason out of its 512 bytes). Returns the count, or -1 after the message. */
+static int index_list(const char *opt, const char *what, const char *s, int *out, int max) {
+    vt_err e = {{0}};
+    const int n = vt_parse_index_list(s, what, out, max, &e);
+    if (n >= 0) return n;
+    if (strlen(s) <= 60) {
+        die("%s", e.msg);
+        return -1;
+    }
+    const size_t lw = strlen(what), ls = strlen(s); /* the message: what 's': reason */
+    const int whole = strlen(e.msg) > lw + ls + 5 && !strncmp(e.msg, what, lw) && !strncmp(e.msg + lw + 2, s, ls);
+    char q[128], why[64];
+    snprintf(why, sizeof why, "not a list of at most %d non-negative integers", max);
+    fprintf(stderr, "vitc: %s %s: %s\n", opt, quoted(s, q, sizeof q), whole ? e.msg + lw + ls + 5 : why);
+    return -1;
+}
+
 static int cmd_attention(opts *o) {
     vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
     vt_err e = {{0}};
@@ -1321,11 +1354,11 @@ static int cmd_attention(opts *o) {
     if (heads && strcmp(heads, "mean") == 0)
         ao.head_mean = 1;
     else if (heads && strcmp(heads, "all") != 0 &&
-             (ao.nheads = vt_parse_index_list(heads, "--heads (all, mean or indices)", ao.heads, VT_ATTN_MAX_SEL,
-                                              &e)) < 0)
-        return die("%s", e.msg);
-    if (o->blocks && (ao.nblocks = vt_parse_index_list(o->blocks, "--blocks", ao.blocks, VT_ATTN_MAX_SEL, &e)) < 0)
-        return die("%s", e.msg);
+             (ao.nheads = index_list("--heads", "--heads (all, mean or indices)", heads, ao.heads,
+                                     VT_ATTN_MAX_SEL)) < 0)
+        return 1;
+    if (o->blocks && (ao.nblocks = index_list("--blocks", "--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
+        return 1;
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
@@ -1404,7 +1437,7 @@ static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 static void usage(FILE *f) {
     fprintf(f, "vitc: vision transformers in C (forward, backward, training)\n\nusage:\n");
     for (int i = 0; i < ncommands; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`vitc COMMAND --help` shows a command's options.\n");
+    fprintf(f, "\n`vitc COMMAND --help` or `vitc help COMMAND` shows a command's options.\n");
 }
 
 /* True when the space-separated option list contains name as a whole word. */
@@ -1441,14 +1474,15 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     errno = 0;
     const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
-    if (errno || !end || *end || end == v || !isfinite(x) || tiny) {
+    const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
+    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny) {
         fprintf(stderr, "vitc %s: bad value '%s' for %s%s%s\n", cmd, v, a, what,
                 errno == ERANGE ? " (out of range of a double, or too close to 0)"
                 : tiny          ? " (too close to 0 for a float)"
                                 : "");
         return -1;
     }
-    if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
+    if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
         fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g%c, got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
                 d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
@@ -1496,9 +1530,10 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         const char *v = argv[++i];
-        if (d->kind == O_STR && v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3` */
-            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s (a file of that name: ./%s)\n",
-                    c->name, a, v, v);
+        if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
+            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s", c->name, a, v);
+            if (d->kind == O_STR) fprintf(stderr, " (a file of that name: ./%s)", v);
+            fputc('\n', stderr);
             return -1;
         }
         if (set_option(c->name, d, a, v, "", o)) return -1;
@@ -1507,6 +1542,16 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "help") == 0) { /* vitc help COMMAND */
+        for (int i = 0; i < ncommands; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                command_help(&commands[i]);
+                return 0;
+            }
+        fprintf(stderr, "vitc help: unknown command '%s'\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

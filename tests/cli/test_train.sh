@@ -168,6 +168,10 @@ train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes 
 bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
 bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step
 eval vit_fmnist_tiny --weights w.safetensors --classes c.json|--classes checks an image folder's classes
+init vit_fmnist_tiny -o -w|option -o needs a value, got the option -w
+init vit_fmnist_tiny --seed 99999999999999999999999|--seed must be in [0, 9.2e+18], got 99999999999999999999999
+train vit_fmnist_tiny --epochs 99999999999999999999|--epochs must be in [1, 1000000], got 99999999999999999999
+list extra|vitc list: unexpected argument 'extra'
 EOF
 $V bench deit_tiny_patch16_224 --batch-size 65536 --iters 1 >"$T/big.log" 2>&1
 rc=$?
@@ -244,3 +248,16 @@ $V bench vit_fmnist_tiny --data fashion-mnist --dtype int8 >"$T/b8.log" 2>&1
 check "bench --data --dtype int8 refused naming --data, not an option never given" \
     "[ $? -eq 1 ] && grep -qF 'for inference, but --data (which implies --train)' '$T/b8.log' && \
      ! grep -q 'without --train' '$T/b8.log'" "$(cat "$T/b8.log")"
+
+# vitc help COMMAND; a long list is quoted in part, so that the message keeps its reason
+$V help train >"$T/ht.log" 2>&1
+check "vitc help train prints train's help" "[ $? -eq 0 ] && head -1 '$T/ht.log' | grep -q '^usage: vitc train '" \
+    "$(head -2 "$T/ht.log")"
+long=$(printf '1,%.0s' $(seq 300))1
+$V attention vit_fmnist_tiny "$T/img.png" -o "$T/att.png" --blocks "$long" >"$T/lb.log" 2>&1
+check "an over-long --blocks list: the message quotes 60 characters and keeps the reason" \
+    "[ $? -eq 1 ] && grep -q \"^vitc: --blocks '1,1,.*\\.\\.\\.' (601 characters): not a list of at most 256\" '$T/lb.log' && \
+     [ \$(wc -c <'$T/lb.log') -lt 200 ]" "$(cat "$T/lb.log")"
+$V info vit_fmnist_tiny --dims "$long" >"$T/ld.log" 2>&1
+check "... and an over-long --dims list" \
+    "[ $? -eq 1 ] && grep -q '(601 characters): 301 values, but the model has 1 stage' '$T/ld.log'" "$(cat "$T/ld.log")"
