@@ -117,6 +117,16 @@ static void check_recipes(vt_test *T) {
                    fabs(o.min_lr - 5e-6 * 0.25) < 1e-15 && fabs(o.warmup_lr - 5e-7 * 0.25) < 1e-15 && !o.model_ema &&
                    r.drop_path < 0 && o.recipe == &r,
             "swin preset applied: lr %g min %g", o.lr, o.min_lr);
+    r.min_lr = 1e-5;
+    r.min_lr_given = 1;
+    vt_recipe_apply(&r, &o);
+    T_CHECK(T, o.min_lr == 1e-5 && fabs(o.warmup_lr - 5e-7 * 0.25) < 1e-15,
+            "an explicit --min-lr is used as given, the recipe's warm-up lr still scaled: min %g warm-up %g", o.min_lr,
+            o.warmup_lr);
+    r.warmup_lr = 2e-6;
+    r.warmup_lr_given = 1;
+    vt_recipe_apply(&r, &o);
+    T_CHECK(T, o.warmup_lr == 2e-6 && o.min_lr == 1e-5, "an explicit --warmup-lr is used as given: %g", o.warmup_lr);
     const char *gm[] = {"groupmixformer_m", "groupmixformer_t", "groupmixformer_s", "groupmixformer_b",
                         "groupmixformer_l", "groupmixformer_base"};
     const double dp[] = {0.1, 0.1, 0.2, 0.5, 0.1, 0.5};

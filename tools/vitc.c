@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,13 +64,16 @@ typedef struct {
     const char *help;
     double lo, hi; /* numeric options: the accepted range (finite values only) */
     int lo_open;   /* 1: the range excludes lo */
+    int hi_open;   /* 1: the range excludes hi */
 } optdef;
 
-/* O: a string or flag option; NUM: a number in [lo, hi]; POS: a number in (0, hi]. Unset numbers keep their
- * defaults, so a given value outside the range is an error rather than a silent fall-back to the default. */
-#define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0}
-#define NUM(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0}
-#define POS(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1}
+/* O: a string or flag option; NUM: a number in [lo, hi]; POS: a number in (0, hi]; BELOW: a number in [lo, hi).
+ * Unset numbers keep their defaults, so a given value outside the range is an error rather than a silent fall-back
+ * to the default. */
+#define O(n, k, f, h) {n, k, offsetof(opts, f), h, 0, 0, 0, 0}
+#define NUM(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0, 0}
+#define POS(n, k, f, hi, h) {n, k, offsetof(opts, f), h, 0, hi, 1, 0}
+#define BELOW(n, k, f, lo, hi, h) {n, k, offsetof(opts, f), h, lo, hi, 0, 1}
 static const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
@@ -83,13 +87,14 @@ static const optdef optdefs[] = {
       "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
     O("--dtype", O_STR, dtype, "arithmetic of the linear layers at inference: fp32 (default) or int8 (dynamic "
-      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement)"),
+      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement; "
+      "when no linear layer can run int8, a warning and fp32)"),
     O("--dims", O_STR, dims, "stage widths, one value for every stage or one per stage, comma-separated (e.g. "
       "32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, one value for every stage or one per stage, comma-separated "
       "(default: the model's)"),
     O("--heads", O_STR, heads, "attention heads per stage, one value for every stage or one per stage (default: the "
-      "model's); for `attention`: the heads to draw: all (default), mean (their mean) or indices such as 0,2"),
+      "model's)"),
     O("--blocks", O_STR, blocks, "attention blocks to draw, comma-separated indices from 0 (default: all)"),
     O("--rollout", O_FLAG, rollout, "also draw attention rollout over all blocks (Abnar & Zuidema 2020)"),
     O("--save-maps", O_STR, save_maps, "MAPS.safetensors: the preprocessed inputs, the raw maps (images, heads, "
@@ -104,34 +109,42 @@ static const optdef optdefs[] = {
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
     NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
       "per rank: the node's cores divided among its ranks)"),
-    NUM("--steps", O_INT, steps, 1, 1e6, "AdamW steps on the batch (default 1: gradients only)"),
+    NUM("--steps", O_INT, steps, 1, 1e6, "forward/backward passes on the batch (default 1); with N >= 2 an AdamW step "
+      "(--lr, --weight-decay) follows each pass but the last, N-1 in all; G holds the last pass's loss and gradients, "
+      "and every pass's loss as `losses`"),
     POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
-    NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (not on norms, biases, tokens, position embeddings)"),
+    NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (default 0.05, or the recipe's; not on norms, biases, "
+      "tokens, position embeddings)"),
     O("--data", O_STR, data, "dataset: fashion-mnist, or an image folder DIR holding train/<class>/<image> and "
       "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name)"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
-      "cores, at most 8)"),
+      "cores, at most 8; bench: with --data only)"),
     NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
     O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
-    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs (default 1)"),
-    NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine (default 1e-5)"),
-    NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from (default 1e-6, or the "
-        "recipe's)"),
-    NUM("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing (default 0.1)"),
+    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs, at most --epochs (default 1, "
+      "or the recipe's)"),
+    NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine, at most the peak; used as given (default "
+        "1e-5, or the recipe's, which swin, flatten and groupmixformer scale with the batch as the lr)"),
+    NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from; used as given (default "
+        "1e-6, or the recipe's, scaled as --min-lr's)"),
+    BELOW("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing in [0, 1) (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
-      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `--recipe list` prints them all"),
+      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa; `vitc train [MODEL] --recipe list` "
+      "prints them all (with MODEL: its per-model rates) and takes no other option"),
     NUM("--mixup", O_DBL, mixup, 0, 100, "Mixup alpha: lam ~ Beta(a, a) (default 0: off; deit 0.8)"),
     NUM("--cutmix", O_DBL, cutmix, 0, 100, "CutMix alpha (default 0: off; deit 1.0)"),
-    NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1)"),
-    NUM("--mixup-switch-prob", O_DBL, mixup_switch, 0, 1, "probability of CutMix when both are on (default 0.5)"),
+    NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1; refused when --mixup "
+        "and --cutmix are 0)"),
+    NUM("--mixup-switch-prob", O_DBL, mixup_switch, 0, 1, "probability of CutMix when both are on (default 0.5; refused "
+        "unless both are)"),
     O("--model-ema", O_FLAG, model_ema, "keep an EMA of the weights (timm ModelEmaV2), evaluated each epoch and "
       "saved as weights_ema.safetensors"),
     O("--no-model-ema", O_FLAG, no_model_ema, "no weight EMA (the deit and refiner recipes keep one)"),
-    NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996)"),
+    NUM("--model-ema-decay", O_DBL, ema_decay, 0, 1, "EMA decay (default 0.99996; refused without an EMA)"),
     O("--repeated-aug", O_FLAG, repeated_aug, "DeiT's repeated-augmentation sampler: each image 3 times in a row, "
       "⌊n/256⌋·256 images an epoch (on in the deit recipe)"),
     O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
@@ -140,12 +153,12 @@ static const optdef optdefs[] = {
       "--num-classes differs, position embeddings / relative-position tables are resized bicubically (as timm)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
-      "most; 0 turns it off)"),
+      "most; 0 turns it off; bench: with --train or --data only)"),
     O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
     NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
-      "MiB (default 4)"),
+      "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
-      "bucket's allreduce during it"),
+      "bucket's allreduce during it (in one process: a notice, no effect)"),
     NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
     NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
@@ -153,17 +166,20 @@ static const optdef optdefs[] = {
       "(under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
-      "split by kind and the 12 slowest nodes with their scope and shapes (--json adds time_by_kind)"),
-    O("--features", O_FLAG, features, "write the four stage maps `features.{0..3}` (B, C, H, W) instead of logits "
-      "(hierarchical backbones: Swin, PVT, CSwin, GroupMixFormer, Next-ViT)"),
+      "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
+      "time_by_kind in the JSON)"),
+    O("--features", O_FLAG, features, "write the stage maps `features.0`, `features.1`, ... (B, C, H, W) instead of "
+      "logits, one per stage of the model (4 for Swin-T, 2 for swin_fmnist_tiny; hierarchical backbones: Swin, PVT, "
+      "CSwin, GroupMixFormer, Next-ViT)"),
     O("--apply-transform", O_FLAG, apply_transform, "Refined-ViT: the paper's refine-every-block mode (every block "
       "refines its own map; the official code's apply_transform)"),
     O("--train-form", O_FLAG, train_form, "use the training form of re-parameterised blocks (cFFN: r conv+BN branches; "
       "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
       "see `vitc deploy`)"),
     O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
-      "predict prints these names, eval checks the folder's classes against them"),
-    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5)"),
+      "predict prints these names, eval checks an image folder's classes against them (not with fashion-mnist)"),
+    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5; more than the model's classes: all of "
+      "them, with a notice)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
@@ -172,6 +188,28 @@ static const optdef optdefs[] = {
 #undef O
 #undef NUM
 #undef POS
+#undef BELOW
+
+/* The help of an option in a command that reads it otherwise than its optdefs text says. */
+static const struct {
+    const char *cmd, *opt, *help;
+} command_option_help[] = {
+    {"attention", "--heads", "the heads to draw: all (default), mean (their mean) or indices such as 0,2"},
+    {"forward", "--img-size", "input image size (default: the size of `input` where the model's weights fit any "
+     "size, else the model's)"},
+    {"grad", "--img-size", "input image size (default: the size of `input` where the model's weights fit any size, "
+     "else the model's)"},
+    {"grad", "--lr", "AdamW learning rate of --steps N >= 2, constant (default 1e-3; refused with --steps 1)"},
+    {"grad", "--weight-decay", "AdamW weight decay of --steps N >= 2 (default 0; not on norms, biases, tokens, "
+     "position embeddings; refused with --steps 1)"},
+    {"bench", "--data", "also time the input pipeline of this dataset (fashion-mnist or an image folder DIR) alone, "
+     "then a training step: --data implies --train"},
+    {"bench", "--batch-size", "batch size (default 1)"},
+    {"eval", "--batch-size", "batch size (default 250)"},
+    {"predict", "--batch-size", "images per forward pass (default 16)"},
+    {"predict", "--json", "JSON Lines: one object per image and line, {\"image\", \"top\": [{\"class\", \"name\", "
+     "\"prob\"}, ...]} or {\"image\", \"error\"}"},
+};
 
 typedef struct {
     const char *name, *usage, *summary, *options;
@@ -184,6 +222,46 @@ static int die(const char *fmt, const char *msg) {
     fprintf(stderr, fmt, msg);
     fprintf(stderr, "\n");
     return 1;
+}
+
+/* An option that can have no effect in command cmd (or an argument it cannot take): prints "vitc CMD: message" and
+ * returns 2, the exit status of the other option errors. */
+static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "vitc %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+/* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here, where refusing it would break
+ * scripts that pass it everywhere. */
+static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notice(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("vitc: notice: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* The option spelt name. */
+static const optdef *find_option(const char *name) {
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (strcmp(optdefs[k].name, name) == 0) return &optdefs[k];
+    return NULL;
+}
+
+/* True when option name (or another spelling of it) was on the command line. */
+static int given(const opts *o, const char *name) {
+    const optdef *d = find_option(name);
+    for (size_t k = 0; d && k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (optdefs[k].off == d->off && o->given[k]) return 1;
+    return 0;
 }
 
 /* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
@@ -231,6 +309,17 @@ static void set_threads(const opts *o, int ranks) {
     openblas_set_num_threads((int)want);
 }
 
+/* s for a message: quoted whole, or its first 60 characters and its length (a long value must not push the reason
+ * out of the message). */
+static const char *quoted(const char *s, char *buf, size_t n) {
+    const size_t len = strlen(s);
+    if (len <= 60)
+        snprintf(buf, n, "'%s'", s);
+    else
+        snprintf(buf, n, "'%.60s...' (%zu characters)", s, len);
+    return buf;
+}
+
 /* Parses "a,b,c" (positive integers up to 65536) into v for a model of `stages` stages: one value for every stage
  * or one per stage (as --attn); -1 with a message otherwise (a shorter list had silently left the last stages). */
 static int parse_list(const char *opt, const char *list, int stages, int *v) {
@@ -240,8 +329,10 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
         char *end = NULL;
         errno = 0;
         const long x = strtol(p, &end, 10);
+        char q[128];
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
-            fprintf(stderr, "vitc: %s '%s': expected comma-separated integers in [1, 65536]\n", opt, list);
+            fprintf(stderr, "vitc: %s %s: expected comma-separated integers in [1, 65536]\n", opt,
+                    quoted(list, q, sizeof q));
             return -1;
         }
         if (n < VT_MAX_STAGES) v[n] = (int)x;
@@ -252,8 +343,9 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
     if (n == 1)
         for (int i = 1; i < stages; i++) v[i] = v[0];
     else if (n != stages) {
-        fprintf(stderr, "vitc: %s '%s': %d values, but the model has %d stage(s): give one value for every stage or "
-                "one per stage\n", opt, list, n, stages);
+        char q[128];
+        fprintf(stderr, "vitc: %s %s: %d values, but the model has %d stage(s): give one value for every stage or "
+                "one per stage\n", opt, quoted(list, q, sizeof q), n, stages);
         return -1;
     }
     return 0;
@@ -311,6 +403,18 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_we
     }
     if (!P) die("%s", e.msg);
     return P;
+}
+
+/* The arithmetic eval and bench report when --dtype int8 ran no layer in int8. */
+#define INT8_NONE "fp32 (int8 requested; no layer ran int8)"
+
+/* Warns on stderr when c asks for int8 but u, the linear layers of the graph that ran, has none on the int8 kernel;
+ * returns 1 then. */
+static int warn_int8_fallback(const vt_model_cfg *c, vt_int8_use u) {
+    char msg[400];
+    if (!vt_int8_fallback(c, u, msg, sizeof msg)) return 0;
+    fprintf(stderr, "vitc: warning: %s\n", msg);
+    return 1;
 }
 
 /* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
@@ -372,7 +476,7 @@ static void csv_str(const char *s) {
 
 /* Every model with params and GMACs; --csv: timm-style columns (param_count in millions, gmacs per image). */
 static int cmd_list(opts *o) {
-    if (o->model) return die("unexpected argument '%s' (`vitc list` takes no model)", o->model);
+    if (o->model) return refuse("list", "unexpected argument '%s' (`vitc list` takes no model)", o->model);
     if (o->csv)
         printf("model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family\n");
     else
@@ -515,6 +619,7 @@ static int cmd_forward(opts *o) {
         die("%s", e.msg);
     } else if (x) {
         vt_predictor_forward(&p, x, B);
+        warn_int8_fallback(&c, vt_graph_int8_use(p.g));
         vt_st_out out[VT_MAX_STAGES] = {
             {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
         static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
@@ -543,6 +648,11 @@ static int cmd_forward(opts *o) {
 }
 
 static int cmd_grad(opts *o) {
+    static const char *const adamw[] = {"--lr", "--weight-decay"};
+    for (int i = 0; i < 2 && o->steps <= 1; i++)
+        if (given(o, adamw[i]))
+            return refuse("grad", "%s has no effect with --steps 1 (one forward/backward pass, no AdamW step): give "
+                          "--steps N >= 2 for N-1 AdamW steps", adamw[i]);
     vt_model_cfg c;
     vt_st_file f = {0};
     if (model_cfg(o, &c)) return 1;
@@ -598,21 +708,6 @@ static int cmd_grad(opts *o) {
 
 static int set_option(const char *cmd, const optdef *d, const char *a, const char *v, const char *what, opts *o);
 static int has_word(const char *list, const char *name);
-
-/* The option spelt name. */
-static const optdef *find_option(const char *name) {
-    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
-        if (strcmp(optdefs[k].name, name) == 0) return &optdefs[k];
-    return NULL;
-}
-
-/* True when option name (or another spelling of it) was on the command line. */
-static int given(const opts *o, const char *name) {
-    const optdef *d = find_option(name);
-    for (size_t k = 0; d && k < sizeof optdefs / sizeof optdefs[0]; k++)
-        if (optdefs[k].off == d->off && o->given[k]) return 1;
-    return 0;
-}
 
 /* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
 static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
@@ -764,8 +859,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->lr > 0) r->lr = o->lr, r->lr_given = 1;
     if (o->wd >= 0) r->weight_decay = o->wd;
     if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
-    if (o->min_lr >= 0) r->min_lr = o->min_lr;
-    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr;
+    if (o->min_lr >= 0) r->min_lr = o->min_lr, r->min_lr_given = 1;
+    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr, r->warmup_lr_given = 1;
     if (o->smoothing >= 0) r->smoothing = o->smoothing;
     if (o->clip >= 0) r->clip_grad = o->clip;
     if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;
@@ -783,19 +878,67 @@ static int train_recipe(opts *o, vt_recipe *r) {
     return 0;
 }
 
-static int cmd_train(opts *o) {
-    if (o->recipe && strcmp(o->recipe, "list") == 0) {
-        for (int i = 0; i < vt_recipe_count(); i++) {
-            vt_recipe r;
-            vt_err e = {{0}};
-            if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
-            vt_recipe_print(&r, stdout);
-        }
-        return 0;
+/* Where train's learning-rate option opt got its value, for messages: the command line, the checkpoint resumed
+ * (recorded: set though not given), the recipe or vitc's default. */
+static const char *lr_source(const opts *o, const char *opt, int recorded, char *buf, size_t n) {
+    if (given(o, opt))
+        snprintf(buf, n, "%s", opt);
+    else if (recorded)
+        snprintf(buf, n, "%s recorded in %s/checkpoint.safetensors", opt, o->resume);
+    else if (o->recipe)
+        snprintf(buf, n, "the %s recipe's %s", o->recipe, opt);
+    else
+        snprintf(buf, n, "the default %s", opt);
+    return buf;
+}
+
+/* train --recipe list [MODEL]: every recipe's settings (MODEL: with its per-model rates); no other option. */
+static int list_recipes(const opts *o) {
+    for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
+        if (o->given[k] && strcmp(optdefs[k].name, "--recipe") != 0)
+            return refuse("train", "--recipe list prints the recipes and takes no other option (got %s)",
+                          optdefs[k].name);
+    if (o->model && !vt_model_find(o->model)) return die("unknown model '%s' (see `vitc list`)", o->model);
+    for (int i = 0; i < vt_recipe_count(); i++) {
+        vt_recipe r;
+        vt_err e = {{0}};
+        if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
+        vt_recipe_print(&r, stdout);
     }
+    return 0;
+}
+
+/* Refuses the train options given that r (the resolved recipe) leaves without effect; 0 when there is none. Options
+ * a resume took from its checkpoint are not given and never refused. */
+static int train_unused_options(const opts *o, const vt_recipe *r) {
+    const vt_mixup *m = &r->mixup;
+    if (given(o, "--model-ema-decay") && !r->model_ema)
+        return refuse("train", "--model-ema-decay has no effect without a weight EMA (%s): add --model-ema",
+                      given(o, "--no-model-ema") ? "--no-model-ema"
+                      : o->no_model_ema          ? "the run resumed keeps none"
+                      : o->recipe                ? "the recipe keeps none"
+                                                 : "off by default");
+    if (given(o, "--mixup-prob") && !(m->mixup_alpha > 0 || m->cutmix_alpha > 0))
+        return refuse("train", "--mixup-prob has no effect with mixing off (--mixup and --cutmix are 0): give --mixup "
+                      "or --cutmix above 0");
+    if (given(o, "--mixup-switch-prob") && !(m->mixup_alpha > 0 && m->cutmix_alpha > 0 && m->prob > 0))
+        return refuse("train", "--mixup-switch-prob chooses between Mixup and CutMix, so it has no effect unless both "
+                      "are on (here --mixup %g, --cutmix %g, --mixup-prob %g)", m->mixup_alpha, m->cutmix_alpha,
+                      m->prob);
+    if (given(o, "--warmup-epochs") && r->warmup_epochs > r->epochs)
+        return refuse("train", "--warmup-epochs %g is longer than the run (--epochs %d): the learning rate would "
+                      "never reach its peak nor decay; give at most --epochs", r->warmup_epochs, r->epochs);
+    return 0;
+}
+
+static int cmd_train(opts *o) {
+    if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
     vt_recipe r;
     vt_model_cfg c;
-    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r) || model_cfg(o, &c)) return 1;
+    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r)) return 1;
+    const int unused = train_unused_options(o, &r);
+    if (unused) return unused;
+    if (model_cfg(o, &c)) return 1;
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -806,6 +949,10 @@ static int cmd_train(opts *o) {
     vt_err e = {{0}};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
     if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    if (d.size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
+        notice("%s%s%s: gradient averaging happens only under mpirun (data-parallel ranks); this run is one process",
+               given(o, "--bucket-mib") ? "--bucket-mib" : "", given(o, "--bucket-mib") && o->no_overlap ? " and " : "",
+               o->no_overlap ? "--no-overlap" : "");
     if (d.size > 1) {
         if (d.local_size > 1) set_threads(o, d.local_size); /* the node's cores are shared by its ranks */
         if (o->bucket_mib > 0) d.bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
@@ -816,12 +963,13 @@ static int cmd_train(opts *o) {
     }
     r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
-    if (o->min_lr >= 0 && t.min_lr > t.lr) {
-        char buf[160];
-        snprintf(buf, sizeof buf, "the final learning rate %g (--min-lr) is above the peak %g (--lr, or the recipe's)",
-                 t.min_lr, t.lr);
+    if (t.min_lr > t.lr) { /* the cosine would raise the learning rate */
+        char from[4200], peak[4200];
+        fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most %g "
+                "(e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from), t.lr,
+                lr_source(o, "--lr", o->lr > 0, peak, sizeof peak), t.lr);
         vt_dist_finalize(&d);
-        return die("%s", buf);
+        return 1;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;
@@ -849,9 +997,11 @@ static int cmd_train(opts *o) {
 static int read_classes(opts *o, int K);
 
 static int cmd_eval(opts *o) {
+    const char *data = o->data ? o->data : "fashion-mnist";
+    if (o->classes && strcmp(data, "fashion-mnist") == 0)
+        return refuse("eval", "--classes checks an image folder's classes (--data DIR); fashion-mnist has its own ten");
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
-    const char *data = o->data ? o->data : "fashion-mnist";
     vt_data d;
     vt_err e = {{0}};
     if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
@@ -872,31 +1022,43 @@ static int cmd_eval(opts *o) {
         return 1;
     }
     vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run an int8 evaluation is compared with */
-    const int B = o->batch > 0 ? o->batch : 250, q = c.arch.int8;
+    const int B = o->batch > 0 ? o->batch : 250;
     vt_model_cfg cf = c;
     cf.arch.int8 = 0;
+    vt_int8_use use = {0, 0};
     int rc = 0, agree = 0;
+    if (c.arch.int8) { /* the layers on the int8 kernel at this batch (vt_evaluate builds the same graph) */
+        vt_predictor p;
+        rc = vt_predictor_init(&p, &c, P, B, VT_PRED_LOGITS, &e);
+        if (rc == 0) use = vt_graph_int8_use(p.g);
+        vt_predictor_free(&p);
+    }
+    const int q = rc == 0 && c.arch.int8 && !warn_int8_fallback(&c, use); /* int8 runs: compared with fp32 */
     if (q && (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
         rc = vt_seterr(&e, "out of memory");
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
-    if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    if (rc == 0) rc = vt_evaluate(q ? &c : &cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
+    const char *dtype = q ? "int8" : c.arch.int8 ? INT8_NONE : "fp32";
     if (rc)
         die("%s", e.msg);
     else if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, "
-               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, q ? "int8" : "fp32", r.n, (long long)r.skipped, r.loss,
-               100 * r.acc1, 100 * r.acc5);
+               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, dtype, r.n, (long long)r.skipped, r.loss, 100 * r.acc1,
+               100 * r.acc5);
+        if (c.arch.int8) printf(", \"linears\": %d, \"int8_linears\": %d", use.linears, use.int8);
         if (q) printf(", \"fp32_acc1\": %.4f, \"top1_agreement\": %.4f", 100 * rf.acc1, 100.0 * agree / r.n);
         printf("}\n");
     } else {
         printf("%s%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
-               q ? " (int8)" : "", what, d.folder ? " " : "", d.folder ? data : "", r.n,
-               r.skipped ? ", unreadable ones skipped" : "", r.loss, 100 * r.acc1, 100 * r.acc5);
+               q ? " (int8)" : c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "", what,
+               d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
+               100 * r.acc1, 100 * r.acc5);
         if (q)
             printf("fp32: top-1 accuracy %.2f%% (int8 %+.2f points); top-1 agreement of int8 with fp32: %.2f%% "
-                   "(%d of %d)\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1), 100.0 * agree / r.n, agree, r.n);
+                   "(%d of %d); %d of %d linear layers ran int8\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1),
+                   100.0 * agree / r.n, agree, r.n, use.int8, use.linears);
     }
     if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
     free(r.top1);
@@ -916,11 +1078,18 @@ static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
 }
 
 static int cmd_bench(opts *o) {
+    if (given(o, "--workers") && !o->data)
+        return refuse("bench", "--workers sets the input pipeline's threads, which only --data DIR runs");
+    if (given(o, "--drop-path") && !o->train && !o->data)
+        return refuse("bench", "--drop-path acts only in a training step: add --train (inference has no stochastic "
+                      "depth)");
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
-    if (c.arch.int8 && (o->train || o->data)) return die("%s", "--dtype int8 is for inference (bench without --train)");
+    if (c.arch.int8 && (o->train || o->data))
+        return die("--dtype int8 is for inference, but %s benchmarks a training step",
+                   o->train ? "--train" : "--data (which implies --train)");
     vt_bench_result r;
     vt_err e = {{0}};
     double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */
@@ -933,7 +1102,24 @@ static int cmd_bench(opts *o) {
         vt_data_close(&d);
         if (rc) return die("%s", e.msg);
     }
-    if (vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e)) return die("%s", e.msg);
+    /* vt_bench prints the --profile table on stdout; with --json stdout holds the JSON object alone, so the table
+     * goes to stderr (fd 1 pointed at fd 2 for the call) */
+    int saved = -1;
+    if (o->json && o->profile) {
+        fflush(stdout);
+        saved = dup(STDOUT_FILENO);
+        if (saved < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+            if (saved >= 0) close(saved);
+            return die("%s", "--profile --json: cannot send the profile table to stderr");
+        }
+    }
+    const int brc = vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e);
+    if (saved >= 0) {
+        fflush(stdout);
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    if (brc) return die("%s", e.msg);
     if (o->data && !o->json && !o->csv)
         printf("input pipeline (%s, batch %d, %d workers): %.1f img/s alone; training step %.1f img/s: %s\n", o->data,
                B, workers, pipe, r.img_per_s,
@@ -950,15 +1136,17 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[1024], warn[512], isa[64];
+    char rule[1024], warn[512], isa[64], q8warn[400];
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
+    const int fell_back = vt_int8_fallback(&c, (vt_int8_use){r.linears, r.int8_linears}, q8warn, sizeof q8warn);
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, c.arch.int8 ? "int8" : "fp32", B, o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
+               c.name, fell_back ? INT8_NONE : c.arch.int8 ? "int8" : "fp32", B,
+               o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib);
@@ -987,7 +1175,8 @@ static int cmd_bench(opts *o) {
     }
     printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
-           c.name, o->train ? "train" : c.arch.int8 ? "int8 inference" : "inference", B, omp_get_max_threads(),
+           c.name, o->train ? "train" : c.arch.int8 && !fell_back ? "int8 inference" : "inference", B,
+           omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops,
            r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
@@ -995,13 +1184,11 @@ static int cmd_bench(opts *o) {
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
            r.sgemm_onednn);
     printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
-    if (c.arch.int8 && r.int8_linears)
+    if (fell_back)
+        printf("WARNING: %s\n", q8warn);
+    else if (c.arch.int8)
         printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster)\n",
                r.int8_linears, r.linears);
-    else if (c.arch.int8)
-        printf("WARNING: --dtype int8, but none of the %d linear layers runs the int8 kernel (oneDNN has no fast int8 "
-               "kernel on this CPU, VITC_GEMM=openblas, or fp32 measured faster for every shape): this ran fp32\n",
-               r.linears);
     if (warned) printf("WARNING: %s\n", warn);
     return 0;
 }
@@ -1096,6 +1283,7 @@ static int cmd_predict(opts *o) {
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
+    if (o->topk > K) notice("--topk %d is more than the %d classes of %s: listing %d", o->topk, K, c.name, K);
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */
@@ -1105,11 +1293,13 @@ static int cmd_predict(opts *o) {
         return die("%s", "out of memory");
     }
     vt_params *P = load_model(o, &c, 1);
-    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? (o->batch < 64 ? o->batch : 64) : 16, k, res,
-                                   keep, keep ? keep + n * per : NULL, stderr, &e)
+    vt_int8_use use = {0, 0};
+    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
+                                   keep ? keep + n * per : NULL, &use, stderr, &e)
                 : -1;
     int rc = bad != 0;
     if (bad < 0 && P) die("%s", e.msg);
+    if (bad >= 0) warn_int8_fallback(&c, use);
     for (int i = 0; bad >= 0 && i < n; i++) {
         if (res[i].ok) {
             print_top(o, &c, o->images[i], &res[i].top);
@@ -1137,6 +1327,25 @@ static int cmd_predict(opts *o) {
     return rc;
 }
 
+/* vt_parse_index_list of option opt's list s (what: its description in messages) into out (at most max); on an
+ * error, the message quotes at most 60 characters of s (the library's quotes it whole, and a long list pushed the
+ * reason out of its 512 bytes). Returns the count, or -1 after the message. */
+static int index_list(const char *opt, const char *what, const char *s, int *out, int max) {
+    vt_err e = {{0}};
+    const int n = vt_parse_index_list(s, what, out, max, &e);
+    if (n >= 0) return n;
+    if (strlen(s) <= 60) {
+        die("%s", e.msg);
+        return -1;
+    }
+    const size_t lw = strlen(what), ls = strlen(s); /* the message: what 's': reason */
+    const int whole = strlen(e.msg) > lw + ls + 5 && !strncmp(e.msg, what, lw) && !strncmp(e.msg + lw + 2, s, ls);
+    char q[128], why[64];
+    snprintf(why, sizeof why, "not a list of at most %d non-negative integers", max);
+    fprintf(stderr, "vitc: %s %s: %s\n", opt, quoted(s, q, sizeof q), whole ? e.msg + lw + ls + 5 : why);
+    return -1;
+}
+
 static int cmd_attention(opts *o) {
     vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
     vt_err e = {{0}};
@@ -1145,11 +1354,11 @@ static int cmd_attention(opts *o) {
     if (heads && strcmp(heads, "mean") == 0)
         ao.head_mean = 1;
     else if (heads && strcmp(heads, "all") != 0 &&
-             (ao.nheads = vt_parse_index_list(heads, "--heads (all, mean or indices)", ao.heads, VT_ATTN_MAX_SEL,
-                                              &e)) < 0)
-        return die("%s", e.msg);
-    if (o->blocks && (ao.nblocks = vt_parse_index_list(o->blocks, "--blocks", ao.blocks, VT_ATTN_MAX_SEL, &e)) < 0)
-        return die("%s", e.msg);
+             (ao.nheads = index_list("--heads", "--heads (all, mean or indices)", heads, ao.heads,
+                                     VT_ATTN_MAX_SEL)) < 0)
+        return 1;
+    if (o->blocks && (ao.nblocks = index_list("--blocks", "--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
+        return 1;
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
@@ -1228,7 +1437,7 @@ static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 static void usage(FILE *f) {
     fprintf(f, "vitc: vision transformers in C (forward, backward, training)\n\nusage:\n");
     for (int i = 0; i < ncommands; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`vitc COMMAND --help` shows a command's options.\n");
+    fprintf(f, "\n`vitc COMMAND --help` or `vitc help COMMAND` shows a command's options.\n");
 }
 
 /* True when the space-separated option list contains name as a whole word. */
@@ -1243,8 +1452,12 @@ static int has_word(const char *list, const char *name) {
 static void command_help(const command *c) {
     printf("usage: %s\n\n%s\n\noptions:\n", c->usage, c->summary);
     for (size_t i = 0; i < sizeof optdefs / sizeof optdefs[0]; i++) {
-        if (has_word(c->options, optdefs[i].name))
-            printf("  %-18s %s\n", optdefs[i].name, optdefs[i].help);
+        if (!has_word(c->options, optdefs[i].name)) continue;
+        const char *help = optdefs[i].help;
+        for (size_t k = 0; k < sizeof command_option_help / sizeof command_option_help[0]; k++)
+            if (!strcmp(command_option_help[k].cmd, c->name) && !strcmp(command_option_help[k].opt, optdefs[i].name))
+                help = command_option_help[k].help;
+        printf("  %-18s %s\n", optdefs[i].name, help);
     }
     printf("  %-18s %s\n", "--help", "show this help");
 }
@@ -1261,16 +1474,17 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     errno = 0;
     const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
-    if (errno || !end || *end || end == v || !isfinite(x) || tiny) {
+    const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
+    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny) {
         fprintf(stderr, "vitc %s: bad value '%s' for %s%s%s\n", cmd, v, a, what,
                 errno == ERANGE ? " (out of range of a double, or too close to 0)"
                 : tiny          ? " (too close to 0 for a float)"
                                 : "");
         return -1;
     }
-    if (x < d->lo || (d->lo_open && x == d->lo) || x > d->hi) {
-        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g], got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
-                d->lo, d->hi, v, what);
+    if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
+        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g%c, got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
+                d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
     }
     if (d->kind == O_DBL)
@@ -1316,9 +1530,10 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         const char *v = argv[++i];
-        if (d->kind == O_STR && v[0] == '-' && v[1] == '-' && has_word(c->options, v)) { /* `-o --seed 3` */
-            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s (a file of that name: ./%s)\n",
-                    c->name, a, v, v);
+        if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
+            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s", c->name, a, v);
+            if (d->kind == O_STR) fprintf(stderr, " (a file of that name: ./%s)", v);
+            fputc('\n', stderr);
             return -1;
         }
         if (set_option(c->name, d, a, v, "", o)) return -1;
@@ -1327,6 +1542,16 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "help") == 0) { /* vitc help COMMAND */
+        for (int i = 0; i < ncommands; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                command_help(&commands[i]);
+                return 0;
+            }
+        fprintf(stderr, "vitc help: unknown command '%s'\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -25,6 +25,18 @@ typedef struct vt_prediction {
     vt_err err;
 } vt_prediction;
 
+/* A graph's linear layers, and those on the int8 kernel (linear.onednn_int8). */
+typedef struct vt_int8_use {
+    int linears, int8;
+} vt_int8_use;
+
+/* The linear layers of the finalized graph g, and those on the int8 kernel (after a run: those that ran it). */
+vt_int8_use vt_graph_int8_use(const vt_graph *g);
+
+/* When c asks for int8 (--dtype int8) and u counts no linear layer on the int8 kernel, writes into msg (n bytes) that
+ * this runs fp32 and why, and returns 1; 0 otherwise. bench, forward, predict and eval print it as their warning. */
+int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n);
+
 /* Top-k (k ≤ VT_MAX_TOPK and ≤ K) of logits (K values) with softmax probabilities; ties go to the lower index. */
 void vt_topk_of(const float *logits, int K, int k, vt_topk *out);
 
@@ -81,9 +93,9 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
                           vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress);
 
 /* Classifies the n image files in paths with c (parameters P) in batches of up to `batch` images, as
- * vt_predictor_classify (inputs, logits: see there). Returns the number of images that could not be read, or -1
- * (e set) if the model itself cannot run. */
+ * vt_predictor_classify (inputs, logits: see there); use (if non-NULL) gets the graph's linear layers and those that
+ * ran int8. Returns the number of images that could not be read, or -1 (e set) if the model itself cannot run. */
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, FILE *progress, vt_err *e);
+                     vt_prediction *out, float *inputs, float *logits, vt_int8_use *use, FILE *progress, vt_err *e);
 
 #endif

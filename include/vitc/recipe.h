@@ -20,7 +20,8 @@ typedef struct vt_recipe {
     double lr;                   /* peak learning rate for a global batch of lr_base_batch (see vt_recipe_lr) */
     int lr_base_batch;           /* 0: lr is used as given; else lr · batch · accum_steps / lr_base_batch */
     int lr_given;                /* 1: lr came from --lr and is used as given (no scaling) */
-    int scale_warmup_min_lr;     /* 1: warmup_lr and min_lr are scaled like lr (Swin's main.py) */
+    int scale_warmup_min_lr;     /* 1: warmup_lr and min_lr are scaled like lr (Swin's main.py), unless given */
+    int warmup_lr_given, min_lr_given; /* 1: from --warmup-lr / --min-lr, used as given (no scaling) */
     double weight_decay, warmup_lr, min_lr, warmup_epochs, clip_grad, smoothing;
     int epochs, batch, accum_steps;
     int world_size;              /* data-parallel ranks (0 or 1: one process); batch is per rank, as DeiT's */
@@ -53,7 +54,8 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e);
  * lr_base_batch when the recipe scales it and --lr did not set it. */
 double vt_recipe_lr(const vt_recipe *r);
 
-/* Copies r's optimiser, schedule, mixing and EMA settings into o (vt_train's options); o->recipe = r. */
+/* Copies r's optimiser, schedule, mixing and EMA settings into o (vt_train's options), warmup_lr and min_lr scaled
+ * like the lr where the recipe scales them and they were not given; o->recipe = r. */
 void vt_recipe_apply(const vt_recipe *r, struct vt_train_opts *o);
 
 /* The per-image train transform of r at size×size (vt_tf_deit with r's crop, flip, interpolation, RandomErasing and

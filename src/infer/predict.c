@@ -9,6 +9,23 @@
 #include "vitc/progress.h"
 #include "vitc/weights.h"
 
+vt_int8_use vt_graph_int8_use(const vt_graph *g) {
+    vt_int8_use u = {0, 0};
+    for (int i = 0; i < g->nn; i++) {
+        u.linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
+        u.int8 += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
+    }
+    return u;
+}
+
+int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n) {
+    if (!c->arch.int8 || u.int8 > 0) return 0;
+    snprintf(msg, n, "--dtype int8, but none of the %d linear layers runs the int8 kernel (oneDNN has no fast int8 "
+             "kernel on this CPU, VITC_GEMM=openblas, or fp32 measured faster for every shape): this ran fp32",
+             u.linears);
+    return 1;
+}
+
 void vt_topk_of(const float *logits, int K, int k, vt_topk *out) {
     if (k > K) k = K;
     if (k > VT_MAX_TOPK) k = VT_MAX_TOPK;
@@ -189,7 +206,7 @@ static int file_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt
 }
 
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, FILE *progress, vt_err *e) {
+                     vt_prediction *out, float *inputs, float *logits, vt_int8_use *use, FILE *progress, vt_err *e) {
     if (c->arch.in_chans != 1 && c->arch.in_chans != 3)
         return vt_seterr(e, "predict reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
@@ -198,6 +215,7 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
     if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
     const int bad =
         vt_predictor_classify(&p, file_source, (void *)paths, paths, n, k, out, inputs, logits, NULL, progress);
+    if (use) *use = vt_graph_int8_use(p.g);
     vt_predictor_free(&p);
     return bad;
 }

@@ -9,6 +9,7 @@
 #include "vitc/augment.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
+#include "vitc/predict.h"
 #include "vitc/progress.h"
 #include "vitc/train.h"
 
@@ -113,11 +114,9 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */
         r->gemm.calls_s = NULL;
-        r->linears = r->int8_linears = 0;
-        for (int i = 0; i < g->nn; i++) {
-            r->linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
-            r->int8_linears += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
-        }
+        const vt_int8_use u = vt_graph_int8_use(g);
+        r->linears = u.linears;
+        r->int8_linears = u.int8;
         vt_graph_profile_split(g, r->by_kind);
         r->fused_gemm = vt_graph_profile_fused_gemm(g);
         vt_graph_print_profile(g);

@@ -148,8 +148,8 @@ double vt_recipe_lr(const vt_recipe *r) {
 void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     const double f = vt_recipe_lr(r) / r->lr;
     o->lr = vt_recipe_lr(r);
-    o->warmup_lr = r->scale_warmup_min_lr ? r->warmup_lr * f : r->warmup_lr;
-    o->min_lr = r->scale_warmup_min_lr ? r->min_lr * f : r->min_lr;
+    o->warmup_lr = r->scale_warmup_min_lr && !r->warmup_lr_given ? r->warmup_lr * f : r->warmup_lr;
+    o->min_lr = r->scale_warmup_min_lr && !r->min_lr_given ? r->min_lr * f : r->min_lr;
     o->weight_decay = r->weight_decay;
     o->warmup_epochs = r->warmup_epochs;
     o->clip_grad = r->clip_grad;

@@ -62,3 +62,31 @@ $V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnis
 check "unknown --dtype refused" "[ $? -ne 0 ] && grep -q \"unknown --dtype 'bf16'\" '$T/bf.log'" "$(cat "$T/bf.log")"
 $V train vit_fmnist_p7 --data fashion-mnist --epochs 1 --dtype int8 --out "$T/t8" >"$T/t8.log" 2>&1
 check "train --dtype int8 refused" "[ $? -ne 0 ] && grep -q -- '--dtype' '$T/t8.log'" "$(cat "$T/t8.log")"
+
+# no linear layer on the int8 kernel (VITC_GEMM=openblas): forward, predict and eval warn as bench does, and eval's
+# result says that it ran fp32
+W8="$T/run/weights.safetensors"
+VITC_GEMM=openblas $V forward vit_fmnist_p7 --weights "$W8" --input "$T/x.safetensors" --dtype int8 \
+    -o "$T/fo.safetensors" >"$T/fo.log" 2>&1
+check "forward --dtype int8 warns when no layer ran int8" \
+    "[ $? -eq 0 ] && grep -q 'warning: --dtype int8, but none of the 18 linear layers .*: this ran fp32' '$T/fo.log'" \
+    "$(cat "$T/fo.log")"
+/usr/bin/python3 -c "from PIL import Image; Image.new('L', (28, 28), 90).save('$T/img.png')"
+VITC_GEMM=openblas $V predict vit_fmnist_p7 --weights "$W8" --dtype int8 "$T/img.png" >"$T/po.log" 2>&1
+check "predict --dtype int8 warns when no layer ran int8" \
+    "[ $? -eq 0 ] && grep -q 'warning: --dtype int8, but none of the 18 linear layers' '$T/po.log'" "$(cat "$T/po.log")"
+VITC_GEMM=openblas $V eval vit_fmnist_p7 --weights "$W8" --data fashion-mnist --test-subset 200 --dtype int8 --json \
+    >"$T/eo.json" 2>"$T/eo.err"
+eo=$(/usr/bin/python3 - "$T/eo.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = d["dtype"] == "fp32 (int8 requested; no layer ran int8)" and d["int8_linears"] == 0 and "top1_agreement" not in d
+print(("ok " if ok else "bad ") + json.dumps(d))
+PY
+)
+check "eval --dtype int8 --json says fp32 when no layer ran int8, and warns" \
+    "[ \"\${eo%% *}\" = ok ] && grep -q 'warning: --dtype int8, but none' '$T/eo.err'" "$eo $(tail -2 "$T/eo.err")"
+VITC_GEMM=openblas $V eval vit_fmnist_p7 --weights "$W8" --data fashion-mnist --test-subset 200 --dtype int8 \
+    >"$T/et.log" 2>/dev/null
+check "... and its text result too" "grep -q '^vit_fmnist_p7 (fp32: int8 requested, no layer ran int8) on' '$T/et.log'" \
+    "$(cat "$T/et.log")"

@@ -169,8 +169,23 @@ bench vit_fmnist_tiny --batch-size 100000000|--batch-size must be in [1, 65536]
 train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr
 train vit_fmnist_tiny --lr 0|--lr must be in (0, 10], got 0
 train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing
+train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs
 predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
+grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
+grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
+train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
+train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
+train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
+train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 is longer than the run (--epochs 2)
+train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes and takes no other option (got --epochs)
+bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
+bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step
+eval vit_fmnist_tiny --weights w.safetensors --classes c.json|--classes checks an image folder's classes
+init vit_fmnist_tiny -o -w|option -o needs a value, got the option -w
+init vit_fmnist_tiny --seed 99999999999999999999999|--seed must be in [0, 9.2e+18], got 99999999999999999999999
+train vit_fmnist_tiny --epochs 99999999999999999999|--epochs must be in [1, 1000000], got 99999999999999999999
+list extra|vitc list: unexpected argument 'extra'
 EOF
 $V bench deit_tiny_patch16_224 --batch-size 65536 --iters 1 >"$T/big.log" 2>&1
 rc=$?
@@ -181,3 +196,82 @@ for c in list info init forward grad train eval bench deploy predict; do
     $V $c --help >"$T/h.log" 2>&1
     check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
 done
+
+# bench --profile --json: stdout is exactly one JSON object, the profile table goes to stderr
+$V bench vit_fmnist_tiny --batch-size 2 --iters 2 --json --profile >"$T/pj.json" 2>"$T/pj.err"
+check "bench --profile --json: stdout is one JSON object, the table on stderr" \
+    "[ $? -eq 0 ] && /usr/bin/python3 -m json.tool '$T/pj.json' >/dev/null && grep -q '^slowest nodes' '$T/pj.err'" \
+    "$(head -c 600 "$T/pj.json")"
+
+# explicit --min-lr and --warmup-lr are used as given, not scaled with the batch by the swin recipe (as --lr is not)
+SMALL="vit_fmnist_tiny --data fashion-mnist --train-subset 256 --test-subset 128 --epochs 1"
+$V train $SMALL --recipe swin --batch-size 16 --min-lr 1e-5 --warmup-lr 1e-6 --out "$T/sw" >"$T/sw.log" 2>&1
+check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed recipe hold them unscaled" \
+    "[ $? -eq 0 ] && grep -q '\"min_lr\":.1e-05,' '$T/sw/recipe.json' && grep -q '\"warmup_lr\":.1e-06,' '$T/sw/recipe.json' \
+     && grep -Eq '^  min_lr +1e-05$' '$T/sw.log' && grep -Eq '^  warmup_lr +1e-06$' '$T/sw.log'" \
+    "$(grep -E 'lr' "$T/sw/recipe.json" 2>/dev/null) $(tail -2 "$T/sw.log")"
+
+# a final learning rate above the peak is refused whatever its source, naming it and the way out
+$V train $SMALL --lr 1e-6 --out "$T/lo" >"$T/lo.log" 2>&1
+check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and --min-lr" \
+    "[ $? -eq 1 ] && grep -qF 'final learning rate 1e-05 (the default --min-lr) is above the peak 1e-06 (--lr): give --min-lr' \
+     '$T/lo.log' && [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
+$V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... and under a recipe's, naming the recipe" \
+    "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+
+# options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
+$V train foo --recipe list >"$T/rl.log" 2>&1
+check "train foo --recipe list: the unknown model refused" "[ $? -eq 1 ] && grep -q \"unknown model 'foo'\" '$T/rl.log'" \
+    "$(head -3 "$T/rl.log")"
+$V train $SMALL --bucket-mib 8 --no-overlap --out "$T/bk" >"$T/bk.log" 2>&1
+check "--bucket-mib and --no-overlap outside mpirun: a notice, and the run goes on" "[ $? -eq 0 ] && grep -q \
+'^vitc: notice: --bucket-mib and --no-overlap: gradient averaging happens only under mpirun' '$T/bk.log'" "$(head -3 "$T/bk.log")"
+$V train vit_fmnist_tiny --resume "$T/bk" --epochs 2 --model-ema-decay 0.9 >"$T/bk2.log" 2>&1
+check "... --model-ema-decay refused on the resume of a run without an EMA" \
+    "[ $? -eq 2 ] && grep -q 'model-ema-decay has no effect' '$T/bk2.log'" "$(cat "$T/bk2.log")"
+$V train vit_fmnist_tiny --resume "$T/bk" --epochs 2 >"$T/bk2.log" 2>&1
+check "... its resume, whose recorded --mixup-prob, --mixup-switch-prob and --warmup-epochs are not given, runs" \
+    "[ $? -eq 0 ] && ! grep -q 'no effect\\|notice' '$T/bk2.log'" "$(head -3 "$T/bk2.log")"
+/usr/bin/python3 -c "from PIL import Image; Image.new('L', (28, 28), 90).save('$T/img.png')"
+$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --topk 20 "$T/img.png" >"$T/pk.log" 2>"$T/pk.err"
+check "predict --topk above the classes: a notice, all 10 listed" "[ $? -eq 0 ] && \
+    grep -q '^vitc: notice: --topk 20 is more than the 10 classes of vit_fmnist_tiny: listing 10' '$T/pk.err' && \
+    [ \$(grep -c '^  [0-9]*\\. class' '$T/pk.log') -eq 10 ]" "$(cat "$T/pk.err" "$T/pk.log")"
+$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --batch-size 65 $(printf "$T/img.png %.0s" $(seq 65)) \
+    >"$T/pb.log" 2>"$T/pb.err"
+check "predict --batch-size 65 runs 65 images in one batch (no progress lines), not capped at 64" \
+    "[ $? -eq 0 ] && [ \$(grep -c '^$T/img.png' '$T/pb.log') -eq 65 ] && ! grep -q '^predict' '$T/pb.err'" \
+    "$(head -3 "$T/pb.err")"
+
+# help: what each option does in that command
+help_line() { $V "$1" --help | grep -E "^  $2 "; }
+check "grad --help: --steps runs N passes and N-1 AdamW steps; --lr and --weight-decay give their defaults" \
+    "help_line grad --steps | grep -q 'N-1 in all' && help_line grad --lr | grep -q 'default 1e-3' && \
+     help_line grad --weight-decay | grep -q 'default 0;'" "$(help_line grad '--(steps|lr|weight-decay)')"
+check "forward --help: --features writes one map per stage; --img-size defaults to the input's" \
+    "help_line forward --features | grep -q 'one per stage' && ! help_line forward --features | grep -q four && \
+     help_line forward --img-size | grep -q 'size of .input.'" "$(help_line forward '--(features|img-size)')"
+check "attention --help: --heads selects the heads to draw; info --help: --heads is the architecture's" \
+    "help_line attention --heads | grep -q 'heads to draw' && ! help_line attention --heads | grep -q 'per stage' && \
+     ! help_line info --heads | grep -q draw" "$(help_line attention --heads)"
+check "bench --help: --data implies --train; predict --help: --json is JSON Lines" \
+    "help_line bench --data | grep -q 'implies --train' && help_line predict --json | grep -q 'JSON Lines'" \
+    "$(help_line bench --data; help_line predict --json)"
+$V bench vit_fmnist_tiny --data fashion-mnist --dtype int8 >"$T/b8.log" 2>&1
+check "bench --data --dtype int8 refused naming --data, not an option never given" \
+    "[ $? -eq 1 ] && grep -qF 'for inference, but --data (which implies --train)' '$T/b8.log' && \
+     ! grep -q 'without --train' '$T/b8.log'" "$(cat "$T/b8.log")"
+
+# vitc help COMMAND; a long list is quoted in part, so that the message keeps its reason
+$V help train >"$T/ht.log" 2>&1
+check "vitc help train prints train's help" "[ $? -eq 0 ] && head -1 '$T/ht.log' | grep -q '^usage: vitc train '" \
+    "$(head -2 "$T/ht.log")"
+long=$(printf '1,%.0s' $(seq 300))1
+$V attention vit_fmnist_tiny "$T/img.png" -o "$T/att.png" --blocks "$long" >"$T/lb.log" 2>&1
+check "an over-long --blocks list: the message quotes 60 characters and keeps the reason" \
+    "[ $? -eq 1 ] && grep -q \"^vitc: --blocks '1,1,.*\\.\\.\\.' (601 characters): not a list of at most 256\" '$T/lb.log' && \
+     [ \$(wc -c <'$T/lb.log') -lt 200 ]" "$(cat "$T/lb.log")"
+$V info vit_fmnist_tiny --dims "$long" >"$T/ld.log" 2>&1
+check "... and an over-long --dims list" \
+    "[ $? -eq 1 ] && grep -q '(601 characters): 301 values, but the model has 1 stage' '$T/ld.log'" "$(cat "$T/ld.log")"
