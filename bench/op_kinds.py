@@ -38,10 +38,9 @@ def run(vitc, model, batch, iters, train, threads):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
-    lines = out.stdout.strip().splitlines()
-    result = json.loads(lines[-1])
+    result = json.loads(out.stdout)  # stdout: the JSON object alone; the profile table is on stderr
     ops = []  # the profile's op table (name, seconds, share, MACs, kind): the ops outside the GEMM kind
-    for line in lines:
+    for line in out.stderr.splitlines():
         if line.startswith("by kind:"):
             break
         f = line.split()

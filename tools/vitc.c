@@ -1025,19 +1025,14 @@ static int cmd_eval(opts *o) {
     const int B = o->batch > 0 ? o->batch : 250;
     vt_model_cfg cf = c;
     cf.arch.int8 = 0;
-    vt_int8_use use = {0, 0};
     int rc = 0, agree = 0;
-    if (c.arch.int8) { /* the layers on the int8 kernel at this batch (vt_evaluate builds the same graph) */
-        vt_predictor p;
-        rc = vt_predictor_init(&p, &c, P, B, VT_PRED_LOGITS, &e);
-        if (rc == 0) use = vt_graph_int8_use(p.g);
-        vt_predictor_free(&p);
-    }
-    const int q = rc == 0 && c.arch.int8 && !warn_int8_fallback(&c, use); /* int8 runs: compared with fp32 */
-    if (q && (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
+    if (c.arch.int8 &&
+        (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
         rc = vt_seterr(&e, "out of memory");
+    if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    const vt_int8_use use = {r.linears, r.int8_linears};
+    const int q = rc == 0 && c.arch.int8 && !warn_int8_fallback(&c, use); /* int8 ran: compared with fp32 */
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
-    if (rc == 0) rc = vt_evaluate(q ? &c : &cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
     const char *dtype = q ? "int8" : c.arch.int8 ? INT8_NONE : "fp32";
@@ -1102,23 +1097,9 @@ static int cmd_bench(opts *o) {
         vt_data_close(&d);
         if (rc) return die("%s", e.msg);
     }
-    /* vt_bench prints the --profile table on stdout; with --json stdout holds the JSON object alone, so the table
-     * goes to stderr (fd 1 pointed at fd 2 for the call) */
-    int saved = -1;
-    if (o->json && o->profile) {
-        fflush(stdout);
-        saved = dup(STDOUT_FILENO);
-        if (saved < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-            if (saved >= 0) close(saved);
-            return die("%s", "--profile --json: cannot send the profile table to stderr");
-        }
-    }
-    const int brc = vt_bench(&c, B, o->train, iters, o->profile, stderr, &r, &e);
-    if (saved >= 0) {
-        fflush(stdout);
-        dup2(saved, STDOUT_FILENO);
-        close(saved);
-    }
+    /* the --profile table: on stdout, or on stderr with --json (stdout holds the JSON object alone) */
+    FILE *prof = o->profile ? (o->json ? stderr : stdout) : NULL;
+    const int brc = vt_bench(&c, B, o->train, iters, prof, stderr, &r, &e);
     if (brc) return die("%s", e.msg);
     if (o->data && !o->json && !o->csv)
         printf("input pipeline (%s, batch %d, %d workers): %.1f img/s alone; training step %.1f img/s: %s\n", o->data,
@@ -1327,23 +1308,11 @@ static int cmd_predict(opts *o) {
     return rc;
 }
 
-/* vt_parse_index_list of option opt's list s (what: its description in messages) into out (at most max); on an
- * error, the message quotes at most 60 characters of s (the library's quotes it whole, and a long list pushed the
- * reason out of its 512 bytes). Returns the count, or -1 after the message. */
-static int index_list(const char *opt, const char *what, const char *s, int *out, int max) {
+/* vt_parse_index_list of the list s (what: its option, in messages) into out (at most max); -1 after the message. */
+static int index_list(const char *what, const char *s, int *out, int max) {
     vt_err e = {{0}};
     const int n = vt_parse_index_list(s, what, out, max, &e);
-    if (n >= 0) return n;
-    if (strlen(s) <= 60) {
-        die("%s", e.msg);
-        return -1;
-    }
-    const size_t lw = strlen(what), ls = strlen(s); /* the message: what 's': reason */
-    const int whole = strlen(e.msg) > lw + ls + 5 && !strncmp(e.msg, what, lw) && !strncmp(e.msg + lw + 2, s, ls);
-    char q[128], why[64];
-    snprintf(why, sizeof why, "not a list of at most %d non-negative integers", max);
-    fprintf(stderr, "vitc: %s %s: %s\n", opt, quoted(s, q, sizeof q), whole ? e.msg + lw + ls + 5 : why);
-    return -1;
+    return n >= 0 ? n : die("%s", e.msg) * -1;
 }
 
 static int cmd_attention(opts *o) {
@@ -1354,10 +1323,10 @@ static int cmd_attention(opts *o) {
     if (heads && strcmp(heads, "mean") == 0)
         ao.head_mean = 1;
     else if (heads && strcmp(heads, "all") != 0 &&
-             (ao.nheads = index_list("--heads", "--heads (all, mean or indices)", heads, ao.heads,
+             (ao.nheads = index_list("--heads (all, mean or indices)", heads, ao.heads,
                                      VT_ATTN_MAX_SEL)) < 0)
         return 1;
-    if (o->blocks && (ao.nblocks = index_list("--blocks", "--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
+    if (o->blocks && (ao.nblocks = index_list("--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
         return 1;
     vt_model_cfg c;
     if (model_cfg(o, &c)) return 1;

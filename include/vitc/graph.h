@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vitc/error.h"
 #include "vitc/gemm.h"
@@ -237,10 +238,10 @@ int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 /* Starts accumulating per-node run times (see vt_graph_print_profile). */
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
-/* Prints the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
- * total with the op's kind, the split by op kind (vt_graph_profile_split), then the 12 slowest nodes (scope, kernel, first input's and
- * output's shapes). */
-void vt_graph_print_profile(const vt_graph *g);
+/* Prints to f (NULL: nothing) the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
+ * total with the op's kind, the split by op kind (vt_graph_profile_split), then the 12 slowest nodes (scope, kernel,
+ * first input's and output's shapes). */
+void vt_graph_print_profile(const vt_graph *g, FILE *f);
 
 /* The accumulated time's fractions by op kind: share[VT_OP_GEMM], share[VT_OP_FUSED], share[VT_OP_OTHER] (zeros when
  * profiling is off or nothing ran). */

@@ -60,6 +60,7 @@ typedef struct vt_eval_result {
     int n;           /* images scored */
     int64_t skipped; /* unreadable images left out */
     int *top1;       /* set by the caller, or NULL: gets each image's top-1 class in source order (-1: unreadable) */
+    int linears, int8_linears; /* the graph's linear layers, and those that ran the int8 kernel */
 } vt_eval_result;
 
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
@@ -138,9 +139,9 @@ typedef struct vt_bench_result {
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures
- * the sgemm peak of each GEMM library too. With profile, prints the time per op type; progress on the stream
- * `progress` (NULL: none). */
-int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, int profile, FILE *progress, vt_bench_result *r,
+ * the sgemm peak of each GEMM library too. With a profile stream (NULL: no profile), times every node and prints the
+ * time per op type there (vt_graph_print_profile); progress on the stream `progress` (NULL: none). */
+int vt_bench(const vt_model_cfg *c, int batch, int train, int iters, FILE *profile, FILE *progress, vt_bench_result *r,
              vt_err *e);
 
 /* Images per second of d's training input pipeline alone (read, decode, crop + flip into batches of `batch` with

@@ -635,7 +635,7 @@ int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
 
 /* The PROFILE_TOP nodes that took longest (forward + backward): scope, kernel, first input's and output's shapes. */
 #define PROFILE_TOP 12
-static void print_slowest(const vt_graph *g, double total) {
+static void print_slowest(const vt_graph *g, double total, FILE *f) {
     int top[PROFILE_TOP], nt = 0;
     for (int i = 0; i < g->nn; i++) { /* insertion into the top list, slowest first */
         int k = nt < PROFILE_TOP ? nt++ : PROFILE_TOP;
@@ -645,12 +645,12 @@ static void print_slowest(const vt_graph *g, double total) {
         }
         if (k < PROFILE_TOP) top[k] = i;
     }
-    printf("slowest nodes:\n%-6s %-44s %-22s %8s %6s  %s\n", "node", "scope", "op", "seconds", "share",
+    fprintf(f, "slowest nodes:\n%-6s %-44s %-22s %8s %6s  %s\n", "node", "scope", "op", "seconds", "share",
            "input -> output");
     for (int j = 0; j < nt; j++) {
         const vt_node *nd = g->nodes[top[j]];
         char a[64], b[64];
-        printf("%-6d %-44.44s %-22.22s %8.4f %5.1f%%  %s -> %s\n", nd->index, g->scopes[nd->scope],
+        fprintf(f, "%-6d %-44.44s %-22.22s %8.4f %5.1f%%  %s -> %s\n", nd->index, g->scopes[nd->scope],
                nd->kern ? nd->kern->name : nd->op->name, g->node_s[top[j]], 100.0 * g->node_s[top[j]] / total,
                nd->nin ? vt_shape_str(nd->in[0], a, sizeof a) : "()", vt_shape_str(nd->out, b, sizeof b));
     }
@@ -675,8 +675,8 @@ double vt_graph_profile_fused_gemm(const vt_graph *g) {
     return total > 0.0 ? in / total : 0.0;
 }
 
-void vt_graph_print_profile(const vt_graph *g) {
-    if (!g->node_s) return;
+void vt_graph_print_profile(const vt_graph *g, FILE *f) {
+    if (!g->node_s || !f) return;
     static const char *const kind_names[VT_OP_KINDS] = {"other", "gemm", "fused"};
     const char *names[64];
     double t[64] = {0}, total = 0.0;
@@ -705,18 +705,18 @@ void vt_graph_print_profile(const vt_graph *g) {
                 const char *nn = names[i]; names[i] = names[j]; names[j] = nn;
                 vt_op_kind kk = kinds[i]; kinds[i] = kinds[j]; kinds[j] = kk;
             }
-    printf("%-24s %10s %7s %14s  %s\n", "op", "seconds", "share", "forward MACs", "kind");
+    fprintf(f, "%-24s %10s %7s %14s  %s\n", "op", "seconds", "share", "forward MACs", "kind");
     for (int i = 0; i < n; i++)
-        printf("%-24s %10.4f %6.1f%% %14lld  %s\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i],
+        fprintf(f, "%-24s %10.4f %6.1f%% %14lld  %s\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i],
                kind_names[kinds[i]]);
     double sh[VT_OP_KINDS];
     vt_graph_profile_split(g, sh);
     const double fg = vt_graph_profile_fused_gemm(g);
-    printf("by kind: GEMM ops %.1f%%, GEMMs fused with other work (attention, DLA, GMA aggregators) %.1f%% (%.1f%% "
+    fprintf(f, "by kind: GEMM ops %.1f%%, GEMMs fused with other work (attention, DLA, GMA aggregators) %.1f%% (%.1f%% "
            "in their GEMM calls), other ops %.1f%%; outside GEMM calls %.1f%%\n",
            100.0 * sh[VT_OP_GEMM], 100.0 * sh[VT_OP_FUSED], 100.0 * fg, 100.0 * sh[VT_OP_OTHER],
            100.0 * (sh[VT_OP_FUSED] - fg + sh[VT_OP_OTHER]));
-    print_slowest(g, total);
+    print_slowest(g, total, f);
 }
 
 /* Zeroes the gradient of t's root if its live range begins at backward step s (seeds the loss with 1). */

@@ -35,13 +35,15 @@ int vt_parse_index_list(const char *s, const char *what, int *out, int max, vt_e
     int n = 0;
     const char *p = s;
     if (!s || !*s) return vt_seterr(e, "%s: empty list (want comma-separated indices such as 0,5,11)", what);
+    const char *more = strlen(s) > 60 ? "..." : ""; /* messages quote 60 characters: the reason stays in them */
     while (*p) {
         char *end;
-        if (*p < '0' || *p > '9') return vt_seterr(e, "%s '%s': not a list of non-negative integers", what, s);
+        if (*p < '0' || *p > '9')
+            return vt_seterr(e, "%s '%.60s%s': not a list of non-negative integers", what, s, more);
         const long v = strtol(p, &end, 10);
         if (v > 1000000 || (*end && *end != ',') || (*end == ',' && !end[1]))
-            return vt_seterr(e, "%s '%s': not a list of non-negative integers", what, s);
-        if (n == max) return vt_seterr(e, "%s '%s': more than %d indices", what, s, max);
+            return vt_seterr(e, "%s '%.60s%s': not a list of non-negative integers", what, s, more);
+        if (n == max) return vt_seterr(e, "%s '%.60s%s': more than %d indices", what, s, more, max);
         out[n++] = (int)v;
         p = *end ? end + 1 : end;
     }

@@ -46,8 +46,8 @@ static void sgemm_peak(vt_bench_result *r) {
     r->sgemm_gflops = best[0] > best[1] ? best[0] : best[1];
 }
 
-int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profile, FILE *progress, vt_bench_result *r,
-             vt_err *e) {
+int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *profile, FILE *progress,
+             vt_bench_result *r, vt_err *e) {
     const vt_model_cfg tc = train ? vt_model_training_form(cfg) : *cfg, *c = &tc; /* a training step: training form */
     vt_params *P = vt_params_new(e);
     if (!P || vt_model_init_params(c, P, 0, e)) {
@@ -119,7 +119,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, int profi
         r->int8_linears = u.int8;
         vt_graph_profile_split(g, r->by_kind);
         r->fused_gemm = vt_graph_profile_fused_gemm(g);
-        vt_graph_print_profile(g);
+        vt_graph_print_profile(g, profile);
     }
     vt_adamw_free(&opt);
     vt_graph_free(g);

@@ -169,6 +169,11 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
     int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
+    if (rc == 0) {
+        const vt_int8_use u = vt_graph_int8_use(g);
+        r->linears = u.linears;
+        r->int8_linears = u.int8;
+    }
     vt_loader *L = rc || loader ? loader
                                 : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
                                                 PREFETCH, VT_BAD_DROP, e);
@@ -804,7 +809,7 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *
     const int rc = part->n > 0 ? vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, e) : 0;
     double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
     if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
-    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL};
+    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears};
     return 0;
 }
 

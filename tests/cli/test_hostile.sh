@@ -121,7 +121,7 @@ expect "forward whose logits overflow refused" 1 "NaN or Inf" $V forward $M -w "
 expect "grad whose loss overflows refused" 1 "overflow" $V grad $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/gbig.safetensors"
 check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '$T/gbig.safetensors' ]"
 # 18. contradictory or stray arguments
-expect "list with a stray argument refused" 1 "unexpected argument" $V list extra
+expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
