@@ -1481,9 +1481,7 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             }
             continue;
         }
-        const optdef *d = NULL;
-        for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++)
-            if (strcmp(optdefs[k].name, a) == 0) d = &optdefs[k];
+        const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
             fprintf(stderr, "vitc %s: unknown option '%s' (see `vitc %s --help`)\n", c->name, a, c->name);
