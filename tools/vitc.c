@@ -31,7 +31,7 @@ typedef struct {
     int rollout;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
     int train_subset, test_subset, log_every, workers;
-    long long seed, fault_nan_step;
+    long long seed, fault_nan_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
     int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */
@@ -164,6 +164,8 @@ static const optdef optdefs[] = {
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
+    NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: poison the first validation input "
+      "of epoch N (0-based) with NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
       "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
@@ -979,6 +981,7 @@ static int cmd_train(opts *o) {
     t.test_subset = o->test_subset;
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
+    if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
     t.command_line = o->cmdline;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
@@ -1372,8 +1375,9 @@ static const command commands[] = {
      "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr --smoothing --clip-grad "
      "--out --resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers "
-     "--fault-nan-step --drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
-     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug --bucket-mib --no-overlap "
+     "--fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob "
+     "--model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug "
+     "--bucket-mib --no-overlap "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
@@ -1532,7 +1536,7 @@ int main(int argc, char **argv) {
         o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
-        o.fault_nan_step = -1;
+        o.fault_nan_step = o.fault_nan_eval = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;
