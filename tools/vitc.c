@@ -29,7 +29,7 @@ typedef struct {
     const char *windows; /* --windows */
     const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
     int rollout;
-    int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
+    int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs;
     int train_subset, test_subset, log_every, workers;
     long long seed, fault_nan_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
@@ -44,6 +44,7 @@ typedef struct {
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
     int repeated_aug, no_repeated_aug;        /* train */
+    int augment, no_augment;                  /* train */
     const char *classes; /* --classes FILE: a run's classes.json */
     char **cls;          /* its names (ncls) */
     int ncls;
@@ -154,7 +155,10 @@ static const optdef optdefs[] = {
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off; bench: with --train or --data only)"),
-    O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
+    O("--augment", O_FLAG, augment, "augment the training images (on by default): random crop and flip, or on an image "
+      "folder a recipe's DeiT transforms; turns it back on when resuming a --no-augment run"),
+    O("--no-augment", O_FLAG, no_augment, "train on the eval transform's images: no random crop and flip (nor a "
+      "recipe's DeiT transforms)"),
     NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
       "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
@@ -836,7 +840,7 @@ static int resume_defaults(opts *o) {
         rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
         o->data = o->resumed_data;
     }
-    if (aug && strcmp(aug, "0") == 0) o->augment = 1; /* o->augment is --no-augment */
+    if (aug && !given(o, "--augment") && !given(o, "--no-augment")) o->no_augment = strcmp(aug, "0") == 0;
     if (same && ra && !given(o, "--repeated-aug") && !given(o, "--no-repeated-aug")) {
         o->repeated_aug = strcmp(ra, "0") != 0;
         o->no_repeated_aug = !o->repeated_aug;
@@ -874,6 +878,7 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
     if (o->repeated_aug && o->no_repeated_aug)
         return die("%s", "--repeated-aug and --no-repeated-aug contradict each other");
+    if (o->augment && o->no_augment) return die("%s", "--augment and --no-augment contradict each other");
     if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
     if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
     r->drop_path = o->drop_path;
@@ -976,7 +981,7 @@ static int cmd_train(opts *o) {
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;
     t.seed = (uint64_t)o->seed;
-    t.augment = !o->augment;
+    t.augment = !o->no_augment;
     t.train_subset = o->train_subset;
     t.test_subset = o->test_subset;
     if (o->log_every > 0) t.log_every = o->log_every;
@@ -1374,10 +1379,10 @@ static const command commands[] = {
      "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
      "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr --smoothing --clip-grad "
-     "--out --resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers "
-     "--fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob "
-     "--model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug "
-     "--bucket-mib --no-overlap "
+     "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
+     "--workers --fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
+     "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
+     "--no-repeated-aug --bucket-mib --no-overlap "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",

@@ -5,8 +5,8 @@
 # epoch is written; eval refuses logits that are not finite; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
-# folder); drop-path (resume-exact);
-# eval and bad arguments.
+# folder); drop-path (resume-exact); --augment turns augmentation back on in a resume of a --no-augment run; eval
+# and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -265,6 +265,23 @@ check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and
 $V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... and under a recipe's, naming the recipe" \
     "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+
+# --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
+meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
+print(st.parse(open('$1', 'rb').read())[0]['__metadata__']['$2'])"; }
+$V train $SMALL --no-augment --out "$T/na" >"$T/na.log" 2>&1
+$V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --out "$T/na0" >"$T/na0.log" 2>&1
+check "a resume of a --no-augment run stays without augmentation" "[ $? -eq 0 ] && \
+    [ \"\$(meta '$T/na0/checkpoint.safetensors' augment)\" = 0 ] && grep -q '^Note: this resumed run changes epochs 1 → 2$' \
+    '$T/na0.log'" "$(grep -v '^ ' "$T/na0.log" | head -5)"
+$V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --augment --out "$T/na1" >"$T/na1.log" 2>&1
+check "... with --augment it augments again, named in the note and recorded" "[ $? -eq 0 ] && \
+    [ \"\$(meta '$T/na1/checkpoint.safetensors' augment)\" = 1 ] && \
+    grep -q '^Note: this resumed run changes epochs 1 → 2, augment 0 → 1$' '$T/na1.log'" \
+    "$(grep -v '^ ' "$T/na1.log" | head -5)"
+$V train vit_fmnist_tiny --resume "$T/na1" --epochs 3 --no-augment --augment >"$T/na2.log" 2>&1
+check "... --augment with --no-augment refused as a contradiction" "[ $? -eq 1 ] && \
+    grep -q -- '--augment and --no-augment contradict each other' '$T/na2.log'" "$(cat "$T/na2.log")"
 
 # options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
 $V train foo --recipe list >"$T/rl.log" 2>&1
