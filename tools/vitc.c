@@ -885,8 +885,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     return 0;
 }
 
-/* Where train's learning-rate option opt got its value, for messages: the command line, the checkpoint resumed
- * (recorded: set though not given), the recipe or vitc's default. */
+/* Where train's schedule option opt (--lr, --min-lr, --warmup-lr) got its value, for messages: the command line,
+ * the checkpoint resumed (recorded: set though not given), the recipe or vitc's default. */
 static const char *lr_source(const opts *o, const char *opt, int recorded, char *buf, size_t n) {
     if (given(o, opt))
         snprintf(buf, n, "%s", opt);
@@ -970,11 +970,21 @@ static int cmd_train(opts *o) {
     }
     r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
-    if (t.min_lr > t.lr) { /* the cosine would raise the learning rate */
+    /* the schedule climbs from the warm-up lr to the peak, then the cosine falls to the final lr: a final lr above
+     * the peak would raise it, a warm-up lr above it would lower it during the warm-up (unused without one), whatever
+     * their source; both named when both are (rank 0 alone prints) */
+    const int min_above = t.min_lr > t.lr, warm_above = t.warmup_epochs > 0 && t.warmup_lr > t.lr;
+    if (min_above || warm_above) {
         char from[4200], peak[4200];
-        fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most %g "
-                "(e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from), t.lr,
-                lr_source(o, "--lr", o->lr > 0, peak, sizeof peak), t.lr);
+        lr_source(o, "--lr", o->lr > 0, peak, sizeof peak);
+        if (min_above && d.rank == 0)
+            fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most "
+                    "%g (e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from),
+                    t.lr, peak, t.lr);
+        if (warm_above && d.rank == 0)
+            fprintf(stderr, "vitc: the warm-up's starting learning rate %g (%s) is above the peak %g (%s): the warm-up "
+                    "would lower the learning rate to its peak; give --warmup-lr at most %g (e.g. --warmup-lr 0)\n",
+                    t.warmup_lr, lr_source(o, "--warmup-lr", o->warmup_lr >= 0, from, sizeof from), t.lr, peak, t.lr);
         vt_dist_finalize(&d);
         return 1;
     }

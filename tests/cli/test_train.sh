@@ -5,8 +5,8 @@
 # epoch is written; eval refuses logits that are not finite; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
-# folder); drop-path (resume-exact); --augment turns augmentation back on in a resume of a --no-augment run; eval
-# and bad arguments.
+# folder); drop-path (resume-exact); a warm-up lr above the peak is refused; --augment turns augmentation back on
+# in a resume of a --no-augment run; eval and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -265,6 +265,20 @@ check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and
 $V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... and under a recipe's, naming the recipe" \
     "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+# so is a warm-up starting above the peak (it would lower the learning rate), naming both values and their sources
+$V train $SMALL --lr 1e-4 --warmup-lr 1e-3 --out "$T/lo" >"$T/lo.log" 2>&1
+check "--warmup-lr 1e-3 above --lr 1e-4 refused, naming both" "[ $? -eq 1 ] && grep -qF \
+\"vitc: the warm-up's starting learning rate 0.001 (--warmup-lr) is above the peak 0.0001 (--lr): the warm-up would \
+lower the learning rate to its peak; give --warmup-lr at most 0.0001 (e.g. --warmup-lr 0)\" '$T/lo.log' && \
+    [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
+$V train $SMALL --recipe deit --lr 1e-7 --min-lr 0 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... and a recipe's above a given --lr, naming the recipe" "[ $? -eq 1 ] && grep -qF \
+\"starting learning rate 1e-06 (the deit recipe's --warmup-lr) is above the peak 1e-07 (--lr)\" '$T/lo.log'" \
+    "$(cat "$T/lo.log")"
+$V train $SMALL --lr 5e-7 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 1 ] && grep -qF \
+'final learning rate 1e-05 (the default --min-lr) is above the peak 5e-07' '$T/lo.log' && grep -qF \
+'starting learning rate 1e-06 (the default --warmup-lr) is above the peak 5e-07' '$T/lo.log'" "$(cat "$T/lo.log")"
 
 # --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
 meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
