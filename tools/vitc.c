@@ -885,8 +885,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     return 0;
 }
 
-/* Where train's schedule option opt (--lr, --min-lr, --warmup-lr) got its value, for messages: the command line,
- * the checkpoint resumed (recorded: set though not given), the recipe or vitc's default. */
+/* Where train's schedule option opt (--lr, --min-lr, --warmup-lr, --warmup-epochs) got its value, for messages: the
+ * command line, the checkpoint resumed (recorded: set though not given), the recipe or vitc's default. */
 static const char *lr_source(const opts *o, const char *opt, int recorded, char *buf, size_t n) {
     if (given(o, opt))
         snprintf(buf, n, "%s", opt);
@@ -987,6 +987,16 @@ static int cmd_train(opts *o) {
                     t.warmup_lr, lr_source(o, "--warmup-lr", o->warmup_lr >= 0, from, sizeof from), t.lr, peak, t.lr);
         vt_dist_finalize(&d);
         return 1;
+    }
+    /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
+     * run is timm's, whose scheduler keeps warming up past the end: said once */
+    if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs && d.rank == 0) {
+        char from[4200];
+        printf("Note: the warm-up of %g epochs (%s) is longer than the run's %d epoch%s: the learning rate rises for "
+               "the whole run and never reaches its peak %g nor decays (as in timm); give --warmup-epochs at most %d "
+               "to change it\n", t.warmup_epochs, lr_source(o, "--warmup-epochs", o->warmup_epochs >= 0, from,
+               sizeof from), t.epochs, t.epochs == 1 ? "" : "s", t.lr, t.epochs);
+        fflush(stdout);
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;

@@ -5,8 +5,8 @@
 # epoch is written; eval refuses logits that are not finite; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
-# folder); drop-path (resume-exact); a warm-up lr above the peak is refused; --augment turns augmentation back on
-# in a resume of a --no-augment run; eval and bad arguments.
+# folder); drop-path (resume-exact); a warm-up lr above the peak is refused, a recipe's warm-up longer than the run
+# noted; --augment turns augmentation back on in a resume of a --no-augment run; eval and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -279,6 +279,17 @@ $V train $SMALL --lr 5e-7 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 1 ] && grep -qF \
 'final learning rate 1e-05 (the default --min-lr) is above the peak 5e-07' '$T/lo.log' && grep -qF \
 'starting learning rate 1e-06 (the default --warmup-lr) is above the peak 5e-07' '$T/lo.log'" "$(cat "$T/lo.log")"
+
+# a recipe's warm-up longer than the run (not given: given, it is refused) runs as timm's scheduler would, never
+# reaching the peak, with a note saying so and how to change it; the note names the checkpoint on a resume
+check "a recipe's warm-up longer than the run: a note naming it and the way out" "grep -qF \
+\"Note: the warm-up of 5 epochs (the deit recipe's --warmup-epochs) is longer than the run's 1 epoch: the learning \
+rate rises for the whole run and never reaches its peak 0.002 nor decays (as in timm); give --warmup-epochs at most 1 \
+to change it\" '$T/v1.log'" "$(grep -v '^ ' "$T/v1.log" | head -5)"
+check "... a resume taking it from the checkpoint says so too" "grep -qF \
+\"Note: the warm-up of 5 epochs (--warmup-epochs recorded in $T/v/checkpoint.safetensors) is longer than the run's 2 \
+epochs\" '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log" | head -5)"
+check "... and a warm-up within the run gets no note" "! grep -q 'Note: the warm-up' '$T/a.log' '$T/b2.log'"
 
 # --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
 meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
