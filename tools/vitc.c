@@ -29,9 +29,9 @@ typedef struct {
     const char *windows; /* --windows */
     const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
     int rollout;
-    int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs, augment;
+    int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs;
     int train_subset, test_subset, log_every, workers;
-    long long seed, fault_nan_step;
+    long long seed, fault_nan_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
     int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */
@@ -44,6 +44,7 @@ typedef struct {
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
     int repeated_aug, no_repeated_aug;        /* train */
+    int augment, no_augment;                  /* train */
     const char *classes; /* --classes FILE: a run's classes.json */
     char **cls;          /* its names (ncls) */
     int ncls;
@@ -154,7 +155,10 @@ static const optdef optdefs[] = {
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off; bench: with --train or --data only)"),
-    O("--no-augment", O_FLAG, augment, "disable random crop and flip"),
+    O("--augment", O_FLAG, augment, "augment the training images (on by default): random crop and flip, or on an image "
+      "folder a recipe's DeiT transforms; turns it back on when resuming a --no-augment run"),
+    O("--no-augment", O_FLAG, no_augment, "train on the eval transform's images: no random crop and flip (nor a "
+      "recipe's DeiT transforms)"),
     NUM("--bucket-mib", O_DBL, bucket_mib, 0.01, 1024, "under mpirun: gradients are averaged in buckets of this many "
       "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
@@ -164,6 +168,8 @@ static const optdef optdefs[] = {
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
+    NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: poison the first validation input "
+      "of epoch N (0-based) with NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
       "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
@@ -834,7 +840,7 @@ static int resume_defaults(opts *o) {
         rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
         o->data = o->resumed_data;
     }
-    if (aug && strcmp(aug, "0") == 0) o->augment = 1; /* o->augment is --no-augment */
+    if (aug && !given(o, "--augment") && !given(o, "--no-augment")) o->no_augment = strcmp(aug, "0") == 0;
     if (same && ra && !given(o, "--repeated-aug") && !given(o, "--no-repeated-aug")) {
         o->repeated_aug = strcmp(ra, "0") != 0;
         o->no_repeated_aug = !o->repeated_aug;
@@ -872,14 +878,15 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
     if (o->repeated_aug && o->no_repeated_aug)
         return die("%s", "--repeated-aug and --no-repeated-aug contradict each other");
+    if (o->augment && o->no_augment) return die("%s", "--augment and --no-augment contradict each other");
     if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
     if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
     r->drop_path = o->drop_path;
     return 0;
 }
 
-/* Where train's learning-rate option opt got its value, for messages: the command line, the checkpoint resumed
- * (recorded: set though not given), the recipe or vitc's default. */
+/* Where train's schedule option opt (--lr, --min-lr, --warmup-lr, --warmup-epochs) got its value, for messages: the
+ * command line, the checkpoint resumed (recorded: set though not given), the recipe or vitc's default. */
 static const char *lr_source(const opts *o, const char *opt, int recorded, char *buf, size_t n) {
     if (given(o, opt))
         snprintf(buf, n, "%s", opt);
@@ -963,22 +970,43 @@ static int cmd_train(opts *o) {
     }
     r.world_size = d.size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
-    if (t.min_lr > t.lr) { /* the cosine would raise the learning rate */
+    /* the schedule climbs from the warm-up lr to the peak, then the cosine falls to the final lr: a final lr above
+     * the peak would raise it, a warm-up lr above it would lower it during the warm-up (unused without one), whatever
+     * their source; both named when both are (rank 0 alone prints) */
+    const int min_above = t.min_lr > t.lr, warm_above = t.warmup_epochs > 0 && t.warmup_lr > t.lr;
+    if (min_above || warm_above) {
         char from[4200], peak[4200];
-        fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most %g "
-                "(e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from), t.lr,
-                lr_source(o, "--lr", o->lr > 0, peak, sizeof peak), t.lr);
+        lr_source(o, "--lr", o->lr > 0, peak, sizeof peak);
+        if (min_above && d.rank == 0)
+            fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most "
+                    "%g (e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from),
+                    t.lr, peak, t.lr);
+        if (warm_above && d.rank == 0)
+            fprintf(stderr, "vitc: the warm-up's starting learning rate %g (%s) is above the peak %g (%s): the warm-up "
+                    "would lower the learning rate to its peak; give --warmup-lr at most %g (e.g. --warmup-lr 0)\n",
+                    t.warmup_lr, lr_source(o, "--warmup-lr", o->warmup_lr >= 0, from, sizeof from), t.lr, peak, t.lr);
         vt_dist_finalize(&d);
         return 1;
+    }
+    /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
+     * run is timm's, whose scheduler keeps warming up past the end: said once */
+    if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs && d.rank == 0) {
+        char from[4200];
+        printf("Note: the warm-up of %g epochs (%s) is longer than the run's %d epoch%s: the learning rate rises for "
+               "the whole run and never reaches its peak %g nor decays (as in timm); give --warmup-epochs at most %d "
+               "to change it\n", t.warmup_epochs, lr_source(o, "--warmup-epochs", o->warmup_epochs >= 0, from,
+               sizeof from), t.epochs, t.epochs == 1 ? "" : "s", t.lr, t.epochs);
+        fflush(stdout);
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;
     t.seed = (uint64_t)o->seed;
-    t.augment = !o->augment;
+    t.augment = !o->no_augment;
     t.train_subset = o->train_subset;
     t.test_subset = o->test_subset;
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
+    if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
     t.command_line = o->cmdline;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
@@ -1371,9 +1399,10 @@ static const command commands[] = {
      "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
      "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
      "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr --smoothing --clip-grad "
-     "--out --resume --overwrite --seed --no-augment --train-subset --test-subset --log-every --threads --workers "
-     "--fault-nan-step --drop-path --recipe --mixup --cutmix --mixup-prob --mixup-switch-prob --model-ema --no-model-ema "
-     "--model-ema-decay --accum-steps --init-from --repeated-aug --no-repeated-aug --bucket-mib --no-overlap "
+     "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
+     "--workers --fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
+     "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
+     "--no-repeated-aug --bucket-mib --no-overlap "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
@@ -1532,7 +1561,7 @@ int main(int argc, char **argv) {
         o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
-        o.fault_nan_step = -1;
+        o.fault_nan_step = o.fault_nan_eval = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;

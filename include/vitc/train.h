@@ -66,7 +66,8 @@ typedef struct vt_eval_result {
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
  * default), or with `loader` when not NULL (made by the caller for src, tf and batch with VT_BAD_DROP, reused across
  * evaluations so an unreadable image is warned about once); progress on the stream `progress` (NULL: none) when
- * there is more than one batch. */
+ * there is more than one batch. An image scored whose logits are not finite is an error naming it, the class and
+ * the value (the loss and accuracy would be meaningless). */
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
                 int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e);
 
@@ -89,6 +90,9 @@ typedef struct vt_train_opts {
     int log_every;             /* progress line every this many steps */
     int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
                                 * several ranks, on the last one only) */
+    int64_t fault_nan_eval;    /* testing aid: poison the first validation input of this epoch (0-based) with NaN, in
+                                * the EMA's evaluation when there is an EMA (-1: off; with several ranks, on the last
+                                * one only) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */
     vt_mixup mixup;            /* Mixup/CutMix of each (micro-)batch when enabled (vt_mixup_enabled): soft targets
                                   smoothed by `smoothing`, soft-target cross-entropy; num_classes from the model */
@@ -112,10 +116,11 @@ void vt_train_defaults(vt_train_opts *o);
 
 /* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic
  * checkpoints (weights, optimizer state, step, RNG, the run's settings) in run_dir/checkpoint.safetensors, the best
- * validation top-1's weights in run_dir/weights_best.safetensors; stops on a non-finite loss. run_dir is locked for
- * the run; a folder holding another run is refused unless resumed or o->overwrite; a resume whose settings change an
- * epoch's optimiser steps is refused, other changes are named in a note. With o->dist of N > 1 ranks: each rank
- * trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
+ * validation top-1's weights in run_dir/weights_best.safetensors; stops on a non-finite loss, and on a validation
+ * (of the weights or their EMA) whose logits are not finite before anything of that epoch is written. run_dir is
+ * locked for the run; a folder holding another run is refused unless resumed or o->overwrite; a resume whose settings
+ * change an epoch's optimiser steps is refused, other changes are named in a note. With o->dist of N > 1 ranks: each
+ * rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */

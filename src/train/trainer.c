@@ -153,8 +153,12 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 /* Evaluation batch of the training loop. */
 #define EVAL_BATCH 250
 
-int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
-                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
+/* vt_evaluate, with two things for the training loop: base, the index of src's first sample in the whole validation
+ * set (a rank's slice starts past 0), for messages; poison 1: the testing aid --fault-nan-eval, a NaN in the first
+ * input of the first batch. */
+static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
+                    int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, int base, int poison,
+                    vt_err *e) {
     if (tf->size != c->arch.img_size || tf->chans != c->arch.in_chans)
         return vt_seterr(e, "%s expects %d×%d×%d inputs but the transform gives %d×%d×%d", c->name, c->arch.in_chans,
                          c->arch.img_size, c->arch.img_size, tf->chans, tf->size, tf->size);
@@ -191,7 +195,22 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
             rc = n;
             break;
         }
+        if (poison && done == 0) x->data[0] = NAN;
         vt_graph_forward(g);
+        /* a scored image whose logits are not finite would make the loss NaN and the accuracy meaningless */
+        const int K = c->arch.num_classes;
+        for (int b = 0; rc == 0 && b < n; b++)
+            for (int k = 0; lab[b] >= 0 && k < K; k++) {
+                const float v = logits->data[(size_t)b * K + k];
+                if (isfinite(v)) continue;
+                const char *nm = src->name ? src->name(src->ctx, done + b) : NULL;
+                char at[32];
+                snprintf(at, sizeof at, "image %d", base + done + b);
+                rc = vt_seterr(e, "%s: the model's logits are not finite (class %d is %g): the weights overflow on "
+                               "this image", nm ? nm : at, k, (double)v);
+                break;
+            }
+        if (rc) break;
         score(logits->data, lab, n, c->arch.num_classes, &sl, &correct, &correct5);
         for (int b = 0; b < n; b++) scored += lab[b] >= 0;
         for (int b = 0; r->top1 && b < n; b++) {
@@ -217,6 +236,11 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
     free(lab);
     vt_graph_free(g);
     return rc;
+}
+
+int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
+                int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
+    return evaluate(c, P, src, tf, batch, workers, loader, r, progress, 0, 0, e);
 }
 
 void vt_data_close(vt_data *d) {
@@ -321,6 +345,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->augment = 1;
     o->log_every = 50;
     o->fault_nan_step = -1;
+    o->fault_nan_eval = -1;
     o->mixup = vt_mixup_timm(0);
     o->mixup.mixup_alpha = o->mixup.cutmix_alpha = 0.0; /* off */
     o->model_ema_decay = 0.99996;
@@ -799,14 +824,16 @@ static vt_source source_slice(const vt_source *src, const vt_dist *dp, slice_ctx
     return v;
 }
 
-/* vt_evaluate of P over the ranks: each scores its slice `part` (with loader LV), the sums are reduced; rank 0's
- * parameters and buffers (e.g. BatchNorm running statistics) are broadcast first so that every slice sees one model. */
+/* vt_evaluate of P over the ranks: each scores its slice `part` (source_slice, with loader LV), the sums are reduced;
+ * rank 0's parameters and buffers (e.g. BatchNorm running statistics) are broadcast first so that every slice sees one
+ * model. A rank's failure (e.g. logits that are not finite) fails every rank. poison: --fault-nan-eval (evaluate). */
 static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *part, const vt_transform *tf,
-                          vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, vt_err *e) {
-    if (dp->size == 1) return vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, e);
+                          vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, int poison, vt_err *e) {
+    const int base = ((const slice_ctx *)part->ctx)->lo;
+    if (dp->size == 1) return evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, base, poison, e);
     if (vt_dist_broadcast(dp, P, NULL, NULL, 0, e)) return -1;
     vt_eval_result m = {0};
-    const int rc = part->n > 0 ? vt_evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, e) : 0;
+    const int rc = part->n > 0 ? evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, base, poison, e) : 0;
     double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
     if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
     *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears};
@@ -815,10 +842,10 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *
 
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
 static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *part, const vt_transform *tf,
-                    vt_loader *LV, vt_dist *dp, int64_t epoch, vt_err *e) {
+                    vt_loader *LV, vt_dist *dp, int64_t epoch, int poison, vt_err *e) {
     if (!ema->P) return 0;
     vt_eval_result ev = {0};
-    if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, e)) return -1;
+    if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, poison, e)) return -1;
     if (dp->rank == 0)
         printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
                100 * ev.acc1, 100 * ev.acc5);
@@ -950,6 +977,11 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     }
     const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
                             (int64_t)o->epochs * (spe / A), 0};
+    /* the checkpoint a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the
+     * one it resumed (another folder's, or this one's) */
+    const int64_t epoch0 = st.epoch;
+    char good[4096];
+    snprintf(good, sizeof good, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     const double t0 = now_s();
     const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
     double train_s = 0.0;
@@ -984,7 +1016,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             if (!isfinite(loss)) {
                 rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
                                "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
-                               o->resume || st.epoch > 0 ? ckpt : "(none yet)");
+                               st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
                 vt_dist_agree(dp, rc, e);
                 goto done;
             }
@@ -1017,8 +1049,17 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                    skipped, skipped == 1 ? "" : "s");
         const double ep_s = now_s() - tep;
         train_s += ep_s;
+        /* the validation of the weights and of their EMA: a failure (logits that are not finite) stops the run
+         * before anything of this epoch is written, with the cause, in a message of its own (vt_err keeps the first) */
         vt_eval_result ev = {0};
-        if ((rc = evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, e))) goto done;
+        vt_err ve = {{0}};
+        const int poison = o->fault_nan_eval == st.epoch && dp->rank == dp->size - 1; /* the last rank only */
+        if (evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
+            rc = vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
+                           "good checkpoint is %s", (long long)st.epoch, ve.msg,
+                           st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
+            goto done;
+        }
         if (lead) {
             printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
                    "img/s)\n", (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
@@ -1027,7 +1068,12 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                 printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped,
                        ev.skipped == 1 ? "" : "s");
         }
-        if ((rc = ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, e))) goto done;
+        if (ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, poison, &ve)) {
+            rc = vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
+                           "epoch. The last good checkpoint is %s", (long long)st.epoch, ve.msg,
+                           st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
+            goto done;
+        }
         if (lead) {
             fflush(stdout);
             vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / (double)epoch_imgs,

@@ -7,7 +7,8 @@
 # backward or not (bit-identical), and with 2 accumulated micro-batches per rank; a rank killed mid-run (kill -9) leaves rank 0's last checkpoint intact and
 # loadable, and --resume with the same rank count finishes with the same weights as an uninterrupted run; resuming
 # with another rank count is refused naming both; a NaN on one rank stops every rank with one message; ranks x
-# threads over the cores is warned about; rank 0 alone writes the run folder and prints.
+# threads over the cores is warned about; rank 0 alone writes the run folder and prints; a NaN validation on one rank
+# stops every rank before its epoch is written.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
@@ -132,3 +133,17 @@ check "a NaN on rank 1 stops every rank with one message" \
 check "... keeping the last good checkpoint" "$PY -c \"
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/nan/checkpoint.safetensors')['train/epoch'][0]) == 1\""
+
+# 5) a NaN validation on rank 1 only (its first image is the 51st of 100: epoch 2 of 3): every rank stops before the
+# epoch is written, one message naming the epoch, the image and the last good checkpoint
+$MPI $V train $EQ --batch-size 32 --epochs 3 --fault-nan-eval 1 --out "$T/nanev" >"$T/nanev.log" 2>&1
+rc=$?
+check "a NaN validation on rank 1 stops every rank with one message" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'validation of epoch 1 failed' '$T/nanev.log') -eq 1 ] && grep -qF \
+'vitc: rank 1: validation of epoch 1 failed: image 50: the model'\''s logits are not finite (class 0 is nan)' \
+    '$T/nanev.log' && grep -qF 'The last good checkpoint is $T/nanev/checkpoint.safetensors' '$T/nanev.log'" \
+    "rc $rc: $(cat "$T/nanev.log")"
+check "... before writing that epoch (checkpoint of epoch 1, one metrics row)" "$PY -c \"
+import sys; sys.path.insert(0, 'tests/reference'); import st
+assert int(st.load('$T/nanev/checkpoint.safetensors')['train/epoch'][0]) == 1\" && \
+    [ \$(wc -l <'$T/nanev/metrics.csv') -eq 2 ]" "$(cat "$T/nanev/metrics.csv")"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end training checks on a Fashion-MNIST subset: the loss goes down; --resume continues exactly (same
 # metrics and bit-identical weights as an uninterrupted run); a NaN loss stops with a message naming the step and
-# keeps the last good checkpoint; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
+# keeps the last good checkpoint, and so does a NaN validation (of the weights or their EMA) before anything of its
+# epoch is written; eval refuses logits that are not finite; no temp files are left; curves.png is a PNG; metrics.csv never repeats an epoch
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
-# folder); drop-path (resume-exact);
-# eval and bad arguments.
+# folder); drop-path (resume-exact); a warm-up lr above the peak is refused, a recipe's warm-up longer than the run
+# noted; --augment turns augmentation back on in a resume of a --no-augment run; eval and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -106,6 +107,52 @@ check "NaN stops training" "[ $rc -ne 0 ] && [ $rc -lt 128 ]" "rc $rc"
 check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log'" "$(tail -2 "$T/nan.log")"
 check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
 
+# a validation whose logits are not finite (a NaN in its first input: --fault-nan-eval EPOCH) with a finite training
+# loss stops the run before anything of that epoch is written, naming the epoch, the cause and the last good checkpoint
+# same A B FILE...: A/FILE and B/FILE are identical for each FILE
+same() { local a=$1 b=$2 f; shift 2; for f in "$@"; do cmp -s "$a/$f" "$b/$f" || return 1; done; }
+mkdir "$T/good" && cp "$T/b/"{checkpoint.safetensors,metrics.csv,weights.safetensors,weights_best.safetensors} "$T/good/"
+$V train $COMMON --epochs 5 --out "$T/b" --resume "$T/b" --fault-nan-eval 3 >"$T/nanev.log" 2>&1
+rc=$?
+check "a NaN validation stops training (exit 1)" "[ $rc -eq 1 ] && grep -q '^Train: 3 \[ *16/16' '$T/nanev.log'" \
+    "rc $rc: $(tail -3 "$T/nanev.log")"
+check "... naming the epoch, the cause and the last good checkpoint" "grep -qF 'vitc: validation of epoch 3 failed: \
+image 0: the model'\''s logits are not finite (class 0 is nan): the weights overflow on this image; stopped before \
+writing that epoch. The last good checkpoint is $T/b/checkpoint.safetensors' '$T/nanev.log'" "$(tail -2 "$T/nanev.log")"
+check "... before its Test line and anything of the epoch is written (checkpoint, metrics, weights)" \
+    "! grep -q '^Test: epoch 3' '$T/nanev.log' && same '$T/good' '$T/b' checkpoint.safetensors metrics.csv \
+     weights.safetensors weights_best.safetensors" "$(cat "$T/b/metrics.csv")"
+SMALL="vit_fmnist_tiny --data fashion-mnist --train-subset 256 --test-subset 128 --epochs 1"
+$V train $SMALL --model-ema --out "$T/em" >"$T/em.log" 2>&1
+cp -r "$T/em" "$T/em0"
+$V train vit_fmnist_tiny --resume "$T/em" --epochs 2 --fault-nan-eval 1 >"$T/emn.log" 2>&1
+rc=$?
+check "... the EMA's validation too (the weights' Test line printed), the run folder unchanged" "[ $rc -eq 1 ] && \
+    grep -q '^Test: epoch 1 ' '$T/emn.log' && grep -qF 'vitc: validation of the model EMA at epoch 1 failed: image 0: \
+the model'\''s logits are not finite (class 0 is nan)' '$T/emn.log' && grep -qF 'that epoch. The last good checkpoint \
+is $T/em/checkpoint.safetensors' '$T/emn.log' && same '$T/em0' '$T/em' checkpoint.safetensors metrics.csv \
+    weights.safetensors weights_ema.safetensors" "rc $rc: $(tail -3 "$T/emn.log")"
+$V train vit_fmnist_tiny --resume "$T/em" --epochs 2 --out "$T/em2" --fault-nan-eval 1 >"$T/em2.log" 2>&1
+check "... a resume into another folder names the checkpoint it resumed, and writes none" "[ $? -eq 1 ] && grep -qF \
+'The last good checkpoint is $T/em/checkpoint.safetensors' '$T/em2.log' && [ ! -e '$T/em2/checkpoint.safetensors' ]" \
+    "$(tail -2 "$T/em2.log")"
+$V train vit_fmnist_tiny --resume "$T/em" --epochs 2 --out "$T/em3" --fault-nan-step 2 >"$T/em3.log" 2>&1
+check "... and so does a NaN loss in its first epoch" "[ $? -eq 1 ] && grep -qF \
+'loss is NaN at step 2 (epoch 1, batch 0); stopped. The last good checkpoint is $T/em/checkpoint.safetensors' \
+'$T/em3.log'" "$(tail -2 "$T/em3.log")"
+/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+w = st.load(f"{sys.argv[1]}/a/weights.safetensors")
+w["head.weight"] = np.full_like(w["head.weight"], 3e38)  # finite weights whose logits overflow float32
+st.save(f"{sys.argv[1]}/big.safetensors", w)
+PY
+$V eval vit_fmnist_tiny --weights "$T/big.safetensors" --data fashion-mnist --test-subset 64 >"$T/ebig.log" 2>&1
+check "eval of weights whose logits overflow: exit 1, naming the image and the class, no accuracy" "[ $? -eq 1 ] && \
+    grep -q \"^vitc: image 0: the model's logits are not finite (class [0-9] is \" '$T/ebig.log' && \
+    ! grep -q 'accuracy' '$T/ebig.log'" "$(cat "$T/ebig.log")"
+
 cp -r "$T/a" "$T/old"
 cp "$T/old/metrics.csv" "$T/old.csv"
 cp "$T/old/checkpoint.safetensors" "$T/old.ckpt"
@@ -204,7 +251,6 @@ check "bench --profile --json: stdout is one JSON object, the table on stderr" \
     "$(head -c 600 "$T/pj.json")"
 
 # explicit --min-lr and --warmup-lr are used as given, not scaled with the batch by the swin recipe (as --lr is not)
-SMALL="vit_fmnist_tiny --data fashion-mnist --train-subset 256 --test-subset 128 --epochs 1"
 $V train $SMALL --recipe swin --batch-size 16 --min-lr 1e-5 --warmup-lr 1e-6 --out "$T/sw" >"$T/sw.log" 2>&1
 check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed recipe hold them unscaled" \
     "[ $? -eq 0 ] && grep -q '\"min_lr\":.1e-05,' '$T/sw/recipe.json' && grep -q '\"warmup_lr\":.1e-06,' '$T/sw/recipe.json' \
@@ -219,6 +265,48 @@ check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and
 $V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... and under a recipe's, naming the recipe" \
     "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+# so is a warm-up starting above the peak (it would lower the learning rate), naming both values and their sources
+$V train $SMALL --lr 1e-4 --warmup-lr 1e-3 --out "$T/lo" >"$T/lo.log" 2>&1
+check "--warmup-lr 1e-3 above --lr 1e-4 refused, naming both" "[ $? -eq 1 ] && grep -qF \
+\"vitc: the warm-up's starting learning rate 0.001 (--warmup-lr) is above the peak 0.0001 (--lr): the warm-up would \
+lower the learning rate to its peak; give --warmup-lr at most 0.0001 (e.g. --warmup-lr 0)\" '$T/lo.log' && \
+    [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
+$V train $SMALL --recipe deit --lr 1e-7 --min-lr 0 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... and a recipe's above a given --lr, naming the recipe" "[ $? -eq 1 ] && grep -qF \
+\"starting learning rate 1e-06 (the deit recipe's --warmup-lr) is above the peak 1e-07 (--lr)\" '$T/lo.log'" \
+    "$(cat "$T/lo.log")"
+$V train $SMALL --lr 5e-7 --out "$T/lo" >"$T/lo.log" 2>&1
+check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 1 ] && grep -qF \
+'final learning rate 1e-05 (the default --min-lr) is above the peak 5e-07' '$T/lo.log' && grep -qF \
+'starting learning rate 1e-06 (the default --warmup-lr) is above the peak 5e-07' '$T/lo.log'" "$(cat "$T/lo.log")"
+
+# a recipe's warm-up longer than the run (not given: given, it is refused) runs as timm's scheduler would, never
+# reaching the peak, with a note saying so and how to change it; the note names the checkpoint on a resume
+check "a recipe's warm-up longer than the run: a note naming it and the way out" "grep -qF \
+\"Note: the warm-up of 5 epochs (the deit recipe's --warmup-epochs) is longer than the run's 1 epoch: the learning \
+rate rises for the whole run and never reaches its peak 0.002 nor decays (as in timm); give --warmup-epochs at most 1 \
+to change it\" '$T/v1.log'" "$(grep -v '^ ' "$T/v1.log" | head -5)"
+check "... a resume taking it from the checkpoint says so too" "grep -qF \
+\"Note: the warm-up of 5 epochs (--warmup-epochs recorded in $T/v/checkpoint.safetensors) is longer than the run's 2 \
+epochs\" '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log" | head -5)"
+check "... and a warm-up within the run gets no note" "! grep -q 'Note: the warm-up' '$T/a.log' '$T/b2.log'"
+
+# --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
+meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
+print(st.parse(open('$1', 'rb').read())[0]['__metadata__']['$2'])"; }
+$V train $SMALL --no-augment --out "$T/na" >"$T/na.log" 2>&1
+$V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --out "$T/na0" >"$T/na0.log" 2>&1
+check "a resume of a --no-augment run stays without augmentation" "[ $? -eq 0 ] && \
+    [ \"\$(meta '$T/na0/checkpoint.safetensors' augment)\" = 0 ] && grep -q '^Note: this resumed run changes epochs 1 → 2$' \
+    '$T/na0.log'" "$(grep -v '^ ' "$T/na0.log" | head -5)"
+$V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --augment --out "$T/na1" >"$T/na1.log" 2>&1
+check "... with --augment it augments again, named in the note and recorded" "[ $? -eq 0 ] && \
+    [ \"\$(meta '$T/na1/checkpoint.safetensors' augment)\" = 1 ] && \
+    grep -q '^Note: this resumed run changes epochs 1 → 2, augment 0 → 1$' '$T/na1.log'" \
+    "$(grep -v '^ ' "$T/na1.log" | head -5)"
+$V train vit_fmnist_tiny --resume "$T/na1" --epochs 3 --no-augment --augment >"$T/na2.log" 2>&1
+check "... --augment with --no-augment refused as a contradiction" "[ $? -eq 1 ] && \
+    grep -q -- '--augment and --no-augment contradict each other' '$T/na2.log'" "$(cat "$T/na2.log")"
 
 # options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
 $V train foo --recipe list >"$T/rl.log" 2>&1
