@@ -979,9 +979,9 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                             (int64_t)o->epochs * (spe / A), 0};
     /* the checkpoint a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the
      * one it resumed (another folder's, or this one's) */
-    const int64_t epoch0 = st.epoch;
-    char good[4096];
-    snprintf(good, sizeof good, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
+    char resumed[4096];
+    snprintf(resumed, sizeof resumed, "%s/checkpoint.safetensors", o->resume ? o->resume : "");
+    const char *good = o->resume ? resumed : "(none yet)";
     const double t0 = now_s();
     const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
     double train_s = 0.0;
@@ -1016,7 +1016,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             if (!isfinite(loss)) {
                 rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
                                "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
-                               st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
+                               good);
                 vt_dist_agree(dp, rc, e);
                 goto done;
             }
@@ -1057,7 +1057,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         if (evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
             rc = vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
                            "good checkpoint is %s", (long long)st.epoch, ve.msg,
-                           st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
+                           good);
             goto done;
         }
         if (lead) {
@@ -1071,7 +1071,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         if (ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, poison, &ve)) {
             rc = vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
                            "epoch. The last good checkpoint is %s", (long long)st.epoch, ve.msg,
-                           st.epoch > epoch0 ? ckpt : o->resume ? good : "(none yet)");
+                           good);
             goto done;
         }
         if (lead) {
@@ -1099,6 +1099,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
             if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
         }
         if ((rc = vt_dist_agree(dp, rc, e))) goto done; /* rank 0's writes failed: every rank stops */
+        good = ckpt;
     }
     if (lead) {
         struct rusage ru;
