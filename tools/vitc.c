@@ -163,8 +163,10 @@ static const optdef optdefs[] = {
       "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
       "bucket's allreduce during it (in one process: a notice, no effect)"),
-    NUM("--train-subset", O_INT, train_subset, 1, 1e9, "use only the first N training images"),
-    NUM("--test-subset", O_INT, test_subset, 1, 1e9, "use only the first N test images"),
+    NUM("--train-subset", O_INT, train_subset, 0, 1e9, "use only the first N training images (0: every image, the "
+      "default; a resume takes the run's)"),
+    NUM("--test-subset", O_INT, test_subset, 0, 1e9, "use only the first N test images (0: every image, the default; "
+      "a resume takes the run's)"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
@@ -935,6 +937,9 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
     if (given(o, "--warmup-epochs") && r->warmup_epochs > r->epochs)
         return refuse("train", "--warmup-epochs %g is longer than the run (--epochs %d): the learning rate would "
                       "never reach its peak nor decay; give at most --epochs", r->warmup_epochs, r->epochs);
+    if (given(o, "--warmup-lr") && r->warmup_epochs == 0)
+        return refuse("train", "--warmup-lr has no effect without a warm-up (--warmup-epochs is 0%s)",
+                      given(o, "--warmup-epochs") ? "" : ": the run resumed's or the recipe's");
     return 0;
 }
 

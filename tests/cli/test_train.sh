@@ -225,6 +225,7 @@ train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect with
 train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
 train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
 train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 is longer than the run (--epochs 2)
+train vit_fmnist_tiny --warmup-epochs 0 --warmup-lr 1e-7|--warmup-lr has no effect without a warm-up (--warmup-epochs is 0)
 train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes and takes no other option (got --epochs)
 bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
 bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step
@@ -307,6 +308,11 @@ check "... with --augment it augments again, named in the note and recorded" "[ 
 $V train vit_fmnist_tiny --resume "$T/na1" --epochs 3 --no-augment --augment >"$T/na2.log" 2>&1
 check "... --augment with --no-augment refused as a contradiction" "[ $? -eq 1 ] && \
     grep -q -- '--augment and --no-augment contradict each other' '$T/na2.log'" "$(cat "$T/na2.log")"
+# --test-subset 0 takes every test image again in a resume of a subset run (SMALL's 128)
+$V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --test-subset 0 --out "$T/ts0" >"$T/ts0.log" 2>&1
+check "a resume with --test-subset 0 evaluates every test image, recorded and named in the note" "[ $? -eq 0 ] && \
+    [ \"\$(meta '$T/ts0/checkpoint.safetensors' test-subset)\" = 0 ] && \
+    grep -q '^Note: this resumed run changes epochs 1 → 2, test-subset 128 → 0$' '$T/ts0.log'" "$(cat "$T/ts0.log")"
 
 # options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
 $V train foo --recipe list >"$T/rl.log" 2>&1
