@@ -17,9 +17,6 @@ typedef struct vt_imagefolder {
     int *labels;    /* n labels < nclasses */
 } vt_imagefolder;
 
-/* 1 when name ends with an image extension vitc reads (case-insensitive). */
-int vt_is_image_file(const char *name);
-
 /* Scans dir/train and dir/val into train and val (val uses train's class indices). Errors name the folder: a missing
  * train/ or val/, no class folder, a class folder without images, a val class that train lacks, a folder reached a
  * second time through symlinks (both paths named). */

@@ -37,9 +37,6 @@ vt_int8_use vt_graph_int8_use(const vt_graph *g);
  * this runs fp32 and why, and returns 1; 0 otherwise. bench, forward, predict and eval print it as their warning. */
 int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n);
 
-/* Top-k (k ≤ VT_MAX_TOPK and ≤ K) of logits (K values) with softmax probabilities; ties go to the lower index. */
-void vt_topk_of(const float *logits, int K, int k, vt_topk *out);
-
 /* The eval preprocessing of c (its pretrained cfg: size, channels, crop_pct, mean, std). */
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c);
 

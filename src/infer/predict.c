@@ -26,7 +26,8 @@ int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n) 
     return 1;
 }
 
-void vt_topk_of(const float *logits, int K, int k, vt_topk *out) {
+/* Top-k (k ≤ VT_MAX_TOPK and ≤ K) of logits (K values) with softmax probabilities; ties go to the lower index. */
+static void topk_of(const float *logits, int K, int k, vt_topk *out) {
     if (k > K) k = K;
     if (k > VT_MAX_TOPK) k = VT_MAX_TOPK;
     double mx = logits[0], sum = 0.0;
@@ -188,7 +189,7 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
                               "on this image", names ? names[i0 + b] : name, j, (double)row[j]);
                 }
             if (!r->ok) continue;
-            vt_topk_of(row, K, k, &r->top);
+            topk_of(row, K, k, &r->top);
             if (inputs) memcpy(inputs + (i0 + b) * per, p->in->data + b * per, sizeof(float) * (size_t)per);
             if (logits) memcpy(logits + (int64_t)(i0 + b) * K, row, sizeof(float) * (size_t)K);
             if (pooled && D)

@@ -19,7 +19,8 @@ static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pg
 #define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm"
 #define MAX_DEPTH 32 /* folders nested deeper are refused */
 
-int vt_is_image_file(const char *name) {
+/* 1 when name ends with an image extension vitc reads (case-insensitive). */
+static int is_image_file(const char *name) {
     const size_t n = strlen(name);
     for (size_t k = 0; k < sizeof exts / sizeof *exts; k++) {
         const size_t m = strlen(exts[k]);
@@ -88,7 +89,7 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
         }
         if (is_dir(full)) {
             if (dirs) rc = push(dirs, strdup(de->d_name), e);
-        } else if (files && vt_is_image_file(de->d_name)) {
+        } else if (files && is_image_file(de->d_name)) {
             rc = push(files, strdup(de->d_name), e);
         }
         free(full);
