@@ -146,7 +146,7 @@ def build_official(name, repo, drop_path, img_size):
         import models.refined_transformer as rt
         dense = name.endswith("_dense")
         extra = {} if dense else {"return_dense": False, "mix_token": False}
-        return getattr(rt, what)(drop_path_rate=drop_path, **extra)
+        return getattr(rt, what)(img_size=img_size, drop_path_rate=drop_path, **extra)
     if kind == "msf":
         from vit_pytorch import get_vit_model
         if isinstance(what, dict):  # the class of get_vit_model's SimpleViTS at another size
