@@ -69,7 +69,7 @@ HOSTS = {
     "cswin_base_224": ("cswin", "CSWin_96_24322_base_224"),
     "cswin_base_384": ("cswin", "CSWin_96_24322_base_384"),
     # bytedance/Next-ViT classification/nextvit.py: NextViT with the registered configs' stems and depths (their
-    # builders fix path_dropout, which must be 0 here)
+    # builders fix path_dropout, which must be 0 here); vitc's eval runs on the file merged by `vitc deploy`
     "nextvit_small": ("nextvit", [3, 4, 10, 3]),
     "nextvit_base": ("nextvit", [3, 4, 20, 3]),
     "nextvit_large": ("nextvit", [3, 4, 30, 3]),
@@ -225,7 +225,9 @@ class branches:
 
 
 def vitc(spec, *args):
-    cmd = [spec["vitc"], *map(str, args), "--threads", str(spec["threads"]), "--img-size", str(spec["img_size"])]
+    cmd = [spec["vitc"], *map(str, args), "--img-size", str(spec["img_size"])]
+    if args[0] != "deploy":  # (single-threaded)
+        cmd += ["--threads", str(spec["threads"])]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"vitc {args[0]}: {(p.stderr or p.stdout).strip()[-600:]}")
@@ -272,7 +274,11 @@ def worker(spec):
     sd32 = {k: v.clone() for k, v in m.state_dict().items()}
     torch.set_default_dtype(torch.float64)
     m.double()
-    vitc(spec, "forward", spec["name"], "--weights", w, "--input", xin, "--output", yout)
+    wf = w
+    if spec["source"] == "nextvit":  # vitc's Next-ViT runs deployed: merge the converted file as a user must
+        wf = os.path.join(tmp, "deployed.safetensors")
+        vitc(spec, "deploy", spec["name"], "--weights", w, "-o", wf)
+    vitc(spec, "forward", spec["name"], "--weights", wf, "--input", xin, "--output", yout)
     y = st.load(yout)["logits"]
     with torch.no_grad():
         r = m(x.double()).numpy()
