@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 # the last three are not in fetch_official.sh: bytedance/Next-ViT, whai362/PVT, microsoft/CSWin-Transformer
 REPOS = ("gma", "refiner", "msf", "flatten", "nextvit", "pvt", "cswin")
 TOL_FWD, TOL_LOSS, TOL_GRAD, TOL_ZERO = 1e-4, 1e-4, 1e-3, 1e-6
+ROUNDOFF = 3  # two float32 orders of summation: errors of one size, in no fixed order (see verdict)
 
 # vitc's plain hosts -> (source, what): timm model name, torchvision builder, official repository's builder
 HOSTS = {
@@ -136,20 +137,22 @@ def kink_margin(m, x, clear=False):
     """Smallest distance of any ReLU / ReLU6 (hardtanh) / Hardswish argument to a kink (0 and 6; -3 and 3) in a
     train-mode float64 forward of m. clear: first move every norm whose output goes straight into such an activation
     onto one linear piece of it (weight 0.25 with random signs; bias 2 before a ReLU, 3 before a ReLU6, 0 before a
-    Hardswish: kinks 8 standard deviations of the normalised values away); returns (margin, names of those norms)."""
+    Hardswish: kinks 8 standard deviations of the normalised values away), and shift the bias of a convolution or
+    linear map that feeds a ReLU to 6 standard deviations of each channel above 0; returns (margin, names moved)."""
     import torch
     import torch.nn.functional as F
     low, fed = [float("inf")], {}
     outputs = {}
-    hooks = [mod.register_forward_hook(lambda mod, i, o, k=k: outputs.__setitem__(id(o), k))
-             for k, mod in m.named_modules() if isinstance(mod, (torch.nn.modules.batchnorm._BatchNorm,
-                                                                 torch.nn.LayerNorm, torch.nn.GroupNorm))]
+    kinds = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.Conv2d,
+             torch.nn.Linear)
+    hooks = [mod.register_forward_hook(lambda mod, i, o, k=k: outputs.__setitem__(id(o), (k, o.detach().clone())))
+             for k, mod in m.named_modules() if isinstance(mod, kinds)]
 
     def watch(kind, fn):
         def f(t, *a, **k):
             kinks = {"relu": [0.0], "hardtanh": [0.0, 6.0], "hardswish": [-3.0, 3.0]}[kind]
             if id(t) in outputs:
-                fed[outputs[id(t)]] = kind
+                fed[outputs[id(t)][0]] = (kind, outputs[id(t)][1])
             d = torch.stack([(t.detach() - c).abs() for c in kinks]).amin(0)
             low[0] = min(low[0], float(d.min()))
             return fn(t, *a, **k)
@@ -174,8 +177,17 @@ def kink_margin(m, x, clear=False):
         g = torch.Generator().manual_seed(1)
         mods = dict(m.named_modules())
         with torch.no_grad():
-            for k, kind in fed.items():
+            for k, (kind, o) in fed.items():
                 w, b = mods[k].weight, mods[k].bias
+                if isinstance(mods[k], (torch.nn.Conv2d, torch.nn.Linear)):
+                    if b is None or kind != "relu":
+                        continue
+                    # a ReLU after a convolution or linear map: its bias shifts each channel 6 standard deviations
+                    # above 0 (train-mode batch of this probe)
+                    conv = o.dim() == 4 and isinstance(mods[k], torch.nn.Conv2d)
+                    dims = [0, 2, 3] if conv else list(range(o.dim() - 1))
+                    b.add_(6 * o.std(dims) - o.mean(dims))
+                    continue
                 w.copy_(0.25 * torch.sign(torch.randn(w.shape, generator=g)))
                 b.fill_({"relu": 2.0, "hardtanh": 3.0, "hardswish": 0.0}[kind])
         return kink_margin(m, x)[0], sorted(fed)
@@ -321,7 +333,8 @@ def worker(spec):
                    grad_bad=sorted(((e, k) for k, e in errs.items() if e > TOL_GRAD), reverse=True)[:12])
         out["ok"] = (out["ok"] and out["loss_err"] <= TOL_LOSS and worst[0] <= TOL_GRAD and not missing
                      and not extra and not zero_bad)
-        if out["grad_bad"]:
+        zero_names = {z.split(" (")[0] for z in zero_bad}
+        if out["grad_bad"] or zero_bad:
             # (1) how far float32 itself is from float64 on those tensors: the official code in float32;
             # (2) the float64 gradients again, every ReLU/ReLU6/Hardswish taking the branch the float32 run took
             torch.set_default_dtype(torch.float32)
@@ -333,6 +346,8 @@ def worker(spec):
             bad = {k for _, k in out["grad_bad"]}
             out["official_fp32"] = {k: float(np.abs(p.grad.double().numpy() - ref[k]).max() / np.abs(ref[k]).max())
                                     for k, p in m.named_parameters() if k in bad}
+            out["official_fp32_zero"] = {k: float(p.grad.abs().max()) / gscale for k, p in m.named_parameters()
+                                         if k in zero_names and p.grad is not None}
             torch.set_default_dtype(torch.float64)
             m.double()
             m.load_state_dict(sd32)
@@ -424,19 +439,25 @@ def main():
 
 
 def verdict(o):
-    """pass, FAIL, or round-off: eval, loss and names right, and on every gradient over the tolerance either vitc is
-    no further from the float64 gradient than the official code itself run in float32 (a sum that cancels, e.g. the
-    weight of a BatchNorm followed by another train-mode BatchNorm), or vitc is within the tolerance of the float64
-    gradients computed with the branches (ReLU, ReLU6, Hardswish pieces) the official code took in float32 (an
-    activation argument within float32 noise of a kink takes either branch, which moves every gradient upstream)."""
+    """pass; round-off: eval, loss and names right, and on every gradient over the tolerance either vitc's error is
+    within ROUNDOFF times the official code's own float32 error (a sum that cancels, e.g. a bias or the weight of a
+    BatchNorm followed by a train-mode BatchNorm), or vitc is within the tolerance of the float64 gradients computed
+    with the branches (ReLU, ReLU6, Hardswish pieces) that the official code took in float32; likewise a gradient zero
+    by construction may be up to ROUNDOFF times the official float32 one; kinks: not decided, some activation
+    arguments are within float32 noise of a kink (the official float32 run took other branches than float64 there,
+    and vitc may take others again, which moves every gradient upstream): rerun with --kink-free; else FAIL."""
     if o["ok"]:
         return "pass"
     f32, br = o.get("official_fp32", {}), o.get("fp32_branches", {}).get("bad", {})
-    if (o["eval_err"] <= TOL_FWD and o.get("loss_err", 0) <= TOL_LOSS and not o.get("grad_missing")
-            and not o.get("grad_extra") and not o.get("grad_zero_bad") and o.get("grad_bad")
-            and all(e <= f32.get(k, 0) or br.get(k, 1) <= TOL_GRAD for e, k in o["grad_bad"])):
+    f32z = o.get("official_fp32_zero", {})
+    zero = [(float(z.split(" (")[1].split()[0]), z.split(" (")[0]) for z in o.get("grad_zero_bad", [])]
+    if (o["eval_err"] > TOL_FWD or o.get("loss_err", 0) > TOL_LOSS or o.get("grad_missing")
+            or o.get("grad_extra")):
+        return "FAIL"
+    if (all(e <= ROUNDOFF * f32z.get(k, 0) for e, k in zero)
+            and all(e <= ROUNDOFF * f32.get(k, 0) or br.get(k, 1) <= TOL_GRAD for e, k in o.get("grad_bad", []))):
         return "round-off"
-    return "FAIL"
+    return "kinks" if o.get("fp32_branches", {}).get("flipped") else "FAIL"
 
 
 def row(name, o):
@@ -465,6 +486,9 @@ def row(name, o):
             notes.append(f"{name}: with the official float32 run's activation branches ({b['flipped']} elements of "
                          f"{b['kinks']} calls flipped from float64's own), worst gradient rel err "
                          f"{b['worst'][0]:.1e} ({b['worst'][1]})")
+        if o.get("official_fp32_zero"):
+            notes.append(f"{name}: the official code in float32 on the gradients zero by construction: "
+                         + ", ".join(f"{k} {e:.1e} of max grad" for k, e in o["official_fp32_zero"].items()))
         if o["grad_bad"]:
             f32 = o.get("official_fp32", {})
             notes.append(f"{name}: gradients over {TOL_GRAD:g}, vitc (the official code in float32): "
