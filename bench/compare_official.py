@@ -41,14 +41,24 @@ OFFICIAL = {
     "groupmixformer_m": ("gma", "configs/groupmixformer_miny.yaml"),
     "groupmixformer_t": ("gma", "configs/groupmixformer_tiny.yaml"),
     "groupmixformer_s": ("gma", "configs/groupmixformer_small.yaml"),
+    "groupmixformer_b": ("gma", "configs/groupmixformer_base.yaml"),
+    # the repo's large yaml is a placeholder ("need to adjust", depths 8/10/30/10): paper Table 1's L instead
+    "groupmixformer_l": ("gma", {"EMBEDDING_DIMS": [240, 320, 360, 480], "SERIAL_DEPTHS": [8, 10, 18, 16],
+                                 "MLP_RATIOS": [4, 4, 2, 2]}),
     "refiner_vit_s": ("refiner", "Refiner_ViT_S"),
     "refiner_vit_m": ("refiner", "Refiner_ViT_M"),
     "refiner_vit_l": ("refiner", "Refiner_ViT_L"),
     "refiner_vit_s_dense": ("refiner", "Refiner_ViT_S"),
+    "refiner_vit_m_dense": ("refiner", "Refiner_ViT_M"),
+    "refiner_vit_l_dense": ("refiner", "Refiner_ViT_L"),
     "simplevit_s_msf_g2": ("msf", "SimpleViTS_msf-g2"),
     "simplevit_s_orig": ("msf", "SimpleViTS_orig"),
     "simplevit_s_msf": ("msf", "SimpleViTS_msf"),
     "simplevit_s_orig_g2": ("msf", "SimpleViTS_orig-g2"),
+    # ViT-Ti / SS / B are not registered in the repo: its class with paper Table 5's sizes and dim_head 64 (spec-msf)
+    **{f"simplevit_{size}_{att.replace('-', '_')}": ("msf", dict(dim=dim, depth=depth, heads=heads, att=att))
+       for size, dim, depth, heads in (("ti", 192, 12, 3), ("ss", 384, 6, 6), ("b", 768, 12, 12))
+       for att in ("orig", "msf", "msf-g2", "orig-g2")},
     "flatten_swin_tiny": ("flatten", "cfgs/flatten_swin_t.yaml"),
     "flatten_swin_small": ("flatten", "cfgs/flatten_swin_s.yaml"),
     "flatten_swin_base": ("flatten", "cfgs/flatten_swin_b.yaml"),
@@ -73,7 +83,8 @@ DEFAULT_MODELS = ("groupmixformer_m,groupmixformer_t,groupmixformer_s,refiner_vi
                   "simplevit_s_msf_g2,simplevit_s_orig,flatten_swin_tiny,flatten_pvt_tiny,flatten_pvt_v2_b1,"
                   "flatten_cswin_tiny,deit_tiny_hmhsa_cffn")
 # models whose official training forward needs extra targets: inference only
-EVAL_ONLY = {"refiner_vit_s_dense": "the official train forward (aux head + MixToken) needs token-labelling targets"}
+EVAL_ONLY = {f"refiner_vit_{s}_dense": "the official train forward (aux head + MixToken) needs token-labelling targets"
+             for s in "sml"}
 
 TIMM_HELP = """The official code needs timm 0.4.x (timm.models.layers, register_model; MSF excepted) and einops,
 which {py} lacks. Make a virtualenv that sees Debian's torch and install them from PyPI:
@@ -124,7 +135,7 @@ def build_official(name, repo, drop_path, img_size):
         if importlib.util.find_spec("ipdb") is None:  # imported, never used, by the official file
             sys.modules["ipdb"] = types.ModuleType("ipdb")
         from models.groupmixformer import GroupMixFormer
-        g = yaml.safe_load(open(os.path.join(repo, what)))["MODEL"]["GMA"]
+        g = what if isinstance(what, dict) else yaml.safe_load(open(os.path.join(repo, what)))["MODEL"]["GMA"]
         m = GroupMixFormer(patch_size=4, in_dim=3, num_stages=4, num_classes=1000,
                            embedding_dims=g["EMBEDDING_DIMS"], serial_depths=g["SERIAL_DEPTHS"], num_heads=8,
                            mlp_ratios=g.get("MLP_RATIOS", [4] * 4), qkv_bias=True, qk_scale=None, drop_rate=0.0,
@@ -135,9 +146,13 @@ def build_official(name, repo, drop_path, img_size):
         import models.refined_transformer as rt
         dense = name.endswith("_dense")
         extra = {} if dense else {"return_dense": False, "mix_token": False}
-        return getattr(rt, what)(drop_path_rate=drop_path, **extra)
+        return getattr(rt, what)(img_size=img_size, drop_path_rate=drop_path, **extra)
     if kind == "msf":
         from vit_pytorch import get_vit_model
+        if isinstance(what, dict):  # the class of get_vit_model's SimpleViTS at another size
+            from vit_pytorch.simple_vit_flexatt import SimpleViTflexAtt
+            return SimpleViTflexAtt(image_size=224, patch_size=16, num_classes=1000, mlp_dim=4 * what["dim"],
+                                    dim_head=64, **what)
         return get_vit_model(what)
     # flatten: the arguments of the repository's models/build.py, from the yaml over config.py's defaults
     import models as fm
