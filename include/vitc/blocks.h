@@ -177,9 +177,6 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* prefix.weight / prefix.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
-vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *prefix, vt_tensor *h, int out, vt_init winit);
-
 /* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
  * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
  * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU right after fc1's),
@@ -294,8 +291,6 @@ typedef struct vt_nextvit_ctx {
     int folded;        /* deployed form (eval semantics): the pre-norms are merged (merge_bn); their tensors stay,
                         * unapplied; the post-conv BNs are folded into their convs in the graph (vt_bn_fold_weight) */
 } vt_nextvit_ctx;
-/* MHSA width Cs of an NTB with `out` channels: _make_divisible(int(0.75·out), 32); the conv stream has out − Cs. */
-int vt_nextvit_mhsa_width(int out);
 /* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN; folded into the conv when folded)
  * -> ReLU -> prefix.projection. */
 vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded);

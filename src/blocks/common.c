@@ -254,7 +254,8 @@ static int gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
            vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, f->hidden, x->shape[x->ndim - 1], 1);
 }
 
-vt_tensor *vt_gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
+/* name.weight / name.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */
+static vt_tensor *gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int out, vt_init winit) {
     vt_tensor *w, *b;
     if (vt_bad(g, 1, h) || linear_params(g, name, h, out, 1, winit, 0, &w, &b)) return NULL;
     return vt_gelu_linear(g, h, w, b);
@@ -285,7 +286,7 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
         return vt_ffn_eval(g, x, w1, b1, w2, b2);
     }
     if (gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
-    return vt_gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
+    return gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
 }
 
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {

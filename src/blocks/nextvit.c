@@ -32,7 +32,8 @@ static int make_divisible(double v, int d) {
     return n;
 }
 
-int vt_nextvit_mhsa_width(int out) { return make_divisible((double)(int)(out * 0.75), NV_HEAD_DIM); }
+/* MHSA width Cs of an NTB with `out` channels: _make_divisible(int(0.75·out), 32); the conv stream has out − Cs. */
+static int mhsa_width(int out) { return make_divisible((double)(int)(out * 0.75), NV_HEAD_DIM); }
 
 /* BatchNorm (eps 1e-5) over the channels of tokens x (B, N, C); only its tensors when folded. */
 static vt_tensor *bn(vt_graph *g, const char *prefix, const char *name, vt_tensor *x, int folded) {
@@ -108,7 +109,7 @@ vt_tensor *vt_block_ntb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, i
                         const vt_nextvit_ctx *b) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
-    const int Cs = vt_nextvit_mhsa_width(out), Cc = out - Cs;
+    const int Cs = mhsa_width(out), Cc = out - Cs;
     if (Cc < NV_HEAD_DIM || Cc % NV_HEAD_DIM)
         return vt_fail(g, "ntb", "%s: width %d splits into %d + %d channels; the conv stream needs a positive multiple "
                        "of %d", prefix, out, Cs, Cc, NV_HEAD_DIM);
