@@ -174,13 +174,13 @@ vt_tensor *vt_block_residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop
  * [PVTv2: depthwise 3×3 prefix.dwconv.dwconv on the f->grid_h × f->grid_w grid] → GELU (or ReLU, f->relu). */
 vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
-/* vt_block_fc1_act without its activation, for a following vt_gelu_linear_p; f without ReLU. */
+/* vt_block_fc1_act without its activation, for a following linear with GELU in its GEMM prologue; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
 /* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
  * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
  * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU right after fc1's),
- * else in that linear's GEMM prologue (vt_gelu_linear_p). f without ReLU. */
+ * else in that linear's GEMM prologue. f without ReLU. */
 vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
                                     const char *name, int out, vt_init winit);
 
