@@ -812,24 +812,30 @@ static const char *slice_name(void *ctx, int i) {
     return s->src->name ? s->src->name(s->src->ctx, s->lo + i) : NULL;
 }
 
-/* Samples [⌊n·rank/size⌋, ⌊n·(rank+1)/size⌋) of src as a source (sc must outlive it). */
-static vt_source source_slice(const vt_source *src, const vt_dist *dp, slice_ctx *sc) {
+/* This rank's slice of a validation set: samples [lo, lo + src.n) of the whole, as a source whose ctx is sc. */
+typedef struct {
+    slice_ctx sc;
+    vt_source src;
+} val_slice;
+
+/* Samples [⌊n·rank/size⌋, ⌊n·(rank+1)/size⌋) of src into *v (which must not move while v->src is used). */
+static void source_slice(const vt_source *src, const vt_dist *dp, val_slice *v) {
     const int lo = (int)((int64_t)src->n * dp->rank / dp->size), hi = (int)((int64_t)src->n * (dp->rank + 1) / dp->size);
-    *sc = (slice_ctx){src, lo};
-    vt_source v = *src;
-    v.n = hi - lo;
-    v.get = slice_get;
-    v.name = src->name ? slice_name : NULL;
-    v.ctx = sc;
-    return v;
+    v->sc = (slice_ctx){src, lo};
+    v->src = *src;
+    v->src.n = hi - lo;
+    v->src.get = slice_get;
+    v->src.name = src->name ? slice_name : NULL;
+    v->src.ctx = &v->sc;
 }
 
-/* vt_evaluate of P over the ranks: each scores its slice `part` (source_slice, with loader LV), the sums are reduced;
+/* vt_evaluate of P over the ranks: each scores its slice vs (source_slice, with loader LV), the sums are reduced;
  * rank 0's parameters and buffers (e.g. BatchNorm running statistics) are broadcast first so that every slice sees one
  * model. A rank's failure (e.g. logits that are not finite) fails every rank. poison: --fault-nan-eval (evaluate). */
-static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *part, const vt_transform *tf,
+static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const val_slice *vs, const vt_transform *tf,
                           vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, int poison, vt_err *e) {
-    const int base = ((const slice_ctx *)part->ctx)->lo;
+    const vt_source *part = &vs->src;
+    const int base = vs->sc.lo;
     if (dp->size == 1) return evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, base, poison, e);
     if (vt_dist_broadcast(dp, P, NULL, NULL, 0, e)) return -1;
     vt_eval_result m = {0};
@@ -841,11 +847,11 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const vt_source *
 }
 
 /* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
-static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const vt_source *part, const vt_transform *tf,
+static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const val_slice *vs, const vt_transform *tf,
                     vt_loader *LV, vt_dist *dp, int64_t epoch, int poison, vt_err *e) {
     if (!ema->P) return 0;
     vt_eval_result ev = {0};
-    if (evaluate_ranks(c, ema->P, part, tf, LV, dp, &ev, NULL, poison, e)) return -1;
+    if (evaluate_ranks(c, ema->P, vs, tf, LV, dp, &ev, NULL, poison, e)) return -1;
     if (dp->rank == 0)
         printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
                100 * ev.acc1, 100 * ev.acc5);
@@ -885,8 +891,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     train_graph t = {0};
     vt_dist_grads *gb = NULL;
     vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
-    slice_ctx vsc;
-    vt_source vpart = {0}; /* this rank's slice of the validation set */
+    val_slice vs = {0}; /* this rank's slice of the validation set */
     vt_tf_params deit;
     uint64_t *keys = NULL; /* the loader's draw keys under repeated augmentation */
     int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
@@ -897,7 +902,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                                 o->test_subset, &d, e))
         rc = -1;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
-    if (rc == 0) vpart = source_slice(&d.val, dp, &vsc);
+    if (rc == 0) source_slice(&d.val, dp, &vs);
     if (rc == 0 &&
         (recipe_check(c, o, &mix, e) || !(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
          (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) ||
@@ -905,7 +910,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
          vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
          (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) || !(gb = vt_dist_grads_new(dp, t.g, e)) ||
          !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
-         (vpart.n > 0 && !(LV = vt_loader_new(&vpart, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
+         (vs.src.n > 0 && !(LV = vt_loader_new(&vs.src, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
         rc = -1;
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
     /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
@@ -1054,7 +1059,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
         vt_eval_result ev = {0};
         vt_err ve = {{0}};
         const int poison = o->fault_nan_eval == st.epoch && dp->rank == dp->size - 1; /* the last rank only */
-        if (evaluate_ranks(c, P, &vpart, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
+        if (evaluate_ranks(c, P, &vs, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
             rc = vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
                            "good checkpoint is %s", (long long)st.epoch, ve.msg,
                            good);
@@ -1068,7 +1073,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                 printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped,
                        ev.skipped == 1 ? "" : "s");
         }
-        if (ema_eval(c, &ema, &vpart, &d.eval_tf, LV, dp, st.epoch, poison, &ve)) {
+        if (ema_eval(c, &ema, &vs, &d.eval_tf, LV, dp, st.epoch, poison, &ve)) {
             rc = vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
                            "epoch. The last good checkpoint is %s", (long long)st.epoch, ve.msg,
                            good);
