@@ -64,6 +64,10 @@ all: vitc
 vitc: build/tools/vitc.o build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The vendor-rule benchmark (bench/vendor_rules.c); `make test` builds and runs it once (tests/cli/test_gemm.sh).
+build/vendor_rules: bench/vendor_rules.c build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 build/libvitc.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^ # rebuilt whole: no stale members of renamed or removed sources
 
@@ -178,7 +182,7 @@ asan: build-asan/unit build-asan-vec/unit
 # The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
 	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc fuzz-build shared \
-	  $(ISA_CHECK)
+	  build/vendor_rules $(ISA_CHECK)
 	@bash tests/run_all.sh
 
 demo: deps-demo

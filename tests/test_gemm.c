@@ -230,19 +230,22 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 256, 128, 3136) == DN, "AVX2: dW with M 256 on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 768, 192, 197) == DN, "AVX2: dW over 197 rows on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 1, 0, 1536, 384, 3136) == DN, "AVX2: dW 1536x384 on 1 thread: onednn");
-    /* rule 8 (AVX-512 tier): weight gradients over many rows with M >= 2N, on more threads */
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == OB, "AVX-512: dW 1024x256x3136: openblas");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 512, 64, 50176) == OB, "AVX-512: dW 512x64x50176: openblas");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 2048, 512, 784) == OB, "AVX-512: dW 2048x512x784: openblas");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 128, 784) == DN, "AVX-512: dW, N 128 over 784 rows: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 384, 96, 50176) == DN, "AVX-512: dW with M 384: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 192, 768, 3136) == DN, "AVX-512: dW with M < 2N: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 1, 1, 0, 1024, 256, 3136) == DN, "AVX-512: dW on 1 thread: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 1024, 256, 3136) == DN, "AVX-512: A*B of the same size: onednn");
-    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 64, 50176) == DN, "AVX2: no rule 8");
-    /* rule 11 (Intel's AVX-512): weight gradients over >= 3136 rows, 96 <= N <= 256, M >= 2N, M*N in 2^15..2^18 */
+    /* rule 8 (Intel's AVX-512): weight gradients over many rows with M >= 2N, on more threads */
     vt_gemm_plan in = same;
     in.intel = 1;
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1536, 384, 3136) == OB, "Intel: dW 1536x384x3136: openblas");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 2048, 512, 784) == OB, "Intel: dW 2048x512x784: openblas");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1024, 128, 784) == DN, "Intel: dW, N 128 over 784 rows: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 192, 768, 3136) == DN, "Intel: dW with M < 2N: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 1, 1, 0, 1536, 384, 3136) == DN, "Intel: dW on 1 thread: onednn");
+    T_CHECK(T, vt_gemm_choose(&in, 2, 0, 0, 1536, 384, 3136) == DN, "Intel: A*B of the same size: onednn");
+    T_CHECK(T, vt_gemm_choose(&avx2, 2, 1, 0, 512, 64, 50176) == DN, "AVX2: no rule 8");
+    /* AMD's AVX-512: oneDNN for all of them */
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1536, 384, 3136) == DN, "AMD AVX-512: dW 1536x384x3136: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 1024, 256, 3136) == DN, "AMD AVX-512: dW 1024x256x3136: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 2048, 512, 784) == DN, "AMD AVX-512: dW 2048x512x784: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 384, 96, 50176) == DN, "AMD AVX-512: dW with M 384: onednn");
+    /* rule 11 (Intel's AVX-512): weight gradients over >= 3136 rows, 96 <= N <= 256, M >= 2N, M*N in 2^15..2^18 */
     const vt_gemm_lib TD = VT_GEMM_ONEDNN_T;
     T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 1024, 256, 3136) == TD, "Intel: dW 1024x256x3136: transposed");
     T_CHECK(T, vt_gemm_choose(&in, 2, 1, 0, 384, 96, 50176) == TD, "Intel: dW 384x96x50176: transposed");
@@ -278,6 +281,8 @@ static void check_rule(vt_test *T) {
     char text[1024];
     T_CHECK(T, strstr(vt_gemm_rule(&in, text, sizeof text), "transposed product") != NULL, "rule text: %s", text);
     T_CHECK(T, !strstr(vt_gemm_rule(&same, text, sizeof text), "transposed"), "rule text (not Intel): %s", text);
+    T_CHECK(T, strstr(vt_gemm_rule(&in, text, sizeof text), "A^T*B with M >= 2N") != NULL, "rule 8's text: %s", text);
+    T_CHECK(T, !strstr(vt_gemm_rule(&same, text, sizeof text), "M >= 2N"), "no rule 8 (not Intel): %s", text);
     T_CHECK(T, strcmp(vt_gemm_lib_name(TD), "onednn_t") == 0, "rule 11's name");
 }
 
@@ -351,7 +356,7 @@ static void check_prims(vt_test *T) {
     low.openblas = VT_ISA_AVX;
     T_CHECK(T, !vt_gemm_linear_wanted(&ob, 2, 196, 1536, 384, 1), "forced openblas: no primitive");
     T_CHECK(T, !vt_gemm_linear_wanted(&low, 2, 196, 1536, 384, 1), "below AVX2: no primitive");
-    /* rule 10: Intel's AVX-512, 64 columns, where the kernel is built (else the rules above) */
+    /* rule 10: AVX-512, 64 columns, where the kernel is built (else the rules above) */
     const vt_gemm_lib V = VT_GEMM64 ? VT_GEMM_VITC : DN;
     T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 0, 50176, 64, 512) == V, "Intel, 50176x64x512 A*B: vitc if built");
     T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 1, 50176, 64, 512) == V, "Intel, 50176x64x512 A*B^T: vitc if built");
@@ -364,7 +369,11 @@ static void check_prims(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 0, 64, 512, 50176) == DN, "Intel, dW with M 64, N 512: onednn");
     T_CHECK(T, vt_gemm_choose(&intel, 2, 1, 1, 512, 64, 50176) == DN, "Intel, A^T*B^T: onednn");
     T_CHECK(T, vt_gemm_choose(&intel, 2, 0, 0, 50176, 96, 512) == DN, "Intel, 96 columns: onednn");
-    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 50176, 64, 512) == DN, "not Intel: onednn");
+    /* AMD's AVX-512: A*B and A*B^T only */
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 50176, 64, 512) == V, "AMD, 50176x64x512 A*B: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 3136, 64, 128) == V, "AMD, 3136x64x128 A*B^T: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 197, 64, 197) == V, "AMD, 197x64x197 on 1 thread: vitc if built");
+    T_CHECK(T, vt_gemm_choose(&same, 2, 1, 0, 512, 64, 50176) == DN, "AMD, dW 512x64x50176: onednn");
     T_CHECK(T, vt_gemm_choose(&ob, 2, 0, 0, 50176, 64, 512) == OB, "forced openblas: openblas");
     vt_gemm_plan intel2 = intel;
     intel2.cpu = intel2.openblas = intel2.onednn = VT_ISA_AVX2;
@@ -372,7 +381,8 @@ static void check_prims(vt_test *T) {
     char buf[1024];
     T_CHECK(T, (strstr(vt_gemm_rule(&intel, buf, sizeof buf), "64-column") != NULL) == VT_GEMM64, "rule text: %s",
             buf);
-    T_CHECK(T, !strstr(vt_gemm_rule(&same, buf, sizeof buf), "64-column"), "rule text (not Intel): %s", buf);
+    T_CHECK(T, (strstr(vt_gemm_rule(&same, buf, sizeof buf), "64-column") != NULL) == VT_GEMM64 &&
+                   !strstr(buf, "M >= 64"), "rule text (AMD): %s", buf);
     T_CHECK(T, strcmp(vt_gemm_lib_name(VT_GEMM_VITC), "vitc") == 0, "the kernel's name");
 }
 

@@ -119,7 +119,8 @@ static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor
  *   positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
  *   0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
  *   5.4-5.6 ms). On an AMD EPYC Zen 3 (2026-11-28) they made PVTv2-b1's batch-16 inference 1.04-1.06x slower
- *   (docs/benchmarks.md).
+ *   (docs/benchmarks.md); on AMD's AVX-512 (EPYC Zen 4, 2026-11-30, bench/vendor_rules.c with only this case
+ *   flipped) PVTv2-b1's eval graph read level (0.994 at batch 16, 0.997 at batch 1): Intel only.
  * - On oneDNN's AVX2 tier, embeds over a token map with at least PVT_EMBED_CONV_MIN output positions whose weight
  *   holds at most PVT_EMBED_ROWS_W floats (PVTv2's and PVT's stage-2 embeds): vt_conv2d_nhwc takes its rows kernel
  *   there (patches of 256 output pixels gathered into cache, one GEMM each, the weight in L2), not oneDNN's strided

@@ -159,8 +159,11 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     Next-ViT-S 1.10 (1.11), PVTv2-b1 1.07 (1.08), GroupMixFormer-T 1.08 (1.05), FLatten-Swin-T 0.99 (1.05),
  *     DeiT-S 0.96 (0.96: its qkv and proj; two identical DeiT-S graphs read 0.96-1.04 in the same test); batch 1
  *     (best of 39) 0.99-1.11, Next-ViT-S 1.11 and PVTv2-b1 1.10. Training graphs with it read 0.93-1.09 per model
- *     in bench/vitc_before_after.py, as often slower as faster; AMD's AVX-512 (Zen 4, where the shapes above were
- *     measured) keeps the shape rule.
+ *     in bench/vitc_before_after.py, as often slower as faster. AMD's AVX-512 (Zen 4, where the shapes above were
+ *     measured) keeps the shape rule: there the Intel case read level in eval graphs (bench/vendor_rules.c,
+ *     2026-11-30, per-round medians): batch 16 DeiT-T 1.018, CSwin-T 0.986, Next-ViT-S 0.994, Swin-T 1.002; batch 4
+ *     Swin-T 0.984, PVTv2-b1 0.997; batch 1 0.977-0.999 over DeiT-T, Swin-T, FLatten-Swin-T, PVTv2-b1, Next-ViT-S
+ *     and GroupMixFormer-T (0.95-0.96 on Swin-T and PVTv2-b1 in an earlier run).
  *  6. Both libraries at the AVX2 tier (an AMD EPYC Zen 3, 2 cores, OpenBLAS "Zen", oneDNN avx2; 2026-11-26, best of
  *     5 alternated bursts, GFLOP/s OpenBLAS vs oneDNN) rules 2 and 4 do not hold: on one thread oneDNN wins from
  *     32^3 up (32^3 AB 64 vs 81; window-attention tiles 49×49×32 AᵀB 63 vs 76, 56×56×32 ABᵀ 76 vs 94, AᵀB 79 vs 118,
@@ -182,7 +185,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     768×64×3136 85 vs 160), and so does M < 128 (Swin-T's stage-1 fc2, 96×384×50176: 135 vs 164). A sweep of
  *     120 shapes (M 192-2048, N 64-1024, K 784-12544) on stdin to bench/gemm_kernels.c. CSwin-T's stage-3 fc1
  *     weight gradient (1024×256×3136) ran at 64 GFLOP/s before.
- *  8. AVX-512 tier, more threads, a weight gradient C = Aᵀ·B (as rule 7) over many rows with M >= 2N: K >= 3136
+ *  8. Intel's AVX-512, more threads, a weight gradient C = Aᵀ·B (as rule 7) over many rows with M >= 2N: K >= 3136
  *     and M >= 512, or K >= 784 with M >= 1024 and N >= 384: OpenBLAS. Intel Xeon Cascade Lake (2 vCPUs, OpenBLAS
  *     "SkylakeX", oneDNN avx512_core_vnni), 2026-11-28, ratio OpenBLAS / oneDNN GFLOP/s over three runs of best-of-4
  *     alternated bursts, M×N×K: 1024×256×3136 1.60-1.61 (CSwin-T stage 3 fc1), 2048×512×784 1.08-1.61,
@@ -191,17 +194,24 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     the edges 576×192×3136 0.89-1.07, 768×192×3152 0.92-0.97; outside the rule oneDNN stays: M < 2N (fc2's
  *     192×768×3136 0.86-0.92, 64×512×12544 0.79), M < 512 (288×96×50176 0.88-0.95, 256×64×3136 0.72-0.80), few rows
  *     (512×128×784 0.84-0.90, 1024×128×784 0.89-1.00, 768×192×197 0.81). Shapes: bench/gemm_kernels.py's "dW"
- *     sweep. Not measured on AMD's AVX-512 CPUs (Zen 4), where rule 2 was.
+ *     sweep. Intel only: on AMD's AVX-512 (EPYC Zen 4, 2 vCPUs, OpenBLAS "Cooperlake", oneDNN avx512_core_bf16;
+ *     2026-11-30, best of 7 alternated bursts) oneDNN wins these shapes, OpenBLAS vs oneDNN GFLOP/s: 512×64×50176
+ *     67-73 vs 172-185, 512×64×3136 78-138 vs 200-203, 1024×128×12544 168 vs 201, 512×128×12544 164 vs 218,
+ *     1024×256×3136 156 vs 182, 1536×384×3136 202 vs 225, 1152×384×3152 202 vs 226, 768×192×3152 188 vs 222,
+ *     640×320×3136 196 vs 220, ties only over 784 rows (2048×512×784 206 vs 205, 1024×512×784 209 vs 191); training
+ *     steps at batch 16 with the rule off, in one process (bench/vendor_rules.c), per-round medians of 8: PVTv2-b1
+ *     0.929, DeiT-T 0.951, CSwin-T 0.951, DeiT-S 0.981, Swin-T 1.007 (identical graphs 0.99-1.01).
  *  9. Intel's AVX-512, one thread, attention logits of 32-channel heads: C = A·Bᵀ with K <= 32 and M·N·K >= 2^18
  *     (CSwin's 98-token stripe tiles, hMHSA's DeiT-Ti row tiles of 197 keys; not Swin's 49-token windows): oneDNN
  *     instead of rule 2's OpenBLAS. One-thread tiles are too noisy to rank alone here (98×98×32 107 vs 90 in one
  *     run, 64×197×32 75-100 vs 102-160 in two); whole graphs, the rule off and on in one process, steps alternated,
  *     per-round medians (Intel Xeon Ice Lake, 2026-11-29): CSwin-T training at batch 16 1.040 / 1.038 (two runs),
  *     inference 1.020 / 1.021, batch 1 1.003; DeiT-Ti hMHSA + cFFN inference 1.019 / 1.024, training 1.003;
- *     FLatten-CSwin-T 0.996; Swin-T 1.003 (no shape of it in the rule: the control). Not measured on Cascade Lake
- *     or on AMD's AVX-512.
- * 10. Intel's AVX-512 (before every rule above but a forced library), products with N = 64 columns: A·B and A·Bᵀ
- *     with M·K >= 2^15, and weight gradients Aᵀ·B over K >= 3136 rows with M >= 64: vitc's own kernel
+ *     FLatten-CSwin-T 0.996; Swin-T 1.003 (no shape of it in the rule: the control). Not measured on Cascade Lake.
+ *     On AMD's AVX-512 (EPYC Zen 4, 2026-11-30, two runs of 7 bursts, OpenBLAS vs oneDNN) mixed: 98×98×32 161-162 vs
+ *     144, 64×197×32 133-159 vs 166-168, 197×197×32 158-173 vs 176: Intel only.
+ * 10. AVX-512 (before every rule above but a forced library), products with N = 64 columns: A·B and A·Bᵀ
+ *     with M·K >= 2^15, and on Intel weight gradients Aᵀ·B over K >= 3136 rows with M >= 64: vitc's own kernel
  *     (gemm64.c: a 6 × 64 register tile, A read in place, only Bᵀ's 64 rows packed). Xeon Ice Lake (2 vCPUs,
  *     OpenBLAS "SkylakeX", oneDNN avx512_core_vnni), 2026-11-29, bench/gemm_kernels.py (best of 3 × 7 alternated
  *     bursts; GFLOP/s, vitc vs the better library): 2 threads, A·Bᵀ M×64×K 50176×64×64 222 vs 153, ×512 221 vs
@@ -216,7 +226,14 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     training at batch 16 FLatten-PVTv2-b1 1.024 (1.043; 1.024 and 1.052 in two more runs), PVTv2-b1 1.046,
  *     PVTv2-b1 + hMHSA + cFFN 1.039, DeiT-T 1.014, DeiT-S 1.016, CSwin-T 0.997 (0.988 in a second run: level);
  *     inference DeiT-T 1.047 at batch 16, 0.992 at batch 1; PVTv2-b1, FLatten-PVTv2-b1, DeiT-S + hMHSA + cFFN
- *     0.995-1.015.
+ *     0.995-1.015. On AMD's AVX-512 (EPYC Zen 4, 2026-11-30, same method) A·B and A·Bᵀ only: vitc vs the better
+ *     library A·B 3136×64×64 220 vs 200, 50176×64×512 205 vs 176, 50176×64×256 186 vs 185, A·Bᵀ 50176×64×512 203
+ *     vs 155, 50176×64×64 217 vs 191, 3136×64×128 214 vs 196, one thread 197×64×197 227-228 vs 209-210, 392×64×392
+ *     229 vs 211; but Aᵀ·B lost to oneDNN (512×64×50176 116-126 vs 172-185, 512×64×3136 188-196 vs 200-203,
+ *     320×64×50176 168 vs 195; 64×64×50176 won, 188 vs 148). Whole graphs, A·B and A·Bᵀ on the kernel against
+ *     not (bench/vendor_rules.c, per-round medians): inference PVTv2-b1 0.971 / 0.977 at batch 16 (two runs) and
+ *     0.963 / 0.966 at batch 1, FLatten-PVTv2-b1 0.972, DeiT-T 0.994-1.006; training at batch 16 PVTv2-b1 0.976,
+ *     PVTv2-b1 + hMHSA + cFFN 0.996, CSwin-T 1.000, DeiT-T 1.004 / 1.019, FLatten-PVTv2-b1 1.018 (level).
  * 11. Intel's AVX-512, more threads, a weight gradient C = Aᵀ·B over K >= 3136 rows with 96 <= N <= 256, M >= 2N and
  *     2^15 <= M·N <= 2^18 (fc1's and qkv's dW at C = 96 ... 256): oneDNN computes the transpose S = Bᵀ·A (N × M)
  *     into a scratch, added into C transposed in 8×8 register tiles (atb_transposed). oneDNN 2.6.3 runs Aᵀ·B well
@@ -230,7 +247,9 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     and on in one process, per-round medians: CSwin-T 1.024 (1.020-1.025 in three earlier runs), DeiT-T 1.051
  *     (1.035, 1.04), GroupMixFormer-S 1.031, FLatten-PVTv2-b1 1.023, Swin-T 1.000, Next-ViT-S 0.992 (its deployed
  *     graph trained: the same GEMM shapes), DeiT-S (no shape in the rule: the control) 0.971. Not measured on
- *     Cascade Lake or AMD.
+ *     Cascade Lake. On AMD's AVX-512 (EPYC Zen 4, 2026-11-30, best of 7 bursts) oneDNN's direct Aᵀ·B is as fast
+ *     or faster (GFLOP/s transposed vs direct: 1024×256×3136 151 vs 182, 384×96×50176 211 vs 221, 512×128×12544
+ *     209 vs 218, 576×192×3152 228 vs 222, 256×128×12544 219 vs 188, the rest within 3%): Intel only.
  * 12. AVX2 tier (before rule 5's matmul primitive), an inference linear whose weight is constant (made of
  *     parameters): oneDNN's 1x1 convolution over channels-last rows (jit_1x1:avx2) with the layer's own copy of the
  *     weight packed once into the conv's blocked layout (vt_gemm_linear_conv; packed again when the parameters
@@ -267,13 +286,13 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
 #define TDW_MN_MIN (1LL << 15) /* rule 11: smaller gradients (192 × 96) lost */
 #define TDW_MN_MAX (1LL << 18) /* rule 11: the largest gradient measured (1024 × 256), the transposed copy's size */
 
-/* Whether rule 10 applies on this machine: Intel's AVX-512, the kernel built. */
-static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->intel && p->cpu >= VT_ISA_AVX512; }
+/* Whether rule 10 applies on this machine: AVX-512, the kernel built. */
+static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->cpu >= VT_ISA_AVX512; }
 
-/* Rule 10: vitc's 64-column kernel for this shape. */
+/* Rule 10: vitc's 64-column kernel for this shape (Aᵀ·B on Intel only). */
 static int n64_rule(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K) {
     if (!n64_on(p) || N != 64) return 0;
-    return ta ? !tb && K >= N64_ATB_K && M >= 64 : (long long)M * K >= N64_AB_MK;
+    return ta ? p->intel && !tb && K >= N64_ATB_K && M >= 64 : (long long)M * K >= N64_AB_MK;
 }
 
 /* Rule 11: a weight gradient AᵀB over many rows with 96 <= N <= 256, M >= 2N and 2^15 <= M·N <= 2^18, on Intel. */
@@ -282,9 +301,9 @@ static int tdw_rule(const vt_gemm_plan *p, int M, int N, int K) {
     return p->intel && K >= TDW_K && N >= 96 && N <= 256 && M >= 2 * N && mn >= TDW_MN_MIN && mn <= TDW_MN_MAX;
 }
 
-/* Rule 8: a weight gradient AᵀB over many rows (K) with M >= 2N. */
-static int wide_dw(int M, int N, int K) {
-    return M >= 2 * N && ((K >= 3136 && M >= 512) || (K >= 784 && M >= 1024 && N >= 384));
+/* Rule 8: a weight gradient AᵀB over many rows (K) with M >= 2N, on Intel. */
+static int wide_dw(const vt_gemm_plan *p, int M, int N, int K) {
+    return p->intel && M >= 2 * N && ((K >= 3136 && M >= 512) || (K >= 784 && M >= 1024 && N >= 384));
 }
 
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K) {
@@ -305,7 +324,7 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     }
     if (threads > 1 && !ta && tb && M >= 16 && 4LL * M < K) return VT_GEMM_OPENBLAS;
     if (threads > 1 && ta && !tb && tdw_rule(p, M, N, K)) return VT_GEMM_ONEDNN_T;
-    if (threads > 1 && ta && !tb && wide_dw(M, N, K)) return VT_GEMM_OPENBLAS;
+    if (threads > 1 && ta && !tb && wide_dw(p, M, N, K)) return VT_GEMM_OPENBLAS;
     if (threads <= 1 && p->intel && !ta && tb && K <= 32 && mnk >= TINY_MNK) return VT_GEMM_ONEDNN; /* rule 9 */
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
@@ -1077,18 +1096,19 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     else
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
-                         "openblas;%s A^T*B with M >= 2N and (K >= 3136, M >= 512 or K >= 784, M >= 1024, N >= 384) "
-                         "on more than 1 thread: openblas;%s a linear's whole forward with M <= 2K or K >= 2N%s: "
-                         "onednn matmul primitive, bias and residual fused",
+                         "openblas;%s%s a linear's whole forward with M <= 2K or K >= 2N%s: onednn matmul primitive, "
+                         "bias and residual fused",
                  p->intel ? " A^T*B over >= 3136 rows with 96 <= N <= 256, M >= 2N, 2^15 <= M*N <= 2^18 on more "
-                            "than 1 thread: onednn on the transposed product;"
+                            "than 1 thread: onednn on the transposed product; A^T*B with M >= 2N and (K >= 3136, "
+                            "M >= 512 or K >= 784, M >= 1024, N >= 384) on more than 1 thread: openblas;"
                           : "",
                  p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
                  p->intel ? " (inference: every shape)" : "");
     const size_t used = strlen(buf);
     if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)
-        snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15, "
-                                       "A^T*B over >= 3136 rows with M >= 64): vitc's 64-column kernel");
+        snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15%s): "
+                                       "vitc's 64-column kernel",
+                 p->intel ? ", A^T*B over >= 3136 rows with M >= 64" : "");
     return buf;
 }
 

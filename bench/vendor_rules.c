@@ -1,0 +1,140 @@
+/* Measures the GEMM dispatch's vendor-specific rules (vt_gemm_plan.intel: rule 5's inference case, 8, 9, 10's
+ * Aᵀ·B part, 11 and PVT's patch-embed convolution) on the machine at hand: one model's graph built twice in one
+ * process, once with the plan's intel flag as detected and once flipped (before the build, so build-time choices
+ * follow it too), the two run alternately, and the per-round time ratio printed. Identical arithmetic up to float
+ * rounding.
+ * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check]: prints each round's seconds and, at the end, the
+ * median and best ratios flipped / detected (below 1: the flipped rules are faster here). Forward only for eval; for
+ * train, forward + backward (no optimizer step: the same for both). --check first prints the largest difference of
+ * the two graphs' logits, and for train of each parameter's gradient, relative to that tensor's largest magnitude.
+ * Build: make build/vendor_rules. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vitc/graph.h"
+#include "vitc/model.h"
+#include "vitc/ops.h"
+#include "vitc/rng.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    vt_graph *g;
+    vt_tensor *x, *labels, *logits;
+} built;
+
+/* The model's graph on P with the plan's intel flag set to intel (-1: as detected); 0 or -1 with e set. */
+static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, built *b, vt_err *e) {
+    b->g = vt_graph_new(P, train, e);
+    if (!b->g) return -1;
+    if (intel >= 0) b->g->gemm.intel = intel;
+    b->logits = vt_model_build(b->g, c, batch, &b->x);
+    b->labels = NULL;
+    if (train) {
+        b->labels = vt_input(b->g, "labels", 1, &batch);
+        vt_graph_set_loss(b->g, vt_cross_entropy(b->g, b->logits, b->labels, 0.1f));
+    }
+    vt_graph_output(b->g, b->logits);
+    return vt_graph_finalize(b->g, e);
+}
+
+static double step(built *b, vt_params *P, int train) {
+    const double t0 = now_s();
+    vt_graph_forward(b->g);
+    if (train) {
+        vt_params_zero_grad(P);
+        vt_graph_backward(b->g);
+    }
+    return now_s() - t0;
+}
+
+/* --check: the two graphs' logits, and for train every parameter's gradient, relative to the tensor's largest
+ * magnitude: prints "check: logits R, worst gradient R (NAME)"; 0, or 1 when out of memory. */
+static int check_same(built *b, vt_params *P, int train) {
+    double worst_g = 0.0, d = 0.0, m = 0.0;
+    const char *worst = "-";
+    step(&b[0], P, train);
+    float **g0 = calloc((size_t)P->n, sizeof *g0);
+    if (!g0) return 1;
+    for (int k = 0; train && k < P->n; k++)
+        if (P->t[k]->grad) {
+            if (!(g0[k] = malloc(sizeof(float) * (size_t)P->t[k]->numel))) return 1;
+            memcpy(g0[k], P->t[k]->grad, sizeof(float) * (size_t)P->t[k]->numel);
+        }
+    step(&b[1], P, train);
+    for (int64_t i = 0; i < b[0].logits->numel; i++) {
+        d = fmax(d, fabs((double)b[0].logits->data[i] - b[1].logits->data[i]));
+        m = fmax(m, fabs((double)b[0].logits->data[i]));
+    }
+    for (int k = 0; k < P->n; k++) {
+        if (!g0[k]) continue;
+        double gd = 0.0, gm = 0.0;
+        for (int64_t i = 0; i < P->t[k]->numel; i++) {
+            gd = fmax(gd, fabs((double)g0[k][i] - P->t[k]->grad[i]));
+            gm = fmax(gm, fabs((double)g0[k][i]));
+        }
+        if (gm > 0.0 && gd / gm > worst_g) worst_g = gd / gm, worst = P->t[k]->name;
+        free(g0[k]);
+    }
+    free(g0);
+    printf("check: logits %.3g, worst gradient %.3g (%s)\n", m > 0.0 ? d / m : d, worst_g, worst);
+    return 0;
+}
+
+static int cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check]\n"), 2;
+    const vt_model_cfg *c0 = vt_model_find(argv[1]);
+    if (!c0) return fprintf(stderr, "unknown model %s\n", argv[1]), 2;
+    const int batch = atoi(argv[2]), train = argc > 3 && strcmp(argv[3], "train") == 0;
+    const int rounds = argc > 4 ? atoi(argv[4]) : 12, check = argc > 5 && strcmp(argv[5], "--check") == 0;
+    if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
+    const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    built b[2];
+    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, &b[0], &e) ||
+        build(c, P, batch, train, !b[0].g->gemm.intel, &b[1], &e))
+        return fprintf(stderr, "%s\n", e.msg), 1;
+    vt_rng rng;
+    vt_rng_seed(&rng, 1);
+    for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
+    for (int i = 0; train && i < batch; i++)
+        b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
+    printf("%s batch %d %s, %d threads; detected intel=%d, flipped intel=%d\n", argv[1], batch,
+           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel,
+           b[1].g->gemm.intel);
+    for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
+    if (check && check_same(b, P, train)) return 1;
+    double *ratio = malloc(sizeof(double) * (size_t)rounds), best[2] = {1e30, 1e30};
+    if (!ratio) return fprintf(stderr, "out of memory\n"), 1;
+    for (int r = 0; r < rounds; r++) {
+        double t[2];
+        const int first = r & 1; /* alternate which goes first */
+        t[first] = step(&b[first], P, train);
+        t[!first] = step(&b[!first], P, train);
+        for (int k = 0; k < 2; k++) best[k] = fmin(best[k], t[k]);
+        ratio[r] = t[1] / t[0];
+        printf("round %d: detected %.4f s, flipped %.4f s, ratio %.3f\n", r, t[0], t[1], ratio[r]);
+    }
+    qsort(ratio, (size_t)rounds, sizeof *ratio, cmp);
+    printf("%s b%d %s: flipped/detected median %.3f, best %.3f (%.4f / %.4f s)\n", argv[1], batch,
+           train ? "train" : "eval", rounds % 2 ? ratio[rounds / 2] : 0.5 * (ratio[rounds / 2 - 1] + ratio[rounds / 2]),
+           best[1] / best[0], best[1], best[0]);
+    free(ratio);
+    for (int k = 0; k < 2; k++) vt_graph_free(b[k].g);
+    vt_params_free(P);
+    return 0;
+}
