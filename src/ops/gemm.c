@@ -960,9 +960,18 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p) { return p->vnni ? 127 : 63; }
  * fp32 / int8 time of one layer with its quantisation): 1.2-2.1x from K = 192 and N·K >= 2^15 (DeiT-T/S, Swin-T's
  * stage 3-4 shapes at batch 1 and 16), 1.07-1.2x at K = 96-128 with N >= 256; 0.93x at 128×128 and 1.02x at K = 64,
  * where quantising the input costs what the product saves; 0.39x for one row (1×1000×768: the per-call weight
- * handling of oneDNN's int8 gemm), 1.17-1.28x from 8 rows. VITC_GEMM=onednn takes every shape (tests). */
+ * handling of oneDNN's int8 gemm), 1.17-1.28x from 8 rows. With VNNI (AMD EPYC Zen 4, avx512_core_bf16 with VNNI,
+ * brg kernels, weights ±127, 2026-11-30) int8 wins far more: 1.6-3.5x on every shape above (one row 1×1000×768 2.10,
+ * 1×1000×192 1.75, 2048×512×64 1.91, 2176×128×128 1.36, 6400×192×64 1.57, 6400×64×128 1.10, 17×384×128 1.18) but
+ * loses on small products, whose fixed cost of a few µs dominates (17×128×128 0.64, 49×64×64 0.54, the 10-class
+ * heads 0.28), with K = 32 (2048×64×32 0.84) and N = 8 (0.36): there K, N >= 64 and N·K >= 2^15 or M·N·K >= 2^22.
+ * Whole models, `vitc bench --dtype int8` before / after, three alternated rounds, median img/s ratio: PVTv2-b1
+ * 1.12 (batch 1), 1.28 (16), Swin-T 1.34, DeiT-T 1.12, Next-ViT-S 1.16, CSwin-T 1.03 (batch 1), the demo's
+ * vit_fmnist_p7 1.09 (batch 128). VITC_GEMM=onednn takes every shape (tests). */
 static int q8_wanted(const vt_gemm_plan *p, int M, int N, int K) {
-    return p->force == VT_GEMM_ONEDNN || (M >= 8 && K >= 96 && (int64_t)N * K >= (1 << 15));
+    if (p->force == VT_GEMM_ONEDNN) return 1;
+    if (p->vnni) return K >= 64 && N >= 64 && ((int64_t)N * K >= (1 << 15) || (int64_t)M * N * K >= (1 << 22));
+    return M >= 8 && K >= 96 && (int64_t)N * K >= (1 << 15);
 }
 
 vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post, int gelu_in) {
