@@ -117,3 +117,8 @@ for spec in "pvt_v2_b1 1 train" "deit_tiny_patch16_224 1 eval"; do
     check "vendor_rules $spec: the other vendor's rules agree (logits, gradients) and the ratio is printed" \
         "[ '$r' = ok ] && grep -q 'flipped/detected median' '$T/vr.log'" "$(cat "$T/vr.log")"
 done
+./build/vendor_rules no_such_model 1 >"$T/vr.log" 2>&1
+check "vendor_rules refuses an unknown model" "[ $? -eq 2 ] && grep -q 'unknown model no_such_model' '$T/vr.log'" \
+    "$(cat "$T/vr.log")"
+./build/vendor_rules deit_tiny_patch16_224 0 >"$T/vr.log" 2>&1
+check "vendor_rules refuses batch 0" "[ $? -eq 2 ] && grep -q 'must be positive' '$T/vr.log'" "$(cat "$T/vr.log")"
