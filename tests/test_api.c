@@ -119,7 +119,17 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, max_diff(q8, ref, n * K) > 0.0 && max_diff(q8, ref, n * K) < 0.05 * (hi - lo),
             "int8 logits differ from fp32 by %g (range %g)", max_diff(q8, ref, n * K), hi - lo);
     T_CHECK(T, max_diff(back, ref, n * K) < 1e-5, "fp32 after int8: %g", max_diff(back, ref, n * K));
-    T_CHECK(T, vitc_set_dtype(m, "bf16", &err) == -1 && strstr(err.msg, "unknown dtype 'bf16'"), "%s", err.msg);
+    /* bf16 (where the CPU has native bf16; else refused, saying why): near the fp32 logits, not equal */
+    float b16[5 * 10];
+    if (vitc_set_dtype(m, "bf16", &err) == 0) {
+        T_CHECK(T, vitc_logits(m, x, n, 0, b16, &err) == 0, "bf16: %s", err.msg);
+        T_CHECK(T, max_diff(b16, ref, n * K) > 0.0 && max_diff(b16, ref, n * K) < 0.02 * (hi - lo),
+                "bf16 logits differ from fp32 by %g (range %g)", max_diff(b16, ref, n * K), hi - lo);
+    } else {
+        T_CHECK(T, strstr(err.msg, "native bf16") != NULL, "bf16 refused: %s", err.msg);
+    }
+    T_CHECK(T, vitc_set_dtype(m, "fp32", &err) == 0, "fp32 again: %s", err.msg);
+    T_CHECK(T, vitc_set_dtype(m, "fp16", &err) == -1 && strstr(err.msg, "unknown dtype 'fp16'"), "%s", err.msg);
     T_CHECK(T, vitc_set_dtype(m, NULL, &err) == -1 && vitc_set_dtype(NULL, "int8", &err) == -1, "NULL arguments");
     /* top-k from tensors: the most probable class is the argmax, labels are Fashion-MNIST's, probabilities sorted */
     vitc_result res[5];

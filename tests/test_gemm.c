@@ -1,7 +1,7 @@
 /* vt_gemm against the triple-loop reference for each library (forced) and for the automatic rule: every transpose,
  * alpha/beta, odd and tiny shapes, M/N/K = 1, leading dimensions wider than the rows, calls inside an OpenMP
  * parallel region; vitc's 64-column kernel called directly; rule 11's transposed weight gradients; the rule itself;
- * VITC_GEMM. */
+ * VITC_GEMM; bf16 products (vt_gemm_plan_bf16) against a reference on inputs rounded to bf16, or its refusal. */
 #include <dirent.h>
 #include <math.h>
 #include <omp.h>
@@ -196,7 +196,7 @@ static void check_transposed_dw(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, NULL, NULL};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
@@ -211,7 +211,7 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, NULL, NULL}; /* rule 6 */
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, NULL, NULL}; /* rule 6 */
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 1, 56, 56, 32) == DN, "AVX2: window tile on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 0, 16, 16, 16) == OB, "AVX2: 16^3 on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 49, 2304, 768) == DN, "AVX2: A*B^T, 49 rows, 2 threads: onednn");
@@ -265,12 +265,12 @@ static void check_rule(vt_test *T) {
     vt_gemm_plan inf = in;
     inf.force = DN;
     T_CHECK(T, vt_gemm_choose(&inf, 2, 1, 0, 1024, 256, 3136) == DN, "Intel, forced onednn: onednn");
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, NULL, NULL};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, NULL, NULL};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 0, 0, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, NULL, NULL};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&old, 2, 0, 0, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
     vt_gemm_plan forced = prescott;
     forced.force = OB;
@@ -423,6 +423,146 @@ static void check_machine(vt_test *T) {
             m.onednn_isa ? m.onednn_isa : "(null)");
 }
 
+/* x rounded to bf16's 8 significant bits, nearest even (the current rounding mode), computed as the test's own
+ * arithmetic rather than gemm.c's bit trick. */
+static float bf16_round(float x) {
+    if (!isfinite(x) || x == 0.0f) return x;
+    int e;
+    const float m = frexpf(x, &e); /* |m| in [0.5, 1) */
+    return ldexpf(nearbyintf(ldexpf(m, 8)), e - 8);
+}
+
+/* vt_gemm on a bf16 plan: max |C - ref| relative to 1 + max |ref| (as gemm_err) against the product of A and B
+ * rounded to bf16 (*exact: against the product of the unrounded A and B), C's padding untouched. */
+static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alpha, float beta, vt_rng *r,
+                       double *exact) {
+    const int M = d.M, N = d.N, K = d.K;
+    const int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+    const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *C = malloc(sizeof(float) * nc),
+          *R = malloc(sizeof(float) * nc), *X = malloc(sizeof(float) * nc), *Ar = malloc(sizeof(float) * na),
+          *Br = malloc(sizeof(float) * nb);
+    double err = INFINITY;
+    *exact = INFINITY;
+    if (A && B && C && R && X && Ar && Br) {
+        for (size_t i = 0; i < na; i++) Ar[i] = bf16_round(A[i] = vt_rng_normal(r));
+        for (size_t i = 0; i < nb; i++) Br[i] = bf16_round(B[i] = vt_rng_normal(r));
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++)
+                C[(size_t)i * ldc + j] = j >= N ? SENTINEL : beta == 0.0f ? NAN : vt_rng_normal(r);
+        memcpy(R, C, sizeof(float) * nc);
+        memcpy(X, C, sizeof(float) * nc);
+        vt_gemm_ref(ta, tb, M, N, K, alpha, Ar, lda, Br, ldb, beta, R, ldc);
+        vt_gemm_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, X, ldc);
+        vt_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        int ok = 1;
+        double e = 0.0, ex = 0.0, scale = 1.0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                const size_t k = (size_t)i * ldc + j;
+                if (j >= N) {
+                    ok &= C[k] == SENTINEL;
+                    continue;
+                }
+                ok &= isfinite(C[k]);
+                e = fmax(e, fabs((double)C[k] - R[k]));
+                ex = fmax(ex, fabs((double)C[k] - X[k]));
+                scale = fmax(scale, 1.0 + fabs(R[k]));
+            }
+        err = ok ? e / scale : INFINITY;
+        *exact = ok ? ex / scale : INFINITY;
+    }
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+    free(X);
+    free(Ar);
+    free(Br);
+    return err;
+}
+
+/* --dtype bf16's products: where oneDNN has a native bf16 kernel, products of at least VT_GEMM_BF16_MNK MACs outside
+ * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
+ * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
+ * plan refuses bf16 with an error that says why. A forced library refuses it everywhere. */
+static void check_bf16(vt_test *T) {
+    vt_machine m;
+    vt_machine_probe(&m);
+    const int native = (m.avx512_bf16 || m.amx) && m.onednn_isa &&
+                       (strstr(m.onednn_isa, "bf16") || strstr(m.onednn_isa, "amx"));
+    vt_gemm_plan p, forced;
+    vt_err e = {{0}}, ef = {{0}};
+    T_CHECK(T, vt_gemm_plan_init(&p, "auto", &e) == 0, "plan: %s", e.msg);
+    T_CHECK(T, vt_gemm_plan_init(&forced, "openblas", &ef) == 0 && vt_gemm_plan_bf16(&forced, &ef) == -1 &&
+                   strstr(ef.msg, "VITC_GEMM") && !forced.bf16,
+            "bf16 with a forced library refused: '%s'", ef.msg);
+    vt_gemm_plan_free(&forced);
+    const int rc = vt_gemm_plan_bf16(&p, &e);
+    if (!native) {
+        T_CHECK(T, rc == -1 && strstr(e.msg, "native bf16") && !p.bf16, "no native bf16 (oneDNN %s): refused: '%s'",
+                m.onednn_isa ? m.onednn_isa : "?", e.msg);
+        fprintf(stderr, "note [gemm]: bf16 products not run: oneDNN has no native bf16 kernel on this CPU (%s)\n",
+                m.onednn_isa ? m.onednn_isa : "?");
+        vt_gemm_plan_free(&p);
+        return;
+    }
+    T_CHECK(T, rc == 0 && p.bf16, "native bf16 (oneDNN %s): plan accepts bf16: '%s'", m.onednn_isa, e.msg);
+    vt_rng r;
+    vt_rng_seed(&r, 29);
+    static const dims big[] = {{97, 131, 89}, {301, 64, 131}, {67, 64, 3137}, {1040, 9, 113}, {5, 700, 300}};
+    double worst = 0.0, least_exact = INFINITY;
+    for (size_t s = 0; s < sizeof big / sizeof *big; s++)
+        for (int t = 0; t < 4; t++)
+            for (size_t k = 0; k < sizeof ab / sizeof *ab; k++) {
+                double ex;
+                const double err = bf16_err(&p, t >> 1, t & 1, big[s], ab[k][0], ab[k][1], &r, &ex);
+                if (!(err < 1e-5))
+                    T_CHECK(T, err < 1e-5, "bf16 ta=%d tb=%d %dx%dx%d alpha %g beta %g: error %g", t >> 1, t & 1,
+                            big[s].M, big[s].N, big[s].K, ab[k][0], ab[k][1], err);
+                worst = fmax(worst, err);
+                if (ab[k][0] != 0.0f) least_exact = fmin(least_exact, ex);
+            }
+    T_CHECK(T, worst < 1e-5, "bf16 products: worst relative error %g against the bf16-rounded inputs' product", worst);
+    T_CHECK(T, least_exact > 1e-4, "bf16 products differ from the fp32 product (the bf16 kernel ran): least %g",
+            least_exact);
+    double ex, small = 0.0;
+    for (int t = 0; t < 4; t++) {
+        bf16_err(&p, t >> 1, t & 1, (dims){37, 29, 53}, 1.0f, 0.0f, &r, &ex);
+        small = fmax(small, ex);
+    }
+    T_CHECK(T, small < 1e-5, "products below 2^20 MACs stay fp32: error %g against the fp32 product", small);
+    double inpar = 0.0;
+#pragma omp parallel num_threads(2) reduction(max : inpar)
+    {
+        vt_rng rt;
+        vt_rng_seed(&rt, 31 + (unsigned)omp_get_thread_num());
+        bf16_err(&p, 0, 1, (dims){97, 131, 89}, 1.0f, 0.0f, &rt, &inpar);
+    }
+    T_CHECK(T, inpar < 1e-5, "products inside a parallel region stay fp32: error %g against the fp32 product", inpar);
+    const int M = 128, N = 96, K = 128; /* 1.5M MACs */
+    float *A = calloc((size_t)M * K, sizeof(float)), *B = calloc((size_t)K * N, sizeof(float)),
+          *C = calloc((size_t)M * N, sizeof(float));
+    if (A && B && C) {
+        for (int i = 0; i < K * N; i++) B[i] = 1.0f;
+        A[5 * K + 3] = NAN;
+        A[9 * K + 1] = INFINITY;
+        A[11 * K] = 3.4e38f; /* past bf16's largest finite value after rounding: inf */
+        vt_gemm(&p, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+        int ok = 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                const float c = C[(size_t)i * N + j];
+                ok &= i == 5 ? isnan(c) : i == 9 || i == 11 ? isinf(c) && c > 0 : c == 0.0f;
+            }
+        T_CHECK(T, ok, "bf16: a NaN input row gives NaN, an infinite one and one that rounds past bf16's range inf");
+    }
+    free(A);
+    free(B);
+    free(C);
+    vt_gemm_plan_free(&p);
+}
+
 void test_gemm(vt_test *T) {
     check_libs(T);
     check_in_parallel(T);
@@ -432,4 +572,5 @@ void test_gemm(vt_test *T) {
     check_prims(T);
     check_override(T);
     check_machine(T);
+    check_bf16(T);
 }

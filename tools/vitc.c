@@ -87,9 +87,11 @@ static const optdef optdefs[] = {
     O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
       "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),
-    O("--dtype", O_STR, dtype, "arithmetic of the linear layers at inference: fp32 (default) or int8 (dynamic "
-      "quantisation: per-run input scale, per-channel weight scales; eval also runs fp32 and reports the agreement; "
-      "when no linear layer can run int8, a warning and fp32)"),
+    O("--dtype", O_STR, dtype, "arithmetic of the linear layers: fp32 (default); bf16 (products of >= 2^20 "
+      "multiply-adds outside the attention kernels take bf16 inputs and sum in fp32, forward and backward; needs "
+      "AVX512_BF16 or AMX); int8 at inference only (dynamic quantisation: per-run input scale, per-channel weight "
+      "scales; when no linear layer can run int8, a warning and fp32); eval with bf16 or int8 also runs fp32 and "
+      "reports the agreement"),
     O("--dims", O_STR, dims, "stage widths, one value for every stage or one per stage, comma-separated (e.g. "
       "32,64,128,256; default: the model's)"),
     O("--depths", O_STR, depths, "blocks per stage, one value for every stage or one per stage, comma-separated "
@@ -731,6 +733,8 @@ static int copy_recorded(char *buf, size_t size, const char *v, const char *key,
 /* The options that configure a model (recorded by training runs). */
 #define ARCH_OPTS "--attn --ffn --dims --depths --heads --windows --apply-transform "
 #define SIZE_OPTS "--img-size --in-chans --num-classes "
+/* The options a training checkpoint records (the model's, and the arithmetic it trains in). */
+#define RECORDED_OPTS ARCH_OPTS SIZE_OPTS "--dtype "
 
 /* The model options in o->resumed_model as a checkpoint recorded them (path; what: the error's suffix), "--opt
  * value" pairs and flags separated by spaces (a value runs to the next " --"): those not on the command line are
@@ -740,7 +744,7 @@ static int take_model_options(opts *o, const char *path, const char *what) {
         char *name = p, *end = strchr(p, ' ');
         if (end) *end = '\0';
         const optdef *d = find_option(name);
-        if (!d || strncmp(name, "--", 2) != 0 || !has_word(ARCH_OPTS SIZE_OPTS, name)) {
+        if (!d || strncmp(name, "--", 2) != 0 || !has_word(RECORDED_OPTS, name)) {
             fprintf(stderr, "vitc train: %s records the model option '%s': not a checkpoint vitc wrote\n", path, name);
             return -1;
         }
@@ -771,7 +775,7 @@ static int record_model_options(opts *o) {
     size_t n = 0;
     for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
         const optdef *d = &optdefs[k];
-        if (!o->given[k] || !has_word(ARCH_OPTS SIZE_OPTS, d->name)) continue;
+        if (!o->given[k] || !has_word(RECORDED_OPTS, d->name)) continue;
         const char *field = (const char *)o + d->off;
         char v[64] = "";
         const char *val = v;
@@ -951,6 +955,7 @@ static int cmd_train(opts *o) {
     const int unused = train_unused_options(o, &r);
     if (unused) return unused;
     if (model_cfg(o, &c)) return 1;
+    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; train in fp32 or bf16");
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
@@ -1054,21 +1059,22 @@ static int cmd_eval(opts *o) {
         vt_data_close(&d);
         return 1;
     }
-    vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run an int8 evaluation is compared with */
+    vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run a bf16 or int8 evaluation is compared with */
     const int B = o->batch > 0 ? o->batch : 250;
     vt_model_cfg cf = c;
-    cf.arch.int8 = 0;
+    cf.arch.int8 = cf.arch.bf16 = 0;
     int rc = 0, agree = 0;
-    if (c.arch.int8 &&
+    const char *low = c.arch.int8 ? "int8" : c.arch.bf16 ? "bf16" : NULL; /* the lower precision asked for */
+    if (low &&
         (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
         rc = vt_seterr(&e, "out of memory");
     if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
     const vt_int8_use use = {r.linears, r.int8_linears};
-    const int q = rc == 0 && c.arch.int8 && !warn_int8_fallback(&c, use); /* int8 ran: compared with fp32 */
+    const int q = rc == 0 && (c.arch.bf16 || (c.arch.int8 && !warn_int8_fallback(&c, use))); /* compared with fp32 */
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
-    const char *dtype = q ? "int8" : c.arch.int8 ? INT8_NONE : "fp32";
+    const char *dtype = q ? low : c.arch.int8 ? INT8_NONE : "fp32";
     if (rc)
         die("%s", e.msg);
     else if (o->json) {
@@ -1080,13 +1086,15 @@ static int cmd_eval(opts *o) {
         printf("}\n");
     } else {
         printf("%s%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
-               q ? " (int8)" : c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "", what,
+               !q ? c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "" : c.arch.int8 ? " (int8)" : " (bf16)",
+               what,
                d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
                100 * r.acc1, 100 * r.acc5);
         if (q)
-            printf("fp32: top-1 accuracy %.2f%% (int8 %+.2f points); top-1 agreement of int8 with fp32: %.2f%% "
-                   "(%d of %d); %d of %d linear layers ran int8\n", 100 * rf.acc1, 100 * (r.acc1 - rf.acc1),
-                   100.0 * agree / r.n, agree, r.n, use.int8, use.linears);
+            printf("fp32: top-1 accuracy %.2f%% (%s %+.2f points); top-1 agreement of %s with fp32: %.2f%% (%d of %d)",
+                   100 * rf.acc1, low, 100 * (r.acc1 - rf.acc1), low, 100.0 * agree / r.n, agree, r.n);
+        if (q && c.arch.int8) printf("; %d of %d linear layers ran int8", use.int8, use.linears);
+        if (q) printf("\n");
     }
     if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
     free(r.top1);
@@ -1159,7 +1167,7 @@ static int cmd_bench(opts *o) {
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, fell_back ? INT8_NONE : c.arch.int8 ? "int8" : "fp32", B,
+               c.name, fell_back ? INT8_NONE : c.arch.int8 ? "int8" : c.arch.bf16 ? "bf16" : "fp32", B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
@@ -1189,7 +1197,12 @@ static int cmd_bench(opts *o) {
     }
     printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of sgemm peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
-           c.name, o->train ? "train" : c.arch.int8 && !fell_back ? "int8 inference" : "inference", B,
+           c.name,
+           o->train ? c.arch.bf16 ? "bf16 train" : "train"
+           : c.arch.int8 && !fell_back ? "int8 inference"
+           : c.arch.bf16 ? "bf16 inference"
+                         : "inference",
+           B,
            omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops, 100 * r.gflops / r.sgemm_gflops,
            r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
@@ -1198,6 +1211,9 @@ static int cmd_bench(opts *o) {
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
            r.sgemm_onednn);
     printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
+    if (c.arch.bf16)
+        printf("bf16: products of >= 2^20 multiply-adds outside the attention kernels ran on bf16 inputs summed in "
+               "fp32 (the sgemm peak above is fp32's)\n");
     if (fell_back)
         printf("WARNING: %s\n", q8warn);
     else if (c.arch.int8)
@@ -1407,7 +1423,7 @@ static const command commands[] = {
      "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
      "--workers --fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
-     "--no-repeated-aug --bucket-mib --no-overlap "
+     "--no-repeated-aug --bucket-mib --no-overlap --dtype "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",

@@ -105,8 +105,9 @@ VITC_API void vitc_options_init(vitc_options *opt);
  * NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
-/** Sets the arithmetic of the model's linear layers for later calls: "fp32" (the default) or "int8" (dynamic
- * quantisation, as `vitc forward --dtype int8`; layers stay fp32 where the CPU has no fast int8 kernel). */
+/** Sets the arithmetic of the model's linear layers for later calls: "fp32" (the default), "bf16" (as `vitc forward
+ * --dtype bf16`; refused where the CPU has no native bf16) or "int8" (dynamic quantisation, as `vitc forward --dtype
+ * int8`; layers stay fp32 where the CPU has no fast int8 kernel). */
 VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 
 /** Frees a model and everything it holds (NULL is fine). */

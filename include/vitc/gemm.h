@@ -38,6 +38,7 @@ typedef struct vt_gemm_plan {
     vt_isa cpu, openblas, onednn;
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
     int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case, rule 9 */
+    int bf16;          /* set by vt_gemm_plan_bf16: large products outside parallel regions run in bf16 */
     vt_gemm_prims *prims;
     double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at
                       * [t · VT_GEMM_PROF_STRIDE]; a call outside a parallel region counts its time on every thread */
@@ -55,6 +56,14 @@ typedef struct vt_machine {
 
 /* Fills p from the machine (no primitives yet); lib is "auto", "openblas", "onednn" (NULL or "" = auto), else -1 with an error. */
 int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
+
+/* Makes the plan run every vt_gemm product of at least VT_GEMM_BF16_MNK multiply-adds called outside OpenMP parallel
+ * regions as a oneDNN bf16 × bf16 matmul summed in fp32 (A and B rounded to bf16, nearest even), and linear layers'
+ * forwards through vt_gemm; 0, or -1 with an error where oneDNN has no native bf16 kernel on this CPU or VITC_GEMM
+ * forces a library. */
+int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e);
+
+#define VT_GEMM_BF16_MNK (1LL << 20) /* vt_gemm_plan_bf16's smallest product (M·N·K) */
 
 /* The library that vt_gemm uses for C = op(A)·op(B) (ta, tb: A, B transposed) of this shape when `threads` threads
  * run it (1 inside a parallel region). */

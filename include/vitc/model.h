@@ -48,6 +48,7 @@ typedef struct vt_arch_cfg {
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
     int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
+    int bf16;          /* 1: every graph runs its large products in bf16 (vt_gemm_plan_bf16) */
 } vt_arch_cfg;
 
 /* A named model. */

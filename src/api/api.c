@@ -119,11 +119,19 @@ vitc_model *vitc_open(const char *name, const char *weights, const vitc_options 
 int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
     if (err) err->msg[0] = '\0';
     if (!m) return fail(err, "no model (NULL)");
-    if (!dtype || (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "int8") != 0))
-        return fail(err, "%s: unknown dtype '%s' (fp32 or int8)", m->cfg.name, dtype ? dtype : "(NULL)");
-    const int int8 = strcmp(dtype, "int8") == 0;
-    if (m->cfg.arch.int8 != int8) {
+    if (!dtype || (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "int8") != 0 && strcmp(dtype, "bf16") != 0))
+        return fail(err, "%s: unknown dtype '%s' (fp32, bf16 or int8)", m->cfg.name, dtype ? dtype : "(NULL)");
+    const int int8 = strcmp(dtype, "int8") == 0, bf16 = strcmp(dtype, "bf16") == 0;
+    if (bf16) { /* refused now, not at the next call's graph, where the CPU has no bf16 kernel */
+        vt_gemm_plan p;
+        vt_err e = {{0}};
+        const int bad = vt_gemm_plan_init(&p, getenv("VITC_GEMM"), &e) || vt_gemm_plan_bf16(&p, &e);
+        vt_gemm_plan_free(&p);
+        if (bad) return fail(err, "%s: %s", m->cfg.name, e.msg);
+    }
+    if (m->cfg.arch.int8 != int8 || m->cfg.arch.bf16 != bf16) {
         m->cfg.arch.int8 = int8;
+        m->cfg.arch.bf16 = bf16;
         vt_predictor_free(&m->pred); /* the next call builds the graph with the new kernels */
     }
     return 0;

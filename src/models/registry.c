@@ -122,9 +122,12 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         a->opts.refiner_apply_transform = 1;
     }
     if (ov->train_form) a->train_form = 1;
-    if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0)
-        return vt_seterr(e, "unknown --dtype '%s' (fp32 or int8)", ov->dtype);
-    if (ov->dtype) a->int8 = strcmp(ov->dtype, "int8") == 0;
+    if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0 && strcmp(ov->dtype, "bf16") != 0)
+        return vt_seterr(e, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
+    if (ov->dtype) {
+        a->int8 = strcmp(ov->dtype, "int8") == 0;
+        a->bf16 = strcmp(ov->dtype, "bf16") == 0;
+    }
     if (ov->crop_pct > 0.0f) out->pre.crop_pct = ov->crop_pct;
     if (!(out->pre.crop_pct > 0.0f)) out->pre.crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
     if (a->img_size < 1 || a->img_size > 4096)
@@ -178,6 +181,7 @@ vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor *
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
+    if (c->arch.bf16 && vt_gemm_plan_bf16(&g->gemm, &g->err)) return NULL;
     vt_tensor *y = c->family->build(g, c, x);
     if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != c->arch.num_classes))
         return vt_fail(g, c->name, "network returned a tensor that is not (B, num_classes)");
@@ -194,6 +198,7 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
+    if (c->arch.bf16 && vt_gemm_plan_bf16(&g->gemm, &g->err)) return -1;
     const int n = c->family->features(g, c, x, maps);
     return g->err.msg[0] ? -1 : n;
 }

@@ -109,6 +109,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->onednn = onednn_tier(dnnl_get_effective_cpu_isa());
     p->vnni = ((unsigned)dnnl_get_effective_cpu_isa() & 0x440u) != 0; /* the VNNI bits of avx512_core_vnni, avx2_vnni */
     p->intel = f.intel;
+    p->bf16 = 0;
     return 0;
 }
 
@@ -366,8 +367,14 @@ static int atb_transposed(int M, int N, int K, float alpha, const float *A, int 
     return 0;
 }
 
+static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (p->bf16 && !omp_in_parallel() && (long long)M * N * K >= VT_GEMM_BF16_MNK &&
+        bf16_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        return;
     const vt_gemm_lib lib = vt_gemm_choose(p, threads, ta, tb, M, N, K);
     if (lib == VT_GEMM_VITC && vt_gemm64(threads, ta, tb, M, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
     if (lib == VT_GEMM_ONEDNN_T && atb_transposed(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0) return;
@@ -399,6 +406,7 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
     if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
+    if (p->bf16) return 0; /* the layer's product goes through vt_gemm's bf16 matmul */
     if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
     /* rule 5 (AVX2, and Intel's AVX-512 where the post-ops do the whole epilogue: every shape) */
     return p->onednn == VT_ISA_AVX2 || (fused && p->intel) || (long long)M <= 2LL * K || K >= 2LL * N;
@@ -448,15 +456,30 @@ struct vt_gemm_q8 {
     vt_gemm_q8 *next;
 };
 
+/* A bf16 matmul for one vt_gemm call shape (vt_gemm_plan_bf16): C (M×N, row stride ldc) = alpha·op(A)·op(B) +
+ * beta·C with A and B the dense bf16 copies in the plan's scratch, laid out as the caller's (ta, tb). */
+typedef struct vt_gemm_bf vt_gemm_bf;
+struct vt_gemm_bf {
+    int ta, tb, M, N, K, ldc;
+    float alpha, beta;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;
+    vt_gemm_bf *next;
+};
+
 struct vt_gemm_prims {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     vt_gemm_prim *list;
     vt_gemm_conv *convs;
     vt_gemm_q8 *q8s;  /* int8 linears, one per node (each holds its layer's quantised weight) */
+    vt_gemm_bf *bfs;  /* bf16 matmuls, one per call shape */
+    uint16_t *bfbuf;  /* the bf16 copies of A and B of the running call (bfcap elements, 64-byte aligned) */
+    size_t bfcap;
 };
 
 static void q8_free(vt_gemm_q8 *q);
+static void bf_free(vt_gemm_bf *q);
 
 static void prim_free(vt_gemm_prim *q) {
     if (q->prim) dnnl_primitive_destroy(q->prim);
@@ -493,6 +516,11 @@ void vt_gemm_plan_free(vt_gemm_plan *p) {
         nx = q->next;
         q8_free(q);
     }
+    for (vt_gemm_bf *q = c->bfs, *nx; q; q = nx) {
+        nx = q->next;
+        bf_free(q);
+    }
+    free(c->bfbuf);
     if (c->stream) dnnl_stream_destroy(c->stream);
     if (c->eng) dnnl_engine_destroy(c->eng);
     free(c);
@@ -1177,4 +1205,114 @@ void vt_machine_probe(vt_machine *m) {
     m->amx = f.amx;
     m->openblas_core = openblas_get_corename();
     m->onednn_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+}
+
+/* ---- bf16 products (vt_gemm_plan_bf16) ---- */
+
+int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if (p->force != VT_GEMM_AUTO)
+        return vt_seterr(e, "--dtype bf16 runs its products on oneDNN, but VITC_GEMM forces %s",
+                         vt_gemm_lib_name(p->force));
+    if (((unsigned)isa & 0x80u) == 0) /* the bf16 bit of avx512_core_bf16 and avx512_core_amx */
+        return vt_seterr(e, "--dtype bf16 needs a CPU with native bf16 arithmetic (AVX512_BF16 or AMX); oneDNN runs "
+                            "%s kernels here, which have none (bf16 would be emulated, slower than fp32): use fp32",
+                         onednn_isa_name(isa));
+    if (!prims_of(p)) return vt_seterr(e, "--dtype bf16: oneDNN could not make its engine");
+    p->bf16 = 1;
+    return 0;
+}
+
+static void bf_free(vt_gemm_bf *q) {
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    dnnl_memory_t m[3] = {q->a, q->b, q->c};
+    for (int i = 0; i < 3; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    free(q);
+}
+
+/* A dense row-major rows×cols bf16 matrix (transposed: a cols×rows one read as its transpose). */
+static int md_bf(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
+    dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_bf16, strides) == dnnl_success ? 0 : -1;
+}
+
+/* Makes q's matmul (alpha as its output scale, beta as a sum post-op) and memory objects; 0 or -1. */
+static int bf_make(vt_gemm_prims *c, vt_gemm_bf *q) {
+    dnnl_memory_desc_t ad, bd, cd;
+    dnnl_dims_t cdims = {q->M, q->N}, cstr = {q->ldc, 1};
+    if (md_bf(&ad, q->M, q->K, q->ta) || md_bf(&bd, q->K, q->N, q->tb) ||
+        dnnl_memory_desc_init_by_strides(&cd, 2, cdims, dnnl_f32, cstr) != dnnl_success)
+        return -1;
+    dnnl_matmul_desc_t mm;
+    if (dnnl_matmul_desc_init(&mm, &ad, &bd, NULL, &cd) != dnnl_success) return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
+    if (!bad && q->alpha != 1.0f) bad = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &q->alpha) != dnnl_success;
+    if (!bad && q->beta != 0.0f) bad = dnnl_post_ops_append_sum(po, q->beta) != dnnl_success;
+    dnnl_primitive_desc_t pd = NULL;
+    bad = finish_pd(c, &mm, attr, po, bad, &pd);
+    if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return bad || mem_of(&q->a, &ad, c->eng) || mem_of(&q->b, &bd, c->eng) || mem_of(&q->c, &cd, c->eng) ? -1 : 0;
+}
+
+/* f rounded to bf16, nearest even; a NaN stays a (quiet) NaN, a finite value past bf16's range becomes ±inf. */
+static inline uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* d (rows × cols, dense) = s (rows × cols, row stride ld) in bf16, on all threads. */
+static void to_bf16(const float *s, int rows, int cols, int ld, uint16_t *d) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) {
+        const float *si = s + (size_t)i * ld;
+        uint16_t *di = d + (size_t)i * cols;
+        for (int j = 0; j < cols; j++) di[j] = bf16_of(si[j]);
+    }
+}
+
+/* vt_gemm's call as a bf16 matmul (outside parallel regions, plan with bf16 set); 0, or -1 with C untouched. */
+static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    vt_gemm_prims *c = p->prims;
+    if (!c) return -1;
+    vt_gemm_bf *q = c->bfs;
+    while (q && !(q->ta == ta && q->tb == tb && q->M == M && q->N == N && q->K == K && q->ldc == ldc &&
+                  q->alpha == alpha && q->beta == beta))
+        q = q->next;
+    if (!q) {
+        q = calloc(1, sizeof *q);
+        if (!q) return -1;
+        *q = (vt_gemm_bf){ta, tb, M, N, K, ldc, alpha, beta, NULL, NULL, NULL, NULL, NULL};
+        if (bf_make(c, q)) {
+            bf_free(q);
+            return -1;
+        }
+        q->next = c->bfs;
+        c->bfs = q;
+    }
+    const size_t na = ((size_t)M * K + 31) & ~(size_t)31, need = na + (size_t)K * N; /* B 64-byte aligned */
+    if (need > c->bfcap) {
+        void *nb = NULL;
+        if (posix_memalign(&nb, 64, need * sizeof(uint16_t))) return -1;
+        free(c->bfbuf);
+        c->bfbuf = nb;
+        c->bfcap = need;
+    }
+    uint16_t *a = c->bfbuf, *b = c->bfbuf + na;
+    to_bf16(A, ta ? K : M, ta ? M : K, lda, a);
+    to_bf16(B, tb ? N : K, tb ? K : N, ldb, b);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, q->a}, {DNNL_ARG_WEIGHTS, q->b}, {DNNL_ARG_DST, q->c}};
+    return dnnl_memory_set_data_handle(q->a, a) != dnnl_success ||
+                   dnnl_memory_set_data_handle(q->b, b) != dnnl_success ||
+                   dnnl_memory_set_data_handle(q->c, C) != dnnl_success ||
+                   dnnl_primitive_execute(q->prim, c->stream, 3, args) != dnnl_success ||
+                   dnnl_stream_wait(c->stream) != dnnl_success
+               ? -1
+               : 0;
 }

@@ -58,8 +58,8 @@ check "bench --dtype int8 warns when no layer could run int8 (VITC_GEMM=openblas
     "grep -q 'WARNING: --dtype int8, but none of the 18 linear layers' '$T/bo.log'" "$(tail -2 "$T/bo.log")"
 $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --train --dtype int8 >"$T/bt.log" 2>&1
 check "bench --train --dtype int8 refused" "[ $? -ne 0 ] && grep -q 'for inference' '$T/bt.log'" "$(cat "$T/bt.log")"
-$V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnist --dtype bf16 >"$T/bf.log" 2>&1
-check "unknown --dtype refused" "[ $? -ne 0 ] && grep -q \"unknown --dtype 'bf16'\" '$T/bf.log'" "$(cat "$T/bf.log")"
+$V eval vit_fmnist_p7 --weights "$T/run/weights.safetensors" --data fashion-mnist --dtype fp16 >"$T/bf.log" 2>&1
+check "unknown --dtype refused" "[ $? -ne 0 ] && grep -q \"unknown --dtype 'fp16'\" '$T/bf.log'" "$(cat "$T/bf.log")"
 $V train vit_fmnist_p7 --data fashion-mnist --epochs 1 --dtype int8 --out "$T/t8" >"$T/t8.log" 2>&1
 check "train --dtype int8 refused" "[ $? -ne 0 ] && grep -q -- '--dtype' '$T/t8.log'" "$(cat "$T/t8.log")"
 
