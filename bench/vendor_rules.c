@@ -3,11 +3,13 @@
  * process, once with the plan's intel flag as detected and once flipped (before the build, so build-time choices
  * follow it too), the two run alternately, and the per-round time ratio printed. Identical arithmetic up to float
  * rounding.
- * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check]: prints each round's seconds and, at the end, the
- * median and best ratios flipped / detected (below 1: the flipped rules are faster here). Forward only for eval; for
- * train, forward + backward (no optimizer step: the same for both). --check first prints the largest difference of
- * the two graphs' logits, and for train of each parameter's gradient, relative to that tensor's largest magnitude.
- * Build: make build/vendor_rules. */
+ * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
+ * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
+ * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16]: prints each round's seconds and, at the
+ * end, the median and best ratios flipped (or bf16) / detected (below 1: the second graph is faster here). Forward
+ * only for eval; for train, forward + backward (no optimizer step: the same for both). --check first prints the
+ * largest difference of the two graphs' logits, and for train of each parameter's gradient, relative to that
+ * tensor's largest magnitude. Build: make build/vendor_rules. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -88,27 +90,40 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check]\n"), 2;
+    if (argc < 3)
+        return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16]\n"), 2;
     const vt_model_cfg *c0 = vt_model_find(argv[1]);
     if (!c0) return fprintf(stderr, "unknown model %s\n", argv[1]), 2;
     const int batch = atoi(argv[2]), train = argc > 3 && strcmp(argv[3], "train") == 0;
-    const int rounds = argc > 4 ? atoi(argv[4]) : 12, check = argc > 5 && strcmp(argv[5], "--check") == 0;
+    const int rounds = argc > 4 ? atoi(argv[4]) : 12;
+    int check = 0, bf16 = 0;
+    for (int i = 5; i < argc; i++) {
+        if (strcmp(argv[i], "--check") == 0)
+            check = 1;
+        else if (strcmp(argv[i], "--bf16") == 0)
+            bf16 = 1;
+        else
+            return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
+    }
+    const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
+    vt_model_cfg tb = tc;
+    tb.arch.bf16 = bf16;
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     built b[2];
     if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, &b[0], &e) ||
-        build(c, P, batch, train, !b[0].g->gemm.intel, &b[1], &e))
+        build(&tb, P, batch, train, bf16 ? -1 : !b[0].g->gemm.intel, &b[1], &e))
         return fprintf(stderr, "%s\n", e.msg), 1;
     vt_rng rng;
     vt_rng_seed(&rng, 1);
     for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
     for (int i = 0; train && i < batch; i++)
         b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
-    printf("%s batch %d %s, %d threads; detected intel=%d, flipped intel=%d\n", argv[1], batch,
-           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel,
-           b[1].g->gemm.intel);
+    printf("%s batch %d %s, %d threads; detected intel=%d, %s intel=%d%s\n", argv[1], batch,
+           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel, alt,
+           b[1].g->gemm.intel, bf16 ? " with --dtype bf16" : "");
     for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
     if (check && check_same(b, P, train)) return 1;
     double *ratio = malloc(sizeof(double) * (size_t)rounds), best[2] = {1e30, 1e30};
@@ -120,11 +135,11 @@ int main(int argc, char **argv) {
         t[!first] = step(&b[!first], P, train);
         for (int k = 0; k < 2; k++) best[k] = fmin(best[k], t[k]);
         ratio[r] = t[1] / t[0];
-        printf("round %d: detected %.4f s, flipped %.4f s, ratio %.3f\n", r, t[0], t[1], ratio[r]);
+        printf("round %d: detected %.4f s, %s %.4f s, ratio %.3f\n", r, t[0], alt, t[1], ratio[r]);
     }
     qsort(ratio, (size_t)rounds, sizeof *ratio, cmp);
-    printf("%s b%d %s: flipped/detected median %.3f, best %.3f (%.4f / %.4f s)\n", argv[1], batch,
-           train ? "train" : "eval", rounds % 2 ? ratio[rounds / 2] : 0.5 * (ratio[rounds / 2 - 1] + ratio[rounds / 2]),
+    printf("%s b%d %s: %s/detected median %.3f, best %.3f (%.4f / %.4f s)\n", argv[1], batch,
+           train ? "train" : "eval", alt, rounds % 2 ? ratio[rounds / 2] : 0.5 * (ratio[rounds / 2 - 1] + ratio[rounds / 2]),
            best[1] / best[0], best[1], best[0]);
     free(ratio);
     for (int k = 0; k < 2; k++) vt_graph_free(b[k].g);
