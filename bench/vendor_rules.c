@@ -52,7 +52,10 @@ static double step(built *b, vt_params *P, int train) {
 }
 
 /* --check: the two graphs' logits, and for train every parameter's gradient, relative to the tensor's largest
- * magnitude: prints "check: logits R, worst gradient R (NAME)"; 0, or 1 when out of memory. */
+ * magnitude, over the tensors whose largest magnitude is at least 1e-3 of the largest gradient of all (below that,
+ * e.g. a bias followed by a train-mode BatchNorm, whose gradient is rounding noise around 0, the difference relative
+ * to the largest gradient of all): prints "check: logits R, worst gradient R (NAME), tiny gradients R"; 0, or 1 when
+ * out of memory. */
 static int check_same(built *b, vt_params *P, int train) {
     double worst_g = 0.0, d = 0.0, m = 0.0;
     const char *worst = "-";
@@ -69,6 +72,9 @@ static int check_same(built *b, vt_params *P, int train) {
         d = fmax(d, fabs((double)b[0].logits->data[i] - b[1].logits->data[i]));
         m = fmax(m, fabs((double)b[0].logits->data[i]));
     }
+    double all = 0.0, tiny = 0.0; /* the largest gradient of all; the tiny tensors' largest difference */
+    for (int k = 0; k < P->n; k++)
+        for (int64_t i = 0; g0[k] && i < P->t[k]->numel; i++) all = fmax(all, fabs((double)g0[k][i]));
     for (int k = 0; k < P->n; k++) {
         if (!g0[k]) continue;
         double gd = 0.0, gm = 0.0;
@@ -76,11 +82,15 @@ static int check_same(built *b, vt_params *P, int train) {
             gd = fmax(gd, fabs((double)g0[k][i] - P->t[k]->grad[i]));
             gm = fmax(gm, fabs((double)g0[k][i]));
         }
-        if (gm > 0.0 && gd / gm > worst_g) worst_g = gd / gm, worst = P->t[k]->name;
+        if (gm < 1e-3 * all)
+            tiny = fmax(tiny, gd);
+        else if (gd / gm > worst_g)
+            worst_g = gd / gm, worst = P->t[k]->name;
         free(g0[k]);
     }
     free(g0);
-    printf("check: logits %.3g, worst gradient %.3g (%s)\n", m > 0.0 ? d / m : d, worst_g, worst);
+    printf("check: logits %.3g, worst gradient %.3g (%s), tiny gradients %.3g\n", m > 0.0 ? d / m : d, worst_g, worst,
+           all > 0.0 ? tiny / all : tiny);
     return 0;
 }
 

@@ -485,7 +485,7 @@ static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
 /* --dtype bf16's products: where oneDNN has a native bf16 kernel, products of at least VT_GEMM_BF16_MNK MACs outside
  * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
  * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
- * plan refuses bf16 with an error that says why. A forced library refuses it everywhere. */
+ * plan refuses bf16 with an error that says why. Forced OpenBLAS refuses it everywhere. */
 static void check_bf16(vt_test *T) {
     vt_machine m;
     vt_machine_probe(&m);

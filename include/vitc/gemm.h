@@ -60,7 +60,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
 /* Makes the plan run every vt_gemm product of at least VT_GEMM_BF16_MNK multiply-adds called outside OpenMP parallel
  * regions as a oneDNN bf16 × bf16 matmul summed in fp32 (A and B rounded to bf16, nearest even), and linear layers'
  * forwards through vt_gemm; 0, or -1 with an error where oneDNN has no native bf16 kernel on this CPU or VITC_GEMM
- * forces a library. */
+ * forces OpenBLAS. */
 int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e);
 
 #define VT_GEMM_BF16_MNK (1LL << 20) /* vt_gemm_plan_bf16's smallest product (M·N·K) */

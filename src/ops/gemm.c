@@ -405,8 +405,8 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
-    if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
     if (p->bf16) return 0; /* the layer's product goes through vt_gemm's bf16 matmul */
+    if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
     if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
     /* rule 5 (AVX2, and Intel's AVX-512 where the post-ops do the whole epilogue: every shape) */
     return p->onednn == VT_ISA_AVX2 || (fused && p->intel) || (long long)M <= 2LL * K || K >= 2LL * N;
@@ -1211,9 +1211,8 @@ void vt_machine_probe(vt_machine *m) {
 
 int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e) {
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    if (p->force != VT_GEMM_AUTO)
-        return vt_seterr(e, "--dtype bf16 runs its products on oneDNN, but VITC_GEMM forces %s",
-                         vt_gemm_lib_name(p->force));
+    if (p->force == VT_GEMM_OPENBLAS)
+        return vt_seterr(e, "--dtype bf16 runs its products on oneDNN, but VITC_GEMM forces openblas");
     if (((unsigned)isa & 0x80u) == 0) /* the bf16 bit of avx512_core_bf16 and avx512_core_amx */
         return vt_seterr(e, "--dtype bf16 needs a CPU with native bf16 arithmetic (AVX512_BF16 or AMX); oneDNN runs "
                             "%s kernels here, which have none (bf16 would be emulated, slower than fp32): use fp32",
