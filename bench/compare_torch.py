@@ -27,8 +27,13 @@ this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side'
 at its img/s; vitc's count, the same network) as a share of it; "ceiling" = peak / the best anchor's GFLOP/s, the
 ratio an engine running every MAC at the sgemm peak would reach against that anchor: a target above it needs fewer
 operations (another algorithm or precision), not faster fp32 code.
+With --bf16: vitc runs `--dtype bf16` (its large products on bf16 inputs summed in fp32) and every PyTorch side runs
+its forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision on a CPU (its
+matmuls and convolutions in bf16, weights and optimizer in fp32); it needs --venv: Debian's torch 1.13 is skipped (its
+CPU autocast fails on the Swin reference's LayerNorm: "expected scalar type BFloat16 but found Float"), and so is ONNX
+Runtime (no such mode). The "peak" and "ceiling" columns stay fp32's.
 Usage: /usr/bin/python3 bench/compare_torch.py [--models deit_tiny_patch16_224,...] [--batches 1,16]
-       [--modes infer,train] [--iters N] [--repeats R] [--no-search] [--venv build/bench-venv]
+       [--modes infer,train] [--iters N] [--repeats R] [--no-search] [--venv build/bench-venv] [--bf16]
 """
 import argparse
 import json
@@ -60,6 +65,7 @@ def build():
         return gmf_ref.build(name)
     return vit_ref.ViT(vit_ref.model_config(name))
 backend = %(backend)r  # "eager"; with PyTorch 2.x also "compile" or "ort" (inference only)
+amp = %(amp)d  # --bf16: forward and loss under CPU autocast to bfloat16
 m = build().float()
 x = torch.randn(%(batch)d, 3, %(img)d, %(img)d)
 y = torch.randint(0, 1000, (%(batch)d,))
@@ -85,12 +91,14 @@ def prepare():  # the timed step() of this backend
         lossf = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
         def step():
             opt.zero_grad(set_to_none=True)
-            lossf(net(x), y).backward()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(amp)):
+                loss = lossf(net(x), y)
+            loss.backward()
             opt.step()
         return step
     m.eval()
     def step():
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(amp)):
             net(x)
     return step
 t = time.perf_counter()
@@ -116,12 +124,16 @@ print(json.dumps({"img_per_s": %(batch)d * %(iters)d / t, "warmup_s": warm_s,
 """
 
 
+AMP = [False]  # --bf16 (set once by main)
+
+
 def torch_run(model, img, batch, train, iters, threads, blas, python="/usr/bin/python3", backend="eager", onnx=""):
     """(img/s, peak MiB) of one PyTorch run in a fresh process; Debian's torch exits on failure, the others
     return (None, reason)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(threads))
     code = TORCH_SNIPPET % dict(ref=os.path.join(ROOT, "tests", "reference"), threads=threads, model=model,
-                                img=img, batch=batch, train=int(train), iters=iters, backend=backend, onnx=onnx)
+                                img=img, batch=batch, train=int(train), iters=iters, backend=backend, onnx=onnx,
+                                amp=int(AMP[0]))
     out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True)
     lines = out.stdout.strip().splitlines()
     r = json.loads(lines[-1]) if out.returncode == 0 and lines and lines[-1].startswith("{") else None
@@ -169,12 +181,14 @@ def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again):
     python = os.path.join(venv, "bin", "python")
     onnx = os.path.join(tmp, f"{model}_b{batch}.onnx")
     an = {k: Anchor(python, k, onnx) for k in ("eager", "compile", "ort")}
+    if AMP[0]:
+        an["ort"].err = "no bf16 mode (--bf16)"
     threads = (1, 2) if search else (2,)
     for t in threads:
         an["eager"].run(row, t)
     if an["eager"].ips is not None:
         an["compile"].run(row, an["eager"].threads)
-    if not train:
+    if not train and not AMP[0]:
         for t in threads:
             an["ort"].run(row, t)
     for _ in range(repeats - 1):
@@ -196,6 +210,8 @@ def vitc_run(model, batch, train, iters):
     cmd = [os.path.join(ROOT, "vitc"), "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json"]
     if train:
         cmd.append("--train")
+    if AMP[0]:
+        cmd += ["--dtype", "bf16"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.stdout.read(), p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -218,14 +234,19 @@ def main():
     ap.add_argument("--no-search", action="store_true", help="PyTorch with 2 threads only (no thread search)")
     ap.add_argument("--venv", help="also PyTorch 2.x eager, torch.compile and ONNX Runtime from this virtualenv "
                     "(made by bench/anchors_venv.sh)")
+    ap.add_argument("--bf16", action="store_true", help="vitc --dtype bf16 against PyTorch's CPU autocast to bfloat16")
     a = ap.parse_args()
+    AMP[0] = a.bf16
+    if a.bf16 and not a.venv:
+        sys.exit("--bf16 compares with PyTorch 2.x's autocast: give --venv (Debian's torch 1.13 autocast fails)")
     benchenv.clean_omp_env()
     if a.venv and not os.access(os.path.join(a.venv, "bin", "python"), os.X_OK):
         sys.exit(f"{a.venv}/bin/python not found: make it with bench/anchors_venv.sh {a.venv}")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"# {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores; img/s (higher is better), "
           + ("ratio = vitc / best anchor; (n) = threads" if a.venv else
-             "ratio = vitc / torch best; MiB: peak resident set of each process"))
+             "ratio = vitc / torch best; MiB: peak resident set of each process")
+          + ("; bf16: vitc --dtype bf16, PyTorch under CPU autocast to bfloat16" if a.bf16 else ""))
     info = os.path.join(ROOT, "bench", "torch_info.py")
     for python in ["/usr/bin/python3"] + ([os.path.join(a.venv, "bin", "python")] if a.venv else []):
         out = subprocess.run([python, info] + (["--ort"] if python != "/usr/bin/python3" else []),
@@ -244,7 +265,7 @@ def main():
                     # the host is noisy: each side keeps its best run (see the module docstring)
                     v = vitc_run(model, b, train, iters)
                     peak = v["sgemm_gflops"]
-                    t = torch_best(model, img, b, train, iters, not a.no_search)
+                    t = (0.0, "-", "-", 0.0) if a.bf16 else torch_best(model, img, b, train, iters, not a.no_search)
                     if not header:
                         print(f"# vitc's GEMM kernels: OpenBLAS {v.get('openblas_core', '?')}, "
                               f"oneDNN {v.get('onednn_isa', '?')}")
@@ -268,6 +289,8 @@ def main():
 
                     def debian_again():
                         nonlocal t
+                        if a.bf16:
+                            return
                         ips, mib = torch_run(model, img, b, train, iters, t[1], t[2])
                         t = (ips, t[1], t[2], max(mib, t[3])) if ips > t[0] else t
 
@@ -287,9 +310,11 @@ def main():
                             print(f"# {k} n/a ({model} {mode} b{b}, first failure only): {x.err}", flush=True)
                     best = max([t[0]] + [x.ips for x in an.values() if x.ips is not None])
                     ort = an["ort"].cell() if not train else "-"
-                    print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {t[0]:.2f} ({t[1]}, {t[2]}) | "
-                          f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {v['img_per_s'] / best:.2f} | "
-                          f"{benchenv.peak_cells(v, best, peak)} |", flush=True)
+                    debian = "-" if a.bf16 else f"{t[0]:.2f} ({t[1]}, {t[2]})"
+                    ratio = f"{v['img_per_s'] / best:.2f} | {benchenv.peak_cells(v, best, peak)}" if best > 0 else \
+                        "n/a | - | - | -"  # no anchor ran
+                    print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {debian} | "
+                          f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":
