@@ -1230,17 +1230,11 @@ static void bf_free(vt_gemm_bf *q) {
     free(q);
 }
 
-/* A dense row-major rows×cols bf16 matrix (transposed: a cols×rows one read as its transpose). */
-static int md_bf(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
-    dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
-    return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_bf16, strides) == dnnl_success ? 0 : -1;
-}
-
 /* Makes q's matmul (alpha as its output scale, beta as a sum post-op) and memory objects; 0 or -1. */
 static int bf_make(vt_gemm_prims *c, vt_gemm_bf *q) {
     dnnl_memory_desc_t ad, bd, cd;
     dnnl_dims_t cdims = {q->M, q->N}, cstr = {q->ldc, 1};
-    if (md_bf(&ad, q->M, q->K, q->ta) || md_bf(&bd, q->K, q->N, q->tb) ||
+    if (mdt(&ad, q->M, q->K, q->ta, dnnl_bf16) || mdt(&bd, q->K, q->N, q->tb, dnnl_bf16) ||
         dnnl_memory_desc_init_by_strides(&cd, 2, cdims, dnnl_f32, cstr) != dnnl_success)
         return -1;
     dnnl_matmul_desc_t mm;

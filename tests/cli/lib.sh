@@ -31,3 +31,31 @@ use_mpirun() {
         OMPI_MCA_btl_vader_single_copy_mechanism=none
     MPI="mpirun --oversubscribe --bind-to none -np 2"
 }
+# fmnist_input FILE B SEED: writes a safetensors file whose `input` is (B, 1, 28, 28) of standard normal values
+# (Python's random seeded with SEED), for `vitc forward` on the Fashion-MNIST models.
+fmnist_input() {
+    /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import json, random, struct, sys
+random.seed(int(sys.argv[3]))
+b = int(sys.argv[2]); n = b * 28 * 28
+vals = [random.gauss(0, 1) for _ in range(n)]
+hdr = json.dumps({"input": {"dtype": "F32", "shape": [b, 1, 28, 28], "data_offsets": [0, 4 * n]}}).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<%df" % n, *vals))
+PY
+}
+# logits_near REF OTHER FRAC NAME: prints "ok ..." when the first tensor of safetensors file OTHER differs from REF's,
+# by at most FRAC of the range of REF's values, else "bad ..." (NAME labels OTHER in the message).
+logits_near() {
+    /usr/bin/python3 - "$1" "$2" "$3" "$4" <<'PY'
+import json, struct, sys
+def read(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    e = next(v for k, v in h.items() if k != "__metadata__"); s, t = e["data_offsets"]
+    return struct.unpack("<%df" % ((t - s) // 4), b[8 + n + s:8 + n + t])
+a, q = read(sys.argv[1]), read(sys.argv[2])
+err, rng = max(abs(x - y) for x, y in zip(a, q)), max(a) - min(a)
+print(("ok" if 0 < err < float(sys.argv[3]) * rng else "bad") +
+      " max |%s - fp32| %.4g of a logit range %.4g" % (sys.argv[4], err, rng))
+PY
+}

@@ -53,31 +53,13 @@ check "bf16 eval: accuracy within 0.1 point of fp32, top-1 agreement >= 99.5%" "
 check "trained in bf16: test accuracy within 1 point of the fp32 run's" "[ '${g[1]}' = ok ]" "$gates"
 
 # forward: bf16 logits near fp32's but not equal (the bf16 products ran)
-/usr/bin/python3 - "$T/x.safetensors" <<'PY'
-import struct, sys, json, random
-random.seed(5)
-n = 64 * 1 * 28 * 28
-vals = [random.gauss(0, 1) for _ in range(n)]
-hdr = json.dumps({"input": {"dtype": "F32", "shape": [64, 1, 28, 28], "data_offsets": [0, 4 * n]}}).encode()
-hdr += b" " * (-len(hdr) % 8)
-open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<%df" % n, *vals))
-PY
+fmnist_input "$T/x.safetensors" 64 5
 $V forward vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/x.safetensors" -o "$T/a.safetensors" \
     >"$T/f.log" 2>&1 &&
     $V forward vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/x.safetensors" --dtype bf16 \
         -o "$T/b.safetensors" >>"$T/f.log" 2>&1
 check "forward --dtype bf16 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/f.log")"
-near=$(/usr/bin/python3 - "$T/a.safetensors" "$T/b.safetensors" <<'PY'
-import json, struct, sys
-def read(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-    e = next(v for k, v in h.items() if k != "__metadata__"); s, t = e["data_offsets"]
-    return struct.unpack("<%df" % ((t - s) // 4), b[8 + n + s:8 + n + t])
-a, q = read(sys.argv[1]), read(sys.argv[2])
-err, rng = max(abs(x - y) for x, y in zip(a, q)), max(a) - min(a)
-print(("ok" if 0 < err < 0.02 * rng else "bad") + " max |bf16 - fp32| %.4g of a logit range %.4g" % (err, rng))
-PY
-)
+near=$(logits_near "$T/a.safetensors" "$T/b.safetensors" 0.02 bf16)
 check "bf16 logits within 2% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
 
 $V bench vit_fmnist_p7 --batch-size 32 --iters 1 --train --dtype bf16 >"$T/bt.log" 2>&1

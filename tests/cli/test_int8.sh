@@ -22,31 +22,13 @@ PY
 check "int8 accuracy within 0.1 point of fp32 and top-1 agreement >= 99.5%" "[ \"\${gates%% *}\" = ok ]" "$gates"
 
 # forward: logits of 4 test images in fp32 and int8, close but not equal
-/usr/bin/python3 - "$T/x.safetensors" <<'PY'
-import struct, sys, json, random
-random.seed(3)
-n = 4 * 1 * 28 * 28
-vals = [random.gauss(0, 1) for _ in range(n)]
-hdr = json.dumps({"input": {"dtype": "F32", "shape": [4, 1, 28, 28], "data_offsets": [0, 4 * n]}}).encode()
-hdr += b" " * (-len(hdr) % 8)
-open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<%df" % n, *vals))
-PY
+fmnist_input "$T/x.safetensors" 4 3
 $V forward vit_fmnist_p7 --weights "$T/run/weights.safetensors" --input "$T/x.safetensors" -o "$T/f32.safetensors" \
     >"$T/f.log" 2>&1 &&
     $V forward vit_fmnist_p7 --weights "$T/run/weights.safetensors" --input "$T/x.safetensors" --dtype int8 \
         -o "$T/q8.safetensors" >>"$T/f.log" 2>&1
 check "forward --dtype int8 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/f.log")"
-near=$(/usr/bin/python3 - "$T/f32.safetensors" "$T/q8.safetensors" <<'PY'
-import json, struct, sys
-def read(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-    e = next(v for k, v in h.items() if k != "__metadata__"); s, t = e["data_offsets"]
-    return struct.unpack("<%df" % ((t - s) // 4), b[8 + n + s:8 + n + t])
-a, q = read(sys.argv[1]), read(sys.argv[2])
-err, rng = max(abs(x - y) for x, y in zip(a, q)), max(a) - min(a)
-print(("ok" if 0 < err < 0.05 * rng else "bad") + " max |int8 - fp32| %.4g of a logit range %.4g" % (err, rng))
-PY
-)
+near=$(logits_near "$T/f32.safetensors" "$T/q8.safetensors" 0.05 int8)
 check "int8 logits within 5% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
 
 $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/b.log" 2>&1
