@@ -540,6 +540,44 @@ static void check_bf16(vt_test *T) {
         bf16_err(&p, 0, 1, (dims){97, 131, 89}, 1.0f, 0.0f, &rt, &inpar);
     }
     T_CHECK(T, inpar < 1e-5, "products inside a parallel region stay fp32: error %g against the fp32 product", inpar);
+    /* a linear layer's fused forward primitive on the bf16 plan: bias and residual or ReLU after the bf16 product */
+    T_CHECK(T, vt_gemm_linear_wanted(&p, 2, 197, 160, 96, 0) && !vt_gemm_linear_wanted(&p, 2, 100, 100, 100, 0),
+            "bf16 plan: the fused primitive from 2^20 MACs on");
+    for (int post = VT_GEMM_POST_NONE; post <= VT_GEMM_POST_RELU; post++) {
+        const int pm = 197, pn = 160, pk = 96;
+        vt_gemm_prim *q = vt_gemm_linear_prim(&p, pm, pn, pk, 1, (vt_gemm_post)post);
+        float *x = malloc(sizeof(float) * pm * pk), *w = malloc(sizeof(float) * pn * pk), *b = malloc(sizeof(float) * pn),
+              *res = malloc(sizeof(float) * pm * pn), *y = malloc(sizeof(float) * pm * pn);
+        if (!q || !x || !w || !b || !res || !y) {
+            T_CHECK(T, 0, "bf16 primitive post %d: made (%p) with its buffers", post, (void *)q);
+            free(x), free(w), free(b), free(res), free(y);
+            continue;
+        }
+        for (int i = 0; i < pm * pk; i++) x[i] = vt_rng_normal(&r);
+        for (int i = 0; i < pn * pk; i++) w[i] = vt_rng_normal(&r);
+        for (int i = 0; i < pn; i++) b[i] = vt_rng_normal(&r);
+        for (int i = 0; i < pm * pn; i++) res[i] = vt_rng_normal(&r), y[i] = NAN;
+        const int rc = vt_gemm_prim_run(q, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y);
+        double err = 0.0, ex = 0.0, scale = 1.0;
+        for (int i = 0; i < pm; i++)
+            for (int o = 0; o < pn; o++) {
+                double v = b[o], v32 = b[o];
+                for (int k = 0; k < pk; k++) {
+                    v += (double)bf16_round(x[i * pk + k]) * bf16_round(w[o * pk + k]);
+                    v32 += (double)x[i * pk + k] * w[o * pk + k];
+                }
+                if (post == VT_GEMM_POST_ADD) v += res[i * pn + o], v32 += res[i * pn + o];
+                if (post == VT_GEMM_POST_RELU) v = fmax(v, 0.0), v32 = fmax(v32, 0.0);
+                scale = fmax(scale, fabs(v));
+                const double d = fabs(v - y[i * pn + o]);
+                err = d == d ? fmax(err, d) : INFINITY;
+                ex = fmax(ex, fabs(v32 - y[i * pn + o]));
+            }
+        T_CHECK(T, rc == 0 && err / scale < 1e-5 && ex / scale > 1e-4,
+                "bf16 primitive post %d: run %d, error %g against the bf16-rounded product, %g against fp32's", post,
+                rc, err / scale, ex / scale);
+        free(x), free(w), free(b), free(res), free(y);
+    }
     const int M = 128, N = 96, K = 128; /* 1.5M MACs */
     float *A = calloc((size_t)M * K, sizeof(float)), *B = calloc((size_t)K * N, sizeof(float)),
           *C = calloc((size_t)M * N, sizeof(float));

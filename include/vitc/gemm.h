@@ -59,8 +59,8 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
 
 /* Makes the plan run every vt_gemm product of at least VT_GEMM_BF16_MNK multiply-adds called outside OpenMP parallel
  * regions as a oneDNN bf16 × bf16 matmul summed in fp32 (A and B rounded to bf16, nearest even), and linear layers'
- * forwards through vt_gemm; 0, or -1 with an error where oneDNN has no native bf16 kernel on this CPU or VITC_GEMM
- * forces OpenBLAS. */
+ * forwards of that size as vt_gemm_linear_prim primitives on bf16 copies of x and w; 0, or -1 with an error where
+ * oneDNN has no native bf16 kernel on this CPU or VITC_GEMM forces OpenBLAS. */
 int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e);
 
 #define VT_GEMM_BF16_MNK (1LL << 20) /* vt_gemm_plan_bf16's smallest product (M·N·K) */
@@ -89,7 +89,8 @@ typedef enum vt_gemm_post {
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
- * row-major (post ADD: + r, r (M, N)); made on first request and reused. NULL if oneDNN cannot make it. */
+ * row-major (post ADD: + r, r (M, N)); made on first request and reused (a bf16 plan's: x and w rounded to bf16 at
+ * every run). NULL if oneDNN cannot make it. */
 vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post);
 
 /* Runs q on all threads (call it outside OpenMP parallel regions); b and r as q was made (NULL when absent).

@@ -405,7 +405,7 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
 
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
-    if (p->bf16) return 0; /* the layer's product goes through vt_gemm's bf16 matmul */
+    if (p->bf16) return (long long)M * N * K >= VT_GEMM_BF16_MNK; /* as vt_gemm's bf16 products, bias fused */
     if (p->force != VT_GEMM_AUTO) return p->force == VT_GEMM_ONEDNN;
     if (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2) return 0;
     /* rule 5 (AVX2, and Intel's AVX-512 where the post-ops do the whole epilogue: every shape) */
@@ -419,6 +419,7 @@ struct vt_gemm_prim {
     dnnl_memory_t x, w, b, r, y; /* descriptors with no data; run sets the handles */
     dnnl_stream_t stream;        /* the plan's */
     vt_gemm_prim *next;
+    vt_gemm_prims *bf16;         /* a bf16 plan's store: x and w run as bf16 copies in its scratch; else NULL */
 };
 
 struct vt_gemm_conv {
@@ -480,6 +481,10 @@ struct vt_gemm_prims {
 
 static void q8_free(vt_gemm_q8 *q);
 static void bf_free(vt_gemm_bf *q);
+static int mdt(dnnl_memory_desc_t *d, int rows, int cols, int transposed, dnnl_data_type_t dt);
+static uint16_t *bf_scratch(vt_gemm_prims *c, size_t na, size_t nb);
+static size_t bf_offset(size_t na);
+static void to_bf16(const float *s, int rows, int cols, int ld, uint16_t *d);
 
 static void prim_free(vt_gemm_prim *q) {
     if (q->prim) dnnl_primitive_destroy(q->prim);
@@ -562,7 +567,8 @@ static int finish_pd(vt_gemm_prims *c, const dnnl_matmul_desc_t *mm, dnnl_primit
 /* Makes q's primitive and memory objects; returns 0 or -1. */
 static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
     dnnl_memory_desc_t xd, wd, bd, yd;
-    if (md2(&xd, q->M, q->K, 0) || md2(&wd, q->K, q->N, 1) || md2(&bd, 1, q->N, 0) || md2(&yd, q->M, q->N, 0))
+    const dnnl_data_type_t dt = q->bf16 ? dnnl_bf16 : dnnl_f32;
+    if (mdt(&xd, q->M, q->K, 0, dt) || mdt(&wd, q->K, q->N, 1, dt) || md2(&bd, 1, q->N, 0) || md2(&yd, q->M, q->N, 0))
         return -1;
     dnnl_matmul_desc_t mm;
     if (dnnl_matmul_desc_init(&mm, &xd, &wd, q->has_bias ? &bd : NULL, &yd) != dnnl_success) return -1;
@@ -604,11 +610,13 @@ vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_
     vt_gemm_prims *c = prims_of(p);
     if (!c) return NULL;
     has_bias = has_bias != 0;
+    vt_gemm_prims *bf16 = p->bf16 ? c : NULL;
     for (vt_gemm_prim *q = c->list; q; q = q->next)
-        if (q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->post == post) return q;
+        if (q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->post == post && q->bf16 == bf16)
+            return q;
     vt_gemm_prim *q = calloc(1, sizeof *q);
     if (!q) return NULL;
-    *q = (vt_gemm_prim){M, N, K, has_bias, post, NULL, NULL, NULL, NULL, NULL, NULL, c->stream, NULL};
+    *q = (vt_gemm_prim){M, N, K, has_bias, post, NULL, NULL, NULL, NULL, NULL, NULL, c->stream, NULL, bf16};
     if (prim_make(c, q)) {
         prim_free(q);
         return NULL;
@@ -621,8 +629,18 @@ vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_
 int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y) {
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_WEIGHTS, q->w}, {DNNL_ARG_DST, q->y}};
     int na = 3;
-    if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
-        dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
+    const void *xs = x, *ws = w;
+    if (q->bf16) {
+        uint16_t *xb = bf_scratch(q->bf16, (size_t)q->M * q->K, (size_t)q->N * q->K);
+        if (!xb) return -1;
+        uint16_t *wb = xb + bf_offset((size_t)q->M * q->K);
+        to_bf16(x, q->M, q->K, q->K, xb);
+        to_bf16(w, q->N, q->K, q->K, wb);
+        xs = xb;
+        ws = wb;
+    }
+    if (dnnl_memory_set_data_handle(q->x, (void *)xs) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->w, (void *)ws) != dnnl_success ||
         dnnl_memory_set_data_handle(q->y, y) != dnnl_success)
         return -1;
     if (q->has_bias) {
@@ -1269,6 +1287,22 @@ static void to_bf16(const float *s, int rows, int cols, int ld, uint16_t *d) {
     }
 }
 
+/* Where the second of two bf16 operands starts in the scratch after a first of na elements (64-byte aligned). */
+static size_t bf_offset(size_t na) { return (na + 31) & ~(size_t)31; }
+
+/* The store's bf16 scratch, grown to hold operands of na and nb elements (bf_offset apart); NULL if out of memory. */
+static uint16_t *bf_scratch(vt_gemm_prims *c, size_t na, size_t nb) {
+    const size_t need = bf_offset(na) + nb;
+    if (need > c->bfcap) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, need * sizeof(uint16_t))) return NULL;
+        free(c->bfbuf);
+        c->bfbuf = p;
+        c->bfcap = need;
+    }
+    return c->bfbuf;
+}
+
 /* vt_gemm's call as a bf16 matmul (outside parallel regions, plan with bf16 set); 0, or -1 with C untouched. */
 static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
@@ -1289,15 +1323,9 @@ static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K,
         q->next = c->bfs;
         c->bfs = q;
     }
-    const size_t na = ((size_t)M * K + 31) & ~(size_t)31, need = na + (size_t)K * N; /* B 64-byte aligned */
-    if (need > c->bfcap) {
-        void *nb = NULL;
-        if (posix_memalign(&nb, 64, need * sizeof(uint16_t))) return -1;
-        free(c->bfbuf);
-        c->bfbuf = nb;
-        c->bfcap = need;
-    }
-    uint16_t *a = c->bfbuf, *b = c->bfbuf + na;
+    uint16_t *a = bf_scratch(c, (size_t)M * K, (size_t)K * N);
+    if (!a) return -1;
+    uint16_t *b = a + bf_offset((size_t)M * K);
     to_bf16(A, ta ? K : M, ta ? M : K, lda, a);
     to_bf16(B, tb ? N : K, tb ? K : N, ldb, b);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, q->a}, {DNNL_ARG_WEIGHTS, q->b}, {DNNL_ARG_DST, q->c}};
