@@ -614,6 +614,7 @@ static int cmd_forward(opts *o) {
     vt_model_cfg c;
     vt_st_file f = {0};
     if (model_cfg(o, &c)) return 1;
+    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
@@ -666,6 +667,7 @@ static int cmd_grad(opts *o) {
     vt_model_cfg c;
     vt_st_file f = {0};
     if (model_cfg(o, &c)) return 1;
+    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = NULL;
@@ -1412,7 +1414,8 @@ static const command commands[] = {
      "--weights -w --input --output -o --threads --train-form --features --dtype " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
-     "--weights -w --input --output -o --steps --lr --weight-decay --threads " SIZE_OPTS ARCH_OPTS, cmd_grad, 0},
+     "--weights -w --input --output -o --steps --lr --weight-decay --threads --dtype " SIZE_OPTS ARCH_OPTS, cmd_grad,
+     0},
     {"train",
      "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR; to continue a run: "
      "vitc train MODEL --resume RUN_DIR [--epochs E]",

@@ -3,7 +3,7 @@
 # gates for the fp32 weights of a one-epoch run evaluated in bf16 (test accuracy within 0.1 point of fp32, top-1
 # agreement at least 99.5%); the same run trained in bf16 ends within 1 point of fp32's test accuracy, and its
 # checkpoint records the arithmetic for --resume; bench labels bf16 steps. Elsewhere: every command refuses bf16 and
-# says why. Everywhere: train refuses int8.
+# says why. Everywhere: train refuses int8. grad takes bf16 too (gradients near fp32's) and refuses int8.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -61,6 +61,49 @@ $V forward vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/x.sa
 check "forward --dtype bf16 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/f.log")"
 near=$(logits_near "$T/a.safetensors" "$T/b.safetensors" 0.02 bf16)
 check "bf16 logits within 2% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
+
+# grad: the loss and every parameter's gradient of a bf16 forward/backward near fp32's (relative to each tensor's
+# largest magnitude, over the tensors whose largest is at least 1e-3 of the largest gradient of all), not equal
+/usr/bin/python3 - "$T/xl.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+r = np.random.default_rng(5)
+st.save(sys.argv[1], {"input": r.standard_normal((64, 1, 28, 28)).astype(np.float32),
+                      "labels": r.integers(0, 10, 64).astype(np.int64)})
+PY
+for d in fp32 bf16; do
+    $V grad vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/xl.safetensors" --dtype $d \
+        -o "$T/g_$d.safetensors" >"$T/g_$d.log" 2>&1 || echo "grad --dtype $d failed: $(cat "$T/g_$d.log")"
+done
+r=$(/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+try:
+    a, b = st.load(sys.argv[1] + "/g_fp32.safetensors"), st.load(sys.argv[1] + "/g_bf16.safetensors")
+    assert sorted(a) == sorted(b), "tensors differ"
+    big = max(float(np.max(np.abs(v))) for k, v in a.items() if k.startswith("grad/"))
+    worst, name, moved = 0.0, "", 0.0
+    for k in a:
+        x, y = np.asarray(a[k], np.float64), np.asarray(b[k], np.float64)
+        m, d = float(np.max(np.abs(x))), float(np.max(np.abs(x - y)))
+        moved = max(moved, d)
+        if k.startswith("grad/") and m < 1e-3 * big:
+            continue
+        if d / m > worst:
+            worst, name = d / m, k
+    print(("ok" if 0 < moved and worst <= 0.05 else "bad") + f" worst {worst:.3g} ({name}), largest change {moved:.3g}")
+except Exception as e:
+    print(f"error: {e}")
+PY
+)
+check "grad --dtype bf16: loss and gradients within 5% of fp32's, not equal" "[ \"\${r%% *}\" = ok ]" "$r"
+$V grad vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/xl.safetensors" --dtype int8 \
+    -o "$T/g_q.safetensors" >"$T/gq.log" 2>&1
+check "grad --dtype int8 refused" "[ $? -ne 0 ] && grep -q 'int8 is for inference' '$T/gq.log'" "$(cat "$T/gq.log")"
 
 $V bench vit_fmnist_p7 --batch-size 32 --iters 1 --train --dtype bf16 >"$T/bt.log" 2>&1
 check "bench --train --dtype bf16 says so" "grep -q 'bf16 train batch 32' '$T/bt.log'" "$(tail -3 "$T/bt.log")"
