@@ -99,9 +99,9 @@ typedef struct vt_model_overrides {
     int dims[VT_MAX_STAGES], depths[VT_MAX_STAGES], heads[VT_MAX_STAGES]; /* per stage (0 keeps) */
     float drop_path;          /* < 0 keeps */
     float crop_pct;           /* <= 0 keeps */
-    int train_form, apply_transform; /* 1 sets */
+    int train_form, apply_transform, double_heads; /* 1 sets (double_heads: hMHSA's, refused without an hMHSA stage) */
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
-    const char *dtype;        /* inference arithmetic of the linear layers: "fp32" or "int8" (NULL keeps fp32) */
+    const char *dtype;        /* arithmetic of the linear layers: "fp32", "bf16" or "int8" (NULL keeps fp32) */
 } vt_model_overrides;
 
 /* Number of registered models. */

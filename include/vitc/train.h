@@ -133,6 +133,8 @@ typedef struct vt_bench_result {
                                           * computes one row) ×2, ×3 for a training step, per second */
     double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
+    double bf16_gflops;                  /* a bf16 graph's (--dtype bf16): a 1024³ product as its GEMMs run it
+                                          * (vt_gemm on a bf16 plan: inputs converted, oneDNN bf16 matmul); else 0 */
     int64_t params;                      /* parameters of the model benchmarked (the training form with train) */
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */

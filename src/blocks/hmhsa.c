@@ -34,7 +34,8 @@ vt_tensor *vt_block_hmhsa(vt_graph *g, const char *prefix, vt_tensor *x, const v
     const int C = x->shape[x->ndim - 1], h = o->double_heads ? 2 * a->heads : a->heads;
     if (x->ndim != 3 || h <= 0 || h % 2 || C % h)
         return vt_fail(g, "hmhsa", "%s: input must be (B, N, C) with C = %d divisible by an even head count %d%s",
-                       prefix, C, h, o->double_heads ? " (after doubling)" : " (set double_heads for odd heads)");
+                       prefix, C, h,
+                       o->double_heads ? " (after doubling)" : " (odd heads: double them, `--double-heads`)");
     const int d = C / h, h2 = h / 2;
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, a, C / 2, C / 2, C, &s)) return NULL;

@@ -121,6 +121,13 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             return vt_seterr(e, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
         a->opts.refiner_apply_transform = 1;
     }
+    if (ov->double_heads) {
+        int hm = 0;
+        for (int i = 0; i < a->nstages; i++) hm |= strcmp(a->stages[i].attn, "hmhsa") == 0;
+        if (!hm)
+            return vt_seterr(e, "--double-heads applies to hMHSA stages, and %s has none (--attn hmhsa)", cfg->name);
+        a->opts.double_heads = 1;
+    }
     if (ov->train_form) a->train_form = 1;
     if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0 && strcmp(ov->dtype, "bf16") != 0)
         return vt_seterr(e, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);

@@ -19,24 +19,27 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* GFLOP/s of a 1024³ sgemm with the process's thread setting on OpenBLAS and on oneDNN (best of 5 each, the two
- * alternating); r->sgemm_gflops is the better of the two. */
-static void sgemm_peak(vt_bench_result *r) {
+/* GFLOP/s of a 1024³ sgemm with the process's thread setting on OpenBLAS and on oneDNN, and with bf16 set the same
+ * product on a bf16 plan (best of 5 each, alternating); r->sgemm_gflops is the better of the first two. */
+static void gemm_peaks(vt_bench_result *r, int bf16) {
     const int n = 1024;
     const vt_threads_env env = vt_threads_enter(vt_threads_usable(omp_get_max_threads()));
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-    vt_gemm_plan p[2];
-    double best[2] = {0.0, 0.0};
-    if (a && b && c && !vt_gemm_plan_init(&p[0], "openblas", NULL) && !vt_gemm_plan_init(&p[1], "onednn", NULL)) {
+    vt_gemm_plan p[3];
+    double best[3] = {0.0, 0.0, 0.0};
+    int np = 0;
+    if (a && b && c && !vt_gemm_plan_init(&p[0], "openblas", NULL) && ++np && !vt_gemm_plan_init(&p[1], "onednn", NULL) &&
+        ++np && (!bf16 || (!vt_gemm_plan_init(&p[2], "onednn", NULL) && ++np && !vt_gemm_plan_bf16(&p[2], NULL)))) {
         for (int i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
         for (int rep = 0; rep < 5; rep++)
-            for (int l = 0; l < 2; l++) {
+            for (int l = 0; l < np; l++) {
                 double t = now_s();
                 vt_gemm(&p[l], 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
                 t = now_s() - t;
                 if (2.0 * n * n * n / t / 1e9 > best[l]) best[l] = 2.0 * n * n * n / t / 1e9;
             }
     }
+    for (int l = 0; l < np; l++) vt_gemm_plan_free(&p[l]);
     vt_threads_leave(env);
     free(a);
     free(b);
@@ -44,6 +47,7 @@ static void sgemm_peak(vt_bench_result *r) {
     r->sgemm_openblas = best[0];
     r->sgemm_onednn = best[1];
     r->sgemm_gflops = best[0] > best[1] ? best[0] : best[1];
+    r->bf16_gflops = bf16 ? best[2] : 0.0;
 }
 
 int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *profile, FILE *progress,
@@ -107,9 +111,9 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
         r->params = vt_params_count(P, VT_PARAM);
-        struct rusage ru; /* before sgemm_peak's buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
+        struct rusage ru; /* before gemm_peaks' buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
         r->peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
-        sgemm_peak(r);
+        gemm_peaks(r, c->arch.bf16);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */

@@ -106,7 +106,12 @@ $V grad vit_fmnist_p7 --weights "$T/f32/weights.safetensors" --input "$T/xl.safe
 check "grad --dtype int8 refused" "[ $? -ne 0 ] && grep -q 'int8 is for inference' '$T/gq.log'" "$(cat "$T/gq.log")"
 
 $V bench vit_fmnist_p7 --batch-size 32 --iters 1 --train --dtype bf16 >"$T/bt.log" 2>&1
-check "bench --train --dtype bf16 says so" "grep -q 'bf16 train batch 32' '$T/bt.log'" "$(tail -3 "$T/bt.log")"
+check "bench --train --dtype bf16 says so, against the bf16 GEMM's peak" \
+    "grep -q 'bf16 train batch 32.*% of the bf16 GEMM peak' '$T/bt.log' && grep -q 'bf16 GEMM 1024^3 (inputs' '$T/bt.log'" \
+    "$(tail -3 "$T/bt.log")"
+$V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype bf16 --json >"$T/bj.json" 2>"$T/bj.err"
+r=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('ok' if j['dtype'] == 'bf16' and j['bf16_gemm_gflops'] > 0 else j)" "$T/bj.json" 2>&1)
+check "bench --dtype bf16 --json: the bf16 GEMM's GFLOP/s" "[ '$r' = ok ]" "$r"
 VITC_GEMM=openblas $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype bf16 >"$T/bo.log" 2>&1
 check "bf16 with VITC_GEMM=openblas refused" "[ $? -ne 0 ] && grep -q 'VITC_GEMM' '$T/bo.log'" "$(cat "$T/bo.log")"
 

@@ -132,6 +132,29 @@ expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M 
 # per-stage lists: one value for every stage or one per stage (a shorter list had left the last stages as they were)
 expect "--dims with 2 values for 4 stages refused" 1 "2 values, but the model has 4 stage(s)" $V info \
     groupmixformer_test --dims 20,30
+# hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
+# stage, --double-heads has no effect and is refused
+expect "hMHSA on PVTv2-b1's 5-head stage refused, naming --double-heads" 1 "odd heads: double them, .--double-heads" \
+    $V info pvt_v2_b1 --attn mhsa,mhsa,hmhsa,hmhsa
+expect "--double-heads without an hMHSA stage refused" 1 "applies to hMHSA stages" $V info pvt_v2_b1 --double-heads
+$V info pvt_v2_b1 --attn hmhsa --ffn cffn --double-heads --json >"$T/dh.json" 2>&1 &&
+    $V info pvt_v2_b1_hmhsa_cffn --json >"$T/dn.json" 2>&1
+check "pvt_v2_b1 --attn hmhsa --ffn cffn --double-heads: the named pvt_v2_b1_hmhsa_cffn's parameters and MACs" \
+    "[ \"\$(grep -o '\"params\": [0-9]*' '$T/dh.json'; grep -o '\"macs\": [0-9]*' '$T/dh.json' | head -1)\" = \
+       \"\$(grep -o '\"params\": [0-9]*' '$T/dn.json'; grep -o '\"macs\": [0-9]*' '$T/dn.json' | head -1)\" ] && \
+     grep -q '\"params\": 12151706' '$T/dh.json'" "$(head -c 300 "$T/dh.json")"
+$V init pvt_v2_b1 --attn mhsa,mhsa,hmhsa,hmhsa --double-heads --img-size 64 -o "$T/dh.safetensors" >"$T/dhi.log" 2>&1 &&
+    /usr/bin/python3 - "$T/dhx.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+st.save(sys.argv[1], {"input": np.random.default_rng(1).standard_normal((2, 3, 64, 64)).astype(np.float32)})
+PY
+$V forward pvt_v2_b1 --attn mhsa,mhsa,hmhsa,hmhsa --double-heads --img-size 64 -w "$T/dh.safetensors" \
+    --input "$T/dhx.safetensors" -o "$T/dhy.safetensors" >>"$T/dhi.log" 2>&1
+check "init and forward of PVTv2-b1 with hMHSA (doubled heads) in stages 3-4" "[ $? -eq 0 ] && [ -s '$T/dhy.safetensors' ]" \
+    "$(tail -3 "$T/dhi.log")"
 $V info swin_fmnist_tiny --heads 4 --json >"$T/h.json" 2>&1
 check "--heads 4 sets every stage's heads" "[ $? -eq 0 ] && [ \$(grep -o '\"heads\": 4,' '$T/h.json' | wc -l) -eq 2 ]" \
     "$(cat "$T/h.json")"
