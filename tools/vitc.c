@@ -618,7 +618,6 @@ static int cmd_forward(opts *o) {
     vt_model_cfg c;
     vt_st_file f = {0};
     if (model_cfg(o, &c)) return 1;
-    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
