@@ -65,7 +65,8 @@ struct vt_model_cfg {
 enum {
     VT_CAP_DROP_PATH = 1,       /* stochastic depth (--drop-path) */
     VT_CAP_APPLY_TRANSFORM = 2, /* the Refiner's refine-every-block mode (--apply-transform) */
-    VT_CAP_ANY_SIZE = 4,        /* parameter shapes do not depend on the image size: `forward` takes it from its input */
+    VT_CAP_ANY_SIZE = 4,        /* parameter shapes never depend on the image size: `forward` takes it from its input
+                                 * (vt_model_any_size; a family may say so per model instead, vt_family.any_size) */
     VT_CAP_FORM_RECORD = 8,     /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
                                  * files record their form and a file of the other form is refused (vt_params.form) */
     VT_CAP_WINDOWS = 16         /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
@@ -86,6 +87,9 @@ struct vt_family {
     int (*no_decay)(const vt_tensor *t);
     /* Checks a configured model (image size, stages, options); 0 or -1 with a message. */
     int (*check)(const vt_model_cfg *c, vt_err *e);
+    /* Without VT_CAP_ANY_SIZE: 1 if c's parameter shapes do not depend on the image size (PVTv2 but FLatten's);
+     * NULL: they do. */
+    int (*any_size)(const vt_model_cfg *c);
     unsigned caps;            /* VT_CAP_* options the family accepts */
     const vt_model_cfg *models;
     int nmodels;
@@ -118,6 +122,9 @@ vt_model_overrides vt_model_no_overrides(void);
 
 /* Copies cfg into out with the overrides applied, and checks the result (ranges, the family's rules). */
 int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e);
+
+/* 1 if c's parameter shapes do not depend on the image size (its weights fit any input size the model takes). */
+int vt_model_any_size(const vt_model_cfg *c);
 
 /* Total blocks over the stages. */
 int vt_model_depth(const vt_model_cfg *c);

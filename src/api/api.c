@@ -152,7 +152,7 @@ void vitc_get_info(const vitc_model *m, vitc_info *info) {
     info->img_size = a->img_size;
     info->in_chans = a->in_chans;
     info->num_classes = a->num_classes;
-    info->any_size = (m->cfg.family->caps & VT_CAP_ANY_SIZE) != 0;
+    info->any_size = vt_model_any_size(&m->cfg);
     info->params = m->params;
     info->gmacs = m->gmacs;
 }

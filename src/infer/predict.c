@@ -57,7 +57,7 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
         *out = *c;
         return 0;
     }
-    if (!(c->family->caps & VT_CAP_ANY_SIZE))
+    if (!vt_model_any_size(c))
         return vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s family); "
                          "another size needs --img-size %d and weights made at that size", c->name, c->arch.img_size,
                          c->arch.img_size, size, size, c->family->name, size);
@@ -79,7 +79,7 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     vt_params_free(P);
     const vt_model_cfg *named = vt_model_find(c->name);
     char note[200] = "";
-    if (named && c->arch.img_size != named->arch.img_size && !(c->family->caps & VT_CAP_ANY_SIZE))
+    if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %d)", c->name, c->arch.img_size);
     if (strstr(le.msg, path)) /* name the file once */

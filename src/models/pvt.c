@@ -342,7 +342,11 @@ static const vt_model_cfg models[] = {
                     "r=2 BN branches)"},
 };
 
+/* PVTv2's parameters fit any size; v1's position embeddings are built for the image size (another input size
+ * resizes them, but loading them needs that size), FLatten's positional encodings fix it. */
+static int any_size(const vt_model_cfg *c) { return c->arch.version == 2 && !has_flatten(&c->arch); }
+
 const vt_family vt_family_pvt = {
     .name = "pvt", .build = build, .features = features, .deploy = deploy, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+    .any_size = any_size, .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
 };

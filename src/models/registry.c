@@ -156,6 +156,11 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     return cfg->family->check ? cfg->family->check(out, e) : 0;
 }
 
+int vt_model_any_size(const vt_model_cfg *c) {
+    const vt_family *f = c->family;
+    return (f->caps & VT_CAP_ANY_SIZE) || (f->any_size && f->any_size(c));
+}
+
 int vt_model_depth(const vt_model_cfg *c) {
     int n = 0;
     for (int i = 0; i < c->arch.nstages; i++) n += c->arch.stages[i].depth;

@@ -16,7 +16,7 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
             inputs, and PVT v1 built at 64 run on 96x80, 72x72, 48x160 (pos_embed{i} bilinearly resized as the official
             _get_pos_embed; 128 refused as the official stage-1-count test makes it fail); refused sizes
             (PVTv2 < 29, PVT v1 < 32, FLatten-PVTv2 not a multiple of 32, FLatten with spatial reduction, an input
-            that does not match the built size) give clear errors
+            that does not match the built size) give clear errors; `vitc forward` takes PVTv2's size from its input
   attn      per-stage attention from the config: flatten_pvt_v2_b1 --attn mhsa (global softmax attention, sr 1)
   deploy    `vitc deploy` of pvt_v2_b1_hmhsa_cffn (reduced): every tensor equals pvt_ref.deploy within 1e-5, and
             the deployed model's eval logits equal the training form's (and the reference's) within 1e-5
@@ -151,6 +151,19 @@ def test_sizes(rep):
     msg = (p.stderr or "").strip()
     rep.check("forward pvt_tiny@64 on a 72 px input refused", p.returncode not in (0, None) and "72" in msg
               and "--img-size" in msg, f"rc {p.returncode}: {msg}")
+    # PVTv2's weights fit any size: `vitc forward` takes it from a square input (72 px on weights made at 64), the
+    # logits of `--img-size 72` (whose sizes the reduced and odd-size checks hold against the reference)
+    x = TMP / "x72v2.safetensors"
+    st.save(x, {"input": torch.randn(2, 3, 72, 72, generator=torch.Generator().manual_seed(9))})
+    runs = []
+    for extra in ([], ["--img-size", 72]):
+        y = TMP / f"y72v2_{len(extra)}.safetensors"
+        p = vitc("forward", "pvt_v2_b1", *vargs("pvt_v2_b1")[2:], *extra, "--weights",
+                 TMP / "pvt_v2_b1@64_w.safetensors", "--input", x, "--output", y)
+        runs.append((p.returncode, (p.stderr or "").strip(), y))
+    same = all(rc == 0 for rc, _, _ in runs) and (st.load(runs[0][2])["logits"] == st.load(runs[1][2])["logits"]).all()
+    rep.check("forward pvt_v2_b1@64 on a 72 px input: the size taken from the input", same,
+              "; ".join(f"rc {rc}: {m}" for rc, m, _ in runs))
 
 
 
