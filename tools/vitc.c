@@ -1504,10 +1504,13 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny) {
-        fprintf(stderr, "vitc %s: bad value '%s' for %s%s%s\n", cmd, v, a, what,
-                errno == ERANGE ? " (out of range of a double, or too close to 0)"
-                : tiny          ? " (too close to 0 for a float)"
-                                : "");
+        fprintf(stderr, "vitc %s: bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)\n", cmd, v, a, what,
+                errno == ERANGE ? "out of range of a double, or too close to 0"
+                : tiny          ? "too close to 0 for a float"
+                : end && !*end && end != v ? "not finite"
+                                           : d->kind == O_DBL ? "not a number" : "not an integer",
+                d->kind == O_DBL ? "a number" : "an integer", d->lo_open ? '(' : '[', d->lo, d->hi,
+                d->hi_open ? ')' : ']');
         return -1;
     }
     if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {

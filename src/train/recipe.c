@@ -103,8 +103,9 @@ static void preset_msf(vt_recipe *r) {
     r->reprob = 0.0;
     snprintf(r->aa, sizeof r->aa, "three");
     r->repeated_aug = 1; /* torchvision's RASampler: DeiT's, 3 repeats */
-    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the README decays "
-               "every parameter, vitc keeps its no-decay list";
+    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the MSF README's "
+               "command decays every parameter, as vitc's SimpleViT hosts do; its Swin hosts keep Swin's no-decay "
+               "list (norms, biases, relative position tables)";
 }
 
 /* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */

@@ -213,11 +213,12 @@ info deit_tiny_patch16_224 --img-size -5|--img-size must be in [1, 4096], got -5
 info deit_tiny_patch16_224 --num-classes 0|--num-classes must be in [1, 1000000], got 0
 bench vit_fmnist_tiny --batch-size 0|--batch-size must be in [1, 65536], got 0
 bench vit_fmnist_tiny --batch-size 100000000|--batch-size must be in [1, 65536]
-train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr
+train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr (not finite; expected a number in (0, 10])
 train vit_fmnist_tiny --lr 0|--lr must be in (0, 10], got 0
-train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing
+train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing (not finite; expected a number in [0, 1))
 train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
-train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs
+train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs (not an integer; expected an integer in [1, 1000000])
+info vit_fmnist_tiny --img-size 2.5|bad value '2.5' for --img-size (not an integer; expected an integer in [1, 4096])
 predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
 grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
