@@ -115,14 +115,14 @@ static const optdef optdefs[] = {
     NUM("--steps", O_INT, steps, 1, 1e6, "forward/backward passes on the batch (default 1); with N >= 2 an AdamW step "
       "(--lr, --weight-decay) follows each pass but the last, N-1 in all; G holds the last pass's loss and gradients, "
       "and every pass's loss as `losses`"),
-    POS("--lr", O_DBL, lr, 10, "(peak) learning rate"),
+    POS("--lr", O_DBL, lr, 10, "(peak) learning rate (default 1e-3, or the recipe's)"),
     NUM("--weight-decay", O_DBL, wd, 0, 1e3, "AdamW weight decay (default 0.05, or the recipe's; not on norms, biases, "
       "tokens, position embeddings)"),
     O("--data", O_STR, data, "dataset: fashion-mnist, or an image folder DIR holding train/<class>/<image> and "
-      "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name)"),
+      "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name); default fashion-mnist"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
       "cores, at most 8; bench: with --data only)"),
-    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs"),
+    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs (default 10, or the recipe's)"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
@@ -218,6 +218,7 @@ static const struct {
     {"bench", "--data", "also time the input pipeline of this dataset (fashion-mnist or an image folder DIR) alone, "
      "then a training step: --data implies --train"},
     {"bench", "--batch-size", "batch size (default 1)"},
+    {"train", "--batch-size", "batch size (default 128, or the recipe's; under mpirun: per rank)"},
     {"eval", "--batch-size", "batch size (default 250)"},
     {"predict", "--batch-size", "images per forward pass (default 16)"},
     {"predict", "--json", "JSON Lines: one object per image and line, {\"image\", \"top\": [{\"class\", \"name\", "
