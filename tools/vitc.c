@@ -885,12 +885,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->cutmix >= 0) r->mixup.cutmix_alpha = o->cutmix;
     if (o->mixup_prob >= 0) r->mixup.prob = o->mixup_prob;
     if (o->mixup_switch >= 0) r->mixup.switch_prob = o->mixup_switch;
-    if (o->model_ema && o->no_model_ema) return die("%s", "--model-ema and --no-model-ema contradict each other");
     if (o->model_ema || o->no_model_ema) r->model_ema = o->model_ema;
     if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
-    if (o->repeated_aug && o->no_repeated_aug)
-        return die("%s", "--repeated-aug and --no-repeated-aug contradict each other");
-    if (o->augment && o->no_augment) return die("%s", "--augment and --no-augment contradict each other");
     if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
     if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
     r->drop_path = o->drop_path;
@@ -953,8 +949,24 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
     return 0;
 }
 
+/* Options of train's command line that contradict each other: refused as usage errors (exit status 2). */
+static int train_contradictions(const opts *o) {
+    static const char *const pairs[][2] = {{"--model-ema", "--no-model-ema"},
+                                           {"--repeated-aug", "--no-repeated-aug"},
+                                           {"--augment", "--no-augment"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (given(o, pairs[i][0]) && given(o, pairs[i][1]))
+            return refuse("train", "%s and %s contradict each other", pairs[i][0], pairs[i][1]);
+    if (given(o, "--resume") && given(o, "--init-from"))
+        return refuse("train", "--resume and --init-from contradict each other: a resumed run continues its "
+                               "checkpoint");
+    return 0;
+}
+
 static int cmd_train(opts *o) {
     if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
+    const int contra = train_contradictions(o);
+    if (contra) return contra;
     vt_recipe r;
     vt_model_cfg c;
     if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r)) return 1;

@@ -176,7 +176,7 @@ $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ff
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "--min-lr above --lr refused" 1 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
-expect "--resume with --init-from refused" 1 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
+expect "--resume with --init-from refused (a usage error: 2)" 2 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
 for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'not an image' >"$T/allbad/$s/$c/x.png"; done; done
 $V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
 expect "eval over only unreadable images: exit status 1" 1 "no readable image" $V eval $M --num-classes 2 -w "$T/w2.safetensors" --data "$T/allbad"

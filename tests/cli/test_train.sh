@@ -307,7 +307,7 @@ check "... with --augment it augments again, named in the note and recorded" "[ 
     grep -q '^Note: this resumed run changes epochs 1 → 2, augment 0 → 1$' '$T/na1.log'" \
     "$(grep -v '^ ' "$T/na1.log" | head -5)"
 $V train vit_fmnist_tiny --resume "$T/na1" --epochs 3 --no-augment --augment >"$T/na2.log" 2>&1
-check "... --augment with --no-augment refused as a contradiction" "[ $? -eq 1 ] && \
+check "... --augment with --no-augment refused as a contradiction (a usage error: 2)" "[ $? -eq 2 ] && \
     grep -q -- '--augment and --no-augment contradict each other' '$T/na2.log'" "$(cat "$T/na2.log")"
 # --test-subset 0 takes every test image again in a resume of a subset run (SMALL's 128)
 $V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --test-subset 0 --out "$T/ts0" >"$T/ts0.log" 2>&1
