@@ -1018,13 +1018,13 @@ static int cmd_train(opts *o) {
     }
     /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
      * run is timm's, whose scheduler keeps warming up past the end: said once */
-    if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs && d.rank == 0) {
-        char from[4200];
-        printf("Note: the warm-up of %g epochs (%s) is longer than the run's %d epoch%s: the learning rate rises for "
-               "the whole run and never reaches its peak %g nor decays (as in timm); give --warmup-epochs at most %d "
-               "to change it\n", t.warmup_epochs, lr_source(o, "--warmup-epochs", o->warmup_epochs >= 0, from,
-               sizeof from), t.epochs, t.epochs == 1 ? "" : "s", t.lr, t.epochs);
-        fflush(stdout);
+    char from[4200], notice[4800];
+    if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs) { /* printed by vt_train after its data checks */
+        snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) is longer than the run's %d epoch%s: the "
+                 "learning rate rises for the whole run and never reaches its peak %g nor decays (as in timm); give "
+                 "--warmup-epochs at most %d to change it", t.warmup_epochs, lr_source(o, "--warmup-epochs",
+                 o->warmup_epochs >= 0, from, sizeof from), t.epochs, t.epochs == 1 ? "" : "s", t.lr, t.epochs);
+        t.notice = notice;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
     t.init_from = o->init_from;

@@ -913,6 +913,10 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
          (vs.src.n > 0 && !(LV = vt_loader_new(&vs.src, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
         rc = -1;
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
+    if (rc == 0 && o->notice && lead) {
+        printf("%s\n", o->notice);
+        fflush(stdout);
+    }
     /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
      * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
      * steps) */

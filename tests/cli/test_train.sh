@@ -292,6 +292,10 @@ check "... a resume taking it from the checkpoint says so too" "grep -qF \
 \"Note: the warm-up of 5 epochs (--warmup-epochs recorded in $T/v/checkpoint.safetensors) is longer than the run's 2 \
 epochs\" '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log" | head -5)"
 check "... and a warm-up within the run gets no note" "! grep -q 'Note: the warm-up' '$T/a.log' '$T/b2.log'"
+mkdir -p "$T/nodata"
+$V train vit_fmnist_tiny --recipe deit --epochs 1 --data "$T/nodata" --out "$T/nd" >"$T/nd.log" 2>&1
+check "... the note comes after the data's checks: a run refused for its folder prints only the error" \
+    "[ $? -eq 1 ] && ! grep -q 'Note: the warm-up' '$T/nd.log' && grep -q 'nodata' '$T/nd.log'" "$(cat "$T/nd.log")"
 
 # --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
 meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
