@@ -27,9 +27,10 @@ static void gemm_peaks(vt_bench_result *r, int bf16) {
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     vt_gemm_plan p[3];
     double best[3] = {0.0, 0.0, 0.0};
-    int np = 0;
-    if (a && b && c && !vt_gemm_plan_init(&p[0], "openblas", NULL) && ++np && !vt_gemm_plan_init(&p[1], "onednn", NULL) &&
-        ++np && (!bf16 || (!vt_gemm_plan_init(&p[2], "onednn", NULL) && ++np && !vt_gemm_plan_bf16(&p[2], NULL)))) {
+    int np = 0; /* plans made: OpenBLAS, oneDNN, then with bf16 a bf16 one */
+    while (a && b && c && np < (bf16 ? 3 : 2) && !vt_gemm_plan_init(&p[np], np ? "onednn" : "openblas", NULL)) np++;
+    if (np == 3 && vt_gemm_plan_bf16(&p[2], NULL)) vt_gemm_plan_free(&p[--np]); /* refused: no bf16 figure */
+    if (np >= 2) {
         for (int i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
         for (int rep = 0; rep < 5; rep++)
             for (int l = 0; l < np; l++) {
