@@ -1269,13 +1269,23 @@ static int cmd_deploy(opts *o) {
 /* Prints s as a JSON string (quoted, with quotes, backslashes and control characters escaped). */
 static void json_str(const char *s) {
     putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", (unsigned char)*s);
+    const size_t n = strlen(s);
+    size_t bad = 0; /* where the next byte outside valid UTF-8 is (n: none), found from i when i has passed it */
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || bad < i) {
+            size_t off = 0;
+            bad = vt_utf8_valid((const uint8_t *)s + i, n - i, &off) ? n : i + off;
+        }
+        if (i == bad) {
+            printf("\\ufffd"); /* a byte outside valid UTF-8 (a file name's, a cut message's): JSON stays valid */
+            continue;
+        }
+        if (s[i] == '"' || s[i] == '\\')
+            printf("\\%c", s[i]);
+        else if ((unsigned char)s[i] < 0x20)
+            printf("\\u%04x", (unsigned char)s[i]);
         else
-            putchar(*s);
+            putchar(s[i]);
     }
     putchar('"');
 }

@@ -166,6 +166,15 @@ check "an option given again replaces its value (a script may override a shared 
 expect "a --data path that is not UTF-8 refused" 1 "not valid UTF-8 (byte 0xff" \
     $V train $M --data "$T/d$(printf '\377')x" --epochs 1 --out "$T/u8run"
 check "... leaving no run folder" "[ ! -e '$T/u8run' ]"
+# predict --json stays valid JSON (UTF-8) for file names that are not UTF-8 and for errors naming them
+cp "$T/good.png" "$T/bad$(printf '\377').png"
+$V predict $M -w "$T/w.safetensors" --json "$T/bad$(printf '\377').png" "$T/missing$(printf '\303')" >"$T/u8.json" 2>/dev/null
+r=$(/usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], 'rb')]
+ok = len(rows) == 2 and rows[0]['image'].endswith('bad\ufffd.png') and 'top' in rows[0] and 'error' in rows[1]
+print('ok' if ok else rows)" "$T/u8.json" 2>&1)
+check "predict --json with a file name that is not UTF-8: valid JSON, U+FFFD in its place" "[ '$r' = ok ]" "$r"
 # a block a host cannot hold is refused by name, never ignored
 for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixed blocks" \
     "groupmixformer_test --attn mhsa:fixed blocks" "simplevit_ti_msf --ffn cffn:takes the MSF paper" \
