@@ -13,6 +13,7 @@
 
 #include "vitc/fileio.h"
 #include "vitc/image.h"
+#include "vitc/safetensors.h"
 
 /* torchvision's IMG_EXTENSIONS less .tif, .tiff and .webp, which vitc's decoders do not read. */
 static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm"};
@@ -213,10 +214,16 @@ static const char *printable(const char *name, char *out, size_t n) {
     return out;
 }
 
-/* Checks a class name: not empty, no control characters (bytes below 0x20, 0x7f: they would break the lines that
- * print it). where begins the error message. */
+/* Checks a class name: not empty, valid UTF-8 (classes.json and JSON output carry it), no control characters (bytes
+ * below 0x20, 0x7f: they would break the lines that print it). where begins the error message. */
 static int check_class_name(const char *name, const char *where, vt_err *e) {
     if (!name[0]) return vt_seterr(e, "%s: an empty class name", where);
+    size_t bad = 0;
+    if (!vt_utf8_valid((const uint8_t *)name, strlen(name), &bad)) {
+        char shown[160];
+        return vt_seterr(e, "%s: class name '%s' is not valid UTF-8 (byte 0x%02x at offset %zu); rename it", where,
+                         printable(name, shown, sizeof shown), (unsigned char)name[bad], bad);
+    }
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         if (*p < 0x20 || *p == 0x7f) {
             char shown[160];

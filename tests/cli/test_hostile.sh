@@ -166,6 +166,16 @@ check "an option given again replaces its value (a script may override a shared 
 expect "a --data path that is not UTF-8 refused" 1 "not valid UTF-8 (byte 0xff" \
     $V train $M --data "$T/d$(printf '\377')x" --epochs 1 --out "$T/u8run"
 check "... leaving no run folder" "[ ! -e '$T/u8run' ]"
+# class names go into classes.json and JSON output: a class folder (or a --classes name) that is not UTF-8 is refused
+mkdir -p "$T/u8d/train/a" "$T/u8d/train/b$(printf '\377')" "$T/u8d/val/a"
+for d in train/a "train/b$(printf '\377')" val/a; do cp "$T/good.png" "$T/u8d/$d/"; done
+expect "a class folder whose name is not UTF-8 refused" 1 "is not valid UTF-8 (byte 0xff at offset 1)" \
+    $V train $M --data "$T/u8d" --num-classes 2 --epochs 1 --batch-size 1 --out "$T/u8c"
+check "... leaving no run folder" "[ ! -e '$T/u8c' ]"
+printf '{"0": "a", "1": "b\377", "2": "c", "3": "d", "4": "e", "5": "f", "6": "g", "7": "h", "8": "i", "9": "j"}' \
+    >"$T/u8cls.json"
+expect "a --classes name that is not UTF-8 refused" 1 "not valid UTF-8" \
+    $V predict $M -w "$T/w.safetensors" --classes "$T/u8cls.json" "$T/good.png"
 # predict --json stays valid JSON (UTF-8) for file names that are not UTF-8 and for errors naming them
 cp "$T/good.png" "$T/bad$(printf '\377').png"
 $V predict $M -w "$T/w.safetensors" --json "$T/bad$(printf '\377').png" "$T/missing$(printf '\303')" >"$T/u8.json" 2>/dev/null
