@@ -676,6 +676,9 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
     if (o->resume) {
+        if (access(ck, R_OK) != 0) /* before anything is written there (a folder that is not a run, a data folder) */
+            return vt_seterr(e, "cannot resume %s: %s: %s (a run folder holds checkpoint.safetensors)", o->resume, ck,
+                             strerror(errno));
         checkpoint_meta(ck, "model", model, sizeof model);
         if (model[0] && strcmp(model, c->name) != 0)
             return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);

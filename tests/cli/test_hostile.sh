@@ -166,6 +166,10 @@ check "an option given again replaces its value (a script may override a shared 
 expect "a --data path that is not UTF-8 refused" 1 "not valid UTF-8 (byte 0xff" \
     $V train $M --data "$T/d$(printf '\377')x" --epochs 1 --out "$T/u8run"
 check "... leaving no run folder" "[ ! -e '$T/u8run' ]"
+# --resume of a folder that holds no run (a typo, the data folder) is refused before anything is written there
+mkdir -p "$T/norun"
+expect "--resume of a folder without a checkpoint refused" 1 "cannot resume" $V train $M --resume "$T/norun"
+check "... and the folder stays empty" "[ -z \"\$(ls -A '$T/norun')\" ]" "$(ls -A "$T/norun")"
 # class names go into classes.json and JSON output: a class folder (or a --classes name) that is not UTF-8 is refused
 mkdir -p "$T/u8d/train/a" "$T/u8d/train/b$(printf '\377')" "$T/u8d/val/a"
 for d in train/a "train/b$(printf '\377')" val/a; do cp "$T/good.png" "$T/u8d/$d/"; done
