@@ -165,6 +165,7 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
     if (src->nclasses > c->arch.num_classes)
         return vt_seterr(e, "the data has %d classes but %s has %d outputs (--num-classes %d)", src->nclasses, c->name,
                          c->arch.num_classes, src->nclasses);
+    if (!loader && src->n > 0 && batch > src->n) batch = src->n; /* a graph no larger than the images it will see */
     vt_graph *g = vt_graph_new(P, 0, e);
     if (!g) return -1;
     vt_tensor *x;

@@ -170,6 +170,12 @@ check "... leaving no run folder" "[ ! -e '$T/u8run' ]"
 mkdir -p "$T/norun"
 expect "--resume of a folder without a checkpoint refused" 1 "cannot resume" $V train $M --resume "$T/norun"
 check "... and the folder stays empty" "[ -z \"\$(ls -A '$T/norun')\" ]" "$(ls -A "$T/norun")"
+# eval's batch is capped at the images it evaluates (65536 on 5 images had built a 4.9 GB graph)
+(ulimit -v 2000000; $V eval $M -w "$T/w.safetensors" --test-subset 5 --batch-size 65536 >"$T/eb1.log" 2>&1)
+rc=$?
+$V eval $M -w "$T/w.safetensors" --test-subset 5 --batch-size 2 >"$T/eb2.log" 2>&1
+check "eval --batch-size 65536 on 5 images: within 2 GB of address space, the result of batch 2" \
+    "[ $rc -eq 0 ] && [ \"\$(tail -1 '$T/eb1.log')\" = \"\$(tail -1 '$T/eb2.log')\" ]" "$(tail -2 "$T/eb1.log")"
 # class names go into classes.json and JSON output: a class folder (or a --classes name) that is not UTF-8 is refused
 mkdir -p "$T/u8d/train/a" "$T/u8d/train/b$(printf '\377')" "$T/u8d/val/a"
 for d in train/a "train/b$(printf '\377')" val/a; do cp "$T/good.png" "$T/u8d/$d/"; done
