@@ -512,6 +512,28 @@ static void test_conversions(vt_test *T) {
             "dtype tables");
 }
 
+/* Error messages that do not fit vt_err end in "..." at a character boundary (valid UTF-8), short ones are whole. */
+static void test_error_fit(vt_test *T) {
+    vt_err e = {{0}};
+    vt_seterr(&e, "short %d", 7);
+    T_CHECK(T, strcmp(e.msg, "short 7") == 0, "a short message whole: %s", e.msg);
+    char name[700];
+    for (int pre = 0; pre < 3; pre++) { /* the cut lands on each byte of a 2-byte character in turn */
+        memset(name, 'a', (size_t)pre);
+        int len = pre;
+        for (; len + 2 < (int)sizeof name; len += 2) memcpy(name + len, "\xc3\xa9", 2); /* é */
+        name[len] = '\0';
+        vt_clearerr(&e);
+        vt_seterr(&e, "cannot open %s: No such file or directory", name);
+        const size_t n = strlen(e.msg);
+        size_t bad = 0;
+        T_CHECK(T, n < sizeof e.msg && n >= 3 && strcmp(e.msg + n - 3, "...") == 0 &&
+                       vt_utf8_valid((const uint8_t *)e.msg, n, &bad),
+                "a cut message ends in ... and stays valid UTF-8 (prefix %d: length %zu, bad byte at %zu)", pre, n,
+                bad);
+    }
+}
+
 void test_safetensors(vt_test *T) {
     char dir[] = "/tmp/vitc_st_XXXXXX";
     if (!mkdtemp(dir)) {
@@ -523,6 +545,7 @@ void test_safetensors(vt_test *T) {
     test_stale_temps(T, dir);
     test_malformed(T, dir);
     test_conversions(T);
+    test_error_fit(T);
     T_CHECK(T, count_dir(dir, NULL) == 0, "test files left behind");
     rm_dir(dir);
 }

@@ -15,6 +15,10 @@ int vt_seterr(vt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Clears the message. */
 void vt_clearerr(vt_err *e);
 
+/* After vsnprintf into msg (size bytes) returned `needed`: a message that did not fit ends in "..." (cut at a UTF-8
+ * character boundary) instead of mid-word or mid-character. */
+void vt_msg_fit(char *msg, size_t size, int needed);
+
 /* Allocates n bytes aligned to 64 bytes, zeroed; returns NULL (and sets e) when out of memory. */
 void *vt_alloc(size_t n, vt_err *e);
 

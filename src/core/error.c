@@ -9,10 +9,17 @@ int vt_seterr(vt_err *e, const char *fmt, ...) {
     if (e && e->msg[0] == '\0') {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        vt_msg_fit(e->msg, sizeof e->msg, vsnprintf(e->msg, sizeof e->msg, fmt, ap));
         va_end(ap);
     }
     return -1;
+}
+
+void vt_msg_fit(char *msg, size_t size, int needed) {
+    if (needed < 0 || (size_t)needed < size || size < 4) return;
+    size_t end = size - 4; /* "..." and the NUL after the kept bytes */
+    while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80) end--; /* msg[end] starts a character */
+    memcpy(msg + end, "...", 4);
 }
 
 void vt_clearerr(vt_err *e) {
