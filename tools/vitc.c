@@ -82,8 +82,8 @@ static const optdef optdefs[] = {
     O("--output", O_STR, output, "output safetensors file (`attention`: the PNG)"),
     O("-o", O_STR, output, "same as --output"),
     NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
-    NUM("--in-chans", O_INT, in_chans, 1, 4096, "input channels (default: the model's)"),
-    NUM("--num-classes", O_INT, num_classes, 1, 1000000, "classes of the head (default: the model's)"),
+    NUM("--in-chans", O_INT, in_chans, 1, 64, "input channels (default: the model's)"),
+    NUM("--num-classes", O_INT, num_classes, 1, 100000, "classes of the head (default: the model's)"),
     O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
       "orig_g<N>, hmhsa, flatten, refiner, gma (where the host allows it)"),
     O("--ffn", O_STR, ffn, "FFN of every block: mlp, cffn"),

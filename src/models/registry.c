@@ -140,8 +140,8 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (a->img_size < 1 || a->img_size > 4096)
         return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
     if (a->in_chans > 64 || a->num_classes > 100000)
-        return vt_seterr(e, "%s: %d input channels / %d classes out of range", cfg->name, a->in_chans,
-                         a->num_classes);
+        return vt_seterr(e, "%s: %d input channels / %d classes out of range (at most 64 / 100000)", cfg->name,
+                         a->in_chans, a->num_classes);
     if (vt_ffn_find(a->ffn) == NULL) {
         char names[256];
         return vt_seterr(e, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,

@@ -210,7 +210,7 @@ while IFS='|' read -r args want; do
 done <<'EOF'
 info deit_tiny_patch16_224 --img-size 0|--img-size must be in [1, 4096], got 0
 info deit_tiny_patch16_224 --img-size -5|--img-size must be in [1, 4096], got -5
-info deit_tiny_patch16_224 --num-classes 0|--num-classes must be in [1, 1000000], got 0
+info deit_tiny_patch16_224 --num-classes 0|--num-classes must be in [1, 100000], got 0
 bench vit_fmnist_tiny --batch-size 0|--batch-size must be in [1, 65536], got 0
 bench vit_fmnist_tiny --batch-size 100000000|--batch-size must be in [1, 65536]
 train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr (not finite; expected a number in (0, 10])
