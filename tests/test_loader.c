@@ -59,6 +59,21 @@ static int failing_apply(const void *ctx, const vt_image *img, vt_rng *rng, floa
     return vt_seterr(e, "transform refuses");
 }
 
+/* A source whose images at the indices marked in bad[] come out 1 pixel wide (the pixels left as they are). */
+static int narrow_get(void *ctx, int i, int chans, int min_side, vt_image *img, int *label, vt_err *e) {
+    const flaky *f = ctx;
+    const int rc = f->inner.get(f->inner.ctx, i, chans, min_side, img, label, e);
+    if (rc == 0 && f->bad[i]) img->w = 1;
+    return rc;
+}
+
+/* The transform in ctx, refusing 1-pixel-wide images (as the resize refuses extreme aspect ratios). */
+static int picky_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e) {
+    const vt_transform *t = ctx;
+    if (img->w == 1) return vt_seterr(e, "transform refuses a 1-pixel-wide image");
+    return t->apply(t->ctx, img, rng, out, e);
+}
+
 static void touch(const char *dir, const char *name) {
     char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -462,13 +477,27 @@ void test_loader(vt_test *T) {
                    strstr(e.msg, "none of the 100 images"),
             "all unreadable: %s", e.msg);
 
-    /* a failing transform is an error, not a hang */
+    /* images the transform refuses are skipped as unreadable ones are (replaced by the next usable index, or
+     * dropped); a transform refusing every image is an error, not a hang */
+    for (int i = 0; i < NS; i++) badm[i] = i == 3 || i == 4 || i == 9 || i == NS - 1;
+    const vt_source nsrc = {NS, 7, narrow_get, NULL, &fl};
+    vt_transform picky = tf;
+    picky.apply = picky_apply;
+    picky.ctx = &tf;
+    vt_clearerr(&e);
+    nr = run_epoch(&nsrc, &picky, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, &skipped, &e);
+    T_CHECK(T, nr == NS && skipped == 4 && memcmp(b + 3 * per, a + 5 * per, per * sizeof(float)) == 0 &&
+                   lb[3] == lab8[5] && lb[NS - 1] == lab8[0] && memcmp(b + 10 * per, a + 10 * per, per * 4) == 0,
+            "refused by the transform, replaced: rows %d, skipped %lld: %s", nr, (long long)skipped, e.msg);
+    nr = run_epoch(&nsrc, &picky, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &e);
+    T_CHECK(T, nr == NS && skipped == 4 && lb[9] == -1 && lb[10] == lab8[10], "refused by the transform, dropped: %lld",
+            (long long)skipped);
     vt_transform bad_tf = tf;
     bad_tf.apply = failing_apply;
     vt_clearerr(&e);
     T_CHECK(T, run_epoch(&src, &bad_tf, 3, 2, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &e) == -1 &&
-                   strstr(e.msg, "transform refuses"),
-            "failing transform: %s", e.msg);
+                   strstr(e.msg, "none of the 100 images"),
+            "a transform refusing every image: %s", e.msg);
     vt_clearerr(&e);
     T_CHECK(T, !vt_loader_new(&src, &tf, 0, 1, 1, VT_BAD_REPLACE, &e) && strstr(e.msg, "batch 0"), "batch 0: %s",
             e.msg);

@@ -53,26 +53,41 @@ static int batch_rows(const vt_loader *L, int k) {
     return rest < L->B ? rest : L->B;
 }
 
-/* Reads sample i (unlocked); on failure marks it bad and warns once (locked). Returns 0 or -1. */
-static int read_sample(vt_loader *L, int i, vt_image *img, int *label) {
-    vt_err e = {{0}};
-    if (L->src->get(L->src->ctx, i, L->tf->chans, L->tf->min_side, img, label, &e) == 0) {
-        if (*label >= 0 && *label < L->src->nclasses) return 0;
-        vt_image_free(img);
-        vt_seterr(&e, "label %d out of range [0, %d)", *label, L->src->nclasses);
-    }
+/* Marks sample i bad and warns once (locked): it could not be read (what "unreadable") or transformed ("unusable"). */
+static void mark_bad(vt_loader *L, int i, const char *what, const vt_err *e) {
     pthread_mutex_lock(&L->mu);
     if (!L->known_bad[i]) {
         L->known_bad[i] = 1;
         const char *nm = L->src->name ? L->src->name(L->src->ctx, i) : NULL;
-        if (nm && strstr(e.msg, nm))
-            fprintf(stderr, "vitc: warning: skipping unreadable image: %s\n", e.msg);
+        if (nm && strstr(e->msg, nm))
+            fprintf(stderr, "vitc: warning: skipping %s image: %s\n", what, e->msg);
         else if (nm)
-            fprintf(stderr, "vitc: warning: skipping unreadable image %s: %s\n", nm, e.msg);
+            fprintf(stderr, "vitc: warning: skipping %s image %s: %s\n", what, nm, e->msg);
         else
-            fprintf(stderr, "vitc: warning: skipping unreadable sample %d: %s\n", i, e.msg);
+            fprintf(stderr, "vitc: warning: skipping %s sample %d: %s\n", what, i, e->msg);
     }
     pthread_mutex_unlock(&L->mu);
+}
+
+/* Reads sample i and transforms it into out (unlocked; its draws keyed by key); on failure marks it bad. Returns 0 or
+ * -1. */
+static int read_sample(vt_loader *L, int i, uint64_t key, float *out, int *label) {
+    vt_err e = {{0}};
+    vt_image img = {0, 0, 0, NULL};
+    if (L->src->get(L->src->ctx, i, L->tf->chans, L->tf->min_side, &img, label, &e) == 0) {
+        if (*label >= 0 && *label < L->src->nclasses) {
+            vt_rng rng;
+            vt_rng_seed(&rng, vt_rng_key(L->seed, (uint64_t)L->epoch, key));
+            const int rc = L->tf->apply(L->tf->ctx, &img, &rng, out, &e);
+            vt_image_free(&img);
+            if (rc == 0) return 0;
+            mark_bad(L, i, "unusable", &e); /* e.g. an aspect ratio the resize cannot take: as an unreadable one */
+            return -1;
+        }
+        vt_image_free(&img);
+        vt_seterr(&e, "label %d out of range [0, %d)", *label, L->src->nclasses);
+    }
+    mark_bad(L, i, "unreadable", &e);
     return -1;
 }
 
@@ -80,12 +95,12 @@ static int read_sample(vt_loader *L, int i, vt_image *img, int *label) {
 static int make_row(vt_loader *L, int p, slot *s, int r) {
     float *out = s->x + (size_t)r * L->per;
     int i = L->idx[p], label = -1, tries = 0, bad = 0;
-    vt_image img = {0, 0, 0, NULL};
     for (;;) {
         pthread_mutex_lock(&L->mu);
         const int known = L->known_bad[i];
         pthread_mutex_unlock(&L->mu);
-        if (!known && read_sample(L, i, &img, &label) == 0) break;
+        const uint64_t key = L->keys ? L->keys[p] + (uint64_t)(i - L->idx[p]) : (uint64_t)i;
+        if (!known && read_sample(L, i, key, out, &label) == 0) break;
         bad += tries == 0;
         if (L->bad == VT_BAD_DROP || ++tries >= L->src->n) {
             pthread_mutex_lock(&L->mu);
@@ -109,23 +124,8 @@ static int make_row(vt_loader *L, int p, slot *s, int r) {
         L->skipped += bad;
         pthread_mutex_unlock(&L->mu);
     }
-    vt_rng rng;
-    const uint64_t key = L->keys ? L->keys[p] + (uint64_t)(i - L->idx[p]) : (uint64_t)i;
-    vt_rng_seed(&rng, vt_rng_key(L->seed, (uint64_t)L->epoch, key));
-    vt_err e = {{0}};
-    int rc = L->tf->apply(L->tf->ctx, &img, &rng, out, &e);
-    vt_image_free(&img);
     s->labels[r] = label;
-    if (rc) {
-        const char *nm = L->src->name ? L->src->name(L->src->ctx, i) : NULL;
-        pthread_mutex_lock(&L->mu);
-        if (nm)
-            vt_seterr(&L->err, "transforming %s: %s", nm, e.msg);
-        else
-            vt_seterr(&L->err, "transforming sample %d: %s", i, e.msg);
-        pthread_mutex_unlock(&L->mu);
-    }
-    return rc;
+    return 0;
 }
 
 static void *worker(void *arg) {
