@@ -1103,10 +1103,11 @@ static int cmd_eval(opts *o) {
         if (q) printf(", \"fp32_acc1\": %.4f, \"top1_agreement\": %.4f", 100 * rf.acc1, 100.0 * agree / r.n);
         printf("}\n");
     } else {
-        printf("%s%s on %s%s%s (%d images%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
+        printf("%s%s on %s%s%s (%d image%s%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
                !q ? c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "" : c.arch.int8 ? " (int8)" : " (bf16)",
                what,
-               d.folder ? " " : "", d.folder ? data : "", r.n, r.skipped ? ", unreadable ones skipped" : "", r.loss,
+               d.folder ? " " : "", d.folder ? data : "", r.n, r.n == 1 ? "" : "s",
+               r.skipped ? ", unreadable ones skipped" : "", r.loss,
                100 * r.acc1, 100 * r.acc5);
         if (q)
             printf("fp32: top-1 accuracy %.2f%% (%s %+.2f points); top-1 agreement of %s with fp32: %.2f%% (%d of %d)",

@@ -1117,8 +1117,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (lead) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("Done: %d epochs; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs, wpath,
-               o->run_dir, ru.ru_maxrss / 1024.0);
+        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs,
+               o->epochs == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
         if (st.best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
             printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st.best_epoch, 100 * st.best_acc1,
                    access(bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
