@@ -26,6 +26,10 @@ vt_attn_ctx vt_stage_attn_ctx(const vt_model_cfg *c, int i, int grid_h, int grid
 /* Stage i's context for its FFNs (hidden width from the stage's MLP ratio, form, options). */
 vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i);
 
+/* vt_family.deploy of a family whose only re-parameterised block is cFFN (ViT, PVT): its merge (BatchNorm eps
+ * 1e-5), refused for a model without cFFN, whose training and deployed forms are the same. */
+int vt_family_cffn_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e);
+
 /* A four-stage family's `features` result once its backbone has filled maps (last: the backbone's output, unused):
  * 4, or -1 after a build error or a missing stage map. */
 int vt_four_stage_maps(vt_graph *g, vt_tensor *last, vt_tensor *maps[VT_MAX_STAGES]);

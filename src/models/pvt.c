@@ -290,12 +290,6 @@ static int no_decay(const vt_tensor *t) {
     return vt_no_decay_default(t, skip);
 }
 
-/* cFFN's re-parameterisation merge (the only difference between the forms here). */
-static int deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
-    (void)c;
-    return vt_cffn_deploy(train, dep, 1e-5f, e);
-}
-
 /* PVT-Tiny (official pvt_tiny): the base every model of this family overrides; widths 64/128/320/512, heads
  * 1/2/5/8, MLP ratios 8/8/4/4, SR ratios 8/4/2/1, qkv bias, drop-path 0.1, timm's pvt_v2 pretrained cfg (crop 0.9). */
 #define PVT_BASE                                                                                                  \
@@ -347,6 +341,6 @@ static const vt_model_cfg models[] = {
 static int any_size(const vt_model_cfg *c) { return c->arch.version == 2 && !has_flatten(&c->arch); }
 
 const vt_family vt_family_pvt = {
-    .name = "pvt", .build = build, .features = features, .deploy = deploy, .no_decay = no_decay, .check = check,
+    .name = "pvt", .build = build, .features = features, .deploy = vt_family_cffn_deploy, .no_decay = no_decay, .check = check,
     .any_size = any_size, .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
 };

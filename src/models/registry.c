@@ -250,6 +250,13 @@ vt_model_cfg vt_model_training_form(const vt_model_cfg *c) {
     return t;
 }
 
+int vt_family_cffn_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
+    if (strcmp(c->arch.ffn, "cffn") != 0)
+        return vt_seterr(e, "%s: nothing to deploy (without cFFN, --ffn cffn, its training and deployed forms are the "
+                         "same)", c->name);
+    return vt_cffn_deploy(train, dep, 1e-5f, e);
+}
+
 int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
     if (!c->family->deploy)
         return vt_seterr(e, "%s: nothing to deploy (%s models have the same form in training and inference)", c->name,

@@ -67,12 +67,6 @@ static int no_decay(const vt_tensor *t) {
     return vt_no_decay_default(t, skip);
 }
 
-/* cFFN's re-parameterisation merge (the only difference between the forms in this host). */
-static int deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
-    (void)c;
-    return vt_cffn_deploy(train, dep, 1e-5f, e);
-}
-
 /* DeiT-Ti (timm deit_tiny_patch16_224): the base every model of this family overrides. */
 #define VIT_BASE                                                                                                  \
     .family = &vt_family_vit,                                                                                     \
@@ -123,6 +117,6 @@ static const vt_model_cfg models[] = {
 };
 
 const vt_family vt_family_vit = {
-    .name = "vit", .build = build, .deploy = deploy, .no_decay = no_decay, .check = check,
+    .name = "vit", .build = build, .deploy = vt_family_cffn_deploy, .no_decay = no_decay, .check = check,
     .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
 };

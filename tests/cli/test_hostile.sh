@@ -214,6 +214,9 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
     expect "info ${c%%:*} refused" 1 "${c#*:}" $V info ${c%%:*}
 done
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
+expect "deploy of a model without re-parameterised blocks refused, as for every family" 1 "nothing to deploy" \
+    $V deploy $M -w "$T/w.safetensors" -o "$T/nodep.safetensors"
+check "... writing no file" "[ ! -e '$T/nodep.safetensors' ]"
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "--min-lr above --lr refused" 1 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
