@@ -1,5 +1,6 @@
 /* vitc command-line interface: parses arguments and calls the library. `vitc help` lists the subcommands. */
 #include <cblas.h> /* openblas_set_num_threads */
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -1527,11 +1528,12 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
-    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny) {
+    const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
+    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
         fprintf(stderr, "vitc %s: bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)\n", cmd, v, a, what,
                 errno == ERANGE ? "out of range of a double, or too close to 0"
                 : tiny          ? "too close to 0 for a float"
-                : end && !*end && end != v ? "not finite"
+                : end && !*end && end != v && !blank ? "not finite"
                                            : d->kind == O_DBL ? "not a number" : "not an integer",
                 d->kind == O_DBL ? "a number" : "an integer", d->lo_open ? '(' : '[', d->lo, d->hi,
                 d->hi_open ? ')' : ']');

@@ -202,7 +202,11 @@ check "bench --profile: time per op with its kind, the split by kind and the 12 
 'outside GEMM calls [0-9.]+%$' '$T/prof.log' &&
      [ \$(sed -n '/^slowest nodes/,/img.s/p' '$T/prof.log' | grep -Ec '^[0-9]+ ') -eq 12 ]" \
     "$(cat "$T/prof.log")"
-# numeric options: a value outside its range, NaN/Inf or garbage is refused (never replaced by the default)
+# numeric options: a value outside its range, NaN/Inf or garbage is refused (never replaced by the default); blanks
+# around a value too, leading as trailing
+$V info vit_fmnist_tiny --img-size " 28" >"$T/r.log" 2>&1
+check "refused: an integer with a leading blank" "[ $? -eq 2 ] && grep -qF \"bad value ' 28' for --img-size\" '$T/r.log'" \
+    "$(cat "$T/r.log")"
 while IFS='|' read -r args want; do
     $V $args >"$T/r.log" 2>&1
     rc=$?
