@@ -83,6 +83,7 @@ typedef struct vt_attn_type {
     const char *name, *summary;
     vt_tensor *(*build)(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
     int (*accepts)(const char *name); /* optional: accepts a family of names (e.g. msf_g4); NULL: `name` only */
+    const char *forms;                /* with accepts: those names as messages list them (e.g. "msf_g<N>") */
 } vt_attn_type;
 
 /* An FFN type: on x (B, N, C) returns (B, N, C). */

@@ -32,13 +32,13 @@ static vt_tensor *attn_gma(vt_graph *g, const char *prefix, vt_tensor *x, const 
 }
 
 static const vt_attn_type attn_types[] = {
-    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL},
+    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL},
     {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>",
-     vt_block_msf_host, msf_accepts},
-    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL},
-    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL},
-    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL},
-    {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL},
+     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>"},
+    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL},
+    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL},
+    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL},
+    {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL, NULL},
 };
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
@@ -64,8 +64,12 @@ const vt_ffn_type *vt_ffn_find(const char *name) {
 const char *vt_block_type_names(int which, char *buf, size_t n) {
     size_t k = 0;
     buf[0] = '\0';
-    for (int i = 0; i < (which ? NFFN : NATTN) && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", which ? ffn_types[i].name : attn_types[i].name);
+    for (int i = 0; i < (which ? NFFN : NATTN) && k < n; i++) {
+        const char *forms = which ? NULL : attn_types[i].forms;
+        k += (size_t)snprintf(buf + k, n - k, "%s%s%s%s%s", i ? ", " : "",
+                              which ? ffn_types[i].name : attn_types[i].name, forms ? " (also " : "",
+                              forms ? forms : "", forms ? ")" : "");
+    }
     return buf;
 }
 

@@ -207,6 +207,8 @@ rows = [json.loads(l) for l in open(sys.argv[1], 'rb')]
 ok = len(rows) == 2 and rows[0]['image'].endswith('bad\ufffd.png') and 'top' in rows[0] and 'error' in rows[1]
 print('ok' if ok else rows)" "$T/u8.json" 2>&1)
 check "predict --json with a file name that is not UTF-8: valid JSON, U+FFFD in its place" "[ '$r' = ok ]" "$r"
+expect "an unknown attention type refused, the list naming msf's group forms" 1 "(also msf_g<N>" \
+    $V info simplevit_ti_msf --attn msf_g0
 # a block a host cannot hold is refused by name, never ignored
 for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixed blocks" \
     "groupmixformer_test --attn mhsa:fixed blocks" "simplevit_ti_msf --ffn cffn:takes the MSF paper" \
