@@ -31,6 +31,10 @@ typedef struct vt_image {
  * any other format is refused. */
 int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e);
 
+/* Reads the image file at path whole (at most VT_IMAGE_MAX_BYTES) into a new malloc'd buffer (free with free()); a
+ * stream (pipe, FIFO, device) whose first 16 bytes start no image format is read no further. */
+int vt_image_read(const char *path, unsigned char **buf, size_t *n, vt_err *e);
+
 /* Converts w·h pixels of `from` interleaved channels (1 L, 2 LA, 3 RGB, 4 RGBA) to `to` (1 or 3) in a new malloc'd
  * buffer as PIL's convert() does (RGB -> L: ITU-R 601-2 luma in PIL 9.4's 16-bit fixed point; L -> RGB: copies;
  * alpha dropped). */
@@ -56,7 +60,7 @@ void vt_image_free(vt_image *img);
 /* Preprocesses w×h pixels of `chans` interleaved uint8 channels (chans == p->chans) into out (chans, S, S). */
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e);
 
-/* Reads and decodes the image file at path (vt_read_file, vt_image_decode; PNG, JPEG, BMP, GIF, TGA, PNM, PSD, HDR)
+/* Reads and decodes the image file at path (vt_image_read, vt_image_decode; PNG, JPEG, BMP, GIF, TGA, PNM, PSD, HDR)
  * and preprocesses it into out (chans, S, S); an unreadable, corrupt, truncated or oversized file gives an error
  * naming it. */
 int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *e);

@@ -21,6 +21,7 @@
 #include <stb_image.h>
 #include <turbojpeg.h>
 
+#include "vitc/fileio.h"
 #include "vitc/image.h"
 
 void vt_image_free(vt_image *img) {
@@ -477,6 +478,21 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     img->pix = vt_image_convert(pix, w, h, from, chans, e);
     stbi_image_free(pix);
     return img->pix ? 0 : -1;
+}
+
+/* vt_size_fn of a streamed image (vt_image_read): its first 16 bytes, then the rest only when they start a format
+ * vt_image_decode reads (a stream of anything else, e.g. /dev/zero, stops there and is refused as unrecognised). */
+static size_t stream_size(const unsigned char *b, size_t len, void *arg) {
+    (void)arg;
+    static const unsigned char png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (len < 16) return 16;
+    const int known = memcmp(b, png_sig, 8) == 0 || (b[0] == 0xff && b[1] == 0xd8) ||
+                      (b[0] == 'P' && (b[1] == '5' || b[1] == '6')) || stb_kind(b, len) != FMT_NONE;
+    return known ? SIZE_MAX : len;
+}
+
+int vt_image_read(const char *path, unsigned char **buf, size_t *n, vt_err *e) {
+    return vt_read_sized(path, VT_IMAGE_MAX_BYTES, stream_size, NULL, buf, n, e);
 }
 
 int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e) {

@@ -471,7 +471,7 @@ static int folder_get(void *ctx, int i, int chans, int min_side, vt_image *img, 
     unsigned char *buf = NULL;
     size_t n = 0;
     vt_err de = {{0}};
-    if (vt_read_file(f->paths[i], VT_IMAGE_MAX_BYTES, &buf, &n, &de) ||
+    if (vt_image_read(f->paths[i], &buf, &n, &de) ||
         vt_image_decode(buf, n, chans, min_side, img, &de)) {
         free(buf);
         return vt_seterr(e, "%s: %s", f->paths[i], de.msg);

@@ -107,6 +107,8 @@ expect "init -o \"\" refused" 1 "empty output file name" $V init $M -o ""
 # input through a pipe is read once (its size taken from the same read)
 expect "--weights /dev/zero refused at once" 1 "JSON object" timeout 20 $V forward $M -w /dev/zero --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "--input /dev/zero refused at once" 1 "JSON object" timeout 20 $V forward $M -w "$T/w.safetensors" --input /dev/zero -o "$T/y.safetensors"
+# ... and so does an image stream that starts no image format (it had read 1 GiB of /dev/zero, then refused the size)
+expect "predict /dev/zero refused at its first bytes" 1 "unrecognised image format" timeout 20 $V predict $M -w "$T/w.safetensors" /dev/zero
 $V forward $M -w "$T/w.safetensors" --input <(cat "$T/x.safetensors") -o "$T/yp.safetensors" >"$T/pin.log" 2>&1
 check "an input through a pipe without --img-size" "[ $? -eq 0 ] && [ -s '$T/yp.safetensors' ]" "$(cat "$T/pin.log")"
 # 17. finite inputs and weights that overflow float32: an error, no file of NaN
