@@ -57,14 +57,20 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
         *out = *c;
         return 0;
     }
-    if (!vt_model_any_size(c))
-        return vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s family); "
-                         "another size needs --img-size %d and weights made at that size", c->name, c->arch.img_size,
-                         c->arch.img_size, size, size, c->family->name, size);
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = size;
     vt_err ce = {{0}};
-    if (vt_model_configure(c, &ov, out, &ce)) return vt_seterr(e, "%dx%d input: %s", size, size, ce.msg);
+    vt_model_cfg sized; /* out may be c */
+    const int bad = vt_model_configure(c, &ov, &sized, &ce);
+    if (!vt_model_any_size(c)) /* the hint only where the size is one the model can be made at */
+        return bad ? vt_seterr(e, "%s takes %d×%d inputs, not %d×%d (its weights depend on the image size, and that "
+                               "size does not fit it: %s)", c->name, c->arch.img_size, c->arch.img_size, size, size,
+                               ce.msg)
+                   : vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s "
+                               "family); another size needs --img-size %d and weights made at that size", c->name,
+                               c->arch.img_size, c->arch.img_size, size, size, c->family->name, size);
+    if (bad) return vt_seterr(e, "%dx%d input: %s", size, size, ce.msg);
+    *out = sized;
     return 0;
 }
 

@@ -122,6 +122,7 @@ import numpy as np, st
 r = np.random.default_rng(2)
 st.save(f"{sys.argv[1]}/g32.safetensors", {"input": r.standard_normal((2, 3, 32, 32)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/v20.safetensors", {"input": r.standard_normal((1, 1, 20, 20)).astype(np.float32)})
+st.save(f"{sys.argv[1]}/v3.safetensors", {"input": r.standard_normal((1, 1, 3, 3)).astype(np.float32)})
 EOF
 $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g32.safetensors" -o "$T/y.safetensors" >"$T/f.log" 2>&1
 rc1=$?
@@ -145,6 +146,11 @@ rc=$?
 check "forward: a fixed-size model refuses another input size, saying why" \
     "[ $rc -eq 1 ] && grep -q 'vit_fmnist_tiny takes 28×28 inputs, not 20×20: its weights depend on the image size' '$T/f2.log'" \
     "rc $rc: $(cat "$T/f2.log")"
+$V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v3.safetensors" -o "$T/y3.safetensors" >"$T/f3.log" 2>&1
+rc=$?
+check "forward: ... and at a size no weights can be made for, it says why instead of suggesting --img-size 3" \
+    "[ $rc -eq 1 ] && grep -q 'not 3×3 (its weights depend on the image size, and that size does not fit it: .*patch' '$T/f3.log' && ! grep -q 'img-size 3' '$T/f3.log'" \
+    "rc $rc: $(cat "$T/f3.log")"
 $V predict groupmixformer_test -w "$T/g.safetensors" --img-size 32 --output "$T/pg.safetensors" "$T/p00.png" \
     >"$T/pg.log" 2>&1
 rc=$?
