@@ -392,17 +392,28 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
         for (int k = 0; k < nmod; k++) {
             int p = -1, B, H, N, M, N0 = 0;
             char wb[300];
+            const char *lack = "no attention map"; /* why no map of block k fits, the last reason seen */
             for (int i = 0; i < g->nmaps && p < 0; i++) {
+                if (mod_of[i] != k) continue;
                 map_dims(g->maps[i], &B, &H, &N, &M);
-                if (mod_of[i] == k && g->maps[i]->probs && N == M && !g->maps[i]->win_h &&
-                    drawable(g->maps[i], wb, sizeof wb) == 0)
+                if (!g->maps[i]->probs)
+                    lack = "no softmax probabilities (its attention is not a softmax over tokens)";
+                else if (g->maps[i]->win_h)
+                    lack = "maps inside windows or stripes only, not over the whole image";
+                else if (N != M)
+                    lack = "fewer keys than queries (spatial reduction)";
+                else if (drawable(g->maps[i], wb, sizeof wb) != 0)
+                    lack = "no map that can be drawn";
+                else
                     p = i;
             }
             if (r->nprim) map_dims(r->prim[0], &B, &H, &N0, &M);
             if (p >= 0) map_dims(g->maps[p], &B, &H, &N, &M);
             if (p < 0 || (r->nprim && N != N0)) {
+                char tok[96];
+                if (p >= 0) snprintf(tok, sizeof tok, "maps over %d tokens where the first block's are over %d", N, N0);
                 vt_seterr(e, "--rollout needs every block's token-to-token probabilities over the same tokens; %s has "
-                          "none that fit", mods[k]);
+                          "%s", mods[k], p >= 0 ? tok : lack);
                 goto done;
             }
             if (!r->cur[p] && !(r->cur[p] = malloc(sizeof(float) * (size_t)map_numel(g->maps[p])))) goto oom;

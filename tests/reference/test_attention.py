@@ -296,11 +296,11 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
     fails(rep, "-o not .png", "ending in .png", *base, imgs[0], "-o", tmp / "pic.jpg")
     wm = tmp / "swin.safetensors"
     if vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", wm) is not None:
-        fails(rep, "rollout over windows", "--rollout", "attention", "swin_fmnist_tiny", "--weights", wm, imgs[0],
+        fails(rep, "rollout over windows", "windows or stripes only", "attention", "swin_fmnist_tiny", "--weights", wm, imgs[0],
               *out, "--rollout")
     wg = tmp / "gma_w.safetensors"
     if vitc_ok(rep, "init gma", "init", "vit_fmnist_tiny_gap", "--attn", "gma", "-o", wg) is not None:
-        fails(rep, "rollout without probabilities", "--rollout", "attention", "vit_fmnist_tiny_gap", "--attn", "gma",
+        fails(rep, "rollout without probabilities", "no softmax probabilities", "attention", "vit_fmnist_tiny_gap", "--attn", "gma",
               "--weights", wg, imgs[0], *out, "--rollout")
 
 
