@@ -306,7 +306,12 @@ static void set_threads(const opts *o, int ranks) {
         from = "the online cores";
     }
     if (want > cores) {
-        fprintf(stderr, "vitc: notice: %ld threads asked (%s) but %ld cores are online: using %ld threads\n", want,
+        char asked[32]; /* as given: strtol caps a longer number at LONG_MAX */
+        if (strcmp(from, "OMP_NUM_THREADS") == 0)
+            snprintf(asked, sizeof asked, "%.*s", (int)strcspn(env, ","), env);
+        else
+            snprintf(asked, sizeof asked, "%ld", want);
+        fprintf(stderr, "vitc: notice: %s threads asked (%s) but %ld cores are online: using %ld threads\n", asked,
                 from, cores, cores);
         want = cores;
     }

@@ -82,6 +82,8 @@ check "a 249-byte output name" "[ $? -eq 0 ] && [ -s '$T/$long' ]" "$(cat "$T/lo
 # 14. absurd thread counts are clamped with a notice, never a crash
 OMP_NUM_THREADS=100000 $V bench $M --batch-size 2 --iters 1 >"$T/t.log" 2>&1
 check "OMP_NUM_THREADS=100000 is clamped" "[ $? -eq 0 ] && grep -qi 'thread' '$T/t.log'" "$(cat "$T/t.log")"
+OMP_NUM_THREADS=9223372036854775808 $V bench $M --batch-size 2 --iters 1 >"$T/t.log" 2>&1
+check "a thread count past 2^63 is echoed as given" "[ $? -eq 0 ] && grep -q '9223372036854775808 threads asked' '$T/t.log'" "$(cat "$T/t.log")"
 OMP_NUM_THREADS=300 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
 check "OMP_NUM_THREADS=300 runs on the cores it has and says so" "[ $? -eq 0 ] && grep -qi 'thread' '$T/t.err' && \
     grep -q \"\\\"threads\\\": $(nproc)\" '$T/t.log'" "$(cat "$T/t.log" "$T/t.err")"
