@@ -381,7 +381,8 @@ static int output_ok(const opts *o) {
     return 0;
 }
 
-/* Resolves the model name and the options that change it into cfg (the library checks them). */
+/* Resolves the model name and the options that change it into cfg (the library checks them); 1 on an error, 2 on a
+ * malformed list option (--dims, --depths, --heads, --windows). */
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (!o->model) return die("%s", "missing MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
@@ -397,7 +398,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
         (o->depths && parse_list("--depths", o->depths, ns, ov.depths)) ||
         (o->heads && parse_list("--heads", o->heads, ns, ov.heads)) ||
         (o->windows && parse_list("--windows", o->windows, ns, ov.windows)))
-        return 1;
+        return 2; /* a malformed value: a usage error, as for scalar options */
     ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
@@ -542,7 +543,8 @@ static void print_stages_json(const vt_arch_cfg *a) {
 
 static int cmd_info(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     vt_err e = {{0}};
     vt_model_summary s;
     if (vt_model_summarize(&c, &s, &e)) return die("%s", e.msg);
@@ -593,7 +595,8 @@ static int cmd_info(opts *o) {
 
 static int cmd_init(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (!o->output) return die("%s", "missing -o OUTPUT");
     if (output_ok(o)) return 1;
     vt_params *P = load_model(o, &c, 0);
@@ -624,7 +627,8 @@ static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg)
 static int cmd_forward(opts *o) {
     vt_model_cfg c;
     vt_st_file f = {0};
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
@@ -676,7 +680,8 @@ static int cmd_grad(opts *o) {
                           "--steps N >= 2 for N-1 AdamW steps", adamw[i]);
     vt_model_cfg c;
     vt_st_file f = {0};
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return die("%s", "missing --output");
     if (output_ok(o) || open_input(o, &f)) return 1;
@@ -978,7 +983,8 @@ static int cmd_train(opts *o) {
     if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r)) return 1;
     const int unused = train_unused_options(o, &r);
     if (unused) return unused;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (c.arch.int8) return die("%s", "--dtype int8 is for inference; train in fp32 or bf16");
     vt_train_opts t;
     vt_train_defaults(&t);
@@ -1063,7 +1069,8 @@ static int cmd_eval(opts *o) {
     if (o->classes && strcmp(data, "fashion-mnist") == 0)
         return refuse("eval", "--classes checks an image folder's classes (--data DIR); fashion-mnist has its own ten");
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     vt_data d;
     vt_err e = {{0}};
     if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
@@ -1145,7 +1152,8 @@ static int cmd_bench(opts *o) {
         return refuse("bench", "--drop-path acts only in a training step: add --train (inference has no stochastic "
                       "depth)");
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
     if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
     if (c.arch.int8 && (o->train || o->data))
@@ -1254,7 +1262,8 @@ static int cmd_bench(opts *o) {
 /* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */
 static int cmd_deploy(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (!o->output) return die("%s", "missing -o OUTPUT");
     if (output_ok(o)) return 1;
     c = vt_model_training_form(&c);
@@ -1346,7 +1355,8 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
 /* Top-k classes of image files, preprocessed like the model's pretrained cfg (timm eval transform). */
 static int cmd_predict(opts *o) {
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
@@ -1412,11 +1422,12 @@ static int cmd_attention(opts *o) {
     else if (heads && strcmp(heads, "all") != 0 &&
              (ao.nheads = index_list("--heads (all, mean or indices)", heads, ao.heads,
                                      VT_ATTN_MAX_SEL)) < 0)
-        return 1;
+        return 2; /* malformed: a usage error */
     if (o->blocks && (ao.nblocks = index_list("--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
-        return 1;
+        return 2;
     vt_model_cfg c;
-    if (model_cfg(o, &c)) return 1;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (!o->output && !o->save_maps) return die("%s", "missing -o OUT.png (or --save-maps MAPS.safetensors)");
     const size_t len = o->output ? strlen(o->output) : 0;

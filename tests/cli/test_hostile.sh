@@ -134,8 +134,11 @@ expect "--windows on a model without windows refused" 1 "no attention windows" $
 expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M -w "$T/w.safetensors" \
     --crop-pct 1e-300 x.png
 # per-stage lists: one value for every stage or one per stage (a shorter list had left the last stages as they were)
-expect "--dims with 2 values for 4 stages refused" 1 "2 values, but the model has 4 stage(s)" $V info \
+expect "--dims with 2 values for 4 stages refused (a usage error: 2)" 2 "2 values, but the model has 4 stage(s)" $V info \
     groupmixformer_test --dims 20,30
+expect "--depths 1x refused (a usage error: 2)" 2 "expected comma-separated integers" $V info $M --depths 1x
+expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-negative integers" $V attention $M \
+    -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
 # hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
 # stage, --double-heads has no effect and is refused
 expect "hMHSA on PVTv2-b1's 5-head stage refused, naming --double-heads" 1 "odd heads: double them, .--double-heads" \
