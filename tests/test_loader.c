@@ -25,12 +25,15 @@ static void make_ds(vt_dataset *ds, uint8_t *pix, uint8_t *lab) {
     *ds = (vt_dataset){NS, SIDE, SIDE, 7, pix, lab};
 }
 
-/* Runs one epoch over idx and returns every batch's pixels and labels (nb * BATCH rows). */
+/* Runs one epoch over idx and returns every batch's pixels and labels (nb * BATCH rows); warned (if not NULL): the
+ * loader's warning lines, kept off stderr. */
 static int run_epoch(const vt_source *src, const vt_transform *tf, int workers, int prefetch, const int *idx, int n,
                      int drop_last, int64_t epoch, float *x, int *lab, vt_bad_policy bad, int64_t *skipped,
-                     vt_err *e) {
+                     int *warned, vt_err *e) {
     vt_loader *L = vt_loader_new(src, tf, BATCH, workers, prefetch, bad, e);
     if (!L) return -1;
+    FILE *wf = warned ? tmpfile() : NULL;
+    if (warned) vt_loader_set_warnings(L, wf);
     const size_t per = (size_t)tf->chans * tf->size * tf->size;
     int nb = vt_loader_start(L, idx, n, drop_last, 7, epoch, e), rows = 0, k = 0, r;
     while (nb > 0 && (r = vt_loader_next(L, x + (size_t)k * BATCH * per, lab + (size_t)k * BATCH, e)) > 0) {
@@ -39,6 +42,12 @@ static int run_epoch(const vt_source *src, const vt_transform *tf, int workers, 
     }
     if (skipped) *skipped = vt_loader_skipped(L);
     vt_loader_free(L);
+    if (wf) { /* count the lines */
+        rewind(wf);
+        *warned = 0;
+        for (int ch; (ch = fgetc(wf)) != EOF;) *warned += ch == '\n';
+        fclose(wf);
+    }
     return nb < 0 || e->msg[0] ? -1 : rows;
 }
 
@@ -398,23 +407,24 @@ void test_loader(vt_test *T) {
     vt_err e = {{0}};
 
     /* 1 worker vs 3 workers (and prefetch 1 vs 4): identical batches; the last partial batch without drop_last */
-    int n1 = run_epoch(&src, &tf, 1, 1, idx, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, &e);
-    int n3 = run_epoch(&src, &tf, 3, 4, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &e);
+    int n1 = run_epoch(&src, &tf, 1, 1, idx, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, NULL, &e);
+    int n3 = run_epoch(&src, &tf, 3, 4, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, NULL, &e);
     T_CHECK(T, n1 == NS && n3 == NS, "rows %d %d: %s", n1, n3, e.msg);
     T_CHECK(T, memcmp(a, b, NS * per * sizeof(float)) == 0 && memcmp(la, lb, NS * sizeof(int)) == 0,
             "1 and 3 workers differ");
     int lab_ok = 1;
     for (int j = 0; j < NS; j++) lab_ok &= la[j] == lab8[idx[j]];
     T_CHECK(T, lab_ok, "labels follow the index list");
-    T_CHECK(T, run_epoch(&src, &tf, 2, 2, idx, NS, 1, 2, b, lb, VT_BAD_REPLACE, NULL, &e) == 96, "drop_last rows");
+    T_CHECK(T, run_epoch(&src, &tf, 2, 2, idx, NS, 1, 2, b, lb, VT_BAD_REPLACE, NULL, NULL, &e) == 96,
+            "drop_last rows");
 
     /* keyed draws: a sample's row is the same wherever the permutation puts it; another epoch draws anew */
-    run_epoch(&src, &tf, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &e);
+    run_epoch(&src, &tf, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, NULL, &e);
     int same = 1, pos2[NS];
     for (int j = 0; j < NS; j++) pos2[idx2[j]] = j;
     for (int j = 0; j < NS; j++) same &= memcmp(a + j * per, b + (size_t)pos2[idx[j]] * per, per * sizeof(float)) == 0;
     T_CHECK(T, same, "a sample's augmentation depends on its position");
-    run_epoch(&src, &tf, 3, 2, idx, NS, 0, 3, b, lb, VT_BAD_REPLACE, NULL, &e);
+    run_epoch(&src, &tf, 3, 2, idx, NS, 0, 3, b, lb, VT_BAD_REPLACE, NULL, NULL, &e);
     int differ = 0;
     for (int j = 0; j < NS; j++) differ += memcmp(a + j * per, b + j * per, per * sizeof(float)) != 0;
     T_CHECK(T, differ > NS / 2, "epoch 3 repeats epoch 2's draws (%d of %d rows differ)", differ, NS);
@@ -461,21 +471,24 @@ void test_loader(vt_test *T) {
     const vt_source fsrc = {NS, 7, flaky_get, NULL, &fl};
     int64_t skipped = 0;
     vt_iota(idx2, NS);
-    int nr = run_epoch(&fsrc, &tf, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, &skipped, &e);
-    T_CHECK(T, nr == NS && skipped == 4, "rows %d, skipped %lld: %s", nr, (long long)skipped, e.msg);
-    run_epoch(&src, &tf, 1, 1, idx2, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, &e);
+    int warned = 0;
+    int nr = run_epoch(&fsrc, &tf, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, &skipped, &warned, &e);
+    T_CHECK(T, nr == NS && skipped == 4 && warned == 4, "rows %d, skipped %lld, warned %d: %s", nr,
+            (long long)skipped, warned, e.msg);
+    run_epoch(&src, &tf, 1, 1, idx2, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, NULL, &e);
     T_CHECK(T, memcmp(b + 3 * per, a + 5 * per, per * sizeof(float)) == 0 && lb[3] == lab8[5] && lb[4] == lab8[5] &&
                    lb[9] == lab8[10] && lb[NS - 1] == lab8[0] && memcmp(b + 10 * per, a + 10 * per, per * 4) == 0,
             "replacement is not the next readable sample");
-    nr = run_epoch(&fsrc, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &e);
+    nr = run_epoch(&fsrc, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &warned, &e);
     int zero = 1;
     for (size_t q = 0; q < per; q++) zero &= b[9 * per + q] == 0.0f;
-    T_CHECK(T, nr == NS && skipped == 4 && lb[9] == -1 && zero && lb[10] == lab8[10], "drop: %lld", (long long)skipped);
+    T_CHECK(T, nr == NS && skipped == 4 && warned == 4 && lb[9] == -1 && zero && lb[10] == lab8[10],
+            "drop: %lld, warned %d", (long long)skipped, warned);
     for (int i = 0; i < NS; i++) badm[i] = 1;
     vt_clearerr(&e);
-    T_CHECK(T, run_epoch(&fsrc, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &e) == -1 &&
-                   strstr(e.msg, "none of the 100 images"),
-            "all unreadable: %s", e.msg);
+    T_CHECK(T, run_epoch(&fsrc, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &warned, &e) == -1 &&
+                   strstr(e.msg, "none of the 100 images") && warned == NS,
+            "all unreadable: warned %d: %s", warned, e.msg);
 
     /* images the transform refuses are skipped as unreadable ones are (replaced by the next usable index, or
      * dropped); a transform refusing every image is an error, not a hang */
@@ -485,19 +498,21 @@ void test_loader(vt_test *T) {
     picky.apply = picky_apply;
     picky.ctx = &tf;
     vt_clearerr(&e);
-    nr = run_epoch(&nsrc, &picky, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, &skipped, &e);
-    T_CHECK(T, nr == NS && skipped == 4 && memcmp(b + 3 * per, a + 5 * per, per * sizeof(float)) == 0 &&
+    nr = run_epoch(&nsrc, &picky, 3, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, &skipped, &warned, &e);
+    T_CHECK(T, nr == NS && skipped == 4 && warned == 4 &&
+                   memcmp(b + 3 * per, a + 5 * per, per * sizeof(float)) == 0 &&
                    lb[3] == lab8[5] && lb[NS - 1] == lab8[0] && memcmp(b + 10 * per, a + 10 * per, per * 4) == 0,
-            "refused by the transform, replaced: rows %d, skipped %lld: %s", nr, (long long)skipped, e.msg);
-    nr = run_epoch(&nsrc, &picky, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &e);
-    T_CHECK(T, nr == NS && skipped == 4 && lb[9] == -1 && lb[10] == lab8[10], "refused by the transform, dropped: %lld",
-            (long long)skipped);
+            "refused by the transform, replaced: rows %d, skipped %lld, warned %d: %s", nr, (long long)skipped, warned,
+            e.msg);
+    nr = run_epoch(&nsrc, &picky, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &warned, &e);
+    T_CHECK(T, nr == NS && skipped == 4 && warned == 4 && lb[9] == -1 && lb[10] == lab8[10],
+            "refused by the transform, dropped: %lld, warned %d", (long long)skipped, warned);
     vt_transform bad_tf = tf;
     bad_tf.apply = failing_apply;
     vt_clearerr(&e);
-    T_CHECK(T, run_epoch(&src, &bad_tf, 3, 2, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &e) == -1 &&
-                   strstr(e.msg, "none of the 100 images"),
-            "a transform refusing every image: %s", e.msg);
+    T_CHECK(T, run_epoch(&src, &bad_tf, 3, 2, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &warned, &e) == -1 &&
+                   strstr(e.msg, "none of the 100 images") && warned == NS,
+            "a transform refusing every image: warned %d: %s", warned, e.msg);
     vt_clearerr(&e);
     T_CHECK(T, !vt_loader_new(&src, &tf, 0, 1, 1, VT_BAD_REPLACE, &e) && strstr(e.msg, "batch 0"), "batch 0: %s",
             e.msg);

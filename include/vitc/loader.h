@@ -9,6 +9,7 @@
 #define VITC_LOADER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "vitc/dataset.h"
 #include "vitc/image.h"
@@ -66,7 +67,11 @@ int vt_loader_start_keyed(vt_loader *L, const int *idx, const uint64_t *keys, in
  * error (a worker's, or every sample unreadable). */
 int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e);
 
-/* Unreadable samples met in the current epoch (each warned about once per loader on stderr, naming it). */
+/* Where the loader's warnings go (one line per unreadable or unusable sample, once per loader): stderr unless set
+ * here; NULL silences them. */
+void vt_loader_set_warnings(vt_loader *L, FILE *f);
+
+/* Unreadable samples met in the current epoch (each warned about once per loader, naming it). */
 int64_t vt_loader_skipped(vt_loader *L);
 
 /* Stops the workers and frees the loader (NULL is fine). */

@@ -40,6 +40,7 @@ struct vt_loader {
     int failed;   /* a worker's error: msg in err */
     vt_err err;
     unsigned char *known_bad; /* per dataset index: 1 once found unreadable (warned once) */
+    FILE *warn;               /* where the warnings go (stderr; NULL: nowhere) */
 };
 
 int vt_loader_default_workers(void) {
@@ -59,12 +60,14 @@ static void mark_bad(vt_loader *L, int i, const char *what, const vt_err *e) {
     if (!L->known_bad[i]) {
         L->known_bad[i] = 1;
         const char *nm = L->src->name ? L->src->name(L->src->ctx, i) : NULL;
-        if (nm && strstr(e->msg, nm))
-            fprintf(stderr, "vitc: warning: skipping %s image: %s\n", what, e->msg);
+        if (!L->warn)
+            ;
+        else if (nm && strstr(e->msg, nm))
+            fprintf(L->warn, "vitc: warning: skipping %s image: %s\n", what, e->msg);
         else if (nm)
-            fprintf(stderr, "vitc: warning: skipping %s image %s: %s\n", what, nm, e->msg);
+            fprintf(L->warn, "vitc: warning: skipping %s image %s: %s\n", what, nm, e->msg);
         else
-            fprintf(stderr, "vitc: warning: skipping %s sample %d: %s\n", what, i, e->msg);
+            fprintf(L->warn, "vitc: warning: skipping %s sample %d: %s\n", what, i, e->msg);
     }
     pthread_mutex_unlock(&L->mu);
 }
@@ -195,6 +198,7 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
     L->B = batch;
     L->Q = prefetch;
     L->bad = bad;
+    L->warn = stderr;
     L->per = (size_t)tf->chans * tf->size * tf->size;
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->work, NULL);
@@ -287,6 +291,12 @@ int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e) {
     pthread_cond_broadcast(&L->work);
     pthread_mutex_unlock(&L->mu);
     return rows;
+}
+
+void vt_loader_set_warnings(vt_loader *L, FILE *f) {
+    pthread_mutex_lock(&L->mu);
+    L->warn = f;
+    pthread_mutex_unlock(&L->mu);
 }
 
 int64_t vt_loader_skipped(vt_loader *L) {
