@@ -6,13 +6,18 @@ vitc uses the official state_dict names and shapes, so no tensor is renamed: the
 strips a DataParallel 'module.' prefix, drops tensors whose names start with a --drop prefix (e.g. a DeiT
 distillation 'head_dist.' for the plain model), and writes floating tensors as F32 and integer ones (BatchNorm's
 num_batches_tracked) as I64. vitc's loader then names any missing, extra or wrong-shape tensor.
+The checkpoint is read with torch.load(weights_only=True): tensors and plain containers only, no code from the file.
+One that also pickles other Python objects (e.g. the training's argparse.Namespace) is refused, naming the object;
+--trust-pickle reads it with the full unpickler, which runs whatever code the file names: for trusted files only.
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
+       [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
          vitc predict deit_tiny_patch16_224 --weights deit_tiny.safetensors cat.jpg
 """
 import argparse
 import json
 import os
+import pickle
 import struct
 import sys
 
@@ -26,6 +31,18 @@ def state_dict(obj, key):
     if key:
         sys.exit(f"convert_checkpoint: no state dict under '{key}' (top-level keys: {list(obj)[:10]})")
     return obj
+
+
+def load(path, trust):
+    """The checkpoint object; without trust, through the weights-only unpickler (a refusal names the object)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as e:
+        if trust:
+            raise
+        why = str(e).rsplit("error:", 1)[-1].strip()
+        sys.exit(f"convert_checkpoint: {path} pickles more than tensors and plain containers ({why}); reading it would "
+                 "run code the file names. If you trust its source, add --trust-pickle")
 
 
 def write_safetensors(path, tensors):
@@ -56,8 +73,11 @@ def main():
     ap.add_argument("output")
     ap.add_argument("--key", help="entry of the checkpoint dict that holds the state dict")
     ap.add_argument("--drop", action="append", default=[], help="leave out tensors whose name starts with this")
+    ap.add_argument("--trust-pickle", action="store_true",
+                    help="read a checkpoint that pickles other Python objects too (runs code it names: trusted files "
+                    "only)")
     a = ap.parse_args()
-    sd = state_dict(torch.load(a.checkpoint, map_location="cpu"), a.key)
+    sd = state_dict(load(a.checkpoint, a.trust_pickle), a.key)
     out = {}
     for name, t in sd.items():
         if not isinstance(t, torch.Tensor):
