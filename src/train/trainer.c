@@ -1,7 +1,9 @@
 /* Gradients on a batch, data sets (Fashion-MNIST, image folders), evaluation, and the training loop with atomic
  * checkpoints; batches come from the threaded loader (src/train/loader.c). */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +362,7 @@ typedef struct {
     vt_rng rng;
     int64_t best_epoch; /* the epoch (0-based, as the Test lines) whose weights are weights_best.safetensors; -1: none */
     double best_acc1;   /* its validation top-1 */
+    int64_t images;     /* this run's training images (recorded as train-images; not read from checkpoints) */
 } train_state;
 
 /* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
@@ -373,11 +376,13 @@ typedef struct {
     int steps;
 } run_setting;
 
-enum { RUN_SETTINGS = 24 };
+enum { RUN_SETTINGS = 26 };
 
-/* The settings of run o of model c (the training form) that change its numbers; returns their count. */
-static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, run_setting *s) {
+/* The settings of run o of model c (the training form) over `images` training images that change its numbers;
+ * returns their count. */
+static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, run_setting *s) {
     const struct { const char *key; double v; int steps; } num[] = {
+        {"train-images", (double)images, 1},
         {"batch-size", o->batch, 1}, {"accum-steps", o->accum_steps > 0 ? o->accum_steps : 1, 1},
         {"train-subset", o->train_subset, 1}, {"repeated-aug", o->repeated_aug, 1}, {"epochs", o->epochs, 0},
         {"test-subset", o->test_subset, 0},
@@ -410,7 +415,7 @@ static const char *setting_value(const run_setting *s) { return s->str ? s->str 
 static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
                                  int world_size) {
     run_setting s[RUN_SETTINGS];
-    const int n = run_settings(c, o, s);
+    const int n = run_settings(c, o, st->images, s);
     cJSON *m = cJSON_CreateObject();
     char w[16], be[24], ba[32];
     snprintf(w, sizeof w, "%d", world_size);
@@ -613,7 +618,7 @@ static void append_change(char *buf, size_t n, const run_setting *s, const char 
 static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
                         int64_t spe, vt_err *e) {
     run_setting s[RUN_SETTINGS];
-    const int n = run_settings(c, o, s);
+    const int n = run_settings(c, o, st->images, s);
     char steps[400] = "", other[2048] = "";
     long long images = 1; /* images an optimiser step in the checkpoint's run (batch size × accumulation steps) */
     vt_st_file f;
@@ -631,7 +636,10 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     if (st->step != st->epoch * spe) {
         const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
         char hint[200];
-        if (per_step && images > 0)
+        if (strstr(steps, "train-images"))
+            snprintf(hint, sizeof hint, "the training data changed since the checkpoint: restore it, or start a new "
+                     "run from the run's weights (--init-from)");
+        else if (per_step && images > 0)
             snprintf(hint, sizeof hint, "resume with the checkpoint's values, or with its %lld images an optimiser step "
                      "(batch size × accumulation steps)", images);
         else
@@ -645,6 +653,43 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     if (steps[0] || other[0])
         printf("Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
     return 0;
+}
+
+/* A resumed image-folder run: refuses classes other than those the run was trained on (RUN/classes.json, when the
+ * run has one), naming what was added, removed or moved. */
+static int check_classes(const char *run, const vt_imagefolder *f, const char *data, vt_err *e) {
+    char path[4096], **was = NULL;
+    int n = 0;
+    snprintf(path, sizeof path, "%s/classes.json", run);
+    if (access(path, F_OK) != 0) return 0;
+    if (vt_classes_read(path, &was, &n, e)) return -1;
+    char diff[600] = "";
+    size_t len = 0;
+    int shown = 0, differ = n != f->nclasses;
+    for (int pass = 0; pass < 2; pass++) /* 0: names gone from the data, 1: names new in it */
+        for (int i = 0; i < (pass ? f->nclasses : n); i++) {
+            const char *name = pass ? f->classes[i] : was[i];
+            int found = 0;
+            for (int j = 0; j < (pass ? n : f->nclasses) && !found; j++)
+                found = strcmp(name, pass ? was[j] : f->classes[j]) == 0;
+            if (found) continue;
+            differ = 1;
+            if (shown++ < 4 && len < sizeof diff)
+                len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s '%s'", len ? "," : "",
+                                        pass ? " new:" : " gone:", name);
+        }
+    for (int i = 0; !shown && i < n && i < f->nclasses; i++) /* the same names in another order */
+        if (strcmp(was[i], f->classes[i]) != 0) {
+            differ = 1;
+            snprintf(diff, sizeof diff, " class %d was '%s', is now '%s'", i, was[i], f->classes[i]);
+            break;
+        }
+    vt_classes_free(was, n);
+    if (!differ) return 0;
+    return vt_seterr(e, "the classes of %s differ from the %d the run in %s was trained on (%s; now %d):%s%s; its "
+                     "weights' outputs would take other meanings: resume with that run's data, or start a new run "
+                     "from its weights (--init-from)", data, n, run, path, f->nclasses, diff,
+                     shown > 4 ? ", ..." : "");
 }
 
 /* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st after checking it fits this run: its
@@ -683,7 +728,7 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
         checkpoint_meta(ck, "model", model, sizeof model);
         if (model[0] && strcmp(model, c->name) != 0)
             return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);
-        if (strcmp(o->resume, o->run_dir) == 0 || o->overwrite) return 0;
+        if (same_dir(o->resume, o->run_dir) || o->overwrite) return 0;
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->run_dir);
     }
     if (o->overwrite) return 0;
@@ -693,6 +738,31 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
                          "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
                          model[0] ? " of " : "", model, o->run_dir);
     }
+    return 0;
+}
+
+/* Refuses a run folder inside the image folder data (or the folder itself): its files (curves.png, weights) would be
+ * read as images of a class, or its folder as a class, when the run is resumed. The run folder need not exist yet:
+ * its nearest existing ancestor is resolved. */
+static int out_inside_data(const char *run_dir, const char *data, vt_err *e) {
+    char dabs[PATH_MAX], probe[PATH_MAX], rabs[PATH_MAX];
+    if (!realpath(data, dabs) || snprintf(probe, sizeof probe, "%s", run_dir) >= (int)sizeof probe) return 0;
+    struct stat st;
+    while (stat(probe, &st) != 0) { /* up to the nearest ancestor that exists */
+        char *slash = strrchr(probe, '/');
+        if (!slash) {
+            snprintf(probe, sizeof probe, ".");
+            break;
+        }
+        if (slash == probe) slash[1] = '\0';
+        else *slash = '\0';
+    }
+    if (!realpath(probe, rabs)) return 0;
+    const size_t n = strlen(dabs);
+    if (strncmp(rabs, dabs, n) == 0 && (rabs[n] == '\0' || rabs[n] == '/' || (n == 1 && dabs[0] == '/')))
+        return n == 1 ? 0 : vt_seterr(e, "run folder %s lies inside the data folder %s: its files would be read as "
+                                      "images (or its folder as a class) when the run is resumed; put it elsewhere "
+                                      "(--out)", run_dir, data);
     return 0;
 }
 
@@ -864,8 +934,11 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const val_slice *v
 
 /* ---- the training loop ---- */
 
-int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
+int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
+    vt_train_opts own = *given; /* the data folder's path made absolute once it is open */
+    const vt_train_opts *o = &own;
+    char data_abs[PATH_MAX];
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
     if (c->arch.num_classes < 2)
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
@@ -905,6 +978,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, e))
         rc = -1;
+    /* a folder is recorded by its absolute path (in UTF-8, as checkpoints need), so that a resume finds the same data
+     * from any working directory; a run folder inside it would become its data */
+    size_t bad_at = 0;
+    if (rc == 0 && d.folder && realpath(o->data, data_abs) &&
+        vt_utf8_valid((const uint8_t *)data_abs, strlen(data_abs), &bad_at))
+        own.data = data_abs;
+    if (rc == 0 && lead && d.folder && out_inside_data(o->run_dir, o->data, e)) rc = -1;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (rc == 0) source_slice(&d.val, dp, &vs);
     if (rc == 0 &&
@@ -935,13 +1015,14 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
                     !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
-     * folder; one resumed in place is read under the folder's lock) have passed their checks: a refused run leaves no
-     * folder behind */
-    train_state st = {0, 0, {{0}}, -1, 0.0};
+     * folder; one resumed in place is read under the folder's lock, before anything is written there) have passed
+     * their checks: a refused run leaves no folder behind, and a refused resume leaves its folder as it was */
+    train_state st = {0, 0, {{0}}, -1, 0.0, rc == 0 ? d.train.n : 0};
     vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     const int resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&
-        resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e))
+        ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
+         resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))
         rc = -1;
     char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
@@ -949,6 +1030,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     if (rc == 0 && lead &&
         (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
          check_run_dir(c, o, e) ||
+         (resume_here && ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
+                          resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e))) ||
          command_record(o, cmd_path, e) ||
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
@@ -956,7 +1039,6 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
     snprintf(bpath, sizeof bpath, "%s/weights_best.safetensors", o->run_dir);
-    if (rc == 0 && lead && resume_here && resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)) rc = -1;
     if (rc == 0 && lead && o->resume)
         printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st.epoch,
                (long long)st.step);
@@ -981,8 +1063,9 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *o, vt_err *e) {
     st.epoch = pos[1];
     memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
     if (d.folder && lead) {
-        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader threads%s\n",
-               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, dp->size > 1 ? " per rank" : "");
+        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
+               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, workers == 1 ? "" : "s",
+               dp->size > 1 ? " per rank" : "");
         char tf[512];
         if (d.deit_on) vt_tf_params_format(&d.deit, tf, sizeof tf);
         printf("Train transform: %s%s\n", d.deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",

@@ -173,3 +173,44 @@ $V bench vit_fmnist_tiny --batch-size 64 --iters 3 --data "$F/jpg" --workers 2 >
 check "bench --data prints the pipeline's img/s next to the training step's" \
     "grep -Eq '^input pipeline .*2 workers\): [0-9.]+ img/s alone; training step [0-9.]+ img/s: (not )?input-bound' '$T/bench.log'" \
     "$(cat "$T/bench.log")"
+
+# resuming a folder run checks its data: the classes it was trained on (classes.json), the image count, the folder's
+# absolute path (recorded, so a resume from another directory finds it), and a run folder inside the data is refused
+small() { # DIR: 3 classes of 4 training and 2 validation images
+    for s in train val; do
+        for c in 0_tshirt 1_trouser 2_pullover; do
+            mkdir -p "$1/$s/$c"
+            find "$F/png/$s/$c" -name '*.png' | sort | head -n $([ $s = train ] && echo 4 || echo 2) | xargs cp -t "$1/$s/$c"
+        done
+    done
+}
+ST="vit_fmnist_tiny --num-classes 3 --batch-size 4 --workers 1 --log-every 1000"
+small "$T/rs"
+(cd "$T" && "$OLDPWD/vitc" train $ST --epochs 1 --data rs --out rsrun) >"$T/rs.log" 2>&1
+check "a run on a small folder given by a relative path" "[ $? -eq 0 ] && [ -s '$T/rsrun/checkpoint.safetensors' ]" \
+    "$(tail -3 "$T/rs.log")"
+cp "$T/rsrun/classes.json" "$T/rs_classes.json"
+cp "$T/rsrun/command.txt" "$T/rs_command.txt"
+mv "$T/rs/train/0_tshirt" "$T/rs/train/9_tshirt"
+mv "$T/rs/val/0_tshirt" "$T/rs/val/9_tshirt"
+$V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs2.log" 2>&1
+check "a resume whose data has other classes is refused, naming them" \
+    "[ $? -eq 1 ] && grep -q \"gone: '0_tshirt', new: '9_tshirt'\" '$T/rs2.log'" "$(tail -3 "$T/rs2.log")"
+check "... from another directory, the recorded absolute path found the data" "grep -q '$T/rs differ' '$T/rs2.log'" \
+    "$(tail -3 "$T/rs2.log")"
+check "... and the run folder is left as it was (classes.json, command.txt)" \
+    "cmp -s '$T/rsrun/classes.json' '$T/rs_classes.json' && cmp -s '$T/rsrun/command.txt' '$T/rs_command.txt'"
+mv "$T/rs/train/9_tshirt" "$T/rs/train/0_tshirt"
+mv "$T/rs/val/9_tshirt" "$T/rs/val/0_tshirt"
+for i in 1 2 3 4 5; do cp "$ONE" "$T/rs/train/1_trouser/extra$i.png"; done
+$V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs3.log" 2>&1
+check "a resume whose training set has other images is refused, saying so" \
+    "[ $? -eq 1 ] && grep -q 'train-images 12 → 17; the training data changed' '$T/rs3.log'" "$(tail -3 "$T/rs3.log")"
+rm "$T"/rs/train/1_trouser/extra*.png
+$V train $ST --resume "$T/rsrun" --out "$T/rsrun/" --epochs 2 >"$T/rs4.log" 2>&1
+check "... restored, it resumes (--out naming the run folder another way)" \
+    "[ $? -eq 0 ] && [ \$(wc -l <'$T/rsrun/metrics.csv') -eq 3 ]" "$(tail -3 "$T/rs4.log")"
+$V train $ST --epochs 1 --data "$T/rs" --out "$T/rs/train/0_tshirt/run" >"$T/rs5.log" 2>&1
+check "a run folder inside the data folder is refused" \
+    "[ $? -eq 1 ] && grep -q 'lies inside the data folder' '$T/rs5.log' && [ ! -e '$T/rs/train/0_tshirt/run' ]" \
+    "$(tail -3 "$T/rs5.log")"
