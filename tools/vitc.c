@@ -1319,11 +1319,39 @@ static int read_classes(opts *o, int K) {
     vt_err e = {{0}};
     if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
     if (o->ncls != K) {
-        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs (--num-classes %d)\n", o->classes,
-                o->ncls, K, o->ncls);
+        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: give the classes.json of the run "
+                "that made these weights\n", o->classes, o->ncls, K);
         return 1;
     }
     return 0;
+}
+
+/* predict without --classes: the classes.json beside the weights (a run folder's, written by training on an image
+ * folder), said on stderr, when it names the model's K classes; its names beat the model's dataset's, which a run
+ * on a folder does not share. */
+static void classes_beside_weights(opts *o, int K) {
+    if (o->classes || !o->weights) return;
+    const char *slash = strrchr(o->weights, '/');
+    char path[4096];
+    if (snprintf(path, sizeof path, "%.*s%sclasses.json", slash ? (int)(slash - o->weights) : 0, o->weights,
+                 slash ? "/" : "") >= (int)sizeof path ||
+        access(path, F_OK) != 0)
+        return;
+    vt_err e = {{0}};
+    char **names = NULL;
+    int n = 0;
+    if (vt_classes_read(path, &names, &n, &e)) {
+        notice("%s beside the weights is not used: %s", path, e.msg);
+        return;
+    }
+    if (n != K) {
+        notice("%s beside the weights names %d classes but the model has %d outputs: not used", path, n, K);
+        vt_classes_free(names, n);
+        return;
+    }
+    notice("class names from %s (beside the weights; --classes picks another file)", path);
+    o->cls = names;
+    o->ncls = n;
 }
 
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
@@ -1360,6 +1388,7 @@ static int cmd_predict(opts *o) {
     if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
+    classes_beside_weights(o, c.arch.num_classes);
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
     if (o->topk > K) notice("--topk %d is more than the %d classes of %s: listing %d", o->topk, K, c.name, K);
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;

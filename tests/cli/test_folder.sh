@@ -214,3 +214,8 @@ $V train $ST --epochs 1 --data "$T/rs" --out "$T/rs/train/0_tshirt/run" >"$T/rs5
 check "a run folder inside the data folder is refused" \
     "[ $? -eq 1 ] && grep -q 'lies inside the data folder' '$T/rs5.log' && [ ! -e '$T/rs/train/0_tshirt/run' ]" \
     "$(tail -3 "$T/rs5.log")"
+# predict names the classes of the run's classes.json beside its weights, not the model's dataset's
+$V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsp.log" 2>"$T/rsp.err"
+check "predict takes the class names of the classes.json beside the weights, and says so" \
+    "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsp.log' && ! grep -q 'Trouser' '$T/rsp.log' && \
+     grep -q 'class names from $T/rsrun/classes.json (beside the weights' '$T/rsp.err'" "$(cat "$T/rsp.log" "$T/rsp.err")"
