@@ -166,10 +166,10 @@ static const optdef optdefs[] = {
       "MiB (default 4; in one process: a notice, no effect)"),
     O("--no-overlap", O_FLAG, no_overlap, "under mpirun: average the gradients after backward instead of starting each "
       "bucket's allreduce during it (in one process: a notice, no effect)"),
-    NUM("--train-subset", O_INT, train_subset, 0, 1e9, "use only the first N training images (0: every image, the "
-      "default; a resume takes the run's)"),
-    NUM("--test-subset", O_INT, test_subset, 0, 1e9, "use only the first N test images (0: every image, the default; "
-      "a resume takes the run's)"),
+    NUM("--train-subset", O_INT, train_subset, 0, 1e9, "use only N training images: fashion-mnist's first N, an image "
+      "folder's N spread evenly over its classes (0: every image, the default; a resume takes the run's)"),
+    NUM("--test-subset", O_INT, test_subset, 0, 1e9, "use only N test images, taken as --train-subset's (0: every "
+      "image, the default; a resume takes the run's)"),
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),

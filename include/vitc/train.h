@@ -44,10 +44,10 @@ typedef struct vt_data {
 
 /* Opens `data` ("fashion-mnist" or an image folder DIR with train/ and val/) for model c: checks that its classes and
  * channels fit c (a folder's images are converted to c's channels and sized by the transforms); train_subset /
- * val_subset > 0 keep the first N samples; augment 0: the training transform is the eval transform; deit (NULL:
- * none): a folder's training transform is vt_transform_deit of these knobs (mean, std and fill set from c's
- * preprocessing; Fashion-MNIST keeps crop + flip). With train 0, the training split is not loaded (Fashion-MNIST) or
- * not needed (eval). */
+ * val_subset > 0 keep N samples (Fashion-MNIST's first N; a folder's N spread evenly over its class-ordered files);
+ * augment 0: the training transform is the eval transform; deit (NULL: none): a folder's training transform is
+ * vt_transform_deit of these knobs (mean, std and fill set from c's preprocessing; Fashion-MNIST keeps crop + flip).
+ * With train 0, the training split is not loaded (Fashion-MNIST) or not needed (eval). */
 int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
                  int train_subset, int val_subset, vt_data *d, vt_err *e);
 

@@ -254,10 +254,20 @@ void vt_data_close(vt_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Keeps the first k samples of a folder split. */
+/* Keeps k samples of a folder split spread evenly over it, sample ⌊i·n/k⌋ for i < k, in order: a split lists its
+ * files class by class, so its first k would hold the first classes only. */
 static void folder_subset(vt_imagefolder *f, int k) {
-    for (int i = k; i < f->n; i++) free(f->paths[i]);
-    if (k < f->n) f->n = k;
+    const int n = f->n;
+    if (k >= n) return;
+    int w = 0;
+    for (int j = 0; j < n; j++)
+        if (w < k && j == (int)((int64_t)w * n / k)) {
+            f->paths[w] = f->paths[j];
+            f->labels[w++] = f->labels[j];
+        } else {
+            free(f->paths[j]);
+        }
+    f->n = k;
 }
 
 int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,

@@ -74,8 +74,11 @@ check "a 3-channel model trains on grayscale PNGs" "[ $? -eq 0 ] && grep -q '^Do
 # corrupt and truncated files: skipped, one warning each (over two epochs), counted at each epoch end
 mkdir -p "$T/bad"
 cp -r "$F/png/train" "$F/png/val" "$T/bad/"
-b1=$(find "$T/bad/train/0_tshirt" -name '*.png' | sort | sed -n 3p)   # in the first 640 (classes 0 and 1 and more)
-b2=$(find "$T/bad/train/1_trouser" -name '*.png' | sort | sed -n 5p)
+# two of the images --train-subset 640 takes (files ⌊i·n/640⌋ in class order): the first, and class 1's first
+all=$(find "$T/bad/train" -type f -iname '*.png' | sort)
+b1=$(echo "$all" | head -n 1)
+b2=$(echo "$all" | awk -v n="$(echo "$all" | wc -l)" '{ a[NR - 1] = $0 }
+    END { for (i = 0; i < 640; i++) { f = a[int(i * n / 640)]; if (f ~ /1_trouser/) { print f; exit } } }')
 b3=$(find "$T/bad/val/2_pullover" -name '*.png' | sort | sed -n 2p)
 head -c 100 "$b1" >"$T/trunc" && mv "$T/trunc" "$b1"
 echo "this is not a PNG" >"$b2"
@@ -214,6 +217,14 @@ $V train $ST --epochs 1 --data "$T/rs" --out "$T/rs/train/0_tshirt/run" >"$T/rs5
 check "a run folder inside the data folder is refused" \
     "[ $? -eq 1 ] && grep -q 'lies inside the data folder' '$T/rs5.log' && [ ! -e '$T/rs/train/0_tshirt/run' ]" \
     "$(tail -3 "$T/rs5.log")"
+# a folder subset spans the classes (its files are class by class): --test-subset 3 of 6 validation images takes one
+# of each class, so with class 0's two images unreadable one is skipped (the first three: two)
+cp -r "$T/rs" "$T/rsb"
+for f in "$T"/rsb/val/0_tshirt/*.png; do echo junk >"$f"; done
+$V eval vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" --data "$T/rsb" --test-subset 3 --json \
+    >"$T/rssub.json" 2>"$T/rssub.err"
+check "--test-subset on a folder takes images spread over its classes" \
+    "[ $? -eq 0 ] && grep -q '\"images\": 2, \"skipped\": 1,' '$T/rssub.json'" "$(cat "$T/rssub.json" "$T/rssub.err")"
 # predict names the classes of the run's classes.json beside its weights, not the model's dataset's
 $V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsp.log" 2>"$T/rsp.err"
 check "predict takes the class names of the classes.json beside the weights, and says so" \
