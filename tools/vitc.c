@@ -233,9 +233,11 @@ typedef struct {
 } command;
 
 static int die(const char *fmt, const char *msg) {
-    fprintf(stderr, "vitc: ");
-    fprintf(stderr, fmt, msg);
-    fprintf(stderr, "\n");
+    char line[4096]; /* one line, whatever bytes the names in it hold */
+    snprintf(line, sizeof line, fmt, msg);
+    fputs("vitc: ", stderr);
+    vt_fputs_clean(stderr, line);
+    fputc('\n', stderr);
     return 1;
 }
 

@@ -3,6 +3,7 @@
 #define VITC_ERROR_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Holds the first error message of a failed call (empty when none). */
 typedef struct vt_err {
@@ -18,6 +19,10 @@ void vt_clearerr(vt_err *e);
 /* After vsnprintf into msg (size bytes) returned `needed`: a message that did not fit ends in "..." (cut at a UTF-8
  * character boundary) instead of mid-word or mid-character. */
 void vt_msg_fit(char *msg, size_t size, int needed);
+
+/* Writes s to f with its control characters (bytes below 0x20 and 0x7f) shown as \n, \t or \xNN, so that a file
+ * name inside a message can neither break its line nor send a terminal escape sequence. */
+void vt_fputs_clean(FILE *f, const char *s);
 
 /* Allocates n bytes aligned to 64 bytes, zeroed; returns NULL (and sets e) when out of memory. */
 void *vt_alloc(size_t n, vt_err *e);

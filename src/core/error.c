@@ -15,6 +15,18 @@ int vt_seterr(vt_err *e, const char *fmt, ...) {
     return -1;
 }
 
+void vt_fputs_clean(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+}
+
 void vt_msg_fit(char *msg, size_t size, int needed) {
     if (needed < 0 || (size_t)needed < size || size < 4) return;
     size_t end = size - 4; /* "..." and the NUL after the kept bytes */

@@ -60,14 +60,17 @@ static void mark_bad(vt_loader *L, int i, const char *what, const vt_err *e) {
     if (!L->known_bad[i]) {
         L->known_bad[i] = 1;
         const char *nm = L->src->name ? L->src->name(L->src->ctx, i) : NULL;
-        if (!L->warn)
-            ;
-        else if (nm && strstr(e->msg, nm))
-            fprintf(L->warn, "vitc: warning: skipping %s image: %s\n", what, e->msg);
+        char line[2048]; /* one line, whatever bytes a file name holds */
+        if (nm && strstr(e->msg, nm))
+            snprintf(line, sizeof line, "vitc: warning: skipping %s image: %s", what, e->msg);
         else if (nm)
-            fprintf(L->warn, "vitc: warning: skipping %s image %s: %s\n", what, nm, e->msg);
+            snprintf(line, sizeof line, "vitc: warning: skipping %s image %s: %s", what, nm, e->msg);
         else
-            fprintf(L->warn, "vitc: warning: skipping %s sample %d: %s\n", what, i, e->msg);
+            snprintf(line, sizeof line, "vitc: warning: skipping %s sample %d: %s", what, i, e->msg);
+        if (L->warn) {
+            vt_fputs_clean(L->warn, line);
+            fputc('\n', L->warn);
+        }
     }
     pthread_mutex_unlock(&L->mu);
 }

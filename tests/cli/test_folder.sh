@@ -230,3 +230,11 @@ $V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$O
 check "predict takes the class names of the classes.json beside the weights, and says so" \
     "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsp.log' && ! grep -q 'Trouser' '$T/rsp.log' && \
      grep -q 'class names from $T/rsrun/classes.json (beside the weights' '$T/rsp.err'" "$(cat "$T/rsp.log" "$T/rsp.err")"
+# a file name with a newline and a terminal escape is shown escaped, the warning on one line
+cp -r "$T/rs" "$T/rsn"
+bad_name=$(printf 'x\nname\033[31m.png')
+echo junk >"$T/rsn/train/1_trouser/$bad_name"
+$V train $ST --epochs 1 --data "$T/rsn" --out "$T/rsnrun" >"$T/rsn.log" 2>&1
+check "an unreadable file's odd name is escaped in its warning (one line, no escape byte)" \
+    "[ $? -eq 0 ] && grep -qF 'skipping unreadable image: $T/rsn/train/1_trouser/x\\nname\\x1b[31m.png' '$T/rsn.log' && \
+     ! grep -q \$'\\033' '$T/rsn.log'" "$(grep -a skipping "$T/rsn.log" | cat -A | head -3)"
