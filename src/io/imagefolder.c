@@ -70,9 +70,15 @@ static char *join(const char *a, const char *b) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int is_dir(const char *path) {
+/* 1 for a folder (symlinks followed), 0 for anything else, -1 (with e set) where the path itself cannot be looked
+ * up: too long, or too many links (a dangling link is a file, refused when read). */
+static int is_dir(const char *path, vt_err *e) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (stat(path, &st) == 0) return S_ISDIR(st.st_mode);
+    if (errno == ENAMETOOLONG || errno == ELOOP)
+        return vt_seterr(e, "cannot scan a path of %zu bytes in an image folder (%s): %s", strlen(path),
+                         strerror(errno), path);
+    return 0;
 }
 
 /* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted. */
@@ -88,7 +94,10 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
             rc = vt_seterr(e, "out of memory scanning an image folder");
             break;
         }
-        if (is_dir(full)) {
+        const int dir_here = is_dir(full, e);
+        if (dir_here < 0) {
+            rc = -1;
+        } else if (dir_here) {
             if (dirs) rc = push(dirs, strdup(de->d_name), e);
         } else if (files && is_image_file(de->d_name)) {
             rc = push(files, strdup(de->d_name), e);
@@ -244,7 +253,7 @@ void vt_imagefolder_free(vt_imagefolder *f) {
 
 int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt_imagefolder *out, vt_err *e) {
     memset(out, 0, sizeof *out);
-    if (!is_dir(split_dir)) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
+    if (is_dir(split_dir, NULL) != 1) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
     strlist cls = {0};
     found *fs = NULL;
     int nf = 0, cap = 0;
@@ -331,15 +340,15 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
 int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e) {
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
-    if (!is_dir(dir)) return vt_seterr(e, "image folder %s does not exist or is not a folder", dir);
+    if (is_dir(dir, NULL) != 1) return vt_seterr(e, "image folder %s does not exist or is not a folder", dir);
     char *t = join(dir, "train"), *v = join(dir, "val");
     int rc = 0;
     if (!t || !v)
         rc = vt_seterr(e, "out of memory");
-    else if (!is_dir(t))
+    else if (is_dir(t, NULL) != 1)
         rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...)",
                        dir, dir, dir);
-    else if (!is_dir(v))
+    else if (is_dir(v, NULL) != 1)
         rc = vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", dir, dir);
     else if (vt_imagefolder_scan(t, NULL, train, e) || vt_imagefolder_scan(v, train, val, e))
         rc = -1;

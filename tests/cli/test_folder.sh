@@ -238,3 +238,10 @@ $V train $ST --epochs 1 --data "$T/rsn" --out "$T/rsnrun" >"$T/rsn.log" 2>&1
 check "an unreadable file's odd name is escaped in its warning (one line, no escape byte)" \
     "[ $? -eq 0 ] && grep -qF 'skipping unreadable image: $T/rsn/train/1_trouser/x\\nname\\x1b[31m.png' '$T/rsn.log' && \
      ! grep -q \$'\\033' '$T/rsn.log'" "$(grep -a skipping "$T/rsn.log" | cat -A | head -3)"
+# a path past PATH_MAX inside a class folder is an error naming the reason, not an image silently left out
+cp -r "$T/rs" "$T/rsd"
+(cd "$T/rsd/train/1_trouser" && for i in $(seq 22); do n=$(printf 'd%.0s' $(seq 200)); mkdir "$n" && cd "$n"; done)
+$V train $ST --epochs 1 --data "$T/rsd" --out "$T/rsdrun" >"$T/rsd.log" 2>&1
+check "a path past PATH_MAX in a folder is refused, saying why" \
+    "[ $? -eq 1 ] && grep -q 'cannot scan a path of [0-9]* bytes in an image folder (File name too long)' '$T/rsd.log'" \
+    "$(head -c 300 "$T/rsd.log")"
