@@ -784,7 +784,11 @@ static int make_dirs(const char *dir, vt_err *e) {
         if (*p != '/' && *p != '\0') continue;
         char c = *p;
         *p = '\0';
+        struct stat st;
         if (mkdir(path, 0777) && errno != EEXIST) return vt_seterr(e, "cannot create %s: %s", path, strerror(errno));
+        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+            return vt_seterr(e, "run folder %s: %s is a file, not a folder (--out names the folder a run writes)", dir,
+                             path);
         *p = c;
         if (c == '\0') return 0;
     }

@@ -234,6 +234,11 @@ for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'no
 $V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
 expect "eval over only unreadable images: exit status 1" 1 "no readable image" $V eval $M --num-classes 2 -w "$T/w2.safetensors" --data "$T/allbad"
 
+# --out naming a file (or a folder below one): said as such
+touch "$T/outfile"
+expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
+    --batch-size 32 --out "$T/outfile/run"
+
 # Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
 # uninterrupted run's weights and best weights (bit for bit) and one metrics.csv row per epoch.
 TR="$M --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 768 --test-subset 128 --seed 5 --threads 1"
