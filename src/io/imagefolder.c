@@ -408,7 +408,15 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     size_t len = 0;
     if (vt_read_file(path, (size_t)64 << 20, &buf, &len, e)) return -1;
     const unsigned char *nul = memchr(buf, 0, len);
-    const size_t nul_at = nul ? (size_t)(nul - buf) : 0;
+    size_t nul_at = nul ? (size_t)(nul - buf) : 0;
+    for (size_t k = 0; !nul && k + 1 < len; k++) /* an escaped NUL, \u0000: cJSON's strings would end there */
+        if (buf[k] == '\\') {
+            if (k + 5 < len && buf[k + 1] == 'u' && memcmp(buf + k + 2, "0000", 4) == 0) {
+                nul = buf + k;
+                nul_at = k;
+            }
+            k++; /* the escaped character */
+        }
     const char *end = NULL;
     cJSON *o = nul ? NULL : cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
     size_t at = o && end ? (size_t)(end - (const char *)buf) : len; /* only whitespace may follow the object */
@@ -416,7 +424,7 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     free(buf);
     if (nul || !cJSON_IsObject(o) || at < len) {
         cJSON_Delete(o);
-        if (nul) return vt_seterr(e, "%s: a NUL byte at offset %zu", path, nul_at);
+        if (nul) return vt_seterr(e, "%s: a NUL character at offset %zu", path, nul_at);
         if (o && at < len) return vt_seterr(e, "%s: text after the JSON object (at byte %zu)", path, at);
         return vt_seterr(e, "%s: not a class index map (a JSON object {\"0\": \"name\", ...})", path);
     }
