@@ -33,7 +33,10 @@ static int run_epoch(const vt_source *src, const vt_transform *tf, int workers, 
     vt_loader *L = vt_loader_new(src, tf, BATCH, workers, prefetch, bad, e);
     if (!L) return -1;
     FILE *wf = warned ? tmpfile() : NULL;
-    if (warned) vt_loader_set_warnings(L, wf);
+    if (warned) {
+        *warned = -1; /* stays so without a temporary file: the count checks fail */
+        vt_loader_set_warnings(L, wf);
+    }
     const size_t per = (size_t)tf->chans * tf->size * tf->size;
     int nb = vt_loader_start(L, idx, n, drop_last, 7, epoch, e), rows = 0, k = 0, r;
     while (nb > 0 && (r = vt_loader_next(L, x + (size_t)k * BATCH * per, lab + (size_t)k * BATCH, e)) > 0) {

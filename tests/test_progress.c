@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "vitc/error.h"
 #include "vitc/progress.h"
 
 /* Runs steps 1..total through vt_progress_update (each twice) on a temporary file; returns its text in buf. */
@@ -51,4 +52,14 @@ void test_progress(vt_test *T) {
     vt_progress_end(&p);
     vt_progress_start(&p, stdout, "x", "y", 0, 1);
     T_CHECK(T, !vt_progress_due(&p, 1), "silent for an empty run");
+    /* vt_fputs_clean: control characters in a message (a file name's) shown escaped, UTF-8 text kept */
+    FILE *f = tmpfile();
+    T_CHECK(T, f != NULL, "tmpfile");
+    if (!f) return;
+    vt_fputs_clean(f, "a\nb\tc\033[31md\x7f\xc2\x9b\xc3\xa9\xe2\x82\xac.png");
+    rewind(f);
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    T_CHECK(T, strcmp(buf, "a\\nb\\tc\\x1b[31md\\x7f\\u009b\xc3\xa9\xe2\x82\xac.png") == 0, "escaped: %s", buf);
 }

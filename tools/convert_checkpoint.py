@@ -35,12 +35,20 @@ def state_dict(obj, key):
 
 def load(path, trust):
     """The checkpoint object; without trust, through the weights-only unpickler (a refusal names the object)."""
+    if trust:  # weights_only=False said outright: PyTorch 2.6 and later default to True
+        try:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        except TypeError:  # before 1.13: the full unpickler is the only one
+            return torch.load(path, map_location="cpu")
     try:
-        return torch.load(path, map_location="cpu", weights_only=not trust)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # PyTorch before 1.13 has no weights-only unpickler
+        sys.exit(f"convert_checkpoint: PyTorch {torch.__version__} cannot read {path} without running code it may "
+                 "name (weights_only needs 1.13 or later); if you trust its source, add --trust-pickle")
     except pickle.UnpicklingError as e:
-        if trust:
-            raise
-        why = str(e).rsplit("error:", 1)[-1].strip()
+        lines = [ln.strip() for ln in str(e).splitlines() if "Unsupported" in ln]
+        why = lines[0].rsplit("error:", 1)[-1].split(" was not an allowed")[0].strip() if lines else \
+            str(e).splitlines()[0].strip()
         sys.exit(f"convert_checkpoint: {path} pickles more than tensors and plain containers ({why}); reading it would "
                  "run code the file names. If you trust its source, add --trust-pickle")
 

@@ -308,11 +308,13 @@ static void set_threads(const opts *o, int ranks) {
         from = "the online cores";
     }
     if (want > cores) {
-        char asked[32]; /* as given: strtol caps a longer number at LONG_MAX */
-        if (strcmp(from, "OMP_NUM_THREADS") == 0)
-            snprintf(asked, sizeof asked, "%.*s", (int)strcspn(env, ","), env);
-        else
+        char asked[48]; /* as given: strtol caps a longer number at LONG_MAX */
+        if (strcmp(from, "OMP_NUM_THREADS") == 0) {
+            const int len = (int)strcspn(env, ",");
+            snprintf(asked, sizeof asked, "%.*s%s", len < 40 ? len : 37, env, len < 40 ? "" : "...");
+        } else {
             snprintf(asked, sizeof asked, "%ld", want);
+        }
         fprintf(stderr, "vitc: notice: %s threads asked (%s) but %ld cores are online: using %ld threads\n", asked,
                 from, cores, cores);
         want = cores;
@@ -1321,8 +1323,9 @@ static int read_classes(opts *o, int K) {
     vt_err e = {{0}};
     if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
     if (o->ncls != K) {
-        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: give the classes.json of the run "
-                "that made these weights\n", o->classes, o->ncls, K);
+        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: for weights of %d classes add "
+                "--num-classes %d; else give the classes.json of the run that made these weights\n", o->classes,
+                o->ncls, K, o->ncls, o->ncls);
         return 1;
     }
     return 0;

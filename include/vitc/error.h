@@ -20,8 +20,8 @@ void vt_clearerr(vt_err *e);
  * character boundary) instead of mid-word or mid-character. */
 void vt_msg_fit(char *msg, size_t size, int needed);
 
-/* Writes s to f with its control characters (bytes below 0x20 and 0x7f) shown as \n, \t or \xNN, so that a file
- * name inside a message can neither break its line nor send a terminal escape sequence. */
+/* Writes s to f with its control characters shown as \n, \t, \xNN (bytes below 0x20, 0x7f) or \u00NN (C1 controls in
+ * UTF-8), so that a file name inside a message can neither break its line nor start a terminal escape sequence. */
 void vt_fputs_clean(FILE *f, const char *s);
 
 /* Allocates n bytes aligned to 64 bytes, zeroed; returns NULL (and sets e) when out of memory. */

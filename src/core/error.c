@@ -16,15 +16,20 @@ int vt_seterr(vt_err *e, const char *fmt, ...) {
 }
 
 void vt_fputs_clean(FILE *f, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p == '\n')
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* a C1 control in UTF-8 (U+0080..U+009F, e.g. CSI) */
+            fprintf(f, "\\u%04x", p[1]);
+            p++;
+        } else if (*p == '\n') {
             fputs("\\n", f);
-        else if (*p == '\t')
+        } else if (*p == '\t') {
             fputs("\\t", f);
-        else if (*p < 0x20 || *p == 0x7f)
+        } else if (*p < 0x20 || *p == 0x7f) {
             fprintf(f, "\\x%02x", *p);
-        else
+        } else {
             fputc(*p, f);
+        }
+    }
 }
 
 void vt_msg_fit(char *msg, size_t size, int needed) {

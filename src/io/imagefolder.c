@@ -70,21 +70,22 @@ static char *join(const char *a, const char *b) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* 1 for a folder (symlinks followed), 0 for anything else, -1 (with e set) where the path itself cannot be looked
- * up: too long, or too many links (a dangling link is a file, refused when read). */
-static int is_dir(const char *path, vt_err *e) {
+/* The error of a folder that cannot be opened (errno): the reason first, as a path past PATH_MAX would push it out
+ * of the message. */
+static int cannot_open(const char *dir, vt_err *e) {
+    return vt_seterr(e, "cannot open a folder of an image folder (%s, a path of %zu bytes): %s", strerror(errno),
+                     strlen(dir), dir);
+}
+
+static int is_dir(const char *path) {
     struct stat st;
-    if (stat(path, &st) == 0) return S_ISDIR(st.st_mode);
-    if (errno == ENAMETOOLONG || errno == ELOOP)
-        return vt_seterr(e, "cannot scan a path of %zu bytes in an image folder (%s): %s", strlen(path),
-                         strerror(errno), path);
-    return 0;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 /* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted. */
 static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
     DIR *d = opendir(dir);
-    if (!d) return vt_seterr(e, "cannot open folder %s: %s", dir, strerror(errno));
+    if (!d) return cannot_open(dir, e);
     struct dirent *de;
     int rc = 0;
     while (rc == 0 && (de = readdir(d))) {
@@ -94,10 +95,9 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
             rc = vt_seterr(e, "out of memory scanning an image folder");
             break;
         }
-        const int dir_here = is_dir(full, e);
-        if (dir_here < 0) {
-            rc = -1;
-        } else if (dir_here) {
+        struct stat st; /* looked up by its name in the open folder: a path past PATH_MAX still says what it is, and
+                         * the scan then fails where it opens that folder, saying why */
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode)) {
             if (dirs) rc = push(dirs, strdup(de->d_name), e);
         } else if (files && is_image_file(de->d_name)) {
             rc = push(files, strdup(de->d_name), e);
@@ -152,7 +152,7 @@ static void seen_free(seen_set *s) {
 /* Adds folder dir to s: an error naming both paths when it was reached before. */
 static int seen_add(seen_set *s, const char *dir, vt_err *e) {
     struct stat st;
-    if (stat(dir, &st) != 0) return vt_seterr(e, "cannot open folder %s: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0) return cannot_open(dir, e);
     if (2 * (s->n + 1) > s->cap) { /* grow to keep the load under 1/2 */
         seen_set g = {calloc(s->cap ? 2 * s->cap : 64, sizeof(seen_dir)), 0, s->cap ? 2 * s->cap : 64};
         if (!g.t) return vt_seterr(e, "out of memory scanning an image folder");
@@ -253,7 +253,7 @@ void vt_imagefolder_free(vt_imagefolder *f) {
 
 int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt_imagefolder *out, vt_err *e) {
     memset(out, 0, sizeof *out);
-    if (is_dir(split_dir, NULL) != 1) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
+    if (!is_dir(split_dir)) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
     strlist cls = {0};
     found *fs = NULL;
     int nf = 0, cap = 0;
@@ -340,15 +340,15 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
 int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *val, vt_err *e) {
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
-    if (is_dir(dir, NULL) != 1) return vt_seterr(e, "image folder %s does not exist or is not a folder", dir);
+    if (!is_dir(dir)) return vt_seterr(e, "image folder %s does not exist or is not a folder", dir);
     char *t = join(dir, "train"), *v = join(dir, "val");
     int rc = 0;
     if (!t || !v)
         rc = vt_seterr(e, "out of memory");
-    else if (is_dir(t, NULL) != 1)
+    else if (!is_dir(t))
         rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...)",
                        dir, dir, dir);
-    else if (is_dir(v, NULL) != 1)
+    else if (!is_dir(v))
         rc = vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", dir, dir);
     else if (vt_imagefolder_scan(t, NULL, train, e) || vt_imagefolder_scan(v, train, val, e))
         rc = -1;

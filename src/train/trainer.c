@@ -629,10 +629,12 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                         int64_t spe, vt_err *e) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, st->images, s);
-    char steps[400] = "", other[2048] = "";
+    char steps[1200] = "", other[2048] = "", was_images[32] = "";
     long long images = 1; /* images an optimiser step in the checkpoint's run (batch size × accumulation steps) */
+    int subset_same = 1, old_format = 0; /* the subset as recorded; a checkpoint from before train-images */
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
+    old_format = vt_st_meta(&f, "data") && !vt_st_meta(&f, "train-images");
     for (int i = 0; i < n; i++) {
         const char *rec = vt_st_meta(&f, s[i].key);
         if (rec && (strcmp(s[i].key, "batch-size") == 0 || strcmp(s[i].key, "accum-steps") == 0)) {
@@ -640,16 +642,22 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
             images = v > 0 && v <= 1 << 20 && images > 0 ? images * v : 0;
         }
         if (!rec || strcmp(rec, setting_value(&s[i])) == 0) continue;
+        char abs_rec[PATH_MAX]; /* a data folder recorded as given (before absolute paths), still the same folder */
+        if (strcmp(s[i].key, "data") == 0 && realpath(rec, abs_rec) && strcmp(abs_rec, setting_value(&s[i])) == 0)
+            continue;
+        if (strcmp(s[i].key, "train-subset") == 0) subset_same = 0;
+        if (strcmp(s[i].key, "train-images") == 0) snprintf(was_images, sizeof was_images, "%s", rec);
         append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
     }
     vt_st_close(&f);
+    if (was_images[0] && subset_same) /* the data itself changed: another epoch order, whatever the step count */
+        return vt_seterr(e, "%s: the run trained on %s images and its data now has %lld (%s): resume with the run's "
+                         "data as it was, or start a new run from its weights (--init-from)", path, was_images,
+                         (long long)st->images, o->data);
     if (st->step != st->epoch * spe) {
         const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
         char hint[200];
-        if (strstr(steps, "train-images"))
-            snprintf(hint, sizeof hint, "the training data changed since the checkpoint: restore it, or start a new "
-                     "run from the run's weights (--init-from)");
-        else if (per_step && images > 0)
+        if (per_step && images > 0)
             snprintf(hint, sizeof hint, "resume with the checkpoint's values, or with its %lld images an optimiser step "
                      "(batch size × accumulation steps)", images);
         else
@@ -662,6 +670,9 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     }
     if (steps[0] || other[0])
         printf("Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
+    if (old_format && o->train_subset > 0 && strcmp(o->data, "fashion-mnist") != 0)
+        printf("Note: %s was written by an earlier vitc, whose --train-subset took an image folder's first %d images; "
+               "this run continues on %d images spread over its classes\n", path, o->train_subset, o->train_subset);
     return 0;
 }
 
@@ -751,12 +762,12 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     return 0;
 }
 
-/* Refuses a run folder inside the image folder data (or the folder itself): its files (curves.png, weights) would be
- * read as images of a class, or its folder as a class, when the run is resumed. The run folder need not exist yet:
- * its nearest existing ancestor is resolved. */
+/* Refuses a run folder inside the image folder data's train/ or val/ (or one of them itself): its files (curves.png,
+ * weights) would be read as images of a class, or its folder as a class, when the run is resumed. Elsewhere under
+ * data (e.g. data/runs/x) is fine. The run folder need not exist yet: its nearest existing ancestor is resolved. */
 static int out_inside_data(const char *run_dir, const char *data, vt_err *e) {
-    char dabs[PATH_MAX], probe[PATH_MAX], rabs[PATH_MAX];
-    if (!realpath(data, dabs) || snprintf(probe, sizeof probe, "%s", run_dir) >= (int)sizeof probe) return 0;
+    char probe[PATH_MAX], rabs[PATH_MAX];
+    if (snprintf(probe, sizeof probe, "%s", run_dir) >= (int)sizeof probe) return 0;
     struct stat st;
     while (stat(probe, &st) != 0) { /* up to the nearest ancestor that exists */
         char *slash = strrchr(probe, '/');
@@ -768,11 +779,16 @@ static int out_inside_data(const char *run_dir, const char *data, vt_err *e) {
         else *slash = '\0';
     }
     if (!realpath(probe, rabs)) return 0;
-    const size_t n = strlen(dabs);
-    if (strncmp(rabs, dabs, n) == 0 && (rabs[n] == '\0' || rabs[n] == '/' || (n == 1 && dabs[0] == '/')))
-        return n == 1 ? 0 : vt_seterr(e, "run folder %s lies inside the data folder %s: its files would be read as "
-                                      "images (or its folder as a class) when the run is resumed; put it elsewhere "
-                                      "(--out)", run_dir, data);
+    for (int k = 0; k < 2; k++) {
+        char split[PATH_MAX], sabs[PATH_MAX];
+        if (snprintf(split, sizeof split, "%s/%s", data, k ? "val" : "train") >= (int)sizeof split ||
+            !realpath(split, sabs))
+            continue;
+        const size_t n = strlen(sabs);
+        if (strncmp(rabs, sabs, n) == 0 && (rabs[n] == '\0' || rabs[n] == '/'))
+            return vt_seterr(e, "run folder %s lies inside %s: its files would be read as images (or its folder as "
+                             "a class) when the run is resumed; put it elsewhere (--out)", run_dir, split);
+    }
     return 0;
 }
 
@@ -988,17 +1004,17 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
     /* a folder holding another run is refused before the data and model are set up (an image folder's scan can take
      * minutes); the check is made again under the folder's lock below, where it decides */
-    if (rc == 0 && lead && check_run_dir(c, o, e)) rc = -1;
+    const int folder = o->data && strcmp(o->data, "fashion-mnist") != 0;
+    if (rc == 0 && lead && (check_run_dir(c, o, e) || (folder && out_inside_data(o->run_dir, o->data, e)))) rc = -1;
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, e))
         rc = -1;
     /* a folder is recorded by its absolute path (in UTF-8, as checkpoints need), so that a resume finds the same data
-     * from any working directory; a run folder inside it would become its data */
+     * from any working directory */
     size_t bad_at = 0;
     if (rc == 0 && d.folder && realpath(o->data, data_abs) &&
         vt_utf8_valid((const uint8_t *)data_abs, strlen(data_abs), &bad_at))
         own.data = data_abs;
-    if (rc == 0 && lead && d.folder && out_inside_data(o->run_dir, o->data, e)) rc = -1;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (rc == 0) source_slice(&d.val, dp, &vs);
     if (rc == 0 &&

@@ -208,14 +208,19 @@ mv "$T/rs/val/9_tshirt" "$T/rs/val/0_tshirt"
 for i in 1 2 3 4 5; do cp "$ONE" "$T/rs/train/1_trouser/extra$i.png"; done
 $V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs3.log" 2>&1
 check "a resume whose training set has other images is refused, saying so" \
-    "[ $? -eq 1 ] && grep -q 'train-images 12 → 17; the training data changed' '$T/rs3.log'" "$(tail -3 "$T/rs3.log")"
+    "[ $? -eq 1 ] && grep -q 'the run trained on 12 images and its data now has 17' '$T/rs3.log'" "$(tail -3 "$T/rs3.log")"
 rm "$T"/rs/train/1_trouser/extra*.png
+cp "$ONE" "$T/rs/train/1_trouser/extra1.png"
+$V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs3b.log" 2>&1
+check "... also when the steps of an epoch stay the same (12 → 13 images, batch 4)" \
+    "[ $? -eq 1 ] && grep -q 'the run trained on 12 images and its data now has 13' '$T/rs3b.log'" "$(tail -3 "$T/rs3b.log")"
+rm "$T/rs/train/1_trouser/extra1.png"
 $V train $ST --resume "$T/rsrun" --out "$T/rsrun/" --epochs 2 >"$T/rs4.log" 2>&1
 check "... restored, it resumes (--out naming the run folder another way)" \
     "[ $? -eq 0 ] && [ \$(wc -l <'$T/rsrun/metrics.csv') -eq 3 ]" "$(tail -3 "$T/rs4.log")"
 $V train $ST --epochs 1 --data "$T/rs" --out "$T/rs/train/0_tshirt/run" >"$T/rs5.log" 2>&1
-check "a run folder inside the data folder is refused" \
-    "[ $? -eq 1 ] && grep -q 'lies inside the data folder' '$T/rs5.log' && [ ! -e '$T/rs/train/0_tshirt/run' ]" \
+check "a run folder inside the data folder's train/ is refused" \
+    "[ $? -eq 1 ] && grep -q 'lies inside $T/rs/train' '$T/rs5.log' && [ ! -e '$T/rs/train/0_tshirt/run' ]" \
     "$(tail -3 "$T/rs5.log")"
 # a folder subset spans the classes (its files are class by class): --test-subset 3 of 6 validation images takes one
 # of each class, so with class 0's two images unreadable one is skipped (the first three: two)
@@ -225,6 +230,14 @@ $V eval vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" --data
     >"$T/rssub.json" 2>"$T/rssub.err"
 check "--test-subset on a folder takes images spread over its classes" \
     "[ $? -eq 0 ] && grep -q '\"images\": 2, \"skipped\": 1,' '$T/rssub.json'" "$(cat "$T/rssub.json" "$T/rssub.err")"
+# a run folder elsewhere under the data folder (not in train/ or val/) is fine, and a stray symlink loop that is not
+# an image is ignored, as other non-image files are
+mkdir -p "$T/rs/runs"
+ln -s loop "$T/rs/train/2_pullover/loop"
+$V train $ST --epochs 1 --data "$T/rs" --out "$T/rs/runs/a" >"$T/rsa.log" 2>&1
+check "a run folder under the data folder but outside train/ and val/ runs (a symlink loop there is ignored)" \
+    "[ $? -eq 0 ] && [ -s '$T/rs/runs/a/weights.safetensors' ]" "$(tail -3 "$T/rsa.log")"
+rm "$T/rs/train/2_pullover/loop"
 # predict names the classes of the run's classes.json beside its weights, not the model's dataset's
 $V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsp.log" 2>"$T/rsp.err"
 check "predict takes the class names of the classes.json beside the weights, and says so" \
@@ -243,5 +256,24 @@ cp -r "$T/rs" "$T/rsd"
 (cd "$T/rsd/train/1_trouser" && for i in $(seq 22); do n=$(printf 'd%.0s' $(seq 200)); mkdir "$n" && cd "$n"; done)
 $V train $ST --epochs 1 --data "$T/rsd" --out "$T/rsdrun" >"$T/rsd.log" 2>&1
 check "a path past PATH_MAX in a folder is refused, saying why" \
-    "[ $? -eq 1 ] && grep -q 'cannot scan a path of [0-9]* bytes in an image folder (File name too long)' '$T/rsd.log'" \
+    "[ $? -eq 1 ] && grep -q 'cannot open a folder of an image folder (File name too long, a path of [0-9]* bytes)' '$T/rsd.log'" \
     "$(head -c 300 "$T/rsd.log")"
+# a checkpoint of the previous format (no train-images, the data path as typed, relative) resumes: the path, found
+# from the resume's directory, is the same folder (no change noted), and no image count is compared
+$PY - "$T/rsrun/checkpoint.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+m = h["__metadata__"]
+del m["train-images"]
+m["data"] = "rs"
+t = json.dumps(h, separators=(",", ":")).encode()
+t += b" " * (-len(t) % 8)
+open(p, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PYEOF
+(cd "$T" && "$OLDPWD/vitc" train $ST --resume rsrun --epochs 3) >"$T/rsold.log" 2>&1
+check "a checkpoint of the previous format (relative data path, no image count) resumes, noting no data change" \
+    "[ $? -eq 0 ] && ! grep -q 'changes data' '$T/rsold.log' && [ \$(wc -l <'$T/rsrun/metrics.csv') -eq 4 ]" \
+    "$(tail -3 "$T/rsold.log")"
