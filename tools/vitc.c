@@ -191,7 +191,8 @@ static const optdef optdefs[] = {
       "Next-ViT: pre-norm BatchNorms not merged; default: deployed form; train and grad always use the training form, "
       "see `vitc deploy`)"),
     O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
-      "predict prints these names, eval checks an image folder's classes against them (not with fashion-mnist)"),
+      "predict prints these names; eval scores the folder's val/ class folders by them, no train/ needed (not with "
+      "fashion-mnist)"),
     NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5; more than the model's classes: all of "
       "them, with a notice)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
@@ -1077,18 +1078,9 @@ static int cmd_eval(opts *o) {
     if (mc) return mc;
     vt_data d;
     vt_err e = {{0}};
-    if (vt_data_open(&c, data, 0, 0, NULL, 0, o->test_subset, &d, &e)) return die("%s", e.msg);
-    if (read_classes(o, c.arch.num_classes)) {
-        vt_data_close(&d);
-        return 1;
-    }
-    for (int k = 0; d.folder && o->cls && k < o->ncls; k++)
-        if (strcmp(o->cls[k], d.f_train.classes[k]) != 0) {
-            fprintf(stderr, "vitc: class %d is '%s' in %s but '%s' in %s/train\n", k, o->cls[k], o->classes,
-                    d.f_train.classes[k], data);
-            vt_data_close(&d);
-            return 1;
-        }
+    if (read_classes(o, c.arch.num_classes)) return 1;
+    /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
+    if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
     vt_params *P = load_model(o, &c, 1);
     if (!P) {
         vt_data_close(&d);

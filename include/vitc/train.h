@@ -51,6 +51,11 @@ typedef struct vt_data {
 int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
                  int train_subset, int val_subset, vt_data *d, vt_err *e);
 
+/* vt_data_open for evaluation; with class names (e.g. a run's classes.json: nclasses, the model's outputs) an image
+ * folder needs only val/, whose class folders are scored by name against them (no train/ scanned). */
+int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *classes, int nclasses, int val_subset,
+                      vt_data *d, vt_err *e);
+
 /* Frees what vt_data_open loaded (a zeroed d is fine). */
 void vt_data_close(vt_data *d);
 

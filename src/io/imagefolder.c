@@ -279,7 +279,8 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
                 if (strcmp(classes->classes[k], cls.s[c]) == 0) label_of[c] = k;
             if (label_of[c] < 0) {
                 rc = vt_seterr(e, "image folder: class folder %s/%s has no counterpart in the training classes "
-                               "(%d classes from the train folder)", split_dir, cls.s[c], classes->nclasses);
+                               "(the %d of the train folder or of --classes)", split_dir, cls.s[c],
+                               classes->nclasses);
                 break;
             }
         }

@@ -343,6 +343,40 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
     return 0;
 }
 
+int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *classes, int nclasses, int val_subset,
+                      vt_data *d, vt_err *e) {
+    if (!classes || !data || strcmp(data, "fashion-mnist") == 0)
+        return vt_data_open(c, data, 0, 0, NULL, 0, val_subset, d, e);
+    memset(d, 0, sizeof *d);
+    const int C = c->arch.in_chans, K = c->arch.num_classes;
+    if (C != 1 && C != 3)
+        return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+    if (nclasses != K)
+        return vt_seterr(e, "%d class names given but %s has %d outputs", nclasses, c->name, K);
+    struct stat st;
+    char val[4096];
+    if (snprintf(val, sizeof val, "%s/val", data) >= (int)sizeof val) return vt_seterr(e, "folder name too long");
+    if (stat(val, &st) != 0 || !S_ISDIR(st.st_mode))
+        return vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", data, data);
+    vt_imagefolder *names = &d->f_train; /* the class list alone: no training images */
+    names->classes = calloc((size_t)nclasses, sizeof(char *));
+    int rc = names->classes ? 0 : vt_seterr(e, "out of memory");
+    for (int k = 0; rc == 0 && k < nclasses; k++, names->nclasses++)
+        if (!(names->classes[k] = strdup(classes[k]))) rc = vt_seterr(e, "out of memory");
+    if (rc == 0) rc = vt_imagefolder_scan(val, names, &d->f_val, e);
+    if (rc) {
+        vt_data_close(d);
+        return -1;
+    }
+    d->folder = 1;
+    if (val_subset > 0) folder_subset(&d->f_val, val_subset);
+    d->train = vt_source_imagefolder(&d->f_train);
+    d->val = vt_source_imagefolder(&d->f_val);
+    d->pre = vt_model_preprocess(c);
+    d->train_tf = d->eval_tf = vt_transform_eval(&d->pre);
+    return 0;
+}
+
 void vt_train_defaults(vt_train_opts *o) {
     memset(o, 0, sizeof *o);
     o->data = "fashion-mnist";

@@ -56,7 +56,16 @@ $PY -c 'import json, sys; json.dump({str(k): "c%d" % k for k in range(10)}, open
 $V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$F/png" --classes "$T/other.json" >"$T/ev2.log" 2>&1
 rc=$?
 check "eval --classes refuses a folder with other classes" \
-    "[ $rc -eq 1 ] && grep -q \"class 0 is 'c0' in $T/other.json but '0_tshirt'\" '$T/ev2.log'" "rc $rc: $(cat "$T/ev2.log")"
+    "[ $rc -eq 1 ] && grep -q \"class folder $F/png/val/0_tshirt has no counterpart in the training classes\" '$T/ev2.log'" \
+    "rc $rc: $(cat "$T/ev2.log")"
+# with --classes, eval needs only val/ (a held-out folder), its class folders scored by name: the same accuracy
+mkdir -p "$T/valonly"
+cp -r "$F/png/val" "$T/valonly/"
+$V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$T/valonly" --classes "$T/png/classes.json" \
+    >"$T/ev3.log" 2>&1
+check "eval --classes on a folder with only val/ scores it by the class names, as with train/ there" \
+    "[ $? -eq 0 ] && diff <(grep -o 'top-1 accuracy.*' '$T/ev.log') <(grep -o 'top-1 accuracy.*' '$T/ev3.log')" \
+    "$(cat "$T/ev.log" "$T/ev3.log")"
 
 # JPEG: runs and lowers the loss (two epochs on a subset)
 $V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --data "$F/jpg" \
