@@ -107,11 +107,18 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
     vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
-    const char *form = vt_st_meta(&f, VT_FORM_KEY); /* files without the record hold the training form */
-    if (P->form && strcmp(form ? form : "training", P->form) != 0) {
+    char form[48]; /* files without the record hold the training form; copied: closing the file frees its metadata */
+    const char *rec = vt_st_meta(&f, VT_FORM_KEY);
+    snprintf(form, sizeof form, "%s", rec ? rec : "training");
+    const int known = strcmp(form, "training") == 0 || strcmp(form, "deployed") == 0;
+    if (P->form && (!known || strcmp(form, P->form) != 0)) {
         vt_st_close(&f);
-        return vt_seterr(e, "%s holds %s-form weights but the model is built in its %s form (see `vitc deploy`)",
-                         path, form ? form : "training", P->form);
+        if (!known) return vt_seterr(e, "%s records an unknown form '%.40s' (metadata %s)", path, form, VT_FORM_KEY);
+        return vt_seterr(e, "%s holds %s-form weights but the model is built in its %s form%s", path, form, P->form,
+                         strcmp(form, "deployed") == 0
+                             ? " (a training run's): start from training-form weights (a run's weights.safetensors, "
+                               "or `vitc init --train-form`); merged BatchNorms cannot be split again"
+                             : " (see `vitc deploy`)");
     }
     char miss[1024] = "", extra[1024] = "", bad[1024] = "";
     int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0;

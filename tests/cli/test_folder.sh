@@ -286,3 +286,12 @@ PYEOF
 check "a checkpoint of the previous format (relative data path, no image count) resumes, noting no data change" \
     "[ $? -eq 0 ] && ! grep -q 'changes data' '$T/rsold.log' && [ \$(wc -l <'$T/rsrun/metrics.csv') -eq 4 ]" \
     "$(tail -3 "$T/rsold.log")"
+# fine-tuning from deployed-form weights (Next-ViT's merged BatchNorms) is refused, naming the form (the message had
+# read freed memory)
+NV="nextvit_small --depths 1,1,5,1 --img-size 32 --num-classes 3"
+$V init $NV -o "$T/nv_dep.safetensors" >/dev/null 2>&1
+$V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvrun" --init-from "$T/nv_dep.safetensors" \
+    >"$T/nv.log" 2>&1
+check "--init-from deployed-form weights refused, saying what to start from" \
+    "[ $? -eq 1 ] && grep -q 'holds deployed-form weights but the model is built in its training form (a training run.s): start from training-form weights' '$T/nv.log'" \
+    "$(tail -2 "$T/nv.log")"
