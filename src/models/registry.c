@@ -1,5 +1,6 @@
 /* The registry of host families and named models, and the generic model entry points (configure, build, init,
  * deploy, summaries). Nothing here knows a family by name: families differ only through their hooks. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,8 +264,16 @@ int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *de
                          c->family->name);
     vt_model_cfg d = *c;
     d.arch.train_form = 0;
-    if (vt_model_create_params(&d, dep, e)) return -1; /* every value is written by the merge */
-    return c->family->deploy(&d, train, dep, e);
+    if (vt_model_create_params(&d, dep, e) || c->family->deploy(&d, train, dep, e)) return -1;
+    for (int i = 0; i < dep->n; i++) { /* a merge past float's range (extreme BatchNorm statistics): no such file */
+        const vt_tensor *t = dep->t[i];
+        const int64_t k = t->data ? vt_first_nonfinite(t->data, t->numel) : -1;
+        if (k >= 0)
+            return vt_seterr(e, "%s: the merge makes '%s' %s at element %lld (the training-form values it folds "
+                             "overflow float32): weights of that form could not be loaded", c->name, t->name,
+                             isnan(t->data[k]) ? "NaN" : "infinite", (long long)k);
+    }
+    return 0;
 }
 
 int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {

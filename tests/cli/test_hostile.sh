@@ -234,6 +234,22 @@ for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'no
 $V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
 expect "eval over only unreadable images: exit status 1" 1 "no readable image" $V eval $M --num-classes 2 -w "$T/w2.safetensors" --data "$T/allbad"
 
+# deploy whose merge overflows float32 (a BatchNorm weight of 1e37 over a zero variance): refused, nothing written
+$V init deit_tiny_hmhsa_cffn --depths 1 --train-form -o "$T/cf.safetensors" >/dev/null 2>&1
+/usr/bin/python3 - "$T/cf.safetensors" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+t = st.load(sys.argv[1])
+t["blocks.0.mlp.fc2_u.rep.0.bn.weight"][:] = 1e37
+t["blocks.0.mlp.fc2_u.rep.0.bn.running_var"][:] = 0
+t["blocks.0.mlp.fc2_u.rep.0.bn.running_mean"][:] = 1
+st.save(sys.argv[1], t)
+PYEOF
+expect "a deploy whose merge overflows refused, naming the tensor" 1 "the merge makes 'blocks.0.mlp.fc2_u.bias' infinite" \
+    $V deploy deit_tiny_hmhsa_cffn --depths 1 -w "$T/cf.safetensors" -o "$T/cfd.safetensors"
+check "... writing nothing" "[ ! -e '$T/cfd.safetensors' ]"
+
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
 expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
