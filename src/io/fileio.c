@@ -31,7 +31,15 @@ static void dir_of(const char *path, char *dir, size_t n) {
 int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e) {
     if (!path || !path[0]) return vt_seterr(e, "empty output file name");
     struct stat st;
-    if (stat(path, &st) != 0) return errno == ENOENT ? 0 : vt_seterr(e, "%s: %s", path, strerror(errno));
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    if (stat(path, &st) != 0) { /* a new file: its folder must be there (checked before any work, as a full one is) */
+        if (errno != ENOENT) return vt_seterr(e, "%s: %s", path, strerror(errno));
+        struct stat sd;
+        if (stat(dir, &sd) != 0) return vt_seterr(e, "cannot write %s: folder %s: %s", path, dir, strerror(errno));
+        if (!S_ISDIR(sd.st_mode)) return vt_seterr(e, "cannot write %s: %s is not a folder", path, dir);
+        return 0;
+    }
     if (!S_ISREG(st.st_mode))
         return vt_seterr(e, "refusing to write %s: it exists and is not a regular file (%s)", path,
                          S_ISDIR(st.st_mode)   ? "a folder"

@@ -250,6 +250,13 @@ expect "a deploy whose merge overflows refused, naming the tensor" 1 "the merge 
     $V deploy deit_tiny_hmhsa_cffn --depths 1 -w "$T/cf.safetensors" -o "$T/cfd.safetensors"
 check "... writing nothing" "[ ! -e '$T/cfd.safetensors' ]"
 
+# an output into a missing folder is refused before any work, so a command with two outputs writes neither
+expect "-o into a missing folder refused at once" 1 "cannot write $T/nodir/w.safetensors: folder $T/nodir" \
+    $V init $M -o "$T/nodir/w.safetensors"
+expect "attention with --save-maps into a missing folder refused" 1 "folder $T/nodir" $V attention $M \
+    -w "$T/w.safetensors" "$T/good.png" -o "$T/att_first.png" --save-maps "$T/nodir/m.safetensors"
+check "... before writing its picture" "[ ! -e '$T/att_first.png' ]"
+
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
 expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
