@@ -1523,7 +1523,8 @@ static const command commands[] = {
      "[--rollout] [--save-maps MAPS.safetensors]",
      "pictures of the class token's (or mean query's) attention per block and head, overlaid on the images",
      "--weights -w --output -o --blocks --heads --rollout --save-maps --train-form --threads --attn --ffn --dims "
-     "--depths --windows --apply-transform --img-size --in-chans --num-classes", cmd_attention, 1},
+     "--depths --windows --apply-transform --double-heads --img-size --in-chans --num-classes",
+     cmd_attention, 1},
 };
 #undef ARCH_OPTS
 #undef SIZE_OPTS

@@ -257,6 +257,11 @@ expect "attention with --save-maps into a missing folder refused" 1 "folder $T/n
     -w "$T/w.safetensors" "$T/good.png" -o "$T/att_first.png" --save-maps "$T/nodir/m.safetensors"
 check "... before writing its picture" "[ ! -e '$T/att_first.png' ]"
 
+# attention takes --double-heads like the other commands that build a model
+$V init $M --attn hmhsa --double-heads -o "$T/dh.safetensors" >/dev/null 2>&1
+$V attention $M --attn hmhsa --double-heads -w "$T/dh.safetensors" "$T/good.png" -o "$T/dh.png" >"$T/dh.log" 2>&1
+check "attention draws a --double-heads model" "[ $? -eq 0 ] && [ -s '$T/dh.png' ]" "$(cat "$T/dh.log")"
+
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
 expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
