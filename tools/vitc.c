@@ -242,6 +242,12 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
+/* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
+static int missing(const char *what) {
+    fprintf(stderr, "vitc: missing %s\n", what);
+    return 2;
+}
+
 /* An option that can have no effect in command cmd (or an argument it cannot take): prints "vitc CMD: message" and
  * returns 2, the exit status of the other option errors. */
 static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -389,7 +395,7 @@ static int output_ok(const opts *o) {
 /* Resolves the model name and the options that change it into cfg (the library checks them); 1 on an error, 2 on a
  * malformed list option (--dims, --depths, --heads, --windows). */
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
-    if (!o->model) return die("%s", "missing MODEL (see `vitc list`)");
+    if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
     if (!base) return die("unknown model '%s' (see `vitc list`)", o->model);
     vt_model_overrides ov = vt_model_no_overrides();
@@ -447,7 +453,7 @@ static int warn_int8_fallback(const vt_model_cfg *c, vt_int8_use u) {
 /* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
 static int open_input(const opts *o, vt_st_file *f) {
     vt_err e = {{0}};
-    if (!o->input) return die("%s", "missing --input");
+    if (!o->input) return missing("--input");
     return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
 }
 
@@ -602,7 +608,7 @@ static int cmd_init(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (!o->output) return die("%s", "missing -o OUTPUT");
+    if (!o->output) return missing("-o OUTPUT");
     if (output_ok(o)) return 1;
     vt_params *P = load_model(o, &c, 0);
     if (!P) return 1;
@@ -634,7 +640,8 @@ static int cmd_forward(opts *o) {
     vt_st_file f = {0};
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (!o->output) return die("%s", "missing --output");
+    if (!o->weights) return missing("--weights");
+    if (!o->output) return missing("--output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
     if (!P) {
@@ -687,8 +694,9 @@ static int cmd_grad(opts *o) {
     vt_st_file f = {0};
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
+    if (!o->weights) return missing("--weights");
     if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
-    if (!o->output) return die("%s", "missing --output");
+    if (!o->output) return missing("--output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = NULL;
     if (!fit_input_size(o, &f, &c)) {
@@ -993,7 +1001,7 @@ static int cmd_train(opts *o) {
     if (c.arch.int8) return die("%s", "--dtype int8 is for inference; train in fp32 or bf16");
     vt_train_opts t;
     vt_train_defaults(&t);
-    if (!o->out_dir) return die("%s", "missing --out RUN_DIR");
+    if (!o->out_dir) return missing("--out RUN_DIR");
     if (o->data) t.data = o->data;
     t.run_dir = o->out_dir;
     t.resume = o->resume;
@@ -1076,6 +1084,7 @@ static int cmd_eval(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
+    if (!o->weights) return missing("--weights");
     vt_data d;
     vt_err e = {{0}};
     if (read_classes(o, c.arch.num_classes)) return 1;
@@ -1260,7 +1269,8 @@ static int cmd_deploy(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (!o->output) return die("%s", "missing -o OUTPUT");
+    if (!o->weights) return missing("--weights");
+    if (!o->output) return missing("-o OUTPUT");
     if (output_ok(o)) return 1;
     c = vt_model_training_form(&c);
     vt_params *P = load_model(o, &c, 1);
@@ -1382,7 +1392,8 @@ static int cmd_predict(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
+    if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
     classes_beside_weights(o, c.arch.num_classes);
@@ -1454,8 +1465,9 @@ static int cmd_attention(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (o->nimages < 1) return die("%s", "missing IMAGE (one or more image files after MODEL)");
-    if (!o->output && !o->save_maps) return die("%s", "missing -o OUT.png (or --save-maps MAPS.safetensors)");
+    if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
+    if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
     const size_t len = o->output ? strlen(o->output) : 0;
     if (o->output && (len < 4 || strcasecmp(o->output + len - 4, ".png") != 0))
         return die("-o %s: the picture is written as PNG; give a name ending in .png", o->output);

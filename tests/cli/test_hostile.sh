@@ -126,6 +126,8 @@ expect "grad whose loss overflows refused" 1 "overflow" $V grad $M -w "$T/w.safe
 check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '$T/gbig.safetensors' ]"
 # 18. contradictory or stray arguments
 expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
+expect "predict without --weights: a usage error (2)" 2 "missing --weights" $V predict $M "$T/good.png"
+expect "init without -o: a usage error (2)" 2 "missing -o OUTPUT" $V init $M
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
