@@ -68,7 +68,8 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
                          : "has no " VT_FORM_KEY " record, so it holds training-form weights (official checkpoints and "
                          "converted files are the training form)");
     return vt_seterr(e, "%s holds deployed-form weights (metadata %s: BatchNorms already merged by merge_bn), but the "
-                     "model is built in its training form, which would apply them twice: load it without --train-form",
+                     "model is built in its training form, which would apply them twice: forward, eval, predict and "
+                     "attention take it without --train-form; deploy, grad and training need a training-form file",
                      path, VT_FORM_KEY);
 }
 
