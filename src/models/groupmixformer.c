@@ -75,8 +75,8 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     for (int i = 0; i < a->nstages; i++)
         if (strcmp(a->stages[i].attn, "gma") != 0 || strcmp(a->ffn, "mlp") != 0)
-            return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); got --attn %s --ffn %s",
-                             c->name, a->stages[i].attn, a->ffn);
+            return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked for attention %s "
+                             "with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
     if (a->img_size % 32)
         return vt_seterr(e, "%s: image size %d must be a multiple of 32 (the stage grids H/4 ... H/32 must be whole)",
                          c->name, a->img_size);
