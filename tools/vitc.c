@@ -565,10 +565,10 @@ static int cmd_info(opts *o) {
         printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
                "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
                "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
-               "\"num_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
+               "\"num_heads\": %d, \"double_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
                c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size, a->in_chans,
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
-               a->stages[0].attn, a->ffn, a->train_form);
+               a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(a);
         printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"interpolation\": \"%s\", \"mean\": [%g, %g, %g], "
                "\"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path, (double)c.pre.crop_pct,
@@ -579,9 +579,12 @@ static int cmd_info(opts *o) {
     } else {
         printf("model      %s (%s)\n", c.name, c.description);
         printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, a->img_size, a->num_classes);
-        for (int i = 0; i < a->nstages; i++)
-            printf("stage %d    dim %d, depth %d, heads %d, MLP %gx, attention %s\n", i, a->stages[i].dim,
-                   a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+        for (int i = 0; i < a->nstages; i++) {
+            const int dbl = a->opts.double_heads && strcmp(a->stages[i].attn, "hmhsa") == 0;
+            printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i, a->stages[i].dim,
+                   a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
+                   (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+        }
         printf("FFN        %s%s\n", a->ffn, a->train_form ? " (training form)" : "");
         printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
                paper, paper / 1e6);

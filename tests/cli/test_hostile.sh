@@ -263,6 +263,10 @@ check "... before writing its picture" "[ ! -e '$T/att_first.png' ]"
 $V init $M --attn hmhsa --double-heads -o "$T/dh.safetensors" >/dev/null 2>&1
 $V attention $M --attn hmhsa --double-heads -w "$T/dh.safetensors" "$T/good.png" -o "$T/dh.png" >"$T/dh.log" 2>&1
 check "attention draws a --double-heads model" "[ $? -eq 0 ] && [ -s '$T/dh.png' ]" "$(cat "$T/dh.log")"
+$V info $M --attn hmhsa --double-heads >"$T/dhi.log" 2>&1
+$V info $M --attn hmhsa --double-heads --json >"$T/dhi.json" 2>&1
+check "info says the heads are doubled to run" "grep -q 'heads 4 (doubled to run: --double-heads)' '$T/dhi.log' && \
+    grep -q '\"double_heads\": 1' '$T/dhi.json'" "$(cat "$T/dhi.log" | head -4)"
 
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
