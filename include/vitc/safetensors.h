@@ -96,6 +96,10 @@ int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e);
  * values are all integral and in range (error otherwise). */
 int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e);
 
+/* The offset of the first escaped NUL (\u0000) in the JSON text s[0..n), or -1 when none: cJSON's strings end there,
+ * so a name or value holding one would be read cut short (readers refuse it). */
+long vt_json_escaped_nul(const unsigned char *s, size_t n);
+
 /* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF); else 0 with the offset of
  * the first bad byte in *bad. Header strings must be (the reader refuses anything else). */
 int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad);

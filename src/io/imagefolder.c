@@ -409,15 +409,9 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     size_t len = 0;
     if (vt_read_file(path, (size_t)64 << 20, &buf, &len, e)) return -1;
     const unsigned char *nul = memchr(buf, 0, len);
-    size_t nul_at = nul ? (size_t)(nul - buf) : 0;
-    for (size_t k = 0; !nul && k + 1 < len; k++) /* an escaped NUL, \u0000: cJSON's strings would end there */
-        if (buf[k] == '\\') {
-            if (k + 5 < len && buf[k + 1] == 'u' && memcmp(buf + k + 2, "0000", 4) == 0) {
-                nul = buf + k;
-                nul_at = k;
-            }
-            k++; /* the escaped character */
-        }
+    const long esc = nul ? -1 : vt_json_escaped_nul(buf, len); /* \u0000: cJSON's strings would end there */
+    if (esc >= 0) nul = buf + esc;
+    const size_t nul_at = nul ? (size_t)(nul - buf) : 0;
     const char *end = NULL;
     cJSON *o = nul ? NULL : cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
     size_t at = o && end ? (size_t)(end - (const char *)buf) : len; /* only whitespace may follow the object */

@@ -333,6 +333,11 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
         vt_seterr(e, "invalid JSON header: not valid UTF-8 at header offset %zu", bad);
         goto done;
     }
+    const long esc = vt_json_escaped_nul(hdr, hlen);
+    if (esc >= 0) {
+        vt_seterr(e, "invalid JSON header: an escaped NUL (\\u0000) at header offset %ld", esc);
+        goto done;
+    }
     const char *endp = NULL;
     root = cJSON_ParseWithLengthOpts((const char *)hdr, hlen, &endp, 0);
     if (!root) {
@@ -452,6 +457,15 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
 /* The size of a safetensors stream from its first len bytes (vt_size_fn): the 8-byte length, then the header, then the
  * data up to the largest data_offsets end, and one byte more (parse_owned refuses trailing bytes). A header that is
  * too long or does not parse ends the reading: parse_owned says why. */
+long vt_json_escaped_nul(const unsigned char *s, size_t n) {
+    for (size_t k = 0; k + 1 < n; k++)
+        if (s[k] == '\\') {
+            if (k + 5 < n && s[k + 1] == 'u' && memcmp(s + k + 2, "0000", 4) == 0) return (long)k;
+            k++; /* the escaped character: an escaped backslash followed by u0000 is text */
+        }
+    return -1;
+}
+
 static size_t st_size(const unsigned char *b, size_t len, void *arg) {
     (void)arg;
     if (len < 8) return 8;
