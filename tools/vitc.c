@@ -422,13 +422,10 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     return 0;
 }
 
-/* A parameter store holding the model's parameters, loaded from o->weights or initialised (seed). */
-static vt_params *load_model(const opts *o, const vt_model_cfg *cfg, int need_weights) {
+/* A parameter store holding the model's parameters, loaded from o->weights or, without it, initialised (seed); the
+ * commands that need weights refuse a missing --weights first (a usage error). */
+static vt_params *load_model(const opts *o, const vt_model_cfg *cfg) {
     vt_err e = {{0}};
-    if (need_weights && !o->weights) {
-        die("%s", "missing --weights");
-        return NULL;
-    }
     vt_params *P = o->weights ? vt_model_load(cfg, o->weights, &e) : vt_params_new(&e);
     if (P && !o->weights && vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
         vt_params_free(P);
@@ -613,7 +610,7 @@ static int cmd_init(opts *o) {
     if (mc) return mc;
     if (!o->output) return missing("-o OUTPUT");
     if (output_ok(o)) return 1;
-    vt_params *P = load_model(o, &c, 0);
+    vt_params *P = load_model(o, &c);
     if (!P) return 1;
     vt_err e = {{0}};
     int rc = vt_params_save(P, o->output, &e) ? die("%s", e.msg) : 0;
@@ -646,7 +643,7 @@ static int cmd_forward(opts *o) {
     if (!o->weights) return missing("--weights");
     if (!o->output) return missing("--output");
     if (output_ok(o) || open_input(o, &f)) return 1;
-    vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c, 1);
+    vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c);
     if (!P) {
         vt_st_close(&f);
         return 1;
@@ -704,7 +701,7 @@ static int cmd_grad(opts *o) {
     vt_params *P = NULL;
     if (!fit_input_size(o, &f, &c)) {
         c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
-        P = load_model(o, &c, 1);
+        P = load_model(o, &c);
     }
     if (!P) {
         vt_st_close(&f);
@@ -1093,7 +1090,7 @@ static int cmd_eval(opts *o) {
     if (read_classes(o, c.arch.num_classes)) return 1;
     /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
     if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
-    vt_params *P = load_model(o, &c, 1);
+    vt_params *P = load_model(o, &c);
     if (!P) {
         vt_data_close(&d);
         return 1;
@@ -1276,7 +1273,7 @@ static int cmd_deploy(opts *o) {
     if (!o->output) return missing("-o OUTPUT");
     if (output_ok(o)) return 1;
     c = vt_model_training_form(&c);
-    vt_params *P = load_model(o, &c, 1);
+    vt_params *P = load_model(o, &c);
     if (!P) return 1;
     vt_err e = {{0}};
     vt_params *D = vt_params_new(&e);
@@ -1410,7 +1407,7 @@ static int cmd_predict(opts *o) {
         free(res);
         return die("%s", "out of memory");
     }
-    vt_params *P = load_model(o, &c, 1);
+    vt_params *P = load_model(o, &c);
     vt_int8_use use = {0, 0};
     int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
                                    keep ? keep + n * per : NULL, &use, stderr, &e)
@@ -1478,7 +1475,7 @@ static int cmd_attention(opts *o) {
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
         return die("%s", e.msg);
-    vt_params *P = load_model(o, &c, 1);
+    vt_params *P = load_model(o, &c);
     if (!P) return 1;
     const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
     vt_params_free(P);
