@@ -254,6 +254,8 @@ static void test_folder_links(vt_test *T) {
         {"{\"0\": \"a\", \"1\": \"b\", \"2\": \"a\"}", "classes 0 and 2 are both named 'a'"},
         {"{\"0\": \"a\", \"1\": 7}", "class 1 is missing or not a string"},
         {"{\"0\": \"a\", \"1\": \"b\\u0000c\"}", "a NUL character at offset 18"},
+        {"{\"0\": \"a\", \"1\": \"b\"", "not valid JSON (parse error near byte"},
+        {"[\"a\", \"b\"]", "not a class index map"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         char **names = NULL;

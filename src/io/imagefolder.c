@@ -414,13 +414,16 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     const size_t nul_at = nul ? (size_t)(nul - buf) : 0;
     const char *end = NULL;
     cJSON *o = nul ? NULL : cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
-    size_t at = o && end ? (size_t)(end - (const char *)buf) : len; /* only whitespace may follow the object */
+    /* where parsing stopped: the object's end, or the error (cJSON sets end on failure too) */
+    const size_t stop = end ? (size_t)(end - (const char *)buf) : 0;
+    size_t at = o && end ? stop : len; /* only whitespace may follow the object */
     while (at < len && (buf[at] == ' ' || buf[at] == '\t' || buf[at] == '\n' || buf[at] == '\r')) at++;
     free(buf);
     if (nul || !cJSON_IsObject(o) || at < len) {
         cJSON_Delete(o);
         if (nul) return vt_seterr(e, "%s: a NUL character at offset %zu", path, nul_at);
         if (o && at < len) return vt_seterr(e, "%s: text after the JSON object (at byte %zu)", path, at);
+        if (!o && end) return vt_seterr(e, "%s: not valid JSON (parse error near byte %zu)", path, stop);
         return vt_seterr(e, "%s: not a class index map (a JSON object {\"0\": \"name\", ...})", path);
     }
     const int K = cJSON_GetArraySize(o);
