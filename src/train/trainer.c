@@ -796,6 +796,25 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     return 0;
 }
 
+/* An image folder whose validation images are all unreadable is refused before training (the first epoch's end would
+ * find it): reads them in order up to the first that decodes. */
+static int check_val_readable(const vt_data *d, int chans, const char *data, vt_err *e) {
+    if (!d->folder) return 0;
+    vt_err first = {{0}};
+    for (int i = 0; i < d->val.n; i++) {
+        vt_image img;
+        int label;
+        vt_err ie = {{0}};
+        if (d->val.get(d->val.ctx, i, chans, 0, &img, &label, &ie) == 0) {
+            vt_image_free(&img);
+            return 0;
+        }
+        if (i == 0) first = ie;
+    }
+    return vt_seterr(e, "none of the %d validation images of %s can be read (the first: %s)", d->val.n, data,
+                     first.msg);
+}
+
 /* Refuses a run folder inside the image folder data's train/ or val/ (or one of them itself): its files (curves.png,
  * weights) would be read as images of a class, or its folder as a class, when the run is resumed. Elsewhere under
  * data (e.g. data/runs/x) is fine. The run folder need not exist yet: its nearest existing ancestor is resolved. */
@@ -1049,6 +1068,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (rc == 0 && d.folder && realpath(o->data, data_abs) &&
         vt_utf8_valid((const uint8_t *)data_abs, strlen(data_abs), &bad_at))
         own.data = data_abs;
+    if (rc == 0 && check_val_readable(&d, c->arch.in_chans, o->data, e)) rc = -1;
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (rc == 0) source_slice(&d.val, dp, &vs);
     if (rc == 0 &&

@@ -106,7 +106,7 @@ check "skipped files counted at each epoch end" \
 mkdir -p "$T/allbad/train/a" "$T/allbad/train/b" "$T/allbad/val/a"
 for i in 1 2; do echo junk >"$T/allbad/train/a/$i.png"; done
 echo junk >"$T/allbad/train/b/3.png"
-echo junk >"$T/allbad/val/a/1.png"
+cp "$ONE" "$T/allbad/val/a/1.png" # a readable validation image: the training set's check decides
 $V train vit_fmnist_tiny --num-classes 2 --batch-size 2 --epochs 1 --data "$T/allbad" --out "$T/allbadrun" \
     >"$T/allbad.log" 2>&1
 rc=$?
@@ -295,3 +295,10 @@ $V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvru
 check "--init-from deployed-form weights refused, saying what to start from" \
     "[ $? -eq 1 ] && grep -q 'holds deployed-form weights but the model is built in its training form (a training run.s): start from training-form weights' '$T/nv.log'" \
     "$(tail -2 "$T/nv.log")"
+# a validation split with no readable image is refused before training, not at the first epoch's end
+cp -r "$T/rs" "$T/rsv"
+for f in "$T"/rsv/val/*/*.png; do echo junk >"$f"; done
+$V train $ST --epochs 1 --data "$T/rsv" --out "$T/rsvrun" >"$T/rsv.log" 2>&1
+check "no readable validation image: refused before training" \
+    "[ $? -eq 1 ] && grep -q 'none of the 6 validation images of $T/rsv can be read (the first: ' '$T/rsv.log' && \
+     ! grep -q '^Epoch\|img/s' '$T/rsv.log' && [ ! -e '$T/rsvrun' ]" "$(tail -3 "$T/rsv.log")"
