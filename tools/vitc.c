@@ -55,6 +55,7 @@ typedef struct {
     unsigned char given[128]; /* given[k]: optdefs[k] was on the command line */
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */
+    char arch_heads[96];      /* attention: the architecture's heads taken from the weights' record */
     char model_options[1024]; /* train: the options that configured the model, as recorded (record_model_options) */
 } opts;
 
@@ -1449,6 +1450,34 @@ static int index_list(const char *what, const char *s, int *out, int max) {
     return n >= 0 ? n : die("%s", e.msg) * -1;
 }
 
+/* attention, whose --heads picks the heads to draw: a model c that runs other heads than its weights record (their
+ * vitc_heads metadata) is rebuilt with the recorded ones (halved on the stages --double-heads doubles), said on
+ * stderr; 0, or an exit status. */
+static int heads_of_weights(opts *o, vt_model_cfg *c) {
+    vt_st_file f;
+    vt_err e = {{0}};
+    if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
+    const char *rec = vt_st_meta(&f, VT_HEADS_KEY);
+    char have[64], list[sizeof o->arch_heads] = "";
+    vt_model_heads(c, have, sizeof have);
+    size_t len = 0;
+    const char *p = rec && strcmp(rec, have) != 0 ? rec : "";
+    for (int i = 0; *p && i < c->arch.nstages && len < sizeof list; i++) {
+        char *end = NULL;
+        const long h = strtol(p, &end, 10);
+        const int dbl = c->arch.opts.double_heads && strcmp(c->arch.stages[i].attn, "hmhsa") == 0;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%ld", i ? "," : "", dbl ? h / 2 : h);
+        p = *end == ',' ? end + 1 : "";
+    }
+    if (list[0])
+        notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights, rec);
+    vt_st_close(&f);
+    if (!list[0]) return 0;
+    snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
+    o->heads = o->arch_heads;
+    return model_cfg(o, c);
+}
+
 static int cmd_attention(opts *o) {
     vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
     vt_err e = {{0}};
@@ -1463,9 +1492,10 @@ static int cmd_attention(opts *o) {
     if (o->blocks && (ao.nblocks = index_list("--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
         return 2;
     vt_model_cfg c;
-    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
+    if ((mc = heads_of_weights(o, &c))) return mc;
     if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
     if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
     const size_t len = o->output ? strlen(o->output) : 0;

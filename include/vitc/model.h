@@ -129,6 +129,9 @@ int vt_model_any_size(const vt_model_cfg *c);
 /* Total blocks over the stages. */
 int vt_model_depth(const vt_model_cfg *c);
 
+/* The heads each stage of c runs, after --double-heads, as "h0,h1,..." into buf (what weight files record). */
+void vt_model_heads(const vt_model_cfg *c, char *buf, size_t n);
+
 /* Drop-path probability of block i of n under c's rate (timm: linspace(0, drop_path, n)[i]). */
 float vt_model_drop_path(const vt_model_cfg *c, int i, int n);
 

@@ -10,6 +10,12 @@
 
 /* The safetensors __metadata__ key holding the form ("training" / "deployed") of a store with P->form set. */
 #define VT_FORM_KEY "vitc_form"
+/* ... and the one holding P->heads, the heads each stage runs (no tensor's shape shows them). */
+#define VT_HEADS_KEY "vitc_heads"
+
+/* Refuses a file f (opened from path) recording other heads (VT_HEADS_KEY) than P runs; files without the record
+ * (official checkpoints, converted files, older vitc files) pass. */
+int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
  * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers

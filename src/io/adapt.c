@@ -151,6 +151,10 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         vt_st_close(&f);
         return -1;
     }
+    if (vt_weights_check_heads(P, &f, path, e)) { /* the tensors fit: the heads they were made for must too */
+        vt_st_close(&f);
+        return -1;
+    }
     if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) */
         vt_st_close(&f);
         return vt_params_load(P, path, e);

@@ -73,6 +73,14 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
                      path, VT_FORM_KEY);
 }
 
+int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    const char *rec = vt_st_meta(f, VT_HEADS_KEY);
+    if (!rec || !P->heads[0] || strcmp(rec, P->heads) == 0) return 0;
+    return vt_seterr(e, "%s was made for %.40s attention heads (per stage, as run; metadata %s) but the model is "
+                     "built with %s: its maps would split into other heads; build it as it was made (--heads, and "
+                     "--double-heads where it was)", path, rec, VT_HEADS_KEY, P->heads);
+}
+
 /* 1 when name is a BatchNorm's running variance (PyTorch's `running_var`): negative values would make NaN. */
 static int is_variance(const char *name) {
     const size_t n = strlen(name), k = strlen(".running_var");
@@ -136,7 +144,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e) != 0) return -1;
-    if (check_form(P, &f, path, e)) {
+    if (check_form(P, &f, path, e) || vt_weights_check_heads(P, &f, path, e)) {
         vt_st_close(&f);
         return -1;
     }
@@ -231,11 +239,12 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
             o->data = t->data;
         }
     }
-    char meta[128];
-    if (P->form)
-        snprintf(meta, sizeof meta, "{\"format\":\"pt\",\"%s\":\"%s\"}", VT_FORM_KEY, P->form);
-    else
-        snprintf(meta, sizeof meta, "{\"format\":\"pt\"}");
+    char meta[256];
+    int len = snprintf(meta, sizeof meta, "{\"format\":\"pt\"");
+    if (P->form) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_FORM_KEY, P->form);
+    if (P->heads[0])
+        len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_HEADS_KEY, P->heads);
+    snprintf(meta + len, sizeof meta - (size_t)len, "}");
     rc = vt_st_write(path, outs, n, meta, e);
 done:
     if (ibufs)

@@ -236,7 +236,18 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
         if (t->kind == VT_PARAM) t->no_decay = c->family->no_decay ? c->family->no_decay(t) : vt_no_decay_default(t, NULL);
     }
     if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
+    vt_model_heads(c, P->heads, sizeof P->heads);
     return 0;
+}
+
+void vt_model_heads(const vt_model_cfg *c, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->arch.nstages && len < n; i++) { /* as run: after --double-heads */
+        const vt_stage_cfg *s = &c->arch.stages[i];
+        const int h = s->heads * (c->arch.opts.double_heads && strcmp(s->attn, "hmhsa") == 0 ? 2 : 1);
+        len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? "," : "", h);
+    }
 }
 
 int vt_model_init_params(const vt_model_cfg *c, vt_params *P, uint64_t seed, vt_err *e) {

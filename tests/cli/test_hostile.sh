@@ -268,6 +268,18 @@ $V info $M --attn hmhsa --double-heads --json >"$T/dhi.json" 2>&1
 check "info says the heads are doubled to run" "grep -q 'heads 4 (doubled to run: --double-heads)' '$T/dhi.log' && \
     grep -q '\"double_heads\": 1' '$T/dhi.json'" "$(cat "$T/dhi.log" | head -4)"
 
+# weights record the heads each stage runs (no tensor shape shows them): a model built with other heads is refused
+# instead of splitting its maps otherwise, and attention (whose --heads picks heads to draw) builds the recorded ones
+$V init $M --heads 2 -o "$T/h2.safetensors" >/dev/null 2>&1
+expect "weights made with --heads 2 refused by a model of 4 heads" 1 "was made for 2 attention heads" \
+    $V forward $M -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+$V forward $M --heads 2 -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors" >"$T/h2f.log" 2>&1
+check "... and taken with --heads 2" "[ $? -eq 0 ]" "$(cat "$T/h2f.log")"
+$V attention $M -w "$T/h2.safetensors" "$T/good.png" --save-maps "$T/h2m.safetensors" >"$T/h2a.log" 2>&1
+check "attention builds the recorded heads and says so" "[ $? -eq 0 ] && grep -q 'records 2 attention heads' '$T/h2a.log' && \
+    /usr/bin/python3 -c \"import sys; sys.path.insert(0, 'tests/reference'); import st; \
+sys.exit(st.load('$T/h2m.safetensors')['blocks.0.attn'].shape[1] != 2)\"" "$(cat "$T/h2a.log")"
+
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
 expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
