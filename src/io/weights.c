@@ -144,7 +144,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e) != 0) return -1;
-    if (check_form(P, &f, path, e) || vt_weights_check_heads(P, &f, path, e)) {
+    if (check_form(P, &f, path, e)) {
         vt_st_close(&f);
         return -1;
     }
@@ -194,6 +194,10 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
         vt_st_close(&f);
         return vt_seterr(e, "%s", msg);
+    }
+    if (vt_weights_check_heads(P, &f, path, e)) { /* the tensors fit: the heads they were made for must too */
+        vt_st_close(&f);
+        return -1;
     }
     /* Values: every tensor finite, every running variance >= 0 and every fixed buffer equal to its definition, checked tensor by tensor in a
      * scratch buffer before anything is copied into P. */
