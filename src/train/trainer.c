@@ -270,6 +270,14 @@ static void folder_subset(vt_imagefolder *f, int k) {
     f->n = k;
 }
 
+/* Image folders are decoded to 1 (L) or 3 (RGB) channels: refuses a model taking others. */
+static int folder_chans(const vt_model_cfg *c, vt_err *e) {
+    const int C = c->arch.in_chans;
+    if (C != 1 && C != 3)
+        return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+    return 0;
+}
+
 int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
                  int train_subset, int val_subset, vt_data *d, vt_err *e) {
     memset(d, 0, sizeof *d);
@@ -291,8 +299,7 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
         d->train = vt_source_dataset(&d->fm_train);
         d->val = vt_source_dataset(&d->fm_val);
     } else {
-        if (C != 1 && C != 3)
-            return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+        if (folder_chans(c, e)) return -1;
         struct stat st;
         if (stat(data, &st) != 0 || !S_ISDIR(st.st_mode))
             return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
@@ -348,9 +355,8 @@ int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *clas
     if (!classes || !data || strcmp(data, "fashion-mnist") == 0)
         return vt_data_open(c, data, 0, 0, NULL, 0, val_subset, d, e);
     memset(d, 0, sizeof *d);
-    const int C = c->arch.in_chans, K = c->arch.num_classes;
-    if (C != 1 && C != 3)
-        return vt_seterr(e, "%s takes %d input channels; image folders are read as 1 (L) or 3 (RGB)", c->name, C);
+    const int K = c->arch.num_classes;
+    if (folder_chans(c, e)) return -1;
     if (nclasses != K)
         return vt_seterr(e, "%d class names given but %s has %d outputs", nclasses, c->name, K);
     struct stat st;
