@@ -115,6 +115,8 @@ typedef struct vt_params {
     int shapes_only; /* 1: record names and shapes only, allocate no data (for counting) */
     const char *form; /* "training" or "deployed" for a model whose two forms share their keys (Next-ViT): recorded in
                        * files by vt_params_save and checked by vt_params_load; NULL: not recorded */
+    int reparam;      /* 1: the model has re-parameterised blocks (cFFN), whose training form holds `.rep.` branches
+                       * and whose deployed form their merges: the key set tells the forms apart */
     char heads[64];   /* the heads each stage runs ("3" or "2,4,8,16"), which no shape shows: recorded and checked
                        * like form; "": not recorded */
     uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of

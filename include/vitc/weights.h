@@ -19,7 +19,8 @@ int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *
 
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
  * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
- * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training) equal to it.
+ * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training, or deployed for a cFFN model's file without
+ * `.rep.` branches) equal to it.
  * Everything is checked before anything is copied: on error P is unchanged and the message names the offending
  * tensors. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);

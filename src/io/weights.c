@@ -53,12 +53,34 @@ static int dtype_ok(const vt_tensor *t, vt_st_dtype d) {
     return d == VT_ST_I64 && t->kind == VT_BUFFER && t->is_i64;
 }
 
+/* 1 when file f holds a re-parameterised branch (a `.rep.` name): the training form of cFFN. */
+static int has_rep(const vt_st_file *f) {
+    for (int i = 0; i < f->n; i++)
+        if (strstr(f->entries[i].name, ".rep.")) return 1;
+    return 0;
+}
+
+/* 1 when `name` is a re-parameterised branch tensor (PREFIX.rep.…) whose merge, PREFIX.weight, `has` says exists on the
+ * other side (the file's or the model's). */
+static int merge_of_rep_exists(const char *name, int (*has)(const void *, const char *), const void *side) {
+    const char *r = strstr(name, ".rep.");
+    char merged[256];
+    if (!r || (size_t)(r - name) + sizeof ".weight" > sizeof merged) return 0;
+    snprintf(merged, sizeof merged, "%.*s.weight", (int)(r - name), name);
+    return has(side, merged);
+}
+
+static int file_has(const void *f, const char *name) { return vt_st_find(f, name) != NULL; }
+static int model_has(const void *P, const char *name) { return vt_params_find(P, name) != NULL; }
+
 /* 0 if file f may be loaded into P's form, else -1 with a message: a file records its form in __metadata__
- * VT_FORM_KEY; files without the record (official checkpoints, converted files) hold the training form. */
+ * VT_FORM_KEY; files without the record (official checkpoints, converted files) hold the training form, except those
+ * of a cFFN model without `.rep.` branches (merged: the deployed form). */
 static int check_form(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     if (!P->form) return 0;
     const char *rec = vt_st_meta(f, VT_FORM_KEY), *form = rec ? rec : "training";
     if (strcmp(form, P->form) == 0) return 0;
+    if (!rec && P->reparam && !has_rep(f)) return 0; /* merged re-parameterised blocks, record dropped: deployed */
     if (strcmp(form, "training") != 0 && strcmp(form, "deployed") != 0)
         return vt_seterr(e, "%s records an unknown form '%.40s' (metadata %s)", path, form, VT_FORM_KEY);
     if (strcmp(P->form, "deployed") == 0)
@@ -149,13 +171,15 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         return -1;
     }
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
-    int rep_missing = 0, rep_extra = 0; /* names of re-parameterised branches (cFFN's `.rep.`) on either side */
+    /* re-parameterised branches (cFFN's `.rep.`) on either side, and those whose merge the other side holds */
+    int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0;
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(&f, t->name);
         if (!s) {
             list_add(&missing, "%s", t->name);
             rep_missing += strstr(t->name, ".rep.") != NULL;
+            merged_in_file += merge_of_rep_exists(t->name, file_has, &f);
             continue;
         }
         int same = s->ndim == t->ndim;
@@ -171,19 +195,25 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         if (!vt_params_find(P, f.entries[i].name)) {
             list_add(&extra, "%s", f.entries[i].name);
             rep_extra += strstr(f.entries[i].name, ".rep.") != NULL;
+            merged_in_model += merge_of_rep_exists(f.entries[i].name, model_has, P);
         }
 
     if (missing.count || extra.count || shape.count || dtype.count) {
         char msg[4096];
-        /* the first words say it when the file and the model differ only in the form of re-parameterised blocks */
-        const char *form = rep_missing && !rep_extra && extra.count
-                               ? ". It looks like the deployed form of re-parameterised blocks (no `.rep.` branches) "
-                                 "and the model is their training form (grad, train --init-from, --train-form): use a "
-                                 "training-form file, or leave out --train-form"
-                           : rep_extra && !rep_missing && missing.count
-                               ? ". It holds the training form of re-parameterised blocks (`.rep.` branches) and the "
-                                 "model is their deployed form: merge it with `vitc deploy`, or load it with --train-form"
-                               : "";
+        /* the first words say it when re-parameterised blocks differ: in form (a branch on one side, its merge on the
+         * other) or in presence (cFFN on one side only) */
+        const char *form =
+            merged_in_file ? ". It holds the deployed form of re-parameterised blocks (`.rep.` branches merged by "
+                             "`vitc deploy`) and the model is built in their training form, which deploy, grad and "
+                             "training need: use a training-form file; forward, eval, predict and attention take this "
+                             "one without --train-form"
+            : merged_in_model ? ". It holds the training form of re-parameterised blocks (`.rep.` branches) and the "
+                                "model is their deployed form: merge it with `vitc deploy`, or load it with --train-form"
+            : rep_extra       ? ". It holds cFFN branches (`.rep.`) and the model has no cFFN: build it as the file was "
+                                "made (--ffn cffn)"
+            : rep_missing     ? ". The model's cFFN branches (`.rep.`) are not in the file, nor their merges: the file "
+                                "was made without cFFN (build it with --ffn mlp)"
+                              : "";
         size_t o = (size_t)snprintf(msg, sizeof msg,
                                     "%s: weights do not match the model (missing %d, unexpected %d, shape mismatch %d, "
                                     "unsupported dtype %d)%s",

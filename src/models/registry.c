@@ -236,6 +236,7 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
         if (t->kind == VT_PARAM) t->no_decay = c->family->no_decay ? c->family->no_decay(t) : vt_no_decay_default(t, NULL);
     }
     if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
+    P->reparam = strcmp(c->arch.ffn, "cffn") == 0;
     vt_model_heads(c, P->heads, sizeof P->heads);
     return 0;
 }

@@ -230,6 +230,28 @@ expect "deploy of a model without re-parameterised blocks refused, as for every 
 check "... writing no file" "[ ! -e '$T/nodep.safetensors' ]"
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
+expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
+# Next-ViT + cFFN files whose metadata (the form record) was dropped: the `.rep.` branches, or their merges, tell the form
+NV="nextvit_small_hmhsa_cffn --depths 1,1,5,1 --img-size 32 --num-classes 10"
+$V init $NV --train-form -o "$T/nvt.safetensors" >/dev/null && $V deploy $NV -w "$T/nvt.safetensors" -o "$T/nvd.safetensors" >/dev/null
+/usr/bin/python3 - "$T" <<'EOF2'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np, st
+t = sys.argv[1]
+for f in ("nvt", "nvd"):
+    st.save(f"{t}/{f}_bare.safetensors", st.load(f"{t}/{f}.safetensors"))
+st.save(f"{t}/x32.safetensors", {"input": np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)})
+EOF2
+$V forward $NV -w "$T/nvd.safetensors" --input "$T/x32.safetensors" -o "$T/nv_rec.safetensors" >/dev/null
+$V forward $NV -w "$T/nvd_bare.safetensors" --input "$T/x32.safetensors" -o "$T/nv_bare.safetensors" >/dev/null 2>"$T/err.log"
+rc=$?
+check "Next-ViT deployed cFFN file without its form record: loads as deployed" "[ $rc -eq 0 ]" "rc $rc: $(tail -c 400 "$T/err.log")"
+check "... to the same logits as with the record" "cmp -s '$T/nv_rec.safetensors' '$T/nv_bare.safetensors'"
+expect "Next-ViT training-form cFFN file without its form record: refused, deploy named" 1 "vitc deploy" $V forward $NV -w "$T/nvt_bare.safetensors" --input "$T/x32.safetensors" -o "$T/nv_bare.safetensors"
+expect "deploy of the bare deployed file says it is deployed" 1 "deployed form of re-parameterised" $V deploy $NV -w "$T/nvd_bare.safetensors" -o "$T/nvdd.safetensors"
 expect "--min-lr above --lr refused" 1 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
 expect "--resume with --init-from refused (a usage error: 2)" 2 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
 for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'not an image' >"$T/allbad/$s/$c/x.png"; done; done
