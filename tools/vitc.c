@@ -234,10 +234,24 @@ typedef struct {
     int images; /* 1: positional arguments after MODEL are image files */
 } command;
 
+/* Under mpirun, "rank R: " for the ranks after the first (whose messages the README says are prefixed so); "" else. */
+static const char *rank_tag(char *buf, size_t n) {
+    int rank = 0;
+    vt_dist_env(&rank, NULL, NULL);
+    snprintf(buf, n, rank > 0 ? "rank %d: " : "", rank);
+    return buf;
+}
+
+/* Starts a message on stderr: "vitc: " or "vitc CMD: " (cmd non-NULL), then the rank tag. */
+static void say(const char *cmd) {
+    char tag[32];
+    fprintf(stderr, "vitc%s%s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
+}
+
 static int die(const char *fmt, const char *msg) {
     char line[4096]; /* one line, whatever bytes the names in it hold */
     snprintf(line, sizeof line, fmt, msg);
-    fputs("vitc: ", stderr);
+    say(NULL);
     vt_fputs_clean(stderr, line);
     fputc('\n', stderr);
     return 1;
@@ -245,7 +259,8 @@ static int die(const char *fmt, const char *msg) {
 
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
 static int missing(const char *what) {
-    fprintf(stderr, "vitc: missing %s\n", what);
+    say(NULL);
+    fprintf(stderr, "missing %s\n", what);
     return 2;
 }
 
@@ -255,7 +270,7 @@ static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(p
 static int refuse(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "vitc %s: ", cmd);
+    say(cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -268,7 +283,8 @@ static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void notice(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("vitc: notice: ", stderr);
+    say(NULL);
+    fputs("notice: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -293,10 +309,15 @@ static int given(const opts *o, const char *name) {
  * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores or than OpenMP allows
  * is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
  * OpenMP), OpenMP's dynamic team sizes are turned off, and ranks x
- * threads over the cores is warned about. OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run
- * omp_get_max_threads() threads outside our parallel regions and one inside them, so this one setting holds for every
- * GEMM. */
-static void set_threads(const opts *o, int ranks) {
+ * threads over the cores is warned about (by the node's first rank alone: the others share its setting). OpenBLAS
+ * (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads outside our parallel regions and
+ * one inside them, so this one setting holds for every GEMM. */
+static void set_threads(const opts *o) {
+    int local_rank = 0, ranks = 1;
+    vt_dist_env(NULL, &local_rank, &ranks);
+    FILE *say = local_rank == 0 ? stderr : NULL;
+    char tag[32];
+    rank_tag(tag, sizeof tag);
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
@@ -306,9 +327,9 @@ static void set_threads(const opts *o, int ranks) {
         want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
         from = "OMP_NUM_THREADS";
         if (end == env || want <= 0 || (*end && *end != ',')) {
-            fprintf(stderr, "vitc: notice: OMP_NUM_THREADS='%s' is not a thread count; using the %ld cores\n", env,
-                    cores);
-            want = cores;
+            if (say)
+                fprintf(say, "vitc: %snotice: OMP_NUM_THREADS='%s' is not a thread count; ignored\n", tag, env);
+            want = 0; /* the default below */
         }
     }
     if (want <= 0) {
@@ -323,20 +344,22 @@ static void set_threads(const opts *o, int ranks) {
         } else {
             snprintf(asked, sizeof asked, "%ld", want);
         }
-        fprintf(stderr, "vitc: notice: %s threads asked (%s) but %ld cores are online: using %ld threads\n", asked,
-                from, cores, cores);
+        if (say)
+            fprintf(say, "vitc: %snotice: %s threads asked (%s) but %ld cores are online: using %ld threads\n", tag,
+                    asked, from, cores, cores);
         want = cores;
     }
     const int usable = vt_threads_usable((int)want); /* OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0 */
     if (usable < want) {
-        fprintf(stderr, "vitc: notice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
-                "OMP_MAX_ACTIVE_LEVELS): using %d\n", want, from, usable, usable);
+        if (say)
+            fprintf(say, "vitc: %snotice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
+                    "OMP_MAX_ACTIVE_LEVELS): using %d\n", tag, want, from, usable, usable);
         want = usable;
     }
     omp_set_dynamic(0); /* exact teams: OpenBLAS's threaded sgemm hangs in a smaller one (OMP_DYNAMIC=true) */
-    if (ranks > 1 && want * ranks > cores)
-        fprintf(stderr, "vitc: warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
-                "contend (set --threads)\n", ranks, want, want == 1 ? "the minimum" : from, cores);
+    if (say && ranks > 1 && want * ranks > cores)
+        fprintf(say, "vitc: %swarning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
+                "contend (set --threads)\n", tag, ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
 }
@@ -363,8 +386,8 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
         const long x = strtol(p, &end, 10);
         char q[128];
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
-            fprintf(stderr, "vitc: %s %s: expected comma-separated integers in [1, 65536]\n", opt,
-                    quoted(list, q, sizeof q));
+            say(NULL);
+            fprintf(stderr, "%s %s: expected comma-separated integers in [1, 65536]\n", opt, quoted(list, q, sizeof q));
             return -1;
         }
         if (n < VT_MAX_STAGES) v[n] = (int)x;
@@ -376,7 +399,8 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
         for (int i = 1; i < stages; i++) v[i] = v[0];
     else if (n != stages) {
         char q[128];
-        fprintf(stderr, "vitc: %s %s: %d values, but the model has %d stage(s): give one value for every stage or "
+        say(NULL);
+        fprintf(stderr, "%s %s: %d values, but the model has %d stage(s): give one value for every stage or "
                 "one per stage\n", opt, quoted(list, q, sizeof q), n, stages);
         return -1;
     }
@@ -753,8 +777,8 @@ static int has_word(const char *list, const char *name);
 /* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
 static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
     if (strlen(v) >= size) {
-        fprintf(stderr, "vitc train: %s records a %s of %zu bytes: not a checkpoint vitc wrote\n", path, key,
-                strlen(v));
+        say("train");
+        fprintf(stderr, "%s records a %s of %zu bytes: not a checkpoint vitc wrote\n", path, key, strlen(v));
         return -1;
     }
     memcpy(buf, v, strlen(v) + 1);
@@ -776,7 +800,8 @@ static int take_model_options(opts *o, const char *path, const char *what) {
         if (end) *end = '\0';
         const optdef *d = find_option(name);
         if (!d || strncmp(name, "--", 2) != 0 || !has_word(RECORDED_OPTS, name)) {
-            fprintf(stderr, "vitc train: %s records the model option '%s': not a checkpoint vitc wrote\n", path, name);
+            say("train");
+            fprintf(stderr, "%s records the model option '%s': not a checkpoint vitc wrote\n", path, name);
             return -1;
         }
         p = end ? end + 1 : name + strlen(name);
@@ -787,7 +812,8 @@ static int take_model_options(opts *o, const char *path, const char *what) {
             p = next ? next + 1 : p + strlen(p);
             if (next) *next = '\0';
             if (!*v) {
-                fprintf(stderr, "vitc train: %s records the model option %s without a value\n", path, name);
+                say("train");
+                fprintf(stderr, "%s records the model option %s without a value\n", path, name);
                 return -1;
             }
         }
@@ -827,20 +853,60 @@ static int record_model_options(opts *o) {
     return 0;
 }
 
+/* A checkpoint's metadata as key, value pairs of NUL-ended strings one after the other. */
+typedef struct {
+    char *buf;
+    size_t len;
+} recorded;
+
+/* The value recorded for key, or NULL. */
+static const char *rec_get(const recorded *r, const char *key) {
+    for (size_t i = 0; r->buf && i < r->len;) {
+        const char *k = r->buf + i, *v = k + strlen(k) + 1;
+        if (strcmp(k, key) == 0) return v;
+        i = (size_t)(v - r->buf) + strlen(v) + 1;
+    }
+    return NULL;
+}
+
+/* r: the metadata of checkpoint `path` as rank 0 reads it, on every rank (under mpirun the run folder need not exist
+ * on the others' machines); r->buf NULL when rank 0 cannot read it. -1 on a failed broadcast. */
+static int read_recorded(const vt_dist *d, const char *path, recorded *r, vt_err *e) {
+    vt_st_file f;
+    r->buf = NULL;
+    r->len = 0;
+    if (d->rank == 0 && vt_st_open(path, &f, e) == 0) {
+        for (int i = 0; i < f.n_meta; i++) r->len += strlen(f.meta_keys[i]) + strlen(f.meta_vals[i]) + 2;
+        char *p = r->buf = malloc(r->len ? r->len : 1);
+        for (int i = 0; p && i < f.n_meta; i++) {
+            const size_t a = strlen(f.meta_keys[i]) + 1, b = strlen(f.meta_vals[i]) + 1;
+            memcpy(p, f.meta_keys[i], a);
+            memcpy(p + a, f.meta_vals[i], b);
+            p += a + b;
+        }
+        vt_st_close(&f);
+        if (!r->buf) r->len = 0;
+    }
+    if (vt_dist_bcast_bytes(d, &r->buf, &r->len, e)) return -1;
+    if (r->buf && (r->len == 0 || r->buf[r->len - 1] != '\0')) r->len = 0; /* (never: rank 0 built it) */
+    return 0;
+}
+
 /* train --resume DIR: --out defaults to DIR, and each setting DIR's checkpoint records (vt_train's run settings, under
  * their option names) is the default of its option, checked as if given; a --recipe other than the checkpoint's keeps
- * that recipe's values instead of the recorded ones for what it sets. A checkpoint that cannot be read is left to
- * vt_train, which says what is wrong with it. */
-static int resume_defaults(opts *o) {
+ * that recipe's values instead of the recorded ones for what it sets. Under mpirun every rank takes rank 0's
+ * checkpoint. A checkpoint that cannot be read is left to vt_train, which says what is wrong with it. */
+static int resume_defaults(opts *o, const vt_dist *d) {
     if (!o->resume) return 0;
     if (!o->out_dir) o->out_dir = o->resume;
     char path[4096], what[4200];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", o->resume);
     snprintf(what, sizeof what, " (recorded in %s)", path);
-    vt_st_file f;
+    recorded f;
     vt_err e = {{0}};
-    if (vt_st_open(path, &f, &e)) return 0;
-    const char *rec = vt_st_meta(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
+    if (read_recorded(d, path, &f, &e)) return die("%s", e.msg);
+    if (!f.buf) return 0;
+    const char *rec = rec_get(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
     /* same: the recipe is the checkpoint's (a run without --recipe has vitc's defaults, the recipe "default") */
     const int same = !rec || strcmp(strcmp(rec, "none") ? rec : "default", mine) == 0 || !given(o, "--recipe");
     int rc = 0;
@@ -855,7 +921,7 @@ static int resume_defaults(opts *o) {
         {"--weight-decay", 1}, {"--smoothing", 1}, {"--clip-grad", 1}, {"--mixup", 1}, {"--cutmix", 1},
         {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1}};
     for (size_t i = 0; rc == 0 && i < sizeof plain / sizeof plain[0]; i++) {
-        const char *v = vt_st_meta(&f, plain[i].opt + 2);
+        const char *v = rec_get(&f, plain[i].opt + 2);
         if (!v || given(o, plain[i].opt) || (plain[i].recipe && !same)) continue;
         if (strstr(plain[i].opt, "-subset") && strcmp(v, "0") == 0) continue; /* 0: every image */
         rc = set_option("train", find_option(plain[i].opt), plain[i].opt, v, what, o);
@@ -868,11 +934,11 @@ static int resume_defaults(opts *o) {
         }
         o->drop_path = strtod(buf, NULL);
     }
-    const char *mo = vt_st_meta(&f, "model-options");
+    const char *mo = rec_get(&f, "model-options");
     if (rc == 0 && mo) rc = copy_recorded(o->resumed_model, sizeof o->resumed_model, mo, "model-options", path);
     if (rc == 0 && mo) rc = take_model_options(o, path, what);
-    const char *data = vt_st_meta(&f, "data"), *aug = vt_st_meta(&f, "augment");
-    const char *ra = vt_st_meta(&f, "repeated-aug"), *ema = vt_st_meta(&f, "model-ema-decay");
+    const char *data = rec_get(&f, "data"), *aug = rec_get(&f, "augment");
+    const char *ra = rec_get(&f, "repeated-aug"), *ema = rec_get(&f, "model-ema-decay");
     if (rc == 0 && data && !given(o, "--data")) {
         rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
         o->data = o->resumed_data;
@@ -888,7 +954,7 @@ static int resume_defaults(opts *o) {
         if (o->model_ema && !given(o, "--model-ema-decay"))
             rc = set_option("train", find_option("--model-ema-decay"), "--model-ema-decay", ema, what, o);
     }
-    vt_st_close(&f);
+    free(f.buf);
     return rc ? 1 : 0;
 }
 
@@ -988,13 +1054,11 @@ static int train_contradictions(const opts *o) {
     return 0;
 }
 
-static int cmd_train(opts *o) {
-    if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
-    const int contra = train_contradictions(o);
-    if (contra) return contra;
+/* train on rank d of the run (one process without mpirun): from the options to vt_train. */
+static int train_rank(opts *o, vt_dist *d) {
     vt_recipe r;
     vt_model_cfg c;
-    if (resume_defaults(o) || record_model_options(o) || train_recipe(o, &r)) return 1;
+    if (resume_defaults(o, d) || record_model_options(o) || train_recipe(o, &r)) return 1;
     const int unused = train_unused_options(o, &r);
     if (unused) return unused;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
@@ -1008,21 +1072,19 @@ static int cmd_train(opts *o) {
     t.resume = o->resume;
     t.workers = o->workers;
     vt_err e = {{0}};
-    vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
-    if (vt_dist_init(&d, &e)) return die("%s", e.msg);
-    if (d.size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
+    if (d->size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
         notice("%s%s%s: gradient averaging happens only under mpirun (data-parallel ranks); this run is one process",
                given(o, "--bucket-mib") ? "--bucket-mib" : "", given(o, "--bucket-mib") && o->no_overlap ? " and " : "",
                o->no_overlap ? "--no-overlap" : "");
-    if (d.size > 1) {
-        if (d.local_size > 1) set_threads(o, d.local_size); /* the node's cores are shared by its ranks */
-        if (o->bucket_mib > 0) d.bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
-        d.overlap = !o->no_overlap;
+    if (d->size > 1) {
+        if (o->bucket_mib > 0) d->bucket_bytes = (size_t)(o->bucket_mib * 1048576.0);
+        d->overlap = !o->no_overlap;
         if (t.workers == 0) /* the node's cores are shared by its ranks' loaders too */
-            t.workers = vt_loader_default_workers() / d.local_size > 1 ? vt_loader_default_workers() / d.local_size : 1;
-        t.dist = &d;
+            t.workers = vt_loader_default_workers() / d->local_size > 1 ? vt_loader_default_workers() / d->local_size
+                                                                        : 1;
+        t.dist = d;
     }
-    r.world_size = d.size; /* a recipe's lr scales with the global batch */
+    r.world_size = d->size; /* a recipe's lr scales with the global batch */
     vt_recipe_apply(&r, &t);
     /* the schedule climbs from the warm-up lr to the peak, then the cosine falls to the final lr: a final lr above
      * the peak would raise it, a warm-up lr above it would lower it during the warm-up (unused without one), whatever
@@ -1031,15 +1093,14 @@ static int cmd_train(opts *o) {
     if (min_above || warm_above) {
         char from[4200], peak[4200];
         lr_source(o, "--lr", o->lr > 0, peak, sizeof peak);
-        if (min_above && d.rank == 0)
+        if (min_above && d->rank == 0)
             fprintf(stderr, "vitc: the final learning rate %g (%s) is above the peak %g (%s): give --min-lr at most "
                     "%g (e.g. --min-lr 0)\n", t.min_lr, lr_source(o, "--min-lr", o->min_lr >= 0, from, sizeof from),
                     t.lr, peak, t.lr);
-        if (warm_above && d.rank == 0)
+        if (warm_above && d->rank == 0)
             fprintf(stderr, "vitc: the warm-up's starting learning rate %g (%s) is above the peak %g (%s): the warm-up "
                     "would lower the learning rate to its peak; give --warmup-lr at most %g (e.g. --warmup-lr 0)\n",
                     t.warmup_lr, lr_source(o, "--warmup-lr", o->warmup_lr >= 0, from, sizeof from), t.lr, peak, t.lr);
-        vt_dist_finalize(&d);
         return 1;
     }
     /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
@@ -1064,16 +1125,23 @@ static int cmd_train(opts *o) {
     t.command_line = o->cmdline;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
-    int rc = vt_train(&c, &t, &e);
-    if (rc && d.size > 1) { /* rank 0 reports errors all ranks share; a rank failing alone reports and stops all */
-        if (d.rank > 0 && (!d.err_shared || d.err_reporter)) fprintf(stderr, "vitc: rank %d: %s\n", d.rank, e.msg);
-        if (d.rank == 0 && (!d.err_shared || d.err_reporter)) die("%s", e.msg);
-        if (!d.err_shared) vt_dist_abort(&d, 1);
-        vt_dist_finalize(&d);
-        return 1;
-    }
+    if (vt_train(&c, &t, &e) == 0) return 0;
+    /* one report: the lowest failing rank's (die tags the others' with their rank); a rank failing alone stops all */
+    if (!d->err_shared || d->err_reporter) die("%s", e.msg);
+    if (d->size > 1 && !d->err_shared) vt_dist_abort(d, 1);
+    return 1;
+}
+
+static int cmd_train(opts *o) {
+    if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
+    const int contra = train_contradictions(o);
+    if (contra) return contra;
+    vt_err e = {{0}};
+    vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
+    if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    const int rc = train_rank(o, &d);
     vt_dist_finalize(&d);
-    return rc ? die("%s", e.msg) : 0;
+    return rc;
 }
 
 static int read_classes(opts *o, int K);
@@ -1615,7 +1683,8 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
     if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
-        fprintf(stderr, "vitc %s: bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)\n", cmd, v, a, what,
+        say(cmd);
+        fprintf(stderr, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)\n", v, a, what,
                 errno == ERANGE ? "out of range of a double, or too close to 0"
                 : tiny          ? "too close to 0 for a float"
                 : end && !*end && end != v && !blank ? "not finite"
@@ -1625,7 +1694,8 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
         return -1;
     }
     if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
-        fprintf(stderr, "vitc %s: %s must be in %c%.12g, %.12g%c, got %s%s\n", cmd, a, d->lo_open ? '(' : '[',
+        say(cmd);
+        fprintf(stderr, "%s must be in %c%.12g, %.12g%c, got %s%s\n", a, d->lo_open ? '(' : '[',
                 d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
     }
@@ -1657,7 +1727,8 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
-            fprintf(stderr, "vitc %s: unknown option '%s' (see `vitc %s --help`)\n", c->name, a, c->name);
+            say(c->name);
+            fprintf(stderr, "unknown option '%s' (see `vitc %s --help`)\n", a, c->name);
             return -1;
         }
         o->given[d - optdefs] = 1;
@@ -1666,12 +1737,14 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "vitc %s: option %s needs a value\n", c->name, a);
+            say(c->name);
+            fprintf(stderr, "option %s needs a value\n", a);
             return -1;
         }
         const char *v = argv[++i];
         if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
-            fprintf(stderr, "vitc %s: option %s needs a value, got the option %s", c->name, a, v);
+            say(c->name);
+            fprintf(stderr, "option %s needs a value, got the option %s", a, v);
             if (d->kind == O_STR) fprintf(stderr, " (a file of that name: ./%s)", v);
             fputc('\n', stderr);
             return -1;
@@ -1712,11 +1785,16 @@ int main(int argc, char **argv) {
         }
         for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
             n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");
-        int rc = 0;
+        int rc = 0, rank = 0;
         if (o.help) {
             command_help(&commands[i]);
+        } else if (vt_dist_env(&rank, NULL, NULL) > 1 && strcmp(commands[i].name, "train") != 0) {
+            if (rank == 0) /* every rank would run the whole command, printing and writing alike */
+                refuse(commands[i].name, "runs in one process: under mpirun only train is data-parallel (run it "
+                       "without mpirun, or with -np 1)");
+            rc = 2;
         } else {
-            set_threads(&o, 1);
+            set_threads(&o);
             rc = commands[i].run(&o);
         }
         vt_classes_free(o.cls, o.ncls);

@@ -28,6 +28,10 @@ typedef struct vt_dist {
 /* 1 when this process was started by mpirun/prterun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the environment). */
 int vt_dist_launched(void);
 
+/* The launch as the environment tells it before MPI starts (OpenMPI's OMPI_COMM_WORLD_* variables): this process's
+ * rank, its rank among the node's ranks and their count (NULLs allowed); returns the world size, 1 without mpirun. */
+int vt_dist_env(int *rank, int *local_rank, int *local_size);
+
 /* Fills d: under mpirun initialises MPI (MPI_Init_thread, funneled) and reads the rank, the world and the node's rank
  * count; otherwise a one-rank context without MPI. Overlap on, 4 MiB buckets. */
 int vt_dist_init(vt_dist *d, vt_err *e);
@@ -55,8 +59,16 @@ int vt_dist_sum(const vt_dist *d, double *v, int n, vt_err *e);
  * every rank, so that all ranks start equal. */
 int vt_dist_broadcast(const vt_dist *d, vt_params *P, vt_adamw *opt, int64_t *v, int nv, vt_err *e);
 
+/* Copies rank 0's v[0..n) to every rank. */
+int vt_dist_bcast_i64(const vt_dist *d, int64_t *v, int n, vt_err *e);
+
+/* Copies rank 0's bytes (*buf, *len; NULL and 0 allowed) to every rank: the others' *buf becomes a malloc'd copy (NULL
+ * when *len is 0) that the caller frees, and what they held is ignored. */
+int vt_dist_bcast_bytes(const vt_dist *d, char **buf, size_t *len, vt_err *e);
+
 /* Collective check after a step that may fail on some ranks only: returns 0 when rc == 0 on every rank; else -1 on
- * every rank with err_shared set; a rank whose rc was 0 gets a message naming the lowest failing rank. */
+ * every rank with err_shared set; a rank whose rc was 0 gets a message naming the lowest failing rank. Once set, later
+ * checks keep the first failure's reporter (every rank fails them alike). */
 int vt_dist_agree(vt_dist *d, int rc, vt_err *e);
 
 /* Gradient averaging of one train graph's parameters. */

@@ -31,6 +31,24 @@ int vt_dist_launched(void) {
     return (a && *a) || (b && *b);
 }
 
+/* The non-negative integer in environment variable name, else fallback. */
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    const long x = v && *v ? strtol(v, &end, 10) : -1;
+    return x >= 0 && x <= INT_MAX && end && !*end ? (int)x : fallback;
+}
+
+int vt_dist_env(int *rank, int *local_rank, int *local_size) {
+    const int launched = vt_dist_launched();
+    const int r = launched ? env_int("OMPI_COMM_WORLD_RANK", env_int("PMIX_RANK", 0)) : 0;
+    if (rank) *rank = r;
+    if (local_rank) *local_rank = launched ? env_int("OMPI_COMM_WORLD_LOCAL_RANK", r) : 0;
+    if (local_size) *local_size = launched ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("PMIX_LOCAL_SIZE", 1)) : 1;
+    const int size = launched ? env_int("OMPI_COMM_WORLD_SIZE", 1) : 1;
+    return size > 0 ? size : 1;
+}
+
 int vt_dist_init(vt_dist *d, vt_err *e) {
     memset(d, 0, sizeof *d);
     d->size = d->local_size = 1;
@@ -105,8 +123,26 @@ int vt_dist_broadcast(const vt_dist *d, vt_params *P, vt_adamw *opt, int64_t *v,
         if (mpi_check(MPI_Bcast(s, (int)numel, MPI_FLOAT, 0, MPI_COMM_WORLD), "MPI_Bcast", e)) return -1;
     }
     if (opt && mpi_check(MPI_Bcast(&opt->step, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast", e)) return -1;
-    if (nv > 0 && mpi_check(MPI_Bcast(v, nv, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast", e)) return -1;
-    return 0;
+    return vt_dist_bcast_i64(d, v, nv, e);
+}
+
+int vt_dist_bcast_i64(const vt_dist *d, int64_t *v, int n, vt_err *e) {
+    if (!d->mpi || d->size == 1 || n <= 0) return 0;
+    return mpi_check(MPI_Bcast(v, n, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast", e);
+}
+
+int vt_dist_bcast_bytes(const vt_dist *d, char **buf, size_t *len, vt_err *e) {
+    if (!d->mpi || d->size == 1) return 0;
+    int64_t n = d->rank == 0 && *buf ? (int64_t)*len : 0;
+    if (vt_dist_bcast_i64(d, &n, 1, e)) return -1;
+    if (n > INT_MAX) return vt_seterr(e, "broadcast of %lld bytes: too long", (long long)n);
+    if (d->rank != 0) {
+        *buf = NULL;
+        *len = (size_t)n;
+        if (n == 0) return 0;
+        if (!(*buf = malloc((size_t)n))) return vt_seterr(e, "out of memory");
+    }
+    return n ? mpi_check(MPI_Bcast(*buf, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast", e) : 0;
 }
 
 int vt_dist_agree(vt_dist *d, int rc, vt_err *e) {
@@ -118,6 +154,7 @@ int vt_dist_agree(vt_dist *d, int rc, vt_err *e) {
     if (mpi_check(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce", e))
         return -1;
     if (lowest == d->size) return 0;
+    if (d->err_shared) return -1; /* an earlier agreement stopped the ranks: its reporter stays the one */
     d->err_shared = 1;
     d->err_reporter = lowest == d->rank;
     if (!rc) vt_seterr(e, "stopped: rank %d failed", lowest);

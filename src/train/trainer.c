@@ -226,11 +226,10 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
         vt_progress_update(&pg, done);
     }
     vt_progress_end(&pg);
-    if (rc == 0 && scored == 0) rc = vt_seterr(e, "no readable image to evaluate");
-    if (rc == 0) {
-        r->loss = sl / scored;
-        r->acc1 = (double)correct / scored;
-        r->acc5 = (double)correct5 / scored;
+    if (rc == 0) { /* nothing scored: n 0, for the caller to refuse (a rank's slice may hold only unreadable images) */
+        r->loss = scored ? sl / scored : 0.0;
+        r->acc1 = scored ? (double)correct / scored : 0.0;
+        r->acc5 = scored ? (double)correct5 / scored : 0.0;
         r->n = scored;
         r->skipped = vt_loader_skipped(L);
     }
@@ -243,7 +242,8 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
 
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
                 int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, vt_err *e) {
-    return evaluate(c, P, src, tf, batch, workers, loader, r, progress, 0, 0, e);
+    if (evaluate(c, P, src, tf, batch, workers, loader, r, progress, 0, 0, e)) return -1;
+    return r->n ? 0 : vt_seterr(e, "no readable image to evaluate");
 }
 
 void vt_data_close(vt_data *d) {
@@ -999,12 +999,16 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const val_slice *
                           vt_loader *LV, vt_dist *dp, vt_eval_result *r, FILE *progress, int poison, vt_err *e) {
     const vt_source *part = &vs->src;
     const int base = vs->sc.lo;
-    if (dp->size == 1) return evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, base, poison, e);
+    if (dp->size == 1) {
+        if (evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, r, progress, base, poison, e)) return -1;
+        return r->n ? 0 : vt_seterr(e, "no readable image to evaluate");
+    }
     if (vt_dist_broadcast(dp, P, NULL, NULL, 0, e)) return -1;
     vt_eval_result m = {0};
     const int rc = part->n > 0 ? evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, base, poison, e) : 0;
     double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
     if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
+    if (v[3] == 0) return vt_seterr(e, "no readable image to evaluate"); /* on every rank alike */
     *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears};
     return 0;
 }
@@ -1018,6 +1022,43 @@ static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const val_slice *v
     if (dp->rank == 0)
         printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
                100 * ev.acc1, 100 * ev.acc5);
+    return 0;
+}
+
+/* FNV-1a of folder f's class names and of each file's label and name (its last path component), in order. */
+static uint64_t folder_hash(const vt_imagefolder *f) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < f->nclasses + f->n; i++) {
+        const char *s = i < f->nclasses ? f->classes[i] : f->paths[i - f->nclasses];
+        const char *base = strrchr(s, '/');
+        if (i >= f->nclasses) h = (h ^ (uint64_t)(uint32_t)f->labels[i - f->nclasses]) * 0x100000001b3ULL;
+        for (s = i >= f->nclasses && base ? base + 1 : s; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+        h = (h ^ 0xff) * 0x100000001b3ULL; /* ends the name */
+    }
+    return h;
+}
+
+/* Under mpirun: 0 when this rank opened the data rank 0 did (image and class counts; a folder's class names and its
+ * files' names and labels), else -1 naming the difference. The ranks read the data each on its own machine, and one
+ * epoch order shards it: other data would train on other images than the run says, or fail inside MPI. */
+static int same_data(const vt_dist *dp, const vt_data *d, const char *data, vt_err *e) {
+    int64_t mine[5] = {d->train.n, d->val.n, d->train.nclasses, 0, 0}, ref[5];
+    if (d->folder) {
+        mine[3] = (int64_t)folder_hash(&d->f_train);
+        mine[4] = (int64_t)folder_hash(&d->f_val);
+    }
+    memcpy(ref, mine, sizeof ref);
+    if (vt_dist_bcast_i64(dp, ref, 5, e)) return -1;
+    static const char *const what[] = {"training images", "validation images", "classes", "training files",
+                                       "validation files"};
+    for (int i = 0; i < 5; i++) {
+        if (mine[i] == ref[i]) continue;
+        if (i < 3)
+            return vt_seterr(e, "its data (%s) has %lld %s and rank 0's %lld: every rank must read the same dataset",
+                             d->folder ? data : "Fashion-MNIST", (long long)mine[i], what[i], (long long)ref[i]);
+        return vt_seterr(e, "its data (%s) has the counts of rank 0's but other %s (names or classes): every rank "
+                         "must read the same dataset", data, what[i]);
+    }
     return 0;
 }
 
@@ -1086,11 +1127,6 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
          !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
          (vs.src.n > 0 && !(LV = vt_loader_new(&vs.src, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
         rc = -1;
-    if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
-    if (rc == 0 && o->notice && lead) {
-        printf("%s\n", o->notice);
-        fflush(stdout);
-    }
     /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
      * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
      * steps) */
@@ -1114,6 +1150,14 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
          resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))
         rc = -1;
+    /* every rank has passed its checks (its data, the model, a file to fine-tune from) and holds the data rank 0 holds
+     * before rank 0 writes the run folder: a run refused on any rank leaves none behind */
+    if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0) rc = vt_dist_agree(dp, same_data(dp, &d, o->data, e), e);
+    if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
+    if (rc == 0 && o->notice && lead) {
+        printf("%s\n", o->notice);
+        fflush(stdout);
+    }
     char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
     snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
@@ -1179,6 +1223,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         int last_i = 0; /* steps of this epoch done at the last progress line */
         vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
         vt_progress_start(&pg, out, "Train", "img", spe, o->log_every);
+        if (dp->size > 1) pg.tty = 0; /* OpenMPI gives ranks a terminal even when mpirun's output goes to a file */
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             const int j = i % A; /* micro-batch j of the optimiser step */

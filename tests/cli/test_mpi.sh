@@ -8,7 +8,10 @@
 # loadable, and --resume with the same rank count finishes with the same weights as an uninterrupted run; resuming
 # with another rank count is refused naming both; a NaN on one rank stops every rank with one message; ranks x
 # threads over the cores is warned about; rank 0 alone writes the run folder and prints; a NaN validation on one rank
-# stops every rank before its epoch is written.
+# stops every rank before its epoch is written. Ranks on several machines (simulated: a working folder each): a resume
+# whose run folder only rank 0 has takes rank 0's recorded settings; ranks on other data, or one failing its checks,
+# are refused before the run folder is written; a rank's validation slice of unreadable images only is skipped;
+# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
@@ -147,3 +150,68 @@ check "... before writing that epoch (checkpoint of epoch 1, one metrics row)" "
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/nanev/checkpoint.safetensors')['train/epoch'][0]) == 1\" && \
     [ \$(wc -l <'$T/nanev/metrics.csv') -eq 2 ]" "$(cat "$T/nanev/metrics.csv")"
+
+# 6) ranks on several machines (simulated: each rank in its own working folder, mpirun's MPMD form)
+VA=$PWD/vitc
+# a resume whose run folder exists on rank 0's machine only: every rank takes rank 0's recorded settings and the
+# run ends with the weights of an uninterrupted one (rank 1 had run on vitc's defaults and failed inside MPI)
+mkdir -p "$T/w0" "$T/w1"
+RS="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 128 --test-subset 100 --seed 7 --epochs 3 --threads 1 \
+    --batch-size 32 --log-every 1000"
+(cd "$T/w0" && $MPI $VA train $RS --out ref >ref.log 2>&1 && $MPI $VA train $RS --out run --fault-nan-step 2 >nan.log 2>&1)
+check "a 2-rank run stopped after its first epoch" "grep -q 'loss is NaN at step 2' '$T/w0/nan.log' && [ ! -e '$T/w1/run' ]" \
+    "$(tail -3 "$T/w0/ref.log" "$T/w0/nan.log")"
+mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train vit_fmnist_tiny --resume run : \
+    -np 1 -wdir "$T/w1" $VA train vit_fmnist_tiny --resume run >"$T/rs.log" 2>&1
+rc=$?
+check "--resume with the run folder on rank 0's machine only runs to the end" "[ $rc -eq 0 ]" "rc $rc: $(tail -5 "$T/rs.log")"
+check "... with the weights of the uninterrupted run" "cmp -s '$T/w0/ref/weights.safetensors' '$T/w0/run/weights.safetensors'"
+check "progress under mpirun is plain lines, never redrawn (OpenMPI gives ranks a terminal)" \
+    "! grep -q \$'\\r' '$T/rs.log' '$T/two.log'"
+# ranks reading different data: refused before anything is written, naming the difference
+$PY - "$T" <<'PYEOF'
+import sys
+from PIL import Image
+import numpy as np
+t, rng = sys.argv[1], np.random.default_rng(0)
+def folder(name, ntrain=8, rename=False, bad_val=False):
+    for split, n in (("train", ntrain), ("val", 4)):
+        for c in ("c0", "c1"):
+            import os
+            os.makedirs(f"{t}/{name}/{split}/{c}", exist_ok=True)
+            for i in range(n if c == "c0" else 8 if split == "train" else 4):
+                f = f"{t}/{name}/{split}/{c}/{'x' if rename and i == 0 and split == 'train' else 'i'}{i}.png"
+                if bad_val and split == "val" and c == "c0":
+                    open(f, "wb").write(b"not an image")
+                else:
+                    Image.fromarray((rng.random((28, 28)) * 255).astype(np.uint8)).save(f)
+folder("f1"); folder("f2", ntrain=9); folder("f3", rename=True); folder("f4", bad_val=True)
+PYEOF
+DT="vit_fmnist_tiny --num-classes 2 --epochs 1 --batch-size 4 --threads 1"
+for other in f2:"has 17 training images and rank 0.s 16" f3:"other training files"; do
+    mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dd" : \
+        -np 1 $V train $DT --data "$T/${other%%:*}" --out "$T/dd" >"$T/dd.log" 2>&1
+    rc=$?
+    check "ranks with other data (${other%%:*}) refused: '${other#*:}'" "[ $rc -eq 1 ] && grep -q 'vitc: rank 1: .*${other#*:}.*same dataset' '$T/dd.log'" \
+        "rc $rc: $(cat "$T/dd.log")"
+    check "... leaving no run folder" "[ ! -e '$T/dd' ]"
+done
+# one rank failing its own checks (its Fashion-MNIST files missing) leaves no run folder either
+mpirun --oversubscribe --bind-to none -np 1 $V train $EQ --batch-size 32 --out "$T/miss" : \
+    -np 1 -x VITC_FMNIST_DIR=/nonexistent $V train $EQ --batch-size 32 --out "$T/miss" >"$T/miss.log" 2>&1
+rc=$?
+check "a rank missing its data stops the run, leaving no run folder" "[ $rc -ne 0 ] && [ ! -e '$T/miss' ] && \
+    grep -q 'vitc: rank 1:' '$T/miss.log'" "rc $rc: $(cat "$T/miss.log")"
+# a validation slice of unreadable images only (rank 0's: val/c0 is corrupt) is skipped as in one process
+$MPI $V train $DT --data "$T/f4" --out "$T/f4run" >"$T/f4.log" 2>&1
+rc=$?
+check "a rank whose validation slice is all unreadable: the epoch is scored on the rest" \
+    "[ $rc -eq 0 ] && grep -q 'Skipped 4 unreadable validation images' '$T/f4.log'" "rc $rc: $(cat "$T/f4.log")"
+# commands other than train run in one process: refused once under mpirun
+$MPI $V eval vit_fmnist_tiny -w "$T/two/weights.safetensors" --data fashion-mnist --test-subset 10 >"$T/ev.log" 2>&1
+rc=$?
+check "eval under mpirun is refused, once (exit 2)" "[ $rc -ne 0 ] && [ \$(grep -c 'under mpirun only train' '$T/ev.log') -eq 1 ] && \
+    ! grep -q 'Acc@1' '$T/ev.log'" "rc $rc: $(cat "$T/ev.log")"
+# a thread notice is printed once per node, not once per rank
+$MPI $V train $EQ --batch-size 32 --threads 64 --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1
+check "a thread notice under mpirun: once" "[ \$(grep -c 'threads asked' '$T/thr.log') -eq 1 ]" "$(cat "$T/thr.log")"
