@@ -25,7 +25,7 @@ SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
 # The shared library: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is exported.
 PIC_OBJ   := $(SRC:%.c=build-pic/%.o)
-VERSION   := 0.2.0
+VERSION   := 0.3.0
 SOVERSION := 0
 SHLIB     := build/libvitc.so.$(VERSION)
 PUBLIC_H  := include/vitc/vitc.h include/vitc/api.h

@@ -237,9 +237,82 @@ static void check_gmf(vt_test *T, const char *w) {
     free(x);
     vitc_close(m);
 }
+/* vitc_open_with: weights made with model options (5 classes, 3 channels, FLatten attention) open with those options
+ * and give the library predictor's logits; vitc_open refuses them; unknown options and bad values are refused. The
+ * pool's floating-point mode comes back after a 2-thread call; vitc_int8_layers and vitc_get_info(NULL). */
+static void check_open_with(vt_test *T, const char *dir) {
+    char w[96];
+    snprintf(w, sizeof w, "%s/custom.safetensors", dir);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.num_classes = 5;
+    ov.in_chans = 3;
+    ov.attn = "flatten";
+    vt_model_cfg c;
+    vt_err e = {{0}};
+    vt_params *P = vt_params_new(&e);
+    T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0 &&
+                   vt_model_init_params(&c, P, 3, &e) == 0 && vt_params_save(P, w, &e) == 0, "%s", e.msg);
+    vitc_error err;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, NULL, &err) && strstr(err.msg, "do not match"), "%s", err.msg);
+    const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},
+                            {"--dims 1x", "--dims '1x': expected comma-separated integers"},
+                            {"--num-classes", "--num-classes needs a value"},
+                            {"--num-classes 0", "expected an integer in [1, 65536]"}};
+    for (int i = 0; i < 4; i++)
+        T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, bad[i][0], &err) && strstr(err.msg, bad[i][1]),
+                "'%s': %s", bad[i][0], err.msg);
+    vitc_options o;
+    vitc_options_init(&o);
+    o.threads = 2;
+    vitc_model *m = vitc_open_with("vit_fmnist_tiny", w, &o, " --attn flatten\t--in-chans 3 --num-classes 5 ", &err);
+    T_CHECK(T, m != NULL, "%s", err.msg);
+    vitc_info info;
+    vitc_get_info(m, &info);
+    T_CHECK(T, m && info.num_classes == 5 && info.in_chans == 3, "info: %d classes, %d channels", info.num_classes,
+            info.in_chans);
+    int lin = -1, q8 = -1;
+    vitc_int8_layers(m, &lin, &q8);
+    T_CHECK(T, lin == 0 && q8 == 0, "int8 layers before a call: %d of %d", q8, lin);
+    const int n = 2, per = 3 * 28 * 28;
+    float *x = random_input((int64_t)n * per, 11), logits[2 * 5], ref[2 * 5];
+    vt_predictor p = {0};
+    T_CHECK(T, vt_predictor_init(&p, &c, P, 2, VT_PRED_LOGITS, &e) == 0, "%s", e.msg);
+    if (p.g) {
+        vt_predictor_forward(&p, x, n);
+        memcpy(ref, p.logits->data, sizeof ref);
+    }
+#if defined(__SSE2__)
+    const unsigned csr = _mm_getcsr() & ~0x8040u; /* the caller's mode: no flush-to-zero (the predictor set it) */
+#pragma omp parallel num_threads(2)
+    _mm_setcsr(csr);
+#endif
+    T_CHECK(T, m && vitc_logits(m, x, n, 0, logits, &err) == 0 && max_diff(logits, ref, n * 5) < 1e-5,
+            "logits with the options: %s (diff %g)", err.msg, max_diff(logits, ref, n * 5));
+#if defined(__SSE2__)
+    unsigned pool[2] = {csr, csr};
+#pragma omp parallel num_threads(2)
+    pool[omp_get_thread_num() & 1] = _mm_getcsr();
+    T_CHECK(T, pool[0] == csr && pool[1] == csr, "the pool's floating-point mode after a call: %x %x (caller's %x)",
+            pool[0], pool[1], csr);
+#endif
+    T_CHECK(T, m && vitc_set_dtype(m, "int8", &err) == 0 && vitc_logits(m, x, n, 0, logits, &err) == 0, "%s",
+            err.msg);
+    vitc_int8_layers(m, &lin, &q8);
+    const int linears = p.g ? vt_graph_int8_use(p.g).linears : -2; /* the fp32 graph's: the same layers */
+    T_CHECK(T, lin == linears && lin > 0 && q8 >= 0 && q8 <= lin, "int8 layers of the last call: %d of %d (want %d)",
+            q8, lin, linears);
+    memset(&info, 0xff, sizeof info);
+    vitc_get_info(NULL, &info);
+    T_CHECK(T, info.name == NULL && info.num_classes == 0, "vitc_get_info(NULL) zeroes info");
+    vt_predictor_free(&p);
+    vitc_close(m);
+    vt_params_free(P);
+    free(x);
+    unlink(w);
+}
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.2.0") == 0, "%s", vitc_version());
+    T_CHECK(T, strcmp(vitc_version(), "0.3.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";
@@ -255,6 +328,7 @@ void test_api(vt_test *T) {
     check_open_errors(T, w);
     check_vit(T, w, dir);
     check_gmf(T, wg);
+    check_open_with(T, dir);
     unlink(w);
     unlink(wg);
     unlink(png);

@@ -364,47 +364,10 @@ static void set_threads(const opts *o) {
     openblas_set_num_threads((int)want);
 }
 
-/* s for a message: quoted whole, or its first 60 characters and its length (a long value must not push the reason
- * out of the message). */
-static const char *quoted(const char *s, char *buf, size_t n) {
-    const size_t len = strlen(s);
-    if (len <= 60)
-        snprintf(buf, n, "'%s'", s);
-    else
-        snprintf(buf, n, "'%.60s...' (%zu characters)", s, len);
-    return buf;
-}
-
-/* Parses "a,b,c" (positive integers up to 65536) into v for a model of `stages` stages: one value for every stage
- * or one per stage (as --attn); -1 with a message otherwise (a shorter list had silently left the last stages). */
+/* vt_model_parse_list, its message printed. */
 static int parse_list(const char *opt, const char *list, int stages, int *v) {
-    const char *p = list;
-    int n = 0;
-    for (;;) {
-        char *end = NULL;
-        errno = 0;
-        const long x = strtol(p, &end, 10);
-        char q[128];
-        if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ',')) {
-            say(NULL);
-            fprintf(stderr, "%s %s: expected comma-separated integers in [1, 65536]\n", opt, quoted(list, q, sizeof q));
-            return -1;
-        }
-        if (n < VT_MAX_STAGES) v[n] = (int)x;
-        n++;
-        if (!*end) break;
-        p = end + 1;
-    }
-    if (n == 1)
-        for (int i = 1; i < stages; i++) v[i] = v[0];
-    else if (n != stages) {
-        char q[128];
-        say(NULL);
-        fprintf(stderr, "%s %s: %d values, but the model has %d stage(s): give one value for every stage or "
-                "one per stage\n", opt, quoted(list, q, sizeof q), n, stages);
-        return -1;
-    }
-    return 0;
+    vt_err e = {{0}};
+    return vt_model_parse_list(opt, list, stages, v, &e) ? die("%s", e.msg) : 0;
 }
 
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs

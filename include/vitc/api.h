@@ -27,7 +27,7 @@ extern "C" {
 /** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
 #define VITC_VERSION_MAJOR 0
 /** Minor version: new functions, compatible. */
-#define VITC_VERSION_MINOR 2
+#define VITC_VERSION_MINOR 3
 /** Patch version: fixes only. */
 #define VITC_VERSION_PATCH 0
 
@@ -105,15 +105,26 @@ VITC_API void vitc_options_init(vitc_options *opt);
  * NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
+/** vitc_open of model `name` changed by `model_options`, spelt as on vitc's command line (those `vitc train` records in
+ * its checkpoints: "--num-classes 3 --in-chans 3 --attn flatten --dims 32,64 --train-form"; NULL or "": none), for
+ * weights trained or made with them. Since 0.3.0. */
+VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,
+                                    const char *model_options, vitc_error *err);
+
 /** Sets the arithmetic of the model's linear layers for later calls: "fp32" (the default), "bf16" (as `vitc forward
  * --dtype bf16`; refused where the CPU has no native bf16) or "int8" (dynamic quantisation, as `vitc forward --dtype
  * int8`; layers stay fp32 where the CPU has no fast int8 kernel). */
 VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 
+/** The linear layers of the model's last call and how many of them ran int8 (*int8 < *linears: the others ran fp32,
+ * e.g. every one on a CPU without a fast int8 kernel); both 0 before the first call. Since 0.3.0. */
+VITC_API void vitc_int8_layers(const vitc_model *m, int *linears, int *int8);
+
 /** Frees a model and everything it holds (NULL is fine). */
 VITC_API void vitc_close(vitc_model *m);
 
-/** Fills info with the model's name, input geometry, classes and size (strings live as long as the model). */
+/** Fills info with the model's name, input geometry, classes and size (strings live as long as the model); m NULL: info
+ * zeroed. */
 VITC_API void vitc_get_info(const vitc_model *m, vitc_info *info);
 
 /** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PNM) with the model's eval transform: out[i] gets the top-k

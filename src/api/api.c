@@ -57,25 +57,37 @@ static int fail(vitc_error *err, const char *fmt, ...) {
 /* The caller's thread setting and floating-point mode, saved on entry to a call and restored on return. */
 typedef struct {
     int threads;
+    int team; /* the most threads the call may have run: whose mode the graphs set */
     unsigned csr;
 } call_env;
 
 static void enter(const vitc_model *m, call_env *c) {
     c->threads = omp_get_max_threads();
+    c->team = m->threads > c->threads ? m->threads : c->threads;
     if (m->threads > 0) omp_set_num_threads(m->threads);
 #if defined(__SSE2__)
     c->csr = _mm_getcsr();
 #endif
 }
 
+/* The graphs set flush-to-zero in every thread of OpenMP's pool, where it persists: the caller's own parallel code
+ * would flush subnormals in every thread but its first. Each gets the caller's mode back. */
 static void leave(const call_env *c) {
     omp_set_num_threads(c->threads);
 #if defined(__SSE2__)
-    _mm_setcsr(c->csr);
+    const unsigned csr = c->csr;
+#pragma omp parallel num_threads(c->team)
+    _mm_setcsr(csr);
+    _mm_setcsr(csr);
 #endif
 }
 
 vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err) {
+    return vitc_open_with(name, weights, opt, NULL, err);
+}
+
+vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt, const char *model_options,
+                           vitc_error *err) {
     vitc_options o;
     vitc_options_init(&o);
     if (opt) o = *opt;
@@ -95,9 +107,14 @@ vitc_model *vitc_open(const char *name, const char *weights, const vitc_options 
     m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
     m->batch = o.batch > 0 ? o.batch : 16;
     vt_model_overrides ov = vt_model_no_overrides();
-    ov.img_size = o.img_size;
-    ov.crop_pct = o.crop_pct;
     vt_err e = {{0}};
+    char names[128]; /* --attn and --ffn values */
+    if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
+        free(m);
+        return fail(err, "%s: %s", name, e.msg), NULL;
+    }
+    if (o.img_size) ov.img_size = o.img_size;
+    ov.crop_pct = o.crop_pct;
     vt_model_summary s = {0};
     call_env env;
     enter(m, &env);
@@ -144,7 +161,14 @@ void vitc_close(vitc_model *m) {
     free(m);
 }
 
+void vitc_int8_layers(const vitc_model *m, int *linears, int *int8) {
+    const vt_int8_use u = m && m->pred.g ? vt_graph_int8_use(m->pred.g) : (vt_int8_use){0, 0};
+    if (linears) *linears = u.linears;
+    if (int8) *int8 = u.int8;
+}
+
 void vitc_get_info(const vitc_model *m, vitc_info *info) {
+    if (info) memset(info, 0, sizeof *info);
     if (!m || !info) return;
     const vt_arch_cfg *a = &m->cfg.arch;
     info->name = m->cfg.name;

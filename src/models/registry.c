@@ -1,5 +1,6 @@
 /* The registry of host families and named models, and the generic model entry points (configure, build, init,
  * deploy, summaries). Nothing here knows a family by name: families differ only through their hooks. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,86 @@ vt_model_overrides vt_model_no_overrides(void) {
     memset(&o, 0, sizeof o);
     o.drop_path = -1.0f;
     return o;
+}
+
+int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, vt_err *e) {
+    const char *p = list;
+    int n = 0;
+    char q[128]; /* the list for messages: whole, or its first 60 characters and its length */
+    if (strlen(list) <= 60) snprintf(q, sizeof q, "'%s'", list);
+    else snprintf(q, sizeof q, "'%.60s...' (%zu characters)", list, strlen(list));
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        const long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))
+            return vt_seterr(e, "%s %s: expected comma-separated integers in [1, 65536]", opt, q);
+        if (n < VT_MAX_STAGES) v[n] = (int)x;
+        n++;
+        if (!*end) break;
+        p = end + 1;
+    }
+    if (n == 1)
+        for (int i = 1; i < stages; i++) v[i] = v[0];
+    else if (n != stages)
+        return vt_seterr(e, "%s %s: %d values, but the model has %d stage(s): give one value for every stage or one "
+                         "per stage", opt, q, n, stages);
+    return 0;
+}
+
+int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e) {
+    static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform"};
+    static const char *const lists[] = {"--dims", "--depths", "--heads", "--windows"};
+    static const char *const ints[] = {"--img-size", "--in-chans", "--num-classes"};
+    int *const flag_of[] = {&ov->train_form, &ov->double_heads, &ov->apply_transform};
+    int *const list_of[] = {ov->dims, ov->depths, ov->heads, ov->windows};
+    int *const int_of[] = {&ov->img_size, &ov->in_chans, &ov->num_classes};
+    size_t used = 0;
+    for (const char *p = text ? text : "";;) {
+        char opt[32], val[512];
+        p += strspn(p, " \t\n");
+        if (!*p) return 0;
+        size_t len = strcspn(p, " \t\n");
+        if (len >= sizeof opt) return vt_seterr(e, "unknown model option '%.40s...'", p);
+        memcpy(opt, p, len);
+        opt[len] = '\0';
+        p += len;
+        int k = 0;
+        for (k = 0; k < 3 && strcmp(opt, flags[k]) != 0; k++) {}
+        if (k < 3) {
+            *flag_of[k] = 1;
+            continue;
+        }
+        const int string = strcmp(opt, "--attn") == 0 || strcmp(opt, "--ffn") == 0;
+        int li = 0, ii = 0;
+        for (li = 0; li < 4 && strcmp(opt, lists[li]) != 0; li++) {}
+        for (ii = 0; ii < 3 && strcmp(opt, ints[ii]) != 0; ii++) {}
+        if (!string && li == 4 && ii == 3)
+            return vt_seterr(e, "unknown model option '%s' (model options: --attn --ffn --dims --depths --heads "
+                             "--windows --img-size --in-chans --num-classes --train-form --double-heads "
+                             "--apply-transform)", opt);
+        p += strspn(p, " \t\n");
+        len = strcspn(p, " \t\n");
+        if (len == 0 || len >= sizeof val) return vt_seterr(e, "model option %s needs a value", opt);
+        memcpy(val, p, len);
+        val[len] = '\0';
+        p += len;
+        if (li < 4) {
+            if (vt_model_parse_list(opt, val, stages, list_of[li], e)) return -1;
+        } else if (ii < 3) {
+            char *end = NULL;
+            errno = 0;
+            const long x = strtol(val, &end, 10);
+            if (errno || *end || x < 1 || x > 65536)
+                return vt_seterr(e, "model option %s '%s': expected an integer in [1, 65536]", opt, val);
+            *int_of[ii] = (int)x;
+        } else {
+            if (used + len + 1 > n) return vt_seterr(e, "model options too long");
+            memcpy(store + used, val, len + 1);
+            *(opt[2] == 'a' ? &ov->attn : &ov->ffn) = store + used;
+            used += len + 1;
+        }
+    }
 }
 
 /* Copies the type name [p, p + len) into dst (24 bytes); -1 with a message if it does not fit. */

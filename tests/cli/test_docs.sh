@@ -11,7 +11,7 @@ check "make docs passes" "[ $rc -eq 0 ]" "rc $rc: $(tail -20 "$T/docs.log")"
 check "make docs prints no warning" "! grep -qi 'warning' '$T/docs.log'" "$(grep -i warning "$T/docs.log" | head)"
 H=build/docs/html/api_8h.html
 missing=""
-fns=$(sed -n 's/^VITC_API [^(]*[ *]\(vitc_[a-z_]*\)(.*/\1/p' include/vitc/api.h)
+fns=$(sed -n 's/^VITC_API [^(]*[ *]\(vitc_[a-z0-9_]*\)(.*/\1/p' include/vitc/api.h)
 for f in $fns; do
     grep -q "$f" "$H" 2>/dev/null || missing="$missing $f"
 done
