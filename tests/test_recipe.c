@@ -81,6 +81,16 @@ static void check_accum(vt_test *T) {
     T_CHECK(T, ok && worst <= 1e-5 * gmax && gmax > 0, "accumulated gradients differ by %g (max |grad| %g)", worst, gmax);
     T_CHECK(T, ok && fabs(l1[0] - l2) <= 1e-5 * fabs(l1[0]), "loss %g vs %g", (double)l1[0], (double)l2);
     T_CHECK(T, vt_grad_accum(&c, P2, x, lab, B, 0, &l2, &e) != 0, "accum 0 refused");
+    const float keep = lab[1];
+    lab[1] = (float)c.arch.num_classes; /* past the last class: its loss would read past the logits */
+    e = (vt_err){{0}};
+    T_CHECK(T, vt_grad_steps(&c, P1, x, lab, B * N, 1, 0, 0, l1, &e) != 0 && strstr(e.msg, "label 10 of sample 1"),
+            "an out-of-range label refused by vt_grad_steps: %s", e.msg);
+    lab[1] = 0.5f;
+    e = (vt_err){{0}};
+    T_CHECK(T, vt_grad_accum(&c, P2, x, lab, B, N, &l2, &e) != 0 && strstr(e.msg, "label 0.5 of sample 1"),
+            "a fractional label refused by vt_grad_accum: %s", e.msg);
+    lab[1] = keep;
     vt_params_free(P1);
     vt_params_free(P2);
     free(x);

@@ -709,15 +709,7 @@ static int cmd_grad(opts *o) {
         losses = malloc(sizeof(float) * (size_t)steps);
         int ok = labf && losses;
         if (!ok) die("%s", "out of memory");
-        for (int b = 0; ok && b < B; b++) {
-            if (lab[b] < 0 || lab[b] >= c.arch.num_classes) {
-                char buf[128];
-                snprintf(buf, sizeof buf, "label %d of sample %d is outside [0, %d)", lab[b], b, c.arch.num_classes);
-                die("%s", buf);
-                ok = 0;
-            }
-            if (ok) labf[b] = (float)lab[b];
-        }
+        for (int b = 0; ok && b < B; b++) labf[b] = (float)lab[b]; /* vt_grad_steps checks them */
         if (ok && (vt_grad_steps(&c, P, x, labf, B, steps, o->lr > 0 ? o->lr : 1e-3, o->wd >= 0 ? o->wd : 0.0, losses,
                                  &e) ||
                    vt_params_save_grads(P, o->output, losses, steps, &e)))

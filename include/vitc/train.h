@@ -17,7 +17,8 @@ struct vt_recipe;
 
 /* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1, runs that many AdamW steps
  * (betas 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params) on the batch, writing the loss
- * before each step into losses[0..steps); gradients left in P are those of the last step. */
+ * before each step into losses[0..steps); gradients left in P are those of the last step. Labels must be class
+ * indices (integers in [0, num_classes)). */
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e);
 

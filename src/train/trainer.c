@@ -65,8 +65,19 @@ static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothi
     return 0;
 }
 
+/* 0 when each of labels[0..n) is a class index of c (an integer in [0, K)), else -1 naming the first that is not: the
+ * loss of another would read past its row of logits. */
+static int check_labels(const vt_model_cfg *c, const float *labels, int n, vt_err *e) {
+    const int K = c->arch.num_classes;
+    for (int b = 0; b < n; b++)
+        if (!(labels[b] >= 0 && labels[b] < K && labels[b] == floorf(labels[b])))
+            return vt_seterr(e, "label %g of sample %d is outside [0, %d)", (double)labels[b], b, K);
+    return 0;
+}
+
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e) {
+    if (check_labels(c, labels, B, e)) return -1;
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f; /* deterministic gradients: stochastic depth off */
     train_graph t;
@@ -113,6 +124,7 @@ static int accum_backward(train_graph *t, vt_params *P, int j, int accum, vt_dis
 int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
                   float *loss, vt_err *e) {
     if (B <= 0 || accum <= 0) return vt_seterr(e, "vt_grad_accum: batch %d and accum %d must be > 0", B, accum);
+    if (check_labels(c, labels, B * accum, e)) return -1;
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f;
     train_graph t;
