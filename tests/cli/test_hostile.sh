@@ -23,6 +23,7 @@ import numpy as np, st
 t = sys.argv[1]
 st.save(f"{t}/x.safetensors", {"input": np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32),
                                "labels": np.array([1, 2], np.int64)})
+st.save(f"{t}/xbad.safetensors", {"input": np.zeros((2, 1, 28, 28), np.float32), "labels": np.array([1, 99], np.int64)})
 w = st.load(f"{t}/w.safetensors")
 w["head.bias"] = w["head.bias"].copy(); w["head.bias"][3] = np.nan
 st.save(f"{t}/nan.safetensors", w)
@@ -230,6 +231,7 @@ expect "deploy of a model without re-parameterised blocks refused, as for every 
 check "... writing no file" "[ ! -e '$T/nodep.safetensors' ]"
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
 expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
