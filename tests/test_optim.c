@@ -172,7 +172,7 @@ static void check_init(vt_test *T) {
 
 static void check_schedule(vt_test *T) {
     const double pi = 3.14159265358979323846;
-    vt_sched s = {1e-3, 1e-6, 1e-5, 10, 100, 0};
+    vt_sched s = {1e-3, 1e-6, 1e-5, 10, 100, 0, 0, VT_SCHED_STEP};
     double tol = 1e-15;
     T_CHECK(T, fabs(vt_sched_lr(&s, 0) - 1e-6) < tol, "step 0: %g", vt_sched_lr(&s, 0));
     T_CHECK(T, fabs(vt_sched_lr(&s, 5) - (1e-6 + 5 * (1e-3 - 1e-6) / 10)) < tol, "mid warm-up: %g",
@@ -188,8 +188,34 @@ static void check_schedule(vt_test *T) {
     T_CHECK(T, fabs(vt_sched_lr(&s, 10) - 1e-3) < tol, "prefix: end of warm-up is base lr: %g", vt_sched_lr(&s, 10));
     T_CHECK(T, fabs(vt_sched_lr(&s, 60) - (1e-3 + 1e-5) / 2) < tol, "prefix: midpoint %g", vt_sched_lr(&s, 60));
     T_CHECK(T, vt_sched_lr(&s, 110) == 1e-5, "prefix: end");
-    vt_sched nw = {5e-4, 0, 0, 0, 20, 0};
+    vt_sched nw = {5e-4, 0, 0, 0, 20, 0, 0, VT_SCHED_STEP};
     T_CHECK(T, vt_sched_lr(&nw, 0) == 5e-4 && fabs(vt_sched_lr(&nw, 10) - 2.5e-4) < tol, "no warm-up");
+    /* per epoch (8 steps each; 5 warm-up epochs, cosine over 30 epochs): constant within an epoch; timm's train.py
+     * trains epoch e at the value of e, DeiT's main.py at the value of e - 1 (epochs 0 and 1 at the first) */
+    const int spe = 8;
+    vt_sched ep = {1e-3, 1e-6, 1e-5, 5 * spe, 30 * spe, 0, spe, VT_SCHED_EPOCH};
+    vt_sched deit = ep;
+    deit.update = VT_SCHED_DEIT;
+    int flat = 1, timm = 1, lag = 1;
+    for (int e = 0; e < 32; e++) {
+        const double want = e < 5 ? 1e-6 + e * (1e-3 - 1e-6) / 5
+                          : e >= 30 ? 1e-5 : 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + cos(pi * e / 30));
+        const double want_lag = e == 0 ? 1e-6 : e - 1 < 5 ? 1e-6 + (e - 1) * (1e-3 - 1e-6) / 5
+                              : 1e-5 + 0.5 * (1e-3 - 1e-5) * (1 + cos(pi * (e - 1) / 30));
+        timm &= fabs(vt_sched_lr(&ep, (int64_t)e * spe) - want) < tol;
+        lag &= fabs(vt_sched_lr(&deit, (int64_t)e * spe) - (e - 1 >= 30 ? 1e-5 : want_lag)) < tol;
+        for (int i = 1; i < spe; i++) flat &= vt_sched_lr(&ep, (int64_t)e * spe + i) == vt_sched_lr(&ep, (int64_t)e * spe);
+    }
+    T_CHECK(T, timm && lag && flat, "per-epoch updates: timm's %d, DeiT's %d, constant within epochs %d", timm, lag, flat);
+    T_CHECK(T, vt_sched_lr(&deit, spe) == 1e-6 && vt_sched_lr(&deit, 2 * spe) > 1e-4, "DeiT: epoch 1 at the warm-up lr");
+    /* torchvision's SequentialLR (MSF): LinearLR from 0.033·lr over 10 epochs, then CosineAnnealingLR over the other
+     * 90 to 0, per epoch */
+    vt_sched tv = {1e-3, 0.033e-3, 0, 10 * spe, 90 * spe, 1, spe, VT_SCHED_EPOCH};
+    T_CHECK(T, fabs(vt_sched_lr(&tv, 5 * spe + 3) - 1e-3 * (0.033 + 0.967 * 0.5)) < tol &&
+                   fabs(vt_sched_lr(&tv, 10 * spe) - 1e-3) < tol &&
+                   fabs(vt_sched_lr(&tv, 55 * spe + 7) - 0.5e-3) < tol && vt_sched_lr(&tv, 100 * spe) == 0,
+            "torchvision's warm-up then cosine: %g %g %g", vt_sched_lr(&tv, 5 * spe), vt_sched_lr(&tv, 10 * spe),
+            vt_sched_lr(&tv, 55 * spe));
 }
 
 void test_optim(vt_test *T) {

@@ -24,6 +24,9 @@ typedef struct vt_recipe {
     int warmup_lr_given, min_lr_given; /* 1: from --warmup-lr / --min-lr, used as given (no scaling) */
     double weight_decay, warmup_lr, min_lr, warmup_epochs, clip_grad, smoothing;
     int epochs, batch, accum_steps;
+    int cooldown_epochs;         /* trained at min_lr after the cosine of `epochs` (timm's cooldown_epochs) */
+    int sched_update;            /* vt_sched_update: the official code's lr update, every step or once per epoch */
+    int warmup_prefix;           /* 1: the cosine starts after the warm-up (torchvision's SequentialLR) */
     int world_size;              /* data-parallel ranks (0 or 1: one process); batch is per rank, as DeiT's */
     double drop_path;            /* < 0: the model's own rate */
     /* batch mixing and weight averaging */

@@ -90,8 +90,11 @@ typedef struct vt_train_opts {
                                   first epoch (the CLI's note on a warm-up longer than the run); NULL: none */
     const char *model_options; /* the options that configured the model (the CLI's text, e.g. "--img-size 64"),
                                   recorded in checkpoints as "model-options" for a resume to take; NULL: none */
-    int epochs, batch;
+    int epochs, batch;         /* epochs: the cosine's length (timm's epochs); the run trains epochs + cooldown_epochs */
     double lr, min_lr, warmup_lr, weight_decay, warmup_epochs, smoothing, clip_grad;
+    int cooldown_epochs;       /* epochs trained at min_lr after the cosine (timm's cooldown_epochs; 0: none) */
+    int sched_update;          /* when the learning rate changes (vt_sched_update: every step, or per epoch) */
+    int warmup_prefix;         /* 1: the cosine starts after the warm-up (vt_sched.warmup_prefix) */
     uint64_t seed;
     int train_subset, test_subset; /* 0: whole split */
     int augment;               /* 1: the training transform (crop + flip, or a folder's DeiT transform); 0: eval's */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vitc/fileio.h"
+#include "vitc/schedule.h"
 #include "vitc/train.h"
 
 /* vitc's plain defaults (vt_train_defaults): what `vitc train` does without --recipe. */
@@ -33,7 +34,7 @@ static void preset_deit(vt_recipe *r) {
                      .drop_path = 0.1, .model_ema = 1, .model_ema_decay = 0.99996, .repeated_aug = 1,
                      .aa = "rand-m9-mstd0.5-inc1", .reprob = 0.25, .remode = "pixel", .recount = 1,
                      .interpolation = "bicubic", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
-                     .color_jitter = 0.4};
+                     .color_jitter = 0.4, .sched_update = VT_SCHED_DEIT};
     r->mixup = vt_mixup_timm(0);
 }
 
@@ -55,6 +56,36 @@ static void preset_swin(vt_recipe *r) {
     r->model_ema = 0;
     r->repeated_aug = 0;
     r->notes = NULL;
+    r->sched_update = VT_SCHED_STEP; /* lr_scheduler.step_update every iteration */
+}
+
+/* FLatten (the repo's cfgs/ yaml files over Swin's config.py; main.py, and main_ema.py for CSwin as its README runs it):
+ * FLatten-Swin keeps Swin's recipe; FLatten-PVT/PVTv2 take 5 warm-up epochs from 1e-6 and min lr 1e-5 (both scaled by
+ * batch/512 like the lr), 10 cooldown epochs, no clipping (T, S, v2-b0..b2), batch 128 (T, v2-b0..b2) or 64 (S);
+ * FLatten-CSwin 20 warm-up epochs, the same lrs and cooldown, no clipping, batch 256 / 128 / 64 (T / S / B), weight
+ * decay 0.1 for B, and a model EMA of 0.99984 (0.99982 for B). */
+static void preset_flatten(vt_recipe *r, const char *model) {
+    preset_swin(r);
+    r->source = "FLatten: Swin's config.py + main.py (spec-flatten.md §2.1), with its cfgs/*.yaml for PVT and CSwin";
+    const int pvt = model && strstr(model, "pvt"), cswin = model && strstr(model, "cswin");
+    if (!pvt && !cswin) return;
+    r->warmup_epochs = pvt ? 5 : 20;
+    r->warmup_lr = 1e-6;
+    r->min_lr = 1e-5;
+    r->cooldown_epochs = 10;
+    r->clip_grad = 0.0;
+    const int small = strstr(model, "small") != NULL, base = strstr(model, "base") != NULL;
+    r->batch = pvt ? (small ? 64 : 128) : base ? 64 : small ? 128 : 256;
+    if (cswin) {
+        r->model_ema = 1;
+        r->model_ema_decay = base ? 0.99982 : 0.99984;
+        r->weight_decay = base ? 0.1 : 0.05;
+        r->source = "FLatten-CSwin: cfgs/flatten_cswin_*.yaml + main_ema.py (its README's EMA decay)";
+    } else {
+        r->source = "FLatten-PVT: cfgs/flatten_pvt*.yaml over Swin's config.py + main.py";
+    }
+    if (strstr(model, "384"))
+        r->notes = "the 384-pixel fine-tuning configs (flatten_*_384.yaml) are not presets: this is the 224 recipe";
 }
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
@@ -74,11 +105,20 @@ static void preset_gmf(vt_recipe *r, const char *model) {
         if (strcmp(sz + strlen("groupmixformer"), sizes[i].suffix) == 0) r->drop_path = sizes[i].dp;
 }
 
-/* Refiner (spec-refiner.md §7): DeiT's timm-based recipe, model EMA 0.99996 kept and evaluated, drop-path per model
- * from the yaml files (S 0.1, M 0.2, L 0.25 relabel). MixToken, token labelling and the cos_reg loss are not done. */
+/* Refiner (spec-refiner.md §7; scripts/refiner_*.yaml run by its main.py, timm's train.py): lr 5e-4 as given (no
+ * batch scaling), 5 warm-up epochs from 1e-6, cosine to 1e-5 stepped per epoch, 10 cooldown epochs, batch 32 a GPU,
+ * random train interpolation, no repeated augmentation, model EMA 0.99996 kept and evaluated, drop-path per model from
+ * the yaml files (S 0.1, M 0.2, L 0.25 relabel); the rest DeiT's. MixToken, token labelling and the cos_reg loss are
+ * not done. */
 static void preset_refiner(vt_recipe *r, const char *model) {
     preset_deit(r);
-    r->source = "Refiner yaml + DeiT's timm recipe (spec-refiner.md §7: EMA 0.99996, drop-path S 0.1 / M 0.2 / L 0.25)";
+    r->source = "Refiner scripts/*.yaml + its main.py (timm train.py; spec-refiner.md §7)";
+    r->lr_base_batch = 0;
+    r->batch = 32;
+    r->cooldown_epochs = 10;
+    r->repeated_aug = 0;
+    snprintf(r->interpolation, sizeof r->interpolation, "random");
+    r->sched_update = VT_SCHED_EPOCH;
     r->drop_path = model && strstr(model, "_m") ? 0.2 : model && strstr(model, "_l") ? 0.25 : 0.1;
     r->notes = "MixToken, token labelling and the cos_reg loss are not implemented";
 }
@@ -103,6 +143,9 @@ static void preset_msf(vt_recipe *r) {
     r->reprob = 0.0;
     snprintf(r->aa, sizeof r->aa, "three");
     r->repeated_aug = 1; /* torchvision's RASampler: DeiT's, 3 repeats */
+    snprintf(r->interpolation, sizeof r->interpolation, "bilinear"); /* train.py's --interpolation default */
+    r->sched_update = VT_SCHED_EPOCH; /* lr_scheduler.step() after each epoch */
+    r->warmup_prefix = 1;             /* SequentialLR: LinearLR for the warm-up, then CosineAnnealingLR over the rest */
     r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the MSF README's "
                "command decays every parameter, as vitc's SimpleViT hosts do; its Swin hosts keep Swin's no-decay "
                "list (norms, biases, relative position tables)";
@@ -123,7 +166,8 @@ const char *vt_recipe_name(int i) { return i >= 0 && i < vt_recipe_count() ? nam
 int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) {
     if (!strcmp(name, "default")) preset_default(r);
     else if (!strcmp(name, "deit")) preset_deit(r);
-    else if (!strcmp(name, "swin") || !strcmp(name, "flatten")) preset_swin(r);
+    else if (!strcmp(name, "swin")) preset_swin(r);
+    else if (!strcmp(name, "flatten")) preset_flatten(r, model);
     else if (!strcmp(name, "groupmixformer")) preset_gmf(r, model);
     else if (!strcmp(name, "refiner")) preset_refiner(r, model);
     else if (!strcmp(name, "msf")) preset_msf(r);
@@ -135,8 +179,6 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) 
         return vt_seterr(e, "unknown recipe '%s' (known: %s)", name, list);
     }
     snprintf(r->name, sizeof r->name, "%s", name);
-    if (!strcmp(name, "flatten"))
-        r->source = "FLatten: Swin's config.py defaults + main.py (spec-flatten.md §2.1, the Swin code base)";
     return 0;
 }
 
@@ -156,6 +198,9 @@ void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     o->clip_grad = r->clip_grad;
     o->smoothing = r->smoothing;
     o->epochs = r->epochs;
+    o->cooldown_epochs = r->cooldown_epochs;
+    o->sched_update = r->sched_update;
+    o->warmup_prefix = r->warmup_prefix;
     o->batch = r->batch;
     o->accum_steps = r->accum_steps;
     o->mixup = r->mixup;
@@ -222,6 +267,10 @@ static cJSON *to_json(const vt_recipe *r) {
     if (r->notes) cJSON_AddStringToObject(j, "not_implemented", r->notes);
     cJSON_AddStringToObject(j, "opt", "adamw");
     cJSON_AddStringToObject(j, "sched", "cosine");
+    static const char *const updates[] = {"step", "epoch", "epoch (DeiT main.py: step(epoch) after it)"};
+    cJSON_AddStringToObject(j, "lr_update", updates[r->sched_update >= 0 && r->sched_update <= 2 ? r->sched_update : 0]);
+    cJSON_AddBoolToObject(j, "warmup_prefix", r->warmup_prefix);
+    cJSON_AddNumberToObject(j, "cooldown_epochs", r->cooldown_epochs);
     cJSON_AddNumberToObject(j, "lr_base", r->lr);
     cJSON_AddNumberToObject(j, "lr_base_batch", r->lr_base_batch);
     cJSON_AddNumberToObject(j, "lr", o.lr);

@@ -781,10 +781,11 @@ static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *
                          "(%s)", rpath, (int)w, w == 1 ? "" : "s", ranks,
                          w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
     if (load_checkpoint(rpath, P, opt, ema, st, e)) return -1;
-    if (st->epoch > o->epochs || (st->epoch == o->epochs && !same_dir(o->resume, o->run_dir)))
+    const int run_epochs = o->epochs + o->cooldown_epochs;
+    if (st->epoch > run_epochs || (st->epoch == run_epochs && !same_dir(o->resume, o->run_dir)))
         return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs has nothing left to train%s; raise --epochs to "
-                         "continue it", rpath, (long long)st->epoch, o->epochs,
-                         st->epoch == o->epochs ? " (its weights are in that run folder)" : "");
+                         "continue it", rpath, (long long)st->epoch, run_epochs,
+                         st->epoch == run_epochs ? " (its weights are in that run folder)" : "");
     return check_resume(rpath, c, o, st, spe, e);
 }
 
@@ -1101,6 +1102,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         return vt_seterr(e, "--resume and --init-from contradict each other: a resumed run continues its checkpoint");
     vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
     const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
+    const int run_epochs = o->epochs + (o->cooldown_epochs > 0 ? o->cooldown_epochs : 0); /* cooldown at min_lr */
     FILE *out = lead ? stdout : NULL;
     vt_data d;
     vt_params *P = NULL;
@@ -1217,8 +1219,11 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         printf("Train transform: %s%s\n", d.deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
                d.deit_on ? tf : "");
     }
-    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, (int64_t)(o->warmup_epochs * (spe / A)),
-                            (int64_t)o->epochs * (spe / A), 0};
+    /* the cosine spans the run's epochs but the cooldown (after the warm-up, with warmup_prefix), in optimiser steps */
+    const int64_t ospe = spe / A, wsteps = (int64_t)(o->warmup_epochs * ospe);
+    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, wsteps,
+                            (int64_t)o->epochs * ospe - (o->warmup_prefix ? wsteps : 0), o->warmup_prefix, ospe,
+                            (vt_sched_update)o->sched_update};
     /* the checkpoint a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the
      * one it resumed (another folder's, or this one's) */
     char resumed[4096];
@@ -1228,7 +1233,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
     double train_s = 0.0;
     int64_t steps_run = 0;
-    for (; st.epoch < o->epochs; st.epoch++) {
+    for (; st.epoch < run_epochs; st.epoch++) {
         if ((rc = epoch_start(o, dp, L, st.epoch, idx, keys, N, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
@@ -1320,7 +1325,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         if (lead) {
             fflush(stdout);
             vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / (double)epoch_imgs,
-                                  ev.loss, ev.acc1, vt_sched_lr(&sched, st.step), epoch_imgs / ep_s, now_s() - t0,
+                                  ev.loss, ev.acc1, vt_sched_lr(&sched, st.step - 1), epoch_imgs / ep_s, now_s() - t0,
                                   ev.acc5};
             train_state next = st;
             next.epoch++;
@@ -1347,8 +1352,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (lead) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", o->epochs,
-               o->epochs == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
+        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs,
+               run_epochs == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
         if (st.best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
             printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st.best_epoch, 100 * st.best_acc1,
                    access(bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "

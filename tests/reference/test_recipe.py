@@ -17,6 +17,11 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
   window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
 - the repeated-augmentation sampler (vt_ra_sample) equals DeiT's RASampler.__iter__ (samplers.py, transcribed) applied
   to the same permutation, for 1 and 3 replicas;
+- the learning rate each epoch trains at (metrics.csv's `lr`, the epoch's last step, over runs of 2 steps an epoch):
+  `--recipe msf` equals torch's SequentialLR(LinearLR(0.033), CosineAnnealingLR) stepped after each epoch, as
+  torchvision's train.py runs it; `--recipe deit` equals timm's CosineLRScheduler (transcribed) stepped by DeiT's
+  main.py with the epoch just trained; `--recipe refiner` equals it stepped by timm's train.py (epoch + 1), with its
+  10 cooldown epochs at min_lr after --epochs; `--recipe swin` changes the rate within an epoch (per step);
 - `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives the weights of batch 16 (LayerNorm
   model, ≤ 1e-5 relative); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
   settings (lr scaled by batch/512); --init-from with another model's weights is refused naming tensors; Mixup with
@@ -311,6 +316,75 @@ def read_weights(run):
     return st.load(run / "weights.safetensors")
 
 
+def timm_cosine(t, base, warmup_lr, min_lr, warmup_t, t_initial):
+    """timm 0.4.12 CosineLRScheduler._get_lr(t) (cycle_limit 1, warmup_prefix False), t in epochs."""
+    if t < warmup_t:
+        return warmup_lr + t * (base - warmup_lr) / warmup_t
+    if t >= t_initial:
+        return min_lr
+    return min_lr + 0.5 * (base - min_lr) * (1 + math.cos(math.pi * t / t_initial))
+
+
+def epoch_lrs(run):
+    rows = (run / "metrics.csv").read_text().splitlines()
+    col = rows[0].split(",").index("lr")
+    return [float(r.split(",")[col]) for r in rows[1:]]
+
+
+def check_schedules(rep, d):
+    import torch
+    common = ["--train-subset", "16", "--test-subset", "10", "--batch-size", "8", "--no-repeated-aug", "--threads", "1",
+              "--drop-path", "0"]
+    # msf: torchvision's train.py, lr_scheduler.step() after each epoch
+    run = d / "s_msf"
+    if vitc_ok(rep, "train --recipe msf (6 epochs, 2 warm-up)", "train", "vit_fmnist_tiny", "--recipe", "msf",
+               "--epochs", "6", "--warmup-epochs", "2", "--out", run, *common):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.AdamW([p], lr=1e-3)
+        warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.033, total_iters=2)
+        cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4, eta_min=0.0)
+        sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[2])
+        want = []
+        for _ in range(6):
+            want.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        got = epoch_lrs(run)
+        err = max(abs(a - b) for a, b in zip(got, want)) if len(got) == 6 else 1
+        rep.check(f"msf: each epoch's lr = torchvision's SequentialLR (max diff {err:.2g})", err < 1e-9,
+                  f"{got} vs {want}")
+    # deit: timm's scheduler, DeiT's main.py calls lr_scheduler.step(epoch) after epoch `epoch`
+    run = d / "s_deit"
+    base = 1e-3  # given: the recipe's 5e-4 · 8/512 would be below its min lr
+    if vitc_ok(rep, "train --recipe deit (5 epochs, 2 warm-up)", "train", "vit_fmnist_tiny", "--recipe", "deit",
+               "--epochs", "5", "--warmup-epochs", "2", "--lr", "1e-3", "--no-model-ema", "--out", run, *common):
+        want = [timm_cosine(max(e - 1, 0), base, 1e-6, 1e-5, 2, 5) for e in range(5)]
+        got = epoch_lrs(run)
+        err = max(abs(a - b) for a, b in zip(got, want)) if len(got) == 5 else 1
+        rep.check(f"deit: each epoch's lr = timm's cosine stepped by DeiT's main.py (max diff {err:.2g})",
+                  err < 1e-12, f"{got} vs {want}")
+    # refiner: timm's train.py, lr_scheduler.step(epoch + 1) after each epoch; 10 cooldown epochs after --epochs
+    run = d / "s_ref"
+    if vitc_ok(rep, "train --recipe refiner (2 epochs + cooldown, 1 warm-up)", "train", "vit_fmnist_tiny", "--recipe",
+               "refiner", "--epochs", "2", "--warmup-epochs", "1", "--no-model-ema", "--out", run, *common):
+        want = [timm_cosine(e, 5e-4, 1e-6, 1e-5, 1, 2) for e in range(12)]
+        got = epoch_lrs(run)
+        err = max(abs(a - b) for a, b in zip(got, want)) if len(got) == 12 else 1
+        rep.check(f"refiner: 12 epochs (2 + 10 cooldown), each at timm's train.py lr (max diff {err:.2g})",
+                  err < 1e-12, f"{got} vs {want}")
+    # swin: per step, so an epoch's last step is not its first (the lr of step 1 of epoch 1 differs from step 2's)
+    run = d / "s_swin"
+    if vitc_ok(rep, "train --recipe swin (3 epochs, 1 warm-up)", "train", "vit_fmnist_tiny", "--recipe", "swin",
+               "--epochs", "3", "--warmup-epochs", "1", "--out", run, *common):
+        scale = 8 / 512
+        base, wl, ml = 5e-4 * scale, 5e-7 * scale, 5e-6 * scale
+        want = [timm_cosine(s, base, wl, ml, 2, 6) for s in (1, 3, 5)]  # steps, 2 an epoch: each epoch's last
+        got = epoch_lrs(run)
+        err = max(abs(a - b) / b for a, b in zip(got, want)) if len(got) == 3 else 1
+        rep.check(f"swin: per-step lr, each epoch's last step (max rel. diff {err:.2g})", err < 1e-9,
+                  f"{got} vs {want}")
+
+
 def check_train(rep, d):
     common = ["--epochs", "1", "--train-subset", "64", "--test-subset", "50", "--no-augment", "--drop-path", "0",
               "--threads", "1", "--warmup-epochs", "0", "--lr", "0.003", "--log-every", "1"]
@@ -392,6 +466,7 @@ def main():
         if have_vitc(rep):
             check_finetune(rep, exe, d)
             check_train(rep, d)
+            check_schedules(rep, d)
     rep.finish()
 
 
