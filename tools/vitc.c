@@ -555,8 +555,9 @@ static int cmd_info(opts *o) {
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(a);
-        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"interpolation\": \"%s\", \"mean\": [%g, %g, %g], "
-               "\"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path, (double)c.pre.crop_pct,
+        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"resize\": \"%s\", \"interpolation\": \"%s\", "
+               "\"mean\": [%g, %g, %g], \"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path,
+               (double)c.pre.crop_pct, c.pre.squash ? "both sides" : "shorter side",
                c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
                (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
                c.pre.dataset ? c.pre.dataset : "");

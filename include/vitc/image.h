@@ -12,6 +12,7 @@ typedef struct vt_preprocess {
     int chans;          /* 1 (grayscale) or 3 (RGB) */
     float crop_pct;     /* > 0; the shorter side is resized to floor(S / crop_pct) */
     float mean[3], std[3];
+    int squash;         /* 1: both sides are resized to floor(S / crop_pct) (the aspect ratio is not kept) */
 } vt_preprocess;
 
 /* Largest accepted image side in pixels (larger files are refused before decoding their pixels). */

@@ -18,6 +18,8 @@ typedef struct vt_family vt_family;
 typedef struct vt_pretrained_cfg {
     float mean[3], std[3];     /* normalisation of x/255 per channel */
     float crop_pct;            /* eval resize: shorter side to floor(S / crop_pct), centre crop S (0: timm's 0.875) */
+    int squash;                /* 1: both sides resized to floor(S / crop_pct), the aspect not kept (the Swin code
+                                  base's Resize((s, s)), FLatten's eval); 0: the shorter side (timm) */
     const char *interpolation; /* resize filter ("bicubic") */
     const char *dataset;       /* "imagenet-1k" (class indices) or "fashion-mnist" (class names) */
 } vt_pretrained_cfg;

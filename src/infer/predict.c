@@ -49,7 +49,7 @@ static void topk_of(const float *logits, int K, int k, vt_topk *out) {
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
     const vt_pretrained_cfg *p = &c->pre;
     return (vt_preprocess){c->arch.img_size, c->arch.in_chans, p->crop_pct > 0.0f ? p->crop_pct : 0.875f,
-                           {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}};
+                           {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}, p->squash};
 }
 
 int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err *e) {

@@ -160,8 +160,10 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     if (scale < 1 || scale > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "resize target %g pixels for size %d and crop_pct %g is out of range", scale, S,
                          (double)p->crop_pct);
-    /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short) */
-    const int sw = w <= h ? (int)scale : (int)(scale * w / h), sh = w <= h ? (int)(scale * h / w) : (int)scale;
+    /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short); Resize((s,
+     * s)) with squash */
+    const int sw = p->squash || w <= h ? (int)scale : (int)(scale * w / h);
+    const int sh = p->squash || w > h ? (int)scale : (int)(scale * h / w);
     if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
                          VT_IMAGE_MAX_SIDE);

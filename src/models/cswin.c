@@ -158,10 +158,11 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     .arch.stages[0].heads = 4, .arch.stages[1].heads = 8, .arch.stages[2].heads = 16, .arch.stages[3].heads = 32
 /* 384 px: split sizes 12 in stages 3-4 and timm's cswin_384 eval cfg (crop_pct 1.0). */
 #define CSWIN_384 .arch.img_size = 384, .arch.stages[2].window = 12, .arch.stages[3].window = 12, .pre.crop_pct = 1.0f
-/* FLatten-CSwin: L (focused linear attention, one global branch) in stages 1-2, S (LePE stripes) in stages 3-4. */
+/* FLatten-CSwin: L (focused linear attention, one global branch) in stages 1-2, S (LePE stripes) in stages 3-4;
+ * FLatten's eval transform (data/build.py: both sides to 256, centre crop 224; both sides to 384 at 384). */
 #define FLATTEN_LLSS                                                                                              \
     .arch.stages[0].attn = "flatten", .arch.stages[1].attn = "flatten", .arch.stages[0].window = 0,               \
-    .arch.stages[1].window = 0
+    .arch.stages[1].window = 0, .pre.crop_pct = 0.875f, .pre.squash = 1
 
 static const vt_model_cfg models[] = {
     {CSWIN_BASE, .name = "cswin_tiny_224", .alias = "CSWin_64_12211_tiny_224",

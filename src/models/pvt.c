@@ -313,7 +313,7 @@ static int no_decay(const vt_tensor *t) {
 #define PVT_FLATTEN                                                                                               \
     .arch.class_token = 0, .arch.stages[0].sr_ratio = 1, .arch.stages[1].sr_ratio = 1,                            \
     .arch.stages[2].sr_ratio = 1, .arch.stages[0].attn = "flatten", .arch.stages[1].attn = "flatten",             \
-    .arch.stages[2].attn = "flatten", .arch.stages[3].attn = "flatten"
+    .arch.stages[2].attn = "flatten", .arch.stages[3].attn = "flatten", .pre.crop_pct = 0.875f, .pre.squash = 1
 
 static const vt_model_cfg models[] = {
     {PVT_BASE, .name = "pvt_tiny", .description = "PVT-Tiny (Wang et al. 2021), official names"},

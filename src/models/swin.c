@@ -256,10 +256,11 @@ static int no_decay(const vt_tensor *t) {
 #define WINDOW(w)                                                                                                 \
     .arch.stages[0].window = w, .arch.stages[1].window = w, .arch.stages[2].window = w, .arch.stages[3].window = w
 /* FLatten-Swin (cfgs/flatten_swin_*.yaml): ATTN_TYPE LLSS, WINDOW_SIZE lw for the L stages, 7 (lw <= 56) or 12
- * for the S stages; FLatten's eval transform (TEST.CROP: resize 256/224, centre crop; none at 384). */
+ * for the S stages; FLatten's eval transform (data/build.py: Resize((256, 256)), the aspect not kept, then a centre
+ * crop of 224 with TEST.CROP; Resize((384, 384)) alone at 384). */
 #define FLATTEN(lw, sw, crop)                                                                                     \
     WINDOW(sw), .arch.stages[0].window = lw, .arch.stages[1].window = lw, .arch.stages[0].attn = "flatten",        \
-                .arch.stages[1].attn = "flatten", .pre.crop_pct = crop
+                .arch.stages[1].attn = "flatten", .pre.crop_pct = crop, .pre.squash = 1
 /* torchvision layout; crop = torchvision's crop 224 / resize (232: swin_t, 246: swin_s) rounded so that
  * floor(224 / crop_pct) is the resize. */
 #define TV(crop) .family = &vt_family_swin_tv, .pre.crop_pct = crop

@@ -10,6 +10,8 @@ CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2));
     (within float rounding of the normalisation, 1e-5 in pixel units); a one-pixel shift of the crop or swapped
     axes would give ~0.3 on noise
   - crop_pct 1.13 (Refined-ViT-L's, via --crop-pct): the padded frame is exactly the normalised 0 pixel
+  - a FLatten model (FLatten-PVT-T at 64 px): both sides resized to floor(64 / 0.875), the aspect not kept, as its
+    data/build.py's Resize((s, s)), then the centre crop: every pixel equal to PIL's
   - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
   - Fashion-MNIST models name their classes
 Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
@@ -55,11 +57,14 @@ def ppm_bytes(pix):
     return f"P6\n{w} {h}\n255\n".encode() + np.ascontiguousarray(pix, dtype=np.uint8).tobytes()
 
 
-def reference(pix, size, crop_pct, mean, std):
-    """timm eval transform of a uint8 (H, W, C) array -> (C, size, size) float64."""
+def reference(pix, size, crop_pct, mean, std, squash=False):
+    """timm eval transform of a uint8 (H, W, C) array -> (C, size, size) float64; squash: the Swin code base's
+    Resize((s, s)) (FLatten's), both sides to s."""
     h, w, c = pix.shape
     scale = math.floor(size / crop_pct)
-    if w <= h:
+    if squash:
+        nw = nh = scale
+    elif w <= h:
         nw, nh = scale, int(scale * h / w)
     else:
         nh, nw = scale, int(scale * w / h)
@@ -154,6 +159,21 @@ def main():
             # EPYC Zen 3, 2026-11-30), where a wrong image order or preprocessing would differ at order 1
             e = scale_err(res["logits"], st.load(tmp / "y.safetensors")["logits"])
             rep.check(f"logits = forward {deit}@{size}", e <= 1e-5, f"{e:.2e}")
+
+    # FLatten's eval transform (its data/build.py, the Swin code base's): both sides to floor(S / 0.875), centre crop
+    fl = "flatten_pvt_tiny"
+    w = tmp / "fl.safetensors"
+    if vitc_ok(rep, f"init {fl}@64", "init", fl, "-o", w, "--img-size", 64) is not None:
+        imgs = {"flwide.png": rng.integers(0, 256, (90, 140, 3)), "fltall.png": rng.integers(0, 256, (150, 70, 3))}
+        for fn, pix in imgs.items():
+            (tmp / fn).write_bytes(png_bytes(pix))
+        res, _ = predict(rep, f"predict {fl}@64", fl, w, [tmp / fn for fn in imgs], tmp / "fl.out.safetensors",
+                         "--img-size", 64)
+        if res is not None:
+            for i, (fn, pix) in enumerate(imgs.items()):
+                ref = reference(pix.astype(np.uint8), 64, 0.875, *IMAGENET, squash=True)
+                check_input(rep, f"preprocess {fn} (FLatten: aspect not kept)", res["input"][i], ref,
+                            std=IMAGENET[1])
 
     # crop_pct > 1 pads: the frame outside the resized image is the normalised black pixel
     w = tmp / "deit224.safetensors"
