@@ -4,7 +4,7 @@ cswin_ref.py (written from the official architectures and shared/specs/spec-flat
 Checks (reference in float64 from the same float32 weights/inputs):
   counts   `vitc info --json` of all 8 named models: exact parameter counts (cswin_ref.PARAMS), GMACs within 1% of
            spec-flatten §7 (cswin_ref.GMACS), the official class names as aliases, pretrained cfg (crop_pct 0.9 at
-           224, 1.0 at 384) and drop-path rates of the official training commands (cswin_ref.MODELS)
+           224, 1.0 at 384; FLatten-CSwin 0.875 with both sides resized, FLatten's) and drop-path rates of the official training commands (cswin_ref.MODELS)
   full     flatten_cswin_tiny at full size: `vitc init` names/shapes equal the reference state_dict; forward of
            cswin_tiny_224 at full size (224 px, 1000 classes) <= 1e-4
   reduced  every named model with vitc's generic overrides (--dims/--depths/--heads/--img-size/--windows) and the
@@ -71,7 +71,11 @@ def test_counts(rep):
         m = cswin_ref.MODELS[name]
         j = harness.counts(rep, name, want, gmacs=cswin_ref.GMACS[name])
         if j is not None:
-            crop = 1.0 if m["img_size"] == 384 else 0.9
+            # timm's cswin cfg; FLatten's data/build.py: 256/224 with both sides resized, 1.0 at 384
+            crop = 1.0 if m["img_size"] == 384 else 0.875 if name.startswith("flatten") else 0.9
+            resize = "both sides" if name.startswith("flatten") else "shorter side"
+            rep.check(f"eval resize {name}", j.get("pretrained", {}).get("resize") == resize,
+                      f"{j.get('pretrained')}")
             got = (j.get("img_size"), j.get("num_classes"), j.get("pretrained", {}).get("crop_pct"), j.get("drop_path"))
             exp = (m["img_size"], 1000, crop, m["drop_path_rate"])
             ok = got[:2] == exp[:2] and all(g is not None and abs(g - e) < 1e-6 for g, e in zip(got[2:], exp[2:]))
