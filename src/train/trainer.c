@@ -1134,7 +1134,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (rc == 0) source_slice(&d.val, dp, &vs);
     if (rc == 0 &&
         (recipe_check(c, o, &mix, e) || !(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
-         (o->init_from && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) ||
+         (o->init_from && lead && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) || /* broadcast */
          build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
          vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
          (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) || !(gb = vt_dist_grads_new(dp, t.g, e)) ||

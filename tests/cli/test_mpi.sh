@@ -168,6 +168,13 @@ check "--resume with the run folder on rank 0's machine only runs to the end" "[
 check "... with the weights of the uninterrupted run" "cmp -s '$T/w0/ref/weights.safetensors' '$T/w0/run/weights.safetensors'"
 check "progress under mpirun is plain lines, never redrawn (OpenMPI gives ranks a terminal)" \
     "! grep -q \$'\\r' '$T/rs.log' '$T/two.log'"
+# an --init-from file on rank 0's machine only: rank 0 loads it, every rank starts from it (the broadcast)
+(cd "$T/w0" && $VA init vit_fmnist_tiny --seed 9 -o init.safetensors >/dev/null)
+mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --epochs 1 --out ft --init-from init.safetensors : \
+    -np 1 -wdir "$T/w1" $VA train $RS --epochs 1 --out ft --init-from init.safetensors >"$T/ft.log" 2>&1
+rc=$?
+check "--init-from a file on rank 0's machine only" "[ $rc -eq 0 ] && grep -q 'Fine-tuning from init.safetensors' '$T/ft.log' && \
+    [ ! -e '$T/w1/ft' ]" "rc $rc: $(tail -5 "$T/ft.log")"
 # ranks reading different data: refused before anything is written, naming the difference
 $PY - "$T" <<'PYEOF'
 import sys
