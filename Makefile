@@ -23,8 +23,12 @@ LDLIBS     = $(PKG_LIBS) -ldnnl -lm -fopenmp
 NPROC     := $(shell nproc 2>/dev/null || echo 1)
 SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
-# The shared library: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is exported.
-PIC_OBJ   := $(SRC:%.c=build-pic/%.o)
+# The installed libraries: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is
+# exported. The API runs inference, so the trainer (and with it OpenMPI) stays out of them: they need no libmpi.
+TRAIN_SRC := src/train/trainer.c src/train/dist.c src/train/recipe.c
+PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o))
+LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
+LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
 VERSION   := 0.3.0
 SOVERSION := 0
 SHLIB     := build/libvitc.so.$(VERSION)
@@ -81,7 +85,7 @@ build-pic/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h)
 
 # libvitc.so.VERSION with SONAME libvitc.so.SOVERSION (and the two links), every dependency resolved at link time.
 $(SHLIB): $(PIC_OBJ)
-	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -o $@ $^ $(LIB_LIBS)
 	ln -sf libvitc.so.$(VERSION) build/libvitc.so.$(SOVERSION)
 	ln -sf libvitc.so.$(SOVERSION) build/libvitc.so
 
@@ -98,7 +102,7 @@ build/dist/libvitc.a: $(PIC_OBJ)
 PC_LINES = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))' \
   'includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))' '' 'Name: vitc' \
   'Description: Vision transformers in C: classify images, get features (libvitc embedding API)' \
-  'Version: $(VERSION)' 'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lvitc' 'Libs.private: -ldnnl -lm -fopenmp' \
+  'Version: $(VERSION)' 'Requires.private: $(LIB_PKGS)' 'Libs: -L$${libdir} -lvitc' 'Libs.private: -ldnnl -lm -fopenmp' \
   'Cflags: -I$${includedir}'
 
 shared: $(SHLIB) build/dist/libvitc.a

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libvitc as an installed library: `make install PREFIX=...` into a folder inside build/ (the shared library with its
 # SONAME and links, the static archive, the public headers, vitc.pc), only `vitc_` symbols exported (shared and
-# static), examples/classify.c compiled against the installed library through pkg-config, linked shared and static,
+# static; no OpenMPI, the trainer's, among its dependencies), examples/classify.c compiled against the installed library through pkg-config, linked shared and static,
 # printing exactly what `vitc predict` prints for the same model, weights and images; DESTDIR; `make uninstall`.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
@@ -21,6 +21,10 @@ check "installed files" "[ -f '$L/libvitc.so.0.3.0' ] && [ -L '$L/libvitc.so.0' 
     [ -f '$L/pkgconfig/vitc.pc' ] && [ -x '$P/bin/vitc' ]" "$(find "$P" | sort)"
 soname=$(readelf -d "$L/libvitc.so.0.3.0" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 check "SONAME libvitc.so.0" "[ '$soname' = libvitc.so.0 ]" "soname '$soname'"
+readelf -d "$L/libvitc.so.0.3.0" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' >"$T/needed.txt"
+check "the library (inference) needs no OpenMPI, which only training uses" \
+    "grep -q libdnnl '$T/needed.txt' && ! grep -q libmpi '$T/needed.txt' && ! pkg-config --static --libs vitc 2>/dev/null | \
+    grep -q -- -lmpi" "$(cat "$T/needed.txt")"
 
 nm -D --defined-only "$L/libvitc.so.0.3.0" | awk '{print $NF}' >"$T/dyn.txt"
 check "shared library exports the API only (vitc_*)" \
