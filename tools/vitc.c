@@ -242,25 +242,47 @@ static const char *rank_tag(char *buf, size_t n) {
     return buf;
 }
 
-/* Starts a message on stderr: "vitc: " or "vitc CMD: " (cmd non-NULL), then the rank tag. */
-static void say(const char *cmd) {
-    char tag[32];
-    fprintf(stderr, "vitc%s%s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
+/* One message line on stderr, written at once (ranks under mpirun share the terminal): "vitc: " or "vitc CMD: " (cmd
+ * non-NULL), the rank tag, text (its control characters escaped with clean: names from files) and a newline. */
+static void say_text(const char *cmd, int clean, const char *text) {
+    char tag[32], *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    FILE *f = m ? m : stderr; /* (out of memory: in pieces) */
+    fprintf(f, "vitc%s%s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
+    if (clean) vt_fputs_clean(f, text);
+    else fputs(text, f);
+    fputc('\n', f);
+    if (m && fclose(m) == 0 && buf) fputs(buf, stderr);
+    free(buf);
+}
+
+/* say_text of lead and a formatted message whose text holds no names from files: nothing to escape. */
+static void say_v(const char *cmd, const char *lead, const char *fmt, va_list ap) {
+    char text[4096];
+    const int n = snprintf(text, sizeof text, "%s", lead);
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    say_text(cmd, 0, text);
+}
+
+static void say(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(cmd, "", fmt, ap);
+    va_end(ap);
 }
 
 static int die(const char *fmt, const char *msg) {
     char line[4096]; /* one line, whatever bytes the names in it hold */
     snprintf(line, sizeof line, fmt, msg);
-    say(NULL);
-    vt_fputs_clean(stderr, line);
-    fputc('\n', stderr);
+    say_text(NULL, 1, line);
     return 1;
 }
 
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
 static int missing(const char *what) {
-    say(NULL);
-    fprintf(stderr, "missing %s\n", what);
+    say(NULL, "missing %s", what);
     return 2;
 }
 
@@ -270,9 +292,7 @@ static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(p
 static int refuse(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    say(cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say_v(cmd, "", fmt, ap);
     va_end(ap);
     return 2;
 }
@@ -283,10 +303,7 @@ static void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void notice(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    say(NULL);
-    fputs("notice: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say_v(NULL, "notice: ", fmt, ap);
     va_end(ap);
 }
 
@@ -315,9 +332,7 @@ static int given(const opts *o, const char *name) {
 static void set_threads(const opts *o) {
     int local_rank = 0, ranks = 1;
     vt_dist_env(NULL, &local_rank, &ranks);
-    FILE *say = local_rank == 0 ? stderr : NULL;
-    char tag[32];
-    rank_tag(tag, sizeof tag);
+    const int speak = local_rank == 0; /* the node's ranks share one setting: its first says it */
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
@@ -327,8 +342,8 @@ static void set_threads(const opts *o) {
         want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
         from = "OMP_NUM_THREADS";
         if (end == env || want <= 0 || (*end && *end != ',')) {
-            if (say)
-                fprintf(say, "vitc: %snotice: OMP_NUM_THREADS='%s' is not a thread count; ignored\n", tag, env);
+            if (speak)
+                say(NULL, "notice: OMP_NUM_THREADS='%s' is not a thread count; ignored", env);
             want = 0; /* the default below */
         }
     }
@@ -344,22 +359,22 @@ static void set_threads(const opts *o) {
         } else {
             snprintf(asked, sizeof asked, "%ld", want);
         }
-        if (say)
-            fprintf(say, "vitc: %snotice: %s threads asked (%s) but %ld cores are online: using %ld threads\n", tag,
-                    asked, from, cores, cores);
+        if (speak)
+            say(NULL, "notice: %s threads asked (%s) but %ld cores are online: using %ld threads", asked, from, cores,
+                cores);
         want = cores;
     }
     const int usable = vt_threads_usable((int)want); /* OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0 */
     if (usable < want) {
-        if (say)
-            fprintf(say, "vitc: %snotice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
-                    "OMP_MAX_ACTIVE_LEVELS): using %d\n", tag, want, from, usable, usable);
+        if (speak)
+            say(NULL, "notice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
+                    "OMP_MAX_ACTIVE_LEVELS): using %d", want, from, usable, usable);
         want = usable;
     }
     omp_set_dynamic(0); /* exact teams: OpenBLAS's threaded sgemm hangs in a smaller one (OMP_DYNAMIC=true) */
-    if (say && ranks > 1 && want * ranks > cores)
-        fprintf(say, "vitc: %swarning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
-                "contend (set --threads)\n", tag, ranks, want, want == 1 ? "the minimum" : from, cores);
+    if (speak && ranks > 1 && want * ranks > cores)
+        say(NULL, "warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
+                "contend (set --threads)", ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
 }
@@ -733,8 +748,7 @@ static int has_word(const char *list, const char *name);
 /* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
 static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
     if (strlen(v) >= size) {
-        say("train");
-        fprintf(stderr, "%s records a %s of %zu bytes: not a checkpoint vitc wrote\n", path, key, strlen(v));
+        say("train", "%s records a %s of %zu bytes: not a checkpoint vitc wrote", path, key, strlen(v));
         return -1;
     }
     memcpy(buf, v, strlen(v) + 1);
@@ -756,8 +770,7 @@ static int take_model_options(opts *o, const char *path, const char *what) {
         if (end) *end = '\0';
         const optdef *d = find_option(name);
         if (!d || strncmp(name, "--", 2) != 0 || !has_word(RECORDED_OPTS, name)) {
-            say("train");
-            fprintf(stderr, "%s records the model option '%s': not a checkpoint vitc wrote\n", path, name);
+            say("train", "%s records the model option '%s': not a checkpoint vitc wrote", path, name);
             return -1;
         }
         p = end ? end + 1 : name + strlen(name);
@@ -768,8 +781,7 @@ static int take_model_options(opts *o, const char *path, const char *what) {
             p = next ? next + 1 : p + strlen(p);
             if (next) *next = '\0';
             if (!*v) {
-                say("train");
-                fprintf(stderr, "%s records the model option %s without a value\n", path, name);
+                say("train", "%s records the model option %s without a value", path, name);
                 return -1;
             }
         }
@@ -1063,10 +1075,18 @@ static int train_rank(opts *o, vt_dist *d) {
      * run is timm's, whose scheduler keeps warming up past the end: said once */
     char from[4200], notice[4800];
     if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs) { /* printed by vt_train after its data checks */
-        snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) is longer than the run's %d epoch%s: the "
-                 "learning rate rises for the whole run and never reaches its peak %g nor decays (as in timm); give "
-                 "--warmup-epochs at most %d to change it", t.warmup_epochs, lr_source(o, "--warmup-epochs",
-                 o->warmup_epochs >= 0, from, sizeof from), t.epochs, t.epochs == 1 ? "" : "s", t.lr, t.epochs);
+        const int n = snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) is longer than the %s%d "
+                               "epoch%s: the learning rate ", t.warmup_epochs, lr_source(o, "--warmup-epochs",
+                               o->warmup_epochs >= 0, from, sizeof from), t.cooldown_epochs > 0 ? "cosine's " :
+                               "run's ", t.epochs, t.epochs == 1 ? "" : "s");
+        if (t.cooldown_epochs > 0 && t.warmup_epochs < t.epochs + t.cooldown_epochs) /* the cooldown after it */
+            snprintf(notice + n, sizeof notice - (size_t)n, "rises for %g epochs without reaching its peak %g, then "
+                     "drops to the final %g for the rest of the run's %d epochs (%d of cooldown), as in timm; give "
+                     "--warmup-epochs at most %d to change it", t.warmup_epochs, t.lr, t.min_lr,
+                     t.epochs + t.cooldown_epochs, t.cooldown_epochs, t.epochs);
+        else
+            snprintf(notice + n, sizeof notice - (size_t)n, "rises for the whole run and never reaches its peak %g nor "
+                     "decays (as in timm); give --warmup-epochs at most %d to change it", t.lr, t.epochs);
         t.notice = notice;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
@@ -1639,8 +1659,7 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
     if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
-        say(cmd);
-        fprintf(stderr, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)\n", v, a, what,
+        say(cmd, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)", v, a, what,
                 errno == ERANGE ? "out of range of a double, or too close to 0"
                 : tiny          ? "too close to 0 for a float"
                 : end && !*end && end != v && !blank ? "not finite"
@@ -1650,8 +1669,7 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
         return -1;
     }
     if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
-        say(cmd);
-        fprintf(stderr, "%s must be in %c%.12g, %.12g%c, got %s%s\n", a, d->lo_open ? '(' : '[',
+        say(cmd, "%s must be in %c%.12g, %.12g%c, got %s%s", a, d->lo_open ? '(' : '[',
                 d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
     }
@@ -1683,8 +1701,7 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
-            say(c->name);
-            fprintf(stderr, "unknown option '%s' (see `vitc %s --help`)\n", a, c->name);
+            say(c->name, "unknown option '%s' (see `vitc %s --help`)", a, c->name);
             return -1;
         }
         o->given[d - optdefs] = 1;
@@ -1693,16 +1710,13 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             continue;
         }
         if (i + 1 >= argc) {
-            say(c->name);
-            fprintf(stderr, "option %s needs a value\n", a);
+            say(c->name, "option %s needs a value", a);
             return -1;
         }
         const char *v = argv[++i];
         if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
-            say(c->name);
-            fprintf(stderr, "option %s needs a value, got the option %s", a, v);
-            if (d->kind == O_STR) fprintf(stderr, " (a file of that name: ./%s)", v);
-            fputc('\n', stderr);
+            say(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
+                "name: ./" : "", d->kind == O_STR ? v : "", d->kind == O_STR ? ")" : "");
             return -1;
         }
         if (set_option(c->name, d, a, v, "", o)) return -1;

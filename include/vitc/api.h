@@ -105,9 +105,9 @@ VITC_API void vitc_options_init(vitc_options *opt);
  * NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
-/** vitc_open of model `name` changed by `model_options`, spelt as on vitc's command line (those `vitc train` records in
- * its checkpoints: "--num-classes 3 --in-chans 3 --attn flatten --dims 32,64 --train-form"; NULL or "": none), for
- * weights trained or made with them. Since 0.3.0. */
+/** vitc_open of model `name` changed by `model_options`, spelt as on vitc's command line ("--num-classes 3 --in-chans 3
+ * --attn flatten --dims 32,64 --train-form"; what `vitc train` records as `model-options` in its checkpoints; NULL
+ * or "": none), for weights trained or made with them. Since 0.3.0. */
 VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,
                                     const char *model_options, vitc_error *err);
 

@@ -27,6 +27,8 @@ typedef struct vt_recipe {
     int cooldown_epochs;         /* trained at min_lr after the cosine of `epochs` (timm's cooldown_epochs) */
     int sched_update;            /* vt_sched_update: the official code's lr update, every step or once per epoch */
     int warmup_prefix;           /* 1: the cosine starts after the warm-up (torchvision's SequentialLR) */
+    double warmup_lr_rel;        /* > 0: the warm-up starts at this share of the peak lr (torchvision's LinearLR
+                                    start_factor), unless --warmup-lr is given; 0: at warmup_lr */
     int world_size;              /* data-parallel ranks (0 or 1: one process); batch is per rank, as DeiT's */
     double drop_path;            /* < 0: the model's own rate */
     /* batch mixing and weight averaging */

@@ -57,28 +57,29 @@ static int fail(vitc_error *err, const char *fmt, ...) {
 /* The caller's thread setting and floating-point mode, saved on entry to a call and restored on return. */
 typedef struct {
     int threads;
-    int team; /* the most threads the call may have run: whose mode the graphs set */
     unsigned csr;
 } call_env;
 
 static void enter(const vitc_model *m, call_env *c) {
     c->threads = omp_get_max_threads();
-    c->team = m->threads > c->threads ? m->threads : c->threads;
     if (m->threads > 0) omp_set_num_threads(m->threads);
 #if defined(__SSE2__)
     c->csr = _mm_getcsr();
 #endif
 }
 
-/* The graphs set flush-to-zero in every thread of OpenMP's pool, where it persists: the caller's own parallel code
- * would flush subnormals in every thread but its first. Each gets the caller's mode back. */
-static void leave(const call_env *c) {
+/* The graphs set flush-to-zero in the OpenMP threads they run on (m's graph's count), where it persists: the
+ * caller's own parallel code would flush subnormals in every thread but its first. Each gets the caller's mode back. */
+static void leave(const vitc_model *m, const call_env *c) {
     omp_set_num_threads(c->threads);
 #if defined(__SSE2__)
     const unsigned csr = c->csr;
-#pragma omp parallel num_threads(c->team)
+    const int team = m->pred.g && m->pred.g->threads > c->threads ? m->pred.g->threads : c->threads;
+#pragma omp parallel num_threads(team)
     _mm_setcsr(csr);
     _mm_setcsr(csr);
+#else
+    (void)m;
 #endif
 }
 
@@ -108,7 +109,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     m->batch = o.batch > 0 ? o.batch : 16;
     vt_model_overrides ov = vt_model_no_overrides();
     vt_err e = {{0}};
-    char names[128]; /* --attn and --ffn values */
+    char names[256]; /* --attn, --ffn and --dtype values */
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
         return fail(err, "%s: %s", name, e.msg), NULL;
@@ -124,7 +125,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         m->P = vt_model_load(&m->cfg, weights, &e);
     }
     vt_model_summary_free(&s);
-    leave(&env);
+    leave(m, &env);
     if (!m->P) {
         fail(err, "%s", e.msg);
         free(m);
@@ -250,7 +251,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     if (!res) vt_seterr(&e, "out of memory (%d results)", n);
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
-    leave(&env);
+    leave(m, &env);
     for (int i = 0; bad >= 0 && i < n; i++) {
         vitc_result *r = &out[i];
         memset(r, 0, sizeof *r);
@@ -342,7 +343,7 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
             memcpy(dst[i].data + row * i0, t->data, sizeof(float) * (size_t)(row * nb));
         }
     }
-    leave(&env);
+    leave(m, &env);
     return p ? nout : fail(err, "%s", e.msg);
 }
 

@@ -70,6 +70,17 @@ static int merge_of_rep_exists(const char *name, int (*has)(const void *, const 
     return has(side, merged);
 }
 
+/* 1 when `name` is a factor of cFFN's deployed FFN (PREFIX_u.… or PREFIX_v.…) whose plain counterpart (PREFIX.…, an
+ * MLP's layer) `has` says exists on the other side. */
+static int plain_of_factor_exists(const char *name, int (*has)(const void *, const char *), const void *side) {
+    const char *dot = strrchr(name, '.');
+    char plain[256];
+    if (!dot || dot - name < 2 || dot[-2] != '_' || (dot[-1] != 'u' && dot[-1] != 'v') || strlen(name) >= sizeof plain)
+        return 0;
+    snprintf(plain, sizeof plain, "%.*s%s", (int)(dot - 2 - name), name, dot);
+    return has(side, plain);
+}
+
 static int file_has(const void *f, const char *name) { return vt_st_find(f, name) != NULL; }
 static int model_has(const void *P, const char *name) { return vt_params_find(P, name) != NULL; }
 
@@ -172,7 +183,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     }
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
     /* re-parameterised branches (cFFN's `.rep.`) on either side, and those whose merge the other side holds */
-    int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0;
+    int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0, factors_missing = 0, factors_extra = 0;
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(&f, t->name);
@@ -180,6 +191,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
             list_add(&missing, "%s", t->name);
             rep_missing += strstr(t->name, ".rep.") != NULL;
             merged_in_file += merge_of_rep_exists(t->name, file_has, &f);
+            factors_missing += plain_of_factor_exists(t->name, file_has, &f);
             continue;
         }
         int same = s->ndim == t->ndim;
@@ -196,6 +208,7 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
             list_add(&extra, "%s", f.entries[i].name);
             rep_extra += strstr(f.entries[i].name, ".rep.") != NULL;
             merged_in_model += merge_of_rep_exists(f.entries[i].name, model_has, P);
+            factors_extra += plain_of_factor_exists(f.entries[i].name, model_has, P);
         }
 
     if (missing.count || extra.count || shape.count || dtype.count) {
@@ -213,6 +226,10 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
                                 "made (--ffn cffn)"
             : rep_missing     ? ". The model's cFFN branches (`.rep.`) are not in the file, nor their merges: the file "
                                 "was made without cFFN (build it with --ffn mlp)"
+            : factors_extra   ? ". It holds cFFN's factorised layers (`_u`, `_v`) where the model has a plain MLP: build "
+                                "it as the file was made (--ffn cffn)"
+            : factors_missing ? ". The model's cFFN layers (`_u`, `_v`) are a plain MLP's in the file: the file was made "
+                                "without cFFN (build it with --ffn mlp)"
                               : "";
         size_t o = (size_t)snprintf(msg, sizeof msg,
                                     "%s: weights do not match the model (missing %d, unexpected %d, shape mismatch %d, "

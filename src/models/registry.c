@@ -80,9 +80,11 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
     static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform"};
     static const char *const lists[] = {"--dims", "--depths", "--heads", "--windows"};
     static const char *const ints[] = {"--img-size", "--in-chans", "--num-classes"};
+    static const char *const strs[] = {"--attn", "--ffn", "--dtype"};
     int *const flag_of[] = {&ov->train_form, &ov->double_heads, &ov->apply_transform};
     int *const list_of[] = {ov->dims, ov->depths, ov->heads, ov->windows};
     int *const int_of[] = {&ov->img_size, &ov->in_chans, &ov->num_classes};
+    const char **const str_of[] = {&ov->attn, &ov->ffn, &ov->dtype};
     size_t used = 0;
     for (const char *p = text ? text : "";;) {
         char opt[32], val[512];
@@ -93,39 +95,43 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         memcpy(opt, p, len);
         opt[len] = '\0';
         p += len;
-        int k = 0;
-        for (k = 0; k < 3 && strcmp(opt, flags[k]) != 0; k++) {}
-        if (k < 3) {
-            *flag_of[k] = 1;
+        int f = 0, l = 0, i = 0, k = 0;
+        for (f = 0; f < 3 && strcmp(opt, flags[f]) != 0; f++) {}
+        for (l = 0; l < 4 && strcmp(opt, lists[l]) != 0; l++) {}
+        for (i = 0; i < 3 && strcmp(opt, ints[i]) != 0; i++) {}
+        for (k = 0; k < 3 && strcmp(opt, strs[k]) != 0; k++) {}
+        if (f < 3) {
+            *flag_of[f] = 1;
             continue;
         }
-        const int string = strcmp(opt, "--attn") == 0 || strcmp(opt, "--ffn") == 0;
-        int li = 0, ii = 0;
-        for (li = 0; li < 4 && strcmp(opt, lists[li]) != 0; li++) {}
-        for (ii = 0; ii < 3 && strcmp(opt, ints[ii]) != 0; ii++) {}
-        if (!string && li == 4 && ii == 3)
+        if (l == 4 && i == 3 && k == 3)
             return vt_seterr(e, "unknown model option '%s' (model options: --attn --ffn --dims --depths --heads "
-                             "--windows --img-size --in-chans --num-classes --train-form --double-heads "
+                             "--windows --img-size --in-chans --num-classes --dtype --train-form --double-heads "
                              "--apply-transform)", opt);
+        /* the value: up to the next option (" --"), as vitc records it (a list may hold blanks: "2, 2") */
         p += strspn(p, " \t\n");
-        len = strcspn(p, " \t\n");
-        if (len == 0 || len >= sizeof val) return vt_seterr(e, "model option %s needs a value", opt);
+        const char *next = strstr(p, " --");
+        len = next ? (size_t)(next - p) : strlen(p);
+        while (len > 0 && strchr(" \t\n", p[len - 1])) len--;
+        if (len == 0 || (len >= 2 && p[0] == '-' && p[1] == '-'))
+            return vt_seterr(e, "model option %s needs a value", opt);
+        if (len >= sizeof val) return vt_seterr(e, "model option %s: value too long", opt);
         memcpy(val, p, len);
         val[len] = '\0';
         p += len;
-        if (li < 4) {
-            if (vt_model_parse_list(opt, val, stages, list_of[li], e)) return -1;
-        } else if (ii < 3) {
+        if (l < 4) {
+            if (vt_model_parse_list(opt, val, stages, list_of[l], e)) return -1;
+        } else if (i < 3) {
             char *end = NULL;
             errno = 0;
             const long x = strtol(val, &end, 10);
-            if (errno || *end || x < 1 || x > 65536)
-                return vt_seterr(e, "model option %s '%s': expected an integer in [1, 65536]", opt, val);
-            *int_of[ii] = (int)x;
+            if (errno || *end || x < 1 || x > (1 << 24))
+                return vt_seterr(e, "model option %s '%s': expected a positive integer", opt, val);
+            *int_of[i] = (int)x;
         } else {
             if (used + len + 1 > n) return vt_seterr(e, "model options too long");
             memcpy(store + used, val, len + 1);
-            *(opt[2] == 'a' ? &ov->attn : &ov->ffn) = store + used;
+            *str_of[k] = store + used;
             used += len + 1;
         }
     }

@@ -132,6 +132,7 @@ static void preset_msf(vt_recipe *r) {
     r->lr = 1e-3;
     r->lr_base_batch = 0;
     r->warmup_lr = 0.033e-3;
+    r->warmup_lr_rel = 0.033; /* --lr-warmup-decay: LinearLR's start_factor, a share of whatever the lr is */
     r->min_lr = 0.0;
     r->warmup_epochs = 10;
     r->epochs = 100;
@@ -192,6 +193,7 @@ void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     const double f = vt_recipe_lr(r) / r->lr;
     o->lr = vt_recipe_lr(r);
     o->warmup_lr = r->scale_warmup_min_lr && !r->warmup_lr_given ? r->warmup_lr * f : r->warmup_lr;
+    if (r->warmup_lr_rel > 0 && !r->warmup_lr_given) o->warmup_lr = r->warmup_lr_rel * o->lr;
     o->min_lr = r->scale_warmup_min_lr && !r->min_lr_given ? r->min_lr * f : r->min_lr;
     o->weight_decay = r->weight_decay;
     o->warmup_epochs = r->warmup_epochs;

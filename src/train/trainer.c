@@ -71,7 +71,7 @@ static int check_labels(const vt_model_cfg *c, const float *labels, int n, vt_er
     const int K = c->arch.num_classes;
     for (int b = 0; b < n; b++)
         if (!(labels[b] >= 0 && labels[b] < K && labels[b] == floorf(labels[b])))
-            return vt_seterr(e, "label %g of sample %d is outside [0, %d)", (double)labels[b], b, K);
+            return vt_seterr(e, "label %.9g of sample %d is outside [0, %d)", (double)labels[b], b, K);
     return 0;
 }
 
@@ -767,6 +767,12 @@ static int check_classes(const char *run, const vt_imagefolder *f, const char *d
 
 /* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st after checking it fits this run: its
  * rank count, epochs left to train, the optimiser steps of an epoch (spe) and the settings (check_resume). */
+/* The epochs run o trains: its cosine's, then its cooldown's (at the final learning rate). */
+static int run_epochs(const vt_train_opts *o) {
+    const int64_t n = (int64_t)o->epochs + (o->cooldown_epochs > 0 ? o->cooldown_epochs : 0);
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_adamw *opt, vt_params *ema,
                       train_state *st, int ranks, int64_t spe, vt_err *e) {
     char rpath[4096], world[32];
@@ -781,11 +787,13 @@ static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *
                          "(%s)", rpath, (int)w, w == 1 ? "" : "s", ranks,
                          w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
     if (load_checkpoint(rpath, P, opt, ema, st, e)) return -1;
-    const int run_epochs = o->epochs + o->cooldown_epochs;
-    if (st->epoch > run_epochs || (st->epoch == run_epochs && !same_dir(o->resume, o->run_dir)))
-        return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs has nothing left to train%s; raise --epochs to "
-                         "continue it", rpath, (long long)st->epoch, run_epochs,
-                         st->epoch == run_epochs ? " (its weights are in that run folder)" : "");
+    const int run = run_epochs(o);
+    char cool[64] = "";
+    if (run > o->epochs) snprintf(cool, sizeof cool, " (--epochs %d and %d of cooldown)", o->epochs, run - o->epochs);
+    if (st->epoch > run || (st->epoch == run && !same_dir(o->resume, o->run_dir)))
+        return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs%s has nothing left to train%s; raise --epochs to "
+                         "continue it", rpath, (long long)st->epoch, run, cool,
+                         st->epoch == run ? " (its weights are in that run folder)" : "");
     return check_resume(rpath, c, o, st, spe, e);
 }
 
@@ -1021,7 +1029,11 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const val_slice *
     const int rc = part->n > 0 ? evaluate(c, P, part, tf, EVAL_BATCH, 0, LV, &m, progress, base, poison, e) : 0;
     double v[5] = {m.loss * m.n, m.acc1 * m.n, m.acc5 * m.n, m.n, (double)m.skipped};
     if (vt_dist_agree(dp, rc, e) || vt_dist_sum(dp, v, 5, e)) return -1;
-    if (v[3] == 0) return vt_seterr(e, "no readable image to evaluate"); /* on every rank alike */
+    if (v[3] == 0) { /* on every rank alike: rank 0 says it */
+        dp->err_shared = 1;
+        dp->err_reporter = dp->rank == 0;
+        return vt_seterr(e, "no readable image to evaluate");
+    }
     *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears};
     return 0;
 }
@@ -1086,7 +1098,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (c->arch.num_classes < 2)
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
                          c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
-    if (o->epochs > VT_EPOCHS_MAX) return vt_seterr(e, "at most %d epochs", VT_EPOCHS_MAX);
+    if (run_epochs(o) > VT_EPOCHS_MAX)
+        return vt_seterr(e, "at most %d epochs (cooldown included)", VT_EPOCHS_MAX);
     const char *text[2][2] = {{"the data path", o->data}, {"the model options", o->model_options}};
     for (int i = 0; i < 2; i++) { /* recorded in the checkpoints' JSON header, which must be UTF-8: refused now */
         size_t bad = 0;
@@ -1102,9 +1115,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         return vt_seterr(e, "--resume and --init-from contradict each other: a resumed run continues its checkpoint");
     vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
     const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
-    const int run_epochs = o->epochs + (o->cooldown_epochs > 0 ? o->cooldown_epochs : 0); /* cooldown at min_lr */
     FILE *out = lead ? stdout : NULL;
-    vt_data d;
+    vt_data d = {0}; /* closed on every path, opened or not */
     vt_params *P = NULL;
     vt_adamw opt = {0};
     vt_ema ema = {0};
@@ -1233,7 +1245,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
     double train_s = 0.0;
     int64_t steps_run = 0;
-    for (; st.epoch < run_epochs; st.epoch++) {
+    for (; st.epoch < run_epochs(o); st.epoch++) {
         if ((rc = epoch_start(o, dp, L, st.epoch, idx, keys, N, e))) goto done;
         double lsum = 0.0, tbatch = now_s(), tep = tbatch;
         int64_t correct = 0;
@@ -1352,8 +1364,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (lead) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs,
-               run_epochs == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
+        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(o),
+               run_epochs(o) == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
         if (st.best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
             printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st.best_epoch, 100 * st.best_acc1,
                    access(bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "

@@ -235,6 +235,8 @@ expect "grad with a label past the classes refused, naming it" 1 "label 99 of sa
 expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
+expect "deployed cFFN weights into a plain model: says so" 1 "factorised layers.*--ffn cffn" $V forward $M -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "plain weights into a deployed cFFN model: says so" 1 "made without cFFN" $V forward $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 # Next-ViT + cFFN files whose metadata (the form record) was dropped: the `.rep.` branches, or their merges, tell the form
 NV="nextvit_small_hmhsa_cffn --depths 1,1,5,1 --img-size 32 --num-classes 10"
 $V init $NV --train-form -o "$T/nvt.safetensors" >/dev/null && $V deploy $NV -w "$T/nvt.safetensors" -o "$T/nvd.safetensors" >/dev/null

@@ -337,10 +337,10 @@ def check_schedules(rep, d):
               "--drop-path", "0"]
     # msf: torchvision's train.py, lr_scheduler.step() after each epoch
     run = d / "s_msf"
-    if vitc_ok(rep, "train --recipe msf (6 epochs, 2 warm-up)", "train", "vit_fmnist_tiny", "--recipe", "msf",
-               "--epochs", "6", "--warmup-epochs", "2", "--out", run, *common):
+    if vitc_ok(rep, "train --recipe msf --lr 2e-3 (6 epochs, 2 warm-up)", "train", "vit_fmnist_tiny", "--recipe",
+               "msf", "--epochs", "6", "--warmup-epochs", "2", "--lr", "2e-3", "--out", run, *common):
         p = torch.nn.Parameter(torch.zeros(1))
-        opt = torch.optim.AdamW([p], lr=1e-3)
+        opt = torch.optim.AdamW([p], lr=2e-3)  # the warm-up starts at 0.033 of whatever lr is given
         warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.033, total_iters=2)
         cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4, eta_min=0.0)
         sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[2])
