@@ -2,6 +2,7 @@
 #ifndef VITC_ERROR_H
 #define VITC_ERROR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -16,9 +17,9 @@ int vt_seterr(vt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Clears the message. */
 void vt_clearerr(vt_err *e);
 
-/* After vsnprintf into msg (size bytes) returned `needed`: a message that did not fit ends in "..." (cut at a UTF-8
- * character boundary) instead of mid-word or mid-character. */
-void vt_msg_fit(char *msg, size_t size, int needed);
+/* vsnprintf of fmt into msg (size bytes); a message that does not fit keeps its start (three quarters) and its end
+ * (where a long path is followed by the reason) with "..." between, cut at UTF-8 character boundaries. */
+void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap);
 
 /* Writes s to f with its control characters shown as \n, \t, \xNN (bytes below 0x20, 0x7f) or \u00NN (C1 controls in
  * UTF-8), so that a file name inside a message can neither break its line nor start a terminal escape sequence. */

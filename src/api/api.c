@@ -48,7 +48,7 @@ static int fail(vitc_error *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vt_msg_fit(err->msg, sizeof err->msg, vsnprintf(err->msg, sizeof err->msg, fmt, ap));
+        vt_msg_vformat(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
     }
     return -1;

@@ -9,7 +9,7 @@ int vt_seterr(vt_err *e, const char *fmt, ...) {
     if (e && e->msg[0] == '\0') {
         va_list ap;
         va_start(ap, fmt);
-        vt_msg_fit(e->msg, sizeof e->msg, vsnprintf(e->msg, sizeof e->msg, fmt, ap));
+        vt_msg_vformat(e->msg, sizeof e->msg, fmt, ap);
         va_end(ap);
     }
     return -1;
@@ -32,11 +32,23 @@ void vt_fputs_clean(FILE *f, const char *s) {
     }
 }
 
-void vt_msg_fit(char *msg, size_t size, int needed) {
-    if (needed < 0 || (size_t)needed < size || size < 4) return;
-    size_t end = size - 4; /* "..." and the NUL after the kept bytes */
-    while (end > 0 && ((unsigned char)msg[end] & 0xC0) == 0x80) end--; /* msg[end] starts a character */
-    memcpy(msg + end, "...", 4);
+void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap) {
+    char full[8192];
+    const int n = vsnprintf(full, sizeof full, fmt, ap);
+    if (size == 0) return;
+    const size_t len = n < 0 ? 0 : strlen(full);
+    if (len < size || size < 8) {
+        snprintf(msg, size, "%s", n < 0 ? "" : full);
+        return;
+    }
+    /* three quarters from the start (the cause and the first names), the rest from the end (a reason after a long
+     * path); "..." and the NUL besides the kept bytes */
+    size_t head = (size - 4) * 3 / 4, tail = len - (size - 4 - head);
+    while (head > 0 && ((unsigned char)full[head] & 0xC0) == 0x80) head--; /* full[head] starts a character */
+    while (tail < len && ((unsigned char)full[tail] & 0xC0) == 0x80) tail++;
+    memcpy(msg, full, head);
+    memcpy(msg + head, "...", 3);
+    memcpy(msg + head + 3, full + tail, len - tail + 1);
 }
 
 void vt_clearerr(vt_err *e) {

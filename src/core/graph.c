@@ -76,7 +76,7 @@ vt_tensor *vt_fail(vt_graph *g, const char *op, const char *fmt, ...) {
     char buf[400];
     va_list ap;
     va_start(ap, fmt);
-    vt_msg_fit(buf, sizeof buf, vsnprintf(buf, sizeof buf, fmt, ap));
+    vt_msg_vformat(buf, sizeof buf, fmt, ap);
     va_end(ap);
     const char *sc = g->scopes[g->cur_scope];
     vt_seterr(&g->err, "%s%s%s: %s", sc[0] ? sc : "", sc[0] ? ": " : "", op, buf);
