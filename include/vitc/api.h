@@ -46,7 +46,8 @@ typedef struct vitc_model vitc_model;
 
 /** Options of vitc_open; zero (or vitc_options_init) means every default. */
 typedef struct vitc_options {
-    int threads;    /**< threads of this model's calls (clamped to the online cores); 0: the OpenMP default */
+    int threads;    /**< threads of this model's calls (clamped to the online cores); 0: the caller's OpenMP setting
+                         at each call */
     int img_size;   /**< input size; 0: the model's own (another only where the weights allow it) */
     int batch;      /**< most images per forward pass; 0: 16 */
     float crop_pct; /**< eval resize to floor(size / crop_pct) then centre crop; 0: the model's pretrained value */
@@ -107,7 +108,9 @@ VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc
 
 /** vitc_open of model `name` changed by `model_options`, spelt as on vitc's command line ("--num-classes 3 --in-chans 3
  * --attn flatten --dims 32,64 --train-form"; what `vitc train` records as `model-options` in its checkpoints; NULL
- * or "": none), for weights trained or made with them. Since 0.3.0. */
+ * or "": none), for weights trained or made with them: a cFFN or Next-ViT run's own weights are the training form
+ * (add --train-form, or open what `vitc deploy` makes of them); a --dtype is ignored (vitc_set_dtype sets it); an
+ * --img-size must equal opt's img_size where both are given. Since 0.3.0. */
 VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,
                                     const char *model_options, vitc_error *err);
 
@@ -116,8 +119,8 @@ VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const
  * int8`; layers stay fp32 where the CPU has no fast int8 kernel). */
 VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 
-/** The linear layers of the model's last call and how many of them ran int8 (*int8 < *linears: the others ran fp32,
- * e.g. every one on a CPU without a fast int8 kernel); both 0 before the first call. Since 0.3.0. */
+/** The linear layers of the model's last call that ran it and how many of them ran int8 (*int8 < *linears: the others
+ * ran fp32, e.g. every one on a CPU without a fast int8 kernel); both 0 before the first. Since 0.3.0. */
 VITC_API void vitc_int8_layers(const vitc_model *m, int *linears, int *int8);
 
 /** Frees a model and everything it holds (NULL is fine). */

@@ -21,6 +21,10 @@ void vt_clearerr(vt_err *e);
  * (where a long path is followed by the reason) with "..." between, cut at UTF-8 character boundaries. */
 void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap);
 
+/* path for a message: itself when shorter than n bytes, else "..." and its end (cut at a UTF-8 boundary) in buf, so
+ * that a long path leaves room for the reason after it. */
+const char *vt_path_brief(const char *path, char *buf, size_t n);
+
 /* Writes s to f with its control characters shown as \n, \t, \xNN (bytes below 0x20, 0x7f) or \u00NN (C1 controls in
  * UTF-8), so that a file name inside a message can neither break its line nor start a terminal escape sequence. */
 void vt_fputs_clean(FILE *f, const char *s);

@@ -25,6 +25,13 @@ int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *
  * tensors. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
+/* vt_params_load's checks of f (opened from path) that need no values: the form, the names, shapes and dtypes, the
+ * heads record; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
+int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
+/* vt_params_load from the already opened file f. */
+int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
 /* Reads entry `name` of f (opened from path) into dst as the value of t, checked as vt_params_load checks a file:
  * t's shape, a float dtype (I64 for t's integer buffers), finite values, running variances >= 0, fixed buffers equal
  * to t's; dst (t->numel floats, may be t->data) is written only when all hold. */

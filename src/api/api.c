@@ -23,8 +23,9 @@ struct vitc_model {
     int batch;        /* most images per forward pass */
     int64_t params;
     double gmacs;
-    vt_predictor pred; /* the last graph built, reused while (batch, size, what) stay the same */
+    vt_predictor pred; /* the last graph built, reused while (batch, size, what, threads) stay the same */
     int pred_what;
+    vt_int8_use last;  /* the linear layers of the last call that ran the graph */
 };
 
 #define STR2(x) #x
@@ -75,8 +76,11 @@ static void leave(const vitc_model *m, const call_env *c) {
 #if defined(__SSE2__)
     const unsigned csr = c->csr;
     const int team = m->pred.g && m->pred.g->threads > c->threads ? m->pred.g->threads : c->threads;
+    const int dynamic = omp_get_dynamic(); /* a dynamic team could leave some of those threads out */
+    omp_set_dynamic(0);
 #pragma omp parallel num_threads(team)
     _mm_setcsr(csr);
+    omp_set_dynamic(dynamic);
     _mm_setcsr(csr);
 #else
     (void)m;
@@ -113,6 +117,12 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
         return fail(err, "%s: %s", name, e.msg), NULL;
+    }
+    ov.dtype = NULL; /* the arithmetic is vitc_set_dtype's: a run's recorded --dtype does not bind its weights */
+    if (o.img_size && ov.img_size && o.img_size != ov.img_size) {
+        free(m);
+        return fail(err, "%s: img_size %d (vitc_options) and --img-size %d (model options) differ", name, o.img_size,
+                    ov.img_size), NULL;
     }
     if (o.img_size) ov.img_size = o.img_size;
     ov.crop_pct = o.crop_pct;
@@ -163,7 +173,7 @@ void vitc_close(vitc_model *m) {
 }
 
 void vitc_int8_layers(const vitc_model *m, int *linears, int *int8) {
-    const vt_int8_use u = m && m->pred.g ? vt_graph_int8_use(m->pred.g) : (vt_int8_use){0, 0};
+    const vt_int8_use u = m ? m->last : (vt_int8_use){0, 0};
     if (linears) *linears = u.linears;
     if (int8) *int8 = u.int8;
 }
@@ -186,7 +196,9 @@ void vitc_get_info(const vitc_model *m, vitc_info *info) {
 static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err *e) {
     const int B = n < m->batch ? n : m->batch;
     vt_predictor *p = &m->pred;
-    if (p->g && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
+    /* threads 0: the caller's setting of this call (the graph's scratch is sized for its thread count) */
+    const int threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
+    if (p->g && threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
     if (vt_model_at_size(&m->cfg, size, &c, e) || vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
@@ -251,6 +263,8 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     if (!res) vt_seterr(&e, "out of memory (%d results)", n);
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
+    for (int i = 0; bad >= 0 && i < n; i++)
+        if (res[i].ok) m->last = vt_graph_int8_use(p->g); /* the graph ran */
     leave(m, &env);
     for (int i = 0; bad >= 0 && i < n; i++) {
         vitc_result *r = &out[i];
@@ -337,6 +351,7 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
     for (int i0 = 0; p && i0 < n; i0 += p->batch) {
         const int nb = n - i0 < p->batch ? n - i0 : p->batch;
         vt_predictor_forward(p, x + per * i0, nb);
+        m->last = vt_graph_int8_use(p->g);
         for (int i = 0; i < nout; i++) {
             const vt_tensor *t = output(p, which ? which[i] : i);
             const int64_t row = t->numel / p->batch;

@@ -51,6 +51,15 @@ void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap) {
     memcpy(msg + head + 3, full + tail, len - tail + 1);
 }
 
+const char *vt_path_brief(const char *path, char *buf, size_t n) {
+    const size_t len = strlen(path);
+    if (len < n || n < 8) return path;
+    size_t from = len - (n - 4); /* "..." and the NUL */
+    while (from < len && ((unsigned char)path[from] & 0xC0) == 0x80) from++;
+    snprintf(buf, n, "...%s", path + from);
+    return buf;
+}
+
 void vt_clearerr(vt_err *e) {
     if (e) e->msg[0] = '\0';
 }

@@ -76,19 +76,27 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
 
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     vt_err le = {{0}};
-    vt_params *P = vt_params_new(e);
-    if (!P || vt_model_create_params(c, P, e)) {
-        vt_params_free(P);
-        return NULL;
-    }
-    if (vt_params_load(P, path, &le) == 0) return P;
+    vt_st_file f;
+    if (vt_st_open(path, &f, e)) return NULL;
+    /* the file's names and shapes against the model's before its parameters are allocated (a wrong --dims could
+     * ask for gigabytes), then the values */
+    vt_params *S = vt_params_new(e), *P = NULL;
+    if (S) S->shapes_only = 1;
+    int rc = !S || vt_model_create_params(c, S, e) ? -1 : vt_params_check_file(S, &f, path, &le);
+    vt_params_free(S);
+    if (rc == 0 && (!(P = vt_params_new(e)) || vt_model_create_params(c, P, e))) rc = -2;
+    if (rc == 0) rc = vt_params_load_file(P, &f, path, &le);
+    vt_st_close(&f);
+    if (rc == 0) return P;
     vt_params_free(P);
+    if (!le.msg[0]) return NULL; /* out of memory, or the model's own error: already in e */
     const vt_model_cfg *named = vt_model_find(c->name);
     char note[200] = "";
     if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %d)", c->name, c->arch.img_size);
-    if (strstr(le.msg, path)) /* name the file once */
+    char brief[160]; /* as vt_params_load names it */
+    if (strstr(le.msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
         vt_seterr(e, "%s%s", le.msg, note);
     else
         vt_seterr(e, "%s: %s%s", path, le.msg, note);

@@ -173,25 +173,21 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
     return v;
 }
 
-int vt_params_load(vt_params *P, const char *path, vt_err *e) {
-    vt_params_changed(P);
-    vt_st_file f;
-    if (vt_st_open(path, &f, e) != 0) return -1;
-    if (check_form(P, &f, path, e)) {
-        vt_st_close(&f);
-        return -1;
-    }
+int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    char brief[160]; /* the file's name leaves room for the cause and the names */
+    path = vt_path_brief(path, brief, sizeof brief);
+    if (check_form(P, f, path, e)) return -1;
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
     /* re-parameterised branches (cFFN's `.rep.`) on either side, and those whose merge the other side holds */
     int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0, factors_missing = 0, factors_extra = 0;
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
-        const vt_st_entry *s = vt_st_find(&f, t->name);
+        const vt_st_entry *s = vt_st_find(f, t->name);
         if (!s) {
             list_add(&missing, "%s", t->name);
             rep_missing += strstr(t->name, ".rep.") != NULL;
-            merged_in_file += merge_of_rep_exists(t->name, file_has, &f);
-            factors_missing += plain_of_factor_exists(t->name, file_has, &f);
+            merged_in_file += merge_of_rep_exists(t->name, file_has, f);
+            factors_missing += plain_of_factor_exists(t->name, file_has, f);
             continue;
         }
         int same = s->ndim == t->ndim;
@@ -203,12 +199,12 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         }
         if (!dtype_ok(t, s->dtype)) list_add(&dtype, "%s (%s)", t->name, vt_st_dtype_name(s->dtype));
     }
-    for (int i = 0; i < f.n; i++)
-        if (!vt_params_find(P, f.entries[i].name)) {
-            list_add(&extra, "%s", f.entries[i].name);
-            rep_extra += strstr(f.entries[i].name, ".rep.") != NULL;
-            merged_in_model += merge_of_rep_exists(f.entries[i].name, model_has, P);
-            factors_extra += plain_of_factor_exists(f.entries[i].name, model_has, P);
+    for (int i = 0; i < f->n; i++)
+        if (!vt_params_find(P, f->entries[i].name)) {
+            list_add(&extra, "%s", f->entries[i].name);
+            rep_extra += strstr(f->entries[i].name, ".rep.") != NULL;
+            merged_in_model += merge_of_rep_exists(f->entries[i].name, model_has, P);
+            factors_extra += plain_of_factor_exists(f->entries[i].name, model_has, P);
         }
 
     if (missing.count || extra.count || shape.count || dtype.count) {
@@ -239,13 +235,16 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
         o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
         o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
         list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
-        vt_st_close(&f);
         return vt_seterr(e, "%s", msg);
     }
-    if (vt_weights_check_heads(P, &f, path, e)) { /* the tensors fit: the heads they were made for must too */
-        vt_st_close(&f);
-        return -1;
-    }
+    return vt_weights_check_heads(P, f, path, e); /* the tensors fit: the heads they were made for must too */
+}
+
+int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    vt_params_changed(P);
+    if (vt_params_check_file(P, f, path, e)) return -1;
+    char brief[160];
+    path = vt_path_brief(path, brief, sizeof brief);
     /* Values: every tensor finite, every running variance >= 0 and every fixed buffer equal to its definition, checked tensor by tensor in a
      * scratch buffer before anything is copied into P. */
     int64_t most = 1;
@@ -254,14 +253,21 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e) {
     int rc = tmp ? 0 : -1;
     for (int i = 0; i < P->n && rc == 0; i++) {
         const vt_tensor *t = P->t[i];
-        rc = vt_st_read_f32(vt_st_find(&f, t->name), tmp, t->numel, e);
+        rc = vt_st_read_f32(vt_st_find(f, t->name), tmp, t->numel, e);
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
     }
     vt_free(tmp);
     for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
         vt_tensor *t = P->t[i];
-        rc = vt_st_read_f32(vt_st_find(&f, t->name), t->data, t->numel, e);
+        rc = vt_st_read_f32(vt_st_find(f, t->name), t->data, t->numel, e);
     }
+    return rc;
+}
+
+int vt_params_load(vt_params *P, const char *path, vt_err *e) {
+    vt_st_file f;
+    if (vt_st_open(path, &f, e) != 0) return -1;
+    const int rc = vt_params_load_file(P, &f, path, e);
     vt_st_close(&f);
     return rc;
 }

@@ -61,6 +61,7 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
         char *end = NULL;
         errno = 0;
         const long x = strtol(p, &end, 10);
+        if (end != p) end += strspn(end, " \t"); /* "64 ,64" as "64, 64" */
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))
             return vt_seterr(e, "%s %s: expected comma-separated integers in [1, 65536]", opt, q);
         if (n < VT_MAX_STAGES) v[n] = (int)x;
@@ -108,10 +109,9 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
             return vt_seterr(e, "unknown model option '%s' (model options: --attn --ffn --dims --depths --heads "
                              "--windows --img-size --in-chans --num-classes --dtype --train-form --double-heads "
                              "--apply-transform)", opt);
-        /* the value: up to the next option (" --"), as vitc records it (a list may hold blanks: "2, 2") */
+        /* the value: up to the next option (a blank, then "--"), as vitc records it (a list may hold blanks: "2, 2") */
         p += strspn(p, " \t\n");
-        const char *next = strstr(p, " --");
-        len = next ? (size_t)(next - p) : strlen(p);
+        for (len = 0; p[len] && !(strchr(" \t\n", p[len]) && p[len + 1] == '-' && p[len + 2] == '-'); len++) {}
         while (len > 0 && strchr(" \t\n", p[len - 1])) len--;
         if (len == 0 || (len >= 2 && p[0] == '-' && p[1] == '-'))
             return vt_seterr(e, "model option %s needs a value", opt);
