@@ -21,6 +21,7 @@
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
 #include "vitc/recipe.h"
+#include "vitc/schedule.h"
 #include "vitc/dist.h"
 #include "vitc/train.h"
 #include "vitc/weights.h"
@@ -982,6 +983,21 @@ static int list_recipes(const opts *o) {
     return 0;
 }
 
+/* The longest warm-up after which a run of `epochs` (the cosine's) still trains at its peak learning rate: all of
+ * them when the rate changes every step, one less when it changes once an epoch (an epoch after the warm-up must
+ * run), two less under DeiT's main.py (whose epoch e trains at the value for e - 1). */
+static int warmup_max(int epochs, int update) {
+    const int n = epochs - (update == VT_SCHED_EPOCH ? 1 : update == VT_SCHED_DEIT ? 2 : 0);
+    return n > 0 ? n : 0;
+}
+
+/* " (...)" for messages: how the learning rate of update mode `update` changes, or "" every step. */
+static const char *update_words(int update) {
+    return update == VT_SCHED_EPOCH ? " (the learning rate changes once an epoch)"
+         : update == VT_SCHED_DEIT  ? " (the learning rate changes once an epoch, after it, as DeiT's main.py steps it)"
+                                    : "";
+}
+
 /* Refuses the train options given that r (the resolved recipe) leaves without effect; 0 when there is none. Options
  * a resume took from its checkpoint are not given and never refused. */
 static int train_unused_options(const opts *o, const vt_recipe *r) {
@@ -999,9 +1015,10 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
         return refuse("train", "--mixup-switch-prob chooses between Mixup and CutMix, so it has no effect unless both "
                       "are on (here --mixup %g, --cutmix %g, --mixup-prob %g)", m->mixup_alpha, m->cutmix_alpha,
                       m->prob);
-    if (given(o, "--warmup-epochs") && r->warmup_epochs > r->epochs)
-        return refuse("train", "--warmup-epochs %g is longer than the run (--epochs %d): the learning rate would "
-                      "never reach its peak nor decay; give at most --epochs", r->warmup_epochs, r->epochs);
+    if (given(o, "--warmup-epochs") && r->warmup_epochs > warmup_max(r->epochs, r->sched_update))
+        return refuse("train", "--warmup-epochs %g does not end within the run (--epochs %d)%s: the learning rate "
+                      "would never reach its peak; give at most %d", r->warmup_epochs, r->epochs,
+                      update_words(r->sched_update), warmup_max(r->epochs, r->sched_update));
     if (given(o, "--warmup-lr") && r->warmup_epochs == 0)
         return refuse("train", "--warmup-lr has no effect without a warm-up (--warmup-epochs is 0%s)",
                       given(o, "--warmup-epochs") ? "" : ": the run resumed's or the recipe's");
@@ -1074,19 +1091,20 @@ static int train_rank(opts *o, vt_dist *d) {
     /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
      * run is timm's, whose scheduler keeps warming up past the end: said once */
     char from[4200], notice[4800];
-    if (!given(o, "--warmup-epochs") && t.warmup_epochs > t.epochs) { /* printed by vt_train after its data checks */
-        const int n = snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) is longer than the %s%d "
-                               "epoch%s: the learning rate ", t.warmup_epochs, lr_source(o, "--warmup-epochs",
+    const int wmax = warmup_max(t.epochs, t.sched_update);
+    if (!given(o, "--warmup-epochs") && t.warmup_epochs > wmax) { /* printed by vt_train after its data checks */
+        const int n = snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) does not end within the "
+                               "%s%d epoch%s%s: the learning rate ", t.warmup_epochs, lr_source(o, "--warmup-epochs",
                                o->warmup_epochs >= 0, from, sizeof from), t.cooldown_epochs > 0 ? "cosine's " :
-                               "run's ", t.epochs, t.epochs == 1 ? "" : "s");
+                               "run's ", t.epochs, t.epochs == 1 ? "" : "s", update_words(t.sched_update));
         if (t.cooldown_epochs > 0 && t.warmup_epochs < t.epochs + t.cooldown_epochs) /* the cooldown after it */
             snprintf(notice + n, sizeof notice - (size_t)n, "rises for %g epochs without reaching its peak %g, then "
                      "drops to the final %g for the rest of the run's %d epochs (%d of cooldown), as in timm; give "
                      "--warmup-epochs at most %d to change it", t.warmup_epochs, t.lr, t.min_lr,
-                     t.epochs + t.cooldown_epochs, t.cooldown_epochs, t.epochs);
+                     t.epochs + t.cooldown_epochs, t.cooldown_epochs, wmax);
         else
             snprintf(notice + n, sizeof notice - (size_t)n, "rises for the whole run and never reaches its peak %g nor "
-                     "decays (as in timm); give --warmup-epochs at most %d to change it", t.lr, t.epochs);
+                     "decays (as in timm); give --warmup-epochs at most %d to change it", t.lr, wmax);
         t.notice = notice;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
