@@ -125,7 +125,8 @@ static const optdef optdefs[] = {
       "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name); default fashion-mnist"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
       "cores, at most 8; bench: with --data only)"),
-    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs (default 10, or the recipe's)"),
+    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs (default 10, or the recipe's; the refiner "
+        "and FLatten-PVT/CSwin recipes train 10 cooldown epochs at the final lr after them, as timm)"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
@@ -246,16 +247,9 @@ static const char *rank_tag(char *buf, size_t n) {
 /* One message line on stderr, written at once (ranks under mpirun share the terminal): "vitc: " or "vitc CMD: " (cmd
  * non-NULL), the rank tag, text (its control characters escaped with clean: names from files) and a newline. */
 static void say_text(const char *cmd, int clean, const char *text) {
-    char tag[32], *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    FILE *f = m ? m : stderr; /* (out of memory: in pieces) */
-    fprintf(f, "vitc%s%s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
-    if (clean) vt_fputs_clean(f, text);
-    else fputs(text, f);
-    fputc('\n', f);
-    if (m && fclose(m) == 0 && buf) fputs(buf, stderr);
-    free(buf);
+    char tag[32], lead[96];
+    snprintf(lead, sizeof lead, "vitc%s%.40s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
+    vt_write_line(stderr, lead, text, clean);
 }
 
 /* say_text of lead and a formatted message whose text holds no names from files: nothing to escape. */
@@ -938,7 +932,8 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->wd >= 0) r->weight_decay = o->wd;
     if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
     if (o->min_lr >= 0) r->min_lr = o->min_lr, r->min_lr_given = 1;
-    if (o->warmup_lr >= 0) r->warmup_lr = o->warmup_lr, r->warmup_lr_given = 1;
+    if (o->warmup_lr >= 0) /* a share of the lr (MSF's) follows a new --lr unless given: the recorded one was a share */
+        r->warmup_lr = o->warmup_lr, r->warmup_lr_given = given(o, "--warmup-lr") || !(r->warmup_lr_rel > 0);
     if (o->smoothing >= 0) r->smoothing = o->smoothing;
     if (o->clip >= 0) r->clip_grad = o->clip;
     if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;
@@ -974,7 +969,9 @@ static int list_recipes(const opts *o) {
             return refuse("train", "--recipe list prints the recipes and takes no other option (got %s)",
                           optdefs[k].name);
     if (o->model && !vt_model_find(o->model)) return die("unknown model '%s' (see `vitc list`)", o->model);
-    for (int i = 0; i < vt_recipe_count(); i++) {
+    int rank = 0;
+    vt_dist_env(&rank, NULL, NULL);
+    for (int i = 0; rank == 0 && i < vt_recipe_count(); i++) { /* under mpirun: listed once */
         vt_recipe r;
         vt_err e = {{0}};
         if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
@@ -1053,6 +1050,7 @@ static int train_rank(opts *o, vt_dist *d) {
     vt_train_defaults(&t);
     if (!o->out_dir) return missing("--out RUN_DIR");
     if (o->data) t.data = o->data;
+    t.data_recorded = o->resume && o->data && !given(o, "--data");
     t.run_dir = o->out_dir;
     t.resume = o->resume;
     t.workers = o->workers;
@@ -1116,7 +1114,10 @@ static int train_rank(opts *o, vt_dist *d) {
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
-    t.command_line = o->cmdline;
+    char line[sizeof o->cmdline + 32]; /* under mpirun with the rank count (a recipe's lr scales with it) */
+    if (d->size > 1) snprintf(line, sizeof line, "mpirun -np %d %s", d->size, o->cmdline);
+    else snprintf(line, sizeof line, "%s", o->cmdline);
+    t.command_line = line;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
     if (vt_train(&c, &t, &e) == 0) return 0;
@@ -1759,6 +1760,13 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < ncommands; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
+        int rank = 0;
+        if (vt_dist_env(&rank, NULL, NULL) > 1 && strcmp(commands[i].name, "train") != 0) {
+            if (rank == 0) /* every rank would run the whole command, printing and writing alike */
+                refuse(commands[i].name, "runs in one process: under mpirun only train is data-parallel (run it "
+                       "without mpirun, or with -np 1)");
+            return 2;
+        }
         opts o;
         memset(&o, 0, sizeof o);
         const char **images = calloc((size_t)argc, sizeof *images);
@@ -1773,14 +1781,9 @@ int main(int argc, char **argv) {
         }
         for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
             n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");
-        int rc = 0, rank = 0;
+        int rc = 0;
         if (o.help) {
-            command_help(&commands[i]);
-        } else if (vt_dist_env(&rank, NULL, NULL) > 1 && strcmp(commands[i].name, "train") != 0) {
-            if (rank == 0) /* every rank would run the whole command, printing and writing alike */
-                refuse(commands[i].name, "runs in one process: under mpirun only train is data-parallel (run it "
-                       "without mpirun, or with -np 1)");
-            rc = 2;
+            if (rank == 0) command_help(&commands[i]); /* (under mpirun: once) */
         } else {
             set_threads(&o);
             rc = commands[i].run(&o);

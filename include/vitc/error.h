@@ -21,6 +21,10 @@ void vt_clearerr(vt_err *e);
  * (where a long path is followed by the reason) with "..." between, cut at UTF-8 character boundaries. */
 void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap);
 
+/* Writes lead, text (its control characters escaped as vt_fputs_clean does when clean) and a newline to f in one
+ * write, so that processes sharing a terminal (MPI ranks) never interleave their lines. */
+void vt_write_line(FILE *f, const char *lead, const char *text, int clean);
+
 /* path for a message: itself when shorter than n bytes, else "..." and its end (cut at a UTF-8 boundary) in buf, so
  * that a long path leaves room for the reason after it. */
 const char *vt_path_brief(const char *path, char *buf, size_t n);

@@ -71,6 +71,9 @@ int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e);
  * here; NULL silences them. */
 void vt_loader_set_warnings(vt_loader *L, FILE *f);
 
+/* Text put after "vitc: " in the warnings (an MPI rank's "rank 1: "; NULL or "": none). */
+void vt_loader_set_tag(vt_loader *L, const char *tag);
+
 /* Unreadable samples met in the current epoch (each warned about once per loader, naming it). */
 int64_t vt_loader_skipped(vt_loader *L);
 

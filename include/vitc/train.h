@@ -83,6 +83,7 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
 /* Options of vt_train. */
 typedef struct vt_train_opts {
     const char *data;          /* "fashion-mnist" or an image folder (DIR/train/<class>/..., DIR/val/<class>/...) */
+    int data_recorded;         /* 1: data is the path a resumed checkpoint records (named when it cannot be read) */
     const char *run_dir;       /* output folder (created) */
     const char *resume;        /* run folder to resume from, or NULL */
     const char *command_line;  /* recorded in run_dir/command.txt, after the resumed run's command lines */

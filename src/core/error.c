@@ -51,6 +51,19 @@ void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap) {
     memcpy(msg + head + 3, full + tail, len - tail + 1);
 }
 
+void vt_write_line(FILE *f, const char *lead, const char *text, int clean) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    FILE *o = m ? m : f; /* (out of memory: in pieces) */
+    fputs(lead, o);
+    if (clean) vt_fputs_clean(o, text);
+    else fputs(text, o);
+    fputc('\n', o);
+    if (m && fclose(m) == 0 && buf) fputs(buf, f);
+    free(buf);
+}
+
 const char *vt_path_brief(const char *path, char *buf, size_t n) {
     const size_t len = strlen(path);
     if (len < n || n < 8) return path;

@@ -52,9 +52,9 @@ static int check_sizes(const char *name, const vt_arch_cfg *a, int img, vt_err *
                              "MLP ratio %g > 0", name, i + 1, C, h, st->depth, (double)st->mlp_ratio);
         if (s < 0) return vt_seterr(e, "%s: stage %d: stripe width %d < 0", name, i + 1, s);
         if (linear && s)
-            return vt_seterr(e, "%s: stage %d at %d px: FLatten L attention runs on one global branch (window 0 or the "
-                             "stage resolution %d), got window %d (the official code fails on L stripes)", name, i + 1,
-                             img, R, s);
+            return vt_seterr(e, "%s: stage %d at %d px: FLatten L attention runs on one global branch (--windows: "
+                             "the stage resolution %d), got window %d (the official code fails on L stripes)", name,
+                             i + 1, img, R, s);
         if (s && R % s)
             return vt_seterr(e, "%s: stage %d at %d px: stripe width %d does not divide the stage resolution %d (set "
                              "--windows, or an image size whose stage grids it divides)", name, i + 1, img, s, R);

@@ -41,6 +41,7 @@ struct vt_loader {
     vt_err err;
     unsigned char *known_bad; /* per dataset index: 1 once found unreadable (warned once) */
     FILE *warn;               /* where the warnings go (stderr; NULL: nowhere) */
+    char tag[24];             /* after "vitc: " in them (an MPI rank's "rank 1: ") */
 };
 
 int vt_loader_default_workers(void) {
@@ -60,17 +61,15 @@ static void mark_bad(vt_loader *L, int i, const char *what, const vt_err *e) {
     if (!L->known_bad[i]) {
         L->known_bad[i] = 1;
         const char *nm = L->src->name ? L->src->name(L->src->ctx, i) : NULL;
-        char line[2048]; /* one line, whatever bytes a file name holds */
+        char line[2048], lead[40]; /* one line, whatever bytes a file name holds */
         if (nm && strstr(e->msg, nm))
-            snprintf(line, sizeof line, "vitc: warning: skipping %s image: %s", what, e->msg);
+            snprintf(line, sizeof line, "skipping %s image: %s", what, e->msg);
         else if (nm)
-            snprintf(line, sizeof line, "vitc: warning: skipping %s image %s: %s", what, nm, e->msg);
+            snprintf(line, sizeof line, "skipping %s image %s: %s", what, nm, e->msg);
         else
-            snprintf(line, sizeof line, "vitc: warning: skipping %s sample %d: %s", what, i, e->msg);
-        if (L->warn) {
-            vt_fputs_clean(L->warn, line);
-            fputc('\n', L->warn);
-        }
+            snprintf(line, sizeof line, "skipping %s sample %d: %s", what, i, e->msg);
+        snprintf(lead, sizeof lead, "vitc: %swarning: ", L->tag);
+        if (L->warn) vt_write_line(L->warn, lead, line, 1);
     }
     pthread_mutex_unlock(&L->mu);
 }
@@ -299,6 +298,12 @@ int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e) {
 void vt_loader_set_warnings(vt_loader *L, FILE *f) {
     pthread_mutex_lock(&L->mu);
     L->warn = f;
+    pthread_mutex_unlock(&L->mu);
+}
+
+void vt_loader_set_tag(vt_loader *L, const char *tag) {
+    pthread_mutex_lock(&L->mu);
+    snprintf(L->tag, sizeof L->tag, "%s", tag ? tag : "");
     pthread_mutex_unlock(&L->mu);
 }
 

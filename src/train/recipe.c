@@ -67,7 +67,10 @@ static void preset_swin(vt_recipe *r) {
 static void preset_flatten(vt_recipe *r, const char *model) {
     preset_swin(r);
     r->source = "FLatten: Swin's config.py + main.py (spec-flatten.md §2.1), with its cfgs/*.yaml for PVT and CSwin";
-    const int pvt = model && strstr(model, "pvt"), cswin = model && strstr(model, "cswin");
+    const int flatten = model && strncmp(model, "flatten_", 8) == 0; /* the FLatten models (not their hosts) */
+    if (flatten && strstr(model, "384"))
+        r->notes = "the 384-pixel fine-tuning configs (flatten_*_384.yaml) are not presets: this is the 224 recipe";
+    const int pvt = flatten && strstr(model, "pvt"), cswin = flatten && strstr(model, "cswin");
     if (!pvt && !cswin) return;
     r->warmup_epochs = pvt ? 5 : 20;
     r->warmup_lr = 1e-6;
@@ -84,8 +87,6 @@ static void preset_flatten(vt_recipe *r, const char *model) {
     } else {
         r->source = "FLatten-PVT: cfgs/flatten_pvt*.yaml over Swin's config.py + main.py";
     }
-    if (strstr(model, "384"))
-        r->notes = "the 384-pixel fine-tuning configs (flatten_*_384.yaml) are not presets: this is the 224 recipe";
 }
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
@@ -119,7 +120,8 @@ static void preset_refiner(vt_recipe *r, const char *model) {
     r->repeated_aug = 0;
     snprintf(r->interpolation, sizeof r->interpolation, "random");
     r->sched_update = VT_SCHED_EPOCH;
-    r->drop_path = model && strstr(model, "_m") ? 0.2 : model && strstr(model, "_l") ? 0.25 : 0.1;
+    const int refiner = model && strncmp(model, "refiner_vit_", 12) == 0; /* other models keep their own rate */
+    r->drop_path = !refiner ? -1 : model[12] == 'm' ? 0.2 : model[12] == 'l' ? 0.25 : 0.1;
     r->notes = "MixToken, token labelling and the cos_reg loss are not implemented";
 }
 
@@ -274,7 +276,8 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddBoolToObject(j, "warmup_prefix", r->warmup_prefix);
     cJSON_AddNumberToObject(j, "cooldown_epochs", r->cooldown_epochs);
     cJSON_AddNumberToObject(j, "lr_base", r->lr);
-    cJSON_AddNumberToObject(j, "lr_base_batch", r->lr_base_batch);
+    if (r->lr_given) cJSON_AddNullToObject(j, "lr_base_batch"); /* --lr: used as given */
+    else cJSON_AddNumberToObject(j, "lr_base_batch", r->lr_base_batch);
     cJSON_AddNumberToObject(j, "lr", o.lr);
     cJSON_AddNumberToObject(j, "warmup_lr", o.warmup_lr);
     cJSON_AddNumberToObject(j, "min_lr", o.min_lr);

@@ -1064,16 +1064,27 @@ static uint64_t folder_hash(const vt_imagefolder *f) {
 }
 
 /* Under mpirun: 0 when this rank opened the data rank 0 did (image and class counts; a folder's class names and its
- * files' names and labels), else -1 naming the difference. The ranks read the data each on its own machine, and one
- * epoch order shards it: other data would train on other images than the run says, or fail inside MPI. */
-static int same_data(const vt_dist *dp, const vt_data *d, const char *data, vt_err *e) {
-    int64_t mine[5] = {d->train.n, d->val.n, d->train.nclasses, 0, 0}, ref[5];
+ * files' names and labels) and runs its settings (those a checkpoint records), else -1 naming the difference. The
+ * ranks read the data each on its own machine, and one epoch order shards it: other data would train on other images
+ * than the run says, or fail inside MPI; other settings would step apart, or hang. */
+static int same_data(const vt_model_cfg *c, const vt_train_opts *o, const vt_dist *dp, const vt_data *d,
+                     const char *data, vt_err *e) {
+    int64_t mine[6] = {d->train.n, d->val.n, d->train.nclasses, 0, 0, 0}, ref[6];
     if (d->folder) {
         mine[3] = (int64_t)folder_hash(&d->f_train);
         mine[4] = (int64_t)folder_hash(&d->f_val);
     }
+    run_setting s[RUN_SETTINGS]; /* and the settings a checkpoint records, but the data's path (each machine's own) */
+    const int n = run_settings(c, o, d->train.n, s);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++)
+        for (const char *p = strcmp(s[i].key, "data") ? setting_value(&s[i]) : ""; ; p++) {
+            h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+            if (!*p) break;
+        }
+    mine[5] = (int64_t)h;
     memcpy(ref, mine, sizeof ref);
-    if (vt_dist_bcast_i64(dp, ref, 5, e)) return -1;
+    if (vt_dist_bcast_i64(dp, ref, 6, e)) return -1;
     static const char *const what[] = {"training images", "validation images", "classes", "training files",
                                        "validation files"};
     for (int i = 0; i < 5; i++) {
@@ -1084,6 +1095,9 @@ static int same_data(const vt_dist *dp, const vt_data *d, const char *data, vt_e
         return vt_seterr(e, "its data (%s) has the counts of rank 0's but other %s (names or classes): every rank "
                          "must read the same dataset", data, what[i]);
     }
+    if (mine[5] != ref[5])
+        return vt_seterr(e, "its training settings (model, options, recipe, seed, schedule) differ from rank 0's: "
+                         "every rank must run the same command");
     return 0;
 }
 
@@ -1132,9 +1146,11 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
      * minutes); the check is made again under the folder's lock below, where it decides */
     const int folder = o->data && strcmp(o->data, "fashion-mnist") != 0;
     if (rc == 0 && lead && (check_run_dir(c, o, e) || (folder && out_inside_data(o->run_dir, o->data, e)))) rc = -1;
+    vt_err de = {{0}};
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
-                                o->test_subset, &d, e))
-        rc = -1;
+                                o->test_subset, &d, &de))
+        rc = vt_seterr(e, "%s%s", de.msg, o->data_recorded ? " (the data path the resumed checkpoint records: give "
+                       "--data for the copy on this machine)" : "");
     /* a folder is recorded by its absolute path (in UTF-8, as checkpoints need), so that a resume finds the same data
      * from any working directory */
     size_t bad_at = 0;
@@ -1153,6 +1169,12 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
          !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
          (vs.src.n > 0 && !(LV = vt_loader_new(&vs.src, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
         rc = -1;
+    if (rc == 0 && dp->rank > 0) { /* the ranks after the first say whose warnings they are */
+        char tag[24];
+        snprintf(tag, sizeof tag, "rank %d: ", dp->rank);
+        vt_loader_set_tag(L, tag);
+        if (LV) vt_loader_set_tag(LV, tag);
+    }
     /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
      * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
      * steps) */
@@ -1178,7 +1200,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         rc = -1;
     /* every rank has passed its checks (its data, the model, a file to fine-tune from) and holds the data rank 0 holds
      * before rank 0 writes the run folder: a run refused on any rank leaves none behind */
-    if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0) rc = vt_dist_agree(dp, same_data(dp, &d, o->data, e), e);
+    if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0) rc = vt_dist_agree(dp, same_data(c, o, dp, &d, o->data, e), e);
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
     if (rc == 0 && o->notice && lead) {
         printf("%s\n", o->notice);
@@ -1252,7 +1274,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         int last_i = 0; /* steps of this epoch done at the last progress line */
         vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
         vt_progress_start(&pg, out, "Train", "img", spe, o->log_every);
-        if (dp->size > 1) pg.tty = 0; /* OpenMPI gives ranks a terminal even when mpirun's output goes to a file */
+        if (vt_dist_launched()) pg.tty = 0; /* OpenMPI gives ranks a terminal even when its output goes to a file */
         for (int i = 0; i < spe; i++) {
             double lr = vt_sched_lr(&sched, st.step);
             const int j = i % A; /* micro-batch j of the optimiser step */

@@ -79,6 +79,7 @@ check "2 ranks x 2 x 16 (--accum-steps 2) == 1x64: losses and accuracies within 
 check "rank 0 alone prints (one line per epoch)" "[ \$(grep -o 'Test: epoch' '$T/two.log' | wc -l) -eq 5 ]" \
     "$(cat "$T/two.log")"
 check "allreduce timing reported" "grep -q '^Data parallel: 2 ranks x batch 32; gradient averaging' '$T/two.log'"
+check "command.txt names the rank count" "grep -q '^mpirun -np 2 ' '$T/two/command.txt'" "$(cat "$T/two/command.txt")"
 check "rank 0 writes the run folder" "[ -s '$T/two/command.txt' ] && [ -s '$T/two/curves.png' ] && \
     [ \$(wc -l <'$T/two/metrics.csv') -eq 6 ] && [ -z \"\$(ls -A '$T/two' | grep -E 'tmp|[.]vitc-')\" ]"
 
@@ -195,6 +196,10 @@ def folder(name, ntrain=8, rename=False, bad_val=False):
                 else:
                     Image.fromarray((rng.random((28, 28)) * 255).astype(np.uint8)).save(f)
 folder("f1"); folder("f2", ntrain=9); folder("f3", rename=True); folder("f4", bad_val=True)
+import os, shutil
+shutil.copytree(f"{t}/f1", f"{t}/f5")
+for fn in os.listdir(f"{t}/f5/train/c1"):
+    open(f"{t}/f5/train/c1/{fn}", "wb").write(b"not an image")
 PYEOF
 DT="vit_fmnist_tiny --num-classes 2 --epochs 1 --batch-size 4 --threads 1"
 for other in f2:"has 17 training images and rank 0.s 16" f3:"other training files"; do
@@ -216,6 +221,22 @@ $MPI $V train $DT --data "$T/f4" --out "$T/f4run" >"$T/f4.log" 2>&1
 rc=$?
 check "a rank whose validation slice is all unreadable: the epoch is scored on the rest" \
     "[ $rc -eq 0 ] && grep -q 'Skipped 4 unreadable validation images' '$T/f4.log'" "rc $rc: $(cat "$T/f4.log")"
+# ranks running other settings (mpirun's MPMD form): refused before anything is written, where they had hung
+mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --epochs 2 --out "$T/ds" : \
+    -np 1 $V train $DT --data "$T/f1" --out "$T/ds" >"$T/ds.log" 2>&1
+rc=$?
+check "ranks with other settings refused, naming them" "[ $rc -eq 1 ] && grep -q 'vitc: rank 1: its training settings' \
+    '$T/ds.log' && [ ! -e '$T/ds' ]" "rc $rc: $(cat "$T/ds.log")"
+# a rank's loader warnings say which rank met the unreadable image, each a line of its own
+$MPI $V train $DT --data "$T/f5" --out "$T/f5run" >"$T/f5.log" 2>&1
+rc=$?
+check "loader warnings of rank 1 are tagged (train/c1 unreadable on every rank)" "[ $rc -eq 0 ] && \
+    grep -q '^vitc: rank 1: warning: skipping unreadable image' '$T/f5.log' && \
+    grep -q '^vitc: warning: skipping unreadable image' '$T/f5.log'" "rc $rc: $(grep -v '^ ' "$T/f5.log" | head)"
+# under mpirun -np 1 too, progress is plain lines
+mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --log-every 1 --out "$T/np1" >"$T/np1.log" 2>&1
+check "progress under mpirun -np 1: plain lines" "[ $? -eq 0 ] && ! grep -q \$'\\r' '$T/np1.log' && \
+    grep -q '^Train: 0 \[' '$T/np1.log'" "$(head -5 "$T/np1.log")"
 # commands other than train run in one process: refused once under mpirun
 $MPI $V eval vit_fmnist_tiny -w "$T/two/weights.safetensors" --data fashion-mnist --test-subset 10 >"$T/ev.log" 2>&1
 rc=$?
