@@ -1113,7 +1113,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
                          c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
     if (run_epochs(o) > VT_EPOCHS_MAX)
-        return vt_seterr(e, "at most %d epochs (cooldown included)", VT_EPOCHS_MAX);
+        return vt_seterr(e, "at most %d epochs (here %d and %d of cooldown)", VT_EPOCHS_MAX, o->epochs,
+                         run_epochs(o) - o->epochs);
     const char *text[2][2] = {{"the data path", o->data}, {"the model options", o->model_options}};
     for (int i = 0; i < 2; i++) { /* recorded in the checkpoints' JSON header, which must be UTF-8: refused now */
         size_t bad = 0;
