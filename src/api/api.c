@@ -197,8 +197,8 @@ static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err 
     const int B = n < m->batch ? n : m->batch;
     vt_predictor *p = &m->pred;
     /* threads 0: the caller's setting of this call (the graph's scratch is sized for its thread count) */
-    const int threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
-    if (p->g && threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
+    const int same_threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
+    if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
     if (vt_model_at_size(&m->cfg, size, &c, e) || vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
