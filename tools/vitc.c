@@ -32,7 +32,7 @@ typedef struct {
     const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
     int rollout;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs;
-    int train_subset, test_subset, log_every, workers;
+    int train_subset, test_subset, log_every, workers, cooldown_epochs;
     long long seed, fault_nan_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
@@ -125,8 +125,10 @@ static const optdef optdefs[] = {
       "val/<class>/<image> (torchvision ImageFolder: classes sorted by folder name); default fashion-mnist"),
     NUM("--workers", O_INT, workers, 1, 1024, "input pipeline threads decoding and augmenting images (default: the "
       "cores, at most 8; bench: with --data only)"),
-    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs (default 10, or the recipe's; the refiner "
-        "and FLatten-PVT/CSwin recipes train 10 cooldown epochs at the final lr after them, as timm)"),
+    NUM("--epochs", O_INT, epochs, 1, VT_EPOCHS_MAX, "training epochs: the cosine's (default 10, or the recipe's), "
+        "then --cooldown-epochs"),
+    NUM("--cooldown-epochs", O_INT, cooldown_epochs, 0, VT_EPOCHS_MAX, "epochs trained at the final lr after --epochs "
+        "(timm's; default 0, or the recipe's: 10 for refiner and the FLatten-PVT/CSwin models)"),
     O("--out", O_STR, out_dir, "run folder (checkpoints, metrics.csv, curves.png; default with --resume: that folder)"),
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
@@ -880,9 +882,9 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     /* the recorded settings that are plain options; recipe: 1 for those a recipe sets */
     static const struct { const char *opt; int recipe; } plain[] = {
         {"--train-subset", 0}, {"--test-subset", 0}, {"--seed", 0}, {"--batch-size", 1}, {"--accum-steps", 1},
-        {"--epochs", 1}, {"--lr", 1}, {"--min-lr", 1}, {"--warmup-lr", 1}, {"--warmup-epochs", 1},
-        {"--weight-decay", 1}, {"--smoothing", 1}, {"--clip-grad", 1}, {"--mixup", 1}, {"--cutmix", 1},
-        {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1}};
+        {"--epochs", 1}, {"--cooldown-epochs", 1}, {"--lr", 1}, {"--min-lr", 1}, {"--warmup-lr", 1},
+        {"--warmup-epochs", 1}, {"--weight-decay", 1}, {"--smoothing", 1}, {"--clip-grad", 1}, {"--mixup", 1},
+        {"--cutmix", 1}, {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1}};
     for (size_t i = 0; rc == 0 && i < sizeof plain / sizeof plain[0]; i++) {
         const char *v = rec_get(&f, plain[i].opt + 2);
         if (!v || given(o, plain[i].opt) || (plain[i].recipe && !same)) continue;
@@ -926,6 +928,7 @@ static int train_recipe(opts *o, vt_recipe *r) {
     vt_err e = {{0}};
     if (vt_recipe_get(o->recipe ? o->recipe : "default", o->model, r, &e)) return die("%s", e.msg);
     if (o->epochs) r->epochs = o->epochs;
+    if (o->cooldown_epochs >= 0) r->cooldown_epochs = o->cooldown_epochs;
     if (o->batch) r->batch = o->batch;
     if (o->accum_steps) r->accum_steps = o->accum_steps;
     if (o->lr > 0) r->lr = o->lr, r->lr_given = 1;
@@ -1600,7 +1603,8 @@ static const command commands[] = {
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip (a recipe's DeiT transforms on image folders), "
      "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
      "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
-     "--data --epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr --smoothing --clip-grad "
+     "--data --epochs --cooldown-epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr "
+     "--smoothing --clip-grad "
      "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
      "--workers --fault-nan-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
@@ -1774,7 +1778,7 @@ int main(int argc, char **argv) {
         o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
-        o.fault_nan_step = o.fault_nan_eval = -1;
+        o.fault_nan_step = o.fault_nan_eval = o.cooldown_epochs = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;

@@ -447,7 +447,7 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t i
         {"train-images", (double)images, 1},
         {"batch-size", o->batch, 1}, {"accum-steps", o->accum_steps > 0 ? o->accum_steps : 1, 1},
         {"train-subset", o->train_subset, 1}, {"repeated-aug", o->repeated_aug, 1}, {"epochs", o->epochs, 0},
-        {"test-subset", o->test_subset, 0},
+        {"test-subset", o->test_subset, 0}, {"cooldown-epochs", o->cooldown_epochs > 0 ? o->cooldown_epochs : 0, 0},
         {"seed", (double)o->seed, 0}, {"lr", o->lr, 0}, {"min-lr", o->min_lr, 0}, {"warmup-lr", o->warmup_lr, 0},
         {"warmup-epochs", o->warmup_epochs, 0}, {"weight-decay", o->weight_decay, 0}, {"smoothing", o->smoothing, 0},
         {"clip-grad", o->clip_grad, 0}, {"augment", o->augment, 0}, {"mixup", o->mixup.mixup_alpha, 0},

@@ -372,6 +372,18 @@ def check_schedules(rep, d):
         err = max(abs(a - b) for a, b in zip(got, want)) if len(got) == 12 else 1
         rep.check(f"refiner: 12 epochs (2 + 10 cooldown), each at timm's train.py lr (max diff {err:.2g})",
                   err < 1e-12, f"{got} vs {want}")
+    # --cooldown-epochs sets the cooldown (here 1 instead of the recipe's 10), and a resume keeps the recorded one
+    run = d / "s_cool"
+    if vitc_ok(rep, "train --recipe refiner --cooldown-epochs 1", "train", "vit_fmnist_tiny", "--recipe", "refiner",
+               "--epochs", "2", "--warmup-epochs", "1", "--cooldown-epochs", "1", "--no-model-ema", "--out", run,
+               *common):
+        got = epoch_lrs(run)
+        want = [timm_cosine(e, 5e-4, 1e-6, 1e-5, 1, 2) for e in range(3)]
+        rep.check("--cooldown-epochs 1: 3 epochs, the last at min_lr", len(got) == 3 and
+                  max(abs(a - b) for a, b in zip(got, want)) < 1e-12, f"{got} vs {want}")
+        p = vitc("train", "vit_fmnist_tiny", "--resume", run, "--epochs", "3", "--threads", "1")
+        rep.check("a resume keeps the recorded cooldown (3 + 1 epochs)", p.returncode == 0 and
+                  len(epoch_lrs(run)) == 4, p.stderr[-300:])
     # swin: per step, so an epoch's last step is not its first (the lr of step 1 of epoch 1 differs from step 2's)
     run = d / "s_swin"
     if vitc_ok(rep, "train --recipe swin (3 epochs, 1 warm-up)", "train", "vit_fmnist_tiny", "--recipe", "swin",
