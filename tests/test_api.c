@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -264,11 +265,20 @@ static void check_open_with(vt_test *T, const char *dir) {
     vitc_options o;
     vitc_options_init(&o);
     o.threads = 2;
-    /* a model far too wide for the file is refused by its names and shapes, before its 2 GB are allocated */
+    /* a model far too wide for the file is refused by its names and shapes, before its 2 GB are allocated and zeroed
+     * (the peak resident size stays; run alone, the suite's peak is far below them) */
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
     T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, "--dims 4096 --in-chans 3", &err) &&
                    strstr(err.msg, "do not match"), "%s", err.msg);
-    vitc_model *m = vitc_open_with("vit_fmnist_tiny", w, &o, " --attn flatten\t--in-chans 3\n--num-classes 5 --dtype bf16 ",
-                                   &err); /* as a checkpoint records them (any blanks; --dtype left to vitc_set_dtype) */
+    getrusage(RUSAGE_SELF, &after);
+    T_CHECK(T, after.ru_maxrss - before.ru_maxrss < 256 * 1024, "a refused open grew the peak memory by %ld KB",
+            after.ru_maxrss - before.ru_maxrss);
+    T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, "--dtype fp16", &err) && strstr(err.msg, "unknown --dtype"),
+            "%s", err.msg);
+    /* as a checkpoint records them (any blanks; --dtype left to vitc_set_dtype) */
+    vitc_model *m =
+        vitc_open_with("vit_fmnist_tiny", w, &o, " --attn flatten\t--in-chans 3\n--num-classes 5 --dtype bf16 ", &err);
     T_CHECK(T, m != NULL, "%s", err.msg);
     vitc_info info;
     vitc_get_info(m, &info);

@@ -146,6 +146,19 @@ static void check_recipes(vt_test *T) {
     T_CHECK(T, vt_recipe_get("msf", NULL, &r, &e) == 0 && r.mixup.mixup_alpha == 0.2 && r.lr_base_batch == 0 &&
                    r.epochs == 100 && r.drop_path == 0,
             "msf preset");
+    /* per-model presets by the model's name or alias, never by a substring of another model's */
+    const struct { const char *recipe, *model; double dp; int cooldown, ema; } by_model[] = {
+        {"refiner", "refiner_vit_m", 0.2, 10, 1}, {"refiner", "refined_vit_m", 0.2, 10, 1},
+        {"refiner", "refined_vit_l", 0.25, 10, 1}, {"refiner", "simplevit_s_msf", -1, 10, 1},
+        {"flatten", "flatten_cswin_tiny", -1, 10, 1}, {"flatten", "FLatten_CSWin_64_24181_tiny_224", -1, 10, 1},
+        {"flatten", "cswin_tiny_224", -1, 0, 0}, {"flatten", "pvt_tiny", -1, 0, 0},
+        {"flatten", "flatten_pvt_tiny", -1, 10, 0}};
+    for (size_t i = 0; i < sizeof by_model / sizeof by_model[0]; i++)
+        T_CHECK(T, vt_recipe_get(by_model[i].recipe, by_model[i].model, &r, &e) == 0 &&
+                       r.drop_path == by_model[i].dp && r.cooldown_epochs == by_model[i].cooldown &&
+                       r.model_ema == by_model[i].ema,
+                "%s for %s: drop-path %g, cooldown %d, EMA %d", by_model[i].recipe, by_model[i].model, r.drop_path,
+                r.cooldown_epochs, r.model_ema);
     T_CHECK(T, vt_recipe_get("nope", NULL, &r, &e) != 0 && strstr(e.msg, "deit"), "unknown recipe: %s", e.msg);
     char path[] = "/tmp/vitc-recipe-XXXXXX";
     int fd = mkstemp(path);

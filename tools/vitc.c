@@ -133,8 +133,8 @@ static const optdef optdefs[] = {
     O("--resume", O_STR, resume, "run folder whose checkpoint to continue from; the options not given take the values "
       "it records (data, recipe, batch size, schedule, augmentation, seed, ...)"),
     O("--overwrite", O_FLAG, overwrite, "start a fresh run in a folder that holds another run (its history is replaced)"),
-    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs, at most --epochs (default 1, "
-      "or the recipe's)"),
+    NUM("--warmup-epochs", O_DBL, warmup_epochs, 0, 1e6, "linear warm-up length in epochs, ending within the run "
+      "(default 1, or the recipe's)"),
     NUM("--min-lr", O_DBL, min_lr, 0, 10, "final learning rate of the cosine, at most the peak; used as given (default "
         "1e-5, or the recipe's, which swin, flatten and groupmixformer scale with the batch as the lr)"),
     NUM("--warmup-lr", O_DBL, warmup_lr, 0, 10, "learning rate the linear warm-up starts from; used as given (default "
@@ -935,8 +935,9 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->wd >= 0) r->weight_decay = o->wd;
     if (o->warmup_epochs >= 0) r->warmup_epochs = o->warmup_epochs;
     if (o->min_lr >= 0) r->min_lr = o->min_lr, r->min_lr_given = 1;
-    if (o->warmup_lr >= 0) /* a share of the lr (MSF's) follows a new --lr unless given: the recorded one was a share */
-        r->warmup_lr = o->warmup_lr, r->warmup_lr_given = given(o, "--warmup-lr") || !(r->warmup_lr_rel > 0);
+    if (o->warmup_lr >= 0) /* a share of the lr (MSF's) follows an --lr given on resume, the recorded start else */
+        r->warmup_lr = o->warmup_lr,
+        r->warmup_lr_given = given(o, "--warmup-lr") || !(r->warmup_lr_rel > 0) || !given(o, "--lr");
     if (o->smoothing >= 0) r->smoothing = o->smoothing;
     if (o->clip >= 0) r->clip_grad = o->clip;
     if (o->mixup >= 0) r->mixup.mixup_alpha = o->mixup;
@@ -1053,7 +1054,7 @@ static int train_rank(opts *o, vt_dist *d) {
     vt_train_defaults(&t);
     if (!o->out_dir) return missing("--out RUN_DIR");
     if (o->data) t.data = o->data;
-    t.data_recorded = o->resume && o->data && !given(o, "--data");
+    t.data_recorded = o->resume && o->data && !given(o, "--data") && strcmp(o->data, "fashion-mnist") != 0;
     t.run_dir = o->out_dir;
     t.resume = o->resume;
     t.workers = o->workers;

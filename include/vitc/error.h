@@ -25,6 +25,9 @@ void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap);
  * write, so that processes sharing a terminal (MPI ranks) never interleave their lines. */
 void vt_write_line(FILE *f, const char *lead, const char *text, int clean);
 
+/* The bytes vitc's weight messages give a path (vt_path_brief's n): one size, so that a caller can find it in them. */
+#define VT_PATH_BRIEF 160
+
 /* path for a message: itself when shorter than n bytes, else "..." and its end (cut at a UTF-8 boundary) in buf, so
  * that a long path leaves room for the reason after it. */
 const char *vt_path_brief(const char *path, char *buf, size_t n);

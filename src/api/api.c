@@ -118,6 +118,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         free(m);
         return fail(err, "%s: %s", name, e.msg), NULL;
     }
+    if (ov.dtype && strcmp(ov.dtype, "fp32") && strcmp(ov.dtype, "bf16") && strcmp(ov.dtype, "int8")) {
+        free(m);
+        return fail(err, "%s: unknown --dtype '%s' (fp32, bf16 or int8)", name, ov.dtype), NULL;
+    }
     ov.dtype = NULL; /* the arithmetic is vitc_set_dtype's: a run's recorded --dtype does not bind its weights */
     if (o.img_size && ov.img_size && o.img_size != ov.img_size) {
         free(m);

@@ -60,7 +60,14 @@ void vt_write_line(FILE *f, const char *lead, const char *text, int clean) {
     if (clean) vt_fputs_clean(o, text);
     else fputs(text, o);
     fputc('\n', o);
-    if (m && fclose(m) == 0 && buf) fputs(buf, f);
+    if (m && fclose(m) == 0 && buf) {
+        fputs(buf, f);
+    } else if (m) { /* (the memory stream failed: in pieces) */
+        fputs(lead, f);
+        if (clean) vt_fputs_clean(f, text);
+        else fputs(text, f);
+        fputc('\n', f);
+    }
     free(buf);
 }
 

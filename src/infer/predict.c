@@ -95,7 +95,7 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %d)", c->name, c->arch.img_size);
-    char brief[160]; /* as vt_params_load names it */
+    char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */
     if (strstr(le.msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
         vt_seterr(e, "%s%s", le.msg, note);
     else

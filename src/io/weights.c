@@ -174,7 +174,7 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
 }
 
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
-    char brief[160]; /* the file's name leaves room for the cause and the names */
+    char brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause and the names */
     path = vt_path_brief(path, brief, sizeof brief);
     if (check_form(P, f, path, e)) return -1;
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
@@ -243,7 +243,7 @@ int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *pa
 int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     vt_params_changed(P);
     if (vt_params_check_file(P, f, path, e)) return -1;
-    char brief[160];
+    char brief[VT_PATH_BRIEF];
     path = vt_path_brief(path, brief, sizeof brief);
     /* Values: every tensor finite, every running variance >= 0 and every fixed buffer equal to its definition, checked tensor by tensor in a
      * scratch buffer before anything is copied into P. */

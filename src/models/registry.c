@@ -61,7 +61,7 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
         char *end = NULL;
         errno = 0;
         const long x = strtol(p, &end, 10);
-        if (end != p) end += strspn(end, " \t"); /* "64 ,64" as "64, 64" */
+        if (end != p) end += strspn(end, " \t\n"); /* "64 ,64" as "64, 64" */
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))
             return vt_seterr(e, "%s %s: expected comma-separated integers in [1, 65536]", opt, q);
         if (n < VT_MAX_STAGES) v[n] = (int)x;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vitc/fileio.h"
+#include "vitc/model.h"
 #include "vitc/schedule.h"
 #include "vitc/train.h"
 
@@ -59,7 +60,8 @@ static void preset_swin(vt_recipe *r) {
     r->sched_update = VT_SCHED_STEP; /* lr_scheduler.step_update every iteration */
 }
 
-/* FLatten (the repo's cfgs/ yaml files over Swin's config.py; main.py, and main_ema.py for CSwin as its README runs it):
+/* FLatten (the repo's cfgs/ yaml files over Swin's config.py; main.py, and main_ema.py for CSwin as its README runs
+ * it):
  * FLatten-Swin keeps Swin's recipe; FLatten-PVT/PVTv2 take 5 warm-up epochs from 1e-6 and min lr 1e-5 (both scaled by
  * batch/512 like the lr), 10 cooldown epochs, no clipping (T, S, v2-b0..b2), batch 128 (T, v2-b0..b2) or 64 (S);
  * FLatten-CSwin 20 warm-up epochs, the same lrs and cooldown, no clipping, batch 256 / 128 / 64 (T / S / B), weight
@@ -167,6 +169,8 @@ int vt_recipe_count(void) { return (int)(sizeof names / sizeof names[0]); }
 const char *vt_recipe_name(int i) { return i >= 0 && i < vt_recipe_count() ? names[i] : NULL; }
 
 int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) {
+    const vt_model_cfg *named = model ? vt_model_find(model) : NULL;
+    if (named) model = named->name; /* an alias (refined_vit_m, FLatten_CSWin_...) takes its model's presets */
     if (!strcmp(name, "default")) preset_default(r);
     else if (!strcmp(name, "deit")) preset_deit(r);
     else if (!strcmp(name, "swin")) preset_swin(r);

@@ -1067,8 +1067,8 @@ static uint64_t folder_hash(const vt_imagefolder *f) {
  * files' names and labels) and runs its settings (those a checkpoint records), else -1 naming the difference. The
  * ranks read the data each on its own machine, and one epoch order shards it: other data would train on other images
  * than the run says, or fail inside MPI; other settings would step apart, or hang. */
-static int same_data(const vt_model_cfg *c, const vt_train_opts *o, const vt_dist *dp, const vt_data *d,
-                     const char *data, vt_err *e) {
+static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_opts *o, const vt_dist *dp,
+                     const vt_data *d, const char *data, vt_err *e) {
     int64_t mine[6] = {d->train.n, d->val.n, d->train.nclasses, 0, 0, 0}, ref[6];
     if (d->folder) {
         mine[3] = (int64_t)folder_hash(&d->f_train);
@@ -1077,9 +1077,11 @@ static int same_data(const vt_model_cfg *c, const vt_train_opts *o, const vt_dis
     run_setting s[RUN_SETTINGS]; /* and the settings a checkpoint records, but the data's path (each machine's own) */
     const int n = run_settings(c, o, d->train.n, s);
     uint64_t h = 0xcbf29ce484222325ULL;
-    for (int i = 0; i < n; i++)
-        for (const char *p = strcmp(s[i].key, "data") ? setting_value(&s[i]) : ""; ; p++) {
+    for (int i = -1; i < n + P->n; i++) /* the model's name, the settings, every parameter's name and size */
+        for (const char *p = i < 0 ? c->name : i >= n ? P->t[i - n]->name : strcmp(s[i].key, "data") ?
+                                   setting_value(&s[i]) : "";; p++) {
             h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+            if (i >= n && !*p) h = (h ^ (uint64_t)P->t[i - n]->numel) * 0x100000001b3ULL;
             if (!*p) break;
         }
     mine[5] = (int64_t)h;
@@ -1114,7 +1116,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
                          c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
     if (run_epochs(o) > VT_EPOCHS_MAX)
         return vt_seterr(e, "at most %d epochs (here %d and %d of cooldown)", VT_EPOCHS_MAX, o->epochs,
-                         run_epochs(o) - o->epochs);
+                         run_epochs(o) - o->epochs); /* (--epochs alone is bounded where it is given) */
     const char *text[2][2] = {{"the data path", o->data}, {"the model options", o->model_options}};
     for (int i = 0; i < 2; i++) { /* recorded in the checkpoints' JSON header, which must be UTF-8: refused now */
         size_t bad = 0;
@@ -1150,8 +1152,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     vt_err de = {{0}};
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, &de))
-        rc = vt_seterr(e, "%s%s", de.msg, o->data_recorded ? " (the data path the resumed checkpoint records: give "
-                       "--data for the copy on this machine)" : "");
+        rc = vt_seterr(e, "%s%s", de.msg, o->data_recorded && access(o->data, F_OK) != 0 ? " (the data path the "
+                       "resumed checkpoint records: give --data for the copy on this machine)" : "");
     /* a folder is recorded by its absolute path (in UTF-8, as checkpoints need), so that a resume finds the same data
      * from any working directory */
     size_t bad_at = 0;
@@ -1201,7 +1203,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         rc = -1;
     /* every rank has passed its checks (its data, the model, a file to fine-tune from) and holds the data rank 0 holds
      * before rank 0 writes the run folder: a run refused on any rank leaves none behind */
-    if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0) rc = vt_dist_agree(dp, same_data(c, o, dp, &d, o->data, e), e);
+    if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0)
+        rc = vt_dist_agree(dp, same_data(c, P, o, dp, &d, o->data, e), e);
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
     if (rc == 0 && o->notice && lead) {
         printf("%s\n", o->notice);

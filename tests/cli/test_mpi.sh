@@ -227,6 +227,11 @@ mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --epochs
 rc=$?
 check "ranks with other settings refused, naming them" "[ $rc -eq 1 ] && grep -q 'vitc: rank 1: its training settings' \
     '$T/ds.log' && [ ! -e '$T/ds' ]" "rc $rc: $(cat "$T/ds.log")"
+mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dm" : \
+    -np 1 $V train ${DT/vit_fmnist_tiny/vit_fmnist_tiny_gap} --data "$T/f1" --out "$T/dm" >"$T/dm.log" 2>&1
+rc=$?
+check "ranks with other models refused (they had failed inside MPI)" "[ $rc -eq 1 ] && grep -q 'its training settings' \
+    '$T/dm.log' && [ ! -e '$T/dm' ]" "rc $rc: $(cat "$T/dm.log")"
 # a rank's loader warnings say which rank met the unreadable image, each a line of its own
 $MPI $V train $DT --data "$T/f5" --out "$T/f5run" >"$T/f5.log" 2>&1
 rc=$?
