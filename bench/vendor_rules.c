@@ -2,7 +2,7 @@
  * Aᵀ·B part, 11 and PVT's patch-embed convolution) on the machine at hand: one model's graph built twice in one
  * process, once with the plan's intel flag as detected and once flipped (before the build, so build-time choices
  * follow it too), the two run alternately, and the per-round time ratio printed. Identical arithmetic up to float
- * rounding.
+ * rounding. With --tail-n the second graph flips rule 14 (vt_gemm_plan.tail_n) instead of the intel flag.
  * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
  * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
  * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16]: prints each round's seconds and, at the
@@ -26,11 +26,14 @@ typedef struct {
     vt_tensor *x, *labels, *logits;
 } built;
 
-/* The model's graph on P with the plan's intel flag set to intel (-1: as detected); 0 or -1 with e set. */
-static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, built *b, vt_err *e) {
+/* The model's graph on P with the plan's intel and tail_n flags set to intel and tail_n (-1: as detected); 0 or -1
+ * with e set. */
+static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, int tail_n, built *b,
+                 vt_err *e) {
     b->g = vt_graph_new(P, train, e);
     if (!b->g) return -1;
     if (intel >= 0) b->g->gemm.intel = intel;
+    if (tail_n >= 0) b->g->gemm.tail_n = tail_n;
     b->logits = vt_model_build(b->g, c, batch, &b->x);
     b->labels = NULL;
     if (train) {
@@ -101,39 +104,43 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 3)
-        return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16]\n"), 2;
+        return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n]\n"), 2;
     const vt_model_cfg *c0 = vt_model_find(argv[1]);
     if (!c0) return fprintf(stderr, "unknown model %s\n", argv[1]), 2;
     const int batch = atoi(argv[2]), train = argc > 3 && strcmp(argv[3], "train") == 0;
     const int rounds = argc > 4 ? atoi(argv[4]) : 12;
-    int check = 0, bf16 = 0;
+    int check = 0, bf16 = 0, tail = 0;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0)
             check = 1;
         else if (strcmp(argv[i], "--bf16") == 0)
             bf16 = 1;
+        else if (strcmp(argv[i], "--tail-n") == 0)
+            tail = 1;
         else
             return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
     const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
+    if (bf16 && tail) return fprintf(stderr, "--bf16 and --tail-n: one at a time\n"), 2;
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
     vt_model_cfg tb = tc;
     tb.arch.bf16 = bf16;
     vt_err e = {{0}};
     vt_params *P = vt_params_new(&e);
     built b[2];
-    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, &b[0], &e) ||
-        build(&tb, P, batch, train, bf16 ? -1 : !b[0].g->gemm.intel, &b[1], &e))
+    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, -1, &b[0], &e) ||
+        build(&tb, P, batch, train, bf16 || tail ? -1 : !b[0].g->gemm.intel, tail ? !b[0].g->gemm.tail_n : -1,
+              &b[1], &e))
         return fprintf(stderr, "%s\n", e.msg), 1;
     vt_rng rng;
     vt_rng_seed(&rng, 1);
     for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
     for (int i = 0; train && i < batch; i++)
         b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
-    printf("%s batch %d %s, %d threads; detected intel=%d, %s intel=%d%s\n", argv[1], batch,
-           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel, alt,
-           b[1].g->gemm.intel, bf16 ? " with --dtype bf16" : "");
+    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d, %s intel=%d tail_n=%d%s\n", argv[1], batch,
+           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel,
+           b[0].g->gemm.tail_n, alt, b[1].g->gemm.intel, b[1].g->gemm.tail_n, bf16 ? " with --dtype bf16" : "");
     for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
     if (check && check_same(b, P, train)) return 1;
     double *ratio = malloc(sizeof(double) * (size_t)rounds), best[2] = {1e30, 1e30};

@@ -196,7 +196,7 @@ static void check_transposed_dw(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 32, 32, 32) == OB, "tiny shape on 2 threads: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 0, 96, 96, 96) == OB, "small shape on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 0, 96, 96, 96) == DN, "small shape on 2 threads: onednn");
@@ -211,7 +211,7 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 49, 768, 3072) == DN, "A*B^T, 49 rows, K 3072, 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 12, 384, 1536) == DN, "A*B^T, 12 rows: onednn");
     T_CHECK(T, vt_gemm_choose(&same, 2, 0, 1, 16, 384, 1536) == OB, "A*B^T, 16 rows, K 1536: openblas");
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, NULL, NULL}; /* rule 6 */
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, NULL, NULL}; /* rule 6 */
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 1, 56, 56, 32) == DN, "AVX2: window tile on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&avx2, 1, 0, 0, 16, 16, 16) == OB, "AVX2: 16^3 on 1 thread: openblas");
     T_CHECK(T, vt_gemm_choose(&avx2, 2, 0, 1, 49, 2304, 768) == DN, "AVX2: A*B^T, 49 rows, 2 threads: onednn");
@@ -259,18 +259,30 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&in, 1, 1, 0, 1024, 256, 3136) == DN, "Intel: dW on 1 thread: onednn");
     T_CHECK(T, vt_gemm_choose(&in, 2, 0, 0, 1024, 256, 3136) == DN, "Intel: A*B: onednn");
     T_CHECK(T, vt_gemm_choose(&in, 2, 1, 1, 1024, 256, 3136) == DN, "Intel: A^T*B^T: onednn");
+    /* rule 14 (AMD's AVX-512): one-thread A*B^T whose N is not a multiple of 16, up to 512 columns */
+    vt_gemm_plan amd = same;
+    amd.tail_n = 1;
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 1, 256, 102, 768) == OB, "AMD: cFFN panel 256x102x768: openblas");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 1, 784, 49, 64) == OB, "AMD: PVT tile 784x49x64: openblas");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 1, 256, 455, 2048) == OB, "AMD: N 455: openblas");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 1, 64, 1000, 384) == DN, "AMD: N 1000: onednn");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 1, 256, 96, 576) == DN, "AMD: N 96 (a multiple of 16): onednn");
+    T_CHECK(T, vt_gemm_choose(&amd, 2, 0, 1, 3152, 102, 768) == DN, "AMD: N 102 on 2 threads: onednn");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 0, 0, 256, 102, 768) == DN, "AMD: A*B with N 102: onednn");
+    T_CHECK(T, vt_gemm_choose(&amd, 1, 1, 0, 256, 102, 768) == DN, "AMD: A^T*B with N 102: onednn");
+    T_CHECK(T, vt_gemm_choose(&same, 1, 0, 1, 256, 102, 768) == DN, "rule 14 off: onednn");
     vt_gemm_plan in2 = avx2;
     in2.intel = 1;
     T_CHECK(T, vt_gemm_choose(&in2, 2, 1, 0, 1024, 256, 3136) == OB, "Intel's AVX2: rule 7, not 11");
     vt_gemm_plan inf = in;
     inf.force = DN;
     T_CHECK(T, vt_gemm_choose(&inf, 2, 1, 0, 1024, 256, 3136) == DN, "Intel, forced onednn: onednn");
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&prescott, 1, 0, 0, 4, 4, 4) == DN,
             "generic OpenBLAS kernel: onednn even for tiny shapes");
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&dnnl_low, 2, 0, 0, 3152, 576, 192) == OB, "generic oneDNN kernel: openblas");
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, NULL, NULL};
     T_CHECK(T, vt_gemm_choose(&old, 2, 0, 0, 3152, 576, 192) == OB, "same tier below AVX2 (unmeasured): openblas");
     vt_gemm_plan forced = prescott;
     forced.force = OB;

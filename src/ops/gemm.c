@@ -109,6 +109,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->onednn = onednn_tier(dnnl_get_effective_cpu_isa());
     p->vnni = ((unsigned)dnnl_get_effective_cpu_isa() & 0x440u) != 0; /* the VNNI bits of avx512_core_vnni, avx2_vnni */
     p->intel = f.intel;
+    p->tail_n = !f.intel && p->onednn >= VT_ISA_AVX512; /* rule 14 */
     p->bf16 = 0;
     return 0;
 }
@@ -274,7 +275,21 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     114 vs 53 / 50, 384×192×3136 141 / 84 vs 136 / 76, 768×192×784 84 / 86 vs 66 / 66; oneDNN stays for M < 384
  *     (256×128×3136 132 / 107 vs 140 / 126, 128×128×3136 108 / 109 vs 112 / 116) and N = 384 past 2^18
  *     (1536×384×3136 131 vs 131). SimpleViT-S-MSF-g2's training step at batch 16, the rule off and on in one
- *     process, alternated: its group_linear nodes 637 → 616 ms per step (eight rounds). */
+ *     process, alternated: its group_linear nodes 637 → 616 ms per step (eight rounds).
+ * 14. AMD's AVX-512 (vt_gemm_plan.tail_n), one thread (inside a parallel loop), C = A·Bᵀ whose N <= 512 is not a
+ *     multiple of 16 (cFFN's narrow k, PVT's 49 and 50 keys): OpenBLAS, where rule 2 gave oneDNN from 2^20.
+ *     oneDNN 2.6.3's brgemm runs the 16-column remainder badly there. EPYC Zen 4, 2026-12-01, bench/gemm_kernels.c,
+ *     best of 7 alternated bursts, GFLOP/s of 2 threads each running its own product (the last one: one product on
+ *     2 threads), OpenBLAS vs oneDNN, 256-row panels M×N×K: 256×102×768 189 vs
+ *     154 (DeiT-Ti's cFFN fc2_u), ×37×512 162 vs 140, ×75×1024 163 vs 145, ×113×512 194 vs 167, ×170×1280 196 vs
+ *     174, ×204×1536 197 vs 182, ×227×1024 184 vs 170, ×455×2048 185 vs 175, ×273×2048 187 vs 186; attention
+ *     tiles 784×49×64 176 vs 149, 196×50×64 172 vs 143, 197×197×64 183 vs 182, 197×197×32 172 vs 174; N a multiple
+ *     of 16 stays (×96×576 201 vs 213, ×384×2304 203 vs 215), as do N = 1000 (64×1000×384 187 vs 209) and more
+ *     threads (3152×102×768 114 vs 180). Whole graphs with the rule off and on in one process (bench/vendor_rules.c
+ *     --tail-n, per-round medians): DeiT-Ti + hMHSA + cFFN inference at batch 16 1.034-1.043 (three runs), batch 1
+ *     1.001, training 0.993; PVTv2-b1 + hMHSA + cFFN 1.010 / 1.007 (eval / train), DeiT-S + hMHSA + cFFN 1.006,
+ *     Next-ViT-S + hMHSA + cFFN 0.999, PVTv2-b1 0.996-0.998, FLatten-PVTv2-b1 0.988-0.995, DeiT-Ti 1.007 (level).
+ *     Not measured on Intel. */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -286,6 +301,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
 #define TDW_K 3136            /* rule 11: weight gradients over this many rows */
 #define TDW_MN_MIN (1LL << 15) /* rule 11: smaller gradients (192 × 96) lost */
 #define TDW_MN_MAX (1LL << 18) /* rule 11: the largest gradient measured (1024 × 256), the transposed copy's size */
+#define TAIL_N_MAX 512          /* rule 14: the widest N measured (455 won, 1000 lost) */
 
 /* Whether rule 10 applies on this machine: AVX-512, the kernel built. */
 static int n64_on(const vt_gemm_plan *p) { return VT_GEMM64 && p->cpu >= VT_ISA_AVX512; }
@@ -327,6 +343,7 @@ vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, i
     if (threads > 1 && ta && !tb && tdw_rule(p, M, N, K)) return VT_GEMM_ONEDNN_T;
     if (threads > 1 && ta && !tb && wide_dw(p, M, N, K)) return VT_GEMM_OPENBLAS;
     if (threads <= 1 && p->intel && !ta && tb && K <= 32 && mnk >= TINY_MNK) return VT_GEMM_ONEDNN; /* rule 9 */
+    if (threads <= 1 && p->tail_n && !ta && tb && N % 16 != 0 && N <= TAIL_N_MAX) return VT_GEMM_OPENBLAS; /* 14 */
     return mnk < (threads > 1 ? TINY_MNK : SMALL_MNK) ? VT_GEMM_OPENBLAS : VT_GEMM_ONEDNN;
 }
 
@@ -1157,7 +1174,9 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                             "than 1 thread: onednn on the transposed product; A^T*B with M >= 2N and (K >= 3136, "
                             "M >= 512 or K >= 784, M >= 1024, N >= 384) on more than 1 thread: openblas;"
                           : "",
-                 p->intel ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;" : "",
+                 p->intel    ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;"
+                 : p->tail_n ? " A*B^T with N <= 512 not a multiple of 16 on 1 thread: openblas;"
+                             : "",
                  p->intel ? " (inference: every shape)" : "");
     const size_t used = strlen(buf);
     if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)

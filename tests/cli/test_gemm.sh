@@ -111,8 +111,10 @@ if [ "$avx2" = 1 ]; then
         "grep -q 'linear.onednn_conv1x1' '$T/a2.log' && ! grep -q 'linear.onednn_matmul' '$T/a2.log'" "$(cat "$T/a2.log")"
 fi
 # bench/vendor_rules.c: the graphs with the other CPU vendor's GEMM rules compute the same logits and gradients
-for spec in "pvt_v2_b1 1 train" "deit_tiny_patch16_224 1 eval"; do
-    OMP_NUM_THREADS=2 ./build/vendor_rules $spec 1 --check >"$T/vr.log" 2>&1
+# (and with --tail-n, rule 14 flipped instead)
+for spec in "pvt_v2_b1 1 train" "deit_tiny_patch16_224 1 eval" "deit_tiny_hmhsa_cffn 16 eval 1 --tail-n"; do
+    case $spec in *--tail-n) args=$spec ;; *) args="$spec 1" ;; esac
+    OMP_NUM_THREADS=2 ./build/vendor_rules $args --check >"$T/vr.log" 2>&1
     r=$(awk '/^check: logits/ { gsub(",", ""); print ($3 + 0 <= 1e-4 && $6 + 0 <= 1e-4 && $10 + 0 <= 1e-4) ? "ok" : $0 }' \
         "$T/vr.log")
     check "vendor_rules $spec: the other vendor's rules agree (logits, gradients) and the ratio is printed" \
@@ -120,6 +122,9 @@ for spec in "pvt_v2_b1 1 train" "deit_tiny_patch16_224 1 eval"; do
 done
 ./build/vendor_rules no_such_model 1 >"$T/vr.log" 2>&1
 check "vendor_rules refuses an unknown model" "[ $? -eq 2 ] && grep -q 'unknown model no_such_model' '$T/vr.log'" \
+    "$(cat "$T/vr.log")"
+./build/vendor_rules deit_tiny_patch16_224 1 eval 1 --bf16 --tail-n >"$T/vr.log" 2>&1
+check "vendor_rules refuses --bf16 with --tail-n" "[ $? -eq 2 ] && grep -q 'one at a time' '$T/vr.log'" \
     "$(cat "$T/vr.log")"
 ./build/vendor_rules deit_tiny_patch16_224 0 >"$T/vr.log" 2>&1
 check "vendor_rules refuses batch 0" "[ $? -eq 2 ] && grep -q 'must be positive' '$T/vr.log'" "$(cat "$T/vr.log")"
