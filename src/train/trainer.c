@@ -1218,17 +1218,24 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
          check_run_dir(c, o, e) ||
          (resume_here && ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
                           resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e))) ||
-         command_record(o, cmd_path, e) ||
+         (st.epoch < run_epochs(o) && command_record(o, cmd_path, e)) || /* a finished run resumed: nothing */
          (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
         rc = -1;
     char ckpt[4096], wpath[4096], bpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
     snprintf(bpath, sizeof bpath, "%s/weights_best.safetensors", o->run_dir);
-    if (rc == 0 && lead && o->resume)
+    /* a run resumed in its folder after its last epoch (resume_run refuses that into another folder) trains and
+     * writes nothing: said, exit 0, so that a script may resume until a run is done */
+    const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
+    if (finished && lead)
+        printf("Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
+               "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st.epoch, run_epochs(o),
+               run_epochs(o) == 1 ? "" : "s", o->run_dir);
+    else if (rc == 0 && lead && o->resume)
         printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st.epoch,
                (long long)st.step);
-    if (rc == 0 && lead && o->resume && st.best_epoch >= 0) { /* the best weights come along */
+    if (rc == 0 && lead && o->resume && !finished && st.best_epoch >= 0) { /* the best weights come along */
         char src[4096];
         snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
         if (access(src, F_OK) != 0)
@@ -1248,6 +1255,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     st.step = pos[0];
     st.epoch = pos[1];
     memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
+    if (o->resume && st.epoch >= run_epochs(o)) goto done; /* every rank: the finished run above */
     if (d.folder && lead) {
         printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
                o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, workers == 1 ? "" : "s",

@@ -387,3 +387,12 @@ expect "a recorded batch size out of range refused" 1 "batch-size must be in \[1
 expect "a recorded model option that is not one refused" 1 "records the model option '--weights'" \
     $V train $M --epochs 3 --threads 1 --resume "$T/ck_mo"
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"
+# ... and in its own folder: said, nothing written (command.txt not appended, weights and metrics untouched), exit 0
+cp -r "$T/ref" "$T/ref_done"
+$V train $M --resume "$T/ref_done" >"$T/done.log" 2>&1
+rc=$?
+check "a complete run resumed in place: nothing to train, exit 0" \
+    "[ $rc -eq 0 ] && grep -q 'Nothing to train: .* is at epoch 3, the end of a run of 3 epochs' '$T/done.log'" \
+    "rc $rc: $(cat "$T/done.log")"
+check "... its folder unchanged (command.txt, weights, checkpoint, metrics)" \
+    "diff -r '$T/ref' '$T/ref_done' >/dev/null" "$(diff -r "$T/ref" "$T/ref_done" 2>&1 | head -5)"
