@@ -438,10 +438,20 @@ typedef struct {
     int steps;
 } run_setting;
 
-enum { RUN_SETTINGS = 26 };
+enum { RUN_SETTINGS = 27 };
 
 /* The settings of run o of model c (the training form) over `images` training images that change its numbers;
  * returns their count. */
+/* How run o's learning rate moves (its recipe's, recorded so that a resume under another recipe says so). */
+static const char *lr_update_text(const vt_train_opts *o) {
+    static const char *const t[2][3] = {
+        {"per step", "per epoch", "per epoch (DeiT's lag)"},
+        {"per step, cosine after the warm-up", "per epoch, cosine after the warm-up",
+         "per epoch (DeiT's lag), cosine after the warm-up"}};
+    const int u = o->sched_update >= 0 && o->sched_update <= 2 ? o->sched_update : 0;
+    return t[o->warmup_prefix != 0][u];
+}
+
 static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, run_setting *s) {
     const struct { const char *key; double v; int steps; } num[] = {
         {"train-images", (double)images, 1},
@@ -454,10 +464,11 @@ static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t i
         {"cutmix", o->mixup.cutmix_alpha, 0}, {"mixup-prob", o->mixup.prob, 0},
         {"mixup-switch-prob", o->mixup.switch_prob, 0}, {"model-ema-decay", o->model_ema ? o->model_ema_decay : 0, 0},
         {"drop-path", c->arch.drop_path, 0}};
-    _Static_assert(sizeof num / sizeof *num + 3 <= RUN_SETTINGS, "run_setting array too small");
+    _Static_assert(sizeof num / sizeof *num + 4 <= RUN_SETTINGS, "run_setting array too small");
     int n = 0;
     s[n++] = (run_setting){"data", o->data, {0}, 1};
     s[n++] = (run_setting){"recipe", o->recipe ? o->recipe->name : "none", {0}, 0};
+    s[n++] = (run_setting){"lr-update", lr_update_text(o), {0}, 0};
     s[n++] = (run_setting){"model-options", o->model_options ? o->model_options : "", {0}, 0};
     for (size_t i = 0; i < sizeof num / sizeof *num; i++, n++) {
         s[n] = (run_setting){num[i].key, NULL, {0}, num[i].steps};

@@ -70,6 +70,12 @@ $V train vit_fmnist_tiny --resume "$T/v" --epochs 3 --heads 4 --no-model-ema >"$
 check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && grep -q \
 '^Note: this resumed run changes model-options --heads 2 → --heads 4, epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
 '$T/v3.log'" "$(head -3 "$T/v3.log")"
+# ... another --recipe: the note names it and how the learning rate now moves (per step, not DeiT's per epoch)
+cp -r "$T/v" "$T/vr"
+$V train vit_fmnist_tiny --resume "$T/vr" --epochs 4 --recipe swin --batch-size 64 --repeated-aug >"$T/vr.log" 2>&1
+check "... a resume under another recipe names the changed lr updates" "[ $? -eq 0 ] && grep -q \
+'^Note: this resumed run changes recipe deit → swin, lr-update per epoch (DeiT.s lag) → per step, epochs 3 → 4, ' \
+'$T/vr.log'" "$(head -3 "$T/vr.log")"
 
 rm "$T/v/weights_best.safetensors"
 $V train vit_fmnist_tiny --resume "$T/v" --epochs 4 >"$T/v4.log" 2>&1
