@@ -1520,11 +1520,8 @@ static int index_list(const char *what, const char *s, int *out, int max) {
 /* attention, whose --heads picks the heads to draw: a model c that runs other heads than its weights record (their
  * vitc_heads metadata) is rebuilt with the recorded ones (halved on the stages --double-heads doubles), said on
  * stderr; 0, or an exit status. */
-static int heads_of_weights(opts *o, vt_model_cfg *c) {
-    vt_st_file f;
-    vt_err e = {{0}};
-    if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
-    const char *rec = vt_st_meta(&f, VT_HEADS_KEY);
+static int heads_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
+    const char *rec = vt_st_meta(f, VT_HEADS_KEY);
     char have[64], list[sizeof o->arch_heads] = "";
     vt_model_heads(c, have, sizeof have);
     size_t len = 0;
@@ -1538,7 +1535,6 @@ static int heads_of_weights(opts *o, vt_model_cfg *c) {
     }
     if (list[0])
         notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights, rec);
-    vt_st_close(&f);
     if (!list[0]) return 0;
     snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
     o->heads = o->arch_heads;
@@ -1562,7 +1558,6 @@ static int cmd_attention(opts *o) {
     int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
-    if ((mc = heads_of_weights(o, &c))) return mc;
     if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
     if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
     const size_t len = o->output ? strlen(o->output) : 0;
@@ -1572,8 +1567,12 @@ static int cmd_attention(opts *o) {
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
         return die("%s", e.msg);
-    vt_params *P = load_model(o, &c);
-    if (!P) return 1;
+    vt_st_file f; /* read once: its recorded heads, then its values */
+    if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
+    vt_params *P = (mc = heads_of_weights(o, &c, &f)) ? NULL : vt_model_load_file(&c, &f, o->weights, &e);
+    vt_st_close(&f);
+    if (mc) return mc;
+    if (!P) return die("%s", e.msg);
     const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
     vt_params_free(P);
     if (rc) return die("%s", e.msg);

@@ -8,6 +8,7 @@
 
 #include "vitc/image.h"
 #include "vitc/model.h"
+#include "vitc/safetensors.h"
 
 #define VT_MAX_TOPK 64
 
@@ -47,6 +48,9 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
 /* A new parameter store of c loaded from the safetensors file at path (the message names the file, and says so when
  * the model's weights depend on an image size other than its named one); NULL on error. */
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e);
+
+/* vt_model_load from a safetensors file already open (vt_st_open; path names it in messages), which stays open. */
+vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e);
 
 /* The name of class cls of c's dataset (Fashion-MNIST's ten), or NULL when the model's classes have no names here. */
 const char *vt_model_class_name(const vt_model_cfg *c, int cls);

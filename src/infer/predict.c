@@ -75,18 +75,23 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
 }
 
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
-    vt_err le = {{0}};
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return NULL;
+    vt_params *P = vt_model_load_file(c, &f, path, e);
+    vt_st_close(&f);
+    return P;
+}
+
+vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
+    vt_err le = {{0}};
     /* the file's names and shapes against the model's before its parameters are allocated (a wrong --dims could
      * ask for gigabytes), then the values */
     vt_params *S = vt_params_new(e), *P = NULL;
     if (S) S->shapes_only = 1;
-    int rc = !S || vt_model_create_params(c, S, e) ? -1 : vt_params_check_file(S, &f, path, &le);
+    int rc = !S || vt_model_create_params(c, S, e) ? -1 : vt_params_check_file(S, f, path, &le);
     vt_params_free(S);
     if (rc == 0 && (!(P = vt_params_new(e)) || vt_model_create_params(c, P, e))) rc = -2;
-    if (rc == 0) rc = vt_params_load_file(P, &f, path, &le);
-    vt_st_close(&f);
+    if (rc == 0) rc = vt_params_load_file(P, f, path, &le);
     if (rc == 0) return P;
     vt_params_free(P);
     if (!le.msg[0]) return NULL; /* out of memory, or the model's own error: already in e */

@@ -305,6 +305,9 @@ $V attention $M -w "$T/h2.safetensors" "$T/good.png" --save-maps "$T/h2m.safeten
 check "attention builds the recorded heads and says so" "[ $? -eq 0 ] && grep -q 'records 2 attention heads' '$T/h2a.log' && \
     /usr/bin/python3 -c \"import sys; sys.path.insert(0, 'tests/reference'); import st; \
 sys.exit(st.load('$T/h2m.safetensors')['blocks.0.attn'].shape[1] != 2)\"" "$(cat "$T/h2a.log")"
+$V attention $M -w <(cat "$T/h2.safetensors") "$T/good.png" -o "$T/h2p.png" >"$T/h2p.log" 2>&1
+check "... reading its weights once (from a pipe)" "[ $? -eq 0 ] && grep -q 'records 2 attention heads' '$T/h2p.log' && \
+    [ -s '$T/h2p.png' ]" "$(cat "$T/h2p.log")"
 
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"
