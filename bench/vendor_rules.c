@@ -5,7 +5,7 @@
  * rounding. With --tail-n the second graph flips rule 14 (vt_gemm_plan.tail_n) instead of the intel flag.
  * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
  * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
- * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16]: prints each round's seconds and, at the
+ * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n]: prints each round's seconds and, at the
  * end, the median and best ratios flipped (or bf16) / detected (below 1: the second graph is faster here). Forward
  * only for eval; for train, forward + backward (no optimizer step: the same for both). --check first prints the
  * largest difference of the two graphs' logits, and for train of each parameter's gradient, relative to that
@@ -105,13 +105,13 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     if (argc < 3)
         return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n]\n"), 2;
-    const vt_model_cfg *c0 = vt_model_find(argv[1]);
-    if (!c0) return fprintf(stderr, "unknown model %s\n", argv[1]), 2;
-    const int batch = atoi(argv[2]), train = argc > 3 && strcmp(argv[3], "train") == 0;
-    const int rounds = argc > 4 ? atoi(argv[4]) : 12;
-    int check = 0, bf16 = 0, tail = 0;
-    for (int i = 5; i < argc; i++) {
-        if (strcmp(argv[i], "--check") == 0)
+    int check = 0, bf16 = 0, tail = 0, npos = 0;
+    const char *pos[4] = {"", "0", "eval", "12"}; /* MODEL BATCH [train|eval] [ROUNDS], options anywhere */
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0) {
+            if (npos == 4) return fprintf(stderr, "unexpected argument %s\n", argv[i]), 2;
+            pos[npos++] = argv[i];
+        } else if (strcmp(argv[i], "--check") == 0)
             check = 1;
         else if (strcmp(argv[i], "--bf16") == 0)
             bf16 = 1;
@@ -120,6 +120,9 @@ int main(int argc, char **argv) {
         else
             return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
+    const vt_model_cfg *c0 = vt_model_find(pos[0]);
+    if (!c0) return fprintf(stderr, "unknown model %s\n", pos[0]), 2;
+    const int batch = atoi(pos[1]), train = strcmp(pos[2], "train") == 0, rounds = atoi(pos[3]);
     const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
     if (bf16 && tail) return fprintf(stderr, "--bf16 and --tail-n: one at a time\n"), 2;
@@ -138,7 +141,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
     for (int i = 0; train && i < batch; i++)
         b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
-    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d, %s intel=%d tail_n=%d%s\n", argv[1], batch,
+    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d, %s intel=%d tail_n=%d%s\n", pos[0], batch,
            train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel,
            b[0].g->gemm.tail_n, alt, b[1].g->gemm.intel, b[1].g->gemm.tail_n, bf16 ? " with --dtype bf16" : "");
     for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
@@ -155,7 +158,7 @@ int main(int argc, char **argv) {
         printf("round %d: detected %.4f s, %s %.4f s, ratio %.3f\n", r, t[0], alt, t[1], ratio[r]);
     }
     qsort(ratio, (size_t)rounds, sizeof *ratio, cmp);
-    printf("%s b%d %s: %s/detected median %.3f, best %.3f (%.4f / %.4f s)\n", argv[1], batch,
+    printf("%s b%d %s: %s/detected median %.3f, best %.3f (%.4f / %.4f s)\n", pos[0], batch,
            train ? "train" : "eval", alt, rounds % 2 ? ratio[rounds / 2] : 0.5 * (ratio[rounds / 2 - 1] + ratio[rounds / 2]),
            best[1] / best[0], best[1], best[0]);
     free(ratio);

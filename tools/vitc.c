@@ -1526,12 +1526,22 @@ static int heads_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
     vt_model_heads(c, have, sizeof have);
     size_t len = 0;
     const char *p = rec && strcmp(rec, have) != 0 ? rec : "";
-    for (int i = 0; *p && i < c->arch.nstages && len < sizeof list; i++) {
+    int i = 0;
+    for (; *p && i < c->arch.nstages && len < sizeof list; i++) {
         char *end = NULL;
+        errno = 0;
         const long h = strtol(p, &end, 10);
+        if (end == p || errno || h < 1 || h > 4096 || (*end && *end != ',')) break;
         const int dbl = c->arch.opts.double_heads && strcmp(c->arch.stages[i].attn, "hmhsa") == 0;
         len += (size_t)snprintf(list + len, sizeof list - len, "%s%ld", i ? "," : "", dbl ? h / 2 : h);
-        p = *end == ',' ? end + 1 : "";
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (*p || (list[0] && i != c->arch.nstages)) { /* the tensors fit the model (checked): the record does not */
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s: its %s metadata \"%.60s\" is not one head count per stage of %s's %d stage%s: "
+                 "not a file vitc wrote", o->weights, VT_HEADS_KEY, rec, c->name, c->arch.nstages,
+                 c->arch.nstages == 1 ? "" : "s");
+        return die("%s", msg);
     }
     if (list[0])
         notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights, rec);
@@ -1567,12 +1577,15 @@ static int cmd_attention(opts *o) {
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
         return die("%s", e.msg);
-    vt_st_file f; /* read once: its recorded heads, then its values */
+    vt_st_file f; /* read once: its tensors against the model, its recorded heads, then its values */
     if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
-    vt_params *P = (mc = heads_of_weights(o, &c, &f)) ? NULL : vt_model_load_file(&c, &f, o->weights, &e);
+    vt_params *P = NULL;
+    if (vt_model_check_tensors(&c, &f, o->weights, &e))
+        mc = die("%s", e.msg);
+    else if (!(mc = heads_of_weights(o, &c, &f)) && !(P = vt_model_load_file(&c, &f, o->weights, &e)))
+        mc = die("%s", e.msg);
     vt_st_close(&f);
     if (mc) return mc;
-    if (!P) return die("%s", e.msg);
     const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
     vt_params_free(P);
     if (rc) return die("%s", e.msg);

@@ -52,6 +52,10 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e);
 /* vt_model_load from a safetensors file already open (vt_st_open; path names it in messages), which stays open. */
 vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e);
 
+/* The names, shapes and dtypes of the open file f against c's parameters (vt_model_load's first check, without the
+ * heads record and without allocating them); 0, or -1 with vt_model_load's message. */
+int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e);
+
 /* The name of class cls of c's dataset (Fashion-MNIST's ten), or NULL when the model's classes have no names here. */
 const char *vt_model_class_name(const vt_model_cfg *c, int cls);
 

@@ -29,6 +29,9 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e);
  * heads record; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
+/* vt_params_check_file without the heads record: the form, the names, shapes and dtypes. */
+int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
 /* vt_params_load from the already opened file f. */
 int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 

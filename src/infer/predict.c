@@ -82,29 +82,49 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     return P;
 }
 
-vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
-    vt_err le = {{0}};
-    /* the file's names and shapes against the model's before its parameters are allocated (a wrong --dims could
-     * ask for gigabytes), then the values */
-    vt_params *S = vt_params_new(e), *P = NULL;
-    if (S) S->shapes_only = 1;
-    int rc = !S || vt_model_create_params(c, S, e) ? -1 : vt_params_check_file(S, f, path, &le);
-    vt_params_free(S);
-    if (rc == 0 && (!(P = vt_params_new(e)) || vt_model_create_params(c, P, e))) rc = -2;
-    if (rc == 0) rc = vt_params_load_file(P, f, path, &le);
-    if (rc == 0) return P;
-    vt_params_free(P);
-    if (!le.msg[0]) return NULL; /* out of memory, or the model's own error: already in e */
+/* A load's error: le's message (the weights' own) into e, naming the file once and saying when c's weights depend on
+ * an image size other than its named one; -1. An empty le: e already holds the error (out of memory, the model's). */
+static int load_error(const vt_model_cfg *c, const char *path, const vt_err *le, vt_err *e) {
+    if (!le->msg[0]) return -1;
     const vt_model_cfg *named = vt_model_find(c->name);
     char note[200] = "";
     if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %d)", c->name, c->arch.img_size);
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */
-    if (strstr(le.msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
-        vt_seterr(e, "%s%s", le.msg, note);
-    else
-        vt_seterr(e, "%s: %s%s", path, le.msg, note);
+    if (strstr(le->msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
+        return vt_seterr(e, "%s%s", le->msg, note);
+    return vt_seterr(e, "%s: %s%s", path, le->msg, note);
+}
+
+/* c's parameters' names and shapes, without their values (vt_params.shapes_only): a wrong --dims costs no memory. */
+static int check_shapes(const vt_model_cfg *c, const vt_st_file *f, const char *path, int heads, vt_err *le,
+                        vt_err *e) {
+    vt_params *S = vt_params_new(e);
+    if (S) S->shapes_only = 1;
+    const int rc = !S || vt_model_create_params(c, S, e) ? -1
+                   : heads                               ? vt_params_check_file(S, f, path, le)
+                                                         : vt_params_check_tensors(S, f, path, le);
+    vt_params_free(S);
+    return rc;
+}
+
+int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
+    vt_err le = {{0}};
+    return check_shapes(c, f, path, 0, &le, e) ? load_error(c, path, &le, e) : 0;
+}
+
+vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
+    vt_err le = {{0}};
+    /* the file's names and shapes against the model's before its parameters are allocated (a wrong --dims could
+     * ask for gigabytes), then the values */
+    vt_params *P = NULL;
+    int rc = check_shapes(c, f, path, 1, &le, e);
+    if (rc == 0 && (!(P = vt_params_new(e)) || vt_model_create_params(c, P, e))) rc = -2;
+    if (rc == 0) rc = vt_params_load_file(P, f, path, &le);
+    if (rc == 0) return P;
+    vt_params_free(P);
+    load_error(c, path, &le, e);
     return NULL;
 }
 

@@ -174,6 +174,11 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
 }
 
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    if (vt_params_check_tensors(P, f, path, e)) return -1;
+    return vt_weights_check_heads(P, f, path, e); /* the tensors fit: the heads they were made for must too */
+}
+
+int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     char brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause and the names */
     path = vt_path_brief(path, brief, sizeof brief);
     if (check_form(P, f, path, e)) return -1;
@@ -237,7 +242,7 @@ int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *pa
         list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
         return vt_seterr(e, "%s", msg);
     }
-    return vt_weights_check_heads(P, f, path, e); /* the tensors fit: the heads they were made for must too */
+    return 0;
 }
 
 int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {

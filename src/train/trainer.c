@@ -440,8 +440,6 @@ typedef struct {
 
 enum { RUN_SETTINGS = 27 };
 
-/* The settings of run o of model c (the training form) over `images` training images that change its numbers;
- * returns their count. */
 /* How run o's learning rate moves (its recipe's, recorded so that a resume under another recipe says so). */
 static const char *lr_update_text(const vt_train_opts *o) {
     static const char *const t[2][3] = {
@@ -452,6 +450,8 @@ static const char *lr_update_text(const vt_train_opts *o) {
     return t[o->warmup_prefix != 0][u];
 }
 
+/* The settings of run o of model c (the training form) over `images` training images that change its numbers;
+ * returns their count. */
 static int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, run_setting *s) {
     const struct { const char *key; double v; int steps; } num[] = {
         {"train-images", (double)images, 1},
@@ -1228,17 +1228,20 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
          check_run_dir(c, o, e) ||
          (resume_here && ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
-                          resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e))) ||
-         (st.epoch < run_epochs(o) && command_record(o, cmd_path, e)) || /* a finished run resumed: nothing */
-         (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) || recipe_record(o, e)))
+                          resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))))
+        rc = -1;
+    /* a run resumed in its folder after its last epoch (resume_run refuses that into another folder) trains and
+     * writes nothing (rank 0 knows it here, every rank after the broadcast below): said, exit 0, so that a script
+     * may resume until a run is done */
+    const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
+    if (rc == 0 && lead && !finished &&
+        (command_record(o, cmd_path, e) || (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) ||
+         recipe_record(o, e)))
         rc = -1;
     char ckpt[4096], wpath[4096], bpath[4096];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
     snprintf(bpath, sizeof bpath, "%s/weights_best.safetensors", o->run_dir);
-    /* a run resumed in its folder after its last epoch (resume_run refuses that into another folder) trains and
-     * writes nothing: said, exit 0, so that a script may resume until a run is done */
-    const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
     if (finished && lead)
         printf("Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
                "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st.epoch, run_epochs(o),
@@ -1257,7 +1260,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
-    if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
+    if (rc == 0 && lead && !finished && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
     int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
     memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
     if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
