@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""tools/convert_checkpoint.py on what users hand it (the DeiT-Ti end-to-end case is in test_deit.py (e)):
+  read   a training checkpoint holding floats (optimiser state, max_accuracy: Debian's torch 1.13 weights-only
+         unpickler refuses the opcode), the legacy (non-zip) torch.save format and a pipe convert, values exact;
+         the line printed names the entry the state dict came from
+  key    an explicit --key that is missing or not a dict is refused (never another entry silently)
+  refuse each of these gives one line "convert_checkpoint: ..." naming what it is, exit 1, no traceback and no
+         output: a pickled argparse.Namespace (unless --trust-pickle), a pickled module, a list, a bare tensor, a
+         TorchScript archive, a safetensors file, a NumPy file, text, a truncated archive, an empty file, a missing
+         file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
+         nothing left after --drop
+  output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
+         is left behind, also when the folder is not writable
+Run: /usr/bin/python3 tests/reference/test_convert.py
+"""
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import st
+from common import Report, tmpdir
+
+ROOT = Path(__file__).resolve().parents[2]
+CONV = [sys.executable, str(ROOT / "tools" / "convert_checkpoint.py")]
+
+
+def convert(*args, stdin=None):
+    return subprocess.run(CONV + [str(a) for a in args], capture_output=True, text=True, timeout=300, stdin=stdin)
+
+
+def one_line_refusal(p, words):
+    err = p.stderr.strip()
+    return (p.returncode == 1 and err.startswith("convert_checkpoint: ") and "\n" not in err
+            and "Traceback" not in err and words in err)
+
+
+def leftovers(folder, keep):
+    return sorted(n for n in os.listdir(folder) if n not in keep)
+
+
+def main():
+    rep = Report()
+    tmp = tmpdir()
+    g = torch.Generator().manual_seed(0)
+    sd = {"blocks.0.fc.weight": torch.randn(3, 4, generator=g), "blocks.0.fc.bias": torch.randn(3, generator=g),
+          "norm.num_batches_tracked": torch.tensor(7)}
+
+    # read: floats next to the weights, as every training checkpoint has them
+    m = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    torch.save({"model": sd, "optimizer": opt.state_dict(), "epoch": 3, "max_accuracy": 81.5}, tmp / "train.pth")
+    p = convert(tmp / "train.pth", tmp / "train.safetensors")
+    got = st.load(tmp / "train.safetensors") if p.returncode == 0 else {}
+    rep.check("read: a checkpoint holding floats (optimiser state, max_accuracy) converts, values exact",
+              p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
+              p.stderr.strip()[-300:])
+    rep.check("read: ... the line printed names the entry", "(from entry 'model')" in p.stdout, p.stdout.strip())
+    torch.save({"state_dict": {"module." + k: v for k, v in sd.items()}}, tmp / "legacy.pth",
+               _use_new_zipfile_serialization=False)
+    p = convert(tmp / "legacy.pth", tmp / "legacy.safetensors")
+    rep.check("read: the legacy torch.save format, 'module.' stripped",
+              p.returncode == 0 and set(st.load(tmp / "legacy.safetensors")) == set(sd), p.stderr.strip()[-300:])
+    with open(tmp / "train.pth", "rb") as f:
+        p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
+                           text=True, timeout=300)
+    rep.check("read: from a pipe", p.returncode == 0 and (tmp / "pipe.safetensors").exists(), p.stderr.strip()[-300:])
+
+    # key: an explicit entry must exist and be a state dict
+    torch.save({"model": sd, "state_dict": 5}, tmp / "keys.pth")
+    p = convert(tmp / "keys.pth", tmp / "k.safetensors", "--key", "model_ema")
+    rep.check("key: a missing --key refused, naming the entries there",
+              one_line_refusal(p, "has no entry 'model_ema' (--key); its top-level keys: model, state_dict")
+              and not (tmp / "k.safetensors").exists(), p.stderr.strip())
+    p = convert(tmp / "keys.pth", tmp / "k.safetensors", "--key", "state_dict")
+    rep.check("key: a --key that is no state dict refused", one_line_refusal(p, "'state_dict' (--key) is an int"),
+              p.stderr.strip())
+
+    # refuse: one line each, nothing written
+    cases = {}
+    torch.save({"model": sd, "args": argparse.Namespace(lr=1e-3)}, tmp / "ns.pth")
+    cases["a pickled argparse.Namespace"] = ("ns.pth", "argparse.Namespace")
+    torch.save(m, tmp / "module.pth")
+    cases["a pickled module"] = ("module.pth", "torch.nn.modules.linear.Linear")
+    torch.save([sd], tmp / "list.pth")
+    cases["a list"] = ("list.pth", "holds a list, not a state dict")
+    torch.save(torch.zeros(3), tmp / "tensor.pth")
+    cases["a bare tensor"] = ("tensor.pth", "holds a Tensor, not a state dict")
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 3)), str(tmp / "script.pt"))
+    cases["a TorchScript archive"] = ("script.pt", "is a TorchScript archive")
+    cases["a safetensors file"] = ("train.safetensors", "is already safetensors")
+    np.save(tmp / "arr.npy", np.zeros(3))
+    cases["a NumPy file"] = ("arr.npy", "is a NumPy array file")
+    (tmp / "text.pth").write_text("hello world " * 10)
+    cases["text"] = ("text.pth", "is not a PyTorch checkpoint")
+    data = (tmp / "train.pth").read_bytes()
+    (tmp / "trunc.pth").write_bytes(data[:len(data) // 2])
+    cases["a truncated archive"] = ("trunc.pth", "truncated or damaged")
+    (tmp / "empty.pth").write_bytes(b"")
+    cases["an empty file"] = ("empty.pth", "is empty")
+    cases["a missing file"] = ("missing.pth", "cannot read")
+    (tmp / "folder").mkdir()
+    cases["a folder"] = ("folder", "is a folder, not a checkpoint file")
+    torch.save({1: torch.zeros(1)}, tmp / "intkey.pth")
+    cases["an int key"] = ("intkey.pth", "has a key 1 (an int), not a tensor name")
+    torch.save({"a": torch.eye(3).to_sparse()}, tmp / "sparse.pth")
+    cases["a sparse tensor"] = ("sparse.pth", "store it dense")
+    torch.save({"a": torch.zeros(2, dtype=torch.complex64)}, tmp / "complex.pth")
+    cases["a complex tensor"] = ("complex.pth", "is complex")
+    torch.save({"module.a": torch.zeros(2), "a": torch.ones(2)}, tmp / "dupe.pth")
+    cases["two names equal once 'module.' is stripped"] = ("dupe.pth", "'module.a' and 'a' are both 'a'")
+    for what, (src, words) in cases.items():
+        out = tmp / f"out_{src}.safetensors"
+        p = convert(tmp / src, out)
+        rep.check(f"refuse: {what}", one_line_refusal(p, words) and not out.exists(), p.stderr.strip()[-300:])
+    p = convert(tmp / "ns.pth", tmp / "ns.safetensors", "--trust-pickle")
+    rep.check("refuse: ... the Namespace read with --trust-pickle", p.returncode == 0, p.stderr.strip()[-300:])
+    p = convert(tmp / "train.pth", tmp / "none.safetensors", "--drop", "blocks", "--drop", "norm")
+    rep.check("refuse: nothing left after --drop", one_line_refusal(p, "no tensor left to write"), p.stderr.strip())
+
+    # output: never over a folder, a FIFO or the input; no temporary file left
+    os.mkfifo(tmp / "fifo")
+    (tmp / "outdir").mkdir()
+    os.link(tmp / "keys.pth", tmp / "hardlink.pth")
+    for what, dst, words in (("a folder", "outdir", "it exists and is a folder"),
+                             ("a FIFO", "fifo", "it exists and is a FIFO"),
+                             ("the checkpoint itself", "keys.pth", "it is the checkpoint being converted"),
+                             ("the checkpoint through a hard link", "hardlink.pth", "it is the checkpoint being")):
+        before = (tmp / "keys.pth").read_bytes()
+        p = convert(tmp / "keys.pth", tmp / dst)
+        rep.check(f"output: {what} refused, the checkpoint intact",
+                  one_line_refusal(p, words) and (tmp / "keys.pth").read_bytes() == before, p.stderr.strip())
+    ro = tmp / "readonly"
+    ro.mkdir()
+    ro.chmod(0o500)
+    p = convert(tmp / "train.pth", ro / "w.safetensors")
+    ro.chmod(0o700)
+    if os.geteuid() != 0:  # root writes anyway
+        rep.check("output: an unwritable folder refused in one line, nothing left there",
+                  one_line_refusal(p, "cannot write") and leftovers(ro, []) == [], p.stderr.strip())
+    rep.check("output: no temporary file left in the working folder",
+              not [n for n in os.listdir(tmp) if ".tmp." in n], str(os.listdir(tmp)))
+    rep.finish()
+
+
+if __name__ == "__main__":
+    main()
