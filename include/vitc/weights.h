@@ -17,8 +17,8 @@
  * (official checkpoints, converted files, older vitc files) pass. */
 int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
-/* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names
- * with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
+/* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names (but it may lack
+ * fixed buffers, which keep their definition, and BatchNorm's num_batches_tracked, set to 0) with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
  * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training, or deployed for a cFFN model's file without
  * `.rep.` branches) equal to it.
  * Everything is checked before anything is copied: on error P is unchanged and the message names the offending

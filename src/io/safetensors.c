@@ -303,6 +303,11 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     const vt_st_entry **by_name = NULL;
     int rc = -1;
 
+    if (len >= 4 && (memcmp(buf, "PK\x03\x04", 4) == 0 || (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5))) {
+        vt_seterr(e, "not safetensors but %s (a PyTorch checkpoint, as torch.save writes them?): convert it with "
+                  "/usr/bin/python3 tools/convert_checkpoint.py", buf[0] == 0x80 ? "a Python pickle" : "a zip archive");
+        goto done;
+    }
     if (len < 8) {
         vt_seterr(e, "truncated file: %zu bytes, need at least 8 for the header length", len);
         goto done;

@@ -81,6 +81,20 @@ static int plain_of_factor_exists(const char *name, int (*has)(const void *, con
     return has(side, plain);
 }
 
+/* 1 when name is a factor of cFFN's deployed FFN (PREFIX_u.… or PREFIX_v.…). */
+static int is_factor(const char *name) {
+    const char *dot = strrchr(name, '.');
+    return dot && dot - name >= 2 && dot[-2] == '_' && (dot[-1] == 'u' || dot[-1] == 'v');
+}
+
+/* 1 when t may be absent from a file, as PyTorch's load_state_dict allows: a buffer the architecture defines
+ * (VT_INIT_FIXED: Swin's relative_position_index and attn_mask, which newer timm does not save) keeps its
+ * definition, a BatchNorm's num_batches_tracked (older PyTorch) reads 0. */
+static int may_be_absent(const vt_tensor *t) {
+    const size_t n = strlen(t->name), k = strlen(".num_batches_tracked");
+    return t->init.kind == VT_INIT_FIXED || (n >= k && strcmp(t->name + n - k, ".num_batches_tracked") == 0);
+}
+
 static int file_has(const void *f, const char *name) { return vt_st_find(f, name) != NULL; }
 static int model_has(const void *P, const char *name) { return vt_params_find(P, name) != NULL; }
 
@@ -183,11 +197,20 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
     path = vt_path_brief(path, brief, sizeof brief);
     if (check_form(P, f, path, e)) return -1;
     problem_list missing = {{0}, 0, 0}, extra = {{0}, 0, 0}, shape = {{0}, 0, 0}, dtype = {{0}, 0, 0};
-    /* re-parameterised branches (cFFN's `.rep.`) on either side, and those whose merge the other side holds */
+    /* re-parameterised branches (cFFN's `.rep.`) on either side, and those whose merge the other side holds; cFFN's
+     * factors (`_u`, `_v`) likewise; a training checkpoint's optimiser state */
     int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0, factors_missing = 0, factors_extra = 0;
+    int model_rep = 0, model_factors = 0, file_factors = 0, optim = 0;
+    const int file_rep = has_rep(f);
+    for (int i = 0; i < P->n; i++) {
+        model_rep |= strstr(P->t[i]->name, ".rep.") != NULL;
+        model_factors |= is_factor(P->t[i]->name);
+    }
+    for (int i = 0; i < f->n; i++) file_factors |= is_factor(f->entries[i].name);
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
+        if (!s && may_be_absent(t)) continue;
         if (!s) {
             list_add(&missing, "%s", t->name);
             rep_missing += strstr(t->name, ".rep.") != NULL;
@@ -207,6 +230,7 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
     for (int i = 0; i < f->n; i++)
         if (!vt_params_find(P, f->entries[i].name)) {
             list_add(&extra, "%s", f->entries[i].name);
+            optim += strncmp(f->entries[i].name, "optim/", 6) == 0;
             rep_extra += strstr(f->entries[i].name, ".rep.") != NULL;
             merged_in_model += merge_of_rep_exists(f->entries[i].name, model_has, P);
             factors_extra += plain_of_factor_exists(f->entries[i].name, model_has, P);
@@ -216,8 +240,14 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
         char msg[4096];
         /* the first words say it when re-parameterised blocks differ: in form (a branch on one side, its merge on the
          * other) or in presence (cFFN on one side only) */
+        /* each hint only where the sides differ in that respect as a whole: a file short of one branch tensor, or
+         * another model's file, is named by its lists alone */
+        merged_in_file *= !file_rep, rep_missing *= !file_rep, merged_in_model *= !model_rep;
+        rep_extra *= !model_rep, factors_missing *= !file_factors, factors_extra *= !model_factors;
         const char *form =
-            merged_in_file ? ". It holds the deployed form of re-parameterised blocks (`.rep.` branches merged by "
+            optim          ? ". It is a training checkpoint (its optimiser state, `optim/`, is not a model's): give "
+                             "the run's weights.safetensors or weights_best.safetensors"
+            : merged_in_file ? ". It holds the deployed form of re-parameterised blocks (`.rep.` branches merged by "
                              "`vitc deploy`) and the model is built in their training form, which deploy, grad and "
                              "training need: use a training-form file; forward, eval, predict and attention take this "
                              "one without --train-form"
@@ -258,13 +288,18 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
     int rc = tmp ? 0 : -1;
     for (int i = 0; i < P->n && rc == 0; i++) {
         const vt_tensor *t = P->t[i];
+        if (!vt_st_find(f, t->name)) continue; /* may_be_absent (checked) */
         rc = vt_st_read_f32(vt_st_find(f, t->name), tmp, t->numel, e);
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
     }
     vt_free(tmp);
     for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
         vt_tensor *t = P->t[i];
-        rc = vt_st_read_f32(vt_st_find(f, t->name), t->data, t->numel, e);
+        const vt_st_entry *s = vt_st_find(f, t->name);
+        if (s)
+            rc = vt_st_read_f32(s, t->data, t->numel, e);
+        else if (t->init.kind != VT_INIT_FIXED) /* a BatchNorm's counter */
+            vt_zero(t->data, t->numel);
     }
     return rc;
 }

@@ -410,3 +410,45 @@ check "a complete run resumed in place: nothing to train, exit 0" \
     "rc $rc: $(cat "$T/done.log")"
 check "... no file of its folder written (the same inodes, sizes and times: command.txt, metrics.csv, weights)" \
     "diff '$T/done_before.txt' '$T/done_after.txt' >/dev/null" "$(diff "$T/done_before.txt" "$T/done_after.txt")"
+# a training checkpoint given as weights: said so (not taken for a cFFN mix-up)
+expect "a training checkpoint as --weights refused, naming it as one" 1 "It is a training checkpoint" \
+    $V forward $M -w "$T/ref/checkpoint.safetensors" --input "$T/x.safetensors" -o "$T/yc.safetensors"
+# a PyTorch checkpoint given straight to vitc: pointed at the converter
+/usr/bin/python3 -c "import torch; torch.save({'model': {'a': torch.zeros(2)}}, '$T/ck.pth'); \
+torch.save({'a': torch.zeros(2)}, '$T/ck_legacy.pth', _use_new_zipfile_serialization=False)"
+for f in ck.pth ck_legacy.pth; do
+    expect "a torch.save file ($f) as weights pointed at convert_checkpoint.py" 1 \
+        "not safetensors but a .* (a PyTorch checkpoint.*convert it with /usr/bin/python3 tools/convert_checkpoint.py" \
+        $V forward $M -w "$T/$f" --input "$T/x.safetensors" -o "$T/yc.safetensors"
+done
+# what PyTorch's load_state_dict does without: a buffer the architecture defines (Swin's relative_position_index
+# and attn_mask, which newer timm does not save) keeps its definition, a BatchNorm's num_batches_tracked reads 0
+$V init swin_fmnist_tiny -o "$T/sw_full.safetensors" >/dev/null 2>&1
+$V init $M --ffn cffn --train-form -o "$T/cf_full.safetensors" >/dev/null 2>&1
+/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+T = sys.argv[1]
+sw = st.load(f"{T}/sw_full.safetensors")
+st.save(f"{T}/sw_nobuf.safetensors", {k: v for k, v in sw.items()
+                                      if "relative_position_index" not in k and "attn_mask" not in k})
+cf = st.load(f"{T}/cf_full.safetensors")
+st.save(f"{T}/cf_nonbt.safetensors", {k: v for k, v in cf.items() if "num_batches_tracked" not in k})
+rep = [k for k in cf if ".rep.0.bn.running_mean" in k][0]
+st.save(f"{T}/cf_short.safetensors", {k: v for k, v in cf.items() if k != rep})
+print(rep)
+PY
+for w in sw_full sw_nobuf; do
+    $V forward swin_fmnist_tiny -w "$T/$w.safetensors" --input "$T/x.safetensors" -o "$T/y_$w.safetensors" >"$T/nb.log" 2>&1
+done
+check "Swin weights without relative_position_index and attn_mask load, the same logits" \
+    "[ $? -eq 0 ] && cmp -s '$T/y_sw_full.safetensors' '$T/y_sw_nobuf.safetensors'" "$(cat "$T/nb.log")"
+$V forward $M --ffn cffn --train-form -w "$T/cf_nonbt.safetensors" --input "$T/x.safetensors" -o "$T/y_nbt.safetensors" \
+    >"$T/nb.log" 2>&1
+check "cFFN weights without num_batches_tracked load" "[ $? -eq 0 ]" "$(cat "$T/nb.log")"
+$V forward $M --ffn cffn --train-form -w "$T/cf_short.safetensors" --input "$T/x.safetensors" -o "$T/y_s.safetensors" \
+    >"$T/nb.log" 2>&1
+check "a cFFN file short of one branch tensor: named as missing, no advice to drop cFFN" \
+    "[ $? -eq 1 ] && grep -q 'missing 1,.*rep.0.bn.running_mean' '$T/nb.log' && ! grep -q -- '--ffn mlp' '$T/nb.log'" \
+    "$(cat "$T/nb.log")"
