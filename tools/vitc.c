@@ -454,25 +454,29 @@ static int open_input(const opts *o, vt_st_file *f) {
     return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
 }
 
-/* Reads `input` (B, C, H, W) from f (open_input) and checks it against cfg; returns the data and B. */
-static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, int *B) {
+/* Reads `input` (B, C, H, W) from f (open_input of path) and checks it against cfg; returns the data and B. */
+static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *path, int *B) {
     vt_err e = {{0}};
     float *x = NULL;
     int nd = -1;
     int64_t sh[VT_ST_MAXDIM];
     const vt_st_entry *ie = vt_st_find(f, "input");
+    char buf[600];
     if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
-        die("tensor input has dtype %s; images must be F32 (or F16/BF16)", vt_st_dtype_name(ie->dtype));
+        snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
+                 vt_st_dtype_name(ie->dtype));
+        die("%s", buf);
         return NULL;
     }
     if (vt_st_read_named(f, "input", &x, &nd, sh, &e)) {
-        die("%s", e.msg);
+        snprintf(buf, sizeof buf, "%s: %s", path, e.msg);
+        die("%s", buf);
         return NULL;
     }
     const vt_arch_cfg *a = &cfg->arch;
     if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
         sh[3] != a->img_size) {
-        char buf[400], dims[200] = "";
+        char dims[200] = "";
         for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
         snprintf(buf, sizeof buf, "input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; see "
@@ -650,7 +654,7 @@ static int cmd_forward(opts *o) {
         return 1;
     }
     int B = 0, rc = 1;
-    float *x = read_input(&c, &f, &B);
+    float *x = read_input(&c, &f, o->input, &B);
     vt_err e = {{0}};
     vt_predictor p = {0};
     if (x && vt_predictor_init(&p, &c, P, B, o->features ? VT_PRED_MAPS : VT_PRED_LOGITS, &e)) {
@@ -709,12 +713,14 @@ static int cmd_grad(opts *o) {
         return 1;
     }
     int B = 0, rc = 1, steps = o->steps > 0 ? o->steps : 1;
-    float *x = read_input(&c, &f, &B), *labf = NULL, *losses = NULL;
+    float *x = read_input(&c, &f, o->input, &B), *labf = NULL, *losses = NULL;
     int32_t *lab = NULL;
     int64_t nl = 0;
     vt_err e = {{0}};
     if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
-        die("%s", e.msg);
+        char buf[600];
+        snprintf(buf, sizeof buf, "%s: %s", o->input, e.msg);
+        die("%s", buf);
     } else if (x && nl != B) {
         die("%s", "labels must have shape (B,) matching the input batch");
     } else if (x) {

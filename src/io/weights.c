@@ -123,6 +123,11 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
 int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     const char *rec = vt_st_meta(f, VT_HEADS_KEY);
     if (!rec || !P->heads[0] || strcmp(rec, P->heads) == 0) return 0;
+    int ok = rec[0] >= '0' && rec[0] <= '9'; /* head counts, comma-separated, as vitc writes them */
+    for (const char *p = rec; ok && *p; p++) ok = (*p >= '0' && *p <= '9') || (*p == ',' && p[1] && p[1] != ',');
+    if (!ok)
+        return vt_seterr(e, "%s: its %s metadata \"%.40s\" is not a list of head counts: not a file vitc wrote", path,
+                         VT_HEADS_KEY, rec);
     return vt_seterr(e, "%s was made for %.40s attention heads (per stage, as run; metadata %s) but the model is "
                      "built with %s: its maps would split into other heads; build it as it was made (--heads, and "
                      "--double-heads where it was)", path, rec, VT_HEADS_KEY, P->heads);

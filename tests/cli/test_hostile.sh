@@ -437,7 +437,7 @@ cf = st.load(f"{T}/cf_full.safetensors")
 st.save(f"{T}/cf_nonbt.safetensors", {k: v for k, v in cf.items() if "num_batches_tracked" not in k})
 rep = [k for k in cf if ".rep.0.bn.running_mean" in k][0]
 st.save(f"{T}/cf_short.safetensors", {k: v for k, v in cf.items() if k != rep})
-print(rep)
+assert rep
 PY
 for w in sw_full sw_nobuf; do
     $V forward swin_fmnist_tiny -w "$T/$w.safetensors" --input "$T/x.safetensors" -o "$T/y_$w.safetensors" >"$T/nb.log" 2>&1
@@ -452,3 +452,9 @@ $V forward $M --ffn cffn --train-form -w "$T/cf_short.safetensors" --input "$T/x
 check "a cFFN file short of one branch tensor: named as missing, no advice to drop cFFN" \
     "[ $? -eq 1 ] && grep -q 'missing 1,.*rep.0.bn.running_mean' '$T/nb.log' && ! grep -q -- '--ffn mlp' '$T/nb.log'" \
     "$(cat "$T/nb.log")"
+# a heads record that is no list of head counts, and an input file without its tensor: said so, naming the file
+expect "forward: a heads record that is no list of head counts refused as such" 1 \
+    'hbad.safetensors: its vitc_heads metadata \"abc\" is not a list of head counts' \
+    $V forward $M -w "$T/hbad.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+expect "forward: an input file without 'input' named" 1 "w.safetensors: tensor 'input' not found in file" \
+    $V forward $M -w "$T/w.safetensors" --input "$T/w.safetensors" -o "$T/yh.safetensors"
