@@ -303,7 +303,10 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     const vt_st_entry **by_name = NULL;
     int rc = -1;
 
-    if (len >= 4 && (memcmp(buf, "PK\x03\x04", 4) == 0 || (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5))) {
+    /* a torch.save file (a zip archive, or a pickle of protocol 2-5) that is no safetensors file: its first bytes
+     * read as a header length, the header would not fit or not start with '{' */
+    if (len >= 4 && (memcmp(buf, "PK\x03\x04", 4) == 0 || (buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5)) &&
+        (len < 9 || le64(buf) > VT_ST_MAX_HEADER || le64(buf) > len - 8 || buf[8] != '{')) {
         vt_seterr(e, "not safetensors but %s (a PyTorch checkpoint, as torch.save writes them?): convert it with "
                   "/usr/bin/python3 tools/convert_checkpoint.py", buf[0] == 0x80 ? "a Python pickle" : "a zip archive");
         goto done;
