@@ -6,11 +6,13 @@ vitc uses the official state_dict names and shapes, so no tensor is renamed: the
 the file itself), strips a DataParallel 'module.' prefix, drops tensors whose names start with a --drop prefix (e.g.
 an extra head the vitc model does not have), and writes floating tensors as F32 and integer ones
 (BatchNorm's num_batches_tracked) as I64. vitc's loader then names any missing, extra or wrong-shape tensor.
-The checkpoint is read as tensors, plain containers and scalars only, no code from the file: torch.load's
-weights-only unpickler, or where that PyTorch's cannot read a plain value (1.13 refuses floats, e.g. a training
-checkpoint's optimiser settings or max_accuracy) an unpickler with the same allowed classes. One that also pickles
-other Python objects (e.g. the training's argparse.Namespace) is refused, naming the object; --trust-pickle reads it
-with the full unpickler, which runs whatever code the file names: for trusted files only.
+The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
+the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
+one cut down to data: read_zip), not by torch.load, whose weights-only mode PyTorch 1.13 does not make safe and
+which refuses floats there (every training checkpoint's optimiser settings). A checkpoint that also pickles other
+Python objects (e.g. the training's argparse.Namespace), or is in the legacy pre-1.6 format, is refused, naming
+what it holds; --trust-pickle reads it with torch.load's full unpickler, which runs whatever code the file names:
+for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself.
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
@@ -19,6 +21,7 @@ Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tin
          vitc predict deit_tiny_patch16_224 --weights deit_tiny.safetensors cat.jpg
 """
 import argparse
+import collections
 import fcntl
 import io
 import json
@@ -27,6 +30,7 @@ import pickle
 import stat
 import struct
 import sys
+import tempfile
 import zipfile
 
 import torch
@@ -100,40 +104,157 @@ def sniff(path, data):
         raise Refused(f"{path} is not a PyTorch checkpoint (torch.save writes a zip archive or a pickle)")
 
 
-def allowed_globals():
-    """The classes and functions the weights-only unpickler of this PyTorch allows, by 'module.name'."""
-    try:
-        from torch import _weights_only_unpickler
-        return dict(_weights_only_unpickler._get_allowed_globals())
-    except (ImportError, AttributeError):  # PyTorch before 1.13: tensors, storages, dtypes and OrderedDict
-        import collections
-        g = {"collections.OrderedDict": collections.OrderedDict, "torch.Size": torch.Size,
-             "torch._utils._rebuild_tensor_v2": torch._utils._rebuild_tensor_v2,
-             "torch._utils._rebuild_parameter": torch._utils._rebuild_parameter}
-        g.update({f"torch.{n}": getattr(torch, n) for n in dir(torch)
-                  if n.endswith("Storage") or isinstance(getattr(torch, n), torch.dtype)})
-        return g
+class _OtherTensors(Exception):
+    """Tensors torch.save can write and vitc has no use for (complex, quantized, sparse): what they are."""
 
 
-class _Restricted(pickle.Unpickler):
-    """Python's unpickler (every opcode: floats, sets, ...) with only allowed_globals() to call."""
-    allowed = None
+# torch.save's storage classes (GLOBAL torch.<Name>) and their element types
+STORAGES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64, "HalfStorage": torch.float16,
+            "BFloat16Storage": torch.bfloat16, "LongStorage": torch.int64, "IntStorage": torch.int32,
+            "ShortStorage": torch.int16, "CharStorage": torch.int8, "ByteStorage": torch.uint8,
+            "BoolStorage": torch.bool}
+
+
+class _StorageType:
+    """What GLOBAL torch.<Name>Storage gives: an element type, not callable."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
+def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+    """torch._utils._rebuild_tensor_v2's meaning, on a storage this reader made: a copy of the strided view, its
+    extent checked against the storage."""
+    if not (isinstance(storage, torch.Tensor) and isinstance(offset, int) and isinstance(size, tuple)
+            and isinstance(stride, tuple) and len(size) == len(stride)
+            and all(isinstance(v, int) and v >= 0 for v in size + stride) and offset >= 0):
+        raise pickle.UnpicklingError("a tensor's offset, size or stride is malformed")
+    if any(v == 0 for v in size):
+        return torch.empty(size, dtype=storage.dtype)
+    if offset + sum((n - 1) * st for n, st in zip(size, stride)) >= storage.numel():
+        raise pickle.UnpicklingError("a tensor reaches past the end of its storage")
+    return torch.as_strided(storage, size, stride, offset).clone()
+
+
+def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
+    return data
+
+
+# the only callables a checkpoint read without --trust-pickle may name: this reader's own
+CALLABLES = {"torch._utils._rebuild_tensor_v2": _rebuild_tensor, "torch._utils._rebuild_parameter": _rebuild_parameter,
+             "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+             "collections.OrderedDict": collections.OrderedDict}
+
+
+class _DataUnpickler(pickle._Unpickler):
+    """Python's own (pure-Python) unpickler, cut down to data: scalars, strings, lists, tuples, dicts, sets, the
+    tensors of a torch.save zip archive (storages read from its data/ entries by persistent_load) and OrderedDicts.
+    GLOBAL names only CALLABLES and torch's storage classes; REDUCE calls only CALLABLES; BUILD only sets an
+    OrderedDict's state dict metadata; APPEND(S), SETITEM(S) and ADDITEMS work on lists, dicts and sets only; INST,
+    OBJ, NEWOBJ, NEWOBJ_EX and the extension registry are refused. Nothing the file names is imported or called."""
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, data, storage_bytes):
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self.storage_bytes, self.storages = storage_bytes, {}
 
     def find_class(self, module, name):
-        obj = self.allowed.get(f"{module}.{name}")
-        if obj is None:
-            raise pickle.UnpicklingError(f"Unsupported class {module}.{name}")
-        return obj
+        if module == "torch" and name in STORAGES:
+            return _StorageType(STORAGES[name])
+        obj = CALLABLES.get(f"{module}.{name}")
+        if obj is not None:
+            return obj
+        if module == "torch" and name.endswith("Storage"):  # torch's, of elements no vitc weight has
+            raise _OtherTensors(f"{name[:-7] or 'untyped'} tensors (e.g. complex or quantized), which vitc's weights "
+                                "are not")
+        if module == "torch._utils" and name.startswith("_rebuild_"):  # torch's, of a layout other than strided
+            raise _OtherTensors(f"a tensor of another layout ({name}: sparse, quantized, ...): store it dense and "
+                                "float (.to_dense(), .dequantize()) before converting")
+        raise pickle.UnpicklingError(f"Unsupported class {module}.{name}")
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and isinstance(pid[4], int)):
+            raise pickle.UnpicklingError(f"a persistent id that is no tensor storage: {str(pid)[:80]}")
+        kind, key, numel = pid[1], pid[2], pid[4]
+        if key not in self.storages:
+            raw = self.storage_bytes(key)
+            width = torch.empty(0, dtype=kind.dtype).element_size()
+            if raw is None or len(raw) != numel * width:
+                raise pickle.UnpicklingError(f"storage {key} is missing or not {numel} elements long")
+            self.storages[key] = torch.frombuffer(bytearray(raw), dtype=kind.dtype) if numel else \
+                torch.empty(0, dtype=kind.dtype)
+        return self.storages[key]
+
+    def _refuse(self, what):
+        raise pickle.UnpicklingError(f"Unsupported operation {what}")
+
+    def load_reduce(self):
+        args, func = self.stack.pop(), self.stack[-1]
+        if not any(func is f for f in CALLABLES.values()) or not isinstance(args, tuple):
+            self._refuse(f"REDUCE of {type(func).__name__}")
+        self.stack[-1] = func(*args)
+
+    def load_build(self):
+        state, inst = self.stack.pop(), self.stack[-1]
+        if type(inst) is not collections.OrderedDict or not isinstance(state, dict) or set(state) - {"_metadata"}:
+            self._refuse(f"BUILD on {type(inst).__name__}")
+        # the state dict's _metadata (module versions) is not needed: dropped
+
+    def load_append(self):
+        value, lst = self.stack.pop(), self.stack[-1]
+        if type(lst) is not list:
+            self._refuse(f"APPEND to {type(lst).__name__}")
+        lst.append(value)
+
+    def load_appends(self):
+        items = self.pop_mark()
+        if type(self.stack[-1]) is not list:
+            self._refuse(f"APPENDS to {type(self.stack[-1]).__name__}")
+        self.stack[-1].extend(items)
+
+    def load_setitem(self):
+        value, key = self.stack.pop(), self.stack.pop()
+        if type(self.stack[-1]) not in (dict, collections.OrderedDict):
+            self._refuse(f"SETITEM on {type(self.stack[-1]).__name__}")
+        self.stack[-1][key] = value
+
+    def load_setitems(self):
+        items = self.pop_mark()
+        d = self.stack[-1]
+        if type(d) not in (dict, collections.OrderedDict):
+            self._refuse(f"SETITEMS on {type(d).__name__}")
+        for i in range(0, len(items), 2):
+            d[items[i]] = items[i + 1]
+
+    def load_additems(self):
+        items = self.pop_mark()
+        if type(self.stack[-1]) is not set:
+            self._refuse(f"ADDITEMS to {type(self.stack[-1]).__name__}")
+        self.stack[-1].update(items)
+
+    for _op, _fn in ((pickle.REDUCE, load_reduce), (pickle.BUILD, load_build), (pickle.APPEND, load_append),
+                     (pickle.APPENDS, load_appends), (pickle.SETITEM, load_setitem), (pickle.SETITEMS, load_setitems),
+                     (pickle.ADDITEMS, load_additems)):
+        dispatch[_op[0]] = _fn
+    for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4):
+        dispatch[_op[0]] = lambda self, _n=_op: self._refuse(f"opcode {_n!r}")
+    del _op, _fn
 
 
-class RestrictedPickle:
-    """A pickle module for torch.load whose Unpickler allows only what the weights-only unpickler allows."""
-    Unpickler = _Restricted
-    UnpicklingError = pickle.UnpicklingError
+def read_zip(path, data):
+    """The object of a torch.save zip archive, read by _DataUnpickler."""
+    z = zipfile.ZipFile(io.BytesIO(data))
+    pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+    prefix = pkl[:-len("data.pkl")]
+    names = set(z.namelist())
+    if f"{prefix}byteorder" in names and z.read(f"{prefix}byteorder").strip() != b"little":
+        raise Refused(f"{path} stores big-endian tensors, which this script does not read")
 
-    @staticmethod
-    def load(f, **kw):
-        return _Restricted(f, **kw).load()
+    def storage_bytes(key):
+        name = f"{prefix}data/{key}"
+        return z.read(name) if name in names else None
+    return _DataUnpickler(z.read(pkl), storage_bytes).load()
 
 
 def refused_object(path, err):
@@ -144,38 +265,33 @@ def refused_object(path, err):
 
 
 def load(path, data, trust):
-    """The checkpoint object; without trust, tensors, plain containers and scalars only (a refusal names the object)."""
-    buf = io.BytesIO(data)
+    """The checkpoint object; without trust, tensors, plain containers and scalars only, read by this script's own
+    unpickler (a refusal names the object)."""
     try:
         if trust:  # weights_only=False said outright: PyTorch 2.6 and later default to True
+            buf = io.BytesIO(data)
             try:
                 return torch.load(buf, map_location="cpu", weights_only=False)
             except TypeError:  # before 1.13: the full unpickler is the only one
                 buf.seek(0)
                 return torch.load(buf, map_location="cpu")
-        try:
-            return torch.load(buf, map_location="cpu", weights_only=True)
-        except TypeError:  # before 1.13: no weights-only unpickler
-            pass
-        except pickle.UnpicklingError as e:
-            if "Unsupported operand" not in str(e):  # a class or function outside the allowed ones
-                raise refused_object(path, e)
-        _Restricted.allowed = allowed_globals()  # a plain value this PyTorch's own unpickler cannot read
-        buf.seek(0)
-        try:
-            return torch.load(buf, map_location="cpu", pickle_module=RestrictedPickle, weights_only=False)
-        except TypeError:
-            buf.seek(0)
-            return torch.load(buf, map_location="cpu", pickle_module=RestrictedPickle)
+        if data[:4] != b"PK\x03\x04":
+            raise Refused(f"{path} is in the legacy torch.save format (PyTorch before 1.6, or "
+                          "_use_new_zipfile_serialization=False), which this script reads only with --trust-pickle: "
+                          "if you trust its source, add it, or save the state dict again with a newer torch.save")
+        return read_zip(path, data)
+    except _OtherTensors as e:
+        raise Refused(f"{path} holds {e}")
     except Refused:
         raise
     except pickle.UnpicklingError as e:
-        if "Unsupported class" in str(e):
+        if "Unsupported" in str(e):
             raise refused_object(path, e)
         raise Refused(f"{path} is not a readable torch.save file ({str(e).splitlines()[0] if str(e) else e!r})")
-    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, struct.error, zipfile.BadZipFile) as e:
+    except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, AttributeError, struct.error,
+            zipfile.BadZipFile, UnicodeDecodeError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise Refused(f"{path} is truncated or not a torch.save file ({first})")
+        raise Refused(f"{path} is truncated or not a torch.save file ({type(e).__name__}: {first})")
 
 
 def state_dict(obj, key, path):
@@ -258,9 +374,10 @@ def write_safetensors(path, tensors):
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     folder, base = os.path.split(path)
-    tmp = os.path.join(folder, f".{base[:200]}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
+    tmp = None
+    try:  # a new file of its own (O_EXCL: no planted link is followed), renamed over path once complete
+        fd, tmp = tempfile.mkstemp(prefix=f".{base[:200]}.", suffix=".tmp", dir=folder or ".")
+        with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(h)) + h)
             for b in blobs:
                 f.write(b)
@@ -269,7 +386,8 @@ def write_safetensors(path, tensors):
         os.replace(tmp, path)
     except OSError as e:
         try:
-            os.unlink(tmp)
+            if tmp:
+                os.unlink(tmp)
         except OSError:
             pass
         raise Refused(f"cannot write {path}: {e.strerror}")

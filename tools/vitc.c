@@ -461,7 +461,8 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
     int nd = -1;
     int64_t sh[VT_ST_MAXDIM];
     const vt_st_entry *ie = vt_st_find(f, "input");
-    char buf[600];
+    char buf[1024], brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause */
+    path = vt_path_brief(path, brief, sizeof brief);
     if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
         snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
                  vt_st_dtype_name(ie->dtype));
@@ -479,14 +480,14 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
         char dims[200] = "";
         for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
-        snprintf(buf, sizeof buf, "input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; see "
-                 "--img-size / --in-chans", dims, cfg->name, a->in_chans, a->img_size, a->img_size);
+        snprintf(buf, sizeof buf, "%s: input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; "
+                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, a->img_size, a->img_size);
         die("%s", buf);
         vt_free(x);
         return NULL;
     }
     if (vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]) >= 0) {
-        die("%s", "input contains NaN or Inf");
+        die("%s: input contains NaN or Inf", path);
         vt_free(x);
         return NULL;
     }
@@ -717,12 +718,15 @@ static int cmd_grad(opts *o) {
     int32_t *lab = NULL;
     int64_t nl = 0;
     vt_err e = {{0}};
+    char brief[VT_PATH_BRIEF], buf[1024];
+    vt_path_brief(o->input, brief, sizeof brief);
     if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
-        char buf[600];
-        snprintf(buf, sizeof buf, "%s: %s", o->input, e.msg);
+        snprintf(buf, sizeof buf, "%s: %s", brief, e.msg);
         die("%s", buf);
     } else if (x && nl != B) {
-        die("%s", "labels must have shape (B,) matching the input batch");
+        snprintf(buf, sizeof buf, "%s: labels must have shape (B,) matching the input batch (%d), not (%lld,)", brief,
+                 B, (long long)nl);
+        die("%s", buf);
     } else if (x) {
         labf = malloc(sizeof(float) * (size_t)B);
         losses = malloc(sizeof(float) * (size_t)steps);

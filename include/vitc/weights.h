@@ -29,6 +29,11 @@ int vt_params_load(vt_params *P, const char *path, vt_err *e);
  * heads record; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
+/* 1 when t may be absent from a weight file, as PyTorch's load_state_dict allows: a buffer the architecture defines
+ * (VT_INIT_FIXED: Swin's relative_position_index and attn_mask, which newer timm does not save) keeps its
+ * definition, a BatchNorm's num_batches_tracked (older PyTorch) reads 0. */
+int vt_weights_may_be_absent(const vt_tensor *t);
+
 /* vt_params_check_file without the heads record: the form, the names, shapes and dtypes. */
 int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 

@@ -127,6 +127,7 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         const vt_st_entry *s = vt_st_find(&f, t->name);
         int p = 0;
         if (t->init.kind == VT_INIT_FIXED) continue; /* recomputed by the model */
+        if (!s && vt_weights_may_be_absent(t)) continue; /* a BatchNorm's counter: the model's 0 */
         if (!s) {
             note(miss, sizeof miss, &nmiss, t->name);
             continue;

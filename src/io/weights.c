@@ -87,10 +87,7 @@ static int is_factor(const char *name) {
     return dot && dot - name >= 2 && dot[-2] == '_' && (dot[-1] == 'u' || dot[-1] == 'v');
 }
 
-/* 1 when t may be absent from a file, as PyTorch's load_state_dict allows: a buffer the architecture defines
- * (VT_INIT_FIXED: Swin's relative_position_index and attn_mask, which newer timm does not save) keeps its
- * definition, a BatchNorm's num_batches_tracked (older PyTorch) reads 0. */
-static int may_be_absent(const vt_tensor *t) {
+int vt_weights_may_be_absent(const vt_tensor *t) {
     const size_t n = strlen(t->name), k = strlen(".num_batches_tracked");
     return t->init.kind == VT_INIT_FIXED || (n >= k && strcmp(t->name + n - k, ".num_batches_tracked") == 0);
 }
@@ -215,7 +212,7 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
-        if (!s && may_be_absent(t)) continue;
+        if (!s && vt_weights_may_be_absent(t)) continue;
         if (!s) {
             list_add(&missing, "%s", t->name);
             rep_missing += strstr(t->name, ".rep.") != NULL;
@@ -293,7 +290,7 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
     int rc = tmp ? 0 : -1;
     for (int i = 0; i < P->n && rc == 0; i++) {
         const vt_tensor *t = P->t[i];
-        if (!vt_st_find(f, t->name)) continue; /* may_be_absent (checked) */
+        if (!vt_st_find(f, t->name)) continue; /* vt_weights_may_be_absent (checked) */
         rc = vt_st_read_f32(vt_st_find(f, t->name), tmp, t->numel, e);
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
     }

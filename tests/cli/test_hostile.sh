@@ -458,3 +458,6 @@ expect "forward: a heads record that is no list of head counts refused as such" 
     $V forward $M -w "$T/hbad.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
 expect "forward: an input file without 'input' named" 1 "w.safetensors: tensor 'input' not found in file" \
     $V forward $M -w "$T/w.safetensors" --input "$T/w.safetensors" -o "$T/yh.safetensors"
+$V train $M --ffn cffn --init-from "$T/cf_nonbt.safetensors" --data fashion-mnist --epochs 1 \
+    --train-subset 64 --test-subset 32 --batch-size 32 --threads 1 --out "$T/nbt_run" >"$T/nb.log" 2>&1
+check "--init-from weights without num_batches_tracked fine-tunes" "[ $? -eq 0 ]" "$(tail -3 "$T/nb.log")"

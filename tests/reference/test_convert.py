@@ -65,8 +65,34 @@ def main():
     torch.save({"state_dict": {"module." + k: v for k, v in sd.items()}}, tmp / "legacy.pth",
                _use_new_zipfile_serialization=False)
     p = convert(tmp / "legacy.pth", tmp / "legacy.safetensors")
-    rep.check("read: the legacy torch.save format, 'module.' stripped",
+    rep.check("read: the legacy torch.save format refused without --trust-pickle",
+              one_line_refusal(p, "legacy torch.save format") and not (tmp / "legacy.safetensors").exists(),
+              p.stderr.strip())
+    p = convert(tmp / "legacy.pth", tmp / "legacy.safetensors", "--trust-pickle")
+    rep.check("read: ... and read with it, 'module.' stripped",
               p.returncode == 0 and set(st.load(tmp / "legacy.safetensors")) == set(sd), p.stderr.strip()[-300:])
+    # tensors as torch.save lays them out: views into one storage, shared storages, half and bfloat16
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    views = {"t": base.t(), "slice": base[1:3, ::2], "shared": base, "half": torch.randn(3, generator=g).half(),
+             "bf16": torch.randn(3, generator=g).bfloat16(), "empty": torch.zeros(0, 5)}
+    torch.save(views, tmp / "views.pth")
+    p = convert(tmp / "views.pth", tmp / "views.safetensors")
+    got = st.load(tmp / "views.safetensors") if p.returncode == 0 else {}
+    rep.check("read: strided views, shared storages, half and bfloat16 values exact",
+              p.returncode == 0 and set(got) == set(views) and
+              all(np.array_equal(got[k], views[k].float().numpy()) for k in views), p.stderr.strip()[-300:])
+    # no code runs: a float first (where torch 1.13's weights-only reader stops), then an object whose reduce calls
+    # os.system, in the zip format; nothing it names is called
+    marker = tmp / "CODE_RAN"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+    torch.save({"max_accuracy": 81.5, "model": sd, "x": Evil()}, tmp / "evil.pth")
+    p = convert(tmp / "evil.pth", tmp / "evil.safetensors")
+    rep.check("refuse: a reduce calling os.system after a float: refused, nothing ran",
+              one_line_refusal(p, "posix.system") and not marker.exists() and not (tmp / "evil.safetensors").exists(),
+              p.stderr.strip())
     with open(tmp / "train.pth", "rb") as f:
         p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
                            text=True, timeout=300)
@@ -110,9 +136,9 @@ def main():
     torch.save({1: torch.zeros(1)}, tmp / "intkey.pth")
     cases["an int key"] = ("intkey.pth", "has a key 1 (an int), not a tensor name")
     torch.save({"a": torch.eye(3).to_sparse()}, tmp / "sparse.pth")
-    cases["a sparse tensor"] = ("sparse.pth", "store it dense")
+    cases["a sparse tensor"] = ("sparse.pth", "store it dense and float")
     torch.save({"a": torch.zeros(2, dtype=torch.complex64)}, tmp / "complex.pth")
-    cases["a complex tensor"] = ("complex.pth", "is complex")
+    cases["a complex tensor"] = ("complex.pth", "ComplexFloat tensors")
     torch.save({"module.a": torch.zeros(2), "a": torch.ones(2)}, tmp / "dupe.pth")
     cases["two names equal once 'module.' is stripped"] = ("dupe.pth", "'module.a' and 'a' are both 'a'")
     for what, (src, words) in cases.items():
