@@ -25,8 +25,9 @@ typedef struct vt_metrics_row {
  * existing file has a different header. */
 int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e);
 
-/* Drops the rows of run_dir/metrics.csv whose epoch exceeds max_epoch (rewriting it atomically), so a run that
- * starts or resumes at max_epoch does not repeat rows of epochs it will train again; no file is not an error. */
+/* Drops the rows of run_dir/metrics.csv whose epoch exceeds max_epoch (rewriting it atomically; a file with none
+ * and the current header is left as it is), so a run that starts or resumes at max_epoch does not repeat rows of
+ * epochs it will train again; no file is not an error. */
 int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e);
 
 /* Writes run_dir/curves.gp from run_dir/metrics.csv and runs gnuplot on it to make run_dir/curves.png (loss and

@@ -90,11 +90,34 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e) {
     return vt_out_commit(&o, e);
 }
 
+/* 0 when metrics.csv at path already is what copy_rows would write (the current header, every row's epoch at most
+ * max_epoch), else 1 (also when it cannot be read: copy_rows says why). */
+static int needs_rewrite(const char *path, double max_epoch) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    char line[512];
+    int first = 1, rewrite = 0;
+    while (!rewrite && fgets(line, sizeof line, f)) {
+        if (first) {
+            chomp(line);
+            rewrite = strcmp(line, VT_METRICS_HEADER) != 0;
+            first = 0;
+            continue;
+        }
+        char *end;
+        const double epoch = strtod(line, &end);
+        rewrite = end == line || epoch > max_epoch;
+    }
+    rewrite |= ferror(f) != 0;
+    fclose(f);
+    return rewrite;
+}
+
 int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e) {
     if (!run_dir) return vt_seterr(e, "vt_metrics_truncate: NULL argument");
     char path[4096];
     if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
-    if (access(path, F_OK) != 0) return 0; /* nothing to truncate */
+    if (access(path, F_OK) != 0 || !needs_rewrite(path, max_epoch)) return 0; /* nothing to truncate */
     vt_out o;
     if (vt_out_open(&o, path, e)) return -1;
     if (copy_rows(path, o.f, max_epoch, e)) {

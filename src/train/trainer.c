@@ -1231,8 +1231,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
                           resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))))
         rc = -1;
     /* a run resumed in its folder after its last epoch (resume_run refuses that into another folder) trains and
-     * writes nothing (rank 0 knows it here, every rank after the broadcast below): said, exit 0, so that a script
-     * may resume until a run is done */
+     * writes nothing but metrics rows past its checkpoint dropped (rank 0 knows it here, every rank after the
+     * broadcast below): said, exit 0, so that a script may resume until a run is done */
     const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
     if (rc == 0 && lead && !finished &&
         (command_record(o, cmd_path, e) || (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) ||
@@ -1260,7 +1260,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint, or a fresh run in an old run folder */
-    if (rc == 0 && lead && !finished && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1;
+    if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1; /* (unchanged: not written) */
     int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
     memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
     if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
