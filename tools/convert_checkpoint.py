@@ -42,6 +42,12 @@ class Refused(Exception):
     """A checkpoint or output the script will not take; the message is the whole explanation."""
 
 
+def shown(x, n=80):
+    """A name or value from the file as messages print it: ASCII with escapes, one line, at most about n characters."""
+    t = ascii(x) if isinstance(x, str) else str(x) if type(x) is int and abs(x) < 10 ** 20 else f"<{type(x).__name__}>"
+    return t if len(t) <= n else t[:n] + "...'"
+
+
 def a_type(x):
     """'a list', 'an int': x's type with its article."""
     n = type(x).__name__
@@ -99,6 +105,8 @@ def sniff(path, data):
                           "torch.save and convert that")
         if not any(n.endswith("/data.pkl") for n in names):
             raise Refused(f"{path} is a zip archive without a pickled object (data.pkl): not a torch.save file")
+        if any(i.compress_type != zipfile.ZIP_STORED for i in zipfile.ZipFile(io.BytesIO(data)).infolist()):
+            raise Refused(f"{path} is a zip archive with compressed entries, which torch.save does not write")
         return
     if data[:1] != b"\x80":  # a pickle of protocol 2 or later (torch.save's legacy format)
         raise Refused(f"{path} is not a PyTorch checkpoint (torch.save writes a zip archive or a pickle)")
@@ -129,8 +137,16 @@ def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=No
             and isinstance(stride, tuple) and len(size) == len(stride)
             and all(isinstance(v, int) and v >= 0 for v in size + stride) and offset >= 0):
         raise pickle.UnpicklingError("a tensor's offset, size or stride is malformed")
+    if any(v >= 1 << 48 for v in size + stride + (offset,)) or len(size) > 16:
+        raise pickle.UnpicklingError("a tensor's offset, size or stride is out of range")
     if any(v == 0 for v in size):
         return torch.empty(size, dtype=storage.dtype)
+    numel = 1
+    for n in size:
+        numel *= n
+    if numel > storage.numel() or any(st == 0 and n > 1 for n, st in zip(size, stride)):
+        raise pickle.UnpicklingError("a tensor repeats its storage's values (a zero stride or more elements than "
+                                     "its storage), which no state dict holds")
     if offset + sum((n - 1) * st for n, st in zip(size, stride)) >= storage.numel():
         raise pickle.UnpicklingError("a tensor reaches past the end of its storage")
     return torch.as_strided(storage, size, stride, offset).clone()
@@ -157,6 +173,7 @@ class _DataUnpickler(pickle._Unpickler):
     def __init__(self, data, storage_bytes):
         super().__init__(io.BytesIO(data), encoding="utf-8")
         self.storage_bytes, self.storages = storage_bytes, {}
+        self.stored = self.made = 0  # elements read from storages, and in the tensors made of them
 
     def find_class(self, module, name):
         if module == "torch" and name in STORAGES:
@@ -165,25 +182,26 @@ class _DataUnpickler(pickle._Unpickler):
         if obj is not None:
             return obj
         if module == "torch" and name.endswith("Storage"):  # torch's, of elements no vitc weight has
-            raise _OtherTensors(f"{name[:-7] or 'untyped'} tensors (e.g. complex or quantized), which vitc's weights "
-                                "are not")
+            raise _OtherTensors(f"{shown(name[:-7] or 'untyped')} tensors (e.g. complex or quantized), which vitc's "
+                                "weights are not")
         if module == "torch._utils" and name.startswith("_rebuild_"):  # torch's, of a layout other than strided
-            raise _OtherTensors(f"a tensor of another layout ({name}: sparse, quantized, ...): store it dense and "
+            raise _OtherTensors(f"a tensor of another layout ({shown(name)}: sparse, quantized, ...): store it dense and "
                                 "float (.to_dense(), .dequantize()) before converting")
-        raise pickle.UnpicklingError(f"Unsupported class {module}.{name}")
+        raise pickle.UnpicklingError(f"Unsupported class {shown(module + '.' + name)[1:-1]}")
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and isinstance(pid[4], int)):
-            raise pickle.UnpicklingError(f"a persistent id that is no tensor storage: {str(pid)[:80]}")
+            raise pickle.UnpicklingError(f"a persistent id that is no tensor storage ({a_type(pid)})")
         kind, key, numel = pid[1], pid[2], pid[4]
         if key not in self.storages:
             raw = self.storage_bytes(key)
             width = torch.empty(0, dtype=kind.dtype).element_size()
             if raw is None or len(raw) != numel * width:
-                raise pickle.UnpicklingError(f"storage {key} is missing or not {numel} elements long")
+                raise pickle.UnpicklingError(f"storage {shown(key)} is missing or not {numel} elements long")
             self.storages[key] = torch.frombuffer(bytearray(raw), dtype=kind.dtype) if numel else \
                 torch.empty(0, dtype=kind.dtype)
+            self.stored += numel
         return self.storages[key]
 
     def _refuse(self, what):
@@ -193,7 +211,11 @@ class _DataUnpickler(pickle._Unpickler):
         args, func = self.stack.pop(), self.stack[-1]
         if not any(func is f for f in CALLABLES.values()) or not isinstance(args, tuple):
             self._refuse(f"REDUCE of {type(func).__name__}")
-        self.stack[-1] = func(*args)
+        self.stack[-1] = out = func(*args)
+        if func is _rebuild_tensor:  # tied weights share a storage; a file naming one many times is no state dict
+            self.made += out.numel()
+            if self.made > 4 * self.stored + (1 << 20):
+                self._refuse("of tensors repeating their storages' values more than four times over")
 
     def load_build(self):
         state, inst = self.stack.pop(), self.stack[-1]
@@ -213,11 +235,17 @@ class _DataUnpickler(pickle._Unpickler):
             self._refuse(f"APPENDS to {type(self.stack[-1]).__name__}")
         self.stack[-1].extend(items)
 
+    def _key(self, key):
+        """Keys are names or small integers (a state dict's, an optimiser state's): nothing costly to hash."""
+        if not (type(key) is str or (type(key) is int and -(1 << 63) <= key < 1 << 63)):
+            self._refuse(f"a dict key that is {a_type(key)}")
+        return key
+
     def load_setitem(self):
         value, key = self.stack.pop(), self.stack.pop()
         if type(self.stack[-1]) not in (dict, collections.OrderedDict):
             self._refuse(f"SETITEM on {type(self.stack[-1]).__name__}")
-        self.stack[-1][key] = value
+        self.stack[-1][self._key(key)] = value
 
     def load_setitems(self):
         items = self.pop_mark()
@@ -225,19 +253,20 @@ class _DataUnpickler(pickle._Unpickler):
         if type(d) not in (dict, collections.OrderedDict):
             self._refuse(f"SETITEMS on {type(d).__name__}")
         for i in range(0, len(items), 2):
-            d[items[i]] = items[i + 1]
+            d[self._key(items[i])] = items[i + 1]
 
     def load_additems(self):
         items = self.pop_mark()
         if type(self.stack[-1]) is not set:
             self._refuse(f"ADDITEMS to {type(self.stack[-1]).__name__}")
-        self.stack[-1].update(items)
+        self.stack[-1].update(self._key(k) for k in items)
 
     for _op, _fn in ((pickle.REDUCE, load_reduce), (pickle.BUILD, load_build), (pickle.APPEND, load_append),
                      (pickle.APPENDS, load_appends), (pickle.SETITEM, load_setitem), (pickle.SETITEMS, load_setitems),
                      (pickle.ADDITEMS, load_additems)):
         dispatch[_op[0]] = _fn
-    for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4):
+    for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4,
+                pickle.FROZENSET, pickle.BYTEARRAY8, pickle.NEXT_BUFFER, pickle.READONLY_BUFFER):
         dispatch[_op[0]] = lambda self, _n=_op: self._refuse(f"opcode {_n!r}")
     del _op, _fn
 
@@ -285,8 +314,11 @@ def load(path, data, trust):
     except Refused:
         raise
     except pickle.UnpicklingError as e:
-        if "Unsupported" in str(e):
+        if "Unsupported class" in str(e):
             raise refused_object(path, e)
+        if "Unsupported operation" in str(e):
+            raise Refused(f"{path} holds more than a state dict's data ({str(e).split('Unsupported operation ')[-1]}): "
+                          "not what torch.save writes of tensors, containers and scalars")
         raise Refused(f"{path} is not a readable torch.save file ({str(e).splitlines()[0] if str(e) else e!r})")
     except (RuntimeError, EOFError, ValueError, KeyError, IndexError, TypeError, AttributeError, struct.error,
             zipfile.BadZipFile, UnicodeDecodeError) as e:
@@ -299,18 +331,18 @@ def state_dict(obj, key, path):
     if key is not None:
         if not isinstance(obj, dict) or key not in obj:
             keys = list(obj)[:10] if isinstance(obj, dict) else None
-            raise Refused(f"{path} has no entry '{key}' (--key)" +
-                          (f"; its top-level keys: {', '.join(map(str, keys))}" if keys is not None
+            raise Refused(f"{path} has no entry {shown(key)} (--key)" +
+                          (f"; its top-level keys: {', '.join(shown(k, 40) for k in keys)}" if keys is not None
                            else f"; it holds {a_type(obj)}"))
         if not isinstance(obj[key], dict):
-            raise Refused(f"{path}'s entry '{key}' (--key) is {a_type(obj[key])}, not a state dict")
-        return obj[key], f"entry '{key}'"
+            raise Refused(f"{path}'s entry {shown(key)} (--key) is {a_type(obj[key])}, not a state dict")
+        return obj[key], f"entry {shown(key)}"
     if not isinstance(obj, dict):
         hint = " (a whole pickled model: save its state_dict() instead)" if hasattr(obj, "state_dict") else ""
         raise Refused(f"{path} holds {a_type(obj)}, not a state dict (a dict of tensors){hint}")
     for k in ENTRIES:
         if isinstance(obj.get(k), dict):
-            return obj[k], f"entry '{k}'"
+            return obj[k], f"entry {shown(k)}"
     return obj, "the top level"
 
 
@@ -319,22 +351,22 @@ def tensors_of(sd, drop, path, where):
     out, origin = {}, {}
     for name, t in sd.items():
         if not isinstance(name, str):
-            raise Refused(f"{path}: the state dict ({where}) has a key {name!r} ({a_type(name)}), not a "
+            raise Refused(f"{path}: the state dict ({where}) has a key {shown(name)} ({a_type(name)}), not a "
                           "tensor name")
         if not isinstance(t, torch.Tensor):
-            raise Refused(f"{path}: '{name}' ({where}) is {a_type(t)}, not a tensor (choose another --key)")
+            raise Refused(f"{path}: {shown(name)} ({where}) is {a_type(t)}, not a tensor (choose another --key)")
         if t.layout != torch.strided:
-            raise Refused(f"{path}: '{name}' is a {t.layout} tensor: store it dense (.to_dense()) before converting")
+            raise Refused(f"{path}: {shown(name)} is a {t.layout} tensor: store it dense (.to_dense()) before converting")
         if t.device.type == "meta":
-            raise Refused(f"{path}: '{name}' is a meta tensor, which holds no values")
+            raise Refused(f"{path}: {shown(name)} is a meta tensor, which holds no values")
         if t.is_complex():
-            raise Refused(f"{path}: '{name}' is complex ({t.dtype}): vitc's weights are real")
+            raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
         short = name[len("module."):] if name.startswith("module.") else name
         if any(short.startswith(p) for p in drop):
             continue
         if short in out:
-            raise Refused(f"{path}: '{origin[short]}' and '{name}' are both '{short}' once the DataParallel 'module.' "
-                          "prefix is stripped")
+            raise Refused(f"{path}: {shown(origin[short])} and {shown(name)} are both {shown(short)} once the "
+                          "DataParallel 'module.' prefix is stripped")
         out[short], origin[short] = t, name
     if not out:
         raise Refused(f"{path}: no tensor left to write ({where}" + (f", after --drop {' '.join(drop)})" if drop
@@ -412,6 +444,10 @@ def main():
         write_safetensors(a.output, out)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")
+    except (Exception, RecursionError, MemoryError) as e:  # whatever else a damaged or hostile file raises: one line
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        sys.exit(f"convert_checkpoint: {a.checkpoint} cannot be read ({type(e).__name__}{': ' if first else ''}"
+                 f"{ascii(first)[1:-1]}): a damaged file, or not a torch.save state dict")
     print(f"wrote {a.output}: {len(out)} tensors, {sum(t.numel() for t in out.values()):,} values (from {where})")
 
 

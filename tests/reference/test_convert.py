@@ -8,7 +8,8 @@
          output: a pickled argparse.Namespace (unless --trust-pickle), a pickled module, a list, a bare tensor, a
          TorchScript archive, a safetensors file, a NumPy file, text, a truncated archive, an empty file, a missing
          file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
-         nothing left after --drop
+         nothing left after --drop, a zero-stride view, a tuple key, compressed entries; a reduce calling os.system
+         runs nothing
   output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
          is left behind, also when the folder is not writable
 Run: /usr/bin/python3 tests/reference/test_convert.py
@@ -102,7 +103,7 @@ def main():
     torch.save({"model": sd, "state_dict": 5}, tmp / "keys.pth")
     p = convert(tmp / "keys.pth", tmp / "k.safetensors", "--key", "model_ema")
     rep.check("key: a missing --key refused, naming the entries there",
-              one_line_refusal(p, "has no entry 'model_ema' (--key); its top-level keys: model, state_dict")
+              one_line_refusal(p, "has no entry 'model_ema' (--key); its top-level keys: 'model', 'state_dict'")
               and not (tmp / "k.safetensors").exists(), p.stderr.strip())
     p = convert(tmp / "keys.pth", tmp / "k.safetensors", "--key", "state_dict")
     rep.check("key: a --key that is no state dict refused", one_line_refusal(p, "'state_dict' (--key) is an int"),
@@ -138,9 +139,19 @@ def main():
     torch.save({"a": torch.eye(3).to_sparse()}, tmp / "sparse.pth")
     cases["a sparse tensor"] = ("sparse.pth", "store it dense and float")
     torch.save({"a": torch.zeros(2, dtype=torch.complex64)}, tmp / "complex.pth")
-    cases["a complex tensor"] = ("complex.pth", "ComplexFloat tensors")
+    cases["a complex tensor"] = ("complex.pth", "'ComplexFloat' tensors")
     torch.save({"module.a": torch.zeros(2), "a": torch.ones(2)}, tmp / "dupe.pth")
     cases["two names equal once 'module.' is stripped"] = ("dupe.pth", "'module.a' and 'a' are both 'a'")
+    torch.save({"a": torch.zeros(1).expand(1000)}, tmp / "stride0.pth")
+    cases["a zero-stride view (values repeated)"] = ("stride0.pth", "repeats its storage's values")
+    torch.save({(1, 2): torch.zeros(1)}, tmp / "tuplekey.pth")
+    cases["a tuple as a dict key"] = ("tuplekey.pth", "a dict key that is a tuple")
+    import zipfile
+    with zipfile.ZipFile(tmp / "train.pth") as zin, zipfile.ZipFile(tmp / "deflated.pth", "w",
+                                                                   zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    cases["compressed zip entries (a zip bomb's way)"] = ("deflated.pth", "compressed entries")
     for what, (src, words) in cases.items():
         out = tmp / f"out_{src}.safetensors"
         p = convert(tmp / src, out)
