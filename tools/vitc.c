@@ -1744,6 +1744,12 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             }
             continue;
         }
+        char name[64]; /* `--name=value` (argparse's form) as `--name value` */
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL, *v = NULL;
+        if (eq && (size_t)(eq - a) < sizeof name) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+            a = name, v = eq + 1;
+        }
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
@@ -1751,15 +1757,23 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         o->given[d - optdefs] = 1;
+        if (d->kind == O_FLAG && v) {
+            say(c->name, "option %s takes no value (got '%s')", a, v);
+            return -1;
+        }
         if (d->kind == O_FLAG) {
             *(int *)((char *)o + d->off) = 1;
+            continue;
+        }
+        if (v) {
+            if (set_option(c->name, d, a, v, "", o)) return -1;
             continue;
         }
         if (i + 1 >= argc) {
             say(c->name, "option %s needs a value", a);
             return -1;
         }
-        const char *v = argv[++i];
+        v = argv[++i];
         if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
             say(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
                 "name: ./" : "", d->kind == O_STR ? v : "", d->kind == O_STR ? ")" : "");

@@ -461,3 +461,9 @@ expect "forward: an input file without 'input' named" 1 "w.safetensors: tensor '
 $V train $M --ffn cffn --init-from "$T/cf_nonbt.safetensors" --data fashion-mnist --epochs 1 \
     --train-subset 64 --test-subset 32 --batch-size 32 --threads 1 --out "$T/nbt_run" >"$T/nb.log" 2>&1
 check "--init-from weights without num_batches_tracked fine-tunes" "[ $? -eq 0 ]" "$(tail -3 "$T/nb.log")"
+# --name=value (argparse's form) is --name value; a flag given a value, an empty value and an unknown name refused
+$V info $M --img-size=32 --json >"$T/eq.json" 2>&1
+check "--img-size=32 taken as --img-size 32" "[ $? -eq 0 ] && grep -q '\"img_size\": 32' '$T/eq.json'" "$(head -c 300 "$T/eq.json")"
+expect "a flag given a value refused (usage: 2)" 2 "option --json takes no value (got '1')" $V info $M --json=1
+expect "an empty value after = refused (usage: 2)" 2 "bad value '' for --img-size" $V info $M --img-size=
+expect "an unknown --name=value refused (usage: 2)" 2 "unknown option '--bogus'" $V info $M --bogus=3
