@@ -287,8 +287,9 @@ def read_zip(path, data):
 
 
 def refused_object(path, err):
-    why = next((ln.rsplit("error:", 1)[-1].strip() for ln in str(err).splitlines() if "Unsupported" in ln),
-               str(err).splitlines()[0].strip() if str(err) else type(err).__name__)
+    """The refusal of a file naming a class or function outside CALLABLES (err: _DataUnpickler's 'Unsupported class
+    NAME')."""
+    why = str(err).splitlines()[0].strip()
     return Refused(f"{path} pickles more than tensors, plain containers and scalars ({why}); reading it would run code "
                    "the file names. If you trust its source, add --trust-pickle")
 
