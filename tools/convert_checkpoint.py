@@ -9,10 +9,10 @@ an extra head the vitc model does not have), and writes floating tensors as F32 
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
 the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
 one cut down to data: read_zip), not by torch.load, whose weights-only mode PyTorch 1.13 does not make safe and
-which refuses floats there (every training checkpoint's optimiser settings). A checkpoint that also pickles other
-Python objects (e.g. the training's argparse.Namespace), or is in the legacy pre-1.6 format, is refused, naming
-what it holds; --trust-pickle reads it with torch.load's full unpickler, which runs whatever code the file names:
-for trusted files only.
+which refuses floats there (every training checkpoint's optimiser settings). A training script's argparse.Namespace
+(DeiT's and timm's checkpoints hold one) is read as an inert record. A checkpoint that pickles other Python objects,
+or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full
+unpickler, which runs whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself.
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
@@ -156,18 +156,53 @@ def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
     return data
 
 
+class _TensorType:
+    """What GLOBAL torch.Tensor or torch.nn.parameter.Parameter gives: a name, not callable."""
+
+
+class _Record:
+    """What a pickled plain object of RECORDS becomes (a training script's argparse.Namespace): inert, its attributes
+    kept as a dict (state); nothing of the class it names is imported or called."""
+
+    def __init__(self, name):
+        self.name, self.state = name, {}
+
+
+class _RecordType:
+    """What GLOBAL of a RECORDS class gives: NEWOBJ with no arguments makes a _Record of it."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def _rebuild_from_type(func, new_type, args, state):
+    """torch._tensor._rebuild_from_type_v2, which PyTorch 2 writes for a tensor carrying Python attributes: the tensor
+    that func (one of this reader's) rebuilds from args; the attributes (state) are dropped."""
+    if func not in (_rebuild_tensor, _rebuild_parameter) or not isinstance(new_type, _TensorType) \
+            or not isinstance(args, tuple) or not isinstance(state, (dict, tuple, type(None))):
+        raise pickle.UnpicklingError("Unsupported operation _rebuild_from_type_v2 of another kind than a tensor's")
+    return func(*args)
+
+
 # the only callables a checkpoint read without --trust-pickle may name: this reader's own
 CALLABLES = {"torch._utils._rebuild_tensor_v2": _rebuild_tensor, "torch._utils._rebuild_parameter": _rebuild_parameter,
              "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
+             "torch._tensor._rebuild_from_type_v2": _rebuild_from_type,
              "collections.OrderedDict": collections.OrderedDict}
+TENSOR_TYPES = {"torch.Tensor", "torch.nn.parameter.Parameter"}
+# plain objects a training checkpoint holds besides its state dicts, read as inert records (NEWOBJ, then BUILD of a
+# dict of their attributes)
+RECORDS = {"argparse.Namespace"}
 
 
 class _DataUnpickler(pickle._Unpickler):
     """Python's own (pure-Python) unpickler, cut down to data: scalars, strings, lists, tuples, dicts, sets, the
-    tensors of a torch.save zip archive (storages read from its data/ entries by persistent_load) and OrderedDicts.
-    GLOBAL names only CALLABLES and torch's storage classes; REDUCE calls only CALLABLES; BUILD only sets an
-    OrderedDict's state dict metadata; APPEND(S), SETITEM(S) and ADDITEMS work on lists, dicts and sets only; INST,
-    OBJ, NEWOBJ, NEWOBJ_EX and the extension registry are refused. Nothing the file names is imported or called."""
+    tensors of a torch.save zip archive (storages read from its data/ entries by persistent_load), OrderedDicts and
+    inert records of RECORDS (argparse.Namespace). GLOBAL names only CALLABLES, TENSOR_TYPES, RECORDS and torch's
+    storage classes; REDUCE calls only CALLABLES; NEWOBJ makes only records, without arguments; BUILD only fills a
+    record's attribute dict or drops an OrderedDict's state dict metadata; APPEND(S), SETITEM(S) and ADDITEMS work on
+    lists, dicts and sets only; INST, OBJ, NEWOBJ_EX and the extension registry are refused. Nothing the file names is
+    imported or called."""
     dispatch = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, data, storage_bytes):
@@ -181,6 +216,10 @@ class _DataUnpickler(pickle._Unpickler):
         obj = CALLABLES.get(f"{module}.{name}")
         if obj is not None:
             return obj
+        if f"{module}.{name}" in TENSOR_TYPES:
+            return _TensorType()
+        if f"{module}.{name}" in RECORDS:
+            return _RecordType(f"{module}.{name}")
         if module == "torch" and name.endswith("Storage"):  # torch's, of elements no vitc weight has
             raise _OtherTensors(f"{shown(name[:-7] or 'untyped')} tensors (e.g. complex or quantized), which vitc's "
                                 "weights are not")
@@ -212,13 +251,23 @@ class _DataUnpickler(pickle._Unpickler):
         if not any(func is f for f in CALLABLES.values()) or not isinstance(args, tuple):
             self._refuse(f"REDUCE of {type(func).__name__}")
         self.stack[-1] = out = func(*args)
-        if func is _rebuild_tensor:  # tied weights share a storage; a file naming one many times is no state dict
+        if func is _rebuild_tensor or (func is _rebuild_from_type and args[0] is _rebuild_tensor):
+            # tied weights share a storage; a file naming one many times is no state dict
             self.made += out.numel()
             if self.made > 4 * self.stored + (1 << 20):
                 self._refuse("of tensors repeating their storages' values more than four times over")
 
+    def load_newobj(self):
+        args, cls = self.stack.pop(), self.stack.pop()
+        if not isinstance(cls, _RecordType) or args != ():
+            self._refuse(f"NEWOBJ of {type(cls).__name__}")
+        self.stack.append(_Record(cls.name))
+
     def load_build(self):
         state, inst = self.stack.pop(), self.stack[-1]
+        if type(inst) is _Record and type(state) is dict and all(type(k) is str for k in state):
+            inst.state.update(state)  # a Namespace's attributes: kept as data, set on nothing
+            return
         if type(inst) is not collections.OrderedDict or not isinstance(state, dict) or set(state) - {"_metadata"}:
             self._refuse(f"BUILD on {type(inst).__name__}")
         # the state dict's _metadata (module versions) is not needed: dropped
@@ -261,11 +310,12 @@ class _DataUnpickler(pickle._Unpickler):
             self._refuse(f"ADDITEMS to {type(self.stack[-1]).__name__}")
         self.stack[-1].update(self._key(k) for k in items)
 
-    for _op, _fn in ((pickle.REDUCE, load_reduce), (pickle.BUILD, load_build), (pickle.APPEND, load_append),
+    for _op, _fn in ((pickle.REDUCE, load_reduce), (pickle.BUILD, load_build), (pickle.NEWOBJ, load_newobj),
+                     (pickle.APPEND, load_append),
                      (pickle.APPENDS, load_appends), (pickle.SETITEM, load_setitem), (pickle.SETITEMS, load_setitems),
                      (pickle.ADDITEMS, load_additems)):
         dispatch[_op[0]] = _fn
-    for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4,
+    for _op in (pickle.INST, pickle.OBJ, pickle.NEWOBJ_EX, pickle.EXT1, pickle.EXT2, pickle.EXT4,
                 pickle.FROZENSET, pickle.BYTEARRAY8, pickle.NEXT_BUFFER, pickle.READONLY_BUFFER):
         dispatch[_op[0]] = lambda self, _n=_op: self._refuse(f"opcode {_n!r}")
     del _op, _fn

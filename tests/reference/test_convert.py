@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """tools/convert_checkpoint.py on what users hand it (the DeiT-Ti end-to-end case is in test_deit.py (e)):
   read   a training checkpoint holding floats (optimiser state, max_accuracy: Debian's torch 1.13 weights-only
-         unpickler refuses the opcode), the legacy (non-zip) torch.save format and a pipe convert, values exact;
-         the line printed names the entry the state dict came from
+         unpickler refuses the opcode), a DeiT main.py checkpoint with its args Namespace (model and --key
+         model_ema), PyTorch 2's tensors with Python attributes, the legacy (non-zip) torch.save format and a pipe
+         convert, values exact; the line printed names the entry the state dict came from
   key    an explicit --key that is missing or not a dict is refused (never another entry silently)
   refuse each of these gives one line "convert_checkpoint: ..." naming what it is, exit 1, no traceback and no
-         output: a pickled argparse.Namespace (unless --trust-pickle), a pickled module, a list, a bare tensor, a
+         output: a Namespace holding a Path (unless --trust-pickle), a pickled module, a list, a bare tensor, a
          TorchScript archive, a safetensors file, a NumPy file, text, a truncated archive, an empty file, a missing
          file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
          nothing left after --drop, a zero-stride view, a tuple key, compressed entries; a reduce calling os.system
@@ -94,6 +95,40 @@ def main():
     rep.check("refuse: a reduce calling os.system after a float: refused, nothing ran",
               one_line_refusal(p, "posix.system") and not marker.exists() and not (tmp / "evil.safetensors").exists(),
               p.stderr.strip())
+    # a DeiT main.py checkpoint: the weights, the EMA's, the optimiser's state and the run's argparse.Namespace (an
+    # inert record: argparse is not called); a Namespace holding another object is still refused
+    torch.save({"model": sd, "model_ema": {k: v + 1 for k, v in sd.items()}, "optimizer": opt.state_dict(),
+                "epoch": 299, "args": argparse.Namespace(lr=5e-4, model="deit_tiny_patch16_224", drop_path=0.1,
+                                                         input_size=224, repeated_aug=True, output_dir="out")},
+               tmp / "deit_ckpt.pth")
+    for key, add in ((None, 0), ("model_ema", 1)):
+        out = tmp / f"deit_{key}.safetensors"
+        p = convert(tmp / "deit_ckpt.pth", out, *(["--key", key] if key else []))
+        got = st.load(out) if p.returncode == 0 else {}
+        rep.check(f"read: a DeiT training checkpoint with its args Namespace, {key or 'model'} entry, values exact",
+                  p.returncode == 0 and set(got) == set(sd) and
+                  all(np.array_equal(got[k], (sd[k] + add).numpy()) for k in sd), p.stderr.strip()[-300:])
+    torch.save({"model": sd, "args": argparse.Namespace(out=Path("x"))}, tmp / "ns_path.pth")
+    p = convert(tmp / "ns_path.pth", tmp / "ns_path.safetensors")
+    rep.check("refuse: a Namespace holding another object (a Path) refused, naming it",
+              one_line_refusal(p, "pathlib.PosixPath") and not (tmp / "ns_path.safetensors").exists(), p.stderr.strip())
+    # PyTorch 2 pickles a tensor carrying Python attributes through torch._tensor._rebuild_from_type_v2 (torch 1.13
+    # drops them): written here as PyTorch 2 writes it; the attributes are dropped, the values kept
+    reduce_ex = torch.Tensor.__reduce_ex__
+
+    def reduce_with_attrs(self, proto):
+        func, args = self._reduce_ex_internal(proto)
+        return (torch._tensor._rebuild_from_type_v2, (func, torch.Tensor, args, {"tag": "head"}))
+    torch.Tensor.__reduce_ex__ = reduce_with_attrs
+    try:
+        torch.save({"model": sd}, tmp / "attrs.pth")
+    finally:
+        torch.Tensor.__reduce_ex__ = reduce_ex
+    p = convert(tmp / "attrs.pth", tmp / "attrs.safetensors")
+    got = st.load(tmp / "attrs.safetensors") if p.returncode == 0 else {}
+    rep.check("read: PyTorch 2's tensors with Python attributes (_rebuild_from_type_v2), values exact",
+              p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
+              p.stderr.strip()[-300:])
     with open(tmp / "train.pth", "rb") as f:
         p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
                            text=True, timeout=300)
@@ -111,8 +146,6 @@ def main():
 
     # refuse: one line each, nothing written
     cases = {}
-    torch.save({"model": sd, "args": argparse.Namespace(lr=1e-3)}, tmp / "ns.pth")
-    cases["a pickled argparse.Namespace"] = ("ns.pth", "argparse.Namespace")
     torch.save(m, tmp / "module.pth")
     cases["a pickled module"] = ("module.pth", "torch.nn.modules.linear.Linear")
     torch.save([sd], tmp / "list.pth")
@@ -156,8 +189,9 @@ def main():
         out = tmp / f"out_{src}.safetensors"
         p = convert(tmp / src, out)
         rep.check(f"refuse: {what}", one_line_refusal(p, words) and not out.exists(), p.stderr.strip()[-300:])
-    p = convert(tmp / "ns.pth", tmp / "ns.safetensors", "--trust-pickle")
-    rep.check("refuse: ... the Namespace read with --trust-pickle", p.returncode == 0, p.stderr.strip()[-300:])
+    p = convert(tmp / "ns_path.pth", tmp / "ns_path.safetensors", "--trust-pickle")
+    rep.check("refuse: ... the Namespace with a Path read with --trust-pickle", p.returncode == 0,
+              p.stderr.strip()[-300:])
     p = convert(tmp / "train.pth", tmp / "none.safetensors", "--drop", "blocks", "--drop", "norm")
     rep.check("refuse: nothing left after --drop", one_line_refusal(p, "no tensor left to write"), p.stderr.strip())
 
