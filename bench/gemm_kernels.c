@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     vt_machine_probe(&m);
     vt_gemm_plan plan[3];
     const char *libs[4] = {"openblas", "onednn", "auto", "vitc"};
-    vt_err e = {{0}};
+    vt_err e = {0};
     for (int l = 0; l < 3; l++)
         if (vt_gemm_plan_init(&plan[l], libs[l], &e)) return fprintf(stderr, "%s\n", e.msg), 1;
     float a1 = 1.0f, b64[64] = {0}, c64[64];

@@ -43,7 +43,7 @@ static const shape shapes[] = {
 /* A graph with the layer (int8, for every shape; or fp32 under the automatic GEMM rule), its input filled; NULL on
  * error. */
 static vt_graph *layer(vt_params *P, shape s, int int8, vt_tensor **x) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_graph *g = vt_graph_new(P, 0, &e);
     if (!g) return NULL;
     g->int8 = int8;
@@ -78,7 +78,7 @@ static double burst(vt_graph *g) {
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;
     vt_gemm_plan p;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_gemm_plan_init(&p, NULL, &e);
     vt_machine m;
     vt_machine_probe(&m);

@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
     vt_model_cfg tb = tc;
     tb.arch.bf16 = bf16;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     built b[2];
     if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, -1, &b[0], &e) ||

@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int chans = size && (data[0] & 1) ? 1 : 3;
     vt_image img;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (vt_image_decode(data, size, chans, (size && (data[size - 1] & 1)) ? 16 : 0, &img, &e) != 0) {
         if (!e.msg[0] || img.pix) abort(); /* every rejection says why and leaves nothing allocated */
         return 0;

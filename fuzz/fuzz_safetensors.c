@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (vt_st_parse(data, size, &f, &e) != 0) {
         if (!e.msg[0]) abort(); /* every rejection must say why */
         return 0;

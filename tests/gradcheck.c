@@ -21,7 +21,7 @@ static double host_loss(vt_graph *g, const vt_tensor *y, const float *r) {
  * backward may write rather than add to (vt_node.grad_fresh). NULL (T_CHECK failed) if the build fails. */
 static vt_graph *gc_build_lib(vt_test *T, const gc_case *c, int keep_all, int act, int train, const char *lib,
                               int ref_kernels, vt_params **P, vt_tensor **x, vt_tensor **y, vt_tensor **r, vt_rng *rng) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(*P, train, &e);
     if (lib) { /* before any node exists: nothing has made primitives from the plan yet */
@@ -144,7 +144,7 @@ static void gc_check_reads(vt_test *T, const gc_case *c, vt_tensor **x) {
     vt_rng rng;
     vt_graph *g = gc_build(T, c, 1, &P, xk, &y, &r, &rng);
     if (!g) return;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_graph_forward(g);
     vt_params_zero_grad(P);
     vt_graph_backward(g);
@@ -177,7 +177,7 @@ static void gc_check_fresh(vt_test *T, const gc_case *c, vt_tensor **x) {
     vt_rng rng;
     vt_graph *g = gc_build_as(T, c, 1, 1, &P, xa, &y, &r, &rng);
     if (!g) return;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_graph_forward(g);
     vt_params_zero_grad(P);
     const int ok = vt_graph_backward_poisoned(g, &e) == 0;
@@ -324,7 +324,7 @@ void gc_shake_norms(vt_params *P, uint64_t seed, float spread) {
 /* One graph of gc_compare_eval_fused: the output (malloc'd) or NULL; *has_op: some node runs op. */
 static float *eval_fused_run(vt_test *T, const char *tag, int ref, int ndim, const int *xs, gc_eval_build build,
                              const void *ctx, const char *op, int *has_op, int64_t *numel) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     g->ref_kernels = ref;

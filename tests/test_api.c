@@ -24,7 +24,7 @@
 
 /* Writes the initial weights of model `name` (seed 1) to path; 0 on success. */
 static int write_weights(const char *name, const char *path) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int rc = !P || vt_model_init_params(vt_model_find(name), P, 1, &e) || vt_params_save(P, path, &e);
     if (rc) fprintf(stderr, "write_weights %s: %s\n", name, e.msg);
@@ -88,7 +88,7 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     const int n = 5, per = 28 * 28, K = 10;
     float *x = random_input((int64_t)n * per, 7), logits[5 * 10], ref[5 * 10];
     /* the library's own predictor on the same weights, batch 16 */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_model_load(vt_model_find("vit_fmnist_tiny"), w, &e);
     vt_predictor p = {0};
     T_CHECK(T, P && vt_predictor_init(&p, vt_model_find("vit_fmnist_tiny"), P, 16, VT_PRED_LOGITS | VT_PRED_POOLED,
@@ -249,7 +249,7 @@ static void check_open_with(vt_test *T, const char *dir) {
     ov.in_chans = 3;
     ov.attn = "flatten";
     vt_model_cfg c;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0 &&
                    vt_model_init_params(&c, P, 3, &e) == 0 && vt_params_save(P, w, &e) == 0, "%s", e.msg);

@@ -18,7 +18,7 @@ static vt_tensor *conv_only(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 
 static void check_lists(vt_test *T) {
     int out[4];
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_parse_index_list("0,5,11", "--blocks", out, 4, &e) == 3 && out[0] == 0 && out[2] == 11, "0,5,11");
     const char *bad[] = {"", "-1", "1,", ",1", "1,,2", "x", "1.5", "1 2", "99999999999", NULL};
     for (int i = 0; bad[i]; i++) {
@@ -46,7 +46,7 @@ static void check_errors(vt_test *T) {
         for (int i = 0; i < 64; i++) fputc(i * 4, f);
         fclose(f);
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_attn_viz_opts o = {.png = png};
     const char *paths[1] = {img};

@@ -92,7 +92,7 @@ static void write_valid(const char *dir) {
 /* Expects loading the train split of dir to fail with a message containing want. */
 static void expect_fail(vt_test *T, const char *dir, const char *want, const char *what) {
     vt_dataset ds = {0};
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_dataset_load_fmnist(dir, 1, &ds, &e);
     T_CHECK(T, rc == -1, "%s: load should fail", what);
     T_CHECK(T, strstr(e.msg, want) != NULL, "%s: message \"%s\" lacks \"%s\"", what, e.msg, want);
@@ -112,7 +112,7 @@ static void test_bad_files(vt_test *T) {
     /* valid tiny files load with exact content, also through VITC_FMNIST_DIR */
     write_valid(dir);
     vt_dataset ds = {0};
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_dataset_load_fmnist(dir, 1, &ds, &e) == 0, "valid tiny split: %s", e.msg);
     T_CHECK(T, ds.n == NSMALL && ds.h == 28 && ds.w == 28 && ds.nclasses == 10, "shape %d %d %d", ds.n, ds.h, ds.w);
     int ok = ds.images != NULL;
@@ -248,7 +248,7 @@ static void test_real_fmnist(vt_test *T) {
         fprintf(stderr, "note [data]: %s missing, real Fashion-MNIST checks skipped\n", path);
         return;
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     for (int train = 1; train >= 0; train--) {
         vt_dataset ds = {0};
         int rc = vt_dataset_load_fmnist(NULL, train, &ds, &e);
@@ -295,7 +295,7 @@ static void test_augment(vt_test *T) {
     float *plain = malloc(sizeof(float) * B * hw), *x = malloc(sizeof(float) * B * hw),
           *y = malloc(sizeof(float) * B * hw);
     int labels[B];
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_rng r;
     vt_rng_seed(&r, 1);
 

@@ -32,7 +32,7 @@ static int batches_match(const int *perm, int n, int size, int B) {
 }
 
 void test_dist(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_dist d;
     T_CHECK(T, !vt_dist_launched(), "the unit tests run without mpirun");
     T_CHECK(T, vt_dist_init(&d, &e) == 0 && d.rank == 0 && d.size == 1 && d.local_size == 1 && !d.mpi,

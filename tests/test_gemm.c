@@ -77,7 +77,7 @@ static void check_libs(vt_test *T) {
     vt_rng_seed(&r, 13);
     for (int l = 0; l < 3; l++) {
         vt_gemm_plan p;
-        vt_err e = {{0}};
+        vt_err e = {0};
         T_CHECK(T, vt_gemm_plan_init(&p, libs[l], &e) == 0, "plan %s: %s", libs[l], e.msg);
         double worst = 0.0;
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -109,7 +109,7 @@ static void check_in_parallel(vt_test *T) {
     const char *libs[] = {"openblas", "onednn", "auto"};
     for (int l = 0; l < 3; l++) {
         vt_gemm_plan p;
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_gemm_plan_init(&p, libs[l], &e);
         double worst = 0.0;
         int inpar = 1;
@@ -303,7 +303,7 @@ static void check_rule(vt_test *T) {
  * NaN (it must not be read). */
 static void check_prims(vt_test *T) {
     vt_gemm_plan p;
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "plan: %s", e.msg);
     static const dims ds[] = {{1, 1, 1}, {3, 5, 7}, {49, 96, 200}, {300, 17, 64}};
     vt_rng r;
@@ -401,7 +401,7 @@ static void check_prims(vt_test *T) {
 /* vt_gemm_plan_init's names; VITC_GEMM reaches the graph, and a bad value is an error of vt_graph_new. */
 static void check_override(vt_test *T) {
     vt_gemm_plan p;
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, NULL, &e) == 0 && p.force == VT_GEMM_AUTO, "NULL: auto");
     T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0 && p.force == VT_GEMM_ONEDNN, "onednn");
     T_CHECK(T, vt_gemm_plan_init(&p, "openblas", &e) == 0 && p.force == VT_GEMM_OPENBLAS, "openblas");
@@ -409,7 +409,7 @@ static void check_override(vt_test *T) {
             "bad name: %s", e.msg);
     const char *old = getenv("VITC_GEMM");
     char *saved = old ? strdup(old) : NULL;
-    vt_err ge = {{0}};
+    vt_err ge = {0};
     vt_params *P = vt_params_new(&ge);
     setenv("VITC_GEMM", "openblas", 1);
     vt_graph *g = vt_graph_new(P, 0, &ge);
@@ -504,7 +504,7 @@ static void check_bf16(vt_test *T) {
     const int native = (m.avx512_bf16 || m.amx) && m.onednn_isa &&
                        (strstr(m.onednn_isa, "bf16") || strstr(m.onednn_isa, "amx"));
     vt_gemm_plan p, forced;
-    vt_err e = {{0}}, ef = {{0}};
+    vt_err e = {0}, ef = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, "auto", &e) == 0, "plan: %s", e.msg);
     T_CHECK(T, vt_gemm_plan_init(&forced, "openblas", &ef) == 0 && vt_gemm_plan_bf16(&forced, &ef) == -1 &&
                    strstr(ef.msg, "VITC_GEMM") && !forced.bf16,

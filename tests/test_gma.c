@@ -12,7 +12,7 @@
 
 /* Central differences over sampled elements of every parameter (the input x is a parameter too). */
 static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, int H, int W, int C) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, H * W, C};
@@ -112,7 +112,7 @@ void test_gma(vt_test *T) {
                {{2, 12, 9}, {2, 12, 9}, {2, 8, 3}, {6, 6}, "must be (B, N, T)"},
                {{2, 12, 9}, {2, 12, 8}, {2, 9, 3}, {6, 6}, "one (B, A, N) shape"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         vt_tensor *v[2];
@@ -128,7 +128,7 @@ void test_gma(vt_test *T) {
         vt_params_free(P);
     }
     {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         const int qs[3] = {2, 12, 60}, d3[4] = {4, 1, 3, 3}, d5[4] = {4, 1, 5, 5}, d7[4] = {4, 1, 7, 7};
@@ -146,7 +146,7 @@ void test_gma(vt_test *T) {
     check_eval_fused(T, 1, 8, 12, 80); /* s = 16, a 7x7 kernel wider than the grid's height margin */
     check_eval_fused(T, 3, 7, 7, 20);  /* s = 4: no whole 8-channel block */
     /* shape errors: width not a multiple of 10, N != H·W, host with a class token */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int s1[3] = {2, 12, 12}, s2[3] = {2, 12, 20}, s3[3] = {1, 17, 20};

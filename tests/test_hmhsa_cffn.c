@@ -23,7 +23,7 @@ static int zero_expected(const char *name, int chh_last, int lead) {
  * hc; loss = Σ y·r, and checks central differences on every param. */
 static void check_grad(vt_test *T, const char *tag, const vt_ffn_ctx *fc, const vt_attn_ctx *hc, int B, int N,
                        int C) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, N, C};
@@ -99,7 +99,7 @@ static int cffn_eval(vt_params *P, int train_form, int r, const float *xd, int B
  * outputs. */
 static void check_deploy(vt_test *T, int r) {
     enum { B = 2, N = 5, C = 12 };
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *Pt = vt_params_new(&e), *Pd = vt_params_new(&e);
     float x[B * N * C], yt[B * N * C], yd[B * N * C];
     int ok = Pt && Pd && !cffn_eval(Pt, 1, r, NULL, B, N, C, NULL, &e) && !cffn_eval(Pd, 0, r, NULL, B, N, C, NULL, &e);
@@ -128,7 +128,7 @@ static void check_deploy(vt_test *T, int r) {
         T_CHECK(T, ok && err / mx < 1e-5, "cffn deploy r=%d: train-form vs deployed eval outputs differ by %.3g", r,
                 err / mx);
         /* a deployed store is not a training store: deploying it must fail and name a tensor */
-        vt_err e2 = {{0}};
+        vt_err e2 = {0};
         T_CHECK(T, vt_cffn_deploy(Pd, Pt, 1e-5f, &e2) && strstr(e2.msg, "mlp."), "deploy of deployed weights: %s",
                 e2.msg);
     }
@@ -171,7 +171,7 @@ void test_hmhsa_cffn(vt_test *T) {
                    vt_cffn_width(512, 64, 2.0f / 3.0f) == 37 && vt_cffn_width(2048, 512, 2.0f / 3.0f) == 273,
             "cffn width: floor(t·hidden/(m+1)) (spec trap 6)");
     /* shape errors: odd heads without doubling, a key grid larger than the tokens */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int s1[3] = {1, 5, 12};

@@ -30,7 +30,7 @@ static void check_crops(vt_test *T) {
     unsigned char pix[7 * 9];
     for (int i = 0; i < 7 * 9; i++) pix[i] = (unsigned char)(i * 37 % 256);
     float out[9 * 9];
-    vt_err e = {{0}};
+    vt_err e = {0};
     /* crop_pct 1 and S = shorter side: no resize. A 7 (w) × 9 (h) image cropped to 7: offsets y round(2/2) = 1 */
     vt_preprocess p = {7, 1, 1.0f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 9, &p, out, &e) == 0, "%s", e.msg);
@@ -56,7 +56,7 @@ static void check_crops(vt_test *T) {
 static void check_channels_and_errors(vt_test *T) {
     unsigned char rgb[2 * 2 * 3] = {0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
     float out[3 * 2 * 2];
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_preprocess p = {2, 3, 1.0f, {0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 2.0f}, 0};
     T_CHECK(T, vt_image_preprocess(rgb, 2, 2, &p, out, &e) == 0, "%s", e.msg);
     double err = 0;
@@ -89,7 +89,7 @@ static void check_decode(vt_test *T) {
     fclose(f);
     /* a 5×4 RGB file read as grayscale for a 1-channel model and as RGB, S = 4 with crop_pct 1: no resize */
     float out[3 * 4 * 4];
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_preprocess p = {4, 3, 1.0f, {0, 0, 0}, {1, 1, 1}, 0};
     T_CHECK(T, vt_image_load(path, &p, out, &e) == 0, "%s", e.msg);
     double err = 0; /* x offset round(1 / 2) = round(0.5) = 0 */
@@ -175,7 +175,7 @@ static void check_hostile(vt_test *T) {
     enum { W = 9, H = 7 };
     unsigned char pix[W * H * 3];
     for (int i = 0; i < W * H * 3; i++) pix[i] = (unsigned char)(i * 97 % 251);
-    vt_err e = {{0}};
+    vt_err e = {0};
     membuf m = {{0}, 0};
     /* TGA: RLE as stb_image_write writes it, and an uncompressed one written here */
     T_CHECK(T, stbi_write_tga_to_func(mem_write, &m, W, H, 3, pix) && m.n < (int)sizeof m.b, "write TGA");
@@ -262,7 +262,7 @@ static int rgb_ok(const unsigned char *buf, size_t n, const unsigned char *want,
 
 /* 1 when every cut of buf to fewer than `upto` bytes, from `from` on, is refused; names the first one accepted. */
 static int cuts_refused(vt_test *T, const char *what, const unsigned char *buf, size_t from, size_t upto) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     for (size_t cut = from; cut < upto; cut++)
         if (rgb_ok(buf, cut, NULL, 0, 0, &e) == 0 || !e.msg[0] || strstr(e.msg, "decoded")) {
             T_CHECK(T, 0, "%s cut to %zu of %zu bytes accepted", what, cut, upto);
@@ -275,7 +275,7 @@ static int cuts_refused(vt_test *T, const char *what, const unsigned char *buf, 
  * separators where vitc's header parser did not, so truncated files were filled with zeros), numbers that do not
  * fit an int, tables-only JPEGs, and formats refused. */
 static void check_pnm_jpeg(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     static const unsigned char four[] = {0, 85, 170, 255, 0, 0, 85, 85, 170, 170, 255, 255}; /* 4×1 gray as RGB */
     unsigned char rgb[12];
     for (int i = 0; i < 4; i++) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = four[i];
@@ -330,7 +330,7 @@ static void check_pnm_jpeg(vt_test *T) {
  * headers of 40 bytes and more with compression 0 or 3 were checked for truncation). */
 static void check_bmp(vt_test *T) {
     enum { W = 5, H = 4 };
-    vt_err e = {{0}};
+    vt_err e = {0};
     unsigned char want[W * H * 3];
     for (int i = 0; i < W * H * 3; i++) want[i] = (unsigned char)(i * 29 % 256);
     const int row = (W * 3 + 3) / 4 * 4;
@@ -410,7 +410,7 @@ static void check_bmp(vt_test *T) {
  * files from zeros past the end, and looped forever on a cut RLE HDR). */
 static void check_gif_psd_hdr(vt_test *T) {
     enum { W = 20, H = 15 };
-    vt_err e = {{0}};
+    vt_err e = {0};
     unsigned char want[W * H * 3];
     /* GIF: a global table of 128 entries, then a graphic control extension, a comment and the image */
     bytes g = {{0}, 0};

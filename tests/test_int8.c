@@ -53,7 +53,7 @@ static void check_scratch(vt_test *T, const vt_graph *g, const vt_node *ln, cons
  * product within float rounding (GELU before the product: within two quantisation steps, as the library's erf and
  * libm's may round an input to neighbouring levels) and the fp32 product within the quantisation error. */
 static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *r) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = P ? vt_graph_new(P, 0, &e) : NULL;
     T_CHECK(T, g != NULL, "graph: %s", e.msg);
@@ -167,7 +167,7 @@ done:
  * rule's accepted control. */
 static void check_refusals(vt_test *T) {
     for (int c = 0; c < 7; c++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         /* 0: train graph; 1: eval without int8; 2: forced OpenBLAS; 3: a weight computed from an input; 4: one row;
          * 6: 17 rows of 128 x 128 */
@@ -198,7 +198,7 @@ static void check_nonfinite(vt_test *T) {
     const float bad[3] = {NAN, INFINITY, -INFINITY};
     for (int k = 0; k < 6; k++) { /* k >= 3: GELU before the product (the fp32 run needs the scratch the plan left
                                    * out, vt_node_fallback) */
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         g->int8 = 1;
@@ -228,7 +228,7 @@ static void check_nonfinite(vt_test *T) {
 /* A whole model (`--dtype int8`): every linear layer runs int8 (the last block's class-token query weight is a slice
  * of a parameter), and the logits stay near the fp32 ones (within 5% of their range on random weights). */
 static void check_model(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c = *vt_model_find("vit_fmnist_p7");
     float *out[2] = {NULL, NULL};
     vt_params *P = vt_params_new(&e);

@@ -121,7 +121,7 @@ static void test_folder_scan(vt_test *T) {
     snprintf(p, sizeof p, "%s/val/b", root);
     touch(p, "v.jpeg");
     vt_imagefolder tr, va;
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_imagefolder_open(root, &tr, &va, &e) == 0, "open: %s", e.msg);
     /* torchvision: classes sorted ("B" < "b"); files in sorted(os.walk()) order, i.e. by the root folder's path as a
      * string ("b" < "b/sub" < "b/sub-x" < "b/sub/deeper", as '-' < '/'), then by name within a folder */
@@ -188,7 +188,7 @@ static void test_folder_links(vt_test *T) {
     }
     char p[1024], q[1024];
     vt_imagefolder f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     /* a/l0 .. a/l29: each level holds x and y, both links to the next level */
     snprintf(p, sizeof p, "%s/a", root);
     mkdir(p, 0777);
@@ -304,7 +304,7 @@ static int crop_flip_direct(const rgb_set *set, const vt_crop_flip *cf, const fl
     const int S = cf->size, pad = cf->pad;
     const size_t per = 3 * (size_t)S * S;
     int ok = 1;
-    vt_err e = {{0}};
+    vt_err e = {0};
     for (int i = 0; i < NR; i++) {
         const int w = set->w[i], h = set->h[i];
         const int sw = w <= h ? S : (int)((double)S * w / h), sh = w <= h ? (int)((double)S * h / w) : S;
@@ -348,7 +348,7 @@ static void test_rgb(vt_test *T) {
     vt_iota(idx, NR);
     const size_t per = 3 * 16 * 16;
     float *a = calloc(NR * per, sizeof(float)), *b = calloc(NR * per, sizeof(float)), *want = calloc(per, sizeof(float));
-    vt_err e = {{0}};
+    vt_err e = {0};
     for (int t = 0; t < 2; t++) {
         vt_loader *L1 = vt_loader_new(&src, &tfs[t], BATCH, 1, 1, VT_BAD_REPLACE, &e);
         vt_loader *L3 = vt_loader_new(&src, &tfs[t], BATCH, 3, 3, VT_BAD_REPLACE, &e);
@@ -410,7 +410,7 @@ void test_loader(vt_test *T) {
     const size_t per = SIDE * SIDE, nrow = 13 * BATCH;
     float *a = calloc(nrow * per, sizeof(float)), *b = calloc(nrow * per, sizeof(float));
     int la[13 * BATCH], lb[13 * BATCH];
-    vt_err e = {{0}};
+    vt_err e = {0};
 
     /* 1 worker vs 3 workers (and prefetch 1 vs 4): identical batches; the last partial batch without drop_last */
     int n1 = run_epoch(&src, &tf, 1, 1, idx, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, NULL, &e);

@@ -52,7 +52,7 @@ void test_metrics(vt_test *T) {
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
     snprintf(png, sizeof png, "%s/curves.png", dir);
     snprintf(gp, sizeof gp, "%s/curves.gp", dir);
-    vt_err e = {{0}};
+    vt_err e = {0};
 
     /* plotting without metrics fails clearly */
     T_CHECK(T, vt_plot_curves(dir, &e) == -1 && strstr(e.msg, "metrics.csv"), "no csv: %s", e.msg);

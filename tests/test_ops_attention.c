@@ -32,7 +32,7 @@ static vt_tensor *plain(vt_graph *g, vt_tensor *qkv, int H, float scale, int msf
  * `other`, the keys' channels are added to the output too: a second reader made after the attention, whose gradient
  * reaches those channels first in backward, so the attention's dK must be added to it. */
 static void run_ex(int fused, int msf, int train, int other, int B, int N, int H, int dh, float *out, float *grad) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
     int s[3] = {B, N, (msf ? 4 : 3) * H * dh};
@@ -82,7 +82,7 @@ static void check_matches_plain(vt_test *T) {
  * export_maps = exp: its output into out, the exported probabilities into probs (when given), its arena size. */
 static int64_t run_export(int msf, int exp, int train, int B, int N, int H, int dh, float *out, float *probs,
                           int *got_probs) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
     g->export_maps = exp;
@@ -107,7 +107,7 @@ static int64_t run_export(int msf, int exp, int train, int B, int N, int H, int 
 
 /* The plain chain's probabilities softmax(logits) (B, H, N, N) for the packed input of run_export. */
 static void plain_probs(int msf, int B, int N, int H, int dh, float *probs) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int C = H * dh, s[3] = {B, N, (msf ? 4 : 3) * C};
@@ -146,7 +146,7 @@ static void check_export(vt_test *T) {
                     train, ep);
             T_CHECK(T, memcmp(o1, o2, sizeof o1) == 0, "output changed by export (msf=%d, train=%d)", msf, train);
             /* the same op built without asking for probabilities: the arena of the default path */
-            vt_err e = {{0}};
+            vt_err e = {0};
             vt_params *P = vt_params_new(&e);
             vt_graph *g = vt_graph_new(P, train, &e);
             const int s[3] = {B, N, (msf ? 4 : 3) * H * dh};

@@ -95,7 +95,7 @@ static vt_tensor *plain(vt_graph *g, const acase *c, vt_tensor *q, vt_tensor *kv
 
 /* Runs the fused or the plain form; out gets the output, grads the concatenated operand gradients (train). */
 static int run(const acase *c, int use_fused, int train, float *out, float *grads, vt_err *err) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
     int ndim[GC_MAXX], shape[GC_MAXX][VT_MAXDIM];
@@ -159,7 +159,7 @@ static void check_equal(vt_test *T, const acase *c) {
     float *o1 = malloc(sizeof(float) * no), *o2 = malloc(sizeof(float) * no);
     float *g1 = malloc(sizeof(float) * ng), *g2 = malloc(sizeof(float) * ng);
     for (int train = 0; train < 2; train++) {
-        vt_err e1 = {{0}}, e2 = {{0}};
+        vt_err e1 = {0}, e2 = {0};
         const int r1 = run(c, 1, train, o1, g1, &e1), r2 = run(c, 0, train, o2, g2, &e2);
         T_CHECK(T, r1 == 0 && r2 == 0, "%s: build failed: %s%s", c->name, e1.msg, e2.msg);
         if (r1 || r2) break;
@@ -213,7 +213,7 @@ static void check_errors(vt_test *T) {
         {"divisible", {2, 4, 12}, {0}, {0}, 0, {0}, 0, 0, 4, 8, 3, 4},        /* dim 4, 3 heads */
     };
     for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_tensor *q = vt_input(g, "q", 3, E[i].qs), *kv = E[i].kvs[0] ? vt_input(g, "kv", 3, E[i].kvs) : NULL;

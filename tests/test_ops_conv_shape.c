@@ -291,7 +291,7 @@ static void check_conv_values(vt_test *T) {
 /* In a training graph, and with ref_kernels, vt_conv2d_relu and vt_conv2d_nhwc_relu are the conv and a relu op. */
 static void check_conv_relu_chain(vt_test *T) {
     for (int v = 0; v < 4; v++) { /* v & 1: channels-last; v & 2: eval graph with ref_kernels, else training */
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, !(v & 2), &e);
         g->ref_kernels = (v & 2) != 0;
@@ -307,7 +307,7 @@ static void check_conv_relu_chain(vt_test *T) {
         vt_params_free(P);
     }
     for (int nhwc = 0; nhwc < 2; nhwc++) { /* a bad weight: the conv's own error, in an eval graph too */
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         const int xs[4] = {2, 8, 8, 8}, ws[4] = {8, 3, 3, 3};
@@ -348,7 +348,7 @@ static void check_conv_nhwc_values(vt_test *T) {
 static void check_conv_nhwc_rows_train(vt_test *T) {
     static const char *const libs[2] = {"openblas", "onednn"};
     for (int l = 0; l < 2; l++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_gemm_plan_free(&g->gemm); /* no primitive was made from it yet */
@@ -625,7 +625,7 @@ static void check_shape_values(vt_test *T) {
 
 static void expect_error(vt_test *T, const char *what, vt_tensor *y, vt_graph *g, const char *s1, const char *s2,
                          const char *s3) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, y == NULL, "%s: builder returned a tensor", what);
     T_CHECK(T, vt_graph_finalize(g, &e) != 0, "%s: finalize succeeded", what);
     T_CHECK(T, strstr(e.msg, s1) && strstr(e.msg, s2) && (!s3 || strstr(e.msg, s3)), "%s: message lacks %s/%s/%s: %s",
@@ -651,7 +651,7 @@ static void check_errors(vt_test *T) {
         {"view range", "view", "(2, 3, 4)", "[20, 26)"},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_tensor *x4 = vt_input(g, "x", 4, xs), *a = vt_input(g, "a", 3, t3), *b = vt_input(g, "b", 3, t3b), *y;
@@ -877,7 +877,7 @@ typedef vt_tensor *(*conv_build)(vt_graph *g, vt_tensor *x, const int *cfg);
 
 static plan_run run_plan_on(vt_test *T, const char *lib, int ref, const int xs[4], conv_build build, const int *cfg) {
     plan_run r = {0};
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     vt_gemm_plan_free(&g->gemm); /* no primitive was made from it yet */
@@ -1034,7 +1034,7 @@ static vt_tensor *b_plan_nchw(vt_graph *g, vt_tensor *x, const int *f) {
 static void check_conv2d_onednn(vt_test *T) {
     static const int cfg[][7] = {/* B, Cin, H, Cout, k, s, p */ {2, 16, 19, 24, 3, 1, 1}, {3, 3, 21, 8, 7, 4, 3},
                                  {2, 16, 12, 8, 3, 2, 1}, {2, 3, 16, 8, 4, 4, 0}};
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_gemm_plan auto_plan = {0};
     T_CHECK(T, vt_gemm_plan_init(&auto_plan, "auto", &e) == 0, "auto plan: %s", e.msg);
     const int tier512 = auto_plan.onednn >= VT_ISA_AVX512 && auto_plan.openblas <= auto_plan.onednn;
@@ -1070,7 +1070,7 @@ static void check_conv2d_onednn(vt_test *T) {
 static void check_slice_pieces(vt_test *T) {
     const int shapes[2][3] = {{3, 100, 1001}, {2, 50, 3001}}, axis[2] = {0, 1}, start[2] = {1, 10}, len[2] = {1, 30};
     for (int c = 0; c < 2; c++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_tensor *x = vt_param(g, "x", 3, shapes[c], (vt_init){VT_INIT_NORMAL, 1.0f});

@@ -33,7 +33,7 @@ static void check_linear_t(vt_test *T) {
         const char *msg;
     } bad[] = {{{2, 3, 5}, {4, 6}, 0, "must be (..., K)"}, {{2, 3, 5}, {4, 5}, 3, "bias must be (4)"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) { /* shape errors: K mismatch, a wrong bias */
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         vt_tensor *b = bad[i].bias ? vt_input(g, "b", 1, &bad[i].bias) : NULL;
@@ -50,7 +50,7 @@ static void check_linear_t(vt_test *T) {
  * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros; the time in the
  * fused op's GEMM calls is positive, within its node's time, and counted for no other node. */
 static void check_profile_split(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int xs[3] = {2, 16, 24}, ws[2] = {24, 24}, bs[1] = {24};
@@ -184,7 +184,7 @@ static void check_gemm_ref(vt_test *T) {
 
 /* The same small MLP built in a train graph and an eval graph gives the same outputs. */
 static void check_eval_matches_train(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     float out[2][6 * 3];
     int64_t arena[2];
@@ -214,7 +214,7 @@ static void check_eval_matches_train(vt_test *T) {
 }
 
 static void check_shape_errors(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {4, 8}, ws[2] = {5, 7};
@@ -234,7 +234,7 @@ static void check_shape_errors(vt_test *T) {
  * an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW skipped), 3 x
  * an input (no gradient: dx skipped). */
 static void check_gelu_linear_plain(vt_test *T, int variant) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int xs[2] = {1100, 24}, ws[2] = {16, 24}, bs[1] = {16}, ys[2] = {1100, 16};
     vt_tensor *y[2], *r[2], *x = NULL, *w = NULL, *b = NULL, *wi[2] = {0}, *xi[2] = {0};
@@ -301,7 +301,7 @@ static void check_gelu_linear_plain(vt_test *T, int variant) {
 static void check_linear_act_fusion(vt_test *T) {
     static const int rows[2] = {7, 1100};
     for (int k = 0; k < 2; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         const int xs[2] = {rows[k], 9}, ws[2] = {6, 9}, bs = 6;
@@ -342,7 +342,7 @@ static void check_linear_act_fusion(vt_test *T) {
  * current: after vt_params_init, and after values written directly and vt_params_changed, the next forward equals
  * x·wᵀ + b (+ r) of the new weights, computed here in double precision. */
 static void check_linear_repack(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int R = 50, Ci = 24, Co = 16, xs[2] = {R, Ci}, ws[2] = {Co, Ci}, rs[2] = {R, Co};
@@ -407,7 +407,7 @@ static void check_ffn_fused(vt_test *T) {
     }
     static const char *want[] = {"no backward", "weights must be"};
     for (int k = 0; k < 2; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, k == 0, &e);
         const int x2[2] = {5, 8}, w1s[2] = {16, 8}, hs[1] = {16}, w2s[2] = {8, k == 1 ? 15 : 16};
@@ -423,7 +423,7 @@ static void check_ffn_fused(vt_test *T) {
  * buffer across forwards while later nodes' buffers reuse the arena, a second forward skips it and gives the same
  * output, vt_params_changed and a training graph's forward on the same store make it run again. */
 static void check_constant_nodes(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e), *gt = vt_graph_new(P, 1, &e);
     const int R = 8, C = 8, xs[2] = {R, C}, ws[2] = {C, C};
@@ -486,7 +486,7 @@ static void check_constant_nodes(vt_test *T) {
 
 /* vt_residual fuses into the producing linear (no add node) and then refuses further uses of the linear's output. */
 static void check_residual_fusion(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {4, 8}, ws[2] = {8, 8};
@@ -504,7 +504,7 @@ static void check_residual_fusion(vt_test *T) {
  * either the residual exactly (dropped, at rate p) or residual + (x·wᵀ + b)/(1 − p) (the reference GEMM); in eval
  * graphs plain x + x·wᵀ + b. */
 static void check_residual_drop(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int B = 600, N = 3, Ci = 5, Co = 4, xs[3] = {B, N, Ci}, rs[3] = {B, N, Co}, ws[2] = {Co, Ci};
     const float p = 0.3f;
@@ -555,7 +555,7 @@ static void check_residual_drop(vt_test *T) {
 /* Drop-path: per-sample keep/drop at rate p with 1/(1-p) scaling in train graphs, identity (no node) in eval graphs
  * and at p = 0, the same mask for the same (seed, node), another one for another seed, and a bad p rejected. */
 static void check_drop_path(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int B = 4000, s[3] = {B, 2, 3};
     const float p = 0.25f;
@@ -594,7 +594,7 @@ static void check_drop_path(vt_test *T) {
 /* Subnormal floats are flushed to zero in graph threads (issue: --lr 10 made training 20x slower): a scaled sum of a
  * large tensor of subnormals (so every OpenMP thread takes part) comes out exactly zero. */
 static void check_denormals_flushed(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int n = 1 << 16;
@@ -615,7 +615,7 @@ static void check_denormals_flushed(vt_test *T) {
  * caller's setting is restored after each run. */
 static void check_threads_fixed(vt_test *T) {
     const int saved = omp_get_max_threads();
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     omp_set_num_threads(2);
     vt_graph *g = vt_graph_new(P, 1, &e);

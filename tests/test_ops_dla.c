@@ -28,7 +28,7 @@ static void check_equal(vt_test *T, const dla_case *c) {
 }
 
 static void check_errors(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     for (int train = 0; train < 2; train++) {
         vt_graph *g = vt_graph_new(P, train, &e);

@@ -95,7 +95,7 @@ static const gc_case focus_cases[] = {
 
 /* Values on (2, 4) against y = x^p·‖x‖/‖x^p‖ in double; row 1 mixes 1e-6-sized entries with O(1) ones. */
 static void check_values(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int xs[2] = {2, 4};
@@ -141,7 +141,7 @@ static void check_fused_vs_chain(vt_test *T) {
     const int xs[3] = {2, 6, 9}, ss[3] = {1, 1, 9}, ps[3] = {1, 6, 9};
     float *res[2][4] = {{0}};
     for (int fused = 0; fused < 2; fused++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_tensor *x = vt_param(g, "x", 3, xs, (vt_init){VT_INIT_ZERO, 0});

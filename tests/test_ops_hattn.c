@@ -151,7 +151,7 @@ static void check_errors(vt_test *T) {
         {"without", {1, 4, 24}, {0}, {2}, 1, 4, 12, 0, 6, 12, 0, 2, 2, 2},               /* a bias alone */
     };
     for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         vt_tensor *q = vt_input(g, "q", 3, E[i].qs), *kv = E[i].kvs[0] ? vt_input(g, "kv", 3, E[i].kvs) : NULL;

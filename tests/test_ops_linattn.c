@@ -129,7 +129,7 @@ static void compare(vt_test *T, const char *what_run, size_t s, int train, const
 
 /* Runs the fused op or the plain chain with loss sum(y·r); res gets the output then the gradients of q, k, v, add. */
 static int run(int fused, int train, int B, int N, int n, int H, int d, int Lv, int v_off, int Na, arr *res) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
     const int C = H * d, qs[3] = {B, N, C}, ks[3] = {B, n, C}, vs[3] = {B, n, Lv}, as[3] = {B, Na, C};
@@ -190,7 +190,7 @@ static void check_matches_plain(vt_test *T) {
  * (packed: none), scale, pe, add. */
 static int run_focus(int fused, int train, int B, int N, int n, int H, int d, int packed, int pe_on, int Na,
                      arr *res) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, train, &e);
     const int C = H * d, qo = packed ? 0 : 2, ko = packed ? C : 0, vo = packed ? 2 * C : C;
@@ -260,7 +260,7 @@ static void check_focus_matches_chain(vt_test *T) {
  * values' grid rows (its kernel the d-channel one tiled over the heads) as the add term. Packed qkv (B, N, 3C), N =
  * lead + gh·gw. res[0] gets the output; *macs the graph's MACs. */
 static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int K, arr *res, int64_t *macs) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int C = H * d, N = lead + gh * gw, qs[3] = {B, N, 3 * C}, ss[3] = {1, 1, C}, ps[3] = {1, N, C};
@@ -324,7 +324,7 @@ static void check_dwc_fused(vt_test *T) {
         compare(T, "fused DWC vs chain", s, 0, what, a, b, 1);
     }
     /* refused: a training graph, with an add term, an even kernel, a grid larger than the rows */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int qs[3] = {1, 10, 18}, ss[1] = {6}, ws[4] = {2, 1, 3, 3}, w2[4] = {2, 1, 2, 2}, bs[1] = {2};
     for (int c = 0; c < 4; c++) {
@@ -343,7 +343,7 @@ static void check_dwc_fused(vt_test *T) {
 
 /* Shape errors and shared memory are refused with the op's name and the shapes. */
 static void check_errors(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int s6[3] = {2, 5, 6}, s7[3] = {2, 4, 6}, s8[3] = {2, 5, 8}, s9[3] = {2, 6, 6};
     struct {
@@ -372,7 +372,7 @@ static void check_errors(vt_test *T) {
 /* vt_linear_attention_ex's own refusals: the focus's arguments, channel ranges, and v overlapping q's or k's range in
  * one packed tensor (a disjoint range of the same tensor is accepted). */
 static void check_errors_ex(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int sp[3] = {2, 5, 18}, s6[1] = {6}, s5[1] = {5}, pe6[3] = {1, 5, 6}, pe4[3] = {1, 4, 6};
     struct {

@@ -25,7 +25,7 @@ static const gc_case max_cases[] = {
 
 /* x (2, 3, 2) max over axis 1; the gradient of sum(y·r) lands on the first arg-max only (ties included). */
 static void check_values(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int xs[3] = {2, 3, 2};

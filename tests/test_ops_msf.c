@@ -19,7 +19,7 @@ static vt_tensor *b_glinear_add(vt_graph *g, vt_tensor **x, const gc_case *c) {
 
 /* group_linear equals vt_linear with the dense matrix Wd built from the index mapping of spec §3. */
 static void check_dense(vt_test *T, int R, int Din, int E, int G, int il) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {R, Din}, ws[2] = {E, Din / G}, ds[2] = {E, Din};
@@ -55,7 +55,7 @@ static void check_dense(vt_test *T, int R, int Din, int E, int G, int il) {
 }
 
 static void check_posemb(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     vt_tensor *pe = vt_posemb_sincos2d(g, 14, 14, 384, 10000.0f);
@@ -92,7 +92,7 @@ static void check_parse(vt_test *T) {
 
 /* Finite differences over every parameter of the attention module (input x is a parameter too). */
 static void check_block_grad(vt_test *T, const char *tag, vt_msf_cfg m, int B, int N, int C) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     int xs[3] = {B, N, C};
@@ -158,7 +158,7 @@ void test_ops_msf(vt_test *T) {
     check_posemb(T);
     check_parse(T);
     /* shape errors */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     int xs[2] = {2, 6}, ws[2] = {8, 4};

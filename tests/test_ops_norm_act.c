@@ -148,7 +148,7 @@ typedef struct {
 /* Builds a one-op graph on an input of the given shape; `op` builds the node. Returns 0 on success. */
 static int fwd1_build(vt_test *T, fwd1 *f, int training, int ndim, const int *shape,
                       vt_tensor *(*op)(vt_graph *, vt_tensor *, void *), void *arg) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     f->P = vt_params_new(&e);
     f->g = vt_graph_new(f->P, training, &e);
     f->x = vt_input(f->g, "x", ndim, shape);
@@ -222,7 +222,7 @@ static void check_kink_grads(vt_test *T) {
              {VT_HARDSWISH, 3.5f, 1.0f},   {VT_SOFTPLUS, 25.0f, 1.0f},  {VT_POW, -2.0f, 12.0f}};
     const int nk = (int)(sizeof k / sizeof k[0]);
     for (int j = 0; j < nk; j++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         int one = 1;
@@ -462,7 +462,7 @@ static void check_batchnorm_values(vt_test *T) {
         vt_graph_forward(f.g);
         T_CHECK(T, ba.nbt->data[0] == 2.0f, "num_batches_tracked %g after two forwards", (double)ba.nbt->data[0]);
         /* eval graph on the same store: uses the running statistics and leaves them unchanged */
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_graph *ge = vt_graph_new(f.P, 0, &e);
         vt_tensor *xe = vt_input(ge, "x", cs[t].ndim, cs[t].shape);
         vt_tensor *ye = op_bn(ge, xe, &ba);
@@ -580,7 +580,7 @@ static void check_batchnorm_sum(vt_test *T) {
         gc_run_vs_plain(T, &f, b_bn_sum_plain, "batchnorms then adds", 1e-5);
     }
     /* running statistics: both forms in one training graph, on one input, each with its own buffers */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int r = 3, C = 5, L = r * C, zs[3] = {2, 7, L};
@@ -626,7 +626,7 @@ static void check_batchnorm_sum(vt_test *T) {
     } es[] = {{4, 12, 4, "4 groups (need 1 to 3)"}, {2, 7, 4, "must hold 2 groups"}, {2, 6, 4, "group 1's bias"},
               {2, 6, 1, "more than 1 value per channel"}};
     for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
-        vt_err e2 = {{0}};
+        vt_err e2 = {0};
         vt_params *P2 = vt_params_new(&e2);
         vt_graph *g2 = vt_graph_new(P2, 1, &e2);
         const int s2[2] = {es[k].rows, es[k].L}, four = 4;
@@ -656,7 +656,7 @@ static void check_errors(vt_test *T) {
               {7, "added term (2, 3, 5) must have the input's shape (2, 3, 4)"},
               {8, "added term (2, 3, 5) must have the input's shape (2, 3, 4)"}};
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 1, &e);
         int xs[3] = {2, 3, 4}, five = 5, four = 4, one[3] = {1, 4, 1}, rs[3] = {2, 3, 5};

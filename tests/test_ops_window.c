@@ -16,7 +16,7 @@ typedef vt_tensor *(*unary_build)(vt_graph *g, vt_tensor *x, const int *a);
 
 static int64_t run_unary(int ndim, const int *shape, unary_build f, const int *a, float *out, int64_t cap,
                          const float *xin, vt_err *err) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     vt_tensor *x = vt_param(g, "x", ndim, shape, (vt_init){VT_INIT_ZERO, 0});
@@ -132,7 +132,7 @@ static void check_windows(vt_test *T) {
         const int ws[3] = {c->B * nW, c->wh * c->ww, c->C};
         const int64_t nx = (int64_t)c->B * c->H * c->W * c->C, nw = (int64_t)ws[0] * ws[1] * ws[2];
         for (int64_t i = 0; i < nx; i++) xin[i] = (float)i + 1.0f;
-        vt_err e = {{0}};
+        vt_err e = {0};
         int64_t n = run_unary(4, xs, u_part, a, got, CAP, NULL, &e);
         naive_partition(c, xin, want);
         T_CHECK(T, n == nw && memcmp(got, want, sizeof(float) * (size_t)nw) == 0,
@@ -178,7 +178,7 @@ static void check_partition_sel(vt_test *T) {
         const int64_t ntok = (int64_t)c->B * up(c->H, c->wh) * up(c->W, c->ww);
         float *xin = malloc(sizeof(float) * (size_t)c->B * c->H * c->W * c->C);
         for (int64_t i = 0; i < (int64_t)c->B * c->H * c->W * c->C; i++) xin[i] = (float)i + 1.0f;
-        vt_err e = {{0}};
+        vt_err e = {0};
         const int64_t n = run_unary(4, xs, u_part_sel, a, got, CAP, NULL, &e);
         naive_partition(c, xin, full);
         int ok = n == ntok * Cw;
@@ -333,7 +333,7 @@ static void check_patch_merge(vt_test *T) {
 /* ---- patchify + linear vs conv2d (stride = kernel = p) ---- */
 
 static void run_patch_embed(int use_conv, int B, int H, int W, int C, int Co, int p, float *out, float *grads) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int xs[4] = {B, H, W, C}, wsh[4] = {Co, C, p, p}, bs[1] = {Co}, w2[2] = {Co, C * p * p};
@@ -473,12 +473,12 @@ static void check_errors(vt_test *T) {
         {"window_shift_mask", 1, {1}, u_mask_op, {8, 8, 3, 4, 0, 0}},      /* 8 not a multiple of 3 */
     };
     for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         float dummy[1];
         const int64_t n = run_unary(E[i].nd, E[i].shape, E[i].f, E[i].a, dummy, 0, NULL, &e);
         T_CHECK(T, n < 0 && strstr(e.msg, E[i].want) && strstr(e.msg, "("), "error case %zu: got '%s'", i, e.msg);
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int xs[4] = {1, 6, 5, 2};
@@ -492,7 +492,7 @@ static void check_errors(vt_test *T) {
 /* vt_window_reverse_add against vt_window_reverse then vt_add in one graph (bit for bit: the same float sums), on a
  * padded and shifted map; a residual of the wrong size is refused with both shapes named. */
 static void check_reverse_add(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
     const int ws[3] = {2 * 9, 6, 3}, rs[3] = {2, 35, 3}, map[4] = {2, 5, 7, 3}, bad[3] = {2, 34, 3};

@@ -39,7 +39,7 @@ static vt_params *make_store(vt_err *e) {
 
 /* Runs NSTEP AdamW steps with random gradients against a double reference of torch.optim.AdamW. */
 static void check_adamw(vt_test *T, float wd) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = make_store(&e);
     T_CHECK(T, P != NULL, "store: %s", e.msg);
     if (!P) return;
@@ -118,7 +118,7 @@ static void check_adamw(vt_test *T, float wd) {
 }
 
 static void check_clip(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = make_store(&e);
     if (!P) return;
     vt_tensor *w = vt_params_find(P, "w"), *b = vt_params_find(P, "b");
@@ -135,7 +135,7 @@ static void check_clip(vt_test *T) {
     double n2 = vt_clip_grad_norm(P, 0);
     T_CHECK(T, fabs(n2 - 6.5) < 1e-5 && fabs(w->grad[0] - 1.5) < 1e-6, "after clip norm %g, g0 %g", n2,
             (double)w->grad[0]);
-    vt_err e2 = {{0}};
+    vt_err e2 = {0};
     vt_adamw o;
     T_CHECK(T, vt_adamw_init(&o, P, 1.0f, 0.999f, 1e-8f, 0.0f, &e2) == -1 && strstr(e2.msg, "betas"),
             "beta1 = 1 rejected: %s", e2.msg);
@@ -144,7 +144,7 @@ static void check_clip(vt_test *T) {
 
 /* vt_adamw_init allocates missing gradients and leaves frozen parameters alone. */
 static void check_init(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     int s[1] = {3};
     vt_init zero = {VT_INIT_ZERO, 0};

@@ -19,7 +19,7 @@
  * tokens (B, Ho·Wo, Co); loss = Σ y·r. Writes y, then the gradients of x (in x's layout), w and b. */
 static int run_embed(int use_conv, int nhwc, int B, int H, int W, int C, int Co, int k, int s, int p, float *out,
                      float *grads, size_t cap) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int xs_nchw[4] = {B, C, H, W}, xs_nhwc[4] = {B, H, W, C}, wsh[4] = {Co, C, k, k}, w2[2] = {Co, C * k * k};
@@ -118,7 +118,7 @@ static void check_resize_values(vt_test *T) {
         const float *want;
     } C[] = {{2, 2, 4, 4, up}, {3, 3, 2, 2, down}};
     for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         const int xs[4] = {1, C[k].h, C[k].w, 1};
@@ -148,7 +148,7 @@ static void check_im2col_errors(vt_test *T) {
         {{1, 4, 4, 3}, 3, 1, 3, 1, "padding 3"},
     };
     for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
         vt_tensor *y = vt_im2col(g, vt_input(g, "x", 4, E[i].shape), E[i].k, E[i].s, E[i].p, E[i].nhwc);
@@ -175,7 +175,7 @@ static void check_maps(vt_test *T, const char *name, int S, int H, int W, const 
         ov.depths[i] = 1;
         ov.heads[i] = strstr(name, "hmhsa") ? heads_h[i] : heads_v1[i];
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     int ok = P && base && vt_model_configure(base, &ov, &c, &e) == 0 && vt_model_init_params(&c, P, 1, &e) == 0;
@@ -237,7 +237,7 @@ static void check_sizes(vt_test *T) {
         vt_model_overrides ov = vt_model_no_overrides();
         ov.img_size = R[i].S;
         vt_model_cfg c;
-        vt_err e = {{0}};
+        vt_err e = {0};
         const int rc = vt_model_configure(vt_model_find(R[i].model), &ov, &c, &e);
         T_CHECK(T, rc != 0 && strstr(e.msg, R[i].want) && strstr(e.msg, R[i].model), "%s at %d refused: '%s'",
                 R[i].model, R[i].S, e.msg);
@@ -262,7 +262,7 @@ static void check_embed_conv(vt_test *T, const char *name, int overlap) {
         ov.depths[i] = 1;
         ov.heads[i] = heads[i];
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     int ok = P && vt_model_configure(vt_model_find(name), &ov, &c, &e) == 0 && vt_model_init_params(&c, P, 1, &e) == 0;
@@ -334,7 +334,7 @@ static void check_ffn_fused(vt_test *T) {
     /* the builder's errors: a training graph, tokens off the grid, a weight of the wrong shape */
     static const char *want[] = {"no backward", "H·W", "weights must be"};
     for (int k = 0; k < 3; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, k == 0, &e);
         const int xs[3] = {2, 12, 8}, w1s[2] = {16, 8}, hs[1] = {16}, dws[4] = {16, 1, 3, 3};

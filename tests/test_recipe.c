@@ -18,7 +18,7 @@
 
 /* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double. */
 static void check_ema(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     const int s3[1] = {3}, s1[1] = {1};
     vt_tensor *w = vt_params_add(P, "w", VT_PARAM, 1, s3, (vt_init){VT_INIT_ZERO, 0}, &e);
@@ -53,7 +53,7 @@ static void check_ema(vt_test *T) {
 
 /* N micro-batches of B accumulated == one batch of N·B (vit_fmnist_tiny: LayerNorm only), ≤ 1e-5 relative. */
 static void check_accum(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_model_cfg *base = vt_model_find("vit_fmnist_tiny");
     T_CHECK(T, base != NULL, "vit_fmnist_tiny registered");
     if (!base) return;
@@ -83,11 +83,11 @@ static void check_accum(vt_test *T) {
     T_CHECK(T, vt_grad_accum(&c, P2, x, lab, B, 0, &l2, &e) != 0, "accum 0 refused");
     const float keep = lab[1];
     lab[1] = (float)c.arch.num_classes; /* past the last class: its loss would read past the logits */
-    e = (vt_err){{0}};
+    e = (vt_err){0};
     T_CHECK(T, vt_grad_steps(&c, P1, x, lab, B * N, 1, 0, 0, l1, &e) != 0 && strstr(e.msg, "label 10 of sample 1"),
             "an out-of-range label refused by vt_grad_steps: %s", e.msg);
     lab[1] = 0.5f;
-    e = (vt_err){{0}};
+    e = (vt_err){0};
     T_CHECK(T, vt_grad_accum(&c, P2, x, lab, B, N, &l2, &e) != 0 && strstr(e.msg, "label 0.5 of sample 1"),
             "a fractional label refused by vt_grad_accum: %s", e.msg);
     lab[1] = keep;
@@ -97,7 +97,7 @@ static void check_accum(vt_test *T) {
 }
 
 static void check_recipes(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_recipe r;
     for (int i = 0; i < vt_recipe_count(); i++)
         T_CHECK(T, vt_recipe_get(vt_recipe_name(i), NULL, &r, &e) == 0 && strcmp(r.name, vt_recipe_name(i)) == 0,
@@ -177,7 +177,7 @@ static void check_recipes(vt_test *T) {
 
 /* A recipe's per-image knobs become the transforms' parameters (timm's RandAugment string parsed). */
 static void check_recipe_transforms(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_recipe r;
     vt_tf_params p;
     vt_recipe_get("deit", NULL, &r, &e);
@@ -214,7 +214,7 @@ static void check_bicubic(vt_test *T) {
 /* Fine-tuning loader: a saved 10-class vit_fmnist_tiny loads into a 2-class model at 36×36 with the head
  * re-initialised and pos_embed resized; an unrelated model's file is refused, naming the tensors. */
 static void check_adapt(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_model_cfg *base = vt_model_find("vit_fmnist_tiny");
     vt_model_overrides ov = vt_model_no_overrides();
     vt_model_cfg c10 = *base, c2;
@@ -253,7 +253,7 @@ static void check_adapt(vt_test *T) {
          vt_model_init_params(&g2, G2, 1, &e) == 0;
     vt_tensor *rv = ok ? vt_params_find(G, "conv_stem.norm1.running_var") : NULL;
     if (rv) rv->data[0] = -1.0f;
-    e = (vt_err){{0}}; /* the first error message is kept: clear the one above */
+    e = (vt_err){0}; /* the first error message is kept: clear the one above */
     T_CHECK(T, rv && vt_params_save(G, path, &e) == 0 && vt_adapt_load(G2, 2, path, NULL, &e) != 0 &&
                    strstr(e.msg, "conv_stem.norm1.running_var") && strstr(e.msg, "running variance"),
             "a negative running variance refused while the head is adapted: %s", e.msg);
@@ -267,7 +267,7 @@ static void check_adapt(vt_test *T) {
 
 /* The soft-target cross-entropy refuses mismatched shapes, naming the op (its values: gradcheck and the torch test). */
 static void check_soft_ce_shapes(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int a[2] = {4, 5}, b[2] = {4, 6};
@@ -282,7 +282,7 @@ static void check_soft_ce_shapes(vt_test *T) {
 /* Invariants of Mixup/CutMix and of the repeated-augmentation sampler (their values against timm/DeiT: the reference
  * test); here they also run under ASan. */
 static void check_mixup_sampler(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     enum { B = 4, C = 2, H = 5, W = 6, K = 3 };
     float x[B * C * H * W], t[B * K];
     const int lab[B] = {0, 1, 2, 1};
@@ -302,7 +302,7 @@ static void check_mixup_sampler(vt_test *T) {
     T_CHECK(T, fabs(s - 1) < 1e-6, "targets sum to 1: %g", s);
     T_CHECK(T, vt_mixup_apply(&m, &d, x, 3, C, H, W, lab, t, &lam, &e) != 0 && strstr(e.msg, "even"), "odd batch");
     const int bad[B] = {0, 1, 5, 1};
-    e = (vt_err){{0}}; /* the first error message is kept: start afresh */
+    e = (vt_err){0}; /* the first error message is kept: start afresh */
     T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, bad, t, &lam, &e) != 0 && strstr(e.msg, "label 5"), "bad label: %s", e.msg);
     vt_rng r;
     vt_rng_seed(&r, 1);

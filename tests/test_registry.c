@@ -58,7 +58,7 @@ static int smallest_size(const vt_model_cfg *base, vt_model_overrides *ov, vt_mo
     static const int sizes[] = {28, 32, 64, 96, 192, 224};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
         ov->img_size = sizes[k];
-        vt_err e1 = {{0}};
+        vt_err e1 = {0};
         vt_model_summary s;
         if (vt_model_configure(base, ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
             vt_model_summary_free(&s);
@@ -109,7 +109,7 @@ static int graded(const vt_tensor *t) { return t->kind == VT_PARAM && t->grad; }
  * gradients, plain and poisoned, equal ref (every VT_PARAM's gradient from the default plan, in P's order). */
 static void check_plan(vt_test *T, const vt_model_cfg *c, vt_params *P, const float *x0, float *const *ref,
                        int64_t arena) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const int B = 2;
     vt_tensor *x, *lab;
     vt_graph *g = vt_graph_new(P, 1, &e);
@@ -167,7 +167,7 @@ static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
  * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). */
 static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n) {
     const double t0 = now_s();
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c0;
     if (shrink(base, &c0, &e)) {
         T_CHECK(T, 0, "%s: no small configuration builds: %s", base->name, e.msg);
@@ -256,7 +256,7 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
 /* A train graph of c over P for a batch of B (all_tokens as given), its input filled from x0 and labels b % classes,
  * one forward and backward run; NULL (and a failed check) if it does not build. */
 static vt_graph *step_graph(vt_test *T, const vt_model_cfg *c, vt_params *P, int B, int all_tokens, const float *x0) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_tensor *x, *lab;
     vt_graph *g = vt_graph_new(P, 1, &e);
     if (!g) return NULL;
@@ -282,7 +282,7 @@ static vt_graph *step_graph(vt_test *T, const vt_model_cfg *c, vt_params *P, int
 /* A class-token ViT's last block computes only the class token's row past its keys and values unless the graph
  * asks for every token (g->all_tokens): the same loss and gradients to rounding, with fewer MACs. */
 static void check_all_tokens(vt_test *T, const char *name) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c;
     vt_model_overrides ov = vt_model_no_overrides();
     ov.drop_path = 0.0f;
@@ -333,7 +333,49 @@ static void check_all_tokens(vt_test *T, const char *name) {
     vt_params_free(P);
 }
 
+/* Configuring `name` with ov: 0, or -1 with e's code the kind asked (VT_E_USAGE: an option the model cannot apply, the
+ * CLI's exit status 2; VT_E_FAILED: a value out of range). */
+static void check_configure(vt_test *T, const char *name, const vt_model_overrides *ov, int want_rc, int want_code,
+                            const char *what) {
+    vt_err e = {0};
+    vt_model_cfg c;
+    const vt_model_cfg *base = vt_model_find(name);
+    const int rc = base ? vt_model_configure(base, ov, &c, &e) : 1;
+    T_CHECK(T, rc == want_rc && (rc == 0 || e.code == want_code), "%s %s: rc %d code %d (want %d, %d): %s", name, what,
+            rc, e.code, want_rc, want_code, e.msg);
+}
+
+/* vt_model_configure tells an option a model cannot apply (VT_E_USAGE) from a bad value; the first error keeps its
+ * code. */
+static void check_option_kinds(vt_test *T) {
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.train_form = 1;
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--train-form (nothing re-parameterised)");
+    check_configure(T, "nextvit_small", &ov, 0, 0, "--train-form (BatchNorm merge)");
+    ov.ffn = "cffn";
+    check_configure(T, "deit_tiny_patch16_224", &ov, 0, 0, "--ffn cffn --train-form");
+    ov = vt_model_no_overrides();
+    ov.windows[0] = 7;
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--windows 7");
+    ov = vt_model_no_overrides();
+    ov.drop_path = 0.1f;
+    check_configure(T, "groupmixformer_tiny", &ov, 0, 0, "--drop-path 0.1");
+    ov = vt_model_no_overrides();
+    ov.img_size = 5000;
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_FAILED, "--img-size 5000 (a value out of range)");
+    vt_err e = {0};
+    vt_seterr(&e, "first");
+    vt_seterr_code(&e, VT_E_USAGE, "second");
+    T_CHECK(T, strcmp(e.msg, "first") == 0 && e.code == VT_E_FAILED, "the first error keeps its code: %s %d", e.msg,
+            e.code);
+    vt_clearerr(&e);
+    vt_seterr_code(&e, VT_E_USAGE, "third");
+    T_CHECK(T, strcmp(e.msg, "third") == 0 && e.code == VT_E_USAGE, "after vt_clearerr a new code: %s %d", e.msg,
+            e.code);
+}
+
 void test_registry(vt_test *T) {
+    check_option_kinds(T);
     check_all_tokens(T, "vit_fmnist_p7");
     check_all_tokens(T, "deit_tiny_patch16_224");
     T_CHECK(T, vt_model_count() > 0, "models registered");

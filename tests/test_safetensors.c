@@ -28,7 +28,7 @@ static void expect_bad(vt_test *T, const char *header, size_t dlen, const char *
     size_t len;
     uint8_t *b = image(header, NULL, dlen, &len);
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_st_parse(b, len, &f, &e);
     T_CHECK(T, rc == -1 && strstr(e.msg, kw) != NULL, "header %s: want error with '%s', got rc=%d msg '%s'", header, kw,
             rc, e.msg);
@@ -39,7 +39,7 @@ static void expect_bad(vt_test *T, const char *header, size_t dlen, const char *
 
 static void expect_bad_raw(vt_test *T, const uint8_t *b, size_t len, const char *kw, const char *what) {
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_st_parse(b, len, &f, &e);
     T_CHECK(T, rc == -1 && strstr(e.msg, kw) != NULL, "%s: want error with '%s', got rc=%d msg '%s'", what, kw, rc,
             e.msg);
@@ -85,7 +85,7 @@ static void test_roundtrip(vt_test *T, const char *dir) {
         {.name = "ids \"q\"\\", .dtype = VT_ST_I32, .ndim = 1, .shape = {4}, .data = c},
         {.name = "empty", .dtype = VT_ST_F32, .ndim = 2, .shape = {0, 3}, .data = NULL},
     };
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_st_write(path, outs, 4, "{\"format\":\"pt\",\"note\":\"x\\\"y\"}", &e);
     T_CHECK(T, rc == 0, "write: %s", e.msg);
     T_CHECK(T, count_dir(dir, ".tmp.") == 0, "temp file left behind");
@@ -128,7 +128,7 @@ static void test_roundtrip(vt_test *T, const char *dir) {
     T_CHECK(T, vt_st_meta(&f, "note") && strcmp(vt_st_meta(&f, "note"), "x\"y") == 0, "metadata escaped value");
     T_CHECK(T, vt_st_meta(&f, "missing") == NULL, "metadata absent key");
 
-    vt_err e2 = {{0}};
+    vt_err e2 = {0};
     T_CHECK(T, vt_st_read_f32(w, got, 5, &e2) == -1 && strstr(e2.msg, "element count"), "count mismatch: %s", e2.msg);
     vt_st_close(&f);
     vt_st_close(&f); /* idempotent */
@@ -165,7 +165,7 @@ static void test_stale_temps(vt_test *T, const char *dir) {
         remove(p);
     }
     vt_out o;
-    vt_err e = {{0}};
+    vt_err e = {0};
     snprintf(p, sizeof p, "%s/out.bin", dir);
     char want[64];
     snprintf(want, sizeof want, "/.vitc-%ld-", (long)getpid());
@@ -181,7 +181,7 @@ static void test_writer_errors(vt_test *T, const char *dir) {
         {.name = "x", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a},
         {.name = "x", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = a},
     };
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_st_write(path, dup, 2, NULL, &e) == -1 && strstr(e.msg, "duplicate"), "dup: %s", e.msg);
     vt_clearerr(&e);
     T_CHECK(T, vt_st_write(path, dup, 1, "[1]", &e) == -1 && strstr(e.msg, "metadata"), "meta: %s", e.msg);
@@ -254,7 +254,7 @@ static void test_malformed(vt_test *T, const char *dir) {
     T_CHECK(T, fp && fwrite(b, 1, len - 3, fp) == len - 3, "write truncated");
     if (fp) fclose(fp);
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_st_open(path, &f, &e) == -1 && strstr(e.msg, "out of range") && strstr(e.msg, "'a'") &&
                    strstr(e.msg, path),
             "truncated data: %s", e.msg);
@@ -262,7 +262,7 @@ static void test_malformed(vt_test *T, const char *dir) {
     /* Every prefix of a valid image fails cleanly. */
     int all_fail = 1;
     for (size_t k = 0; k < len; k++) {
-        vt_err ek = {{0}};
+        vt_err ek = {0};
         if (vt_st_parse(b, k, &f, &ek) == 0) all_fail = 0, vt_st_close(&f);
     }
     T_CHECK(T, all_fail, "some truncated prefix parsed");
@@ -274,7 +274,7 @@ static void test_malformed(vt_test *T, const char *dir) {
         for (size_t v = 0; v < sizeof vals; v++) {
             uint8_t save = b[k];
             b[k] = vals[v];
-            vt_err ek = {{0}};
+            vt_err ek = {0};
             if (vt_st_parse(b, len, &f, &ek) == 0) vt_st_close(&f);
             b[k] = save;
         }
@@ -290,7 +290,7 @@ static void test_malformed(vt_test *T, const char *dir) {
                "an escaped NUL (\\u0000) at header offset 38");
     { /* an escaped backslash before u0000 is text, not a NUL */
         vt_st_file f;
-        vt_err e = {{0}};
+        vt_err e = {0};
         const char *h = "{\"__metadata__\":{\"note\":\"a\\\\u0000\"}}";
         const size_t hl = strlen(h);
         uint8_t b[128] = {0};
@@ -349,7 +349,7 @@ static void test_malformed(vt_test *T, const char *dir) {
     {
         size_t l;
         uint8_t *img = image(longname, NULL, 4, &l);
-        vt_err e1 = {{0}};
+        vt_err e1 = {0};
         T_CHECK(T, vt_st_parse(img, l, &f, &e1) == 0, "127-char name accepted: %s", e1.msg);
         vt_st_close(&f);
         free(img);
@@ -404,7 +404,7 @@ static void test_malformed(vt_test *T, const char *dir) {
     for (int i = 0; i < 4; i++) {
         size_t l;
         uint8_t *img = image(ok[i], NULL, okd[i], &l);
-        vt_err e1 = {{0}};
+        vt_err e1 = {0};
         T_CHECK(T, vt_st_parse(img, l, &f, &e1) == 0, "valid header %s rejected: %s", ok[i], e1.msg);
         vt_st_close(&f);
         free(img);
@@ -429,7 +429,7 @@ static void test_conversions(vt_test *T) {
     size_t len;
     uint8_t *img = image(hdr, data, sizeof data, &len);
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     T_CHECK(T, vt_st_parse(img, len, &f, &e) == 0, "parse: %s", e.msg);
     float out[11];
     const vt_st_entry *th = vt_st_find(&f, "h");
@@ -442,7 +442,7 @@ static void test_conversions(vt_test *T) {
     for (int i = 0; tb && i < 6; i++)
         T_CHECK(T, same_bits(out[i], bv[i]), "bf16 0x%04x -> %.10g, want %.10g", bf[i], (double)out[i], (double)bv[i]);
     int64_t iv[6];
-    vt_err e2 = {{0}};
+    vt_err e2 = {0};
     T_CHECK(T, tb && vt_st_read_i64(tb, iv, 6, &e2) == -1 && strstr(e2.msg, "not an integer"), "bf16 inf -> i64: %s",
             e2.msg);
     vt_st_close(&f);
@@ -528,7 +528,7 @@ static void test_conversions(vt_test *T) {
 
 /* Error messages that do not fit vt_err end in "..." at a character boundary (valid UTF-8), short ones are whole. */
 static void test_error_fit(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_seterr(&e, "short %d", 7);
     T_CHECK(T, strcmp(e.msg, "short 7") == 0, "a short message whole: %s", e.msg);
     char name[700];

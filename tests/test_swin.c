@@ -48,7 +48,7 @@ static void check_no_decay(vt_test *T) {
     };
     const int depths[4] = {1, 1, 1, 1}, heads[4] = {1, 2, 4, 8};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_model_cfg c;
         vt_params *P = vt_params_new(&e);
         int ok = P && reduced(cases[k].model, 64, depths, heads, &c, &e) == 0 &&
@@ -65,7 +65,7 @@ static void check_no_decay(vt_test *T) {
  * window (no row shift) while the columns pad to 14 and shift by 3. Builds, runs and gives finite maps and logits. */
 static void check_non_square(vt_test *T) {
     const int depths[4] = {2, 2, 1, 1}, heads[4] = {2, 2, 4, 4};
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     int ok = P && reduced("swin_t", 64, depths, heads, &c, &e) == 0 && vt_model_init_params(&c, P, 2, &e) == 0;

@@ -14,7 +14,7 @@ static void fill_pattern(unsigned char *p, size_t n, unsigned seed) {
 }
 
 static void check_params(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_tf_params d = vt_tf_deit(224);
     T_CHECK(T, vt_tf_params_check(&d, &e) == 0, "%s", e.msg);
     char buf[1024];
@@ -46,7 +46,7 @@ static void check_params(vt_test *T) {
 }
 
 static void check_resize(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     unsigned char pix[9 * 7 * 3], out[40 * 40 * 3];
     fill_pattern(pix, sizeof pix, 1);
     vt_image im = {9, 7, 3, pix};
@@ -88,7 +88,7 @@ static void check_resize(vt_test *T) {
 }
 
 static void check_crop_flip(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_rng r;
     vt_rng_seed(&r, 3);
     const vt_tf_params p = vt_tf_deit(224);
@@ -117,7 +117,7 @@ static void check_crop_flip(vt_test *T) {
 }
 
 static void check_ops(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const unsigned char fill[3] = {124, 116, 104};
     /* every op on 1×1, 2×2, 2×5, 1-channel and 3-channel images, at magnitudes 0, 5, 10, both signs: no failure */
     const int sizes[3][2] = {{1, 1}, {2, 2}, {2, 5}};
@@ -175,7 +175,7 @@ static void check_ops(vt_test *T) {
 }
 
 static void check_randaugment_erasing(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_tf_params p = vt_tf_deit(16);
     vt_rng r, r0;
     vt_rng_seed(&r, 9);
@@ -213,7 +213,7 @@ static void check_randaugment_erasing(vt_test *T) {
 }
 
 static void check_composed(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_tf_params p = vt_tf_deit(24);
     const int W = 41, H = 30;
     unsigned char pix[41 * 30 * 3];

@@ -23,7 +23,7 @@ static int count_dir(const char *dir, const char *needle) {
 
 /* A small model: two params, a running-mean buffer and an I64 counter (shape of "a" given). */
 static vt_params *make_model(int a0, int a1, const char *skip, const char *extra) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_init z = {VT_INIT_ZERO, 0.0f};
     int sa[2] = {a0, a1}, sb[1] = {4}, sc[3] = {2, 1, 3};
@@ -51,7 +51,7 @@ static int all_zero(const vt_params *P) {
 }
 
 static void expect_load_fail(vt_test *T, vt_params *P, const char *path, const char *kw1, const char *kw2) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_params_load(P, path, &e);
     T_CHECK(T, rc == -1 && strstr(e.msg, kw1) && (!kw2 || strstr(e.msg, kw2)), "want '%s' and '%s', got rc=%d '%s'",
             kw1, kw2 ? kw2 : "", rc, e.msg);
@@ -62,7 +62,7 @@ static void expect_load_fail(vt_test *T, vt_params *P, const char *path, const c
  * a re-declaration returning the same tensor, absent names (and names differing in the last byte) not found; a
  * graph's scopes through the same index: re-entering a scope reuses it. */
 static void check_name_index(vt_test *T) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     enum { N = 5000 };
     int one = 1, ok = P != NULL;
@@ -104,7 +104,7 @@ void test_weights(vt_test *T) {
     char path[300], p2[300];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     snprintf(p2, sizeof p2, "%s/w2.safetensors", dir);
-    vt_err e = {{0}};
+    vt_err e = {0};
 
     /* Save and load back: exact values, I64 counter. */
     vt_params *P = make_model(2, 3, NULL, NULL);
@@ -219,7 +219,7 @@ void test_weights(vt_test *T) {
     nd = -1;
     T_CHECK(T, vt_st_read_named(&f, "y64", &x, &nd, shp, &e) == 0 && nd == 1 && shp[0] == 3 && x[1] == 9.0f, "any ndim");
     vt_free(x);
-    vt_err e2 = {{0}};
+    vt_err e2 = {0};
     nd = 3;
     T_CHECK(T, vt_st_read_named(&f, "x", &x, &nd, shp, &e2) == -1 && x == NULL && strstr(e2.msg, "expected 3"),
             "ndim check: %s", e2.msg);

@@ -378,7 +378,7 @@ static void set_threads(const opts *o) {
 
 /* vt_model_parse_list, its message printed. */
 static int parse_list(const char *opt, const char *list, int stages, int *v) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     return vt_model_parse_list(opt, list, stages, v, &e) ? die("%s", e.msg) : 0;
 }
 
@@ -386,14 +386,14 @@ static int parse_list(const char *opt, const char *list, int stages, int *v) {
  * (--weights, --input, the images). */
 static int output_ok(const opts *o) {
     const char *fixed[2] = {o->weights, o->input};
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (vt_output_check(o->output, fixed, 2, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
         return die("%s", e.msg);
     return 0;
 }
 
 /* Resolves the model name and the options that change it into cfg (the library checks them); 1 on an error, 2 on a
- * malformed list option (--dims, --depths, --heads, --windows). */
+ * malformed list option (--dims, --depths, --heads, --windows) or one the model cannot apply. */
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
@@ -416,16 +416,18 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     ov.apply_transform = o->apply_transform;
     ov.double_heads = o->double_heads;
     ov.dtype = o->dtype;
-    vt_err e = {{0}};
-    if (vt_model_configure(base, &ov, cfg, &e)) return die("%s", e.msg);
-    if (o->features && !cfg->family->features) return die("%s has no stage feature maps (--features)", cfg->name);
+    vt_err e = {0};
+    if (vt_model_configure(base, &ov, cfg, &e)) /* an option the model cannot apply is a usage error */
+        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die("%s", e.msg);
+    if (o->features && !cfg->family->features)
+        return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     return 0;
 }
 
 /* A parameter store holding the model's parameters, loaded from o->weights or, without it, initialised (seed); the
  * commands that need weights refuse a missing --weights first (a usage error). */
 static vt_params *load_model(const opts *o, const vt_model_cfg *cfg) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = o->weights ? vt_model_load(cfg, o->weights, &e) : vt_params_new(&e);
     if (P && !o->weights && vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
         vt_params_free(P);
@@ -449,14 +451,14 @@ static int warn_int8_fallback(const vt_model_cfg *c, vt_int8_use u) {
 
 /* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
 static int open_input(const opts *o, vt_st_file *f) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (!o->input) return missing("--input");
     return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
 }
 
 /* Reads `input` (B, C, H, W) from f (open_input of path) and checks it against cfg; returns the data and B. */
 static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *path, int *B) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     float *x = NULL;
     int nd = -1;
     int64_t sh[VT_ST_MAXDIM];
@@ -518,7 +520,7 @@ static int cmd_list(opts *o) {
         printf("%-36s %14s %9s  %s\n", "model", "params", "GMACs", "description");
     for (int i = 0; i < vt_model_count(); i++) {
         const vt_model_cfg *c = vt_model_at(i);
-        vt_err e = {{0}};
+        vt_err e = {0};
         vt_model_summary s;
         const int ok = vt_model_summarize(c, &s, &e) == 0;
         if (o->csv) {
@@ -544,13 +546,17 @@ static int cmd_list(opts *o) {
 }
 
 /* The stages of c as JSON objects. */
-static void print_stages_json(const vt_arch_cfg *a) {
+static void print_stages_json(const vt_model_cfg *c) {
+    const vt_arch_cfg *a = &c->arch;
     printf("\"stages\": [");
-    for (int i = 0; i < a->nstages; i++)
+    for (int i = 0; i < a->nstages; i++) {
+        char blocks[256];
+        const int na = vt_model_stage_blocks(c, i, blocks, sizeof blocks);
         printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
-               "\"sr_ratio\": %d, \"attn\": \"%s\"}", i ? ", " : "", a->stages[i].dim, a->stages[i].depth,
-               a->stages[i].heads, (double)a->stages[i].mlp_ratio, a->stages[i].window, a->stages[i].sr_ratio,
-               a->stages[i].attn);
+               "\"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}", i ? ", " : "",
+               a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
+               a->stages[i].window, a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
+    }
     printf("]");
 }
 
@@ -558,7 +564,7 @@ static int cmd_info(opts *o) {
     vt_model_cfg c;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_model_summary s;
     if (vt_model_summarize(&c, &s, &e)) return die("%s", e.msg);
     const vt_arch_cfg *a = &c.arch;
@@ -571,7 +577,7 @@ static int cmd_info(opts *o) {
                c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size, a->in_chans,
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
-        print_stages_json(a);
+        print_stages_json(&c);
         printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"resize\": \"%s\", \"interpolation\": \"%s\", "
                "\"mean\": [%g, %g, %g], \"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path,
                (double)c.pre.crop_pct, c.pre.squash ? "both sides" : "shorter side",
@@ -584,9 +590,13 @@ static int cmd_info(opts *o) {
         printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, a->img_size, a->num_classes);
         for (int i = 0; i < a->nstages; i++) {
             const int dbl = a->opts.double_heads && strcmp(a->stages[i].attn, "hmhsa") == 0;
-            printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i, a->stages[i].dim,
-                   a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
-                   (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+            char blocks[256];
+            if (vt_model_stage_blocks(&c, i, blocks, sizeof blocks) >= 0 && blocks[0]) /* they differ (Next-ViT) */
+                printf("stage %d    dim %d, depth %d: %s\n", i, a->stages[i].dim, a->stages[i].depth, blocks);
+            else
+                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i, a->stages[i].dim,
+                       a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
+                       (double)a->stages[i].mlp_ratio, a->stages[i].attn);
         }
         printf("FFN        %s%s\n", a->ffn, a->train_form ? " (training form)" : "");
         printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
@@ -618,7 +628,7 @@ static int cmd_init(opts *o) {
     if (output_ok(o)) return 1;
     vt_params *P = load_model(o, &c);
     if (!P) return 1;
-    vt_err e = {{0}};
+    vt_err e = {0};
     int rc = vt_params_save(P, o->output, &e) ? die("%s", e.msg) : 0;
     if (!rc) printf("wrote %s: %lld params of %s (seed %lld)\n", o->output, (long long)vt_params_count(P, VT_PARAM),
                     c.name, o->seed);
@@ -636,7 +646,7 @@ static int input_side(const vt_st_file *f) {
  * size, or the input must have the model's size (a clear error otherwise). */
 static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
     const int side = o->img_size ? 0 : input_side(f);
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
     return 0;
 }
@@ -656,7 +666,7 @@ static int cmd_forward(opts *o) {
     }
     int B = 0, rc = 1;
     float *x = read_input(&c, &f, o->input, &B);
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_predictor p = {0};
     if (x && vt_predictor_init(&p, &c, P, B, o->features ? VT_PRED_MAPS : VT_PRED_LOGITS, &e)) {
         die("%s", e.msg);
@@ -701,7 +711,7 @@ static int cmd_grad(opts *o) {
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
-    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; take gradients in fp32 or bf16");
+    if (c.arch.int8) return refuse("grad", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return missing("--output");
     if (output_ok(o) || open_input(o, &f)) return 1;
     vt_params *P = NULL;
@@ -717,7 +727,7 @@ static int cmd_grad(opts *o) {
     float *x = read_input(&c, &f, o->input, &B), *labf = NULL, *losses = NULL;
     int32_t *lab = NULL;
     int64_t nl = 0;
-    vt_err e = {{0}};
+    vt_err e = {0};
     char brief[VT_PATH_BRIEF], buf[1024];
     vt_path_brief(o->input, brief, sizeof brief);
     if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
@@ -802,12 +812,14 @@ static int take_model_options(opts *o, const char *path, const char *what) {
     return 0;
 }
 
-/* Writes the model options given (or taken on --resume) into o->model_options, in the form take_model_options reads. */
-static int record_model_options(opts *o) {
-    size_t n = 0;
+/* Writes the options among `names` that were given (or taken on --resume) into buf (n bytes), "--opt value" pairs and
+ * flags separated by spaces, in the form take_model_options reads; -1 if they do not fit or a value holds " --". */
+static int given_options(const opts *o, const char *names, char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = '\0';
     for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
         const optdef *d = &optdefs[k];
-        if (!o->given[k] || !has_word(RECORDED_OPTS, d->name)) continue;
+        if (!o->given[k] || !has_word(names, d->name)) continue;
         const char *field = (const char *)o + d->off;
         char v[64] = "";
         const char *val = v;
@@ -819,12 +831,18 @@ static int record_model_options(opts *o) {
             snprintf(v, sizeof v, "%.17g", *(const double *)field);
         else if (d->kind == O_LL)
             snprintf(v, sizeof v, "%lld", *(const long long *)field);
-        const int m = snprintf(o->model_options + n, sizeof o->model_options - n, "%s%s%s%s", n ? " " : "", d->name,
+        const int m = snprintf(buf + used, n - used, "%s%s%s%s", used ? " " : "", d->name,
                                d->kind == O_FLAG ? "" : " ", d->kind == O_FLAG ? "" : val);
-        if (m < 0 || (size_t)m >= sizeof o->model_options - n || strstr(val, " --"))
-            return die("%s", "the model options are too long to record in a checkpoint (or a value holds ' --')");
-        n += (size_t)m;
+        if (m < 0 || (size_t)m >= n - used || strstr(val, " --")) return -1;
+        used += (size_t)m;
     }
+    return 0;
+}
+
+/* Writes the model options given (or taken on --resume) into o->model_options, in the form take_model_options reads. */
+static int record_model_options(opts *o) {
+    if (given_options(o, RECORDED_OPTS, o->model_options, sizeof o->model_options))
+        return die("%s", "the model options are too long to record in a checkpoint (or a value holds ' --')");
     return 0;
 }
 
@@ -878,7 +896,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", o->resume);
     snprintf(what, sizeof what, " (recorded in %s)", path);
     recorded f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (read_recorded(d, path, &f, &e)) return die("%s", e.msg);
     if (!f.buf) return 0;
     const char *rec = rec_get(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
@@ -935,7 +953,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
 
 /* The recipe (--recipe, else vitc's defaults) with the explicit options over it. */
 static int train_recipe(opts *o, vt_recipe *r) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (vt_recipe_get(o->recipe ? o->recipe : "default", o->model, r, &e)) return die("%s", e.msg);
     if (o->epochs) r->epochs = o->epochs;
     if (o->cooldown_epochs >= 0) r->cooldown_epochs = o->cooldown_epochs;
@@ -987,7 +1005,7 @@ static int list_recipes(const opts *o) {
     vt_dist_env(&rank, NULL, NULL);
     for (int i = 0; rank == 0 && i < vt_recipe_count(); i++) { /* under mpirun: listed once */
         vt_recipe r;
-        vt_err e = {{0}};
+        vt_err e = {0};
         if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
         vt_recipe_print(&r, stdout);
     }
@@ -1059,7 +1077,7 @@ static int train_rank(opts *o, vt_dist *d) {
     if (unused) return unused;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
-    if (c.arch.int8) return die("%s", "--dtype int8 is for inference; train in fp32 or bf16");
+    if (c.arch.int8) return refuse("train", "--dtype int8 is for inference; train in fp32 or bf16");
     vt_train_opts t;
     vt_train_defaults(&t);
     if (!o->out_dir) return missing("--out RUN_DIR");
@@ -1068,7 +1086,7 @@ static int train_rank(opts *o, vt_dist *d) {
     t.run_dir = o->out_dir;
     t.resume = o->resume;
     t.workers = o->workers;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (d->size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
         notice("%s%s%s: gradient averaging happens only under mpirun (data-parallel ranks); this run is one process",
                given(o, "--bucket-mib") ? "--bucket-mib" : "", given(o, "--bucket-mib") && o->no_overlap ? " and " : "",
@@ -1145,7 +1163,7 @@ static int cmd_train(opts *o) {
     if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
     const int contra = train_contradictions(o);
     if (contra) return contra;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
     if (vt_dist_init(&d, &e)) return die("%s", e.msg);
     const int rc = train_rank(o, &d);
@@ -1164,10 +1182,12 @@ static int cmd_eval(opts *o) {
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
     vt_data d;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (read_classes(o, c.arch.num_classes)) return 1;
     /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
     if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (o->test_subset > d.val.n)
+        notice("--test-subset %d is more than the %d test images: evaluating all of them", o->test_subset, d.val.n);
     vt_params *P = load_model(o, &c);
     if (!P) {
         vt_data_close(&d);
@@ -1238,12 +1258,12 @@ static int cmd_bench(opts *o) {
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     int B = o->batch > 0 ? o->batch : 1, iters = o->iters > 0 ? o->iters : 10;
-    if (o->csv && (o->json || o->profile)) return die("%s", "--csv excludes --json and --profile");
+    if (o->csv && (o->json || o->profile)) return refuse("bench", "--csv excludes --json and --profile");
     if (c.arch.int8 && (o->train || o->data))
-        return die("--dtype int8 is for inference, but %s benchmarks a training step",
-                   o->train ? "--train" : "--data (which implies --train)");
+        return refuse("bench", "--dtype int8 is for inference, but %s benchmarks a training step",
+                      o->train ? "--train" : "--data (which implies --train)");
     vt_bench_result r;
-    vt_err e = {{0}};
+    vt_err e = {0};
     double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */
     const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     if (o->data) {
@@ -1263,11 +1283,15 @@ static int cmd_bench(opts *o) {
                B, workers, pipe, r.img_per_s,
                pipe < r.img_per_s ? "input-bound (the GEMMs would wait for data)"
                                   : "not input-bound (the pipeline is faster than the step, if it gets the cores)");
+    /* the options that made this model from the named one: a benchmark row of a variant names it */
+    char mopts[1024], label[1300];
+    if (given_options(o, RECORDED_OPTS "--train-form ", mopts, sizeof mopts)) snprintf(mopts, sizeof mopts, "...");
+    snprintf(label, sizeof label, "%s%s%s", c.name, mopts[0] ? " " : "", mopts);
     if (o->csv) { /* timm benchmark.py's columns: --bench infer, or --bench train with --train */
         const char *m = o->train ? "train" : "infer";
         printf("model,%s_samples_per_sec,%s_step_time,%s_batch_size,%s_img_size,%sparam_count\n", m, m, m, m,
                o->train ? "" : "infer_gmacs,");
-        csv_str(c.name);
+        csv_str(label);
         printf(",%.2f,%.3f,%d,%d,", r.img_per_s, r.ms_per_iter, B, c.arch.img_size);
         if (!o->train) printf("%.6f,", r.gmacs_per_img);
         printf("%.6f\n", r.params / 1e6);
@@ -1289,7 +1313,9 @@ static int cmd_bench(opts *o) {
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.arena_mib, r.peak_rss_mib);
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
-        printf("\"cpu_model\": ");
+        printf("\"model_options\": ");
+        json_str(mopts);
+        printf(", \"cpu_model\": ");
         json_str(m->cpu_model);
         printf(", \"isa\": {\"avx2\": %s, \"avx512\": %s, \"avx512_bf16\": %s, \"amx\": %s}, \"openblas_core\": ",
                m->avx2 ? "true" : "false", m->avx512 ? "true" : "false", m->avx512_bf16 ? "true" : "false",
@@ -1312,9 +1338,9 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     const int bf = c.arch.bf16 && r.bf16_gflops > 0.0; /* % of the bf16 product's speed, the one its GEMMs run at */
-    printf("%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
+    printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
-           c.name,
+           c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
            o->train ? c.arch.bf16 ? "bf16 train" : "train"
            : c.arch.int8 && !fell_back ? "int8 inference"
            : c.arch.bf16 ? "bf16 inference"
@@ -1353,7 +1379,7 @@ static int cmd_deploy(opts *o) {
     c = vt_model_training_form(&c);
     vt_params *P = load_model(o, &c);
     if (!P) return 1;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *D = vt_params_new(&e);
     int rc = !D || vt_model_deploy(&c, P, D, &e) || vt_params_save(D, o->output, &e);
     if (rc)
@@ -1400,7 +1426,7 @@ static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
 /* Reads --classes (when given) into o->cls; its class count must be the model's (K). */
 static int read_classes(opts *o, int K) {
     if (!o->classes) return 0;
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
     if (o->ncls != K) {
         fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: for weights of %d classes add "
@@ -1422,7 +1448,7 @@ static void classes_beside_weights(opts *o, int K) {
                  slash ? "/" : "") >= (int)sizeof path ||
         access(path, F_OK) != 0)
         return;
-    vt_err e = {{0}};
+    vt_err e = {0};
     char **names = NULL;
     int n = 0;
     if (vt_classes_read(path, &names, &n, &e)) {
@@ -1480,7 +1506,7 @@ static int cmd_predict(opts *o) {
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */
-    vt_err e = {{0}};
+    vt_err e = {0};
     if (!res || (o->output && !(keep = vt_alloc(sizeof(float) * (size_t)n * (size_t)(per + K), &e)))) {
         free(res);
         return die("%s", "out of memory");
@@ -1522,7 +1548,7 @@ static int cmd_predict(opts *o) {
 
 /* vt_parse_index_list of the list s (what: its option, in messages) into out (at most max); -1 after the message. */
 static int index_list(const char *what, const char *s, int *out, int max) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const int n = vt_parse_index_list(s, what, out, max, &e);
     return n >= 0 ? n : die("%s", e.msg) * -1;
 }
@@ -1563,7 +1589,7 @@ static int heads_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
 
 static int cmd_attention(opts *o) {
     vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
-    vt_err e = {{0}};
+    vt_err e = {0};
     const char *heads = o->heads;
     o->heads = NULL; /* --heads selects the heads to draw here, not the architecture's */
     if (heads && strcmp(heads, "mean") == 0)

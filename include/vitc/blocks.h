@@ -90,6 +90,7 @@ typedef struct vt_attn_type {
 typedef struct vt_ffn_type {
     const char *name, *summary;
     vt_tensor *(*build)(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
+    int reparam; /* 1: re-parameterised, with a training form (vt_ffn_ctx.train_form) unlike the deployed one */
 } vt_ffn_type;
 
 /* The attention type called `name` (NULL if none). */

@@ -6,13 +6,24 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* Holds the first error message of a failed call (empty when none). */
+/* What kind of failure an error is (vt_err.code). Calls classify the failures a caller may want to tell apart; the
+ * rest stay VT_E_FAILED. */
+enum {
+    VT_E_FAILED = 0, /* a failure not classified below (the message says what) */
+    VT_E_USAGE = 1   /* an option or argument that cannot apply here (the CLI's exit status 2) */
+};
+
+/* Holds the first error message of a failed call (empty when none) and its kind. Initialise with {0}. */
 typedef struct vt_err {
     char msg[512];
+    int code; /* VT_E_*, set with the message */
 } vt_err;
 
 /* Formats a message into e (if non-NULL, and only if no message is set yet); always returns -1. */
 int vt_seterr(vt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* vt_seterr with the kind of failure (VT_E_*) recorded with the message; always returns -1. */
+int vt_seterr_code(vt_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Clears the message. */
 void vt_clearerr(vt_err *e);

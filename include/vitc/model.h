@@ -92,10 +92,17 @@ struct vt_family {
     /* Without VT_CAP_ANY_SIZE: 1 if c's parameter shapes do not depend on the image size (PVTv2 but FLatten's);
      * NULL: they do. */
     int (*any_size)(const vt_model_cfg *c);
+    /* Writes into buf (n bytes) what stage i's blocks are, where they differ from one another (Next-ViT's NCB and NTB
+     * mix), and returns how many of them have attention; NULL: every block has the stage's attention and MLP. */
+    int (*stage_blocks)(const vt_model_cfg *c, int i, char *buf, size_t n);
     unsigned caps;            /* VT_CAP_* options the family accepts */
     const vt_model_cfg *models;
     int nmodels;
 };
+
+/* How many blocks of stage i have attention, with buf (n bytes) describing the blocks where they differ within the
+ * stage (vt_family.stage_blocks) and empty where every block has the stage's attention and MLP. */
+int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n);
 
 /* Changes asked of a named config (vitc's options; 0 / NULL / negative keeps the named value). */
 typedef struct vt_model_overrides {

@@ -88,7 +88,8 @@ typedef struct vt_train_opts {
     const char *resume;        /* run folder to resume from, or NULL */
     const char *command_line;  /* recorded in run_dir/command.txt, after the resumed run's command lines */
     const char *notice;        /* printed (rank 0) once the data and the model have passed their checks, before the
-                                  first epoch (the CLI's note on a warm-up longer than the run); NULL: none */
+                                  first epoch (the CLI's note on a warm-up longer than the run); not when a resumed
+                                  run has nothing left to train; NULL: none */
     const char *model_options; /* the options that configured the model (the CLI's text, e.g. "--img-size 64"),
                                   recorded in checkpoints as "model-options" for a resume to take; NULL: none */
     int epochs, batch;         /* epochs: the cosine's length (timm's epochs); the run trains epochs + cooldown_epochs */

@@ -112,7 +112,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
     m->batch = o.batch > 0 ? o.batch : 16;
     vt_model_overrides ov = vt_model_no_overrides();
-    vt_err e = {{0}};
+    vt_err e = {0};
     char names[256]; /* --attn, --ffn and --dtype values */
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
@@ -156,7 +156,7 @@ int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
     const int int8 = strcmp(dtype, "int8") == 0, bf16 = strcmp(dtype, "bf16") == 0;
     if (bf16) { /* refused now, not at the next call's graph, where the CPU has no bf16 kernel */
         vt_gemm_plan p;
-        vt_err e = {{0}};
+        vt_err e = {0};
         const int bad = vt_gemm_plan_init(&p, getenv("VITC_GEMM"), &e) || vt_gemm_plan_bf16(&p, &e);
         vt_gemm_plan_free(&p);
         if (bad) return fail(err, "%s: %s", m->cfg.name, e.msg);
@@ -239,7 +239,7 @@ static int pixel_source(void *ctx, int i, const vt_preprocess *pp, float *out, v
     if (px->width < 1 || px->height < 1 || px->width > VT_IMAGE_MAX_SIDE || px->height > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "image %d: %d×%d pixels (each side must be 1..%d)", i, px->width, px->height,
                          VT_IMAGE_MAX_SIDE);
-    vt_err ce = {{0}};
+    vt_err ce = {0};
     unsigned char *pix = vt_image_convert(px->data, px->width, px->height, px->channels, pp->chans, &ce);
     const int rc = pix ? vt_image_preprocess(pix, px->width, px->height, pp, out, &ce) : -1;
     free(pix);
@@ -259,7 +259,7 @@ static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, 
 /* Classifies n images from src with the model at `size`, converting the results. */
 static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int size, int k,
                     vitc_result *out, vitc_error *err) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     call_env env;
     enter(m, &env);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
@@ -311,7 +311,7 @@ int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, 
 int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {
     if (check_args(m, path, 1, 0, 0, out, err)) return -1;
     const vt_preprocess pp = vt_model_preprocess(&m->cfg);
-    vt_err e = {{0}};
+    vt_err e = {0};
     return vt_image_load(path, &pp, out, &e) ? fail(err, "%s", e.msg) : 0;
 }
 
@@ -338,7 +338,7 @@ static const vt_tensor *output(const vt_predictor *p, int which) {
  * the caller's buffer). Returns the number of outputs, or -1. */
 static int run(vitc_model *m, const float *x, int n, int size, int what, const int *which, int nout, int alloc,
                vitc_tensor *dst, vitc_error *err) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     call_env env;
     enter(m, &env);
     vt_predictor *p = predictor(m, n, size, what, &e);

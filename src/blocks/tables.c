@@ -43,8 +43,8 @@ static const vt_attn_type attn_types[] = {
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
 static const vt_ffn_type ffn_types[] = {
-    {"mlp", "fc1 -> GELU -> fc2 (Next-ViT: 1x1 convs with ReLU)", vt_block_ffn_mlp},
-    {"cffn", "cFFN: fc2 factorised (U, V), re-parameterised conv+BN branches in training", vt_block_cffn},
+    {"mlp", "fc1 -> GELU -> fc2 (Next-ViT: 1x1 convs with ReLU)", vt_block_ffn_mlp, 0},
+    {"cffn", "cFFN: fc2 factorised (U, V), re-parameterised conv+BN branches in training", vt_block_cffn, 1},
 };
 #define NFFN ((int)(sizeof ffn_types / sizeof ffn_types[0]))
 

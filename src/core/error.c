@@ -5,13 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Sets e's message (from fmt and ap) and code unless a message is set already. */
+static void set_first(vt_err *e, int code, const char *fmt, va_list ap) {
+    if (!e || e->msg[0] != '\0') return;
+    vt_msg_vformat(e->msg, sizeof e->msg, fmt, ap);
+    e->code = code;
+}
+
 int vt_seterr(vt_err *e, const char *fmt, ...) {
-    if (e && e->msg[0] == '\0') {
-        va_list ap;
-        va_start(ap, fmt);
-        vt_msg_vformat(e->msg, sizeof e->msg, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    set_first(e, VT_E_FAILED, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int vt_seterr_code(vt_err *e, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_first(e, code, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -81,7 +94,10 @@ const char *vt_path_brief(const char *path, char *buf, size_t n) {
 }
 
 void vt_clearerr(vt_err *e) {
-    if (e) e->msg[0] = '\0';
+    if (e) {
+        e->msg[0] = '\0';
+        e->code = VT_E_FAILED;
+    }
 }
 
 void *vt_alloc(size_t n, vt_err *e) {

@@ -59,7 +59,7 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
     }
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = size;
-    vt_err ce = {{0}};
+    vt_err ce = {0};
     vt_model_cfg sized; /* out may be c */
     const int bad = vt_model_configure(c, &ov, &sized, &ce);
     if (!vt_model_any_size(c)) /* the hint only where the size is one the model can be made at */
@@ -110,12 +110,12 @@ static int check_shapes(const vt_model_cfg *c, const vt_st_file *f, const char *
 }
 
 int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
-    vt_err le = {{0}};
+    vt_err le = {0};
     return check_shapes(c, f, path, 0, &le, e) ? load_error(c, path, &le, e) : 0;
 }
 
 vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
-    vt_err le = {{0}};
+    vt_err le = {0};
     /* the file's names and shapes against the model's before its parameters are allocated (a wrong --dims could
      * ask for gigabytes), then the values */
     vt_params *P = NULL;

@@ -190,7 +190,7 @@ int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *
     unsigned char *buf = NULL;
     size_t n = 0;
     vt_image img = {0, 0, 0, NULL};
-    vt_err de = {{0}};
+    vt_err de = {0};
     if (vt_image_read(path, &buf, &n, &de)) /* its message names the file once */
         return vt_seterr(e, "%s", de.msg);
     if (vt_image_decode(buf, n, p->chans, 0, &img, &de)) {

@@ -444,7 +444,7 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     }
     for (int k = 0; rc == 0 && k < K; k++) {
         char key[16], where[32];
-        vt_err ne = {{0}};
+        vt_err ne = {0};
         snprintf(key, sizeof key, "%d", k);
         snprintf(where, sizeof where, "class %d", k);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -485,7 +485,7 @@ static int folder_get(void *ctx, int i, int chans, int min_side, vt_image *img, 
     if (i < 0 || i >= f->n) return vt_seterr(e, "sample %d out of range [0, %d)", i, f->n);
     unsigned char *buf = NULL;
     size_t n = 0;
-    vt_err de = {{0}};
+    vt_err de = {0};
     if (vt_image_read(f->paths[i], &buf, &n, &de) ||
         vt_image_decode(buf, n, chans, min_side, img, &de)) {
         free(buf);

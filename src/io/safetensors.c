@@ -496,7 +496,7 @@ int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     unsigned char *buf = NULL;
     size_t len = 0;
-    vt_err local = {{0}};
+    vt_err local = {0};
     if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
         return vt_seterr(e, "%s", local.msg);
     if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
@@ -805,7 +805,7 @@ int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *m
     if (!nbytes) return vt_seterr(e, "out of memory");
     sbuf hb = {0};
     int rc = -1;
-    vt_err local = {{0}};
+    vt_err local = {0};
     if (check_outs(tensors, n, nbytes, &local) != 0 || build_header(tensors, n, nbytes, metadata_json, &hb, &local) != 0) {
         vt_seterr(e, "%s: %s", path, local.msg);
         goto done;

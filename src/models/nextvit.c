@@ -136,6 +136,27 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     return vt_linear_p(g, "proj_head.0", t, c->arch.num_classes, 1, VT_INIT_W02);
 }
 
+/* Stage i's blocks as the official tables make them: NCBs (MLP ratio 3) and NTBs (attention, MLP ratio 2). */
+static int stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n) {
+    const vt_stage_cfg *s = &c->arch.stages[i];
+    int nt = 0, ntb, ncb_dim = 0;
+    for (int j = 0; j < s->depth; j++) {
+        const int out = block_out(&c->arch, i, j, &ntb);
+        nt += ntb;
+        if (!ntb) ncb_dim = out;
+    }
+    const int nc = s->depth - nt;
+    char ncb[64] = "", ntbs[128] = "";
+    if (nc && nt) snprintf(ncb, sizeof ncb, "%d NCB (dim %d, MLP 3x) + ", nc, ncb_dim);
+    if (nc && !nt) snprintf(ncb, sizeof ncb, "%d NCB (MLP 3x), no attention", nc);
+    const int dbl = c->arch.opts.double_heads && strcmp(s->attn, "hmhsa") == 0;
+    if (nt)
+        snprintf(ntbs, sizeof ntbs, "%d NTB (heads %d%s, MLP 2x, attention %s)", nt, s->heads,
+                 dbl ? " doubled to run: --double-heads" : "", s->attn);
+    snprintf(buf, n, "%s%s", ncb, ntbs);
+    return nt;
+}
+
 static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     char msg[400];
@@ -220,5 +241,6 @@ static const vt_model_cfg models[] = {
 
 const vt_family vt_family_nextvit = {
     .name = "nextvit", .build = build, .features = features, .deploy = deploy, .check = check,
+    .stage_blocks = stage_blocks,
     .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE | VT_CAP_FORM_RECORD, .models = models, .nmodels = VT_COUNT(models),
 };

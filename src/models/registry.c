@@ -179,8 +179,8 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     for (int i = 0; i < VT_MAX_STAGES; i++)
         if (ov->dims[i] > 0 || ov->depths[i] > 0 || ov->heads[i] > 0) given = i + 1;
     if (given > a->nstages)
-        return vt_seterr(e, "%s: --dims/--depths/--heads give %d values but the model has %d stage(s)", cfg->name,
-                         given, a->nstages);
+        return vt_seterr_code(e, VT_E_USAGE, "%s: --dims/--depths/--heads give %d values but the model has %d "
+                              "stage(s)", cfg->name, given, a->nstages);
     for (int i = 0; i < a->nstages; i++) {
         if (ov->dims[i] > 0) a->stages[i].dim = ov->dims[i];
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
@@ -190,30 +190,32 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     for (int i = 0; i < VT_MAX_STAGES; i++)
         if (ov->windows[i] > 0) given = i + 1;
     if (given > a->nstages)
-        return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)", cfg->name, given,
-                         a->nstages);
+        return vt_seterr_code(e, VT_E_USAGE, "%s: --windows gives %d values but the model has %d stage(s)",
+                              cfg->name, given, a->nstages);
     for (int i = 0; i < a->nstages; i++) /* --windows */
         if (ov->windows[i] > 0) {
             if (!(caps & VT_CAP_WINDOWS))
-                return vt_seterr(e, "%s has no attention windows or stripes (--windows applies to Swin and CSwin "
-                                 "models)", cfg->name);
+                return vt_seterr_code(e, VT_E_USAGE, "%s has no attention windows or stripes (--windows applies "
+                                      "to Swin and CSwin models)", cfg->name);
             a->stages[i].window = ov->windows[i];
         }
     if (ov->drop_path >= 0.0f) {
         if (ov->drop_path > 0.0f && !(caps & VT_CAP_DROP_PATH))
-            return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name, cfg->family->name);
+            return vt_seterr_code(e, VT_E_USAGE, "%s has no drop-path (the official %s code has none)", cfg->name,
+                                  cfg->family->name);
         a->drop_path = ov->drop_path;
     }
     if (ov->apply_transform) {
         if (!(caps & VT_CAP_APPLY_TRANSFORM))
-            return vt_seterr(e, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
+            return vt_seterr_code(e, VT_E_USAGE, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
         a->opts.refiner_apply_transform = 1;
     }
     if (ov->double_heads) {
         int hm = 0;
         for (int i = 0; i < a->nstages; i++) hm |= strcmp(a->stages[i].attn, "hmhsa") == 0;
         if (!hm)
-            return vt_seterr(e, "--double-heads applies to hMHSA stages, and %s has none (--attn hmhsa)", cfg->name);
+            return vt_seterr_code(e, VT_E_USAGE, "--double-heads applies to hMHSA stages, and %s has none "
+                                  "(--attn hmhsa)", cfg->name);
         a->opts.double_heads = 1;
     }
     if (ov->train_form) a->train_form = 1;
@@ -241,12 +243,20 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             return vt_seterr(e, "%s: unknown attention type '%s' (%s)", cfg->name, a->stages[i].attn,
                              vt_block_type_names(0, names, sizeof names));
         }
+    if (ov->train_form && !(caps & VT_CAP_FORM_RECORD) && !vt_ffn_find(a->ffn)->reparam)
+        return vt_seterr_code(e, VT_E_USAGE, "%s has no re-parameterised blocks: --train-form applies to cFFN "
+                              "(--ffn cffn) and Next-ViT models", out->name);
     return cfg->family->check ? cfg->family->check(out, e) : 0;
 }
 
 int vt_model_any_size(const vt_model_cfg *c) {
     const vt_family *f = c->family;
     return (f->caps & VT_CAP_ANY_SIZE) || (f->any_size && f->any_size(c));
+}
+
+int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n) {
+    if (n) buf[0] = '\0';
+    return c->family->stage_blocks ? c->family->stage_blocks(c, i, buf, n) : c->arch.stages[i].depth;
 }
 
 int vt_model_depth(const vt_model_cfg *c) {

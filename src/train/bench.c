@@ -104,7 +104,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->ms_best_iter = 1e3 * best;
         r->img_per_s = (double)batch * iters / t;
         vt_model_summary sum;
-        vt_err se = {{0}};
+        vt_err se = {0};
         const int have = vt_model_summarize(c, &sum, &se) == 0; /* the model's MACs (every token) */
         r->gmacs_per_img = (double)(have ? sum.macs : macs / batch) / 1e9;
         if (have) vt_model_summary_free(&sum);

@@ -77,7 +77,7 @@ static void mark_bad(vt_loader *L, int i, const char *what, const vt_err *e) {
 /* Reads sample i and transforms it into out (unlocked; its draws keyed by key); on failure marks it bad. Returns 0 or
  * -1. */
 static int read_sample(vt_loader *L, int i, uint64_t key, float *out, int *label) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_image img = {0, 0, 0, NULL};
     if (L->src->get(L->src->ctx, i, L->tf->chans, L->tf->min_side, &img, label, &e) == 0) {
         if (*label >= 0 && *label < L->src->nclasses) {

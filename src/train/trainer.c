@@ -664,7 +664,7 @@ static int stale_temps(const char *dir) {
 /* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent). */
 static void checkpoint_meta(const char *path, const char *key, char *name, size_t n) {
     vt_st_file f;
-    vt_err e = {{0}};
+    vt_err e = {0};
     name[0] = '\0';
     if (vt_st_open(path, &f, &e)) return;
     const char *m = vt_st_meta(&f, key);
@@ -838,11 +838,11 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
  * find it): reads them in order up to the first that decodes. */
 static int check_val_readable(const vt_data *d, int chans, const char *data, vt_err *e) {
     if (!d->folder) return 0;
-    vt_err first = {{0}};
+    vt_err first = {0};
     for (int i = 0; i < d->val.n; i++) {
         vt_image img;
         int label;
-        vt_err ie = {{0}};
+        vt_err ie = {0};
         if (d->val.get(d->val.ctx, i, chans, 0, &img, &label, &ie) == 0) {
             vt_image_free(&img);
             return 0;
@@ -1160,7 +1160,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
      * minutes); the check is made again under the folder's lock below, where it decides */
     const int folder = o->data && strcmp(o->data, "fashion-mnist") != 0;
     if (rc == 0 && lead && (check_run_dir(c, o, e) || (folder && out_inside_data(o->run_dir, o->data, e)))) rc = -1;
-    vt_err de = {{0}};
+    vt_err de = {0};
     if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
                                 o->test_subset, &d, &de))
         rc = vt_seterr(e, "%s%s", de.msg, o->data_recorded && access(o->data, F_OK) != 0 ? " (the data path the "
@@ -1217,10 +1217,6 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0)
         rc = vt_dist_agree(dp, same_data(c, P, o, dp, &d, o->data, e), e);
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
-    if (rc == 0 && o->notice && lead) {
-        printf("%s\n", o->notice);
-        fflush(stdout);
-    }
     char cmd_path[4096], cls_path[4096];
     snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
     snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
@@ -1234,6 +1230,16 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
      * writes nothing but metrics rows past its checkpoint dropped (rank 0 knows it here, every rank after the
      * broadcast below): said, exit 0, so that a script may resume until a run is done */
     const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
+    if (rc == 0 && lead && !finished) { /* about the run to come: none when nothing is left to train */
+        if (o->train_subset > d.train.n)
+            printf("Note: --train-subset %d is more than the %d training images: training on all of them\n",
+                   o->train_subset, d.train.n);
+        if (o->test_subset > d.val.n)
+            printf("Note: --test-subset %d is more than the %d test images: evaluating all of them\n", o->test_subset,
+                   d.val.n);
+        if (o->notice) printf("%s\n", o->notice);
+        fflush(stdout);
+    }
     if (rc == 0 && lead && !finished &&
         (command_record(o, cmd_path, e) || (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) ||
          recipe_record(o, e)))
@@ -1360,7 +1366,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         /* the validation of the weights and of their EMA: a failure (logits that are not finite) stops the run
          * before anything of this epoch is written, with the cause, in a message of its own (vt_err keeps the first) */
         vt_eval_result ev = {0};
-        vt_err ve = {{0}};
+        vt_err ve = {0};
         const int poison = o->fault_nan_eval == st.epoch && dp->rank == dp->size - 1; /* the last rank only */
         if (evaluate_ranks(c, P, &vs, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
             rc = vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
@@ -1403,7 +1409,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
                 rc = -1;
             st.best_epoch = next.best_epoch;
             st.best_acc1 = next.best_acc1;
-            vt_err pe = {{0}};
+            vt_err pe = {0};
             if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
         }
         if ((rc = vt_dist_agree(dp, rc, e))) goto done; /* rank 0's writes failed: every rank stops */

@@ -61,9 +61,21 @@ EOF
 )
 check "bench --csv: timm's infer_ and train_ columns, consistent values" "[ '$r' = ok ]" \
     "$r $(cat "$T/bi.csv" "$T/bt.csv" "$T/bi.err")"
+# a variant's row names the options that made it (one key per model benchmarked), quoted where they hold a comma
+$V bench vit_fmnist_tiny --attn flatten --ffn cffn --batch-size 2 --iters 2 --csv >"$T/bv.csv" 2>"$T/bv.err"
+$V bench groupmixformer_test --dims 20,30,40,50 --batch-size 2 --iters 2 --csv >"$T/bg.csv" 2>"$T/bg.err"
+r=$($PY - "$T/bv.csv" "$T/bg.csv" <<'EOF'
+import csv, sys
+v, g = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+want = ["vit_fmnist_tiny --attn flatten --ffn cffn", "groupmixformer_test --dims 20,30,40,50"]
+print("ok" if len(v) == len(g) == 1 and [v[0]["model"], g[0]["model"]] == want else f"{v} {g}")
+EOF
+)
+check "bench --csv: a variant's model column holds its options" "[ '$r' = ok ]" "$r $(cat "$T/bv.err" "$T/bg.err")"
 $V bench vit_fmnist_tiny --csv --json >"$T/o.txt" 2>&1
 rc=$?
-check "bench --csv --json is refused" "[ $rc -eq 1 ] && grep -q 'csv excludes --json' '$T/o.txt'" "rc $rc: $(cat "$T/o.txt")"
+check "bench --csv --json is refused (contradictory: 2)" "[ $rc -eq 2 ] && grep -q 'csv excludes --json' '$T/o.txt'" \
+    "rc $rc: $(cat "$T/o.txt")"
 
 # ---- progress when piped: plain lines with rate and ETA, no carriage returns
 has_cr() { grep -q $'\r' "$@"; }

@@ -113,6 +113,19 @@ rc=$?
 check "every file corrupt: a clear error" "[ $rc -eq 1 ] && grep -q 'none of the 3 images of the dataset could be read' '$T/allbad.log'" \
     "rc $rc: $(tail -3 "$T/allbad.log")"
 
+# subsets larger than the splits: every image used, and said (not silently capped)
+mkdir -p "$T/few/train/a" "$T/few/train/b" "$T/few/val/a" "$T/few/val/b"
+for d in train/a/1 train/a/2 train/b/1 train/b/2 val/a/1 val/b/1; do cp "$ONE" "$T/few/$d.png"; done
+$V train vit_fmnist_tiny --num-classes 2 --batch-size 2 --epochs 1 --train-subset 100 --test-subset 50 \
+    --data "$T/few" --out "$T/fewrun" >"$T/few.log" 2>&1
+check "train: subsets above the splits' sizes said in a note, every image used" "[ $? -eq 0 ] && \
+grep -q '^Note: --train-subset 100 is more than the 4 training images' '$T/few.log' && \
+grep -q '^Note: --test-subset 50 is more than the 2 test images' '$T/few.log'" "$(head -5 "$T/few.log")"
+$V eval vit_fmnist_tiny --num-classes 2 -w "$T/fewrun/weights.safetensors" --data "$T/few" --test-subset 50 \
+    >"$T/fewe.log" 2>&1
+check "eval: the same notice" "[ $? -eq 0 ] && grep -q 'notice: --test-subset 50 is more than the 2 test images' \
+'$T/fewe.log' && grep -q '(2 images)' '$T/fewe.log'" "$(cat "$T/fewe.log")"
+
 # folder errors, each naming the folder
 err() { # name, expected message part, folder, extra options...
     local name=$1 want=$2 dir=$3

@@ -132,7 +132,14 @@ expect "init without -o: a usage error (2)" 2 "missing -o OUTPUT" $V init $M
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
-expect "--windows on a model without windows refused" 1 "no attention windows" $V info $M --windows 3
+# an option the model cannot apply is a usage error (2), as in every command that builds a model
+expect "--windows on a model without windows refused (a usage error: 2)" 2 "no attention windows" $V info $M --windows 3
+expect "--train-form on a model without re-parameterised blocks refused (2)" 2 "no re-parameterised blocks" $V info $M \
+    --train-form
+expect "... and so in forward, before reading the weights" 2 "no re-parameterised blocks" $V forward $M --train-form \
+    -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/tf.safetensors"
+expect "--features on a model without stage maps refused (2)" 2 "no stage feature maps" $V forward $M --features \
+    -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/tf.safetensors"
 # a value a double holds but a float stores as 0 (it had fallen back to the model's crop_pct)
 expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M -w "$T/w.safetensors" \
     --crop-pct 1e-300 x.png
@@ -146,7 +153,7 @@ expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-n
 # stage, --double-heads has no effect and is refused
 expect "hMHSA on PVTv2-b1's 5-head stage refused, naming --double-heads" 1 "odd heads: double them, .--double-heads" \
     $V info pvt_v2_b1 --attn mhsa,mhsa,hmhsa,hmhsa
-expect "--double-heads without an hMHSA stage refused" 1 "applies to hMHSA stages" $V info pvt_v2_b1 --double-heads
+expect "--double-heads without an hMHSA stage refused (2)" 2 "applies to hMHSA stages" $V info pvt_v2_b1 --double-heads
 $V info pvt_v2_b1 --attn hmhsa --ffn cffn --double-heads --json >"$T/dh.json" 2>&1 &&
     $V info pvt_v2_b1_hmhsa_cffn --json >"$T/dn.json" 2>&1
 check "pvt_v2_b1 --attn hmhsa --ffn cffn --double-heads: the named pvt_v2_b1_hmhsa_cffn's parameters and MACs" \
@@ -410,6 +417,12 @@ check "a complete run resumed in place: nothing to train, exit 0" \
     "rc $rc: $(cat "$T/done.log")"
 check "... no file of its folder written (the same inodes, sizes and times: command.txt, metrics.csv, weights)" \
     "diff '$T/done_before.txt' '$T/done_after.txt' >/dev/null" "$(diff "$T/done_before.txt" "$T/done_after.txt")"
+# ... without the notes about a run to come (the deit recipe's 5-epoch warm-up in a run of 1 epoch)
+$V train vit_fmnist_tiny --recipe deit --epochs 1 --train-subset 256 --test-subset 64 --batch-size 32 --threads 1 \
+    --out "$T/rw" >"$T/rw.log" 2>&1 && $V train vit_fmnist_tiny --resume "$T/rw" >"$T/rw2.log" 2>&1
+check "... a finished recipe run resumed: 'Nothing to train', no note on its warm-up (the run's first start had one)" \
+    "grep -q 'Note: the warm-up' '$T/rw.log' && grep -q 'Nothing to train' '$T/rw2.log' && ! grep -q warm-up '$T/rw2.log'" \
+    "$(cat "$T/rw2.log")"
 # a training checkpoint given as weights: said so (not taken for a cFFN mix-up)
 expect "a training checkpoint as --weights refused, naming it as one" 1 "It is a training checkpoint" \
     $V forward $M -w "$T/ref/checkpoint.safetensors" --input "$T/x.safetensors" -o "$T/yc.safetensors"

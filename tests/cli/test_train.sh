@@ -369,8 +369,8 @@ check "bench --help: --data implies --train; predict --help: --json is JSON Line
     "help_line bench --data | grep -q 'implies --train' && help_line predict --json | grep -q 'JSON Lines'" \
     "$(help_line bench --data; help_line predict --json)"
 $V bench vit_fmnist_tiny --data fashion-mnist --dtype int8 >"$T/b8.log" 2>&1
-check "bench --data --dtype int8 refused naming --data, not an option never given" \
-    "[ $? -eq 1 ] && grep -qF 'for inference, but --data (which implies --train)' '$T/b8.log' && \
+check "bench --data --dtype int8 refused (contradictory: 2) naming --data, not an option never given" \
+    "[ $? -eq 2 ] && grep -qF 'for inference, but --data (which implies --train)' '$T/b8.log' && \
      ! grep -q 'without --train' '$T/b8.log'" "$(cat "$T/b8.log")"
 
 # vitc help COMMAND; a long list is quoted in part, so that the message keeps its reason

@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s MODEL IMG DIMS DEPTHS HEADS CLASSES W X OUT\n", argv[0]);
         return 2;
     }
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_model_cfg *base = vt_model_find(argv[1]);
     if (!base) {
         fprintf(stderr, "unknown model %s\n", argv[1]);

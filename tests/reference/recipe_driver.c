@@ -58,7 +58,7 @@ static int do_mixup(char **a) {
     int *lab = malloc(sizeof(int) * (size_t)B);
     if (!x || !t || !lab || read_f32(a[11], x, nx + (size_t)B)) return 1;
     for (int b = 0; b < B; b++) lab[b] = (int)x[nx + b];
-    vt_err e = {{0}};
+    vt_err e = {0};
     double lam;
     if (vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e)) {
         fprintf(stderr, "%s\n", e.msg);
@@ -101,7 +101,7 @@ static int do_draws(char **a) {
 
 static int do_softce(char **a) {
     const int B = atoi(a[0]), K = atoi(a[1]), s[2] = {B, K};
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const vt_init z = {VT_INIT_ZERO, 0};
@@ -136,7 +136,7 @@ static int do_clip(int argc, char **a) {
     int n = 0;
     while (n + 1 < argc && strcmp(a[1 + n], "--") != 0) n++;
     if (n + 4 != argc) return 2;
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -178,7 +178,7 @@ static int do_resize(char **a) {
 }
 
 static int do_adapt(char **a) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     const vt_model_cfg *base = vt_model_find(a[0]);
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = atoi(a[1]);
@@ -221,7 +221,7 @@ static int do_ra(char **a) {
     vt_iota(perm, n);
     vt_shuffle(perm, n, &r); /* the draws vt_ra_sample makes from the same state */
     vt_rng_seed(&r, seed);
-    vt_err e = {{0}};
+    vt_err e = {0};
     const int k = vt_ra_sample(out, n, reps, R, rank, &r, &e);
     if (k < 0) {
         fprintf(stderr, "%s\n", e.msg);

@@ -7,7 +7,8 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
 (nextvit_ref.calibrate) so eval-mode activations stay O(1) through the deep stacks.
   counts   `vitc info --json` of the 4 named models at 224: exact parameters (31,763,368 / 44,818,856 / 57,874,344 /
            27,252,844 deployed), GMACs within 1% of the spec's counted MACs, BatchNorm buffer elements (running stats
-           + num_batches_tracked); the hMHSA + cFFN training form (--train-form) against the reference's count
+           + num_batches_tracked); the hMHSA + cFFN training form (--train-form) against the reference's count;
+           the blocks with attention per stage (`attn_blocks`) against the reference's NTBs
   names    `vitc init nextvit_small` (full size, 472 keys) and the reduced models' training and deployed forms: the
            official state_dict names and shapes, BN buffers included
   small    nextvit_small at depths 1,2,10,1 (NCB and NTB with stride-2 patch embeds, the stride-1 512->384 patch
@@ -60,7 +61,14 @@ def metadata(path):
 
 def test_counts(rep):
     for name, params in R.PARAMS.items():
-        harness.counts(rep, name, params, gmacs=R.GMACS[name], buffers=BUFFERS[name])
+        j = harness.counts(rep, name, params, gmacs=R.GMACS[name], buffers=BUFFERS[name])
+        # the blocks with attention per stage, as `info` reports them: the reference's NTBs between stage ends
+        m, start, want = R.build(name), 0, []
+        for end in m.ends:
+            want.append(sum(isinstance(b, R.NTB) for b in list(m.features)[start:end + 1]))
+            start = end + 1
+        got = [s.get("attn_blocks") for s in j["stages"]] if j else None
+        rep.check(f"info {name}: NTBs (attention blocks) per stage", got == want, f"{got} want {want}")
     m = R.build("nextvit_small_hmhsa_cffn", train_form=True)
     nb = sum(b.numel() for b in m.buffers())
     harness.counts(rep, "nextvit_small_hmhsa_cffn", R.count_params(m), args=("--train-form",), buffers=nb)

@@ -43,7 +43,7 @@ static int fail(const vt_err *e) {
 }
 
 int main(int argc, char **argv) {
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_rng rng;
     const unsigned char fill[3] = {124, 116, 104};
     if (argc == 14 && !strcmp(argv[1], "resize")) {

@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     const int B = v[0], H = v[1], W = v[2], C = v[3], nh = v[4], wh = v[5], ww = v[6];
     const int Hp = (H + wh - 1) / wh * wh, Wp = (W + ww - 1) / ww * ww;
     const int sh = wh >= Hp ? 0 : v[7], sw = ww >= Wp ? 0 : v[8]; /* torchvision clears covered shifts */
-    vt_err e = {{0}};
+    vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int xs[4] = {B, H, W, C}, wq[2] = {3 * C, C}, bq[1] = {3 * C}, wp[2] = {C, C}, bp[1] = {C},
