@@ -64,15 +64,23 @@ def kind_of(mode):
 
 
 def read_input(path):
-    """The checkpoint's bytes: a regular file, or a pipe read to its end (a FIFO nobody writes reads as empty)."""
+    """The checkpoint's bytes: a regular file, or a pipe read to its end (a named pipe: once a writer has opened it,
+    as `cat` reads one)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device or a FIFO is not waited for before it is known
     except OSError as e:
         raise Refused(f"cannot read {path}: {e.strerror}")
     try:
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-            raise Refused(f"{path} is {kind_of(mode)}, not a checkpoint file")
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise Refused(f"{path} is {kind_of(st.st_mode)}, not a checkpoint file")
+        if stat.S_ISFIFO(st.st_mode):  # opened again, blocking: a writer that comes later is waited for
+            fd2 = os.open(path, os.O_RDONLY)
+            st2 = os.fstat(fd2)
+            os.close(fd)
+            fd = fd2
+            if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
+                raise Refused(f"cannot read {path}: it was replaced while it was opened")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         chunks = []
         while True:

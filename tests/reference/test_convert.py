@@ -2,8 +2,8 @@
 """tools/convert_checkpoint.py on what users hand it (the DeiT-Ti end-to-end case is in test_deit.py (e)):
   read   a training checkpoint holding floats (optimiser state, max_accuracy: Debian's torch 1.13 weights-only
          unpickler refuses the opcode), a DeiT main.py checkpoint with its args Namespace (model and --key
-         model_ema), PyTorch 2's tensors with Python attributes, the legacy (non-zip) torch.save format and a pipe
-         convert, values exact; the line printed names the entry the state dict came from
+         model_ema), PyTorch 2's tensors with Python attributes, the legacy (non-zip) torch.save format, a pipe and a
+         named pipe whose writer comes late convert, values exact; the line printed names the entry the state dict came from
   key    an explicit --key that is missing or not a dict is refused (never another entry silently)
   refuse each of these gives one line "convert_checkpoint: ..." naming what it is, exit 1, no traceback and no
          output: a Namespace holding a Path (unless --trust-pickle), a pickled module, a list, a bare tensor, a
@@ -19,6 +19,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,31 @@ def main():
         p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
                            text=True, timeout=300)
     rep.check("read: from a pipe", p.returncode == 0 and (tmp / "pipe.safetensors").exists(), p.stderr.strip()[-300:])
+    # a named pipe whose writer comes after the converter opened it: waited for (it had read as empty)
+    os.mkfifo(tmp / "late_fifo")
+    proc = subprocess.Popen(CONV + [str(tmp / "late_fifo"), str(tmp / "late.safetensors")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    fifo, t0 = str(tmp / "late_fifo"), time.time()
+
+    def fifo_open():  # the converter holds the pipe open (after its imports): only then the writer comes
+        try:
+            return any(os.readlink(f"/proc/{proc.pid}/fd/{n}") == fifo for n in os.listdir(f"/proc/{proc.pid}/fd"))
+        except OSError:
+            return False
+    while not fifo_open() and proc.poll() is None and time.time() - t0 < 120:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    try:  # not blocking: a converter that gave up on the pipe (it read as empty) has left no reader
+        wfd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.set_blocking(wfd, True)
+        with os.fdopen(wfd, "wb") as f:
+            f.write((tmp / "train.pth").read_bytes())
+    except OSError:  # ENXIO (no reader), EPIPE: the check below fails on the converter's exit and message
+        pass
+    _, err = proc.communicate(timeout=300)
+    got = st.load(tmp / "late.safetensors") if proc.returncode == 0 else {}
+    rep.check("read: a named pipe written after the converter started", proc.returncode == 0 and set(got) == set(sd),
+              err.strip()[-300:])
 
     # key: an explicit entry must exist and be a state dict
     torch.save({"model": sd, "state_dict": 5}, tmp / "keys.pth")
