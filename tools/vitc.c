@@ -277,9 +277,30 @@ static int die(const char *fmt, const char *msg) {
     return 1;
 }
 
+/* 1 on the ranks after the first under mpirun: an error the command line makes is the same on every rank, and rank 0
+ * alone prints it (once, not once per rank). */
+static int later_rank(void) {
+    int rank = 0;
+    vt_dist_env(&rank, NULL, NULL);
+    return rank > 0;
+}
+
+/* say() of an error the command line makes: printed by rank 0 alone under mpirun (later_rank). */
+static void say_once(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say_once(const char *cmd, const char *fmt, ...) {
+    if (later_rank()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(cmd, "", fmt, ap);
+    va_end(ap);
+}
+
+/* die() of an error the command line makes: printed by rank 0 alone under mpirun; returns 1. */
+static int die_once(const char *fmt, const char *msg) { return later_rank() ? 1 : die(fmt, msg); }
+
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
 static int missing(const char *what) {
-    say(NULL, "missing %s", what);
+    say_once(NULL, "missing %s", what);
     return 2;
 }
 
@@ -287,6 +308,7 @@ static int missing(const char *what) {
  * returns 2, the exit status of the other option errors. */
 static int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refuse(const char *cmd, const char *fmt, ...) {
+    if (later_rank()) return 2; /* the command line's: printed by rank 0 */
     va_list ap;
     va_start(ap, fmt);
     say_v(cmd, "", fmt, ap);
@@ -397,7 +419,7 @@ static int output_ok(const opts *o) {
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
-    if (!base) return die("unknown model '%s' (see `vitc list`)", o->model);
+    if (!base) return die_once("unknown model '%s' (see `vitc list`)", o->model);
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = o->img_size;
     ov.in_chans = o->in_chans;
@@ -418,7 +440,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     ov.dtype = o->dtype;
     vt_err e = {0};
     if (vt_model_configure(base, &ov, cfg, &e)) /* an option the model cannot apply is a usage error */
-        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die("%s", e.msg);
+        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
     if (o->features && !cfg->family->features)
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     return 0;
@@ -1730,8 +1752,9 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
+    void (*const tell)(const char *, const char *, ...) = *what ? say : say_once; /* command line's: once */
     if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
-        say(cmd, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)", v, a, what,
+        tell(cmd, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)", v, a, what,
                 errno == ERANGE ? "out of range of a double, or too close to 0"
                 : tiny          ? "too close to 0 for a float"
                 : end && !*end && end != v && !blank ? "not finite"
@@ -1741,7 +1764,7 @@ static int set_option(const char *cmd, const optdef *d, const char *a, const cha
         return -1;
     }
     if (huge || x < d->lo || (d->lo_open && x == d->lo) || x > d->hi || (d->hi_open && x == d->hi)) {
-        say(cmd, "%s must be in %c%.12g, %.12g%c, got %s%s", a, d->lo_open ? '(' : '[',
+        tell(cmd, "%s must be in %c%.12g, %.12g%c, got %s%s", a, d->lo_open ? '(' : '[',
                 d->lo, d->hi, d->hi_open ? ')' : ']', v, what);
         return -1;
     }
@@ -1766,7 +1789,8 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             } else if (c->images) {
                 o->images[o->nimages++] = a; /* main sized o->images for every argument */
             } else {
-                return die("unexpected argument '%s'", a);
+                say_once(NULL, "unexpected argument '%s'", a);
+                return -1;
             }
             continue;
         }
@@ -1779,12 +1803,12 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
-            say(c->name, "unknown option '%s' (see `vitc %s --help`)", a, c->name);
+            say_once(c->name, "unknown option '%s' (see `vitc %s --help`)", a, c->name);
             return -1;
         }
         o->given[d - optdefs] = 1;
         if (d->kind == O_FLAG && v) {
-            say(c->name, "option %s takes no value (got '%s')", a, v);
+            say_once(c->name, "option %s takes no value (got '%s')", a, v);
             return -1;
         }
         if (d->kind == O_FLAG) {
@@ -1796,12 +1820,12 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
             continue;
         }
         if (i + 1 >= argc) {
-            say(c->name, "option %s needs a value", a);
+            say_once(c->name, "option %s needs a value", a);
             return -1;
         }
         v = argv[++i];
         if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
-            say(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
+            say_once(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
                 "name: ./" : "", d->kind == O_STR ? v : "", d->kind == O_STR ? ")" : "");
             return -1;
         }

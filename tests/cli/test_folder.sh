@@ -23,7 +23,7 @@ $V predict vit_fmnist_tiny -w "$T/w.safetensors" --output "$T/pix/x.safetensors"
     >/dev/null 2>"$T/pix.log"
 $PY tests/cli/folder_ref.py pixels "$T/pix/x.safetensors" "${VITC_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}" \
     0.2860 0.3530 200 >"$T/pixcheck.log" 2>&1
-cat "$T/pixcheck.log" | grep -E '^(PASS|FAIL)' || bad "pixel check ran" "$(tail -3 "$T/pixcheck.log" "$T/pix.log")"
+cat "$T/pixcheck.log" | grep -E '^(PASS|FAIL)' || bad "pixel check ran" "$(tail -n 3 "$T/pixcheck.log" "$T/pix.log")"
 
 COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
 $V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1

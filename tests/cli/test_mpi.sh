@@ -11,7 +11,8 @@
 # stops every rank before its epoch is written. Ranks on several machines (simulated: a working folder each): a resume
 # whose run folder only rank 0 has takes rank 0's recorded settings; ranks on other data, or one failing its checks,
 # are refused before the run folder is written; a rank's validation slice of unreadable images only is skipped;
-# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node.
+# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node; an error of
+# the command line (a value out of range, an unknown model) is printed once, by rank 0.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
@@ -163,7 +164,7 @@ RS="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 128 --test-sub
 check "a 2-rank run stopped after its first epoch" "grep -q 'loss is NaN at step 2' '$T/w0/nan.log' && $PY -c \"
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/w0/run/checkpoint.safetensors')['train/epoch'][0]) == 1\" && [ ! -e '$T/w1/run' ]" \
-    "$(tail -3 "$T/w0/ref.log" "$T/w0/nan.log")"
+    "$(tail -n 3 "$T/w0/ref.log" "$T/w0/nan.log")"
 mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train vit_fmnist_tiny --resume run : \
     -np 1 -wdir "$T/w1" $VA train vit_fmnist_tiny --resume run >"$T/rs.log" 2>&1
 rc=$?
@@ -247,6 +248,15 @@ $MPI $V eval vit_fmnist_tiny -w "$T/two/weights.safetensors" --data fashion-mnis
 rc=$?
 check "eval under mpirun is refused, once (exit 2)" "[ $rc -ne 0 ] && [ \$(grep -c 'under mpirun only train' '$T/ev.log') -eq 1 ] && \
     ! grep -q 'Acc@1' '$T/ev.log'" "rc $rc: $(cat "$T/ev.log")"
+# an error of the command line is the same on every rank: rank 0 alone says it
+$MPI $V train vit_fmnist_tiny --batch-size 100000 --out "$T/bs" >"$T/bs.log" 2>&1
+rc=$?
+check "a value out of range under mpirun: said once, by rank 0 (exit 2)" "[ $rc -eq 2 ] && \
+[ \$(grep -c 'batch-size must be in' '$T/bs.log') -eq 1 ] && ! grep -q 'rank 1' '$T/bs.log'" "rc $rc: $(cat "$T/bs.log")"
+$MPI $V train no_such_model --out "$T/nm" >"$T/nm.log" 2>&1
+rc=$?
+check "... and an unknown model (exit 1)" "[ $rc -eq 1 ] && [ \$(grep -c 'unknown model' '$T/nm.log') -eq 1 ] && \
+! grep -q 'rank 1' '$T/nm.log'" "rc $rc: $(cat "$T/nm.log")"
 # a thread notice is printed once per node, not once per rank
 $MPI $V train $EQ --batch-size 32 --threads $(($(nproc) + 1)) --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1
 check "a thread notice under mpirun: once" "[ \$(grep -c 'threads asked' '$T/thr.log') -eq 1 ]" "$(cat "$T/thr.log")"
