@@ -785,6 +785,10 @@ static const gc_case conv_cases[] = {
      .shape = {{1, 4, 5, 9}, {3, 1, 3, 3}, {3}, {1, 2, 3, 3}}, .build = b_dwn_ex, .ia = {0, 6}},
     {.name = "dwconv_nhwc_ex_dense_add", .nx = 4, .ndim = {4, 4, 1, 3}, /* every channel: the oneDNN kernel + r */
      .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 20, 6}}, .build = b_dwn_ex, .ia = {1, 0}},
+    /* one output pixel (batch 1, a 1x1 map: GroupMixFormer's last CPE at 32 px) with an added term over 50 channels,
+     * where oneDNN 2.6.3's depthwise kernel added it wrongly (vt_gemm_conv_prim) */
+    {.name = "dwconv_nhwc_ex_one_pixel_add", .nx = 4, .ndim = {4, 4, 1, 3},
+     .shape = {{1, 1, 1, 50}, {50, 1, 3, 3}, {50}, {1, 1, 50}}, .build = b_dwn_ex, .ia = {1, 0}},
     {.name = "dwconv_nhwc_ex_shared", .nx = 4, .ndim = {4, 4, 1, 4},
      .shape = {{2, 4, 5, 6}, {6, 1, 3, 3}, {6}, {2, 4, 5, 6}}, .build = b_dwn_ex_shared, .ia = {1, 0}},
     /* one-column maps (CSwin's one-pixel vertical stripes) run as one-row maps with the taps transposed: a square

@@ -846,6 +846,12 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
 
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int flags, int nchw) {
+    /* oneDNN 2.6.3's depthwise convolution adds a binary post-op's term wrongly where the output is one pixel (B = 1,
+     * 1x1 map: the term's dims (1, C, 1, 1) read as a per-channel broadcast): off by up to 2.0 at C = 50 and 64 (right
+     * at 3 and 16; dense convs right), found in GroupMixFormer's stage 4 at 32 px (CPE) at batch 1, 2026-12-01.
+     * Grouped convs with an added term and one output pixel stay on the reference kernels. */
+    if (G > 1 && (flags & VT_CONV_ADD) && B * ((H + 2 * pad - k) / s + 1) * ((W + 2 * pad - k) / s + 1) == 1)
+        return NULL;
     const int kept = flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD | VT_CONV_GELU);
     const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, kept, nchw != 0, CONV_FWD};
     return conv_get(p, geom);
