@@ -1575,38 +1575,55 @@ static int index_list(const char *what, const char *s, int *out, int max) {
     return n >= 0 ? n : die("%s", e.msg) * -1;
 }
 
-/* attention, whose --heads picks the heads to draw: a model c that runs other heads than its weights record (their
- * vitc_heads metadata) is rebuilt with the recorded ones (halved on the stages --double-heads doubles), said on
- * stderr; 0, or an exit status. */
-static int heads_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
+/* attention, whose --heads picks the heads to draw: the head counts per stage the weights record (their vitc_heads
+ * metadata, as run) in the form --heads takes for building c (halved on the stages --double-heads doubles), into
+ * list (n bytes); 1 when they differ from c's, 0 when they do not or none are recorded, -1 when the record is not one
+ * count per stage. */
+static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list, size_t n) {
     const char *rec = vt_st_meta(f, VT_HEADS_KEY);
-    char have[64], list[sizeof o->arch_heads] = "";
+    char have[64];
     vt_model_heads(c, have, sizeof have);
     size_t len = 0;
     const char *p = rec && strcmp(rec, have) != 0 ? rec : "";
     int i = 0;
-    for (; *p && i < c->arch.nstages && len < sizeof list; i++) {
+    list[0] = '\0';
+    for (; *p && i < c->arch.nstages && len < n; i++) {
         char *end = NULL;
         errno = 0;
         const long h = strtol(p, &end, 10);
         if (end == p || errno || h < 1 || h > 4096 || (*end && *end != ',')) break;
         const int dbl = c->arch.opts.double_heads && strcmp(c->arch.stages[i].attn, "hmhsa") == 0;
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%ld", i ? "," : "", dbl ? h / 2 : h);
+        len += (size_t)snprintf(list + len, n - len, "%s%ld", i ? "," : "", dbl ? h / 2 : h);
         p = *end == ',' ? end + 1 : end;
     }
-    if (*p || (list[0] && i != c->arch.nstages)) { /* the tensors fit the model (checked): the record does not */
+    if (*p || (list[0] && i != c->arch.nstages)) return -1;
+    return list[0] != '\0';
+}
+
+/* The model of `attention`: c rebuilt with the heads the weights f record where they differ (said on stderr: the
+ * tensors of some hosts, Swin's relative-position tables, hMHSA's maps, have shapes that depend on the heads), its
+ * tensors then checked against f; 0, or an exit status after the message. */
+static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
+    vt_err e = {0};
+    char list[sizeof o->arch_heads];
+    const int hr = recorded_heads(c, f, list, sizeof list);
+    if (hr > 0) {
+        notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights,
+               vt_st_meta(f, VT_HEADS_KEY));
+        snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
+        o->heads = o->arch_heads;
+        const int mc = model_cfg(o, c);
+        if (mc) return mc;
+    }
+    if (vt_model_check_tensors(c, f, o->weights, &e)) return die("%s", e.msg);
+    if (hr < 0) { /* the tensors fit the model: the record does not */
         char msg[600];
         snprintf(msg, sizeof msg, "%s: its %s metadata \"%.60s\" is not one head count per stage of %s's %d stage%s: "
-                 "not a file vitc wrote", o->weights, VT_HEADS_KEY, rec, c->name, c->arch.nstages,
-                 c->arch.nstages == 1 ? "" : "s");
+                 "not a file vitc wrote", o->weights, VT_HEADS_KEY, vt_st_meta(f, VT_HEADS_KEY), c->name,
+                 c->arch.nstages, c->arch.nstages == 1 ? "" : "s");
         return die("%s", msg);
     }
-    if (list[0])
-        notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights, rec);
-    if (!list[0]) return 0;
-    snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
-    o->heads = o->arch_heads;
-    return model_cfg(o, c);
+    return 0;
 }
 
 static int cmd_attention(opts *o) {
@@ -1638,9 +1655,7 @@ static int cmd_attention(opts *o) {
     vt_st_file f; /* read once: its tensors against the model, its recorded heads, then its values */
     if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
     vt_params *P = NULL;
-    if (vt_model_check_tensors(&c, &f, o->weights, &e))
-        mc = die("%s", e.msg);
-    else if (!(mc = heads_of_weights(o, &c, &f)) && !(P = vt_model_load_file(&c, &f, o->weights, &e)))
+    if (!(mc = model_of_weights(o, &c, &f)) && !(P = vt_model_load_file(&c, &f, o->weights, &e)))
         mc = die("%s", e.msg);
     vt_st_close(&f);
     if (mc) return mc;

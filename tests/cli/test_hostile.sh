@@ -315,6 +315,11 @@ sys.exit(st.load('$T/h2m.safetensors')['blocks.0.attn'].shape[1] != 2)\"" "$(cat
 $V attention $M -w <(cat "$T/h2.safetensors") "$T/good.png" -o "$T/h2p.png" >"$T/h2p.log" 2>&1
 check "... reading its weights once (from a pipe)" "[ $? -eq 0 ] && grep -q 'records 2 attention heads' '$T/h2p.log' && \
     [ -s '$T/h2p.png' ]" "$(cat "$T/h2p.log")"
+# ... also where the heads shape tensors (Swin's relative-position tables: it had checked them against the default heads)
+$V init swin_fmnist_tiny --heads 1,2 -o "$T/sh12.safetensors" >/dev/null 2>&1
+$V attention swin_fmnist_tiny -w "$T/sh12.safetensors" "$T/good.png" -o "$T/sh12.png" >"$T/sh12.log" 2>&1
+check "attention on Swin weights made with --heads 1,2: built with them" "[ $? -eq 0 ] && [ -s '$T/sh12.png' ] && \
+    grep -q 'records 1,2 attention heads' '$T/sh12.log'" "$(cat "$T/sh12.log")"
 /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st; w = st.load('$T/h2.safetensors'); \
 st.save('$T/hbad.safetensors', w, metadata={'vitc_heads': 'abc'}); st.save('$T/hbad2.safetensors', w, metadata={'vitc_heads': '2,2'})"
 expect "attention: a heads record that is no head count refused as such" 1 'vitc_heads metadata \"abc\" is not one head count per stage' \
