@@ -432,6 +432,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
         (o->heads && parse_list("--heads", o->heads, ns, ov.heads)) ||
         (o->windows && parse_list("--windows", o->windows, ns, ov.windows)))
         return 2; /* a malformed value: a usage error, as for scalar options */
+    ov.windows_listed = o->windows && strchr(o->windows, ',');
     ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
@@ -614,9 +615,9 @@ static int cmd_info(opts *o) {
             const int dbl = a->opts.double_heads && strcmp(a->stages[i].attn, "hmhsa") == 0;
             char blocks[256];
             if (vt_model_stage_blocks(&c, i, blocks, sizeof blocks) >= 0 && blocks[0]) /* they differ (Next-ViT) */
-                printf("stage %d    dim %d, depth %d: %s\n", i, a->stages[i].dim, a->stages[i].depth, blocks);
+                printf("stage %d    dim %d, depth %d: %s\n", i + 1, a->stages[i].dim, a->stages[i].depth, blocks);
             else
-                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i, a->stages[i].dim,
+                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i + 1, a->stages[i].dim,
                        a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
                        (double)a->stages[i].mlp_ratio, a->stages[i].attn);
         }

@@ -71,7 +71,9 @@ enum {
                                  * (vt_model_any_size; a family may say so per model instead, vt_family.any_size) */
     VT_CAP_FORM_RECORD = 8,     /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
                                  * files record their form and a file of the other form is refused (vt_params.form) */
-    VT_CAP_WINDOWS = 16         /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
+    VT_CAP_WINDOWS = 16,        /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
+    VT_CAP_LAST_GLOBAL = 32     /* the last stage attends globally whatever its window (CSwin's last stage): a --windows
+                                 * list's entry for it must be the named config's */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */
@@ -114,6 +116,7 @@ typedef struct vt_model_overrides {
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform, double_heads; /* 1 sets (double_heads: hMHSA's, refused without an hMHSA stage) */
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
+    int windows_listed;       /* 1: windows came as one value per stage (not one value for every stage) */
     const char *dtype;        /* arithmetic of the linear layers: "fp32", "bf16" or "int8" (NULL keeps fp32) */
 } vt_model_overrides;
 

@@ -19,7 +19,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     for (int i = 0; i < 4; i++)
         if (st[i].dim < 10 || st[i].dim % 10 || st[i].depth < 0 || st[i].mlp_ratio <= 0.0f)
             return vt_fail(g, c->name, "stage %d: width %d must be a positive multiple of 10, depth %d >= 0, "
-                           "MLP ratio %g > 0", i, st[i].dim, st[i].depth, (double)st[i].mlp_ratio);
+                           "MLP ratio %g > 0", i + 1, st[i].dim, st[i].depth, (double)st[i].mlp_ratio);
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
     const int C0 = st[0].dim;
 
@@ -75,8 +75,8 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     for (int i = 0; i < a->nstages; i++)
         if (strcmp(a->stages[i].attn, "gma") != 0 || strcmp(a->ffn, "mlp") != 0)
-            return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked for attention %s "
-                             "with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
+            return vt_seterr_code(e, VT_E_USAGE, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
+                                  "for attention %s with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
     if (a->img_size % 32)
         return vt_seterr(e, "%s: image size %d must be a multiple of 32 (the stage grids H/4 ... H/32 must be whole)",
                          c->name, a->img_size);

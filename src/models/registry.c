@@ -121,6 +121,7 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         p += len;
         if (l < 4) {
             if (vt_model_parse_list(opt, val, stages, list_of[l], e)) return -1;
+            if (list_of[l] == ov->windows) ov->windows_listed = strchr(val, ',') != NULL;
         } else if (i < 3) {
             char *end = NULL;
             errno = 0;
@@ -139,7 +140,8 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
 
 /* Copies the type name [p, p + len) into dst (24 bytes); -1 with a message if it does not fit. */
 static int set_name(char *dst, const char *p, size_t len, const char *model, const char *what, vt_err *e) {
-    if (len == 0 || len >= 24) return vt_seterr(e, "%s: %s type '%.*s' is empty or too long", model, what, (int)len, p);
+    if (len == 0 || len >= 24)
+        return vt_seterr_code(e, VT_E_USAGE, "%s: %s type '%.*s' is empty or too long", model, what, (int)len, p);
     memcpy(dst, p, len);
     dst[len] = '\0';
     return 0;
@@ -159,8 +161,8 @@ static int set_attn(vt_model_cfg *c, const char *list, vt_err *e) {
         if (set_name(c->arch.stages[i].attn, p, end ? (size_t)(end - p) : strlen(p), c->name, "attention", e))
             return -1;
         if ((!end) != (i + 1 == n))
-            return vt_seterr(e, "%s: --attn '%s' must name one type for all stages or one per stage (%d)", c->name,
-                             list, n);
+            return vt_seterr_code(e, VT_E_USAGE, "%s: --attn '%s' must name one type for all stages or one per stage "
+                                  "(%d)", c->name, list, n);
         p = end ? end + 1 : p;
     }
     return 0;
@@ -197,6 +199,17 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             if (!(caps & VT_CAP_WINDOWS))
                 return vt_seterr_code(e, VT_E_USAGE, "%s has no attention windows or stripes (--windows applies "
                                       "to Swin and CSwin models)", cfg->name);
+            const int last = i == a->nstages - 1, res = a->patch > 0 ? a->img_size / (a->patch << i) : 0;
+            if (last && (caps & VT_CAP_LAST_GLOBAL) && ov->windows_listed && ov->windows[i] != a->stages[i].window &&
+                ov->windows[i] != res)
+            {
+                char alt[48] = "";
+                if (a->stages[i].window != res) snprintf(alt, sizeof alt, " or %d", a->stages[i].window);
+                return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attends globally whatever its stripe width (the "
+                                      "official last stage), so its --windows entry %d can have no effect: give %d "
+                                      "(its resolution)%s there, or one value for every stage", cfg->name, i + 1,
+                                      ov->windows[i], res, alt);
+            }
             a->stages[i].window = ov->windows[i];
         }
     if (ov->drop_path >= 0.0f) {
@@ -220,7 +233,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     }
     if (ov->train_form) a->train_form = 1;
     if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0 && strcmp(ov->dtype, "bf16") != 0)
-        return vt_seterr(e, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
+        return vt_seterr_code(e, VT_E_USAGE, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
     if (ov->dtype) {
         a->int8 = strcmp(ov->dtype, "int8") == 0;
         a->bf16 = strcmp(ov->dtype, "bf16") == 0;
@@ -234,14 +247,14 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
                          a->in_chans, a->num_classes);
     if (vt_ffn_find(a->ffn) == NULL) {
         char names[256];
-        return vt_seterr(e, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,
-                         vt_block_type_names(1, names, sizeof names));
+        return vt_seterr_code(e, VT_E_USAGE, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,
+                              vt_block_type_names(1, names, sizeof names));
     }
     for (int i = 0; i < a->nstages; i++)
         if (vt_attn_find(a->stages[i].attn) == NULL) {
             char names[256];
-            return vt_seterr(e, "%s: unknown attention type '%s' (%s)", cfg->name, a->stages[i].attn,
-                             vt_block_type_names(0, names, sizeof names));
+            return vt_seterr_code(e, VT_E_USAGE, "%s: unknown attention type '%s' (%s)", cfg->name,
+                                  a->stages[i].attn, vt_block_type_names(0, names, sizeof names));
         }
     if (ov->train_form && !(caps & VT_CAP_FORM_RECORD) && !vt_ffn_find(a->ffn)->reparam)
         return vt_seterr_code(e, VT_E_USAGE, "%s has no re-parameterised blocks: --train-form applies to cFFN "

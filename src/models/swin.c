@@ -163,7 +163,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, int
             vt_scope(g, pre);
             if (!tv && (h % 2 || w % 2))
                 return vt_fail(g, c->name, "stage %d map %dx%d is odd: Microsoft-layout patch merging needs even "
-                               "sizes", i, h, w);
+                               "sizes", i + 1, h, w);
             t = merge(g, c, pre, t, &h, &w, a->stages[i + 1].dim);
         }
     }
@@ -196,7 +196,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         return vt_seterr(e, "%s: a Swin host has 1-%d stages, a patch size and no class token", c->name,
                          VT_MAX_STAGES);
     if (strcmp(a->ffn, "mlp") != 0)
-        return vt_seterr(e, "%s: Swin blocks have the MLP FFN (got --ffn %s)", c->name, a->ffn);
+        return vt_seterr_code(e, VT_E_USAGE, "%s: Swin blocks have the MLP FFN (got --ffn %s)", c->name, a->ffn);
     if (a->img_size < a->patch)
         return vt_seterr(e, "%s: image size %d is smaller than one %dx%d patch", c->name, a->img_size, a->patch,
                          a->patch);
@@ -206,23 +206,24 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         vt_msf_cfg m;
         const int msf = vt_msf_parse(s->attn, &m) == 0;
         if (!msf && strcmp(s->attn, "mhsa") != 0 && !(is_flatten(s->attn) && !tv))
-            return vt_seterr(e, "%s: stage %d attention '%s' is not defined in Swin's %s layout (%s)", c->name, i,
-                             s->attn, tv ? "torchvision" : "Microsoft",
-                             tv ? "mhsa, msf, msf_g<N>, orig, orig_g<N>" : "mhsa, flatten, msf, msf_g<N>, orig, ...");
+            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention '%s' is not defined in Swin's %s layout (%s)",
+                                  c->name, i + 1, s->attn, tv ? "torchvision" : "Microsoft",
+                                  tv ? "mhsa, msf, msf_g<N>, orig, orig_g<N>"
+                                     : "mhsa, flatten, msf, msf_g<N>, orig, ...");
         if (s->dim < 1 || s->heads < 1 || s->dim % s->heads || (msf && s->dim % m.groups) || s->mlp_ratio <= 0.0f ||
             s->window < 1 || s->depth < 1)
             return vt_seterr(e, "%s: stage %d width %d must be divisible by its %d heads%s, with window %d >= 1, "
-                             "depth %d >= 1 and MLP ratio %g > 0", c->name, i, s->dim, s->heads,
+                             "depth %d >= 1 and MLP ratio %g > 0", c->name, i + 1, s->dim, s->heads,
                              msf && m.groups > 1 ? " and the MSF groups" : "", s->window, s->depth,
                              (double)s->mlp_ratio);
         if (!tv && res > s->window && res % s->window)
             return vt_seterr(e, "%s: image size %d gives stage %d a %dx%d map, neither within nor a multiple of its "
                              "window %d (the Microsoft layout partitions maps exactly; torchvision-layout models pad)",
-                             c->name, a->img_size, i, res, res, s->window);
+                             c->name, a->img_size, i + 1, res, res, s->window);
         if (i + 1 < a->nstages) {
             if (!tv && res % 2)
                 return vt_seterr(e, "%s: image size %d gives stage %d an odd %dx%d map (Microsoft-layout patch "
-                                 "merging needs even sizes)", c->name, a->img_size, i, res, res);
+                                 "merging needs even sizes)", c->name, a->img_size, i + 1, res, res);
             res = (res + 1) / 2;
         }
     }

@@ -224,14 +224,21 @@ rows = [json.loads(l) for l in open(sys.argv[1], 'rb')]
 ok = len(rows) == 2 and rows[0]['image'].endswith('bad\ufffd.png') and 'top' in rows[0] and 'error' in rows[1]
 print('ok' if ok else rows)" "$T/u8.json" 2>&1)
 check "predict --json with a file name that is not UTF-8: valid JSON, U+FFFD in its place" "[ '$r' = ok ]" "$r"
-expect "an unknown attention type refused, the list naming msf's group forms" 1 "(also msf_g<N>" \
+expect "an unknown attention type refused (a usage error: 2), the list naming msf's group forms" 2 "(also msf_g<N>" \
     $V info simplevit_ti_msf --attn msf_g0
-# a block a host cannot hold is refused by name, never ignored
+# a block a host cannot hold is refused by name (a usage error: 2), never ignored
 for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixed blocks" \
     "groupmixformer_test --attn mhsa:fixed blocks" "simplevit_ti_msf --ffn cffn:takes the MSF paper" \
     "simplevit_ti_msf --attn flatten:takes the MSF paper"; do
-    expect "info ${c%%:*} refused" 1 "${c#*:}" $V info ${c%%:*}
+    expect "info ${c%%:*} refused" 2 "${c#*:}" $V info ${c%%:*}
 done
+# per-stage entries that can have no effect: Next-ViT's stage 1 has no attention, CSwin's last stage attends globally
+expect "Next-ViT: an --attn entry for stage 1 (NCBs only) refused (2)" 2 "stage 1 has no attention" \
+    $V info nextvit_small --attn hmhsa,mhsa,mhsa,mhsa --double-heads
+expect "CSwin: a --windows entry for the last stage refused (2), naming what it may be" 2 \
+    "its --windows entry 5 can have no effect: give 7 (its resolution) there" $V info cswin_tiny_224 --windows 1,2,7,5
+$V info cswin_tiny_224 --windows 2 >/dev/null 2>&1
+check "... one value for every stage is taken" "[ $? -eq 0 ]"
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
 expect "deploy of a model without re-parameterised blocks refused, as for every family" 1 "nothing to deploy" \
     $V deploy $M -w "$T/w.safetensors" -o "$T/nodep.safetensors"

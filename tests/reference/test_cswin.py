@@ -46,16 +46,17 @@ ALIASES = {"cswin_tiny_224": "CSWin_64_12211_tiny_224", "cswin_small_224": "CSWi
            "flatten_cswin_base_384": "FLatten_CSWin_96_36292_base_384"}
 
 # Reduced version of every named model: reference overrides; vitc gets the same through its generic options.
-# windows: vitc's per-stage split (FLatten L stages: the stage resolution, i.e. one global branch).
+# windows: vitc's per-stage split (FLatten L stages: the stage resolution, i.e. one global branch; the last stage, which
+# attends globally whatever the split (the official code ignores it), its resolution).
 REDUCED = [
     # tag, model, img, dims, depths, heads, S split sizes (None: the model's), windows for vitc, classes, in_chans
     ("tiny64", "cswin_tiny_224", 64, [16, 32, 64, 128], [1, 2, 1, 1], [2, 2, 4, 8], [1, 2, 2, 2], "1,2,2,2", 10, 3),
-    ("small64", "cswin_small_224", 64, [16, 32, 64, 128], [1, 1, 2, 1], [2, 4, 4, 8], [1, 2, 4, 4], "1,2,4,4", 7, 1),
+    ("small64", "cswin_small_224", 64, [16, 32, 64, 128], [1, 1, 2, 1], [2, 4, 4, 8], [1, 2, 4, 4], "1,2,4,2", 7, 1),
     ("base96", "cswin_base_224", 96, [8, 16, 32, 64], [1, 1, 1, 1], [2, 2, 2, 4], [2, 3, 3, 3], "2,3,3,3", 10, 3),
     ("base384@192", "cswin_base_384", 192, [8, 16, 32, 64], [1, 1, 1, 1], [2, 2, 4, 4], None, None, 10, 3),
     ("ftiny64", "flatten_cswin_tiny", 64, [16, 32, 64, 128], [2, 1, 1, 1], [2, 4, 4, 8], [1, 2, 2, 2], "16,8,2,2",
      10, 3),
-    ("fsmall64", "flatten_cswin_small", 64, [16, 32, 64, 128], [1, 2, 1, 1], [4, 2, 8, 8], [1, 2, 4, 4], "16,8,4,4",
+    ("fsmall64", "flatten_cswin_small", 64, [16, 32, 64, 128], [1, 2, 1, 1], [4, 2, 8, 8], [1, 2, 4, 4], "16,8,4,2",
      10, 3),
     ("fbase224", "flatten_cswin_base", 224, [8, 16, 32, 64], [1, 1, 1, 1], [2, 2, 4, 4], None, None, 10, 3),
     ("fbase384@192", "flatten_cswin_base_384", 192, [8, 16, 32, 64], [1, 1, 1, 1], [2, 2, 4, 4], None, None, 10, 3),
