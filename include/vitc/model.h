@@ -94,6 +94,9 @@ struct vt_family {
     /* Without VT_CAP_ANY_SIZE: 1 if c's parameter shapes do not depend on the image size (PVTv2 but FLatten's);
      * NULL: they do. */
     int (*any_size)(const vt_model_cfg *c);
+    /* After --attn changed stage types of `named` into c: sets what the official code derives from a stage's type
+     * (FLatten-Swin's window: WINDOW_SIZE for L stages, 7 or 12 for S ones); NULL: nothing depends on the type. */
+    void (*retyped)(vt_model_cfg *c, const vt_model_cfg *named);
     /* Writes into buf (n bytes) what stage i's blocks are, where they differ from one another (Next-ViT's NCB and NTB
      * mix), and returns how many of them have attention; NULL: every block has the stage's attention and MLP. */
     int (*stage_blocks)(const vt_model_cfg *c, int i, char *buf, size_t n);

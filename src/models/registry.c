@@ -176,6 +176,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (ov->in_chans > 0) a->in_chans = ov->in_chans;
     if (ov->num_classes > 0) a->num_classes = ov->num_classes;
     if (ov->attn && set_attn(out, ov->attn, e)) return -1;
+    if (ov->attn && cfg->family->retyped) cfg->family->retyped(out, cfg); /* before --windows, which then decides */
     if (ov->ffn && set_name(a->ffn, ov->ffn, strlen(ov->ffn), cfg->name, "FFN", e)) return -1;
     int given = 0; /* values given: up to the last stage set */
     for (int i = 0; i < VT_MAX_STAGES; i++)

@@ -308,8 +308,22 @@ static const vt_model_cfg tv_models[] = {
      .description = "Swin-S + MSF, 2-group interleaved qkvp, torchvision names"},
 };
 
+/* FLatten-Swin's BasicLayer: with WINDOW_SIZE lw (the named config's L stages' window), a stage typed L (flatten)
+ * takes lw, an S one 7 (lw <= 56) or 12; the block then shrinks a window to its map (global). So a stage --attn turns
+ * into another type takes that type's window, as attn_type does in the official config (paper Table 7: L in stages 1,
+ * 1-2, 1-3, 1-4). Models without an L stage (plain Swin) keep their windows. */
+static void retyped(vt_model_cfg *c, const vt_model_cfg *named) {
+    int lw = 0;
+    for (int i = 0; i < named->arch.nstages; i++)
+        if (is_flatten(named->arch.stages[i].attn) && named->arch.stages[i].window > lw)
+            lw = named->arch.stages[i].window;
+    for (int i = 0; lw && i < c->arch.nstages; i++)
+        if (strcmp(c->arch.stages[i].attn, named->arch.stages[i].attn) != 0)
+            c->arch.stages[i].window = is_flatten(c->arch.stages[i].attn) ? lw : lw <= 56 ? 7 : 12;
+}
+
 const vt_family vt_family_swin = {
-    .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check,
+    .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check, .retyped = retyped,
     .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS, .models = models, .nmodels = VT_COUNT(models),
 };
 

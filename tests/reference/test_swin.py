@@ -6,6 +6,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
   counts   `vitc info --json` of the 14 named models: exact params, buffers (relative_position_index, attn_mask), GMACs
            within 1% of swin_ref.GMACS; Linear/Conv weights only (params_linear_conv_weights, patch-embed conv
            included) against the MSF paper's Table 6 (28.20 / 30.36 / 26.04 / 49.43 / 53.36 / 45.51 M)
+  types    flatten_swin_tiny --attn with L in stages 1 / 1-2 / 1-3 / 1-4 (FLatten Table 7): params and MACs equal the
+           reference built with that attn_type (retyped stages take their type's window: L WINDOW_SIZE, S 7)
   reduced  every named model at reduced widths/depths (--dims/--depths/--heads, 224 / 384 px for the Microsoft layout
            so that windows shift with non-trivial masks, 100 px for torchvision so that every stage pads): names and
            shapes of `vitc init` (buffers included), eval logits <= 1e-4, `vitc grad` loss and every gradient <= 1e-3
@@ -83,6 +85,19 @@ def test_counts(rep):
             got = j.get("params_linear_conv_weights", 0) / 1e6
             rep.check(f"linear+conv weights {name}", round(got, 2) == PAPER_M[name],
                       f"{got:.3f} M vs the MSF paper's {PAPER_M[name]} M")
+
+
+def test_attn_types(rep):
+    """FLatten-Swin-T with L in stages 1 / 1-2 / 1-3 / 1-4 (the paper's Table 7, official attn_type): --attn per stage
+    gives each retyped stage its type's window (L: WINDOW_SIZE, S: 7), so params and MACs equal the reference's."""
+    for types in ("LSSS", "LLSS", "LLLS", "LLLL"):
+        swin_ref.MODELS["_table7"] = dict(swin_ref.MODELS["flatten_swin_tiny"], attn=types)
+        with swin_ref._NoInit():
+            m = swin_ref.build("_table7")
+        want, macs = swin_ref.count_params(m), swin_ref.count_macs(m) / 1e9
+        del m, swin_ref.MODELS["_table7"]
+        attn = ",".join("flatten" if t == "L" else "mhsa" for t in types)
+        harness.counts(rep, "flatten_swin_tiny", want, args=("--attn", attn), gmacs=macs, rel=0.001)
 
 
 def test_reduced(rep):
@@ -197,6 +212,7 @@ def main():
     if have_vitc(rep):
         TMP = tmpdir()
         test_counts(rep)
+        test_attn_types(rep)
         files = test_reduced(rep)
         test_buffers(rep, files)
         test_windows(rep, files)
