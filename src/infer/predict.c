@@ -82,13 +82,44 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     return P;
 }
 
+/* 1 if the tensors of f that have other shapes than c's are all ones whose shape depends on the image size (it differs
+ * between c and c at its named size `named`): then the size may be why f does not fit; 0 when a shape that does not
+ * depend on it differs too (--heads, --dims), or none differs. */
+static int size_may_be_why(const vt_model_cfg *c, const vt_model_cfg *named, const vt_st_file *f) {
+    vt_model_cfg c0 = *c;
+    c0.arch.img_size = named->arch.img_size;
+    vt_err e = {0};
+    vt_params *S = vt_params_new(&e), *S0 = vt_params_new(&e);
+    if (S) S->shapes_only = 1;
+    if (S0) S0->shapes_only = 1;
+    int sized = 0, other = !S || !S0 || vt_model_create_params(c, S, &e) || vt_model_create_params(&c0, S0, &e);
+    for (int i = 0; !other && i < S->n; i++) {
+        const vt_tensor *t = S->t[i], *t0 = vt_params_find(S0, t->name);
+        const vt_st_entry *fe = vt_st_find(f, t->name);
+        int same = fe && fe->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = fe->shape[d] == t->shape[d];
+        if (!fe || same) continue;
+        int dep = !t0 || t0->ndim != t->ndim; /* depends on the size: another shape (or none) at the named one */
+        for (int d = 0; !dep && d < t->ndim; d++) dep = t0->shape[d] != t->shape[d];
+        if (dep)
+            sized = 1;
+        else
+            other = 1;
+    }
+    vt_params_free(S);
+    vt_params_free(S0);
+    return sized && !other;
+}
+
 /* A load's error: le's message (the weights' own) into e, naming the file once and saying when c's weights depend on
- * an image size other than its named one; -1. An empty le: e already holds the error (out of memory, the model's). */
-static int load_error(const vt_model_cfg *c, const char *path, const vt_err *le, vt_err *e) {
+ * an image size other than its named one and the tensors that do not fit are such (f: the file, NULL if not known);
+ * -1. An empty le: e already holds the error (out of memory, the model's). */
+static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *path, const vt_err *le, vt_err *e) {
     if (!le->msg[0]) return -1;
     const vt_model_cfg *named = vt_model_find(c->name);
     char note[200] = "";
-    if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c))
+    if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c) && f &&
+        size_may_be_why(c, named, f))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %d)", c->name, c->arch.img_size);
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */
@@ -111,7 +142,7 @@ static int check_shapes(const vt_model_cfg *c, const vt_st_file *f, const char *
 
 int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
     vt_err le = {0};
-    return check_shapes(c, f, path, 0, &le, e) ? load_error(c, path, &le, e) : 0;
+    return check_shapes(c, f, path, 0, &le, e) ? load_error(c, f, path, &le, e) : 0;
 }
 
 vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
@@ -124,7 +155,7 @@ vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const 
     if (rc == 0) rc = vt_params_load_file(P, f, path, &le);
     if (rc == 0) return P;
     vt_params_free(P);
-    load_error(c, path, &le, e);
+    load_error(c, f, path, &le, e);
     return NULL;
 }
 

@@ -174,3 +174,10 @@ rc=$?
 check "predict: another --img-size on a fixed-size model names the size dependence" \
     "[ $rc -eq 1 ] && grep -q 'pos_embed' '$T/pv.log' && grep -q 'weights depend on the image size' '$T/pv.log'" \
     "rc $rc: $(cat "$T/pv.log")"
+# ... but not where what differs does not depend on the size (a file of other heads, at the size it was made at)
+$V init swin_fmnist_tiny --img-size 56 --heads 1,2 -o "$T/sh.safetensors" >/dev/null 2>&1
+$V predict swin_fmnist_tiny -w "$T/sh.safetensors" --img-size 56 "$T/p00.png" >"$T/sh.log" 2>&1
+rc=$?
+check "predict: a heads mismatch at another --img-size is not blamed on the size" \
+    "[ $rc -eq 1 ] && grep -q 'relative_position_bias_table' '$T/sh.log' && ! grep -q 'depend on the image size' '$T/sh.log'" \
+    "rc $rc: $(cat "$T/sh.log")"
