@@ -65,6 +65,9 @@ static void check_open_errors(vt_test *T, const char *w) {
     vitc_options_init(&o);
     o.crop_pct = NAN;
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct"), "%s", err.msg);
+    o.crop_pct = 0.0015f; /* within (0, 10], but 28 / 0.0015 px is past the resize limit: every image would fail */
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct 0.0015 resizes 28 px"), "%s",
+            err.msg);
     vitc_options_init(&o);
     o.img_size = 20; /* the ViT's position embeddings fix its size */
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "depend on the image size"), "%s",
@@ -169,8 +172,15 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, vitc_logits(m, x, 1, 20, logits, &err) == -1 && strstr(err.msg, "takes 28×28 inputs, not 20×20"), "%s",
             err.msg);
     vitc_tensor maps[VITC_MAX_STAGES];
+    memset(maps, 0xA5, sizeof maps); /* garbage, as an embedder's uninitialised array */
     T_CHECK(T, vitc_stage_features(m, x, 1, 0, maps, &err) == -1 && strstr(err.msg, "no stage feature maps"), "%s",
             err.msg);
+    int zeroed = 1;
+    for (int i = 0; i < VITC_MAX_STAGES; i++) zeroed &= maps[i].data == NULL && maps[i].ndim == 0;
+    T_CHECK(T, zeroed, "vitc_stage_features on error: every map zeroed (safe to free)");
+    memset(&pooled, 0xA5, sizeof pooled);
+    T_CHECK(T, vitc_pooled_features(m, NULL, 1, 0, &pooled, &err) == -1 && pooled.data == NULL && pooled.ndim == 0,
+            "vitc_pooled_features on error: out zeroed: %s", err.msg);
     T_CHECK(T, vitc_logits(m, NULL, 1, 0, logits, &err) == -1 && strstr(err.msg, "NULL"), "%s", err.msg);
     T_CHECK(T, vitc_classify_tensor(m, x, 1, 0, 0, res, &err) == -1 && strstr(err.msg, "k = 0"), "%s", err.msg);
     T_CHECK(T, vitc_classify_tensor(m, x, 0, 0, 1, res, &err) == -1 && strstr(err.msg, "image count 0"), "%s",
@@ -276,6 +286,23 @@ static void check_open_with(vt_test *T, const char *dir) {
             after.ru_maxrss - before.ru_maxrss);
     T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, "--dtype fp16", &err) && strstr(err.msg, "unknown --dtype"),
             "%s", err.msg);
+    /* images feed models of 1 or 3 channels: a 2-channel one is told to take tensors, naming the model */
+    vt_model_overrides o2 = vt_model_no_overrides();
+    o2.in_chans = 2;
+    vt_model_cfg c2;
+    vt_params *P2 = vt_params_new(&e);
+    char w2[112];
+    snprintf(w2, sizeof w2, "%s/chans2.safetensors", dir);
+    T_CHECK(T, P2 && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &o2, &c2, &e) == 0 &&
+                   vt_model_init_params(&c2, P2, 3, &e) == 0 && vt_params_save(P2, w2, &e) == 0, "%s", e.msg);
+    vt_params_free(P2);
+    vitc_model *m2 = vitc_open_with("vit_fmnist_tiny", w2, NULL, "--in-chans 2", &err);
+    unsigned char px[8 * 8] = {0};
+    const vitc_pixels img = {px, 8, 8, 1};
+    vitc_result r2;
+    T_CHECK(T, m2 && vitc_classify_pixels(m2, &img, 1, 1, &r2, &err) == -1 &&
+                   strstr(err.msg, "vit_fmnist_tiny takes 2 input channels"), "%s", err.msg);
+    vitc_close(m2);
     /* as a checkpoint records them (any blanks; --dtype left to vitc_set_dtype) */
     vitc_model *m =
         vitc_open_with("vit_fmnist_tiny", w, &o, " --attn flatten\t--in-chans 3\n--num-classes 5 --dtype bf16 ", &err);

@@ -131,7 +131,8 @@ VITC_API void vitc_close(vitc_model *m);
 VITC_API void vitc_get_info(const vitc_model *m, vitc_info *info);
 
 /** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PNM) with the model's eval transform: out[i] gets the top-k
- * of image i or its own error. Returns the number of images that failed, or -1 (err set) if none could run. */
+ * of image i or its own error. Returns the number of images that failed (n when all did, each result saying why), or
+ * -1 (err set) when the call could not run (a bad argument, a model of other than 1 or 3 channels, out of memory). */
 VITC_API int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out,
                                  vitc_error *err);
 
@@ -149,11 +150,13 @@ VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_e
 /** Logits of n preprocessed images x (n, in_chans, size, size; size 0: img_size) into logits (n, num_classes). */
 VITC_API int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err);
 
-/** Pooled features (timm's pre-logits: the classifier head's input) of n images x into a new tensor (n, D). */
+/** Pooled features (timm's pre-logits: the classifier head's input) of n images x into a new tensor (n, D); out is
+ * zeroed first, so vitc_tensor_free is safe on it whatever the return. */
 VITC_API int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out,
                                   vitc_error *err);
 
-/** Stage maps (n, C_i, H_i, W_i) of a hierarchical backbone for n images x into new tensors; returns their number. */
+/** Stage maps (n, C_i, H_i, W_i) of a hierarchical backbone for n images x into new tensors; returns their number.
+ * All VITC_MAX_STAGES entries are zeroed first (those past the number, and all on error, stay so: safe to free). */
 VITC_API int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
                                  vitc_error *err);
 

@@ -287,8 +287,16 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     return bad;
 }
 
+/* -1 with the reason when m's input is no image's (images decode to 1 or 3 channels: L or RGB). */
+static int image_model(const vitc_model *m, vitc_error *err) {
+    const int C = m->cfg.arch.in_chans;
+    if (C == 1 || C == 3) return 0;
+    return fail(err, "%s takes %d input channels, and images feed models of 1 (L) or 3 (RGB): give it preprocessed "
+                "tensors (vitc_classify_tensor, vitc_logits)", m->cfg.name, C);
+}
+
 int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out, vitc_error *err) {
-    if (check_args(m, paths, n, k, 1, out, err)) return -1;
+    if (check_args(m, paths, n, k, 1, out, err) || image_model(m, err)) return -1;
     for (int i = 0; i < n; i++)
         if (!paths[i]) return fail(err, "%s: path %d is NULL", m->cfg.name, i);
     source s = {paths, 0};
@@ -296,7 +304,7 @@ int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, v
 }
 
 int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out, vitc_error *err) {
-    if (check_args(m, images, n, k, 1, out, err)) return -1;
+    if (check_args(m, images, n, k, 1, out, err) || image_model(m, err)) return -1;
     source s = {images, 0};
     return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, out, err);
 }
@@ -390,6 +398,7 @@ void vitc_tensor_free(vitc_tensor *t) {
 }
 
 int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out, vitc_error *err) {
+    if (out) memset(out, 0, sizeof *out); /* defined whatever the outcome: vitc_tensor_free is safe on it */
     if (check_args(m, x, n, 0, 0, out, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
     const int which = -2;
     return run(m, x, n, size, VT_PRED_LOGITS | VT_PRED_POOLED, &which, 1, 1, out, err) < 0 ? -1 : 0;
@@ -397,6 +406,7 @@ int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_te
 
 int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
                         vitc_error *err) {
+    if (maps) memset(maps, 0, sizeof(vitc_tensor) * VITC_MAX_STAGES); /* the unused entries too: safe to free */
     if (check_args(m, x, n, 0, 0, maps, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
     return run(m, x, n, size, VT_PRED_MAPS, NULL, -1, 1, maps, err);
 }

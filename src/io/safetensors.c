@@ -293,6 +293,20 @@ static int cmp_entry_name(const void *a, const void *b) {
     return strcmp((*(const vt_st_entry *const *)a)->name, (*(const vt_st_entry *const *)b)->name);
 }
 
+/* What a file that starts with buf (len bytes) is, where its first bytes say so and it is no safetensors file ("a PNG
+ * image"); NULL otherwise. */
+static const char *other_format(const uint8_t *buf, size_t len) {
+    static const struct {
+        const char *magic, *what;
+        size_t n;
+    } known[] = {{"\x89PNG\r\n\x1a\n", "a PNG image", 8}, {"\xff\xd8\xff", "a JPEG image", 3},
+                 {"GIF8", "a GIF image", 4}, {"\x93NUMPY", "a NumPy array file", 6}, {"\x1f\x8b", "a gzip file", 2},
+                 {"\x7f" "ELF", "an executable", 4}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (len >= known[i].n && memcmp(buf, known[i].magic, known[i].n) == 0) return known[i].what;
+    return NULL;
+}
+
 /* Validates the image buf[0..len) (owned: kept in f on success, freed on error). */
 static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
@@ -309,6 +323,12 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
         (len < 9 || le64(buf) > VT_ST_MAX_HEADER || le64(buf) > len - 8 || buf[8] != '{')) {
         vt_seterr(e, "not safetensors but %s (a PyTorch checkpoint, as torch.save writes them?): convert it with "
                   "/usr/bin/python3 tools/convert_checkpoint.py", buf[0] == 0x80 ? "a Python pickle" : "a zip archive");
+        goto done;
+    }
+    const char *other = other_format(buf, len);
+    if (other && (len < 9 || le64(buf) > len - 8 || buf[8] != '{')) {
+        vt_seterr(e, "not a safetensors file but %s (safetensors files start with an 8-byte header length and a JSON "
+                  "header)", other);
         goto done;
     }
     if (len < 8) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "family.h"
+#include "vitc/image.h"
 
 /* Every host family; add a family with one line here. */
 static const vt_family *const families[] = {
@@ -243,6 +244,10 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (!(out->pre.crop_pct > 0.0f)) out->pre.crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
     if (a->img_size < 1 || a->img_size > 4096)
         return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
+    const double resize = floor((double)a->img_size / (double)out->pre.crop_pct); /* the eval transform's */
+    if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
+        return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
+                         (double)out->pre.crop_pct, a->img_size, resize, VT_IMAGE_MAX_SIDE);
     if (a->in_chans > 64 || a->num_classes > 100000)
         return vt_seterr(e, "%s: %d input channels / %d classes out of range (at most 64 / 100000)", cfg->name,
                          a->in_chans, a->num_classes);

@@ -446,6 +446,9 @@ for f in ck.pth ck_legacy.pth; do
         "not safetensors but a .* (a PyTorch checkpoint.*convert it with /usr/bin/python3 tools/convert_checkpoint.py" \
         $V forward $M -w "$T/$f" --input "$T/x.safetensors" -o "$T/yc.safetensors"
 done
+# an image given as weights: said what it is (it had read as a header of 727905341920923785 bytes)
+expect "a PNG as weights: named as one" 1 "good.png: not a safetensors file but a PNG image" \
+    $V forward $M -w "$T/good.png" --input "$T/x.safetensors" -o "$T/yc.safetensors"
 # what PyTorch's load_state_dict does without: a buffer the architecture defines (Swin's relative_position_index
 # and attn_mask, which newer timm does not save) keeps its definition, a BatchNorm's num_batches_tracked reads 0
 $V init swin_fmnist_tiny -o "$T/sw_full.safetensors" >/dev/null 2>&1
