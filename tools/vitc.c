@@ -1465,27 +1465,14 @@ static int read_classes(opts *o, int K) {
  * on a folder does not share. */
 static void classes_beside_weights(opts *o, int K) {
     if (o->classes || !o->weights) return;
-    const char *slash = strrchr(o->weights, '/');
-    char path[4096];
-    if (snprintf(path, sizeof path, "%.*s%sclasses.json", slash ? (int)(slash - o->weights) : 0, o->weights,
-                 slash ? "/" : "") >= (int)sizeof path ||
-        access(path, F_OK) != 0)
-        return;
+    char path[4096], **names = NULL;
     vt_err e = {0};
-    char **names = NULL;
-    int n = 0;
-    if (vt_classes_read(path, &names, &n, &e)) {
-        notice("%s beside the weights is not used: %s", path, e.msg);
-        return;
-    }
-    if (n != K) {
-        notice("%s beside the weights names %d classes but the model has %d outputs: not used", path, n, K);
-        vt_classes_free(names, n);
-        return;
-    }
+    const int rc = vt_classes_beside(o->weights, K, &names, path, sizeof path, &e);
+    if (rc < 0) notice("the classes.json beside the weights is not used: %s", e.msg);
+    if (rc <= 0) return;
     notice("class names from %s (beside the weights; --classes picks another file)", path);
     o->cls = names;
-    o->ncls = n;
+    o->ncls = K;
 }
 
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {

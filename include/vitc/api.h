@@ -71,7 +71,10 @@ typedef struct vitc_result {
     int k;                             /**< classes listed */
     int index[VITC_MAX_TOPK];          /**< class indices */
     double prob[VITC_MAX_TOPK];        /**< softmax probabilities */
-    const char *label[VITC_MAX_TOPK];  /**< class names, or NULL where the model's dataset has none */
+    const char *label[VITC_MAX_TOPK];  /**< class names: those of the classes.json beside the weights (a vitc train
+                                            run folder's) when it names every class, else the model's dataset's
+                                            (Fashion-MNIST's for its 10-class models), else NULL; they live as long
+                                            as the model */
     char error[512];                   /**< why the image failed (empty when ok) */
 } vitc_result;
 

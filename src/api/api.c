@@ -14,6 +14,7 @@
 #endif
 
 #include "vitc/api.h"
+#include "vitc/imagefolder.h"
 #include "vitc/predict.h"
 
 struct vitc_model {
@@ -26,6 +27,7 @@ struct vitc_model {
     vt_predictor pred; /* the last graph built, reused while (batch, size, what, threads) stay the same */
     int pred_what;
     vt_int8_use last;  /* the linear layers of the last call that ran the graph */
+    char **classes;    /* the class names of classes.json beside the weights when it names every class, else NULL */
 };
 
 #define STR2(x) #x
@@ -145,6 +147,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         free(m);
         return NULL;
     }
+    char path[4096];
+    vt_err ce = {0}; /* a classes.json that is not used leaves the dataset's names (or none) */
+    if (vt_classes_beside(weights, m->cfg.arch.num_classes, &m->classes, path, sizeof path, &ce) <= 0)
+        m->classes = NULL;
     return m;
 }
 
@@ -173,6 +179,7 @@ void vitc_close(vitc_model *m) {
     if (!m) return;
     vt_predictor_free(&m->pred);
     vt_params_free(m->P);
+    vt_classes_free(m->classes, m->classes ? m->cfg.arch.num_classes : 0);
     free(m);
 }
 
@@ -279,7 +286,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
         for (int j = 0; j < r->k; j++) {
             r->index[j] = res[i].top.cls[j];
             r->prob[j] = res[i].top.prob[j];
-            r->label[j] = vt_model_class_name(&m->cfg, r->index[j]);
+            r->label[j] = m->classes ? m->classes[r->index[j]] : vt_model_class_name(&m->cfg, r->index[j]);
         }
     }
     free(res);

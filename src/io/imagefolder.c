@@ -394,6 +394,23 @@ void vt_classes_free(char **names, int n) {
     free(names);
 }
 
+int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e) {
+    *names = NULL;
+    const char *slash = strrchr(weights, '/');
+    const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
+                             slash ? "/" : "");
+    struct stat st;
+    if (len < 0 || (size_t)len >= n || stat(path, &st) != 0) return 0;
+    int got = 0;
+    if (vt_classes_read(path, names, &got, e)) return -1;
+    if (got != K) {
+        vt_classes_free(*names, got);
+        *names = NULL;
+        return vt_seterr(e, "%s names %d classes but the model has %d outputs", path, got, K);
+    }
+    return 1;
+}
+
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* 1 when key is a class index as written by vt_imagefolder_write_classes: "0" or digits without a leading zero. */
