@@ -305,6 +305,16 @@ vt_ffn_ctx vt_stage_ffn_ctx(const vt_model_cfg *c, int i) {
                         .train_form = a->train_form, .winit = VT_INIT_W02, .opts = &a->opts};
 }
 
+/* A build's error names the model first (a block's message names only its block: "blocks.0.attn: ..."). */
+static void name_model(vt_graph *g, const vt_model_cfg *c) {
+    const size_t n = strlen(c->name);
+    if (!g->err.msg[0] || (strncmp(g->err.msg, c->name, n) == 0 && g->err.msg[n] == ':')) return;
+    char msg[sizeof g->err.msg];
+    snprintf(msg, sizeof msg, "%s", g->err.msg);
+    vt_clearerr(&g->err);
+    vt_seterr(&g->err, "%s: %s", c->name, msg);
+}
+
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
     int s[4] = {B, c->arch.in_chans, c->arch.img_size, c->arch.img_size};
     vt_tensor *x = vt_input(g, "input", 4, s);
@@ -314,6 +324,7 @@ vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor *
     vt_tensor *y = c->family->build(g, c, x);
     if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != c->arch.num_classes))
         return vt_fail(g, c->name, "network returned a tensor that is not (B, num_classes)");
+    name_model(g, c);
     return y;
 }
 
@@ -329,6 +340,7 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
     g->int8 = c->arch.int8 && !g->training;
     if (c->arch.bf16 && vt_gemm_plan_bf16(&g->gemm, &g->err)) return -1;
     const int n = c->family->features(g, c, x, maps);
+    name_model(g, c);
     return g->err.msg[0] ? -1 : n;
 }
 
