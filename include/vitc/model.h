@@ -109,6 +109,10 @@ struct vt_family {
  * stage (vt_family.stage_blocks) and empty where every block has the stage's attention and MLP. */
 int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n);
 
+/* Most blocks a model may have over all its stages (vt_model_configure refuses more): the deepest named model has
+ * 40, and each block's graph takes memory to build. */
+#define VT_MAX_BLOCKS 1024
+
 /* Changes asked of a named config (vitc's options; 0 / NULL / negative keeps the named value). */
 typedef struct vt_model_overrides {
     int img_size, in_chans, num_classes;

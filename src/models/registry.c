@@ -190,6 +190,9 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
         if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
     }
+    if (vt_model_depth(out) > VT_MAX_BLOCKS) /* the deepest named model has 40 */
+        return vt_seterr(e, "%s: %d blocks in all (--depths) is more than vitc builds (%d)", cfg->name,
+                         vt_model_depth(out), VT_MAX_BLOCKS);
     given = 0;
     for (int i = 0; i < VT_MAX_STAGES; i++)
         if (ov->windows[i] > 0) given = i + 1;

@@ -232,6 +232,8 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
     "simplevit_ti_msf --attn flatten:takes the MSF paper"; do
     expect "info ${c%%:*} refused" 2 "${c#*:}" $V info ${c%%:*}
 done
+expect "--depths past the block limit refused before any memory goes to it" 1 "262144 blocks in all (--depths) is more" \
+    $V info swin_t --depths 65536
 expect "a width its heads do not divide: the message names the model before the block" 1 \
     "vit_fmnist_tiny: blocks.0: attention: blocks.0.attn: width 64 is not divisible by 3 heads" $V info $M --heads 3
 # per-stage entries that can have no effect: Next-ViT's stage 1 has no attention, CSwin's last stage attends globally
