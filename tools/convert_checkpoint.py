@@ -186,7 +186,7 @@ class _RecordType:
 def _rebuild_from_type(func, new_type, args, state):
     """torch._tensor._rebuild_from_type_v2, which PyTorch 2 writes for a tensor carrying Python attributes: the tensor
     that func (one of this reader's) rebuilds from args; the attributes (state) are dropped."""
-    if func not in (_rebuild_tensor, _rebuild_parameter) or not isinstance(new_type, _TensorType) \
+    if not (func is _rebuild_tensor or func is _rebuild_parameter) or not isinstance(new_type, _TensorType) \
             or not isinstance(args, tuple) or not isinstance(state, (dict, tuple, type(None))):
         raise pickle.UnpicklingError("Unsupported operation _rebuild_from_type_v2 of another kind than a tensor's")
     return func(*args)
@@ -267,7 +267,7 @@ class _DataUnpickler(pickle._Unpickler):
 
     def load_newobj(self):
         args, cls = self.stack.pop(), self.stack.pop()
-        if not isinstance(cls, _RecordType) or args != ():
+        if not isinstance(cls, _RecordType) or type(args) is not tuple or len(args):
             self._refuse(f"NEWOBJ of {type(cls).__name__}")
         self.stack.append(_Record(cls.name))
 
