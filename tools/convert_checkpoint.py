@@ -27,6 +27,7 @@ import io
 import json
 import os
 import pickle
+import select
 import stat
 import struct
 import sys
@@ -49,8 +50,8 @@ def shown(x, n=80):
 
 
 def a_type(x):
-    """'a list', 'an int': x's type with its article."""
-    n = type(x).__name__
+    """'a list', 'an int': x's type with its article (a record as the class it was pickled as)."""
+    n = x.name if type(x) is _Record else "torch type" if type(x) in (_TensorType, _RecordType) else type(x).__name__
     return ("an " if n[:1].lower() in "aeiou" else "a ") + n
 
 
@@ -67,20 +68,18 @@ def read_input(path):
     """The checkpoint's bytes: a regular file, or a pipe read to its end (a named pipe: once a writer has opened it,
     as `cat` reads one)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device or a FIFO is not waited for before it is known
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device is never opened blocking
     except OSError as e:
         raise Refused(f"cannot read {path}: {e.strerror}")
     try:
         st = os.fstat(fd)
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
             raise Refused(f"{path} is {kind_of(st.st_mode)}, not a checkpoint file")
-        if stat.S_ISFIFO(st.st_mode):  # opened again, blocking: a writer that comes later is waited for
-            fd2 = os.open(path, os.O_RDONLY)
-            st2 = os.fstat(fd2)
-            os.close(fd)
-            fd = fd2
-            if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
-                raise Refused(f"cannot read {path}: it was replaced while it was opened")
+        if stat.S_ISFIFO(st.st_mode):  # this descriptor waited on (never a second open by name) until a writer has
+            # written or come and gone, as `cat` waits: Linux reports no hang-up on a FIFO before its first writer
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            waiter.poll()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         chunks = []
         while True:
@@ -173,7 +172,7 @@ class _Record:
     kept as a dict (state); nothing of the class it names is imported or called."""
 
     def __init__(self, name):
-        self.name, self.state = name, {}
+        self.name, self.state, self.built = name, {}, False
 
 
 class _RecordType:
@@ -217,6 +216,7 @@ class _DataUnpickler(pickle._Unpickler):
         super().__init__(io.BytesIO(data), encoding="utf-8")
         self.storage_bytes, self.storages = storage_bytes, {}
         self.stored = self.made = 0  # elements read from storages, and in the tensors made of them
+        self.record_items = 0  # attributes given to records, over the file (capped: each is checked once)
 
     def find_class(self, module, name):
         if module == "torch" and name in STORAGES:
@@ -237,7 +237,7 @@ class _DataUnpickler(pickle._Unpickler):
         raise pickle.UnpicklingError(f"Unsupported class {shown(module + '.' + name)[1:-1]}")
 
     def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+        if not (isinstance(pid, tuple) and len(pid) == 5 and type(pid[0]) is str and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and isinstance(pid[4], int)):
             raise pickle.UnpicklingError(f"a persistent id that is no tensor storage ({a_type(pid)})")
         kind, key, numel = pid[1], pid[2], pid[4]
@@ -256,8 +256,10 @@ class _DataUnpickler(pickle._Unpickler):
 
     def load_reduce(self):
         args, func = self.stack.pop(), self.stack[-1]
-        if not any(func is f for f in CALLABLES.values()) or not isinstance(args, tuple):
+        if not any(func is f for f in CALLABLES.values()) or type(args) is not tuple:
             self._refuse(f"REDUCE of {type(func).__name__}")
+        if func is collections.OrderedDict and args:  # torch.save writes OrderedDict() and then SETITEMS
+            self._refuse("REDUCE of OrderedDict with arguments (a copy of another mapping)")
         self.stack[-1] = out = func(*args)
         if func is _rebuild_tensor or (func is _rebuild_from_type and args[0] is _rebuild_tensor):
             # tied weights share a storage; a file naming one many times is no state dict
@@ -273,8 +275,12 @@ class _DataUnpickler(pickle._Unpickler):
 
     def load_build(self):
         state, inst = self.stack.pop(), self.stack[-1]
-        if type(inst) is _Record and type(state) is dict and all(type(k) is str for k in state):
-            inst.state.update(state)  # a Namespace's attributes: kept as data, set on nothing
+        if type(inst) is _Record:  # a Namespace's attributes: kept as data (the dict itself, not a copy), set on nothing
+            self.record_items += len(state) if type(state) is dict else 0
+            if inst.built or type(state) is not dict or self.record_items > 1 << 16 \
+                    or not all(type(k) is str for k in state):
+                self._refuse(f"BUILD on {inst.name} (once, with a dict of names, at most 65536 in all)")
+            inst.state, inst.built = state, True
             return
         if type(inst) is not collections.OrderedDict or not isinstance(state, dict) or set(state) - {"_metadata"}:
             self._refuse(f"BUILD on {type(inst).__name__}")
@@ -298,6 +304,14 @@ class _DataUnpickler(pickle._Unpickler):
             self._refuse(f"a dict key that is {a_type(key)}")
         return key
 
+    def load_dict(self):
+        """DICT: a dict of the pairs since the mark, its keys checked as SETITEMS checks them."""
+        items = self.pop_mark()
+        d = {}
+        for i in range(0, len(items), 2):
+            d[self._key(items[i])] = items[i + 1]
+        self.stack.append(d)
+
     def load_setitem(self):
         value, key = self.stack.pop(), self.stack.pop()
         if type(self.stack[-1]) not in (dict, collections.OrderedDict):
@@ -319,7 +333,7 @@ class _DataUnpickler(pickle._Unpickler):
         self.stack[-1].update(self._key(k) for k in items)
 
     for _op, _fn in ((pickle.REDUCE, load_reduce), (pickle.BUILD, load_build), (pickle.NEWOBJ, load_newobj),
-                     (pickle.APPEND, load_append),
+                     (pickle.DICT, load_dict), (pickle.APPEND, load_append),
                      (pickle.APPENDS, load_appends), (pickle.SETITEM, load_setitem), (pickle.SETITEMS, load_setitems),
                      (pickle.ADDITEMS, load_additems)):
         dispatch[_op[0]] = _fn

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "vitc/attention.h"
@@ -681,7 +682,9 @@ static int cmd_forward(opts *o) {
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
     if (!o->output) return missing("--output");
-    if (output_ok(o) || open_input(o, &f)) return 1;
+    if (output_ok(o)) return 1;
+    const int ic = open_input(o, &f); /* 2: --input missing */
+    if (ic) return ic;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c);
     if (!P) {
         vt_st_close(&f);
@@ -736,7 +739,9 @@ static int cmd_grad(opts *o) {
     if (!o->weights) return missing("--weights");
     if (c.arch.int8) return refuse("grad", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return missing("--output");
-    if (output_ok(o) || open_input(o, &f)) return 1;
+    if (output_ok(o)) return 1;
+    const int ic = open_input(o, &f); /* 2: --input missing */
+    if (ic) return ic;
     vt_params *P = NULL;
     if (!fit_input_size(o, &f, &c)) {
         c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
@@ -977,7 +982,8 @@ static int resume_defaults(opts *o, const vt_dist *d) {
 /* The recipe (--recipe, else vitc's defaults) with the explicit options over it. */
 static int train_recipe(opts *o, vt_recipe *r) {
     vt_err e = {0};
-    if (vt_recipe_get(o->recipe ? o->recipe : "default", o->model, r, &e)) return die("%s", e.msg);
+    if (vt_recipe_get(o->recipe ? o->recipe : "default", o->model, r, &e))
+        return e.code == VT_E_USAGE ? refuse("train", "%s", e.msg) : die("%s", e.msg);
     if (o->epochs) r->epochs = o->epochs;
     if (o->cooldown_epochs >= 0) r->cooldown_epochs = o->cooldown_epochs;
     if (o->batch) r->batch = o->batch;
@@ -1088,6 +1094,13 @@ static int train_contradictions(const opts *o) {
     if (given(o, "--resume") && given(o, "--init-from"))
         return refuse("train", "--resume and --init-from contradict each other: a resumed run continues its "
                                "checkpoint");
+    if (given(o, "--resume") && given(o, "--overwrite")) { /* a run resumed in its own folder keeps its history */
+        struct stat a, b;
+        if (!o->out_dir || (stat(o->resume, &a) == 0 && stat(o->out_dir, &b) == 0 && a.st_dev == b.st_dev &&
+                            a.st_ino == b.st_ino))
+            return refuse("train", "--overwrite has no effect on a run resumed in its own folder (it continues its "
+                          "history there); it replaces another run's folder given with --out");
+    }
     return 0;
 }
 
@@ -1139,7 +1152,7 @@ static int train_rank(opts *o, vt_dist *d) {
             fprintf(stderr, "vitc: the warm-up's starting learning rate %g (%s) is above the peak %g (%s): the warm-up "
                     "would lower the learning rate to its peak; give --warmup-lr at most %g (e.g. --warmup-lr 0)\n",
                     t.warmup_lr, lr_source(o, "--warmup-lr", o->warmup_lr >= 0, from, sizeof from), t.lr, peak, t.lr);
-        return 1;
+        return 2; /* settings that contradict each other: a usage error */
     }
     /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
      * run is timm's, whose scheduler keeps warming up past the end: said once */
@@ -1179,7 +1192,7 @@ static int train_rank(opts *o, vt_dist *d) {
     /* one report: the lowest failing rank's (die tags the others' with their rank); a rank failing alone stops all */
     if (!d->err_shared || d->err_reporter) die("%s", e.msg);
     if (d->size > 1 && !d->err_shared) vt_dist_abort(d, 1);
-    return 1;
+    return e.code == VT_E_USAGE ? 2 : 1; /* settings the run cannot take together (an odd batch with Mixup) */
 }
 
 static int cmd_train(opts *o) {
@@ -1495,7 +1508,10 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
             }
             printf("\"prob\": %.6f}", t->prob[i]);
         } else {
-            printf("  %d. class %-5d %-12s %7.3f%%\n", i + 1, t->cls[i], nm ? nm : "", 100.0 * t->prob[i]);
+            int cols = 0; /* the name's width on a terminal: its characters, not its UTF-8 bytes */
+            for (const unsigned char *q = (const unsigned char *)(nm ? nm : ""); *q; q++) cols += (*q & 0xC0) != 0x80;
+            printf("  %d. class %-5d %s%*s %7.3f%%\n", i + 1, t->cls[i], nm ? nm : "", cols < 12 ? 12 - cols : 0, "",
+                   100.0 * t->prob[i]);
         }
     }
     if (o->json) printf("]}\n");
@@ -1699,7 +1715,8 @@ static const command commands[] = {
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
      "--weights -w --output -o " SIZE_OPTS ARCH_OPTS, cmd_deploy, 0},
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
-     "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PNM), preprocessed as the model's pretrained cfg",
+     "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PSD, HDR, binary PNM), preprocessed as the model's "
+     "pretrained cfg",
      "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes --dtype " SIZE_OPTS
      ARCH_OPTS, cmd_predict, 1},
     {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
@@ -1837,6 +1854,26 @@ static int parse(const command *c, int argc, char **argv, opts *o) {
     return 0;
 }
 
+/* a as one shell word (command.txt's commands run again as they are): itself when it holds only characters no shell
+ * reads specially, else in single quotes (a quote written '\''); into buf (n bytes), cut at its end if it is longer. */
+static const char *shell_word(const char *a, char *buf, size_t n) {
+    if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") == strlen(a))
+        return a;
+    size_t k = 0;
+    if (k + 1 < n) buf[k++] = '\'';
+    for (; *a && k + 5 < n; a++) {
+        if (*a == '\'') {
+            memcpy(buf + k, "'\\''", 4);
+            k += 4;
+        } else {
+            buf[k++] = *a;
+        }
+    }
+    if (k + 1 < n) buf[k++] = '\'';
+    buf[k < n ? k : n - 1] = '\0';
+    return buf;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "help") == 0) { /* vitc help COMMAND */
         for (int i = 0; i < ncommands; i++)
@@ -1873,8 +1910,11 @@ int main(int argc, char **argv) {
             free(images);
             return 2;
         }
-        for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++)
-            n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", argv[k], k + 1 < argc ? " " : "\n");
+        for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++) { /* as a shell re-reads it */
+            char q[4096];
+            n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", shell_word(argv[k], q, sizeof q),
+                          k + 1 < argc ? " " : "\n");
+        }
         int rc = 0;
         if (o.help) {
             if (rank == 0) command_help(&commands[i]); /* (under mpirun: once) */

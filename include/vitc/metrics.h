@@ -30,6 +30,13 @@ int vt_metrics_append(const char *run_dir, const vt_metrics_row *r, vt_err *e);
  * epochs it will train again; no file is not an error. */
 int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e);
 
+/* Writes run_dir/metrics.csv (atomically) with the rows of from_dir/metrics.csv whose epoch is at most max_epoch: a run
+ * resumed from another folder carries its history there (no file in from_dir: none in run_dir either). */
+int vt_metrics_copy(const char *from_dir, const char *run_dir, double max_epoch, vt_err *e);
+
+/* The `seconds` of the last row of run_dir/metrics.csv (0 when there is none): where a resumed run's clock goes on. */
+double vt_metrics_last_seconds(const char *run_dir);
+
 /* Writes run_dir/curves.gp from run_dir/metrics.csv and runs gnuplot on it to make run_dir/curves.png (loss and
  * accuracy vs epoch, train and test). Fails with a clear message when gnuplot is missing or fails; callers should
  * only warn, training does not depend on it. */

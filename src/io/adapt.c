@@ -120,6 +120,12 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
                                "or `vitc init --train-form`); merged BatchNorms cannot be split again"
                              : " (see `vitc deploy`)");
     }
+    for (int i = 0; i < f.n; i++)
+        if (strncmp(f.entries[i].name, "optim/", 6) == 0) { /* a run's checkpoint.safetensors */
+            vt_st_close(&f);
+            return vt_seterr(e, "%s is a training checkpoint (its optimiser state, `optim/`, is not a model's): "
+                             "fine-tune from the run's weights.safetensors or weights_best.safetensors", path);
+        }
     char miss[1024] = "", extra[1024] = "", bad[1024] = "";
     int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0;
     for (int i = 0; i < P->n; i++) {

@@ -127,6 +127,37 @@ int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e) {
     return vt_out_commit(&o, e);
 }
 
+static int parse_row(char *line, double *v);
+
+int vt_metrics_copy(const char *from_dir, const char *run_dir, double max_epoch, vt_err *e) {
+    char src[4096], dst[4096];
+    if (join(src, sizeof src, from_dir, "metrics.csv", e) || join(dst, sizeof dst, run_dir, "metrics.csv", e))
+        return -1;
+    if (access(src, F_OK) != 0) return 0;
+    vt_out o;
+    if (vt_out_open(&o, dst, e)) return -1;
+    if (copy_rows(src, o.f, max_epoch, e)) {
+        vt_out_abort(&o);
+        return -1;
+    }
+    return vt_out_commit(&o, e);
+}
+
+double vt_metrics_last_seconds(const char *run_dir) {
+    char path[4096], line[512];
+    vt_err e = {0};
+    if (join(path, sizeof path, run_dir, "metrics.csv", &e)) return 0.0;
+    FILE *f = fopen(path, "r");
+    double last = 0.0;
+    for (int first = 1; f && fgets(line, sizeof line, f); first = 0) {
+        double v[NFIELDS];
+        chomp(line);
+        if (!first && parse_row(line, v) == 0 && isfinite(v[8])) last = v[8]; /* seconds */
+    }
+    if (f) fclose(f);
+    return last;
+}
+
 /* Splits a CSV line into exactly NFIELDS numbers (NaN for empty fields); -1 on a malformed line. */
 static int parse_row(char *line, double *v) {
     char *p = line;

@@ -183,7 +183,7 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) 
         char list[256] = "";
         for (int i = 0; i < vt_recipe_count(); i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
-        return vt_seterr(e, "unknown recipe '%s' (known: %s)", name, list);
+        return vt_seterr_code(e, VT_E_USAGE, "unknown recipe '%s' (known: %s)", name, list);
     }
     snprintf(r->name, sizeof r->name, "%s", name);
     return 0;

@@ -912,8 +912,8 @@ static int recipe_check(const vt_model_cfg *c, const vt_train_opts *o, vt_mixup 
     if (o->model_ema && !(o->model_ema_decay >= 0 && o->model_ema_decay <= 1))
         return vt_seterr(e, "model EMA decay %g outside [0, 1]", o->model_ema_decay);
     if (vt_mixup_enabled(mix) && o->batch % 2)
-        return vt_seterr(e, "Mixup/CutMix mix each batch with its reverse and need an even batch size (got %d)",
-                         o->batch);
+        return vt_seterr_code(e, VT_E_USAGE, "Mixup/CutMix mix each batch with its reverse and need an even batch "
+                              "size (got %d)", o->batch);
     return 0;
 }
 
@@ -939,6 +939,24 @@ static int command_record(const vt_train_opts *o, const char *path, vt_err *e) {
     const int rc = vt_write_text(path, text, e);
     free(text);
     return rc;
+}
+
+/* A run that does not continue in its own folder (a fresh one, or one resumed from another folder) replaces what the
+ * folder holds of an earlier run (--overwrite, or the leftovers of one that never wrote a checkpoint): its checkpoint,
+ * weights, metrics, curves, recipe, classes and commands are removed before the new run writes its own, so that the
+ * folder never holds two runs' files, also when the new run fails before its first checkpoint. */
+static int clear_run_dir(const char *dir, vt_err *e) {
+    static const char *const files[] = {"checkpoint.safetensors", "weights.safetensors", "weights_best.safetensors",
+                                        "weights_ema.safetensors", "metrics.csv", "curves.png", "curves.gp",
+                                        "recipe.json", "classes.json", "command.txt"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            return vt_seterr(e, "cannot replace the earlier run in %s: removing %s: %s", dir, files[i],
+                             strerror(errno));
+    }
+    return 0;
 }
 
 /* Prints the resolved recipe and writes it to RUN/recipe.json (atomically); nothing without a recipe. */
@@ -1198,7 +1216,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (rc == 0 && spe == 0)
         rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s%s", B,
                        A, nsamp, dp->size > 1 ? " per rank" : "",
-                       o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n)" : "");
+                       o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: --no-repeated-aug "
+                                             "visits all)" : "");
     if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
                     !(lab = malloc(sizeof(int) * (size_t)B))))
         rc = vt_seterr(e, "out of memory");
@@ -1240,6 +1259,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         if (o->notice) printf("%s\n", o->notice);
         fflush(stdout);
     }
+    if (rc == 0 && lead && !resume_here && clear_run_dir(o->run_dir, e)) rc = -1;
     if (rc == 0 && lead && !finished &&
         (command_record(o, cmd_path, e) || (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) ||
          recipe_record(o, e)))
@@ -1265,8 +1285,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
             rc = -1;
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
-     * an earlier checkpoint, or a fresh run in an old run folder */
-    if (rc == 0 && lead && vt_metrics_truncate(o->run_dir, (double)st.epoch, e)) rc = -1; /* none to drop: untouched */
+     * an earlier checkpoint; a run resumed from another folder carries that run's rows up to its checkpoint */
+    if (rc == 0 && lead &&
+        (resume_here ? vt_metrics_truncate(o->run_dir, (double)st.epoch, e) /* none to drop: untouched */
+         : o->resume ? vt_metrics_copy(o->resume, o->run_dir, (double)st.epoch, e)
+                     : 0))
+        rc = -1;
+    const double clock0 = rc == 0 && lead && o->resume ? vt_metrics_last_seconds(o->run_dir) : 0.0; /* goes on */
     int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
     memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
     if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
@@ -1295,7 +1320,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     char resumed[4096];
     snprintf(resumed, sizeof resumed, "%s/checkpoint.safetensors", o->resume ? o->resume : "");
     const char *good = o->resume ? resumed : "(none yet)";
-    const double t0 = now_s();
+    const double t0 = now_s() - clock0; /* metrics' seconds: since the start of the run, across resumes */
     const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
     double train_s = 0.0;
     int64_t steps_run = 0;

@@ -274,7 +274,7 @@ check "Next-ViT deployed cFFN file without its form record: loads as deployed" "
 check "... to the same logits as with the record" "cmp -s '$T/nv_rec.safetensors' '$T/nv_bare.safetensors'"
 expect "Next-ViT training-form cFFN file without its form record: refused, deploy named" 1 "vitc deploy" $V forward $NV -w "$T/nvt_bare.safetensors" --input "$T/x32.safetensors" -o "$T/nv_bare.safetensors"
 expect "deploy of the bare deployed file says it is deployed" 1 "deployed form of re-parameterised" $V deploy $NV -w "$T/nvd_bare.safetensors" -o "$T/nvdd.safetensors"
-expect "--min-lr above --lr refused" 1 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
+expect "--min-lr above --lr refused (contradictory: 2)" 2 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
 expect "--resume with --init-from refused (a usage error: 2)" 2 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
 for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'not an image' >"$T/allbad/$s/$c/x.png"; done; done
 $V init $M --num-classes 2 -o "$T/w2.safetensors" >/dev/null
@@ -442,6 +442,8 @@ check "... a finished recipe run resumed: 'Nothing to train', no note on its war
 # a training checkpoint given as weights: said so (not taken for a cFFN mix-up)
 expect "a training checkpoint as --weights refused, naming it as one" 1 "It is a training checkpoint" \
     $V forward $M -w "$T/ref/checkpoint.safetensors" --input "$T/x.safetensors" -o "$T/yc.safetensors"
+expect "... and as --init-from, naming the run's weights files" 1 "is a training checkpoint .*fine-tune from the run's" \
+    $V train $M --init-from "$T/ref/checkpoint.safetensors" --epochs 1 --out "$T/ifc"
 # a PyTorch checkpoint given straight to vitc: pointed at the converter
 /usr/bin/python3 -c "import torch; torch.save({'model': {'a': torch.zeros(2)}}, '$T/ck.pth'); \
 torch.save({'a': torch.zeros(2)}, '$T/ck_legacy.pth', _use_new_zipfile_serialization=False)"

@@ -169,14 +169,45 @@ check "a fresh run in a folder holding another run is refused" "[ $rc -eq 1 ] &&
 check "... and leaves its history untouched" "cmp -s '$T/old.csv' '$T/old/metrics.csv' && cmp -s '$T/old.ckpt' '$T/old/checkpoint.safetensors'"
 $V train $COMMON --epochs 1 --out "$T/old" --overwrite >"$T/old.log" 2>&1
 check "--overwrite starts a new metrics.csv" "[ \$(wc -l <'$T/old/metrics.csv') -eq 2 ]" "$(cat "$T/old/metrics.csv")"
+# --overwrite with a checkpoint of another folder: the folder then holds that run alone (its metrics rows up to the
+# checkpoint, then the new ones, the clock going on; no file of the replaced run, e.g. its EMA weights)
+OW="vit_fmnist_tiny --data fashion-mnist --train-subset 256 --test-subset 64 --batch-size 64 --threads 1"
+$V train $OW --epochs 2 --out "$T/ow_a" >/dev/null 2>&1
+$V train $OW --epochs 1 --model-ema --out "$T/ow_b" >/dev/null 2>&1
+$V train $OW --epochs 3 --resume "$T/ow_a" --out "$T/ow_b" --overwrite >"$T/ow.log" 2>&1
+rc=$?
+r=$(/usr/bin/python3 - "$T/ow_a/metrics.csv" "$T/ow_b/metrics.csv" <<'EOF'
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+secs = [float(r["seconds"]) for r in b]
+ok = [r["epoch"] for r in b] == ["1", "2", "3"] and b[:2] == a[:2] and secs == sorted(secs) and secs[2] > secs[1]
+print("ok" if ok else f"{[(r['epoch'], r['step'], r['seconds']) for r in b]}")
+EOF
+)
+check "--resume A --out B --overwrite: B holds A's rows, then its own, seconds going on; B's EMA file gone" \
+    "[ $rc -eq 0 ] && [ '$r' = ok ] && [ ! -e '$T/ow_b/weights_ema.safetensors' ]" "rc $rc: $r $(tail -2 "$T/ow.log")"
+# a replacing run that fails before its first checkpoint leaves nothing of the run it replaced to resume
+$V train $OW --epochs 1 --out "$T/ow_b" --overwrite --fault-nan-step 1 >"$T/ow2.log" 2>&1
+rc=$?
+check "... one that fails at its first steps leaves no file of the replaced run (checkpoint, weights, metrics)" \
+    "[ $rc -eq 1 ] && [ ! -e '$T/ow_b/checkpoint.safetensors' ] && [ ! -e '$T/ow_b/weights.safetensors' ] && \
+     [ ! -e '$T/ow_b/metrics.csv' ]" "rc $rc: $(ls "$T/ow_b")"
+$V train $OW --epochs 3 --resume "$T/ow_a" --overwrite >"$T/ow3.log" 2>&1
+check "--overwrite on a run resumed in its own folder refused (no effect: 2)" "[ $? -eq 2 ] && \
+    grep -q 'no effect on a run resumed in its own folder' '$T/ow3.log'" "$(cat "$T/ow3.log")"
 $V train vit_fmnist_small --data fashion-mnist --epochs 1 --out "$T/old" --resume "$T/old" >"$T/other.log" 2>&1
 check "resuming another model's checkpoint is refused" "[ $? -eq 1 ] && grep -q 'checkpoint of vit_fmnist_tiny' '$T/other.log'" \
     "$(cat "$T/other.log")"
 mkdir -p "$T/foreign"
 printf 'a,b,c\n1,2,3\n' >"$T/foreign/metrics.csv"
+$V train $COMMON --epochs 1 --out "$T/foreign" >"$T/foreign.log" 2>&1
+check "a foreign metrics.csv is refused at start-up, nothing written beside it" "[ $? -eq 1 ] && \
+    grep -q 'already holds a run (metrics.csv)' '$T/foreign.log' && ! grep -q '^Train:' '$T/foreign.log' && \
+    [ \"\$(ls -A '$T/foreign')\" = metrics.csv ] && grep -q '^1,2,3' '$T/foreign/metrics.csv'" "$(cat "$T/foreign.log")"
+# --overwrite replaces a run folder's files (here a foreign metrics.csv; below, another run's)
 $V train $COMMON --epochs 1 --out "$T/foreign" --overwrite >"$T/foreign.log" 2>&1
-check "a foreign metrics.csv is refused at start-up" "[ $? -eq 1 ] && grep -q 'not a vitc run' '$T/foreign.log' && \
-    ! grep -q '^Train:' '$T/foreign.log' && grep -q '^1,2,3' '$T/foreign/metrics.csv'" "$(cat "$T/foreign.log")"
+check "... and replaced with --overwrite" "[ $? -eq 0 ] && head -1 '$T/foreign/metrics.csv' | grep -q '^epoch,step' && \
+    ! grep -q '^1,2,3' '$T/foreign/metrics.csv'" "$(tail -3 "$T/foreign.log")"
 $V train $COMMON --epochs 2 --out "$T/locked" >"$T/l1.log" 2>&1 &
 first=$!
 for _ in $(seq 50); do [ -e "$T/locked/.lock" ] && break; sleep 0.1; done
@@ -273,23 +304,23 @@ check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed
 # a final learning rate above the peak is refused whatever its source, naming it and the way out
 $V train $SMALL --lr 1e-6 --out "$T/lo" >"$T/lo.log" 2>&1
 check "--lr 1e-6 under the default --min-lr 1e-5 refused, naming the default and --min-lr" \
-    "[ $? -eq 1 ] && grep -qF 'final learning rate 1e-05 (the default --min-lr) is above the peak 1e-06 (--lr): give --min-lr' \
+    "[ $? -eq 2 ] && grep -qF 'final learning rate 1e-05 (the default --min-lr) is above the peak 1e-06 (--lr): give --min-lr' \
      '$T/lo.log' && [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
 $V train $SMALL --recipe deit --batch-size 2 --out "$T/lo" >"$T/lo.log" 2>&1
 check "... and under a recipe's, naming the recipe" \
-    "[ $? -eq 1 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
+    "[ $? -eq 2 ] && grep -qF \"(the deit recipe's --min-lr) is above the peak\" '$T/lo.log'" "$(cat "$T/lo.log")"
 # so is a warm-up starting above the peak (it would lower the learning rate), naming both values and their sources
 $V train $SMALL --lr 1e-4 --warmup-lr 1e-3 --out "$T/lo" >"$T/lo.log" 2>&1
-check "--warmup-lr 1e-3 above --lr 1e-4 refused, naming both" "[ $? -eq 1 ] && grep -qF \
+check "--warmup-lr 1e-3 above --lr 1e-4 refused, naming both" "[ $? -eq 2 ] && grep -qF \
 \"vitc: the warm-up's starting learning rate 0.001 (--warmup-lr) is above the peak 0.0001 (--lr): the warm-up would \
 lower the learning rate to its peak; give --warmup-lr at most 0.0001 (e.g. --warmup-lr 0)\" '$T/lo.log' && \
     [ ! -e '$T/lo' ]" "$(cat "$T/lo.log")"
 $V train $SMALL --recipe deit --lr 1e-7 --min-lr 0 --out "$T/lo" >"$T/lo.log" 2>&1
-check "... and a recipe's above a given --lr, naming the recipe" "[ $? -eq 1 ] && grep -qF \
+check "... and a recipe's above a given --lr, naming the recipe" "[ $? -eq 2 ] && grep -qF \
 \"starting learning rate 1e-06 (the deit recipe's --warmup-lr) is above the peak 1e-07 (--lr)\" '$T/lo.log'" \
     "$(cat "$T/lo.log")"
 $V train $SMALL --lr 5e-7 --out "$T/lo" >"$T/lo.log" 2>&1
-check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 1 ] && grep -qF \
+check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 2 ] && grep -qF \
 'final learning rate 1e-05 (the default --min-lr) is above the peak 5e-07' '$T/lo.log' && grep -qF \
 'starting learning rate 1e-06 (the default --warmup-lr) is above the peak 5e-07' '$T/lo.log'" "$(cat "$T/lo.log")"
 

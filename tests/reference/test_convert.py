@@ -9,8 +9,8 @@
          output: a Namespace holding a Path (unless --trust-pickle), a pickled module, a list, a bare tensor, a
          TorchScript archive, a safetensors file, a NumPy file, text, a truncated archive, an empty file, a missing
          file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
-         nothing left after --drop, a zero-stride view, a tuple key, compressed entries; a reduce calling os.system
-         runs nothing
+         nothing left after --drop, a zero-stride view, a tuple key (also through DICT), compressed entries, an
+         OrderedDict made from another mapping, a Namespace built twice; a reduce calling os.system runs nothing
   output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
          is left behind, also when the folder is not writable
 Run: /usr/bin/python3 tests/reference/test_convert.py
@@ -134,6 +134,19 @@ def main():
         p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
                            text=True, timeout=300)
     rep.check("read: from a pipe", p.returncode == 0 and (tmp / "pipe.safetensors").exists(), p.stderr.strip()[-300:])
+    # a named pipe whose writer came first and is gone (a small checkpoint fits the pipe): read, not waited on
+    os.mkfifo(tmp / "early_fifo")
+    writer = subprocess.Popen(["sh", "-c", f"cat '{tmp / 'train.pth'}' > '{tmp / 'early_fifo'}'"])
+    time.sleep(0.5)
+    try:
+        p = subprocess.run(CONV + [str(tmp / "early_fifo"), str(tmp / "early.safetensors")], capture_output=True,
+                           text=True, timeout=120)
+        rep.check("read: a named pipe whose writer came first", p.returncode == 0 and (tmp / "early.safetensors").exists(),
+                  p.stderr.strip()[-300:])
+    except subprocess.TimeoutExpired:
+        rep.check("read: a named pipe whose writer came first", False, "hung")
+    writer.kill()
+
     # a named pipe whose writer comes after the converter opened it: waited for (it had read as empty)
     os.mkfifo(tmp / "late_fifo")
     proc = subprocess.Popen(CONV + [str(tmp / "late_fifo"), str(tmp / "late.safetensors")], stdout=subprocess.PIPE,
@@ -211,6 +224,22 @@ def main():
         for info in zin.infolist():
             zout.writestr(info.filename, zin.read(info.filename))
     cases["compressed zip entries (a zip bomb's way)"] = ("deflated.pth", "compressed entries")
+
+    def crafted(name, pkl):
+        """train.pth with its data.pkl replaced by the hand-written pickle pkl (stored, as torch.save writes)."""
+        with zipfile.ZipFile(tmp / "train.pth") as zin, zipfile.ZipFile(tmp / name, "w") as zout:
+            for info in zin.infolist():
+                zout.writestr(info.filename, pkl if info.filename.endswith("/data.pkl") else zin.read(info.filename))
+        return name
+    # what only a crafted file holds, each once cheap to refuse and costly (or fatal) to read: a tuple key through
+    # the DICT opcode (nested tuples hash for hours; a deep one crashed the interpreter), an OrderedDict made from
+    # another mapping (copied every time the memo names it), a Namespace record built twice (its attributes copied)
+    cases["a tuple key through the DICT opcode"] = (crafted("dict_tuple.pth", b"\x80\x02((K\x01K\x02tK\x03d."),
+                                                    "a dict key that is a tuple")
+    cases["an OrderedDict made from another mapping"] = (
+        crafted("od_args.pth", b"\x80\x02ccollections\nOrderedDict\n}\x85R."), "OrderedDict with arguments")
+    cases["a Namespace record built twice"] = (
+        crafted("ns_twice.pth", b"\x80\x02cargparse\nNamespace\n)\x81}b}b."), "BUILD on argparse.Namespace")
     for what, (src, words) in cases.items():
         out = tmp / f"out_{src}.safetensors"
         p = convert(tmp / src, out)
