@@ -389,7 +389,7 @@ static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K,
 
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (p->bf16 && !omp_in_parallel() && (long long)M * N * K >= VT_GEMM_BF16_MNK &&
+    if (p->bf16 && omp_get_level() == 0 && (long long)M * N * K >= VT_GEMM_BF16_MNK &&
         bf16_gemm(p, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
         return;
     const vt_gemm_lib lib = vt_gemm_choose(p, threads, ta, tb, M, N, K);
@@ -406,7 +406,7 @@ static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, 
 
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc) {
-    const int inside = omp_in_parallel(), threads = inside ? 1 : omp_get_max_threads();
+    const int inside = omp_get_level() > 0, threads = inside ? 1 : omp_get_max_threads(); /* a team of 1 too */
     if (!p->calls_s) {
         gemm_run(p, threads, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;

@@ -461,7 +461,8 @@ def check_train(rep, d):
               "missing" in p.stderr and "pos_embed" in p.stderr, p.stderr[-300:])
     p = vitc("train", "vit_fmnist_tiny", "--mixup", "0.8", "--batch-size", "7", "--epochs", "1", "--train-subset", "64",
              "--out", d / "odd")
-    rep.check("mixup with an odd batch: refused", p.returncode == 1 and "even batch" in p.stderr, p.stderr[-300:])
+    rep.check("mixup with an odd batch: refused (a usage error: 2)", p.returncode == 2 and "even batch" in p.stderr,
+              p.stderr[-300:])
 
 
 def main():
