@@ -113,18 +113,23 @@ static int needs_rewrite(const char *path, double max_epoch) {
     return rewrite;
 }
 
+/* Writes dst atomically with the rows of src (a metrics.csv, maybe dst itself) whose epoch is at most max_epoch. */
+static int write_rows(const char *src, const char *dst, double max_epoch, vt_err *e) {
+    vt_out o;
+    if (vt_out_open(&o, dst, e)) return -1;
+    if (copy_rows(src, o.f, max_epoch, e)) {
+        vt_out_abort(&o);
+        return -1;
+    }
+    return vt_out_commit(&o, e);
+}
+
 int vt_metrics_truncate(const char *run_dir, double max_epoch, vt_err *e) {
     if (!run_dir) return vt_seterr(e, "vt_metrics_truncate: NULL argument");
     char path[4096];
     if (join(path, sizeof path, run_dir, "metrics.csv", e)) return -1;
     if (access(path, F_OK) != 0 || !needs_rewrite(path, max_epoch)) return 0; /* nothing to truncate */
-    vt_out o;
-    if (vt_out_open(&o, path, e)) return -1;
-    if (copy_rows(path, o.f, max_epoch, e)) {
-        vt_out_abort(&o);
-        return -1;
-    }
-    return vt_out_commit(&o, e);
+    return write_rows(path, path, max_epoch, e);
 }
 
 static int parse_row(char *line, double *v);
@@ -133,14 +138,7 @@ int vt_metrics_copy(const char *from_dir, const char *run_dir, double max_epoch,
     char src[4096], dst[4096];
     if (join(src, sizeof src, from_dir, "metrics.csv", e) || join(dst, sizeof dst, run_dir, "metrics.csv", e))
         return -1;
-    if (access(src, F_OK) != 0) return 0;
-    vt_out o;
-    if (vt_out_open(&o, dst, e)) return -1;
-    if (copy_rows(src, o.f, max_epoch, e)) {
-        vt_out_abort(&o);
-        return -1;
-    }
-    return vt_out_commit(&o, e);
+    return access(src, F_OK) != 0 ? 0 : write_rows(src, dst, max_epoch, e);
 }
 
 double vt_metrics_last_seconds(const char *run_dir) {
