@@ -371,7 +371,7 @@ static void check_open_with(vt_test *T, const char *dir) {
     T_CHECK(T, m && vitc_set_dtype(m, "int8", &err) == 0 && vitc_logits(m, x, n, 0, logits, &err) == 0, "%s",
             err.msg);
     vitc_int8_layers(m, &lin, &q8);
-    const int linears = p.g ? vt_graph_int8_use(p.g).linears : -2; /* the fp32 graph's: the same layers */
+    const int linears = p.g ? vt_graph_dtype_use(p.g).linears : -2; /* the fp32 graph's: the same layers */
     T_CHECK(T, lin == linears && lin > 0 && q8 >= 0 && q8 <= lin, "int8 layers of the last call: %d of %d (want %d)",
             q8, lin, linears);
     memset(&info, 0xff, sizeof info);

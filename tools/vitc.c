@@ -461,14 +461,15 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg) {
     return P;
 }
 
-/* The arithmetic eval and bench report when --dtype int8 ran no layer in int8. */
+/* The arithmetic eval and bench report when --dtype int8 ran no layer in int8, or --dtype bf16 no product in bf16. */
 #define INT8_NONE "fp32 (int8 requested; no layer ran int8)"
+#define BF16_NONE "fp32 (bf16 requested; no product ran bf16)"
 
-/* Warns on stderr when c asks for int8 but u, the linear layers of the graph that ran, has none on the int8 kernel;
- * returns 1 then. */
-static int warn_int8_fallback(const vt_model_cfg *c, vt_int8_use u) {
+/* Warns on stderr when c asks for int8 but u, what the graph that ran used, has no linear layer on the int8 kernel,
+ * or for bf16 but no product ran bf16; returns 1 then. */
+static int warn_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u) {
     char msg[400];
-    if (!vt_int8_fallback(c, u, msg, sizeof msg)) return 0;
+    if (!vt_dtype_fallback(c, u, msg, sizeof msg)) return 0;
     fprintf(stderr, "vitc: warning: %s\n", msg);
     return 1;
 }
@@ -698,7 +699,7 @@ static int cmd_forward(opts *o) {
         die("%s", e.msg);
     } else if (x) {
         vt_predictor_forward(&p, x, B);
-        warn_int8_fallback(&c, vt_graph_int8_use(p.g));
+        warn_dtype_fallback(&c, vt_graph_dtype_use(p.g));
         vt_st_out out[VT_MAX_STAGES] = {
             {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
         static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
@@ -1239,12 +1240,12 @@ static int cmd_eval(opts *o) {
         (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
         rc = vt_seterr(&e, "out of memory");
     if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
-    const vt_int8_use use = {r.linears, r.int8_linears};
-    const int q = rc == 0 && (c.arch.bf16 || (c.arch.int8 && !warn_int8_fallback(&c, use))); /* compared with fp32 */
+    const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
+    const int q = rc == 0 && low && !warn_dtype_fallback(&c, use); /* compared with fp32 */
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
-    const char *dtype = q ? low : c.arch.int8 ? INT8_NONE : "fp32";
+    const char *dtype = q ? low : c.arch.int8 ? INT8_NONE : c.arch.bf16 ? BF16_NONE : "fp32";
     if (rc)
         die("%s", e.msg);
     else if (o->json) {
@@ -1256,7 +1257,11 @@ static int cmd_eval(opts *o) {
         printf("}\n");
     } else {
         printf("%s%s on %s%s%s (%d image%s%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
-               !q ? c.arch.int8 ? " (fp32: int8 requested, no layer ran int8)" : "" : c.arch.int8 ? " (int8)" : " (bf16)",
+               !q   ? c.arch.int8   ? " (fp32: int8 requested, no layer ran int8)"
+                      : c.arch.bf16 ? " (fp32: bf16 requested, no product ran bf16)"
+                                    : ""
+               : c.arch.int8 ? " (int8)"
+                             : " (bf16)",
                what,
                d.folder ? " " : "", d.folder ? data : "", r.n, r.n == 1 ? "" : "s",
                r.skipped ? ", unreadable ones skipped" : "", r.loss,
@@ -1334,16 +1339,18 @@ static int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[1024], warn[512], isa[64], q8warn[400];
+    char rule[1024], warn[512], isa[64], lowwarn[400];
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
-    const int fell_back = vt_int8_fallback(&c, (vt_int8_use){r.linears, r.int8_linears}, q8warn, sizeof q8warn);
+    const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
+    const int fell_back = vt_dtype_fallback(&c, use, lowwarn, sizeof lowwarn); /* asked for int8 or bf16, ran fp32 */
+    const int q8 = c.arch.int8 && !fell_back, b16 = c.arch.bf16 && !fell_back; /* what ran */
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"bf16_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, fell_back ? INT8_NONE : c.arch.int8 ? "int8" : c.arch.bf16 ? "bf16" : "fp32", B,
+               c.name, fell_back ? c.arch.int8 ? INT8_NONE : BF16_NONE : q8 ? "int8" : b16 ? "bf16" : "fp32", B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
@@ -1359,7 +1366,8 @@ static int cmd_bench(opts *o) {
         json_str(m->openblas_core);
         printf(", \"onednn_isa\": ");
         json_str(m->onednn_isa);
-        printf(", \"linears\": %d, \"int8_linears\": %d", r.linears, r.int8_linears);
+        printf(", \"linears\": %d, \"int8_linears\": %d, \"bf16_products\": %lld", r.linears, r.int8_linears,
+               r.bf16_runs);
         if (o->profile)
             printf(", \"time_by_kind\": {\"gemm\": %.4f, \"fused\": %.4f, \"fused_gemm_calls\": %.4f, \"other\": %.4f}",
                    r.by_kind[VT_OP_GEMM], r.by_kind[VT_OP_FUSED], r.fused_gemm, r.by_kind[VT_OP_OTHER]);
@@ -1373,14 +1381,14 @@ static int cmd_bench(opts *o) {
         printf("}\n");
         return 0;
     }
-    const int bf = c.arch.bf16 && r.bf16_gflops > 0.0; /* % of the bf16 product's speed, the one its GEMMs run at */
+    const int bf = b16 && r.bf16_gflops > 0.0; /* % of the bf16 product's speed, the one its GEMMs run at */
     printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
            c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
-           o->train ? c.arch.bf16 ? "bf16 train" : "train"
-           : c.arch.int8 && !fell_back ? "int8 inference"
-           : c.arch.bf16 ? "bf16 inference"
-                         : "inference",
+           o->train ? b16 ? "bf16 train" : "train"
+           : q8     ? "int8 inference"
+           : b16    ? "bf16 inference"
+                    : "inference",
            B,
            omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops,
@@ -1391,13 +1399,13 @@ static int cmd_bench(opts *o) {
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
            r.sgemm_onednn);
     printf("gemm dispatch (%s): %s\n", vt_gemm_lib_name(r.gemm.force), rule);
-    if (c.arch.bf16)
+    if (b16)
         printf("bf16: products of >= 2^20 multiply-adds outside the attention kernels ran on bf16 inputs summed in "
                "fp32; bf16 GEMM 1024^3 (inputs converted, oneDNN bf16 matmul): %.1f GFLOP/s, %.2fx the sgemm\n",
                r.bf16_gflops, r.bf16_gflops / r.sgemm_gflops);
     if (fell_back)
-        printf("WARNING: %s\n", q8warn);
-    else if (c.arch.int8)
+        printf("WARNING: %s\n", lowwarn);
+    else if (q8)
         printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster)\n",
                r.int8_linears, r.linears);
     if (warned) printf("WARNING: %s\n", warn);
@@ -1538,13 +1546,13 @@ static int cmd_predict(opts *o) {
         return die("%s", "out of memory");
     }
     vt_params *P = load_model(o, &c);
-    vt_int8_use use = {0, 0};
+    vt_dtype_use use = {0, 0, 0};
     int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
                                    keep ? keep + n * per : NULL, &use, stderr, &e)
                 : -1;
     int rc = bad != 0;
     if (bad < 0 && P) die("%s", e.msg);
-    if (bad >= 0) warn_int8_fallback(&c, use);
+    if (bad >= 0) warn_dtype_fallback(&c, use);
     for (int i = 0; bad >= 0 && i < n; i++) {
         if (res[i].ok) {
             print_top(o, &c, o->images[i], &res[i].top);

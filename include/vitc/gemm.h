@@ -66,6 +66,10 @@ int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e);
 
 #define VT_GEMM_BF16_MNK (1LL << 20) /* vt_gemm_plan_bf16's smallest product (M·N·K) */
 
+/* How many products of a bf16 plan (vt_gemm_plan_bf16) have run in bf16 so far (vt_gemm calls and linear layers'
+ * primitives); 0 for other plans. */
+long long vt_gemm_bf16_runs(const vt_gemm_plan *p);
+
 /* The library that vt_gemm uses for C = op(A)·op(B) (ta, tb: A, B transposed) of this shape when `threads` threads
  * run it (1 inside a parallel region). */
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K);

@@ -26,17 +26,21 @@ typedef struct vt_prediction {
     vt_err err;
 } vt_prediction;
 
-/* A graph's linear layers, and those on the int8 kernel (linear.onednn_int8). */
-typedef struct vt_int8_use {
+/* A graph's lower-precision arithmetic: its linear layers, those on the int8 kernel (linear.onednn_int8), and the
+ * products that have run in bf16 (vt_gemm_bf16_runs). */
+typedef struct vt_dtype_use {
     int linears, int8;
-} vt_int8_use;
+    long long bf16;
+} vt_dtype_use;
 
-/* The linear layers of the finalized graph g, and those on the int8 kernel (after a run: those that ran it). */
-vt_int8_use vt_graph_int8_use(const vt_graph *g);
+/* The linear layers of the finalized graph g, those on the int8 kernel (after a run: those that ran it) and the
+ * products run in bf16 so far. */
+vt_dtype_use vt_graph_dtype_use(const vt_graph *g);
 
-/* When c asks for int8 (--dtype int8) and u counts no linear layer on the int8 kernel, writes into msg (n bytes) that
- * this runs fp32 and why, and returns 1; 0 otherwise. bench, forward, predict and eval print it as their warning. */
-int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n);
+/* When c asks for int8 (--dtype int8) and u counts no linear layer on the int8 kernel, or for bf16 and u counts no
+ * product run in bf16, writes into msg (n bytes) that this ran fp32 and why, and returns 1; 0 otherwise. bench,
+ * forward, predict and eval print it as their warning. */
+int vt_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u, char *msg, size_t n);
 
 /* The eval preprocessing of c (its pretrained cfg: size, channels, crop_pct, mean, std). */
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c);
@@ -101,6 +105,6 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
  * vt_predictor_classify (inputs, logits: see there); use (if non-NULL) gets the graph's linear layers and those that
  * ran int8. Returns the number of images that could not be read, or -1 (e set) if the model itself cannot run. */
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, vt_int8_use *use, FILE *progress, vt_err *e);
+                     vt_prediction *out, float *inputs, float *logits, vt_dtype_use *use, FILE *progress, vt_err *e);
 
 #endif

@@ -67,6 +67,7 @@ typedef struct vt_eval_result {
     int64_t skipped; /* unreadable images left out */
     int *top1;       /* set by the caller, or NULL: gets each image's top-1 class in source order (-1: unreadable) */
     int linears, int8_linears; /* the graph's linear layers, and those that ran the int8 kernel */
+    long long bf16_runs;       /* products run in bf16 (--dtype bf16; on this rank) */
 } vt_eval_result;
 
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
@@ -152,6 +153,7 @@ typedef struct vt_bench_result {
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */
     int linears, int8_linears;           /* the graph's linear layers, and those on the int8 kernel (--dtype int8) */
+    long long bf16_runs;                 /* products run in bf16 (--dtype bf16) */
     double by_kind[VT_OP_KINDS];         /* with profile: the timed steps' fractions by op kind
                                           * (vt_graph_profile_split); zeros without */
     double fused_gemm;                   /* with profile: the fraction in the fused ops' GEMM calls (part of

@@ -26,7 +26,7 @@ struct vitc_model {
     double gmacs;
     vt_predictor pred; /* the last graph built, reused while (batch, size, what, threads) stay the same */
     int pred_what;
-    vt_int8_use last;  /* the linear layers of the last call that ran the graph */
+    vt_dtype_use last; /* the linear layers of the last call that ran the graph */
     char **classes;    /* the class names of classes.json beside the weights when it names every class, else NULL */
 };
 
@@ -184,7 +184,7 @@ void vitc_close(vitc_model *m) {
 }
 
 void vitc_int8_layers(const vitc_model *m, int *linears, int *int8) {
-    const vt_int8_use u = m ? m->last : (vt_int8_use){0, 0};
+    const vt_dtype_use u = m ? m->last : (vt_dtype_use){0, 0, 0};
     if (linears) *linears = u.linears;
     if (int8) *int8 = u.int8;
 }
@@ -275,7 +275,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
     for (int i = 0; bad >= 0 && i < n; i++)
-        if (res[i].ok) m->last = vt_graph_int8_use(p->g); /* the graph ran */
+        if (res[i].ok) m->last = vt_graph_dtype_use(p->g); /* the graph ran */
     leave(m, &env);
     for (int i = 0; bad >= 0 && i < n; i++) {
         vitc_result *r = &out[i];
@@ -370,7 +370,7 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
     for (int i0 = 0; p && i0 < n; i0 += p->batch) {
         const int nb = n - i0 < p->batch ? n - i0 : p->batch;
         vt_predictor_forward(p, x + per * i0, nb);
-        m->last = vt_graph_int8_use(p->g);
+        m->last = vt_graph_dtype_use(p->g);
         for (int i = 0; i < nout; i++) {
             const vt_tensor *t = output(p, which ? which[i] : i);
             const int64_t row = t->numel / p->batch;

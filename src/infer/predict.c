@@ -9,8 +9,8 @@
 #include "vitc/progress.h"
 #include "vitc/weights.h"
 
-vt_int8_use vt_graph_int8_use(const vt_graph *g) {
-    vt_int8_use u = {0, 0};
+vt_dtype_use vt_graph_dtype_use(const vt_graph *g) {
+    vt_dtype_use u = {0, 0, vt_gemm_bf16_runs(&g->gemm)};
     for (int i = 0; i < g->nn; i++) {
         u.linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
         u.int8 += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
@@ -18,7 +18,13 @@ vt_int8_use vt_graph_int8_use(const vt_graph *g) {
     return u;
 }
 
-int vt_int8_fallback(const vt_model_cfg *c, vt_int8_use u, char *msg, size_t n) {
+int vt_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u, char *msg, size_t n) {
+    if (c->arch.bf16 && u.bf16 == 0) {
+        snprintf(msg, n, "--dtype bf16, but no product outside the attention kernels reached the %lld "
+                 "multiply-adds bf16 needs (at this model and batch size all are smaller): this ran fp32",
+                 VT_GEMM_BF16_MNK);
+        return 1;
+    }
     if (!c->arch.int8 || u.int8 > 0) return 0;
     snprintf(msg, n, "--dtype int8, but none of the %d linear layers runs the int8 kernel (oneDNN has no fast int8 "
              "kernel on this CPU, VITC_GEMM=openblas, or fp32 measured faster for every shape): this ran fp32",
@@ -277,7 +283,7 @@ static int file_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt
 }
 
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
-                     vt_prediction *out, float *inputs, float *logits, vt_int8_use *use, FILE *progress, vt_err *e) {
+                     vt_prediction *out, float *inputs, float *logits, vt_dtype_use *use, FILE *progress, vt_err *e) {
     if (c->arch.in_chans != 1 && c->arch.in_chans != 3)
         return vt_seterr(e, "predict reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
@@ -286,7 +292,7 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
     if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
     const int bad =
         vt_predictor_classify(&p, file_source, (void *)paths, paths, n, k, out, inputs, logits, NULL, progress);
-    if (use) *use = vt_graph_int8_use(p.g);
+    if (use) *use = vt_graph_dtype_use(p.g);
     vt_predictor_free(&p);
     return bad;
 }

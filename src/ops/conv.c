@@ -740,10 +740,11 @@ static const vt_kernel *const conv_kernels[] = {&k_conv_prim, NULL};
 static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
                                    conv_kernels, VT_OP_GEMM};
 
-/* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). */
+/* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). A bf16
+ * graph keeps images in sequence: its products run bf16 only outside parallel regions, whatever the thread count. */
 static int image_threads(const vt_graph *g, int B) {
     const int nt = g->threads;
-    return B >= nt && nt > 1 ? nt : 1;
+    return B >= nt && nt > 1 && !g->gemm.bf16 ? nt : 1;
 }
 
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {

@@ -494,6 +494,7 @@ struct vt_gemm_prims {
     vt_gemm_bf *bfs;  /* bf16 matmuls, one per call shape */
     uint16_t *bfbuf;  /* the bf16 copies of A and B of the running call (bfcap elements, 64-byte aligned) */
     size_t bfcap;
+    long long bf16_runs; /* bf16 products run (vt_gemm_bf16_runs) */
 };
 
 static void q8_free(vt_gemm_q8 *q);
@@ -668,10 +669,14 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
         if (!r || dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) return -1;
         args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
     }
-    return dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
-                   dnnl_stream_wait(q->stream) != dnnl_success
-               ? -1
-               : 0;
+    if (dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
+        dnnl_stream_wait(q->stream) != dnnl_success)
+        return -1;
+    if (q->bf16) {
+#pragma omp atomic
+        q->bf16->bf16_runs++;
+    }
+    return 0;
 }
 
 /* For an NCHW conv: the reorder between the plain layout `plain` and the conv's `conv` layout (x: to it; y: from it)
@@ -1354,11 +1359,13 @@ static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K,
     to_bf16(A, ta ? K : M, ta ? M : K, lda, a);
     to_bf16(B, tb ? N : K, tb ? K : N, ldb, b);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, q->a}, {DNNL_ARG_WEIGHTS, q->b}, {DNNL_ARG_DST, q->c}};
-    return dnnl_memory_set_data_handle(q->a, a) != dnnl_success ||
-                   dnnl_memory_set_data_handle(q->b, b) != dnnl_success ||
-                   dnnl_memory_set_data_handle(q->c, C) != dnnl_success ||
-                   dnnl_primitive_execute(q->prim, c->stream, 3, args) != dnnl_success ||
-                   dnnl_stream_wait(c->stream) != dnnl_success
-               ? -1
-               : 0;
+    if (dnnl_memory_set_data_handle(q->a, a) != dnnl_success || dnnl_memory_set_data_handle(q->b, b) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->c, C) != dnnl_success ||
+        dnnl_primitive_execute(q->prim, c->stream, 3, args) != dnnl_success ||
+        dnnl_stream_wait(c->stream) != dnnl_success)
+        return -1;
+    c->bf16_runs++; /* outside parallel regions only */
+    return 0;
 }
+
+long long vt_gemm_bf16_runs(const vt_gemm_plan *p) { return p->bf16 && p->prims ? p->prims->bf16_runs : 0; }

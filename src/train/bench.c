@@ -119,9 +119,10 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */
         r->gemm.calls_s = NULL;
-        const vt_int8_use u = vt_graph_int8_use(g);
+        const vt_dtype_use u = vt_graph_dtype_use(g);
         r->linears = u.linears;
         r->int8_linears = u.int8;
+        r->bf16_runs = u.bf16;
         vt_graph_profile_split(g, r->by_kind);
         r->fused_gemm = vt_graph_profile_fused_gemm(g);
         vt_graph_print_profile(g, profile);

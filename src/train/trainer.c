@@ -189,7 +189,7 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
     if (rc == 0) {
-        const vt_int8_use u = vt_graph_int8_use(g);
+        const vt_dtype_use u = vt_graph_dtype_use(g);
         r->linears = u.linears;
         r->int8_linears = u.int8;
     }
@@ -244,6 +244,7 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
         r->acc5 = scored ? (double)correct5 / scored : 0.0;
         r->n = scored;
         r->skipped = vt_loader_skipped(L);
+        r->bf16_runs = vt_graph_dtype_use(g).bf16;
     }
     if (L != loader) vt_loader_free(L);
     free(idx);
@@ -1063,7 +1064,7 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const val_slice *
         dp->err_reporter = dp->rank == 0;
         return vt_seterr(e, "no readable image to evaluate");
     }
-    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears};
+    *r = (vt_eval_result){v[0] / v[3], round(v[1]) / v[3], round(v[2]) / v[3], (int)v[3], (int64_t)v[4], NULL, m.linears, m.int8_linears, m.bf16_runs};
     return 0;
 }
 

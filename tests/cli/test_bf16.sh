@@ -62,6 +62,46 @@ check "forward --dtype bf16 runs" "[ $? -eq 0 ]" "$(tail -3 "$T/f.log")"
 near=$(logits_near "$T/a.safetensors" "$T/b.safetensors" 0.02 bf16)
 check "bf16 logits within 2% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
 
+# a model too small for any bf16 product: bench, forward and eval say that fp32 ran
+$V bench vit_fmnist_tiny --batch-size 1 --iters 1 --dtype bf16 --json >"$T/small.json" 2>"$T/small.err"
+r=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('ok' if j['dtype'].startswith('fp32 (bf16') and j['bf16_products'] == 0 else j)" "$T/small.json" 2>&1)
+check "bench --dtype bf16 with no bf16-sized product reports fp32" "[ '$r' = ok ]" "$r $(cat "$T/small.err")"
+fmnist_input "$T/x1.safetensors" 1 3
+$V init vit_fmnist_tiny -o "$T/tiny.safetensors" >/dev/null 2>&1
+$V forward vit_fmnist_tiny --weights "$T/tiny.safetensors" --input "$T/x1.safetensors" --dtype bf16 \
+    -o "$T/t1.safetensors" >"$T/t1.log" 2>&1
+check "forward --dtype bf16 with no bf16-sized product warns that fp32 ran" \
+    "[ $? -eq 0 ] && grep -q 'warning: --dtype bf16, but no product.*this ran fp32' '$T/t1.log'" "$(cat "$T/t1.log")"
+$V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype bf16 --json >"$T/big.json" 2>/dev/null
+r=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('ok' if j['dtype'] == 'bf16' and j['bf16_products'] > 0 else j)" "$T/big.json" 2>&1)
+check "bench --dtype bf16 counts the products it ran in bf16" "[ '$r' = ok ]" "$r"
+
+# DeiT-Ti's patch embedding (a 16x16/16 conv whose per-image product is bf16-sized): the same bf16 logits on 1 and 2
+# threads (the conv once spread images over threads, which kept its products fp32 at 2 threads only)
+/usr/bin/python3 - "$T/x224.safetensors" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+st.save(sys.argv[1], {"input": np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)})
+PY
+$V init deit_tiny_patch16_224 -o "$T/dt.safetensors" >"$T/dt.log" 2>&1
+for t in 1 2; do
+    $V forward deit_tiny_patch16_224 --weights "$T/dt.safetensors" --input "$T/x224.safetensors" --dtype bf16 \
+        --threads $t -o "$T/dt$t.safetensors" >>"$T/dt.log" 2>&1
+done
+r=$(/usr/bin/python3 - "$T/dt1.safetensors" "$T/dt2.safetensors" <<'PY' 2>&1
+import sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+a, b = (st.load(p)["logits"] for p in sys.argv[1:3])
+d = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
+print(("ok" if d <= 1e-5 else "bad") + f" largest difference {d:.3g} of the largest logit")
+PY
+)
+check "DeiT-Ti bf16 logits: 1 and 2 threads agree within 1e-5" "[ \"\${r%% *}\" = ok ]" "$r $(tail -2 "$T/dt.log")"
+
 # grad: the loss and every parameter's gradient of a bf16 forward/backward near fp32's (relative to each tensor's
 # largest magnitude, over the tensors whose largest is at least 1e-3 of the largest gradient of all), not equal
 /usr/bin/python3 - "$T/xl.safetensors" <<'PY'
