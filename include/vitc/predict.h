@@ -26,7 +26,7 @@ typedef struct vt_prediction {
     vt_err err;
 } vt_prediction;
 
-/* A graph's lower-precision arithmetic: its linear layers, those on the int8 kernel (linear.onednn_int8), and the
+/* A graph's lower-precision arithmetic: its linear layers (linear and linear_t nodes), those on the int8 kernel (linear.onednn_int8), and the
  * products that have run in bf16 (vt_gemm_bf16_runs). */
 typedef struct vt_dtype_use {
     int linears, int8;

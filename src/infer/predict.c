@@ -12,7 +12,8 @@
 vt_dtype_use vt_graph_dtype_use(const vt_graph *g) {
     vt_dtype_use u = {0, 0, vt_gemm_bf16_runs(&g->gemm)};
     for (int i = 0; i < g->nn; i++) {
-        u.linears += strcmp(g->nodes[i]->op->name, "linear") == 0;
+        const char *op = g->nodes[i]->op->name; /* linear_t (GroupMixFormer's qkv, output transposed): fp32 only */
+        u.linears += strcmp(op, "linear") == 0 || strcmp(op, "linear_t") == 0;
         u.int8 += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, "linear.onednn_int8") == 0;
     }
     return u;
