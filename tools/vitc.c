@@ -841,6 +841,17 @@ static int take_model_options(opts *o, const char *path, const char *what) {
     return 0;
 }
 
+/* The value of option d in o as text ("" for a flag; numbers in v, n bytes, which must hold one). */
+static const char *option_text(const opts *o, const optdef *d, char *v, size_t n) {
+    const char *field = (const char *)o + d->off;
+    v[0] = '\0';
+    if (d->kind == O_STR) return *(const char *const *)field;
+    if (d->kind == O_INT) snprintf(v, n, "%d", *(const int *)field);
+    if (d->kind == O_DBL) snprintf(v, n, "%.17g", *(const double *)field);
+    if (d->kind == O_LL) snprintf(v, n, "%lld", *(const long long *)field);
+    return v;
+}
+
 /* Writes the options among `names` that were given (or taken on --resume) into buf (n bytes), "--opt value" pairs and
  * flags separated by spaces, in the form take_model_options reads; -1 if they do not fit or a value holds " --". */
 static int given_options(const opts *o, const char *names, char *buf, size_t n) {
@@ -849,17 +860,8 @@ static int given_options(const opts *o, const char *names, char *buf, size_t n) 
     for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
         const optdef *d = &optdefs[k];
         if (!o->given[k] || !has_word(names, d->name)) continue;
-        const char *field = (const char *)o + d->off;
-        char v[64] = "";
-        const char *val = v;
-        if (d->kind == O_STR)
-            val = *(const char *const *)field;
-        else if (d->kind == O_INT)
-            snprintf(v, sizeof v, "%d", *(const int *)field);
-        else if (d->kind == O_DBL)
-            snprintf(v, sizeof v, "%.17g", *(const double *)field);
-        else if (d->kind == O_LL)
-            snprintf(v, sizeof v, "%lld", *(const long long *)field);
+        char v[64];
+        const char *val = option_text(o, d, v, sizeof v);
         const int m = snprintf(buf + used, n - used, "%s%s%s%s", used ? " " : "", d->name,
                                d->kind == O_FLAG ? "" : " ", d->kind == O_FLAG ? "" : val);
         if (m < 0 || (size_t)m >= n - used || strstr(val, " --")) return -1;
@@ -1196,6 +1198,54 @@ static int train_rank(opts *o, vt_dist *d) {
     return e.code == VT_E_USAGE ? 2 : 1; /* settings the run cannot take together (an odd batch with Mixup) */
 }
 
+/* Train options that may differ between the ranks of one mpirun: the paths of each machine's copies (compared by
+ * presence) and each process's own settings (not compared). */
+#define PATH_OPTS "--out --data --resume --init-from "
+#define PROCESS_OPTS "--threads --workers --log-every "
+
+/* The train command as every rank of an mpirun must give it: the model, then each given option with its value,
+ * PATH_OPTS by name alone and PROCESS_OPTS left out; malloc'd, NULL if out of memory. */
+static char *rank_command(const opts *o) {
+    char *s = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* the length, then the text */
+        size_t used = strlen(o->model);
+        if (pass) memcpy(s, o->model, used + 1);
+        for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
+            const optdef *d = &optdefs[k];
+            if (!o->given[k] || has_word(PROCESS_OPTS, d->name)) continue;
+            char v[64];
+            const char *val = d->kind == O_FLAG || has_word(PATH_OPTS, d->name) ? "" : option_text(o, d, v, sizeof v);
+            const size_t m = 1 + strlen(d->name) + (*val ? 1 + strlen(val) : 0);
+            if (pass) snprintf(s + used, m + 1, " %s%s%s", d->name, *val ? " " : "", val);
+            used += m;
+        }
+        if (!pass && !(s = malloc(used + 1))) return NULL;
+    }
+    return s;
+}
+
+/* Under mpirun, before anything else reads the options: 0 when every rank gave rank 0's train command (rank_command),
+ * else 2 on every rank, the lowest rank that differs saying how (a rank's options decide which collective calls it
+ * makes: ranks given different ones would wait on each other forever). */
+static int same_rank_command(vt_dist *d, const opts *o) {
+    if (d->size <= 1) return 0;
+    vt_err e = {0};
+    char *mine = rank_command(o), *first = mine;
+    size_t len = mine ? strlen(mine) + 1 : 0;
+    const int bad = vt_dist_bcast_bytes(d, &first, &len, &e) != 0; /* the others' first: a copy of rank 0's */
+    const int differs = !bad && (!mine || !first || strcmp(mine, first) != 0);
+    const int rc = vt_dist_agree(d, bad || differs, &e);
+    if (rc && d->err_reporter && (bad || !mine || !first))
+        die("%s", bad ? e.msg : "out of memory");
+    else if (rc && d->err_reporter)
+        say("train", "its train command differs from rank 0's (rank 0: %s; rank %d: %s): under mpirun every rank runs "
+            "the same command, except the paths given to --out, --data, --resume and --init-from and the values of "
+            "--threads, --workers and --log-every (a rank given other options would wait forever on the others)", first, d->rank, mine);
+    if (first != mine) free(first);
+    free(mine);
+    return rc ? 2 : 0;
+}
+
 static int cmd_train(opts *o) {
     if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
     const int contra = train_contradictions(o);
@@ -1203,7 +1253,7 @@ static int cmd_train(opts *o) {
     vt_err e = {0};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
     if (vt_dist_init(&d, &e)) return die("%s", e.msg);
-    const int rc = train_rank(o, &d);
+    const int rc = same_rank_command(&d, o) ? 2 : train_rank(o, &d);
     vt_dist_finalize(&d);
     return rc;
 }

@@ -222,17 +222,31 @@ $MPI $V train $DT --data "$T/f4" --out "$T/f4run" >"$T/f4.log" 2>&1
 rc=$?
 check "a rank whose validation slice is all unreadable: the epoch is scored on the rest" \
     "[ $rc -eq 0 ] && grep -q 'Skipped 4 unreadable validation images' '$T/f4.log'" "rc $rc: $(cat "$T/f4.log")"
-# ranks running other settings (mpirun's MPMD form): refused before anything is written, where they had hung
-mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --epochs 2 --out "$T/ds" : \
-    -np 1 $V train $DT --data "$T/f1" --out "$T/ds" >"$T/ds.log" 2>&1
+# ranks given other train commands (mpirun's MPMD form): refused on every rank before anything is read or written,
+# the first differing rank naming both commands (other settings and models had been caught later, inside the run;
+# a rank's own lr contradiction, --no-overlap, --resume or --init-from had made the ranks wait on each other forever)
+differ() { # differ NAME RANK0_EXTRA RANK1_EXTRA: both ranks on $DT and f1, --out $T/NAME
+    timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/$1" $2 : \
+        -np 1 $V train ${4:-$DT} --data "$T/f1" --out "$T/$1" $3 >"$T/$1.log" 2>&1
+    rc=$?
+    check "ranks with other train commands refused ($1)" "[ $rc -eq 2 ] && \
+        grep -q 'vitc train: rank 1: its train command differs from rank 0.s' '$T/$1.log' && [ ! -e '$T/$1' ]" \
+        "rc $rc: $(cat "$T/$1.log")"
+}
+differ ds "--epochs 2" ""
+differ dm "" "" "${DT/vit_fmnist_tiny/vit_fmnist_tiny_gap}"
+differ dl "" "--min-lr 0.5"
+differ dn "" "--no-overlap"
+differ db "--bucket-mib 4" "--bucket-mib 0.01"
+(cd "$T" && $V init vit_fmnist_tiny --num-classes 2 -o "$T/i2.safetensors" >/dev/null 2>&1)
+differ di "" "--init-from $T/i2.safetensors"
+check "... naming what differs" "grep -q 'rank 1: vit_fmnist_tiny --num-classes 2 .*--init-from' '$T/di.log'" \
+    "$(cat "$T/di.log")"
+# per-process settings may differ: --threads, --workers, --log-every, and each machine's paths
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dp" --workers 1 : \
+    -np 1 $V train ${DT/--threads 1/--threads 2} --data "$T/f5/../f1" --out "$T/dp" --log-every 3 >"$T/dp.log" 2>&1
 rc=$?
-check "ranks with other settings refused, naming them" "[ $rc -eq 1 ] && grep -q 'vitc: rank 1: its training settings' \
-    '$T/ds.log' && [ ! -e '$T/ds' ]" "rc $rc: $(cat "$T/ds.log")"
-mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dm" : \
-    -np 1 $V train ${DT/vit_fmnist_tiny/vit_fmnist_tiny_gap} --data "$T/f1" --out "$T/dm" >"$T/dm.log" 2>&1
-rc=$?
-check "ranks with other models refused (they had failed inside MPI)" "[ $rc -eq 1 ] && grep -q 'its training settings' \
-    '$T/dm.log' && [ ! -e '$T/dm' ]" "rc $rc: $(cat "$T/dm.log")"
+check "ranks with other threads, workers, log interval and data path run" "[ $rc -eq 0 ]" "rc $rc: $(tail -5 "$T/dp.log")"
 # a rank's loader warnings say which rank met the unreadable image, each a line of its own
 $MPI $V train $DT --data "$T/f5" --out "$T/f5run" >"$T/f5.log" 2>&1
 rc=$?
