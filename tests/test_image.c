@@ -307,6 +307,7 @@ static void check_pnm_jpeg(vt_test *T) {
         {"P5 1#c\n1 255\nx", "after the width"},
         {"P5 1 1 255#c\nx", "after the maxval"},
         {"P5 1 x 255\nx", "where the height should be"},
+        {"P5 16384 10923 255\nx", "more than 178956970"}, /* within 16384 a side: PIL's decompression-bomb limit */
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
         T_CHECK(T, rgb_ok((const unsigned char *)bad[k].file, strlen(bad[k].file), NULL, 0, 0, &e) != 0 &&

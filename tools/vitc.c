@@ -199,8 +199,8 @@ static const optdef optdefs[] = {
     O("--classes", O_STR, classes, "classes.json of a training run on an image folder ({\"0\": \"name\", ...}): "
       "predict prints these names; eval scores the folder's val/ class folders by them, no train/ needed (not with "
       "fashion-mnist)"),
-    NUM("--topk", O_INT, topk, 1, 64, "classes listed per image (default 5; more than the model's classes: all of "
-      "them, with a notice)"),
+    NUM("--topk", O_INT, topk, 1, 1e9, "classes listed per image (default 5, at most 64; more than the model's "
+      "classes: all of them, with a notice)"),
     POS("--crop-pct", O_DBL, crop_pct, 10, "resize the shorter side to floor(S / crop_pct), then centre-crop S (default: the "
       "model's pretrained cfg, e.g. 0.875 for DeiT; > 1 pads)"),
     O("--help", O_FLAG, help, "show this help"),
@@ -1586,7 +1586,10 @@ static int cmd_predict(opts *o) {
     if (read_classes(o, c.arch.num_classes)) return 1;
     classes_beside_weights(o, c.arch.num_classes);
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
-    if (o->topk > K) notice("--topk %d is more than the %d classes of %s: listing %d", o->topk, K, c.name, K);
+    if (k > VT_MAX_TOPK && K > VT_MAX_TOPK) /* a model of up to 64 classes lists them all */
+        return refuse("predict", "--topk %d: at most %d classes are listed per image (%s has %d)", k, VT_MAX_TOPK,
+                      c.name, K);
+    if (k > K) notice("--topk %d is more than the %d classes of %s: listing %d", k, K, c.name, K);
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */

@@ -15,8 +15,10 @@ typedef struct vt_preprocess {
     int squash;         /* 1: both sides are resized to floor(S / crop_pct) (the aspect ratio is not kept) */
 } vt_preprocess;
 
-/* Largest accepted image side in pixels (larger files are refused before decoding their pixels). */
+/* Largest accepted image side in pixels, and pixel count (PIL's DecompressionBombError limit, 2 × its
+ * MAX_IMAGE_PIXELS); larger files are refused before decoding their pixels. */
 #define VT_IMAGE_MAX_SIDE 16384
+#define VT_IMAGE_MAX_PIXELS 178956970LL
 /* Largest image file read (an uncompressed 16384² RGBA image and its header). */
 #define VT_IMAGE_MAX_BYTES (((size_t)1 << 30) + ((size_t)1 << 20))
 

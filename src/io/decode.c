@@ -50,11 +50,14 @@ unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from
     return dst;
 }
 
-/* Checks the image header's size before decoding: each side 1..VT_IMAGE_MAX_SIDE. */
+/* Checks the image header's size before decoding: each side 1..VT_IMAGE_MAX_SIDE, at most VT_IMAGE_MAX_PIXELS. */
 static int check_size(int w, int h, vt_err *e) {
     if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "the image header declares %d×%d pixels (each side must be 1..%d)%s", w, h,
                          VT_IMAGE_MAX_SIDE, w < 1 || h < 1 ? ": a corrupt or cut file?" : "");
+    if ((long long)w * h > VT_IMAGE_MAX_PIXELS)
+        return vt_seterr(e, "the image header declares %d×%d pixels, more than %lld (PIL refuses such an image as a "
+                         "decompression bomb too)", w, h, VT_IMAGE_MAX_PIXELS);
     return 0;
 }
 

@@ -116,8 +116,9 @@ static int eval_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *
 }
 
 vt_transform vt_transform_eval(const vt_preprocess *p) {
-    const int side = p->crop_pct > 0.0f ? (int)floor((double)p->size / (double)p->crop_pct) : p->size;
-    vt_transform t = {eval_apply, p, p->size, p->chans, side};
+    /* full-size decode: a JPEG scaled in the DCT domain would differ from PIL's (and `vitc predict`'s) pixels, and
+     * evaluation is compared with published accuracies */
+    vt_transform t = {eval_apply, p, p->size, p->chans, 0};
     return t;
 }
 

@@ -1215,8 +1215,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
     const int B = o->batch, A = o->accum_steps > 0 ? o->accum_steps : 1, spe = nsamp / (B * A) * A;
     if (rc == 0 && spe == 0)
-        rc = vt_seterr(e, "batch size %d × %d accumulation steps is larger than the %d images an epoch visits%s%s", B,
-                       A, nsamp, dp->size > 1 ? " per rank" : "",
+        rc = vt_seterr_code(e, VT_E_USAGE, "batch size %d × %d accumulation steps is larger than the %d image%s an "
+                            "epoch visits%s%s", B, A, nsamp, nsamp == 1 ? "" : "s", dp->size > 1 ? " per rank" : "",
                        o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: --no-repeated-aug "
                                              "visits all)" : "");
     if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||

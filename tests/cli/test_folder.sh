@@ -25,6 +25,37 @@ $PY tests/cli/folder_ref.py pixels "$T/pix/x.safetensors" "${VITC_FMNIST_DIR:-/u
     0.2860 0.3530 200 >"$T/pixcheck.log" 2>&1
 cat "$T/pixcheck.log" | grep -E '^(PASS|FAIL)' || bad "pixel check ran" "$(tail -n 3 "$T/pixcheck.log" "$T/pix.log")"
 
+# eval on a folder of large JPEGs sees the pixels predict (and PIL) sees: its loss equals the cross-entropy of
+# predict's logits (eval had decoded JPEGs scaled in the DCT domain, a loss off by 2e-4 on 400x300 images)
+$PY - "$T/big" <<'PYEOF'
+import os, sys
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(4)
+for split in ("train", "val"):
+    for c in ("a", "b"):
+        os.makedirs(f"{sys.argv[1]}/{split}/{c}", exist_ok=True)
+        x = np.cumsum(rng.integers(-9, 10, (300, 400, 3)), axis=1) % 256  # smooth rows: DCT scaling changes them
+        Image.fromarray(x.astype(np.uint8)).save(f"{sys.argv[1]}/{split}/{c}/0.jpg", quality=90)
+PYEOF
+BIG="vit_fmnist_tiny --in-chans 3 --img-size 32 --num-classes 2"
+$V init $BIG -o "$T/big.safetensors" >/dev/null 2>&1
+$V eval $BIG -w "$T/big.safetensors" --data "$T/big" --json >"$T/big_eval.json" 2>"$T/big_eval.err"
+$V predict $BIG -w "$T/big.safetensors" --output "$T/big_pred.safetensors" "$T/big/val/a/0.jpg" "$T/big/val/b/0.jpg" \
+    >/dev/null 2>>"$T/big_eval.err"
+r=$($PY - "$T/big_eval.json" "$T/big_pred.safetensors" <<'PYEOF' 2>&1
+import json, sys
+sys.path.insert(0, "tests/reference")
+import numpy as np
+import st
+ev, z = json.load(open(sys.argv[1])), st.load(sys.argv[2])["logits"].astype(np.float64)
+z = z - z.max(1, keepdims=True)
+loss = float(np.mean(np.log(np.exp(z).sum(1)) - z[[0, 1], [0, 1]]))
+print(("ok" if abs(loss - ev["loss"]) <= 2e-6 else "bad") + f" eval {ev['loss']:.6f}, predict's logits {loss:.6f}")
+PYEOF
+)
+check "eval on 400x300 JPEGs: the loss of predict's logits" "[ \"\${r%% *}\" = ok ]" "$r $(cat "$T/big_eval.err")"
+
 COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
 $V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1
 check "training on the PNG folder runs" "[ $? -eq 0 ] && [ -s '$T/png/metrics.csv' ]" "$(tail -3 "$T/png.log")"

@@ -101,8 +101,8 @@ check "drop-path changes training" "[ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -
 $V train $COMMON --epochs 1 --drop-path 1.5 --out "$T/c" >"$T/dpb.log" 2>&1
 check "bad --drop-path rejected" "[ $? -ne 0 ] && grep -q 'drop-path must be' '$T/dpb.log'"
 $V train $COMMON --epochs 1 --batch-size 4096 --out "$T/refused/run" >"$T/refused.log" 2>&1
-check "a run refused at set-up (batch larger than an epoch) leaves no run folder" \
-    "[ $? -ne 0 ] && grep -q 'larger than the 1024 images' '$T/refused.log' && [ ! -e '$T/refused' ]" "$(cat "$T/refused.log")"
+check "a run refused at set-up (batch larger than an epoch: a usage error, 2) leaves no run folder" \
+    "[ $? -eq 2 ] && grep -q 'larger than the 1024 images' '$T/refused.log' && [ ! -e '$T/refused' ]" "$(cat "$T/refused.log")"
 $V bench simplevit_ti_msf --batch-size 1 --train --drop-path 0.1 >"$T/dps.log" 2>&1
 check "drop-path refused where the official code has none" "[ $? -ne 0 ] && grep -q 'has no drop-path' '$T/dps.log'"
 
@@ -260,7 +260,7 @@ train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing (not finit
 train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs (not an integer; expected an integer in [1, 1000000])
 info vit_fmnist_tiny --img-size 2.5|bad value '2.5' for --img-size (not an integer; expected an integer in [1, 4096])
-predict vit_fmnist_tiny --topk 65 x.png|--topk must be in [1, 64]
+predict deit_tiny_patch16_224 -w w.safetensors --topk 65 x.png|--topk 65: at most 64 classes are listed per image (deit_tiny_patch16_224 has 1000)
 grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
 train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
@@ -375,9 +375,9 @@ $V train vit_fmnist_tiny --resume "$T/bk" --epochs 2 >"$T/bk2.log" 2>&1
 check "... its resume, whose recorded --mixup-prob, --mixup-switch-prob and --warmup-epochs are not given, runs" \
     "[ $? -eq 0 ] && ! grep -q 'no effect\\|notice' '$T/bk2.log'" "$(head -3 "$T/bk2.log")"
 /usr/bin/python3 -c "from PIL import Image; Image.new('L', (28, 28), 90).save('$T/img.png')"
-$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --topk 20 "$T/img.png" >"$T/pk.log" 2>"$T/pk.err"
+$V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --topk 100 "$T/img.png" >"$T/pk.log" 2>"$T/pk.err"
 check "predict --topk above the classes: a notice, all 10 listed" "[ $? -eq 0 ] && \
-    grep -q '^vitc: notice: --topk 20 is more than the 10 classes of vit_fmnist_tiny: listing 10' '$T/pk.err' && \
+    grep -q '^vitc: notice: --topk 100 is more than the 10 classes of vit_fmnist_tiny: listing 10' '$T/pk.err' && \
     [ \$(grep -c '^  [0-9]*\\. class' '$T/pk.log') -eq 10 ]" "$(cat "$T/pk.err" "$T/pk.log")"
 $V predict vit_fmnist_tiny -w "$T/a/weights.safetensors" --batch-size 65 $(printf "$T/img.png %.0s" $(seq 65)) \
     >"$T/pb.log" 2>"$T/pb.err"
