@@ -76,8 +76,10 @@ $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype bf16 --json >"$T/big.jso
 r=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('ok' if j['dtype'] == 'bf16' and j['bf16_products'] > 0 else j)" "$T/big.json" 2>&1)
 check "bench --dtype bf16 counts the products it ran in bf16" "[ '$r' = ok ]" "$r"
 
-# DeiT-Ti's patch embedding (a 16x16/16 conv whose per-image product is bf16-sized): the same bf16 logits on 1 and 2
-# threads (the conv once spread images over threads, which kept its products fp32 at 2 threads only)
+# DeiT-Ti's patch embedding (a 16x16/16 conv whose per-image product is bf16-sized): near-equal bf16 logits on 1 and
+# 2 threads (the conv once spread images over threads, which kept its products fp32 at 2 threads only: 5.6e-3 apart).
+# Not bit-equal: oneDNN's bf16 matmul sums in another order on another thread count, and a last-bit change can flip
+# the bf16 rounding of a later layer's input (about 1e-4 of the output at most)
 /usr/bin/python3 - "$T/x224.safetensors" <<'PY'
 import sys
 sys.path.insert(0, "tests/reference")
@@ -97,10 +99,10 @@ import numpy as np
 import st
 a, b = (st.load(p)["logits"] for p in sys.argv[1:3])
 d = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
-print(("ok" if d <= 1e-5 else "bad") + f" largest difference {d:.3g} of the largest logit")
+print(("ok" if d <= 5e-4 else "bad") + f" largest difference {d:.3g} of the largest logit")
 PY
 )
-check "DeiT-Ti bf16 logits: 1 and 2 threads agree within 1e-5" "[ \"\${r%% *}\" = ok ]" "$r $(tail -2 "$T/dt.log")"
+check "DeiT-Ti bf16 logits: 1 and 2 threads agree within 5e-4" "[ \"\${r%% *}\" = ok ]" "$r $(tail -2 "$T/dt.log")"
 
 # grad: the loss and every parameter's gradient of a bf16 forward/backward near fp32's (relative to each tensor's
 # largest magnitude, over the tensors whose largest is at least 1e-3 of the largest gradient of all), not equal
