@@ -570,17 +570,20 @@ static int cmd_list(opts *o) {
     return 0;
 }
 
-/* The stages of c as JSON objects. */
+/* The stages of c as JSON objects; a windowed family's window 0 (one global branch: FLatten-CSwin's L stages) as the
+ * stage's side, the value --windows takes for it. */
 static void print_stages_json(const vt_model_cfg *c) {
     const vt_arch_cfg *a = &c->arch;
     printf("\"stages\": [");
     for (int i = 0; i < a->nstages; i++) {
         char blocks[256];
         const int na = vt_model_stage_blocks(c, i, blocks, sizeof blocks);
+        const int global = a->stages[i].window == 0 && (c->family->caps & VT_CAP_WINDOWS) && a->patch > 0;
+        const int window = global ? a->img_size / (a->patch << i) : a->stages[i].window;
         printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
                "\"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}", i ? ", " : "",
                a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
-               a->stages[i].window, a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
+               window, a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
     }
     printf("]");
 }

@@ -81,6 +81,10 @@ def test_counts(rep):
             exp = (m["img_size"], 1000, crop, m["drop_path_rate"])
             ok = got[:2] == exp[:2] and all(g is not None and abs(g - e) < 1e-6 for g, e in zip(got[2:], exp[2:]))
             rep.check(f"cfg {name}", ok, f"(img, classes, crop_pct, drop_path) = {got}, want {exp}")
+            # the official split per stage (la_split_size for L stages: their resolution), what --windows takes
+            want_w = [(m["la_split_size"] if t == "L" else m["split_size"])[i] for i, t in enumerate(m["attn"])]
+            got_w = [s.get("window") for s in j.get("stages", [])]
+            rep.check(f"windows {name}", got_w == want_w, f"info --json windows {got_w}, official splits {want_w}")
         j = info(rep, ALIASES[name])
         if j is not None:
             rep.check(f"alias {ALIASES[name]}", j.get("params") == want, f"params {j.get('params')}")
