@@ -654,6 +654,18 @@ static int lock_run(const char *dir, vt_err *e) {
     return fd;
 }
 
+/* 1 when another process holds dir's run-folder lock (a run there is starting or training), else 0. */
+static int run_locked(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path) return 0;
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    const int held = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    close(fd);
+    return held;
+}
+
 /* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (say how many); 0. */
 static int stale_temps(const char *dir) {
     const int n = vt_remove_stale_temps(dir);
@@ -816,6 +828,9 @@ static int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
     if (o->resume) {
+        if (access(ck, R_OK) != 0 && run_locked(o->resume)) /* a first run still before its first checkpoint */
+            return vt_seterr(e, "cannot resume %s: a vitc process is running there and has written no checkpoint yet "
+                             "(one comes at the end of each epoch); wait for it, or for that run to end", o->resume);
         if (access(ck, R_OK) != 0) /* before anything is written there (a folder that is not a run, a data folder) */
             return vt_seterr(e, "cannot resume %s: %s: %s (a run folder holds checkpoint.safetensors)", o->resume, ck,
                              strerror(errno));

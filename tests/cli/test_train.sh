@@ -217,6 +217,19 @@ wait $first
 check "two runs on one folder: the second is refused" "[ $rc -eq 1 ] && grep -q 'in use by another vitc process' '$T/l2.log'" \
     "rc $rc: $(cat "$T/l2.log")"
 check "... and the first one completes" "[ \$(wc -l <'$T/locked/metrics.csv') -eq 3 ]"
+# resuming a folder whose run holds its lock and has no checkpoint yet (a run still in its first epoch; the lock held
+# here by python's fcntl lock, which is the kind vitc takes) says so, rather than that the checkpoint is missing
+mkdir -p "$T/starting"
+/usr/bin/python3 -c "import fcntl, sys, time; f = open(sys.argv[1], 'w'); fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)" \
+    "$T/starting/.lock" >"$T/holder.log" &
+holder=$!
+for _ in $(seq 50); do grep -q held "$T/holder.log" && break; sleep 0.1; done
+$V train vit_fmnist_tiny --resume "$T/starting" >"$T/rs.log" 2>&1
+rc=$?
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+check "--resume of a run still before its first checkpoint says it is running" \
+    "[ $rc -eq 1 ] && grep -q 'a vitc process is running there and has written no checkpoint yet' '$T/rs.log'" \
+    "rc $rc: $(cat "$T/rs.log")"
 $V train $COMMON --epochs 1 --out "" >"$T/empty.log" 2>&1
 check "--out \"\" is refused" "[ $? -ne 0 ] && grep -q 'empty run folder name' '$T/empty.log'" "$(cat "$T/empty.log")"
 
