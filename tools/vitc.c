@@ -1402,12 +1402,13 @@ static int cmd_bench(opts *o) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
                "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.4f, \"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
-               "\"bf16_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
+               "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
                c.name, fell_back ? c.arch.int8 ? INT8_NONE : BF16_NONE : q8 ? "int8" : b16 ? "bf16" : "fp32", B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img,
                r.gflops,
-               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.arena_mib, r.peak_rss_mib);
+               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.int8_gflops, r.arena_mib,
+               r.peak_rss_mib);
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
         printf("\"model_options\": ");
         json_str(mopts);
@@ -1434,7 +1435,9 @@ static int cmd_bench(opts *o) {
         printf("}\n");
         return 0;
     }
-    const int bf = b16 && r.bf16_gflops > 0.0; /* % of the bf16 product's speed, the one its GEMMs run at */
+    /* % of the peak of the arithmetic its GEMMs run: the bf16 product's, the int8 layer's, else sgemm's */
+    const int bf = b16 && r.bf16_gflops > 0.0, i8 = q8 && r.int8_gflops > 0.0;
+    const double peak = bf ? r.bf16_gflops : i8 ? r.int8_gflops : r.sgemm_gflops;
     printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img, %.1f GFLOP/s "
            "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
            c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
@@ -1445,8 +1448,8 @@ static int cmd_bench(opts *o) {
            B,
            omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, r.gflops,
-           100 * r.gflops / (bf ? r.bf16_gflops : r.sgemm_gflops), bf ? "the bf16 GEMM" : "sgemm",
-           bf ? r.bf16_gflops : r.sgemm_gflops, r.arena_mib, r.peak_rss_mib);
+           100 * r.gflops / peak, bf ? "the bf16 GEMM" : i8 ? "the int8 GEMM" : "sgemm", peak, r.arena_mib,
+           r.peak_rss_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
     printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
@@ -1459,8 +1462,9 @@ static int cmd_bench(opts *o) {
     if (fell_back)
         printf("WARNING: %s\n", lowwarn);
     else if (q8)
-        printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster)\n",
-               r.int8_linears, r.linears);
+        printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster); "
+               "int8 linear 1024^3 (input quantised each run, oneDNN u8 x s8 matmul): %.1f GFLOP/s, %.2fx the sgemm\n",
+               r.int8_linears, r.linears, r.int8_gflops, r.int8_gflops / r.sgemm_gflops);
     if (warned) printf("WARNING: %s\n", warn);
     return 0;
 }

@@ -149,6 +149,9 @@ typedef struct vt_bench_result {
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
     double bf16_gflops;                  /* a bf16 graph's (--dtype bf16): a 1024³ product as its GEMMs run it
                                           * (vt_gemm on a bf16 plan: inputs converted, oneDNN bf16 matmul); else 0 */
+    double int8_gflops;                  /* an int8 graph's (--dtype int8): a 1024³ int8 linear layer as its layers
+                                          * run (input quantised each run, weight once); 0 without, or where the
+                                          * int8 kernel would not be faster */
     int64_t params;                      /* parameters of the model benchmarked (the training form with train) */
     vt_machine machine;                  /* CPU model and ISA, the kernels of both GEMM libraries */
     vt_gemm_plan gemm;                   /* the graph's GEMM dispatch (see vt_gemm_rule) */

@@ -19,9 +19,29 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* GFLOP/s of a 1024³ int8 linear layer (vt_gemm_q8_run: the input quantised every run, the weight at the first)
+ * with the process's thread setting, best of 8 after that first; 0 where the plan makes no int8 layer. */
+static double int8_peak(const float *x, const float *w, float *y, int n) {
+    vt_gemm_plan p;
+    double best = 0.0;
+    if (vt_gemm_plan_init(&p, getenv("VITC_GEMM"), NULL)) return 0.0;
+    vt_gemm_q8 *q = vt_gemm_q8_linear(&p, n, n, n, 0, VT_GEMM_POST_NONE, 0);
+    uint8_t *xq = q ? malloc((size_t)n * n) : NULL;
+    for (int rep = 0; xq && rep < 9; rep++) {
+        double t = now_s();
+        if (vt_gemm_q8_run(q, x, xq, w, NULL, NULL, y, 0) != 0) break;
+        t = now_s() - t;
+        if (rep && 2.0 * n * n * n / t / 1e9 > best) best = 2.0 * n * n * n / t / 1e9;
+    }
+    free(xq);
+    vt_gemm_plan_free(&p);
+    return best;
+}
+
 /* GFLOP/s of a 1024³ sgemm with the process's thread setting on OpenBLAS and on oneDNN, and with bf16 set the same
- * product on a bf16 plan (best of 5 each, alternating); r->sgemm_gflops is the better of the first two. */
-static void gemm_peaks(vt_bench_result *r, int bf16) {
+ * product on a bf16 plan (best of 5 each, alternating), with int8 set the int8 layer's (int8_peak); r->sgemm_gflops
+ * is the better of the first two. */
+static void gemm_peaks(vt_bench_result *r, int bf16, int int8) {
     const int n = 1024;
     const vt_threads_env env = vt_threads_enter(vt_threads_usable(omp_get_max_threads()));
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
@@ -41,6 +61,7 @@ static void gemm_peaks(vt_bench_result *r, int bf16) {
             }
     }
     for (int l = 0; l < np; l++) vt_gemm_plan_free(&p[l]);
+    r->int8_gflops = int8 && a && b && c ? int8_peak(a, b, c, n) : 0.0;
     vt_threads_leave(env);
     free(a);
     free(b);
@@ -114,7 +135,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->params = vt_params_count(P, VT_PARAM);
         struct rusage ru; /* before gemm_peaks' buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
         r->peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
-        gemm_peaks(r, c->arch.bf16);
+        gemm_peaks(r, c->arch.bf16, c->arch.int8 && !train);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;
         r->gemm.prims = NULL; /* the graph's, freed with it: the report keeps only the rule's inputs */

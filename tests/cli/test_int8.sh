@@ -32,8 +32,9 @@ near=$(logits_near "$T/f32.safetensors" "$T/q8.safetensors" 0.05 int8)
 check "int8 logits within 5% of the range of fp32's, not equal" "[ \"\${near%% *}\" = ok ]" "$near"
 
 $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/b.log" 2>&1
-check "bench --dtype int8 says so, and how many layers ran int8" \
-    "grep -q 'int8 inference batch 8' '$T/b.log' && grep -Eq '^int8: [1-9][0-9]* of 18 linear layers' '$T/b.log'" \
+check "bench --dtype int8 says so, how many layers ran int8, and its share of the int8 GEMM's peak" \
+    "grep -q 'int8 inference batch 8.*% of the int8 GEMM peak' '$T/b.log' && \
+     grep -Eq '^int8: [1-9][0-9]* of 18 linear layers.*int8 linear 1024.3 .*: [0-9.]+ GFLOP/s' '$T/b.log'" \
     "$(tail -2 "$T/b.log")"
 VITC_GEMM=openblas $V bench vit_fmnist_p7 --batch-size 8 --iters 1 --dtype int8 >"$T/bo.log" 2>&1
 check "bench --dtype int8 warns when no layer could run int8 (VITC_GEMM=openblas)" \
