@@ -7,6 +7,7 @@
 
 /* Initialisation rules shared by the hosts (timm conventions). */
 #define VT_INIT_W02 ((vt_init){VT_INIT_TRUNC_NORMAL, 0.02f}) /* trunc_normal(std=.02) */
+#define VT_GMA_HEADS 8 /* Group-Mix attention's heads: two per attended segment, whatever the stage's heads */
 #define VT_INIT_Z ((vt_init){VT_INIT_ZERO, 0.0f})
 #define VT_INIT_1 ((vt_init){VT_INIT_ONE, 0.0f})
 
@@ -84,6 +85,7 @@ typedef struct vt_attn_type {
     vt_tensor *(*build)(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
     int (*accepts)(const char *name); /* optional: accepts a family of names (e.g. msf_g4); NULL: `name` only */
     const char *forms;                /* with accepts: those names as messages list them (e.g. "msf_g<N>") */
+    int heads;                        /* > 0: the heads the type always runs (GMA: 8; --heads can change nothing) */
 } vt_attn_type;
 
 /* An FFN type: on x (B, N, C) returns (B, N, C). */

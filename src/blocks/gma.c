@@ -16,7 +16,7 @@
 
 #include "vitc/blocks.h"
 
-#define GMA_HEADS 8
+#define GMA_HEADS VT_GMA_HEADS
 
 /* SeparableConv2d: prefix.conv1 (DW k×k on the input channels, no bias, padding k/2, stride) then
  * prefix.pointwise_conv (1×1 → out, no bias); NCHW. */

@@ -32,13 +32,14 @@ static vt_tensor *attn_gma(vt_graph *g, const char *prefix, vt_tensor *x, const 
 }
 
 static const vt_attn_type attn_types[] = {
-    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL},
+    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL, 0},
     {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>",
-     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>"},
-    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL},
-    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL},
-    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL},
-    {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL, NULL},
+     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0},
+    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL, 0},
+    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0},
+    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL, 0},
+    {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL, NULL,
+     VT_GMA_HEADS},
 };
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
