@@ -269,8 +269,10 @@ static void check_open_with(vt_test *T, const char *dir) {
     const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},
                             {"--dims 1x", "--dims '1x': expected comma-separated integers"},
                             {"--num-classes", "--num-classes needs a value"},
-                            {"--num-classes 0", "expected a positive integer"}};
-    for (int i = 0; i < 4; i++)
+                            {"--num-classes 0", "expected a positive integer"},
+                            {"--train-form=1", "--train-form takes no value"},
+                            {"--num-classes=", "--num-classes needs a value"}};
+    for (int i = 0; i < 6; i++)
         T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, bad[i][0], &err) && strstr(err.msg, bad[i][1]),
                 "'%s': %s", bad[i][0], err.msg);
     vitc_options o;
@@ -335,6 +337,10 @@ static void check_open_with(vt_test *T, const char *dir) {
     T_CHECK(T, m2 && vitc_classify_pixels(m2, &img, 1, 1, &r2, &err) == -1 &&
                    strstr(err.msg, "vit_fmnist_tiny takes 2 input channels"), "%s", err.msg);
     vitc_close(m2);
+    /* --name=value, as on the command line */
+    vitc_model *me = vitc_open_with("vit_fmnist_tiny", w, NULL, "--attn=flatten --in-chans=3 --num-classes=5", &err);
+    T_CHECK(T, me != NULL, "--name=value: %s", err.msg);
+    vitc_close(me);
     /* as a checkpoint records them (any blanks; --dtype left to vitc_set_dtype) */
     vitc_model *m =
         vitc_open_with("vit_fmnist_tiny", w, &o, " --attn flatten\t--in-chans 3\n--num-classes 5 --dtype bf16 ", &err);

@@ -110,7 +110,7 @@ VITC_API void vitc_options_init(vitc_options *opt);
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
 /** vitc_open of model `name` changed by `model_options`, spelt as on vitc's command line ("--num-classes 3 --in-chans 3
- * --attn flatten --dims 32,64 --train-form"; what `vitc train` records as `model-options` in its checkpoints; NULL
+ * --attn flatten --dims 32,64 --train-form", or --name=value; unquoted; what `vitc train` records as `model-options` in its checkpoints; NULL
  * or "": none), for weights trained or made with them: a cFFN or Next-ViT run's own weights are the training form
  * (add --train-form, or open what `vitc deploy` makes of them); a --dtype is ignored (vitc_set_dtype sets it); an
  * --img-size must equal opt's img_size where both are given. Since 0.3.0. */

@@ -144,7 +144,8 @@ vt_model_overrides vt_model_no_overrides(void);
 int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, vt_err *e);
 
 /* Adds to ov the model options in text, spelt as on vitc's command line and in checkpoints' model-options record
- * ("--num-classes 3 --attn flatten --dims 32,64 --train-form"; a value runs to the next " --"; NULL or "": none),
+ * ("--num-classes 3 --attn flatten --dims 32,64 --train-form", or --name=value; a value runs to the next " --"; NULL
+ * or "": none),
  * for a model of `stages` stages; --attn, --ffn and --dtype values are copied into store (n bytes), which must outlive
  * ov. -1 with a message on an unknown option or a malformed value (the ranges are vt_model_configure's to check). */
 int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e);

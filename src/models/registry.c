@@ -92,16 +92,19 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         char opt[32], val[512];
         p += strspn(p, " \t\n");
         if (!*p) return 0;
-        size_t len = strcspn(p, " \t\n");
+        size_t len = strcspn(p, " \t\n=");
         if (len >= sizeof opt) return vt_seterr(e, "unknown model option '%.40s...'", p);
         memcpy(opt, p, len);
         opt[len] = '\0';
         p += len;
+        const int eq = *p == '='; /* --name=value, as on the command line */
+        p += eq;
         int f = 0, l = 0, i = 0, k = 0;
         for (f = 0; f < 3 && strcmp(opt, flags[f]) != 0; f++) {}
         for (l = 0; l < 4 && strcmp(opt, lists[l]) != 0; l++) {}
         for (i = 0; i < 3 && strcmp(opt, ints[i]) != 0; i++) {}
         for (k = 0; k < 3 && strcmp(opt, strs[k]) != 0; k++) {}
+        if (f < 3 && eq) return vt_seterr(e, "model option %s takes no value", opt);
         if (f < 3) {
             *flag_of[f] = 1;
             continue;
@@ -111,7 +114,7 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
                              "--windows --img-size --in-chans --num-classes --dtype --train-form --double-heads "
                              "--apply-transform)", opt);
         /* the value: up to the next option (a blank, then "--"), as vitc records it (a list may hold blanks: "2, 2") */
-        p += strspn(p, " \t\n");
+        if (!eq) p += strspn(p, " \t\n");
         for (len = 0; p[len] && !(strchr(" \t\n", p[len]) && p[len + 1] == '-' && p[len + 2] == '-'); len++) {}
         while (len > 0 && strchr(" \t\n", p[len - 1])) len--;
         if (len == 0 || (len >= 2 && p[0] == '-' && p[1] == '-'))
