@@ -531,7 +531,7 @@ static void test_error_fit(vt_test *T) {
     vt_err e = {0};
     vt_seterr(&e, "short %d", 7);
     T_CHECK(T, strcmp(e.msg, "short 7") == 0, "a short message whole: %s", e.msg);
-    char name[700];
+    char name[sizeof e.msg + 200];
     for (int pre = 0; pre < 3; pre++) { /* the cut lands on each byte of a 2-byte character in turn */
         memset(name, 'a', (size_t)pre);
         int len = pre;

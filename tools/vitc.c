@@ -488,7 +488,7 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
     int nd = -1;
     int64_t sh[VT_ST_MAXDIM];
     const vt_st_entry *ie = vt_st_find(f, "input");
-    char buf[1024], brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause */
+    char buf[sizeof e.msg + VT_PATH_BRIEF + 8], brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause */
     path = vt_path_brief(path, brief, sizeof brief);
     if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
         snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
@@ -760,7 +760,7 @@ static int cmd_grad(opts *o) {
     int32_t *lab = NULL;
     int64_t nl = 0;
     vt_err e = {0};
-    char brief[VT_PATH_BRIEF], buf[1024];
+    char brief[VT_PATH_BRIEF], buf[sizeof e.msg + VT_PATH_BRIEF + 8];
     vt_path_brief(o->input, brief, sizeof brief);
     if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
         snprintf(buf, sizeof buf, "%s: %s", brief, e.msg);

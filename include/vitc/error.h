@@ -15,7 +15,7 @@ enum {
 
 /* Holds the first error message of a failed call (empty when none) and its kind. Initialise with {0}. */
 typedef struct vt_err {
-    char msg[512];
+    char msg[1024];
     int code; /* VT_E_*, set with the message */
 } vt_err;
 

@@ -264,10 +264,16 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
             : factors_missing ? ". The model's cFFN layers (`_u`, `_v`) are a plain MLP's in the file: the file was made "
                                 "without cFFN (build it with --ffn mlp)"
                               : "";
-        size_t o = (size_t)snprintf(msg, sizeof msg,
-                                    "%s: weights do not match the model (missing %d, unexpected %d, shape mismatch %d, "
-                                    "unsupported dtype %d)%s",
-                                    path, missing.count, extra.count, shape.count, dtype.count, form);
+        /* with a hint, the hint first and the file after it: a message cut to fit (vt_msg_vformat, 512 bytes in
+         * vitc_error) keeps its start, and the hint is the way out */
+        size_t o = form[0] ? (size_t)snprintf(msg, sizeof msg,
+                                              "weights do not match the model%s (%s: missing %d, unexpected %d, shape "
+                                              "mismatch %d, unsupported dtype %d)",
+                                              form, path, missing.count, extra.count, shape.count, dtype.count)
+                           : (size_t)snprintf(msg, sizeof msg,
+                                              "%s: weights do not match the model (missing %d, unexpected %d, shape "
+                                              "mismatch %d, unsupported dtype %d)",
+                                              path, missing.count, extra.count, shape.count, dtype.count);
         o = list_emit(msg, sizeof msg, o, "missing", &missing);
         o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
         o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
