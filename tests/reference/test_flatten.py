@@ -261,6 +261,8 @@ def main():
             rep.check("info flatten_deit_tiny", got == (want, 224, 1000, "flatten"),
                       f"(params, img, classes, attn) = {got}, want {(want, 224, 1000, 'flatten')}; "
                       f"{j.get('gmacs')} GMACs")
+            rep.check("info flatten_deit_tiny GMACs", abs(j.get("gmacs", 0) - 1.145) <= 0.01 * 1.145,
+                      f"{j.get('gmacs')}, spec §6 1.145 as transplanted (within 1%)")
         check_model(rep, tmp, "(a) flatten_deit_tiny@64", "flatten_deit_tiny", deit_tiny_cfg(64, 10),
                     ["--img-size", 64, "--num-classes", 10], batch=2, seed=10)
         fm = dict(patch_size=4, embed_dim=64, depth=4, num_heads=4, mlp_hidden=128, img_size=28, in_chans=1,

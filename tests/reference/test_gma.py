@@ -68,8 +68,13 @@ def test_sizes(rep):
     msg = (p.stderr or "").strip()
     rep.check("gma with class token refused", p.returncode not in (0, None) and "class token" in msg,
               f"rc {p.returncode}: {msg}")
-    j = info(rep, "groupmixformer_m") or {}
-    rep.check("gmacs M@224", 1.30 <= j.get("gmacs", 0) <= 1.36, f"{j.get('gmacs')} GMACs (paper 1.4 GFLOPs)")
+    # the spec's counted FLOPs include LayerNorm (5/element) and BatchNorm (2/element), vitc's conv and matmul
+    # multiply-adds only: each named model between 98% and 100% of the spec's figure at 224
+    for name, spec in (("groupmixformer_m", 1.35), ("groupmixformer_t", 3.72), ("groupmixformer_s", 5.16),
+                       ("groupmixformer_b", 17.55), ("groupmixformer_l", 36.12)):
+        j = info(rep, name) or {}
+        g = j.get("gmacs", 0)
+        rep.check(f"gmacs {name}@224", 0.98 * spec <= g <= spec, f"{g} GMACs, spec {spec} with norms counted")
 
 
 def main():

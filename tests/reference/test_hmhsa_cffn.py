@@ -43,6 +43,8 @@ BN_EPS, T, R = 1e-5, 2.0 / 3.0, 2
 COUNTS = {"deit_tiny_hmhsa_cffn": (4_680_040, 5_865_664), "deit_small_hmhsa_cffn": (17_901_808, 22_623_136)}
 DOUBLE = {"deit_tiny_hmhsa_cffn": True, "deit_small_hmhsa_cffn": False, "vit_fmnist_tiny": False}
 BASE = {"deit_tiny_hmhsa_cffn": "deit_tiny_patch16_224", "deit_small_hmhsa_cffn": "deit_small_patch16_224"}
+GMACS = {"deit_tiny_hmhsa_cffn": 1.021, "deit_small_hmhsa_cffn": 3.709}  # spec-hmhsa-cffn §4, counted
+GMACS_HOST = {"deit_tiny_patch16_224": 1.254, "deit_small_patch16_224": 4.599}  # §3, the official hosts measured
 
 
 class HAttention(nn.Module):
@@ -189,6 +191,14 @@ def test_counts(rep):
             j = json.loads(p.stdout)
             rep.check(f"info {name}{' --train-form' if flag else ''} params", j.get("params") == want,
                       f"{j.get('params')}, want {want} (GMACs {j.get('gmacs')})")
+            if not flag:  # spec §4's counted MACs of the deployed form (matmul and conv multiply-adds)
+                g = GMACS[name]
+                rep.check(f"info {name} GMACs", abs(j.get("gmacs", 0) - g) <= 0.01 * g,
+                          f"{j.get('gmacs')}, spec {g} (within 1%)")
+    for host, g in GMACS_HOST.items():  # spec §3's measured hosts
+        j = info(rep, host)
+        if j is not None:
+            rep.check(f"info {host} GMACs", abs(j.get("gmacs", 0) - g) <= 0.01 * g, f"{j.get('gmacs')}, spec {g}")
 
 
 def run_forward(rep, tag, args, w, xin, out, ref):
