@@ -39,7 +39,7 @@ def run(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--train-subset", type=int, default=20000)
+    ap.add_argument("--train-subset", type=int, default=15000)  # `make compare`'s and the README table's
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", default="2e-3")
     ap.add_argument("--seed", default="0")
@@ -63,7 +63,9 @@ def main():
             k, v = opt.split("=")
             sel += [k, v.replace("+", ",")]
         info = json.loads(run(["info", host, "--json"] + sel))
-        rdir = os.path.join(a.out, f"{host}-{attn}-{ffn}")
+        # one folder per row: rows that differ only in their options (e.g. --windows) must not share a run
+        tag = "".join("-" + re.sub(r"[^A-Za-z0-9_.+]", "", opt.replace("=", "_")) for opt in extra)
+        rdir = os.path.join(a.out, f"{host}-{attn}-{ffn}{tag}")
         peak_file = os.path.join(rdir, "peak_mib.txt")
         if not a.bench_only:
             log = run(["train", host, "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch-size",
@@ -82,7 +84,8 @@ def main():
             tr = j if j["img_per_s"] > tr["img_per_s"] else tr
             j = json.loads(run(["bench", host, "--batch-size", "128", "--iters", "10", "--json"] + sel))
             inf = j if j["img_per_s"] > inf["img_per_s"] else inf
-        line = (f"| {host} | {attn.replace('+', ', ')} | {ffn} | {info['params']:,} | {info['macs'] / 1e6:.2f} | "
+        opts = "".join(f" ({o.replace('=', ' ').replace('+', ',')})" for o in extra)
+        line = (f"| {host} | {attn.replace('+', ', ')}{opts} | {ffn} | {info['params']:,} | {info['macs'] / 1e6:.2f} | "
                 f"{100 * float(last['test_acc']):.2f} | {tr['img_per_s']:.0f} | {inf['img_per_s']:.0f} | {peak:.0f} |")
         lines.append(line)
         print(line, flush=True)

@@ -129,6 +129,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         const int have = vt_model_summarize(c, &sum, &se) == 0; /* the model's MACs (every token) */
         r->gmacs_per_img = (double)(have ? sum.macs : macs / batch) / 1e9;
         if (have) vt_model_summary_free(&sum);
+        r->gmacs_run_per_img = (double)macs / batch / 1e9;
         /* FLOPs = 2·MACs forward; training counts backward as 2× forward (3× in all). */
         r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
