@@ -273,6 +273,11 @@ static int check(const vt_model_cfg *c, vt_err *e) {
             return vt_seterr(e, "%s: stage %d: width %d, depth %d, heads %d, sr ratio %d, MLP ratio %g out of range",
                              c->name, i + 1, a->stages[i].dim, a->stages[i].depth, a->stages[i].heads,
                              a->stages[i].sr_ratio, (double)a->stages[i].mlp_ratio);
+    for (int i = 0; i < 4; i++) /* the types with a PVT layout (q, kv and the spatial reduction) */
+        if (strcmp(a->stages[i].attn, "mhsa") && strcmp(a->stages[i].attn, "flatten") &&
+            strcmp(a->stages[i].attn, "hmhsa"))
+            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention '%s' is not defined in PVT (mhsa: its "
+                                  "spatial-reduction attention, flatten, hmhsa)", c->name, i + 1, a->stages[i].attn);
     const int S = a->img_size;
     if (size_problem(c, S, S, msg, sizeof msg)) {
         int min = 0;
