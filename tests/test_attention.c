@@ -29,6 +29,9 @@ static void check_lists(vt_test *T) {
     vt_clearerr(&e);
     T_CHECK(T, vt_parse_index_list("1,2,3,4,5", "--heads", out, 4, &e) < 0 && strstr(e.msg, "more than 4"),
             "too many indices: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_parse_index_list("1,0,1", "--heads", out, 4, &e) < 0 && strstr(e.msg, "1 given twice"),
+            "an index twice: %s", e.msg);
 }
 
 static void check_errors(vt_test *T) {

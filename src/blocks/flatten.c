@@ -149,6 +149,8 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const
         return vt_fail(g, "flatten", "%s: windowed softmax stages (relative position bias, shift mask) take mhsa; "
                        "FLatten runs on whole stages", prefix);
     const int C = x->shape[x->ndim - 1];
+    if (a->heads < 1 || C % a->heads)
+        return vt_fail(g, "flatten", "%s: width %d is not divisible by %d heads", prefix, C, a->heads);
     vt_attn_ctx pa = *a;
     if (o->flatten_q_kv && pa.layout == VT_LAYOUT_TIMM) pa.layout = VT_LAYOUT_PVT; /* the DeiT transplant (spec §6) */
     /* the module's own parameters come first in the official state_dict; created by vt_flatten_core */

@@ -44,6 +44,8 @@ int vt_parse_index_list(const char *s, const char *what, int *out, int max, vt_e
         if (v > 1000000 || (*end && *end != ',') || (*end == ',' && !end[1]))
             return vt_seterr(e, "%s '%.60s%s': not a list of non-negative integers", what, s, more);
         if (n == max) return vt_seterr(e, "%s '%.60s%s': more than %d indices", what, s, more, max);
+        for (int i = 0; i < n; i++)
+            if (out[i] == (int)v) return vt_seterr(e, "%s '%.60s%s': %ld given twice", what, s, more, v);
         out[n++] = (int)v;
         p = *end ? end + 1 : end;
     }

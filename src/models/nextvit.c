@@ -164,9 +164,9 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     for (int i = 0; i < 4; i++) {
         const vt_stage_cfg *s = &a->stages[i];
         if (s->dim != stage_dims[i] || s->heads != stage_heads[i])
-            return vt_seterr(e, "%s: stage %d has width %d and %d heads: Next-ViT's widths (96, 256, 512, 1024) and "
-                             "heads (3, 6, 12, 24: its NTBs' attention width / 32) are fixed by the official code; only "
-                             "--depths changes", c->name, i + 1, s->dim, s->heads);
+            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d has width %d and %d heads: Next-ViT's widths (96, 256, "
+                                  "512, 1024) and heads (3, 6, 12, 24: its NTBs' attention width / 32) are fixed by the "
+                                  "official code; only --depths changes", c->name, i + 1, s->dim, s->heads);
         if (s->depth < 1 || (i == 2 && s->depth % 5))
             return vt_seterr(e, "%s: depth %d of stage %d: the official stage tables need depths >= 1 and a multiple "
                              "of 5 in stage 3 (NCB×4 + NTB groups)", c->name, s->depth, i + 1);

@@ -273,6 +273,7 @@ train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing (not finit
 train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs (not an integer; expected an integer in [1, 1000000])
 info vit_fmnist_tiny --img-size 2.5|bad value '2.5' for --img-size (not an integer; expected an integer in [1, 4096])
+info nextvit_small --heads 4|Next-ViT's widths (96, 256, 512, 1024) and heads (3, 6, 12, 24
 info pvt_tiny --attn msf|stage 1 attention 'msf' is not defined in PVT
 info vit_fmnist_tiny_gap --attn gma --heads 3|stage 1 attention gma always runs 8 heads, so --heads 3 can have no effect there
 info groupmixformer_m --heads 8,8,4,8|stage 3 attention gma always runs 8 heads
