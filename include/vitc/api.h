@@ -126,7 +126,8 @@ VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
  * ran fp32, e.g. every one on a CPU without a fast int8 kernel); both 0 before the first. Since 0.3.0. */
 VITC_API void vitc_int8_layers(const vitc_model *m, int *linears, int *int8);
 
-/** Frees a model and everything it holds (NULL is fine). */
+/** Frees a model and everything it holds (NULL is fine; as with free(), a model closed once must not be used or
+ * closed again). */
 VITC_API void vitc_close(vitc_model *m);
 
 /** Fills info with the model's name, input geometry, classes and size (strings live as long as the model); m NULL: info
