@@ -45,6 +45,17 @@ void vitc_options_init(vitc_options *opt) {
     if (opt) memset(opt, 0, sizeof *opt);
 }
 
+/* Formats into msg (n bytes) as vt_msg_vformat: a message longer than the caller's buffer keeps its start and its
+ * end (the reason after a long path); returns -1. */
+static int format_into(char *msg, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int format_into(char *msg, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vt_msg_vformat(msg, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 /* Sets err's message (when err is non-NULL); returns -1. */
 static int fail(vitc_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(vitc_error *err, const char *fmt, ...) {
@@ -281,7 +292,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
         vitc_result *r = &out[i];
         memset(r, 0, sizeof *r);
         r->ok = res[i].ok;
-        snprintf(r->error, sizeof r->error, "%s", res[i].ok ? "" : res[i].err.msg);
+        format_into(r->error, sizeof r->error, "%s", res[i].ok ? "" : res[i].err.msg);
         r->k = res[i].ok ? res[i].top.k : 0;
         for (int j = 0; j < r->k; j++) {
             r->index[j] = res[i].top.cls[j];
