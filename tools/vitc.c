@@ -57,6 +57,7 @@ typedef struct {
     unsigned char given[128]; /* given[k]: optdefs[k] was on the command line */
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */
+    int heads_recorded;       /* train --resume: --heads came from the checkpoint (vt_model_overrides.recorded) */
     char arch_heads[96];      /* attention: the architecture's heads taken from the weights' record */
     char model_options[1024]; /* train: the options that configured the model, as recorded (record_model_options) */
 } opts;
@@ -427,6 +428,7 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     ov.num_classes = o->num_classes;
     ov.attn = o->attn;
     ov.ffn = o->ffn;
+    ov.recorded = o->heads_recorded;
     const int ns = base->arch.nstages;
     if ((o->dims && parse_list("--dims", o->dims, ns, ov.dims)) ||
         (o->depths && parse_list("--depths", o->depths, ns, ov.depths)) ||
@@ -836,6 +838,7 @@ static int take_model_options(opts *o, const char *path, const char *what) {
         }
         if (given(o, name)) continue;
         o->given[d - optdefs] = 1;
+        o->heads_recorded |= strcmp(name, "--heads") == 0;
         if (!v)
             *(int *)((char *)o + d->off) = 1;
         else if (set_option("train", d, name, v, what, o))
@@ -1206,20 +1209,23 @@ static int train_rank(opts *o, vt_dist *d) {
 #define PATH_OPTS "--out --data --resume --init-from "
 #define PROCESS_OPTS "--threads --workers --log-every "
 
-/* The train command as every rank of an mpirun must give it: the model, then each given option with its value,
- * PATH_OPTS by name alone and PROCESS_OPTS left out; malloc'd, NULL if out of memory. */
+/* The train command as every rank of an mpirun must give it: the model, then each given option with its value
+ * ("--lr=5:0.001": the value's length first, so that no value can read as more options), PATH_OPTS by name alone
+ * and PROCESS_OPTS left out; malloc'd, NULL if out of memory. */
 static char *rank_command(const opts *o) {
     char *s = NULL;
+    const char *model = o->model ? o->model : "";
     for (int pass = 0; pass < 2; pass++) { /* the length, then the text */
-        size_t used = strlen(o->model);
-        if (pass) memcpy(s, o->model, used + 1);
+        size_t used = strlen(model);
+        if (pass) memcpy(s, model, used + 1);
         for (size_t k = 0; k < sizeof optdefs / sizeof optdefs[0]; k++) {
             const optdef *d = &optdefs[k];
             if (!o->given[k] || has_word(PROCESS_OPTS, d->name)) continue;
-            char v[64];
+            char v[64], len[24] = "";
             const char *val = d->kind == O_FLAG || has_word(PATH_OPTS, d->name) ? "" : option_text(o, d, v, sizeof v);
-            const size_t m = 1 + strlen(d->name) + (*val ? 1 + strlen(val) : 0);
-            if (pass) snprintf(s + used, m + 1, " %s%s%s", d->name, *val ? " " : "", val);
+            if (*val) snprintf(len, sizeof len, "=%zu:", strlen(val));
+            const size_t m = 1 + strlen(d->name) + strlen(len) + strlen(val);
+            if (pass) snprintf(s + used, m + 1, " %s%s%s", d->name, len, val);
             used += m;
         }
         if (!pass && !(s = malloc(used + 1))) return NULL;
@@ -1227,9 +1233,25 @@ static char *rank_command(const opts *o) {
     return s;
 }
 
+/* rank_command's text s for a message, in place: each "=LEN:" before a value becomes a blank; returns s. */
+static char *readable(char *s) {
+    char *w = s;
+    for (const char *r = s; *r;) {
+        size_t digits = r[0] == '=' ? strspn(r + 1, "0123456789") : 0;
+        if (digits && r[1 + digits] == ':') {
+            *w++ = ' ';
+            r += digits + 2;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return s;
+}
+
 /* Under mpirun, before anything else reads the options: 0 when every rank gave rank 0's train command (rank_command),
  * else 2 on every rank, the lowest rank that differs saying how (a rank's options decide which collective calls it
- * makes: ranks given different ones would wait on each other forever). */
+ * makes: ranks given different ones would wait on each other forever), or 1 where the comparison failed. */
 static int same_rank_command(vt_dist *d, const opts *o) {
     if (d->size <= 1) return 0;
     vt_err e = {0};
@@ -1243,20 +1265,23 @@ static int same_rank_command(vt_dist *d, const opts *o) {
     else if (rc && d->err_reporter)
         say("train", "its train command differs from rank 0's (rank 0: %s; rank %d: %s): under mpirun every rank runs "
             "the same command, except the paths given to --out, --data, --resume and --init-from and the values of "
-            "--threads, --workers and --log-every (a rank given other options would wait forever on the others)", first, d->rank, mine);
+            "--threads, --workers and --log-every (a rank given other options would wait forever on the others)",
+            readable(first), d->rank, readable(mine));
     if (first != mine) free(first);
     free(mine);
-    return rc ? 2 : 0;
+    return !rc ? 0 : bad || !mine || !first ? 1 : 2; /* a rank that failed on no account of its own: 2 */
 }
 
 static int cmd_train(opts *o) {
-    if (o->recipe && strcmp(o->recipe, "list") == 0) return list_recipes(o);
-    const int contra = train_contradictions(o);
-    if (contra) return contra;
     vt_err e = {0};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
     if (vt_dist_init(&d, &e)) return die("%s", e.msg);
-    const int rc = same_rank_command(&d, o) ? 2 : train_rank(o, &d);
+    /* the ranks' commands compared first: then every check below fails alike on every rank, and rank 0 says why */
+    int rc = same_rank_command(&d, o);
+    if (rc == 0 && o->recipe && strcmp(o->recipe, "list") == 0)
+        rc = list_recipes(o);
+    else if (rc == 0 && (rc = train_contradictions(o)) == 0)
+        rc = train_rank(o, &d);
     vt_dist_finalize(&d);
     return rc;
 }
@@ -1466,7 +1491,8 @@ static int cmd_bench(opts *o) {
     if (fell_back)
         printf("WARNING: %s\n", lowwarn);
     else if (q8)
-        printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster); "
+        printf("int8: %d of %d linear layers run the int8 kernel (the others: shapes where fp32 measured faster, or "
+               "GroupMixFormer's qkv, which has no int8 kernel); "
                "int8 linear 1024^3 (input quantised each run, oneDNN u8 x s8 matmul): %.1f GFLOP/s, %.2fx the sgemm\n",
                r.int8_linears, r.linears, r.int8_gflops, r.int8_gflops / r.sgemm_gflops);
     if (warned) printf("WARNING: %s\n", warn);

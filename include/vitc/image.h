@@ -19,7 +19,8 @@ typedef struct vt_preprocess {
  * MAX_IMAGE_PIXELS); larger files are refused before decoding their pixels. */
 #define VT_IMAGE_MAX_SIDE 16384
 #define VT_IMAGE_MAX_PIXELS 178956970LL
-/* Largest image file read (an uncompressed 16384² RGBA image and its header). */
+/* Largest image file read (an uncompressed 16384² RGBA image and its header: the side limit's bound; the pixel cap
+ * refuses such an image once its header is read). */
 #define VT_IMAGE_MAX_BYTES (((size_t)1 << 30) + ((size_t)1 << 20))
 
 /* A decoded image: w×h pixels of `chans` interleaved 8-bit channels, rows top to bottom. */

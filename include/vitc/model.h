@@ -125,6 +125,9 @@ typedef struct vt_model_overrides {
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
     int windows_listed;       /* 1: windows came as one value per stage (not one value for every stage) */
     const char *dtype;        /* arithmetic of the linear layers: "fp32", "bf16" or "int8" (NULL keeps fp32) */
+    int recorded;             /* 1: heads come from a record (a checkpoint's, vitc_open_with's): a stage whose
+                               * attention type runs its own head count (GMA) ignores them, as the run that recorded
+                               * them did, where a --heads given is refused */
 } vt_model_overrides;
 
 /* Number of registered models. */

@@ -127,6 +127,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vt_model_overrides ov = vt_model_no_overrides();
     vt_err e = {0};
     char names[256]; /* --attn, --ffn and --dtype values */
+    ov.recorded = 1; /* what `vitc train` records: heads a GMA stage ignored stay ignored */
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
         return fail(err, "%s: %s", name, e.msg), NULL;

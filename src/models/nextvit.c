@@ -161,6 +161,10 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     char msg[400];
     if (a->nstages != 4) return vt_seterr(e, "%s: a Next-ViT config needs 4 stages", c->name);
+    for (int i = 0; i < 4; i++) /* the types first: one with its own head count (GMA) has set the stage's heads */
+        if (strcmp(a->stages[i].attn, "mhsa") != 0 && strcmp(a->stages[i].attn, "hmhsa") != 0)
+            return vt_seterr_code(e, VT_E_USAGE, "%s: the NTB attention is mhsa (E-MHSA) or hmhsa, not %s", c->name,
+                                  a->stages[i].attn);
     for (int i = 0; i < 4; i++) {
         const vt_stage_cfg *s = &a->stages[i];
         if (s->dim != stage_dims[i] || s->heads != stage_heads[i])
@@ -170,9 +174,6 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         if (s->depth < 1 || (i == 2 && s->depth % 5))
             return vt_seterr(e, "%s: depth %d of stage %d: the official stage tables need depths >= 1 and a multiple "
                              "of 5 in stage 3 (NCB×4 + NTB groups)", c->name, s->depth, i + 1);
-        if (strcmp(s->attn, "mhsa") != 0 && strcmp(s->attn, "hmhsa") != 0)
-            return vt_seterr_code(e, VT_E_USAGE, "%s: the NTB attention is mhsa (E-MHSA) or hmhsa, not %s", c->name,
-                                  s->attn);
     }
     /* stage 1 has NCBs only (stage_blocks): a type of its own, given per stage, would change nothing */
     if (strcmp(a->stages[0].attn, a->stages[1].attn) != 0)

@@ -193,7 +193,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
         if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
         const vt_attn_type *t = vt_attn_find(a->stages[i].attn); /* a type with its own head count keeps it */
-        if (t && t->heads > 0 && ov->heads[i] > 0 && ov->heads[i] != t->heads)
+        if (t && t->heads > 0 && ov->heads[i] > 0 && ov->heads[i] != t->heads && !ov->recorded)
             return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention %s always runs %d heads, so --heads %d can "
                                   "have no effect there", cfg->name, i + 1, t->name, t->heads, ov->heads[i]);
         if (t && t->heads > 0) a->stages[i].heads = t->heads;

@@ -740,11 +740,12 @@ static const vt_kernel *const conv_kernels[] = {&k_conv_prim, NULL};
 static const vt_opdef op_conv2d = {"conv2d", conv_fwd, conv_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)),
                                    conv_kernels, VT_OP_GEMM};
 
-/* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). A bf16
- * graph keeps images in sequence: its products run bf16 only outside parallel regions, whatever the thread count. */
-static int image_threads(const vt_graph *g, int B) {
+/* Threads to spread images over: all of them when the batch covers them, else 1 (BLAS threads instead). On a bf16
+ * graph, images whose products (mnk multiply-adds each) are bf16-sized stay in sequence: bf16 runs only outside
+ * parallel regions, and the arithmetic must not depend on the thread count. */
+static int image_threads(const vt_graph *g, int B, long long mnk) {
     const int nt = g->threads;
-    return B >= nt && nt > 1 && !g->gemm.bf16 ? nt : 1;
+    return B >= nt && nt > 1 && !(g->gemm.bf16 && mnk >= VT_GEMM_BF16_MNK) ? nt : 1;
 }
 
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
@@ -784,8 +785,10 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
         mode = M_DEPTHWISE;
     else if (kh == 1 && kw == 1 && stride == 1 && pad == 0)
         mode = M_POINTWISE;
-    const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B), tb = tf;
     const int Cg = Cin / groups, P = Ho * Wo;
+    const long long mnk = (long long)(Cout / groups) * P * Cg * kh * kw; /* each image's product per group */
+    const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B, mnk);
+    const int tb = tf;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
                     Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0};
     *VT_OP_P(n, geom) = q;

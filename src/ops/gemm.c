@@ -672,10 +672,7 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
     if (dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
         dnnl_stream_wait(q->stream) != dnnl_success)
         return -1;
-    if (q->bf16) {
-#pragma omp atomic
-        q->bf16->bf16_runs++;
-    }
+    if (q->bf16) q->bf16->bf16_runs++; /* outside parallel regions, as the shared bf16 scratch requires */
     return 0;
 }
 
@@ -1364,7 +1361,7 @@ static int bf16_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K,
         dnnl_primitive_execute(q->prim, c->stream, 3, args) != dnnl_success ||
         dnnl_stream_wait(c->stream) != dnnl_success)
         return -1;
-    c->bf16_runs++; /* outside parallel regions only */
+    c->bf16_runs++; /* outside parallel regions, as the shared bf16 scratch requires */
     return 0;
 }
 

@@ -50,8 +50,8 @@ static void gemm_peaks(vt_bench_result *r, int bf16, int int8) {
     int np = 0; /* plans made: OpenBLAS, oneDNN, then with bf16 a bf16 one */
     while (a && b && c && np < (bf16 ? 3 : 2) && !vt_gemm_plan_init(&p[np], np ? "onednn" : "openblas", NULL)) np++;
     if (np == 3 && vt_gemm_plan_bf16(&p[2], NULL)) vt_gemm_plan_free(&p[--np]); /* refused: no bf16 figure */
+    for (int i = 0; a && b && i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f; /* int8_peak's inputs too */
     if (np >= 2) {
-        for (int i = 0; i < n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
         for (int rep = 0; rep < 5; rep++)
             for (int l = 0; l < np; l++) {
                 double t = now_s();

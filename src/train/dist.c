@@ -139,10 +139,21 @@ int vt_dist_bcast_bytes(const vt_dist *d, char **buf, size_t *len, vt_err *e) {
     if (d->rank != 0) {
         *buf = NULL;
         *len = (size_t)n;
-        if (n == 0) return 0;
-        if (!(*buf = malloc((size_t)n))) return vt_seterr(e, "out of memory");
     }
-    return n ? mpi_check(MPI_Bcast(*buf, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast", e) : 0;
+    if (n == 0) return 0;
+    if (d->rank != 0) *buf = malloc((size_t)n);
+    /* every rank has its buffer before any enters the broadcast: a rank short of memory must not leave the others
+     * waiting in it (nor meet them in the next collective) */
+    int ok = *buf != NULL;
+    if (mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce", e)) return -1;
+    if (!ok) {
+        if (d->rank != 0) {
+            free(*buf);
+            *buf = NULL;
+        }
+        return vt_seterr(e, "out of memory for a broadcast of %lld bytes (on some rank)", (long long)n);
+    }
+    return mpi_check(MPI_Bcast(*buf, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast", e);
 }
 
 int vt_dist_agree(vt_dist *d, int rc, vt_err *e) {

@@ -79,7 +79,7 @@ check "bench --dtype bf16 counts the products it ran in bf16" "[ '$r' = ok ]" "$
 # DeiT-Ti's patch embedding (a 16x16/16 conv whose per-image product is bf16-sized): near-equal bf16 logits on 1 and
 # 2 threads (the conv once spread images over threads, which kept its products fp32 at 2 threads only: 5.6e-3 apart).
 # Not bit-equal: oneDNN's bf16 matmul sums in another order on another thread count, and a last-bit change can flip
-# the bf16 rounding of a later layer's input (about 1e-4 of the output at most)
+# the bf16 rounding of a later layer's input (an element's 2^-8 spread over a dot product: well under 5e-4 here)
 /usr/bin/python3 - "$T/x224.safetensors" <<'PY'
 import sys
 sys.path.insert(0, "tests/reference")

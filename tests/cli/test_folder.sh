@@ -56,6 +56,28 @@ PYEOF
 )
 check "eval on 400x300 JPEGs: the loss of predict's logits" "[ \"\${r%% *}\" = ok ]" "$r $(cat "$T/big_eval.err")"
 
+# a GroupMixFormer run whose checkpoint records --heads 4 (accepted, and ignored by GMA's 8 heads, before --heads was
+# refused on GMA stages) still resumes: recorded heads are dropped where the attention type runs its own
+$V train groupmixformer_test --data "$F/png" --img-size 32 --in-chans 1 --num-classes 10 --train-subset 64 \
+    --test-subset 32 --epochs 1 --batch-size 32 --out "$T/gh" >"$T/gh.log" 2>&1
+$PY - "$T/gh/checkpoint.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"]["model-options"] += " --heads 4"
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PYEOF
+$V train groupmixformer_test --resume "$T/gh" --epochs 2 >"$T/ghr.log" 2>&1
+check "a GMA run recording --heads 4 resumes" "[ $? -eq 0 ] && [ \$(wc -l <'$T/gh/metrics.csv') -eq 3 ]" \
+    "$(tail -n 3 "$T/gh.log" "$T/ghr.log")"
+$V info groupmixformer_test --heads 4 >"$T/ghi.log" 2>&1
+check "... while --heads 4 given on a GMA model is refused (2)" "[ $? -eq 2 ] && grep -q 'always runs 8 heads' '$T/ghi.log'" \
+    "$(cat "$T/ghi.log")"
+
 COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
 $V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1
 check "training on the PNG folder runs" "[ $? -eq 0 ] && [ -s '$T/png/metrics.csv' ]" "$(tail -3 "$T/png.log")"

@@ -242,6 +242,19 @@ differ db "--bucket-mib 4" "--bucket-mib 0.01"
 differ di "" "--init-from $T/i2.safetensors"
 check "... naming what differs" "grep -q 'rank 1: vit_fmnist_tiny --num-classes 2 .*--init-from' '$T/di.log'" \
     "$(cat "$T/di.log")"
+differ dc "" "--augment --no-augment" # a contradiction on rank 1 alone: refused with a message (it had exited silently)
+differ dr "" "" "--recipe list"        # a rank listing recipes alone (it had left rank 0 waiting forever)
+# a value holding " --" reads as more options in a plain join of the words: the lengths keep the commands apart
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dv" --attn "mhsa --lr 1" : \
+    -np 1 $V train $DT --data "$T/f1" --out "$T/dv" --attn mhsa --lr 1 >"$T/dv.log" 2>&1
+rc=$?
+check "ranks with other train commands refused (a value holding ' --')" "[ $rc -eq 2 ] && \
+    grep -q 'its train command differs' '$T/dv.log'" "rc $rc: $(cat "$T/dv.log")"
+# no MODEL on any rank: the usage error, printed once (it had crashed every rank in the comparison)
+timeout 120 $MPI $V train --data "$T/f1" --out "$T/nm" --threads 1 >"$T/nm.log" 2>&1
+rc=$?
+check "train without MODEL under mpirun: a usage error, said once" "[ $rc -eq 2 ] && \
+    [ \$(grep -c 'missing MODEL' '$T/nm.log') -eq 1 ]" "rc $rc: $(cat "$T/nm.log")"
 # per-process settings may differ: --threads, --workers, --log-every, and each machine's paths
 timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/dp" --workers 1 : \
     -np 1 $V train ${DT/--threads 1/--threads 2} --data "$T/f5/../f1" --out "$T/dp" --log-every 3 >"$T/dp.log" 2>&1

@@ -426,9 +426,9 @@ $V help train >"$T/ht.log" 2>&1
 check "vitc help train prints train's help" "[ $? -eq 0 ] && head -1 '$T/ht.log' | grep -q '^usage: vitc train '" \
     "$(head -2 "$T/ht.log")"
 long=$(printf '1,%.0s' $(seq 300))1
-$V attention vit_fmnist_tiny "$T/img.png" -o "$T/att.png" --blocks "$long" >"$T/lb.log" 2>&1
+$V attention vit_fmnist_tiny "$T/img.png" -o "$T/att.png" --blocks "$(seq -s, 1 300)" >"$T/lb.log" 2>&1
 check "an over-long --blocks list: the message quotes 60 characters and keeps the reason" \
-    "[ $? -eq 2 ] && grep -q \"^vitc: --blocks '1,1,.*\\.\\.\\.': more than 256 indices\" '$T/lb.log' && \
+    "[ $? -eq 2 ] && grep -q \"^vitc: --blocks '1,2,.*\\.\\.\\.': more than 256 indices\" '$T/lb.log' && \
      [ \$(wc -c <'$T/lb.log') -lt 200 ]" "$(cat "$T/lb.log")"
 $V info vit_fmnist_tiny --dims "$long" >"$T/ld.log" 2>&1
 check "... and an over-long --dims list" \
