@@ -252,6 +252,31 @@ static void check_gmf(vt_test *T, const char *w) {
 /* vitc_open_with: weights made with model options (5 classes, 3 channels, FLatten attention) open with those options
  * and give the library predictor's logits; vitc_open refuses them; unknown options and bad values are refused. The
  * pool's floating-point mode comes back after a 2-thread call; vitc_int8_layers and vitc_get_info(NULL). */
+/* A form mismatch under a long path: vitc_error's 512 bytes keep the way out (the hint comes before the file and
+ * the tensor names, which a cut message loses first). */
+static void check_form_hint(vt_test *T, const char *dir) {
+    char w[400];
+    snprintf(w, sizeof w, "%s/%0150d/deployed.safetensors", dir, 0);
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/%0150d", dir, 0);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.ffn = "cffn"; /* the deployed form (fc2_u, fc2_v) */
+    vt_model_cfg c;
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    const int made = mkdir(sub, 0755) == 0 && P &&
+                     vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0 &&
+                     vt_model_init_params(&c, P, 3, &e) == 0 && vt_params_save(P, w, &e) == 0;
+    vt_params_free(P);
+    T_CHECK(T, made, "deployed cFFN weights under a long path: %s", e.msg);
+    vitc_error err;
+    T_CHECK(T, made && !vitc_open_with("vit_fmnist_tiny", w, NULL, "--ffn cffn --train-form", &err) &&
+                   strstr(err.msg, "use a training-form file"),
+            "the hint survives the cut: %s", err.msg);
+    unlink(w);
+    rmdir(sub);
+}
+
 static void check_open_with(vt_test *T, const char *dir) {
     char w[96];
     snprintf(w, sizeof w, "%s/custom.safetensors", dir);
@@ -408,6 +433,7 @@ void test_api(vt_test *T) {
     check_vit(T, w, dir);
     check_gmf(T, wg);
     check_open_with(T, dir);
+    check_form_hint(T, dir);
     unlink(w);
     unlink(wg);
     unlink(png);
