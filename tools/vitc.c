@@ -817,7 +817,8 @@ static int copy_recorded(char *buf, size_t size, const char *v, const char *key,
  * taken; each is marked given. The text is split in place (o's pointers refer to it). */
 static int take_model_options(opts *o, const char *path, const char *what) {
     for (char *p = o->resumed_model; *p;) {
-        char *name = p, *end = strchr(p, ' ');
+        char *name = p, *end = strchr(p, ' '), *eq = strchr(p, '=');
+        if (eq && (!end || eq < end)) end = eq; /* --name=value, as the library's reader takes it */
         if (end) *end = '\0';
         const optdef *d = find_option(name);
         if (!d || strncmp(name, "--", 2) != 0 || !has_word(RECORDED_OPTS, name)) {

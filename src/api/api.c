@@ -348,6 +348,9 @@ static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
 static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
     if (size < 0 || size > 4096) return fail(err, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
     size = size > 0 ? size : m->cfg.arch.img_size;
+    vt_model_cfg at; /* a size the model cannot take is refused before its n images are read */
+    vt_err e = {0};
+    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, "%s", e.msg);
     const int64_t per = (int64_t)m->cfg.arch.in_chans * size * size;
     for (int64_t j = 0; j < per * n; j++)
         if (!isfinite(x[j]))

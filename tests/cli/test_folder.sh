@@ -57,7 +57,8 @@ PYEOF
 check "eval on 400x300 JPEGs: the loss of predict's logits" "[ \"\${r%% *}\" = ok ]" "$r $(cat "$T/big_eval.err")"
 
 # a GroupMixFormer run whose checkpoint records --heads 4 (accepted, and ignored by GMA's 8 heads, before --heads was
-# refused on GMA stages) still resumes: recorded heads are dropped where the attention type runs its own
+# refused on GMA stages; here spelt --heads=4) still resumes: recorded heads are dropped where the attention type runs
+# its own
 $V train groupmixformer_test --data "$F/png" --img-size 32 --in-chans 1 --num-classes 10 --train-subset 64 \
     --test-subset 32 --epochs 1 --batch-size 32 --out "$T/gh" >"$T/gh.log" 2>&1
 $PY - "$T/gh/checkpoint.safetensors" <<'PYEOF'
@@ -66,7 +67,7 @@ p = sys.argv[1]
 b = open(p, "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-h["__metadata__"]["model-options"] += " --heads 4"
+h["__metadata__"]["model-options"] += " --heads=4"  # the form the library's reader takes too
 hb = json.dumps(h).encode()
 hb += b" " * (-len(hb) % 8)
 open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
