@@ -467,6 +467,13 @@ static vt_params *load_model(const opts *o, const vt_model_cfg *cfg) {
 #define INT8_NONE "fp32 (int8 requested; no layer ran int8)"
 #define BF16_NONE "fp32 (bf16 requested; no product ran bf16)"
 
+/* The arithmetic eval and bench report for c: its --dtype when that ran (ran: some layer or product did), else fp32
+ * with what was asked for. */
+static const char *dtype_label(const vt_model_cfg *c, int ran) {
+    if (!c->arch.int8 && !c->arch.bf16) return "fp32";
+    return ran ? (c->arch.int8 ? "int8" : "bf16") : c->arch.int8 ? INT8_NONE : BF16_NONE;
+}
+
 /* Warns on stderr when c asks for int8 but u, what the graph that ran used, has no linear layer on the int8 kernel,
  * or for bf16 but no product ran bf16; returns 1 then. */
 static int warn_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u) {
@@ -1324,7 +1331,7 @@ static int cmd_eval(opts *o) {
     if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
     for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
     const char *what = d.folder ? "validation" : "Fashion-MNIST test";
-    const char *dtype = q ? low : c.arch.int8 ? INT8_NONE : c.arch.bf16 ? BF16_NONE : "fp32";
+    const char *dtype = dtype_label(&c, q);
     if (rc)
         die("%s", e.msg);
     else if (o->json) {
@@ -1430,7 +1437,7 @@ static int cmd_bench(opts *o) {
                "\"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
-               c.name, fell_back ? c.arch.int8 ? INT8_NONE : BF16_NONE : q8 ? "int8" : b16 ? "bf16" : "fp32", B,
+               c.name, dtype_label(&c, !fell_back), B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, r.gmacs_per_img, r.gmacs_run_per_img,
                r.gflops,
