@@ -415,6 +415,44 @@ static void check_open_with(vt_test *T, const char *dir) {
     unlink(w);
 }
 
+/* One model called from two threads at once: every call either gives the single-threaded logits or is refused as in
+ * use by the other thread, never runs on the buffers the other call is using. */
+static void check_two_threads(vt_test *T, const char *w) {
+    vitc_error err;
+    vitc_options o;
+    vitc_options_init(&o);
+    o.threads = 1;
+    vitc_model *m = vitc_open("vit_fmnist_tiny", w, &o, &err);
+    T_CHECK(T, m != NULL, "%s", err.msg);
+    if (!m) return;
+    enum { N = 16, K = 10, CALLS = 40 };
+    float *x = random_input((int64_t)N * 28 * 28, 13), ref[N * K];
+    T_CHECK(T, vitc_logits(m, x, N, 0, ref, &err) == 0, "%s", err.msg);
+    int ok = 0, refused = 0, wrong = 0;
+    char why[sizeof err.msg] = "";
+#pragma omp parallel num_threads(2) reduction(+ : ok, refused, wrong)
+    {
+        float out[N * K];
+        vitc_error e;
+        for (int c = 0; c < CALLS; c++) {
+            if (vitc_logits(m, x, N, 0, out, &e) == 0)
+                max_diff(out, ref, N * K) == 0.0 ? ok++ : wrong++;
+            else if (strstr(e.msg, "in use by another thread"))
+                refused++;
+            else {
+                wrong++;
+#pragma omp critical
+                memcpy(why, e.msg, sizeof why);
+            }
+        }
+    }
+    T_CHECK(T, wrong == 0 && ok > 0 && ok + refused == 2 * CALLS, "two threads: %d calls right, %d refused, %d wrong %s",
+            ok, refused, wrong, why);
+    T_CHECK(T, vitc_logits(m, x, N, 0, ref, &err) == 0, "a call after them: %s", err.msg);
+    vitc_close(m);
+    free(x);
+}
+
 void test_api(vt_test *T) {
     T_CHECK(T, strcmp(vitc_version(), "0.3.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
@@ -431,6 +469,7 @@ void test_api(vt_test *T) {
     T_CHECK(T, write_weights("vit_fmnist_tiny", w) == 0 && write_weights("groupmixformer_test", wg) == 0, "weights");
     check_open_errors(T, w);
     check_vit(T, w, dir);
+    check_two_threads(T, w);
     check_gmf(T, wg);
     check_open_with(T, dir);
     check_form_hint(T, dir);

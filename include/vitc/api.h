@@ -5,8 +5,8 @@
  *
  * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message in
  * the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The library keeps no mutable
- * global state: a vitc_model holds everything, including its thread count. A vitc_model may be used by one thread
- * at a time; separate models may run in separate threads.
+ * global state: a vitc_model holds everything, including its thread count. A vitc_model runs one call at a time
+ * (a call while another thread's runs on it fails, "in use"); separate models may run in separate threads.
  */
 #ifndef VITC_API_H
 #define VITC_API_H

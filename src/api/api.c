@@ -5,6 +5,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct vitc_model {
     int pred_what;
     vt_dtype_use last; /* the linear layers of the last call that ran the graph */
     char **classes;    /* the class names of classes.json beside the weights when it names every class, else NULL */
+    atomic_int busy;   /* 1 while a call runs: a second thread's call is refused, not run on the same buffers */
 };
 
 #define STR2(x) #x
@@ -74,17 +76,23 @@ typedef struct {
     unsigned csr;
 } call_env;
 
-static void enter(const vitc_model *m, call_env *c) {
+/* Claims m for this call (-1 with the reason when another thread's call holds it) and saves the caller's settings. */
+static int enter(vitc_model *m, call_env *c, vt_err *e) {
+    if (atomic_exchange(&m->busy, 1))
+        return vt_seterr(e, "%s: the model is in use by another thread's call (a vitc_model runs one call at a time: "
+                         "open one per thread)", m->cfg.name);
     c->threads = omp_get_max_threads();
     if (m->threads > 0) omp_set_num_threads(m->threads);
 #if defined(__SSE2__)
     c->csr = _mm_getcsr();
 #endif
+    return 0;
 }
 
 /* The graphs set flush-to-zero in the OpenMP threads they run on (m's graph's count), where it persists: the
- * caller's own parallel code would flush subnormals in every thread but its first. Each gets the caller's mode back. */
-static void leave(const vitc_model *m, const call_env *c) {
+ * caller's own parallel code would flush subnormals in every thread but its first. Each gets the caller's mode back.
+ * Releases m. */
+static void leave(vitc_model *m, const call_env *c) {
     omp_set_num_threads(c->threads);
 #if defined(__SSE2__)
     const unsigned csr = c->csr;
@@ -95,9 +103,8 @@ static void leave(const vitc_model *m, const call_env *c) {
     _mm_setcsr(csr);
     omp_set_dynamic(dynamic);
     _mm_setcsr(csr);
-#else
-    (void)m;
 #endif
+    atomic_store(&m->busy, 0);
 }
 
 vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err) {
@@ -121,6 +128,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         return fail(err, "crop_pct %g is outside [0, 10]", (double)o.crop_pct), NULL;
     vitc_model *m = calloc(1, sizeof *m);
     if (!m) return fail(err, "out of memory"), NULL;
+    atomic_init(&m->busy, 0);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
     m->batch = o.batch > 0 ? o.batch : 16;
@@ -145,8 +153,8 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     if (o.img_size) ov.img_size = o.img_size;
     ov.crop_pct = o.crop_pct;
     vt_model_summary s = {0};
-    call_env env;
-    enter(m, &env);
+    call_env env = {0, 0};
+    enter(m, &env, &e); /* m is this thread's alone yet */
     if (vt_model_configure(base, &ov, &m->cfg, &e) == 0 && vt_model_summarize(&m->cfg, &s, &e) == 0) {
         m->params = s.params;
         m->gmacs = (double)s.macs / 1e9;
@@ -179,11 +187,15 @@ int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
         vt_gemm_plan_free(&p);
         if (bad) return fail(err, "%s: %s", m->cfg.name, e.msg);
     }
+    if (atomic_exchange(&m->busy, 1))
+        return fail(err, "%s: the model is in use by another thread's call (a vitc_model runs one call at a time)",
+                    m->cfg.name);
     if (m->cfg.arch.int8 != int8 || m->cfg.arch.bf16 != bf16) {
         m->cfg.arch.int8 = int8;
         m->cfg.arch.bf16 = bf16;
         vt_predictor_free(&m->pred); /* the next call builds the graph with the new kernels */
     }
+    atomic_store(&m->busy, 0);
     return 0;
 }
 
@@ -279,8 +291,8 @@ static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, 
 static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int size, int k,
                     vitc_result *out, vitc_error *err) {
     vt_err e = {0};
-    call_env env;
-    enter(m, &env);
+    call_env env = {0, 0};
+    if (enter(m, &env, &e)) return fail(err, "%s", e.msg);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     vt_predictor *p = res ? predictor(m, n, size, VT_PRED_LOGITS, &e) : NULL;
     if (!res) vt_seterr(&e, "out of memory (%d results)", n);
@@ -369,8 +381,8 @@ static const vt_tensor *output(const vt_predictor *p, int which) {
 static int run(vitc_model *m, const float *x, int n, int size, int what, const int *which, int nout, int alloc,
                vitc_tensor *dst, vitc_error *err) {
     vt_err e = {0};
-    call_env env;
-    enter(m, &env);
+    call_env env = {0, 0};
+    if (enter(m, &env, &e)) return fail(err, "%s", e.msg);
     vt_predictor *p = predictor(m, n, size, what, &e);
     if (p && nout < 0) nout = p->nmaps; /* every stage map */
     for (int i = 0; p && alloc && i < nout; i++) {
