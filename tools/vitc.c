@@ -416,8 +416,9 @@ static int output_ok(const opts *o) {
     return 0;
 }
 
-/* Resolves the model name and the options that change it into cfg (the library checks them); 1 on an error, 2 on a
- * malformed list option (--dims, --depths, --heads, --windows) or one the model cannot apply. */
+/* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
+ * shapes once); 1 on an error, 2 on a malformed list option (--dims, --depths, --heads, --windows) or one the model
+ * cannot apply or be built with. */
 static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
@@ -447,6 +448,9 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
         return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
     if (o->features && !cfg->family->features)
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
+    vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */
+    if (vt_model_summarize(cfg, &sum, &e)) return refuse(NULL, "%s", e.msg);
+    vt_model_summary_free(&sum);
     return 0;
 }
 

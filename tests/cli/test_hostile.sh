@@ -46,10 +46,10 @@ cp "$T/w.safetensors" "$T/w0.safetensors"
 cp "$T/x.safetensors" "$T/x0.safetensors"
 
 # 1. sizes past the limits: a refusal naming the size, not a write past a buffer
-expect "bench --img-size 1024 refused" 1 "limit" $V bench $M --img-size 1024 --iters 1
-expect "forward at 1024 px refused" 1 "limit" $V forward $M --img-size 1024 -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
-expect "deit --img-size 4096 refused" 1 "limit" $V bench deit_tiny_patch16_224 --img-size 4096 --iters 1
-expect "--img-size 736 refused" 1 "limit" $V bench $M --img-size 736 --iters 1
+expect "bench at 512 px and batch 1024 refused (1: the batch makes it too large)" 1 "limit" $V bench $M --img-size 512 --batch-size 1024 --iters 1
+expect "forward at 1024 px refused (2)" 2 "limit" $V forward $M --img-size 1024 -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "deit --img-size 4096 refused (2)" 2 "limit" $V bench deit_tiny_patch16_224 --img-size 4096 --iters 1
+expect "--img-size 736 refused (2)" 2 "limit" $V bench $M --img-size 736 --iters 1
 # 2, 9. truncated TGA, header-only TGA, a TGA header + garbage, a bit-rotted PNG: errors, the good image still classified
 for f in trunc.tga header.tga garbage.png rot.png; do
     expect "predict refuses $f" 1 "$f" $V predict $M -w "$T/w.safetensors" "$T/$f" "$T/good.png"
@@ -151,8 +151,12 @@ expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-n
     -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
 # hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
 # stage, --double-heads has no effect and is refused
-expect "hMHSA on PVTv2-b1's 5-head stage refused, naming --double-heads" 1 "odd heads: double them, .--double-heads" \
+expect "hMHSA on PVTv2-b1's 5-head stage refused (2), naming --double-heads" 2 "odd heads: double them, .--double-heads" \
     $V info pvt_v2_b1 --attn mhsa,mhsa,hmhsa,hmhsa
+expect "gma after a class token refused as the model is built (2)" 2 "without a class token" \
+    $V forward deit_tiny_patch16_224 --attn gma --input "$T/none.safetensors" -w "$T/none.safetensors" -o "$T/none.out"
+expect "FLatten on PVTv2-b1's reduced stages refused as the model is built (2)" 2 "spatial reduction" \
+    $V train pvt_v2_b1 --attn flatten --data fashion-mnist --out "$T/none_run"
 expect "--double-heads without an hMHSA stage refused (2)" 2 "applies to hMHSA stages" $V info pvt_v2_b1 --double-heads
 $V info pvt_v2_b1 --attn hmhsa --ffn cffn --double-heads --json >"$T/dh.json" 2>&1 &&
     $V info pvt_v2_b1_hmhsa_cffn --json >"$T/dn.json" 2>&1
@@ -234,7 +238,7 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
 done
 expect "--depths past the block limit refused before any memory goes to it" 1 "262144 blocks in all (--depths) is more" \
     $V info swin_t --depths 65536
-expect "a width its heads do not divide: the message names the model before the block" 1 \
+expect "a width its heads do not divide: the message names the model before the block (2)" 2 \
     "vit_fmnist_tiny: blocks.0: attention: blocks.0.attn: width 64 is not divisible by 3 heads" $V info $M --heads 3
 # per-stage entries that can have no effect: Next-ViT's stage 1 has no attention, CSwin's last stage attends globally
 expect "Next-ViT: an --attn entry for stage 1 (NCBs only) refused (2)" 2 "stage 1 has no attention" \
