@@ -56,6 +56,18 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     return 0;
 }
 
+/* The mode a new file of this process gets from open(..., 0666): 0666 less the umask (read from /proc, as umask()
+ * cannot be read without setting it for every thread); 0644 where /proc is not there. */
+static mode_t new_file_mode(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    unsigned mask = 022;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &mask) == 1) break;
+    if (f) fclose(f);
+    return (mode_t)(0666 & ~mask);
+}
+
 int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     memset(o, 0, sizeof *o);
     if (vt_output_check(path, NULL, 0, e)) return -1;
@@ -71,7 +83,8 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
         return vt_seterr(e, "output path too long: %s", path);
     const int fd = mkstemp(o->tmp);
     if (fd < 0) return vt_seterr(e, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
-    fchmod(fd, 0644);
+    /* mkstemp makes it 0600: a file replaced keeps its mode, a new one gets the umask's (as open would give it) */
+    fchmod(fd, stat(o->path, &st) == 0 ? st.st_mode & 07777 : new_file_mode());
     o->f = fdopen(fd, "wb");
     if (!o->f) {
         close(fd);
@@ -83,13 +96,14 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
 
 int vt_out_commit(vt_out *o, vt_err *e) {
     if (!o->f) return vt_seterr(e, "%s: output not open", o->path);
+    errno = 0;
     int ok = !ferror(o->f) && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
-    const int err = errno;
+    const int err = errno ? errno : EIO; /* a write error seen earlier (ferror) left no errno of its own */
     ok = fclose(o->f) == 0 && ok;
     o->f = NULL;
     if (!ok) {
         remove(o->tmp);
-        return vt_seterr(e, "cannot write %s: %s", o->path, strerror(err ? err : errno));
+        return vt_seterr(e, "cannot write %s: %s", o->path, strerror(err));
     }
     if (rename(o->tmp, o->path) != 0) {
         const int rerr = errno;
@@ -165,10 +179,10 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
     const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
     if (fd < 0) return vt_seterr(e, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-        const int err = errno;
+    const int stat_err = fstat(fd, &st) != 0 ? errno : 0;
+    if (stat_err || S_ISDIR(st.st_mode)) {
         close(fd);
-        return vt_seterr(e, "cannot read %s: %s", path, S_ISDIR(st.st_mode) ? "it is a folder" : strerror(err));
+        return vt_seterr(e, "cannot read %s: %s", path, stat_err ? strerror(stat_err) : "it is a folder");
     }
     const int reg = S_ISREG(st.st_mode);
     if (!reg) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */

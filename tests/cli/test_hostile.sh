@@ -55,6 +55,11 @@ for f in trunc.tga header.tga garbage.png rot.png; do
     expect "predict refuses $f" 1 "$f" $V predict $M -w "$T/w.safetensors" "$T/$f" "$T/good.png"
     check "... and classifies the good image next to $f" "grep -q good.png '$T/out.log'"
 done
+# outputs get the mode open() would give them: the umask's for a new file, the old one's for a file replaced
+(umask 077 && $V init $M -o "$T/mode.safetensors" >/dev/null 2>&1)
+check "a new output under umask 077 is 0600" "[ \"\$(stat -c %a '$T/mode.safetensors')\" = 600 ]" "$(stat -c %a "$T/mode.safetensors")"
+chmod 640 "$T/mode.safetensors" && $V init $M -o "$T/mode.safetensors" >/dev/null 2>&1
+check "an output replaced keeps its mode (0640)" "[ \"\$(stat -c %a '$T/mode.safetensors')\" = 640 ]" "$(stat -c %a "$T/mode.safetensors")"
 # 3. outputs onto special files are refused, the special file survives
 mkfifo "$T/fifo"
 expect "-o onto a FIFO refused" 1 "not a regular file" $V init $M -o "$T/fifo"
