@@ -1741,7 +1741,8 @@ static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
 }
 
 static int cmd_attention(opts *o) {
-    vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr};
+    vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr,
+                           .notes = stderr};
     vt_err e = {0};
     const char *heads = o->heads;
     o->heads = NULL; /* --heads selects the heads to draw here, not the architecture's */

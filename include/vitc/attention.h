@@ -21,6 +21,7 @@ typedef struct vt_attn_viz_opts {
     const char *png;               /* the picture (NULL: none) */
     const char *save_maps;         /* safetensors with the preprocessed inputs and raw maps (NULL: none) */
     FILE *progress;                /* progress over the images (NULL: none) */
+    FILE *notes;                   /* a line on the maps every block selection left out, and why (NULL: none) */
 } vt_attn_viz_opts;
 
 /* Runs c (parameters P) on the n image files in paths with its blocks exporting their attention maps, and writes what

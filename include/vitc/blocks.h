@@ -207,6 +207,8 @@ typedef struct vt_attn_src {
     vt_tensor *q, *kv;        /* q (B, N, ·) and kv (B, n, ·); the same tensor for one packed projection */
     int q_off, k_off, v_off;  /* channel offsets of the query, key and value ranges */
     int kh, kw, klead;        /* the keys: klead off-grid tokens, then a kh × kw grid */
+    int kpool;                /* > 0: key j pools the query grid's tokens [j·kpool, (j+1)·kpool) in raster order
+                               * (Next-ViT's AvgPool1d), which is where a picture puts it; 0: the kh × kw grid */
 } vt_attn_src;
 
 /* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout: TIMM one packed

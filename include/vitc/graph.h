@@ -115,6 +115,7 @@ typedef struct vt_attn_map {
     int relu;
     int lead, gh, gw;      /* queries */
     int klead, kh, kw;     /* keys */
+    int kpool;             /* > 0: key j pools query-grid tokens [j·kpool, (j+1)·kpool) in raster order (Next-ViT) */
     int win_h, win_w, win_sh, win_sw; /* > 0: batch entries are the gh × gw windows of one win_h × win_w map cut by
                            * vt_window_partition with shift (win_sh, win_sw) (Swin); queries and keys are a window */
     int split;             /* > 0: heads [0, split) and [split, H) are two kinds (hMHSA: computed, hallucinated) */

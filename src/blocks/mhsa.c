@@ -100,6 +100,7 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
             if (!src) return -1;
             s->kh = key_rows(src->shape[1]);
             s->kw = src->shape[1] / s->kh;
+            s->kpool = a->sr_ratio * a->sr_ratio;
         }
         vt_tensor *kv[2] = {vt_linear_p(g, vt_pname(nm, prefix, "k"), src, wk, a->qkv_bias, a->winit),
                             vt_linear_p(g, vt_pname(nm, prefix, "v"), src, wv, a->qkv_bias, a->winit)};
@@ -114,6 +115,7 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
 
 vt_attn_map vt_block_map_geom(const char *prefix, const char *view, const vt_attn_ctx *a, const vt_attn_src *s) {
     vt_attn_map m = {.lead = a->lead, .gh = a->grid_h, .gw = a->grid_w, .klead = s->klead, .kh = s->kh, .kw = s->kw,
+                     .kpool = s->kpool,
                      .win_h = a->win_h, .win_w = a->win_w, .win_sh = a->win_sh, .win_sw = a->win_sw};
     if (view) {
         snprintf(m.name, sizeof m.name, "%.100s.%.20s", prefix, view);

@@ -77,10 +77,11 @@ static int windows(const vt_attn_map *m, int *nwh, int *nww) {
     return *nwh * *nww;
 }
 
-/* The grid a map is drawn on: the keys' grid, or the whole map for per-window maps. */
+/* The grid a map is drawn on: the keys' grid; the whole map for per-window maps; the query grid for keys pooled along
+ * its rows (kpool). */
 static void draw_grid(const vt_attn_map *m, int *gh, int *gw) {
-    *gh = m->win_h > 0 ? m->win_h : m->kh;
-    *gw = m->win_h > 0 ? m->win_w : m->kw;
+    *gh = m->win_h > 0 ? m->win_h : m->kpool > 0 ? m->gh : m->kh;
+    *gw = m->win_h > 0 ? m->win_w : m->kpool > 0 ? m->gw : m->kw;
 }
 
 /* 0 when m can be drawn for one image: one batch entry (or the windows of one image), queries and keys on the token
@@ -163,9 +164,17 @@ static int materialise(const vt_attn_map *m, float *out) {
     return 0;
 }
 
+/* Where token j of window b of a per-window map came from, (oy, ox) on the win_h × win_w map: 0 for padding. */
+static int window_token(const vt_attn_map *m, int b, int j, int nww, int Hp, int Wp, int *oy, int *ox) {
+    *oy = ((b / nww) * m->gh + j / m->gw + m->win_sh) % Hp;
+    *ox = ((b % nww) * m->gw + j % m->gw + m->win_sw) % Wp;
+    return *oy < m->win_h && *ox < m->win_w;
+}
+
 /* The drawn row of head h (h < 0: the head mean) of map m (values data, (B, H, N, M)) into v (draw_grid): the
  * class token's row when the queries have a leading token, else the mean over the queries; keys before the grid
- * dropped. Per-window maps: each window's mean query over its keys, put back where the window took them from
+ * dropped; pooled keys (kpool) spread over the tokens each pools, 0 on the tail no key pools. Per-window maps: each
+ * window's mean over its queries from the image (not the padding) over its keys, put back where the window took them
  * (vt_window_partition: padding at the bottom and right, then a roll by (−sh, −sw)). */
 static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
     int B, H, N, M, nwh, nww;
@@ -175,13 +184,17 @@ static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
         const int Hp = nwh * m->gh, Wp = nww * m->gw;
         for (int b = 0; b < B; b++)
             for (int j = 0; j < M; j++) {
-                const int oy = ((b / nww) * m->gh + j / m->gw + m->win_sh) % Hp;
-                const int ox = ((b % nww) * m->gw + j % m->gw + m->win_sw) % Wp;
-                if (oy >= m->win_h || ox >= m->win_w) continue; /* padding */
+                int oy, ox;
+                if (!window_token(m, b, j, nww, Hp, Wp, &oy, &ox)) continue; /* padding */
                 double s = 0.0;
-                for (int hh = h0; hh < h1; hh++)
-                    for (int i = 0; i < N; i++) s += data[(((size_t)b * H + hh) * N + i) * M + j];
-                v[oy * m->win_w + ox] = (float)(s / ((double)(h1 - h0) * N));
+                int real = 0;
+                for (int i = 0; i < N; i++) {
+                    int qy, qx;
+                    if (!window_token(m, b, i, nww, Hp, Wp, &qy, &qx)) continue; /* a padding query */
+                    real++;
+                    for (int hh = h0; hh < h1; hh++) s += data[(((size_t)b * H + hh) * N + i) * M + j];
+                }
+                v[oy * m->win_w + ox] = real ? (float)(s / ((double)(h1 - h0) * real)) : 0.0f;
             }
         return;
     }
@@ -191,6 +204,8 @@ static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
             for (int i = 0; i < q1; i++) s += data[((size_t)hh * N + i) * M + m->klead + j];
         v[j] = (float)(s / ((double)(h1 - h0) * q1));
     }
+    if (m->kpool > 0) /* downwards, so that v[t / kpool] is still key t / kpool's value when t reads it */
+        for (int t = m->gh * m->gw - 1; t >= 0; t--) v[t] = t / m->kpool < K ? v[t / m->kpool] : 0.0f;
 }
 
 /* Attention rollout (Abnar & Zuidema 2020) of one image into R (N×N, double): per block the head mean plus the
@@ -368,6 +383,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
         mod_of[i] = k;
     }
     char why[300] = "";
+    int left = 0; /* maps the default selection leaves out */
     for (int b = 0; b < o->nblocks; b++)
         if (o->blocks[b] >= nmod) {
             vt_seterr(e, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name, nmod,
@@ -381,6 +397,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
         char w[300];
         const int ok = drawable(m, w, sizeof w) == 0;
         if (!ok && !why[0]) snprintf(why, sizeof why, "%s", w);
+        left += !ok && !o->nblocks;
         if (want && !ok && o->nblocks) {
             vt_seterr(e, "%s", w);
             goto done;
@@ -395,7 +412,10 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
             int p = -1, B, H, N, M, N0 = 0;
             char wb[300];
             const char *lack = "no attention map"; /* why no map of block k fits, the last reason seen */
-            for (int i = 0; i < g->nmaps && p < 0; i++) {
+            int refined = 0; /* the Refiner: its values are mixed by the refined map, not by its softmax */
+            for (int i = 0; i < g->nmaps; i++) refined |= mod_of[i] == k && strcmp(g->maps[i]->view, "refined") == 0;
+            if (refined) lack = "a refined map (scores, not probabilities) that mixes its values, not its softmax";
+            for (int i = 0; i < g->nmaps && p < 0 && !refined; i++) {
                 if (mod_of[i] != k) continue;
                 map_dims(g->maps[i], &B, &H, &N, &M);
                 if (!g->maps[i]->probs)
@@ -426,6 +446,11 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
     if (!r->nsel) {
         vt_seterr(e, "%s has no attention maps that can be drawn (%s)", c->name, why);
         goto done;
+    }
+    if (left && o->notes) {
+        char line[400];
+        snprintf(line, sizeof line, "%d of %d attention maps left out, e.g. %s", left, g->nmaps, why);
+        vt_write_line(o->notes, "vitc: note: ", line, 1);
     }
     rc = 0;
     goto done;

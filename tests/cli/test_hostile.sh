@@ -154,6 +154,12 @@ expect "--dims with 2 values for 4 stages refused (a usage error: 2)" 2 "2 value
 expect "--depths 1x refused (a usage error: 2)" 2 "expected comma-separated integers" $V info $M --depths 1x
 expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-negative integers" $V attention $M \
     -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
+# maps the default selection cannot draw (FLatten inside Swin windows) are left out with a note, not silently
+$V init swin_fmnist_tiny --attn flatten,mhsa -o "$T/sfl.safetensors" >/dev/null 2>&1
+$V attention swin_fmnist_tiny --attn flatten,mhsa -w "$T/sfl.safetensors" "$T/good.png" -o "$T/sfl.png" >/dev/null 2>"$T/sfl.log"
+check "attention notes the per-window FLatten maps it leaves out" \
+    "grep -q '4 of 6 attention maps left out, e.g. layers.0.blocks.0.attn: its attention runs per window' '$T/sfl.log'" \
+    "$(cat "$T/sfl.log")"
 # hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
 # stage, --double-heads has no effect and is refused
 expect "hMHSA on PVTv2-b1's 5-head stage refused (2), naming --double-heads" 2 "odd heads: double them, .--double-heads" \

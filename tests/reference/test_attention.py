@@ -160,7 +160,9 @@ def test_types(rep, tmp, imgs, cfg):
     m = vit_ref.ViT(cfg)
     for b in m.blocks:
         b.attn = test_refiner.TransformAttn(D, H)
-    check_case(rep, tmp, "refiner", MODEL, ["--attn", "refiner"], m, test_refiner.randomise(m, 3), imgs)
+    # (no rollout: each block mixes its values with its refined map, which is no probability map; refused below)
+    check_case(rep, tmp, "refiner", MODEL, ["--attn", "refiner"], m, test_refiner.randomise(m, 3), imgs,
+               rollout=False)
     # Refined-ViT-S at 32 px (2×2 patches + class token): plain blocks' softmax maps, shared blocks' incoming and
     # refined maps (no rollout: the shared blocks have no probabilities)
     m = test_refiner.RefinedViT("refiner_vit_s", img=32, classes=10)
@@ -261,6 +263,80 @@ def test_cswin_stripes(rep, tmp, imgs):
     rep.check("cswin stitched rows == reference", rows_worst <= TOL, f"max err {rows_worst:.2e}")
 
 
+def test_swin_padded(rep, tmp, imgs):
+    """Swin-T in torchvision's layout at 40 px (10×10 tokens padded to 14×14 for windows of 7, shift 3 in the second
+    block; stage 2 5×5 padded to one 7×7 window): the per-window maps equal swin_ref's, and the drawn rows are each
+    window's mean over its queries from the image (not the zero padding) put back where its tokens came from."""
+    name, img = "swin_t", 40
+    args = ["--img-size", img, "--dims", "24,48,96,192", "--depths", "2,1,1,1"]   # swin_t's heads, 3 to 24
+    ref = swin_ref.build(name, img_size=img, dims=[24, 48, 96, 192], depths=[2, 1, 1, 1], heads=[3, 6, 12, 24])
+    ref = ref.double().eval()
+    sd = swin_ref.randomize(ref, 12)
+    ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd.items()}, strict=True)
+    w, maps = tmp / "swin_t_w.safetensors", tmp / "swin_t_maps.safetensors"
+    st.save(w, sd)
+    if vitc_ok(rep, "swin_t attention", "attention", name, *args, "--weights", w, *imgs, "--save-maps",
+               maps) is None:
+        return
+    got = st.load(maps)
+    with torch.no_grad():
+        ref(torch.from_numpy(got["input"]).double())
+    n, worst, rows_worst, where, count = len(imgs), 0.0, 0.0, "", 0
+    for mname, mod in ref.named_modules():
+        if not isinstance(mod, swin_ref.TVWindowAttention):
+            continue
+        a, wd = mod.maps[""], mod.w                                   # (n·nW, H, N, N)
+        g, rows_got = got.get(mname), got.get(mname + ".rows")
+        if g is None or rows_got is None:
+            rep.check(f"swin_t {mname} exported", False, "no map or rows")
+            continue
+        R = rows_got.shape[-1]                                        # the stage's token grid (R × R)
+        Hp = -(-R // wd) * wd
+        s = 0 if wd >= Hp else mod.s
+        want = a.numpy().reshape(n, a.shape[0] // n, *a.shape[1:])  # per window, one padded window too
+        count += 1
+        e = scale_err(g, want) if g.shape == want.shape else float("inf")
+        if e > worst:
+            worst, where = e, mname
+        real = torch.zeros(n, Hp, Hp, 1, dtype=torch.float64)
+        real[:, :R, :R] = 1.0
+        real = torch.roll(real, shifts=(-s, -s), dims=(1, 2))
+        mask = swin_ref.partition(real, wd).reshape(a.shape[0], 1, -1, 1)   # (n·nW, 1, N, 1): 1 for image queries
+        rows = (a * mask).sum(2) / mask.sum(2).clamp(min=1)              # (n·nW, H, N keys)
+        r = swin_ref.unpartition(rows.transpose(1, 2), wd, n, Hp, Hp)  # (n, Hp, Hp, H)
+        r = torch.roll(r, shifts=(s, s), dims=(1, 2))[:, :R, :R]
+        rows_worst = max(rows_worst, scale_err(rows_got, r.permute(0, 3, 1, 2).numpy()))
+    rep.check("swin_t padded windows: maps == reference", worst <= TOL and count == 5,
+              f"worst {worst:.2e} ({where}) over {count} blocks (want 5)")
+    rep.check("swin_t padded windows: rows are the image queries' mean", rows_worst <= TOL,
+              f"max err {rows_worst:.2e}")
+
+
+def test_nextvit_pooled_keys(rep, tmp, imgs):
+    """Next-ViT at 80 px (stage 2: 10×10 tokens, 6 keys each pooling 16 raster tokens, a tail of 4 that no key pools;
+    stage 3: 5×5, 6 keys of 4): the drawn rows put each key's mean-query weight on the tokens it pools, in raster
+    order, and 0 on the tail."""
+    name, args = "nextvit_small", ["--img-size", 80, "--depths", "1,1,5,1"]
+    w, maps = tmp / "nextvit_w.safetensors", tmp / "nextvit_maps.safetensors"
+    if vitc_ok(rep, "init nextvit", "init", name, *args, "-o", w) is None:
+        return
+    if vitc_ok(rep, "nextvit attention", "attention", name, *args, "--weights", w, imgs[2], "--save-maps",
+               maps) is None:
+        return
+    got = st.load(maps)
+    worst, pooled = 0.0, 0
+    for k in sorted(k for k in got if k.endswith("e_mhsa")):
+        a, rows = got[k], got[k + ".rows"]                           # (1, H, N, n), (1, H, gh, gw)
+        N, nk = a.shape[2], a.shape[3]
+        r = N // nk if nk < N else 1
+        pooled += r > 1
+        want = np.zeros((a.shape[1], N))
+        want[:, : nk * r] = np.repeat(a[0].mean(1), r, axis=1)       # key j on tokens [j·r, (j+1)·r)
+        worst = max(worst, scale_err(rows[0].reshape(a.shape[1], -1), want))
+    rep.check("nextvit rows spread pooled keys over their raster tokens", worst <= TOL and pooled == 2,
+              f"max err {worst:.2e}, {pooled} pooled stages (want 2)")
+
+
 def fails(rep, tag, want, *args):
     """vitc must exit non-zero with `want` (a lowercase fragment) in its message, and no traceback-like crash."""
     p = vitc(*args)
@@ -302,6 +378,10 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
     if vitc_ok(rep, "init gma", "init", "vit_fmnist_tiny_gap", "--attn", "gma", "-o", wg) is not None:
         fails(rep, "rollout without probabilities", "no softmax probabilities", "attention", "vit_fmnist_tiny_gap", "--attn", "gma",
               "--weights", wg, imgs[0], *out, "--rollout")
+    wr = tmp / "refiner_every_w.safetensors"
+    if vitc_ok(rep, "init refiner", "init", MODEL, "--attn", "refiner", "-o", wr) is not None:
+        fails(rep, "rollout over refined maps", "a refined map (scores, not probabilities) that mixes its values",
+              "attention", MODEL, "--attn", "refiner", "--weights", wr, imgs[0], *out, "--rollout")
 
 
 def main():
@@ -313,6 +393,8 @@ def main():
         test_types(rep, tmp, imgs, cfg)
         test_swin_windows(rep, tmp, imgs)
         test_cswin_stripes(rep, tmp, imgs)
+        test_swin_padded(rep, tmp, imgs)
+        test_nextvit_pooled_keys(rep, tmp, imgs)
         test_selection_and_errors(rep, tmp, imgs, cfg)
     rep.finish()
 
