@@ -446,8 +446,8 @@ static void check_two_threads(vt_test *T, const char *w) {
             }
         }
     }
-    T_CHECK(T, wrong == 0 && ok > 0 && ok + refused == 2 * CALLS, "two threads: %d calls right, %d refused, %d wrong %s",
-            ok, refused, wrong, why);
+    T_CHECK(T, wrong == 0 && ok > 0 && ok + refused == 2 * CALLS,
+            "two threads: %d calls right, %d refused, %d wrong %s", ok, refused, wrong, why);
     T_CHECK(T, vitc_logits(m, x, N, 0, ref, &err) == 0, "a call after them: %s", err.msg);
     vitc_close(m);
     free(x);

@@ -178,7 +178,10 @@ static void check_unary_values(vt_test *T, const char *name, vt_unary_kind kind,
         memcpy(f.x->data, v, sizeof(float) * (size_t)npts);
         vt_graph_forward(f.g);
         for (int i = 0; i < npts; i++)
-            T_CHECK(T, fabs(f.y->data[i] - want[i]) <= 2e-6 * fmax(1.0, fabs(want[i])), "%s(%g) = %.9g, want %.9g",
+            T_CHECK(T,
+                    isnan(want[i]) ? isnan(f.y->data[i])
+                                   : fabs(f.y->data[i] - want[i]) <= 2e-6 * fmax(1.0, fabs(want[i])),
+                    "%s(%g) = %.9g, want %.9g",
                     name, (double)v[i], (double)f.y->data[i], want[i]);
     }
     fwd1_free(&f);
@@ -194,10 +197,10 @@ static void check_activation_values(vt_test *T) {
     const float hx[6] = {1.0f, -4.0f, 4.0f, -3.0f, 3.0f, -1.5f};
     const double hw[6] = {2.0 / 3.0, 0.0, 4.0, 0.0, 3.0, -0.375};
     check_unary_values(T, "hardswish", VT_HARDSWISH, 0, 6, hx, hw);
-    const float rx[4] = {7.0f, -1.0f, 2.5f, 6.0f};
-    const double r6[4] = {6.0, 0.0, 2.5, 6.0}, r0[4] = {7.0, 0.0, 2.5, 6.0};
-    check_unary_values(T, "relu6", VT_RELU6, 0, 4, rx, r6);
-    check_unary_values(T, "relu", VT_RELU, 0, 4, rx, r0);
+    const float rx[5] = {7.0f, -1.0f, 2.5f, 6.0f, NAN}; /* NaN stays NaN, as in PyTorch */
+    const double r6[5] = {6.0, 0.0, 2.5, 6.0, NAN}, r0[5] = {7.0, 0.0, 2.5, 6.0, NAN};
+    check_unary_values(T, "relu6", VT_RELU6, 0, 5, rx, r6);
+    check_unary_values(T, "relu", VT_RELU, 0, 5, rx, r0);
     const float gs[4] = {0.0f, 2.0f, -2.0f, -100.0f};
     const double ws[4] = {0.5, 0.8807970779778823, 0.11920292202211755, 3.7200759760208356e-44};
     check_unary_values(T, "sigmoid", VT_SIGMOID, 0, 4, gs, ws);

@@ -180,8 +180,8 @@ static const optdef optdefs[] = {
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
-    NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: poison the first validation input "
-      "of epoch N (0-based) with NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
+    NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
+      "of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work, other), the "
       "split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "

@@ -46,9 +46,9 @@ typedef struct {
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
 
-/* y = max(y, 0) over n floats (NaN to 0, as vt_relu), one thread; relu_all: on all threads. */
+/* y = max(y, 0) over n floats (NaN kept, as vt_relu), one thread; relu_all: on all threads. */
 static void relu_n(float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) y[i] = vt_relu_f(y[i]);
 }
 static void relu_all(float *y, int64_t n) {
 #pragma omp parallel for schedule(static)
@@ -130,7 +130,7 @@ static void conv_image_fwd(const geom *q, const float *x, const float *w, const 
             if (q->relu)
                 for (int i = 0; i < q->P; i++) {
                     const float v = yo[i] + bv;
-                    yo[i] = v > 0.0f ? v : 0.0f;
+                    yo[i] = vt_relu_f(v);
                 }
             else
                 for (int i = 0; i < q->P; i++) yo[i] += bv;

@@ -17,6 +17,7 @@
 
 #include "focus.h"
 #include "vitc/ops.h"
+#include "mathfn.h"
 
 /* Forward scratch fws: is_c = 1/softplus(scale_c) (C). Backward scratch bws: is (C), sigmoid(scale) (C), per-thread
  * partial sums of d scale (threads·C). Inputs: x, then pe if any, then scale if any. */
@@ -47,13 +48,13 @@ static inline void u_block(const vt_focus_k *f, const float *restrict xr, const 
 #pragma omp simd
         for (int t = 0; t < len; t++) {
             v[t] = xr[c0 + t] + per[c0 + t];
-            u[t] = ((v[t] > 0.0f ? v[t] : 0.0f) + 1e-6f) * is[c0 + t];
+            u[t] = (vt_relu_f(v[t]) + 1e-6f) * is[c0 + t];
         }
     } else {
 #pragma omp simd
         for (int t = 0; t < len; t++) {
             v[t] = xr[c0 + t];
-            u[t] = ((v[t] > 0.0f ? v[t] : 0.0f) + 1e-6f) * is[c0 + t];
+            u[t] = (vt_relu_f(v[t]) + 1e-6f) * is[c0 + t];
         }
     }
 }

@@ -406,10 +406,11 @@ static inline void vt_softmax_bwd_row(const float *p, float *g, int n) {
 }
 
 /* ReLU, ReLU6, Hardswish and their derivatives (the factor dy is multiplied by), shared by the activation op and the
- * BatchNorm that applies one after itself (norm.c), so both give the same floats. */
-static inline float vt_relu_f(float v) { return v > 0.0f ? v : 0.0f; }
+ * BatchNorm that applies one after itself (norm.c), so both give the same floats. A NaN stays NaN, as in PyTorch
+ * (a ReLU that made it 0 would hide a diverged activation from the loss). */
+static inline float vt_relu_f(float v) { return v < 0.0f ? 0.0f : v; }
 static inline float vt_relu_d(float v) { return v > 0.0f ? 1.0f : 0.0f; }
-static inline float vt_relu6_f(float v) { return v > 0.0f ? (v < 6.0f ? v : 6.0f) : 0.0f; }
+static inline float vt_relu6_f(float v) { return v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v; }
 static inline float vt_relu6_d(float v) { return v > 0.0f && v < 6.0f ? 1.0f : 0.0f; }
 static inline float vt_hswish_f(float v) { return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f; }
 static inline float vt_hswish_d(float v) { return v < -3.0f ? 0.0f : v <= 3.0f ? v / 3.0f + 0.5f : 1.0f; }

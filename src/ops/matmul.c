@@ -137,7 +137,7 @@ static void act_rows(int act, float *y, float *d, int64_t i0, int64_t i1) {
     if (act == ACT_RELU) {
         for (int64_t i = i0; i < i1; i++) {
             if (d) d[i] = y[i] > 0.0f ? 1.0f : 0.0f;
-            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+            y[i] = vt_relu_f(y[i]);
         }
     } else if (d)
         vt_gelu_fd_n(y + i0, y + i0, d + i0, i1 - i0);

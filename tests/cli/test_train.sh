@@ -112,6 +112,12 @@ rc=$?
 check "NaN stops training" "[ $rc -ne 0 ] && [ $rc -lt 128 ]" "rc $rc"
 check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log'" "$(tail -2 "$T/nan.log")"
 check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
+# a NaN that meets a ReLU after a BatchNorm (Next-ViT's stem) stays NaN, as in PyTorch: the loss shows it
+$V train nextvit_small --depths 1,1,5,1 --in-chans 1 --img-size 28 --num-classes 10 --data fashion-mnist \
+    --train-subset 64 --test-subset 32 --batch-size 16 --epochs 1 --fault-nan-step 2 --out "$T/nvnan" >"$T/nvnan.log" 2>&1
+rc=$?
+check "NaN through Next-ViT's conv-BN-ReLU stem stops training" "[ $rc -eq 1 ] && grep -q 'loss is NaN at step 2' '$T/nvnan.log'" \
+    "rc $rc: $(tail -2 "$T/nvnan.log")"
 
 # a validation whose logits are not finite (a NaN in its first input: --fault-nan-eval EPOCH) with a finite training
 # loss stops the run before anything of that epoch is written, naming the epoch, the cause and the last good checkpoint
