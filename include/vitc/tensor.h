@@ -119,6 +119,8 @@ typedef struct vt_params {
                        * and whose deployed form their merges: the key set tells the forms apart */
     char heads[64];   /* the heads each stage runs ("3" or "2,4,8,16"), which no shape shows: recorded and checked
                        * like form; "": not recorded */
+    char windows[64]; /* the attention window or stripe width of each stage of a model with them ("1,2,7,7"), which
+                       * CSwin's shapes do not show: recorded and checked on loading (not on --init-from); "": none */
     uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of
                        * constant weights (packed, quantised) and renew them when it moved */
 } vt_params;

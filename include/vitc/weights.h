@@ -12,10 +12,16 @@
 #define VT_FORM_KEY "vitc_form"
 /* ... and the one holding P->heads, the heads each stage runs (no tensor's shape shows them). */
 #define VT_HEADS_KEY "vitc_heads"
+/* ... and the one holding P->windows, each stage's attention window or stripe width. */
+#define VT_WINDOWS_KEY "vitc_windows"
 
 /* Refuses a file f (opened from path) recording other heads (VT_HEADS_KEY) than P runs; files without the record
  * (official checkpoints, converted files, older vitc files) pass. */
 int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
+/* Refuses a file f recording other windows or stripe widths (VT_WINDOWS_KEY) than P runs; files without the record
+ * pass (fine-tuning at another width, --init-from, does not check it). */
+int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names (but it may lack
  * fixed buffers, which keep their definition, and BatchNorm's num_batches_tracked, set to 0) with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers

@@ -164,7 +164,12 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
     }
     if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) */
         vt_st_close(&f);
-        return vt_params_load(P, path, e);
+        char windows[sizeof P->windows]; /* but a fine-tuning start may change the stripes (CSwin 224 -> 384) */
+        memcpy(windows, P->windows, sizeof windows);
+        P->windows[0] = '\0';
+        const int rc = vt_params_load(P, path, e);
+        memcpy(P->windows, windows, sizeof windows);
+        return rc;
     }
     for (int i = 0; log && i < f.n; i++)
         if (!vt_params_find(P, f.entries[i].name))

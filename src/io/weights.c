@@ -117,17 +117,33 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
                      path, VT_FORM_KEY);
 }
 
+/* The per-stage list f records under key (NULL when none, or when it equals mine, P's); -1 with a message when it is
+ * not a list of numbers as vitc writes them (`what` names them). */
+static int recorded_list(const vt_st_file *f, const char *path, const char *key, const char *mine, const char *what,
+                         const char **rec, vt_err *e) {
+    *rec = vt_st_meta(f, key);
+    if (!*rec || !mine[0] || strcmp(*rec, mine) == 0) return *rec = NULL, 0;
+    int ok = (*rec)[0] >= '0' && (*rec)[0] <= '9'; /* numbers, comma-separated */
+    for (const char *p = *rec; ok && *p; p++) ok = (*p >= '0' && *p <= '9') || (*p == ',' && p[1] && p[1] != ',');
+    return ok ? 0
+              : vt_seterr(e, "%s: its %s metadata \"%.40s\" is not a list of %s: not a file vitc wrote", path, key,
+                          *rec, what);
+}
+
 int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
-    const char *rec = vt_st_meta(f, VT_HEADS_KEY);
-    if (!rec || !P->heads[0] || strcmp(rec, P->heads) == 0) return 0;
-    int ok = rec[0] >= '0' && rec[0] <= '9'; /* head counts, comma-separated, as vitc writes them */
-    for (const char *p = rec; ok && *p; p++) ok = (*p >= '0' && *p <= '9') || (*p == ',' && p[1] && p[1] != ',');
-    if (!ok)
-        return vt_seterr(e, "%s: its %s metadata \"%.40s\" is not a list of head counts: not a file vitc wrote", path,
-                         VT_HEADS_KEY, rec);
+    const char *rec;
+    if (recorded_list(f, path, VT_HEADS_KEY, P->heads, "head counts", &rec, e) || !rec) return rec ? -1 : 0;
     return vt_seterr(e, "%s was made for %.40s attention heads (per stage, as run; metadata %s) but the model is "
                      "built with %s: its maps would split into other heads; build it as it was made (--heads, and "
                      "--double-heads where it was)", path, rec, VT_HEADS_KEY, P->heads);
+}
+
+int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    const char *rec;
+    if (recorded_list(f, path, VT_WINDOWS_KEY, P->windows, "window sizes", &rec, e) || !rec) return rec ? -1 : 0;
+    return vt_seterr(e, "%s was made with attention windows (Swin) or stripe widths (CSwin) %.40s (per stage; "
+                     "metadata %s) but the model is built with %s: build it as it was made (--windows %.40s)", path,
+                     rec, VT_WINDOWS_KEY, P->windows, rec);
 }
 
 /* 1 when name is a BatchNorm's running variance (PyTorch's `running_var`): negative values would make NaN. */
@@ -191,7 +207,8 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
 
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     if (vt_params_check_tensors(P, f, path, e)) return -1;
-    return vt_weights_check_heads(P, f, path, e); /* the tensors fit: the heads they were made for must too */
+    /* the tensors fit: the heads and windows they were made for must too */
+    return vt_weights_check_heads(P, f, path, e) || vt_weights_check_windows(P, f, path, e) ? -1 : 0;
 }
 
 int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
@@ -344,11 +361,13 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
             o->data = t->data;
         }
     }
-    char meta[256];
+    char meta[512];
     int len = snprintf(meta, sizeof meta, "{\"format\":\"pt\"");
     if (P->form) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_FORM_KEY, P->form);
     if (P->heads[0])
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_HEADS_KEY, P->heads);
+    if (P->windows[0])
+        len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_WINDOWS_KEY, P->windows);
     snprintf(meta + len, sizeof meta - (size_t)len, "}");
     rc = vt_st_write(path, outs, n, meta, e);
 done:

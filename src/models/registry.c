@@ -377,6 +377,10 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
     if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
     P->reparam = strcmp(c->arch.ffn, "cffn") == 0;
     vt_model_heads(c, P->heads, sizeof P->heads);
+    P->windows[0] = '\0';
+    for (int i = 0, len = 0; (c->family->caps & VT_CAP_WINDOWS) && i < c->arch.nstages && len < 48; i++)
+        len += snprintf(P->windows + len, sizeof P->windows - (size_t)len, "%s%d", i ? "," : "",
+                        c->arch.stages[i].window);
     return 0;
 }
 

@@ -1404,6 +1404,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
                    skipped, skipped == 1 ? "" : "s");
         const double ep_s = now_s() - tep;
         train_s += ep_s;
+        /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint */
+        for (int k = 0; rc == 0 && k < P->n; k++)
+            if (P->t[k]->data && vt_first_nonfinite(P->t[k]->data, P->t[k]->numel) >= 0)
+                rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped "
+                               "before writing that epoch. The last good checkpoint is %s", P->t[k]->name,
+                               (long long)st.epoch, good);
+        if ((rc = vt_dist_agree(dp, rc, e))) goto done;
         /* the validation of the weights and of their EMA: a failure (logits that are not finite) stops the run
          * before anything of this epoch is written, with the cause, in a message of its own (vt_err keeps the first) */
         vt_eval_result ev = {0};

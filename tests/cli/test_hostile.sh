@@ -327,6 +327,19 @@ $V info $M --attn hmhsa --double-heads --json >"$T/dhi.json" 2>&1
 check "info says the heads are doubled to run" "grep -q 'heads 4 (doubled to run: --double-heads)' '$T/dhi.log' && \
     grep -q '\"double_heads\": 1' '$T/dhi.json'" "$(cat "$T/dhi.log" | head -4)"
 
+# ... and CSwin's stripe widths (no shape shows them either): other widths are refused, naming the recorded ones; a
+# fine-tuning start (--init-from) may change them, as the official 224 -> 384 fine-tuning does
+CS="cswin_tiny_224 --dims 16 --depths 1 --heads 2 --img-size 64 --num-classes 4"
+$V init $CS --windows 2,2,1,2 -o "$T/cs.safetensors" >/dev/null 2>&1
+expect "CSwin weights made with stripes 2,2,1,2 refused by stripes 4,4,2,2" 1 "build it as it was made (--windows 2,2,1,2)" \
+    $V predict $CS --windows 4,4,2,2 -w "$T/cs.safetensors" "$T/good.png"
+$V predict $CS --windows 2,2,1,2 -w "$T/cs.safetensors" "$T/good.png" >"$T/csp.log" 2>&1
+check "... and taken with them" "[ $? -eq 0 ]" "$(cat "$T/csp.log")"
+for d in train/a train/b train/c train/d val/a val/b val/c val/d; do mkdir -p "$T/csd/$d" && cp "$T/good.png" "$T/csd/$d/1.png" && cp "$T/good.png" "$T/csd/$d/2.png"; done
+$V train $CS --windows 4,4,2,2 --data "$T/csd" --batch-size 2 --epochs 1 --init-from "$T/cs.safetensors" \
+    --out "$T/csft" >"$T/csft.log" 2>&1
+check "... and --init-from takes them with other stripes" "grep -q 'Done' '$T/csft.log'" "$(tail -3 "$T/csft.log")"
+
 # weights record the heads each stage runs (no tensor shape shows them): a model built with other heads is refused
 # instead of splitting its maps otherwise, and attention (whose --heads picks heads to draw) builds the recorded ones
 $V init $M --heads 2 -o "$T/h2.safetensors" >/dev/null 2>&1
