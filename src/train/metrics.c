@@ -255,8 +255,11 @@ done:
     return rc;
 }
 
-/* Runs `gnuplot curves.gp` inside run_dir (no shell, so no quoting issues); collects its output for errors. */
-static int run_gnuplot(const char *run_dir, vt_err *e) {
+/* Runs `gnuplot -e "out='TMP'" curves.gp` inside run_dir (no shell, so no quoting issues; TMP the picture's
+ * temporary name, renamed over curves.png by the caller); collects its output for errors. */
+static int run_gnuplot(const char *run_dir, const char *tmp_png, vt_err *e) {
+    char set_out[128];
+    snprintf(set_out, sizeof set_out, "out='%s'", tmp_png);
     int fds[2];
     if (pipe(fds) != 0) return vt_seterr(e, "cannot run gnuplot: pipe: %s", strerror(errno));
     fcntl(fds[0], F_SETFD, FD_CLOEXEC);
@@ -279,7 +282,7 @@ static int run_gnuplot(const char *run_dir, vt_err *e) {
             (void)w;
             _exit(126);
         }
-        char *const argv[] = {"gnuplot", "curves.gp", NULL};
+        char *const argv[] = {"gnuplot", "-e", set_out, "curves.gp", NULL};
         execvp("gnuplot", argv);
         ssize_t w = write(2, exec_fail, sizeof exec_fail - 1);
         (void)w;
@@ -329,11 +332,12 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
     int n = 0;
     if (read_metrics(csv, &rows, &n, e)) return -1;
 
-    FILE *g = fopen(gp, "w");
-    if (!g) {
+    vt_out go; /* a temporary file renamed over curves.gp: a special file there is refused, a crash keeps the old */
+    if (vt_out_open(&go, gp, e)) {
         free(rows);
-        return vt_seterr(e, "cannot create %s: %s", gp, strerror(errno));
+        return -1;
     }
+    FILE *g = go.f;
     fprintf(g, "# Training curves written by vitc from metrics.csv; run `gnuplot curves.gp` in this folder.\n");
     int ntl = write_block(g, "train_loss", rows, n, 2, 1.0);
     int nta = write_block(g, "train_acc", rows, n, 3, 100.0);
@@ -345,20 +349,28 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
                "} else {\n"
                "    set terminal png size 1200,480\n"
                "}\n"
-               "set output \"curves.png\"\n"
+               "if (!exists(\"out\")) out = \"curves.png\"\n"
+               "set output out\n"
                "set multiplot layout 1,2\n"
                "set grid\n"
                "set xlabel \"epoch\"\n");
     write_panel(g, "loss", "cross-entropy loss", "top right", "train_loss", ntl, "test_loss", nvl);
     write_panel(g, "accuracy", "accuracy (%)", "bottom right", "train_acc", nta, "test_acc", nva);
     fprintf(g, "unset multiplot\nunset output\n");
-    int bad = ferror(g);
-    if (fclose(g) != 0 || bad) return vt_seterr(e, "error writing %s: %s", gp, strerror(errno));
+    if (vt_out_commit(&go, e)) return -1;
     if (ntl + nta + nvl + nva == 0) return vt_seterr(e, "%s has no rows to plot", csv);
 
-    if (unlink(png) != 0 && errno != ENOENT) return vt_seterr(e, "cannot replace %s: %s", png, strerror(errno));
-    if (run_gnuplot(run_dir, e)) return -1;
+    /* gnuplot draws into a temporary file of the run folder, renamed over curves.png once it is complete */
+    const char *fixed[1] = {NULL};
+    if (vt_output_check(png, fixed, 0, e)) return -1;
+    char tmp_name[64], tmp[4096];
+    snprintf(tmp_name, sizeof tmp_name, ".vitc-%ld-curves.png", (long)getpid());
+    if (join(tmp, sizeof tmp, run_dir, tmp_name, e)) return -1;
+    int rc = run_gnuplot(run_dir, tmp_name, e);
     struct stat st;
-    if (stat(png, &st) != 0 || st.st_size == 0) return vt_seterr(e, "gnuplot ran but did not produce %s", png);
-    return 0;
+    if (rc == 0 && (stat(tmp, &st) != 0 || st.st_size == 0))
+        rc = vt_seterr(e, "gnuplot ran but did not produce %s", png);
+    if (rc == 0 && rename(tmp, png) != 0) rc = vt_seterr(e, "cannot move the new %s into place: %s", png, strerror(errno));
+    if (rc) remove(tmp);
+    return rc;
 }

@@ -22,6 +22,14 @@ check "loss goes down ($l1 -> $l3)" "awk 'BEGIN{exit !($l3 < $l1)}'"
 check "curves.png is a PNG" "[ \"\$(head -c 4 '$T/a/curves.png' | tail -c 3)\" = PNG ]"
 check "no temp files left" "[ -z \"\$(ls -A '$T/a' | grep -E 'tmp|[.]vitc-')\" ]"
 check "command recorded" "grep -q 'vitc train' '$T/a/command.txt'"
+# curves.gp and curves.png are replaced through temporary files: a FIFO put at curves.gp is refused with a warning
+# (the run goes on), and `gnuplot curves.gp` in the folder still draws curves.png
+cp -r "$T/a" "$T/fifo" && rm "$T/fifo/curves.gp" "$T/fifo/curves.png" && mkfifo "$T/fifo/curves.gp"
+timeout 300 $V train $COMMON --epochs 4 --resume "$T/fifo" --out "$T/fifo" >"$T/fifo.log" 2>&1
+check "a FIFO at curves.gp: warned, the run completes" "[ $? -eq 0 ] && grep -q 'curves.gp: it exists and is not a regular file' \
+    '$T/fifo.log' && [ -p '$T/fifo/curves.gp' ]" "$(tail -3 "$T/fifo.log")"
+cp "$T/a/curves.png" "$T/a.png" && rm "$T/a/curves.png" && (cd "$T/a" && gnuplot curves.gp)
+check "gnuplot curves.gp in the run folder draws curves.png" "cmp -s '$T/a.png' '$T/a/curves.png'"
 # the best validation top-1's weights: the epoch the Best line names is metrics.csv's first highest test_acc
 best=$(awk -F, 'NR > 1 && (NR == 2 || $6 > m) {m = $6; e = $1 - 1} END {print e}' "$T/a/metrics.csv")
 check "Best line names metrics.csv's best epoch ($best)" "grep -q '^Best: epoch $best, Acc@1 ' '$T/a.log'" "$(grep Best "$T/a.log")"
