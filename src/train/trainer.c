@@ -1150,6 +1150,10 @@ static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_o
 
 /* ---- the training loop ---- */
 
+/* The longest run folder name: its files' names ("/weights_best.safetensors", a writer's ".vitc-PID-XXXXXX"
+ * temporary, under 64 bytes) must fit the 4096-byte path buffers. */
+#define RUN_DIR_MAX 4000
+
 int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
     vt_train_opts own = *given; /* the data folder's path made absolute once it is open */
@@ -1173,6 +1177,12 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
+    /* the run's files are named in 4096-byte buffers: a folder name that would cut them short is refused here */
+    const char *dirs[2][2] = {{"--out", o->run_dir}, {"--resume", o->resume}};
+    for (int i = 0; i < 2; i++)
+        if (dirs[i][1] && strlen(dirs[i][1]) > RUN_DIR_MAX)
+            return vt_seterr(e, "the run folder name (%s) is %zu bytes long; at most %d leave room for its files' "
+                             "names", dirs[i][0], strlen(dirs[i][1]), RUN_DIR_MAX);
     if (o->resume && o->init_from)
         return vt_seterr(e, "--resume and --init-from contradict each other: a resumed run continues its checkpoint");
     vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;

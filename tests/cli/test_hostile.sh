@@ -110,6 +110,9 @@ for v in OMP_THREAD_LIMIT=1 OMP_MAX_ACTIVE_LEVELS=0 OMP_DYNAMIC=true; do
 done
 # 15. empty names
 expect "train --out \"\" refused" 1 "empty run folder name" $V train $M --data fashion-mnist --epochs 1 --out ""
+LONG=$T/$(printf 'a%.0s' $(seq 200))$(for i in $(seq 19); do printf '/%s' "$(printf 'b%.0s' $(seq 200))"; done)
+expect "train --out of 4000+ bytes refused (its files' names would be cut short)" 1 "leave room for its files' names" \
+    $V train $M --data fashion-mnist --epochs 1 --out "$LONG"
 expect "init -o \"\" refused" 1 "empty output file name" $V init $M -o ""
 # 16. an endless stream as a safetensors file ends at its header (read only as far as the header says), and an
 # input through a pipe is read once (its size taken from the same read)
