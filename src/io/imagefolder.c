@@ -446,13 +446,16 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     const int K = cJSON_GetArraySize(o);
     char **nm = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
     const char **keys = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
-    int rc = K > 0 && nm && keys ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    const cJSON **vals = calloc((size_t)(K > 0 ? K : 1), sizeof(cJSON *)); /* by class index: one pass, not K */
+    int rc = K > 0 && nm && keys && vals ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
     int i = 0;
     for (const cJSON *c = o->child; rc == 0 && c; c = c->next, i++) {
         keys[i] = c->string;
         if (!index_key(c->string))
             rc = vt_seterr(e, "%s: key \"%.40s\" is not a class index (0, 1, ... without leading zeros)", path,
                            c->string ? c->string : "");
+        else if (strlen(c->string) <= 9 && atoi(c->string) < K)
+            vals[atoi(c->string)] = c; /* keys past K leave an index below it missing */
     }
     if (rc == 0) { /* a key given twice: cJSON keeps both, and one index would go missing */
         qsort(keys, (size_t)K, sizeof *keys, cmp_cstr);
@@ -460,11 +463,10 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
             if (strcmp(keys[k - 1], keys[k]) == 0) rc = vt_seterr(e, "%s: duplicate key \"%s\"", path, keys[k]);
     }
     for (int k = 0; rc == 0 && k < K; k++) {
-        char key[16], where[32];
+        char where[32];
         vt_err ne = {0};
-        snprintf(key, sizeof key, "%d", k);
         snprintf(where, sizeof where, "class %d", k);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        const cJSON *v = vals[k];
         if (!cJSON_IsString(v))
             rc = vt_seterr(e, "%s: class %d is missing or not a string (keys must be 0..%d)", path, k, K - 1);
         else if (check_class_name(v->valuestring, where, &ne))
@@ -487,6 +489,7 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
             }
     }
     cJSON_Delete(o);
+    free(vals);
     free(keys);
     if (rc) {
         vt_classes_free(nm, K);

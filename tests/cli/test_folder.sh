@@ -237,6 +237,13 @@ cls "classes.json with a duplicate key" "duplicate key \"8\"" "{$TEN,\"8\":\"j\"
 cls "classes.json with a duplicate name" "classes 0 and 9 are both named" "{$TEN,\"9\":\"a\"}"
 cls "classes.json with an empty name" "class 9: an empty class name" "{$TEN,\"9\":\"\"}"
 cls "classes.json with a newline in a name" "has a control character (byte 0x0a)" "{$TEN,\"9\":\"j\\nk\"}"
+cls "classes.json with a key past its classes" "class 9 is missing or not a string (keys must be 0..9)" "{$TEN,\"10\":\"j\"}"
+cls "classes.json with a number for a name" "class 9 is missing or not a string" "{$TEN,\"9\":9}"
+# 200,000 classes read in one pass over the keys (it was quadratic: minutes), then compared with the model's 10
+$PY -c "import json; json.dump({str(i): 'c%d' % i for i in range(200000)}, open('$T/big.json', 'w'))"
+timeout 60 $V predict vit_fmnist_tiny -w "$T/w.safetensors" --classes "$T/big.json" "$ONE" >"$T/bigc.log" 2>&1
+check "classes.json of 200,000 classes read quickly and compared with the model" \
+    "grep -q '200000' '$T/bigc.log'" "$(cat "$T/bigc.log")"
 
 # one class: a softmax over it is 1 whatever the weights, so training is refused, folder or model
 mkdir -p "$T/oneclass/train/cat" "$T/oneclass/val/cat"
