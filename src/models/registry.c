@@ -188,14 +188,15 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (given > a->nstages)
         return vt_seterr_code(e, VT_E_USAGE, "%s: --dims/--depths/--heads give %d values but the model has %d "
                               "stage(s)", cfg->name, given, a->nstages);
+    int fixed_heads = -1; /* the first stage whose type runs its own heads against a --heads: refused after the host
+                           * check, which names a type the host cannot hold first */
     for (int i = 0; i < a->nstages; i++) {
         if (ov->dims[i] > 0) a->stages[i].dim = ov->dims[i];
         if (ov->depths[i] > 0) a->stages[i].depth = ov->depths[i];
         if (ov->heads[i] > 0) a->stages[i].heads = ov->heads[i];
         const vt_attn_type *t = vt_attn_find(a->stages[i].attn); /* a type with its own head count keeps it */
-        if (t && t->heads > 0 && ov->heads[i] > 0 && ov->heads[i] != t->heads && !ov->recorded)
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention %s always runs %d heads, so --heads %d can "
-                                  "have no effect there", cfg->name, i + 1, t->name, t->heads, ov->heads[i]);
+        if (t && t->heads > 0 && ov->heads[i] > 0 && ov->heads[i] != t->heads && !ov->recorded && fixed_heads < 0)
+            fixed_heads = i;
         if (t && t->heads > 0) a->stages[i].heads = t->heads;
     }
     if (vt_model_depth(out) > VT_MAX_BLOCKS) /* the deepest named model has 40 */
@@ -276,7 +277,13 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     if (ov->train_form && !(caps & VT_CAP_FORM_RECORD) && !vt_ffn_find(a->ffn)->reparam)
         return vt_seterr_code(e, VT_E_USAGE, "%s has no re-parameterised blocks: --train-form applies to cFFN "
                               "(--ffn cffn) and Next-ViT models", out->name);
-    return cfg->family->check ? cfg->family->check(out, e) : 0;
+    if (cfg->family->check && cfg->family->check(out, e)) return -1;
+    if (fixed_heads >= 0) {
+        const vt_attn_type *t = vt_attn_find(a->stages[fixed_heads].attn);
+        return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention %s always runs %d heads, so --heads %d can have "
+                              "no effect there", cfg->name, fixed_heads + 1, t->name, t->heads, ov->heads[fixed_heads]);
+    }
+    return 0;
 }
 
 int vt_model_any_size(const vt_model_cfg *c) {

@@ -159,7 +159,8 @@ static void preset_msf(vt_recipe *r) {
 /* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */
 static void preset_hmhsa(vt_recipe *r) {
     preset_deit(r);
-    r->source = "hMHSA/cFFN: the host's recipe (spec-hmhsa-cffn.md §3); DeiT's for the DeiT hosts";
+    r->source = "hMHSA/cFFN: DeiT's settings, the recipe of the paper's DeiT hosts (spec-hmhsa-cffn.md §3: each host "
+                "trains with its own: on another host give that host's, e.g. --recipe swin on Swin-T)";
 }
 
 static const char *const names[] = {"default", "deit", "swin", "flatten", "groupmixformer", "refiner", "msf", "hmhsa"};

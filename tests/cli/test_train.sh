@@ -291,6 +291,7 @@ info nextvit_small --heads 4|Next-ViT's widths (96, 256, 512, 1024) and heads (3
 info pvt_tiny --attn msf|stage 1 attention 'msf' is not defined in PVT
 info vit_fmnist_tiny_gap --attn gma --heads 3|stage 1 attention gma always runs 8 heads, so --heads 3 can have no effect there
 info groupmixformer_m --heads 8,8,4,8|stage 3 attention gma always runs 8 heads
+info swin_t --heads 2 --attn gma|attention 'gma' is not defined in Swin's torchvision layout
 predict deit_tiny_patch16_224 -w w.safetensors --topk 65 x.png|--topk 65: at most 64 classes are listed per image (deit_tiny_patch16_224 has 1000)
 grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
