@@ -127,7 +127,8 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
                              "fine-tune from the run's weights.safetensors or weights_best.safetensors", path);
         }
     char miss[1024] = "", extra[1024] = "", bad[1024] = "";
-    int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0;
+    int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0, rep_missing = 0, file_rep = 0;
+    for (int i = 0; i < f.n; i++) file_rep |= strstr(f.entries[i].name, ".rep.") != NULL;
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(&f, t->name);
@@ -136,6 +137,7 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         if (!s && vt_weights_may_be_absent(t)) continue; /* a BatchNorm's counter: the model's 0 */
         if (!s) {
             note(miss, sizeof miss, &nmiss, t->name);
+            rep_missing += strstr(t->name, ".rep.") != NULL;
             continue;
         }
         action a = plan(t, s, num_classes, &p);
@@ -151,10 +153,15 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         }
     }
     if (nmiss || nextra || nbad) {
-        vt_seterr(e, "%s: cannot fine-tune from these weights:%s%s%s%s%s%s%s%s%s", path, nmiss ? " missing " : "",
+        const char *why = rep_missing && !file_rep && nextra /* the branches absent, other tensors in their place */
+                              ? " they hold the deployed form of re-parameterised blocks (cFFN's `.rep.` branches "
+                                "merged by `vitc deploy`, which cannot be split again): fine-tune from a training-form "
+                                "file (a run's weights.safetensors, or `vitc init --train-form`);"
+                              : "";
+        vt_seterr(e, "%s: cannot fine-tune from these weights:%s%s%s%s%s%s%s%s%s", path, why, nmiss ? " missing " : "",
                   miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "", extra,
                   nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position embedding, "
-                  "relative-position table): " : "", bad, "");
+                  "relative-position table): " : "", bad);
         vt_st_close(&f);
         return -1;
     }

@@ -475,6 +475,11 @@ expect "a training checkpoint as --weights refused, naming it as one" 1 "It is a
     $V forward $M -w "$T/ref/checkpoint.safetensors" --input "$T/x.safetensors" -o "$T/yc.safetensors"
 expect "... and as --init-from, naming the run's weights files" 1 "is a training checkpoint .*fine-tune from the run's" \
     $V train $M --init-from "$T/ref/checkpoint.safetensors" --epochs 1 --out "$T/ifc"
+# deployed cFFN weights as a fine-tuning start: said so (the merged branches cannot be split again)
+$V init $M --attn hmhsa --ffn cffn --train-form -o "$T/hc.safetensors" >/dev/null 2>&1 &&
+    $V deploy $M --attn hmhsa --ffn cffn -w "$T/hc.safetensors" -o "$T/hd.safetensors" >/dev/null 2>&1
+expect "deployed cFFN weights as --init-from refused, naming the form" 1 "they hold the deployed form of re-parameterised" \
+    $V train $M --attn hmhsa --ffn cffn --data fashion-mnist --epochs 1 --init-from "$T/hd.safetensors" --out "$T/ifd"
 # a PyTorch checkpoint given straight to vitc: pointed at the converter
 /usr/bin/python3 -c "import torch; torch.save({'model': {'a': torch.zeros(2)}}, '$T/ck.pth'); \
 torch.save({'a': torch.zeros(2)}, '$T/ck_legacy.pth', _use_new_zipfile_serialization=False)"
