@@ -189,7 +189,15 @@ static const vt_model_cfg models[] = {
 /* Weight decay: timm's rule (1-D parameters: biases, norms); the official no_weight_decay() names (pos_embed,
  * cls_token) do not exist in these networks, so nothing else is excluded (FLatten's scale and positional_encoding
  * are decayed, as the official training code does). */
+/* Parameter shapes independent of the image size (LePE is a convolution) unless a FLatten stage holds its
+ * positional encoding of the stage's tokens. */
+static int any_size(const vt_model_cfg *c) {
+    for (int i = 0; i < c->arch.nstages; i++)
+        if (strcmp(c->arch.stages[i].attn, "flatten") == 0) return 0;
+    return 1;
+}
+
 const vt_family vt_family_cswin = {
-    .name = "cswin", .build = build, .features = features, .check = check,
+    .name = "cswin", .build = build, .features = features, .check = check, .any_size = any_size,
     .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_LAST_GLOBAL, .models = models, .nmodels = VT_COUNT(models),
 };

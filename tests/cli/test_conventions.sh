@@ -181,3 +181,14 @@ rc=$?
 check "predict: a heads mismatch at another --img-size is not blamed on the size" \
     "[ $rc -eq 1 ] && grep -q 'relative_position_bias_table' '$T/sh.log' && ! grep -q 'depend on the image size' '$T/sh.log'" \
     "rc $rc: $(cat "$T/sh.log")"
+# CSwin's weights fit any size (LePE is a convolution): forward takes a 448-px input with 224-px weights; a size its
+# stripes do not divide is refused saying so, not blamed on the weights
+CSW="cswin_tiny_224 --dims 16 --depths 1 --heads 2 --num-classes 4"
+$V init $CSW -o "$T/csw.safetensors" >/dev/null 2>&1
+/usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st, numpy as np; \
+[st.save('$T/cx%d.safetensors' % s, {'input': np.random.rand(1, 3, s, s).astype(np.float32)}) for s in (448, 64)]"
+$V forward $CSW -w "$T/csw.safetensors" --input "$T/cx448.safetensors" -o "$T/cy.safetensors" >"$T/cs448.log" 2>&1
+check "CSwin forward takes a 448-px input with 224-px weights" "[ $? -eq 0 ] && [ -s '$T/cy.safetensors' ]" "$(cat "$T/cs448.log")"
+$V forward $CSW -w "$T/csw.safetensors" --input "$T/cx64.safetensors" -o "$T/cy.safetensors" >"$T/cs64.log" 2>&1
+check "... and refuses 64 px, where stripes of 7 do not divide stage 3's grid" \
+    "[ $? -eq 1 ] && grep -q 'stripe width 7 does not divide the stage resolution 4' '$T/cs64.log'" "$(cat "$T/cs64.log")"
