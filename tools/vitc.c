@@ -1730,6 +1730,12 @@ static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
         if (mc) return mc;
     }
     if (vt_model_check_tensors(c, f, o->weights, &e)) return die("%s", e.msg);
+    if (!vt_st_meta(f, VT_HEADS_KEY)) { /* converted checkpoints: their heads are the named model's, unless changed */
+        char have[64];
+        vt_model_heads(c, have, sizeof have);
+        notice("%s records no attention heads (%s): the maps are split into %s heads per stage, as the model is "
+               "built", o->weights, VT_HEADS_KEY, have);
+    }
     if (hr < 0) { /* the tensors fit the model: the record does not */
         char msg[600];
         snprintf(msg, sizeof msg, "%s: its %s metadata \"%.60s\" is not one head count per stage of %s's %d stage%s: "
