@@ -1559,7 +1559,6 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
-/* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
 /* Class i's name: from --classes, else the model's dataset's (NULL: none). */
 static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
     if (o->cls) return i >= 0 && i < o->ncls ? o->cls[i] : NULL;
@@ -1595,6 +1594,7 @@ static void classes_beside_weights(opts *o, int K) {
     o->ncls = K;
 }
 
+/* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
     const int names = class_name(o, c, 0) != NULL;
     if (o->json) {

@@ -789,14 +789,14 @@ static int check_classes(const char *run, const vt_imagefolder *f, const char *d
                      shown > 4 ? ", ..." : "");
 }
 
-/* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st after checking it fits this run: its
- * rank count, epochs left to train, the optimiser steps of an epoch (spe) and the settings (check_resume). */
 /* The epochs run o trains: its cosine's, then its cooldown's (at the final learning rate). */
 static int run_epochs(const vt_train_opts *o) {
     const int64_t n = (int64_t)o->epochs + (o->cooldown_epochs > 0 ? o->cooldown_epochs : 0);
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
+/* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st after checking it fits this run: its
+ * rank count, epochs left to train, the optimiser steps of an epoch (spe) and the settings (check_resume). */
 static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_adamw *opt, vt_params *ema,
                       train_state *st, int ranks, int64_t spe, vt_err *e) {
     char rpath[4096], world[32];
