@@ -177,6 +177,22 @@ def test_types(rep, tmp, imgs, cfg):
                rollout=False)
 
 
+def run_windowed(rep, tmp, tag, name, args, ref, sd, imgs):
+    """Loads sd into ref (float64, eval), runs `vitc attention name args` with the same weights on imgs saving the
+    maps, then ref on the input vitc saved (its modules record their maps); vitc's saved maps, or None on failure."""
+    ref.double().eval()
+    ref.load_state_dict({k: (v if v.dtype == torch.int64 else torch.as_tensor(v).double()) for k, v in sd.items()},
+                        strict=True)
+    w, maps = tmp / f"{tag}_w.safetensors", tmp / f"{tag}_maps.safetensors"
+    st.save(w, {k: torch.as_tensor(v) for k, v in sd.items()})
+    if vitc_ok(rep, f"{tag} attention", "attention", name, *args, "--weights", w, *imgs, "--save-maps", maps) is None:
+        return None
+    got = st.load(maps)
+    with torch.no_grad():
+        ref(torch.from_numpy(got["input"]).double())
+    return got
+
+
 def test_swin_windows(rep, tmp, imgs):
     """swin_fmnist_tiny (14×14 tokens, windows of 7, shift 3 in odd blocks of stage 0; stage 1 one 7×7 window):
     the per-window maps (images, windows, heads, N, N) equal swin_ref's, and the drawn rows are each window's mean
@@ -184,17 +200,11 @@ def test_swin_windows(rep, tmp, imgs):
     name = "swin_fmnist_tiny"
     swin_ref.MODELS[name] = dict(swin_ref._cfg("microsoft", 48, [2, 2], [3, 6], 7, 28, 0.0), patch=2, in_chans=1,
                                  num_classes=10, dims=[48, 96], attn="SS", focusing_factor=None, kernel_size=None)
-    ref = swin_ref.build(name).double().eval()
-    sd = swin_ref.randomize(ref, 8)
-    ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd.items()}, strict=True)
-    w, maps, png = tmp / "swin_w.safetensors", tmp / "swin_maps.safetensors", tmp / "swin.png"
-    st.save(w, sd)
-    if vitc_ok(rep, "swin attention", "attention", name, "--weights", w, *imgs, "-o", png, "--save-maps",
-               maps) is None:
+    ref = swin_ref.build(name)
+    png = tmp / "swin.png"
+    got = run_windowed(rep, tmp, "swin", name, ["-o", png], ref, swin_ref.randomize(ref, 8), imgs)
+    if got is None:
         return
-    got = st.load(maps)
-    with torch.no_grad():
-        ref(torch.from_numpy(got["input"]).double())
     n, worst, rows_worst, where = len(imgs), 0.0, 0.0, ""
     for mname, mod in ref.named_modules():
         if not hasattr(mod, "maps") or not mname.endswith(".attn"):
@@ -228,18 +238,10 @@ def test_cswin_stripes(rep, tmp, imgs):
     args = ["--img-size", img, "--dims", "16,32,64,128", "--depths", "1,1,1,1", "--windows", "1,2,2,2",
             "--num-classes", 10]
     ref = cswin_ref.build(name, img_size=img, dims=[16, 32, 64, 128], depths=[1, 1, 1, 1], heads=[2, 4, 8, 16],
-                          split_size=[1, 2, 2, 2], num_classes=10, in_chans=3).double().eval()
-    sd = cswin_ref.randomize(ref, 10)
-    ref.load_state_dict({k: (v if v.dtype == torch.int64 else torch.as_tensor(v).double()) for k, v in sd.items()},
-                        strict=True)
-    w, maps = tmp / "cswin_w.safetensors", tmp / "cswin_maps.safetensors"
-    st.save(w, {k: torch.as_tensor(v) for k, v in sd.items()})
-    if vitc_ok(rep, "cswin attention", "attention", name, *args, "--weights", w, *imgs, "--save-maps",
-               maps) is None:
+                          split_size=[1, 2, 2, 2], num_classes=10, in_chans=3)
+    got = run_windowed(rep, tmp, "cswin", name, args, ref, cswin_ref.randomize(ref, 10), imgs)
+    if got is None:
         return
-    got = st.load(maps)
-    with torch.no_grad():
-        ref(torch.from_numpy(got["input"]).double())
     n, worst, rows_worst, where, count = len(imgs), 0.0, 0.0, "", 0
     for mname, mod in ref.named_modules():
         if not isinstance(mod, cswin_ref.StripeAttention):
@@ -270,17 +272,9 @@ def test_swin_padded(rep, tmp, imgs):
     name, img = "swin_t", 40
     args = ["--img-size", img, "--dims", "24,48,96,192", "--depths", "2,1,1,1"]   # swin_t's heads, 3 to 24
     ref = swin_ref.build(name, img_size=img, dims=[24, 48, 96, 192], depths=[2, 1, 1, 1], heads=[3, 6, 12, 24])
-    ref = ref.double().eval()
-    sd = swin_ref.randomize(ref, 12)
-    ref.load_state_dict({k: (v if v.dtype == torch.int64 else v.double()) for k, v in sd.items()}, strict=True)
-    w, maps = tmp / "swin_t_w.safetensors", tmp / "swin_t_maps.safetensors"
-    st.save(w, sd)
-    if vitc_ok(rep, "swin_t attention", "attention", name, *args, "--weights", w, *imgs, "--save-maps",
-               maps) is None:
+    got = run_windowed(rep, tmp, "swin_t", name, args, ref, swin_ref.randomize(ref, 12), imgs)
+    if got is None:
         return
-    got = st.load(maps)
-    with torch.no_grad():
-        ref(torch.from_numpy(got["input"]).double())
     n, worst, rows_worst, where, count = len(imgs), 0.0, 0.0, "", 0
     for mname, mod in ref.named_modules():
         if not isinstance(mod, swin_ref.TVWindowAttention):
