@@ -449,7 +449,8 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     if (o->features && !cfg->family->features)
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */
-    if (vt_model_summarize(cfg, &sum, &e)) return refuse(NULL, "%s", e.msg);
+    if (vt_model_summarize(cfg, &sum, &e))
+        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
     vt_model_summary_free(&sum);
     return 0;
 }

@@ -198,7 +198,8 @@ typedef struct vt_model_summary {
     int64_t *scope_params, *scope_macs;
 } vt_model_summary;
 
-/* Counts c's parameters and MACs for one image (no weights allocated); free with vt_model_summary_free. */
+/* Counts c's parameters and MACs for one image (no weights allocated); free with vt_model_summary_free. A
+ * configuration its blocks refuse to build fails with e->code VT_E_USAGE. */
 int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e);
 
 /* Frees what vt_model_summarize allocated. */

@@ -446,8 +446,8 @@ int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
     vt_graph *g = vt_graph_new(P, 0, e);
     int rc = -1;
     if (g) g->all_tokens = 1; /* the model's MACs, not the pruned last block's */
-    if (g && !vt_model_build(g, c, 1, NULL)) {
-        vt_seterr(e, "%s", g->err.msg);
+    if (g && !vt_model_build(g, c, 1, NULL)) { /* the configuration cannot be built: the caller's options */
+        vt_seterr_code(e, VT_E_USAGE, "%s", g->err.msg);
     } else if (g) {
         s->params = vt_params_count(P, VT_PARAM);
         s->buffers = vt_params_count(P, VT_BUFFER);
