@@ -1767,6 +1767,9 @@ static int cmd_attention(opts *o) {
     if (!o->weights) return missing("--weights");
     if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
     if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
+    if (heads && !o->output) /* --save-maps keeps every head */
+        return refuse("attention", "--heads picks the heads drawn in the picture (-o); --save-maps keeps every head, "
+                      "so without -o it can have no effect");
     const size_t len = o->output ? strlen(o->output) : 0;
     if (o->output && (len < 4 || strcasecmp(o->output + len - 4, ".png") != 0))
         return die("-o %s: the picture is written as PNG; give a name ending in .png", o->output);

@@ -493,7 +493,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             maxh = H > maxh ? H : maxh;
             for (int k = 0; k < o->nheads; k++)
                 if (o->heads[k] >= H) {
-                    vt_seterr(e, "head %d: %s has %d heads (0 to %d)", o->heads[k], r.sel[i]->name, H, H - 1);
+                    vt_seterr(e, "head %d: %s has %d head%s (0 to %d)", o->heads[k], r.sel[i]->name, H,
+                              H == 1 ? "" : "s", H - 1);
                     goto fail;
                 }
         }
@@ -598,7 +599,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     if (h >= H) continue;
                     char cap[64];
                     if (h < 0)
-                        snprintf(cap, sizeof cap, "mean of %d heads", H);
+                        snprintf(cap, sizeof cap, "mean of %d head%s", H, H == 1 ? "" : "s");
                     else if (m->split)
                         snprintf(cap, sizeof cap, "head %d %s", h, h < m->split ? "computed" : "hallucin.");
                     else

@@ -372,6 +372,8 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
     if vitc_ok(rep, "init gma", "init", "vit_fmnist_tiny_gap", "--attn", "gma", "-o", wg) is not None:
         fails(rep, "rollout without probabilities", "no softmax probabilities", "attention", "vit_fmnist_tiny_gap", "--attn", "gma",
               "--weights", wg, imgs[0], *out, "--rollout")
+    fails(rep, "--heads without a picture", "without -o it can have no effect", "attention", MODEL, "--weights",
+          w, imgs[0], "--save-maps", tmp / "err.safetensors", "--heads", "0")
     wr = tmp / "refiner_every_w.safetensors"
     if vitc_ok(rep, "init refiner", "init", MODEL, "--attn", "refiner", "-o", wr) is not None:
         fails(rep, "rollout over refined maps", "a refined map (scores, not probabilities) that mixes its values",
