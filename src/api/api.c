@@ -76,11 +76,16 @@ typedef struct {
     unsigned csr;
 } call_env;
 
-/* Claims m for this call (-1 with the reason when another thread's call holds it) and saves the caller's settings. */
+/* Claims m for this thread's call: -1 with the reason when another thread's call holds it (release: m->busy = 0). */
+static int claim(vitc_model *m, vt_err *e) {
+    if (!atomic_exchange(&m->busy, 1)) return 0;
+    return vt_seterr(e, "%s: the model is in use by another thread's call (a vitc_model runs one call at a time: "
+                     "open one per thread)", m->cfg.name);
+}
+
+/* Claims m for this call (claim) and saves the caller's settings. */
 static int enter(vitc_model *m, call_env *c, vt_err *e) {
-    if (atomic_exchange(&m->busy, 1))
-        return vt_seterr(e, "%s: the model is in use by another thread's call (a vitc_model runs one call at a time: "
-                         "open one per thread)", m->cfg.name);
+    if (claim(m, e)) return -1;
     c->threads = omp_get_max_threads();
     if (m->threads > 0) omp_set_num_threads(m->threads);
 #if defined(__SSE2__)
@@ -187,9 +192,8 @@ int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
         vt_gemm_plan_free(&p);
         if (bad) return fail(err, "%s: %s", m->cfg.name, e.msg);
     }
-    if (atomic_exchange(&m->busy, 1))
-        return fail(err, "%s: the model is in use by another thread's call (a vitc_model runs one call at a time)",
-                    m->cfg.name);
+    vt_err ce = {0};
+    if (claim(m, &ce)) return fail(err, "%s", ce.msg);
     if (m->cfg.arch.int8 != int8 || m->cfg.arch.bf16 != bf16) {
         m->cfg.arch.int8 = int8;
         m->cfg.arch.bf16 = bf16;

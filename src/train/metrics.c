@@ -361,8 +361,7 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
     if (ntl + nta + nvl + nva == 0) return vt_seterr(e, "%s has no rows to plot", csv);
 
     /* gnuplot draws into a temporary file of the run folder, renamed over curves.png once it is complete */
-    const char *fixed[1] = {NULL};
-    if (vt_output_check(png, fixed, 0, e)) return -1;
+    if (vt_output_check(png, NULL, 0, e)) return -1;
     char tmp_name[64], tmp[4096];
     snprintf(tmp_name, sizeof tmp_name, ".vitc-%ld-curves.png", (long)getpid());
     if (join(tmp, sizeof tmp, run_dir, tmp_name, e)) return -1;
@@ -370,7 +369,8 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
     struct stat st;
     if (rc == 0 && (stat(tmp, &st) != 0 || st.st_size == 0))
         rc = vt_seterr(e, "gnuplot ran but did not produce %s", png);
-    if (rc == 0 && rename(tmp, png) != 0) rc = vt_seterr(e, "cannot move the new %s into place: %s", png, strerror(errno));
+    if (rc == 0 && rename(tmp, png) != 0)
+        rc = vt_seterr(e, "cannot move the new %s into place: %s", png, strerror(errno));
     if (rc) remove(tmp);
     return rc;
 }
