@@ -290,7 +290,21 @@ static void check_open_with(vt_test *T, const char *dir) {
     T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0 &&
                    vt_model_init_params(&c, P, 3, &e) == 0 && vt_params_save(P, w, &e) == 0, "%s", e.msg);
     vitc_error err;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, NULL, &err) && strstr(err.msg, "do not match"), "%s", err.msg);
+    /* the file records the options it was saved with: vitc_open builds the model with them */
+    vitc_model *rm = vitc_open("vit_fmnist_tiny", w, NULL, &err);
+    vitc_info ri = {0};
+    if (rm) vitc_get_info(rm, &ri);
+    T_CHECK(T, rm && ri.num_classes == 5 && ri.in_chans == 3, "recorded options: %s (%d classes, %d channels)",
+            rm ? "opened" : err.msg, ri.num_classes, ri.in_chans);
+    vitc_close(rm);
+    T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, "--num-classes 7", &err) && strstr(err.msg, "do not match"),
+            "an option given wins over the record: %s", err.msg);
+    char wo[112]; /* the same weights recorded as another model's: its options are not taken */
+    snprintf(wo, sizeof wo, "%s/other.safetensors", dir);
+    if (P) P->model = "deit_tiny_patch16_224";
+    T_CHECK(T, P && vt_params_save(P, wo, &e) == 0, "%s", e.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && strstr(err.msg, "do not match"), "%s", err.msg);
+    unlink(wo);
     const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},
                             {"--dims 1x", "--dims '1x': expected comma-separated integers"},
                             {"--num-classes", "--num-classes needs a value"},

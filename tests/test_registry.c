@@ -374,8 +374,39 @@ static void check_option_kinds(vt_test *T) {
             e.code);
 }
 
+/* The options a weight file records (vt_model_cfg.options) rebuild the model they were made from: for every named
+ * model and every option set it accepts, configuring with the recorded text gives the same architecture and text. */
+static void check_options_record(vt_test *T) {
+    static const char *const sets[] = {
+        "--num-classes 3 --in-chans 3 --img-size 64", "--heads 2", "--dims 32 --depths 1", "--depths 1,1,2,1",
+        "--attn flatten", "--attn msf", "--attn hmhsa --double-heads", "--ffn cffn --heads 4,4,8,8",
+        "--windows 2", "--windows 2,2,2,1 --img-size 32", "--attn flatten,flatten,mhsa,mhsa", "--apply-transform",
+        "--attn gma --num-classes 7"};
+    int rebuilt = 0;
+    for (int m = 0; m < vt_model_count(); m++) {
+        const vt_model_cfg *base = vt_model_at(m);
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+            vt_model_overrides ov = vt_model_no_overrides(), ov2 = vt_model_no_overrides();
+            vt_model_cfg c, c2;
+            char names[128], names2[128];
+            vt_err e = {0}, e2 = {0};
+            if (vt_model_parse_options(sets[k], base->arch.nstages, &ov, names, sizeof names, &e) ||
+                vt_model_configure(base, &ov, &c, &e))
+                continue; /* an option set this model does not take */
+            const int rc = vt_model_parse_options(c.options, base->arch.nstages, &ov2, names2, sizeof names2, &e2) ||
+                           vt_model_configure(base, &ov2, &c2, &e2);
+            T_CHECK(T, rc == 0 && memcmp(&c.arch, &c2.arch, sizeof c.arch) == 0 && strcmp(c.options, c2.options) == 0,
+                    "%s '%s': its record '%s' rebuilds %s ('%s')", base->name, sets[k], c.options,
+                    rc ? e2.msg : "another architecture", rc ? "" : c2.options);
+            rebuilt++;
+        }
+    }
+    T_CHECK(T, rebuilt > 2 * vt_model_count(), "%d option sets rebuilt from their records", rebuilt);
+}
+
 void test_registry(vt_test *T) {
     check_option_kinds(T);
+    check_options_record(T);
     check_all_tokens(T, "vit_fmnist_p7");
     check_all_tokens(T, "deit_tiny_patch16_224");
     T_CHECK(T, vt_model_count() > 0, "models registered");

@@ -53,8 +53,16 @@ def fmnist(args):
     print("wrote %s/png and %s/jpg: %d train, %d val images" % (args.out, args.out, args.train, args.val))
 
 
+def size_arg(text):
+    """WxH with positive integers (argparse's type for --size)."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError("expected WIDTHxHEIGHT, e.g. 400x300, got %r" % text)
+    return int(parts[0]), int(parts[1])
+
+
 def synthetic(args):
-    w, h = (int(v) for v in args.size.split("x"))
+    w, h = args.size
     rng = np.random.default_rng(0)
     for i in range(args.n):
         split = "val" if (i // args.classes) % 5 == 4 else "train"
@@ -78,7 +86,7 @@ def main():
     s = sp.add_parser("synthetic")
     s.add_argument("out")
     s.add_argument("--n", type=int, default=500)
-    s.add_argument("--size", default="400x300")
+    s.add_argument("--size", type=size_arg, default=(400, 300), help="WIDTHxHEIGHT (default 400x300)")
     s.add_argument("--classes", type=int, default=10)
     args = p.parse_args()
     fmnist(args) if args.cmd == "fmnist" else synthetic(args)

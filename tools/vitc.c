@@ -60,6 +60,10 @@ typedef struct {
     int heads_recorded;       /* train --resume: --heads came from the checkpoint (vt_model_overrides.recorded) */
     char arch_heads[96];      /* attention: the architecture's heads taken from the weights' record */
     char model_options[1024]; /* train: the options that configured the model, as recorded (record_model_options) */
+    char weights_model[1024]; /* the model options the --weights file records, split (o's pointers refer to it) */
+    vt_st_file wfile;         /* the --weights file, read by weights_options for load_model: wfile_open 1 */
+    int wfile_open;           /* 1: wfile holds it; -1: it could not be read (werr, said by load_model); 0: unread */
+    vt_err werr;
 } opts;
 
 typedef enum { O_STR, O_INT, O_LL, O_DBL, O_FLAG } okind;
@@ -455,11 +459,24 @@ static int model_cfg(const opts *o, vt_model_cfg *cfg) {
     return 0;
 }
 
+/* Frees the --weights file weights_options read, once its values are loaded. */
+static void close_weights(opts *o) {
+    if (o->wfile_open > 0) vt_st_close(&o->wfile);
+    o->wfile_open = 0;
+}
+
 /* A parameter store holding the model's parameters, loaded from o->weights or, without it, initialised (seed); the
  * commands that need weights refuse a missing --weights first (a usage error). */
-static vt_params *load_model(const opts *o, const vt_model_cfg *cfg) {
+static vt_params *load_model(opts *o, const vt_model_cfg *cfg) {
     vt_err e = {0};
-    vt_params *P = o->weights ? vt_model_load(cfg, o->weights, &e) : vt_params_new(&e);
+    if (o->weights && o->wfile_open < 0) { /* read once: a stream would be empty the second time */
+        die("%s", o->werr.msg);
+        return NULL;
+    }
+    vt_params *P = !o->weights          ? vt_params_new(&e)
+                   : o->wfile_open > 0 ? vt_model_load_file(cfg, &o->wfile, o->weights, &e)
+                                       : vt_model_load(cfg, o->weights, &e);
+    close_weights(o);
     if (P && !o->weights && vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
         vt_params_free(P);
         P = NULL;
@@ -824,17 +841,21 @@ static int copy_recorded(char *buf, size_t size, const char *v, const char *key,
 /* The options a training checkpoint records (the model's, and the arithmetic it trains in). */
 #define RECORDED_OPTS ARCH_OPTS SIZE_OPTS "--dtype "
 
-/* The model options in o->resumed_model as a checkpoint recorded them (path; what: the error's suffix), "--opt
- * value" pairs and flags separated by spaces (a value runs to the next " --"): those not on the command line are
- * taken; each is marked given. The text is split in place (o's pointers refer to it). */
-static int take_model_options(opts *o, const char *path, const char *what) {
-    for (char *p = o->resumed_model; *p;) {
+/* Takes the model options `text` records (a file vitc wrote, path; what: the error's suffix; allowed: the options such
+ * a file may record), "--opt value" pairs and flags separated by spaces (a value runs to the next " --"): those not on
+ * the command line, nor in skip, are taken and marked given, and listed in taken (n bytes) when it is not NULL. The
+ * text is split in place (o's pointers refer to it). */
+static int take_model_options(opts *o, const char *cmd, char *text, const char *allowed, const char *skip,
+                              const char *path, const char *what, char *taken, size_t n) {
+    size_t used = 0;
+    if (taken && n) taken[0] = '\0';
+    for (char *p = text; *p;) {
         char *name = p, *end = strchr(p, ' '), *eq = strchr(p, '=');
         if (eq && (!end || eq < end)) end = eq; /* --name=value, as the library's reader takes it */
         if (end) *end = '\0';
         const optdef *d = find_option(name);
-        if (!d || strncmp(name, "--", 2) != 0 || !has_word(RECORDED_OPTS, name)) {
-            say("train", "%s records the model option '%s': not a checkpoint vitc wrote", path, name);
+        if (!d || strncmp(name, "--", 2) != 0 || !has_word(allowed, name)) {
+            say(cmd, "%s records the model option '%s': not a file vitc wrote", path, name);
             return -1;
         }
         p = end ? end + 1 : name + strlen(name);
@@ -845,18 +866,55 @@ static int take_model_options(opts *o, const char *path, const char *what) {
             p = next ? next + 1 : p + strlen(p);
             if (next) *next = '\0';
             if (!*v) {
-                say("train", "%s records the model option %s without a value", path, name);
+                say(cmd, "%s records the model option %s without a value", path, name);
                 return -1;
             }
         }
-        if (given(o, name)) continue;
+        if (given(o, name) || (skip && has_word(skip, name))) continue;
         o->given[d - optdefs] = 1;
         o->heads_recorded |= strcmp(name, "--heads") == 0;
         if (!v)
             *(int *)((char *)o + d->off) = 1;
-        else if (set_option("train", d, name, v, what, o))
+        else if (set_option(cmd, d, name, v, what, o))
             return -1;
+        if (taken && used < n)
+            used += (size_t)snprintf(taken + used, n - used, "%s%s%s%s", used ? " " : "", name, v ? " " : "",
+                                     v ? v : "");
     }
+    return 0;
+}
+
+/* The commands that load --weights: the model options the file records (VT_OPTIONS_KEY, which vitc writes into every
+ * weight file) that the command line does not give are taken, said in a notice, when the file records the same model
+ * (VT_MODEL_KEY); attention's --heads picks heads to draw, so the heads come from VT_HEADS_KEY there. The file is
+ * read once (a pipe cannot be read again) into o->wfile, which load_model uses; one that cannot be read is left to
+ * load_model's message. 0, or the exit status after the message. */
+static int weights_options(opts *o, const command *cmd) {
+    if (!has_word(cmd->options, "--weights") || !o->weights || !o->model || !vt_model_find(o->model)) return 0;
+    if (vt_st_open(o->weights, &o->wfile, &o->werr)) { /* said when it is loaded, after the options' errors */
+        o->wfile_open = -1;
+        return 0;
+    }
+    o->wfile_open = 1;
+    const char *rec = vt_st_meta(&o->wfile, VT_OPTIONS_KEY), *model = vt_st_meta(&o->wfile, VT_MODEL_KEY);
+    if (!rec || !*rec) return 0;
+    if (!model || vt_model_find(model) != vt_model_find(o->model)) {
+        notice("%s records the model options \"%.200s\" of %.64s: not taken for %s", o->weights, rec,
+               model ? model : "another model", o->model);
+        return 0;
+    }
+    char what[4200], taken[sizeof o->weights_model];
+    snprintf(what, sizeof what, " (recorded in %s)", o->weights);
+    if (strlen(rec) >= sizeof o->weights_model) {
+        say(cmd->name, "%s records model options of %zu bytes: not a file vitc wrote", o->weights, strlen(rec));
+        return 1;
+    }
+    memcpy(o->weights_model, rec, strlen(rec) + 1);
+    const int attention = strcmp(cmd->name, "attention") == 0;
+    if (take_model_options(o, cmd->name, o->weights_model, ARCH_OPTS SIZE_OPTS, attention ? "--heads " : NULL,
+                           o->weights, what, taken, sizeof taken))
+        return 1;
+    if (taken[0]) notice("the model is built with the options %s records: %s", o->weights, taken);
     return 0;
 }
 
@@ -979,7 +1037,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     }
     const char *mo = rec_get(&f, "model-options");
     if (rc == 0 && mo) rc = copy_recorded(o->resumed_model, sizeof o->resumed_model, mo, "model-options", path);
-    if (rc == 0 && mo) rc = take_model_options(o, path, what);
+    if (rc == 0 && mo) rc = take_model_options(o, "train", o->resumed_model, RECORDED_OPTS, NULL, path, what, NULL, 0);
     const char *data = rec_get(&f, "data"), *aug = rec_get(&f, "augment");
     const char *ra = rec_get(&f, "repeated-aug"), *ema = rec_get(&f, "model-ema-decay");
     if (rc == 0 && data && !given(o, "--data")) {
@@ -1777,12 +1835,13 @@ static int cmd_attention(opts *o) {
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
         return die("%s", e.msg);
-    vt_st_file f; /* read once: its tensors against the model, its recorded heads, then its values */
-    if (vt_st_open(o->weights, &f, &e)) return die("%s", e.msg);
+    /* read once (weights_options): its tensors against the model, its recorded heads, then its values */
+    if (o->wfile_open < 0 || (!o->wfile_open && vt_st_open(o->weights, &o->wfile, &o->werr)))
+        return die("%s", o->werr.msg);
+    o->wfile_open = 1;
     vt_params *P = NULL;
-    if (!(mc = model_of_weights(o, &c, &f)) && !(P = vt_model_load_file(&c, &f, o->weights, &e)))
-        mc = die("%s", e.msg);
-    vt_st_close(&f);
+    if (!(mc = model_of_weights(o, &c, &o->wfile)) && !(P = load_model(o, &c))) mc = 1;
+    close_weights(o);
     if (mc) return mc;
     const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
     vt_params_free(P);
@@ -2041,7 +2100,9 @@ int main(int argc, char **argv) {
             if (rank == 0) command_help(&commands[i]); /* (under mpirun: once) */
         } else {
             set_threads(&o);
-            rc = commands[i].run(&o);
+            rc = weights_options(&o, &commands[i]);
+            if (rc == 0) rc = commands[i].run(&o);
+            close_weights(&o);
         }
         vt_classes_free(o.cls, o.ncls);
         free(images);

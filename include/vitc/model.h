@@ -61,6 +61,8 @@ struct vt_model_cfg {
     const vt_family *family;
     vt_arch_cfg arch;
     vt_pretrained_cfg pre;
+    char options[512];        /* the architecture options that made it from its named config, spelt as on vitc's
+                               * command line (vt_model_configure fills it): weight files record them */
 };
 
 /* Options a family may accept beyond the common overrides (vt_family.caps). */
@@ -153,7 +155,12 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
  * ov. -1 with a message on an unknown option or a malformed value (the ranges are vt_model_configure's to check). */
 int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e);
 
-/* Copies cfg into out with the overrides applied, and checks the result (ranges, the family's rules). */
+/* Writes into buf (n bytes) the architecture options of ov (--img-size, --in-chans, --num-classes, --attn, --ffn,
+ * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options reads. */
+void vt_model_options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n);
+
+/* Copies cfg into out with the overrides applied, and checks the result (ranges, the family's rules); out->options
+ * then holds ov's architecture options (vt_model_options_text). */
 int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e);
 
 /* 1 if c's parameter shapes do not depend on the image size (its weights fit any input size the model takes). */

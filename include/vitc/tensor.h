@@ -121,6 +121,8 @@ typedef struct vt_params {
                        * like form; "": not recorded */
     char windows[64]; /* the attention window or stripe width of each stage of a model with them ("1,2,7,7"), which
                        * CSwin's shapes do not show: recorded and checked on loading (not on --init-from); "": none */
+    const char *model; /* the named model it was created for, recorded in weight files (VT_MODEL_KEY); NULL: none */
+    char options[512]; /* the options that changed it from that model (vt_model_cfg.options), recorded with it */
     uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of
                        * constant weights (packed, quantised) and renew them when it moved */
 } vt_params;
@@ -131,6 +133,9 @@ void vt_params_changed(vt_params *P);
 
 /* Creates an empty store. */
 vt_params *vt_params_new(vt_err *e);
+
+/* Copies what src records about its model (form, reparam, heads, windows, model, options) into dst, not its tensors. */
+void vt_params_copy_records(vt_params *dst, const vt_params *src);
 
 /* Frees the store and every tensor in it. */
 void vt_params_free(vt_params *P);

@@ -14,6 +14,10 @@
 #define VT_HEADS_KEY "vitc_heads"
 /* ... and the one holding P->windows, each stage's attention window or stripe width. */
 #define VT_WINDOWS_KEY "vitc_windows"
+/* ... and the ones holding P->model, the named model, and P->options, the options that changed it (the command line's
+ * spelling): the commands that load weights build the model with the options it was saved with. */
+#define VT_MODEL_KEY "vitc_model"
+#define VT_OPTIONS_KEY "vitc_model_options"
 
 /* Refuses a file f (opened from path) recording other heads (VT_HEADS_KEY) than P runs; files without the record
  * (official checkpoints, converted files, older vitc files) pass. */

@@ -17,6 +17,7 @@
 #include "vitc/api.h"
 #include "vitc/imagefolder.h"
 #include "vitc/predict.h"
+#include "vitc/weights.h"
 
 struct vitc_model {
     vt_model_cfg cfg; /* configured at open (image size, crop_pct) */
@@ -112,6 +113,25 @@ static void leave(vitc_model *m, const call_env *c) {
     atomic_store(&m->busy, 0);
 }
 
+/* Fills the options ov keeps (not given) with those the weights' record rec sets, for a model of `stages` stages. */
+static void take_recorded(vt_model_overrides *ov, const vt_model_overrides *rec, int stages) {
+    if (ov->img_size <= 0) ov->img_size = rec->img_size;
+    if (ov->in_chans <= 0) ov->in_chans = rec->in_chans;
+    if (ov->num_classes <= 0) ov->num_classes = rec->num_classes;
+    if (!ov->attn) ov->attn = rec->attn;
+    if (!ov->ffn) ov->ffn = rec->ffn;
+    const size_t bytes = sizeof(int) * (size_t)stages;
+    if (ov->dims[0] <= 0) memcpy(ov->dims, rec->dims, bytes);
+    if (ov->depths[0] <= 0) memcpy(ov->depths, rec->depths, bytes);
+    if (ov->heads[0] <= 0) memcpy(ov->heads, rec->heads, bytes);
+    if (ov->windows[0] <= 0) {
+        memcpy(ov->windows, rec->windows, bytes);
+        ov->windows_listed = rec->windows_listed;
+    }
+    ov->apply_transform |= rec->apply_transform;
+    ov->double_heads |= rec->double_heads;
+}
+
 vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err) {
     return vitc_open_with(name, weights, opt, NULL, err);
 }
@@ -137,9 +157,9 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
     m->batch = o.batch > 0 ? o.batch : 16;
-    vt_model_overrides ov = vt_model_no_overrides();
+    vt_model_overrides ov = vt_model_no_overrides(), rec = vt_model_no_overrides();
     vt_err e = {0};
-    char names[256]; /* --attn, --ffn and --dtype values */
+    char names[256], rnames[256]; /* --attn, --ffn and --dtype values */
     ov.recorded = 1; /* what `vitc train` records: heads a GMA stage ignored stay ignored */
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
@@ -155,6 +175,20 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         return fail(err, "%s: img_size %d (vitc_options) and --img-size %d (model options) differ", name, o.img_size,
                     ov.img_size), NULL;
     }
+    vt_st_file f; /* read once: the options it records, then its values */
+    if (vt_st_open(weights, &f, &e)) {
+        free(m);
+        return fail(err, "%s", e.msg), NULL;
+    }
+    const char *rmodel = vt_st_meta(&f, VT_MODEL_KEY), *roptions = vt_st_meta(&f, VT_OPTIONS_KEY);
+    if (rmodel && vt_model_find(rmodel) == base && roptions &&
+        vt_model_parse_options(roptions, base->arch.nstages, &rec, rnames, sizeof rnames, &e)) {
+        vt_st_close(&f);
+        free(m);
+        return fail(err, "%s: its %s record: %s", weights, VT_OPTIONS_KEY, e.msg), NULL;
+    }
+    if (o.img_size) rec.img_size = 0; /* opt's size, where the weights fit it */
+    take_recorded(&ov, &rec, base->arch.nstages); /* the options given, then those the weights record */
     if (o.img_size) ov.img_size = o.img_size;
     ov.crop_pct = o.crop_pct;
     vt_model_summary s = {0};
@@ -163,8 +197,9 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     if (vt_model_configure(base, &ov, &m->cfg, &e) == 0 && vt_model_summarize(&m->cfg, &s, &e) == 0) {
         m->params = s.params;
         m->gmacs = (double)s.macs / 1e9;
-        m->P = vt_model_load(&m->cfg, weights, &e);
+        m->P = vt_model_load_file(&m->cfg, &f, weights, &e);
     }
+    vt_st_close(&f);
     vt_model_summary_free(&s);
     leave(m, &env);
     if (!m->P) {

@@ -47,6 +47,15 @@ vt_tensor *vt_root(vt_tensor *t) {
 
 vt_params *vt_params_new(vt_err *e) { return vt_alloc(sizeof(vt_params), e); }
 
+void vt_params_copy_records(vt_params *dst, const vt_params *src) {
+    dst->form = src->form;
+    dst->reparam = src->reparam;
+    dst->model = src->model;
+    memcpy(dst->heads, src->heads, sizeof dst->heads);
+    memcpy(dst->windows, src->windows, sizeof dst->windows);
+    memcpy(dst->options, src->options, sizeof dst->options);
+}
+
 void vt_params_free(vt_params *P) {
     if (!P) return;
     for (int i = 0; i < P->n; i++) {

@@ -142,6 +142,37 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
     }
 }
 
+/* Appends " opt v0,v1,..." (the stages' values) to buf at *len when v sets any stage; one value when every stage has
+ * it and `one` is set. */
+static void list_text(const char *opt, const int *v, int stages, int one, char *buf, size_t n, size_t *len) {
+    if (v[0] <= 0 || *len >= n) return;
+    *len += (size_t)snprintf(buf + *len, n - *len, " %s ", opt);
+    for (int i = 0; i < (one ? 1 : stages) && *len < n; i++)
+        *len += (size_t)snprintf(buf + *len, n - *len, "%s%d", i ? "," : "", v[i]);
+}
+
+void vt_model_options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n) {
+    const struct { const char *opt; int v; } ints[] = {
+        {"--img-size", ov->img_size}, {"--in-chans", ov->in_chans}, {"--num-classes", ov->num_classes}};
+    size_t len = 0;
+    if (n) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && len < n; i++)
+        if (ints[i].v > 0) len += (size_t)snprintf(buf + len, n - len, " %s %d", ints[i].opt, ints[i].v);
+    if (ov->attn && len < n) len += (size_t)snprintf(buf + len, n - len, " --attn %s", ov->attn);
+    if (ov->ffn && len < n) len += (size_t)snprintf(buf + len, n - len, " --ffn %s", ov->ffn);
+    list_text("--dims", ov->dims, stages, 0, buf, n, &len);
+    list_text("--depths", ov->depths, stages, 0, buf, n, &len);
+    list_text("--heads", ov->heads, stages, 0, buf, n, &len);
+    list_text("--windows", ov->windows, stages, !ov->windows_listed, buf, n, &len);
+    if (ov->apply_transform && len < n) len += (size_t)snprintf(buf + len, n - len, " --apply-transform");
+    if (ov->double_heads && len < n) len += (size_t)snprintf(buf + len, n - len, " --double-heads");
+    if (len >= n) { /* never for the values vt_model_configure accepts: nothing rather than a cut record */
+        if (n) buf[0] = '\0';
+        return;
+    }
+    if (len) memmove(buf, buf + 1, len); /* the text and its NUL, without the first blank */
+}
+
 /* Copies the type name [p, p + len) into dst (24 bytes); -1 with a message if it does not fit. */
 static int set_name(char *dst, const char *p, size_t len, const char *model, const char *what, vt_err *e) {
     if (len == 0 || len >= 24)
@@ -283,6 +314,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention %s always runs %d heads, so --heads %d can have "
                               "no effect there", cfg->name, fixed_heads + 1, t->name, t->heads, ov->heads[fixed_heads]);
     }
+    vt_model_options_text(ov, a->nstages, out->options, sizeof out->options);
     return 0;
 }
 
@@ -384,6 +416,8 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
     if (c->family->caps & VT_CAP_FORM_RECORD) P->form = c->arch.train_form ? "training" : "deployed";
     P->reparam = strcmp(c->arch.ffn, "cffn") == 0;
     vt_model_heads(c, P->heads, sizeof P->heads);
+    P->model = c->name;
+    snprintf(P->options, sizeof P->options, "%s", c->options);
     P->windows[0] = '\0';
     for (int i = 0, len = 0; (c->family->caps & VT_CAP_WINDOWS) && i < c->arch.nstages && len < 48; i++)
         len += snprintf(P->windows + len, sizeof P->windows - (size_t)len, "%s%d", i ? "," : "",

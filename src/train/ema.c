@@ -7,8 +7,7 @@ int vt_ema_init(vt_ema *m, const vt_params *src, double decay, vt_err *e) {
     memset(m, 0, sizeof *m);
     if (!(decay >= 0.0 && decay <= 1.0)) return vt_seterr(e, "model EMA decay %g outside [0, 1]", decay);
     if (!(m->P = vt_params_new(e))) return -1;
-    m->P->form = src->form;
-    memcpy(m->P->heads, src->heads, sizeof src->heads);
+    vt_params_copy_records(m->P, src);
     m->decay = decay;
     for (int i = 0; i < src->n; i++) {
         const vt_tensor *s = src->t[i];

@@ -59,3 +59,22 @@ print(("ok" if 0 < err < float(sys.argv[3]) * rng else "bad") +
       " max |%s - fp32| %.4g of a logit range %.4g" % (sys.argv[4], err, rng))
 PY
 }
+# meta FILE KEY: prints the value safetensors FILE's __metadata__ records under KEY.
+meta() {
+    /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st
+print(st.parse(open(sys.argv[1], 'rb').read())[0]['__metadata__'][sys.argv[2]])" "$1" "$2"
+}
+# rerecord IN OUT KEY[=VALUE]...: writes OUT, safetensors file IN with its __metadata__ changed: KEY=VALUE sets KEY,
+# KEY alone drops it (`rerecord W OUT vitc_model vitc_model_options`: a weight file as a converted checkpoint, or one
+# of an older vitc, has no record of its model's options).
+rerecord() {
+    /usr/bin/python3 - "$@" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+for kv in sys.argv[3:]:
+    k, eq, v = kv.partition("=")
+    h.setdefault("__metadata__", {}).update({k: v}) if eq else h.get("__metadata__", {}).pop(k, None)
+hdr = json.dumps(h).encode(); hdr += b" " * (-len(hdr) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hdr)) + hdr + b[8 + n:])
+PY
+}

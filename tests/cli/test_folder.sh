@@ -326,6 +326,34 @@ $V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$O
 check "predict takes the class names of the classes.json beside the weights, and says so" \
     "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsp.log' && ! grep -q 'Trouser' '$T/rsp.log' && \
      grep -q 'class names from $T/rsrun/classes.json (beside the weights' '$T/rsp.err'" "$(cat "$T/rsp.log" "$T/rsp.err")"
+# weight files record their model and the options that changed it: the commands that load them build it so, an
+# option given winning, and another model's record is not taken
+$V eval vit_fmnist_tiny -w "$T/rsrun/weights_best.safetensors" --data "$T/rs" --json >"$T/rsrec.json" 2>"$T/rsrec.err"
+check "eval of a run's weights without its options builds the model the weights record, naming the options" \
+    "[ $? -eq 0 ] && grep -q '\"images\": 6, \"skipped\": 0' '$T/rsrec.json' && grep -q \
+     'notice: the model is built with the options $T/rsrun/weights_best.safetensors records: --num-classes 3$' \
+     '$T/rsrec.err'" "$(cat "$T/rsrec.json" "$T/rsrec.err")"
+$V predict vit_fmnist_tiny -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsrp.log" 2>"$T/rsrp.err"
+check "... predict too (the run's class names)" "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsrp.log'" \
+    "$(cat "$T/rsrp.log" "$T/rsrp.err")"
+$V eval vit_fmnist_tiny --num-classes 10 -w "$T/rsrun/weights.safetensors" --data fashion-mnist --test-subset 10 \
+    >"$T/rsro.log" 2>&1
+check "... an option given wins over the record (10 classes: the head's shape does not fit)" \
+    "[ $? -eq 1 ] && grep -q 'head.weight (file (3, 64) vs model (10, 64))' '$T/rsro.log' && \
+     ! grep -q 'built with the options' '$T/rsro.log'" "$(cat "$T/rsro.log")"
+$V eval vit_fmnist_tiny_gap -w "$T/rsrun/weights.safetensors" --data "$T/rs" >"$T/rsrm.log" 2>&1
+check "... another model's record is not taken, saying so" \
+    "[ $? -eq 1 ] && grep -q 'records the model options \"--num-classes 3\" of vit_fmnist_tiny: not taken for \
+vit_fmnist_tiny_gap' '$T/rsrm.log'" "$(cat "$T/rsrm.log")"
+$V init vit_fmnist_tiny --heads 2 --ffn cffn --train-form --num-classes 3 -o "$T/h2.safetensors" >/dev/null 2>&1 &&
+    $V deploy vit_fmnist_tiny -w "$T/h2.safetensors" -o "$T/h2d.safetensors" >"$T/h2d.log" 2>&1
+check "deploy takes the record of training-form weights (--ffn cffn, --heads 2) and its output keeps it" \
+    "[ $? -eq 0 ] && [ \"\$(meta '$T/h2d.safetensors' vitc_model_options)\" = '--num-classes 3 --ffn cffn --heads 2' ]" \
+    "$(cat "$T/h2d.log")"
+$V attention vit_fmnist_tiny -w "$T/h2d.safetensors" "$ONE" -o "$T/h2.png" >"$T/h2a.log" 2>&1
+check "... attention builds its 2 heads (the record's --heads is not attention's head selection) and draws them" \
+    "[ $? -eq 0 ] && [ -s '$T/h2.png' ] && grep -q 'h2d.safetensors records: --num-classes 3 --ffn cffn$' '$T/h2a.log' \
+     && grep -q 'records 2 attention heads per stage' '$T/h2a.log'" "$(cat "$T/h2a.log")"
 # a file name with a newline and a terminal escape is shown escaped, the warning on one line
 cp -r "$T/rs" "$T/rsn"
 bad_name=$(printf 'x\nname\033[31m.png')

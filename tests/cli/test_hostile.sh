@@ -262,6 +262,9 @@ expect "CSwin: a --windows entry for the last stage refused (2), naming what it 
 $V info cswin_tiny_224 --windows 2 >/dev/null 2>&1
 check "... one value for every stage is taken" "[ $? -eq 0 ]"
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null
+for f in cffn_dep cffn_tr; do # as converted files: no model options recorded
+    rerecord "$T/$f.safetensors" "$T/${f}_nr.safetensors" vitc_model vitc_model_options
+done
 expect "deploy of a model without re-parameterised blocks refused, as for every family" 1 "nothing to deploy" \
     $V deploy $M -w "$T/w.safetensors" -o "$T/nodep.safetensors"
 check "... writing no file" "[ ! -e '$T/nodep.safetensors' ]"
@@ -269,9 +272,14 @@ expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-pa
 expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
 expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
-expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "... with the options the file records, cFFN is built and the form named" 1 "training form of re-parameterised.*--train-form" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
-expect "deployed cFFN weights into a plain model: says so" 1 "factorised layers.*--ffn cffn" $V forward $M -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "deployed cFFN weights into a plain model: says so" 1 "factorised layers.*--ffn cffn" $V forward $M -w "$T/cffn_dep_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+$V forward $M -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/ycd.safetensors" >"$T/ycd.log" 2>&1
+check "... with the options the file records, the model is built with cFFN and runs, saying so" \
+    "[ $? -eq 0 ] && grep -q 'built with the options .*cffn_dep.safetensors records: --ffn cffn$' '$T/ycd.log'" \
+    "$(cat "$T/ycd.log")"
 expect "plain weights into a deployed cFFN model: says so" 1 "made without cFFN" $V forward $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 # Next-ViT + cFFN files whose metadata (the form record) was dropped: the `.rep.` branches, or their merges, tell the form
 NV="nextvit_small_hmhsa_cffn --depths 1,1,5,1 --img-size 32 --num-classes 10"
@@ -347,7 +355,17 @@ check "... and --init-from takes them with other stripes" "grep -q 'Done' '$T/cs
 # instead of splitting its maps otherwise, and attention (whose --heads picks heads to draw) builds the recorded ones
 $V init $M --heads 2 -o "$T/h2.safetensors" >/dev/null 2>&1
 expect "weights made with --heads 2 refused by a model of 4 heads" 1 "was made for 2 attention heads" \
-    $V forward $M -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+    $V forward $M --heads 4 -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+$V forward $M -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors" >"$T/h2r.log" 2>&1
+check "... without --heads, the model is built with the 2 the file records, saying so" \
+    "[ $? -eq 0 ] && grep -q 'records: --heads 2$' '$T/h2r.log'" "$(cat "$T/h2r.log")"
+# a record vitc would not write: an option that is not the model's, one without its value, one that is not an option
+for r in "bogus:--dtype int8:records the model option '--dtype': not a file vitc wrote" \
+    "noval:--heads:records the model option --heads without a value" "word:heads 2:records the model option 'heads'"; do
+    rerecord "$T/h2.safetensors" "$T/rec_${r%%:*}.safetensors" "vitc_model_options=$(echo "$r" | cut -d: -f2)"
+    expect "a weights record vitc would not write is refused: ${r%%:*}" 1 "$(echo "$r" | cut -d: -f3-)" \
+        $V predict $M -w "$T/rec_${r%%:*}.safetensors" "$T/good.png"
+done
 $V forward $M --heads 2 -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors" >"$T/h2f.log" 2>&1
 check "... and taken with --heads 2" "[ $? -eq 0 ]" "$(cat "$T/h2f.log")"
 $V attention $M -w "$T/h2.safetensors" "$T/good.png" --save-maps "$T/h2m.safetensors" >"$T/h2a.log" 2>&1

@@ -372,8 +372,11 @@ check "... the note comes after the data's checks: a run refused for its folder 
     "[ $? -eq 1 ] && ! grep -q 'Note: the warm-up' '$T/nd.log' && grep -q 'nodata' '$T/nd.log'" "$(cat "$T/nd.log")"
 
 # --augment turns augmentation back on when resuming a --no-augment run (a resume takes the recorded setting)
-meta() { /usr/bin/python3 -c "import sys, json; sys.path.insert(0, 'tests/reference'); import st
-print(st.parse(open('$1', 'rb').read())[0]['__metadata__']['$2'])"; }
+check "weight files, the EMA's too, record the model, the options that changed it and the heads" \
+    "[ \"\$(meta '$T/u/weights_ema.safetensors' vitc_model_options)\" = '--heads 2' ] && \
+     [ \"\$(meta '$T/u/weights_best.safetensors' vitc_model_options)\" = '--heads 2' ] && \
+     [ \"\$(meta '$T/u/weights_ema.safetensors' vitc_model)\" = vit_fmnist_tiny ] && \
+     [ \"\$(meta '$T/u/weights_ema.safetensors' vitc_heads)\" = 2 ]"
 $V train $SMALL --no-augment --out "$T/na" >"$T/na.log" 2>&1
 $V train vit_fmnist_tiny --resume "$T/na" --epochs 2 --out "$T/na0" >"$T/na0.log" 2>&1
 check "a resume of a --no-augment run stays without augmentation" "[ $? -eq 0 ] && \
