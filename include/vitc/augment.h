@@ -1,5 +1,5 @@
-/* Batches for training and evaluation: normalisation, random crop with zero padding, horizontal flip, shuffling;
- * the same as per-sample transforms of the loader (vt_transform), and an in-memory dataset as a vt_source. */
+/* Per-sample transforms of the loader (vt_transform: random crop with zero padding and horizontal flip, the eval
+ * transform, the DeiT train transform), index shuffling, and an in-memory dataset as a vt_source. */
 #ifndef VITC_AUGMENT_H
 #define VITC_AUGMENT_H
 
@@ -8,22 +8,6 @@
 #include "vitc/loader.h"
 #include "vitc/rng.h"
 #include "vitc/transforms.h"
-
-/* What vt_augment_batch does to each image. */
-typedef struct vt_augment {
-    float mean, std; /* normalisation: (x/255 - mean) / std */
-    int pad;         /* random crop: pad by `pad` black pixels each side, crop back at a random offset (0: off) */
-    int hflip;       /* 1: mirror left-right with probability 0.5 */
-} vt_augment;
-
-/* Fashion-MNIST defaults: its mean/std; for training (train != 0) also pad 4 and horizontal flip, else none. */
-vt_augment vt_augment_fmnist(int train);
-
-/* Fills x (B, 1, h, w floats) with images idx[0..B) of ds, transformed by aug with random draws from rng (unused
- * when aug has no crop/flip), and labels[0..B) (may be NULL) with their labels. Padding is black before
- * normalisation. Fails on an index out of range or bad settings. */
-int vt_augment_batch(const vt_dataset *ds, const int *idx, int B, const vt_augment *aug, vt_rng *rng, float *x,
-                     int *labels, vt_err *e);
 
 /* Sets idx[i] = i for i in [0, n). */
 void vt_iota(int *idx, int n);

@@ -1,16 +1,11 @@
-/* Batch building with torchvision-like augmentation (RandomCrop(padding) then RandomHorizontalFlip, Normalize), the
- * same as per-sample transforms for the loader (crop+flip, the eval transform), and in-memory datasets as sources. */
+/* Per-sample transforms for the loader: torchvision-like augmentation (RandomCrop(padding) then
+ * RandomHorizontalFlip, Normalize), the eval transform, the DeiT train transform; in-memory datasets as sources. */
 #include "vitc/augment.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-vt_augment vt_augment_fmnist(int train) {
-    vt_augment a = {VT_FMNIST_MEAN, VT_FMNIST_STD, train ? 4 : 0, train ? 1 : 0};
-    return a;
-}
 
 /* RandomCrop(S, padding=pad) of a w×h image of C interleaved channels, then a horizontal flip, into out (C, S, S)
  * through the per-channel lookup table lut (uint8 -> normalised float; padding is value 0). Random draws, in order:
@@ -35,33 +30,6 @@ static void crop_flip_chw(const uint8_t *src, int w, int h, int C, int S, int pa
                 row[x] = sx >= 0 && sx < w ? lut[c][srow[(size_t)sx * C]] : lut[c][0];
             }
         }
-}
-
-int vt_augment_batch(const vt_dataset *ds, const int *idx, int B, const vt_augment *aug, vt_rng *rng, float *x,
-                     int *labels, vt_err *e) {
-    if (!ds || !ds->images || !idx || !aug || !x) return vt_seterr(e, "vt_augment_batch: NULL argument");
-    if (B < 1) return vt_seterr(e, "vt_augment_batch: batch size %d < 1", B);
-    if (!(aug->std > 0.0f) || !isfinite(aug->std) || !isfinite(aug->mean))
-        return vt_seterr(e, "vt_augment_batch: normalisation std must be finite and > 0 (mean %g, std %g)",
-                         (double)aug->mean, (double)aug->std);
-    if (aug->pad < 0 || aug->pad > ds->h || aug->pad > ds->w)
-        return vt_seterr(e, "vt_augment_batch: crop padding %d not in [0, %d]", aug->pad,
-                         ds->h < ds->w ? ds->h : ds->w);
-    if (ds->h != ds->w) return vt_seterr(e, "vt_augment_batch: images of %d×%d pixels are not square", ds->w, ds->h);
-    if ((aug->pad > 0 || aug->hflip) && !rng) return vt_seterr(e, "vt_augment_batch: augmentation needs an rng");
-    for (int b = 0; b < B; b++)
-        if (idx[b] < 0 || idx[b] >= ds->n)
-            return vt_seterr(e, "vt_augment_batch: index %d (batch item %d) out of range [0, %d)", idx[b], b, ds->n);
-
-    float lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - aug->mean) / aug->std;
-    const size_t hw = (size_t)ds->h * (size_t)ds->w;
-    for (int b = 0; b < B; b++) {
-        crop_flip_chw(ds->images + (size_t)idx[b] * hw, ds->w, ds->h, 1, ds->w, aug->pad, aug->hflip,
-                      (const float(*)[256])lut, rng, x + (size_t)b * hw);
-        if (labels) labels[b] = ds->labels[idx[b]];
-    }
-    return 0;
 }
 
 /* ---- per-sample transforms (the loader's seam) ---- */
