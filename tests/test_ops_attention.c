@@ -9,8 +9,17 @@
 #include "gradcheck.h"
 #include "vitc/ops.h"
 
+/* The fused op on a packed qkv (B, N, 3C), or with msf qkvp (B, N, 4C), as the ViT and MSF blocks build it: chunks
+ * q, k, v (and the probe p) of C channels each, head h taking channels h·dh + [0, dh) of each. */
+static vt_tensor *packed(vt_graph *g, vt_tensor *qkv, int heads, float scale, int msf) {
+    const int C = qkv->shape[2] / (msf ? 4 : 3);
+    const vt_attn_args a = {.heads = heads, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C, .scale = scale,
+                            .msf = msf};
+    return vt_attention_ex(g, qkv, NULL, &a);
+}
+
 static vt_tensor *b_attn(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    return c->ia[1] ? vt_attention_msf(g, x[0], c->ia[0], c->fa[0]) : vt_attention(g, x[0], c->ia[0], c->fa[0]);
+    return packed(g, x[0], c->ia[0], c->fa[0], c->ia[1]);
 }
 
 /* The unfused chain: q·kᵀ·scale (MSF: − 0.5·scale·‖k‖² per key), softmax, ·v (MSF: − p), heads merged. */
@@ -37,8 +46,7 @@ static void run_ex(int fused, int msf, int train, int other, int B, int N, int H
     vt_graph *g = vt_graph_new(P, train, &e);
     int s[3] = {B, N, (msf ? 4 : 3) * H * dh};
     vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
-    vt_tensor *y = fused ? (msf ? vt_attention_msf(g, x, H, 0.4f) : vt_attention(g, x, H, 0.4f))
-                         : plain(g, x, H, 0.4f, msf);
+    vt_tensor *y = fused ? packed(g, x, H, 0.4f, msf) : plain(g, x, H, 0.4f, msf);
     if (other) y = vt_add(g, y, vt_slice(g, x, 2, H * dh, H * dh));
     int rs[3] = {B, N, H * dh};
     vt_tensor *r = vt_input(g, "r", 3, rs);
@@ -151,7 +159,7 @@ static void check_export(vt_test *T) {
             vt_graph *g = vt_graph_new(P, train, &e);
             const int s[3] = {B, N, (msf ? 4 : 3) * H * dh};
             vt_tensor *x = vt_param(g, "qkv", 3, s, (vt_init){VT_INIT_NORMAL, 1.0f});
-            vt_tensor *y = msf ? vt_attention_msf(g, x, H, 0.4f) : vt_attention(g, x, H, 0.4f);
+            vt_tensor *y = packed(g, x, H, 0.4f, msf);
             if (train) vt_graph_set_loss(g, vt_sum(g, y));
             vt_graph_output(g, y);
             vt_graph_finalize(g, &e);

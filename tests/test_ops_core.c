@@ -57,7 +57,8 @@ static void check_profile_split(vt_test *T) {
     vt_tensor *x = vt_input(g, "x", 3, xs);
     vt_tensor *h = vt_gelu(g, vt_linear(g, x, vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.2f}),
                                         vt_param(g, "b", 1, bs, (vt_init){VT_INIT_ZERO, 0.0f})));
-    vt_graph_set_loss(g, vt_sum(g, vt_attention(g, h, 2, 0.3f)));
+    const vt_attn_args a = {.heads = 2, .dim = 8, .k_off = 8, .v_off = 16, .scale = 0.3f}; /* packed qkv */
+    vt_graph_set_loss(g, vt_sum(g, vt_attention_ex(g, h, NULL, &a)));
     double sh[VT_OP_KINDS] = {1.0, 1.0, 1.0};
     int rc = vt_graph_finalize(g, &e);
     if (rc == 0) {

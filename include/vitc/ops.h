@@ -185,12 +185,6 @@ vt_tensor *vt_merge_heads(vt_graph *g, vt_tensor *x);
 vt_tensor *vt_prepend_tokens(vt_graph *g, vt_tensor *x, vt_tensor *tok);
 
 /* ---- attention.c ---- */
-/* Fused softmax attention on packed qkv (B, N, 3C) (timm order: q, k, v, each split into heads of C/heads):
- * softmax(scale·q·kᵀ)·v with heads merged -> (B, N, C). Equals the plain split/matmul/softmax/merge chain. */
-vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale);
-/* MSF attention (Kobayashi 2024) on packed qkvp (B, N, 4·C) (chunks q, k, v, p; head h takes channels
- * [h·dh, (h+1)·dh) of each): softmax(scale·(q·kᵀ − 0.5‖k‖²))·v − p per head -> (B, N, C). */
-vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale);
 /* Arguments of vt_attention_ex. Channel offsets: queries (and the MSF probe) in q, keys and values in kv. */
 typedef struct vt_attn_args {
     int heads, dim;                    /* dim = heads·dh channels per range; output (B, N, dim) */

@@ -377,25 +377,3 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
         return NULL;
     return n->out;
 }
-
-/* The packed forms: q, k, v (and p) are consecutive chunks of C channels of one (B, N, nch·C) tensor. */
-static vt_tensor *attention_packed(vt_graph *g, vt_tensor *qkv, int heads, float scale, int msf) {
-    if (vt_bad(g, 1, qkv)) return NULL;
-    char s[64];
-    const int nch = msf ? 4 : 3;
-    if (qkv->ndim != 3 || heads <= 0 || qkv->shape[2] % (nch * heads))
-        return vt_fail(g, msf ? "attention_msf" : "attention", "%s %s must be (B, N, %d·C) with C divisible by %d "
-                       "heads", msf ? "qkvp" : "qkv", vt_shape_str(qkv, s, 64), nch, heads);
-    const int C = qkv->shape[2] / nch;
-    const vt_attn_args a = {.heads = heads, .dim = C, .q_off = 0, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
-                            .scale = scale, .msf = msf};
-    return vt_attention_ex(g, qkv, NULL, &a);
-}
-
-vt_tensor *vt_attention(vt_graph *g, vt_tensor *qkv, int heads, float scale) {
-    return attention_packed(g, qkv, heads, scale, 0);
-}
-
-vt_tensor *vt_attention_msf(vt_graph *g, vt_tensor *qkvp, int heads, float scale) {
-    return attention_packed(g, qkvp, heads, scale, 1);
-}
