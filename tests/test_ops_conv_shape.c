@@ -48,9 +48,6 @@ static vt_tensor *b_dwn_ex_shared(vt_graph *g, vt_tensor **x, const gc_case *c) 
     return vt_add(g, vt_add(g, b_dwn_ex(g, x, c), x[0]), x[3]);
 }
 static vt_tensor *b_mean(vt_graph *g, vt_tensor **x, const gc_case *c) { return vt_mean(g, x[0], c->ia[0]); }
-static vt_tensor *b_avgpool(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    return vt_avgpool2d(g, x[0], c->ia[0], c->ia[1], c->ia[2]);
-}
 /* ia: k, s, pad, ceil_mode, count_include_pad, nhwc */
 static vt_tensor *b_avgpool_ex(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const vt_pool_args a = {c->ia[0], c->ia[1], c->ia[2], c->ia[3], c->ia[4], c->ia[5]};
@@ -427,7 +424,8 @@ static void check_pool_values(vt_test *T) {
         fenv f;
         fenv_open(&f);
         const int xs[4] = {B, C, H, W};
-        vt_tensor *x = fenv_param(&f, "x", 4, xs), *y = vt_avgpool2d(f.g, x, K, s, p);
+        const vt_pool_args a = {K, s, p, 0, 1, 0}; /* PyTorch's defaults: floor, padding counted */
+        vt_tensor *x = fenv_param(&f, "x", 4, xs), *y = vt_avgpool2d_ex(f.g, x, &a);
         if (fenv_run(T, &f, y, "avgpool2d values") == 0) {
             const int Ho = (H + 2 * p - K) / s + 1, Wo = (W + 2 * p - K) / s + 1;
             double ref[1024];
@@ -674,7 +672,7 @@ static void check_errors(vt_test *T) {
             y = vt_permute(g, a, p);
             break;
         }
-        case 6: y = vt_avgpool2d(g, x4, 3, 1, 2); break;
+        case 6: y = vt_avgpool2d_ex(g, x4, &(vt_pool_args){3, 1, 2, 0, 1, 0}); break;
         case 7: y = vt_mean(g, a, 3); break;
         case 8: y = vt_split_heads(g, a, 1, 2, 2); break;
         case 9: y = vt_prepend_tokens(g, a, b); break;
@@ -816,9 +814,12 @@ static const gc_case other_cases[] = {
     {.name = "mean_last", .nx = 1, .ndim = {3}, .shape = {{2, 3, 4}}, .build = b_mean, .ia = {-1}},
     {.name = "mean_1d_to_scalar", .nx = 1, .ndim = {1}, .shape = {{5}}, .build = b_mean, .ia = {0}},
     {.name = "mean_wide", .nx = 1, .ndim = {3}, .shape = {{1, 3, 300}}, .build = b_mean, .ia = {1}},
-    {.name = "avgpool_3_1_1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool, .ia = {3, 1, 1}},
-    {.name = "avgpool_2_2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 2, 7, 5}}, .build = b_avgpool, .ia = {2, 2, 0}},
-    {.name = "avgpool_3_2_1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 6, 5}}, .build = b_avgpool, .ia = {3, 2, 1}},
+    {.name = "avgpool_3_1_1", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool_ex,
+     .ia = {3, 1, 1, 0, 1, 0}},
+    {.name = "avgpool_2_2_odd", .nx = 1, .ndim = {4}, .shape = {{1, 2, 7, 5}}, .build = b_avgpool_ex,
+     .ia = {2, 2, 0, 0, 1, 0}},
+    {.name = "avgpool_3_2_1", .nx = 1, .ndim = {4}, .shape = {{1, 2, 6, 5}}, .build = b_avgpool_ex,
+     .ia = {3, 2, 1, 0, 1, 0}},
     {.name = "avgpool_ceil_excl_odd", .nx = 1, .ndim = {4}, .shape = {{2, 3, 5, 7}}, .build = b_avgpool_ex,
      .ia = {2, 2, 0, 1, 0, 0}},
     {.name = "avgpool_ceil_excl_nhwc", .nx = 1, .ndim = {4}, .shape = {{2, 5, 3, 4}}, .build = b_avgpool_ex,

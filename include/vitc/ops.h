@@ -152,8 +152,6 @@ vt_tensor *vt_dwconv_nhwc_gelu(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tenso
 /* ---- pool.c ---- */
 /* Mean over `axis` (removed from the shape). */
 vt_tensor *vt_mean(vt_graph *g, vt_tensor *x, int axis);
-/* Average pooling, NCHW, kernel k, stride s, zero padding pad counted in the divisor (PyTorch default). */
-vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad);
 /* Arguments of vt_avgpool2d_ex: PyTorch's AvgPool2d(k, s, pad, ceil_mode, count_include_pad) on NCHW or (nhwc)
  * channels-last (B, H, W, C) maps. */
 typedef struct vt_pool_args {

@@ -168,8 +168,3 @@ vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a) {
     *VT_OP_P(n, avgpool_p) = (avgpool_p){x->shape[0], C, H, W, k, s, pad, Ho, Wo, a->count_include_pad, a->nhwc};
     return n->out;
 }
-
-vt_tensor *vt_avgpool2d(vt_graph *g, vt_tensor *x, int k, int s, int pad) {
-    const vt_pool_args a = {.k = k, .s = s, .pad = pad, .count_include_pad = 1};
-    return vt_avgpool2d_ex(g, x, &a);
-}
