@@ -36,9 +36,6 @@ int vt_adamw_nstate(const vt_adamw *o);
  * into name (size len), returns its data (numel floats, shaped like *param); NULL if i is out of range. */
 float *vt_adamw_state(const vt_adamw *o, int i, char *name, int len, int64_t *numel, const vt_tensor **param);
 
-/* Finds a state array by its name ("optim/m/<param>" or "optim/v/<param>"); NULL if absent. */
-float *vt_adamw_state_find(const vt_adamw *o, const char *name, int64_t *numel);
-
 /* Global L2 norm of all parameter gradients (computed in double); if max_norm > 0 the gradients are scaled by
  * min(1, max_norm / (norm + 1e-6)) like torch.nn.utils.clip_grad_norm_. Returns the norm before clipping. */
 double vt_clip_grad_norm(vt_params *P, double max_norm);

@@ -110,18 +110,6 @@ float *vt_adamw_state(const vt_adamw *o, int i, char *name, int len, int64_t *nu
     return i % 2 ? o->v[i / 2] : o->m[i / 2];
 }
 
-float *vt_adamw_state_find(const vt_adamw *o, const char *name, int64_t *numel) {
-    if (!o || !name || strncmp(name, "optim/", 6) != 0 || (name[6] != 'm' && name[6] != 'v') || name[7] != '/')
-        return NULL;
-    const char *pname = name + 8;
-    for (int i = 0; i < o->n; i++)
-        if (strcmp(o->p[i]->name, pname) == 0) {
-            if (numel) *numel = o->p[i]->numel;
-            return name[6] == 'm' ? o->m[i] : o->v[i];
-        }
-    return NULL;
-}
-
 double vt_clip_grad_norm(vt_params *P, double max_norm) {
     double ss = 0.0;
     for (int i = 0; i < P->n; i++) {
