@@ -521,9 +521,8 @@ static void test_conversions(vt_test *T) {
     vt_st_close(&f);
     free(img);
 
-    T_CHECK(T, strcmp(vt_st_dtype_name(VT_ST_BF16), "BF16") == 0 && vt_st_dtype_size(VT_ST_F64) == 8 &&
-                   strcmp(vt_st_dtype_name(VT_ST_NDTYPE), "?") == 0 && vt_st_dtype_size(VT_ST_NDTYPE) == 0,
-            "dtype tables");
+    T_CHECK(T, strcmp(vt_st_dtype_name(VT_ST_BF16), "BF16") == 0 && strcmp(vt_st_dtype_name(VT_ST_NDTYPE), "?") == 0,
+            "dtype names");
 }
 
 /* Error messages that do not fit vt_err end in "..." at a character boundary (valid UTF-8), short ones are whole. */

@@ -70,9 +70,6 @@ typedef struct vt_st_out {
 /* Name of a dtype as written in headers ("F32"...), or "?" when out of range. */
 const char *vt_st_dtype_name(vt_st_dtype d);
 
-/* Size in bytes of one element of dtype d (0 when out of range). */
-size_t vt_st_dtype_size(vt_st_dtype d);
-
 /* Reads the whole file at path into memory (a stream only as far as its header says it ends) and validates it into
  * *f (zeroed on error). */
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e);

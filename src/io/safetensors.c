@@ -29,8 +29,6 @@ static const struct {
 
 const char *vt_st_dtype_name(vt_st_dtype d) { return (unsigned)d < VT_ST_NDTYPE ? dtypes[d].name : "?"; }
 
-size_t vt_st_dtype_size(vt_st_dtype d) { return (unsigned)d < VT_ST_NDTYPE ? dtypes[d].size : 0; }
-
 /* ---------------------------------------------------------------- helpers */
 
 static uint64_t le64(const uint8_t *p) {
