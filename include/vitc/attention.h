@@ -38,6 +38,23 @@ typedef struct vt_attn_viz_opts {
 int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n,
                           const vt_attn_viz_opts *o, vt_err *e);
 
+/* The (B, H, N, M) values of one image's exported map m (its batch entries: one image, or its windows) into out: a
+ * copy of m->t, or computed from m's factors in double precision (m->form). Returns 0, or -1 when out of memory. */
+int vt_attn_map_values(const vt_attn_map *m, float *out);
+
+/* Doubles of scratch vt_attn_map_row needs for m. */
+int64_t vt_attn_row_work(const vt_attn_map *m);
+
+/* The drawn row of head h (h < 0: the mean over the heads) of m into v (the key grid kh × kw; the query grid gh × gw
+ * for pooled keys, m->kpool; the whole win_h × win_w map for per-window maps): the class token's row when the
+ * queries have a leading token, else the mean over the queries; keys before the grid dropped; pooled keys spread
+ * over the tokens each pools, 0 on the tail no key pools; per-window maps: each window's mean over its queries from
+ * the image (not the padding) over its keys, put back where the window took them (vt_window_partition: padding at
+ * the bottom and right, then a roll by (−sh, −sw)). From values ((B, H, N, M), vt_attn_map_values) or, when values
+ * is NULL, from m itself without forming the N×M map: t, or the factors in double precision, O((N + M)·d) per head
+ * for linear and dot forms, softmax rows one at a time (O(M) memory). work: vt_attn_row_work(m) doubles. */
+void vt_attn_map_row(const vt_attn_map *m, const float *values, int h, float *v, double *work);
+
 /* Parses a comma-separated list of non-negative integers ("0,5,11") into out (at most max); returns the count, or -1
  * with e set naming `what` on anything else. */
 int vt_parse_index_list(const char *s, const char *what, int *out, int max, vt_err *e);

@@ -1,8 +1,9 @@
 /* `vitc attention`: the attention maps a model's blocks export from their own intermediates (a graph built with
  * export_maps: the fused attention op writes its probabilities into a second output, other blocks mark their
  * softmax or refined maps as graph outputs), reduced to the class token's row (or the mean query's) over the key
- * grid, bilinearly upsampled (vt_bilinear_resize) onto the preprocessed image in viridis (viridis.h), and laid out
- * in a labelled grid PNG written by stb_image_write (Debian's libstb, already linked for decoding). Captions use
+ * grid (read where the map is, or computed from its factors: the whole map is formed only for --save-maps and
+ * --rollout), bilinearly upsampled (vt_bilinear_resize) onto the preprocessed image in viridis (viridis.h), and laid
+ * out in a labelled grid PNG written by stb_image_write (Debian's libstb, already linked for decoding). Captions use
  * stb_easy_font (the same package): it turns text into rectangles, which are filled here, so no font files and no
  * new dependency (libcairo would add one, and fonts) are needed. */
 #include <math.h>
@@ -110,56 +111,64 @@ static int drawable(const vt_attn_map *m, char *why, size_t n) {
     return 0;
 }
 
-/* One row of a factorised map: s_j = Σ_c q(i, c)·k(j, c) (ReLU on both first when m->relu) into r (M doubles). */
-static void factor_row(const vt_attn_map *m, const float *q, const float *k, const float *kb, int h, int i, int M,
-                       double *r) {
-    for (int j = 0; j < M; j++) {
-        double acc = 0.0;
-        for (int c = 0; c < m->d; c++) {
-            double x = q[h * m->qst[1] + i * m->qst[2] + c * m->qst[3]];
-            double y = k[h * m->kst[1] + j * m->kst[2] + c * m->kst[3]];
-            if (kb) y += kb[h * m->kbst[1] + j * m->kbst[2] + c * m->kbst[3]];
-            if (m->relu) {
-                x = x > 0.0 ? x : 0.0;
-                y = y > 0.0 ? y : 0.0;
-            }
-            acc += x * y;
-        }
-        r[j] = acc;
+/* Query i (key == 0) or key i (key == 1) of head h of batch entry b of a factorised map as the products use it, into
+ * f (d doubles): the key bias added to keys, then ReLU on both when m->relu. */
+static void factor_vec(const vt_attn_map *m, int b, int h, int key, int i, double *f) {
+    const vt_tensor *t = key ? m->k : m->q;
+    const int64_t *st = key ? m->kst : m->qst, *bst = m->kbst;
+    const float *x = t->data + (key ? m->koff : m->qoff) + b * st[0] + h * st[1] + i * st[2];
+    const float *kb = key && m->kbias ? m->kbias->data + m->kboff + b * bst[0] + h * bst[1] + i * bst[2] : NULL;
+    for (int c = 0; c < m->d; c++) {
+        double y = x[c * st[3]];
+        if (kb) y += kb[c * bst[3]];
+        f[c] = m->relu && !(y > 0.0) ? 0.0 : y;
     }
 }
 
-/* The (B, H, N, M) map (one image's batch entries) into out: a copy of t, or computed from the factors in double
- * precision (m->form); -1 when out of memory. */
-static int materialise(const vt_attn_map *m, float *out) {
+/* The keys of head h of batch entry b (factor_vec) into kf (M × d doubles). */
+static void factor_keys(const vt_attn_map *m, int b, int h, int M, double *kf) {
+    for (int j = 0; j < M; j++) factor_vec(m, b, h, 1, j, kf + (size_t)j * m->d);
+}
+
+/* Row i of a factorised map from query qf (d doubles) and keys kf (factor_keys) into r (M doubles): the products
+ * s_j = Σ_c qf(c)·kf(j, c), normalised by m->form. */
+static void factor_row(const vt_attn_map *m, const double *qf, const double *kf, int M, double *r) {
+    double sum = 0.0, mx = -INFINITY, z = 0.0;
+    for (int j = 0; j < M; j++) {
+        double acc = 0.0;
+        for (int c = 0; c < m->d; c++) acc += qf[c] * kf[(size_t)j * m->d + c];
+        r[j] = acc;
+        sum += acc;
+        mx = m->scale * acc > mx ? m->scale * acc : mx;
+    }
+    if (m->form == VT_MAP_SOFTMAX)
+        for (int j = 0; j < M; j++) z += exp(m->scale * r[j] - mx);
+    for (int j = 0; j < M; j++)
+        r[j] = m->form == VT_MAP_LINEAR    ? r[j] / (sum + m->eps)
+               : m->form == VT_MAP_SOFTMAX ? exp(m->scale * r[j] - mx) / z
+                                           : m->scale * r[j];
+}
+
+int vt_attn_map_values(const vt_attn_map *m, float *out) {
     int B, H, N, M;
     map_dims(m, &B, &H, &N, &M);
     if (m->form == VT_MAP_FULL) {
         memcpy(out, m->t->data, sizeof(float) * (size_t)B * H * N * M);
         return 0;
     }
-    double *r = malloc(sizeof(double) * (size_t)M);
+    double *r = malloc(sizeof(double) * ((size_t)M * (1 + m->d) + m->d));
     if (!r) return -1;
-    for (int b = 0; b < B; b++) {
-        const float *q = m->q->data + m->qoff + b * m->qst[0], *k = m->k->data + m->koff + b * m->kst[0];
-        const float *kb = m->kbias ? m->kbias->data + m->kboff + b * m->kbst[0] : NULL;
-        for (int h = 0; h < H; h++)
+    double *kf = r + M, *qf = kf + (size_t)M * m->d;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            factor_keys(m, b, h, M, kf);
             for (int i = 0; i < N; i++) {
                 float *row = out + (((size_t)b * H + h) * N + i) * M;
-                factor_row(m, q, k, kb, h, i, M, r);
-                double sum = 0.0, mx = -INFINITY, z = 0.0;
-                for (int j = 0; j < M; j++) {
-                    sum += r[j];
-                    mx = m->scale * r[j] > mx ? m->scale * r[j] : mx;
-                }
-                if (m->form == VT_MAP_SOFTMAX)
-                    for (int j = 0; j < M; j++) z += exp(m->scale * r[j] - mx);
-                for (int j = 0; j < M; j++)
-                    row[j] = (float)(m->form == VT_MAP_LINEAR    ? r[j] / (sum + m->eps)
-                                     : m->form == VT_MAP_SOFTMAX ? exp(m->scale * r[j] - mx) / z
-                                                                 : m->scale * r[j]);
+                factor_vec(m, b, h, 0, i, qf);
+                factor_row(m, qf, kf, M, r);
+                for (int j = 0; j < M; j++) row[j] = (float)r[j];
             }
-    }
+        }
     free(r);
     return 0;
 }
@@ -171,39 +180,89 @@ static int window_token(const vt_attn_map *m, int b, int j, int nww, int Hp, int
     return *oy < m->win_h && *ox < m->win_w;
 }
 
-/* The drawn row of head h (h < 0: the head mean) of map m (values data, (B, H, N, M)) into v (draw_grid): the
- * class token's row when the queries have a leading token, else the mean over the queries; keys before the grid
- * dropped; pooled keys (kpool) spread over the tokens each pools, 0 on the tail no key pools. Per-window maps: each
- * window's mean over its queries from the image (not the padding) over its keys, put back where the window took them
- * (vt_window_partition: padding at the bottom and right, then a roll by (−sh, −sw)). */
-static void map_row(const vt_attn_map *m, const float *data, int h, float *v) {
+/* Whether the drawn row averages query i of batch entry b: the class token alone when the queries have a leading
+ * token, else every query but a per-window map's padding (nww, Hp, Wp: windows(), for per-window maps). */
+static int drawn_query(const vt_attn_map *m, int b, int i, int nww, int Hp, int Wp) {
+    int qy, qx;
+    if (m->lead) return i == 0;
+    return !m->win_h || window_token(m, b, i, nww, Hp, Wp, &qy, &qx);
+}
+
+int64_t vt_attn_row_work(const vt_attn_map *m) {
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    return m->form == VT_MAP_FULL ? M : 2 * (int64_t)M + (int64_t)M * m->d + 3 * (int64_t)m->d;
+}
+
+/* Σ over heads [h0, h1) and the drawn queries (drawn_query) of batch entry b of their rows into acc (M doubles): read
+ * from data ((B, H, N, M) values), else computed from m itself without forming the map, from t (VT_MAP_FULL) or the
+ * factors in double precision. Linear and dot forms in O((N + M)·d) per head, as the mean of rows w_i·(q_i·k_j) is
+ * q̄·k_j with q̄ = Σ_i w_i·q_i (w_i = 1 / (q_i·Σ_j k_j + eps), or scale); softmax rows one at a time. ws: M·(1 + d)
+ * + 3·d doubles. Returns the number of rows summed. */
+static int row_sum(const vt_attn_map *m, const float *data, int b, int h0, int h1, double *acc, double *ws) {
+    int B, H, N, M, nwh = 0, nww = 0;
+    map_dims(m, &B, &H, &N, &M);
+    windows(m, &nwh, &nww);
+    const int Hp = nwh * m->gh, Wp = nww * m->gw, d = m->d;
+    if (!data && m->form == VT_MAP_FULL) data = m->t->data;
+    double *r = ws, *kf = r + M, *qf = kf + (size_t)M * d, *ksum = qf + d, *qbar = ksum + d;
+    const int bilinear = m->form == VT_MAP_LINEAR || m->form == VT_MAP_DOT;
+    int rows = 0;
+    memset(acc, 0, sizeof(double) * (size_t)M);
+    for (int hh = h0; hh < h1; hh++) {
+        if (!data) {
+            factor_keys(m, b, hh, M, kf);
+            for (int c = 0; c < d; c++) ksum[c] = qbar[c] = 0.0;
+            for (int j = 0; bilinear && j < M; j++)
+                for (int c = 0; c < d; c++) ksum[c] += kf[(size_t)j * d + c];
+        }
+        for (int i = 0; i < N; i++) {
+            if (!drawn_query(m, b, i, nww, Hp, Wp)) continue;
+            rows++;
+            if (data) {
+                const float *row = data + (((size_t)b * H + hh) * N + i) * M;
+                for (int j = 0; j < M; j++) acc[j] += row[j];
+                continue;
+            }
+            factor_vec(m, b, hh, 0, i, qf);
+            if (bilinear) {
+                double w = m->scale, z = 0.0; /* linear: z = Σ_j q·k_j, the row's sum */
+                for (int c = 0; m->form == VT_MAP_LINEAR && c < d; c++) z += qf[c] * ksum[c];
+                if (m->form == VT_MAP_LINEAR) w = 1.0 / (z + m->eps);
+                for (int c = 0; c < d; c++) qbar[c] += w * qf[c];
+            } else {
+                factor_row(m, qf, kf, M, r);
+                for (int j = 0; j < M; j++) acc[j] += r[j];
+            }
+        }
+        for (int j = 0; !data && bilinear && j < M; j++) {
+            double s = 0.0;
+            for (int c = 0; c < d; c++) s += qbar[c] * kf[(size_t)j * d + c];
+            acc[j] += s;
+        }
+    }
+    return rows;
+}
+
+void vt_attn_map_row(const vt_attn_map *m, const float *values, int h, float *v, double *work) {
     int B, H, N, M, nwh, nww;
     map_dims(m, &B, &H, &N, &M);
-    const int K = m->kh * m->kw, h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1, q1 = m->lead ? 1 : N;
+    const int K = m->kh * m->kw, h0 = h < 0 ? 0 : h, h1 = h < 0 ? H : h + 1;
+    double *acc = work, *ws = work + M;
     if (windows(m, &nwh, &nww)) {
         const int Hp = nwh * m->gh, Wp = nww * m->gw;
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < B; b++) {
+            const int rows = row_sum(m, values, b, h0, h1, acc, ws);
             for (int j = 0; j < M; j++) {
                 int oy, ox;
-                if (!window_token(m, b, j, nww, Hp, Wp, &oy, &ox)) continue; /* padding */
-                double s = 0.0;
-                int real = 0;
-                for (int i = 0; i < N; i++) {
-                    int qy, qx;
-                    if (!window_token(m, b, i, nww, Hp, Wp, &qy, &qx)) continue; /* a padding query */
-                    real++;
-                    for (int hh = h0; hh < h1; hh++) s += data[(((size_t)b * H + hh) * N + i) * M + j];
-                }
-                v[oy * m->win_w + ox] = real ? (float)(s / ((double)(h1 - h0) * real)) : 0.0f;
+                if (window_token(m, b, j, nww, Hp, Wp, &oy, &ox)) /* not padding */
+                    v[oy * m->win_w + ox] = rows ? (float)(acc[j] / rows) : 0.0f;
             }
+        }
         return;
     }
-    for (int j = 0; j < K; j++) {
-        double s = 0.0;
-        for (int hh = h0; hh < h1; hh++)
-            for (int i = 0; i < q1; i++) s += data[((size_t)hh * N + i) * M + m->klead + j];
-        v[j] = (float)(s / ((double)(h1 - h0) * q1));
-    }
+    const int rows = row_sum(m, values, 0, h0, h1, acc, ws);
+    for (int j = 0; j < K; j++) v[j] = (float)(acc[m->klead + j] / rows);
     if (m->kpool > 0) /* downwards, so that v[t / kpool] is still key t / kpool's value when t reads it */
         for (int t = m->gh * m->gw - 1; t >= 0; t--) v[t] = t / m->kpool < K ? v[t / m->kpool] : 0.0f;
 }
@@ -323,6 +382,7 @@ typedef struct {
     int *primh;                 /* heads of the rollout maps */
     float **saved;              /* --save-maps: per drawn map its values, then per drawn map its rows */
     float *inputs, *rolls, *row;
+    double *work;               /* vt_attn_map_row's scratch, for the largest drawn map */
     double *R, *A, *T;
     canvas cv;
 } run_t;
@@ -342,6 +402,7 @@ static void run_free(run_t *r) {
     free(r->inputs);
     free(r->rolls);
     free(r->row);
+    free(r->work);
     free(r->R);
     free(r->A);
     free(r->T);
@@ -403,7 +464,9 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
             goto done;
         }
         if (!want || !ok) continue;
-        if (!r->cur[i] && !(r->cur[i] = malloc(sizeof(float) * (size_t)map_numel(m)))) goto oom;
+        /* only drawn: vt_attn_map_row reads the map where it is, or its factors (no N×M copy) */
+        if ((o->save_maps || o->rollout) && !r->cur[i] && !(r->cur[i] = malloc(sizeof(float) * (size_t)map_numel(m))))
+            goto oom;
         r->selv[r->nsel] = r->cur[i];
         r->sel[r->nsel++] = m;
     }
@@ -515,16 +578,19 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     r.cv.W = (int)W;
     r.cv.H = (int)Hh;
     int maxk = 1, NR = 0;
+    int64_t maxw = 1;
     if (r.nprim) map_dims(r.prim[0], &B, &H, &NR, &M);
     for (int i = 0; i < r.nsel; i++) {
         int gh, gw;
         draw_grid(r.sel[i], &gh, &gw);
         maxk = gh * gw > maxk ? gh * gw : maxk;
+        maxw = vt_attn_row_work(r.sel[i]) > maxw ? vt_attn_row_work(r.sel[i]) : maxw;
     }
     r.row = malloc(sizeof(float) * (size_t)maxk);
+    r.work = malloc(sizeof(double) * (size_t)maxw);
     r.cv.big = malloc(sizeof(float) * (size_t)S * S);
     if (o->png && !(r.cv.rgb = malloc((size_t)r.cv.W * r.cv.H * 3))) goto oom;
-    if (!r.row || !r.cv.big) goto oom;
+    if (!r.row || !r.work || !r.cv.big) goto oom;
     if (o->png) memset(r.cv.rgb, 24, (size_t)r.cv.W * r.cv.H * 3);
     if (o->save_maps) {
         if (!(r.saved = calloc(2 * (size_t)r.nsel, sizeof(float *))) || !(r.inputs = malloc(sizeof(float) * per * n)))
@@ -552,7 +618,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         }
         vt_graph_forward(r.g);
         for (int i = 0; i < r.g->nmaps; i++)
-            if (r.cur[i] && materialise(r.g->maps[i], r.cur[i])) {
+            if (r.cur[i] && vt_attn_map_values(r.g->maps[i], r.cur[i])) {
                 vt_progress_end(&pg);
                 goto oom;
             }
@@ -563,7 +629,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             memcpy(r.saved[i] + k * b, r.selv[i], sizeof(float) * (size_t)k);
             draw_grid(r.sel[i], &gh, &gw);
             map_dims(r.sel[i], &B, &H, &N, &M);
-            for (int h = 0; h < H; h++) map_row(r.sel[i], r.selv[i], h, r.saved[r.nsel + i] + ((size_t)b * H + h) * gh * gw);
+            for (int h = 0; h < H; h++)
+                vt_attn_map_row(r.sel[i], r.selv[i], h, r.saved[r.nsel + i] + ((size_t)b * H + h) * gh * gw, r.work);
         }
         if (o->rollout) {
             rollout(r.primv, r.primh, r.nprim, NR, r.R, r.A, r.T);
@@ -604,7 +671,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                         snprintf(cap, sizeof cap, "head %d %s", h, h < m->split ? "computed" : "hallucin.");
                     else
                         snprintf(cap, sizeof cap, "head %d", h);
-                    map_row(m, r.selv[i], h, r.row);
+                    vt_attn_map_row(m, r.selv[i], h, r.row, r.work);
                     const int x0 = PAD + (1 + k) * (r.cv.T + PAD);
                     int gh, gw;
                     draw_grid(m, &gh, &gw);
