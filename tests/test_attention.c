@@ -1,13 +1,18 @@
-/* vitc attention's library entry (src/infer/attention.c): index lists, and its errors for a model whose blocks
- * export no attention map (a conv-only family made here: no registered model lacks attention) and for a missing
- * output. The maps themselves, and the other errors, are checked in tests/reference/test_attention.py. */
+/* vitc attention's library entry (src/infer/attention.c): index lists, its errors for a model whose blocks export
+ * no attention map (a conv-only family made here: no registered model lacks attention) and for a missing output, and
+ * the drawn rows computed from a factorised map's factors (vt_attn_map_row without values: no N×M map) against the
+ * rows of the materialised map (vt_attn_map_values), on FLatten's exported maps. The maps themselves, and the other
+ * errors, are checked in tests/reference/test_attention.py. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "test.h"
 #include "vitc/attention.h"
 #include "vitc/blocks.h"
+#include "vitc/rng.h"
 
 /* A 1×1 conv stem, global average pooling and a linear head: no attention anywhere. */
 static vt_tensor *conv_only(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
@@ -63,7 +68,92 @@ static void check_errors(vt_test *T) {
     remove(png);
 }
 
+/* Every drawn row of m (each head, then the head mean) from its factors equals the one from its materialised values:
+ * max |direct − materialised| / max |materialised| <= 1e-6 (the values are floats, the direct rows doubles). */
+static void check_rows(vt_test *T, const vt_attn_map *m, const char *what) {
+    int B = m->batch, gh = m->win_h > 0 ? m->win_h : m->kh, gw = m->win_h > 0 ? m->win_w : m->kw;
+    float *vals = malloc(sizeof(float) * (size_t)B * m->heads * m->n * m->m);
+    float *a = malloc(sizeof(float) * (size_t)gh * gw), *b = malloc(sizeof(float) * (size_t)gh * gw);
+    double *work = malloc(sizeof(double) * (size_t)vt_attn_row_work(m));
+    T_CHECK(T, vals && a && b && work && vt_attn_map_values(m, vals) == 0, "%s: out of memory", what);
+    for (int h = 0; vals && a && b && work && h <= m->heads; h++) {
+        const int hh = h == m->heads ? -1 : h;
+        for (int j = 0; j < gh * gw; j++) a[j] = b[j] = NAN; /* every drawn cell must be written */
+        vt_attn_map_row(m, vals, hh, a, work);
+        vt_attn_map_row(m, NULL, hh, b, work);
+        double err = 0.0, mx = 0.0;
+        for (int j = 0; j < gh * gw; j++) {
+            err = fmax(err, isnan(a[j]) || isnan(b[j]) ? INFINITY : fabs((double)a[j] - b[j]));
+            mx = fmax(mx, fabs((double)a[j]));
+        }
+        T_CHECK(T, err <= 1e-6 * mx && mx > 0.0, "%s, head %d: direct rows differ from the materialised ones by %g "
+                "(max %g)", what, hh, err, mx);
+    }
+    free(vals);
+    free(a);
+    free(b);
+    free(work);
+}
+
+/* FLatten's maps (focused linear attention and the ReLU one, whose keys carry the positional encoding, kbias) of a
+ * graph on random inputs, 2 heads on a 3×4 grid, with and without a class token: drawn from the factors as from the
+ * materialised map; the same factors also as a softmax and a dot map (rows streamed; q̄·k), and the batch entries,
+ * without a class token, as Swin-like padded, shifted windows of a 5×7 map. */
+static void check_factor_rows(vt_test *T) {
+    for (int lead = 0; lead < 2; lead++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = P ? vt_graph_new(P, 0, &e) : NULL;
+        if (!g) {
+            T_CHECK(T, 0, "graph: %s", e.msg);
+            vt_params_free(P);
+            return;
+        }
+        g->export_maps = 1;
+        const int C = 8, H = 3, W = 4, N = lead + H * W, xs[3] = {4, N, 3 * C};
+        const vt_flatten_cfg fc = {.heads = 2};
+        vt_tensor *x = vt_input(g, "x", 3, xs);
+        vt_graph_output(g, vt_flatten_core(g, "attn", x, 0, x, C, x, 2 * C, C, H, W, &fc));
+        if (vt_graph_finalize(g, &e) || g->nmaps != 2) {
+            T_CHECK(T, 0, "FLatten graph: %s (%d maps)", e.msg, g->nmaps);
+            vt_graph_free(g);
+            vt_params_free(P);
+            return;
+        }
+        vt_params_init(P, 7);
+        vt_rng rng;
+        vt_rng_seed(&rng, 11 + lead);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
+        vt_tensor *pe = g->maps[1]->kbias; /* zero-initialised: random, so that the key bias counts */
+        T_CHECK(T, pe && g->maps[1]->relu, "relu_linear has a key bias and ReLU");
+        for (int64_t i = 0; pe && i < pe->numel; i++) pe->data[i] = 0.5f * vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        char what[VT_NAMELEN + 64];
+        for (int i = 0; i < 2; i++) {
+            vt_attn_map m = *g->maps[i];
+            T_CHECK(T, m.form == VT_MAP_LINEAR && m.lead == lead, "%s: a linear map", m.name);
+            snprintf(what, sizeof what, "%s, lead %d", m.name, lead);
+            check_rows(T, &m, what);
+            m.form = VT_MAP_SOFTMAX;
+            m.scale = 0.7f;
+            snprintf(what, sizeof what, "%s as softmax, lead %d", m.name, lead);
+            check_rows(T, &m, what);
+            m.form = VT_MAP_DOT;
+            snprintf(what, sizeof what, "%s as dot, lead %d", m.name, lead);
+            check_rows(T, &m, what);
+            if (lead) continue;
+            m = *g->maps[i]; /* 4 windows of 3×4 tokens over a 5×7 map: padding at the bottom and right, shifted */
+            m.win_h = 5, m.win_w = 7, m.win_sh = 1, m.win_sw = 2;
+            snprintf(what, sizeof what, "%s in windows", m.name);
+            check_rows(T, &m, what);
+        }
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_attention(vt_test *T) {
     check_lists(T);
     check_errors(T);
+    check_factor_rows(T);
 }
