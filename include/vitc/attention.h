@@ -30,7 +30,9 @@ typedef struct vt_attn_viz_opts {
  * The PNG: one row per (image, map view) (and per image for the rollout), its first column the preprocessed image,
  * then one tile per head (or the head mean), the row min-max scaled, bilinearly upsampled to the input and overlaid
  * in viridis; each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel caption, each row under a
- * 12-pixel title, 4 pixels between tiles and around: width 4 + (1 + cols)·(T + 4), height 4 + rows·(24 + T + 4).
+ * 12-pixel title (the file, the map and which row is drawn: the class token's, or the mean of how many queries), 4
+ * pixels between tiles and around: width 4 + (1 + cols)·(T + 4), or wider to fit the widest title (stb_easy_font's
+ * characters, at most 7 pixels each, plus 8), height 4 + rows·(24 + T + 4).
  * The safetensors file: "input" (n, C, S, S); each drawn map by name, (n, H, N, M) or per window (n, nW, H, N, M);
  * NAME.rows, the drawn rows (n, H, grid h, grid w); "rollout" (n, N, N). Clear errors for unknown block or head
  * indices, a model without attention maps, maps that cannot be drawn and unreadable images. Returns 0, or -1 with e

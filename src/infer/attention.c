@@ -306,10 +306,36 @@ static void fill(canvas *cv, int x0, int y0, int w, int h, const unsigned char c
         for (int x = x0 < 0 ? 0 : x0; x < x0 + w && x < cv->W; x++) memcpy(cv->rgb + ((size_t)y * cv->W + x) * 3, c, 3);
 }
 
+/* Longest title drawn, in bytes: a longer one (a long file name) is cut. */
+#define TITLE_MAX 160
+
+/* The title of image `path`'s row of map m (NULL: the rollout) into t (TITLE_MAX bytes): the file's name, the map's
+ * name, and which row is drawn (the class token's, or the mean over the queries). */
+static void map_title(const vt_attn_map *m, const char *path, char *t) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!m) {
+        if (snprintf(t, TITLE_MAX, "%s  rollout over all blocks", base) >= TITLE_MAX)
+            memcpy(t + TITLE_MAX - 4, "...", 4);
+        return;
+    }
+    int B, H, N, M;
+    map_dims(m, &B, &H, &N, &M);
+    char row[64];
+    if (m->lead)
+        snprintf(row, sizeof row, "class token's row");
+    else if (m->win_h)
+        snprintf(row, sizeof row, "each window's mean row");
+    else
+        snprintf(row, sizeof row, "mean row of %d queries", N);
+    const int len = snprintf(t, TITLE_MAX, "%s  %s%s: %s%s", base, m->name, m->win_h ? " (per window)" : "", row,
+                             m->probs ? "" : " (scores)");
+    if (len >= TITLE_MAX) memcpy(t + TITLE_MAX - 4, "...", 4); /* a long file name: marked cut */
+}
+
 /* Text at (x, y) in white, cut to maxw pixels (stb_easy_font: each character a few filled rectangles). */
 static void text(canvas *cv, int x, int y, const char *s, int maxw) {
     static const unsigned char white[3] = {235, 235, 235};
-    char buf[160];
+    char buf[TITLE_MAX];
     snprintf(buf, sizeof buf, "%s", s);
     while (buf[0] && stb_easy_font_width(buf) > maxw) buf[strlen(buf) - 1] = 0;
     float quads[4 * 4 * 400]; /* 400 quads: 16 bytes per vertex */
@@ -568,7 +594,14 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     const int64_t per = (int64_t)C * S * S;
     r.cv.S = S;
     r.cv.T = S * ((128 + S - 1) / S);
-    const int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD);
+    int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD);
+    for (int b = 0; o->png && b < n; b++) /* wide enough for every row's title */
+        for (int i = 0; i <= r.nsel; i++) {
+            char t[TITLE_MAX];
+            map_title(i < r.nsel ? r.sel[i] : NULL, paths[b], t);
+            const int64_t w = 2 * PAD + stb_easy_font_width(t);
+            W = w > W ? w : W;
+        }
     const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
     if (o->png && (W > 32768 || Hh > 262144 || W * Hh > ((int64_t)1 << 28))) {
         vt_seterr(e, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, --heads "
@@ -638,14 +671,11 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                 for (int k = 0; k < NR * NR; k++) r.rolls[(size_t)b * NR * NR + k] = (float)r.R[k];
         }
         if (o->png) {
-            const char *base = strrchr(paths[b], '/') ? strrchr(paths[b], '/') + 1 : paths[b];
             for (int i = 0; i < rows_img; i++) {
                 const vt_attn_map *m = i < r.nsel ? r.sel[i] : r.prim[0];
                 const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.T + PAD), yt = y0 + TITLE + CAPTION;
-                char t[200];
-                snprintf(t, sizeof t, "%s  %s%s%s", base, i < r.nsel ? m->name : "rollout over all blocks",
-                         i < r.nsel && !m->probs ? " (scores)" : "",
-                         i < r.nsel && m->win_h ? " (per window)" : "");
+                char t[TITLE_MAX];
+                map_title(i < r.nsel ? m : NULL, paths[b], t);
                 text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
                 text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
                 tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0);

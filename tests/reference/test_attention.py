@@ -27,6 +27,7 @@ each stripe's mean query put back in place.
 Run: /usr/bin/python3 tests/reference/test_attention.py     (needs ./vitc or $VITC)
 """
 import math
+import shutil
 
 import numpy as np
 import torch
@@ -92,9 +93,16 @@ def rows_ref(a, lead):
 
 
 def png_size(S, cols, rows):
-    """The grid's size as include/vitc/attention.h documents it (tile T = S·⌈128/S⌉)."""
+    """The grid's size as include/vitc/attention.h documents it (tile T = S·⌈128/S⌉), for titles it fits."""
     T = S * math.ceil(128 / S)
     return 4 + (1 + cols) * (T + 4), 4 + rows * (24 + T + 4)
+
+
+def png_widened(size, S, cols, rows, title):
+    """A grid too narrow for its title is widened to fit it (include/vitc/attention.h): stb_easy_font's characters
+    are 3 to 7 pixels wide, plus 4 pixels each side; title is wider than the tiles even at 3 pixels a character."""
+    w, h = png_size(S, cols, rows)
+    return 8 + 3 * len(title) > w and size[1] == h and 8 + 3 * len(title) <= size[0] <= 8 + 7 * len(title)
 
 
 def check_case(rep, tmp, tag, model, args, ref, sd, imgs, rollout=True, img=28):
@@ -348,6 +356,12 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
                "--save-maps", maps) is not None:
         size = Image.open(png).size
         rep.check("--blocks 1,3 --heads mean PNG size", size == png_size(28, 1, 2 * 2), f"{size}")
+    long = tmp / ("an_image_whose_file_name_is_long_enough_to_need_a_wider_picture_" + "x" * 24 + ".png")
+    shutil.copy(imgs[0], long)
+    if vitc_ok(rep, "a long file name", *base, long, "-o", png, "--blocks", "1", "--heads", "mean") is not None:
+        size, title = Image.open(png).size, f"{long.name}  blocks.1.attn: class token's row"
+        rep.check("... the picture is widened to fit its title", png_widened(size, 28, 1, 1, title),
+                  f"{size}, {png_size(28, 1, 1)} for the tiles, a title of {len(title)} characters")
         names = sorted(k for k in st.load(maps) if k != "input" and not k.endswith(".rows"))
         rep.check("--blocks 1,3 saves those blocks", names == ["blocks.1.attn", "blocks.3.attn"], f"{names}")
     if vitc_ok(rep, "--heads 0,2", *base, imgs[0], "-o", png, "--heads", "0,2") is not None:
