@@ -146,22 +146,24 @@ static void test_roundtrip(vt_test *T, const char *dir) {
     unlink(path);
 }
 
-/* Temporary files are named after their writer (.vitc-PID-XXXXXX); vt_remove_stale_temps removes those of ended
- * processes only: not a live writer's (this process's), an old-style name without a PID, a malformed one or other
- * files. */
+/* Temporary files are named after their writer (.vitc-PID-XXXXXX, and gnuplot's curves .vitc-PID-curves, metrics.c);
+ * vt_remove_stale_temps removes those of ended processes only: not a live writer's (this process's), an old-style name
+ * without a PID, a malformed one or other files. */
 static void test_stale_temps(vt_test *T, const char *dir) {
     char live[64], p[512];
     snprintf(live, sizeof live, ".vitc-%ld-ghijkl", (long)getpid());
-    const char *names[] = {".vitc-999999999-abcdef", live, ".vitc-abcdef", ".vitc-12x-abcdef", "notes.txt"};
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {".vitc-999999999-abcdef", ".vitc-999999998-curves", live, ".vitc-abcdef",
+                           ".vitc-12x-abcdef", "notes.txt"};
+    const int n = (int)(sizeof names / sizeof names[0]), stale = 2;
+    for (int i = 0; i < n; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         FILE *f = fopen(p, "wb");
         if (f) fclose(f);
     }
-    T_CHECK(T, vt_remove_stale_temps(dir) == 1, "one stale temporary file removed");
-    for (int i = 0; i < 5; i++) {
+    T_CHECK(T, vt_remove_stale_temps(dir) == stale, "the stale temporary files removed");
+    for (int i = 0; i < n; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        T_CHECK(T, (access(p, F_OK) == 0) == (i > 0), "%s %s", names[i], i > 0 ? "kept" : "removed");
+        T_CHECK(T, (access(p, F_OK) == 0) == (i >= stale), "%s %s", names[i], i >= stale ? "kept" : "removed");
         remove(p);
     }
     vt_out o;
