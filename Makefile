@@ -40,6 +40,9 @@ LIBDIR    ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 TEST_SRC  := $(wildcard tests/*.c)
+# The CLI: main and the command table (tools/vitc.c), the commands and their shared parts (tools/cli/).
+CLI_SRC   := tools/vitc.c $(wildcard tools/cli/*.c)
+CLI_H     := $(wildcard tools/cli/*.h)
 TEST_OBJ  := $(TEST_SRC:%.c=build/%.o)
 ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 # Two builds under ASan + UBSan: build-asan/ for the target's baseline ISA (the scalar code, as on a CPU without AVX2)
@@ -65,8 +68,11 @@ DEB_DOCS  := doxygen
         uninstall docs isa-check
 all: vitc
 
-vitc: build/tools/vitc.o build/libvitc.a
+vitc: $(CLI_SRC:%.c=build/%.o) build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The CLI's objects also depend on its own header (the pattern rules below compile them).
+$(CLI_SRC:%.c=build/%.o) $(CLI_SRC:%.c=build-asan/%.o): $(CLI_H)
 
 # The vendor-rule benchmark (bench/vendor_rules.c); `make test` builds and runs it once (tests/cli/test_gemm.sh).
 build/vendor_rules: bench/vendor_rules.c build/libvitc.a
@@ -150,7 +156,7 @@ build/unit: $(TEST_OBJ) build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The CLI under ASan + UBSan, for tests/cli/test_asan.sh (a short training run and the main commands).
-build-asan/vitc: build-asan/tools/vitc.o $(SRC:%.c=build-asan/%.o)
+build-asan/vitc: $(CLI_SRC:%.c=build-asan/%.o) $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
 build-asan/unit: $(ASAN_OBJ)

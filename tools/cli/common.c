@@ -1,0 +1,297 @@
+/* The helpers the vitc commands share: messages (say, die, refuse, notice...), the thread setting, the model from
+ * the options (model_cfg, load_model), the output check, the dtype report, CSV and JSON strings. */
+#include <cblas.h> /* openblas_set_num_threads */
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vitc/dist.h"
+#include "vitc/fileio.h"
+#include "vitc/model.h"
+#include "vitc/predict.h"
+#include "vitc/safetensors.h"
+
+#include "cli.h"
+
+/* Under mpirun, "rank R: " for the ranks after the first (whose messages the README says are prefixed so); "" else. */
+static const char *rank_tag(char *buf, size_t n) {
+    int rank = 0;
+    vt_dist_env(&rank, NULL, NULL);
+    snprintf(buf, n, rank > 0 ? "rank %d: " : "", rank);
+    return buf;
+}
+
+/* One message line on stderr, written at once (ranks under mpirun share the terminal): "vitc: " or "vitc CMD: " (cmd
+ * non-NULL), the rank tag, text (its control characters escaped with clean: names from files) and a newline. */
+static void say_text(const char *cmd, int clean, const char *text) {
+    char tag[32], lead[96];
+    snprintf(lead, sizeof lead, "vitc%s%.40s: %s", cmd ? " " : "", cmd ? cmd : "", rank_tag(tag, sizeof tag));
+    vt_write_line(stderr, lead, text, clean);
+}
+
+/* say_text of lead and a formatted message whose text holds no names from files: nothing to escape. */
+static void say_v(const char *cmd, const char *lead, const char *fmt, va_list ap) {
+    char text[4096];
+    const int n = snprintf(text, sizeof text, "%s", lead);
+    vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+    say_text(cmd, 0, text);
+}
+
+void say(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(cmd, "", fmt, ap);
+    va_end(ap);
+}
+
+int die(const char *fmt, const char *msg) {
+    char line[4096]; /* one line, whatever bytes the names in it hold */
+    snprintf(line, sizeof line, fmt, msg);
+    say_text(NULL, 1, line);
+    return 1;
+}
+
+/* 1 on the ranks after the first under mpirun: an error the command line makes is the same on every rank, and rank 0
+ * alone prints it (once, not once per rank). */
+static int later_rank(void) {
+    int rank = 0;
+    vt_dist_env(&rank, NULL, NULL);
+    return rank > 0;
+}
+
+/* say() of an error the command line makes: printed by rank 0 alone under mpirun (later_rank). */
+void say_once(const char *cmd, const char *fmt, ...) {
+    if (later_rank()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(cmd, "", fmt, ap);
+    va_end(ap);
+}
+
+/* die() of an error the command line makes: printed by rank 0 alone under mpirun; returns 1. */
+int die_once(const char *fmt, const char *msg) { return later_rank() ? 1 : die(fmt, msg); }
+
+/* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
+int missing(const char *what) {
+    say_once(NULL, "missing %s", what);
+    return 2;
+}
+
+/* An option that can have no effect in command cmd (or an argument it cannot take): prints "vitc CMD: message" and
+ * returns 2, the exit status of the other option errors. */
+int refuse(const char *cmd, const char *fmt, ...) {
+    if (later_rank()) return 2; /* the command line's: printed by rank 0 */
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(cmd, "", fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+/* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here, where refusing it would break
+ * scripts that pass it everywhere. */
+void notice(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say_v(NULL, "notice: ", fmt, ap);
+    va_end(ap);
+}
+
+/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
+ * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores or than OpenMP allows
+ * is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
+ * OpenMP), OpenMP's dynamic team sizes are turned off, and ranks x
+ * threads over the cores is warned about (by the node's first rank alone: the others share its setting). OpenBLAS
+ * (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads outside our parallel regions and
+ * one inside them, so this one setting holds for every GEMM. */
+void set_threads(const opts *o) {
+    int local_rank = 0, ranks = 1;
+    vt_dist_env(NULL, &local_rank, &ranks);
+    const int speak = local_rank == 0; /* the node's ranks share one setting: its first says it */
+    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
+    const char *env = getenv("OMP_NUM_THREADS");
+    long want = o->threads;
+    const char *from = "--threads";
+    if (want <= 0 && env && *env) {
+        char *end = NULL;
+        want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
+        from = "OMP_NUM_THREADS";
+        if (end == env || want <= 0 || (*end && *end != ',')) {
+            if (speak)
+                say(NULL, "notice: OMP_NUM_THREADS='%s' is not a thread count; ignored", env);
+            want = 0; /* the default below */
+        }
+    }
+    if (want <= 0) {
+        want = cores / ranks > 0 ? cores / ranks : 1;
+        from = "the online cores";
+    }
+    if (want > cores) {
+        char asked[48]; /* as given: strtol caps a longer number at LONG_MAX */
+        if (strcmp(from, "OMP_NUM_THREADS") == 0) {
+            const int len = (int)strcspn(env, ",");
+            snprintf(asked, sizeof asked, "%.*s%s", len < 40 ? len : 37, env, len < 40 ? "" : "...");
+        } else {
+            snprintf(asked, sizeof asked, "%ld", want);
+        }
+        if (speak)
+            say(NULL, "notice: %s threads asked (%s) but %ld cores are online: using %ld threads", asked, from, cores,
+                cores);
+        want = cores;
+    }
+    const int usable = vt_threads_usable((int)want); /* OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0 */
+    if (usable < want) {
+        if (speak)
+            say(NULL, "notice: %ld threads asked (%s) but OpenMP runs at most %d here (OMP_THREAD_LIMIT or "
+                    "OMP_MAX_ACTIVE_LEVELS): using %d", want, from, usable, usable);
+        want = usable;
+    }
+    omp_set_dynamic(0); /* exact teams: OpenBLAS's threaded sgemm hangs in a smaller one (OMP_DYNAMIC=true) */
+    if (speak && ranks > 1 && want * ranks > cores)
+        say(NULL, "warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
+                "contend (set --threads)", ranks, want, want == 1 ? "the minimum" : from, cores);
+    omp_set_num_threads((int)want);
+    openblas_set_num_threads((int)want);
+}
+
+/* vt_model_parse_list, its message printed. */
+static int parse_list(const char *opt, const char *list, int stages, int *v) {
+    vt_err e = {0};
+    return vt_model_parse_list(opt, list, stages, v, &e) ? die("%s", e.msg) : 0;
+}
+
+/* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
+ * (--weights, --input, the images). */
+int output_ok(const opts *o) {
+    const char *fixed[2] = {o->weights, o->input};
+    vt_err e = {0};
+    if (vt_output_check(o->output, fixed, 2, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
+        return die("%s", e.msg);
+    return 0;
+}
+
+/* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
+ * shapes once); 1 on an error, 2 on a malformed list option (--dims, --depths, --heads, --windows) or one the model
+ * cannot apply or be built with. */
+int model_cfg(const opts *o, vt_model_cfg *cfg) {
+    if (!o->model) return missing("MODEL (see `vitc list`)");
+    const vt_model_cfg *base = vt_model_find(o->model);
+    if (!base) return die_once("unknown model '%s' (see `vitc list`)", o->model);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.img_size = o->img_size;
+    ov.in_chans = o->in_chans;
+    ov.num_classes = o->num_classes;
+    ov.attn = o->attn;
+    ov.ffn = o->ffn;
+    ov.recorded = o->heads_recorded;
+    const int ns = base->arch.nstages;
+    if ((o->dims && parse_list("--dims", o->dims, ns, ov.dims)) ||
+        (o->depths && parse_list("--depths", o->depths, ns, ov.depths)) ||
+        (o->heads && parse_list("--heads", o->heads, ns, ov.heads)) ||
+        (o->windows && parse_list("--windows", o->windows, ns, ov.windows)))
+        return 2; /* a malformed value: a usage error, as for scalar options */
+    ov.windows_listed = o->windows && strchr(o->windows, ',');
+    ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
+    if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
+    ov.train_form = o->train_form;
+    ov.apply_transform = o->apply_transform;
+    ov.double_heads = o->double_heads;
+    ov.dtype = o->dtype;
+    vt_err e = {0};
+    if (vt_model_configure(base, &ov, cfg, &e)) /* an option the model cannot apply is a usage error */
+        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
+    if (o->features && !cfg->family->features)
+        return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
+    vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */
+    if (vt_model_summarize(cfg, &sum, &e))
+        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
+    vt_model_summary_free(&sum);
+    return 0;
+}
+
+/* Frees the --weights file weights_options read, once its values are loaded. */
+void close_weights(opts *o) {
+    if (o->wfile_open > 0) vt_st_close(&o->wfile);
+    o->wfile_open = 0;
+}
+
+/* A parameter store holding the model's parameters, loaded from o->weights or, without it, initialised (seed); the
+ * commands that need weights refuse a missing --weights first (a usage error). */
+vt_params *load_model(opts *o, const vt_model_cfg *cfg) {
+    vt_err e = {0};
+    if (o->weights && o->wfile_open < 0) { /* read once: a stream would be empty the second time */
+        die("%s", o->werr.msg);
+        return NULL;
+    }
+    vt_params *P = !o->weights          ? vt_params_new(&e)
+                   : o->wfile_open > 0 ? vt_model_load_file(cfg, &o->wfile, o->weights, &e)
+                                       : vt_model_load(cfg, o->weights, &e);
+    close_weights(o);
+    if (P && !o->weights && vt_model_init_params(cfg, P, (uint64_t)o->seed, &e)) {
+        vt_params_free(P);
+        P = NULL;
+    }
+    if (!P) die("%s", e.msg);
+    return P;
+}
+
+/* The arithmetic eval and bench report when --dtype int8 ran no layer in int8, or --dtype bf16 no product in bf16. */
+#define INT8_NONE "fp32 (int8 requested; no layer ran int8)"
+#define BF16_NONE "fp32 (bf16 requested; no product ran bf16)"
+
+/* The arithmetic eval and bench report for c: its --dtype when that ran (ran: some layer or product did), else fp32
+ * with what was asked for. */
+const char *dtype_label(const vt_model_cfg *c, int ran) {
+    if (!c->arch.int8 && !c->arch.bf16) return "fp32";
+    return ran ? (c->arch.int8 ? "int8" : "bf16") : c->arch.int8 ? INT8_NONE : BF16_NONE;
+}
+
+/* Warns on stderr when c asks for int8 but u, what the graph that ran used, has no linear layer on the int8 kernel,
+ * or for bf16 but no product ran bf16; returns 1 then. */
+int warn_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u) {
+    char msg[400];
+    if (!vt_dtype_fallback(c, u, msg, sizeof msg)) return 0;
+    fprintf(stderr, "vitc: warning: %s\n", msg);
+    return 1;
+}
+
+/* Prints s as a CSV field (quoted when it holds a comma, a quote or a line break). */
+void csv_str(const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+/* Prints s as a JSON string (quoted, with quotes, backslashes and control characters escaped). */
+void json_str(const char *s) {
+    putchar('"');
+    const size_t n = strlen(s);
+    size_t bad = 0; /* where the next byte outside valid UTF-8 is (n: none), found from i when i has passed it */
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || bad < i) {
+            size_t off = 0;
+            bad = vt_utf8_valid((const uint8_t *)s + i, n - i, &off) ? n : i + off;
+        }
+        if (i == bad) {
+            printf("\\ufffd"); /* a byte outside valid UTF-8 (a file name's, a cut message's): JSON stays valid */
+            continue;
+        }
+        if (s[i] == '"' || s[i] == '\\')
+            printf("\\%c", s[i]);
+        else if ((unsigned char)s[i] < 0x20)
+            printf("\\u%04x", (unsigned char)s[i]);
+        else
+            putchar(s[i]);
+    }
+    putchar('"');
+}

@@ -1,0 +1,321 @@
+/* The commands that run a trained model on data: eval (a dataset's loss and accuracy), predict (image files' top-k
+ * classes) and attention (pictures of the attention maps). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "vitc/attention.h"
+#include "vitc/fileio.h"
+#include "vitc/imagefolder.h"
+#include "vitc/model.h"
+#include "vitc/predict.h"
+#include "vitc/safetensors.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
+
+#include "cli.h"
+
+/* Class i's name: from --classes, else the model's dataset's (NULL: none). */
+static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
+    if (o->cls) return i >= 0 && i < o->ncls ? o->cls[i] : NULL;
+    return vt_model_class_name(c, i);
+}
+
+/* Reads --classes (when given) into o->cls; its class count must be the model's (K). */
+static int read_classes(opts *o, int K) {
+    if (!o->classes) return 0;
+    vt_err e = {0};
+    if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
+    if (o->ncls != K) {
+        fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: for weights of %d classes add "
+                "--num-classes %d; else give the classes.json of the run that made these weights\n", o->classes,
+                o->ncls, K, o->ncls, o->ncls);
+        return 1;
+    }
+    return 0;
+}
+
+/* predict without --classes: the classes.json beside the weights (a run folder's, written by training on an image
+ * folder), said on stderr, when it names the model's K classes; its names beat the model's dataset's, which a run
+ * on a folder does not share. */
+static void classes_beside_weights(opts *o, int K) {
+    if (o->classes || !o->weights) return;
+    char path[4096], **names = NULL;
+    vt_err e = {0};
+    const int rc = vt_classes_beside(o->weights, K, &names, path, sizeof path, &e);
+    if (rc < 0) notice("the classes.json beside the weights is not used: %s", e.msg);
+    if (rc <= 0) return;
+    notice("class names from %s (beside the weights; --classes picks another file)", path);
+    o->cls = names;
+    o->ncls = K;
+}
+
+/* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
+static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
+    const int names = class_name(o, c, 0) != NULL;
+    if (o->json) {
+        printf("{\"image\": ");
+        json_str(path);
+        printf(", \"top\": [");
+    } else {
+        printf("%s\n", path);
+    }
+    for (int i = 0; i < t->k; i++) {
+        const char *nm = names ? class_name(o, c, t->cls[i]) : NULL;
+        if (o->json) {
+            printf("%s{\"class\": %d, ", i ? ", " : "", t->cls[i]);
+            if (nm) {
+                printf("\"name\": ");
+                json_str(nm);
+                printf(", ");
+            }
+            printf("\"prob\": %.6f}", t->prob[i]);
+        } else {
+            int cols = 0; /* the name's width on a terminal: its characters, not its UTF-8 bytes */
+            for (const unsigned char *q = (const unsigned char *)(nm ? nm : ""); *q; q++) cols += (*q & 0xC0) != 0x80;
+            printf("  %d. class %-5d %s%*s %7.3f%%\n", i + 1, t->cls[i], nm ? nm : "", cols < 12 ? 12 - cols : 0, "",
+                   100.0 * t->prob[i]);
+        }
+    }
+    if (o->json) printf("]}\n");
+}
+
+int cmd_eval(opts *o) {
+    const char *data = o->data ? o->data : "fashion-mnist";
+    if (o->classes && strcmp(data, "fashion-mnist") == 0)
+        return refuse("eval", "--classes checks an image folder's classes (--data DIR); fashion-mnist has its own ten");
+    vt_model_cfg c;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    vt_data d;
+    vt_err e = {0};
+    if (read_classes(o, c.arch.num_classes)) return 1;
+    /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
+    if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (o->test_subset > d.val.n)
+        notice("--test-subset %d is more than the %d test images: evaluating all of them", o->test_subset, d.val.n);
+    vt_params *P = load_model(o, &c);
+    if (!P) {
+        vt_data_close(&d);
+        return 1;
+    }
+    vt_eval_result r = {0}, rf = {0}; /* rf: the fp32 run a bf16 or int8 evaluation is compared with */
+    const int B = o->batch > 0 ? o->batch : 250;
+    vt_model_cfg cf = c;
+    cf.arch.int8 = cf.arch.bf16 = 0;
+    int rc = 0, agree = 0;
+    const char *low = c.arch.int8 ? "int8" : c.arch.bf16 ? "bf16" : NULL; /* the lower precision asked for */
+    if (low &&
+        (!(rf.top1 = malloc(sizeof(int) * (size_t)d.val.n)) || !(r.top1 = malloc(sizeof(int) * (size_t)d.val.n))))
+        rc = vt_seterr(&e, "out of memory");
+    if (rc == 0) rc = vt_evaluate(&c, P, &d.val, &d.eval_tf, B, o->workers, NULL, &r, stderr, &e);
+    const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
+    const int q = rc == 0 && low && !warn_dtype_fallback(&c, use); /* compared with fp32 */
+    if (rc == 0 && q) rc = vt_evaluate(&cf, P, &d.val, &d.eval_tf, B, o->workers, NULL, &rf, stderr, &e);
+    for (int i = 0; rc == 0 && q && i < d.val.n; i++) agree += r.top1[i] >= 0 && r.top1[i] == rf.top1[i];
+    const char *what = d.folder ? "validation" : "Fashion-MNIST test";
+    const char *dtype = dtype_label(&c, q);
+    if (rc)
+        die("%s", e.msg);
+    else if (o->json) {
+        printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"images\": %d, \"skipped\": %lld, \"loss\": %.6f, "
+               "\"acc1\": %.4f, \"acc5\": %.4f", c.name, dtype, r.n, (long long)r.skipped, r.loss, 100 * r.acc1,
+               100 * r.acc5);
+        if (c.arch.int8) printf(", \"linears\": %d, \"int8_linears\": %d", use.linears, use.int8);
+        if (q) printf(", \"fp32_acc1\": %.4f, \"top1_agreement\": %.4f", 100 * rf.acc1, 100.0 * agree / r.n);
+        printf("}\n");
+    } else {
+        printf("%s%s on %s%s%s (%d image%s%s): loss %.4f, top-1 accuracy %.2f%%, top-5 accuracy %.2f%%\n", c.name,
+               !q   ? c.arch.int8   ? " (fp32: int8 requested, no layer ran int8)"
+                      : c.arch.bf16 ? " (fp32: bf16 requested, no product ran bf16)"
+                                    : ""
+               : c.arch.int8 ? " (int8)"
+                             : " (bf16)",
+               what,
+               d.folder ? " " : "", d.folder ? data : "", r.n, r.n == 1 ? "" : "s",
+               r.skipped ? ", unreadable ones skipped" : "", r.loss,
+               100 * r.acc1, 100 * r.acc5);
+        if (q)
+            printf("fp32: top-1 accuracy %.2f%% (%s %+.2f points); top-1 agreement of %s with fp32: %.2f%% (%d of %d)",
+                   100 * rf.acc1, low, 100 * (r.acc1 - rf.acc1), low, 100.0 * agree / r.n, agree, r.n);
+        if (q && c.arch.int8) printf("; %d of %d linear layers ran int8", use.int8, use.linears);
+        if (q) printf("\n");
+    }
+    if (rc == 0 && r.skipped) fprintf(stderr, "vitc: %lld unreadable images skipped\n", (long long)r.skipped);
+    free(r.top1);
+    free(rf.top1);
+    vt_data_close(&d);
+    vt_params_free(P);
+    return rc ? 1 : 0;
+}
+
+/* Top-k classes of image files, preprocessed like the model's pretrained cfg (timm eval transform). */
+int cmd_predict(opts *o) {
+    vt_model_cfg c;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
+    if (o->output && output_ok(o)) return 1;
+    if (read_classes(o, c.arch.num_classes)) return 1;
+    classes_beside_weights(o, c.arch.num_classes);
+    const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;
+    if (k > VT_MAX_TOPK && K > VT_MAX_TOPK) /* a model of up to 64 classes lists them all */
+        return refuse("predict", "--topk %d: at most %d classes are listed per image (%s has %d)", k, VT_MAX_TOPK,
+                      c.name, K);
+    if (k > K) notice("--topk %d is more than the %d classes of %s: listing %d", k, K, c.name, K);
+    const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
+    vt_prediction *res = calloc((size_t)n, sizeof *res);
+    float *keep = NULL; /* --output: every image's input, then every image's logits */
+    vt_err e = {0};
+    if (!res || (o->output && !(keep = vt_alloc(sizeof(float) * (size_t)n * (size_t)(per + K), &e)))) {
+        free(res);
+        return die("%s", "out of memory");
+    }
+    vt_params *P = load_model(o, &c);
+    vt_dtype_use use = {0, 0, 0};
+    int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
+                                   keep ? keep + n * per : NULL, &use, stderr, &e)
+                : -1;
+    int rc = bad != 0;
+    if (bad < 0 && P) die("%s", e.msg);
+    if (bad >= 0) warn_dtype_fallback(&c, use);
+    for (int i = 0; bad >= 0 && i < n; i++) {
+        if (res[i].ok) {
+            print_top(o, &c, o->images[i], &res[i].top);
+            continue;
+        }
+        if (o->json) {
+            printf("{\"image\": ");
+            json_str(o->images[i]);
+            printf(", \"error\": ");
+            json_str(res[i].err.msg);
+            printf("}\n");
+        }
+        fprintf(stderr, "vitc: %s\n", res[i].err.msg);
+    }
+    if (bad > 0 && keep) {
+        die("%s", "--output not written: some images could not be read");
+    } else if (bad == 0 && keep) {
+        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.arch.in_chans, c.arch.img_size, c.arch.img_size}, keep},
+                            {"logits", VT_ST_F32, 2, {n, K}, keep + n * per}};
+        if (vt_st_write(o->output, out, 2, NULL, &e)) rc = die("%s", e.msg);
+    }
+    vt_free(keep);
+    free(res);
+    vt_params_free(P);
+    return rc;
+}
+
+/* vt_parse_index_list of the list s (what: its option, in messages) into out (at most max); -1 after the message. */
+static int index_list(const char *what, const char *s, int *out, int max) {
+    vt_err e = {0};
+    const int n = vt_parse_index_list(s, what, out, max, &e);
+    return n >= 0 ? n : die("%s", e.msg) * -1;
+}
+
+/* attention, whose --heads picks the heads to draw: the head counts per stage the weights record (their vitc_heads
+ * metadata, as run) in the form --heads takes for building c (halved on the stages --double-heads doubles), into
+ * list (n bytes); 1 when they differ from c's, 0 when they do not or none are recorded, -1 when the record is not one
+ * count per stage. */
+static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list, size_t n) {
+    const char *rec = vt_st_meta(f, VT_HEADS_KEY);
+    char have[64];
+    vt_model_heads(c, have, sizeof have);
+    size_t len = 0;
+    const char *p = rec && strcmp(rec, have) != 0 ? rec : "";
+    int i = 0;
+    list[0] = '\0';
+    for (; *p && i < c->arch.nstages && len < n; i++) {
+        char *end = NULL;
+        errno = 0;
+        const long h = strtol(p, &end, 10);
+        if (end == p || errno || h < 1 || h > 4096 || (*end && *end != ',')) break;
+        const int dbl = c->arch.opts.double_heads && strcmp(c->arch.stages[i].attn, "hmhsa") == 0;
+        len += (size_t)snprintf(list + len, n - len, "%s%ld", i ? "," : "", dbl ? h / 2 : h);
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (*p || (list[0] && i != c->arch.nstages)) return -1;
+    return list[0] != '\0';
+}
+
+/* The model of `attention`: c rebuilt with the heads the weights f record where they differ (said on stderr: the
+ * tensors of some hosts, Swin's relative-position tables, hMHSA's maps, have shapes that depend on the heads), its
+ * tensors then checked against f; 0, or an exit status after the message. */
+static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
+    vt_err e = {0};
+    char list[sizeof o->arch_heads];
+    const int hr = recorded_heads(c, f, list, sizeof list);
+    if (hr > 0) {
+        notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights,
+               vt_st_meta(f, VT_HEADS_KEY));
+        snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
+        o->heads = o->arch_heads;
+        const int mc = model_cfg(o, c);
+        if (mc) return mc;
+    }
+    if (vt_model_check_tensors(c, f, o->weights, &e)) return die("%s", e.msg);
+    if (!vt_st_meta(f, VT_HEADS_KEY)) { /* converted checkpoints: their heads are the named model's, unless changed */
+        char have[64];
+        vt_model_heads(c, have, sizeof have);
+        notice("%s records no attention heads (%s): the maps are split into %s heads per stage, as the model is "
+               "built", o->weights, VT_HEADS_KEY, have);
+    }
+    if (hr < 0) { /* the tensors fit the model: the record does not */
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s: its %s metadata \"%.60s\" is not one head count per stage of %s's %d stage%s: "
+                 "not a file vitc wrote", o->weights, VT_HEADS_KEY, vt_st_meta(f, VT_HEADS_KEY), c->name,
+                 c->arch.nstages, c->arch.nstages == 1 ? "" : "s");
+        return die("%s", msg);
+    }
+    return 0;
+}
+
+int cmd_attention(opts *o) {
+    vt_attn_viz_opts ao = {.png = o->output, .save_maps = o->save_maps, .rollout = o->rollout, .progress = stderr,
+                           .notes = stderr};
+    vt_err e = {0};
+    const char *heads = o->heads;
+    o->heads = NULL; /* --heads selects the heads to draw here, not the architecture's */
+    if (heads && strcmp(heads, "mean") == 0)
+        ao.head_mean = 1;
+    else if (heads && strcmp(heads, "all") != 0 &&
+             (ao.nheads = index_list("--heads (all, mean or indices)", heads, ao.heads,
+                                     VT_ATTN_MAX_SEL)) < 0)
+        return 2; /* malformed: a usage error */
+    if (o->blocks && (ao.nblocks = index_list("--blocks", o->blocks, ao.blocks, VT_ATTN_MAX_SEL)) < 0)
+        return 2;
+    vt_model_cfg c;
+    int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing("IMAGE (one or more image files after MODEL)");
+    if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
+    if (heads && !o->output) /* --save-maps keeps every head */
+        return refuse("attention", "--heads picks the heads drawn in the picture (-o); --save-maps keeps every head, "
+                      "so without -o it can have no effect");
+    const size_t len = o->output ? strlen(o->output) : 0;
+    if (o->output && (len < 4 || strcasecmp(o->output + len - 4, ".png") != 0))
+        return die("-o %s: the picture is written as PNG; give a name ending in .png", o->output);
+    const char *fixed[1] = {o->weights};
+    if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
+        (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
+        return die("%s", e.msg);
+    /* read once (weights_options): its tensors against the model, its recorded heads, then its values */
+    if (o->wfile_open < 0 || (!o->wfile_open && vt_st_open(o->weights, &o->wfile, &o->werr)))
+        return die("%s", o->werr.msg);
+    o->wfile_open = 1;
+    vt_params *P = NULL;
+    if (!(mc = model_of_weights(o, &c, &o->wfile)) && !(P = load_model(o, &c))) mc = 1;
+    close_weights(o);
+    if (mc) return mc;
+    const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
+    vt_params_free(P);
+    if (rc) return die("%s", e.msg);
+    if (o->output) printf("wrote %s\n", o->output);
+    if (o->save_maps) printf("wrote %s\n", o->save_maps);
+    return 0;
+}

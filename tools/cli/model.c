@@ -1,0 +1,342 @@
+/* The commands on one model and its tensors: list (every model), info (one model's shapes, params and MACs), init
+ * (initial weights), forward (logits or stage maps of `input`), grad (loss and gradients) and deploy (training-form
+ * weights merged into the deployed form). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/model.h"
+#include "vitc/predict.h"
+#include "vitc/safetensors.h"
+#include "vitc/train.h"
+#include "vitc/weights.h"
+
+#include "cli.h"
+
+/* Every model with params and GMACs; --csv: timm-style columns (param_count in millions, gmacs per image). */
+int cmd_list(opts *o) {
+    if (o->model) return refuse("list", "unexpected argument '%s' (`vitc list` takes no model)", o->model);
+    if (o->csv)
+        printf("model,param_count,gmacs,img_size,in_chans,num_classes,crop_pct,interpolation,family\n");
+    else
+        printf("%-36s %14s %9s  %s\n", "model", "params", "GMACs", "description");
+    for (int i = 0; i < vt_model_count(); i++) {
+        const vt_model_cfg *c = vt_model_at(i);
+        vt_err e = {0};
+        vt_model_summary s;
+        const int ok = vt_model_summarize(c, &s, &e) == 0;
+        if (o->csv) {
+            csv_str(c->name);
+            if (ok)
+                printf(",%.6f,%.6f", s.params / 1e6, s.macs / 1e9);
+            else
+                printf(",,");
+            printf(",%d,%d,%d,%.4g,", c->arch.img_size, c->arch.in_chans, c->arch.num_classes,
+                   (double)(c->pre.crop_pct > 0.0f ? c->pre.crop_pct : 0.875f));
+            csv_str(c->pre.interpolation ? c->pre.interpolation : "bicubic");
+            putchar(',');
+            csv_str(c->family->name);
+            putchar('\n');
+        } else if (ok) {
+            printf("%-36s %14lld %9.3f  %s\n", c->name, (long long)s.params, s.macs / 1e9, c->description);
+        } else {
+            printf("%-36s  build error: %s\n", c->name, e.msg);
+        }
+        vt_model_summary_free(&s);
+    }
+    return 0;
+}
+
+/* The stages of c as JSON objects; a windowed family's window 0 (one global branch: FLatten-CSwin's L stages) as the
+ * stage's side, the value --windows takes for it. */
+static void print_stages_json(const vt_model_cfg *c) {
+    const vt_arch_cfg *a = &c->arch;
+    printf("\"stages\": [");
+    for (int i = 0; i < a->nstages; i++) {
+        char blocks[256];
+        const int na = vt_model_stage_blocks(c, i, blocks, sizeof blocks);
+        const int global = a->stages[i].window == 0 && (c->family->caps & VT_CAP_WINDOWS) && a->patch > 0;
+        const int window = global ? a->img_size / (a->patch << i) : a->stages[i].window;
+        printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
+               "\"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}", i ? ", " : "",
+               a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
+               window, a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
+    }
+    printf("]");
+}
+
+int cmd_info(opts *o) {
+    vt_model_cfg c;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    vt_err e = {0};
+    vt_model_summary s;
+    if (vt_model_summarize(&c, &s, &e)) return die("%s", e.msg);
+    const vt_arch_cfg *a = &c.arch;
+    const long long params = s.params, paper = s.paper_params, macs = s.macs;
+    if (o->json) {
+        printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
+               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
+               "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
+               "\"num_heads\": %d, \"double_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
+               c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size, a->in_chans,
+               a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
+               a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
+        print_stages_json(&c);
+        printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"resize\": \"%s\", \"interpolation\": \"%s\", "
+               "\"mean\": [%g, %g, %g], \"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path,
+               (double)c.pre.crop_pct, c.pre.squash ? "both sides" : "shorter side",
+               c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
+               (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
+               c.pre.dataset ? c.pre.dataset : "");
+        printf(", \"blocks\": [");
+    } else {
+        printf("model      %s (%s)\n", c.name, c.description);
+        printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, a->img_size, a->num_classes);
+        for (int i = 0; i < a->nstages; i++) {
+            const int dbl = a->opts.double_heads && strcmp(a->stages[i].attn, "hmhsa") == 0;
+            char blocks[256];
+            if (vt_model_stage_blocks(&c, i, blocks, sizeof blocks) >= 0 && blocks[0]) /* they differ (Next-ViT) */
+                printf("stage %d    dim %d, depth %d: %s\n", i + 1, a->stages[i].dim, a->stages[i].depth, blocks);
+            else
+                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i + 1, a->stages[i].dim,
+                       a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
+                       (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+        }
+        printf("FFN        %s%s\n", a->ffn, a->train_form ? " (training form)" : "");
+        printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
+               paper, paper / 1e6);
+        printf("buffers    %lld\n", (long long)s.buffers);
+        printf("MACs       %lld (%.3f GMACs per image; 1 multiply-add = 1 MAC)\n\n", macs, macs / 1e9);
+        printf("%-20s %12s %14s\n", "scope", "params", "MACs");
+    }
+    for (int i = 0, first = 1; i < s.nscopes; i++) {
+        if (!s.scope_params[i] && !s.scope_macs[i]) continue;
+        const char *nm = s.scope[i][0] ? s.scope[i] : "(top)";
+        if (o->json)
+            printf("%s{\"name\": \"%s\", \"params\": %lld, \"macs\": %lld}", first ? "" : ", ", nm,
+                   (long long)s.scope_params[i], (long long)s.scope_macs[i]);
+        else
+            printf("%-20s %12lld %14lld\n", nm, (long long)s.scope_params[i], (long long)s.scope_macs[i]);
+        first = 0;
+    }
+    if (o->json) printf("]}\n");
+    vt_model_summary_free(&s);
+    return 0;
+}
+
+int cmd_init(opts *o) {
+    vt_model_cfg c;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->output) return missing("-o OUTPUT");
+    if (output_ok(o)) return 1;
+    vt_params *P = load_model(o, &c);
+    if (!P) return 1;
+    vt_err e = {0};
+    int rc = vt_params_save(P, o->output, &e) ? die("%s", e.msg) : 0;
+    if (!rc) printf("wrote %s: %lld params of %s (seed %lld)\n", o->output, (long long)vt_params_count(P, VT_PARAM),
+                    c.name, o->seed);
+    vt_params_free(P);
+    return rc;
+}
+
+/* Opens o->input into f (read once: a pipe cannot be read again); 0, or 1 after the error. */
+static int open_input(const opts *o, vt_st_file *f) {
+    vt_err e = {0};
+    if (!o->input) return missing("--input");
+    return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
+}
+
+/* Reads `input` (B, C, H, W) from f (open_input of path) and checks it against cfg; returns the data and B. */
+static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *path, int *B) {
+    vt_err e = {0};
+    float *x = NULL;
+    int nd = -1;
+    int64_t sh[VT_ST_MAXDIM];
+    const vt_st_entry *ie = vt_st_find(f, "input");
+    char buf[sizeof e.msg + VT_PATH_BRIEF + 8], brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause */
+    path = vt_path_brief(path, brief, sizeof brief);
+    if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
+        snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
+                 vt_st_dtype_name(ie->dtype));
+        die("%s", buf);
+        return NULL;
+    }
+    if (vt_st_read_named(f, "input", &x, &nd, sh, &e)) {
+        snprintf(buf, sizeof buf, "%s: %s", path, e.msg);
+        die("%s", buf);
+        return NULL;
+    }
+    const vt_arch_cfg *a = &cfg->arch;
+    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
+        sh[3] != a->img_size) {
+        char dims[200] = "";
+        for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
+            n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
+        snprintf(buf, sizeof buf, "%s: input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; "
+                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, a->img_size, a->img_size);
+        die("%s", buf);
+        vt_free(x);
+        return NULL;
+    }
+    if (vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]) >= 0) {
+        die("%s: input contains NaN or Inf", path);
+        vt_free(x);
+        return NULL;
+    }
+    *B = (int)sh[0];
+    return x;
+}
+
+/* The side of the square `input` in f, or 0 (no 4-D square input; read_input reports why). */
+static int input_side(const vt_st_file *f) {
+    const vt_st_entry *t = vt_st_find(f, "input");
+    return t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
+}
+
+/* cfg (model_cfg's) at the size of the input in f when --img-size is not given: the model's weights must fit any
+ * size, or the input must have the model's size (a clear error otherwise). */
+static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
+    const int side = o->img_size ? 0 : input_side(f);
+    vt_err e = {0};
+    if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
+    return 0;
+}
+
+int cmd_forward(opts *o) {
+    vt_model_cfg c;
+    vt_st_file f = {0};
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    if (!o->output) return missing("--output");
+    if (output_ok(o)) return 1;
+    const int ic = open_input(o, &f); /* 2: --input missing */
+    if (ic) return ic;
+    vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c);
+    if (!P) {
+        vt_st_close(&f);
+        return 1;
+    }
+    int B = 0, rc = 1;
+    float *x = read_input(&c, &f, o->input, &B);
+    vt_err e = {0};
+    vt_predictor p = {0};
+    if (x && vt_predictor_init(&p, &c, P, B, o->features ? VT_PRED_MAPS : VT_PRED_LOGITS, &e)) {
+        die("%s", e.msg);
+    } else if (x) {
+        vt_predictor_forward(&p, x, B);
+        warn_dtype_fallback(&c, vt_graph_dtype_use(p.g));
+        vt_st_out out[VT_MAX_STAGES] = {
+            {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
+        static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
+        for (int i = 0; i < p.nmaps; i++) {
+            out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, p.maps[i]->data};
+            for (int d = 0; d < 4; d++) out[i].shape[d] = p.maps[i]->shape[d];
+        }
+        const int nout = o->features ? p.nmaps : 1;
+        int bad = -1;
+        for (int i = 0; i < nout && bad < 0; i++) {
+            int64_t n = 1;
+            for (int d = 0; d < out[i].ndim; d++) n *= out[i].shape[d];
+            if (vt_first_nonfinite(out[i].data, n) >= 0) bad = i;
+        }
+        if (bad >= 0)
+            die("%s came out NaN or Inf: the input or the weights overflow float32 in the forward pass (nothing "
+                "written)", out[bad].name);
+        else
+            rc = vt_st_write(o->output, out, nout, NULL, &e) ? die("%s", e.msg) : 0;
+    }
+    vt_predictor_free(&p);
+    vt_free(x);
+    vt_st_close(&f);
+    vt_params_free(P);
+    return rc;
+}
+
+int cmd_grad(opts *o) {
+    static const char *const adamw[] = {"--lr", "--weight-decay"};
+    for (int i = 0; i < 2 && o->steps <= 1; i++)
+        if (given(o, adamw[i]))
+            return refuse("grad", "%s has no effect with --steps 1 (one forward/backward pass, no AdamW step): give "
+                          "--steps N >= 2 for N-1 AdamW steps", adamw[i]);
+    vt_model_cfg c;
+    vt_st_file f = {0};
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    if (c.arch.int8) return refuse("grad", "--dtype int8 is for inference; take gradients in fp32 or bf16");
+    if (!o->output) return missing("--output");
+    if (output_ok(o)) return 1;
+    const int ic = open_input(o, &f); /* 2: --input missing */
+    if (ic) return ic;
+    vt_params *P = NULL;
+    if (!fit_input_size(o, &f, &c)) {
+        c = vt_model_training_form(&c); /* the weights are the training form's (cFFN BN branches) */
+        P = load_model(o, &c);
+    }
+    if (!P) {
+        vt_st_close(&f);
+        return 1;
+    }
+    int B = 0, rc = 1, steps = o->steps > 0 ? o->steps : 1;
+    float *x = read_input(&c, &f, o->input, &B), *labf = NULL, *losses = NULL;
+    int32_t *lab = NULL;
+    int64_t nl = 0;
+    vt_err e = {0};
+    char brief[VT_PATH_BRIEF], buf[sizeof e.msg + VT_PATH_BRIEF + 8];
+    vt_path_brief(o->input, brief, sizeof brief);
+    if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
+        snprintf(buf, sizeof buf, "%s: %s", brief, e.msg);
+        die("%s", buf);
+    } else if (x && nl != B) {
+        snprintf(buf, sizeof buf, "%s: labels must have shape (B,) matching the input batch (%d), not (%lld,)", brief,
+                 B, (long long)nl);
+        die("%s", buf);
+    } else if (x) {
+        labf = malloc(sizeof(float) * (size_t)B);
+        losses = malloc(sizeof(float) * (size_t)steps);
+        int ok = labf && losses;
+        if (!ok) die("%s", "out of memory");
+        for (int b = 0; ok && b < B; b++) labf[b] = (float)lab[b]; /* vt_grad_steps checks them */
+        if (ok && (vt_grad_steps(&c, P, x, labf, B, steps, o->lr > 0 ? o->lr : 1e-3, o->wd >= 0 ? o->wd : 0.0, losses,
+                                 &e) ||
+                   vt_params_save_grads(P, o->output, losses, steps, &e)))
+            die("%s", e.msg);
+        else if (ok)
+            rc = 0;
+    }
+    free(labf);
+    free(losses);
+    vt_free(lab);
+    vt_free(x);
+    vt_st_close(&f);
+    vt_params_free(P);
+    return rc;
+}
+
+/* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */
+int cmd_deploy(opts *o) {
+    vt_model_cfg c;
+    const int mc = model_cfg(o, &c); /* 2: a malformed list option */
+    if (mc) return mc;
+    if (!o->weights) return missing("--weights");
+    if (!o->output) return missing("-o OUTPUT");
+    if (output_ok(o)) return 1;
+    c = vt_model_training_form(&c);
+    vt_params *P = load_model(o, &c);
+    if (!P) return 1;
+    vt_err e = {0};
+    vt_params *D = vt_params_new(&e);
+    int rc = !D || vt_model_deploy(&c, P, D, &e) || vt_params_save(D, o->output, &e);
+    if (rc)
+        die("%s", e.msg);
+    else
+        printf("wrote %s: %lld deployed params of %s (from %lld training-form params)\n", o->output,
+               (long long)vt_params_count(D, VT_PARAM), c.name, (long long)vt_params_count(P, VT_PARAM));
+    vt_params_free(D);
+    vt_params_free(P);
+    return rc;
+}
