@@ -11,8 +11,8 @@
 
 #include "cli/cli.h"
 
-/* Options that change a model's architecture (every command that builds one), and its input geometry (commands whose
- * input is not a fixed dataset). */
+/* Every command: its name, usage line, summary, the options it takes (ARCH_OPTS and SIZE_OPTS, cli.h: those that
+ * change a model's architecture and its input geometry), its function and whether it takes image files. */
 static const command commands[] = {
     {"list", "vitc list [--csv]", "every model name with params and GMACs", "--csv", cmd_list, 0},
     {"info", "vitc info MODEL [--img-size S] [--attn A] [--ffn F] [--dims ...] [--json]",
@@ -66,8 +66,6 @@ static const command commands[] = {
      "--depths --windows --apply-transform --double-heads --img-size --in-chans --num-classes",
      cmd_attention, 1},
 };
-#undef ARCH_OPTS
-#undef SIZE_OPTS
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
 static void usage(FILE *f) {

@@ -153,6 +153,13 @@ EOF
 )
 check "forward: a model whose weights fit any size runs at the input's size (64 -> 32 px), logits and stage maps" \
     "[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ '$r' = ok ]" "rc $rc1 $rc2: $r $(cat "$T/f.log")"
+$V init groupmixformer_test --img-size 64 --num-classes 3 -o "$T/g64.safetensors" >/dev/null 2>&1
+$V forward groupmixformer_test -w "$T/g64.safetensors" --input "$T/g32.safetensors" -o "$T/y64.safetensors" \
+    >"$T/f64.log" 2>&1
+rc=$?
+check "... also with weights recording another --img-size: the recorded size is not the input's (their classes are)" \
+    "[ $rc -eq 0 ] && [ \"\$($PY -c \"import sys; sys.path.insert(0, 'tests/reference'); import st; \
+print(st.load('$T/y64.safetensors')['logits'].shape)\")\" = '(2, 3)' ]" "rc $rc: $(cat "$T/f64.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
 rc=$?
 check "forward: a fixed-size model refuses another input size, saying why" \

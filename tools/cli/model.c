@@ -196,10 +196,10 @@ static int input_side(const vt_st_file *f) {
     return t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
 }
 
-/* cfg (model_cfg's) at the size of the input in f when --img-size is not given: the model's weights must fit any
- * size, or the input must have the model's size (a clear error otherwise). */
+/* cfg (model_cfg's) at the size of the input in f when --img-size is not given (or only recorded by the weights): the
+ * model's weights must fit any size, or the input must have the model's size (a clear error otherwise). */
 static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
-    const int side = o->img_size ? 0 : input_side(f);
+    const int side = o->img_size && !o->size_recorded ? 0 : input_side(f);
     vt_err e = {0};
     if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
     return 0;

@@ -330,6 +330,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
         if (given(o, name) || (skip && has_word(skip, name))) continue;
         o->given[d - optdefs] = 1;
         o->heads_recorded |= strcmp(name, "--heads") == 0;
+        o->size_recorded |= strcmp(name, "--img-size") == 0;
         if (!v)
             *(int *)((char *)o + d->off) = 1;
         else if (set_option(cmd, d, name, v, what, o))
