@@ -277,6 +277,32 @@ static void check_form_hint(vt_test *T, const char *dir) {
     rmdir(sub);
 }
 
+/* A file holding the training form (cFFN's `.rep.` branches) opens in it: as with --train-form, its parameters. */
+static void check_form_taken(vt_test *T, const char *dir) {
+    char w[96];
+    snprintf(w, sizeof w, "%s/cffn_train.safetensors", dir);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.ffn = "cffn";
+    ov.train_form = 1;
+    vt_model_cfg c;
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0 &&
+                   vt_model_init_params(&c, P, 4, &e) == 0 && vt_params_save(P, w, &e) == 0, "%s", e.msg);
+    vt_params_free(P);
+    vitc_error err;
+    vitc_info a = {0}, b = {0};
+    vitc_model *m = vitc_open("vit_fmnist_tiny", w, NULL, &err);
+    if (m) vitc_get_info(m, &a);
+    vitc_close(m);
+    m = vitc_open_with("vit_fmnist_tiny", w, NULL, "--train-form", &err);
+    if (m) vitc_get_info(m, &b);
+    vitc_close(m);
+    T_CHECK(T, a.params > 0 && a.params == b.params, "training-form file: %lld params opened, %lld with --train-form",
+            (long long)a.params, (long long)b.params);
+    unlink(w);
+}
+
 static void check_open_with(vt_test *T, const char *dir) {
     char w[96];
     snprintf(w, sizeof w, "%s/custom.safetensors", dir);
@@ -486,6 +512,7 @@ void test_api(vt_test *T) {
     check_two_threads(T, w);
     check_gmf(T, wg);
     check_open_with(T, dir);
+    check_form_taken(T, dir);
     check_form_hint(T, dir);
     unlink(w);
     unlink(wg);

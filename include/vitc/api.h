@@ -106,16 +106,16 @@ VITC_API const char *vitc_model_name(int i);
 VITC_API void vitc_options_init(vitc_options *opt);
 
 /** Opens model `name` with weights from the safetensors file `weights` (official state_dict names), built with the
- * model options the file records (vitc's weight files: `vitc_model_options`); opt may be NULL. Returns the model, or
- * NULL with the reason in err. */
+ * model options and the form the file records (vitc's weight files: `vitc_model_options`, `vitc_form`); opt may be
+ * NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
 /** vitc_open of model `name` changed by `model_options`, which win over those the file records, spelt as on vitc's
  * command line ("--num-classes 3 --in-chans 3 --attn flatten --dims 32,64 --train-form", or --name=value; unquoted;
  * what `vitc train` records as `model-options` in its checkpoints; NULL or "": none), for weights trained or made
- * with them: a cFFN or Next-ViT run's own weights are the training form (add --train-form, or open what
- * `vitc deploy` makes of them); a --dtype is ignored (vitc_set_dtype sets it); an --img-size must equal opt's
- * img_size where both are given. Since 0.3.0. */
+ * with them: a file holding the training form (its `vitc_form` record or cFFN's `.rep.` branches) opens in it, a
+ * Next-ViT file without the record needs --train-form (what `vitc deploy` makes is faster); a --dtype is ignored
+ * (vitc_set_dtype sets it); an --img-size must equal opt's img_size where both are given. Since 0.3.0. */
 VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,
                                     const char *model_options, vitc_error *err);
 

@@ -32,8 +32,9 @@ int vt_dist_launched(void);
  * rank, its rank among the node's ranks and their count (NULLs allowed); returns the world size, 1 without mpirun. */
 int vt_dist_env(int *rank, int *local_rank, int *local_size);
 
-/* Fills d: under mpirun initialises MPI (MPI_Init_thread, funneled) and reads the rank, the world and the node's rank
- * count; otherwise a one-rank context without MPI. Overlap on, 4 MiB buckets. */
+/* Fills d: under mpirun initialises MPI (MPI_Init_thread, funneled; a library providing less is refused) and reads
+ * the rank, the world and the node's rank count; otherwise a one-rank context without MPI. Overlap on, 4 MiB
+ * buckets. */
 int vt_dist_init(vt_dist *d, vt_err *e);
 
 /* Ends MPI when vt_dist_init started it (every rank must call it); a no-op otherwise. */

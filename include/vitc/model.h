@@ -165,6 +165,9 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
 
 /* 1 if c's parameter shapes do not depend on the image size (its weights fit any input size the model takes). */
 int vt_model_any_size(const vt_model_cfg *c);
+/* 1 when c has a training form unlike its deployed one (cFFN's branches, Next-ViT's unmerged BatchNorms): the forms
+ * --train-form (vt_arch_cfg.train_form) chooses between. */
+int vt_model_has_form(const vt_model_cfg *c);
 
 /* Total blocks over the stages. */
 int vt_model_depth(const vt_model_cfg *c);

@@ -194,7 +194,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vt_model_summary s = {0};
     call_env env = {0, 0};
     enter(m, &env, &e); /* m is this thread's alone yet */
-    if (vt_model_configure(base, &ov, &m->cfg, &e) == 0 && vt_model_summarize(&m->cfg, &s, &e) == 0) {
+    const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
+    if (configured && (!rmodel || vt_model_find(rmodel) == base) && vt_model_file_in_training_form(&m->cfg, &f))
+        m->cfg.arch.train_form = 1; /* the form the file holds */
+    if (configured && vt_model_summarize(&m->cfg, &s, &e) == 0) {
         m->params = s.params;
         m->gmacs = (double)s.macs / 1e9;
         m->P = vt_model_load_file(&m->cfg, &f, weights, &e);

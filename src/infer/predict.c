@@ -147,6 +147,13 @@ static int check_shapes(const vt_model_cfg *c, const vt_st_file *f, const char *
     return rc;
 }
 
+int vt_model_file_in_training_form(const vt_model_cfg *c, const vt_st_file *f) {
+    if (c->arch.train_form || !vt_model_has_form(c)) return 0;
+    const char *rec = vt_st_meta(f, VT_FORM_KEY);
+    if (rec) return strcmp(rec, "training") == 0;
+    return !(c->family->caps & VT_CAP_FORM_RECORD) && vt_weights_has_branches(f);
+}
+
 int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e) {
     vt_err le = {0};
     return check_shapes(c, f, path, 0, &le, e) ? load_error(c, f, path, &le, e) : 0;

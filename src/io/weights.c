@@ -54,7 +54,7 @@ static int dtype_ok(const vt_tensor *t, vt_st_dtype d) {
 }
 
 /* 1 when file f holds a re-parameterised branch (a `.rep.` name): the training form of cFFN. */
-static int has_rep(const vt_st_file *f) {
+int vt_weights_has_branches(const vt_st_file *f) {
     for (int i = 0; i < f->n; i++)
         if (strstr(f->entries[i].name, ".rep.")) return 1;
     return 0;
@@ -102,7 +102,7 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
     if (!P->form) return 0;
     const char *rec = vt_st_meta(f, VT_FORM_KEY), *form = rec ? rec : "training";
     if (strcmp(form, P->form) == 0) return 0;
-    if (!rec && P->reparam && !has_rep(f)) return 0; /* merged re-parameterised blocks, record dropped: deployed */
+    if (!rec && P->reparam && !vt_weights_has_branches(f)) return 0; /* merged branches, record dropped: deployed */
     if (strcmp(form, "training") != 0 && strcmp(form, "deployed") != 0)
         return vt_seterr(e, "%s records an unknown form '%.40s' (metadata %s)", path, form, VT_FORM_KEY);
     if (strcmp(P->form, "deployed") == 0)
@@ -220,7 +220,7 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
      * factors (`_u`, `_v`) likewise; a training checkpoint's optimiser state */
     int rep_missing = 0, rep_extra = 0, merged_in_file = 0, merged_in_model = 0, factors_missing = 0, factors_extra = 0;
     int model_rep = 0, model_factors = 0, file_factors = 0, optim = 0;
-    const int file_rep = has_rep(f);
+    const int file_rep = vt_weights_has_branches(f);
     for (int i = 0; i < P->n; i++) {
         model_rep |= strstr(P->t[i]->name, ".rep.") != NULL;
         model_factors |= is_factor(P->t[i]->name);

@@ -305,7 +305,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             return vt_seterr_code(e, VT_E_USAGE, "%s: unknown attention type '%s' (%s)", cfg->name,
                                   a->stages[i].attn, vt_block_type_names(0, names, sizeof names));
         }
-    if (ov->train_form && !(caps & VT_CAP_FORM_RECORD) && !vt_ffn_find(a->ffn)->reparam)
+    if (ov->train_form && !vt_model_has_form(out))
         return vt_seterr_code(e, VT_E_USAGE, "%s has no re-parameterised blocks: --train-form applies to cFFN "
                               "(--ffn cffn) and Next-ViT models", out->name);
     if (cfg->family->check && cfg->family->check(out, e)) return -1;
@@ -321,6 +321,11 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
 int vt_model_any_size(const vt_model_cfg *c) {
     const vt_family *f = c->family;
     return (f->caps & VT_CAP_ANY_SIZE) || (f->any_size && f->any_size(c));
+}
+
+int vt_model_has_form(const vt_model_cfg *c) {
+    const vt_ffn_type *f = vt_ffn_find(c->arch.ffn);
+    return (c->family->caps & VT_CAP_FORM_RECORD) || (f && f->reparam);
 }
 
 int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n) {

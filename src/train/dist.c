@@ -60,6 +60,13 @@ int vt_dist_init(vt_dist *d, vt_err *e) {
     if (!inited && mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", e))
         return -1;
     d->mpi = 1;
+    /* OpenMP threads run while the main thread alone calls MPI: FUNNELED (a library initialised by the caller may
+     * provide less) */
+    if (mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread", e)) return -1;
+    if (provided < MPI_THREAD_FUNNELED)
+        return vt_seterr(e, "the MPI library provides thread level %d, below MPI_THREAD_FUNNELED (%d), which vitc "
+                         "needs: its OpenMP threads run while the main thread calls MPI", provided,
+                         MPI_THREAD_FUNNELED);
     MPI_Comm node;
     if (mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &d->rank), "MPI_Comm_rank", e) ||
         mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &d->size), "MPI_Comm_size", e) ||

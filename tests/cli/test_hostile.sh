@@ -269,11 +269,23 @@ expect "deploy of a model without re-parameterised blocks refused, as for every 
     $V deploy $M -w "$T/w.safetensors" -o "$T/nodep.safetensors"
 check "... writing no file" "[ ! -e '$T/nodep.safetensors' ]"
 expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V grad $M --ffn cffn -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
-expect "forward on training-form cFFN weights names the forms" 1 "training form of re-parameterised" $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+$V forward $M --ffn cffn --train-form -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytf.safetensors" >/dev/null 2>&1
+$V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytr.safetensors" >"$T/ytr.log" 2>&1
+check "forward on training-form cFFN weights builds the training form, saying so" \
+    "[ $? -eq 0 ] && grep -q 'holds the training form of re-parameterised blocks: the model is built in it' '$T/ytr.log'" \
+    "$(cat "$T/ytr.log")"
+check "... to the logits --train-form gives" "cmp -s '$T/ytf.safetensors' '$T/ytr.safetensors'"
+expect "deployed cFFN weights with --train-form name the forms" 1 "deployed form of re-parameterised.*without --train-form" \
+    $V forward $M --ffn cffn --train-form -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
 expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
-expect "... with the options the file records, cFFN is built and the form named" 1 "training form of re-parameterised.*--train-form" $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+$V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytr2.safetensors" >/dev/null 2>&1
+check "... with the options the file records, cFFN is built in the training form" \
+    "[ $? -eq 0 ] && cmp -s '$T/ytf.safetensors' '$T/ytr2.safetensors'"
+$V forward $M --ffn cffn -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/ytr3.safetensors" >/dev/null 2>&1
+check "... and so without the record (a converted file: its .rep. branches say the form)" \
+    "[ $? -eq 0 ] && cmp -s '$T/ytf.safetensors' '$T/ytr3.safetensors'"
 expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "deployed cFFN weights into a plain model: says so" 1 "factorised layers.*--ffn cffn" $V forward $M -w "$T/cffn_dep_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 $V forward $M -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/ycd.safetensors" >"$T/ycd.log" 2>&1

@@ -23,8 +23,9 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
   deploy   for both: `vitc deploy` weights equal nextvit_ref.deploy (cFFN merge, then merge_bn) within 1e-5 relative,
            the file records vitc_form = deployed and keeps the training form's key set (plain Next-ViT), its eval
            logits equal the training form's within 1e-5 and the reference's merged model within 1e-4
-  forms    a file without a form record (official checkpoints) is refused by the deployed form; a deployed file is
-           refused by --train-form; messages say what to do
+  forms    a file recording the training form builds the model in it (forward without --train-form: the training
+           form's logits, a notice); a file without a form record (official checkpoints) is refused by the deployed
+           form; a deployed file is refused by --train-form; messages say what to do
   hostile  a negative BatchNorm running_var in the weights is refused, naming the tensor
   sizes    24 px refused (stage 2 has fewer tokens than the AvgPool1d window; smallest 25), 25 px runs (eval logits),
            a 24x24 input to a model built for 64 is refused; --depths with a stage-3 depth not a multiple of 5 and
@@ -178,7 +179,12 @@ def test_deploy(rep, tag, name, depths, args, ref, sd, w_tr, x):
         r = merged(x.double())
     e = scale_err(y_dep, r)
     rep.check(f"deployed vs reference merged model {tag}", e <= 1e-4, f"logits rel err {e:.2e}")
-    # wrong-form loads are refused
+    # a file recording the training form builds the model in it; wrong-form loads are refused
+    w_rec, y_rec = TMP / f"{tag}_trrec.safetensors", TMP / f"{tag}_yrec.safetensors"
+    st.save(w_rec, st.load(w_tr), metadata={"vitc_form": "training"})
+    r = vitc("forward", name, *args, "--weights", w_rec, "--input", xin, "--output", y_rec)
+    rep.check(f"recorded training form taken {tag}", r.returncode == 0 and "holds the training form" in r.stderr and
+              bool((st.load(y_rec)["logits"] == y_tr).all()), f"rc {r.returncode}: {r.stderr[-300:]}")
     expect_error(rep, f"training file refused by the deployed form {tag}",
                  ["forward", name, *args, "--weights", w_tr, "--input", xin, "--output", yd], "vitc deploy",
                  "--train-form", "training-form")

@@ -41,6 +41,8 @@ typedef struct {
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */
     int heads_recorded;       /* train --resume: --heads came from the checkpoint (vt_model_overrides.recorded) */
+    int form_from_file;       /* model_cfg builds a model in the training form the --weights file holds (not another
+                               * model's file; commands with --train-form only) */
     int size_recorded;        /* --img-size came from the --weights file's record: the size the weights were saved at,
                                * which forward and grad replace by their input's where the weights fit any size */
     char arch_heads[96];      /* attention: the architecture's heads taken from the weights' record */
@@ -97,8 +99,8 @@ void command_help(const command *c);
  * lists them in taken (n bytes) when it is not NULL; text is split in place (o's pointers refer to it). */
 int take_model_options(opts *o, const char *cmd, char *text, const char *allowed, const char *skip, const char *path,
                        const char *what, char *taken, size_t n);
-/* The commands that load --weights: takes the model options the file records (said in a notice) and reads it once
- * into o->wfile for load_model; 0, or the exit status after the message. */
+/* The commands that load --weights: takes the model options the file records (said in a notice), notes a recorded
+ * training form for model_cfg, and reads the file once into o->wfile for load_model; 0, or the exit status. */
 int weights_options(opts *o, const command *cmd);
 /* The value of option d in o as text ("" for a flag; numbers in v, n bytes). */
 const char *option_text(const opts *o, const optdef *d, char *v, size_t n);
@@ -130,7 +132,7 @@ void set_threads(const opts *o);
  * message. */
 int output_ok(const opts *o);
 /* Resolves o->model and the options that change it into cfg; 1 on an error, 2 on a usage error (said). */
-int model_cfg(const opts *o, vt_model_cfg *cfg);
+int model_cfg(opts *o, vt_model_cfg *cfg);
 /* Frees the --weights file weights_options read. */
 void close_weights(opts *o);
 /* The model's parameters, loaded from o->weights or, without it, initialised (--seed); NULL after the message. */

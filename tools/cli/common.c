@@ -176,7 +176,7 @@ int output_ok(const opts *o) {
 /* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
  * shapes once); 1 on an error, 2 on a malformed list option (--dims, --depths, --heads, --windows) or one the model
  * cannot apply or be built with. */
-int model_cfg(const opts *o, vt_model_cfg *cfg) {
+int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
     if (!base) return die_once("unknown model '%s' (see `vitc list`)", o->model);
@@ -203,6 +203,12 @@ int model_cfg(const opts *o, vt_model_cfg *cfg) {
     vt_err e = {0};
     if (vt_model_configure(base, &ov, cfg, &e)) /* an option the model cannot apply is a usage error */
         return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
+    if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
+        cfg->arch.train_form = 1;
+        o->train_form = 1; /* a model built again (attention's recorded heads) keeps it; said once */
+        notice("%s holds the training form of re-parameterised blocks: the model is built in it (--train-form); "
+               "`vitc deploy` merges them into the deployed form, faster at inference", o->weights);
+    }
     if (o->features && !cfg->family->features)
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */

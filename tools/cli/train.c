@@ -424,7 +424,10 @@ static int same_rank_command(vt_dist *d, const opts *o) {
 int cmd_train(opts *o) {
     vt_err e = {0};
     vt_dist d; /* under mpirun: this rank of the data-parallel run; else one process, MPI untouched */
-    if (vt_dist_init(&d, &e)) return die("%s", e.msg);
+    if (vt_dist_init(&d, &e)) {
+        vt_dist_finalize(&d); /* MPI started, then a check failed: it ends cleanly */
+        return die("%s", e.msg);
+    }
     /* the ranks' commands compared first: then every check below fails alike on every rank, and rank 0 says why */
     int rc = same_rank_command(&d, o);
     if (rc == 0 && o->recipe && strcmp(o->recipe, "list") == 0)
