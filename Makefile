@@ -212,21 +212,35 @@ bench: deps-test
 	/usr/bin/python3 bench/compare_torch.py
 
 clean:
-	rm -rf build build-asan build-asan-vec build-isa build-pic vitc
+	rm -rf build build-asan build-asan-vec build-isa build-pic build-fuzz vitc
 
 # The compiler and linker flags a C program needs with build/libvitc.a (the reference tests' C drivers use them).
 link-flags:
 	@echo $(PKG_CFLAGS) $(LDLIBS)
 
-# Fuzzing with libFuzzer (clang; ASan+UBSan): the strict safetensors reader, and the image path (decoders +
-# preprocessing). `make fuzz` (or one target: `make fuzz-safetensors`, `make fuzz-image`) runs each target
+# Fuzzing with libFuzzer (clang; ASan+UBSan): the strict safetensors reader, the image path (decoders +
+# preprocessing), and the model options weight files record (parsed, configured, the model's shapes built: the library
+# compiled for libFuzzer into build-fuzz/, without the trainer). `make fuzz` (or one target: `make fuzz-safetensors`,
+# `make fuzz-image`, `make fuzz-model-options`) runs each target
 # FUZZ_SECONDS (default 20) s on a seed corpus in build/fuzz_corpus_* and prints "fuzz <target>: ok (N runs)" or
 # "fuzz <target>: FAILED ..." (exit 1). FUZZ_SECONDS=3600 for a long run.
 FUZZ_SECONDS ?= 20
 FUZZ_CC := clang $(WARN) -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -Iinclude $(PKG_CFLAGS)
-.PHONY: fuzz-build fuzz-safetensors fuzz-image
-fuzz-build: build/fuzz_safetensors build/fuzz_image
+# -Wno-pass-failed: at -O1 under the sanitizers clang cannot vectorise the `omp simd` loops (an optimiser remark)
+FUZZ_LIB_CC := clang $(WARN) -Wno-pass-failed -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+  -fno-sanitize-recover=all $(FP_FLAGS) -fopenmp -Iinclude $(PKG_CFLAGS)
+FUZZ_LIB_OBJ := $(filter-out $(TRAIN_SRC:%.c=build-fuzz/%.o),$(SRC:%.c=build-fuzz/%.o))
+.PHONY: fuzz-build fuzz-safetensors fuzz-image fuzz-model-options
+fuzz-build: build/fuzz_safetensors build/fuzz_image build/fuzz_model_options
+
+build-fuzz/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_LIB_CC) -c -o $@ $<
+
+build/fuzz_model_options: fuzz/fuzz_model_options.c $(FUZZ_LIB_OBJ)
+	@mkdir -p build
+	$(FUZZ_CC) -fopenmp -o $@ $^ $(LIB_LIBS)
 
 build/fuzz_safetensors: fuzz/fuzz_safetensors.c src/io/safetensors.c src/io/fileio.c src/core/error.c include/vitc/*.h
 	@mkdir -p build
@@ -252,7 +266,14 @@ define run_fuzz
 	fi
 endef
 
-fuzz: fuzz-safetensors fuzz-image
+fuzz: fuzz-safetensors fuzz-image fuzz-model-options
+
+# Seeds: every 7th model (the first byte) with options of the forms vitc records.
+fuzz-model-options: build/fuzz_model_options
+	@mkdir -p build/fuzz_corpus_model_options && i=0 && while [ $$i -lt 96 ]; do \
+	  printf "\\$$(printf %03o $$i)--img-size 64 --num-classes 3 --depths 2 --dims 32 --heads 2" \
+	    > build/fuzz_corpus_model_options/seed$$i; i=$$((i + 7)); done
+	$(call run_fuzz,model_options,build/fuzz_corpus_model_options,-dict=fuzz/model_options.dict -max_len=256)
 
 fuzz-safetensors: build/fuzz_safetensors
 	@sh fuzz/make_corpus.sh build/fuzz_corpus

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test part (unit tests; the same under ASan+UBSan, built twice: vector kernels and scalar code; the two
+# Runs every test part (unit tests; the same under ASan+UBSan, built twice: vector kernels and scalar code; the three
 # libFuzzer targets; the PyTorch reference and CLI tests) and prints one closing line "N passed, N failed"; exits 1
 # on any failure. The parts are independent processes and run TEST_JOBS at a time (default: the cores, at most 4),
 # the unit binaries first; each part's result is printed when it ends. TEST_JOBS=1 runs them one after another.
@@ -26,8 +26,8 @@ asan="env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_T
 part "unit tests under ASan+UBSan, vector kernels (-march=native)" unit "$asan ./build-asan-vec/unit"
 part "unit tests under ASan+UBSan, scalar code" unit "$asan ./build-asan/unit"
 part "unit tests" unit ./build/unit
-for target in safetensors image; do
-    part "fuzz $target" fuzz "make --no-print-directory fuzz-$target"
+for target in safetensors image model_options; do
+    part "fuzz $target" fuzz "make --no-print-directory fuzz-${target//_/-}"
 done
 for t in tests/cli/test_*.sh; do part "$t" lines "bash $t"; done
 for t in tests/reference/test_*.py; do part "$t" lines "/usr/bin/python3 $t"; done

@@ -25,6 +25,7 @@ static vt_tensor *stem_layer(vt_graph *g, const char *conv, const char *bn, vt_t
 
 /* Official Mlp: fc1 (hidden) → GELU → fc2 → × scale_channel (C,) (init 1e-5). */
 static vt_tensor *mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden) {
+    if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN];
     int C = x->shape[x->ndim - 1];
     vt_tensor *sc = vt_param(g, vt_pname(nm, prefix, "scale_channel"), 1, &C, (vt_init){VT_INIT_CONST, 1e-5f});

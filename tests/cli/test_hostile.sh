@@ -155,6 +155,11 @@ expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M 
 expect "--dims with 2 values for 4 stages refused (a usage error: 2)" 2 "2 values, but the model has 4 stage(s)" $V info \
     groupmixformer_test --dims 20,30
 expect "--depths 1x refused (a usage error: 2)" 2 "expected comma-separated integers" $V info $M --depths 1x
+# found by fuzz_model_options: a width its heads do not divide crashed Refined-ViT's build (the MLP read a failed input)
+expect "Refined-ViT --dims 4 (12 heads) refused, not a crash (2)" 2 "C divisible by 12 heads" $V info refiner_vit_s --dims 4
+# ... and a Swin window of 157 asked for 2.4 GB (its relative position index has window^4 entries)
+expect "Swin --windows 157 refused before any allocation (2)" 2 "window 157 is more than vitc builds (64" \
+    $V info swin_t_msf --windows 157
 expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-negative integers" $V attention $M \
     -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
 # maps the default selection cannot draw (FLatten inside Swin windows) are left out with a note, not silently

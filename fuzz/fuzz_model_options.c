@@ -1,0 +1,49 @@
+/* libFuzzer target: the model options a weight file records (`vitc_model_options`, taken by the commands that load
+ * --weights and by vitc_open) or a user types, for every named model. Parsing, configuring and building the model's
+ * shapes (what `vitc info` counts) must accept or refuse with a message, never crash, overflow or allocate without
+ * bound; an accepted configuration's own record must configure the same architecture again. Input: the first byte
+ * picks the model, the rest is the options text. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vitc/model.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Refused with a message (every refusal must say why): 1; accepted: 0. */
+static int refused(int rc, const vt_err *e) {
+    if (rc && !e->msg[0]) abort();
+    return rc != 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char text[1024];
+    if (size < 1 || size > sizeof text) return 0;
+    const vt_model_cfg *base = vt_model_at(data[0] % vt_model_count());
+    memcpy(text, data + 1, size - 1);
+    text[size - 1] = '\0'; /* a NUL inside ends the text, as in a C string read from a file's metadata */
+    vt_model_overrides ov = vt_model_no_overrides();
+    char store[256];
+    vt_err e = {0};
+    if (refused(vt_model_parse_options(text, base->arch.nstages, &ov, store, sizeof store, &e), &e)) return 0;
+    vt_model_cfg c;
+    if (refused(vt_model_configure(base, &ov, &c, &e), &e)) return 0;
+    vt_model_summary s;
+    if (refused(vt_model_summarize(&c, &s, &e), &e)) return 0;
+    vt_model_summary_free(&s);
+    /* the record vitc writes for c (vt_model_options_text) builds c's architecture again */
+    vt_model_overrides again = vt_model_no_overrides();
+    char store2[256];
+    vt_model_cfg c2;
+    if (vt_model_parse_options(c.options, base->arch.nstages, &again, store2, sizeof store2, &e) ||
+        vt_model_configure(base, &again, &c2, &e))
+        abort();
+    c2.arch.train_form = c.arch.train_form; /* not an architecture option: the weights' form, recorded apart */
+    c2.arch.int8 = c.arch.int8;
+    c2.arch.bf16 = c.arch.bf16;
+    c2.arch.drop_path = c.arch.drop_path;
+    c2.pre = c.pre;
+    if (memcmp(&c.arch, &c2.arch, sizeof c.arch) != 0) abort();
+    return 0;
+}
