@@ -1,12 +1,13 @@
 /* libFuzzer target: the model options a weight file records (`vitc_model_options`, taken by the commands that load
  * --weights and by vitc_open) or a user types, for every named model. Parsing, configuring and building the model's
- * shapes (what `vitc info` counts) must accept or refuse with a message, never crash, overflow or allocate without
+ * shapes (what `vitc info` counts; then its training graph) must accept or refuse with a message, never crash, overflow or allocate without
  * bound; an accepted configuration's own record must configure the same architecture again. Input: the first byte
  * picks the model, the rest is the options text. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "vitc/graph.h"
 #include "vitc/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -32,6 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vt_model_summary s;
     if (refused(vt_model_summarize(&c, &s, &e), &e)) return 0;
     vt_model_summary_free(&s);
+    /* the training graph too (its blocks take other paths: BatchNorm in train mode, no folded weights) */
+    vt_params *P = vt_params_new(&e);
+    if (!P) abort();
+    P->shapes_only = 1;
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    if (g && !vt_model_build(g, &c, 1, NULL) && !g->err.msg[0]) abort();
+    vt_graph_free(g);
+    vt_params_free(P);
     /* the record vitc writes for c (vt_model_options_text) builds c's architecture again */
     vt_model_overrides again = vt_model_no_overrides();
     char store2[256];

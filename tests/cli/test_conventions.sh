@@ -200,3 +200,18 @@ check "CSwin forward takes a 448-px input with 224-px weights" "[ $? -eq 0 ] && 
 $V forward $CSW -w "$T/csw.safetensors" --input "$T/cx64.safetensors" -o "$T/cy.safetensors" >"$T/cs64.log" 2>&1
 check "... and refuses 64 px, where stripes of 7 do not divide stage 3's grid" \
     "[ $? -eq 1 ] && grep -q 'stripe width 7 does not divide the stage resolution 4' '$T/cs64.log'" "$(cat "$T/cs64.log")"
+# busy cores: bench (and train) warn when other runnable threads leave fewer cores than vitc's threads, unless
+# OMP_WAIT_POLICY is set (make test sets it: its parts run side by side)
+if [ "$(nproc)" -ge 2 ]; then
+    busy=()
+    for _ in $(seq "$(nproc)"); do timeout 60 sh -c 'while :; do :; done' & busy+=($!); done
+    sleep 0.3
+    env -u OMP_WAIT_POLICY $V bench vit_fmnist_tiny --batch-size 2 --iters 1 --threads 2 >/dev/null 2>"$T/busy.err"
+    check "bench warns when every core is busy with other threads, naming the remedies" \
+        "[ $? -eq 0 ] && grep -q 'warning: .* running on this machine.* give --threads 1, or set OMP_WAIT_POLICY=passive' '$T/busy.err'" \
+        "$(cat "$T/busy.err")"
+    OMP_WAIT_POLICY=passive $V bench vit_fmnist_tiny --batch-size 2 --iters 1 --threads 2 >/dev/null 2>"$T/busy2.err"
+    check "... but not with OMP_WAIT_POLICY set" "[ $? -eq 0 ] && ! grep -q 'warning' '$T/busy2.err'" "$(cat "$T/busy2.err")"
+    kill "${busy[@]}" 2>/dev/null
+    wait "${busy[@]}" 2>/dev/null
+fi

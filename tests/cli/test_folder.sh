@@ -336,6 +336,10 @@ check "eval of a run's weights without its options builds the model the weights 
 $V predict vit_fmnist_tiny -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsrp.log" 2>"$T/rsrp.err"
 check "... predict too (the run's class names)" "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsrp.log'" \
     "$(cat "$T/rsrp.log" "$T/rsrp.err")"
+$V predict vit_fmnist_tiny -w "$T/rsrun/weights.safetensors" "$ONE" >"$T/rsrd.log" 2>"$T/rsrd.err"
+check "... whose default --topk (5) lists the 3 classes without a notice" \
+    "[ $? -eq 0 ] && [ \$(grep -c '_' '$T/rsrd.log') -ge 3 ] && ! grep -q 'topk' '$T/rsrd.err'" \
+    "$(cat "$T/rsrd.log" "$T/rsrd.err")"
 $V eval vit_fmnist_tiny --num-classes 10 -w "$T/rsrun/weights.safetensors" --data fashion-mnist --test-subset 10 \
     >"$T/rsro.log" 2>&1
 check "... an option given wins over the record (10 classes: the head's shape does not fit)" \

@@ -24,6 +24,7 @@ t = sys.argv[1]
 st.save(f"{t}/x.safetensors", {"input": np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32),
                                "labels": np.array([1, 2], np.int64)})
 st.save(f"{t}/xbad.safetensors", {"input": np.zeros((2, 1, 28, 28), np.float32), "labels": np.array([1, 99], np.int64)})
+st.save(f"{t}/x3lab.safetensors", {"input": np.zeros((2, 1, 28, 28), np.float32), "labels": np.array([0, 1, 2], np.int64)})
 w = st.load(f"{t}/w.safetensors")
 w["head.bias"] = w["head.bias"].copy(); w["head.bias"][3] = np.nan
 st.save(f"{t}/nan.safetensors", w)
@@ -282,6 +283,9 @@ check "forward on training-form cFFN weights builds the training form, saying so
 check "... to the logits --train-form gives" "cmp -s '$T/ytf.safetensors' '$T/ytr.safetensors'"
 expect "deployed cFFN weights with --train-form name the forms" 1 "deployed form of re-parameterised.*without --train-form" \
     $V forward $M --ffn cffn --train-form -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "grad with 3 labels for 2 images refused, naming the input file" 1 \
+    "^vitc: $T/x3lab.safetensors: labels must have shape (B,) matching the input batch (2), not (3,)" \
+    $V grad $M -w "$T/w.safetensors" --input "$T/x3lab.safetensors" -o "$T/g.safetensors"
 expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
 expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
@@ -488,6 +492,9 @@ expect "a recorded batch size out of range refused" 1 "batch-size must be in \[1
 expect "a recorded model option that is not one refused" 1 "records the model option '--weights'" \
     $V train $M --epochs 3 --threads 1 --resume "$T/ck_mo"
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"
+expect "a resume asking for fewer epochs than the checkpoint has trained refused, naming enough" 1 \
+    "is at epoch 3, past the 2 epochs asked for: a run cannot be shortened; give --epochs 3 or more" \
+    $V train $TR --epochs 2 --resume "$T/ref"
 # ... and in its own folder: said, nothing written (command.txt not appended, weights and metrics untouched), exit 0
 cp -r "$T/ref" "$T/ref_done"
 (cd "$T/ref_done" && stat -c '%n %i %s %y' -- *) >"$T/done_before.txt"

@@ -32,6 +32,7 @@ int cmd_bench(opts *o) {
     if (c.arch.int8 && (o->train || o->data))
         return refuse("bench", "--dtype int8 is for inference, but %s benchmarks a training step",
                       o->train ? "--train" : "--data (which implies --train)");
+    warn_busy_cores();
     vt_bench_result r;
     vt_err e = {0};
     double pipe = 0.0; /* --data: the input pipeline's img/s alone, measured before the (training) step */

@@ -128,6 +128,9 @@ void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One thread setting for the whole process, for OpenMP, OpenBLAS and oneDNN: --threads, else OMP_NUM_THREADS, else
  * the online cores (shared by the node's MPI ranks). */
 void set_threads(const opts *o);
+/* Warns when other runnable threads leave fewer cores than vitc's threads (unless OMP_WAIT_POLICY is set): bench and
+ * train, whose speed it decides. */
+void warn_busy_cores(void);
 /* Checks that o->output may be written before any work (not a special file, not one of the inputs); 1 after the
  * message. */
 int output_ok(const opts *o);

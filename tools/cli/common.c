@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vitc/dist.h"
@@ -155,6 +156,38 @@ void set_threads(const opts *o) {
                 "contend (set --threads)", ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
+}
+
+/* Runnable threads on the machine now (/proc/stat procs_running), or -1 where it cannot be read. */
+static int runnable_threads(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    char line[256];
+    int n = -1;
+    while (f && n < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "procs_running %d", &n) != 1) n = -1;
+    if (f) fclose(f);
+    return n;
+}
+
+void warn_busy_cores(void) {
+    int local_rank = 0, ranks = 1;
+    vt_dist_env(NULL, &local_rank, &ranks);
+    const int threads = omp_get_max_threads();
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local_rank != 0 || threads < 2 || online < 1 || getenv("OMP_WAIT_POLICY")) return;
+    int others = 1 << 30; /* the fewest of three looks: a competitor that stays runnable, not a passing one */
+    for (int k = 0; k < 3 && others > 0; k++) {
+        const int n = runnable_threads();
+        if (n < 0) return;
+        others = n - ranks < others ? n - ranks : others; /* less this process and the node's other ranks */
+        if (k < 2) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    if (others < 1 || others + (long)threads * ranks <= online) return;
+    const long free = online - others > ranks ? (online - others) / ranks : 1;
+    say(NULL, "warning: %d other thread%s running on this machine's %ld cores beside vitc's %d%s: vitc's threads "
+        "wait for each other at every op, so one that is descheduled stalls them all (2-3x slower, measured on "
+        "DeiT-Ti); give --threads %ld, or set OMP_WAIT_POLICY=passive", others, others == 1 ? " is" : "s are", online,
+        threads, ranks > 1 ? " per rank" : "", free);
 }
 
 /* vt_model_parse_list, its message printed. */

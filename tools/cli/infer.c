@@ -166,7 +166,8 @@ int cmd_predict(opts *o) {
     if (k > VT_MAX_TOPK && K > VT_MAX_TOPK) /* a model of up to 64 classes lists them all */
         return refuse("predict", "--topk %d: at most %d classes are listed per image (%s has %d)", k, VT_MAX_TOPK,
                       c.name, K);
-    if (k > K) notice("--topk %d is more than the %d classes of %s: listing %d", k, K, c.name, K);
+    if (k > K && o->topk > 0) /* the default 5 lists a smaller model's classes without a word */
+        notice("--topk %d is more than the %d classes of %s: listing %d", k, K, c.name, K);
     const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */

@@ -286,8 +286,8 @@ int cmd_grad(opts *o) {
     int32_t *lab = NULL;
     int64_t nl = 0;
     vt_err e = {0};
-    char brief[VT_PATH_BRIEF], buf[sizeof e.msg + VT_PATH_BRIEF + 8];
-    vt_path_brief(o->input, brief, sizeof brief);
+    char shortened[VT_PATH_BRIEF], buf[sizeof e.msg + VT_PATH_BRIEF + 8];
+    const char *brief = vt_path_brief(o->input, shortened, sizeof shortened); /* the path itself when short */
     if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
         snprintf(buf, sizeof buf, "%s: %s", brief, e.msg);
         die("%s", buf);

@@ -432,8 +432,10 @@ int cmd_train(opts *o) {
     int rc = same_rank_command(&d, o);
     if (rc == 0 && o->recipe && strcmp(o->recipe, "list") == 0)
         rc = list_recipes(o);
-    else if (rc == 0 && (rc = train_contradictions(o)) == 0)
+    else if (rc == 0 && (rc = train_contradictions(o)) == 0) {
+        warn_busy_cores();
         rc = train_rank(o, &d);
+    }
     vt_dist_finalize(&d);
     return rc;
 }
