@@ -16,10 +16,13 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     if (Hi % 32 || Wi % 32 || Hi < 32 || Wi < 32)
         return vt_fail(g, c->name, "input %d×%d: height and width must be positive multiples of 32 (the stage grids "
                        "H/4, H/8, H/16, H/32 must be whole)", Hi, Wi);
-    for (int i = 0; i < 4; i++)
-        if (st[i].dim < 10 || st[i].dim % 10 || st[i].depth < 0 || st[i].mlp_ratio <= 0.0f)
-            return vt_fail(g, c->name, "stage %d: width %d must be a positive multiple of 10, depth %d >= 0, "
-                           "MLP ratio %g > 0", i + 1, st[i].dim, st[i].depth, (double)st[i].mlp_ratio);
+    for (int i = 0; i < 4; i++) {
+        if (st[i].dim < 10 || st[i].dim % 10)
+            return vt_fail(g, c->name, "stage %d: width %d must be a positive multiple of 10", i + 1, st[i].dim);
+        if (st[i].depth < 0 || st[i].mlp_ratio <= 0.0f)
+            return vt_fail(g, c->name, "stage %d: depth %d must be >= 0 and MLP ratio %g > 0", i + 1, st[i].depth,
+                           (double)st[i].mlp_ratio);
+    }
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
     const int C0 = st[0].dim;
 

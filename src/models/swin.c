@@ -213,12 +213,12 @@ static int check(const vt_model_cfg *c, vt_err *e) {
                                   c->name, i + 1, s->attn, tv ? "torchvision" : "Microsoft",
                                   tv ? "mhsa, msf, msf_g<N>, orig, orig_g<N>"
                                      : "mhsa, flatten, msf, msf_g<N>, orig, ...");
-        if (s->dim < 1 || s->heads < 1 || s->dim % s->heads || (msf && s->dim % m.groups) || s->mlp_ratio <= 0.0f ||
-            s->window < 1 || s->depth < 1)
-            return vt_seterr(e, "%s: stage %d width %d must be divisible by its %d heads%s, with window %d >= 1, "
-                             "depth %d >= 1 and MLP ratio %g > 0", c->name, i + 1, s->dim, s->heads,
-                             msf && m.groups > 1 ? " and the MSF groups" : "", s->window, s->depth,
-                             (double)s->mlp_ratio);
+        if (s->dim < 1 || s->heads < 1 || s->dim % s->heads || (msf && s->dim % m.groups))
+            return vt_seterr(e, "%s: stage %d width %d must be a positive multiple of its %d heads%s", c->name, i + 1,
+                             s->dim, s->heads, msf && m.groups > 1 ? " and of the MSF groups" : "");
+        if (s->mlp_ratio <= 0.0f || s->window < 1 || s->depth < 1)
+            return vt_seterr(e, "%s: stage %d needs window %d >= 1, depth %d >= 1 and MLP ratio %g > 0", c->name,
+                             i + 1, s->window, s->depth, (double)s->mlp_ratio);
         if (s->window > SWIN_MAX_WINDOW && !is_flatten(s->attn)) /* w tokens a side: a w^4-entry position index */
             return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
