@@ -200,6 +200,11 @@ check "CSwin forward takes a 448-px input with 224-px weights" "[ $? -eq 0 ] && 
 $V forward $CSW -w "$T/csw.safetensors" --input "$T/cx64.safetensors" -o "$T/cy.safetensors" >"$T/cs64.log" 2>&1
 check "... and refuses 64 px, where stripes of 7 do not divide stage 3's grid" \
     "[ $? -eq 1 ] && grep -q 'stripe width 7 does not divide the stage resolution 4' '$T/cs64.log'" "$(cat "$T/cs64.log")"
+# info names each stage's window or stripe width, as --windows set it
+$V info cswin_tiny_224 --windows 1,2,14,7 >"$T/iw.log" 2>&1
+check "info shows the stripe widths --windows gives" \
+    "[ $? -eq 0 ] && grep -q '^stage 1 .*, window 1$' '$T/iw.log' && grep -q '^stage 3 .*, window 14$' '$T/iw.log'" \
+    "$(cat "$T/iw.log")"
 # busy cores: bench (and train) warn when other runnable threads leave fewer cores than vitc's threads, unless
 # OMP_WAIT_POLICY is set (make test sets it: its parts run side by side)
 if [ "$(nproc)" -ge 2 ]; then

@@ -48,16 +48,22 @@ int cmd_list(opts *o) {
     return 0;
 }
 
-/* The stages of c as JSON objects; a windowed family's window 0 (one global branch: FLatten-CSwin's L stages) as the
- * stage's side, the value --windows takes for it. */
+/* Stage i's window or stripe width as --windows takes it: a windowed family's window 0 (one global branch:
+ * FLatten-CSwin's L stages) as the stage's side. */
+static int stage_window(const vt_model_cfg *c, int i) {
+    const vt_arch_cfg *a = &c->arch;
+    const int global = a->stages[i].window == 0 && (c->family->caps & VT_CAP_WINDOWS) && a->patch > 0;
+    return global ? a->img_size / (a->patch << i) : a->stages[i].window;
+}
+
+/* The stages of c as JSON objects. */
 static void print_stages_json(const vt_model_cfg *c) {
     const vt_arch_cfg *a = &c->arch;
     printf("\"stages\": [");
     for (int i = 0; i < a->nstages; i++) {
         char blocks[256];
         const int na = vt_model_stage_blocks(c, i, blocks, sizeof blocks);
-        const int global = a->stages[i].window == 0 && (c->family->caps & VT_CAP_WINDOWS) && a->patch > 0;
-        const int window = global ? a->img_size / (a->patch << i) : a->stages[i].window;
+        const int window = stage_window(c, i);
         printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
                "\"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}", i ? ", " : "",
                a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
@@ -99,10 +105,13 @@ int cmd_info(opts *o) {
             char blocks[256];
             if (vt_model_stage_blocks(&c, i, blocks, sizeof blocks) >= 0 && blocks[0]) /* they differ (Next-ViT) */
                 printf("stage %d    dim %d, depth %d: %s\n", i + 1, a->stages[i].dim, a->stages[i].depth, blocks);
-            else
-                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s\n", i + 1, a->stages[i].dim,
+            else {
+                char win[32] = ""; /* Swin's window, CSwin's stripe width */
+                if (c.family->caps & VT_CAP_WINDOWS) snprintf(win, sizeof win, ", window %d", stage_window(&c, i));
+                printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s%s\n", i + 1, a->stages[i].dim,
                        a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
-                       (double)a->stages[i].mlp_ratio, a->stages[i].attn);
+                       (double)a->stages[i].mlp_ratio, a->stages[i].attn, win);
+            }
         }
         printf("FFN        %s%s\n", a->ffn, a->train_form ? " (training form)" : "");
         printf("params     %lld (%.3f M); Linear/Conv weights only: %lld (%.3f M)\n", params, params / 1e6,
