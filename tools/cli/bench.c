@@ -21,6 +21,9 @@ static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
 int cmd_bench(opts *o) {
     if (given(o, "--workers") && !o->data)
         return refuse("bench", "--workers sets the input pipeline's threads, which only --data DIR runs");
+    if (o->train_form && (o->train || o->data))
+        return refuse("bench", "--train-form chooses the form of an inference benchmark; a training step (%s) always "
+                      "runs the training form", o->train ? "--train" : "--data");
     if (given(o, "--drop-path") && !o->train && !o->data)
         return refuse("bench", "--drop-path acts only in a training step: add --train (inference has no stochastic "
                       "depth)");
