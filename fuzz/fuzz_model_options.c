@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!P) abort();
     P->shapes_only = 1;
     vt_graph *g = vt_graph_new(P, 1, &e);
-    if (g && !vt_model_build(g, &c, 1, NULL) && !g->err.msg[0]) abort();
+    if (!g || (!vt_model_build(g, &c, 1, NULL) && !g->err.msg[0])) abort();
     vt_graph_free(g);
     vt_params_free(P);
     /* the record vitc writes for c (vt_model_options_text) builds c's architecture again */

@@ -16,7 +16,8 @@
 typedef struct vt_dist {
     int rank, size;              /* this process's rank and the number of ranks (0 and 1 without mpirun) */
     int local_rank, local_size;  /* the same among the ranks on this node */
-    int mpi;                     /* 1: MPI_Init was called (launched by mpirun); vt_dist_finalize ends it */
+    int mpi;                     /* 1: MPI is in use (launched by mpirun) */
+    int mpi_owned;               /* 1: vt_dist_init started MPI, which vt_dist_finalize ends */
     int overlap;                 /* 1: each bucket's allreduce starts during backward when its gradients are final */
     size_t bucket_bytes;         /* gradient bucket size (vt_dist_init: 4 MiB) */
     double comm_s;               /* seconds the trainer spent averaging gradients outside the backward kernels */

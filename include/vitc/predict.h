@@ -56,9 +56,9 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e);
 /* vt_model_load from a safetensors file already open (vt_st_open; path names it in messages), which stays open. */
 vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e);
 
-/* 1 when c, built in its deployed form, has a training form and the open file f holds it by its own account: its
- * VT_FORM_KEY record says so, or, where the forms differ in names (cFFN), its `.rep.` branches; the commands that load
- * weights then build c in it. A file of a family whose forms share names (Next-ViT) without the record gives 0. */
+/* 1 when c, built in its deployed form, has a training form and the open file f holds it by its own account: where
+ * the forms share names (Next-ViT, VT_CAP_FORM_RECORD) its VT_FORM_KEY record says so, elsewhere (cFFN) its `.rep.`
+ * branches do; the commands that load weights then build c in it. */
 int vt_model_file_in_training_form(const vt_model_cfg *c, const vt_st_file *f);
 
 /* The names, shapes and dtypes of the open file f against c's parameters (vt_model_load's first check, without the

@@ -189,9 +189,9 @@ static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor 
 #define SWIN_MAX_WINDOW 64
 
 /* The official sizes: stage resolutions from the image size (Microsoft: every stage's resolution at most its window
- * or a multiple of it, even before each merge; torchvision: any size of at least one patch), windows of at most
- * SWIN_MAX_WINDOW where a relative position index has window^4 entries (not FLatten's), widths divisible by the heads
- * (and MSF groups), attention types the layout defines. */
+ * or a multiple of it, even before each merge; torchvision: any size of at least one patch), windows run of at most
+ * SWIN_MAX_WINDOW where a relative position index has window^4 entries (not FLatten's), widths divisible by the
+ * heads (and MSF groups), attention types the layout defines. */
 static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     const int tv = is_tv(c);
@@ -219,11 +219,13 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         if (s->mlp_ratio <= 0.0f || s->window < 1 || s->depth < 1)
             return vt_seterr(e, "%s: stage %d needs window %d >= 1, depth %d >= 1 and MLP ratio %g > 0", c->name,
                              i + 1, s->window, s->depth, (double)s->mlp_ratio);
-        if (s->window > SWIN_MAX_WINDOW && !is_flatten(s->attn)) /* w tokens a side: a w^4-entry position index */
+        /* the window a block runs (Microsoft: one covering the map shrinks to it; torchvision pads the map to it),
+         * w tokens a side: a w^4-entry relative position index */
+        const int runs = !tv && res < s->window ? res : s->window;
+        if (runs > SWIN_MAX_WINDOW && !is_flatten(s->attn))
             return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
-                                  c->name, i + 1, s->window, SWIN_MAX_WINDOW,
-                                  (double)s->window * s->window * s->window * s->window);
+                                  c->name, i + 1, runs, SWIN_MAX_WINDOW, (double)runs * runs * runs * runs);
         if (!tv && res > s->window && res % s->window)
             return vt_seterr(e, "%s: image size %d gives stage %d a %dx%d map, neither within nor a multiple of its "
                              "window %d (the Microsoft layout partitions maps exactly; torchvision-layout models pad)",

@@ -60,6 +60,7 @@ int vt_dist_init(vt_dist *d, vt_err *e) {
     if (!inited && mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", e))
         return -1;
     d->mpi = 1;
+    d->mpi_owned = !inited;
     /* OpenMP threads run while the main thread alone calls MPI: FUNNELED (a library initialised by the caller may
      * provide less) */
     if (mpi_check(MPI_Query_thread(&provided), "MPI_Query_thread", e)) return -1;
@@ -83,8 +84,8 @@ void vt_dist_finalize(vt_dist *d) {
     if (!d || !d->mpi) return;
     int done = 0;
     MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
-    d->mpi = 0;
+    if (!done && d->mpi_owned) MPI_Finalize();
+    d->mpi = d->mpi_owned = 0;
 }
 
 void vt_dist_abort(const vt_dist *d, int code) {

@@ -817,11 +817,10 @@ static int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *
     if (st->epoch > run) /* asked for fewer epochs than it has trained: a contradiction, wherever it writes */
         return vt_seterr(e, "%s is at epoch %lld, past the %d epochs asked for%s: a run cannot be shortened; give "
                          "--epochs %lld or more to continue it", rpath, (long long)st->epoch, run, cool,
-                         (long long)st->epoch - (run - o->epochs));
+                         (long long)st->epoch - (run - o->epochs) + 1);
     if (st->epoch == run && !same_dir(o->resume, o->run_dir))
-        return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs%s has nothing left to train%s; raise --epochs to "
-                         "continue it", rpath, (long long)st->epoch, run, cool,
-                         st->epoch == run ? " (its weights are in that run folder)" : "");
+        return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs%s has nothing left to train (its weights are in "
+                         "that run folder); raise --epochs to continue it", rpath, (long long)st->epoch, run, cool);
     return check_resume(rpath, c, o, st, spe, e);
 }
 

@@ -161,6 +161,8 @@ expect "Refined-ViT --dims 4 (12 heads) refused, not a crash (2)" 2 "C divisible
 # ... and a Swin window of 157 asked for 2.4 GB (its relative position index has window^4 entries)
 expect "Swin --windows 157 refused before any allocation (2)" 2 "window 157 is more than vitc builds (64" \
     $V info swin_t_msf --windows 157
+$V info swin_tiny_patch4_window7_224 --windows 100 >/dev/null 2>&1
+check "... but the Microsoft layout's window covering the map, which shrinks to it, is taken" "[ $? -eq 0 ]"
 expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-negative integers" $V attention $M \
     -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
 # maps the default selection cannot draw (FLatten inside Swin windows) are left out with a note, not silently
@@ -278,7 +280,7 @@ expect "grad on deployed cFFN weights names the forms" 1 "deployed form of re-pa
 $V forward $M --ffn cffn --train-form -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytf.safetensors" >/dev/null 2>&1
 $V forward $M --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytr.safetensors" >"$T/ytr.log" 2>&1
 check "forward on training-form cFFN weights builds the training form, saying so" \
-    "[ $? -eq 0 ] && grep -q 'holds the training form of re-parameterised blocks: the model is built in it' '$T/ytr.log'" \
+    "[ $? -eq 0 ] && grep -q \"holds the training form (cFFN's branches): the model is built in it\" '$T/ytr.log'" \
     "$(cat "$T/ytr.log")"
 check "... to the logits --train-form gives" "cmp -s '$T/ytf.safetensors' '$T/ytr.safetensors'"
 expect "deployed cFFN weights with --train-form name the forms" 1 "deployed form of re-parameterised.*without --train-form" \
@@ -295,6 +297,11 @@ check "... with the options the file records, cFFN is built in the training form
 $V forward $M --ffn cffn -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/ytr3.safetensors" >/dev/null 2>&1
 check "... and so without the record (a converted file: its .rep. branches say the form)" \
     "[ $? -eq 0 ] && cmp -s '$T/ytf.safetensors' '$T/ytr3.safetensors'"
+$V forward vit_fmnist_small --ffn cffn -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors" \
+    >"$T/ytro.log" 2>&1
+check "... but not from another model's file (refused by its shapes, its form not taken)" \
+    "[ $? -eq 1 ] && grep -q 'records the model options' '$T/ytro.log' && ! grep -q 'the model is built in it' '$T/ytro.log'" \
+    "$(cat "$T/ytro.log")"
 expect "plain weights into a cFFN model: says the file has no cFFN" 1 "made without cFFN" $V grad $M --ffn cffn -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/g.safetensors"
 expect "deployed cFFN weights into a plain model: says so" 1 "factorised layers.*--ffn cffn" $V forward $M -w "$T/cffn_dep_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 $V forward $M -w "$T/cffn_dep.safetensors" --input "$T/x.safetensors" -o "$T/ycd.safetensors" >"$T/ycd.log" 2>&1
@@ -493,7 +500,7 @@ expect "a recorded model option that is not one refused" 1 "records the model op
     $V train $M --epochs 3 --threads 1 --resume "$T/ck_mo"
 expect "a complete run resumed into another folder refused" 1 "nothing left to train" $V train $TR --epochs 3 --out "$T/k3" --resume "$T/ref"
 expect "a resume asking for fewer epochs than the checkpoint has trained refused, naming enough" 1 \
-    "is at epoch 3, past the 2 epochs asked for: a run cannot be shortened; give --epochs 3 or more" \
+    "is at epoch 3, past the 2 epochs asked for: a run cannot be shortened; give --epochs 4 or more" \
     $V train $TR --epochs 2 --resume "$T/ref"
 # ... and in its own folder: said, nothing written (command.txt not appended, weights and metrics untouched), exit 0
 cp -r "$T/ref" "$T/ref_done"

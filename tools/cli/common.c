@@ -174,20 +174,21 @@ void warn_busy_cores(void) {
     vt_dist_env(NULL, &local_rank, &ranks);
     const int threads = omp_get_max_threads();
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    if (local_rank != 0 || threads < 2 || online < 1 || getenv("OMP_WAIT_POLICY")) return;
+    /* under mpirun the node's ranks are each other's competitors: set_threads warns about ranks x threads */
+    if (ranks > 1 || local_rank != 0 || threads < 2 || online < 1 || getenv("OMP_WAIT_POLICY")) return;
     int others = 1 << 30; /* the fewest of three looks: a competitor that stays runnable, not a passing one */
     for (int k = 0; k < 3 && others > 0; k++) {
         const int n = runnable_threads();
         if (n < 0) return;
-        others = n - ranks < others ? n - ranks : others; /* less this process and the node's other ranks */
+        others = n - 1 < others ? n - 1 : others; /* less this process's one running thread */
         if (k < 2) nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
-    if (others < 1 || others + (long)threads * ranks <= online) return;
-    const long free = online - others > ranks ? (online - others) / ranks : 1;
-    say(NULL, "warning: %d other thread%s running on this machine's %ld cores beside vitc's %d%s: vitc's threads "
-        "wait for each other at every op, so one that is descheduled stalls them all (2-3x slower, measured on "
+    if (others < 1 || others + threads <= online) return;
+    const long spare = online - others > 1 ? online - others : 1;
+    say(NULL, "warning: %d other thread%s running on this machine's %ld cores beside vitc's %d: vitc's threads wait "
+        "for each other at every op, so one that is descheduled stalls them all (about 2x slower, measured on "
         "DeiT-Ti); give --threads %ld, or set OMP_WAIT_POLICY=passive", others, others == 1 ? " is" : "s are", online,
-        threads, ranks > 1 ? " per rank" : "", free);
+        threads, spare);
 }
 
 /* vt_model_parse_list, its message printed. */
@@ -239,8 +240,10 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
         cfg->arch.train_form = 1;
         o->train_form = 1; /* a model built again (attention's recorded heads) keeps it; said once */
-        notice("%s holds the training form of re-parameterised blocks: the model is built in it (--train-form); "
-               "`vitc deploy` merges them into the deployed form, faster at inference", o->weights);
+        const int bn = cfg->family->caps & VT_CAP_FORM_RECORD, branches = vt_ffn_find(cfg->arch.ffn)->reparam;
+        notice("%s holds the training form (%s%s%s): the model is built in it (--train-form); `vitc deploy` makes "
+               "the deployed form, faster at inference", o->weights, bn ? "BatchNorms not merged" : "",
+               bn && branches ? ", " : "", branches ? "cFFN's branches" : "");
     }
     if (o->features && !cfg->family->features)
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
