@@ -102,6 +102,9 @@ struct vt_family {
     /* Writes into buf (n bytes) what stage i's blocks are, where they differ from one another (Next-ViT's NCB and NTB
      * mix), and returns how many of them have attention; NULL: every block has the stage's attention and MLP. */
     int (*stage_blocks)(const vt_model_cfg *c, int i, char *buf, size_t n);
+    /* The window or stripe width stage i's blocks run at c's image size (one covering the map shrinks to it, a global
+     * branch spans it); NULL: stages[i].window. */
+    int (*window_run)(const vt_model_cfg *c, int i);
     unsigned caps;            /* VT_CAP_* options the family accepts */
     const vt_model_cfg *models;
     int nmodels;
@@ -110,6 +113,10 @@ struct vt_family {
 /* How many blocks of stage i have attention, with buf (n bytes) describing the blocks where they differ within the
  * stage (vt_family.stage_blocks) and empty where every block has the stage's attention and MLP. */
 int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n);
+
+/* The window or stripe width stage i's blocks run at c's image size (vt_family.window_run), which may differ from
+ * the --windows value that configured it. */
+int vt_model_window_run(const vt_model_cfg *c, int i);
 
 /* Most blocks a model may have over all its stages (vt_model_configure refuses more): the deepest named model has
  * 40, and each block's graph takes memory to build. */

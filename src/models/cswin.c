@@ -22,6 +22,12 @@ static int stripe_of(const vt_arch_cfg *a, int i, int R) {
     return i == a->nstages - 1 || s == 0 || s == R ? 0 : s;
 }
 
+/* vt_family.window_run: the stripe width, or the stage's side where one global branch runs. */
+static int window_run(const vt_model_cfg *c, int i) {
+    const int R = c->arch.img_size / (4 << i), s = stripe_of(&c->arch, i, R);
+    return s ? s : R;
+}
+
 /* (n + 2p − k) / s + 1: a convolution's output side. */
 static int conv_out(int n, int k, int s, int p) { return n + 2 * p < k ? 0 : (n + 2 * p - k) / s + 1; }
 
@@ -199,5 +205,5 @@ static int any_size(const vt_model_cfg *c) {
 
 const vt_family vt_family_cswin = {
     .name = "cswin", .build = build, .features = features, .check = check, .any_size = any_size,
-    .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_LAST_GLOBAL, .models = models, .nmodels = VT_COUNT(models),
+    .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_LAST_GLOBAL, .models = models, .nmodels = VT_COUNT(models),
 };

@@ -328,6 +328,10 @@ int vt_model_has_form(const vt_model_cfg *c) {
     return (c->family->caps & VT_CAP_FORM_RECORD) || (f && f->reparam);
 }
 
+int vt_model_window_run(const vt_model_cfg *c, int i) {
+    return c->family->window_run ? c->family->window_run(c, i) : c->arch.stages[i].window;
+}
+
 int vt_model_stage_blocks(const vt_model_cfg *c, int i, char *buf, size_t n) {
     if (n) buf[0] = '\0';
     return c->family->stage_blocks ? c->family->stage_blocks(c, i, buf, n) : c->arch.stages[i].depth;

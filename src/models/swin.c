@@ -188,6 +188,14 @@ static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor 
 
 #define SWIN_MAX_WINDOW 64
 
+/* vt_family.window_run: the Microsoft layout shrinks a window covering the map to it; torchvision pads the map. */
+static int window_run(const vt_model_cfg *c, int i) {
+    const vt_arch_cfg *a = &c->arch;
+    int res = a->patch > 0 ? a->img_size / a->patch : 0;
+    for (int k = 0; k < i; k++) res = (res + 1) / 2; /* patch merging (torchvision pads odd maps) */
+    return !is_tv(c) && res > 0 && res < a->stages[i].window ? res : a->stages[i].window;
+}
+
 /* The official sizes: stage resolutions from the image size (Microsoft: every stage's resolution at most its window
  * or a multiple of it, even before each merge; torchvision: any size of at least one patch), windows run of at most
  * SWIN_MAX_WINDOW where a relative position index has window^4 entries (not FLatten's), widths divisible by the
@@ -219,9 +227,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         if (s->mlp_ratio <= 0.0f || s->window < 1 || s->depth < 1)
             return vt_seterr(e, "%s: stage %d needs window %d >= 1, depth %d >= 1 and MLP ratio %g > 0", c->name,
                              i + 1, s->window, s->depth, (double)s->mlp_ratio);
-        /* the window a block runs (Microsoft: one covering the map shrinks to it; torchvision pads the map to it),
-         * w tokens a side: a w^4-entry relative position index */
-        const int runs = !tv && res < s->window ? res : s->window;
+        const int runs = window_run(c, i); /* w tokens a side: a w^4-entry relative position index */
         if (runs > SWIN_MAX_WINDOW && !is_flatten(s->attn))
             return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
@@ -334,10 +340,10 @@ static void retyped(vt_model_cfg *c, const vt_model_cfg *named) {
 
 const vt_family vt_family_swin = {
     .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check, .retyped = retyped,
-    .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS, .models = models, .nmodels = VT_COUNT(models),
+    .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS, .models = models, .nmodels = VT_COUNT(models),
 };
 
 const vt_family vt_family_swin_tv = {
     .name = "swin_tv", .build = build, .features = features, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE | VT_CAP_WINDOWS, .models = tv_models, .nmodels = VT_COUNT(tv_models),
+    .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_ANY_SIZE | VT_CAP_WINDOWS, .models = tv_models, .nmodels = VT_COUNT(tv_models),
 };

@@ -205,6 +205,11 @@ $V info cswin_tiny_224 --windows 1,2,14,7 >"$T/iw.log" 2>&1
 check "info shows the stripe widths --windows gives" \
     "[ $? -eq 0 ] && grep -q '^stage 1 .*, window 1$' '$T/iw.log' && grep -q '^stage 3 .*, window 14$' '$T/iw.log'" \
     "$(cat "$T/iw.log")"
+$V info cswin_tiny_224 --img-size 448 >"$T/iw2.log" 2>&1
+$V info flatten_swin_tiny --json >"$T/iw3.json" 2>&1
+check "... and the one a stage runs where they differ (CSwin's global last stage, a Swin window covering the map)" \
+    "grep -q '^stage 4 .*, window 7 (runs 14)$' '$T/iw2.log' && grep -q '\"window\": 56, \"window_run\": 28' '$T/iw3.json'" \
+    "$(cat "$T/iw2.log" "$T/iw3.json")"
 # busy cores: bench (and train) warn when other runnable threads leave fewer cores than vitc's threads, unless
 # OMP_WAIT_POLICY is set (make test sets it: its parts run side by side)
 if [ "$(nproc)" -ge 2 ]; then

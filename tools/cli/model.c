@@ -65,9 +65,9 @@ static void print_stages_json(const vt_model_cfg *c) {
         const int na = vt_model_stage_blocks(c, i, blocks, sizeof blocks);
         const int window = stage_window(c, i);
         printf("%s{\"dim\": %d, \"depth\": %d, \"heads\": %d, \"mlp_ratio\": %g, \"window\": %d, "
-               "\"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}", i ? ", " : "",
-               a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
-               window, a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
+               "\"window_run\": %d, \"sr_ratio\": %d, \"attn\": \"%s\", \"attn_blocks\": %d, \"blocks\": \"%s\"}",
+               i ? ", " : "", a->stages[i].dim, a->stages[i].depth, a->stages[i].heads, (double)a->stages[i].mlp_ratio,
+               window, vt_model_window_run(c, i), a->stages[i].sr_ratio, a->stages[i].attn, na, blocks);
     }
     printf("]");
 }
@@ -106,8 +106,10 @@ int cmd_info(opts *o) {
             if (vt_model_stage_blocks(&c, i, blocks, sizeof blocks) >= 0 && blocks[0]) /* they differ (Next-ViT) */
                 printf("stage %d    dim %d, depth %d: %s\n", i + 1, a->stages[i].dim, a->stages[i].depth, blocks);
             else {
-                char win[32] = ""; /* Swin's window, CSwin's stripe width */
-                if (c.family->caps & VT_CAP_WINDOWS) snprintf(win, sizeof win, ", window %d", stage_window(&c, i));
+                char win[48] = ""; /* Swin's window, CSwin's stripe width: as configured, and as run */
+                const int w = stage_window(&c, i), run = vt_model_window_run(&c, i);
+                if (c.family->caps & VT_CAP_WINDOWS)
+                    snprintf(win, sizeof win, run == w ? ", window %d" : ", window %d (runs %d)", w, run);
                 printf("stage %d    dim %d, depth %d, heads %d%s, MLP %gx, attention %s%s\n", i + 1, a->stages[i].dim,
                        a->stages[i].depth, a->stages[i].heads, dbl ? " (doubled to run: --double-heads)" : "",
                        (double)a->stages[i].mlp_ratio, a->stages[i].attn, win);
