@@ -129,7 +129,7 @@ vt_tensor *vt_softmax(vt_graph *g, vt_tensor *x, int axis);
 /* softmax(x over the last axis) + c·r, r of x's shape, in one pass (equal to vt_add(softmax, vt_scale(r, c))). */
 vt_tensor *vt_softmax_res(vt_graph *g, vt_tensor *x, vt_tensor *r, float c);
 
-/* ---- conv.c ---- */
+/* ---- conv.c (NCHW), conv_nhwc.c (channels-last), dwconv_nhwc.c (channels-last depthwise) ---- */
 /* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
 /* Dense or grouped k×k convolution on channels-last maps: x (B, H, W, C), w (Cout, C/groups, k, k) (PyTorch's

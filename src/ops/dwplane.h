@@ -1,5 +1,6 @@
-/* conv.c's stride-1 depthwise kernels for other ops: planes (the fused GMA aggregators, gmagg.c), channels-last
- * rows (the fused PVTv2 FFN, ffn.c) and pixel ranges (FLatten's DWC inside the linear attention, linattn.c). */
+/* Stride-1 depthwise kernels for other ops: planes (conv.c; the fused GMA aggregators, gmagg.c), channels-last rows
+ * (dwconv_nhwc.c; the fused PVTv2 FFN, ffn.c) and pixel ranges (dwconv_nhwc.c; FLatten's DWC inside the linear
+ * attention, linattn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H
 
