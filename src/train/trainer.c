@@ -1464,9 +1464,12 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
             }
             char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
             snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
+            /* the weights before the checkpoint that counts their epoch: a run killed between the two resumes at
+             * the epoch before and writes the same weights again, while the other order could leave a finished
+             * checkpoint beside the previous epoch's weights, which its resume ("nothing to train") keeps */
             if (vt_metrics_append(o->run_dir, &row, e) || (better && vt_params_save(P, bpath, e)) ||
-                save_checkpoint(ckpt, c, o, P, &opt, ema.P, &next, dp->size, e) || vt_params_save(P, wpath, e) ||
-                (ema.P && vt_params_save(ema.P, epath, e)))
+                vt_params_save(P, wpath, e) || (ema.P && vt_params_save(ema.P, epath, e)) ||
+                save_checkpoint(ckpt, c, o, P, &opt, ema.P, &next, dp->size, e))
                 rc = -1;
             st.best_epoch = next.best_epoch;
             st.best_acc1 = next.best_acc1;

@@ -37,8 +37,10 @@ NV="nextvit_small_hmhsa_cffn --depths 1,1,5,1 --img-size 32 --num-classes 10"
 run "Next-ViT training-form init" $V init $NV --train-form -o "$T/nv.safetensors"
 run "Next-ViT deploy (cFFN merge + merge_bn)" $V deploy $NV -w "$T/nv.safetensors" -o "$T/nvd.safetensors"
 run "Next-ViT deployed forward" $V forward $NV -w "$T/nvd.safetensors" --input "$T/x3.safetensors" -o "$T/nvy.safetensors"
-"$V" forward $NV -w "$T/nv.safetensors" --input "$T/x3.safetensors" -o "$T/nvy.safetensors" >"$T/o.log" 2>&1
-if [ $? -eq 1 ] && grep -q "vitc deploy" "$T/o.log" && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then
+run "Next-ViT training-form file forward (its recorded form taken)" $V forward $NV -w "$T/nv.safetensors" \
+    --input "$T/x3.safetensors" -o "$T/nvy.safetensors"
+"$V" forward $NV --train-form -w "$T/nvd.safetensors" --input "$T/x3.safetensors" -o "$T/nvy.safetensors" >"$T/o.log" 2>&1
+if [ $? -eq 1 ] && grep -q "deployed-form weights" "$T/o.log" && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then
     ok "Next-ViT wrong-form load refused"; else bad "Next-ViT wrong-form load refused" "$(tail -3 "$T/o.log")"; fi
 run "bench --train (gma)" $V bench vit_fmnist_tiny_gap --attn gma --batch-size 2 --iters 1 --train
 run "bench groupmixformer_test" $V bench groupmixformer_test --batch-size 1 --iters 1
