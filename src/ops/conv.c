@@ -719,10 +719,7 @@ static int image_threads(const vt_graph *g, int B, long long mnk) {
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
     if (vt_bad(g, 2, x, w)) return NULL;
     char sx[64], sw[64], sb[64];
-    vt_shape_str(x, sx, 64);
-    vt_shape_str(w, sw, 64);
-    snprintf(sb, sizeof sb, "none");
-    if (b) vt_shape_str(b, sb, 64);
+    conv_shape_strs(x, w, b, sx, sw, sb);
     if (x->ndim != 4 || w->ndim != 4)
         return vt_fail(g, "conv2d", "input %s must be (B, Cin, H, W) and weight %s (%s) (Cout, Cin/groups, kh, kw)",
                        sx, sw, w->name);

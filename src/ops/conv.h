@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #if defined(__FMA__)
 #include <immintrin.h>
 #endif
@@ -47,6 +48,15 @@ typedef float v8f __attribute__((vector_size(32))); /* never passed or returned 
 #else
 #define V8_MADD(acc, a, b) ((acc) += (a) * (b))
 #endif
+
+/* The shapes of a conv's input x, weight w and bias b (or "none") for its messages, 64 bytes each. */
+static inline void conv_shape_strs(const vt_tensor *x, const vt_tensor *w, const vt_tensor *b, char *sx, char *sw,
+                                   char *sb) {
+    vt_shape_str(x, sx, 64);
+    vt_shape_str(w, sw, 64);
+    snprintf(sb, 64, "none");
+    if (b) vt_shape_str(b, sb, 64);
+}
 
 /* The node of conv y (made by a conv builder) to fuse its ReLU into: inference graphs with their kernels; else
  * NULL, and the caller returns vt_relu(y). */

@@ -345,10 +345,7 @@ static const vt_opdef op_conv_nhwc = {"conv_nhwc", convn_fwd, convn_bwd, VT_READ
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
     if (vt_bad(g, 2, x, w)) return NULL;
     char sx[64], sw[64], sb[64];
-    vt_shape_str(x, sx, 64);
-    vt_shape_str(w, sw, 64);
-    snprintf(sb, sizeof sb, "none");
-    if (b) vt_shape_str(b, sb, 64);
+    conv_shape_strs(x, w, b, sx, sw, sb);
     if (x->ndim != 4 || w->ndim != 4 || w->shape[2] != w->shape[3] || groups < 1 || x->shape[3] % groups ||
         w->shape[0] % groups || w->shape[1] * groups != x->shape[3] || stride < 1 || pad < 0 ||
         pad >= w->shape[2] || w->shape[2] > 64 || (b && (b->ndim != 1 || b->shape[0] != w->shape[0])))
