@@ -58,7 +58,7 @@ vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const 
 
 /* 1 when c, built in its deployed form, has a training form and the open file f holds it by its own account: where
  * the forms share names (Next-ViT, VT_CAP_FORM_RECORD) its VT_FORM_KEY record says so, elsewhere (cFFN) its `.rep.`
- * branches do; the commands that load weights then build c in it. */
+ * branches do, unless f records another model; the commands that load weights then build c in it. */
 int vt_model_file_in_training_form(const vt_model_cfg *c, const vt_st_file *f);
 
 /* The names, shapes and dtypes of the open file f against c's parameters (vt_model_load's first check, without the

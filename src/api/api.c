@@ -195,7 +195,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     call_env env = {0, 0};
     enter(m, &env, &e); /* m is this thread's alone yet */
     const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
-    if (configured && (!rmodel || vt_model_find(rmodel) == base) && vt_model_file_in_training_form(&m->cfg, &f))
+    if (configured && vt_model_file_in_training_form(&m->cfg, &f))
         m->cfg.arch.train_form = 1; /* the form the file holds */
     if (configured && vt_model_summarize(&m->cfg, &s, &e) == 0) {
         m->params = s.params;

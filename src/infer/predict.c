@@ -148,7 +148,9 @@ static int check_shapes(const vt_model_cfg *c, const vt_st_file *f, const char *
 }
 
 int vt_model_file_in_training_form(const vt_model_cfg *c, const vt_st_file *f) {
-    if (c->arch.train_form || !vt_model_has_form(c)) return 0;
+    const char *model = vt_st_meta(f, VT_MODEL_KEY); /* another model's file says nothing of c's form */
+    if (c->arch.train_form || !vt_model_has_form(c) || (model && vt_model_find(model) != vt_model_find(c->name)))
+        return 0;
     if (!(c->family->caps & VT_CAP_FORM_RECORD)) return vt_weights_has_branches(f); /* vitc records no form there */
     const char *rec = vt_st_meta(f, VT_FORM_KEY);
     return rec && strcmp(rec, "training") == 0;

@@ -41,8 +41,8 @@ typedef struct {
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */
     int heads_recorded;       /* train --resume: --heads came from the checkpoint (vt_model_overrides.recorded) */
-    int form_from_file;       /* model_cfg builds a model in the training form the --weights file holds (not another
-                               * model's file; commands with --train-form only) */
+    int form_from_file;       /* model_cfg builds a model in the training form the --weights file holds (commands
+                               * with --train-form only) */
     int size_recorded;        /* --img-size came from the --weights file's record: the size the weights were saved at,
                                * which forward and grad replace by their input's where the weights fit any size */
     char arch_heads[96];      /* attention: the architecture's heads taken from the weights' record */

@@ -355,8 +355,7 @@ int weights_options(opts *o, const command *cmd) {
     }
     o->wfile_open = 1;
     const char *rec = vt_st_meta(&o->wfile, VT_OPTIONS_KEY), *model = vt_st_meta(&o->wfile, VT_MODEL_KEY);
-    o->form_from_file = has_word(cmd->options, "--train-form") &&
-                        (!model || vt_model_find(model) == vt_model_find(o->model));
+    o->form_from_file = has_word(cmd->options, "--train-form");
     if (!rec || !*rec) return 0;
     if (!model || vt_model_find(model) != vt_model_find(o->model)) {
         notice("%s records the model options \"%.200s\" of %.64s: not taken for %s", o->weights, rec,
