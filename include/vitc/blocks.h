@@ -44,6 +44,9 @@ typedef struct vt_attn_ctx {
     int heads, qkv_bias;
     int grid_h, grid_w;      /* the non-lead tokens form a grid_h × grid_w grid (row-major) */
     int lead;                /* tokens before the grid (a class token), outside any spatial operation */
+    int lead_queries;        /* 1: only the lead tokens query, the output is (B, lead, C) (a class-token ViT's last
+                              * block, whose other rows nothing reads); every token is still a key and value. The
+                              * timm layout without reduction, bias or mask; the types with vt_attn_type.lead_queries */
     int sr_ratio;            /* spatial reduction of the keys and values (PVT); 0 or 1: none */
     int rel_pos;             /* Swin: the tokens are one window of side rel_pos with a learned relative position bias
                               * (prefix.relative_position_bias_table, fixed buffer prefix.relative_position_index) */
@@ -86,6 +89,7 @@ typedef struct vt_attn_type {
     int (*accepts)(const char *name); /* optional: accepts a family of names (e.g. msf_g4); NULL: `name` only */
     const char *forms;                /* with accepts: those names as messages list them (e.g. "msf_g<N>") */
     int heads;                        /* > 0: the heads the type always runs (GMA: 8; --heads can change nothing) */
+    int lead_queries;                 /* 1: builds the lead tokens' rows alone under vt_attn_ctx.lead_queries */
 } vt_attn_type;
 
 /* An FFN type: on x (B, N, C) returns (B, N, C). */
@@ -115,6 +119,9 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix);
 
 /* Linear layer with params prefix.weight (out, in) [paper-counted] and prefix.bias (out) when bias != 0. */
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
+/* vt_linear_p's parameters alone, for a layer reading x: *w (out, in) and *b (NULL without bias); -1 on error. */
+int vt_linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
+                     vt_tensor **w, vt_tensor **b);
 /* The same Linear with its output transposed: x (..., in) -> (out, ...) (vt_linear_t). */
 vt_tensor *vt_linear_t_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit);
 
@@ -212,7 +219,8 @@ typedef struct vt_attn_src {
 } vt_attn_src;
 
 /* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout: TIMM one packed
- * prefix.qkv; PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1; NEXTVIT
+ * prefix.qkv (with a->lead_queries: its query rows applied to the lead tokens alone, the rest to every token, as
+ * two products); PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1; NEXTVIT
  * prefix.q, prefix.k and prefix.v, k and v on the n = ⌊N/sr²⌋ AvgPool1d-reduced tokens when sr_ratio > 1, whose key
  * grid (for hMHSA's IHH) is n row-major on the most square rows × cols = n (rows the largest divisor of n up to √n;
  * 7x7 for 49 keys); k and v are returned as one concatenated (B, n, wk + wv) source. */
@@ -242,9 +250,6 @@ vt_tensor *vt_block_rel_pos(vt_graph *g, const char *prefix, int w, int heads, i
  * products (+ relative position bias, + shift mask), softmax, ·v, prefix.proj. */
 vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
-/* vt_block_mhsa's result for the a->lead leading (class) tokens only, (B, lead, C): their queries over every key, for
- * a last block whose other rows nothing reads (timm layout, no bias, mask or reduction). Same parameters. */
-vt_tensor *vt_block_mhsa_lead(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a);
 
 /* ---- the papers' blocks: one section per file, added below ---- */
 

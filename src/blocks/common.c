@@ -33,6 +33,11 @@ static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, in
     return linear_params_in(g, prefix, x->shape[x->ndim - 1], out, bias, winit, conv, w, b);
 }
 
+int vt_linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
+                     vt_tensor **w, vt_tensor **b) {
+    return vt_bad(g, 1, x) ? -1 : linear_params(g, prefix, x, out, bias, winit, 0, w, b);
+}
+
 vt_tensor *vt_linear_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int bias, vt_init winit) {
     vt_tensor *w, *b;
     if (vt_bad(g, 1, x) || linear_params(g, prefix, x, out, bias, winit, 0, &w, &b)) return NULL;

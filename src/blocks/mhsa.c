@@ -74,10 +74,25 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
         return -1;
     }
     *s = (vt_attn_src){.kh = a->grid_h, .kw = a->grid_w, .klead = a->lead};
+    if (a->lead_queries && (a->layout != VT_LAYOUT_TIMM || a->lead < 1 || a->rel_pos || a->mask)) {
+        vt_fail(g, "attention", "%s: queries of the leading tokens alone need the timm layout, leading tokens and no "
+                "bias or mask", prefix);
+        return -1;
+    }
     if (a->layout == VT_LAYOUT_TIMM) {
         if (a->sr_ratio > 1) {
             vt_fail(g, "attention", "%s: spatial reduction needs the PVT layout (q + kv)", prefix);
             return -1;
+        }
+        if (a->lead_queries) { /* prefix.qkv's query rows on the leading tokens, its key and value rows on all */
+            vt_tensor *w, *b;
+            if (vt_linear_params(g, vt_pname(nm, prefix, "qkv"), x, wq + wk + wv, a->qkv_bias, a->winit, &w, &b))
+                return -1;
+            s->q = vt_linear(g, vt_slice(g, x, 1, 0, a->lead), vt_slice(g, w, 0, 0, wq),
+                             b ? vt_slice(g, b, 0, 0, wq) : NULL);
+            s->kv = vt_linear(g, x, vt_slice(g, w, 0, wq, wk + wv), b ? vt_slice(g, b, 0, wq, wk + wv) : NULL);
+            s->v_off = wk;
+            return s->q && s->kv ? 0 : -1;
         }
         s->q = s->kv = vt_linear_p(g, vt_pname(nm, prefix, "qkv"), x, wq + wk + wv, a->qkv_bias, a->winit);
         s->k_off = wq;
@@ -170,27 +185,4 @@ vt_tensor *vt_block_mhsa(vt_graph *g, const char *prefix, vt_tensor *x, const vt
     vt_tensor *o = vt_attention_ex(g, s.q, s.kv == s.q ? NULL : s.kv, &args);
     vt_block_export_map(g, prefix, NULL, probs, a, &s, 0, 1);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
-}
-
-vt_tensor *vt_block_mhsa_lead(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
-    if (vt_bad(g, 1, x)) return NULL;
-    char nm[VT_NAMELEN], sx[64];
-    const int C = x->ndim == 3 ? x->shape[2] : 0, L = a->lead;
-    if (x->ndim != 3 || L < 1 || L > x->shape[1] || a->heads <= 0 || C % a->heads)
-        return vt_fail(g, "attention", "%s: input %s must be (B, N, C) with C divisible by %d heads and %d leading "
-                       "tokens", prefix, vt_shape_str(x, sx, 64), a->heads, L);
-    if (a->layout != VT_LAYOUT_TIMM || a->rel_pos || a->mask || a->sr_ratio > 1)
-        return vt_fail(g, "attention", "%s: leading-token queries need the timm layout without bias, mask or reduction",
-                       prefix);
-    /* prefix.qkv as in vt_attn_project (same names, shapes and initialisation), its rows split into q and k, v */
-    const int ws[2] = {3 * C, C}, nb = 3 * C;
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "qkv.weight"), 2, ws, a->winit);
-    vt_tensor *b = a->qkv_bias ? vt_param(g, vt_pname(nm, prefix, "qkv.bias"), 1, &nb, VT_INIT_Z) : NULL;
-    if (!w || (a->qkv_bias && !b)) return NULL;
-    w->paper_count = 1;
-    vt_tensor *q = vt_linear(g, vt_slice(g, x, 1, 0, L), vt_slice(g, w, 0, 0, C), b ? vt_slice(g, b, 0, 0, C) : NULL);
-    vt_tensor *kv = vt_linear(g, x, vt_slice(g, w, 0, C, 2 * C), b ? vt_slice(g, b, 0, C, 2 * C) : NULL);
-    const vt_attn_args args = {.heads = a->heads, .dim = C, .q_off = 0, .k_off = 0, .v_off = C,
-                               .scale = 1.0f / sqrtf((float)(C / a->heads))};
-    return vt_linear_p(g, vt_pname(nm, prefix, "proj"), vt_attention_ex(g, q, kv, &args), C, 1, a->winit);
 }

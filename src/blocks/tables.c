@@ -32,14 +32,15 @@ static vt_tensor *attn_gma(vt_graph *g, const char *prefix, vt_tensor *x, const 
 }
 
 static const vt_attn_type attn_types[] = {
-    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL, 0},
+    {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL, 0, 1},
     {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>",
-     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0},
-    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL, 0},
-    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0},
-    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL, 0},
+     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0, 0},
+    {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL, 0,
+     1},
+    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0, 0},
+    {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL, 0, 0},
     {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL, NULL,
-     VT_GMA_HEADS},
+     VT_GMA_HEADS, 0},
 };
 #define NATTN ((int)(sizeof attn_types / sizeof attn_types[0]))
 
@@ -80,6 +81,9 @@ vt_tensor *vt_attn_build(vt_graph *g, const char *type, const char *prefix, vt_t
     if (!t)
         return vt_fail(g, "attention", "unknown attention type '%s' (%s)", type ? type : "",
                        vt_block_type_names(0, names, sizeof names));
+    if (a->lead_queries && !t->lead_queries)
+        return vt_fail(g, "attention", "%s: attention type '%s' computes every token's row (no lead-queries form)",
+                       prefix, type);
     vt_attn_ctx c = *a;
     c.type = type;
     return t->build(g, prefix, x, &c);

@@ -27,20 +27,24 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, a->class_token);
     const vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, 0);
     /* The head reads only the class token: the last block computes the other tokens' keys and values, nothing more
-     * (plain attention and MLP; every token when the graph asks for all of them or exports attention maps) */
-    const int cls_last = a->class_token && !g->all_tokens && !g->export_maps && !strcmp(a->stages[0].attn, "mhsa") &&
-                         !strcmp(a->ffn, "mlp");
+     * (attention types with a lead-queries form; FFNs are per token but a re-parameterised one's training form, whose
+     * BatchNorms take statistics over the tokens; every token when the graph asks for all of them or exports
+     * attention maps) */
+    const vt_attn_type *at = vt_attn_find(a->stages[0].attn);
+    const vt_ffn_type *ft = vt_ffn_find(a->ffn);
+    const int cls_last = a->class_token && !g->all_tokens && !g->export_maps && at && at->lead_queries && ft &&
+                         !(ft->reparam && g->training);
+    vt_attn_ctx lctx = actx;
+    lctx.lead_queries = 1;
     for (int i = 0; i < depth; i++) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
         const float dp = vt_model_drop_path(c, i, depth);
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
-        if (cls_last && i == depth - 1) {
-            t = vt_slice(g, t, 1, 0, 1); /* the class token's residual stream (made before the branch) */
-            t = vt_block_residual(g, t, vt_block_mhsa_lead(g, vt_pname(nm, pre, "attn"), h, &actx), dp);
-        } else
-            t = vt_block_residual(g, t, vt_attn_build(g, a->stages[0].attn, vt_pname(nm, pre, "attn"), h, &actx),
-                                  dp);
+        const int lead = cls_last && i == depth - 1;
+        if (lead) t = vt_slice(g, t, 1, 0, 1); /* the class token's residual stream (made before the branch) */
+        t = vt_block_residual(g, t, vt_attn_build(g, a->stages[0].attn, vt_pname(nm, pre, "attn"), h,
+                                                  lead ? &lctx : &actx), dp);
         h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
         t = vt_block_residual(g, t, vt_ffn_build(g, a->ffn, vt_pname(nm, pre, "mlp"), h, &fctx), dp);
     }
