@@ -344,8 +344,8 @@ static void check_all_tokens(vt_test *T, const char *name, const char *attn) {
     vt_params_free(P);
 }
 
-/* Configuring `name` with ov: 0, or -1 with e's code the kind asked (VT_E_USAGE: an option the model cannot apply, the
- * CLI's exit status 2; VT_E_FAILED: a value out of range). */
+/* Configuring `name` with ov: 0, or -1 with e's code the kind asked (VT_E_USAGE: an option the model cannot apply or
+ * a value out of range, the CLI's exit status 2, as for its scalar options). */
 static void check_configure(vt_test *T, const char *name, const vt_model_overrides *ov, int want_rc, int want_code,
                             const char *what) {
     vt_err e = {0};
@@ -356,8 +356,8 @@ static void check_configure(vt_test *T, const char *name, const vt_model_overrid
             rc, e.code, want_rc, want_code, e.msg);
 }
 
-/* vt_model_configure tells an option a model cannot apply (VT_E_USAGE) from a bad value; the first error keeps its
- * code. */
+/* vt_model_configure's errors are all the options' (VT_E_USAGE), values out of range and family rules included; the
+ * first error keeps its code. */
 static void check_option_kinds(vt_test *T) {
     vt_model_overrides ov = vt_model_no_overrides();
     ov.train_form = 1;
@@ -373,7 +373,9 @@ static void check_option_kinds(vt_test *T) {
     check_configure(T, "groupmixformer_tiny", &ov, 0, 0, "--drop-path 0.1");
     ov = vt_model_no_overrides();
     ov.img_size = 5000;
-    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_FAILED, "--img-size 5000 (a value out of range)");
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 5000 (a value out of range)");
+    ov.img_size = 40;
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 40 (not a multiple of the patch)");
     vt_err e = {0};
     vt_seterr(&e, "first");
     vt_seterr_code(&e, VT_E_USAGE, "second");

@@ -51,7 +51,7 @@ static int check_sizes(const char *name, const vt_arch_cfg *a, int img, vt_err *
         const int R = img / (4 << i), s = stripe_of(a, i, R), C = st->dim, h = st->heads;
         const int linear = strcmp(st->attn, "flatten") == 0;
         if (!linear && strcmp(st->attn, "mhsa") != 0)
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention '%s': CSwin stages take mhsa (LePE stripe "
+            return vt_seterr(e, "%s: stage %d attention '%s': CSwin stages take mhsa (LePE stripe "
                                   "attention) or flatten (FLatten L attention)", name, i + 1, st->attn);
         if (C < 1 || st->depth < 0 || h < 1 || C % h || st->mlp_ratio <= 0.0f)
             return vt_seterr(e, "%s: stage %d: width %d must be a positive multiple of the %d heads, depth %d >= 0, "
@@ -140,7 +140,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     if (strcmp(a->ffn, "mlp") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: CSwin blocks have the official Mlp (--ffn mlp), got %s", c->name,
+        return vt_seterr(e, "%s: CSwin blocks have the official Mlp (--ffn mlp), got %s", c->name,
                               a->ffn);
     return check_sizes(c->name, a, a->img_size, e);
 }

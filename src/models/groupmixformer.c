@@ -78,7 +78,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
     for (int i = 0; i < a->nstages; i++)
         if (strcmp(a->stages[i].attn, "gma") != 0 || strcmp(a->ffn, "mlp") != 0)
-            return vt_seterr_code(e, VT_E_USAGE, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
+            return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
                                   "for attention %s with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
     if (a->img_size % 32)
         return vt_seterr(e, "%s: image size %d must be a multiple of 32 (the stage grids H/4 ... H/32 must be whole)",

@@ -163,12 +163,12 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     if (a->nstages != 4) return vt_seterr(e, "%s: a Next-ViT config needs 4 stages", c->name);
     for (int i = 0; i < 4; i++) /* the types first: one with its own head count (GMA) has set the stage's heads */
         if (strcmp(a->stages[i].attn, "mhsa") != 0 && strcmp(a->stages[i].attn, "hmhsa") != 0)
-            return vt_seterr_code(e, VT_E_USAGE, "%s: the NTB attention is mhsa (E-MHSA) or hmhsa, not %s", c->name,
+            return vt_seterr(e, "%s: the NTB attention is mhsa (E-MHSA) or hmhsa, not %s", c->name,
                                   a->stages[i].attn);
     for (int i = 0; i < 4; i++) {
         const vt_stage_cfg *s = &a->stages[i];
         if (s->dim != stage_dims[i] || s->heads != stage_heads[i])
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d has width %d and %d heads: Next-ViT's widths (96, 256, "
+            return vt_seterr(e, "%s: stage %d has width %d and %d heads: Next-ViT's widths (96, 256, "
                                   "512, 1024) and heads (3, 6, 12, 24: its NTBs' attention width / 32) are fixed by the "
                                   "official code; only --depths changes", c->name, i + 1, s->dim, s->heads);
         if (s->depth < 1 || (i == 2 && s->depth % 5))
@@ -177,11 +177,11 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     }
     /* stage 1 has NCBs only (stage_blocks): a type of its own, given per stage, would change nothing */
     if (strcmp(a->stages[0].attn, a->stages[1].attn) != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: stage 1 has no attention (NCB blocks only), so its --attn entry '%s' "
+        return vt_seterr(e, "%s: stage 1 has no attention (NCB blocks only), so its --attn entry '%s' "
                               "can have no effect: give one type for every stage, or stage 1 the same as stage 2 (%s)",
                               c->name, a->stages[0].attn, a->stages[1].attn);
     if (strcmp(a->ffn, "mlp") != 0 && strcmp(a->ffn, "cffn") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: the Next-ViT MLP is mlp or cffn, not %s", c->name, a->ffn);
+        return vt_seterr(e, "%s: the Next-ViT MLP is mlp or cffn, not %s", c->name, a->ffn);
     const int S = a->img_size;
     if (size_problem(c, S, S, msg, sizeof msg)) {
         int min = 0;

@@ -276,7 +276,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     for (int i = 0; i < 4; i++) /* the types with a PVT layout (q, kv and the spatial reduction) */
         if (strcmp(a->stages[i].attn, "mhsa") && strcmp(a->stages[i].attn, "flatten") &&
             strcmp(a->stages[i].attn, "hmhsa"))
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention '%s' is not defined in PVT (mhsa: its "
+            return vt_seterr(e, "%s: stage %d attention '%s' is not defined in PVT (mhsa: its "
                                   "spatial-reduction attention, flatten, hmhsa)", c->name, i + 1, a->stages[i].attn);
     const int S = a->img_size;
     if (size_problem(c, S, S, msg, sizeof msg)) {

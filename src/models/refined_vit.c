@@ -97,7 +97,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 
 static int check(const vt_model_cfg *c, vt_err *e) {
     if (strcmp(c->arch.stages[0].attn, "refiner") != 0 || strcmp(c->arch.ffn, "mlp") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
+        return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
                               "attention %s with FFN %s (--attn, --ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
     if (c->arch.img_size % 16)
         return vt_seterr(e, "%s: image size %d must be a multiple of 16 (stem stride 2 × patch 8)", c->name,

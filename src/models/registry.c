@@ -176,7 +176,7 @@ void vt_model_options_text(const vt_model_overrides *ov, int stages, char *buf, 
 /* Copies the type name [p, p + len) into dst (24 bytes); -1 with a message if it does not fit. */
 static int set_name(char *dst, const char *p, size_t len, const char *model, const char *what, vt_err *e) {
     if (len == 0 || len >= 24)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: %s type '%.*s' is empty or too long", model, what, (int)len, p);
+        return vt_seterr(e, "%s: %s type '%.*s' is empty or too long", model, what, (int)len, p);
     memcpy(dst, p, len);
     dst[len] = '\0';
     return 0;
@@ -196,14 +196,15 @@ static int set_attn(vt_model_cfg *c, const char *list, vt_err *e) {
         if (set_name(c->arch.stages[i].attn, p, end ? (size_t)(end - p) : strlen(p), c->name, "attention", e))
             return -1;
         if ((!end) != (i + 1 == n))
-            return vt_seterr_code(e, VT_E_USAGE, "%s: --attn '%s' must name one type for all stages or one per stage "
+            return vt_seterr(e, "%s: --attn '%s' must name one type for all stages or one per stage "
                                   "(%d)", c->name, list, n);
         p = end ? end + 1 : p;
     }
     return 0;
 }
 
-int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e) {
+/* vt_model_configure's work; every error it returns is the options' (the named configs are valid). */
+static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e) {
     *out = *cfg;
     vt_arch_cfg *a = &out->arch;
     const unsigned caps = cfg->family->caps;
@@ -217,7 +218,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     for (int i = 0; i < VT_MAX_STAGES; i++)
         if (ov->dims[i] > 0 || ov->depths[i] > 0 || ov->heads[i] > 0) given = i + 1;
     if (given > a->nstages)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: --dims/--depths/--heads give %d values but the model has %d "
+        return vt_seterr(e, "%s: --dims/--depths/--heads give %d values but the model has %d "
                               "stage(s)", cfg->name, given, a->nstages);
     int fixed_heads = -1; /* the first stage whose type runs its own heads against a --heads: refused after the host
                            * check, which names a type the host cannot hold first */
@@ -237,12 +238,12 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
     for (int i = 0; i < VT_MAX_STAGES; i++)
         if (ov->windows[i] > 0) given = i + 1;
     if (given > a->nstages)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: --windows gives %d values but the model has %d stage(s)",
+        return vt_seterr(e, "%s: --windows gives %d values but the model has %d stage(s)",
                               cfg->name, given, a->nstages);
     for (int i = 0; i < a->nstages; i++) /* --windows */
         if (ov->windows[i] > 0) {
             if (!(caps & VT_CAP_WINDOWS))
-                return vt_seterr_code(e, VT_E_USAGE, "%s has no attention windows or stripes (--windows applies "
+                return vt_seterr(e, "%s has no attention windows or stripes (--windows applies "
                                       "to Swin and CSwin models)", cfg->name);
             const int last = i == a->nstages - 1, res = a->patch > 0 ? a->img_size / (a->patch << i) : 0;
             if (last && (caps & VT_CAP_LAST_GLOBAL) && ov->windows_listed && ov->windows[i] != a->stages[i].window &&
@@ -250,7 +251,7 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
             {
                 char alt[48] = "";
                 if (a->stages[i].window != res) snprintf(alt, sizeof alt, " or %d", a->stages[i].window);
-                return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attends globally whatever its stripe width (the "
+                return vt_seterr(e, "%s: stage %d attends globally whatever its stripe width (the "
                                       "official last stage), so its --windows entry %d can have no effect: give %d "
                                       "(its resolution)%s there, or one value for every stage", cfg->name, i + 1,
                                       ov->windows[i], res, alt);
@@ -259,26 +260,26 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
         }
     if (ov->drop_path >= 0.0f) {
         if (ov->drop_path > 0.0f && !(caps & VT_CAP_DROP_PATH))
-            return vt_seterr_code(e, VT_E_USAGE, "%s has no drop-path (the official %s code has none)", cfg->name,
+            return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name,
                                   cfg->family->name);
         a->drop_path = ov->drop_path;
     }
     if (ov->apply_transform) {
         if (!(caps & VT_CAP_APPLY_TRANSFORM))
-            return vt_seterr_code(e, VT_E_USAGE, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
+            return vt_seterr(e, "--apply-transform applies to Refined-ViT models, not %s", cfg->name);
         a->opts.refiner_apply_transform = 1;
     }
     if (ov->double_heads) {
         int hm = 0;
         for (int i = 0; i < a->nstages; i++) hm |= strcmp(a->stages[i].attn, "hmhsa") == 0;
         if (!hm)
-            return vt_seterr_code(e, VT_E_USAGE, "--double-heads applies to hMHSA stages, and %s has none "
+            return vt_seterr(e, "--double-heads applies to hMHSA stages, and %s has none "
                                   "(--attn hmhsa)", cfg->name);
         a->opts.double_heads = 1;
     }
     if (ov->train_form) a->train_form = 1;
     if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0 && strcmp(ov->dtype, "bf16") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
+        return vt_seterr(e, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
     if (ov->dtype) {
         a->int8 = strcmp(ov->dtype, "int8") == 0;
         a->bf16 = strcmp(ov->dtype, "bf16") == 0;
@@ -296,26 +297,32 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
                          a->in_chans, a->num_classes);
     if (vt_ffn_find(a->ffn) == NULL) {
         char names[256];
-        return vt_seterr_code(e, VT_E_USAGE, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,
+        return vt_seterr(e, "%s: unknown FFN type '%s' (%s)", cfg->name, a->ffn,
                               vt_block_type_names(1, names, sizeof names));
     }
     for (int i = 0; i < a->nstages; i++)
         if (vt_attn_find(a->stages[i].attn) == NULL) {
             char names[256];
-            return vt_seterr_code(e, VT_E_USAGE, "%s: unknown attention type '%s' (%s)", cfg->name,
+            return vt_seterr(e, "%s: unknown attention type '%s' (%s)", cfg->name,
                                   a->stages[i].attn, vt_block_type_names(0, names, sizeof names));
         }
     if (ov->train_form && !vt_model_has_form(out))
-        return vt_seterr_code(e, VT_E_USAGE, "%s has no re-parameterised blocks: --train-form applies to cFFN "
+        return vt_seterr(e, "%s has no re-parameterised blocks: --train-form applies to cFFN "
                               "(--ffn cffn) and Next-ViT models", out->name);
     if (cfg->family->check && cfg->family->check(out, e)) return -1;
     if (fixed_heads >= 0) {
         const vt_attn_type *t = vt_attn_find(a->stages[fixed_heads].attn);
-        return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention %s always runs %d heads, so --heads %d can have "
+        return vt_seterr(e, "%s: stage %d attention %s always runs %d heads, so --heads %d can have "
                               "no effect there", cfg->name, fixed_heads + 1, t->name, t->heads, ov->heads[fixed_heads]);
     }
     vt_model_options_text(ov, a->nstages, out->options, sizeof out->options);
     return 0;
+}
+
+int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e) {
+    if (configure(cfg, ov, out, e) == 0) return 0;
+    e->code = VT_E_USAGE; /* an option the model cannot take: the caller's to change (the CLI's exit status 2) */
+    return -1;
 }
 
 int vt_model_any_size(const vt_model_cfg *c) {

@@ -74,7 +74,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 static int check(const vt_model_cfg *c, vt_err *e) {
     vt_msf_cfg m = {0};
     if (vt_msf_parse(c->arch.stages[0].attn, &m) || strcmp(c->arch.ffn, "mlp") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: SimpleViT takes the MSF paper's attentions (--attn msf, orig, "
+        return vt_seterr(e, "%s: SimpleViT takes the MSF paper's attentions (--attn msf, orig, "
                               "msf_g<N>, orig_g<N>[_block]) and FFN mlp; asked for attention %s with FFN %s (--attn, "
                               "--ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
     if (c->arch.img_size % c->arch.patch)

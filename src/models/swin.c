@@ -207,7 +207,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         return vt_seterr(e, "%s: a Swin host has 1-%d stages, a patch size and no class token", c->name,
                          VT_MAX_STAGES);
     if (strcmp(a->ffn, "mlp") != 0)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: Swin blocks have the MLP FFN (got --ffn %s)", c->name, a->ffn);
+        return vt_seterr(e, "%s: Swin blocks have the MLP FFN (got --ffn %s)", c->name, a->ffn);
     if (a->img_size < a->patch)
         return vt_seterr(e, "%s: image size %d is smaller than one %dx%d patch", c->name, a->img_size, a->patch,
                          a->patch);
@@ -217,7 +217,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         vt_msf_cfg m;
         const int msf = vt_msf_parse(s->attn, &m) == 0;
         if (!msf && strcmp(s->attn, "mhsa") != 0 && !(is_flatten(s->attn) && !tv))
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d attention '%s' is not defined in Swin's %s layout (%s)",
+            return vt_seterr(e, "%s: stage %d attention '%s' is not defined in Swin's %s layout (%s)",
                                   c->name, i + 1, s->attn, tv ? "torchvision" : "Microsoft",
                                   tv ? "mhsa, msf, msf_g<N>, orig, orig_g<N>"
                                      : "mhsa, flatten, msf, msf_g<N>, orig, ...");
@@ -229,7 +229,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
                              i + 1, s->window, s->depth, (double)s->mlp_ratio);
         const int runs = window_run(c, i); /* w tokens a side: a w^4-entry relative position index */
         if (runs > SWIN_MAX_WINDOW && !is_flatten(s->attn))
-            return vt_seterr_code(e, VT_E_USAGE, "%s: stage %d window %d is more than vitc builds (%d; the official "
+            return vt_seterr(e, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
                                   c->name, i + 1, runs, SWIN_MAX_WINDOW, (double)runs * runs * runs * runs);
         if (!tv && res > s->window && res % s->window)

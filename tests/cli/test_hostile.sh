@@ -258,7 +258,12 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
     "simplevit_ti_msf --attn flatten:takes the MSF paper"; do
     expect "info ${c%%:*} refused" 2 "${c#*:}" $V info ${c%%:*}
 done
-expect "--depths past the block limit refused before any memory goes to it" 1 "262144 blocks in all (--depths) is more" \
+# sizes and widths a family's rules refuse are usage errors too, in every family (2)
+for c in "simplevit_ti_msf --img-size 33:multiple of the patch size 16" "swin_t --dims 90:multiple of its 12 heads" \
+    "cswin_tiny_224 --img-size 16:below 32" "groupmixformer_test --img-size 48:multiple of 32"; do
+    expect "info ${c%%:*} refused (2)" 2 "${c#*:}" $V info ${c%%:*}
+done
+expect "--depths past the block limit refused before any memory goes to it" 2 "262144 blocks in all (--depths) is more" \
     $V info swin_t --depths 65536
 expect "a width its heads do not divide: the message names the model before the block (2)" 2 \
     "vit_fmnist_tiny: blocks.0: attention: blocks.0.attn: width 64 is not divisible by 3 heads" $V info $M --heads 3
