@@ -94,6 +94,16 @@ check "a thread count past 2^63 is echoed as given" "[ $? -eq 0 ] && grep -q '92
 OMP_NUM_THREADS=300 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
 check "OMP_NUM_THREADS=300 runs on the cores it has and says so" "[ $? -eq 0 ] && grep -qi 'thread' '$T/t.err' && \
     grep -q \"\\\"threads\\\": $(nproc)\" '$T/t.log'" "$(cat "$T/t.log" "$T/t.err")"
+# 14a. a process held to one core (taskset, a cpuset, mpirun's binding) runs one thread by default, and clamps more
+if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
+    taskset -c 0 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
+    check "held to one core: one thread by default" "[ $? -eq 0 ] && grep -q '\"threads\": 1,' '$T/t.log'" \
+        "$(cat "$T/t.log" "$T/t.err")"
+    taskset -c 0 $V bench $M --batch-size 2 --iters 1 --threads 2 --json >"$T/t.log" 2>"$T/t.err"
+    check "held to one core: --threads 2 clamped, the notice names the affinity" "[ $? -eq 0 ] && \
+        grep -q '\"threads\": 1,' '$T/t.log' && grep -q 'may run on 1 core (its CPU affinity)' '$T/t.err'" \
+        "$(cat "$T/t.log" "$T/t.err")"
+fi
 # 14b. OpenMP settings that give a parallel region fewer threads than asked: OpenBLAS's threaded sgemm (bench's peak,
 # the training step's linears) waited forever for the missing ones; now the thread count is clamped with a notice and
 # OMP_DYNAMIC is turned off

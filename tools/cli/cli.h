@@ -126,10 +126,10 @@ int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 
 /* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here. */
 void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One thread setting for the whole process, for OpenMP, OpenBLAS and oneDNN: --threads, else OMP_NUM_THREADS, else
- * the online cores (shared by the node's MPI ranks). */
+ * the cores it may run on (its CPU affinity; the online cores shared by the node's MPI ranks). */
 void set_threads(const opts *o);
-/* Warns when other runnable threads leave fewer cores than vitc's threads (unless OMP_WAIT_POLICY is set): bench and
- * train, whose speed it decides. */
+/* Warns when other runnable threads leave fewer cores than vitc's threads (unless OMP_WAIT_POLICY is set, or the
+ * process is held to some of the cores): bench and train, whose speed it decides. */
 void warn_busy_cores(void);
 /* Checks that o->output may be written before any work (not a special file, not one of the inputs); 1 after the
  * message. */

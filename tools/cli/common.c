@@ -1,6 +1,8 @@
 /* The helpers the vitc commands share: messages (say, die, refuse, notice...), the thread setting, the model from
  * the options (model_cfg, load_model), the output check, the dtype report, CSV and JSON strings. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cblas.h> /* openblas_set_num_threads */
+#include <sched.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -101,9 +103,19 @@ void notice(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every online core (shared by the
- * `ranks` MPI ranks on this node: cores / ranks each, at least 1); more than the online cores or than OpenMP allows
- * is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
+/* The CPUs this process may run on: its affinity mask (taskset, a cpuset, mpirun's binding) where that holds fewer
+ * than the `online` cores, else `online`. */
+static long process_cpus(long online) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return online;
+    const long n = CPU_COUNT(&set);
+    return n > 0 && n < online ? n : online;
+}
+
+/* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every core it may run on (its
+ * affinity mask; of every online core, shared by the `ranks` MPI ranks on this node: cores / ranks each, at least 1);
+ * more than those cores or than OpenMP allows is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
  * OpenMP), OpenMP's dynamic team sizes are turned off, and ranks x
  * threads over the cores is warned about (by the node's first rank alone: the others share its setting). OpenBLAS
  * (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads outside our parallel regions and
@@ -112,7 +124,7 @@ void set_threads(const opts *o) {
     int local_rank = 0, ranks = 1;
     vt_dist_env(NULL, &local_rank, &ranks);
     const int speak = local_rank == 0; /* the node's ranks share one setting: its first says it */
-    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1, mine = process_cpus(cores);
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
     const char *from = "--threads";
@@ -128,9 +140,10 @@ void set_threads(const opts *o) {
     }
     if (want <= 0) {
         want = cores / ranks > 0 ? cores / ranks : 1;
-        from = "the online cores";
+        want = mine < want ? mine : want;
+        from = mine < cores ? "the cores this process may use" : "the online cores";
     }
-    if (want > cores) {
+    if (want > mine) {
         char asked[48]; /* as given: strtol caps a longer number at LONG_MAX */
         if (strcmp(from, "OMP_NUM_THREADS") == 0) {
             const int len = (int)strcspn(env, ",");
@@ -139,9 +152,10 @@ void set_threads(const opts *o) {
             snprintf(asked, sizeof asked, "%ld", want);
         }
         if (speak)
-            say(NULL, "notice: %s threads asked (%s) but %ld cores are online: using %ld threads", asked, from, cores,
-                cores);
-        want = cores;
+            say(NULL, "notice: %s threads asked (%s) but %s %ld core%s%s: using %ld thread%s", asked, from,
+                mine < cores ? "this process may run on" : "the machine has", mine, mine == 1 ? "" : "s",
+                mine < cores ? " (its CPU affinity)" : " online", mine, mine == 1 ? "" : "s");
+        want = mine;
     }
     const int usable = vt_threads_usable((int)want); /* OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0 */
     if (usable < want) {
@@ -174,8 +188,11 @@ void warn_busy_cores(void) {
     vt_dist_env(NULL, &local_rank, &ranks);
     const int threads = omp_get_max_threads();
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    /* under mpirun the node's ranks are each other's competitors: set_threads warns about ranks x threads */
-    if (ranks > 1 || local_rank != 0 || threads < 2 || online < 1 || getenv("OMP_WAIT_POLICY")) return;
+    /* under mpirun the node's ranks are each other's competitors: set_threads warns about ranks x threads; a process
+     * held to some of the cores (its CPU affinity) cannot tell from the machine's count which of them others use */
+    if (ranks > 1 || local_rank != 0 || threads < 2 || online < 1 || process_cpus(online) < online ||
+        getenv("OMP_WAIT_POLICY"))
+        return;
     int others = 1 << 30; /* the fewest of three looks: a competitor that stays runnable, not a passing one */
     for (int k = 0; k < 3 && others > 0; k++) {
         const int n = runnable_threads();

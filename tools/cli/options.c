@@ -58,8 +58,9 @@ const optdef optdefs[] = {
     NUM("--batch-size", O_INT, batch, 1, 65536, "batch size (train under mpirun: per rank)"),
     O("--train", O_FLAG, train, "benchmark a training step (forward, backward, AdamW) instead of inference"),
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
-    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: all cores; under mpirun, "
-      "per rank: the node's cores divided among its ranks)"),
+    NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: the cores this process "
+      "may run on, its CPU affinity; under mpirun, per rank: the node's cores divided among its ranks, at most its "
+      "own)"),
     NUM("--steps", O_INT, steps, 1, 1e6, "forward/backward passes on the batch (default 1); with N >= 2 an AdamW step "
       "(--lr, --weight-decay) follows each pass but the last, N-1 in all; G holds the last pass's loss and gradients, "
       "and every pass's loss as `losses`"),
