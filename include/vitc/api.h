@@ -46,8 +46,8 @@ typedef struct vitc_model vitc_model;
 
 /** Options of vitc_open; zero (or vitc_options_init) means every default. */
 typedef struct vitc_options {
-    int threads;    /**< threads of this model's calls (clamped to the online cores); 0: the caller's OpenMP setting
-                         at each call */
+    int threads;    /**< threads of this model's calls (clamped to the cores the process may run on); 0: the
+                         caller's OpenMP setting at each call */
     int img_size;   /**< input size; 0: the model's own (another only where the weights allow it) */
     int batch;      /**< most images per forward pass; 0: 16 */
     float crop_pct; /**< eval resize to floor(size / crop_pct) then centre crop; 0: the model's pretrained value */

@@ -80,7 +80,7 @@ int64_t vt_loader_skipped(vt_loader *L);
 /* Stops the workers and frees the loader (NULL is fine). */
 void vt_loader_free(vt_loader *L);
 
-/* A sensible worker count for this machine: the online cores, at least 1, at most 8. */
+/* A sensible worker count for this process: the cores it may run on (vt_cpus_usable), at most 8. */
 int vt_loader_default_workers(void);
 
 #endif

@@ -154,8 +154,8 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vitc_model *m = calloc(1, sizeof *m);
     if (!m) return fail(err, "out of memory"), NULL;
     atomic_init(&m->busy, 0);
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    m->threads = cores > 0 && o.threads > cores ? (int)cores : o.threads;
+    const int cores = vt_cpus_usable();
+    m->threads = o.threads > cores ? cores : o.threads;
     m->batch = o.batch > 0 ? o.batch : 16;
     vt_model_overrides ov = vt_model_no_overrides(), rec = vt_model_no_overrides();
     vt_err e = {0};

@@ -6,6 +6,7 @@
  * (seed, epoch, dataset index), so batches do not depend on which thread made them or when. One mutex guards the
  * shared state; workers sleep on `work`, the consumer on `ready`. */
 #include "vitc/loader.h"
+#include "vitc/graph.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -45,8 +46,8 @@ struct vt_loader {
 };
 
 int vt_loader_default_workers(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
+    const int n = vt_cpus_usable();
+    return n > 8 ? 8 : n;
 }
 
 /* Rows of batch k of the epoch. */

@@ -1,8 +1,6 @@
 /* The helpers the vitc commands share: messages (say, die, refuse, notice...), the thread setting, the model from
  * the options (model_cfg, load_model), the output check, the dtype report, CSV and JSON strings. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cblas.h> /* openblas_set_num_threads */
-#include <sched.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,16 +101,6 @@ void notice(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The CPUs this process may run on: its affinity mask (taskset, a cpuset, mpirun's binding) where that holds fewer
- * than the `online` cores, else `online`. */
-static long process_cpus(long online) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return online;
-    const long n = CPU_COUNT(&set);
-    return n > 0 && n < online ? n : online;
-}
-
 /* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every core it may run on (its
  * affinity mask; of every online core, shared by the `ranks` MPI ranks on this node: cores / ranks each, at least 1);
  * more than those cores or than OpenMP allows is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
@@ -124,7 +112,7 @@ void set_threads(const opts *o) {
     int local_rank = 0, ranks = 1;
     vt_dist_env(NULL, &local_rank, &ranks);
     const int speak = local_rank == 0; /* the node's ranks share one setting: its first says it */
-    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1, mine = process_cpus(cores);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1, mine = vt_cpus_usable();
     const char *env = getenv("OMP_NUM_THREADS");
     long want = o->threads;
     const char *from = "--threads";
@@ -190,7 +178,7 @@ void warn_busy_cores(void) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     /* under mpirun the node's ranks are each other's competitors: set_threads warns about ranks x threads; a process
      * held to some of the cores (its CPU affinity) cannot tell from the machine's count which of them others use */
-    if (ranks > 1 || local_rank != 0 || threads < 2 || online < 1 || process_cpus(online) < online ||
+    if (ranks > 1 || local_rank != 0 || threads < 2 || online < 1 || vt_cpus_usable() < online ||
         getenv("OMP_WAIT_POLICY"))
         return;
     int others = 1 << 30; /* the fewest of three looks: a competitor that stays runnable, not a passing one */
