@@ -432,6 +432,9 @@ expect "... nor one per stage" 1 'vitc_heads metadata \"2,2\" is not one head co
 $V init swin_fmnist_tiny -o "$T/swin_w.safetensors" >/dev/null 2>&1
 expect "attention: another model's weights refused by their tensors (not by their heads)" 1 "weights do not match the model" \
     $V attention $M -w "$T/swin_w.safetensors" "$T/good.png" -o "$T/hb.png"
+expect "eval: another model's weights named before the data's size error" 1 \
+    "records the weights of vit_fmnist_tiny, not of deit_tiny_patch16_224" \
+    $V eval deit_tiny_patch16_224 -w "$T/w.safetensors" --data fashion-mnist
 
 # --out naming a file (or a folder below one): said as such
 touch "$T/outfile"

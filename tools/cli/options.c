@@ -357,8 +357,11 @@ int weights_options(opts *o, const command *cmd) {
     o->wfile_open = 1;
     const char *rec = vt_st_meta(&o->wfile, VT_OPTIONS_KEY), *model = vt_st_meta(&o->wfile, VT_MODEL_KEY);
     o->form_from_file = has_word(cmd->options, "--train-form");
+    const int other = model && vt_model_find(model) != vt_model_find(o->model);
+    if (other && (!rec || !*rec)) /* said before any error about the data, which the other model may explain */
+        notice("%s records the weights of %.64s, not of %s", o->weights, model, o->model);
     if (!rec || !*rec) return 0;
-    if (!model || vt_model_find(model) != vt_model_find(o->model)) {
+    if (!model || other) {
         notice("%s records the model options \"%.200s\" of %.64s: not taken for %s", o->weights, rec,
                model ? model : "another model", o->model);
         return 0;
