@@ -46,7 +46,8 @@ typedef struct vt_attn_ctx {
     int lead;                /* tokens before the grid (a class token), outside any spatial operation */
     int lead_queries;        /* 1: only the lead tokens query, the output is (B, lead, C) (a class-token ViT's last
                               * block, whose other rows nothing reads); every token is still a key and value. The
-                              * timm layout without reduction, bias or mask; the types with vt_attn_type.lead_queries */
+                              * timm or PVT layout without reduction, bias or mask; the types with
+                              * vt_attn_type.lead_queries */
     int sr_ratio;            /* spatial reduction of the keys and values (PVT); 0 or 1: none */
     int rel_pos;             /* Swin: the tokens are one window of side rel_pos with a learned relative position bias
                               * (prefix.relative_position_bias_table, fixed buffer prefix.relative_position_index) */
@@ -218,9 +219,9 @@ typedef struct vt_attn_src {
                                * (Next-ViT's AvgPool1d), which is where a picture puts it; 0: the kh × kw grid */
 } vt_attn_src;
 
-/* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout: TIMM one packed
- * prefix.qkv (with a->lead_queries: its query rows applied to the lead tokens alone, the rest to every token, as
- * two products); PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1; NEXTVIT
+/* Projects x (B, N, C) to queries of width wq and keys and values of widths wk, wv in a->layout (with
+ * a->lead_queries the queries of the lead tokens alone): TIMM one packed prefix.qkv (with lead_queries its query
+ * rows and its key and value rows as two products); PVT prefix.q and prefix.kv, the latter on PVT's spatial reduction of x when a->sr_ratio > 1; NEXTVIT
  * prefix.q, prefix.k and prefix.v, k and v on the n = ⌊N/sr²⌋ AvgPool1d-reduced tokens when sr_ratio > 1, whose key
  * grid (for hMHSA's IHH) is n row-major on the most square rows × cols = n (rows the largest divisor of n up to √n;
  * 7x7 for 49 keys); k and v are returned as one concatenated (B, n, wk + wv) source. */
@@ -264,7 +265,8 @@ typedef struct vt_flatten_cfg {
  * [k_off, k_off + C) of k (B, n, ·) and values at [v_off, v_off + C) of v (B, n, ·) (all may be one packed qkv,
  * read in place): creates prefix.scale,
  * prefix.positional_encoding (1, n, C) and prefix.dwc (d = C/heads channels shared by all heads); the last H·W
- * of the n key tokens form the row-major DWC grid, earlier (class) tokens get no DWC term. -> (B, N, C). */
+ * of the n key tokens form the row-major DWC grid, earlier (class) tokens get no DWC term. N = n, or N = the n − H·W
+ * earlier tokens alone (their queries only: a class-token ViT's last block). -> (B, N, C). */
 vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_off, vt_tensor *k, int k_off,
                            vt_tensor *v, int v_off, int C, int H, int W, const vt_flatten_cfg *c);
 /* FLatten attention module on x (B, N, C) in the context's layout (TIMM qkv as Swin, PVT q + kv as PVT and, with

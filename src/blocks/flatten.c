@@ -87,9 +87,12 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
                        "heads, an odd kernel %d and n = leading tokens + grid %dx%d", prefix, vt_shape_str(q, s1, 64),
                        vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, v_off, v_off, C,
                        heads, K, H, W);
-    if (N != n)
+    const int lead_q = N != n && N == lead; /* the leading tokens' queries alone: no DWC term on any of them */
+    if (N != n && !lead_q)
         return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
-                       "reduction is not supported)", prefix, N, n);
+                       "reduction is not supported) or the %d leading tokens alone", prefix, N, n, lead);
+    if (lead_q && g->export_maps)
+        return vt_fail(g, "flatten", "%s: exported maps need every token's query", prefix);
     const int d = C / heads;
     vt_tensor *scale, *pe;
     own_params(g, prefix, n, C, &scale, &pe);
@@ -115,6 +118,11 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
      * FLatten-CSwin-T 123 / 147, FLatten-PVTv2-b1 71 / 77, FLatten-DeiT-T 42 / 55 (its chain also copies the grid's
      * v out of the packed qkv); at batch 4 CSwin-T 1.10-1.14x, PVTv2-b1 0.95-1.01x; at batch 1 and 2 level within
      * the 5-10% by which two identical graphs differ in that harness (each query task re-reads its K − 1 halo rows) */
+    if (lead_q) {
+        const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
+                                    .scale = scale, .pe = pe, .p = p};
+        return vt_linear_attention_ex(g, q, k, v, &la);
+    }
     if (!fq && !g->training && !g->ref_kernels) {
         const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
                                     .scale = scale, .pe = pe, .p = p, .dwc_w = dw, .dwc_b = db, .grid_h = H,

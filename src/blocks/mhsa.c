@@ -74,9 +74,10 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
         return -1;
     }
     *s = (vt_attn_src){.kh = a->grid_h, .kw = a->grid_w, .klead = a->lead};
-    if (a->lead_queries && (a->layout != VT_LAYOUT_TIMM || a->lead < 1 || a->rel_pos || a->mask)) {
-        vt_fail(g, "attention", "%s: queries of the leading tokens alone need the timm layout, leading tokens and no "
-                "bias or mask", prefix);
+    if (a->lead_queries && ((a->layout != VT_LAYOUT_TIMM && a->layout != VT_LAYOUT_PVT) || a->lead < 1 ||
+                            a->rel_pos || a->mask || a->sr_ratio > 1)) {
+        vt_fail(g, "attention", "%s: queries of the leading tokens alone need the timm or PVT layout, leading tokens "
+                "and no bias, mask or reduction", prefix);
         return -1;
     }
     if (a->layout == VT_LAYOUT_TIMM) {
@@ -98,7 +99,8 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
         s->k_off = wq;
         s->v_off = wq + wk;
     } else if (a->layout == VT_LAYOUT_PVT) {
-        s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), x, wq, a->qkv_bias, a->winit);
+        s->q = vt_linear_p(g, vt_pname(nm, prefix, "q"), a->lead_queries ? vt_slice(g, x, 1, 0, a->lead) : x, wq,
+                           a->qkv_bias, a->winit);
         vt_tensor *src = x;
         if (a->sr_ratio > 1) {
             src = vt_block_sr(g, prefix, x, a->grid_h, a->grid_w, a->sr_ratio, a->ln_eps, a->conv_fanout);

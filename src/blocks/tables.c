@@ -37,7 +37,7 @@ static const vt_attn_type attn_types[] = {
      vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0, 0},
     {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL, 0,
      1},
-    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0, 0},
+    {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0, 1},
     {"refiner", "Refiner: softmax attention with its maps refined (expansion + DLA)", attn_refiner, NULL, NULL, 0, 0},
     {"gma", "Group-Mix attention (5 segments, aggregators); grid hosts without a class token", attn_gma, NULL, NULL,
      VT_GMA_HEADS, 0},
