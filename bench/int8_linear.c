@@ -1,7 +1,7 @@
 /* One linear layer y = x·wᵀ + b as vitc runs it in an fp32 eval graph and in an int8 one (the linear.onednn_int8
  * kernel: input quantisation, u8 × s8 matmul, per-channel output scales): milliseconds per forward, best of the
  * rounds, the two graphs alternated; the shapes of DeiT-T/S, Swin-T, the demo ViT and a sweep over K. It measured
- * the rule at vt_gemm_q8_wanted (src/ops/gemm.c). Build and run: bash bench/int8_linear.sh [ROUNDS]. */
+ * the rule at q8_wanted (src/ops/gemm_lowp.c). Build and run: bash bench/int8_linear.sh [ROUNDS]. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>

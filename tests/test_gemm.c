@@ -448,7 +448,7 @@ static void check_machine(vt_test *T) {
 }
 
 /* x rounded to bf16's 8 significant bits, nearest even (the current rounding mode), computed as the test's own
- * arithmetic rather than gemm.c's bit trick. */
+ * arithmetic rather than gemm_lowp.c's bit trick. */
 static float bf16_round(float x) {
     if (!isfinite(x) || x == 0.0f) return x;
     int e;

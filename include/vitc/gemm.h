@@ -163,7 +163,7 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p);
 
 /* A new int8 primitive for one layer y = post(x·wᵀ + b) with shapes as vt_gemm_linear_prim (gelu_in: x is
  * replaced by GELU(x)); NULL where it would not be faster than fp32: VITC_GEMM=openblas, oneDNN below AVX2, no
- * optimised int8 kernel, or a shape the measured rule (gemm.c) leaves to fp32 (VITC_GEMM=onednn: every shape). Quantisation (dynamic, per run): the input gets one scale sx = (hi − lo) / 255 over its
+ * optimised int8 kernel, or a shape the measured rule (gemm_lowp.c) leaves to fp32 (VITC_GEMM=onednn: every shape). Quantisation (dynamic, per run): the input gets one scale sx = (hi − lo) / 255 over its
  * range [lo, hi] ∪ {0} and a zero point z = round(−lo·(1/sx)), x_q = clamp(floor(x·(1/sx) + z + 0.5), 0, 255);
  * the weight's row o gets s_o = max|w_o| / L (L = vt_gemm_q8_levels), w_q = round(w · (L / max|w_o|));
  * y = sx·s_o·Σ (x_q − z)·w_q + b (+ r). */

@@ -1,0 +1,455 @@
+/* The plan's oneDNN primitives in fp32 and their store (vt_gemm_prims: engine, stream, the lists the plan frees in
+ * vt_gemm_plan_free): a linear layer's whole forward as one matmul primitive (vt_gemm_linear_prim, vt_gemm_prim_run;
+ * rule 5 at vt_gemm_choose, gemm.c), convolutions, forward and weight gradient (vt_gemm_conv_prim,
+ * vt_gemm_conv_wgrad), and an inference linear as a 1x1 convolution with its weight packed once (vt_gemm_linear_conv,
+ * rule 12). A bf16 plan's linear primitives run here too, on bf16 copies made by gemm_lowp.c's helpers. */
+#include <dnnl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_priv.h"
+#include "vitc/gemm.h"
+
+struct vt_gemm_prim {
+    int M, N, K, has_bias;
+    vt_gemm_post post;
+    dnnl_primitive_t prim;
+    dnnl_memory_t x, w, b, r, y; /* descriptors with no data; run sets the handles */
+    dnnl_stream_t stream;        /* the plan's */
+    vt_gemm_prim *next;
+    vt_gemm_prims *bf16;         /* a bf16 plan's store: x and w run as bf16 copies in its scratch; else NULL */
+};
+
+struct vt_gemm_conv {
+    int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, _RELU, _ADD, _GELU), nchw, and the use:
+                   * CONV_FWD, CONV_WGRAD, or CONV_LINEAR (one layer's own, vt_gemm_linear_conv: never shared) */
+    /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
+     * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
+    dnnl_primitive_t prim, pack;
+    dnnl_memory_t x, w, wp, b, y, r; /* r: VT_CONV_ADD's added term (y's layout) */
+    void *packed;
+    const float *wsrc; /* CONV_LINEAR: the weight `packed` holds (NULL: none yet) */
+    /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
+     * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
+    dnnl_primitive_t rx, ry;
+    dnnl_memory_t xb, yb;
+    size_t xb_bytes, yb_bytes;
+    dnnl_stream_t stream;
+    vt_gemm_conv *next;
+};
+
+enum { CONV_FWD = 0, CONV_WGRAD = 1, CONV_LINEAR = 2 }; /* vt_gemm_conv's use (geom[11]) */
+
+static void prim_free(vt_gemm_prim *q) {
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    dnnl_memory_t m[5] = {q->x, q->w, q->b, q->r, q->y};
+    for (int i = 0; i < 5; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    free(q);
+}
+
+static void conv_free(vt_gemm_conv *q) {
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    if (q->pack) dnnl_primitive_destroy(q->pack);
+    if (q->rx) dnnl_primitive_destroy(q->rx);
+    if (q->ry) dnnl_primitive_destroy(q->ry);
+    dnnl_memory_t m[8] = {q->x, q->w, q->wp, q->b, q->y, q->xb, q->yb, q->r};
+    for (int i = 0; i < 8; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    free(q->packed);
+    free(q);
+}
+
+void vt_gemm_plan_free(vt_gemm_plan *p) {
+    vt_gemm_prims *c = p->prims;
+    if (!c) return;
+    for (vt_gemm_prim *q = c->list, *nx; q; q = nx) {
+        nx = q->next;
+        prim_free(q);
+    }
+    for (vt_gemm_conv *q = c->convs, *nx; q; q = nx) {
+        nx = q->next;
+        conv_free(q);
+    }
+    for (vt_gemm_q8 *q = c->q8s, *nx; q; q = nx) {
+        nx = q->next;
+        vt_gemm_q8_free(q);
+    }
+    for (vt_gemm_bf *q = c->bfs, *nx; q; q = nx) {
+        nx = q->next;
+        vt_gemm_bf_free(q);
+    }
+    free(c->bfbuf);
+    if (c->stream) dnnl_stream_destroy(c->stream);
+    if (c->eng) dnnl_engine_destroy(c->eng);
+    free(c);
+    p->prims = NULL;
+}
+
+/* A dense row-major rows×cols matrix (transposed: a cols×rows one read as its transpose). */
+static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
+    dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
+    return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, strides) == dnnl_success ? 0 : -1;
+}
+
+/* Makes q's primitive and memory objects; returns 0 or -1. */
+static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
+    dnnl_memory_desc_t xd, wd, bd, yd;
+    const dnnl_data_type_t dt = q->bf16 ? dnnl_bf16 : dnnl_f32;
+    if (mdt(&xd, q->M, q->K, 0, dt) || mdt(&wd, q->K, q->N, 1, dt) || md2(&bd, 1, q->N, 0) || md2(&yd, q->M, q->N, 0))
+        return -1;
+    dnnl_matmul_desc_t mm;
+    if (dnnl_matmul_desc_init(&mm, &xd, &wd, q->has_bias ? &bd : NULL, &yd) != dnnl_success) return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
+    if (!bad) bad = append_post(po, q->post, &yd);
+    dnnl_primitive_desc_t pd = NULL;
+    bad = finish_pd(c, &mm, attr, po, bad, &pd);
+    if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (bad) return -1;
+    return dnnl_memory_create(&q->x, &xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   dnnl_memory_create(&q->w, &wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   dnnl_memory_create(&q->y, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                   (q->has_bias && dnnl_memory_create(&q->b, &bd, c->eng, DNNL_MEMORY_NONE) != dnnl_success) ||
+                   (q->post == VT_GEMM_POST_ADD &&
+                    dnnl_memory_create(&q->r, &yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success)
+               ? -1
+               : 0;
+}
+
+vt_gemm_prims *vt_gemm_prims_of(vt_gemm_plan *p) {
+    vt_gemm_prims *c = p->prims;
+    if (c) return c;
+    c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    p->prims = c;
+    if (dnnl_engine_create(&c->eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags) != dnnl_success) {
+        vt_gemm_plan_free(p);
+        return NULL;
+    }
+    return c;
+}
+
+vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+    vt_gemm_prims *c = vt_gemm_prims_of(p);
+    if (!c) return NULL;
+    has_bias = has_bias != 0;
+    vt_gemm_prims *bf16 = p->bf16 ? c : NULL;
+    for (vt_gemm_prim *q = c->list; q; q = q->next)
+        if (q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->post == post && q->bf16 == bf16)
+            return q;
+    vt_gemm_prim *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    *q = (vt_gemm_prim){M, N, K, has_bias, post, NULL, NULL, NULL, NULL, NULL, NULL, c->stream, NULL, bf16};
+    if (prim_make(c, q)) {
+        prim_free(q);
+        return NULL;
+    }
+    q->next = c->list;
+    c->list = q;
+    return q;
+}
+
+int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y) {
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, q->x}, {DNNL_ARG_WEIGHTS, q->w}, {DNNL_ARG_DST, q->y}};
+    int na = 3;
+    const void *xs = x, *ws = w;
+    if (q->bf16) {
+        uint16_t *xb = vt_gemm_bf_scratch(q->bf16, (size_t)q->M * q->K, (size_t)q->N * q->K);
+        if (!xb) return -1;
+        uint16_t *wb = xb + bf_offset((size_t)q->M * q->K);
+        vt_gemm_to_bf16(x, q->M, q->K, q->K, xb);
+        vt_gemm_to_bf16(w, q->N, q->K, q->K, wb);
+        xs = xb;
+        ws = wb;
+    }
+    if (dnnl_memory_set_data_handle(q->x, (void *)xs) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->w, (void *)ws) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, y) != dnnl_success)
+        return -1;
+    if (q->has_bias) {
+        if (!b || dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) return -1;
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b};
+    }
+    if (q->post == VT_GEMM_POST_ADD) {
+        if (!r || dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) return -1;
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
+    }
+    if (dnnl_primitive_execute(q->prim, q->stream, na, args) != dnnl_success ||
+        dnnl_stream_wait(q->stream) != dnnl_success)
+        return -1;
+    if (q->bf16) q->bf16->bf16_runs++; /* outside parallel regions, as the shared bf16 scratch requires */
+    return 0;
+}
+
+/* For an NCHW conv: the reorder between the plain layout `plain` and the conv's `conv` layout (x: to it; y: from it)
+ * and the memory object in that layout (its data set at run time), or nothing where the two are equal; 0 or -1. */
+static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *conv, int to_conv,
+                        dnnl_primitive_t *r, dnnl_memory_t *m, size_t *bytes) {
+    if (dnnl_memory_desc_equal(plain, conv)) return 0;
+    dnnl_primitive_desc_t rpd = NULL;
+    const dnnl_memory_desc_t *from = to_conv ? plain : conv, *to = to_conv ? conv : plain;
+    const int bad = dnnl_reorder_primitive_desc_create(&rpd, from, c->eng, to, c->eng, NULL) != dnnl_success ||
+                    dnnl_primitive_create(r, rpd) != dnnl_success ||
+                    dnnl_memory_create(m, conv, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    *bytes = (dnnl_memory_desc_get_size(conv) + 63) / 64 * 64;
+    return bad ? -1 : 0;
+}
+
+/* The memory descriptors of q's geometry: x and y in the plain layout (xd, yd) and as the conv takes them (xa, ya:
+ * NCHW leaves the layout to oneDNN), the plain weight (wd: goihw, or oihw for one group: the same memory) and the
+ * weight in the layout oneDNN picks (wany), and the stride and padding; 0 or -1. */
+typedef struct {
+    dnnl_memory_desc_t xd, yd, xa, ya, wd, wany;
+    dnnl_dims_t st, pad;
+} conv_descs;
+
+static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
+    const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
+    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
+    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
+    dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo};
+    dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k};
+    const int wnd = G > 1 ? 5 : 4;
+    int64_t *wdims = G > 1 ? dwg : dw1;
+    d->st[0] = d->st[1] = s;
+    d->pad[0] = d->pad[1] = pad;
+    return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) !=
+                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success
+               ? -1
+               : 0;
+}
+
+/* Makes q's convolution (weights in the layout oneDNN picks; NCHW: x and y too, with their reorders), the weight
+ * reorder and the memory objects; 0 or -1. A reference kernel is refused: it is slower than im2col + sgemm. */
+static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    const int *v = q->geom, nchw = v[10];
+    conv_descs d;
+    dnnl_memory_desc_t bd;
+    const dnnl_dims_t db = {v[4]};
+    if (conv_descs_init(q, &d) || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success)
+        return -1;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &d.xa, &d.wany,
+                                           (v[9] & VT_CONV_BIAS) ? &bd : NULL, &d.ya, d.st, d.pad, d.pad) !=
+        dnnl_success)
+        return -1;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    const int acts = (v[9] & VT_CONV_RELU ? 1 : 0) + (v[9] & VT_CONV_GELU ? 1 : 0) + (v[9] & VT_CONV_ADD ? 1 : 0);
+    if (acts > 1 || (nchw && (v[9] & (VT_CONV_ADD | VT_CONV_GELU)))) return -1; /* not needed: not made */
+    const vt_gemm_post post = (v[9] & VT_CONV_RELU)   ? VT_GEMM_POST_RELU
+                              : (v[9] & VT_CONV_GELU) ? VT_GEMM_POST_GELU
+                              : (v[9] & VT_CONV_ADD)  ? VT_GEMM_POST_ADD
+                                                      : VT_GEMM_POST_NONE;
+    int made = post != VT_GEMM_POST_NONE ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                                               dnnl_post_ops_create(&po) == dnnl_success &&
+                                               append_post(po, post, &d.yd) == 0 &&
+                                               dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success
+                                         : 1;
+    made = made && dnnl_primitive_desc_create(&pd, &cd, attr, c->eng, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (!made) return -1;
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] == CONV_LINEAR && !strstr(impl, "1x1")) ||
+              !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
+                    dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
+                    dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
+                    dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
+                    dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+                    ((v[9] & VT_CONV_BIAS) && mem_of(&q->b, &bd, c->eng)) ||
+                    ((v[9] & VT_CONV_ADD) && mem_of(&q->r, &d.yd, c->eng));
+    if (!bad && nchw)
+        bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+                           &q->xb_bytes) ||
+              conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0, &q->ry, &q->yb,
+                           &q->yb_bytes);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    dnnl_primitive_desc_destroy(pd);
+    return bad ? -1 : 0;
+}
+
+/* Makes q's weight-gradient convolution (channels-last x and dy, or NCHW ones reordered into the blocked layouts it
+ * picks; the gradient in the layout it picks, added into the plain (Cout, C/G, k, k) one by a reorder with a sum
+ * post-op); 0 or -1. A reference kernel is refused. */
+static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    conv_descs d;
+    if (conv_descs_init(q, &d)) return -1;
+    dnnl_convolution_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL, rpd = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    const char *impl = "";
+    int bad = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &d.xa, &d.wany,
+                                                 NULL, &d.ya, d.st, d.pad, d.pad) != dnnl_success ||
+              dnnl_primitive_desc_create(&fpd, &fd, NULL, c->eng, NULL) != dnnl_success ||
+              dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &d.xa, &d.wany, NULL, &d.ya,
+                                                          d.st, d.pad, d.pad) != dnnl_success ||
+              dnnl_primitive_desc_create(&pd, &bd, NULL, c->eng, fpd) != dnnl_success;
+    const dnnl_memory_desc_t *wq = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
+    if (!bad) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    bad = bad || !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    if (!bad)
+        bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
+              dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
+              dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+              dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success ||
+              dnnl_reorder_primitive_desc_create(&rpd, wq, c->eng, &d.wd, c->eng, attr) != dnnl_success ||
+              dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
+              dnnl_memory_create(&q->wp, wq, c->eng, q->packed) != dnnl_success ||
+              dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+              dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
+    if (!bad && q->geom[10]) /* NCHW */
+        bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
+                           &q->xb_bytes) ||
+              conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), 1, &q->ry, &q->yb,
+                           &q->yb_bytes);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    return bad ? -1 : 0;
+}
+
+/* The plan's convolution for geom (forward, or the weight gradient when geom[11]), made on first request. */
+static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
+    if (p->force == VT_GEMM_OPENBLAS ||
+        (p->force == VT_GEMM_AUTO && (p->openblas > p->onednn || p->onednn < VT_ISA_AVX2)))
+        return NULL;
+    vt_gemm_prims *c = vt_gemm_prims_of(p);
+    if (!c) return NULL;
+    for (vt_gemm_conv *q = c->convs; q; q = q->next)
+        if (geom[11] != CONV_LINEAR && memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
+    vt_gemm_conv *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    memcpy(q->geom, geom, sizeof q->geom);
+    q->stream = c->stream;
+    if (geom[11] == CONV_WGRAD ? convw_make(c, q) : conv_make(c, q)) {
+        conv_free(q);
+        return NULL;
+    }
+    q->next = c->convs;
+    c->convs = q;
+    return q;
+}
+
+vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                int flags, int nchw) {
+    /* oneDNN 2.6.3's depthwise convolution adds a binary post-op's term wrongly where the output is one pixel (B = 1,
+     * 1x1 map: the term's dims (1, C, 1, 1) read as a per-channel broadcast): off by up to 2.0 at C = 50 and 64 (right
+     * at 3 and 16; dense convs right), found in GroupMixFormer's stage 4 at 32 px (CPE) at batch 1, 2026-12-01.
+     * Grouped convs with an added term and one output pixel stay on the reference kernels. */
+    if (G > 1 && (flags & VT_CONV_ADD) && B * ((H + 2 * pad - k) / s + 1) * ((W + 2 * pad - k) / s + 1) == 1)
+        return NULL;
+    const int kept = flags & (VT_CONV_BIAS | VT_CONV_RELU | VT_CONV_ADD | VT_CONV_GELU);
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, kept, nchw != 0, CONV_FWD};
+    return conv_get(p, geom);
+}
+
+/* Measured faster than im2col + sgemm at the AVX-512 tier only (conv.c); with oneDNN's AVX2 kernels (AMD EPYC Zen 3,
+ * 2026-11-27) it ran Next-ViT-S's stem conv at 73 GFLOP/s, no faster. */
+vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
+                                 int nchw) {
+    if (p->force == VT_GEMM_AUTO && p->onednn < VT_ISA_AVX512) return NULL;
+    const int geom[12] = {B, C, H, W, Cout, k, s, pad, G, 0, nchw != 0, CONV_WGRAD};
+    return conv_get(p, geom);
+}
+
+int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch) {
+    unsigned char *sc = scratch;
+    if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, (void *)dy) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->w, dw) != dnnl_success ||
+        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
+        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
+        return -1;
+    dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
+    dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, q->y}, {DNNL_ARG_TO, cy}};
+    dnnl_exec_arg_t ca[3] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_DIFF_DST, cy}, {DNNL_ARG_DIFF_WEIGHTS, q->wp}};
+    dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, q->wp}, {DNNL_ARG_TO, q->w}};
+    return (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
+                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
+                   dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success ||
+                   dnnl_primitive_execute(q->pack, q->stream, 2, ra) != dnnl_success ||
+                   dnnl_stream_wait(q->stream) != dnnl_success
+               ? -1
+               : 0;
+}
+
+size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
+
+/* Rule 12 (see the list at vt_gemm_choose, gemm.c). */
+vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
+    if (p->force != VT_GEMM_AUTO || p->onednn != VT_ISA_AVX2 || p->openblas > p->onednn || post == VT_GEMM_POST_GELU)
+        return NULL;
+    const int flags = (has_bias ? VT_CONV_BIAS : 0) | (post == VT_GEMM_POST_RELU ? VT_CONV_RELU : 0) |
+                      (post == VT_GEMM_POST_ADD ? VT_CONV_ADD : 0);
+    const int geom[12] = {1, K, 1, M, N, 1, 1, 0, 1, flags, 0, CONV_LINEAR};
+    return conv_get(p, geom);
+}
+
+int vt_gemm_linear_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r,
+                            float *y, int repack) {
+    const int pack = repack || q->wsrc != w;
+    q->wsrc = NULL;
+    if (vt_gemm_conv_run_add(q, x, w, b, r, y, NULL, pack)) return -1;
+    q->wsrc = w;
+    return 0;
+}
+
+int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
+                     int pack) {
+    return vt_gemm_conv_run_add(q, x, w, b, NULL, y, scratch, pack);
+}
+
+int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r, float *y,
+                         void *scratch, int pack) {
+    unsigned char *sc = scratch;
+    if (!q->r != !r || (r && dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) ||
+        dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
+        dnnl_memory_set_data_handle(q->y, y) != dnnl_success ||
+        (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) ||
+        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
+        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
+        return -1;
+    dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
+    dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
+    dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
+    dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, cy}, {DNNL_ARG_TO, q->y}};
+    dnnl_exec_arg_t ca[5] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_WEIGHTS, q->wp}, {DNNL_ARG_DST, cy}};
+    int na = 3;
+    if (q->b) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b};
+    if (q->r) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
+    return (pack && dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success) ||
+                   (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
+                   dnnl_primitive_execute(q->prim, q->stream, na, ca) != dnnl_success ||
+                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
+                   dnnl_stream_wait(q->stream) != dnnl_success
+               ? -1
+               : 0;
+}
