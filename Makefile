@@ -25,7 +25,7 @@ SRC       := $(wildcard src/*/*.c)
 OBJ       := $(SRC:%.c=build/%.o)
 # The installed libraries: position-independent objects with hidden symbols; only the API (VITC_API in api.h) is
 # exported. The API runs inference, so the trainer (and with it OpenMPI) stays out of them: they need no libmpi.
-TRAIN_SRC := src/train/trainer.c src/train/dist.c src/train/recipe.c
+TRAIN_SRC := src/train/trainer.c src/train/rundir.c src/train/data.c src/train/dist.c src/train/recipe.c
 PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o))
 LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
 LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
