@@ -279,7 +279,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->accum_steps = 1;
 }
 
-/* ---- recipe hooks of the training loop (Mixup/CutMix, model EMA, recipe record, fine-tuning start) ---- */
+/* ---- recipe hooks of the training loop (checks, Mixup/CutMix, recipe record, DeiT transforms, epoch order) ---- */
 
 /* Checks the recipe options against the model and batch; fills *mix (num_classes, smoothing) when mixing is on. */
 static int recipe_check(const vt_model_cfg *c, const vt_train_opts *o, vt_mixup *mix, vt_err *e) {
@@ -344,7 +344,7 @@ static int epoch_start(const vt_train_opts *o, const vt_dist *dp, vt_loader *L, 
     return vt_loader_start_keyed(L, idx, keys, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
 }
 
-/* ---- data-parallel evaluation: each rank scores a contiguous slice of the validation set ---- */
+/* ---- data-parallel evaluation (each rank scores a contiguous slice of the validation set); the ranks' data ---- */
 
 typedef struct {
     const vt_source *src;
