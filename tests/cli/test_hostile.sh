@@ -268,6 +268,8 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
     "simplevit_ti_msf --attn flatten:takes the MSF paper"; do
     expect "info ${c%%:*} refused" 2 "${c#*:}" $V info ${c%%:*}
 done
+expect "an unknown model name is a usage error (2)" 2 "unknown model 'no_such_model' (see .vitc list.)" \
+    $V info no_such_model
 # sizes and widths a family's rules refuse are usage errors too, in every family (2)
 for c in "simplevit_ti_msf --img-size 33:multiple of the patch size 16" "swin_t --dims 90:multiple of its 12 heads" \
     "cswin_tiny_224 --img-size 16:below 32" "groupmixformer_test --img-size 48:multiple of 32"; do

@@ -282,7 +282,7 @@ check "a value out of range under mpirun: said once, by rank 0 (exit 2)" "[ $rc 
 [ \$(grep -c 'batch-size must be in' '$T/bs.log') -eq 1 ] && ! grep -q 'rank 1' '$T/bs.log'" "rc $rc: $(cat "$T/bs.log")"
 $MPI $V train no_such_model --out "$T/nm" >"$T/nm.log" 2>&1
 rc=$?
-check "... and an unknown model (exit 1)" "[ $rc -eq 1 ] && [ \$(grep -c 'unknown model' '$T/nm.log') -eq 1 ] && \
+check "... and an unknown model (exit 2, a usage error)" "[ $rc -eq 2 ] && [ \$(grep -c 'unknown model' '$T/nm.log') -eq 1 ] && \
 ! grep -q 'rank 1' '$T/nm.log'" "rc $rc: $(cat "$T/nm.log")"
 # a thread notice is printed once per node, not once per rank
 $MPI $V train $EQ --batch-size 32 --threads $(($(nproc) + 1)) --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1

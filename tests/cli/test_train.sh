@@ -399,7 +399,7 @@ check "a resume with --test-subset 0 evaluates every test image, recorded and na
 
 # options that change nothing: a notice where refusing would break scripts; a resume's recorded settings never count
 $V train foo --recipe list >"$T/rl.log" 2>&1
-check "train foo --recipe list: the unknown model refused" "[ $? -eq 1 ] && grep -q \"unknown model 'foo'\" '$T/rl.log'" \
+check "train foo --recipe list: the unknown model refused (2)" "[ $? -eq 2 ] && grep -q \"unknown model 'foo'\" '$T/rl.log'" \
     "$(head -3 "$T/rl.log")"
 $V train $SMALL --bucket-mib 8 --no-overlap --out "$T/bk" >"$T/bk.log" 2>&1
 check "--bucket-mib and --no-overlap outside mpirun: a notice, and the run goes on" "[ $? -eq 0 ] && grep -q \

@@ -213,12 +213,12 @@ int output_ok(const opts *o) {
 }
 
 /* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
- * shapes once); 1 on an error, 2 on a malformed list option (--dims, --depths, --heads, --windows) or one the model
- * cannot apply or be built with. */
+ * shapes once); 2 on an unknown model, a malformed list option (--dims, --depths, --heads, --windows) or one the
+ * model cannot apply or be built with; 1 on another error. */
 int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
-    if (!base) return die_once("unknown model '%s' (see `vitc list`)", o->model);
+    if (!base) return refuse(NULL, "unknown model '%s' (see `vitc list`)", o->model); /* a usage error, as --attn's */
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = o->img_size;
     ov.in_chans = o->in_chans;
@@ -240,8 +240,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
     ov.double_heads = o->double_heads;
     ov.dtype = o->dtype;
     vt_err e = {0};
-    if (vt_model_configure(base, &ov, cfg, &e)) /* an option the model cannot apply is a usage error */
-        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
+    if (vt_model_configure(base, &ov, cfg, &e)) return refuse(NULL, "%s", e.msg); /* every one is the options' */
     if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
         cfg->arch.train_form = 1;
         o->train_form = 1; /* a model built again (attention's recorded heads) keeps it; said once */
