@@ -171,8 +171,9 @@ struct vt_graph {
  * (OpenBLAS's threaded sgemm waits forever for threads a smaller team does not have). */
 int vt_threads_usable(int want);
 
-/* The CPUs this process may run on: its affinity mask (taskset, a cpuset, mpirun's binding) where that holds fewer
- * than the online cores, else the online cores; at least 1. */
+/* The CPUs this process may run on: its affinity mask (taskset, a cpuset, mpirun's binding), or the CPUs of OpenMP's
+ * places where those are more (OMP_PROC_BIND / OMP_PLACES pin the initial thread to one place), where that holds
+ * fewer than the online cores, else the online cores; at least 1. */
 int vt_cpus_usable(void);
 
 /* The calling thread's OpenMP settings that vt_threads_enter changes. */

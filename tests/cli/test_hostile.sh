@@ -104,6 +104,18 @@ if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
         grep -q '\"threads\": 1,' '$T/t.log' && grep -q 'may run on 1 core (its CPU affinity)' '$T/t.err'" \
         "$(cat "$T/t.log" "$T/t.err")"
 fi
+# 14a'. OMP_PROC_BIND / OMP_PLACES: libgomp binds the initial thread to its first place at start-up, so that thread's
+# own affinity is one core while the team runs on every place: the default is still every core, and --threads up to
+# them is not clamped
+if [ "$(nproc)" -ge 2 ]; then
+    env -u OMP_NUM_THREADS OMP_PROC_BIND=true $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
+    check "OMP_PROC_BIND=true: every core by default" "[ $? -eq 0 ] && grep -q \"\\\"threads\\\": $(nproc),\" '$T/t.log'" \
+        "$(cat "$T/t.log" "$T/t.err")"
+    env -u OMP_NUM_THREADS OMP_PLACES=cores $V bench $M --batch-size 2 --iters 1 --threads 2 --json >"$T/t.log" \
+        2>"$T/t.err"
+    check "OMP_PLACES=cores: --threads 2 runs 2 threads, no notice" "[ $? -eq 0 ] && \
+        grep -q '\"threads\": 2,' '$T/t.log' && ! grep -q 'notice' '$T/t.err'" "$(cat "$T/t.log" "$T/t.err")"
+fi
 # 14b. OpenMP settings that give a parallel region fewer threads than asked: OpenBLAS's threaded sgemm (bench's peak,
 # the training step's linears) waited forever for the missing ones; now the thread count is clamped with a notice and
 # OMP_DYNAMIC is turned off
