@@ -376,6 +376,16 @@ static void check_option_kinds(vt_test *T) {
     check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 5000 (a value out of range)");
     ov.img_size = 40;
     check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 40 (not a multiple of the patch)");
+    /* vt_model_configure's usage code goes with its own message: not onto an error e held before the call (whose
+     * message stays), and no error record at all (e NULL, as vt_seterr takes) is fine */
+    vt_err held = {0};
+    vt_model_cfg c;
+    vt_seterr(&held, "earlier");
+    const int rc = vt_model_configure(vt_model_find("deit_tiny_patch16_224"), &ov, &c, &held);
+    T_CHECK(T, rc == -1 && strcmp(held.msg, "earlier") == 0 && held.code == VT_E_FAILED, "an error held before "
+            "vt_model_configure keeps its code: rc %d, %s %d", rc, held.msg, held.code);
+    T_CHECK(T, vt_model_configure(vt_model_find("deit_tiny_patch16_224"), &ov, &c, NULL) == -1,
+            "vt_model_configure without an error record refuses --img-size 40");
     vt_err e = {0};
     vt_seterr(&e, "first");
     vt_seterr_code(&e, VT_E_USAGE, "second");

@@ -320,8 +320,9 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
 }
 
 int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e) {
+    const int fresh = e && !e->msg[0]; /* the code goes with this call's message (an earlier one keeps its own) */
     if (configure(cfg, ov, out, e) == 0) return 0;
-    e->code = VT_E_USAGE; /* an option the model cannot take: the caller's to change (the CLI's exit status 2) */
+    if (fresh) e->code = VT_E_USAGE; /* an option the model cannot take: the caller's to change (CLI exit status 2) */
     return -1;
 }
 
