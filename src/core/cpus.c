@@ -1,6 +1,7 @@
 /* The CPUs this process may run on, for thread-count defaults (the CLI's --threads, the input pipeline's workers, the
  * API's thread clamp). */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_ALLOC */
+#include <errno.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -31,13 +32,27 @@ static int place_cpus(void) {
     return n;
 }
 
+/* The CPUs in the calling thread's affinity mask, 0 where it cannot be read. The mask is sized for the configured
+ * CPUs and grown while the kernel says it is too small (EINVAL): a fixed cpu_set_t holds 1,024 CPUs only. */
+static int thread_cpus(void) {
+    const long conf = sysconf(_SC_NPROCESSORS_CONF);
+    for (int n = conf > 1024 ? (int)(conf < 1 << 20 ? conf : 1 << 20) : 1024; n <= 1 << 20; n *= 2) {
+        cpu_set_t *set = CPU_ALLOC(n);
+        if (!set) return 0;
+        const size_t size = CPU_ALLOC_SIZE(n);
+        CPU_ZERO_S(size, set);
+        const int rc = sched_getaffinity(0, size, set), count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+        CPU_FREE(set);
+        if (rc == 0 || errno != EINVAL) return count;
+    }
+    return 0;
+}
+
 int vt_cpus_usable(void) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     const int n_online = online < 1 ? 1 : online > 1 << 20 ? 1 << 20 : (int)online;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return n_online;
-    int mine = CPU_COUNT(&set);
+    int mine = thread_cpus();
+    if (mine <= 0) return n_online;
     const int placed = place_cpus(); /* the places are made from the process's mask before that binding */
     if (placed > mine) mine = placed;
     return mine > 0 && mine < n_online ? mine : n_online;

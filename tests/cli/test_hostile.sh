@@ -116,6 +116,26 @@ if [ "$(nproc)" -ge 2 ]; then
     check "OMP_PLACES=cores: --threads 2 runs 2 threads, no notice" "[ $? -eq 0 ] && \
         grep -q '\"threads\": 2,' '$T/t.log' && ! grep -q 'notice' '$T/t.err'" "$(cat "$T/t.log" "$T/t.err")"
 fi
+# 14a''. a kernel with more than 1,024 possible CPUs refuses a fixed cpu_set_t (EINVAL): the mask grows until it fits
+# (an LD_PRELOAD stand-in for sched_getaffinity: 2,048 possible CPUs, the process held to CPU 0)
+if [ "$(nproc --all)" -ge 2 ] && cat >"$T/aff.c" <<'C' && cc -shared -fPIC -o "$T/aff.so" "$T/aff.c"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+int sched_getaffinity(pid_t pid, size_t size, cpu_set_t *set) {
+    (void)pid;
+    if (size < 2048 / 8) { errno = EINVAL; return -1; }
+    memset(set, 0, size);
+    ((unsigned char *)set)[0] = 1;
+    return 0;
+}
+C
+then
+    env -u OMP_NUM_THREADS LD_PRELOAD="$T/aff.so" $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
+    check "2,048 possible CPUs, held to one: one thread by default" "[ $? -eq 0 ] && grep -q '\"threads\": 1,' '$T/t.log'" \
+        "$(cat "$T/t.log" "$T/t.err")"
+fi
 # 14b. OpenMP settings that give a parallel region fewer threads than asked: OpenBLAS's threaded sgemm (bench's peak,
 # the training step's linears) waited forever for the missing ones; now the thread count is clamped with a notice and
 # OMP_DYNAMIC is turned off
