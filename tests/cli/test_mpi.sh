@@ -165,8 +165,9 @@ check "a 2-rank run stopped after its first epoch" "grep -q 'loss is NaN at step
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/w0/run/checkpoint.safetensors')['train/epoch'][0]) == 1\" && [ ! -e '$T/w1/run' ]" \
     "$(tail -n 3 "$T/w0/ref.log" "$T/w0/nan.log")"
-mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train vit_fmnist_tiny --resume run : \
-    -np 1 -wdir "$T/w1" $VA train vit_fmnist_tiny --resume run >"$T/rs.log" 2>&1
+# (--threads is not a recorded setting: the reference's one thread, whatever OMP_NUM_THREADS the caller has)
+mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train vit_fmnist_tiny --resume run --threads 1 : \
+    -np 1 -wdir "$T/w1" $VA train vit_fmnist_tiny --resume run --threads 1 >"$T/rs.log" 2>&1
 rc=$?
 check "--resume with the run folder on rank 0's machine only runs to the end" "[ $rc -eq 0 ]" "rc $rc: $(tail -5 "$T/rs.log")"
 check "... with the weights of the uninterrupted run" "cmp -s '$T/w0/ref/weights.safetensors' '$T/w0/run/weights.safetensors'"
