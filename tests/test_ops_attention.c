@@ -252,22 +252,23 @@ static void check_mathfn(vt_test *T) {
 }
 
 /* The GELU kernels (vt_gelu_n, vt_gelu_fd_n, vt_gelu_bwd_n; vector body and padded tail) against double precision
- * on arrays of 1 to 40 floats over [-9, 9] and at the seams of its piecewise table: GELU within 5e-7 absolute, GELU'
+ * (and its GELU output) on arrays of 1 to 40 floats over [-9, 9] and at the seams of its piecewise table: GELU within 5e-7 absolute, GELU'
  * within 1e-6, GELU(x) = x or 0 at |x| >= 40; a value does not depend on
  * its position (the same x at offset 0 and inside a longer array gives the same bits); NaN propagates; ±inf give
  * GELU(+inf) = +inf, GELU(-inf) = NaN or 0 as the scalar vt_gelu_f (only NaN-ness is compared). */
 static void check_gelu_kernels(vt_test *T) {
     vt_rng s;
     vt_rng_seed(&s, 11);
-    float x[48], y[48], d[48], y1[48], d1[48], dy[48], dx[48];
+    float x[48], y[48], d[48], y1[48], d1[48], dy[48], dx[48], y2[48];
     double ey = 0, ed = 0, eb = 0;
-    int moved = 0;
+    int moved = 0, ybwd = 0;
     for (int n = 1; n <= 40; n++) {
         for (int j = 0; j < n; j++) x[j] = 18.0f * (vt_rng_uniform(&s) - 0.5f), dy[j] = vt_rng_uniform(&s) - 0.5f;
         vt_gelu_n(x, y, n);
         vt_gelu_fd_n(x, y1, d, n);
         for (int j = 0; j < n; j++) dx[j] = 1.0f;
-        vt_gelu_bwd_n(x, dy, dx, n, 1);
+        vt_gelu_bwd_n(x, y2, dy, dx, n, 1);
+        ybwd += memcmp(y2, y, sizeof *y * (size_t)n) != 0; /* its GELU(x) output: vt_gelu_n's bits */
         for (int j = 0; j < n; j++) {
             const double v = x[j], cdf = 0.5 * (1.0 + erf(v / sqrt(2.0)));
             const double g = v * cdf, gd = cdf + v * exp(-0.5 * v * v) / sqrt(2.0 * 3.14159265358979323846);
@@ -302,6 +303,7 @@ static void check_gelu_kernels(vt_test *T) {
     T_CHECK(T, ey < 5e-7, "vector GELU max absolute error %g", ey);
     T_CHECK(T, ed < 1e-6 && eb < 2e-6, "vector GELU' max absolute error %g, backward %g", ed, eb);
     T_CHECK(T, moved == 0, "vector GELU: %d values changed with their position", moved);
+    T_CHECK(T, ybwd == 0, "vt_gelu_bwd_n's GELU output differs from vt_gelu_n's on %d arrays", ybwd);
     const float sp[5] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f};
     vt_gelu_fd_n(sp, y, d, 5);
     int bad = 0;

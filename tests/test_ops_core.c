@@ -231,13 +231,15 @@ static void check_shape_errors(vt_test *T) {
 }
 
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
- * and the gradients of x, w and b, over enough rows for several panels per thread. Variants: 0 x a parameter, 1 x
- * an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW skipped), 3 x
- * an input (no gradient: dx skipped). */
-static void check_gelu_linear_plain(vt_test *T, int variant) {
+ * and the gradients of x, w and b, over enough rows for several panels per thread, on two threads. Variants: 0 x a
+ * parameter, 1 x an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW
+ * skipped), 3 x an input (no gradient: dx skipped). rows x 24 -> outs: 3000 -> 16 runs backward by row panels,
+ * 1100 -> 600 over whole arrays (its panels' scratch would exceed x's size). */
+static void check_gelu_linear_plain(vt_test *T, int variant, int rows, int outs) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
-    const int xs[2] = {1100, 24}, ws[2] = {16, 24}, bs[1] = {16}, ys[2] = {1100, 16};
+    const vt_threads_env env = vt_threads_enter(2);
+    const int xs[2] = {rows, 24}, ws[2] = {outs, 24}, bs[1] = {outs}, ys[2] = {rows, outs};
     vt_tensor *y[2], *r[2], *x = NULL, *w = NULL, *b = NULL, *wi[2] = {0}, *xi[2] = {0};
     vt_graph *g[2];
     float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
@@ -287,13 +289,14 @@ static void check_gelu_linear_plain(vt_test *T, int variant) {
     for (int j = 0; j < 4; j++) {
         if ((j == 1 && variant == 3) || (j == 2 && variant == 2)) continue;
         T_CHECK(T, ref[j] && err[j] <= 1e-5f * fmaxf(mag[j], 1.0f),
-                "gelu_linear vs linear(gelu), variant %d: %s differs by %g (max %g)", variant, what[j], (double)err[j],
-                (double)mag[j]);
+                "gelu_linear vs linear(gelu), variant %d, %d -> %d: %s differs by %g (max %g)", variant, rows, outs,
+                what[j], (double)err[j], (double)mag[j]);
         free(ref[j]);
     }
     vt_graph_free(g[0]);
     vt_graph_free(g[1]);
     vt_params_free(P);
+    vt_threads_leave(env);
 }
 
 /* The fused activations equal the plain chains (linear, then the activation op) within float rounding, on one
@@ -655,7 +658,10 @@ void test_ops_core(vt_test *T) {
     check_threads_fixed(T);
     check_denormals_flushed(T);
     check_residual_fusion(T);
-    for (int v = 0; v < 4; v++) check_gelu_linear_plain(T, v);
+    for (int v = 0; v < 4; v++) {
+        check_gelu_linear_plain(T, v, 3000, 16);
+        check_gelu_linear_plain(T, v, 1100, 600);
+    }
     check_linear_act_fusion(T);
     check_linear_repack(T);
     check_constant_nodes(T);

@@ -227,7 +227,7 @@ static inline vt_vf vt_vgelu(vt_vf x, vt_vf *d) {
 /* The GELU kernels over n floats, one thread (callers split the work): every float, the last partial vector's too,
  * goes through the same vector code, so a value does not depend on where in an array it sits.
  * vt_gelu_n: y = GELU(x) (y may be x). vt_gelu_fd_n: also d = GELU'(x) (y may be NULL; x, y, d may coincide).
- * vt_gelu_bwd_n: dx = dy·GELU'(x), or dx += that when acc. */
+ * vt_gelu_bwd_n: dx = dy·GELU'(x), or dx += that when acc; y = GELU(x) too when y is not NULL. */
 /* (vt_gelu_n as vt_gelu_fd_n with d = NULL, one function with branches on d, ran 10% slower.) */
 static inline void vt_gelu_n(const float *x, float *y, int64_t n) {
 #ifdef VT_VW
@@ -283,11 +283,11 @@ static inline void vt_gelu_fd_n(const float *x, float *y, float *d, int64_t n) {
 #endif
 }
 
-static inline void vt_gelu_bwd_n(const float *x, const float *dy, float *dx, int64_t n, int acc) {
+static inline void vt_gelu_bwd_n(const float *x, float *y, const float *dy, float *dx, int64_t n, int acc) {
     for (int64_t i0 = 0; i0 < n; i0 += 256) { /* GELU' of a block into the stack, then the products */
         float d[256];
         const int m = n - i0 < 256 ? (int)(n - i0) : 256;
-        vt_gelu_fd_n(x + i0, NULL, d, m);
+        vt_gelu_fd_n(x + i0, y ? y + i0 : NULL, d, m);
         if (acc)
             for (int i = 0; i < m; i++) dx[i0 + i] += dy[i0 + i] * d[i];
         else
@@ -310,7 +310,7 @@ static inline void vt_gelu_all(const float *x, float *y, float *d, int64_t n) {
 /* vt_gelu_bwd_n over n floats on all threads, in chunks of 4096 floats. */
 static inline void vt_gelu_bwd_all(const float *x, const float *dy, float *dx, int64_t n, int acc) {
 #pragma omp parallel for schedule(static) if (n > 4096)
-    for (int64_t i = 0; i < n; i += 4096) vt_gelu_bwd_n(x + i, dy + i, dx + i, n - i < 4096 ? n - i : 4096, acc);
+    for (int64_t i = 0; i < n; i += 4096) vt_gelu_bwd_n(x + i, NULL, dy + i, dx + i, n - i < 4096 ? n - i : 4096, acc);
 }
 
 /* Rows of n >= VT_VW floats run whole vectors over [0, nv), nv = n rounded down to VT_VW, and, when r = n − nv > 0,

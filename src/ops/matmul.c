@@ -52,6 +52,7 @@ typedef struct {
     int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
     int gelu_in;  /* GELU applied to x first (vt_gelu_linear): y = GELU(x)·wᵀ + b */
     int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
+    int bwp;      /* gelu_in, train graphs: backward by row panels (bwd_panels), its scratch sized for that */
     float drop;   /* has_res in a train graph: drop-path probability of the branch (vt_residual_drop), 0: none */
     int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
     vt_gemm_prim *prim; /* the linear.onednn_matmul kernel's primitive (made by its prepare) */
@@ -359,6 +360,15 @@ static void lin_dy_pass(vt_node *n, float *dy) {
         vt_add_col_sums(dy, R, Co, db);
 }
 
+/* The floats of a prologue-GELU linear's backward scratch by row panels, per thread two panels (dy·w and GELU(x))
+ * and a partial dW: used where that is no more than the whole-array form's (R, in) (many rows, few outputs). That
+ * form wrote GELU(x) and GELU' over (R, hidden) to memory and read them back: a Swin-T's or CSwin-T's MLP fc2 at
+ * batch 16 (50176 x 384 -> 96, 3136 x 1024 -> 256) took 1.3x its three products' time in it. */
+static int64_t bwd_panels(int R, int Ci, int Co, int nt) {
+    const int64_t need = (int64_t)nt * (2 * (int64_t)panel_cap(R) * Ci + (int64_t)Co * Ci);
+    return R >= 2 * PANEL_ROWS && need <= (int64_t)R * Ci ? need : 0;
+}
+
 static void linear_bwd(vt_node *n) {
     const linear_p *p = VT_OP_P(n, linear_p);
     const vt_tensor *x = n->in[0], *w = n->in[1];
@@ -366,7 +376,30 @@ static void linear_bwd(vt_node *n) {
     float *dy = n->out->grad;
     const int x_fresh = n->grad_fresh & 1u; /* write x's gradient rather than add (see vt_node.grad_fresh) */
     lin_dy_pass(n, dy);
-    if (p->gelu_in) { /* the whole GELU(x) in scratch for dW, then the same scratch for dy·w before GELU' */
+    if (p->bwp) { /* per row panel, in the thread's scratch: s = dy·w, one pass over x for GELU(x) and dx = s·GELU'(x),
+                   * then the panel's dyᵀ·GELU(x) added to the thread's partial dW; the partials go into w's gradient */
+        const int np = panels(R, p->nt), cap = panel_cap(R);
+        const float *xv = x->data;
+        float *dx = x->grad;
+        float *scr = n->bws->data, *part = w->grad ? scr + (size_t)p->nt * 2 * cap * Ci : NULL;
+        if (part) vt_zero(part, (int64_t)p->nt * Co * Ci);
+#pragma omp parallel for schedule(static) num_threads(p->nt)
+        for (int q = 0; q < np; q++) {
+            const int t = omp_get_thread_num(), r0 = (int)((int64_t)R * q / np), r1 = (int)((int64_t)R * (q + 1) / np);
+            float *s = scr + (size_t)t * 2 * cap * Ci, *gx = part ? s + (size_t)cap * Ci : NULL;
+            const float *dyr = dy + (size_t)r0 * Co;
+            if (dx) {
+                gemm(n, 0, 0, r1 - r0, Ci, Co, 1.0f, dyr, Co, w->data, Ci, 0.0f, s, Ci);
+                vt_gelu_bwd_n(xv + (size_t)r0 * Ci, gx, s, dx + (size_t)r0 * Ci, (int64_t)(r1 - r0) * Ci, !x_fresh);
+            } else if (gx)
+                vt_gelu_n(xv + (size_t)r0 * Ci, gx, (int64_t)(r1 - r0) * Ci);
+            if (part) gemm(n, 1, 0, Co, Ci, r1 - r0, 1.0f, dyr, Co, gx, Ci, 1.0f, part + (size_t)t * Co * Ci, Ci);
+        }
+        const int64_t NW = (int64_t)Co * Ci;
+#pragma omp parallel for schedule(static) if (part)
+        for (int64_t i = 0; i < (part ? NW : 0); i++)
+            for (int t = 0; t < p->nt; t++) w->grad[i] += part[(size_t)t * NW + i];
+    } else if (p->gelu_in) { /* the whole GELU(x) in scratch for dW, then the same scratch for dy·w before GELU' */
         const int64_t NX = (int64_t)R * Ci;
         float *t = n->bws->data;
         const float *xv = x->data;
@@ -409,8 +442,8 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     vt_node *n = vt_new_node(g, &op_linear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
-    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0.0f,
-                                       R, NULL, NULL, NULL, 0};
+    *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0,
+                                       0.0f, R, NULL, NULL, NULL, 0};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
@@ -418,9 +451,14 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
         const int64_t rows = R < 2 * PANEL_ROWS ? R : (int64_t)VT_OP_P(n, linear_p)->nt * panel_cap(R);
         vt_node_work(n, 0, rows * Ci);
     }
-    if (g->training && (gelu_in || b)) { /* backward scratch: GELU(x) whole, before that the bias's partial sums */
-        const int64_t part = b ? (int64_t)g->threads * w->shape[0] : 0;
-        vt_node_work(n, 1, gelu_in && x->numel > part ? x->numel : part);
+    if (g->training && (gelu_in || b)) { /* backward scratch: the bias's partial sums, then GELU(x) whole or the
+                                           * row panels' */
+        linear_p *lp = VT_OP_P(n, linear_p);
+        const int64_t part = b ? (int64_t)g->threads * w->shape[0] : 0,
+                      pan = gelu_in ? bwd_panels(R, Ci, w->shape[0], lp->nt) : 0,
+                      need = pan ? pan : gelu_in ? x->numel : 0;
+        lp->bwp = pan > 0;
+        vt_node_work(n, 1, need > part ? need : part);
     }
     return n->out;
 }
