@@ -474,11 +474,55 @@ static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_o
  * temporary, under 64 bytes) must fit the 4096-byte path buffers. */
 #define RUN_DIR_MAX 4000
 
-int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
-    const vt_model_cfg tc = vt_model_training_form(cfg), *c = &tc; /* `vitc deploy` merges re-parameterised blocks */
-    vt_train_opts own = *given; /* the data folder's path made absolute once it is open */
-    const vt_train_opts *o = &own;
-    char data_abs[PATH_MAX];
+/* A training run's state, shared by the phases of vt_train: the model and options it trains, its data, model,
+ * optimiser and loaders, its position, its files and its timing. run_close frees what it holds, opened or not. */
+typedef struct {
+    vt_model_cfg tc;         /* the model's training form: `vitc deploy` merges re-parameterised blocks */
+    const vt_model_cfg *c;   /* &tc */
+    vt_train_opts own;       /* the options given, the data folder's path made absolute once it is open */
+    const vt_train_opts *o;  /* &own */
+    char data_abs[PATH_MAX]; /* that absolute path */
+    vt_dist one, *dp;        /* the ranks: o->dist, else one (this process alone) */
+    int lead;                /* rank 0 alone prints, writes the run folder and holds its lock */
+    FILE *out;               /* progress lines: stdout on rank 0, NULL on the others */
+    vt_data d;
+    vt_params *P;
+    vt_adamw opt;
+    vt_ema ema;
+    vt_mixup mix;
+    train_graph t;
+    vt_dist_grads *gb;
+    vt_loader *L, *LV;       /* training and validation batches */
+    val_slice vs;            /* this rank's slice of the validation set */
+    vt_tf_params deit;
+    uint64_t *keys;          /* the loader's draw keys under repeated augmentation */
+    int *idx, *lab;          /* an epoch's image order (N); a batch's labels (B) */
+    int lock;                /* the run folder's lock (rank 0); -1: none held */
+    int workers;             /* loader threads (per rank) */
+    int N, B, A, spe;        /* training images; batch (per rank); micro-batches per optimiser step, per epoch */
+    train_state st;
+    int resume_here;         /* --resume names the run folder itself */
+    char ckpt[4096], wpath[4096], bpath[4096]; /* the run folder's checkpoint, weights and best weights */
+    char resumed[4096];      /* the resumed checkpoint */
+    const char *good;        /* the last good checkpoint, named when a run stops */
+    double clock0;           /* the resumed run's seconds so far */
+    vt_sched sched;
+    double t0;               /* metrics' seconds count from t0 */
+    int64_t epoch_imgs;      /* an epoch's training images over all ranks */
+    double train_s;          /* seconds spent in the epochs' training steps */
+    int64_t steps_run;       /* optimiser steps this process has run */
+} train_run;
+
+/* What an epoch's training steps pass on to its evaluation and record. */
+typedef struct {
+    double lsum;     /* the sum of the micro-batches' losses */
+    int64_t correct; /* training images classified right, over all ranks */
+    double ep_s;     /* the epoch's training seconds */
+    int tty;         /* the progress went to a terminal: the validation shows its own there */
+} epoch_tally;
+
+/* Refuses options run o of model c cannot train (before anything is opened or written); 0 when they pass. */
+static int check_opts(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
     if (c->arch.num_classes < 2)
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
@@ -505,324 +549,426 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
                              "names", dirs[i][0], strlen(dirs[i][1]), RUN_DIR_MAX);
     if (o->resume && o->init_from)
         return vt_seterr(e, "--resume and --init-from contradict each other: a resumed run continues its checkpoint");
-    vt_dist one = {.size = 1, .local_size = 1}, *dp = o->dist ? o->dist : &one;
-    const int lead = dp->rank == 0; /* rank 0 alone prints, writes the run folder and holds its lock */
-    FILE *out = lead ? stdout : NULL;
-    vt_data d = {0}; /* closed on every path, opened or not */
-    vt_params *P = NULL;
-    vt_adamw opt = {0};
-    vt_ema ema = {0};
-    vt_mixup mix;
-    train_graph t = {0};
-    vt_dist_grads *gb = NULL;
-    vt_loader *L = NULL, *LV = NULL; /* training and validation batches */
-    val_slice vs = {0}; /* this rank's slice of the validation set */
-    vt_tf_params deit;
-    uint64_t *keys = NULL; /* the loader's draw keys under repeated augmentation */
-    int *idx = NULL, *lab = NULL, lock = -1, rc = recipe_deit(o, c->arch.img_size, &deit, e);
+    return 0;
+}
+
+/* Opens this rank's data, model (fine-tuned from o->init_from on rank 0), train graph, optimiser, EMA, loaders and
+ * buffers; stops at the first failure, which run_close cleans up. Nothing here meets the other ranks. */
+static int run_open(train_run *r, vt_err *e) {
+    const vt_model_cfg *c = r->c;
+    const vt_train_opts *o = r->o;
+    vt_dist *dp = r->dp;
+    vt_data *d = &r->d;
+    int rc = recipe_deit(o, c->arch.img_size, &r->deit, e);
+    if (rc) return rc;
     /* a folder holding another run is refused before the data and model are set up (an image folder's scan can take
-     * minutes); the check is made again under the folder's lock below, where it decides */
+     * minutes); the check is made again under the folder's lock (run_folder), where it decides */
     const int folder = o->data && strcmp(o->data, "fashion-mnist") != 0;
-    if (rc == 0 && lead && (check_run_dir(c, o, e) || (folder && out_inside_data(o->run_dir, o->data, e)))) rc = -1;
+    if (r->lead && (check_run_dir(c, o, e) || (folder && out_inside_data(o->run_dir, o->data, e)))) return -1;
     vt_err de = {0};
-    if (rc == 0 && vt_data_open(c, o->data, 1, o->augment, o->recipe && deit.size ? &deit : NULL, o->train_subset,
-                                o->test_subset, &d, &de))
-        rc = vt_seterr(e, "%s%s", de.msg, o->data_recorded && access(o->data, F_OK) != 0 ? " (the data path the "
-                       "resumed checkpoint records: give --data for the copy on this machine)" : "");
+    if (vt_data_open(c, o->data, 1, o->augment, o->recipe && r->deit.size ? &r->deit : NULL, o->train_subset,
+                     o->test_subset, d, &de))
+        return vt_seterr(e, "%s%s", de.msg, o->data_recorded && access(o->data, F_OK) != 0 ? " (the data path the "
+                         "resumed checkpoint records: give --data for the copy on this machine)" : "");
     /* a folder is recorded by its absolute path (in UTF-8, as checkpoints need), so that a resume finds the same data
      * from any working directory */
     size_t bad_at = 0;
-    if (rc == 0 && d.folder && realpath(o->data, data_abs) &&
-        vt_utf8_valid((const uint8_t *)data_abs, strlen(data_abs), &bad_at))
-        own.data = data_abs;
-    if (rc == 0 && check_val_readable(&d, c->arch.in_chans, o->data, e)) rc = -1;
-    const int workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
-    if (rc == 0) source_slice(&d.val, dp, &vs);
-    if (rc == 0 &&
-        (recipe_check(c, o, &mix, e) || !(P = vt_params_new(e)) || vt_model_init_params(c, P, o->seed, e) ||
-         (o->init_from && lead && vt_adapt_load(P, c->arch.num_classes, o->init_from, out, e)) || /* broadcast */
-         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&mix), &t, e) ||
-         vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
-         (o->model_ema && vt_ema_init(&ema, P, o->model_ema_decay, e)) || !(gb = vt_dist_grads_new(dp, t.g, e)) ||
-         !(L = vt_loader_new(&d.train, &d.train_tf, o->batch, workers, PREFETCH, VT_BAD_REPLACE, e)) ||
-         (vs.src.n > 0 && !(LV = vt_loader_new(&vs.src, &d.eval_tf, EVAL_BATCH, workers, PREFETCH, VT_BAD_DROP, e)))))
-        rc = -1;
-    if (rc == 0 && dp->rank > 0) { /* the ranks after the first say whose warnings they are */
+    if (d->folder && realpath(o->data, r->data_abs) &&
+        vt_utf8_valid((const uint8_t *)r->data_abs, strlen(r->data_abs), &bad_at))
+        r->own.data = r->data_abs;
+    if (check_val_readable(d, c->arch.in_chans, o->data, e)) return -1;
+    r->workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
+    source_slice(&d->val, dp, &r->vs);
+    if (recipe_check(c, o, &r->mix, e) || !(r->P = vt_params_new(e))) return -1;
+    vt_params *P = r->P;
+    if (vt_model_init_params(c, P, o->seed, e) ||
+        (o->init_from && r->lead && vt_adapt_load(P, c->arch.num_classes, o->init_from, r->out, e)) || /* broadcast */
+        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), &r->t, e) ||
+        vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+        (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||
+        !(r->gb = vt_dist_grads_new(dp, r->t.g, e)) ||
+        !(r->L = vt_loader_new(&d->train, &d->train_tf, o->batch, r->workers, PREFETCH, VT_BAD_REPLACE, e)) ||
+        (r->vs.src.n > 0 &&
+         !(r->LV = vt_loader_new(&r->vs.src, &d->eval_tf, EVAL_BATCH, r->workers, PREFETCH, VT_BAD_DROP, e))))
+        return -1;
+    if (dp->rank > 0) { /* the ranks after the first say whose warnings they are */
         char tag[24];
         snprintf(tag, sizeof tag, "rank %d: ", dp->rank);
-        vt_loader_set_tag(L, tag);
-        if (LV) vt_loader_set_tag(LV, tag);
+        vt_loader_set_tag(r->L, tag);
+        if (r->LV) vt_loader_set_tag(r->LV, tag);
     }
     /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
      * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
      * steps) */
-    const int N = d.train.n;
+    const int N = r->N = d->train.n;
     const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
-    const int B = o->batch, A = o->accum_steps > 0 ? o->accum_steps : 1, spe = nsamp / (B * A) * A;
-    if (rc == 0 && spe == 0)
-        rc = vt_seterr_code(e, VT_E_USAGE, "batch size %d × %d accumulation steps is larger than the %d image%s an "
-                            "epoch visits%s%s", B, A, nsamp, nsamp == 1 ? "" : "s", dp->size > 1 ? " per rank" : "",
-                       o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: --no-repeated-aug "
-                                             "visits all)" : "");
-    if (rc == 0 && (!(idx = malloc(sizeof(int) * (size_t)N)) || !(keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
-                    !(lab = malloc(sizeof(int) * (size_t)B))))
-        rc = vt_seterr(e, "out of memory");
+    const int B = r->B = o->batch, A = r->A = o->accum_steps > 0 ? o->accum_steps : 1;
+    if ((r->spe = nsamp / (B * A) * A) == 0)
+        return vt_seterr_code(e, VT_E_USAGE, "batch size %d × %d accumulation steps is larger than the %d image%s an "
+                              "epoch visits%s%s", B, A, nsamp, nsamp == 1 ? "" : "s", dp->size > 1 ? " per rank" : "",
+                              o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: "
+                                                    "--no-repeated-aug visits all)" : "");
+    if (!(r->idx = malloc(sizeof(int) * (size_t)N)) || !(r->keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
+        !(r->lab = malloc(sizeof(int) * (size_t)B)))
+        return vt_seterr(e, "out of memory");
+    return 0;
+}
+
+/* Checks the checkpoint to resume and the ranks' agreement, then makes, locks and checks the run folder on rank 0
+ * (resuming there a run resumed in place). Entered with run_open's rc, failed or not: every rank meets the others. */
+static int run_folder(train_run *r, int rc, vt_err *e) {
+    const vt_model_cfg *c = r->c;
+    const vt_train_opts *o = r->o;
+    vt_dist *dp = r->dp;
+    const int lead = r->lead, A = r->A, spe = r->spe;
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
      * folder; one resumed in place is read under the folder's lock, before anything is written there) have passed
      * their checks: a refused run leaves no folder behind, and a refused resume leaves its folder as it was */
-    train_state st = {0, 0, {{0}}, -1, 0.0, rc == 0 ? d.train.n : 0};
-    vt_rng_seed(&st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
-    const int resume_here = o->resume && same_dir(o->resume, o->run_dir);
+    r->st = (train_state){0, 0, {{0}}, -1, 0.0, rc == 0 ? r->d.train.n : 0};
+    vt_rng_seed(&r->st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
+    const int resume_here = r->resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&
-        ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
-         resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))
+        ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
+         resume_run(c, o, r->P, &r->opt, r->ema.P, &r->st, dp->size, spe / A, e)))
         rc = -1;
     /* every rank has passed its checks (its data, the model, a file to fine-tune from) and holds the data rank 0 holds
      * before rank 0 writes the run folder: a run refused on any rank leaves none behind */
     if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0)
-        rc = vt_dist_agree(dp, same_data(c, P, o, dp, &d, o->data, e), e);
+        rc = vt_dist_agree(dp, same_data(c, r->P, o, dp, &r->d, o->data, e), e);
     if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
-    char cmd_path[4096], cls_path[4096];
-    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
-    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
     if (rc == 0 && lead &&
-        (make_dirs(o->run_dir, e) || (lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
+        (make_dirs(o->run_dir, e) || (r->lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
          check_run_dir(c, o, e) ||
-         (resume_here && ((d.folder && check_classes(o->resume, &d.f_train, o->data, e)) ||
-                          resume_run(c, o, P, &opt, ema.P, &st, dp->size, spe / A, e)))))
+         (resume_here && ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
+                          resume_run(c, o, r->P, &r->opt, r->ema.P, &r->st, dp->size, spe / A, e)))))
         rc = -1;
+    return rc;
+}
+
+/* Rank 0's notes on the run to come and its record in the run folder: command, classes, recipe, and what a resume
+ * carries on (best weights, metrics rows). Entered with run_folder's rc, failed or not. */
+static int run_record(train_run *r, int rc, vt_err *e) {
+    const vt_train_opts *o = r->o;
+    const vt_data *d = &r->d;
+    const train_state *st = &r->st;
+    const int lead = r->lead, resume_here = r->resume_here;
     /* a run resumed in its folder after its last epoch (resume_run refuses that into another folder) trains and
      * writes nothing but metrics rows past its checkpoint dropped (rank 0 knows it here, every rank after the
-     * broadcast below): said, exit 0, so that a script may resume until a run is done */
-    const int finished = rc == 0 && o->resume && st.epoch >= run_epochs(o);
+     * broadcast in run_sync): said, exit 0, so that a script may resume until a run is done */
+    const int finished = rc == 0 && o->resume && st->epoch >= run_epochs(o);
     if (rc == 0 && lead && !finished) { /* about the run to come: none when nothing is left to train */
-        if (o->train_subset > d.train.n)
+        if (o->train_subset > d->train.n)
             printf("Note: --train-subset %d is more than the %d training images: training on all of them\n",
-                   o->train_subset, d.train.n);
-        if (o->test_subset > d.val.n)
+                   o->train_subset, d->train.n);
+        if (o->test_subset > d->val.n)
             printf("Note: --test-subset %d is more than the %d test images: evaluating all of them\n", o->test_subset,
-                   d.val.n);
+                   d->val.n);
         if (o->notice) printf("%s\n", o->notice);
         fflush(stdout);
     }
     if (rc == 0 && lead && !resume_here && clear_run_dir(o->run_dir, e)) rc = -1;
+    char cmd_path[4096], cls_path[4096];
+    snprintf(cmd_path, sizeof cmd_path, "%s/command.txt", o->run_dir);
+    snprintf(cls_path, sizeof cls_path, "%s/classes.json", o->run_dir);
     if (rc == 0 && lead && !finished &&
-        (command_record(o, cmd_path, e) || (d.folder && vt_imagefolder_write_classes(&d.f_train, cls_path, e)) ||
+        (command_record(o, cmd_path, e) || (d->folder && vt_imagefolder_write_classes(&d->f_train, cls_path, e)) ||
          recipe_record(o, e)))
         rc = -1;
-    char ckpt[4096], wpath[4096], bpath[4096];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", o->run_dir);
-    snprintf(wpath, sizeof wpath, "%s/weights.safetensors", o->run_dir);
-    snprintf(bpath, sizeof bpath, "%s/weights_best.safetensors", o->run_dir);
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.safetensors", o->run_dir);
+    snprintf(r->wpath, sizeof r->wpath, "%s/weights.safetensors", o->run_dir);
+    snprintf(r->bpath, sizeof r->bpath, "%s/weights_best.safetensors", o->run_dir);
     if (finished && lead)
         printf("Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
-               "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st.epoch, run_epochs(o),
+               "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st->epoch, run_epochs(o),
                run_epochs(o) == 1 ? "" : "s", o->run_dir);
     else if (rc == 0 && lead && o->resume)
-        printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st.epoch,
-               (long long)st.step);
-    if (rc == 0 && lead && o->resume && !finished && st.best_epoch >= 0) { /* the best weights come along */
+        printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st->epoch,
+               (long long)st->step);
+    if (rc == 0 && lead && o->resume && !finished && st->best_epoch >= 0) { /* the best weights come along */
         char src[4096];
         snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
         if (access(src, F_OK) != 0)
             printf("Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
-                   100 * st.best_acc1, (long long)st.best_epoch, bpath);
-        else if (!resume_here && vt_copy_file(src, bpath, e))
+                   100 * st->best_acc1, (long long)st->best_epoch, r->bpath);
+        else if (!resume_here && vt_copy_file(src, r->bpath, e))
             rc = -1;
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint; a run resumed from another folder carries that run's rows up to its checkpoint */
     if (rc == 0 && lead &&
-        (resume_here ? vt_metrics_truncate(o->run_dir, (double)st.epoch, e) /* none to drop: untouched */
-         : o->resume ? vt_metrics_copy(o->resume, o->run_dir, (double)st.epoch, e)
+        (resume_here ? vt_metrics_truncate(o->run_dir, (double)st->epoch, e) /* none to drop: untouched */
+         : o->resume ? vt_metrics_copy(o->resume, o->run_dir, (double)st->epoch, e)
                      : 0))
         rc = -1;
-    const double clock0 = rc == 0 && lead && o->resume ? vt_metrics_last_seconds(o->run_dir) : 0.0; /* goes on */
-    int64_t pos[6] = {st.step, st.epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
-    memcpy(pos + 2, st.rng.s, sizeof st.rng.s);
-    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, P, &opt, pos, 6, e)) ||
-        (ema.P && (rc = vt_dist_broadcast(dp, ema.P, NULL, NULL, 0, e))))
-        goto done;
-    st.step = pos[0];
-    st.epoch = pos[1];
-    memcpy(st.rng.s, pos + 2, sizeof st.rng.s);
-    if (o->resume && st.epoch >= run_epochs(o)) goto done; /* every rank: the finished run above */
-    if (d.folder && lead) {
+    return rc;
+}
+
+/* Fails every rank when one failed (rc, run_record's); else gives every rank rank 0's model, optimiser, EMA and
+ * position (step, epoch, Mixup/CutMix RNG). */
+static int run_sync(train_run *r, int rc, vt_err *e) {
+    vt_dist *dp = r->dp;
+    train_state *st = &r->st;
+    r->clock0 = rc == 0 && r->lead && r->o->resume ? vt_metrics_last_seconds(r->o->run_dir) : 0.0; /* goes on */
+    int64_t pos[6] = {st->step, st->epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
+    memcpy(pos + 2, st->rng.s, sizeof st->rng.s);
+    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 6, e)) ||
+        (r->ema.P && (rc = vt_dist_broadcast(dp, r->ema.P, NULL, NULL, 0, e))))
+        return rc;
+    st->step = pos[0];
+    st->epoch = pos[1];
+    memcpy(st->rng.s, pos + 2, sizeof st->rng.s);
+    return 0;
+}
+
+/* Says what an image-folder run trains on (rank 0), and sets the learning-rate schedule, the checkpoint a stop names
+ * and the clock of the epochs to come. */
+static void run_begin(train_run *r) {
+    const vt_train_opts *o = r->o;
+    const vt_data *d = &r->d;
+    if (d->folder && r->lead) {
         printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
-               o->data, d.f_train.n, d.f_val.n, d.f_train.nclasses, workers, workers == 1 ? "" : "s",
-               dp->size > 1 ? " per rank" : "");
+               o->data, d->f_train.n, d->f_val.n, d->f_train.nclasses, r->workers, r->workers == 1 ? "" : "s",
+               r->dp->size > 1 ? " per rank" : "");
         char tf[512];
-        if (d.deit_on) vt_tf_params_format(&d.deit, tf, sizeof tf);
-        printf("Train transform: %s%s\n", d.deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
-               d.deit_on ? tf : "");
+        if (d->deit_on) vt_tf_params_format(&d->deit, tf, sizeof tf);
+        printf("Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
+               d->deit_on ? tf : "");
     }
     /* the cosine spans the run's epochs but the cooldown (after the warm-up, with warmup_prefix), in optimiser steps */
-    const int64_t ospe = spe / A, wsteps = (int64_t)(o->warmup_epochs * ospe);
-    const vt_sched sched = {o->lr, o->warmup_lr, o->min_lr, wsteps,
-                            (int64_t)o->epochs * ospe - (o->warmup_prefix ? wsteps : 0), o->warmup_prefix, ospe,
-                            (vt_sched_update)o->sched_update};
+    const int64_t ospe = r->spe / r->A, wsteps = (int64_t)(o->warmup_epochs * ospe);
+    r->sched = (vt_sched){o->lr, o->warmup_lr, o->min_lr, wsteps,
+                          (int64_t)o->epochs * ospe - (o->warmup_prefix ? wsteps : 0), o->warmup_prefix, ospe,
+                          (vt_sched_update)o->sched_update};
     /* the checkpoint a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the
      * one it resumed (another folder's, or this one's) */
-    char resumed[4096];
-    snprintf(resumed, sizeof resumed, "%s/checkpoint.safetensors", o->resume ? o->resume : "");
-    const char *good = o->resume ? resumed : "(none yet)";
-    const double t0 = now_s() - clock0; /* metrics' seconds: since the start of the run, across resumes */
-    const int64_t epoch_imgs = (int64_t)spe * B * dp->size; /* over all ranks */
-    double train_s = 0.0;
-    int64_t steps_run = 0;
-    for (; st.epoch < run_epochs(o); st.epoch++) {
-        if ((rc = epoch_start(o, dp, L, st.epoch, idx, keys, N, e))) goto done;
-        double lsum = 0.0, tbatch = now_s(), tep = tbatch;
-        int64_t correct = 0;
-        int last_i = 0; /* steps of this epoch done at the last progress line */
-        vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
-        vt_progress_start(&pg, out, "Train", "img", spe, o->log_every);
-        if (vt_dist_launched()) pg.tty = 0; /* OpenMPI gives ranks a terminal even when its output goes to a file */
-        for (int i = 0; i < spe; i++) {
-            double lr = vt_sched_lr(&sched, st.step);
-            const int j = i % A; /* micro-batch j of the optimiser step */
-            if (vt_loader_next(L, t.x->data, lab, e) != B) {
-                rc = vt_seterr(e, "the loader ended the epoch early");
-                goto done;
-            }
-            for (int b = 0; b < B; b++) t.labels->data[b] = (float)lab[b];
-            if ((rc = mix_batch(&mix, &t, lab, &st.rng, e))) goto done; /* Mixup/CutMix after the loader */
-            if (o->fault_nan_step == st.step && dp->rank == dp->size - 1) t.x->data[0] = NAN; /* the last rank only */
-            /* drop-path masks of this micro-batch (and rank: ranks hold different samples) */
-            t.g->seed = ((o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st.step * A + j)) +
-                        (uint64_t)dp->rank * 0xd1b54a32d192ed03ULL;
-            vt_graph_forward(t.g);
-            int64_t c0 = 0;
-            double l0 = 0.0, red[2] = {t.loss->data[0], 0.0};
-            score(t.logits->data, lab, B, c->arch.num_classes, &l0, &c0, NULL);
-            red[1] = (double)c0;
-            if ((rc = vt_dist_sum(dp, red, 2, e))) goto done; /* every rank sees the same loss (and NaN) */
-            const double loss = red[0] / dp->size;
-            if (!isfinite(loss)) {
-                rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint "
-                               "is %s", isnan(loss) ? "NaN" : "infinite", (long long)st.step, (long long)st.epoch, i,
-                               good);
-                vt_dist_agree(dp, rc, e);
-                goto done;
-            }
-            if ((rc = accum_backward(&t, P, j, A, gb, e))) goto done;
-            if (j == A - 1) { /* the optimiser step (one place) */
-                if (o->clip_grad > 0) vt_clip_grad_norm(P, o->clip_grad);
-                vt_adamw_step(&opt, (float)lr);
-                if (ema.P) vt_ema_update(&ema, P);
-                st.step++;
-                steps_run++;
-            }
-            correct += (int64_t)red[1];
-            lsum += loss;
-            if (vt_progress_due(&pg, i + 1)) {
-                double tn = now_s(), dt = (tn - tbatch) / (i + 1 - last_i);
-                char line[256];
-                snprintf(line, sizeof line, "Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  "
-                         "LR: %.3e", (long long)st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt,
-                         (double)B * dp->size / dt, lr);
-                vt_progress_show(&pg, i + 1, line);
-                tbatch = tn;
-                last_i = i + 1;
-            }
-        }
-        vt_progress_end(&pg);
-        double skipped = (double)vt_loader_skipped(L);
-        if ((rc = vt_dist_sum(dp, &skipped, 1, e))) goto done;
-        if (skipped > 0 && lead)
-            printf("Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
-                   skipped, skipped == 1 ? "" : "s");
-        const double ep_s = now_s() - tep;
-        train_s += ep_s;
-        /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint */
-        for (int k = 0; rc == 0 && k < P->n; k++)
-            if (P->t[k]->data && vt_first_nonfinite(P->t[k]->data, P->t[k]->numel) >= 0)
-                rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped "
-                               "before writing that epoch. The last good checkpoint is %s", P->t[k]->name,
-                               (long long)st.epoch, good);
-        if ((rc = vt_dist_agree(dp, rc, e))) goto done;
-        /* the validation of the weights and of their EMA: a failure (logits that are not finite) stops the run
-         * before anything of this epoch is written, with the cause, in a message of its own (vt_err keeps the first) */
-        vt_eval_result ev = {0};
-        vt_err ve = {0};
-        const int poison = o->fault_nan_eval == st.epoch && dp->rank == dp->size - 1; /* the last rank only */
-        if (evaluate_ranks(c, P, &vs, &d.eval_tf, LV, dp, &ev, pg.tty ? out : NULL, poison && !ema.P, &ve)) {
-            rc = vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
-                           "good checkpoint is %s", (long long)st.epoch, ve.msg,
-                           good);
-            goto done;
-        }
-        if (lead) {
-            printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
-                   "img/s)\n", (long long)st.epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, lsum / spe,
-                   100.0 * correct / (double)epoch_imgs, epoch_imgs / ep_s);
-            if (ev.skipped > 0)
-                printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped,
-                       ev.skipped == 1 ? "" : "s");
-        }
-        if (ema_eval(c, &ema, &vs, &d.eval_tf, LV, dp, st.epoch, poison, &ve)) {
-            rc = vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
-                           "epoch. The last good checkpoint is %s", (long long)st.epoch, ve.msg,
-                           good);
-            goto done;
-        }
-        if (lead) {
-            fflush(stdout);
-            vt_metrics_row row = {(double)st.epoch + 1, st.step, lsum / spe, (double)correct / (double)epoch_imgs,
-                                  ev.loss, ev.acc1, vt_sched_lr(&sched, st.step - 1), epoch_imgs / ep_s, now_s() - t0,
-                                  ev.acc5};
-            train_state next = st;
-            next.epoch++;
-            /* the best validation top-1 so far: its weights are written before the checkpoint that names them */
-            const int better = ev.n > 0 && (st.best_epoch < 0 || ev.acc1 > st.best_acc1);
-            if (better) {
-                next.best_epoch = st.epoch;
-                next.best_acc1 = ev.acc1;
-            }
-            char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
-            snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
-            /* the weights before the checkpoint that counts their epoch: a run killed between the two resumes at
-             * the epoch before and writes the same weights again, while the other order could leave a finished
-             * checkpoint beside the previous epoch's weights, which its resume ("nothing to train") keeps */
-            if (vt_metrics_append(o->run_dir, &row, e) || (better && vt_params_save(P, bpath, e)) ||
-                vt_params_save(P, wpath, e) || (ema.P && vt_params_save(ema.P, epath, e)) ||
-                save_checkpoint(ckpt, c, o, P, &opt, ema.P, &next, dp->size, e))
-                rc = -1;
-            st.best_epoch = next.best_epoch;
-            st.best_acc1 = next.best_acc1;
-            vt_err pe = {0};
-            if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
-        }
-        if ((rc = vt_dist_agree(dp, rc, e))) goto done; /* rank 0's writes failed: every rank stops */
-        good = ckpt;
+    snprintf(r->resumed, sizeof r->resumed, "%s/checkpoint.safetensors", o->resume ? o->resume : "");
+    r->good = o->resume ? r->resumed : "(none yet)";
+    r->t0 = now_s() - r->clock0; /* metrics' seconds: since the start of the run, across resumes */
+    r->epoch_imgs = (int64_t)r->spe * r->B * r->dp->size; /* over all ranks */
+    r->train_s = 0.0;
+    r->steps_run = 0;
+}
+
+/* Micro-batch i of the epoch: loaded, mixed, forward and backward, and the optimiser step (at lr) that ends each A
+ * of them; its loss (the ranks' mean) in *loss, the images it classified right (all ranks') in *correct. */
+static int train_step(train_run *r, int i, double lr, double *loss, int64_t *correct, vt_err *e) {
+    const vt_train_opts *o = r->o;
+    vt_dist *dp = r->dp;
+    train_graph *t = &r->t;
+    train_state *st = &r->st;
+    const int B = r->B, A = r->A, j = i % A; /* micro-batch j of the optimiser step */
+    int rc;
+    if (vt_loader_next(r->L, t->x->data, r->lab, e) != B) return vt_seterr(e, "the loader ended the epoch early");
+    for (int b = 0; b < B; b++) t->labels->data[b] = (float)r->lab[b];
+    if ((rc = mix_batch(&r->mix, t, r->lab, &st->rng, e))) return rc; /* Mixup/CutMix after the loader */
+    if (o->fault_nan_step == st->step && dp->rank == dp->size - 1) t->x->data[0] = NAN; /* the last rank only */
+    /* drop-path masks of this micro-batch (and rank: ranks hold different samples) */
+    t->g->seed = ((o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st->step * A + j)) +
+                 (uint64_t)dp->rank * 0xd1b54a32d192ed03ULL;
+    vt_graph_forward(t->g);
+    int64_t c0 = 0;
+    double l0 = 0.0, red[2] = {t->loss->data[0], 0.0};
+    score(t->logits->data, r->lab, B, r->c->arch.num_classes, &l0, &c0, NULL);
+    red[1] = (double)c0;
+    if ((rc = vt_dist_sum(dp, red, 2, e))) return rc; /* every rank sees the same loss (and NaN) */
+    *loss = red[0] / dp->size;
+    if (!isfinite(*loss)) {
+        rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint is %s",
+                       isnan(*loss) ? "NaN" : "infinite", (long long)st->step, (long long)st->epoch, i, r->good);
+        vt_dist_agree(dp, rc, e);
+        return rc;
     }
-    if (lead) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(o),
-               run_epochs(o) == 1 ? "" : "s", wpath, o->run_dir, ru.ru_maxrss / 1024.0);
-        if (st.best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
-            printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st.best_epoch, 100 * st.best_acc1,
-                   access(bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
-                   "no weights_best.safetensors)", access(bpath, F_OK) == 0 ? bpath : "");
-        if (dp->size > 1 && steps_run > 0)
-            printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
-                   "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, B, 1e3 * dp->comm_s / (double)steps_run,
-                   dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
-                   1e3 * train_s / (double)steps_run, 100.0 * dp->comm_s / train_s);
+    if ((rc = accum_backward(t, r->P, j, A, r->gb, e))) return rc;
+    if (j == A - 1) { /* the optimiser step (one place) */
+        if (o->clip_grad > 0) vt_clip_grad_norm(r->P, o->clip_grad);
+        vt_adamw_step(&r->opt, (float)lr);
+        if (r->ema.P) vt_ema_update(&r->ema, r->P);
+        st->step++;
+        r->steps_run++;
     }
-done:
-    vt_loader_free(L);
-    vt_loader_free(LV);
-    free(idx);
-    free(keys);
-    free(lab);
-    vt_dist_grads_free(gb);
-    vt_graph_free(t.g);
-    vt_adamw_free(&opt);
-    vt_ema_free(&ema);
-    vt_params_free(P);
-    vt_data_close(&d);
-    if (lock >= 0) close(lock); /* releases the run folder */
+    *correct = (int64_t)red[1];
+    return 0;
+}
+
+/* Trains epoch r->st.epoch, its micro-batches in this rank's order with progress lines, then refuses parameters gone
+ * non-finite; what its evaluation and record need in *et. */
+static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
+    const vt_train_opts *o = r->o;
+    vt_dist *dp = r->dp;
+    const vt_params *P = r->P;
+    const int spe = r->spe;
+    int rc;
+    if ((rc = epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, e))) return rc;
+    double lsum = 0.0, tbatch = now_s(), tep = tbatch;
+    int64_t correct = 0;
+    int last_i = 0; /* steps of this epoch done at the last progress line */
+    vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
+    vt_progress_start(&pg, r->out, "Train", "img", spe, o->log_every);
+    if (vt_dist_launched()) pg.tty = 0; /* OpenMPI gives ranks a terminal even when its output goes to a file */
+    for (int i = 0; i < spe; i++) {
+        double lr = vt_sched_lr(&r->sched, r->st.step), loss = 0.0;
+        int64_t right = 0;
+        if ((rc = train_step(r, i, lr, &loss, &right, e))) return rc;
+        correct += right;
+        lsum += loss;
+        if (vt_progress_due(&pg, i + 1)) {
+            double tn = now_s(), dt = (tn - tbatch) / (i + 1 - last_i);
+            char line[256];
+            snprintf(line, sizeof line, "Train: %lld [%4d/%d (%3.0f%%)]  Loss: %#.4g (%#.4g)  Time: %.3fs, %7.1f/s  "
+                     "LR: %.3e", (long long)r->st.epoch, i + 1, spe, 100.0 * (i + 1) / spe, loss, lsum / (i + 1), dt,
+                     (double)r->B * dp->size / dt, lr);
+            vt_progress_show(&pg, i + 1, line);
+            tbatch = tn;
+            last_i = i + 1;
+        }
+    }
+    vt_progress_end(&pg);
+    double skipped = (double)vt_loader_skipped(r->L);
+    if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
+    if (skipped > 0 && r->lead)
+        printf("Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
+               skipped, skipped == 1 ? "" : "s");
+    const double ep_s = now_s() - tep;
+    r->train_s += ep_s;
+    /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint */
+    for (int k = 0; rc == 0 && k < P->n; k++)
+        if (P->t[k]->data && vt_first_nonfinite(P->t[k]->data, P->t[k]->numel) >= 0)
+            rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped "
+                           "before writing that epoch. The last good checkpoint is %s", P->t[k]->name,
+                           (long long)r->st.epoch, r->good);
+    if ((rc = vt_dist_agree(dp, rc, e))) return rc;
+    *et = (epoch_tally){lsum, correct, ep_s, pg.tty};
+    return 0;
+}
+
+/* Rank 0's files of an epoch (validated as ev, trained as et): its metrics row, the best weights when it beats the
+ * best so far, the weights, the EMA weights and the checkpoint, in that order; then the curves. */
+static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally *et, vt_err *e) {
+    const vt_train_opts *o = r->o;
+    train_state *st = &r->st;
+    int rc = 0;
+    fflush(stdout);
+    vt_metrics_row row = {(double)st->epoch + 1, st->step, et->lsum / r->spe,
+                          (double)et->correct / (double)r->epoch_imgs, ev->loss, ev->acc1,
+                          vt_sched_lr(&r->sched, st->step - 1), r->epoch_imgs / et->ep_s, now_s() - r->t0, ev->acc5};
+    train_state next = *st;
+    next.epoch++;
+    /* the best validation top-1 so far: its weights are written before the checkpoint that names them */
+    const int better = ev->n > 0 && (st->best_epoch < 0 || ev->acc1 > st->best_acc1);
+    if (better) {
+        next.best_epoch = st->epoch;
+        next.best_acc1 = ev->acc1;
+    }
+    char epath[4096]; /* weights_ema.safetensors beside weights.safetensors */
+    snprintf(epath, sizeof epath, "%s/weights_ema.safetensors", o->run_dir);
+    /* the weights before the checkpoint that counts their epoch: a run killed between the two resumes at
+     * the epoch before and writes the same weights again, while the other order could leave a finished
+     * checkpoint beside the previous epoch's weights, which its resume ("nothing to train") keeps */
+    if (vt_metrics_append(o->run_dir, &row, e) || (better && vt_params_save(r->P, r->bpath, e)) ||
+        vt_params_save(r->P, r->wpath, e) || (r->ema.P && vt_params_save(r->ema.P, epath, e)) ||
+        save_checkpoint(r->ckpt, r->c, o, r->P, &r->opt, r->ema.P, &next, r->dp->size, e))
+        rc = -1;
+    st->best_epoch = next.best_epoch;
+    st->best_acc1 = next.best_acc1;
+    vt_err pe = {0};
+    if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+    return rc;
+}
+
+/* The end of epoch r->st.epoch (trained as et): validation of the weights and of their EMA, the Test lines, rank 0's
+ * files of the epoch; every rank stops when one of them fails. */
+static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
+    const vt_model_cfg *c = r->c;
+    vt_dist *dp = r->dp;
+    const int64_t epoch = r->st.epoch;
+    int rc = 0;
+    /* the validation of the weights and of their EMA: a failure (logits that are not finite) stops the run
+     * before anything of this epoch is written, with the cause, in a message of its own (vt_err keeps the first) */
+    vt_eval_result ev = {0};
+    vt_err ve = {0};
+    const int poison = r->o->fault_nan_eval == epoch && dp->rank == dp->size - 1; /* the last rank only */
+    if (evaluate_ranks(c, r->P, &r->vs, &r->d.eval_tf, r->LV, dp, &ev, et->tty ? r->out : NULL, poison && !r->ema.P,
+                       &ve))
+        return vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
+                         "good checkpoint is %s", (long long)epoch, ve.msg, r->good);
+    if (r->lead) {
+        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
+               "img/s)\n", (long long)epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, et->lsum / r->spe,
+               100.0 * et->correct / (double)r->epoch_imgs, r->epoch_imgs / et->ep_s);
+        if (ev.skipped > 0)
+            printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
+    }
+    if (ema_eval(c, &r->ema, &r->vs, &r->d.eval_tf, r->LV, dp, epoch, poison, &ve))
+        return vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
+                         "epoch. The last good checkpoint is %s", (long long)epoch, ve.msg, r->good);
+    if (r->lead) rc = save_epoch(r, &ev, et, e);
+    if ((rc = vt_dist_agree(dp, rc, e))) return rc; /* rank 0's writes failed: every rank stops */
+    r->good = r->ckpt;
+    return 0;
+}
+
+/* Rank 0's closing lines of a run trained to its end: where its weights are, its best epoch, and under mpirun the
+ * time its gradient averaging took. */
+static void run_summary(const train_run *r) {
+    const vt_dist *dp = r->dp;
+    const train_state *st = &r->st;
+    if (!r->lead) return;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(r->o),
+           run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->o->run_dir, ru.ru_maxrss / 1024.0);
+    if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
+        printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
+               access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
+               "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
+    if (dp->size > 1 && r->steps_run > 0)
+        printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
+               "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, 1e3 * dp->comm_s / (double)r->steps_run,
+               dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
+               1e3 * r->train_s / (double)r->steps_run, 100.0 * dp->comm_s / r->train_s);
+}
+
+/* Frees everything run r holds, whatever phase it reached, and releases the run folder. */
+static void run_close(train_run *r) {
+    vt_loader_free(r->L);
+    vt_loader_free(r->LV);
+    free(r->idx);
+    free(r->keys);
+    free(r->lab);
+    vt_dist_grads_free(r->gb);
+    vt_graph_free(r->t.g);
+    vt_adamw_free(&r->opt);
+    vt_ema_free(&r->ema);
+    vt_params_free(r->P);
+    vt_data_close(&r->d);
+    if (r->lock >= 0) close(r->lock); /* releases the run folder */
+}
+
+int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
+    train_run r = {0}; /* all of it freed by run_close, opened or not */
+    r.tc = vt_model_training_form(cfg);
+    r.c = &r.tc;
+    r.own = *given;
+    r.o = &r.own;
+    if (check_opts(r.c, r.o, e)) return -1;
+    r.one = (vt_dist){.size = 1, .local_size = 1};
+    r.dp = r.o->dist ? r.o->dist : &r.one;
+    r.lead = r.dp->rank == 0;
+    r.out = r.lead ? stdout : NULL;
+    r.lock = -1;
+    /* each phase up to run_sync is entered failed or not: every rank meets the others in their collective checks */
+    int rc = run_open(&r, e);
+    rc = run_folder(&r, rc, e);
+    rc = run_record(&r, rc, e);
+    rc = run_sync(&r, rc, e);
+    if (rc == 0 && !(r.o->resume && r.st.epoch >= run_epochs(r.o))) { /* every rank: a finished run trains nothing */
+        run_begin(&r);
+        for (; r.st.epoch < run_epochs(r.o); r.st.epoch++) {
+            epoch_tally et;
+            if ((rc = train_epoch(&r, &et, e)) || (rc = end_epoch(&r, &et, e))) break;
+        }
+        if (rc == 0) run_summary(&r);
+    }
+    run_close(&r);
     return rc;
 }
