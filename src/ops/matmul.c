@@ -361,12 +361,16 @@ static void lin_dy_pass(vt_node *n, float *dy) {
 }
 
 /* The floats of a prologue-GELU linear's backward scratch by row panels, per thread two panels (dy·w and GELU(x))
- * and a partial dW: used where that is no more than the whole-array form's (R, in) (many rows, few outputs). That
- * form wrote GELU(x) and GELU' over (R, hidden) to memory and read them back: a Swin-T's or CSwin-T's MLP fc2 at
- * batch 16 (50176 x 384 -> 96, 3136 x 1024 -> 256) took 1.3x its three products' time in it. */
+ * and a partial dW; 0 where the whole-array form runs. That form writes GELU(x) and GELU' over (R, hidden) to memory
+ * and reads them back; by panels, each one-thread product packs the weight again and the partial dW goes through
+ * the cache per panel, which costs more than the passes once the weight is large (an Ice Lake lost 9% of a
+ * SimpleViT-S training step, 3136 x 1536 -> 384, to panels). Hence panels for weights of at most 2^18 floats whose
+ * scratch is no larger than x. Training graphs at batch 16, both forms in one process, 8 alternated steps (Zen 4,
+ * 2026-12-01): CSwin-T's step 0.93x (its 21 stage-3 fc2, 3136 x 1024 -> 256, 607 against 718 ms), FLatten-Swin-T
+ * and DeiT-Ti level (1.00, 0.99). */
 static int64_t bwd_panels(int R, int Ci, int Co, int nt) {
     const int64_t need = (int64_t)nt * (2 * (int64_t)panel_cap(R) * Ci + (int64_t)Co * Ci);
-    return R >= 2 * PANEL_ROWS && need <= (int64_t)R * Ci ? need : 0;
+    return R >= 2 * PANEL_ROWS && (int64_t)Co * Ci <= (1 << 18) && need <= (int64_t)R * Ci ? need : 0;
 }
 
 static void linear_bwd(vt_node *n) {
