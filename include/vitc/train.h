@@ -104,6 +104,8 @@ typedef struct vt_train_opts {
     int log_every;             /* progress line every this many steps */
     int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
                                 * several ranks, on the last one only) */
+    int64_t fault_batch_step;  /* testing aid: the batch of this step (0-based) fails as a loader error would (-1:
+                                * off; with several ranks, on the last one only: the others must stop, not wait) */
     int64_t fault_nan_eval;    /* testing aid: poison the first validation input of this epoch (0-based) with NaN, in
                                 * the EMA's evaluation when there is an EMA (-1: off; with several ranks, on the last
                                 * one only) */

@@ -272,6 +272,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->augment = 1;
     o->log_every = 50;
     o->fault_nan_step = -1;
+    o->fault_batch_step = -1;
     o->fault_nan_eval = -1;
     o->mixup = vt_mixup_timm(0);
     o->mixup.mixup_alpha = o->mixup.cutmix_alpha = 0.0; /* off */
@@ -538,7 +539,7 @@ static int check_opts(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) 
                              "in JSON: give it in UTF-8 (e.g. through a symbolic link)", text[i][0], text[i][1],
                              (unsigned char)text[i][1][bad], bad);
     }
-    if (o->workers < 0) return vt_seterr(e, "--workers must be >= 1");
+    if (o->workers < 0) return vt_seterr(e, "workers must be >= 0 (0: the default)");
     if (!o->run_dir || !o->run_dir[0]) return vt_seterr(e, "empty run folder name (--out)");
     if (o->resume && !o->resume[0]) return vt_seterr(e, "empty run folder name (--resume)");
     /* the run's files are named in 4096-byte buffers: a folder name that would cut them short is refused here */
@@ -757,10 +758,18 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
     train_graph *t = &r->t;
     train_state *st = &r->st;
     const int B = r->B, A = r->A, j = i % A; /* micro-batch j of the optimiser step */
-    int rc;
-    if (vt_loader_next(r->L, t->x->data, r->lab, e) != B) return vt_seterr(e, "the loader ended the epoch early");
-    for (int b = 0; b < B; b++) t->labels->data[b] = (float)r->lab[b];
-    if ((rc = mix_batch(&r->mix, t, r->lab, &st->rng, e))) return rc; /* Mixup/CutMix after the loader */
+    int rc = 0;
+    if (o->fault_batch_step == st->step && j == 0 && dp->rank == dp->size - 1)
+        rc = vt_seterr(e, "the batch of step %lld failed (--fault-batch-step)", (long long)st->step);
+    else if ((rc = vt_loader_next(r->L, t->x->data, r->lab, e)) != B) /* -1: the loader's error is in e */
+        rc = rc < 0 ? -1 : vt_seterr(e, "the loader ended the epoch early");
+    else {
+        for (int b = 0; b < B; b++) t->labels->data[b] = (float)r->lab[b];
+        rc = mix_batch(&r->mix, t, r->lab, &st->rng, e); /* Mixup/CutMix after the loader */
+    }
+    /* a batch that failed on one rank stops every rank here, before the step's collectives, where the others would
+     * wait for it forever */
+    if ((rc = vt_dist_agree(dp, rc, e))) return rc;
     if (o->fault_nan_step == st->step && dp->rank == dp->size - 1) t->x->data[0] = NAN; /* the last rank only */
     /* drop-path masks of this micro-batch (and rank: ranks hold different samples) */
     t->g->seed = ((o->seed + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(st->step * A + j)) +
@@ -798,7 +807,7 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const vt_params *P = r->P;
     const int spe = r->spe;
     int rc;
-    if ((rc = epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, e))) return rc;
+    if ((rc = vt_dist_agree(dp, epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, e), e))) return rc;
     double lsum = 0.0, tbatch = now_s(), tep = tbatch;
     int64_t correct = 0;
     int last_i = 0; /* steps of this epoch done at the last progress line */

@@ -139,6 +139,19 @@ check "... keeping the last good checkpoint" "$PY -c \"
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/nan/checkpoint.safetensors')['train/epoch'][0]) == 1\""
 
+# 4b) a batch that fails on rank 1 only (step 1: epoch 2 of 3), as a loader error would: both ranks stop at that step
+# with one message, where rank 1 used to end the run with MPI_Abort (killing rank 0 wherever it was); the checkpoint
+# of epoch 1 kept
+timeout 120 $MPI $V train $EQ --batch-size 32 --epochs 3 --fault-batch-step 1 --out "$T/fb" >"$T/fb.log" 2>&1
+rc=$?
+check "a batch failing on rank 1 stops every rank with one message" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'the batch of step 1 failed' '$T/fb.log') -eq 1 ] && \
+grep -qF 'vitc: rank 1: the batch of step 1 failed (--fault-batch-step)' '$T/fb.log' && ! grep -q MPI_ABORT '$T/fb.log'" \
+    "rc $rc: $(cat "$T/fb.log")"
+check "... keeping the last good checkpoint" "$PY -c \"
+import sys; sys.path.insert(0, 'tests/reference'); import st
+assert int(st.load('$T/fb/checkpoint.safetensors')['train/epoch'][0]) == 1\""
+
 # 5) a NaN validation on rank 1 only (its first image is the 51st of 100: epoch 2 of 3): every rank stops before the
 # epoch is written, one message naming the epoch, the image and the last good checkpoint
 $MPI $V train $EQ --batch-size 32 --epochs 3 --fault-nan-eval 1 --out "$T/nanev" >"$T/nanev.log" 2>&1

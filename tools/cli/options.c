@@ -124,6 +124,8 @@ const optdef optdefs[] = {
     NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
+    NUM("--fault-batch-step", O_LL, fault_batch_step, 0, 9.2e18, "testing aid: the batch of step N (0-based) fails as "
+      "a loader error would (under mpirun: on the last rank only)"),
     NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
       "of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,

@@ -339,6 +339,7 @@ static int train_rank(opts *o, vt_dist *d) {
     t.test_subset = o->test_subset;
     if (o->log_every > 0) t.log_every = o->log_every;
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
+    if (o->fault_batch_step >= 0) t.fault_batch_step = o->fault_batch_step;
     if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
     char line[sizeof o->cmdline + 32]; /* under mpirun with the rank count (a recipe's lr scales with it) */
     if (d->size > 1) snprintf(line, sizeof line, "mpirun -np %d %s", d->size, o->cmdline);
