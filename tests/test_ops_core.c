@@ -233,7 +233,8 @@ static void check_shape_errors(vt_test *T) {
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
  * and the gradients of x, w and b, over enough rows for several panels per thread, on two threads. Variants: 0 x a
  * parameter, 1 x an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW
- * skipped), 3 x an input (no gradient: dx skipped). rows x 24 -> outs: 3000 -> 16 runs backward by row panels,
+ * skipped), 3 x an input (no gradient: dx skipped), 4 x an activation read only here (its gradient written, not
+ * added to). rows x 24 -> outs: 3000 -> 16 runs backward by row panels,
  * 1100 -> 600 over whole arrays (its panels' scratch would exceed x's size). */
 static void check_gelu_linear_plain(vt_test *T, int variant, int rows, int outs) {
     vt_err e = {0};
@@ -250,7 +251,7 @@ static void check_gelu_linear_plain(vt_test *T, int variant, int rows, int outs)
         x = xi[k] ? xi[k] : vt_param(g[k], "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.5f});
         w = wi[k] ? wi[k] : vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
         b = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
-        vt_tensor *xa = variant == 1 ? vt_scale(g[k], x, 1.5f) : x;
+        vt_tensor *xa = variant == 1 || variant == 4 ? vt_scale(g[k], x, 1.5f) : x;
         y[k] = k ? vt_linear(g[k], vt_gelu(g[k], xa), w, b) : vt_gelu_linear(g[k], xa, w, b);
         r[k] = vt_input(g[k], "r", 2, ys);
         vt_tensor *loss = vt_sum(g[k], vt_mul(g[k], y[k], r[k]));
@@ -658,7 +659,7 @@ void test_ops_core(vt_test *T) {
     check_threads_fixed(T);
     check_denormals_flushed(T);
     check_residual_fusion(T);
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 5; v++) {
         check_gelu_linear_plain(T, v, 3000, 16);
         check_gelu_linear_plain(T, v, 1100, 600);
     }
@@ -682,7 +683,8 @@ void test_ops_core(vt_test *T) {
         {.name = "linear_gelu_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
          .build = b_linear_gelu},
         {.name = "gelu_linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_gelu_linear},
-        {.name = "gelu_linear_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{1100, 3}, {5, 3}, {5}},
+        /* rows enough for the backward by row panels on up to 8 threads */
+        {.name = "gelu_linear_panels", .nx = 3, .ndim = {2, 2, 1}, .shape = {{4400, 3}, {5, 3}, {5}},
          .build = b_gelu_linear},
         /* fewer rows than two panels but more than one: GELU of all rows, then one sgemm (scratch for all rows) */
         {.name = "gelu_linear_whole", .nx = 3, .ndim = {2, 2, 1}, .shape = {{300, 3}, {5, 3}, {5}},
@@ -701,7 +703,7 @@ void test_ops_core(vt_test *T) {
         {.name = "linear_residual_drop", .nx = 4, .ndim = {3, 2, 1, 3}, .shape = {{8, 3, 4}, {5, 4}, {5}, {8, 3, 5}},
          .build = b_residual_drop, .fa = {0.4f}, .node_rng = 1},
         {.name = "gelu_linear_residual_drop_panels", .nx = 4, .ndim = {3, 2, 1, 3},
-         .shape = {{6, 190, 3}, {4, 3}, {4}, {6, 190, 4}}, .build = b_residual_drop, .ia = {1}, .fa = {0.5f},
+         .shape = {{24, 190, 3}, {4, 3}, {4}, {24, 190, 4}}, .build = b_residual_drop, .ia = {1}, .fa = {0.5f},
          .node_rng = 1},
         {.name = "linear_residual_drop_unfused", .nx = 4, .ndim = {3, 2, 1, 3},
          .shape = {{8, 2, 4}, {3, 4}, {3}, {8, 2, 3}}, .build = b_residual_drop, .ia = {0, 1}, .fa = {0.4f},

@@ -51,7 +51,7 @@ typedef struct {
     int has_bias; /* b is in[2] */
     int has_res;  /* a residual r was fused in (vt_residual): in[2 + has_bias] */
     int gelu_in;  /* GELU applied to x first (vt_gelu_linear): y = GELU(x)·wᵀ + b */
-    int nt;       /* gelu_in: the threads its forward scratch (one row panel each) was sized for */
+    int nt;       /* gelu_in: the threads its scratch (one row panel each, forward and bwp's backward) was sized for */
     int bwp;      /* gelu_in, train graphs: backward by row panels (bwd_panels), its scratch sized for that */
     float drop;   /* has_res in a train graph: drop-path probability of the branch (vt_residual_drop), 0: none */
     int T;        /* drop: rows per sample (R / samples); save[0] keeps each sample's factor, 0 or 1/(1 − drop) */
@@ -360,14 +360,14 @@ static void lin_dy_pass(vt_node *n, float *dy) {
         vt_add_col_sums(dy, R, Co, db);
 }
 
-/* The floats of a prologue-GELU linear's backward scratch by row panels, per thread two panels (dy·w and GELU(x))
- * and a partial dW; 0 where the whole-array form runs. That form writes GELU(x) and GELU' over (R, hidden) to memory
- * and reads them back; by panels, each one-thread product packs the weight again and the partial dW goes through
- * the cache per panel, which costs more than the passes once the weight is large (an Ice Lake lost 9% of a
- * SimpleViT-S training step, 3136 x 1536 -> 384, to panels). Hence panels for weights of at most 2^18 floats whose
- * scratch is no larger than x. Training graphs at batch 16, both forms in one process, 8 alternated steps (Zen 4,
- * 2026-12-01): CSwin-T's step 0.93x (its 21 stage-3 fc2, 3136 x 1024 -> 256, 607 against 718 ms), FLatten-Swin-T
- * and DeiT-Ti level (1.00, 0.99). */
+/* The floats of a prologue-GELU linear's backward scratch by row panels, per thread two panels (dy·w and GELU(x)) and
+ * a partial dW; 0 where the whole-array form runs. That form writes GELU(x) and GELU' over (R, hidden) to memory and
+ * reads them back; by panels, each one-thread product packs the weight again and the partial dW goes through the cache
+ * per panel, which costs more than the passes once the weight is large (an Ice Lake lost 9% of a SimpleViT-S training
+ * step, 3136 x 1536 -> 384, to panels). Hence panels for weights of at most 2^18 floats whose scratch is no larger
+ * than x, and not with --dtype bf16 (products inside parallel loops run fp32). Training graphs at batch 16, both forms
+ * in one process, 8 alternated steps (Zen 4, 2026-12-01): CSwin-T's step 0.93x (its 21 stage-3 fc2, 3136 x 1024 ->
+ * 256, 607 against 718 ms), FLatten-Swin-T and DeiT-Ti level (1.00, 0.99). */
 static int64_t bwd_panels(int R, int Ci, int Co, int nt) {
     const int64_t need = (int64_t)nt * (2 * (int64_t)panel_cap(R) * Ci + (int64_t)Co * Ci);
     return R >= 2 * PANEL_ROWS && (int64_t)Co * Ci <= (1 << 18) && need <= (int64_t)R * Ci ? need : 0;
@@ -400,9 +400,12 @@ static void linear_bwd(vt_node *n) {
             if (part) gemm(n, 1, 0, Co, Ci, r1 - r0, 1.0f, dyr, Co, gx, Ci, 1.0f, part + (size_t)t * Co * Ci, Ci);
         }
         const int64_t NW = (int64_t)Co * Ci;
-#pragma omp parallel for schedule(static) if (part)
-        for (int64_t i = 0; i < (part ? NW : 0); i++)
-            for (int t = 0; t < p->nt; t++) w->grad[i] += part[(size_t)t * NW + i];
+        for (int t = 0; part && t < p->nt; t++) { /* in thread order, each pass vectorised */
+            const float *restrict pt = part + (size_t)t * NW;
+            float *restrict dw = w->grad;
+#pragma omp parallel for simd schedule(static)
+            for (int64_t i = 0; i < NW; i++) dw[i] += pt[i];
+        }
     } else if (p->gelu_in) { /* the whole GELU(x) in scratch for dW, then the same scratch for dy·w before GELU' */
         const int64_t NX = (int64_t)R * Ci;
         float *t = n->bws->data;
@@ -459,7 +462,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
                                            * row panels' */
         linear_p *lp = VT_OP_P(n, linear_p);
         const int64_t part = b ? (int64_t)g->threads * w->shape[0] : 0,
-                      pan = gelu_in ? bwd_panels(R, Ci, w->shape[0], lp->nt) : 0,
+                      pan = gelu_in && !g->gemm.bf16 ? bwd_panels(R, Ci, w->shape[0], lp->nt) : 0,
                       need = pan ? pan : gelu_in ? x->numel : 0;
         lp->bwp = pan > 0;
         vt_node_work(n, 1, need > part ? need : part);

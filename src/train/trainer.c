@@ -817,7 +817,10 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     for (int i = 0; i < spe; i++) {
         double lr = vt_sched_lr(&r->sched, r->st.step), loss = 0.0;
         int64_t right = 0;
-        if ((rc = train_step(r, i, lr, &loss, &right, e))) return rc;
+        if ((rc = train_step(r, i, lr, &loss, &right, e))) {
+            vt_progress_end(&pg); /* a terminal's progress line ends before the error is printed */
+            return rc;
+        }
         correct += right;
         lsum += loss;
         if (vt_progress_due(&pg, i + 1)) {

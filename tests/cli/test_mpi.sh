@@ -215,6 +215,10 @@ import os, shutil
 shutil.copytree(f"{t}/f1", f"{t}/f5")
 for fn in os.listdir(f"{t}/f5/train/c1"):
     open(f"{t}/f5/train/c1/{fn}", "wb").write(b"not an image")
+shutil.copytree(f"{t}/f1", f"{t}/f6") # every training image unreadable (same names: the ranks' data checks agree)
+for c in ("c0", "c1"):
+    for fn in os.listdir(f"{t}/f6/train/{c}"):
+        open(f"{t}/f6/train/{c}/{fn}", "wb").write(b"not an image")
 PYEOF
 DT="vit_fmnist_tiny --num-classes 2 --epochs 1 --batch-size 4 --threads 1"
 for other in f2:"has 17 training images and rank 0.s 16" f3:"other training files"; do
@@ -231,6 +235,14 @@ mpirun --oversubscribe --bind-to none -np 1 $V train $EQ --batch-size 32 --out "
 rc=$?
 check "a rank missing its data stops the run, leaving no run folder" "[ $rc -ne 0 ] && [ ! -e '$T/miss' ] && \
     grep -q 'vitc: rank 1:' '$T/miss.log'" "rc $rc: $(cat "$T/miss.log")"
+# a rank whose loader fails (its copy of the folder has no readable training image): every rank stops at that step,
+# the loader's message once, no MPI_Abort
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/le" : \
+    -np 1 $V train $DT --data "$T/f6" --out "$T/le" >"$T/le.log" 2>&1
+rc=$?
+check "a loader failing on rank 1 stops every rank with its message" "[ $rc -eq 1 ] && \
+    [ \$(grep -c 'rank 1: none of the 16 images of the dataset could be read' '$T/le.log') -eq 1 ] && \
+    ! grep -q MPI_ABORT '$T/le.log'" "rc $rc: $(grep -v warning "$T/le.log")"
 # a validation slice of unreadable images only (rank 0's: val/c0 is corrupt) is skipped as in one process
 $MPI $V train $DT --data "$T/f4" --out "$T/f4run" >"$T/f4.log" 2>&1
 rc=$?

@@ -120,6 +120,11 @@ rc=$?
 check "NaN stops training" "[ $rc -ne 0 ] && [ $rc -lt 128 ]" "rc $rc"
 check "NaN message names the step" "grep -q 'loss is NaN at step 52' '$T/nan.log'" "$(tail -2 "$T/nan.log")"
 check "last good checkpoint kept" "cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'"
+$V train $COMMON --epochs 5 --out "$T/b" --resume "$T/b" --fault-batch-step 52 >"$T/fb.log" 2>&1
+rc=$?
+check "a failing batch stops training with its message, the checkpoint kept" "[ $rc -eq 1 ] && \
+    grep -q '^vitc: the batch of step 52 failed (--fault-batch-step)' '$T/fb.log' && \
+    cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'" "rc $rc: $(tail -2 "$T/fb.log")"
 # a NaN that meets a ReLU after a BatchNorm (Next-ViT's stem) stays NaN, as in PyTorch: the loss shows it
 $V train nextvit_small --depths 1,1,5,1 --in-chans 1 --img-size 28 --num-classes 10 --data fashion-mnist \
     --train-subset 64 --test-subset 32 --batch-size 16 --epochs 1 --fault-nan-step 2 --out "$T/nvnan" >"$T/nvnan.log" 2>&1
