@@ -1,6 +1,7 @@
-"""Shared by the side-by-side benchmark scripts (compare_torch.py, compare_official.py): environment hygiene and the
-cells that put a row against the machine's sgemm peak."""
+"""Shared by the side-by-side benchmark scripts (compare_torch.py, compare_official.py): environment hygiene, the
+anchors' oneMKL settings on CPUs not Intel's and the cells that put a row against the machine's sgemm peak."""
 import os
+import subprocess
 import sys
 
 # OpenMP settings that change how a runtime's threads wait between parallel regions. They reach the OpenMP programs
@@ -31,3 +32,29 @@ def peak_cells(v, anchor_ips, peak):
     anchor_pct = 100 * anchor_ips * passes * v.get("gmacs_per_img", flop_per_img / passes) / peak
     ceiling = peak / (anchor_ips * flop_per_img)
     return f"{peak:.0f} | {100 * v['gflops'] / peak:.0f}% / {anchor_pct:.0f}% | {ceiling:.2f}"
+
+
+def cpu_vendor():
+    """The CPU's vendor_id from /proc/cpuinfo (e.g. GenuineIntel, AuthenticAMD), '?' when absent."""
+    with open("/proc/cpuinfo") as f:
+        return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("vendor_id")), "?")
+
+
+MKL_INTEL = "MKL Intel path"  # the label of the setting below in the tables
+
+
+def mkl_settings(uses_mkl):
+    """The environments to try for a PyTorch that links oneMKL: {} alone on Intel CPUs (or without MKL); on other
+    x86 vendors also MKL's Intel code path, forced by LD_PRELOAD of bench/mkl_intel_path.c (built here into
+    build/mkl_intel_path.so), since MKL runs a slower path there (sgemm 2.6x slower on a Zen 5). Each entry is
+    (label, environment additions); the label is "" or MKL_INTEL."""
+    if not uses_mkl or cpu_vendor() in ("GenuineIntel", "?"):
+        return [("", {})]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src, so = os.path.join(root, "bench", "mkl_intel_path.c"), os.path.join(root, "build", "mkl_intel_path.so")
+    if not os.path.exists(so) or os.path.getmtime(so) < os.path.getmtime(src):
+        os.makedirs(os.path.dirname(so), exist_ok=True)
+        subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2", src, "-o", so],
+                       check=True)
+    pre = os.environ.get("LD_PRELOAD")
+    return [("", {}), (MKL_INTEL, {"LD_PRELOAD": so + (" " + pre if pre else "")})]

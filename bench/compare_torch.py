@@ -14,8 +14,10 @@ Peak memory: each process's peak resident set (MiB) for the same run (weights, a
 With --venv DIR (a virtualenv made by bench/anchors_venv.sh: PyTorch 2.x from PyPI, with MKL and its own oneDNN,
 and ONNX Runtime), each row also runs, with DIR's python and the same reference model and snippet:
   torch 2.x eager   float32, torch.set_num_threads in {1, 2} (MKL follows it; OpenBLAS is not loaded, so
-                    OPENBLAS_NUM_THREADS has nothing to set);
-  torch.compile     torch.compile(model) (inductor), on eager's best thread count; two warm-up steps compile it,
+                    OPENBLAS_NUM_THREADS has nothing to set); on a CPU not Intel's each also with oneMKL's Intel
+                    code path forced ("MKL Intel path": benchenv.mkl_settings, bench/mkl_intel_path.c), since MKL
+                    runs a slower path on other vendors' CPUs;
+  torch.compile     torch.compile(model) (inductor), on eager's best setting; two warm-up steps compile it,
                     outside the timing; "n/a" with the reason printed once when it fails;
   ORT               inference only: the eval model exported by torch.onnx.export (opset 18, static shapes) to a
                     temporary file, run by onnxruntime's CPUExecutionProvider with all graph optimisations,
@@ -128,10 +130,11 @@ print(json.dumps({"img_per_s": %(batch)d * %(iters)d / t, "warmup_s": warm_s,
 AMP = [False]  # --bf16 (set once by main)
 
 
-def torch_run(model, img, batch, train, iters, threads, blas, python="/usr/bin/python3", backend="eager", onnx=""):
-    """(img/s, peak MiB) of one PyTorch run in a fresh process; Debian's torch exits on failure, the others
-    return (None, reason)."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(threads))
+def torch_run(model, img, batch, train, iters, threads, blas, python="/usr/bin/python3", backend="eager", onnx="",
+              extra_env=None):
+    """(img/s, peak MiB) of one PyTorch run in a fresh process (extra_env added to its environment); Debian's torch
+    exits on failure, the others return (None, reason)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(threads), **(extra_env or {}))
     code = TORCH_SNIPPET % dict(ref=os.path.join(ROOT, "tests", "reference"), threads=threads, model=model,
                                 img=img, batch=batch, train=int(train), iters=iters, backend=backend, onnx=onnx,
                                 amp=int(AMP[0]))
@@ -158,26 +161,32 @@ def torch_best(model, img, batch, train, iters, search):
 
 
 class Anchor:
-    """One PyPI anchor (torch 2.x eager, torch.compile or ORT) of one row: its best run so far, or why it has none."""
+    """One PyPI anchor (torch 2.x eager, torch.compile or ORT) of one row: its best run so far and its setting
+    (threads, benchenv.mkl_settings entry), or why it has none."""
 
     def __init__(self, python, backend, onnx):
         self.python, self.backend, self.onnx = python, backend, onnx
-        self.ips, self.threads, self.err = None, None, None
+        self.ips, self.setting, self.err = None, None, None
 
-    def run(self, row, threads):
-        ips, err = torch_run(*row, threads, threads, self.python, self.backend, self.onnx)
+    def run(self, row, setting):
+        threads, (_, env) = setting
+        ips, err = torch_run(*row, threads, threads, self.python, self.backend, self.onnx, env)
         if ips is None:
             self.err = self.err or err
         elif self.ips is None or ips > self.ips:
-            self.ips, self.threads = ips, threads
+            self.ips, self.setting = ips, setting
 
     def cell(self):
-        return f"{self.ips:.2f} ({self.threads})" if self.ips is not None else "n/a"
+        if self.ips is None:
+            return "n/a"
+        threads, (label, _) = self.setting
+        return f"{self.ips:.2f} ({threads}{', ' + label if label else ''})"
 
 
-def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again):
+def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again, mkl):
     """The PyPI anchors of one row (model, img, batch, train, iters), alternated with vitc's and Debian torch's
-    repeats (vitc_again / debian_again run one more of theirs); returns the anchors by name."""
+    repeats (vitc_again / debian_again run one more of theirs); torch 2.x eager also tries each of mkl's settings
+    (benchenv.mkl_settings), torch.compile runs on eager's best; returns the anchors by name."""
     model, _, batch, train, _ = row
     python = os.path.join(venv, "bin", "python")
     onnx = os.path.join(tmp, f"{model}_b{batch}.onnx")
@@ -186,18 +195,19 @@ def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again):
         an["ort"].err = "no bf16 mode (--bf16)"
     threads = (1, 2) if search else (2,)
     for t in threads:
-        an["eager"].run(row, t)
+        for m in mkl:
+            an["eager"].run(row, (t, m))
     if an["eager"].ips is not None:
-        an["compile"].run(row, an["eager"].threads)
+        an["compile"].run(row, an["eager"].setting)
     if not train and not AMP[0]:
         for t in threads:
-            an["ort"].run(row, t)
+            an["ort"].run(row, (t, ("", {})))
     for _ in range(repeats - 1):
         vitc_again()
         debian_again()
         for a in an.values():
-            if a.threads is not None:
-                a.run(row, a.threads)
+            if a.setting is not None:
+                a.run(row, a.setting)
     return an
 def img_size(model):
     out = subprocess.run([os.path.join(ROOT, "vitc"), "info", model, "--json"], capture_output=True, text=True)
@@ -254,6 +264,16 @@ def main():
                              capture_output=True, text=True)
         for line in out.stdout.splitlines() or [f"{python}: torch_info failed: {out.stderr.strip()[-200:]}"]:
             print("# " + line)
+    mkl = [("", {})]
+    if a.venv:
+        uses = subprocess.run([os.path.join(a.venv, "bin", "python"), "-c",
+                               "import torch; print(int(torch.backends.mkl.is_available()))"],
+                              capture_output=True, text=True).stdout.strip() == "1"
+        mkl = benchenv.mkl_settings(uses)
+        if len(mkl) > 1:
+            print(f"# torch 2.x eager (and torch.compile on its best) also tries \"{benchenv.MKL_INTEL}\": its oneMKL "
+                  f"made to take its Intel code path on this {benchenv.cpu_vendor()} CPU (LD_PRELOAD of "
+                  "bench/mkl_intel_path.c); the cells name it where it won")
     header = False
     errors_seen = set()
     with tempfile.TemporaryDirectory(prefix="vitc-compare-") as tmp:
@@ -305,7 +325,7 @@ def main():
                               f"{v['peak_mib']:.0f} / {t[3]:.0f} | {benchenv.peak_cells(v, t[0], peak)} |", flush=True)
                         continue
                     an = anchors_row(a.venv, tmp, (model, img, b, train, iters), not a.no_search, a.repeats,
-                                     vitc_again, debian_again)
+                                     vitc_again, debian_again, mkl)
                     for k, x in an.items():
                         if x.err and k not in errors_seen:
                             errors_seen.add(k)
