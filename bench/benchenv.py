@@ -43,6 +43,12 @@ def cpu_vendor():
 MKL_INTEL = "MKL Intel path"  # the label of the setting below in the tables
 
 
+def mkl_note():
+    """What the MKL_INTEL label means, for the scripts' table headers."""
+    return (f"\"{MKL_INTEL}\": its oneMKL made to take its Intel code path on this {cpu_vendor()} CPU (LD_PRELOAD of "
+            "bench/mkl_intel_path.c)")
+
+
 def mkl_settings(uses_mkl):
     """The environments to try for a PyTorch that links oneMKL: {} alone on Intel CPUs (or without MKL); on other
     x86 vendors also MKL's Intel code path, forced by LD_PRELOAD of bench/mkl_intel_path.c (built here into
@@ -54,7 +60,10 @@ def mkl_settings(uses_mkl):
     src, so = os.path.join(root, "bench", "mkl_intel_path.c"), os.path.join(root, "build", "mkl_intel_path.so")
     if not os.path.exists(so) or os.path.getmtime(so) < os.path.getmtime(src):
         os.makedirs(os.path.dirname(so), exist_ok=True)
-        subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2", src, "-o", so],
-                       check=True)
+        try:
+            subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O2", src, "-o", so],
+                           check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit(f"cannot build {so} (the anchors' MKL setting on this {cpu_vendor()} CPU): {e}")
     pre = os.environ.get("LD_PRELOAD")
     return [("", {}), (MKL_INTEL, {"LD_PRELOAD": so + (" " + pre if pre else "")})]

@@ -359,8 +359,7 @@ def main():
           + (f"; OPENBLAS_CORETYPE={env!r}" if env is not None else ""))
     print(f"# img/s (higher is better), best of {repeats} alternated runs per side; official: best of torch threads "
           f"{'/'.join(map(str, threads))}"
-          + (f", each also with \"{benchenv.MKL_INTEL}\" (its oneMKL made to take its Intel code path on this "
-             f"{benchenv.cpu_vendor()} CPU: LD_PRELOAD of bench/mkl_intel_path.c)" if len(mkl) > 1 else "")
+          + (f", each also with {benchenv.mkl_note()}" if len(mkl) > 1 else "")
           + "; ratio = vitc / official; peak: the highest sgemm GFLOP/s of the row's vitc "
           "runs; % peak: achieved GFLOP/s (vitc's MAC count) as a share of it; ceiling = peak / official GFLOP/s, "
           "the most an fp32 engine running every MAC at that peak could reach")

@@ -271,9 +271,8 @@ def main():
                               capture_output=True, text=True).stdout.strip() == "1"
         mkl = benchenv.mkl_settings(uses)
         if len(mkl) > 1:
-            print(f"# torch 2.x eager (and torch.compile on its best) also tries \"{benchenv.MKL_INTEL}\": its oneMKL "
-                  f"made to take its Intel code path on this {benchenv.cpu_vendor()} CPU (LD_PRELOAD of "
-                  "bench/mkl_intel_path.c); the cells name it where it won")
+            print(f"# torch 2.x eager (and torch.compile on its best) also tries {benchenv.mkl_note()}; the cells name "
+                  "it where it won")
     header = False
     errors_seen = set()
     with tempfile.TemporaryDirectory(prefix="vitc-compare-") as tmp:
