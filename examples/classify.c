@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
     vitc_model *m = vitc_open(argv[1], argv[2], &opt, &err);
     if (!m) {
         fprintf(stderr, "classify: %s\n", err.msg);
-        return 1;
+        return err.code == VITC_E_MODEL || err.code == VITC_E_ARGUMENT ? 2 : 1; /* 2: usage, as `vitc` */
     }
     vitc_result *res = calloc((size_t)n, sizeof *res);
     if (!res) {

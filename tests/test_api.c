@@ -53,26 +53,52 @@ static void check_open_errors(vt_test *T, const char *w) {
     vitc_error err;
     vitc_options o;
     vitc_options_init(&o);
-    T_CHECK(T, !vitc_open("no_such_model", w, NULL, &err) && strstr(err.msg, "unknown model 'no_such_model'"), "%s",
-            err.msg);
-    T_CHECK(T, !vitc_open(NULL, w, NULL, &err) && err.msg[0], "NULL name");
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", NULL, NULL, &err) && strstr(err.msg, "no weights"), "%s", err.msg);
+    const int A = VITC_E_ARGUMENT;
+    T_CHECK(T, !vitc_open("no_such_model", w, NULL, &err) && strstr(err.msg, "unknown model 'no_such_model'") &&
+                   err.code == VITC_E_MODEL, "%s (%d)", err.msg, err.code);
+    T_CHECK(T, !vitc_open(NULL, w, NULL, &err) && err.msg[0] && err.code == A, "NULL name");
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", NULL, NULL, &err) && strstr(err.msg, "no weights") && err.code == A,
+            "%s (%d)", err.msg, err.code);
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", "/nonexistent/w.safetensors", NULL, &err) &&
-                   strstr(err.msg, "/nonexistent/w.safetensors"), "%s", err.msg);
-    T_CHECK(T, !vitc_open("vit_fmnist_small", w, NULL, &err) && strstr(err.msg, "shape mismatch"), "%s", err.msg);
+                   strstr(err.msg, "/nonexistent/w.safetensors") && err.code == VITC_E_FILE, "%s (%d)", err.msg,
+            err.code);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", "/tmp", NULL, &err) && strstr(err.msg, "folder") &&
+                   err.code == VITC_E_FILE, "a folder: %s (%d)", err.msg, err.code);
+    T_CHECK(T, !vitc_open("vit_fmnist_small", w, NULL, &err) && strstr(err.msg, "shape mismatch") &&
+                   err.code == VITC_E_WEIGHTS, "%s (%d)", err.msg, err.code);
     T_CHECK(T, !vitc_open("nope", w, NULL, NULL), "a NULL error pointer is fine");
     o.threads = -1;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "threads -1"), "%s", err.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "threads -1") && err.code == A, "%s",
+            err.msg);
     vitc_options_init(&o);
     o.crop_pct = NAN;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct"), "%s", err.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct") && err.code == A, "%s",
+            err.msg);
     o.crop_pct = 0.0015f; /* within (0, 10], but 28 / 0.0015 px is past the resize limit: every image would fail */
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct 0.0015 resizes 28 px"), "%s",
-            err.msg);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct 0.0015 resizes 28 px") &&
+                   err.code == A, "%s (%d)", err.msg, err.code);
     vitc_options_init(&o);
-    o.img_size = 20; /* the ViT's position embeddings fix its size */
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "depend on the image size"), "%s",
-            err.msg);
+    o.img_size = 20; /* the ViT's position embeddings fix its size: the file holds no model of that size */
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "depend on the image size") &&
+                   err.code == VITC_E_WEIGHTS, "%s (%d)", err.msg, err.code);
+    /* the file cut short, and a file that is not safetensors: the weights' fault, not the system's */
+    char cut[4200], junk[4200];
+    snprintf(cut, sizeof cut, "%s.cut", w);
+    snprintf(junk, sizeof junk, "%s.junk", w);
+    FILE *in = fopen(w, "rb"), *oc = fopen(cut, "wb"), *oj = fopen(junk, "wb");
+    unsigned char buf[4096];
+    const size_t got = in ? fread(buf, 1, sizeof buf, in) : 0;
+    if (oc) fwrite(buf, 1, got / 2, oc);
+    if (oj) fputs("not weights at all, just some text\n", oj);
+    if (in) fclose(in);
+    if (oc) fclose(oc);
+    if (oj) fclose(oj);
+    T_CHECK(T, got > 64 && !vitc_open("vit_fmnist_tiny", cut, NULL, &err) && err.code == VITC_E_WEIGHTS,
+            "truncated: %s (%d)", err.msg, err.code);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", junk, NULL, &err) && err.code == VITC_E_WEIGHTS, "not safetensors: %s (%d)",
+            err.msg, err.code);
+    unlink(cut);
+    unlink(junk);
 }
 
 static void check_vit(vt_test *T, const char *w, const char *dir) {
@@ -131,10 +157,12 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
         T_CHECK(T, max_diff(b16, ref, n * K) > 0.0 && max_diff(b16, ref, n * K) < 0.02 * (hi - lo),
                 "bf16 logits differ from fp32 by %g (range %g)", max_diff(b16, ref, n * K), hi - lo);
     } else {
-        T_CHECK(T, strstr(err.msg, "native bf16") != NULL, "bf16 refused: %s", err.msg);
+        T_CHECK(T, strstr(err.msg, "native bf16") != NULL && err.code == VITC_E_UNSUPPORTED, "bf16 refused: %s (%d)",
+                err.msg, err.code);
     }
     T_CHECK(T, vitc_set_dtype(m, "fp32", &err) == 0, "fp32 again: %s", err.msg);
-    T_CHECK(T, vitc_set_dtype(m, "fp16", &err) == -1 && strstr(err.msg, "unknown dtype 'fp16'"), "%s", err.msg);
+    T_CHECK(T, vitc_set_dtype(m, "fp16", &err) == -1 && strstr(err.msg, "unknown dtype 'fp16'") &&
+                   err.code == VITC_E_ARGUMENT, "%s", err.msg);
     T_CHECK(T, vitc_set_dtype(m, NULL, &err) == -1 && vitc_set_dtype(NULL, "int8", &err) == -1, "NULL arguments");
     /* top-k from tensors: the most probable class is the argmax, labels are Fashion-MNIST's, probabilities sorted */
     vitc_result res[5];
@@ -165,13 +193,15 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, pooled.data == NULL && pooled.ndim == 0, "tensor freed and zeroed");
     /* bad inputs: NaN, other sizes, no stage maps, NULL arrays, k out of range */
     x[per + 3] = NAN;
-    T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == -1 && strstr(err.msg, "image 1") && strstr(err.msg, "NaN"),
-            "%s", err.msg);
+    const int A = VITC_E_ARGUMENT;
+    T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == -1 && strstr(err.msg, "image 1") && strstr(err.msg, "NaN") &&
+                   err.code == A, "%s (%d)", err.msg, err.code);
     T_CHECK(T, vitc_classify_tensor(m, x, n, 0, 3, res, &err) == 1 && res[0].ok && !res[1].ok &&
-                   strstr(res[1].error, "NaN") && res[2].ok, "NaN image: %d %s", res[1].ok, res[1].error);
+                   strstr(res[1].error, "NaN") && res[1].code == A && res[2].ok && res[0].code == VITC_OK &&
+                   err.code == VITC_OK && !err.msg[0], "NaN image: %d %s (%d)", res[1].ok, res[1].error, res[1].code);
     x[per + 3] = 0.0f;
-    T_CHECK(T, vitc_logits(m, x, 1, 20, logits, &err) == -1 && strstr(err.msg, "takes 28×28 inputs, not 20×20"), "%s",
-            err.msg);
+    T_CHECK(T, vitc_logits(m, x, 1, 20, logits, &err) == -1 && strstr(err.msg, "takes 28×28 inputs, not 20×20") &&
+                   err.code == A, "%s (%d)", err.msg, err.code);
     vitc_tensor maps[VITC_MAX_STAGES];
     memset(maps, 0xA5, sizeof maps); /* garbage, as an embedder's uninitialised array */
     T_CHECK(T, vitc_stage_features(m, x, 1, 0, maps, &err) == -1 && strstr(err.msg, "no stage feature maps"), "%s",
@@ -182,11 +212,13 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     memset(&pooled, 0xA5, sizeof pooled);
     T_CHECK(T, vitc_pooled_features(m, NULL, 1, 0, &pooled, &err) == -1 && pooled.data == NULL && pooled.ndim == 0,
             "vitc_pooled_features on error: out zeroed: %s", err.msg);
-    T_CHECK(T, vitc_logits(m, NULL, 1, 0, logits, &err) == -1 && strstr(err.msg, "NULL"), "%s", err.msg);
+    T_CHECK(T, vitc_logits(m, NULL, 1, 0, logits, &err) == -1 && strstr(err.msg, "NULL") && err.code == A, "%s",
+            err.msg);
     T_CHECK(T, vitc_classify_tensor(m, x, 1, 0, 0, res, &err) == -1 && strstr(err.msg, "k = 0"), "%s", err.msg);
     T_CHECK(T, vitc_classify_tensor(m, x, 0, 0, 1, res, &err) == -1 && strstr(err.msg, "image count 0"), "%s",
             err.msg);
-    T_CHECK(T, vitc_logits(m, x, 1, -3, logits, &err) == -1 && strstr(err.msg, "size -3"), "%s", err.msg);
+    T_CHECK(T, vitc_logits(m, x, 1, -3, logits, &err) == -1 && strstr(err.msg, "size -3") && err.code == A, "%s",
+            err.msg);
     /* pixels and files: an RGB buffer converts to L as the decoder does; a PNG of it classifies the same */
     unsigned char rgb[40 * 30 * 3];
     for (int i = 0; i < (int)sizeof rgb; i++) rgb[i] = (unsigned char)(i * 97 % 251);
@@ -194,21 +226,34 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     snprintf(png, sizeof png, "%s/img.png", dir);
     T_CHECK(T, stbi_write_png(png, 40, 30, 3, rgb, 40 * 3) != 0, "write %s", png);
     vitc_pixels px[3] = {{rgb, 40, 30, 3}, {NULL, 40, 30, 3}, {rgb, 40, 30, 5}};
-    const char *paths[3] = {png, "/nonexistent.png", png};
-    vitc_result rp[3], rf[3];
+    char bad[4200]; /* a PNG signature, then garbage */
+    snprintf(bad, sizeof bad, "%s/bad.png", dir);
+    FILE *bf = fopen(bad, "wb");
+    if (bf) {
+        fputs("\x89PNG\r\n\x1a\n garbage after the signature", bf);
+        fclose(bf);
+    }
+    const char *paths[4] = {png, "/nonexistent.png", png, bad};
+    vitc_result rp[3], rf[4];
     T_CHECK(T, vitc_classify_pixels(m, px, 3, 5, rp, &err) == 2 && rp[0].ok && !rp[1].ok &&
-                   strstr(rp[1].error, "no pixel data") && !rp[2].ok && strstr(rp[2].error, "5 channels"),
-            "pixels: %s | %s", rp[1].error, rp[2].error);
-    T_CHECK(T, vitc_classify_files(m, paths, 3, 5, rf, &err) == 1 && rf[0].ok && !rf[1].ok &&
-                   strstr(rf[1].error, "/nonexistent.png") && rf[2].ok, "files: %s", rf[1].error);
+                   strstr(rp[1].error, "no pixel data") && rp[1].code == A && !rp[2].ok &&
+                   strstr(rp[2].error, "5 channels") && rp[2].code == A,
+            "pixels: %s | %s (%d %d)", rp[1].error, rp[2].error, rp[1].code, rp[2].code);
+    T_CHECK(T, vitc_classify_files(m, paths, 4, 5, rf, &err) == 2 && rf[0].ok && !rf[1].ok &&
+                   strstr(rf[1].error, "/nonexistent.png") && rf[1].code == VITC_E_FILE && rf[2].ok && !rf[3].ok &&
+                   strstr(rf[3].error, "bad.png") && rf[3].code == VITC_E_IMAGE,
+            "files: %s (%d) | %s (%d)", rf[1].error, rf[1].code, rf[3].error, rf[3].code);
+    T_CHECK(T, vitc_load_image(m, bad, (float[28 * 28]){0}, &err) == -1 && err.code == VITC_E_IMAGE, "%s (%d)",
+            err.msg, err.code);
+    unlink(bad);
     T_CHECK(T, rp[0].index[0] == rf[0].index[0] && fabs(rp[0].prob[0] - rf[0].prob[0]) < 1e-6 &&
                    rf[0].index[0] == rf[2].index[0], "pixels vs file: %d %d", rp[0].index[0], rf[0].index[0]);
     float img[28 * 28];
     T_CHECK(T, vitc_load_image(m, png, img, &err) == 0, "%s", err.msg);
     T_CHECK(T, vitc_classify_tensor(m, img, 1, 0, 5, res, &err) == 0 && res[0].index[0] == rf[0].index[0] &&
                    fabs(res[0].prob[0] - rf[0].prob[0]) < 1e-6, "load_image + tensor vs file");
-    T_CHECK(T, vitc_load_image(m, "/nonexistent.png", img, &err) == -1 && strstr(err.msg, "/nonexistent.png"), "%s",
-            err.msg);
+    T_CHECK(T, vitc_load_image(m, "/nonexistent.png", img, &err) == -1 && strstr(err.msg, "/nonexistent.png") &&
+                   err.code == VITC_E_FILE, "%s (%d)", err.msg, err.code);
     vt_predictor_free(&p);
     vt_params_free(P);
     free(x);
@@ -477,7 +522,7 @@ static void check_two_threads(vt_test *T, const char *w) {
         for (int c = 0; c < CALLS; c++) {
             if (vitc_logits(m, x, N, 0, out, &e) == 0)
                 max_diff(out, ref, N * K) == 0.0 ? ok++ : wrong++;
-            else if (strstr(e.msg, "in use by another thread"))
+            else if (strstr(e.msg, "in use by another thread") && e.code == VITC_E_BUSY)
                 refused++;
             else {
                 wrong++;
@@ -494,7 +539,7 @@ static void check_two_threads(vt_test *T, const char *w) {
 }
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.3.0") == 0, "%s", vitc_version());
+    T_CHECK(T, strcmp(vitc_version(), "0.4.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";

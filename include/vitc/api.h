@@ -3,8 +3,8 @@
  * @brief The embedding API of libvitc: open a named model with its weights, classify images or tensors, get top-k
  * classes and features, close. The only symbols libvitc.so exports; all start with `vitc_`.
  *
- * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message in
- * the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The library keeps no mutable
+ * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message and
+ * its kind (VITC_E_*) in the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The library keeps no mutable
  * global state: a vitc_model holds everything, including its thread count. A vitc_model runs one call at a time
  * (a call while another thread's runs on it fails, "in use"); separate models may run in separate threads.
  */
@@ -27,7 +27,7 @@ extern "C" {
 /** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
 #define VITC_VERSION_MAJOR 0
 /** Minor version: new functions, compatible. */
-#define VITC_VERSION_MINOR 3
+#define VITC_VERSION_MINOR 4
 /** Patch version: fixes only. */
 #define VITC_VERSION_PATCH 0
 
@@ -36,9 +36,30 @@ extern "C" {
 /** Most stage maps a model gives (vitc_stage_features). */
 #define VITC_MAX_STAGES 4
 
-/** The message of a failed call (empty when none). */
+/** What kind of failure a vitc_error or a vitc_result reports (its `code`), for callers that act on it: retry, ask
+ * for another file, give up. The message says the rest. Since 0.4.0. */
+enum {
+    VITC_OK = 0,             /**< no error */
+    VITC_E_ARGUMENT = 1,     /**< an argument or option the call cannot take: NULL, out of range, an unknown dtype or
+                                  model option, a size the model refuses, NaN or Inf in an input tensor */
+    VITC_E_MODEL = 2,        /**< an unknown model name */
+    VITC_E_FILE = 3,         /**< the system could not open or read a file (missing, no permission, a folder, an I/O
+                                  error) */
+    VITC_E_WEIGHTS = 4,      /**< a weights file that does not hold this model: not safetensors, truncated or malformed,
+                                  missing or extra tensors, wrong shapes or dtypes, non-finite values, the other form */
+    VITC_E_IMAGE = 5,        /**< an image that cannot be decoded (corrupt, truncated, unknown format) or has sides
+                                  out of bounds */
+    VITC_E_BUSY = 6,         /**< the model is running another thread's call */
+    VITC_E_MEMORY = 7,       /**< out of memory */
+    VITC_E_UNSUPPORTED = 8,  /**< this CPU or build cannot run what was asked (bf16 without native kernels) */
+    VITC_E_FAILED = 9        /**< any other failure */
+};
+
+/** The message of a failed call (empty when none) and its kind. */
 typedef struct vitc_error {
-    char msg[512]; /**< NUL-terminated English message naming the model, file or argument at fault */
+    char msg[508]; /**< NUL-terminated English message naming the model, file or argument at fault */
+    int code;      /**< VITC_E_*, VITC_OK when none (since 0.4.0; it took the last 4 bytes of 0.3's msg[512], so
+                        the struct's size and msg's offset are 0.3's) */
 } vitc_error;
 
 /** An opened model: configuration, weights, thread count and cached graphs (opaque). */
@@ -75,7 +96,10 @@ typedef struct vitc_result {
                                             run folder's) when it names every class, else the model's dataset's
                                             (Fashion-MNIST's for its 10-class models), else NULL; they live as long
                                             as the model */
-    char error[512];                   /**< why the image failed (empty when ok) */
+    char error[508];                   /**< why the image failed (empty when ok) */
+    int code;                          /**< VITC_E_* of the failure (VITC_E_FILE, VITC_E_IMAGE, VITC_E_ARGUMENT for a
+                                            bad vitc_pixels or a NaN in a tensor, ...), VITC_OK when ok (since
+                                            0.4.0, in the last 4 bytes of 0.3's error[512]) */
 } vitc_result;
 
 /** A decoded image: width × height pixels of `channels` interleaved 8-bit channels, rows top to bottom. */

@@ -10,7 +10,9 @@
  * rest stay VT_E_FAILED. */
 enum {
     VT_E_FAILED = 0, /* a failure not classified below (the message says what) */
-    VT_E_USAGE = 1   /* an option or argument that cannot apply here (the CLI's exit status 2) */
+    VT_E_USAGE = 1,  /* an option or argument that cannot apply here (the CLI's exit status 2) */
+    VT_E_IO = 2,     /* the system refused to open, read or write a file (the message gives its reason) */
+    VT_E_NOMEM = 3   /* out of memory */
 };
 
 /* Holds the first error message of a failed call (empty when none) and its kind. Initialise with {0}. */
@@ -24,6 +26,9 @@ int vt_seterr(vt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* vt_seterr with the kind of failure (VT_E_*) recorded with the message; always returns -1. */
 int vt_seterr_code(vt_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* vt_seterr with the kind of failure taken from cause (a wrapped error: its code survives the new message); -1. */
+int vt_seterr_from(vt_err *e, const vt_err *cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Clears the message. */
 void vt_clearerr(vt_err *e);

@@ -59,16 +59,34 @@ static int format_into(char *msg, size_t n, const char *fmt, ...) {
     return -1;
 }
 
-/* Sets err's message (when err is non-NULL); returns -1. */
-static int fail(vitc_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(vitc_error *err, const char *fmt, ...) {
+/* Sets err's message and code (VITC_E_*) when err is non-NULL; returns -1. */
+static int fail(vitc_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(vitc_error *err, int code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
         vt_msg_vformat(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        err->code = code;
     }
     return -1;
+}
+
+/* The VITC_E_* of an internal error: its own kind where it has one (a usage error, the system's refusal of a file,
+ * out of memory), else `otherwise` (what failing at that step means: VITC_E_WEIGHTS while loading weights, ...). */
+static int code_of(const vt_err *e, int otherwise) {
+    return e->code == VT_E_USAGE ? VITC_E_ARGUMENT
+           : e->code == VT_E_IO  ? VITC_E_FILE
+           : e->code == VT_E_NOMEM ? VITC_E_MEMORY
+                                   : otherwise;
+}
+
+/* Clears err (no message, VITC_OK) at the start of a call. */
+static void clear(vitc_error *err) {
+    if (err) {
+        err->msg[0] = '\0';
+        err->code = VITC_OK;
+    }
 }
 
 /* The caller's thread setting and floating-point mode, saved on entry to a call and restored on return. */
@@ -141,18 +159,19 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vitc_options o;
     vitc_options_init(&o);
     if (opt) o = *opt;
-    if (err) err->msg[0] = '\0';
-    if (!name || !*name) return fail(err, "vitc_open: no model name"), NULL;
+    clear(err);
+    const int A = VITC_E_ARGUMENT;
+    if (!name || !*name) return fail(err, A, "vitc_open: no model name"), NULL;
     const vt_model_cfg *base = vt_model_find(name);
-    if (!base) return fail(err, "unknown model '%s' (see vitc_model_name or `vitc list`)", name), NULL;
-    if (!weights || !*weights) return fail(err, "vitc_open: no weights file for %s", name), NULL;
-    if (o.threads < 0 || o.threads > 1024) return fail(err, "threads %d is outside [0, 1024]", o.threads), NULL;
-    if (o.img_size < 0 || o.img_size > 4096) return fail(err, "img_size %d is outside [0, 4096]", o.img_size), NULL;
-    if (o.batch < 0 || o.batch > 1024) return fail(err, "batch %d is outside [0, 1024]", o.batch), NULL;
+    if (!base) return fail(err, VITC_E_MODEL, "unknown model '%s' (see vitc_model_name or `vitc list`)", name), NULL;
+    if (!weights || !*weights) return fail(err, A, "vitc_open: no weights file for %s", name), NULL;
+    if (o.threads < 0 || o.threads > 1024) return fail(err, A, "threads %d is outside [0, 1024]", o.threads), NULL;
+    if (o.img_size < 0 || o.img_size > 4096) return fail(err, A, "img_size %d is outside [0, 4096]", o.img_size), NULL;
+    if (o.batch < 0 || o.batch > 1024) return fail(err, A, "batch %d is outside [0, 1024]", o.batch), NULL;
     if (!(o.crop_pct >= 0.0f && o.crop_pct <= 10.0f))
-        return fail(err, "crop_pct %g is outside [0, 10]", (double)o.crop_pct), NULL;
+        return fail(err, A, "crop_pct %g is outside [0, 10]", (double)o.crop_pct), NULL;
     vitc_model *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, "out of memory"), NULL;
+    if (!m) return fail(err, VITC_E_MEMORY, "out of memory"), NULL;
     atomic_init(&m->busy, 0);
     const int cores = vt_cpus_usable();
     m->threads = o.threads > cores ? cores : o.threads;
@@ -163,29 +182,30 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     ov.recorded = 1; /* what `vitc train` records: heads a GMA stage ignored stay ignored */
     if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
         free(m);
-        return fail(err, "%s: %s", name, e.msg), NULL;
+        return fail(err, code_of(&e, A), "%s: %s", name, e.msg), NULL;
     }
     if (ov.dtype && strcmp(ov.dtype, "fp32") && strcmp(ov.dtype, "bf16") && strcmp(ov.dtype, "int8")) {
         free(m);
-        return fail(err, "%s: unknown --dtype '%s' (fp32, bf16 or int8)", name, ov.dtype), NULL;
+        return fail(err, A, "%s: unknown --dtype '%s' (fp32, bf16 or int8)", name, ov.dtype), NULL;
     }
     ov.dtype = NULL; /* the arithmetic is vitc_set_dtype's: a run's recorded --dtype does not bind its weights */
     if (o.img_size && ov.img_size && o.img_size != ov.img_size) {
         free(m);
-        return fail(err, "%s: img_size %d (vitc_options) and --img-size %d (model options) differ", name, o.img_size,
-                    ov.img_size), NULL;
+        return fail(err, A, "%s: img_size %d (vitc_options) and --img-size %d (model options) differ", name,
+                    o.img_size, ov.img_size), NULL;
     }
     vt_st_file f; /* read once: the options it records, then its values */
     if (vt_st_open(weights, &f, &e)) {
         free(m);
-        return fail(err, "%s", e.msg), NULL;
+        return fail(err, code_of(&e, VITC_E_WEIGHTS), "%s", e.msg), NULL;
     }
     const char *rmodel = vt_st_meta(&f, VT_MODEL_KEY), *roptions = vt_st_meta(&f, VT_OPTIONS_KEY);
     if (rmodel && vt_model_find(rmodel) == base && roptions &&
         vt_model_parse_options(roptions, base->arch.nstages, &rec, rnames, sizeof rnames, &e)) {
         vt_st_close(&f);
         free(m);
-        return fail(err, "%s: its %s record: %s", weights, VT_OPTIONS_KEY, e.msg), NULL;
+        return fail(err, e.code == VT_E_NOMEM ? VITC_E_MEMORY : VITC_E_WEIGHTS, "%s: its %s record: %s", weights,
+                    VT_OPTIONS_KEY, e.msg), NULL;
     }
     if (o.img_size) rec.img_size = 0; /* opt's size, where the weights fit it */
     take_recorded(&ov, &rec, base->arch.nstages); /* the options given, then those the weights record */
@@ -194,19 +214,22 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vt_model_summary s = {0};
     call_env env = {0, 0};
     enter(m, &env, &e); /* m is this thread's alone yet */
+    int step = A; /* what a failure means at each step: the options, the model's graph, the weights */
     const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
     if (configured && vt_model_file_in_training_form(&m->cfg, &f))
         m->cfg.arch.train_form = 1; /* the form the file holds */
+    if (configured) step = VITC_E_FAILED;
     if (configured && vt_model_summarize(&m->cfg, &s, &e) == 0) {
         m->params = s.params;
         m->gmacs = (double)s.macs / 1e9;
+        step = VITC_E_WEIGHTS;
         m->P = vt_model_load_file(&m->cfg, &f, weights, &e);
     }
     vt_st_close(&f);
     vt_model_summary_free(&s);
     leave(m, &env);
     if (!m->P) {
-        fail(err, "%s", e.msg);
+        fail(err, code_of(&e, step), "%s", e.msg);
         free(m);
         return NULL;
     }
@@ -218,20 +241,21 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
 }
 
 int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
-    if (err) err->msg[0] = '\0';
-    if (!m) return fail(err, "no model (NULL)");
+    clear(err);
+    if (!m) return fail(err, VITC_E_ARGUMENT, "no model (NULL)");
     if (!dtype || (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "int8") != 0 && strcmp(dtype, "bf16") != 0))
-        return fail(err, "%s: unknown dtype '%s' (fp32, bf16 or int8)", m->cfg.name, dtype ? dtype : "(NULL)");
+        return fail(err, VITC_E_ARGUMENT, "%s: unknown dtype '%s' (fp32, bf16 or int8)", m->cfg.name,
+                    dtype ? dtype : "(NULL)");
     const int int8 = strcmp(dtype, "int8") == 0, bf16 = strcmp(dtype, "bf16") == 0;
     if (bf16) { /* refused now, not at the next call's graph, where the CPU has no bf16 kernel */
         vt_gemm_plan p;
         vt_err e = {0};
         const int bad = vt_gemm_plan_init(&p, getenv("VITC_GEMM"), &e) || vt_gemm_plan_bf16(&p, &e);
         vt_gemm_plan_free(&p);
-        if (bad) return fail(err, "%s: %s", m->cfg.name, e.msg);
+        if (bad) return fail(err, code_of(&e, VITC_E_UNSUPPORTED), "%s: %s", m->cfg.name, e.msg);
     }
     vt_err ce = {0};
-    if (claim(m, &ce)) return fail(err, "%s", ce.msg);
+    if (claim(m, &ce)) return fail(err, VITC_E_BUSY, "%s", ce.msg);
     if (m->cfg.arch.int8 != int8 || m->cfg.arch.bf16 != bf16) {
         m->cfg.arch.int8 = int8;
         m->cfg.arch.bf16 = bf16;
@@ -285,12 +309,13 @@ static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err 
 
 /* Checks a call's common arguments: the model, n images and (when k_used) k. */
 static int check_args(const vitc_model *m, const void *in, int n, int k, int k_used, const void *out, vitc_error *err) {
-    if (err) err->msg[0] = '\0';
-    if (!m) return fail(err, "no model (NULL)");
-    if (!in || !out) return fail(err, "%s: NULL input or output array", m->cfg.name);
-    if (n < 1 || n > (1 << 24)) return fail(err, "%s: image count %d is outside [1, 2^24]", m->cfg.name, n);
+    clear(err);
+    const int A = VITC_E_ARGUMENT;
+    if (!m) return fail(err, A, "no model (NULL)");
+    if (!in || !out) return fail(err, A, "%s: NULL input or output array", m->cfg.name);
+    if (n < 1 || n > (1 << 24)) return fail(err, A, "%s: image count %d is outside [1, 2^24]", m->cfg.name, n);
     if (k_used && (k < 1 || k > VITC_MAX_TOPK))
-        return fail(err, "%s: k = %d is outside [1, %d]", m->cfg.name, k, VITC_MAX_TOPK);
+        return fail(err, A, "%s: k = %d is outside [1, %d]", m->cfg.name, k, VITC_MAX_TOPK);
     return 0;
 }
 
@@ -306,17 +331,18 @@ static int file_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt
 
 static int pixel_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
     const vitc_pixels *px = (const vitc_pixels *)((source *)ctx)->items + i;
-    if (!px->data) return vt_seterr(e, "image %d: no pixel data (NULL)", i);
+    if (!px->data) return vt_seterr_code(e, VT_E_USAGE, "image %d: no pixel data (NULL)", i);
     if (px->channels < 1 || px->channels > 4)
-        return vt_seterr(e, "image %d: %d channels (1 L, 2 LA, 3 RGB or 4 RGBA expected)", i, px->channels);
+        return vt_seterr_code(e, VT_E_USAGE, "image %d: %d channels (1 L, 2 LA, 3 RGB or 4 RGBA expected)", i,
+                              px->channels);
     if (px->width < 1 || px->height < 1 || px->width > VT_IMAGE_MAX_SIDE || px->height > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "image %d: %d×%d pixels (each side must be 1..%d)", i, px->width, px->height,
-                         VT_IMAGE_MAX_SIDE);
+        return vt_seterr_code(e, VT_E_USAGE, "image %d: %d×%d pixels (each side must be 1..%d)", i, px->width,
+                              px->height, VT_IMAGE_MAX_SIDE);
     vt_err ce = {0};
     unsigned char *pix = vt_image_convert(px->data, px->width, px->height, px->channels, pp->chans, &ce);
     const int rc = pix ? vt_image_preprocess(pix, px->width, px->height, pp, out, &ce) : -1;
     free(pix);
-    return rc ? vt_seterr(e, "image %d: %s", i, ce.msg) : 0;
+    return rc ? vt_seterr_from(e, &ce, "image %d: %s", i, ce.msg) : 0;
 }
 
 static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
@@ -324,20 +350,21 @@ static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, 
     const float *x = (const float *)s->items + s->per * i;
     (void)pp;
     for (int64_t j = 0; j < s->per; j++)
-        if (!isfinite(x[j])) return vt_seterr(e, "image %d: the input holds NaN or Inf", i);
+        if (!isfinite(x[j])) return vt_seterr_code(e, VT_E_USAGE, "image %d: the input holds NaN or Inf", i);
     memcpy(out, x, sizeof(float) * (size_t)s->per);
     return 0;
 }
 
-/* Classifies n images from src with the model at `size`, converting the results. */
+/* Classifies n images from src with the model at `size`, converting the results; bad_image: the VITC_E_* of an image
+ * that failed without a kind of its own (VITC_E_IMAGE for files and pixels, VITC_E_FAILED for tensors). */
 static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int size, int k,
-                    vitc_result *out, vitc_error *err) {
+                    int bad_image, vitc_result *out, vitc_error *err) {
     vt_err e = {0};
     call_env env = {0, 0};
-    if (enter(m, &env, &e)) return fail(err, "%s", e.msg);
+    if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     vt_predictor *p = res ? predictor(m, n, size, VT_PRED_LOGITS, &e) : NULL;
-    if (!res) vt_seterr(&e, "out of memory (%d results)", n);
+    if (!res) vt_seterr_code(&e, VT_E_NOMEM, "out of memory (%d results)", n);
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
     for (int i = 0; bad >= 0 && i < n; i++)
@@ -348,6 +375,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
         memset(r, 0, sizeof *r);
         r->ok = res[i].ok;
         format_into(r->error, sizeof r->error, "%s", res[i].ok ? "" : res[i].err.msg);
+        r->code = res[i].ok ? VITC_OK : code_of(&res[i].err, bad_image);
         r->k = res[i].ok ? res[i].top.k : 0;
         for (int j = 0; j < r->k; j++) {
             r->index[j] = res[i].top.cls[j];
@@ -356,7 +384,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
         }
     }
     free(res);
-    if (bad < 0) return fail(err, "%s", e.msg);
+    if (bad < 0) return fail(err, code_of(&e, VITC_E_FAILED), "%s", e.msg);
     return bad;
 }
 
@@ -364,51 +392,55 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
 static int image_model(const vitc_model *m, vitc_error *err) {
     const int C = m->cfg.arch.in_chans;
     if (C == 1 || C == 3) return 0;
-    return fail(err, "%s takes %d input channels, and images feed models of 1 (L) or 3 (RGB): give it preprocessed "
-                "tensors (vitc_classify_tensor, vitc_logits)", m->cfg.name, C);
+    return fail(err, VITC_E_ARGUMENT, "%s takes %d input channels, and images feed models of 1 (L) or 3 (RGB): give "
+                "it preprocessed tensors (vitc_classify_tensor, vitc_logits)", m->cfg.name, C);
 }
 
 int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, paths, n, k, 1, out, err) || image_model(m, err)) return -1;
     for (int i = 0; i < n; i++)
-        if (!paths[i]) return fail(err, "%s: path %d is NULL", m->cfg.name, i);
+        if (!paths[i]) return fail(err, VITC_E_ARGUMENT, "%s: path %d is NULL", m->cfg.name, i);
     source s = {paths, 0};
-    return classify(m, file_source, &s, paths, n, m->cfg.arch.img_size, k, out, err);
+    return classify(m, file_source, &s, paths, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
 }
 
 int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, images, n, k, 1, out, err) || image_model(m, err)) return -1;
     source s = {images, 0};
-    return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, out, err);
+    return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
 }
 
 int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, x, n, k, 1, out, err)) return -1;
-    if (size < 0 || size > 4096) return fail(err, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    if (size < 0 || size > 4096)
+        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
     source s = {x, 0};
-    return classify(m, tensor_source, &s, NULL, n, size > 0 ? size : m->cfg.arch.img_size, k, out, err);
+    return classify(m, tensor_source, &s, NULL, n, size > 0 ? size : m->cfg.arch.img_size, k, VITC_E_FAILED, out,
+                    err);
 }
 
 int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {
     if (check_args(m, path, 1, 0, 0, out, err)) return -1;
     const vt_preprocess pp = vt_model_preprocess(&m->cfg);
     vt_err e = {0};
-    return vt_image_load(path, &pp, out, &e) ? fail(err, "%s", e.msg) : 0;
+    return vt_image_load(path, &pp, out, &e) ? fail(err, code_of(&e, VITC_E_IMAGE), "%s", e.msg) : 0;
 }
 
 static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
 
 /* The size of tensor calls (0: the model's) after checking it and the n images x (finite values); -1 on error. */
 static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
-    if (size < 0 || size > 4096) return fail(err, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    if (size < 0 || size > 4096)
+        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
     size = size > 0 ? size : m->cfg.arch.img_size;
     vt_model_cfg at; /* a size the model cannot take is refused before its n images are read */
     vt_err e = {0};
-    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, "%s", e.msg);
+    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
     const int64_t per = (int64_t)m->cfg.arch.in_chans * size * size;
     for (int64_t j = 0; j < per * n; j++)
         if (!isfinite(x[j]))
-            return fail(err, "%s: image %lld of the input holds NaN or Inf", m->cfg.name, (long long)(j / per));
+            return fail(err, VITC_E_ARGUMENT, "%s: image %lld of the input holds NaN or Inf", m->cfg.name,
+                        (long long)(j / per));
     return size;
 }
 
@@ -424,14 +456,14 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
                vitc_tensor *dst, vitc_error *err) {
     vt_err e = {0};
     call_env env = {0, 0};
-    if (enter(m, &env, &e)) return fail(err, "%s", e.msg);
+    if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
     vt_predictor *p = predictor(m, n, size, what, &e);
     if (p && nout < 0) nout = p->nmaps; /* every stage map */
     for (int i = 0; p && alloc && i < nout; i++) {
         const vt_tensor *t = output(p, which ? which[i] : i);
         if (tensor_new(&dst[i], n, t->ndim, t->shape)) {
             for (int j = 0; j < i; j++) vitc_tensor_free(&dst[j]);
-            vt_seterr(&e, "%s: out of memory for the outputs of %d images", m->cfg.name, n);
+            vt_seterr_code(&e, VT_E_NOMEM, "%s: out of memory for the outputs of %d images", m->cfg.name, n);
             p = NULL;
         }
     }
@@ -447,7 +479,7 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
         }
     }
     leave(m, &env);
-    return p ? nout : fail(err, "%s", e.msg);
+    return p ? nout : fail(err, code_of(&e, VITC_E_FAILED), "%s", e.msg);
 }
 
 int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err) {

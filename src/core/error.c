@@ -28,6 +28,14 @@ int vt_seterr_code(vt_err *e, int code, const char *fmt, ...) {
     return -1;
 }
 
+int vt_seterr_from(vt_err *e, const vt_err *cause, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_first(e, cause ? cause->code : VT_E_FAILED, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void vt_fputs_clean(FILE *f, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* a C1 control in UTF-8 (U+0080..U+009F, e.g. CSI) */
@@ -105,7 +113,7 @@ void *vt_alloc(size_t n, vt_err *e) {
     if (sz == 0) sz = 64;
     void *p = aligned_alloc(64, sz);
     if (!p) {
-        vt_seterr(e, "out of memory allocating %zu bytes", n);
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory allocating %zu bytes", n);
         return NULL;
     }
     memset(p, 0, sz);

@@ -177,7 +177,7 @@ void vt_scope(vt_graph *g, const char *scope) {
     if (grow(g, (void ***)&g->scopes, g->nscopes, &g->scap)) return;
     char *s = malloc(strlen(scope) + 1);
     if (!s) {
-        vt_seterr(&g->err, "out of memory");
+        vt_seterr_code(&g->err, VT_E_NOMEM, "out of memory");
         return;
     }
     strcpy(s, scope);
@@ -406,7 +406,7 @@ static int cmp_size(const void *a, const void *b) {
 static int64_t place(buf_t *b, int nb, vt_err *e) {
     qsort(b, (size_t)nb, sizeof *b, cmp_size);
     buf_t **placed = malloc(sizeof(*placed) * (size_t)(nb + 1));
-    if (!placed) return vt_seterr(e, "out of memory planning the graph");
+    if (!placed) return vt_seterr_code(e, VT_E_NOMEM, "out of memory planning the graph");
     int64_t total = 0;
     for (int i = 0; i < nb; i++) {
         int64_t off = 0;

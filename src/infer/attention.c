@@ -458,7 +458,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
     r->primv = calloc(nm, sizeof(*r->primv));
     r->primh = calloc(nm, sizeof(*r->primh));
     if (!mods || !mod_of || !r->sel || !r->prim || !r->cur || !r->selv || !r->primv || !r->primh) {
-        vt_seterr(e, "out of memory");
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < g->nmaps; i++) {
@@ -544,7 +544,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
     rc = 0;
     goto done;
 oom:
-    vt_seterr(e, "out of memory");
+    vt_seterr_code(e, VT_E_NOMEM, "out of memory");
 done:
     free(mods);
     free(mod_of);
@@ -747,7 +747,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     run_free(&r);
     return 0;
 oom:
-    vt_seterr(e, "out of memory");
+    vt_seterr_code(e, VT_E_NOMEM, "out of memory");
 fail:
     run_free(&r);
     return -1;

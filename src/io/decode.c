@@ -33,7 +33,7 @@ unsigned char *vt_image_convert(const unsigned char *src, int w, int h, int from
     const size_t np = (size_t)w * (size_t)h;
     unsigned char *dst = malloc(np * (size_t)to);
     if (!dst) {
-        vt_seterr(e, "out of memory (%d×%d image)", w, h);
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", w, h);
         return NULL;
     }
     for (size_t i = 0; i < np; i++) {
@@ -98,7 +98,7 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_read_struct(&png, &info, NULL);
-        return vt_seterr(e, "out of memory (libpng)");
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory (libpng)");
     }
     unsigned char *volatile raw = NULL;
     png_bytep *volatile rows = NULL;
@@ -147,7 +147,7 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
 
 static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e) {
     tjhandle tj = tjInitDecompress();
-    if (!tj) return vt_seterr(e, "out of memory (libjpeg-turbo)");
+    if (!tj) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (libjpeg-turbo)");
     int w = 0, h = 0, sub = -1, space = -1, rc = 0; /* a file of tables only leaves them unset, with no error */
     if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &space)) {
         rc = vt_seterr(e, "corrupt JPEG: %s", tjGetErrorStr2(tj));
@@ -167,7 +167,7 @@ static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_si
         const int from = space == TJCS_GRAY ? 1 : 3;
         unsigned char *raw = malloc((size_t)sw * sh * from);
         if (!raw) {
-            rc = vt_seterr(e, "out of memory (%d×%d JPEG)", sw, sh);
+            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d JPEG)", sw, sh);
         } else if (tjDecompress2(tj, buf, (unsigned long)n, raw, sw, 0, sh, from == 1 ? TJPF_GRAY : TJPF_RGB,
                                  TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING)) {
             rc = vt_seterr(e, "corrupt JPEG: %s", tjGetErrorStr2(tj));
@@ -249,7 +249,7 @@ static int decode_pnm(const unsigned char *buf, size_t n, int chans, vt_image *i
     const unsigned char *s = buf + p.data;
     const unsigned m = (unsigned)p.maxval;
     unsigned char *pix = malloc(count);
-    if (!pix) return vt_seterr(e, "out of memory (%d×%d image)", p.w, p.h);
+    if (!pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", p.w, p.h);
     for (size_t i = 0; i < count; i++) {
         const unsigned v = bps == 2 ? (unsigned)s[2 * i] << 8 | s[2 * i + 1] : s[i];
         pix[i] = v >= m ? 255 : (unsigned char)((v * 255 + m / 2) / m);

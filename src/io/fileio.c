@@ -34,9 +34,10 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     if (stat(path, &st) != 0) { /* a new file: its folder must be there (checked before any work, as a full one is) */
-        if (errno != ENOENT) return vt_seterr(e, "%s: %s", path, strerror(errno));
+        if (errno != ENOENT) return vt_seterr_code(e, VT_E_IO, "%s: %s", path, strerror(errno));
         struct stat sd;
-        if (stat(dir, &sd) != 0) return vt_seterr(e, "cannot write %s: folder %s: %s", path, dir, strerror(errno));
+        if (stat(dir, &sd) != 0)
+            return vt_seterr_code(e, VT_E_IO, "cannot write %s: folder %s: %s", path, dir, strerror(errno));
         if (!S_ISDIR(sd.st_mode)) return vt_seterr(e, "cannot write %s: %s is not a folder", path, dir);
         return 0;
     }
@@ -82,14 +83,14 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     if (snprintf(o->tmp, sizeof o->tmp, "%s/.vitc-%ld-XXXXXX", dir, (long)getpid()) >= (int)sizeof o->tmp)
         return vt_seterr(e, "output path too long: %s", path);
     const int fd = mkstemp(o->tmp);
-    if (fd < 0) return vt_seterr(e, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
+    if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
     /* mkstemp makes it 0600: a file replaced keeps its mode, a new one gets the umask's (as open would give it) */
     fchmod(fd, stat(o->path, &st) == 0 ? st.st_mode & 07777 : new_file_mode());
     o->f = fdopen(fd, "wb");
     if (!o->f) {
         close(fd);
         remove(o->tmp);
-        return vt_seterr(e, "cannot write %s: %s", path, strerror(errno));
+        return vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", path, strerror(errno));
     }
     return 0;
 }
@@ -103,12 +104,12 @@ int vt_out_commit(vt_out *o, vt_err *e) {
     o->f = NULL;
     if (!ok) {
         remove(o->tmp);
-        return vt_seterr(e, "cannot write %s: %s", o->path, strerror(err));
+        return vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", o->path, strerror(err));
     }
     if (rename(o->tmp, o->path) != 0) {
         const int rerr = errno;
         remove(o->tmp);
-        return vt_seterr(e, "cannot move the new %s into place: %s", o->path, strerror(rerr));
+        return vt_seterr_code(e, VT_E_IO, "cannot move the new %s into place: %s", o->path, strerror(rerr));
     }
     char dir[sizeof o->path];
     dir_of(o->path, dir, sizeof dir);
@@ -160,7 +161,7 @@ int vt_copy_file(const char *src, const char *dst, vt_err *e) {
     int rc = vt_out_open(&o, dst, e);
     if (rc == 0 && fwrite(buf, 1, n, o.f) != n) {
         vt_out_abort(&o);
-        rc = vt_seterr(e, "cannot write %s: %s", dst, strerror(errno));
+        rc = vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", dst, strerror(errno));
     } else if (rc == 0) {
         rc = vt_out_commit(&o, e);
     }
@@ -177,12 +178,12 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
     *buf = NULL;
     *n = 0;
     const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
-    if (fd < 0) return vt_seterr(e, "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     const int stat_err = fstat(fd, &st) != 0 ? errno : 0;
     if (stat_err || S_ISDIR(st.st_mode)) {
         close(fd);
-        return vt_seterr(e, "cannot read %s: %s", path, stat_err ? strerror(stat_err) : "it is a folder");
+        return vt_seterr_code(e, VT_E_IO, "cannot read %s: %s", path, stat_err ? strerror(stat_err) : "it is a folder");
     }
     const int reg = S_ISREG(st.st_mode);
     if (!reg) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
@@ -193,7 +194,7 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
     size_t cap = reg ? (size_t)st.st_size + 1 : (size_t)1 << 16, len = 0;
     size_t want = reg || !size ? SIZE_MAX : size(NULL, 0, arg); /* a stream with a size function: read to there */
     unsigned char *b = malloc(cap);
-    int rc = b ? 0 : vt_seterr(e, "out of memory reading %s", path);
+    int rc = b ? 0 : vt_seterr_code(e, VT_E_NOMEM, "out of memory reading %s", path);
     while (rc == 0) {
         if (len >= want) {
             const size_t w = size(b, len, arg);
@@ -207,7 +208,7 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
             }
             unsigned char *nb = realloc(b, cap * 2);
             if (!nb) {
-                rc = vt_seterr(e, "out of memory reading %s", path);
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory reading %s", path);
                 break;
             }
             b = nb;
@@ -216,7 +217,7 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
         const size_t room = cap - len < want - len ? cap - len : want - len;
         const ssize_t r = read(fd, b + len, room);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) rc = vt_seterr(e, "cannot read %s: %s", path, strerror(errno));
+        if (r < 0) rc = vt_seterr_code(e, VT_E_IO, "cannot read %s: %s", path, strerror(errno));
         if (r <= 0) break;
         len += (size_t)r;
     }

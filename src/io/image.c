@@ -108,7 +108,7 @@ int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow,
     unsigned char *tmp = ksv < 0 ? NULL : malloc((size_t)ow * (size_t)(ylast - yfirst) * C);
     if (!tmp) {
         free(bh), free(kh), free(bv), free(kv);
-        return vt_seterr(e, "out of memory resizing %d×%d to %d×%d", cw, ch, ow, oh);
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory resizing %d×%d to %d×%d", cw, ch, ow, oh);
     }
     for (int y = yfirst; y < ylast; y++) {
         const unsigned char *row = src->pix + ((size_t)(y0 + y) * W + x0) * C;
@@ -192,13 +192,13 @@ int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *
     vt_image img = {0, 0, 0, NULL};
     vt_err de = {0};
     if (vt_image_read(path, &buf, &n, &de)) /* its message names the file once */
-        return vt_seterr(e, "%s", de.msg);
+        return vt_seterr_from(e, &de, "%s", de.msg);
     if (vt_image_decode(buf, n, p->chans, 0, &img, &de)) {
         free(buf);
-        return vt_seterr(e, "cannot decode image %s: %s", path, de.msg);
+        return vt_seterr_from(e, &de, "cannot decode image %s: %s", path, de.msg);
     }
     free(buf);
     const int rc = vt_image_preprocess(img.pix, img.w, img.h, p, out, &de);
     vt_image_free(&img);
-    return rc ? vt_seterr(e, "image %s: %s", path, de.msg) : 0;
+    return rc ? vt_seterr_from(e, &de, "image %s: %s", path, de.msg) : 0;
 }

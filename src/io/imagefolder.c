@@ -40,13 +40,13 @@ typedef struct {
 } strlist;
 
 static int push(strlist *l, char *s, vt_err *e) {
-    if (!s) return vt_seterr(e, "out of memory scanning an image folder");
+    if (!s) return vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 64;
         char **p = realloc(l->s, sizeof(char *) * (size_t)cap);
         if (!p) {
             free(s);
-            return vt_seterr(e, "out of memory scanning an image folder");
+            return vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
         }
         l->s = p;
         l->cap = cap;
@@ -92,7 +92,7 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
         char *full = join(dir, de->d_name);
         if (!full) {
-            rc = vt_seterr(e, "out of memory scanning an image folder");
+            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
             break;
         }
         struct stat st; /* looked up by its name in the open folder: a path past PATH_MAX still says what it is, and
@@ -155,7 +155,7 @@ static int seen_add(seen_set *s, const char *dir, vt_err *e) {
     if (stat(dir, &st) != 0) return cannot_open(dir, e);
     if (2 * (s->n + 1) > s->cap) { /* grow to keep the load under 1/2 */
         seen_set g = {calloc(s->cap ? 2 * s->cap : 64, sizeof(seen_dir)), 0, s->cap ? 2 * s->cap : 64};
-        if (!g.t) return vt_seterr(e, "out of memory scanning an image folder");
+        if (!g.t) return vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
         for (size_t i = 0; i < s->cap; i++)
             if (s->t[i].path) g.t[seen_slot(&g, s->t[i].dev, s->t[i].ino)] = s->t[i];
         g.n = s->n;
@@ -166,7 +166,7 @@ static int seen_add(seen_set *s, const char *dir, vt_err *e) {
     if (s->t[i].path)
         return vt_seterr(e, "image folder: %s is the folder %s reached again (a symlink loop, or two links to one "
                          "folder); each folder may be reached once", dir, s->t[i].path);
-    if (!(s->t[i].path = strdup(dir))) return vt_seterr(e, "out of memory scanning an image folder");
+    if (!(s->t[i].path = strdup(dir))) return vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
     s->t[i].dev = st.st_dev;
     s->t[i].ino = st.st_ino;
     s->n++;
@@ -184,7 +184,7 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
             int c = *cap ? 2 * *cap : 256;
             found *p = realloc(*out, sizeof(found) * (size_t)c);
             if (!p) {
-                rc = vt_seterr(e, "out of memory scanning an image folder");
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
                 break;
             }
             *out = p;
@@ -192,7 +192,7 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
         }
         char *root = strdup(dir);
         if (!root) {
-            rc = vt_seterr(e, "out of memory scanning an image folder");
+            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
             break;
         }
         (*out)[(*n)++] = (found){root, files.s[i]};
@@ -200,7 +200,8 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
     }
     for (int i = 0; rc == 0 && i < dirs.n; i++) {
         char *sub = join(dir, dirs.s[i]);
-        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, e) : vt_seterr(e, "out of memory scanning an image folder");
+        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, e)
+                 : vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
         free(sub);
     }
     strlist_free(&dirs);
@@ -266,11 +267,11 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         char *where = malloc(strlen(split_dir) + 64);
         if (where) snprintf(where, strlen(split_dir) + 64, "image folder: a class folder in %s", split_dir);
         for (int c = 0; rc == 0 && c < cls.n; c++)
-            rc = where ? check_class_name(cls.s[c], where, e) : vt_seterr(e, "out of memory");
+            rc = where ? check_class_name(cls.s[c], where, e) : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         free(where);
     }
     int *label_of = rc == 0 ? calloc((size_t)cls.n, sizeof(int)) : NULL;
-    if (rc == 0 && !label_of) rc = vt_seterr(e, "out of memory");
+    if (rc == 0 && !label_of) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     for (int c = 0; rc == 0 && c < cls.n; c++) {
         label_of[c] = c;
         if (classes) {
@@ -286,7 +287,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         }
         char *cdir = join(split_dir, cls.s[c]);
         const int before = nf;
-        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, e) : vt_seterr(e, "out of memory");
+        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, e) : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         if (rc == 0 && nf == before)
             rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
         if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
@@ -294,7 +295,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         for (int i = before; rc == 0 && i < nf; i++) { /* root becomes the full path */
             char *p = join(fs[i].root, fs[i].name);
             if (!p) {
-                rc = vt_seterr(e, "out of memory");
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
                 break;
             }
             free(fs[i].root);
@@ -304,7 +305,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         }
         if (rc == 0) {
             int *l = realloc(out->labels, sizeof(int) * (size_t)(nf > 0 ? nf : 1));
-            if (!l) rc = vt_seterr(e, "out of memory");
+            if (!l) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
             else out->labels = l;
             for (int i = before; rc == 0 && i < nf; i++) out->labels[i] = label_of[c];
         }
@@ -314,14 +315,15 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         out->paths = malloc(sizeof(char *) * (size_t)nf);
         const int K = classes ? classes->nclasses : cls.n;
         out->classes = calloc((size_t)K, sizeof(char *));
-        if (!out->paths || !out->classes) rc = vt_seterr(e, "out of memory");
+        if (!out->paths || !out->classes) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         for (int i = 0; rc == 0 && i < nf; i++) {
             out->paths[i] = fs[i].root;
             fs[i].root = NULL;
         }
         out->nclasses = K;
         for (int k = 0; rc == 0 && k < K; k++)
-            if (!(out->classes[k] = strdup(classes ? classes->classes[k] : cls.s[k]))) rc = vt_seterr(e, "out of memory");
+            if (!(out->classes[k] = strdup(classes ? classes->classes[k] : cls.s[k])))
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     }
     for (int i = 0; i < nf; i++) {
         free(fs[i].root);
@@ -345,7 +347,7 @@ int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *
     char *t = join(dir, "train"), *v = join(dir, "val");
     int rc = 0;
     if (!t || !v)
-        rc = vt_seterr(e, "out of memory");
+        rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     else if (!is_dir(t))
         rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...)",
                        dir, dir, dir);
@@ -364,19 +366,19 @@ int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *
 
 int vt_imagefolder_write_classes(const vt_imagefolder *f, const char *path, vt_err *e) {
     cJSON *o = cJSON_CreateObject();
-    int rc = o ? 0 : vt_seterr(e, "out of memory");
+    int rc = o ? 0 : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     for (int k = 0; rc == 0 && k < f->nclasses; k++) {
         char key[16];
         snprintf(key, sizeof key, "%d", k);
-        if (!cJSON_AddStringToObject(o, key, f->classes[k])) rc = vt_seterr(e, "out of memory");
+        if (!cJSON_AddStringToObject(o, key, f->classes[k])) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     }
     char *text = rc == 0 ? cJSON_Print(o) : NULL;
-    if (rc == 0 && !text) rc = vt_seterr(e, "out of memory");
+    if (rc == 0 && !text) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     if (rc == 0) {
         size_t n = strlen(text);
         char *withnl = malloc(n + 2);
         if (!withnl) {
-            rc = vt_seterr(e, "out of memory");
+            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         } else {
             memcpy(withnl, text, n);
             memcpy(withnl + n, "\n", 2);
@@ -472,7 +474,7 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
         else if (check_class_name(v->valuestring, where, &ne))
             rc = vt_seterr(e, "%s: %s", path, ne.msg);
         else if (!(nm[k] = strdup(v->valuestring)))
-            rc = vt_seterr(e, "out of memory");
+            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     }
     if (rc == 0) { /* a name given twice: sorted, equal names are neighbours */
         memcpy(keys, nm, sizeof(char *) * (size_t)K);

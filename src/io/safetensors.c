@@ -185,7 +185,7 @@ static int parse_metadata(const cJSON *m, vt_st_file *f, vt_err *e) {
     if (!cJSON_IsObject(m)) return vt_seterr(e, "__metadata__ is not a JSON object");
     int oom;
     const char *dup = find_duplicate_key(m, &oom);
-    if (oom) return vt_seterr(e, "out of memory reading __metadata__");
+    if (oom) return vt_seterr_code(e, VT_E_NOMEM, "out of memory reading __metadata__");
     if (dup) return vt_seterr(e, "duplicate key '%.64s' in __metadata__", dup);
     int n = 0;
     for (const cJSON *c = m->child; c; c = c->next) {
@@ -196,13 +196,13 @@ static int parse_metadata(const cJSON *m, vt_st_file *f, vt_err *e) {
     if (n == 0) return 0;
     f->meta_keys = calloc((size_t)n, sizeof(char *));
     f->meta_vals = calloc((size_t)n, sizeof(char *));
-    if (!f->meta_keys || !f->meta_vals) return vt_seterr(e, "out of memory reading __metadata__");
+    if (!f->meta_keys || !f->meta_vals) return vt_seterr_code(e, VT_E_NOMEM, "out of memory reading __metadata__");
     for (const cJSON *c = m->child; c; c = c->next) {
         f->meta_keys[f->n_meta] = xstrdup(c->string ? c->string : "");
         f->meta_vals[f->n_meta] = xstrdup(c->valuestring);
         f->n_meta++;
         if (!f->meta_keys[f->n_meta - 1] || !f->meta_vals[f->n_meta - 1])
-            return vt_seterr(e, "out of memory reading __metadata__");
+            return vt_seterr_code(e, VT_E_NOMEM, "out of memory reading __metadata__");
     }
     return 0;
 }
@@ -217,7 +217,7 @@ static int parse_entry(const cJSON *c, vt_st_entry *t, vt_err *e) {
     if (!cJSON_IsObject(c)) return vt_seterr(e, "tensor '%s': entry is not a JSON object", name);
     int oom;
     const char *dup = find_duplicate_key(c, &oom);
-    if (oom) return vt_seterr(e, "out of memory reading tensor '%s'", name);
+    if (oom) return vt_seterr_code(e, VT_E_NOMEM, "out of memory reading tensor '%s'", name);
     if (dup) return vt_seterr(e, "tensor '%s': duplicate key '%.64s'", name, dup);
 
     const cJSON *dt = NULL, *sh = NULL, *off = NULL;
@@ -385,7 +385,7 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     int oom;
     const char *dup = find_duplicate_key(root, &oom);
     if (oom) {
-        vt_seterr(e, "out of memory reading header");
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory reading header");
         goto done;
     }
     if (dup) {
@@ -401,7 +401,7 @@ static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     spans = calloc(n ? (size_t)n : 1, sizeof *spans);
     by_name = calloc(n ? (size_t)n : 1, sizeof *by_name);
     if (!f->entries || !f->sorted || !spans || !by_name) {
-        vt_seterr(e, "out of memory reading header");
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory reading header");
         goto done;
     }
     for (const cJSON *c = root->child; c; c = c->next) {
@@ -475,7 +475,7 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     /* Plain malloc of exactly len bytes (not vt_alloc's rounded size) so ASan/fuzzing see overreads;
      * alignment does not matter since tensor data may sit at any offset anyway. */
     uint8_t *copy = malloc(len ? len : 1);
-    if (!copy) return vt_seterr(e, "out of memory copying %zu bytes", len);
+    if (!copy) return vt_seterr_code(e, VT_E_NOMEM, "out of memory copying %zu bytes", len);
     if (len) memcpy(copy, buf, len);
     return parse_owned(copy, len, f, e);
 }
@@ -516,8 +516,8 @@ int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     size_t len = 0;
     vt_err local = {0};
     if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
-        return vt_seterr(e, "%s", local.msg);
-    if (parse_owned(buf, len, f, &local) != 0) return vt_seterr(e, "%s: %s", path, local.msg);
+        return vt_seterr_from(e, &local, "%s", local.msg);
+    if (parse_owned(buf, len, f, &local) != 0) return vt_seterr_from(e, &local, "%s: %s", path, local.msg);
     return 0;
 }
 
@@ -748,7 +748,7 @@ static int check_outs(const vt_st_out *ts, int n, uint64_t *nbytes, vt_err *e) {
     }
     if (n > 1) {
         const vt_st_out **s = malloc((size_t)n * sizeof *s);
-        if (!s) return vt_seterr(e, "out of memory");
+        if (!s) return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         for (int i = 0; i < n; i++) s[i] = &ts[i];
         qsort(s, (size_t)n, sizeof *s, cmp_out_name);
         for (int i = 1; i < n; i++) {
@@ -786,7 +786,7 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
         char *txt = rc == 0 ? cJSON_PrintUnformatted(m) : NULL;
         cJSON_Delete(m);
         if (rc != 0) return -1;
-        if (!txt) return vt_seterr(e, "out of memory printing metadata");
+        if (!txt) return vt_seterr_code(e, VT_E_NOMEM, "out of memory printing metadata");
         sb_str(b, "\"__metadata__\":");
         sb_str(b, txt);
         free(txt);
@@ -812,7 +812,7 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
     }
     sb_str(b, "}");
     while (b->n % 8) sb_str(b, " ");
-    if (b->oom) return vt_seterr(e, "out of memory building the header");
+    if (b->oom) return vt_seterr_code(e, VT_E_NOMEM, "out of memory building the header");
     if (b->n > VT_ST_MAX_HEADER) return vt_seterr(e, "header too large: %zu bytes (limit %u)", b->n, VT_ST_MAX_HEADER);
     return 0;
 }
@@ -820,7 +820,7 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
 int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *metadata_json, vt_err *e) {
     if (n < 0 || (n > 0 && !tensors)) return vt_seterr(e, "%s: invalid tensor list", path);
     uint64_t *nbytes = calloc(n ? (size_t)n : 1, sizeof *nbytes);
-    if (!nbytes) return vt_seterr(e, "out of memory");
+    if (!nbytes) return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     sbuf hb = {0};
     int rc = -1;
     vt_err local = {0};

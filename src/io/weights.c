@@ -343,7 +343,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
     int64_t **ibufs = calloc(n ? (size_t)n : 1, sizeof *ibufs);
     int rc = -1;
     if (!outs || !ibufs) {
-        vt_seterr(e, "out of memory saving %s", path);
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory saving %s", path);
         goto done;
     }
     for (int i = 0; i < n; i++) {
@@ -440,7 +440,7 @@ int vt_params_save_grads(const vt_params *P, const char *path, const float *loss
     char(*names)[VT_NAMELEN + 8] = calloc((size_t)P->n + 1, VT_NAMELEN + 8);
     int n = 0, rc = -1;
     if (!out || !names) {
-        vt_seterr(e, "out of memory saving %s", path);
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory saving %s", path);
     } else {
         const int64_t k = vt_first_nonfinite(losses, steps);
         if (k >= 0) {

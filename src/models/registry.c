@@ -508,7 +508,7 @@ int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
         s->scope_params = calloc((size_t)g->nscopes, sizeof *s->scope_params);
         s->scope_macs = calloc((size_t)g->nscopes, sizeof *s->scope_macs);
         if (!s->scope || !s->scope_params || !s->scope_macs) {
-            vt_seterr(e, "out of memory");
+            vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         } else {
             s->nscopes = g->nscopes;
             for (int i = 0; i < g->nscopes; i++) snprintf(s->scope[i], VT_NAMELEN, "%s", g->scopes[i]);

@@ -50,7 +50,7 @@ static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, fl
             return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
                              VT_IMAGE_MAX_SIDE);
         r = (vt_image){sw, sh, img->chans, malloc((size_t)sw * sh * img->chans)};
-        if (!r.pix) return vt_seterr(e, "out of memory resizing an image to %d×%d", sw, sh);
+        if (!r.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory resizing an image to %d×%d", sw, sh);
         if (vt_image_resize(img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, r.pix, e)) {
             vt_image_free(&r);
             return -1;

@@ -164,7 +164,7 @@ int vt_bench_input(const vt_data *d, int batch, int workers, int batches, double
     int *lab = malloc(sizeof(int) * (size_t)batch), *idx = malloc(sizeof(int) * (size_t)n);
     vt_loader *L = x && lab && idx ? vt_loader_new(&d->train, &d->train_tf, batch, workers, 3, VT_BAD_REPLACE, e)
                                    : NULL;
-    int rc = L ? 0 : (x && lab && idx ? -1 : vt_seterr(e, "out of memory"));
+    int rc = L ? 0 : (x && lab && idx ? -1 : vt_seterr_code(e, VT_E_NOMEM, "out of memory"));
     int64_t got = 0;
     double t0 = now_s();
     for (int64_t epoch = 0; rc == 0 && got < want; epoch++) { /* as many passes over the data as `batches` needs */

@@ -134,9 +134,9 @@ int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *clas
         return vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", data, data);
     vt_imagefolder *names = &d->f_train; /* the class list alone: no training images */
     names->classes = calloc((size_t)nclasses, sizeof(char *));
-    int rc = names->classes ? 0 : vt_seterr(e, "out of memory");
+    int rc = names->classes ? 0 : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     for (int k = 0; rc == 0 && k < nclasses; k++, names->nclasses++)
-        if (!(names->classes[k] = strdup(classes[k]))) rc = vt_seterr(e, "out of memory");
+        if (!(names->classes[k] = strdup(classes[k]))) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     if (rc == 0) rc = vt_imagefolder_scan(val, names, &d->f_val, e);
     if (rc) {
         vt_data_close(d);

@@ -102,7 +102,7 @@ int vt_dist_shard(const int *perm, int n, int size, int rank, int *out) {
 int vt_dist_epoch_indices(const vt_dist *d, int n, uint64_t seed, int64_t epoch, int *out, vt_err *e) {
     if (n < 1) return vt_seterr(e, "empty dataset");
     int *perm = malloc(sizeof(int) * (size_t)n);
-    if (!perm) return vt_seterr(e, "out of memory");
+    if (!perm) return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     vt_rng r;
     vt_rng_seed(&r, (seed ^ 0xda7aULL) + 0x9e3779b97f4a7c15ULL * (uint64_t)(epoch + 1));
     vt_iota(perm, n);
@@ -159,7 +159,8 @@ int vt_dist_bcast_bytes(const vt_dist *d, char **buf, size_t *len, vt_err *e) {
             free(*buf);
             *buf = NULL;
         }
-        return vt_seterr(e, "out of memory for a broadcast of %lld bytes (on some rank)", (long long)n);
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory for a broadcast of %lld bytes (on some rank)",
+                              (long long)n);
     }
     return mpi_check(MPI_Bcast(*buf, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast", e);
 }

@@ -193,7 +193,7 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
     }
     vt_loader *L = calloc(1, sizeof *L);
     if (!L) {
-        vt_seterr(e, "out of memory");
+        vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         return NULL;
     }
     L->src = src;
@@ -244,7 +244,7 @@ int vt_loader_start_keyed(vt_loader *L, const int *idx, const uint64_t *keys, in
     if (!copy || (keys && !kcopy)) {
         free(copy);
         free(kcopy);
-        return vt_seterr(e, "out of memory");
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     }
     memcpy(copy, idx, sizeof(int) * (size_t)n);
     if (keys) memcpy(kcopy, keys, sizeof(uint64_t) * (size_t)n);

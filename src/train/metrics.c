@@ -228,7 +228,7 @@ static int read_metrics(const char *path, double **rows_out, int *nrows_out, vt_
             int nc = rcap ? 2 * rcap : 64;
             double *nr = realloc(rows, (size_t)nc * NFIELDS * sizeof *nr);
             if (!nr) {
-                vt_seterr(e, "out of memory reading %s", path);
+                vt_seterr_code(e, VT_E_NOMEM, "out of memory reading %s", path);
                 goto done;
             }
             rows = nr;

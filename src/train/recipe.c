@@ -335,12 +335,12 @@ int vt_recipe_save(const vt_recipe *r, const char *path, vt_err *e) {
     cJSON *j = to_json(r);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
-    if (!text) return vt_seterr(e, "out of memory writing %s", path);
+    if (!text) return vt_seterr_code(e, VT_E_NOMEM, "out of memory writing %s", path);
     size_t n = strlen(text);
     char *t2 = malloc(n + 2);
     if (!t2) {
         cJSON_free(text);
-        return vt_seterr(e, "out of memory writing %s", path);
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory writing %s", path);
     }
     memcpy(t2, text, n);
     t2[n] = '\n';

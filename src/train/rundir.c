@@ -99,7 +99,7 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
         free(out);
         free(names);
         free(i64);
-        return vt_seterr(e, "out of memory writing a checkpoint");
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory writing a checkpoint");
     }
     for (int i = 0; rc == 0 && i < P->n + ne; i++, k++) { /* the model, then its EMA (ema/<name>) */
         const vt_tensor *t = i < P->n ? P->t[i] : ema->t[i - P->n];
@@ -135,7 +135,9 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
     char *meta = rc ? NULL : checkpoint_metadata(c, o, st, world_size);
-    if (rc == 0) rc = meta ? vt_st_write(path, out, k, meta, e) : vt_seterr(e, "out of memory writing a checkpoint");
+    if (rc == 0)
+        rc = meta ? vt_st_write(path, out, k, meta, e)
+                  : vt_seterr_code(e, VT_E_NOMEM, "out of memory writing a checkpoint");
     cJSON_free(meta);
     for (int i = 0; i < P->n + ne; i++) vt_free(i64[i]);
     free(out);
@@ -491,7 +493,7 @@ int command_record(const vt_train_opts *o, const char *path, vt_err *e) {
     char *text = malloc(n + m + 2);
     if (!text) {
         free(prev);
-        return vt_seterr(e, "out of memory");
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     }
     if (n) memcpy(text, prev, n);
     if (n && text[n - 1] != '\n') text[n++] = '\n';

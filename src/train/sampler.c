@@ -23,7 +23,7 @@ int vt_ra_sample(int *out, int n, int repeats, int replicas, int rank, vt_rng *r
         return vt_seterr(e, "repeated-augmentation sampler: bad n %d, repeats %d, replicas %d, rank %d", n, repeats,
                          replicas, rank);
     int *perm = malloc(sizeof(int) * (size_t)n);
-    if (!perm) return vt_seterr(e, "out of memory");
+    if (!perm) return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     vt_iota(perm, n);
     vt_shuffle(perm, n, rng);
     const int sel = vt_ra_count(n, replicas);

@@ -185,7 +185,7 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
     vt_graph_output(g, logits);
     int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
-    if (rc == 0 && (!idx || !lab)) rc = vt_seterr(e, "out of memory");
+    if (rc == 0 && (!idx || !lab)) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     if (rc == 0) {
         const vt_dtype_use u = vt_graph_dtype_use(g);
         r->linears = u.linears;
@@ -611,7 +611,7 @@ static int run_open(train_run *r, vt_err *e) {
                                                     "--no-repeated-aug visits all)" : "");
     if (!(r->idx = malloc(sizeof(int) * (size_t)N)) || !(r->keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
         !(r->lab = malloc(sizeof(int) * (size_t)B)))
-        return vt_seterr(e, "out of memory");
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     return 0;
 }
 

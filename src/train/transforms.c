@@ -380,7 +380,7 @@ int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp,
     default: break;
     }
     unsigned char *tmp = malloc(n);
-    if (!tmp) return vt_seterr(e, "out of memory (%d×%d image)", img->w, img->h);
+    if (!tmp) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", img->w, img->h);
     if (op >= VT_RA_COLOR_INC && op <= VT_RA_SHARPNESS_INC) { /* factor 1 ± 0.9·lvl */
         const int rc = degenerate(img, op, tmp, e);
         if (!rc) blend(img, tmp, (float)(1.0 + sgn * (lvl * 0.9)));
@@ -466,7 +466,7 @@ int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, fl
     const int interp =
         p->interp != VT_INTERP_RANDOM ? p->interp : vt_rng_below(rng, 2) ? VT_INTERP_BICUBIC : VT_INTERP_BILINEAR;
     vt_image img = {S, S, C, malloc((size_t)S * S * C)};
-    if (!img.pix) return vt_seterr(e, "out of memory (%d×%d image)", S, S);
+    if (!img.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", S, S);
     if (vt_image_resize(src, box[0], box[1], box[2], box[3], S, S, (vt_interp)interp, img.pix, e)) {
         free(img.pix);
         return -1;
