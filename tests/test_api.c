@@ -5,6 +5,7 @@
  * under ASan + UBSan with leak detection (build-asan/unit). */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,12 @@ static double max_diff(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
     return d;
 }
+
+/* 0.4's code took the last 4 bytes of 0.3's message arrays: sizes and every other offset are 0.3's (LP64). */
+_Static_assert(sizeof(vitc_error) == 512 && offsetof(vitc_error, code) == 508, "vitc_error's 0.3 layout");
+_Static_assert(offsetof(vitc_result, code) == offsetof(vitc_result, error) + 508 &&
+                   sizeof(vitc_result) == offsetof(vitc_result, error) + 512,
+               "vitc_result's 0.3 layout");
 
 static void check_open_errors(vt_test *T, const char *w) {
     vitc_error err;
@@ -95,8 +102,8 @@ static void check_open_errors(vt_test *T, const char *w) {
     if (oj) fclose(oj);
     T_CHECK(T, got > 64 && !vitc_open("vit_fmnist_tiny", cut, NULL, &err) && err.code == VITC_E_WEIGHTS,
             "truncated: %s (%d)", err.msg, err.code);
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", junk, NULL, &err) && err.code == VITC_E_WEIGHTS, "not safetensors: %s (%d)",
-            err.msg, err.code);
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", junk, NULL, &err) && err.code == VITC_E_WEIGHTS,
+            "not safetensors: %s (%d)", err.msg, err.code);
     unlink(cut);
     unlink(junk);
 }
@@ -204,8 +211,11 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
                    err.code == A, "%s (%d)", err.msg, err.code);
     vitc_tensor maps[VITC_MAX_STAGES];
     memset(maps, 0xA5, sizeof maps); /* garbage, as an embedder's uninitialised array */
-    T_CHECK(T, vitc_stage_features(m, x, 1, 0, maps, &err) == -1 && strstr(err.msg, "no stage feature maps"), "%s",
-            err.msg);
+    T_CHECK(T, vitc_stage_features(m, x, 1, 0, maps, &err) == -1 && strstr(err.msg, "no stage feature maps") &&
+                   err.code == A, "%s (%d)", err.msg, err.code);
+    T_CHECK(T, vitc_classify_tensor(m, x, 1, 20, 3, res, &err) == -1 && strstr(err.msg, "not 20×20") && err.code == A,
+            "a size the model refuses: %s (%d)", err.msg, err.code);
+    T_CHECK(T, vitc_set_dtype(NULL, "fp32", &err) == -1 && err.code == A, "no model: %s (%d)", err.msg, err.code);
     int zeroed = 1;
     for (int i = 0; i < VITC_MAX_STAGES; i++) zeroed &= maps[i].data == NULL && maps[i].ndim == 0;
     T_CHECK(T, zeroed, "vitc_stage_features on error: every map zeroed (safe to free)");

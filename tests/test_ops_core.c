@@ -230,6 +230,29 @@ static void check_shape_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* An error's kind survives the messages that wrap it: vt_seterr_from, and a graph's first error (here out of memory,
+ * as vt_alloc sets it) through vt_graph_finalize; a plain vt_seterr is VT_E_FAILED, and only the first error counts. */
+static void check_error_codes(vt_test *T) {
+    vt_err cause = {0}, e = {0};
+    vt_seterr_code(&cause, VT_E_IO, "cannot open x: No such file or directory");
+    vt_seterr_from(&e, &cause, "weights: %s", cause.msg);
+    T_CHECK(T, e.code == VT_E_IO && strstr(e.msg, "weights: cannot open x"), "from: %d %s", e.code, e.msg);
+    vt_seterr(&e, "a second error");
+    T_CHECK(T, e.code == VT_E_IO && !strstr(e.msg, "second"), "the first error stays: %d %s", e.code, e.msg);
+    vt_clearerr(&e);
+    vt_seterr(&e, "plain");
+    T_CHECK(T, e.code == VT_E_FAILED, "plain: %d", e.code);
+    vt_err none = {0};
+    vt_params *P = vt_params_new(&none);
+    vt_graph *g = vt_graph_new(P, 0, &none);
+    vt_seterr_code(&g->err, VT_E_NOMEM, "out of memory (a node's buffer)");
+    vt_clearerr(&e);
+    T_CHECK(T, vt_graph_finalize(g, &e) != 0 && e.code == VT_E_NOMEM && strstr(e.msg, "out of memory"),
+            "finalize keeps the kind: %d %s", e.code, e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
  * and the gradients of x, w and b, over enough rows for several panels per thread, on two threads. Variants: 0 x a
  * parameter, 1 x an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW
@@ -674,6 +697,7 @@ void test_ops_core(vt_test *T) {
     check_profile_split(T);
     check_eval_matches_train(T);
     check_shape_errors(T);
+    check_error_codes(T);
     gc_case cases[] = {
         {.name = "linear", .nx = 3, .ndim = {3, 2, 1}, .shape = {{2, 3, 5}, {4, 5}, {4}}, .build = b_linear},
         {.name = "linear_nobias_1row", .nx = 2, .ndim = {2, 2}, .shape = {{1, 7}, {1, 7}}, .build = b_linear},

@@ -3,9 +3,9 @@
  * @brief The embedding API of libvitc: open a named model with its weights, classify images or tensors, get top-k
  * classes and features, close. The only symbols libvitc.so exports; all start with `vitc_`.
  *
- * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message and
- * its kind (VITC_E_*) in the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The library keeps no mutable
- * global state: a vitc_model holds everything, including its thread count. A vitc_model runs one call at a time
+ * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message
+ * and its kind (VITC_E_*) in the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The
+ * library keeps no mutable global state: a vitc_model holds everything, including its thread count. A vitc_model runs one call at a time
  * (a call while another thread's runs on it fails, "in use"); separate models may run in separate threads.
  */
 #ifndef VITC_API_H
@@ -41,25 +41,29 @@ extern "C" {
 enum {
     VITC_OK = 0,             /**< no error */
     VITC_E_ARGUMENT = 1,     /**< an argument or option the call cannot take: NULL, out of range, an unknown dtype or
-                                  model option, a size the model refuses, NaN or Inf in an input tensor */
+                                  model option, a size the model refuses, NaN or Inf in an input tensor, features
+                                  the model has not (stage maps of a plain ViT) */
     VITC_E_MODEL = 2,        /**< an unknown model name */
     VITC_E_FILE = 3,         /**< the system could not open or read a file (missing, no permission, a folder, an I/O
                                   error) */
     VITC_E_WEIGHTS = 4,      /**< a weights file that does not hold this model: not safetensors, truncated or malformed,
                                   missing or extra tensors, wrong shapes or dtypes, non-finite values, the other form */
     VITC_E_IMAGE = 5,        /**< an image that cannot be decoded (corrupt, truncated, unknown format) or has sides
-                                  out of bounds */
+                                  out of bounds (an image's logits that are not finite: VITC_E_FAILED) */
     VITC_E_BUSY = 6,         /**< the model is running another thread's call */
     VITC_E_MEMORY = 7,       /**< out of memory */
-    VITC_E_UNSUPPORTED = 8,  /**< this CPU or build cannot run what was asked (bf16 without native kernels) */
+    VITC_E_UNSUPPORTED = 8,  /**< this CPU or build cannot run what was asked (bf16 without native kernels, or with
+                                  VITC_GEMM forcing OpenBLAS) */
     VITC_E_FAILED = 9        /**< any other failure */
 };
 
 /** The message of a failed call (empty when none) and its kind. */
 typedef struct vitc_error {
     char msg[508]; /**< NUL-terminated English message naming the model, file or argument at fault */
-    int code;      /**< VITC_E_*, VITC_OK when none (since 0.4.0; it took the last 4 bytes of 0.3's msg[512], so
-                        the struct's size and msg's offset are 0.3's) */
+    int code;      /**< VITC_E_*, VITC_OK when none (since 0.4.0: it took the last 4 bytes of 0.3's msg[512], so
+                        the struct's size and msg's offset are 0.3's, messages are cut at 507 bytes, and the struct
+                        is 4-byte aligned; a program built against 0.4 and run on a 0.3 library finds message
+                        bytes there: check vitc_version() if that can happen) */
 } vitc_error;
 
 /** An opened model: configuration, weights, thread count and cached graphs (opaque). */

@@ -12,7 +12,8 @@ enum {
     VT_E_FAILED = 0, /* a failure not classified below (the message says what) */
     VT_E_USAGE = 1,  /* an option or argument that cannot apply here (the CLI's exit status 2) */
     VT_E_IO = 2,     /* the system refused to open, read or write a file (the message gives its reason) */
-    VT_E_NOMEM = 3   /* out of memory */
+    VT_E_NOMEM = 3,  /* out of memory */
+    VT_E_NONFINITE = 4 /* a computation gave NaN or Inf (weights that overflow on an input) */
 };
 
 /* Holds the first error message of a failed call (empty when none) and its kind. Initialise with {0}. */

@@ -73,12 +73,16 @@ static int fail(vitc_error *err, int code, const char *fmt, ...) {
 }
 
 /* The VITC_E_* of an internal error: its own kind where it has one (a usage error, the system's refusal of a file,
- * out of memory), else `otherwise` (what failing at that step means: VITC_E_WEIGHTS while loading weights, ...). */
+ * out of memory, a non-finite result), else `otherwise` (what failing at that step means: VITC_E_WEIGHTS while
+ * loading weights, VITC_E_IMAGE for an image that failed, ...). */
 static int code_of(const vt_err *e, int otherwise) {
-    return e->code == VT_E_USAGE ? VITC_E_ARGUMENT
-           : e->code == VT_E_IO  ? VITC_E_FILE
-           : e->code == VT_E_NOMEM ? VITC_E_MEMORY
-                                   : otherwise;
+    switch (e->code) {
+    case VT_E_USAGE: return VITC_E_ARGUMENT;
+    case VT_E_IO: return VITC_E_FILE;
+    case VT_E_NOMEM: return VITC_E_MEMORY;
+    case VT_E_NONFINITE: return VITC_E_FAILED;
+    default: return otherwise;
+    }
 }
 
 /* Clears err (no message, VITC_OK) at the start of a call. */
@@ -410,13 +414,12 @@ int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k,
     return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
 }
 
+static int checked_size(const vitc_model *m, int size, vitc_error *err);
+
 int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out, vitc_error *err) {
-    if (check_args(m, x, n, k, 1, out, err)) return -1;
-    if (size < 0 || size > 4096)
-        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    if (check_args(m, x, n, k, 1, out, err) || (size = checked_size(m, size, err)) < 0) return -1;
     source s = {x, 0};
-    return classify(m, tensor_source, &s, NULL, n, size > 0 ? size : m->cfg.arch.img_size, k, VITC_E_FAILED, out,
-                    err);
+    return classify(m, tensor_source, &s, NULL, n, size, k, VITC_E_FAILED, out, err);
 }
 
 int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {
@@ -428,14 +431,20 @@ int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err
 
 static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
 
-/* The size of tensor calls (0: the model's) after checking it and the n images x (finite values); -1 on error. */
-static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
+/* The size of tensor calls (0: the model's) after checking that the model takes it; -1 on error. */
+static int checked_size(const vitc_model *m, int size, vitc_error *err) {
     if (size < 0 || size > 4096)
         return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
     size = size > 0 ? size : m->cfg.arch.img_size;
-    vt_model_cfg at; /* a size the model cannot take is refused before its n images are read */
+    vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
     vt_err e = {0};
     if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
+    return size;
+}
+
+/* checked_size, then the n images x (finite values); -1 on error. */
+static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
+    if ((size = checked_size(m, size, err)) < 0) return -1;
     const int64_t per = (int64_t)m->cfg.arch.in_chans * size * size;
     for (int64_t j = 0; j < per * n; j++)
         if (!isfinite(x[j]))

@@ -116,7 +116,7 @@ static int merge_one(const vt_params *P, char *used, const char *stem, vt_tensor
     if ((is_bias && d->ndim != 1) || (!is_bias && d->ndim != 2 && !conv))
         return vt_seterr(e, "deploy: %s has an unexpected shape for a merged factor map", d->name);
     double *acc = calloc((size_t)out * (size_t)in, sizeof *acc);
-    if (!acc) return vt_seterr(e, "deploy: out of memory");
+    if (!acc) return vt_seterr_code(e, VT_E_NOMEM, "deploy: out of memory");
     int nb = 0;
     for (int b = 0;; b++) {
         vt_tensor *w = rep_tensor(P, stem, b, "conv.weight"), *ga = rep_tensor(P, stem, b, "bn.weight");
@@ -149,7 +149,7 @@ static int merge_one(const vt_params *P, char *used, const char *stem, vt_tensor
 int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e) {
     if (!(bn_eps >= 0.0f)) bn_eps = CFFN_BN_EPS;
     char *used = calloc((size_t)train->n + 1, 1);
-    if (!used) return vt_seterr(e, "deploy: out of memory");
+    if (!used) return vt_seterr_code(e, VT_E_NOMEM, "deploy: out of memory");
     int rc = 0;
     for (int i = 0; rc == 0 && i < dep->n; i++) {
         vt_tensor *d = dep->t[i];

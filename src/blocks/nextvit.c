@@ -163,7 +163,7 @@ int vt_merge_pre_bn(vt_params *P, const char *target, const char *bn1, const cha
         return vt_seterr(e, "merge_bn: %s needs a weight (out, in) or (out, in, 1, 1) and a bias (out)", target);
     const int O = W->shape[0], I = W->shape[1];
     double *a = malloc(sizeof(double) * 4 * (size_t)I), *c = a + I, *s2 = a + 2 * I, *t2 = a + 3 * I;
-    if (!a) return vt_seterr(e, "merge_bn: out of memory");
+    if (!a) return vt_seterr_code(e, VT_E_NOMEM, "merge_bn: out of memory");
     int rc = bn_affine(P, bn1, I, a, c, e);
     if (!rc && bn2 && !(rc = bn_affine(P, bn2, I, s2, t2, e)))
         for (int j = 0; j < I; j++) { /* BN2(BN1(x)) = s2·(a·x + c) + t2 */

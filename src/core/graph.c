@@ -488,13 +488,13 @@ static void mark_constant(vt_graph *g) {
 }
 
 int vt_graph_finalize(vt_graph *g, vt_err *e) {
-    if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
+    if (g->err.msg[0]) return vt_seterr_from(e, &g->err, "%s", g->err.msg);
     if (g->finalized) return 0;
     if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
     if (g->training && vt_params_alloc_grads(g->P, e)) return -1;
     mark_constant(g);
     choose_kernels(g);
-    if (g->err.msg[0]) return vt_seterr(e, "%s", g->err.msg);
+    if (g->err.msg[0]) return vt_seterr_from(e, &g->err, "%s", g->err.msg);
     const int n = g->nn, T = g->training ? 2 * n : n, last = T - 1;
     buf_t *b = vt_alloc(sizeof(*b) * (size_t)(2 * g->nt + 1), e);
     if (!b) return -1;

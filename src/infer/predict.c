@@ -131,8 +131,8 @@ static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *pa
                  "than %d)", c->name, c->arch.img_size);
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */
     if (strstr(le->msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
-        return vt_seterr(e, "%s%s", le->msg, note);
-    return vt_seterr(e, "%s: %s%s", path, le->msg, note);
+        return vt_seterr_from(e, le, "%s%s", le->msg, note);
+    return vt_seterr_from(e, le, "%s: %s%s", path, le->msg, note);
 }
 
 /* c's parameters' names and shapes, without their values (vt_params.shapes_only): a wrong --dims costs no memory. */
@@ -211,7 +211,7 @@ int vt_predictor_init(vt_predictor *p, const vt_model_cfg *c, vt_params *P, int 
     p->batch = batch;
     if (batch < 1 || batch > 65536) return vt_seterr(e, "batch size %d is outside [1, 65536]", batch);
     if ((what & VT_PRED_MAPS) && !c->family->features)
-        return vt_seterr(e, "%s has no stage feature maps (only hierarchical backbones do)", c->name);
+        return vt_seterr_code(e, VT_E_USAGE, "%s has no stage feature maps (only hierarchical backbones do)", c->name);
     if (!(p->g = vt_graph_new(P, 0, e))) return -1;
     if (what & VT_PRED_MAPS) {
         p->nmaps = vt_model_features(p->g, &p->cfg, batch, &p->in, p->maps);
@@ -222,7 +222,8 @@ int vt_predictor_init(vt_predictor *p, const vt_model_cfg *c, vt_params *P, int 
         if ((what & VT_PRED_POOLED) && p->logits) {
             if (!(p->pooled = pre_logits(p->g, p->logits)) || p->pooled->ndim != 2 || p->pooled->shape[0] != batch) {
                 vt_predictor_free(p);
-                return vt_seterr(e, "%s has no pooled features (no linear classifier head found)", c->name);
+                return vt_seterr_code(e, VT_E_USAGE, "%s has no pooled features (no linear classifier head found)",
+                                      c->name);
             }
             vt_graph_output(p->g, p->pooled);
         }
@@ -271,8 +272,9 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
                     bad++;
                     char name[32];
                     snprintf(name, sizeof name, "image %d", i0 + b);
-                    vt_seterr(&r->err, "%s: the model's logits are not finite (class %d is %g): the weights overflow "
-                              "on this image", names ? names[i0 + b] : name, j, (double)row[j]);
+                    vt_seterr_code(&r->err, VT_E_NONFINITE, "%s: the model's logits are not finite (class %d is %g): "
+                                   "the weights overflow on this image", names ? names[i0 + b] : name, j,
+                                   (double)row[j]);
                 }
             if (!r->ok) continue;
             topk_of(row, K, k, &r->top);

@@ -123,8 +123,10 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
             const size_t stride = png_get_rowbytes(png, info);
             raw = malloc(stride * (size_t)h);
             rows = malloc(sizeof(png_bytep) * (size_t)h);
-            if (!raw || !rows || stride != (size_t)w * (size_t)from) {
-                rc = vt_seterr(e, "PNG of %d×%d pixels: out of memory or unsupported layout", w, h);
+            if (!raw || !rows) {
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d PNG)", w, h);
+            } else if (stride != (size_t)w * (size_t)from) {
+                rc = vt_seterr(e, "PNG of %d×%d pixels: unsupported layout (%zu bytes a row)", w, h, stride);
             } else {
                 for (int y = 0; y < h; y++) rows[y] = raw + (size_t)y * stride;
                 png_read_image(png, rows);
@@ -474,7 +476,12 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
                                    : hdr_check(buf, n, w, h, e);
     if (bad) return -1;
     unsigned char *pix = stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
-    if (!pix) return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], stbi_failure_reason());
+    if (!pix) {
+        const char *why = stbi_failure_reason();
+        if (why && strcmp(why, "outofmem") == 0)
+            return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d %s image)", w, h, fmt_name[f]);
+        return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], why);
+    }
     img->w = w;
     img->h = h;
     img->chans = chans;

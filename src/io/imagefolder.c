@@ -449,7 +449,10 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e) {
     char **nm = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
     const char **keys = calloc((size_t)(K > 0 ? K : 1), sizeof(char *));
     const cJSON **vals = calloc((size_t)(K > 0 ? K : 1), sizeof(cJSON *)); /* by class index: one pass, not K */
-    int rc = K > 0 && nm && keys && vals ? 0 : vt_seterr(e, "%s: %s", path, K > 0 ? "out of memory" : "no classes");
+    int rc = K > 0 && nm && keys && vals
+                 ? 0
+                 : vt_seterr_code(e, K > 0 ? VT_E_NOMEM : VT_E_FAILED, "%s: %s", path,
+                                  K > 0 ? "out of memory" : "no classes");
     int i = 0;
     for (const cJSON *c = o->child; rc == 0 && c; c = c->next, i++) {
         keys[i] = c->string;

@@ -281,7 +281,7 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
             : factors_missing ? ". The model's cFFN layers (`_u`, `_v`) are a plain MLP's in the file: the file was made "
                                 "without cFFN (build it with --ffn mlp)"
                               : "";
-        /* with a hint, the hint first and the file after it: a message cut to fit (vt_msg_vformat, 512 bytes in
+        /* with a hint, the hint first and the file after it: a message cut to fit (vt_msg_vformat, 508 bytes in
          * vitc_error) keeps its start, and the hint is the way out */
         size_t o = form[0] ? (size_t)snprintf(msg, sizeof msg,
                                               "weights do not match the model%s (%s: missing %d, unexpected %d, shape "

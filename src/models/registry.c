@@ -378,8 +378,9 @@ static void name_model(vt_graph *g, const vt_model_cfg *c) {
     if (!g->err.msg[0] || (strncmp(g->err.msg, c->name, n) == 0 && g->err.msg[n] == ':')) return;
     char msg[sizeof g->err.msg];
     snprintf(msg, sizeof msg, "%s", g->err.msg);
+    const int code = g->err.code; /* the kind survives the new message (out of memory stays so) */
     vt_clearerr(&g->err);
-    vt_seterr(&g->err, "%s: %s", c->name, msg);
+    vt_seterr_code(&g->err, code, "%s: %s", c->name, msg);
 }
 
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
@@ -423,7 +424,7 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
     if (!g) return -1;
     vt_tensor *y = vt_model_build(g, c, 1, NULL);
     int rc = 0;
-    if (!y) rc = vt_seterr(e, "%s", g->err.msg);
+    if (!y) rc = vt_seterr_from(e, &g->err, "%s", g->err.msg);
     vt_graph_free(g);
     if (rc) return rc;
     for (int i = 0; i < P->n; i++) {
@@ -498,7 +499,7 @@ int vt_model_summarize(const vt_model_cfg *c, vt_model_summary *s, vt_err *e) {
     int rc = -1;
     if (g) g->all_tokens = 1; /* the model's MACs, not the pruned last block's */
     if (g && !vt_model_build(g, c, 1, NULL)) { /* the configuration cannot be built: the caller's options */
-        vt_seterr_code(e, VT_E_USAGE, "%s", g->err.msg);
+        vt_seterr_code(e, g->err.code == VT_E_NOMEM ? VT_E_NOMEM : VT_E_USAGE, "%s", g->err.msg);
     } else if (g) {
         s->params = vt_params_count(P, VT_PARAM);
         s->buffers = vt_params_count(P, VT_BUFFER);

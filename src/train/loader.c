@@ -219,8 +219,9 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
         L->nthreads++;
     }
     if (!ok || L->nthreads < workers) {
-        vt_seterr(e, ok ? "cannot start %d loader threads" : "out of memory for %d loader threads and their batches",
-                  workers);
+        vt_seterr_code(e, ok ? VT_E_FAILED : VT_E_NOMEM,
+                       ok ? "cannot start %d loader threads" : "out of memory for %d loader threads and their batches",
+                       workers);
         vt_loader_free(L);
         return NULL;
     }

@@ -102,7 +102,7 @@ check "example: a corrupt image is an error naming it, the others are classified
     "[ $rc -eq 1 ] && grep -q 'noise.png' '$T/ex.err' && grep -q 'im0.png' '$T/ex.txt'" "rc $rc: $(cat "$T/ex.err")"
 LD_LIBRARY_PATH=$L "$T/classify" no_such_model "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" >/dev/null 2>"$T/ex.err"
 rc=$?
-check "example: an unknown model is an error message from the library, exit 2 from its code (VITC_E_MODEL)" \
+check "example: an unknown model is an error message from the library, exit 2 from its code" \
     "[ $rc -eq 2 ] && grep -q \"unknown model 'no_such_model'\" '$T/ex.err'" "rc $rc: $(cat "$T/ex.err")"
 
 make --no-print-directory uninstall PREFIX="$P" >"$T/un.log" 2>&1
