@@ -2,7 +2,10 @@
  * aligned_alloc, redirected here by the linker's --wrap) is made to fail in turn, the k-th of each call for every k,
  * in vitc_open and in each kind of call on an open model. Each call must then succeed (a failure vitc tolerates) or
  * fail with VITC_E_MEMORY, as the call's error or as the image's result; a model whose call failed must give the
- * same logits as before on its next call. Built and run under ASan + UBSan (the Makefile's build-asan/api_alloc):
+ * same logits as before on its next call. Then one shrunk model of each family (Swin, PVTv2 + hMHSA + cFFN, CSwin,
+ * Next-ViT + hMHSA + cFFN, GroupMixFormer, Refiner, SimpleViT + MSF-g2, FLatten-Swin, PVT) the same way at sampled
+ * allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Built and run under
+ * ASan + UBSan (the Makefile's build-asan/api_alloc):
  * no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
  * not counted. Prints "N passed, N failed" as the unit tests do. */
 #include <stdio.h>
@@ -47,8 +50,9 @@ enum { N = 2, K = 10, PIX = 28 * 28, MOST = 100000 };
  * graph, for the N images of the check between two calls, is rebuilt, so the graph's allocations are counted too);
  * returns the call's status (as the API), the results' first code in *rcode (VITC_OK when none failed). */
 typedef enum { C_LOGITS, C_CLASSIFY_TENSOR, C_CLASSIFY_PNG, C_CLASSIFY_BMP, C_LOAD_IMAGE, C_POOLED, C_CALLS } call_t;
-static const char *const call_name[C_CALLS] = {"vitc_logits",         "vitc_classify_tensor", "vitc_classify_files (PNG)",
-                                               "vitc_classify_files (BMP)", "vitc_load_image", "vitc_pooled_features"};
+static const char *const call_name[C_CALLS] = {"vitc_logits",          "vitc_classify_tensor",
+                                               "vitc_classify_files (PNG)", "vitc_classify_files (BMP)",
+                                               "vitc_load_image",      "vitc_pooled_features"};
 
 static int call(call_t c, vitc_model *m, const float *x, const char *const *paths, int *rcode, vitc_error *err) {
     vitc_result res[1];
@@ -115,6 +119,104 @@ static void check_call(vt_test *T, const char *w, call_t c, const float *x, cons
     vitc_close(m);
 }
 
+/* c configured from name with ov's depths at the smallest of a few image sizes it accepts; 0 if one does. */
+static int smallest(const vt_model_cfg *base, vt_model_overrides *ov, vt_model_cfg *c) {
+    static const int sizes[] = {28, 32, 64, 96, 224};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        ov->img_size = sizes[k];
+        vt_err e = {0};
+        vt_model_summary s;
+        if (vt_model_configure(base, ov, c, &e) == 0 && vt_model_summarize(c, &s, &e) == 0) {
+            vt_model_summary_free(&s);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* name configured small (its options in c->options): one block per stage, else two (the Refiner's pairs), else one
+ * stage of up to 5 (Next-ViT's stage 3), at the smallest size that builds; 0, or -1. */
+static int shrunk(const char *name, vt_model_cfg *c) {
+    const vt_model_cfg *base = vt_model_find(name);
+    if (!base) return -1;
+    vt_model_overrides ov = vt_model_no_overrides();
+    const int n = base->arch.nstages;
+    for (int depth = 1; depth <= 2; depth++) {
+        for (int i = 0; i < n; i++) ov.depths[i] = depth;
+        if (smallest(base, &ov, c) == 0) return 0;
+    }
+    for (int i = 0; i < n; i++)
+        for (int d = 3; d <= 5; d++) {
+            for (int j = 0; j < n; j++) ov.depths[j] = j == i ? d : 1;
+            if (smallest(base, &ov, c) == 0) return 0;
+        }
+    return -1;
+}
+
+/* The k-th of SAMPLES allocation indices tried in a family's run of n allocations: every one of the first SAMPLES / 2,
+ * then the rest spread evenly (a model's graph makes thousands; each try rebuilds it). */
+enum { SAMPLES = 96 };
+static long sample(int i, long n) {
+    const int h = SAMPLES / 2;
+    return n <= SAMPLES || i < h ? i + 1 : h + 1 + (n - h - 1) * (i - h) / h;
+}
+
+/* Allocation failures in vitc_open_with and in vitc_logits (vitc_stage_features where the model has stage maps) on a
+ * shrunk model of each family (weights written to w first), at sampled allocation indices: VITC_E_MEMORY or success,
+ * and an open model's logits unchanged after each failed call. */
+static void check_family(vt_test *T, const char *name, const char *w) {
+    vt_model_cfg c;
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    const int ok =
+        shrunk(name, &c) == 0 && P && vt_model_init_params(&c, P, 1, &e) == 0 && vt_params_save(P, w, &e) == 0;
+    vt_params_free(P);
+    T_CHECK(T, ok, "%s: %s", name, e.msg);
+    if (!ok) return;
+    vitc_error err;
+    const int S = c.arch.img_size, C = c.arch.in_chans, maps = c.family->features != NULL;
+    float *x = calloc((size_t)2 * C * S * S, sizeof(float)), *ref = calloc((size_t)2 * c.arch.num_classes, sizeof *ref),
+          *again = calloc((size_t)2 * c.arch.num_classes, sizeof *again);
+    for (int i = 0; x && i < 2 * C * S * S; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    vitc_model *m = x && ref && again ? vitc_open_with(name, w, NULL, c.options, &err) : NULL;
+    T_CHECK(T, m && vitc_logits(m, x, 2, 0, ref, &err) == 0, "%s: %s", name, m ? err.msg : "no model");
+    for (int what = 0; m && what < 2 + maps; what++) { /* 0 vitc_open_with, 1 vitc_logits, 2 vitc_stage_features */
+        long n = MOST, bad = 0, stale = 0, tried = 0;
+        for (int i = 0; i < SAMPLES && sample(i, n) <= n; i++, tried++) {
+            vitc_tensor st[VITC_MAX_STAGES];
+            int rc;
+            arm_at(i == 0 ? MOST : sample(i, n)); /* the first try counts the allocations */
+            if (what == 0) {
+                vitc_model *mm = vitc_open_with(name, w, NULL, c.options, &err);
+                rc = mm ? 0 : -1;
+                vitc_close(mm);
+            } else if (what == 1) {
+                rc = vitc_logits(m, x, 1, 0, again, &err);
+            } else {
+                rc = vitc_stage_features(m, x, 1, 0, st, &err);
+                for (int j = 0; j < VITC_MAX_STAGES; j++) vitc_tensor_free(&st[j]);
+            }
+            armed = 0;
+            if (i == 0) {
+                n = seen;
+                continue;
+            }
+            if (rc < 0 && err.code != VITC_E_MEMORY && bad++ < 3)
+                T_CHECK(T, 0, "%s: call %d, allocation %ld of %ld failing: %s (code %d)", name, what, sample(i, n), n,
+                        err.msg, err.code);
+            if (what && (vitc_logits(m, x, 2, 0, again, &err) != 0 ||
+                         memcmp(again, ref, sizeof(float) * 2 * (size_t)c.arch.num_classes) != 0))
+                stale++;
+        }
+        T_CHECK(T, bad == 0 && stale == 0 && n > 5, "%s (%s): call %d: %ld allocations, %ld tried, %ld failures of "
+                "another kind, %ld times the next logits differed", name, c.options, what, n, tried - 1, bad, stale);
+    }
+    vitc_close(m);
+    free(x);
+    free(ref);
+    free(again);
+}
+
 int main(void) {
     vt_test T = {0, 0, "api_alloc"};
     char dir[] = "/tmp/vitc_alloc_XXXXXX", w[64], png[64], bmp[64];
@@ -137,6 +239,10 @@ int main(void) {
     if (made) {
         check_open(&T, w);
         for (int c = 0; c < C_CALLS; c++) check_call(&T, w, (call_t)c, x, paths);
+        static const char *const families[] = {"swin_fmnist_tiny", "pvt_v2_b1_hmhsa_cffn", "cswin_tiny_224",
+                                               "nextvit_small_hmhsa_cffn", "groupmixformer_test", "refiner_vit_s",
+                                               "simplevit_ti_msf_g2", "flatten_swin_tiny", "pvt_tiny"};
+        for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(&T, families[i], w);
     }
     unlink(w);
     unlink(png);
