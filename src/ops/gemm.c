@@ -530,7 +530,8 @@ int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e) {
         return vt_seterr(e, "--dtype bf16 needs a CPU with native bf16 arithmetic (AVX512_BF16 or AMX); oneDNN runs "
                             "%s kernels here, which have none (bf16 would be emulated, slower than fp32): use fp32",
                          onednn_isa_name(isa));
-    if (!vt_gemm_prims_of(p)) return vt_seterr(e, "--dtype bf16: oneDNN could not make its engine");
+    if (!vt_gemm_prims_of(p)) /* no memory for the engine's record or for the engine (nothing else fails there) */
+        return vt_seterr_code(e, VT_E_NOMEM, "--dtype bf16: out of memory making oneDNN's engine");
     p->bf16 = 1;
     return 0;
 }

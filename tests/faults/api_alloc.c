@@ -93,13 +93,19 @@ static void check_open(vt_test *T, const char *w) {
     T_CHECK(T, bad == 0 && k > 50, "vitc_open: %ld allocations, %ld failures of another kind", k - 1, bad);
 }
 
-/* Call c with the k-th allocation failing, for every k, on one open model; after each, the model's logits are
- * those it gave before. */
-static void check_call(vt_test *T, const char *w, call_t c, const float *x, const char *const *paths) {
+/* Call c with the k-th allocation failing, for every k, on one open model running dtype (vitc_set_dtype; a dtype
+ * this CPU cannot run is skipped); after each, the model's logits are those it gave before. */
+static void check_call(vt_test *T, const char *w, call_t c, const char *dtype, const float *x,
+                       const char *const *paths) {
     vitc_error err;
     vitc_model *m = vitc_open("vit_fmnist_tiny", w, NULL, &err);
     T_CHECK(T, m != NULL, "%s", err.msg);
     if (!m) return;
+    if (vitc_set_dtype(m, dtype, &err) != 0) {
+        T_CHECK(T, err.code == VITC_E_UNSUPPORTED, "%s: %s", dtype, err.msg);
+        vitc_close(m);
+        return;
+    }
     float ref[N * K], again[N * K];
     T_CHECK(T, vitc_logits(m, x, N, 0, ref, &err) == 0, "%s", err.msg);
     long k = 1, bad = 0, stale = 0;
@@ -110,12 +116,13 @@ static void check_call(vt_test *T, const char *w, call_t c, const float *x, cons
         armed = 0;
         const int code = rc < 0 ? err.code : rcode;
         if (code != VITC_OK && code != VITC_E_MEMORY && bad++ < 5)
-            T_CHECK(T, 0, "%s, allocation %ld failing: code %d: %s", call_name[c], k, code, rc < 0 ? err.msg : "");
+            T_CHECK(T, 0, "%s (%s), allocation %ld failing: code %d: %s", call_name[c], dtype, k, code,
+                    rc < 0 ? err.msg : "");
         if (!fired) break;
         if (vitc_logits(m, x, N, 0, again, &err) != 0 || memcmp(again, ref, sizeof ref) != 0) stale++;
     }
-    T_CHECK(T, bad == 0 && stale == 0 && k > 5, "%s: %ld allocations, %ld failures of another kind, %ld times the "
-            "model's next logits differed", call_name[c], k - 1, bad, stale);
+    T_CHECK(T, bad == 0 && stale == 0 && k > 5, "%s (%s): %ld allocations, %ld failures of another kind, %ld times "
+            "the model's next logits differed", call_name[c], dtype, k - 1, bad, stale);
     vitc_close(m);
 }
 
@@ -238,7 +245,9 @@ int main(void) {
     const char *paths[2] = {png, bmp};
     if (made) {
         check_open(&T, w);
-        for (int c = 0; c < C_CALLS; c++) check_call(&T, w, (call_t)c, x, paths);
+        for (int c = 0; c < C_CALLS; c++) check_call(&T, w, (call_t)c, "fp32", x, paths);
+        check_call(&T, w, C_LOGITS, "int8", x, paths); /* the quantised kernels' buffers */
+        check_call(&T, w, C_LOGITS, "bf16", x, paths);
         static const char *const families[] = {"swin_fmnist_tiny", "pvt_v2_b1_hmhsa_cffn", "cswin_tiny_224",
                                                "nextvit_small_hmhsa_cffn", "groupmixformer_test", "refiner_vit_s",
                                                "simplevit_ti_msf_g2", "flatten_swin_tiny", "pvt_tiny"};
