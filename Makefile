@@ -165,9 +165,9 @@ build-asan/unit: $(ASAN_OBJ)
 build-asan-vec/unit: $(ASAN_VEC_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(LDLIBS)
 
-# Allocation failures through the API, under ASan + UBSan (tests/faults/api_alloc.c): the linker sends vitc's own
-# malloc, calloc, realloc and aligned_alloc calls to the test's wrappers, which fail each one in turn.
-build-asan/api_alloc: build-asan/tests/faults/api_alloc.o $(SRC:%.c=build-asan/%.o)
+# Allocation failures through the API and the trainer, under ASan + UBSan (tests/faults/alloc.c): the linker sends
+# vitc's own malloc, calloc, realloc and aligned_alloc calls to the test's wrappers, which fail each one in turn.
+build-asan/alloc_faults: build-asan/tests/faults/alloc.o $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc -o $@ $^ $(LDLIBS)
 
 # Installs Debian packages from the list given in PKGLIST when any is missing.
@@ -197,7 +197,7 @@ asan: build-asan/unit build-asan-vec/unit
 # The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
 	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc \
-	  build-asan/api_alloc fuzz-build shared \
+	  build-asan/alloc_faults fuzz-build shared \
 	  build/vendor_rules $(ISA_CHECK)
 	@bash tests/run_all.sh
 

@@ -26,7 +26,7 @@ asan="env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_T
 part "unit tests under ASan+UBSan, vector kernels (-march=native)" unit "$asan ./build-asan-vec/unit"
 part "unit tests under ASan+UBSan, scalar code" unit "$asan ./build-asan/unit"
 part "unit tests" unit ./build/unit
-part "allocation failures through the API, under ASan+UBSan" unit "$asan ./build-asan/api_alloc"
+part "allocation failures (API and trainer) under ASan+UBSan" unit "$asan ./build-asan/alloc_faults"
 for target in safetensors image model_options; do
     part "fuzz $target" fuzz "make --no-print-directory fuzz-${target//_/-}"
 done

@@ -312,7 +312,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     }
     if (rc == 0) {
         out->n = nf;
-        out->paths = malloc(sizeof(char *) * (size_t)nf);
+        out->paths = calloc((size_t)(nf > 0 ? nf : 1), sizeof(char *)); /* zeroed: freed whole if a later step fails */
         const int K = classes ? classes->nclasses : cls.n;
         out->classes = calloc((size_t)K, sizeof(char *));
         if (!out->paths || !out->classes) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");

@@ -1,27 +1,33 @@
-/* Allocation failures through the embedding API: every allocation vitc's own code makes (malloc, calloc, realloc,
- * aligned_alloc, redirected here by the linker's --wrap) is made to fail in turn, the k-th of each call for every k,
- * in vitc_open and in each kind of call on an open model. Each call must then succeed (a failure vitc tolerates) or
- * fail with VITC_E_MEMORY, as the call's error or as the image's result; a model whose call failed must give the
- * same logits as before on its next call. Then one shrunk model of each family (Swin, PVTv2 + hMHSA + cFFN, CSwin,
- * Next-ViT + hMHSA + cFFN, GroupMixFormer, Refiner, SimpleViT + MSF-g2, FLatten-Swin, PVT) the same way at sampled
- * allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Built and run under
- * ASan + UBSan (the Makefile's build-asan/api_alloc):
- * no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
+/* Allocation failures through the embedding API and the trainer: every allocation vitc's own code makes (malloc,
+ * calloc, realloc, aligned_alloc, redirected here by the linker's --wrap) is made to fail in turn, the k-th of each
+ * call for every k, in vitc_open and in each kind of call on an open model. Each call must then succeed (a failure
+ * vitc tolerates) or fail with VITC_E_MEMORY, as the call's error or as the image's result; a model whose call failed
+ * must give the same logits as before on its next call. Then one shrunk model of each family (Swin, PVTv2 + hMHSA +
+ * cFFN, CSwin, Next-ViT + hMHSA + cFFN, GroupMixFormer, Refiner, SimpleViT + MSF-g2, FLatten-Swin, PVT) the same way
+ * at sampled allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Then a
+ * short training run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the
+ * Makefile's build-asan/alloc_faults): no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
  * not counted. Prints "N passed, N failed" as the unit tests do. */
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
 #include "vitc/model.h"
+#include "vitc/safetensors.h"
+#include "vitc/train.h"
 #include "vitc/vitc.h"
 #include "vitc/weights.h"
 
 #include <stb_image_write.h>
 
-/* The fault: when armed, the armed-th allocation from now fails (counted from arm_at). */
-static long armed, seen, fired;
+/* The fault: when armed, the armed-th allocation from now fails (counted from arm_at, over every thread: the
+ * trainer's loader threads allocate too). */
+static _Atomic long armed, seen, fired;
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t a, size_t b);
@@ -29,7 +35,8 @@ void *__real_realloc(void *p, size_t n);
 void *__real_aligned_alloc(size_t a, size_t n);
 
 static int fail_now(void) {
-    if (!armed || ++seen != armed) return 0;
+    const long a = armed;
+    if (!a || ++seen != a) return 0;
     fired = 1;
     return 1;
 }
@@ -162,7 +169,10 @@ static int shrunk(const char *name, vt_model_cfg *c) {
 
 /* The k-th of SAMPLES allocation indices tried in a family's run of n allocations: every one of the first SAMPLES / 2,
  * then the rest spread evenly (a model's graph makes thousands; each try rebuilds it). */
-enum { SAMPLES = 96 };
+#ifndef VT_FAULT_SAMPLES
+#define VT_FAULT_SAMPLES 96 /* -DVT_FAULT_SAMPLES=1000000 tries every allocation (tens of minutes) */
+#endif
+enum { SAMPLES = VT_FAULT_SAMPLES };
 static long sample(int i, long n) {
     const int h = SAMPLES / 2;
     return n <= SAMPLES || i < h ? i + 1 : h + 1 + (n - h - 1) * (i - h) / h;
@@ -224,6 +234,92 @@ static void check_family(vt_test *T, const char *name, const char *w) {
     free(again);
 }
 
+/* stdout and stderr to /dev/null (the trainer's progress lines, 96 runs of them) and back: saved holds the two
+ * descriptors. */
+static void quiet(int on, int saved[2]) {
+    fflush(stdout);
+    fflush(stderr);
+    if (on) {
+        const int null = open("/dev/null", O_WRONLY);
+        saved[0] = dup(1);
+        saved[1] = dup(2);
+        dup2(null, 1);
+        dup2(null, 2);
+        close(null);
+    } else {
+        dup2(saved[0], 1);
+        dup2(saved[1], 2);
+        close(saved[0]);
+        close(saved[1]);
+    }
+}
+
+/* A training run (one epoch of vit_fmnist_tiny with 2 classes on an image folder of 8 + 4 PNGs, with a checkpoint,
+ * metrics and curves) with sampled allocations failing: each run succeeds or fails with a message, leaks nothing,
+ * and leaves run_dir's checkpoint, when there is one, whole (written atomically, the previous run's or its own). */
+static void check_train(vt_test *T, const char *dir) {
+    char data[128], run[128], ck[160], p[300];
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", run);
+    static const char *const sub[] = {"", "/train", "/val", "/train/a", "/train/b", "/val/a", "/val/b"};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+        snprintf(p, sizeof p, "%s%s", data, sub[i]);
+        mkdir(p, 0755);
+    }
+    unsigned char px[28 * 28];
+    for (int i = 0; i < 12; i++) { /* 4 + 4 training images, 2 + 2 validation images */
+        for (int j = 0; j < 28 * 28; j++) px[j] = (unsigned char)((j * (i + 3) + (i % 2) * 128) % 256);
+        snprintf(p, sizeof p, "%s/%s/%c/%d.png", data, i < 8 ? "train" : "val", i % 2 ? 'b' : 'a', i);
+        stbi_write_png(p, 28, 28, 1, px, 28);
+    }
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.num_classes = 2;
+    vt_model_cfg c;
+    vt_err e = {0};
+    T_CHECK(T, vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0, "%s", e.msg);
+    vt_train_opts o;
+    vt_train_defaults(&o);
+    o.data = data;
+    o.run_dir = run;
+    o.epochs = 1;
+    o.batch = 4;
+    o.warmup_epochs = 0;
+    o.workers = 2;
+    o.overwrite = 1;
+    long n = MOST, failed = 0, silent = 0, torn = 0, tried = 0;
+    for (int i = 0; i < SAMPLES && sample(i, n) <= n; i++, tried++) {
+        int saved[2];
+        vt_err te = {0};
+        quiet(1, saved);
+        arm_at(i == 0 ? MOST : sample(i, n)); /* the first run counts the allocations */
+        const int rc = vt_train(&c, &o, &te);
+        armed = 0;
+        quiet(0, saved);
+        if (i == 0) {
+            n = seen;
+            T_CHECK(T, rc == 0, "the training run without a fault: %s", te.msg);
+            continue;
+        }
+        failed += rc != 0;
+        if (rc != 0 && !te.msg[0] && silent++ < 3) T_CHECK(T, 0, "allocation %ld of %ld: no message", sample(i, n), n);
+        vt_st_file f;
+        vt_err se = {0};
+        if (access(ck, F_OK) == 0) {
+            if (vt_st_open(ck, &f, &se) != 0) {
+                if (torn++ < 3) T_CHECK(T, 0, "allocation %ld: the checkpoint is not whole: %s", sample(i, n), se.msg);
+            } else {
+                vt_st_close(&f);
+            }
+        }
+    }
+    printf("training: %ld allocations, %ld tried, %ld runs failed\n", n, tried - 1, failed);
+    T_CHECK(T, silent == 0 && torn == 0 && n > 100 && failed > 0, "training: %ld allocations, %ld tried, %ld runs "
+            "failed, %ld without a message, %ld torn checkpoints", n, tried - 1, failed, silent, torn);
+    snprintf(p, sizeof p, "rm -rf '%s' '%s'", data, run);
+    T_CHECK(T, system(p) == 0, "%s", p);
+}
+
 int main(void) {
     vt_test T = {0, 0, "api_alloc"};
     char dir[] = "/tmp/vitc_alloc_XXXXXX", w[64], png[64], bmp[64];
@@ -253,6 +349,7 @@ int main(void) {
                                                "simplevit_ti_msf_g2", "flatten_swin_tiny", "pvt_tiny"};
         for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(&T, families[i], w);
     }
+    check_train(&T, dir);
     unlink(w);
     unlink(png);
     unlink(bmp);
