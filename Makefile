@@ -167,7 +167,7 @@ build-asan-vec/unit: $(ASAN_VEC_OBJ)
 
 # Allocation failures through the API and the trainer, under ASan + UBSan (tests/faults/alloc.c): the linker sends
 # vitc's own malloc, calloc, realloc and aligned_alloc calls to the test's wrappers, which fail each one in turn.
-build-asan/alloc_faults: build-asan/tests/faults/alloc.o $(SRC:%.c=build-asan/%.o)
+build-asan/alloc_faults: build-asan/tests/faults/alloc.o build-asan/tests/shrink.o $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc -o $@ $^ $(LDLIBS)
 
 # Installs Debian packages from the list given in PKGLIST when any is missing.

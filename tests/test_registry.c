@@ -12,6 +12,7 @@
 #include <time.h>
 #include <string.h>
 
+#include "shrink.h"
 #include "test.h"
 #include "vitc/model.h"
 #include "vitc/optim.h"
@@ -51,40 +52,6 @@ static int zero_allowed(const char *model, const char *param) {
     for (size_t i = 0; i < sizeof zero_ok / sizeof zero_ok[0]; i++)
         if (!fnmatch(zero_ok[i].model, model, 0) && !fnmatch(zero_ok[i].param, param, 0)) return 1;
     return 0;
-}
-
-/* c configured with ov's depths at the smallest of the sweep's image sizes that builds; 0 if one does. */
-static int smallest_size(const vt_model_cfg *base, vt_model_overrides *ov, vt_model_cfg *c) {
-    static const int sizes[] = {28, 32, 64, 96, 192, 224};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && sizes[k] <= base->arch.img_size; k++) {
-        ov->img_size = sizes[k];
-        vt_err e1 = {0};
-        vt_model_summary s;
-        if (vt_model_configure(base, ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
-            vt_model_summary_free(&s);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Configures c with one block per stage (two where a host needs pairs; one stage raised up to 5 where a host builds
- * it in groups, as Next-ViT's stage 3) at the smallest accepted image size, without stochastic depth. */
-static int shrink(const vt_model_cfg *base, vt_model_cfg *c, vt_err *e) {
-    vt_model_overrides ov = vt_model_no_overrides();
-    ov.drop_path = 0.0f; /* named configs carry their recipes' stochastic depth: it would zero gradients by chance */
-    const int n = base->arch.nstages;
-    for (int depth = 1; depth <= 2; depth++) {
-        for (int i = 0; i < n; i++) ov.depths[i] = depth;
-        if (smallest_size(base, &ov, c) == 0) return 0;
-    }
-    for (int i = 0; i < n; i++)
-        for (int d = 3; d <= 5; d++) {
-            for (int j = 0; j < n; j++) ov.depths[j] = j == i ? d : 1;
-            if (smallest_size(base, &ov, c) == 0) return 0;
-        }
-    ov.img_size = 0;
-    return vt_model_configure(base, &ov, c, e);
 }
 
 static double now_s(void) {
@@ -169,7 +136,7 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
     const double t0 = now_s();
     vt_err e = {0};
     vt_model_cfg c0;
-    if (shrink(base, &c0, &e)) {
+    if (vt_test_shrink(base, &c0, &e)) {
         T_CHECK(T, 0, "%s: no small configuration builds: %s", base->name, e.msg);
         return;
     }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shrink.h"
 #include "test.h"
 #include "vitc/model.h"
 #include "vitc/safetensors.h"
@@ -133,40 +134,6 @@ static void check_call(vt_test *T, const char *w, call_t c, const char *dtype, c
     vitc_close(m);
 }
 
-/* c configured from name with ov's depths at the smallest of a few image sizes it accepts; 0 if one does. */
-static int smallest(const vt_model_cfg *base, vt_model_overrides *ov, vt_model_cfg *c) {
-    static const int sizes[] = {28, 32, 64, 96, 224};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        ov->img_size = sizes[k];
-        vt_err e = {0};
-        vt_model_summary s;
-        if (vt_model_configure(base, ov, c, &e) == 0 && vt_model_summarize(c, &s, &e) == 0) {
-            vt_model_summary_free(&s);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* name configured small (its options in c->options): one block per stage, else two (the Refiner's pairs), else one
- * stage of up to 5 (Next-ViT's stage 3), at the smallest size that builds; 0, or -1. */
-static int shrunk(const char *name, vt_model_cfg *c) {
-    const vt_model_cfg *base = vt_model_find(name);
-    if (!base) return -1;
-    vt_model_overrides ov = vt_model_no_overrides();
-    const int n = base->arch.nstages;
-    for (int depth = 1; depth <= 2; depth++) {
-        for (int i = 0; i < n; i++) ov.depths[i] = depth;
-        if (smallest(base, &ov, c) == 0) return 0;
-    }
-    for (int i = 0; i < n; i++)
-        for (int d = 3; d <= 5; d++) {
-            for (int j = 0; j < n; j++) ov.depths[j] = j == i ? d : 1;
-            if (smallest(base, &ov, c) == 0) return 0;
-        }
-    return -1;
-}
-
 /* The k-th of SAMPLES allocation indices tried in a family's run of n allocations: every one of the first SAMPLES / 2,
  * then the rest spread evenly (a model's graph makes thousands; each try rebuilds it). */
 #ifndef VT_FAULT_SAMPLES
@@ -185,8 +152,9 @@ static void check_family(vt_test *T, const char *name, const char *w) {
     vt_model_cfg c;
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
-    const int ok =
-        shrunk(name, &c) == 0 && P && vt_model_init_params(&c, P, 1, &e) == 0 && vt_params_save(P, w, &e) == 0;
+    const vt_model_cfg *base = vt_model_find(name);
+    const int ok = base && vt_test_shrink(base, &c, &e) == 0 && P && vt_model_init_params(&c, P, 1, &e) == 0 &&
+                   vt_params_save(P, w, &e) == 0;
     vt_params_free(P);
     T_CHECK(T, ok, "%s: %s", name, e.msg);
     if (!ok) return;
