@@ -811,7 +811,7 @@ static int build_header(const vt_st_out *ts, int n, const uint64_t *nbytes, cons
         off += nbytes[i];
     }
     sb_str(b, "}");
-    while (b->n % 8) sb_str(b, " ");
+    while (!b->oom && b->n % 8) sb_str(b, " "); /* (a failed append adds nothing: it would loop forever) */
     if (b->oom) return vt_seterr_code(e, VT_E_NOMEM, "out of memory building the header");
     if (b->n > VT_ST_MAX_HEADER) return vt_seterr(e, "header too large: %zu bytes (limit %u)", b->n, VT_ST_MAX_HEADER);
     return 0;
@@ -825,7 +825,7 @@ int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *m
     int rc = -1;
     vt_err local = {0};
     if (check_outs(tensors, n, nbytes, &local) != 0 || build_header(tensors, n, nbytes, metadata_json, &hb, &local) != 0) {
-        vt_seterr(e, "%s: %s", path, local.msg);
+        vt_seterr_from(e, &local, "%s: %s", path, local.msg);
         goto done;
     }
     vt_out o;

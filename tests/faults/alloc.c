@@ -202,6 +202,37 @@ static void check_family(vt_test *T, const char *name, const char *w) {
     free(again);
 }
 
+/* vt_params_save of vit_fmnist_tiny's weights over the whole file at w with the k-th allocation failing, for every k:
+ * 0, or -1 with VT_E_NOMEM, and w whole either way (the old file or the new: written atomically). */
+static void check_save(vt_test *T, const char *w) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    if (!P || vt_model_init_params(vt_model_find("vit_fmnist_tiny"), P, 2, &e)) {
+        T_CHECK(T, 0, "%s", e.msg);
+        vt_params_free(P);
+        return;
+    }
+    long k = 1, bad = 0, torn = 0;
+    for (; k < MOST; k++) {
+        vt_err se = {0}, oe = {0};
+        arm_at(k);
+        const int rc = vt_params_save(P, w, &se);
+        armed = 0;
+        if (rc != 0 && se.code != VT_E_NOMEM && bad++ < 3)
+            T_CHECK(T, 0, "vt_params_save, allocation %ld failing: %s (code %d)", k, se.msg, se.code);
+        vt_st_file f;
+        if (vt_st_open(w, &f, &oe) != 0) {
+            if (torn++ < 3) T_CHECK(T, 0, "vt_params_save, allocation %ld failing: %s is not whole: %s", k, w, oe.msg);
+        } else {
+            vt_st_close(&f);
+        }
+        if (!fired) break;
+    }
+    T_CHECK(T, bad == 0 && torn == 0 && k > 5, "vt_params_save: %ld allocations, %ld failures of another kind, %ld "
+            "files not whole", k - 1, bad, torn);
+    vt_params_free(P);
+}
+
 /* stdout and stderr to /dev/null (the trainer's progress lines, 96 runs of them) and back: saved holds the two
  * descriptors. */
 static void quiet(int on, int saved[2]) {
@@ -309,6 +340,7 @@ int main(void) {
     const char *paths[2] = {png, bmp};
     if (made) {
         check_open(&T, w);
+        check_save(&T, w);
         for (int c = 0; c < C_CALLS; c++) check_call(&T, w, (call_t)c, "fp32", x, paths);
         check_call(&T, w, C_LOGITS, "int8", x, paths); /* the quantised kernels' buffers */
         check_call(&T, w, C_LOGITS, "bf16", x, paths);
