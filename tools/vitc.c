@@ -2,6 +2,7 @@
  * This file holds the command table, usage and main; the commands live in tools/cli/ (cli.h): options.c (the option
  * table and parser), common.c (messages, the model from the options), model.c (list, info, init, forward, grad,
  * deploy), train.c, infer.c (eval, predict, attention) and bench.c. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,9 @@ static const char *shell_word(const char *a, char *buf, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report ("File too large")
+     * after removing their temporary file, instead of the signal killing vitc in the middle of a checkpoint. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc >= 3 && strcmp(argv[1], "help") == 0) { /* vitc help COMMAND */
         for (int i = 0; i < ncommands; i++)
             if (strcmp(argv[2], commands[i].name) == 0) {

@@ -3,7 +3,7 @@
 # images, special files and inputs as outputs, pipes and FIFOs, long names, NaN weights, odd thread settings) must
 # end with a clear message and its exit status, leave every input unchanged, and never crash; then training killed
 # with SIGKILL at random moments and resumed each time ends bit-identical to an uninterrupted run, with one
-# metrics.csv row per epoch.
+# metrics.csv row per epoch; then a file-size limit below the checkpoint's size.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 # expect NAME RC WORDS CMD...: exit status RC (not a signal), stderr containing WORDS
@@ -508,6 +508,22 @@ $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
 check "... a resumed run removes a killed writer's temporary file" \
     "[ ! -e '$T/k/.vitc-999999999-zzzzzz' ] && grep -q 'removed 1 temporary file' '$T/k2.log'" "$(cat "$T/k2.log")"
 check "... no temporary files left" "[ -z \"\$(ls -A '$T/k' | grep -E '[.]vitc-|tmp')\" ]" "$(ls -A "$T/k")"
+# A file-size limit (ulimit -f, as a full disk) under the checkpoint's size: the epoch's writes fail with a message
+# and exit 1, not a SIGXFSZ death mid-write; the last checkpoint stays as it was, no temporary file stays, and a
+# resume without the limit trains the epoch again (one metrics row per epoch).
+cp -r "$T/ref" "$T/full"
+cp "$T/full/checkpoint.safetensors" "$T/full.ck"
+(ulimit -f 200 && exec $V train $TR --epochs 4 --out "$T/full" --resume "$T/full") >"$T/full.log" 2>&1
+rc=$?
+check "file-size limit: the epoch's save fails with a message, exit 1" \
+    "[ $rc -eq 1 ] && grep -q 'File too large' '$T/full.log'" "rc $rc: $(tail -c 400 "$T/full.log")"
+check "... the checkpoint unchanged, no temporary file" "cmp -s '$T/full.ck' '$T/full/checkpoint.safetensors' && \
+    [ -z \"\$(ls -A '$T/full' | grep -E '[.]vitc-')\" ]" "$(ls -A "$T/full")"
+$V train $TR --epochs 4 --out "$T/full" --resume "$T/full" >"$T/full2.log" 2>&1
+rc=$?
+check "... a resume without the limit trains that epoch: one metrics row per epoch" \
+    "[ $rc -eq 0 ] && [ \"\$(cut -d, -f1 '$T/full/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 4 ' ]" \
+    "rc $rc: $(cat "$T/full/metrics.csv") $(tail -c 300 "$T/full2.log")"
 # A checkpoint whose counters or optimiser state were altered is refused on --resume, naming what is wrong; one that
 # is complete resumes only in its own folder or with more epochs.
 /usr/bin/python3 - "$T" <<'PY'
