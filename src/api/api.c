@@ -414,7 +414,16 @@ int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k,
     return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
 }
 
-static int checked_size(const vitc_model *m, int size, vitc_error *err);
+/* The size of tensor calls (0: the model's) after checking that the model takes it; -1 on error. */
+static int checked_size(const vitc_model *m, int size, vitc_error *err) {
+    if (size < 0 || size > 4096)
+        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
+    size = size > 0 ? size : m->cfg.arch.img_size;
+    vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
+    vt_err e = {0};
+    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
+    return size;
+}
 
 int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, x, n, k, 1, out, err) || (size = checked_size(m, size, err)) < 0) return -1;
@@ -430,17 +439,6 @@ int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err
 }
 
 static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
-
-/* The size of tensor calls (0: the model's) after checking that the model takes it; -1 on error. */
-static int checked_size(const vitc_model *m, int size, vitc_error *err) {
-    if (size < 0 || size > 4096)
-        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
-    size = size > 0 ? size : m->cfg.arch.img_size;
-    vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
-    vt_err e = {0};
-    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
-    return size;
-}
 
 /* checked_size, then the n images x (finite values); -1 on error. */
 static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
