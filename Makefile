@@ -134,7 +134,7 @@ docs: deps-docs
 	@mkdir -p build/docs
 	{ cat docs/Doxyfile; echo 'PROJECT_NUMBER = $(VERSION)'; } | doxygen - # the version from one place
 
-build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h)
+build-asan/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h) $(wildcard tests/*.h) $(wildcard tests/faults/*.h)
 	@mkdir -p $(dir $@)
 	$(ASAN_CC) -c -o $@ $<
 
@@ -167,8 +167,14 @@ build-asan-vec/unit: $(ASAN_VEC_OBJ)
 
 # Allocation failures through the API and the trainer, under ASan + UBSan (tests/faults/alloc.c): the linker sends
 # vitc's own malloc, calloc, realloc and aligned_alloc calls to the test's wrappers, which fail each one in turn.
-build-asan/alloc_faults: build-asan/tests/faults/alloc.o build-asan/tests/shrink.o $(SRC:%.c=build-asan/%.o)
+build-asan/alloc_faults: build-asan/tests/faults/alloc.o build-asan/tests/faults/faults.o build-asan/tests/shrink.o \
+	  $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc -o $@ $^ $(LDLIBS)
+
+# Write failures in every file vitc writes, under ASan + UBSan (tests/faults/io.c): the linker sends vitc's mkstemp,
+# fflush, fsync, fclose and rename calls to the test's wrappers, which fail each one in turn.
+build-asan/io_faults: build-asan/tests/faults/io.o build-asan/tests/faults/faults.o $(SRC:%.c=build-asan/%.o)
+	$(CC) $(ASAN_FLAGS) -Wl,--wrap=mkstemp,--wrap=fflush,--wrap=fsync,--wrap=fclose,--wrap=rename -o $@ $^ $(LDLIBS)
 
 # Installs Debian packages from the list given in PKGLIST when any is missing.
 define apt_install
@@ -197,7 +203,7 @@ asan: build-asan/unit build-asan-vec/unit
 # The build on every core (make test alone would run one compiler at a time); the parts: tests/run_all.sh.
 test: deps-test
 	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc \
-	  build-asan/alloc_faults fuzz-build shared \
+	  build-asan/alloc_faults build-asan/io_faults fuzz-build shared \
 	  build/vendor_rules $(ISA_CHECK)
 	@bash tests/run_all.sh
 

@@ -27,6 +27,7 @@ part "unit tests under ASan+UBSan, vector kernels (-march=native)" unit "$asan .
 part "unit tests under ASan+UBSan, scalar code" unit "$asan ./build-asan/unit"
 part "unit tests" unit ./build/unit
 part "allocation failures (API and trainer) under ASan+UBSan" unit "$asan ./build-asan/alloc_faults"
+part "write failures (weights saves, training runs) under ASan+UBSan" unit "$asan ./build-asan/io_faults"
 for target in safetensors image model_options; do
     part "fuzz $target" fuzz "make --no-print-directory fuzz-${target//_/-}"
 done

@@ -160,8 +160,8 @@ int vt_copy_file(const char *src, const char *dst, vt_err *e) {
     if (vt_read_file(src, (size_t)1 << 40, &buf, &n, e)) return -1;
     int rc = vt_out_open(&o, dst, e);
     if (rc == 0 && fwrite(buf, 1, n, o.f) != n) {
+        rc = vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", dst, strerror(errno)); /* errno before the abort's */
         vt_out_abort(&o);
-        rc = vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", dst, strerror(errno));
     } else if (rc == 0) {
         rc = vt_out_commit(&o, e);
     }

@@ -8,14 +8,13 @@
  * short training run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the
  * Makefile's build-asan/alloc_faults): no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
  * not counted. Prints "N passed, N failed" as the unit tests do. */
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "faults.h"
 #include "shrink.h"
 #include "test.h"
 #include "vitc/model.h"
@@ -233,68 +232,27 @@ static void check_save(vt_test *T, const char *w) {
     vt_params_free(P);
 }
 
-/* stdout and stderr to /dev/null (the trainer's progress lines, 96 runs of them) and back: saved holds the two
- * descriptors. */
-static void quiet(int on, int saved[2]) {
-    fflush(stdout);
-    fflush(stderr);
-    if (on) {
-        const int null = open("/dev/null", O_WRONLY);
-        saved[0] = dup(1);
-        saved[1] = dup(2);
-        dup2(null, 1);
-        dup2(null, 2);
-        close(null);
-    } else {
-        dup2(saved[0], 1);
-        dup2(saved[1], 2);
-        close(saved[0]);
-        close(saved[1]);
-    }
-}
-
 /* A training run (one epoch of vit_fmnist_tiny with 2 classes on an image folder of 8 + 4 PNGs, with a checkpoint,
  * metrics and curves) with sampled allocations failing: each run succeeds or fails with a message, leaks nothing,
  * and leaves run_dir's checkpoint, when there is one, whole (written atomically, the previous run's or its own). */
 static void check_train(vt_test *T, const char *dir) {
     char data[128], run[128], ck[160], p[300];
-    snprintf(data, sizeof data, "%s/data", dir);
     snprintf(run, sizeof run, "%s/run", dir);
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", run);
-    static const char *const sub[] = {"", "/train", "/val", "/train/a", "/train/b", "/val/a", "/val/b"};
-    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
-        snprintf(p, sizeof p, "%s%s", data, sub[i]);
-        mkdir(p, 0755);
-    }
-    unsigned char px[28 * 28];
-    for (int i = 0; i < 12; i++) { /* 4 + 4 training images, 2 + 2 validation images */
-        for (int j = 0; j < 28 * 28; j++) px[j] = (unsigned char)((j * (i + 3) + (i % 2) * 128) % 256);
-        snprintf(p, sizeof p, "%s/%s/%c/%d.png", data, i < 8 ? "train" : "val", i % 2 ? 'b' : 'a', i);
-        stbi_write_png(p, 28, 28, 1, px, 28);
-    }
-    vt_model_overrides ov = vt_model_no_overrides();
-    ov.num_classes = 2;
     vt_model_cfg c;
-    vt_err e = {0};
-    T_CHECK(T, vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c, &e) == 0, "%s", e.msg);
     vt_train_opts o;
-    vt_train_defaults(&o);
-    o.data = data;
-    o.run_dir = run;
-    o.epochs = 1;
-    o.batch = 4;
-    o.warmup_epochs = 0;
-    o.workers = 2;
-    o.overwrite = 1;
+    vt_err e = {0};
+    T_CHECK(T, vt_faults_folder(dir, data, sizeof data) == 0, "the image folder in %s", dir);
+    T_CHECK(T, vt_faults_run(data, run, &c, &o, &e) == 0, "%s", e.msg);
     long n = MOST, failed = 0, silent = 0, torn = 0, tried = 0;
     for (int i = 0; i < SAMPLES && sample(i, n) <= n; i++, tried++) {
         int saved[2];
         vt_err te = {0};
-        quiet(1, saved);
+        vt_faults_quiet(1, saved);
         arm_at(i == 0 ? MOST : sample(i, n)); /* the first run counts the allocations */
         const int rc = vt_train(&c, &o, &te);
         armed = 0;
-        quiet(0, saved);
+        vt_faults_quiet(0, saved);
         if (i == 0) {
             n = seen;
             T_CHECK(T, rc == 0, "the training run without a fault: %s", te.msg);
