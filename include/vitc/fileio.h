@@ -7,9 +7,12 @@
 
 #include "vitc/error.h"
 
-/* An output file being written: write to f, then vt_out_commit (or vt_out_abort). */
+/* An output file being written: write to f, then vt_out_commit (or vt_out_abort). f's writes go through this struct
+ * (it must not move while open). */
 typedef struct vt_out {
     FILE *f;
+    int fd;          /* the temporary file's descriptor (f writes to it) */
+    int err;         /* the errno of the first write, fsync or close that failed (0: none) */
     char path[4096]; /* the target (a symlink's destination) */
     char tmp[4096];  /* the temporary file beside it */
 } vt_out;

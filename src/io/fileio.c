@@ -2,7 +2,7 @@
  * name works), fsync'ed, then renamed over the target and the folder fsync'ed. A crash leaves the old file or the
  * new one, never a mix. Targets that exist and are not regular files (device nodes, FIFOs, folders) are refused,
  * and so is a target that is one of the command's own inputs. */
-#define _XOPEN_SOURCE 700 /* realpath */
+#define _GNU_SOURCE /* realpath, fopencookie */
 #include "vitc/fileio.h"
 
 #include <dirent.h>
@@ -69,6 +69,33 @@ static mode_t new_file_mode(void) {
     return (mode_t)(0666 & ~mask);
 }
 
+/* The stream's writes (fopencookie): write(2) to the temporary file, keeping the first failure's errno in o->err. stdio
+ * keeps only an error flag: a large write that went past its buffer and was refused (a 64 KiB fputs on a full disk)
+ * left nothing to report but EIO. Returns the bytes written, 0 on an error (the cookie interface's). */
+static ssize_t out_write(void *cookie, const char *buf, size_t n) {
+    vt_out *o = cookie;
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t w = write(o->fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!o->err) o->err = w < 0 ? errno : EIO;
+            return (ssize_t)done;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+/* fclose's end of the stream: the file's descriptor closed, its error kept as a write's. */
+static int out_close(void *cookie) {
+    vt_out *o = cookie;
+    const int rc = close(o->fd);
+    if (rc != 0 && !o->err) o->err = errno;
+    o->fd = -1;
+    return rc;
+}
+
 int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     memset(o, 0, sizeof *o);
     if (vt_output_check(path, NULL, 0, e)) return -1;
@@ -86,11 +113,12 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
     /* mkstemp makes it 0600: a file replaced keeps its mode, a new one gets the umask's (as open would give it) */
     fchmod(fd, stat(o->path, &st) == 0 ? st.st_mode & 07777 : new_file_mode());
-    o->f = fdopen(fd, "wb");
-    if (!o->f) {
+    o->fd = fd;
+    o->f = fopencookie(o, "wb", (cookie_io_functions_t){NULL, out_write, NULL, out_close});
+    if (!o->f) { /* (it allocates only) */
         close(fd);
         remove(o->tmp);
-        return vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", path, strerror(errno));
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory writing %s", path);
     }
     return 0;
 }
@@ -98,9 +126,13 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
 int vt_out_commit(vt_out *o, vt_err *e) {
     if (!o->f) return vt_seterr(e, "%s: output not open", o->path);
     errno = 0;
-    int ok = !ferror(o->f) && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
-    const int err = errno ? errno : EIO; /* a write error seen earlier (ferror) left no errno of its own */
-    ok = fclose(o->f) == 0 && ok;
+    int ok = fflush(o->f) == 0 && !ferror(o->f) && o->err == 0;
+    if (ok && fsync(o->fd) != 0) {
+        ok = 0;
+        o->err = errno;
+    }
+    ok = fclose(o->f) == 0 && ok; /* closes the descriptor: a deferred error (NFS, quotas) lands in o->err */
+    const int err = o->err ? o->err : EIO; /* the first failure's cause (a write's, fsync's or close's) */
     o->f = NULL;
     if (!ok) {
         remove(o->tmp);
