@@ -169,13 +169,14 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
         vt_st_close(&f);
         return -1;
     }
-    if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) */
-        vt_st_close(&f);
+    if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) on the file read
+                        * (a pipe or FIFO cannot be read twice) */
         char windows[sizeof P->windows]; /* but a fine-tuning start may change the stripes (CSwin 224 -> 384) */
         memcpy(windows, P->windows, sizeof windows);
         P->windows[0] = '\0';
-        const int rc = vt_params_load(P, path, e);
+        const int rc = vt_params_load_file(P, &f, path, e);
         memcpy(P->windows, windows, sizeof windows);
+        vt_st_close(&f);
         return rc;
     }
     for (int i = 0; log && i < f.n; i++)
