@@ -456,6 +456,9 @@ static void check_open_with(vt_test *T, const char *dir) {
     vitc_result r2;
     T_CHECK(T, m2 && vitc_classify_pixels(m2, &img, 1, 1, &r2, &err) == -1 &&
                    strstr(err.msg, "vit_fmnist_tiny takes 2 input channels"), "%s", err.msg);
+    float x2[2 * 28 * 28]; /* and vitc_load_image: an argument error, before any file is read (it had said IMAGE) */
+    T_CHECK(T, m2 && vitc_load_image(m2, "/nonexistent.png", x2, &err) == -1 && err.code == VITC_E_ARGUMENT &&
+                   strstr(err.msg, "vit_fmnist_tiny takes 2 input channels"), "code %d: %s", err.code, err.msg);
     vitc_close(m2);
     /* --name=value, as on the command line */
     vitc_model *me = vitc_open_with("vit_fmnist_tiny", w, NULL, "--attn=flatten --in-chans=3 --num-classes=5", &err);

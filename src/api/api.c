@@ -432,7 +432,7 @@ int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, 
 }
 
 int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {
-    if (check_args(m, path, 1, 0, 0, out, err)) return -1;
+    if (check_args(m, path, 1, 0, 0, out, err) || image_model(m, err)) return -1;
     const vt_preprocess pp = vt_model_preprocess(&m->cfg);
     vt_err e = {0};
     return vt_image_load(path, &pp, out, &e) ? fail(err, code_of(&e, VITC_E_IMAGE), "%s", e.msg) : 0;

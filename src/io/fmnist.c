@@ -24,7 +24,7 @@ static gzFile open_gz(const char *path, vt_err *e) {
     if (!f) {
         char buf[128] = "unknown error";
         if (errno) strerror_r(errno, buf, sizeof buf);
-        vt_seterr(e, "cannot open %s: %s", path, buf);
+        vt_seterr_code(e, errno ? VT_E_IO : VT_E_NOMEM, "cannot open %s: %s", path, buf);
     }
     return f;
 }
@@ -39,6 +39,8 @@ static int read_exact(gzFile f, void *buf, size_t n, const char *path, const cha
         int r = gzread(f, p + got, (unsigned)want);
         int zerr = Z_OK;
         const char *zmsg = gzerror(f, &zerr);
+        if (zerr == Z_ERRNO) /* the system's read failed: not the data */
+            return vt_seterr_code(e, VT_E_IO, "%s: cannot read %s: %s", path, what, strerror(errno));
         if (r < 0 || (zerr != Z_OK && zerr != Z_BUF_ERROR))
             return vt_seterr(e, "%s: corrupt gzip data while reading %s (zlib: %s)", path, what, zmsg);
         if (r == 0)

@@ -73,8 +73,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 /* The error of a folder that cannot be opened (errno): the reason first, as a path past PATH_MAX would push it out
  * of the message. */
 static int cannot_open(const char *dir, vt_err *e) {
-    return vt_seterr(e, "cannot open a folder of an image folder (%s, a path of %zu bytes): %s", strerror(errno),
-                     strlen(dir), dir);
+    return vt_seterr_code(e, VT_E_IO, "cannot open a folder of an image folder (%s, a path of %zu bytes): %s",
+                          strerror(errno), strlen(dir), dir);
 }
 
 static int is_dir(const char *path) {
@@ -88,7 +88,7 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
     if (!d) return cannot_open(dir, e);
     struct dirent *de;
     int rc = 0;
-    while (rc == 0 && (de = readdir(d))) {
+    while (rc == 0 && (errno = 0, de = readdir(d))) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
         char *full = join(dir, de->d_name);
         if (!full) {
@@ -104,6 +104,8 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
         }
         free(full);
     }
+    if (rc == 0 && errno) /* readdir's NULL on an error, not the end: part of the folder would be left out silently */
+        rc = vt_seterr_code(e, VT_E_IO, "cannot read the folder %s: %s", dir, strerror(errno));
     closedir(d);
     if (dirs && dirs->n > 1) qsort(dirs->s, (size_t)dirs->n, sizeof(char *), cmp_str);
     if (files && files->n > 1) qsort(files->s, (size_t)files->n, sizeof(char *), cmp_str);
@@ -514,7 +516,8 @@ static int folder_get(void *ctx, int i, int chans, int min_side, vt_image *img, 
     if (vt_image_read(f->paths[i], &buf, &n, &de) ||
         vt_image_decode(buf, n, chans, min_side, img, &de)) {
         free(buf);
-        return vt_seterr(e, "%s: %s", f->paths[i], de.msg);
+        return strstr(de.msg, f->paths[i]) ? vt_seterr_from(e, &de, "%s", de.msg) /* it names the file already */
+                                           : vt_seterr_from(e, &de, "%s: %s", f->paths[i], de.msg);
     }
     free(buf);
     *label = f->labels[i];

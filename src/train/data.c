@@ -2,6 +2,7 @@
  * memory or an image folder read on demand, with subsets spread over a folder's classes, as sample sources with their
  * transforms (crop + flip, a recipe's DeiT transform, the model's eval transform); and the check, before a run
  * trains, that some of a folder's validation images can be read (check_val_readable). */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +70,8 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
     } else {
         if (folder_chans(c, e)) return -1;
         struct stat st;
+        if (stat(data, &st) != 0 && errno != ENOENT && errno != ENOTDIR) /* there, but the system refuses it */
+            return vt_seterr_code(e, VT_E_IO, "cannot open the image folder %s: %s", data, strerror(errno));
         if (stat(data, &st) != 0 || !S_ISDIR(st.st_mode))
             return vt_seterr(e, "unknown dataset '%s': neither fashion-mnist nor an image folder (no folder %s holding "
                              "train/<class>/<image> and val/<class>/<image>)", data, data);

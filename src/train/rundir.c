@@ -229,12 +229,15 @@ int lock_run(const char *dir, vt_err *e) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path) return vt_seterr(e, "run folder name too long");
     const int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) return vt_seterr(e, "cannot create %s: %s", path, strerror(errno));
+    if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot create %s: %s", path, strerror(errno));
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(fd, F_SETLK, &fl) != 0) {
+        const int err = errno;
         close(fd);
-        return vt_seterr(e, "run folder %s is in use by another vitc process (lock %s held); use another --out", dir,
-                         path);
+        if (err == EACCES || err == EAGAIN) /* held; anything else: the file system cannot lock (NFS without lockd) */
+            return vt_seterr(e, "run folder %s is in use by another vitc process (lock %s held); use another --out",
+                             dir, path);
+        return vt_seterr_code(e, VT_E_IO, "cannot lock %s (the run folder's lock): %s", path, strerror(err));
     }
     return fd;
 }
