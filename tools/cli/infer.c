@@ -243,16 +243,18 @@ static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list
     return list[0] != '\0';
 }
 
-/* The model of `attention`: c rebuilt with the heads the weights f record where they differ (said on stderr: the
+/* The model of `attention`: c rebuilt with the heads the weights f record where they differ (or built with them from
+ * their options record: said on stderr either way; the
  * tensors of some hosts, Swin's relative-position tables, hMHSA's maps, have shapes that depend on the heads), its
  * tensors then checked against f; 0, or an exit status after the message. */
 static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
     vt_err e = {0};
     char list[sizeof o->arch_heads];
     const int hr = recorded_heads(c, f, list, sizeof list);
-    if (hr > 0) {
+    if (hr > 0 || (hr == 0 && o->arch_heads[0] && o->heads == o->arch_heads && vt_st_meta(f, VT_HEADS_KEY)))
         notice("%s records %s attention heads per stage (as run): the model is built with them", o->weights,
                vt_st_meta(f, VT_HEADS_KEY));
+    if (hr > 0) {
         snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
         o->heads = o->arch_heads;
         const int mc = model_cfg(o, c);
@@ -280,7 +282,8 @@ int cmd_attention(opts *o) {
                            .notes = stderr};
     vt_err e = {0};
     const char *heads = o->heads;
-    o->heads = NULL; /* --heads selects the heads to draw here, not the architecture's */
+    o->heads = o->arch_heads[0] ? o->arch_heads : NULL; /* --heads selects the heads to draw here: the architecture's
+                                                           * are the weights' (their options record) */
     if (heads && strcmp(heads, "mean") == 0)
         ao.head_mean = 1;
     else if (heads && strcmp(heads, "all") != 0 &&
