@@ -16,6 +16,9 @@
 typedef struct vt_dist {
     int rank, size;              /* this process's rank and the number of ranks (0 and 1 without mpirun) */
     int local_rank, local_size;  /* the same among the ranks on this node */
+    int cpu_sharers;             /* the node's ranks whose CPU affinity overlaps this one's, this one included (1
+                                    without mpirun): they compete for its cores */
+    int cpu_share_lead;          /* 1: no lower rank of the node is among them (the one to say so) */
     int mpi;                     /* 1: MPI is in use (launched by mpirun) */
     int mpi_owned;               /* 1: vt_dist_init started MPI, which vt_dist_finalize ends */
     int overlap;                 /* 1: each bucket's allreduce starts during backward when its gradients are final */
@@ -34,8 +37,8 @@ int vt_dist_launched(void);
 int vt_dist_env(int *rank, int *local_rank, int *local_size);
 
 /* Fills d: under mpirun initialises MPI (MPI_Init_thread, funneled; a library providing less is refused) and reads
- * the rank, the world and the node's rank count; otherwise a one-rank context without MPI. Overlap on, 4 MiB
- * buckets. */
+ * the rank, the world and the node's rank count, and which of the node's ranks share this one's CPUs; otherwise a
+ * one-rank context without MPI. Overlap on, 4 MiB buckets. */
 int vt_dist_init(vt_dist *d, vt_err *e);
 
 /* Ends MPI when vt_dist_init started it (every rank must call it); a no-op otherwise. */

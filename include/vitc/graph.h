@@ -176,6 +176,10 @@ int vt_threads_usable(int want);
  * fewer than the online cores, else the online cores; at least 1. */
 int vt_cpus_usable(void);
 
+/* The calling thread's CPU affinity mask (bytes in *bytes, malloc'd: free it), sized for the configured CPUs and grown
+ * while the kernel says it is too small (a fixed cpu_set_t holds 1,024 CPUs only); NULL where it cannot be read. */
+unsigned char *vt_cpus_mask(size_t *bytes);
+
 /* The calling thread's OpenMP settings that vt_threads_enter changes. */
 typedef struct {
     int threads, dynamic;

@@ -32,20 +32,32 @@ static int place_cpus(void) {
     return n;
 }
 
-/* The CPUs in the calling thread's affinity mask, 0 where it cannot be read. The mask is sized for the configured
- * CPUs and grown while the kernel says it is too small (EINVAL): a fixed cpu_set_t holds 1,024 CPUs only. */
-static int thread_cpus(void) {
+unsigned char *vt_cpus_mask(size_t *bytes) {
     const long conf = sysconf(_SC_NPROCESSORS_CONF);
+    *bytes = 0;
     for (int n = conf > 1024 ? (int)(conf < 1 << 20 ? conf : 1 << 20) : 1024; n <= 1 << 20; n *= 2) {
         cpu_set_t *set = CPU_ALLOC(n);
-        if (!set) return 0;
+        if (!set) return NULL;
         const size_t size = CPU_ALLOC_SIZE(n);
         CPU_ZERO_S(size, set);
-        const int rc = sched_getaffinity(0, size, set), count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+        if (sched_getaffinity(0, size, set) == 0) {
+            *bytes = size;
+            return (unsigned char *)set;
+        }
         CPU_FREE(set);
-        if (rc == 0 || errno != EINVAL) return count;
+        if (errno != EINVAL) return NULL;
     }
-    return 0;
+    return NULL;
+}
+
+/* The CPUs in the calling thread's affinity mask, 0 where it cannot be read. */
+static int thread_cpus(void) {
+    size_t bytes;
+    unsigned char *m = vt_cpus_mask(&bytes);
+    int n = 0;
+    for (size_t i = 0; m && i < bytes; i++) n += __builtin_popcount(m[i]);
+    free(m);
+    return n;
 }
 
 int vt_cpus_usable(void) {

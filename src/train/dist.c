@@ -49,9 +49,37 @@ int vt_dist_env(int *rank, int *local_rank, int *local_size) {
     return size > 0 ? size : 1;
 }
 
+/* d->cpu_sharers and d->cpu_share_lead from the affinity masks of the node's ranks (gathered over node): ranks whose
+ * masks overlap this one's compete for its cores (unbound ranks, or ranks bound to one socket, share theirs). A mask
+ * that cannot be read overlaps none; where a rank has no memory for the masks, every rank leaves the counts at 1 (the
+ * ranks agree first: one rank failing alone would leave the others waiting in the gather). */
+static int cpu_sharing(vt_dist *d, MPI_Comm node, vt_err *e) {
+    size_t bytes = 0;
+    unsigned char *mine = vt_cpus_mask(&bytes);
+    int b = (int)bytes, most = 0, rc = mpi_check(MPI_Allreduce(&b, &most, 1, MPI_INT, MPI_MAX, node), "MPI_Allreduce", e);
+    unsigned char *all = rc || most <= 0 ? NULL : calloc((size_t)d->local_size + 1, (size_t)most);
+    int have = all != NULL, every = 0;
+    if (rc == 0) rc = mpi_check(MPI_Allreduce(&have, &every, 1, MPI_INT, MPI_MIN, node), "MPI_Allreduce", e);
+    if (rc == 0 && every) {
+        unsigned char *me = all + (size_t)d->local_size * (size_t)most; /* mine, padded to the longest mask */
+        if (mine) memcpy(me, mine, bytes);
+        rc = mpi_check(MPI_Allgather(me, most, MPI_BYTE, all, most, MPI_BYTE, node), "MPI_Allgather", e);
+        for (int r = 0; rc == 0 && r < d->local_size; r++) {
+            int overlap = 0;
+            for (int i = 0; i < most && !overlap; i++) overlap = (all[(size_t)r * (size_t)most + i] & me[i]) != 0;
+            if (!overlap || r == d->local_rank) continue;
+            d->cpu_sharers++;
+            if (r < d->local_rank) d->cpu_share_lead = 0;
+        }
+    }
+    free(all);
+    free(mine);
+    return rc;
+}
+
 int vt_dist_init(vt_dist *d, vt_err *e) {
     memset(d, 0, sizeof *d);
-    d->size = d->local_size = 1;
+    d->size = d->local_size = d->cpu_sharers = d->cpu_share_lead = 1;
     d->overlap = 1;
     d->bucket_bytes = (size_t)4 << 20;
     if (!vt_dist_launched()) return 0;
@@ -76,8 +104,9 @@ int vt_dist_init(vt_dist *d, vt_err *e) {
         return -1;
     MPI_Comm_rank(node, &d->local_rank);
     MPI_Comm_size(node, &d->local_size);
+    const int rc = cpu_sharing(d, node, e);
     MPI_Comm_free(&node);
-    return 0;
+    return rc;
 }
 
 void vt_dist_finalize(vt_dist *d) {

@@ -452,6 +452,11 @@ sys.exit(st.load('$T/h2m.safetensors')['blocks.0.attn'].shape[1] != 2)\"" "$(cat
 $V attention $M -w <(cat "$T/h2.safetensors") "$T/good.png" -o "$T/h2p.png" >"$T/h2p.log" 2>&1
 check "... reading its weights once (from a pipe)" "[ $? -eq 0 ] && grep -q 'records 2 attention heads' '$T/h2p.log' && \
     [ -s '$T/h2p.png' ]" "$(cat "$T/h2p.log")"
+# ... also where the default heads do not divide the recorded widths (the first build had used the default heads)
+$V init deit_tiny_patch16_224 --depths 1 --dims 64 --heads 4 --img-size 64 -o "$T/d64.safetensors" >/dev/null 2>&1
+$V attention deit_tiny_patch16_224 -w "$T/d64.safetensors" "$T/good.png" -o "$T/d64.png" >"$T/d64.log" 2>&1
+check "attention on weights of width 64 with 4 heads (3, the default, does not divide it)" "[ $? -eq 0 ] && \
+    [ -s '$T/d64.png' ] && grep -q 'records 4 attention heads' '$T/d64.log'" "$(cat "$T/d64.log")"
 # ... also where the heads shape tensors (Swin's relative-position tables: it had checked them against the default heads)
 $V init swin_fmnist_tiny --heads 1,2 -o "$T/sh12.safetensors" >/dev/null 2>&1
 $V attention swin_fmnist_tiny -w "$T/sh12.safetensors" "$T/good.png" -o "$T/sh12.png" >"$T/sh12.log" 2>&1
@@ -648,6 +653,10 @@ expect "forward: an input file without 'input' named" 1 "w.safetensors: tensor '
 $V train $M --ffn cffn --init-from "$T/cf_nonbt.safetensors" --data fashion-mnist --epochs 1 \
     --train-subset 64 --test-subset 32 --batch-size 32 --threads 1 --out "$T/nbt_run" >"$T/nb.log" 2>&1
 check "--init-from weights without num_batches_tracked fine-tunes" "[ $? -eq 0 ]" "$(tail -3 "$T/nb.log")"
+# --init-from through a pipe: read once, also where no tensor needs adapting (that path read the file a second time)
+$V train $M --init-from <(cat "$T/w.safetensors") --data fashion-mnist --epochs 1 --train-subset 64 --test-subset 32 \
+    --batch-size 32 --threads 1 --out "$T/ifpipe" >"$T/ifp.log" 2>&1
+check "--init-from weights through a pipe" "[ $? -eq 0 ] && grep -q 'Fine-tuning from' '$T/ifp.log'" "$(cat "$T/ifp.log")"
 # --name=value (argparse's form) is --name value; a flag given a value, an empty value and an unknown name refused
 $V info $M --img-size=32 --json >"$T/eq.json" 2>&1
 check "--img-size=32 taken as --img-size 32" "[ $? -eq 0 ] && grep -q '\"img_size\": 32' '$T/eq.json'" "$(head -c 300 "$T/eq.json")"

@@ -11,8 +11,9 @@
 # stops every rank before its epoch is written. Ranks on several machines (simulated: a working folder each): a resume
 # whose run folder only rank 0 has takes rank 0's recorded settings; ranks on other data, or one failing its checks,
 # are refused before the run folder is written; a rank's validation slice of unreadable images only is skipped;
-# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node; an error of
-# the command line (a value out of range, an unknown model) is printed once, by rank 0.
+# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node; unbound ranks
+# sharing a cpuset smaller than the node divide its cores; an error of the command line (a value out of range, an
+# unknown model) is printed once, by rank 0.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
@@ -127,7 +128,7 @@ rc=$?
 check "resuming 1 process's checkpoint with 2 ranks is refused, once" \
     "[ $rc -eq 1 ] && [ \$(grep -c 'written by a run of 1 rank but this run has 2' '$T/m2.log') -eq 1 ]" \
     "rc $rc: $(cat "$T/m2.log")"
-check "ranks x threads over the cores warns" "[ $cores -lt 2 ] || grep -q 'exceed its $cores cores' '$T/m2.log'" \
+check "ranks x threads over the cores warns" "[ $cores -lt 2 ] || grep -q 'exceed the $cores cores they share' '$T/m2.log'" \
     "$(cat "$T/m2.log")"
 
 # 4) a NaN on rank 1 only (epoch 2 of 3): both ranks stop, one message, the checkpoint of epoch 1 kept
@@ -193,6 +194,15 @@ mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --epochs
 rc=$?
 check "--init-from a file on rank 0's machine only" "[ $rc -eq 0 ] && grep -q 'Fine-tuning from init.safetensors' '$T/ft.log' && \
     [ ! -e '$T/w1/ft' ]" "rc $rc: $(tail -5 "$T/ft.log")"
+# --resume in its own folder with --overwrite, where only rank 0's machine has that folder: every rank refuses, rank 0
+# saying why (each rank had asked its own file system: rank 1 went on and waited for rank 0 forever)
+mkdir -p "$T/w0/own"
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --resume own --out own \
+    --overwrite : -np 1 -wdir "$T/w1" $VA train $RS --resume own --out own --overwrite >"$T/ow.log" 2>&1
+rc=$?
+check "--resume and --overwrite on one folder that rank 0 alone has: refused on every rank, once" "[ $rc -eq 2 ] && \
+    [ \$(grep -c 'overwrite has no effect on a run resumed in its own folder' '$T/ow.log') -eq 1 ]" \
+    "rc $rc: $(cat "$T/ow.log")"
 # ranks reading different data: refused before anything is written, naming the difference
 $PY - "$T" <<'PYEOF'
 import sys
@@ -313,3 +323,25 @@ check "... and an unknown model (exit 2, a usage error)" "[ $rc -eq 2 ] && [ \$(
 # a thread notice is printed once per node, not once per rank
 $MPI $V train $EQ --batch-size 32 --threads $(($(nproc) + 1)) --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1
 check "a thread notice under mpirun: once" "[ \$(grep -c 'threads asked' '$T/thr.log') -eq 1 ]" "$(cat "$T/thr.log")"
+# unbound ranks in a cpuset smaller than the node (an LD_PRELOAD stand-in for sysconf: 16 CPUs online, this machine's
+# the affinity): by default each takes the shared cores divided among them, not all of them (the node's 16 / 2 ranks,
+# at most its affinity, gave each all of its cores: twice as many threads as cores), with one notice
+if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -lt 16 ] && cat >"$T/onl.c" <<'C' && cc -shared -fPIC -o "$T/onl.so" "$T/onl.c" -ldl
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <unistd.h>
+long sysconf(int name) {
+    static long (*real)(int);
+    if (!real) real = (long (*)(int))dlsym(RTLD_NEXT, "sysconf");
+    return name == _SC_NPROCESSORS_ONLN || name == _SC_NPROCESSORS_CONF ? 16 : real(name);
+}
+C
+then
+    n=$(nproc)
+    env -u OMP_NUM_THREADS $MPI -x LD_PRELOAD="$T/onl.so" $V train vit_fmnist_tiny --data fashion-mnist \
+        --train-subset 64 --test-subset 100 --batch-size 32 --epochs 1 --out "$T/cs" >"$T/cs.log" 2>&1
+    rc=$?
+    check "ranks sharing a cpuset: $((n / 2)) thread(s) each by default, said once" "[ $rc -eq 0 ] && \
+[ \$(grep -c '2 ranks on this node share the same $n cores (their CPU affinity): $((n / 2)) thread' '$T/cs.log') -eq 1 ]" \
+        "rc $rc: $(cat "$T/cs.log")"
+fi

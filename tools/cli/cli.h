@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "vitc/dist.h"
 #include "vitc/model.h"
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
@@ -128,6 +129,9 @@ void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One thread setting for the whole process, for OpenMP, OpenBLAS and oneDNN: --threads, else OMP_NUM_THREADS, else
  * the cores it may run on (its CPU affinity; the online cores shared by the node's MPI ranks). */
 void set_threads(const opts *o);
+/* Under mpirun, once MPI has started: a default thread count divided among the node's ranks that share this rank's
+ * CPUs (unbound ranks in a cpuset smaller than the node), with a notice; ranks x threads over those cores warned about. */
+void share_threads(const opts *o, const vt_dist *d);
 /* Warns when other runnable threads leave fewer cores than vitc's threads (unless OMP_WAIT_POLICY is set, or the
  * process is held to some of the cores): bench and train, whose speed it decides. */
 void warn_busy_cores(void);

@@ -101,31 +101,37 @@ void notice(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The thread count asked for: --threads, else OMP_NUM_THREADS (its first level: "4,2" asks 4), named in *from; 0 when
+ * neither asks (an OMP_NUM_THREADS that is not a count is ignored, with a notice when speak). */
+static long asked_threads(const opts *o, const char **from, int speak) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    *from = "--threads";
+    if (o->threads > 0 || !env || !*env) return o->threads > 0 ? o->threads : 0;
+    char *end = NULL;
+    const long want = strtol(env, &end, 10);
+    *from = "OMP_NUM_THREADS";
+    if (end == env || want <= 0 || (*end && *end != ',')) {
+        if (speak) say(NULL, "notice: OMP_NUM_THREADS='%s' is not a thread count; ignored", env);
+        return 0;
+    }
+    return want;
+}
+
 /* One thread setting for the whole process: --threads, else OMP_NUM_THREADS, else every core it may run on (its
- * affinity mask; of every online core, shared by the `ranks` MPI ranks on this node: cores / ranks each, at least 1);
- * more than those cores or than OpenMP allows is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of 100000 crashed inside
- * OpenMP), OpenMP's dynamic team sizes are turned off, and ranks x
- * threads over the cores is warned about (by the node's first rank alone: the others share its setting). OpenBLAS
- * (OpenMP build) and oneDNN (OpenMP runtime) both run omp_get_max_threads() threads outside our parallel regions and
- * one inside them, so this one setting holds for every GEMM. */
+ * affinity mask; of every online core, shared by the `ranks` MPI ranks on this node: cores / ranks each, at least 1;
+ * share_threads divides the cores of ranks that share one affinity once MPI has started); more than those cores or
+ * than OpenMP allows is clamped with a notice (extra threads only contend for the cores, and an OMP_NUM_THREADS of
+ * 100000 crashed inside OpenMP), and OpenMP's dynamic team sizes are turned off. Notices come from the node's first
+ * rank alone (the others share its setting). OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime) both run
+ * omp_get_max_threads() threads outside our parallel regions and one inside them, so this one setting holds for every
+ * GEMM. */
 void set_threads(const opts *o) {
     int local_rank = 0, ranks = 1;
     vt_dist_env(NULL, &local_rank, &ranks);
     const int speak = local_rank == 0; /* the node's ranks share one setting: its first says it */
     const long online = sysconf(_SC_NPROCESSORS_ONLN), cores = online > 0 ? online : 1, mine = vt_cpus_usable();
-    const char *env = getenv("OMP_NUM_THREADS");
-    long want = o->threads;
-    const char *from = "--threads";
-    if (want <= 0 && env && *env) {
-        char *end = NULL;
-        want = strtol(env, &end, 10); /* the first level of a nested list such as "4,2" */
-        from = "OMP_NUM_THREADS";
-        if (end == env || want <= 0 || (*end && *end != ',')) {
-            if (speak)
-                say(NULL, "notice: OMP_NUM_THREADS='%s' is not a thread count; ignored", env);
-            want = 0; /* the default below */
-        }
-    }
+    const char *env = getenv("OMP_NUM_THREADS"), *from;
+    long want = asked_threads(o, &from, speak);
     if (want <= 0) {
         want = cores / ranks > 0 ? cores / ranks : 1;
         want = mine < want ? mine : want;
@@ -153,11 +159,27 @@ void set_threads(const opts *o) {
         want = usable;
     }
     omp_set_dynamic(0); /* exact teams: OpenBLAS's threaded sgemm hangs in a smaller one (OMP_DYNAMIC=true) */
-    if (speak && ranks > 1 && want * ranks > cores)
-        say(NULL, "warning: %d ranks x %ld threads (%s) on this node exceed its %ld cores; they will "
-                "contend (set --threads)", ranks, want, want == 1 ? "the minimum" : from, cores);
     omp_set_num_threads((int)want);
     openblas_set_num_threads((int)want);
+}
+
+void share_threads(const opts *o, const vt_dist *d) {
+    const int n = d->cpu_sharers, mine = vt_cpus_usable();
+    int want = omp_get_max_threads();
+    if (n <= 1) return;
+    const char *from;
+    if (asked_threads(o, &from, 0) <= 0 && want > (mine / n > 0 ? mine / n : 1)) { /* the default: divided */
+        want = mine / n > 0 ? mine / n : 1;
+        if (d->cpu_share_lead)
+            say(NULL, "notice: %d ranks on this node share the same %d core%s (their CPU affinity): %d thread%s each",
+                n, mine, mine == 1 ? "" : "s", want, want == 1 ? "" : "s");
+        omp_set_num_threads(want);
+        openblas_set_num_threads(want);
+    }
+    if ((long)want * n > mine && d->cpu_share_lead)
+        say(NULL, "warning: %d ranks x %d threads (%s) exceed the %d core%s they share on this node (their CPU "
+            "affinity); they will contend (set --threads)", n, want, want == 1 ? "the minimum" : from, mine,
+            mine == 1 ? "" : "s");
 }
 
 /* Runnable threads on the machine now (/proc/stat procs_running), or -1 where it cannot be read. */

@@ -60,7 +60,7 @@ const optdef optdefs[] = {
     NUM("--iters", O_INT, iters, 1, 1e6, "timed iterations (default 10)"),
     NUM("--threads", O_INT, threads, 1, 1024, "threads for OpenMP and OpenBLAS (default: the cores this process "
       "may run on, its CPU affinity; under mpirun, per rank: the node's cores divided among its ranks, at most its "
-      "own)"),
+      "own, and the cores of ranks whose affinities overlap divided among them)"),
     NUM("--steps", O_INT, steps, 1, 1e6, "forward/backward passes on the batch (default 1); with N >= 2 an AdamW step "
       "(--lr, --weight-decay) follows each pass but the last, N-1 in all; G holds the last pass's loss and gradients, "
       "and every pass's loss as `losses`"),
@@ -347,7 +347,8 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
 
 /* The commands that load --weights: the model options the file records (VT_OPTIONS_KEY, which vitc writes into every
  * weight file) that the command line does not give are taken, said in a notice, when the file records the same model
- * (VT_MODEL_KEY); attention's --heads picks heads to draw, so the heads come from VT_HEADS_KEY there. The file is
+ * (VT_MODEL_KEY); attention's --heads picks heads to draw, so there the recorded heads go to o->arch_heads (and
+ * VT_HEADS_KEY, which files without the options record have too, applies after the first build). The file is
  * read once (a pipe cannot be read again) into o->wfile, which load_model uses; one that cannot be read is left to
  * load_model's message. 0, or the exit status after the message. */
 int weights_options(opts *o, const command *cmd) {
@@ -376,6 +377,13 @@ int weights_options(opts *o, const command *cmd) {
     }
     memcpy(o->weights_model, rec, strlen(rec) + 1);
     const int attention = strcmp(cmd->name, "attention") == 0;
+    const char *h = strstr(rec, "--heads ");
+    if (attention && h && (h == rec || h[-1] == ' ')) { /* the architecture's heads, for attention's first build */
+        h += strlen("--heads ");
+        const char *end = strstr(h, " --");
+        const size_t len = end ? (size_t)(end - h) : strlen(h);
+        if (len < sizeof o->arch_heads) snprintf(o->arch_heads, sizeof o->arch_heads, "%.*s", (int)len, h);
+    }
     if (take_model_options(o, cmd->name, o->weights_model, ARCH_OPTS SIZE_OPTS, attention ? "--heads " : NULL,
                            o->weights, what, taken, sizeof taken))
         return 1;

@@ -241,8 +241,10 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
     return 0;
 }
 
-/* Options of train's command line that contradict each other: refused as usage errors (exit status 2). */
-static int train_contradictions(const opts *o) {
+/* Options of train's command line that contradict each other: refused as usage errors (exit status 2). Every rank
+ * has the same options (same_rank_command); whether --out is the resumed folder is rank 0's answer (its file system
+ * holds the run folder), so that the ranks refuse together, never one alone while the others wait. */
+static int train_contradictions(const opts *o, const vt_dist *d) {
     static const char *const pairs[][2] = {{"--model-ema", "--no-model-ema"},
                                            {"--repeated-aug", "--no-repeated-aug"},
                                            {"--augment", "--no-augment"}};
@@ -254,8 +256,11 @@ static int train_contradictions(const opts *o) {
                                "checkpoint");
     if (given(o, "--resume") && given(o, "--overwrite")) { /* a run resumed in its own folder keeps its history */
         struct stat a, b;
-        if (!o->out_dir || (stat(o->resume, &a) == 0 && stat(o->out_dir, &b) == 0 && a.st_dev == b.st_dev &&
-                            a.st_ino == b.st_ino))
+        int64_t same = !o->out_dir || (stat(o->resume, &a) == 0 && stat(o->out_dir, &b) == 0 &&
+                                       a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+        vt_err e = {0};
+        if (vt_dist_bcast_i64(d, &same, 1, &e)) return die("%s", e.msg);
+        if (same)
             return refuse("train", "--overwrite has no effect on a run resumed in its own folder (it continues its "
                           "history there); it replaces another run's folder given with --out");
     }
@@ -429,11 +434,12 @@ int cmd_train(opts *o) {
         vt_dist_finalize(&d); /* MPI started, then a check failed: it ends cleanly */
         return die("%s", e.msg);
     }
+    share_threads(o, &d);
     /* the ranks' commands compared first: then every check below fails alike on every rank, and rank 0 says why */
     int rc = same_rank_command(&d, o);
     if (rc == 0 && o->recipe && strcmp(o->recipe, "list") == 0)
         rc = list_recipes(o);
-    else if (rc == 0 && (rc = train_contradictions(o)) == 0) {
+    else if (rc == 0 && (rc = train_contradictions(o, &d)) == 0) {
         warn_busy_cores();
         rc = train_rank(o, &d);
     }
