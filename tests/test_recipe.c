@@ -240,8 +240,9 @@ static void check_adapt(vt_test *T) {
     T_CHECK(T, q1 && q0 && memcmp(q1->data, q0->data, sizeof(float) * (size_t)q0->numel) == 0, "other tensors loaded");
     ok = vt_model_init_params(vt_model_find("swin_fmnist_tiny"), Q, 1, &e) == 0;
     T_CHECK(T, ok && vt_adapt_load(Q, 10, path, NULL, &e) != 0 && strstr(e.msg, "missing") &&
-                   strstr(e.msg, "unexpected") && strstr(e.msg, "pos_embed"),
-            "another model's weights refused, naming tensors: %s", e.msg);
+                   strstr(e.msg, "unexpected") && strstr(e.msg, "pos_embed") &&
+                   strstr(e.msg, "it holds the weights of vit_fmnist_tiny, not swin_fmnist_tiny"),
+            "another model's weights refused, naming it and the tensors: %s", e.msg);
     T_CHECK(T, vt_adapt_load(P10, 10, "/nonexistent/w.safetensors", NULL, &e) != 0, "missing file refused");
     /* a tensor loaded as it is gets the strict loader's checks, also when others are adapted (the head here) */
     vt_params *G = vt_params_new(&e), *G2 = vt_params_new(&e);

@@ -141,7 +141,15 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
             continue;
         }
         action a = plan(t, s, num_classes, &p);
-        if (a == KEEP) note(bad, sizeof bad, &nbad, t->name);
+        if (a == KEEP) { /* named with both shapes */
+            char nm[VT_NAMELEN + 128], fs[48] = "", ms[48] = "";
+            for (int d = 0; d < s->ndim; d++)
+                snprintf(fs + strlen(fs), sizeof fs - strlen(fs), "%s%lld", d ? "," : "", (long long)s->shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(ms + strlen(ms), sizeof ms - strlen(ms), "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            snprintf(nm, sizeof nm, "%s (file [%s], model [%s])", t->name, fs, ms);
+            note(bad, sizeof bad, &nbad, nm);
+        }
         nadapt += a != SAME;
     }
     for (int i = 0; i < f.n; i++) {
@@ -158,10 +166,14 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
                                 "merged by `vitc deploy`, which cannot be split again): fine-tune from a training-form "
                                 "file (a run's weights.safetensors, or `vitc init --train-form`);"
                               : "";
-        vt_seterr(e, "%s: cannot fine-tune from these weights:%s%s%s%s%s%s%s%s%s", path, why, nmiss ? " missing " : "",
-                  miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "", extra,
-                  nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position embedding, "
-                  "relative-position table): " : "", bad);
+        const char *model = vt_st_meta(&f, VT_MODEL_KEY); /* a file of another model says so first */
+        char other[192] = "";
+        if (model && P->model && strcmp(model, P->model) != 0)
+            snprintf(other, sizeof other, " (it holds the weights of %.64s, not %.64s)", model, P->model);
+        vt_seterr(e, "%s: cannot fine-tune from these weights%s:%s%s%s%s%s%s%s%s%s", path, other, why,
+                  nmiss ? " missing " : "", miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "",
+                  extra, nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position "
+                  "embedding, relative-position table): " : "", bad);
         vt_st_close(&f);
         return -1;
     }

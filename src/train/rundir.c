@@ -406,10 +406,32 @@ int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_a
     return check_resume(rpath, c, o, st, spe, e);
 }
 
+/* The files of a run in its folder, which a run that does not continue there replaces (clear_run_dir). */
+static const char *const run_files[] = {"checkpoint.safetensors", "weights.safetensors", "weights_best.safetensors",
+                                        "weights_ema.safetensors", "metrics.csv", "curves.png", "curves.gp",
+                                        "recipe.json", "classes.json", "command.txt"};
+
+/* The name of the run file of dir that path is (the same file: device and inode), or NULL. */
+static const char *run_file_of(const char *dir, const char *path) {
+    struct stat a, b;
+    if (!path || stat(path, &a) != 0) return NULL;
+    for (size_t i = 0; i < sizeof run_files / sizeof run_files[0]; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, run_files[i]);
+        if (stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return run_files[i];
+    }
+    return NULL;
+}
+
 /* A fresh run may not replace another run's history: refuses a folder holding a checkpoint or metrics rows unless
- * overwrite; resuming checks the checkpoint is the same model's. */
+ * overwrite, and an --init-from file that is one of the files the run replaces there (its weights would be lost);
+ * resuming checks the checkpoint is the same model's. */
 int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     char ck[4096], met[4096], model[256];
+    const char *own = o->resume ? NULL : run_file_of(o->run_dir, o->init_from);
+    if (own)
+        return vt_seterr(e, "--init-from %s is the earlier run's %s in %s, which this run replaces: copy it out of the "
+                         "run folder first, or train into another --out", o->init_from, own, o->run_dir);
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->resume ? o->resume : o->run_dir);
     snprintf(met, sizeof met, "%s/metrics.csv", o->run_dir);
     if (o->resume) {
@@ -512,15 +534,12 @@ int command_record(const vt_train_opts *o, const char *path, vt_err *e) {
  * weights, metrics, curves, recipe, classes and commands are removed before the new run writes its own, so that the
  * folder never holds two runs' files, also when the new run fails before its first checkpoint. */
 int clear_run_dir(const char *dir, vt_err *e) {
-    static const char *const files[] = {"checkpoint.safetensors", "weights.safetensors", "weights_best.safetensors",
-                                        "weights_ema.safetensors", "metrics.csv", "curves.png", "curves.gp",
-                                        "recipe.json", "classes.json", "command.txt"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    for (size_t i = 0; i < sizeof run_files / sizeof run_files[0]; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, run_files[i]);
         if (unlink(path) != 0 && errno != ENOENT)
-            return vt_seterr(e, "cannot replace the earlier run in %s: removing %s: %s", dir, files[i],
-                             strerror(errno));
+            return vt_seterr_code(e, VT_E_IO, "cannot replace the earlier run in %s: removing %s: %s", dir,
+                                  run_files[i], strerror(errno));
     }
     return 0;
 }

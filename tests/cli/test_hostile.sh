@@ -653,6 +653,18 @@ expect "forward: an input file without 'input' named" 1 "w.safetensors: tensor '
 $V train $M --ffn cffn --init-from "$T/cf_nonbt.safetensors" --data fashion-mnist --epochs 1 \
     --train-subset 64 --test-subset 32 --batch-size 32 --threads 1 --out "$T/nbt_run" >"$T/nb.log" 2>&1
 check "--init-from weights without num_batches_tracked fine-tunes" "[ $? -eq 0 ]" "$(tail -3 "$T/nb.log")"
+# --init-from one of the files of the run folder that --overwrite replaces: refused (its weights would be lost)
+cp -r "$T/nbt_run" "$T/ifown"
+expect "--init-from the run folder's own weights with --overwrite refused" 1 \
+    "is the earlier run's weights.safetensors in .*, which this run replaces" \
+    $V train $M --ffn cffn --init-from "$T/ifown/weights.safetensors" --data fashion-mnist --epochs 1 \
+    --train-subset 64 --test-subset 32 --batch-size 32 --threads 1 --out "$T/ifown" --overwrite
+check "... and the file kept" "cmp -s '$T/nbt_run/weights.safetensors' '$T/ifown/weights.safetensors'"
+# --init-from weights of other input channels: refused, naming the tensor with both shapes
+$V init $M --in-chans 3 -o "$T/c3.safetensors" >/dev/null 2>&1
+expect "--init-from weights of 3 input channels into 1: both shapes named" 1 \
+    "patch_embed.proj.weight (file \[[0-9]*,3,[0-9,]*\], model \[[0-9]*,1," \
+    $V train $M --init-from "$T/c3.safetensors" --data fashion-mnist --epochs 1 --train-subset 64 --out "$T/c3run"
 # --init-from through a pipe: read once, also where no tensor needs adapting (that path read the file a second time)
 $V train $M --init-from <(cat "$T/w.safetensors") --data fashion-mnist --epochs 1 --train-subset 64 --test-subset 32 \
     --batch-size 32 --threads 1 --out "$T/ifpipe" >"$T/ifp.log" 2>&1
