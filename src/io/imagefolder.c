@@ -351,8 +351,9 @@ int vt_imagefolder_open(const char *dir, vt_imagefolder *train, vt_imagefolder *
     if (!t || !v)
         rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
     else if (!is_dir(t))
-        rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...)",
-                       dir, dir, dir);
+        rc = vt_seterr(e, "image folder %s has no train/ folder (expected %s/train/<class>/<image> and %s/val/...; "
+                       "to evaluate a val/ folder alone, give the classes in training order with --classes "
+                       "CLASSES.json, e.g. the run folder's classes.json)", dir, dir, dir);
     else if (!is_dir(v))
         rc = vt_seterr(e, "image folder %s has no val/ folder (expected %s/val/<class>/<image>)", dir, dir);
     else if (vt_imagefolder_scan(t, NULL, train, e) || vt_imagefolder_scan(v, train, val, e))

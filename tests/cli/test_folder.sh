@@ -62,6 +62,15 @@ $V train deit_tiny_patch16_224 --depths 1 --img-size 384 --num-classes 2 --data 
 peak=$(sed -n 's/.*peak memory \([0-9]*\).*/\1/p' "$T/big_run.log")
 check "a 384 px run at batch 1 validates in small batches (peak ${peak:-?} MiB, under 400)" \
     "[ -n '$peak' ] && [ '${peak:-9999}' -lt 400 ]" "$(tail -3 "$T/big_run.log")"
+# eval of a val/ folder alone takes the classes.json beside the weights (the run's order): the scores of the whole folder
+mkdir -p "$T/vonly" && cp -r "$T/big/val" "$T/vonly/"
+$V eval deit_tiny_patch16_224 -w "$T/big_run/weights.safetensors" --data "$T/vonly" --json >"$T/vonly.json" 2>"$T/vonly.err"
+rc=$?
+$V eval deit_tiny_patch16_224 -w "$T/big_run/weights.safetensors" --data "$T/big" --json >"$T/vall.json" 2>/dev/null
+check "eval of a val/ folder alone: the run's classes.json, the whole folder's scores" "[ $rc -eq 0 ] && \
+    grep -q 'class names from .*big_run/classes.json' '$T/vonly.err' && \
+    [ \"\$(sed 's/.*\"images\"//' '$T/vonly.json')\" = \"\$(sed 's/.*\"images\"//' '$T/vall.json')\" ]" \
+    "rc $rc: $(cat "$T/vonly.err" "$T/vonly.json" "$T/vall.json")"
 
 # a GroupMixFormer run whose checkpoint records --heads 4 (accepted, and ignored by GMA's 8 heads, before --heads was
 # refused on GMA stages; here spelt --heads=4) still resumes: recorded heads are dropped where the attention type runs

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 #include "vitc/attention.h"
@@ -37,9 +38,9 @@ static int read_classes(opts *o, int K) {
     return 0;
 }
 
-/* predict without --classes: the classes.json beside the weights (a run folder's, written by training on an image
- * folder), said on stderr, when it names the model's K classes; its names beat the model's dataset's, which a run
- * on a folder does not share. */
+/* predict without --classes (and eval of a folder without train/, whose classes it would read): the classes.json
+ * beside the weights (a run folder's, written by training on an image folder), said on stderr, when it names the
+ * model's K classes; its names beat the model's dataset's, which a run on a folder does not share. */
 static void classes_beside_weights(opts *o, int K) {
     if (o->classes || !o->weights) return;
     char path[4096], **names = NULL;
@@ -93,6 +94,11 @@ int cmd_eval(opts *o) {
     vt_data d;
     vt_err e = {0};
     if (read_classes(o, c.arch.num_classes)) return 1;
+    char train[4096];
+    struct stat st;
+    if (strcmp(data, "fashion-mnist") != 0 && snprintf(train, sizeof train, "%s/train", data) < (int)sizeof train &&
+        stat(data, &st) == 0 && S_ISDIR(st.st_mode) && stat(train, &st) != 0)
+        classes_beside_weights(o, c.arch.num_classes); /* a validation folder alone: the run's classes */
     /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
     if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
     if (o->test_subset > d.val.n)
