@@ -338,7 +338,7 @@ expect "grad with 3 labels for 2 images refused, naming the input file" 1 \
     "^vitc: $T/x3lab.safetensors: labels must have shape (B,) matching the input batch (2), not (3,)" \
     $V grad $M -w "$T/w.safetensors" --input "$T/x3lab.safetensors" -o "$T/g.safetensors"
 expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
-expect "deploy on deployed cFFN weights names the forms" 1 "deployed form of re-parameterised" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
+expect "deploy on deployed cFFN weights: already deployed, nothing to do" 1 "holds the deployed form already.*nothing to deploy" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 $V forward $M -w "$T/cffn_tr.safetensors" --input "$T/x.safetensors" -o "$T/ytr2.safetensors" >/dev/null 2>&1
 check "... with the options the file records, cFFN is built in the training form" \
@@ -376,7 +376,7 @@ rc=$?
 check "Next-ViT deployed cFFN file without its form record: loads as deployed" "[ $rc -eq 0 ]" "rc $rc: $(tail -c 400 "$T/err.log")"
 check "... to the same logits as with the record" "cmp -s '$T/nv_rec.safetensors' '$T/nv_bare.safetensors'"
 expect "Next-ViT training-form cFFN file without its form record: refused, deploy named" 1 "vitc deploy" $V forward $NV -w "$T/nvt_bare.safetensors" --input "$T/x32.safetensors" -o "$T/nv_bare.safetensors"
-expect "deploy of the bare deployed file says it is deployed" 1 "deployed form of re-parameterised" $V deploy $NV -w "$T/nvd_bare.safetensors" -o "$T/nvdd.safetensors"
+expect "deploy of the bare deployed file says it is deployed" 1 "holds the deployed form already" $V deploy $NV -w "$T/nvd_bare.safetensors" -o "$T/nvdd.safetensors"
 expect "--min-lr above --lr refused (contradictory: 2)" 2 "above the peak" $V train $M --data fashion-mnist --epochs 1 --lr 1e-3 --min-lr 10 --out "$T/mlr"
 expect "--resume with --init-from refused (a usage error: 2)" 2 "contradict" $V train $M --data fashion-mnist --epochs 1 --out "$T/ri" --resume "$T/ri" --init-from "$T/w.safetensors"
 for s in train val; do for c in a b; do mkdir -p "$T/allbad/$s/$c" && printf 'not an image' >"$T/allbad/$s/$c/x.png"; done; done

@@ -336,7 +336,13 @@ int cmd_deploy(opts *o) {
     if (!o->weights) return missing("--weights");
     if (!o->output) return missing("-o OUTPUT");
     if (output_ok(o)) return 1;
-    c = vt_model_training_form(&c);
+    const vt_model_cfg t = vt_model_training_form(&c);
+    vt_err ce = {0};
+    if (o->wfile_open == 1 && vt_model_check_tensors(&t, &o->wfile, o->weights, &ce) != 0 &&
+        vt_model_check_tensors(&c, &o->wfile, o->weights, &ce) == 0) /* (forms with one key set: the form record) */
+        return die("%s holds the deployed form already (the merged tensors, no training branches): there is nothing "
+                   "to deploy; it loads as it is", o->weights);
+    c = t;
     vt_params *P = load_model(o, &c);
     if (!P) return 1;
     vt_err e = {0};
