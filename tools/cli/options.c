@@ -315,7 +315,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
         if (end) *end = '\0';
         const optdef *d = find_option(name);
         if (!d || strncmp(name, "--", 2) != 0 || !has_word(allowed, name)) {
-            say(cmd, "%s records the model option '%s': not a file vitc wrote", path, name);
+            say_once(cmd, "%s records the model option '%s': not a file vitc wrote", path, name);
             return -1;
         }
         p = end ? end + 1 : name + strlen(name);
@@ -326,7 +326,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
             p = next ? next + 1 : p + strlen(p);
             if (next) *next = '\0';
             if (!*v) {
-                say(cmd, "%s records the model option %s without a value", path, name);
+                say_once(cmd, "%s records the model option %s without a value", path, name);
                 return -1;
             }
         }

@@ -18,7 +18,7 @@
 /* Copies the text v recorded in checkpoint path under key into buf, or says it is too long. */
 static int copy_recorded(char *buf, size_t size, const char *v, const char *key, const char *path) {
     if (strlen(v) >= size) {
-        say("train", "%s records a %s of %zu bytes: not a checkpoint vitc wrote", path, key, strlen(v));
+        say_once("train", "%s records a %s of %zu bytes: not a checkpoint vitc wrote", path, key, strlen(v));
         return -1;
     }
     memcpy(buf, v, strlen(v) + 1);
