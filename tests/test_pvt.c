@@ -321,9 +321,11 @@ static vt_tensor *b_ffn(vt_graph *g, vt_tensor *x, const void *ctx) {
  * deployed cFFN's fc2_u as the op's second product; hidden widths in whole 16- and 8-channel strips and one (20)
  * that leaves 4 channels to the per-channel tail. */
 static void check_ffn_fused(vt_test *T) {
+    /* the last two: several bands of at least 512 pixels down an image (the rows a band keeps for the next) */
     static const ffn_case cases[] = {{"mlp", 7, 64, 16}, {"mlp", 5, 7, 24}, {"mlp", 1, 6, 16}, {"mlp", 9, 3, 8},
-                                     {"cffn", 6, 40, 32}, {"cffn", 4, 5, 48}, {"mlp", 3, 5, 20}};
-    static const int batches[] = {1, 3, 2, 1, 2, 3, 2};
+                                     {"cffn", 6, 40, 32}, {"cffn", 4, 5, 48}, {"mlp", 3, 5, 20},
+                                     {"mlp", 45, 24, 16}, {"cffn", 50, 20, 24}};
+    static const int batches[] = {1, 3, 2, 1, 2, 3, 2, 1, 2};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const ffn_case *c = &cases[i];
         char tag[96];

@@ -28,10 +28,12 @@ typedef struct {
     const vt_gemm_plan *gemm;
 } dwffn_p;
 
-/* Bands of at least 128 pixels (the GEMMs' rows); images split into row blocks until the tasks fill the threads
- * evenly or number four per thread. */
+/* Bands of at least 512 pixels (the GEMMs' rows); images split into row blocks until the tasks fill the threads
+ * evenly or number four per thread. 512 against 128 pixels on an AMD EPYC Zen 5 (2026-12-02, per-node sums, best of
+ * 4 alternated runs): PVTv2-b1 59.4 -> 55.1 ms a step at batch 16 and 3.5 -> 3.2 at batch 1, FLatten-PVTv2-b1 55.7 ->
+ * 51.9, PVTv2-b1 + hMHSA + cFFN 51.8 -> 43.9 and 3.3 -> 3.0; 256 lost to 512 (0.92-0.96), 1024 was level with it. */
 static void plan(dwffn_p *p) {
-    p->rb = (128 + p->W - 1) / p->W;
+    p->rb = (512 + p->W - 1) / p->W;
     if (p->rb > p->H) p->rb = p->H;
     p->chunks = 1;
     while ((p->B * p->chunks) % p->nt && p->B * p->chunks < 4 * p->nt && p->chunks < p->H) p->chunks++;
@@ -160,7 +162,11 @@ typedef struct {
     const vt_gemm_plan *gemm;
 } ffn_p;
 
-#define FFN_BAND 128 /* rows per band: 64, 256, 512 and 1024 were no faster on Swin-T's stage-1 MLP */
+/* Rows per band. On an AMD EPYC Zen 3 (2026-11-30), 64, 256, 512 and 1024 were no faster than 128 on Swin-T's stage-1
+ * MLP; on a Zen 5 (1 MiB L2, 2026-12-02) 512 made the op 1.07-1.31x faster than 128 (per-node sums at batch 16,
+ * best of 4 alternated runs; medians 1.05-1.35): GroupMixFormer-M 17.3 -> 15.4 ms a step, CSwin-T 33.1 -> 30.4,
+ * Swin-T 49.4 -> 46.0, FLatten-Swin-T 50.2 -> 45.6, FLatten-PVT-T 55.7 -> 42.5; 1024 lost on GroupMixFormer-M. */
+#define FFN_BAND 512
 
 /* Floats of one thread's scratch: a band's hidden rows, hid + 16 floats apart (as dwffn's). */
 static size_t ffn_thread_floats(const ffn_p *p) { return (size_t)FFN_BAND * (size_t)(p->hid + 16); }
