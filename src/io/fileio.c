@@ -125,7 +125,6 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
 
 int vt_out_commit(vt_out *o, vt_err *e) {
     if (!o->f) return vt_seterr(e, "%s: output not open", o->path);
-    errno = 0;
     int ok = fflush(o->f) == 0 && !ferror(o->f) && o->err == 0;
     if (ok && fsync(o->fd) != 0) {
         ok = 0;
@@ -192,7 +191,7 @@ int vt_copy_file(const char *src, const char *dst, vt_err *e) {
     if (vt_read_file(src, (size_t)1 << 40, &buf, &n, e)) return -1;
     int rc = vt_out_open(&o, dst, e);
     if (rc == 0 && fwrite(buf, 1, n, o.f) != n) {
-        rc = vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", dst, strerror(errno)); /* errno before the abort's */
+        rc = vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", dst, strerror(o.err ? o.err : EIO));
         vt_out_abort(&o);
     } else if (rc == 0) {
         rc = vt_out_commit(&o, e);

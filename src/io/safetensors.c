@@ -836,7 +836,7 @@ int vt_st_write(const char *path, const vt_st_out *tensors, int n, const char *m
     for (int i = 0; ok && i < n; i++)
         if (nbytes[i]) ok = fwrite(tensors[i].data, 1, (size_t)nbytes[i], o.f) == nbytes[i];
     if (!ok) {
-        vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", path, strerror(errno));
+        vt_seterr_code(e, VT_E_IO, "cannot write %s: %s", path, strerror(o.err ? o.err : EIO));
         vt_out_abort(&o);
         goto done;
     }
