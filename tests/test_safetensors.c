@@ -146,15 +146,22 @@ static void test_roundtrip(vt_test *T, const char *dir) {
     unlink(path);
 }
 
-/* Temporary files are named after their writer (.vitc-PID-XXXXXX, and gnuplot's curves .vitc-PID-curves, metrics.c);
- * vt_remove_stale_temps removes those of ended processes only: not a live writer's (this process's), an old-style name
- * without a PID, a malformed one or other files. */
+/* Temporary files are named after their writer (.vitc-HOST-PID-XXXXXX, and gnuplot's curves .vitc-HOST-PID-curves,
+ * metrics.c; .vitc-PID-XXXXXX before HOST was added); vt_remove_stale_temps removes those of ended processes of this
+ * machine only: not a live writer's (this process's), another machine's (a folder shared over the network), an
+ * old-style name without a PID, a malformed one or other files. */
 static void test_stale_temps(vt_test *T, const char *dir) {
-    char live[64], p[512];
-    snprintf(live, sizeof live, ".vitc-%ld-ghijkl", (long)getpid());
-    const char *names[] = {".vitc-999999999-abcdef", ".vitc-999999998-curves", live, ".vitc-abcdef",
-                           ".vitc-12x-abcdef", "notes.txt"};
-    const int n = (int)(sizeof names / sizeof names[0]), stale = 2;
+    char prefix[64], live[96], dead[96], dead_c[96], p[512];
+    vt_temp_prefix(prefix, sizeof prefix); /* .vitc-HOST-PID */
+    const char *host = prefix + 6;
+    const int hl = (int)(strchr(host, '-') - host);
+    snprintf(live, sizeof live, "%s-ghijkl", prefix);
+    snprintf(dead, sizeof dead, ".vitc-%.*s-999999999-abcdef", hl, host);
+    snprintf(dead_c, sizeof dead_c, ".vitc-%.*s-999999997-curves", hl, host);
+    const char *names[] = {".vitc-999999999-abcdef", ".vitc-999999998-curves", dead, dead_c, live,
+                           ".vitc-otherhost0-999999999-abcdef", ".vitc-abcdef", ".vitc-12x-abcdef",
+                           ".vitc-x-", "notes.txt"};
+    const int n = (int)(sizeof names / sizeof names[0]), stale = 4;
     for (int i = 0; i < n; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         FILE *f = fopen(p, "wb");
@@ -169,8 +176,8 @@ static void test_stale_temps(vt_test *T, const char *dir) {
     vt_out o;
     vt_err e = {0};
     snprintf(p, sizeof p, "%s/out.bin", dir);
-    char want[64];
-    snprintf(want, sizeof want, "/.vitc-%ld-", (long)getpid());
+    char want[80];
+    snprintf(want, sizeof want, "/%s-", prefix);
     T_CHECK(T, vt_out_open(&o, p, &e) == 0 && strstr(o.tmp, want), "temporary name %s holds %s", o.tmp, want);
     vt_out_abort(&o);
 }

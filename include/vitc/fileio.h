@@ -22,11 +22,17 @@ typedef struct vt_out {
 int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e);
 
 /* Opens a temporary file beside path for writing (vt_output_check applies; an existing symlink's destination is the
- * target), named .vitc-PID-XXXXXX after the writing process. */
+ * target), named .vitc-HOST-PID-XXXXXX after the writing machine and process (vt_temp_prefix). */
 int vt_out_open(vt_out *o, const char *path, vt_err *e);
 
-/* Removes the temporary files in dir whose writing process has ended (killed between vt_out_open and the commit);
- * returns how many. For a folder only this process writes to (a training run's, under its lock). */
+/* The name a temporary file of this process starts with: ".vitc-HOST-PID" (HOST: up to 16 letters and digits of the
+ * node name), into buf (n bytes). */
+void vt_temp_prefix(char *buf, size_t n);
+
+/* Removes the temporary files in dir whose writing process on this machine has ended (killed between vt_out_open and
+ * the commit; names without a HOST, from before 2026-12-02, count as this machine's); returns how many. Another
+ * machine's (a folder shared over the network) are never judged. For a folder only this process writes to (a
+ * training run's, under its lock). */
 int vt_remove_stale_temps(const char *dir);
 
 /* Flushes, fsyncs and renames the temporary file over the target; on any error the target is unchanged. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 /* The folder of path into dir ("." when none). */
@@ -107,7 +108,9 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
         return vt_seterr(e, "output path too long: %s", path);
     char dir[sizeof o->path];
     dir_of(o->path, dir, sizeof dir);
-    if (snprintf(o->tmp, sizeof o->tmp, "%s/.vitc-%ld-XXXXXX", dir, (long)getpid()) >= (int)sizeof o->tmp)
+    char prefix[64];
+    vt_temp_prefix(prefix, sizeof prefix);
+    if (snprintf(o->tmp, sizeof o->tmp, "%s/%s-XXXXXX", dir, prefix) >= (int)sizeof o->tmp)
         return vt_seterr(e, "output path too long: %s", path);
     const int fd = mkstemp(o->tmp);
     if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
@@ -152,16 +155,42 @@ int vt_out_commit(vt_out *o, vt_err *e) {
     return 0;
 }
 
+/* This machine's name as a temporary file's tag: the letters and digits of the node name, at most 16 ("host" when it
+ * has none). */
+static void host_tag(char *tag, size_t n) {
+    struct utsname u;
+    size_t k = 0;
+    for (const char *c = uname(&u) == 0 ? u.nodename : ""; *c && k + 1 < n && k < 16; c++)
+        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')) tag[k++] = *c;
+    tag[k] = '\0';
+    if (k == 0) snprintf(tag, n, "host");
+}
+
+void vt_temp_prefix(char *buf, size_t n) {
+    char tag[24];
+    host_tag(tag, sizeof tag);
+    snprintf(buf, n, ".vitc-%s-%ld", tag, (long)getpid());
+}
+
 int vt_remove_stale_temps(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
+    char host[24];
+    host_tag(host, sizeof host);
     int removed = 0;
     for (struct dirent *de; (de = readdir(d));) {
         char *end;
-        if (strncmp(de->d_name, ".vitc-", 6) != 0) continue;
-        const long pid = strtol(de->d_name + 6, &end, 10);
-        if (end == de->d_name + 6 || *end != '-' || strlen(end) != 7 || pid <= 0 || pid > INT_MAX) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* the writer lives (or is not ours to judge) */
+        const char *name = de->d_name, *last = strrchr(name, '-'), *p = name + 6;
+        if (strncmp(name, ".vitc-", 6) != 0 || !last || last <= p || strlen(last) != 7) continue;
+        const char *dash = memchr(p, '-', (size_t)(last - p)); /* .vitc-HOST-PID-XXXXXX; before 2026-12-02 no HOST */
+        if (dash) {
+            if ((size_t)(dash - p) != strlen(host) || strncmp(p, host, strlen(host)) != 0) continue; /* not ours */
+            p = dash + 1;
+        }
+        const long pid = strtol(p, &end, 10);
+        if (end == p || end != last || pid <= 0 || pid > INT_MAX) continue;
+        /* the writer lives, or is not ours to judge (a machine sharing the folder names its files by its own name) */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) < (int)sizeof path && remove(path) == 0) removed++;
     }

@@ -361,11 +361,12 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
     if (ntl + nta + nvl + nva == 0) return vt_seterr(e, "%s has no rows to plot", csv);
 
     /* gnuplot draws into a temporary file of the run folder, renamed over curves.png once it is complete; its name
-     * has the form of vt_out's (.vitc-PID-XXXXXX), so that a later run removes it when this one was killed before the
-     * rename (vt_remove_stale_temps) */
+     * has the form of vt_out's (.vitc-HOST-PID-XXXXXX), so that a later run removes it when this one was killed before
+     * the rename (vt_remove_stale_temps) */
     if (vt_output_check(png, NULL, 0, e)) return -1;
-    char tmp_name[64], tmp[4096];
-    snprintf(tmp_name, sizeof tmp_name, ".vitc-%ld-curves", (long)getpid());
+    char prefix[64], tmp_name[80], tmp[4096];
+    vt_temp_prefix(prefix, sizeof prefix);
+    snprintf(tmp_name, sizeof tmp_name, "%s-curves", prefix);
     if (join(tmp, sizeof tmp, run_dir, tmp_name, e)) return -1;
     int rc = run_gnuplot(run_dir, tmp_name, e);
     struct stat st;

@@ -470,7 +470,7 @@ static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_o
 
 /* ---- the training loop ---- */
 
-/* The longest run folder name: its files' names ("/weights_best.safetensors", a writer's ".vitc-PID-XXXXXX"
+/* The longest run folder name: its files' names ("/weights_best.safetensors", a writer's ".vitc-HOST-PID-XXXXXX"
  * temporary, under 64 bytes) must fit the 4096-byte path buffers. */
 #define RUN_DIR_MAX 4000
 
