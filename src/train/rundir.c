@@ -27,6 +27,12 @@
 /* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
 #define EMA_PREFIX "ema/"
 
+/* The checkpoint's name of parameter `name`'s EMA tensor (buf: VT_NAMELEN bytes): EMA_PREFIX and the name, cut to fit a
+ * tensor name, the same when saved and when resumed. */
+static void ema_key(char *buf, const char *name) {
+    snprintf(buf, VT_NAMELEN, EMA_PREFIX "%.*s", VT_NAMELEN - 1 - (int)strlen(EMA_PREFIX), name);
+}
+
 /* How run o's learning rate moves (its recipe's, recorded so that a resume under another recipe says so). */
 static const char *lr_update_text(const vt_train_opts *o) {
     static const char *const t[2][3] = {
@@ -106,7 +112,7 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
         if (i < P->n) {
             out[k].name = t->name;
         } else {
-            snprintf(names[k], VT_NAMELEN, EMA_PREFIX "%.*s", VT_NAMELEN - 5, t->name);
+            ema_key(names[k], t->name);
             out[k].name = names[k];
         }
         out[k].ndim = t->ndim;
@@ -156,11 +162,11 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     /* each tensor checked as a weights file's (vt_param_read): shape, dtype, finite, variances, fixed buffers */
     for (int i = 0; rc == 0 && i < P->n; i++) rc = vt_param_read(&f, P->t[i]->name, P->t[i], P->t[i]->data, path, e);
     if (rc == 0 && ema && ema->n) {
-        char nm[VT_NAMELEN + 8];
-        snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[0]->name);
+        char nm[VT_NAMELEN];
+        ema_key(nm, ema->t[0]->name);
         const int has = vt_st_find(&f, nm) != NULL;
         for (int i = 0; rc == 0 && i < ema->n; i++) {
-            snprintf(nm, sizeof nm, EMA_PREFIX "%s", ema->t[i]->name);
+            ema_key(nm, ema->t[i]->name);
             if (has)
                 rc = vt_param_read(&f, nm, P->t[i], ema->t[i]->data, path, e);
             else
