@@ -249,10 +249,10 @@ static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list
     return list[0] != '\0';
 }
 
-/* The model of `attention`: c rebuilt with the heads the weights f record where they differ (or built with them from
- * their options record: said on stderr either way; the
- * tensors of some hosts, Swin's relative-position tables, hMHSA's maps, have shapes that depend on the heads), its
- * tensors then checked against f; 0, or an exit status after the message. */
+/* The model of `attention`: c rebuilt with the heads the weights f record where they differ, or already built with
+ * them from the options record (said on stderr either way: the tensors of some hosts, Swin's relative-position tables,
+ * hMHSA's maps, have shapes that depend on the heads), its tensors then checked against f; 0, or an exit status after
+ * the message. */
 static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
     vt_err e = {0};
     char list[sizeof o->arch_heads];
