@@ -5,6 +5,9 @@
  *   positional_encoding), with torch's F.interpolate(bicubic, align_corners=False) and no antialias;
  * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
  *   resize_rel_pos_bias_table_simple);
+ * - the input convolution (O, 3, kh, kw) of an RGB file meets a model with other input channels as timm's
+ *   adapt_input_conv adapts it: summed over the three for one channel, otherwise the three repeated over the
+ *   channels and scaled by 3 / channels (so a grey image replicated to every channel gives the RGB model's output);
  * - fixed buffers (relative_position_index, attn_mask) stay the model's own, and the file's ones the model lacks are
  *   dropped (timm's Swin filter); a file of the other form (Next-ViT deployed vs training) is refused. */
 #include "vitc/adapt.h"
@@ -57,7 +60,7 @@ void vt_resize_bicubic(const float *src, int h, int w, int C, float *dst, int H,
     }
 }
 
-typedef enum { KEEP, SAME, HEAD, POS, RPB } action;
+typedef enum { KEEP, SAME, HEAD, POS, RPB, CHANS } action;
 
 /* The side of a square n (0 if n is not a positive square). */
 static int isqrt_exact(int64_t n) {
@@ -67,7 +70,7 @@ static int isqrt_exact(int64_t n) {
 }
 
 /* What to do with model tensor t given the file's entry s; for POS, *prefix gets the kept leading rows. */
-static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int *prefix) {
+static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int in_chans, int *prefix) {
     int same = s->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
     if (same) return SAME;
@@ -75,6 +78,9 @@ static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, in
     int rest = 1; /* every dimension but the first equal */
     for (int d = 1; d < t->ndim; d++) rest &= s->shape[d] == t->shape[d];
     if (strstr(t->name, "head") && rest && t->shape[0] == num_classes) return HEAD;
+    if (t->ndim == 4 && t->shape[0] == s->shape[0] && t->shape[2] == s->shape[2] && t->shape[3] == s->shape[3] &&
+        t->shape[1] == in_chans && s->shape[1] == 3) /* the input convolution of an RGB model */
+        return CHANS;
     if (t->ndim == 3 && t->shape[0] == 1 && s->shape[0] == 1 && s->shape[2] == t->shape[2])
         for (int p = 0; p <= 2; p++)
             if (isqrt_exact(t->shape[1] - p) && isqrt_exact(s->shape[1] - p)) {
@@ -103,7 +109,7 @@ static int derived_buffer(const char *name) {
     return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
 }
 
-int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt_err *e) {
+int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path, FILE *log, vt_err *e) {
     vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
@@ -140,7 +146,7 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
             rep_missing += strstr(t->name, ".rep.") != NULL;
             continue;
         }
-        action a = plan(t, s, num_classes, &p);
+        action a = plan(t, s, num_classes, in_chans, &p);
         if (a == KEEP) { /* named with both shapes */
             char nm[VT_NAMELEN + 128], fs[48] = "", ms[48] = "";
             for (int d = 0; d < s->ndim; d++)
@@ -194,48 +200,73 @@ int vt_adapt_load(vt_params *P, int num_classes, const char *path, FILE *log, vt
     for (int i = 0; log && i < f.n; i++)
         if (!vt_params_find(P, f.entries[i].name))
             fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < P->n; i++) {
-        vt_tensor *t = P->t[i];
-        const vt_st_entry *s = t->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, t->name);
-        if (!s) continue;
-        int p = 0, nd = -1;
-        const action a = plan(t, s, num_classes, &p);
-        if (a == SAME) { /* checked as the strict loader checks it (dtype, finite, running variances) */
-            rc = vt_param_read(&f, t->name, t, t->data, path, e);
-            continue;
-        }
-        if (s->dtype != VT_ST_F32 && s->dtype != VT_ST_F16 && s->dtype != VT_ST_BF16) {
-            rc = vt_seterr(e, "%s: tensor %s is %s (want F32/F16/BF16)", path, t->name, vt_st_dtype_name(s->dtype));
-            break;
-        }
-        float *src = NULL;
-        int64_t shp[VT_ST_MAXDIM];
-        if ((rc = vt_st_read_named(&f, t->name, &src, &nd, shp, e))) break;
-        for (int64_t j = 0; rc == 0 && j < s->numel; j++)
-            if (!isfinite(src[j]))
-                rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, t->name,
-                               isnan(src[j]) ? "NaN" : "Inf", (long long)j);
-        if (rc == 0 && a == HEAD) {
-            if (log)
-                fprintf(log, "init-from: %s re-initialised: %lld classes in %s, %d in the model (--num-classes)\n",
-                        t->name, (long long)s->shape[0], path, num_classes);
-        } else if (rc == 0 && a == POS) {
-            const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p), gm = isqrt_exact(t->shape[1] - p);
-            memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */
-            vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gm, gm);
-            if (log)
-                fprintf(log, "init-from: %s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)\n",
-                        t->name, gs, gs, gm, gm, p, p == 1 ? "" : "s");
-        } else if (rc == 0 && a == RPB) {
-            const int ss = isqrt_exact(s->shape[0]), sm = isqrt_exact(t->shape[0]);
-            vt_resize_bicubic(src, ss, ss, t->shape[1], t->data, sm, sm);
-            if (log)
-                fprintf(log, "init-from: %s resized bicubically from %d×%d to %d×%d (window %d -> %d)\n", t->name, ss,
-                        ss, sm, sm, (ss + 1) / 2, (sm + 1) / 2);
-        }
-        vt_free(src);
+    /* Two passes, as the strict loader: every tensor read and checked in scratch first, then copied into P, so a
+     * failure leaves P as it was (its fresh initialisation) */
+    int64_t most = 1;
+    for (int i = 0; i < P->n; i++) {
+        const vt_st_entry *s = P->t[i]->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, P->t[i]->name);
+        if (s && s->numel > most) most = s->numel;
     }
+    float *src = vt_alloc(sizeof(float) * (size_t)most, e);
+    int rc = src ? 0 : -1;
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int i = 0; rc == 0 && i < P->n; i++) {
+            vt_tensor *t = P->t[i];
+            const vt_st_entry *s = t->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, t->name);
+            if (!s) continue;
+            int p = 0;
+            const action a = plan(t, s, num_classes, in_chans, &p);
+            if (pass == 0) {
+                if (a == SAME) /* checked as the strict loader checks it (dtype, finite, running variances) */
+                    rc = vt_param_read(&f, t->name, t, src, path, e);
+                else if (s->dtype != VT_ST_F32 && s->dtype != VT_ST_F16 && s->dtype != VT_ST_BF16)
+                    rc = vt_seterr(e, "%s: tensor %s is %s (want F32/F16/BF16)", path, t->name,
+                                   vt_st_dtype_name(s->dtype));
+                else if ((rc = vt_st_read_f32(s, src, s->numel, e)) == 0)
+                    for (int64_t j = 0; rc == 0 && j < s->numel; j++)
+                        if (!isfinite(src[j]))
+                            rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite",
+                                           path, t->name, isnan(src[j]) ? "NaN" : "Inf", (long long)j);
+                continue;
+            }
+            if (a == HEAD) { /* keeps its initialisation */
+                if (log)
+                    fprintf(log, "init-from: %s re-initialised: %lld classes in %s, %d in the model (--num-classes)\n",
+                            t->name, (long long)s->shape[0], path, num_classes);
+                continue;
+            }
+            /* checked above: the conversion cannot fail now */
+            if ((rc = vt_st_read_f32(s, a == SAME ? t->data : src, s->numel, e)) || a == SAME) continue;
+            if (a == POS) {
+                const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p), gm = isqrt_exact(t->shape[1] - p);
+                memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */
+                vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gm, gm);
+                if (log)
+                    fprintf(log,
+                            "init-from: %s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)\n",
+                            t->name, gs, gs, gm, gm, p, p == 1 ? "" : "s");
+            } else if (a == RPB) {
+                const int ss = isqrt_exact(s->shape[0]), sm = isqrt_exact(t->shape[0]);
+                vt_resize_bicubic(src, ss, ss, t->shape[1], t->data, sm, sm);
+                if (log)
+                    fprintf(log, "init-from: %s resized bicubically from %d×%d to %d×%d (window %d -> %d)\n", t->name,
+                            ss, ss, sm, sm, (ss + 1) / 2, (sm + 1) / 2);
+            } else if (a == CHANS) { /* timm's adapt_input_conv from 3 channels */
+                const int O = t->shape[0], C = t->shape[1];
+                const size_t k2 = (size_t)t->shape[2] * t->shape[3];
+                for (int o = 0; o < O; o++)
+                    for (int c = 0; c < C; c++)
+                        for (size_t j = 0; j < k2; j++) {
+                            const float *w = src + (size_t)o * 3 * k2 + j;
+                            t->data[((size_t)o * C + c) * k2 + j] =
+                                C == 1 ? w[0] + w[k2] + w[2 * k2] : w[(size_t)(c % 3) * k2] * (3.0f / (float)C);
+                        }
+                if (log)
+                    fprintf(log, "init-from: %s adapted from 3 input channels to %d (%s, as timm's adapt_input_conv)\n",
+                            t->name, C, C == 1 ? "summed" : "repeated and scaled by 3/channels");
+            }
+        }
+    vt_free(src);
     vt_st_close(&f);
     return rc;
 }

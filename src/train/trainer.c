@@ -584,7 +584,8 @@ static int run_open(train_run *r, vt_err *e) {
     if (recipe_check(c, o, &r->mix, e) || !(r->P = vt_params_new(e))) return -1;
     vt_params *P = r->P;
     if (vt_model_init_params(c, P, o->seed, e) ||
-        (o->init_from && r->lead && vt_adapt_load(P, c->arch.num_classes, o->init_from, r->out, e)) || /* broadcast */
+        (o->init_from && r->lead && /* then broadcast */
+         vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, o->init_from, r->out, e)) ||
         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), &r->t, e) ||
         vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
         (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||

@@ -417,6 +417,13 @@ $V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvru
 check "--init-from deployed-form weights refused, saying what to start from" \
     "[ $? -eq 1 ] && grep -q 'holds deployed-form weights but the model is built in its training form (a training run.s): start from training-form weights' '$T/nv.log'" \
     "$(tail -2 "$T/nv.log")"
+# fine-tuning a grey-image model from RGB weights with another class count: the patch embedding adapted as timm's
+# adapt_input_conv (summed over the three channels; tests/reference/test_recipe.py checks the values), the head new
+$V init vit_fmnist_tiny --in-chans 3 -o "$T/rgb.safetensors" >/dev/null 2>&1
+$V train $ST --epochs 1 --data "$T/rs" --out "$T/rgbrun" --init-from "$T/rgb.safetensors" >"$T/rgb.log" 2>&1
+check "--init-from RGB weights into a 1-channel model: the patch embedding adapted, the head re-initialised" \
+    "[ $? -eq 0 ] && grep -q 'patch_embed.proj.weight adapted from 3 input channels to 1' '$T/rgb.log' && \
+     grep -q 'head.weight re-initialised: 10 classes' '$T/rgb.log'" "$(tail -2 "$T/rgb.log")"
 # a validation split with no readable image is refused before training, not at the first epoch's end
 cp -r "$T/rs" "$T/rsv"
 for f in "$T"/rsv/val/*/*.png; do echo junk >"$f"; done

@@ -11,10 +11,10 @@
  *       parameters of n_i floats with gradients from IN (float32); OUT: the norm returned, the clipped gradients.
  *   recipe_driver resize h w C H W IN OUT
  *       IN: float32 (h, w, C) grid; OUT: vt_resize_bicubic to (H, W, C).
- *   recipe_driver adapt MODEL IMG NCLS WINDOW W_IN W_OUT LOSSES
- *       MODEL at image size IMG with NCLS classes (WINDOW > 0: every stage's window) loads W_IN with vt_adapt_load
- *       (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW steps (lr 1e-3) on one random batch of 8
- *       with labels < NCLS and writes the 8 losses to LOSSES.
+ *   recipe_driver adapt MODEL IMG NCLS WINDOW CHANS W_IN W_OUT LOSSES
+ *       MODEL at image size IMG with NCLS classes (WINDOW > 0: every stage's window; CHANS > 0: input channels) loads
+ *       W_IN with vt_adapt_load (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW steps (lr 1e-3)
+ *       on one random batch of 8 with labels < NCLS and writes the 8 losses to LOSSES.
  *   recipe_driver ra n repeats replicas rank seed OUT
  *       OUT: the permutation vt_ra_sample starts from (n values), then its output for that rank.
  * Compiled by the test against build/libvitc.a. */
@@ -184,11 +184,13 @@ static int do_adapt(char **a) {
     ov.img_size = atoi(a[1]);
     ov.num_classes = atoi(a[2]);
     for (int i = 0; base && i < base->arch.nstages && atoi(a[3]) > 0; i++) ov.windows[i] = atoi(a[3]);
+    if (atoi(a[4]) > 0) ov.in_chans = atoi(a[4]);
     ov.drop_path = 0.0f;
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     if (!base || vt_model_configure(base, &ov, &c, &e) || vt_model_init_params(&c, P, 7, &e) ||
-        vt_adapt_load(P, c.arch.num_classes, a[4], stdout, &e) || vt_params_save(P, a[5], &e)) {
+        vt_adapt_load(P, c.arch.num_classes, c.arch.in_chans, a[5], stdout, &e) ||
+        vt_params_save(P, a[6], &e)) {
         fprintf(stderr, "%s\n", base ? e.msg : "unknown model");
         return 1;
     }
@@ -202,7 +204,7 @@ static int do_adapt(char **a) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    FILE *f = out_open(a[6]);
+    FILE *f = out_open(a[7]);
     if (!f) return 1;
     put_f(f, losses, 8);
     fclose(f);
@@ -243,7 +245,7 @@ int main(int argc, char **argv) {
     if (argc >= 6 && strcmp(argv[1], "softce") == 0) return do_softce(argv + 2);
     if (argc >= 6 && strcmp(argv[1], "clip") == 0) return do_clip(argc - 2, argv + 2);
     if (argc >= 9 && strcmp(argv[1], "resize") == 0) return do_resize(argv + 2);
-    if (argc >= 9 && strcmp(argv[1], "adapt") == 0) return do_adapt(argv + 2);
+    if (argc >= 10 && strcmp(argv[1], "adapt") == 0) return do_adapt(argv + 2);
     if (argc >= 8 && strcmp(argv[1], "ra") == 0) return do_ra(argv + 2);
     fprintf(stderr, "usage: see the comment at the top of recipe_driver.c\n");
     return 2;

@@ -15,6 +15,7 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
   pos_embed = [class row, F.interpolate of the 7×7 grid to 9×9] (timm's resample_abs_pos_embed without antialias),
   the head re-initialised, every other tensor equal, and 8 AdamW steps lower the loss; a Swin table resized from
   window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
+  an RGB model's patch embedding loaded into 1, 2 and 4 input channels equals timm's adapt_input_conv (transcribed);
 - the repeated-augmentation sampler (vt_ra_sample) equals DeiT's RASampler.__iter__ (samplers.py, transcribed) applied
   to the same permutation, for 1 and 3 replicas;
 - the learning rate each epoch trains at (metrics.csv's `lr`, the epoch's last step, over runs of 2 steps an epoch):
@@ -236,11 +237,11 @@ def check_resize(rep, exe, d):
         rep.check(f"{name} = F.interpolate", e <= 1e-5, f"err {e:.1e}")
 
 
-def adapt_run(rep, exe, d, model, seed, args, what, losses):
-    """`vitc init` of model with seed, then the adapt driver with args (size, classes, window) on it: (the initial
-    tensors, the adapted ones, the driver's run), or None after a failed check."""
+def adapt_run(rep, exe, d, model, seed, args, what, losses, init=()):
+    """`vitc init` of model with seed (and the options init), then the adapt driver with args (size, classes, window,
+    input channels) on it: (the initial tensors, the adapted ones, the driver's run), or None after a failed check."""
     src, dst = d / f"{model}.safetensors", d / f"{model}_adapted.safetensors"
-    if vitc_ok(rep, f"init {model}", "init", model, "-o", src, "--seed", str(seed)) is None:
+    if vitc_ok(rep, f"init {model} {' '.join(init)}", "init", model, "-o", src, "--seed", str(seed), *init) is None:
         return None
     p = subprocess.run([str(exe), "adapt", model, *args, str(src), str(dst), str(losses)], capture_output=True,
                        text=True, timeout=300)
@@ -251,7 +252,7 @@ def adapt_run(rep, exe, d, model, seed, args, what, losses):
 
 def check_finetune(rep, exe, d):
     losses = d / "losses.bin"
-    r = adapt_run(rep, exe, d, "vit_fmnist_tiny", 4, ["36", "2", "0"], "10 -> 2 classes, 28 -> 36 px", losses)
+    r = adapt_run(rep, exe, d, "vit_fmnist_tiny", 4, ["36", "2", "0", "0"], "10 -> 2 classes, 28 -> 36 px", losses)
     if r is None:
         return
     a, b, p = r
@@ -270,7 +271,7 @@ def check_finetune(rep, exe, d):
               "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
     l = np.fromfile(losses, dtype=np.float64)
     rep.check("fine-tune: 8 AdamW steps lower the loss", l.size == 8 and l[-1] < l[0] - 0.05, f"losses {l}")
-    r = adapt_run(rep, exe, d, "swin_fmnist_tiny", 5, ["28", "10", "14"], "Swin window 7 -> 14", losses)
+    r = adapt_run(rep, exe, d, "swin_fmnist_tiny", 5, ["28", "10", "14", "0"], "Swin window 7 -> 14", losses)
     if r is None:
         return
     a, b, p = r
@@ -283,6 +284,29 @@ def check_finetune(rep, exe, d):
                   f"err {e:.1e}")
     rep.check("fine-tune Swin: the stage-0 tables were resized", len(keys) == 2 and "window 7 -> 14" in p.stdout,
               f"{keys}")
+    for chans in (1, 2, 4):
+        r = adapt_run(rep, exe, d, "vit_fmnist_tiny", 6, ["28", "10", "0", str(chans)], f"RGB -> {chans} channels",
+                      losses, ("--in-chans", "3"))
+        if r is None:
+            return
+        a, b, p = r
+        k = "patch_embed.proj.weight"
+        ref = timm_adapt_input_conv(chans, torch.from_numpy(a[k].astype(np.float64))).numpy()
+        e = scale_err(b[k], ref)
+        rep.check(f"fine-tune RGB -> {chans} channels: {k} = timm's adapt_input_conv",
+                  b[k].shape == ref.shape and e <= 1e-6 and f"adapted from 3 input channels to {chans}" in p.stdout,
+                  f"shape {b[k].shape} vs {ref.shape}, err {e:.1e}")
+        same = [n for n in a if n != k and n in b and np.array_equal(a[n], b[n])]
+        rep.check(f"fine-tune RGB -> {chans} channels: every other tensor loaded unchanged",
+                  len(same) == len(a) - 1 == len(b) - 1, f"{len(same)} of {len(a) - 1}")
+
+
+def timm_adapt_input_conv(in_chans, w):
+    """timm's adapt_input_conv (timm/models/helpers.py) for a 3-channel conv weight (O, 3, kh, kw)."""
+    if in_chans == 1:
+        return w.sum(dim=1, keepdim=True)
+    rep = int(math.ceil(in_chans / 3))
+    return w.repeat(1, rep, 1, 1)[:, :in_chans] * (3 / float(in_chans))
 
 
 def deit_rasampler(perm, replicas, rank, repeats=3):

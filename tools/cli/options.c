@@ -105,7 +105,8 @@ const optdef optdefs[] = {
     O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
     NUM("--accum-steps", O_INT, accum_steps, 1, 1e6, "micro-batches of --batch-size per optimiser step (default 1)"),
     O("--init-from", O_STR, init_from, "W.safetensors to fine-tune from: the head is re-initialised when "
-      "--num-classes differs, position embeddings / relative-position tables are resized bicubically (as timm)"),
+      "--num-classes differs, position embeddings / relative-position tables are resized bicubically and an RGB "
+      "input convolution is adapted to --in-chans (as timm)"),
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off; bench: with --train or --data only)"),
