@@ -151,6 +151,9 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     setenv("VITC_GEMM", "onednn", 1);
     T_CHECK(T, vitc_set_dtype(m, "int8", &err) == 0 && vitc_logits(m, x, n, 0, q8, &err) == 0, "int8: %s", err.msg);
     T_CHECK(T, vitc_set_dtype(m, "fp32", &err) == 0 && vitc_logits(m, x, n, 0, back, &err) == 0, "fp32: %s", err.msg);
+    setenv("VITC_GEMM", "fast", 1); /* a bad library name is the caller's argument, not the CPU's limit */
+    T_CHECK(T, vitc_set_dtype(m, "bf16", &err) != 0 && err.code == VITC_E_ARGUMENT && strstr(err.msg, "'fast'"),
+            "VITC_GEMM=fast (%d): %s", err.code, err.msg);
     unsetenv("VITC_GEMM");
     double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < n * K; i++) lo = fmin(lo, ref[i]), hi = fmax(hi, ref[i]);

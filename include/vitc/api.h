@@ -42,7 +42,7 @@ enum {
     VITC_OK = 0,             /**< no error */
     VITC_E_ARGUMENT = 1,     /**< an argument or option the call cannot take: NULL, out of range, an unknown dtype or
                                   model option, a size the model refuses, NaN or Inf in an input tensor, features
-                                  the model has not (stage maps of a plain ViT) */
+                                  the model has not (stage maps of a plain ViT), an unknown VITC_GEMM library */
     VITC_E_MODEL = 2,        /**< an unknown model name */
     VITC_E_FILE = 3,         /**< the system could not open or read a file (missing, no permission, a folder, an I/O
                                   error) */

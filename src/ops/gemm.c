@@ -103,7 +103,8 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
         else if (strcmp(lib, "onednn") == 0)
             p->force = VT_GEMM_ONEDNN;
         else
-            return vt_seterr(e, "GEMM library '%s' unknown: expected auto, openblas or onednn (VITC_GEMM)", lib);
+            return vt_seterr_code(e, VT_E_USAGE,
+                                  "GEMM library '%s' unknown: expected auto, openblas or onednn (VITC_GEMM)", lib);
     }
     p->cpu = f.avx512 ? VT_ISA_AVX512 : f.avx2 ? VT_ISA_AVX2 : f.avx ? VT_ISA_AVX : VT_ISA_GENERIC;
     p->openblas = openblas_tier(openblas_get_corename());
