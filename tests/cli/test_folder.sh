@@ -419,11 +419,26 @@ check "--init-from deployed-form weights refused, saying what to start from" \
     "$(tail -2 "$T/nv.log")"
 # fine-tuning a grey-image model from RGB weights with another class count: the patch embedding adapted as timm's
 # adapt_input_conv (summed over the three channels; tests/reference/test_recipe.py checks the values), the head new
-$V init vit_fmnist_tiny --in-chans 3 -o "$T/rgb.safetensors" >/dev/null 2>&1
-$V train $ST --epochs 1 --data "$T/rs" --out "$T/rgbrun" --init-from "$T/rgb.safetensors" >"$T/rgb.log" 2>&1
+$V init vit_fmnist_tiny --in-chans 3 --ffn cffn --train-form -o "$T/rgb.safetensors" >/dev/null 2>&1
+$V train $ST --ffn cffn --epochs 1 --data "$T/rs" --out "$T/rgbrun" --init-from "$T/rgb.safetensors" >"$T/rgb.log" 2>&1
 check "--init-from RGB weights into a 1-channel model: the patch embedding adapted, the head re-initialised" \
     "[ $? -eq 0 ] && grep -q 'patch_embed.proj.weight adapted from 3 input channels to 1' '$T/rgb.log' && \
      grep -q 'head.weight re-initialised: 10 classes' '$T/rgb.log'" "$(tail -2 "$T/rgb.log")"
+# deploy (the run trained cFFN) puts the run's classes.json beside a deployed file in another folder, where predict then names the classes;
+# another classes.json there is left as it is, with a notice
+mkdir -p "$T/dep" "$T/dep2"
+$V deploy vit_fmnist_tiny -w "$T/rgbrun/weights.safetensors" -o "$T/dep/m.safetensors" >"$T/dep.log" 2>&1
+$V predict vit_fmnist_tiny -w "$T/dep/m.safetensors" "$ONE" >"$T/dep_pred.log" 2>&1
+c1=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['1'])" "$T/rgbrun/classes.json")
+check "deploy copies the run's classes.json beside a file in another folder; predict names the classes there" \
+    "cmp -s '$T/rgbrun/classes.json' '$T/dep/classes.json' && grep -q 'wrote $T/dep/classes.json' '$T/dep.log' && \
+     grep -q 'class names from $T/dep/classes.json' '$T/dep_pred.log' && grep -q '$c1' '$T/dep_pred.log'" \
+    "$(cat "$T/dep.log" "$T/dep_pred.log")"
+echo '{"0": "a", "1": "b", "2": "c"}' >"$T/dep2/classes.json"
+$V deploy vit_fmnist_tiny -w "$T/rgbrun/weights.safetensors" -o "$T/dep2/m.safetensors" >"$T/dep2.log" 2>&1
+check "deploy leaves another classes.json in the output folder as it is, saying which file predict needs" \
+    "[ $? -eq 0 ] && grep -q 'dep2/classes.json is left as it is: it names other classes than $T/rgbrun/classes.json' \
+     '$T/dep2.log' && grep -q '\"a\"' '$T/dep2/classes.json'" "$(cat "$T/dep2.log")"
 # a validation split with no readable image is refused before training, not at the first epoch's end
 cp -r "$T/rs" "$T/rsv"
 for f in "$T"/rsv/val/*/*.png; do echo junk >"$f"; done

@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "vitc/fileio.h"
+#include "vitc/imagefolder.h"
 #include "vitc/model.h"
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
@@ -328,6 +331,37 @@ int cmd_grad(opts *o) {
     return rc;
 }
 
+/* 1 when the two existing paths name one file. */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The classes.json beside the training weights (a run folder's, naming the K classes) goes beside the deployed file
+ * in another folder too, so that predict, eval and the API name the classes there; one there already is kept (a
+ * notice when it names other classes). */
+static void deploy_classes(const opts *o, int K) {
+    char src[4096], dst[4096], **a = NULL, **b = NULL;
+    vt_err e = {0}, ed = {0};
+    if (vt_classes_beside(o->weights, K, &a, src, sizeof src, &e) <= 0) return; /* none (or not these classes) */
+    const int there = vt_classes_beside(o->output, K, &b, dst, sizeof dst, &ed);
+    int same = there > 0;
+    for (int i = 0; same && i < K; i++) same = strcmp(a[i], b[i]) == 0;
+    if (there == 0) {
+        if (vt_copy_file(src, dst, &e) == 0)
+            printf("wrote %s (the class names of %s)\n", dst, src);
+        else
+            notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
+    } else if (there < 0) {
+        notice("%s is left as it is (%s); predict on %s with --classes %s", dst, ed.msg, o->output, src);
+    } else if (!same && !same_file(src, dst)) {
+        notice("%s is left as it is: it names other classes than %s, which predict on %s needs (--classes %s)", dst,
+               src, o->output, src);
+    }
+    vt_classes_free(a, K);
+    vt_classes_free(b, there > 0 ? K : 0);
+}
+
 /* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */
 int cmd_deploy(opts *o) {
     vt_model_cfg c;
@@ -353,6 +387,7 @@ int cmd_deploy(opts *o) {
     else
         printf("wrote %s: %lld deployed params of %s (from %lld training-form params)\n", o->output,
                (long long)vt_params_count(D, VT_PARAM), c.name, (long long)vt_params_count(P, VT_PARAM));
+    if (rc == 0) deploy_classes(o, c.arch.num_classes);
     vt_params_free(D);
     vt_params_free(P);
     return rc;
