@@ -179,7 +179,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         vt_seterr(e, "%s: cannot fine-tune from these weights%s:%s%s%s%s%s%s%s%s%s", path, other, why,
                   nmiss ? " missing " : "", miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "",
                   extra, nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position "
-                  "embedding, relative-position table): " : "", bad);
+                  "embedding, relative-position table, an RGB input convolution): " : "", bad);
         vt_st_close(&f);
         return -1;
     }

@@ -378,12 +378,17 @@ int weights_options(opts *o, const command *cmd) {
     }
     memcpy(o->weights_model, rec, strlen(rec) + 1);
     const int attention = strcmp(cmd->name, "attention") == 0;
-    const char *h = strstr(rec, "--heads ");
-    if (attention && h && (h == rec || h[-1] == ' ')) { /* the architecture's heads, for attention's first build */
-        h += strlen("--heads ");
-        const char *end = strstr(h, " --");
-        const size_t len = end ? (size_t)(end - h) : strlen(h);
-        if (len < sizeof o->arch_heads) snprintf(o->arch_heads, sizeof o->arch_heads, "%.*s", (int)len, h);
+    if (attention) { /* the architecture's heads, for attention's first build (a malformed record: said below) */
+        const int stages = vt_model_find(o->model)->arch.nstages;
+        vt_model_overrides rov = vt_model_no_overrides();
+        char store[sizeof o->weights_model];
+        vt_err pe = {0};
+        if (vt_model_parse_options(rec, stages, &rov, store, sizeof store, &pe) == 0 && rov.heads[0] > 0) {
+            size_t used = 0;
+            for (int i = 0; i < stages && rov.heads[i] > 0 && used < sizeof o->arch_heads; i++)
+                used += (size_t)snprintf(o->arch_heads + used, sizeof o->arch_heads - used, "%s%d", i ? "," : "",
+                                         rov.heads[i]);
+        }
     }
     if (take_model_options(o, cmd->name, o->weights_model, ARCH_OPTS SIZE_OPTS, attention ? "--heads " : NULL,
                            o->weights, what, taken, sizeof taken))
