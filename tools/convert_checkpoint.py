@@ -14,7 +14,8 @@ which refuses floats there (every training checkpoint's optimiser settings). A t
 or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full
 unpickler, which runs whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
-file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself.
+file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself. A pipe is read
+to its end, refused at its first bytes when they begin no torch.save file, and at this machine's memory size.
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
        [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
@@ -64,9 +65,26 @@ def kind_of(mode):
     return "not a regular file"
 
 
+def memory_bytes():
+    """This machine's memory in bytes (a bound on what a pipe may stream in)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1 << 40
+
+
+def refuse_head(path, head):
+    """Refuses a stream whose first bytes no torch.save file starts with, before reading the rest of it."""
+    if head[:6] == b"\x93NUMPY":
+        raise Refused(f"{path} is a NumPy array file, not a PyTorch checkpoint")
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80" and head[8:9] != b"{":  # zip, pickle, safetensors
+        raise Refused(f"{path} is not a PyTorch checkpoint (torch.save writes a zip archive or a pickle)")
+
+
 def read_input(path):
     """The checkpoint's bytes: a regular file, or a pipe read to its end (a named pipe: once a writer has opened it,
-    as `cat` reads one)."""
+    as `cat` reads one); a stream is refused as soon as its first bytes show it is no checkpoint, or once it is
+    larger than this machine's memory."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device is never opened blocking
     except OSError as e:
@@ -81,12 +99,19 @@ def read_input(path):
             waiter.register(fd, select.POLLIN)
             waiter.poll()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        chunks = []
+        chunks, total, head, cap = [], 0, b"", memory_bytes()
         while True:
             b = os.read(fd, 1 << 24)
             if not b:
                 break
             chunks.append(b)
+            total += len(b)
+            if len(head) < 9:
+                head = (head + b)[:9]
+                if len(head) == 9:
+                    refuse_head(path, head)
+            if total > cap:
+                raise Refused(f"{path} holds more than this machine's {cap / 2**30:.1f} GiB of memory: not read further")
         return b"".join(chunks)
     except OSError as e:
         raise Refused(f"cannot read {path}: {e.strerror}")

@@ -10,7 +10,8 @@
          TorchScript archive, a safetensors file, a NumPy file, text, a truncated archive, an empty file, a missing
          file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
          nothing left after --drop, a zero-stride view, a tuple key (also through DICT), compressed entries, an
-         OrderedDict made from another mapping, a Namespace built twice; a reduce calling os.system runs nothing
+         OrderedDict made from another mapping, a Namespace built twice, an endless pipe of zeros (at its first
+         bytes); a reduce calling os.system runs nothing
   output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
          is left behind, also when the folder is not writable
 Run: /usr/bin/python3 tests/reference/test_convert.py
@@ -134,6 +135,18 @@ def main():
         p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "pipe.safetensors")], stdin=f, capture_output=True,
                            text=True, timeout=300)
     rep.check("read: from a pipe", p.returncode == 0 and (tmp / "pipe.safetensors").exists(), p.stderr.strip()[-300:])
+    # an endless stream that is no checkpoint: refused at its first bytes (it was read until memory ran out)
+    zeros = subprocess.Popen(["cat", "/dev/zero"], stdout=subprocess.PIPE)
+    try:
+        p = subprocess.run(CONV + ["/dev/stdin", str(tmp / "zeros.safetensors")], stdin=zeros.stdout,
+                           capture_output=True, text=True, timeout=120)
+        rep.check("refuse: an endless pipe of zeros at its first bytes", p.returncode == 1 and
+                  "is not a PyTorch checkpoint" in p.stderr and not (tmp / "zeros.safetensors").exists(),
+                  p.stderr.strip()[-300:])
+    except subprocess.TimeoutExpired:
+        rep.check("refuse: an endless pipe of zeros at its first bytes", False, "read on")
+    zeros.kill()
+    zeros.wait()
     # a named pipe whose writer came first and is gone (a small checkpoint fits the pipe): read, not waited on
     os.mkfifo(tmp / "early_fifo")
     writer = subprocess.Popen(["sh", "-c", f"cat '{tmp / 'train.pth'}' > '{tmp / 'early_fifo'}'"])
