@@ -4,8 +4,8 @@
  * vitc tolerates) or fail with VITC_E_MEMORY, as the call's error or as the image's result; a model whose call failed
  * must give the same logits as before on its next call. Then one shrunk model of each family (Swin, PVTv2 + hMHSA +
  * cFFN, CSwin, Next-ViT + hMHSA + cFFN, GroupMixFormer, Refiner, SimpleViT + MSF-g2, FLatten-Swin, PVT) the same way
- * at sampled allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Then a
- * short training run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the
+ * at sampled allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Then
+ * vt_adapt_load (--init-from) at every allocation: the model loaded whole or left as it was. Then a short training run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the
  * Makefile's build-asan/alloc_faults): no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
  * not counted. Prints "N passed, N failed" as the unit tests do. */
 #include <stdatomic.h>
@@ -17,6 +17,7 @@
 #include "faults.h"
 #include "shrink.h"
 #include "test.h"
+#include "vitc/adapt.h"
 #include "vitc/model.h"
 #include "vitc/safetensors.h"
 #include "vitc/train.h"
@@ -232,6 +233,63 @@ static void check_save(vt_test *T, const char *w) {
     vt_params_free(P);
 }
 
+/* Every tensor of P, one after another, into a new buffer (NULL: out of memory; not counted, the fault disarmed). */
+static float *params_copy(const vt_params *P, size_t *n) {
+    *n = 0;
+    for (int i = 0; i < P->n; i++) *n += (size_t)P->t[i]->numel;
+    float *c = __real_malloc(sizeof(float) * (*n + 1)), *w = c;
+    for (int i = 0; c && i < P->n; w += P->t[i]->numel, i++)
+        memcpy(w, P->t[i]->data, sizeof(float) * (size_t)P->t[i]->numel);
+    return c;
+}
+
+/* vt_adapt_load (--init-from) of 10-class, 3-channel 28 px weights into a 2-class, 1-channel 36 px model (the head
+ * kept, pos_embed resized, the patch embedding summed over RGB) with the k-th allocation failing, for every k: 0 with
+ * the tensors of a load that never failed, or -1 with VT_E_NOMEM and the model as it was. */
+static void check_adapt(vt_test *T, const char *dir) {
+    char rgb[128];
+    snprintf(rgb, sizeof rgb, "%s/rgb.safetensors", dir);
+    vt_err e = {0};
+    vt_model_overrides ov = vt_model_no_overrides();
+    vt_model_cfg c3, c1;
+    ov.in_chans = 3;
+    vt_params *S = vt_params_new(&e), *P = vt_params_new(&e);
+    int ok = S && P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c3, &e) == 0 &&
+             vt_model_init_params(&c3, S, 1, &e) == 0 && vt_params_save(S, rgb, &e) == 0;
+    ov.in_chans = 1, ov.num_classes = 2, ov.img_size = 36;
+    ok = ok && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c1, &e) == 0 &&
+         vt_model_init_params(&c1, P, 2, &e) == 0;
+    size_t n = 0, m = 0;
+    float *fresh = ok ? params_copy(P, &n) : NULL, *want = NULL;
+    ok = ok && fresh && vt_adapt_load(P, 2, 1, rgb, NULL, &e) == 0 && (want = params_copy(P, &m)) != NULL;
+    T_CHECK(T, ok, "adapt-load set-up: %s", e.msg);
+    long k = 1, bad = 0, wrong = 0;
+    for (; ok && k < MOST; k++) {
+        for (int i = 0, o = 0; i < P->n; o += (int)P->t[i]->numel, i++) /* back to the fresh model */
+            memcpy(P->t[i]->data, fresh + o, sizeof(float) * (size_t)P->t[i]->numel);
+        vt_err ae = {0};
+        arm_at(k);
+        const int rc = vt_adapt_load(P, 2, 1, rgb, NULL, &ae);
+        armed = 0;
+        size_t got_n = 0;
+        float *got = params_copy(P, &got_n);
+        if (rc != 0 && ae.code != VT_E_NOMEM && bad++ < 3)
+            T_CHECK(T, 0, "vt_adapt_load, allocation %ld failing: %s (code %d)", k, ae.msg, ae.code);
+        if (got && memcmp(got, rc == 0 ? want : fresh, sizeof(float) * n) != 0 && wrong++ < 3)
+            T_CHECK(T, 0, "vt_adapt_load, allocation %ld failing: rc %d but the model %s", k, rc,
+                    rc == 0 ? "differs from a load that never failed" : "changed");
+        free(got);
+        if (!fired) break;
+    }
+    T_CHECK(T, ok && bad == 0 && wrong == 0 && k > 3, "vt_adapt_load: %ld allocations, %ld failures of another kind, "
+            "%ld models half-loaded or wrong", k - 1, bad, wrong);
+    free(fresh);
+    free(want);
+    vt_params_free(S);
+    vt_params_free(P);
+    unlink(rgb);
+}
+
 /* A training run (one epoch of vit_fmnist_tiny with 2 classes on an image folder of 8 + 4 PNGs, with a checkpoint,
  * metrics and curves) with sampled allocations failing: each run succeeds or fails with a message, leaks nothing,
  * and leaves run_dir's checkpoint, when there is one, whole (written atomically, the previous run's or its own). */
@@ -299,6 +357,7 @@ int main(void) {
     if (made) {
         check_open(&T, w);
         check_save(&T, w);
+        check_adapt(&T, dir);
         for (int c = 0; c < C_CALLS; c++) check_call(&T, w, (call_t)c, "fp32", x, paths);
         check_call(&T, w, C_LOGITS, "int8", x, paths); /* the quantised kernels' buffers */
         check_call(&T, w, C_LOGITS, "bf16", x, paths);
