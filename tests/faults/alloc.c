@@ -5,9 +5,10 @@
  * must give the same logits as before on its next call. Then one shrunk model of each family (Swin, PVTv2 + hMHSA +
  * cFFN, CSwin, Next-ViT + hMHSA + cFFN, GroupMixFormer, Refiner, SimpleViT + MSF-g2, FLatten-Swin, PVT) the same way
  * at sampled allocations of vitc_open_with, vitc_logits and vitc_stage_features: the builders' error paths. Then
- * vt_adapt_load (--init-from) at every allocation: the model loaded whole or left as it was. Then a short training run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the
- * Makefile's build-asan/alloc_faults): no leak, no invalid access on any of those paths. Allocations inside other libraries (libpng, cJSON, oneDNN) are
- * not counted. Prints "N passed, N failed" as the unit tests do. */
+ * vt_adapt_load (--init-from) at every allocation: the model loaded whole or left as it was. Then a short training
+ * run (vt_train on an image folder) at sampled allocations. Built and run under ASan + UBSan (the Makefile's
+ * build-asan/alloc_faults): no leak, no invalid access on any of those paths. Allocations inside other libraries
+ * (libpng, cJSON, oneDNN) are not counted. Prints "N passed, N failed" as the unit tests do. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
