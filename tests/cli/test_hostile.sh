@@ -180,6 +180,14 @@ check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '
 expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
 expect "predict without --weights: a usage error (2)" 2 "missing --weights" $V predict $M "$T/good.png"
 expect "init without -o: a usage error (2)" 2 "missing -o OUTPUT" $V init $M
+# predict and attention without an image: a usage error before the weights are read (their notice of the options they
+# record came first)
+$V init $M --num-classes 3 -o "$T/w3.safetensors" >/dev/null 2>&1
+for c in predict attention; do
+    expect "$c without an image: a usage error (2), said before the weights are read" 2 "missing IMAGE" \
+        $V $c $M -w "$T/w3.safetensors" -o "$T/none.png"
+    check "... and nothing else said" "[ \$(wc -l <'$T/err.log') -eq 1 ]" "$(cat "$T/err.log")"
+done
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
