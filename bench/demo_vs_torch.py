@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The demo's training run in vitc and in PyTorch, side by side: same model, data, schedule and thread count.
 
 Model: vit_fmnist_p7 (ViT, patch 7 -> 16 tokens + class token, D 128, depth 4, 4 heads, MLP 2x, 540k params).

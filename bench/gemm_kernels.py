@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """GEMM libraries on the real shapes of DeiT-T/S: OpenBLAS, oneDNN, vitc's 64-column kernel and its dispatcher (`auto`).
 
 Builds bench/gemm_kernels.c against build/libvitc.a, then, in one run, times every GEMM that vitc issues for

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Where each paper model's step goes, by op kind: `vitc bench MODEL --profile --json` per model and mode.
 
 The performance issue's target for the papers' blocks is that no more than a quarter of a step runs outside GEMMs.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """`vitc bench` of two vitc binaries (e.g. before and after a change), alternated in one run.
 
 For DeiT-T and DeiT-S at batch 1 and 16, inference and training, with OPENBLAS_CORETYPE unset and =Prescott (or
