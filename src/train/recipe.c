@@ -10,7 +10,8 @@
 #include "vitc/schedule.h"
 #include "vitc/train.h"
 
-/* vitc's plain defaults (vt_train_defaults): what `vitc train` does without --recipe. */
+/* vitc's plain defaults (vt_train_defaults): what `vitc train` does without --recipe (its crop + flip transform resizes
+ * with bicubic, src/train/augment.c). */
 static void preset_default(vt_recipe *r) {
     vt_train_opts o;
     vt_train_defaults(&o);
@@ -18,7 +19,7 @@ static void preset_default(vt_recipe *r) {
                      .lr = o.lr, .weight_decay = o.weight_decay, .warmup_lr = o.warmup_lr, .min_lr = o.min_lr,
                      .warmup_epochs = o.warmup_epochs, .smoothing = o.smoothing, .epochs = o.epochs,
                      .batch = o.batch, .accum_steps = 1, .drop_path = -1, .model_ema_decay = 0.99996,
-                     .interpolation = "bilinear", .scale = {1, 1}, .ratio = {1, 1}, .hflip = 0.5};
+                     .interpolation = "bicubic", .scale = {1, 1}, .ratio = {1, 1}, .hflip = 0.5};
     r->mixup = vt_mixup_timm(0);
     r->mixup.mixup_alpha = r->mixup.cutmix_alpha = 0.0;
 }
