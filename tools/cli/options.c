@@ -27,7 +27,7 @@ const optdef optdefs[] = {
     O("--weights", O_STR, weights, "W.safetensors: model weights (official state_dict names)"),
     O("-w", O_STR, weights, "same as --weights"),
     O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
-    O("--output", O_STR, output, "output safetensors file (`attention`: the PNG)"),
+    O("--output", O_STR, output, "output safetensors file"),
     O("-o", O_STR, output, "same as --output"),
     NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
     NUM("--in-chans", O_INT, in_chans, 1, 64, "input channels (default: the model's)"),
@@ -165,6 +165,7 @@ static const struct {
     const char *cmd, *opt, *help;
 } command_option_help[] = {
     {"attention", "--heads", "the heads to draw: all (default), mean (their mean) or indices such as 0,2"},
+    {"attention", "--output", "the PNG to draw into"},
     {"forward", "--img-size", "input image size (default: the size of `input` where the model's weights fit any "
      "size, else the model's)"},
     {"grad", "--img-size", "input image size (default: the size of `input` where the model's weights fit any size, "
