@@ -141,6 +141,22 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == 0, "%s", err.msg);
     T_CHECK(T, max_diff(logits, ref, n * K) < 1e-5, "logits differ from the predictor's by %g",
             max_diff(logits, ref, n * K));
+    /* finite inputs far outside an image's range: at 1e15 and 1e19 the LayerNorms see the same directions (at 1e19
+     * their float sums overflow: the logits came out wrong), at 1e38 the patch embedding overflows and the call
+     * fails (it returned NaN logits) */
+    float *big = malloc(sizeof(float) * (size_t)n * per), l15[5 * 10], l19[5 * 10], lnan[5 * 10];
+    const float scales[3] = {1e15f, 1e19f, 1e38f};
+    float *outs[3] = {l15, l19, lnan};
+    int rcs[3] = {0, 0, 0};
+    for (int s = 0; big && s < 3; s++) {
+        for (int i = 0; i < n * per; i++) big[i] = x[i] * scales[s];
+        rcs[s] = vitc_logits(m, big, n, 0, outs[s], &err);
+    }
+    T_CHECK(T, big && rcs[0] == 0 && rcs[1] == 0 && max_diff(l15, l19, n * K) < 1e-4,
+            "inputs at 1e15 and 1e19 give the same logits: %g", big ? max_diff(l15, l19, n * K) : -1.0);
+    T_CHECK(T, big && rcs[2] != 0 && err.code == VITC_E_FAILED && strstr(err.msg, "not finite"),
+            "inputs at 1e38: non-finite logits refused (%d): %s", err.code, err.msg);
+    free(big);
     T_CHECK(T, omp_get_max_threads() == threads, "thread setting restored: %d vs %d", omp_get_max_threads(), threads);
 #if defined(__SSE2__)
     T_CHECK(T, _mm_getcsr() == csr, "floating-point mode restored: %x vs %x", _mm_getcsr(), csr);

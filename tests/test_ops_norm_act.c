@@ -384,6 +384,43 @@ static void check_layernorm_values(vt_test *T) {
         }
 }
 
+/* LayerNorm of finite rows whose float sums overflow, against double: deviations of 1e19 (Σd² beyond float: the row
+ * had come out as its bias, rs = 0) and 1024 values of 3e37 (each vector lane's Σx beyond float: the mean had been
+ * Inf, the row NaN). */
+static void check_layernorm_huge(vt_test *T) {
+    static const struct {
+        int C;
+        float scale, off;
+    } cs[] = {{64, 1e19f, 0.0f}, {37, 1e19f, 0.0f}, {1024, 3e36f, 3e37f}, {1037, 3e36f, 3e37f}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const int C = cs[k].C;
+        fwd1 f;
+        int shape[2] = {4, C};
+        if (fwd1_build(T, &f, 0, 2, shape, op_ln, NULL) != 0) {
+            fwd1_free(&f);
+            continue;
+        }
+        vt_rng r;
+        vt_rng_seed(&r, 9);
+        for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = cs[k].scale * vt_rng_normal(&r) + cs[k].off;
+        vt_graph_forward(f.g);
+        double err = 0.0;
+        for (int row = 0; row < 4; row++) {
+            const float *xr = f.x->data + row * C, *yr = f.y->data + row * C;
+            double m = 0, v = 0;
+            for (int i = 0; i < C; i++) m += xr[i] / (double)C;
+            for (int i = 0; i < C; i++) v += ((double)xr[i] - m) * ((double)xr[i] - m) / C;
+            for (int i = 0; i < C; i++) {
+                const double d = fabs(yr[i] - ((double)xr[i] - m) / sqrt(v + 1e-5));
+                if (!(d <= err)) err = d; /* NaN too (fmax drops it) */
+            }
+        }
+        T_CHECK(T, err < 1e-5, "layernorm C %d of values %g ± %g: max error %g", C, (double)cs[k].off,
+                (double)cs[k].scale, err);
+        fwd1_free(&f);
+    }
+}
+
 /* BatchNorm: train forward normalises with batch statistics and blends the running stats with momentum using
  * the unbiased variance, adds 1 to num_batches_tracked; an eval graph then uses the running stats. */
 typedef struct {
@@ -735,6 +772,7 @@ void test_ops_norm_act(vt_test *T) {
     check_kink_grads(T);
     check_softmax_values(T);
     check_layernorm_values(T);
+    check_layernorm_huge(T);
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
     check_batchnorm_res(T);

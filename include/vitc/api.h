@@ -54,7 +54,8 @@ enum {
     VITC_E_MEMORY = 7,       /**< out of memory */
     VITC_E_UNSUPPORTED = 8,  /**< this CPU or build cannot run what was asked (bf16 without native kernels, or with
                                   VITC_GEMM forcing OpenBLAS) */
-    VITC_E_FAILED = 9        /**< any other failure */
+    VITC_E_FAILED = 9        /**< any other failure (logits, features or maps that are not finite: weights that
+                                  overflow on an input) */
 };
 
 /** The message of a failed call (empty when none) and its kind. */

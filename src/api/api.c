@@ -465,6 +465,7 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
     call_env env = {0, 0};
     if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
     vt_predictor *p = predictor(m, n, size, what, &e);
+    int nonfinite = 0;
     if (p && nout < 0) nout = p->nmaps; /* every stage map */
     for (int i = 0; p && alloc && i < nout; i++) {
         const vt_tensor *t = output(p, which ? which[i] : i);
@@ -483,8 +484,20 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
             const vt_tensor *t = output(p, which ? which[i] : i);
             const int64_t row = t->numel / p->batch;
             memcpy(dst[i].data + row * i0, t->data, sizeof(float) * (size_t)(row * nb));
+            for (int64_t j = 0; !nonfinite && j < row * nb; j++) /* as the classifying calls refuse NaN logits */
+                if (!isfinite(t->data[j])) {
+                    vt_seterr_code(&e, VT_E_NONFINITE, "%s: image %lld: the model's outputs are not finite (%s): the "
+                                   "weights overflow on this input", m->cfg.name, (long long)(i0 + j / row),
+                                   isnan(t->data[j]) ? "NaN" : "Inf");
+                    nonfinite = 1;
+                }
+        }
+        if (nonfinite) {
+            p = NULL;
+            break;
         }
     }
+    for (int i = 0; nonfinite && alloc && i < nout; i++) vitc_tensor_free(&dst[i]); /* every one allocated */
     leave(m, &env);
     return p ? nout : fail(err, code_of(&e, VITC_E_FAILED), "%s", e.msg);
 }
