@@ -5,8 +5,9 @@
  *
  * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message
  * and its kind (VITC_E_*) in the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The
- * library keeps no mutable global state: a vitc_model holds everything, including its thread count. A vitc_model runs one call at a time
- * (a call while another thread's runs on it fails, "in use"); separate models may run in separate threads.
+ * library keeps no mutable global state: a vitc_model holds everything, including its thread count. A vitc_model
+ * runs one call at a time (a call while another thread's runs on it fails, "in use"; vitc_close is the caller's to
+ * order after every call on the model has returned, as free()); separate models may run in separate threads.
  */
 #ifndef VITC_API_H
 #define VITC_API_H
@@ -158,7 +159,7 @@ VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 VITC_API void vitc_int8_layers(const vitc_model *m, int *linears, int *int8);
 
 /** Frees a model and everything it holds (NULL is fine; as with free(), a model closed once must not be used or
- * closed again). */
+ * closed again, and it must not be closed while a call on it runs in another thread). */
 VITC_API void vitc_close(vitc_model *m);
 
 /** Fills info with the model's name, input geometry, classes and size (strings live as long as the model); m NULL: info
