@@ -3,6 +3,7 @@
  * to the library's own predictor (logits, top-k, pooled features = the head's input, stage maps at two sizes),
  * batching that does not change results, the caller's thread setting and floating-point mode restored. Also runs
  * under ASan + UBSan with leak detection (build-asan/unit). */
+#include <fenv.h>
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -141,6 +142,14 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == 0, "%s", err.msg);
     T_CHECK(T, max_diff(logits, ref, n * K) < 1e-5, "logits differ from the predictor's by %g",
             max_diff(logits, ref, n * K));
+    /* the caller's rounding mode neither moves the results nor is lost (it had rounded the calling thread's work) */
+    float up[5 * 10];
+    fesetround(FE_UPWARD);
+    const int rc_up = vitc_logits(m, x, n, 0, up, &err), mode = fegetround();
+    fesetround(FE_TONEAREST);
+    T_CHECK(T, rc_up == 0 && memcmp(up, logits, sizeof up) == 0 && mode == FE_UPWARD,
+            "under FE_UPWARD: logits off by %g, mode %s", max_diff(up, logits, n * K),
+            mode == FE_UPWARD ? "kept" : "lost");
     /* finite inputs far outside an image's range: at 1e15 and 1e19 the LayerNorms see the same directions (at 1e19
      * their float sums overflow: the logits came out wrong), at 1e38 the patch embedding overflows and the call
      * fails (it returned NaN logits) */

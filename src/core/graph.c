@@ -593,12 +593,16 @@ static void run_node(vt_graph *g, vt_node *nd, int bwd) {
 
 /* Sets flush-to-zero and denormals-are-zero in the calling thread and every OpenMP thread: subnormal floats (e.g.
  * from a diverging learning rate) otherwise slow every arithmetic op by ~100x; the results are the same to float
- * precision for normal values. The bits persist in the pool's threads; setting them again costs a parallel region. */
+ * precision for normal values. Rounding is set to nearest too: a caller's fesetround(FE_UPWARD) had moved the
+ * results of the work its own thread did (not its pool's). The bits persist in the pool's threads; setting them
+ * again costs a parallel region. */
 static void flush_denormals(void) {
 #if defined(__SSE2__)
+#define VT_MXCSR(c) (((c) & ~0x6000u) | 0x8040u) /* rounding control (bits 13-14) nearest; FTZ (15) | DAZ (6) */
 #pragma omp parallel
-    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) | DAZ (bit 6) */
-    _mm_setcsr(_mm_getcsr() | 0x8040);
+    _mm_setcsr(VT_MXCSR(_mm_getcsr()));
+    _mm_setcsr(VT_MXCSR(_mm_getcsr()));
+#undef VT_MXCSR
 #endif
 }
 
