@@ -142,14 +142,16 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, vitc_logits(m, x, n, 0, logits, &err) == 0, "%s", err.msg);
     T_CHECK(T, max_diff(logits, ref, n * K) < 1e-5, "logits differ from the predictor's by %g",
             max_diff(logits, ref, n * K));
-    /* the caller's rounding mode neither moves the results nor is lost (it had rounded the calling thread's work) */
+    /* the caller's rounding mode neither moves the results nor is lost (it had rounded the calling thread's work);
+     * the SSE mode is what the kernels use, and fegetround reads the x87 one */
     float up[5 * 10];
     fesetround(FE_UPWARD);
-    const int rc_up = vitc_logits(m, x, n, 0, up, &err), mode = fegetround();
+    const int rc_up = vitc_logits(m, x, n, 0, up, &err);
+    const int mode = (int)(_mm_getcsr() & 0x6000u);
     fesetround(FE_TONEAREST);
-    T_CHECK(T, rc_up == 0 && memcmp(up, logits, sizeof up) == 0 && mode == FE_UPWARD,
+    T_CHECK(T, rc_up == 0 && memcmp(up, logits, sizeof up) == 0 && mode == _MM_ROUND_UP,
             "under FE_UPWARD: logits off by %g, mode %s", max_diff(up, logits, n * K),
-            mode == FE_UPWARD ? "kept" : "lost");
+            mode == _MM_ROUND_UP ? "kept" : "lost");
     /* finite inputs far outside an image's range: at 1e15 and 1e19 the LayerNorms see the same directions (at 1e19
      * their float sums overflow: the logits came out wrong), at 1e38 the patch embedding overflows and the call
      * fails (it returned NaN logits) */
@@ -286,8 +288,21 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     unlink(bad);
     T_CHECK(T, rp[0].index[0] == rf[0].index[0] && fabs(rp[0].prob[0] - rf[0].prob[0]) < 1e-6 &&
                    rf[0].index[0] == rf[2].index[0], "pixels vs file: %d %d", rp[0].index[0], rf[0].index[0]);
-    float img[28 * 28];
+    float img[28 * 28], img_up[28 * 28];
     T_CHECK(T, vitc_load_image(m, png, img, &err) == 0, "%s", err.msg);
+    fesetround(FE_UPWARD); /* the resize and the normalisation round to nearest under any caller's mode */
+    const int rc_img = vitc_load_image(m, png, img_up, &err);
+    const int mode_img = (int)(_mm_getcsr() & 0x6000u);
+    vitc_result ru[4]; /* batches of 2: the first batch's images had been decoded before any graph set the mode */
+    const char *four[4] = {png, png, png, png};
+    const int rc_files = vitc_classify_files(m, four, 4, 1, ru, &err);
+    fesetround(FE_TONEAREST);
+    T_CHECK(T, rc_img == 0 && memcmp(img, img_up, sizeof img) == 0 && mode_img == _MM_ROUND_UP,
+            "vitc_load_image under FE_UPWARD: same pixels (%s), mode %s", rc_img ? err.msg : "",
+            mode_img == _MM_ROUND_UP ? "kept" : "lost");
+    T_CHECK(T, rc_files == 0 && ru[0].prob[0] == ru[2].prob[0] && ru[1].prob[0] == ru[3].prob[0],
+            "vitc_classify_files under FE_UPWARD, batches of 2: %.9g %.9g %.9g %.9g", ru[0].prob[0], ru[1].prob[0],
+            ru[2].prob[0], ru[3].prob[0]);
     T_CHECK(T, vitc_classify_tensor(m, img, 1, 0, 5, res, &err) == 0 && res[0].index[0] == rf[0].index[0] &&
                    fabs(res[0].prob[0] - rf[0].prob[0]) < 1e-6, "load_image + tensor vs file");
     T_CHECK(T, vitc_load_image(m, "/nonexistent.png", img, &err) == -1 && strstr(err.msg, "/nonexistent.png") &&

@@ -16,7 +16,6 @@
 #include "vitc/train.h"
 #include "vitc/weights.h"
 
-/* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double. */
 /* Elements of every tensor in P. */
 static int64_t params_numel(const vt_params *P) {
     int64_t n = 0;
@@ -32,6 +31,7 @@ static float *params_copy(const vt_params *P) {
     return c;
 }
 
+/* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double. */
 static void check_ema(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);

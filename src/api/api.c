@@ -106,14 +106,24 @@ static int claim(vitc_model *m, vt_err *e) {
                      "open one per thread)", m->cfg.name);
 }
 
+/* The caller's floating-point mode, then round-to-nearest in this thread: the images' preprocessing (decoding,
+ * resizing, normalising) runs here before any graph sets it (FE_UPWARD had moved the first batch's pixels). */
+static unsigned fp_nearest(void) {
+#if defined(__SSE2__)
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr & ~0x6000u); /* rounding control, bits 13-14: nearest */
+    return csr;
+#else
+    return 0;
+#endif
+}
+
 /* Claims m for this call (claim) and saves the caller's settings. */
 static int enter(vitc_model *m, call_env *c, vt_err *e) {
     if (claim(m, e)) return -1;
     c->threads = omp_get_max_threads();
     if (m->threads > 0) omp_set_num_threads(m->threads);
-#if defined(__SSE2__)
-    c->csr = _mm_getcsr();
-#endif
+    c->csr = fp_nearest();
     return 0;
 }
 
@@ -435,7 +445,14 @@ int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err
     if (check_args(m, path, 1, 0, 0, out, err) || image_model(m, err)) return -1;
     const vt_preprocess pp = vt_model_preprocess(&m->cfg);
     vt_err e = {0};
-    return vt_image_load(path, &pp, out, &e) ? fail(err, code_of(&e, VITC_E_IMAGE), "%s", e.msg) : 0;
+    const unsigned csr = fp_nearest();
+    const int rc = vt_image_load(path, &pp, out, &e);
+#if defined(__SSE2__)
+    _mm_setcsr(csr);
+#else
+    (void)csr;
+#endif
+    return rc ? fail(err, code_of(&e, VITC_E_IMAGE), "%s", e.msg) : 0;
 }
 
 static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
