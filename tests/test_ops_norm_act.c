@@ -386,7 +386,7 @@ static void check_layernorm_values(vt_test *T) {
 
 /* LayerNorm of finite rows whose float sums overflow, against double: deviations of 1e19 (Σd² beyond float: the row
  * had come out as its bias, rs = 0) and 1024 values of 3e37 (each vector lane's Σx beyond float: the mean had been
- * Inf, the row NaN). */
+ * Inf, the row NaN); each first row alternates ±3e38 (deviations beyond float). */
 static void check_layernorm_huge(vt_test *T) {
     static const struct {
         int C;
@@ -403,6 +403,7 @@ static void check_layernorm_huge(vt_test *T) {
         vt_rng r;
         vt_rng_seed(&r, 9);
         for (int64_t i = 0; i < f.x->numel; i++) f.x->data[i] = cs[k].scale * vt_rng_normal(&r) + cs[k].off;
+        for (int i = 0; i < C; i++) f.x->data[i] = i % 2 ? -3e38f : 3e38f; /* lanes of +Inf and −Inf: a NaN mean */
         vt_graph_forward(f.g);
         double err = 0.0;
         for (int row = 0; row < 4; row++) {

@@ -7,6 +7,7 @@
  * ln_row_bwd); the other reductions accumulate in double. Reductions across rows/positions are split into a fixed
  * number of chunks (independent of the thread count) whose partial sums are added in a fixed order, so results are
  * bit-identical for any OMP_NUM_THREADS. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -26,11 +27,18 @@ typedef struct {
     float eps;
 } ln_p;
 
-/* Σ (x − m)² over the C floats of xr, in double. */
-static double sq_dev(const float *xr, int C, float m) {
-    double v = 0.0;
+/* One row's LayerNorm in double throughout (the statistics and the outputs; m and rs rounded to float for backward):
+ * builds without vector code, and finite rows whose float sums would overflow. */
+static void ln_row_double(const float *xr, float *yr, const float *w, const float *b, int C, float eps, float *mo,
+                          float *ro) {
+    double s = 0.0, v = 0.0;
+    for (int i = 0; i < C; i++) s += xr[i];
+    const double m = s / C;
     for (int i = 0; i < C; i++) v += ((double)xr[i] - m) * ((double)xr[i] - m);
-    return v;
+    const double rs = 1.0 / sqrt(v / C + eps);
+    for (int i = 0; i < C; i++) yr[i] = (float)(((double)xr[i] - m) * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f));
+    *mo = (float)m;
+    *ro = (float)rs;
 }
 
 /* One row's LayerNorm: m = Σx / C, then the deviations d = x − m and rs = (Σd² / C + eps)^(−1/2), y = d·rs [·w]
@@ -39,7 +47,7 @@ static double sq_dev(const float *xr, int C, float m) {
  * The statistics in double before ran 1.5-2.5x slower (forward alone, 2 threads, Intel Xeon Ice Lake, 2026-11-29:
  * 50176 rows of 40 1.46x, 64 1.71x, 12544 of 80 2.53x, of 128 1.96x, 3152 of 192 2.55x, 3136 of 320 2.02x, of 1024
  * 1.60x; outputs within 8e-6 of theirs). Finite rows whose float sums overflow (|x| near 1e37, deviations beyond
- * 1e18) take those sums in double instead of giving Inf / NaN or, with rs = 0, the bias. */
+ * 1e18) run ln_row_double instead of giving Inf / NaN or, with rs = 0, the bias. */
 static inline void ln_row(const float *xr, float *yr, const float *w, const float *b, int C, float eps, float *mo,
                           float *ro) {
 #ifdef VT_VW
@@ -52,12 +60,7 @@ static inline void ln_row(const float *xr, float *yr, const float *w, const floa
     }
     if (i < C1) s0 = VT_VPS(add)(s0, VT_VPS(loadu)(xr + i));
     if (t) s1 = VT_VPS(add)(s1, vt_vload_n(xr + C1, t));
-    float m = vt_vhreduce(VT_VPS(add)(s0, s1), 0) / (float)C;
-    if (isinf(m)) { /* Σx overflowed float (finite inputs near its limit): in double */
-        double sd = 0.0;
-        for (int k = 0; k < C; k++) sd += xr[k];
-        m = (float)(sd / C);
-    }
+    const float m = vt_vhreduce(VT_VPS(add)(s0, s1), 0) / (float)C;
     const vt_vf mv = VT_VPS(set1)(m);
     vt_vf v0 = VT_VPS(setzero)(), v1 = VT_VPS(setzero)();
     for (i = 0; i + 2 * VT_VW <= C1; i += 2 * VT_VW) {
@@ -73,9 +76,11 @@ static inline void ln_row(const float *xr, float *yr, const float *w, const floa
         const vt_vf d = vt_vfirst(VT_VPS(sub)(vt_vload_n(xr + C1, t), mv), t);
         v1 = VT_VPS(fmadd)(d, d, v1);
     }
-    float rs = 1.0f / sqrtf(vt_vhreduce(VT_VPS(add)(v0, v1), 0) / (float)C + eps);
-    if (!(rs > 0.0f) && m == m) /* Σd² overflowed float (|d| beyond ~1e18, finite inputs): in double, not rs = 0 */
-        rs = (float)(1.0 / sqrt(sq_dev(xr, C, m) / C + eps));
+    const float rs = 1.0f / sqrtf(vt_vhreduce(VT_VPS(add)(v0, v1), 0) / (float)C + eps);
+    if (!isfinite(m) || !(rs >= FLT_MIN)) { /* Σx or Σd² overflowed float (or NaN / Inf inputs): in double */
+        ln_row_double(xr, yr, w, b, C, eps, mo, ro);
+        return;
+    }
     const vt_vf rv = VT_VPS(set1)(rs), one = VT_VPS(set1)(1.0f), zero = VT_VPS(setzero)();
     for (i = 0; i < C1; i += VT_VW) {
         const vt_vf xh = VT_VPS(mul)(VT_VPS(sub)(VT_VPS(loadu)(xr + i), mv), rv);
@@ -85,15 +90,11 @@ static inline void ln_row(const float *xr, float *yr, const float *w, const floa
         const vt_vf xh = VT_VPS(mul)(VT_VPS(sub)(vt_vload_n(xr + C1, t), mv), rv);
         vt_vstore_n(yr + C1, VT_VPS(fmadd)(xh, w ? vt_vload_n(w + C1, t) : one, b ? vt_vload_n(b + C1, t) : zero), t);
     }
-#else /* one sequential sum would lose more than the vector lanes' partial sums: in double here */
-    double s = 0.0;
-    for (int i = 0; i < C; i++) s += xr[i];
-    const float m = (float)(s / C);
-    const float rs = (float)(1.0 / sqrt(sq_dev(xr, C, m) / C + eps));
-    for (int i = 0; i < C; i++) yr[i] = (xr[i] - m) * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
-#endif
     *mo = m;
     *ro = rs;
+#else /* one sequential sum would lose more than the vector lanes' partial sums: in double here */
+    ln_row_double(xr, yr, w, b, C, eps, mo, ro);
+#endif
 }
 
 static void ln_fwd(vt_node *n) {
