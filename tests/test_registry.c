@@ -151,6 +151,11 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
     vt_graph *g = NULL, *ge = NULL;
     vt_adamw opt = {0};
     int ok = P && vt_model_init_params(&c, P, 3, &e) == 0;
+    const vt_tensor *first4 = NULL; /* --init-from adapts it as the input convolution (src/io/adapt.c) */
+    for (int i = 0; ok && i < P->n && !first4; i++)
+        if (P->t[i]->ndim == 4) first4 = P->t[i];
+    T_CHECK(T, !ok || !first4 || first4->shape[1] == c.arch.in_chans, "%s: the first 4-D tensor %s reads %d channels, "
+            "not the image's %d", c.name, first4->name, first4->shape[1], c.arch.in_chans);
     const int B = 2;
     vt_tensor *x = NULL, *xe = NULL, *y = NULL, *ye = NULL, *lab = NULL;
     if (ok) {

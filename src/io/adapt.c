@@ -5,9 +5,10 @@
  *   positional_encoding), with torch's F.interpolate(bicubic, align_corners=False) and no antialias;
  * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
  *   resize_rel_pos_bias_table_simple);
- * - the input convolution (O, 3, kh, kw) of an RGB file meets a model with other input channels as timm's
- *   adapt_input_conv adapts it: summed over the three for one channel, otherwise the three repeated over the
- *   channels and scaled by 3 / channels (so a grey image replicated to every channel gives the RGB model's output);
+ * - the input convolution (O, 3, kh, kw) of an RGB file (the model's first 4-D tensor) meets a model with other
+ *   input channels as timm's adapt_input_conv adapts it: summed over the three for one channel (a grey image then
+ *   gives what the RGB model gives on it), otherwise the three repeated over the channels and scaled by 3 / channels
+ *   (the same, for a multiple of 3 channels that all hold the grey image);
  * - fixed buffers (relative_position_index, attn_mask) stay the model's own, and the file's ones the model lacks are
  *   dropped (timm's Swin filter); a file of the other form (Next-ViT deployed vs training) is refused. */
 #include "vitc/adapt.h"
@@ -69,8 +70,10 @@ static int isqrt_exact(int64_t n) {
     return (int64_t)s * s == n ? s : 0;
 }
 
-/* What to do with model tensor t given the file's entry s; for POS, *prefix gets the kept leading rows. */
-static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int in_chans, int *prefix) {
+/* What to do with model tensor t given the file's entry s (input_conv: the model's first 4-D tensor); for POS,
+ * *prefix gets the kept leading rows. */
+static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int in_chans, const vt_tensor *input_conv,
+                   int *prefix) {
     int same = s->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
     if (same) return SAME;
@@ -78,7 +81,7 @@ static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, in
     int rest = 1; /* every dimension but the first equal */
     for (int d = 1; d < t->ndim; d++) rest &= s->shape[d] == t->shape[d];
     if (strstr(t->name, "head") && rest && t->shape[0] == num_classes) return HEAD;
-    if (t->ndim == 4 && t->shape[0] == s->shape[0] && t->shape[2] == s->shape[2] && t->shape[3] == s->shape[3] &&
+    if (t == input_conv && s->shape[0] == t->shape[0] && s->shape[2] == t->shape[2] && s->shape[3] == t->shape[3] &&
         t->shape[1] == in_chans && s->shape[1] == 3) /* the input convolution of an RGB model */
         return CHANS;
     if (t->ndim == 3 && t->shape[0] == 1 && s->shape[0] == 1 && s->shape[2] == t->shape[2])
@@ -132,6 +135,9 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             return vt_seterr(e, "%s is a training checkpoint (its optimiser state, `optim/`, is not a model's): "
                              "fine-tune from the run's weights.safetensors or weights_best.safetensors", path);
         }
+    const vt_tensor *input_conv = NULL; /* every model's first 4-D tensor is its input convolution */
+    for (int i = 0; i < P->n && !input_conv; i++)
+        if (P->t[i]->ndim == 4) input_conv = P->t[i];
     char miss[1024] = "", extra[1024] = "", bad[1024] = "";
     int nmiss = 0, nextra = 0, nbad = 0, nadapt = 0, rep_missing = 0, file_rep = 0;
     for (int i = 0; i < f.n; i++) file_rep |= strstr(f.entries[i].name, ".rep.") != NULL;
@@ -146,7 +152,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             rep_missing += strstr(t->name, ".rep.") != NULL;
             continue;
         }
-        action a = plan(t, s, num_classes, in_chans, &p);
+        action a = plan(t, s, num_classes, in_chans, input_conv, &p);
         if (a == KEEP) { /* named with both shapes */
             char nm[VT_NAMELEN + 128], fs[48] = "", ms[48] = "";
             for (int d = 0; d < s->ndim; d++)
@@ -215,7 +221,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             const vt_st_entry *s = t->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, t->name);
             if (!s) continue;
             int p = 0;
-            const action a = plan(t, s, num_classes, in_chans, &p);
+            const action a = plan(t, s, num_classes, in_chans, input_conv, &p);
             if (pass == 0) {
                 if (a == SAME) /* checked as the strict loader checks it (dtype, finite, running variances) */
                     rc = vt_param_read(&f, t->name, t, src, path, e);
