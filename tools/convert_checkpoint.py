@@ -15,7 +15,8 @@ or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pi
 unpickler, which runs whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself. A pipe is read
-to its end, refused at its first bytes when they begin no torch.save file, and at this machine's memory size.
+to its end, refused at its first bytes when they begin no torch.save file, and past half the memory this process may
+use (the machine's, or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
        [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
@@ -66,11 +67,19 @@ def kind_of(mode):
 
 
 def memory_bytes():
-    """This machine's memory in bytes (a bound on what a pipe may stream in)."""
+    """The memory this process may use, in bytes: the machine's, or its control group's limit where lower (a bound
+    on what a pipe may stream in)."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        limit = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
-        return 1 << 40
+        limit = 1 << 40
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = min(limit, int(f.read().strip()))
+        except (OSError, ValueError):  # no such file, or "max"
+            pass
+    return limit
 
 
 def refuse_head(path, head):
@@ -83,8 +92,8 @@ def refuse_head(path, head):
 
 def read_input(path):
     """The checkpoint's bytes: a regular file, or a pipe read to its end (a named pipe: once a writer has opened it,
-    as `cat` reads one); a stream is refused as soon as its first bytes show it is no checkpoint, or once it is
-    larger than this machine's memory."""
+    as `cat` reads one); a stream is refused as soon as its first bytes show it is no checkpoint, or once it holds
+    more than half the memory this process may use."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device is never opened blocking
     except OSError as e:
@@ -99,20 +108,18 @@ def read_input(path):
             waiter.register(fd, select.POLLIN)
             waiter.poll()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        chunks, total, head, cap = [], 0, b"", memory_bytes()
+        data, cap = bytearray(), memory_bytes() // 2  # half: bytes(data) copies it once
         while True:
             b = os.read(fd, 1 << 24)
             if not b:
                 break
-            chunks.append(b)
-            total += len(b)
-            if len(head) < 9:
-                head = (head + b)[:9]
-                if len(head) == 9:
-                    refuse_head(path, head)
-            if total > cap:
-                raise Refused(f"{path} holds more than this machine's {cap / 2**30:.1f} GiB of memory: not read further")
-        return b"".join(chunks)
+            if len(data) < 9 <= len(data) + len(b):
+                refuse_head(path, (bytes(data) + b)[:9])
+            data += b
+            if len(data) > cap:
+                raise Refused(f"{path} holds more than half of the {2 * cap / 2**30:.1f} GiB of memory this process "
+                              "may use: not read further")
+        return bytes(data)  # io.BytesIO shares a bytes object's buffer (it copies a bytearray's)
     except OSError as e:
         raise Refused(f"cannot read {path}: {e.strerror}")
     finally:

@@ -144,9 +144,7 @@ int main(int argc, char **argv) {
             if (rank == 0) command_help(&commands[i]); /* (under mpirun: once) */
         } else {
             set_threads(&o);
-            if (commands[i].images && o.nimages < 1) /* said before the weights are read (and their notices) */
-                rc = missing("IMAGE (one or more image files after MODEL)");
-            if (rc == 0) rc = weights_options(&o, &commands[i]);
+            rc = weights_options(&o, &commands[i]);
             if (rc == 0) rc = commands[i].run(&o);
             close_weights(&o);
         }

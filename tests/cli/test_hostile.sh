@@ -670,10 +670,10 @@ expect "--init-from the run folder's own weights with --overwrite refused" 1 \
 check "... and the file kept" "cmp -s '$T/nbt_run/weights.safetensors' '$T/ifown/weights.safetensors'"
 # --init-from weights of input channels other than RGB's (adapted, tests/reference/test_recipe.py): refused, naming the
 # tensor with both shapes
-$V init $M --in-chans 2 -o "$T/c3.safetensors" >/dev/null 2>&1
+$V init $M --in-chans 2 -o "$T/c2.safetensors" >/dev/null 2>&1
 expect "--init-from weights of 2 input channels into 1: both shapes named" 1 \
     "patch_embed.proj.weight (file \[[0-9]*,2,[0-9,]*\], model \[[0-9]*,1," \
-    $V train $M --init-from "$T/c3.safetensors" --data fashion-mnist --epochs 1 --train-subset 64 --out "$T/c3run"
+    $V train $M --init-from "$T/c2.safetensors" --data fashion-mnist --epochs 1 --train-subset 64 --out "$T/c2run"
 # --init-from through a pipe: read once, also where no tensor needs adapting (that path read the file a second time)
 $V train $M --init-from <(cat "$T/w.safetensors") --data fashion-mnist --epochs 1 --train-subset 64 --test-subset 32 \
     --batch-size 32 --threads 1 --out "$T/ifpipe" >"$T/ifp.log" 2>&1

@@ -122,6 +122,8 @@ int die(const char *fmt, const char *msg);
 int die_once(const char *fmt, const char *msg);
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2. */
 int missing(const char *what);
+/* missing() of the image files predict and attention take after MODEL. */
+int missing_images(void);
 /* An option that can have no effect in command cmd (or an argument it cannot take): says so and returns 2. */
 int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here. */

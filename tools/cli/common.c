@@ -81,6 +81,8 @@ int missing(const char *what) {
     return 2;
 }
 
+int missing_images(void) { return missing("IMAGE (one or more image files after MODEL)"); }
+
 /* An option that can have no effect in command cmd (or an argument it cannot take): prints "vitc CMD: message" and
  * returns 2, the exit status of the other option errors. */
 int refuse(const char *cmd, const char *fmt, ...) {

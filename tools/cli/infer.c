@@ -164,6 +164,7 @@ int cmd_predict(opts *o) {
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing_images();
     if (o->output && output_ok(o)) return 1;
     if (read_classes(o, c.arch.num_classes)) return 1;
     classes_beside_weights(o, c.arch.num_classes);
@@ -301,6 +302,7 @@ int cmd_attention(opts *o) {
     int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
+    if (o->nimages < 1) return missing_images();
     if (!o->output && !o->save_maps) return missing("-o OUT.png (or --save-maps MAPS.safetensors)");
     if (heads && !o->output) /* --save-maps keeps every head */
         return refuse("attention", "--heads picks the heads drawn in the picture (-o); --save-maps keeps every head, "

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "vitc/fileio.h"
 #include "vitc/imagefolder.h"
@@ -331,19 +330,15 @@ int cmd_grad(opts *o) {
     return rc;
 }
 
-/* 1 when the two existing paths name one file. */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* The classes.json beside the training weights (a run folder's, naming the K classes) goes beside the deployed file
  * in another folder too, so that predict, eval and the API name the classes there; one there already is kept (a
  * notice when it names other classes). */
 static void deploy_classes(const opts *o, int K) {
     char src[4096], dst[4096], **a = NULL, **b = NULL;
     vt_err e = {0}, ed = {0};
-    if (vt_classes_beside(o->weights, K, &a, src, sizeof src, &e) <= 0) return; /* none (or not these classes) */
+    const int here = vt_classes_beside(o->weights, K, &a, src, sizeof src, &e);
+    if (here < 0) notice("the classes.json beside %s is not copied: %s", o->weights, e.msg);
+    if (here <= 0) return;
     const int there = vt_classes_beside(o->output, K, &b, dst, sizeof dst, &ed);
     int same = there > 0;
     for (int i = 0; same && i < K; i++) same = strcmp(a[i], b[i]) == 0;
@@ -354,7 +349,7 @@ static void deploy_classes(const opts *o, int K) {
             notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
     } else if (there < 0) {
         notice("%s is left as it is (%s); predict on %s with --classes %s", dst, ed.msg, o->output, src);
-    } else if (!same && !same_file(src, dst)) {
+    } else if (!same) {
         notice("%s is left as it is: it names other classes than %s, which predict on %s needs (--classes %s)", dst,
                src, o->output, src);
     }

@@ -355,6 +355,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
  * load_model's message. 0, or the exit status after the message. */
 int weights_options(opts *o, const command *cmd) {
     if (!has_word(cmd->options, "--weights") || !o->weights || !o->model || !vt_model_find(o->model)) return 0;
+    if (cmd->images && o->nimages < 1) return missing_images(); /* before the weights' notices */
     if (vt_st_open(o->weights, &o->wfile, &o->werr)) { /* said when it is loaded, after the options' errors */
         o->wfile_open = -1;
         return 0;
