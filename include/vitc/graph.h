@@ -78,6 +78,8 @@ struct vt_node {
     vt_tensor *kws;     /* VT_WORK: the chosen kernel's forward scratch (vt_kernel_work; NULL if none) */
     _Alignas(max_align_t) unsigned char params[VT_OP_PARAMS]; /* the op's typed parameters: see VT_OP_P */
     int64_t macs;       /* multiply-adds of one forward run of this node */
+    vt_op_kind kind;    /* what its time goes to, for the profile: op->kind unless the builder knows better (a
+                         * depthwise conv2d makes no GEMM call: VT_OP_OTHER) */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
     int index;
     vt_tensor *xout;    /* an opt-in second output (vt_node_extra_output), e.g. exported attention probabilities */

@@ -209,6 +209,7 @@ vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, v
     vt_node *n = vt_alloc(sizeof(*n), &g->err);
     if (!n) return NULL;
     n->op = op;
+    n->kind = op->kind;
     n->g = g;
     n->nin = nin;
     n->out = out;
@@ -574,7 +575,7 @@ static double now_s(void) {
 
 /* Runs a node's forward (bwd = 0) or backward kernel, timing it when profiling (a fused node's vt_gemm calls too). */
 static void run_node(vt_graph *g, vt_node *nd, int bwd) {
-    double t = g->node_s ? now_s() : 0.0, *calls = g->node_s && nd->op->kind == VT_OP_FUSED ? g->gemm.calls_s : NULL;
+    double t = g->node_s ? now_s() : 0.0, *calls = g->node_s && nd->kind == VT_OP_FUSED ? g->gemm.calls_s : NULL;
     if (calls)
         for (int k = 0; k < g->threads; k++) calls[(size_t)k * VT_GEMM_PROF_STRIDE] = 0.0;
     if (bwd)
@@ -664,7 +665,7 @@ void vt_graph_profile_split(const vt_graph *g, double share[VT_OP_KINDS]) {
     double total = 0.0;
     for (int k = 0; k < VT_OP_KINDS; k++) share[k] = 0.0;
     for (int i = 0; g->node_s && i < g->nn; i++) {
-        share[g->nodes[i]->op->kind] += g->node_s[i];
+        share[g->nodes[i]->kind] += g->node_s[i];
         total += g->node_s[i];
     }
     for (int k = 0; k < VT_OP_KINDS && total > 0.0; k++) share[k] /= total;
@@ -690,9 +691,9 @@ void vt_graph_print_profile(const vt_graph *g, FILE *f) {
     for (int i = 0; i < g->nn; i++) {
         int k = 0;
         const char *name = g->nodes[i]->kern ? g->nodes[i]->kern->name : g->nodes[i]->op->name;
-        while (k < n && strcmp(names[k], name) != 0) k++;
+        while (k < n && (strcmp(names[k], name) != 0 || kinds[k] != g->nodes[i]->kind)) k++; /* a row per kind */
         if (k == n && n < 64) {
-            kinds[n] = g->nodes[i]->op->kind;
+            kinds[n] = g->nodes[i]->kind;
             names[n++] = name;
         }
         if (k < n) {

@@ -307,7 +307,8 @@ static const vt_model_cfg models[] = {
      .arch.stages[0].heads = 3, .arch.stages[1].heads = 6,
      .pre = {.mean = VT_FMNIST_MEAN3, .std = VT_FMNIST_STD3, .crop_pct = 1.0f, .interpolation = "bicubic",
              .dataset = "fashion-mnist"},
-     .description = "2-stage Swin for 28x28 Fashion-MNIST: patch 2, dims 48/96, depths 2/2, window 7; --attn flatten,mhsa"},
+     .description = "2-stage Swin for 28x28 Fashion-MNIST: patch 2, dims 48/96, depths 2/2, window 7; FLatten global "
+                    "over stage 1 (as FLatten-Swin): --attn flatten,mhsa --windows 14,7"},
 };
 
 static const vt_model_cfg tv_models[] = {
