@@ -72,6 +72,20 @@ print("ok" if len(v) == len(g) == 1 and [v[0]["model"], g[0]["model"]] == want e
 EOF
 )
 check "bench --csv: a variant's model column holds its options" "[ '$r' = ok ]" "$r $(cat "$T/bv.err" "$T/bg.err")"
+# bench --json: the parameters and MACs of the form it ran, as `vitc info --json` gives them
+$V bench vit_fmnist_tiny --ffn cffn --batch-size 2 --iters 1 --json >"$T/bj.json" 2>/dev/null
+$V bench vit_fmnist_tiny --ffn cffn --batch-size 2 --iters 1 --train --json >"$T/bjt.json" 2>/dev/null
+$V info vit_fmnist_tiny --ffn cffn --json >"$T/ij.json" 2>/dev/null
+$V info vit_fmnist_tiny --ffn cffn --train-form --json >"$T/ijt.json" 2>/dev/null
+r=$($PY - "$T/bj.json" "$T/bjt.json" "$T/ij.json" "$T/ijt.json" <<'EOF'
+import json, sys
+b, bt, i, it = (json.load(open(p)) for p in sys.argv[1:5])
+ok = b["params"] == i["params"] and bt["params"] == it["params"] and it["params"] > i["params"] and \
+    abs(b["gmacs_per_img"] - i["macs"] / 1e9) < 1e-6
+print("ok" if ok else f"bench {b['params']} / {bt['params']}, info {i['params']} / {it['params']}")
+EOF
+)
+check "bench --json: params of the deployed form, and of the training form with --train (as info)" "[ '$r' = ok ]" "$r"
 $V bench vit_fmnist_tiny --csv --json >"$T/o.txt" 2>&1
 rc=$?
 check "bench --csv --json is refused (contradictory: 2)" "[ $rc -eq 2 ] && grep -q 'csv excludes --json' '$T/o.txt'" \

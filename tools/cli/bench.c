@@ -80,13 +80,14 @@ int cmd_bench(opts *o) {
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
         printf("{\"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %d, \"train\": %d, \"threads\": %d, \"img_per_s\": %.3f, "
-               "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"gmacs_per_img\": %.6f, \"gmacs_run_per_img\": %.6f, "
+               "\"ms_per_iter\": %.3f, \"ms_best_iter\": %.3f, \"params\": %lld, \"gmacs_per_img\": %.6f, "
+               "\"gmacs_run_per_img\": %.6f, "
                "\"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
                "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
                c.name, dtype_label(&c, !fell_back), B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
-               r.ms_best_iter, r.gmacs_per_img, r.gmacs_run_per_img,
+               r.ms_best_iter, (long long)r.params, r.gmacs_per_img, r.gmacs_run_per_img,
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.int8_gflops, r.arena_mib,
                r.peak_rss_mib);
