@@ -100,6 +100,22 @@ static void check_profile_split(vt_test *T) {
     }
     vt_graph_free(g);
     vt_params_free(P);
+    /* a conv2d node's kind follows its work: a depthwise conv's plane loops are other work, a dense one's GEMM */
+    P = vt_params_new(&e);
+    g = vt_graph_new(P, 0, &e);
+    const int cs[4] = {1, 4, 6, 6}, dws[4] = {4, 1, 3, 3}, dns[4] = {4, 4, 3, 3};
+    vt_tensor *c = vt_input(g, "c", 4, cs);
+    vt_tensor *dw = vt_conv2d(g, c, vt_param(g, "dw", 4, dws, (vt_init){VT_INIT_NORMAL, 0.2f}), NULL, 1, 1, 4);
+    vt_graph_output(g, vt_conv2d(g, dw, vt_param(g, "dense", 4, dns, (vt_init){VT_INIT_NORMAL, 0.2f}), NULL, 1, 1, 1));
+    int conv_kinds = 0;
+    for (int i = 0; vt_graph_finalize(g, &e) == 0 && i < g->nn; i++)
+        if (strcmp(g->nodes[i]->op->name, "conv2d") == 0)
+            conv_kinds += g->nodes[i]->in[1]->shape[1] == 1 ? g->nodes[i]->kind == VT_OP_OTHER
+                                                            : g->nodes[i]->kind == VT_OP_GEMM;
+    T_CHECK(T, conv_kinds == 2, "%d of the depthwise (other) and dense (GEMM) conv2d nodes have their kinds: %s",
+            conv_kinds, e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
 }
 static vt_tensor *b_linear_gelu(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
