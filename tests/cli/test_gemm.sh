@@ -59,7 +59,8 @@ r=$(json_check "$T/o.json" "j['gemm_lib'] == 'openblas' and 'forced' in j['gemm_
 check "VITC_GEMM=openblas forces OpenBLAS (and --threads 1 is reported)" "[ '$r' = ok ]" "$r $(cat "$T/o.err")"
 VITC_GEMM=mkl $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/m.txt" 2>&1
 rc=$?
-check "VITC_GEMM=mkl is refused with a message" "[ $rc -eq 1 ] && grep -q \"GEMM library 'mkl' unknown\" '$T/m.txt'" \
+check "VITC_GEMM=mkl is refused with a message, a usage error (2)" \
+    "[ $rc -eq 2 ] && grep -q \"GEMM library 'mkl' unknown\" '$T/m.txt'" \
     "rc $rc: $(cat "$T/m.txt")"
 
 # the same logits and gradients whichever library runs the GEMMs (float32 summation order differs: 1e-4)
