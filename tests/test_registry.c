@@ -450,6 +450,9 @@ void test_registry(vt_test *T) {
     check_all_tokens(T, "deit_tiny_patch16_224", NULL);
     check_all_tokens(T, "vit_fmnist_p7", "hmhsa");
     check_all_tokens(T, "vit_fmnist_p7", "flatten");
+    check_all_tokens(T, "vit_fmnist_p7", "msf");
+    check_all_tokens(T, "vit_fmnist_p7", "msf_g2");
+    check_all_tokens(T, "vit_fmnist_p7", "orig");
     check_all_tokens_eval(T, "flatten_deit_tiny", 2, 64);
     check_all_tokens_eval(T, "deit_tiny_hmhsa_cffn", 2, 64);
     check_all_tokens_eval(T, "deit_tiny_hmhsa_cffn", 3, 224);

@@ -112,18 +112,29 @@ vt_tensor *vt_block_msf_host(vt_graph *g, const char *prefix, vt_tensor *x, cons
     if (a->layout != VT_LAYOUT_TIMM || a->sr_ratio > 1)
         return vt_fail(g, "msf", "%s: MSF replaces a packed qkv projection (timm/Swin layout, no spatial reduction)",
                        prefix);
+    if (a->lead_queries && (a->lead < 1 || a->rel_pos || a->mask))
+        return vt_fail(g, "msf", "%s: queries of the leading tokens alone need leading tokens and no bias or mask",
+                       prefix);
     const int ws[2] = {nch * C, C / G}, E = nch * C;
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, m.probe ? "qkvp.weight" : "qkv.weight"), 2, ws, a->winit);
     vt_tensor *b = a->qkv_bias ? vt_param(g, vt_pname(nm, prefix, m.probe ? "qkvp.bias" : "qkv.bias"), 1, &E, VT_INIT_Z)
                                : NULL;
     if (w) w->paper_count = 1;
     vt_tensor *t = G == 1 ? vt_linear(g, x, w, b) : vt_group_linear(g, x, w, b, G, !m.block_grouping);
+    /* lead queries (a class-token ViT's last block): each row of MSF's attention is its own query's (the Gaussian
+     * kernel's key-norm shift and the PROBE are per key and per query), so the lead tokens' q and p come from their
+     * own projection rows and every token stays a key and value */
+    vt_tensor *q = t;
+    if (a->lead_queries) {
+        vt_tensor *xl = vt_slice(g, x, 1, 0, a->lead);
+        q = G == 1 ? vt_linear(g, xl, w, b) : vt_group_linear(g, xl, w, b, G, !m.block_grouping);
+    }
     vt_tensor *probs = NULL;
     const vt_attn_args args = {.heads = H, .dim = C, .k_off = C, .v_off = 2 * C, .p_off = 3 * C,
                                .scale = 1.0f / sqrtf((float)(C / H)), .msf = m.probe,
                                .bias = a->rel_pos ? vt_block_rel_pos(g, prefix, a->rel_pos, H, a->rel_pos_flat) : NULL,
                                .mask = a->mask, .probs = &probs};
-    vt_tensor *o = vt_attention_ex(g, t, NULL, &args);
-    export_msf(g, prefix, t, probs, m.probe, H, C, args.scale, a);
+    vt_tensor *o = vt_attention_ex(g, q, a->lead_queries ? t : NULL, &args);
+    if (!a->lead_queries) export_msf(g, prefix, t, probs, m.probe, H, C, args.scale, a);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), o, C, 1, a->winit);
 }

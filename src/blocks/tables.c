@@ -34,7 +34,7 @@ static vt_tensor *attn_gma(vt_graph *g, const char *prefix, vt_tensor *x, const 
 static const vt_attn_type attn_types[] = {
     {"mhsa", "multi-head softmax self-attention", vt_block_mhsa, NULL, NULL, 0, 1},
     {"msf", "MSF: Gaussian-kernel logits + PROBE; also msf_g<N>[_block] and the baseline orig, orig_g<N>",
-     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0, 0},
+     vt_block_msf_host, msf_accepts, "msf_g<N>[_block], orig, orig_g<N>", 0, 1},
     {"hmhsa", "hMHSA: half the maps computed, half hallucinated (IHH + CHH)", vt_block_hmhsa, NULL, NULL, 0,
      1},
     {"flatten", "FLatten focused linear attention (+ DWC on V)", vt_block_flatten, NULL, NULL, 0, 1},

@@ -27,7 +27,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, a->class_token);
     const vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, 0);
     /* The head reads only the class token: the last block computes the other tokens' keys and values, nothing more
-     * (attention types with a lead-queries form: plain, hMHSA, FLatten; FFNs are per token but a re-parameterised
+     * (attention types with a lead-queries form: plain, MSF, hMHSA, FLatten; FFNs are per token but a re-parameterised
      * one's training form, whose BatchNorms take statistics over the tokens; every token when the graph asks for all
      * of them or exports attention maps) */
     const vt_attn_type *at = vt_attn_find(a->stages[0].attn);
