@@ -122,8 +122,8 @@ int cmd_bench(opts *o) {
     const double peak = bf ? r.bf16_gflops : i8 ? r.int8_gflops : r.sgemm_gflops;
     char run[64] = ""; /* the MACs gflops counts, where the graph runs fewer than the model's summary */
     if (r.gmacs_run_per_img < 0.9995 * r.gmacs_per_img)
-        snprintf(run, sizeof run, " (%.3f run)", r.gmacs_run_per_img);
-    printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.1f ms/iter, fastest %.1f), %.3f GMACs/img%s, %.1f GFLOP/s "
+        snprintf(run, sizeof run, " (%.4g run)", r.gmacs_run_per_img);
+    printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.4g ms/iter, fastest %.4g), %.4g GMACs/img%s, %.1f GFLOP/s "
            "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
            c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
            o->train ? b16 ? "bf16 train" : "train"
