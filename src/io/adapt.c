@@ -6,9 +6,9 @@
  * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
  *   resize_rel_pos_bias_table_simple);
  * - the input convolution (O, 3, kh, kw) of an RGB file (the model's first 4-D tensor) meets a model with other
- *   input channels as timm's adapt_input_conv adapts it: summed over the three for one channel (a grey image then
- *   gives what the RGB model gives on it), otherwise the three repeated over the channels and scaled by 3 / channels
- *   (the same, for a multiple of 3 channels that all hold the grey image);
+ *   input channels as timm's adapt_input_conv adapts it: summed over the three for one channel, otherwise the three
+ *   repeated over the channels and scaled by 3 / channels (a start, not an equivalence: the grey model normalises
+ *   with other statistics than the RGB one's per-channel mean and std, as in timm);
  * - fixed buffers (relative_position_index, attn_mask) stay the model's own, and the file's ones the model lacks are
  *   dropped (timm's Swin filter); a file of the other form (Next-ViT deployed vs training) is refused. */
 #include "vitc/adapt.h"
@@ -107,6 +107,15 @@ static void note(char *buf, size_t cap, int *count, const char *name) {
     snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *count > 1 ? ", " : "", name);
 }
 
+/* 1 when `name` is a cFFN branch tensor (PREFIX.rep.…) whose merge, PREFIX.weight, file f holds (its deployed form). */
+static int rep_merged_in(const char *name, const vt_st_file *f) {
+    const char *r = strstr(name, ".rep.");
+    char merged[VT_NAMELEN + 8];
+    if (!r || (size_t)(r - name) + sizeof ".weight" > sizeof merged) return 0;
+    snprintf(merged, sizeof merged, "%.*s.weight", (int)(r - name), name);
+    return vt_st_find(f, merged) != NULL;
+}
+
 /* Buffers that models derive from their configuration (timm's Swin checkpoint_filter_fn drops them too). */
 static int derived_buffer(const char *name) {
     return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
@@ -118,6 +127,9 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
     if (vt_st_open(path, &f, e)) return -1;
     char form[48]; /* files without the record hold the training form; copied: closing the file frees its metadata */
     const char *rec = vt_st_meta(&f, VT_FORM_KEY);
+    if (!rec && P->form && log) /* both forms share their keys (Next-ViT): nothing in the file tells them apart */
+        fprintf(log, "init-from: %s records no form: taken as the training form, as official checkpoints are (a "
+                "merge_bn export would have its BatchNorms applied twice: give such a file its form record)\n", path);
     snprintf(form, sizeof form, "%s", rec ? rec : "training");
     const int known = strcmp(form, "training") == 0 || strcmp(form, "deployed") == 0;
     if (P->form && (!known || strcmp(form, P->form) != 0)) {
@@ -149,7 +161,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         if (!s && vt_weights_may_be_absent(t)) continue; /* a BatchNorm's counter: the model's 0 */
         if (!s) {
             note(miss, sizeof miss, &nmiss, t->name);
-            rep_missing += strstr(t->name, ".rep.") != NULL;
+            rep_missing += rep_merged_in(t->name, &f); /* a branch whose merge the file holds: deployed cFFN */
             continue;
         }
         action a = plan(t, s, num_classes, in_chans, input_conv, &p);
@@ -173,7 +185,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         }
     }
     if (nmiss || nextra || nbad) {
-        const char *why = rep_missing && !file_rep && nextra /* the branches absent, other tensors in their place */
+        const char *why = rep_missing && !file_rep && nextra /* the branches absent, their merges in their place */
                               ? " they hold the deployed form of re-parameterised blocks (cFFN's `.rep.` branches "
                                 "merged by `vitc deploy`, which cannot be split again): fine-tune from a training-form "
                                 "file (a run's weights.safetensors, or `vitc init --train-form`);"
@@ -182,7 +194,16 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         char other[192] = "";
         if (model && P->model && strcmp(model, P->model) != 0)
             snprintf(other, sizeof other, " (it holds the weights of %.64s, not %.64s)", model, P->model);
-        vt_seterr(e, "%s: cannot fine-tune from these weights%s:%s%s%s%s%s%s%s%s%s", path, other, why,
+        const char *ropts = vt_st_meta(&f, VT_OPTIONS_KEY); /* the options the file's model was built with (a file
+                                                               * vitc wrote, naming its model, records none: none) */
+        if (!ropts && model) ropts = "";
+        char opts[512] = "";
+        if (ropts && (!model || !P->model || strcmp(model, P->model) == 0) && strcmp(ropts, P->options) != 0)
+            snprintf(opts, sizeof opts, " (the file records %s%.200s%s, this model is built with %s%.60s%s: --init-from "
+                     "adapts the head, positions and input channels, not block types or widths)",
+                     ropts[0] ? "the model options \"" : "no model options", ropts, ropts[0] ? "\"" : "",
+                     P->options[0] ? "\"" : "none", P->options, P->options[0] ? "\"" : "");
+        vt_seterr(e, "%s: cannot fine-tune from these weights%s%s:%s%s%s%s%s%s%s%s%s", path, other, opts, why,
                   nmiss ? " missing " : "", miss, nmiss && (nextra || nbad) ? ";" : "", nextra ? " unexpected " : "",
                   extra, nextra && nbad ? ";" : "", nbad ? " shapes that no adaptation explains (head, position "
                   "embedding, relative-position table, an RGB input convolution): " : "", bad);

@@ -417,6 +417,16 @@ $V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvru
 check "--init-from deployed-form weights refused, saying what to start from" \
     "[ $? -eq 1 ] && grep -q 'holds deployed-form weights but the model is built in its training form (a training run.s): start from training-form weights' '$T/nv.log'" \
     "$(tail -2 "$T/nv.log")"
+# a Next-ViT file without its form record (as a converted checkpoint): taken as the training form, in a line that says
+# what a merged export would suffer (both forms share their keys)
+$V init $NV --train-form -o "$T/nv_tr.safetensors" >/dev/null 2>&1
+/usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st; st.save(sys.argv[2], st.load(sys.argv[1]))" \
+    "$T/nv_tr.safetensors" "$T/nv_norec.safetensors"
+$V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvrun2" --init-from "$T/nv_norec.safetensors" \
+    >"$T/nv2.log" 2>&1
+check "--init-from a Next-ViT file without a form record: trains, saying it takes the training form" \
+    "[ $? -eq 0 ] && grep -q 'nv_norec.safetensors records no form: taken as the training form' '$T/nv2.log'" \
+    "$(tail -3 "$T/nv2.log")"
 # fine-tuning a grey-image model from RGB weights with another class count: the patch embedding adapted as timm's
 # adapt_input_conv (summed over the three channels; tests/reference/test_recipe.py checks the values), the head new
 $V init vit_fmnist_tiny --in-chans 3 --ffn cffn --train-form -o "$T/rgb.safetensors" >/dev/null 2>&1

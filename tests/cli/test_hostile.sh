@@ -610,6 +610,12 @@ $V init $M --attn hmhsa --ffn cffn --train-form -o "$T/hc.safetensors" >/dev/nul
     $V deploy $M --attn hmhsa --ffn cffn -w "$T/hc.safetensors" -o "$T/hd.safetensors" >/dev/null 2>&1
 expect "deployed cFFN weights as --init-from refused, naming the form" 1 "they hold the deployed form of re-parameterised" \
     $V train $M --attn hmhsa --ffn cffn --data fashion-mnist --epochs 1 --init-from "$T/hd.safetensors" --out "$T/ifd"
+# a plain model's weights into a cFFN model: not called a deployed form (it is none); the options that differ named
+$V init $M -o "$T/plainmlp.safetensors" >/dev/null 2>&1
+expect "plain MLP weights as --init-from of a cFFN model: the options named, no deployed-form advice" 1 \
+    "the file records no model options, this model is built with .--ffn cffn." \
+    $V train $M --ffn cffn --data fashion-mnist --epochs 1 --init-from "$T/plainmlp.safetensors" --out "$T/ifp"
+check "... and not called the deployed form" "! grep -q 'deployed form' '$T/err.log'" "$(cat "$T/err.log")"
 # a PyTorch checkpoint given straight to vitc: pointed at the converter
 /usr/bin/python3 -c "import torch; torch.save({'model': {'a': torch.zeros(2)}}, '$T/ck.pth'); \
 torch.save({'a': torch.zeros(2)}, '$T/ck_legacy.pth', _use_new_zipfile_serialization=False)"
