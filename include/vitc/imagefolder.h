@@ -37,10 +37,15 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e);
 /* Frees names from vt_classes_read. */
 void vt_classes_free(char **names, int n);
 
-/* The class names of the run that wrote the weights file `weights`: classes.json beside it (a vitc train run folder
- * holds both), its path into path (n bytes). 1 with names (K of them; free with vt_classes_free) when it names K
- * classes; 0 when there is none; -1 when it is not used, e.g. unreadable or of another count (the reason in e). */
+/* The class names of the run that wrote the weights file `weights`: W.classes.json for W.safetensors (written by
+ * `vitc deploy` into a folder whose classes.json names other classes), else classes.json beside it (a vitc train run
+ * folder holds both); its path into path (n bytes). 1 with names (K of them; free with vt_classes_free) when it names
+ * K classes; 0 when there is none; -1 when it is not used, e.g. unreadable or of another count (the reason in e). */
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e);
+
+/* W.classes.json for weights W.safetensors (W.classes.json beside any other name) into path (n bytes); -1 if it does
+ * not fit. */
+int vt_classes_sidecar(const char *weights, char *path, size_t n);
 
 /* A source reading and decoding f's files on demand (f must outlive it); errors name the file. */
 vt_source vt_source_imagefolder(const vt_imagefolder *f);

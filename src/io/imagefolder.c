@@ -399,13 +399,22 @@ void vt_classes_free(char **names, int n) {
     free(names);
 }
 
+int vt_classes_sidecar(const char *weights, char *path, size_t n) {
+    const size_t L = strlen(weights), S = strlen(".safetensors");
+    const size_t stem = L > S && strcmp(weights + L - S, ".safetensors") == 0 ? L - S : L;
+    const int len = snprintf(path, n, "%.*s.classes.json", (int)stem, weights);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e) {
     *names = NULL;
-    const char *slash = strrchr(weights, '/');
-    const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
-                             slash ? "/" : "");
     struct stat st;
-    if (len < 0 || (size_t)len >= n || stat(path, &st) != 0) return 0;
+    if (vt_classes_sidecar(weights, path, n) != 0 || stat(path, &st) != 0) { /* then the folder's */
+        const char *slash = strrchr(weights, '/');
+        const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
+                                 slash ? "/" : "");
+        if (len < 0 || (size_t)len >= n || stat(path, &st) != 0) return 0;
+    }
     int got = 0;
     if (vt_classes_read(path, names, &got, e)) return -1;
     if (got != K) {

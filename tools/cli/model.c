@@ -331,8 +331,8 @@ int cmd_grad(opts *o) {
 }
 
 /* The classes.json beside the training weights (a run folder's, naming the K classes) goes beside the deployed file
- * in another folder too, so that predict, eval and the API name the classes there; one there already is kept (a
- * notice when it names other classes). */
+ * in another folder too, so that predict, eval and the API name the classes there; where that folder's classes.json
+ * names other classes (another run's), it stays and the names go to OUT.classes.json, which the lookup prefers. */
 static void deploy_classes(const opts *o, int K) {
     char src[4096], dst[4096], **a = NULL, **b = NULL;
     vt_err e = {0}, ed = {0};
@@ -347,11 +347,12 @@ static void deploy_classes(const opts *o, int K) {
             printf("wrote %s (the class names of %s)\n", dst, src);
         else
             notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
-    } else if (there < 0) {
-        notice("%s is left as it is (%s); predict on %s with --classes %s", dst, ed.msg, o->output, src);
-    } else if (!same) {
-        notice("%s is left as it is: it names other classes than %s, which predict on %s needs (--classes %s)", dst,
-               src, o->output, src);
+    } else if (!same) { /* another run's names (or a file that is not used): the deployed file's own beside it */
+        char side[4096];
+        if (vt_classes_sidecar(o->output, side, sizeof side) == 0 && vt_copy_file(src, side, &e) == 0)
+            printf("wrote %s (the class names of %s; %s names other classes)\n", side, src, dst);
+        else
+            notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
     }
     vt_classes_free(a, K);
     vt_classes_free(b, there > 0 ? K : 0);
