@@ -30,6 +30,10 @@ int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char
 /* 1 when f holds re-parameterised branch tensors (a `.rep.` in a name): cFFN's training form. */
 int vt_weights_has_branches(const vt_st_file *f);
 
+/* 1 when `name` is a re-parameterised branch tensor (PREFIX.rep.…) whose merge, PREFIX.weight, f holds (the deployed
+ * form of that block). */
+int vt_weights_rep_merged_in(const char *name, const vt_st_file *f);
+
 /* Loads every tensor of P from the safetensors file at path. The file must hold exactly P's names (but it may lack
  * fixed buffers, which keep their definition, and BatchNorm's num_batches_tracked, set to 0) with exactly P's shapes; dtypes F32/F16/BF16 (and I64 for is_i64 buffers); finite values; fixed buffers
  * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training, or deployed for a cFFN model's file without

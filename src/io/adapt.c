@@ -107,15 +107,6 @@ static void note(char *buf, size_t cap, int *count, const char *name) {
     snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", *count > 1 ? ", " : "", name);
 }
 
-/* 1 when `name` is a cFFN branch tensor (PREFIX.rep.…) whose merge, PREFIX.weight, file f holds (its deployed form). */
-static int rep_merged_in(const char *name, const vt_st_file *f) {
-    const char *r = strstr(name, ".rep.");
-    char merged[VT_NAMELEN + 8];
-    if (!r || (size_t)(r - name) + sizeof ".weight" > sizeof merged) return 0;
-    snprintf(merged, sizeof merged, "%.*s.weight", (int)(r - name), name);
-    return vt_st_find(f, merged) != NULL;
-}
-
 /* Buffers that models derive from their configuration (timm's Swin checkpoint_filter_fn drops them too). */
 static int derived_buffer(const char *name) {
     return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
@@ -161,7 +152,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         if (!s && vt_weights_may_be_absent(t)) continue; /* a BatchNorm's counter: the model's 0 */
         if (!s) {
             note(miss, sizeof miss, &nmiss, t->name);
-            rep_missing += rep_merged_in(t->name, &f); /* a branch whose merge the file holds: deployed cFFN */
+            rep_missing += vt_weights_rep_merged_in(t->name, &f); /* a branch whose merge the file holds: deployed cFFN */
             continue;
         }
         action a = plan(t, s, num_classes, in_chans, input_conv, &p);

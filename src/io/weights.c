@@ -60,6 +60,8 @@ int vt_weights_has_branches(const vt_st_file *f) {
     return 0;
 }
 
+static int file_has(const void *f, const char *name) { return vt_st_find(f, name) != NULL; }
+
 /* 1 when `name` is a re-parameterised branch tensor (PREFIX.rep.…) whose merge, PREFIX.weight, `has` says exists on the
  * other side (the file's or the model's). */
 static int merge_of_rep_exists(const char *name, int (*has)(const void *, const char *), const void *side) {
@@ -69,6 +71,8 @@ static int merge_of_rep_exists(const char *name, int (*has)(const void *, const 
     snprintf(merged, sizeof merged, "%.*s.weight", (int)(r - name), name);
     return has(side, merged);
 }
+
+int vt_weights_rep_merged_in(const char *name, const vt_st_file *f) { return merge_of_rep_exists(name, file_has, f); }
 
 /* 1 when `name` is a factor of cFFN's deployed FFN (PREFIX_u.… or PREFIX_v.…) whose plain counterpart (PREFIX.…, an
  * MLP's layer) `has` says exists on the other side. */
@@ -92,7 +96,6 @@ int vt_weights_may_be_absent(const vt_tensor *t) {
     return t->init.kind == VT_INIT_FIXED || (n >= k && strcmp(t->name + n - k, ".num_batches_tracked") == 0);
 }
 
-static int file_has(const void *f, const char *name) { return vt_st_find(f, name) != NULL; }
 static int model_has(const void *P, const char *name) { return vt_params_find(P, name) != NULL; }
 
 /* 0 if file f may be loaded into P's form, else -1 with a message: a file records its form in __metadata__
