@@ -747,6 +747,11 @@ static const gc_case conv_cases[] = {
     /* a kernel width other than 3, 5, 7 (dW one tap at a time), the plane wider than one 16-wide block */
     {.name = "conv_depthwise_2x4_wide", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 19}, {2, 1, 2, 4}},
      .build = b_conv, .ia = {1, 1, 2}},
+    /* non-square kernels of widths 3 and 7: dW's kernel rows in groups of 3 (5 = 3 + 2, 4 = 3 + 1) */
+    {.name = "conv_depthwise_5x3_wide", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 7, 19}, {2, 1, 5, 3}},
+     .build = b_conv, .ia = {1, 1, 2}},
+    {.name = "conv_depthwise_4x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 3, 9, 10}, {3, 1, 4, 7}, {3}},
+     .build = b_conv, .ia = {1, 3, 3}},
     {.name = "conv_dw_multiplier", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 5}, {4, 1, 3, 3}}, .build = b_conv,
      .ia = {1, 1, 2}},
     {.name = "conv_patch4", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 8, 8}, {5, 3, 4, 4}, {5}}, .build = b_conv,

@@ -247,7 +247,7 @@ static dwdims dw_dims(const geom *q) {
     d.Hd = imax(q->H + q->p + q->kh - 1, q->H + 2 * q->p) + DW_ROWS - 1;
     d.Wd = imax(W16 + q->p + q->kw - 1, Wo16 + 2 * (q->kw - 1));
     d.fwd = (int64_t)d.Hp * d.Wp;
-    d.bwd = d.fwd + (int64_t)d.Hd * d.Wd + (int64_t)q->kh * q->kw * VB;
+    d.bwd = d.fwd + (int64_t)d.Hd * d.Wd + (int64_t)q->kh * q->kw * (VB + 1); /* + dW's sums, the flipped kernel */
     return d;
 }
 
@@ -255,7 +255,18 @@ static dwdims dw_dims(const geom *q) {
  * thread zeroes its padded planes once per run (zero_pads), and all planes of a node share one geometry, so the
  * border is still zero (zeroing every plane's border cost a 3x3 conv on 14x14 planes as much as its arithmetic). */
 static void fill_pad(const float *x, int H, int W, int top, int left, float *xp, int Wp) {
+#if defined(__AVX512F__) /* vector copies: memcpy's calls on rows of 7 to 56 floats took a fifth of a 3x3 plane's time */
+    const __mmask16 m = (__mmask16)((1u << (W % 16)) - 1u);
+    for (int r = 0; r < H; r++) {
+        const float *s = x + (size_t)r * W;
+        float *d = xp + (size_t)(r + top) * Wp + left;
+        int c = 0;
+        for (; c + 16 <= W; c += 16) _mm512_storeu_ps(d + c, _mm512_loadu_ps(s + c));
+        if (m) _mm512_mask_storeu_ps(d + c, m, _mm512_maskz_loadu_ps(m, s + c));
+    }
+#else
     for (int r = 0; r < H; r++) memcpy(xp + (size_t)(r + top) * Wp + left, x + (size_t)r * W, sizeof(float) * W);
+#endif
 }
 
 /* Zeroes n floats of a thread's padded-plane scratch before its first plane. */
@@ -330,16 +341,75 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t k
 #endif
 }
 
+#if defined(__AVX512F__)
+/* Keeps vector v in a register: gcc otherwise folds its load into each multiply-add that reads it, loading it again
+ * for every use (G times in dwk_rows16). */
+#define IN_REGISTER(v) __asm__("" : "+v"(v))
+
+/* dw1_rows for a square K×K kernel (K a constant where inlined), forward steps only (+row, +1): each input vector is
+ * loaded once per kernel column and multiplied into every output row it reaches, with that column's K weights held in
+ * registers (8 accumulators, K weights, one input: at most 16 of the 32 registers). Per 8×16 outputs and kernel
+ * column: 8 + K − 1 loads and K broadcasts for 8·K multiply-adds, where dw1_rows loads once per multiply-add (loads
+ * that mostly straddle two cache lines). */
+static inline __attribute__((always_inline)) void dwsq_rows(const float *restrict src, ptrdiff_t ld,
+                                                             const float *restrict w, const int K, float init,
+                                                             float *restrict out, ptrdiff_t ldo, int R, int n,
+                                                             int add) {
+    __m512 a[DW_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_set1_ps(init);
+#pragma GCC unroll 1 /* unrolled, gcc hoisted all K·K broadcasts and spilled them */
+    for (int kj = 0; kj < K; kj++) {
+        __m512 wv[7];
+#pragma GCC unroll 7
+        for (int ki = 0; ki < K; ki++) wv[ki] = _mm512_set1_ps(w[ki * K + kj]);
+#pragma GCC unroll 14
+        for (int i = 0; i < DW_ROWS + K - 1; i++) {
+            __m512 xv = _mm512_loadu_ps(src + i * ld + kj);
+            IN_REGISTER(xv);
+#pragma GCC unroll 7
+            for (int ki = 0; ki < K; ki++)
+                if (i - ki >= 0 && i - ki < DW_ROWS) a[i - ki] = _mm512_fmadd_ps(wv[ki], xv, a[i - ki]);
+        }
+    }
+    const __mmask16 m = (__mmask16)(n < 16 ? (1u << n) - 1 : 0xFFFFu);
+#pragma GCC unroll 8
+    for (int r = 0; r < DW_ROWS; r++)
+        if (r < R) {
+            float *o = out + r * ldo;
+            _mm512_mask_storeu_ps(o, m, add ? _mm512_add_ps(a[r], _mm512_maskz_loadu_ps(m, o)) : a[r]);
+        }
+}
+#endif
+
+/* Output rows [0, Ho) of the stride-1 correlation of the padded plane src (row stride ld, forward steps) with the
+ * kh×kw kernel w, plus init, into out (row stride ldo; added to when add), DW_ROWS×VB at a time. */
+static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const float *w, float init, float *out,
+                           ptrdiff_t ldo, int Ho, int Wo, int add) {
+    const int kh = q->kh, kw = q->kw;
+    for (int oh = 0; oh < Ho; oh += DW_ROWS) {
+        const int R = Ho - oh < DW_ROWS ? Ho - oh : DW_ROWS;
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
+            const float *s = src + (size_t)oh * ld + ow0;
+            float *o = out + (size_t)oh * ldo + ow0;
+            const int nc = Wo - ow0 < VB ? Wo - ow0 : VB;
+#if defined(__AVX512F__)
+            if (kh == kw) switch (kh) { /* the kernels the models use, as constants */
+                case 3: dwsq_rows(s, ld, w, 3, init, o, ldo, R, nc, add); continue;
+                case 5: dwsq_rows(s, ld, w, 5, init, o, ldo, R, nc, add); continue;
+                case 7: dwsq_rows(s, ld, w, 7, init, o, ldo, R, nc, add); continue;
+                default: break;
+                }
+#endif
+            dw1_rows(s, ld, ld, 1, w, kh, kw, init, o, ldo, R, nc, add);
+        }
+    }
+}
+
 static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
                           float *xp) {
-    const int kh = q->kh, kw = q->kw, Wo = q->Wo, Wp = d->Wp;
-    fill_pad(x, q->H, q->W, q->p, q->p, xp, Wp);
-    for (int oh = 0; oh < q->Ho; oh += DW_ROWS) {
-        const int R = q->Ho - oh < DW_ROWS ? q->Ho - oh : DW_ROWS;
-        for (int ow0 = 0; ow0 < Wo; ow0 += VB)
-            dw1_rows(xp + (size_t)oh * Wp + ow0, Wp, Wp, 1, w, kh, kw, bv, y + (size_t)oh * Wo + ow0, Wo, R,
-                     Wo - ow0 < VB ? Wo - ow0 : VB, 0);
-    }
+    fill_pad(x, q->H, q->W, q->p, q->p, xp, d->Wp);
+    dw1_plane_rows(q, xp, d->Wp, w, bv, y, q->Wo, q->Ho, q->Wo, 0);
 }
 
 /* A one-plane geometry for vt_dw_plane. */
@@ -418,22 +488,77 @@ static inline __attribute__((always_inline)) void dwk_taps16(const float *dr, in
         _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[j]));
     }
 }
+
+/* dW's per-lane sums for G consecutive kernel rows (G <= 3) of a KW-wide kernel (KW <= 7; both constants where
+ * inlined): ac[(g·KW + kj)·VB + t] += Σ_{oh, blocks} dy[oh][ow0 + t]·x[oh + g][ow0 + kj + t], with dr the padded dy
+ * plane at dy's row 0 (G − 1 zero rows above and below it) and xr the padded x plane at the group's first kernel row.
+ * Each x vector is loaded once for the G dy rows it meets (a window of G dy rows in registers, G·KW accumulators):
+ * KW + 1 loads per G·KW multiply-adds, where dwk_taps16 loads KW + 1 per KW. */
+static inline __attribute__((always_inline)) void dwk_rows16(const float *dr, int Wd, const float *xr, int Wp, int Ho,
+                                                             int Wo, const int KW, const int G, float *ac) {
+    for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
+        __m512 a[3][7], dv[3];
+#pragma GCC unroll 3
+        for (int g = 0; g < G; g++) {
+            dv[g] = _mm512_setzero_ps();
+#pragma GCC unroll 7
+            for (int j = 0; j < KW; j++) a[g][j] = _mm512_setzero_ps();
+        }
+        for (int t = 0; t < Ho + G - 1; t++) { /* x row t of the group: dy rows t − g */
+#pragma GCC unroll 3
+            for (int g = G - 1; g > 0; g--) dv[g] = dv[g - 1];
+            dv[0] = _mm512_loadu_ps(dr + (ptrdiff_t)t * Wd + ow0);
+            const float *xv = xr + (ptrdiff_t)t * Wp + ow0;
+#pragma GCC unroll 7
+            for (int j = 0; j < KW; j++) {
+                __m512 v = _mm512_loadu_ps(xv + j);
+                IN_REGISTER(v);
+#pragma GCC unroll 3
+                for (int g = 0; g < G; g++) a[g][j] = _mm512_fmadd_ps(dv[g], v, a[g][j]);
+            }
+        }
+#pragma GCC unroll 3
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 7
+            for (int j = 0; j < KW; j++) {
+                float *o = ac + (size_t)(g * KW + j) * VB;
+                _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), a[g][j]));
+            }
+    }
+}
+
+/* dwk_rows16 over every kernel row, in groups of 3, for KW = 3, 5, 7: 1 when done, 0 for other widths. */
+static int dwk_rows_all(const float *dr, int Wd, const float *xp, int Wp, int Ho, int Wo, int kh, int kw, float *acc) {
+    if (kw != 3 && kw != 5 && kw != 7) return 0;
+    for (int k0 = 0; k0 < kh; k0 += 3) {
+        const int G = kh - k0 < 3 ? kh - k0 : 3;
+        const float *xr = xp + (size_t)k0 * Wp;
+        float *ac = acc + (size_t)k0 * kw * VB;
+#define DWK_G(KW)                                                                                                      \
+    switch (G) {                                                                                                       \
+    case 1: dwk_rows16(dr, Wd, xr, Wp, Ho, Wo, KW, 1, ac); break;                                                      \
+    case 2: dwk_rows16(dr, Wd, xr, Wp, Ho, Wo, KW, 2, ac); break;                                                      \
+    default: dwk_rows16(dr, Wd, xr, Wp, Ho, Wo, KW, 3, ac);                                                            \
+    }
+        if (kw == 3) DWK_G(3) else if (kw == 5) DWK_G(5) else DWK_G(7)
+#undef DWK_G
+    }
+    return 1;
+}
 #endif
 
-/* dx += full correlation of dy with w; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). */
-static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const float *w, const float *dy, float *dx,
-                          float *acc, float *xp, float *dyp) {
+/* dx += (dx_add; else =) full correlation of dy with w, given flipped (wf[t] = w[kh·kw − 1 − t]): the padded dy's correlation with
+ * wf; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). */
+static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const float *wf, const float *dy, float *dx,
+                          int dx_add, float *acc, float *xp, float *dyp) {
     const int kh = q->kh, kw = q->kw, H = q->H, W = q->W, Wo = q->Wo, p = q->p, Wp = d->Wp, Wd = d->Wd;
     fill_pad(dy, q->Ho, Wo, kh - 1, kw - 1, dyp, Wd);
-    if (dx)
-        for (int ih = 0; ih < H; ih += DW_ROWS) {
-            const int R = H - ih < DW_ROWS ? H - ih : DW_ROWS;
-            for (int iw0 = 0; iw0 < W; iw0 += VB)
-                dw1_rows(dyp + (size_t)(ih + p + kh - 1) * Wd + iw0 + p + kw - 1, Wd, -(ptrdiff_t)Wd, -1, w, kh, kw,
-                         0.0f, dx + (size_t)ih * W + iw0, W, R, W - iw0 < VB ? W - iw0 : VB, 1);
-        }
+    if (dx) dw1_plane_rows(q, dyp + (size_t)p * Wd + p, Wd, wf, 0.0f, dx, W, H, W, dx_add);
     if (!acc) return;
     fill_pad(x, H, W, p, p, xp, Wp);
+#if defined(__AVX512F__)
+    if (dwk_rows_all(dyp + (size_t)(kh - 1) * Wd + kw - 1, Wd, xp, Wp, q->Ho, Wo, kh, kw, acc)) return;
+#endif
 #if defined(__AVX512F__) /* whole VB-wide blocks per call */
 #define DWK_TAPS dwk_taps16
 #define DWK_LANES VB
@@ -573,15 +698,16 @@ static void conv_bwd(vt_node *n) {
 #pragma omp parallel num_threads(q.tb)
         {
             float *xp = n->bws->data + (size_t)omp_get_thread_num() * d.bwd, *dyp = xp + d.fwd,
-                  *acc = dyp + (size_t)d.Hd * d.Wd;
+                  *acc = dyp + (size_t)d.Hd * d.Wd, *wf = acc + (size_t)K * VB;
             zero_pads(xp, d.fwd + (int64_t)d.Hd * d.Wd);
 #pragma omp for schedule(static)
             for (int c = 0; c < q.Cin; c++) {
                 if (dw) memset(acc, 0, sizeof(float) * (size_t)K * VB);
+                for (int t = 0; t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
                 for (int i = 0; i < q.B; i++) {
                     const size_t pl = (size_t)i * q.Cin + c;
-                    dw1_plane_bwd(&q, &d, x + pl * q.H * q.W, w + (size_t)c * K, dy + pl * q.P,
-                                  dx ? dx + pl * q.H * q.W : NULL, dw ? acc : NULL, xp, dyp);
+                    dw1_plane_bwd(&q, &d, x + pl * q.H * q.W, wf, dy + pl * q.P, dx ? dx + pl * q.H * q.W : NULL,
+                                  !(n->grad_fresh & 1u), dw ? acc : NULL, xp, dyp);
                 }
                 if (dw)
                     for (int k = 0; k < K; k++) {
@@ -761,6 +887,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     if (mode == M_DEPTHWISE) n->kind = VT_OP_OTHER; /* memory-bound plane loops, no GEMM call (the profile's split) */
     if (mode == M_DEPTHWISE) {
         if (stride > 1) return n->out; /* direct loops, no scratch */
+        n->grad_sets = 1u; /* the plane kernels write every element of dX */
         const dwdims d = dw_dims(&q);
         if ((int64_t)tf * d.bwd > INT_MAX)
             return vt_fail(g, "conv2d", "input %s, weight %s: padded plane scratch is too large", sx, sw);
