@@ -98,7 +98,40 @@ static void check_merge(vt_test *T, int B, int N, int Tc, int nv, const int *vc)
     gc_run_vs_plain(T, &f, b_merge_chain, "mul, add, permute and concats", 1e-6);
 }
 
+/* Operands qkv (3C, B, H·W), dw (cin, 1, k, k), pw (s, cin, 1, 1); ia = {seg, H, W}. */
+static vt_tensor *b_sep(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_gma_separable(g, x[0], c->ia[0], c->ia[1], c->ia[2], x[1], x[2]);
+}
+
+/* The chain vt_gma_separable replaces: the segment's planes copied out by a sliced permute, then the depthwise and
+ * the pointwise conv. */
+static vt_tensor *b_sep_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int seg = c->ia[0], H = c->ia[1], W = c->ia[2], s = x[0]->shape[0] / 15, B = x[0]->shape[1];
+    const int s5[5] = {3, 5, s, B, H * W}, pseg[5] = {0, 3, 1, 2, 4}, p4[5] = {3, 0, 1, 2, 4};
+    const int sseg[4] = {3 * B, s, H, W}, s4[4] = {B, 3 * s, H, W};
+    vt_tensor *t = vt_permute_slice(g, vt_reshape(g, x[0], 5, s5), seg < 4 ? pseg : p4, 1, seg, 1);
+    t = vt_reshape(g, t, 4, seg < 4 ? sseg : s4);
+    const int k = x[1]->shape[2];
+    return vt_conv2d(g, vt_conv2d(g, t, x[1], NULL, 1, k / 2, t->shape[1]), x[2], NULL, 1, 0, 1);
+}
+
+/* vt_gma_separable's gradients by finite differences and its values and gradients against the chain, on segment
+ * seg (1-3: the 3B images of s channels; 4: the B images of 3s) of an H×W grid with a k×k depthwise kernel. */
+static void check_separable(vt_test *T, int B, int s, int H, int W, int seg, int k) {
+    const int cin = seg < 4 ? s : 3 * s;
+    gc_case f = {.name = "gma_separable", .nx = 3, .ndim = {3, 4, 4}, .build = b_sep, .ia = {seg, H, W}};
+    const int qs[3] = {15 * s, B, H * W}, ds[4] = {cin, 1, k, k}, ps[4] = {s, cin, 1, 1};
+    memcpy(f.shape[0], qs, sizeof qs);
+    memcpy(f.shape[1], ds, sizeof ds);
+    memcpy(f.shape[2], ps, sizeof ps);
+    gc_run_vs_plain(T, &f, b_sep_chain, "sliced permute, depthwise and pointwise convs", 1e-5);
+}
+
 void test_gma(vt_test *T) {
+    check_separable(T, 2, 2, 5, 7, 1, 3);   /* the Q, K, V images of segment 1, a non-square grid */
+    check_separable(T, 1, 3, 6, 18, 3, 7);  /* a plane wider than one 16-wide block, 7x7 */
+    check_separable(T, 3, 2, 4, 3, 2, 5);   /* a 5x5 kernel over a smaller plane */
+    check_separable(T, 2, 2, 5, 4, 4, 3);   /* the non-attention branch: [Q_4 | K_4 | V_4] per image */
     check_merge(T, 2, 70, 3, 3, (const int[]){2, 5, 5});    /* A = 12: a part across the first tile's edge */
     check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
     check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */
@@ -137,6 +170,23 @@ void test_gma(vt_test *T) {
                                                    vt_input(g, "d5", 4, d5), vt_input(g, "d7", 4, d7),
                                                    vt_input(g, "pw", 3, pw), vt_input(g, "bn", 3, bn));
         T_CHECK(T, !y && strstr(g->err.msg, "(3C, B, H·W"), "token-major qkv must fail: %s", g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+    /* the separable op: an even kernel, a weight for another segment's channel count, segment 0 */
+    static const struct {
+        int seg;
+        const char *msg;
+    } sb[] = {{1, "must be (4, 1, k, k)"}, {4, "must be (4, 12, 1, 1)"}, {0, "segments 1 to 4"}};
+    for (size_t i = 0; i < sizeof sb / sizeof sb[0]; i++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        const int sq[3] = {60, 2, 12}, d12[4] = {12, 1, 3, 3}, d4e[4] = {4, 1, 2, 2}, p4[4] = {4, 4, 1, 1};
+        const vt_tensor *y = vt_gma_separable(g, vt_input(g, "q", 3, sq), sb[i].seg, 3, 4,
+                                              vt_input(g, "d", 4, i ? d12 : d4e), vt_input(g, "p", 4, p4));
+        T_CHECK(T, !y && strstr(g->err.msg, "gma_separable") && strstr(g->err.msg, sb[i].msg), "bad separable %zu: %s",
+                i, g->err.msg);
         vt_graph_free(g);
         vt_params_free(P);
     }

@@ -108,6 +108,12 @@ int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out);
 vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
                                  vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn);
 
+/* ---- gmasep.c ---- */
+/* GroupMixFormer's separable aggregator conv (depthwise k×k then pointwise 1×1, no biases) on segment seg of qkv
+ * (3C, B, N = H·W), C = 5s, read in place: seg 1-3, the 3B images type·B + b of s channels, y (3B, s, H, W);
+ * seg 4, the B images [Q_4 | K_4 | V_4] of 3s channels, y (B, s, H, W); dw (cin, 1, k, k), pw (s, cin, 1, 1). */
+vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw);
+
 /* ---- gmamerge.c ---- */
 /* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) channel-first,
  * v the nv channel parts (B, c_k, ...) of a (B, A, N) (Σc_k = A), u (B, N, T) tokens; replaces mul, add, permute

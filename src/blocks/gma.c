@@ -32,6 +32,29 @@ vt_tensor *vt_block_separable(vt_graph *g, const char *prefix, vt_tensor *x, int
     return separable(g, prefix, x, out, k, stride);
 }
 
+/* Segment seg of t, qkv (3C, B, N) viewed as (3, 5, s, B, N), copied out as channel-first images: seg 0-3 the 3B
+ * images type·B + b of s channels (3B, s, H, W), seg 4 [Q_4 | K_4 | V_4] per image (B, 3s, H, W); one sliced
+ * permute of whole planes. */
+static vt_tensor *seg_copy(vt_graph *g, vt_tensor *t, int seg, int H, int W) {
+    if (vt_bad(g, 1, t)) return NULL;
+    const int s = t->shape[2], B = t->shape[3];
+    const int pseg[5] = {0, 3, 1, 2, 4}, sseg[4] = {3 * B, s, H, W}, p4[5] = {3, 0, 1, 2, 4}, s4[4] = {B, 3 * s, H, W};
+    return vt_reshape(g, vt_permute_slice(g, t, seg < 4 ? pseg : p4, 1, seg, 1), 4, seg < 4 ? sseg : s4);
+}
+
+/* separable() on segment seg (1-4) of qkv read in place (vt_gma_separable), with the same parameters; with
+ * ref_kernels on seg_copy's copy, the chain the fused op is checked against. */
+static vt_tensor *separable_seg(vt_graph *g, const char *prefix, vt_tensor *qkv, vt_tensor *t, int seg, int H, int W,
+                                int k) {
+    if (vt_bad(g, 2, qkv, t)) return NULL;
+    const int s = t->shape[2], cin = seg < 4 ? s : 3 * s;
+    if (g->ref_kernels) return separable(g, prefix, seg_copy(g, t, seg, H, W), s, k, 1);
+    char nm[VT_NAMELEN];
+    vt_tensor *dw = vt_conv_weight(g, vt_pname(nm, prefix, "conv1"), cin, cin, k, cin);
+    vt_tensor *pw = vt_conv_weight(g, vt_pname(nm, prefix, "pointwise_conv"), s, cin, 1, 1);
+    return vt_gma_separable(g, qkv, seg, H, W, dw, pw);
+}
+
 /* Depthwise k×k conv with bias, NCHW, padding k/2 (CRPE). */
 static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int k) {
     if (vt_bad(g, 1, x)) return NULL;
@@ -71,14 +94,14 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     if (C % (5 * 2) != 0 || C < 10)
         return vt_fail(g, "gma", "%s: width C = %d must be a multiple of 10 (5 segments of s = C/5 channels, "
                        "8 heads of s/2 channels)", prefix, C);
-    const int s = C / 5, d = s / 2, B3 = 3 * B;
+    const int s = C / 5, d = s / 2;
     const float scale = 1.0f / sqrtf((float)C / GMA_HEADS);
 
     /* Q, K, V: the qkv linear's output transposed (3C, B, N) (the GEMM writes it so: no transposing pass) viewed as
      * (3, 5, s, B, N); segment j of the three as 3B channel-first images (3B, s, H, W) (index type·B + b) is one
      * sliced permute of whole planes. */
     vt_tensor *qkv = vt_linear_t_p(g, vt_pname(nm, prefix, "qkv"), x, 3 * C, 1, VT_INIT_W02);
-    const int s5[5] = {3, 5, s, B, N}, pseg[5] = {0, 3, 1, 2, 4}, sseg[4] = {B3, s, H, W};
+    const int s5[5] = {3, 5, s, B, N};
     vt_tensor *t = vt_reshape(g, qkv, 5, s5);
 
     /* Pre-attention branches: Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N); at inference one fused op. */
@@ -88,12 +111,12 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     if (!g->training && !g->ref_kernels) {
         Zc = aggregate_fused(g, agg, qkv, H, W, s);
     } else {
-        vt_tensor *seg[4], *Y[4];
-        for (int j = 0; j < 4; j++) seg[j] = vt_reshape(g, vt_permute_slice(g, t, pseg, 1, j, 1), 4, sseg);
-        Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        vt_tensor *Y[4];
+        Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg_copy(g, t, 0, H, W), 1, 1e-5f, 0.1f,
+                                  VT_HARDSWISH);
         for (int j = 1; j <= 3; j++) {
             snprintf(sub, sizeof sub, "agg%d", j);
-            vt_tensor *a = separable(g, vt_pname(nm, agg, sub), seg[j], s, 2 * j + 1, 1);
+            vt_tensor *a = separable_seg(g, vt_pname(nm, agg, sub), qkv, t, j, H, W, 2 * j + 1);
             snprintf(sub, sizeof sub, "norm%d", j);
             Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, 1e-5f, 0.1f, VT_HARDSWISH);
         }
@@ -137,11 +160,9 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
     }
 
-    /* Non-attention branch on [Q_4 | K_4 | V_4] per image: (B, 3s, H, W), one sliced permute of qkv's planes. */
-    const int p4[5] = {3, 0, 1, 2, 4}, s4[4] = {B, 3 * s, H, W};
-    vt_tensor *X4 = vt_reshape(g, vt_permute_slice(g, t, p4, 1, 4, 1), 4, s4);
+    /* Non-attention branch on [Q_4 | K_4 | V_4] per image (B, 3s, H, W). */
     vt_pname(sub, agg, "agg0");
-    vt_tensor *u = separable(g, vt_pname(nm, sub, "conv"), X4, s, 3, 1); /* (B, s, H, W) */
+    vt_tensor *u = separable_seg(g, vt_pname(nm, sub, "conv"), qkv, t, 4, H, W, 3); /* (B, s, H, W) */
     const int su[3] = {B, s, N}, ptok[3] = {0, 2, 1};
     u = vt_permute(g, vt_reshape(g, u, 3, su), ptok);
     u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);

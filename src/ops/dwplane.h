@@ -1,6 +1,6 @@
-/* Stride-1 depthwise kernels for other ops: planes (conv.c; the fused GMA aggregators, gmagg.c), channels-last rows
- * (dwconv_nhwc.c; the fused PVTv2 FFN, ffn.c) and pixel ranges (dwconv_nhwc.c; FLatten's DWC inside the linear
- * attention, linattn.c). */
+/* Stride-1 depthwise kernels for other ops: planes (conv.c; GroupMixFormer's fused aggregators, gmagg.c and
+ * gmasep.c), channels-last rows (dwconv_nhwc.c; the fused PVTv2 FFN, ffn.c) and pixel ranges (dwconv_nhwc.c;
+ * FLatten's DWC inside the linear attention, linattn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H
 
@@ -13,6 +13,14 @@ size_t vt_dw_plane_scratch(int H, int W, int k);
 
 /* y (H×W) = bias + the k×k correlation (k odd, zero padding k/2) of plane x with w (k·k floats). */
 void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias, float *y, float *scratch);
+
+/* Floats of vt_dw_plane_bwd's scratch (at least vt_dw_plane's, whose calls may share it); zero it once per thread. */
+size_t vt_dw_plane_bwd_scratch(int H, int W, int k);
+
+/* vt_dw_plane's backward for one plane given dy (H×W): dx = (dx_add: +=) the input gradient (dx NULL: none), dw
+ * (k·k floats, NULL: none) += the weight gradient. */
+void vt_dw_plane_bwd(const float *x, const float *dy, int H, int W, int k, const float *w, float *dx, int dx_add,
+                     float *dw, float *scratch);
 
 /* Rows [oh0, oh1) of the channels-last k×k depthwise correlation (k odd, stride 1, zero padding k/2) of an H×W map
  * of C channels, plus bias (C floats, or NULL), then GELU when gelu, into y (pixels yl floats apart, row oh0 first).
