@@ -298,20 +298,19 @@ static inline __attribute__((always_inline)) void v8_store_first(float *p, const
 }
 
 /* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = (add: +=) init +
- * Σ_{ki, kj} w[ki·kw + kj]·src[r·ld + ki·ks + kj·js + t] over a padded plane (forward: the input, steps +row, +1;
- * dX: the output gradient, steps −row, −1). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero
- * rows past their end and VB-rounded widths, dw_dims) in 8 vector registers, one fused multiply-add per tap and
- * register (the separate multiply and add of -std=c11 had made a 7x7 plane 1.2x slower). */
-static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t ks, ptrdiff_t js,
-                            const float *restrict w, int kh, int kw, float init, float *restrict out, ptrdiff_t ldo,
-                            int R, int n, int add) {
+ * Σ_{ki, kj} w[ki·kw + kj]·src[(r + ki)·ld + kj + t] over a padded plane (forward: the input; dX: the output gradient
+ * with the flipped kernel). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero rows past their end
+ * and VB-rounded widths, dw_dims) in 8 vector registers, one fused multiply-add per tap and register (the separate
+ * multiply and add of -std=c11 had made a 7x7 plane 1.2x slower). */
+static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float *restrict w, int kh, int kw,
+                            float init, float *restrict out, ptrdiff_t ldo, int R, int n, int add) {
 #if defined(__AVX512F__)
     __m512 a[DW_ROWS];
     for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_set1_ps(init);
     for (int ki = 0; ki < kh; ki++)
         for (int kj = 0; kj < kw; kj++) {
             const __m512 wv = _mm512_set1_ps(w[ki * kw + kj]);
-            const float *restrict xr = src + ki * ks + kj * js;
+            const float *restrict xr = src + ki * ld + kj;
             for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr + r * ld), a[r]);
         }
     const __mmask16 m = (__mmask16)(n < 16 ? (1u << n) - 1 : 0xFFFFu);
@@ -328,7 +327,7 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t k
         for (int kj = 0; kj < kw; kj++) {
             const float c = w[ki * kw + kj];
             const v8f wv = {c, c, c, c, c, c, c, c};
-            const float *restrict xr = src + ki * ks + kj * js;
+            const float *restrict xr = src + ki * ld + kj;
             for (int r = 0; r < DW_ROWS; r++)
                 for (int v = 0; v < NV; v++) {
                     v8f xv;
@@ -347,11 +346,11 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t k
  * for every use (G times in dwk_rows16). */
 #define IN_REGISTER(v) __asm__("" : "+v"(v))
 
-/* dw1_rows for a square K×K kernel (K a constant where inlined), forward steps only (+row, +1): each input vector is
- * loaded once per kernel column and multiplied into every output row it reaches, with that column's K weights held in
- * registers (8 accumulators, K weights, one input: at most 16 of the 32 registers). Per 8×16 outputs and kernel
- * column: 8 + K − 1 loads and K broadcasts for 8·K multiply-adds, where dw1_rows loads once per multiply-add (loads
- * that mostly straddle two cache lines). */
+/* dw1_rows for a square K×K kernel (K a constant where inlined): each input vector is loaded once per kernel column
+ * and multiplied into every output row it reaches, with that column's K weights held in registers (8 accumulators, K
+ * weights, one input: at most 16 of the 32 registers). Per 8×16 outputs and kernel column: 8 + K − 1 loads and K
+ * broadcasts for 8·K multiply-adds, where dw1_rows loads once per multiply-add (loads that mostly straddle two cache
+ * lines). */
 static inline __attribute__((always_inline)) void dwsq_rows(const float *restrict src, ptrdiff_t ld,
                                                              const float *restrict w, const int K, float init,
                                                              float *restrict out, ptrdiff_t ldo, int R, int n,
@@ -402,7 +401,7 @@ static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const 
                 default: break;
                 }
 #endif
-            dw1_rows(s, ld, ld, 1, w, kh, kw, init, o, ldo, R, nc, add);
+            dw1_rows(s, ld, w, kh, kw, init, o, ldo, R, nc, add);
         }
     }
 }
