@@ -115,23 +115,42 @@ static vt_tensor *b_sep_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_conv2d(g, vt_conv2d(g, t, x[1], NULL, 1, k / 2, t->shape[1]), x[2], NULL, 1, 0, 1);
 }
 
+/* y + y->numel values of qkv from segment seg's first plane on (the Q part of the segment the separable conv reads,
+ * and more): those planes' gradient gets a second term besides the conv's, which must add its own. */
+static vt_tensor *with_qkv_term(vt_graph *g, vt_tensor *y, vt_tensor *qkv, int seg) {
+    if (vt_bad(g, 2, y, qkv)) return NULL;
+    const int rows = (int)(y->numel / ((int64_t)qkv->shape[1] * qkv->shape[2]));
+    return vt_add(g, y, vt_reshape(g, vt_slice(g, qkv, 0, seg * (qkv->shape[0] / 15), rows), y->ndim, y->shape));
+}
+static vt_tensor *b_sep_shared(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return with_qkv_term(g, b_sep(g, x, c), x[0], c->ia[0]);
+}
+static vt_tensor *b_sep_chain_shared(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return with_qkv_term(g, b_sep_chain(g, x, c), x[0], c->ia[0]);
+}
+
 /* vt_gma_separable's gradients by finite differences and its values and gradients against the chain, on segment
- * seg (1-3: the 3B images of s channels; 4: the B images of 3s) of an H×W grid with a k×k depthwise kernel. */
-static void check_separable(vt_test *T, int B, int s, int H, int W, int seg, int k) {
+ * seg (1-3: the 3B images of s channels; 4: the B images of 3s) of an H×W grid with a k×k depthwise kernel; shared:
+ * qkv also feeds another op (its gradient added to). */
+static void check_separable(vt_test *T, int B, int s, int H, int W, int seg, int k, int shared) {
     const int cin = seg < 4 ? s : 3 * s;
-    gc_case f = {.name = "gma_separable", .nx = 3, .ndim = {3, 4, 4}, .build = b_sep, .ia = {seg, H, W}};
+    gc_case f = {.name = shared ? "gma_separable_shared" : "gma_separable", .nx = 3, .ndim = {3, 4, 4},
+                 .build = shared ? b_sep_shared : b_sep, .ia = {seg, H, W}};
     const int qs[3] = {15 * s, B, H * W}, ds[4] = {cin, 1, k, k}, ps[4] = {s, cin, 1, 1};
     memcpy(f.shape[0], qs, sizeof qs);
     memcpy(f.shape[1], ds, sizeof ds);
     memcpy(f.shape[2], ps, sizeof ps);
-    gc_run_vs_plain(T, &f, b_sep_chain, "sliced permute, depthwise and pointwise convs", 1e-5);
+    gc_run_vs_plain(T, &f, shared ? b_sep_chain_shared : b_sep_chain, "sliced permute, depthwise and pointwise convs",
+                    1e-5);
 }
 
 void test_gma(vt_test *T) {
-    check_separable(T, 2, 2, 5, 7, 1, 3);   /* the Q, K, V images of segment 1, a non-square grid */
-    check_separable(T, 1, 3, 6, 18, 3, 7);  /* a plane wider than one 16-wide block, 7x7 */
-    check_separable(T, 3, 2, 4, 3, 2, 5);   /* a 5x5 kernel over a smaller plane */
-    check_separable(T, 2, 2, 5, 4, 4, 3);   /* the non-attention branch: [Q_4 | K_4 | V_4] per image */
+    check_separable(T, 2, 2, 5, 7, 1, 3, 0);  /* the Q, K, V images of segment 1, a non-square grid */
+    check_separable(T, 1, 3, 6, 18, 3, 7, 0); /* a plane wider than one 16-wide block, 7x7 */
+    check_separable(T, 3, 2, 4, 3, 2, 5, 0);  /* a 5x5 kernel over a smaller plane */
+    check_separable(T, 2, 2, 5, 4, 4, 3, 0);  /* the non-attention branch: [Q_4 | K_4 | V_4] per image */
+    check_separable(T, 1, 2, 11, 5, 3, 7, 1); /* taller than one 8-row tile; qkv's gradient added to */
+    check_separable(T, 2, 1, 9, 6, 4, 3, 1);  /* the same for the non-attention branch */
     check_merge(T, 2, 70, 3, 3, (const int[]){2, 5, 5});    /* A = 12: a part across the first tile's edge */
     check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
     check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */

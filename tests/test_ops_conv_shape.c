@@ -752,6 +752,12 @@ static const gc_case conv_cases[] = {
      .build = b_conv, .ia = {1, 1, 2}},
     {.name = "conv_depthwise_4x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 3, 9, 10}, {3, 1, 4, 7}, {3}},
      .build = b_conv, .ia = {1, 3, 3}},
+    /* x + conv(x): x's gradient gets the conv's dX added (the scratch plane's add); square kernels over planes taller
+     * than one 8-row tile */
+    {.name = "conv_depthwise_residual", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 10, 9}, {3, 1, 3, 3}},
+     .build = b_conv_res, .ia = {1, 1, 3}},
+    {.name = "conv_depthwise_7x7_tall_residual", .nx = 3, .ndim = {4, 4, 1},
+     .shape = {{1, 2, 11, 18}, {2, 1, 7, 7}, {2}}, .build = b_conv_res, .ia = {1, 3, 2}},
     {.name = "conv_dw_multiplier", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 5, 5}, {4, 1, 3, 3}}, .build = b_conv,
      .ia = {1, 1, 2}},
     {.name = "conv_patch4", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 8, 8}, {5, 3, 4, 4}, {5}}, .build = b_conv,

@@ -109,9 +109,10 @@ vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_t
                                  vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn);
 
 /* ---- gmasep.c ---- */
-/* GroupMixFormer's separable aggregator conv (depthwise k×k then pointwise 1×1, no biases) on segment seg of qkv
- * (3C, B, N = H·W), C = 5s, read in place: seg 1-3, the 3B images type·B + b of s channels, y (3B, s, H, W);
- * seg 4, the B images [Q_4 | K_4 | V_4] of 3s channels, y (B, s, H, W); dw (cin, 1, k, k), pw (s, cin, 1, 1). */
+/* GroupMixFormer's separable aggregator conv (depthwise k×k, k odd, padding k/2, then pointwise 1×1; no biases) on
+ * segment seg of qkv (3C, B, N = H·W), C = 5s, read in place: seg 1-3, the 3B images type·B + b of cin = s channels,
+ * y (3B, s, H, W); seg 4, the B images [Q_4 | K_4 | V_4] of cin = 3s channels, y (B, s, H, W); dw (cin, 1, k, k),
+ * pw (s, cin, 1, 1). */
 vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw);
 
 /* ---- gmamerge.c ---- */

@@ -491,9 +491,9 @@ static inline __attribute__((always_inline)) void dwk_taps16(const float *dr, in
 
 /* dW's per-lane sums for G consecutive kernel rows (G <= 3) of a KW-wide kernel (KW <= 7; both constants where
  * inlined): ac[(g·KW + kj)·VB + t] += Σ_{oh, blocks} dy[oh][ow0 + t]·x[oh + g][ow0 + kj + t], with dr the padded dy
- * plane at dy's row 0 (G − 1 zero rows above and below it) and xr the padded x plane at the group's first kernel row.
- * Each x vector is loaded once for the G dy rows it meets (a window of G dy rows in registers, G·KW accumulators):
- * KW + 1 loads per G·KW multiply-adds, where dwk_taps16 loads KW + 1 per KW. */
+ * plane at dy's row 0 (read up to G − 1 zero rows below it; none above: the window of dy rows starts at zero) and xr
+ * the padded x plane at the group's first kernel row. Each x vector is loaded once for the G dy rows it meets (the
+ * window in registers, G·KW accumulators): KW + 1 loads per G·KW multiply-adds, where dwk_taps16 loads KW + 1 per KW. */
 static inline __attribute__((always_inline)) void dwk_rows16(const float *dr, int Wd, const float *xr, int Wp, int Ho,
                                                              int Wo, const int KW, const int G, float *ac) {
     for (int ow0 = 0; ow0 < Wo; ow0 += VB) {
@@ -734,7 +734,7 @@ static void conv_bwd(vt_node *n) {
 #pragma omp for schedule(static)
             for (int c = 0; c < q.Cin; c++) {
                 if (dw) memset(acc, 0, sizeof(float) * (size_t)K * VB);
-                for (int t = 0; t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
+                for (int t = 0; dx && t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
                 for (int i = 0; i < q.B; i++) {
                     const size_t pl = (size_t)i * q.Cin + c;
                     dw1_plane_bwd(&q, &d, x + pl * q.H * q.W, wf, dy + pl * q.P, dx ? dx + pl * q.H * q.W : NULL,

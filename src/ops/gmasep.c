@@ -69,11 +69,12 @@ static void gsep_bwd(vt_node *n) {
     const int K = p->k * p->k, cin = p->cin, N = p->N;
     const size_t per = bwd_floats(p), dn = up16((size_t)cin * N), padn = up16(vt_dw_plane_bwd_scratch(p->H, p->W, p->k)),
                  npw = up16((size_t)p->s * cin);
+    for (int t = 0; t < p->nt; t++) /* the padded planes' borders and the weight-gradient sums of every thread */
+        memset(n->bws->data + (size_t)t * per + 2 * dn, 0, sizeof(float) * (per - 2 * dn));
 #pragma omp parallel num_threads(p->nt)
     {
         float *D = n->bws->data + (size_t)omp_get_thread_num() * per, *dD = D + dn, *pad = dD + dn, *tpw = pad + padn,
               *tdw = tpw + npw;
-        memset(pad, 0, sizeof(float) * (per - 2 * dn)); /* the padded planes' borders and the weight-gradient sums */
 #pragma omp for schedule(static)
         for (int i = 0; i < p->units; i++) {
             const float *dyi = dy + (size_t)i * p->s * N;
@@ -89,11 +90,11 @@ static void gsep_bwd(vt_node *n) {
                                 1, gdw ? tdw + (size_t)c * K : NULL, pad);
             }
         }
-#pragma omp critical
-        {
-            for (int j = 0; gpw && j < p->s * cin; j++) gpw[j] += tpw[j];
-            for (int j = 0; gdw && j < cin * K; j++) gdw[j] += tdw[j];
-        }
+    }
+    for (int t = 0; t < p->nt; t++) { /* the threads' sums in a fixed order: the same gradients at every run */
+        const float *tpw = n->bws->data + (size_t)t * per + 2 * dn + padn, *tdw = tpw + npw;
+        for (int j = 0; gpw && j < p->s * cin; j++) gpw[j] += tpw[j];
+        for (int j = 0; gdw && j < cin * K; j++) gdw[j] += tdw[j];
     }
 }
 
@@ -127,8 +128,10 @@ vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, 
     *VT_OP_P(n, gsep_p) = p;
     n->macs = (int64_t)units * N * cin * (k * k + s);
     const int64_t fw = (int64_t)p.nt * (int64_t)fwd_floats(&p), bw = (int64_t)p.nt * (int64_t)bwd_floats(&p);
-    if (bw > INT_MAX) return vt_fail(g, op, "qkv %s: the per-thread scratch is too large", sq);
+    const int grads = qkv->requires_grad || dw->requires_grad || pw->requires_grad;
+    if (fw > INT_MAX || (grads && bw > INT_MAX))
+        return vt_fail(g, op, "qkv %s: the per-thread scratch is too large", sq);
     if (!vt_node_work(n, 0, fw)) return NULL;
-    if ((qkv->requires_grad || dw->requires_grad || pw->requires_grad) && !vt_node_work(n, 1, bw)) return NULL;
+    if (grads && !vt_node_work(n, 1, bw)) return NULL;
     return n->out;
 }
