@@ -26,6 +26,10 @@ asan="env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_T
 part "unit tests under ASan+UBSan, vector kernels (-march=native)" unit "$asan ./build-asan-vec/unit"
 part "unit tests under ASan+UBSan, scalar code" unit "$asan ./build-asan/unit"
 part "unit tests" unit ./build/unit
+# Again on 3 threads (more than this machine's 2 cores): a reduction whose order followed the threads'
+# timing (an OpenMP critical section) changed gradients from run to run only from 3 threads on, and the tests'
+# bit-identity checks saw it only there.
+part "unit tests on 3 threads" unit "env OMP_NUM_THREADS=3 ./build/unit"
 part "allocation failures (API and trainer) under ASan+UBSan" unit "$asan ./build-asan/alloc_faults"
 part "write failures (weights saves, training runs) under ASan+UBSan" unit "$asan ./build-asan/io_faults"
 for target in safetensors image model_options; do
