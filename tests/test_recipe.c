@@ -281,6 +281,19 @@ static void check_adapt(vt_test *T) {
             "a refused file leaves the model as it was");
     free(before);
     free(after);
+    /* a head that is re-initialised may hold anything finite or not (its values go unused); kept, it may not */
+    vt_tensor *h10 = vt_params_find(P10, "head.weight");
+    if (h10) h10->data[1] = NAN;
+    vt_params *P10b = vt_params_new(&e);
+    e = (vt_err){0};
+    ok = h10 && P10b && vt_params_save(P10, path, &e) == 0 && vt_model_init_params(&c10, P10b, 3, &e) == 0;
+    T_CHECK(T, ok && vt_adapt_load(P2, 2, c2.arch.in_chans, path, NULL, &e) == 0 && isfinite(h->data[1]),
+            "a NaN in a re-initialised head is no reason to refuse: %s", e.msg);
+    e = (vt_err){0};
+    T_CHECK(T, ok && vt_adapt_load(P10b, 10, c10.arch.in_chans, path, NULL, &e) != 0 && strstr(e.msg, "head.weight") &&
+                   strstr(e.msg, "NaN"),
+            "a NaN in a head that is kept is refused: %s", e.msg);
+    vt_params_free(P10b);
     vt_params_free(G);
     vt_params_free(G2);
     unlink(path);

@@ -240,7 +240,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
                 else if (s->dtype != VT_ST_F32 && s->dtype != VT_ST_F16 && s->dtype != VT_ST_BF16)
                     rc = vt_seterr(e, "%s: tensor %s is %s (want F32/F16/BF16)", path, t->name,
                                    vt_st_dtype_name(s->dtype));
-                else if ((rc = vt_st_read_f32(s, src, s->numel, e)) == 0)
+                else if (a != HEAD && (rc = vt_st_read_f32(s, src, s->numel, e)) == 0) /* a head's values go unused */
                     for (int64_t j = 0; rc == 0 && j < s->numel; j++)
                         if (!isfinite(src[j]))
                             rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite",
