@@ -205,6 +205,10 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
         vt_st_close(&f);
         return -1;
     }
+    const char *rw = vt_st_meta(&f, VT_WINDOWS_KEY); /* the windows or stripes it was made with */
+    if (log && rw && P->windows[0] && strcmp(rw, P->windows) != 0)
+        fprintf(log, "init-from: attention windows (Swin) or stripe widths (CSwin) %.40s in %s, %s in the model\n", rw,
+                path, P->windows);
     if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) on the file read
                         * (a pipe or FIFO cannot be read twice) */
         char windows[sizeof P->windows]; /* but a fine-tuning start may change the stripes (CSwin 224 -> 384) */

@@ -434,7 +434,9 @@ check "... and taken with them" "[ $? -eq 0 ]" "$(cat "$T/csp.log")"
 for d in train/a train/b train/c train/d val/a val/b val/c val/d; do mkdir -p "$T/csd/$d" && cp "$T/good.png" "$T/csd/$d/1.png" && cp "$T/good.png" "$T/csd/$d/2.png"; done
 $V train $CS --windows 4,4,2,2 --data "$T/csd" --batch-size 2 --epochs 1 --init-from "$T/cs.safetensors" \
     --out "$T/csft" >"$T/csft.log" 2>&1
-check "... and --init-from takes them with other stripes" "grep -q 'Done' '$T/csft.log'" "$(tail -3 "$T/csft.log")"
+check "... and --init-from takes them with other stripes, saying so" \
+    "grep -q 'Done' '$T/csft.log' && grep -q 'stripe widths (CSwin) 2,2,1,2 in .*, 4,4,2,2 in the model' '$T/csft.log'" \
+    "$(grep -v '^epoch\|^  ' "$T/csft.log" | tail -5)"
 
 # weights record the heads each stage runs (no tensor shape shows them): a model built with other heads is refused
 # instead of splitting its maps otherwise, and attention (whose --heads picks heads to draw) builds the recorded ones
