@@ -268,15 +268,18 @@ int stale_temps(const char *dir) {
     return 0;
 }
 
-/* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent). */
-static void checkpoint_meta(const char *path, const char *key, char *name, size_t n) {
+/* The value of key in a checkpoint's metadata ("model", "world_size"), into name (empty when absent); -1 with the
+ * reason (e set; NULL: none) when the file does not open as safetensors: a damaged checkpoint is reported as such,
+ * not read as one recording nothing (a run of one rank, any model). */
+static int checkpoint_meta(const char *path, const char *key, char *name, size_t n, vt_err *e) {
     vt_st_file f;
-    vt_err e = {0};
+    vt_err scratch = {0};
     name[0] = '\0';
-    if (vt_st_open(path, &f, &e)) return;
+    if (vt_st_open(path, &f, e ? e : &scratch)) return -1;
     const char *m = vt_st_meta(&f, key);
     if (m) snprintf(name, n, "%s", m);
     vt_st_close(&f);
+    return 0;
 }
 
 /* Appends "key recorded → this run's" of setting s, recorded as rec, to buf (size n); numbers in %g form but the
@@ -389,7 +392,7 @@ int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_a
                train_state *st, int ranks, int64_t spe, vt_err *e) {
     char rpath[4096], world[32];
     snprintf(rpath, sizeof rpath, "%s/checkpoint.safetensors", o->resume);
-    checkpoint_meta(rpath, "world_size", world, sizeof world);
+    if (checkpoint_meta(rpath, "world_size", world, sizeof world, e)) return -1;
     char *end = NULL;
     const long w = world[0] ? strtol(world, &end, 10) : 1; /* checkpoints from before data parallelism: one */
     if (world[0] && (*end || w < 1 || w > 1 << 20))
@@ -447,7 +450,7 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         if (access(ck, R_OK) != 0) /* before anything is written there (a folder that is not a run, a data folder) */
             return vt_seterr(e, "cannot resume %s: %s: %s (a run folder holds checkpoint.safetensors)", o->resume, ck,
                              strerror(errno));
-        checkpoint_meta(ck, "model", model, sizeof model);
+        if (checkpoint_meta(ck, "model", model, sizeof model, e)) return -1;
         if (model[0] && strcmp(model, c->name) != 0)
             return vt_seterr(e, "%s holds a checkpoint of %s, not %s", ck, model, c->name);
         if (same_dir(o->resume, o->run_dir) || o->overwrite) return 0;
@@ -455,7 +458,7 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     }
     if (o->overwrite) return 0;
     if (access(ck, F_OK) == 0 || access(met, F_OK) == 0) {
-        checkpoint_meta(ck, "model", model, sizeof model);
+        checkpoint_meta(ck, "model", model, sizeof model, NULL); /* named where it can be read */
         return vt_seterr(e, "run folder %s already holds a run (%s%s%s); continue it with --resume %s, or replace it "
                          "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
                          model[0] ? " of " : "", model, o->run_dir);

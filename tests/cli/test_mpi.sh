@@ -128,6 +128,14 @@ rc=$?
 check "resuming 1 process's checkpoint with 2 ranks is refused, once" \
     "[ $rc -eq 1 ] && [ \$(grep -c 'written by a run of 1 rank but this run has 2' '$T/m2.log') -eq 1 ]" \
     "rc $rc: $(cat "$T/m2.log")"
+# a damaged checkpoint is reported as damaged (it had read as one recording no rank count: "a run of 1 rank")
+mkdir -p "$T/kd" && cp "$T/k/checkpoint.safetensors" "$T/kd/full" &&
+    head -c 4000 "$T/kd/full" >"$T/kd/checkpoint.safetensors" && rm "$T/kd/full"
+$MPI $V train $KL --out "$T/kd" --resume "$T/kd" >"$T/kd.log" 2>&1
+rc=$?
+check "resuming a truncated checkpoint with 2 ranks names the damage, once" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'truncated' '$T/kd.log') -eq 1 ] && ! grep -q 'written by a run of' '$T/kd.log'" \
+    "rc $rc: $(cat "$T/kd.log")"
 check "ranks x threads over the cores warns" "[ $cores -lt 2 ] || grep -q 'exceed the $cores cores they share' '$T/m2.log'" \
     "$(cat "$T/m2.log")"
 
