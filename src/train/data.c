@@ -1,7 +1,7 @@
 /* The data sets of training and evaluation (vt_data_open, vt_data_open_eval, vt_data_close): Fashion-MNIST in
  * memory or an image folder read on demand, with subsets spread over a folder's classes, as sample sources with their
  * transforms (crop + flip, a recipe's DeiT transform, the model's eval transform); and the check, before a run
- * trains, that some of a folder's validation images can be read (check_val_readable). */
+ * trains, that some of a folder's training and validation images can be read (check_readable). */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -154,21 +154,28 @@ int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *clas
     return 0;
 }
 
-/* An image folder whose validation images are all unreadable is refused before training (the first epoch's end would
- * find it): reads them in order up to the first that decodes. */
-int check_val_readable(const vt_data *d, int chans, const char *data, vt_err *e) {
-    if (!d->folder) return 0;
+/* 0 when some image of src can be read (tried in order up to the first that decodes); else -1 naming the first's
+ * error, the split (what) and the folder. */
+static int some_readable(const vt_source *src, int chans, const char *what, const char *data, vt_err *e) {
     vt_err first = {0};
-    for (int i = 0; i < d->val.n; i++) {
+    for (int i = 0; i < src->n; i++) {
         vt_image img;
         int label;
         vt_err ie = {0};
-        if (d->val.get(d->val.ctx, i, chans, 0, &img, &label, &ie) == 0) {
+        if (src->get(src->ctx, i, chans, 0, &img, &label, &ie) == 0) {
             vt_image_free(&img);
             return 0;
         }
         if (i == 0) first = ie;
     }
-    return vt_seterr(e, "none of the %d validation images of %s can be read (the first: %s)", d->val.n, data,
-                     first.msg);
+    return vt_seterr(e, "none of the %d %s images of %s can be read (the first: %s)", src->n, what, data, first.msg);
+}
+
+/* An image folder whose training or validation images are all unreadable is refused before the run folder is made
+ * (the first batch or the first epoch's end would find it, the run folder written by then). */
+int check_readable(const vt_data *d, int chans, const char *data, vt_err *e) {
+    if (!d->folder) return 0;
+    return some_readable(&d->train, chans, "training", data, e) || some_readable(&d->val, chans, "validation", data, e)
+               ? -1
+               : 0;
 }

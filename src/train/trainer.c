@@ -576,7 +576,7 @@ static int run_open(train_run *r, vt_err *e) {
     if (d->folder && realpath(o->data, r->data_abs) &&
         vt_utf8_valid((const uint8_t *)r->data_abs, strlen(r->data_abs), &bad_at))
         r->own.data = r->data_abs;
-    if (check_val_readable(d, c->arch.in_chans, o->data, e)) return -1;
+    if (check_readable(d, c->arch.in_chans, o->data, e)) return -1;
     r->workers = o->workers > 0 ? o->workers : vt_loader_default_workers();
     source_slice(&d->val, dp, &r->vs);
     /* a fixed 250 before: a 384 px fine-tune at batch 1 peaked at 3.2 GB in its evaluation of 4 images, computed 250 */

@@ -75,7 +75,8 @@ int command_record(const vt_train_opts *o, const char *path, vt_err *e);
 
 /* ---- the data sets (data.c) */
 
-/* Refuses an image folder none of whose validation images can be read (0 for Fashion-MNIST). */
-int check_val_readable(const vt_data *d, int chans, const char *data, vt_err *e);
+/* Refuses an image folder none of whose training, or none of whose validation, images can be read (0 for
+ * Fashion-MNIST). */
+int check_readable(const vt_data *d, int chans, const char *data, vt_err *e);
 
 #endif

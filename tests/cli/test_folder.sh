@@ -180,8 +180,10 @@ cp "$ONE" "$T/allbad/val/a/1.png" # a readable validation image: the training se
 $V train vit_fmnist_tiny --num-classes 2 --batch-size 2 --epochs 1 --data "$T/allbad" --out "$T/allbadrun" \
     >"$T/allbad.log" 2>&1
 rc=$?
-check "every file corrupt: a clear error" "[ $rc -eq 1 ] && grep -q 'none of the 3 images of the dataset could be read' '$T/allbad.log'" \
-    "rc $rc: $(tail -3 "$T/allbad.log")"
+check "every training file corrupt: a clear error before the run folder is made (it had come at the first batch, the \
+run folder written: classes.json and command.txt left behind)" \
+    "[ $rc -eq 1 ] && grep -q 'none of the 3 training images of $T/allbad can be read (the first: ' '$T/allbad.log' && \
+     [ ! -e '$T/allbadrun' ]" "rc $rc: $(tail -3 "$T/allbad.log")"
 
 # subsets larger than the splits: every image used, and said (not silently capped)
 mkdir -p "$T/few/train/a" "$T/few/train/b" "$T/few/val/a" "$T/few/val/b"
