@@ -299,7 +299,7 @@ static void append_change(char *buf, size_t n, const run_setting *s, const char 
  * naming the recorded settings that differ; otherwise prints a note naming the settings this run changes. A
  * checkpoint from before settings were recorded is checked by its step count alone. */
 static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
-                        int64_t spe, vt_err *e) {
+                        int64_t spe, int ranks, vt_err *e) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, st->images, s);
     char steps[1200] = "", other[2048] = "", was_images[32] = "";
@@ -329,10 +329,10 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                          (long long)st->images, o->data);
     if (st->step != st->epoch * spe) {
         const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
-        char hint[200];
+        char hint[240];
         if (per_step && images > 0)
             snprintf(hint, sizeof hint, "resume with the checkpoint's values, or with its %lld images an optimiser step "
-                     "(batch size × accumulation steps)", images);
+                     "(batch size × accumulation steps%s)", images, ranks > 1 ? ", per rank" : "");
         else
             snprintf(hint, sizeof hint, "resume with the %s of that run%s", steps[0] ? "values" : "settings",
                      steps[0] ? "" : " (its command.txt)");
@@ -412,7 +412,7 @@ int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_a
     if (st->epoch == run && !same_dir(o->resume, o->run_dir))
         return vt_seterr(e, "%s is at epoch %lld: a run of %d epochs%s has nothing left to train (its weights are in "
                          "that run folder); raise --epochs to continue it", rpath, (long long)st->epoch, run, cool);
-    return check_resume(rpath, c, o, st, spe, e);
+    return check_resume(rpath, c, o, st, spe, ranks, e);
 }
 
 /* The files of a run in its folder, which a run that does not continue there replaces (clear_run_dir). */

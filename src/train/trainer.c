@@ -935,11 +935,14 @@ static void run_summary(const train_run *r) {
         printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
                access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
                "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
-    if (dp->size > 1 && r->steps_run > 0)
-        printf("Data parallel: %d ranks x batch %d; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
-               "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, 1e3 * dp->comm_s / (double)r->steps_run,
+    if (dp->size > 1 && r->steps_run > 0) {
+        char acc[48] = "";
+        if (r->A > 1) snprintf(acc, sizeof acc, " x %d accumulation steps", r->A);
+        printf("Data parallel: %d ranks x batch %d%s; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
+               "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, acc, 1e3 * dp->comm_s / (double)r->steps_run,
                dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
                1e3 * r->train_s / (double)r->steps_run, 100.0 * dp->comm_s / r->train_s);
+    }
 }
 
 /* Frees everything run r holds, whatever phase it reached, and releases the run folder. */
