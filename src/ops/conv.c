@@ -273,37 +273,32 @@ static void fill_pad(const float *x, int H, int W, int top, int left, float *xp,
 /* Zeroes n floats of a thread's padded-plane scratch before its first plane. */
 static void zero_pads(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
-/* The first min(cnt, 8) floats of *vp into p (added to them when add). */
-static inline __attribute__((always_inline)) void v8_store_first(float *p, const v8f *vp, int cnt, int add) {
+/* The first min(cnt, 8) floats of *vp into p. */
+static inline __attribute__((always_inline)) void v8_store_first(float *p, const v8f *vp, int cnt) {
     v8f v = *vp;
 #if defined(__AVX2__)
-    if (cnt < 8 && !add) { /* a masked store: a copy loop here became `rep movs` (tens of cycles for 14 floats) */
+    if (cnt < 8) { /* a masked store: a copy loop here became `rep movs` (tens of cycles for 14 floats) */
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(p, m, (__m256)v);
         return;
     }
 #endif
-    if (cnt < 8) { /* adding (a masked load and store was slower than this loop on Zen 3), or no AVX2 */
+    if (cnt < 8) { /* no AVX2 */
         float o[8];
         memcpy(o, &v, sizeof o);
-        for (int t = 0; t < cnt; t++) p[t] = add ? p[t] + o[t] : o[t];
+        for (int t = 0; t < cnt; t++) p[t] = o[t];
         return;
-    }
-    if (add) {
-        v8f t;
-        memcpy(&t, p, sizeof t);
-        v += t;
     }
     memcpy(p, &v, sizeof v);
 }
 
-/* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = (add: +=) init +
+/* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = init +
  * Σ_{ki, kj} w[ki·kw + kj]·src[(r + ki)·ld + kj + t] over a padded plane (forward: the input; dX: the output gradient
  * with the flipped kernel). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero rows past their end
  * and VB-rounded widths, dw_dims) in 8 vector registers, one fused multiply-add per tap and register (the separate
  * multiply and add of -std=c11 had made a 7x7 plane 1.2x slower). */
 static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float *restrict w, int kh, int kw,
-                            float init, float *restrict out, ptrdiff_t ldo, int R, int n, int add) {
+                            float init, float *restrict out, ptrdiff_t ldo, int R, int n) {
 #if defined(__AVX512F__)
     __m512 a[DW_ROWS];
     for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_set1_ps(init);
@@ -314,10 +309,7 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float
             for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr + r * ld), a[r]);
         }
     const __mmask16 m = (__mmask16)(n < 16 ? (1u << n) - 1 : 0xFFFFu);
-    for (int r = 0; r < R; r++) {
-        float *o = out + r * ldo;
-        _mm512_mask_storeu_ps(o, m, add ? _mm512_add_ps(a[r], _mm512_maskz_loadu_ps(m, o)) : a[r]);
-    }
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(out + r * ldo, m, a[r]);
 #else
     enum { NV = VB / 8 };
     v8f a[DW_ROWS][NV];
@@ -337,7 +329,7 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float
         }
     for (int r = 0; r < R; r++) /* whole and masked vector stores (a scalar copy loop here had become `rep movs`:
                                  * a third of a 3x3 conv's time) */
-        for (int v = 0; v < NV && 8 * v < n; v++) v8_store_first(out + r * ldo + 8 * v, &a[r][v], n - 8 * v, add);
+        for (int v = 0; v < NV && 8 * v < n; v++) v8_store_first(out + r * ldo + 8 * v, &a[r][v], n - 8 * v);
 #endif
 }
 
@@ -353,8 +345,7 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float
  * lines). */
 static inline __attribute__((always_inline)) void dwsq_rows(const float *restrict src, ptrdiff_t ld,
                                                              const float *restrict w, const int K, float init,
-                                                             float *restrict out, ptrdiff_t ldo, int R, int n,
-                                                             int add) {
+                                                             float *restrict out, ptrdiff_t ldo, int R, int n) {
     __m512 a[DW_ROWS];
 #pragma GCC unroll 8
     for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_set1_ps(init);
@@ -375,17 +366,14 @@ static inline __attribute__((always_inline)) void dwsq_rows(const float *restric
     const __mmask16 m = (__mmask16)(n < 16 ? (1u << n) - 1 : 0xFFFFu);
 #pragma GCC unroll 8
     for (int r = 0; r < DW_ROWS; r++)
-        if (r < R) {
-            float *o = out + r * ldo;
-            _mm512_mask_storeu_ps(o, m, add ? _mm512_add_ps(a[r], _mm512_maskz_loadu_ps(m, o)) : a[r]);
-        }
+        if (r < R) _mm512_mask_storeu_ps(out + r * ldo, m, a[r]);
 }
 #endif
 
-/* Output rows [0, Ho) of the stride-1 correlation of the padded plane src (row stride ld, forward steps) with the
- * kh×kw kernel w, plus init, into out (row stride ldo; added to when add), DW_ROWS×VB at a time. */
+/* Output rows [0, Ho) of the stride-1 correlation of the padded plane src (row stride ld) with the kh×kw kernel w,
+ * plus init, into out (row stride ldo), DW_ROWS×VB at a time. */
 static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const float *w, float init, float *out,
-                           ptrdiff_t ldo, int Ho, int Wo, int add) {
+                           ptrdiff_t ldo, int Ho, int Wo) {
     const int kh = q->kh, kw = q->kw;
     for (int oh = 0; oh < Ho; oh += DW_ROWS) {
         const int R = Ho - oh < DW_ROWS ? Ho - oh : DW_ROWS;
@@ -395,13 +383,13 @@ static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const 
             const int nc = Wo - ow0 < VB ? Wo - ow0 : VB;
 #if defined(__AVX512F__)
             if (kh == kw) switch (kh) { /* the kernels the models use, as constants */
-                case 3: dwsq_rows(s, ld, w, 3, init, o, ldo, R, nc, add); continue;
-                case 5: dwsq_rows(s, ld, w, 5, init, o, ldo, R, nc, add); continue;
-                case 7: dwsq_rows(s, ld, w, 7, init, o, ldo, R, nc, add); continue;
+                case 3: dwsq_rows(s, ld, w, 3, init, o, ldo, R, nc); continue;
+                case 5: dwsq_rows(s, ld, w, 5, init, o, ldo, R, nc); continue;
+                case 7: dwsq_rows(s, ld, w, 7, init, o, ldo, R, nc); continue;
                 default: break;
                 }
 #endif
-            dw1_rows(s, ld, w, kh, kw, init, o, ldo, R, nc, add);
+            dw1_rows(s, ld, w, kh, kw, init, o, ldo, R, nc);
         }
     }
 }
@@ -409,7 +397,7 @@ static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const 
 static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
                           float *xp) {
     fill_pad(x, q->H, q->W, q->p, q->p, xp, d->Wp);
-    dw1_plane_rows(q, xp, d->Wp, w, bv, y, q->Wo, q->Ho, q->Wo, 0);
+    dw1_plane_rows(q, xp, d->Wp, w, bv, y, q->Wo, q->Ho, q->Wo);
 }
 
 /* A one-plane geometry for vt_dw_plane. */
@@ -557,7 +545,7 @@ static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const 
     const int kh = q->kh, kw = q->kw, H = q->H, W = q->W, Wo = q->Wo, p = q->p, Wp = d->Wp, Wd = d->Wd;
     fill_pad(dy, q->Ho, Wo, kh - 1, kw - 1, dyp, Wd);
     if (dx) {
-        dw1_plane_rows(q, dyp + (size_t)p * Wd + p, Wd, wf, 0.0f, dx_add ? dxt : dx, W, H, W, 0);
+        dw1_plane_rows(q, dyp + (size_t)p * Wd + p, Wd, wf, 0.0f, dx_add ? dxt : dx, W, H, W);
         if (dx_add) {
             const int64_t n = (int64_t)H * W;
 #pragma omp simd
