@@ -750,6 +750,93 @@ static void check_bn_act(vt_test *T) {
     }
 }
 
+/* vt_bnact_dwconv: x0 input (B, C, H, W), x1 w, x2 b, x3 running mean, x4 running var, x5 the depthwise weight;
+ * ia[0] 1: eval-mode node inside a train graph, ia[1] the activation, ia[2] 1: plus x0 (its gradient added to). */
+static vt_tensor *b_bndw(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[0]) g->training = 0;
+    vt_tensor *y = vt_bnact_dwconv(g, x[0], x[1], x[2], x[3], x[4], NULL, 1e-5f, 0.1f, c->ia[1], x[5]);
+    g->training = keep;
+    return c->ia[2] ? vt_add(g, x[0], y) : y;
+}
+
+/* The chain vt_bnact_dwconv replaces: vt_batchnorm_act, then the depthwise conv. */
+static vt_tensor *b_bndw_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int keep = g->training;
+    if (c->ia[0]) g->training = 0;
+    vt_tensor *y = vt_batchnorm_act(g, x[0], x[1], x[2], x[3], x[4], NULL, 1, 1e-5f, 0.1f, c->ia[1]);
+    g->training = keep;
+    const int k = x[5]->shape[2];
+    y = vt_conv2d(g, y, x[5], NULL, 1, k / 2, x[0]->shape[1]);
+    return c->ia[2] ? vt_add(g, x[0], y) : y;
+}
+
+/* fill_bn's values, the depthwise weight (x5) N(0, 0.5²) */
+static void fill_bndw(float *d, int64_t n, int which, vt_rng *r) {
+    fill_bn(d, n, which, r);
+    for (int64_t i = 0; which == 5 && i < n; i++) d[i] = 0.5f * vt_rng_normal(r);
+}
+
+/* vt_bnact_dwconv: outputs and gradients against the chain (train and eval graphs, batch and running statistics, each
+ * activation, kernels 3/5/7, x's gradient written and added), finite differences without an activation; the running
+ * statistics updated as the chain's. */
+static void check_bn_dwconv(vt_test *T) {
+    static const struct {
+        int shape[4], k, ia[3]; /* ia: eval-mode node, activation, residual */
+    } cs[] = {{{2, 3, 9, 7}, 3, {0, VT_RELU6, 1}}, {{2, 2, 11, 18}, 5, {0, VT_RELU6, 0}},
+              {{1, 3, 6, 5}, 3, {1, VT_HARDSWISH, 0}}, {{3, 2, 4, 4}, 7, {0, VT_RELU, 0}}, {{2, 2, 5, 5}, 3, {0, -1, 1}},
+              {{2, 3, 7, 9}, 5, {0, -1, 0}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[1], k = cs[i].k;
+        gc_case f = {.name = "bn_act_dwconv", .nx = 6, .ndim = {4, 1, 1, 1, 1, 4},
+                     .shape = {{0}, {C}, {C}, {C}, {C}, {C, 1, k, k}}, .nograd = {0, 0, 0, 1, 1, 0}, .build = b_bndw,
+                     .fill = fill_bndw};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.ia, cs[i].ia, sizeof cs[i].ia);
+        gc_case p = f;
+        p.name = "batchnorm_act then the depthwise conv";
+        p.build = b_bndw_chain;
+        gc_compare(T, &p, &f, 1e-5);
+        /* finite differences where no activation kink lies within a step of the sampled points' effect: the
+         * weights of a BatchNorm move a whole channel, and the step crossed ReLU6's kinks somewhere in it */
+        if (cs[i].ia[1] == -1) gc_run(T, &f);
+    }
+    /* running statistics: both forms in one training graph, on one input, each with its own buffers */
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int C = 3, xs[4] = {2, C, 6, 7}, ws[4] = {C, 1, 3, 3};
+    vt_tensor *x = vt_input(g, "x", 4, xs), *t[2][5], *y[2];
+    T_CHECK(T, vt_bn_tensors(g, "f", C, t[0]) == 0 && vt_bn_tensors(g, "p", C, t[1]) == 0, "bn tensors");
+    vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.5f});
+    y[0] = vt_bnact_dwconv(g, x, t[0][0], t[0][1], t[0][2], t[0][3], t[0][4], 1e-5f, 0.1f, VT_RELU6, w);
+    y[1] = vt_conv2d(g, vt_batchnorm_act(g, x, t[1][0], t[1][1], t[1][2], t[1][3], t[1][4], 1, 1e-5f, 0.1f, VT_RELU6),
+                     w, NULL, 1, 1, C);
+    vt_graph_output(g, y[0]);
+    vt_graph_output(g, y[1]);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_params_init(P, 3);
+        vt_rng rng;
+        vt_rng_seed(&rng, 9);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = 3.0f * vt_rng_normal(&rng) + 1.0f;
+        for (int k = 0; k < 5; k++) /* the same random start in both forms' tensors */
+            for (int c = 0; c < t[0][k]->numel; c++)
+                t[0][k]->data[c] = t[1][k]->data[c] =
+                    k == 4 ? 3.0f : k == 3 ? 0.5f + vt_rng_uniform(&rng) : vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        vt_graph_forward(g);
+        double ey = 0.0, es = 0.0;
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        for (int k = 0; k < 5; k++)
+            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+        T_CHECK(T, ey < 1e-5 && es < 1e-6, "bn_act_dwconv vs the chain: output %g, running statistics %g", ey, es);
+        T_CHECK(T, t[0][4]->data[0] == 5.0f, "num_batches_tracked %g after two", (double)t[0][4]->data[0]);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* vt_softmax_res against softmax, scale and add: finite differences, outputs and gradients (rows shorter than a
  * vector, with a vector tail, whole vectors; the residual without a gradient and used again); its shape error in
  * check_errors. */
@@ -777,6 +864,7 @@ void test_ops_norm_act(vt_test *T) {
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
     check_batchnorm_res(T);
+    check_bn_dwconv(T);
     check_softmax_res(T);
     check_errors(T);
     gc_case cases[] = {

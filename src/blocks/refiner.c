@@ -30,8 +30,15 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
         return vt_dla_eval(g, a, we, wd, wp, bn1, bn2, bn3, aff);
     }
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
-    t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
-    t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
+    if (g->ref_kernels) { /* the chain vt_bnact_dwconv is checked against */
+        t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
+        t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
+    } else { /* bn1, ReLU6 and the depthwise conv in one op: the normalised maps are never stored */
+        vt_tensor *bn[5];
+        if (vt_bn_tensors(g, vt_pname(nm, prefix, "bn1"), He, bn)) return NULL;
+        vt_tensor *wd = vt_conv_weight(g, vt_pname(nm, prefix, "depth_sep_conv"), He, He, 3, He);
+        t = vt_bnact_dwconv(g, t, bn[0], bn[1], bn[2], bn[3], bn[4], BN_EPS, BN_MOM, VT_RELU6, wd);
+    }
     t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
     t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
     /* bn3 + a, then scale·adapt_bn: the add and the scale inside the BatchNorms' passes. Refined-ViT-S training at

@@ -12,6 +12,7 @@
 #endif
 
 #include "gelu_table.h"
+#include "vitc/ops.h"
 
 /* e^r for an already clamped x = n·ln2 + r: returns e^r and sets *nb to n (n = round(x / ln2), from the bits of the
  * rounding shift: no float-to-int conversion, undefined for NaN, whose guarding branch cost 20% of GELU's time;
@@ -414,5 +415,25 @@ static inline float vt_relu6_f(float v) { return v < 0.0f ? 0.0f : v > 6.0f ? 6.
 static inline float vt_relu6_d(float v) { return v > 0.0f && v < 6.0f ? 1.0f : 0.0f; }
 static inline float vt_hswish_f(float v) { return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f; }
 static inline float vt_hswish_d(float v) { return v < -3.0f ? 0.0f : v <= 3.0f ? v / 3.0f + 0.5f : 1.0f; }
+
+/* The activation a BatchNorm applies after itself (act: VT_RELU, VT_RELU6, VT_HARDSWISH of vt_unary_kind, else
+ * none) and its derivative, at the normalised value z (norm.c, bndwconv.c). */
+static inline float vt_norm_act_f(int act, float z) {
+    switch (act) {
+    case VT_RELU: return vt_relu_f(z);
+    case VT_RELU6: return vt_relu6_f(z);
+    case VT_HARDSWISH: return vt_hswish_f(z);
+    default: return z;
+    }
+}
+
+static inline float vt_norm_act_d(int act, float z) {
+    switch (act) {
+    case VT_RELU: return vt_relu_d(z);
+    case VT_RELU6: return vt_relu6_d(z);
+    case VT_HARDSWISH: return vt_hswish_d(z);
+    default: return 1.0f;
+    }
+}
 
 #endif

@@ -250,25 +250,6 @@ typedef struct {
     float oscale; /* vt_batchnorm_res: the output's factor (1 otherwise) */
 } bn_p;
 
-/* The activation after the normalisation (act: bn_p.act) and its derivative, at the normalised value z. */
-static inline float bn_act(int act, float z) {
-    switch (act) {
-    case VT_RELU: return vt_relu_f(z);
-    case VT_RELU6: return vt_relu6_f(z);
-    case VT_HARDSWISH: return vt_hswish_f(z);
-    default: return z;
-    }
-}
-
-static inline float bn_act_d(int act, float z) {
-    switch (act) {
-    case VT_RELU: return vt_relu_d(z);
-    case VT_RELU6: return vt_relu6_d(z);
-    case VT_HARDSWISH: return vt_hswish_d(z);
-    default: return 1.0f;
-    }
-}
-
 #define CB 64 /* channels-last: channels per work item */
 
 /* The work item (k, jb) of the per-channel sums: rows [o0, o1) of outer's nch fixed chunks (the same split on any
@@ -376,7 +357,7 @@ static inline __attribute__((always_inline)) void act_sums(const int act, const 
     if (ks) {
 #pragma omp simd
         for (int i = 0; i < n; i++) {
-            const float d = x[i] - m[i], g = u[i] * bn_act_d(act, d * k1[i] + k0[i]);
+            const float d = x[i] - m[i], g = u[i] * vt_norm_act_d(act, d * k1[i] + k0[i]);
             u[i] = g;
             a1[i] += g;
             a2[i] += (double)g * d;
@@ -385,7 +366,7 @@ static inline __attribute__((always_inline)) void act_sums(const int act, const 
         double t1 = 0.0, t2 = 0.0;
 #pragma omp simd reduction(+ : t1, t2)
         for (int i = 0; i < n; i++) {
-            const float d = x[i] - m[0], g = u[i] * bn_act_d(act, d * k1[0] + k0[0]);
+            const float d = x[i] - m[0], g = u[i] * vt_norm_act_d(act, d * k1[0] + k0[0]);
             u[i] = g;
             t1 += g;
             t2 += (double)g * d;
@@ -462,10 +443,10 @@ static inline __attribute__((always_inline)) void act_pass(const int fwd, const 
                                                           int n) {
     if (fwd == 2) {
 #pragma omp simd
-        for (int i = 0; i < n; i++) y[i] *= bn_act_d(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
+        for (int i = 0; i < n; i++) y[i] *= vt_norm_act_d(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
     } else {
 #pragma omp simd
-        for (int i = 0; i < n; i++) y[i] = bn_act(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
+        for (int i = 0; i < n; i++) y[i] = vt_norm_act_f(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
     }
 }
 
@@ -481,7 +462,7 @@ static inline __attribute__((always_inline)) void act_pass(const int fwd, const 
     } while (0)
 
 /* Per-channel elementwise pass over (outer, C, inner), parallel over rows (channels-last) or planes:
- * forward (fwd = 1): out = act((x − m)·k1 + k0) (bn_act), plus r (NULL: none; without act) while in cache;
+ * forward (fwd = 1): out = act((x − m)·k1 + k0) (vt_norm_act_f), plus r (NULL: none; without act) while in cache;
  * backward (fwd = 0, -1): out += k1·(dy − k2 − (x − m)·k3),
  * written instead of added to when fwd is -1; fwd = 2: dy ·= act'((x − m)·k1 + k0) in place (out unused: the
  * activation's backward before BatchNorm's). */
