@@ -777,15 +777,17 @@ static void fill_bndw(float *d, int64_t n, int which, vt_rng *r) {
     for (int64_t i = 0; which == 5 && i < n; i++) d[i] = 0.5f * vt_rng_normal(r);
 }
 
-/* vt_bnact_dwconv: outputs and gradients against the chain (train and eval graphs, batch and running statistics, each
- * activation, kernels 3/5/7, x's gradient written and added), finite differences without an activation; the running
- * statistics updated as the chain's. */
+/* vt_bnact_dwconv: outputs and gradients against the chain (train and eval graphs; batch statistics with every
+ * activation, running ones with ReLU6, Hardswish and none; kernels 3/5/7; planes taller and wider than 16; x's
+ * gradient written and added), finite differences without an activation; the running statistics updated as the
+ * chain's; its errors. */
 static void check_bn_dwconv(vt_test *T) {
     static const struct {
         int shape[4], k, ia[3]; /* ia: eval-mode node, activation, residual */
     } cs[] = {{{2, 3, 9, 7}, 3, {0, VT_RELU6, 1}}, {{2, 2, 11, 18}, 5, {0, VT_RELU6, 0}},
               {{1, 3, 6, 5}, 3, {1, VT_HARDSWISH, 0}}, {{3, 2, 4, 4}, 7, {0, VT_RELU, 0}}, {{2, 2, 5, 5}, 3, {0, -1, 1}},
-              {{2, 3, 7, 9}, 5, {0, -1, 0}}};
+              {{2, 3, 7, 9}, 5, {0, -1, 0}}, {{2, 2, 17, 6}, 3, {0, VT_HARDSWISH, 1}},
+              {{1, 5, 4, 19}, 7, {1, VT_RELU6, 1}}, {{2, 3, 5, 4}, 3, {1, -1, 0}}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const int C = cs[i].shape[1], k = cs[i].k;
         gc_case f = {.name = "bn_act_dwconv", .nx = 6, .ndim = {4, 1, 1, 1, 1, 4},
@@ -835,6 +837,26 @@ static void check_bn_dwconv(vt_test *T) {
     }
     vt_graph_free(g);
     vt_params_free(P);
+    /* errors: an even kernel, an activation it does not apply, one value per channel to take statistics from */
+    static const struct {
+        int xs[4], k, act;
+        const char *want;
+    } er[] = {{{2, 3, 5, 5}, 2, VT_RELU6, "k odd"}, {{2, 3, 5, 5}, 3, VT_GELU, "only ReLU, ReLU6 and Hardswish"},
+              {{1, 3, 1, 1}, 3, VT_RELU6, "more than 1 value per channel"}};
+    for (size_t i = 0; i < sizeof er / sizeof er[0]; i++) {
+        vt_err e2 = {0};
+        vt_params *P2 = vt_params_new(&e2);
+        vt_graph *g2 = vt_graph_new(P2, 1, &e2);
+        vt_tensor *bn[5];
+        const int w4[4] = {3, 1, er[i].k, er[i].k};
+        const vt_tensor *r = vt_bn_tensors(g2, "bn", 3, bn) ? NULL
+                             : vt_bnact_dwconv(g2, vt_input(g2, "x", 4, er[i].xs), bn[0], bn[1], bn[2], bn[3], bn[4],
+                                               1e-5f, 0.1f, er[i].act, vt_input(g2, "w", 4, w4));
+        T_CHECK(T, !r && strstr(g2->err.msg, "bn_act_dwconv") && strstr(g2->err.msg, er[i].want),
+                "bn_act_dwconv error %zu: %s", i, g2->err.msg);
+        vt_graph_free(g2);
+        vt_params_free(P2);
+    }
 }
 
 /* vt_softmax_res against softmax, scale and add: finite differences, outputs and gradients (rows shorter than a

@@ -22,7 +22,9 @@ typedef struct {
 
 enum { IN_X, IN_BW, IN_BB, IN_RM, IN_RV, IN_W, IN_NBT };
 
-/* Per-thread scratch floats: the activated plane, the conv's dX of it, the planes' padded scratch (16-rounded). */
+/* Scratch (fws and bws): scale, shift and 1/σ (C each, the three rounded to 16 floats, so the planes after them keep
+ * the arena's alignment), then per thread the activated plane, the conv's dX of it and the planes' padded scratch. */
+static size_t head_floats(const bndw_p *p) { return ((size_t)3 * p->C + 15) / 16 * 16; }
 static size_t plane_floats(const bndw_p *p) { return ((size_t)p->H * p->W + 15) / 16 * 16; }
 static size_t thread_floats(const bndw_p *p) {
     return 2 * plane_floats(p) + (vt_dw_plane_bwd_scratch(p->H, p->W, p->k) + 15) / 16 * 16;
@@ -92,7 +94,7 @@ static void bndw_fwd(vt_node *n) {
     const int B = p->B, C = p->C, K = p->k * p->k;
     const int64_t P = (int64_t)p->H * p->W, M = (int64_t)B * P;
     const float *x = n->in[IN_X]->data, *w = n->in[IN_W]->data;
-    float *scale = n->fws->data, *shift = scale + C, *rsb = shift + C, *sc = rsb + C;
+    float *scale = n->fws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
     if (p->batch) {
         float *mu = n->save[0]->data, *rstd = n->save[1]->data;
         float *RM = n->in[IN_RM]->data, *RV = n->in[IN_RV]->data;
@@ -146,7 +148,7 @@ static void bndw_bwd(vt_node *n) {
     float *dx = n->in[IN_X]->grad, *gbw = n->in[IN_BW]->grad, *gbb = n->in[IN_BB]->grad, *gw = n->in[IN_W]->grad;
     if (!dy || !(dx || gbw || gbb || gw)) return;
     const int dx_set = n->grad_fresh & 1u; /* x's gradient written, not added to (grad_sets) */
-    float *scale = n->bws->data, *shift = scale + C, *rsb = shift + C, *sc = rsb + C;
+    float *scale = n->bws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
     const float *mean, *rs;
     bndw_affine(n, &mean, &rs, scale, shift, rsb);
     const size_t per = thread_floats(p), pl = plane_floats(p);
@@ -196,8 +198,9 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
     if (k < 1 || k % 2 == 0 || !vt_has_shape(w, 4, C, 1, k, k))
         return vt_fail(g, op, "depthwise weight %s must be (%d, 1, k, k) with k odd for input %s", sw, C, sx);
     if (!vt_has_shape(bw, 1, C, 0, 0, 0) || !vt_has_shape(bb, 1, C, 0, 0, 0) || !vt_has_shape(rm, 1, C, 0, 0, 0) ||
-        !vt_has_shape(rv, 1, C, 0, 0, 0) || (nbt && nbt->numel != 1))
+        !vt_has_shape(rv, 1, C, 0, 0, 0))
         return vt_fail(g, op, "input %s: the BatchNorm's weight, bias and running statistics must be (%d)", sx, C);
+    if (nbt && nbt->numel != 1) return vt_fail(g, op, "num_batches_tracked must hold one value");
     if (act != -1 && act != VT_RELU && act != VT_RELU6 && act != VT_HARDSWISH)
         return vt_fail(g, op, "activation %d: only ReLU, ReLU6 and Hardswish (or none, -1)", act);
     if (!(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
@@ -212,8 +215,9 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
                   momentum};
     n->grad_sets = 1u; /* dX covers every element of x */
     n->macs = M * C * k * k;
-    const int64_t work = 3 * (int64_t)C + (int64_t)p->nt * (int64_t)thread_floats(p);
-    if (work > INT_MAX) return vt_fail(g, op, "input %s: the per-thread scratch is too large", sx);
+    const int64_t work = (int64_t)head_floats(p) + (int64_t)p->nt * (int64_t)thread_floats(p);
+    if (work > INT_MAX) /* the arena's scratch sizes are ints (as conv2d's) */
+        return vt_fail(g, op, "input %s: the per-thread scratch is too large", sx);
     if (p->batch && (!vt_node_save(n, 0, C) || !vt_node_save(n, 1, C))) return NULL;
     if (!vt_node_work(n, 0, work)) return NULL;
     if ((x->requires_grad || bw->requires_grad || bb->requires_grad || w->requires_grad) && !vt_node_work(n, 1, work))
