@@ -834,6 +834,13 @@ static void check_bn_dwconv(vt_test *T) {
             for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
         T_CHECK(T, ey < 1e-5 && es < 1e-6, "bn_act_dwconv vs the chain: output %g, running statistics %g", ey, es);
         T_CHECK(T, t[0][4]->data[0] == 5.0f, "num_batches_tracked %g after two", (double)t[0][4]->data[0]);
+        /* values far from 0 against their spread: the statistics' sums of deviations from a shift keep the
+         * variance, where Σx² − (Σx)²/M would lose it (about 1% here) */
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = 1e7f + 4.0f * vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        ey = 0.0;
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        T_CHECK(T, ey < 1e-4, "bn_act_dwconv vs the chain on inputs near 1e7: output %g", ey);
     }
     vt_graph_free(g);
     vt_params_free(P);
