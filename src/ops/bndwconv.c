@@ -1,9 +1,9 @@
 /* BatchNorm + activation + depthwise conv in one op (vt_bnact_dwconv): y = DW_k(act(BN(x))) for x (B, C, H, W), the
  * Refiner DLA's bn1 + ReLU6 + depth_sep_conv in training graphs (src/blocks/refiner.c; spec-refiner.md §4). The
  * normalised map, which the chain wrote and read back forward and backward, is recomputed plane by plane in cache
- * from x instead. Forward: the channel statistics (batch statistics: one pass, deviations from the channel's first
- * value in double, as vt_batchnorm's), then per plane the activated plane and its depthwise conv. Backward, per
- * channel (so every sum is one thread's, in a fixed order): over the images the conv's dX of the activated plane, its
+ * from x instead. Forward: the channel statistics (batch statistics: vt_batchnorm's, vt_bn_batch_update), then per
+ * plane the activated plane and its depthwise conv. Backward, per channel (so every sum is one thread's, in a fixed
+ * order): over the images the conv's dX of the activated plane, its
  * dW and the BatchNorm's sums Σdz, Σdz·(x − mean) (dz: dX through the activation's derivative), then over them again
  * with dz recomputed, the BatchNorm's dX. MACs: B·C·H·W·k·k (the conv's). */
 #include <limits.h>
@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "bnstats.h"
 #include "dwplane.h"
 #include "mathfn.h"
 #include "vitc/ops.h"
@@ -23,7 +24,8 @@ typedef struct {
 enum { IN_X, IN_BW, IN_BB, IN_RM, IN_RV, IN_W, IN_NBT };
 
 /* Scratch (fws and bws): scale, shift and 1/σ (C each, the three rounded to 16 floats, so the planes after them keep
- * the arena's alignment), then per thread the activated plane, the conv's dX of it and the planes' padded scratch. */
+ * the arena's alignment), then per thread the activated plane, the conv's dX of it and the planes' padded scratch
+ * (the forward's batch-statistics sums, vt_bn_batch_update, use that space first). */
 static size_t head_floats(const bndw_p *p) { return ((size_t)3 * p->C + 15) / 16 * 16; }
 static size_t plane_floats(const bndw_p *p) { return ((size_t)p->H * p->W + 15) / 16 * 16; }
 static size_t thread_floats(const bndw_p *p) {
@@ -92,38 +94,13 @@ static void plane(int pass, int act, const float *x, float m, float s, float t, 
 static void bndw_fwd(vt_node *n) {
     const bndw_p *p = VT_OP_P(n, bndw_p);
     const int B = p->B, C = p->C, K = p->k * p->k;
-    const int64_t P = (int64_t)p->H * p->W, M = (int64_t)B * P;
+    const int64_t P = (int64_t)p->H * p->W;
     const float *x = n->in[IN_X]->data, *w = n->in[IN_W]->data;
     float *scale = n->fws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
-    if (p->batch) {
-        float *mu = n->save[0]->data, *rstd = n->save[1]->data;
-        float *RM = n->in[IN_RM]->data, *RV = n->in[IN_RV]->data;
-#pragma omp parallel for schedule(static) num_threads(p->nt)
-        for (int c = 0; c < C; c++) {
-            const float s0 = x[(size_t)c * P]; /* the shift: deviations exact in double */
-            double s1 = 0.0, s2 = 0.0;
-            for (int i = 0; i < B; i++) {
-                const float *xc = x + ((size_t)i * C + c) * P;
-                double t1 = 0.0, t2 = 0.0;
-#pragma omp simd reduction(+ : t1, t2)
-                for (int64_t j = 0; j < P; j++) {
-                    const double d = (double)xc[j] - s0;
-                    t1 += d;
-                    t2 += d * d;
-                }
-                s1 += t1;
-                s2 += t2;
-            }
-            const double d = s1 / M, var0 = s2 / M - d * d, var = var0 > 0.0 ? var0 : 0.0, mean = s0 + d;
-            mu[c] = (float)mean;
-            rstd[c] = (float)(1.0 / sqrt(var + p->eps));
-            if (p->update) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
-                RM[c] = (float)((1.0 - p->momentum) * RM[c] + p->momentum * mean);
-                RV[c] = (float)((1.0 - p->momentum) * RV[c] + p->momentum * var * M / (M - 1));
-            }
-        }
-        if (p->update && n->nin > IN_NBT) n->in[IN_NBT]->data[0] += 1.0f;
-    }
+    if (p->batch) /* the scratch's per-thread planes are free until the conv below */
+        vt_bn_batch_update(x, B, C, (int)P, (double *)sc, p->eps, p->momentum, n->save[0]->data, n->save[1]->data,
+                           p->update ? n->in[IN_RM]->data : NULL, p->update ? n->in[IN_RV]->data : NULL,
+                           p->update && n->nin > IN_NBT ? n->in[IN_NBT]->data : NULL);
     const float *mean, *rs;
     bndw_affine(n, &mean, &rs, scale, shift, rsb);
     const size_t per = thread_floats(p), pl = plane_floats(p);
@@ -215,7 +192,9 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
                   momentum};
     n->grad_sets = 1u; /* dX covers every element of x */
     n->macs = M * C * k * k;
-    const int64_t work = (int64_t)head_floats(p) + (int64_t)p->nt * (int64_t)thread_floats(p);
+    int64_t work = (int64_t)p->nt * (int64_t)thread_floats(p); /* the batch statistics' sums use it first */
+    if (work < (int64_t)vt_bn_batch_scratch(p->B, C)) work = (int64_t)vt_bn_batch_scratch(p->B, C);
+    work += (int64_t)head_floats(p);
     if (work > INT_MAX) /* the arena's scratch sizes are ints (as conv2d's) */
         return vt_fail(g, op, "input %s: the per-thread scratch is too large", sx);
     if (p->batch && (!vt_node_save(n, 0, C) || !vt_node_save(n, 1, C))) return NULL;

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bnstats.h"
 #include "mathfn.h"
 #include "vitc/ops.h"
 
@@ -537,6 +538,24 @@ static void bn_affine(const vt_node *n, float *scale, float *shift) {
     }
 }
 
+size_t vt_bn_batch_scratch(int64_t outer, int C) { return (size_t)4 * chunks(outer) * C + 4 * (size_t)C; }
+
+void vt_bn_batch_update(const float *x, int outer, int C, int inner, double *scratch, float eps, float momentum,
+                        float *mu, float *rstd, float *rm, float *rv, float *nbt) {
+    const int64_t M = (int64_t)outer * inner;
+    const int nch = chunks(outer);
+    double *part = scratch, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
+    batch_stats(x, outer, C, inner, nch, part, s1, s2, mu);
+    for (int c = 0; c < C; c++) {
+        rstd[c] = (float)(1.0 / sqrt(s2[c] + eps));
+        if (rm) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
+            rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * s1[c]);
+            rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * s2[c] * M / (M - 1));
+        }
+    }
+    if (nbt) nbt[0] += 1.0f;
+}
+
 static void bn_fwd(vt_node *n) {
     const bn_p *p = VT_OP_P(n, bn_p);
     const int outer = p->outer, C = p->C, inner = p->inner, nch = p->nch, batch = p->batch;
@@ -545,19 +564,10 @@ static void bn_fwd(vt_node *n) {
     const float *mean;
     float *scale = n->fws->data + (batch ? (int64_t)4 * nch * C + 4 * C : 0), *shift = scale + C;
     if (batch) {
-        const int64_t M = (int64_t)outer * inner;
-        double *part = (double *)n->fws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
-        float *mu = n->save[0]->data, *rstd = n->save[1]->data;
-        batch_stats(x, outer, C, inner, nch, part, s1, s2, mu);
-        for (int c = 0; c < C; c++) {
-            rstd[c] = (float)(1.0 / sqrt(s2[c] + eps));
-            if (p->update) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
-                RM->data[c] = (float)((1.0 - mom) * RM->data[c] + mom * s1[c]);
-                RV->data[c] = (float)((1.0 - mom) * RV->data[c] + mom * s2[c] * M / (M - 1));
-            }
-        }
-        if (p->update && NBT) NBT->data[0] += 1.0f;
-        mean = mu;
+        vt_bn_batch_update(x, outer, C, inner, (double *)n->fws->data, eps, mom, n->save[0]->data, n->save[1]->data,
+                           p->update ? RM->data : NULL, p->update ? RV->data : NULL,
+                           p->update && NBT ? NBT->data : NULL);
+        mean = n->save[0]->data;
     } else {
         mean = RM->data;
     }

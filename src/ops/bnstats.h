@@ -1,0 +1,18 @@
+/* BatchNorm batch statistics shared by the BatchNorm ops (norm.c) and the fused BatchNorm + depthwise conv
+ * (bndwconv.c), so both give the same floats. */
+#ifndef VITC_BNSTATS_H
+#define VITC_BNSTATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Floats of vt_bn_batch_update's scratch (doubles: give it 8-byte aligned) for x of `outer` rows and C channels. */
+size_t vt_bn_batch_scratch(int64_t outer, int C);
+
+/* Batch statistics of each channel of x (outer, C, inner): mu (mean) and rstd (1/sqrt(biased var + eps)), the same
+ * on any thread count; when rm is given, the running mean rm and variance rv (unbiased) blended with momentum as
+ * torch, and *nbt (NULL: none) counted. */
+void vt_bn_batch_update(const float *x, int outer, int C, int inner, double *scratch, float eps, float momentum,
+                        float *mu, float *rstd, float *rm, float *rv, float *nbt);
+
+#endif
