@@ -400,10 +400,11 @@ static void scale_rows(int threads, int M, int N, float beta, float *C, int ldc)
 
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    /* alpha 0 never reaches a library: A and B are not read, as BLAS defines it. oneDNN 2.6.3's gemm driver (its
-     * sgemm and the bf16 "gemm:jit" matmul, where alpha is the output scale) exits early on alpha 0 by multiplying
-     * C by beta, also in the uninitialised per-thread buffers of a split over K, which it then adds into C: garbage
-     * that held a NaN pattern made C non-finite (67x64x3137 on 3 threads, 3 times in about 100 runs, 2026-12-02). */
+    /* alpha 0 never reaches a library: A and B are not read, as BLAS defines it. Before, a NaN or inf in A or B
+     * reached C through oneDNN's matmuls (0·NaN), and the bf16 "gemm:jit" matmul (alpha as its output scale) gave
+     * C = NaN at random on 3 threads (67x64x3137, 3 times in about 100 runs, 2026-12-02): its gemm driver, as its
+     * source reads, exits on alpha 0 by multiplying C by beta, also the uninitialised per-thread buffers of a
+     * split over K, which it then adds into C. */
     if (alpha == 0.0f) {
         scale_rows(threads, M, N, beta, C, ldc);
         return;
