@@ -750,25 +750,29 @@ static void check_bn_act(vt_test *T) {
     }
 }
 
-/* vt_bnact_dwconv: x0 input (B, C, H, W), x1 w, x2 b, x3 running mean, x4 running var, x5 the depthwise weight;
- * ia[0] 1: eval-mode node inside a train graph, ia[1] the activation, ia[2] 1: plus x0 (its gradient added to). */
+/* vt_bnact_dwconv (ia[3] 0) or vt_bnact_pwconv (1): x0 input (B, C, H, W), x1 w, x2 b, x3 running mean, x4
+ * running var, x5 the conv's weight; ia[0] 1: eval-mode node inside a train graph, ia[1] the activation, ia[2] 1:
+ * plus x0 (its gradient added to; the pointwise op: plus x0's first channels). */
 static vt_tensor *b_bndw(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int keep = g->training;
     if (c->ia[0]) g->training = 0;
-    vt_tensor *y = vt_bnact_dwconv(g, x[0], x[1], x[2], x[3], x[4], NULL, 1e-5f, 0.1f, c->ia[1], x[5]);
+    vt_tensor *y = (c->ia[3] ? vt_bnact_pwconv : vt_bnact_dwconv)(g, x[0], x[1], x[2], x[3], x[4], NULL, 1e-5f, 0.1f,
+                                                                  c->ia[1], x[5]);
     g->training = keep;
-    return c->ia[2] ? vt_add(g, x[0], y) : y;
+    if (!c->ia[2]) return y;
+    return vt_add(g, c->ia[3] ? vt_slice(g, x[0], 1, 0, y->shape[1]) : x[0], y);
 }
 
-/* The chain vt_bnact_dwconv replaces: vt_batchnorm_act, then the depthwise conv. */
+/* The chain either op replaces: vt_batchnorm_act, then the conv. */
 static vt_tensor *b_bndw_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int keep = g->training;
     if (c->ia[0]) g->training = 0;
     vt_tensor *y = vt_batchnorm_act(g, x[0], x[1], x[2], x[3], x[4], NULL, 1, 1e-5f, 0.1f, c->ia[1]);
     g->training = keep;
     const int k = x[5]->shape[2];
-    y = vt_conv2d(g, y, x[5], NULL, 1, k / 2, x[0]->shape[1]);
-    return c->ia[2] ? vt_add(g, x[0], y) : y;
+    y = vt_conv2d(g, y, x[5], NULL, 1, k / 2, c->ia[3] ? 1 : x[0]->shape[1]);
+    if (!c->ia[2]) return y;
+    return vt_add(g, c->ia[3] ? vt_slice(g, x[0], 1, 0, y->shape[1]) : x[0], y);
 }
 
 /* fill_bn's values, the depthwise weight (x5) N(0, 0.5²) */
@@ -777,46 +781,25 @@ static void fill_bndw(float *d, int64_t n, int which, vt_rng *r) {
     for (int64_t i = 0; which == 5 && i < n; i++) d[i] = 0.5f * vt_rng_normal(r);
 }
 
-/* vt_bnact_dwconv: outputs and gradients against the chain (train and eval graphs; batch statistics with every
- * activation, running ones with ReLU6, Hardswish and none; kernels 3/5/7; planes taller and wider than 16; x's
- * gradient written and added), finite differences without an activation; the running statistics updated as the
- * chain's; its errors. */
-static void check_bn_dwconv(vt_test *T) {
-    static const struct {
-        int shape[4], k, ia[3]; /* ia: eval-mode node, activation, residual */
-    } cs[] = {{{2, 3, 9, 7}, 3, {0, VT_RELU6, 1}}, {{2, 2, 11, 18}, 5, {0, VT_RELU6, 0}},
-              {{1, 3, 6, 5}, 3, {1, VT_HARDSWISH, 0}}, {{3, 2, 4, 4}, 7, {0, VT_RELU, 0}}, {{2, 2, 5, 5}, 3, {0, -1, 1}},
-              {{2, 3, 7, 9}, 5, {0, -1, 0}}, {{2, 2, 17, 6}, 3, {0, VT_HARDSWISH, 1}},
-              {{1, 5, 4, 19}, 7, {1, VT_RELU6, 1}}, {{2, 3, 5, 4}, 3, {1, -1, 0}}};
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        const int C = cs[i].shape[1], k = cs[i].k;
-        gc_case f = {.name = "bn_act_dwconv", .nx = 6, .ndim = {4, 1, 1, 1, 1, 4},
-                     .shape = {{0}, {C}, {C}, {C}, {C}, {C, 1, k, k}}, .nograd = {0, 0, 0, 1, 1, 0}, .build = b_bndw,
-                     .fill = fill_bndw};
-        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
-        memcpy(f.ia, cs[i].ia, sizeof cs[i].ia);
-        gc_case p = f;
-        p.name = "batchnorm_act then the depthwise conv";
-        p.build = b_bndw_chain;
-        gc_compare(T, &p, &f, 1e-5);
-        /* finite differences where no activation kink lies within a step of the sampled points' effect: the
-         * weights of a BatchNorm move a whole channel, and the step crossed ReLU6's kinks somewhere in it */
-        if (cs[i].ia[1] == -1) gc_run(T, &f);
-    }
-    /* running statistics: both forms in one training graph, on one input, each with its own buffers */
+/* One training graph with both forms on one input, each with its own BatchNorm tensors: the pointwise op (pw) or the
+ * depthwise op, and the chain (vt_batchnorm_act then the conv). Two forward runs; the output and the running
+ * statistics agree with the chain's, num_batches_tracked counts; again on inputs near 1e7. */
+static void check_bn_conv_running(vt_test *T, int pw) {
+    const char *name = pw ? "bn_act_pwconv" : "bn_act_dwconv";
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
-    const int C = 3, xs[4] = {2, C, 6, 7}, ws[4] = {C, 1, 3, 3};
+    const int C = 3, xs[4] = {2, C, 6, 7}, ws[4] = {pw ? 4 : C, pw ? C : 1, pw ? 1 : 3, pw ? 1 : 3};
     vt_tensor *x = vt_input(g, "x", 4, xs), *t[2][5], *y[2];
     T_CHECK(T, vt_bn_tensors(g, "f", C, t[0]) == 0 && vt_bn_tensors(g, "p", C, t[1]) == 0, "bn tensors");
     vt_tensor *w = vt_param(g, "w", 4, ws, (vt_init){VT_INIT_NORMAL, 0.5f});
-    y[0] = vt_bnact_dwconv(g, x, t[0][0], t[0][1], t[0][2], t[0][3], t[0][4], 1e-5f, 0.1f, VT_RELU6, w);
+    y[0] = (pw ? vt_bnact_pwconv : vt_bnact_dwconv)(g, x, t[0][0], t[0][1], t[0][2], t[0][3], t[0][4], 1e-5f, 0.1f,
+                                                   VT_RELU6, w);
     y[1] = vt_conv2d(g, vt_batchnorm_act(g, x, t[1][0], t[1][1], t[1][2], t[1][3], t[1][4], 1, 1e-5f, 0.1f, VT_RELU6),
-                     w, NULL, 1, 1, C);
+                     w, NULL, 1, pw ? 0 : 1, pw ? 1 : C);
     vt_graph_output(g, y[0]);
     vt_graph_output(g, y[1]);
-    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "%s: finalize: %s", name, e.msg);
     if (!e.msg[0]) {
         vt_params_init(P, 3);
         vt_rng rng;
@@ -832,35 +815,80 @@ static void check_bn_dwconv(vt_test *T) {
         for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
         for (int k = 0; k < 5; k++)
             for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
-        T_CHECK(T, ey < 1e-5 && es < 1e-6, "bn_act_dwconv vs the chain: output %g, running statistics %g", ey, es);
-        T_CHECK(T, t[0][4]->data[0] == 5.0f, "num_batches_tracked %g after two", (double)t[0][4]->data[0]);
+        T_CHECK(T, ey < 1e-5 && es < 1e-6, "%s vs the chain: output %g, running statistics %g", name, ey, es);
+        T_CHECK(T, t[0][4]->data[0] == 5.0f, "%s: num_batches_tracked %g after two", name, (double)t[0][4]->data[0]);
         /* values far from 0 against their spread: the statistics' sums of deviations from a shift keep the
          * variance, where Σx² − (Σx)²/M would lose it (about 1% here) */
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = 1e7f + 4.0f * vt_rng_normal(&rng);
         vt_graph_forward(g);
         ey = 0.0;
         for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
-        T_CHECK(T, ey < 1e-4, "bn_act_dwconv vs the chain on inputs near 1e7: output %g", ey);
+        T_CHECK(T, ey < 1e-4, "%s vs the chain on inputs near 1e7: output %g", name, ey);
     }
     vt_graph_free(g);
     vt_params_free(P);
-    /* errors: an even kernel, an activation it does not apply, one value per channel to take statistics from */
+}
+
+/* vt_bnact_dwconv and vt_bnact_pwconv: outputs and gradients against the chain (train and eval graphs; batch
+ * statistics with every activation, running ones with ReLU6, Hardswish and none; depthwise kernels 3/5/7, planes
+ * taller and wider than 16; pointwise tiles of 896 pixels and a tail, more and fewer outputs than inputs; x's
+ * gradient written and added), finite differences without an activation; the running statistics updated as the
+ * chain's; their errors. */
+static void check_bn_dwconv(vt_test *T) {
     static const struct {
-        int xs[4], k, act;
+        int shape[4], k, ia[4]; /* k: the depthwise kernel, or the pointwise op's outputs; ia as b_bndw's */
+    } cs[] = {{{2, 3, 9, 7}, 3, {0, VT_RELU6, 1, 0}}, {{2, 2, 11, 18}, 5, {0, VT_RELU6, 0, 0}},
+              {{1, 3, 6, 5}, 3, {1, VT_HARDSWISH, 0, 0}}, {{3, 2, 4, 4}, 7, {0, VT_RELU, 0, 0}},
+              {{2, 2, 5, 5}, 3, {0, -1, 1, 0}}, {{2, 3, 7, 9}, 5, {0, -1, 0, 0}},
+              {{2, 2, 17, 6}, 3, {0, VT_HARDSWISH, 1, 0}}, {{1, 5, 4, 19}, 7, {1, VT_RELU6, 1, 0}},
+              {{2, 3, 5, 4}, 3, {1, -1, 0, 0}},
+              /* pointwise: 36 channels take tiles of 896 pixels, so 31x31 planes are a whole tile and a tail */
+              {{2, 36, 31, 31}, 6, {0, VT_RELU6, 1, 1}}, {{3, 36, 31, 31}, 6, {0, VT_RELU6, 0, 1}},
+              {{2, 36, 31, 31}, 6, {1, VT_RELU6, 0, 1}}, {{2, 5, 3, 4}, 7, {0, VT_RELU, 0, 1}},
+              {{2, 4, 5, 3}, 2, {0, -1, 0, 1}}, {{1, 3, 4, 5}, 3, {0, -1, 1, 1}},
+              {{2, 6, 4, 4}, 4, {0, VT_HARDSWISH, 0, 1}}, {{2, 4, 3, 3}, 5, {1, -1, 0, 1}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[1], k = cs[i].k, pw = cs[i].ia[3];
+        gc_case f = {.name = pw ? "bn_act_pwconv" : "bn_act_dwconv", .nx = 6, .ndim = {4, 1, 1, 1, 1, 4},
+                     .shape = {{0}, {C}, {C}, {C}, {C}, {pw ? k : C, pw ? C : 1, pw ? 1 : k, pw ? 1 : k}},
+                     .nograd = {0, 0, 0, 1, 1, 0}, .build = b_bndw, .fill = fill_bndw};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.ia, cs[i].ia, sizeof cs[i].ia);
+        gc_case p = f;
+        p.name = "batchnorm_act then the conv";
+        p.build = b_bndw_chain;
+        gc_compare(T, &p, &f, 1e-5);
+        /* finite differences where no activation kink lies within a step of the sampled points' effect: the
+         * weights of a BatchNorm move a whole channel, and the step crossed ReLU6's kinks somewhere in it */
+        if (cs[i].ia[1] == -1) gc_run(T, &f);
+    }
+    check_bn_conv_running(T, 0);
+    check_bn_conv_running(T, 1);
+    /* errors: an even kernel, a pointwise weight of other input channels, an activation it does not apply, one value
+     * per channel to take statistics from */
+    static const struct {
+        int pw, xs[4], ws[4], act;
         const char *want;
-    } er[] = {{{2, 3, 5, 5}, 2, VT_RELU6, "k odd"}, {{2, 3, 5, 5}, 3, VT_GELU, "only ReLU, ReLU6 and Hardswish"},
-              {{1, 3, 1, 1}, 3, VT_RELU6, "more than 1 value per channel"}};
+    } er[] = {{0, {2, 3, 5, 5}, {3, 1, 2, 2}, VT_RELU6, "k odd"},
+              {0, {2, 3, 5, 5}, {3, 1, 3, 3}, VT_GELU, "only ReLU, ReLU6 and Hardswish"},
+              {0, {1, 3, 1, 1}, {3, 1, 3, 3}, VT_RELU6, "more than 1 value per channel"},
+              {1, {2, 3, 5, 5}, {4, 2, 1, 1}, VT_RELU6, "must be (O, 3, 1, 1)"},
+              {1, {2, 3, 5, 5}, {4, 3, 3, 3}, VT_RELU6, "must be (O, 3, 1, 1)"},
+              {1, {2, 3, 5, 5}, {4, 3, 1, 1}, VT_GELU, "only ReLU, ReLU6 and Hardswish"},
+              {1, {1, 3, 1, 1}, {4, 3, 1, 1}, VT_RELU6, "more than 1 value per channel"}};
     for (size_t i = 0; i < sizeof er / sizeof er[0]; i++) {
         vt_err e2 = {0};
         vt_params *P2 = vt_params_new(&e2);
         vt_graph *g2 = vt_graph_new(P2, 1, &e2);
         vt_tensor *bn[5];
-        const int w4[4] = {3, 1, er[i].k, er[i].k};
-        const vt_tensor *r = vt_bn_tensors(g2, "bn", 3, bn) ? NULL
-                             : vt_bnact_dwconv(g2, vt_input(g2, "x", 4, er[i].xs), bn[0], bn[1], bn[2], bn[3], bn[4],
-                                               1e-5f, 0.1f, er[i].act, vt_input(g2, "w", 4, w4));
-        T_CHECK(T, !r && strstr(g2->err.msg, "bn_act_dwconv") && strstr(g2->err.msg, er[i].want),
-                "bn_act_dwconv error %zu: %s", i, g2->err.msg);
+        const char *name = er[i].pw ? "bn_act_pwconv" : "bn_act_dwconv";
+        const vt_tensor *r = vt_bn_tensors(g2, "bn", 3, bn)
+                                 ? NULL
+                                 : (er[i].pw ? vt_bnact_pwconv : vt_bnact_dwconv)(
+                                       g2, vt_input(g2, "x", 4, er[i].xs), bn[0], bn[1], bn[2], bn[3], bn[4], 1e-5f,
+                                       0.1f, er[i].act, vt_input(g2, "w", 4, er[i].ws));
+        T_CHECK(T, !r && strstr(g2->err.msg, name) && strstr(g2->err.msg, er[i].want), "%s error %zu: %s", name, i,
+                g2->err.msg);
         vt_graph_free(g2);
         vt_params_free(P2);
     }

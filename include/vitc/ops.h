@@ -108,12 +108,17 @@ int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out);
 vt_tensor *vt_gma_aggregate_eval(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *dw3, vt_tensor *dw5,
                                  vt_tensor *dw7, vt_tensor *pw, vt_tensor *bn);
 
-/* ---- bndwconv.c ---- */
+/* ---- bnconv.c ---- */
 /* y = the depthwise k×k conv (k odd, stride 1, padding k/2, no bias; w (C, 1, k, k)) of act(BatchNorm(x)) for x
  * (B, C, H, W): batch statistics in training graphs (the running ones updated, nbt (or NULL) counted, as
  * vt_batchnorm_act), running ones otherwise; act VT_RELU, VT_RELU6, VT_HARDSWISH or -1. The normalised map is never
  * stored: forward and backward recompute it per plane. */
 vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
+                           vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w);
+
+/* y = W·act(BatchNorm(x)), the 1×1 conv (no bias; w (O, C, 1, 1)) of vt_bnact_dwconv's activated map, y (B, O, H, W);
+ * statistics and act as there. The normalised map is never stored: forward and backward recompute it per tile. */
+vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
                            vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w);
 
 /* ---- gmasep.c ---- */

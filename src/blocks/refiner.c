@@ -30,17 +30,20 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
         return vt_dla_eval(g, a, we, wd, wp, bn1, bn2, bn3, aff);
     }
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
-    if (g->ref_kernels) { /* the chain vt_bnact_dwconv is checked against */
+    if (g->ref_kernels) { /* the chain vt_bnact_dwconv and vt_bnact_pwconv are checked against */
         t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
         t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
-    } else { /* bn1, ReLU6 and the depthwise conv in one op: the normalised maps are never stored */
+        t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
+        t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
+    } else { /* each BatchNorm with its ReLU6 and the conv after it in one op: the normalised maps are never stored */
         vt_tensor *bn[5];
         if (vt_bn_tensors(g, vt_pname(nm, prefix, "bn1"), He, bn)) return NULL;
         vt_tensor *wd = vt_conv_weight(g, vt_pname(nm, prefix, "depth_sep_conv"), He, He, 3, He);
         t = vt_bnact_dwconv(g, t, bn[0], bn[1], bn[2], bn[3], bn[4], BN_EPS, BN_MOM, VT_RELU6, wd);
+        if (vt_bn_tensors(g, vt_pname(nm, prefix, "bn2"), He, bn)) return NULL;
+        vt_tensor *wp = vt_conv_weight(g, vt_pname(nm, prefix, "conv_pro"), H, He, 1, 1);
+        t = vt_bnact_pwconv(g, t, bn[0], bn[1], bn[2], bn[3], bn[4], BN_EPS, BN_MOM, VT_RELU6, wp);
     }
-    t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
-    t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_pro"), t, H, 1, 1, 0, 1, 0);
     /* bn3 + a, then scale·adapt_bn: the add and the scale inside the BatchNorms' passes. Refined-ViT-S training at
      * batch 16 (Ice Lake, 2026-11-29): the separate add and scale passes were 3.3% and 2.4% of the step; a graph of
      * each form on one store, steps alternated in one process, 1.06-1.10x best, 1.03-1.04x per-round median. */

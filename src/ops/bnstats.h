@@ -1,5 +1,5 @@
 /* BatchNorm batch statistics shared by the BatchNorm ops (norm.c) and the fused BatchNorm + depthwise conv
- * (bndwconv.c), so both give the same floats. */
+ * (bnconv.c), so both give the same floats. */
 #ifndef VITC_BNSTATS_H
 #define VITC_BNSTATS_H
 

@@ -417,7 +417,7 @@ static inline float vt_hswish_f(float v) { return v <= -3.0f ? 0.0f : v >= 3.0f 
 static inline float vt_hswish_d(float v) { return v < -3.0f ? 0.0f : v <= 3.0f ? v / 3.0f + 0.5f : 1.0f; }
 
 /* The activation a BatchNorm applies after itself (act: VT_RELU, VT_RELU6, VT_HARDSWISH of vt_unary_kind, else
- * none) and its derivative, at the normalised value z (norm.c, bndwconv.c). */
+ * none) and its derivative, at the normalised value z (norm.c, bnconv.c). */
 static inline float vt_norm_act_f(int act, float z) {
     switch (act) {
     case VT_RELU: return vt_relu_f(z);
