@@ -829,6 +829,67 @@ static void check_bn_conv_running(vt_test *T, int pw) {
     vt_params_free(P);
 }
 
+/* The gradients of either op (fused 1) or its chain (0) in a training graph where only the operands in `want` (bit 0
+ * x, bit 1 the BatchNorm's weight and bias, bit 2 the conv's weight) are parameters and the rest inputs without
+ * gradients; g[0..2] get x's, the BatchNorm weight's and the conv weight's (zeros where not wanted). 0, or -1. */
+static int bn_conv_partial(int pw, int fused, int want, const int *xs, float *gx, float *gbw, float *gw) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int C = xs[1], ws[4] = {pw ? 5 : C, pw ? C : 1, pw ? 1 : 3, pw ? 1 : 3}, cs[1] = {C};
+    vt_tensor *x = want & 1 ? vt_param(g, "x", 4, xs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "x", 4, xs);
+    vt_tensor *bw = want & 2 ? vt_param(g, "bw", 1, cs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "bw", 1, cs);
+    vt_tensor *bb = want & 2 ? vt_param(g, "bb", 1, cs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "bb", 1, cs);
+    vt_tensor *rm = vt_input(g, "rm", 1, cs), *rv = vt_input(g, "rv", 1, cs);
+    vt_tensor *w = want & 4 ? vt_param(g, "w", 4, ws, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "w", 4, ws);
+    vt_tensor *y = fused ? (pw ? vt_bnact_pwconv : vt_bnact_dwconv)(g, x, bw, bb, rm, rv, NULL, 1e-5f, 0.1f, VT_RELU6, w)
+                         : vt_conv2d(g, vt_batchnorm_act(g, x, bw, bb, rm, rv, NULL, 1, 1e-5f, 0.1f, VT_RELU6), w, NULL,
+                                     1, pw ? 0 : 1, pw ? 1 : C);
+    vt_tensor *r = y ? vt_input(g, "r", 4, y->shape) : NULL;
+    if (r) vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+    int rc = -1;
+    if (r && vt_graph_finalize(g, &e) == 0) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 21);
+        vt_tensor *all[7] = {x, bw, bb, rm, rv, w, r};
+        for (int k = 0; k < 7; k++)
+            for (int64_t i = 0; i < all[k]->numel; i++)
+                all[k]->data[i] = k == 0   ? 2.0f * vt_rng_normal(&rng) + 0.5f
+                                  : k == 4 ? 0.3f + vt_rng_uniform(&rng)
+                                           : vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        vt_graph_backward(g);
+        const vt_tensor *src[3] = {x, bw, w};
+        float *dst[3] = {gx, gbw, gw};
+        for (int k = 0; k < 3; k++)
+            for (int64_t i = 0; i < src[k]->numel; i++) dst[k][i] = want >> (k == 2 ? 2 : k) & 1 ? src[k]->grad[i] : 0;
+        rc = 0;
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return rc;
+}
+
+/* Either op with only some operands needing gradients (the others inputs: the op's backward sees NULL for theirs)
+ * gives the chain's gradients for the rest. */
+static void check_bn_conv_partial(vt_test *T) {
+    const int xs[4] = {2, 4, 7, 6}, n = 2 * 4 * 7 * 6;
+    for (int pw = 0; pw < 2; pw++)
+        for (int want = 1; want < 7; want++) { /* x; BN; x+BN; w; x+w; BN+w */
+            float a[3][2 * 4 * 7 * 6] = {{0}}, b[3][2 * 4 * 7 * 6] = {{0}}; /* past each gradient's size: zeros */
+            const int ok = bn_conv_partial(pw, 1, want, xs, a[0], a[1], a[2]) == 0 &&
+                           bn_conv_partial(pw, 0, want, xs, b[0], b[1], b[2]) == 0;
+            double d = 0.0, scale = 1.0;
+            for (int k = 0; k < 3 && ok; k++)
+                for (int i = 0; i < n; i++) {
+                    d = fmax(d, fabs((double)a[k][i] - b[k][i]));
+                    scale = fmax(scale, fabs((double)b[k][i]));
+                }
+            T_CHECK(T, ok && d / scale < 1e-5, "%s with gradients for operands %d only: %g from the chain",
+                    pw ? "bn_act_pwconv" : "bn_act_dwconv", want, d / scale);
+        }
+}
+
 /* vt_bnact_dwconv and vt_bnact_pwconv: outputs and gradients against the chain (train and eval graphs; batch
  * statistics with every activation, running ones with ReLU6, Hardswish and none; depthwise kernels 3/5/7, planes
  * taller and wider than 16; pointwise tiles of 896 pixels and a tail, more and fewer outputs than inputs; x's
@@ -864,6 +925,7 @@ static void check_bn_dwconv(vt_test *T) {
     }
     check_bn_conv_running(T, 0);
     check_bn_conv_running(T, 1);
+    check_bn_conv_partial(T);
     /* errors: an even kernel, a pointwise weight of other input channels, an activation it does not apply, one value
      * per channel to take statistics from */
     static const struct {
