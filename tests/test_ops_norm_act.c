@@ -1,7 +1,9 @@
 /* Gradient checks and value checks for layernorm, batchnorm (channels-first/-last, train/eval), the elementwise
  * activations, and softmax over every axis; plus build-time shape errors for these ops. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -830,16 +832,17 @@ static void check_bn_conv_running(vt_test *T, int pw) {
 }
 
 /* The gradients of either op (fused 1) or its chain (0) in a training graph where only the operands in `want` (bit 0
- * x, bit 1 the BatchNorm's weight and bias, bit 2 the conv's weight) are parameters and the rest inputs without
- * gradients; g[0..2] get x's, the BatchNorm weight's and the conv weight's (zeros where not wanted). 0, or -1. */
-static int bn_conv_partial(int pw, int fused, int want, const int *xs, float *gx, float *gbw, float *gw) {
+ * x, bit 1 the BatchNorm's weight, bit 2 the conv's weight, bit 3 the BatchNorm's bias) are parameters and the rest
+ * inputs without gradients; gr[0..3] get x's, the BatchNorm weight's, the conv weight's and the BatchNorm bias's
+ * (left as they were where not wanted); the pointwise op has 5 outputs. 0, or -1. */
+static int bn_conv_partial(int pw, int fused, int want, const int *xs, float *gr[4]) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 1, &e);
     const int C = xs[1], ws[4] = {pw ? 5 : C, pw ? C : 1, pw ? 1 : 3, pw ? 1 : 3}, cs[1] = {C};
     vt_tensor *x = want & 1 ? vt_param(g, "x", 4, xs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "x", 4, xs);
     vt_tensor *bw = want & 2 ? vt_param(g, "bw", 1, cs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "bw", 1, cs);
-    vt_tensor *bb = want & 2 ? vt_param(g, "bb", 1, cs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "bb", 1, cs);
+    vt_tensor *bb = want & 8 ? vt_param(g, "bb", 1, cs, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "bb", 1, cs);
     vt_tensor *rm = vt_input(g, "rm", 1, cs), *rv = vt_input(g, "rv", 1, cs);
     vt_tensor *w = want & 4 ? vt_param(g, "w", 4, ws, (vt_init){VT_INIT_ZERO, 0}) : vt_input(g, "w", 4, ws);
     vt_tensor *y = fused ? (pw ? vt_bnact_pwconv : vt_bnact_dwconv)(g, x, bw, bb, rm, rv, NULL, 1e-5f, 0.1f, VT_RELU6, w)
@@ -859,10 +862,9 @@ static int bn_conv_partial(int pw, int fused, int want, const int *xs, float *gx
                                            : vt_rng_normal(&rng);
         vt_graph_forward(g);
         vt_graph_backward(g);
-        const vt_tensor *src[3] = {x, bw, w};
-        float *dst[3] = {gx, gbw, gw};
-        for (int k = 0; k < 3; k++)
-            for (int64_t i = 0; i < src[k]->numel; i++) dst[k][i] = want >> (k == 2 ? 2 : k) & 1 ? src[k]->grad[i] : 0;
+        const vt_tensor *src[4] = {x, bw, w, bb};
+        for (int k = 0; k < 4; k++)
+            if (want >> k & 1) memcpy(gr[k], src[k]->grad, sizeof(float) * (size_t)src[k]->numel);
         rc = 0;
     }
     vt_graph_free(g);
@@ -875,12 +877,12 @@ static int bn_conv_partial(int pw, int fused, int want, const int *xs, float *gx
 static void check_bn_conv_partial(vt_test *T) {
     const int xs[4] = {2, 4, 7, 6}, n = 2 * 4 * 7 * 6;
     for (int pw = 0; pw < 2; pw++)
-        for (int want = 1; want < 7; want++) { /* x; BN; x+BN; w; x+w; BN+w */
-            float a[3][2 * 4 * 7 * 6] = {{0}}, b[3][2 * 4 * 7 * 6] = {{0}}; /* past each gradient's size: zeros */
-            const int ok = bn_conv_partial(pw, 1, want, xs, a[0], a[1], a[2]) == 0 &&
-                           bn_conv_partial(pw, 0, want, xs, b[0], b[1], b[2]) == 0;
+        for (int want = 1; want < 16; want++) { /* every subset of x, BN weight, conv weight, BN bias */
+            float a[4][2 * 4 * 7 * 6] = {{0}}, b[4][2 * 4 * 7 * 6] = {{0}}; /* past each gradient's size: zeros */
+            float *ga[4] = {a[0], a[1], a[2], a[3]}, *gb[4] = {b[0], b[1], b[2], b[3]};
+            const int ok = bn_conv_partial(pw, 1, want, xs, ga) == 0 && bn_conv_partial(pw, 0, want, xs, gb) == 0;
             double d = 0.0, scale = 1.0;
-            for (int k = 0; k < 3 && ok; k++)
+            for (int k = 0; k < 4 && ok; k++)
                 for (int i = 0; i < n; i++) {
                     d = fmax(d, fabs((double)a[k][i] - b[k][i]));
                     scale = fmax(scale, fabs((double)b[k][i]));
@@ -888,6 +890,27 @@ static void check_bn_conv_partial(vt_test *T) {
             T_CHECK(T, ok && d / scale < 1e-5, "%s with gradients for operands %d only: %g from the chain",
                     pw ? "bn_act_pwconv" : "bn_act_dwconv", want, d / scale);
         }
+}
+
+/* The pointwise op's backward on 4 threads over 6 tiles (every thread busy, the sums of 4 threads added): four runs
+ * give bit-identical gradients (the threads' partial sums are added in thread order, not as they finish; on 2
+ * threads either order gives the same floats; an arrival-order add of the conv weight's sums failed this in 2 of 3
+ * suite runs with two runs here). */
+static void check_bn_pwconv_repeat(vt_test *T) {
+    enum { RUNS = 4 };
+    const int xs[4] = {3, 60, 29, 31}, n = 3 * 60 * 29 * 31, threads0 = omp_get_max_threads();
+    float *r[RUNS][4];
+    int ok = 1;
+    for (int k = 0; k < RUNS; k++)
+        for (int j = 0; j < 4; j++) ok &= (r[k][j] = calloc((size_t)n, sizeof(float))) != NULL;
+    omp_set_num_threads(4);
+    for (int k = 0; k < RUNS && ok; k++) ok = bn_conv_partial(1, 1, 15, xs, r[k]) == 0;
+    omp_set_num_threads(threads0);
+    for (int k = 1; k < RUNS && ok; k++)
+        for (int j = 0; j < 4 && ok; j++) ok = memcmp(r[0][j], r[k][j], sizeof(float) * (size_t)n) == 0;
+    T_CHECK(T, ok, "bn_act_pwconv on 4 threads: %d runs give bit-identical gradients", RUNS);
+    for (int k = 0; k < RUNS; k++)
+        for (int j = 0; j < 4; j++) free(r[k][j]);
 }
 
 /* vt_bnact_dwconv and vt_bnact_pwconv: outputs and gradients against the chain (train and eval graphs; batch
@@ -926,6 +949,7 @@ static void check_bn_dwconv(vt_test *T) {
     check_bn_conv_running(T, 0);
     check_bn_conv_running(T, 1);
     check_bn_conv_partial(T);
+    check_bn_pwconv_repeat(T);
     /* errors: an even kernel, a pointwise weight of other input channels, an activation it does not apply, one value
      * per channel to take statistics from */
     static const struct {

@@ -75,7 +75,7 @@ long long vt_gemm_bf16_runs(const vt_gemm_plan *p);
 vt_gemm_lib vt_gemm_choose(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K);
 
 /* Row-major C = alpha·op(A)·op(B) + beta·C (op transposes when ta/tb); C is not read when beta is 0, A and B not
- * when alpha is 0 (as BLAS). Inside an OpenMP parallel region it runs on the calling thread, outside it on
+ * when alpha or K is 0 (as BLAS). Inside an OpenMP parallel region it runs on the calling thread, outside it on
  * omp_get_max_threads() threads. */
 void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
              const float *B, int ldb, float beta, float *C, int ldc);

@@ -174,8 +174,9 @@ static const vt_opdef op_bndw = {"bn_act_dwconv", bndw_fwd, bndw_bwd, VT_READS(V
 
 /* ---- vt_bnact_pwconv ---- */
 
-/* A tile's activated channels: at most this many floats (128 KiB, in a core's L2). Refined-ViT-S's 36 channels of
- * 197x197 maps, batch 16 (Zen 5, 2026-12-02): 32K, 64K and 128K floats took the same time. */
+/* A tile's activated channels: at most this many floats (128 KiB, in a core's L2), unless C > 512 needs more for
+ * the 64 pixels a tile takes at least. Refined-ViT-S's 36 channels of 197x197 maps, batch 16 (Zen 5, 2026-12-02):
+ * 32K, 64K and 128K floats took the same time. P (an activation's plane) fits an int as every activation does. */
 enum { TILE_FLOATS = 32768 };
 
 /* Tile t of the B·⌈P/T⌉ tiles: its image *b, first pixel *j0; returns its pixels. */
@@ -384,7 +385,7 @@ vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
         vt_shape_str(w, sw, sizeof sw);
         return vt_fail(g, op, "pointwise weight %s must be (O, %d, 1, 1) for input %s", sw, C, sx);
     }
-    /* tiles of at most TILE_FLOATS floats, whole vectors of 16 pixels */
+    /* tiles of TILE_FLOATS / C pixels, whole vectors of 16, at least 64, at most the plane */
     const int64_t P = (int64_t)x->shape[2] * x->shape[3];
     int64_t T = TILE_FLOATS / C / 16 * 16;
     if (T < 64) T = 64;

@@ -388,6 +388,7 @@ static int atb_transposed(int M, int N, int K, float alpha, const float *A, int 
 
 /* C = beta·C, or 0 where beta is 0 (C not read), on `threads` threads. */
 static void scale_rows(int threads, int M, int N, float beta, float *C, int ldc) {
+    if (beta == 1.0f) return;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && (long long)M * N >= 1 << 16)
     for (int i = 0; i < M; i++) {
         float *c = C + (size_t)i * ldc;
@@ -400,12 +401,13 @@ static void scale_rows(int threads, int M, int N, float beta, float *C, int ldc)
 
 static void gemm_run(const vt_gemm_plan *p, int threads, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    /* alpha 0 never reaches a library: A and B are not read, as BLAS defines it. Before, a NaN or inf in A or B
+    /* alpha 0 or K 0 never reaches a library: A and B are not read, as BLAS defines it (oneDNN left C as it was for
+     * K 0, also where beta 0 should have zeroed it: found by review, 2026-12-02). Before, a NaN or inf in A or B
      * reached C through oneDNN's matmuls (0·NaN), and the bf16 "gemm:jit" matmul (alpha as its output scale) gave
      * C = NaN at random on 3 threads (67x64x3137, 3 times in about 100 runs, 2026-12-02): its gemm driver, as its
      * source reads, exits on alpha 0 by multiplying C by beta, also the uninitialised per-thread buffers of a
      * split over K, which it then adds into C. */
-    if (alpha == 0.0f) {
+    if (alpha == 0.0f || K == 0) {
         scale_rows(threads, M, N, beta, C, ldc);
         return;
     }
