@@ -67,6 +67,9 @@ static void check_im2col_conv(vt_test *T) {
         {1, 5, 4, 3, 2, 2, 2, 0},   /* PVT v1 stages 2-4, odd */
         {1, 1, 1, 2, 3, 3, 2, 1},   /* 1x1 map, kernel mostly padding */
         {1, 6, 6, 2, 3, 3, 1, 1},   /* stride 1 */
+        {2, 17, 16, 5, 3, 8, 8, 0}, /* the Refiner's 8x8/8 patch embed, a height not a multiple of 8 */
+        {1, 8, 9, 2, 3, 4, 2, 1},   /* overlapping 4x4/2 with padding */
+        {1, 16, 32, 2, 2, 16, 16, 0}, /* ViT's 16x16/16 */
     };
     enum { CAP = 16384 };
     static float o1[CAP], o2[CAP], g1[CAP], g2[CAP];
