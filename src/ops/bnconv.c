@@ -201,8 +201,8 @@ static size_t pw_bwd_floats(const bndw_p *p) {
  * 5, 2026-12-02); its backward (whose first pass computes the tile this way) 17.8-23.4 against 20.8-27.3, and the
  * same prefetch in its second pass measured nothing. */
 static inline void prefetch_next(const bndw_p *p, const float *xc, int64_t j0, int n) {
-    const int64_t P = (int64_t)p->H * p->W, nx = P - j0 - n < p->T ? P - j0 - n : p->T;
-    for (int64_t i = 0; i < nx; i += 16) __builtin_prefetch(xc + n + i, 0, 3);
+    const int64_t P = (int64_t)p->H * p->W;
+    vt_prefetch_floats(xc + n, P - j0 - n < p->T ? P - j0 - n : p->T);
 }
 
 /* U (C × T, row stride T) = act(BN(x)) over tile pixels j0.. of image b. */

@@ -7,6 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Prefetches the n floats at x into the caches (one hint per 64-byte line): the next plane or run of an op whose
+ * planes lie far apart (a stream the hardware prefetchers only find once it is read). */
+static inline void vt_prefetch_floats(const float *x, int64_t n) {
+    for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(x + j, 0, 3);
+}
+
 /* Floats of the padded-plane scratch of vt_dw_plane for an H×W plane and a k×k kernel; zero it once per thread:
  * every call with the same (H, W, k) leaves its border zero. */
 size_t vt_dw_plane_scratch(int H, int W, int k);
