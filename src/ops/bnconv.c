@@ -318,15 +318,20 @@ static void bnpw_bwd(vt_node *n) {
  * calls apart. */
 static const vt_opdef op_bnpw = {"bn_act_pwconv", bnpw_fwd, bnpw_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_FUSED};
 
-/* The checks both builders share (x 4-D, the BatchNorm's tensors of x's channels, act, eps, momentum); 0 or -1 (g's
- * error set). */
+/* The checks both builders share (x 4-D, the BatchNorm's tensors of x's channels, the conv's weight: depthwise
+ * (C, 1, k, k) with k odd, or pointwise (O, C, 1, 1) when pw, act, eps, momentum); 0 or -1 (g's error set). */
 static int bn_conv_check(vt_graph *g, const char *op, const vt_tensor *x, const vt_tensor *bw, const vt_tensor *bb,
-                         const vt_tensor *rm, const vt_tensor *rv, const vt_tensor *nbt, float eps, float momentum,
-                         int act) {
-    char sx[64];
+                         const vt_tensor *rm, const vt_tensor *rv, const vt_tensor *nbt, const vt_tensor *w, int pw,
+                         float eps, float momentum, int act) {
+    char sx[64], sw[64];
     vt_shape_str(x, sx, sizeof sx);
-    const int C = x->ndim == 4 ? x->shape[1] : 0;
+    vt_shape_str(w, sw, sizeof sw);
+    const int C = x->ndim == 4 ? x->shape[1] : 0, k = w->ndim == 4 ? w->shape[2] : 0;
     if (x->ndim != 4) return vt_fail(g, op, "input %s must be (B, C, H, W)", sx), -1;
+    if (pw && (w->ndim != 4 || w->shape[0] < 1 || !vt_has_shape(w, 4, w->shape[0], C, 1, 1)))
+        return vt_fail(g, op, "pointwise weight %s must be (O, %d, 1, 1) for input %s", sw, C, sx), -1;
+    if (!pw && (k < 1 || k % 2 == 0 || !vt_has_shape(w, 4, C, 1, k, k)))
+        return vt_fail(g, op, "depthwise weight %s must be (%d, 1, k, k) with k odd for input %s", sw, C, sx), -1;
     if (!vt_has_shape(bw, 1, C, 0, 0, 0) || !vt_has_shape(bb, 1, C, 0, 0, 0) || !vt_has_shape(rm, 1, C, 0, 0, 0) ||
         !vt_has_shape(rv, 1, C, 0, 0, 0))
         return vt_fail(g, op, "input %s: the BatchNorm's weight, bias and running statistics must be (%d)", sx, C), -1;
@@ -370,15 +375,8 @@ static vt_tensor *bn_conv_node(vt_graph *g, const vt_opdef *def, vt_tensor *x, v
 vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
                            vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w) {
     if (vt_bad(g, 6, x, bw, bb, rm, rv, w)) return NULL;
-    static const char *op = "bn_act_dwconv";
-    if (bn_conv_check(g, op, x, bw, bb, rm, rv, nbt, eps, momentum, act)) return NULL;
-    const int C = x->shape[1], k = w->ndim == 4 ? w->shape[2] : 0;
-    if (k < 1 || k % 2 == 0 || !vt_has_shape(w, 4, C, 1, k, k)) {
-        char sx[64], sw[64];
-        vt_shape_str(x, sx, sizeof sx);
-        vt_shape_str(w, sw, sizeof sw);
-        return vt_fail(g, op, "depthwise weight %s must be (%d, 1, k, k) with k odd for input %s", sw, C, sx);
-    }
+    if (bn_conv_check(g, "bn_act_dwconv", x, bw, bb, rm, rv, nbt, w, 0, eps, momentum, act)) return NULL;
+    const int C = x->shape[1], k = w->shape[2];
     const bndw_p p = {x->shape[0], C, x->shape[2], x->shape[3], k, C, 0, act, g->training, g->training, g->threads,
                       eps, momentum, NULL};
     const int64_t work = (int64_t)p.nt * (int64_t)thread_floats(&p);
@@ -388,15 +386,8 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
 vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
                            vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w) {
     if (vt_bad(g, 6, x, bw, bb, rm, rv, w)) return NULL;
-    static const char *op = "bn_act_pwconv";
-    if (bn_conv_check(g, op, x, bw, bb, rm, rv, nbt, eps, momentum, act)) return NULL;
-    const int C = x->shape[1], O = w->ndim == 4 ? w->shape[0] : 0;
-    if (O < 1 || !vt_has_shape(w, 4, O, C, 1, 1)) {
-        char sx[64], sw[64];
-        vt_shape_str(x, sx, sizeof sx);
-        vt_shape_str(w, sw, sizeof sw);
-        return vt_fail(g, op, "pointwise weight %s must be (O, %d, 1, 1) for input %s", sw, C, sx);
-    }
+    if (bn_conv_check(g, "bn_act_pwconv", x, bw, bb, rm, rv, nbt, w, 1, eps, momentum, act)) return NULL;
+    const int C = x->shape[1], O = w->shape[0];
     /* tiles of TILE_FLOATS / C pixels, whole vectors of 16, at least 64, at most the plane */
     const int64_t P = (int64_t)x->shape[2] * x->shape[3];
     int64_t T = TILE_FLOATS / C / 16 * 16;
