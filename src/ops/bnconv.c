@@ -6,7 +6,8 @@
  * statistics (batch statistics: vt_batchnorm's, vt_bn_batch_update), then per plane the activated plane and its
  * depthwise conv. Backward, per channel (so every sum is one thread's, in a fixed order): over the images the conv's
  * dX of the activated plane, its dW and the BatchNorm's sums Σdz, Σdz·(x − mean) (dz: dX through the activation's
- * derivative), then over them again with dz recomputed, the BatchNorm's dX. MACs: B·C·H·W·k·k (the conv's).
+ * derivative), dz kept (B planes a thread), then over them again, the BatchNorm's dX from dz and x. MACs:
+ * B·C·H·W·k·k (the conv's).
  * vt_bnact_pwconv, y = W·act(BN(x)) with W (O, C, 1, 1) (bn2 + ReLU6 + conv_pro). Units are tiles of pixels of one
  * image: the tile's activated channels (C × T, in cache) times W, one GEMM per tile. Backward: per tile dU = Wᵀ·dY,
  * dW += dY·Uᵀ and the BatchNorm's sums, the threads' partial sums added in thread order; then per tile dU again and
@@ -33,12 +34,13 @@ typedef struct {
 enum { IN_X, IN_BW, IN_BB, IN_RM, IN_RV, IN_W, IN_NBT };
 
 /* Scratch (fws and bws): scale, shift and 1/σ (C each, the three rounded to 16 floats, so the planes after them keep
- * the arena's alignment), then per thread the activated plane, the conv's dX of it and the planes' padded scratch
- * (the forward's batch-statistics sums, vt_bn_batch_update, use that space first). */
+ * the arena's alignment), then per thread the activated plane, planes (forward: 1; backward: B, a channel's dz of
+ * every image) and the planes' padded scratch (the forward's batch-statistics sums, vt_bn_batch_update, use that
+ * space first). */
 static size_t head_floats(const bndw_p *p) { return ((size_t)3 * p->C + 15) / 16 * 16; }
 static size_t plane_floats(const bndw_p *p) { return ((size_t)p->H * p->W + 15) / 16 * 16; }
-static size_t thread_floats(const bndw_p *p) {
-    return 2 * plane_floats(p) + (vt_dw_plane_bwd_scratch(p->H, p->W, p->k) + 15) / 16 * 16;
+static size_t thread_floats(const bndw_p *p, int planes) {
+    return (size_t)(1 + planes) * plane_floats(p) + (vt_dw_plane_bwd_scratch(p->H, p->W, p->k) + 15) / 16 * 16;
 }
 
 /* mean[c], rs[c] (1/σ) and the normalisation's scale, shift: z = (x − mean)·scale + shift. */
@@ -59,8 +61,9 @@ static void bndw_affine(const vt_node *n, const float **mean, const float **rs, 
 }
 
 /* One plane of n floats, z = (x − m)·s + t: u = act(z) (pass 0); the sums Σdz and Σdz·(x − m) with dz = du·act'(z)
- * into *a1, *a2 (pass 1); dx = k1·(dz − k2 − (x − m)·k3), written or (add) added (pass 2). Inlined with a constant
- * act so each loop vectorises (the activation's switch inside a loop kept it scalar: see norm.c's act_pass). */
+ * into *a1, *a2, and dz into u unless u is NULL (pass 1); dx = k1·(dz − k2 − (x − m)·k3), written or (add) added,
+ * with dz from du·act'(z) (pass 2) or du itself (pass 3). Inlined with a constant act so each loop vectorises (the
+ * activation's switch inside a loop kept it scalar: see norm.c's act_pass). */
 static inline __attribute__((always_inline)) void plane_pass(const int pass, const int act, const float *x, float m,
                                                               float s, float t, float *u, const float *du, double *a1,
                                                               double *a2, float k1, float k2, float k3, float *dx,
@@ -70,18 +73,29 @@ static inline __attribute__((always_inline)) void plane_pass(const int pass, con
         for (int64_t i = 0; i < n; i++) u[i] = vt_norm_act_f(act, (x[i] - m) * s + t);
     } else if (pass == 1) {
         double t1 = 0.0, t2 = 0.0;
+        if (u) {
 #pragma omp simd reduction(+ : t1, t2)
-        for (int64_t i = 0; i < n; i++) {
-            const float dz = du[i] * vt_norm_act_d(act, (x[i] - m) * s + t);
-            t1 += dz;
-            t2 += (double)dz * (x[i] - m);
+            for (int64_t i = 0; i < n; i++) {
+                const float dz = du[i] * vt_norm_act_d(act, (x[i] - m) * s + t);
+                u[i] = dz;
+                t1 += dz;
+                t2 += (double)dz * (x[i] - m);
+            }
+        } else {
+#pragma omp simd reduction(+ : t1, t2)
+            for (int64_t i = 0; i < n; i++) {
+                const float dz = du[i] * vt_norm_act_d(act, (x[i] - m) * s + t);
+                t1 += dz;
+                t2 += (double)dz * (x[i] - m);
+            }
         }
         *a1 += t1;
         *a2 += t2;
     } else {
 #pragma omp simd
         for (int64_t i = 0; i < n; i++) {
-            const float xm = x[i] - m, g = k1 * (du[i] * vt_norm_act_d(act, xm * s + t) - k2 - xm * k3);
+            const float xm = x[i] - m, dz = pass == 3 ? du[i] : du[i] * vt_norm_act_d(act, xm * s + t),
+                        g = k1 * (dz - k2 - xm * k3);
             dx[i] = add ? dx[i] + g : g;
         }
     }
@@ -112,7 +126,7 @@ static void bndw_fwd(vt_node *n) {
                            p->update && n->nin > IN_NBT ? n->in[IN_NBT]->data : NULL);
     const float *mean, *rs;
     bndw_affine(n, &mean, &rs, scale, shift, rsb);
-    const size_t per = thread_floats(p), pl = plane_floats(p);
+    const size_t per = thread_floats(p, 1), pl = plane_floats(p);
 #pragma omp parallel num_threads(p->nt)
     {
         float *U = sc + (size_t)omp_get_thread_num() * per, *pad = U + 2 * pl;
@@ -121,7 +135,8 @@ static void bndw_fwd(vt_node *n) {
         for (int bc = 0; bc < B * C; bc++) {
             const int c = bc % C;
             plane(0, p->act, x + (size_t)bc * P, mean[c], scale[c], shift[c], U, NULL, NULL, NULL, 0, 0, 0, NULL, 0, P);
-            vt_dw_plane(U, p->H, p->W, p->k, w + (size_t)c * K, 0.0f, n->out->data + (size_t)bc * P, pad);
+            vt_dw_plane(U, p->H, p->W, p->k, w + (size_t)c * K, 0.0f, U + pl, pad); /* staged: see conv.c */
+            memcpy(n->out->data + (size_t)bc * P, U + pl, sizeof(float) * (size_t)P);
         }
     }
 }
@@ -137,21 +152,22 @@ static void bndw_bwd(vt_node *n) {
     float *scale = n->bws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
     const float *mean, *rs;
     bndw_affine(n, &mean, &rs, scale, shift, rsb);
-    const size_t per = thread_floats(p), pl = plane_floats(p);
+    const size_t per = thread_floats(p, B), pl = plane_floats(p);
 #pragma omp parallel num_threads(p->nt)
     {
-        float *U = sc + (size_t)omp_get_thread_num() * per, *DU = U + pl, *pad = DU + pl;
-        memset(pad, 0, sizeof(float) * (per - 2 * pl));
+        float *U = sc + (size_t)omp_get_thread_num() * per, *DZ = U + pl, *pad = DZ + (size_t)B * pl;
+        memset(pad, 0, sizeof(float) * (per - (size_t)(1 + B) * pl));
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++) {
             const float m = mean[c], s = scale[c], t = shift[c];
             double s1 = 0.0, s2 = 0.0;
-            for (int i = 0; i < B; i++) { /* dz = dX·act'(z): the BatchNorm's sums, the conv's dW */
+            for (int i = 0; i < B; i++) { /* dz = dX·act'(z), kept for dx: the BatchNorm's sums, the conv's dW */
                 const float *xc = x + ((size_t)i * C + c) * P, *dyc = dy + ((size_t)i * C + c) * P;
+                float *dz = DZ + (size_t)i * pl;
                 plane(0, act, xc, m, s, t, U, NULL, NULL, NULL, 0, 0, 0, NULL, 0, P);
-                vt_dw_plane_bwd(U, dyc, p->H, p->W, p->k, w + (size_t)c * K, DU, 0, gw ? gw + (size_t)c * K : NULL,
+                vt_dw_plane_bwd(U, dyc, p->H, p->W, p->k, w + (size_t)c * K, dz, 0, gw ? gw + (size_t)c * K : NULL,
                                 pad);
-                plane(1, act, xc, m, s, t, NULL, DU, &s1, &s2, 0, 0, 0, NULL, 0, P);
+                plane(1, act, xc, m, s, t, dx ? dz : NULL, dz, &s1, &s2, 0, 0, 0, NULL, 0, P);
             }
             if (gbw) gbw[c] += (float)(s2 * rs[c]);
             if (gbb) gbb[c] += (float)s1;
@@ -159,13 +175,9 @@ static void bndw_bwd(vt_node *n) {
             /* batch statistics: dx = w·rstd·(dz − mean(dz) − x̂·mean(dz·x̂)); running statistics: dx = w·rstd·dz */
             const float k1 = s, k2 = p->batch ? (float)(s1 / M) : 0.0f,
                         k3 = p->batch ? (float)(s2 * rs[c] * rs[c] / M) : 0.0f;
-            for (int i = 0; i < B; i++) { /* dz again (recomputed: never stored), then the BatchNorm's dX */
-                const float *xc = x + ((size_t)i * C + c) * P, *dyc = dy + ((size_t)i * C + c) * P;
-                float *dxc = dx + ((size_t)i * C + c) * P;
-                plane(0, act, xc, m, s, t, U, NULL, NULL, NULL, 0, 0, 0, NULL, 0, P);
-                vt_dw_plane_bwd(U, dyc, p->H, p->W, p->k, w + (size_t)c * K, DU, 0, NULL, pad);
-                plane(2, act, xc, m, s, t, NULL, DU, NULL, NULL, k1, k2, k3, dxc, !dx_set, P);
-            }
+            for (int i = 0; i < B; i++) /* the BatchNorm's dX from the kept dz (the channel's planes still in cache) */
+                plane(3, act, x + ((size_t)i * C + c) * P, m, s, t, NULL, DZ + (size_t)i * pl, NULL, NULL, k1, k2, k3,
+                      dx + ((size_t)i * C + c) * P, !dx_set, P);
         }
     }
 }
@@ -379,8 +391,8 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
     const int C = x->shape[1], k = w->shape[2];
     const bndw_p p = {x->shape[0], C, x->shape[2], x->shape[3], k, C, 0, act, g->training, g->training, g->threads,
                       eps, momentum, NULL};
-    const int64_t work = (int64_t)p.nt * (int64_t)thread_floats(&p);
-    return bn_conv_node(g, &op_bndw, x, bw, bb, rm, rv, nbt, w, x->shape, &p, (int64_t)head_floats(&p), work, work);
+    return bn_conv_node(g, &op_bndw, x, bw, bb, rm, rv, nbt, w, x->shape, &p, (int64_t)head_floats(&p),
+                        (int64_t)p.nt * (int64_t)thread_floats(&p, 1), (int64_t)p.nt * (int64_t)thread_floats(&p, p.B));
 }
 
 vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,

@@ -236,7 +236,7 @@ static int imax(int a, int b) { return a > b ? a : b; }
 typedef struct {
     int Hp, Wp; /* padded input plane (forward and dW), DW_ROWS - 1 zero rows past the padding */
     int Hd, Wd; /* padded output-gradient plane (backward), likewise */
-    int64_t fwd, bwd; /* scratch floats per thread */
+    int64_t pad, fwd, bwd; /* floats: the padded input plane; scratch per thread */
 } dwdims;
 
 static dwdims dw_dims(const geom *q) {
@@ -246,8 +246,9 @@ static dwdims dw_dims(const geom *q) {
     d.Wp = Wo16 + q->kw - 1;
     d.Hd = imax(q->H + q->p + q->kh - 1, q->H + 2 * q->p) + DW_ROWS - 1;
     d.Wd = imax(W16 + q->p + q->kw - 1, Wo16 + 2 * (q->kw - 1));
-    d.fwd = (int64_t)d.Hp * d.Wp;
-    /* + dW's sums, the flipped kernel, a dX plane (where it is added to) */
+    d.pad = ((int64_t)d.Hp * d.Wp + 15) / 16 * 16;
+    d.fwd = d.pad + (int64_t)q->Ho * q->Wo; /* + the output plane, staged */
+    /* + dW's sums, the flipped kernel, a dX plane (staged) */
     d.bwd = d.fwd + (int64_t)d.Hd * d.Wd + (int64_t)q->kh * q->kw * (VB + 1) + (int64_t)q->H * q->W;
     return d;
 }
@@ -394,10 +395,16 @@ static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const 
     }
 }
 
+/* One plane's output into y, or (stage) into the scratch after xp, then copied to y: for a y not in cache (an op's
+ * output tensor), whose lines the kernel's stores, DW_ROWS rows at a time, each stalled on (the Refiner's
+ * 16 x 36 x 197 x 197 maps, AMD EPYC Zen 5, 2026-12-02: bn_act_dwconv's forward 0.13-0.17 -> 0.08-0.11 s in 8 runs,
+ * four alternated rounds). */
 static void dw1_plane_fwd(const geom *q, const dwdims *d, const float *x, const float *w, float bv, float *y,
-                          float *xp) {
+                          float *xp, int stage) {
+    float *yt = stage ? xp + d->pad : y;
     fill_pad(x, q->H, q->W, q->p, q->p, xp, d->Wp);
-    dw1_plane_rows(q, xp, d->Wp, w, bv, y, q->Wo, q->Ho, q->Wo);
+    dw1_plane_rows(q, xp, d->Wp, w, bv, yt, q->Wo, q->Ho, q->Wo);
+    if (stage) memcpy(y, yt, sizeof(float) * (size_t)q->Ho * q->Wo);
 }
 
 /* A one-plane geometry for vt_dw_plane. */
@@ -416,13 +423,13 @@ static geom plane_geom(int H, int W, int k) {
 
 size_t vt_dw_plane_scratch(int H, int W, int k) {
     const geom q = plane_geom(H, W, k);
-    return (size_t)dw_dims(&q).fwd;
+    return (size_t)dw_dims(&q).pad; /* vt_dw_plane does not stage */
 }
 
 void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias, float *y, float *scratch) {
     const geom q = plane_geom(H, W, k);
     const dwdims d = dw_dims(&q);
-    dw1_plane_fwd(&q, &d, x, w, bias, y, scratch);
+    dw1_plane_fwd(&q, &d, x, w, bias, y, scratch, 0);
 }
 
 /* ac[kj·VB + t] += Σ_{oh, blocks} dr[oh·Wd + ow0 + t]·xr[oh·Wp + ow0 + kj + t] for t < 8 and kj < KW (one kernel row's
@@ -536,20 +543,23 @@ static int dwk_rows_all(const float *dr, int Wd, const float *xp, int Wp, int Ho
 #endif
 
 /* dx += (dx_add; else =) full correlation of dy with w, given flipped (wf[t] = w[kh·kw − 1 − t]): the padded dy's
- * correlation with wf; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). An added dX is written
- * to the plane dxt first, then added in one pass: adding in the tiles' masked stores had each tile's loads of dx wait
- * on the stores before them (perf: a third of the backward on those loads; GroupMixFormer-T training at batch 16, AMD
- * EPYC Zen 5, 2026-12-02, three alternated runs: its separable aggregators 0.86-1.00 -> 0.77-0.81 s). */
+ * correlation with wf; acc (kh·kw·VB) += per-lane partial sums of dW (reduced by the caller). dX is written to
+ * the plane dxt first, then copied or added in one pass: adding in the tiles' masked stores had each tile's loads of
+ * dx wait on the stores before them (perf: a third of the backward on those loads; GroupMixFormer-T training at batch
+ * 16, AMD EPYC Zen 5, 2026-12-02, three alternated runs: its separable aggregators 0.86-1.00 -> 0.77-0.81 s), and
+ * writing it there directly stalls as dw1_plane_fwd's output does. */
 static void dw1_plane_bwd(const geom *q, const dwdims *d, const float *x, const float *wf, const float *dy, float *dx,
                           int dx_add, float *acc, float *xp, float *dyp, float *dxt) {
     const int kh = q->kh, kw = q->kw, H = q->H, W = q->W, Wo = q->Wo, p = q->p, Wp = d->Wp, Wd = d->Wd;
     fill_pad(dy, q->Ho, Wo, kh - 1, kw - 1, dyp, Wd);
-    if (dx) {
-        dw1_plane_rows(q, dyp + (size_t)p * Wd + p, Wd, wf, 0.0f, dx_add ? dxt : dx, W, H, W);
+    if (dx) { /* staged in dxt, as dw1_plane_fwd's output */
+        dw1_plane_rows(q, dyp + (size_t)p * Wd + p, Wd, wf, 0.0f, dxt, W, H, W);
+        const int64_t n = (int64_t)H * W;
         if (dx_add) {
-            const int64_t n = (int64_t)H * W;
 #pragma omp simd
             for (int64_t i = 0; i < n; i++) dx[i] += dxt[i];
+        } else {
+            memcpy(dx, dxt, sizeof(float) * (size_t)n);
         }
     }
     if (!acc) return;
@@ -618,7 +628,7 @@ static void conv_fwd(vt_node *n) {
             for (int bc = 0; bc < q.B * q.Cin; bc++) {
                 const int c = bc % q.Cin;
                 dw1_plane_fwd(&q, &d, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
-                              y + (size_t)bc * q.P, xp);
+                              y + (size_t)bc * q.P, xp, 1);
                 if (q.relu) relu_n(y + (size_t)bc * q.P, q.P);
             }
         }

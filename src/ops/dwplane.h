@@ -17,7 +17,8 @@ static inline void vt_prefetch_floats(const float *x, int64_t n) {
  * every call with the same (H, W, k) leaves its border zero. */
 size_t vt_dw_plane_scratch(int H, int W, int k);
 
-/* y (H×W) = bias + the k×k correlation (k odd, zero padding k/2) of plane x with w (k·k floats). */
+/* y (H×W) = bias + the k×k correlation (k odd, zero padding k/2) of plane x with w (k·k floats), stored straight
+ * into y: stage a y not in cache in a cached plane and copy it (the stores stall on each missing line; conv.c). */
 void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias, float *y, float *scratch);
 
 /* Floats of vt_dw_plane_bwd's scratch (at least vt_dw_plane's, whose calls may share it); zero it once per thread. */
