@@ -998,6 +998,150 @@ static void check_softmax_res(vt_test *T) {
     }
 }
 
+/* vt_bn_res_bn's operands: t, a, then BN_3's and BN_a's weight and bias; each form's running statistics are its own
+ * buffers. ia[0]: 0 the fused op (the chain in eval graphs, as the Refiner), 1 the chain; fa[0] the scale. */
+static vt_tensor *b_pair(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int C = x[0]->shape[1], one = 1;
+    vt_tensor *b3[5] = {x[2], x[3], vt_buffer(g, "rm3", 1, &C, VT_INIT_Z), vt_buffer(g, "rv3", 1, &C, VT_INIT_1),
+                        vt_buffer(g, "nb3", 1, &one, VT_INIT_Z)};
+    vt_tensor *ba[5] = {x[4], x[5], vt_buffer(g, "rma", 1, &C, VT_INIT_Z), vt_buffer(g, "rva", 1, &C, VT_INIT_1),
+                        vt_buffer(g, "nba", 1, &one, VT_INIT_Z)};
+    if (!c->ia[0] && g->training) return vt_bn_res_bn(g, x[0], b3, x[1], ba, 1e-5f, 0.1f, c->fa[0]);
+    vt_tensor *y = vt_batchnorm_res(g, x[0], b3[0], b3[1], b3[2], b3[3], b3[4], 1, 1e-5f, 0.1f, 1.0f, x[1]);
+    return vt_batchnorm_res(g, y, ba[0], ba[1], ba[2], ba[3], ba[4], 1, 1e-5f, 0.1f, c->fa[0], NULL);
+}
+
+/* t off-centre and spread, a correlated with nothing, weights N(0, 1) */
+static void fill_pair(float *d, int64_t n, int which, vt_rng *r) {
+    for (int64_t i = 0; i < n; i++)
+        d[i] = which == 0 ? 2.0f * vt_rng_normal(r) + 0.5f : which == 1 ? vt_rng_normal(r) - 0.3f : vt_rng_normal(r);
+}
+
+/* vt_bn_res_bn against the chain of two vt_batchnorm_res (outputs and every gradient; a's and t's written and added;
+ * images in 1 to 8 chunks and more images than chunks; scales 1 and 0.7), finite differences, the running statistics
+ * (two steps, then values near 1e7) and its errors. */
+static void check_bn_res_bn(vt_test *T) {
+    static const struct {
+        int shape[4];
+        float scale;
+    } cs[] = {{{2, 3, 5, 7}, 1.0f}, {{3, 2, 9, 8}, 0.7f}, {{9, 2, 4, 5}, 1.0f}, {{1, 4, 6, 3}, 0.7f}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[1];
+        gc_case f = {.name = "bn_res_bn", .nx = 6, .ndim = {4, 4, 1, 1, 1, 1},
+                     .shape = {{0}, {0}, {C}, {C}, {C}, {C}}, .build = b_pair, .fill = fill_pair,
+                     .fa = {cs[i].scale}};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.shape[1], cs[i].shape, sizeof cs[i].shape);
+        gc_case p = f;
+        p.name = "the two batchnorm_res";
+        p.ia[0] = 1;
+        gc_compare(T, &p, &f, 1e-5);
+        if (i < 2) gc_run(T, &f);
+    }
+    /* running statistics: both forms on one input, their BatchNorm tensors starting equal */
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[4] = {3, 2, 5, 6};
+    vt_tensor *t = vt_input(g, "t", 4, xs), *a = vt_input(g, "a", 4, xs), *bn[4][5];
+    int ok = 1;
+    for (int k = 0; k < 4; k++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "bn%d", k);
+        ok &= vt_bn_tensors(g, nm, 2, bn[k]) == 0;
+    }
+    T_CHECK(T, ok, "bn tensors");
+    vt_tensor *yf = vt_bn_res_bn(g, t, bn[0], a, bn[1], 1e-5f, 0.1f, 0.5f);
+    vt_tensor *yc = vt_batchnorm_res(g, vt_batchnorm_res(g, t, bn[2][0], bn[2][1], bn[2][2], bn[2][3], bn[2][4], 1,
+                                                         1e-5f, 0.1f, 1.0f, a),
+                                     bn[3][0], bn[3][1], bn[3][2], bn[3][3], bn[3][4], 1, 1e-5f, 0.1f, 0.5f, NULL);
+    vt_graph_output(g, yf);
+    vt_graph_output(g, yc);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "bn_res_bn: finalize: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 5);
+        for (int64_t i = 0; i < t->numel; i++) {
+            t->data[i] = 3.0f * vt_rng_normal(&rng) + 1.0f;
+            a->data[i] = 0.5f * t->data[i] + vt_rng_normal(&rng); /* correlated: cov(t, a) counts */
+        }
+        for (int j = 0; j < 2; j++)
+            for (int k = 0; k < 5; k++)
+                for (int c = 0; c < bn[j][k]->numel; c++)
+                    bn[j][k]->data[c] = bn[j + 2][k]->data[c] =
+                        k == 4 ? 3.0f : k == 3 ? 0.5f + vt_rng_uniform(&rng) : vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        vt_graph_forward(g);
+        double ey = 0.0, es = 0.0;
+        for (int64_t i = 0; i < yf->numel; i++) ey = fmax(ey, fabs(yf->data[i] - yc->data[i]));
+        for (int j = 0; j < 2; j++)
+            for (int k = 2; k < 5; k++)
+                for (int c = 0; c < bn[j][k]->numel; c++)
+                    es = fmax(es, fabs(bn[j][k]->data[c] - bn[j + 2][k]->data[c]) / fmax(1.0, fabs(bn[j][k]->data[c])));
+        T_CHECK(T, ey < 1e-5 && es < 1e-5, "bn_res_bn vs the chain: output %g, running statistics %g", ey, es);
+        T_CHECK(T, bn[0][4]->data[0] == 5.0f && bn[1][4]->data[0] == 5.0f, "bn_res_bn: num_batches_tracked %g, %g",
+                (double)bn[0][4]->data[0], (double)bn[1][4]->data[0]);
+        for (int64_t i = 0; i < t->numel; i++) { /* far from 0 against their spread */
+            t->data[i] = 1e7f + 4.0f * vt_rng_normal(&rng);
+            a->data[i] = -3e6f + 2.0f * vt_rng_normal(&rng);
+        }
+        vt_graph_forward(g);
+        /* against the two BatchNorms in double (the chain's float middle map near -3e6 keeps steps of 0.25) */
+        const int C = xs[1], Q = xs[2] * xs[3];
+        const double M = (double)xs[0] * Q;
+        ey = 0.0;
+        for (int c = 0; c < C; c++) {
+            double st = 0, sa = 0, vt = 0, va = 0, my = 0, vy = 0;
+            for (int b = 0; b < xs[0]; b++)
+                for (int q = 0; q < Q; q++) {
+                    st += t->data[(b * C + c) * Q + q];
+                    sa += a->data[(b * C + c) * Q + q];
+                }
+            st /= M, sa /= M;
+            for (int b = 0; b < xs[0]; b++)
+                for (int q = 0; q < Q; q++) {
+                    vt += pow(t->data[(b * C + c) * Q + q] - st, 2) / M;
+                    va += pow(a->data[(b * C + c) * Q + q] - sa, 2) / M;
+                }
+            const double w3 = bn[0][0]->data[c], b3 = bn[0][1]->data[c], r3 = 1.0 / sqrt(vt + 1e-5);
+            double y1[2 * 5 * 6 * 3];
+            for (int b = 0; b < xs[0]; b++)
+                for (int q = 0; q < Q; q++) {
+                    const int j = (b * C + c) * Q + q;
+                    y1[b * Q + q] = w3 * (t->data[j] - st) * r3 + b3 + (a->data[j] - sa);
+                    my += y1[b * Q + q] / M;
+                }
+            for (int j = 0; j < xs[0] * Q; j++) vy += pow(y1[j] - my, 2) / M;
+            for (int b = 0; b < xs[0]; b++)
+                for (int q = 0; q < Q; q++) {
+                    const double z = 0.5 * (bn[1][0]->data[c] * (y1[b * Q + q] - my) / sqrt(vy + 1e-5) +
+                                            bn[1][1]->data[c]);
+                    ey = fmax(ey, fabs(yf->data[(b * C + c) * Q + q] - z));
+                }
+        }
+        T_CHECK(T, ey < 1e-4, "bn_res_bn on inputs near 1e7 (a near -3e6) against double precision: output %g", ey);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    /* errors: a of another shape, a BatchNorm tensor of other channels, an eval graph */
+    for (int k = 0; k < 3; k++) {
+        vt_err e2 = {0};
+        vt_params *P2 = vt_params_new(&e2);
+        vt_graph *g2 = vt_graph_new(P2, k != 2, &e2);
+        const int as[4] = {3, 2, 5, k == 0 ? 5 : 6};
+        vt_tensor *b3[5], *b4[5];
+        const vt_tensor *r = vt_bn_tensors(g2, "b3", k == 1 ? 3 : 2, b3) || vt_bn_tensors(g2, "b4", 2, b4)
+                                 ? NULL
+                                 : vt_bn_res_bn(g2, vt_input(g2, "t", 4, xs), b3, vt_input(g2, "a", 4, as), b4, 1e-5f,
+                                                0.1f, 1.0f);
+        static const char *want[3] = {"the added term", "must be (2)", "training graphs only"};
+        T_CHECK(T, !r && strstr(g2->err.msg, "bn_res_bn") && strstr(g2->err.msg, want[k]), "bn_res_bn error %d: %s",
+                k, g2->err.msg);
+        vt_graph_free(g2);
+        vt_params_free(P2);
+    }
+}
+
 void test_ops_norm_act(vt_test *T) {
     check_activation_values(T);
     check_kink_grads(T);
@@ -1008,6 +1152,7 @@ void test_ops_norm_act(vt_test *T) {
     check_batchnorm_sum(T);
     check_batchnorm_res(T);
     check_bn_dwconv(T);
+    check_bn_res_bn(T);
     check_softmax_res(T);
     check_errors(T);
     gc_case cases[] = {

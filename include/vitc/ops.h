@@ -121,6 +121,12 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
 vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
                            vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w);
 
+/* z = scale·BN_a(BN_3(t) + a) for t, a (B, C, H, W), two BatchNorms (bn3, bna: weight, bias, running mean, running
+ * var, num_batches_tracked each) with batch statistics, both running statistics updated: training graphs only. The
+ * middle map is never stored (BN_a's statistics follow from moments of t and a; src/ops/bnpair.c). */
+vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_tensor *a, vt_tensor *const *bna,
+                        float eps, float momentum, float scale);
+
 /* ---- gmasep.c ---- */
 /* GroupMixFormer's separable aggregator conv (depthwise k×k, k odd, padding k/2, then pointwise 1×1; no biases) on
  * segment seg of qkv (3C, B, N = H·W), C = 5s, read in place: seg 1-3, the 3B images type·B + b of cin = s channels,

@@ -46,7 +46,14 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
     }
     /* bn3 + a, then scale·adapt_bn: the add and the scale inside the BatchNorms' passes. Refined-ViT-S training at
      * batch 16 (Ice Lake, 2026-11-29): the separate add and scale passes were 3.3% and 2.4% of the step; a graph of
-     * each form on one store, steps alternated in one process, 1.06-1.10x best, 1.03-1.04x per-round median. */
+     * each form on one store, steps alternated in one process, 1.06-1.10x best, 1.03-1.04x per-round median.
+     * Training with adapt_bn: both in one op, the middle map never stored (vt_bn_res_bn; 4 passes over the maps
+     * instead of 9). */
+    if (adapt && g->training && !g->ref_kernels) {
+        vt_tensor *b3[5], *ba[5];
+        if (vt_bn_tensors(g, vt_pname(nm, prefix, "bn3"), H, b3) || vt_bn_tensors(g, adapt, H, ba)) return NULL;
+        return vt_bn_res_bn(g, t, b3, a, ba, BN_EPS, BN_MOM, scale);
+    }
     t = vt_batchnorm_res_p(g, vt_pname(nm, prefix, "bn3"), t, 1, BN_EPS, BN_MOM, 1.0f, a);
     if (adapt) return vt_batchnorm_res_p(g, adapt, t, 1, BN_EPS, BN_MOM, scale, NULL);
     return scale != 1.0f ? vt_scale(g, t, scale) : t;
