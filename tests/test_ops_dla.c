@@ -1,7 +1,9 @@
 /* The fused inference DLA (vt_dla_eval, src/ops/dla.c) against the op chain it replaces (the same block built with
  * vt_graph.ref_kernels), on random weights and BatchNorm statistics: one tile and several (halo rows between tiles),
- * one-row tiles, planes one or two keys wide, with and without the adapt BatchNorm and scale; then its errors.
+ * one-row tiles, planes one or two keys wide, with and without the adapt BatchNorm and scale; then its errors; then
+ * the training DLA (vt_bnact_dwconv, vt_bnact_pwconv, vt_bn_res_bn) against the chain.
  * The PyTorch comparison of whole Refined-ViT models (eval graphs: this op) is tests/reference/test_refiner.py. */
+#include <math.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -49,6 +51,75 @@ static void check_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* The DLA in a training graph, fused ops (ref 0) or the chain (1), on input x (a parameter, through an identity node
+ * so its gradient is added to), one forward and backward of Σ y·r; P initialised, then gc_shake_norms. */
+static vt_graph *dla_train(const int *xs, int ref, vt_params **P, vt_tensor **x, vt_tensor **y) {
+    vt_err e = {0};
+    *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(*P, 1, &e);
+    g->ref_kernels = ref;
+    *x = vt_param(g, "xin", 4, xs, VT_INIT_Z);
+    *y = vt_block_dla(g, "dla", vt_affine(g, *x, 1.0f, 0.0f), 3.0f, "adapt", 0.3f);
+    vt_tensor *r = *y ? vt_input(g, "r", 4, xs) : NULL;
+    if (r) {
+        vt_graph_set_loss(g, vt_sum(g, vt_mul(g, *y, r)));
+        vt_graph_output(g, *y);
+    }
+    if (!r || vt_graph_finalize(g, &e)) {
+        vt_graph_free(g);
+        return NULL;
+    }
+    vt_params_init(*P, 7);
+    gc_shake_norms(*P, 5, 0.4f);
+    vt_rng rng;
+    vt_rng_seed(&rng, 3);
+    for (int64_t i = 0; i < (*x)->numel; i++) (*x)->data[i] = vt_rng_normal(&rng);
+    for (int64_t i = 0; i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
+    vt_graph_forward(g);
+    vt_params_zero_grad(*P);
+    vt_graph_backward(g);
+    return g;
+}
+
+/* max |a − b| over n floats against max(1, max |b|) */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double d = 0.0, m = 1.0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i])), m = fmax(m, fabs(b[i]));
+    return d / m;
+}
+
+/* The training DLA's fused ops against the chain: output, every tensor's gradient, every running statistic. */
+static void check_train(vt_test *T) {
+    static const int shapes[3][4] = {{2, 3, 9, 9}, {1, 2, 40, 40}, {3, 4, 13, 11}};
+    for (int s = 0; s < 3; s++) {
+        vt_params *P[2];
+        vt_tensor *x[2], *y[2];
+        vt_graph *g[2] = {dla_train(shapes[s], 0, &P[0], &x[0], &y[0]), dla_train(shapes[s], 1, &P[1], &x[1], &y[1])};
+        T_CHECK(T, g[0] && g[1], "training DLA %d: built", s);
+        if (!g[0] || !g[1]) continue;
+        int fused = 0;
+        for (int i = 0; i < g[0]->nn; i++) fused += !strcmp(g[0]->nodes[i]->op->name, "bn_res_bn");
+        T_CHECK(T, fused == 1, "training DLA %d: one bn_res_bn node (%d)", s, fused);
+        double ey = rel_err(y[0]->data, y[1]->data, y[0]->numel), eg = 0.0, es = 0.0;
+        int same = 1;
+        for (int k = 0; k < P[1]->n; k++) {
+            const vt_tensor *b = P[1]->t[k], *a = vt_params_find(P[0], b->name);
+            if (!a || !a->grad != !b->grad) {
+                same = 0;
+                continue;
+            }
+            if (b->grad) eg = fmax(eg, rel_err(a->grad, b->grad, b->numel));
+            else if (!b->is_i64) es = fmax(es, rel_err(a->data, b->data, b->numel));
+        }
+        T_CHECK(T, same && ey < 1e-5 && eg < 2e-5 && es < 1e-5,
+                "training DLA %d vs the chain: output %g, gradients %g, running statistics %g", s, ey, eg, es);
+        for (int k = 0; k < 2; k++) {
+            vt_graph_free(g[k]);
+            vt_params_free(P[k]);
+        }
+    }
+}
+
 void test_ops_dla(vt_test *T) {
     static const dla_case cases[] = {
         {"one_tile", 2, 3, 5, 5, 3.0f, 1, 0.5f},
@@ -60,4 +131,5 @@ void test_ops_dla(vt_test *T) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_equal(T, &cases[i]);
     check_errors(T);
+    check_train(T);
 }

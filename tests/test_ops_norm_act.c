@@ -1123,23 +1123,115 @@ static void check_bn_res_bn(vt_test *T) {
     }
     vt_graph_free(g);
     vt_params_free(P);
-    /* errors: a of another shape, a BatchNorm tensor of other channels, an eval graph */
-    for (int k = 0; k < 3; k++) {
+    /* errors: a of another shape, a BatchNorm tensor of other channels, an eval graph, a momentum over 1, one value
+     * per channel, a num_batches_tracked of two values */
+    for (int k = 0; k < 6; k++) {
         vt_err e2 = {0};
         vt_params *P2 = vt_params_new(&e2);
         vt_graph *g2 = vt_graph_new(P2, k != 2, &e2);
-        const int as[4] = {3, 2, 5, k == 0 ? 5 : 6};
+        const int as[4] = {3, 2, 5, k == 0 ? 5 : 6}, one[4] = {1, 2, 1, 1}, two = 2;
+        const int *ts = k == 4 ? one : xs;
         vt_tensor *b3[5], *b4[5];
-        const vt_tensor *r = vt_bn_tensors(g2, "b3", k == 1 ? 3 : 2, b3) || vt_bn_tensors(g2, "b4", 2, b4)
-                                 ? NULL
-                                 : vt_bn_res_bn(g2, vt_input(g2, "t", 4, xs), b3, vt_input(g2, "a", 4, as), b4, 1e-5f,
-                                                0.1f, 1.0f);
-        static const char *want[3] = {"the added term", "must be (2)", "training graphs only"};
+        const int bad = vt_bn_tensors(g2, "b3", k == 1 ? 3 : 2, b3) || vt_bn_tensors(g2, "b4", 2, b4);
+        if (k == 5) b4[4] = vt_buffer(g2, "nbt2", 1, &two, VT_INIT_Z);
+        const vt_tensor *r = bad ? NULL
+                                 : vt_bn_res_bn(g2, vt_input(g2, "t", 4, ts), b3, vt_input(g2, "a", 4, k == 4 ? one : as),
+                                                b4, 1e-5f, k == 3 ? 2.0f : 0.1f, 1.0f);
+        static const char *want[6] = {"the added term", "must be (2)", "training graphs only", "momentum 2",
+                                      "more than 1 value", "num_batches_tracked"};
         T_CHECK(T, !r && strstr(g2->err.msg, "bn_res_bn") && strstr(g2->err.msg, want[k]), "bn_res_bn error %d: %s",
                 k, g2->err.msg);
         vt_graph_free(g2);
         vt_params_free(P2);
     }
+}
+
+/* One training graph of vt_bn_res_bn (fused 1) or the chain (0) on (t, a, w3, b3, wa, ba), operand k a parameter
+ * where bit k of want is set (else an input), loss Σ z·r; t and a integers (+ off, − 0.3·off: exact shifts). Returns
+ * z then every operand's gradient (0 where none), n floats in all, malloc'd; NULL on failure. */
+static float *pair_run(const int *xs, int fused, unsigned want, float off, int64_t *n) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int C = xs[1], one = 1, cs[1] = {C};
+    vt_tensor *x[6];
+    for (int k = 0; k < 6; k++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "x%d", k);
+        x[k] = want >> k & 1u ? vt_param(g, nm, k < 2 ? 4 : 1, k < 2 ? xs : cs, VT_INIT_Z)
+                              : vt_input(g, nm, k < 2 ? 4 : 1, k < 2 ? xs : cs);
+    }
+    vt_tensor *b3[5] = {x[2], x[3], vt_buffer(g, "rm3", 1, &C, VT_INIT_Z), vt_buffer(g, "rv3", 1, &C, VT_INIT_1),
+                        vt_buffer(g, "nb3", 1, &one, VT_INIT_Z)};
+    vt_tensor *ba[5] = {x[4], x[5], vt_buffer(g, "rma", 1, &C, VT_INIT_Z), vt_buffer(g, "rva", 1, &C, VT_INIT_1),
+                        vt_buffer(g, "nba", 1, &one, VT_INIT_Z)};
+    vt_tensor *y = fused ? vt_bn_res_bn(g, x[0], b3, x[1], ba, 1e-5f, 0.1f, 0.7f)
+                         : vt_batchnorm_res(g,
+                                            vt_batchnorm_res(g, x[0], b3[0], b3[1], b3[2], b3[3], b3[4], 1, 1e-5f, 0.1f,
+                                                             1.0f, x[1]),
+                                            ba[0], ba[1], ba[2], ba[3], ba[4], 1, 1e-5f, 0.1f, 0.7f, NULL);
+    vt_tensor *r = y ? vt_input(g, "r", 4, xs) : NULL;
+    float *o = NULL;
+    if (r) {
+        vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+        vt_graph_output(g, y); /* kept through backward */
+    }
+    if (r && vt_graph_finalize(g, &e) == 0) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 77);
+        for (int k = 0; k < 6; k++)
+            for (int64_t i = 0; i < x[k]->numel; i++) x[k]->data[i] = k < 2 ? rintf(4.0f * vt_rng_normal(&rng)) : vt_rng_normal(&rng);
+        for (int64_t i = 0; i < x[0]->numel; i++) {
+            x[1]->data[i] += rintf(0.5f * x[0]->data[i]) - 0.3f * off; /* correlated with t */
+            x[0]->data[i] += off;
+        }
+        for (int64_t i = 0; i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        *n = y->numel;
+        for (int k = 0; k < 6; k++) *n += x[k]->numel;
+        if ((o = calloc((size_t)*n, sizeof(float)))) {
+            memcpy(o, y->data, sizeof(float) * (size_t)y->numel);
+            float *q = o + y->numel;
+            for (int k = 0; k < 6; k++, q += x[k - 1]->numel)
+                if (x[k]->grad) memcpy(q, x[k]->grad, sizeof(float) * (size_t)x[k]->numel);
+        }
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return o;
+}
+
+/* max |u − v| over n floats against max(1, max |v|) */
+static double rel_diff(const float *u, const float *v, int64_t n) {
+    double d = 0.0, m = 1.0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)u[i] - v[i])), m = fmax(m, fabs(v[i]));
+    return d / m;
+}
+
+/* vt_bn_res_bn with only some operands needing gradients (one, two, all six) against the chain (planes of a run of
+ * 1024 and a tail, more images than chunks); its output and gradients the same for t and a shifted by 1e7 and −3e6
+ * (exact shifts of integers: the true values do not move), where the chain's float arithmetic does not keep them. */
+static void check_bn_res_bn_grads(vt_test *T) {
+    static const int shapes[2][4] = {{1, 3, 1, 2049}, {17, 2, 3, 3}};
+    static const unsigned masks[] = {1, 2, 4, 8, 16, 32, 3, 12, 48, 63};
+    for (int s = 0; s < 2; s++)
+        for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
+            int64_t n0 = 0, n1 = 0;
+            float *f = pair_run(shapes[s], 1, masks[m], 0.0f, &n0), *c = pair_run(shapes[s], 0, masks[m], 0.0f, &n1);
+            T_CHECK(T, f && c && n0 == n1 && rel_diff(f, c, n0) < 2e-5, "bn_res_bn (%d, %d, %d, %d), gradients of %#x: %g",
+                    shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], masks[m], f && c ? rel_diff(f, c, n0) : -1.0);
+            free(f);
+            free(c);
+        }
+    const int xs[4] = {11, 3, 35, 37};
+    int64_t n0 = 0, n1 = 0;
+    float *f0 = pair_run(xs, 1, 63, 0.0f, &n0), *f1 = pair_run(xs, 1, 63, 1e7f, &n1);
+    T_CHECK(T, f0 && f1 && n0 == n1 && rel_diff(f1, f0, n0) < 1e-4,
+            "bn_res_bn on t + 1e7, a − 3e6: output and gradients as at 0 (%g)", f0 && f1 ? rel_diff(f1, f0, n0) : -1.0);
+    free(f0);
+    free(f1);
 }
 
 void test_ops_norm_act(vt_test *T) {
@@ -1153,6 +1245,7 @@ void test_ops_norm_act(vt_test *T) {
     check_batchnorm_res(T);
     check_bn_dwconv(T);
     check_bn_res_bn(T);
+    check_bn_res_bn_grads(T);
     check_softmax_res(T);
     check_errors(T);
     gc_case cases[] = {

@@ -121,9 +121,8 @@ vt_tensor *vt_bnact_dwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *
 vt_tensor *vt_bnact_pwconv(vt_graph *g, vt_tensor *x, vt_tensor *bw, vt_tensor *bb, vt_tensor *rm, vt_tensor *rv,
                            vt_tensor *nbt, float eps, float momentum, int act, vt_tensor *w);
 
-/* z = scale·BN_a(BN_3(t) + a) for t, a (B, C, H, W), two BatchNorms (bn3, bna: weight, bias, running mean, running
- * var, num_batches_tracked each) with batch statistics, both running statistics updated: training graphs only. The
- * middle map is never stored (BN_a's statistics follow from moments of t and a; src/ops/bnpair.c). */
+/* z = scale·BN_a(BN_3(t) + a), t and a (B, C, H, W), bn3/bna the BatchNorms' 5 tensors each, batch statistics (training
+ * graphs only, running ones updated); the middle map is never stored (src/ops/bnpair.c). */
 vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_tensor *a, vt_tensor *const *bna,
                         float eps, float momentum, float scale);
 

@@ -30,7 +30,7 @@ static void item_range(const bnpair_p *p, int k, int *b0, int *b1) {
 
 static const float *pdata(const vt_node *n, int bn, int k) { return n->in[IN_3 + 5 * bn + k]->data; }
 
-/* Scratch: the items' sums (C·nch·NB doubles), then 8 coefficient floats per channel. */
+/* Scratch: the items' sums (C·nch·NB doubles), then 6 coefficient floats per channel (forward: 3). */
 static double *part_of(const vt_node *n, int bwd) { return (double *)(bwd ? n->bws : n->fws)->data; }
 static float *coef_of(const vt_node *n, int bwd) {
     const bnpair_p *p = VT_OP_P(n, bnpair_p);
@@ -122,9 +122,8 @@ static void bnpair_bwd(vt_node *n) {
     const float *mt = n->save[0]->data, *r3 = n->save[1]->data, *ma = n->save[2]->data, *ry = n->save[3]->data;
     const float *w3 = pdata(n, 0, 0), *wa = pdata(n, 1, 0), s = p->scale;
     double *part = part_of(n, 1);
-    float *cf = coef_of(n, 1), *kx = cf, *K1 = cf + C, *K2 = cf + 2 * C, *K3 = cf + 3 * C, *L1 = cf + 4 * C,
-          *L2 = cf + 5 * C, *L3 = cf + 6 * C;
-    for (int c = 0; c < C; c++) kx[c] = w3[c] * r3[c];
+    float *cf = coef_of(n, 1), *K1 = cf, *K2 = cf + C, *K3 = cf + 2 * C, *L1 = cf + 3 * C, *L2 = cf + 4 * C,
+          *L3 = cf + 5 * C;
 #pragma omp parallel for schedule(static)
     for (int it = 0; it < C * nch; it++) { /* x̂ = (t − mt)·r3, ŷ = (w3·x̂ + a − ma)·ry */
         const int c = it / nch, k = it % nch;
@@ -153,15 +152,18 @@ static void bnpair_bwd(vt_node *n) {
         double m[NB] = {0};
         for (int k = 0; k < nch; k++)
             for (int j = 0; j < NB; j++) m[j] += part[((size_t)c * nch + k) * NB + j];
-        if (gwa) gwa[c] += (float)(s * m[1]);
+        /* x̂ and ŷ as computed are off centre by ex = Σx̂/M, ey = Σŷ/M (the means rounded to float: values near 1e7
+         * against a spread of 1 put them a fraction of a spread off); the formulas take the centred x̂ − ex, ŷ − ey */
+        const double ex = m[4] / M, ey = m[3] / M, gy = m[1] - ey * m[0];
+        if (gwa) gwa[c] += (float)(s * gy);
         if (gba) gba[c] += (float)(s * m[0]);
-        /* BN_a: dy = K1·(dz − K2 − ŷ·K3); BN_3 from Σdy and Σdy·x̂ of that dy */
-        const double k1 = (double)s * wa[c] * ry[c], k2 = m[0] / M, k3 = m[1] / M;
-        const double sdy = k1 * (m[0] - k2 * M - k3 * m[3]), sdyx = k1 * (m[2] - k2 * m[4] - k3 * m[5]);
+        /* BN_a: dy = K1·(dz − K2 − ŷ·K3), K2 taking ey; BN_3 from Σdy and Σdy·(x̂ − ex) of that dy */
+        const double k1 = (double)s * wa[c] * ry[c], k3 = gy / M, k2 = m[0] / M - ey * k3;
+        const double sdy = k1 * (m[0] - k2 * M - k3 * m[3]), sdyx = k1 * (m[2] - k2 * m[4] - k3 * m[5]) - ex * sdy;
         if (gb3) gb3[c] += (float)sdy;
         if (gw3) gw3[c] += (float)sdyx;
         K1[c] = (float)k1, K2[c] = (float)k2, K3[c] = (float)k3;
-        L1[c] = kx[c], L2[c] = (float)(sdy / M), L3[c] = (float)(sdyx / M);
+        L1[c] = w3[c] * r3[c], L3[c] = (float)(sdyx / M), L2[c] = (float)(sdy / M - ex * (sdyx / M));
     }
     if (!dt && !da) return;
     const int dt_set = n->grad_fresh & 1u, da_set = n->grad_fresh >> 1 & 1u;
@@ -233,7 +235,7 @@ vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_ten
     n->grad_sets = 3u; /* dt and da cover every element of t and a */
     bnpair_p *p = VT_OP_P(n, bnpair_p);
     *p = (bnpair_p){t->shape[0], C, (int)P, t->shape[0] < 8 ? t->shape[0] : 8, eps, momentum, scale};
-    const int64_t work = (int64_t)2 * C * p->nch * NB + 8 * C; /* the doubles counted in floats, then coefficients */
+    const int64_t work = (int64_t)2 * C * p->nch * NB + 6 * C; /* the doubles counted in floats, then coefficients */
     for (int k = 0; k < 4; k++)
         if (!vt_node_save(n, k, C)) return NULL;
     if (!vt_node_work(n, 0, work) || !vt_node_work(n, 1, work)) return NULL;
