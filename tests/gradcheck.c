@@ -76,8 +76,7 @@ static vt_graph *gc_build(vt_test *T, const gc_case *c, int keep_all, vt_params 
     return gc_build_as(T, c, keep_all, 0, P, x, y, r, rng);
 }
 
-/* max |a - b| / max(max |b|, floor) over n floats (infinite when a holds a non-finite value that b does not). */
-static double rel_diff(const float *a, const float *b, int64_t n, double floor) {
+double gc_rel_diff(const float *a, const float *b, int64_t n, double floor) {
     double err = 0.0, mag = floor;
     for (int64_t j = 0; j < n; j++) {
         if (isfinite(b[j]) && !isfinite(a[j])) return INFINITY;
@@ -114,12 +113,12 @@ static void gc_check_kernels(vt_test *T, const gc_case *c, const vt_tensor *y, v
         vt_graph_forward(g);
         vt_params_zero_grad(P);
         vt_graph_backward(g);
-        const double ey = rel_diff(yl->data, y->data, y->numel, 1e-3);
+        const double ey = gc_rel_diff(yl->data, y->data, y->numel, 1e-3);
         T_CHECK(T, ey <= 1e-4, "%s: output with the %s differs from the default's by %.3g of its scale", c->name,
                 runs[l].what, ey);
         for (int i = 0; i < c->nx; i++) {
             if (!x[i]->grad || c->nograd[i]) continue;
-            const double eg = rel_diff(xl[i]->grad, x[i]->grad, x[i]->numel, 1e-3);
+            const double eg = gc_rel_diff(xl[i]->grad, x[i]->grad, x[i]->numel, 1e-3);
             T_CHECK(T, eg <= 1e-4, "%s: operand x%d's gradient with the %s differs from the default's by %.3g of "
                     "its scale", c->name, i, runs[l].what, eg);
         }
@@ -289,12 +288,12 @@ void gc_compare(vt_test *T, const gc_case *a, const gc_case *b, double tol) {
             vt_graph_backward(g[k]);
         }
         if (g[0] && g[1]) {
-            const double ey = rel_diff(y[1]->data, y[0]->data, y[0]->numel, 1.0);
+            const double ey = gc_rel_diff(y[1]->data, y[0]->data, y[0]->numel, 1.0);
             T_CHECK(T, ey <= tol, "%s (train=%d): output differs from %s's by %.3g of its scale", b->name, train,
                     a->name, ey);
             for (int i = 0; train && i < a->nx; i++) {
                 if (a->nograd[i] || !x[0][i]->grad) continue;
-                const double eg = rel_diff(x[1][i]->grad, x[0][i]->grad, x[0][i]->numel, 1.0);
+                const double eg = gc_rel_diff(x[1][i]->grad, x[0][i]->grad, x[0][i]->numel, 1.0);
                 T_CHECK(T, eg <= tol, "%s: operand x%d's gradient differs from %s's by %.3g of its scale", b->name, i,
                         a->name, eg);
             }

@@ -47,6 +47,9 @@ void gc_run_vs_plain(vt_test *T, const gc_case *c, vt_tensor *(*plain)(vt_graph 
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
                       double *abs_sum);
 
+/* max |a - b| / max(max |b|, floor) over n floats (infinite when a holds a non-finite value that b does not). */
+double gc_rel_diff(const float *a, const float *b, int64_t n, double floor);
+
 /* Moves every 1-D float tensor of P off its initial value (norm affines, biases and running means by spread·N(0, 1),
  * running variances to 0.5 + U(0, 1)), so eval-mode BatchNorms are no identity; seeded, so two stores agree. */
 void gc_shake_norms(vt_params *P, uint64_t seed, float spread);

@@ -81,13 +81,6 @@ static vt_graph *dla_train(const int *xs, int ref, vt_params **P, vt_tensor **x,
     return g;
 }
 
-/* max |a − b| over n floats against max(1, max |b|) */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double d = 0.0, m = 1.0;
-    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i])), m = fmax(m, fabs(b[i]));
-    return d / m;
-}
-
 /* The training DLA's fused ops against the chain: output, every tensor's gradient, every running statistic. */
 static void check_train(vt_test *T) {
     static const int shapes[3][4] = {{2, 3, 9, 9}, {1, 2, 40, 40}, {3, 4, 13, 11}};
@@ -100,7 +93,7 @@ static void check_train(vt_test *T) {
         int fused = 0;
         for (int i = 0; i < g[0]->nn; i++) fused += !strcmp(g[0]->nodes[i]->op->name, "bn_res_bn");
         T_CHECK(T, fused == 1, "training DLA %d: one bn_res_bn node (%d)", s, fused);
-        double ey = rel_err(y[0]->data, y[1]->data, y[0]->numel), eg = 0.0, es = 0.0;
+        double ey = gc_rel_diff(y[0]->data, y[1]->data, y[0]->numel, 1.0), eg = 0.0, es = 0.0;
         int same = 1;
         for (int k = 0; k < P[1]->n; k++) {
             const vt_tensor *b = P[1]->t[k], *a = vt_params_find(P[0], b->name);
@@ -108,8 +101,8 @@ static void check_train(vt_test *T) {
                 same = 0;
                 continue;
             }
-            if (b->grad) eg = fmax(eg, rel_err(a->grad, b->grad, b->numel));
-            else if (!b->is_i64) es = fmax(es, rel_err(a->data, b->data, b->numel));
+            if (b->grad) eg = fmax(eg, gc_rel_diff(a->grad, b->grad, b->numel, 1.0));
+            else if (!b->is_i64) es = fmax(es, gc_rel_diff(a->data, b->data, b->numel, 1.0));
         }
         T_CHECK(T, same && ey < 1e-5 && eg < 2e-5 && es < 1e-5,
                 "training DLA %d vs the chain: output %g, gradients %g, running statistics %g", s, ey, eg, es);
