@@ -43,6 +43,8 @@ typedef struct {
     vt_gemm_conv *bprim;      /* with prim, training, stride 1, k > 1: the forward primitive computing dX (dx_prim) */
     vt_gemm_conv *wprim;      /* training: the weight-gradient primitive (dw_prim; conv_prim_prepare says where) */
     int relu;                 /* vt_conv2d_relu in an inference graph: ReLU on the output, in the same pass */
+    int bfold;                /* pointwise, images in parallel, the bias needing its gradient: each image's dy row
+                               * sums taken in the image loop (B·Cout floats of bws after the threads' own) */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
@@ -706,7 +708,7 @@ static void conv_bwd(vt_node *n) {
     const float *x = X->data, *w = Wt->data, *dy = n->out->grad;
     float *dx = X->grad, *dw = Wt->grad;
     const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
-    if (Bt && Bt->grad) {
+    if (Bt && Bt->grad && !(q.bfold && (dx || dw))) {
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < q.Cout; o++) {
             double s = 0.0;
@@ -781,13 +783,28 @@ static void conv_bwd(vt_node *n) {
     if (dw) {
         for (int t = 0; t < q.tb; t++) memset(ws + t * per, 0, sizeof(float) * (size_t)wn);
     }
+    /* the bias's per-image sums while each image's dy is in cache (a separate pass read all of dy from memory) */
+    float *bsum = q.bfold && Bt->grad ? ws + (size_t)q.tb * (size_t)wn : NULL;
 #pragma omp parallel num_threads(q.tb)
     {
         float *mine = ws + (size_t)omp_get_thread_num() * per;
         float *mydw = dw ? mine : NULL, *mycol = mine + (dw ? wn : 0);
 #pragma omp for schedule(static)
-        for (int i = 0; i < q.B; i++)
+        for (int i = 0; i < q.B; i++) {
             conv_image_bwd(&q, x + i * xs, w, dy + i * ys, mycol, dx ? dx + i * xs : NULL, mydw, 0);
+            for (int o = 0; bsum && o < q.Cout; o++) {
+                const float *d = dy + i * ys + (size_t)o * q.P;
+                float t = 0.0f;
+#pragma omp simd reduction(+ : t)
+                for (int k = 0; k < q.P; k++) t += d[k];
+                bsum[(size_t)i * q.Cout + o] = t;
+            }
+        }
+    }
+    for (int o = 0; bsum && o < q.Cout; o++) { /* the images' sums in image order, as the separate pass added them */
+        double s = 0.0;
+        for (int i = 0; i < q.B; i++) s += bsum[(size_t)i * q.Cout + o];
+        Bt->grad[o] += (float)s;
     }
     if (dw) {
 #pragma omp parallel for schedule(static)
@@ -910,7 +927,7 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B, mnk);
     const int tb = tf;
     const geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0};
+                    Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0, 0};
     *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) n->kind = VT_OP_OTHER; /* memory-bound plane loops, no GEMM call (the profile's split) */
@@ -925,7 +942,10 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
         return n->out;
     }
     const int64_t fwork = mode == M_IM2COL ? (int64_t)tf * q.col : 0;
-    const int64_t bwork = tb > 1 ? (int64_t)tb * ((mode == M_IM2COL ? q.col : 0) + w->numel)
+    const int bfold = mode == M_POINTWISE && tb > 1 && b && b->requires_grad;
+    VT_OP_P(n, geom)->bfold = bfold;
+    const int64_t bwork = tb > 1 ? (int64_t)tb * ((mode == M_IM2COL ? q.col : 0) + w->numel) +
+                                       (bfold ? (int64_t)B * Cout : 0)
                                  : (mode == M_IM2COL ? q.col : 0);
     if (fwork > INT_MAX || bwork > INT_MAX)
         return vt_fail(g, "conv2d", "input %s, weight %s: column buffer of %lld floats is too large", sx, sw,
