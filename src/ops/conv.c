@@ -702,6 +702,14 @@ static int dw_prim(const vt_node *n, const geom *q, float *ws) {
     return q->B;
 }
 
+/* Σ d[0, n) in float (one image's bias-gradient term; both bias paths of conv_bwd add the same floats). */
+static float plane_sum(const float *d, int n) {
+    float t = 0.0f;
+#pragma omp simd reduction(+ : t)
+    for (int k = 0; k < n; k++) t += d[k];
+    return t;
+}
+
 static void conv_bwd(vt_node *n) {
     const geom q = *VT_OP_P(n, geom);
     const vt_tensor *X = n->in[0], *Wt = n->in[1], *Bt = n->nin > 2 ? n->in[2] : NULL;
@@ -712,13 +720,7 @@ static void conv_bwd(vt_node *n) {
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < q.Cout; o++) {
             double s = 0.0;
-            for (int i = 0; i < q.B; i++) {
-                const float *d = dy + i * ys + (size_t)o * q.P;
-                float t = 0.0f;
-#pragma omp simd reduction(+ : t)
-                for (int k = 0; k < q.P; k++) t += d[k];
-                s += t;
-            }
+            for (int i = 0; i < q.B; i++) s += plane_sum(dy + i * ys + (size_t)o * q.P, q.P);
             Bt->grad[o] += (float)s;
         }
     }
@@ -792,13 +794,8 @@ static void conv_bwd(vt_node *n) {
 #pragma omp for schedule(static)
         for (int i = 0; i < q.B; i++) {
             conv_image_bwd(&q, x + i * xs, w, dy + i * ys, mycol, dx ? dx + i * xs : NULL, mydw, 0);
-            for (int o = 0; bsum && o < q.Cout; o++) {
-                const float *d = dy + i * ys + (size_t)o * q.P;
-                float t = 0.0f;
-#pragma omp simd reduction(+ : t)
-                for (int k = 0; k < q.P; k++) t += d[k];
-                bsum[(size_t)i * q.Cout + o] = t;
-            }
+            for (int o = 0; bsum && o < q.Cout; o++)
+                bsum[(size_t)i * q.Cout + o] = plane_sum(dy + i * ys + (size_t)o * q.P, q.P);
         }
     }
     for (int o = 0; bsum && o < q.Cout; o++) { /* the images' sums in image order, as the separate pass added them */
