@@ -31,6 +31,10 @@ static vt_tensor *b_convn_twice(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_conv_res(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_add(g, x[0], b_conv(g, x, c));
 }
+/* conv(x) + conv(x), two nodes: the second dX into x's gradient is added, for any stride */
+static vt_tensor *b_conv_dup(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_add(g, b_conv(g, x, c), b_conv(g, x, c));
+}
 static vt_tensor *b_dwn(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_dwconv_nhwc(g, x[0], x[1], c->nx > 2 ? x[2] : NULL, c->ia[0]);
 }
@@ -281,6 +285,12 @@ static void check_conv_values(vt_test *T) {
         {4, 2, 3, 4, 2, 3, 3, 1, 2, 1, 1},   /* padding larger than needed */
         {2, 4, 5, 21, 4, 3, 3, 1, 3, 4, 1},  /* depthwise, padding > k-1, W spanning two 16-wide blocks */
         {1, 3, 6, 17, 3, 5, 5, 1, 0, 3, 1},  /* depthwise 5x5 without padding (output narrower than input) */
+        /* strided depthwise (the phase-split planes): three 16-wide output blocks; stride 3; two 8-row tiles; no
+         * padding, the last input column and row read by no tap */
+        {2, 4, 9, 70, 4, 3, 3, 2, 1, 4, 1},
+        {1, 3, 10, 11, 3, 5, 5, 3, 2, 3, 0},
+        {2, 2, 20, 18, 2, 7, 7, 2, 3, 2, 1},
+        {1, 2, 8, 9, 2, 3, 3, 2, 0, 2, 1},
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 0);
 }
@@ -742,6 +752,18 @@ static const gc_case conv_cases[] = {
      .build = b_conv, .ia = {2, 1, 1}},
     {.name = "conv_depthwise_k5_s2", .nx = 2, .ndim = {4, 4}, .shape = {{1, 4, 9, 7}, {4, 1, 5, 5}},
      .build = b_conv, .ia = {2, 2, 4}},
+    /* strided depthwise: two 16-wide output blocks; stride 3; an even kernel; two 8-row tiles; no padding (the last
+     * column and row get no gradient) with dX added to x's */
+    {.name = "conv_depthwise_s2_wide", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 2, 9, 37}, {2, 1, 3, 3}, {2}},
+     .build = b_conv, .ia = {2, 1, 2}},
+    {.name = "conv_depthwise_k5_s3", .nx = 2, .ndim = {4, 4}, .shape = {{1, 3, 10, 11}, {3, 1, 5, 5}},
+     .build = b_conv, .ia = {3, 2, 3}},
+    {.name = "conv_depthwise_k4_s2", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 9, 9}, {2, 1, 4, 4}},
+     .build = b_conv, .ia = {2, 1, 2}},
+    {.name = "conv_depthwise_7x7_s2_tall", .nx = 2, .ndim = {4, 4}, .shape = {{1, 2, 20, 18}, {2, 1, 7, 7}},
+     .build = b_conv, .ia = {2, 3, 2}},
+    {.name = "conv_depthwise_s2_p0_twice", .nx = 2, .ndim = {4, 4}, .shape = {{2, 2, 8, 9}, {2, 1, 3, 3}},
+     .build = b_conv_dup, .ia = {2, 0, 2}},
     {.name = "conv_depthwise_7x7_p3", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 2, 8, 6}, {2, 1, 7, 7}, {2}},
      .build = b_conv, .ia = {1, 3, 2}},
     /* a kernel width other than 3, 5, 7 (dW one tap at a time), the plane wider than one 16-wide block */

@@ -155,68 +155,7 @@ static void conv_image_bwd(const geom *q, const float *x, const float *w, const 
     if (dx) col2im(q, col, dx, par);
 }
 
-/* ---- depthwise NCHW (groups == Cin == Cout): direct loops over one (H, W) plane ---- */
-
-/* Loops run tap by tap over the whole plane (which stays in cache), so the valid output range of each tap is
- * computed once and the innermost loop is a plain axpy / dot over an output row. */
-static void dw_plane_fwd(const geom *q, const float *restrict x, const float *w, float bv, float *restrict y) {
-    const int Ho = q->Ho, Wo = q->Wo, s = q->s;
-    for (int64_t i = 0; i < (int64_t)Ho * Wo; i++) y[i] = bv;
-    for (int ki = 0; ki < q->kh; ki++) {
-        int oh0, oh1;
-        tap_range(s, q->p, ki, q->H, Ho, &oh0, &oh1);
-        for (int kj = 0; kj < q->kw; kj++) {
-            int lo, hi;
-            tap_range(s, q->p, kj, q->W, Wo, &lo, &hi);
-            const float wv = w[ki * q->kw + kj];
-            const int off = kj - q->p;
-            for (int oh = oh0; oh < oh1; oh++) {
-                float *restrict yr = y + (size_t)oh * Wo;
-                const float *restrict xr = x + (size_t)(oh * s - q->p + ki) * q->W;
-                if (s == 1)
-                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + off];
-                else
-                    for (int ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * s + off];
-            }
-        }
-    }
-}
-
-/* dx += Wᵀ·dy and dw += dy ⋆ x for one plane (dx or dw may be NULL). */
-static void dw_plane_bwd(const geom *q, const float *restrict x, const float *w, const float *restrict dy,
-                         float *restrict dx, float *dw) {
-    const int Wo = q->Wo, s = q->s;
-    for (int ki = 0; ki < q->kh; ki++) {
-        int oh0, oh1;
-        tap_range(s, q->p, ki, q->H, q->Ho, &oh0, &oh1);
-        for (int kj = 0; kj < q->kw; kj++) {
-            int lo, hi;
-            tap_range(s, q->p, kj, q->W, Wo, &lo, &hi);
-            const int off = kj - q->p;
-            const float wv = w[ki * q->kw + kj];
-            float acc = 0.0f;
-            for (int oh = oh0; oh < oh1; oh++) {
-                const float *restrict dr = dy + (size_t)oh * Wo;
-                const size_t base = (size_t)(oh * s - q->p + ki) * q->W;
-                if (dx) {
-                    float *restrict xr = dx + base;
-                    if (s == 1)
-                        for (int ow = lo; ow < hi; ow++) xr[ow + off] += wv * dr[ow];
-                    else
-                        for (int ow = lo; ow < hi; ow++) xr[ow * s + off] += wv * dr[ow];
-                }
-                if (dw) {
-                    const float *restrict xr = x + base;
-                    float t = 0.0f;
-#pragma omp simd reduction(+ : t)
-                    for (int ow = lo; ow < hi; ow++) t += dr[ow] * xr[ow * s + off];
-                    acc += t;
-                }
-            }
-            if (dw) dw[ki * q->kw + kj] += acc;
-        }
-    }
-}
+/* ---- depthwise NCHW (groups == Cin == Cout): one (H, W) plane at a time ---- */
 
 /* Stride-1 depthwise fast path: the plane is copied into a zero-padded scratch so every tap is in bounds, and
  * outputs are computed VB at a time with all taps accumulated in registers (each output written once). */
@@ -296,20 +235,22 @@ static inline __attribute__((always_inline)) void v8_store_first(float *p, const
 }
 
 /* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = init +
- * Σ_{ki, kj} w[ki·kw + kj]·src[(r + ki)·ld + kj + t] over a padded plane (forward: the input; dX: the output gradient
- * with the flipped kernel). Always computes DW_ROWS rows of VB (the planes have DW_ROWS − 1 zero rows past their end
- * and VB-rounded widths, dw_dims) in 8 vector registers, one fused multiply-add per tap and register (the separate
- * multiply and add of -std=c11 had made a 7x7 plane 1.2x slower). */
-static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float *restrict w, int kh, int kw,
-                            float init, float *restrict out, ptrdiff_t ldo, int R, int n) {
+ * Σ_{ki, kj} w[ki·kw + kj]·src[r·lr + ki·ld + (kj mod s)·ph + kj / s + t] over a padded plane (forward: the input;
+ * dX: the output gradient with the flipped kernel). Stride 1: lr = ld, s = 1; stride s > 1: the plane's columns split
+ * by phase (ds_split: runs ph floats apart), lr = s·ld. Always computes DW_ROWS rows of VB (the planes have the rows
+ * and VB-rounded widths it reads, dw_dims, ds_dims) in 8 vector registers, one fused multiply-add per tap and register
+ * (the separate multiply and add of -std=c11 had made a 7x7 plane 1.2x slower). */
+static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, ptrdiff_t lr, int s, ptrdiff_t ph,
+                            const float *restrict w, int kh, int kw, float init, float *restrict out, ptrdiff_t ldo,
+                            int R, int n) {
 #if defined(__AVX512F__)
     __m512 a[DW_ROWS];
     for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_set1_ps(init);
     for (int ki = 0; ki < kh; ki++)
         for (int kj = 0; kj < kw; kj++) {
             const __m512 wv = _mm512_set1_ps(w[ki * kw + kj]);
-            const float *restrict xr = src + ki * ld + kj;
-            for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr + r * ld), a[r]);
+            const float *restrict xr = src + ki * ld + kj % s * ph + kj / s;
+            for (int r = 0; r < DW_ROWS; r++) a[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(xr + r * lr), a[r]);
         }
     const __mmask16 m = (__mmask16)(n < 16 ? (1u << n) - 1 : 0xFFFFu);
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(out + r * ldo, m, a[r]);
@@ -322,11 +263,11 @@ static inline void dw1_rows(const float *restrict src, ptrdiff_t ld, const float
         for (int kj = 0; kj < kw; kj++) {
             const float c = w[ki * kw + kj];
             const v8f wv = {c, c, c, c, c, c, c, c};
-            const float *restrict xr = src + ki * ld + kj;
+            const float *restrict xr = src + ki * ld + kj % s * ph + kj / s;
             for (int r = 0; r < DW_ROWS; r++)
                 for (int v = 0; v < NV; v++) {
                     v8f xv;
-                    memcpy(&xv, xr + r * ld + 8 * v, sizeof xv);
+                    memcpy(&xv, xr + r * lr + 8 * v, sizeof xv);
                     V8_MADD(a[r][v], wv, xv);
                 }
         }
@@ -392,7 +333,7 @@ static void dw1_plane_rows(const geom *q, const float *src, ptrdiff_t ld, const 
                 default: break;
                 }
 #endif
-            dw1_rows(s, ld, w, kh, kw, init, o, ldo, R, nc);
+            dw1_rows(s, ld, ld, 1, 0, w, kh, kw, init, o, ldo, R, nc);
         }
     }
 }
@@ -613,6 +554,144 @@ void vt_dw_plane_bwd(const float *x, const float *dy, int H, int W, int k, const
     }
 }
 
+/* ---- strided depthwise (s > 1): the padded plane's columns split by phase ----
+ * Column jp of the zero-padded plane goes to run jp mod s at jp / s (row i of the split plane: s runs of Wq floats),
+ * so the inputs of VB consecutive outputs at any tap are VB consecutive floats and the stride-1 row kernel serves
+ * (dw1_rows with lr = s·ld). dX is computed row by row in that layout (a correlation of dy with each phase's taps)
+ * and merged back. The loops this replaced read and wrote with stride s, one float at a time: on GroupMixFormer-M's
+ * patch embeds (3x3, stride 2, 16 x 40 x 56 x 56) 1.2 ms forward and 5.6 ms backward per batch-16 step. */
+
+typedef struct {
+    int Wq;           /* floats per phase run of the split plane */
+    int Wr;           /* floats per phase run of a dX row (VB-rounded, covers the input's columns) */
+    int L, Wd;        /* dy's padded rows: L zero floats, dy's row, zeros to Wd floats */
+    int64_t plane;    /* floats of the split plane: the rows the kernels read, s·Wq floats each */
+    int64_t fwd, bwd; /* scratch per thread */
+} dsdims;
+
+static dsdims ds_dims(const geom *q) {
+    dsdims d;
+    const int s = q->s, Wo16 = round_up(q->Wo, VB);
+    d.Wq = imax(Wo16 + (q->kw - 1) / s, (q->W + 2 * q->p + s - 1) / s);
+    d.Wr = round_up((q->W + q->p + s - 1) / s, VB);
+    d.L = (q->kw - 1) / s;
+    d.Wd = d.L + imax(Wo16, d.Wr);
+    const int rows = imax((round_up(q->Ho, DW_ROWS) - 1) * s + q->kh, q->H + q->p);
+    d.plane = ((int64_t)rows * s * d.Wq + 15) / 16 * 16;
+    d.fwd = d.plane + (int64_t)q->Ho * q->Wo;                              /* + the output plane, staged */
+    d.bwd = d.plane + ((int64_t)q->Ho * d.Wd + 15) / 16 * 16 + (int64_t)s * d.Wr; /* + dy's rows, a dX row */
+    return d;
+}
+
+/* Row xr (W floats) into split row o (s runs of ws floats; padding p), or back (merge: o's runs into xr, added when
+ * add): column j at run (j + p) mod s, float (j + p) / s. s is a constant where inlined (2: gcc's vector
+ * interleaves; the loop with a variable stride ran one float at a time, two thirds of the op's time). */
+static inline __attribute__((always_inline)) void ds_row(float *xr, int W, int p, const int s, float *o, int ws,
+                                                          int merge, int add) {
+    for (int b = 0; b < s; b++) {
+        const int j0 = ((b - p) % s + s) % s, n = (W - j0 + s - 1) / s; /* the run's first column, its count */
+        float *r = o + (size_t)b * ws + (j0 + p) / s, *xj = xr + j0;
+        if (!merge)
+            for (int t = 0; t < n; t++) r[t] = xj[s * t];
+        else if (add)
+            for (int t = 0; t < n; t++) xj[s * t] += r[t];
+        else
+            for (int t = 0; t < n; t++) xj[s * t] = r[t];
+    }
+}
+
+/* x (H, W) into the split plane xq at row p. The padding stays as zero_pads left it (the same positions are written
+ * for every plane of a node). */
+static void ds_split(const geom *q, const dsdims *d, const float *x, float *xq) {
+    for (int i = 0; i < q->H; i++) {
+        float *xr = (float *)(x + (size_t)i * q->W), *row = xq + (size_t)(i + q->p) * q->s * d->Wq;
+        if (q->s == 2)
+            ds_row(xr, q->W, q->p, 2, row, d->Wq, 0, 0);
+        else
+            ds_row(xr, q->W, q->p, q->s, row, d->Wq, 0, 0);
+    }
+}
+
+static void ds_plane_fwd(const geom *q, const dsdims *d, const float *x, const float *w, float bv, float *y,
+                         float *xq) {
+    const int s = q->s, Ho = q->Ho, Wo = q->Wo;
+    const ptrdiff_t ld = (ptrdiff_t)s * d->Wq;
+    float *yt = xq + d->plane; /* staged, as dw1_plane_fwd's output */
+    ds_split(q, d, x, xq);
+    for (int oh = 0; oh < Ho; oh += DW_ROWS) {
+        const int R = Ho - oh < DW_ROWS ? Ho - oh : DW_ROWS;
+        for (int ow0 = 0; ow0 < Wo; ow0 += VB)
+            dw1_rows(xq + (size_t)oh * s * ld + ow0, ld, s * ld, s, d->Wq, w, q->kh, q->kw, bv,
+                     yt + (size_t)oh * Wo + ow0, Wo, R, Wo - ow0 < VB ? Wo - ow0 : VB);
+    }
+    memcpy(y, yt, sizeof(float) * (size_t)Ho * Wo);
+}
+
+/* dX's rows (dx_add: added), each computed split by phase into rb (s runs of Wr floats): padded row i, run b, float t
+ * = Σ w[ki·kw + kj]·dy[oh][t − kj / s] over the taps with ki ≡ i, kj ≡ b (mod s) and oh = (i − ki) / s in [0, Ho),
+ * then merged into dx. dyq: dy's padded rows; s a constant where inlined (a variable s divided at every tap: most of
+ * the backward's time). */
+static inline __attribute__((always_inline)) void ds_dx(const geom *q, const dsdims *d, const float *dyq,
+                                                         const float *w, float *dx, int dx_add, float *rb,
+                                                         const int s) {
+    const int kw = q->kw;
+    for (int r = 0; r < q->H; r++) {
+        const int i = r + q->p;
+        for (int b = 0; b < s; b++)
+            for (int t0 = 0; t0 < d->Wr; t0 += VB) {
+                float a[VB] = {0};
+                for (int ki = i % s; ki < q->kh && ki <= i; ki += s) {
+                    const int oh = (i - ki) / s;
+                    if (oh >= q->Ho) continue;
+                    const float *dr = dyq + (size_t)oh * d->Wd + d->L + t0;
+                    for (int kj = b; kj < kw; kj += s) {
+                        const float wv = w[ki * kw + kj], *dv = dr - kj / s;
+                        for (int t = 0; t < VB; t++) a[t] += wv * dv[t];
+                    }
+                }
+                memcpy(rb + (size_t)b * d->Wr + t0, a, sizeof a);
+            }
+        ds_row(dx + (size_t)r * q->W, q->W, q->p, s, rb, d->Wr, 1, dx_add);
+    }
+}
+
+/* One plane's backward: dx = (dx_add: +=) Wᵀ·dy (dx NULL: none); acc (kh·kw·VB) += dW's per-lane partial sums (acc
+ * NULL: none). xq: the split plane, dyq: dy's padded rows, rb: one dX row (ds_dims's bwd scratch, in that order). */
+static void ds_plane_bwd(const geom *q, const dsdims *d, const float *x, const float *w, const float *dy, float *dx,
+                         int dx_add, float *acc, float *xq) {
+    const int s = q->s, kw = q->kw;
+    float *dyq = xq + d->plane, *rb = dyq + ((int64_t)q->Ho * d->Wd + 15) / 16 * 16;
+    fill_pad(dy, q->Ho, q->Wo, 0, d->L, dyq, d->Wd);
+    if (dx && s == 2)
+        ds_dx(q, d, dyq, w, dx, dx_add, rb, 2);
+    else if (dx)
+        ds_dx(q, d, dyq, w, dx, dx_add, rb, s);
+    if (!acc) return;
+    ds_split(q, d, x, xq);
+    const ptrdiff_t ld = (ptrdiff_t)s * d->Wq;
+#if defined(__AVX512F__)
+#define DWK_TAPS dwk_taps16
+#define DWK_LANES VB
+#else
+#define DWK_TAPS dwk_taps
+#define DWK_LANES 8
+#endif
+    for (int ki = 0; ki < q->kh; ki++)
+        for (int kj = 0; kj < kw; kj++)
+            for (int h = 0; h < VB; h += DWK_LANES)
+                DWK_TAPS(dyq + d->L + h, d->Wd, xq + ki * ld + kj % s * d->Wq + kj / s + h, (int)(s * ld), q->Ho,
+                         q->Wo, 1, acc + (size_t)(ki * kw + kj) * VB + h);
+#undef DWK_TAPS
+#undef DWK_LANES
+}
+
+/* Floats of a depthwise conv's backward scratch per thread: dW's per-lane sums (kh·kw·VB), the flipped kernel (kh·kw),
+ * then the planes of dw1_plane_bwd (stride 1) or ds_plane_bwd. */
+static int64_t dw_bwd_floats(const geom *q) {
+    const int64_t K = (int64_t)q->kh * q->kw;
+    return q->s == 1 ? dw_dims(q).bwd : K * (VB + 1) + ds_dims(q).bwd;
+}
+
 /* ---- conv2d kernels ---- */
 
 static void conv_fwd(vt_node *n) {
@@ -620,29 +699,25 @@ static void conv_fwd(vt_node *n) {
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = n->nin > 2 ? n->in[2]->data : NULL;
     float *y = n->out->data;
     const size_t xs = (size_t)q.Cin * q.H * q.W, ys = (size_t)q.Cout * q.P;
-    if (q.mode == M_DEPTHWISE && q.s == 1) {
+    if (q.mode == M_DEPTHWISE) { /* planes in parallel, each thread with its padded-plane scratch */
         const dwdims d = dw_dims(&q);
+        const dsdims e = ds_dims(&q);
+        const int64_t per = q.s == 1 ? d.fwd : e.fwd;
 #pragma omp parallel num_threads(q.tf)
         {
-            float *xp = n->fws->data + (size_t)omp_get_thread_num() * d.fwd;
-            zero_pads(xp, d.fwd);
+            float *xp = n->fws->data + (size_t)omp_get_thread_num() * per;
+            zero_pads(xp, per);
 #pragma omp for schedule(static)
             for (int bc = 0; bc < q.B * q.Cin; bc++) {
                 const int c = bc % q.Cin;
-                dw1_plane_fwd(&q, &d, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
-                              y + (size_t)bc * q.P, xp, 1);
+                const float *xc = x + (size_t)bc * q.H * q.W, *wc = w + (size_t)c * q.kh * q.kw;
+                const float bv = b ? b[c] : 0.0f;
+                if (q.s == 1)
+                    dw1_plane_fwd(&q, &d, xc, wc, bv, y + (size_t)bc * q.P, xp, 1);
+                else
+                    ds_plane_fwd(&q, &e, xc, wc, bv, y + (size_t)bc * q.P, xp);
                 if (q.relu) relu_n(y + (size_t)bc * q.P, q.P);
             }
-        }
-        return;
-    }
-    if (q.mode == M_DEPTHWISE) {
-#pragma omp parallel for schedule(static)
-        for (int bc = 0; bc < q.B * q.Cin; bc++) {
-            const int c = bc % q.Cin;
-            dw_plane_fwd(&q, x + (size_t)bc * q.H * q.W, w + (size_t)c * q.kh * q.kw, b ? b[c] : 0.0f,
-                         y + (size_t)bc * q.P);
-            if (q.relu) relu_n(y + (size_t)bc * q.P, q.P);
         }
         return;
     }
@@ -725,22 +800,30 @@ static void conv_bwd(vt_node *n) {
         }
     }
     if (!dx && !dw) return;
-    if (q.mode == M_DEPTHWISE && q.s == 1) {
+    if (q.mode == M_DEPTHWISE) { /* channels in parallel, each thread with dW's per-lane sums and plane scratch */
         const dwdims d = dw_dims(&q);
+        const dsdims e = ds_dims(&q);
         const int K = q.kh * q.kw;
+        const int64_t per = dw_bwd_floats(&q);
 #pragma omp parallel num_threads(q.tb)
         {
-            float *xp = n->bws->data + (size_t)omp_get_thread_num() * d.bwd, *dyp = xp + d.fwd,
-                  *acc = dyp + (size_t)d.Hd * d.Wd, *wf = acc + (size_t)K * VB;
-            zero_pads(xp, d.fwd + (int64_t)d.Hd * d.Wd);
+            float *acc = n->bws->data + (size_t)omp_get_thread_num() * per, *wf = acc + (size_t)K * VB,
+                  *xp = wf + (size_t)K, *dyp = xp + d.fwd;
+            zero_pads(xp, per - (int64_t)K * (VB + 1));
 #pragma omp for schedule(static)
             for (int c = 0; c < q.Cin; c++) {
                 if (dw) memset(acc, 0, sizeof(float) * (size_t)K * VB);
-                for (int t = 0; dx && t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
+                for (int t = 0; dx && q.s == 1 && t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
                 for (int i = 0; i < q.B; i++) {
                     const size_t pl = (size_t)i * q.Cin + c;
-                    dw1_plane_bwd(&q, &d, x + pl * q.H * q.W, wf, dy + pl * q.P, dx ? dx + pl * q.H * q.W : NULL,
-                                  !(n->grad_fresh & 1u), dw ? acc : NULL, xp, dyp, wf + K);
+                    const float *xc = x + pl * q.H * q.W, *dyc = dy + pl * q.P;
+                    float *dxc = dx ? dx + pl * q.H * q.W : NULL;
+                    if (q.s == 1)
+                        dw1_plane_bwd(&q, &d, xc, wf, dyc, dxc, !(n->grad_fresh & 1u), dw ? acc : NULL, xp, dyp,
+                                      dyp + (size_t)d.Hd * d.Wd);
+                    else
+                        ds_plane_bwd(&q, &e, xc, w + (size_t)c * K, dyc, dxc, !(n->grad_fresh & 1u), dw ? acc : NULL,
+                                     xp);
                 }
                 if (dw)
                     for (int k = 0; k < K; k++) {
@@ -750,16 +833,6 @@ static void conv_bwd(vt_node *n) {
                     }
             }
         }
-        return;
-    }
-    if (q.mode == M_DEPTHWISE) {
-#pragma omp parallel for schedule(static)
-        for (int c = 0; c < q.Cin; c++)
-            for (int i = 0; i < q.B; i++) {
-                const size_t pl = (size_t)i * q.Cin + c;
-                dw_plane_bwd(&q, x + pl * q.H * q.W, w + (size_t)c * q.kh * q.kw, dy + pl * q.P,
-                             dx ? dx + pl * q.H * q.W : NULL, dw ? dw + (size_t)c * q.kh * q.kw : NULL);
-            }
         return;
     }
     float *ws = n->bws ? n->bws->data : NULL;
@@ -929,13 +1002,12 @@ vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int 
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) n->kind = VT_OP_OTHER; /* memory-bound plane loops, no GEMM call (the profile's split) */
     if (mode == M_DEPTHWISE) {
-        if (stride > 1) return n->out; /* direct loops, no scratch */
         n->grad_sets = 1u; /* the plane kernels write every element of dX */
-        const dwdims d = dw_dims(&q);
-        if ((int64_t)tf * d.bwd > INT_MAX)
+        const int64_t fwd = stride == 1 ? dw_dims(&q).fwd : ds_dims(&q).fwd, bwd = dw_bwd_floats(&q);
+        if ((int64_t)tf * (fwd > bwd ? fwd : bwd) > INT_MAX)
             return vt_fail(g, "conv2d", "input %s, weight %s: padded plane scratch is too large", sx, sw);
-        vt_node_work(n, 0, (int64_t)tf * d.fwd);
-        if (x->requires_grad || w->requires_grad) vt_node_work(n, 1, (int64_t)tb * d.bwd);
+        vt_node_work(n, 0, (int64_t)tf * fwd);
+        if (x->requires_grad || w->requires_grad) vt_node_work(n, 1, (int64_t)tb * bwd);
         return n->out;
     }
     const int64_t fwork = mode == M_IM2COL ? (int64_t)tf * q.col : 0;
