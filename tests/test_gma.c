@@ -66,16 +66,16 @@ static void check_eval_fused(vt_test *T, int B, int H, int W, int C) {
     gc_compare_eval_fused(T, tag, 3, xs, b_gma_attn, hw, "gma_aggregate", 1e-5);
 }
 
-/* Operands f, q (B, A, N), u (B, N, T), then the value parts; ia = {nv, c_0, c_1, c_2}. */
+/* Operands f, q (B, A, N), u (B, T, N), then the value parts; ia = {nv, c_0, c_1, c_2}. */
 static vt_tensor *b_merge(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_gma_merge(g, x[0], x[1], x + 3, c->ia[0], x[2]);
 }
 
-/* The op chain vt_gma_merge replaces: concat([permute(f + q ⊙ concat(v)), u]). */
+/* The op chain vt_gma_merge replaces: concat([permute(f + q ⊙ concat(v)), permute(u)]). */
 static vt_tensor *b_merge_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int perm[3] = {0, 2, 1};
     vt_tensor *v = vt_concat(g, x + 3, c->ia[0], 1);
-    vt_tensor *o[2] = {vt_permute(g, vt_add(g, x[0], vt_mul(g, x[1], v)), perm), x[2]};
+    vt_tensor *o[2] = {vt_permute(g, vt_add(g, x[0], vt_mul(g, x[1], v)), perm), vt_permute(g, x[2], perm)};
     return vt_concat(g, o, 2, 2);
 }
 
@@ -86,7 +86,7 @@ static void check_merge(vt_test *T, int B, int N, int Tc, int nv, const int *vc)
     int A = 0;
     for (int k = 0; k < nv; k++) A += vc[k];
     gc_case f = {.name = "gma_merge", .nx = 3 + nv, .ndim = {3, 3, 3, 3, 3, 3}, .build = b_merge};
-    const int fs[3] = {B, A, N}, us[3] = {B, N, Tc};
+    const int fs[3] = {B, A, N}, us[3] = {B, Tc, N};
     memcpy(f.shape[0], fs, sizeof fs);
     memcpy(f.shape[1], fs, sizeof fs);
     memcpy(f.shape[2], us, sizeof us);
@@ -155,14 +155,15 @@ void test_gma(vt_test *T) {
     check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
     check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */
     check_merge(T, 8, 520, 2, 3, (const int[]){4, 4, 4});   /* 512-token units and an 8-token one */
+    check_merge(T, 2, 40, 8, 2, (const int[]){16, 16});     /* u a whole 8-channel tile after A's */
     /* shape errors of the merge op (parts not adding up to f's channels, u of another token count, q unlike f) and
      * of the fused aggregators on a token-major qkv (B, N, 3C) */
     static const struct {
         int fs[3], qs[3], us[3], vc[2];
         const char *msg;
-    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 9, 3}, {6, 5}, "11 channels"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 8, 3}, {6, 6}, "must be (B, N, T)"},
-               {{2, 12, 9}, {2, 12, 8}, {2, 9, 3}, {6, 6}, "one (B, A, N) shape"}};
+    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {6, 5}, "11 channels"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 8}, {6, 6}, "must be (B, T, N)"},
+               {{2, 12, 9}, {2, 12, 8}, {2, 3, 9}, {6, 6}, "one (B, A, N) shape"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         vt_err e = {0};
         vt_params *P = vt_params_new(&e);

@@ -1,4 +1,4 @@
-/* Gradient checks and value checks for layernorm, batchnorm (channels-first/-last, train/eval), the elementwise
+/* Gradient checks and value checks for layernorm (rows and channel-first), batchnorm (channels-first/-last, train/eval), the elementwise
  * activations, and softmax over every axis; plus build-time shape errors for these ops. */
 #include <math.h>
 #include <omp.h>
@@ -421,6 +421,112 @@ static void check_layernorm_huge(vt_test *T) {
         T_CHECK(T, err < 1e-5, "layernorm C %d of values %g ± %g: max error %g", C, (double)cs[k].off,
                 (double)cs[k].scale, err);
         fwd1_free(&f);
+    }
+}
+
+/* ---- LayerNorm over the channels of channel-first maps ---- */
+
+/* vt_layernorm_cf: x0 (B, C, ...), x1 w (ia[0] & 1), x2 b (ia[0] & 2), ia[1] the activation (-1: none); ia[2] 1:
+ * plus x0 (its gradient added to). */
+static vt_tensor *b_ln_cf(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *y = vt_layernorm_cf(g, x[0], c->ia[0] & 1 ? x[1] : NULL, c->ia[0] & 2 ? x[2] : NULL, 1e-5f, c->ia[1]);
+    return c->ia[2] ? vt_add(g, x[0], y) : y;
+}
+
+/* The chain it replaces: channels moved last, LayerNorm, the activation, channels moved back. */
+static vt_tensor *b_ln_cf_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int nd = x[0]->ndim;
+    int to[VT_MAXDIM], back[VT_MAXDIM];
+    for (int d = 0, k = 0; d < nd; d++)
+        if (d != 1) to[k++] = d;
+    to[nd - 1] = 1;
+    for (int d = 0; d < nd; d++) back[to[d]] = d;
+    vt_tensor *t = vt_layernorm(g, vt_permute(g, x[0], to), c->ia[0] & 1 ? x[1] : NULL, c->ia[0] & 2 ? x[2] : NULL,
+                                1e-5f);
+    if (c->ia[1] >= 0) t = vt_unary(g, t, (vt_unary_kind)c->ia[1], 0.0f);
+    t = vt_permute(g, t, back);
+    return c->ia[2] ? vt_add(g, x[0], t) : t;
+}
+
+/* vt_layernorm_cf: finite differences, and output and gradients against the chain: partial and whole 64-position
+ * tiles, more tiles than the 64 chunks of dW's sums, one channel, each activation, with or without w and b, x's
+ * gradient added to; values against double on positions offset by 3000 standard deviations and on positions whose
+ * float sums overflow; errors. */
+static void check_layernorm_cf(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], ia[3];
+    } cs[] = {{3, {2, 5, 70}, {3, -1, 0}},          {4, {2, 3, 4, 5}, {3, VT_HARDSWISH, 0}},
+              {3, {3, 8, 200}, {1, VT_RELU6, 0}}, {3, {1, 1, 9}, {0, -1, 0}},
+              {4, {2, 6, 3, 3}, {2, VT_RELU, 1}},  {3, {70, 3, 5}, {3, VT_HARDSWISH, 1}},
+              {2, {4, 7}, {3, -1, 0}}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[1];
+        gc_case f = {.name = "layernorm_cf", .nx = 3, .ndim = {cs[i].ndim, 1, 1}, .shape = {{0}, {C}, {C}},
+                     .nograd = {0, !(cs[i].ia[0] & 1), !(cs[i].ia[0] & 2)}, .build = b_ln_cf};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        memcpy(f.ia, cs[i].ia, sizeof cs[i].ia);
+        if (i % 2 == 0)
+            gc_run_vs_plain(T, &f, b_ln_cf_chain, "permutes, layernorm and the activation", 1e-5);
+        else {
+            gc_case p = f;
+            p.build = b_ln_cf_chain;
+            gc_compare(T, &f, &p, 1e-5);
+        }
+    }
+    static const struct {
+        int C, n;
+        float scale, off;
+    } vs[] = {{40, 100, 3.0f, 3000.0f}, {8, 130, 3.0f, 10.0f}, {64, 70, 1e19f, 0.0f}, {1024, 5, 3e36f, 3e37f}};
+    for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        const int C = vs[k].C, n = vs[k].n, xs[3] = {2, C, n};
+        vt_tensor *x = vt_input(g, "x", 3, xs), *y = vt_layernorm_cf(g, x, NULL, NULL, 1e-5f, -1);
+        vt_graph_output(g, y);
+        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "layernorm_cf finalize: %s", e.msg);
+        if (e.msg[0]) {
+            vt_graph_free(g);
+            vt_params_free(P);
+            continue;
+        }
+        vt_rng r;
+        vt_rng_seed(&r, 11);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = vs[k].scale * vt_rng_normal(&r) + vs[k].off;
+        vt_graph_forward(g);
+        double err = 0.0;
+        const double tol = 1e-5 + 4.0 * (1e-6 + 6e-8 * vs[k].off / vs[k].scale);
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < n; i++) {
+                const float *xp = x->data + (size_t)b * C * n + i, *yp = y->data + (size_t)b * C * n + i;
+                double m = 0, v = 0;
+                for (int c = 0; c < C; c++) m += xp[(size_t)c * n] / (double)C;
+                for (int c = 0; c < C; c++) v += ((double)xp[(size_t)c * n] - m) * ((double)xp[(size_t)c * n] - m) / C;
+                for (int c = 0; c < C; c++) {
+                    const double d = fabs(yp[(size_t)c * n] - ((double)xp[(size_t)c * n] - m) / sqrt(v + 1e-5));
+                    if (!(d <= err)) err = d; /* NaN too */
+                }
+            }
+        T_CHECK(T, err < tol, "layernorm_cf C %d of values %g ± %g: max error %g", C, (double)vs[k].off,
+                (double)vs[k].scale, err);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+    static const struct {
+        int ndim, shape[2], wc, act;
+        const char *msg;
+    } bad[] = {{1, {5, 0}, 5, -1, "must be (B, C, ...)"}, {2, {3, 4}, 5, -1, "must be (B, C, ...)"},
+               {2, {3, 4}, 4, 99, "activation 99"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        vt_tensor *x = vt_input(g, "x", bad[k].ndim, bad[k].shape), *w = vt_input(g, "w", 1, &bad[k].wc);
+        const vt_tensor *y = vt_layernorm_cf(g, x, w, NULL, 1e-5f, bad[k].act);
+        T_CHECK(T, !y && strstr(g->err.msg, "layernorm_cf") && strstr(g->err.msg, bad[k].msg),
+                "bad layernorm_cf %zu: %s", k, g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
     }
 }
 
@@ -1235,6 +1341,7 @@ void test_ops_norm_act(vt_test *T) {
     check_softmax_values(T);
     check_layernorm_values(T);
     check_layernorm_huge(T);
+    check_layernorm_cf(T);
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
     check_batchnorm_res(T);

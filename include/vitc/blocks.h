@@ -132,6 +132,8 @@ vt_tensor *vt_pointwise_p(vt_graph *g, const char *prefix, vt_tensor *x, int out
 
 /* LayerNorm over the last dim with params prefix.weight / prefix.bias (no weight decay). */
 vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps);
+/* vt_layernorm_p over axis 1 of a channel-first x (B, C, ...), then act (-1: none): vt_layernorm_cf. */
+vt_tensor *vt_layernorm_cf_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps, int act);
 
 /* Conv2d (NCHW) with params prefix.weight (out, in/groups, k, k) [paper-counted] and optional prefix.bias;
  * PyTorch default init (U(±1/sqrt(fan_in))). */

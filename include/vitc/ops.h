@@ -60,6 +60,9 @@ vt_tensor *vt_sum(vt_graph *g, vt_tensor *x);
 /* ---- norm.c ---- */
 /* LayerNorm over the last dim with eps; w, b (C) or NULL (no affine). */
 vt_tensor *vt_layernorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, float eps);
+/* LayerNorm over axis 1 of x (B, C, ...): each position's C channels (tokens of a channel-first map, no transpose),
+ * then act (VT_RELU, VT_RELU6, VT_HARDSWISH; -1: none) in the same pass; w, b (C) or NULL. */
+vt_tensor *vt_layernorm_cf(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, float eps, int act);
 /* BatchNorm with channel axis `axis` (1 for NCHW, ndim-1 for channels-last); statistics over all other dims.
  * Train graphs use batch statistics and update rmean/rvar (unbiased var) with momentum and add 1 to nbt
  * (may be NULL); eval graphs use rmean/rvar. w, b may be NULL. */
@@ -134,9 +137,9 @@ vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_ten
 vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw);
 
 /* ---- gmamerge.c ---- */
-/* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) channel-first,
- * v the nv channel parts (B, c_k, ...) of a (B, A, N) (Σc_k = A), u (B, N, T) tokens; replaces mul, add, permute
- * and concats. */
+/* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) and u (B, T,
+ * N) channel-first, v the nv channel parts (B, c_k, ...) of a (B, A, N) (Σc_k = A); replaces mul, add, permutes and
+ * concats. */
 vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, int nv, vt_tensor *u);
 
 /* ---- activation.c ---- */

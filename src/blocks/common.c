@@ -56,13 +56,26 @@ vt_tensor *vt_pointwise_p(vt_graph *g, const char *prefix, vt_tensor *x, int out
     return vt_linear(g, x, w, b);
 }
 
-vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps) {
-    if (vt_bad(g, 1, x)) return NULL;
+/* LayerNorm's params prefix.weight (ones) and prefix.bias (zeros) of c channels; 0 when both exist. */
+static int ln_params(vt_graph *g, const char *prefix, int c, vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
-    int c = x->shape[x->ndim - 1];
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
-    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
+    *w = vt_param(g, vt_pname(nm, prefix, "weight"), 1, &c, VT_INIT_1);
+    *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &c, VT_INIT_Z);
+    return !*w || !*b;
+}
+
+vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps) {
+    vt_tensor *w, *b;
+    if (vt_bad(g, 1, x) || ln_params(g, prefix, x->shape[x->ndim - 1], &w, &b)) return NULL;
     return vt_layernorm(g, x, w, b, eps);
+}
+
+vt_tensor *vt_layernorm_cf_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps, int act) {
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim < 2) return vt_layernorm_cf(g, x, NULL, NULL, eps, act); /* its error */
+    vt_tensor *w, *b;
+    if (ln_params(g, prefix, x->shape[1], &w, &b)) return NULL;
+    return vt_layernorm_cf(g, x, w, b, eps, act);
 }
 
 vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,

@@ -160,12 +160,20 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
     }
 
-    /* Non-attention branch on [Q_4 | K_4 | V_4] per image (B, 3s, H, W). */
+    /* Non-attention branch on [Q_4 | K_4 | V_4] per image (B, 3s, H, W): separable conv, LayerNorm over each token's
+     * channels, Hardswish; channel-first (B, s, N) (the official chain transposes to tokens and back around the
+     * LayerNorm: ref_kernels). */
     vt_pname(sub, agg, "agg0");
     vt_tensor *u = separable_seg(g, vt_pname(nm, sub, "conv"), qkv, t, 4, H, W, 3); /* (B, s, H, W) */
     const int su[3] = {B, s, N}, ptok[3] = {0, 2, 1};
-    u = vt_permute(g, vt_reshape(g, u, 3, su), ptok);
-    u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);
+    u = vt_reshape(g, u, 3, su);
+    if (g->ref_kernels) {
+        u = vt_permute(g, u, ptok);
+        u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);
+        u = vt_permute(g, u, ptok);
+    } else {
+        u = vt_layernorm_cf_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f, VT_HARDSWISH);
+    }
 
     /* proj([O | u]) with O = F + Q ⊙ [Vc_0 | Vc_1 | Vc_2] as tokens (B, N, 4s), channel h·d + c: one op. */
     const int so[3] = {B, 4 * s, N};

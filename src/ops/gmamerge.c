@@ -1,8 +1,9 @@
 /* GroupMixFormer's attention output as one op (spec-groupmixformer.md §4; src/blocks/gma.c builds it):
- *   y[b, n, c] = f[b, c, n] + q[b, c, n]·v[b, c, n]   for c < A   (F + Q ⊙ CRPE(V), channel-first, into tokens)
- *   y[b, n, A + c] = u[b, n, c]                       for c < T   (the non-attention branch, already tokens)
- * with v given as consecutive channel parts (the CRPE convs of the head groups). It replaces a mul, an add, a
- * permute and two concats, each a pass through memory; the transposes go through 8×8 register tiles. */
+ *   y[b, n, c] = f[b, c, n] + q[b, c, n]·v[b, c, n]   for c < A   (F + Q ⊙ CRPE(V))
+ *   y[b, n, A + c] = u[b, c, n]                       for c < T   (the non-attention branch)
+ * all channel-first, into tokens, with v given as consecutive channel parts (the CRPE convs of the head groups). It
+ * replaces a mul, an add, two permutes and two concats, each a pass through memory; the transposes go through 8×8
+ * register tiles. */
 #include <string.h>
 
 #include "transpose8.h"
@@ -59,22 +60,24 @@ static void gmerge_fwd(vt_node *n) {
         int b, n0, nn;
         unit_span(p, unit, &b, &n0, &nn);
         float t[8 * TB_MAX];
-        for (int c0 = 0; c0 < A; c0 += 8) {
-            const int nc = A - c0 < 8 ? A - c0 : 8;
+        for (int c0 = 0; c0 < L; c0 += 8) {
+            const int nc = L - c0 < 8 ? L - c0 : 8;
             for (int c = 0; c < nc; c++) {
+                float *tr = t + c * tb;
+                if (c0 + c >= A) { /* u's row */
+                    memcpy(tr, u + ((size_t)b * T + c0 + c - A) * N + n0, sizeof(float) * (size_t)nn);
+                    continue;
+                }
                 const size_t o = ((size_t)b * A + c0 + c) * N + n0;
                 int k;
                 const size_t ov = v_row(p, b, c0 + c, n0, &k);
                 const float *fr = f + o, *qr = q + o, *vr = vd[k] + ov;
-                float *tr = t + c * tb;
 #pragma omp simd
                 for (int m = 0; m < nn; m++) tr[m] = fr[m] + qr[m] * vr[m];
             }
             for (int m0 = 0; m0 < nn; m0 += 8)
                 tile_t(t + m0, tb, y + ((size_t)b * N + n0 + m0) * L + c0, L, nc, nn - m0 < 8 ? nn - m0 : 8);
         }
-        for (int m = 0; m < nn; m++)
-            memcpy(y + ((size_t)b * N + n0 + m) * L + A, u + ((size_t)b * N + n0 + m) * T, sizeof(float) * T);
     }
 }
 
@@ -95,11 +98,20 @@ static void gmerge_bwd(vt_node *n) {
         int b, n0, nn;
         unit_span(p, unit, &b, &n0, &nn);
         float t[8 * TB_MAX];
-        for (int c0 = 0; c0 < A; c0 += 8) {
-            const int nc = A - c0 < 8 ? A - c0 : 8;
+        for (int c0 = 0; c0 < L; c0 += 8) {
+            const int nc = L - c0 < 8 ? L - c0 : 8;
+            if (c0 >= A && !du) break;
             for (int m0 = 0; m0 < nn; m0 += 8) /* t[c][m] = dy[b, n0 + m, c0 + c] */
                 tile_t(dy + ((size_t)b * N + n0 + m0) * L + c0, L, t + m0, tb, nn - m0 < 8 ? nn - m0 : 8, nc);
             for (int c = 0; c < nc; c++) {
+                if (c0 + c >= A) { /* u's row */
+                    if (!du) continue;
+                    const float *tr = t + c * tb;
+                    float *d = du + ((size_t)b * T + c0 + c - A) * N + n0;
+#pragma omp simd
+                    for (int m = 0; m < nn; m++) d[m] = (wu ? 0.0f : d[m]) + tr[m];
+                    continue;
+                }
                 const size_t o = ((size_t)b * A + c0 + c) * N + n0;
                 int k;
                 const size_t ov = v_row(p, b, c0 + c, n0, &k);
@@ -121,12 +133,6 @@ static void gmerge_bwd(vt_node *n) {
                     for (int m = 0; m < nn; m++) dvr[m] = (wv ? 0.0f : dvr[m]) + tr[m] * qr[m];
                 }
             }
-        }
-        for (int m = 0; m < nn && du; m++) {
-            const size_t r = (size_t)b * N + n0 + m;
-            float *d = du + r * T;
-            const float *s = dy + r * L + A;
-            for (int c = 0; c < T; c++) d[c] = (wu ? 0.0f : d[c]) + s[c];
         }
     }
 }
@@ -156,9 +162,9 @@ vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, 
         sum += p.vc[k];
     }
     if (sum != p.A) return vt_fail(g, op, "value parts have %d channels, f %s has %d", sum, sf, p.A);
-    if (u->ndim != 3 || u->shape[0] != p.B || u->shape[1] != p.N)
-        return vt_fail(g, op, "u %s must be (B, N, T) = (%d, %d, T)", vt_shape_str(u, sx, sizeof sx), p.B, p.N);
-    p.T = u->shape[2];
+    if (u->ndim != 3 || u->shape[0] != p.B || u->shape[2] != p.N)
+        return vt_fail(g, op, "u %s must be (B, T, N) = (%d, T, %d)", vt_shape_str(u, sx, sizeof sx), p.B, p.N);
+    p.T = u->shape[1];
     vt_tensor *in[VT_MAXIN] = {f, u, q};
     for (int k = 0; k < nv; k++) in[3 + k] = v[k];
     const int ys[3] = {p.B, p.N, p.A + p.T};
