@@ -144,6 +144,48 @@ static void check_separable(vt_test *T, int B, int s, int H, int W, int seg, int
                     1e-5);
 }
 
+/* Operands qkv (3C, B, H·W), dw1 (s, 1, 3, 3), dw2 (s, 1, 5, 5), dw3 (s, 1, 7, 7), the three pointwise weights
+ * stacked (3s, s, 1, 1); ia = {H, W}. */
+static vt_tensor *b_sepcat(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int s = x[0]->shape[0] / 15;
+    vt_tensor *pw[3];
+    for (int j = 0; j < 3; j++) pw[j] = vt_slice(g, x[4], 0, j * s, s);
+    return vt_gma_separable_cat(g, x[0], c->ia[0], c->ia[1], x + 1, pw);
+}
+
+/* The chain it replaces: segment 0's planes copied out, segments 1-3 through vt_gma_separable, a concat. */
+static vt_tensor *b_sepcat_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int H = c->ia[0], W = c->ia[1], s = x[0]->shape[0] / 15, B = x[0]->shape[1];
+    const int s5[5] = {3, 5, s, B, H * W}, pseg[5] = {0, 3, 1, 2, 4}, sseg[4] = {3 * B, s, H, W};
+    vt_tensor *y[4];
+    y[0] = vt_reshape(g, vt_permute_slice(g, vt_reshape(g, x[0], 5, s5), pseg, 1, 0, 1), 4, sseg);
+    for (int j = 1; j <= 3; j++)
+        y[j] = vt_gma_separable(g, x[0], j, H, W, x[j], vt_slice(g, x[4], 0, (j - 1) * s, s));
+    return vt_concat(g, y, 4, 1);
+}
+static vt_tensor *b_sepcat_shared(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return with_qkv_term(g, b_sepcat(g, x, c), x[0], 0);
+}
+static vt_tensor *b_sepcat_chain_shared(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return with_qkv_term(g, b_sepcat_chain(g, x, c), x[0], 0);
+}
+
+/* vt_gma_separable_cat: finite differences, and values and gradients against the chain; shared: qkv also feeds
+ * another op (its gradient added to). */
+static void check_separable_cat(vt_test *T, int B, int s, int H, int W, int shared) {
+    gc_case f = {.name = shared ? "gma_separable_cat_shared" : "gma_separable_cat", .nx = 5, .ndim = {3, 4, 4, 4, 4},
+                 .build = shared ? b_sepcat_shared : b_sepcat, .ia = {H, W}};
+    const int qs[3] = {15 * s, B, H * W}, ps[4] = {3 * s, s, 1, 1};
+    memcpy(f.shape[0], qs, sizeof qs);
+    for (int j = 1; j <= 3; j++) {
+        const int ds[4] = {s, 1, 2 * j + 1, 2 * j + 1};
+        memcpy(f.shape[j], ds, sizeof ds);
+    }
+    memcpy(f.shape[4], ps, sizeof ps);
+    gc_run_vs_plain(T, &f, shared ? b_sepcat_chain_shared : b_sepcat_chain,
+                    "segment 0's copy, three separable convs and a concat", 1e-5);
+}
+
 void test_gma(vt_test *T) {
     check_separable(T, 2, 2, 5, 7, 1, 3, 0);  /* the Q, K, V images of segment 1, a non-square grid */
     check_separable(T, 1, 3, 6, 18, 3, 7, 0); /* a plane wider than one 16-wide block, 7x7 */
@@ -151,6 +193,8 @@ void test_gma(vt_test *T) {
     check_separable(T, 2, 2, 5, 4, 4, 3, 0);  /* the non-attention branch: [Q_4 | K_4 | V_4] per image */
     check_separable(T, 1, 2, 11, 5, 3, 7, 1); /* taller than one 8-row tile; qkv's gradient added to */
     check_separable(T, 2, 1, 9, 6, 4, 3, 1);  /* the same for the non-attention branch */
+    check_separable_cat(T, 2, 2, 5, 7, 0);  /* segments 0-3 side by side, a non-square grid */
+    check_separable_cat(T, 1, 3, 9, 18, 1); /* wider than a 16-wide block, taller than an 8-row tile; qkv shared */
     check_merge(T, 2, 70, 3, 3, (const int[]){2, 5, 5});    /* A = 12: a part across the first tile's edge */
     check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
     check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */

@@ -713,6 +713,125 @@ static vt_tensor *b_bn_sum_plain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return y;
 }
 
+/* vt_batchnorm_act_sets over ia[0] sets of x0 (B, sets·cs, ...): x1..x4 the sets' weights, biases, running means and
+ * variances side by side (sets·cs each), x5 their num_batches_tracked (sets), each set's a slice; ia[1] the
+ * activation, ia[2] 1: an eval-mode node. */
+static void bn_set_tensors(vt_graph *g, vt_tensor **x, int sets, vt_tensor **pt) {
+    const int cs = x[0]->shape[1] / sets;
+    for (int k = 0; k < 5; k++)
+        for (int j = 0; j < sets; j++) pt[k * sets + j] = vt_slice(g, x[1 + k], 0, k < 4 ? j * cs : j, k < 4 ? cs : 1);
+}
+static vt_tensor *b_bn_sets(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *pt[20];
+    bn_set_tensors(g, x, c->ia[0], pt);
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    vt_tensor *y = vt_batchnorm_act_sets(g, x[0], c->ia[0], pt, 1, 1e-5f, 0.1f, c->ia[1]);
+    g->training = keep;
+    return y;
+}
+
+/* The chain it replaces: each set's vt_batchnorm_act on its slice of x0, then the concat. */
+static vt_tensor *b_bn_sets_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int sets = c->ia[0], cs = x[0]->shape[1] / sets;
+    vt_tensor *pt[20], *y[4];
+    bn_set_tensors(g, x, sets, pt);
+    const int keep = g->training;
+    if (c->ia[2]) g->training = 0;
+    for (int j = 0; j < sets; j++)
+        y[j] = vt_batchnorm_act(g, vt_slice(g, x[0], 1, j * cs, cs), pt[j], pt[sets + j], pt[2 * sets + j],
+                                pt[3 * sets + j], pt[4 * sets + j], 1, 1e-5f, 0.1f, c->ia[1]);
+    g->training = keep;
+    return vt_concat(g, y, sets, 1);
+}
+
+/* vt_batchnorm_act_sets: finite differences, output and gradients against the chain (training and eval-mode nodes,
+ * planes and channels-last-free 2-D input), the running statistics and counters updated as the chain's, errors. */
+static void check_batchnorm_sets(vt_test *T) {
+    static const struct {
+        int ndim, shape[4], sets, act, eval_node;
+    } cs[] = {{4, {3, 8, 5, 4}, 4, VT_HARDSWISH, 0}, {3, {2, 6, 19}, 3, VT_RELU, 0}, {2, {7, 4}, 2, -1, 0},
+              {4, {2, 8, 3, 3}, 4, VT_HARDSWISH, 1}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int C = cs[i].shape[1], r = cs[i].sets;
+        gc_case f = {.name = "batchnorm_sets", .nx = 6, .ndim = {cs[i].ndim, 1, 1, 1, 1, 1},
+                     .shape = {{0}, {C}, {C}, {C}, {C}, {r}}, .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn_sets,
+                     .fill = fill_bn, .ia = {r, cs[i].act, cs[i].eval_node}};
+        memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
+        if (i < 2)
+            gc_run_vs_plain(T, &f, b_bn_sets_chain, "batchnorms and a concat", 1e-5);
+        else {
+            gc_case p = f;
+            p.build = b_bn_sets_chain;
+            gc_compare(T, &f, &p, 1e-5);
+        }
+    }
+    /* running statistics: both forms in one training graph, on one input, each with its own buffers */
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int r = 4, C = 12, xs[4] = {3, C, 4, 5}, cv = C, rv1 = r;
+    vt_tensor *x = vt_input(g, "x", 4, xs), *ops[2][6], *y[2];
+    for (int f = 0; f < 2; f++) {
+        const char *names[6] = {"x", "w", "b", "rm", "rv", "nbt"};
+        ops[f][0] = x;
+        for (int k = 1; k < 6; k++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "%s%d", names[k], f);
+            ops[f][k] = vt_param(g, nm, 1, k < 5 ? &cv : &rv1, (vt_init){k == 4 ? VT_INIT_ONE : VT_INIT_ZERO, 0});
+        }
+        const gc_case c = {.ia = {r, VT_HARDSWISH, 0}};
+        y[f] = (f ? b_bn_sets_chain : b_bn_sets)(g, ops[f], &c);
+        vt_graph_output(g, y[f]);
+    }
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "batchnorm_sets stats graph: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_rng rr;
+        vt_rng_seed(&rr, 4);
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = 2.0f * vt_rng_normal(&rr) + (float)(i % 5);
+        for (int f = 0; f < 2; f++)
+            for (int k = 1; k < 3; k++)
+                for (int c = 0; c < C; c++) ops[f][k]->data[c] = 1.0f + 0.1f * (float)(c % 4) * (k == 1 ? 1.0f : -1.0f);
+        vt_graph_forward(g);
+        vt_graph_forward(g);
+        const double ey = gc_rel_diff(y[0]->data, y[1]->data, y[0]->numel, 1.0);
+        double es = 0.0;
+        for (int k = 3; k < 6; k++)
+            es = fmax(es, gc_rel_diff(ops[0][k]->data, ops[1][k]->data, ops[0][k]->numel, 1.0));
+        T_CHECK(T, ey < 1e-6 && es < 1e-6 && ops[0][5]->data[r - 1] == 2.0f,
+                "batchnorm_sets vs the chain: output %g, running statistics %g, last set's count %g", ey, es,
+                (double)ops[0][5]->data[r - 1]);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    /* errors: sets not dividing the channels, too many sets, a set's tensor of another size, a set missing a kind */
+    static const struct {
+        int sets, C, bad;
+        const char *want;
+    } es[] = {{3, 8, 0, "3 parameter sets must split its 8 channels"}, {5, 10, 0, "(at most 4 sets)"},
+              {2, 8, 1, "set 1 of 2"}, {2, 8, 2, "set 1 lacks or has a tensor"}};
+    for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
+        vt_err e2 = {0};
+        vt_params *P2 = vt_params_new(&e2);
+        vt_graph *g2 = vt_graph_new(P2, 1, &e2);
+        const int s2[2] = {4, es[k].C}, four = 3;
+        vt_tensor *tt[25] = {0}, *t5[5];
+        const int cs5 = es[k].C / es[k].sets > 0 ? es[k].C / es[k].sets : 1;
+        for (int j = 0; j < es[k].sets && j < 5; j++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "e%d", j);
+            vt_bn_tensors(g2, nm, cs5, t5);
+            for (int q = 0; q < 5; q++) tt[q * es[k].sets + j] = t5[q];
+        }
+        if (es[k].bad == 1) tt[es[k].sets + 1] = vt_param(g2, "bad", 1, &four, (vt_init){VT_INIT_ONE, 0});
+        if (es[k].bad == 2) tt[4 * es[k].sets + 1] = NULL;
+        vt_tensor *yy = vt_batchnorm_act_sets(g2, vt_input(g2, "x", 2, s2), es[k].sets, tt, 1, 1e-5f, 0.1f, -1);
+        T_CHECK(T, !yy && strstr(g2->err.msg, es[k].want), "batchnorm_sets error %zu: %s", k, g2->err.msg);
+        vt_graph_free(g2);
+        vt_params_free(P2);
+    }
+}
+
 /* vt_batchnorm_sum: finite differences, and output and gradients equal to the chain of BatchNorms and adds (train and
  * eval graphs, batch and running statistics); running statistics updated as the chain's; errors. */
 static void check_batchnorm_sum(vt_test *T) {
@@ -772,7 +891,7 @@ static void check_batchnorm_sum(vt_test *T) {
     static const struct {
         int r, L, rows;
         const char *want;
-    } es[] = {{4, 12, 4, "4 groups (need 1 to 3)"}, {2, 7, 4, "must hold 2 groups"}, {2, 6, 4, "group 1's bias"},
+    } es[] = {{5, 15, 4, "5 groups (need 1 to 4)"}, {2, 7, 4, "must hold 2 groups"}, {2, 6, 4, "group 1's bias"},
               {2, 6, 1, "more than 1 value per channel"}};
     for (size_t k = 0; k < sizeof es / sizeof es[0]; k++) {
         vt_err e2 = {0};
@@ -1344,6 +1463,7 @@ void test_ops_norm_act(vt_test *T) {
     check_layernorm_cf(T);
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
+    check_batchnorm_sets(T);
     check_batchnorm_res(T);
     check_bn_dwconv(T);
     check_bn_res_bn(T);

@@ -11,7 +11,7 @@
 #include "vitc/rng.h"
 #include "vitc/tensor.h"
 
-#define VT_MAXIN 16
+#define VT_MAXIN 24
 #define VT_OP_PARAMS 256 /* bytes available for an op's typed parameter struct inside its node */
 #define VT_PAR_MIN 16384 /* elementwise loops over at most this many elements stay on one thread (an OpenMP
                           * region costs more, and a stalled partner thread blocks its barrier) */

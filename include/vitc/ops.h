@@ -72,6 +72,11 @@ vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, v
  * and no kept BatchNorm output (backward recomputes it from x). */
 vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, int act);
+/* vt_batchnorm_act on x whose channels are `sets` runs of C / sets, each with its own tensors (the BatchNorms of a
+ * concat, on the concat: its inputs' producers write one tensor): pt[k·sets + j] is kind k (weight, bias,
+ * running_mean, running_var, num_batches_tracked; each kind given for every set or none) of set j; sets <= 4. */
+vt_tensor *vt_batchnorm_act_sets(vt_graph *g, vt_tensor *x, int sets, vt_tensor *const *pt, int axis, float eps,
+                                 float momentum, int act);
 /* y = oscale·vt_batchnorm(x) + r (r NULL: none; else x's shape) in one op: no separate scale and add passes. */
 vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, float oscale, vt_tensor *r);
@@ -135,6 +140,9 @@ vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_ten
  * y (3B, s, H, W); seg 4, the B images [Q_4 | K_4 | V_4] of cin = 3s channels, y (B, s, H, W); dw (cin, 1, k, k),
  * pw (s, cin, 1, 1). */
 vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw);
+/* Segments 1-3's separable convs (weights dw[j], pw[j] of segment j + 1) and segment 0's planes in one output y (3B,
+ * 4s, H, W): channels [0, s) segment 0 copied, [j·s, (j + 1)·s) segment j's conv (the aggregator branches' concat). */
+vt_tensor *vt_gma_separable_cat(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *const *dw, vt_tensor *const *pw);
 
 /* ---- gmamerge.c ---- */
 /* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) and u (B, T,

@@ -84,6 +84,28 @@ static vt_tensor *aggregate_fused(vt_graph *g, const char *agg, vt_tensor *qkv, 
     return vt_gma_aggregate_eval(g, qkv, H, W, dw[0], dw[1], dw[2], vt_concat(g, pw, 3, 0), vt_concat(g, bn, 4, 0));
 }
 
+/* Training: the four branches' inputs in one op (segment 0's copy and segments 1-3's separable convs side by side,
+ * vt_gma_separable_cat), then their BatchNorms and Hardswish as one op on it, each branch's own parameters
+ * (vt_batchnorm_act_sets): the chain's concat (a copy of all four, forward and backward) and segment 0's copy op go.
+ * Parameters declared in the chain's order. */
+static vt_tensor *aggregate_train(vt_graph *g, const char *agg, vt_tensor *qkv, int H, int W, int s) {
+    char nm[VT_NAMELEN], sub[VT_NAMELEN], cv[VT_NAMELEN];
+    vt_tensor *t[5], *pt[20], *dw[3], *pw[3];
+    for (int j = 0; j <= 3; j++) {
+        if (j) {
+            snprintf(sub, sizeof sub, "agg%d", j);
+            vt_pname(cv, agg, sub);
+            dw[j - 1] = vt_conv_weight(g, vt_pname(nm, cv, "conv1"), s, s, 2 * j + 1, s);
+            pw[j - 1] = vt_conv_weight(g, vt_pname(nm, cv, "pointwise_conv"), s, s, 1, 1);
+        }
+        snprintf(sub, sizeof sub, "norm%d", j);
+        if (vt_bn_tensors(g, vt_pname(nm, agg, sub), s, t)) return NULL;
+        for (int k = 0; k < 5; k++) pt[k * 4 + j] = t[k];
+    }
+    return vt_batchnorm_act_sets(g, vt_gma_separable_cat(g, qkv, H, W, dw, pw), 4, pt, 1, 1e-5f, 0.1f,
+                                 VT_HARDSWISH);
+}
+
 vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
@@ -110,6 +132,8 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     vt_tensor *Zc;
     if (!g->training && !g->ref_kernels) {
         Zc = aggregate_fused(g, agg, qkv, H, W, s);
+    } else if (!g->ref_kernels) {
+        Zc = aggregate_train(g, agg, qkv, H, W, s);
     } else {
         vt_tensor *Y[4];
         Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg_copy(g, t, 0, H, W), 1, 1e-5f, 0.1f,

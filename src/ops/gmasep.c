@@ -4,7 +4,8 @@
  * passed the segment and the depthwise output through memory, forward and backward. One unit is an image: its
  * depthwise planes stay in the thread's cache for the pointwise GEMM; the backward recomputes them rather than keeping
  * them. Inference graphs use it for the non-attention branch (segment 4); the fused eval op (gmagg.c) covers
- * segments 1 to 3 there. */
+ * segments 1 to 3 there. Training graphs take segments 1 to 3 in one op whose output also holds segment 0's copy
+ * (vt_gma_separable_cat): the four aggregator branches side by side, as their BatchNorms' concat wants them. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
@@ -14,133 +15,205 @@
 #include "vitc/ops.h"
 
 typedef struct {
-    int B, N, H, W, s, cin, seg, k, units, nt;
+    int B, N, H, W, s, units, nt;
+    int np;           /* separable convs: 1, or 3 (vt_gma_separable_cat: segments 1-3) */
+    int seg[3], k[3]; /* each conv's segment and kernel */
+    int cat;          /* vt_gma_separable_cat: segment 0's planes copied to channels [0, s), conv j's to (j + 1)·s */
     const vt_gemm_plan *gemm;
 } gsep_p;
 
-/* Offset in qkv of input channel c of unit i: segments 1-3 have the 3B images type·B + b of s channels, segment 4
- * the B images of its Q, K and V parts side by side (3s channels type·s + c). */
-static size_t plane_off(const gsep_p *p, int i, int c) {
-    const int t = p->seg < 4 ? i / p->B : c / p->s, b = p->seg < 4 ? i % p->B : i, cc = p->seg < 4 ? c : c % p->s;
-    return ((size_t)(t * 5 * p->s + p->seg * p->s + cc) * p->B + b) * p->N;
+/* Input channels of a segment's conv: s, or 3s for segment 4. */
+static int seg_cin(const gsep_p *p, int seg) { return seg < 4 ? p->s : 3 * p->s; }
+
+/* Output channels per unit. */
+static int unit_ch(const gsep_p *p) { return p->cat ? 4 * p->s : p->s; }
+
+/* Offset in qkv of input channel c of unit i of segment seg: segments 0-3 have the 3B images type·B + b of s
+ * channels, segment 4 the B images of its Q, K and V parts side by side (3s channels type·s + c). */
+static size_t plane_off(const gsep_p *p, int seg, int i, int c) {
+    const int t = seg < 4 ? i / p->B : c / p->s, b = seg < 4 ? i % p->B : i, cc = seg < 4 ? c : c % p->s;
+    return ((size_t)(t * 5 * p->s + seg * p->s + cc) * p->B + b) * p->N;
 }
 
 static size_t up16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* Floats of one thread's scratch: forward, the depthwise output and a padded plane; backward, besides those the
- * depthwise output's gradient and private weight-gradient sums (pointwise s·cin, depthwise cin·k·k). */
+/* Floats of one thread's scratch: forward, the depthwise output and a padded plane per conv (each kernel size its
+ * own: a plane's border stays zero only for its geometry); backward, besides those the depthwise output's gradient
+ * and private weight-gradient sums per conv (pointwise s·cin, depthwise cin·k·k). */
+static size_t dn_floats(const gsep_p *p) { return up16((size_t)seg_cin(p, p->seg[0]) * p->N); }
 static size_t fwd_floats(const gsep_p *p) {
-    return up16((size_t)p->cin * p->N) + up16(vt_dw_plane_scratch(p->H, p->W, p->k));
+    size_t t = dn_floats(p);
+    for (int j = 0; j < p->np; j++) t += up16(vt_dw_plane_scratch(p->H, p->W, p->k[j]));
+    return t;
+}
+static size_t pad_bwd(const gsep_p *p, int j) { return up16(vt_dw_plane_bwd_scratch(p->H, p->W, p->k[j])); }
+static size_t sums_floats(const gsep_p *p, int j) {
+    const size_t cin = (size_t)seg_cin(p, p->seg[j]);
+    return up16((size_t)p->s * cin) + up16(cin * p->k[j] * p->k[j]);
 }
 static size_t bwd_floats(const gsep_p *p) {
-    return 2 * up16((size_t)p->cin * p->N) + up16(vt_dw_plane_bwd_scratch(p->H, p->W, p->k)) +
-           up16((size_t)p->s * p->cin) + up16((size_t)p->cin * p->k * p->k);
+    size_t t = 2 * dn_floats(p);
+    for (int j = 0; j < p->np; j++) t += pad_bwd(p, j) + sums_floats(p, j);
+    return t;
 }
 
-/* D (cin, N) = the depthwise output of unit i. Each next plane is prefetched (vt_prefetch_floats): a unit's planes
- * lie B·N floats apart in qkv, so the hardware prefetchers only find each one when it is read. GroupMixFormer-M
- * training at batch 16 (8-channel segments, 56x56 planes), the op 0.29-0.44 → 0.26-0.27 s over 3 steps (three
- * alternated `--profile` runs), -T 0.44-0.49 → 0.40-0.42 s over 2 (Zen 5, 2026-12-02). */
-static void unit_dw(const gsep_p *p, const float *qkv, const float *dw, int i, float *D, float *pad) {
-    const int K = p->k * p->k;
-    for (int c = 0; c < p->cin; c++) {
-        if (c + 1 < p->cin) vt_prefetch_floats(qkv + plane_off(p, i, c + 1), p->N);
-        vt_dw_plane(qkv + plane_off(p, i, c), p->H, p->W, p->k, dw + (size_t)c * K, 0.0f, D + (size_t)c * p->N, pad);
+/* D (cin, N) = the depthwise output of conv j on unit i. Each next plane is prefetched (vt_prefetch_floats): a
+ * unit's planes lie B·N floats apart in qkv, so the hardware prefetchers only find each one when it is read.
+ * GroupMixFormer-M training at batch 16 (8-channel segments, 56x56 planes), the op 0.29-0.44 → 0.26-0.27 s over 3
+ * steps (three alternated `--profile` runs), -T 0.44-0.49 → 0.40-0.42 s over 2 (Zen 5, 2026-12-02). */
+static void unit_dw(const gsep_p *p, int j, const float *qkv, const float *dw, int i, float *D, float *pad) {
+    const int K = p->k[j] * p->k[j], seg = p->seg[j], cin = seg_cin(p, seg);
+    for (int c = 0; c < cin; c++) {
+        if (c + 1 < cin) vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), p->N);
+        vt_dw_plane(qkv + plane_off(p, seg, i, c), p->H, p->W, p->k[j], dw + (size_t)c * K, 0.0f,
+                    D + (size_t)c * p->N, pad);
     }
 }
 
 static void gsep_fwd(vt_node *n) {
     const gsep_p *p = VT_OP_P(n, gsep_p);
-    const float *qkv = n->in[0]->data, *dw = n->in[1]->data, *pw = n->in[2]->data;
-    const size_t per = fwd_floats(p), dn = up16((size_t)p->cin * p->N);
+    const float *qkv = n->in[0]->data;
+    const size_t per = fwd_floats(p), dn = dn_floats(p), N = (size_t)p->N;
 #pragma omp parallel num_threads(p->nt)
     {
-        float *D = n->fws->data + (size_t)omp_get_thread_num() * per, *pad = D + dn;
-        memset(pad, 0, sizeof(float) * (per - dn)); /* the padded plane's border */
+        float *D = n->fws->data + (size_t)omp_get_thread_num() * per;
+        memset(D + dn, 0, sizeof(float) * (per - dn)); /* the padded planes' borders */
 #pragma omp for schedule(dynamic, 1)
         for (int i = 0; i < p->units; i++) {
-            unit_dw(p, qkv, dw, i, D, pad);
-            vt_gemm(p->gemm, 0, 0, p->s, p->N, p->cin, 1.0f, pw, p->cin, D, p->N, 0.0f,
-                    n->out->data + (size_t)i * p->s * p->N, p->N);
+            float *yi = n->out->data + (size_t)i * unit_ch(p) * N, *pad = D + dn;
+            for (int c = 0; p->cat && c < p->s; c++) memcpy(yi + c * N, qkv + plane_off(p, 0, i, c), sizeof(float) * N);
+            for (int j = 0; j < p->np; j++) {
+                const int cin = seg_cin(p, p->seg[j]);
+                unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, D, pad);
+                vt_gemm(p->gemm, 0, 0, p->s, p->N, cin, 1.0f, n->in[2 + 2 * j]->data, cin, D, p->N, 0.0f,
+                        yi + (size_t)(p->cat ? j + 1 : 0) * p->s * N, p->N);
+                pad += up16(vt_dw_plane_scratch(p->H, p->W, p->k[j]));
+            }
         }
     }
 }
 
 static void gsep_bwd(vt_node *n) {
     const gsep_p *p = VT_OP_P(n, gsep_p);
-    const float *qkv = n->in[0]->data, *dw = n->in[1]->data, *pw = n->in[2]->data, *dy = n->out->grad;
-    float *dq = n->in[0]->grad, *gdw = n->in[1]->grad, *gpw = n->in[2]->grad;
-    if (!dq && !gdw && !gpw) return;
-    const int K = p->k * p->k, cin = p->cin, N = p->N;
-    const size_t per = bwd_floats(p), dn = up16((size_t)cin * N), padn = up16(vt_dw_plane_bwd_scratch(p->H, p->W, p->k)),
-                 npw = up16((size_t)p->s * cin);
+    const float *qkv = n->in[0]->data, *dy = n->out->grad;
+    float *dq = n->in[0]->grad;
+    int any = dq != NULL;
+    for (int j = 0; j < p->np; j++) any |= n->in[1 + 2 * j]->grad || n->in[2 + 2 * j]->grad;
+    if (!any) return;
+    const int N = p->N;
+    const size_t per = bwd_floats(p), dn = dn_floats(p);
     for (int t = 0; t < p->nt; t++) /* the padded planes' borders and the weight-gradient sums of every thread */
         memset(n->bws->data + (size_t)t * per + 2 * dn, 0, sizeof(float) * (per - 2 * dn));
 #pragma omp parallel num_threads(p->nt)
     {
-        float *D = n->bws->data + (size_t)omp_get_thread_num() * per, *dD = D + dn, *pad = dD + dn, *tpw = pad + padn,
-              *tdw = tpw + npw;
+        float *D = n->bws->data + (size_t)omp_get_thread_num() * per, *dD = D + dn;
 #pragma omp for schedule(static)
         for (int i = 0; i < p->units; i++) {
-            const float *dyi = dy + (size_t)i * p->s * N;
-            if (gpw) { /* dPW += dY·Dᵀ, D recomputed */
-                unit_dw(p, qkv, dw, i, D, pad);
-                vt_gemm(p->gemm, 0, 1, p->s, cin, N, 1.0f, dyi, N, D, N, 1.0f, tpw, cin);
+            const float *dyi = dy + (size_t)i * unit_ch(p) * N;
+            float *pad = dD + dn;
+            for (int c = 0; p->cat && dq && c < p->s; c++) { /* segment 0's copy */
+                float *d = dq + plane_off(p, 0, i, c);
+                const float *e = dyi + (size_t)c * N;
+#pragma omp simd
+                for (int m = 0; m < N; m++) d[m] += e[m];
             }
-            if (!dq && !gdw) continue;
-            vt_gemm(p->gemm, 1, 0, cin, N, p->s, 1.0f, pw, cin, dyi, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
-            for (int c = 0; c < cin; c++) { /* every unit's planes are its own: qkv's gradient is added to */
-                const size_t o = plane_off(p, i, c);
-                if (c + 1 < cin) { /* the next plane of qkv and of its gradient, as unit_dw */
-                    vt_prefetch_floats(qkv + plane_off(p, i, c + 1), N);
-                    if (dq) vt_prefetch_floats(dq + plane_off(p, i, c + 1), N);
+            for (int j = 0; j < p->np; j++) {
+                const int seg = p->seg[j], cin = seg_cin(p, seg), K = p->k[j] * p->k[j];
+                const float *dw = n->in[1 + 2 * j]->data, *pw = n->in[2 + 2 * j]->data;
+                const float *dyj = dyi + (size_t)(p->cat ? j + 1 : 0) * p->s * N;
+                float *tpw = pad + pad_bwd(p, j), *tdw = tpw + up16((size_t)p->s * cin);
+                if (n->in[2 + 2 * j]->grad) { /* dPW += dY·Dᵀ, D recomputed */
+                    unit_dw(p, j, qkv, dw, i, D, pad);
+                    vt_gemm(p->gemm, 0, 1, p->s, cin, N, 1.0f, dyj, N, D, N, 1.0f, tpw, cin);
                 }
-                vt_dw_plane_bwd(qkv + o, dD + (size_t)c * N, p->H, p->W, p->k, dw + (size_t)c * K, dq ? dq + o : NULL,
-                                1, gdw ? tdw + (size_t)c * K : NULL, pad);
+                const int gdw = n->in[1 + 2 * j]->grad != NULL;
+                if (dq || gdw) {
+                    vt_gemm(p->gemm, 1, 0, cin, N, p->s, 1.0f, pw, cin, dyj, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
+                    for (int c = 0; c < cin; c++) { /* every unit's planes are its own: qkv's gradient is added to */
+                        const size_t o = plane_off(p, seg, i, c);
+                        if (c + 1 < cin) { /* the next plane of qkv and of its gradient, as unit_dw */
+                            vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), N);
+                            if (dq) vt_prefetch_floats(dq + plane_off(p, seg, i, c + 1), N);
+                        }
+                        vt_dw_plane_bwd(qkv + o, dD + (size_t)c * N, p->H, p->W, p->k[j], dw + (size_t)c * K,
+                                        dq ? dq + o : NULL, 1, gdw ? tdw + (size_t)c * K : NULL, pad);
+                    }
+                }
+                pad = tpw + sums_floats(p, j);
             }
         }
     }
     for (int t = 0; t < p->nt; t++) { /* the threads' sums in a fixed order: the same gradients at every run */
-        const float *tpw = n->bws->data + (size_t)t * per + 2 * dn + padn, *tdw = tpw + npw;
-        for (int j = 0; gpw && j < p->s * cin; j++) gpw[j] += tpw[j];
-        for (int j = 0; gdw && j < cin * K; j++) gdw[j] += tdw[j];
+        const float *pad = n->bws->data + (size_t)t * per + 2 * dn;
+        for (int j = 0; j < p->np; j++) {
+            const int cin = seg_cin(p, p->seg[j]), K = p->k[j] * p->k[j];
+            const float *tpw = pad + pad_bwd(p, j), *tdw = tpw + up16((size_t)p->s * cin);
+            float *gpw = n->in[2 + 2 * j]->grad, *gdw = n->in[1 + 2 * j]->grad;
+            for (int e = 0; gpw && e < p->s * cin; e++) gpw[e] += tpw[e];
+            for (int e = 0; gdw && e < cin * K; e++) gdw[e] += tdw[e];
+            pad = tpw + sums_floats(p, j);
+        }
     }
 }
 
-/* A GEMM fused with other work (each unit's pointwise GEMM between its depthwise planes), as the attention ops: the
+/* A GEMM fused with other work (each unit's pointwise GEMMs between its depthwise planes), as the attention ops: the
  * profile times its vt_gemm calls apart. */
-static const vt_opdef op_gsep = {"gma_separable", gsep_fwd, gsep_bwd,
-                                 VT_READS(VT_READS_IN(0) | VT_READS_IN(1) | VT_READS_IN(2)), NULL, VT_OP_FUSED};
+static const vt_opdef op_gsep = {"gma_separable", gsep_fwd, gsep_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_FUSED};
 
-vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw) {
-    if (vt_bad(g, 3, qkv, dw, pw)) return NULL;
+/* The op over the np convs (segments seg[j], weights dw[j], pw[j]); cat: vt_gma_separable_cat's layout. */
+static vt_tensor *separable(vt_graph *g, vt_tensor *qkv, int np, const int *seg, int H, int W, vt_tensor *const *dw,
+                            vt_tensor *const *pw, int cat) {
     static const char *op = "gma_separable";
+    if (vt_bad(g, 1, qkv)) return NULL;
+    for (int j = 0; j < np; j++)
+        if (vt_bad(g, 2, dw[j], pw[j])) return NULL;
     char sq[64], sd[64], sp[64];
     vt_shape_str(qkv, sq, sizeof sq);
-    vt_shape_str(dw, sd, sizeof sd);
-    vt_shape_str(pw, sp, sizeof sp);
     if (qkv->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != qkv->shape[2] || qkv->shape[0] % 15)
         return vt_fail(g, op, "qkv %s must be (3C, B, H·W = %d·%d) with C a multiple of 5", sq, H, W);
-    if (seg < 1 || seg > 4) return vt_fail(g, op, "segment %d: the separable convs read segments 1 to 4", seg);
-    const int B = qkv->shape[1], N = qkv->shape[2], s = qkv->shape[0] / 15, cin = seg < 4 ? s : 3 * s;
-    const int k = dw->ndim == 4 ? dw->shape[2] : 0;
-    if (k < 1 || k % 2 == 0 || !vt_has_shape(dw, 4, cin, 1, k, k))
-        return vt_fail(g, op, "depthwise weight %s must be (%d, 1, k, k) with k odd for qkv %s, segment %d", sd, cin,
-                       sq, seg);
-    if (!vt_has_shape(pw, 4, s, cin, 1, 1))
-        return vt_fail(g, op, "pointwise weight %s must be (%d, %d, 1, 1) for qkv %s, segment %d", sp, s, cin, sq, seg);
-    const int units = seg < 4 ? 3 * B : B, ys[4] = {units, s, H, W};
-    vt_tensor *in[3] = {qkv, dw, pw};
-    vt_node *n = vt_new_node(g, &op_gsep, in, 3, vt_new_act(g, 4, ys));
+    const int B = qkv->shape[1], N = qkv->shape[2], s = qkv->shape[0] / 15;
+    gsep_p p = {.B = B, .N = N, .H = H, .W = W, .s = s, .units = seg[0] < 4 ? 3 * B : B, .nt = g->threads, .np = np,
+                .cat = cat, .gemm = &g->gemm};
+    vt_tensor *in[7] = {qkv};
+    int64_t macs = 0;
+    for (int j = 0; j < np; j++) {
+        if (seg[j] < 1 || seg[j] > 4)
+            return vt_fail(g, op, "segment %d: the separable convs read segments 1 to 4", seg[j]);
+        const int cin = seg[j] < 4 ? s : 3 * s, k = dw[j]->ndim == 4 ? dw[j]->shape[2] : 0;
+        vt_shape_str(dw[j], sd, sizeof sd);
+        vt_shape_str(pw[j], sp, sizeof sp);
+        if (k < 1 || k % 2 == 0 || !vt_has_shape(dw[j], 4, cin, 1, k, k))
+            return vt_fail(g, op, "depthwise weight %s must be (%d, 1, k, k) with k odd for qkv %s, segment %d", sd,
+                           cin, sq, seg[j]);
+        if (!vt_has_shape(pw[j], 4, s, cin, 1, 1))
+            return vt_fail(g, op, "pointwise weight %s must be (%d, %d, 1, 1) for qkv %s, segment %d", sp, s, cin, sq,
+                           seg[j]);
+        p.seg[j] = seg[j];
+        p.k[j] = k;
+        in[1 + 2 * j] = dw[j];
+        in[2 + 2 * j] = pw[j];
+        macs += (int64_t)p.units * N * cin * (k * k + s);
+    }
+    const int ys[4] = {p.units, unit_ch(&p), H, W};
+    vt_node *n = vt_new_node(g, &op_gsep, in, 1 + 2 * np, vt_new_act(g, 4, ys));
     if (!n) return NULL;
-    const gsep_p p = {B, N, H, W, s, cin, seg, k, units, g->threads, &g->gemm};
     *VT_OP_P(n, gsep_p) = p;
-    n->macs = (int64_t)units * N * cin * (k * k + s);
+    n->macs = macs;
     const int64_t fw = (int64_t)p.nt * (int64_t)fwd_floats(&p), bw = (int64_t)p.nt * (int64_t)bwd_floats(&p);
-    const int grads = qkv->requires_grad || dw->requires_grad || pw->requires_grad;
+    int grads = qkv->requires_grad;
+    for (int j = 0; j < np; j++) grads |= dw[j]->requires_grad || pw[j]->requires_grad;
     if (fw > INT_MAX || (grads && bw > INT_MAX))
         return vt_fail(g, op, "qkv %s: the per-thread scratch is too large", sq);
     if (!vt_node_work(n, 0, fw)) return NULL;
     if (grads && !vt_node_work(n, 1, bw)) return NULL;
     return n->out;
+}
+
+vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, vt_tensor *dw, vt_tensor *pw) {
+    return separable(g, qkv, 1, &seg, H, W, &dw, &pw, 0);
+}
+
+vt_tensor *vt_gma_separable_cat(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *const *dw, vt_tensor *const *pw) {
+    static const int segs[3] = {1, 2, 3};
+    return separable(g, qkv, 3, segs, H, W, dw, pw, 1);
 }

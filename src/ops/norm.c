@@ -443,6 +443,9 @@ typedef struct {
     int update; /* update the running statistics */
     int idx[5]; /* indices in in[] of w, b, rmean, rvar, nbt (-1: absent) */
     int act;    /* activation applied after it: VT_RELU, VT_RELU6, VT_HARDSWISH, or -1 (none) */
+    int sets;   /* the channels' runs of C / sets with their own parameter tensors (vt_batchnorm_act_sets), else 1;
+                 * in[] holds each kind's sets in a row (idx[k] + j: set j's), and the fws / bws scratch ends with the
+                 * sets' w, b, rmean, rvar gathered (4·C floats) */
     int res;    /* vt_batchnorm_res: the slot of the added term r (-1: none) */
     float eps, momentum;
     float oscale; /* vt_batchnorm_res: the output's factor (1 otherwise) */
@@ -722,14 +725,25 @@ static const vt_tensor *bn_in(const vt_node *n, int which) {
     return i >= 0 ? n->in[i] : NULL;
 }
 
-/* The normalisation's per-channel scale and shift, out = (x − mean)·scale + shift: from the batch's rstd (saved)
- * or the running variance; forward and backward compute the same floats. */
-static void bn_affine(const vt_node *n, float *scale, float *shift) {
+/* Parameter kind k's C floats (NULL: absent): the tensor's data, or with sets gathered into g (4·C floats, kind k at
+ * k·C) from each set's tensor. */
+static float *bn_arr(const vt_node *n, int k, float *g) {
     const bn_p *p = VT_OP_P(n, bn_p);
-    const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RV = bn_in(n, 3);
-    const float *w = W ? W->data : NULL, *b = Bt ? Bt->data : NULL, *rstd = p->batch ? n->save[1]->data : NULL;
+    if (p->idx[k] < 0) return NULL;
+    if (p->sets == 1) return n->in[p->idx[k]]->data;
+    const int cs = p->C / p->sets;
+    for (int j = 0; j < p->sets; j++)
+        memcpy(g + (size_t)k * p->C + (size_t)j * cs, n->in[p->idx[k] + j]->data, sizeof(float) * (size_t)cs);
+    return g + (size_t)k * p->C;
+}
+
+/* The normalisation's per-channel scale and shift, out = (x − mean)·scale + shift: from the batch's rstd (saved)
+ * or the running variance rv; forward and backward compute the same floats. */
+static void bn_affine(const vt_node *n, const float *w, const float *b, const float *rv, float *scale, float *shift) {
+    const bn_p *p = VT_OP_P(n, bn_p);
+    const float *rstd = p->batch ? n->save[1]->data : NULL;
     for (int c = 0; c < p->C; c++) {
-        const float rs = rstd ? rstd[c] : (float)(1.0 / sqrt((double)RV->data[c] + p->eps));
+        const float rs = rstd ? rstd[c] : (float)(1.0 / sqrt((double)rv[c] + p->eps));
         scale[c] = (w ? rs * w[c] : rs) * p->oscale;
         shift[c] = (b ? b[c] : 0.0f) * p->oscale;
     }
@@ -757,29 +771,45 @@ static void bn_fwd(vt_node *n) {
     const bn_p *p = VT_OP_P(n, bn_p);
     const int outer = p->outer, C = p->C, inner = p->inner, nch = p->nch, batch = p->batch;
     const float eps = p->eps, mom = p->momentum, *x = n->in[0]->data;
-    const vt_tensor *RM = bn_in(n, 2), *RV = bn_in(n, 3), *NBT = bn_in(n, 4);
+    float *scale = n->fws->data + (batch ? (int64_t)4 * nch * C + 4 * C : 0), *shift = scale + C, *ga = shift + C;
+    const float *w = bn_arr(n, 0, ga), *b = bn_arr(n, 1, ga);
+    float *rm = bn_arr(n, 2, ga), *rv = bn_arr(n, 3, ga);
     const float *mean;
-    float *scale = n->fws->data + (batch ? (int64_t)4 * nch * C + 4 * C : 0), *shift = scale + C;
     if (batch) {
         vt_bn_batch_update(x, outer, C, inner, (double *)n->fws->data, eps, mom, n->save[0]->data, n->save[1]->data,
-                           p->update ? RM->data : NULL, p->update ? RV->data : NULL,
-                           p->update && NBT ? NBT->data : NULL);
+                           p->update ? rm : NULL, p->update ? rv : NULL, NULL);
+        for (int j = 0; p->update && j < p->sets; j++) { /* the running statistics back into the sets' tensors */
+            const int cs = C / p->sets;
+            if (p->sets > 1) {
+                memcpy(n->in[p->idx[2] + j]->data, rm + (size_t)j * cs, sizeof(float) * (size_t)cs);
+                memcpy(n->in[p->idx[3] + j]->data, rv + (size_t)j * cs, sizeof(float) * (size_t)cs);
+            }
+            if (p->idx[4] >= 0) n->in[p->idx[4] + j]->data[0] += 1.0f;
+        }
         mean = n->save[0]->data;
     } else {
-        mean = RM->data;
+        mean = rm;
     }
-    bn_affine(n, scale, shift);
+    bn_affine(n, w, b, rv, scale, shift);
     chan_apply(1, p->act, x, NULL, mean, shift, scale, NULL, NULL, p->res >= 0 ? n->in[p->res]->data : NULL,
                n->out->data, outer, C, inner);
+}
+
+/* Parameter kind k's gradient (k: 0 w, 1 b) of channel c += v (its set's tensor). */
+static void bn_grad_add(const vt_node *n, int k, int c, float v) {
+    const bn_p *p = VT_OP_P(n, bn_p);
+    const int cs = p->C / p->sets;
+    float *gr = n->in[p->idx[k] + c / cs]->grad;
+    if (gr) gr[c % cs] += v;
 }
 
 static void bn_bwd(vt_node *n) {
     const bn_p *p = VT_OP_P(n, bn_p);
     const int outer = p->outer, C = p->C, inner = p->inner, nch = p->nch, batch = p->batch;
     const float eps = p->eps, *x = n->in[0]->data;
-    const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1), *RM = bn_in(n, 2), *RV = bn_in(n, 3);
-    const float *w = W ? W->data : NULL;
-    float *dy = n->out->grad, *dx = n->in[0]->grad, *dw = W ? W->grad : NULL, *db = Bt ? Bt->grad : NULL;
+    const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1);
+    float *dy = n->out->grad, *dx = n->in[0]->grad;
+    const int dw = W && W->grad, db = Bt && Bt->grad; /* the sets' parameters need gradients alike */
     float *dr = p->res >= 0 ? n->in[p->res]->grad : NULL;
     if (dy && dr) { /* y = s·BN(x) + r: r's gradient is dy (written where fresh) */
         const int set = n->grad_fresh >> p->res & 1u;
@@ -790,11 +820,13 @@ static void bn_bwd(vt_node *n) {
     if (!dy || !(dx || dw || db)) return;
     const int64_t M = (int64_t)outer * inner;
     double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
-    const float *mean = batch ? n->save[0]->data : RM->data;
+    float *k1 = n->bws->data + (int64_t)4 * nch * C + 4 * C, *k2 = k1 + C, *k3 = k2 + C, *scale = k3 + C,
+          *shift = scale + C, *ga = shift + C;
+    const float *w = bn_arr(n, 0, ga), *b = bn_arr(n, 1, ga), *rm = bn_arr(n, 2, ga), *rv = bn_arr(n, 3, ga);
+    const float *mean = batch ? n->save[0]->data : rm;
     const int sums = dw || db || batch;
     if (p->act >= 0) { /* the activation's backward first, in place (only this node reads its output's gradient) */
-        float *scale = n->bws->data + (int64_t)4 * nch * C + 7 * C, *shift = scale + C;
-        bn_affine(n, scale, shift);
+        bn_affine(n, w, b, rv, scale, shift);
         if (sums) /* with the sums below, in one pass */
             chan_sums_act(p->act, x, dy, mean, scale, shift, outer, C, inner, nch, part, s1, s2);
         else
@@ -802,11 +834,10 @@ static void bn_bwd(vt_node *n) {
     } else if (sums) {
         chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
     }
-    float *k1 = n->bws->data + (int64_t)4 * nch * C + 4 * C, *k2 = k1 + C, *k3 = k2 + C;
     for (int c = 0; c < C; c++) {
-        const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)RV->data[c] + eps));
-        if (dw) dw[c] += (float)(s2[c] * rs * p->oscale);
-        if (db) db[c] += (float)(s1[c] * p->oscale);
+        const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)rv[c] + eps));
+        if (dw) bn_grad_add(n, 0, c, (float)(s2[c] * rs * p->oscale));
+        if (db) bn_grad_add(n, 1, c, (float)(s1[c] * p->oscale));
         k1[c] = (w ? w[c] * rs : rs) * p->oscale;
         /* batch statistics: dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)); running statistics: dx = w·rstd·dy */
         k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
@@ -817,9 +848,10 @@ static void bn_bwd(vt_node *n) {
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
 
-/* vt_batchnorm_act with, when r is given (no activation then), y = oscale·BN(x) + r. */
-static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
-                            vt_tensor *nbt, int axis, float eps, float momentum, int act, vt_tensor *r, float oscale) {
+/* vt_batchnorm_act with, when r is given (no activation then), y = oscale·BN(x) + r; the parameters pt[k·sets + j]:
+ * kind k (w, b, rmean, rvar, nbt) of set j, sets runs of C / sets channels (vt_batchnorm_act_sets), else 1. */
+static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, int sets, vt_tensor *const *pt, int axis, float eps,
+                            float momentum, int act, vt_tensor *r, float oscale) {
     if (vt_bad(g, 1, x)) return NULL;
     if (act != -1 && act != VT_RELU && act != VT_RELU6 && act != VT_HARDSWISH)
         return vt_fail(g, "batchnorm", "activation %d after it: only ReLU, ReLU6 and Hardswish (or none, -1)", act);
@@ -829,20 +861,33 @@ static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
         return vt_fail(g, "batchnorm", "input %s: channel axis %d invalid (need >= 2 dims)", vt_shape_str(x, sx, 64),
                        axis);
     const int C = x->shape[ax];
-    if (!is_vec(w, C) || !is_vec(b, C) || !is_vec(rmean, C) || !is_vec(rvar, C) || (nbt && nbt->numel != 1) ||
-        (!rmean != !rvar))
-        return vt_fail(g, "batchnorm", "input %s (C = %d on axis %d): weight %s, bias %s, running_mean %s, "
-                       "running_var %s must be (C) (running stats both given or both NULL), num_batches %s (1)",
-                       vt_shape_str(x, sx, 64), C, ax, w ? vt_shape_str(w, s[0], 64) : "none",
-                       b ? vt_shape_str(b, s[1], 64) : "none", rmean ? vt_shape_str(rmean, s[2], 64) : "none",
-                       rvar ? vt_shape_str(rvar, s[3], 64) : "none", nbt ? vt_shape_str(nbt, s[4], 64) : "none");
+    if (sets < 1 || C % sets || 1 + 5 * sets > VT_MAXIN)
+        return vt_fail(g, "batchnorm", "input %s: %d parameter sets must split its %d channels (at most %d sets)",
+                       vt_shape_str(x, sx, 64), sets, C, (VT_MAXIN - 1) / 5);
+    const int cs = C / sets;
+    for (int j = 0; j < sets; j++) {
+        vt_tensor *w = pt[j], *b = pt[sets + j], *rmean = pt[2 * sets + j], *rvar = pt[3 * sets + j],
+                  *nbt = pt[4 * sets + j];
+        if (!is_vec(w, cs) || !is_vec(b, cs) || !is_vec(rmean, cs) || !is_vec(rvar, cs) || (nbt && nbt->numel != 1) ||
+            (!rmean != !rvar))
+            return vt_fail(g, "batchnorm", "input %s (C = %d on axis %d, set %d of %d): weight %s, bias %s, "
+                           "running_mean %s, running_var %s must be (%d) (running stats both given or both NULL), "
+                           "num_batches %s (1)",
+                           vt_shape_str(x, sx, 64), C, ax, j, sets, w ? vt_shape_str(w, s[0], 64) : "none",
+                           b ? vt_shape_str(b, s[1], 64) : "none", rmean ? vt_shape_str(rmean, s[2], 64) : "none",
+                           rvar ? vt_shape_str(rvar, s[3], 64) : "none", cs, nbt ? vt_shape_str(nbt, s[4], 64) : "none");
+        for (int k = 0; k < 5; k++)
+            if (!pt[k * sets + j] != !pt[k * sets])
+                return vt_fail(g, "batchnorm", "input %s: parameter set %d lacks or has a tensor set 0 has not",
+                               vt_shape_str(x, sx, 64), j);
+    }
     if (!(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
         return vt_fail(g, "batchnorm", "eps %g must be >= 0 and momentum %g in [0, 1]", (double)eps, (double)momentum);
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < ax; d++) outer *= x->shape[d];
     for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
     /* Like torch: batch statistics in training, or always when there are no running statistics. */
-    const int batch = g->training || !rmean, update = g->training && rmean;
+    const int batch = g->training || !pt[2 * sets], update = g->training && pt[2 * sets];
     if (batch && outer * inner < 2)
         return vt_fail(g, "batchnorm", "input %s: expected more than 1 value per channel when training",
                        vt_shape_str(x, sx, 64));
@@ -851,12 +896,11 @@ static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
     if (r && (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int) * (size_t)x->ndim)))
         return vt_fail(g, "batchnorm", "added term %s must have the input's shape %s", vt_shape_str(r, s[0], 64),
                        vt_shape_str(x, sx, 64));
-    vt_tensor *in[7] = {x};
+    vt_tensor *in[VT_MAXIN] = {x};
     int nin = 1, idx[5];
-    vt_tensor *opt[5] = {w, b, rmean, rvar, nbt};
     for (int k = 0; k < 5; k++) {
-        idx[k] = opt[k] ? nin : -1;
-        if (opt[k]) in[nin++] = opt[k];
+        idx[k] = pt[k * sets] ? nin : -1;
+        for (int j = 0; pt[k * sets] && j < sets; j++) in[nin++] = pt[k * sets + j];
     }
     const int res = r ? nin : -1;
     if (r) in[nin++] = r;
@@ -866,33 +910,42 @@ static vt_tensor *batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
     const int nch = chunks(outer);
     bn_p *p = VT_OP_P(n, bn_p);
     *p = (bn_p){.outer = (int)outer, .C = C, .inner = (int)inner, .nch = nch, .batch = batch, .update = update,
-                .act = act, .res = res, .eps = eps, .momentum = momentum, .oscale = oscale};
+                .act = act, .sets = sets, .res = res, .eps = eps, .momentum = momentum, .oscale = oscale};
     for (int k = 0; k < 5; k++) p->idx[k] = idx[k];
     const int64_t red = (int64_t)4 * nch * C + 4 * C; /* partials + s1, s2 in doubles, counted in floats */
+    const int64_t gath = sets > 1 ? 4 * C : 0;        /* the sets' parameters gathered */
     if (batch) {
         vt_node_save(n, 0, C);
         vt_node_save(n, 1, C);
-        vt_node_work(n, 0, red + 2 * C);
+        vt_node_work(n, 0, red + 2 * C + gath);
     } else {
-        vt_node_work(n, 0, 2 * C);
+        vt_node_work(n, 0, 2 * C + gath);
     }
-    vt_node_work(n, 1, red + (act >= 0 ? 5 : 3) * C); /* with act: its scale and shift too */
+    vt_node_work(n, 1, red + 5 * C + gath); /* k1-k3, the activation's scale and shift */
     return n->out;
 }
 
 vt_tensor *vt_batchnorm_act(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, int act) {
-    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, act, NULL, 1.0f);
+    vt_tensor *const pt[5] = {w, b, rmean, rvar, nbt};
+    return batchnorm(g, x, 1, pt, axis, eps, momentum, act, NULL, 1.0f);
+}
+
+vt_tensor *vt_batchnorm_act_sets(vt_graph *g, vt_tensor *x, int sets, vt_tensor *const *pt, int axis, float eps,
+                                 float momentum, int act) {
+    return batchnorm(g, x, sets, pt, axis, eps, momentum, act, NULL, 1.0f);
 }
 
 vt_tensor *vt_batchnorm(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                         vt_tensor *nbt, int axis, float eps, float momentum) {
-    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1, NULL, 1.0f);
+    vt_tensor *const pt[5] = {w, b, rmean, rvar, nbt};
+    return batchnorm(g, x, 1, pt, axis, eps, momentum, -1, NULL, 1.0f);
 }
 
 vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, vt_tensor *rmean, vt_tensor *rvar,
                             vt_tensor *nbt, int axis, float eps, float momentum, float oscale, vt_tensor *r) {
-    return batchnorm(g, x, w, b, rmean, rvar, nbt, axis, eps, momentum, -1, r, oscale);
+    vt_tensor *const pt[5] = {w, b, rmean, rvar, nbt};
+    return batchnorm(g, x, 1, pt, axis, eps, momentum, -1, r, oscale);
 }
 
 /* ================================ BatchNorms of channel groups, summed ================================ */
