@@ -141,6 +141,8 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
                        int bias);
 /* vt_conv2d_p's weight alone: prefix.weight (out, in/groups, k, k), paper-counted, the same initialisation. */
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups);
+/* vt_conv2d_p's bias alone: prefix.bias (out), PyTorch's default U(±1/sqrt(in/groups·k·k)). */
+vt_tensor *vt_conv_bias(vt_graph *g, const char *prefix, int out, int in, int k, int groups);
 
 /* vt_conv2d_p (bias, one group) on x (B, C, H, W) computed as its patches (vt_im2col) times the weight viewed as
  * (out, C·k·k): the tokens (B, Ho·Wo, out) in raster order, the grid in *gh, *gw. */

@@ -168,6 +168,9 @@ vt_tensor *vt_softmax_res(vt_graph *g, vt_tensor *x, vt_tensor *r, float c);
 /* ---- conv.c (NCHW), conv_nhwc.c (channels-last), dwconv_nhwc.c (channels-last depthwise) ---- */
 /* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
+/* Depthwise conv (stride 1, padding pad) over channels [c0, c0 + C) of x (B, L, H, W), read in place (no slice), w
+ * (C, 1, kh, kw), b (C) or NULL -> (B, C, Ho, Wo); x's gradient gets the part's added. */
+vt_tensor *vt_dwconv2d_range(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad);
 /* Dense or grouped k×k convolution on channels-last maps: x (B, H, W, C), w (Cout, C/groups, k, k) (PyTorch's
  * layout), b (Cout) or NULL -> (B, Ho, Wo, Cout); oneDNN's convolution where the GEMM plan has one. */
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);

@@ -78,15 +78,19 @@ vt_tensor *vt_layernorm_cf_p(vt_graph *g, const char *prefix, vt_tensor *x, floa
     return vt_layernorm_cf(g, x, w, b, eps, act);
 }
 
+vt_tensor *vt_conv_bias(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
+    char nm[VT_NAMELEN];
+    const float bound = 1.0f / sqrtf((float)(in / groups * k * k));
+    return vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
+}
+
 vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad, int groups,
                        int bias) {
     if (vt_bad(g, 1, x)) return NULL;
     if (x->ndim != 4 || groups <= 0 || x->shape[1] % groups)
         return vt_fail(g, "conv2d", "%s: input must be (B, C, H, W) with C divisible by groups %d", prefix, groups);
-    char nm[VT_NAMELEN];
-    vt_tensor *w = vt_conv_weight(g, prefix, out, x->shape[1], k, groups), *b = NULL;
-    const float bound = 1.0f / sqrtf((float)(x->shape[1] / groups * k * k));
-    if (bias) b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
+    vt_tensor *w = vt_conv_weight(g, prefix, out, x->shape[1], k, groups);
+    vt_tensor *b = bias ? vt_conv_bias(g, prefix, out, x->shape[1], k, groups) : NULL;
     return vt_conv2d(g, x, w, b, stride, pad, groups);
 }
 

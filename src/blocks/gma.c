@@ -55,10 +55,13 @@ static vt_tensor *separable_seg(vt_graph *g, const char *prefix, vt_tensor *qkv,
     return vt_gma_separable(g, qkv, seg, H, W, dw, pw);
 }
 
-/* Depthwise k×k conv with bias, NCHW, padding k/2 (CRPE). */
-static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int k) {
+/* Depthwise k×k conv with bias, NCHW, padding k/2, on channels [c0, c0 + c) of x (CRPE). */
+static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int c0, int c, int k) {
     if (vt_bad(g, 1, x)) return NULL;
-    return vt_conv2d_p(g, name, x, x->shape[1], k, 1, k / 2, x->shape[1], 1);
+    if (g->ref_kernels) return vt_conv2d_p(g, name, vt_slice(g, x, 1, c0, c), c, k, 1, k / 2, c, 1);
+    vt_tensor *w = vt_conv_weight(g, name, c, c, k, c);
+    vt_tensor *b = vt_conv_bias(g, name, c, c, k, c);
+    return vt_dwconv2d_range(g, x, c0, w, b, k / 2);
 }
 
 /* BatchNorm prefix's eval scale and shift as (1, 2, s). */
@@ -179,9 +182,9 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     const int svi[4] = {B, GMA_HEADS * d, H, W};
     vt_tensor *Vi = vt_reshape(g, V, 4, svi), *Vc[3];
     const int grp_start[3] = {0, 2, 5}, grp_len[3] = {2, 3, 3};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 3; k++) { /* each group's conv reads its channels of V in place (ref_kernels: sliced out) */
         snprintf(sub, sizeof sub, "crpe.conv_list.%d", k);
-        Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), vt_slice(g, Vi, 1, grp_start[k] * d, grp_len[k] * d), 2 * k + 3);
+        Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), Vi, grp_start[k] * d, grp_len[k] * d, 2 * k + 3);
     }
 
     /* Non-attention branch on [Q_4 | K_4 | V_4] per image (B, 3s, H, W): separable conv, LayerNorm over each token's
