@@ -254,6 +254,23 @@ void test_gma(vt_test *T) {
         vt_graph_free(g);
         vt_params_free(P);
     }
+    { /* the cat op: segment 2's depthwise weight of segment 4's channel count; a pointwise weight of other inputs */
+        for (int i = 0; i < 2; i++) {
+            vt_err e = {0};
+            vt_params *P = vt_params_new(&e);
+            vt_graph *g = vt_graph_new(P, 1, &e);
+            const int sq[3] = {60, 2, 12}, d3[4] = {4, 1, 3, 3}, d5[4] = {i ? 4 : 12, 1, 5, 5}, d7[4] = {4, 1, 7, 7},
+                      p4[4] = {4, 4, 1, 1}, p8[4] = {4, 8, 1, 1};
+            vt_tensor *dw[3] = {vt_input(g, "d3", 4, d3), vt_input(g, "d5", 4, d5), vt_input(g, "d7", 4, d7)};
+            vt_tensor *pw[3] = {vt_input(g, "p1", 4, p4), vt_input(g, "p2", 4, p4), vt_input(g, "p3", 4, i ? p8 : p4)};
+            const vt_tensor *y = vt_gma_separable_cat(g, vt_input(g, "q", 3, sq), 3, 4, dw, pw);
+            T_CHECK(T, !y && strstr(g->err.msg, i ? "pointwise weight (4, 8, 1, 1)" : "(4, 1, k, k)") &&
+                           strstr(g->err.msg, i ? "segment 3" : "segment 2"),
+                    "bad separable cat %d: %s", i, g->err.msg);
+            vt_graph_free(g);
+            vt_params_free(P);
+        }
+    }
     check_block_grad(T, "gma_attn 2x(3x4) C20", 1, 2, 3, 4, 20);
     check_block_grad(T, "gma_block 1x(4x3) C20", 0, 1, 4, 3, 20);
     check_eval_fused(T, 2, 3, 5, 40);  /* 15 tokens: 8×8 transposes and scalar edges; s = 8 */
