@@ -21,6 +21,18 @@
 
 static int chunks(int64_t rows) { return rows < NCHUNK ? (int)rows : NCHUNK; }
 
+/* f(const act, ...) for act one of the activations the norms may apply after themselves (or none, -1), as a
+ * constant: each kernel's loop vectorises (a switch on act inside the loop kept it scalar). */
+#define ACT_CONST(f, act, ...)                                                                                         \
+    do {                                                                                                               \
+        switch (act) {                                                                                                 \
+        case VT_RELU: f(VT_RELU, __VA_ARGS__); break;                                                                  \
+        case VT_RELU6: f(VT_RELU6, __VA_ARGS__); break;                                                                \
+        case VT_HARDSWISH: f(VT_HARDSWISH, __VA_ARGS__); break;                                                        \
+        default: f(-1, __VA_ARGS__); break;                                                                            \
+        }                                                                                                              \
+    } while (0)
+
 /* ================================ LayerNorm ================================ */
 /* save[0] mean (R), save[1] rstd (R); bws: 2·chunks·C floats (dw, db partials) when affine. */
 typedef struct {
@@ -336,17 +348,6 @@ static inline __attribute__((always_inline)) void lncf_bwd_tile(const int act, c
     }
 }
 
-/* f(const, ...) for act one of the activations LayerNorm may apply, as a constant. */
-#define LNCF_ACT(f, act, ...)                                                                                          \
-    do {                                                                                                               \
-        switch (act) {                                                                                                 \
-        case VT_RELU: f(VT_RELU, __VA_ARGS__); break;                                                                  \
-        case VT_RELU6: f(VT_RELU6, __VA_ARGS__); break;                                                                \
-        case VT_HARDSWISH: f(VT_HARDSWISH, __VA_ARGS__); break;                                                        \
-        default: f(-1, __VA_ARGS__); break;                                                                            \
-        }                                                                                                              \
-    } while (0)
-
 static void lncf_fwd(vt_node *n) {
     const lncf_p *p = VT_OP_P(n, lncf_p);
     const float *x = n->in[0]->data, *w = p->iw >= 0 ? n->in[p->iw]->data : NULL;
@@ -358,7 +359,7 @@ static void lncf_fwd(vt_node *n) {
         int ni;
         int64_t pos;
         const int64_t off = lncf_tile(p, u, &ni, &pos);
-        LNCF_ACT(lncf_fwd_tile, p->act, p, x + off, w, b, y + off, mean + pos, rstd + pos, ni);
+        ACT_CONST(lncf_fwd_tile, p->act, p, x + off, w, b, y + off, mean + pos, rstd + pos, ni);
     }
 }
 
@@ -380,7 +381,7 @@ static void lncf_bwd(vt_node *n) {
             int ni;
             int64_t pos;
             const int64_t off = lncf_tile(p, u, &ni, &pos);
-            LNCF_ACT(lncf_bwd_tile, p->act, p, x + off, dy + off, w, b, mean + pos, rstd + pos, dx ? dx + off : NULL,
+            ACT_CONST(lncf_bwd_tile, p->act, p, x + off, dy + off, w, b, mean + pos, rstd + pos, dx ? dx + off : NULL,
                      acc, pw, pb, ni);
         }
     }
@@ -552,14 +553,13 @@ static void chan_sums(const float *x, const float *u, const float *m, int outer,
 
 /* One channel-last row (ks = 1: per-element m, k1, k0, sums into a1[j], a2[j]) or one plane (ks = 0: one channel,
  * sums into a1[0], a2[0]) of chan_sums_act, act a constant where inlined. */
-static inline __attribute__((always_inline)) void act_sums(const int act, const int ks, const float *x, float *u,
+static inline __attribute__((always_inline)) void act_sums(const int act, const int ks, const float *x, const float *u,
                                                            const float *m, const float *k1, const float *k0, int n,
                                                            double *a1, double *a2) {
     if (ks) {
 #pragma omp simd
         for (int i = 0; i < n; i++) {
             const float d = x[i] - m[i], g = u[i] * vt_norm_act_d(act, d * k1[i] + k0[i]);
-            u[i] = g;
             a1[i] += g;
             a2[i] += (double)g * d;
         }
@@ -568,7 +568,6 @@ static inline __attribute__((always_inline)) void act_sums(const int act, const 
 #pragma omp simd reduction(+ : t1, t2)
         for (int i = 0; i < n; i++) {
             const float d = x[i] - m[0], g = u[i] * vt_norm_act_d(act, d * k1[0] + k0[0]);
-            u[i] = g;
             t1 += g;
             t2 += (double)g * d;
         }
@@ -577,22 +576,13 @@ static inline __attribute__((always_inline)) void act_sums(const int act, const 
     }
 }
 
-#define ACT_SUMS(act, ks, x, u, m, k1, k0, n, a1, a2)                                                                 \
-    do {                                                                                                               \
-        switch (act) {                                                                                                 \
-        case VT_RELU: act_sums(VT_RELU, ks, x, u, m, k1, k0, n, a1, a2); break;                                        \
-        case VT_RELU6: act_sums(VT_RELU6, ks, x, u, m, k1, k0, n, a1, a2); break;                                      \
-        case VT_HARDSWISH: act_sums(VT_HARDSWISH, ks, x, u, m, k1, k0, n, a1, a2); break;                              \
-        default: act_sums(-1, ks, x, u, m, k1, k0, n, a1, a2); break;                                                  \
-        }                                                                                                              \
-    } while (0)
-
-/* The activation's backward and BatchNorm's sums in one pass over (outer, C, inner): u ·= act'((x − m)·k1 + k0) in
- * place, then s1[c] = Σ u, s2[c] = Σ u·(x − m[c]) as chan_sums (act: VT_RELU, VT_RELU6 or VT_HARDSWISH). Two passes
- * before (the activation's, then the sums), x and u read twice: the BatchNorm nodes of a training step at batch 16,
- * both ways alternated in one process (8 rounds, Intel Xeon Ice Lake, 2026-11-29), per-round medians: Refined-ViT-S
- * 1.19x (its ReLU6 BatchNorms over the expanded attention maps; 881 -> 733 ms, best steps), GroupMixFormer-T 1.11x. */
-static void chan_sums_act(int act, const float *x, float *u, const float *m, const float *k1, const float *k0,
+/* The activation's backward and BatchNorm's sums in one pass over (outer, C, inner): with g = u·act'((x − m)·k1 + k0),
+ * s1[c] = Σ g, s2[c] = Σ g·(x − m[c]) as chan_sums (act: VT_RELU, VT_RELU6 or VT_HARDSWISH); chan_apply's backward
+ * computes g again rather than this pass writing it over u. Two passes before (the activation's, then the sums), x
+ * and u read twice: the BatchNorm nodes of a training step at batch 16, both ways alternated in one process (8 rounds,
+ * Intel Xeon Ice Lake, 2026-11-29), per-round medians: Refined-ViT-S 1.19x (its ReLU6 BatchNorms over the expanded
+ * attention maps; 881 -> 733 ms, best steps), GroupMixFormer-T 1.11x. */
+static void chan_sums_act(int act, const float *x, const float *u, const float *m, const float *k1, const float *k0,
                           int outer, int C, int inner, int nch, double *part, double *s1, double *s2) {
     const int cb = inner == 1 ? CB : 1, nb = (C + cb - 1) / cb;
 #pragma omp parallel for schedule(static) collapse(2)
@@ -604,10 +594,10 @@ static void chan_sums_act(int act, const float *x, float *u, const float *m, con
             for (int o = o0; o < o1; o++) {
                 if (inner == 1) {
                     const size_t base = (size_t)o * C + c0;
-                    ACT_SUMS(act, 1, x + base, u + base, m + c0, k1 + c0, k0 + c0, cw, a1, a2);
+                    ACT_CONST(act_sums, act, 1, x + base, u + base, m + c0, k1 + c0, k0 + c0, cw, a1, a2);
                 } else {
                     const size_t base = ((size_t)o * C + c0) * inner;
-                    ACT_SUMS(act, 0, x + base, u + base, m + c0, k1 + c0, k0 + c0, inner, a1, a2);
+                    ACT_CONST(act_sums, act, 0, x + base, u + base, m + c0, k1 + c0, k0 + c0, inner, a1, a2);
                 }
             }
             store_part(part, k, C, c0, cw, a1, a2);
@@ -636,63 +626,50 @@ static void batch_stats(const float *x, int outer, int C, int inner, int nch, do
 }
 
 /* n elements of one row (rows: ks = 1, the coefficients per element) or plane (ks = 0, one coefficient): y =
- * act((x − m)·k1 + k0) (fwd = 1), or y ·= act'((x − m)·k1 + k0) (fwd = 2, y the output's gradient, in place: the
- * activation's backward before BatchNorm's). Inlined with constant fwd, act and ks, so each loop vectorises (a
- * switch on act inside the loop kept it scalar: 5.6x slower than BatchNorm then the activation). */
-static inline __attribute__((always_inline)) void act_pass(const int fwd, const int act, const int ks, const float *x,
-                                                          float *y, const float *m, const float *k1, const float *k0,
-                                                          int n) {
-    if (fwd == 2) {
+ * act((x − m)·k1 + k0). Inlined with constant act and ks, so each loop vectorises (a switch on act inside the loop
+ * kept it scalar: 5.6x slower than BatchNorm then the activation). */
+static inline __attribute__((always_inline)) void act_pass(const int act, const int ks, const float *x, float *y,
+                                                          const float *m, const float *k1, const float *k0, int n) {
 #pragma omp simd
-        for (int i = 0; i < n; i++) y[i] *= vt_norm_act_d(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
-    } else {
+    for (int i = 0; i < n; i++) y[i] = vt_norm_act_f(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
+}
+
+/* BatchNorm's backward over n elements (ks as act_pass): out = (add: +=) k1·(g − k2 − (x − m)·k3) with g =
+ * dy·act'((x − m)·k1 + k0) (act < 0: g = dy; with act, k1 is also the normalisation's scale and k0 its shift). */
+static inline __attribute__((always_inline)) void bwd_pass(const int act, const int ks, int add, const float *x,
+                                                          const float *dy, const float *m, const float *k0,
+                                                          const float *k1, const float *k2, const float *k3,
+                                                          float *out, int n) {
 #pragma omp simd
-        for (int i = 0; i < n; i++) y[i] = vt_norm_act_f(act, (x[i] - m[ks * i]) * k1[ks * i] + k0[ks * i]);
+    for (int i = 0; i < n; i++) {
+        const float d = x[i] - m[ks * i], a = k1[ks * i];
+        const float g = act >= 0 ? dy[i] * vt_norm_act_d(act, d * a + k0[ks * i]) : dy[i];
+        const float v = a * (g - k2[ks * i] - d * k3[ks * i]);
+        out[i] = add ? out[i] + v : v;
     }
 }
 
-/* act_pass with act a constant in each case. */
-#define ACT_PASS(fwd, act, ks, x, y, m, k1, k0, n)                                                                    \
-    do {                                                                                                               \
-        switch (act) {                                                                                                 \
-        case VT_RELU: act_pass(fwd, VT_RELU, ks, x, y, m, k1, k0, n); break;                                           \
-        case VT_RELU6: act_pass(fwd, VT_RELU6, ks, x, y, m, k1, k0, n); break;                                         \
-        case VT_HARDSWISH: act_pass(fwd, VT_HARDSWISH, ks, x, y, m, k1, k0, n); break;                                 \
-        default: act_pass(fwd, -1, ks, x, y, m, k1, k0, n); break;                                                     \
-        }                                                                                                              \
-    } while (0)
-
 /* Per-channel elementwise pass over (outer, C, inner), parallel over rows (channels-last) or planes:
  * forward (fwd = 1): out = act((x − m)·k1 + k0) (vt_norm_act_f), plus r (NULL: none; without act) while in cache;
- * backward (fwd = 0, -1): out += k1·(dy − k2 − (x − m)·k3),
- * written instead of added to when fwd is -1; fwd = 2: dy ·= act'((x − m)·k1 + k0) in place (out unused: the
- * activation's backward before BatchNorm's). */
-static void chan_apply(int fwd, int act, const float *x, float *dy, const float *m, const float *k0, const float *k1,
-                       const float *k2, const float *k3, const float *r, float *out, int outer, int C, int inner) {
+ * backward (fwd = 0, -1): out += bwd_pass's k1·(g − k2 − (x − m)·k3), g = dy·act'(...) (act −1: dy), written instead
+ * of added to when fwd is -1. */
+static void chan_apply(int fwd, int act, const float *x, const float *dy, const float *m, const float *k0,
+                       const float *k1, const float *k2, const float *k3, const float *r, float *out, int outer, int C,
+                       int inner) {
     if (inner == 1) {
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < outer; o++) {
             const float *xr = x + (size_t)o * C;
-            if (fwd == 2) {
-                ACT_PASS(2, act, 1, xr, dy + (size_t)o * C, m, k1, k0, C);
-            } else if (fwd == 1) {
-                float *yr = out + (size_t)o * C;
-                ACT_PASS(1, act, 1, xr, yr, m, k1, k0, C);
+            float *yr = out + (size_t)o * C;
+            if (fwd == 1) {
+                ACT_CONST(act_pass, act, 1, xr, yr, m, k1, k0, C);
                 if (r) {
                     const float *rr = r + (size_t)o * C;
 #pragma omp simd
                     for (int c = 0; c < C; c++) yr[c] += rr[c];
                 }
-            } else if (fwd == 0) {
-                const float *dr = dy + (size_t)o * C;
-                float *yr = out + (size_t)o * C;
-#pragma omp simd
-                for (int c = 0; c < C; c++) yr[c] += k1[c] * (dr[c] - k2[c] - (xr[c] - m[c]) * k3[c]);
             } else {
-                const float *dr = dy + (size_t)o * C;
-                float *yr = out + (size_t)o * C;
-#pragma omp simd
-                for (int c = 0; c < C; c++) yr[c] = k1[c] * (dr[c] - k2[c] - (xr[c] - m[c]) * k3[c]);
+                ACT_CONST(bwd_pass, act, 1, fwd == 0, xr, dy + (size_t)o * C, m, k0, k1, k2, k3, yr, C);
             }
         }
         return;
@@ -701,21 +678,14 @@ static void chan_apply(int fwd, int act, const float *x, float *dy, const float 
     for (int o = 0; o < outer; o++)
         for (int c = 0; c < C; c++) {
             const size_t base = ((size_t)o * C + c) * inner;
-            if (fwd == 2) {
-                ACT_PASS(2, act, 0, x + base, dy + base, m + c, k1 + c, k0 + c, inner);
-            } else if (fwd == 1) {
-                ACT_PASS(1, act, 0, x + base, out + base, m + c, k1 + c, k0 + c, inner);
+            if (fwd == 1) {
+                ACT_CONST(act_pass, act, 0, x + base, out + base, m + c, k1 + c, k0 + c, inner);
                 if (r)
 #pragma omp simd
                     for (int i = 0; i < inner; i++) out[base + i] += r[base + i];
-            } else if (fwd == 0) {
-                const float mc = m[c], a = k1[c], b2 = k2[c], b3 = k3[c];
-#pragma omp simd
-                for (int i = 0; i < inner; i++) out[base + i] += a * (dy[base + i] - b2 - (x[base + i] - mc) * b3);
             } else {
-                const float mc = m[c], a = k1[c], b2 = k2[c], b3 = k3[c];
-#pragma omp simd
-                for (int i = 0; i < inner; i++) out[base + i] = a * (dy[base + i] - b2 - (x[base + i] - mc) * b3);
+                ACT_CONST(bwd_pass, act, 0, fwd == 0, x + base, dy + base, m + c, k0 ? k0 + c : NULL, k1 + c, k2 + c,
+                          k3 + c, out + base, inner);
             }
         }
 }
@@ -829,8 +799,6 @@ static void bn_bwd(vt_node *n) {
         bn_affine(n, w, b, rv, scale, shift);
         if (sums) /* with the sums below, in one pass */
             chan_sums_act(p->act, x, dy, mean, scale, shift, outer, C, inner, nch, part, s1, s2);
-        else
-            chan_apply(2, p->act, x, dy, mean, shift, scale, NULL, NULL, NULL, NULL, outer, C, inner);
     } else if (sums) {
         chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
     }
@@ -843,7 +811,8 @@ static void bn_bwd(vt_node *n) {
         k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
         k3[c] = batch ? (float)(s2[c] * rs * rs / M) : 0.0f;
     }
-    if (dx) chan_apply(n->grad_fresh & 1u ? -1 : 0, -1, x, dy, mean, NULL, k1, k2, k3, NULL, dx, outer, C, inner);
+    if (dx) /* with act, its backward again (k1 is the scale) */
+        chan_apply(n->grad_fresh & 1u ? -1 : 0, p->act, x, dy, mean, shift, k1, k2, k3, NULL, dx, outer, C, inner);
 }
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
