@@ -1,6 +1,7 @@
 /* Convolution, pooling and shape ops: finite-difference gradient checks on edge shapes (run at several OpenMP
  * thread counts so both the image-parallel and the BLAS-parallel conv paths are covered), forward values
  * against naive double-precision references, MAC counts, and build-time shape errors. */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -1171,7 +1172,10 @@ static void check_dwconv_range(vt_test *T) {
     static const struct {
         int c0, C, wi;
         const char *want;
-    } es[] = {{3, 3, 1, "channels [3, 6)"}, {-1, 2, 1, "channels [-1, 1)"}, {0, 2, 2, "depthwise"}};
+    } es[] = {{3, 3, 1, "channels [3, 6)"},
+              {-1, 2, 1, "channels [-1, 1)"},
+              {0, 2, 2, "depthwise"},
+              {INT_MAX - 1, 2, 1, "channels [2147483646, 2147483648)"}}; /* c0 + C past INT_MAX */
     for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) {
         vt_err e = {0};
         vt_params *P = vt_params_new(&e);

@@ -804,6 +804,65 @@ static void check_batchnorm_sets(vt_test *T) {
     }
     vt_graph_free(g);
     vt_params_free(P);
+    /* set 0's weight and bias frozen (inputs, no gradient), set 1's trained: set 1 still gets its gradients, as each
+     * set's own BatchNorm gives them (both forms in one graph on one input, each with its own tensors) */
+    {
+        vt_err e3 = {0};
+        vt_params *P3 = vt_params_new(&e3);
+        vt_graph *g3 = vt_graph_new(P3, 1, &e3);
+        const int xs3[4] = {3, 8, 4, 5}, c4 = 4;
+        vt_tensor *x3 = vt_param(g3, "x", 4, xs3, (vt_init){VT_INIT_NORMAL, 1.0f}), *t3[2][20], *y3[2];
+        for (int f = 0; f < 2; f++) {
+            for (int j = 0; j < 2; j++) {
+                char nm[16];
+                vt_tensor *t5[5];
+                snprintf(nm, sizeof nm, "f%ds%d", f, j);
+                vt_bn_tensors(g3, nm, c4, t5);
+                for (int k = 0; k < 5; k++) t3[f][k * 2 + j] = t5[k];
+                if (j == 0) {
+                    snprintf(nm, sizeof nm, "f%dw0", f);
+                    t3[f][0] = vt_input(g3, nm, 1, &c4);
+                    snprintf(nm, sizeof nm, "f%db0", f);
+                    t3[f][2] = vt_input(g3, nm, 1, &c4);
+                }
+            }
+        }
+        y3[0] = vt_batchnorm_act_sets(g3, x3, 2, t3[0], 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        vt_tensor *half[2];
+        for (int j = 0; j < 2; j++)
+            half[j] = vt_batchnorm_act(g3, vt_slice(g3, x3, 1, 4 * j, 4), t3[1][j], t3[1][2 + j], t3[1][4 + j],
+                                       t3[1][6 + j], t3[1][8 + j], 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        y3[1] = vt_concat(g3, half, 2, 1);
+        vt_tensor *r3 = vt_input(g3, "r", 4, xs3);
+        vt_graph_set_loss(g3, vt_add(g3, vt_sum(g3, vt_mul(g3, y3[0], r3)), vt_sum(g3, vt_mul(g3, y3[1], r3))));
+        T_CHECK(T, vt_graph_finalize(g3, &e3) == 0 && vt_params_alloc_grads(P3, &e3) == 0,
+                "batchnorm_sets frozen set: %s", e3.msg);
+        if (!e3.msg[0]) {
+            vt_params_init(P3, 5);
+            vt_rng rr;
+            vt_rng_seed(&rr, 6);
+            for (int f = 0; f < 2; f++)
+                for (int q = 0; q < 4; q++) {
+                    t3[f][0]->data[q] = 1.0f + 0.2f * (float)q;
+                    t3[f][2]->data[q] = 0.1f * (float)q;
+                    t3[f][1]->data[q] = 0.8f + 0.1f * (float)q;
+                    t3[f][3]->data[q] = -0.2f * (float)q;
+                }
+            for (int64_t i = 0; i < r3->numel; i++) r3->data[i] = vt_rng_normal(&rr);
+            vt_graph_forward(g3);
+            vt_params_zero_grad(P3);
+            vt_graph_backward(g3);
+            const double ew = gc_rel_diff(t3[0][1]->grad, t3[1][1]->grad, 4, 1.0),
+                         eb = gc_rel_diff(t3[0][3]->grad, t3[1][3]->grad, 4, 1.0);
+            double any = 0.0;
+            for (int q = 0; q < 4; q++) any += fabs(t3[1][1]->grad[q]);
+            T_CHECK(T, ew < 1e-5 && eb < 1e-5 && any > 0.0,
+                    "batchnorm_sets, set 0 frozen: set 1's weight gradient off by %g, bias by %g (chain's |dw| %g)", ew,
+                    eb, any);
+        }
+        vt_graph_free(g3);
+        vt_params_free(P3);
+    }
     /* errors: sets not dividing the channels, too many sets, a set's tensor of another size, a set missing a kind */
     static const struct {
         int sets, C, bad;

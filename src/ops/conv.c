@@ -973,10 +973,10 @@ static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *
     if (groups < 1 || stride < 1 || pad < 0)
         return vt_fail(g, "conv2d", "input %s, weight %s: bad groups %d / stride %d / padding %d", sx, sw, groups,
                        stride, pad);
-    if (cin >= 0 && (c0 < 0 || cin < 1 || c0 + cin > x->shape[1] || groups != cin || w->shape[0] != cin ||
+    if (cin >= 0 && (c0 < 0 || cin < 1 || c0 > x->shape[1] - cin || groups != cin || w->shape[0] != cin ||
                      w->shape[1] != 1 || (cin == 1 && w->shape[2] * w->shape[3] == 1)))
-        return vt_fail(g, "conv2d", "input %s, weight %s: channels [%d, %d) must lie in the input and be a depthwise "
-                       "conv's (weight (%d, 1, kh, kw))", sx, sw, c0, c0 + cin, cin);
+        return vt_fail(g, "conv2d", "input %s, weight %s: channels [%d, %lld) must lie in the input and be a depthwise "
+                       "conv's (weight (%d, 1, kh, kw))", sx, sw, c0, (long long)c0 + cin, cin);
     const int B = x->shape[0], Cin = cin >= 0 ? cin : x->shape[1], H = x->shape[2], W = x->shape[3];
     const int Cout = w->shape[0], kh = w->shape[2], kw = w->shape[3];
     if (Cin % groups || Cout % groups || w->shape[1] != Cin / groups)

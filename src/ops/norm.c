@@ -779,7 +779,11 @@ static void bn_bwd(vt_node *n) {
     const float eps = p->eps, *x = n->in[0]->data;
     const vt_tensor *W = bn_in(n, 0), *Bt = bn_in(n, 1);
     float *dy = n->out->grad, *dx = n->in[0]->grad;
-    const int dw = W && W->grad, db = Bt && Bt->grad; /* the sets' parameters need gradients alike */
+    int dw = 0, db = 0; /* any set's weight or bias wanting its gradient (bn_grad_add skips the others) */
+    for (int j = 0; j < p->sets; j++) {
+        dw |= W && n->in[p->idx[0] + j]->grad;
+        db |= Bt && n->in[p->idx[1] + j]->grad;
+    }
     float *dr = p->res >= 0 ? n->in[p->res]->grad : NULL;
     if (dy && dr) { /* y = s·BN(x) + r: r's gradient is dy (written where fresh) */
         const int set = n->grad_fresh >> p->res & 1u;
