@@ -251,6 +251,11 @@ void test_ops_attention_ex(vt_test *T) {
         {"msf_dh64", 4, 10, 10, 512, 0, 2, 128, 0, 128, 256, 384, 1, 0, 0, 0.15f, 0, {0}},
         {"m128_n5", 4, 5, 128, 32, 64, 1, 32, 0, 32, 0, 0, 0, 1, 0, 0.2f, 0, {0}},
         {"dh32_huge", 4, 6, 6, 96, 0, 1, 32, 0, 32, 64, 0, 0, 2, 2, 1.0f, 1, {0}},
+        /* the AVX-512 small-key tiles' key-vector counts (1 to 4, at most 64 keys) and the first past them */
+        {"tile_m20_msf", 2, 13, 20, 48, 32, 2, 16, 16, 0, 16, 32, 1, 1, 0, 0.4f, 0, {0}},
+        {"tile_m33_mask", 2, 8, 33, 12, 24, 1, 12, 0, 12, 0, 0, 0, 2, 2, 0.3f, 0, {0}},
+        {"tile_m64_bias_mask", 4, 64, 64, 48, 0, 2, 16, 0, 16, 32, 0, 0, 1, 2, 0.3f, 0, {0}},
+        {"tile_m65", 2, 7, 65, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
     /* B·H = 3 on 2 threads: the forward runs each pair's query rows in chunks (attn_p.nr), the bias's, the mask's
@@ -276,6 +281,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"fd_mask_operand", 2, 3, 3, 6, 0, 1, 2, 0, 2, 4, 0, 0, 0, 2, 0.8f, 0, {0}},  /* mask parameter, no grad */
         {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0, {0}},
         {"fd_dh32", 4, 3, 5, 64, 128, 2, 64, 0, 0, 64, 0, 0, 1, 0, 0.2f, 0, {0}}, /* the models' head width */
+        {"fd_tile_m36", 2, 7, 36, 6, 8, 1, 4, 2, 4, 0, 0, 0, 2, 0, 0.6f, 0, {0}}, /* three key vectors */
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

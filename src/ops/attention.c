@@ -18,8 +18,12 @@
  * (and bias, mask) into a per-thread tile with the forward's own code, so they are the forward's values; the
  * B·H·N·M floats it would otherwise keep from forward to backward were 15% of DeiT-S's training arena, and the
  * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds).
+ * Few keys (M <= 64) on AVX-512: the logits of SK_ROWS query rows stay in registers from the q·kᵀ product to the
+ * stored probabilities (forward), and likewise dO·vᵀ to the logits' gradient (backward): vitc's own tile kernel, see
+ * sk_tile for why not a library's.
  * Export (vt_attn_args.probs, graphs built with export_maps, for `vitc attention`): forward computes each head's
  * probabilities straight into a (B, H, N, M) second output instead of its scratch tile; off by default. */
+#include <math.h>
 #include <omp.h>
 
 #include "mathfn.h"
@@ -29,7 +33,7 @@
 /* Input slots: in[0] = q, then kv (if separate), bias, mask (each slot -1 when absent).
  * Nothing saved. Work: forward: per thread M key norms and an N×M probability tile; backward: per thread the same
  * two, an N×M dS tile and M column sums, then (shared bias with a gradient) one H×N×M partial bias gradient per
- * thread. */
+ * thread. With the small-key tiles each thread's forward and backward part ends with a dh × SK_MAX key block. */
 typedef struct {
     int B, N, M, H, dh, nt, msf;
     int ldq, ldkv, q_off, k_off, v_off, p_off;
@@ -37,6 +41,7 @@ typedef struct {
     int bias_batched, bias_grad, nW;
     int keep_p; /* train graphs with M <= dh: forward keeps the probabilities in save[0] for backward */
     int nr;     /* forward: query-row chunks per (batch, head) pair, so that the pairs' chunks spread evenly */
+    int small;  /* the small-key tiles run (sk_on): each thread's scratch also holds a transposed key block */
     float scale;
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
 } attn_p;
@@ -58,6 +63,175 @@ static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, con
     return io;
 }
 
+#if defined(__AVX512F__)
+#define SK_MAX 64 /* small-key tiles: at most this many keys, four 16-float vectors per row */
+#define SK_ROWS 6 /* query rows per register tile: 6 × 4 accumulators, 4 key vectors and a broadcast of 32 registers */
+
+/* Whether the small-key tiles serve M keys. */
+static int sk_on(int M) { return M <= SK_MAX; }
+
+/* Kt (dh × SK_MAX) = the first dh channels of the M rows of K (row stride ldk), transposed; columns M to the next
+ * multiple of 16 zeroed (the tile's lanes past M read them). */
+static void sk_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
+    const int Mv = (M + 15) / 16 * 16;
+    for (int j = 0; j < M; j++) {
+        const float *kr = K + (size_t)j * ldk;
+        for (int c = 0; c < dh; c++) Kt[(size_t)c * SK_MAX + j] = kr[c];
+    }
+    for (int c = 0; c < dh; c++)
+        for (int j = M; j < Mv; j++) Kt[(size_t)c * SK_MAX + j] = 0.0f;
+}
+
+/* The rows < `rows` (<= SK_ROWS) of one tile, row stride M, with X = A·Ktᵀ (A's rows lda apart, dh deep):
+ *  mode 0 (probabilities): out = softmax(scale·X + kn + bias + mask) (kn, bias, mask NULL when absent);
+ *  mode 1 (the logits' gradient from dP = X and the probabilities P): out = P ⊙ (X − Σⱼ X⊙P), db += out (db NULL:
+ *  none).
+ * Why not a library: a GEMM call per (window, head) of Swin's 49 × 49 × 32 ran at 80-90 GFLOP/s on one thread
+ * (oneDNN and OpenBLAS: both pack the transposed operand per call), and the softmax rows after it, one row at a
+ * time, waited on their reductions' latency (65 ns a row of 49). Here the tile's rows go through each step of the
+ * softmax together. One pair's probabilities, 49 × 49 × 32 with a bias and a mask: 4.8-5.1 µs → 2.3 µs, 196 × 49 ×
+ * 64 21-22 → 11 µs (AMD EPYC Zen 5, 1 thread, best of 5 × 20000, 2026-12-02). NV (key vectors) is a constant where
+ * inlined. */
+static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t lda, const float *Kt, int rows,
+                                                           int M, int dh, float scale, int mode, const float *kn,
+                                                           const float *bias, const float *mask, const float *P,
+                                                           float *out, float *db, const int NV) {
+    __m512 acc[SK_ROWS][4];
+    const float *ar[SK_ROWS];
+#pragma GCC unroll 6
+    for (int r = 0; r < SK_ROWS; r++) {
+        ar[r] = A + (size_t)(r < rows ? r : rows - 1) * lda; /* rows past `rows` repeat the last, never stored */
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+    }
+    for (int c = 0; c < dh; c++) {
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            kv[v] = _mm512_loadu_ps(Kt + (size_t)c * SK_MAX + 16 * v);
+            __asm__("" : "+v"(kv[v])); /* kept in a register: gcc folded the load into every multiply-add */
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) {
+            const __m512 x = _mm512_set1_ps(ar[r][c]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, kv[v], acc[r][v]);
+        }
+    }
+    __mmask16 lm[4]; /* each vector's lanes below M */
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) lm[v] = M - 16 * v >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (M - 16 * v)) - 1u);
+    __m512 red[SK_ROWS];
+    float rs[SK_ROWS];
+    if (mode == 0) {
+        const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) { /* logits and their row maxima */
+            const size_t o = (size_t)(r < rows ? r : rows - 1) * M;
+            red[r] = ninf;
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                __m512 x = _mm512_mul_ps(acc[r][v], vs);
+                if (kn) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lm[v], kn + 16 * v));
+                if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lm[v], bias + o + 16 * v));
+                if (mask) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lm[v], mask + o + 16 * v));
+                acc[r][v] = _mm512_mask_mov_ps(ninf, lm[v], x);
+                red[r] = _mm512_max_ps(red[r], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) { /* exponentials (e^-inf = 0 past M) and their sums */
+            const __m512 mx = _mm512_set1_ps(rs[r]);
+            red[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                acc[r][v] = vt_vexpf_le0(_mm512_sub_ps(acc[r][v], mx));
+                red[r] = _mm512_add_ps(red[r], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
+#pragma GCC unroll 6
+        for (int r = 0; r < SK_ROWS; r++) {
+            if (r >= rows) break;
+            const __m512 inv = _mm512_set1_ps(rs[r]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                _mm512_mask_storeu_ps(out + (size_t)r * M + 16 * v, lm[v], _mm512_mul_ps(acc[r][v], inv));
+        }
+        return;
+    }
+    __m512 pv[SK_ROWS][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < SK_ROWS; r++) { /* Σⱼ dP⊙P per row */
+        const size_t o = (size_t)(r < rows ? r : rows - 1) * M;
+        red[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            pv[r][v] = _mm512_maskz_loadu_ps(lm[v], P + o + 16 * v);
+            red[r] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(lm[v], acc[r][v]), pv[r][v], red[r]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < SK_ROWS; r++) rs[r] = _mm512_reduce_add_ps(red[r]);
+#pragma GCC unroll 6
+    for (int r = 0; r < SK_ROWS; r++) {
+        if (r >= rows) break;
+        const __m512 dot = _mm512_set1_ps(rs[r]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            const size_t o = (size_t)r * M + 16 * v;
+            const __m512 g = _mm512_mul_ps(pv[r][v], _mm512_sub_ps(acc[r][v], dot));
+            _mm512_mask_storeu_ps(out + o, lm[v], g);
+            if (db) _mm512_mask_storeu_ps(db + o, lm[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lm[v], db + o), g));
+        }
+    }
+}
+
+/* sk_tile over the tile of rows [i, i + SK_ROWS) of N, the per-row pointers (bias, mask, P, out, db; row stride M)
+ * moved to row i. */
+static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
+                       const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
+                       int i) {
+    const int rows = N - i < SK_ROWS ? N - i : SK_ROWS;
+    const size_t o = (size_t)i * M;
+    A += (size_t)i * lda;
+    /* the next tile's rows of A, which the tile reads one float at a time (Next-ViT's stage-3 attention, 16 × 12 pairs
+     * of 196 × 49 × 32, forward + backward: without this the tiles were no faster than the GEMM calls, 0.44-0.54 s
+     * per 100 before, 0.45-0.53 tiles; with it 0.40-0.44; Zen 5, 2026-12-02) */
+    for (int r = SK_ROWS; r < 2 * SK_ROWS && i + r < N; r++)
+        for (int c = 0; c < dh; c += 16) __builtin_prefetch(A + (size_t)r * lda + c, 0, 3);
+    bias = bias ? bias + o : NULL;
+    mask = mask ? mask + o : NULL;
+    P = P ? P + o : NULL;
+    db = db ? db + o : NULL;
+    out += o;
+    switch ((M + 15) / 16) {
+    case 1: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 1); break;
+    case 2: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 2); break;
+    case 3: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 3); break;
+    default: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 4); break;
+    }
+}
+
+/* sk_tile over all N rows, the tiles on every thread when rows_par (a pair alone, outside parallel regions). */
+static void sk_rows(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
+                    const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
+                    int rows_par) {
+    if (rows_par) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i += SK_ROWS) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
+    } else {
+        for (int i = 0; i < N; i += SK_ROWS) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
+    }
+}
+#else
+#define SK_MAX 0
+static int sk_on(int M) { (void)M; return 0; }
+#endif
+
 /* One logits row: add the key-norm shift, bias and mask rows (each may be NULL), then softmax in place. */
 static inline void logits_row(float *restrict r, const float *kn, const float *bias, const float *mask, int M) {
     if (kn)
@@ -72,11 +246,16 @@ static inline void logits_row(float *restrict r, const float *kn, const float *b
     vt_softmax_row(r, r, M);
 }
 
-/* The probabilities of N query rows of one (batch, head) into s (N×M); kn is M floats of scratch. */
-static void head_probs(const attn_p *a, const head_io *io, int N, float *s, float *kn, int rows_par) {
+/* Floats of one thread's forward and backward scratch (the layouts at pair_fwd and pair_bwd). */
+static size_t kt_floats(const attn_p *a) { return a->small ? (size_t)SK_MAX * (size_t)a->dh : 0; }
+static size_t fwd_per(const attn_p *a) { return (size_t)a->N * a->M + (size_t)a->M + kt_floats(a); }
+static size_t bwd_per(const attn_p *a) { return 2 * ((size_t)a->N * a->M + (size_t)a->M) + kt_floats(a); }
+
+/* The probabilities of N query rows of one (batch, head) into s (N×M); kn is M floats of scratch, kt the small-key
+ * tiles' key block (NULL without them). */
+static void head_probs(const attn_p *a, const head_io *io, int N, float *s, float *kn, float *kt, int rows_par) {
     const int M = a->M, dh = a->dh;
     const float scale = a->scale;
-    vt_gemm(a->gemm, 0, 1, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
     if (a->msf) /* −0.5·scale·‖k_j‖² */
         for (int j = 0; j < M; j++) {
             const float *kr = io->k + (size_t)j * a->ldkv;
@@ -85,6 +264,16 @@ static void head_probs(const attn_p *a, const head_io *io, int N, float *s, floa
             kn[j] = -0.5f * scale * acc;
         }
     const float *knp = a->msf ? kn : NULL;
+#if defined(__AVX512F__)
+    if (kt) {
+        sk_keys_t(io->k, a->ldkv, M, dh, kt);
+        sk_rows(io->q, (size_t)a->ldq, kt, N, M, dh, scale, 0, knp, io->bias, io->mask, NULL, s, NULL, rows_par);
+        return;
+    }
+#else
+    (void)kt;
+#endif
+    vt_gemm(a->gemm, 0, 1, N, M, dh, scale, io->q, a->ldq, io->k, a->ldkv, 0.0f, s, M);
     const size_t ldm = (size_t)M;
     if (rows_par) {
 #pragma omp parallel for schedule(static)
@@ -98,11 +287,11 @@ static void head_probs(const attn_p *a, const head_io *io, int N, float *s, floa
     }
 }
 
-/* Forward of N query rows of one (batch, head): s (N×M) receives the probabilities; kn is M floats of scratch. */
-static void head_fwd(const attn_p *a, const head_io *io, int N, float *s, float *kn, const float *probe,
+/* Forward of N query rows of one (batch, head): s (N×M) receives the probabilities; kn and kt as head_probs. */
+static void head_fwd(const attn_p *a, const head_io *io, int N, float *s, float *kn, float *kt, const float *probe,
                      int rows_par) {
     const int M = a->M, dh = a->dh, C = a->H * dh;
-    head_probs(a, io, N, s, kn, rows_par);
+    head_probs(a, io, N, s, kn, kt, rows_par);
     vt_gemm(a->gemm, 0, 0, N, dh, M, 1.0f, s, M, io->v, a->ldkv, 0.0f, io->o, C);
     if (probe)
         for (int i = 0; i < N; i++)
@@ -115,7 +304,7 @@ static void pair_fwd(const vt_node *n, int bh, int c, int t, int rows_par) {
     const attn_p *a = VT_OP_P(n, attn_p);
     const int b = bh / a->H, h = bh % a->H, M = a->M;
     const int r0 = (int)((int64_t)a->N * c / a->nr), rows = (int)((int64_t)a->N * (c + 1) / a->nr) - r0;
-    const size_t NM = (size_t)a->N * M, per = NM + (size_t)M; /* scratch floats per thread */
+    const size_t NM = (size_t)a->N * M, per = fwd_per(a); /* per thread: kn, a probability tile, the key block */
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *bias = a->bias_in >= 0 ? n->in[a->bias_in]->data : NULL;
     const float *mask = a->mask_in >= 0 ? n->in[a->mask_in]->data : NULL;
@@ -126,7 +315,8 @@ static void pair_fwd(const vt_node *n, int bh, int c, int t, int rows_par) {
     if (io.bias) io.bias += (size_t)r0 * M;
     if (io.mask) io.mask += (size_t)r0 * M;
     const float *probe = a->msf ? qd + ((size_t)b * a->N + r0) * a->ldq + a->p_off + (size_t)h * a->dh : NULL;
-    head_fwd(a, &io, rows, probs ? probs + (size_t)bh * NM + (size_t)r0 * M : w + M, w, probe, rows_par);
+    head_fwd(a, &io, rows, probs ? probs + (size_t)bh * NM + (size_t)r0 * M : w + M, w, a->small ? w + NM + M : NULL,
+             probe, rows_par);
 }
 
 /* Pairs in parallel when there are enough of them; otherwise in sequence outside any parallel region (the GEMMs and
@@ -151,11 +341,23 @@ static inline void ds_row(float *restrict r, const float *restrict p, float *res
         for (int j = 0; j < M; j++) db[j] += r[j];
 }
 
+/* ds_row over N rows (row stride M), on every thread when rows_par. */
+static void ds_rows(float *ds, const float *P, float *dbias, int N, int M, int rows_par) {
+    if (rows_par) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++)
+            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
+    } else {
+        for (int i = 0; i < N; i++)
+            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
+    }
+}
+
 /* Backward of one (batch, head). P: probabilities; dO: output gradient rows (stride H·dh); dq, dk, dv, dprobe,
- * dbias: gradient views (NULL where not wanted); ds: N×M scratch, csum: M floats; bq, bkv: 1 to add to q's and kv's
- * gradients, 0 to write them (vt_node.grad_fresh). */
+ * dbias: gradient views (NULL where not wanted); ds: N×M scratch, csum: M floats, kt: the small-key tiles' value
+ * block (NULL without them); bq, bkv: 1 to add to q's and kv's gradients, 0 to write them (vt_node.grad_fresh). */
 static void head_bwd(const attn_p *a, const head_io *io, const float *P, const float *dO, float *dq, float *dk,
-                     float *dv, float *dprobe, float *dbias, float *ds, float *csum, int rows_par, float bq,
+                     float *dv, float *dprobe, float *dbias, float *ds, float *csum, float *kt, int rows_par, float bq,
                      float bkv) {
     const int N = a->N, M = a->M, dh = a->dh, C = a->H * dh;
     const float scale = a->scale;
@@ -167,15 +369,18 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
             }
     if (dv) vt_gemm(a->gemm, 1, 0, M, dh, N, 1.0f, P, M, dO, C, bkv, dv, a->ldkv);
     if (!dq && !dk && !dbias) return;
-    vt_gemm(a->gemm, 0, 1, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
-    /* dS = P ⊙ (dP − Σⱼ dP⊙P), the gradient of the logits (and of the bias) */
-    if (rows_par) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < N; i++)
-            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
-    } else {
-        for (int i = 0; i < N; i++)
-            ds_row(ds + (size_t)i * M, P + (size_t)i * M, dbias ? dbias + (size_t)i * M : NULL, M);
+    /* dS = P ⊙ (dP − Σⱼ dP⊙P) with dP = dO·vᵀ, the gradient of the logits (and of the bias) */
+#if defined(__AVX512F__)
+    if (kt) {
+        sk_keys_t(io->v, a->ldkv, M, dh, kt);
+        sk_rows(dO, (size_t)C, kt, N, M, dh, 1.0f, 1, NULL, NULL, NULL, P, ds, dbias, rows_par);
+    } else
+#else
+    (void)kt;
+#endif
+    {
+        vt_gemm(a->gemm, 0, 1, N, M, dh, 1.0f, dO, C, io->v, a->ldkv, 0.0f, ds, M);
+        ds_rows(ds, P, dbias, N, M, rows_par);
     }
     if (dq) vt_gemm(a->gemm, 0, 0, N, dh, M, scale, ds, M, io->k, a->ldkv, bq, dq, a->ldq);
     if (!dk) return;
@@ -200,7 +405,7 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
 static void pair_bwd(const vt_node *n, int bh, int t, int rows_par, float *db_base) {
     const attn_p *a = VT_OP_P(n, attn_p);
     const int H = a->H, dh = a->dh, b = bh / H, h = bh % H;
-    const size_t NM = (size_t)a->N * a->M, per = 2 * (NM + (size_t)a->M);
+    const size_t NM = (size_t)a->N * a->M, per = bwd_per(a);
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
     float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
@@ -216,12 +421,13 @@ static void pair_bwd(const vt_node *n, int bh, int t, int rows_par, float *db_ba
     float *db = NULL;
     if (dbias) /* per-batch bias: its own slice; shared: db_base's head slice */
         db = a->bias_batched ? dbias + (size_t)bh * NM : db_base + (size_t)h * NM;
-    float *w = n->bws->data + (size_t)t * per, *P = w + NM + a->M; /* dS, column sums, then probabilities, norms */
+    /* dS, column sums, then probabilities, norms, the key block */
+    float *w = n->bws->data + (size_t)t * per, *P = w + NM + a->M, *kt = a->small ? P + NM + a->M : NULL;
     if (a->keep_p)
         P = n->save[0]->data + (size_t)bh * NM;
     else
-        head_probs(a, &io, a->N, P, P + NM, rows_par);
-    head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, rows_par, bq,
+        head_probs(a, &io, a->N, P, P + NM, kt, rows_par);
+    head_bwd(a, &io, P, dout + (size_t)b * a->N * H * dh + hc, dq, dk, dv, dprobe, db, w, w + NM, kt, rows_par, bq,
              bkv);
 }
 
@@ -229,7 +435,7 @@ static void attn_bwd(vt_node *n) {
     const attn_p *a = VT_OP_P(n, attn_p);
     if (!n->bws) return; /* eval graph: no backward scratch */
     const int BH = a->B * a->H, par = BH >= a->nt;
-    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)a->H * NM, per = 2 * (NM + (size_t)a->M);
+    const size_t NM = (size_t)a->N * a->M, HNM = (size_t)a->H * NM, per = bwd_per(a);
     float *dqd = n->in[0]->grad, *dkvd = a->kv_in >= 0 ? n->in[a->kv_in]->grad : dqd;
     float *dbias = a->bias_in >= 0 && a->bias_grad ? n->in[a->bias_in]->grad : NULL;
     if (!dqd && !dkvd && !dbias) return;
@@ -351,7 +557,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
                                    a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, 1,
-                                   a->scale, &g->gemm};
+                                   sk_on(M), a->scale, &g->gemm};
     /* with fewer pairs than 8 per thread and not a multiple of the threads (DeiT-Ti's 3 heads at batch 1 on 2 threads
      * ran 2 pairs on one, 1 on the other), each pair's query rows in as many chunks as even them out: the op alone at
      * DeiT-Ti's batch-1 shapes 1.11-1.16x, eval graphs DeiT-Ti 1.022-1.034 at batch 1 (per-round medians, alternated
@@ -372,8 +578,9 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
         if (g->export_maps && !*a->probs) return NULL;
     }
     const int64_t NM = (int64_t)N * M;
-    if (!vt_node_work(n, 0, (int64_t)nt * (NM + M))) return NULL;
-    if (g->training && !vt_node_work(n, 1, (int64_t)nt * 2 * (NM + M) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
+    if (!vt_node_work(n, 0, (int64_t)nt * (int64_t)fwd_per(ap))) return NULL;
+    if (g->training &&
+        !vt_node_work(n, 1, (int64_t)nt * (int64_t)bwd_per(ap) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
         return NULL;
     return n->out;
 }
