@@ -256,6 +256,10 @@ void test_ops_attention_ex(vt_test *T) {
         {"tile_m33_mask", 2, 8, 33, 12, 24, 1, 12, 0, 12, 0, 0, 0, 2, 2, 0.3f, 0, {0}},
         {"tile_m64_bias_mask", 4, 64, 64, 48, 0, 2, 16, 0, 16, 32, 0, 0, 1, 2, 0.3f, 0, {0}},
         {"tile_m65", 2, 7, 65, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
+        /* whole key vectors (32, 48 keys) and fewer query rows than one tile holds (3, 5) */
+        {"tile_m32_n3", 2, 3, 32, 16, 32, 2, 16, 0, 0, 16, 0, 0, 1, 0, 0.3f, 0, {0}},
+        {"tile_m48_n5_msf", 2, 5, 48, 32, 32, 2, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
+        {"tile_m48_self_mask", 4, 48, 48, 24, 0, 2, 8, 0, 8, 16, 0, 0, 1, 2, 0.3f, 0, {0}},
     };
     for (size_t i = 0; i < sizeof eq / sizeof eq[0]; i++) check_equal(T, &eq[i]);
     /* B·H = 3 on 2 threads: the forward runs each pair's query rows in chunks (attn_p.nr), the bias's, the mask's
@@ -265,6 +269,9 @@ void test_ops_attention_ex(vt_test *T) {
         {"chunks_msf_bias_mask", 3, 9, 9, 32, 0, 1, 8, 0, 8, 16, 24, 1, 1, 3, 0.5f, 0, {0}},
         {"chunks_bias_batched_sep_kv", 1, 13, 7, 24, 48, 3, 24, 0, 0, 24, 0, 0, 2, 0, 0.35f, 0, {0}},
         {"chunks_kv_untiled", 1, 13, 7, 24, 56, 3, 24, 0, 4, 30, 0, 0, 0, 0, 0.35f, 0, {0}}, /* kv channels outside k, v */
+        /* the small-key tiles in chunks: partial tiles at each chunk's end, the mask's and the probe's rows offset */
+        {"chunks_tile_m40_mask", 3, 20, 40, 16, 32, 1, 16, 0, 0, 16, 0, 0, 1, 3, 0.3f, 0, {0}},
+        {"chunks_tile_m24_msf", 3, 17, 24, 32, 32, 1, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
     };
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
