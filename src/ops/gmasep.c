@@ -4,10 +4,11 @@
  * passed the segment and the depthwise output through memory, forward and backward. One unit is an image: its
  * depthwise planes stay in the thread's cache for the pointwise GEMM. Train graphs also keep them for the pointwise
  * weight's gradient (save[0]; recomputing them in backward cost a fourth of the op's depthwise work): GroupMixFormer-M
- * training at batch 16, the op 0.57-0.64 → 0.52-0.54 s per 4 steps, the step 1.02-1.09× faster, the arena 1274 →
- * 1417 MiB (AMD EPYC Zen 4, 2026-12-03, 3 of 4 alternated rounds; the fourth's base run was disturbed). Inference graphs use it for the non-attention branch (segment 4); the fused eval op (gmagg.c) covers
- * segments 1 to 3 there. Training graphs take segments 1 to 3 in one op whose output also holds segment 0's copy
- * (vt_gma_separable_cat): the four aggregator branches side by side, as their BatchNorms' concat wants them. */
+ * training at batch 16, the op 0.57-0.64 → 0.52-0.54 s per 4 steps, the step 1.02-1.12× faster, the arena 1274 →
+ * 1417 MiB (AMD EPYC Zen 4, 2026-12-03, 3 of 4 alternated rounds; the fourth's base run was disturbed). Inference
+ * graphs use it for the non-attention branch (segment 4); the fused eval op (gmagg.c) covers segments 1 to 3 there.
+ * Training graphs take segments 1 to 3 in one op whose output also holds segment 0's copy (vt_gma_separable_cat):
+ * the four aggregator branches side by side, as their BatchNorms' concat wants them. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
