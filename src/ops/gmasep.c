@@ -208,6 +208,7 @@ static vt_tensor *separable(vt_graph *g, vt_tensor *qkv, int np, const int *seg,
         in[1 + 2 * j] = dw[j];
         in[2 + 2 * j] = pw[j];
         macs += (int64_t)p.units * N * cin * (k * k + s);
+        p.keep |= g->training && pw[j]->requires_grad;
     }
     const int ys[4] = {p.units, unit_ch(&p), H, W};
     vt_node *n = vt_new_node(g, &op_gsep, in, 1 + 2 * np, vt_new_act(g, 4, ys));
@@ -215,13 +216,12 @@ static vt_tensor *separable(vt_graph *g, vt_tensor *qkv, int np, const int *seg,
     *VT_OP_P(n, gsep_p) = p;
     n->macs = macs;
     const int64_t fw = (int64_t)p.nt * (int64_t)fwd_floats(&p), bw = (int64_t)p.nt * (int64_t)bwd_floats(&p);
-    int grads = qkv->requires_grad, gpw = 0;
-    for (int j = 0; j < np; j++) grads |= dw[j]->requires_grad || pw[j]->requires_grad, gpw |= pw[j]->requires_grad;
+    int grads = qkv->requires_grad;
+    for (int j = 0; j < np; j++) grads |= dw[j]->requires_grad || pw[j]->requires_grad;
     if (fw > INT_MAX || (grads && bw > INT_MAX))
         return vt_fail(g, op, "qkv %s: the per-thread scratch is too large", sq);
-    VT_OP_P(n, gsep_p)->keep = g->training && gpw;
     if (!vt_node_work(n, 0, fw)) return NULL;
-    if (g->training && gpw && !vt_node_save(n, 0, (int64_t)p.units * unit_cin(&p) * N)) return NULL;
+    if (p.keep && !vt_node_save(n, 0, (int64_t)p.units * unit_cin(&p) * N)) return NULL;
     if (grads && !vt_node_work(n, 1, bw)) return NULL;
     return n->out;
 }
