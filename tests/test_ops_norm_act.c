@@ -1375,7 +1375,7 @@ static void check_bn_res_bn(vt_test *T) {
         const double M = (double)xs[0] * Q;
         ey = 0.0;
         for (int c = 0; c < C; c++) {
-            double st = 0, sa = 0, vt = 0, va = 0, my = 0, vy = 0;
+            double st = 0, sa = 0, vt = 0, my = 0, vy = 0;
             for (int b = 0; b < xs[0]; b++)
                 for (int q = 0; q < Q; q++) {
                     st += t->data[(b * C + c) * Q + q];
@@ -1383,10 +1383,7 @@ static void check_bn_res_bn(vt_test *T) {
                 }
             st /= M, sa /= M;
             for (int b = 0; b < xs[0]; b++)
-                for (int q = 0; q < Q; q++) {
-                    vt += pow(t->data[(b * C + c) * Q + q] - st, 2) / M;
-                    va += pow(a->data[(b * C + c) * Q + q] - sa, 2) / M;
-                }
+                for (int q = 0; q < Q; q++) vt += pow(t->data[(b * C + c) * Q + q] - st, 2) / M;
             const double w3 = bn[0][0]->data[c], b3 = bn[0][1]->data[c], r3 = 1.0 / sqrt(vt + 1e-5);
             double y1[2 * 5 * 6 * 3];
             for (int b = 0; b < xs[0]; b++)

@@ -216,6 +216,7 @@ static void fill_pad(const float *x, int H, int W, int top, int left, float *xp,
 /* Zeroes n floats of a thread's padded-plane scratch before its first plane. */
 static void zero_pads(float *p, int64_t n) { memset(p, 0, sizeof(float) * (size_t)n); }
 
+#if !defined(__AVX512F__) /* dw1_rows' 8-lane path */
 /* The first min(cnt, 8) floats of *vp into p. */
 static inline __attribute__((always_inline)) void v8_store_first(float *p, const v8f *vp, int cnt) {
     v8f v = *vp;
@@ -234,6 +235,7 @@ static inline __attribute__((always_inline)) void v8_store_first(float *p, const
     }
     memcpy(p, &v, sizeof v);
 }
+#endif
 
 /* Output rows [0, R) (R <= DW_ROWS), columns [0, n) (n <= VB) of out (row stride ldo) = init +
  * Σ_{ki, kj} w[ki·kw + kj]·src[r·lr + ki·ld + (kj mod s)·ph + kj / s + t] over a padded plane (forward: the input;
@@ -380,7 +382,8 @@ void vt_dw_plane(const float *x, int H, int W, int k, const float *w, float bias
  * taps, 8 lanes of the VB-wide blocks): the taps' sums stay in registers over the whole plane and each dy vector is
  * loaded once for all KW taps (the loop this replaced loaded and stored an accumulator at every multiply-add).
  * dr: the padded dy plane at output row 0, xr: the padded x plane at the kernel row; KW <= 7, a constant where
- * inlined (named accumulators: gcc keeps an array of vectors in memory). */
+ * inlined (named accumulators: gcc keeps an array of vectors in memory). Without AVX-512 only (dwk_taps16 there). */
+#if !defined(__AVX512F__)
 static inline __attribute__((always_inline)) void dwk_taps(const float *dr, int Wd, const float *xr, int Wp, int Ho,
                                                            int Wo, const int KW, float *ac) {
     v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0};
@@ -406,6 +409,7 @@ static inline __attribute__((always_inline)) void dwk_taps(const float *dr, int 
         memcpy(ac + (size_t)j * VB, &o, sizeof o);
     }
 }
+#endif
 
 #if defined(__AVX512F__)
 /* dwk_taps on whole VB-wide blocks, one 16-float register per tap: the same per-lane sums in the same order as two

@@ -279,7 +279,7 @@ static void dws_run_row(const dws_row *r, int oh) {
 
 void vt_dw_nhwc_rows(const float *x, ptrdiff_t xl, int xr0, int H, int W, int C, const float *wt, int k,
                      const float *bias, int gelu, float *y, ptrdiff_t yl, int oh0, int oh1) {
-    const int g16 = gelu && DWS_WIDE && C % 16 == 0;
+    const int g16 = gelu && DWS_WIDE != 0 && C % 16 == 0;
     for (int oh = oh0; oh < oh1; oh++) {
         float *yr = y + (size_t)(oh - oh0) * W * yl;
         const dws_row r = {x, xl, H, W, wt, k, k, k / 2, k / 2, C, yr, yl, W, 0, bias, g16, 0, xr0, 0};
@@ -312,7 +312,7 @@ static void dwn_fwd(vt_node *n) {
      * layer, streaming stores (14.0-14.2 against 14.2-15.5 ms at 16×56²×512; no gain at 16×28²×1024); eval graphs
      * with both against the row pass, per-round medians of 14 rounds at batch 16: PVTv2-b1 1.031, FLatten-PVTv2-b1
      * 1.043, PVTv2-b1 hMHSA + cFFN 1.051; batch 1 1.039 (Intel Xeon Ice Lake, 2026-11-29) */
-    const int g16 = dp->gelu && !add && DWS_WIDE && C % 16 == 0;
+    const int g16 = dp->gelu && !add && DWS_WIDE != 0 && C % 16 == 0;
     const int nt = g16 && ((uintptr_t)y & 63) == 0 && (int64_t)B * Ho * Wo * C >= (1 << 24);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -495,7 +495,7 @@ static void dwn_bwd(vt_node *n) {
 static int dwn_prim_prepare(vt_node *n) {
     dwn_p *p = VT_OP_P(n, dwn_p);
     if (p->c0 != 0 || p->L != p->C || p->kh != p->kw || p->tr) return 0;
-    if (p->gelu && DWS_WIDE && n->g->gemm.force == VT_GEMM_AUTO) return 0; /* see above */
+    if (p->gelu && DWS_WIDE != 0 && n->g->gemm.force == VT_GEMM_AUTO) return 0; /* see above */
     p->per_item = p->gelu && p->add_in < 0;
     const int flags = (p->bias_in >= 0 ? VT_CONV_BIAS : 0) | (p->add_in >= 0 ? VT_CONV_ADD : 0) |
                       (p->gelu && !p->per_item ? VT_CONV_GELU : 0);

@@ -21,7 +21,8 @@
 static const char *rank_tag(char *buf, size_t n) {
     int rank = 0;
     vt_dist_env(&rank, NULL, NULL);
-    snprintf(buf, n, rank > 0 ? "rank %d: " : "", rank);
+    if (rank > 0) snprintf(buf, n, "rank %d: ", rank);
+    else if (n) buf[0] = '\0';
     return buf;
 }
 
