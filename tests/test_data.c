@@ -1,16 +1,20 @@
-/* Dataset loading (Fashion-MNIST IDX, bad files) and index shuffling. */
+/* Dataset loading (Fashion-MNIST IDX, bad files), index shuffling, and vt_train's output streams on a tiny split. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "test.h"
 #include "vitc/augment.h"
 #include "vitc/dataset.h"
+#include "vitc/model.h"
 #include "vitc/rng.h"
+#include "vitc/train.h"
 
 #define NSMALL 5
 
@@ -294,8 +298,95 @@ static void test_shuffle(vt_test *T) {
     vt_shuffle(p1, 0, &r1);
 }
 
+/* The whole of file f (rewound), NUL-terminated, into buf (n bytes at most). */
+static const char *file_text(FILE *f, char *buf, size_t n) {
+    rewind(f);
+    const size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = '\0';
+    return buf;
+}
+
+/* vt_train writes its lines on o->log and its warnings on o->warn, and nothing on stdout or stderr: a one-epoch run
+ * of the tiny ViT on a synthetic split (train and test of NSMALL images) whose run folder holds a killed writer's
+ * temporary file; then a run with both streams NULL writes nothing anywhere (stdout and stderr redirected to files
+ * during each run and checked empty). */
+static void test_train_streams(vt_test *T) {
+    char dir[] = "/tmp/vitc_trainlog_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    char run[1100], tmp[1200], outp[1100], errp[1100];
+    write_valid(dir);
+    size_t li, ll;
+    unsigned char *im = make_images(0x803, NSMALL, 28, 28, &li), *lb = make_labels(0x801, NSMALL, &ll);
+    write_file(dir, "t10k-images-idx3-ubyte.gz", im, li, 1);
+    write_file(dir, "t10k-labels-idx1-ubyte.gz", lb, ll, 1);
+    free(im);
+    free(lb);
+    snprintf(run, sizeof run, "%s/run", dir);
+    mkdir(run, 0777);
+    snprintf(tmp, sizeof tmp, "%s/.vitc-999999999-zzzzzz", run);
+    FILE *t = fopen(tmp, "w");
+    if (t) fclose(t);
+    snprintf(outp, sizeof outp, "%s/stdout", dir);
+    snprintf(errp, sizeof errp, "%s/stderr", dir);
+    const char *old = getenv("VITC_FMNIST_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("VITC_FMNIST_DIR", dir, 1);
+    const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny");
+    T_CHECK(T, c != NULL, "vit_fmnist_tiny is registered");
+    for (int quiet = 0; c && quiet <= 1; quiet++) {
+        vt_train_opts o;
+        vt_train_defaults(&o);
+        T_CHECK(T, o.log == stdout && o.warn == stderr, "defaults: lines on stdout, warnings on stderr");
+        FILE *log = quiet ? NULL : tmpfile(), *warn = quiet ? NULL : tmpfile();
+        o.run_dir = run;
+        o.epochs = 1;
+        o.batch = NSMALL;
+        o.workers = 1;
+        o.overwrite = quiet; /* the second run replaces the first's */
+        o.log = log;
+        o.warn = warn;
+        vt_err e = {0};
+        fflush(stdout);
+        fflush(stderr);
+        const int so = dup(1), se = dup(2);
+        const int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        const int rc = vt_train(c, &o, &e);
+        fflush(stdout);
+        fflush(stderr);
+        dup2(so, 1);
+        dup2(se, 2);
+        close(so), close(se), close(fo), close(fe);
+        struct stat a, b;
+        T_CHECK(T, rc == 0, "run %d: %s", quiet, e.msg);
+        T_CHECK(T, stat(outp, &a) == 0 && stat(errp, &b) == 0 && a.st_size == 0 && b.st_size == 0,
+                "run %d: %lld bytes on stdout, %lld on stderr", quiet, (long long)a.st_size, (long long)b.st_size);
+        if (!quiet) {
+            char buf[8192];
+            const char *l = log ? file_text(log, buf, sizeof buf) : "";
+            T_CHECK(T, strstr(l, "Test: epoch 0") && strstr(l, "Done: 1 epoch"), "log: %s", l);
+            const char *w = warn ? file_text(warn, buf, sizeof buf) : "";
+            T_CHECK(T, strstr(w, "removed 1 temporary file") != NULL, "warnings: %s", w);
+            T_CHECK(T, access(tmp, F_OK) != 0, "the temporary file is gone");
+        }
+        if (log) fclose(log);
+        if (warn) fclose(warn);
+    }
+    if (saved) setenv("VITC_FMNIST_DIR", saved, 1);
+    else unsetenv("VITC_FMNIST_DIR");
+    free(saved);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    T_CHECK(T, system(cmd) == 0, "removing %s", dir);
+}
+
 void test_data(vt_test *T) {
     test_bad_files(T);
     test_shuffle(T);
     test_real_fmnist(T);
+    test_train_streams(T);
 }

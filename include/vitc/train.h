@@ -124,10 +124,13 @@ typedef struct vt_train_opts {
                                        becomes an image folder's training transform */
     int workers;               /* input pipeline threads (0: vt_loader_default_workers()) */
     struct vt_dist *dist;      /* data-parallel ranks (vitc/dist.h; batch is per rank); NULL: this process alone */
+    FILE *log;                 /* rank 0's progress, notes and per-epoch lines (default stdout; NULL: none) */
+    FILE *warn;                /* warnings: unreadable images skipped, a curves picture not drawn, a killed run's
+                                  temporary files removed (default stderr; NULL: none) */
 } vt_train_opts;
 
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs; no
- * Mixup/CutMix, no EMA (decay 0.99996 when turned on), no accumulation). */
+ * Mixup/CutMix, no EMA (decay 0.99996 when turned on), no accumulation; lines on stdout, warnings on stderr). */
 void vt_train_defaults(vt_train_opts *o);
 
 /* Trains c's training form on the dataset: progress lines, per-epoch evaluation, metrics.csv, curves.png, atomic

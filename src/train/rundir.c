@@ -153,8 +153,9 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
 }
 
 /* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
- * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice. */
-static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_params *ema, train_state *st,
+ * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice on log
+ * (NULL: none). */
+static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_params *ema, train_state *st, FILE *log,
                            vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
@@ -172,7 +173,7 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
             else
                 memcpy(ema->t[i]->data, P->t[i]->data, sizeof(float) * (size_t)P->t[i]->numel);
         }
-        if (rc == 0 && !has) printf("Note: %s holds no model EMA; the EMA starts from its weights\n", path);
+        if (rc == 0 && !has && log) fprintf(log, "Note: %s holds no model EMA; the EMA starts from its weights\n", path);
     }
     for (int i = 0; rc == 0 && i < vt_adamw_nstate(opt); i++) {
         char nm[VT_NAMELEN];
@@ -260,10 +261,11 @@ static int run_locked(const char *dir) {
     return held;
 }
 
-/* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (say how many); 0. */
-int stale_temps(const char *dir) {
+/* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (says how many on
+ * warn; NULL: not); 0. */
+int stale_temps(const char *dir, FILE *warn) {
     const int n = vt_remove_stale_temps(dir);
-    if (n > 0) fprintf(stderr, "%s: removed %d temporary file%s of an earlier run's unfinished write\n", dir, n,
+    if (n > 0 && warn) fprintf(warn, "%s: removed %d temporary file%s of an earlier run's unfinished write\n", dir, n,
                        n == 1 ? "" : "s");
     return 0;
 }
@@ -341,10 +343,10 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                          (long long)st->step, (long long)st->epoch, st->epoch == 1 ? "" : "s", (long long)spe,
                          steps[0] ? "Changed: " : "", steps, steps[0] ? "; " : "", hint);
     }
-    if (steps[0] || other[0])
-        printf("Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
-    if (old_format && o->train_subset > 0 && strcmp(o->data, "fashion-mnist") != 0)
-        printf("Note: %s was written by an earlier vitc, whose --train-subset took an image folder's first %d images; "
+    if ((steps[0] || other[0]) && o->log)
+        fprintf(o->log, "Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
+    if (old_format && o->train_subset > 0 && strcmp(o->data, "fashion-mnist") != 0 && o->log)
+        fprintf(o->log, "Note: %s was written by an earlier vitc, whose --train-subset took an image folder's first %d images; "
                "this run continues on %d images spread over its classes\n", path, o->train_subset, o->train_subset);
     return 0;
 }
@@ -401,7 +403,7 @@ int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_a
         return vt_seterr(e, "%s was written by a run of %d rank%s but this run has %d; resume it with the same count "
                          "(%s)", rpath, (int)w, w == 1 ? "" : "s", ranks,
                          w == 1 ? "without mpirun, or mpirun -np 1" : "mpirun -np N with N as written");
-    if (load_checkpoint(rpath, P, opt, ema, st, e)) return -1;
+    if (load_checkpoint(rpath, P, opt, ema, st, o->log, e)) return -1;
     const int run = run_epochs(o);
     char cool[64] = "";
     if (run > o->epochs) snprintf(cool, sizeof cool, " (--epochs %d and %d of cooldown)", o->epochs, run - o->epochs);

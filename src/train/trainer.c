@@ -5,6 +5,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,8 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
 
 void vt_train_defaults(vt_train_opts *o) {
     memset(o, 0, sizeof *o);
+    o->log = stdout;
+    o->warn = stderr;
     o->data = "fashion-mnist";
     o->epochs = 10;
     o->batch = 128;
@@ -299,7 +302,7 @@ static int recipe_record(const vt_train_opts *o, vt_err *e) {
     if (!o->recipe) return 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/recipe.json", o->run_dir);
-    vt_recipe_print(o->recipe, stdout);
+    if (o->log) vt_recipe_print(o->recipe, o->log);
     return vt_recipe_save(o->recipe, path, e);
 }
 
@@ -403,14 +406,14 @@ static int evaluate_ranks(const vt_model_cfg *c, vt_params *P, const val_slice *
     return 0;
 }
 
-/* Evaluates the EMA weights and prints them as timm's train.py does (" (EMA)" lines). */
+/* Evaluates the EMA weights and prints them on out (NULL: not) as timm's train.py does (" (EMA)" lines). */
 static int ema_eval(const vt_model_cfg *c, const vt_ema *ema, const val_slice *vs, const vt_transform *tf,
-                    vt_loader *LV, vt_dist *dp, int64_t epoch, int poison, vt_err *e) {
+                    vt_loader *LV, vt_dist *dp, int64_t epoch, int poison, FILE *out, vt_err *e) {
     if (!ema->P) return 0;
     vt_eval_result ev = {0};
     if (evaluate_ranks(c, ema->P, vs, tf, LV, dp, &ev, NULL, poison, e)) return -1;
-    if (dp->rank == 0)
-        printf("Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
+    if (out)
+        fprintf(out, "Test (EMA): epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%\n", (long long)epoch, ev.loss,
                100 * ev.acc1, 100 * ev.acc5);
     return 0;
 }
@@ -484,7 +487,7 @@ typedef struct {
     char data_abs[PATH_MAX]; /* that absolute path */
     vt_dist one, *dp;        /* the ranks: o->dist, else one (this process alone) */
     int lead;                /* rank 0 alone prints, writes the run folder and holds its lock */
-    FILE *out;               /* progress lines: stdout on rank 0, NULL on the others */
+    FILE *out;               /* progress lines: o->log on rank 0, NULL on the others */
     vt_data d;
     vt_params *P;
     vt_adamw opt;
@@ -512,6 +515,15 @@ typedef struct {
     double train_s;          /* seconds spent in the epochs' training steps */
     int64_t steps_run;       /* optimiser steps this process has run */
 } train_run;
+
+/* printf onto r's progress stream (rank 0's o->log; nothing elsewhere). */
+__attribute__((format(printf, 2, 3))) static void say(const train_run *r, const char *fmt, ...) {
+    if (!r->out) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->out, fmt, ap);
+    va_end(ap);
+}
 
 /* What an epoch's training steps pass on to its evaluation and record. */
 typedef struct {
@@ -594,6 +606,8 @@ static int run_open(train_run *r, vt_err *e) {
         (r->vs.src.n > 0 &&
          !(r->LV = vt_loader_new(&r->vs.src, &d->eval_tf, r->vs.batch, r->workers, PREFETCH, VT_BAD_DROP, e))))
         return -1;
+    vt_loader_set_warnings(r->L, o->warn);
+    if (r->LV) vt_loader_set_warnings(r->LV, o->warn);
     if (dp->rank > 0) { /* the ranks after the first say whose warnings they are */
         char tag[24];
         snprintf(tag, sizeof tag, "rank %d: ", dp->rank);
@@ -638,9 +652,9 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
      * before rank 0 writes the run folder: a run refused on any rank leaves none behind */
     if (dp->size > 1 && (rc = vt_dist_agree(dp, rc, e)) == 0)
         rc = vt_dist_agree(dp, same_data(c, r->P, o, dp, &r->d, o->data, e), e);
-    if (rc == 0 && o->init_from && lead) printf("Fine-tuning from %s\n", o->init_from);
+    if (rc == 0 && o->init_from) say(r, "Fine-tuning from %s\n", o->init_from);
     if (rc == 0 && lead &&
-        (make_dirs(o->run_dir, e) || (r->lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir) ||
+        (make_dirs(o->run_dir, e) || (r->lock = lock_run(o->run_dir, e)) < 0 || stale_temps(o->run_dir, o->warn) ||
          check_run_dir(c, o, e) ||
          (resume_here && ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
                           resume_run(c, o, r->P, &r->opt, r->ema.P, &r->st, dp->size, spe / A, e)))))
@@ -661,13 +675,13 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     const int finished = rc == 0 && o->resume && st->epoch >= run_epochs(o);
     if (rc == 0 && lead && !finished) { /* about the run to come: none when nothing is left to train */
         if (o->train_subset > d->train.n)
-            printf("Note: --train-subset %d is more than the %d training images: training on all of them\n",
+            say(r, "Note: --train-subset %d is more than the %d training images: training on all of them\n",
                    o->train_subset, d->train.n);
         if (o->test_subset > d->val.n)
-            printf("Note: --test-subset %d is more than the %d test images: evaluating all of them\n", o->test_subset,
+            say(r, "Note: --test-subset %d is more than the %d test images: evaluating all of them\n", o->test_subset,
                    d->val.n);
-        if (o->notice) printf("%s\n", o->notice);
-        fflush(stdout);
+        if (o->notice) say(r, "%s\n", o->notice);
+        if (r->out) fflush(r->out);
     }
     if (rc == 0 && lead && !resume_here && clear_run_dir(o->run_dir, e)) rc = -1;
     char cmd_path[4096], cls_path[4096];
@@ -681,17 +695,17 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     snprintf(r->wpath, sizeof r->wpath, "%s/weights.safetensors", o->run_dir);
     snprintf(r->bpath, sizeof r->bpath, "%s/weights_best.safetensors", o->run_dir);
     if (finished && lead)
-        printf("Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
+        say(r, "Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
                "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st->epoch, run_epochs(o),
                run_epochs(o) == 1 ? "" : "s", o->run_dir);
     else if (rc == 0 && lead && o->resume)
-        printf("Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st->epoch,
+        say(r, "Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st->epoch,
                (long long)st->step);
     if (rc == 0 && lead && o->resume && !finished && st->best_epoch >= 0) { /* the best weights come along */
         char src[4096];
         snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
         if (access(src, F_OK) != 0)
-            printf("Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
+            say(r, "Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
                    100 * st->best_acc1, (long long)st->best_epoch, r->bpath);
         else if (!resume_here && vt_copy_file(src, r->bpath, e))
             rc = -1;
@@ -729,12 +743,12 @@ static void run_begin(train_run *r) {
     const vt_train_opts *o = r->o;
     const vt_data *d = &r->d;
     if (d->folder && r->lead) {
-        printf("Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
+        say(r, "Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
                o->data, d->f_train.n, d->f_val.n, d->f_train.nclasses, r->workers, r->workers == 1 ? "" : "s",
                r->dp->size > 1 ? " per rank" : "");
         char tf[512];
         if (d->deit_on) vt_tf_params_format(&d->deit, tf, sizeof tf);
-        printf("Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
+        say(r, "Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
                d->deit_on ? tf : "");
     }
     /* the cosine spans the run's epochs but the cooldown (after the warm-up, with warmup_prefix), in optimiser steps */
@@ -840,7 +854,7 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     double skipped = (double)vt_loader_skipped(r->L);
     if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
     if (skipped > 0 && r->lead)
-        printf("Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
+        say(r, "Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
                skipped, skipped == 1 ? "" : "s");
     const double ep_s = now_s() - tep;
     r->train_s += ep_s;
@@ -861,7 +875,7 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
     const vt_train_opts *o = r->o;
     train_state *st = &r->st;
     int rc = 0;
-    fflush(stdout);
+    if (r->out) fflush(r->out);
     vt_metrics_row row = {(double)st->epoch + 1, st->step, et->lsum / r->spe,
                           (double)et->correct / (double)r->epoch_imgs, ev->loss, ev->acc1,
                           vt_sched_lr(&r->sched, st->step - 1), r->epoch_imgs / et->ep_s, now_s() - r->t0, ev->acc5};
@@ -885,7 +899,7 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
     st->best_epoch = next.best_epoch;
     st->best_acc1 = next.best_acc1;
     vt_err pe = {0};
-    if (rc == 0 && vt_plot_curves(o->run_dir, &pe)) fprintf(stderr, "vitc: warning: %s\n", pe.msg);
+    if (rc == 0 && vt_plot_curves(o->run_dir, &pe) && o->warn) fprintf(o->warn, "vitc: warning: %s\n", pe.msg);
     return rc;
 }
 
@@ -906,13 +920,13 @@ static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
         return vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
                          "good checkpoint is %s", (long long)epoch, ve.msg, r->good);
     if (r->lead) {
-        printf("Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
+        say(r, "Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
                "img/s)\n", (long long)epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, et->lsum / r->spe,
                100.0 * et->correct / (double)r->epoch_imgs, r->epoch_imgs / et->ep_s);
         if (ev.skipped > 0)
-            printf("Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
+            say(r, "Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
     }
-    if (ema_eval(c, &r->ema, &r->vs, &r->d.eval_tf, r->LV, dp, epoch, poison, &ve))
+    if (ema_eval(c, &r->ema, &r->vs, &r->d.eval_tf, r->LV, dp, epoch, poison, r->out, &ve))
         return vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
                          "epoch. The last good checkpoint is %s", (long long)epoch, ve.msg, r->good);
     if (r->lead) rc = save_epoch(r, &ev, et, e);
@@ -929,16 +943,16 @@ static void run_summary(const train_run *r) {
     if (!r->lead) return;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(r->o),
+    say(r, "Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(r->o),
            run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->o->run_dir, ru.ru_maxrss / 1024.0);
     if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
-        printf("Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
+        say(r, "Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
                access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
                "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
     if (dp->size > 1 && r->steps_run > 0) {
         char acc[48] = "";
         if (r->A > 1) snprintf(acc, sizeof acc, " x %d accumulation steps", r->A);
-        printf("Data parallel: %d ranks x batch %d%s; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
+        say(r, "Data parallel: %d ranks x batch %d%s; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
                "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, acc, 1e3 * dp->comm_s / (double)r->steps_run,
                dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
                1e3 * r->train_s / (double)r->steps_run, 100.0 * dp->comm_s / r->train_s);
@@ -971,7 +985,7 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     r.one = (vt_dist){.size = 1, .local_size = 1};
     r.dp = r.o->dist ? r.o->dist : &r.one;
     r.lead = r.dp->rank == 0;
-    r.out = r.lead ? stdout : NULL;
+    r.out = r.lead ? r.o->log : NULL;
     r.lock = -1;
     /* each phase up to run_sync is entered failed or not: every rank meets the others in their collective checks */
     int rc = run_open(&r, e);

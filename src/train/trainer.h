@@ -66,8 +66,9 @@ int make_dirs(const char *dir, vt_err *e);
 /* Takes the run folder's lock (RUN/.lock, held until the process ends); the descriptor that keeps it, or -1 when
  * another process holds it. */
 int lock_run(const char *dir, vt_err *e);
-/* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (says how many); 0. */
-int stale_temps(const char *dir);
+/* Under the run folder's lock: removes the temporary files of a killed run's unfinished writes (says how many on
+ * warn; NULL: not); 0. */
+int stale_temps(const char *dir, FILE *warn);
 /* Removes from dir the files of an earlier run (checkpoint, weights, metrics, curves, recipe, classes, commands). */
 int clear_run_dir(const char *dir, vt_err *e);
 /* Writes o->command_line to path (RUN/command.txt) after the command lines of the run resumed. */
