@@ -265,8 +265,12 @@ static int run_locked(const char *dir) {
  * warn; NULL: not); 0. */
 int stale_temps(const char *dir, FILE *warn) {
     const int n = vt_remove_stale_temps(dir);
-    if (n > 0 && warn) fprintf(warn, "%s: removed %d temporary file%s of an earlier run's unfinished write\n", dir, n,
-                       n == 1 ? "" : "s");
+    if (n > 0 && warn) { /* as every line on warn: "vitc: warning: ", the folder's name escaped */
+        char text[PATH_MAX + 96];
+        snprintf(text, sizeof text, "%s: removed %d temporary file%s of an earlier run's unfinished write", dir, n,
+                 n == 1 ? "" : "s");
+        vt_write_line(warn, "vitc: warning: ", text, 1);
+    }
     return 0;
 }
 

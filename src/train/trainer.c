@@ -899,7 +899,7 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
     st->best_epoch = next.best_epoch;
     st->best_acc1 = next.best_acc1;
     vt_err pe = {0};
-    if (rc == 0 && vt_plot_curves(o->run_dir, &pe) && o->warn) fprintf(o->warn, "vitc: warning: %s\n", pe.msg);
+    if (rc == 0 && vt_plot_curves(o->run_dir, &pe) && o->warn) vt_write_line(o->warn, "vitc: warning: ", pe.msg, 1);
     return rc;
 }
 
