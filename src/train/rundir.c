@@ -173,7 +173,8 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
             else
                 memcpy(ema->t[i]->data, P->t[i]->data, sizeof(float) * (size_t)P->t[i]->numel);
         }
-        if (rc == 0 && !has && log) fprintf(log, "Note: %s holds no model EMA; the EMA starts from its weights\n", path);
+        if (rc == 0 && !has && log)
+            fprintf(log, "Note: %s holds no model EMA; the EMA starts from its weights\n", path);
     }
     for (int i = 0; rc == 0 && i < vt_adamw_nstate(opt); i++) {
         char nm[VT_NAMELEN];
@@ -350,8 +351,9 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     if ((steps[0] || other[0]) && o->log)
         fprintf(o->log, "Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
     if (old_format && o->train_subset > 0 && strcmp(o->data, "fashion-mnist") != 0 && o->log)
-        fprintf(o->log, "Note: %s was written by an earlier vitc, whose --train-subset took an image folder's first %d images; "
-               "this run continues on %d images spread over its classes\n", path, o->train_subset, o->train_subset);
+        fprintf(o->log, "Note: %s was written by an earlier vitc, whose --train-subset took an image folder's first %d "
+                "images; this run continues on %d images spread over its classes\n", path, o->train_subset,
+                o->train_subset);
     return 0;
 }
 

@@ -676,10 +676,10 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     if (rc == 0 && lead && !finished) { /* about the run to come: none when nothing is left to train */
         if (o->train_subset > d->train.n)
             say(r, "Note: --train-subset %d is more than the %d training images: training on all of them\n",
-                   o->train_subset, d->train.n);
+                o->train_subset, d->train.n);
         if (o->test_subset > d->val.n)
             say(r, "Note: --test-subset %d is more than the %d test images: evaluating all of them\n", o->test_subset,
-                   d->val.n);
+                d->val.n);
         if (o->notice) say(r, "%s\n", o->notice);
         if (r->out) fflush(r->out);
     }
@@ -694,19 +694,19 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     snprintf(r->ckpt, sizeof r->ckpt, "%s/checkpoint.safetensors", o->run_dir);
     snprintf(r->wpath, sizeof r->wpath, "%s/weights.safetensors", o->run_dir);
     snprintf(r->bpath, sizeof r->bpath, "%s/weights_best.safetensors", o->run_dir);
-    if (finished && lead)
+    if (finished)
         say(r, "Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
-               "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st->epoch, run_epochs(o),
-               run_epochs(o) == 1 ? "" : "s", o->run_dir);
-    else if (rc == 0 && lead && o->resume)
+            "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st->epoch, run_epochs(o),
+            run_epochs(o) == 1 ? "" : "s", o->run_dir);
+    else if (rc == 0 && o->resume)
         say(r, "Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st->epoch,
-               (long long)st->step);
+            (long long)st->step);
     if (rc == 0 && lead && o->resume && !finished && st->best_epoch >= 0) { /* the best weights come along */
         char src[4096];
         snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
         if (access(src, F_OK) != 0)
             say(r, "Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
-                   100 * st->best_acc1, (long long)st->best_epoch, r->bpath);
+                100 * st->best_acc1, (long long)st->best_epoch, r->bpath);
         else if (!resume_here && vt_copy_file(src, r->bpath, e))
             rc = -1;
     }
@@ -742,14 +742,14 @@ static int run_sync(train_run *r, int rc, vt_err *e) {
 static void run_begin(train_run *r) {
     const vt_train_opts *o = r->o;
     const vt_data *d = &r->d;
-    if (d->folder && r->lead) {
+    if (d->folder) {
         say(r, "Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
-               o->data, d->f_train.n, d->f_val.n, d->f_train.nclasses, r->workers, r->workers == 1 ? "" : "s",
-               r->dp->size > 1 ? " per rank" : "");
+            o->data, d->f_train.n, d->f_val.n, d->f_train.nclasses, r->workers, r->workers == 1 ? "" : "s",
+            r->dp->size > 1 ? " per rank" : "");
         char tf[512];
         if (d->deit_on) vt_tf_params_format(&d->deit, tf, sizeof tf);
         say(r, "Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
-               d->deit_on ? tf : "");
+            d->deit_on ? tf : "");
     }
     /* the cosine spans the run's epochs but the cooldown (after the warm-up, with warmup_prefix), in optimiser steps */
     const int64_t ospe = r->spe / r->A, wsteps = (int64_t)(o->warmup_epochs * ospe);
@@ -853,9 +853,9 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     vt_progress_end(&pg);
     double skipped = (double)vt_loader_skipped(r->L);
     if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
-    if (skipped > 0 && r->lead)
+    if (skipped > 0)
         say(r, "Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
-               skipped, skipped == 1 ? "" : "s");
+            skipped, skipped == 1 ? "" : "s");
     const double ep_s = now_s() - tep;
     r->train_s += ep_s;
     /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint */
@@ -919,13 +919,11 @@ static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
                        &ve))
         return vt_seterr(e, "validation of epoch %lld failed: %.300s; stopped before writing that epoch. The last "
                          "good checkpoint is %s", (long long)epoch, ve.msg, r->good);
-    if (r->lead) {
-        say(r, "Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f "
-               "img/s)\n", (long long)epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, et->lsum / r->spe,
-               100.0 * et->correct / (double)r->epoch_imgs, r->epoch_imgs / et->ep_s);
-        if (ev.skipped > 0)
-            say(r, "Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
-    }
+    say(r, "Test: epoch %lld  Loss: %.4f  Acc@1: %.2f%%  Acc@5: %.2f%%  (train loss %.4f, acc %.2f%%, %.1f img/s)\n",
+        (long long)epoch, ev.loss, 100 * ev.acc1, 100 * ev.acc5, et->lsum / r->spe,
+        100.0 * et->correct / (double)r->epoch_imgs, r->epoch_imgs / et->ep_s);
+    if (ev.skipped > 0)
+        say(r, "Skipped %lld unreadable validation image%s\n", (long long)ev.skipped, ev.skipped == 1 ? "" : "s");
     if (ema_eval(c, &r->ema, &r->vs, &r->d.eval_tf, r->LV, dp, epoch, poison, r->out, &ve))
         return vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
                          "epoch. The last good checkpoint is %s", (long long)epoch, ve.msg, r->good);
@@ -944,18 +942,18 @@ static void run_summary(const train_run *r) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     say(r, "Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(r->o),
-           run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->o->run_dir, ru.ru_maxrss / 1024.0);
+        run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->o->run_dir, ru.ru_maxrss / 1024.0);
     if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
         say(r, "Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
-               access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
-               "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
+            access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
+            "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
     if (dp->size > 1 && r->steps_run > 0) {
         char acc[48] = "";
         if (r->A > 1) snprintf(acc, sizeof acc, " x %d accumulation steps", r->A);
         say(r, "Data parallel: %d ranks x batch %d%s; gradient averaging %.2f ms/step (%s allreduce, buckets of %.3g "
-               "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, acc, 1e3 * dp->comm_s / (double)r->steps_run,
-               dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
-               1e3 * r->train_s / (double)r->steps_run, 100.0 * dp->comm_s / r->train_s);
+            "MiB) of %.1f ms/step (%.1f%%)\n", dp->size, r->B, acc, 1e3 * dp->comm_s / (double)r->steps_run,
+            dp->overlap ? "overlapped" : "blocking", (double)dp->bucket_bytes / (1 << 20),
+            1e3 * r->train_s / (double)r->steps_run, 100.0 * dp->comm_s / r->train_s);
     }
 }
 
