@@ -308,8 +308,8 @@ static const char *file_text(FILE *f, char *buf, size_t n) {
 
 /* vt_train writes its lines on o->log and its warnings on o->warn, and nothing on stdout or stderr: a one-epoch run
  * of the tiny ViT on a synthetic split (train and test of NSMALL images) whose run folder holds a killed writer's
- * temporary file; then a run with both streams NULL writes nothing anywhere (stdout and stderr redirected to files
- * during each run and checked empty). */
+ * temporary file; then a run with both streams NULL, resuming the first for a second epoch over another such file,
+ * writes nothing anywhere (stdout and stderr redirected to files during each run and checked empty). */
 static void test_train_streams(vt_test *T) {
     char dir[] = "/tmp/vitc_trainlog_XXXXXX";
     if (!mkdtemp(dir)) {
@@ -327,8 +327,6 @@ static void test_train_streams(vt_test *T) {
     snprintf(run, sizeof run, "%s/run", dir);
     mkdir(run, 0777);
     snprintf(tmp, sizeof tmp, "%s/.vitc-999999999-zzzzzz", run);
-    FILE *t = fopen(tmp, "w");
-    if (t) fclose(t);
     snprintf(outp, sizeof outp, "%s/stdout", dir);
     snprintf(errp, sizeof errp, "%s/stderr", dir);
     const char *old = getenv("VITC_FMNIST_DIR");
@@ -341,11 +339,13 @@ static void test_train_streams(vt_test *T) {
         vt_train_defaults(&o);
         T_CHECK(T, o.log == stdout && o.warn == stderr, "defaults: lines on stdout, warnings on stderr");
         FILE *log = quiet ? NULL : tmpfile(), *warn = quiet ? NULL : tmpfile();
+        FILE *t = fopen(tmp, "w"); /* a killed run's temporary file, removed by each run */
+        if (t) fclose(t);
         o.run_dir = run;
-        o.epochs = 1;
+        o.epochs = 1 + quiet;
         o.batch = NSMALL;
         o.workers = 1;
-        o.overwrite = quiet; /* the second run replaces the first's */
+        o.resume = quiet ? run : NULL; /* the second run resumes the first for an epoch more */
         o.log = log;
         o.warn = warn;
         vt_err e = {0};
@@ -361,8 +361,9 @@ static void test_train_streams(vt_test *T) {
         dup2(so, 1);
         dup2(se, 2);
         close(so), close(se), close(fo), close(fe);
-        struct stat a, b;
+        struct stat a = {0}, b = {0};
         T_CHECK(T, rc == 0, "run %d: %s", quiet, e.msg);
+        T_CHECK(T, access(tmp, F_OK) != 0, "run %d: the temporary file is gone", quiet);
         T_CHECK(T, stat(outp, &a) == 0 && stat(errp, &b) == 0 && a.st_size == 0 && b.st_size == 0,
                 "run %d: %lld bytes on stdout, %lld on stderr", quiet, (long long)a.st_size, (long long)b.st_size);
         if (!quiet) {
@@ -372,7 +373,6 @@ static void test_train_streams(vt_test *T) {
             const char *w = warn ? file_text(warn, buf, sizeof buf) : "";
             T_CHECK(T, strncmp(w, "vitc: warning: ", 15) == 0 && strstr(w, ": removed 1 temporary file") != NULL,
                     "warnings: %s", w);
-            T_CHECK(T, access(tmp, F_OK) != 0, "the temporary file is gone");
         }
         if (log) fclose(log);
         if (warn) fclose(warn);
