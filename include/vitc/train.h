@@ -72,7 +72,8 @@ typedef struct vt_eval_result {
 
 /* Evaluates the model (eval mode) on src through tf in batches of `batch` with `workers` loader threads (0: the
  * default), or with `loader` when not NULL (made by the caller for src, tf and batch with VT_BAD_DROP, reused across
- * evaluations so an unreadable image is warned about once); progress on the stream `progress` (NULL: none) when
+ * evaluations so an unreadable image is warned about once; the loader made here warns on stderr, a caller's where
+ * vt_loader_set_warnings says); progress on the stream `progress` (NULL: none) when
  * there is more than one batch. An image scored whose logits are not finite is an error naming it, the class and
  * the value (the loss and accuracy would be meaningless). */
 int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
