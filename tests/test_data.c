@@ -1,4 +1,5 @@
-/* Dataset loading (Fashion-MNIST IDX, bad files), index shuffling, and vt_train's output streams on a tiny split. */
+/* Dataset loading (Fashion-MNIST IDX, bad files), index shuffling, and vt_train's output streams on tiny splits (IDX and
+ * an image folder). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -306,10 +307,33 @@ static const char *file_text(FILE *f, char *buf, size_t n) {
     return buf;
 }
 
+/* An image folder under dir/imgs: train/ and val/, classes a and b, gray 28×28 PGM images (train: 3 each, val: 2
+ * each) and train/a/bad.pgm, not an image. */
+static void write_folder(const char *dir) {
+    static const char *const parts[] = {"imgs", "imgs/train", "imgs/val", "imgs/train/a", "imgs/train/b",
+                                        "imgs/val/a", "imgs/val/b"};
+    char path[1200];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, parts[i]);
+        mkdir(path, 0777);
+    }
+    unsigned char pgm[13 + 28 * 28];
+    memcpy(pgm, "P5\n28 28\n255\n", 13);
+    for (int i = 3; i < 7; i++)
+        for (int k = 0; k < (i < 5 ? 3 : 2); k++) {
+            char name[64];
+            for (int j = 0; j < 28 * 28; j++) pgm[13 + j] = (unsigned char)(j * (k + 1) + 40 * i);
+            snprintf(name, sizeof name, "%s/%d.pgm", parts[i], k);
+            write_file(dir, name, pgm, sizeof pgm, 0);
+        }
+    write_file(dir, "imgs/train/a/bad.pgm", "not an image", 12, 0);
+}
+
 /* vt_train writes its lines on o->log and its warnings on o->warn, and nothing on stdout or stderr: a one-epoch run
  * of the tiny ViT on a synthetic split (train and test of NSMALL images) whose run folder holds a killed writer's
  * temporary file; then a run with both streams NULL, resuming the first for a second epoch over another such file,
- * writes nothing anywhere (stdout and stderr redirected to files during each run and checked empty). */
+ * writes nothing anywhere; then a run on an image folder holding an unreadable image, which its loaders warn about on
+ * o->warn (stdout and stderr redirected to files during each run and checked empty). */
 static void test_train_streams(vt_test *T) {
     char dir[] = "/tmp/vitc_trainlog_XXXXXX";
     if (!mkdtemp(dir)) {
@@ -318,6 +342,7 @@ static void test_train_streams(vt_test *T) {
     }
     char run[1100], tmp[1200], outp[1100], errp[1100];
     write_valid(dir);
+    write_folder(dir);
     size_t li, ll;
     unsigned char *im = make_images(0x803, NSMALL, 28, 28, &li), *lb = make_labels(0x801, NSMALL, &ll);
     write_file(dir, "t10k-images-idx3-ubyte.gz", im, li, 1);
@@ -334,45 +359,55 @@ static void test_train_streams(vt_test *T) {
     setenv("VITC_FMNIST_DIR", dir, 1);
     const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny");
     T_CHECK(T, c != NULL, "vit_fmnist_tiny is registered");
-    for (int quiet = 0; c && quiet <= 1; quiet++) {
+    char imgs[1100], run2[1100];
+    snprintf(imgs, sizeof imgs, "%s/imgs", dir);
+    snprintf(run2, sizeof run2, "%s/run2", dir);
+    for (int k = 0; c && k <= 2; k++) {
+        const int quiet = k == 1;
         vt_train_opts o;
         vt_train_defaults(&o);
         T_CHECK(T, o.log == stdout && o.warn == stderr, "defaults: lines on stdout, warnings on stderr");
         FILE *log = quiet ? NULL : tmpfile(), *warn = quiet ? NULL : tmpfile();
-        FILE *t = fopen(tmp, "w"); /* a killed run's temporary file, removed by each run */
+        FILE *t = k < 2 ? fopen(tmp, "w") : NULL; /* a killed run's temporary file, removed by each run */
         if (t) fclose(t);
-        o.run_dir = run;
+        o.run_dir = k < 2 ? run : run2;
         o.epochs = 1 + quiet;
         o.batch = NSMALL;
         o.workers = 1;
         o.resume = quiet ? run : NULL; /* the second run resumes the first for an epoch more */
+        if (k == 2) o.data = imgs;
         o.log = log;
         o.warn = warn;
         vt_err e = {0};
         fflush(stdout);
         fflush(stderr);
         const int so = dup(1), se = dup(2);
-        const int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        const int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+                  fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fo, 1);
         dup2(fe, 2);
-        const int rc = vt_train(c, &o, &e);
+        vt_model_cfg c2 = *c; /* the folder's two classes */
+        c2.arch.num_classes = k < 2 ? c->arch.num_classes : 2;
+        const int rc = vt_train(&c2, &o, &e);
         fflush(stdout);
         fflush(stderr);
         dup2(so, 1);
         dup2(se, 2);
         close(so), close(se), close(fo), close(fe);
         struct stat a = {0}, b = {0};
-        T_CHECK(T, rc == 0, "run %d: %s", quiet, e.msg);
-        T_CHECK(T, access(tmp, F_OK) != 0, "run %d: the temporary file is gone", quiet);
+        T_CHECK(T, rc == 0, "run %d: %s", k, e.msg);
+        T_CHECK(T, access(tmp, F_OK) != 0, "run %d: the temporary file is gone", k);
         T_CHECK(T, stat(outp, &a) == 0 && stat(errp, &b) == 0 && a.st_size == 0 && b.st_size == 0,
-                "run %d: %lld bytes on stdout, %lld on stderr", quiet, (long long)a.st_size, (long long)b.st_size);
+                "run %d: %lld bytes on stdout, %lld on stderr", k, (long long)a.st_size, (long long)b.st_size);
         if (!quiet) {
             char buf[8192];
             const char *l = log ? file_text(log, buf, sizeof buf) : "";
-            T_CHECK(T, strstr(l, "Test: epoch 0") && strstr(l, "Done: 1 epoch"), "log: %s", l);
+            T_CHECK(T, strstr(l, "Test: epoch 0") && strstr(l, "Done: 1 epoch"), "run %d: log: %s", k, l);
+            T_CHECK(T, k < 2 || strstr(l, "Skipped 1 unreadable training image"), "run %d: log: %s", k, l);
             const char *w = warn ? file_text(warn, buf, sizeof buf) : "";
-            T_CHECK(T, strncmp(w, "vitc: warning: ", 15) == 0 && strstr(w, ": removed 1 temporary file") != NULL,
-                    "warnings: %s", w);
+            T_CHECK(T, strncmp(w, "vitc: warning: ", 15) == 0 &&
+                           strstr(w, k < 2 ? ": removed 1 temporary file" : "bad.pgm") != NULL,
+                    "run %d: warnings: %s", k, w);
         }
         if (log) fclose(log);
         if (warn) fclose(warn);
