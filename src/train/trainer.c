@@ -673,7 +673,7 @@ static int run_record(train_run *r, int rc, vt_err *e) {
      * writes nothing but metrics rows past its checkpoint dropped (rank 0 knows it here, every rank after the
      * broadcast in run_sync): said, exit 0, so that a script may resume until a run is done */
     const int finished = rc == 0 && o->resume && st->epoch >= run_epochs(o);
-    if (rc == 0 && lead && !finished) { /* about the run to come: none when nothing is left to train */
+    if (rc == 0 && !finished) { /* about the run to come (rank 0's lines): none when nothing is left to train */
         if (o->train_subset > d->train.n)
             say(r, "Note: --train-subset %d is more than the %d training images: training on all of them\n",
                 o->train_subset, d->train.n);
