@@ -251,11 +251,16 @@ void test_ops_attention_ex(vt_test *T) {
         {"msf_dh64", 4, 10, 10, 512, 0, 2, 128, 0, 128, 256, 384, 1, 0, 0, 0.15f, 0, {0}},
         {"m128_n5", 4, 5, 128, 32, 64, 1, 32, 0, 32, 0, 0, 0, 1, 0, 0.2f, 0, {0}},
         {"dh32_huge", 4, 6, 6, 96, 0, 1, 32, 0, 32, 64, 0, 0, 2, 2, 1.0f, 1, {0}},
-        /* the AVX-512 small-key tiles' key-vector counts (1 to 4, at most 64 keys) and the first past them */
+        /* the AVX-512 small-key tiles' key-vector counts (1 to 4 in 6-row tiles, 5 to 7 in 3-row tiles: at most 112
+         * keys) and the first past them */
         {"tile_m20_msf", 2, 13, 20, 48, 32, 2, 16, 16, 0, 16, 32, 1, 1, 0, 0.4f, 0, {0}},
         {"tile_m33_mask", 2, 8, 33, 12, 24, 1, 12, 0, 12, 0, 0, 0, 2, 2, 0.3f, 0, {0}},
         {"tile_m64_bias_mask", 4, 64, 64, 48, 0, 2, 16, 0, 16, 32, 0, 0, 1, 2, 0.3f, 0, {0}},
         {"tile_m65", 2, 7, 65, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
+        {"tile_m80_msf_bias", 2, 11, 80, 48, 32, 2, 16, 16, 0, 16, 32, 1, 1, 0, 0.4f, 0, {0}},
+        {"tile_m97_mask", 2, 10, 97, 12, 24, 1, 12, 0, 12, 0, 0, 0, 2, 2, 0.3f, 0, {0}},
+        {"tile_m112_n4", 2, 4, 112, 16, 32, 2, 16, 0, 0, 16, 0, 0, 0, 0, 0.3f, 0, {0}},
+        {"tile_m113", 2, 7, 113, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
         /* whole key vectors (32, 48 keys) and fewer query rows than one tile holds (3, 5) */
         {"tile_m32_n3", 2, 3, 32, 16, 32, 2, 16, 0, 0, 16, 0, 0, 1, 0, 0.3f, 0, {0}},
         {"tile_m48_n5_msf", 2, 5, 48, 32, 32, 2, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
@@ -272,6 +277,7 @@ void test_ops_attention_ex(vt_test *T) {
         /* the small-key tiles in chunks: partial tiles at each chunk's end, the mask's and the probe's rows offset */
         {"chunks_tile_m40_mask", 3, 20, 40, 16, 32, 1, 16, 0, 0, 16, 0, 0, 1, 3, 0.3f, 0, {0}},
         {"chunks_tile_m24_msf", 3, 17, 24, 32, 32, 1, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
+        {"chunks_tile_m100_mask", 3, 20, 100, 16, 32, 1, 16, 0, 0, 16, 0, 0, 1, 3, 0.3f, 0, {0}}, /* 3-row tiles */
     };
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
@@ -289,6 +295,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"fd_n1_m3", 3, 1, 3, 2, 6, 1, 2, 0, 0, 2, 0, 0, 2, 0, 1.0f, 0, {0}},
         {"fd_dh32", 4, 3, 5, 64, 128, 2, 64, 0, 0, 64, 0, 0, 1, 0, 0.2f, 0, {0}}, /* the models' head width */
         {"fd_tile_m36", 2, 7, 36, 6, 8, 1, 4, 2, 4, 0, 0, 0, 2, 0, 0.6f, 0, {0}}, /* three key vectors */
+        {"fd_tile_m70", 2, 4, 70, 6, 8, 1, 4, 2, 4, 0, 0, 0, 2, 0, 0.6f, 0, {0}}, /* five, in 3-row tiles */
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

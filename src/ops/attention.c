@@ -18,7 +18,7 @@
  * (and bias, mask) into a per-thread tile with the forward's own code, so they are the forward's values; the
  * B·H·N·M floats it would otherwise keep from forward to backward were 15% of DeiT-S's training arena, and the
  * recomputation is one N×M×dh GEMM per head (about 1% of a DeiT-S training step's multiply-adds).
- * Few keys (M <= 64) on AVX-512: the logits of SK_ROWS query rows stay in registers from the q·kᵀ product to the
+ * Few keys (M <= 112) on AVX-512: the logits of a tile of query rows stay in registers from the q·kᵀ product to the
  * stored probabilities (forward), and likewise dO·vᵀ to the logits' gradient (backward): vitc's own tile kernel, see
  * sk_tile for why not a library's.
  * Export (vt_attn_args.probs, graphs built with export_maps, for `vitc attention`): forward computes each head's
@@ -64,25 +64,35 @@ static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, con
 }
 
 #if defined(__AVX512F__)
-#define SK_MAX 64 /* small-key tiles: at most this many keys, four 16-float vectors per row */
-#define SK_ROWS 6 /* query rows per register tile: 6 × 4 accumulators, 4 key vectors and a broadcast of 32 registers */
+#define SK_MAX 112 /* small-key tiles: at most this many keys, seven 16-float vectors per row */
+#define SK_NV 7     /* key vectors of SK_MAX */
+/* Query rows per register tile: 6 with up to 4 key vectors (6 × 4 accumulators, 4 key vectors and a broadcast of 32
+ * registers), 3 with 5 to 7 (3 × 7 + 7 + 1). */
+#define SK_ROWS 6
+static int sk_rows_of(int M) { return M <= 64 ? SK_ROWS : 3; }
 
 /* Whether the small-key tiles serve M keys. */
 static int sk_on(int M) { return M <= SK_MAX; }
 
-/* Kt (dh × SK_MAX) = the first dh channels of the M rows of K (row stride ldk), transposed; columns M to the next
- * multiple of 16 zeroed (the tile's lanes past M read them). */
+/* Kt (dh × Mv, Mv = M rounded up to 16) = the first dh channels of the M rows of K (row stride ldk), transposed;
+ * columns M to Mv zeroed (the tile's lanes past M read them). The rows 8 ahead are prefetched: the keys come from
+ * memory (a row per token of a packed qkv), and the copy waited on each row's load (perf: 89% of its samples on the
+ * load; the op's seconds over 3 steps at batch 16, alternated, Zen 4, 2026-12-04: CSwin-T's 56-key stages 1-2
+ * 0.035 → 0.027, Swin-T inference 0.22-0.25 → 0.165-0.18; at batch 1, the keys in cache, no change). */
 static void sk_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
     const int Mv = (M + 15) / 16 * 16;
     for (int j = 0; j < M; j++) {
         const float *kr = K + (size_t)j * ldk;
-        for (int c = 0; c < dh; c++) Kt[(size_t)c * SK_MAX + j] = kr[c];
+        if (j + 8 < M)
+            for (int c = 0; c < dh; c += 16) __builtin_prefetch(kr + 8 * (size_t)ldk + c, 0, 3);
+        for (int c = 0; c < dh; c++) Kt[(size_t)c * Mv + j] = kr[c];
     }
     for (int c = 0; c < dh; c++)
-        for (int j = M; j < Mv; j++) Kt[(size_t)c * SK_MAX + j] = 0.0f;
+        for (int j = M; j < Mv; j++) Kt[(size_t)c * Mv + j] = 0.0f;
 }
 
-/* The rows < `rows` (<= SK_ROWS) of one tile, row stride M, with X = A·Ktᵀ (A's rows lda apart, dh deep):
+/* The rows < `rows` (<= R) of one tile, row stride M, with X = A·Ktᵀ (A's rows lda apart, dh deep, Kt's rows 16·NV
+ * floats apart):
  *  mode 0 (probabilities): out = softmax(scale·X + kn + bias + mask) (kn, bias, mask NULL when absent);
  *  mode 1 (the logits' gradient from dP = X and the probabilities P): out = P ⊙ (X − Σⱼ X⊙P), db += out (db NULL:
  *  none).
@@ -90,46 +100,50 @@ static void sk_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
  * (oneDNN and OpenBLAS: both pack the transposed operand per call), and the softmax rows after it, one row at a
  * time, waited on their reductions' latency (65 ns a row of 49). Here the tile's rows go through each step of the
  * softmax together. One pair's probabilities, 49 × 49 × 32 with a bias and a mask: 4.8-5.1 µs → 2.3 µs, 196 × 49 ×
- * 64 21-22 → 11 µs (AMD EPYC Zen 5, 1 thread, best of 5 × 20000, 2026-12-02). NV (key vectors) is a constant where
- * inlined. */
+ * 64 21-22 → 11 µs (AMD EPYC Zen 5, 1 thread, best of 5 × 20000, 2026-12-02). Since 2026-12-04 also 5 to 7 key
+ * vectors in 3-row tiles, for CSwin's 98-key stripes (stage 3 of CSwin-T and FLatten-CSwin-T): the op's stage-3
+ * seconds over 3 inference steps at batch 16, library product and softmax rows → tiles, 4 alternated rounds (AMD
+ * EPYC Zen 4): CSwin-T 0.184-0.268 → 0.157-0.180, FLatten-CSwin-T 0.165-0.186 → 0.141-0.169; training 0.41-0.49 →
+ * 0.35-0.38 (CSwin-T, 2 steps). NV (key vectors) and R (rows) are constants where inlined. */
 static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t lda, const float *Kt, int rows,
                                                            int M, int dh, float scale, int mode, const float *kn,
                                                            const float *bias, const float *mask, const float *P,
-                                                           float *out, float *db, const int NV) {
-    __m512 acc[SK_ROWS][4];
+                                                           float *out, float *db, const int NV, const int R) {
+    __m512 acc[SK_ROWS][SK_NV];
     const float *ar[SK_ROWS];
+    const size_t ldt = 16 * (size_t)NV; /* Kt's row stride */
 #pragma GCC unroll 6
-    for (int r = 0; r < SK_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         ar[r] = A + (size_t)(r < rows ? r : rows - 1) * lda; /* rows past `rows` repeat the last, never stored */
-#pragma GCC unroll 4
+#pragma GCC unroll 7
         for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
     }
     for (int c = 0; c < dh; c++) {
-        __m512 kv[4];
-#pragma GCC unroll 4
+        __m512 kv[SK_NV];
+#pragma GCC unroll 7
         for (int v = 0; v < NV; v++) {
-            kv[v] = _mm512_loadu_ps(Kt + (size_t)c * SK_MAX + 16 * v);
+            kv[v] = _mm512_loadu_ps(Kt + (size_t)c * ldt + 16 * v);
             __asm__("" : "+v"(kv[v])); /* kept in a register: gcc folded the load into every multiply-add */
         }
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             const __m512 x = _mm512_set1_ps(ar[r][c]);
-#pragma GCC unroll 4
+#pragma GCC unroll 7
             for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, kv[v], acc[r][v]);
         }
     }
-    __mmask16 lm[4]; /* each vector's lanes below M */
-#pragma GCC unroll 4
+    __mmask16 lm[SK_NV]; /* each vector's lanes below M */
+#pragma GCC unroll 7
     for (int v = 0; v < NV; v++) lm[v] = M - 16 * v >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (M - 16 * v)) - 1u);
     __m512 red[SK_ROWS];
     float rs[SK_ROWS];
     if (mode == 0) {
         const __m512 vs = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) { /* logits and their row maxima */
+        for (int r = 0; r < R; r++) { /* logits and their row maxima */
             const size_t o = (size_t)(r < rows ? r : rows - 1) * M;
             red[r] = ninf;
-#pragma GCC unroll 4
+#pragma GCC unroll 7
             for (int v = 0; v < NV; v++) {
                 __m512 x = _mm512_mul_ps(acc[r][v], vs);
                 if (kn) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lm[v], kn + 16 * v));
@@ -140,50 +154,48 @@ static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t
             }
         }
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
+        for (int r = 0; r < R; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) { /* exponentials (e^-inf = 0 past M) and their sums */
+        for (int r = 0; r < R; r++) { /* exponentials (e^-inf = 0 past M) and their sums */
             const __m512 mx = _mm512_set1_ps(rs[r]);
             red[r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 7
             for (int v = 0; v < NV; v++) {
                 acc[r][v] = vt_vexpf_le0(_mm512_sub_ps(acc[r][v], mx));
                 red[r] = _mm512_add_ps(red[r], acc[r][v]);
             }
         }
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
+        for (int r = 0; r < R; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
 #pragma GCC unroll 6
-        for (int r = 0; r < SK_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             if (r >= rows) break;
             const __m512 inv = _mm512_set1_ps(rs[r]);
-#pragma GCC unroll 4
+#pragma GCC unroll 7
             for (int v = 0; v < NV; v++)
                 _mm512_mask_storeu_ps(out + (size_t)r * M + 16 * v, lm[v], _mm512_mul_ps(acc[r][v], inv));
         }
         return;
     }
-    __m512 pv[SK_ROWS][4];
 #pragma GCC unroll 6
-    for (int r = 0; r < SK_ROWS; r++) { /* Σⱼ dP⊙P per row */
+    for (int r = 0; r < R; r++) { /* Σⱼ dP⊙P per row (P read again below: it is in L1) */
         const size_t o = (size_t)(r < rows ? r : rows - 1) * M;
         red[r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            pv[r][v] = _mm512_maskz_loadu_ps(lm[v], P + o + 16 * v);
-            red[r] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(lm[v], acc[r][v]), pv[r][v], red[r]);
-        }
+#pragma GCC unroll 7
+        for (int v = 0; v < NV; v++)
+            red[r] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(lm[v], acc[r][v]),
+                                     _mm512_maskz_loadu_ps(lm[v], P + o + 16 * v), red[r]);
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < SK_ROWS; r++) rs[r] = _mm512_reduce_add_ps(red[r]);
+    for (int r = 0; r < R; r++) rs[r] = _mm512_reduce_add_ps(red[r]);
 #pragma GCC unroll 6
-    for (int r = 0; r < SK_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         if (r >= rows) break;
         const __m512 dot = _mm512_set1_ps(rs[r]);
-#pragma GCC unroll 4
+#pragma GCC unroll 7
         for (int v = 0; v < NV; v++) {
             const size_t o = (size_t)r * M + 16 * v;
-            const __m512 g = _mm512_mul_ps(pv[r][v], _mm512_sub_ps(acc[r][v], dot));
+            const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(lm[v], P + o), _mm512_sub_ps(acc[r][v], dot));
             _mm512_mask_storeu_ps(out + o, lm[v], g);
             if (db) _mm512_mask_storeu_ps(db + o, lm[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lm[v], db + o), g));
         }
@@ -194,14 +206,14 @@ static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t
  * moved to row i. */
 static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
                        const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
-                       int i) {
-    const int rows = N - i < SK_ROWS ? N - i : SK_ROWS;
+                       int i, const int R) {
+    const int rows = N - i < R ? N - i : R;
     const size_t o = (size_t)i * M;
     A += (size_t)i * lda;
     /* the next tile's rows of A, which the tile reads one float at a time (Next-ViT's stage-3 attention, 16 × 12 pairs
      * of 196 × 49 × 32, forward + backward: without this the tiles were no faster than the GEMM calls, 0.44-0.54 s
      * per 100 before, 0.45-0.53 tiles; with it 0.40-0.44; Zen 5, 2026-12-02) */
-    for (int r = SK_ROWS; r < 2 * SK_ROWS && i + r < N; r++)
+    for (int r = R; r < 2 * R && i + r < N; r++)
         for (int c = 0; c < dh; c += 16) __builtin_prefetch(A + (size_t)r * lda + c, 0, 3);
     bias = bias ? bias + o : NULL;
     mask = mask ? mask + o : NULL;
@@ -209,10 +221,13 @@ static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M
     db = db ? db + o : NULL;
     out += o;
     switch ((M + 15) / 16) {
-    case 1: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 1); break;
-    case 2: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 2); break;
-    case 3: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 3); break;
-    default: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 4); break;
+    case 1: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 1, SK_ROWS); break;
+    case 2: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 2, SK_ROWS); break;
+    case 3: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 3, SK_ROWS); break;
+    case 4: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 4, SK_ROWS); break;
+    case 5: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 5, 3); break;
+    case 6: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 6, 3); break;
+    default: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 7, 3); break;
     }
 }
 
@@ -220,11 +235,12 @@ static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M
 static void sk_rows(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
                     const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
                     int rows_par) {
+    const int R = sk_rows_of(M);
     if (rows_par) {
 #pragma omp parallel for schedule(static)
-        for (int i = 0; i < N; i += SK_ROWS) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
+        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i, R);
     } else {
-        for (int i = 0; i < N; i += SK_ROWS) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
+        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i, R);
     }
 }
 #else
