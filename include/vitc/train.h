@@ -169,6 +169,9 @@ typedef struct vt_bench_result {
                                           * (vt_graph_profile_split); zeros without */
     double fused_gemm;                   /* with profile: the fraction in the fused ops' GEMM calls (part of
                                           * by_kind[VT_OP_FUSED]; vt_graph_profile_fused_gemm) */
+    double other_cpus, steal_cpus;       /* during the timed steps, CPUs' worth of time other processes ran (the
+                                          * machine's busy time less this process's) and the hypervisor stole
+                                          * (Linux's /proc/stat); -1 where unknown */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures

@@ -1,10 +1,12 @@
 /* Throughput benchmarks: one model's img/s, GMACs, achieved GFLOP/s against the measured sgemm peak; the input
  * pipeline's img/s alone. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "vitc/augment.h"
 #include "vitc/ops.h"
@@ -17,6 +19,30 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds so far: the machine's busy and stolen (the first line of /proc/stat, in clock ticks) and this
+ * process's own (getrusage, every thread). */
+typedef struct {
+    double busy, steal, own;
+} cpu_clock;
+
+/* c now; -1 where /proc/stat or the process's usage cannot be read (not Linux). */
+static int cpu_clock_read(cpu_clock *c) {
+    unsigned long long v[8] = {0}; /* user nice system idle iowait irq softirq steal */
+    const long hz = sysconf(_SC_CLK_TCK);
+    struct rusage ru;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                         &v[6], &v[7]);
+    fclose(f);
+    if (n < 7 || hz <= 0 || getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    c->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)hz; /* guest time is inside user */
+    c->steal = (double)v[7] / (double)hz;
+    c->own = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+             1e-6 * (double)ru.ru_stime.tv_usec;
+    return 0;
 }
 
 /* GFLOP/s of a 1024³ int8 linear layer (vt_gemm_q8_run: the input quantised every run, the weight at the first)
@@ -92,6 +118,9 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && train) rc = vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, 0.05f, e);
     double t = 0.0, best = 0.0;
+    cpu_clock c0 = {0}, c1 = {0};
+    int clocked = 0;
+    r->other_cpus = r->steal_cpus = -1.0;
     if (rc == 0) {
         vt_rng rng;
         vt_rng_seed(&rng, 1);
@@ -100,6 +129,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         vt_progress pg;
         for (int it = -2; it < iters; it++) { /* two warm-up iterations */
             if (it == 0) {
+                clocked = cpu_clock_read(&c0) == 0;
                 t = now_s();
                 if (profile && (rc = vt_graph_enable_profile(g, e))) break;
                 vt_progress_start(&pg, progress, train ? "bench train" : "bench infer", "img", iters, 0);
@@ -117,6 +147,11 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
             if (it >= 0) vt_progress_update(&pg, it + 1);
         }
         t = now_s() - t;
+        if (clocked && cpu_clock_read(&c1) == 0 && t > 0.0) { /* /proc/stat counts in ticks: never below 0 */
+            const double other = (c1.busy - c0.busy) - (c1.own - c0.own);
+            r->other_cpus = other > 0.0 ? other / t : 0.0;
+            r->steal_cpus = c1.steal > c0.steal ? (c1.steal - c0.steal) / t : 0.0;
+        }
         if (rc == 0) vt_progress_end(&pg);
     }
     if (rc == 0) {

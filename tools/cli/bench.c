@@ -2,6 +2,7 @@
  * GEMM peaks. */
 #include <omp.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "vitc/gemm.h"
 #include "vitc/loader.h"
@@ -16,6 +17,28 @@ static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
     snprintf(buf, n, "%s%s%s", m->avx512 ? "AVX-512" : m->avx2 ? "AVX2" : "below AVX2",
              m->avx512_bf16 ? " + AVX512_BF16" : "", m->amx ? " + AMX" : "");
     return buf;
+}
+
+/* Whether other processes and the hypervisor took more of the machine during the timed steps than vitc's `threads`
+ * left free (a quarter CPU of slack: /proc/stat counts in ticks), with the warning in w. */
+static int contention(const vt_bench_result *r, int threads, char *w, size_t n) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const double spare = online > threads ? (double)(online - threads) : 0.0;
+    if (r->other_cpus < 0.0 || online < 1 || r->other_cpus + r->steal_cpus <= spare + 0.25) return 0;
+    char stolen[96] = "";
+    if (r->steal_cpus >= 0.05) snprintf(stolen, sizeof stolen, " and the hypervisor took %.2f more", r->steal_cpus);
+    snprintf(w, n, "during the timed steps other processes ran on %.2f of this machine's %ld CPUs%s beside vitc's %d "
+             "threads: they shared cores, so these img/s read low; compare runs taken together (alternated), or "
+             "rerun on a quiet machine", r->other_cpus, online, stolen, threads);
+    return 1;
+}
+
+/* A CPU count of the JSON object, or null where unknown (below 0). */
+static void json_cpus(const char *key, double v) {
+    if (v < 0.0)
+        printf(", \"%s\": null", key);
+    else
+        printf(", \"%s\": %.3f", key, v);
 }
 
 int cmd_bench(opts *o) {
@@ -72,7 +95,8 @@ int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[1024], warn[512], isa[64], lowwarn[400];
+    char rule[1024], warn[512], isa[64], lowwarn[400], busy[400];
+    const int contended = contention(&r, omp_get_max_threads(), busy, sizeof busy);
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
     const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
     const int fell_back = vt_dtype_fallback(&c, use, lowwarn, sizeof lowwarn); /* asked for int8 or bf16, ran fp32 */
@@ -104,6 +128,13 @@ int cmd_bench(opts *o) {
         json_str(m->onednn_isa);
         printf(", \"linears\": %d, \"int8_linears\": %d, \"bf16_products\": %lld", r.linears, r.int8_linears,
                r.bf16_runs);
+        json_cpus("other_cpus", r.other_cpus);
+        json_cpus("steal_cpus", r.steal_cpus);
+        printf(", \"contention_warning\": ");
+        if (contended)
+            json_str(busy);
+        else
+            printf("null");
         if (o->profile)
             printf(", \"time_by_kind\": {\"gemm\": %.4f, \"fused\": %.4f, \"fused_gemm_calls\": %.4f, \"other\": %.4f}",
                    r.by_kind[VT_OP_GEMM], r.by_kind[VT_OP_FUSED], r.fused_gemm, r.by_kind[VT_OP_OTHER]);
@@ -152,5 +183,6 @@ int cmd_bench(opts *o) {
                "int8 linear 1024^3 (input quantised each run, oneDNN u8 x s8 matmul): %.1f GFLOP/s, %.2fx the sgemm\n",
                r.int8_linears, r.linears, r.int8_gflops, r.int8_gflops / r.sgemm_gflops);
     if (warned) printf("WARNING: %s\n", warn);
+    if (contended) printf("WARNING: %s\n", busy);
     return 0;
 }
