@@ -52,6 +52,8 @@ def bench(binary, extra, model, batch, train, setting, threads, iters, metric):
     if p.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
     j = json.loads(p.stdout)
+    if j.get("contention_warning"):  # other processes took cores during its timed steps
+        print(f"note: {binary} {model} b{batch}: {j['contention_warning']}", file=sys.stderr)
     if metric == "fastest":
         j["img_per_s"] = 1e3 * batch / j["ms_best_iter"]
         j["gflops"] *= j["ms_per_iter"] / j["ms_best_iter"]
