@@ -171,7 +171,8 @@ typedef struct vt_bench_result {
                                           * by_kind[VT_OP_FUSED]; vt_graph_profile_fused_gemm) */
     double other_cpus, steal_cpus;       /* during the timed steps, CPUs' worth of time other processes ran (the
                                           * machine's busy time less this process's) and the hypervisor stole
-                                          * (Linux's /proc/stat); -1 where unknown */
+                                          * (Linux's /proc/stat, to a quarter CPU); -1 where unknown or where the
+                                          * steps were too short for its clock ticks */
 } vt_bench_result;
 
 /* Times forward (or forward+backward+AdamW of the training form when train) on random data after warm-up; measures

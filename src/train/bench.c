@@ -147,7 +147,11 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
             if (it >= 0) vt_progress_update(&pg, it + 1);
         }
         t = now_s() - t;
-        if (clocked && cpu_clock_read(&c1) == 0 && t > 0.0) { /* /proc/stat counts in ticks: never below 0 */
+        /* /proc/stat counts each CPU's time in clock ticks, up to a tick off at each end: known only where that is
+         * at most a quarter CPU over the timed steps (2 CPUs at 100 Hz: 0.16 s) */
+        const long hz = sysconf(_SC_CLK_TCK), online = sysconf(_SC_NPROCESSORS_ONLN);
+        if (clocked && cpu_clock_read(&c1) == 0 && hz > 0 && online > 0 &&
+            2.0 * (double)online / ((double)hz * t) <= 0.25) {
             const double other = (c1.busy - c0.busy) - (c1.own - c0.own);
             r->other_cpus = other > 0.0 ? other / t : 0.0;
             r->steal_cpus = c1.steal > c0.steal ? (c1.steal - c0.steal) / t : 0.0;

@@ -248,6 +248,11 @@ if [ "$(nproc)" -ge 2 ]; then
     check "... and --json gives them (other_cpus above a quarter CPU, the warning's text)" \
         "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d[\"other_cpus\"] > 0.25 and d[\"steal_cpus\"] >= 0 and d[\"contention_warning\"].startswith(\"during the timed steps\")))' '$T/busy4.json'" \
         "$(cat "$T/busy4.json")"
+    # a step of a millisecond is far below /proc/stat's tick counts: unknown (null), never a warning from rounding
+    OMP_WAIT_POLICY=passive $V bench vit_fmnist_tiny --batch-size 2 --iters 1 --threads "$n" --json >"$T/busy5.json" 2>/dev/null
+    check "... but not from timed steps too short for the clock ticks" \
+        "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d[\"other_cpus\"] is None and d[\"contention_warning\"] is None))' '$T/busy5.json'" \
+        "$(cat "$T/busy5.json")"
     kill "${busy[@]}" 2>/dev/null
     wait "${busy[@]}" 2>/dev/null || true # killed by TERM: not the script's status
 fi

@@ -20,11 +20,12 @@ static const char *isa_phrase(const vt_machine *m, char *buf, size_t n) {
 }
 
 /* Whether other processes and the hypervisor took more of the machine during the timed steps than vitc's `threads`
- * left free (a quarter CPU of slack: /proc/stat counts in ticks), with the warning in w. */
+ * left free, by more than half a CPU (the counts' quarter-CPU resolution and as much of slack), with the warning in
+ * w. */
 static int contention(const vt_bench_result *r, int threads, char *w, size_t n) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     const double spare = online > threads ? (double)(online - threads) : 0.0;
-    if (r->other_cpus < 0.0 || online < 1 || r->other_cpus + r->steal_cpus <= spare + 0.25) return 0;
+    if (r->other_cpus < 0.0 || online < 1 || r->other_cpus + r->steal_cpus <= spare + 0.5) return 0;
     char stolen[96] = "";
     if (r->steal_cpus >= 0.05) snprintf(stolen, sizeof stolen, " and the hypervisor took %.2f more", r->steal_cpus);
     snprintf(w, n, "during the timed steps other processes ran on %.2f of this machine's %ld CPUs%s beside vitc's %d "
