@@ -66,10 +66,11 @@ static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, con
 #if defined(__AVX512F__)
 #define SK_MAX 112 /* small-key tiles: at most this many keys, seven 16-float vectors per row */
 #define SK_NV 7     /* key vectors of SK_MAX */
-/* Query rows per register tile: 6 with up to 4 key vectors (6 × 4 accumulators, 4 key vectors and a broadcast of 32
- * registers), 3 with 5 to 7 (3 × 7 + 7 + 1). */
+/* Query rows per register tile of NV key vectors: 6 with up to 4 (6 × 4 accumulators, 4 key vectors and a broadcast
+ * of 32 registers), 3 with 5 to 7 (3 × 7 + 7 + 1); SK_ROWS the most. */
 #define SK_ROWS 6
-static int sk_rows_of(int M) { return M <= 64 ? SK_ROWS : 3; }
+#define SK_ROWS_FOR(NV) ((NV) <= 4 ? SK_ROWS : 3)
+static int sk_rows_of(int M) { return SK_ROWS_FOR((M + 15) / 16); }
 
 /* Whether the small-key tiles serve M keys. */
 static int sk_on(int M) { return M <= SK_MAX; }
@@ -206,8 +207,8 @@ static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t
  * moved to row i. */
 static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
                        const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
-                       int i, const int R) {
-    const int rows = N - i < R ? N - i : R;
+                       int i) {
+    const int R = sk_rows_of(M), rows = N - i < R ? N - i : R;
     const size_t o = (size_t)i * M;
     A += (size_t)i * lda;
     /* the next tile's rows of A, which the tile reads one float at a time (Next-ViT's stage-3 attention, 16 × 12 pairs
@@ -221,13 +222,13 @@ static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M
     db = db ? db + o : NULL;
     out += o;
     switch ((M + 15) / 16) {
-    case 1: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 1, SK_ROWS); break;
-    case 2: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 2, SK_ROWS); break;
-    case 3: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 3, SK_ROWS); break;
-    case 4: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 4, SK_ROWS); break;
-    case 5: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 5, 3); break;
-    case 6: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 6, 3); break;
-    default: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 7, 3); break;
+    case 1: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 1, SK_ROWS_FOR(1)); break;
+    case 2: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 2, SK_ROWS_FOR(2)); break;
+    case 3: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 3, SK_ROWS_FOR(3)); break;
+    case 4: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 4, SK_ROWS_FOR(4)); break;
+    case 5: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 5, SK_ROWS_FOR(5)); break;
+    case 6: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 6, SK_ROWS_FOR(6)); break;
+    default: sk_tile(A, lda, Kt, rows, M, dh, scale, mode, kn, bias, mask, P, out, db, 7, SK_ROWS_FOR(7)); break;
     }
 }
 
@@ -238,9 +239,9 @@ static void sk_rows(const float *A, size_t lda, const float *Kt, int N, int M, i
     const int R = sk_rows_of(M);
     if (rows_par) {
 #pragma omp parallel for schedule(static)
-        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i, R);
+        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
     } else {
-        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i, R);
+        for (int i = 0; i < N; i += R) sk_tile_at(A, lda, Kt, N, M, dh, scale, mode, kn, bias, mask, P, out, db, i);
     }
 }
 #else

@@ -21,10 +21,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* CPU seconds so far: the machine's busy and stolen (the first line of /proc/stat, in clock ticks) and this
- * process's own (getrusage, every thread). */
+/* CPU seconds so far: the machine's busy and stolen (the first line of /proc/stat, counted in clock ticks of `tick`
+ * seconds) and this process's own (getrusage, every thread). */
 typedef struct {
-    double busy, steal, own;
+    double busy, steal, own, tick;
 } cpu_clock;
 
 /* c now; -1 where /proc/stat or the process's usage cannot be read (not Linux). */
@@ -38,8 +38,9 @@ static int cpu_clock_read(cpu_clock *c) {
                          &v[6], &v[7]);
     fclose(f);
     if (n < 7 || hz <= 0 || getrusage(RUSAGE_SELF, &ru) != 0) return -1;
-    c->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)hz; /* guest time is inside user */
-    c->steal = (double)v[7] / (double)hz;
+    c->tick = 1.0 / (double)hz;
+    c->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]) * c->tick; /* guest time is inside user */
+    c->steal = (double)v[7] * c->tick;
     c->own = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
              1e-6 * (double)ru.ru_stime.tv_usec;
     return 0;
@@ -149,9 +150,8 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         t = now_s() - t;
         /* /proc/stat counts each CPU's time in clock ticks, up to a tick off at each end: known only where that is
          * at most a quarter CPU over the timed steps (2 CPUs at 100 Hz: 0.16 s) */
-        const long hz = sysconf(_SC_CLK_TCK), online = sysconf(_SC_NPROCESSORS_ONLN);
-        if (clocked && cpu_clock_read(&c1) == 0 && hz > 0 && online > 0 &&
-            2.0 * (double)online / ((double)hz * t) <= 0.25) {
+        const long online = sysconf(_SC_NPROCESSORS_ONLN);
+        if (clocked && cpu_clock_read(&c1) == 0 && online > 0 && 2.0 * (double)online * c1.tick <= 0.25 * t) {
             const double other = (c1.busy - c0.busy) - (c1.own - c0.own);
             r->other_cpus = other > 0.0 ? other / t : 0.0;
             r->steal_cpus = c1.steal > c0.steal ? (c1.steal - c0.steal) / t : 0.0;
