@@ -35,6 +35,13 @@ enum { ST_IHH = 1, ST_CHH = 2 };
                            * DeiT-T's shapes (b16, 6 heads of 32, 197 tokens): 32K floats 1.1-1.2x slower, a whole
                            * entry per tile no faster (the GEMMs' rows matter more than L2 here) */
 
+#define TILES_WARM 4     /* tiles a thread runs at least, where the batch is small: its scratch (the tile's logits,
+                          * probabilities and IHH outputs) is cold at the first, the ops between two calls of the op
+                          * having evicted it, and warm at the next. DeiT-T hMHSA at batch 1 (197 queries, 2 threads:
+                          * tiles of 99 rows, 460 KiB of probabilities a thread, against 25) ran the op at 0.42-0.49 of
+                          * the linears' time, against 0.27-0.33 (AMD EPYC Zen 4, 2026-12-04, 3 alternated runs) */
+#define TILE_ROWS_MIN 16 /* ... but not below this many query rows, the GEMMs' rows */
+
 /* Input slots: in[0] = q, then kv, IHH weight and bias, CHH weight and bias (each -1 when absent). */
 typedef struct {
     int B, N, M, H, h2, d, nt;
@@ -1064,10 +1071,12 @@ vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, c
     const int first = a->chh_first ? ST_CHH : ST_IHH;
     if (first == ST_CHH ? a->chh_w != NULL : a->ihh_w != NULL) p.st[p.nst++] = first;
     if (first == ST_CHH ? a->ihh_w != NULL : a->chh_w != NULL) p.st[p.nst++] = first == ST_CHH ? ST_IHH : ST_CHH;
-    /* tiles: about TILE_FLOATS probabilities each; with few of them, as many per entry as keeps the threads even */
+    /* tiles: about TILE_FLOATS probabilities each; with few of them, at least TILES_WARM a thread (of at least
+     * TILE_ROWS_MIN rows), then as many per entry as keeps the threads even */
     const int nt = p.nt;
     int ntile = (int)(((int64_t)H * N * M + TILE_FLOATS - 1) / TILE_FLOATS);
     if (ntile > N) ntile = N;
+    while ((int64_t)B * ntile < (int64_t)TILES_WARM * nt && N / (ntile + 1) >= TILE_ROWS_MIN) ntile++;
     while ((int64_t)B * ntile < 8LL * nt && ((int64_t)B * ntile) % nt && ntile < N) ntile++;
     p.T = (N + ntile - 1) / ntile;
     p.ntile = (N + p.T - 1) / p.T;
