@@ -279,9 +279,23 @@ void test_ops_attention_ex(vt_test *T) {
         {"chunks_tile_m24_msf", 3, 17, 24, 32, 32, 1, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
         {"chunks_tile_m100_mask", 3, 20, 100, 16, 32, 1, 16, 0, 0, 16, 0, 0, 1, 3, 0.3f, 0, {0}}, /* 3-row tiles */
     };
+    /* fewer pairs than threads: the pairs in sequence, each on every thread (rows_par), at the models' row counts */
+    static const acase few[] = {
+        {"few_bh1_tile_m49_sep_kv", 1, 100, 49, 64, 128, 1, 64, 0, 0, 64, 0, 0, 0, 0, 0.125f, 0, {0}}, /* PVTv2 stage 1 */
+        {"few_bh1_msf_bias_mask", 1, 70, 70, 32, 0, 1, 8, 0, 8, 16, 24, 1, 1, 1, 0.5f, 0, {0}},
+        {"few_bh1_bias_batched", 1, 66, 130, 16, 32, 1, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}}, /* generic keys */
+    };
+    /* on 4 threads, 3 pairs (DeiT-Ti's heads at batch 1): small-key tiles and generic keys */
+    static const acase few4[] = {
+        {"few_bh3_t4_generic", 1, 130, 130, 144, 0, 3, 48, 0, 48, 96, 0, 0, 0, 0, 0.25f, 0, {0}},
+        {"few_bh3_t4_tile_bias_mask", 1, 100, 100, 144, 0, 3, 48, 0, 48, 96, 0, 0, 1, 1, 0.25f, 0, {0}},
+    };
     const int saved = omp_get_max_threads();
     omp_set_num_threads(2);
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) check_equal(T, &chunks[i]);
+    for (size_t i = 0; i < sizeof few / sizeof few[0]; i++) check_equal(T, &few[i]);
+    omp_set_num_threads(4);
+    for (size_t i = 0; i < sizeof few4 / sizeof few4[0]; i++) check_equal(T, &few4[i]);
     omp_set_num_threads(saved);
     static const acase fd[] = {
         {"fd_sep_kv", 2, 5, 3, 6, 12, 2, 6, 0, 0, 6, 0, 0, 0, 0, 0.5f, 0, {0}},
