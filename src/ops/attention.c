@@ -203,8 +203,8 @@ static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t
     }
 }
 
-/* sk_tile over the tile of rows [i, i + SK_ROWS) of N, the per-row pointers (bias, mask, P, out, db; row stride M)
- * moved to row i. */
+/* sk_tile over the tile of rows [i, i + R) of N (R = SK_ROWS_FOR(NV) for M's NV key vectors; the last tile fewer),
+ * the per-row pointers (bias, mask, P, out, db; row stride M) moved to row i. */
 static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
                        const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
                        int i) {
