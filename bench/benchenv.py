@@ -1,5 +1,6 @@
-"""Shared by the side-by-side benchmark scripts (compare_torch.py, compare_official.py): environment hygiene, the
-anchors' oneMKL settings on CPUs not Intel's and the cells that put a row against the machine's sgemm peak."""
+"""Shared by the benchmark scripts (compare_torch.py, compare_official.py, vitc_before_after.py): environment
+hygiene, the anchors' oneMKL settings on CPUs not Intel's, the cells that put a row against the machine's sgemm
+peak and the note on a vitc run that other processes disturbed."""
 import os
 import subprocess
 import sys
@@ -32,6 +33,13 @@ def peak_cells(v, anchor_ips, peak):
     anchor_pct = 100 * anchor_ips * passes * v.get("gmacs_per_img", flop_per_img / passes) / peak
     ceiling = peak / (anchor_ips * flop_per_img)
     return f"{peak:.0f} | {100 * v['gflops'] / peak:.0f}% / {anchor_pct:.0f}% | {ceiling:.2f}"
+
+
+def contention_note(run, label):
+    """Prints on stderr the contention warning of a `vitc bench --json` run (other processes took cores during its
+    timed steps, so its img/s read low), naming the run by label; nothing when the run has none."""
+    if run.get("contention_warning"):
+        print(f"note: {label}: {run['contention_warning']}", file=sys.stderr)
 
 
 def cpu_vendor():

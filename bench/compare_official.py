@@ -265,7 +265,9 @@ def official(a, spec, env=None):
 
 def vitc_bench(a, name, batch, train, iters):
     cmd = [a.vitc, "bench", name, "--batch-size", str(batch), "--iters", str(iters), "--json"]
-    return run_json(cmd + (["--train"] if train else []), f"vitc bench {name}")
+    r = run_json(cmd + (["--train"] if train else []), f"vitc bench {name}")
+    benchenv.contention_note(r, f"vitc {name} b{batch} {'train' if train else 'infer'}")
+    return r
 
 
 def log(msg):

@@ -231,8 +231,7 @@ def vitc_run(model, batch, train, iters):
         sys.exit("vitc bench failed:\n" + err)
     r = json.loads(out)
     r["peak_mib"] = usage.ru_maxrss / 1024
-    if r.get("contention_warning"):  # other processes took cores during its timed steps: this row reads low
-        print(f"note: vitc {model} b{batch} {'train' if train else 'infer'}: {r['contention_warning']}", file=sys.stderr)
+    benchenv.contention_note(r, f"vitc {model} b{batch} {'train' if train else 'infer'}")
     return r
 
 

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "AVX2" stands in for an AVX2-only CPU (such as AMD Zen 3) on an AVX-512 one: both libraries held to AVX2 kernels.
 SETTINGS = {"unset": {}, "Prescott": {"OPENBLAS_CORETYPE": "Prescott"},
@@ -52,8 +54,7 @@ def bench(binary, extra, model, batch, train, setting, threads, iters, metric):
     if p.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
     j = json.loads(p.stdout)
-    if j.get("contention_warning"):  # other processes took cores during its timed steps
-        print(f"note: {binary} {model} b{batch}: {j['contention_warning']}", file=sys.stderr)
+    benchenv.contention_note(j, f"{binary} {model} b{batch}")
     if metric == "fastest":
         j["img_per_s"] = 1e3 * batch / j["ms_best_iter"]
         j["gflops"] *= j["ms_per_iter"] / j["ms_best_iter"]
