@@ -2,10 +2,11 @@
  * Aᵀ·B part, 11 and PVT's patch-embed convolution) on the machine at hand: one model's graph built twice in one
  * process, once with the plan's intel flag as detected and once flipped (before the build, so build-time choices
  * follow it too), the two run alternately, and the per-round time ratio printed. Identical arithmetic up to float
- * rounding. With --tail-n the second graph flips rule 14 (vt_gemm_plan.tail_n) instead of the intel flag.
+ * rounding. With --tail-n the second graph flips rule 14 (vt_gemm_plan.tail_n) instead of the intel flag, with --pack
+ * rule 12 (vt_gemm_plan.pack_w).
  * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
  * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
- * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n]: prints each round's seconds and, at the
+ * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | --pack]: prints each round's seconds and, at the
  * end, the median and best ratios flipped (or bf16) / detected (below 1: the second graph is faster here). Forward
  * only for eval; for train, forward + backward (no optimizer step: the same for both). --check first prints the
  * largest difference of the two graphs' logits, and for train of each parameter's gradient, relative to that
@@ -26,14 +27,15 @@ typedef struct {
     vt_tensor *x, *labels, *logits;
 } built;
 
-/* The model's graph on P with the plan's intel and tail_n flags set to intel and tail_n (-1: as detected); 0 or -1
- * with e set. */
-static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, int tail_n, built *b,
-                 vt_err *e) {
+/* The model's graph on P with the plan's intel, tail_n and pack_w flags set to intel, tail_n and pack_w (-1: as
+ * detected); 0 or -1 with e set. */
+static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, int tail_n, int pack_w,
+                 built *b, vt_err *e) {
     b->g = vt_graph_new(P, train, e);
     if (!b->g) return -1;
     if (intel >= 0) b->g->gemm.intel = intel;
     if (tail_n >= 0) b->g->gemm.tail_n = tail_n;
+    if (pack_w >= 0) b->g->gemm.pack_w = pack_w;
     b->logits = vt_model_build(b->g, c, batch, &b->x);
     b->labels = NULL;
     if (train) {
@@ -104,8 +106,10 @@ static int cmp(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 3)
-        return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n]\n"), 2;
-    int check = 0, bf16 = 0, tail = 0, npos = 0;
+        return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | "
+                               "--pack]\n"),
+               2;
+    int check = 0, bf16 = 0, tail = 0, pack = 0, npos = 0;
     const char *pos[4] = {"", "0", "eval", "12"}; /* MODEL BATCH [train|eval] [ROUNDS], options anywhere */
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) != 0) {
@@ -117,6 +121,8 @@ int main(int argc, char **argv) {
             bf16 = 1;
         else if (strcmp(argv[i], "--tail-n") == 0)
             tail = 1;
+        else if (strcmp(argv[i], "--pack") == 0)
+            pack = 1;
         else
             return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
@@ -125,25 +131,26 @@ int main(int argc, char **argv) {
     const int batch = atoi(pos[1]), train = strcmp(pos[2], "train") == 0, rounds = atoi(pos[3]);
     const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
-    if (bf16 && tail) return fprintf(stderr, "--bf16 and --tail-n: one at a time\n"), 2;
+    if (bf16 + tail + pack > 1) return fprintf(stderr, "--bf16, --tail-n and --pack: one at a time\n"), 2;
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
     vt_model_cfg tb = tc;
     tb.arch.bf16 = bf16;
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     built b[2];
-    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, -1, &b[0], &e) ||
-        build(&tb, P, batch, train, bf16 || tail ? -1 : !b[0].g->gemm.intel, tail ? !b[0].g->gemm.tail_n : -1,
-              &b[1], &e))
+    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, -1, -1, &b[0], &e) ||
+        build(&tb, P, batch, train, bf16 || tail || pack ? -1 : !b[0].g->gemm.intel,
+              tail ? !b[0].g->gemm.tail_n : -1, pack ? !b[0].g->gemm.pack_w : -1, &b[1], &e))
         return fprintf(stderr, "%s\n", e.msg), 1;
     vt_rng rng;
     vt_rng_seed(&rng, 1);
     for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
     for (int i = 0; train && i < batch; i++)
         b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
-    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d, %s intel=%d tail_n=%d%s\n", pos[0], batch,
-           train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(), b[0].g->gemm.intel,
-           b[0].g->gemm.tail_n, alt, b[1].g->gemm.intel, b[1].g->gemm.tail_n, bf16 ? " with --dtype bf16" : "");
+    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d pack_w=%d, %s intel=%d tail_n=%d pack_w=%d%s\n",
+           pos[0], batch, train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(),
+           b[0].g->gemm.intel, b[0].g->gemm.tail_n, b[0].g->gemm.pack_w, alt, b[1].g->gemm.intel, b[1].g->gemm.tail_n,
+           b[1].g->gemm.pack_w, bf16 ? " with --dtype bf16" : "");
     for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
     if (check && check_same(b, P, train)) return 1;
     double *ratio = malloc(sizeof(double) * (size_t)rounds), best[2] = {1e30, 1e30};

@@ -382,9 +382,9 @@ static void check_linear_act_fusion(vt_test *T) {
     }
 }
 
-/* An inference graph's linear layers keep the weights' packed copies (on oneDNN's AVX2 tier: linear.onednn_conv1x1)
- * current: after vt_params_init, and after values written directly and vt_params_changed, the next forward equals
- * x·wᵀ + b (+ r) of the new weights, computed here in double precision. */
+/* An inference graph's linear layers keep the weights' packed copies (rule 12, linear.onednn_conv1x1: oneDNN's AVX2
+ * tier, AMD's AVX-512) current: after vt_params_init, and after values written directly and vt_params_changed, the
+ * next forward equals x·wᵀ + b (+ r) of the new weights, computed here in double precision. */
 static void check_linear_repack(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);

@@ -39,6 +39,8 @@ typedef struct vt_gemm_plan {
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
     int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case, rule 9 */
     int tail_n;        /* rule 14 on (AMD's AVX-512): one-thread A·Bᵀ with N <= 512 not a multiple of 16 -> OpenBLAS */
+    int pack_w;        /* rule 12 on (oneDNN's AVX2 tier, AMD's AVX-512): inference linears with a constant weight run as
+                        * oneDNN's 1x1 convolution on a copy of the weight packed once */
     int bf16;          /* set by vt_gemm_plan_bf16: large products outside parallel regions run in bf16 */
     vt_gemm_prims *prims;
     double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at

@@ -112,6 +112,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->vnni = ((unsigned)dnnl_get_effective_cpu_isa() & 0x440u) != 0; /* the VNNI bits of avx512_core_vnni, avx2_vnni */
     p->intel = f.intel;
     p->tail_n = !f.intel && p->onednn >= VT_ISA_AVX512; /* rule 14 */
+    p->pack_w = p->onednn == VT_ISA_AVX2 || p->tail_n;  /* rule 12 */
     p->bf16 = 0;
     return 0;
 }
@@ -471,7 +472,7 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
         snprintf(buf, n, "M*N*K < 2^18: openblas; 2^18..2^20: openblas on 1 thread (inside parallel loops), "
                          "onednn on more; >= 2^20: onednn; except A*B^T with 16 <= M < K/4 on more than 1 thread: "
                          "openblas;%s%s a linear's whole forward with M <= 2K or K >= 2N%s: onednn matmul primitive, "
-                         "bias and residual fused",
+                         "bias and residual fused%s",
                  p->intel ? " A^T*B over >= 3136 rows with 96 <= N <= 256, M >= 2N, 2^15 <= M*N <= 2^18 on more "
                             "than 1 thread: onednn on the transposed product; A^T*B with M >= 2N and (K >= 3136, "
                             "M >= 512 or K >= 784, M >= 1024, N >= 384) on more than 1 thread: openblas;"
@@ -479,7 +480,8 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  p->intel    ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;"
                  : p->tail_n ? " A*B^T with N <= 512 not a multiple of 16 on 1 thread: openblas;"
                              : "",
-                 p->intel ? " (inference: every shape)" : "");
+                 p->intel ? " (inference: every shape)" : "",
+                 p->pack_w ? " (inference with a constant weight, every shape: onednn 1x1 conv, weight packed once)" : "");
     const size_t used = strlen(buf);
     if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)
         snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15%s): "

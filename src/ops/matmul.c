@@ -209,17 +209,24 @@ static void linear_fwd(vt_node *n) {
     }
 }
 
-/* The whole forward as one oneDNN matmul primitive where the GEMM rule wants one (vt_gemm_linear_wanted; never
- * with drop-path's per-sample factors, nor for a prologue GELU of many rows, which runs per panel): bias, residual
- * and an inference ReLU fused; GELU, and in train graphs the activation and its derivative (saved), run after it.
- * vitc's vector GELU over the output after the product beat oneDNN 2.6's erf GELU post-op: the linear alone at
- * batch 16, alternated in one process (Intel Xeon Ice Lake, 2026-11-29), DeiT-Ti's fc1 1.055x (3152 x 192 -> 768;
- * the product without any GELU 3.09 ms, with the post-op 4.0, with the pass after it 3.6), DeiT-S's 1.03x, 197
- * rows 1.08x; eval graphs DeiT-Ti 1.048 (b16) and 1.033 (b1), Swin-T 1.010 and 1.061, CSwin-T 1.018, DeiT-Ti +
- * hMHSA + cFFN 1.060, DeiT-S 0.991 / 1.029, Refined-ViT-S 0.979 / 0.998 (two runs each: noise). */
+/* The whole forward can run as one oneDNN primitive: no drop-path factors per sample, no prologue GELU of many rows
+ * (that runs per panel). */
+static int linear_whole_fits(const vt_node *n) {
+    const linear_p *p = VT_OP_P(n, linear_p);
+    return !(p->gelu_in && p->R >= 2 * PANEL_ROWS) && p->drop == 0.0f;
+}
+
+/* The whole forward as one oneDNN matmul primitive where it fits (linear_whole_fits) and the GEMM rule wants one
+ * (vt_gemm_linear_wanted): bias, residual and an inference ReLU fused; GELU, and in train graphs the activation and
+ * its derivative (saved), run after it. vitc's vector GELU over the output after the product beat oneDNN 2.6's erf
+ * GELU post-op: the linear alone at batch 16, alternated in one process (Intel Xeon Ice Lake, 2026-11-29), DeiT-Ti's
+ * fc1 1.055x (3152 x 192 -> 768; the product without any GELU 3.09 ms, with the post-op 4.0, with the pass after it
+ * 3.6), DeiT-S's 1.03x, 197 rows 1.08x; eval graphs DeiT-Ti 1.048 (b16) and 1.033 (b1), Swin-T 1.010 and 1.061,
+ * CSwin-T 1.018, DeiT-Ti + hMHSA + cFFN 1.060, DeiT-S 0.991 / 1.029, Refined-ViT-S 0.979 / 0.998 (two runs each:
+ * noise). */
 static int linear_prim_wanted(const vt_node *n) {
     const linear_p *p = VT_OP_P(n, linear_p);
-    return !(p->gelu_in && p->R >= 2 * PANEL_ROWS) && p->drop == 0.0f &&
+    return linear_whole_fits(n) &&
            vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training);
 }
 
@@ -251,11 +258,12 @@ static void linear_prim_fwd(vt_node *n) {
 
 static const vt_kernel k_linear_prim = {"linear.onednn_matmul", linear_prim_prepare, linear_prim_fwd, 1};
 
-/* Inference graphs on the AVX2 tier: a layer whose weight is constant runs as a oneDNN 1x1 convolution with that
- * weight packed at the first forward (vt_gemm_linear_conv, rule 12 in gemm.c), the epilogue as the matmul kernel's. */
+/* Inference graphs where rule 12 holds (vt_gemm_plan.pack_w: oneDNN's AVX2 tier, AMD's AVX-512): a layer whose
+ * weight is constant runs as a oneDNN 1x1 convolution with that weight packed at the first forward
+ * (vt_gemm_linear_conv, rule 12 in gemm.c), whatever its shape, the epilogue as the matmul kernel's. */
 static int linear_conv_prepare(vt_node *n) {
     linear_p *p = VT_OP_P(n, linear_p);
-    if (n->g->training || !vt_graph_is_constant(n->g, n->in[1]) || !linear_prim_wanted(n)) return 0;
+    if (n->g->training || !vt_graph_is_constant(n->g, n->in[1]) || !linear_whole_fits(n)) return 0;
     p->conv = vt_gemm_linear_conv(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, linear_prim_post(n));
     return p->conv != NULL;
 }
