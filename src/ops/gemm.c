@@ -255,8 +255,9 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     Cascade Lake. On AMD's AVX-512 (EPYC Zen 4, 2026-11-30, best of 7 bursts) oneDNN's direct Aᵀ·B is as fast
  *     or faster (GFLOP/s transposed vs direct: 1024×256×3136 151 vs 182, 384×96×50176 211 vs 221, 512×128×12544
  *     209 vs 218, 576×192×3152 228 vs 222, 256×128×12544 219 vs 188, the rest within 3%): Intel only.
- * 12. AVX2 tier (before rule 5's matmul primitive), an inference linear whose weight is constant (made of
- *     parameters): oneDNN's 1x1 convolution over channels-last rows (jit_1x1:avx2) with the layer's own copy of the
+ * 12. AVX2 tier and AMD's AVX-512 (vt_gemm_plan.pack_w; before rule 5's matmul primitive), an inference linear
+ *     whose weight is constant (made of parameters), any shape: oneDNN's 1x1 convolution over channels-last rows
+ *     (jit_1x1:avx2, jit_1x1:avx512_core) with the layer's own copy of the
  *     weight packed once into the conv's blocked layout (vt_gemm_linear_conv; packed again when the parameters
  *     change, vt_params_changed), where the matmul primitive (gemm:jit) packs the weight at every call. AMD EPYC
  *     Zen 3, 2026-11-29, the layer alone with cold weights (64 MB of copies cycled), best of 7 alternated rounds,
@@ -268,8 +269,13 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     one process, forwards alternated, per-round medians of 5-21: batch 1 DeiT-T 1.17-1.22, DeiT-S 1.21, Swin-T
  *     1.21, CSwin-T 1.25, FLatten-Swin-T 1.09, PVTv2-b1 1.07, Next-ViT-S 1.17-1.19, DeiT-T + hMHSA + cFFN 1.19,
  *     GroupMixFormer-M 1.14, Refined-ViT-S 1.10, SimpleViT-S + MSF-g2 1.14; batch 16 DeiT-T 1.05, DeiT-S 1.06,
- *     Swin-T 1.11, PVTv2-b1 1.10, FLatten-Swin-T 1.27, Next-ViT-S 1.11, SimpleViT-S + MSF-g2 1.01. Intel's and
- *     AMD's AVX-512 tiers (brgemm matmul; a packed weight level there, docs/benchmarks.md) keep rule 5.
+ *     Swin-T 1.11, PVTv2-b1 1.10, FLatten-Swin-T 1.27, Next-ViT-S 1.11, SimpleViT-S + MSF-g2 1.01. AMD's AVX-512
+ *     (vt_gemm_plan.pack_w; EPYC Zen 4, 2026-12-04, bench/vendor_rules.c --pack, every shape, per-round medians of
+ *     11-15 at batch 1, 5-11 at 16): batch 1 Swin-T 1.08, PVTv2-b1 1.07, CSwin-T 1.06, Next-ViT-S 1.08, DeiT-T
+ *     1.06, DeiT-S 1.06, the paper models 1.03-1.10 (GroupMixFormer-M 1.03, DeiT-T + hMHSA + cFFN 1.10); batch 16
+ *     1.00-1.07 (Next-ViT-S 1.07, CSwin-T 1.05; GroupMixFormer-M, Refined-ViT-S 0.97 in 5 rounds, 1.03 and 1.02
+ *     in 11). Intel's AVX-512 (brgemm matmul; a packed-weight matmul was level on the Ice Lake,
+ *     docs/benchmarks.md; the packed conv not measured there) keeps rule 5.
  * 13. AVX2 tier, one thread (inside a parallel loop), a weight gradient C = Aᵀ·B over K >= 784 rows with M >= 384,
  *     N >= 128 and (N <= 256 or M·N <= 2^18): OpenBLAS, as rule 7 on more threads (MSF's grouped projections
  *     compute each group's dW on its own thread). AMD EPYC Zen 3, 2026-11-30, both threads running their own
