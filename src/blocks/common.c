@@ -268,12 +268,16 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * inference where vt_dwffn_eval does not take it, GELU as the depthwise conv's post-op (vt_dwconv_nhwc_gelu) and fc2
  * a primitive: eval graphs of PVTv2-b1 at batch 16 / 1 1.04-1.06x / 1.04-1.05x,
  * FLatten-PVTv2-b1 1.02-1.06x / 1.01x, pvt_v2_b1_hmhsa_cffn 1.02-1.04x at batch 16 (per-round medians of 16-20
- * alternated rounds, same CPU and day); train graphs keep GELU in fc2's prologue. */
+ * alternated rounds, same CPU and day); train graphs keep GELU in fc2's prologue. Where rule 12 packs the weights
+ * (vt_gemm_linear_packs) fc1 is a 1x1 convolution of any shape, GELU after it: on AMD's AVX-512 (EPYC Zen 4,
+ * 2026-12-04, eval graphs in one process, per-round medians of 7-15) CSwin-T at batch 16 1.03-1.04x, Swin-T 1.03,
+ * DeiT-S 1.02, the rest 0.99-1.01x. */
 static int gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
     const int64_t R = x->numel / x->shape[x->ndim - 1];
     if (g->training) return !f->dwconv && R * f->hidden <= (1 << 20);
     return !g->int8 && R <= INT32_MAX &&
-           vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, f->hidden, x->shape[x->ndim - 1], 1);
+           (vt_gemm_linear_wanted(&g->gemm, g->threads, (int)R, f->hidden, x->shape[x->ndim - 1], 1) ||
+            vt_gemm_linear_packs(&g->gemm));
 }
 
 /* name.weight / name.bias Linear (out features, as vt_linear_p) applied to GELU(h), GELU in its GEMM prologue. */

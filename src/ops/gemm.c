@@ -458,6 +458,10 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
     return p->onednn == VT_ISA_AVX2 || (fused && p->intel) || (long long)M <= 2LL * K || K >= 2LL * N;
 }
 
+int vt_gemm_linear_packs(const vt_gemm_plan *p) {
+    return p->force == VT_GEMM_AUTO && p->pack_w && !p->bf16 && p->onednn >= VT_ISA_AVX2 && p->openblas <= p->onednn;
+}
+
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
     if (p->force != VT_GEMM_AUTO)
         snprintf(buf, n, "every shape: %s (forced by VITC_GEMM)", vt_gemm_lib_name(p->force));

@@ -404,9 +404,7 @@ size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_
 
 /* Rule 12 (see the list at vt_gemm_choose, gemm.c). */
 vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
-    if (p->force != VT_GEMM_AUTO || !p->pack_w || p->bf16 || p->onednn < VT_ISA_AVX2 || p->openblas > p->onednn ||
-        post == VT_GEMM_POST_GELU)
-        return NULL;
+    if (!vt_gemm_linear_packs(p) || post == VT_GEMM_POST_GELU) return NULL;
     const int flags = (has_bias ? VT_CONV_BIAS : 0) | (post == VT_GEMM_POST_RELU ? VT_CONV_RELU : 0) |
                       (post == VT_GEMM_POST_ADD ? VT_CONV_ADD : 0);
     const int geom[12] = {1, K, 1, M, N, 1, 1, 0, 1, flags, 0, CONV_LINEAR};
