@@ -577,6 +577,10 @@ static void check_open_with(vt_test *T, const char *dir) {
     vt_params_free(P);
     free(x);
     unlink(w);
+    unlink(w2); /* and the run folder's files, so that the caller's rmdir of dir succeeds */
+    unlink(rw);
+    unlink(rc);
+    rmdir(rdir);
 }
 
 /* One model called from two threads at once: every call either gives the single-threaded logits or is refused as in
