@@ -83,14 +83,20 @@ static void binary_bwd(vt_node *n) {
         const float sign = (side && kind == B_SUB) ? -1.0f : 1.0f;
         const int64_t L = p->shape[VT_MAXDIM - 1];
         const int64_t so = side ? p->sa[VT_MAXDIM - 1] : p->sb[VT_MAXDIM - 1]; /* the other operand's last stride */
-        if (full(X, n->out)) { /* X full size: rows of the last dim, the other operand's offset once per row */
+        if (full(X, n->out)) { /* X full size: rows of the last dim, the other operand's offset once per row; its
+                                * gradient written where it is fresh (grad_sets) */
+            const int set = (int)(n->grad_fresh >> side & 1u);
 #pragma omp parallel for schedule(static) if (N > VT_PAR_MIN)
             for (int64_t r = 0; r < N / L; r++) {
                 int64_t oa, ob;
                 offsets(p, r * L, &oa, &ob);
                 const float *o = Other->data + (side ? oa : ob), *dr = dy + r * L;
                 float *gr = X->grad + r * L;
-                if (kind == B_MUL)
+                if (set && kind == B_MUL)
+                    for (int64_t j = 0; j < L; j++) gr[j] = dr[j] * o[j * so];
+                else if (set)
+                    for (int64_t j = 0; j < L; j++) gr[j] = dr[j] * sign;
+                else if (kind == B_MUL)
                     for (int64_t j = 0; j < L; j++) gr[j] += dr[j] * o[j * so];
                 else
                     for (int64_t j = 0; j < L; j++) gr[j] += dr[j] * sign;
@@ -171,6 +177,7 @@ static vt_tensor *binary(vt_graph *g, vt_tensor *a, vt_tensor *b, int kind) {
     while (k < VT_MAXDIM && pb[k] == 1) k++;
     for (int d = k; d < VT_MAXDIM; d++) suffix &= pb[d] == shape[d];
     p->suffix = suffix;
+    n->grad_sets = (full(a, n->out) ? 1u : 0u) | (full(b, n->out) ? 2u : 0u); /* full-size operands: dy covers them */
     return n->out;
 }
 

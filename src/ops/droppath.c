@@ -32,9 +32,13 @@ static void droppath_bwd(vt_node *n) {
     const float *dy = n->out->grad, *m = n->save[0]->data;
     float *dx = n->in[0]->grad;
     if (!dx) return;
+    const int set = n->grad_fresh & 1u; /* x's gradient written, not added to (grad_sets) */
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < per; i++) dx[(size_t)b * per + i] += dy[(size_t)b * per + i] * m[b];
+        for (int i = 0; i < per; i++) {
+            const size_t k = (size_t)b * per + i;
+            dx[k] = (set ? 0.0f : dx[k]) + dy[k] * m[b];
+        }
 }
 
 static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd,
@@ -48,5 +52,6 @@ vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p) {
     if (!n) return NULL;
     *VT_OP_P(n, droppath_p) = (droppath_p){x->shape[0], (int)(x->numel / x->shape[0]), p};
     vt_node_save(n, 0, x->shape[0]);
+    n->grad_sets = 1u;
     return n->out;
 }

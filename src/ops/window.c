@@ -97,19 +97,23 @@ static void win_move(const win_p *p, float *map, float *win, const float *add, i
 }
 
 static void wpart_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->in[0]->data, n->out->data, NULL, 1, 0); }
-static void wpart_bwd(vt_node *n) {
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, NULL, 0, 1);
+static void wpart_bwd(vt_node *n) { /* x's gradient written where it is fresh (grad_sets: no channel selection) */
+    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, NULL, 0, !(n->grad_fresh & 1u));
 }
 /* in[1], when present: the addend of vt_window_reverse_add (its gradient: the output's, added) */
 static void wrev_fwd(vt_node *n) {
     win_move(VT_OP_P(n, win_p), n->out->data, n->in[0]->data, n->nin > 1 ? n->in[1]->data : NULL, 0, 0);
 }
-static void wrev_bwd(vt_node *n) {
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, NULL, 1, 1);
+static void wrev_bwd(vt_node *n) { /* fresh gradients (grad_sets: both slots) are written, padding tokens zeroed */
+    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, NULL, 1, !(n->grad_fresh & 1u));
     if (n->nin > 1 && n->in[1]->grad) {
         float *rg = n->in[1]->grad;
         const float *dy = n->out->grad;
         const int64_t N = n->out->numel;
+        if (n->grad_fresh & 2u) {
+            memcpy(rg, dy, sizeof(float) * (size_t)N);
+            return;
+        }
 #pragma omp parallel for schedule(static) if (N > PAR_MIN)
         for (int64_t i = 0; i < N; i++) rg[i] += dy[i];
     }
@@ -164,6 +168,7 @@ vt_tensor *vt_window_partition_sel(vt_graph *g, vt_tensor *x, int wh, int ww, in
     vt_node *n = vt_new_node(g, &op_wpart, &x, 1, vt_new_act(g, 3, shape));
     if (!n) return NULL;
     *VT_OP_P(n, win_p) = p;
+    if (p.C == Cm) n->grad_sets = 1u; /* every map element is some window token's */
     return n->out;
 }
 
@@ -196,6 +201,7 @@ vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H
     vt_node *n = vt_new_node(g, &op_wrev, in, r ? 2 : 1, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     *VT_OP_P(n, win_p) = p;
+    n->grad_sets = r ? 3u : 1u; /* the windows' gradient is gathered whole (padding tokens: zeros), the addend's dy */
     return n->out;
 }
 
@@ -369,8 +375,8 @@ typedef struct {
     int B, H, W, C, Ho, Wo;
 } pm_p;
 
-/* fwd: tokens = gathered map (zeros past the edge); otherwise map += tokens (the adjoint). */
-static void pm_move(const pm_p *p, float *map, float *tok, int fwd) {
+/* fwd: tokens = gathered map (zeros past the edge); otherwise map += tokens (the adjoint; = when acc is 0). */
+static void pm_move(const pm_p *p, float *map, float *tok, int fwd, int acc) {
     const int H = p->H, W = p->W, Ho = p->Ho, Wo = p->Wo;
     const size_t C = (size_t)p->C;
     const int64_t R = (int64_t)p->B * Ho;
@@ -391,15 +397,15 @@ static void pm_move(const pm_p *p, float *map, float *tok, int fwd) {
                 if (fwd)
                     move(tk, m, C, 0);
                 else
-                    move(m, tk, C, 1);
+                    move(m, tk, C, acc);
             }
         }
     }
 }
 
-static void pm_fwd(vt_node *n) { pm_move(VT_OP_P(n, pm_p), n->in[0]->data, n->out->data, 1); }
-static void pm_bwd(vt_node *n) {
-    if (n->in[0]->grad) pm_move(VT_OP_P(n, pm_p), n->in[0]->grad, n->out->grad, 0);
+static void pm_fwd(vt_node *n) { pm_move(VT_OP_P(n, pm_p), n->in[0]->data, n->out->data, 1, 0); }
+static void pm_bwd(vt_node *n) { /* every map element is in one token: a fresh gradient is written (grad_sets) */
+    if (n->in[0]->grad) pm_move(VT_OP_P(n, pm_p), n->in[0]->grad, n->out->grad, 0, !(n->grad_fresh & 1u));
 }
 
 static const vt_opdef op_pm = {"patch_merge", pm_fwd, pm_bwd, VT_READS(0), NULL, VT_OP_OTHER};
@@ -414,6 +420,7 @@ vt_tensor *vt_patch_merge(vt_graph *g, vt_tensor *x) {
     vt_node *n = vt_new_node(g, &op_pm, &x, 1, vt_new_act(g, 3, shape));
     if (!n) return NULL;
     *VT_OP_P(n, pm_p) = (pm_p){B, H, W, C, Ho, Wo};
+    n->grad_sets = 1u;
     return n->out;
 }
 
@@ -428,8 +435,8 @@ typedef struct {
     int B, H, W, C, p, Ho, Wo;
 } pf_p;
 
-/* fwd: patches = gathered map; otherwise map += patches (the adjoint). */
-static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
+/* fwd: patches = gathered map; otherwise map += patches (the adjoint; = when acc is 0). */
+static void pf_move(const pf_p *q, float *map, float *pat, int fwd, int acc) {
     const int p = q->p, W = q->W, Ho = q->Ho, Wo = q->Wo, C = q->C;
     const size_t pp = (size_t)p * p, rowf = (size_t)W * C;
     const int64_t R = (int64_t)q->B * Ho;
@@ -447,7 +454,7 @@ static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
                             if (fwd)
                                 transpose8(mr, C, dr, (ptrdiff_t)pp, 0);
                             else
-                                transpose8(dr, (ptrdiff_t)pp, mr, C, 1);
+                                transpose8(dr, (ptrdiff_t)pp, mr, C, acc);
                         }
                 continue;
             }
@@ -459,8 +466,10 @@ static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
                         float *mr = m0 + ky * rowf + c, *dr = d + (size_t)ky * p;
                         if (fwd)
                             for (int kx = 0; kx < p; kx++) dr[kx] = mr[(size_t)kx * C];
-                        else
+                        else if (acc)
                             for (int kx = 0; kx < p; kx++) mr[(size_t)kx * C] += dr[kx];
+                        else
+                            for (int kx = 0; kx < p; kx++) mr[(size_t)kx * C] = dr[kx];
                     }
                 }
             } else { /* short kx loops: per tap, C contiguous reads and writes strided by p² (measured 2x faster) */
@@ -469,17 +478,19 @@ static void pf_move(const pf_p *q, float *map, float *pat, int fwd) {
                         float *mr = m0 + ky * rowf + (size_t)kx * C, *dr = pt + ky * p + kx;
                         if (fwd)
                             for (int c = 0; c < C; c++) dr[(size_t)c * pp] = mr[c];
-                        else
+                        else if (acc)
                             for (int c = 0; c < C; c++) mr[c] += dr[(size_t)c * pp];
+                        else
+                            for (int c = 0; c < C; c++) mr[c] = dr[(size_t)c * pp];
                     }
             }
         }
     }
 }
 
-static void pf_fwd(vt_node *n) { pf_move(VT_OP_P(n, pf_p), n->in[0]->data, n->out->data, 1); }
-static void pf_bwd(vt_node *n) {
-    if (n->in[0]->grad) pf_move(VT_OP_P(n, pf_p), n->in[0]->grad, n->out->grad, 0);
+static void pf_fwd(vt_node *n) { pf_move(VT_OP_P(n, pf_p), n->in[0]->data, n->out->data, 1, 0); }
+static void pf_bwd(vt_node *n) { /* the patches tile the map: a fresh gradient is written (grad_sets) */
+    if (n->in[0]->grad) pf_move(VT_OP_P(n, pf_p), n->in[0]->grad, n->out->grad, 0, !(n->grad_fresh & 1u));
 }
 
 static const vt_opdef op_pf = {"patchify_nhwc", pf_fwd, pf_bwd, VT_READS(0), NULL, VT_OP_OTHER};
@@ -497,5 +508,6 @@ vt_tensor *vt_patchify_nhwc(vt_graph *g, vt_tensor *x, int p) {
     vt_node *n = vt_new_node(g, &op_pf, &x, 1, vt_new_act(g, 3, shape));
     if (!n) return NULL;
     *VT_OP_P(n, pf_p) = (pf_p){B, H, W, C, p, Ho, Wo};
+    n->grad_sets = 1u;
     return n->out;
 }
