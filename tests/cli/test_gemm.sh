@@ -127,5 +127,8 @@ check "vendor_rules refuses an unknown model" "[ $? -eq 2 ] && grep -q 'unknown 
 ./build/vendor_rules deit_tiny_patch16_224 1 eval 1 --bf16 --tail-n >"$T/vr.log" 2>&1
 check "vendor_rules refuses --bf16 with --tail-n" "[ $? -eq 2 ] && grep -q 'one at a time' '$T/vr.log'" \
     "$(cat "$T/vr.log")"
+./build/vendor_rules deit_tiny_patch16_224 1 eval 1 --pack --tail-n >"$T/vr.log" 2>&1
+check "vendor_rules refuses --pack with --tail-n" "[ $? -eq 2 ] && grep -q 'one at a time' '$T/vr.log'" \
+    "$(cat "$T/vr.log")"
 ./build/vendor_rules deit_tiny_patch16_224 0 >"$T/vr.log" 2>&1
 check "vendor_rules refuses batch 0" "[ $? -eq 2 ] && grep -q 'must be positive' '$T/vr.log'" "$(cat "$T/vr.log")"
