@@ -13,8 +13,6 @@ const char *vt_pname(char *buf, const char *prefix, const char *suffix) {
 /* Creates (or finds) the weight (out, in) and optional bias of a PyTorch Linear named prefix, or of a 1x1 Conv2d
  * (weight (out, in, 1, 1), returned as its (out, in) view) when conv; 0 on success.
  * (noinline: inlined into callers that build prefix with vt_pname, GCC reports a possible name truncation.) */
-/* The weight (out, in) (conv: (out, in, 1, 1), returned as its (out, in) view) and, when bias, the bias of the linear
- * layer prefix. */
 __attribute__((noinline)) static int linear_params_in(vt_graph *g, const char *prefix, int in, int out, int bias,
                                                       vt_init winit, int conv, vt_tensor **w, vt_tensor **b) {
     char nm[VT_NAMELEN];
@@ -94,27 +92,86 @@ vt_tensor *vt_conv2d_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, i
     return vt_conv2d(g, x, w, b, stride, pad, groups);
 }
 
-/* The linear layer's backward is one GEMM per gradient over the whole batch (dW: K = B·Ho·Wo), where the conv's
- * im2col path runs one per image (K = Ho·Wo) into per-thread dW partials: on the Refiner's 8x8/8 patch projection
- * (128 -> 384 channels, 112x112 at batch 16) its backward took 298-319 ms against 530-551 for the conv and the
- * permute to tokens, the forward 168-178 against 174-177 ms (three alternated runs, 2 threads, AMD EPYC Zen 3,
- * 2026-11-28). On 3-channel image patch embeds (16x16/16 to 192 or 384, 4x4/4 to 96) it was 1.0-1.6x slower, and
- * the ViTs keep the conv. */
+#define EMBED_CONV_MIN 2048 /* embed_by_conv */
+#define EMBED_ROWS_W 131072 /* embed_by_conv: 512 KB */
+
+/* Whether vt_conv_tokens runs one oneDNN convolution over channels-last input rather than vt_im2col + a linear, in
+ * float inference graphs (int8 ones keep their quantised linear; training graphs keep the linear, whose backward is
+ * one GEMM per gradient over the batch, where a strided conv's dX goes through the patches' adjoint).
+ * - Non-overlapping patches (k = s) over the NCHW image: the linear. Its backward is one GEMM per gradient over
+ *   the whole batch (dW: K = B·Ho·Wo), where the NCHW conv's im2col path runs one per image (K = Ho·Wo) into
+ *   per-thread dW partials: on the Refiner's 8x8/8 patch projection (128 -> 384 channels, 112x112 at batch 16) its
+ *   backward took 298-319 ms against 530-551 for the conv and the permute to tokens, the forward 168-178 against
+ *   174-177 ms (three alternated runs, 2 threads, AMD EPYC Zen 3, 2026-11-28). On 3-channel image patch embeds
+ *   (16x16/16 to 192 or 384, 4x4/4 to 96) it was 1.0-1.6x slower, and the ViTs keep the NCHW conv.
+ * - The first embed when its patches overlap (PVTv2's 7x7 / 4 over the 3-channel image, permuted to channels-last
+ *   first): the patches of 3-channel pixels are 147 short copies per output pixel, the conv reads the image in place.
+ *   Eval graphs of pvt_v2_b1, the two forms alternated in one process (AMD EPYC Zen 3, oneDNN's AVX2 kernels,
+ *   2026-11-30): the scope 21.3 -> 12.1 ms per batch-16 forward (im2col 8.1 + linear 11.4 against permute 2.8 + conv
+ *   7.8), 1.2 -> 0.8 ms at batch 1. PVT v1's non-overlapping 4x4 / 4 embed gained nothing (9.9 -> 9.0 ms at batch
+ *   16, 0.6 -> 0.7 at batch 1): it keeps the patches.
+ * - Embeds over a token map (stages 2-4) with at least EMBED_CONV_MIN output positions (B·Ho·Wo), on Intel's
+ *   AVX-512: the patches pass goes and the conv's blocked kernel runs as fast as the linear's GEMM there; on fewer
+ *   positions the conv split its work worse (nodes of eval graphs, two runs each, 2 threads, Intel Xeon Ice Lake,
+ *   2026-11-29: PVTv2-b1 at batch 16, embed2 13.9-16.3 -> 9.3-9.5 ms, embed3 12.9-16.0 -> 10.9-11.3, embed4 (784
+ *   positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
+ *   0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
+ *   5.4-5.6 ms). On an AMD EPYC Zen 3 (2026-11-28) they made PVTv2-b1's batch-16 inference 1.04-1.06x slower
+ *   (docs/benchmarks.md); on AMD's AVX-512 (EPYC Zen 4, 2026-11-30, bench/vendor_rules.c with only this case
+ *   flipped) PVTv2-b1's eval graph read level (0.994 at batch 16, 0.997 at batch 1): Intel only.
+ * - On oneDNN's AVX2 tier, embeds over a token map with at least EMBED_CONV_MIN output positions whose weight
+ *   holds at most EMBED_ROWS_W floats (PVTv2's and PVT's stage-2 embeds): vt_conv2d_nhwc takes its rows kernel
+ *   there (patches of 256 output pixels gathered into cache, one GEMM each, the weight in L2), not oneDNN's strided
+ *   convolution (2x slower than im2col + linear at every stage). The three PVTv2-b1 embeds of stages 2-4 per
+ *   forward, eval graphs alternated in one process (AMD EPYC Zen 3, 2026-11-30), im2col + linear against the rows
+ *   kernel at stage 2: 59.3 vs 53.8 ms at batch 16, 15.4 vs 14.8 at batch 4 (PVT-Tiny 29.1 vs 26.7, 7.7 vs 7.3),
+ *   where identical graphs read 0.97-1.0 in that harness; the rows kernel lost at stages 3-4 (1.5 and 5.9 MB
+ *   weights: 20.0 vs 17.1 and 24.2 vs 16.7 ms at batch 16) and on stage 2's 784 positions at batch 1 (1.11 vs
+ *   0.97).
+ * - CSwin's stem (7x7 / 4 over the image) and merges (3x3 / 2 over the token map) take the same rules. Against the
+ *   NCHW convolutions between permutes they ran before (bench/vitc_before_after.py, three alternated rounds, AMD
+ *   EPYC Zen 4, 2026-12-04), the merges made CSwin-T 1.02-1.04x faster (training and inference, batch 1 and 16;
+ *   im2col + linear there); the stem's nodes took 14.3 against 19.6 ms per 30 batch-1 forwards (conv_nhwc and its
+ *   permute) and read level in training. */
+static int embed_by_conv(const vt_graph *g, int first, int k, int s, int64_t positions, int64_t wfloats) {
+    const vt_gemm_plan *q = &g->gemm;
+    if (g->training || g->int8 || q->force == VT_GEMM_OPENBLAS) return 0;
+    if (first) return k > s && q->onednn >= VT_ISA_AVX2;
+    if (q->onednn == VT_ISA_AVX2 && q->force == VT_GEMM_AUTO)
+        return positions >= EMBED_CONV_MIN && wfloats <= EMBED_ROWS_W;
+    return positions >= EMBED_CONV_MIN && q->intel && q->onednn >= VT_ISA_AVX512;
+}
+
+vt_tensor *vt_conv_tokens(vt_graph *g, vt_tensor *x, int nhwc, vt_tensor *w, vt_tensor *b, int stride, int pad) {
+    if (vt_bad(g, 2, x, w)) return NULL;
+    char sx[64], sw[64];
+    if (x->ndim != 4 || w->ndim != 4 || w->shape[2] != w->shape[3] || w->shape[1] != x->shape[nhwc ? 3 : 1])
+        return vt_fail(g, "conv_tokens", "input %s (%s), weight %s (Cout, C, k, k): shapes do not fit",
+                       vt_shape_str(x, sx, 64), nhwc ? "B, H, W, C" : "B, C, H, W", vt_shape_str(w, sw, 64));
+    const int B = x->shape[0], k = w->shape[2], Co = w->shape[0], w2[2] = {Co, w->shape[1] * k * k};
+    const int H = x->shape[nhwc ? 1 : 2], W = x->shape[nhwc ? 2 : 3];
+    const int64_t pos = (int64_t)B * ((H + 2 * pad - k) / stride + 1) * ((W + 2 * pad - k) / stride + 1);
+    static const int to_nhwc[4] = {0, 2, 3, 1};
+    if (H + 2 * pad >= k && W + 2 * pad >= k && embed_by_conv(g, !nhwc, k, stride, pos, w->numel))
+        return vt_conv2d_nhwc(g, nhwc ? x : vt_permute(g, x, to_nhwc), w, b, stride, pad, 1);
+    return vt_linear(g, vt_im2col(g, x, k, stride, pad, nhwc), vt_reshape(g, w, 2, w2), b);
+}
+
 vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad,
                               int *gh, int *gw) {
     if (vt_bad(g, 1, x)) return NULL;
     if (x->ndim != 4) return vt_fail(g, "conv2d", "%s: input must be (B, C, H, W)", prefix);
     char nm[VT_NAMELEN];
-    const int B = x->shape[0], C = x->shape[1], w2[2] = {out, C * k * k};
+    const int B = x->shape[0], C = x->shape[1];
     vt_tensor *w = vt_conv_weight(g, prefix, out, C, k, 1);
     const float bound = 1.0f / sqrtf((float)(C * k * k));
     vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
-    vt_tensor *cols = vt_im2col(g, x, k, stride, pad, 0); /* (B, Ho, Wo, C·k·k) */
-    if (!cols || !w || !b) return NULL;
-    *gh = cols->shape[1];
-    *gw = cols->shape[2];
+    vt_tensor *y = vt_conv_tokens(g, x, 0, w, b, stride, pad); /* (B, Ho, Wo, out) */
+    if (!y || !b) return NULL;
+    *gh = y->shape[1];
+    *gw = y->shape[2];
     const int ts[3] = {B, *gh * *gw, out};
-    return vt_reshape(g, vt_linear(g, cols, vt_reshape(g, w, 2, w2), b), 3, ts);
+    return vt_reshape(g, y, 3, ts);
 }
 
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {

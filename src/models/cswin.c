@@ -9,7 +9,9 @@
  * The attention of stage i is the stage's type through the attention table in the CSwin layout (src/blocks/cswin.c):
  * "mhsa" = LePE stripe attention with stripe width stages[i].window (two branches, or one global branch when the
  * width is 0 or equals the stage resolution, and always in stage 4), "flatten" = FLatten's L block (one global
- * branch). Stage resolutions are img//4, img//8, img//16, img//32, as the official code hard-codes them. */
+ * branch). Stage resolutions are img//4, img//8, img//16, img//32, as the official code hard-codes them. Tokens stay
+ * channels-last: the stem and the merges are vt_conv_tokens (one oneDNN conv or patches + a linear, whose output is
+ * the tokens), no permutes outside the --features maps. */
 #include <stdio.h>
 #include <string.h>
 
@@ -78,18 +80,11 @@ static vt_tensor *to_map(vt_graph *g, vt_tensor *t, int R) {
     return vt_reshape(g, vt_permute(g, t, perm), 4, s4);
 }
 
-/* Map (B, C, H, W) -> tokens (B, H·W, C), index y·W + x. */
-static vt_tensor *to_tokens(vt_graph *g, vt_tensor *m) {
-    if (vt_bad(g, 1, m)) return NULL;
-    const int perm[3] = {0, 2, 1}, s3[3] = {m->shape[0], m->shape[1], m->shape[2] * m->shape[3]};
-    return vt_permute(g, vt_reshape(g, m, 3, s3), perm);
-}
-
 /* Stem, stages and merges; returns the last stage's tokens (B, N_4, C_4) and, with maps, the four stage maps. */
 static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor **maps) {
     if (vt_bad(g, 1, x)) return NULL;
     const vt_arch_cfg *a = &c->arch;
-    const int img = x->shape[2];
+    const int img = x->shape[2], B = x->shape[0];
     if (x->shape[3] != img) return vt_fail(g, c->name, "input %dx%d must be square", img, x->shape[3]);
     if (check_sizes(c->name, a, img, &g->err)) return NULL;
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
@@ -97,16 +92,24 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     int blk = 0;
 
     vt_scope(g, "stage1_conv_embed");
-    vt_tensor *t = to_tokens(g, vt_conv2d_p(g, "stage1_conv_embed.0", x, a->stages[0].dim, 7, 4, 2, 1, 1));
+    const int C1 = a->stages[0].dim, R1 = conv_out(img, 7, 4, 2), t1[3] = {B, R1 * R1, C1};
+    vt_tensor *w1 = vt_conv_weight(g, "stage1_conv_embed.0", C1, x->shape[1], 7, 1);
+    vt_tensor *b1 = vt_conv_bias(g, "stage1_conv_embed.0", C1, x->shape[1], 7, 1);
+    vt_tensor *t = vt_reshape(g, vt_conv_tokens(g, x, 0, w1, b1, 4, 2), 3, t1);
     t = vt_layernorm_p(g, "stage1_conv_embed.2", t, a->ln_eps);
     for (int i = 0; i < 4; i++) {
         const int R = img / (4 << i);
         if (i) {
             snprintf(pre, sizeof pre, "merge%d", i);
             vt_scope(g, pre);
-            vt_tensor *prev = to_map(g, t, img / (2 << i)); /* stage i−1's grid */
-            vt_tensor *m = vt_conv2d_p(g, vt_pname(nm, pre, "conv"), prev, a->stages[i].dim, 3, 2, 1, 1, 1);
-            t = vt_layernorm_p(g, vt_pname(nm, pre, "norm"), to_tokens(g, m), a->ln_eps);
+            if (vt_bad(g, 1, t)) return NULL;
+            /* stage i−1's tokens are its grid channels-last: the conv reads and writes tokens, no permutes */
+            const int Rp = img / (2 << i), Ci = t->shape[2], Co = a->stages[i].dim;
+            const int g4[4] = {B, Rp, Rp, Ci}, t3[3] = {B, R * R, Co};
+            vt_tensor *w = vt_conv_weight(g, vt_pname(nm, pre, "conv"), Co, Ci, 3, 1);
+            vt_tensor *b = vt_conv_bias(g, vt_pname(nm, pre, "conv"), Co, Ci, 3, 1);
+            vt_tensor *m = vt_conv_tokens(g, vt_reshape(g, t, 4, g4), 1, w, b, 2, 1);
+            t = vt_layernorm_p(g, vt_pname(nm, pre, "norm"), vt_reshape(g, m, 3, t3), a->ln_eps);
         }
         vt_attn_ctx actx = vt_stage_attn_ctx(c, i, R, R, 0);
         actx.layout = VT_LAYOUT_CSWIN;

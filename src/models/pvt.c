@@ -13,16 +13,14 @@
  *       normal(0, √(2/fan_out)) with zero bias.
  * Blocks: x + attn(norm1(x)), x + mlp(norm2(x)) (LN eps 1e-6), block{i}.{j}; the attention of stage i is the type
  * stages[i].attn in the PVT layout (attn.q, attn.kv, with attn.sr + attn.norm (eps 1e-5) where sr_ratio > 1).
- * Layout: tokens stay channels-last from the first patch embed on. A patch embed is vt_im2col (NCHW input image or
- * the previous stage's (B, H, W, C) tokens) + vt_linear with the Conv2d weight viewed as (Cout, Cin·k·k), whose
- * output is the next stage's tokens: no NCHW <-> NHWC copies outside the --features maps. */
+ * Layout: tokens stay channels-last from the first patch embed on. A patch embed is vt_conv_tokens over the NCHW
+ * input image or the previous stage's (B, H, W, C) tokens, whose output is the next stage's tokens: no NCHW <-> NHWC
+ * copies outside the --features maps. */
 #include <stdio.h>
 #include <string.h>
 
 #include "family.h"
 
-#define PVT_EMBED_CONV_MIN 2048 /* embed_by_conv */
-#define PVT_EMBED_ROWS_W 131072 /* embed_by_conv: 512 KB */
 #define PATCH_LN_EPS 1e-5f /* patch_embed{i}.norm and the SR norm attn.norm: plain nn.LayerNorm */
 
 /* Kernel, stride and padding of stage i's patch embed (arch.patch: the first embed's kernel, 4 or 7). */
@@ -103,41 +101,6 @@ static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor
     return vt_concat(g, parts, 2, 1);
 }
 
-/* Whether a patch embed runs as one oneDNN convolution over channels-last input rather than vt_im2col + a linear, in
- * float inference graphs (int8 ones keep their quantised linear; training graphs keep the linear, whose backward is
- * one GEMM per gradient over the batch, where a strided conv's dX goes through the patches' adjoint).
- * - The first embed when its patches overlap (PVTv2's 7x7 / 4 over the 3-channel image, permuted to channels-last
- *   first): the patches of 3-channel pixels are 147 short copies per output pixel, the conv reads the image in place.
- *   Eval graphs of pvt_v2_b1, the two forms alternated in one process (AMD EPYC Zen 3, oneDNN's AVX2 kernels,
- *   2026-11-30): the scope 21.3 -> 12.1 ms per batch-16 forward (im2col 8.1 + linear 11.4 against permute 2.8 + conv
- *   7.8), 1.2 -> 0.8 ms at batch 1. PVT v1's non-overlapping 4x4 / 4 embed gained nothing (9.9 -> 9.0 ms at batch
- *   16, 0.6 -> 0.7 at batch 1): it keeps the patches.
- * - Embeds over a token map (stages 2-4) with at least PVT_EMBED_CONV_MIN output positions (B·Ho·Wo), on Intel's
- *   AVX-512: the patches pass goes and the conv's blocked kernel runs as fast as the linear's GEMM there; on fewer
- *   positions the conv split its work worse (nodes of eval graphs, two runs each, 2 threads, Intel Xeon Ice Lake,
- *   2026-11-29: PVTv2-b1 at batch 16, embed2 13.9-16.3 -> 9.3-9.5 ms, embed3 12.9-16.0 -> 10.9-11.3, embed4 (784
- *   positions) 12.7-15.0 -> 12.6-14.6; at batch 1 embed2 (784) 0.59-0.86 -> 0.60-0.63, embed3 (196) 0.78-0.89 ->
- *   0.90-0.93, embed4 (49) 0.86-1.03 -> 1.8-2.0; PVT-Tiny's k = s = 2 embeds at batch 16 6.7 -> 4.6 and 6.0-6.2 ->
- *   5.4-5.6 ms). On an AMD EPYC Zen 3 (2026-11-28) they made PVTv2-b1's batch-16 inference 1.04-1.06x slower
- *   (docs/benchmarks.md); on AMD's AVX-512 (EPYC Zen 4, 2026-11-30, bench/vendor_rules.c with only this case
- *   flipped) PVTv2-b1's eval graph read level (0.994 at batch 16, 0.997 at batch 1): Intel only.
- * - On oneDNN's AVX2 tier, embeds over a token map with at least PVT_EMBED_CONV_MIN output positions whose weight
- *   holds at most PVT_EMBED_ROWS_W floats (PVTv2's and PVT's stage-2 embeds): vt_conv2d_nhwc takes its rows kernel
- *   there (patches of 256 output pixels gathered into cache, one GEMM each, the weight in L2), not oneDNN's strided
- *   convolution (2x slower than im2col + linear at every stage). The three PVTv2-b1 embeds of stages 2-4 per
- *   forward, eval graphs alternated in one process (AMD EPYC Zen 3, 2026-11-30), im2col + linear against the rows
- *   kernel at stage 2: 59.3 vs 53.8 ms at batch 16, 15.4 vs 14.8 at batch 4 (PVT-Tiny 29.1 vs 26.7, 7.7 vs 7.3),
- *   where identical graphs read 0.97-1.0 in that harness; the rows kernel lost at stages 3-4 (1.5 and 5.9 MB
- *   weights: 20.0 vs 17.1 and 24.2 vs 16.7 ms at batch 16) and on stage 2's 784 positions at batch 1 (1.11 vs
- *   0.97). */
-static int embed_by_conv(const vt_graph *g, int first, int k, int s, int64_t positions, int64_t wfloats) {
-    const vt_gemm_plan *q = &g->gemm;
-    if (g->training || g->int8 || q->force == VT_GEMM_OPENBLAS) return 0;
-    if (first) return k > s && q->onednn >= VT_ISA_AVX2;
-    if (q->onednn == VT_ISA_AVX2 && q->force == VT_GEMM_AUTO)
-        return positions >= PVT_EMBED_CONV_MIN && wfloats <= PVT_EMBED_ROWS_W;
-    return positions >= PVT_EMBED_CONV_MIN && q->intel && q->onednn >= VT_ISA_AVX512;
-}
 
 /* Stage i's patch embed on x (the NCHW image for i = 0, else the previous stage's tokens as (B, H, W, C)) -> tokens
  * (B, H_i·W_i, C_i) after patch_embed{i}.norm; *H, *W get the grid. */
@@ -150,21 +113,16 @@ static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tens
     int k, s, p;
     embed_geom(a, i, &k, &s, &p);
     const int nhwc = i > 0, B = x->shape[0], Cin = x->shape[nhwc ? 3 : 1], C = a->stages[i].dim, v2 = a->version == 2;
-    const int ws[4] = {C, Cin, k, k}, w2[2] = {C, Cin * k * k};
+    const int ws[4] = {C, Cin, k, k};
     const vt_init wi = vt_conv_init(Cin * k * k, C * k * k, v2);
     vt_tensor *w = vt_param(g, vt_pname(nm, pre, "proj.weight"), 4, ws, wi);
     vt_tensor *b = vt_param(g, vt_pname(nm, pre, "proj.bias"), 1, &C, v2 ? VT_INIT_Z : wi);
     if (w) w->paper_count = 1;
-    /* (B, Ho, Wo, C) from one oneDNN convolution (vt_conv2d_nhwc) or from the patches (vt_im2col) and a linear */
-    const int Ho = (x->shape[nhwc ? 1 : 2] + 2 * p - k) / s + 1, Wo = (x->shape[nhwc ? 2 : 3] + 2 * p - k) / s + 1;
-    static const int to_nhwc[4] = {0, 2, 3, 1};
-    vt_tensor *y = embed_by_conv(g, !nhwc, k, s, (int64_t)B * Ho * Wo, (int64_t)C * Cin * k * k)
-                       ? vt_conv2d_nhwc(g, nhwc ? x : vt_permute(g, x, to_nhwc), w, b, s, p, 1)
-                       : vt_linear(g, vt_im2col(g, x, k, s, p, nhwc), vt_reshape(g, w, 2, w2), b);
+    vt_tensor *y = vt_conv_tokens(g, x, nhwc, w, b, s, p); /* (B, Ho, Wo, C) */
     if (!y) return NULL;
-    *H = Ho;
-    *W = Wo;
-    const int ts[3] = {B, Ho * Wo, C};
+    *H = y->shape[1];
+    *W = y->shape[2];
+    const int ts[3] = {B, *H * *W, C};
     vt_tensor *t = vt_reshape(g, y, 3, ts);
     return vt_layernorm_p(g, vt_pname(nm, pre, "norm"), t, PATCH_LN_EPS);
 }
