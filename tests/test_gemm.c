@@ -321,6 +321,7 @@ static void check_prims(vt_test *T) {
     vt_gemm_plan p;
     vt_err e = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "plan: %s", e.msg);
+    T_CHECK(T, vt_gemm_bf16_weight(&p, 4, 4) == NULL, "no bf16 weight copies on an fp32 plan");
     static const dims ds[] = {{1, 1, 1}, {3, 5, 7}, {49, 96, 200}, {300, 17, 64}};
     vt_rng r;
     vt_rng_seed(&r, 21);
@@ -339,7 +340,8 @@ static void check_prims(vt_test *T) {
                 for (int i = 0; i < N * K; i++) w[i] = vt_rng_uniform(&r) * 2.0f - 1.0f;
                 for (int i = 0; i < N; i++) b[i] = vt_rng_uniform(&r) * 2.0f - 1.0f;
                 for (int i = 0; i < M * N; i++) res[i] = vt_rng_uniform(&r) * 2.0f - 1.0f, y[i] = NAN;
-                const int rc = vt_gemm_prim_run(q, x, w, hb ? b : NULL, post == VT_GEMM_POST_ADD ? res : NULL, y);
+                const int rc =
+                    vt_gemm_prim_run(q, x, w, hb ? b : NULL, post == VT_GEMM_POST_ADD ? res : NULL, y, NULL, 0);
                 double err = 0.0, scale = 1.0;
                 for (int i = 0; i < M; i++)
                     for (int o = 0; o < N; o++) {
@@ -529,6 +531,84 @@ static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
  * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
  * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
  * plan refuses bf16 with an error that says why. Forced OpenBLAS refuses it everywhere. */
+/* A bf16 primitive q run on a weight's bf16 copy (vt_gemm_bf16_weight) gives y0, q's result converting w at the run,
+ * bit for bit; after w changes in place the copy is kept until a run is told it is stale, then follows the new w.
+ * Leaves w as it found it. */
+static void bf16_weight_copy(vt_test *T, vt_gemm_plan *p, vt_gemm_prim *q, int M, int N, int K, const float *x,
+                             float *w, const float *b, const float *r, const float *y0) {
+    vt_gemm_bfw *wc = vt_gemm_bf16_weight(p, N, K);
+    float *y = malloc(sizeof(float) * (size_t)M * N * 3), *y1 = y + (size_t)M * N, *yn = y1 + (size_t)M * N;
+    if (!wc || !y) {
+        T_CHECK(T, 0, "bf16 weight copy %dx%d: made (%p)", N, K, (void *)wc);
+        free(y);
+        return;
+    }
+    const size_t bytes = sizeof(float) * (size_t)M * N;
+    int rc = vt_gemm_prim_run(q, x, w, b, r, y, wc, 0) | vt_gemm_prim_run(q, x, w, b, r, y, wc, 0);
+    T_CHECK(T, rc == 0 && !memcmp(y, y0, bytes), "bf16 weight copy: the same product as converting w at each run");
+    const float w0 = w[0];
+    w[0] = w0 + 1.0f; /* row 0 changes: output column 0 */
+    rc = vt_gemm_prim_run(q, x, w, b, r, y1, NULL, 0);
+    rc |= vt_gemm_prim_run(q, x, w, b, r, y, wc, 0);
+    T_CHECK(T, rc == 0 && !memcmp(y, y0, bytes) && memcmp(y1, y0, bytes),
+            "bf16 weight copy: kept while the run is not told the weight changed");
+    rc = vt_gemm_prim_run(q, x, w, b, r, yn, wc, 1) | vt_gemm_prim_run(q, x, w, b, r, y, wc, 0);
+    T_CHECK(T, rc == 0 && !memcmp(yn, y1, bytes) && !memcmp(y, y1, bytes),
+            "bf16 weight copy: converted again when stale, then kept");
+    w[0] = w0;
+    free(y);
+}
+
+/* A bf16 inference graph's linear layer keeps its weight's bf16 copy current: after vt_params_init, and after
+ * values written directly and vt_params_changed, the next forward equals x·wᵀ + b of the new weights on inputs
+ * rounded to bf16, computed here in double precision. */
+static void bf16_graph_weights(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = P ? vt_graph_new(P, 0, &e) : NULL;
+    if (!g || vt_gemm_plan_bf16(&g->gemm, &e)) {
+        T_CHECK(T, 0, "bf16 graph: %s", e.msg);
+        if (g) vt_graph_free(g);
+        vt_params_free(P);
+        return;
+    }
+    const int R = 256, Ci = 64, Co = 64, xs[2] = {R, Ci}, ws[2] = {Co, Ci}; /* 2^20 MACs: a bf16 product */
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *b = vt_param(g, "b", 1, &Co, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *y = vt_linear(g, x, w, b);
+    vt_graph_output(g, y);
+    const int ok = vt_graph_finalize(g, &e) == 0;
+    T_CHECK(T, ok, "bf16 linear graph: %s", e.msg);
+    vt_rng rng;
+    vt_rng_seed(&rng, 5);
+    for (int64_t i = 0; ok && i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
+    for (int round = 0; ok && round < 3; round++) {
+        if (round < 2) {
+            vt_params_init(P, 7 + (uint64_t)round);
+        } else {
+            for (int64_t i = 0; i < w->numel; i++) w->data[i] = -0.5f * w->data[i] + 0.25f;
+            vt_params_changed(P);
+        }
+        const long long runs = vt_gemm_bf16_runs(&g->gemm);
+        vt_graph_forward(g);
+        double err = 0.0, scale = 1.0;
+        for (int i = 0; i < R; i++)
+            for (int o = 0; o < Co; o++) {
+                double s = b->data[o];
+                for (int k = 0; k < Ci; k++) s += (double)bf16_round(x->data[i * Ci + k]) * bf16_round(w->data[o * Ci + k]);
+                err = fmax(err, fabs(y->data[i * Co + o] - s));
+                scale = fmax(scale, fabs(s));
+            }
+        const vt_node *nd = g->nodes[y->prod];
+        T_CHECK(T, err / scale <= 1e-5 && vt_gemm_bf16_runs(&g->gemm) == runs + 1,
+                "bf16 linear (%s) after weight change %d off by %g (%lld bf16 products)",
+                nd->kern ? nd->kern->name : "reference", round, err / scale, vt_gemm_bf16_runs(&g->gemm) - runs);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 static void check_bf16(vt_test *T) {
     vt_machine m;
     vt_machine_probe(&m);
@@ -600,7 +680,8 @@ static void check_bf16(vt_test *T) {
         for (int i = 0; i < pn * pk; i++) w[i] = vt_rng_normal(&r);
         for (int i = 0; i < pn; i++) b[i] = vt_rng_normal(&r);
         for (int i = 0; i < pm * pn; i++) res[i] = vt_rng_normal(&r), y[i] = NAN;
-        const int rc = vt_gemm_prim_run(q, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y);
+        const int rc = vt_gemm_prim_run(q, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y, NULL, 0);
+        if (rc == 0) bf16_weight_copy(T, &p, q, pm, pn, pk, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y);
         double err = 0.0, ex = 0.0, scale = 1.0;
         for (int i = 0; i < pm; i++)
             for (int o = 0; o < pn; o++) {
@@ -642,6 +723,7 @@ static void check_bf16(vt_test *T) {
     free(B);
     free(C);
     vt_gemm_plan_free(&p);
+    bf16_graph_weights(T);
 }
 
 /* alpha 0 or K 0, as BLAS: C = beta·C (0 where beta is 0, C's NaN not read), A and B not read (NaN and inf in them

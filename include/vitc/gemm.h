@@ -102,13 +102,23 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
 int vt_gemm_linear_packs(const vt_gemm_plan *p);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
- * row-major (post ADD: + r, r (M, N)); made on first request and reused (a bf16 plan's: x and w rounded to bf16 at
- * every run). NULL if oneDNN cannot make it. */
+ * row-major (post ADD: + r, r (M, N)); made on first request and reused (a bf16 plan's: x and w rounded to bf16,
+ * vt_gemm_prim_run). NULL if oneDNN cannot make it. */
 vt_gemm_prim *vt_gemm_linear_prim(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post);
 
-/* Runs q on all threads (call it outside OpenMP parallel regions); b and r as q was made (NULL when absent).
- * Returns 0, or -1 if oneDNN failed (nothing meaningful written; the caller falls back to vt_gemm). */
-int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y);
+/* A bf16 plan's copy of one constant weight in bf16, for vt_gemm_prim_run (owned by the plan's vt_gemm_prims). */
+typedef struct vt_gemm_bfw vt_gemm_bfw;
+
+/* A bf16 copy for a constant (N, K) weight of an inference layer, made empty here (plan time) and filled at its
+ * first run; NULL if p is not a bf16 plan or out of memory. */
+vt_gemm_bfw *vt_gemm_bf16_weight(vt_gemm_plan *p, int N, int K);
+
+/* Runs q on all threads (call it outside OpenMP parallel regions); b and r as q was made (NULL when absent). A bf16
+ * primitive rounds x to bf16 at every run, and w too unless wc (NULL: none) holds w's copy: wc converts w again
+ * only when it is another tensor or `stale` (its parameters changed). Returns 0, or -1 if oneDNN failed (nothing
+ * meaningful written; the caller falls back to vt_gemm). */
+int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const float *b, const float *r, float *y,
+                     vt_gemm_bfw *wc, int stale);
 
 /* One oneDNN convolution primitive, a conv's forward or weight gradient (owned by the plan's vt_gemm_prims). */
 typedef struct vt_gemm_conv vt_gemm_conv;

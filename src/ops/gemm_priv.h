@@ -45,6 +45,7 @@ struct vt_gemm_prims {
     vt_gemm_conv *convs;
     vt_gemm_q8 *q8s;  /* int8 linears, one per node (each holds its layer's quantised weight) */
     vt_gemm_bf *bfs;  /* bf16 matmuls, one per call shape */
+    vt_gemm_bfw *bfws; /* bf16 copies of constant weights, one per inference linear (vt_gemm_bf16_weight) */
     uint16_t *bfbuf;  /* the bf16 copies of A and B of the running call (bfcap elements, 64-byte aligned) */
     size_t bfcap;
     long long bf16_runs; /* bf16 products run (vt_gemm_bf16_runs) */

@@ -58,7 +58,8 @@ typedef struct {
     vt_gemm_prim *prim; /* the linear.onednn_matmul kernel's primitive (made by its prepare) */
     vt_gemm_q8 *q8;     /* the linear.onednn_int8 kernel's primitive and quantised weight */
     vt_gemm_conv *conv; /* the linear.onednn_conv1x1 kernel's primitive and packed weight */
-    uint64_t gen;       /* conv, q8: the parameters' generation (vt_params.gen) the weight's copy was made at */
+    vt_gemm_bfw *bfw;   /* prim in a bf16 inference graph with a constant weight: its bf16 copy */
+    uint64_t gen;       /* conv, q8, bfw: the parameters' generation (vt_params.gen) the weight's copy was made at */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -240,19 +241,25 @@ static int linear_prim_prepare(vt_node *n) {
     linear_p *p = VT_OP_P(n, linear_p);
     if (!linear_prim_wanted(n)) return 0;
     p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, linear_prim_post(n));
-    return p->prim != NULL;
+    if (!p->prim) return 0;
+    if (n->g->gemm.bf16 && !n->g->training && vt_graph_is_constant(n->g, n->in[1])) /* w in bf16 once */
+        return (p->bfw = vt_gemm_bf16_weight(&n->g->gemm, p->Co, p->Ci)) != NULL;
+    return 1;
 }
 
 static void linear_prim_fwd(vt_node *n) {
-    const linear_p *lp = VT_OP_P(n, linear_p);
+    linear_p *lp = VT_OP_P(n, linear_p);
     const int act = lp->act;
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const float *x = lp->gelu_in ? gelu_all(n, n->in[0]->data) : n->in[0]->data; /* R < 2 * PANEL_ROWS (prepare) */
     const vt_tensor *res = lin_res(n);
-    if (vt_gemm_prim_run(lp->prim, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y) != 0) {
+    const uint64_t gen = n->g->P->gen; /* bfw: converted again when the parameters changed */
+    if (vt_gemm_prim_run(lp->prim, x, n->in[1]->data, lin_bias(n), res ? res->data : NULL, y, lp->bfw,
+                         gen != lp->gen) != 0) {
         if (vt_node_fallback(n, 1) == 0) linear_fwd(n); /* oneDNN failed: the reference from now on */
         return;
     }
+    lp->gen = gen;
     if (act && (d || act == ACT_GELU)) act_all(n, y, d); /* and the derivative in train graphs */
 }
 
@@ -458,7 +465,7 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0,
-                                       0.0f, R, NULL, NULL, NULL, 0};
+                                       0.0f, R, NULL, NULL, NULL, NULL, 0};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
