@@ -359,8 +359,8 @@ static void check_prims(vt_test *T) {
             }
     vt_gemm_plan_free(&p);
     T_CHECK(T, p.prims == NULL, "freed");
-    /* rule 12: the packed 1x1 convolution only where the plan says so (pack_w), never for a bf16 plan; the flag as
-     * vt_gemm_plan_init sets it (oneDNN's AVX2 tier, AMD's AVX-512) */
+    /* rule 12: the packed 1x1 convolution only where the plan says so (pack_w); the flag as vt_gemm_plan_init sets
+     * it (oneDNN's AVX2 tier, AMD's AVX-512) */
     T_CHECK(T, vt_gemm_plan_init(&p, NULL, &e) == 0, "plan: %s", e.msg);
     T_CHECK(T, p.pack_w == (p.onednn == VT_ISA_AVX2 || (!p.intel && p.onednn >= VT_ISA_AVX512)), "pack_w %d (intel %d)",
             p.pack_w, p.intel);
@@ -369,8 +369,8 @@ static void check_prims(vt_test *T) {
             p.pack_w = on;
             T_CHECK(T, (vt_gemm_linear_conv(&p, 49, 96, 200, 1, VT_GEMM_POST_NONE) != NULL) == on, "pack_w %d", on);
         }
-        p.bf16 = 1;
-        T_CHECK(T, vt_gemm_linear_conv(&p, 49, 96, 200, 1, VT_GEMM_POST_NONE) == NULL, "bf16 plan: no packed conv");
+        p.bf16 = 1; /* below 2^20 MACs a bf16 plan's packed conv is fp32's (the bf16 one: check_bf16) */
+        T_CHECK(T, vt_gemm_linear_conv(&p, 49, 96, 200, 1, VT_GEMM_POST_NONE) != NULL, "bf16 plan: small product");
     }
     vt_gemm_plan_free(&p);
     /* rule 5 (an AMD AVX-512 plan, then Intel's: every shape in inference graphs only) */
@@ -531,6 +531,30 @@ static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
  * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
  * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
  * plan refuses bf16 with an error that says why. Forced OpenBLAS refuses it everywhere. */
+/* A bf16 linear layer's output y (M, N) of x (M, K), w (N, K), b (N), r (NULL or (M, N), post ADD) and post against
+ * the product of the bf16-rounded x and w in double (within 1e-5 of the scale) and not equal to fp32's (past 1e-4). */
+static void bf16_linear_check(vt_test *T, const char *what, int post, int rc, int M, int N, int K, const float *x,
+                              const float *w, const float *b, const float *r, const float *y) {
+    double err = 0.0, ex = 0.0, scale = 1.0;
+    for (int i = 0; i < M; i++)
+        for (int o = 0; o < N; o++) {
+            double v = b[o], v32 = b[o];
+            for (int k = 0; k < K; k++) {
+                v += (double)bf16_round(x[i * K + k]) * bf16_round(w[o * K + k]);
+                v32 += (double)x[i * K + k] * w[o * K + k];
+            }
+            if (r) v += r[i * N + o], v32 += r[i * N + o];
+            if (post == VT_GEMM_POST_RELU) v = fmax(v, 0.0), v32 = fmax(v32, 0.0);
+            scale = fmax(scale, fabs(v));
+            const double d = fabs(v - y[i * N + o]);
+            err = d == d ? fmax(err, d) : INFINITY;
+            ex = fmax(ex, fabs(v32 - y[i * N + o]));
+        }
+    T_CHECK(T, rc == 0 && err / scale < 1e-5 && ex / scale > 1e-4,
+            "bf16 %s post %d: run %d, error %g against the bf16-rounded product, %g against fp32's", what, post, rc,
+            err / scale, ex / scale);
+}
+
 /* A bf16 primitive q run on a weight's bf16 copy (vt_gemm_bf16_weight) gives y0, q's result converting w at the run,
  * bit for bit; after w changes in place the copy is kept until a run is told it is stale, then follows the new w.
  * Leaves w as it found it. */
@@ -680,26 +704,20 @@ static void check_bf16(vt_test *T) {
         for (int i = 0; i < pn * pk; i++) w[i] = vt_rng_normal(&r);
         for (int i = 0; i < pn; i++) b[i] = vt_rng_normal(&r);
         for (int i = 0; i < pm * pn; i++) res[i] = vt_rng_normal(&r), y[i] = NAN;
-        const int rc = vt_gemm_prim_run(q, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y, NULL, 0);
-        if (rc == 0) bf16_weight_copy(T, &p, q, pm, pn, pk, x, w, b, post == VT_GEMM_POST_ADD ? res : NULL, y);
-        double err = 0.0, ex = 0.0, scale = 1.0;
-        for (int i = 0; i < pm; i++)
-            for (int o = 0; o < pn; o++) {
-                double v = b[o], v32 = b[o];
-                for (int k = 0; k < pk; k++) {
-                    v += (double)bf16_round(x[i * pk + k]) * bf16_round(w[o * pk + k]);
-                    v32 += (double)x[i * pk + k] * w[o * pk + k];
-                }
-                if (post == VT_GEMM_POST_ADD) v += res[i * pn + o], v32 += res[i * pn + o];
-                if (post == VT_GEMM_POST_RELU) v = fmax(v, 0.0), v32 = fmax(v32, 0.0);
-                scale = fmax(scale, fabs(v));
-                const double d = fabs(v - y[i * pn + o]);
-                err = d == d ? fmax(err, d) : INFINITY;
-                ex = fmax(ex, fabs(v32 - y[i * pn + o]));
-            }
-        T_CHECK(T, rc == 0 && err / scale < 1e-5 && ex / scale > 1e-4,
-                "bf16 primitive post %d: run %d, error %g against the bf16-rounded product, %g against fp32's", post,
-                rc, err / scale, ex / scale);
+        const float *rr = post == VT_GEMM_POST_ADD ? res : NULL;
+        int rc = vt_gemm_prim_run(q, x, w, b, rr, y, NULL, 0);
+        if (rc == 0) bf16_weight_copy(T, &p, q, pm, pn, pk, x, w, b, rr, y);
+        bf16_linear_check(T, "primitive", post, rc, pm, pn, pk, x, w, b, rr, y);
+        /* rule 12 where the plan packs (AMD's AVX-512): the 1x1 convolution on a weight packed to bf16 once */
+        vt_gemm_conv *cq = p.pack_w ? vt_gemm_linear_conv(&p, pm, pn, pk, 1, (vt_gemm_post)post) : NULL;
+        T_CHECK(T, !p.pack_w || cq, "bf16 plan that packs: a packed bf16 conv for post %d", post);
+        if (cq) {
+            const long long runs = vt_gemm_bf16_runs(&p);
+            for (int i = 0; i < pm * pn; i++) y[i] = NAN;
+            rc = vt_gemm_linear_conv_run(cq, x, w, b, rr, y, 0);
+            T_CHECK(T, vt_gemm_bf16_runs(&p) == runs + 1, "packed bf16 conv: counted as a bf16 product");
+            bf16_linear_check(T, "packed conv", post, rc, pm, pn, pk, x, w, b, rr, y);
+        }
         free(x), free(w), free(b), free(res), free(y);
     }
     const int M = 128, N = 96, K = 128; /* 1.5M MACs */

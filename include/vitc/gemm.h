@@ -97,8 +97,8 @@ typedef enum vt_gemm_post {
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* Whether the plan runs an inference linear layer whose weight is constant, of any shape, as a 1x1 convolution on a
- * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w set, not forced, not bf16, oneDNN at AVX2 or
- * better and OpenBLAS not ahead of it. */
+ * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w set, not forced, oneDNN at AVX2 or better
+ * and OpenBLAS not ahead of it (a bf16 plan too: bf16 x and packed weight from 2^20 MACs on). */
 int vt_gemm_linear_packs(const vt_gemm_plan *p);
 
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
@@ -163,8 +163,9 @@ int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, flo
 
 /* A new primitive for one inference linear layer y = post(x·wᵀ + b) (shapes as vt_gemm_linear_prim, post not GELU)
  * as a 1x1 convolution with its own copy of w packed into the kernel's layout: for a weight that is constant while
- * the graph lives (rule 12 at vt_gemm_choose). NULL where the rule does not apply (vt_gemm_linear_packs), or no
- * optimised 1x1 kernel. */
+ * the graph lives (rule 12 at vt_gemm_choose). A bf16 plan's product of at least VT_GEMM_BF16_MNK MACs packs w to
+ * bf16 and rounds x to bf16 at every run. NULL where the rule does not apply (vt_gemm_linear_packs), or no optimised
+ * 1x1 kernel. */
 vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post);
 
 /* Runs q on all threads (outside OpenMP parallel regions), packing w first when repack or when q's packed copy is

@@ -275,7 +275,10 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     1.06, DeiT-S 1.06, the paper models 1.03-1.10 (GroupMixFormer-M 1.03, DeiT-T + hMHSA + cFFN 1.10); batch 16
  *     1.00-1.07 (Next-ViT-S 1.07, CSwin-T 1.05; GroupMixFormer-M, Refined-ViT-S 0.97 in 5 rounds, 1.03 and 1.02
  *     in 11). Intel's AVX-512 (brgemm matmul; a packed-weight matmul was level on the Ice Lake,
- *     docs/benchmarks.md; the packed conv not measured there) keeps rule 5.
+ *     docs/benchmarks.md; the packed conv not measured there) keeps rule 5. A bf16 plan takes the rule too, its
+ *     products of at least 2^20 MACs on bf16 x and a weight packed to bf16 (Zen 4, 2026-12-04, against rule 5's bf16
+ *     primitive on a bf16 copy of the weight made once: batch 1 1.04-1.13, PVTv2-b1 level; batch 16 1.01-1.07;
+ *     docs/benchmarks.md, "bf16 inference").
  * 13. AVX2 tier, one thread (inside a parallel loop), a weight gradient C = Aᵀ·B over K >= 784 rows with M >= 384,
  *     N >= 128 and (N <= 256 or M·N <= 2^18): OpenBLAS, as rule 7 on more threads (MSF's grouped projections
  *     compute each group's dW on its own thread). AMD EPYC Zen 3, 2026-11-30, both threads running their own
@@ -459,7 +462,7 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
 }
 
 int vt_gemm_linear_packs(const vt_gemm_plan *p) {
-    return p->force == VT_GEMM_AUTO && p->pack_w && !p->bf16 && p->onednn >= VT_ISA_AVX2 && p->openblas <= p->onednn;
+    return p->force == VT_GEMM_AUTO && p->pack_w && p->onednn >= VT_ISA_AVX2 && p->openblas <= p->onednn;
 }
 
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {

@@ -23,13 +23,15 @@ struct vt_gemm_prim {
 
 struct vt_gemm_conv {
     int geom[12]; /* B, C, H, W, Cout, k, s, pad, G, flags (VT_CONV_BIAS, _RELU, _ADD, _GELU), nchw, and the use:
-                   * CONV_FWD, CONV_WGRAD, or CONV_LINEAR (one layer's own, vt_gemm_linear_conv: never shared) */
+                   * CONV_FWD, CONV_WGRAD, or CONV_LINEAR / CONV_LINEAR_BF16 (one layer's own, vt_gemm_linear_conv:
+                   * never shared; BF16: x converted to bf16 at every run, the weight packed to bf16) */
     /* forward: the conv and the reorder of the plain weight w into its layout wp (in `packed`); wgrad
      * (vt_gemm_conv_wgrad): the weight-gradient conv of x and y (dy) into wp, and `pack` adds wp into w */
     dnnl_primitive_t prim, pack;
     dnnl_memory_t x, w, wp, b, y, r; /* r: VT_CONV_ADD's added term (y's layout) */
     void *packed;
     const float *wsrc; /* CONV_LINEAR: the weight `packed` holds (NULL: none yet) */
+    vt_gemm_prims *bf16; /* CONV_LINEAR_BF16: the store whose scratch takes x's bf16 copy */
     /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
      * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
     dnnl_primitive_t rx, ry;
@@ -45,7 +47,7 @@ struct vt_gemm_bfw {
     vt_gemm_bfw *next;
 };
 
-enum { CONV_FWD = 0, CONV_WGRAD = 1, CONV_LINEAR = 2 }; /* vt_gemm_conv's use (geom[11]) */
+enum { CONV_FWD = 0, CONV_WGRAD = 1, CONV_LINEAR = 2, CONV_LINEAR_BF16 = 3 }; /* vt_gemm_conv's use (geom[11]) */
 
 static void prim_free(vt_gemm_prim *q) {
     if (q->prim) dnnl_primitive_destroy(q->prim);
@@ -243,21 +245,22 @@ static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
     const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
     const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
     const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
+    const dnnl_data_type_t dx_t = v[11] == CONV_LINEAR_BF16 ? dnnl_bf16 : dnnl_f32; /* x's and the packed weight's */
     dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo};
     dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k};
     const int wnd = G > 1 ? 5 : 4;
     int64_t *wdims = G > 1 ? dwg : dw1;
     d->st[0] = d->st[1] = s;
     d->pad[0] = d->pad[1] = pad;
-    return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dnnl_f32, plain) != dnnl_success ||
+    return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dx_t, plain) != dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
-                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
+                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dx_t, nchw ? dnnl_format_tag_any : plain) !=
                        dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
                        dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) !=
                        dnnl_success ||
-                   dnnl_memory_desc_init_by_tag(&d->wany, wnd, wdims, dnnl_f32, dnnl_format_tag_any) != dnnl_success
+                   dnnl_memory_desc_init_by_tag(&d->wany, wnd, wdims, dx_t, dnnl_format_tag_any) != dnnl_success
                ? -1
                : 0;
 }
@@ -298,7 +301,7 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
-    int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] == CONV_LINEAR && !strstr(impl, "1x1")) ||
+    int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] >= CONV_LINEAR && !strstr(impl, "1x1")) ||
               !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
                     dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
@@ -372,7 +375,7 @@ static vt_gemm_conv *conv_get(vt_gemm_plan *p, const int geom[12]) {
     vt_gemm_prims *c = vt_gemm_prims_of(p);
     if (!c) return NULL;
     for (vt_gemm_conv *q = c->convs; q; q = q->next)
-        if (geom[11] != CONV_LINEAR && memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
+        if (geom[11] < CONV_LINEAR && memcmp(q->geom, geom, sizeof q->geom) == 0) return q;
     vt_gemm_conv *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     memcpy(q->geom, geom, sizeof q->geom);
@@ -437,16 +440,27 @@ vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_
     if (!vt_gemm_linear_packs(p) || post == VT_GEMM_POST_GELU) return NULL;
     const int flags = (has_bias ? VT_CONV_BIAS : 0) | (post == VT_GEMM_POST_RELU ? VT_CONV_RELU : 0) |
                       (post == VT_GEMM_POST_ADD ? VT_CONV_ADD : 0);
-    const int geom[12] = {1, K, 1, M, N, 1, 1, 0, 1, flags, 0, CONV_LINEAR};
-    return conv_get(p, geom);
+    const int bf = p->bf16 && (int64_t)M * N * K >= VT_GEMM_BF16_MNK; /* a bf16 plan's product of that size */
+    const int geom[12] = {1, K, 1, M, N, 1, 1, 0, 1, flags, 0, bf ? CONV_LINEAR_BF16 : CONV_LINEAR};
+    vt_gemm_conv *q = conv_get(p, geom);
+    if (q && bf) q->bf16 = p->prims;
+    return q;
 }
 
 int vt_gemm_linear_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r,
                             float *y, int repack) {
-    const int pack = repack || q->wsrc != w;
+    const int pack = repack || q->wsrc != w, M = q->geom[3], K = q->geom[1];
+    const void *xs = x;
+    if (q->bf16) { /* x in bf16 (the packing reorder converts the weight) */
+        uint16_t *xb = vt_gemm_bf_scratch(q->bf16, (size_t)M * K, 0);
+        if (!xb) return -1;
+        vt_gemm_to_bf16(x, M, K, K, xb);
+        xs = xb;
+    }
     q->wsrc = NULL;
-    if (vt_gemm_conv_run_add(q, x, w, b, r, y, NULL, pack)) return -1;
+    if (vt_gemm_conv_run_add(q, xs, w, b, r, y, NULL, pack)) return -1;
     q->wsrc = w;
+    if (q->bf16) q->bf16->bf16_runs++; /* outside parallel regions, as the shared bf16 scratch requires */
     return 0;
 }
 
