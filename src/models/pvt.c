@@ -101,7 +101,6 @@ static vt_tensor *stage_pos(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor
     return vt_concat(g, parts, 2, 1);
 }
 
-
 /* Stage i's patch embed on x (the NCHW image for i = 0, else the previous stage's tokens as (B, H, W, C)) -> tokens
  * (B, H_i·W_i, C_i) after patch_embed{i}.norm; *H, *W get the grid. */
 static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tensor *x, int *H, int *W) {
