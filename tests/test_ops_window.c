@@ -406,6 +406,9 @@ static vt_tensor *b_rev(vt_graph *g, vt_tensor **x, const gc_case *c) {
 static vt_tensor *b_rev_add(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_window_reverse_add(g, x[0], x[1], c->ia[4], c->ia[5], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
 }
+static vt_tensor *b_rev_cat(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    return vt_window_reverse_cat(g, x[0], x[1], c->ia[4], c->ia[5], c->ia[0], c->ia[1], c->ia[2], c->ia[3]);
+}
 static vt_tensor *b_rpb(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_rel_pos_bias(g, x[0], c->ia[0], c->ia[1]);
 }
@@ -436,6 +439,11 @@ static const gc_case fd_cases[] = {
     /* the residual (B, H·W, C) added in the same gather: both inputs' gradients */
     {.name = "window_reverse_add_shift_pad", .nx = 2, .ndim = {3, 3}, .shape = {{2 * 9, 6, 3}, {2, 35, 3}},
      .build = b_rev_add, .ia = {2, 3, 1, 2, 5, 7}},
+    /* channels appended after the map's (B, H·W, C'): both inputs' gradients */
+    {.name = "window_reverse_cat_shift_pad", .nx = 2, .ndim = {3, 3}, .shape = {{2 * 9, 6, 3}, {2, 35, 2}},
+     .build = b_rev_cat, .ia = {2, 3, 1, 2, 5, 7}},
+    {.name = "window_reverse_cat_stripe", .nx = 2, .ndim = {3, 4}, .shape = {{2 * 2, 4, 2}, {2, 4, 2, 3}},
+     .build = b_rev_cat, .ia = {4, 1, 0, 0, 4, 2}},
     {.name = "rel_pos_bias", .nx = 1, .ndim = {2}, .shape = {{3 * 5, 2}}, .build = b_rpb, .ia = {2, 3}},
     {.name = "rel_pos_bias_softmax", .nx = 1, .ndim = {2}, .shape = {{5 * 3, 3}}, .build = b_rpb_soft, .ia = {3, 2}},
     {.name = "rel_pos_bias_1x1", .nx = 1, .ndim = {2}, .shape = {{1, 4}}, .build = b_rpb, .ia = {1, 1}},
@@ -522,10 +530,75 @@ static void check_reverse_add(vt_test *T) {
     vt_params_free(P);
 }
 
+/* vt_window_reverse_cat against vt_window_reverse then vt_concat on the channels in one graph (bit for bit), on a
+ * padded and shifted map (the gradients: the finite-difference cases); appended channels of the wrong size are
+ * refused with both shapes named. */
+static void check_reverse_cat(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int ws[3] = {2 * 9, 6, 3}, ts[4] = {2, 5, 7, 2}, bad[3] = {2, 34, 2};
+    vt_tensor *xw = vt_input(g, "xw", 3, ws), *tl = vt_input(g, "t", 4, ts);
+    vt_tensor *parts[2] = {vt_window_reverse(g, xw, 5, 7, 2, 3, 1, 2), tl};
+    vt_tensor *y1 = vt_window_reverse_cat(g, xw, tl, 5, 7, 2, 3, 1, 2), *y2 = vt_concat(g, parts, 2, 3);
+    int ok = y1 && y2;
+    if (ok) {
+        vt_graph_output(g, y1);
+        vt_graph_output(g, y2);
+        ok = vt_graph_finalize(g, &e) == 0;
+    }
+    int same = 0;
+    if (ok) {
+        for (int64_t i = 0; i < xw->numel; i++) xw->data[i] = (float)(i % 23) * 0.37f - 3.0f;
+        for (int64_t i = 0; i < tl->numel; i++) tl->data[i] = (float)(i % 11) * 0.53f - 2.0f;
+        vt_graph_forward(g);
+        same = y1->numel == y2->numel && memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0;
+    }
+    T_CHECK(T, ok && same, "window_reverse_cat differs from window_reverse + concat (%s)", e.msg);
+    vt_graph_free(g);
+    /* training graphs, loss Σ y·r: with one input a constant the other's gradient is the same as with both wanted */
+    float *grads[3][2] = {{NULL}};
+    for (int v = 0; v < 3; v++) { /* v 0: both parameters; 1: the windows an input; 2: the tail an input */
+        vt_graph *gt = vt_graph_new(P, 1, &e);
+        const int ys[4] = {2, 5, 7, 5};
+        vt_tensor *a = v == 1 ? vt_input(gt, "xw", 3, ws) : vt_param(gt, "pxw", 3, ws, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *b = v == 2 ? vt_input(gt, "t", 4, ts) : vt_param(gt, "pt", 4, ts, (vt_init){VT_INIT_NORMAL, 1.0f});
+        vt_tensor *r = vt_input(gt, "r", 4, ys);
+        vt_graph_set_loss(gt, vt_sum(gt, vt_mul(gt, vt_window_reverse_cat(gt, a, b, 5, 7, 2, 3, 1, 2), r)));
+        if (!gt->err.msg[0] && vt_graph_finalize(gt, &e) == 0) {
+            for (int64_t i = 0; i < a->numel; i++) a->data[i] = (float)(i % 13) * 0.3f - 1.0f;
+            for (int64_t i = 0; i < b->numel; i++) b->data[i] = (float)(i % 7) * 0.2f - 0.5f;
+            for (int64_t i = 0; i < r->numel; i++) r->data[i] = (float)(i % 17) * 0.11f - 0.9f;
+            vt_params_zero_grad(P);
+            vt_graph_forward(gt);
+            vt_graph_backward(gt);
+            for (int k = 0; k < 2; k++) {
+                const vt_tensor *s = k ? b : a;
+                if (s->grad && (grads[v][k] = malloc(sizeof(float) * (size_t)s->numel)))
+                    memcpy(grads[v][k], s->grad, sizeof(float) * (size_t)s->numel);
+            }
+        }
+        T_CHECK(T, !gt->err.msg[0], "window_reverse_cat training graph %d: %s", v, gt->err.msg);
+        vt_graph_free(gt);
+    }
+    const size_t nw = sizeof(float) * 2 * 9 * 6 * 3, nt = sizeof(float) * 2 * 5 * 7 * 2;
+    T_CHECK(T, grads[0][0] && grads[0][1] && grads[2][0] && grads[1][1] && !memcmp(grads[0][0], grads[2][0], nw) &&
+                   !memcmp(grads[0][1], grads[1][1], nt),
+            "window_reverse_cat: one gradient wanted alone equals the same gradient wanted with the other");
+    for (int v = 0; v < 3; v++) free(grads[v][0]), free(grads[v][1]);
+    g = vt_graph_new(P, 0, &e);
+    vt_tensor *y = vt_window_reverse_cat(g, vt_input(g, "xw", 3, ws), vt_input(g, "t", 3, bad), 5, 7, 2, 3, 1, 2);
+    T_CHECK(T, !y && strstr(g->err.msg, "appended channels (2, 34, 2)") && strstr(g->err.msg, "(2, 5, 7, C')"),
+            "window_reverse_cat with a wrong tail: '%s'", g->err.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_window(vt_test *T) {
     check_windows(T);
     check_partition_sel(T);
     check_reverse_add(T);
+    check_reverse_cat(T);
     check_shift_mask(T);
     check_rel_pos(T);
     check_patch_merge(T);

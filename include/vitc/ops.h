@@ -320,6 +320,10 @@ vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, i
 /* vt_window_reverse(xw) + r in one pass (r: the map's B·H·W·C values, channels last; Swin's residual). */
 vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H, int W, int wh, int ww, int sh,
                                  int sw);
+/* The channel concatenation of vt_window_reverse(xw) (first) and t (the map's B·H·W·C' values, channels last) in
+ * one pass -> (B, H, W, C + C') (CSwin's two stripe branches). */
+vt_tensor *vt_window_reverse_cat(vt_graph *g, vt_tensor *xw, vt_tensor *t, int H, int W, int wh, int ww, int sh,
+                                 int sw);
 /* Constant Swin shift mask (nW, wh·ww, wh·ww) for the padded Hp×Wp map: 0 for token pairs of the same region,
  * −100 otherwise (regions as Microsoft's/torchvision's attn_mask; see vt_window_shift_mask_fill). No inputs. */
 vt_tensor *vt_window_shift_mask(vt_graph *g, int Hp, int Wp, int wh, int ww, int sh, int sw);

@@ -37,26 +37,43 @@ static inline void move_add(float *restrict dst, const float *restrict src, cons
 typedef struct {
     int B, H, W, C, wh, ww, sh, sw, Hp, Wp, nWh, nWw;
     int Cm, nb; /* the map's channels; the windows hold the first C/nb channels of each of its nb blocks of Cm/nb */
+    int tail;   /* vt_window_reverse_cat: in[1] (B·H·W, Cm − C) fills each map token's last Cm − C channels */
 } win_p;
 
-/* The selected channels of one run of len tokens: nb blocks of bw = C/nb window channels, Cm/nb apart in the map. */
-static void move_sel(const win_p *p, float *mr, float *wr, int len, int to_win, int acc) {
-    const size_t bw = (size_t)(p->C / p->nb), bs = (size_t)(p->Cm / p->nb);
-    for (int t = 0; t < len; t++)
+/* The selected channels of one run of len tokens: nb blocks of bw = C/nb window channels, Cm/nb apart in the map;
+ * with a tail (vt_window_reverse_cat, nb = 1) tr holds the run's last Cm − C map channels, moved in the same pass
+ * (tacc: += into tr). */
+static void move_sel(const win_p *p, float *mr, float *wr, float *tr, int len, int to_win, int acc, int tacc) {
+    const size_t bw = (size_t)(p->C / p->nb), bs = (size_t)(p->Cm / p->nb), Ct = (size_t)(p->Cm - p->C);
+    for (int t = 0; t < len; t++) {
+        float *mt = mr + (size_t)t * p->Cm;
+        if (tr) {
+            float *w = wr + (size_t)t * p->C, *r = tr + (size_t)t * Ct;
+            if (to_win) {
+                move(w, mt, bw, acc);
+                move(r, mt + bw, Ct, tacc);
+            } else {
+                memcpy(mt, w, sizeof(float) * bw);
+                memcpy(mt + bw, r, sizeof(float) * Ct);
+            }
+            continue;
+        }
         for (int k = 0; k < p->nb; k++) {
-            float *m = mr + (size_t)t * p->Cm + k * bs, *w = wr + (size_t)t * p->C + k * bw;
+            float *m = mt + k * bs, *w = wr + (size_t)t * p->C + k * bw;
             if (to_win)
                 move(w, m, bw, acc);
             else
                 move(m, w, bw, acc);
         }
+    }
 }
 
 /* Moves between the map side and the window side. to_win: windows receive (padding positions get zeros unless
  * acc); otherwise the map receives (padding positions are skipped), plus add (a map-shaped addend) when not NULL.
  * acc: += instead of =. A channel selection (Cm > C) is moved to the windows or added back to the map, never with
- * an addend. */
-static void win_move(const win_p *p, float *map, float *win, const float *add, int to_win, int acc) {
+ * an addend; with p->tail, tail (B·H·W, Cm − C) moves with it: into the map, or receiving (tacc: +=). */
+static void win_move(const win_p *p, float *map, float *win, const float *add, float *tail, int to_win, int acc,
+                     int tacc) {
     const int wh = p->wh, ww = p->ww, H = p->H, W = p->W, Hp = p->Hp, Wp = p->Wp, nWh = p->nWh, nWw = p->nWw;
     const size_t C = (size_t)p->C, Cm = (size_t)p->Cm;
     const int64_t R = (int64_t)p->B * nWh * nWw * wh; /* one window row each */
@@ -80,7 +97,9 @@ static void win_move(const win_p *p, float *map, float *win, const float *add, i
             const int lim = X >= W ? Wp - X : W - X, len = ww - tx < lim ? ww - tx : lim;
             if (X < W) {
                 if (Cm != C)
-                    move_sel(p, mr + (size_t)X * Cm, wr + (size_t)tx * C, len, to_win, acc);
+                    move_sel(p, mr + (size_t)X * Cm, wr + (size_t)tx * C,
+                             tail ? tail + (((size_t)b * H + (size_t)Y) * W + (size_t)X) * (Cm - C) : NULL, len,
+                             to_win, acc, tacc);
                 else if (to_win)
                     move(wr + (size_t)tx * C, mr + (size_t)X * C, (size_t)len * C, acc);
                 else if (add)
@@ -96,16 +115,32 @@ static void win_move(const win_p *p, float *map, float *win, const float *add, i
     }
 }
 
-static void wpart_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->in[0]->data, n->out->data, NULL, 1, 0); }
+static void wpart_fwd(vt_node *n) { win_move(VT_OP_P(n, win_p), n->in[0]->data, n->out->data, NULL, NULL, 1, 0, 0); }
 static void wpart_bwd(vt_node *n) { /* x's gradient written where it is fresh (grad_sets: no channel selection) */
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, NULL, 0, !(n->grad_fresh & 1u));
+    if (n->in[0]->grad)
+        win_move(VT_OP_P(n, win_p), n->in[0]->grad, n->out->grad, NULL, NULL, 0, !(n->grad_fresh & 1u), 0);
 }
-/* in[1], when present: the addend of vt_window_reverse_add (its gradient: the output's, added) */
+/* in[1], when present: the addend of vt_window_reverse_add (its gradient: the output's, added), or the tail of
+ * vt_window_reverse_cat (its gradient: the output's last channels) */
 static void wrev_fwd(vt_node *n) {
-    win_move(VT_OP_P(n, win_p), n->out->data, n->in[0]->data, n->nin > 1 ? n->in[1]->data : NULL, 0, 0);
+    const win_p *p = VT_OP_P(n, win_p);
+    float *r = n->nin > 1 ? n->in[1]->data : NULL;
+    win_move(p, n->out->data, n->in[0]->data, p->tail ? NULL : r, p->tail ? r : NULL, 0, 0, 0);
 }
 static void wrev_bwd(vt_node *n) { /* fresh gradients (grad_sets: both slots) are written, padding tokens zeroed */
-    if (n->in[0]->grad) win_move(VT_OP_P(n, win_p), n->out->grad, n->in[0]->grad, NULL, 1, !(n->grad_fresh & 1u));
+    const win_p *p = VT_OP_P(n, win_p);
+    if (p->tail) { /* both gradients in one pass over the output's */
+        float *gw = n->in[0]->grad, *gt = n->in[1]->grad;
+        const float *dy = n->out->grad;
+        if (gw) /* with the tail's (when wanted) in the same pass */
+            win_move(p, n->out->grad, gw, NULL, gt, 1, !(n->grad_fresh & 1u), !(n->grad_fresh & 2u));
+        const int64_t N = gw || !gt ? 0 : (int64_t)p->B * p->H * p->W; /* the tail's alone */
+        const int Ct = p->Cm - p->C, tacc = !(n->grad_fresh & 2u);
+#pragma omp parallel for schedule(static) if (N * Ct > PAR_MIN)
+        for (int64_t i = 0; i < N; i++) move(gt + (size_t)i * Ct, dy + (size_t)i * p->Cm + p->C, (size_t)Ct, tacc);
+        return;
+    }
+    if (n->in[0]->grad) win_move(p, n->out->grad, n->in[0]->grad, NULL, NULL, 1, !(n->grad_fresh & 1u), 0);
     if (n->nin > 1 && n->in[1]->grad) {
         float *rg = n->in[1]->grad;
         const float *dy = n->out->grad;
@@ -139,7 +174,7 @@ static int win_geom(vt_graph *g, const char *op, const char *what, int B, int H,
                 what, sh, sw, (long long)Hp, (long long)Wp, H, W, wh, ww);
         return -1;
     }
-    *p = (win_p){B, H, W, C, wh, ww, sh, sw, (int)Hp, (int)Wp, (int)(Hp / wh), (int)(Wp / ww), C, 1};
+    *p = (win_p){B, H, W, C, wh, ww, sh, sw, (int)Hp, (int)Wp, (int)(Hp / wh), (int)(Wp / ww), C, 1, 0};
     return 0;
 }
 
@@ -176,8 +211,9 @@ vt_tensor *vt_window_reverse(vt_graph *g, vt_tensor *xw, int H, int W, int wh, i
     return vt_window_reverse_add(g, xw, NULL, H, W, wh, ww, sh, sw);
 }
 
-vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H, int W, int wh, int ww, int sh,
-                                 int sw) {
+/* vt_window_reverse_add (cat 0) or vt_window_reverse_cat (cat 1: r the tail). */
+static vt_tensor *window_reverse2(vt_graph *g, vt_tensor *xw, vt_tensor *r, int cat, int H, int W, int wh, int ww,
+                                  int sh, int sw) {
     if (vt_bad(g, 1, xw) || (r && vt_bad(g, 1, r))) return NULL;
     char sx[64], what[160];
     vt_shape_str(xw, sx, 64);
@@ -191,8 +227,16 @@ vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H
                        wh * ww, p.nWh, p.nWw, wh, ww);
     p.B = xw->shape[0] / nW;
     p.C = p.Cm = xw->shape[2];
-    const int shape[4] = {p.B, H, W, p.C};
-    if (r && (r->numel != (int64_t)p.B * H * W * p.C || r->shape[r->ndim - 1] != p.C)) {
+    const int Ct = cat ? r->shape[r->ndim - 1] : 0;
+    if (cat && (Ct < 1 || r->numel != (int64_t)p.B * H * W * Ct)) {
+        char sr[64];
+        return vt_fail(g, "window_reverse", "%s: the appended channels %s must be a (%d, %d, %d, C') map", what,
+                       vt_shape_str(r, sr, 64), p.B, H, W);
+    }
+    p.Cm += Ct;
+    p.tail = cat;
+    const int shape[4] = {p.B, H, W, p.Cm};
+    if (r && !cat && (r->numel != (int64_t)p.B * H * W * p.C || r->shape[r->ndim - 1] != p.C)) {
         char sr[64];
         return vt_fail(g, "window_reverse", "%s: the added term %s must hold the (%d, %d, %d, %d) map", what,
                        vt_shape_str(r, sr, 64), p.B, H, W, p.C);
@@ -201,8 +245,19 @@ vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H
     vt_node *n = vt_new_node(g, &op_wrev, in, r ? 2 : 1, vt_new_act(g, 4, shape));
     if (!n) return NULL;
     *VT_OP_P(n, win_p) = p;
-    n->grad_sets = r ? 3u : 1u; /* the windows' gradient is gathered whole (padding tokens: zeros), the addend's dy */
+    n->grad_sets = r ? 3u : 1u; /* the windows' gradient is gathered whole (padding tokens: zeros), r's is dy's */
     return n->out;
+}
+
+vt_tensor *vt_window_reverse_add(vt_graph *g, vt_tensor *xw, vt_tensor *r, int H, int W, int wh, int ww, int sh,
+                                 int sw) {
+    return window_reverse2(g, xw, r, 0, H, W, wh, ww, sh, sw);
+}
+
+vt_tensor *vt_window_reverse_cat(vt_graph *g, vt_tensor *xw, vt_tensor *t, int H, int W, int wh, int ww, int sh,
+                                 int sw) {
+    if (vt_bad(g, 2, xw, t)) return NULL;
+    return window_reverse2(g, xw, t, 1, H, W, wh, ww, sh, sw);
 }
 
 /* ---- Swin shift mask ----
