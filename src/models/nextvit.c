@@ -63,16 +63,26 @@ static vt_nextvit_ctx block_ctx(const vt_model_cfg *c, int i) {
     return b;
 }
 
-/* ConvBNReLU stem.{i}. Training form: NCHW x, the BN applied. Deployed form: channels-last x (B, H, W, C), the BN
- * folded into the conv: oneDNN's convolution then runs without the blocked-layout reorders of each NCHW conv
- * (Next-ViT-S's forward at batch 16 1.05x on an Intel Ice Lake, 4 of 4 alternated rounds; batch 1, and both batches
- * with the libraries held to AVX2, 0.99-1.01x; 2026-11-28). Training keeps NCHW: there the channels-last stem was
- * 0.89-0.94x with AVX2 kernels, its weight gradient going through a 462 MB patch matrix instead of image by image. */
-static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int stride, int folded) {
+/* Whether the training-form stem runs channels-last (vt_conv2d_nhwc, then BatchNorm over the last axis) rather than
+ * NCHW: where oneDNN's AVX-512 tier gives the channels-last conv its weight-gradient primitive (vt_gemm_conv_wgrad).
+ * Training steps, both stems' graphs in one process (bench/vendor_rules.c with a temporary switch, AMD EPYC Zen 4,
+ * 2026-12-04): Next-ViT-S at batch 16 0.978 of the NCHW stem's time (median of 5, logits identical, gradients
+ * within 1.4e-4), its hMHSA + cFFN variant 0.985, batch 1 0.999 (9 rounds); on an Intel Xeon Ice Lake
+ * (2026-11-28) 1.05x at batch 16. With AVX2 kernels it was 0.89-0.94x, its weight gradient going through a 462 MB
+ * patch matrix instead of image by image: NCHW there, and wherever OpenBLAS is forced. */
+static int stem_nhwc(const vt_graph *g) {
+    return g->gemm.force != VT_GEMM_OPENBLAS && g->gemm.onednn >= VT_ISA_AVX512;
+}
+
+/* ConvBNReLU stem.{i} on x, channels-last (B, H, W, C) when nhwc, else NCHW. Training form (folded 0): the BN
+ * applied. Deployed form (folded, nhwc): the BN folded into the conv: oneDNN's convolution then runs without the
+ * blocked-layout reorders of each NCHW conv (Next-ViT-S's forward at batch 16 1.05x on an Intel Ice Lake, 4 of 4
+ * alternated rounds; batch 1, and both batches with the libraries held to AVX2, 0.99-1.01x; 2026-11-28). */
+static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int stride, int nhwc, int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char pre[VT_NAMELEN], nm[VT_NAMELEN];
     snprintf(pre, sizeof pre, "stem.%d", i);
-    const int ws[4] = {out, x->shape[folded ? 3 : 1], 3, 3};
+    const int ws[4] = {out, x->shape[nhwc ? 3 : 1], 3, 3};
     vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, ws, VT_INIT_W02);
     if (w) w->paper_count = 1;
     if (folded) {
@@ -80,8 +90,8 @@ static vt_tensor *conv_bn_relu(vt_graph *g, int i, vt_tensor *x, int out, int st
         w = vt_bn_fold_weight(g, vt_pname(nm, pre, "norm"), w, NV_EPS, &b);
         return vt_conv2d_nhwc_relu(g, x, w, b, stride, 1, 1);
     }
-    return vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), vt_conv2d(g, x, w, NULL, stride, 1, 1), 1, NV_EPS,
-                              NV_MOMENTUM, VT_RELU);
+    vt_tensor *y = nhwc ? vt_conv2d_nhwc(g, x, w, NULL, stride, 1, 1) : vt_conv2d(g, x, w, NULL, stride, 1, 1);
+    return vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), y, nhwc ? 3 : 1, NV_EPS, NV_MOMENTUM, VT_RELU);
 }
 
 /* Stem and blocks; returns the last tokens (B, H·W, 1024); with maps != NULL also the four stage outputs
@@ -95,15 +105,15 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
     if (size_problem(c, x->shape[2], x->shape[3], msg, sizeof msg)) return vt_fail(g, c->name, "%s", msg);
     const int B = x->shape[0], nblk = vt_model_depth(c), to_tok[4] = {0, 2, 3, 1};
     vt_scope(g, "stem");
-    const int fo = !a->train_form;
-    vt_tensor *t = conv_bn_relu(g, 0, fo ? vt_permute(g, x, to_tok) : x, stem_chs[0], 2, fo);
-    t = conv_bn_relu(g, 1, t, stem_chs[1], 1, fo);
-    t = conv_bn_relu(g, 2, t, stem_chs[2], 1, fo);
-    t = conv_bn_relu(g, 3, t, stem_chs[2], 2, fo);
+    const int fo = !a->train_form, cl = fo || stem_nhwc(g); /* folded; channels-last */
+    vt_tensor *t = conv_bn_relu(g, 0, cl ? vt_permute(g, x, to_tok) : x, stem_chs[0], 2, cl, fo);
+    t = conv_bn_relu(g, 1, t, stem_chs[1], 1, cl, fo);
+    t = conv_bn_relu(g, 2, t, stem_chs[2], 1, cl, fo);
+    t = conv_bn_relu(g, 3, t, stem_chs[2], 2, cl, fo);
     if (!t) return NULL;
-    int H = t->shape[fo ? 1 : 2], W = t->shape[fo ? 2 : 3];
+    int H = t->shape[cl ? 1 : 2], W = t->shape[cl ? 2 : 3];
     const int tok[3] = {B, H * W, stem_chs[2]};
-    t = vt_reshape(g, fo ? t : vt_permute(g, t, to_tok), 3, tok);
+    t = vt_reshape(g, cl ? t : vt_permute(g, t, to_tok), 3, tok);
     for (int i = 0, blk = 0; i < 4; i++) {
         vt_nextvit_ctx b = block_ctx(c, i);
         for (int j = 0; j < a->stages[i].depth; j++, blk++) {

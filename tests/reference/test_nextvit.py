@@ -33,6 +33,7 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
 Run: /usr/bin/python3 tests/reference/test_nextvit.py      (needs ./vitc or $VITC)
 """
 import json
+import os
 import struct
 import time
 
@@ -121,7 +122,7 @@ def flip_allowance(ref, x, labels, tau=1e-5, cap=256):
     return allow, f"{len(units)} ReLU inputs within {tau:g} of 0 given their flip's reach"
 
 
-def run_model(rep, tag, name, depths, img, seed, maps=False):
+def run_model(rep, tag, name, depths, img, seed, maps=False, env=None):
     args = ["--depths", lst(depths), "--num-classes", CLASSES, "--img-size", img]
     ref = R.build(name, depths, CLASSES, train_form=True).double()
     sd = R.calibrate(ref, R.randomize(ref, seed), seed + 2, img)
@@ -141,6 +142,19 @@ def run_model(rep, tag, name, depths, img, seed, maps=False):
     # zero by construction (a shift before a train-mode BatchNorm), summed over 2·H·W positions in float32: 1e-5
     harness.grad(rep, TMP, tag, name, ref, w, x, labels, args, zero_tol=1e-5, allowance=flip_allowance)
     print(f"# grad {tag}: {time.time() - t:.1f} s")
+    if env:  # the same forward and gradients with vitc under env (another stem layout, other GEMM kernels)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            harness.forward(rep, TMP, f"{tag} {env}", name, ref, w, x, args + ["--train-form"])
+            harness.grad(rep, TMP, f"{tag} {env}", name, ref, w, x, labels, args, zero_tol=1e-5,
+                         allowance=flip_allowance)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     test_deploy(rep, tag, name, depths, args, ref, sd, w, x)
     return w, args
 
@@ -226,7 +240,9 @@ def main():
         TMP = tmpdir()
         test_counts(rep)
         test_sizes(rep)
-        w, args = run_model(rep, "small", "nextvit_small", [1, 2, 10, 1], 72, seed=10, maps=True)
+        # VITC_GEMM=openblas: the training-form stem NCHW (channels-last where oneDNN's AVX-512 tier trains it)
+        w, args = run_model(rep, "small", "nextvit_small", [1, 2, 10, 1], 72, seed=10, maps=True,
+                            env={"VITC_GEMM": "openblas"})
         test_small_sizes(rep, w, args)
         run_model(rep, "hmhsa_cffn", "nextvit_small_hmhsa_cffn", [1, 1, 5, 1], 64, seed=20, maps=True)
     print(f"# {time.time() - t0:.1f} s")
