@@ -1,6 +1,7 @@
 """Reference test of vitc's window ops (src/ops/window.c) and general fused attention (vt_attention_ex) against
 torchvision's Swin: shifted window attention (zero padding to whole windows, torch.roll, window partition, qkv,
-relative position bias, the −100 shift mask, softmax, proj, window reverse, crop) followed by patch merging.
+relative position bias, the −100 shift mask, softmax, proj, window reverse, crop) followed by patch merging, and the
+same windows reversed with the input's channels appended (vt_window_reverse_cat against torch.cat).
 
 The PyTorch side is written here from torchvision 0.14's `shifted_window_attention` and `_patch_merging_pad` and
 Microsoft's `relative_position_index` / `attn_mask` construction (float64), independently of the C code; when
@@ -8,7 +9,7 @@ torchvision is importable its own function is checked against that transcription
 tests/reference/window_ops_driver.c, compiled here against build/libvitc.a (built by `make vitc`).
 Cases: square windows with shifts, odd map sizes (padding), rectangular windows and CSwin-like stripes, a window
 larger than the map (torchvision clears the shift), and a shift cleared on one axis only.
-Checks: forward output and patch merge ≤ 1e-4 (scale_err), gradients of the input, the bias table and the qkv
+Checks: forward output, patch merge and the concatenation ≤ 1e-4 (scale_err), gradients of the input, the bias table and the qkv
 weight ≤ 1e-3 (grad_err), the relative_position_index and the shift mask exactly.
 """
 import subprocess
@@ -117,16 +118,17 @@ def main():
         tab = torch.randn(T, heads, **f64).requires_grad_()
         Ho, Wo = (H + 1) // 2, (W + 1) // 2
         r, r2 = torch.randn(B, H, W, C, **f64), torch.randn(B, Ho * Wo, 4 * C, **f64)
+        r3 = torch.randn(B, H, W, 2 * C, **f64)
         rpb = tab[rel_index(*ws)].view(N, N, -1).permute(2, 0, 1).contiguous().unsqueeze(0)
         y, ss_used = swa(x, wq, wp, rpb, ws, heads, ss, bq, bp)
         if tv_swa is not None:
             ytv = tv_swa(x, wq, wp, rpb, list(ws), heads, list(ss), qkv_bias=bq, proj_bias=bp)
             rep.check(f"{name}: transcription = torchvision", scale_err(y, ytv) < 1e-12, f"{scale_err(y, ytv):.1e}")
-        pm = patch_merge(y)
-        ((y * r).sum() + (pm * r2).sum()).backward()
+        pm, yc = patch_merge(y), torch.cat([y, x], -1)
+        ((y * r).sum() + (pm * r2).sum() + (yc * r3).sum()).backward()
         fin, fout = d / "in.bin", d / "out.bin"
         with open(fin, "wb") as f:
-            for t in (x, wq, bq, wp, bp, tab, r, r2):
+            for t in (x, wq, bq, wp, bp, tab, r, r2, r3):
                 f.write(t.detach().float().numpy().tobytes())
         p = subprocess.run([str(exe)] + [str(v) for v in (B, H, W, C, heads, ws[0], ws[1], ss[0], ss[1])] +
                            [str(fin), str(fout)], capture_output=True, text=True, timeout=300)
@@ -142,7 +144,7 @@ def main():
             o += n
             return v
 
-        for what, ref in (("output", y), ("patch merge", pm)):
+        for what, ref in (("output", y), ("patch merge", pm), ("reverse + concat", yc)):
             e = scale_err(take(ref.shape), ref)
             rep.check(f"{name}: {what}", e <= 1e-4, f"err {e:.1e}")
         for what, ref in (("grad x", x.grad), ("grad table", tab.grad), ("grad qkv weight", wq.grad)):

@@ -1,10 +1,12 @@
 /* Driver of tests/reference/test_window_ops.py: torchvision's shifted_window_attention followed by its patch
  * merging, built from vitc ops (window partition, linear, relative-position bias, shift mask, vt_attention_ex,
- * window reverse, patch merge). Compiled by the test against build/libvitc.a.
+ * window reverse, patch merge), and the same windows reversed with x's channels appended (vt_window_reverse_cat).
+ * Compiled by the test against build/libvitc.a.
  * usage: window_ops_driver B H W C heads wh ww sh sw IN OUT
  * IN: float32 x (B, H, W, C), qkv weight (3C, C), qkv bias (3C), proj weight (C, C), proj bias (C), bias table
- *     ((2wh−1)(2ww−1), heads), r (B, H, W, C), r2 (B, ⌈H/2⌉·⌈W/2⌉, 4C); loss = Σ y·r + Σ merge(y)·r2.
- * OUT: float32 y, merge(y), dloss/dx, dloss/dtable, dloss/dqkv_weight, the relative_position_index (N×N) and,
+ *     ((2wh−1)(2ww−1), heads), r (B, H, W, C), r2 (B, ⌈H/2⌉·⌈W/2⌉, 4C), r3 (B, H, W, 2C);
+ *     loss = Σ y·r + Σ merge(y)·r2 + Σ cat(y, x)·r3 (cat: the channels, one vt_window_reverse_cat).
+ * OUT: float32 y, merge(y), cat(y, x), dloss/dx, dloss/dtable, dloss/dqkv_weight, the relative_position_index (N×N) and,
  *     when a shift remains, the shift mask (nW, N, N). Shifts are cleared where the window covers the padded map,
  *     as torchvision does. */
 #include <math.h>
@@ -37,19 +39,24 @@ int main(int argc, char **argv) {
     const vt_attn_args a = {.heads = nh, .dim = C, .q_off = 0, .k_off = C, .v_off = 2 * C,
                             .scale = 1.0f / sqrtf((float)(C / nh)), .bias = vt_rel_pos_bias(g, tab, wh, ww),
                             .mask = sh + sw > 0 ? vt_window_shift_mask(g, Hp, Wp, wh, ww, sh, sw) : NULL};
-    vt_tensor *y = vt_window_reverse(g, vt_linear(g, vt_attention_ex(g, qkv, NULL, &a), Wo, Bo), H, W, wh, ww, sh, sw);
-    vt_tensor *pm = vt_patch_merge(g, y);
+    vt_tensor *yw = vt_linear(g, vt_attention_ex(g, qkv, NULL, &a), Wo, Bo);
+    vt_tensor *y = vt_window_reverse(g, yw, H, W, wh, ww, sh, sw);
+    vt_tensor *pm = vt_patch_merge(g, y), *yc = vt_window_reverse_cat(g, yw, x, H, W, wh, ww, sh, sw);
+    const int cs[4] = {B, H, W, 2 * C};
     vt_tensor *r = vt_input(g, "r", 4, xs), *r2 = pm ? vt_input(g, "r2", 3, pm->shape) : NULL;
-    vt_graph_set_loss(g, vt_add(g, vt_sum(g, vt_mul(g, y, r)), vt_sum(g, vt_mul(g, pm, r2))));
+    vt_tensor *r3 = vt_input(g, "r3", 4, cs);
+    vt_graph_set_loss(g, vt_add(g, vt_add(g, vt_sum(g, vt_mul(g, y, r)), vt_sum(g, vt_mul(g, pm, r2))),
+                                vt_sum(g, vt_mul(g, yc, r3))));
     vt_graph_output(g, y);
     vt_graph_output(g, pm);
+    vt_graph_output(g, yc);
     if (vt_graph_finalize(g, &e)) {
         fprintf(stderr, "build: %s\n", e.msg);
         return 1;
     }
     FILE *f = fopen(argv[10], "rb");
     if (!f || !rd(f, x) || !rd(f, Wq) || !rd(f, Bq) || !rd(f, Wo) || !rd(f, Bo) || !rd(f, tab) || !rd(f, r) ||
-        !rd(f, r2)) {
+        !rd(f, r2) || !rd(f, r3)) {
         fprintf(stderr, "cannot read %s\n", argv[10]);
         return 1;
     }
@@ -63,9 +70,9 @@ int main(int argc, char **argv) {
     const int has_mask = sh + sw > 0 && vt_window_shift_mask_fill(mask, Hp, Wp, wh, ww, sh, sw) == 0;
     f = fopen(argv[11], "wb");
     int ok = f != NULL;
-    const vt_tensor *outs[5] = {y, pm, x, tab, Wq};
-    for (int i = 0; ok && i < 5; i++) {
-        const float *d = i < 2 ? outs[i]->data : outs[i]->grad;
+    const vt_tensor *outs[6] = {y, pm, yc, x, tab, Wq};
+    for (int i = 0; ok && i < 6; i++) {
+        const float *d = i < 3 ? outs[i]->data : outs[i]->grad;
         ok = fwrite(d, sizeof(float), (size_t)outs[i]->numel, f) == (size_t)outs[i]->numel;
     }
     ok = ok && fwrite(idx, sizeof(float), (size_t)N * N, f) == (size_t)N * N;
