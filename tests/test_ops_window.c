@@ -497,6 +497,19 @@ static void check_errors(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Finalizes g with outputs y1 (a fused op) and y2 (its chain), fills a and b (the inputs) with fixed values, runs the
+ * forward: 1 when both outputs are equal bit for bit, 0 otherwise (or when g cannot be built, e set). */
+static int fused_equals_chain(vt_graph *g, vt_tensor *y1, vt_tensor *y2, vt_tensor *a, vt_tensor *b, vt_err *e) {
+    if (!y1 || !y2) return 0;
+    vt_graph_output(g, y1);
+    vt_graph_output(g, y2);
+    if (vt_graph_finalize(g, e) != 0) return 0;
+    for (int64_t i = 0; i < a->numel; i++) a->data[i] = (float)(i % 23) * 0.37f - 3.0f;
+    for (int64_t i = 0; i < b->numel; i++) b->data[i] = (float)(i % 11) * 0.53f - 2.0f;
+    vt_graph_forward(g);
+    return y1->numel == y2->numel && memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0;
+}
+
 /* vt_window_reverse_add against vt_window_reverse then vt_add in one graph (bit for bit: the same float sums), on a
  * padded and shifted map; a residual of the wrong size is refused with both shapes named. */
 static void check_reverse_add(vt_test *T) {
@@ -507,20 +520,8 @@ static void check_reverse_add(vt_test *T) {
     vt_tensor *xw = vt_input(g, "xw", 3, ws), *r = vt_input(g, "r", 3, rs);
     vt_tensor *y1 = vt_window_reverse_add(g, xw, r, 5, 7, 2, 3, 1, 2);
     vt_tensor *y2 = vt_add(g, vt_window_reverse(g, xw, 5, 7, 2, 3, 1, 2), vt_reshape(g, r, 4, map));
-    int ok = y1 && y2;
-    if (ok) {
-        vt_graph_output(g, y1);
-        vt_graph_output(g, y2);
-        ok = vt_graph_finalize(g, &e) == 0;
-    }
-    int same = 0;
-    if (ok) {
-        for (int64_t i = 0; i < xw->numel; i++) xw->data[i] = (float)(i % 23) * 0.37f - 3.0f;
-        for (int64_t i = 0; i < r->numel; i++) r->data[i] = (float)(i % 11) * 0.53f - 2.0f;
-        vt_graph_forward(g);
-        same = y1->numel == y2->numel && memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0;
-    }
-    T_CHECK(T, ok && same, "window_reverse_add differs from window_reverse + add (%s)", e.msg);
+    T_CHECK(T, fused_equals_chain(g, y1, y2, xw, r, &e), "window_reverse_add differs from window_reverse + add (%s)",
+            e.msg);
     vt_graph_free(g);
     g = vt_graph_new(P, 0, &e);
     vt_tensor *y = vt_window_reverse_add(g, vt_input(g, "xw", 3, ws), vt_input(g, "r", 3, bad), 5, 7, 2, 3, 1, 2);
@@ -541,20 +542,8 @@ static void check_reverse_cat(vt_test *T) {
     vt_tensor *xw = vt_input(g, "xw", 3, ws), *tl = vt_input(g, "t", 4, ts);
     vt_tensor *parts[2] = {vt_window_reverse(g, xw, 5, 7, 2, 3, 1, 2), tl};
     vt_tensor *y1 = vt_window_reverse_cat(g, xw, tl, 5, 7, 2, 3, 1, 2), *y2 = vt_concat(g, parts, 2, 3);
-    int ok = y1 && y2;
-    if (ok) {
-        vt_graph_output(g, y1);
-        vt_graph_output(g, y2);
-        ok = vt_graph_finalize(g, &e) == 0;
-    }
-    int same = 0;
-    if (ok) {
-        for (int64_t i = 0; i < xw->numel; i++) xw->data[i] = (float)(i % 23) * 0.37f - 3.0f;
-        for (int64_t i = 0; i < tl->numel; i++) tl->data[i] = (float)(i % 11) * 0.53f - 2.0f;
-        vt_graph_forward(g);
-        same = y1->numel == y2->numel && memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0;
-    }
-    T_CHECK(T, ok && same, "window_reverse_cat differs from window_reverse + concat (%s)", e.msg);
+    T_CHECK(T, fused_equals_chain(g, y1, y2, xw, tl, &e),
+            "window_reverse_cat differs from window_reverse + concat (%s)", e.msg);
     vt_graph_free(g);
     /* training graphs, loss Σ y·r: with one input a constant the other's gradient is the same as with both wanted */
     float *grads[3][2] = {{NULL}};
