@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "vitc/blocks.h"
 #include "vitc/ops.h"
 
 /* ---- builders for gc_case ---- */
@@ -658,6 +659,9 @@ static void check_errors(vt_test *T) {
         {"prepend_tokens width", "prepend_tokens", "(2, 3, 4)", "(2, 5, 4)"},
         {"permute_slice range", "permute", "(2, 3, 4)", "[2, 5)"},
         {"view range", "view", "(2, 3, 4)", "[20, 26)"},
+        {"conv_tokens NCHW channels", "conv_tokens", "(2, 4, 8, 8) (B, C, H, W)", "(4, 3, 3, 3)"},
+        {"conv_tokens channels-last channels", "conv_tokens", "(2, 4, 8, 8) (B, H, W, C)", "(4, 3, 3, 3)"},
+        {"conv_tokens kernel past the map", "im2col", "(2, 4, 8, 8)", NULL},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
         vt_err e = {0};
@@ -692,7 +696,14 @@ static void check_errors(vt_test *T) {
             y = vt_permute_slice(g, a, p, 2, 2, 3);
             break;
         }
-        default: y = vt_view_range(g, a, 20, 2, (const int[]){2, 3}); break;
+        case 11: y = vt_view_range(g, a, 20, 2, (const int[]){2, 3}); break;
+        case 12: /* vt_conv_tokens (patch embeds, CSwin's stem and merges): 4 input channels against a 3-channel weight */
+        case 13: y = vt_conv_tokens(g, x4, k == 13, vt_param(g, "w", 4, ws, (vt_init){0, 0}), NULL, 2, 1); break;
+        default: {
+            const int big[4] = {3, 4, 11, 11};
+            y = vt_conv_tokens(g, x4, 0, vt_param(g, "w", 4, big, (vt_init){0, 0}), NULL, 1, 0);
+            break;
+        }
         }
         expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
         vt_graph_free(g);
