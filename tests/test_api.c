@@ -563,6 +563,15 @@ static void check_open_with(vt_test *T, const char *dir) {
     T_CHECK(T, pool[0] == csr && pool[1] == csr, "the pool's floating-point mode after a call: %x %x (caller's %x)",
             pool[0], pool[1], csr);
 #endif
+    /* --no-prepack (its graph's plan: test_registry's check_no_prepack): the same logits */
+    vitc_model *mn = vitc_open_with("vit_fmnist_tiny", w, &o, "--attn flatten --in-chans 3 --num-classes 5 --no-prepack",
+                                    &err);
+    float ln[2 * 5];
+    T_CHECK(T, mn && vitc_logits(mn, x, n, 0, ln, &err) == 0 && max_diff(ln, ref, n * 5) < 1e-5,
+            "--no-prepack: %s (diff %g)", err.msg, max_diff(ln, ref, n * 5));
+    vitc_close(mn);
+    T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, "--no-prepack=1", &err) && strstr(err.msg, "takes no value"),
+            "--no-prepack=1: %s", err.msg);
     T_CHECK(T, m && vitc_set_dtype(m, "int8", &err) == 0 && vitc_logits(m, x, n, 0, logits, &err) == 0, "%s",
             err.msg);
     vitc_int8_layers(m, &lin, &q8);

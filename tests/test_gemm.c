@@ -196,8 +196,8 @@ static void check_transposed_dw(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, 0, NULL, NULL};
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, 0, 1, NULL, NULL};
     vt_gemm_plan in = same;
     in.intel = 1;
     const vt_gemm_lib TD = VT_GEMM_ONEDNN_T;
@@ -207,9 +207,9 @@ static void check_rule(vt_test *T) {
     in2.intel = 1;
     vt_gemm_plan inf = in;
     inf.force = DN;
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, 0, NULL, NULL};
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, 0, NULL, NULL};
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, 0, NULL, NULL};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, 0, 1, NULL, NULL};
     vt_gemm_plan forced = prescott;
     forced.force = OB;
     const struct {
@@ -311,6 +311,9 @@ static void check_rule(vt_test *T) {
     amdp.pack_w = 1;
     T_CHECK(T, strstr(vt_gemm_rule(&amdp, text, sizeof text), "packed once") != NULL, "rule 12's text (AMD): %s", text);
     T_CHECK(T, !strstr(vt_gemm_rule(&same, text, sizeof text), "packed once"), "no rule 12: %s", text);
+    amdp.prepack = 0;
+    T_CHECK(T, !strstr(vt_gemm_rule(&amdp, text, sizeof text), "packed once") && strstr(text, "rule 12 off"),
+            "rule 12 without prepared copies: %s", text);
     T_CHECK(T, strcmp(vt_gemm_lib_name(TD), "onednn_t") == 0, "rule 11's name");
 }
 
@@ -364,11 +367,15 @@ static void check_prims(vt_test *T) {
     T_CHECK(T, vt_gemm_plan_init(&p, NULL, &e) == 0, "plan: %s", e.msg);
     T_CHECK(T, p.pack_w == (p.onednn == VT_ISA_AVX2 || (!p.intel && p.onednn >= VT_ISA_AVX512)), "pack_w %d (intel %d)",
             p.pack_w, p.intel);
+    T_CHECK(T, p.prepack == 1, "a new plan may keep prepared weight copies");
     if (p.onednn >= VT_ISA_AVX2 && p.openblas <= p.onednn) {
         for (int on = 0; on < 2; on++) {
             p.pack_w = on;
             T_CHECK(T, (vt_gemm_linear_conv(&p, 49, 96, 200, 1, VT_GEMM_POST_NONE) != NULL) == on, "pack_w %d", on);
         }
+        p.prepack = 0; /* --no-prepack: no packed copy, whatever the CPU's rule */
+        T_CHECK(T, vt_gemm_linear_conv(&p, 49, 96, 201, 1, VT_GEMM_POST_NONE) == NULL, "no packed conv without prepack");
+        p.prepack = 1;
         p.bf16 = 1; /* below 2^20 MACs a bf16 plan's packed conv is fp32's (the bf16 one: check_bf16) */
         T_CHECK(T, vt_gemm_linear_conv(&p, 49, 96, 200, 1, VT_GEMM_POST_NONE) != NULL, "bf16 plan: small product");
     }

@@ -443,7 +443,76 @@ static void check_all_tokens_eval(vt_test *T, const char *name, int B, int S) {
     vt_params_free(P);
 }
 
+/* Nodes of g whose kernel is named kern. */
+static int count_kernel(const vt_graph *g, const char *kern) {
+    int n = 0;
+    for (int i = 0; i < g->nn; i++) n += g->nodes[i]->kern && strcmp(g->nodes[i]->kern->name, kern) == 0;
+    return n;
+}
+
+/* --no-prepack (vt_model_overrides.no_prepack): the eval graph's plan keeps no prepared weight copies, so no linear
+ * runs as rule 12's packed 1x1 convolution (the default graph's do where the CPU's rule packs), and the logits equal
+ * the default graph's within rounding (dtype "bf16": within bf16's where the CPU runs it natively). */
+static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
+    vt_err e = {0};
+    vt_model_cfg c[2];
+    vt_params *P = vt_params_new(&e);
+    const vt_model_cfg *base = vt_model_find(name);
+    int ok = P && base;
+    for (int k = 0; ok && k < 2; k++) {
+        vt_model_overrides ov = vt_model_no_overrides();
+        ov.dtype = dtype;
+        ov.no_prepack = k;
+        ok = vt_model_configure(base, &ov, &c[k], &e) == 0;
+    }
+    ok = ok && vt_model_init_params(&c[0], P, 5, &e) == 0;
+    T_CHECK(T, ok, "%s --no-prepack: configured: %s", name, e.msg);
+    vt_graph *g[2] = {NULL, NULL};
+    vt_tensor *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL};
+    for (int k = 0; ok && k < 2; k++) {
+        g[k] = vt_graph_new(P, 0, &e);
+        y[k] = g[k] ? vt_model_build(g[k], &c[k], 2, &x[k]) : NULL;
+        if (y[k]) vt_graph_output(g[k], y[k]);
+        ok = y[k] && vt_graph_finalize(g[k], &e) == 0;
+        if (!ok && g[k] && !e.msg[0]) e = g[k]->err;
+        if (!ok && dtype && strstr(e.msg, "bf16")) { /* no native bf16 here: refused, as --dtype bf16 is */
+            vt_graph_free(g[0]);
+            vt_graph_free(g[1]);
+            vt_params_free(P);
+            return;
+        }
+        T_CHECK(T, ok, "%s (%s, no_prepack %d): eval graph builds: %s", name, dtype ? dtype : "fp32", k, e.msg);
+    }
+    if (ok) {
+        const int packs = vt_gemm_linear_packs(&g[0]->gemm), convs = count_kernel(g[0], "linear.onednn_conv1x1");
+        T_CHECK(T, g[0]->gemm.prepack == 1 && g[1]->gemm.prepack == 0 && c[1].arch.no_prepack == 1,
+                "%s: the option reaches the plan", name);
+        T_CHECK(T, (convs > 0) == (packs != 0) && count_kernel(g[1], "linear.onednn_conv1x1") == 0,
+                "%s (%s): packed 1x1 convs %d by default (the rule packs: %d), %d with --no-prepack", name,
+                dtype ? dtype : "fp32", convs, packs, count_kernel(g[1], "linear.onednn_conv1x1"));
+        vt_rng r;
+        vt_rng_seed(&r, 29);
+        for (int64_t i = 0; i < x[0]->numel; i++) x[0]->data[i] = x[1]->data[i] = vt_rng_normal(&r);
+        vt_graph_forward(g[0]);
+        vt_graph_forward(g[1]);
+        double worst = 0.0, scale = 0.0;
+        for (int64_t i = 0; i < y[1]->numel; i++) {
+            worst = fmax(worst, fabs((double)y[0]->data[i] - y[1]->data[i]));
+            scale = fmax(scale, fabs((double)y[0]->data[i]));
+        }
+        const double tol = dtype ? 2e-2 : 1e-5;
+        T_CHECK(T, scale > 0.0 && worst <= tol * scale, "%s (%s): logits with --no-prepack off by %.3g (scale %.3g)",
+                name, dtype ? dtype : "fp32", worst, scale);
+    }
+    vt_graph_free(g[0]);
+    vt_graph_free(g[1]);
+    vt_params_free(P);
+}
+
 void test_registry(vt_test *T) {
+    check_no_prepack(T, "vit_fmnist_p7", NULL);
+    check_no_prepack(T, "swin_fmnist_tiny", NULL);
+    check_no_prepack(T, "vit_fmnist_p7", "bf16");
     check_option_kinds(T);
     check_options_record(T);
     check_all_tokens(T, "vit_fmnist_p7", NULL);

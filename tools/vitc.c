@@ -23,7 +23,7 @@ static const command commands[] = {
      "--output -o --seed " SIZE_OPTS ARCH_OPTS "--train-form", cmd_init, 0},
     {"forward", "vitc forward MODEL --weights W --input X --output Y [model options]",
      "eval-mode logits (B, K) for `input` (B, C, H, W)",
-     "--weights -w --input --output -o --threads --train-form --features --dtype " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
+     "--weights -w --input --output -o --threads --train-form --features --dtype --no-prepack " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
      "--weights -w --input --output -o --steps --lr --weight-decay --threads --dtype " SIZE_OPTS ARCH_OPTS, cmd_grad,
@@ -43,7 +43,8 @@ static const command commands[] = {
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",
-     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form --dtype " SIZE_OPTS
+     "--weights -w --data --batch-size --test-subset --json --threads --workers --classes --train-form --dtype "
+     "--no-prepack " SIZE_OPTS
      ARCH_OPTS,
      cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--data DIR [--workers N]] "
@@ -51,7 +52,7 @@ static const command commands[] = {
      "img/s, GMACs, achieved GFLOP/s (2 per multiply-add run; --train: 3x the forward's multiply-adds) and the sgemm "
      "peak",
      "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path --data --workers --dtype "
-     SIZE_OPTS ARCH_OPTS,
+     "--no-prepack " SIZE_OPTS ARCH_OPTS,
      cmd_bench, 0},
     {"deploy", "vitc deploy MODEL --weights TRAIN.safetensors -o DEPLOY.safetensors [model options]",
      "merge training-form weights (cFFN conv+BN branches, BN running stats) into the deployed form",
@@ -59,12 +60,14 @@ static const command commands[] = {
     {"predict", "vitc predict MODEL --weights W [--topk K] [--json] [--output X.safetensors] IMAGE...",
      "top-k classes of image files (PNG, JPEG, BMP, GIF, TGA, PSD, HDR, binary PNM), preprocessed as the model's "
      "pretrained cfg",
-     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes --dtype " SIZE_OPTS
+     "--weights -w --topk --crop-pct --json --output -o --batch-size --train-form --threads --classes --dtype "
+     "--no-prepack " SIZE_OPTS
      ARCH_OPTS, cmd_predict, 1},
     {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
      "[--rollout] [--save-maps MAPS.safetensors]",
      "pictures of the class token's (or mean query's) attention per block and head, overlaid on the images",
-     "--weights -w --output -o --blocks --heads --rollout --save-maps --train-form --threads --attn --ffn --dims "
+     "--weights -w --output -o --blocks --heads --rollout --save-maps --train-form --threads --no-prepack --attn --ffn "
+     "--dims "
      "--depths --windows --apply-transform --double-heads --img-size --in-chans --num-classes",
      cmd_attention, 1},
 };

@@ -42,6 +42,9 @@ typedef struct vt_gemm_plan {
     int pack_w;        /* rule 12 on (oneDNN's AVX2 tier, AMD's AVX-512): inference linears with a constant weight run as
                         * oneDNN's 1x1 convolution on a copy of the weight packed once */
     int bf16;          /* set by vt_gemm_plan_bf16: large products outside parallel regions run in bf16 */
+    int prepack;       /* 1 (vt_gemm_plan_init): inference graphs may keep copies of constant weights made for their
+                        * kernels (rule 12's packed ones, a bf16 plan's bf16 ones); 0: none, less memory, slower at
+                        * small batches (vt_arch_cfg.no_prepack, `--no-prepack`) */
     vt_gemm_prims *prims;
     double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at
                       * [t · VT_GEMM_PROF_STRIDE]; a call outside a parallel region counts its time on every thread */
@@ -97,7 +100,7 @@ typedef enum vt_gemm_post {
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* Whether the plan runs an inference linear layer whose weight is constant, of any shape, as a 1x1 convolution on a
- * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w set, not forced, oneDNN at AVX2 or better
+ * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w and prepack set, not forced, oneDNN at AVX2 or better
  * and OpenBLAS not ahead of it (a bf16 plan too: bf16 x and packed weight from 2^20 MACs on). */
 int vt_gemm_linear_packs(const vt_gemm_plan *p);
 

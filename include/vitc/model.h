@@ -51,6 +51,7 @@ typedef struct vt_arch_cfg {
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
     int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
     int bf16;          /* 1: every graph runs its large products in bf16 (vt_gemm_plan_bf16) */
+    int no_prepack;    /* 1: inference graphs keep no weight copies made for their kernels (vt_gemm_plan.prepack 0) */
 } vt_arch_cfg;
 
 /* A named model. */
@@ -134,6 +135,7 @@ typedef struct vt_model_overrides {
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */
     int windows_listed;       /* 1: windows came as one value per stage (not one value for every stage) */
     const char *dtype;        /* arithmetic of the linear layers: "fp32", "bf16" or "int8" (NULL keeps fp32) */
+    int no_prepack;           /* 1 sets vt_arch_cfg.no_prepack */
     int recorded;             /* 1: heads come from a record (a checkpoint's, vitc_open_with's): a stage whose
                                * attention type runs its own head count (GMA) ignores them, as the run that recorded
                                * them did, where a --heads given is refused */

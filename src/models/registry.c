@@ -79,11 +79,11 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
 }
 
 int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e) {
-    static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform"};
+    static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform", "--no-prepack"};
     static const char *const lists[] = {"--dims", "--depths", "--heads", "--windows"};
     static const char *const ints[] = {"--img-size", "--in-chans", "--num-classes"};
     static const char *const strs[] = {"--attn", "--ffn", "--dtype"};
-    int *const flag_of[] = {&ov->train_form, &ov->double_heads, &ov->apply_transform};
+    int *const flag_of[] = {&ov->train_form, &ov->double_heads, &ov->apply_transform, &ov->no_prepack};
     int *const list_of[] = {ov->dims, ov->depths, ov->heads, ov->windows};
     int *const int_of[] = {&ov->img_size, &ov->in_chans, &ov->num_classes};
     const char **const str_of[] = {&ov->attn, &ov->ffn, &ov->dtype};
@@ -100,19 +100,19 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         const int eq = *p == '='; /* --name=value, as on the command line */
         p += eq;
         int f = 0, l = 0, i = 0, k = 0;
-        for (f = 0; f < 3 && strcmp(opt, flags[f]) != 0; f++) {}
+        for (f = 0; f < 4 && strcmp(opt, flags[f]) != 0; f++) {}
         for (l = 0; l < 4 && strcmp(opt, lists[l]) != 0; l++) {}
         for (i = 0; i < 3 && strcmp(opt, ints[i]) != 0; i++) {}
         for (k = 0; k < 3 && strcmp(opt, strs[k]) != 0; k++) {}
-        if (f < 3 && eq) return vt_seterr(e, "model option %s takes no value", opt);
-        if (f < 3) {
+        if (f < 4 && eq) return vt_seterr(e, "model option %s takes no value", opt);
+        if (f < 4) {
             *flag_of[f] = 1;
             continue;
         }
         if (l == 4 && i == 3 && k == 3)
             return vt_seterr(e, "unknown model option '%s' (model options: --attn --ffn --dims --depths --heads "
                              "--windows --img-size --in-chans --num-classes --dtype --train-form --double-heads "
-                             "--apply-transform)", opt);
+                             "--apply-transform --no-prepack)", opt);
         /* the value: up to the next option (a blank, then "--"), as vitc records it (a list may hold blanks: "2, 2") */
         if (!eq) p += strspn(p, " \t\n");
         for (len = 0; p[len] && !(strchr(" \t\n", p[len]) && p[len + 1] == '-' && p[len + 2] == '-'); len++) {}
@@ -278,6 +278,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
         a->opts.double_heads = 1;
     }
     if (ov->train_form) a->train_form = 1;
+    if (ov->no_prepack) a->no_prepack = 1;
     if (ov->dtype && strcmp(ov->dtype, "fp32") != 0 && strcmp(ov->dtype, "int8") != 0 && strcmp(ov->dtype, "bf16") != 0)
         return vt_seterr(e, "unknown --dtype '%s' (fp32, bf16 or int8)", ov->dtype);
     if (ov->dtype) {
@@ -388,6 +389,7 @@ vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor *
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
+    g->gemm.prepack = !c->arch.no_prepack;
     if (c->arch.bf16 && vt_gemm_plan_bf16(&g->gemm, &g->err)) return NULL;
     vt_tensor *y = c->family->build(g, c, x);
     if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != c->arch.num_classes))
@@ -406,6 +408,7 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
+    g->gemm.prepack = !c->arch.no_prepack;
     if (c->arch.bf16 && vt_gemm_plan_bf16(&g->gemm, &g->err)) return -1;
     const int n = c->family->features(g, c, x, maps);
     name_model(g, c);

@@ -114,6 +114,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->tail_n = !f.intel && p->onednn >= VT_ISA_AVX512; /* rule 14 */
     p->pack_w = p->onednn == VT_ISA_AVX2 || p->tail_n;  /* rule 12 */
     p->bf16 = 0;
+    p->prepack = 1;
     return 0;
 }
 
@@ -462,7 +463,8 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
 }
 
 int vt_gemm_linear_packs(const vt_gemm_plan *p) {
-    return p->force == VT_GEMM_AUTO && p->pack_w && p->onednn >= VT_ISA_AVX2 && p->openblas <= p->onednn;
+    return p->force == VT_GEMM_AUTO && p->pack_w && p->prepack && p->onednn >= VT_ISA_AVX2 &&
+           p->openblas <= p->onednn;
 }
 
 const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
@@ -494,7 +496,9 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  : p->tail_n ? " A*B^T with N <= 512 not a multiple of 16 on 1 thread: openblas;"
                              : "",
                  p->intel ? " (inference: every shape)" : "",
-                 p->pack_w ? " (inference with a constant weight, every shape: onednn 1x1 conv, weight packed once)" : "");
+                 !p->pack_w     ? ""
+                 : p->prepack ? " (inference with a constant weight, every shape: onednn 1x1 conv, weight packed once)"
+                              : " (no prepared weight copies: rule 12 off)");
     const size_t used = strlen(buf);
     if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)
         snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15%s): "

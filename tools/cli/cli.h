@@ -27,6 +27,7 @@ typedef struct {
     int train_form; /* training form of re-parameterised models (cFFN branches, Next-ViT's unmerged BatchNorms) */
     int topk;
     const char *dtype;                        /* --dtype */
+    int no_prepack;                           /* --no-prepack */
     const char *recipe, *init_from;           /* train: --recipe, --init-from */
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */

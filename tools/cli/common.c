@@ -264,6 +264,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
     ov.apply_transform = o->apply_transform;
     ov.double_heads = o->double_heads;
     ov.dtype = o->dtype;
+    ov.no_prepack = o->no_prepack;
     vt_err e = {0};
     if (vt_model_configure(base, &ov, cfg, &e)) return refuse(NULL, "%s", e.msg); /* every one is the options' */
     if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
