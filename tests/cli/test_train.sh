@@ -310,6 +310,8 @@ train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes 
 bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
 bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step
 bench vit_fmnist_tiny --ffn cffn --train --train-form|a training step (--train) always runs the training form
+bench vit_fmnist_tiny --train --no-prepack|--no-prepack concerns inference graphs; a training step (--train) keeps no prepared weight copies
+train vit_fmnist_tiny --no-prepack|unknown option '--no-prepack'
 eval vit_fmnist_tiny --weights w.safetensors --classes c.json|--classes checks an image folder's classes
 init vit_fmnist_tiny -o -w|option -o needs a value, got the option -w
 init vit_fmnist_tiny --seed 99999999999999999999999|--seed must be in [0, 9.2e+18], got 99999999999999999999999

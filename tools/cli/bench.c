@@ -48,6 +48,9 @@ int cmd_bench(opts *o) {
     if (o->train_form && (o->train || o->data))
         return refuse("bench", "--train-form chooses the form of an inference benchmark; a training step (%s) always "
                       "runs the training form", o->train ? "--train" : "--data");
+    if (o->no_prepack && (o->train || o->data))
+        return refuse("bench", "--no-prepack concerns inference graphs; a training step (%s) keeps no prepared weight "
+                      "copies", o->train ? "--train" : "--data");
     if (given(o, "--drop-path") && !o->train && !o->data)
         return refuse("bench", "--drop-path acts only in a training step: add --train (inference has no stochastic "
                       "depth)");
