@@ -148,8 +148,8 @@ vt_tensor *vt_conv_bias(vt_graph *g, const char *prefix, int out, int in, int k,
  * (nhwc 1), w (Cout, C, k, k), b (Cout) or NULL -> (B, Ho, Wo, Cout); one oneDNN conv or vt_im2col + a linear. */
 vt_tensor *vt_conv_tokens(vt_graph *g, vt_tensor *x, int nhwc, vt_tensor *w, vt_tensor *b, int stride, int pad);
 
-/* vt_conv2d_p (bias, one group) on x (B, C, H, W) computed as its patches (vt_im2col) times the weight viewed as
- * (out, C·k·k): the tokens (B, Ho·Wo, out) in raster order, the grid in *gh, *gw. */
+/* vt_conv2d_p (bias, one group) on x (B, C, H, W) as tokens (B, Ho·Wo, out) in raster order (vt_conv_tokens: one
+ * oneDNN conv or its patches times the weight viewed as (out, C·k·k)), the grid in *gh, *gw. */
 vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int out, int k, int stride, int pad,
                               int *gh, int *gw);
 

@@ -44,7 +44,8 @@ typedef struct vt_gemm_plan {
     int bf16;          /* set by vt_gemm_plan_bf16: large products outside parallel regions run in bf16 */
     int prepack;       /* 1 (vt_gemm_plan_init): inference graphs may keep copies of constant weights made for their
                         * kernels (rule 12's packed ones, a bf16 plan's bf16 ones); 0: none, less memory, slower at
-                        * small batches (vt_arch_cfg.no_prepack, `--no-prepack`) */
+                        * small batches (vt_arch_cfg.no_prepack, `--no-prepack`); an int8 graph keeps its quantised
+                        * weights, its kernels' only form */
     vt_gemm_prims *prims;
     double *calls_s; /* profiling (vt_graph_enable_profile): seconds each thread spent in vt_gemm, thread t at
                       * [t · VT_GEMM_PROF_STRIDE]; a call outside a parallel region counts its time on every thread */
@@ -65,8 +66,9 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e);
 
 /* Makes the plan run every vt_gemm product of at least VT_GEMM_BF16_MNK multiply-adds called outside OpenMP parallel
  * regions as a oneDNN bf16 × bf16 matmul summed in fp32 (A and B rounded to bf16, nearest even), and linear layers'
- * forwards of that size as vt_gemm_linear_prim primitives on bf16 copies of x and w; 0, or -1 with an error where
- * oneDNN has no native bf16 kernel on this CPU or VITC_GEMM forces OpenBLAS. */
+ * forwards of that size as vt_gemm_linear_prim primitives on bf16 copies of x and w (where rule 12 holds, inference
+ * linears with a constant weight as vt_gemm_linear_conv's 1x1 convolution on it packed to bf16); 0, or -1 with an
+ * error where oneDNN has no native bf16 kernel on this CPU or VITC_GEMM forces OpenBLAS. */
 int vt_gemm_plan_bf16(vt_gemm_plan *p, vt_err *e);
 
 #define VT_GEMM_BF16_MNK (1LL << 20) /* vt_gemm_plan_bf16's smallest product (M·N·K) */

@@ -51,7 +51,8 @@ typedef struct vt_arch_cfg {
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
     int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
     int bf16;          /* 1: every graph runs its large products in bf16 (vt_gemm_plan_bf16) */
-    int no_prepack;    /* 1: inference graphs keep no weight copies made for their kernels (vt_gemm_plan.prepack 0) */
+    int no_prepack;    /* 1: inference graphs keep no packed or bf16 weight copies (vt_gemm_plan.prepack 0; int8's
+                        * quantised weights stay) */
 } vt_arch_cfg;
 
 /* A named model. */

@@ -86,7 +86,8 @@ int cmd_bench(opts *o) {
                                   : "not input-bound (the pipeline is faster than the step, if it gets the cores)");
     /* the options that made this model from the named one: a benchmark row of a variant names it */
     char mopts[1024], label[1300];
-    if (given_options(o, RECORDED_OPTS "--train-form ", mopts, sizeof mopts)) snprintf(mopts, sizeof mopts, "...");
+    if (given_options(o, RECORDED_OPTS "--train-form --no-prepack ", mopts, sizeof mopts))
+        snprintf(mopts, sizeof mopts, "...");
     snprintf(label, sizeof label, "%s%s%s", c.name, mopts[0] ? " " : "", mopts);
     if (o->csv) { /* timm benchmark.py's columns: --bench infer, or --bench train with --train */
         const char *m = o->train ? "train" : "infer";
