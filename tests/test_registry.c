@@ -451,8 +451,9 @@ static int count_kernel(const vt_graph *g, const char *kern) {
 }
 
 /* --no-prepack (vt_model_overrides.no_prepack): the eval graph's plan keeps no prepared weight copies, so no linear
- * runs as rule 12's packed 1x1 convolution (the default graph's do where the CPU's rule packs), and the logits equal
- * the default graph's within rounding (dtype "bf16": within bf16's where the CPU runs it natively). */
+ * runs as rule 12's packed 1x1 convolution (the default graph's do where the CPU's rule packs) and, after a forward,
+ * it holds no copy (vt_gemm_weight_copy_bytes; the default one does where the rule packs, and in bf16 always), and
+ * the logits equal the default graph's within rounding (dtype "bf16": within bf16's where the CPU runs it natively). */
 static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
     vt_err e = {0};
     vt_model_cfg c[2];
@@ -500,6 +501,9 @@ static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
             worst = fmax(worst, fabs((double)y[0]->data[i] - y[1]->data[i]));
             scale = fmax(scale, fabs((double)y[0]->data[i]));
         }
+        const size_t c0 = vt_gemm_weight_copy_bytes(&g[0]->gemm), c1 = vt_gemm_weight_copy_bytes(&g[1]->gemm);
+        T_CHECK(T, (c0 > 0) == (dtype || packs) && c1 == 0, "%s (%s): weight copies %zu bytes by default, %zu with "
+                "--no-prepack", name, dtype ? dtype : "fp32", c0, c1);
         const double tol = dtype ? 2e-2 : 1e-5;
         T_CHECK(T, scale > 0.0 && worst <= tol * scale, "%s (%s): logits with --no-prepack off by %.3g (scale %.3g)",
                 name, dtype ? dtype : "fp32", worst, scale);

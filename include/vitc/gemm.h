@@ -106,6 +106,10 @@ int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int 
  * and OpenBLAS not ahead of it (a bf16 plan too: bf16 x and packed weight from 2^20 MACs on). */
 int vt_gemm_linear_packs(const vt_gemm_plan *p);
 
+/* Bytes of the weight copies the plan's kernels have made so far: rule 12's packed weights, a bf16 plan's bf16 ones,
+ * int8 layers' quantised ones with their scales (0 before a graph's first forward, and with prepack 0 but int8's). */
+size_t vt_gemm_weight_copy_bytes(const vt_gemm_plan *p);
+
 /* The plan's primitive for y = post(x·wᵀ + b) with x (M, K), w (N, K), b (N) if has_bias, y (M, N), all dense
  * row-major (post ADD: + r, r (M, N)); made on first request and reused (a bf16 plan's: x and w rounded to bf16,
  * vt_gemm_prim_run). NULL if oneDNN cannot make it. */

@@ -154,6 +154,8 @@ typedef struct vt_bench_result {
     double gflops;                       /* achieved: the multiply-adds the graph ran (a class-token ViT's last block
                                           * computes one row) ×2, ×3 for a training step, per second */
     double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
+    double weight_copies_mib;            /* weight copies the graph's kernels made (vt_gemm_weight_copy_bytes:
+                                          * packed, bf16, int8; none with --no-prepack but int8's) */
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */
     double bf16_gflops;                  /* a bf16 graph's (--dtype bf16): a 1024³ product as its GEMMs run it
                                           * (vt_gemm on a bf16 plan: inputs converted, oneDNN bf16 matmul); else 0 */

@@ -30,6 +30,7 @@ struct vt_gemm_conv {
     dnnl_primitive_t prim, pack;
     dnnl_memory_t x, w, wp, b, y, r; /* r: VT_CONV_ADD's added term (y's layout) */
     void *packed;
+    size_t wbytes;     /* packed's size */
     const float *wsrc; /* CONV_LINEAR: the weight `packed` holds (NULL: none yet) */
     vt_gemm_prims *bf16; /* CONV_LINEAR_BF16: the store whose scratch takes x's bf16 copy */
     /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
@@ -43,6 +44,7 @@ struct vt_gemm_conv {
 
 struct vt_gemm_bfw {
     uint16_t *data;    /* N·K bf16 values */
+    size_t bytes;      /* data's size */
     const float *wsrc; /* the weight data holds (NULL: none yet) */
     vt_gemm_bfw *next;
 };
@@ -98,6 +100,18 @@ void vt_gemm_plan_free(vt_gemm_plan *p) {
     if (c->eng) dnnl_engine_destroy(c->eng);
     free(c);
     p->prims = NULL;
+}
+
+size_t vt_gemm_weight_copy_bytes(const vt_gemm_plan *p) {
+    const vt_gemm_prims *c = p->prims;
+    size_t n = 0;
+    for (const vt_gemm_conv *q = c ? c->convs : NULL; q; q = q->next)
+        if (q->geom[11] >= CONV_LINEAR && q->wsrc) n += q->wbytes; /* a layer's packed weight, once packed */
+    for (const vt_gemm_bfw *q = c ? c->bfws : NULL; q; q = q->next)
+        if (q->wsrc) n += q->bytes;
+    for (const vt_gemm_q8 *q = c ? c->q8s : NULL; q; q = q->next)
+        if (q->wsrc) n += (q->wq ? (size_t)q->N * q->K : 0) + q->packed_bytes + 2 * sizeof(float) * (size_t)q->N;
+    return n;
 }
 
 /* A dense row-major rows×cols matrix (transposed: a cols×rows one read as its transpose). */
@@ -171,7 +185,8 @@ vt_gemm_bfw *vt_gemm_bf16_weight(vt_gemm_plan *p, int N, int K) {
     vt_gemm_prims *c = p->bf16 ? vt_gemm_prims_of(p) : NULL;
     vt_gemm_bfw *q = c ? calloc(1, sizeof *q) : NULL;
     if (!q) return NULL;
-    if (posix_memalign((void **)&q->data, 64, (size_t)N * K * sizeof(uint16_t))) {
+    q->bytes = (size_t)N * K * sizeof(uint16_t);
+    if (posix_memalign((void **)&q->data, 64, q->bytes)) {
         free(q);
         return NULL;
     }
@@ -301,6 +316,7 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    q->wbytes = wbytes;
     int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] >= CONV_LINEAR && !strstr(impl, "1x1")) ||
               !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||

@@ -16,8 +16,9 @@ struct vt_gemm_q8 {
     vt_gemm_post post;
     dnnl_primitive_t prim, pack; /* the u8 × s8 matmul; the reorder of the plain s8 weight into its layout (or NULL) */
     dnnl_memory_t x, w, wp, b, r, y, sc, zp; /* w: the plain s8 weight; wp: packed (== w when pack is NULL) */
-    int8_t *wq;                  /* the plain s8 weight (N, K) */
+    int8_t *wq;                  /* the plain s8 weight (N, K) where the kernel reads it (NULL where it is packed) */
     void *packed;                /* wp's data when packed */
+    size_t packed_bytes;         /* its size (0: none) */
     float *wscale, *oscale;      /* per output: the weight's scale; the product's (wscale · the input's scale) */
     int32_t zpv;                 /* the input's zero point of the current run */
     const float *wsrc;           /* the float weight that wq holds (quantised at the first run; NULL before) */

@@ -175,6 +175,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->params = vt_params_count(P, VT_PARAM);
         struct rusage ru; /* before gemm_peaks' buffers: the model's own peak (ru_maxrss is in KiB on Linux) */
         r->peak_rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0.0;
+        r->weight_copies_mib = (double)vt_gemm_weight_copy_bytes(&g->gemm) / (1 << 20);
         gemm_peaks(r, c->arch.bf16, c->arch.int8 && !train);
         vt_machine_probe(&r->machine);
         r->gemm = g->gemm;

@@ -113,13 +113,14 @@ int cmd_bench(opts *o) {
                "\"gmacs_run_per_img\": %.6f, "
                "\"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
-               "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, ",
+               "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+               "\"weight_copies_mib\": %.1f, ",
                c.name, dtype_label(&c, !fell_back), B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, (long long)r.params, r.gmacs_per_img, r.gmacs_run_per_img,
                r.gflops,
                r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.int8_gflops, r.arena_mib,
-               r.peak_rss_mib);
+               r.peak_rss_mib, r.weight_copies_mib);
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
         printf("\"model_options\": ");
         json_str(mopts);
@@ -160,7 +161,7 @@ int cmd_bench(opts *o) {
     if (r.gmacs_run_per_img < 0.9995 * r.gmacs_per_img)
         snprintf(run, sizeof run, " (%.4g run)", r.gmacs_run_per_img);
     printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.4g ms/iter, fastest %.4g), %.4g GMACs/img%s, %.1f GFLOP/s "
-           "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB\n",
+           "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB (weight copies %.1f MiB)\n",
            c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
            o->train ? b16 ? "bf16 train" : "train"
            : q8     ? "int8 inference"
@@ -170,7 +171,7 @@ int cmd_bench(opts *o) {
            omp_get_max_threads(),
            r.img_per_s, r.ms_per_iter, r.ms_best_iter, r.gmacs_per_img, run, r.gflops,
            100 * r.gflops / peak, bf ? "the bf16 GEMM" : i8 ? "the int8 GEMM" : "sgemm", peak, r.arena_mib,
-           r.peak_rss_mib);
+           r.peak_rss_mib, r.weight_copies_mib);
     printf("cpu: %s, %s\n", m->cpu_model, isa_phrase(m, isa, sizeof isa));
     printf("gemm kernels: OpenBLAS \"%s\" (%s), oneDNN %s (%s); sgemm 1024^3: OpenBLAS %.1f, oneDNN %.1f GFLOP/s\n",
            m->openblas_core, vt_isa_name(r.gemm.openblas), m->onednn_isa, vt_isa_name(r.gemm.onednn), r.sgemm_openblas,
