@@ -102,8 +102,8 @@ typedef enum vt_gemm_post {
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* Whether the plan runs an inference linear layer whose weight is constant, of any shape, as a 1x1 convolution on a
- * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w and prepack set, not forced, oneDNN at AVX2 or better
- * and OpenBLAS not ahead of it (a bf16 plan too: bf16 x and packed weight from 2^20 MACs on). */
+ * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w and prepack set, not forced, oneDNN at AVX2
+ * or better and OpenBLAS not ahead of it (a bf16 plan too: bf16 x and packed weight from 2^20 MACs on). */
 int vt_gemm_linear_packs(const vt_gemm_plan *p);
 
 /* Bytes of the weight copies the plan's kernels have made so far: rule 12's packed weights, a bf16 plan's bf16 ones,

@@ -242,8 +242,8 @@ static int linear_prim_prepare(vt_node *n) {
     if (!linear_prim_wanted(n)) return 0;
     p->prim = vt_gemm_linear_prim(&n->g->gemm, p->R, p->Co, p->Ci, p->has_bias, linear_prim_post(n));
     if (!p->prim) return 0;
-    if (n->g->gemm.bf16 && n->g->gemm.prepack && !n->g->training && vt_graph_is_constant(n->g, n->in[1])) /* w in bf16
-                                                                                                          * once */
+    /* w in bf16 once (not with --no-prepack: converted at every run then) */
+    if (n->g->gemm.bf16 && n->g->gemm.prepack && !n->g->training && vt_graph_is_constant(n->g, n->in[1]))
         return (p->bfw = vt_gemm_bf16_weight(&n->g->gemm, p->Co, p->Ci)) != NULL;
     return 1;
 }
