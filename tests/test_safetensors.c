@@ -558,6 +558,70 @@ static void test_error_fit(vt_test *T) {
     }
 }
 
+/* Resident pages of this process (/proc/self/statm), or -1. */
+static long resident_pages(void) {
+    FILE *fp = fopen("/proc/self/statm", "r");
+    long size = 0, res = -1;
+    if (fp && fscanf(fp, "%ld %ld", &size, &res) != 2) res = -1;
+    if (fp) fclose(fp);
+    return res;
+}
+
+/* vt_st_open maps a regular file: values as written; vt_st_release of a 4 MiB tensor hands its pages back (the
+ * resident set falls by most of it) and leaves the pages it shares with its neighbours alone (a byte written into
+ * the mapping just before it stays), and the tensor reads the same after it; on a parsed copy it does nothing. */
+static void test_mapped(vt_test *T, const char *dir) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/mapped.safetensors", dir);
+    enum { NB = 1 << 20 };
+    float a[3] = {1.0f, 2.0f, 3.0f}, c[2] = {-4.0f, 5.5f};
+    float *b = malloc(sizeof(float) * NB), *got = malloc(sizeof(float) * NB);
+    for (int i = 0; b && i < NB; i++) b[i] = (float)(i % 1000) * 0.25f - 7.0f;
+    vt_st_out outs[3] = {{.name = "a", .dtype = VT_ST_F32, .ndim = 1, .shape = {3}, .data = a},
+                         {.name = "b", .dtype = VT_ST_F32, .ndim = 1, .shape = {NB}, .data = b},
+                         {.name = "c", .dtype = VT_ST_F32, .ndim = 1, .shape = {2}, .data = c}};
+    vt_err e = {0};
+    vt_st_file f = {0};
+    const int ok = b && got && vt_st_write(path, outs, 3, NULL, &e) == 0 && vt_st_open(path, &f, &e) == 0;
+    T_CHECK(T, ok && f.mapped == 1, "a regular file is mapped: %s", e.msg);
+    const vt_st_entry *ea = ok ? vt_st_find(&f, "a") : NULL, *eb = ok ? vt_st_find(&f, "b") : NULL;
+    if (ea && eb) {
+        int same = vt_st_read_f32(eb, got, NB, &e) == 0 && memcmp(got, b, sizeof(float) * NB) == 0;
+        T_CHECK(T, same, "mapped values: %s", e.msg);
+        uint8_t *pa = (uint8_t *)(uintptr_t)ea->data; /* a's bytes share a page with b's first */
+        pa[0] ^= 0x01;
+        const long before = resident_pages(), page = sysconf(_SC_PAGESIZE);
+        vt_st_release(&f, eb);
+        const long after = resident_pages();
+        T_CHECK(T, before > 0 && after >= 0 && (before - after) * page >= 3 * (1 << 20),
+                "release handed back %ld of b's 4 MiB (resident pages %ld -> %ld)", (before - after) * page, before,
+                after);
+        T_CHECK(T, (pa[0] ^ 0x01) == ((const uint8_t *)a)[0], "a page b shares with a is kept");
+        same = vt_st_read_f32(eb, got, NB, &e) == 0 && memcmp(got, b, sizeof(float) * NB) == 0;
+        T_CHECK(T, same, "b reads the same after release: %s", e.msg);
+    }
+    vt_st_close(&f);
+    vt_st_file q = {0};
+    FILE *fp = fopen(path, "rb");
+    long n = 0;
+    uint8_t *bytes = NULL;
+    if (fp && fseek(fp, 0, SEEK_END) == 0 && (n = ftell(fp)) > 0 && fseek(fp, 0, SEEK_SET) == 0 &&
+        (bytes = malloc((size_t)n)) && fread(bytes, 1, (size_t)n, fp) != (size_t)n)
+        n = 0;
+    if (fp) fclose(fp);
+    const int parsed = n > 0 && vt_st_parse(bytes, (size_t)n, &q, &e) == 0;
+    const vt_st_entry *qb = parsed ? vt_st_find(&q, "b") : NULL;
+    if (qb) vt_st_release(&q, qb);
+    T_CHECK(T, parsed && !q.mapped && qb && vt_st_read_f32(qb, got, NB, &e) == 0 &&
+                   memcmp(got, b, sizeof(float) * NB) == 0,
+            "a parsed copy: not mapped, release a no-op: %s", e.msg);
+    vt_st_close(&q);
+    free(bytes);
+    free(b);
+    free(got);
+    unlink(path);
+}
+
 void test_safetensors(vt_test *T) {
     char dir[] = "/tmp/vitc_st_XXXXXX";
     if (!mkdtemp(dir)) {
@@ -565,6 +629,7 @@ void test_safetensors(vt_test *T) {
         return;
     }
     test_roundtrip(T, dir);
+    test_mapped(T, dir);
     test_writer_errors(T, dir);
     test_stale_temps(T, dir);
     test_malformed(T, dir);

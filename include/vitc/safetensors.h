@@ -50,6 +50,7 @@ typedef struct vt_st_entry {
 typedef struct vt_st_file {
     uint8_t *buf;
     size_t len;
+    int mapped;       /* buf is a private mapping of the file (vt_st_open of a regular file), else allocated */
     vt_st_entry *entries;
     int n;
     int *sorted;      /* entry indices sorted by name (for vt_st_find) */
@@ -70,8 +71,10 @@ typedef struct vt_st_out {
 /* Name of a dtype as written in headers ("F32"...), or "?" when out of range. */
 const char *vt_st_dtype_name(vt_st_dtype d);
 
-/* Reads the whole file at path into memory (a stream only as far as its header says it ends) and validates it into
- * *f (zeroed on error). */
+/* Maps the regular file at path (privately: writes to f->buf stay in memory), or reads it whole into memory (a
+ * stream only as far as its header says it ends), and validates it into *f (zeroed on error). A mapped file that
+ * another program shortens while it is open raises SIGBUS at the next read of the lost pages; vitc itself replaces
+ * files by renaming (the open one keeps its data). */
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e);
 
 /* Validates an in-memory file image into *f; buf is copied, the caller keeps it. */
@@ -79,6 +82,10 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e);
 
 /* Frees everything held by f and zeroes it (safe on a zeroed or already closed file). */
 void vt_st_close(vt_st_file *f);
+
+/* Hands the pages that only tensor t's data lies on back to the page cache where f maps its file (no-op otherwise):
+ * a loader calls it after copying t; reading t again reads the file again. */
+void vt_st_release(const vt_st_file *f, const vt_st_entry *t);
 
 /* The entry named name, or NULL when absent. */
 const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name);

@@ -1,4 +1,5 @@
 /* Strict safetensors reader and atomic writer (rules in include/vitc/safetensors.h). */
+#define _DEFAULT_SOURCE /* madvise */
 #include "vitc/safetensors.h"
 
 #include "vitc/fileio.h"
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,7 +169,10 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t l
 
 void vt_st_close(vt_st_file *f) {
     if (!f) return;
-    free(f->buf);
+    if (f->mapped)
+        munmap(f->buf, f->len);
+    else
+        free(f->buf);
     free(f->entries);
     free(f->sorted);
     for (int i = 0; i < f->n_meta; i++) {
@@ -305,11 +310,13 @@ static const char *other_format(const uint8_t *buf, size_t len) {
     return NULL;
 }
 
-/* Validates the image buf[0..len) (owned: kept in f on success, freed on error). */
-static int parse_owned(uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
+/* Validates the image buf[0..len) (owned: kept in f on success, freed or unmapped on error; mapped: a mapping of
+ * len bytes). */
+static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     f->buf = buf;
     f->len = len;
+    f->mapped = mapped;
     cJSON *root = NULL;
     span *spans = NULL;
     const vt_st_entry **by_name = NULL;
@@ -477,7 +484,7 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy) return vt_seterr_code(e, VT_E_NOMEM, "out of memory copying %zu bytes", len);
     if (len) memcpy(copy, buf, len);
-    return parse_owned(copy, len, f, e);
+    return parse_owned(copy, len, 0, f, e);
 }
 
 /* The size of a safetensors stream from its first len bytes (vt_size_fn): the 8-byte length, then the header, then the
@@ -510,15 +517,40 @@ static size_t st_size(const unsigned char *b, size_t len, void *arg) {
     return end < (double)(SIZE_MAX / 4) ? 8 + (size_t)hn + (size_t)end + 1 : len;
 }
 
+/* A private, writable mapping of the regular file at path (its whole length into *len), or NULL where it is no
+ * regular file, is empty or cannot be mapped (the caller reads it then). Loading maps rather than reads so that a
+ * file's pages can go back to the page cache as its tensors are copied (vt_st_release): vitc predict with
+ * DeiT-B's 346 MB of weights peaked at 684 MiB resident, the file read whole beside the parameters. */
+static uint8_t *map_file(const char *path, size_t *len) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX / 2) {
+        *len = (size_t)st.st_size;
+        m = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    }
+    close(fd);
+    return m == MAP_FAILED ? NULL : (uint8_t *)m;
+}
+
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     unsigned char *buf = NULL;
     size_t len = 0;
     vt_err local = {0};
-    if (vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
+    const int mapped = (buf = map_file(path, &len)) != NULL;
+    if (!mapped && vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
         return vt_seterr_from(e, &local, "%s", local.msg);
-    if (parse_owned(buf, len, f, &local) != 0) return vt_seterr_from(e, &local, "%s: %s", path, local.msg);
+    if (parse_owned(buf, len, mapped, f, &local) != 0) return vt_seterr_from(e, &local, "%s: %s", path, local.msg);
     return 0;
+}
+
+void vt_st_release(const vt_st_file *f, const vt_st_entry *t) {
+    if (!f || !t || !f->mapped || t->end <= t->begin) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data,
+                    lo = (a + page - 1) / page * page, hi = (a + (uintptr_t)(t->end - t->begin)) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* the pages it lies on alone: read again if needed */
 }
 
 const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name) {

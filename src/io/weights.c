@@ -316,18 +316,22 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
     int rc = tmp ? 0 : -1;
     for (int i = 0; i < P->n && rc == 0; i++) {
         const vt_tensor *t = P->t[i];
-        if (!vt_st_find(f, t->name)) continue; /* vt_weights_may_be_absent (checked) */
-        rc = vt_st_read_f32(vt_st_find(f, t->name), tmp, t->numel, e);
+        const vt_st_entry *s = vt_st_find(f, t->name);
+        if (!s) continue; /* vt_weights_may_be_absent (checked) */
+        rc = vt_st_read_f32(s, tmp, t->numel, e);
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
+        vt_st_release(f, s); /* a mapped file's pages back to the page cache: the peak holds P and one tensor */
     }
     vt_free(tmp);
     for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
         vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
-        if (s)
+        if (s) {
             rc = vt_st_read_f32(s, t->data, t->numel, e);
-        else if (t->init.kind != VT_INIT_FIXED) /* a BatchNorm's counter */
+            vt_st_release(f, s);
+        } else if (t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
             vt_zero(t->data, t->numel);
+        }
     }
     return rc;
 }
