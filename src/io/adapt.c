@@ -249,6 +249,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
                         if (!isfinite(src[j]))
                             rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite",
                                            path, t->name, isnan(src[j]) ? "NaN" : "Inf", (long long)j);
+                vt_st_release(&f, s); /* a mapped file's pages back once read (vt_params_load_file) */
                 continue;
             }
             if (a == HEAD) { /* keeps its initialisation */
@@ -258,7 +259,9 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
                 continue;
             }
             /* checked above: the conversion cannot fail now */
-            if ((rc = vt_st_read_f32(s, a == SAME ? t->data : src, s->numel, e)) || a == SAME) continue;
+            rc = vt_st_read_f32(s, a == SAME ? t->data : src, s->numel, e);
+            vt_st_release(&f, s);
+            if (rc || a == SAME) continue;
             if (a == POS) {
                 const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p), gm = isqrt_exact(t->shape[1] - p);
                 memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */

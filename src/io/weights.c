@@ -187,6 +187,7 @@ int vt_param_read(const vt_st_file *f, const char *name, const vt_tensor *t, flo
                          vt_st_dtype_name(s->dtype));
     float *tmp = vt_alloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1), e);
     int rc = tmp ? vt_st_read_f32(s, tmp, t->numel, e) : -1;
+    vt_st_release(f, s); /* read: a mapped file's pages back to the page cache (a resume's moments too) */
     if (rc == 0) rc = check_values(t, name, tmp, path, e);
     if (rc == 0) memcpy(dst, tmp, sizeof(float) * (size_t)t->numel);
     vt_free(tmp);
