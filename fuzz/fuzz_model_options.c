@@ -79,8 +79,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         vt_model_configure(base, &again, &c2, &e))
         abort();
     c2.arch.train_form = c.arch.train_form; /* not an architecture option: the weights' form, recorded apart */
-    c2.arch.int8 = c.arch.int8;
+    c2.arch.int8 = c.arch.int8; /* run options, never recorded: the arithmetic, the kernels' weight copies */
     c2.arch.bf16 = c.arch.bf16;
+    c2.arch.no_prepack = c.arch.no_prepack;
     c2.arch.drop_path = c.arch.drop_path;
     c2.pre = c.pre;
     if (memcmp(&c.arch, &c2.arch, sizeof c.arch) != 0) abort();
