@@ -76,20 +76,48 @@ static int sk_rows_of(int M) { return SK_ROWS_FOR((M + 15) / 16); }
 static int sk_on(int M) { return M <= SK_MAX; }
 
 /* Kt (dh × Mv, Mv = M rounded up to 16) = the first dh channels of the M rows of K (row stride ldk), transposed;
- * columns M to Mv zeroed (the tile's lanes past M read them). The rows 8 ahead are prefetched: the keys come from
- * memory (a row per token of a packed qkv), and the copy waited on each row's load (perf: 89% of its samples on the
- * load; the op's seconds over 3 steps at batch 16, alternated, Zen 4, 2026-12-04: CSwin-T's 56-key stages 1-2
- * 0.035 → 0.027, Swin-T inference 0.22-0.25 → 0.165-0.18; at batch 1, the keys in cache, no change). */
+ * columns M to Mv zeroed (the tile's lanes past M read them). Blocks of 16 rows × 16 channels are transposed in
+ * registers (masked loads past M and dh), and the next block's rows prefetched: the keys come from memory (a row per
+ * token of a packed qkv). A copy one float at a time, even with the prefetches, took 40% as long as the tiles
+ * themselves (perf, CSwin-T inference at batch 16). The op's seconds over 3 steps at batch 16, 3 alternated rounds
+ * (AMD EPYC Zen 4, 2026-12-04): inference CSwin-T 0.28-0.36 → 0.21-0.26, Swin-T 0.18-0.25 → 0.17; training (2
+ * steps) CSwin-T 0.51-0.52 → 0.45-0.48, Swin-T 0.40-0.47 → 0.32-0.36. */
 static void sk_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
     const int Mv = (M + 15) / 16 * 16;
-    for (int j = 0; j < M; j++) {
-        const float *kr = K + (size_t)j * ldk;
-        if (j + 8 < M)
-            for (int c = 0; c < dh; c += 16) __builtin_prefetch(kr + 8 * (size_t)ldk + c, 0, 3);
-        for (int c = 0; c < dh; c++) Kt[(size_t)c * Mv + j] = kr[c];
+    for (int j0 = 0; j0 < Mv; j0 += 16) {
+        for (int r = 16; r < 32 && j0 + r < M; r++)
+            for (int c = 0; c < dh; c += 16) __builtin_prefetch(K + (size_t)(j0 + r) * ldk + c, 0, 3);
+        for (int c0 = 0; c0 < dh; c0 += 16) {
+            const int nc = dh - c0 < 16 ? dh - c0 : 16;
+            const __mmask16 cm = (__mmask16)((1u << nc) - 1u);
+            __m512 a[16], b[16];
+            for (int r = 0; r < 16; r++)
+                a[r] = j0 + r < M ? _mm512_maskz_loadu_ps(cm, K + (size_t)(j0 + r) * ldk + c0) : _mm512_setzero_ps();
+            for (int k = 0; k < 8; k++) { /* rows 2k, 2k+1 interleaved per 128-bit lane */
+                b[2 * k] = _mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]);
+                b[2 * k + 1] = _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]);
+            }
+            for (int k = 0; k < 4; k++) { /* lane L of a[4k + m]: rows 4k..4k+3 of channel 4L + m */
+                const __m512d x0 = _mm512_castps_pd(b[4 * k]), x1 = _mm512_castps_pd(b[4 * k + 1]);
+                const __m512d x2 = _mm512_castps_pd(b[4 * k + 2]), x3 = _mm512_castps_pd(b[4 * k + 3]);
+                a[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+                a[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+                a[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+                a[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+            }
+            for (int m = 0; m < 4; m++) { /* channel 4L + m: lane L of a[m], a[4 + m], a[8 + m], a[12 + m] */
+                const __m512 e0 = _mm512_shuffle_f32x4(a[m], a[4 + m], 0x88);
+                const __m512 e1 = _mm512_shuffle_f32x4(a[m], a[4 + m], 0xDD);
+                const __m512 e2 = _mm512_shuffle_f32x4(a[8 + m], a[12 + m], 0x88);
+                const __m512 e3 = _mm512_shuffle_f32x4(a[8 + m], a[12 + m], 0xDD);
+                b[m] = _mm512_shuffle_f32x4(e0, e2, 0x88);
+                b[8 + m] = _mm512_shuffle_f32x4(e0, e2, 0xDD);
+                b[4 + m] = _mm512_shuffle_f32x4(e1, e3, 0x88);
+                b[12 + m] = _mm512_shuffle_f32x4(e1, e3, 0xDD);
+            }
+            for (int c = 0; c < nc; c++) _mm512_storeu_ps(Kt + (size_t)(c0 + c) * Mv + j0, b[c]);
+        }
     }
-    for (int c = 0; c < dh; c++)
-        for (int j = M; j < Mv; j++) Kt[(size_t)c * Mv + j] = 0.0f;
 }
 
 /* The rows < `rows` (<= R) of one tile, row stride M, with X = A·Ktᵀ (A's rows lda apart, dh deep, Kt's rows 16·NV
