@@ -450,6 +450,18 @@ static void check_open_with(vt_test *T, const char *dir) {
     if (P) P->model = "deit_tiny_patch16_224";
     T_CHECK(T, P && vt_params_save(P, wo, &e) == 0, "%s", e.msg);
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && strstr(err.msg, "do not match"), "%s", err.msg);
+    /* a record holding an option vitc never records there (hand-edited): refused, as the CLI refuses it */
+    const char *runtime[] = {"--no-prepack", "--train-form", "--dtype bf16"};
+    for (int i = 0; i < 3 && P; i++) {
+        P->model = "vit_fmnist_tiny";
+        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten %s", runtime[i]);
+        T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
+        char want[64];
+        snprintf(want, sizeof want, "model option '%.*s'", (int)strcspn(runtime[i], " "), runtime[i]);
+        T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
+                       strstr(err.msg, want) && strstr(err.msg, "not a file vitc wrote"),
+                "record '%s': %s", runtime[i], err.msg);
+    }
     unlink(wo);
     const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},
                             {"--dims 1x", "--dims '1x': expected comma-separated integers"},

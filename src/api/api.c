@@ -221,6 +221,14 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         return fail(err, e.code == VT_E_NOMEM ? VITC_E_MEMORY : VITC_E_WEIGHTS, "%s: its %s record: %s", weights,
                     VT_OPTIONS_KEY, e.msg), NULL;
     }
+    /* vitc records only architecture and size options there (vt_model_options_text), as the CLI's reader requires */
+    const char *runtime = rec.no_prepack ? "--no-prepack" : rec.train_form ? "--train-form" : rec.dtype ? "--dtype" : NULL;
+    if (runtime) {
+        vt_st_close(&f);
+        free(m);
+        return fail(err, VITC_E_WEIGHTS, "%s records the model option '%s' (%s): not a file vitc wrote", weights,
+                    runtime, VT_OPTIONS_KEY), NULL;
+    }
     if (o.img_size) rec.img_size = 0; /* opt's size, where the weights fit it */
     take_recorded(&ov, &rec, base->arch.nstages); /* the options given, then those the weights record */
     if (o.img_size) ov.img_size = o.img_size;
