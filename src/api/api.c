@@ -222,7 +222,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
                     VT_OPTIONS_KEY, e.msg), NULL;
     }
     /* vitc records only architecture and size options there (vt_model_options_text), as the CLI's reader requires */
-    const char *runtime = rec.no_prepack ? "--no-prepack" : rec.train_form ? "--train-form" : rec.dtype ? "--dtype" : NULL;
+    const char *runtime = rec.no_prepack   ? "--no-prepack"
+                          : rec.train_form ? "--train-form"
+                          : rec.dtype      ? "--dtype"
+                                           : NULL;
     if (runtime) {
         vt_st_close(&f);
         free(m);
