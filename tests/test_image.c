@@ -10,7 +10,9 @@
 #include <stb_image_write.h>
 
 #include "test.h"
+#include "vitc/augment.h"
 #include "vitc/image.h"
+#include "vitc/rng.h"
 
 /* Max |out - (pix[sy, sx] / 255 - mean) / std| over the S×S output of a 1-channel crop at offset (oy, ox), with
  * pixels outside the image taken as 0. */
@@ -51,6 +53,43 @@ static void check_crops(vt_test *T) {
     vt_preprocess pad = {9, 1, 9.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 7, &pad, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 7, out, 9, -1, -1, 0.5f, 0.25f) < 1e-6, "padded crop");
+}
+
+/* Long thin images: the shorter side resized to S makes a copy wider than VT_IMAGE_MAX_SIDE (5000×2 to S = 8: 20000×8),
+ * which is fine (torchvision takes it); only a copy over VT_IMAGE_MAX_PIXELS is refused. */
+static void check_thin(vt_test *T) {
+    enum { W = 5000, H = 2, S = 8 };
+    unsigned char *pix = malloc((size_t)W * H), *line = malloc(16384);
+    float out[S * S];
+    vt_err e = {0};
+    T_CHECK(T, pix && line, "out of memory");
+    if (!pix || !line) {
+        free(pix), free(line);
+        return;
+    }
+    memset(pix, 200, (size_t)W * H);
+    const vt_preprocess p = {S, 1, 1.0f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0};
+    T_CHECK(T, vt_image_preprocess(pix, W, H, &p, out, &e) == 0, "5000×2 to 8: %s", e.msg);
+    double err = 0.0; /* a constant image stays constant (the fixed-point weights may round by one level) */
+    for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
+    T_CHECK(T, err <= 1.5 / 255.0 / 0.25, "5000×2 constant image to 8: err %g", err);
+    T_CHECK(T, vt_image_preprocess(pix, H, W, &p, out, &e) == 0, "2×5000 to 8: %s", e.msg);
+    /* the training transform's resize of the same image (crop+flip: shorter side to 8, no padding) */
+    const vt_crop_flip cf = {S, 1, 0, 1, {0.5f, 0, 0}, {0.25f, 1, 1}};
+    const vt_transform tf = vt_transform_crop_flip(&cf);
+    const vt_image img = {W, H, 1, pix};
+    vt_rng rng;
+    vt_rng_seed(&rng, 3);
+    T_CHECK(T, tf.apply(tf.ctx, &img, &rng, out, &e) == 0, "crop+flip of 5000×2 to 8: %s", e.msg);
+    err = 0.0;
+    for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
+    T_CHECK(T, err <= 1.5 / 255.0 / 0.25, "crop+flip of a 5000×2 constant image: err %g", err);
+    memset(line, 7, 16384); /* 16384×1 to 224: a 3,670,016×224 copy, over the pixel cap */
+    const vt_preprocess big = {224, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0};
+    vt_clearerr(&e);
+    T_CHECK(T, vt_image_preprocess(line, 16384, 1, &big, NULL, &e) != 0 && strstr(e.msg, "at most"),
+            "16384×1 to 224: %s", e.msg);
+    free(pix), free(line);
 }
 
 static void check_channels_and_errors(vt_test *T) {
@@ -437,6 +476,10 @@ static void check_gif_psd_hdr(vt_test *T) {
     }
     put8(&g, 0), put8(&g, 0x3b);
     T_CHECK(T, rgb_ok(g.b, g.n, want, W, H, &e) == 0, "GIF: %s", e.msg);
+    /* the same with colour 7 transparent: PIL's convert gives its palette colour, not black */
+    bytes gt = g;
+    gt.b[13 + 384 + 3] = 0x01, gt.b[13 + 384 + 6] = 7;
+    T_CHECK(T, rgb_ok(gt.b, gt.n, want, W, H, &e) == 0, "GIF with a transparent colour: %s", e.msg);
     T_CHECK(T, cuts_refused(T, "GIF", g.b, 0, g.n - 1), "GIF cuts"); /* without its trailer it is whole */
     /* PSD, RGB 8-bit: planar raw, then PackBits rows (a literal run and a repeat each) */
     for (int rle = 0; rle < 2; rle++) {
@@ -490,6 +533,7 @@ static void check_gif_psd_hdr(vt_test *T) {
 
 void test_image(vt_test *T) {
     check_crops(T);
+    check_thin(T);
     check_channels_and_errors(T);
     check_decode(T);
     check_hostile(T);

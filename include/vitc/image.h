@@ -51,10 +51,16 @@ typedef enum { VT_INTERP_RANDOM = 0, VT_INTERP_BILINEAR = 2, VT_INTERP_BICUBIC =
 /* Checks img: pixels present, 1 or 3 channels, each side 1..VT_IMAGE_MAX_SIDE. */
 int vt_image_check(const vt_image *img, vt_err *e);
 
+/* Whether a resize target of w×h pixels is allowed: each side at least 1, at most VT_IMAGE_MAX_PIXELS pixels (no side
+ * limit: a long thin image's shorter side resized to the model's size makes a copy wider than VT_IMAGE_MAX_SIDE). */
+static inline int vt_image_target_ok(long long w, long long h) {
+    return w >= 1 && h >= 1 && w <= VT_IMAGE_MAX_PIXELS / h;
+}
+
 /* Resizes the crop box (x0, y0, cw, ch) of src to ow×oh pixels into dst (ow·oh·chans bytes) as PIL 9.4's
  * img.crop(box).resize((ow, oh), filter) (torchvision's resized_crop): separable filter with the support widened
  * by the scale when shrinking, 22-bit fixed-point coefficients, rounded, clipped to 8 bits. filter: bilinear or
- * bicubic (a = -0.5). */
+ * bicubic (a = -0.5); ow×oh as vt_image_target_ok allows. */
 int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow, int oh, vt_interp filter,
                     unsigned char *dst, vt_err *e);
 

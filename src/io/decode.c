@@ -330,8 +330,11 @@ static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
     return 0;
 }
 
-/* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end. */
-static int gif_check(const unsigned char *b, size_t n, vt_err *e) {
+/* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end. *transp: 1 + the
+ * offset of the flags byte of the graphic control extension that applies to the first image when it marks a
+ * transparent colour, else 0. */
+static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e) {
+    *transp = 0;
     if (n < 13) return truncated(e, "GIF", n, "header cut");
     size_t at = 13;
     if (b[10] & 0x80) at += 3 * ((size_t)2 << (b[10] & 7)); /* global colour table */
@@ -355,6 +358,7 @@ static int gif_check(const unsigned char *b, size_t n, vt_err *e) {
         if (b[at++] == 0xf9) { /* graphic control: as stb_image reads it, a size other than 4 ends the block */
             if (at >= n) return truncated(e, "GIF", n, "extension cut");
             const size_t len = b[at++];
+            if (len == 4 && at < n) *transp = b[at] & 1 ? at + 1 : 0; /* the last one before the image applies */
             at += len;
             if (len != 4) continue;
         }
@@ -469,13 +473,22 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
         return vt_seterr(e, "corrupt or unsupported %s image (%s)", fmt_name[f], stbi_failure_reason());
     if (f == FMT_BMP && h < 0 && h != INT32_MIN) h = -h; /* a top-down BMP */
     if (check_size(w, h, e)) return -1;
+    size_t transp = 0;
     const int bad = f == FMT_BMP   ? bmp_check(buf, n, w, h, e)
-                    : f == FMT_GIF ? gif_check(buf, n, e)
+                    : f == FMT_GIF ? gif_check(buf, n, &transp, e)
                     : f == FMT_TGA ? tga_check(buf, n, e)
                     : f == FMT_PSD ? psd_check(buf, n, w, h, e)
                                    : hdr_check(buf, n, w, h, e);
     if (bad) return -1;
-    unsigned char *pix = stbi_load_from_memory(buf, (int)n, &w, &h, &from, 0);
+    unsigned char *copy = NULL; /* stb_image leaves a GIF's transparent pixels (0, 0, 0); PIL's convert gives their
+                                 * palette colour, which stb_image writes once the transparency flag is cleared */
+    if (transp) {
+        if (!(copy = malloc(n))) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (a GIF file of %zu bytes)", n);
+        memcpy(copy, buf, n);
+        copy[transp - 1] &= 0xfe;
+    }
+    unsigned char *pix = stbi_load_from_memory(copy ? copy : buf, (int)n, &w, &h, &from, 0);
+    free(copy);
     if (!pix) {
         const char *why = stbi_failure_reason();
         if (why && strcmp(why, "outofmem") == 0)

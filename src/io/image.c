@@ -89,8 +89,9 @@ int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow,
     if (vt_image_check(src, e)) return -1;
     if (x0 < 0 || y0 < 0 || cw < 1 || ch < 1 || x0 > src->w - cw || y0 > src->h - ch)
         return vt_seterr(e, "crop box (%d, %d) %d×%d is not inside the %d×%d image", x0, y0, cw, ch, src->w, src->h);
-    if (ow < 1 || oh < 1 || ow > VT_IMAGE_MAX_SIDE || oh > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "resize target %d×%d (each side must be 1..%d)", ow, oh, VT_IMAGE_MAX_SIDE);
+    if (!vt_image_target_ok(ow, oh))
+        return vt_seterr(e, "resize target %d×%d (each side at least 1, at most %lld pixels)", ow, oh,
+                         VT_IMAGE_MAX_PIXELS);
     if (filter != VT_INTERP_BILINEAR && filter != VT_INTERP_BICUBIC)
         return vt_seterr(e, "resize filter %d (bilinear 2 or bicubic 3)", (int)filter);
     const int C = src->chans, W = src->w;
@@ -164,9 +165,9 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
      * s)) with squash */
     const int sw = p->squash || w <= h ? (int)scale : (int)(scale * w / h);
     const int sh = p->squash || w > h ? (int)scale : (int)(scale * h / w);
-    if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
-                         VT_IMAGE_MAX_SIDE);
+    if (!vt_image_target_ok(sw, sh))
+        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1, at most %lld pixels)", w,
+                         h, sw, sh, VT_IMAGE_MAX_PIXELS);
     unsigned char *res = vt_alloc((size_t)sw * sh * C, e);
     const vt_image src = {w, h, C, (unsigned char *)pix};
     if (!res || vt_image_resize(&src, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, res, e)) {

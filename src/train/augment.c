@@ -46,9 +46,9 @@ static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, fl
     if ((img->w < img->h ? img->w : img->h) != cf->size) { /* torchvision Resize(size): the longer side scales too */
         const int w = img->w, h = img->h, S = cf->size;
         const int sw = w <= h ? S : (int)((double)S * w / h), sh = w <= h ? (int)((double)S * h / w) : S;
-        if (sw < 1 || sh < 1 || sw > VT_IMAGE_MAX_SIDE || sh > VT_IMAGE_MAX_SIDE)
-            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side must be 1..%d)", w, h, sw, sh,
-                             VT_IMAGE_MAX_SIDE);
+        if (!vt_image_target_ok(sw, sh))
+            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1, at most %lld pixels)",
+                             w, h, sw, sh, VT_IMAGE_MAX_PIXELS);
         r = (vt_image){sw, sh, img->chans, malloc((size_t)sw * sh * img->chans)};
         if (!r.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory resizing an image to %d×%d", sw, sh);
         if (vt_image_resize(img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, r.pix, e)) {
