@@ -136,6 +136,17 @@ $V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$T/valonly" --cl
 check "eval --classes on a folder with only val/ scores it by the class names, as with train/ there" \
     "[ $? -eq 0 ] && diff <(grep -o 'top-1 accuracy.*' '$T/ev.log') <(grep -o 'top-1 accuracy.*' '$T/ev3.log')" \
     "$(cat "$T/ev.log" "$T/ev3.log")"
+# with train/, eval labels by the folder's class order: weights whose run's classes.json orders them otherwise are
+# refused (a silently wrong accuracy before); --classes then scores by the weights' names
+mkdir -p "$T/swapped"
+cp "$T/png/weights.safetensors" "$T/swapped/"
+$PY -c 'import json, sys; d = json.load(open(sys.argv[1])); d["0"], d["1"] = d["1"], d["0"]
+json.dump(d, open(sys.argv[2], "w"))' "$T/png/classes.json" "$T/swapped/classes.json"
+$V eval vit_fmnist_tiny -w "$T/swapped/weights.safetensors" --data "$F/png" >"$T/ev4.log" 2>&1
+rc=$?
+check "eval refuses a folder whose classes the weights' classes.json orders otherwise" \
+    "[ $rc -eq 1 ] && grep -q \"$F/png/train's classes are not those of the weights: class 0 is '0_tshirt' in \
+$F/png/train and '1_trouser' in $T/swapped/classes.json\" '$T/ev4.log'" "rc $rc: $(cat "$T/ev4.log")"
 
 # JPEG: runs and lowers the loss (two epochs on a subset)
 $V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --data "$F/jpg" \

@@ -53,6 +53,26 @@ static void classes_beside_weights(opts *o, int K) {
     o->ncls = K;
 }
 
+/* eval of a folder with train/ labels images by that folder's class order: the run's classes.json beside the weights,
+ * when there is one, must name the same classes in that order, or the labels would not be the model's outputs
+ * (a silently wrong accuracy). 0, or 1 after the message. */
+static int check_run_classes(const opts *o, const vt_data *d, const char *data, int K) {
+    if (o->cls || !d->folder || !o->weights) return 0;
+    char path[4096], **names = NULL;
+    vt_err e = {0};
+    if (vt_classes_beside(o->weights, K, &names, path, sizeof path, &e) <= 0) return 0;
+    const vt_imagefolder *f = &d->f_train;
+    int k = 0;
+    while (k < K && k < f->nclasses && strcmp(names[k], f->classes[k]) == 0) k++;
+    const int differ = k < K || f->nclasses != K;
+    if (differ)
+        say("eval", "%s/train's classes are not those of the weights: class %d is '%s' in %s/train and '%s' in %s; "
+            "`--classes %s` scores %s/val by the weights' class names", data, k,
+            k < f->nclasses ? f->classes[k] : "(none)", data, k < K ? names[k] : "(none)", path, path, data);
+    vt_classes_free(names, K);
+    return differ;
+}
+
 /* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
 static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
     const int names = class_name(o, c, 0) != NULL;
@@ -101,6 +121,10 @@ int cmd_eval(opts *o) {
         classes_beside_weights(o, c.arch.num_classes); /* a validation folder alone: the run's classes */
     /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
     if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (check_run_classes(o, &d, data, c.arch.num_classes)) {
+        vt_data_close(&d);
+        return 1;
+    }
     if (o->test_subset > d.val.n)
         notice("--test-subset %d is more than the %d test images: evaluating all of them", o->test_subset, d.val.n);
     vt_params *P = load_model(o, &c);
