@@ -15,6 +15,7 @@ typedef struct vt_imagefolder {
     int n;
     char **paths;   /* n file paths */
     int *labels;    /* n labels < nclasses */
+    int unread;     /* files left out that torchvision's ImageFolder would read (.tif .tiff .webp) */
 } vt_imagefolder;
 
 /* Scans dir/train and dir/val into train and val (val uses train's class indices). Errors name the folder: a missing

@@ -20,18 +20,23 @@ static const char *const exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pg
 #define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm"
 #define MAX_DEPTH 32 /* folders nested deeper are refused */
 
-/* 1 when name ends with an image extension vitc reads (case-insensitive). */
-static int is_image_file(const char *name) {
+static const char *const unread_exts[] = {".tif", ".tiff", ".webp"};
+
+/* 1 when name ends with one of the n extensions ext (case-insensitive). */
+static int has_ext(const char *name, const char *const *ext, size_t n_ext) {
     const size_t n = strlen(name);
-    for (size_t k = 0; k < sizeof exts / sizeof *exts; k++) {
-        const size_t m = strlen(exts[k]);
+    for (size_t k = 0; k < n_ext; k++) {
+        const size_t m = strlen(ext[k]);
         if (n < m) continue;
         size_t j = 0;
-        while (j < m && tolower((unsigned char)name[n - m + j]) == exts[k][j]) j++;
+        while (j < m && tolower((unsigned char)name[n - m + j]) == ext[k][j]) j++;
         if (j == m) return 1;
     }
     return 0;
 }
+
+/* 1 when name ends with an image extension vitc reads. */
+static int is_image_file(const char *name) { return has_ext(name, exts, sizeof exts / sizeof *exts); }
 
 /* A growable list of strings. */
 typedef struct {
@@ -82,8 +87,9 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted. */
-static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
+/* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted; *unread (when not
+ * NULL) counts its files of torchvision's extensions that vitc does not read. */
+static int list_dir(const char *dir, strlist *dirs, strlist *files, int *unread, vt_err *e) {
     DIR *d = opendir(dir);
     if (!d) return cannot_open(dir, e);
     struct dirent *de;
@@ -101,6 +107,8 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, vt_err *e) {
             if (dirs) rc = push(dirs, strdup(de->d_name), e);
         } else if (files && is_image_file(de->d_name)) {
             rc = push(files, strdup(de->d_name), e);
+        } else if (unread && has_ext(de->d_name, unread_exts, sizeof unread_exts / sizeof *unread_exts)) {
+            ++*unread;
         }
         free(full);
     }
@@ -175,12 +183,12 @@ static int seen_add(seen_set *s, const char *dir, vt_err *e) {
     return 0;
 }
 
-/* Appends the image paths under dir (recursively) to out; seen: the folders reached so far. */
-static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n, int *cap, vt_err *e) {
+/* Appends the image paths under dir (recursively) to out; seen: the folders reached so far; unread: as list_dir's. */
+static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n, int *cap, int *unread, vt_err *e) {
     if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep", dir, MAX_DEPTH);
     if (seen_add(seen, dir, e)) return -1;
     strlist dirs = {0}, files = {0};
-    int rc = list_dir(dir, &dirs, &files, e);
+    int rc = list_dir(dir, &dirs, &files, unread, e);
     for (int i = 0; rc == 0 && i < files.n; i++) {
         if (*n == *cap) {
             int c = *cap ? 2 * *cap : 256;
@@ -202,7 +210,7 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
     }
     for (int i = 0; rc == 0 && i < dirs.n; i++) {
         char *sub = join(dir, dirs.s[i]);
-        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, e)
+        rc = sub ? walk(sub, depth + 1, seen, out, n, cap, unread, e)
                  : vt_seterr_code(e, VT_E_NOMEM, "out of memory scanning an image folder");
         free(sub);
     }
@@ -259,10 +267,10 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     if (!is_dir(split_dir)) return vt_seterr(e, "image folder: %s is not a folder", split_dir);
     strlist cls = {0};
     found *fs = NULL;
-    int nf = 0, cap = 0;
+    int nf = 0, cap = 0, unread = 0;
     seen_set seen = {NULL, 0, 0}; /* the split folder and every folder under it, reached once each */
     int rc = seen_add(&seen, split_dir, e);
-    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, e);
+    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, NULL, e);
     if (rc == 0 && cls.n == 0)
         rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
     if (rc == 0) { /* every class folder's name, the val split's too (it must be a train class) */
@@ -289,7 +297,8 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
         }
         char *cdir = join(split_dir, cls.s[c]);
         const int before = nf;
-        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, e) : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
+        rc = cdir ? walk(cdir, 0, &seen, &fs, &nf, &cap, &unread, e)
+                  : vt_seterr_code(e, VT_E_NOMEM, "out of memory");
         if (rc == 0 && nf == before)
             rc = vt_seterr(e, "image folder: class folder %s holds no image files (" EXT_LIST ")", cdir);
         if (rc == 0 && nf - before > 1) qsort(fs + before, (size_t)(nf - before), sizeof *fs, cmp_found);
@@ -314,6 +323,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     }
     if (rc == 0) {
         out->n = nf;
+        out->unread = unread;
         out->paths = calloc((size_t)(nf > 0 ? nf : 1), sizeof(char *)); /* zeroed: freed whole if a later step fails */
         const int K = classes ? classes->nclasses : cls.n;
         out->classes = calloc((size_t)K, sizeof(char *));

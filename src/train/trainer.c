@@ -746,6 +746,9 @@ static void run_begin(train_run *r) {
         say(r, "Data: %s: %d training images, %d validation images, %d classes (classes.json); %d loader thread%s%s\n",
             o->data, d->f_train.n, d->f_val.n, d->f_train.nclasses, r->workers, r->workers == 1 ? "" : "s",
             r->dp->size > 1 ? " per rank" : "");
+        if (d->f_train.unread + d->f_val.unread > 0)
+            say(r, "Data: %d training and %d validation files left out: .tif, .tiff and .webp images, which "
+                "torchvision's ImageFolder reads, vitc does not decode\n", d->f_train.unread, d->f_val.unread);
         char tf[512];
         if (d->deit_on) vt_tf_params_format(&d->deit, tf, sizeof tf);
         say(r, "Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",

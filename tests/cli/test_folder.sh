@@ -136,6 +136,14 @@ $V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$T/valonly" --cl
 check "eval --classes on a folder with only val/ scores it by the class names, as with train/ there" \
     "[ $? -eq 0 ] && diff <(grep -o 'top-1 accuracy.*' '$T/ev.log') <(grep -o 'top-1 accuracy.*' '$T/ev3.log')" \
     "$(cat "$T/ev.log" "$T/ev3.log")"
+# .tif, .tiff and .webp files (torchvision reads them, vitc does not decode them) are left out and counted
+printf 'II*\0' >"$T/valonly/val/0_tshirt/x.tif"
+printf 'RIFF' >"$T/valonly/val/0_tshirt/y.WebP"
+$V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$T/valonly" --classes "$T/png/classes.json" \
+    >"$T/ev5.log" 2>&1
+check "eval says how many .tif/.tiff/.webp files it left out, and scores the rest" \
+    "[ $? -eq 0 ] && grep -q '2 files of $T/valonly/val left out: .tif, .tiff and .webp' '$T/ev5.log' && \
+    diff <(grep -o 'top-1 accuracy.*' '$T/ev.log') <(grep -o 'top-1 accuracy.*' '$T/ev5.log')" "$(cat "$T/ev5.log")"
 # with train/, eval labels by the folder's class order: weights whose run's classes.json orders them otherwise are
 # refused (a silently wrong accuracy before); --classes then scores by the weights' names
 mkdir -p "$T/swapped"

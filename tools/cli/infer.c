@@ -121,6 +121,9 @@ int cmd_eval(opts *o) {
         classes_beside_weights(o, c.arch.num_classes); /* a validation folder alone: the run's classes */
     /* with --classes the folder's val/ classes are scored by name against them, and no train/ is needed */
     if (vt_data_open_eval(&c, data, o->cls, o->ncls, o->test_subset, &d, &e)) return die("%s", e.msg);
+    if (d.folder && d.f_val.unread > 0)
+        notice("%d files of %s/val left out: .tif, .tiff and .webp images, which torchvision's ImageFolder reads, vitc "
+               "does not decode", d.f_val.unread, data);
     if (check_run_classes(o, &d, data, c.arch.num_classes)) {
         vt_data_close(&d);
         return 1;
