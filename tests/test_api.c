@@ -366,6 +366,16 @@ static void check_gmf(vt_test *T, const char *w) {
                 err.msg);
     }
     T_CHECK(T, vitc_logits(m, x, 1, 48, (float[10]){0}, &err) == -1 && strstr(err.msg, "48"), "%s", err.msg);
+    vitc_close(m);
+    /* crop_pct concerns images only: 96 / 0.004 px is past the resize limit, and a 96 px tensor is still fine */
+    vitc_options o;
+    vitc_options_init(&o);
+    o.crop_pct = 0.004f;
+    m = vitc_open("groupmixformer_test", w, &o, &err);
+    float *x96 = random_input(3 * 96 * 96, 5), lg[10];
+    T_CHECK(T, m && x96 && vitc_logits(m, x96, 1, 96, lg, &err) == 0, "96 px tensor with crop_pct 0.004: %s",
+            err.msg);
+    free(x96);
     free(x);
     vitc_close(m);
 }
@@ -461,6 +471,14 @@ static void check_open_with(vt_test *T, const char *dir) {
         T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
                        strstr(err.msg, want) && strstr(err.msg, "not a file vitc wrote"),
                 "record '%s': %s", runtime[i], err.msg);
+    }
+    /* a record that parses but cannot make the model: the file is blamed (VITC_E_WEIGHTS), not the caller */
+    if (P) {
+        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --img-size 30");
+        T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
+        T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
+                       strstr(err.msg, "vitc_model_options record (\"--num-classes 5 --in-chans 3 --img-size 30\")") &&
+                       strstr(err.msg, "30"), "record --img-size 30: code %d, %s", err.code, err.msg);
     }
     unlink(wo);
     const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},

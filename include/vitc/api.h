@@ -137,8 +137,8 @@ VITC_API void vitc_options_init(vitc_options *opt);
 
 /** Opens model `name` with weights from the safetensors file `weights` (official state_dict names), built with the
  * model options and the form the file records (vitc's weight files: `vitc_model_options`, `vitc_form`; a record
- * holding --dtype, --train-form or --no-prepack, which vitc never writes there, is refused); opt may be NULL. Returns
- * the model, or NULL with the reason in err. */
+ * holding --dtype, --train-form or --no-prepack, which vitc never writes there, or options that cannot make the model
+ * is refused with VITC_E_WEIGHTS); opt may be NULL. Returns the model, or NULL with the reason in err. */
 VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc_options *opt, vitc_error *err);
 
 /** vitc_open of model `name` changed by `model_options`, which win over those the file records, spelt as on vitc's

@@ -233,14 +233,23 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
                     runtime, VT_OPTIONS_KEY), NULL;
     }
     if (o.img_size) rec.img_size = 0; /* opt's size, where the weights fit it */
+    vt_model_overrides given = ov;                /* the caller's alone: whom a configuration error blames */
     take_recorded(&ov, &rec, base->arch.nstages); /* the options given, then those the weights record */
-    if (o.img_size) ov.img_size = o.img_size;
-    ov.crop_pct = o.crop_pct;
+    if (o.img_size) ov.img_size = given.img_size = o.img_size;
+    ov.crop_pct = given.crop_pct = o.crop_pct;
     vt_model_summary s = {0};
     call_env env = {0, 0};
     enter(m, &env, &e); /* m is this thread's alone yet */
     int step = A; /* what a failure means at each step: the options, the model's graph, the weights */
     const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
+    vt_model_cfg alone;
+    vt_err ae = {0};
+    if (!configured && e.code != VT_E_NOMEM && vt_model_configure(base, &given, &alone, &ae) == 0) {
+        step = VITC_E_WEIGHTS; /* the options the file records make the model impossible, not the caller's */
+        const vt_err re = e;
+        vt_clearerr(&e); /* code VT_E_FAILED: the step's code, not VT_E_USAGE's "argument" */
+        vt_seterr(&e, "%s: its %s record (\"%s\"): %s", weights, VT_OPTIONS_KEY, roptions ? roptions : "", re.msg);
+    }
     if (configured && vt_model_file_in_training_form(&m->cfg, &f))
         m->cfg.arch.train_form = 1; /* the form the file holds */
     if (configured) step = VITC_E_FAILED;
@@ -544,7 +553,9 @@ static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape) {
     t->ndim = ndim;
     t->shape[0] = n;
     for (int d = 1; d < ndim && d < 4; d++) numel *= (size_t)(t->shape[d] = shape[d]);
-    return ndim <= 4 && (t->data = malloc(sizeof(float) * numel)) ? 0 : -1;
+    if (ndim <= 4 && (t->data = malloc(sizeof(float) * numel))) return 0;
+    memset(t, 0, sizeof *t); /* a failed call leaves its outputs zeroed, as documented */
+    return -1;
 }
 
 void vitc_tensor_free(vitc_tensor *t) {

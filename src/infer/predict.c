@@ -66,9 +66,11 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
     }
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = size;
+    ov.crop_pct = 1.0f; /* tensors are neither resized nor cropped: the eval transform's range check does not apply */
     vt_err ce = {0};
     vt_model_cfg sized; /* out may be c */
     const int bad = vt_model_configure(c, &ov, &sized, &ce);
+    if (!bad) sized.pre.crop_pct = c->pre.crop_pct;
     if (!vt_model_any_size(c)) /* the hint only where the size is one the model can be made at */
         return bad ? vt_seterr(e, "%s takes %d×%d inputs, not %d×%d (its weights depend on the image size, and that "
                                "size does not fit it: %s)", c->name, c->arch.img_size, c->arch.img_size, size, size,
