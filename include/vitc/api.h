@@ -158,7 +158,8 @@ VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const
 VITC_API int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err);
 
 /** The linear layers of the model's last call that ran it and how many of them ran int8 (*int8 < *linears: the others
- * ran fp32, e.g. every one on a CPU without a fast int8 kernel); both 0 before the first. Since 0.3.0. */
+ * ran fp32, e.g. every one on a CPU without a fast int8 kernel); both 0 before the first. It reads what that call
+ * wrote: call it between calls on m, not while another thread's call runs. Since 0.3.0. */
 VITC_API void vitc_int8_layers(const vitc_model *m, int *linears, int *int8);
 
 /** Frees a model and everything it holds (NULL is fine; as with free(), a model closed once must not be used or
