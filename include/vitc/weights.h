@@ -18,6 +18,8 @@
  * spelling): the commands that load weights build the model with the options it was saved with. */
 #define VT_MODEL_KEY "vitc_model"
 #define VT_OPTIONS_KEY "vitc_model_options"
+/* ... and the one holding P->epoch, the training epoch (from 1) of a run's best weights. */
+#define VT_EPOCH_KEY "vitc_epoch"
 
 /* Refuses a file f (opened from path) recording other heads (VT_HEADS_KEY) than P runs; files without the record
  * (official checkpoints, converted files, older vitc files) pass. */

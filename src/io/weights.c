@@ -380,6 +380,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_HEADS_KEY, P->heads);
     if (P->windows[0])
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_WINDOWS_KEY, P->windows);
+    if (P->epoch > 0) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%lld\"", VT_EPOCH_KEY, P->epoch);
     snprintf(meta + len, sizeof meta - (size_t)len, "}");
     rc = vt_st_write(path, outs, n, meta, e);
 done:

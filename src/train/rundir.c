@@ -74,9 +74,10 @@ int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, 
 }
 
 /* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
- * and the run's settings, as JSON (malloc'd; NULL when out of memory). */
-static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const train_state *st,
-                                 int world_size) {
+ * the heads and windows P runs (as weight files record them, checked on resume), and the run's settings, as JSON
+ * (malloc'd; NULL when out of memory). */
+static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const vt_params *P,
+                                 const train_state *st, int world_size) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, st->images, s);
     cJSON *m = cJSON_CreateObject();
@@ -87,6 +88,8 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
     int ok = m && cJSON_AddStringToObject(m, "model", c->name) && cJSON_AddStringToObject(m, "format", "vitc-checkpoint")
              && cJSON_AddStringToObject(m, "world_size", w) && cJSON_AddStringToObject(m, "best_epoch", be) &&
              cJSON_AddStringToObject(m, "best_acc1", ba);
+    if (ok && P->heads[0]) ok = cJSON_AddStringToObject(m, VT_HEADS_KEY, P->heads) != NULL;
+    if (ok && P->windows[0]) ok = cJSON_AddStringToObject(m, VT_WINDOWS_KEY, P->windows) != NULL;
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
     cJSON_Delete(m);
@@ -140,7 +143,7 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
     out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
     out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
-    char *meta = rc ? NULL : checkpoint_metadata(c, o, st, world_size);
+    char *meta = rc ? NULL : checkpoint_metadata(c, o, P, st, world_size);
     if (rc == 0)
         rc = meta ? vt_st_write(path, out, k, meta, e)
                   : vt_seterr_code(e, VT_E_NOMEM, "out of memory writing a checkpoint");
@@ -159,7 +162,8 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
                            vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
-    int rc = 0;
+    /* the heads and windows the run was built with (a --heads on --resume would split its maps otherwise) */
+    int rc = vt_weights_check_heads(P, &f, path, e) || vt_weights_check_windows(P, &f, path, e) ? -1 : 0;
     /* each tensor checked as a weights file's (vt_param_read): shape, dtype, finite, variances, fixed buffers */
     for (int i = 0; rc == 0 && i < P->n; i++) rc = vt_param_read(&f, P->t[i]->name, P->t[i], P->t[i]->data, path, e);
     if (rc == 0 && ema && ema->n) {
@@ -465,12 +469,16 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->run_dir);
     }
     if (o->overwrite) return 0;
-    if (access(ck, F_OK) == 0 || access(met, F_OK) == 0) {
+    if (access(ck, F_OK) == 0) {
         checkpoint_meta(ck, "model", model, sizeof model, NULL); /* named where it can be read */
-        return vt_seterr(e, "run folder %s already holds a run (%s%s%s); continue it with --resume %s, or replace it "
-                         "with --overwrite", o->run_dir, access(ck, F_OK) == 0 ? "a checkpoint" : "metrics.csv",
-                         model[0] ? " of " : "", model, o->run_dir);
+        return vt_seterr(e, "run folder %s already holds a run (a checkpoint%s%s); continue it with --resume %s, or "
+                         "replace it with --overwrite", o->run_dir, model[0] ? " of " : "", model, o->run_dir);
     }
+    if (access(met, F_OK) == 0) /* a run stopped before its first checkpoint (or one whose checkpoint went): nothing
+                                 * to resume, and its metrics are not overwritten unasked */
+        return vt_seterr(e, "run folder %s holds metrics.csv but no checkpoint.safetensors (a run stopped before its "
+                         "first checkpoint, or its checkpoint removed): there is nothing to resume; replace it with "
+                         "--overwrite, or train into another --out", o->run_dir);
     return 0;
 }
 

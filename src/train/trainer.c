@@ -3,6 +3,7 @@
  * sets are opened in data.c, checkpoints and the run folder are handled in rundir.c (what they share: trainer.h);
  * batches come from the threaded loader (src/train/loader.c). */
 #define _XOPEN_SOURCE 700 /* realpath */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -662,6 +663,19 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
     return rc;
 }
 
+/* The epoch (from 1) a run's weights_best at path records (VT_EPOCH_KEY); 0 when it has none or cannot be read. */
+static long long best_epoch_of(const char *path) {
+    vt_st_file f;
+    vt_err e = {0};
+    if (access(path, F_OK) != 0 || vt_st_open(path, &f, &e)) return 0;
+    const char *v = vt_st_meta(&f, VT_EPOCH_KEY);
+    char *end = NULL;
+    long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || *end != '\0' || n < 0) n = 0; /* before the close frees v */
+    vt_st_close(&f);
+    return n;
+}
+
 /* Rank 0's notes on the run to come and its record in the run folder: command, classes, recipe, and what a resume
  * carries on (best weights, metrics rows). Entered with run_folder's rc, failed or not. */
 static int run_record(train_run *r, int rc, vt_err *e) {
@@ -704,11 +718,19 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     if (rc == 0 && lead && o->resume && !finished && st->best_epoch >= 0) { /* the best weights come along */
         char src[4096];
         snprintf(src, sizeof src, "%s/weights_best.safetensors", o->resume);
-        if (access(src, F_OK) != 0)
+        const long long held = best_epoch_of(src); /* a run stopped between weights_best and its checkpoint */
+        if (held > 0 && held != st->best_epoch + 1) {
+            say(r, "Note: %s holds epoch %lld's weights (a run stopped before its checkpoint), not the best epoch "
+                "%lld's: %s; the next epoch above Acc@1 %.2f%% writes %s\n", src, held - 1, (long long)st->best_epoch,
+                resume_here ? "removed" : "not taken", 100 * st->best_acc1, r->bpath);
+            if (resume_here && unlink(src) != 0)
+                rc = vt_seterr_code(e, VT_E_IO, "cannot remove %s: %s", src, strerror(errno));
+        } else if (access(src, F_OK) != 0) {
             say(r, "Note: %s is missing; the next epoch above Acc@1 %.2f%% (epoch %lld's) writes %s\n", src,
                 100 * st->best_acc1, (long long)st->best_epoch, r->bpath);
-        else if (!resume_here && vt_copy_file(src, r->bpath, e))
+        } else if (!resume_here && vt_copy_file(src, r->bpath, e)) {
             rc = -1;
+        }
     }
     /* rows of epochs this run will (re)train would repeat: a crash between the row and the checkpoint, a resume from
      * an earlier checkpoint; a run resumed from another folder carries that run's rows up to its checkpoint */
@@ -895,8 +917,10 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
     /* the weights before the checkpoint that counts their epoch: a run killed between the two resumes at
      * the epoch before and writes the same weights again, while the other order could leave a finished
      * checkpoint beside the previous epoch's weights, which its resume ("nothing to train") keeps */
-    if (vt_metrics_append(o->run_dir, &row, e) || (better && vt_params_save(r->P, r->bpath, e)) ||
-        vt_params_save(r->P, r->wpath, e) || (r->ema.P && vt_params_save(r->ema.P, epath, e)) ||
+    r->P->epoch = st->epoch + 1; /* weights_best's epoch, which a resume checks against the checkpoint's best */
+    const int best_bad = better && vt_params_save(r->P, r->bpath, e);
+    r->P->epoch = 0;
+    if (vt_metrics_append(o->run_dir, &row, e) || best_bad || vt_params_save(r->P, r->wpath, e) || (r->ema.P && vt_params_save(r->ema.P, epath, e)) ||
         save_checkpoint(r->ckpt, r->c, o, r->P, &r->opt, r->ema.P, &next, r->dp->size, e))
         rc = -1;
     st->best_epoch = next.best_epoch;
@@ -949,7 +973,7 @@ static void run_summary(const train_run *r) {
     if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
         say(r, "Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
             access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "
-            "no weights_best.safetensors)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
+            "no weights_best.safetensors of that epoch)", access(r->bpath, F_OK) == 0 ? r->bpath : "");
     if (dp->size > 1 && r->steps_run > 0) {
         char acc[48] = "";
         if (r->A > 1) snprintf(acc, sizeof acc, " x %d accumulation steps", r->A);

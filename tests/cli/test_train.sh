@@ -74,10 +74,15 @@ check "... bit-identical weights and EMA to the run never stopped" \
     "cmp -s '$T/u/weights.safetensors' '$T/v/weights.safetensors' && \
      cmp -s '$T/u/weights_ema.safetensors' '$T/v/weights_ema.safetensors'"
 check "... command.txt holds both commands" "[ \$(grep -c 'vitc train' '$T/v/command.txt') -eq 2 ]" "$(cat "$T/v/command.txt")"
-$V train vit_fmnist_tiny --resume "$T/v" --epochs 3 --heads 4 --no-model-ema >"$T/v3.log" 2>&1
+$V train vit_fmnist_tiny --resume "$T/v" --epochs 3 --no-model-ema >"$T/v3.log" 2>&1
 check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && grep -q \
-'^Note: this resumed run changes model-options --heads 2 → --heads 4, epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
+'^Note: this resumed run changes epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
 '$T/v3.log'" "$(head -3 "$T/v3.log")"
+cp -r "$T/v" "$T/vh"
+$V train vit_fmnist_tiny --resume "$T/vh" --epochs 4 --heads 4 >"$T/vh.log" 2>&1
+check "... but not the heads the checkpoint was trained with (its maps would split into other heads)" \
+    "[ $? -eq 1 ] && grep -q 'checkpoint.safetensors was made for 2 attention heads .* built with 4' '$T/vh.log'" \
+    "$(cat "$T/vh.log")"
 # ... another --recipe: the note names it and how the learning rate now moves (per step, not DeiT's per epoch)
 cp -r "$T/v" "$T/vr"
 $V train vit_fmnist_tiny --resume "$T/vr" --epochs 4 --recipe swin --batch-size 64 --repeated-aug >"$T/vr.log" 2>&1
@@ -91,6 +96,29 @@ check "... a resume whose folder lost weights_best.safetensors says so, and the 
     "grep -q 'weights_best.safetensors is missing; the next epoch above Acc@1' '$T/v4.log' && \
      if [ -e '$T/v/weights_best.safetensors' ]; then grep -q '^Best: .*; its weights in ' '$T/v4.log'; \
      else grep -q '^Best: .*; its weights are missing' '$T/v4.log'; fi" "$(grep -v '^ ' "$T/v4.log")"
+
+# weights_best records its epoch; a resume finding one of an epoch its checkpoint does not name as the best (a run
+# stopped between weights_best and the checkpoint, here made by editing the record) removes it rather than keep it
+/usr/bin/python3 - "$T/u" <<'PYEOF' >"$T/be.log" 2>&1
+import json, struct, sys
+def meta(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; return json.loads(b[8:8 + n])["__metadata__"]
+w, c = meta(sys.argv[1] + "/weights_best.safetensors"), meta(sys.argv[1] + "/checkpoint.safetensors")
+sys.exit(0 if w.get("vitc_epoch") == str(int(c["best_epoch"]) + 1) else "vitc_epoch %s, best_epoch %s" % (w.get("vitc_epoch"), c["best_epoch"]))
+PYEOF
+check "weights_best records the epoch (from 1) the checkpoint names as the best" "[ $? -eq 0 ]" "$(cat "$T/be.log")"
+cp -r "$T/u" "$T/stale"
+/usr/bin/python3 - "$T/stale/weights_best.safetensors" <<'PYEOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+h["__metadata__"]["vitc_epoch"] = "7"
+t = json.dumps(h).encode(); t += b" " * (-len(t) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PYEOF
+$V train vit_fmnist_tiny --resume "$T/stale" --epochs 3 >"$T/stale.log" 2>&1
+check "... a weights_best of another epoch than the checkpoint's best is removed on resume, and said" \
+    "[ $? -eq 0 ] && grep -q 'weights_best.safetensors holds epoch 6.s weights (a run stopped before its checkpoint), not \
+the best epoch [0-9]*.s: removed' '$T/stale.log'" "$(grep -v '^ ' "$T/stale.log")"
 
 # a model with integer buffers (Swin's relative_position_index) checkpoints them whole: its resume is bit-exact too
 SW="swin_fmnist_tiny --data fashion-mnist --batch-size 32 --train-subset 256 --test-subset 128 --seed 2"
@@ -221,7 +249,8 @@ mkdir -p "$T/foreign"
 printf 'a,b,c\n1,2,3\n' >"$T/foreign/metrics.csv"
 $V train $COMMON --epochs 1 --out "$T/foreign" >"$T/foreign.log" 2>&1
 check "a foreign metrics.csv is refused at start-up, nothing written beside it" "[ $? -eq 1 ] && \
-    grep -q 'already holds a run (metrics.csv)' '$T/foreign.log' && ! grep -q '^Train:' '$T/foreign.log' && \
+    grep -q 'holds metrics.csv but no checkpoint.safetensors .*: there is nothing to resume; replace it with \
+--overwrite' '$T/foreign.log' && ! grep -q '^Train:' '$T/foreign.log' && \
     [ \"\$(ls -A '$T/foreign')\" = metrics.csv ] && grep -q '^1,2,3' '$T/foreign/metrics.csv'" "$(cat "$T/foreign.log")"
 # --overwrite replaces a run folder's files (here a foreign metrics.csv; below, another run's)
 $V train $COMMON --epochs 1 --out "$T/foreign" --overwrite >"$T/foreign.log" 2>&1
