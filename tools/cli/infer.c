@@ -64,7 +64,7 @@ static int check_run_classes(const opts *o, const vt_data *d, const char *data, 
     const vt_imagefolder *f = &d->f_train;
     int k = 0;
     while (k < K && k < f->nclasses && strcmp(names[k], f->classes[k]) == 0) k++;
-    const int differ = k < K || f->nclasses != K;
+    const int differ = k < K; /* the folder's class count is the model's (vt_data_open_eval checks it) */
     if (differ)
         say("eval", "%s/train's classes are not those of the weights: class %d is '%s' in %s/train and '%s' in %s; "
             "`--classes %s` scores %s/val by the weights' class names", data, k,
