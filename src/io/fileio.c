@@ -283,6 +283,12 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
     }
     close(fd);
     if (rc == 0 && len > max) rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
+    if (rc == 0 && !reg && len == 0) /* e.g. a FIFO whose writer is not there: said so, not "an empty file" */
+        rc = vt_seterr_code(e, VT_E_IO, "cannot read %s: no data came from it (%s)", path,
+                            S_ISFIFO(st.st_mode)   ? "a FIFO or pipe, not a regular file: is its writer running?"
+                            : S_ISCHR(st.st_mode)  ? "a character device, not a regular file"
+                            : S_ISSOCK(st.st_mode) ? "a socket, not a regular file"
+                                                   : "not a regular file");
     if (rc) {
         free(b);
         return rc;

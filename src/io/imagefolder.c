@@ -416,14 +416,25 @@ int vt_classes_sidecar(const char *weights, char *path, size_t n) {
     return len < 0 || (size_t)len >= n ? -1 : 0;
 }
 
+/* 1 when path names something, 0 when nothing is there, -1 (the reason in e) when it cannot be told, e.g. a symlink
+ * loop or a folder without search permission: such a file is not silently passed over. */
+static int present(const char *path, vt_err *e) {
+    struct stat st;
+    if (stat(path, &st) == 0) return 1;
+    if (errno == ENOENT || errno == ENOTDIR) return 0;
+    return vt_seterr_code(e, VT_E_IO, "%s: %s", path, strerror(errno));
+}
+
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e) {
     *names = NULL;
-    struct stat st;
-    if (vt_classes_sidecar(weights, path, n) != 0 || stat(path, &st) != 0) { /* then the folder's */
+    const int side = vt_classes_sidecar(weights, path, n) != 0 ? 0 : present(path, e);
+    if (side < 0) return -1;
+    if (side == 0) { /* then the folder's */
         const char *slash = strrchr(weights, '/');
         const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
                                  slash ? "/" : "");
-        if (len < 0 || (size_t)len >= n || stat(path, &st) != 0) return 0;
+        const int dir = len < 0 || (size_t)len >= n ? 0 : present(path, e);
+        if (dir <= 0) return dir;
     }
     int got = 0;
     if (vt_classes_read(path, names, &got, e)) return -1;

@@ -363,6 +363,13 @@ $V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$O
 check "predict takes the class names of the classes.json beside the weights, and says so" \
     "[ $? -eq 0 ] && grep -q '1_trouser' '$T/rsp.log' && ! grep -q 'Trouser' '$T/rsp.log' && \
      grep -q 'class names from $T/rsrun/classes.json (beside the weights' '$T/rsp.err'" "$(cat "$T/rsp.log" "$T/rsp.err")"
+# a W.classes.json beside the weights that cannot be looked at (here a symlink loop) is said, not passed over silently
+ln -s weights.classes.json "$T/rsrun/weights.classes.json"
+$V predict vit_fmnist_tiny --num-classes 3 -w "$T/rsrun/weights.safetensors" "$ONE" --topk 3 >"$T/rsl.log" 2>"$T/rsl.err"
+check "a weights.classes.json that is a symlink loop is reported, and predict goes on" \
+    "[ $? -eq 0 ] && grep -q 'classes.json beside the weights is not used: .*weights.classes.json: Too many levels of symbolic links' \
+     '$T/rsl.err'" "$(cat "$T/rsl.err")"
+rm "$T/rsrun/weights.classes.json"
 # weight files record their model and the options that changed it: the commands that load them build it so, an
 # option given winning, and another model's record is not taken
 $V eval vit_fmnist_tiny -w "$T/rsrun/weights_best.safetensors" --data "$T/rs" --json >"$T/rsrec.json" 2>"$T/rsrec.err"

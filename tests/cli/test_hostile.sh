@@ -79,7 +79,10 @@ check "... every input unchanged" "cmp -s '$T/w.safetensors' '$T/w0.safetensors'
 # 11. NaN weights are refused at load, naming the tensor
 expect "NaN weights refused" 1 "head.bias" $V forward $M -w "$T/nan.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 # 12. a FIFO without a writer as --weights does not hang; images and weights through pipes work
-expect "a FIFO as --weights does not hang" 1 "fifo" timeout 20 $V forward $M -w "$T/fifo" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "a FIFO as --weights does not hang, and the message says no writer gave data" 1 "no data came from it (a FIFO" \
+    timeout 20 $V forward $M -w "$T/fifo" --input "$T/x.safetensors" -o "$T/y.safetensors"
+expect "a FIFO without a writer as an image: the same message, not an empty file's" 1 "fifo: no data came from it (a FIFO" \
+    timeout 20 $V predict $M -w "$T/w.safetensors" "$T/fifo"
 $V predict $M -w <(cat "$T/w.safetensors") <(cat "$T/good.png") >"$T/pipe.log" 2>&1
 check "weights and an image through pipes" "[ $? -eq 0 ] && grep -q 'class' '$T/pipe.log'" "$(cat "$T/pipe.log")"
 # 13. a legal 249-byte output name works (the temporary name does not grow it)

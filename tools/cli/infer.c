@@ -60,7 +60,9 @@ static int check_run_classes(const opts *o, const vt_data *d, const char *data, 
     if (o->cls || !d->folder || !o->weights) return 0;
     char path[4096], **names = NULL;
     vt_err e = {0};
-    if (vt_classes_beside(o->weights, K, &names, path, sizeof path, &e) <= 0) return 0;
+    const int rc = vt_classes_beside(o->weights, K, &names, path, sizeof path, &e);
+    if (rc < 0) notice("the classes.json beside the weights is not checked against %s/train: %s", data, e.msg);
+    if (rc <= 0) return 0;
     const vt_imagefolder *f = &d->f_train;
     int k = 0;
     while (k < K && k < f->nclasses && strcmp(names[k], f->classes[k]) == 0) k++;
