@@ -26,6 +26,7 @@
 
 /* The model EMA's tensors are stored in checkpoints as "ema/<name>". */
 #define EMA_PREFIX "ema/"
+#define FILES_KEY "train-files" /* checkpoint metadata: the digest of an image folder run's training images */
 
 /* The checkpoint's name of parameter `name`'s EMA tensor (buf: VT_NAMELEN bytes): EMA_PREFIX and the name, cut to fit a
  * tensor name, the same when saved and when resumed. */
@@ -90,6 +91,9 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
              cJSON_AddStringToObject(m, "best_acc1", ba);
     if (ok && P->heads[0]) ok = cJSON_AddStringToObject(m, VT_HEADS_KEY, P->heads) != NULL;
     if (ok && P->windows[0]) ok = cJSON_AddStringToObject(m, VT_WINDOWS_KEY, P->windows) != NULL;
+    char files[20];
+    snprintf(files, sizeof files, "%016llx", (unsigned long long)st->files);
+    if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
     cJSON_Delete(m);
@@ -333,11 +337,19 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
         if (strcmp(s[i].key, "train-images") == 0) snprintf(was_images, sizeof was_images, "%s", rec);
         append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
     }
+    char files[20];
+    snprintf(files, sizeof files, "%016llx", (unsigned long long)st->files);
+    const char *rec_files = st->files ? vt_st_meta(&f, FILES_KEY) : NULL;
+    const int files_differ = rec_files && strcmp(rec_files, files) != 0;
     vt_st_close(&f);
     if (was_images[0] && subset_same) /* the data itself changed: another epoch order, whatever the step count */
         return vt_seterr(e, "%s: the run trained on %s images and its data now has %lld (%s): resume with the run's "
                          "data as it was, or start a new run from its weights (--init-from)", path, was_images,
                          (long long)st->images, o->data);
+    if (files_differ && subset_same) /* as many images, but others: renamed, replaced or moved to another class */
+        return vt_seterr(e, "%s: the run trained on other images than its data now holds (%s: as many, %lld, but "
+                         "their names or classes differ): resume with the run's data as it was, or start a new run "
+                         "from its weights (--init-from)", path, o->data, (long long)st->images);
     if (st->step != st->epoch * spe) {
         const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
         char hint[240];

@@ -642,7 +642,8 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
      * folder; one resumed in place is read under the folder's lock, before anything is written there) have passed
      * their checks: a refused run leaves no folder behind, and a refused resume leaves its folder as it was */
-    r->st = (train_state){0, 0, {{0}}, -1, 0.0, rc == 0 ? r->d.train.n : 0};
+    r->st = (train_state){0, 0, {{0}}, -1, 0.0, rc == 0 ? r->d.train.n : 0,
+                          rc == 0 && r->d.folder ? folder_hash(&r->d.f_train) : 0};
     vt_rng_seed(&r->st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     const int resume_here = r->resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&

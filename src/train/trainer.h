@@ -19,6 +19,7 @@ typedef struct {
     int64_t best_epoch; /* the epoch (0-based, as the Test lines) whose weights are weights_best.safetensors; -1: none */
     double best_acc1;   /* its validation top-1 */
     int64_t images;     /* this run's training images (recorded as train-images; not read from checkpoints) */
+    uint64_t files;     /* an image folder run's digest of those images' names and classes (train-files); 0: none */
 } train_state;
 
 /* A setting of the run recorded in its checkpoints' metadata under its option's name, so that a resume can say what

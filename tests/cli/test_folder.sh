@@ -335,6 +335,13 @@ $V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs3b.log" 2>&1
 check "... also when the steps of an epoch stay the same (12 → 13 images, batch 4)" \
     "[ $? -eq 1 ] && grep -q 'the run trained on 12 images and its data now has 13' '$T/rs3b.log'" "$(tail -3 "$T/rs3b.log")"
 rm "$T/rs/train/1_trouser/extra1.png"
+first=$(find "$T/rs/train/1_trouser" -name '*.png' | sort | head -1)
+mv "$first" "$T/rs/train/1_trouser/renamed.png"
+$V train $ST --resume "$T/rsrun" --epochs 2 >"$T/rs3c.log" 2>&1
+check "... and when as many images are there but one has another name (the checkpoint's digest of the files)" \
+    "[ $? -eq 1 ] && grep -q 'the run trained on other images than its data now holds' '$T/rs3c.log'" \
+    "$(tail -3 "$T/rs3c.log")"
+mv "$T/rs/train/1_trouser/renamed.png" "$first"
 $V train $ST --resume "$T/rsrun" --out "$T/rsrun/" --epochs 2 >"$T/rs4.log" 2>&1
 check "... restored, it resumes (--out naming the run folder another way)" \
     "[ $? -eq 0 ] && [ \$(wc -l <'$T/rsrun/metrics.csv') -eq 3 ]" "$(tail -3 "$T/rs4.log")"
