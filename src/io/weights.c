@@ -295,10 +295,12 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
                                               "%s: weights do not match the model (missing %d, unexpected %d, shape "
                                               "mismatch %d, unsupported dtype %d)",
                                               path, missing.count, extra.count, shape.count, dtype.count);
-        o = list_emit(msg, sizeof msg, o, "missing", &missing);
-        o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
-        o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
-        list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
+        if (!optim) { /* a checkpoint's lists (its optimiser and EMA tensors) say nothing the hint does not */
+            o = list_emit(msg, sizeof msg, o, "missing", &missing);
+            o = list_emit(msg, sizeof msg, o, "unexpected", &extra);
+            o = list_emit(msg, sizeof msg, o, "shape mismatch", &shape);
+            list_emit(msg, sizeof msg, o, "unsupported dtype (want F32/F16/BF16, or I64 for integer buffers)", &dtype);
+        }
         return vt_seterr(e, "%s", msg);
     }
     return 0;

@@ -608,6 +608,7 @@ check "... a finished recipe run resumed: 'Nothing to train', no note on its war
 # a training checkpoint given as weights: said so (not taken for a cFFN mix-up)
 expect "a training checkpoint as --weights refused, naming it as one" 1 "It is a training checkpoint" \
     $V forward $M -w "$T/ref/checkpoint.safetensors" --input "$T/x.safetensors" -o "$T/yc.safetensors"
+check "... without listing its optimiser and EMA tensors" "! grep -q 'unexpected: ' '$T/err.log'" "$(cat "$T/err.log")"
 expect "... and as --init-from, naming the run's weights files" 1 "is a training checkpoint .*fine-tune from the run's" \
     $V train $M --init-from "$T/ref/checkpoint.safetensors" --epochs 1 --out "$T/ifc"
 # deployed cFFN weights as a fine-tuning start: said so (the merged branches cannot be split again)
