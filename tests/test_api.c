@@ -182,6 +182,13 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     vitc_model *mo = saved ? vitc_open("vit_fmnist_tiny", wbig, &o, &err) : NULL;
     float lbig[5 * 10];
     vitc_tensor po;
+    /* the classifying call on them: every image fails, and vitc_int8_layers says the graph ran (it had kept 0 / 0) */
+    vitc_result rbig[5];
+    int lin = 0, q8l = -1;
+    T_CHECK(T, mo && vitc_classify_tensor(mo, x, n, 0, 1, rbig, &err) == n && !rbig[0].ok, "overflowing weights: "
+            "every image fails (%s)", err.msg);
+    vitc_int8_layers(mo, &lin, &q8l);
+    T_CHECK(T, lin > 0 && q8l == 0, "... and vitc_int8_layers counts the layers that ran: %d of %d", q8l, lin);
     T_CHECK(T, mo && vitc_logits(mo, x, n, 0, lbig, &err) != 0 && err.code == VITC_E_FAILED &&
                    strstr(err.msg, "not finite"),
             "overflowing weights: non-finite logits refused (%d): %s", err.code, err.msg);

@@ -402,7 +402,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
     for (int i = 0; bad >= 0 && i < n; i++)
-        if (res[i].ok) m->last = vt_graph_dtype_use(p->g); /* the graph ran */
+        if (res[i].ok || res[i].err.code == VT_E_NONFINITE) m->last = vt_graph_dtype_use(p->g); /* the graph ran */
     leave(m, &env);
     for (int i = 0; bad >= 0 && i < n; i++) {
         vitc_result *r = &out[i];
