@@ -21,6 +21,10 @@ typedef struct vt_out {
  * the same file as any of the ninputs paths in inputs (NULL entries skipped). */
 int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e);
 
+/* 1 when output paths a and b name one file, written or not (the same device and inode, or the same folder and
+ * name: "x.png", "./x.png" and a symlink to it are one), else 0. */
+int vt_same_output(const char *a, const char *b);
+
 /* Opens a temporary file beside path for writing (vt_output_check applies; an existing symlink's destination is the
  * target), named .vitc-HOST-PID-XXXXXX after the writing machine and process (vt_temp_prefix). */
 int vt_out_open(vt_out *o, const char *path, vt_err *e);

@@ -316,20 +316,22 @@ static void map_title(const vt_attn_map *m, const char *path, char *t) {
     if (!m) {
         if (snprintf(t, TITLE_MAX, "%s  rollout over all blocks", base) >= TITLE_MAX)
             memcpy(t + TITLE_MAX - 4, "...", 4);
-        return;
+    } else {
+        int B, H, N, M;
+        map_dims(m, &B, &H, &N, &M);
+        char row[64];
+        if (m->lead)
+            snprintf(row, sizeof row, "class token's row");
+        else if (m->win_h)
+            snprintf(row, sizeof row, "each window's mean row");
+        else
+            snprintf(row, sizeof row, "mean row of %d queries", N);
+        const int len = snprintf(t, TITLE_MAX, "%s  %s%s: %s%s", base, m->name, m->win_h ? " (per window)" : "", row,
+                                 m->probs ? "" : " (scores)");
+        if (len >= TITLE_MAX) memcpy(t + TITLE_MAX - 4, "...", 4); /* a long file name: marked cut */
     }
-    int B, H, N, M;
-    map_dims(m, &B, &H, &N, &M);
-    char row[64];
-    if (m->lead)
-        snprintf(row, sizeof row, "class token's row");
-    else if (m->win_h)
-        snprintf(row, sizeof row, "each window's mean row");
-    else
-        snprintf(row, sizeof row, "mean row of %d queries", N);
-    const int len = snprintf(t, TITLE_MAX, "%s  %s%s: %s%s", base, m->name, m->win_h ? " (per window)" : "", row,
-                             m->probs ? "" : " (scores)");
-    if (len >= TITLE_MAX) memcpy(t + TITLE_MAX - 4, "...", 4); /* a long file name: marked cut */
+    for (char *q = t; *q; q++) /* the font draws printable ASCII; a newline would start another line over the tiles */
+        if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e) *q = '?';
 }
 
 /* Text at (x, y) in white, cut to maxw pixels (stb_easy_font: each character a few filled rectangles). */
@@ -338,8 +340,12 @@ static void text(canvas *cv, int x, int y, const char *s, int maxw) {
     char buf[TITLE_MAX];
     snprintf(buf, sizeof buf, "%s", s);
     while (buf[0] && stb_easy_font_width(buf) > maxw) buf[strlen(buf) - 1] = 0;
-    float quads[4 * 4 * 400]; /* 400 quads: 16 bytes per vertex */
-    const int nq = stb_easy_font_print((float)x, (float)y, buf, NULL, quads, (int)sizeof quads);
+    /* room for every quad of the text (a printable character is at most 11 quads, 64 bytes each; 'X'), else the
+     * font stops mid-text and a title the picture was widened for is drawn cut */
+    const size_t room = sizeof(float) * 16 * 12 * (strlen(buf) + 1);
+    float *quads = malloc(room);
+    if (!quads) return; /* out of memory: the picture without this text */
+    const int nq = stb_easy_font_print((float)x, (float)y, buf, NULL, quads, (int)room);
     for (int q = 0; q < nq; q++) {
         const float *v = quads + q * 16; /* 4 vertices of (x, y, z, colour) */
         float xa = v[0], xb = v[0], ya = v[1], yb = v[1];
@@ -349,6 +355,7 @@ static void text(canvas *cv, int x, int y, const char *s, int maxw) {
         }
         fill(cv, (int)xa, (int)ya, (int)(xb - xa), (int)(yb - ya), white);
     }
+    free(quads);
 }
 
 /* x clamped to [0, 1], NaN to 0 (weights that overflow must not index outside the colormap). */
@@ -473,7 +480,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
     int left = 0; /* maps the default selection leaves out */
     for (int b = 0; b < o->nblocks; b++)
         if (o->blocks[b] >= nmod) {
-            vt_seterr(e, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name, nmod,
+            vt_seterr_code(e, VT_E_USAGE, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name, nmod,
                       nmod - 1, mods[0], mods[nmod - 1]);
             goto done;
         }
@@ -486,7 +493,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
         if (!ok && !why[0]) snprintf(why, sizeof why, "%s", w);
         left += !ok && !o->nblocks;
         if (want && !ok && o->nblocks) {
-            vt_seterr(e, "%s", w);
+            vt_seterr_code(e, VT_E_USAGE, "%s", w);
             goto done;
         }
         if (!want || !ok) continue;
@@ -523,7 +530,7 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
             if (p < 0 || (r->nprim && N != N0)) {
                 char tok[96];
                 if (p >= 0) snprintf(tok, sizeof tok, "maps over %d tokens where the first block's are over %d", N, N0);
-                vt_seterr(e, "--rollout needs every block's token-to-token probabilities over the same tokens; %s has "
+                vt_seterr_code(e, VT_E_USAGE, "--rollout needs every block's token-to-token probabilities over the same tokens; %s has "
                           "%s", mods[k], p >= 0 ? tok : lack);
                 goto done;
             }
@@ -560,8 +567,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     if (!o->png && !o->save_maps) return vt_seterr(e, "attention needs an output: -o OUT.png and/or --save-maps");
     if ((o->png && vt_output_check(o->png, paths, n, e)) || (o->save_maps && vt_output_check(o->save_maps, paths, n, e)))
         return -1;
-    if (o->png && o->save_maps && strcmp(o->png, o->save_maps) == 0)
-        return vt_seterr(e, "-o and --save-maps name the same file %s", o->png);
+    if (o->png && o->save_maps && vt_same_output(o->png, o->save_maps))
+        return vt_seterr_code(e, VT_E_USAGE, "-o %s and --save-maps %s name the same file", o->png, o->save_maps);
     run_t r = {0};
     vt_tensor *in = NULL;
     if (!(r.g = vt_graph_new(P, 0, e))) return -1;
@@ -582,7 +589,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             maxh = H > maxh ? H : maxh;
             for (int k = 0; k < o->nheads; k++)
                 if (o->heads[k] >= H) {
-                    vt_seterr(e, "head %d: %s has %d head%s (0 to %d)", o->heads[k], r.sel[i]->name, H,
+                    vt_seterr_code(e, VT_E_USAGE, "head %d: %s has %d head%s (0 to %d)", o->heads[k], r.sel[i]->name, H,
                               H == 1 ? "" : "s", H - 1);
                     goto fail;
                 }
@@ -604,7 +611,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         }
     const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
     if (o->png && (W > 32768 || Hh > 262144 || W * Hh > ((int64_t)1 << 28))) {
-        vt_seterr(e, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, --heads "
+        vt_seterr_code(e, VT_E_USAGE, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, --heads "
                   "mean)", (long long)W, (long long)Hh);
         goto fail;
     }

@@ -58,6 +58,34 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     return 0;
 }
 
+/* The file path would write: a symlink's destination, followed (at most 40 links deep); else path itself. */
+static void resolved(const char *path, char *out, size_t n) {
+    snprintf(out, n, "%s", path);
+    for (int hop = 0; hop < 40; hop++) {
+        char to[4096];
+        const ssize_t k = readlink(out, to, sizeof to - 1);
+        if (k < 0) return;
+        to[k] = 0;
+        char dir[4096];
+        dir_of(out, dir, sizeof dir);
+        const int len = snprintf(out, n, "%s%s%s", to[0] == '/' ? "" : dir, to[0] == '/' ? "" : "/", to);
+        if (len < 0 || (size_t)len >= n) return; /* too long to follow: compared as cut */
+    }
+}
+
+int vt_same_output(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[4096], rb[4096], da[4096], db[4096], pa[PATH_MAX], pb[PATH_MAX];
+    resolved(a, ra, sizeof ra);
+    resolved(b, rb, sizeof rb);
+    const char *na = strrchr(ra, '/') ? strrchr(ra, '/') + 1 : ra, *nb = strrchr(rb, '/') ? strrchr(rb, '/') + 1 : rb;
+    if (strcmp(na, nb) != 0) return 0;
+    dir_of(ra, da, sizeof da);
+    dir_of(rb, db, sizeof db);
+    return realpath(da, pa) && realpath(db, pb) ? strcmp(pa, pb) == 0 : strcmp(da, db) == 0;
+}
+
 /* The mode a new file of this process gets from open(..., 0666): 0666 less the umask (read from /proc, as umask()
  * cannot be read without setting it for every thread); 0644 where /proc is not there. */
 static mode_t new_file_mode(void) {

@@ -220,10 +220,35 @@ expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-n
     -w "$T/w.safetensors" "$T/good.png" -o "$T/blocks.png" --blocks -1
 # maps the default selection cannot draw (FLatten inside Swin windows) are left out with a note, not silently
 $V init swin_fmnist_tiny --attn flatten,mhsa -o "$T/sfl.safetensors" >/dev/null 2>&1
+$V init swin_fmnist_tiny -o "$T/sfl0.safetensors" >/dev/null 2>&1
 $V attention swin_fmnist_tiny --attn flatten,mhsa -w "$T/sfl.safetensors" "$T/good.png" -o "$T/sfl.png" >/dev/null 2>"$T/sfl.log"
 check "attention notes the per-window FLatten maps it leaves out" \
     "grep -q '4 of 6 attention maps left out, e.g. layers.0.blocks.0.attn: its attention runs per window' '$T/sfl.log'" \
     "$(cat "$T/sfl.log")"
+# attention's selection and output errors are usage errors (2), as --blocks -1 is; -o and --save-maps naming one file
+# another way (./) are refused, not the PNG overwritten by the maps
+expect "attention -o x.jpg refused (2)" 2 "give a name ending in .png" $V attention $M -w "$T/w.safetensors" \
+    "$T/good.png" -o "$T/att.jpg"
+expect "attention --blocks past the model's refused (2)" 2 "block 9: vit_fmnist_tiny has" $V attention $M \
+    -w "$T/w.safetensors" "$T/good.png" -o "$T/att.png" --blocks 9
+expect "attention -o and --save-maps naming one file as X and ./X refused" 2 "name the same file" \
+    $V attention $M -w "$T/w.safetensors" "$T/good.png" -o "$T/same.png" --save-maps "$T/./same.png"
+check "... nothing written" "[ ! -e '$T/same.png' ]"
+# a title the picture is widened for is drawn whole (the font's buffer had held 400 quads: cut mid-text), and a
+# newline in an image's name is drawn as '?', not as a line over the tiles
+stem="$T/IMG_20240101_123456_wxyz_kvmwmw_sample_photo_from_my_phone_camera_n"
+cp "$T/good.png" "${stem}?l.png" && cp "$T/good.png" "$stem"$'\n'"l.png"
+$V attention swin_fmnist_tiny -w "$T/sfl0.safetensors" "${stem}?l.png" -o "$T/long.png" --blocks 0 --heads 0 >/dev/null 2>"$T/long.log" &&
+    $V attention swin_fmnist_tiny -w "$T/sfl0.safetensors" "$stem"$'\n'"l.png" -o "$T/long_nl.png" --blocks 0 \
+    --heads 0 >/dev/null 2>>"$T/long.log"
+check "a long title drawn to its end (white pixels in the title band's last tenth); a newline in the name drawn as one \
+character (the same width)" "[ $? -eq 0 ] && /usr/bin/python3 -c '
+import sys; from PIL import Image
+im = Image.open(sys.argv[1]).convert(\"L\"); w, h = im.size
+xs = [x for y in range(2, 14) for x in range(w) if im.getpixel((x, y)) > 200]
+sys.exit(not xs or max(xs) < 0.9 * w or Image.open(sys.argv[2]).size != im.size)' '$T/long.png' '$T/long_nl.png'" \
+    "$(cat "$T/long.log")"
+rm -f "$stem"*
 # hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
 # stage, --double-heads has no effect and is refused
 expect "hMHSA on PVTv2-b1's 5-head stage refused (2), naming --double-heads" 2 "odd heads: double them, .--double-heads" \

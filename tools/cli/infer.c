@@ -338,7 +338,7 @@ int cmd_attention(opts *o) {
                       "so without -o it can have no effect");
     const size_t len = o->output ? strlen(o->output) : 0;
     if (o->output && (len < 4 || strcasecmp(o->output + len - 4, ".png") != 0))
-        return die("-o %s: the picture is written as PNG; give a name ending in .png", o->output);
+        return refuse("attention", "-o %s: the picture is written as PNG; give a name ending in .png", o->output);
     const char *fixed[1] = {o->weights};
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
@@ -353,7 +353,7 @@ int cmd_attention(opts *o) {
     if (mc) return mc;
     const int rc = vt_attention_pictures(&c, P, o->images, o->nimages, &ao, &e);
     vt_params_free(P);
-    if (rc) return die("%s", e.msg);
+    if (rc) return e.code == VT_E_USAGE ? refuse("attention", "%s", e.msg) : die("%s", e.msg); /* 2: the selection */
     if (o->output) printf("wrote %s\n", o->output);
     if (o->save_maps) printf("wrote %s\n", o->save_maps);
     return 0;
