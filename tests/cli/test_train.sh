@@ -40,6 +40,9 @@ check "... its weights are weights_best.safetensors (the final weights iff it is
 $V train $COMMON --epochs 1 --out "$T/b" >"$T/b1.log" 2>&1 &&
     $V train $COMMON --epochs 3 --out "$T/b" --resume "$T/b" >"$T/b2.log" 2>&1
 check "resume runs" "[ $? -eq 0 ] && grep -q 'Resumed from' '$T/b2.log'" "$(tail -3 "$T/b2.log")"
+check "the default warm-up of 1 epoch in a run of 1 (per-step, never at the peak) is noted" "grep -qF 'Note: the \
+warm-up of 1 epoch (the default --warmup-epochs) does not end within the run'\''s 1 epoch: the learning rate rises for \
+the whole run' '$T/b1.log' && ! grep -q 'Note: the warm-up' '$T/b2.log'" "$(head -5 "$T/b1.log")"
 check "resume gives identical metrics" "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
 check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
 check "... and the same best weights" "cmp -s '$T/a/weights_best.safetensors' '$T/b/weights_best.safetensors'"
@@ -333,8 +336,10 @@ train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect with
 train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
 train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
 train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 does not end within the run (--epochs 2)
+train vit_fmnist_tiny --epochs 2 --warmup-epochs 2|--warmup-epochs 2 does not end within the run (--epochs 2): the learning rate would never reach its peak; give less than 2
 train vit_fmnist_tiny --recipe deit --epochs 3 --warmup-epochs 2|--warmup-epochs 2 does not end within the run (--epochs 3) (the learning rate changes once an epoch, after it, as DeiT's main.py steps it): the learning rate would never reach its peak; give at most 1
 train vit_fmnist_tiny --warmup-epochs 0 --warmup-lr 1e-7|--warmup-lr has no effect without a warm-up (--warmup-epochs is 0)
+train vit_fmnist_tiny --recipe nope|unknown recipe 'nope' (known: default, deit
 train vit_fmnist_tiny --recipe list --epochs 3|--recipe list prints the recipes and takes no other option (got --epochs)
 bench vit_fmnist_tiny --workers 2|--workers sets the input pipeline's threads, which only --data DIR runs
 bench vit_fmnist_tiny --drop-path 0.1|--drop-path acts only in a training step

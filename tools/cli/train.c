@@ -199,12 +199,18 @@ static int list_recipes(const opts *o) {
     return 0;
 }
 
-/* The longest warm-up after which a run of `epochs` (the cosine's) still trains at its peak learning rate: all of
- * them when the rate changes every step, one less when it changes once an epoch (an epoch after the warm-up must
- * run), two less under DeiT's main.py (whose epoch e trains at the value for e - 1). */
-static int warmup_max(int epochs, int update) {
-    const int n = epochs - (update == VT_SCHED_EPOCH ? 1 : update == VT_SCHED_DEIT ? 2 : 0);
-    return n > 0 ? n : 0;
+/* 1 when a warm-up of w epochs ends within a run of `epochs` (the cosine's), so that it trains at its peak learning
+ * rate: when the rate changes every step, one step after the warm-up must run (w < epochs); once an epoch, an epoch
+ * (w <= epochs - 1); under DeiT's main.py, whose epoch e trains at the value for e - 1, two (w <= epochs - 2). The
+ * bound as words ("at most 3", "less than 4") into hint (n bytes). */
+static int warmup_ends(double w, int epochs, int update, char *hint, size_t n) {
+    const int most = epochs - (update == VT_SCHED_EPOCH ? 1 : update == VT_SCHED_DEIT ? 2 : 0);
+    if (update != VT_SCHED_EPOCH && update != VT_SCHED_DEIT) {
+        snprintf(hint, n, "less than %d", epochs);
+        return w < epochs;
+    }
+    snprintf(hint, n, "at most %d", most > 0 ? most : 0);
+    return w <= most;
 }
 
 /* " (...)" for messages: how the learning rate of update mode `update` changes, or "" every step. */
@@ -231,10 +237,11 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
         return refuse("train", "--mixup-switch-prob chooses between Mixup and CutMix, so it has no effect unless both "
                       "are on (here --mixup %g, --cutmix %g, --mixup-prob %g)", m->mixup_alpha, m->cutmix_alpha,
                       m->prob);
-    if (given(o, "--warmup-epochs") && r->warmup_epochs > warmup_max(r->epochs, r->sched_update))
+    char most[48];
+    if (given(o, "--warmup-epochs") && !warmup_ends(r->warmup_epochs, r->epochs, r->sched_update, most, sizeof most))
         return refuse("train", "--warmup-epochs %g does not end within the run (--epochs %d)%s: the learning rate "
-                      "would never reach its peak; give at most %d", r->warmup_epochs, r->epochs,
-                      update_words(r->sched_update), warmup_max(r->epochs, r->sched_update));
+                      "would never reach its peak; give %s", r->warmup_epochs, r->epochs,
+                      update_words(r->sched_update), most);
     if (given(o, "--warmup-lr") && r->warmup_epochs == 0)
         return refuse("train", "--warmup-lr has no effect without a warm-up (--warmup-epochs is 0%s)",
                       given(o, "--warmup-epochs") ? "" : ": the run resumed's or the recipe's");
@@ -271,7 +278,10 @@ static int train_contradictions(const opts *o, const vt_dist *d) {
 static int train_rank(opts *o, vt_dist *d) {
     vt_recipe r;
     vt_model_cfg c;
-    if (resume_defaults(o, d) || record_model_options(o) || train_recipe(o, &r)) return 1;
+    int rc = resume_defaults(o, d); /* each 1, or 2 for a usage error (an unknown --recipe) */
+    if (!rc) rc = record_model_options(o);
+    if (!rc) rc = train_recipe(o, &r);
+    if (rc) return rc;
     const int unused = train_unused_options(o, &r);
     if (unused) return unused;
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
@@ -320,20 +330,22 @@ static int train_rank(opts *o, vt_dist *d) {
     /* a warm-up longer than the run, given, is refused (train_unused_options); from a recipe or a checkpoint, the
      * run is timm's, whose scheduler keeps warming up past the end: said once */
     char from[4200], notice[4800];
-    const int wmax = warmup_max(t.epochs, t.sched_update);
-    if (!given(o, "--warmup-epochs") && t.warmup_epochs > wmax) { /* printed by vt_train after its data checks */
-        const int n = snprintf(notice, sizeof notice, "Note: the warm-up of %g epochs (%s) does not end within the "
-                               "%s%d epoch%s%s: the learning rate ", t.warmup_epochs, lr_source(o, "--warmup-epochs",
-                               o->warmup_epochs >= 0, from, sizeof from), t.cooldown_epochs > 0 ? "cosine's " :
-                               "run's ", t.epochs, t.epochs == 1 ? "" : "s", update_words(t.sched_update));
+    char wmax[48];
+    /* printed by vt_train after its data checks */
+    if (!given(o, "--warmup-epochs") && !warmup_ends(t.warmup_epochs, t.epochs, t.sched_update, wmax, sizeof wmax)) {
+        const int n = snprintf(notice, sizeof notice, "Note: the warm-up of %g epoch%s (%s) does not end within the "
+                               "%s%d epoch%s%s: the learning rate ", t.warmup_epochs, t.warmup_epochs == 1 ? "" : "s",
+                               lr_source(o, "--warmup-epochs", o->warmup_epochs >= 0, from, sizeof from),
+                               t.cooldown_epochs > 0 ? "cosine's " : "run's ", t.epochs, t.epochs == 1 ? "" : "s",
+                               update_words(t.sched_update));
         if (t.cooldown_epochs > 0 && t.warmup_epochs < t.epochs + t.cooldown_epochs) /* the cooldown after it */
             snprintf(notice + n, sizeof notice - (size_t)n, "rises for %g epochs without reaching its peak %g, then "
                      "drops to the final %g for the rest of the run's %d epochs (%d of cooldown), as in timm; give "
-                     "--warmup-epochs at most %d to change it", t.warmup_epochs, t.lr, t.min_lr,
+                     "--warmup-epochs %s to change it", t.warmup_epochs, t.lr, t.min_lr,
                      t.epochs + t.cooldown_epochs, t.cooldown_epochs, wmax);
         else
             snprintf(notice + n, sizeof notice - (size_t)n, "rises for the whole run and never reaches its peak %g nor "
-                     "decays (as in timm); give --warmup-epochs at most %d to change it", t.lr, wmax);
+                     "decays (as in timm); give --warmup-epochs %s to change it", t.lr, wmax);
         t.notice = notice;
     }
     if (!o->recipe) t.recipe = NULL; /* plain runs print and save no recipe */
