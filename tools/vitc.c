@@ -81,22 +81,32 @@ static void usage(FILE *f) {
 
 /* a as one shell word (command.txt's commands run again as they are): itself when it holds only characters no shell
  * reads specially, else in single quotes (a quote written '\''); into buf (n bytes), cut at its end if it is longer. */
-static const char *shell_word(const char *a, char *buf, size_t n) {
-    if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") == strlen(a))
-        return a;
-    size_t k = 0;
-    if (k + 1 < n) buf[k++] = '\'';
-    for (; *a && k + 5 < n; a++) {
-        if (*a == '\'') {
-            memcpy(buf + k, "'\\''", 4);
-            k += 4;
+/* argv as a shell re-reads it: each word as it is, or quoted where it holds other characters, then a newline
+ * (malloc'd; NULL when out of memory). */
+static char *shell_line(int argc, char **argv) {
+    size_t n = 2;
+    for (int k = 0; k < argc; k++) n += 4 * strlen(argv[k]) + 3; /* each ' becomes '\'' */
+    char *line = malloc(n), *p = line;
+    for (int k = 0; line && k < argc; k++) {
+        const char *a = argv[k];
+        if (*a && strspn(a, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") == strlen(a)) {
+            memcpy(p, a, strlen(a));
+            p += strlen(a);
         } else {
-            buf[k++] = *a;
+            *p++ = '\'';
+            for (; *a; a++)
+                if (*a == '\'') {
+                    memcpy(p, "'\\''", 4);
+                    p += 4;
+                } else {
+                    *p++ = *a;
+                }
+            *p++ = '\'';
         }
+        *p++ = k + 1 < argc ? ' ' : '\n';
     }
-    if (k + 1 < n) buf[k++] = '\'';
-    buf[k < n ? k : n - 1] = '\0';
-    return buf;
+    if (line) *p = '\0';
+    return line;
 }
 
 int main(int argc, char **argv) {
@@ -138,10 +148,9 @@ int main(int argc, char **argv) {
             free(images);
             return 2;
         }
-        for (int k = 0, n = 0; k < argc && n < (int)sizeof o.cmdline - 2; k++) { /* as a shell re-reads it */
-            char q[4096];
-            n += snprintf(o.cmdline + n, sizeof o.cmdline - (size_t)n, "%s%s", shell_word(argv[k], q, sizeof q),
-                          k + 1 < argc ? " " : "\n");
+        if (!(o.cmdline = shell_line(argc, argv))) {
+            free(images);
+            return die("%s", "out of memory");
         }
         int rc = 0;
         if (o.help) {
@@ -153,6 +162,7 @@ int main(int argc, char **argv) {
             close_weights(&o);
         }
         vt_classes_free(o.cls, o.ncls);
+        free(o.cmdline);
         free(images);
         return rc;
     }

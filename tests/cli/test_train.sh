@@ -22,6 +22,12 @@ check "loss goes down ($l1 -> $l3)" "awk 'BEGIN{exit !($l3 < $l1)}'"
 check "curves.png is a PNG" "[ \"\$(head -c 4 '$T/a/curves.png' | tail -c 3)\" = PNG ]"
 check "no temp files left" "[ -z \"\$(ls -A '$T/a' | grep -E 'tmp|[.]vitc-')\" ]"
 check "command recorded" "grep -q 'vitc train' '$T/a/command.txt'"
+# a command line of any length is recorded whole (it was cut at 2047 bytes, losing the options after a long path)
+mkdir -p "$T/d" && long=$(cd "$T" && for i in $(seq 500); do printf 'd/../'; done)lng
+(cd "$T" && "$OLDPWD/vitc" train vit_fmnist_tiny --epochs 1 --train-subset 64 --test-subset 32 --batch-size 32 \
+    --warmup-epochs 0 --out "$long" --seed 7) >"$T/lng.log" 2>&1
+check "a 2.6 kB command line recorded whole in command.txt" "[ $? -eq 0 ] && [ \$(wc -c <'$T/lng/command.txt') -gt 2600 ] \
+    && tail -c 10 '$T/lng/command.txt' | grep -q -- '--seed 7$'" "$(tail -3 "$T/lng.log")"
 # curves.gp and curves.png are replaced through temporary files: a FIFO put at curves.gp is refused with a warning
 # (the run goes on), and `gnuplot curves.gp` in the folder still draws curves.png
 cp -r "$T/a" "$T/fifo" && rm "$T/fifo/curves.gp" "$T/fifo/curves.png" && mkfifo "$T/fifo/curves.gp"

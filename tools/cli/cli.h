@@ -38,7 +38,7 @@ typedef struct {
     int ncls;
     const char **images; /* predict: the IMAGE arguments (pointers into argv; room for argc of them) */
     int nimages;
-    char cmdline[2048];
+    char *cmdline; /* the command line as a shell re-reads it, a line (malloc'd; train records it) */
     unsigned char given[128]; /* given[k]: optdefs[k] was on the command line */
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */

@@ -358,13 +358,17 @@ static int train_rank(opts *o, vt_dist *d) {
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     if (o->fault_batch_step >= 0) t.fault_batch_step = o->fault_batch_step;
     if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
-    char line[sizeof o->cmdline + 32]; /* under mpirun with the rank count (a recipe's lr scales with it) */
-    if (d->size > 1) snprintf(line, sizeof line, "mpirun -np %d %s", d->size, o->cmdline);
-    else snprintf(line, sizeof line, "%s", o->cmdline);
+    const size_t room = strlen(o->cmdline) + 32; /* under mpirun with the rank count (a recipe's lr scales with it) */
+    char *line = malloc(room);
+    if (!line) return die("%s", "out of memory");
+    if (d->size > 1) snprintf(line, room, "mpirun -np %d %s", d->size, o->cmdline);
+    else snprintf(line, room, "%s", o->cmdline);
     t.command_line = line;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
-    if (vt_train(&c, &t, &e) == 0) return 0;
+    const int trained = vt_train(&c, &t, &e);
+    free(line);
+    if (trained == 0) return 0;
     /* one report: the lowest failing rank's (die tags the others' with their rank); a rank failing alone stops all */
     if (!d->err_shared || d->err_reporter) die("%s", e.msg);
     if (d->size > 1 && !d->err_shared) vt_dist_abort(d, 1);
