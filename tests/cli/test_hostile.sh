@@ -85,6 +85,12 @@ expect "a FIFO without a writer as an image: the same message, not an empty file
     timeout 20 $V predict $M -w "$T/w.safetensors" "$T/fifo"
 $V predict $M -w <(cat "$T/w.safetensors") <(cat "$T/good.png") >"$T/pipe.log" 2>&1
 check "weights and an image through pipes" "[ $? -eq 0 ] && grep -q 'class' '$T/pipe.log'" "$(cat "$T/pipe.log")"
+# names holding a newline or a terminal escape: printed escaped, each on one line, in the text output and the errors
+mkdir -p "$T/odd" && cp "$T/good.png" "$T/odd/c"$'\n'"d.png" && printf x >"$T/odd/e"$'\033'"[31mred.png"
+$V predict $M -w "$T/w.safetensors" "$T/odd/c"$'\n'"d.png" "$T/odd/e"$'\033'"[31mred.png" >"$T/odd.out" 2>"$T/odd.err"
+check "image names with a newline or an escape printed escaped (stdout and stderr)" "[ $? -eq 1 ] && \
+    grep -qxF '$T/odd/c\\nd.png' '$T/odd.out' && grep -qF 'e\\x1b[31mred.png: unsupported' '$T/odd.err' && \
+    ! grep -q \$'\\033' '$T/odd.out' '$T/odd.err'" "$(cat -A "$T/odd.out" "$T/odd.err")"
 # 13. a legal 249-byte output name works (the temporary name does not grow it)
 long=$(printf 'w%.0s' $(seq 237)).safetensors
 $V init $M -o "$T/$long" >"$T/long.log" 2>&1

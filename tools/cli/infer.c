@@ -82,8 +82,9 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
         printf("{\"image\": ");
         json_str(path);
         printf(", \"top\": [");
-    } else {
-        printf("%s\n", path);
+    } else { /* a name with a newline or an escape sequence printed escaped: one line, nothing sent to the terminal */
+        vt_fputs_clean(stdout, path);
+        putchar('\n');
     }
     for (int i = 0; i < t->k; i++) {
         const char *nm = names ? class_name(o, c, t->cls[i]) : NULL;
@@ -231,7 +232,7 @@ int cmd_predict(opts *o) {
             json_str(res[i].err.msg);
             printf("}\n");
         }
-        fprintf(stderr, "vitc: %s\n", res[i].err.msg);
+        die("%s", res[i].err.msg); /* its file's name escaped (the count of failures is returned below) */
     }
     if (bad > 0 && keep) {
         die("%s", "--output not written: some images could not be read");
