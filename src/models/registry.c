@@ -61,8 +61,9 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
     for (;;) {
         char *end = NULL;
         errno = 0;
-        const long x = strtol(p, &end, 10);
-        if (end != p) end += strspn(end, " \t\n"); /* "64 ,64" as "64, 64" */
+        /* digits only, as every other number of the command line: no blanks (strtol would skip leading ones), no sign */
+        const long x = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;
+        if (!end) end = (char *)p;
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))
             return vt_seterr(e, "%s %s: expected comma-separated integers in [1, 65536]", opt, q);
         if (n < VT_MAX_STAGES) v[n] = (int)x;

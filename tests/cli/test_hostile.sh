@@ -161,11 +161,17 @@ for v in OMP_THREAD_LIMIT=1 OMP_MAX_ACTIVE_LEVELS=0 OMP_DYNAMIC=true; do
     fi
 done
 # 15. empty names
-expect "train --out \"\" refused" 1 "empty run folder name" $V train $M --data fashion-mnist --epochs 1 --out ""
+expect "train --out \"\" refused (2)" 2 "option --out has an empty value" $V train $M --data fashion-mnist --epochs 1 --out ""
 LONG=$T/$(printf 'a%.0s' $(seq 200))$(for i in $(seq 19); do printf '/%s' "$(printf 'b%.0s' $(seq 200))"; done)
 expect "train --out of 4000+ bytes refused (its files' names would be cut short)" 1 "leave room for its files' names" \
     $V train $M --data fashion-mnist --epochs 1 --out "$LONG"
-expect "init -o \"\" refused" 1 "empty output file name" $V init $M -o ""
+expect "init -o \"\" refused as a usage error, naming the option" 2 "option -o has an empty value" $V init $M -o ""
+expect "predict -w \"\" refused so too (it had said 'cannot open : No such file')" 2 "option -w has an empty value" \
+    $V predict $M -w "" "$T/good.png"
+# `--` ends the options: an image whose name starts with '-' after it
+cp "$T/good.png" "$T/-dash.png"
+(cd "$T" && "$OLDPWD/$V" predict $M -w w.safetensors -- -dash.png) >"$T/dash.log" 2>&1
+check "an image named -dash.png after --" "[ $? -eq 0 ] && grep -qx -- '-dash.png' '$T/dash.log'" "$(cat "$T/dash.log")"
 # 16. an endless stream as a safetensors file ends at its header (read only as far as the header says), and an
 # input through a pipe is read once (its size taken from the same read)
 expect "--weights /dev/zero refused at once" 1 "JSON object" timeout 20 $V forward $M -w /dev/zero --input "$T/x.safetensors" -o "$T/y.safetensors"
@@ -215,6 +221,8 @@ expect "--crop-pct 1e-300 refused" 2 "too close to 0 for a float" $V predict $M 
 expect "--dims with 2 values for 4 stages refused (a usage error: 2)" 2 "2 values, but the model has 4 stage(s)" $V info \
     groupmixformer_test --dims 20,30
 expect "--depths 1x refused (a usage error: 2)" 2 "expected comma-separated integers" $V info $M --depths 1x
+expect "--depths with a blank refused, as every other number of the command line" 2 "expected comma-separated integers" \
+    $V info swin_fmnist_tiny --depths "1, 1"
 # found by fuzz_model_options: a width its heads do not divide crashed Refined-ViT's build (the MLP read a failed input)
 expect "Refined-ViT --dims 4 (12 heads) refused, not a crash (2)" 2 "C divisible by 12 heads" $V info refiner_vit_s --dims 4
 # ... and a Swin window of 157 asked for 2.4 GB (its relative position index has window^4 entries)

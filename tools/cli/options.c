@@ -215,7 +215,12 @@ int has_word(const char *list, const char *name) {
  * the error message); returns -1 on an error. */
 int set_option(const char *cmd, const optdef *d, const char *a, const char *v, const char *what, opts *o) {
     char *field = (char *)o + d->off;
-    if (d->kind == O_STR) {
+    void (*const tell)(const char *, const char *, ...) = *what ? say : say_once; /* command line's: once */
+    if (d->kind == O_STR) { /* an empty name or value is a mistake (`-w "$W"` with W unset), said as the option's */
+        if (!*v) {
+            tell(cmd, "option %s%s has an empty value (a name or value is needed)", a, what);
+            return -1;
+        }
         *(const char **)field = v;
         return 0;
     }
@@ -225,7 +230,6 @@ int set_option(const char *cmd, const optdef *d, const char *a, const char *v, c
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
-    void (*const tell)(const char *, const char *, ...) = *what ? say : say_once; /* command line's: once */
     if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
         tell(cmd, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)", v, a, what,
                 errno == ERANGE ? "out of range of a double, or too close to 0"
@@ -251,12 +255,18 @@ int set_option(const char *cmd, const optdef *d, const char *a, const char *v, c
 }
 
 /* Parses argv[2..] into o, accepting only the command's options; an option given again replaces its value (as
- * argparse: a script may override a shared argument list); returns -1 on an error. */
+ * argparse: a script may override a shared argument list); `--` ends the options (an image named -x.png after it);
+ * returns -1 on an error. */
 int parse(const command *c, int argc, char **argv, opts *o) {
     _Static_assert(sizeof optdefs / sizeof optdefs[0] <= sizeof o->given, "opts.given too small");
+    int positional = 0; /* after `--` every argument is the model or an image, whatever its first character */
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        if (a[0] != '-') {
+        if (!positional && strcmp(a, "--") == 0) {
+            positional = 1;
+            continue;
+        }
+        if (positional || a[0] != '-') {
             if (!o->model) {
                 o->model = a;
             } else if (c->images) {
@@ -443,4 +453,5 @@ void command_help(const command *c) {
         printf("  %-18s %s\n", optdefs[i].name, help);
     }
     printf("  %-18s %s\n", "--help", "show this help");
+    printf("  %-18s %s\n", "--", "ends the options: what follows is the model or an image (e.g. -x.png)");
 }
