@@ -3,8 +3,8 @@
 
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
-the file itself), strips a DataParallel 'module.' prefix, drops tensors whose names start with a --drop prefix (e.g.
-an extra head the vitc model does not have), and writes floating tensors as F32 and integer ones
+the file itself), strips a DataParallel 'module.' prefix, drops the tensors named by or under a --drop prefix (e.g.
+--drop head_dist: an extra head the vitc model does not have; a prefix that matches nothing is refused), and writes floating tensors as F32 and integer ones
 (BatchNorm's num_batches_tracked) as I64. vitc's loader then names any missing, extra or wrong-shape tensor.
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
 the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
@@ -14,7 +14,8 @@ which refuses floats there (every training checkpoint's optimiser settings). A t
 or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full
 unpickler, which runs whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
-file in its folder, then a rename) and never over a folder, a device, a FIFO or the checkpoint itself. A pipe is read
+file in its folder, then a rename, with the replaced file's mode or a new file's) and never over a folder, a
+device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read
 to its end, refused at its first bytes when they begin no torch.save file, and past half the memory this process may
 use (the machine's, or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
@@ -452,8 +453,9 @@ def state_dict(obj, key, path):
 
 
 def tensors_of(sd, drop, path, where):
-    """name -> tensor of the state dict sd: 'module.' stripped, --drop prefixes left out, every value checked."""
-    out, origin = {}, {}
+    """name -> tensor of the state dict sd: 'module.' stripped, the tensors under a --drop prefix left out (each
+    prefix must match one), every value checked."""
+    out, origin, used = {}, {}, set()
     for name, t in sd.items():
         if not isinstance(name, str):
             raise Refused(f"{path}: the state dict ({where}) has a key {shown(name)} ({a_type(name)}), not a "
@@ -467,16 +469,30 @@ def tensors_of(sd, drop, path, where):
         if t.is_complex():
             raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
         short = name[len("module."):] if name.startswith("module.") else name
-        if any(short.startswith(p) for p in drop):
+        hit = [p for p in drop if under(name, p) or under(short, p)]
+        for p in hit:
+            used.add(p)
+        if hit:
             continue
         if short in out:
             raise Refused(f"{path}: {shown(origin[short])} and {shown(name)} are both {shown(short)} once the "
                           "DataParallel 'module.' prefix is stripped")
         out[short], origin[short] = t, name
+    unused = [p for p in drop if p not in used]
+    if unused:
+        raise Refused(f"{path}: --drop {shown(unused[0])} matches no tensor ({where}; a prefix drops the tensors named "
+                      "it or under it, e.g. --drop head: head.weight and head.bias, not head_dist.weight)")
     if not out:
         raise Refused(f"{path}: no tensor left to write ({where}" + (f", after --drop {' '.join(drop)})" if drop
                                                                       else ")"))
     return out
+
+
+def under(name, prefix):
+    """True when tensor name is prefix itself or lies under it as a module path (blocks.1: blocks.1.x, not
+    blocks.10.x)."""
+    p = prefix.rstrip(".")
+    return name == p or name.startswith(p + ".")
 
 
 def check_output(path, src):
@@ -510,10 +526,19 @@ def write_safetensors(path, tensors):
         off += len(b)
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
+    if os.path.islink(path):  # a link's destination is written, the link kept (as vitc's own writer does)
+        path = os.path.realpath(path)
     folder, base = os.path.split(path)
     tmp = None
     try:  # a new file of its own (O_EXCL: no planted link is followed), renamed over path once complete
         fd, tmp = tempfile.mkstemp(prefix=f".{base[:200]}.", suffix=".tmp", dir=folder or ".")
+        try:  # mkstemp's 0600 would hide the weights from other users: the replaced file's mode, else open()'s
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(h)) + h)
             for b in blobs:
@@ -521,6 +546,12 @@ def write_safetensors(path, tensors):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        tmp = None
+        dfd = os.open(folder or ".", os.O_RDONLY)  # the rename itself made durable
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     except OSError as e:
         try:
             if tmp:
@@ -535,7 +566,8 @@ def main():
     ap.add_argument("checkpoint")
     ap.add_argument("output")
     ap.add_argument("--key", help="entry of the checkpoint dict that holds the state dict (it must exist)")
-    ap.add_argument("--drop", action="append", default=[], help="leave out tensors whose name starts with this")
+    ap.add_argument("--drop", action="append", default=[],
+                    help="leave out the tensors named this or under it (--drop head: head.weight, head.bias)")
     ap.add_argument("--trust-pickle", action="store_true",
                     help="read a checkpoint that pickles other Python objects too (runs code it names: trusted files "
                     "only)")

@@ -18,6 +18,7 @@ Run: /usr/bin/python3 tests/reference/test_convert.py
 """
 import argparse
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -262,6 +263,17 @@ def main():
               p.stderr.strip()[-300:])
     p = convert(tmp / "train.pth", tmp / "none.safetensors", "--drop", "blocks", "--drop", "norm")
     rep.check("refuse: nothing left after --drop", one_line_refusal(p, "no tensor left to write"), p.stderr.strip())
+    # --drop takes module paths: blocks.1 is not blocks.10, head is not head_dist; written with DataParallel's
+    # module. too; a prefix that matches nothing (a typo) is refused
+    sd10 = {"module." + k: torch.ones(2) for k in ("blocks.1.w", "blocks.10.w", "head.weight", "head_dist.weight")}
+    torch.save(sd10, tmp / "ten.pth")
+    p = convert(tmp / "ten.pth", tmp / "ten.safetensors", "--drop", "blocks.1", "--drop", "module.head")
+    got = st.load(tmp / "ten.safetensors") if p.returncode == 0 else {}
+    rep.check("--drop: the tensors under blocks.1 and (module.)head only", set(got) == {"blocks.10.w", "head_dist.weight"},
+              p.stderr.strip()[-300:] + str(sorted(got)))
+    p = convert(tmp / "ten.pth", tmp / "typo.safetensors", "--drop", "head_dst")
+    rep.check("refuse: a --drop that matches no tensor", one_line_refusal(p, "--drop 'head_dst' matches no tensor")
+              and not (tmp / "typo.safetensors").exists(), p.stderr.strip())
 
     # output: never over a folder, a FIFO or the input; no temporary file left
     os.mkfifo(tmp / "fifo")
@@ -283,6 +295,23 @@ def main():
     if os.geteuid() != 0:  # root writes anyway
         rep.check("output: an unwritable folder refused in one line, nothing left there",
                   one_line_refusal(p, "cannot write") and leftovers(ro, []) == [], p.stderr.strip())
+    # the output's mode: a new file's is open()'s (0666 less the umask), a replaced file's is kept (mkstemp's 0600 hid
+    # the weights from other users); a symlink's destination is written and the link kept
+    old = os.umask(0o022)
+    p = convert(tmp / "train.pth", tmp / "mode.safetensors")
+    new_mode = stat.S_IMODE(os.stat(tmp / "mode.safetensors").st_mode) if p.returncode == 0 else None
+    os.chmod(tmp / "mode.safetensors", 0o640)
+    p2 = convert(tmp / "train.pth", tmp / "mode.safetensors")
+    os.umask(old)
+    rep.check("output: a new file 0644 under umask 022, a replaced one keeps its 0640",
+              new_mode == 0o644 and p2.returncode == 0 and stat.S_IMODE(os.stat(tmp / "mode.safetensors").st_mode) == 0o640,
+              f"{oct(new_mode or 0)} {oct(stat.S_IMODE(os.stat(tmp / 'mode.safetensors').st_mode))}")
+    (tmp / "target.safetensors").write_bytes(b"old")
+    os.symlink("target.safetensors", tmp / "link.safetensors")
+    p = convert(tmp / "train.pth", tmp / "link.safetensors")
+    rep.check("output: a symlink's destination written, the link kept",
+              p.returncode == 0 and os.path.islink(tmp / "link.safetensors")
+              and set(st.load(tmp / "target.safetensors")) == set(sd), p.stderr.strip()[-300:])
     rep.check("output: no temporary file left in the working folder",
               not [n for n in os.listdir(tmp) if ".tmp." in n], str(os.listdir(tmp)))
     rep.finish()
