@@ -1,8 +1,9 @@
 /* Loading a checkpoint for fine-tuning, as timm's checkpoint_filter_fn adapts one:
  * - a classifier tensor (name holding "head") whose class count differs keeps the model's fresh initialisation;
  * - an absolute position embedding (1, p + h·w, C) whose grid differs is resized bicubically keeping its p prefix
- *   (class / distillation) rows, as timm's resample_abs_pos_embed (ViT/DeiT, Refined-ViT, PVT, FLatten's
- *   positional_encoding), with torch's F.interpolate(bicubic, align_corners=False) and no antialias;
+ *   (class / distillation) rows (ViT/DeiT, Refined-ViT, PVT, FLatten's positional_encoding), as DeiT's main.py
+ *   fine-tuning and timm 0.4's resize_pos_embed: torch's F.interpolate(bicubic, align_corners=False), no antialias
+ *   (timm's newer resample_abs_pos_embed antialiases by default);
  * - a Swin relative_position_bias_table ((2w-1)², heads) is resized bicubically (timm's
  *   resize_rel_pos_bias_table_simple);
  * - the input convolution (O, 3, kh, kw) of an RGB file (the model's first 4-D tensor) meets a model with other
