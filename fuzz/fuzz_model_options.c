@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vt_model_overrides ov = vt_model_no_overrides();
     char store[256];
     vt_err e = {0};
-    if (refused(vt_model_parse_options(text, base->arch.nstages, &ov, store, sizeof store, &e), &e)) return 0;
+    if (refused(vt_model_parse_options(text, base->arch.nstages, &ov, store, sizeof store, 0, &e), &e)) return 0;
     vt_model_cfg c;
     if (refused(vt_model_configure(base, &ov, &c, &e), &e)) return 0;
     vt_model_summary s;
@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     vt_model_overrides again = vt_model_no_overrides();
     char store2[256];
     vt_model_cfg c2;
-    if (vt_model_parse_options(c.options, base->arch.nstages, &again, store2, sizeof store2, &e) ||
+    if (vt_model_parse_options(c.options, base->arch.nstages, &again, store2, sizeof store2, 1, &e) ||
         vt_model_configure(base, &again, &c2, &e))
         abort();
     c2.arch.train_form = c.arch.train_form; /* not an architecture option: the weights' form, recorded apart */

@@ -385,10 +385,10 @@ static void check_options_record(vt_test *T) {
             vt_model_cfg c, c2;
             char names[128], names2[128];
             vt_err e = {0}, e2 = {0};
-            if (vt_model_parse_options(sets[k], base->arch.nstages, &ov, names, sizeof names, &e) ||
+            if (vt_model_parse_options(sets[k], base->arch.nstages, &ov, names, sizeof names, 0, &e) ||
                 vt_model_configure(base, &ov, &c, &e))
                 continue; /* an option set this model does not take */
-            const int rc = vt_model_parse_options(c.options, base->arch.nstages, &ov2, names2, sizeof names2, &e2) ||
+            const int rc = vt_model_parse_options(c.options, base->arch.nstages, &ov2, names2, sizeof names2, 1, &e2) ||
                            vt_model_configure(base, &ov2, &c2, &e2);
             T_CHECK(T, rc == 0 && memcmp(&c.arch, &c2.arch, sizeof c.arch) == 0 && strcmp(c.options, c2.options) == 0,
                     "%s '%s': its record '%s' rebuilds %s ('%s')", base->name, sets[k], c.options,

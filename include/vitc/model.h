@@ -162,8 +162,11 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
  * ("--num-classes 3 --attn flatten --dims 32,64 --train-form", or --name=value; a value runs to the next " --"; NULL
  * or "": none),
  * for a model of `stages` stages; --attn, --ffn and --dtype values are copied into store (n bytes), which must outlive
- * ov. -1 with a message on an unknown option or a malformed value (the ranges are vt_model_configure's to check). */
-int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e);
+ * ov. An option given again replaces its value, as on the command line, unless `once` (a weight file's record, which
+ * names each once). -1 with a message on an unknown option or a malformed value (the ranges are vt_model_configure's
+ * to check). */
+int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, int once,
+                           vt_err *e);
 
 /* Writes into buf (n bytes) the architecture options of ov (--img-size, --in-chans, --num-classes, --attn, --ffn,
  * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options reads. */

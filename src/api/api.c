@@ -194,7 +194,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     vt_err e = {0};
     char names[256], rnames[256]; /* --attn, --ffn and --dtype values */
     ov.recorded = 1; /* what `vitc train` records: heads a GMA stage ignored stay ignored */
-    if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, &e)) {
+    if (vt_model_parse_options(model_options, base->arch.nstages, &ov, names, sizeof names, 0, &e)) {
         free(m);
         return fail(err, code_of(&e, A), "%s: %s", name, e.msg), NULL;
     }
@@ -215,7 +215,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     }
     const char *rmodel = vt_st_meta(&f, VT_MODEL_KEY), *roptions = vt_st_meta(&f, VT_OPTIONS_KEY);
     if (rmodel && vt_model_find(rmodel) == base && roptions &&
-        vt_model_parse_options(roptions, base->arch.nstages, &rec, rnames, sizeof rnames, &e)) {
+        vt_model_parse_options(roptions, base->arch.nstages, &rec, rnames, sizeof rnames, 1, &e)) {
         vt_st_close(&f);
         free(m);
         return fail(err, e.code == VT_E_NOMEM ? VITC_E_MEMORY : VITC_E_WEIGHTS, "%s: its %s record: %s", weights,

@@ -79,7 +79,8 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
     return 0;
 }
 
-int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, vt_err *e) {
+int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, int once,
+                           vt_err *e) {
     static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform", "--no-prepack"};
     static const char *const lists[] = {"--dims", "--depths", "--heads", "--windows"};
     static const char *const ints[] = {"--img-size", "--in-chans", "--num-classes"};
@@ -89,6 +90,7 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
     int *const int_of[] = {&ov->img_size, &ov->in_chans, &ov->num_classes};
     const char **const str_of[] = {&ov->attn, &ov->ffn, &ov->dtype};
     size_t used = 0;
+    unsigned seen = 0; /* the options named so far (bit f, 4 + l, 8 + i, 11 + k), for `once` */
     for (const char *p = text ? text : "";;) {
         char opt[32], val[512];
         p += strspn(p, " \t\n");
@@ -106,6 +108,9 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         for (i = 0; i < 3 && strcmp(opt, ints[i]) != 0; i++) {}
         for (k = 0; k < 3 && strcmp(opt, strs[k]) != 0; k++) {}
         if (f < 4 && eq) return vt_seterr(e, "model option %s takes no value", opt);
+        const int bit = f < 4 ? f : l < 4 ? 4 + l : i < 3 ? 8 + i : k < 3 ? 11 + k : -1;
+        if (once && bit >= 0 && (seen >> bit & 1)) return vt_seterr(e, "model option %s given twice", opt);
+        if (bit >= 0) seen |= 1u << bit;
         if (f < 4) {
             *flag_of[f] = 1;
             continue;
@@ -125,6 +130,10 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         val[len] = '\0';
         p += len;
         if (l < 4) {
+            size_t w = 0; /* "2, 2" (blanks after the commas) as an earlier vitc's command line took it */
+            for (size_t r = 0; val[r]; r++)
+                if (!strchr(" \t\n", val[r])) val[w++] = val[r];
+            val[w] = '\0';
             if (vt_model_parse_list(opt, val, stages, list_of[l], e)) return -1;
             if (list_of[l] == ov->windows) ov->windows_listed = strchr(val, ',') != NULL;
         } else if (i < 3) {

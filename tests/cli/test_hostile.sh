@@ -490,11 +490,18 @@ check "... without --heads, the model is built with the 2 the file records, sayi
     "[ $? -eq 0 ] && grep -q 'records: --heads 2$' '$T/h2r.log'" "$(cat "$T/h2r.log")"
 # a record vitc would not write: an option that is not the model's, one without its value, one that is not an option
 for r in "bogus:--dtype int8:records the model option '--dtype': not a file vitc wrote" \
-    "noval:--heads:records the model option --heads without a value" "word:heads 2:records the model option 'heads'"; do
+    "noval:--heads:records the model option --heads without a value" "word:heads 2:records the model option 'heads'" \
+    "twice:--heads 2 --heads 4:records the model option --heads twice"; do
     rerecord "$T/h2.safetensors" "$T/rec_${r%%:*}.safetensors" "vitc_model_options=$(echo "$r" | cut -d: -f2)"
     expect "a weights record vitc would not write is refused: ${r%%:*}" 1 "$(echo "$r" | cut -d: -f3-)" \
         $V predict $M -w "$T/rec_${r%%:*}.safetensors" "$T/good.png"
 done
+# a list recorded with blanks after its commas (an earlier vitc's command line took "2, 2") still loads
+$V init swin_fmnist_tiny --heads 2,4 -o "$T/sw24.safetensors" >/dev/null 2>&1
+rerecord "$T/sw24.safetensors" "$T/rec_blank.safetensors" "vitc_model_options=--heads 2, 4"
+$V predict swin_fmnist_tiny -w "$T/rec_blank.safetensors" "$T/good.png" >"$T/recb.log" 2>&1
+check "a recorded list with blanks ('--heads 2, 4') still loads, as recorded" "[ $? -eq 0 ] && \
+    grep -q 'records: --heads 2,4$' '$T/recb.log'" "$(cat "$T/recb.log")"
 $V forward $M --heads 2 -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors" >"$T/h2f.log" 2>&1
 check "... and taken with --heads 2" "[ $? -eq 0 ]" "$(cat "$T/h2f.log")"
 $V attention $M -w "$T/h2.safetensors" "$T/good.png" --save-maps "$T/h2m.safetensors" >"$T/h2a.log" 2>&1

@@ -324,6 +324,7 @@ int parse(const command *c, int argc, char **argv, opts *o) {
 int take_model_options(opts *o, const char *cmd, char *text, const char *allowed, const char *skip,
                               const char *path, const char *what, char *taken, size_t n) {
     size_t used = 0;
+    unsigned char seen[sizeof o->given] = {0}; /* the options this record has named: vitc writes each once */
     if (taken && n) taken[0] = '\0';
     for (char *p = text; *p;) {
         char *name = p, *end = strchr(p, ' '), *eq = strchr(p, '=');
@@ -345,7 +346,18 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
                 say_once(cmd, "%s records the model option %s without a value", path, name);
                 return -1;
             }
+            if (has_word("--dims --depths --heads --windows", name)) { /* "2, 2" as an earlier vitc took it */
+                char *w = v;
+                for (const char *r = v; *r; r++)
+                    if (!strchr(" \t\n", *r)) *w++ = *r;
+                *w = '\0';
+            }
         }
+        if (seen[d - optdefs]) {
+            say_once(cmd, "%s records the model option %s twice: not a file vitc wrote", path, name);
+            return -1;
+        }
+        seen[d - optdefs] = 1;
         if (given(o, name) || (skip && has_word(skip, name))) continue;
         o->given[d - optdefs] = 1;
         o->heads_recorded |= strcmp(name, "--heads") == 0;
@@ -399,7 +411,7 @@ int weights_options(opts *o, const command *cmd) {
         vt_model_overrides rov = vt_model_no_overrides();
         char store[sizeof o->weights_model];
         vt_err pe = {0};
-        if (vt_model_parse_options(rec, stages, &rov, store, sizeof store, &pe) == 0 && rov.heads[0] > 0) {
+        if (vt_model_parse_options(rec, stages, &rov, store, sizeof store, 1, &pe) == 0 && rov.heads[0] > 0) {
             size_t used = 0;
             for (int i = 0; i < stages && rov.heads[i] > 0 && used < sizeof o->arch_heads; i++)
                 used += (size_t)snprintf(o->arch_heads + used, sizeof o->arch_heads - used, "%s%d", i ? "," : "",
