@@ -98,10 +98,11 @@ typedef struct vitc_result {
     int k;                             /**< classes listed */
     int index[VITC_MAX_TOPK];          /**< class indices */
     double prob[VITC_MAX_TOPK];        /**< softmax probabilities */
-    const char *label[VITC_MAX_TOPK];  /**< class names: those of the classes.json beside the weights (a vitc train
-                                            run folder's) when it names every class, else the model's dataset's
-                                            (Fashion-MNIST's for its 10-class models), else NULL; they live as long
-                                            as the model */
+    const char *label[VITC_MAX_TOPK];  /**< class names: those of W.classes.json for weights W.safetensors (what
+                                            `vitc deploy` writes), else of the classes.json beside the weights (a
+                                            vitc train run folder's), when it names every class, else the model's
+                                            dataset's (Fashion-MNIST's for its 10-class models), else NULL; they live
+                                            as long as the model */
     char error[508];                   /**< why the image failed (empty when ok) */
     int code;                          /**< VITC_E_* of the failure (VITC_E_FILE, VITC_E_IMAGE, VITC_E_ARGUMENT for a
                                             bad vitc_pixels or a NaN in a tensor, ...), VITC_OK when ok (since
@@ -145,8 +146,8 @@ VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc
  * command line ("--num-classes 3 --in-chans 3 --attn flatten --dims 32,64 --train-form", or --name=value; unquoted;
  * what `vitc train` records as `model-options` in its checkpoints; NULL or "": none), for weights trained or made
  * with them: a file holding the training form (said by the `vitc_form` record of a Next-ViT file, by the branch
- * tensors of a cFFN file) opens in it, a Next-ViT file without the record needs --train-form (what `vitc deploy` makes is faster); a --dtype is ignored
- * (vitc_set_dtype sets it); an --img-size must equal opt's img_size where both are given; --no-prepack
+ * tensors of a cFFN file) opens in it, a Next-ViT file without the record needs --train-form (what `vitc deploy` makes is faster); a --dtype must be
+ * fp32, bf16 or int8 and is otherwise ignored (vitc_set_dtype sets it); an --img-size must equal opt's img_size where both are given; --no-prepack
  * keeps no packed or bf16 weight copies for the kernels (int8's quantised ones stay): less memory, slower at small
  * batches. Since 0.3.0. */
 VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,

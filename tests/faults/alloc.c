@@ -58,10 +58,13 @@ enum { N = 2, K = 10, PIX = 28 * 28, MOST = 100000 };
 /* The calls under test, on model m with one input image x or image files paths (one image each: the model's cached
  * graph, for the N images of the check between two calls, is rebuilt, so the graph's allocations are counted too);
  * returns the call's status (as the API), the results' first code in *rcode (VITC_OK when none failed). */
-typedef enum { C_LOGITS, C_CLASSIFY_TENSOR, C_CLASSIFY_PNG, C_CLASSIFY_BMP, C_LOAD_IMAGE, C_POOLED, C_CALLS } call_t;
+typedef enum {
+    C_LOGITS, C_CLASSIFY_TENSOR, C_CLASSIFY_PNG, C_CLASSIFY_BMP, C_CLASSIFY_PIXELS, C_LOAD_IMAGE, C_POOLED, C_CALLS
+} call_t;
 static const char *const call_name[C_CALLS] = {"vitc_logits",          "vitc_classify_tensor",
                                                "vitc_classify_files (PNG)", "vitc_classify_files (BMP)",
-                                               "vitc_load_image",      "vitc_pooled_features"};
+                                               "vitc_classify_pixels (RGBA)", "vitc_load_image",
+                                               "vitc_pooled_features"};
 
 static int call(call_t c, vitc_model *m, const float *x, const char *const *paths, int *rcode, vitc_error *err) {
     vitc_result res[1];
@@ -74,6 +77,13 @@ static int call(call_t c, vitc_model *m, const float *x, const char *const *path
     case C_CLASSIFY_TENSOR: rc = vitc_classify_tensor(m, x, 1, 0, 3, res, err); break;
     case C_CLASSIFY_PNG: rc = vitc_classify_files(m, paths, 1, 3, res, err); break;
     case C_CLASSIFY_BMP: rc = vitc_classify_files(m, paths + 1, 1, 3, res, err); break;
+    case C_CLASSIFY_PIXELS: { /* an RGBA picture of another size: converted to grey and resized by the library */
+        unsigned char px[20 * 30 * 4];
+        for (size_t i = 0; i < sizeof px; i++) px[i] = (unsigned char)(i * 37 % 251);
+        const vitc_pixels img = {px, 30, 20, 4};
+        rc = vitc_classify_pixels(m, &img, 1, 3, res, err);
+        break;
+    }
     case C_LOAD_IMAGE: rc = vitc_load_image(m, paths[0], out, err); break;
     case C_POOLED:
         rc = vitc_pooled_features(m, x, 1, 0, &t, err);
