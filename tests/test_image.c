@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stb_image.h>
 #include <stb_image_write.h>
 
 #include "test.h"
@@ -531,6 +532,40 @@ static void check_gif_psd_hdr(vt_test *T) {
     }
 }
 
+static void to_bytes(void *ctx, void *data, int size) { put(ctx, data, (size_t)size); }
+
+/* libstb's process-wide settings belong to a host program (an OpenGL program flips its textures on load, or maps HDR
+ * with another gamma): vitc's decodes do not change with them. HDR with mantissas 0..255 maps as stbi_load's default
+ * (gamma 2.2, scale 1), byte for byte. */
+static void check_stb_globals(vt_test *T) {
+    bytes hdr = {{0}, 0}, bmp = {{0}, 0};
+    static const char head[] = "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 4 +X 4\n";
+    put(&hdr, head, sizeof head - 1);
+    for (int i = 0; i < 16; i++)
+        for (int c = 0; c < 4; c++) put8(&hdr, c < 3 ? (unsigned)(i * 16 + c * 5) % 256 : 128 + (unsigned)(i % 3));
+    unsigned char px[6 * 4 * 3];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (unsigned char)(i * 29 % 256);
+    T_CHECK(T, stbi_write_bmp_to_func(to_bytes, &bmp, 6, 4, 3, px) != 0, "stbi_write_bmp_to_func");
+    int w, h, c;
+    unsigned char *ref = stbi_load_from_memory(hdr.b, (int)hdr.n, &w, &h, &c, 3); /* the default settings */
+    vt_image a[2], b[2];
+    vt_err e = {0};
+    int rc = vt_image_decode(hdr.b, hdr.n, 3, 0, &a[0], &e) || vt_image_decode(bmp.b, bmp.n, 3, 0, &a[1], &e);
+    T_CHECK(T, rc == 0 && ref && memcmp(a[0].pix, ref, 16 * 3) == 0 && memcmp(a[1].pix, px, sizeof px) == 0,
+            "HDR as stbi_load's default mapping, BMP as written: %s", e.msg);
+    stbi_image_free(ref);
+    stbi_set_flip_vertically_on_load(1);
+    stbi_hdr_to_ldr_gamma(1.0f);
+    stbi_hdr_to_ldr_scale(2.0f);
+    rc |= vt_image_decode(hdr.b, hdr.n, 3, 0, &b[0], &e) || vt_image_decode(bmp.b, bmp.n, 3, 0, &b[1], &e);
+    stbi_set_flip_vertically_on_load(0);
+    stbi_hdr_to_ldr_gamma(2.2f);
+    stbi_hdr_to_ldr_scale(1.0f);
+    T_CHECK(T, rc == 0 && memcmp(a[0].pix, b[0].pix, 16 * 3) == 0 && memcmp(a[1].pix, b[1].pix, sizeof px) == 0,
+            "decodes unchanged by a host's stb_image flip, HDR gamma and scale: %s", e.msg);
+    for (int i = 0; rc == 0 && i < 2; i++) vt_image_free(&a[i]), vt_image_free(&b[i]);
+}
+
 void test_image(vt_test *T) {
     check_crops(T);
     check_thin(T);
@@ -540,4 +575,5 @@ void test_image(vt_test *T) {
     check_pnm_jpeg(T);
     check_bmp(T);
     check_gif_psd_hdr(T);
+    check_stb_globals(T);
 }

@@ -9,6 +9,7 @@
  * differs from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -464,6 +465,25 @@ static int hdr_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
     return 0;
 }
 
+/* An HDR file's pixels as 8-bit (malloc'd), as stbi_load maps them with its default settings: pow(v, 1/2.2)·255 +
+ * 0.5, clamped (an alpha channel, which HDR files do not have, linearly); NULL as stbi_load fails (its reason in
+ * stbi_failure_reason), or with *oom set when this copy cannot be allocated. */
+static unsigned char *hdr_to_8bit(const unsigned char *buf, size_t n, int *w, int *h, int *comp, int *oom) {
+    float *v = stbi_loadf_from_memory(buf, (int)n, w, h, comp, 0);
+    if (!v) return NULL;
+    const size_t count = (size_t)*w * (size_t)*h * (size_t)*comp;
+    const int colour = *comp & 1 ? *comp : *comp - 1;
+    unsigned char *out = malloc(count ? count : 1);
+    *oom = !out;
+    for (size_t i = 0; out && i < count; i++) {
+        const float z = (int)(i % (size_t)*comp) < colour ? (float)pow(v[i], 1.0f / 2.2f) * 255 + 0.5f
+                                                          : v[i] * 255 + 0.5f;
+        out[i] = (unsigned char)(int)(z < 0 ? 0 : z > 255 ? 255 : z);
+    }
+    stbi_image_free(v);
+    return out;
+}
+
 static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *img, vt_err *e) {
     const stb_format f = stb_kind(buf, n);
     if (f == FMT_NONE) return vt_seterr(e, "unsupported or unrecognised image format (supported: " FORMATS ")");
@@ -487,8 +507,15 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
         memcpy(copy, buf, n);
         copy[transp - 1] &= 0xfe;
     }
-    unsigned char *pix = stbi_load_from_memory(copy ? copy : buf, (int)n, &w, &h, &from, 0);
+    /* libstb's process-wide settings are a host program's (an OpenGL program flips its textures): this thread's flip
+     * is set off, and HDR is read as floats and tone-mapped here with stb_image's default gamma 2.2 and scale 1 (the
+     * library's own mapping reads globals that have no per-thread form) */
+    stbi_set_flip_vertically_on_load_thread(0);
+    int oom = 0;
+    unsigned char *pix = f == FMT_HDR ? hdr_to_8bit(copy ? copy : buf, n, &w, &h, &from, &oom)
+                                      : stbi_load_from_memory(copy ? copy : buf, (int)n, &w, &h, &from, 0);
     free(copy);
+    if (oom) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d %s image)", w, h, fmt_name[f]);
     if (!pix) {
         const char *why = stbi_failure_reason();
         if (why && strcmp(why, "outofmem") == 0)
@@ -499,7 +526,10 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     img->h = h;
     img->chans = chans;
     img->pix = vt_image_convert(pix, w, h, from, chans, e);
-    stbi_image_free(pix);
+    if (f == FMT_HDR)
+        free(pix);
+    else
+        stbi_image_free(pix);
     return img->pix ? 0 : -1;
 }
 
