@@ -20,7 +20,8 @@
 #include "vitc/weights.h"
 
 struct vitc_model {
-    vt_model_cfg cfg; /* configured at open (image size, crop_pct) */
+    vt_model_cfg cfg; /* configured at open (image size, crop_pct); never written after: calls read it unclaimed */
+    int int8, bf16;   /* the linear layers' arithmetic vitc_set_dtype chose (read and written only while claimed) */
     vt_params *P;
     int threads;      /* 0: the caller's OpenMP setting */
     int batch;        /* most images per forward pass */
@@ -290,9 +291,9 @@ int vitc_set_dtype(vitc_model *m, const char *dtype, vitc_error *err) {
     }
     vt_err ce = {0};
     if (claim(m, &ce)) return fail(err, VITC_E_BUSY, "%s", ce.msg);
-    if (m->cfg.arch.int8 != int8 || m->cfg.arch.bf16 != bf16) {
-        m->cfg.arch.int8 = int8;
-        m->cfg.arch.bf16 = bf16;
+    if (m->int8 != int8 || m->bf16 != bf16) {
+        m->int8 = int8;
+        m->bf16 = bf16;
         vt_predictor_free(&m->pred); /* the next call builds the graph with the new kernels */
     }
     atomic_store(&m->busy, 0);
@@ -336,7 +337,10 @@ static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err 
     if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
-    if (vt_model_at_size(&m->cfg, size, &c, e) || vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
+    if (vt_model_at_size(&m->cfg, size, &c, e)) return NULL;
+    c.arch.int8 = m->int8;
+    c.arch.bf16 = m->bf16;
+    if (vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
     m->pred_what = what;
     return p;
 }
