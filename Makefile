@@ -121,8 +121,13 @@ PC_LINES = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(patsubst $(PREF
 
 shared: $(SHLIB) build/dist/libvitc.a
 
+# install and uninstall refuse install folders with blanks (the recipes and vitc.pc cannot quote them) before any
+# command runs: a PREFIX "/opt/my vitc" had made /opt/my and ./vitc/... in the source tree
+INSTALL_PATHS_OK = $(if $(filter 1,$(words x$(DESTDIR)$(PREFIX)$(BINDIR)$(LIBDIR)$(INCLUDEDIR)$(PKGCONFIGDIR))),,\
+  $(error PREFIX, DESTDIR and the install folders must not hold blanks))
+
 install: vitc $(SHLIB) build/dist/libvitc.a
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/vitc $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL_PATHS_OK)install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/vitc $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 vitc $(DESTDIR)$(BINDIR)/vitc
 	install -m 644 build/dist/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.a
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libvitc.so.$(VERSION)
@@ -132,7 +137,7 @@ install: vitc $(SHLIB) build/dist/libvitc.a
 	printf '%s\n' $(PC_LINES) > $(DESTDIR)$(PKGCONFIGDIR)/vitc.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/vitc $(DESTDIR)$(LIBDIR)/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.so \
+	$(INSTALL_PATHS_OK)rm -f $(DESTDIR)$(BINDIR)/vitc $(DESTDIR)$(LIBDIR)/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.so \
 	  $(DESTDIR)$(LIBDIR)/libvitc.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libvitc.so.$(VERSION) \
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/vitc/,$(notdir $(PUBLIC_H))) $(DESTDIR)$(PKGCONFIGDIR)/vitc.pc
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/vitc 2>/dev/null

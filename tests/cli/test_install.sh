@@ -117,3 +117,9 @@ check "DESTDIR: files staged under DESTDIR, vitc.pc names the real PREFIX" \
     grep -qx 'prefix=/opt/vitc-test' '$T/stage/opt/vitc-test/lib/pkgconfig/vitc.pc'" "rc $rc: $(tail -3 "$T/d.log")"
 make --no-print-directory uninstall PREFIX=/opt/vitc-test DESTDIR="$T/stage" >/dev/null 2>&1
 check "DESTDIR: uninstall" "[ -z \"\$(find '$T/stage' -type f -o -type l)\" ]"
+# an install folder with a blank is refused before any command (the recipes split it: a PREFIX "DIR/a b" had made
+# DIR/a and ./b/... in the source tree)
+make --no-print-directory install PREFIX="$T/sp ace" >"$T/sp.log" 2>&1
+rc=$?
+check "a PREFIX with a blank refused, nothing made" "[ $rc -ne 0 ] && grep -q 'must not hold blanks' '$T/sp.log' && \
+    [ ! -e '$T/sp' ] && [ ! -e ace ]" "rc $rc: $(tail -3 "$T/sp.log")"
