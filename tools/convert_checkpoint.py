@@ -4,8 +4,9 @@
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
 the file itself), strips a DataParallel 'module.' prefix, drops the tensors named by or under a --drop prefix (e.g.
---drop head_dist: an extra head the vitc model does not have; a prefix that matches nothing is refused), and writes floating tensors as F32 and integer ones
-(BatchNorm's num_batches_tracked) as I64. vitc's loader then names any missing, extra or wrong-shape tensor.
+--drop head_dist: an extra head the vitc model does not have; a prefix that matches nothing is refused), and writes
+floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64. vitc's loader then names any
+missing, extra or wrong-shape tensor.
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
 the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
 one cut down to data: read_zip), not by torch.load, whose weights-only mode PyTorch 1.13 does not make safe and
@@ -15,9 +16,9 @@ or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pi
 unpickler, which runs whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename, with the replaced file's mode or a new file's) and never over a folder, a
-device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read
-to its end, refused at its first bytes when they begin no torch.save file, and past half the memory this process may
-use (the machine's, or its control group's limit).
+device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
+its first bytes when they begin no torch.save file, and past half the memory this process may use (the machine's,
+or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
        [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
