@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g || (!vt_model_build(g, &c, 1, NULL) && !g->err.msg[0])) abort();
     vt_graph_free(g);
     vt_params_free(P);
-    /* the record vitc writes for c (vt_model_options_text) builds c's architecture again */
+    /* the record vitc writes for c (c.options, from vt_model_configure) builds c's architecture again */
     vt_model_overrides again = vt_model_no_overrides();
     char store2[256];
     vt_model_cfg c2;

@@ -386,9 +386,6 @@ static void check_gmf(vt_test *T, const char *w) {
     free(x);
     vitc_close(m);
 }
-/* vitc_open_with: weights made with model options (5 classes, 3 channels, FLatten attention) open with those options
- * and give the library predictor's logits; vitc_open refuses them; unknown options and bad values are refused. The
- * pool's floating-point mode comes back after a 2-thread call; vitc_int8_layers and vitc_get_info(NULL). */
 /* A form mismatch under a long path: vitc_error's 512 bytes keep the way out (the hint comes before the file and
  * the tensor names, which a cut message loses first). */
 static void check_form_hint(vt_test *T, const char *dir) {
@@ -440,6 +437,9 @@ static void check_form_taken(vt_test *T, const char *dir) {
     unlink(w);
 }
 
+/* vitc_open_with: weights made with model options (5 classes, 3 channels, FLatten attention) open with those options
+ * and give the library predictor's logits; vitc_open refuses them; unknown options and bad values are refused. The
+ * pool's floating-point mode comes back after a 2-thread call; vitc_int8_layers and vitc_get_info(NULL). */
 static void check_open_with(vt_test *T, const char *dir) {
     char w[96];
     snprintf(w, sizeof w, "%s/custom.safetensors", dir);

@@ -534,10 +534,6 @@ static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
     return err;
 }
 
-/* --dtype bf16's products: where oneDNN has a native bf16 kernel, products of at least VT_GEMM_BF16_MNK MACs outside
- * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
- * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
- * plan refuses bf16 with an error that says why. Forced OpenBLAS refuses it everywhere. */
 /* A bf16 linear layer's output y (M, N) of x (M, K), w (N, K), b (N), r (NULL or (M, N), post ADD) and post against
  * the product of the bf16-rounded x and w in double (within 1e-5 of the scale) and not equal to fp32's (past 1e-4). */
 static void bf16_linear_check(vt_test *T, const char *what, int post, int rc, int M, int N, int K, const float *x,
@@ -640,6 +636,10 @@ static void bf16_graph_weights(vt_test *T) {
     vt_params_free(P);
 }
 
+/* --dtype bf16's products: where oneDNN has a native bf16 kernel, products of at least VT_GEMM_BF16_MNK MACs outside
+ * parallel regions equal the product of the bf16-rounded inputs summed in fp32 (and differ from the fp32 product:
+ * the bf16 kernel ran), smaller ones and those inside a parallel region stay fp32, a NaN propagates; elsewhere the
+ * plan refuses bf16 with an error that says why. Forced OpenBLAS refuses it everywhere. */
 static void check_bf16(vt_test *T) {
     vt_machine m;
     vt_machine_probe(&m);

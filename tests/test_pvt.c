@@ -247,7 +247,7 @@ static void check_sizes(vt_test *T) {
     }
 }
 
-/* ---- patch embeds by convolution (inference graphs, embed_by_conv in src/models/pvt.c) ---- */
+/* ---- patch embeds by convolution (inference graphs, embed_by_conv in src/blocks/common.c) ---- */
 
 /* Builds `name` (small widths, one block per stage, no drop path) at 256 px for a batch of 2 (stage 2's embed: 2048
  * output positions, the rule's threshold) as an inference graph and as a training graph on the same parameters and

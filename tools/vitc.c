@@ -79,10 +79,9 @@ static void usage(FILE *f) {
     fprintf(f, "\n`vitc COMMAND --help` or `vitc help COMMAND` shows a command's options.\n");
 }
 
-/* a as one shell word (command.txt's commands run again as they are): itself when it holds only characters no shell
- * reads specially, else in single quotes (a quote written '\''); into buf (n bytes), cut at its end if it is longer. */
-/* argv as a shell re-reads it: each word as it is, or quoted where it holds other characters, then a newline
- * (malloc'd; NULL when out of memory). */
+/* argv as a shell re-reads it (command.txt's commands run again as they are): each word as it is where it holds only
+ * characters no shell reads specially, else in single quotes (a quote written '\''), then a newline (malloc'd; NULL
+ * when out of memory). */
 static char *shell_line(int argc, char **argv) {
     size_t n = 2;
     for (int k = 0; k < argc; k++) n += 4 * strlen(argv[k]) + 3; /* each ' becomes '\'' */

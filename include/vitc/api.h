@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-/** Marks a function exported by libvitc.so (the library is built with -fvisibility=hidden). */
+/** Marks a function exported by libvitc.so (the library is built with -fvisibility=hidden); define
+ * VITC_NO_VISIBILITY to leave the attribute out (a compiler that rejects it). */
 #if defined(__GNUC__) && !defined(VITC_NO_VISIBILITY)
 #define VITC_API __attribute__((visibility("default")))
 #else

@@ -115,6 +115,8 @@ vt_tensor *vt_attn_build(vt_graph *g, const char *type, const char *prefix, vt_t
 /* Builds FFN `type` at prefix with context f; an unknown type is a build error. */
 vt_tensor *vt_ffn_build(vt_graph *g, const char *type, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
+/* ---- common.c: parameter names, parameterised layers, norms, residuals, MLPs ---- */
+
 /* Joins prefix and suffix as "prefix.suffix" (or "suffix" when prefix is empty) into a static-size buffer. */
 const char *vt_pname(char *buf, const char *prefix, const char *suffix);
 
@@ -212,6 +214,8 @@ vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* timm Mlp: prefix.fc1 (hidden) → GELU → prefix.fc2 (x's width), placed as vt_block_ffn_mlp places it. */
 vt_tensor *vt_block_mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden);
 
+/* ---- mhsa.c: convolution initialisation, q/k/v projections, exported maps, relative position bias, MHSA ---- */
+
 /* Initialisation rules of convolutions (a host's rule; its biases start at 0 except with the default rule). */
 enum { VT_CONV_INIT_DEFAULT = 0, VT_CONV_INIT_FANOUT = 1, VT_CONV_INIT_W02 = 2 };
 /* Initialisation of a convolution weight (fan_in = in/groups·k², fan_out = out/groups·k²) under rule: PyTorch's
@@ -245,11 +249,6 @@ void vt_block_export_map(vt_graph *g, const char *prefix, const char *view, vt_t
 /* The name (prefix[.view]) and token layout of a map exported by the block at prefix (queries on a's layout, keys
  * on s's), for blocks that fill in the rest themselves (factorised maps) and call vt_graph_export_map. */
 vt_attn_map vt_block_map_geom(const char *prefix, const char *view, const vt_attn_ctx *a, const vt_attn_src *s);
-
-/* PVT's spatial reduction of x (B, H·W, C): Conv(k = s = sr) prefix.sr on the H×W map (rows and columns past a
- * multiple of sr dropped, as a strided conv does) → LayerNorm prefix.norm (eps) → (B, ⌊H/sr⌋·⌊W/sr⌋, C). */
-vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
-                       int conv_fanout);
 
 /* Swin's relative position bias of a w×w window: prefix.relative_position_bias_table ((2w−1)², heads), the fixed
  * int64 buffer prefix.relative_position_index ((w², w²), or (w⁴,) when flat) -> bias (heads, w², w²). */
@@ -312,9 +311,6 @@ typedef struct vt_nextvit_ctx {
     int folded;        /* deployed form (eval semantics): the pre-norms are merged (merge_bn); their tensors stay,
                         * unapplied; the post-conv BNs are folded into their convs in the graph (vt_bn_fold_weight) */
 } vt_nextvit_ctx;
-/* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN; folded into the conv when folded)
- * -> ReLU -> prefix.projection. */
-vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded);
 /* NCB on x (B, H·W, in) -> (B, H'·W', out): prefix.patch_embed (stride 1 or 2; *H, *W updated), + MHCA, + MLP
  * (ratio 3) on prefix.norm. */
 vt_tensor *vt_block_ncb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,

@@ -30,8 +30,6 @@ const char *vt_fmnist_dir(void);
  * into ds: images (n, 28, 28), labels < 10. Validates magic numbers, sizes, counts and labels; ds is untouched on error. */
 int vt_dataset_load_fmnist(const char *dir, int train, vt_dataset *ds, vt_err *e);
 
-/* Loads an IDX3 uint8 image file and an IDX1 uint8 label file (gzip or plain) with labels < nclasses into ds. */
-int vt_dataset_load_idx(const char *images_path, const char *labels_path, int nclasses, vt_dataset *ds, vt_err *e);
 
 /* Keeps only the first min(k, n) images (k >= 1), releasing the rest. */
 int vt_dataset_subset(vt_dataset *ds, int k, vt_err *e);

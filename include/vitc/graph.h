@@ -47,16 +47,16 @@ typedef struct vt_kernel {
     int ref_scratch;                /* 1: forward also uses the op's forward scratch n->fws */
 } vt_kernel;
 
-/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
- * those of the slots in n->grad_fresh) and reads
- * only n->in[], n->out, its saved and scratch tensors (never a tensor reached some other way: the planner could not
- * see that read), and of n->in[] / n->out only the values bwd_reads declares. */
 /* What an op's time goes to, for the profile's split (vt_graph_profile_split): GEMM library calls around light
  * epilogues (linear, matmul, convolutions but the depthwise), GEMMs fused with other work on their tiles (the
  * attention ops, the Refiner's DLA, GroupMixFormer's aggregators), or neither (memory-bound: norms, activations,
  * layout, depthwise convs). */
 typedef enum { VT_OP_OTHER = 0, VT_OP_GEMM, VT_OP_FUSED, VT_OP_KINDS } vt_op_kind;
 
+/* An op's kernels: forward writes n->out (and saved tensors); backward accumulates (+=) into input grads (or writes
+ * those of the slots in n->grad_fresh) and reads only n->in[], n->out, its saved and scratch tensors (never a tensor
+ * reached some other way: the planner could not see that read), and of n->in[] / n->out only the values bwd_reads
+ * declares. */
 typedef struct vt_opdef {
     const char *name;
     void (*forward)(vt_node *n);

@@ -168,12 +168,10 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
 int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, int once,
                            vt_err *e);
 
-/* Writes into buf (n bytes) the architecture options of ov (--img-size, --in-chans, --num-classes, --attn, --ffn,
- * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options reads. */
-void vt_model_options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n);
 
 /* Copies cfg into out with the overrides applied, and checks the result (ranges, the family's rules); out->options
- * then holds ov's architecture options (vt_model_options_text). Every error has e->code VT_E_USAGE. */
+ * then holds ov's architecture options, in the form vt_model_parse_options reads. Every error has e->code
+ * VT_E_USAGE. */
 int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_model_cfg *out, vt_err *e);
 
 /* 1 if c's parameter shapes do not depend on the image size (its weights fit any input size the model takes). */

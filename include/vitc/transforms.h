@@ -73,7 +73,7 @@ int vt_tf_rrc_box(int w, int h, const float scale[2], const float ratio[2], vt_r
 /* Mirrors img left-right in place (PIL's FLIP_LEFT_RIGHT). */
 void vt_tf_hflip(vt_image *img);
 
-/* What one RandAugment op did (for tests and logs). */
+/* What one RandAugment op did (for tests). */
 typedef struct vt_ra_step {
     int op;           /* vt_ra_op */
     int applied;      /* 0 when its probability draw skipped it */

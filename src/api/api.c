@@ -222,7 +222,8 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         return fail(err, e.code == VT_E_NOMEM ? VITC_E_MEMORY : VITC_E_WEIGHTS, "%s: its %s record: %s", weights,
                     VT_OPTIONS_KEY, e.msg), NULL;
     }
-    /* vitc records only architecture and size options there (vt_model_options_text), as the CLI's reader requires */
+    /* vitc records only architecture and size options there (cfg.options, as vt_model_configure writes them), as the
+     * CLI's reader requires */
     const char *runtime = rec.no_prepack   ? "--no-prepack"
                           : rec.train_form ? "--train-form"
                           : rec.dtype      ? "--dtype"

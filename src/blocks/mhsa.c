@@ -13,7 +13,9 @@ vt_init vt_conv_init(int fan_in, int fan_out, int rule) {
                 : (vt_init){VT_INIT_UNIFORM, 1.0f / sqrtf((float)fan_in)};
 }
 
-vt_tensor *vt_block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
+/* PVT's spatial reduction of x (B, H·W, C): Conv(k = s = sr) prefix.sr on the H×W map (rows and columns past a
+ * multiple of sr dropped, as a strided conv does) → LayerNorm prefix.norm (eps) → (B, ⌊H/sr⌋·⌊W/sr⌋, C). */
+static vt_tensor *block_sr(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int sr, float eps,
                        int conv_fanout) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
@@ -103,7 +105,7 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
                            a->qkv_bias, a->winit);
         vt_tensor *src = x;
         if (a->sr_ratio > 1) {
-            src = vt_block_sr(g, prefix, x, a->grid_h, a->grid_w, a->sr_ratio, a->ln_eps, a->conv_fanout);
+            src = block_sr(g, prefix, x, a->grid_h, a->grid_w, a->sr_ratio, a->ln_eps, a->conv_fanout);
             s->kh = a->grid_h / a->sr_ratio;
             s->kw = a->grid_w / a->sr_ratio;
         }

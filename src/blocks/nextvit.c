@@ -64,7 +64,9 @@ static vt_tensor *patch_embed(vt_graph *g, const char *prefix, vt_tensor *x, int
                              NV_MOMENTUM, folded);
 }
 
-vt_tensor *vt_block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded) {
+/* MHCA on x (B, H·W, C): prefix.group_conv3x3 (groups C/32) -> prefix.norm (BN; folded into the conv when folded)
+ * -> ReLU -> prefix.projection. */
+static vt_tensor *block_mhca(vt_graph *g, const char *prefix, vt_tensor *x, int H, int W, int folded) {
     if (vt_bad(g, 1, x)) return NULL;
     char nm[VT_NAMELEN], sx[64];
     const int B = x->shape[0], C = x->shape[x->ndim - 1];
@@ -100,7 +102,7 @@ vt_tensor *vt_block_ncb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, i
                         const vt_nextvit_ctx *b) {
     char nm[VT_NAMELEN];
     x = patch_embed(g, vt_pname(nm, prefix, "patch_embed"), x, H, W, out, stride, b->folded);
-    x = vt_block_residual(g, x, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), x, *H, *W, b->folded), b->drop);
+    x = vt_block_residual(g, x, block_mhca(g, vt_pname(nm, prefix, "mhca"), x, *H, *W, b->folded), b->drop);
     vt_tensor *h = bn(g, prefix, "norm", x, b->folded);
     return vt_block_residual(g, x, mlp(g, prefix, h, 3, b), b->drop);
 }
@@ -125,7 +127,7 @@ vt_tensor *vt_block_ntb(vt_graph *g, const char *prefix, vt_tensor *x, int *H, i
     vt_tensor *h = bn(g, prefix, "norm1", x, b->folded);
     x = vt_block_residual(g, x, vt_attn_build(g, b->attn_type, vt_pname(nm, prefix, "e_mhsa"), h, &a), 0.75f * b->drop);
     vt_tensor *o = patch_embed(g, vt_pname(nm, prefix, "projection"), x, H, W, Cc, 1, b->folded);
-    o = vt_block_residual(g, o, vt_block_mhca(g, vt_pname(nm, prefix, "mhca"), o, *H, *W, b->folded),
+    o = vt_block_residual(g, o, block_mhca(g, vt_pname(nm, prefix, "mhca"), o, *H, *W, b->folded),
                           0.25f * b->drop);
     vt_tensor *parts[2] = {x, o};
     x = vt_concat(g, parts, 2, 2); /* [MHSA stream, conv stream] */

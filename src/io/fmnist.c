@@ -75,9 +75,8 @@ static int check_magic(uint32_t magic, uint32_t want, const char *path, const ch
                      (unsigned)want, kind, hint);
 }
 
-int vt_dataset_load_idx(const char *images_path, const char *labels_path, int nclasses, vt_dataset *ds, vt_err *e) {
-    if (!images_path || !labels_path || !ds) return vt_seterr(e, "vt_dataset_load_idx: NULL argument");
-    if (nclasses < 1 || nclasses > 256) return vt_seterr(e, "vt_dataset_load_idx: nclasses %d not in [1, 256]", nclasses);
+/* Loads an IDX3 uint8 image file and an IDX1 uint8 label file (gzip or plain) with labels < nclasses into ds. */
+static int load_idx(const char *images_path, const char *labels_path, int nclasses, vt_dataset *ds, vt_err *e) {
     int rc = -1;
     gzFile fi = NULL, fl = NULL;
     uint8_t *img = NULL, *lab = NULL;
@@ -174,7 +173,7 @@ int vt_dataset_load_fmnist(const char *dir, int train, vt_dataset *ds, vt_err *e
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", split);
     if (fmnist_path(lpath, sizeof lpath, dir, base, e)) return -1;
     vt_dataset d = {0};
-    if (vt_dataset_load_idx(ipath, lpath, 10, &d, e)) return -1;
+    if (load_idx(ipath, lpath, 10, &d, e)) return -1;
     if (d.h != 28 || d.w != 28) {
         vt_seterr(e, "%s: Fashion-MNIST images must be 28x28, file has %dx%d", ipath, d.h, d.w);
         vt_dataset_free(&d);

@@ -375,7 +375,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
     int len = snprintf(meta, sizeof meta, "{\"format\":\"pt\"");
     if (P->model && strlen(P->model) < 64 && !strpbrk(P->model, "\"\\"))
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_MODEL_KEY, P->model);
-    if (P->options[0] && !strpbrk(P->options, "\"\\")) /* names and numbers (vt_model_options_text) */
+    if (P->options[0] && !strpbrk(P->options, "\"\\")) /* names and numbers (as vt_model_configure writes them) */
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_OPTIONS_KEY, P->options);
     if (P->form) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_FORM_KEY, P->form);
     if (P->heads[0])

@@ -195,9 +195,6 @@ static const vt_model_cfg models[] = {
      .description = "FLatten-CSwin-B at 384 px (stripes 12 in stage 3)"},
 };
 
-/* Weight decay: timm's rule (1-D parameters: biases, norms); the official no_weight_decay() names (pos_embed,
- * cls_token) do not exist in these networks, so nothing else is excluded (FLatten's scale and positional_encoding
- * are decayed, as the official training code does). */
 /* Parameter shapes independent of the image size (LePE is a convolution) unless a FLatten stage holds its
  * positional encoding of the stage's tokens. */
 static int any_size(const vt_model_cfg *c) {
@@ -206,6 +203,9 @@ static int any_size(const vt_model_cfg *c) {
     return 1;
 }
 
+/* No .no_decay hook: timm's rule (1-D parameters: biases, norms) alone; the official no_weight_decay() names
+ * (pos_embed, cls_token) do not exist in these networks, so nothing else is excluded (FLatten's scale and
+ * positional_encoding are decayed, as the official training code does). */
 const vt_family vt_family_cswin = {
     .name = "cswin", .build = build, .features = features, .check = check, .any_size = any_size,
     .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_LAST_GLOBAL, .models = models, .nmodels = VT_COUNT(models),

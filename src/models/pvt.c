@@ -113,7 +113,7 @@ static vt_tensor *patch_embed(vt_graph *g, const vt_model_cfg *c, int i, vt_tens
     embed_geom(a, i, &k, &s, &p);
     const int nhwc = i > 0, B = x->shape[0], Cin = x->shape[nhwc ? 3 : 1], C = a->stages[i].dim, v2 = a->version == 2;
     const int ws[4] = {C, Cin, k, k};
-    const vt_init wi = vt_conv_init(Cin * k * k, C * k * k, v2);
+    const vt_init wi = vt_conv_init(Cin * k * k, C * k * k, v2 ? VT_CONV_INIT_FANOUT : VT_CONV_INIT_DEFAULT);
     vt_tensor *w = vt_param(g, vt_pname(nm, pre, "proj.weight"), 4, ws, wi);
     vt_tensor *b = vt_param(g, vt_pname(nm, pre, "proj.bias"), 1, &C, v2 ? VT_INIT_Z : wi);
     if (w) w->paper_count = 1;
@@ -170,12 +170,12 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         actx.layout = VT_LAYOUT_PVT;
         actx.sr_ratio = st[i].sr_ratio;
         actx.ln_eps = PATCH_LN_EPS;
-        actx.conv_fanout = v2;
+        actx.conv_fanout = v2 ? VT_CONV_INIT_FANOUT : VT_CONV_INIT_DEFAULT;
         vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, i);
         fctx.grid_h = H;
         fctx.grid_w = W;
         fctx.dwconv = v2;
-        fctx.conv_fanout = v2;
+        fctx.conv_fanout = v2 ? VT_CONV_INIT_FANOUT : VT_CONV_INIT_DEFAULT;
         for (int j = 0; j < st[i].depth; j++, blk++) {
             snprintf(pre, sizeof pre, "block%d.%d", i + 1, j);
             vt_scope(g, pre);

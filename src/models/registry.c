@@ -161,7 +161,9 @@ static void list_text(const char *opt, const int *v, int stages, int one, char *
         *len += (size_t)snprintf(buf + *len, n - *len, "%s%d", i ? "," : "", v[i]);
 }
 
-void vt_model_options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n) {
+/* Writes into buf (n bytes) the architecture options of ov (--img-size, --in-chans, --num-classes, --attn, --ffn,
+ * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options reads. */
+static void options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n) {
     const struct { const char *opt; int v; } ints[] = {
         {"--img-size", ov->img_size}, {"--in-chans", ov->in_chans}, {"--num-classes", ov->num_classes}};
     size_t len = 0;
@@ -326,7 +328,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
         return vt_seterr(e, "%s: stage %d attention %s always runs %d heads, so --heads %d can have "
                               "no effect there", cfg->name, fixed_heads + 1, t->name, t->heads, ov->heads[fixed_heads]);
     }
-    vt_model_options_text(ov, a->nstages, out->options, sizeof out->options);
+    options_text(ov, a->nstages, out->options, sizeof out->options);
     return 0;
 }
 

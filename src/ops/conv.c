@@ -36,7 +36,7 @@ typedef struct {
     int mode;          /* M_IM2COL, M_DEPTHWISE or M_POINTWISE */
     int tf, tb;        /* forward / backward threads over images (1: images in sequence, BLAS and im2col threaded);
                         * for depthwise convs the threads owning a padded-plane scratch (fws, bws) each */
-    int Cg, Og, Kg, P; /* channels per group in/out, K per group (Cg·kh·kw), output pixels */
+    int Og, Kg, P;     /* channels per group out, K per group (input channels per group · kh·kw), output pixels */
     int64_t col;       /* floats of one image's column buffer (Cin·kh·kw·P) */
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
     vt_gemm_conv *prim;       /* the conv2d.onednn kernel's primitive (made by its prepare), else NULL */
@@ -1010,7 +1010,7 @@ static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *
     const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B, mnk);
     const int tb = tf;
     geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-              Cg, Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0, 0, 0, 0};
+              Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0, 0, 0, 0};
     q.L = x->shape[1];
     q.c0 = cin >= 0 ? c0 : 0;
     *VT_OP_P(n, geom) = q;

@@ -114,9 +114,9 @@ size_t vt_gemm_weight_copy_bytes(const vt_gemm_plan *p) {
     return n;
 }
 
-/* A dense row-major rows×cols matrix (transposed: a cols×rows one read as its transpose). */
-static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
-    dnnl_dims_t dims = {rows, cols}, strides = {transposed ? 1 : cols, transposed ? rows : 1};
+/* A dense row-major rows×cols matrix. */
+static int md2(dnnl_memory_desc_t *d, int rows, int cols) {
+    dnnl_dims_t dims = {rows, cols}, strides = {cols, 1};
     return dnnl_memory_desc_init_by_strides(d, 2, dims, dnnl_f32, strides) == dnnl_success ? 0 : -1;
 }
 
@@ -124,7 +124,7 @@ static int md2(dnnl_memory_desc_t *d, int rows, int cols, int transposed) {
 static int prim_make(vt_gemm_prims *c, vt_gemm_prim *q) {
     dnnl_memory_desc_t xd, wd, bd, yd;
     const dnnl_data_type_t dt = q->bf16 ? dnnl_bf16 : dnnl_f32;
-    if (mdt(&xd, q->M, q->K, 0, dt) || mdt(&wd, q->K, q->N, 1, dt) || md2(&bd, 1, q->N, 0) || md2(&yd, q->M, q->N, 0))
+    if (mdt(&xd, q->M, q->K, 0, dt) || mdt(&wd, q->K, q->N, 1, dt) || md2(&bd, 1, q->N) || md2(&yd, q->M, q->N))
         return -1;
     dnnl_matmul_desc_t mm;
     if (dnnl_matmul_desc_init(&mm, &xd, &wd, q->has_bias ? &bd : NULL, &yd) != dnnl_success) return -1;

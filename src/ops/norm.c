@@ -259,7 +259,7 @@ typedef struct {
 
 #define LT 64 /* positions per tile */
 
-/* Tile u's first position and count; its data start at x + tile_off. */
+/* Tile u's first position and count (*pos, *ni); returns the offset of its data from x. */
 static int64_t lncf_tile(const lncf_p *p, int64_t u, int *ni, int64_t *pos) {
     const int64_t o = u / p->tiles, i0 = u % p->tiles * LT;
     *ni = p->inner - i0 < LT ? (int)(p->inner - i0) : LT;

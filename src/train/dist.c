@@ -215,7 +215,7 @@ int vt_dist_agree(vt_dist *d, int rc, vt_err *e) {
 struct vt_dist_grads {
     vt_dist *d;
     vt_graph *g;
-    int np, nb;          /* trainable parameters, buckets */
+    int nb;              /* buckets */
     vt_tensor **p;       /* parameters in bucket order: the first finished by backward first */
     int *first;          /* bucket k holds p[first[k] .. first[k+1]) */
     int64_t *off;        /* ... at buf[off[k] .. off[k+1]) */
@@ -301,7 +301,6 @@ vt_dist_grads *vt_dist_grads_new(vt_dist *d, vt_graph *g, vt_err *e) {
     }
     qsort(u, (size_t)np, sizeof *u, cmp_use);
     const size_t cap = d->bucket_bytes / sizeof(float) > 0 ? d->bucket_bytes / sizeof(float) : 1;
-    b->np = np;
     if (!(b->p = vt_alloc(sizeof *b->p * (size_t)(np + 1), e)) ||
         !(b->first = vt_alloc(sizeof *b->first * (size_t)(np + 2), e)) ||
         !(b->off = vt_alloc(sizeof *b->off * (size_t)(np + 2), e)) ||

@@ -23,7 +23,7 @@ typedef struct {
 struct vt_loader {
     const vt_source *src;
     const vt_transform *tf;
-    int B, Q, nworkers;
+    int B, Q;
     vt_bad_policy bad;
     size_t per; /* floats per sample */
     slot *ring;

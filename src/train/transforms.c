@@ -37,8 +37,8 @@ vt_tf_params vt_tf_deit(int size) {
     return p;
 }
 
-static int good_interp(int i, int random_ok) {
-    return i == VT_INTERP_BILINEAR || i == VT_INTERP_BICUBIC || (random_ok && i == VT_INTERP_RANDOM);
+static int good_interp(int i) {
+    return i == VT_INTERP_BILINEAR || i == VT_INTERP_BICUBIC || i == VT_INTERP_RANDOM;
 }
 
 static int in01(float v) { return v >= 0.0f && v <= 1.0f; }
@@ -51,7 +51,7 @@ int vt_tf_params_check(const vt_tf_params *p, vt_err *e) {
                          (double)p->scale[1]);
     if (!(p->ratio[0] > 0.0f && p->ratio[0] <= p->ratio[1] && isfinite(p->ratio[1])))
         return vt_seterr(e, "crop ratio (%g, %g) (need 0 < min <= max)", (double)p->ratio[0], (double)p->ratio[1]);
-    if (!good_interp(p->interp, 1) || !good_interp(p->ra_interp, 1))
+    if (!good_interp(p->interp) || !good_interp(p->ra_interp))
         return vt_seterr(e, "interpolation %d / RandAugment interpolation %d (bilinear 2, bicubic 3, random 0)",
                          p->interp, p->ra_interp);
     if (!in01(p->hflip) || !in01(p->ra_prob) || !in01(p->re_prob))

@@ -119,8 +119,6 @@ void say_once(const char *cmd, const char *fmt, ...) __attribute__((format(print
 /* Prints fmt with msg (its one %s) as a "vitc: " line on stderr, control characters escaped (msg may hold names
  * from files); returns 1. */
 int die(const char *fmt, const char *msg);
-/* die() of an error the command line makes: printed by rank 0 alone under mpirun; returns 1. */
-int die_once(const char *fmt, const char *msg);
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2. */
 int missing(const char *what);
 /* missing() of the image files predict and attention take after MODEL. */

@@ -74,7 +74,7 @@ void say_once(const char *cmd, const char *fmt, ...) {
 }
 
 /* die() of an error the command line makes: printed by rank 0 alone under mpirun; returns 1. */
-int die_once(const char *fmt, const char *msg) { return later_rank() ? 1 : die(fmt, msg); }
+static int die_once(const char *fmt, const char *msg) { return later_rank() ? 1 : die(fmt, msg); }
 
 /* A required argument not given (what: e.g. "--weights"): prints "vitc: missing WHAT" and returns 2, a usage error. */
 int missing(const char *what) {
