@@ -12,12 +12,46 @@ import sys
 OMP_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
+# Thread counts a shell may have left set: every anchor gets them explicitly, and vitc must run with its default
+# (all cores) as the scripts say, not with a leftover OMP_NUM_THREADS=1.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def clean_omp_env():
-    """Removes OMP_WAIT_VARS from os.environ (so every side runs its libraries' defaults); says so on stderr."""
-    for k in OMP_WAIT_VARS:
+    """Removes OMP_WAIT_VARS and THREAD_VARS from os.environ (so every side runs its libraries' defaults, or the
+    threads a script sets); says so on stderr."""
+    for k in OMP_WAIT_VARS + THREAD_VARS:
         if k in os.environ:
             print(f"note: {k}={os.environ.pop(k)!r} removed from the environment of every timed process",
                   file=sys.stderr)
+
+
+def exit_on_signals():
+    """SIGTERM and SIGHUP end the script as Ctrl-C does (SystemExit unwinds its with-blocks: temporary folders of
+    exported models are removed, not left in /tmp)."""
+    import signal
+
+    def stop(signum, _frame):
+        sys.exit(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, stop)
+
+
+def need_program(path, what="vitc"):
+    """Exits with one line when path is not an executable file (a binary not built, a wrong --vitc / --python)."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        sys.exit(f"{path}: no such executable ({'build it with make' if what == 'vitc' else what})")
+
+
+def check_modes(modes):
+    """The comma-separated --modes list, each infer or train; exits naming a wrong one (it had run as inference,
+    labelled as typed)."""
+    out = modes.split(",")
+    bad = [m for m in out if m not in ("infer", "train")]
+    if bad:
+        sys.exit(f"--modes: {bad[0]!r} is not a mode (infer, train)")
+    return out
 
 
 def peak_cells(v, anchor_ips, peak):

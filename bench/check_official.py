@@ -38,12 +38,13 @@ import tempfile
 import time
 import zlib
 
-from compare_official import OFFICIAL, EVAL_ONLY, TIMM_HELP, build_official, _import_timm, run_json
+import benchenv
+from compare_official import OFFICIAL, EVAL_ONLY, build_official, _import_timm, import_help, run_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 
-# the last three are not in fetch_official.sh: bytedance/Next-ViT, whai362/PVT, microsoft/CSWin-Transformer
+# the last three are the plain hosts' official code: bytedance/Next-ViT, whai362/PVT, microsoft/CSWin-Transformer
 REPOS = ("gma", "refiner", "msf", "flatten", "nextvit", "pvt", "cswin")
 TOL_FWD, TOL_LOSS, TOL_GRAD, TOL_ZERO = 1e-4, 1e-4, 1e-3, 1e-6
 ROUNDOFF = 3  # two float32 orders of summation: errors of one size, in no fixed order (see verdict)
@@ -258,7 +259,7 @@ def worker(spec):
     try:
         m = build(spec).float()
     except ImportError as e:
-        sys.exit(f"{e}\n" + TIMM_HELP.format(py=sys.executable))
+        sys.exit(import_help(e, spec["repo"]))
     m.eval()
     kept = perturb(m, spec["seed"])
     cls = f"{type(m).__module__.split('.')[-1]}.{type(m).__name__}"
@@ -402,14 +403,19 @@ def main():
         repos[k] = os.path.abspath(path)
     if a.all == bool(a.models) and not a.from_json:
         ap.error("give --models or --all")
-    if a.from_json:
+    if a.from_json:  # the run's own date and threads (a file from before they were recorded: "?")
         with open(a.from_json) as f:
-            return report(json.load(f), [], a.threads)
+            j = json.load(f)
+        run = j if "results" in j else {"results": j, "date": "?", "threads": "?"}
+        return report(run["results"], [], run["threads"], run["date"])
     names = [n for n in known if n not in SLOW] if a.all else a.models.split(",")
-    notes, results = [], {}
-    for name in names:
+    for name in names:  # every name checked before anything runs
         if name not in OFFICIAL and name not in HOSTS:
             sys.exit(f"{name}: no official code known (known: {', '.join(known)})")
+    benchenv.need_program(a.vitc)
+    benchenv.need_program(a.python, "give --python an interpreter with torch and timm")
+    notes, results, date = [], {}, time.strftime('%Y-%m-%d')
+    for name in names:
         src, what = OFFICIAL[name] if name in OFFICIAL else HOSTS[name]
         repo_kind = src if name in OFFICIAL or src in REPOS else None
         if repo_kind and repo_kind not in repos:
@@ -434,8 +440,8 @@ def main():
         log("  " + row(name, results[name])[0])
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
-    report(results, notes, a.threads)
+            json.dump({"date": date, "threads": a.threads, "results": results}, f, indent=1)
+    report(results, notes, a.threads, date)
 
 
 def verdict(o):
@@ -496,14 +502,14 @@ def row(name, o):
     return f"| {name} | {o['class']} | {o['eval_err']:.1e} {tr}| {verdict(o)} | {o['seconds']:.0f} |", notes
 
 
-def report(results, notes, threads):
+def report(results, notes, threads, date):
     torch_v = next((o["torch"] for o in results.values() if "torch" in o), None)
     rows = []
     for name, o in results.items():
         r, n = row(name, o)
         rows.append(r)
         notes += n
-    print(f"# {time.strftime('%Y-%m-%d')}: official side torch {torch_v} (float64), vitc float32, "
+    print(f"# {date}: official side torch {torch_v} (float64), vitc float32, "
           f"{threads} threads; batch 2, random perturbed weights through tools/convert_checkpoint.py")
     print(f"# eval: max|vitc - official| / max|official logit| (pass <= {TOL_FWD:g}); train: loss relative error "
           f"(<= {TOL_LOSS:g}), worst parameter gradient max|diff| / max|official| (<= {TOL_GRAD:g})")

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VITC = os.path.join(ROOT, "vitc")
 HOST, SWIN = "vit_fmnist_tiny_gap", "swin_fmnist_tiny"
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--bench-only", action="store_true",
                     help="reuse the accuracy and peak memory of the runs in --out, measure img/s again")
     a = ap.parse_args()
+    benchenv.need_program(VITC)
     os.makedirs(a.out, exist_ok=True)
     lines = [f"Hosts `{HOST}` and `{SWIN}`, {a.epochs} epochs on the first {a.train_subset} Fashion-MNIST training images, "
              f"batch {a.batch_size}, AdamW lr {a.lr} (weight decay 0.05, 1 warm-up epoch from 1e-6, cosine to 1e-5: "

@@ -25,10 +25,15 @@ and ONNX Runtime), each row also runs, with DIR's python and the same reference 
 Every side alternates --repeats times after its search and keeps its best run; ratio = vitc / the best anchor.
 
 Against the machine's fp32 GEMM speed: "peak" is the highest 1024^3 sgemm GFLOP/s that `vitc bench` measured in
-this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side's achieved GFLOP/s (the model's MACs
-at its img/s; vitc's count, the same network) as a share of it; "ceiling" = peak / the best anchor's GFLOP/s, the
-ratio an engine running every MAC at the sgemm peak would reach against that anchor: a target above it needs fewer
-operations (another algorithm or precision), not faster fp32 code.
+this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side's achieved GFLOP/s as a share of it,
+vitc's from the MACs its graph runs, the anchor's from the model's (a class-token ViT's last block in full, where
+vitc computes the class token's row alone); "ceiling" = peak over the anchor's img/s at vitc's FLOPs per image, the
+ratio an engine running vitc's MACs at the sgemm peak would reach against that anchor: a target above it needs
+fewer operations (another algorithm or precision), not faster fp32 code (benchenv.peak_cells).
+Debian's torch links the machine's OpenBLAS, whose kernels an OPENBLAS_CORETYPE in the environment changes (vitc's
+dispatcher moves its products to oneDNN where OpenBLAS runs a generic core): the header prints each side's core.
+Every process gets its thread counts explicitly; OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS left in
+the shell are removed (vitc runs with its default, all cores).
 With --bf16: vitc runs `--dtype bf16` (its large products on bf16 inputs summed in fp32) and every PyTorch side runs
 its forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision on a CPU (its
 matmuls and convolutions in bf16, weights and optimizer in fp32); it needs --venv: Debian's torch 1.13 is skipped (its
@@ -49,6 +54,7 @@ import time
 import benchenv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REF = os.path.join(ROOT, "tests", "reference")
 
 TORCH_SNIPPET = r"""
 import resource, sys, time, torch, json
@@ -213,7 +219,20 @@ def img_size(model):
     out = subprocess.run([os.path.join(ROOT, "vitc"), "info", model, "--json"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("vitc info failed:\n" + out.stderr)
-    return json.loads(out.stdout)["img_size"]
+    info = json.loads(out.stdout)
+    if info.get("in_chans", 3) != 3 or info.get("num_classes", 1000) != 1000:
+        sys.exit(f"{model}: the PyTorch side runs 3-channel, 1000-class models only")
+    return info["img_size"]
+
+
+def reference_models():
+    """The model names the PyTorch references build (TORCH_SNIPPET's build()), read with Debian's python."""
+    code = ("import sys; sys.path.insert(0, %r)\nimport vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref, nextvit_ref\n"
+            "names = set(nextvit_ref.DEPTHS) | set(gmf_ref.CONFIGS)\nfor r in (swin_ref, pvt_ref, cswin_ref): "
+            "names |= set(r.MODELS)\nnames |= set(getattr(vit_ref, 'MODELS', ()))\nprint(' '.join(sorted(names)))"
+            % REF)
+    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    return set(out.stdout.split()) if out.returncode == 0 else None
 
 
 def vitc_run(model, batch, train, iters):
@@ -252,8 +271,16 @@ def main():
     if a.bf16 and not a.venv:
         sys.exit("--bf16 compares with PyTorch 2.x's autocast: give --venv (Debian's torch 1.13 autocast fails)")
     benchenv.clean_omp_env()
+    benchenv.need_program(os.path.join(ROOT, "vitc"))
+    modes = benchenv.check_modes(a.modes)
     if a.venv and not os.access(os.path.join(a.venv, "bin", "python"), os.X_OK):
         sys.exit(f"{a.venv}/bin/python not found: make it with bench/anchors_venv.sh {a.venv}")
+    known = reference_models()  # checked before anything runs: a late failure would lose the rows measured
+    unknown = [m for m in a.models.split(",") if known is not None and m not in known]
+    if unknown:
+        sys.exit(f"--models: no PyTorch reference builds {unknown[0]!r} (they build: {', '.join(sorted(known))})")
+    sizes = {m: img_size(m) for m in a.models.split(",")}
+    benchenv.exit_on_signals()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"# {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores; img/s (higher is better), "
           + ("ratio = vitc / best anchor; (n) = threads" if a.venv else
@@ -265,6 +292,9 @@ def main():
                              capture_output=True, text=True)
         for line in out.stdout.splitlines() or [f"{python}: torch_info failed: {out.stderr.strip()[-200:]}"]:
             print("# " + line)
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        print(f"# OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is set: it chose the OpenBLAS core above for "
+              "Debian's torch, and vitc's OpenBLAS core below")
     mkl = [("", {})]
     if a.venv:
         uses = subprocess.run([os.path.join(a.venv, "bin", "python"), "-c",
@@ -277,9 +307,10 @@ def main():
     header = False
     errors_seen = set()
     with tempfile.TemporaryDirectory(prefix="vitc-compare-") as tmp:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")  # torch.compile's cache, removed too
         for model in a.models.split(","):
-            img = img_size(model)
-            for mode in a.modes.split(","):
+            img = sizes[model]
+            for mode in modes:
                 for b in (int(v) for v in a.batches.split(",")):
                     train = mode == "train"
                     iters = max(2, a.iters if b > 1 else 4 * a.iters)
@@ -337,6 +368,9 @@ def main():
                         "n/a | - | - | -"  # no anchor ran
                     print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {debian} | "
                           f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {ratio} |", flush=True)
+                    onnx = os.path.join(tmp, f"{model}_b{b}.onnx")  # ~100 MB a model: not kept past its rows
+                    if os.path.exists(onnx):
+                        os.unlink(onnx)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FMNIST = os.environ.get("VITC_FMNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530
@@ -185,6 +187,7 @@ def main():
     if args.torch_only:
         print(json.dumps(torch_side(args.epochs, args.threads, 0)))
         return
+    benchenv.need_program(args.vitc)
     g = subprocess.run([args.vitc, "bench", "vit_fmnist_p7", "--batch-size", "1", "--iters", "1", "--json"],
                        capture_output=True, text=True)
     info = json.loads(g.stdout) if g.returncode == 0 else {}

@@ -17,6 +17,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -150,8 +151,11 @@ def main():
                     help="best GFLOP/s so far, rewritten after every round (default build/gemm_kernels.json)")
     ap.add_argument("--from-raw", action="store_true", help="only print the tables of an earlier run's --raw file")
     a = ap.parse_args()
-    settings = a.settings.split(",")
-    shp = shapes(a.threads)
+    by_lower = {k.lower(): k for k in SETTINGS}  # avx2 or AVX2, as vitc_before_after.py spells it
+    settings = [by_lower.get(s.lower(), s) for s in a.settings.split(",")]
+    if any(s not in SETTINGS for s in settings):  # before the build
+        sys.exit(f"--settings: {next(s for s in settings if s not in SETTINGS)!r} is not one of "
+                 f"{', '.join(SETTINGS)}")
     best = {k: {} for k in settings}
     info = {}
     if a.from_raw:
@@ -159,8 +163,12 @@ def main():
             raw = json.load(f)
         info = raw["info"]
         best = {k: {tuple(kk.split("|")): v for kk, v in d.items()} for k, d in raw["best"].items()}
+        # the recorded run's threads (they set the shapes of the fc1 panels and the FLOP totals), not this call's
+        m = re.search(r"threads=(\d+)", next(iter(info.values()), ("", ""))[0])
+        a.threads = raw.get("threads") or (int(m.group(1)) if m else a.threads)
     else:
         build()
+    shp = shapes(a.threads)
     for r in range(0 if a.from_raw else a.reps):
         for key in (settings if r % 2 == 0 else settings[::-1]):
             machine, rule, res = run_once(shp, key, a.threads)
@@ -168,8 +176,8 @@ def main():
             for k, v in res.items():
                 best[key][k] = max(best[key].get(k, 0.0), v)
             with open(a.raw, "w") as f:
-                json.dump({"info": info, "best": {k: {"|".join(kk): v for kk, v in d.items()} for k, d in best.items()}},
-                          f)
+                json.dump({"info": info, "threads": a.threads,
+                           "best": {k: {"|".join(kk): v for kk, v in d.items()} for k, d in best.items()}}, f)
             print(f"round {r + 1}/{a.reps}, setting {key}: done", file=sys.stderr)
     out = []
     for key in settings:

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import benchenv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER_MODELS = [
     "simplevit_s_msf", "simplevit_s_msf_g2", "swin_t_msf", "swin_t_msf_g2",  # Mean-Shift Feature Transformer
@@ -58,9 +60,12 @@ def main():
     ap.add_argument("--modes", default="infer,train")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
+    a.vitc = os.path.abspath(a.vitc)  # as given from the caller's folder (the runs' working folder is the repository)
+    benchenv.need_program(a.vitc)
+    modes = benchenv.check_modes(a.modes)
     rows, cpu = [], None
     for model in a.models.split(","):
-        for mode in a.modes.split(","):
+        for mode in modes:
             r, ops = run(a.vitc, model, a.batch, a.iters, mode == "train", a.threads)
             cpu = cpu or f"{r['cpu_model']} (OpenBLAS \"{r['openblas_core']}\", oneDNN {r['onednn_isa']})"
             k = r["time_by_kind"]

@@ -131,6 +131,7 @@ int main(int argc, char **argv) {
     const int batch = atoi(pos[1]), train = strcmp(pos[2], "train") == 0, rounds = atoi(pos[3]);
     const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
+    if (!train && strcmp(pos[2], "eval") != 0) return fprintf(stderr, "mode %s: train or eval\n", pos[2]), 2;
     if (bf16 + tail + pack > 1) return fprintf(stderr, "--bf16, --tail-n and --pack: one at a time\n"), 2;
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
     vt_model_cfg tb = tc;

@@ -81,9 +81,15 @@ def main():
                     help="before each run, wait up to this many seconds for no other runnable process")
     ap.add_argument("--markdown")
     a = ap.parse_args()
-    settings = a.settings.split(",")
+    for path in (a.old, a.new):
+        benchenv.need_program(path)
+    by_lower = {k.lower(): k for k in SETTINGS}  # AVX2 or avx2, as gemm_kernels.py spells it
+    settings = [by_lower.get(s.lower(), s) for s in a.settings.split(",")]
+    if any(s not in SETTINGS for s in settings):
+        sys.exit(f"--settings: {next(s for s in settings if s not in SETTINGS)!r} is not one of "
+                 f"{', '.join(SETTINGS)}")
     cases = [(m, int(b), t == "train") for m in a.models.split(",") for b in a.batches.split(",")
-             for t in a.modes.split(",")]
+             for t in benchenv.check_modes(a.modes)]
     extra = {"old": shlex.split(a.old_args), "new": shlex.split(a.new_args)}
     best = {}  # (setting, case, which) -> json of the best run
     rounds = {}  # (setting, case) -> [NEW img/s / OLD img/s of each round]
