@@ -232,6 +232,43 @@ static void check_nonfinite(vt_test *T) {
     }
 }
 
+/* Finite but extreme values: a weight row of 3e38 against inputs over [0, 7e4] makes the output scale (input step ×
+ * weight step) overflow float, so that run falls back to fp32, whose products stay finite (the inputs its huge weight
+ * meets are 0); a row of weights below 1e-37 (its inverse step overflows) quantises to zeros, not an undefined
+ * conversion. The outputs equal the fp32 layer's within int8's error. */
+static void check_extreme_weights(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    g->int8 = 1;
+    vt_gemm_plan_init(&g->gemm, "onednn", &e);
+    int xs[2] = {16, 96}, ws[2] = {128, 96};
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+    vt_tensor *y = vt_linear(g, x, w, NULL);
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    if (is_int8(linear_node(g))) {
+        vt_params_init(P, 3);
+        for (int k = 0; k < 96; k++) w->data[k] = k == 0 ? 3e38f : 0.0f; /* row 0: one huge weight */
+        for (int k = 0; k < 96; k++) w->data[96 + k] *= 1e-38f;          /* row 1: all below 1e-37 */
+        for (int i = 0; i < 16 * 96; i++) x->data[i] = i % 96 == 0 ? 0.0f : (float)(i % 5) * 1.75e4f;
+        vt_graph_forward(g);
+        double worst = 0.0;
+        int finite = 1;
+        for (int m = 0; m < 16; m++)
+            for (int n = 0; n < 128; n++) {
+                double ref = 0.0;
+                for (int k = 0; k < 96; k++) ref += (double)x->data[m * 96 + k] * w->data[n * 96 + k];
+                finite &= isfinite(y->data[m * 128 + n]);
+                worst = fmax(worst, fabs(y->data[m * 128 + n] - ref) / 7e4 / 0.3 / 96);
+            }
+        T_CHECK(T, finite && worst < 2e-2, "extreme weights: outputs finite (%d) and near fp32 (%g)", finite, worst);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* A whole model (`--dtype int8`): every linear layer runs int8 (the last block's class-token query weight is a slice
  * of a parameter), and the logits stay near the fp32 ones (within 5% of their range on random weights). */
 static void check_model(vt_test *T) {
@@ -294,5 +331,6 @@ void test_int8(vt_test *T) {
     }
     check_refusals(T);
     check_nonfinite(T);
+    check_extreme_weights(T);
     check_model(T);
 }

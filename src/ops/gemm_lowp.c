@@ -141,8 +141,10 @@ static int q8_weights(vt_gemm_q8 *q, const float *w) {
         float m = 0.0f;
         for (int k = 0; k < K; k++) m = fabsf(wr[k]) > m ? fabsf(wr[k]) : m;
         q->wscale[o] = m > 0.0f ? m / (float)q->wmax : 1.0f;
-        const float inv = m > 0.0f ? (float)q->wmax / m : 0.0f;
-        for (int k = 0; k < K; k++) wq[(size_t)o * K + k] = (int8_t)lrintf(wr[k] * inv);
+        /* a row of weights all below ~3.7e-37 would make the inverse +Inf (and its levels undefined): its levels are
+         * then 0, its products 0, which its fp32 products are to float's precision */
+        const float inv = m > 0.0f ? (float)q->wmax / m : 0.0f, safe = inv - inv == 0.0f ? inv : 0.0f;
+        for (int k = 0; k < K; k++) wq[(size_t)o * K + k] = (int8_t)lrintf(wr[k] * safe);
     }
     int bad = 0;
     if (q->pack) {
@@ -204,7 +206,12 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, c
             xq[i] = q8_level(v, top);
         }
     }
-    for (int o = 0; o < q->N; o++) q->oscale[o] = sx * q->wscale[o];
+    int scale_bad = !(sx - sx == 0.0f); /* a range past float's (hi - lo overflowed) */
+    for (int o = 0; o < q->N; o++) {
+        q->oscale[o] = sx * q->wscale[o];
+        scale_bad |= !(q->oscale[o] - q->oscale[o] == 0.0f); /* a huge weight row times a wide input range: +Inf */
+    }
+    if (scale_bad) return 1; /* no output scale fits float: the caller runs this input in fp32, as a non-finite one */
     q->zpv = zp;
     dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, q->x},
                                {DNNL_ARG_WEIGHTS, q->wp},

@@ -165,3 +165,22 @@ r=$(awk '/^check: logits/ { gsub(",", ""); print ($3 > 0 && $3 + 0 <= 0.03 && $6
     "$T/vr.log")
 check "PVTv2-b1 bf16 step: logits within 3%, gradients within 5% of fp32's, not equal" \
     "[ '$r' = ok ] && grep -q 'bf16/detected median' '$T/vr.log'" "$(cat "$T/vr.log")"
+
+# a finite weight past bf16's largest value (3.4e38, its input 0): fp32 and int8 give finite logits, bf16 rounds it to
+# Inf (Inf · 0 = NaN) and says that bf16 may overflow, not only float32
+$V init vit_fmnist_tiny -o "$T/big.safetensors" >/dev/null 2>&1
+/usr/bin/python3 - "$T/big.safetensors" <<'PY'
+import sys; sys.path.insert(0, "tests/reference")
+import numpy as np, st
+d = {k: np.array(v) for k, v in st.load(sys.argv[1]).items()}
+d["blocks.2.mlp.fc1.weight"][0, :] = 0; d["blocks.2.mlp.fc1.bias"][0] = 0
+d["blocks.2.mlp.fc2.weight"][0, 0] = 3.4e38
+st.save(sys.argv[1], d)
+PY
+fmnist_input "$T/x16.safetensors" 16 1
+$V forward vit_fmnist_tiny -w "$T/big.safetensors" --input "$T/x16.safetensors" -o "$T/y32.safetensors" >"$T/b32.log" 2>&1
+rc32=$?
+$V forward vit_fmnist_tiny -w "$T/big.safetensors" --input "$T/x16.safetensors" -o "$T/y16.safetensors" --dtype bf16 \
+    >"$T/b16.log" 2>&1
+check "a weight of 3.4e38: fp32 finite, bf16 refused naming bfloat16's range" "[ $rc32 -eq 0 ] && [ $? -eq 1 ] && \
+    grep -q 'or bfloat16 (whose largest value is 3.39e38)' '$T/b16.log'" "$(cat "$T/b32.log" "$T/b16.log")"

@@ -256,9 +256,11 @@ int cmd_forward(opts *o) {
             for (int d = 0; d < out[i].ndim; d++) n *= out[i].shape[d];
             if (vt_first_nonfinite(out[i].data, n) >= 0) bad = i;
         }
-        if (bad >= 0)
-            die("%s came out NaN or Inf: the input or the weights overflow float32 in the forward pass (nothing "
-                "written)", out[bad].name);
+        if (bad >= 0) /* under --dtype bf16 a finite value past bf16's largest (3.39e38) rounds to Inf too */
+            die(c.arch.bf16 ? "%s came out NaN or Inf: the input or the weights overflow float32, or bfloat16 (whose "
+                              "largest value is 3.39e38) under --dtype bf16, in the forward pass (nothing written)"
+                            : "%s came out NaN or Inf: the input or the weights overflow float32 in the forward pass "
+                              "(nothing written)", out[bad].name);
         else
             rc = vt_st_write(o->output, out, nout, NULL, &e) ? die("%s", e.msg) : 0;
     }
