@@ -76,7 +76,8 @@ int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err 
                                "size does not fit it: %s)", c->name, c->arch.img_size, c->arch.img_size, size, size,
                                ce.msg)
                    : vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s "
-                               "family); another size needs --img-size %d and weights made at that size", c->name,
+                               "family); build it with --img-size %d (weights whose shapes stay the same at that size "
+                               "load as they are, others must be made at that size)", c->name,
                                c->arch.img_size, c->arch.img_size, size, size, c->family->name, size);
     if (bad) return vt_seterr(e, "%dx%d input: %s", size, size, ce.msg);
     *out = sized;

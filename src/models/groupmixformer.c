@@ -81,8 +81,9 @@ static int check(const vt_model_cfg *c, vt_err *e) {
             return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
                                   "for attention %s with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
     if (a->img_size % 32)
-        return vt_seterr(e, "%s: image size %d must be a multiple of 32 (the stage grids H/4 ... H/32 must be whole)",
-                         c->name, a->img_size);
+        return vt_seterr(e, "%s: image size %d: vitc builds GroupMixFormer at multiples of 32 (stage grids H/4 ... "
+                         "H/32; the official code also runs sizes whose ceil(H/4) is a multiple of 8, e.g. 223, which "
+                         "vitc does not)", c->name, a->img_size);
     return 0;
 }
 

@@ -100,8 +100,9 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
                               "attention %s with FFN %s (--attn, --ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
     if (c->arch.img_size % 16)
-        return vt_seterr(e, "%s: image size %d must be a multiple of 16 (stem stride 2 × patch 8)", c->name,
-                         c->arch.img_size);
+        return vt_seterr(e, "%s: image size %d: vitc builds Refined-ViT at multiples of 16 (stem stride 2 × patch "
+                         "8; the official code also runs other sizes but 16k + 15, cutting the last pixels, which vitc "
+                         "does not)", c->name, c->arch.img_size);
     return 0;
 }
 

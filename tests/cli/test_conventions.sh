@@ -148,6 +148,7 @@ import numpy as np, st
 r = np.random.default_rng(2)
 st.save(f"{sys.argv[1]}/g32.safetensors", {"input": r.standard_normal((2, 3, 32, 32)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/v20.safetensors", {"input": r.standard_normal((1, 1, 20, 20)).astype(np.float32)})
+st.save(f"{sys.argv[1]}/g3248.safetensors", {"input": r.standard_normal((1, 3, 32, 48)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/v3.safetensors", {"input": r.standard_normal((1, 1, 3, 3)).astype(np.float32)})
 EOF
 $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g32.safetensors" -o "$T/y.safetensors" >"$T/f.log" 2>&1
@@ -174,6 +175,11 @@ rc=$?
 check "... also with weights recording another --img-size: the recorded size is not the input's (their classes are)" \
     "[ $rc -eq 0 ] && [ \"\$($PY -c \"import sys; sys.path.insert(0, 'tests/reference'); import st; \
 print(st.load('$T/y64.safetensors')['logits'].shape)\")\" = '(2, 3)' ]" "rc $rc: $(cat "$T/f64.log")"
+$V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g3248.safetensors" -o "$T/yr.safetensors" >"$T/fr.log" 2>&1
+rc=$?
+check "forward: a non-square input is refused as such (not as another size than the model's)" \
+    "[ $rc -eq 1 ] && grep -q 'input of 32×48 pixels: vitc takes square inputs (H = W) only' '$T/fr.log'" \
+    "rc $rc: $(cat "$T/fr.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
 rc=$?
 check "forward: a fixed-size model refuses another input size, saying why" \

@@ -183,6 +183,13 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
         return NULL;
     }
     const vt_arch_cfg *a = &cfg->arch;
+    if (nd == 4 && sh[2] != sh[3]) {
+        snprintf(buf, sizeof buf, "%s: input of %lld×%lld pixels: vitc takes square inputs (H = W) only", path,
+                 (long long)sh[2], (long long)sh[3]);
+        die("%s", buf);
+        vt_free(x);
+        return NULL;
+    }
     if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
         sh[3] != a->img_size) {
         char dims[200] = "";
