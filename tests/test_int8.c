@@ -199,23 +199,32 @@ static void check_refusals(vt_test *T) {
     }
 }
 
+/* An int8 graph (oneDNN forced) of one linear layer y = x (16, 96) · wᵀ (w: 128 × 96, N(0, 0.3²)), GELU before the
+ * product when gelu; finalized (a failure is checked), its parameters in *P. */
+static vt_graph *q8_layer(vt_test *T, int gelu, vt_params **P, vt_tensor **x, vt_tensor **w, vt_tensor **y) {
+    vt_err e = {0};
+    *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(*P, 0, &e);
+    g->int8 = 1;
+    vt_gemm_plan_init(&g->gemm, "onednn", &e);
+    int xs[2] = {16, 96}, ws[2] = {128, 96};
+    *x = vt_input(g, "x", 2, xs);
+    *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+    *y = gelu ? vt_gelu_linear(g, *x, *w, NULL) : vt_linear(g, *x, *w, NULL);
+    vt_graph_output(g, *y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    return g;
+}
+
 /* Hostile inputs: a NaN or an infinity in x reaches the output as in fp32 (that run falls back to fp32), never a
  * finite-looking result, a crash or an undefined float-to-integer conversion (the ASan + UBSan run checks that). */
 static void check_nonfinite(vt_test *T) {
     const float bad[3] = {NAN, INFINITY, -INFINITY};
     for (int k = 0; k < 6; k++) { /* k >= 3: GELU before the product (the fp32 run needs the scratch the plan left
                                    * out, vt_node_fallback) */
-        vt_err e = {0};
-        vt_params *P = vt_params_new(&e);
-        vt_graph *g = vt_graph_new(P, 0, &e);
-        g->int8 = 1;
-        vt_gemm_plan_init(&g->gemm, "onednn", &e);
-        int xs[2] = {16, 96}, ws[2] = {128, 96};
-        vt_tensor *x = vt_input(g, "x", 2, xs);
-        vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
-        vt_tensor *y = k < 3 ? vt_linear(g, x, w, NULL) : vt_gelu_linear(g, x, w, NULL);
-        vt_graph_output(g, y);
-        T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+        vt_params *P;
+        vt_tensor *x, *w, *y;
+        vt_graph *g = q8_layer(T, k >= 3, &P, &x, &w, &y);
         if (is_int8(linear_node(g))) {
             vt_params_init(P, 3);
             for (int i = 0; i < 16 * 96; i++) x->data[i] = (float)(i % 7) - 3.0f;
@@ -237,17 +246,9 @@ static void check_nonfinite(vt_test *T) {
  * meets are 0); a row of weights below 1e-37 (its inverse step overflows) quantises to zeros, not an undefined
  * conversion. The outputs equal the fp32 layer's within int8's error. */
 static void check_extreme_weights(vt_test *T) {
-    vt_err e = {0};
-    vt_params *P = vt_params_new(&e);
-    vt_graph *g = vt_graph_new(P, 0, &e);
-    g->int8 = 1;
-    vt_gemm_plan_init(&g->gemm, "onednn", &e);
-    int xs[2] = {16, 96}, ws[2] = {128, 96};
-    vt_tensor *x = vt_input(g, "x", 2, xs);
-    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
-    vt_tensor *y = vt_linear(g, x, w, NULL);
-    vt_graph_output(g, y);
-    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    vt_params *P;
+    vt_tensor *x, *w, *y;
+    vt_graph *g = q8_layer(T, 0, &P, &x, &w, &y);
     if (is_int8(linear_node(g))) {
         vt_params_init(P, 3);
         for (int k = 0; k < 96; k++) w->data[k] = k == 0 ? 3e38f : 0.0f; /* row 0: one huge weight */
