@@ -14,8 +14,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
           except those that are analytically zero (a bias followed by a train-mode BatchNorm: conv_stem.proj1/2.bias,
           the last block's mlp.fc2.bias before norm4), which must be round-off only (<= 1e-6 of the largest
           gradient); groupmixformer_test, groupmixformer_m at 64 px, vit_fmnist_tiny_gap --attn gma
-  sizes   a size that is not a multiple of 32 (200) is refused with a clear message; --attn gma on a host with a
-          class token (vit_fmnist_tiny) is refused with a clear message
+  sizes   a size that is not a multiple of 32 (200) is refused, the message saying it is vitc's rule; --attn gma on a
+          host with a class token (vit_fmnist_tiny) is refused with a clear message
 Run: /usr/bin/python3 tests/reference/test_gma.py      (needs ./vitc or $VITC)
 """
 import time
@@ -63,7 +63,8 @@ def run_model(rep, tag, model, ref, args, img, in_chans, B, seed, do_grad=True, 
 def test_sizes(rep):
     p = vitc("info", "groupmixformer_m", "--img-size", 200)
     msg = (p.stderr or "").strip()
-    rep.check("size 200 refused", p.returncode not in (0, None) and "multiple of 32" in msg, f"rc {p.returncode}: {msg}")
+    rep.check("size 200 refused", p.returncode not in (0, None) and "multiples of 32" in msg,
+              f"rc {p.returncode}: {msg}")
     p = vitc("info", "vit_fmnist_tiny", "--attn", "gma")
     msg = (p.stderr or "").strip()
     rep.check("gma with class token refused", p.returncode not in (0, None) and "class token" in msg,
