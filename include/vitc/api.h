@@ -147,10 +147,10 @@ VITC_API vitc_model *vitc_open(const char *name, const char *weights, const vitc
  * command line ("--num-classes 3 --in-chans 3 --attn flatten --dims 32,64 --train-form", or --name=value; unquoted;
  * what `vitc train` records as `model-options` in its checkpoints; NULL or "": none), for weights trained or made
  * with them: a file holding the training form (said by the `vitc_form` record of a Next-ViT file, by the branch
- * tensors of a cFFN file) opens in it, a Next-ViT file without the record needs --train-form (what `vitc deploy` makes is faster); a --dtype must be
- * fp32, bf16 or int8 and is otherwise ignored (vitc_set_dtype sets it); an --img-size must equal opt's img_size where both are given; --no-prepack
- * keeps no packed or bf16 weight copies for the kernels (int8's quantised ones stay): less memory, slower at small
- * batches. Since 0.3.0. */
+ * tensors of a cFFN file) opens in it, a Next-ViT file without the record needs --train-form (what `vitc deploy`
+ * makes is faster); a --dtype must be fp32, bf16 or int8 and is otherwise ignored (vitc_set_dtype sets it); an
+ * --img-size must equal opt's img_size where both are given; --no-prepack keeps no packed or bf16 weight copies for
+ * the kernels (int8's quantised ones stay): less memory, slower at small batches. Since 0.3.0. */
 VITC_API vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_options *opt,
                                     const char *model_options, vitc_error *err);
 

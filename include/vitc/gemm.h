@@ -1,7 +1,7 @@
 /* The engine's one GEMM entry point: row-major C = alpha·op(A)·op(B) + beta·C, dispatched per call to oneDNN
  * (dnnl_sgemm), OpenBLAS (cblas_sgemm) or, for products with 64 columns on AVX-512 (weight gradients Aᵀ·B on Intel
- * only), vitc's own kernel (src/ops/gemm64.c) by a rule that depends only on the machine (CPU features, the kernels the two libraries
- * picked), the shape and whether the call runs inside an OpenMP parallel region. */
+ * only), vitc's own kernel (src/ops/gemm64.c) by a rule that depends only on the machine (CPU features, the kernels
+ * the two libraries picked), the shape and whether the call runs inside an OpenMP parallel region. */
 #ifndef VITC_GEMM_H
 #define VITC_GEMM_H
 

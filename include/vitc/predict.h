@@ -108,7 +108,8 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
 
 /* Classifies the n image files in paths with c (parameters P) in batches of up to `batch` images, as
  * vt_predictor_classify (inputs, logits: see there); use (if non-NULL) gets the graph's linear layers and those that
- * ran int8. Returns the number of images that failed (could not be read, or gave non-finite logits), or -1 (e set) if the model itself cannot run. */
+ * ran int8. Returns the number of images that failed (could not be read, or gave non-finite logits), or -1 (e set)
+ * if the model itself cannot run. */
 int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *paths, int n, int batch, int k,
                      vt_prediction *out, float *inputs, float *logits, vt_dtype_use *use, FILE *progress, vt_err *e);
 

@@ -480,8 +480,8 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
     int left = 0; /* maps the default selection leaves out */
     for (int b = 0; b < o->nblocks; b++)
         if (o->blocks[b] >= nmod) {
-            vt_seterr_code(e, VT_E_USAGE, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b], c->name, nmod,
-                      nmod - 1, mods[0], mods[nmod - 1]);
+            vt_seterr_code(e, VT_E_USAGE, "block %d: %s has %d attention blocks (0 to %d: %s ... %s)", o->blocks[b],
+                           c->name, nmod, nmod - 1, mods[0], mods[nmod - 1]);
             goto done;
         }
     for (int i = 0; i < g->nmaps; i++) {
@@ -530,8 +530,8 @@ static int select_maps(run_t *r, const vt_model_cfg *c, const vt_attn_viz_opts *
             if (p < 0 || (r->nprim && N != N0)) {
                 char tok[96];
                 if (p >= 0) snprintf(tok, sizeof tok, "maps over %d tokens where the first block's are over %d", N, N0);
-                vt_seterr_code(e, VT_E_USAGE, "--rollout needs every block's token-to-token probabilities over the same tokens; %s has "
-                          "%s", mods[k], p >= 0 ? tok : lack);
+                vt_seterr_code(e, VT_E_USAGE, "--rollout needs every block's token-to-token probabilities over the "
+                               "same tokens; %s has %s", mods[k], p >= 0 ? tok : lack);
                 goto done;
             }
             if (!r->cur[p] && !(r->cur[p] = malloc(sizeof(float) * (size_t)map_numel(g->maps[p])))) goto oom;
@@ -611,8 +611,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         }
     const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
     if (o->png && (W > 32768 || Hh > 262144 || W * Hh > ((int64_t)1 << 28))) {
-        vt_seterr_code(e, VT_E_USAGE, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads (--blocks, --heads "
-                  "mean)", (long long)W, (long long)Hh);
+        vt_seterr_code(e, VT_E_USAGE, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads "
+                       "(--blocks, --heads mean)", (long long)W, (long long)Hh);
         goto fail;
     }
     r.cv.W = (int)W;

@@ -58,27 +58,18 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     return 0;
 }
 
-/* The file path would write: a symlink's destination, followed (at most 40 links deep); else path itself. */
-static void resolved(const char *path, char *out, size_t n) {
-    snprintf(out, n, "%s", path);
-    for (int hop = 0; hop < 40; hop++) {
-        char to[4096];
-        const ssize_t k = readlink(out, to, sizeof to - 1);
-        if (k < 0) return;
-        to[k] = 0;
-        char dir[4096];
-        dir_of(out, dir, sizeof dir);
-        const int len = snprintf(out, n, "%s%s%s", to[0] == '/' ? "" : dir, to[0] == '/' ? "" : "/", to);
-        if (len < 0 || (size_t)len >= n) return; /* too long to follow: compared as cut */
-    }
+/* The file an output path writes: an existing symlink's destination (the file it points to is replaced, not the
+ * link), else path itself; real holds PATH_MAX bytes. */
+static const char *out_target(const char *path, char *real) {
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real) ? real : path;
 }
 
 int vt_same_output(const char *a, const char *b) {
     struct stat sa, sb;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    char ra[4096], rb[4096], da[4096], db[4096], pa[PATH_MAX], pb[PATH_MAX];
-    resolved(a, ra, sizeof ra);
-    resolved(b, rb, sizeof rb);
+    char la[PATH_MAX], lb[PATH_MAX], da[PATH_MAX], db[PATH_MAX], pa[PATH_MAX], pb[PATH_MAX];
+    const char *ra = out_target(a, la), *rb = out_target(b, lb);
     const char *na = strrchr(ra, '/') ? strrchr(ra, '/') + 1 : ra, *nb = strrchr(rb, '/') ? strrchr(rb, '/') + 1 : rb;
     if (strcmp(na, nb) != 0) return 0;
     dir_of(ra, da, sizeof da);
@@ -129,9 +120,7 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     memset(o, 0, sizeof *o);
     if (vt_output_check(path, NULL, 0, e)) return -1;
     char real[PATH_MAX];
-    struct stat st;
-    /* an existing symlink: replace the file it points to, not the link */
-    const char *target = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real) ? real : path;
+    const char *target = out_target(path, real);
     if (snprintf(o->path, sizeof o->path, "%s", target) >= (int)sizeof o->path)
         return vt_seterr(e, "output path too long: %s", path);
     char dir[sizeof o->path];
@@ -143,6 +132,7 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     const int fd = mkstemp(o->tmp);
     if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot create a file in %s for %s: %s", dir, path, strerror(errno));
     /* mkstemp makes it 0600: a file replaced keeps its mode, a new one gets the umask's (as open would give it) */
+    struct stat st;
     fchmod(fd, stat(o->path, &st) == 0 ? st.st_mode & 07777 : new_file_mode());
     o->fd = fd;
     o->f = fopencookie(o, "wb", (cookie_io_functions_t){NULL, out_write, NULL, out_close});

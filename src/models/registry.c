@@ -61,7 +61,7 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
     for (;;) {
         char *end = NULL;
         errno = 0;
-        /* digits only, as every other number of the command line: no blanks (strtol would skip leading ones), no sign */
+        /* digits only, as every other number of the command line: no blanks (strtol skips leading ones), no sign */
         const long x = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;
         if (!end) end = (char *)p;
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))
@@ -162,7 +162,8 @@ static void list_text(const char *opt, const int *v, int stages, int one, char *
 }
 
 /* Writes into buf (n bytes) the architecture options of ov (--img-size, --in-chans, --num-classes, --attn, --ffn,
- * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options reads. */
+ * --dims, --depths, --heads, --windows, --apply-transform, --double-heads), in the form vt_model_parse_options
+ * reads. */
 static void options_text(const vt_model_overrides *ov, int stages, char *buf, size_t n) {
     const struct { const char *opt; int v; } ints[] = {
         {"--img-size", ov->img_size}, {"--in-chans", ov->in_chans}, {"--num-classes", ov->num_classes}};

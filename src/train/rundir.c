@@ -28,6 +28,11 @@
 #define EMA_PREFIX "ema/"
 #define FILES_KEY "train-files" /* checkpoint metadata: the digest of an image folder run's training images */
 
+/* st's digest of its training images as the checkpoint records it (FILES_KEY): 16 hex digits into buf (17 bytes). */
+static void files_text(const train_state *st, char *buf) {
+    snprintf(buf, 17, "%016llx", (unsigned long long)st->files);
+}
+
 /* The checkpoint's name of parameter `name`'s EMA tensor (buf: VT_NAMELEN bytes): EMA_PREFIX and the name, cut to fit a
  * tensor name, the same when saved and when resumed. */
 static void ema_key(char *buf, const char *name) {
@@ -91,8 +96,8 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
              cJSON_AddStringToObject(m, "best_acc1", ba);
     if (ok && P->heads[0]) ok = cJSON_AddStringToObject(m, VT_HEADS_KEY, P->heads) != NULL;
     if (ok && P->windows[0]) ok = cJSON_AddStringToObject(m, VT_WINDOWS_KEY, P->windows) != NULL;
-    char files[20];
-    snprintf(files, sizeof files, "%016llx", (unsigned long long)st->files);
+    char files[17];
+    files_text(st, files);
     if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
@@ -337,8 +342,8 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
         if (strcmp(s[i].key, "train-images") == 0) snprintf(was_images, sizeof was_images, "%s", rec);
         append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
     }
-    char files[20];
-    snprintf(files, sizeof files, "%016llx", (unsigned long long)st->files);
+    char files[17];
+    files_text(st, files);
     const char *rec_files = st->files ? vt_st_meta(&f, FILES_KEY) : NULL;
     const int files_differ = rec_files && strcmp(rec_files, files) != 0;
     vt_st_close(&f);
