@@ -158,6 +158,10 @@ vt_model_overrides vt_model_no_overrides(void);
  * to 65536, one for every stage or one per stage; -1 with a message naming opt otherwise. */
 int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, vt_err *e);
 
+/* Removes the blanks from a list value read from a model-options record, in place: an earlier vitc's command line
+ * took "2, 2" and recorded it so (the command line now takes digits and commas only). */
+void vt_model_unblank_list(char *list);
+
 /* Adds to ov the model options in text, spelt as on vitc's command line and in checkpoints' model-options record
  * ("--num-classes 3 --attn flatten --dims 32,64 --train-form", or --name=value; a value runs to the next " --"; NULL
  * or "": none),

@@ -52,6 +52,13 @@ vt_model_overrides vt_model_no_overrides(void) {
     return o;
 }
 
+void vt_model_unblank_list(char *list) {
+    char *w = list;
+    for (const char *r = list; *r; r++)
+        if (!strchr(" \t\n", *r)) *w++ = *r;
+    *w = '\0';
+}
+
 int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, vt_err *e) {
     const char *p = list;
     int n = 0;
@@ -130,10 +137,7 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
         val[len] = '\0';
         p += len;
         if (l < 4) {
-            size_t w = 0; /* "2, 2" (blanks after the commas) as an earlier vitc's command line took it */
-            for (size_t r = 0; val[r]; r++)
-                if (!strchr(" \t\n", val[r])) val[w++] = val[r];
-            val[w] = '\0';
+            vt_model_unblank_list(val);
             if (vt_model_parse_list(opt, val, stages, list_of[l], e)) return -1;
             if (list_of[l] == ov->windows) ov->windows_listed = strchr(val, ',') != NULL;
         } else if (i < 3) {

@@ -346,12 +346,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
                 say_once(cmd, "%s records the model option %s without a value", path, name);
                 return -1;
             }
-            if (has_word("--dims --depths --heads --windows", name)) { /* "2, 2" as an earlier vitc took it */
-                char *w = v;
-                for (const char *r = v; *r; r++)
-                    if (!strchr(" \t\n", *r)) *w++ = *r;
-                *w = '\0';
-            }
+            if (has_word("--dims --depths --heads --windows", name)) vt_model_unblank_list(v);
         }
         if (seen[d - optdefs]) {
             say_once(cmd, "%s records the model option %s twice: not a file vitc wrote", path, name);
