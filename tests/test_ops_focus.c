@@ -1,7 +1,8 @@
 /* vt_focus_pow (focus.c, FLatten's focusing function): values against a double-precision formula, gradient checks
  * (p = 3, 2, 1.5; odd row lengths; C = 1; the ReLU/+1e-6/scale chain), the fused vt_focus (with and without pe)
  * against finite differences and against the chain of single ops, vt_focus_ex on a channel range of a wider
- * input, the whole FLatten module on 3×3 and 2×2 grids with a class token (input gradient), and the shape error. */
+ * input, the whole FLatten module on 3×3 and 2×2 grids with a class token (input gradient), rows whose norms
+ * underflow or overflow float, and the shape error. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,44 @@ static void check_values(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Rows whose norms underflow or overflow float (Σ u^6 of a row of 1e-8-sized values flushes to 0; of 1e13-sized ones
+ * passes FLT_MAX): rows b, b·3e-8 and b·1e13 must give s·φ(b) (against the formula in double) and, φ's Jacobian
+ * being of degree 0, the same input gradient for the same output gradient. */
+static void check_rescaled_rows(vt_test *T) {
+    const double b[5] = {0.5, 1.0, 2.0, 0.25, 0.7}, sc[3] = {1.0, 3e-8, 1e13}, r[5] = {0.3, -1.1, 0.8, 2.0, -0.4};
+    const int xs[2] = {3, 5};
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    vt_tensor *x = vt_param(g, "x", 2, xs, (vt_init){VT_INIT_ZERO, 0});
+    vt_tensor *y = vt_focus_pow(g, x, 3.0f);
+    vt_tensor *rt = vt_input(g, "r", 2, xs);
+    vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, rt)));
+    vt_graph_output(g, y);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "build: %s", e.msg);
+    if (!e.msg[0]) {
+        for (int i = 0; i < 3; i++)
+            for (int c = 0; c < 5; c++) x->data[i * 5 + c] = (float)(b[c] * sc[i]), rt->data[i * 5 + c] = (float)r[c];
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        double u2 = 0, a2 = 0, err = 0, gerr = 0, gmax = 0;
+        for (int c = 0; c < 5; c++) u2 += b[c] * b[c], a2 += pow(b[c], 6);
+        for (int i = 0; i < 3; i++)
+            for (int c = 0; c < 5; c++) {
+                const double want = sc[i] * pow(b[c], 3) * sqrt(u2 / a2);
+                err = fmax(err, fabs(y->data[i * 5 + c] - want) / want);
+                gerr = fmax(gerr, fabs((double)x->grad[i * 5 + c] - x->grad[c]));
+                gmax = fmax(gmax, fabs(x->grad[c]));
+            }
+        T_CHECK(T, err < 1e-6, "rows scaled by 3e-8 and 1e13: relative value error %g", err);
+        T_CHECK(T, gmax > 0 && gerr <= 1e-5 * gmax, "rows scaled by 3e-8 and 1e13: input gradient differs by %g (of %g)",
+                gerr, gmax);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* The fused op equals the chain of single ops: output and the gradients of x, scale and pe (sum(y·r) loss). */
 static void check_fused_vs_chain(vt_test *T) {
     const int xs[3] = {2, 6, 9}, ss[3] = {1, 1, 9}, ps[3] = {1, 6, 9};
@@ -189,6 +228,7 @@ static void check_fused_vs_chain(vt_test *T) {
 
 void test_ops_focus(vt_test *T) {
     check_values(T);
+    check_rescaled_rows(T);
     check_fused_vs_chain(T);
     for (size_t i = 0; i < sizeof focus_cases / sizeof focus_cases[0]; i++) gc_run(T, &focus_cases[i]);
 }

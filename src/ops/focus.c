@@ -4,7 +4,11 @@
  *   u = x                                          (without: vt_focus_pow; x > 0)
  *   y = u^p · ‖u‖₂ / ‖u^p‖₂ per row (u^p elementwise).
  * Row sums and the per-element arithmetic run in float (in double, on half the SIMD lanes, this op was 4.5% of a
- * FLatten-Swin-T training step on an AVX2 CPU). A row whose ‖x^p‖ is 0 gives y = 0 (and no gradient).
+ * FLatten-Swin-T training step on an AVX2 CPU). φ_p is homogeneous of degree 1 (φ(m·w) = m·φ(w), m > 0), its
+ * Jacobian of degree 0: a row whose norms leave [1e-20, 1e30] (‖u^p‖² = Σ u^6 underflows, and flush-to-zero makes
+ * it 0, once every u is below ~5e-7: a query with no positive channel under softplus(scale) > 2.08; or u^p
+ * overflows) is computed again as m·φ(u/m) with m = max |u|, exact to float precision. A row of zeros (the
+ * no-scale form) gives y = 0 and no gradient.
  * Softplus has β = 1 and threshold 20 (PyTorch). Backward (a = u^p, U = ‖u‖, A = ‖a‖, r = U/A, ga = Σ dy·a):
  *   du_j = p·u_j^(p−1)·r·(dy_j − ga·a_j/A²) + ga·u_j/(A·U);  dx = dpe = du·[x + pe > 0]/s (dpe summed over the
  *   batch);  dscale_j = −Σ_rows du_j·u_j·sigmoid(scale_j)/s_j.
@@ -85,14 +89,31 @@ void vt_focus_consts(const float *scale, int C, float *is, float *sig) {
     }
 }
 
-/* One pass writes u^p into yr and sums the two norms; the second scales yr in place (in L1), no recomputation. */
-void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st) {
+/* Norms inside this range need no rescaling: no term of them lost to underflow that matters, none overflows. */
+static inline int norms_safe(float u2, float a2) { return u2 >= 1e-20f && u2 <= 1e30f && a2 >= 1e-20f && a2 <= 1e30f; }
+
+/* max |u| over the row: the rescaling factor m of a row whose norms are not safe (0 when it is 0 or not finite). */
+static float row_max(const vt_focus_k *f, const float *xr, const float *per) {
+    float u[FB], v[FB], m = 0.0f;
+    for (int c0 = 0; c0 < f->C; c0 += FB) {
+        const int len = f->C - c0 < FB ? f->C - c0 : FB;
+        u_block(f, xr, per, c0, len, u, v);
+        for (int t = 0; t < len; t++) m = fmaxf(m, fabsf(u[t]));
+    }
+    return m > 0.0f && isfinite(m) ? m : 0.0f;
+}
+
+/* yr = (u·inv)^p and its two norms (u·inv: the row scaled by 1/m, or by 1). */
+static void pow_norms(const vt_focus_k *f, const float *xr, const float *per, float inv, float *yr, float *u2o,
+                      float *a2o) {
     const int C = f->C;
     float u[FB], v[FB], u2 = 0.0f, a2 = 0.0f;
     for (int c0 = 0; c0 < C; c0 += FB) {
         const int len = C - c0 < FB ? C - c0 : FB;
         float *restrict a = yr + c0;
         u_block(f, xr, per, c0, len, u, v);
+        if (inv != 1.0f)
+            for (int t = 0; t < len; t++) u[t] *= inv;
         pow_block(u, a, len, f->p);
 #pragma omp simd reduction(+ : u2, a2)
         for (int t = 0; t < len; t++) {
@@ -100,11 +121,28 @@ void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, fl
             a2 += a[t] * a[t];
         }
     }
-    const float ratio = a2 > 0.0f ? sqrtf(u2 / a2) : 0.0f;
+    *u2o = u2;
+    *a2o = a2;
+}
+
+/* One pass writes u^p into yr and sums the two norms; the second scales yr in place (in L1), no recomputation. A
+ * rescaled row's st[0] is negative (its backward recomputes the row). */
+void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st) {
+    const int C = f->C;
+    float u2, a2, m = 1.0f;
+    pow_norms(f, xr, per, 1.0f, yr, &u2, &a2);
+    if (!norms_safe(u2, a2)) {
+        const float mm = row_max(f, xr, per);
+        if (mm > 0.0f) {
+            m = mm;
+            pow_norms(f, xr, per, 1.0f / m, yr, &u2, &a2);
+        }
+    }
+    const float ratio = a2 > 0.0f ? m * sqrtf(u2 / a2) : 0.0f;
 #pragma omp simd
     for (int c = 0; c < C; c++) yr[c] *= ratio;
     if (st) {
-        st[0] = u2;
+        st[0] = m == 1.0f ? u2 : -1.0f;
         st[1] = a2;
     }
 }
@@ -113,31 +151,47 @@ void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, co
                       const float *gr, float *dxr, float *dper, float *dsc) {
     const int C = f->C;
     const float p = f->p, *is = f->is, *sig = f->sig;
-    float u[FB], a[FB], v[FB], u2 = 0.0f, a2 = 0.0f, ga = 0.0f;
-    if (yr && st) { /* the forward's row and norms: ga = Σ dy·a = Σ dy·y / ratio */
+    float u[FB], a[FB], v[FB], u2 = 0.0f, a2 = 0.0f, ga = 0.0f, m = 1.0f, inv = 1.0f;
+    const int saved = yr && st && st[0] >= 0.0f; /* the forward's row and norms, not rescaled */
+    if (saved) { /* ga = Σ dy·a = Σ dy·y / ratio */
         u2 = st[0];
         a2 = st[1];
 #pragma omp simd reduction(+ : ga)
         for (int c = 0; c < C; c++) ga += gr[c] * yr[c];
         ga = a2 > 0.0f && u2 > 0.0f ? ga * sqrtf(a2 / u2) : 0.0f;
     }
-    for (int c0 = 0; c0 < C && !(yr && st); c0 += FB) {
-        const int len = C - c0 < FB ? C - c0 : FB;
-        u_block(f, xr, per, c0, len, u, v);
-        pow_block(u, a, len, p);
+    for (int pass = 0; pass < 2 && !saved; pass++) { /* the second pass: the row scaled by 1/m (its norms unsafe) */
+        if (pass) {
+            if (norms_safe(u2, a2) || !((m = row_max(f, xr, per)) > 0.0f)) {
+                m = 1.0f;
+                break;
+            }
+            inv = 1.0f / m;
+            u2 = a2 = ga = 0.0f;
+        }
+        for (int c0 = 0; c0 < C; c0 += FB) {
+            const int len = C - c0 < FB ? C - c0 : FB;
+            u_block(f, xr, per, c0, len, u, v);
+            if (inv != 1.0f)
+                for (int k = 0; k < len; k++) u[k] *= inv;
+            pow_block(u, a, len, p);
 #pragma omp simd reduction(+ : u2, a2, ga)
-        for (int k = 0; k < len; k++) {
-            u2 += u[k] * u[k];
-            a2 += a[k] * a[k];
-            ga += gr[c0 + k] * a[k];
+            for (int k = 0; k < len; k++) {
+                u2 += u[k] * u[k];
+                a2 += a[k] * a[k];
+                ga += gr[c0 + k] * a[k];
+            }
         }
     }
     if (!(a2 > 0.0f) || !(u2 > 0.0f)) return;
+    /* in the terms of the row scaled by 1/m: du is of degree 0 in u; the scale's gradient reads u itself, m·(u/m) */
     const float U = sqrtf(u2), A = sqrtf(a2), ratio = U / A, tt = ga / a2, s = ga / (A * U);
     for (int c0 = 0; c0 < C; c0 += FB) {
         const int len = C - c0 < FB ? C - c0 : FB;
         float du[FB], a1[FB];
         u_block(f, xr, per, c0, len, u, v);
+        if (inv != 1.0f)
+            for (int k = 0; k < len; k++) u[k] *= inv;
         pow_block(u, a, len, p);
         pow_block(u, a1, len, p - 1.0f);
 #pragma omp simd
@@ -157,7 +211,7 @@ void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, co
             for (int k = 0; k < len; k++) dper[c0 + k] += v[k] > 0.0f ? du[k] * is[c0 + k] : 0.0f;
         if (dsc)
 #pragma omp simd
-            for (int k = 0; k < len; k++) dsc[c0 + k] += -du[k] * u[k] * is[c0 + k] * sig[c0 + k];
+            for (int k = 0; k < len; k++) dsc[c0 + k] += -du[k] * (u[k] * m) * is[c0 + k] * sig[c0 + k];
     }
 }
 

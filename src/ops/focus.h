@@ -14,7 +14,7 @@ typedef struct {
 /* is (C) and, when sig is not NULL, sig (C) from the raw scale (softplus with PyTorch's threshold 20). */
 void vt_focus_consts(const float *scale, int C, float *is, float *sig);
 /* yr = φ_p(u) of one row xr (C channels), u = (ReLU(xr + per) + 1e-6)·is (per: NULL or the row's pe); st (2 floats,
- * or NULL) gets the row's ‖u‖² and ‖u^p‖². */
+ * or NULL) gets the row's ‖u‖² and ‖u^p‖² (st[0] < 0: the row was rescaled, see focus.c). */
 void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st);
 /* Adds the gradients of one row given gr = d yr: to dxr and dper (each may be NULL) and, with a scale, to the
  * partial scale gradient dsc (C floats; may be NULL). yr and st: the forward's row and norms (saves a pass), or

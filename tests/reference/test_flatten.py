@@ -164,8 +164,9 @@ def build(cfg, sd):
     return m
 
 
-def check_model(rep, tmp, tag, model, cfg, opts, batch, seed):
-    """Names/shapes from `vitc init`, forward logits, loss and every gradient of `vitc grad`."""
+def check_model(rep, tmp, tag, model, cfg, opts, batch, seed, mutate=None, extra_dead=()):
+    """Names/shapes from `vitc init`, forward logits, loss and every gradient of `vitc grad`. mutate(sd) edits the
+    random weights; extra_dead: parameters it leaves without a gradient."""
     init = tmp / f"{tag}_init.safetensors"
     if vitc_ok(rep, f"{tag} init", "init", model, "-o", init, "--seed", 0, *opts) is None:
         return
@@ -175,6 +176,8 @@ def check_model(rep, tmp, tag, model, cfg, opts, batch, seed):
               f"missing {sorted(set(want) - set(got))[:6]}, extra {sorted(set(got) - set(want))[:6]}, "
               f"shape diffs {[(k, got[k], want[k]) for k in want if k in got and got[k] != want[k]][:6]}")
     sd = random_state_dict(cfg, seed)
+    if mutate:
+        mutate(sd)
     w = tmp / f"{tag}_w.safetensors"
     st.save(w, sd)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -229,11 +232,23 @@ def check_model(rep, tmp, tag, model, cfg, opts, batch, seed):
     # The last block's DWC cannot reach the logits: only the class token feeds the head, and the class token gets
     # no DWC term (spec §6 choice). Its gradient is exactly 0 in the reference too; every other one must be non-zero.
     last = cfg["depth"] - 1
-    dead = {f"blocks.{last}.attn.dwc.weight", f"blocks.{last}.attn.dwc.bias"}
+    dead = {f"blocks.{last}.attn.dwc.weight", f"blocks.{last}.attn.dwc.bias", *extra_dead}
     ref_dead = sorted(k for k, r in ref_g.items() if not torch.any(r != 0))
     rep.check(f"{tag} grads non-zero", not (set(zero) - dead) and sorted(zero) == ref_dead == sorted(dead),
               f"all-zero in vitc: {zero}; in the reference: {ref_dead}; expected exactly {sorted(dead)} "
               "(last block's DWC: the class token skips the DWC)")
+
+
+def queries_off(sd):
+    """Blocks 0 and 1 get queries with no positive channel (q = 0) and softplus(scale) > 2.08: every focused query
+    row is (1e-6 / softplus(scale))^3 scaled, whose ‖u^3‖² underflows float32 (vitc flushes denormals to zero) and
+    must be computed rescaled, not as zeros."""
+    g = torch.Generator().manual_seed(7)
+    for b in (0, 1):
+        sd[f"blocks.{b}.attn.q.weight"].zero_()
+        sd[f"blocks.{b}.attn.q.bias"].zero_()
+        sc = sd[f"blocks.{b}.attn.scale"]
+        sc.copy_(2.5 + 0.3 * torch.rand(sc.shape, generator=g))
 
 
 def check_dense(rep):
@@ -269,6 +284,9 @@ def main():
                   num_classes=10)
         check_model(rep, tmp, "(b) vit_fmnist_tiny --attn flatten", "vit_fmnist_tiny", fm, ["--attn", "flatten"],
                     batch=3, seed=20)
+        check_model(rep, tmp, "(d) vit_fmnist_tiny --attn flatten, queries without a positive channel",
+                    "vit_fmnist_tiny", fm, ["--attn", "flatten"], batch=2, seed=30, mutate=queries_off,
+                    extra_dead=[f"blocks.{b}.attn.q.{t}" for b in (0, 1) for t in ("weight", "bias")])
     rep.finish()
 
 
