@@ -657,11 +657,19 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             goto fail;
         }
         vt_graph_forward(r.g);
-        for (int i = 0; i < r.g->nmaps; i++)
+        for (int i = 0; i < r.g->nmaps; i++) {
             if (r.cur[i] && vt_attn_map_values(r.g->maps[i], r.cur[i])) {
                 vt_progress_end(&pg);
                 goto oom;
             }
+            for (int64_t k = 0, nk = r.cur[i] ? map_numel(r.g->maps[i]) : 0; k < nk; k++)
+                if (!isfinite(r.cur[i][k])) { /* nothing is written: the weights overflow on this image */
+                    vt_progress_end(&pg);
+                    vt_seterr_code(e, VT_E_NONFINITE, "%s: the attention map of %s is not finite (%g): the weights "
+                                   "overflow on this image", paths[b], r.g->maps[i]->name, (double)fabsf(r.cur[i][k]));
+                    goto fail;
+                }
+        }
         if (r.inputs) memcpy(r.inputs + b * per, in->data, sizeof(float) * (size_t)per);
         for (int i = 0; r.saved && i < r.nsel; i++) {
             const int64_t k = map_numel(r.sel[i]);

@@ -191,6 +191,18 @@ PY
 expect "forward whose logits overflow refused" 1 "NaN or Inf" $V forward $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/ybig.safetensors"
 expect "grad whose loss overflows refused" 1 "overflow" $V grad $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/gbig.safetensors"
 check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '$T/gbig.safetensors' ]"
+# ... and attention, whose maps of weights scaled by 1e20 are NaN: an error naming the map, no PNG or maps file
+/usr/bin/python3 - "$T" <<'PY'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+t = sys.argv[1]
+d = st.load(f"{t}/w.safetensors")
+st.save(f"{t}/w1e20.safetensors", {k: v * 1e20 if v.ndim >= 2 and k.endswith("weight") else v for k, v in d.items()})
+PY
+expect "attention whose maps overflow refused" 1 "attention map of blocks.0.attn is not finite (nan)" \
+    $V attention $M -w "$T/w1e20.safetensors" "$T/good.png" -o "$T/nanmaps.png" --save-maps "$T/nanmaps.safetensors"
+check "... nothing written" "[ ! -e '$T/nanmaps.png' ] && [ ! -e '$T/nanmaps.safetensors' ]"
 # 18. contradictory or stray arguments
 expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
 expect "predict without --weights: a usage error (2)" 2 "missing --weights" $V predict $M "$T/good.png"
