@@ -12,10 +12,12 @@
 
 /* ---------------------------------------------------------------- builders for gc_case */
 
-/* x0 input, x1 weight (if ia[0] & 1), x2 bias (if ia[0] & 2); fa[0] eps. */
+/* x0 input, x1 weight (if ia[0] & 1), x2 bias (if ia[0] & 2); fa[0] eps; ia[1]: + x0 (a residual, so the backward
+ * adds into a dx that already holds a gradient). */
 static vt_tensor *b_ln(vt_graph *g, vt_tensor **x, const gc_case *c) {
     vt_tensor *w = (c->ia[0] & 1) ? x[1] : NULL, *b = (c->ia[0] & 2) ? x[2] : NULL;
-    return vt_layernorm(g, x[0], w, b, c->fa[0] > 0 ? c->fa[0] : 1e-5f);
+    vt_tensor *y = vt_layernorm(g, x[0], w, b, c->fa[0] > 0 ? c->fa[0] : 1e-5f);
+    return c->ia[1] ? vt_add(g, y, x[0]) : y;
 }
 
 /* x0 input, x1 w, x2 b, x3 running mean, x4 running var, x5 num_batches_tracked; ia[0] axis, ia[1] affine,
@@ -1540,6 +1542,9 @@ void test_ops_norm_act(vt_test *T) {
         /* whole vectors and a partial one (8 or 16 lanes: 37 = 2·16 + 5 = 4·8 + 5), and whole vectors only */
         {.name = "ln_C37", .nx = 3, .ndim = {3, 1, 1}, .shape = {{2, 3, 37}, {37}, {37}}, .build = b_ln, .ia = {3}},
         {.name = "ln_C32_noaffine", .nx = 1, .ndim = {3}, .shape = {{2, 3, 32}}, .build = b_ln},
+        {.name = "ln_C37_residual", .nx = 3, .ndim = {3, 1, 1}, .shape = {{2, 2, 37}, {37}, {37}}, .build = b_ln,
+         .ia = {3, 1}},
+        {.name = "ln_C20_residual_noaffine", .nx = 1, .ndim = {3}, .shape = {{2, 3, 20}}, .build = b_ln, .ia = {0, 1}},
         /* batchnorm: x, w, b, running mean, running var, num_batches_tracked */
         {.name = "bn_nchw_train", .nx = 6, .ndim = {4, 1, 1, 1, 1, 1}, .shape = {{2, 3, 4, 5}, {3}, {3}, {3}, {3}, {1}},
          .nograd = {0, 0, 0, 1, 1, 1}, .build = b_bn, .fill = fill_bn, .ia = {1, 1, 0}},
