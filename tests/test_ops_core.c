@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 #include "vitc/blocks.h"
 #include "vitc/ops.h"
+#include "vitc/optim.h"
 
 static vt_tensor *b_linear(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL);
@@ -383,8 +384,9 @@ static void check_linear_act_fusion(vt_test *T) {
 }
 
 /* An inference graph's linear layers keep the weights' packed copies (rule 12, linear.onednn_conv1x1: oneDNN's AVX2
- * tier, AMD's AVX-512) current: after vt_params_init, and after values written directly and vt_params_changed, the
- * next forward equals x·wᵀ + b (+ r) of the new weights, computed here in double precision. */
+ * tier, AMD's AVX-512) current: after vt_params_init, after values written directly and vt_params_changed, and after
+ * an AdamW step with no training forward before it (gradients set by the caller), the next forward equals
+ * x·wᵀ + b (+ r) of the new weights, computed here in double precision. */
 static void check_linear_repack(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -401,12 +403,19 @@ static void check_linear_repack(vt_test *T) {
     vt_rng_seed(&rng, 3);
     for (int64_t i = 0; ok && i < x->numel; i++) x->data[i] = vt_rng_normal(&rng);
     for (int64_t i = 0; ok && i < r->numel; i++) r->data[i] = vt_rng_normal(&rng);
-    for (int round = 0; ok && round < 3; round++) {
+    for (int round = 0; ok && round < 4; round++) {
         if (round < 2) {
             vt_params_init(P, 11 + (uint64_t)round);
-        } else {
+        } else if (round == 2) {
             for (int64_t i = 0; i < w->numel; i++) w->data[i] = -0.5f * w->data[i] + 0.25f;
             vt_params_changed(P);
+        } else {
+            vt_adamw o = {0};
+            T_CHECK(T, vt_adamw_init(&o, P, 0.9f, 0.999f, 1e-8f, 0.0f, &e) == 0, "adamw: %s", e.msg);
+            for (int i = 0; i < o.n; i++)
+                for (int64_t j = 0; j < o.p[i]->numel; j++) o.p[i]->grad[j] = (j % 3) - 1.0f;
+            vt_adamw_step(&o, 0.1f); /* moves each weight with a non-zero gradient by 0.1 */
+            vt_adamw_free(&o);
         }
         vt_graph_forward(g);
         double err = 0.0;
