@@ -124,6 +124,7 @@ static int accum_backward(train_graph *t, vt_params *P, int j, int accum, vt_dis
 int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int accum,
                   float *loss, vt_err *e) {
     if (B <= 0 || accum <= 0) return vt_seterr(e, "vt_grad_accum: batch %d and accum %d must be > 0", B, accum);
+    if ((int64_t)B * accum > INT_MAX) return vt_seterr(e, "vt_grad_accum: batch %d × accum %d is too many", B, accum);
     if (check_labels(c, labels, B * accum, e)) return -1;
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f;
@@ -594,6 +595,18 @@ static int run_open(train_run *r, vt_err *e) {
     source_slice(&d->val, dp, &r->vs);
     /* a fixed 250 before: a 384 px fine-tune at batch 1 peaked at 3.2 GB in its evaluation of 4 images, computed 250 */
     r->vs.batch = o->batch < r->vs.src.n ? o->batch : r->vs.src.n > 0 ? r->vs.src.n : 1;
+    /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
+     * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
+     * steps); checked before the graph is built (B·A in 64 bits: both are large enough to wrap an int) */
+    const int N = r->N = d->train.n;
+    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
+    const int B = r->B = o->batch, A = r->A = o->accum_steps > 0 ? o->accum_steps : 1;
+    if ((int64_t)B * A > nsamp)
+        return vt_seterr_code(e, VT_E_USAGE, "batch size %d × %d accumulation steps is larger than the %d image%s an "
+                              "epoch visits%s%s", B, A, nsamp, nsamp == 1 ? "" : "s", dp->size > 1 ? " per rank" : "",
+                              o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: "
+                                                    "--no-repeated-aug visits all)" : "");
+    r->spe = nsamp / (B * A) * A;
     if (recipe_check(c, o, &r->mix, e) || !(r->P = vt_params_new(e))) return -1;
     vt_params *P = r->P;
     if (vt_model_init_params(c, P, o->seed, e) ||
@@ -615,17 +628,6 @@ static int run_open(train_run *r, vt_err *e) {
         vt_loader_set_tag(r->L, tag);
         if (r->LV) vt_loader_set_tag(r->LV, tag);
     }
-    /* each rank's shard of an epoch (DistributedSampler's ⌈n/ranks⌉, or RASampler's ⌊⌊n/256⌋·256/ranks⌋) in
-     * micro-batches of B (a batch is per rank); each optimiser step takes A of them (the schedule counts optimiser
-     * steps) */
-    const int N = r->N = d->train.n;
-    const int nsamp = o->repeated_aug > 0 ? vt_ra_count(N, dp->size) : (int)(((int64_t)N + dp->size - 1) / dp->size);
-    const int B = r->B = o->batch, A = r->A = o->accum_steps > 0 ? o->accum_steps : 1;
-    if ((r->spe = nsamp / (B * A) * A) == 0)
-        return vt_seterr_code(e, VT_E_USAGE, "batch size %d × %d accumulation steps is larger than the %d image%s an "
-                              "epoch visits%s%s", B, A, nsamp, nsamp == 1 ? "" : "s", dp->size > 1 ? " per rank" : "",
-                              o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: "
-                                                    "--no-repeated-aug visits all)" : "");
     if (!(r->idx = malloc(sizeof(int) * (size_t)N)) || !(r->keys = malloc(sizeof(uint64_t) * (size_t)N)) ||
         !(r->lab = malloc(sizeof(int) * (size_t)B)))
         return vt_seterr_code(e, VT_E_NOMEM, "out of memory");

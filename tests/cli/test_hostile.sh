@@ -218,6 +218,15 @@ done
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
+# a batch × accumulation steps past the epoch is a usage error before the graph is built: batch 65536 had asked for
+# 30 GB first, and 8192 × 524288 (2^32) wrapped an int to 0 (SIGFPE) or, + 1, to a batch of 8192 (an epoch of 10^6 steps)
+for ba in "65536 1" "8192 524288" "8192 524289"; do
+    set -- $ba
+    expect "train --batch-size $1 --accum-steps $2 past an epoch of 64 images refused (2)" 2 \
+        "batch size $1 × $2 accumulation steps is larger than the 64 images an epoch visits" \
+        $V train $M --data fashion-mnist --train-subset 64 --test-subset 64 --epochs 1 --batch-size $1 --accum-steps $2 \
+        --out "$T/ba"
+done
 # an option the model cannot apply is a usage error (2), as in every command that builds a model
 expect "--windows on a model without windows refused (a usage error: 2)" 2 "no attention windows" $V info $M --windows 3
 expect "--train-form on a model without re-parameterised blocks refused (2)" 2 "no re-parameterised blocks" $V info $M \
@@ -743,7 +752,7 @@ check "... and the file kept" "cmp -s '$T/nbt_run/weights.safetensors' '$T/ifown
 $V init $M --in-chans 2 -o "$T/c2.safetensors" >/dev/null 2>&1
 expect "--init-from weights of 2 input channels into 1: both shapes named" 1 \
     "patch_embed.proj.weight (file \[[0-9]*,2,[0-9,]*\], model \[[0-9]*,1," \
-    $V train $M --init-from "$T/c2.safetensors" --data fashion-mnist --epochs 1 --train-subset 64 --out "$T/c2run"
+    $V train $M --init-from "$T/c2.safetensors" --data fashion-mnist --epochs 1 --train-subset 64 --batch-size 32 --out "$T/c2run"
 # --init-from through a pipe: read once, also where no tensor needs adapting (that path read the file a second time)
 $V train $M --init-from <(cat "$T/w.safetensors") --data fashion-mnist --epochs 1 --train-subset 64 --test-subset 32 \
     --batch-size 32 --threads 1 --out "$T/ifpipe" >"$T/ifp.log" 2>&1

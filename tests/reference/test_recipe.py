@@ -480,7 +480,7 @@ def check_train(rep, d):
                   p.stdout[-300:])
     ws = d / "swin_other.safetensors"
     vitc_ok(rep, "init swin_fmnist_tiny", "init", "swin_fmnist_tiny", "-o", ws)
-    p = vitc("train", "vit_fmnist_tiny", "--init-from", ws, "--epochs", "1", "--train-subset", "64", "--out", d / "bad")
+    p = vitc("train", "vit_fmnist_tiny", "--init-from", ws, "--epochs", "1", "--train-subset", "64", "--batch-size", "32", "--out", d / "bad")
     rep.check("init-from another model's weights: refused naming tensors", p.returncode == 1 and
               "missing" in p.stderr and "pos_embed" in p.stderr, p.stderr[-300:])
     p = vitc("train", "vit_fmnist_tiny", "--mixup", "0.8", "--batch-size", "7", "--epochs", "1", "--train-subset", "64",
