@@ -1,5 +1,6 @@
 #include "vitc/tensor.h"
 
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -127,6 +128,12 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
             vt_seterr(e, "parameter %s: dimension %d is %d", name, i, shape[i]);
             return NULL;
         }
+    const int64_t numel = vt_shape_numel(ndim, shape); /* the graph's tensors' limit (graph.c), for the same reason */
+    if (numel > INT_MAX) {
+        vt_seterr(e, "parameter %s: %lld elements exceed the engine's limit of %d per tensor (8 GiB); use smaller "
+                  "widths", name, (long long)numel, INT_MAX);
+        return NULL;
+    }
     vt_tensor *t = vt_params_find(P, name);
     if (t) {
         int same = t->ndim == ndim && t->kind == kind;
@@ -151,7 +158,7 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    t->numel = vt_shape_numel(ndim, shape);
+    t->numel = numel;
     t->kind = kind;
     t->init = init;
     t->requires_grad = kind == VT_PARAM;

@@ -249,6 +249,11 @@ expect "Refined-ViT --dims 4 (12 heads) refused, not a crash (2)" 2 "C divisible
 # ... and a Swin window of 157 asked for 2.4 GB (its relative position index has window^4 entries)
 expect "Swin --windows 157 refused before any allocation (2)" 2 "window 157 is more than vitc builds (64" \
     $V info swin_t_msf --windows 157
+# a weight past the per-tensor limit (qkv 196608 × 65536) is refused as the graph's tensors are, before any allocation
+# (info had reported 618,614 M parameters and init run out of memory)
+expect "DeiT --dims 65536 refused by the per-tensor limit (2)" 2 \
+    "parameter blocks.0.attn.qkv.weight: 12884901888 elements exceed the engine's limit" \
+    $V info deit_tiny_patch16_224 --dims 65536 --heads 1
 $V info swin_tiny_patch4_window7_224 --windows 100 >/dev/null 2>&1
 check "... but the Microsoft layout's window covering the map, which shrinks to it, is taken" "[ $? -eq 0 ]"
 expect "attention --blocks -1 refused (a usage error: 2)" 2 "not a list of non-negative integers" $V attention $M \
