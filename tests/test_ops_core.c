@@ -703,7 +703,52 @@ static void check_threads_fixed(vt_test *T) {
     omp_set_num_threads(saved);
 }
 
+/* Label smoothing against its closed form (timm's LabelSmoothingCrossEntropy, torch's label_smoothing): loss =
+ * mean over rows of (1 - eps)·(-log p_y) + eps·mean_k(-log p_k), d logits = (p - ((1 - eps)·onehot + eps/K)) / B. The
+ * gradient checks above only test that forward and backward agree. */
+static void check_ce_smoothing(vt_test *T) {
+    enum { B = 3, K = 5 };
+    const float eps = 0.1f, lab[B] = {0, 4, 2};
+    const int ls[2] = {B, K}, ys = B;
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    vt_tensor *z = vt_param(g, "z", 2, ls, (vt_init){VT_INIT_ZERO, 0});
+    vt_tensor *y = vt_input(g, "y", 1, &ys);
+    vt_tensor *loss = vt_cross_entropy(g, z, y, eps);
+    vt_graph_set_loss(g, loss);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "build: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 21);
+        for (int i = 0; i < B * K; i++) z->data[i] = 2.0f * vt_rng_normal(&rng);
+        memcpy(y->data, lab, sizeof lab);
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        double want = 0.0, gerr = 0.0;
+        for (int b = 0; b < B; b++) {
+            double mx = -1e30, se = 0.0, nll_mean = 0.0;
+            for (int k = 0; k < K; k++) mx = fmax(mx, z->data[b * K + k]);
+            for (int k = 0; k < K; k++) se += exp(z->data[b * K + k] - mx);
+            for (int k = 0; k < K; k++) nll_mean += (log(se) + mx - z->data[b * K + k]) / K;
+            const int t = (int)lab[b];
+            want += ((1.0 - eps) * (log(se) + mx - z->data[b * K + t]) + eps * nll_mean) / B;
+            for (int k = 0; k < K; k++) {
+                const double p = exp(z->data[b * K + k] - mx) / se, tk = (k == t) * (1.0 - eps) + eps / K;
+                gerr = fmax(gerr, fabs(z->grad[b * K + k] - (p - tk) / B));
+            }
+        }
+        T_CHECK(T, fabs(loss->data[0] - want) < 1e-6 * fmax(1.0, want), "smoothed loss %.8g, closed form %.8g",
+                (double)loss->data[0], want);
+        T_CHECK(T, gerr < 1e-6, "smoothed loss: d logits off the closed form by %g", gerr);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
+    check_ce_smoothing(T);
     check_threads_fixed(T);
     check_denormals_flushed(T);
     check_residual_fusion(T);
