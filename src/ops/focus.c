@@ -41,9 +41,10 @@ static double sigmoidd(double v) { return v > 20.0 ? 1.0 : 1.0 / (1.0 + exp(-v))
  * loops (a per-element pow() call or branch kept these loops scalar, and focus took 10-14% of a FLatten-Swin step). */
 #define FB 64
 
-/* u over channels [c0, c0 + len) of row xr: x itself (no scale), or (ReLU(x + pe) + 1e-6)·is_c; v gets x + pe. */
+/* u over channels [c0, c0 + len) of row xr: x itself (no scale), or (ReLU(x + pe) + 1e-6)·is_c, times inv (1, or
+ * 1/m for a rescaled row); v gets x + pe. */
 static inline void u_block(const vt_focus_k *f, const float *restrict xr, const float *restrict per, int c0, int len,
-                           float *restrict u, float *restrict v) {
+                           float inv, float *restrict u, float *restrict v) {
     const float *restrict is = f->is;
     if (!is) {
 #pragma omp simd
@@ -61,6 +62,9 @@ static inline void u_block(const vt_focus_k *f, const float *restrict xr, const 
             u[t] = (vt_relu_f(v[t]) + 1e-6f) * is[c0 + t];
         }
     }
+    if (inv != 1.0f)
+#pragma omp simd
+        for (int t = 0; t < len; t++) u[t] *= inv;
 }
 
 /* out = u^e elementwise (integer exponents 0-3 by multiplication, others by pow()). */
@@ -97,47 +101,53 @@ static float row_max(const vt_focus_k *f, const float *xr, const float *per) {
     float u[FB], v[FB], m = 0.0f;
     for (int c0 = 0; c0 < f->C; c0 += FB) {
         const int len = f->C - c0 < FB ? f->C - c0 : FB;
-        u_block(f, xr, per, c0, len, u, v);
+        u_block(f, xr, per, c0, len, 1.0f, u, v);
         for (int t = 0; t < len; t++) m = fmaxf(m, fabsf(u[t]));
     }
     return m > 0.0f && isfinite(m) ? m : 0.0f;
 }
 
-/* yr = (u·inv)^p and its two norms (u·inv: the row scaled by 1/m, or by 1). */
-static void pow_norms(const vt_focus_k *f, const float *xr, const float *per, float inv, float *yr, float *u2o,
-                      float *a2o) {
+/* The two norms of the row scaled by inv (1, or 1/m), a = (u·inv)^p written to yr (NULL: not kept) and, given gr,
+ * ga = Σ gr·a (NULL: not summed). */
+static void pow_norms(const vt_focus_k *f, const float *xr, const float *per, float inv, const float *gr, float *yr,
+                      float *u2o, float *a2o, float *gao) {
     const int C = f->C;
-    float u[FB], v[FB], u2 = 0.0f, a2 = 0.0f;
+    float u[FB], v[FB], ab[FB], u2 = 0.0f, a2 = 0.0f, ga = 0.0f;
     for (int c0 = 0; c0 < C; c0 += FB) {
         const int len = C - c0 < FB ? C - c0 : FB;
-        float *restrict a = yr + c0;
-        u_block(f, xr, per, c0, len, u, v);
-        if (inv != 1.0f)
-            for (int t = 0; t < len; t++) u[t] *= inv;
+        float *restrict a = yr ? yr + c0 : ab;
+        u_block(f, xr, per, c0, len, inv, u, v);
         pow_block(u, a, len, f->p);
 #pragma omp simd reduction(+ : u2, a2)
         for (int t = 0; t < len; t++) {
             u2 += u[t] * u[t];
             a2 += a[t] * a[t];
         }
+        if (gr)
+#pragma omp simd reduction(+ : ga)
+            for (int t = 0; t < len; t++) ga += gr[c0 + t] * a[t];
     }
     *u2o = u2;
     *a2o = a2;
+    if (gao) *gao = ga;
+}
+
+/* The norms (and ga) of a row, rescaled by its largest |u| where they are not safe: m, the factor (1 when not). */
+static float row_norms(const vt_focus_k *f, const float *xr, const float *per, const float *gr, float *yr, float *u2,
+                       float *a2, float *ga) {
+    pow_norms(f, xr, per, 1.0f, gr, yr, u2, a2, ga);
+    const float m = norms_safe(*u2, *a2) ? 0.0f : row_max(f, xr, per);
+    if (!(m > 0.0f)) return 1.0f;
+    pow_norms(f, xr, per, 1.0f / m, gr, yr, u2, a2, ga);
+    return m;
 }
 
 /* One pass writes u^p into yr and sums the two norms; the second scales yr in place (in L1), no recomputation. A
  * rescaled row's st[0] is negative (its backward recomputes the row). */
 void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, float *yr, float *st) {
     const int C = f->C;
-    float u2, a2, m = 1.0f;
-    pow_norms(f, xr, per, 1.0f, yr, &u2, &a2);
-    if (!norms_safe(u2, a2)) {
-        const float mm = row_max(f, xr, per);
-        if (mm > 0.0f) {
-            m = mm;
-            pow_norms(f, xr, per, 1.0f / m, yr, &u2, &a2);
-        }
-    }
+    float u2, a2;
+    const float m = row_norms(f, xr, per, NULL, yr, &u2, &a2, NULL);
     const float ratio = a2 > 0.0f ? m * sqrtf(u2 / a2) : 0.0f;
 #pragma omp simd
     for (int c = 0; c < C; c++) yr[c] *= ratio;
@@ -159,29 +169,9 @@ void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, co
 #pragma omp simd reduction(+ : ga)
         for (int c = 0; c < C; c++) ga += gr[c] * yr[c];
         ga = a2 > 0.0f && u2 > 0.0f ? ga * sqrtf(a2 / u2) : 0.0f;
-    }
-    for (int pass = 0; pass < 2 && !saved; pass++) { /* the second pass: the row scaled by 1/m (its norms unsafe) */
-        if (pass) {
-            if (norms_safe(u2, a2) || !((m = row_max(f, xr, per)) > 0.0f)) {
-                m = 1.0f;
-                break;
-            }
-            inv = 1.0f / m;
-            u2 = a2 = ga = 0.0f;
-        }
-        for (int c0 = 0; c0 < C; c0 += FB) {
-            const int len = C - c0 < FB ? C - c0 : FB;
-            u_block(f, xr, per, c0, len, u, v);
-            if (inv != 1.0f)
-                for (int k = 0; k < len; k++) u[k] *= inv;
-            pow_block(u, a, len, p);
-#pragma omp simd reduction(+ : u2, a2, ga)
-            for (int k = 0; k < len; k++) {
-                u2 += u[k] * u[k];
-                a2 += a[k] * a[k];
-                ga += gr[c0 + k] * a[k];
-            }
-        }
+    } else {
+        m = row_norms(f, xr, per, gr, NULL, &u2, &a2, &ga);
+        inv = 1.0f / m;
     }
     if (!(a2 > 0.0f) || !(u2 > 0.0f)) return;
     /* in the terms of the row scaled by 1/m: du is of degree 0 in u; the scale's gradient reads u itself, m·(u/m) */
@@ -189,9 +179,7 @@ void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, co
     for (int c0 = 0; c0 < C; c0 += FB) {
         const int len = C - c0 < FB ? C - c0 : FB;
         float du[FB], a1[FB];
-        u_block(f, xr, per, c0, len, u, v);
-        if (inv != 1.0f)
-            for (int k = 0; k < len; k++) u[k] *= inv;
+        u_block(f, xr, per, c0, len, inv, u, v);
         pow_block(u, a, len, p);
         pow_block(u, a1, len, p - 1.0f);
 #pragma omp simd
