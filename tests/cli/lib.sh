@@ -1,12 +1,14 @@
 # Shared by the CLI tests (sourced, not run): the repository root as working folder, a temporary folder $T removed
-# on exit, and the report helpers: ok NAME, bad NAME DETAIL, check NAME CONDITION [DETAIL] (PASS/FAIL lines, counted
-# by tests/run_all.sh).
+# on exit (with the paths a script adds to the array CLEANUP), and the report helpers: ok NAME, bad NAME DETAIL,
+# check NAME CONDITION [DETAIL] (PASS/FAIL lines, counted by tests/run_all.sh). A script that printed a FAIL line
+# exits 1, so that it fails when run alone too.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+FAILS=0 CLEANUP=()
+trap 'rc=$?; rm -rf "$T" "${CLEANUP[@]}"; [ "$FAILS" -eq 0 ] || exit 1; exit $rc' EXIT
 ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
+bad() { echo "FAIL $1: $2"; FAILS=$((FAILS + 1)); }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 # make_test_imagefolder: sets F to the test ImageFolder of Fashion-MNIST (2,000 train / 500 val images as PNG and
 # JPEG, tools/make_imagefolder.py), made once under build/ and reused (under a lock: tests run side by side), and

@@ -9,7 +9,7 @@ PY=/usr/bin/python3
 CC=${CC:-cc}
 mkdir -p build
 P=$(mktemp -d "$PWD/build/install.XXXXXX")
-trap 'rm -rf "$T" "$P"' EXIT
+CLEANUP+=("$P")
 
 make --no-print-directory install PREFIX="$P" >"$T/install.log" 2>&1
 rc=$?
