@@ -31,7 +31,9 @@ static float *params_copy(const vt_params *P) {
     return c;
 }
 
-/* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double. */
+/* EMA over a parameter, a float buffer and an integer buffer, three updates, against the recurrence in double; a
+ * fixed buffer (part of the architecture, e.g. Swin's attn_mask) is copied, not averaged: the EMA holds its latest
+ * values exactly. */
 static void check_ema(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -40,7 +42,8 @@ static void check_ema(vt_test *T) {
     vt_tensor *rm = vt_params_add(P, "bn.running_mean", VT_BUFFER, 1, s3, (vt_init){VT_INIT_ZERO, 0}, &e);
     vt_tensor *nb = vt_params_add(P, "bn.num_batches_tracked", VT_BUFFER, 0, s1, (vt_init){VT_INIT_ZERO, 0}, &e);
     nb->is_i64 = 1;
-    for (int i = 0; i < 3; i++) w->data[i] = (float)(i + 1), rm->data[i] = (float)(-i);
+    vt_tensor *fx = vt_params_add(P, "attn_mask", VT_BUFFER, 1, s3, (vt_init){VT_INIT_FIXED, 0}, &e);
+    for (int i = 0; i < 3; i++) w->data[i] = (float)(i + 1), rm->data[i] = (float)(-i), fx->data[i] = -100.0f;
     vt_ema m;
     T_CHECK(T, vt_ema_init(&m, P, 0.9, &e) == 0, "%s", e.msg);
     double ew[3] = {1, 2, 3}, er[3] = {0, -1, -2};
@@ -52,6 +55,7 @@ static void check_ema(vt_test *T) {
             er[i] = 0.9 * er[i] + 0.1 * rm->data[i];
         }
         nb->data[0] += 1;
+        for (int i = 0; i < 3; i++) fx->data[i] = (float)(step * 3 + i) / 7.0f;
         vt_ema_update(&m, P);
     }
     double err = 0;
@@ -59,6 +63,8 @@ static void check_ema(vt_test *T) {
         err = fmax(err, fmax(fabs(m.P->t[0]->data[i] - ew[i]), fabs(m.P->t[1]->data[i] - er[i])));
     T_CHECK(T, err < 1e-5, "EMA of parameters and running stats off by %g", err);
     T_CHECK(T, m.P->t[2]->data[0] == 3.0f, "num_batches_tracked copied, got %g", (double)m.P->t[2]->data[0]);
+    T_CHECK(T, memcmp(m.P->t[3]->data, fx->data, sizeof(float) * 3) == 0, "fixed buffer copied, got %g %g %g",
+            (double)m.P->t[3]->data[0], (double)m.P->t[3]->data[1], (double)m.P->t[3]->data[2]);
     T_CHECK(T, strcmp(m.P->t[1]->name, "bn.running_mean") == 0 && m.P->t[2]->is_i64, "names and flags kept");
     vt_ema bad;
     T_CHECK(T, vt_ema_init(&bad, P, 1.5, &e) != 0 && strstr(e.msg, "decay"), "decay 1.5 refused: %s", e.msg);
