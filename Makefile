@@ -3,7 +3,7 @@
 # `make install [PREFIX=/usr/local] [DESTDIR=]` installs the CLI, libvitc.so/.a, the public headers and vitc.pc;
 # `make docs` writes the API reference (Doxygen) to build/docs/html.
 # ompi-c: OpenMPI for data-parallel training (`mpirun -np N vitc train`); MPI_Init is called only under mpirun.
-PKGS      := openblas libcjson stb zlib libpng libturbojpeg ompi-c
+PKGS      := openblas libcjson stb zlib libpng libjpeg ompi-c
 CC        ?= cc
 # `make CC=clang` builds too. -Wno-pass-failed there: clang's vectoriser declines a few `omp simd` loops that gcc
 # vectorises, and says so (an optimiser remark, not a defect); gcc is the compiler vitc's speed is measured with.
@@ -66,7 +66,7 @@ CLANG_CHECK := $(if $(filter x86_64,$(shell uname -m)),clang-check)
 
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
-             libpng-dev libturbojpeg0-dev libopenmpi-dev
+             libpng-dev libjpeg62-turbo-dev libopenmpi-dev
 DEB_TEST  := $(DEB_BUILD) openmpi-bin clang libclang-rt-14-dev python3-torch python3-numpy python3-pil \
              python3-torchvision dataset-fashion-mnist gnuplot-nox doxygen
 DEB_DEMO  := $(DEB_BUILD) openmpi-bin dataset-fashion-mnist gnuplot-nox

@@ -209,6 +209,43 @@ static int decode_ok(const unsigned char *buf, size_t n, const unsigned char *pi
     return ok ? 0 : vt_seterr(e, "decoded %dx%d with different pixels", img.w, img.h);
 }
 
+/* libjpeg's warnings: bytes between two markers leave the pixels intact and are ignored (as PIL ignores them: the
+ * file decodes to the clean file's pixels); scan data cut in the middle with the EOI kept ("premature end of data
+ * segment") is lost data and an error, not grey blocks. */
+static void check_jpeg_warnings(vt_test *T, const unsigned char *jpg, size_t n) {
+    vt_err e = {0};
+    vt_image clean, img;
+    T_CHECK(T, vt_image_decode(jpg, n, 3, 0, &clean, &e) == 0, "clean JPEG: %s", e.msg);
+    if (e.msg[0]) return;
+    size_t sos = 2;
+    while (sos + 4 < n && !(jpg[sos] == 0xff && jpg[sos + 1] == 0xda)) sos++;
+    unsigned char buf[8192];
+    T_CHECK(T, sos + 4 < n && n + 3 <= sizeof buf, "SOS marker found in a JPEG of %zu bytes", n);
+    if (sos + 4 >= n || n + 3 > sizeof buf) {
+        vt_image_free(&clean);
+        return;
+    }
+    memcpy(buf, jpg, sos);
+    memcpy(buf + sos, "\x00\x07\x00", 3);
+    memcpy(buf + sos + 3, jpg + sos, n - sos);
+    vt_clearerr(&e);
+    const int rc = vt_image_decode(buf, n + 3, 3, 0, &img, &e);
+    T_CHECK(T, rc == 0 && img.w == clean.w && img.h == clean.h &&
+                   memcmp(img.pix, clean.pix, (size_t)clean.w * clean.h * 3) == 0,
+            "a JPEG with 3 bytes before its SOS marker decodes as the clean file: %s", rc ? e.msg : "other pixels");
+    if (rc == 0) vt_image_free(&img);
+    const size_t data = sos + 2 + ((size_t)jpg[sos + 2] << 8 | jpg[sos + 3]); /* the scan's entropy-coded data */
+    const size_t keep = data + (n - 2 - data) / 3;
+    memcpy(buf, jpg, keep);
+    memcpy(buf + keep, "\xff\xd9", 2);
+    vt_clearerr(&e);
+    const int cut = vt_image_decode(buf, keep + 2, 3, 0, &img, &e);
+    T_CHECK(T, cut != 0 && strstr(e.msg, "data segment"), "a JPEG whose scan data is cut (EOI kept) refused: %s",
+            e.msg);
+    if (cut == 0) vt_image_free(&img);
+    vt_image_free(&clean);
+}
+
 /* Hostile files: every decoder must refuse truncated, bit-rotted and header-only files with an error, never return
  * uninitialised or zero-filled pixels (issue: truncated TGA files were classified; PNG CRCs were not checked). */
 static void check_hostile(vt_test *T) {
@@ -252,6 +289,7 @@ static void check_hostile(vt_test *T) {
     T_CHECK(T, decode_ok(m.b, (size_t)m.n, NULL, W, H, &e) == 0, "JPEG decodes: %s", e.msg);
     T_CHECK(T, decode_ok(m.b, (size_t)m.n * 2 / 3, NULL, W, H, &e) != 0 && strstr(e.msg, "JPEG"), "truncated JPEG: %s",
             e.msg);
+    check_jpeg_warnings(T, m.b, (size_t)m.n);
     T_CHECK(T, decode_ok((const unsigned char *)"\xff\xd8\xff", 3, NULL, W, H, &e) != 0, "3-byte JPEG");
     T_CHECK(T, decode_ok((const unsigned char *)"hello", 5, NULL, W, H, &e) != 0 && strstr(e.msg, "format"),
             "text: %s", e.msg);

@@ -1,6 +1,6 @@
 /* Decoding untrusted image files. PNG goes through libpng (every chunk CRC and the zlib Adler-32 checked, a
- * truncated stream is an error), JPEG through libjpeg-turbo (any warning, e.g. a premature end of data, is an
- * error; optional DCT-domain downscaling), binary PNM (P5, P6) is read here (header as PIL reads it, samples scaled
+ * truncated stream is an error), JPEG through libjpeg-turbo's libjpeg API (a warning of lost or damaged data, e.g. a
+ * premature end of data, is an error; CMYK converted as PIL does; optional DCT-domain downscaling), binary PNM (P5, P6) is read here (header as PIL reads it, samples scaled
  * by maxval), and BMP, GIF, TGA, PSD and HDR through stb_image once a walk of the file's structure has checked that
  * every byte stb_image will read lies in the file (past the end it reads zeros instead of failing, or for HDR loops
  * forever). Other formats stb_image reads (Softimage PIC, ASCII PNM) are refused. Files are read whole, from
@@ -20,7 +20,8 @@
 
 #include <png.h>
 #include <stb_image.h>
-#include <turbojpeg.h>
+#include <jpeglib.h>
+#include <jerror.h>
 
 #include "vitc/fileio.h"
 #include "vitc/image.h"
@@ -146,44 +147,102 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
     return rc;
 }
 
-/* ---- JPEG (libjpeg-turbo) ---- */
+/* ---- JPEG (libjpeg-turbo's libjpeg API) ---- */
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_fail;
+
+static void jpeg_on_error(j_common_ptr c) {
+    jpeg_fail *f = (jpeg_fail *)c->err;
+    c->err->format_message(c, f->msg);
+    longjmp(f->jb, 1);
+}
+
+/* Warnings (level -1) that leave every pixel as the file stores it are ignored, as PIL ignores them: bytes between
+ * markers, an unknown JFIF revision or Adobe transform code, a bad ICC marker (vitc reads no ICC profile). Any other
+ * warning means lost or damaged image data (a premature end of the file or of a data segment, a bad Huffman or
+ * arithmetic code, a resync, a bad progression) and is an error, where libjpeg would fill the damaged blocks with
+ * grey (PIL refuses a cut file but draws the other damage). */
+static void jpeg_on_message(j_common_ptr c, int level) {
+    if (level >= 0) return; /* trace messages */
+    const int code = c->err->msg_code;
+    if (code == JWRN_EXTRANEOUS_DATA || code == JWRN_JFIF_MAJOR || code == JWRN_ADOBE_XFORM || code == JWRN_BOGUS_ICC)
+        return;
+    jpeg_on_error(c);
+}
+
+/* PIL 9.4's CMYK JPEG -> RGB, in place (np pixels of 4 bytes become np of 3): the file's values read as Adobe's
+ * inverted CMYK ("CMYK;I"), then its cmyk2rgb, v = (255 - K) - X·(255 - K) / 255 in its rounded fixed point
+ * (checked against PIL in tests/reference/test_predict.py). */
+static void cmyk_to_rgb(unsigned char *p, size_t np) {
+    for (size_t i = 0; i < np; i++) {
+        const int x[3] = {255 - p[4 * i], 255 - p[4 * i + 1], 255 - p[4 * i + 2]}, nk = p[4 * i + 3];
+        for (int c = 0; c < 3; c++) {
+            const int t = x[c] * nk + 128, v = nk - (((t >> 8) + t) >> 8);
+            p[3 * i + (size_t)c] = (unsigned char)(v < 0 ? 0 : v);
+        }
+    }
+}
 
 static int decode_jpeg(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e) {
-    tjhandle tj = tjInitDecompress();
-    if (!tj) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (libjpeg-turbo)");
-    int w = 0, h = 0, sub = -1, space = -1, rc = 0; /* a file of tables only leaves them unset, with no error */
-    if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &space)) {
-        rc = vt_seterr(e, "corrupt JPEG: %s", tjGetErrorStr2(tj));
-    } else if (w < 1 || h < 1) {
-        rc = vt_seterr(e, "corrupt JPEG: no frame header (a file of tables only, or cut before its image size)");
-    } else if (check_size(w, h, e)) {
-        rc = -1;
-    } else if (space == TJCS_CMYK || space == TJCS_YCCK) {
-        rc = vt_seterr(e, "CMYK JPEG images are not supported (convert the file to RGB)");
+    struct jpeg_decompress_struct d;
+    jpeg_fail f;
+    d.err = jpeg_std_error(&f.pub);
+    f.pub.error_exit = jpeg_on_error;
+    f.pub.emit_message = jpeg_on_message;
+    f.msg[0] = 0;
+    unsigned char *volatile raw = NULL;
+    JSAMPROW *volatile rows = NULL;
+    volatile int rc = 0;
+    if (setjmp(f.jb)) {
+        rc = f.pub.msg_code == JERR_OUT_OF_MEMORY ? vt_seterr_code(e, VT_E_NOMEM, "out of memory (libjpeg)")
+                                                  : vt_seterr(e, "corrupt JPEG: %s", f.msg);
     } else {
-        int sw = w, sh = h, nf = 0;
-        const tjscalingfactor *sf = tjGetScalingFactors(&nf);
-        for (int i = 0; min_side > 0 && sf && i < nf; i++) { /* the smallest DCT scaling keeping both sides */
-            const int tw = TJSCALED(w, sf[i]), th = TJSCALED(h, sf[i]);
-            if (tw >= min_side && th >= min_side && (size_t)tw * th < (size_t)sw * sh) sw = tw, sh = th;
-        }
-        const int from = space == TJCS_GRAY ? 1 : 3;
-        unsigned char *raw = malloc((size_t)sw * sh * from);
-        if (!raw) {
-            rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d JPEG)", sw, sh);
-        } else if (tjDecompress2(tj, buf, (unsigned long)n, raw, sw, 0, sh, from == 1 ? TJPF_GRAY : TJPF_RGB,
-                                 TJFLAG_ACCURATEDCT | TJFLAG_STOPONWARNING)) {
-            rc = vt_seterr(e, "corrupt JPEG: %s", tjGetErrorStr2(tj));
+        jpeg_create_decompress(&d);
+        jpeg_mem_src(&d, buf, (unsigned long)n);
+        if (jpeg_read_header(&d, FALSE) != JPEG_HEADER_OK) {
+            rc = vt_seterr(e, "corrupt JPEG: no frame header (a file of tables only, or cut before its image size)");
+        } else if (check_size((int)d.image_width, (int)d.image_height, e)) {
+            rc = -1;
         } else {
-            img->w = sw;
-            img->h = sh;
-            img->chans = chans;
-            img->pix = vt_image_convert(raw, sw, sh, from, chans, e);
-            if (!img->pix) rc = -1;
+            const int cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
+            d.out_color_space = cmyk ? JCS_CMYK : d.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE : JCS_RGB;
+            d.dct_method = JDCT_ISLOW;
+            d.scale_denom = 8; /* the smallest DCT scaling M/8 keeping both sides at least min_side */
+            d.scale_num = 8;
+            for (unsigned m = 1; min_side > 0 && m < 8; m++)
+                if ((d.image_width * m + 7) / 8 >= (unsigned)min_side &&
+                    (d.image_height * m + 7) / 8 >= (unsigned)min_side) {
+                    d.scale_num = m;
+                    break;
+                }
+            jpeg_start_decompress(&d);
+            const int w = (int)d.output_width, h = (int)d.output_height, from = d.output_components;
+            const size_t stride = (size_t)w * (size_t)from;
+            raw = malloc(stride * (size_t)h);
+            rows = malloc(sizeof(JSAMPROW) * (size_t)h);
+            if (!raw || !rows) {
+                rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d JPEG)", w, h);
+            } else {
+                for (int y = 0; y < h; y++) rows[y] = raw + (size_t)y * stride;
+                while (d.output_scanline < d.output_height) /* as many rows a call as the decoder will give */
+                    jpeg_read_scanlines(&d, rows + d.output_scanline, d.output_height - d.output_scanline);
+                jpeg_finish_decompress(&d); /* reads to EOI: a file cut after its last scan is an error */
+                if (cmyk) cmyk_to_rgb(raw, (size_t)w * h);
+                img->w = w;
+                img->h = h;
+                img->chans = chans;
+                img->pix = vt_image_convert(raw, w, h, cmyk ? 3 : from, chans, e);
+                if (!img->pix) rc = -1;
+            }
         }
-        free(raw);
     }
-    tjDestroy(tj);
+    free(raw);
+    free(rows);
+    jpeg_destroy_decompress(&d);
     return rc;
 }
 

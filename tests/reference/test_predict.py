@@ -14,11 +14,14 @@ CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2));
     data/build.py's Resize((s, s)), then the centre crop: every pixel equal to PIL's
   - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
   - Fashion-MNIST models name their classes
+  - JPEG (RGB, grayscale, CMYK, and with bytes between markers) decoded exactly as PIL decodes it
 Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
 still be predicted): missing file, empty file, random bytes, truncated PNG, PNG headers claiming 100000×100000
-(stb refuses it) and 17000×10 pixels (over vitc's 16384-pixel side limit, refused before decoding).
+(stb refuses it) and 17000×10 pixels (over vitc's 16384-pixel side limit, refused before decoding), a JPEG whose
+scan data was cut in the middle.
 Run: /usr/bin/python3 tests/reference/test_predict.py
 """
+import io
 import json
 import math
 import struct
@@ -159,6 +162,39 @@ def main():
             # EPYC Zen 3, 2026-11-30), where a wrong image order or preprocessing would differ at order 1
             e = scale_err(res["logits"], st.load(tmp / "y.safetensors")["logits"])
             rep.check(f"logits = forward {deit}@{size}", e <= 1e-5, f"{e:.2e}")
+
+    # JPEG as PIL decodes it (PIL's own decoder is the reference): an RGB and a grayscale JPEG, a CMYK JPEG (Adobe's
+    # inverted values, PIL's "CMYK;I" and its cmyk2rgb: vitc had refused it), and one with bytes between two markers
+    # (libjpeg's "extraneous bytes" warning, which PIL ignores and vitc had refused): every pixel equal to PIL's. A
+    # JPEG whose scan data was cut in the middle (libjpeg's "premature end of data segment") is refused below, where
+    # PIL draws grey blocks.
+    w = tmp / "deit64.safetensors"
+    jpegs = {}
+    for fn, mode in (("rgb.jpg", "RGB"), ("gray.jpg", "L"), ("cmyk.jpg", "CMYK")):
+        pix = rng.integers(0, 256, (70, 90, 3)).astype(np.uint8)
+        img = Image.fromarray(pix)
+        buf = io.BytesIO()
+        (img.convert(mode) if mode != "RGB" else img).save(buf, "JPEG", quality=92)
+        jpegs[fn] = buf.getvalue()
+    clean = jpegs["rgb.jpg"]
+    sos = clean.index(b"\xff\xda")
+    jpegs["extra.jpg"] = clean[:sos] + b"\x00\x07\x00" + clean[sos:]
+    rep.check("the CMYK JPEG is CMYK to PIL", Image.open(io.BytesIO(jpegs["cmyk.jpg"])).mode == "CMYK",
+              Image.open(io.BytesIO(jpegs["cmyk.jpg"])).mode)
+    for fn, data in jpegs.items():
+        (tmp / fn).write_bytes(data)
+    res, _ = predict(rep, f"predict {deit}@64 (JPEG)", deit, w, [tmp / fn for fn in jpegs], tmp / "j.safetensors",
+                     "--img-size", 64)
+    if res is not None:
+        for i, fn in enumerate(jpegs):
+            pix = np.asarray(Image.open(tmp / fn).convert("RGB"))
+            ref = reference(pix, 64, 0.875, *IMAGENET)
+            check_input(rep, f"preprocess {fn} (decoded as PIL does)", res["input"][i], ref, std=IMAGENET[1])
+    eoi = clean.rindex(b"\xff\xd9")
+    scan = sos + 4 + int.from_bytes(clean[sos + 2:sos + 4], "big") - 2   # the entropy-coded data's first byte
+    (tmp / "cutscan.jpg").write_bytes(clean[:scan + (eoi - scan) // 3] + clean[eoi:])
+    expect_bad(rep, "bad image cutscan.jpg (scan data cut, EOI kept)", deit, w, tmp / "cutscan.jpg", tmp / "rgb.jpg",
+               ["premature end of data segment"])
 
     # FLatten's eval transform (its data/build.py, the Swin code base's): both sides to floor(S / 0.875), centre crop
     fl = "flatten_pvt_tiny"
