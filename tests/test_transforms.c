@@ -100,6 +100,20 @@ static void check_crop_flip(vt_test *T) {
                        box[1] + box[3] <= h,
                 "%dx%d: box %d %d %d %d", w, h, box[0], box[1], box[2], box[3]);
     }
+    /* torchvision's fallback: a 5×1000 image no attempt fits (any box of area >= 0.08·5000 and aspect <= 4/3 is
+     * wider than 5), so after its 10 attempts (two draws each: area, log-ratio) the centre crop of the full width,
+     * height round(5 / (3/4)) = round(6.67) = 7, at row (1000 - 7) // 2 = 496; likewise 1000×5: width
+     * round(5 · 4/3) = 7 at column 496 */
+    vt_rng_seed(&r, 11);
+    vt_rng twenty = r;
+    for (int i = 0; i < 20; i++) vt_rng_uniform(&twenty);
+    T_CHECK(T, vt_tf_rrc_box(5, 1000, p.scale, p.ratio, &r, box, &e) == 0 && box[0] == 0 && box[1] == 496 &&
+                   box[2] == 5 && box[3] == 7,
+            "5×1000 fallback box %d %d %d %d, want 0 496 5 7", box[0], box[1], box[2], box[3]);
+    T_CHECK(T, vt_rng_u64(&r) == vt_rng_u64(&twenty), "the fallback follows exactly 10 attempts of two draws");
+    T_CHECK(T, vt_tf_rrc_box(1000, 5, p.scale, p.ratio, &r, box, &e) == 0 && box[0] == 496 && box[1] == 0 &&
+                   box[2] == 7 && box[3] == 5,
+            "1000×5 fallback box %d %d %d %d, want 496 0 7 5", box[0], box[1], box[2], box[3]);
     vt_clearerr(&e);
     T_CHECK(T, vt_tf_rrc_box(0, 5, p.scale, p.ratio, &r, box, &e) == -1 && strstr(e.msg, "0×5"), "%s", e.msg);
     const float bad_scale[2] = {0.5f, 0.1f};
@@ -208,6 +222,18 @@ static void check_randaugment_erasing(vt_test *T) {
         T_CHECK(T, box[2] >= 1 && box[3] >= 1 && box[0] + box[2] <= 16 && box[1] + box[3] <= 16, "box %d %d %d %d",
                 box[0], box[1], box[2], box[3]);
     }
+    /* timm's RandomErasing keeps a box only when w < img_w and h < img_h: an area of exactly the image at aspect 1
+     * is the whole 16×16, so all 10 attempts fail and nothing is erased */
+    vt_tf_params q = p;
+    q.re_min_area = q.re_max_area = 1.0f, q.re_min_aspect = 1.0f;
+    memcpy(x, x0, sizeof x);
+    T_CHECK(T, vt_random_erasing(x, 3, 16, 16, &q, &r, box, &e) == 0 && box[2] == 0 && memcmp(x, x0, sizeof x) == 0,
+            "a box as large as the image erased: %d×%d", box[2], box[3]);
+    /* count boxes share the area: target area·uniform(min, max)/count, so a quarter of 16×16 over 2 boxes at aspect 1
+     * is 32 pixels a box, round(sqrt(32)) = 6 a side */
+    q.re_min_area = q.re_max_area = 0.25f, q.re_count = 2;
+    T_CHECK(T, vt_random_erasing(x, 3, 16, 16, &q, &r, box, &e) == 0 && box[2] == 6 && box[3] == 6,
+            "recount 2: box %d×%d, want 6×6", box[2], box[3]);
     vt_clearerr(&e);
     T_CHECK(T, vt_random_erasing(x, 3, 0, 16, &p, &r, box, &e) == -1 && strstr(e.msg, "erasing"), "%s", e.msg);
 }
