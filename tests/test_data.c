@@ -297,6 +297,19 @@ static void test_shuffle(vt_test *T) {
     T_CHECK(T, memcmp(p1, p2, sizeof p1) == 0, "shuffle not deterministic");
     vt_shuffle(p1, 1, &r1);
     vt_shuffle(p1, 0, &r1);
+    /* uniform (Fisher-Yates down to its last swap): over 6000 seeds each of the 6 orders of 3 elements comes ~1000
+     * times (binomial s.d. 29; 850..1150 is over 5 s.d.) */
+    int orders[6] = {0};
+    for (uint64_t seed = 0; seed < 6000; seed++) {
+        int q[3] = {0, 1, 2};
+        vt_rng_seed(&r1, seed);
+        vt_shuffle(q, 3, &r1);
+        orders[q[0] * 2 + (q[1] > q[2])]++; /* q[0] and the order of the other two name the permutation */
+    }
+    int lo = 6000, hi = 0;
+    for (int k = 0; k < 6; k++) lo = orders[k] < lo ? orders[k] : lo, hi = orders[k] > hi ? orders[k] : hi;
+    T_CHECK(T, lo > 850 && hi < 1150, "orders of 3 elements: %d %d %d %d %d %d", orders[0], orders[1], orders[2],
+            orders[3], orders[4], orders[5]);
 }
 
 /* The whole of file f (rewound), NUL-terminated, into buf (n bytes at most). */
