@@ -207,6 +207,17 @@ static void check_recipe_transforms(vt_test *T) {
                    p.ra_mstd == 0.5f && p.ra_prob == 0.5f && p.re_prob == 0.25f && p.interp == VT_INTERP_BICUBIC &&
                    p.scale[0] == d.scale[0] && p.ratio[1] == d.ratio[1] && p.hflip == 0.5f && p.size == 224,
             "deit recipe = vt_tf_deit: %s", e.msg);
+    /* timm gives RandAugment the train interpolation: Refiner's random stays random (RandAugment's own random choice
+     * of bilinear / bicubic), a bilinear recipe's is bilinear */
+    vt_recipe rf;
+    vt_recipe_get("refiner", NULL, &rf, &e);
+    T_CHECK(T, vt_recipe_transforms(&rf, 224, &p, &e) == 0 && p.interp == VT_INTERP_RANDOM &&
+                   p.ra_interp == VT_INTERP_RANDOM && p.ra_layers == 2,
+            "refiner: interpolation %d, RandAugment's %d: %s", p.interp, p.ra_interp, e.msg);
+    snprintf(rf.interpolation, sizeof rf.interpolation, "bilinear");
+    T_CHECK(T, vt_recipe_transforms(&rf, 224, &p, &e) == 0 && p.interp == VT_INTERP_BILINEAR &&
+                   p.ra_interp == VT_INTERP_BILINEAR,
+            "bilinear: interpolation %d, RandAugment's %d: %s", p.interp, p.ra_interp, e.msg);
     snprintf(r.aa, sizeof r.aa, "rand-n3-m7-inc1");
     T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 3 && p.ra_magnitude == 7.0f &&
                    p.ra_mstd == 0.0f, "rand-n3-m7-inc1: %s", e.msg);
@@ -343,6 +354,12 @@ static void check_mixup_sampler(vt_test *T) {
     double s = 0;
     for (int k = 0; k < K; k++) s += t[k];
     T_CHECK(T, fabs(s - 1) < 1e-6, "targets sum to 1: %g", s);
+    /* timm's Mixup corrects lam by default (correct_lam=True): a box clipped at the corner. timm's rand_bbox at lam 0.3
+     * cuts int(5·sqrt(0.7)) = 4 rows and int(6·sqrt(0.7)) = 5 columns centred on (0, 0): rows [0, 2) and columns
+     * [0, 2) remain, so lam = 1 - 4/30 */
+    d = (vt_mixup_draw){0.3, 1, 0, 0};
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0 && fabs(lam - (1.0 - 4.0 / 30.0)) < 1e-12,
+            "CutMix lam corrected to the clipped box by default: %g", lam);
     T_CHECK(T, vt_mixup_apply(&m, &d, x, 3, C, H, W, lab, t, &lam, &e) != 0 && strstr(e.msg, "even"), "odd batch");
     const int bad[B] = {0, 1, 5, 1};
     e = (vt_err){0}; /* the first error message is kept: start afresh */
