@@ -64,6 +64,8 @@ void test_metrics(vt_test *T) {
         vt_clearerr(&e);
         T_CHECK(T, vt_metrics_append(dir, &r, &e) == 0, "append %d: %s", ep, e.msg);
     }
+    /* a resumed run's clock continues from the last row's seconds (column 9, not img/s beside it) */
+    T_CHECK(T, vt_metrics_last_seconds(dir) == 30.75, "last seconds %g, want 30.75", vt_metrics_last_seconds(dir));
     char *text = slurp(csv);
     const char *want = VT_METRICS_HEADER "\n"
                                          "1,100,2,0.3,2.2,0.28,0.001,1234.5,10.25,0.5\n"
@@ -110,6 +112,11 @@ void test_metrics(vt_test *T) {
         char *script = slurp(gp);
         T_CHECK(T, script && strstr(script, "$test_acc << EOD\n# epoch value\n1 28\n3 84\nEOD") && strstr(script, "multiplot"),
                 "curves.gp data block");
+        /* every series from its own column (accuracies in %, losses as they are; NaN rows left out) */
+        T_CHECK(T, script && strstr(script, "$train_loss << EOD\n# epoch value\n1 2\n2 1\n3 0.666666667\nEOD") &&
+                       strstr(script, "$train_acc << EOD\n# epoch value\n1 30\n2 60\n3 90\nEOD") &&
+                       strstr(script, "$test_loss << EOD\n# epoch value\n1 2.2\n3 0.733333333\nEOD"),
+                "curves.gp train_loss, train_acc and test_loss blocks:\n%s", script ? script : "(none)");
         free(script);
 
         /* gnuplot missing: a clear error, script still written */
