@@ -156,6 +156,10 @@ def check_draws(rep, exe, d):
             rep.check(f"draws: box {what} uniform over {n}", counts.size == n and chi2 < n - 1 + 6 * np.sqrt(2 * (n - 1)),
                       f"chi2 {chi2:.1f} for {n - 1} dof")
         rep.check("draws: Mixup draws no box", np.all(cy[~cut] == 0) and np.all(cx[~cut] == 0))
+    r = draws(rep, exe, d, 20000, H, W, 0.8, 1.0, 1.0, 0.2, 12)  # timm: CutMix when rand() < switch_prob
+    if r is not None:
+        share = (r[:, 1] == 1).mean()
+        rep.check("draws: CutMix share = switch_prob 0.2", abs(share - 0.2) < 5 * np.sqrt(0.16 / 20000), f"{share:.4f}")
     r = draws(rep, exe, d, 20000, H, W, 0.8, 1.0, 0.5, 0.5, 8)
     if r is not None:
         unmixed = (r[:, 0] == 1).mean()
