@@ -54,6 +54,17 @@ static void check_crops(vt_test *T) {
     vt_preprocess pad = {9, 1, 9.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 7, &pad, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 7, out, 9, -1, -1, 0.5f, 0.25f) < 1e-6, "padded crop");
+    /* an odd padding: S = 10 from 7×7 (floor(10 / 1.4286) = 7): torchvision's CenterCrop pads (10 - 7) // 2 = 1
+     * before and 2 after */
+    float out10[10 * 10];
+    vt_preprocess pad3 = {10, 1, 10.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0};
+    T_CHECK(T, vt_image_preprocess(pix, 7, 7, &pad3, out10, &e) == 0, "%s", e.msg);
+    T_CHECK(T, crop_err(pix, 7, 7, out10, 10, -1, -1, 0.5f, 0.25f) < 1e-6, "padded crop, 1 before and 2 after");
+    /* timm's scale_size = floor(S / crop_pct): Swin's crop_pct 0.9 at S = 7 gives floor(7.78) = 7, the image's shorter
+     * side, so no resize (rounding would resize to 8); a 7×9 image then crops rows from round(2 / 2) = 1 */
+    vt_preprocess p09 = {7, 1, 0.9f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0};
+    T_CHECK(T, vt_image_preprocess(pix, 7, 9, &p09, out, &e) == 0, "%s", e.msg);
+    T_CHECK(T, crop_err(pix, 7, 9, out, 7, 1, 0, 0.25f, 0.5f) < 1e-6, "crop_pct 0.9: resize to floor(7 / 0.9) = 7");
 }
 
 /* Long thin images: the shorter side resized to S makes a copy wider than VT_IMAGE_MAX_SIDE (5000×2 to S = 8: 20000×8),
