@@ -434,7 +434,50 @@ static void test_train_streams(vt_test *T) {
     T_CHECK(T, system(cmd) == 0, "removing %s", dir);
 }
 
+/* The training transforms vt_data_open sets up on an image folder: the default crop + flip is RandomCrop(S,
+ * padding=S//7) (Fashion-MNIST's padding 4 at 28) with a flip and the model's normalisation; a recipe's DeiT
+ * transform takes the model's size and normalisation, and fills with timm's img_mean, round(255 · mean) per channel
+ * (0.286 -> 72.93 -> 73). */
+static void test_data_open(vt_test *T) {
+    char dir[] = "/tmp/vitc_dataopen_XXXXXX";
+    if (!mkdtemp(dir)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    write_folder(dir);
+    char imgs[1100];
+    snprintf(imgs, sizeof imgs, "%s/imgs", dir);
+    const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny");
+    T_CHECK(T, c != NULL, "vit_fmnist_tiny is registered");
+    const int sizes[2] = {28, 36}, pads[2] = {4, 5};
+    for (int k = 0; c && k < 2; k++) {
+        vt_model_cfg c2 = *c; /* the folder's two classes */
+        c2.arch.num_classes = 2;
+        c2.arch.img_size = sizes[k];
+        vt_data d;
+        vt_err e = {0};
+        T_CHECK(T, vt_data_open(&c2, imgs, 1, 1, NULL, 0, 0, &d, &e) == 0, "open: %s", e.msg);
+        T_CHECK(T, d.crop.size == sizes[k] && d.crop.chans == 1 && d.crop.pad == pads[k] && d.crop.hflip &&
+                       d.crop.mean[0] == d.pre.mean[0] && d.crop.std[0] == d.pre.std[0] && !d.deit_on,
+                "size %d: crop + flip size %d, pad %d (want %d), flip %d", sizes[k], d.crop.size, d.crop.pad, pads[k],
+                d.crop.hflip);
+        vt_data_close(&d);
+        const vt_tf_params deit = vt_tf_deit(224);
+        T_CHECK(T, vt_data_open(&c2, imgs, 1, 1, &deit, 0, 0, &d, &e) == 0, "open with DeiT: %s", e.msg);
+        const int fill = (int)floor(255.0 * d.pre.mean[0] + 0.5);
+        T_CHECK(T, d.deit_on && d.deit.size == sizes[k] && d.deit.mean[0] == d.pre.mean[0] &&
+                       d.deit.std[0] == d.pre.std[0] && d.deit.fill[0] == fill,
+                "DeiT transform: size %d, fill %d (want %d from mean %g)", d.deit.size, d.deit.fill[0], fill,
+                (double)d.pre.mean[0]);
+        vt_data_close(&d);
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    T_CHECK(T, system(cmd) == 0, "removing %s", dir);
+}
+
 void test_data(vt_test *T) {
+    test_data_open(T);
     test_bad_files(T);
     test_shuffle(T);
     test_real_fmnist(T);
