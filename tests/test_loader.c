@@ -490,6 +490,11 @@ void test_loader(vt_test *T) {
     for (size_t q = 0; q < per; q++) zero &= b[9 * per + q] == 0.0f;
     T_CHECK(T, nr == NS && skipped == 4 && warned == 4 && lb[9] == -1 && zero && lb[10] == lab8[10],
             "drop: %lld, warned %d", (long long)skipped, warned);
+    /* labels must lie in [0, nclasses): the same samples over 6 classes make the 14 of label 6 (i % 7 == 6) bad */
+    const vt_source six = {NS, 6, src.get, NULL, src.ctx};
+    nr = run_epoch(&six, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_DROP, &skipped, &warned, &e);
+    T_CHECK(T, nr == NS && skipped == 14 && warned == 14 && lb[6] == -1 && lb[5] == 5 && lb[97] == -1,
+            "label 6 of 6 classes: skipped %lld, warned %d, label %d", (long long)skipped, warned, lb[6]);
     for (int i = 0; i < NS; i++) badm[i] = 1;
     vt_clearerr(&e);
     T_CHECK(T, run_epoch(&fsrc, &tf, 2, 2, idx2, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, &warned, &e) == -1 &&
