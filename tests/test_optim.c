@@ -211,6 +211,15 @@ static void check_schedule(vt_test *T) {
                    fabs(vt_sched_lr(&tv, 55 * spe + 7) - 0.5e-3) < tol && vt_sched_lr(&tv, 100 * spe) == 0,
             "torchvision's warm-up then cosine: %g %g %g", vt_sched_lr(&tv, 5 * spe), vt_sched_lr(&tv, 10 * spe),
             vt_sched_lr(&tv, 55 * spe));
+    /* a warm-up as long as the run or longer leaves the cosine no steps (0 or fewer): past the warm-up (cooldown
+     * epochs) the floor, as the start-up note says (it had been the peak lr) */
+    for (int64_t cos_steps = 0; cos_steps >= -2 * spe; cos_steps -= 2 * spe) {
+        vt_sched none = {1e-3, 0.033e-3, 1e-5, 10 * spe, cos_steps, 1, spe, VT_SCHED_EPOCH};
+        T_CHECK(T, vt_sched_lr(&none, 9 * spe) < 1e-3 && vt_sched_lr(&none, 10 * spe) == 1e-5 &&
+                       vt_sched_lr(&none, 12 * spe) == 1e-5,
+                "cosine of %lld steps: after the warm-up %g, not the peak", (long long)cos_steps,
+                vt_sched_lr(&none, 10 * spe));
+    }
 }
 
 void test_optim(vt_test *T) {

@@ -11,9 +11,8 @@ double vt_sched_lr(const vt_sched *s, int64_t step) {
     }
     if (step < s->warmup_steps)
         return s->warmup_lr + (double)step * ((s->base_lr - s->warmup_lr) / (double)s->warmup_steps);
-    if (s->total_steps <= 0) return s->base_lr;
     const int64_t t = s->warmup_prefix ? step - s->warmup_steps : step;
-    if (t >= s->total_steps) return s->min_lr;
+    if (t >= s->total_steps) return s->min_lr; /* also a cosine of no steps: a warm-up as long as the run */
     const double pi = 3.14159265358979323846;
     return s->min_lr + 0.5 * (s->base_lr - s->min_lr) * (1.0 + cos(pi * (double)t / (double)s->total_steps));
 }
