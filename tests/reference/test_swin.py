@@ -18,12 +18,16 @@ Checks (reference in float64 from the same float32 weights/inputs):
            56x56 maps in 7x7 windows, odd blocks rolled, the mask ignored); torchvision at 102 px (conv drops the
            remainder) with the size taken from the input
   features `vitc forward --features`: the four stage maps (B, C, H, W) of a Microsoft and a torchvision model
+  nonsquare torchvision layout on 44x60 and 60x44 inputs through the library (tests/reference/pvt_driver.c, which runs
+           any registered model on any H x W; the CLI takes square inputs): the shift is zeroed per axis (stage 2's
+           6x8 map: rows one window, columns padded to 14 and shifted), logits <= 1e-4
   full     swin_tiny_patch4_window7_224 at full size: names and eval logits
   sizes    sizes the official code refuses give clear errors (window multiples, odd maps before merging, smaller than
            a patch, an input that is not the Microsoft model's size), as do attention types a layout does not define
 Run: /usr/bin/python3 tests/reference/test_swin.py      (needs ./vitc or $VITC)
 """
 import os
+import subprocess
 import time
 
 # The machine is shared: OpenMP threads that spin at barriers while other processes hold the cores made a reduced
@@ -37,7 +41,7 @@ import torch  # noqa: E402
 import harness  # noqa: E402
 import st  # noqa: E402
 import swin_ref  # noqa: E402
-from common import Report, have_vitc, tmpdir, vitc  # noqa: E402
+from common import Report, build_driver, have_vitc, scale_err, tmpdir, vitc  # noqa: E402
 
 DIMS = [16, 32, 64, 128]
 PAPER_M = {"swin_t": 28.20, "swin_t_msf": 30.36, "swin_t_msf_g2": 26.04, "swin_s": 49.43, "swin_s_msf": 53.36,
@@ -156,6 +160,29 @@ def test_windows(rep, files):
     harness.forward(rep, TMP, "swin_t@102 (size from the input)", "swin_t", ref, w, x, noimg)
 
 
+def test_nonsquare(rep, files):
+    """torchvision layout on non-square inputs: a window covering one axis of the padded map zeroes the shift on that
+    axis only (44x60: stage 2 is 6x8, rows unshifted, columns shifted by 3; 60x44 the transpose). Square inputs
+    cannot tell the two axes' rules apart."""
+    exe = build_driver(rep, "pvt_driver", TMP)
+    if exe is None:
+        return
+    w, ref, img, depths, heads = files["swin_t"]
+    ref = ref.double().eval()
+    for k, (h, wd) in enumerate(((44, 60), (60, 44))):
+        x = torch.randn(2, 3, h, wd, generator=torch.Generator().manual_seed(40 + k))
+        xf, yf = TMP / f"swin_ns{k}_x.safetensors", TMP / f"swin_ns{k}_y.safetensors"
+        st.save(xf, {"input": x})
+        p = subprocess.run([str(exe), "swin_t", str(img), csv(DIMS), csv(depths), csv(heads), "10", str(w), str(xf),
+                            str(yf)], capture_output=True, text=True)
+        if not rep.check(f"swin_t on {h}x{wd} runs", p.returncode == 0, p.stderr.strip()[-400:]):
+            continue
+        with torch.no_grad():
+            r = ref(x.double())
+        e = scale_err(st.load(yf)["logits"], r)
+        rep.check(f"swin_t on {h}x{wd} logits", e <= harness.TOL_FWD, f"rel err {e:.2e}")
+
+
 def test_fmnist(rep):
     # swin_fmnist_tiny (make compare's hierarchical host): 2 stages, patch 2, 1 channel, 28 px; softmax windows of 7 in
     # both stages, and FLatten global in stage 1 (window 14 = its resolution, as the paper's L stages)
@@ -216,6 +243,7 @@ def main():
         files = test_reduced(rep)
         test_buffers(rep, files)
         test_windows(rep, files)
+        test_nonsquare(rep, files)
         test_fmnist(rep)
         test_full(rep)
         test_sizes(rep)
