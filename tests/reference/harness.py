@@ -139,6 +139,29 @@ def counts(rep, name, params, args=(), gmacs=None, rel=0.01, buffers=None):
     return j
 
 
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def pretrained_cfg(rep, name, j, crop_pct, drop_path, resize="shorter side", mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                   interpolation="bicubic"):
+    """A named model's recipe fields in `vitc info --json` (j): the eval transform (`vitc predict`: resize, crop_pct,
+    interpolation, normalisation) and the drop-path rate training starts from, as the official code sets them.
+    crop_pct may be a callable (the official eval transform as a resize size: crop_pct -> ok), or None (not checked:
+    no official figure); drop_path None: not checked."""
+    if j is None:
+        return
+    pre = j.get("pretrained", {})
+    got_crop, got_dp = pre.get("crop_pct"), j.get("drop_path")
+    crop_ok = crop_pct is None or (got_crop is not None and (crop_pct(got_crop) if callable(crop_pct) else
+                                                             abs(got_crop - crop_pct) < 1e-6))
+    dp_ok = drop_path is None or (got_dp is not None and abs(got_dp - drop_path) < 1e-6)
+    ok = (crop_ok and dp_ok and pre.get("resize") == resize and
+          pre.get("interpolation") == interpolation and
+          all(abs(a - b) < 1e-6 for a, b in zip(pre.get("mean", ()), mean)) and len(pre.get("mean", ())) == 3 and
+          all(abs(a - b) < 1e-6 for a, b in zip(pre.get("std", ()), std)) and len(pre.get("std", ())) == 3)
+    rep.check(f"cfg {name}", ok, f"drop_path {got_dp} (want {drop_path}), eval transform {pre}")
+
+
 def run(rep, tmp, tag, model, ref, sd, args, img, in_chans=3, B=2, classes=10, seed=0, do_grad=True, zero_ok=(),
         maps=None):
     """names, then forward (and grad, and the stage maps when `maps` is a function x -> list) with weights sd."""

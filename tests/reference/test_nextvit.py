@@ -8,7 +8,8 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
   counts   `vitc info --json` of the 4 named models at 224: exact parameters (31,763,368 / 44,818,856 / 57,874,344 /
            27,252,844 deployed), GMACs within 1% of the spec's counted MACs, BatchNorm buffer elements (running stats
            + num_batches_tracked); the hMHSA + cFFN training form (--train-form) against the reference's count;
-           the blocks with attention per stage (`attn_blocks`) against the reference's NTBs
+           the blocks with attention per stage (`attn_blocks`) against the reference's NTBs; the official
+           path_dropout (drop-path rate) per model
   names    `vitc init nextvit_small` (full size, 472 keys) and the reduced models' training and deployed forms: the
            official state_dict names and shapes, BN buffers included
   small    nextvit_small at depths 1,2,10,1 (NCB and NTB with stride-2 patch embeds, the stride-1 512->384 patch
@@ -47,6 +48,7 @@ from common import Report, grad_err, have_vitc, scale_err, tmpdir, vitc, vitc_ok
 
 torch.set_num_threads(2)
 CLASSES, TOL_DEPLOY = 10, 1e-5
+PATH_DROPOUT = {"nextvit_small": 0.1, "nextvit_base": 0.2, "nextvit_large": 0.2, "nextvit_small_hmhsa_cffn": 0.1}
 BUFFERS = {"nextvit_small": 40_381, "nextvit_base": 60_377, "nextvit_large": 80_373,
            "nextvit_small_hmhsa_cffn": 40_381}
 
@@ -71,6 +73,10 @@ def test_counts(rep):
             start = end + 1
         got = [s.get("attn_blocks") for s in j["stages"]] if j else None
         rep.check(f"info {name}: NTBs (attention blocks) per stage", got == want, f"{got} want {want}")
+        # the official per-model path_dropout (spec §1: S 0.1, B 0.2, L 0.2; the hMHSA + cFFN variant its host's)
+        dp = PATH_DROPOUT[name]
+        rep.check(f"info {name}: drop-path {dp}", j is not None and abs(j.get("drop_path", -1) - dp) < 1e-6,
+                  f"{j.get('drop_path') if j else None}")
     m = R.build("nextvit_small_hmhsa_cffn", train_form=True)
     nb = sum(b.numel() for b in m.buffers())
     harness.counts(rep, "nextvit_small_hmhsa_cffn", R.count_params(m), args=("--train-form",), buffers=nb)

@@ -24,7 +24,8 @@ variants; --full runs M and L at their 32 blocks and checks every gradient.
 
 Checks:
   counts  `vitc info --json` params of all six models at 224 (spec §8) and refiner_vit_s / refiner_vit_l_dense
-          at 384 / 448; the spec's §6.4 formulas agree; the reference module at 224 agrees for S
+          at 384 / 448; the spec's §6.4 formulas agree; the reference module at 224 agrees for S; the eval
+          transform (spec §7: crop_pct 0.9 / 1.0 / 1.13, mean = std = 0.5, bicubic)
   names   `vitc init MODEL --img-size 32 --num-classes 10`: names and shapes equal the reference state_dict
   fwd     random weights (every LN/BN affine, BN running stats, scale_channel randomised), eval logits,
           max|a-b| / max(1, max|b|) <= 1e-4
@@ -43,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import harness
 import st
 import vit_ref
 from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
@@ -229,6 +231,10 @@ def test_counts(rep):
         j = info(rep, name)
         got = j and j.get("params")
         rep.check(f"count {name}@224", got == want and f == want, f"vitc {got}, spec formula {f}, want {want}")
+        # the eval transform of the official default_cfg (spec §7): bicubic, mean = std = 0.5, crop_pct 0.9 (S),
+        # 1.0 (M), 1.13 (L: the crop pads)
+        harness.pretrained_cfg(rep, name, j, {"s": 0.9, "m": 1.0, "l": 1.13}[name.split("_")[2]], None,
+                               mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     for name, img, want in PARAMS_OTHER:
         p = vitc_ok(rep, f"count {name}@{img}", "info", name, "--img-size", img, "--json")
         got = p and __import__("json").loads(p.stdout).get("params")

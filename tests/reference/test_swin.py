@@ -4,8 +4,9 @@ spec-flatten §2 / spec-msf §5, not from the C code).
 
 Checks (reference in float64 from the same float32 weights/inputs):
   counts   `vitc info --json` of the 14 named models: exact params, buffers (relative_position_index, attn_mask), GMACs
-           within 1% of swin_ref.GMACS; Linear/Conv weights only (params_linear_conv_weights, patch-embed conv
-           included) against the MSF paper's Table 6 (28.20 / 30.36 / 26.04 / 49.43 / 53.36 / 45.51 M)
+           within 1% of swin_ref.GMACS; drop-path rate (swin_ref.MODELS) and eval transform (eval_crop); Linear/Conv
+           weights only (params_linear_conv_weights, patch-embed conv included) against the MSF paper's Table 6
+           (28.20 / 30.36 / 26.04 / 49.43 / 53.36 / 45.51 M)
   types    flatten_swin_tiny --attn with L in stages 1 / 1-2 / 1-3 / 1-4 (FLatten Table 7): params and MACs equal the
            reference built with that attn_type (retyped stages take their type's window: L WINDOW_SIZE, S 7)
   reduced  every named model at reduced widths/depths (--dims/--depths/--heads, 224 / 384 px for the Microsoft layout
@@ -78,6 +79,19 @@ def stage_maps(ref):
     return lambda x: [m.permute(0, 3, 1, 2) for m in ref.stage_maps(x)]
 
 
+def eval_crop(name):
+    """The official eval transform of a named model as its crop_pct: timm's swin cfgs 0.9 (1.0 at 384); FLatten's
+    data/build.py both sides to 256 then a 224 crop (0.875; 384 alone at 384); torchvision's Swin_T / Swin_S weights
+    resize to 232 / 246 then crop 224 (the MSF variants take their host's), checked as floor(224 / crop_pct)."""
+    cfg = swin_ref.MODELS[name]
+    if cfg["layout"] == "torchvision":
+        size = 232 if cfg["depths"][2] == 6 else 246
+        return lambda c: c > 0 and int(224 / c) == size
+    if cfg["img_size"] == 384:
+        return 1.0
+    return 0.875 if name.startswith("flatten") else 0.9
+
+
 def test_counts(rep):
     for name, want in swin_ref.PARAMS.items():
         with swin_ref._NoInit():
@@ -85,6 +99,8 @@ def test_counts(rep):
         nbuf = sum(b.numel() for b in m.buffers())
         del m
         j = harness.counts(rep, name, want, gmacs=swin_ref.GMACS[name], buffers=nbuf)
+        harness.pretrained_cfg(rep, name, j, eval_crop(name), swin_ref.MODELS[name]["drop_path_rate"],
+                               resize="both sides" if name.startswith("flatten") else "shorter side")
         if j and name in PAPER_M:
             got = j.get("params_linear_conv_weights", 0) / 1e6
             rep.check(f"linear+conv weights {name}", round(got, 2) == PAPER_M[name],
