@@ -513,7 +513,52 @@ static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
     vt_params_free(P);
 }
 
+/* Each family's weight-decay rule (vt_family.no_decay) on full-size named models (shapes only), as the official
+ * code's no_weight_decay() plus timm's 1-D rule make it: PVT's pos_embed1-4 and cls_token, Refined-ViT's and DeiT's
+ * pos_embed and cls_token are not decayed; CSwin has only the 1-D rule; SimpleViT (the MSF recipe, spec-msf §4.4)
+ * decays every parameter, biases and norms included. */
+static void check_no_decay(vt_test *T) {
+    static const struct {
+        const char *model, *param;
+        int no_decay;
+    } cases[] = {
+        {"pvt_tiny", "pos_embed1", 1},
+        {"pvt_tiny", "pos_embed4", 1},
+        {"pvt_tiny", "cls_token", 1},
+        {"pvt_tiny", "block1.0.attn.q.weight", 0},
+        {"pvt_tiny", "block1.0.attn.sr.weight", 0},
+        {"pvt_tiny", "block1.0.norm1.bias", 1},
+        {"pvt_v2_b1", "patch_embed1.proj.weight", 0},
+        {"pvt_v2_b1", "norm4.weight", 1},
+        {"refiner_vit_s", "pos_embed", 1},
+        {"refiner_vit_s", "cls_token", 1},
+        {"refiner_vit_s", "blocks.0.attn.qkv.weight", 0},
+        {"refiner_vit_s", "blocks.0.mlp.scale_channel", 1},
+        {"deit_tiny_patch16_224", "pos_embed", 1},
+        {"deit_tiny_patch16_224", "cls_token", 1},
+        {"deit_tiny_patch16_224", "blocks.0.mlp.fc1.weight", 0},
+        {"simplevit_ti_msf", "linear_head.0.weight", 0},
+        {"simplevit_ti_msf", "linear_head.1.bias", 0},
+        {"simplevit_ti_msf", "to_patch_embedding.2.weight", 0},
+        {"cswin_tiny_224", "stage1.0.qkv.weight", 0},
+        {"cswin_tiny_224", "stage1.0.qkv.bias", 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        const vt_model_cfg *c = vt_model_find(cases[k].model);
+        if (P) P->shapes_only = 1; /* names and shapes only: full-size models in no time */
+        const int ok = P && c && vt_model_create_params(c, P, &e) == 0;
+        T_CHECK(T, ok, "%s: parameters: %s", cases[k].model, e.msg);
+        const vt_tensor *t = ok ? vt_params_find(P, cases[k].param) : NULL;
+        T_CHECK(T, !ok || (t && t->kind == VT_PARAM && t->no_decay == cases[k].no_decay), "%s: %s no_decay %d, want %d",
+                cases[k].model, cases[k].param, t ? t->no_decay : -1, cases[k].no_decay);
+        vt_params_free(P);
+    }
+}
+
 void test_registry(vt_test *T) {
+    check_no_decay(T);
     check_no_prepack(T, "vit_fmnist_p7", NULL);
     check_no_prepack(T, "swin_fmnist_tiny", NULL);
     check_no_prepack(T, "vit_fmnist_p7", "bf16");
