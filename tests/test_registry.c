@@ -557,8 +557,75 @@ static void check_no_decay(vt_test *T) {
     }
 }
 
+/* Stochastic depth over the whole network (timm's linspace(0, rate, blocks), stages counted together): block k of n
+ * drops its attention branch with probability rate·k/(n−1). Measured per block over 400 train steps of one sample
+ * (seeds 0..399): a step dropped the branch iff the block's attention projection gets no gradient. Rate 0.9; the
+ * bound 0.1 is 4 binomial standard deviations (the seeds are fixed: the counts are the same on every run). */
+static void check_drop_path_schedule(vt_test *T, const char *name, const char *probe_fmt, int stages,
+                                     const int *depth) {
+    enum { STEPS = 400, MAXB = 8 };
+    vt_err e = {0};
+    vt_model_cfg c;
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.drop_path = 0.9f;
+    vt_params *P = vt_params_new(&e);
+    int ok = P && vt_model_configure(vt_model_find(name), &ov, &c, &e) == 0 && vt_model_init_params(&c, P, 3, &e) == 0;
+    const vt_tensor *probe[MAXB] = {NULL};
+    int n = 0;
+    for (int i = 0; ok && i < stages; i++)
+        for (int j = 0; j < depth[i] && n < MAXB; j++, n++) {
+            char nm[VT_NAMELEN];
+            if (stages > 1)
+                snprintf(nm, sizeof nm, probe_fmt, i, j);
+            else
+                snprintf(nm, sizeof nm, probe_fmt, j);
+            probe[n] = vt_params_find(P, nm);
+            ok = probe[n] != NULL && probe[n]->kind == VT_PARAM;
+            T_CHECK(T, ok, "%s: parameter %s", name, nm);
+        }
+    const int B = 1;
+    vt_tensor *x = NULL, *lab = NULL;
+    vt_graph *g = ok ? vt_graph_new(P, 1, &e) : NULL;
+    if (g) {
+        vt_tensor *y = vt_model_build(g, &c, B, &x);
+        lab = vt_input(g, "labels", 1, &B);
+        vt_graph_set_loss(g, vt_cross_entropy(g, y, lab, 0.0f));
+        vt_graph_output(g, y);
+        ok = vt_graph_finalize(g, &e) == 0;
+        for (int k = 0; ok && k < n; k++) ok = probe[k]->grad != NULL;
+    }
+    T_CHECK(T, ok && g, "%s: train graph with drop-path 0.9 (gradients of the probes): %s", name,
+            g && g->err.msg[0] ? g->err.msg : e.msg);
+    int dropped[MAXB] = {0};
+    vt_rng r;
+    vt_rng_seed(&r, 5);
+    for (int64_t i = 0; ok && g && i < x->numel; i++) x->data[i] = vt_rng_normal(&r);
+    if (lab) lab->data[0] = 1.0f;
+    for (int s = 0; ok && g && s < STEPS; s++) {
+        g->seed = (uint64_t)s;
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        vt_graph_backward(g);
+        for (int k = 0; k < n; k++) {
+            int zero = 1;
+            for (int64_t i = 0; zero && i < probe[k]->numel; i++) zero = probe[k]->grad[i] == 0.0f;
+            dropped[k] += zero;
+        }
+    }
+    for (int k = 0; ok && g && k < n; k++) {
+        const double want = 0.9 * k / (n - 1), got = (double)dropped[k] / STEPS;
+        T_CHECK(T, fabs(got - want) <= 0.1, "%s: block %d of %d drops its attention branch in %.3f of the steps, want "
+                "%.3f (drop-path 0.9 linear over all blocks)", name, k, n, got, want);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_registry(vt_test *T) {
     check_no_decay(T);
+    static const int vit_depth[1] = {4}, swin_depth[2] = {2, 2};
+    check_drop_path_schedule(T, "vit_fmnist_tiny", "blocks.%d.attn.proj.weight", 1, vit_depth);
+    check_drop_path_schedule(T, "swin_fmnist_tiny", "layers.%d.blocks.%d.attn.proj.weight", 2, swin_depth);
     check_no_prepack(T, "vit_fmnist_p7", NULL);
     check_no_prepack(T, "swin_fmnist_tiny", NULL);
     check_no_prepack(T, "vit_fmnist_p7", "bf16");
