@@ -253,7 +253,8 @@ static int no_decay(const vt_tensor *t) {
 }
 
 /* PVT-Tiny (official pvt_tiny): the base every model of this family overrides; widths 64/128/320/512, heads
- * 1/2/5/8, MLP ratios 8/8/4/4, SR ratios 8/4/2/1, qkv bias, drop-path 0.1, timm's pvt_v2 pretrained cfg (crop 0.9). */
+ * 1/2/5/8, MLP ratios 8/8/4/4, SR ratios 8/4/2/1, qkv bias, drop-path 0.1; the official datasets.py's eval transform
+ * (DeiT's: shorter side to int(256/224 · S), bicubic, crop 0.875). */
 #define PVT_BASE                                                                                                  \
     .family = &vt_family_pvt,                                                                                     \
     .arch = {.img_size = 224, .in_chans = 3, .num_classes = 1000, .patch = 4, .nstages = 4, .ffn = "mlp",         \
@@ -263,14 +264,15 @@ static int no_decay(const vt_tensor *t) {
                         {.dim = 320, .depth = 2, .heads = 5, .mlp_ratio = 4.0f, .sr_ratio = 2, .attn = "mhsa"},   \
                         {.dim = 512, .depth = 2, .heads = 8, .mlp_ratio = 4.0f, .sr_ratio = 1, .attn = "mhsa"}},  \
              .opts = {.focusing = 3.0f, .kernel = 5, .cffn_t = 2.0f / 3.0f, .cffn_r = 2}},                        \
-    .pre = {.mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .crop_pct = 0.9f, .interpolation = "bicubic",         \
+    .pre = {.mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .crop_pct = 0.875f, .interpolation = "bicubic",       \
             .dataset = "imagenet-1k"}
 
 /* Depths [3, 4, 6, 3] (the "small" / "b2" sizes). */
 #define PVT_DEPTHS_3463                                                                                           \
     .arch.stages[0].depth = 3, .arch.stages[1].depth = 4, .arch.stages[2].depth = 6, .arch.stages[3].depth = 3
-/* PVTv2 host: overlapping patch embeds (k 7 s 4, then k 3 s 2), DWConv in the MLP, norm{i}, mean pool. */
-#define PVT_V2 .arch.version = 2, .arch.patch = 7, .arch.class_token = 0
+/* PVTv2 host: overlapping patch embeds (k 7 s 4, then k 3 s 2), DWConv in the MLP, norm{i}, mean pool; timm's pvt_v2
+ * pretrained cfg (crop 0.9). */
+#define PVT_V2 .arch.version = 2, .arch.patch = 7, .arch.class_token = 0, .pre.crop_pct = 0.9f
 /* FLatten (spec-flatten §3-4): every stage global focused linear attention (sr 1), no class token (mean pool). */
 #define PVT_FLATTEN                                                                                               \
     .arch.class_token = 0, .arch.stages[0].sr_ratio = 1, .arch.stages[1].sr_ratio = 1,                            \

@@ -93,9 +93,10 @@ def test_counts(rep):
     for name, want in pvt_ref.PARAMS.items():
         j = harness.counts(rep, name, want, gmacs=pvt_ref.GMACS[name])
         # drop-path: pvt_ref.MODELS; eval transform: timm's pvt_v2 cfg (crop_pct 0.9, the hMHSA + cFFN variant its
-        # host's), FLatten's data/build.py (both sides to 256, crop 224); PVT v1 has no timm cfg (not checked)
+        # host's), FLatten's data/build.py (both sides to 256, crop 224); PVT v1, which timm lacks: the official
+        # repo's datasets.py (DeiT's: shorter side to int(256 / 224 · S), bicubic, centre crop S)
         flat, v2 = name.startswith("flatten"), pvt_ref.MODELS[name]["family"] == "v2"
-        harness.pretrained_cfg(rep, name, j, 0.875 if flat else 0.9 if v2 else None,
+        harness.pretrained_cfg(rep, name, j, 0.875 if flat else 0.9 if v2 else 0.875,
                                pvt_ref.MODELS[name]["drop_path_rate"], resize="both sides" if flat else "shorter side")
     for name, want in pvt_ref.PARAMS_TRAIN.items():
         harness.counts(rep, name, want, args=["--train-form"], buffers=pvt_ref.BUFFERS_TRAIN[name])
