@@ -73,10 +73,10 @@ def test_counts(rep):
             start = end + 1
         got = [s.get("attn_blocks") for s in j["stages"]] if j else None
         rep.check(f"info {name}: NTBs (attention blocks) per stage", got == want, f"{got} want {want}")
-        # the official per-model path_dropout (spec §1: S 0.1, B 0.2, L 0.2; the hMHSA + cFFN variant its host's)
-        dp = PATH_DROPOUT[name]
-        rep.check(f"info {name}: drop-path {dp}", j is not None and abs(j.get("drop_path", -1) - dp) < 1e-6,
-                  f"{j.get('drop_path') if j else None}")
+        # the official per-model path_dropout (spec §1: S 0.1, B 0.2, L 0.2; the hMHSA + cFFN variant its host's) and
+        # the eval transform of the official classification/datasets.py (DeiT's: shorter side to int(256 / 224 · S),
+        # bicubic, centre crop S, ImageNet mean and std)
+        harness.pretrained_cfg(rep, name, j, 0.875, PATH_DROPOUT[name])
     m = R.build("nextvit_small_hmhsa_cffn", train_form=True)
     nb = sum(b.numel() for b in m.buffers())
     harness.counts(rep, "nextvit_small_hmhsa_cffn", R.count_params(m), args=("--train-form",), buffers=nb)
