@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jpeglib.h>
 #include <stb_image.h>
 #include <stb_image_write.h>
 
@@ -257,6 +258,52 @@ static void check_jpeg_warnings(vt_test *T, const unsigned char *jpg, size_t n) 
     vt_image_free(&clean);
 }
 
+/* A CMYK JPEG (written here with libjpeg) decoded with DCT scaling, as the training loader asks (min_side > 0), at
+ * odd sizes: the scaled decode converts as the full one does (test_predict.py checks the full one against PIL):
+ * a uniform 37×29 image comes back 19×15 (scale 4/8 keeps both sides >= 15), every pixel the full decode's colour
+ * (within 1 for the scaled IDCT's rounding), in RGB and L. */
+static void check_cmyk_scaled(vt_test *T) {
+    enum { W = 37, H = 29 };
+    unsigned char px[W * 4];
+    for (int x = 0; x < W; x++) px[4 * x] = 40, px[4 * x + 1] = 200, px[4 * x + 2] = 90, px[4 * x + 3] = 170;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr jerr;
+    c.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&c);
+    unsigned char *jpg = NULL;
+    unsigned long n = 0;
+    jpeg_mem_dest(&c, &jpg, &n);
+    c.image_width = W, c.image_height = H, c.input_components = 4, c.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 95, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < H) {
+        JSAMPROW row = px;
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    for (int chans = 1; chans <= 3; chans += 2) {
+        vt_err e = {0};
+        vt_image full, small;
+        const int a = vt_image_decode(jpg, n, chans, 0, &full, &e);
+        const int b = a ? -1 : vt_image_decode(jpg, n, chans, 15, &small, &e);
+        T_CHECK(T, a == 0 && b == 0, "CMYK JPEG to %d channels: %s", chans, e.msg);
+        if (a || b) {
+            if (!a) vt_image_free(&full);
+            continue;
+        }
+        int far = 0;
+        for (int i = 0; i < small.w * small.h * chans; i++) far += abs(small.pix[i] - full.pix[i % chans]) > 1;
+        T_CHECK(T, full.w == W && full.h == H && small.w == 19 && small.h == 15 && small.chans == chans && far == 0,
+                "CMYK JPEG to %d channels: %d×%d, scaled %d×%d (want 19×15), %d values off the full decode's colour",
+                chans, full.w, full.h, small.w, small.h, far);
+        vt_image_free(&full);
+        vt_image_free(&small);
+    }
+    free(jpg);
+}
+
 /* Hostile files: every decoder must refuse truncated, bit-rotted and header-only files with an error, never return
  * uninitialised or zero-filled pixels (issue: truncated TGA files were classified; PNG CRCs were not checked). */
 static void check_hostile(vt_test *T) {
@@ -301,6 +348,7 @@ static void check_hostile(vt_test *T) {
     T_CHECK(T, decode_ok(m.b, (size_t)m.n * 2 / 3, NULL, W, H, &e) != 0 && strstr(e.msg, "JPEG"), "truncated JPEG: %s",
             e.msg);
     check_jpeg_warnings(T, m.b, (size_t)m.n);
+    check_cmyk_scaled(T);
     T_CHECK(T, decode_ok((const unsigned char *)"\xff\xd8\xff", 3, NULL, W, H, &e) != 0, "3-byte JPEG");
     T_CHECK(T, decode_ok((const unsigned char *)"hello", 5, NULL, W, H, &e) != 0 && strstr(e.msg, "format"),
             "text: %s", e.msg);

@@ -31,8 +31,8 @@ typedef struct vt_image {
 
 /* Decodes an encoded image in memory to `chans` channels (1: PIL's "L", 3: "RGB"): PNG with libpng (CRCs and
  * Adler-32 checked), JPEG with libjpeg-turbo (warnings of lost or damaged data are errors; CMYK converted as PIL
- * does; min_side > 0 allows DCT-domain downscaling while both sides stay >= min_side), binary PNM (P5/P6) here, BMP/GIF/TGA/PSD/HDR with stb_image (a cut file refused);
- * any other format is refused. */
+ * does; min_side > 0 allows DCT-domain downscaling while both sides stay >= min_side), binary PNM (P5/P6) here,
+ * BMP/GIF/TGA/PSD/HDR with stb_image (a cut file refused); any other format is refused. */
 int vt_image_decode(const unsigned char *buf, size_t n, int chans, int min_side, vt_image *img, vt_err *e);
 
 /* Reads the image file at path whole (at most VT_IMAGE_MAX_BYTES) into a new malloc'd buffer (free with free()); a
