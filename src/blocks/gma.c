@@ -17,6 +17,10 @@
 #include "vitc/blocks.h"
 
 #define GMA_HEADS VT_GMA_HEADS
+/* PyTorch's defaults: the aggregators' nn.BatchNorm2d (eps, momentum) and agg0's nn.LayerNorm (eps). */
+#define BN_EPS 1e-5f
+#define BN_MOM 0.1f
+#define LN_EPS 1e-5f
 
 /* SeparableConv2d: prefix.conv1 (DW k×k on the input channels, no bias, padding k/2, stride) then
  * prefix.pointwise_conv (1×1 → out, no bias); NCHW. */
@@ -67,7 +71,7 @@ static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int c0, i
 /* BatchNorm prefix's eval scale and shift as (1, 2, s). */
 static vt_tensor *bn_pair(vt_graph *g, const char *prefix, int s) {
     const int sh[3] = {1, 2, s};
-    return vt_reshape(g, vt_bn_scale_shift(g, prefix, s, 1e-5f), 3, sh);
+    return vt_reshape(g, vt_bn_scale_shift(g, prefix, s, BN_EPS), 3, sh);
 }
 
 /* The aggregators' parameters (declared in the chain's order) and vt_gma_aggregate_eval on qkv (3C, B, N). */
@@ -105,7 +109,7 @@ static vt_tensor *aggregate_train(vt_graph *g, const char *agg, vt_tensor *qkv, 
         if (vt_bn_tensors(g, vt_pname(nm, agg, sub), s, t)) return NULL;
         for (int k = 0; k < 5; k++) pt[k * 4 + j] = t[k];
     }
-    return vt_batchnorm_act_sets(g, vt_gma_separable_cat(g, qkv, H, W, dw, pw), 4, pt, 1, 1e-5f, 0.1f,
+    return vt_batchnorm_act_sets(g, vt_gma_separable_cat(g, qkv, H, W, dw, pw), 4, pt, 1, BN_EPS, BN_MOM,
                                  VT_HARDSWISH);
 }
 
@@ -139,13 +143,13 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         Zc = aggregate_train(g, agg, qkv, H, W, s);
     } else {
         vt_tensor *Y[4];
-        Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg_copy(g, t, 0, H, W), 1, 1e-5f, 0.1f,
+        Y[0] = vt_batchnorm_act_p(g, vt_pname(nm, agg, "norm0"), seg_copy(g, t, 0, H, W), 1, BN_EPS, BN_MOM,
                                   VT_HARDSWISH);
         for (int j = 1; j <= 3; j++) {
             snprintf(sub, sizeof sub, "agg%d", j);
             vt_tensor *a = separable_seg(g, vt_pname(nm, agg, sub), qkv, t, j, H, W, 2 * j + 1);
             snprintf(sub, sizeof sub, "norm%d", j);
-            Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, 1e-5f, 0.1f, VT_HARDSWISH);
+            Y[j] = vt_batchnorm_act_p(g, vt_pname(nm, agg, sub), a, 1, BN_EPS, BN_MOM, VT_HARDSWISH);
         }
         Zc = vt_concat(g, Y, 4, 1);
     }
@@ -196,10 +200,10 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     u = vt_reshape(g, u, 3, su);
     if (g->ref_kernels) {
         u = vt_permute(g, u, ptok);
-        u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f), VT_HARDSWISH, 0.0f);
+        u = vt_unary(g, vt_layernorm_p(g, vt_pname(nm, sub, "norm"), u, LN_EPS), VT_HARDSWISH, 0.0f);
         u = vt_permute(g, u, ptok);
     } else {
-        u = vt_layernorm_cf_p(g, vt_pname(nm, sub, "norm"), u, 1e-5f, VT_HARDSWISH);
+        u = vt_layernorm_cf_p(g, vt_pname(nm, sub, "norm"), u, LN_EPS, VT_HARDSWISH);
     }
 
     /* proj([O | u]) with O = F + Q ⊙ [Vc_0 | Vc_1 | Vc_2] as tokens (B, N, 4s), channel h·d + c: one op. */

@@ -7,6 +7,9 @@
 
 #include "family.h"
 
+#define BN_EPS 1e-5f /* every nn.BatchNorm2d of the stem, patch embeds and norm4: PyTorch's defaults */
+#define BN_MOM 0.1f
+
 /* Stem, patch embeds and stages; returns the last stage's tokens (B, N_3, C_3); with maps != NULL also the four
  * stage maps (B, C_i, H_i, W_i) (the official return_interm_layers=True outputs). */
 static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor **maps) {
@@ -28,9 +31,9 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
 
     vt_scope(g, "conv_stem");
     vt_tensor *m = vt_conv2d_p(g, "conv_stem.proj1", x, C0 / 2, 3, 2, 1, 1, 1);
-    m = vt_batchnorm_act_p(g, "conv_stem.norm1", m, 1, 1e-5f, 0.1f, VT_HARDSWISH);
+    m = vt_batchnorm_act_p(g, "conv_stem.norm1", m, 1, BN_EPS, BN_MOM, VT_HARDSWISH);
     m = vt_conv2d_p(g, "conv_stem.proj2", m, C0, 3, 2, 1, 1, 1);
-    m = vt_batchnorm_act_p(g, "conv_stem.norm2", m, 1, 1e-5f, 0.1f, VT_HARDSWISH); /* (B, C0, H/4, W/4) */
+    m = vt_batchnorm_act_p(g, "conv_stem.norm2", m, 1, BN_EPS, BN_MOM, VT_HARDSWISH); /* (B, C0, H/4, W/4) */
 
     vt_tensor *t = NULL;
     int C = C0, H = 0, W = 0, blk = 0;
@@ -40,7 +43,7 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         vt_scope(g, pre);
         C = st[i].dim;
         m = vt_block_separable(g, vt_pname(nm, pre, "proj"), m, C, 3, i ? 2 : 1);
-        m = vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), m, 1, 1e-5f, 0.1f, VT_HARDSWISH);
+        m = vt_batchnorm_act_p(g, vt_pname(nm, pre, "norm"), m, 1, BN_EPS, BN_MOM, VT_HARDSWISH);
         if (!m) break;
         H = m->shape[2];
         W = m->shape[3];
@@ -69,7 +72,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     vt_tensor *t = backbone(g, c, x, NULL);
     /* norm4 (BatchNorm2d on the last map) → mean over H, W → head; BN done channels-last on the tokens. */
     vt_scope(g, "head");
-    t = vt_batchnorm_p(g, "norm4", t, 2, 1e-5f, 0.1f);
+    t = vt_batchnorm_p(g, "norm4", t, 2, BN_EPS, BN_MOM);
     t = vt_mean(g, t, 1);
     return vt_linear_p(g, "head", t, c->arch.num_classes, 1, VT_INIT_W02);
 }

@@ -163,3 +163,22 @@ def random_state(model, seed, dtype=torch.float32, special=None, gain=None):
             t = r / (v[0].numel() ** 0.5) * (gain(k) if gain else 1.0)
         out[k] = t.to(dtype)
     return out
+
+
+def eps_sensitive(sd, seed, eps=1e-5, frac=0.25):
+    """sd with about frac of every BatchNorm's channels given a running_var near eps (eps·U(0.5, 1.5)) and their
+    affine weight rescaled so that the eval output under eps stays what it was: the eval forward then depends on the
+    BN eps (1e-6 in its place moves those channels by a third), where running variances of O(1) hide it (1e-5)."""
+    g = torch.Generator().manual_seed(seed)
+    out = dict(sd)
+    for k in sd:
+        if not k.endswith("running_var"):
+            continue
+        p = k[:-len("running_var")]
+        v = sd[k].double()
+        pick = torch.rand(v.shape, generator=g, dtype=torch.float64) < frac
+        new = torch.where(pick, eps * (0.5 + torch.rand(v.shape, generator=g, dtype=torch.float64)), v)
+        out[k] = new.to(sd[k].dtype)
+        w = sd[p + "weight"].double()
+        out[p + "weight"] = (w * torch.sqrt((new + eps) / (v + eps))).to(sd[p + "weight"].dtype)
+    return out
