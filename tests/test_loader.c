@@ -100,7 +100,9 @@ static void test_folder_scan(vt_test *T) {
         return;
     }
     char p[1024];
-    const char *dirs[] = {"train", "train/b", "train/B", "train/b/sub", "train/b/sub-x", "train/b/sub/deeper", "val", "val/b"};
+    const char *dirs[] = {"train",   "train/b",        "train/B",       "train/b/sub",         "train/b/sub-x",
+                          "train/b/sub/deeper", "train/c", "train/c/sub", "train/c/sub/deeper", "train/c/sub-x",
+                          "val",     "val/b"};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
         snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
         mkdir(p, 0777);
@@ -118,6 +120,11 @@ static void test_folder_scan(vt_test *T) {
     touch(p, "1.png");
     snprintf(p, sizeof p, "%s/train/B", root);
     touch(p, "y.PGM");
+    /* a class of two files only, in folders that the walk reaches in the other order (the sort is not skipped) */
+    snprintf(p, sizeof p, "%s/train/c/sub/deeper", root);
+    touch(p, "1.png");
+    snprintf(p, sizeof p, "%s/train/c/sub-x", root);
+    touch(p, "0.png");
     snprintf(p, sizeof p, "%s/val/b", root);
     touch(p, "v.jpeg");
     vt_imagefolder tr, va;
@@ -125,25 +132,27 @@ static void test_folder_scan(vt_test *T) {
     T_CHECK(T, vt_imagefolder_open(root, &tr, &va, &e) == 0, "open: %s", e.msg);
     /* torchvision: classes sorted ("B" < "b"); files in sorted(os.walk()) order, i.e. by the root folder's path as a
      * string ("b" < "b/sub" < "b/sub-x" < "b/sub/deeper", as '-' < '/'), then by name within a folder */
-    const char *want[] = {"train/B/y.PGM",     "train/b/a.JpG",       "train/b/z.png",
-                          "train/b/sub/0.bmp", "train/b/sub-x/0.ppm", "train/b/sub/deeper/1.png"};
-    const int wlab[] = {0, 1, 1, 1, 1, 1};
-    T_CHECK(T, tr.nclasses == 2 && strcmp(tr.classes[0], "B") == 0 && strcmp(tr.classes[1], "b") == 0,
+    const char *want[] = {"train/B/y.PGM",       "train/b/a.JpG",       "train/b/z.png",
+                          "train/b/sub/0.bmp",   "train/b/sub-x/0.ppm", "train/b/sub/deeper/1.png",
+                          "train/c/sub-x/0.png", "train/c/sub/deeper/1.png"};
+    const int wlab[] = {0, 1, 1, 1, 1, 1, 2, 2};
+    T_CHECK(T, tr.nclasses == 3 && strcmp(tr.classes[0], "B") == 0 && strcmp(tr.classes[1], "b") == 0 &&
+                   strcmp(tr.classes[2], "c") == 0,
             "classes: %d", tr.nclasses);
-    T_CHECK(T, tr.n == 6, "train files: %d", tr.n);
-    for (int i = 0; i < tr.n && i < 6; i++) {
+    T_CHECK(T, tr.n == 8, "train files: %d", tr.n);
+    for (int i = 0; i < tr.n && i < 8; i++) {
         snprintf(p, sizeof p, "%s/%s", root, want[i]);
         T_CHECK(T, strcmp(tr.paths[i], p) == 0 && tr.labels[i] == wlab[i], "file %d: %s (label %d), want %s", i,
                 tr.paths[i], tr.labels[i], p);
     }
-    T_CHECK(T, va.n == 1 && va.labels[0] == 1 && va.nclasses == 2, "val: %d files, label %d", va.n,
+    T_CHECK(T, va.n == 1 && va.labels[0] == 1 && va.nclasses == 3, "val: %d files, label %d", va.n,
             va.n ? va.labels[0] : -1);
     /* the class map round-trips */
     snprintf(p, sizeof p, "%s/classes.json", root);
     char **names = NULL;
     int K = 0;
-    T_CHECK(T, vt_imagefolder_write_classes(&tr, p, &e) == 0 && vt_classes_read(p, &names, &K, &e) == 0 && K == 2 &&
-                   strcmp(names[0], "B") == 0 && strcmp(names[1], "b") == 0,
+    T_CHECK(T, vt_imagefolder_write_classes(&tr, p, &e) == 0 && vt_classes_read(p, &names, &K, &e) == 0 && K == 3 &&
+                   strcmp(names[0], "B") == 0 && strcmp(names[1], "b") == 0 && strcmp(names[2], "c") == 0,
             "classes.json: %s", e.msg);
     vt_classes_free(names, K);
     FILE *f = fopen(p, "w");
