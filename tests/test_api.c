@@ -1,11 +1,13 @@
 /* The embedding API (include/vitc/api.h): errors returned with clear messages (unknown model, bad options, missing or
  * mismatched weights, NULL arguments, NaN inputs, bad pixel buffers, fixed-size models at another size), results equal
  * to the library's own predictor (logits, top-k, pooled features = the head's input, stage maps at two sizes),
- * batching that does not change results, the caller's thread setting and floating-point mode restored. Also runs
- * under ASan + UBSan with leak detection (build-asan/unit). */
+ * batching that does not change results, the caller's thread setting and floating-point mode restored, one model
+ * called from two threads, separate models run at once from separate caller threads. Also runs under ASan + UBSan
+ * with leak detection (build-asan/unit). */
 #include <fenv.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -673,6 +675,113 @@ static void check_two_threads(vt_test *T, const char *w) {
     free(x);
 }
 
+/* One caller thread's work on its own model: `calls` calls of vitc_logits (and of vitc_pooled_features where pooled
+ * is given) on x, every result compared bit for bit with the reference made on the main thread; the thread's
+ * floating-point mode and OpenMP thread setting compared before and after. */
+typedef struct {
+    vitc_model *m;
+    const float *x, *ref, *pooled;
+    int n, size, nout, npooled, calls;
+    int right, wrong, mode_lost;
+    char why[640];
+} caller_job;
+
+static int64_t tensor_numel(const vitc_tensor *t) {
+    int64_t n = t->ndim > 0;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+static void *caller_run(void *arg) {
+    caller_job *j = arg;
+    float *out = malloc(sizeof(float) * (size_t)j->nout);
+    const int threads = omp_get_max_threads();
+#if defined(__SSE2__)
+    const unsigned csr = _mm_getcsr();
+#endif
+    for (int c = 0; out && c < j->calls; c++) {
+        vitc_error e;
+        const int rc = vitc_logits(j->m, j->x, j->n, j->size, out, &e);
+        if (rc == 0 && memcmp(out, j->ref, sizeof(float) * (size_t)j->nout) == 0)
+            j->right++;
+        else {
+            j->wrong++;
+            snprintf(j->why, sizeof j->why, "logits call %d: %s", c, rc ? e.msg : "other logits");
+        }
+        if (!j->pooled) continue;
+        vitc_tensor t;
+        if (vitc_pooled_features(j->m, j->x, j->n, j->size, &t, &e) == 0) {
+            if (tensor_numel(&t) == j->npooled && memcmp(t.data, j->pooled, sizeof(float) * (size_t)j->npooled) == 0)
+                j->right++;
+            else {
+                j->wrong++;
+                snprintf(j->why, sizeof j->why, "pooled call %d: other features", c);
+            }
+            vitc_tensor_free(&t);
+        } else {
+            j->wrong++;
+            snprintf(j->why, sizeof j->why, "pooled call %d: %s", c, e.msg);
+        }
+    }
+#if defined(__SSE2__)
+    j->mode_lost += _mm_getcsr() != csr;
+#endif
+    j->mode_lost += omp_get_max_threads() != threads;
+    free(out);
+    return NULL;
+}
+
+/* Separate models used at once from separate caller threads (pthreads, as a server would): ViT on 2 threads (its
+ * OpenMP team nested in a pthread), a second ViT on 1 and GroupMixFormer on 2; every call gives what the same call
+ * gave on the main thread before, and each caller's floating-point mode and thread setting come back. */
+static void check_separate_models(vt_test *T, const char *w, const char *wg) {
+    enum { J = 3, CALLS = 60 };
+    const char *names[J] = {"vit_fmnist_tiny", "vit_fmnist_tiny", "groupmixformer_test"};
+    const char *files[J] = {w, w, wg};
+    const int threads[J] = {2, 1, 2}, n[J] = {32, 24, 2}, size[J] = {0, 0, 64}, chans[J] = {1, 1, 3};
+    caller_job jobs[J];
+    vitc_model *m[J] = {NULL};
+    float *x[J] = {NULL}, *ref[J] = {NULL};
+    vitc_tensor pooled[J];
+    int ok = 1;
+    memset(jobs, 0, sizeof jobs);
+    memset(pooled, 0, sizeof pooled);
+    for (int i = 0; i < J && ok; i++) {
+        vitc_error err;
+        vitc_options o;
+        vitc_options_init(&o);
+        o.threads = threads[i];
+        m[i] = vitc_open(names[i], files[i], &o, &err);
+        vitc_info info;
+        if (m[i]) vitc_get_info(m[i], &info);
+        const int px = size[i] ? size[i] : (m[i] ? info.img_size : 0);
+        const int nout = n[i] * (m[i] ? info.num_classes : 0);
+        x[i] = random_input((int64_t)n[i] * chans[i] * px * px, 17u + (unsigned)i);
+        ref[i] = malloc(sizeof(float) * (size_t)(nout > 0 ? nout : 1));
+        ok = m[i] && x[i] && ref[i] && vitc_logits(m[i], x[i], n[i], size[i], ref[i], &err) == 0 &&
+             (i < 2 || vitc_pooled_features(m[i], x[i], n[i], size[i], &pooled[i], &err) == 0);
+        T_CHECK(T, ok, "%s on %d threads: %s", names[i], threads[i], err.msg);
+        jobs[i] = (caller_job){.m = m[i], .x = x[i], .ref = ref[i], .pooled = i < 2 ? NULL : pooled[i].data, .n = n[i],
+                               .size = size[i], .nout = nout, .npooled = (int)tensor_numel(&pooled[i]), .calls = CALLS};
+    }
+    pthread_t tid[J];
+    int started = 0;
+    for (; ok && started < J; started++)
+        if (pthread_create(&tid[started], NULL, caller_run, &jobs[started])) break;
+    T_CHECK(T, !ok || started == J, "pthread_create: %d of %d started", started, J);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; ok && i < started; i++)
+        T_CHECK(T, jobs[i].wrong == 0 && jobs[i].right == CALLS * (jobs[i].pooled ? 2 : 1) && !jobs[i].mode_lost,
+                "%s on %d threads beside the others: %d calls right, %d wrong (%s), mode or thread setting lost: %d",
+                names[i], threads[i], jobs[i].right, jobs[i].wrong, jobs[i].why, jobs[i].mode_lost);
+    for (int i = 0; i < J; i++) {
+        vitc_close(m[i]);
+        vitc_tensor_free(&pooled[i]);
+        free(x[i]);
+        free(ref[i]);
+    }
+}
+
 void test_api(vt_test *T) {
     T_CHECK(T, strcmp(vitc_version(), "0.4.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
@@ -690,6 +799,7 @@ void test_api(vt_test *T) {
     check_open_errors(T, w);
     check_vit(T, w, dir);
     check_two_threads(T, w);
+    check_separate_models(T, w, wg);
     check_gmf(T, wg);
     check_open_with(T, dir);
     check_form_taken(T, dir);
