@@ -676,14 +676,18 @@ static void check_two_threads(vt_test *T, const char *w) {
 }
 
 /* One caller thread's work on its own model: `calls` calls of vitc_logits (and of vitc_pooled_features where pooled
- * is given) on x, every result compared bit for bit with the reference made on the main thread; the thread's
- * floating-point mode and OpenMP thread setting compared before and after. */
+ * is given) on x, every result compared bit for bit with the reference made on the main thread. The thread first
+ * takes its own floating-point mode (MXCSR's FTZ, DAZ and rounding bits, also in its OpenMP pool) and thread setting,
+ * other than the other callers': each must come back after its calls (a library keeping a caller's settings in one
+ * place shared by the models gave a thread another's). */
 typedef struct {
     vitc_model *m;
     const float *x, *ref, *pooled;
     int n, size, nout, npooled, calls;
+    unsigned mode; /* FTZ (0x8000), DAZ (0x0040) and rounding (0x6000) bits of this caller's MXCSR */
+    int setting;   /* this caller's omp_set_num_threads */
     int right, wrong, mode_lost;
-    char why[640];
+    char why[640], lost[160];
 } caller_job;
 
 static int64_t tensor_numel(const vitc_tensor *t) {
@@ -695,9 +699,12 @@ static int64_t tensor_numel(const vitc_tensor *t) {
 static void *caller_run(void *arg) {
     caller_job *j = arg;
     float *out = malloc(sizeof(float) * (size_t)j->nout);
-    const int threads = omp_get_max_threads();
+    omp_set_num_threads(j->setting);
 #if defined(__SSE2__)
-    const unsigned csr = _mm_getcsr();
+    const unsigned csr = (_mm_getcsr() & ~0xe040u) | j->mode;
+#pragma omp parallel num_threads(2)
+    _mm_setcsr(csr);
+    _mm_setcsr(csr);
 #endif
     for (int c = 0; out && c < j->calls; c++) {
         vitc_error e;
@@ -723,10 +730,19 @@ static void *caller_run(void *arg) {
             snprintf(j->why, sizeof j->why, "pooled call %d: %s", c, e.msg);
         }
     }
+    const int setting = omp_get_max_threads();
+    j->mode_lost += setting != j->setting;
 #if defined(__SSE2__)
-    j->mode_lost += _mm_getcsr() != csr;
+    unsigned pool[2] = {csr, csr};
+    const unsigned own = _mm_getcsr();
+#pragma omp parallel num_threads(2)
+    pool[omp_get_thread_num() & 1] = _mm_getcsr();
+    j->mode_lost += (own != csr) + (pool[0] != csr) + (pool[1] != csr);
+    snprintf(j->lost, sizeof j->lost, "mode %x, pool %x %x (its own %x), thread setting %d (its own %d)", own, pool[0],
+             pool[1], csr, setting, j->setting);
+#else
+    snprintf(j->lost, sizeof j->lost, "thread setting %d (its own %d)", setting, j->setting);
 #endif
-    j->mode_lost += omp_get_max_threads() != threads;
     free(out);
     return NULL;
 }
@@ -739,6 +755,9 @@ static void check_separate_models(vt_test *T, const char *w, const char *wg) {
     const char *names[J] = {"vit_fmnist_tiny", "vit_fmnist_tiny", "groupmixformer_test"};
     const char *files[J] = {w, w, wg};
     const int threads[J] = {2, 1, 2}, n[J] = {32, 24, 2}, size[J] = {0, 0, 64}, chans[J] = {1, 1, 3};
+    /* each caller's own mode (FTZ + DAZ, none, rounding up) and thread setting */
+    const unsigned mode[J] = {0x8040u, 0u, 0x4000u};
+    const int setting[J] = {1, 2, 3};
     caller_job jobs[J];
     vitc_model *m[J] = {NULL};
     float *x[J] = {NULL}, *ref[J] = {NULL};
@@ -762,7 +781,8 @@ static void check_separate_models(vt_test *T, const char *w, const char *wg) {
              (i < 2 || vitc_pooled_features(m[i], x[i], n[i], size[i], &pooled[i], &err) == 0);
         T_CHECK(T, ok, "%s on %d threads: %s", names[i], threads[i], err.msg);
         jobs[i] = (caller_job){.m = m[i], .x = x[i], .ref = ref[i], .pooled = i < 2 ? NULL : pooled[i].data, .n = n[i],
-                               .size = size[i], .nout = nout, .npooled = (int)tensor_numel(&pooled[i]), .calls = CALLS};
+                               .size = size[i], .nout = nout, .npooled = (int)tensor_numel(&pooled[i]), .calls = CALLS,
+                               .mode = mode[i], .setting = setting[i]};
     }
     pthread_t tid[J];
     int started = 0;
@@ -772,8 +792,8 @@ static void check_separate_models(vt_test *T, const char *w, const char *wg) {
     for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
     for (int i = 0; ok && i < started; i++)
         T_CHECK(T, jobs[i].wrong == 0 && jobs[i].right == CALLS * (jobs[i].pooled ? 2 : 1) && !jobs[i].mode_lost,
-                "%s on %d threads beside the others: %d calls right, %d wrong (%s), mode or thread setting lost: %d",
-                names[i], threads[i], jobs[i].right, jobs[i].wrong, jobs[i].why, jobs[i].mode_lost);
+                "%s on %d threads beside the others: %d calls right, %d wrong (%s); after them: %s", names[i],
+                threads[i], jobs[i].right, jobs[i].wrong, jobs[i].why, jobs[i].lost);
     for (int i = 0; i < J; i++) {
         vitc_close(m[i]);
         vitc_tensor_free(&pooled[i]);
