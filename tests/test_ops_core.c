@@ -1,6 +1,7 @@
 /* Gradient checks and kernel checks for matmul/linear, broadcasting binary ops, affine, cross-entropy, sum;
  * plus graph-level checks: shape errors at build time, eval/train graphs agree, planner reuse in eval. */
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -747,7 +748,48 @@ static void check_ce_smoothing(vt_test *T) {
     vt_params_free(P);
 }
 
+/* A constant node built after a non-constant node whose output is dead by then (x -> sigmoid -> column mean, then the
+ * scaled weight wf = w·s, then wf·mean): wf is computed once and kept from one forward to the next, so its buffer's
+ * interval starts at step 0, and the sigmoid's buffer (its size, live only at steps 0-1) must not share its memory.
+ * Two forwards on different inputs, each against the chain in double. */
+static void check_constant_late(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int C = 16, xs[2] = {C, C}, col[2] = {C, 1}, row[2] = {1, C};
+    vt_tensor *x = vt_input(g, "x", 2, xs);
+    vt_tensor *m = vt_mean(g, vt_unary(g, x, VT_SIGMOID, 0.0f), 0); /* (C): column means */
+    vt_tensor *w = vt_param(g, "w", 2, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *s = vt_param(g, "s", 1, &C, (vt_init){VT_INIT_NORMAL, 1.0f});
+    vt_tensor *wf = vt_mul(g, w, vt_reshape(g, s, 2, col));
+    vt_tensor *y = vt_linear(g, wf, vt_reshape(g, m, 2, row), NULL); /* (C, 1): wf · m, wf read at every forward */
+    vt_graph_output(g, y);
+    const int ok = y && vt_graph_finalize(g, &e) == 0;
+    T_CHECK(T, ok, "late constant graph: %s", e.msg);
+    T_CHECK(T, ok && g->nodes[vt_root(wf)->prod]->constant && !g->nodes[vt_root(m)->prod]->constant,
+            "wf is a constant node, the mean is not");
+    vt_params_init(P, 5);
+    for (int round = 0; ok && round < 2; round++) {
+        for (int64_t i = 0; i < x->numel; i++) x->data[i] = 0.37f * (float)((i * (round + 3)) % 11) - 1.6f;
+        vt_graph_forward(g);
+        double err = 0.0;
+        for (int i = 0; i < C; i++) {
+            double acc = 0.0;
+            for (int k = 0; k < C; k++) {
+                double mk = 0.0;
+                for (int r = 0; r < C; r++) mk += 1.0 / (1.0 + exp(-(double)x->data[r * C + k]));
+                acc += (double)w->data[i * C + k] * s->data[i] * (mk / C);
+            }
+            err = fmax(err, fabs(acc - y->data[i]));
+        }
+        T_CHECK(T, err < 1e-5, "forward %d: wf · mean off by %g (the constant's buffer was shared)", round, err);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
+    check_constant_late(T);
     check_ce_smoothing(T);
     check_threads_fixed(T);
     check_denormals_flushed(T);
