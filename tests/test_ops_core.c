@@ -788,8 +788,53 @@ static void check_constant_late(vt_test *T) {
     vt_params_free(P);
 }
 
+/* The per-tensor and per-node limits at their boundaries: a tensor of exactly INT_MAX elements is accepted (a graph's
+ * builders, a shapes-only parameter store), 2^31 refused; a node of exactly VT_MAXIN inputs (concat of 24) builds and
+ * runs. */
+static void check_limits(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int most[1] = {INT_MAX}, over[2] = {65536, 32768};
+    T_CHECK(T, vt_input(g, "most", 1, most) != NULL, "a tensor of INT_MAX elements: %s", g->err.msg);
+    T_CHECK(T, vt_input(g, "over", 2, over) == NULL && strstr(g->err.msg, "2147483648 elements exceed"),
+            "2^31 elements refused: %s", g->err.msg);
+    vt_graph_free(g);
+    vt_params *S = vt_params_new(&e);
+    vt_err pe = {0};
+    if (S) S->shapes_only = 1;
+    T_CHECK(T, S && vt_params_add(S, "most", VT_PARAM, 1, most, (vt_init){VT_INIT_ZERO, 0.0f}, &pe) != NULL,
+            "a parameter of INT_MAX elements (shapes only): %s", pe.msg);
+    T_CHECK(T, S && vt_params_add(S, "over", VT_PARAM, 2, over, (vt_init){VT_INIT_ZERO, 0.0f}, &pe) == NULL &&
+                   strstr(pe.msg, "2147483648 elements exceed"), "a parameter of 2^31 elements refused: %s", pe.msg);
+    vt_params_free(S);
+    g = vt_graph_new(P, 0, &e);
+    vt_tensor *xs[VT_MAXIN];
+    const int s2[2] = {2, 3};
+    for (int i = 0; i < VT_MAXIN; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "x%d", i);
+        xs[i] = vt_input(g, nm, 2, s2);
+    }
+    vt_tensor *c = vt_concat(g, xs, VT_MAXIN, 1);
+    vt_graph_output(g, c);
+    const int ok = c && vt_graph_finalize(g, &e) == 0;
+    T_CHECK(T, ok, "concat of VT_MAXIN = %d inputs: %s", VT_MAXIN, ok ? "" : e.msg[0] ? e.msg : g->err.msg);
+    int bad = 0;
+    for (int i = 0; ok && i < VT_MAXIN; i++)
+        for (int j = 0; j < 6; j++) xs[i]->data[j] = (float)(i * 10 + j);
+    if (ok) vt_graph_forward(g);
+    for (int i = 0; ok && i < VT_MAXIN; i++)
+        for (int r = 0; r < 2; r++)
+            for (int j = 0; j < 3; j++) bad += c->data[(r * VT_MAXIN + i) * 3 + j] != (float)(i * 10 + r * 3 + j);
+    T_CHECK(T, ok && bad == 0, "concat of %d inputs: %d values wrong", VT_MAXIN, bad);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
     check_constant_late(T);
+    check_limits(T);
     check_ce_smoothing(T);
     check_threads_fixed(T);
     check_denormals_flushed(T);
