@@ -832,9 +832,64 @@ static void check_limits(vt_test *T) {
     vt_params_free(P);
 }
 
+/* The parameter store's checks and initialisers: a name of VT_NAMELEN characters refused (it would be stored cut), a
+ * zero dimension refused, a name declared again as another kind (parameter, buffer) refused; buffers need no gradient;
+ * a uniform(a) initialiser spans [-a, a), a truncated normal (std 1.5) reaches past ±1 and stays inside timm's ±2. */
+static void check_params_store(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    char longname[VT_NAMELEN + 1];
+    memset(longname, 'a', VT_NAMELEN);
+    longname[VT_NAMELEN] = '\0';
+    const int n4[1] = {4096}, z[2] = {3, 0};
+    const vt_init zero = {VT_INIT_ZERO, 0.0f};
+    vt_err le = {0}, ze = {0}, ke = {0};
+    T_CHECK(T, P && vt_params_add(P, longname, VT_PARAM, 1, n4, zero, &le) == NULL && strstr(le.msg, "too long"),
+            "a name of VT_NAMELEN = %d characters refused: %s", VT_NAMELEN, le.msg);
+    longname[VT_NAMELEN - 1] = '\0';
+    T_CHECK(T, P && vt_params_add(P, longname, VT_PARAM, 1, n4, zero, &e) != NULL && vt_params_find(P, longname),
+            "a name of %d characters taken: %s", VT_NAMELEN - 1, e.msg);
+    T_CHECK(T, P && vt_params_add(P, "z", VT_PARAM, 2, z, zero, &ze) == NULL && strstr(ze.msg, "dimension 1 is 0"),
+            "a zero dimension refused: %s", ze.msg);
+    vt_tensor *u = P ? vt_params_add(P, "u", VT_PARAM, 1, n4, (vt_init){VT_INIT_UNIFORM, 0.5f}, &e) : NULL;
+    vt_tensor *t = P ? vt_params_add(P, "t", VT_PARAM, 1, n4, (vt_init){VT_INIT_TRUNC_NORMAL, 1.5f}, &e) : NULL;
+    vt_tensor *b = P ? vt_params_add(P, "b", VT_BUFFER, 1, n4, zero, &e) : NULL;
+    T_CHECK(T, u && t && b && u->requires_grad && !b->requires_grad, "a parameter needs a gradient, a buffer not");
+    T_CHECK(T, P && vt_params_add(P, "b", VT_PARAM, 1, n4, zero, &ke) == NULL && strstr(ke.msg, "declared twice"),
+            "a buffer's name declared again as a parameter refused: %s", ke.msg);
+    if (!u || !t) {
+        vt_params_free(P);
+        return;
+    }
+    vt_params_init(P, 11);
+    float ulo = 1.0f, uhi = -1.0f, tlo = 0.0f, thi = 0.0f;
+    for (int i = 0; i < 4096; i++) {
+        ulo = fminf(ulo, u->data[i]), uhi = fmaxf(uhi, u->data[i]);
+        tlo = fminf(tlo, t->data[i]), thi = fmaxf(thi, t->data[i]);
+    }
+    T_CHECK(T, ulo >= -0.5f && ulo < -0.45f && uhi < 0.5f && uhi > 0.45f, "uniform(0.5) spans [%g, %g]", ulo, uhi);
+    T_CHECK(T, tlo >= -2.0f && tlo < -1.5f && thi <= 2.0f && thi > 1.5f, "trunc_normal(1.5) spans [%g, %g]", tlo, thi);
+    /* a fixed buffer (a relative position index) keeps its values through a later vt_params_init */
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const float vals[3] = {3.0f, 1.0f, 2.0f};
+    const int three[1] = {3};
+    vt_tensor *fx = g ? vt_buffer_fixed(g, "fixed", 1, three, vals) : NULL;
+    vt_params_init(P, 12);
+    T_CHECK(T, fx && fx->data && memcmp(fx->data, vals, sizeof vals) == 0, "a fixed buffer after vt_params_init: %g %g %g",
+            fx && fx->data ? (double)fx->data[0] : -1.0,
+            fx && fx->data ? (double)fx->data[1] : -1.0, fx && fx->data ? (double)fx->data[2] : -1.0);
+    vt_graph_free(g);
+    /* vt_first_nonfinite finds an Inf as a NaN */
+    float v[5] = {0.0f, 1.0f, INFINITY, NAN, 2.0f};
+    T_CHECK(T, vt_first_nonfinite(v, 5) == 2 && vt_first_nonfinite(v + 3, 2) == 0 && vt_first_nonfinite(v, 2) == -1,
+            "first non-finite: %lld", (long long)vt_first_nonfinite(v, 5));
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
     check_constant_late(T);
     check_limits(T);
+    check_params_store(T);
     check_ce_smoothing(T);
     check_threads_fixed(T);
     check_denormals_flushed(T);
