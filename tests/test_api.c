@@ -388,6 +388,128 @@ static void check_gmf(vt_test *T, const char *w) {
     free(x);
     vitc_close(m);
 }
+/* Weights of vit_fmnist_tiny (from w) with one tensor changed by `change` (its values, numel), saved as dir/name;
+ * 0 when written. */
+static int weights_variant(const char *w, const char *dir, const char *name, const char *tensor,
+                           void (*change)(float *, int64_t), char *path, size_t n) {
+    vt_err e = {0};
+    vt_params *P = vt_model_load(vt_model_find("vit_fmnist_tiny"), w, &e);
+    vt_tensor *t = P ? vt_params_find(P, tensor) : NULL;
+    snprintf(path, n, "%s/%s", dir, name);
+    if (t) change(t->data, t->numel);
+    const int rc = !t || vt_params_save(P, path, &e);
+    vt_params_free(P);
+    return rc;
+}
+static void zero_all(float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = 0.0f;
+}
+static void huge_all(float *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = i % 2 ? -3e38f : 3e38f;
+}
+static void huge_last_row(float *d, int64_t n) { /* head.weight (10, 64): class 9's row only */
+    for (int64_t i = n - 64; i < n; i++) d[i] = i % 2 ? -3e38f : 3e38f;
+}
+
+/* Arguments at the edges of their ranges, and outcomes the other checks leave open: the open options' limits, an
+ * --dtype int8 model option, sizes given twice; k = VITC_MAX_TOPK (every class), an image count past 2^24 and a
+ * size past 4096 refused as such; Inf in a tensor refused like NaN; RGBA pixels taken, a side past the limit refused;
+ * tied logits ranked by index; a last class alone non-finite refused; non-finite pooled features refused with the
+ * output freed and zeroed; one model at two sizes of the same call gives what a model used at one size gives. */
+static void check_bounds(vt_test *T, const char *w, const char *wg, const char *dir) {
+    vitc_error err;
+    vitc_options o;
+    const int A = VITC_E_ARGUMENT;
+    vitc_options_init(&o);
+    o.threads = 1025;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "threads 1025") && err.code == A, "%s",
+            err.msg);
+    vitc_options_init(&o);
+    o.img_size = 4097;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "img_size 4097 is outside") &&
+                   err.code == A, "%s", err.msg);
+    vitc_options_init(&o);
+    o.batch = 1025;
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "batch 1025") && err.code == A, "%s",
+            err.msg);
+    vitc_options_init(&o);
+    o.img_size = 28;
+    T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, &o, "--img-size 32", &err) && strstr(err.msg, "differ") &&
+                   err.code == A, "img_size given twice: %s", err.msg);
+    vitc_model *m = vitc_open_with("vit_fmnist_tiny", w, NULL, "--dtype int8", &err);
+    T_CHECK(T, m != NULL, "--dtype int8 as a model option: %s", err.msg);
+    vitc_close(m);
+    m = vitc_open("vit_fmnist_tiny", w, NULL, &err);
+    T_CHECK(T, m != NULL, "%s", err.msg);
+    if (!m) return;
+    const int n = 2, per = 28 * 28;
+    float *x = random_input((int64_t)n * per, 11), lg[2 * 10];
+    vitc_result r[2];
+    int distinct = 1;
+    double sum = 0.0;
+    T_CHECK(T, vitc_classify_tensor(m, x, n, 0, VITC_MAX_TOPK, r, &err) == 0 && r[0].ok && r[0].k == 10,
+            "k = %d: %d classes (%s)", VITC_MAX_TOPK, r[0].k, err.msg);
+    for (int j = 0; j < 10 && r[0].k == 10; j++) {
+        sum += r[0].prob[j];
+        for (int i = 0; i < j; i++) distinct &= r[0].index[i] != r[0].index[j];
+    }
+    T_CHECK(T, distinct && fabs(sum - 1.0) < 1e-6, "k = %d: every class once, probabilities sum to %g",
+            VITC_MAX_TOPK, sum);
+    T_CHECK(T, vitc_classify_tensor(m, x, (1 << 24) + 1, 0, 0, r, &err) == -1 &&
+                   strstr(err.msg, "image count 16777217"), "%s", err.msg);
+    T_CHECK(T, vitc_logits(m, x, 1, 4097, lg, &err) == -1 && err.code == A &&
+                   strstr(err.msg, "vit_fmnist_tiny: size 4097 is outside [0, 4096]"), "%s", err.msg);
+    x[5] = INFINITY;
+    T_CHECK(T, vitc_classify_tensor(m, x, n, 0, 1, r, &err) == 1 && !r[0].ok && r[0].code == A &&
+                   strstr(r[0].error, "NaN or Inf") && r[1].ok, "Inf image: %s (%d)", r[0].error, r[0].code);
+    x[5] = 0.0f;
+    unsigned char rgba[6 * 5 * 4], *wide = calloc(VT_IMAGE_MAX_SIDE + 1, 1);
+    for (int i = 0; i < (int)sizeof rgba; i++) rgba[i] = (unsigned char)(i * 37 % 256);
+    vitc_pixels px[2] = {{rgba, 6, 5, 4}, {wide, VT_IMAGE_MAX_SIDE + 1, 1, 1}};
+    T_CHECK(T, wide && vitc_classify_pixels(m, px, 2, 1, r, &err) == 1 && r[0].ok && !r[1].ok &&
+                   strstr(r[1].error, "each side") && r[1].code == A, "RGBA, too wide: %s | %s", r[0].error,
+            r[1].error);
+    free(wide);
+    vitc_close(m);
+    char path[4200];
+    m = weights_variant(w, dir, "zero_head.safetensors", "head.weight", zero_all, path, sizeof path) ? NULL
+        : weights_variant(path, dir, "zero_head.safetensors", "head.bias", zero_all, path, sizeof path)
+            ? NULL
+            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    T_CHECK(T, m && vitc_classify_tensor(m, x, 1, 0, 3, r, &err) == 0 && r[0].index[0] == 0 && r[0].index[1] == 1 &&
+                   r[0].index[2] == 2 && fabs(r[0].prob[0] - 0.1) < 1e-6, "tied logits: %d %d %d (%s)",
+            r[0].index[0], r[0].index[1], r[0].index[2], err.msg);
+    vitc_close(m);
+    unlink(path);
+    m = weights_variant(w, dir, "last.safetensors", "head.weight", huge_last_row, path, sizeof path)
+            ? NULL
+            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    T_CHECK(T, m && vitc_classify_tensor(m, x, 1, 0, 1, r, &err) == 1 && !r[0].ok && strstr(r[0].error, "class 9"),
+            "class 9 alone not finite: %s", r[0].error);
+    vitc_close(m);
+    unlink(path);
+    m = weights_variant(w, dir, "norm.safetensors", "norm.weight", huge_all, path, sizeof path)
+            ? NULL
+            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    vitc_tensor po;
+    T_CHECK(T, m && vitc_pooled_features(m, x, n, 0, &po, &err) == -1 && err.code == VITC_E_FAILED &&
+                   strstr(err.msg, "not finite") && po.data == NULL && po.ndim == 0,
+            "non-finite pooled features: refused, output freed (%s)", err.msg);
+    vitc_close(m);
+    unlink(path);
+    free(x);
+    /* one model at 64 then 32 px (the same call): its 32 px logits are a model's that ran at 32 px only */
+    vitc_model *a = vitc_open("groupmixformer_test", wg, NULL, &err), *b = vitc_open("groupmixformer_test", wg, NULL,
+                                                                                       &err);
+    float *xg = random_input(3 * 64 * 64, 13), la[10], lb[10];
+    T_CHECK(T, a && b && vitc_logits(a, xg, 1, 64, la, &err) == 0 && vitc_logits(a, xg, 1, 32, la, &err) == 0 &&
+                   vitc_logits(b, xg, 1, 32, lb, &err) == 0 && max_diff(la, lb, 10) < 1e-6,
+            "32 px after 64 px: logits off by %g (%s)", a && b ? max_diff(la, lb, 10) : -1.0, err.msg);
+    free(xg);
+    vitc_close(a);
+    vitc_close(b);
+}
+
 /* A form mismatch under a long path: vitc_error's 512 bytes keep the way out (the hint comes before the file and
  * the tensor names, which a cut message loses first). */
 static void check_form_hint(vt_test *T, const char *dir) {
@@ -821,6 +943,7 @@ void test_api(vt_test *T) {
     check_two_threads(T, w);
     check_separate_models(T, w, wg);
     check_gmf(T, wg);
+    check_bounds(T, w, wg, dir);
     check_open_with(T, dir);
     check_form_taken(T, dir);
     check_form_hint(T, dir);
