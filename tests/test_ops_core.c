@@ -875,7 +875,8 @@ static void check_params_store(vt_test *T) {
     const int three[1] = {3};
     vt_tensor *fx = g ? vt_buffer_fixed(g, "fixed", 1, three, vals) : NULL;
     vt_params_init(P, 12);
-    T_CHECK(T, fx && fx->data && memcmp(fx->data, vals, sizeof vals) == 0, "a fixed buffer after vt_params_init: %g %g %g",
+    T_CHECK(T, fx && fx->data && memcmp(fx->data, vals, sizeof vals) == 0,
+            "a fixed buffer after vt_params_init: %g %g %g",
             fx && fx->data ? (double)fx->data[0] : -1.0,
             fx && fx->data ? (double)fx->data[1] : -1.0, fx && fx->data ? (double)fx->data[2] : -1.0);
     vt_graph_free(g);
