@@ -887,7 +887,47 @@ static void check_params_store(vt_test *T) {
     vt_params_free(P);
 }
 
+/* An op y = exp(x) whose backward reads its output (dx += dy·y), declared once correctly (VT_READS_OUT) and once as
+ * reading nothing: the poisoned backward (vt_graph_backward_poisoned) fills the output slot of the wrong declaration
+ * with NaN, so the mistake shows as NaN gradients; the right one gives finite ones. */
+static void exp_fwd(vt_node *n) {
+    for (int64_t i = 0; i < n->out->numel; i++) n->out->data[i] = expf(n->in[0]->data[i]);
+}
+static void exp_bwd(vt_node *n) {
+    if (!n->in[0]->grad) return;
+    for (int64_t i = 0; i < n->out->numel; i++) n->in[0]->grad[i] += n->out->grad[i] * n->out->data[i];
+}
+static const vt_opdef op_exp_undeclared = {"exp_undeclared", exp_fwd, exp_bwd, VT_READS(0), NULL, VT_OP_OTHER};
+static const vt_opdef op_exp_declared = {"exp_declared", exp_fwd, exp_bwd, VT_READS(VT_READS_OUT), NULL, VT_OP_OTHER};
+
+static void check_poison_out(vt_test *T) {
+    for (int declared = 0; declared < 2; declared++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        const int s[1] = {6};
+        vt_tensor *x = vt_param(g, "x", 1, s, (vt_init){VT_INIT_NORMAL, 1.0f}), *y = vt_new_act(g, 1, s);
+        vt_tensor *in[1] = {x};
+        vt_new_node(g, declared ? &op_exp_declared : &op_exp_undeclared, in, 1, y);
+        vt_graph_set_loss(g, vt_sum(g, y));
+        g->keep_all = 1;
+        int ok = vt_graph_finalize(g, &e) == 0, nan = 0;
+        if (ok) {
+            vt_params_init(P, 2);
+            vt_params_zero_grad(P);
+            vt_graph_forward(g);
+            ok = vt_graph_backward_poisoned(g, &e) == 0;
+        }
+        for (int i = 0; ok && i < 6; i++) nan += isnan(x->grad[i]) != 0;
+        T_CHECK(T, ok && nan == (declared ? 0 : 6), "backward reading its output, %s: %d of 6 gradients NaN (%s)",
+                declared ? "declared" : "undeclared", nan, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_ops_core(vt_test *T) {
+    check_poison_out(T);
     check_constant_late(T);
     check_limits(T);
     check_params_store(T);
