@@ -926,8 +926,27 @@ static void check_poison_out(vt_test *T) {
     }
 }
 
+/* A block exporting twice under one name (vt_graph_export_map): the maps are named name, name.2, name.3. */
+static void check_map_names(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    const int s[4] = {1, 1, 2, 2};
+    g->export_maps = 1;
+    vt_attn_map m = {.form = VT_MAP_FULL, .t = vt_input(g, "a", 4, s)};
+    snprintf(m.name, sizeof m.name, "blocks.0.attn");
+    for (int i = 0; i < 3; i++) vt_graph_export_map(g, &m);
+    T_CHECK(T, g->nmaps == 3 && strcmp(g->maps[0]->name, "blocks.0.attn") == 0 &&
+                   strcmp(g->maps[1]->name, "blocks.0.attn.2") == 0 && strcmp(g->maps[2]->name, "blocks.0.attn.3") == 0,
+            "maps exported under one name: %s, %s, %s", g->nmaps > 0 ? g->maps[0]->name : "",
+            g->nmaps > 1 ? g->maps[1]->name : "", g->nmaps > 2 ? g->maps[2]->name : "");
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 void test_ops_core(vt_test *T) {
     check_poison_out(T);
+    check_map_names(T);
     check_constant_late(T);
     check_limits(T);
     check_params_store(T);
