@@ -113,6 +113,25 @@ static void check_train(vt_test *T) {
     }
 }
 
+/* The DLA's expanded channels: Python's round(expand · H), half to even (the official code's): 1.9 · 3 = 5.7 gives 6
+ * (not 5, truncated), 1.5 · 3 = 4.5 gives 4, 2.5 · 3 = 7.5 gives 8. */
+static void check_expand_rounding(vt_test *T) {
+    static const float expand[3] = {1.9f, 1.5f, 2.5f};
+    static const int want[3] = {6, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        const int xs[4] = {1, 3, 4, 4};
+        vt_tensor *y = vt_block_dla(g, "dla", vt_input(g, "a", 4, xs), expand[i], NULL, 1.0f);
+        const vt_tensor *w = vt_params_find(P, "dla.conv_exp.weight");
+        T_CHECK(T, y && w && w->shape[0] == want[i], "expand %g of 3 heads: %d channels, want %d (%s)",
+                (double)expand[i], w ? w->shape[0] : -1, want[i], g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_ops_dla(vt_test *T) {
     static const dla_case cases[] = {
         {"one_tile", 2, 3, 5, 5, 3.0f, 1, 0.5f},
@@ -125,4 +144,5 @@ void test_ops_dla(vt_test *T) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_equal(T, &cases[i]);
     check_errors(T);
     check_train(T);
+    check_expand_rounding(T);
 }
