@@ -28,6 +28,7 @@ import subprocess
 import time
 
 import torch
+from torch import nn
 
 import harness
 import pvt_ref
@@ -92,6 +93,18 @@ def ref_maps(m):
 def test_counts(rep):
     for name, want in pvt_ref.PARAMS.items():
         j = harness.counts(rep, name, want, gmacs=pvt_ref.GMACS[name])
+        # the papers' count (`params_linear_conv_weights`: every Linear and Conv2d weight, the spatial-reduction convs
+        # and depthwise convs included) against the reference model's modules
+        saved = nn.Linear.reset_parameters, nn.Conv2d.reset_parameters
+        nn.Linear.reset_parameters = nn.Conv2d.reset_parameters = lambda self: None  # counting only: no init
+        try:
+            m = pvt_ref.build(name)
+        finally:
+            nn.Linear.reset_parameters, nn.Conv2d.reset_parameters = saved
+        lc = sum(mod.weight.numel() for mod in m.modules() if isinstance(mod, (nn.Linear, nn.Conv2d)))
+        del m
+        rep.check(f"linear+conv weights {name}", j is not None and j.get("params_linear_conv_weights") == lc,
+                  f"{(j or {}).get('params_linear_conv_weights')} vs the reference's {lc}")
         # drop-path: pvt_ref.MODELS; eval transform: timm's pvt_v2 cfg (crop_pct 0.9, the hMHSA + cFFN variant its
         # host's), FLatten's data/build.py (both sides to 256, crop 224); PVT v1, which timm lacks: the official
         # repo's datasets.py (DeiT's: shorter side to int(256 / 224 · S), bicubic, centre crop S)
