@@ -388,18 +388,20 @@ static void check_gmf(vt_test *T, const char *w) {
     free(x);
     vitc_close(m);
 }
-/* Weights of vit_fmnist_tiny (from w) with one tensor changed by `change` (its values, numel), saved as dir/name;
- * 0 when written. */
-static int weights_variant(const char *w, const char *dir, const char *name, const char *tensor,
-                           void (*change)(float *, int64_t), char *path, size_t n) {
+/* vit_fmnist_tiny opened on the weights of w with the named tensors (NULL-terminated) changed by `change` (values,
+ * numel), saved as path first; NULL when any step fails. */
+static vitc_model *open_variant(const char *w, const char *path, const char *const *tensors,
+                                void (*change)(float *, int64_t), vitc_error *err) {
     vt_err e = {0};
     vt_params *P = vt_model_load(vt_model_find("vit_fmnist_tiny"), w, &e);
-    vt_tensor *t = P ? vt_params_find(P, tensor) : NULL;
-    snprintf(path, n, "%s/%s", dir, name);
-    if (t) change(t->data, t->numel);
-    const int rc = !t || vt_params_save(P, path, &e);
+    int ok = P != NULL;
+    for (; ok && *tensors; tensors++) {
+        vt_tensor *t = vt_params_find(P, *tensors);
+        if ((ok = t != NULL)) change(t->data, t->numel);
+    }
+    ok = ok && vt_params_save(P, path, &e) == 0;
     vt_params_free(P);
-    return rc;
+    return ok ? vitc_open("vit_fmnist_tiny", path, NULL, err) : NULL;
 }
 static void zero_all(float *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = 0.0f;
@@ -407,9 +409,7 @@ static void zero_all(float *d, int64_t n) {
 static void huge_all(float *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) d[i] = i % 2 ? -3e38f : 3e38f;
 }
-static void huge_last_row(float *d, int64_t n) { /* head.weight (10, 64): class 9's row only */
-    for (int64_t i = n - 64; i < n; i++) d[i] = i % 2 ? -3e38f : 3e38f;
-}
+static void huge_last_row(float *d, int64_t n) { huge_all(d + n - 64, 64); } /* head.weight (10, 64): class 9's row */
 
 /* Arguments at the edges of their ranges, and outcomes the other checks leave open: the open options' limits, an
  * --dtype int8 model option, sizes given twice; k = VITC_MAX_TOPK (every class), an image count past 2^24 and a
@@ -420,18 +420,16 @@ static void check_bounds(vt_test *T, const char *w, const char *wg, const char *
     vitc_error err;
     vitc_options o;
     const int A = VITC_E_ARGUMENT;
-    vitc_options_init(&o);
-    o.threads = 1025;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "threads 1025") && err.code == A, "%s",
-            err.msg);
-    vitc_options_init(&o);
-    o.img_size = 4097;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "img_size 4097 is outside") &&
-                   err.code == A, "%s", err.msg);
-    vitc_options_init(&o);
-    o.batch = 1025;
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "batch 1025") && err.code == A, "%s",
-            err.msg);
+    static const struct {
+        int threads, img_size, batch; /* one past its limit, the others 0 (the defaults) */
+        const char *msg;
+    } past[] = {{1025, 0, 0, "threads 1025"}, {0, 4097, 0, "img_size 4097 is outside"}, {0, 0, 1025, "batch 1025"}};
+    for (size_t i = 0; i < sizeof past / sizeof *past; i++) {
+        vitc_options_init(&o);
+        o.threads = past[i].threads, o.img_size = past[i].img_size, o.batch = past[i].batch;
+        T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, past[i].msg) && err.code == A, "%s",
+                err.msg);
+    }
     vitc_options_init(&o);
     o.img_size = 28;
     T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, &o, "--img-size 32", &err) && strstr(err.msg, "differ") &&
@@ -472,25 +470,17 @@ static void check_bounds(vt_test *T, const char *w, const char *wg, const char *
     free(wide);
     vitc_close(m);
     char path[4200];
-    m = weights_variant(w, dir, "zero_head.safetensors", "head.weight", zero_all, path, sizeof path) ? NULL
-        : weights_variant(path, dir, "zero_head.safetensors", "head.bias", zero_all, path, sizeof path)
-            ? NULL
-            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    snprintf(path, sizeof path, "%s/variant.safetensors", dir);
+    m = open_variant(w, path, (const char *const[]){"head.weight", "head.bias", NULL}, zero_all, &err);
     T_CHECK(T, m && vitc_classify_tensor(m, x, 1, 0, 3, r, &err) == 0 && r[0].index[0] == 0 && r[0].index[1] == 1 &&
                    r[0].index[2] == 2 && fabs(r[0].prob[0] - 0.1) < 1e-6, "tied logits: %d %d %d (%s)",
             r[0].index[0], r[0].index[1], r[0].index[2], err.msg);
     vitc_close(m);
-    unlink(path);
-    m = weights_variant(w, dir, "last.safetensors", "head.weight", huge_last_row, path, sizeof path)
-            ? NULL
-            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    m = open_variant(w, path, (const char *const[]){"head.weight", NULL}, huge_last_row, &err);
     T_CHECK(T, m && vitc_classify_tensor(m, x, 1, 0, 1, r, &err) == 1 && !r[0].ok && strstr(r[0].error, "class 9"),
             "class 9 alone not finite: %s", r[0].error);
     vitc_close(m);
-    unlink(path);
-    m = weights_variant(w, dir, "norm.safetensors", "norm.weight", huge_all, path, sizeof path)
-            ? NULL
-            : vitc_open("vit_fmnist_tiny", path, NULL, &err);
+    m = open_variant(w, path, (const char *const[]){"norm.weight", NULL}, huge_all, &err);
     vitc_tensor po;
     T_CHECK(T, m && vitc_pooled_features(m, x, n, 0, &po, &err) == -1 && err.code == VITC_E_FAILED &&
                    strstr(err.msg, "not finite") && po.data == NULL && po.ndim == 0,
