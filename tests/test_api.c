@@ -595,11 +595,11 @@ static void check_open_with(vt_test *T, const char *dir) {
     }
     /* a record that parses but cannot make the model: the file is blamed (VITC_E_WEIGHTS), not the caller */
     if (P) {
-        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --img-size 30");
+        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --img-size 3");
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
         T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
-                       strstr(err.msg, "vitc_model_options record (\"--num-classes 5 --in-chans 3 --img-size 30\")") &&
-                       strstr(err.msg, "30"), "record --img-size 30: code %d, %s", err.code, err.msg);
+                       strstr(err.msg, "vitc_model_options record (\"--num-classes 5 --in-chans 3 --img-size 3\")") &&
+                       strstr(err.msg, "below the patch size 4"), "record --img-size 3: code %d, %s", err.code, err.msg);
         /* an option recorded twice (vitc records each once; the CLI had taken the first, the library the last) */
         snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten --in-chans 1");
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);

@@ -294,27 +294,35 @@ void test_gma(vt_test *T) {
             "17 tokens (class token) must fail: %s", g->err.msg);
     vt_graph_free(g);
     vt_params_free(P);
-    /* stage maps of groupmixformer_test at 64×96 (non-square): (B, C_i, H/2^(i+2), W/2^(i+2)) */
+    /* stage maps of groupmixformer_test at 64×96 (non-square) and 61×93 (the official size rule: ceil(ceil(S/2)/2) a
+     * multiple of 8, the stride-2 convs rounding up): (B, C_i, 64/2^(i+2), 96/2^(i+2)) for both */
     const vt_model_cfg *mc = vt_model_find("groupmixformer_test");
     T_CHECK(T, mc != NULL, "groupmixformer_test registered");
     if (mc) {
         P = vt_params_new(&e);
-        g = vt_graph_new(P, 0, &e);
-        int xs[4] = {2, 3, 64, 96};
-        vt_tensor *maps[4];
-        int rc = mc->family->features(g, mc, vt_input(g, "input", 4, xs), maps) == 4 ? 0 : -1;
-        T_CHECK(T, rc == 0, "features build: %s", g->err.msg);
-        for (int i = 0; rc == 0 && i < 4; i++)
-            T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->arch.stages[i].dim &&
-                           maps[i]->shape[2] == 64 >> (i + 2) && maps[i]->shape[3] == 96 >> (i + 2),
-                    "stage %d map shape", i);
-        T_CHECK(T, rc == 0 && vt_graph_finalize(g, &e) == 0, "features finalize: %s", e.msg);
-        vt_graph_free(g);
-        g = vt_graph_new(P, 0, &e);
-        int bad[4] = {1, 3, 64, 80};
-        T_CHECK(T, mc->family->features(g, mc, vt_input(g, "input", 4, bad), maps) < 0 &&
-                       strstr(g->err.msg, "multiples of 32"), "80 px must fail: %s", g->err.msg);
-        vt_graph_free(g);
+        static const int sizes[2][2] = {{64, 96}, {61, 93}};
+        for (int k = 0; k < 2; k++) {
+            g = vt_graph_new(P, 0, &e);
+            int xs[4] = {2, 3, sizes[k][0], sizes[k][1]};
+            vt_tensor *maps[4];
+            int rc = mc->family->features(g, mc, vt_input(g, "input", 4, xs), maps) == 4 ? 0 : -1;
+            T_CHECK(T, rc == 0, "features build %dx%d: %s", xs[2], xs[3], g->err.msg);
+            for (int i = 0; rc == 0 && i < 4; i++)
+                T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->arch.stages[i].dim &&
+                               maps[i]->shape[2] == 64 >> (i + 2) && maps[i]->shape[3] == 96 >> (i + 2),
+                        "%dx%d: stage %d map shape", xs[2], xs[3], i);
+            T_CHECK(T, rc == 0 && vt_graph_finalize(g, &e) == 0, "features finalize: %s", e.msg);
+            vt_graph_free(g);
+        }
+        static const int bad_sizes[3] = {80, 60, 57}; /* stage-1 grids 20, 15, 15: official asserts fail */
+        for (int k = 0; k < 3; k++) {
+            g = vt_graph_new(P, 0, &e);
+            int bad[4] = {1, 3, 64, bad_sizes[k]};
+            vt_tensor *maps[4];
+            T_CHECK(T, mc->family->features(g, mc, vt_input(g, "input", 4, bad), maps) < 0 &&
+                           strstr(g->err.msg, "positive multiple of 8"), "%d px must fail: %s", bad[3], g->err.msg);
+            vt_graph_free(g);
+        }
         vt_params_free(P);
     }
 }

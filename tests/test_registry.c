@@ -346,18 +346,28 @@ static void check_option_kinds(vt_test *T) {
     ov = vt_model_no_overrides();
     ov.img_size = 5000;
     check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 5000 (a value out of range)");
-    ov.img_size = 40;
-    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 40 (not a multiple of the patch)");
+    ov.img_size = 15;
+    check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 15 (below the patch)");
+    ov.img_size = 40; /* timm's rule: the patch conv drops the last 8 pixels */
+    check_configure(T, "deit_tiny_patch16_224", &ov, 0, 0, "--img-size 40 (not a multiple of the patch)");
+    ov.img_size = 223;
+    check_configure(T, "groupmixformer_tiny", &ov, 0, 0, "--img-size 223 (stage-1 grid 56)");
+    ov.img_size = 220;
+    check_configure(T, "groupmixformer_tiny", &ov, -1, VT_E_USAGE, "--img-size 220 (stage-1 grid 55)");
+    ov.img_size = 238;
+    check_configure(T, "refiner_vit_s", &ov, 0, 0, "--img-size 238 (14 px cut, 14x14 tokens)");
+    ov.img_size = 239;
+    check_configure(T, "refiner_vit_s", &ov, -1, VT_E_USAGE, "--img-size 239 (16k + 15)");
     /* vt_model_configure's usage code goes with its own message: not onto an error e held before the call (whose
      * message stays), and no error record at all (e NULL, as vt_seterr takes) is fine */
     vt_err held = {0};
     vt_model_cfg c;
     vt_seterr(&held, "earlier");
-    const int rc = vt_model_configure(vt_model_find("deit_tiny_patch16_224"), &ov, &c, &held);
+    const int rc = vt_model_configure(vt_model_find("refiner_vit_s"), &ov, &c, &held);
     T_CHECK(T, rc == -1 && strcmp(held.msg, "earlier") == 0 && held.code == VT_E_FAILED, "an error held before "
             "vt_model_configure keeps its code: rc %d, %s %d", rc, held.msg, held.code);
-    T_CHECK(T, vt_model_configure(vt_model_find("deit_tiny_patch16_224"), &ov, &c, NULL) == -1,
-            "vt_model_configure without an error record refuses --img-size 40");
+    T_CHECK(T, vt_model_configure(vt_model_find("refiner_vit_s"), &ov, &c, NULL) == -1,
+            "vt_model_configure without an error record refuses --img-size 239");
     vt_err e = {0};
     vt_seterr(&e, "first");
     vt_seterr_code(&e, VT_E_USAGE, "second");

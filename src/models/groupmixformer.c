@@ -10,15 +10,24 @@
 #define BN_EPS 1e-5f /* every nn.BatchNorm2d of the stem, patch embeds and norm4: PyTorch's defaults */
 #define BN_MOM 0.1f
 
+/* The official patch embeds take a stage grid as H//2 where their stride-2 convs give ceil(H/2), and its blocks
+ * assert N = H·W: it runs only where stage 1's grid ceil(ceil(S/2)/2) is a multiple of 8 (spec §2), so does vitc. */
+#define SIZE_RULE                                                                                                 \
+    "GroupMixFormer runs where the stage-1 grid ceil(ceil(S/2)/2) is a positive multiple of 8, the official code's "   \
+    "rule (e.g. 221-224 and 253-256; not 200 or 220)"
+static int size_ok(int s) {
+    const int grid = ((s + 1) / 2 + 1) / 2;
+    return s > 0 && grid > 0 && grid % 8 == 0;
+}
+
 /* Stem, patch embeds and stages; returns the last stage's tokens (B, N_3, C_3); with maps != NULL also the four
  * stage maps (B, C_i, H_i, W_i) (the official return_interm_layers=True outputs). */
 static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor **maps) {
     if (vt_bad(g, 1, x)) return NULL;
     const vt_stage_cfg *st = c->arch.stages;
     const int B = x->shape[0], Hi = x->shape[2], Wi = x->shape[3];
-    if (Hi % 32 || Wi % 32 || Hi < 32 || Wi < 32)
-        return vt_fail(g, c->name, "input %d×%d: height and width must be positive multiples of 32 (the stage grids "
-                       "H/4, H/8, H/16, H/32 must be whole)", Hi, Wi);
+    if (!size_ok(Hi) || !size_ok(Wi))
+        return vt_fail(g, c->name, "input %d×%d: %s", Hi, Wi, SIZE_RULE);
     for (int i = 0; i < 4; i++) {
         if (st[i].dim < 10 || st[i].dim % 10)
             return vt_fail(g, c->name, "stage %d: width %d must be a positive multiple of 10", i + 1, st[i].dim);
@@ -83,10 +92,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         if (strcmp(a->stages[i].attn, "gma") != 0 || strcmp(a->ffn, "mlp") != 0)
             return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
                                   "for attention %s with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
-    if (a->img_size % 32)
-        return vt_seterr(e, "%s: image size %d: vitc builds GroupMixFormer at multiples of 32 (stage grids H/4 ... "
-                         "H/32; the official code also runs sizes whose ceil(H/4) is a multiple of 8, e.g. 223, which "
-                         "vitc does not)", c->name, a->img_size);
+    if (!size_ok(a->img_size)) return vt_seterr(e, "%s: image size %d: %s", c->name, a->img_size, SIZE_RULE);
     return 0;
 }
 

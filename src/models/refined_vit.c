@@ -99,10 +99,12 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     if (strcmp(c->arch.stages[0].attn, "refiner") != 0 || strcmp(c->arch.ffn, "mlp") != 0)
         return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
                               "attention %s with FFN %s (--attn, --ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
-    if (c->arch.img_size % 16)
-        return vt_seterr(e, "%s: image size %d: vitc builds Refined-ViT at multiples of 16 (stem stride 2 × patch "
-                         "8; the official code also runs other sizes but 16k + 15, cutting the last pixels, which vitc "
-                         "does not)", c->name, c->arch.img_size);
+    /* The official pos_embed holds (S//16)² tokens, the stem (7x7/2 pad 3, then 8x8/8) gives ⌊⌈S/2⌉/8⌋² of them:
+     * equal, the last pixels cut, for every S >= 16 but 16k + 15 (spec-refiner §3), where the official code fails. */
+    if (c->arch.img_size < 16 || c->arch.img_size % 16 == 15)
+        return vt_seterr(e, "%s: image size %d: Refined-ViT runs at sizes of at least 16 but 16k + 15 (the official "
+                         "code's rule: there its stem makes one token row more than pos_embed holds)", c->name,
+                         c->arch.img_size);
     return 0;
 }
 

@@ -13,6 +13,8 @@ Checks (reference computed in float64 from the same float32 weights/inputs):
       torch.optim.AdamW (no decay for dim<=1 params, cls_token, pos_embed), each <= 1e-4 relative
       (max(1, |ref|)); (c2) the same with --steps 5 --weight-decay 10, which exposes the grouping
   (d) every gradient vitc returns is non-zero somewhere
+  (a2, b2) sizes that are not a multiple of the patch (deit_tiny at 239 px, vit_fmnist_tiny at 31 px with the same
+      weights): the patch conv drops the last pixels as timm's does; forward, and (b2) loss and gradients as (b)
   (e) tools/convert_checkpoint.py: a torch.save'd DeiT-Ti checkpoint ({'model': ..., 'epoch'}, 'module.' prefixes,
       an extra 'head_dist.*') converted with --drop head_dist gives the (a) logits; without --drop vitc names
       the extra tensor; one that also pickles its training args (an argparse.Namespace) converts as it is
@@ -45,11 +47,11 @@ def test_info(rep):
             rep.check(f"info {name}", got == (want, 224, 1000), f"(params, img_size, num_classes) = {got}, want {(want, 224, 1000)}")
 
 
-def forward(rep, tag, model, w, x, tmp, sd, heads):
-    """Write x, run `vitc forward`, compare logits with the float64 reference."""
+def forward(rep, tag, model, w, x, tmp, sd, heads, args=()):
+    """Write x, run `vitc forward` (with args), compare logits with the float64 reference."""
     xin, out = tmp / f"{model}_x.safetensors", tmp / f"{model}_y.safetensors"
     st.save(xin, {"input": x})
-    if vitc_ok(rep, tag, "forward", model, "--weights", w, "--input", xin, "--output", out) is None:
+    if vitc_ok(rep, tag, "forward", model, "--weights", w, "--input", xin, "--output", out, *args) is None:
         return
     y = st.load(out).get("logits")
     with torch.no_grad():
@@ -68,6 +70,10 @@ def test_deit_tiny(rep, tmp):
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     forward(rep, "(a) deit_tiny forward", name, tmp / "deit_w.safetensors", x, tmp, sd,
             vit_ref.MODELS[name]["num_heads"])
+    # 239 px: the stride-16 patch conv drops the last 15 rows and columns, as timm's does; same 14x14 grid and weights
+    x = torch.randn(2, 3, 239, 239, generator=torch.Generator().manual_seed(3))
+    forward(rep, "(a2) deit_tiny forward at 239 px", name, tmp / "deit_w.safetensors", x, tmp, sd,
+            vit_ref.MODELS[name]["num_heads"], ("--img-size", 239))
 
 
 def test_convert(rep, tmp):
@@ -102,6 +108,42 @@ def test_convert(rep, tmp):
               p.stderr.strip()[-200:])
 
 
+def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=()):
+    """(b) `vitc grad` loss and gradients against the reference, (d) every gradient non-zero somewhere."""
+    out = tmp / "fm_g.safetensors"
+    if not vitc_ok(rep, f"{tag} fmnist grad", "grad", FMNIST, "--weights", w, "--input", xin, "--output", out, *args):
+        return
+    res = st.load(out)
+    ref_loss, ref_g = vit_ref.loss_and_grads(vit_ref.build(sd, heads), x.double(), labels)
+    if "loss" in res:
+        e = abs(scalar(res["loss"]) - ref_loss) / max(1.0, abs(ref_loss))
+        rep.check(f"{tag} fmnist loss", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
+    else:
+        rep.check(f"{tag} fmnist loss", False, "no `loss` tensor in output")
+    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
+    rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra}")
+    worst, worst_n, bad, zero = (0.0, ""), (0.0, ""), 0, []
+    for k, r in ref_g.items():
+        a = res.get("grad/" + k)
+        if a is None or a.shape != tuple(r.shape):
+            bad += 1
+            rep.check(f"{tag} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
+            continue
+        e, idx, av, bv = grad_err(a, r)
+        en = norm_err(a, r)
+        worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
+        if e > TOL_GRAD or en > TOL_GRAD_NORM:
+            bad += 1
+            rep.check(f"{tag} grad/{k}", False, f"rel err {en:.2e} (tol {TOL_GRAD_NORM:g}), worst element {e:.2e} "
+                                          f"(tol {TOL_GRAD:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
+        if not np.any(a != 0):
+            zero.append(k)
+    if not bad:
+        rep.check(f"{tag} fmnist grads", True, f"{len(ref_g)} tensors, worst relative {worst_n[0]:.2e} in "
+                                            f"{worst_n[1]}, worst element {worst[0]:.2e} in {worst[1]}")
+    rep.check(f"{tag} (d) grads non-zero", not zero, f"all-zero gradients: {zero}")
+
+
 def test_fmnist(rep, tmp, heads_arg):
     j = info(rep, FMNIST) or {}
     init = tmp / "fm_init.safetensors"
@@ -130,40 +172,14 @@ def test_fmnist(rep, tmp, heads_arg):
     forward(rep, "(b) fmnist forward", FMNIST, w, x, tmp, sd, heads)
     xin = tmp / "fm_xl.safetensors"
     st.save(xin, {"input": x, "labels": labels})
-
-    # (b) loss and gradients, (d) non-zero gradients
-    out = tmp / "fm_g.safetensors"
-    if vitc_ok(rep, "(b) fmnist grad", "grad", FMNIST, "--weights", w, "--input", xin, "--output", out):
-        res = st.load(out)
-        ref_loss, ref_g = vit_ref.loss_and_grads(vit_ref.build(sd, heads), x.double(), labels)
-        if "loss" in res:
-            e = abs(scalar(res["loss"]) - ref_loss) / max(1.0, abs(ref_loss))
-            rep.check("(b) fmnist loss", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
-        else:
-            rep.check("(b) fmnist loss", False, "no `loss` tensor in output")
-        extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-        rep.check("(b) grad names", not extra, f"unexpected tensors {extra}")
-        worst, worst_n, bad, zero = (0.0, ""), (0.0, ""), 0, []
-        for k, r in ref_g.items():
-            a = res.get("grad/" + k)
-            if a is None or a.shape != tuple(r.shape):
-                bad += 1
-                rep.check(f"grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
-                continue
-            e, idx, av, bv = grad_err(a, r)
-            en = norm_err(a, r)
-            worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
-            if e > TOL_GRAD or en > TOL_GRAD_NORM:
-                bad += 1
-                rep.check(f"grad/{k}", False, f"rel err {en:.2e} (tol {TOL_GRAD_NORM:g}), worst element {e:.2e} "
-                                              f"(tol {TOL_GRAD:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-            if not np.any(a != 0):
-                zero.append(k)
-        if not bad:
-            rep.check("(b) fmnist grads", True, f"{len(ref_g)} tensors, worst relative {worst_n[0]:.2e} in "
-                                                f"{worst_n[1]}, worst element {worst[0]:.2e} in {worst[1]}")
-        rep.check("(d) grads non-zero", not zero, f"all-zero gradients: {zero}")
-
+    grads(rep, "(b)", w, x, labels, xin, tmp, sd, heads)
+    # (b2) at 31 px: the stride-4 patch conv drops the last 3 rows and columns (timm's rule), forward and backward
+    p = cfg["patch_size"]
+    s = cfg["img_size"] + p - 1
+    x2 = torch.randn(4, cfg["in_chans"], s, s, generator=g)
+    xin2 = tmp / "fm_xl2.safetensors"
+    st.save(xin2, {"input": x2, "labels": labels})
+    grads(rep, f"(b2) {s} px", w, x2, labels, xin2, tmp, sd, heads, ("--img-size", s))
     # (c) 10 AdamW steps on the same batch (c2: heavy decay, so a wrong no-decay grouping shows)
     for tag, steps, lr, wd in [("(c) adamw", 10, "1e-3", "0.05"), ("(c2) adamw decay groups", 5, "1e-3", "10")]:
         out = tmp / "fm_adamw.safetensors"

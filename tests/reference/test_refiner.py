@@ -32,6 +32,8 @@ Checks:
           max|a-b| / max(1, max|b|) <= 1e-4
   grad    `vitc grad` loss <= 1e-4 relative, every parameter gradient max|a-b| / max|b| <= 1e-3,
           every gradient non-zero somewhere (aux_head excepted)
+  size    refiner_vit_s also at 14 px more (46 for 32, same weights): fwd and grad as above; the stem's 8x8/8 proj
+          cuts those pixels as the official code's does (it runs every size but 16k + 15)
 Run: /usr/bin/python3 tests/reference/test_refiner.py [--models refiner_vit_s,...] [--img-size 32]
 """
 import argparse
@@ -325,6 +327,27 @@ def check_grads(rep, name, res, m, x, labels):
     rep.check(f"grads non-zero {name}", not zero, f"all-zero gradients: {zero[:8]}")
 
 
+def run_checks(rep, tmp, tag, name, w, x, labels, ref, common, do_grad):
+    """`vitc forward` logits against the reference in eval mode; with do_grad `vitc grad` against its train mode."""
+    xin, out = tmp / "rc_x.safetensors", tmp / "rc_y.safetensors"
+    st.save(xin, {"input": x, "labels": labels})
+    if vitc_ok(rep, f"fwd {tag}", "forward", name, "--weights", w, "--input", xin, "--output", out, *common):
+        y = st.load(out).get("logits")
+        ref.eval()
+        with torch.no_grad():
+            r = ref(x.double())
+        if y is None or y.shape != tuple(r.shape):
+            rep.check(f"fwd {tag}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
+        else:
+            e = scale_err(y, r)
+            rep.check(f"fwd {tag}", e <= TOL_FWD, f"logits rel err {e:.2e} (max|ref| {r.abs().max():.3g})")
+    if do_grad:
+        if vitc_ok(rep, f"grad {tag}", "grad", name, "--weights", w, "--input", xin, "--output", out,
+                   *common) is not None:
+            check_grads(rep, tag, st.load(out), ref, x, labels)
+    out.unlink(missing_ok=True)
+
+
 def test_size(rep, tmp, size, img, classes, batch, names, full):
     """Both variants of one size share one random state dict (the dense one adds aux_head)."""
     t0 = time.time()
@@ -340,8 +363,11 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
         labels = torch.randint(0, classes, (batch,), generator=g)
         if kink_margin(ref, x) > 1e-5:
             break
-    xin = tmp / f"{size}_x.safetensors"
-    st.save(xin, {"input": x, "labels": labels})
+    s2 = img + 14
+    for _ in range(50):
+        x2 = torch.randn(batch, 3, s2, s2, generator=g, dtype=torch.float32)
+        if kink_margin(ref, x2) > 1e-5:
+            break
     for name in names:
         is_dense = name.endswith("_dense")
         sd = sd_dense if is_dense else {k: v for k, v in sd_dense.items() if not k.startswith("aux_head.")}
@@ -357,23 +383,9 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
                 init.unlink()
         w = tmp / f"{size}_w.safetensors"
         st.save(w, sd)
-        out = tmp / f"{size}_y.safetensors"
-        if vitc_ok(rep, f"fwd {name}", "forward", name, "--weights", w, "--input", xin, "--output", out, *common):
-            y = st.load(out).get("logits")
-            ref.eval()
-            with torch.no_grad():
-                r = ref(x.double())
-            if y is None or y.shape != tuple(r.shape):
-                rep.check(f"fwd {name}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
-            else:
-                e = scale_err(y, r)
-                rep.check(f"fwd {name}", e <= TOL_FWD, f"logits rel err {e:.2e} (max|ref| {r.abs().max():.3g})")
-        if full or not is_dense or size == "s":
-            out = tmp / f"{size}_g.safetensors"
-            if vitc_ok(rep, f"grad {name}", "grad", name, "--weights", w, "--input", xin, "--output", out,
-                       *common) is not None:
-                check_grads(rep, name, st.load(out), ref, x, labels)
-            out.unlink(missing_ok=True)
+        run_checks(rep, tmp, name, name, w, x, labels, ref, common, full or not is_dense or size == "s")
+        if name == "refiner_vit_s":   # 14 px more: the stem's 8x8/8 proj cuts them, the official code's rule
+            run_checks(rep, tmp, f"{name}@{s2}", name, w, x2, labels, ref, ["--img-size", s2] + common[2:], True)
         w.unlink()
     print(f"# refiner_vit_{size}{f' depth {depth}' if depth else ''}: {time.time() - t0:.1f}s", flush=True)
 
