@@ -296,8 +296,8 @@ int vt_cffn_width(int hidden, int C, float t);
  * (f->train_form): prefix.fc2_{u,v}.rep.{b}.{conv, bn} (conv2_{u,v}.rep...), summed. */
 vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 /* Fills the deployed store dep from the training-form store train: equal names copied, every X.{weight,bias} of
- * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps; X.weight (out, in) or a 1x1 conv's
- * (out, in, 1, 1)); errors name unused or missing tensors. */
+ * dep with X.rep.0.conv.weight in train merged (BN eval mode, eps bn_eps, < 0 for the cFFN blocks' own; X.weight
+ * (out, in) or a 1x1 conv's (out, in, 1, 1)); errors name unused or missing tensors. */
 int vt_cffn_deploy(const vt_params *train, vt_params *dep, float bn_eps, vt_err *e);
 
 /* ---- nextvit.c (Next-ViT, Li et al. 2022; official names; spec-nextvit.md) ---- */

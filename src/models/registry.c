@@ -489,7 +489,7 @@ int vt_family_cffn_deploy(const vt_model_cfg *c, const vt_params *train, vt_para
     if (strcmp(c->arch.ffn, "cffn") != 0)
         return vt_seterr(e, "%s: nothing to deploy (without cFFN, --ffn cffn, its training and deployed forms are the "
                          "same)", c->name);
-    return vt_cffn_deploy(train, dep, 1e-5f, e);
+    return vt_cffn_deploy(train, dep, -1.0f, e); /* the cFFN's own BatchNorm eps */
 }
 
 int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep, vt_err *e) {
