@@ -914,6 +914,29 @@ static void check_separate_models(vt_test *T, const char *w, const char *wg) {
     }
 }
 
+/* The library's predict helpers at their edges: a config without crop_pct gets timm's default 0.875; a config made at
+ * another size keeps the named model's crop_pct (made with 1.0 to pass the range check); batch 65537 refused. */
+static void check_predict_cfg(vt_test *T) {
+    const vt_model_cfg *c = vt_model_find("groupmixformer_tiny");
+    T_CHECK(T, c && c->pre.crop_pct > 0.0f && c->pre.crop_pct != 1.0f, "groupmixformer_tiny has a crop_pct below 1");
+    if (!c) return;
+    vt_model_cfg z = *c;
+    z.pre.crop_pct = 0.0f;
+    const vt_preprocess pz = vt_model_preprocess(&z), pc = vt_model_preprocess(c);
+    T_CHECK(T, pz.crop_pct == 0.875f && pc.crop_pct == c->pre.crop_pct && pc.size == c->arch.img_size,
+            "preprocess crop_pct %g (unset: want 0.875), %g (want %g)", (double)pz.crop_pct, (double)pc.crop_pct,
+            (double)c->pre.crop_pct);
+    vt_model_cfg at;
+    vt_err e = {0};
+    T_CHECK(T, vt_model_at_size(c, 64, &at, &e) == 0 && at.arch.img_size == 64 && at.pre.crop_pct == c->pre.crop_pct,
+            "at 64 px: img_size %d crop_pct %g (want %g): %s", at.arch.img_size, (double)at.pre.crop_pct,
+            (double)c->pre.crop_pct, e.msg);
+    vt_predictor p;
+    vt_clearerr(&e);
+    T_CHECK(T, vt_predictor_init(&p, c, NULL, 65537, VT_PRED_LOGITS, &e) == -1 && !p.g &&
+                   strstr(e.msg, "batch size 65537 is outside [1, 65536]"), "batch 65537: %s", e.msg);
+}
+
 void test_api(vt_test *T) {
     T_CHECK(T, strcmp(vitc_version(), "0.4.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
@@ -937,6 +960,7 @@ void test_api(vt_test *T) {
     check_open_with(T, dir);
     check_form_taken(T, dir);
     check_form_hint(T, dir);
+    check_predict_cfg(T);
     unlink(w);
     unlink(wg);
     unlink(png);
