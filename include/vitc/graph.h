@@ -116,6 +116,7 @@ typedef struct vt_attn_map {
     float scale, eps;
     int relu;
     int lead, gh, gw;      /* queries */
+    int px;                /* > 0: the query grid covers the image's top-left gh·px × gw·px pixels (vt_graph.map_px) */
     int klead, kh, kw;     /* keys */
     int kpool;             /* > 0: key j pools query-grid tokens [j·kpool, (j+1)·kpool) in raster order (Next-ViT) */
     int win_h, win_w, win_sh, win_sw; /* > 0: batch entries are the gh × gw windows of one win_h × win_w map cut by
@@ -160,6 +161,9 @@ struct vt_graph {
                          * the weights are quantised at the first forward and again after vt_params_changed) */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
                          * nothing */
+    int map_px;         /* set by single-grid hosts (ViT, Refined-ViT) before their blocks: a token is the px × px
+                         * pixels of a patch conv of stride px without padding, so the grid covers the image's top-left
+                         * grid·px pixels (other sizes lose the rest); exported maps take it as vt_attn_map.px */
     int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token
                          * ViT's last block computes only the class token's row past its keys and values (the one row
                          * its head reads; same result); model summaries set it so their MACs are the model's */

@@ -264,6 +264,7 @@ int vt_graph_export_map(vt_graph *g, const vt_attn_map *m) {
     vt_attn_map *c = vt_alloc(sizeof(*c), &g->err);
     if (!c) return -1;
     *c = *m;
+    if (!c->px) c->px = g->map_px;
     for (int k = 2, clash = 1; clash && k < 1000; k++) { /* a block exporting twice under one name: name.2, ... */
         clash = 0;
         for (int i = 0; i < g->nmaps && !clash; i++) clash = strcmp(g->maps[i]->name, c->name) == 0;

@@ -361,16 +361,32 @@ static void text(canvas *cv, int x, int y, const char *s, int maxw) {
 /* x clamped to [0, 1], NaN to 0 (weights that overflow must not index outside the colormap). */
 static float unit(float x) { return x >= 0.0f ? (x <= 1.0f ? x : 1.0f) : 0.0f; }
 
+/* The pixels per cell of m's drawn grid where its tokens cover only the image's top-left cells·px pixels (a patch
+ * conv without padding at a size that is not a multiple: vt_attn_map.px, for the query grid); 0: the whole image. */
+static int draw_px(const vt_attn_map *m) {
+    int gh, gw;
+    draw_grid(m, &gh, &gw);
+    return m->px > 0 && gh == m->gh && gw == m->gw ? m->px : 0;
+}
+
 /* Tile at (x0, y0): the preprocessed image x (C, S, S, normalised by pp), and over it, if v is non-NULL, the map v
- * (kh × kw) min-max scaled, upsampled to S×S and coloured with viridis (55% map, 45% image); T/S-fold pixels. */
+ * (kh × kw) min-max scaled, upsampled to S×S (with px > 0: to the kh·px × kw·px pixels its cells cover, the rest of
+ * the image left bare) and coloured with viridis (55% map, 45% image); T/S-fold pixels. */
 static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_preprocess *pp, const float *v, int kh,
-                 int kw) {
+                 int kw, int px) {
     const int S = cv->S, f = cv->T / S;
+    const int ch = px > 0 && kh * px < S ? kh * px : S, cw = px > 0 && kw * px < S ? kw * px : S;
     if (v) {
         float lo = v[0], hi = v[0];
         for (int j = 1; j < kh * kw; j++) lo = fminf(lo, v[j]), hi = fmaxf(hi, v[j]);
-        vt_bilinear_resize(v, 1, kh, kw, 1, cv->big, S, S);
-        for (int j = 0; j < S * S; j++) cv->big[j] = hi > lo ? (cv->big[j] - lo) / (hi - lo) : 0.0f;
+        vt_bilinear_resize(v, 1, kh, kw, 1, cv->big, ch, cw);
+        for (int y = ch - 1; y >= 0; y--) { /* rows of cw to rows of S, from the last (they only move forward) */
+            memmove(cv->big + (size_t)y * S, cv->big + (size_t)y * cw, sizeof(float) * (size_t)cw);
+            for (int xx = cw; xx < S; xx++) cv->big[(size_t)y * S + xx] = NAN;
+        }
+        for (int j = ch * S; j < S * S; j++) cv->big[j] = NAN;
+        for (int j = 0; j < S * S; j++)
+            if (!isnan(cv->big[j])) cv->big[j] = hi > lo ? (cv->big[j] - lo) / (hi - lo) : 0.0f;
     }
     for (int y = 0; y < S; y++)
         for (int xx = 0; xx < S; xx++) {
@@ -378,7 +394,7 @@ static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_pre
             for (int c = 0; c < 3; c++) {
                 const int ch = C == 1 ? 0 : c;
                 float o = 255.0f * unit(x[((size_t)ch * S + y) * S + xx] * pp->std[ch] + pp->mean[ch]);
-                if (v) {
+                if (v && !isnan(cv->big[y * S + xx])) {
                     const int k = (int)lrintf(255.0f * unit(cv->big[y * S + xx]));
                     o = 0.45f * o + 0.55f * (float)viridis[k][c];
                 }
@@ -693,7 +709,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                 map_title(i < r.nsel ? m : NULL, paths[b], t);
                 text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
                 text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
-                tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0);
+                tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0, 0);
                 if (i == r.nsel) { /* rollout: the class row (or the mean row) over the grid keys */
                     const int K = m->kh * m->kw, q1 = m->lead ? 1 : NR;
                     for (int j = 0; j < K; j++) {
@@ -702,7 +718,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                         r.row[j] = (float)(s / q1);
                     }
                     text(&r.cv, PAD + r.cv.T + PAD, y0 + TITLE + 2, m->lead ? "class row" : "mean row", r.cv.T);
-                    tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw);
+                    tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw,
+                         m->kh == m->gh && m->kw == m->gw ? m->px : 0);
                     continue;
                 }
                 map_dims(m, &B, &H, &N, &M);
@@ -721,7 +738,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     int gh, gw;
                     draw_grid(m, &gh, &gw);
                     text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
-                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw);
+                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw, draw_px(m));
                 }
             }
         }

@@ -54,6 +54,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     if (!t) return NULL;
     const int n = gh * gw;
     const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, 1);
+    g->map_px = 16; /* the stem's stride: the proj's 8x8/8 leaves the last S mod 16 pixels out */
     int ts[3] = {1, 1, D}, ps[3] = {1, n + 1, D};
     vt_tensor *cls = vt_param(g, "cls_token", 3, ts, VT_INIT_W02);
     vt_tensor *pos = vt_param(g, "pos_embed", 3, ps, VT_INIT_W02);

@@ -25,6 +25,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     int ps[3] = {1, T, D};
     t = vt_add(g, t, vt_param(g, "pos_embed", 3, ps, VT_INIT_W02));
     const vt_attn_ctx actx = vt_stage_attn_ctx(c, 0, gh, gw, a->class_token);
+    g->map_px = a->patch;
     const vt_ffn_ctx fctx = vt_stage_ffn_ctx(c, 0);
     /* The head reads only the class token: the last block computes the other tokens' keys and values, nothing more
      * (attention types with a lead-queries form: plain, MSF, hMHSA, FLatten; FFNs are per token but a re-parameterised

@@ -394,6 +394,29 @@ def test_selection_and_errors(rep, tmp, imgs, cfg):
               "attention", MODEL, "--attn", "refiner", "--weights", wr, imgs[0], *out, "--rollout")
 
 
+def test_uncovered(rep, tmp, imgs, cfg):
+    """vit_fmnist_tiny at 31 px: its stride-4 patch conv covers the top-left 28 px (7x7 tokens), as timm's. The maps
+    equal the reference's, and the PNG draws them over those 28 px only: in every map tile of the first row the
+    last 3 columns and rows are the bare input tile's pixels, while the covered part is coloured."""
+    S, cover, H = 31, 28, cfg["num_heads"]
+    check_case(rep, tmp, "mhsa@31", MODEL, ["--img-size", S], vit_ref.ViT(cfg),
+               vit_ref.random_state_dict(cfg, seed=1, std="fan_in"), imgs[:1], rollout=False, img=S)
+    png = tmp / "mhsa@31.png"
+    if not png.exists():
+        return
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    T = S * math.ceil(128 / S)
+    f, y0 = T // S, 4 + 24
+    base = a[y0:y0 + T, 4:4 + T]
+    bare, coloured = True, 0
+    for c in range(1, H + 1):
+        t = a[y0:y0 + T, 4 + c * (T + 4):4 + c * (T + 4) + T]
+        bare &= np.array_equal(t[:, cover * f:], base[:, cover * f:]) and np.array_equal(t[cover * f:], base[cover * f:])
+        coloured += int(np.any(t[:cover * f, :cover * f] != base[:cover * f, :cover * f]))
+    rep.check("mhsa@31 PNG: uncovered pixels bare, covered ones coloured", bare and coloured == H,
+              f"bare {bare}, {coloured} of {H} tiles coloured")
+
+
 def main():
     rep = Report()
     if have_vitc(rep):
@@ -401,6 +424,7 @@ def main():
         imgs = write_images(tmp)
         cfg = vit_cfg(rep)
         test_types(rep, tmp, imgs, cfg)
+        test_uncovered(rep, tmp, imgs, cfg)
         test_swin_windows(rep, tmp, imgs)
         test_cswin_stripes(rep, tmp, imgs)
         test_swin_padded(rep, tmp, imgs)
