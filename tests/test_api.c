@@ -914,8 +914,19 @@ static void check_separate_models(vt_test *T, const char *w, const char *wg) {
     }
 }
 
+/* vt_image_source of pseudo-random inputs (ctx unused). */
+static int random_source(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e) {
+    (void)ctx, (void)e;
+    float *x = random_input((int64_t)pp->chans * pp->size * pp->size, 11u + (unsigned)i);
+    if (!x) return -1;
+    memcpy(out, x, sizeof(float) * (size_t)pp->chans * pp->size * pp->size);
+    free(x);
+    return 0;
+}
+
 /* The library's predict helpers at their edges: a config without crop_pct gets timm's default 0.875; a config made at
- * another size keeps the named model's crop_pct (made with 1.0 to pass the range check); batch 65537 refused. */
+ * another size keeps the named model's crop_pct (made with 1.0 to pass the range check); batch 65537 refused; a top-k
+ * past VT_MAX_TOPK on a model of more classes gives the VT_MAX_TOPK largest, in order. */
 static void check_predict_cfg(vt_test *T) {
     const vt_model_cfg *c = vt_model_find("groupmixformer_tiny");
     T_CHECK(T, c && c->pre.crop_pct > 0.0f && c->pre.crop_pct != 1.0f, "groupmixformer_tiny has a crop_pct below 1");
@@ -935,6 +946,31 @@ static void check_predict_cfg(vt_test *T) {
     vt_clearerr(&e);
     T_CHECK(T, vt_predictor_init(&p, c, NULL, 65537, VT_PRED_LOGITS, &e) == -1 && !p.g &&
                    strstr(e.msg, "batch size 65537 is outside [1, 65536]"), "batch 65537: %s", e.msg);
+    vt_model_overrides ov = vt_model_no_overrides();
+    ov.num_classes = 100;
+    vt_model_cfg c100;
+    vt_params *P = vt_params_new(&e);
+    T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c100, &e) == 0 &&
+                   vt_model_init_params(&c100, P, 3, &e) == 0 && vt_predictor_init(&p, &c100, P, 2, VT_PRED_LOGITS, &e) == 0,
+            "vit_fmnist_tiny with 100 classes: %s", e.msg);
+    if (p.g) {
+        vt_prediction out[3];
+        float logits[3 * 100];
+        const int bad = vt_predictor_classify(&p, random_source, NULL, NULL, 3, 100, out, NULL, logits, NULL, NULL);
+        int ok = bad == 0;
+        for (int i = 0; ok && i < 3; i++) {
+            ok = out[i].ok && out[i].top.k == VT_MAX_TOPK;
+            for (int t = 0; ok && t < VT_MAX_TOPK; t++) {
+                const float *l = logits + i * 100;
+                int above = 0; /* classes with a larger logit than the t-th pick: exactly t */
+                for (int j = 0; j < 100; j++) above += l[j] > l[out[i].top.cls[t]];
+                ok = above == t && (t == 0 || out[i].top.prob[t] <= out[i].top.prob[t - 1]);
+            }
+        }
+        T_CHECK(T, ok, "top-100 of 100 classes: %d failed, k %d (want %d)", bad, out[0].top.k, VT_MAX_TOPK);
+        vt_predictor_free(&p);
+    }
+    vt_params_free(P);
 }
 
 void test_api(vt_test *T) {

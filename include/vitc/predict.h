@@ -99,10 +99,11 @@ void vt_predictor_forward(vt_predictor *p, const float *x, int nb);
 /* Fills out (C, S, S) with the preprocessed image i of a source; 0, or -1 with a message naming the image. */
 typedef int (*vt_image_source)(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e);
 
-/* Classifies n images read from src in batches of the predictor's size: out[i] gets each image's top-k or its own
- * error (a bad image does not stop the others; names, if non-NULL, name the images in messages). Non-NULL inputs /
- * logits / pooled receive every image's preprocessed input (n, C, S, S), logits (n, K) and pooled features (n, D).
- * Progress goes to the stream `progress` (NULL: none) when there is more than one batch. Returns the failed count. */
+/* Classifies n images read from src in batches of the predictor's size: out[i] gets each image's top-k (k at most
+ * VT_MAX_TOPK and the classes) or its own error (a bad image does not stop the others; names, if non-NULL, name the
+ * images in messages). Non-NULL inputs / logits / pooled receive every image's preprocessed input (n, C, S, S),
+ * logits (n, K) and pooled features (n, D). Progress goes to the stream `progress` (NULL: none) when there is more
+ * than one batch. Returns the failed count. */
 int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const char *const *names, int n, int k,
                           vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress);
 
