@@ -329,23 +329,14 @@ def check_grads(rep, name, res, m, x, labels):
 
 def run_checks(rep, tmp, tag, name, w, x, labels, ref, common, do_grad):
     """`vitc forward` logits against the reference in eval mode; with do_grad `vitc grad` against its train mode."""
-    xin, out = tmp / "rc_x.safetensors", tmp / "rc_y.safetensors"
-    st.save(xin, {"input": x, "labels": labels})
-    if vitc_ok(rep, f"fwd {tag}", "forward", name, "--weights", w, "--input", xin, "--output", out, *common):
-        y = st.load(out).get("logits")
-        ref.eval()
-        with torch.no_grad():
-            r = ref(x.double())
-        if y is None or y.shape != tuple(r.shape):
-            rep.check(f"fwd {tag}", False, f"logits {None if y is None else y.shape}, want {tuple(r.shape)}")
-        else:
-            e = scale_err(y, r)
-            rep.check(f"fwd {tag}", e <= TOL_FWD, f"logits rel err {e:.2e} (max|ref| {r.abs().max():.3g})")
+    harness.forward(rep, tmp, tag, name, ref, w, x, common)
     if do_grad:
+        xin, out = tmp / "rc_xl.safetensors", tmp / "rc_g.safetensors"
+        st.save(xin, {"input": x, "labels": labels})
         if vitc_ok(rep, f"grad {tag}", "grad", name, "--weights", w, "--input", xin, "--output", out,
                    *common) is not None:
             check_grads(rep, tag, st.load(out), ref, x, labels)
-    out.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
 
 
 def test_size(rep, tmp, size, img, classes, batch, names, full):
