@@ -9,6 +9,10 @@
 
 #define VT_MAXDIM 5
 #define VT_NAMELEN 128
+/* Elements of one tensor at most (INT_MAX, 8 GiB of floats): builders multiply dims in int (B·N, H·W, ...), and every
+ * such product stays exact. VT_NUMEL_LIMIT_MSG words it in errors (its %d takes VT_MAX_NUMEL). */
+#define VT_MAX_NUMEL 2147483647
+#define VT_NUMEL_LIMIT_MSG "the engine's limit of %d elements per tensor (8 GiB)"
 
 typedef enum {
     VT_ACT = 0,  /* activation produced by a node (planned in the graph arena) */

@@ -1,7 +1,6 @@
 /* Graph construction, memory planning (one arena, interval-based reuse) and the executors. */
 #include "vitc/graph.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -101,12 +100,10 @@ static vt_tensor *new_tensor(vt_graph *g, vt_kind kind, int ndim, const int *sha
     if (ndim < 0 || ndim > VT_MAXDIM) return vt_fail(g, "tensor", "%d dimensions (max %d)", ndim, VT_MAXDIM);
     for (int i = 0; i < ndim; i++)
         if (shape[i] <= 0) return vt_fail(g, "tensor", "dimension %d has size %d", i, shape[i]);
-    /* Builders multiply a tensor's dims in int (B·N, H·W, ...); capping every tensor at INT_MAX elements (8 GiB)
-     * keeps each such product exact. */
     const int64_t numel = vt_shape_numel(ndim, shape);
-    if (numel > INT_MAX)
-        return vt_fail(g, "tensor", "%lld elements exceed the engine's limit of %d per tensor (8 GiB); use a "
-                       "smaller batch or image", (long long)numel, INT_MAX);
+    if (numel > VT_MAX_NUMEL)
+        return vt_fail(g, "tensor", "%lld elements exceed " VT_NUMEL_LIMIT_MSG "; use a smaller batch or image",
+                       (long long)numel, VT_MAX_NUMEL);
     if (grow(g, (void ***)&g->tens, g->nt, &g->tcap)) return NULL;
     vt_tensor *t = vt_alloc(sizeof(*t), &g->err);
     if (!t) return NULL;
@@ -239,9 +236,9 @@ int vt_node_add_input(vt_node *n, vt_tensor *t) {
 
 /* A 1-D planned buffer of numel elements for node n, refused (naming the op) past the per-tensor limit. */
 static vt_tensor *node_buffer(vt_node *n, vt_kind kind, int64_t numel, const char *what) {
-    if (numel < 1 || numel > INT_MAX) {
-        vt_fail(n->g, n->op->name, "%s buffer of %lld elements is outside the engine's per-tensor limit of %d elements "
-                "(8 GiB); use a smaller batch or image size", what, (long long)numel, INT_MAX);
+    if (numel < 1 || numel > VT_MAX_NUMEL) {
+        vt_fail(n->g, n->op->name, "%s buffer of %lld elements is outside 1 to " VT_NUMEL_LIMIT_MSG "; use a smaller "
+                "batch or image size", what, (long long)numel, VT_MAX_NUMEL);
         return NULL;
     }
     const int shape[1] = {(int)numel};

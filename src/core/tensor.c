@@ -1,6 +1,5 @@
 #include "vitc/tensor.h"
 
-#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -128,10 +127,10 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
             vt_seterr(e, "parameter %s: dimension %d is %d", name, i, shape[i]);
             return NULL;
         }
-    const int64_t numel = vt_shape_numel(ndim, shape); /* the graph's tensors' limit (graph.c), for the same reason */
-    if (numel > INT_MAX) {
-        vt_seterr(e, "parameter %s: %lld elements exceed the engine's limit of %d per tensor (8 GiB); use smaller "
-                  "widths", name, (long long)numel, INT_MAX);
+    const int64_t numel = vt_shape_numel(ndim, shape);
+    if (numel > VT_MAX_NUMEL) {
+        vt_seterr(e, "parameter %s: %lld elements exceed " VT_NUMEL_LIMIT_MSG "; use smaller widths", name,
+                  (long long)numel, VT_MAX_NUMEL);
         return NULL;
     }
     vt_tensor *t = vt_params_find(P, name);
