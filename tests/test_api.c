@@ -599,7 +599,8 @@ static void check_open_with(vt_test *T, const char *dir) {
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
         T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
                        strstr(err.msg, "vitc_model_options record (\"--num-classes 5 --in-chans 3 --img-size 3\")") &&
-                       strstr(err.msg, "below the patch size 4"), "record --img-size 3: code %d, %s", err.code, err.msg);
+                       strstr(err.msg, "below the patch size 4"),
+                "record --img-size 3: code %d, %s", err.code, err.msg);
         /* an option recorded twice (vitc records each once; the CLI had taken the first, the library the last) */
         snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten --in-chans 1");
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
@@ -951,7 +952,8 @@ static void check_predict_cfg(vt_test *T) {
     vt_model_cfg c100;
     vt_params *P = vt_params_new(&e);
     T_CHECK(T, P && vt_model_configure(vt_model_find("vit_fmnist_tiny"), &ov, &c100, &e) == 0 &&
-                   vt_model_init_params(&c100, P, 3, &e) == 0 && vt_predictor_init(&p, &c100, P, 2, VT_PRED_LOGITS, &e) == 0,
+                   vt_model_init_params(&c100, P, 3, &e) == 0 &&
+                   vt_predictor_init(&p, &c100, P, 2, VT_PRED_LOGITS, &e) == 0,
             "vit_fmnist_tiny with 100 classes: %s", e.msg);
     if (p.g) {
         vt_prediction out[3];

@@ -308,8 +308,9 @@ void test_gma(vt_test *T) {
             int rc = mc->family->features(g, mc, vt_input(g, "input", 4, xs), maps) == 4 ? 0 : -1;
             T_CHECK(T, rc == 0, "features build %dx%d: %s", xs[2], xs[3], g->err.msg);
             for (int i = 0; rc == 0 && i < 4; i++)
-                T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 && maps[i]->shape[1] == mc->arch.stages[i].dim &&
-                               maps[i]->shape[2] == 64 >> (i + 2) && maps[i]->shape[3] == 96 >> (i + 2),
+                T_CHECK(T, maps[i]->ndim == 4 && maps[i]->shape[0] == 2 &&
+                               maps[i]->shape[1] == mc->arch.stages[i].dim && maps[i]->shape[2] == 64 >> (i + 2) &&
+                               maps[i]->shape[3] == 96 >> (i + 2),
                         "%dx%d: stage %d map shape", xs[2], xs[3], i);
             T_CHECK(T, rc == 0 && vt_graph_finalize(g, &e) == 0, "features finalize: %s", e.msg);
             vt_graph_free(g);

@@ -30,8 +30,8 @@ typedef struct vt_attn_viz_opts {
  * The PNG: one row per (image, map view) (and per image for the rollout), its first column the preprocessed image,
  * then one tile per head (or the head mean), the row min-max scaled, bilinearly upsampled to the input and overlaid
  * in viridis (to the part of it the tokens cover where a ViT's or Refined-ViT's patch stride does not divide the
- * size: their last pixels stay bare); each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel caption, each row under a
- * 12-pixel title (the file, the map and which row is drawn: the class token's, or the mean of how many queries), 4
+ * size: their last pixels stay bare); each tile T×T pixels (T = S·⌈128/S⌉ for inputs of S pixels) under a 12-pixel
+ * caption, each row under a 12-pixel title (the file, the map and which row is drawn: the class token's, or the mean of how many queries), 4
  * pixels between tiles and around: width 4 + (1 + cols)·(T + 4), or wider to fit the widest title (stb_easy_font's
  * characters, at most 7 pixels each, plus 8), height 4 + rows·(24 + T + 4).
  * The safetensors file: "input" (n, C, S, S); each drawn map by name, (n, H, N, M) or per window (n, nW, H, N, M);

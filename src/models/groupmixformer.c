@@ -13,8 +13,8 @@
 /* The official patch embeds take a stage grid as H//2 where their stride-2 convs give ceil(H/2), and its blocks
  * assert N = H·W: it runs only where stage 1's grid ceil(ceil(S/2)/2) is a multiple of 8 (spec §2), so does vitc. */
 #define SIZE_RULE                                                                                                 \
-    "GroupMixFormer runs where the stage-1 grid ceil(ceil(S/2)/2) is a positive multiple of 8, the official code's "   \
-    "rule (e.g. 221-224 and 253-256; not 200 or 220)"
+    "GroupMixFormer runs where the stage-1 grid ceil(ceil(S/2)/2) is a positive multiple of 8, the official "     \
+    "code's rule (e.g. 221-224 and 253-256; not 200 or 220)"
 static int size_ok(int s) {
     const int grid = ((s + 1) / 2 + 1) / 2;
     return s > 0 && grid > 0 && grid % 8 == 0;

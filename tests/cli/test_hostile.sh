@@ -380,7 +380,8 @@ expect "an unknown model name is a usage error (2)" 2 "unknown model 'no_such_mo
     $V info no_such_model
 # sizes and widths a family's rules refuse are usage errors too, in every family (2)
 for c in "simplevit_ti_msf --img-size 33:multiple of the patch size 16" "swin_t --dims 90:multiple of its 12 heads" \
-    "cswin_tiny_224 --img-size 16:below 32" "groupmixformer_test --img-size 48:grid ceil(ceil(S/2)/2) is a positive multiple of 8" \
+    "cswin_tiny_224 --img-size 16:below 32" \
+    "groupmixformer_test --img-size 48:grid ceil(ceil(S/2)/2) is a positive multiple of 8" \
     "refiner_vit_s --img-size 47:but 16k + 15" "deit_tiny_patch16_224 --img-size 15:below the patch size 16"; do
     expect "info ${c%%:*} refused (2)" 2 "${c#*:}" $V info ${c%%:*}
 done

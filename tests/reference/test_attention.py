@@ -411,8 +411,9 @@ def test_uncovered(rep, tmp, imgs, cfg):
     bare, coloured = True, 0
     for c in range(1, H + 1):
         t = a[y0:y0 + T, 4 + c * (T + 4):4 + c * (T + 4) + T]
-        bare &= np.array_equal(t[:, cover * f:], base[:, cover * f:]) and np.array_equal(t[cover * f:], base[cover * f:])
-        coloured += int(np.any(t[:cover * f, :cover * f] != base[:cover * f, :cover * f]))
+        c0 = cover * f
+        bare &= np.array_equal(t[:, c0:], base[:, c0:]) and np.array_equal(t[c0:], base[c0:])
+        coloured += int(np.any(t[:c0, :c0] != base[:c0, :c0]))
     rep.check("mhsa@31 PNG: uncovered pixels bare, covered ones coloured", bare and coloured == H,
               f"bare {bare}, {coloured} of {H} tiles coloured")
 

@@ -117,7 +117,8 @@ def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=()):
     ref_loss, ref_g = vit_ref.loss_and_grads(vit_ref.build(sd, heads), x.double(), labels)
     if "loss" in res:
         e = abs(scalar(res["loss"]) - ref_loss) / max(1.0, abs(ref_loss))
-        rep.check(f"{tag} fmnist loss", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
+        rep.check(f"{tag} fmnist loss", e <= TOL_LOSS,
+                  f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
     else:
         rep.check(f"{tag} fmnist loss", False, "no `loss` tensor in output")
     extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
