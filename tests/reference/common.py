@@ -110,6 +110,33 @@ def norm_err(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+def compare_grads(rep, tag, res, ref_g, tol, norm_tol=None):
+    """Every reference gradient ref_g[name] against vitc's res["grad/" + name]: a missing or misshaped one fails, and
+    one whose worst element (grad_err) exceeds tol or, with norm_tol, whose norm error (norm_err) exceeds that; each
+    failure its own check, one passing check when none fails. Returns the names vitc gives all-zero gradients."""
+    worst, worst_n, bad, zero = (0.0, ""), (0.0, ""), 0, []
+    for k, r in ref_g.items():
+        a = res.get("grad/" + k)
+        if a is None or a.shape != tuple(r.shape):
+            bad += 1
+            rep.check(f"{tag} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
+            continue
+        e, idx, av, bv = grad_err(a, r)
+        en = norm_err(a, r) if norm_tol is not None else 0.0
+        worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
+        if e > tol or en > (norm_tol or 0.0):
+            bad += 1
+            rep.check(f"{tag} grad/{k}", False, (f"rel err {en:.2e} (tol {norm_tol:g}), " if norm_tol else "") +
+                      f"worst element {e:.2e} (tol {tol:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
+        if not np.any(a != 0):
+            zero.append(k)
+    if not bad:
+        rep.check(f"{tag} grads", True, f"{len(ref_g)} tensors, " +
+                  (f"worst relative {worst_n[0]:.2e} in {worst_n[1]}, " if norm_tol else "") +
+                  f"worst element {worst[0]:.2e} in {worst[1]}")
+    return zero
+
+
 def scalar(x):
     """loss stored with shape () or (1,) -> float."""
     x = np.asarray(x)

@@ -27,7 +27,7 @@ import torch
 
 import st
 import vit_ref
-from common import Report, have_vitc, info, norm_err, scalar, scale_err, grad_err, tmpdir, vitc_ok
+from common import Report, compare_grads, have_vitc, info, scalar, scale_err, tmpdir, vitc_ok
 
 FMNIST = "vit_fmnist_tiny"
 HEADS = {FMNIST: None}     # heads of vit_fmnist_tiny: None = ask `vitc info --json`, else D // 32
@@ -123,25 +123,7 @@ def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=()):
         rep.check(f"{tag} fmnist loss", False, "no `loss` tensor in output")
     extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
     rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra}")
-    worst, worst_n, bad, zero = (0.0, ""), (0.0, ""), 0, []
-    for k, r in ref_g.items():
-        a = res.get("grad/" + k)
-        if a is None or a.shape != tuple(r.shape):
-            bad += 1
-            rep.check(f"{tag} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
-            continue
-        e, idx, av, bv = grad_err(a, r)
-        en = norm_err(a, r)
-        worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
-        if e > TOL_GRAD or en > TOL_GRAD_NORM:
-            bad += 1
-            rep.check(f"{tag} grad/{k}", False, f"rel err {en:.2e} (tol {TOL_GRAD_NORM:g}), worst element {e:.2e} "
-                                          f"(tol {TOL_GRAD:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0):
-            zero.append(k)
-    if not bad:
-        rep.check(f"{tag} fmnist grads", True, f"{len(ref_g)} tensors, worst relative {worst_n[0]:.2e} in "
-                                            f"{worst_n[1]}, worst element {worst[0]:.2e} in {worst[1]}")
+    zero = compare_grads(rep, f"{tag} fmnist", res, ref_g, TOL_GRAD, TOL_GRAD_NORM)
     rep.check(f"{tag} (d) grads non-zero", not zero, f"all-zero gradients: {zero}")
 
 

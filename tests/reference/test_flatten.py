@@ -19,14 +19,13 @@ Run: /usr/bin/python3 tests/reference/test_flatten.py      (needs ./vitc or $VIT
 """
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import flatten_ref
 import st
-from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
+from common import Report, compare_grads, have_vitc, info, scalar, scale_err, tmpdir, vitc_ok
 
 TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
 LN_EPS = 1e-6
@@ -213,22 +212,7 @@ def check_model(rep, tmp, tag, model, cfg, opts, batch, seed, mutate=None, extra
         rep.check(f"{tag} loss", False, "no `loss` tensor in output")
     extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
     rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra[:6]}")
-    worst, bad, zero = (0.0, ""), 0, []
-    for k, r in ref_g.items():
-        a = res.get("grad/" + k)
-        if a is None or a.shape != tuple(r.shape):
-            bad += 1
-            rep.check(f"{tag} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
-            continue
-        e, idx, av, bv = grad_err(a, r)
-        worst = max(worst, (e, k))
-        if e > TOL_GRAD:
-            bad += 1
-            rep.check(f"{tag} grad/{k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0):
-            zero.append(k)
-    if not bad:
-        rep.check(f"{tag} grads", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}")
+    zero = compare_grads(rep, tag, res, ref_g, TOL_GRAD)
     # The last block's DWC cannot reach the logits: only the class token feeds the head, and the class token gets
     # no DWC term (spec §6 choice). Its gradient is exactly 0 in the reference too; every other one must be non-zero.
     last = cfg["depth"] - 1
