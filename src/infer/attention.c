@@ -361,12 +361,11 @@ static void text(canvas *cv, int x, int y, const char *s, int maxw) {
 /* x clamped to [0, 1], NaN to 0 (weights that overflow must not index outside the colormap). */
 static float unit(float x) { return x >= 0.0f ? (x <= 1.0f ? x : 1.0f) : 0.0f; }
 
-/* The pixels per cell of m's drawn grid where its tokens cover only the image's top-left cells·px pixels (a patch
- * conv without padding at a size that is not a multiple: vt_attn_map.px, for the query grid); 0: the whole image. */
-static int draw_px(const vt_attn_map *m) {
-    int gh, gw;
-    draw_grid(m, &gh, &gw);
-    return m->px > 0 && gh == m->gh && gw == m->gw ? m->px : 0;
+/* The pixels per cell of a dh × dw grid drawn for m where its tokens cover only the image's top-left cells·px pixels
+ * (a patch conv without padding at a size that is not a multiple: vt_attn_map.px, for the query grid); 0: the whole
+ * image. */
+static int cover_px(const vt_attn_map *m, int dh, int dw) {
+    return m->px > 0 && dh == m->gh && dw == m->gw ? m->px : 0;
 }
 
 /* Tile at (x0, y0): the preprocessed image x (C, S, S, normalised by pp), and over it, if v is non-NULL, the map v
@@ -719,7 +718,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     }
                     text(&r.cv, PAD + r.cv.T + PAD, y0 + TITLE + 2, m->lead ? "class row" : "mean row", r.cv.T);
                     tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw,
-                         m->kh == m->gh && m->kw == m->gw ? m->px : 0);
+                         cover_px(m, m->kh, m->kw));
                     continue;
                 }
                 map_dims(m, &B, &H, &N, &M);
@@ -738,7 +737,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     int gh, gw;
                     draw_grid(m, &gh, &gw);
                     text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
-                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw, draw_px(m));
+                    tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw, cover_px(m, gh, gw));
                 }
             }
         }
