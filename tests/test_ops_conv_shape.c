@@ -464,7 +464,10 @@ static void check_pool_values(vt_test *T) {
     static const int ex[][10] = {/* B, C, H, W, k, s, pad, ceil, incl, nhwc */
                                  {1, 1, 3, 3, 2, 2, 0, 1, 0, 0}, {2, 3, 5, 7, 2, 2, 0, 1, 0, 1},
                                  {1, 2, 6, 5, 3, 2, 1, 1, 1, 0}, {2, 5, 7, 6, 3, 2, 1, 1, 0, 1},
-                                 {1, 3, 4, 4, 2, 2, 0, 0, 1, 1}, {1, 2, 8, 5, 3, 3, 1, 1, 1, 1}};
+                                 {1, 3, 4, 4, 2, 2, 0, 0, 1, 1}, {1, 2, 8, 5, 3, 3, 1, 1, 1, 1},
+                                 /* one row under a 2x2 window: ceil_mode keeps the windows that start in it (Next-ViT's
+                                  * last patch embed on a 16 px high input) */
+                                 {1, 2, 1, 5, 2, 2, 0, 1, 0, 0}, {2, 3, 1, 4, 2, 2, 0, 1, 0, 1}};
     for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) {
         const int *q = ex[k], B = q[0], C = q[1], H = q[2], W = q[3], K = q[4], s = q[5], p = q[6], nhwc = q[9];
         fenv fe;
@@ -504,6 +507,18 @@ static void check_pool_values(vt_test *T) {
                 T_CHECK(T, y->data[0] == 2.0f && y->data[1] == 3.5f && y->data[2] == 6.5f && y->data[3] == 8.0f,
                         "avgpool_ex 3x3 ceil/exclusive: %g %g %g %g", y->data[0], y->data[1], y->data[2], y->data[3]);
         }
+        fenv_close(&fe);
+    }
+    /* no window fits (PyTorch: "Output size is too small"): floor mode on 1 row under 2x2, ceil mode under 3x3 / 2 */
+    static const int none[][5] = {/* H, W, k, s, ceil */ {1, 5, 2, 2, 0}, {1, 5, 3, 2, 1}, {5, 1, 3, 2, 1}};
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++) {
+        fenv fe;
+        fenv_open(&fe);
+        const int xs[4] = {1, 2, none[k][0], none[k][1]};
+        const vt_pool_args a = {none[k][2], none[k][3], 0, none[k][4], 0, 0};
+        T_CHECK(T, !vt_avgpool2d_ex(fe.g, fenv_param(&fe, "x", 4, xs), &a) && strstr(fe.g->err.msg, "smaller than"),
+                "avgpool %dx%d under %dx%d / %d (ceil %d): refused? '%s'", none[k][0], none[k][1], none[k][2],
+                none[k][2], none[k][3], none[k][4], fe.g->err.msg);
         fenv_close(&fe);
     }
     /* mean over tokens (B, N, C) axis 1 with C wider than the kernel's block */
@@ -871,6 +886,10 @@ static const gc_case other_cases[] = {
      .ia = {2, 2, 0, 1, 0, 1}},
     {.name = "avgpool_ceil_incl_pad_nhwc", .nx = 1, .ndim = {4}, .shape = {{1, 6, 5, 3}}, .build = b_avgpool_ex,
      .ia = {3, 2, 1, 1, 1, 1}},
+    {.name = "avgpool_ceil_one_row", .nx = 1, .ndim = {4}, .shape = {{2, 3, 1, 5}}, .build = b_avgpool_ex,
+     .ia = {2, 2, 0, 1, 0, 0}},
+    {.name = "avgpool_ceil_one_row_nhwc", .nx = 1, .ndim = {4}, .shape = {{1, 1, 4, 3}}, .build = b_avgpool_ex,
+     .ia = {2, 2, 0, 1, 0, 1}},
     {.name = "avgpool_overlap_excl_pad", .nx = 1, .ndim = {4}, .shape = {{2, 2, 5, 6}}, .build = b_avgpool_ex,
      .ia = {3, 2, 1, 1, 0, 0}},
     {.name = "concat_axis0", .nx = 3, .ndim = {3, 3, 3}, .shape = {{2, 3, 4}, {1, 3, 4}, {3, 3, 4}},

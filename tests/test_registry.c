@@ -16,6 +16,8 @@
 #include "test.h"
 #include "vitc/model.h"
 #include "vitc/optim.h"
+#include "vitc/predict.h"
+#include "vitc/train.h"
 
 /* Parameters whose gradient is exactly zero in a train graph by construction (model and parameter patterns). */
 static const struct {
@@ -379,6 +381,52 @@ static void check_option_kinds(vt_test *T) {
             e.code);
 }
 
+/* Non-square inputs (vt_arch_cfg.img_w) where the official code takes them: the family rules per side (GroupMixFormer,
+ * PVTv2) or over both (Next-ViT's token count), square-only CSwin and size-bound weights refused, the graph's input
+ * H x W, and the image paths (eval and training transforms crop squares) refusing such a configuration. */
+static void check_nonsquare(vt_test *T) {
+    static const struct { const char *name; int h, w, ok; } cases[] = {
+        {"groupmixformer_tiny", 224, 192, 1}, {"groupmixformer_tiny", 224, 200, 0}, {"groupmixformer_tiny", 200, 224, 0},
+        {"pvt_v2_b1", 29, 64, 1}, {"pvt_v2_b1", 64, 28, 0}, {"nextvit_small", 16, 64, 1}, {"nextvit_small", 16, 32, 0},
+        {"swin_t", 44, 60, 1}, {"swin_t", 44, 3, 0}, {"simplevit_ti_msf", 32, 48, 1}, {"simplevit_ti_msf", 32, 40, 0},
+        {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 0}, {"pvt_tiny", 224, 192, 0},
+        {"swin_tiny_patch4_window7_224", 224, 192, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        vt_model_overrides ov = vt_model_no_overrides();
+        ov.img_size = cases[k].h;
+        ov.img_w = cases[k].w;
+        char what[48];
+        snprintf(what, sizeof what, "at %dx%d", cases[k].h, cases[k].w);
+        check_configure(T, cases[k].name, &ov, cases[k].ok ? 0 : -1, VT_E_USAGE, what);
+    }
+    vt_err e = {0};
+    vt_model_cfg c;
+    const vt_model_cfg *deit = vt_model_find("deit_tiny_patch16_224"), *gmf = vt_model_find("groupmixformer_test");
+    T_CHECK(T, vt_model_at_size(deit, 224, 192, &c, &e) == -1 && strstr(e.msg, "square inputs of one size"),
+            "deit at 224x192: %s", e.msg);
+    vt_clearerr(&e);
+    int ok = vt_model_at_size(gmf, 64, 96, &c, &e) == 0 && c.arch.img_size == 64 && vt_arch_width(&c.arch) == 96;
+    T_CHECK(T, ok, "groupmixformer_test at 64x96: %s", e.msg);
+    vt_params *P = ok ? vt_params_new(&e) : NULL;
+    vt_graph *g = P && vt_model_init_params(&c, P, 1, &e) == 0 ? vt_graph_new(P, 0, &e) : NULL;
+    vt_tensor *x = NULL, *y = g ? vt_model_build(g, &c, 2, &x) : NULL;
+    T_CHECK(T, y && x->shape[2] == 64 && x->shape[3] == 96 && y->shape[0] == 2 && y->shape[1] == 10,
+            "groupmixformer_test at 64x96 builds on a (2, 3, 64, 96) input: %s", g ? g->err.msg : e.msg);
+    vt_graph_free(g);
+    vt_data d;
+    vt_prediction pr;
+    const char *img = "none.png";
+    T_CHECK(T, ok && vt_data_open(&c, "fashion-mnist", 0, 0, NULL, 0, 0, &d, &e) == -1 && strstr(e.msg, "square crops"),
+            "data at 64x96 refused: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, P && vt_predict_files(&c, P, &img, 1, 1, 1, &pr, NULL, NULL, NULL, NULL, &e) == -1 &&
+            strstr(e.msg, "square crops"), "predict at 64x96 refused: %s", e.msg);
+    vt_params_free(P);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_model_at_size(&c, 64, 64, &c, &e) == 0 && c.arch.img_w == 0 && vt_model_square_images(&c, &e) == 0,
+            "back to 64x64: square again (%s)", e.msg);
+}
+
 /* The options a weight file records (vt_model_cfg.options) rebuild the model they were made from: for every named
  * model and every option set it accepts, configuring with the recorded text gives the same architecture and text. */
 static void check_options_record(vt_test *T) {
@@ -640,6 +688,7 @@ void test_registry(vt_test *T) {
     check_no_prepack(T, "swin_fmnist_tiny", NULL);
     check_no_prepack(T, "vit_fmnist_p7", "bf16");
     check_option_kinds(T);
+    check_nonsquare(T);
     check_options_record(T);
     check_all_tokens(T, "vit_fmnist_p7", NULL);
     check_all_tokens(T, "deit_tiny_patch16_224", NULL);

@@ -35,7 +35,8 @@ typedef struct vt_stage_cfg {
 
 /* The architecture of a model: everything its graph depends on. */
 typedef struct vt_arch_cfg {
-    int img_size, in_chans, num_classes;
+    int img_size, in_chans, num_classes; /* img_size: the input's height, and its width unless img_w says otherwise */
+    int img_w;         /* a non-square input's width (vt_arch_width; only where the weights fit any size); 0: img_size */
     int patch;         /* patch size of the stem */
     int nstages;       /* stages used in `stages` */
     vt_stage_cfg stages[VT_MAX_STAGES];
@@ -127,6 +128,7 @@ int vt_model_window_run(const vt_model_cfg *c, int i);
 /* Changes asked of a named config (vitc's options; 0 / NULL / negative keeps the named value). */
 typedef struct vt_model_overrides {
     int img_size, in_chans, num_classes;
+    int img_w;                /* with img_size: the input width (img_size its height); 0 or img_size: square */
     const char *attn;         /* one attention type for every stage, or a comma-separated list, one per stage */
     const char *ffn;
     int dims[VT_MAX_STAGES], depths[VT_MAX_STAGES], heads[VT_MAX_STAGES]; /* per stage (0 keeps) */
@@ -180,6 +182,12 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
 
 /* 1 if c's parameter shapes do not depend on the image size (its weights fit any input size the model takes). */
 int vt_model_any_size(const vt_model_cfg *c);
+
+/* The input width a's graphs are built for: img_w where set (a non-square input), img_size otherwise. */
+int vt_arch_width(const vt_arch_cfg *a);
+
+/* Writes a's input size into buf (n bytes) as messages give it: "224" (square) or "256x192" (height x width). */
+const char *vt_arch_size_text(const vt_arch_cfg *a, char *buf, size_t n);
 /* 1 when c has a training form unlike its deployed one (cFFN's branches, Next-ViT's unmerged BatchNorms): the forms
  * --train-form (vt_arch_cfg.train_form) chooses between. */
 int vt_model_has_form(const vt_model_cfg *c);

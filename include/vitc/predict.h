@@ -45,9 +45,14 @@ int vt_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u, char *msg, size_t n
 /* The eval preprocessing of c (its pretrained cfg: size, channels, crop_pct, mean, std). */
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c);
 
-/* c for square inputs of `size` pixels into out: c itself when the size is c's, c reconfigured when its family's
- * weights fit any size (VT_CAP_ANY_SIZE), otherwise an error saying that the weights fix the size. */
-int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err *e);
+/* c for inputs of h x w pixels into out: c itself when the size is c's, c reconfigured when its weights fit any size
+ * (vt_model_any_size; non-square where its family's official code takes that too), otherwise an error saying that
+ * the weights fix the size. */
+int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e);
+
+/* 0 when c takes square inputs, as images become (eval and training transforms); -1 with a message for a non-square
+ * configuration (vt_arch_cfg.img_w), which takes tensors only. */
+int vt_model_square_images(const vt_model_cfg *c, vt_err *e);
 
 /* A new parameter store of c loaded from the safetensors file at path (the message names the file, and says so when
  * the model's weights depend on an image size other than its named one); NULL on error. */

@@ -338,7 +338,7 @@ static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err 
     if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
-    if (vt_model_at_size(&m->cfg, size, &c, e)) return NULL;
+    if (vt_model_at_size(&m->cfg, size, size, &c, e)) return NULL;
     c.arch.int8 = m->int8;
     c.arch.bf16 = m->bf16;
     if (vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
@@ -456,7 +456,7 @@ static int checked_size(const vitc_model *m, int size, vitc_error *err) {
     size = size > 0 ? size : m->cfg.arch.img_size;
     vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
     vt_err e = {0};
-    if (vt_model_at_size(&m->cfg, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
+    if (vt_model_at_size(&m->cfg, size, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
     return size;
 }
 

@@ -579,6 +579,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         return vt_seterr(e, "attention reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
     if (n < 1) return vt_seterr(e, "attention needs at least one image");
+    if (vt_model_square_images(c, e)) return -1;
     if (!o->png && !o->save_maps) return vt_seterr(e, "attention needs an output: -o OUT.png and/or --save-maps");
     if ((o->png && vt_output_check(o->png, paths, n, e)) || (o->save_maps && vt_output_check(o->save_maps, paths, n, e)))
         return -1;

@@ -59,29 +59,43 @@ vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
                            {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}, p->squash};
 }
 
-int vt_model_at_size(const vt_model_cfg *c, int size, vt_model_cfg *out, vt_err *e) {
-    if (size == c->arch.img_size) {
+int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e) {
+    if (h == c->arch.img_size && w == vt_arch_width(&c->arch)) {
         *out = *c;
         return 0;
     }
     vt_model_overrides ov = vt_model_no_overrides();
-    ov.img_size = size;
+    ov.img_size = h;
+    ov.img_w = w;
     ov.crop_pct = 1.0f; /* tensors are neither resized nor cropped: the eval transform's range check does not apply */
     vt_err ce = {0};
     vt_model_cfg sized; /* out may be c */
     const int bad = vt_model_configure(c, &ov, &sized, &ce);
     if (!bad) sized.pre.crop_pct = c->pre.crop_pct;
-    if (!vt_model_any_size(c)) /* the hint only where the size is one the model can be made at */
-        return bad ? vt_seterr(e, "%s takes %d×%d inputs, not %d×%d (its weights depend on the image size, and that "
-                               "size does not fit it: %s)", c->name, c->arch.img_size, c->arch.img_size, size, size,
-                               ce.msg)
-                   : vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s "
+    char has[24];
+    vt_arch_size_text(&c->arch, has, sizeof has);
+    if (!vt_model_any_size(c)) { /* the hint only where the size is one the model can be made at */
+        if (h != w)
+            return vt_seterr(e, "%s takes %s×%s inputs, not %d×%d: its weights depend on the image size (%s family) "
+                             "and are made for square inputs of one size (--img-size)", c->name, has, has, h, w,
+                             c->family->name);
+        return bad ? vt_seterr(e, "%s takes %s×%s inputs, not %d×%d (its weights depend on the image size, and that "
+                               "size does not fit it: %s)", c->name, has, has, h, w, ce.msg)
+                   : vt_seterr(e, "%s takes %s×%s inputs, not %d×%d: its weights depend on the image size (%s "
                                "family); build it with --img-size %d (weights whose shapes stay the same at that size "
-                               "load as they are, others must be made at that size)", c->name,
-                               c->arch.img_size, c->arch.img_size, size, size, c->family->name, size);
-    if (bad) return vt_seterr(e, "%dx%d input: %s", size, size, ce.msg);
+                               "load as they are, others must be made at that size)", c->name, has, has, h, w,
+                               c->family->name, h);
+    }
+    if (bad) return vt_seterr(e, "%dx%d input: %s", h, w, ce.msg);
     *out = sized;
     return 0;
+}
+
+int vt_model_square_images(const vt_model_cfg *c, vt_err *e) {
+    if (!c->arch.img_w || c->arch.img_w == c->arch.img_size) return 0;
+    return vt_seterr(e, "%s is configured for %dx%d inputs, but images are read as square crops (the eval and "
+                     "training transforms): configure it square (--img-size)", c->name, c->arch.img_size,
+                     c->arch.img_w);
 }
 
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
@@ -249,6 +263,11 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
                           vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress) {
     const vt_model_cfg *c = &p->cfg;
     const int K = c->arch.num_classes, B = p->batch, D = p->pooled ? p->pooled->shape[1] : 0;
+    vt_err square = {0};
+    if (vt_model_square_images(c, &square)) { /* images are preprocessed square (a tensor-only configuration) */
+        for (int i = 0; i < n; i++) out[i] = (vt_prediction){.err = square};
+        return n;
+    }
     const vt_preprocess pp = vt_model_preprocess(c);
     const int64_t per = p->in->numel / B;
     vt_progress pg;
@@ -303,6 +322,7 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
         return vt_seterr(e, "predict reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
     if (n < 1 || batch < 1 || k < 1) return vt_seterr(e, "predict needs n, batch and k >= 1");
+    if (vt_model_square_images(c, e)) return -1;
     vt_predictor p;
     if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
     const int bad =

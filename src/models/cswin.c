@@ -145,6 +145,9 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     if (strcmp(a->ffn, "mlp") != 0)
         return vt_seterr(e, "%s: CSwin blocks have the official Mlp (--ffn mlp), got %s", c->name,
                               a->ffn);
+    if (vt_arch_width(a) != a->img_size) /* the official blocks take H = W = sqrt(L) */
+        return vt_seterr(e, "%s: input %dx%d: CSwin takes square inputs only (its official blocks read H = W = "
+                         "sqrt(L) tokens)", c->name, a->img_size, vt_arch_width(a));
     return check_sizes(c->name, a, a->img_size, e);
 }
 

@@ -13,8 +13,8 @@
 /* The official patch embeds take a stage grid as H//2 where their stride-2 convs give ceil(H/2), and its blocks
  * assert N = H·W: it runs only where stage 1's grid ceil(ceil(S/2)/2) is a multiple of 8 (spec §2), so does vitc. */
 #define SIZE_RULE                                                                                                 \
-    "GroupMixFormer runs where the stage-1 grid ceil(ceil(S/2)/2) is a positive multiple of 8, the official "     \
-    "code's rule (e.g. 221-224 and 253-256; not 200 or 220)"
+    "GroupMixFormer runs where the stage-1 grid ceil(ceil(S/2)/2) is a positive multiple of 8 for each side S, "  \
+    "the official code's rule (e.g. 221-224 and 253-256; not 200 or 220)"
 static int size_ok(int s) {
     const int grid = ((s + 1) / 2 + 1) / 2;
     return s > 0 && grid > 0 && grid % 8 == 0;
@@ -92,7 +92,9 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         if (strcmp(a->stages[i].attn, "gma") != 0 || strcmp(a->ffn, "mlp") != 0)
             return vt_seterr(e, "%s: GroupMixFormer has fixed blocks (attention gma, FFN mlp); asked "
                                   "for attention %s with FFN %s (--attn, --ffn)", c->name, a->stages[i].attn, a->ffn);
-    if (!size_ok(a->img_size)) return vt_seterr(e, "%s: image size %d: %s", c->name, a->img_size, SIZE_RULE);
+    char size[24];
+    if (!size_ok(a->img_size) || !size_ok(vt_arch_width(a)))
+        return vt_seterr(e, "%s: image size %s: %s", c->name, vt_arch_size_text(a, size, sizeof size), SIZE_RULE);
     return 0;
 }
 

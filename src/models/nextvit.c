@@ -193,12 +193,14 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     if (strcmp(a->ffn, "mlp") != 0 && strcmp(a->ffn, "cffn") != 0)
         return vt_seterr(e, "%s: the Next-ViT MLP is mlp or cffn, not %s", c->name, a->ffn);
     const int S = a->img_size;
-    if (size_problem(c, S, S, msg, sizeof msg)) {
+    char size[24];
+    if (size_problem(c, S, vt_arch_width(a), msg, sizeof msg)) {
         int min = 0;
         char m2[400];
         for (int s = 1; s <= 4096 && !min; s++)
             if (!size_problem(c, s, s, m2, sizeof m2)) min = s;
-        return vt_seterr(e, "%s: image size %d: %s; the smallest size it accepts is %d", c->name, S, msg, min);
+        return vt_seterr(e, "%s: image size %s: %s; the smallest size it accepts is %d", c->name,
+                         vt_arch_size_text(a, size, sizeof size), msg, min);
     }
     return 0;
 }

@@ -236,13 +236,16 @@ static int check(const vt_model_cfg *c, vt_err *e) {
             return vt_seterr(e, "%s: stage %d attention '%s' is not defined in PVT (mhsa: its "
                                   "spatial-reduction attention, flatten, hmhsa)", c->name, i + 1, a->stages[i].attn);
     const int S = a->img_size;
-    if (size_problem(c, S, S, msg, sizeof msg)) {
+    char size[24];
+    if (size_problem(c, S, vt_arch_width(a), msg, sizeof msg)) {
         int min = 0;
         char m2[400];
         for (int s = 1; s <= 4096 && !min; s++)
             if (!size_problem(c, s, s, m2, sizeof m2)) min = s;
-        if (min) return vt_seterr(e, "%s: image size %d: %s; the smallest size it accepts is %d", c->name, S, msg, min);
-        return vt_seterr(e, "%s: image size %d: %s", c->name, S, msg);
+        vt_arch_size_text(a, size, sizeof size);
+        if (min) return vt_seterr(e, "%s: image size %s: %s; the smallest size it accepts is %d", c->name, size, msg,
+                                  min);
+        return vt_seterr(e, "%s: image size %s: %s", c->name, size, msg);
     }
     return 0;
 }

@@ -226,6 +226,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
     vt_arch_cfg *a = &out->arch;
     const unsigned caps = cfg->family->caps;
     if (ov->img_size > 0) a->img_size = ov->img_size;
+    if (ov->img_size > 0) a->img_w = ov->img_w > 0 && ov->img_w != ov->img_size ? ov->img_w : 0;
     if (ov->in_chans > 0) a->in_chans = ov->in_chans;
     if (ov->num_classes > 0) a->num_classes = ov->num_classes;
     if (ov->attn && set_attn(out, ov->attn, e)) return -1;
@@ -306,6 +307,12 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
     if (!(out->pre.crop_pct > 0.0f)) out->pre.crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
     if (a->img_size < 1 || a->img_size > 4096)
         return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
+    if (a->img_w && (a->img_w < 1 || a->img_w > 4096))
+        return vt_seterr(e, "%s: image width %d is outside [1, 4096]", cfg->name, a->img_w);
+    if (a->img_w && !vt_model_any_size(out))
+        return vt_seterr(e, "%s takes square inputs only: its weights depend on the image size (%s family), and are "
+                         "made for one H = W (--img-size), not %dx%d", cfg->name, cfg->family->name, a->img_size,
+                         a->img_w);
     const double resize = floor((double)a->img_size / (double)out->pre.crop_pct); /* the eval transform's */
     if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
         return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
@@ -347,6 +354,16 @@ int vt_model_configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt
 int vt_model_any_size(const vt_model_cfg *c) {
     const vt_family *f = c->family;
     return (f->caps & VT_CAP_ANY_SIZE) || (f->any_size && f->any_size(c));
+}
+
+int vt_arch_width(const vt_arch_cfg *a) { return a->img_w > 0 ? a->img_w : a->img_size; }
+
+const char *vt_arch_size_text(const vt_arch_cfg *a, char *buf, size_t n) {
+    if (a->img_w > 0 && a->img_w != a->img_size)
+        snprintf(buf, n, "%dx%d", a->img_size, a->img_w);
+    else
+        snprintf(buf, n, "%d", a->img_size);
+    return buf;
 }
 
 int vt_model_has_form(const vt_model_cfg *c) {
@@ -402,7 +419,7 @@ static void name_model(vt_graph *g, const vt_model_cfg *c) {
 }
 
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
-    int s[4] = {B, c->arch.in_chans, c->arch.img_size, c->arch.img_size};
+    int s[4] = {B, c->arch.in_chans, c->arch.img_size, vt_arch_width(&c->arch)};
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
@@ -421,7 +438,7 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
         vt_fail(g, c->name, "%s models have no stage feature maps", c->family->name);
         return -1;
     }
-    int s[4] = {B, c->arch.in_chans, c->arch.img_size, c->arch.img_size};
+    int s[4] = {B, c->arch.in_chans, c->arch.img_size, vt_arch_width(&c->arch)};
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;

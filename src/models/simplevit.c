@@ -77,9 +77,10 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         return vt_seterr(e, "%s: SimpleViT takes the MSF paper's attentions (--attn msf, orig, "
                               "msf_g<N>, orig_g<N>[_block]) and FFN mlp; asked for attention %s with FFN %s (--attn, "
                               "--ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
-    if (c->arch.img_size % c->arch.patch)
-        return vt_seterr(e, "%s: image size %d must be a multiple of the patch size %d", c->name, c->arch.img_size,
-                         c->arch.patch);
+    char size[24];
+    if (c->arch.img_size % c->arch.patch || vt_arch_width(&c->arch) % c->arch.patch)
+        return vt_seterr(e, "%s: image size %s: each side must be a multiple of the patch size %d", c->name,
+                         vt_arch_size_text(&c->arch, size, sizeof size), c->arch.patch);
     return 0;
 }
 

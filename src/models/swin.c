@@ -208,9 +208,10 @@ static int check(const vt_model_cfg *c, vt_err *e) {
                          VT_MAX_STAGES);
     if (strcmp(a->ffn, "mlp") != 0)
         return vt_seterr(e, "%s: Swin blocks have the MLP FFN (got --ffn %s)", c->name, a->ffn);
-    if (a->img_size < a->patch)
-        return vt_seterr(e, "%s: image size %d is smaller than one %dx%d patch", c->name, a->img_size, a->patch,
-                         a->patch);
+    char size[24];
+    if (a->img_size < a->patch || vt_arch_width(a) < a->patch)
+        return vt_seterr(e, "%s: image size %s is smaller than one %dx%d patch", c->name,
+                         vt_arch_size_text(a, size, sizeof size), a->patch, a->patch);
     int res = a->img_size / a->patch;
     for (int i = 0; i < a->nstages; i++) {
         const vt_stage_cfg *s = &a->stages[i];

@@ -142,9 +142,11 @@ static void avgpool_bwd(vt_node *n) {
 
 static const vt_opdef op_avgpool = {"avgpool2d", avgpool_fwd, avgpool_bwd, VT_READS(0), NULL, VT_OP_OTHER};
 
-/* Output size along an axis of n inputs (PyTorch's pooling_output_shape). */
+/* Output size along an axis of n inputs (PyTorch's pooling_output_shape, its division rounding down: < 1 when no
+ * window fits; with ceil_mode a window that starts inside the input and overhangs it counts). */
 static int pool_out(int n, int k, int s, int p, int ceil_mode) {
-    int o = (n + 2 * p - k + (ceil_mode ? s - 1 : 0)) / s + 1;
+    const int num = n + 2 * p - k + (ceil_mode ? s - 1 : 0);
+    int o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
     if (ceil_mode && (o - 1) * s >= n + p) o--;
     return o;
 }
@@ -159,9 +161,10 @@ vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a) {
         return vt_fail(g, "avgpool2d", "input %s: bad kernel %d / stride %d / padding %d (need padding <= kernel/2)",
                        sx, k, s, pad);
     const int H = x->shape[a->nhwc ? 1 : 2], W = x->shape[a->nhwc ? 2 : 3], C = x->shape[a->nhwc ? 3 : 1];
-    if (H + 2 * pad < k || W + 2 * pad < k)
-        return vt_fail(g, "avgpool2d", "input %s with padding %d is smaller than the %dx%d window", sx, pad, k, k);
     const int Ho = pool_out(H, k, s, pad, a->ceil_mode), Wo = pool_out(W, k, s, pad, a->ceil_mode);
+    if (Ho < 1 || Wo < 1)
+        return vt_fail(g, "avgpool2d", "input %s with padding %d is smaller than the %dx%d window%s", sx, pad, k, k,
+                       a->ceil_mode ? " (ceil_mode: no window starts inside it)" : "");
     const int nchw[4] = {x->shape[0], C, Ho, Wo}, nhwc[4] = {x->shape[0], Ho, Wo, C};
     vt_node *n = vt_new_node(g, &op_avgpool, &x, 1, vt_new_act(g, 4, a->nhwc ? nhwc : nchw));
     if (!n) return NULL;

@@ -52,6 +52,7 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
     memset(d, 0, sizeof *d);
     const int S = c->arch.img_size, C = c->arch.in_chans, K = c->arch.num_classes;
     if (!data || !data[0]) return vt_seterr(e, "empty --data (fashion-mnist or an image folder)");
+    if (vt_model_square_images(c, e)) return -1;
     d->pre = vt_model_preprocess(c);
     if (strcmp(data, "fashion-mnist") == 0) {
         if (C != 1 || S != 28)
@@ -126,6 +127,7 @@ int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *clas
     if (!classes || !data || strcmp(data, "fashion-mnist") == 0)
         return vt_data_open(c, data, 0, 0, NULL, 0, val_subset, d, e);
     memset(d, 0, sizeof *d);
+    if (vt_model_square_images(c, e)) return -1;
     const int K = c->arch.num_classes;
     if (folder_chans(c, e)) return -1;
     if (nclasses != K)

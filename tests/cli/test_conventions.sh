@@ -148,7 +148,9 @@ import numpy as np, st
 r = np.random.default_rng(2)
 st.save(f"{sys.argv[1]}/g32.safetensors", {"input": r.standard_normal((2, 3, 32, 32)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/v20.safetensors", {"input": r.standard_normal((1, 1, 20, 20)).astype(np.float32)})
+st.save(f"{sys.argv[1]}/g3264.safetensors", {"input": r.standard_normal((1, 3, 32, 64)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/g3248.safetensors", {"input": r.standard_normal((1, 3, 32, 48)).astype(np.float32)})
+st.save(f"{sys.argv[1]}/v2028.safetensors", {"input": r.standard_normal((1, 1, 28, 20)).astype(np.float32)})
 st.save(f"{sys.argv[1]}/v3.safetensors", {"input": r.standard_normal((1, 1, 3, 3)).astype(np.float32)})
 EOF
 $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g32.safetensors" -o "$T/y.safetensors" >"$T/f.log" 2>&1
@@ -175,11 +177,28 @@ rc=$?
 check "... also with weights recording another --img-size: the recorded size is not the input's (their classes are)" \
     "[ $rc -eq 0 ] && [ \"\$($PY -c \"import sys; sys.path.insert(0, 'tests/reference'); import st; \
 print(st.load('$T/y64.safetensors')['logits'].shape)\")\" = '(2, 3)' ]" "rc $rc: $(cat "$T/f64.log")"
+$V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g3264.safetensors" -o "$T/f.safetensors" --features \
+    >"$T/fn.log" 2>&1
+rc=$?
+r=$($PY - "$T" <<'EOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+print([tuple(v.shape) for k, v in sorted(st.load(f"{sys.argv[1]}/f.safetensors").items())])
+EOF
+)
+check "forward: a non-square input where the official code takes one (GroupMixFormer 32x64): its stage maps" \
+    "[ $rc -eq 0 ] && [ '$r' = '[(1, 20, 8, 16), (1, 30, 4, 8), (1, 40, 2, 4), (1, 50, 1, 2)]' ]" \
+    "rc $rc: $r $(cat "$T/fn.log")"
 $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g3248.safetensors" -o "$T/yr.safetensors" >"$T/fr.log" 2>&1
 rc=$?
-check "forward: a non-square input is refused as such (not as another size than the model's)" \
-    "[ $rc -eq 1 ] && grep -q 'input of 32×48 pixels: vitc takes square inputs (H = W) only' '$T/fr.log'" \
-    "rc $rc: $(cat "$T/fr.log")"
+check "forward: ... a side the family's rule refuses (48: stage-1 grid 12), naming it" \
+    "[ $rc -eq 1 ] && grep -q 'image size 32x48: GroupMixFormer runs where' '$T/fr.log'" "rc $rc: $(cat "$T/fr.log")"
+$V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v2028.safetensors" -o "$T/y2.safetensors" >"$T/fs.log" 2>&1
+rc=$?
+check "forward: a non-square input to a model whose weights fix the size is refused, saying why" \
+    "[ $rc -eq 1 ] && grep -q 'takes 28×28 inputs, not 28×20: its weights depend on the image size (vit family) and are made for square' '$T/fs.log'" \
+    "rc $rc: $(cat "$T/fs.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
 rc=$?
 check "forward: a fixed-size model refuses another input size, saying why" \
@@ -214,12 +233,16 @@ check "predict: a heads mismatch at another --img-size is not blamed on the size
 CSW="cswin_tiny_224 --dims 16 --depths 1 --heads 2 --num-classes 4"
 $V init $CSW -o "$T/csw.safetensors" >/dev/null 2>&1
 /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st, numpy as np; \
-[st.save('$T/cx%d.safetensors' % s, {'input': np.random.rand(1, 3, s, s).astype(np.float32)}) for s in (448, 64)]"
+[st.save('$T/cx%d.safetensors' % s, {'input': np.random.rand(1, 3, s, s).astype(np.float32)}) for s in (448, 64)]; \
+st.save('$T/cx224x448.safetensors', {'input': np.random.rand(1, 3, 224, 448).astype(np.float32)})"
 $V forward $CSW -w "$T/csw.safetensors" --input "$T/cx448.safetensors" -o "$T/cy.safetensors" >"$T/cs448.log" 2>&1
 check "CSwin forward takes a 448-px input with 224-px weights" "[ $? -eq 0 ] && [ -s '$T/cy.safetensors' ]" "$(cat "$T/cs448.log")"
 $V forward $CSW -w "$T/csw.safetensors" --input "$T/cx64.safetensors" -o "$T/cy.safetensors" >"$T/cs64.log" 2>&1
 check "... and refuses 64 px, where stripes of 7 do not divide stage 3's grid" \
     "[ $? -eq 1 ] && grep -q 'stripe width 7 does not divide the stage resolution 4' '$T/cs64.log'" "$(cat "$T/cs64.log")"
+$V forward $CSW -w "$T/csw.safetensors" --input "$T/cx224x448.safetensors" -o "$T/cy.safetensors" >"$T/csn.log" 2>&1
+check "... and refuses a non-square input, as its official blocks (H = W = sqrt(L))" \
+    "[ $? -eq 1 ] && grep -q 'input 224x448: CSwin takes square inputs only' '$T/csn.log'" "$(cat "$T/csn.log")"
 # info names each stage's window or stripe width, as --windows set it
 $V info cswin_tiny_224 --windows 1,2,14,7 >"$T/iw.log" 2>&1
 check "info shows the stripe widths --windows gives" \

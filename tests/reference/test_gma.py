@@ -10,15 +10,15 @@ Checks (reference in float64 from the same float32 weights/inputs):
           variances near its eps so that the eps shows: common.eps_sensitive), eval logits,
           max|a-b| / max(1, max|b|) <= 1e-4: groupmixformer_m at 64 px / 10 classes, groupmixformer_test,
           groupmixformer_test at 96 and 93 px (same weights; 93 is not a multiple of 32 but runs in the official
-          code, whose stride-2 convs round up), vit_fmnist_tiny_gap --attn gma; groupmixformer_test at 61 px
-          (forward, stage maps, grad)
+          code, whose stride-2 convs round up), vit_fmnist_tiny_gap --attn gma; groupmixformer_test at 61 px and
+          on 61x93 inputs (the size taken from the input; forward, stage maps, grad)
   grad    `vitc grad` (train mode: BN batch statistics over the 3B stacked Q/K/V images): loss <= 1e-4
           relative, every parameter gradient max|a-b| / max|b| <= 1e-3, every gradient non-zero somewhere,
           except those that are analytically zero (a bias followed by a train-mode BatchNorm: conv_stem.proj1/2.bias,
           the last block's mlp.fc2.bias before norm4), which must be round-off only (<= 1e-6 of the largest
           gradient); groupmixformer_test, groupmixformer_m at 64 px, vit_fmnist_tiny_gap --attn gma
   sizes   a size the official code cannot run (200: stage-1 grid 50, not a multiple of 8) is refused with the rule,
-          221, 223 and 253 accepted; --attn gma on a
+          221, 223 and 253 accepted, a 64x80 input refused naming the size and the rule; --attn gma on a
           host with a class token (vit_fmnist_tiny) is refused with a clear message
 Run: /usr/bin/python3 tests/reference/test_gma.py      (needs ./vitc or $VITC)
 """
@@ -28,6 +28,7 @@ import torch
 
 import gmf_ref
 import harness
+import st
 from common import Report, eps_sensitive, have_vitc, info, tmpdir, vitc
 
 ALIASES = {"groupmixformer_m": "groupmixformer_miny", "groupmixformer_t": "groupmixformer_tiny",
@@ -72,6 +73,13 @@ def test_sizes(rep):
     for s in (221, 223, 253):  # the official code runs these too: the stride-2 convs round up
         j = info(rep, "groupmixformer_t", "--img-size", s) or {}
         rep.check(f"size {s} accepted", j.get("img_size") == s, f"info {s}: {j.get('img_size')}")
+    w, x = TMP / "init_t.safetensors", TMP / "x64x80.safetensors"
+    vitc("init", "groupmixformer_test", "-o", w)
+    st.save(x, {"input": torch.randn(1, 3, 64, 80)})  # stage-1 grid 16x20: 20 is not a multiple of 8
+    p = vitc("forward", "groupmixformer_test", "--weights", w, "--input", x, "--output", TMP / "y64x80.safetensors")
+    msg = (p.stderr or "").strip()
+    rep.check("64x80 input refused", p.returncode not in (0, None) and "64x80" in msg and "multiple of 8" in msg,
+              f"rc {p.returncode}: {msg}")
     p = vitc("info", "vit_fmnist_tiny", "--attn", "gma")
     msg = (p.stderr or "").strip()
     rep.check("gma with class token refused", p.returncode not in (0, None) and "class token" in msg,
@@ -99,6 +107,9 @@ def main():
         # 61 px: a size the official code runs, but not multiples of 32 (its stride-2 convs round up), forward and grad
         run_model(rep, "test@61", "groupmixformer_test", gmf_ref.GroupMixFormer(*TEST_CFG, num_classes=10), [],
                   61, 3, 2, seed=30, feats=True)
+        # non-square, as the official code runs them (spec §2: the rule holds per side): forward, maps and grads
+        run_model(rep, "test@61x93", "groupmixformer_test", gmf_ref.GroupMixFormer(*TEST_CFG, num_classes=10), [],
+                  (61, 93), 3, 2, seed=40, feats=True)
         run_model(rep, "m64", "groupmixformer_m", gmf_ref.build("groupmixformer_m", num_classes=10),
                   ["--img-size", 64, "--num-classes", 10], 64, 3, 2, seed=20)
         run_model(rep, "vit_gap_gma", "vit_fmnist_tiny_gap", gmf_ref.ViTGMA(28, 4, 80, 4, 160, 1, 10),

@@ -214,15 +214,28 @@ def test_deploy(rep, tag, name, depths, args, ref, sd, w_tr, x):
                  "deployed-form", "twice")
 
 
-def test_small_sizes(rep, w, args):
-    """25 px runs with the same weights (size taken from the input: no --img-size); a 24x24 input is refused."""
+def sized_from_input(name, depths, w, args):
+    """args without --img-size (the size then comes from the input) and the reference holding the weights file w."""
     args = [a for i, a in enumerate(args) if a != "--img-size" and (i == 0 or args[i - 1] != "--img-size")]
-    ref = R.build("nextvit_small", [1, 2, 10, 1], CLASSES, train_form=True).double()
+    ref = R.build(name, depths, CLASSES, train_form=True).double()
     ref.load_state_dict({k: torch.from_numpy(v).double() if v.dtype.kind == "f" else torch.from_numpy(v)
                          for k, v in st.load(w).items()})
+    return ref, args
+
+
+def test_small_sizes(rep, w, args):
+    """25 px runs with the same weights (size taken from the input: no --img-size); a 24x24 input is refused."""
+    ref, args = sized_from_input("nextvit_small", [1, 2, 10, 1], w, args)
     g = torch.Generator().manual_seed(5)
     harness.forward(rep, TMP, "small@25", "nextvit_small", ref, w, torch.randn(2, 3, 25, 25, generator=g),
                     args + ["--train-form"])
+    # non-square, as the official code runs them: 40x88 (forward), and 16x64, whose square sides are both refused
+    # or not (16x16: stage 2's 2x2 map has fewer tokens than the AvgPool1d window 16, 2x8 has enough)
+    harness.forward(rep, TMP, "small@40x88", "nextvit_small", ref, w, torch.randn(2, 3, 40, 88, generator=g),
+                    args + ["--train-form"])
+    x = torch.randn(2, 3, 16, 64, generator=g)
+    harness.grad(rep, TMP, "small@16x64", "nextvit_small", ref, w, x, torch.randint(0, CLASSES, (2,), generator=g),
+                 args, zero_tol=1e-5, allowance=flip_allowance)
     xin = TMP / "x24.safetensors"
     st.save(xin, {"input": torch.randn(1, 3, 24, 24, generator=g)})
     expect_error(rep, "24x24 input refused", ["forward", "nextvit_small", *args, "--train-form", "--weights", w,
@@ -251,7 +264,11 @@ def main():
         w, args = run_model(rep, "small", "nextvit_small", [1, 2, 10, 1], 72, seed=10, maps=True,
                             env={"VITC_GEMM": "openblas"})
         test_small_sizes(rep, w, args)
-        run_model(rep, "hmhsa_cffn", "nextvit_small_hmhsa_cffn", [1, 1, 5, 1], 64, seed=20, maps=True)
+        w, args = run_model(rep, "hmhsa_cffn", "nextvit_small_hmhsa_cffn", [1, 1, 5, 1], 64, seed=20, maps=True)
+        # non-square: the reduced keys of stage 2 (a 6x10 map: 60 tokens, 3 keys) on a 1x3 grid for the IHH conv
+        ref, args = sized_from_input("nextvit_small_hmhsa_cffn", [1, 1, 5, 1], w, args)
+        harness.forward(rep, TMP, "hmhsa_cffn@48x80", "nextvit_small_hmhsa_cffn", ref, w,
+                        torch.randn(2, 3, 48, 80, generator=torch.Generator().manual_seed(6)), args + ["--train-form"])
     print(f"# {time.time() - t0:.1f} s")
     rep.finish()
 

@@ -12,9 +12,10 @@ Checks (reference in float64 from the same float32 weights and inputs; harness.p
             train-mode BatchNorm; `--features` stage maps of pvt_tiny (stage 4 without the class token), flatten_pvt_tiny,
             pvt_v2_b1 (after norm{i}) and the hMHSA model
   sizes     odd sizes the official code accepts: pvt_tiny at 72 (floor grids, SR convs dropping rows), flatten_pvt_tiny
-            at 40, pvt_v2_b1 and the hMHSA model at 61 (ceil grids), with gradients; through
-            tests/reference/pvt_driver.c (the CLI takes square inputs of the configured size only): non-square PVTv2
-            inputs, and PVT v1 built at 64 run on 96x80, 72x72, 48x160 (pos_embed{i} bilinearly resized as the official
+            at 40, pvt_v2_b1 and the hMHSA model at 61 (ceil grids), with gradients; non-square PVTv2 inputs through
+            the CLI (61x37 with gradients, 29x64, 32x96); through tests/reference/pvt_driver.c (the CLI refuses
+            another size, or a non-square one, for weights that depend on the size, as it checks): PVT v1 built at 64
+            run on 96x80, 72x72, 48x160 (pos_embed{i} bilinearly resized as the official
             _get_pos_embed; 128 refused as the official stage-1-count test makes it fail); refused sizes
             (PVTv2 < 29, PVT v1 < 32, FLatten-PVTv2 not a multiple of 32, FLatten with spatial reduction, an input
             that does not match the built size) give clear errors; `vitc forward` takes PVTv2's size from its input
@@ -200,25 +201,35 @@ def test_sizes(rep):
 
 
 def test_nonsquare(rep):
-    exe = build_driver(rep, "pvt_driver", TMP)
-    if exe is None:
-        return
+    """PVTv2 on non-square inputs through the CLI (`vitc forward` / `grad` take H x W from the input: the weights fit
+    any size), forward and grads; PVT v1 built at 64 through the library (tests/reference/pvt_driver.c: the CLI
+    refuses another size for weights that depend on it), its pos_embed{i} resized as the official code does."""
     cases = (("pvt_v2_b1", 61, 37, None), ("pvt_v2_b1_hmhsa_cffn", 29, 64, None), ("pvt_v2_b1", 32, 96, None),
              ("pvt_tiny", 96, 80, None), ("pvt_tiny", 72, 72, None), ("pvt_small", 48, 160, None),
              ("pvt_tiny", 128, 128, "stage 1's built patch count 256"),
              ("flatten_pvt_tiny", 96, 96, "positional encodings are built for 64x64"))
+    exe = build_driver(rep, "pvt_driver", TMP)
     for k, (name, h, w, refused) in enumerate(cases):
         ref = ref_model(name).double()
         sd = pvt_ref.randomize(ref, 50 + k)
         ref.load_state_dict({key: v.double() if v.is_floating_point() else v for key, v in sd.items()})
         wf, xf, yf = TMP / f"ns{k}_w.safetensors", TMP / f"ns{k}_x.safetensors", TMP / f"ns{k}_y.safetensors"
         st.save(wf, sd)
-        x = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(k))
+        g = torch.Generator().manual_seed(k)
+        x = torch.randn(2, 3, h, w, generator=g)
+        tag = f"{name}@64 on {h}x{w}"
+        if name.startswith("pvt_v2"):
+            args = vargs(name)[2:]  # no --img-size: the size comes from the input
+            harness.forward(rep, TMP, tag, name, ref, wf, x, args)
+            if k == 0:
+                harness.grad(rep, TMP, tag, name, ref, wf, x, torch.randint(0, CLASSES, (2,), generator=g), args)
+            continue
+        if exe is None:
+            continue
         st.save(xf, {"input": x})
         heads = HEADS_HM if is_hm(name) else HEADS
         p = subprocess.run([str(exe), name, "64", lst(DIMS), lst(DEPTHS), lst(heads), str(CLASSES), str(wf), str(xf),
                             str(yf)], capture_output=True, text=True)
-        tag = f"{name}@64 on {h}x{w}"
         if refused:
             rep.check(f"{tag} refused", p.returncode == 1 and refused in p.stderr, p.stderr.strip()[-300:])
             continue
@@ -228,6 +239,14 @@ def test_nonsquare(rep):
             r = ref.eval()(x.double())
         e = scale_err(st.load(yf)["logits"], r)
         rep.check(f"{tag} logits", e <= harness.TOL_FWD, f"rel err {e:.2e}")
+    # a non-square input to a model whose weights depend on the image size: refused, saying so
+    wf, xf = TMP / "ns3_w.safetensors", TMP / "ns_v1_x.safetensors"
+    st.save(xf, {"input": torch.randn(1, 3, 64, 48)})
+    p = vitc("forward", "pvt_tiny", *vargs("pvt_tiny")[2:], "--weights", wf, "--input", xf, "--output",
+             TMP / "ns_v1_y.safetensors")
+    msg = (p.stderr or "").strip()
+    rep.check("pvt_tiny on 64x48 through the CLI refused", p.returncode == 1 and "square inputs of one size" in msg,
+              f"rc {p.returncode}: {msg[:300]}")
 
 
 def test_deploy(rep):

@@ -19,16 +19,14 @@ Checks (reference in float64 from the same float32 weights/inputs):
            56x56 maps in 7x7 windows, odd blocks rolled, the mask ignored); torchvision at 102 px (conv drops the
            remainder) with the size taken from the input
   features `vitc forward --features`: the four stage maps (B, C, H, W) of a Microsoft and a torchvision model
-  nonsquare torchvision layout on 44x60 and 60x44 inputs through the library (tests/reference/pvt_driver.c, which runs
-           any registered model on any H x W; the CLI takes square inputs): the shift is zeroed per axis (stage 2's
-           6x8 map: rows one window, columns padded to 14 and shifted), logits <= 1e-4
+  nonsquare torchvision layout on 44x60 (forward and grads) and 60x44 inputs, the size taken from the input: the
+           shift is zeroed per axis (stage 2's 6x8 map: rows one window, columns padded to 14 and shifted)
   full     swin_tiny_patch4_window7_224 at full size: names and eval logits
   sizes    sizes the official code refuses give clear errors (window multiples, odd maps before merging, smaller than
            a patch, an input that is not the Microsoft model's size), as do attention types a layout does not define
 Run: /usr/bin/python3 tests/reference/test_swin.py      (needs ./vitc or $VITC)
 """
 import os
-import subprocess
 import time
 
 # The machine is shared: OpenMP threads that spin at barriers while other processes hold the cores made a reduced
@@ -42,7 +40,7 @@ import torch  # noqa: E402
 import harness  # noqa: E402
 import st  # noqa: E402
 import swin_ref  # noqa: E402
-from common import Report, build_driver, have_vitc, scale_err, tmpdir, vitc  # noqa: E402
+from common import Report, have_vitc, tmpdir, vitc  # noqa: E402
 
 DIMS = [16, 32, 64, 128]
 PAPER_M = {"swin_t": 28.20, "swin_t_msf": 30.36, "swin_t_msf_g2": 26.04, "swin_s": 49.43, "swin_s_msf": 53.36,
@@ -177,26 +175,19 @@ def test_windows(rep, files):
 
 
 def test_nonsquare(rep, files):
-    """torchvision layout on non-square inputs: a window covering one axis of the padded map zeroes the shift on that
-    axis only (44x60: stage 2 is 6x8, rows unshifted, columns shifted by 3; 60x44 the transpose). Square inputs
-    cannot tell the two axes' rules apart."""
-    exe = build_driver(rep, "pvt_driver", TMP)
-    if exe is None:
-        return
+    """torchvision layout on non-square inputs (`vitc forward` / `grad` take H x W from the input): a window covering
+    one axis of the padded map zeroes the shift on that axis only (44x60: stage 2 is 6x8, rows unshifted, columns
+    shifted by 3; 60x44 the transpose). Square inputs cannot tell the two axes' rules apart."""
     w, ref, img, depths, heads = files["swin_t"]
-    ref = ref.double().eval()
+    ref = ref.double()
+    args = args_of(img, depths, heads)[2:]  # no --img-size: the size comes from the input
     for k, (h, wd) in enumerate(((44, 60), (60, 44))):
-        x = torch.randn(2, 3, h, wd, generator=torch.Generator().manual_seed(40 + k))
-        xf, yf = TMP / f"swin_ns{k}_x.safetensors", TMP / f"swin_ns{k}_y.safetensors"
-        st.save(xf, {"input": x})
-        p = subprocess.run([str(exe), "swin_t", str(img), csv(DIMS), csv(depths), csv(heads), "10", str(w), str(xf),
-                            str(yf)], capture_output=True, text=True)
-        if not rep.check(f"swin_t on {h}x{wd} runs", p.returncode == 0, p.stderr.strip()[-400:]):
-            continue
-        with torch.no_grad():
-            r = ref(x.double())
-        e = scale_err(st.load(yf)["logits"], r)
-        rep.check(f"swin_t on {h}x{wd} logits", e <= harness.TOL_FWD, f"rel err {e:.2e}")
+        g = torch.Generator().manual_seed(40 + k)
+        x = torch.randn(2, 3, h, wd, generator=g)
+        harness.forward(rep, TMP, f"swin_t on {h}x{wd}", "swin_t", ref, w, x, args)
+        if k == 0:
+            harness.grad(rep, TMP, f"swin_t on {h}x{wd}", "swin_t", ref, w, x, torch.randint(0, 10, (2,), generator=g),
+                         args)
 
 
 def test_fmnist(rep):

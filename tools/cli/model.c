@@ -183,20 +183,13 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
         return NULL;
     }
     const vt_arch_cfg *a = &cfg->arch;
-    if (nd == 4 && sh[2] != sh[3]) {
-        snprintf(buf, sizeof buf, "%s: input of %lld×%lld pixels: vitc takes square inputs (H = W) only", path,
-                 (long long)sh[2], (long long)sh[3]);
-        die("%s", buf);
-        vt_free(x);
-        return NULL;
-    }
     if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
-        sh[3] != a->img_size) {
+        sh[3] != vt_arch_width(a)) {
         char dims[200] = "";
         for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
         snprintf(buf, sizeof buf, "%s: input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; "
-                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, a->img_size, a->img_size);
+                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, a->img_size, vt_arch_width(a));
         die("%s", buf);
         vt_free(x);
         return NULL;
@@ -210,18 +203,24 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
     return x;
 }
 
-/* The side of the square `input` in f, or 0 (no 4-D square input; read_input reports why). */
-static int input_side(const vt_st_file *f) {
+/* The height and width of the 4-D `input` in f into h, w; 0 when there is none of at most 4096 a side (read_input
+ * reports why). */
+static int input_hw(const vt_st_file *f, int *h, int *w) {
     const vt_st_entry *t = vt_st_find(f, "input");
-    return t && t->ndim == 4 && t->shape[2] == t->shape[3] && t->shape[2] <= 4096 ? (int)t->shape[2] : 0;
+    if (!t || t->ndim != 4 || t->shape[2] < 1 || t->shape[2] > 4096 || t->shape[3] < 1 || t->shape[3] > 4096) return 0;
+    *h = (int)t->shape[2];
+    *w = (int)t->shape[3];
+    return 1;
 }
 
 /* cfg (model_cfg's) at the size of the input in f when --img-size is not given (or only recorded by the weights): the
- * model's weights must fit any size, or the input must have the model's size (a clear error otherwise). */
+ * model's weights must fit any size, or the input must have the model's size (a clear error otherwise); H != W where
+ * the family's official code takes non-square inputs. */
 static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
-    const int side = o->img_size && !o->size_recorded ? 0 : input_side(f);
+    int h = 0, w = 0;
     vt_err e = {0};
-    if (side > 0 && vt_model_at_size(cfg, side, cfg, &e)) return die("%s", e.msg);
+    if ((!o->img_size || o->size_recorded) && input_hw(f, &h, &w) && vt_model_at_size(cfg, h, w, cfg, &e))
+        return die("%s", e.msg);
     return 0;
 }
 
