@@ -940,7 +940,8 @@ static void check_predict_cfg(vt_test *T) {
             (double)c->pre.crop_pct);
     vt_model_cfg at;
     vt_err e = {0};
-    T_CHECK(T, vt_model_at_size(c, 64, 64, &at, &e) == 0 && at.arch.img_size == 64 && at.pre.crop_pct == c->pre.crop_pct,
+    T_CHECK(T, vt_model_at_size(c, 64, 64, &at, &e) == 0 && at.arch.img_size == 64 &&
+                   at.pre.crop_pct == c->pre.crop_pct,
             "at 64 px: img_size %d crop_pct %g (want %g): %s", at.arch.img_size, (double)at.pre.crop_pct,
             (double)c->pre.crop_pct, e.msg);
     vt_predictor p;

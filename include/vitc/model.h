@@ -36,7 +36,7 @@ typedef struct vt_stage_cfg {
 /* The architecture of a model: everything its graph depends on. */
 typedef struct vt_arch_cfg {
     int img_size, in_chans, num_classes; /* img_size: the input's height, and its width unless img_w says otherwise */
-    int img_w;         /* a non-square input's width (vt_arch_width; only where the weights fit any size); 0: img_size */
+    int img_w;         /* a non-square input's width (vt_arch_width; where the weights fit any size); 0: img_size */
     int patch;         /* patch size of the stem */
     int nstages;       /* stages used in `stages` */
     vt_stage_cfg stages[VT_MAX_STAGES];

@@ -197,7 +197,8 @@ check "forward: ... a side the family's rule refuses (48: stage-1 grid 12), nami
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v2028.safetensors" -o "$T/y2.safetensors" >"$T/fs.log" 2>&1
 rc=$?
 check "forward: a non-square input to a model whose weights fix the size is refused, saying why" \
-    "[ $rc -eq 1 ] && grep -q 'takes 28×28 inputs, not 28×20: its weights depend on the image size (vit family) and are made for square' '$T/fs.log'" \
+    "[ $rc -eq 1 ] && grep -q 'takes 28×28 inputs, not 28×20: its weights depend on the image size (vit family) and \
+are made for square' '$T/fs.log'" \
     "rc $rc: $(cat "$T/fs.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
 rc=$?
