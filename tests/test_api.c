@@ -375,6 +375,30 @@ static void check_gmf(vt_test *T, const char *w) {
                 err.msg);
     }
     T_CHECK(T, vitc_logits(m, x, 1, 48, (float[10]){0}, &err) == -1 && strstr(err.msg, "48"), "%s", err.msg);
+    /* non-square (the _hw calls): the maps of a 64x96 input, its logits between two square calls (the graph rebuilt
+     * each time: the square logits come back the same), a side the family's rule refuses, a size half given */
+    float *xw = random_input(2 * 3 * 64 * 96, 4), sq[2][10], lw[2 * 10];
+    vitc_tensor maps[VITC_MAX_STAGES];
+    const int nm = xw ? vitc_stage_features_hw(m, xw, 2, 64, 96, maps, &err) : -1;
+    T_CHECK(T, nm == 4, "%d maps at 64x96: %s", nm, err.msg);
+    for (int i = 0; i < nm; i++) {
+        T_CHECK(T, maps[i].shape[0] == 2 && maps[i].shape[1] == dims[i] && maps[i].shape[2] == 64 / (4 << i) &&
+                       maps[i].shape[3] == 96 / (4 << i), "map %d at 64x96: (%d, %d, %d, %d)", i, maps[i].shape[0],
+                maps[i].shape[1], maps[i].shape[2], maps[i].shape[3]);
+        vitc_tensor_free(&maps[i]);
+    }
+    vitc_tensor pw;
+    T_CHECK(T, xw && vitc_logits(m, x, 1, 64, sq[0], &err) == 0 && vitc_logits_hw(m, xw, 2, 64, 96, lw, &err) == 0 &&
+                   vitc_pooled_features_hw(m, xw, 2, 64, 96, &pw, &err) == 0 && pw.shape[0] == 2 &&
+                   pw.shape[1] == 50 && vitc_logits_hw(m, x, 1, 0, 0, sq[1], &err) == 0 &&
+                   !memcmp(sq[0], sq[1], sizeof sq[0]) && memcmp(sq[0], lw, sizeof sq[0]),
+            "64x96 between two 64x64 calls: %s", err.msg);
+    vitc_tensor_free(&pw);
+    T_CHECK(T, vitc_logits_hw(m, xw, 1, 64, 80, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
+                   strstr(err.msg, "64x80"), "64x80: %s", err.msg);
+    T_CHECK(T, vitc_logits_hw(m, xw, 1, 0, 64, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
+                   strstr(err.msg, "0x64"), "0x64: %s", err.msg);
+    free(xw);
     vitc_close(m);
     /* crop_pct concerns images only: 96 / 0.004 px is past the resize limit, and a 96 px tensor is still fine */
     vitc_options o;
@@ -457,6 +481,8 @@ static void check_bounds(vt_test *T, const char *w, const char *wg, const char *
                    strstr(err.msg, "image count 16777217"), "%s", err.msg);
     T_CHECK(T, vitc_logits(m, x, 1, 4097, lg, &err) == -1 && err.code == A &&
                    strstr(err.msg, "vit_fmnist_tiny: size 4097 is outside [0, 4096]"), "%s", err.msg);
+    T_CHECK(T, vitc_logits_hw(m, x, 1, 28, 20, lg, &err) == -1 && err.code == A &&
+                   strstr(err.msg, "made for square inputs"), "28x20 on weights that fix the size: %s", err.msg);
     x[5] = INFINITY;
     T_CHECK(T, vitc_classify_tensor(m, x, n, 0, 1, r, &err) == 1 && !r[0].ok && r[0].code == A &&
                    strstr(r[0].error, "NaN or Inf") && r[1].ok, "Inf image: %s (%d)", r[0].error, r[0].code);
@@ -977,7 +1003,7 @@ static void check_predict_cfg(vt_test *T) {
 }
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.4.0") == 0, "%s", vitc_version());
+    T_CHECK(T, strcmp(vitc_version(), "0.5.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";

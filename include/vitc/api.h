@@ -29,7 +29,7 @@ extern "C" {
 /** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
 #define VITC_VERSION_MAJOR 0
 /** Minor version: new functions, compatible. */
-#define VITC_VERSION_MINOR 4
+#define VITC_VERSION_MINOR 5
 /** Patch version: fixes only. */
 #define VITC_VERSION_PATCH 0
 
@@ -193,15 +193,27 @@ VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_e
 /** Logits of n preprocessed images x (n, in_chans, size, size; size 0: img_size) into logits (n, num_classes). */
 VITC_API int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err);
 
+/** vitc_logits of n images x (n, in_chans, h, w): non-square where the model takes it (its weights fit any size and
+ * its official code takes H != W; model_info's any_size); h = w = 0: img_size. */
+VITC_API int vitc_logits_hw(vitc_model *m, const float *x, int n, int h, int w, float *logits, vitc_error *err);
+
 /** Pooled features (timm's pre-logits: the classifier head's input) of n images x into a new tensor (n, D); out is
  * zeroed first, so vitc_tensor_free is safe on it whatever the return. */
 VITC_API int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out,
                                   vitc_error *err);
 
+/** vitc_pooled_features of n images x (n, in_chans, h, w), as vitc_logits_hw. */
+VITC_API int vitc_pooled_features_hw(vitc_model *m, const float *x, int n, int h, int w, vitc_tensor *out,
+                                     vitc_error *err);
+
 /** Stage maps (n, C_i, H_i, W_i) of a hierarchical backbone for n images x into new tensors; returns their number.
  * All VITC_MAX_STAGES entries are zeroed first (those past the number, and all on error, stay so: safe to free). */
 VITC_API int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
                                  vitc_error *err);
+
+/** vitc_stage_features of n images x (n, in_chans, h, w), as vitc_logits_hw: dense tasks' non-square inputs. */
+VITC_API int vitc_stage_features_hw(vitc_model *m, const float *x, int n, int h, int w,
+                                    vitc_tensor maps[VITC_MAX_STAGES], vitc_error *err);
 
 /** Frees a tensor's data and zeroes it (a zeroed tensor is fine). */
 VITC_API void vitc_tensor_free(vitc_tensor *t);

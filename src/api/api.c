@@ -329,16 +329,18 @@ void vitc_get_info(const vitc_model *m, vitc_info *info) {
     info->gmacs = m->gmacs;
 }
 
-/* The model's graph for n images of `size` computing `what` (VT_PRED_*), reused when it matches. */
-static vt_predictor *predictor(vitc_model *m, int n, int size, int what, vt_err *e) {
+/* The model's graph for n images of h x w pixels computing `what` (VT_PRED_*), reused when it matches. */
+static vt_predictor *predictor(vitc_model *m, int n, int h, int w, int what, vt_err *e) {
     const int B = n < m->batch ? n : m->batch;
     vt_predictor *p = &m->pred;
     /* threads 0: the caller's setting of this call (the graph's scratch is sized for its thread count) */
     const int same_threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
-    if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == size) return p;
+    if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == h &&
+        vt_arch_width(&p->cfg.arch) == w)
+        return p;
     vt_predictor_free(p);
     vt_model_cfg c;
-    if (vt_model_at_size(&m->cfg, size, size, &c, e)) return NULL;
+    if (vt_model_at_size(&m->cfg, h, w, &c, e)) return NULL;
     c.arch.int8 = m->int8;
     c.arch.bf16 = m->bf16;
     if (vt_predictor_init(p, &c, m->P, B, what, e)) return NULL;
@@ -402,7 +404,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
     call_env env = {0, 0};
     if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
-    vt_predictor *p = res ? predictor(m, n, size, VT_PRED_LOGITS, &e) : NULL;
+    vt_predictor *p = res ? predictor(m, n, size, size, VT_PRED_LOGITS, &e) : NULL;
     if (!res) vt_seterr_code(&e, VT_E_NOMEM, "out of memory (%d results)", n);
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
@@ -449,19 +451,24 @@ int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k,
     return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
 }
 
-/* The size of tensor calls (0: the model's) after checking that the model takes it; -1 on error. */
-static int checked_size(const vitc_model *m, int size, vitc_error *err) {
-    if (size < 0 || size > 4096)
-        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, size);
-    size = size > 0 ? size : m->cfg.arch.img_size;
+/* The height *h and width *w of tensor calls (both 0: the model's size) after checking that the model takes them; -1
+ * on error. */
+static int checked_size(const vitc_model *m, int *h, int *w, vitc_error *err) {
+    if (*h == *w && (*h < 0 || *h > 4096))
+        return fail(err, VITC_E_ARGUMENT, "%s: size %d is outside [0, 4096]", m->cfg.name, *h);
+    if (*h < 0 || *h > 4096 || *w < 0 || *w > 4096 || (*h == 0) != (*w == 0))
+        return fail(err, VITC_E_ARGUMENT, "%s: size %dx%d is outside [1, 4096] a side (or 0x0, the model's)",
+                    m->cfg.name, *h, *w);
+    if (!*h) *h = *w = m->cfg.arch.img_size;
     vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
     vt_err e = {0};
-    if (vt_model_at_size(&m->cfg, size, size, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
-    return size;
+    if (vt_model_at_size(&m->cfg, *h, *w, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
+    return 0;
 }
 
 int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out, vitc_error *err) {
-    if (check_args(m, x, n, k, 1, out, err) || (size = checked_size(m, size, err)) < 0) return -1;
+    int w = size;
+    if (check_args(m, x, n, k, 1, out, err) || checked_size(m, &size, &w, err)) return -1;
     source s = {x, 0};
     return classify(m, tensor_source, &s, NULL, n, size, k, VITC_E_FAILED, out, err);
 }
@@ -483,14 +490,14 @@ int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err
 static int tensor_new(vitc_tensor *t, int n, int ndim, const int *shape);
 
 /* checked_size, then the n images x (finite values); -1 on error. */
-static int tensor_size(const vitc_model *m, const float *x, int n, int size, vitc_error *err) {
-    if ((size = checked_size(m, size, err)) < 0) return -1;
-    const int64_t per = (int64_t)m->cfg.arch.in_chans * size * size;
+static int tensor_size(const vitc_model *m, const float *x, int n, int *h, int *w, vitc_error *err) {
+    if (checked_size(m, h, w, err)) return -1;
+    const int64_t per = (int64_t)m->cfg.arch.in_chans * *h * *w;
     for (int64_t j = 0; j < per * n; j++)
         if (!isfinite(x[j]))
             return fail(err, VITC_E_ARGUMENT, "%s: image %lld of the input holds NaN or Inf", m->cfg.name,
                         (long long)(j / per));
-    return size;
+    return 0;
 }
 
 /* The output of p that a call copies: the logits (-1), the pooled features (-2) or stage map i. */
@@ -498,15 +505,15 @@ static const vt_tensor *output(const vt_predictor *p, int which) {
     return which == -1 ? p->logits : which == -2 ? p->pooled : p->maps[which];
 }
 
-/* Runs n images x (already checked, of `size`) through the model's graph for `what`, and copies the outputs `which`
+/* Runs n images x (already checked, of h x w) through the model's graph for `what`, and copies the outputs `which`
  * (nout of them, see output()) into dst[0..nout), each allocated first as a tensor when alloc (else dst[0].data is
  * the caller's buffer). Returns the number of outputs, or -1. */
-static int run(vitc_model *m, const float *x, int n, int size, int what, const int *which, int nout, int alloc,
+static int run(vitc_model *m, const float *x, int n, int h, int w, int what, const int *which, int nout, int alloc,
                vitc_tensor *dst, vitc_error *err) {
     vt_err e = {0};
     call_env env = {0, 0};
     if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
-    vt_predictor *p = predictor(m, n, size, what, &e);
+    vt_predictor *p = predictor(m, n, h, w, what, &e);
     int nonfinite = 0;
     if (p && nout < 0) nout = p->nmaps; /* every stage map */
     for (int i = 0; p && alloc && i < nout; i++) {
@@ -544,11 +551,15 @@ static int run(vitc_model *m, const float *x, int n, int size, int what, const i
     return p ? nout : fail(err, code_of(&e, VITC_E_FAILED), "%s", e.msg);
 }
 
-int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err) {
-    if (check_args(m, x, n, 0, 0, logits, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
+int vitc_logits_hw(vitc_model *m, const float *x, int n, int h, int w, float *logits, vitc_error *err) {
+    if (check_args(m, x, n, 0, 0, logits, err) || tensor_size(m, x, n, &h, &w, err)) return -1;
     vitc_tensor t = {2, {n, m->cfg.arch.num_classes, 0, 0}, logits};
     const int which = -1;
-    return run(m, x, n, size, VT_PRED_LOGITS, &which, 1, 0, &t, err) < 0 ? -1 : 0;
+    return run(m, x, n, h, w, VT_PRED_LOGITS, &which, 1, 0, &t, err) < 0 ? -1 : 0;
+}
+
+int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err) {
+    return vitc_logits_hw(m, x, n, size, size, logits, err);
 }
 
 /* Allocates t as a tensor of the given shape with first dimension n; -1 when out of memory. */
@@ -569,16 +580,25 @@ void vitc_tensor_free(vitc_tensor *t) {
     memset(t, 0, sizeof *t);
 }
 
-int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out, vitc_error *err) {
+int vitc_pooled_features_hw(vitc_model *m, const float *x, int n, int h, int w, vitc_tensor *out, vitc_error *err) {
     if (out) memset(out, 0, sizeof *out); /* defined whatever the outcome: vitc_tensor_free is safe on it */
-    if (check_args(m, x, n, 0, 0, out, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
+    if (check_args(m, x, n, 0, 0, out, err) || tensor_size(m, x, n, &h, &w, err)) return -1;
     const int which = -2;
-    return run(m, x, n, size, VT_PRED_LOGITS | VT_PRED_POOLED, &which, 1, 1, out, err) < 0 ? -1 : 0;
+    return run(m, x, n, h, w, VT_PRED_LOGITS | VT_PRED_POOLED, &which, 1, 1, out, err) < 0 ? -1 : 0;
+}
+
+int vitc_pooled_features(vitc_model *m, const float *x, int n, int size, vitc_tensor *out, vitc_error *err) {
+    return vitc_pooled_features_hw(m, x, n, size, size, out, err);
+}
+
+int vitc_stage_features_hw(vitc_model *m, const float *x, int n, int h, int w, vitc_tensor maps[VITC_MAX_STAGES],
+                           vitc_error *err) {
+    if (maps) memset(maps, 0, sizeof(vitc_tensor) * VITC_MAX_STAGES); /* the unused entries too: safe to free */
+    if (check_args(m, x, n, 0, 0, maps, err) || tensor_size(m, x, n, &h, &w, err)) return -1;
+    return run(m, x, n, h, w, VT_PRED_MAPS, NULL, -1, 1, maps, err);
 }
 
 int vitc_stage_features(vitc_model *m, const float *x, int n, int size, vitc_tensor maps[VITC_MAX_STAGES],
                         vitc_error *err) {
-    if (maps) memset(maps, 0, sizeof(vitc_tensor) * VITC_MAX_STAGES); /* the unused entries too: safe to free */
-    if (check_args(m, x, n, 0, 0, maps, err) || (size = tensor_size(m, x, n, size, err)) < 0) return -1;
-    return run(m, x, n, size, VT_PRED_MAPS, NULL, -1, 1, maps, err);
+    return vitc_stage_features_hw(m, x, n, size, size, maps, err);
 }
