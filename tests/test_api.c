@@ -378,6 +378,7 @@ static void check_gmf(vt_test *T, const char *w) {
     /* non-square (the _hw calls): the maps of a 64x96 input, its logits between two square calls (the graph rebuilt
      * each time: the square logits come back the same), a side the family's rule refuses, a size half given */
     float *xw = random_input(2 * 3 * 64 * 96, 4), sq[2][10], lw[2 * 10];
+    vitc_options o;
     vitc_tensor maps[VITC_MAX_STAGES];
     const int nm = xw ? vitc_stage_features_hw(m, xw, 2, 64, 96, maps, &err) : -1;
     T_CHECK(T, nm == 4, "%d maps at 64x96: %s", nm, err.msg);
@@ -398,10 +399,21 @@ static void check_gmf(vt_test *T, const char *w) {
                    strstr(err.msg, "64x80"), "64x80: %s", err.msg);
     T_CHECK(T, vitc_logits_hw(m, xw, 1, 0, 64, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
                    strstr(err.msg, "0x64"), "0x64: %s", err.msg);
+    /* a model opened at a non-square size (model options --img-size 64x96): size 0 is that size, the same logits */
+    vitc_model *mw = vitc_open_with("groupmixformer_test", w, NULL, "--img-size 64x96", &err);
+    float lw0[2 * 10];
+    vitc_result rw[2];
+    T_CHECK(T, mw && vitc_logits_hw(m, xw, 2, 64, 96, lw, &err) == 0 && vitc_logits(mw, xw, 2, 0, lw0, &err) == 0 &&
+                   !memcmp(lw, lw0, sizeof lw) && vitc_classify_tensor(mw, xw, 2, 0, 1, rw, &err) == 0 && rw[1].ok,
+            "opened at 64x96, size 0: %s", err.msg);
+    vitc_options_init(&o);
+    o.img_size = 64;
+    T_CHECK(T, !vitc_open_with("groupmixformer_test", w, &o, "--img-size 64x96", &err) && strstr(err.msg, "64x96") &&
+                   strstr(err.msg, "differ"), "img_size 64 with --img-size 64x96: %s", err.msg);
+    vitc_close(mw);
     free(xw);
     vitc_close(m);
     /* crop_pct concerns images only: 96 / 0.004 px is past the resize limit, and a 96 px tensor is still fine */
-    vitc_options o;
     vitc_options_init(&o);
     o.crop_pct = 0.004f;
     m = vitc_open("groupmixformer_test", w, &o, &err);

@@ -381,6 +381,20 @@ static void check_option_kinds(vt_test *T) {
             e.code);
 }
 
+/* --img-size values: N or HxW (w 0 when square), anything else refused. */
+static void check_parse_size(vt_test *T) {
+    static const struct { const char *s; int rc, h, w; } cases[] = {
+        {"64", 0, 64, 0}, {"64x96", 0, 64, 96}, {"64x64", 0, 64, 0}, {"16777216x1", 0, 16777216, 1},
+        {"16777217", -1, 0, 0}, {"x", -1, 0, 0}, {"64x", -1, 0, 0}, {"x64", -1, 0, 0}, {"64x96x3", -1, 0, 0},
+        {" 64", -1, 0, 0}, {"64 ", -1, 0, 0}, {"0x5", -1, 0, 0}, {"+5", -1, 0, 0}, {"64X96", -1, 0, 0}, {"", -1, 0, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int h = -7, w = -7;
+        const int rc = vt_parse_size(cases[k].s, &h, &w);
+        T_CHECK(T, rc == cases[k].rc && (rc || (h == cases[k].h && w == cases[k].w)), "'%s': rc %d, %d x %d",
+                cases[k].s, rc, h, w);
+    }
+}
+
 /* Non-square inputs (vt_arch_cfg.img_w) where the official code takes them: the family rules per side (GroupMixFormer,
  * PVTv2) or over both (Next-ViT's token count), square-only CSwin and size-bound weights refused, the graph's input
  * H x W, and the image paths (eval and training transforms crop squares) refusing such a configuration. */
@@ -435,7 +449,7 @@ static void check_options_record(vt_test *T) {
         "--num-classes 3 --in-chans 3 --img-size 64", "--heads 2", "--dims 32 --depths 1", "--depths 1,1,2,1",
         "--attn flatten", "--attn msf", "--attn hmhsa --double-heads", "--ffn cffn --heads 4,4,8,8",
         "--windows 2", "--windows 2,2,2,1 --img-size 32", "--attn flatten,flatten,mhsa,mhsa", "--apply-transform",
-        "--attn gma --num-classes 7"};
+        "--attn gma --num-classes 7", "--img-size 64x96 --num-classes 3"};
     int rebuilt = 0;
     for (int m = 0; m < vt_model_count(); m++) {
         const vt_model_cfg *base = vt_model_at(m);
@@ -690,6 +704,7 @@ void test_registry(vt_test *T) {
     check_no_prepack(T, "vit_fmnist_p7", "bf16");
     check_option_kinds(T);
     check_nonsquare(T);
+    check_parse_size(T);
     check_options_record(T);
     check_all_tokens(T, "vit_fmnist_p7", NULL);
     check_all_tokens(T, "deit_tiny_patch16_224", NULL);

@@ -160,6 +160,10 @@ vt_model_overrides vt_model_no_overrides(void);
  * to 65536, one for every stage or one per stage; -1 with a message naming opt otherwise. */
 int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, vt_err *e);
 
+/* Parses an --img-size value, "N" or "HxW" (positive integers up to 2^24), into h and w (0 when square); -1 when
+ * malformed (the ranges are vt_model_configure's to check). */
+int vt_parse_size(const char *s, int *h, int *w);
+
 /* Removes the blanks from a list value read from a model-options record, in place: an earlier vitc's command line
  * took "2, 2" and recorded it so (the command line now takes digits and commas only). */
 void vt_model_unblank_list(char *list);

@@ -104,7 +104,9 @@ void vt_predictor_forward(vt_predictor *p, const float *x, int nb);
 /* Fills out (C, S, S) with the preprocessed image i of a source; 0, or -1 with a message naming the image. */
 typedef int (*vt_image_source)(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e);
 
-/* Classifies n images read from src in batches of the predictor's size: out[i] gets each image's top-k (k at most
+/* Classifies n images read from src in batches of the predictor's size (src fills an image of the predictor's input,
+ * C x H x W: a source that preprocesses images needs a square configuration, vt_model_square_images): out[i] gets each
+ * image's top-k (k at most
  * VT_MAX_TOPK and the classes) or its own error (a bad image does not stop the others; names, if non-NULL, name the
  * images in messages). Non-NULL inputs / logits / pooled receive every image's preprocessed input (n, C, S, S),
  * logits (n, K) and pooled features (n, D). Progress goes to the stream `progress` (NULL: none) when there is more

@@ -148,7 +148,10 @@ static void leave(vitc_model *m, const call_env *c) {
 
 /* Fills the options ov keeps (not given) with those the weights' record rec sets, for a model of `stages` stages. */
 static void take_recorded(vt_model_overrides *ov, const vt_model_overrides *rec, int stages) {
-    if (ov->img_size <= 0) ov->img_size = rec->img_size;
+    if (ov->img_size <= 0) {
+        ov->img_size = rec->img_size;
+        ov->img_w = rec->img_w;
+    }
     if (ov->in_chans <= 0) ov->in_chans = rec->in_chans;
     if (ov->num_classes <= 0) ov->num_classes = rec->num_classes;
     if (!ov->attn) ov->attn = rec->attn;
@@ -204,10 +207,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         return fail(err, A, "%s: unknown --dtype '%s' (fp32, bf16 or int8)", name, ov.dtype), NULL;
     }
     ov.dtype = NULL; /* the arithmetic is vitc_set_dtype's: a run's recorded --dtype does not bind its weights */
-    if (o.img_size && ov.img_size && o.img_size != ov.img_size) {
+    if (o.img_size && ov.img_size && (o.img_size != ov.img_size || (ov.img_w && ov.img_w != ov.img_size))) {
         free(m);
-        return fail(err, A, "%s: img_size %d (vitc_options) and --img-size %d (model options) differ", name,
-                    o.img_size, ov.img_size), NULL;
+        return fail(err, A, "%s: img_size %d (vitc_options) and --img-size %d%s%.0d (model options) differ", name,
+                    o.img_size, ov.img_size, ov.img_w ? "x" : "", ov.img_w), NULL;
     }
     vt_st_file f; /* read once: the options it records, then its values */
     if (vt_st_open(weights, &f, &e)) {
@@ -237,7 +240,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     if (o.img_size) rec.img_size = 0; /* opt's size, where the weights fit it */
     vt_model_overrides given = ov;                /* the caller's alone: whom a configuration error blames */
     take_recorded(&ov, &rec, base->arch.nstages); /* the options given, then those the weights record */
-    if (o.img_size) ov.img_size = given.img_size = o.img_size;
+    if (o.img_size) {
+        ov.img_size = given.img_size = o.img_size;
+        ov.img_w = given.img_w = 0;
+    }
     ov.crop_pct = given.crop_pct = o.crop_pct;
     vt_model_summary s = {0};
     call_env env = {0, 0};
@@ -396,15 +402,15 @@ static int tensor_source(void *ctx, int i, const vt_preprocess *pp, float *out, 
     return 0;
 }
 
-/* Classifies n images from src with the model at `size`, converting the results; bad_image: the VITC_E_* of an image
+/* Classifies n images from src with the model at h x w, converting the results; bad_image: the VITC_E_* of an image
  * that failed without a kind of its own (VITC_E_IMAGE for files and pixels, VITC_E_FAILED for tensors). */
-static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int size, int k,
-                    int bad_image, vitc_result *out, vitc_error *err) {
+static int classify(vitc_model *m, vt_image_source src, source *ctx, const char *const *names, int n, int h, int w,
+                    int k, int bad_image, vitc_result *out, vitc_error *err) {
     vt_err e = {0};
     call_env env = {0, 0};
     if (enter(m, &env, &e)) return fail(err, VITC_E_BUSY, "%s", e.msg);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
-    vt_predictor *p = res ? predictor(m, n, size, size, VT_PRED_LOGITS, &e) : NULL;
+    vt_predictor *p = res ? predictor(m, n, h, w, VT_PRED_LOGITS, &e) : NULL;
     if (!res) vt_seterr_code(&e, VT_E_NOMEM, "out of memory (%d results)", n);
     ctx->per = p ? p->in->numel / p->batch : 0;
     const int bad = p ? vt_predictor_classify(p, src, ctx, names, n, k, res, NULL, NULL, NULL, NULL) : -1;
@@ -442,13 +448,15 @@ int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, v
     for (int i = 0; i < n; i++)
         if (!paths[i]) return fail(err, VITC_E_ARGUMENT, "%s: path %d is NULL", m->cfg.name, i);
     source s = {paths, 0};
-    return classify(m, file_source, &s, paths, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
+    const int S = m->cfg.arch.img_size; /* images become square crops */
+    return classify(m, file_source, &s, paths, n, S, S, k, VITC_E_IMAGE, out, err);
 }
 
 int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, images, n, k, 1, out, err) || image_model(m, err)) return -1;
     source s = {images, 0};
-    return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, k, VITC_E_IMAGE, out, err);
+    const int S = m->cfg.arch.img_size; /* images become square crops */
+    return classify(m, pixel_source, &s, NULL, n, S, S, k, VITC_E_IMAGE, out, err);
 }
 
 /* The height *h and width *w of tensor calls (both 0: the model's size) after checking that the model takes them; -1
@@ -459,7 +467,10 @@ static int checked_size(const vitc_model *m, int *h, int *w, vitc_error *err) {
     if (*h < 0 || *h > 4096 || *w < 0 || *w > 4096 || (*h == 0) != (*w == 0))
         return fail(err, VITC_E_ARGUMENT, "%s: size %dx%d is outside [1, 4096] a side (or 0x0, the model's)",
                     m->cfg.name, *h, *w);
-    if (!*h) *h = *w = m->cfg.arch.img_size;
+    if (!*h) {
+        *h = m->cfg.arch.img_size;
+        *w = vt_arch_width(&m->cfg.arch);
+    }
     vt_model_cfg at; /* a size the model cannot take is refused before its images are read */
     vt_err e = {0};
     if (vt_model_at_size(&m->cfg, *h, *w, &at, &e)) return fail(err, code_of(&e, VITC_E_ARGUMENT), "%s", e.msg);
@@ -470,7 +481,7 @@ int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, 
     int w = size;
     if (check_args(m, x, n, k, 1, out, err) || checked_size(m, &size, &w, err)) return -1;
     source s = {x, 0};
-    return classify(m, tensor_source, &s, NULL, n, size, k, VITC_E_FAILED, out, err);
+    return classify(m, tensor_source, &s, NULL, n, size, w, k, VITC_E_FAILED, out, err);
 }
 
 int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err) {

@@ -112,6 +112,7 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
 static int size_may_be_why(const vt_model_cfg *c, const vt_model_cfg *named, const vt_st_file *f) {
     vt_model_cfg c0 = *c;
     c0.arch.img_size = named->arch.img_size;
+    c0.arch.img_w = 0;
     vt_err e = {0};
     vt_params *S = vt_params_new(&e), *S0 = vt_params_new(&e);
     if (S) S->shapes_only = 1;
@@ -263,11 +264,6 @@ int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const
                           vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress) {
     const vt_model_cfg *c = &p->cfg;
     const int K = c->arch.num_classes, B = p->batch, D = p->pooled ? p->pooled->shape[1] : 0;
-    vt_err square = {0};
-    if (vt_model_square_images(c, &square)) { /* images are preprocessed square (a tensor-only configuration) */
-        for (int i = 0; i < n; i++) out[i] = (vt_prediction){.err = square};
-        return n;
-    }
     const vt_preprocess pp = vt_model_preprocess(c);
     const int64_t per = p->in->numel / B;
     vt_progress pg;

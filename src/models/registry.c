@@ -1,5 +1,6 @@
 /* The registry of host families and named models, and the generic model entry points (configure, build, init,
  * deploy, summaries). Nothing here knows a family by name: families differ only through their hooks. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -86,6 +87,24 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
     return 0;
 }
 
+int vt_parse_size(const char *s, int *h, int *w) {
+    long v[2] = {0, 0};
+    int n = 0;
+    for (const char *p = s; n < 2; n++) {
+        char *end = NULL;
+        if (!isdigit((unsigned char)*p)) return -1;
+        errno = 0;
+        v[n] = strtol(p, &end, 10);
+        if (errno || v[n] < 1 || v[n] > (1 << 24)) return -1;
+        if (!*end) break;
+        if (*end != 'x' || n == 1) return -1;
+        p = end + 1;
+    }
+    *h = (int)v[0];
+    *w = n == 1 && v[1] != v[0] ? (int)v[1] : 0;
+    return 0;
+}
+
 int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov, char *store, size_t n, int once,
                            vt_err *e) {
     static const char *const flags[] = {"--train-form", "--double-heads", "--apply-transform", "--no-prepack"};
@@ -140,6 +159,9 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
             vt_model_unblank_list(val);
             if (vt_model_parse_list(opt, val, stages, list_of[l], e)) return -1;
             if (list_of[l] == ov->windows) ov->windows_listed = strchr(val, ',') != NULL;
+        } else if (i == 0) {
+            if (vt_parse_size(val, &ov->img_size, &ov->img_w))
+                return vt_seterr(e, "model option %s '%s': expected a size N or HxW (positive integers)", opt, val);
         } else if (i < 3) {
             char *end = NULL;
             errno = 0;
@@ -173,8 +195,11 @@ static void options_text(const vt_model_overrides *ov, int stages, char *buf, si
         {"--img-size", ov->img_size}, {"--in-chans", ov->in_chans}, {"--num-classes", ov->num_classes}};
     size_t len = 0;
     if (n) buf[0] = '\0';
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && len < n; i++)
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0] && len < n; i++) {
         if (ints[i].v > 0) len += (size_t)snprintf(buf + len, n - len, " %s %d", ints[i].opt, ints[i].v);
+        if (ints[i].v > 0 && i == 0 && ov->img_w > 0 && ov->img_w != ov->img_size && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "x%d", ov->img_w); /* --img-size HxW */
+    }
     if (ov->attn && len < n) len += (size_t)snprintf(buf + len, n - len, " --attn %s", ov->attn);
     if (ov->ffn && len < n) len += (size_t)snprintf(buf + len, n - len, " --ffn %s", ov->ffn);
     list_text("--dims", ov->dims, stages, 0, buf, n, &len);

@@ -194,6 +194,22 @@ $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g3248.safetenso
 rc=$?
 check "forward: ... a side the family's rule refuses (48: stage-1 grid 12), naming it" \
     "[ $rc -eq 1 ] && grep -q 'image size 32x48: GroupMixFormer runs where' '$T/fr.log'" "rc $rc: $(cat "$T/fr.log")"
+# --img-size HxW: the model built at that size (info's MACs, a weight file's record), images still square crops
+$V info groupmixformer_test --img-size 32x64 --json >"$T/i3264.json" 2>&1
+r=$($PY -c "import json; j = json.load(open('$T/i3264.json')); print(j['img_size'], j['img_w'])" 2>&1)
+check "info --img-size 32x64: height 32, width 64" "[ '$r' = '32 64' ]" "$r $(head -c 300 "$T/i3264.json")"
+$V init groupmixformer_test --img-size 32x64 -o "$T/g3264w.safetensors" >/dev/null 2>&1
+$V forward groupmixformer_test -w "$T/g3264w.safetensors" --input "$T/g3264.safetensors" -o "$T/y3.safetensors" \
+    >"$T/fw.log" 2>&1
+check "... init records it, and forward builds the model so (a notice says)" \
+    "[ $? -eq 0 ] && grep -q 'records: --img-size 32x64' '$T/fw.log'" "$(cat "$T/fw.log")"
+$V predict groupmixformer_test -w "$T/g3264w.safetensors" docs/attention/msf.png >"$T/pw.log" 2>&1
+check "... predict refuses it: images become square crops" \
+    "[ $? -eq 1 ] && grep -q 'configured for 32x64 inputs, but images are read as square crops' '$T/pw.log'" \
+    "$(cat "$T/pw.log")"
+$V info groupmixformer_test --img-size 32x >"$T/ib.log" 2>&1
+check "--img-size 32x refused as a malformed size" \
+    "[ $? -eq 2 ] && grep -q \"bad value '32x' for --img-size (expected N or HxW\" '$T/ib.log'" "$(cat "$T/ib.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v2028.safetensors" -o "$T/y2.safetensors" >"$T/fs.log" 2>&1
 rc=$?
 check "forward: a non-square input to a model whose weights fix the size is refused, saying why" \

@@ -94,7 +94,8 @@ int cmd_bench(opts *o) {
         printf("model,%s_samples_per_sec,%s_step_time,%s_batch_size,%s_img_size,%sparam_count\n", m, m, m, m,
                o->train ? "" : "infer_gmacs,");
         csv_str(label);
-        printf(",%.2f,%.3f,%d,%d,", r.img_per_s, r.ms_per_iter, B, c.arch.img_size);
+        char size[24];
+        printf(",%.2f,%.3f,%d,%s,", r.img_per_s, r.ms_per_iter, B, vt_arch_size_text(&c.arch, size, sizeof size));
         if (!o->train) printf("%.6f,", r.gmacs_per_img);
         printf("%.6f\n", r.params / 1e6);
         return 0;

@@ -17,6 +17,7 @@ typedef struct {
     const char *blocks, *save_maps; /* attention: --blocks, --save-maps */
     int rollout;
     int img_size, in_chans, num_classes, json, batch, train, iters, threads, steps, epochs;
+    int img_w; /* --img-size HxW: the width (img_size the height); 0: square */
     int train_subset, test_subset, log_every, workers, cooldown_epochs;
     long long seed, fault_nan_step, fault_batch_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
@@ -55,7 +56,7 @@ typedef struct {
     vt_err werr;
 } opts;
 
-typedef enum { O_STR, O_INT, O_LL, O_DBL, O_FLAG } okind;
+typedef enum { O_STR, O_INT, O_LL, O_DBL, O_FLAG, O_SIZE } okind; /* O_SIZE: N or HxW into img_size, img_w */
 typedef struct {
     const char *name;
     okind kind;

@@ -246,6 +246,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (!base) return refuse(NULL, "unknown model '%s' (see `vitc list`)", o->model); /* a usage error, as --attn's */
     vt_model_overrides ov = vt_model_no_overrides();
     ov.img_size = o->img_size;
+    ov.img_w = o->img_w;
     ov.in_chans = o->in_chans;
     ov.num_classes = o->num_classes;
     ov.attn = o->attn;

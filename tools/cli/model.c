@@ -85,10 +85,11 @@ int cmd_info(opts *o) {
     const long long params = s.params, paper = s.paper_params, macs = s.macs;
     if (o->json) {
         printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
-               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
+               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, \"img_w\": %d, "
                "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
                "\"num_heads\": %d, \"double_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
-               c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size, a->in_chans,
+               c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size,
+               vt_arch_width(a), a->in_chans,
                a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
                a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(&c);
@@ -101,7 +102,7 @@ int cmd_info(opts *o) {
         printf(", \"blocks\": [");
     } else {
         printf("model      %s (%s)\n", c.name, c.description);
-        printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, a->img_size, a->num_classes);
+        printf("input      %d x %d x %d, %d classes\n", a->in_chans, a->img_size, vt_arch_width(a), a->num_classes);
         for (int i = 0; i < a->nstages; i++) {
             const int dbl = a->opts.double_heads && strcmp(a->stages[i].attn, "hmhsa") == 0;
             char blocks[256];

@@ -29,7 +29,8 @@ const optdef optdefs[] = {
     O("--input", O_STR, input, "X.safetensors holding `input` (B, C, H, W) [and `labels` (B,) for grad]"),
     O("--output", O_STR, output, "output safetensors file"),
     O("-o", O_STR, output, "same as --output"),
-    NUM("--img-size", O_INT, img_size, 1, 4096, "input image size (default: the model's)"),
+    NUM("--img-size", O_SIZE, img_size, 1, 4096, "input image size N, or HxW (height x width) where the model takes "
+        "non-square inputs (not for images: predict, eval, train and attention crop squares; default: the model's)"),
     NUM("--in-chans", O_INT, in_chans, 1, 64, "input channels (default: the model's)"),
     NUM("--num-classes", O_INT, num_classes, 1, 100000, "classes of the head (default: the model's)"),
     O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
@@ -170,10 +171,10 @@ static const struct {
 } command_option_help[] = {
     {"attention", "--heads", "the heads to draw: all (default), mean (their mean) or indices such as 0,2"},
     {"attention", "--output", "the PNG to draw into"},
-    {"forward", "--img-size", "input image size (default: the size of `input` where the model's weights fit any "
-     "size, else the model's)"},
-    {"grad", "--img-size", "input image size (default: the size of `input` where the model's weights fit any size, "
-     "else the model's)"},
+    {"forward", "--img-size", "input image size N, or HxW (default: the size of `input`, H x W, where the model's "
+     "weights fit any size, else the model's)"},
+    {"grad", "--img-size", "input image size N, or HxW (default: the size of `input`, H x W, where the model's weights "
+     "fit any size, else the model's)"},
     {"grad", "--lr", "AdamW learning rate of --steps N >= 2, constant (default 1e-3; refused with --steps 1)"},
     {"grad", "--weight-decay", "AdamW weight decay of --steps N >= 2 (default 0; not on norms, biases, tokens, "
      "position embeddings; refused with --steps 1)"},
@@ -224,6 +225,21 @@ int set_option(const char *cmd, const optdef *d, const char *a, const char *v, c
         *(const char **)field = v;
         return 0;
     }
+    if (d->kind == O_SIZE && strchr(v, 'x')) { /* HxW, each side in the range (N: as an integer option, below) */
+        int h = 0, w = 0;
+        if (vt_parse_size(v, &h, &w)) {
+            tell(cmd, "bad value '%s' for %s%s (expected N or HxW: integers in [%.12g, %.12g])", v, a, what, d->lo,
+                 d->hi);
+            return -1;
+        }
+        if (h < d->lo || h > d->hi || w > d->hi) {
+            tell(cmd, "%s must be in [%.12g, %.12g] a side, got %s%s", a, d->lo, d->hi, v, what);
+            return -1;
+        }
+        o->img_size = h;
+        o->img_w = w;
+        return 0;
+    }
     char *end = NULL;
     errno = 0;
     const double x = d->kind == O_DBL ? strtod(v, &end) : (double)strtoll(v, &end, 10);
@@ -247,10 +263,11 @@ int set_option(const char *cmd, const optdef *d, const char *a, const char *v, c
     }
     if (d->kind == O_DBL)
         *(double *)field = x;
-    else if (d->kind == O_INT)
+    else if (d->kind == O_INT || d->kind == O_SIZE)
         *(int *)field = (int)x; /* every O_INT range lies inside int */
     else
         *(long long *)field = strtoll(v, NULL, 10); /* exact beyond 2^53 */
+    if (d->kind == O_SIZE) o->img_w = 0; /* N: square */
     return 0;
 }
 
@@ -426,6 +443,8 @@ const char *option_text(const opts *o, const optdef *d, char *v, size_t n) {
     v[0] = '\0';
     if (d->kind == O_STR) return *(const char *const *)field;
     if (d->kind == O_INT) snprintf(v, n, "%d", *(const int *)field);
+    if (d->kind == O_SIZE && o->img_w) snprintf(v, n, "%dx%d", o->img_size, o->img_w);
+    if (d->kind == O_SIZE && !o->img_w) snprintf(v, n, "%d", o->img_size);
     if (d->kind == O_DBL) snprintf(v, n, "%.17g", *(const double *)field);
     if (d->kind == O_LL) snprintf(v, n, "%lld", *(const long long *)field);
     return v;
