@@ -72,18 +72,17 @@ int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_
     vt_model_cfg sized; /* out may be c */
     const int bad = vt_model_configure(c, &ov, &sized, &ce);
     if (!bad) sized.pre.crop_pct = c->pre.crop_pct;
-    char has[24];
-    vt_arch_size_text(&c->arch, has, sizeof has);
+    const int S = c->arch.img_size; /* a model whose weights depend on the size is square */
     if (!vt_model_any_size(c)) { /* the hint only where the size is one the model can be made at */
         if (h != w)
-            return vt_seterr(e, "%s takes %s×%s inputs, not %d×%d: its weights depend on the image size (%s family) "
-                             "and are made for square inputs of one size (--img-size)", c->name, has, has, h, w,
+            return vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s family) "
+                             "and are made for square inputs of one size (--img-size)", c->name, S, S, h, w,
                              c->family->name);
-        return bad ? vt_seterr(e, "%s takes %s×%s inputs, not %d×%d (its weights depend on the image size, and that "
-                               "size does not fit it: %s)", c->name, has, has, h, w, ce.msg)
-                   : vt_seterr(e, "%s takes %s×%s inputs, not %d×%d: its weights depend on the image size (%s "
+        return bad ? vt_seterr(e, "%s takes %d×%d inputs, not %d×%d (its weights depend on the image size, and that "
+                               "size does not fit it: %s)", c->name, S, S, h, w, ce.msg)
+                   : vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s "
                                "family); build it with --img-size %d (weights whose shapes stay the same at that size "
-                               "load as they are, others must be made at that size)", c->name, has, has, h, w,
+                               "load as they are, others must be made at that size)", c->name, S, S, h, w,
                                c->family->name, h);
     }
     if (bad) return vt_seterr(e, "%dx%d input: %s", h, w, ce.msg);

@@ -85,7 +85,8 @@ int cmd_info(opts *o) {
     const long long params = s.params, paper = s.paper_params, macs = s.macs;
     if (o->json) {
         printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
-               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, \"img_w\": %d, "
+               "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
+               "\"img_w\": %d, "
                "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
                "\"num_heads\": %d, \"double_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
                c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size,
