@@ -133,8 +133,9 @@ static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
 }
 
 /* Sweeps one model, unless its shrunk network equals that of an earlier model (e.g. Next-ViT-S/B/L, which differ
- * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). */
-static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n) {
+ * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). nonsquare: the shrunk network on
+ * the smallest wider input its family's rule takes (models whose weights fit any size; CSwin takes none). */
+static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n, int nonsquare) {
     const double t0 = now_s();
     vt_err e = {0};
     vt_model_cfg c0;
@@ -148,6 +149,16 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
             return;
         }
     done[(*n)++] = c0;
+    if (nonsquare) {
+        if (!vt_model_any_size(&c0)) return;
+        int found = 0;
+        for (int w = c0.arch.img_size + 1; w <= 2 * c0.arch.img_size + 64 && !found; w++) {
+            vt_err we = {0};
+            found = vt_model_at_size(&c0, c0.arch.img_size, w, &c0, &we) == 0;
+        }
+        T_CHECK(T, found || strcmp(c0.family->name, "cswin") == 0, "%s: no wider input size taken", c0.name);
+        if (!found) return;
+    }
     const vt_model_cfg c = vt_model_training_form(&c0);
     vt_params *P = vt_params_new(&e);
     vt_graph *g = NULL, *ge = NULL;
@@ -174,7 +185,9 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
         vt_graph_output(ge, ye);
         ok = vt_graph_finalize(ge, &e) == 0;
     }
-    T_CHECK(T, ok, "%s (img %d): train and eval graphs build: %s", c.name, c.arch.img_size, e.msg);
+    char size[24];
+    vt_arch_size_text(&c.arch, size, sizeof size);
+    T_CHECK(T, ok, "%s (img %s): train and eval graphs build: %s", c.name, size, e.msg);
     if (ok) {
         vt_rng r;
         vt_rng_seed(&r, 11);
@@ -220,7 +233,7 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
         T_CHECK(T, !nonfinite, "%s: loss, gradients and eval logits after a step are finite", c.name);
         T_CHECK(T, zero == 0, "%s: %d parameters without gradient", c.name, zero);
     }
-    if (getenv("VITC_SWEEP_TIMES")) fprintf(stderr, "%-28s img %3d %6.2f s\n", c.name, c.arch.img_size, now_s() - t0);
+    if (getenv("VITC_SWEEP_TIMES")) fprintf(stderr, "%-28s img %7s %6.2f s\n", c.name, size, now_s() - t0);
     vt_adamw_free(&opt);
     vt_graph_free(g);
     vt_graph_free(ge);
@@ -720,6 +733,7 @@ void test_registry(vt_test *T) {
     vt_model_cfg *done = calloc((size_t)vt_model_count(), sizeof *done);
     int n = 0;
     T_CHECK(T, done != NULL, "out of memory");
-    for (int i = 0; done && i < vt_model_count(); i++) sweep_one(T, vt_model_at(i), done, &n);
+    for (int i = 0; done && i < vt_model_count(); i++) sweep_one(T, vt_model_at(i), done, &n, 0);
+    for (int i = 0, m = 0; done && i < vt_model_count(); i++) sweep_one(T, vt_model_at(i), done, &m, 1);
     free(done);
 }
