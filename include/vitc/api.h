@@ -85,7 +85,7 @@ typedef struct vitc_options {
 typedef struct vitc_info {
     const char *name;    /**< registered model name, e.g. "deit_tiny_patch16_224" */
     const char *family;  /**< host family, e.g. "vit", "swin" */
-    int img_size;        /**< input height = width in pixels */
+    int img_size;        /**< input height (= width, unless opened with model options --img-size HxW) in pixels */
     int in_chans;        /**< input channels (1 or 3 for images) */
     int num_classes;     /**< classes of the head (logits per image) */
     int any_size;        /**< 1: the weights fit any input size (tensor calls may pass another size) */
@@ -183,18 +183,20 @@ VITC_API int vitc_classify_files(vitc_model *m, const char *const *paths, int n,
 VITC_API int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out,
                                   vitc_error *err);
 
-/** Classifies n preprocessed images x (n, in_chans, size, size); size 0 means img_size. As vitc_classify_files. */
+/** Classifies n preprocessed images x (n, in_chans, size, size); size 0: the model's size (its H x W where opened
+ * with --img-size HxW). As vitc_classify_files. */
 VITC_API int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out,
                                   vitc_error *err);
 
 /** Reads an image file and applies the model's eval transform into out (in_chans · img_size² floats). */
 VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err);
 
-/** Logits of n preprocessed images x (n, in_chans, size, size; size 0: img_size) into logits (n, num_classes). */
+/** Logits of n preprocessed images x (n, in_chans, size, size; size 0: the model's size, as vitc_classify_tensor) into
+ * logits (n, num_classes). */
 VITC_API int vitc_logits(vitc_model *m, const float *x, int n, int size, float *logits, vitc_error *err);
 
 /** vitc_logits of n images x (n, in_chans, h, w): non-square where the model takes it (its weights fit any size and
- * its official code takes H != W; model_info's any_size); h = w = 0: img_size. */
+ * its official code takes H != W; vitc_info's any_size); h = w = 0: the model's size. */
 VITC_API int vitc_logits_hw(vitc_model *m, const float *x, int n, int h, int w, float *logits, vitc_error *err);
 
 /** Pooled features (timm's pre-logits: the classifier head's input) of n images x into a new tensor (n, D); out is
