@@ -110,31 +110,48 @@ def norm_err(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def compare_grads(rep, tag, res, ref_g, tol, norm_tol=None):
-    """Every reference gradient ref_g[name] against vitc's res["grad/" + name]: a missing or misshaped one fails, and
-    one whose worst element (grad_err) exceeds tol or, with norm_tol, whose norm error (norm_err) exceeds that; each
-    failure its own check, one passing check when none fails. Returns the names vitc gives all-zero gradients."""
-    worst, worst_n, bad, zero = (0.0, ""), (0.0, ""), 0, []
+def compare_grads(rep, tag, res, ref_g, tol, norm_tol=None, slack=None, zero_by=None, zero_tol=1e-6, note=""):
+    """vitc's gradients res["grad/" + name] against the reference's ref_g[name]. Checks: no unexpected grad/ tensor;
+    each reference gradient present with its shape, its worst element (grad_err, less slack[name] per element where
+    given) within tol and, with norm_tol, its norm error (norm_err) within that; gradients zero by construction (the
+    reference's at most 1e-12 of its largest gradient, or a name for which zero_by(name) is true) round-off only in
+    vitc and the reference (<= zero_tol of the largest). Each failure is its own check, one passing check (with note)
+    when none fails. Returns (the names vitc gives all-zero gradients, the names taken as zero by construction)."""
+    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
+    rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra[:6]}")
+    gscale = max((float(r.abs().max()) for r in ref_g.values()), default=0.0)
+    worst, worst_n, bad, zero, structural = (0.0, ""), (0.0, ""), 0, [], []
     for k, r in ref_g.items():
         a = res.get("grad/" + k)
         if a is None or a.shape != tuple(r.shape):
             bad += 1
             rep.check(f"{tag} grad/{k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
             continue
-        e, idx, av, bv = grad_err(a, r)
+        if not np.any(a != 0):
+            zero.append(k)
+        rmax = float(r.abs().max())
+        if rmax <= 1e-12 * gscale or (zero_by and zero_by(k)):
+            structural.append(k)
+            e = max(float(np.abs(a).max()), rmax) / max(gscale, 1e-30)
+            if e > zero_tol:
+                bad += 1
+                rep.check(f"{tag} grad/{k}", False, f"zero by construction, but max|g| {e:.2e}·max|grad| "
+                          f"(vitc {float(np.abs(a).max()):.2e}, reference {rmax:.2e})")
+            continue
+        e, idx, av, bv = grad_err(a, r, None if slack is None else slack.get(k))
         en = norm_err(a, r) if norm_tol is not None else 0.0
         worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
         if e > tol or en > (norm_tol or 0.0):
             bad += 1
             rep.check(f"{tag} grad/{k}", False, (f"rel err {en:.2e} (tol {norm_tol:g}), " if norm_tol else "") +
                       f"worst element {e:.2e} (tol {tol:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0):
-            zero.append(k)
     if not bad:
         rep.check(f"{tag} grads", True, f"{len(ref_g)} tensors, " +
                   (f"worst relative {worst_n[0]:.2e} in {worst_n[1]}, " if norm_tol else "") +
-                  f"worst element {worst[0]:.2e} in {worst[1]}")
-    return zero
+                  f"worst element {worst[0]:.2e} in {worst[1]}" + (f"; {note}" if note else "") +
+                  (f"; zero by construction (round-off only): {structural[:6]}{'...' if len(structural) > 6 else ''}"
+                   if structural else ""))
+    return zero, structural
 
 
 def scalar(x):

@@ -10,12 +10,11 @@ name gradients that are zero in both for a structural reason.
 """
 import fnmatch
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import st
-from common import info, scalar, scale_err, grad_err, vitc_ok
+from common import compare_grads, info, scalar, scale_err, vitc_ok
 
 TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
 
@@ -74,34 +73,8 @@ def grad(rep, tmp, tag, model, ref, w, x, labels, args, zero_ok=(), tol=TOL_GRAD
         rep.check(f"loss {tag}", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
     else:
         rep.check(f"loss {tag}", False, "no `loss` tensor in output")
-    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-    rep.check(f"grad names {tag}", not extra, f"unexpected tensors {extra[:5]}")
-    worst, bad, zero, structural = (0.0, ""), 0, [], []
-    gscale = max(float(r.abs().max()) for r in ref_g.values())
-    for k, r in ref_g.items():
-        a = res.get("grad/" + k)
-        if a is None or a.shape != tuple(r.shape):
-            bad += 1
-            rep.check(f"grad {tag} {k}", False, "missing" if a is None else f"shape {a.shape}, want {tuple(r.shape)}")
-            continue
-        if float(r.abs().max()) <= 1e-12 * gscale:   # zero by construction in the reference
-            structural.append(k)
-            e = float(np.abs(a).max()) / gscale
-            if e > zero_tol:
-                bad += 1
-                rep.check(f"grad {tag} {k}", False, f"reference gradient is 0 but vitc has max|g| {e:.2e}·max|grad|")
-            continue
-        e, idx, av, bv = grad_err(a, r, slack.get(k))
-        worst = max(worst, (e, k))
-        if e > tol:
-            bad += 1
-            rep.check(f"grad {tag} {k}", False, f"rel err {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0) and not any(fnmatch.fnmatch(k, p) for p in zero_ok):
-            zero.append(k)
-    if not bad:
-        note = slack_note + "; " if slack_note else ""
-        rep.check(f"grads {tag}", True, f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}; {note}"
-                  f"zero by construction (round-off only in vitc): {structural[:6]}{'...' if len(structural) > 6 else ''}")
+    zero, structural = compare_grads(rep, tag, res, ref_g, tol, slack=slack, zero_tol=zero_tol, note=slack_note)
+    zero = [k for k in zero if k not in structural and not any(fnmatch.fnmatch(k, p) for p in zero_ok)]
     rep.check(f"grads non-zero {tag}", not zero, f"all-zero gradients: {zero[:8]}")
 
 

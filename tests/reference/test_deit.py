@@ -121,9 +121,7 @@ def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=()):
                   f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
     else:
         rep.check(f"{tag} fmnist loss", False, "no `loss` tensor in output")
-    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-    rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra}")
-    zero = compare_grads(rep, f"{tag} fmnist", res, ref_g, TOL_GRAD, TOL_GRAD_NORM)
+    zero, _ = compare_grads(rep, f"{tag} fmnist", res, ref_g, TOL_GRAD, TOL_GRAD_NORM)
     rep.check(f"{tag} (d) grads non-zero", not zero, f"all-zero gradients: {zero}")
 
 

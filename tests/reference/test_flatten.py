@@ -210,9 +210,7 @@ def check_model(rep, tmp, tag, model, cfg, opts, batch, seed, mutate=None, extra
         rep.check(f"{tag} loss", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
     else:
         rep.check(f"{tag} loss", False, "no `loss` tensor in output")
-    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-    rep.check(f"{tag} grad names", not extra, f"unexpected tensors {extra[:6]}")
-    zero = compare_grads(rep, tag, res, ref_g, TOL_GRAD)
+    zero, _ = compare_grads(rep, tag, res, ref_g, TOL_GRAD)
     # The last block's DWC cannot reach the logits: only the class token feeds the head, and the class token gets
     # no DWC term (spec §6 choice). Its gradient is exactly 0 in the reference too; every other one must be non-zero.
     last = cfg["depth"] - 1

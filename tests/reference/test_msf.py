@@ -32,7 +32,7 @@ from torch import nn
 
 import st
 import vit_ref
-from common import Report, have_vitc, info, scalar, scale_err, grad_err, tmpdir, vitc_ok
+from common import Report, compare_grads, have_vitc, info, scalar, scale_err, tmpdir, vitc_ok
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")        # tiny graphs: one thread avoids spinning on a shared machine
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -307,26 +307,6 @@ def test_counts(rep):
         rep.check(f"(count) alias {al}", j is not None and j.get("name") == name, f"-> {j and j.get('name')}")
 
 
-def compare_grads(rep, tag, res, ref_g):
-    extra = sorted(k for k in res if k.startswith("grad/") and k[5:] not in ref_g)
-    bad, zero, worst = [], [], (0.0, "")
-    for k, r in ref_g.items():
-        a = res.get("grad/" + k)
-        if a is None or a.shape != tuple(r.shape):
-            bad.append(f"{k}: {'missing' if a is None else a.shape}")
-            continue
-        e, idx, av, bv = grad_err(a, r)
-        worst = max(worst, (e, k))
-        if e > TOL_GRAD:
-            bad.append(f"{k} rel {e:.2e} at {idx}: vitc {av:.4e} vs ref {bv:.4e}")
-        if not np.any(a != 0):
-            zero.append(k)
-    rep.check(f"{tag} grads", not bad and not extra,
-              f"{len(ref_g)} tensors, worst {worst[0]:.2e} in {worst[1]}" if not bad and not extra
-              else f"{bad[:6]} extra {extra[:6]}")
-    rep.check(f"{tag} grads non-zero", not zero, f"all-zero: {zero[:8]}")
-
-
 def run_model(rep, tmp, tag, name, ref, extra_args, seed, B=2, img=32, chans=3, classes=10):
     """random weights -> vitc forward + grad vs the float64 reference module (img: a side, or (height, width))."""
     sd = random_state_dict(ref, seed)
@@ -372,7 +352,8 @@ def run_model(rep, tmp, tag, name, ref, extra_args, seed, B=2, img=32, chans=3, 
             lv, rl = scalar(res["loss"]), float(loss)
             e = abs(lv - rl) / max(1.0, abs(rl))
             rep.check(f"{tag} loss", e <= TOL_LOSS, f"vitc {lv:.7f} vs ref {rl:.7f}")
-        compare_grads(rep, tag, res, ref_g)
+        zero, _ = compare_grads(rep, tag, res, ref_g, TOL_GRAD)
+        rep.check(f"{tag} grads non-zero", not zero, f"all-zero: {zero[:8]}")
 
 
 # Quick sweep (--quick): every attention type on ViT-Ti, plus ViT-SS MSF-g2 and ViT-S MSF. The default (make test)
