@@ -453,6 +453,26 @@ static void check_nonsquare(vt_test *T) {
     vt_clearerr(&e);
     T_CHECK(T, vt_model_at_size(&c, 64, 64, &c, &e) == 0 && c.arch.img_w == 0 && vt_model_square_images(&c, &e) == 0,
             "back to 64x64: square again (%s)", e.msg);
+    /* PVT v1 keeps the size its weights are made for and takes another input, its pos_embed{i} resized; FLatten-PVT,
+     * whose positional encodings fix the size, refuses it */
+    vt_clearerr(&e);
+    const vt_model_cfg *v1 = vt_model_find("pvt_tiny"), *fv1 = vt_model_find("flatten_pvt_tiny");
+    ok = vt_model_at_size(v1, 96, 80, &c, &e) == 0 && c.arch.img_size == 224 && c.arch.in_h == 96 &&
+         c.arch.in_w == 80;
+    T_CHECK(T, ok, "pvt_tiny at 96x80: %s", e.msg);
+    vt_params *S = vt_params_new(&e);
+    if (S) S->shapes_only = 1;
+    g = ok && S ? vt_graph_new(S, 0, &e) : NULL;
+    y = g ? vt_model_build(g, &c, 1, &x) : NULL;
+    T_CHECK(T, y && x->shape[2] == 96 && x->shape[3] == 80 && vt_params_find(S, "pos_embed1")->shape[1] == 56 * 56,
+            "pvt_tiny at 96x80: a (1, 3, 96, 80) input on pos_embed1 of 224 px: %s", g ? g->err.msg : e.msg);
+    vt_graph_free(g);
+    vt_params_free(S);
+    T_CHECK(T, vt_model_at_size(&c, 224, 224, &c, &e) == 0 && c.arch.in_h == 0, "pvt_tiny back at 224: %s", e.msg);
+    T_CHECK(T, vt_model_at_size(fv1, 96, 80, &c, &e) == -1 && strstr(e.msg, "weights depend on the image size"),
+            "flatten_pvt_tiny at 96x80: %s", e.msg);
+    vt_clearerr(&e);
+    T_CHECK(T, vt_model_at_size(v1, 24, 80, &c, &e) == -1 && strstr(e.msg, "24x80"), "pvt_tiny at 24x80: %s", e.msg);
 }
 
 /* The options a weight file records (vt_model_cfg.options) rebuild the model they were made from: for every named

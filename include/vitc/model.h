@@ -37,6 +37,8 @@ typedef struct vt_stage_cfg {
 typedef struct vt_arch_cfg {
     int img_size, in_chans, num_classes; /* img_size: the input's height, and its width unless img_w says otherwise */
     int img_w;         /* a non-square input's width (vt_arch_width; where the weights fit any size); 0: img_size */
+    int in_h, in_w;    /* the input's size where it differs from the one the weights are made for (img_size x width):
+                        * a model that resizes its position embeddings to the input (vt_model_resizes); 0: that size */
     int patch;         /* patch size of the stem */
     int nstages;       /* stages used in `stages` */
     vt_stage_cfg stages[VT_MAX_STAGES];
@@ -99,6 +101,9 @@ struct vt_family {
     /* Without VT_CAP_ANY_SIZE: 1 if c's parameter shapes do not depend on the image size (PVTv2 but FLatten's);
      * NULL: they do. */
     int (*any_size)(const vt_model_cfg *c);
+    /* 1 if c, whose weights depend on the image size, runs inputs of other sizes with them, resizing its position
+     * embeddings as the official code does (PVT v1 but FLatten-PVT); NULL: it does not. */
+    int (*resizes)(const vt_model_cfg *c);
     /* After --attn changed stage types of `named` into c: sets what the official code derives from a stage's type
      * (FLatten-Swin's window: WINDOW_SIZE for L stages, 7 or 12 for S ones); NULL: nothing depends on the type. */
     void (*retyped)(vt_model_cfg *c, const vt_model_cfg *named);
@@ -189,6 +194,13 @@ int vt_model_any_size(const vt_model_cfg *c);
 
 /* The input width a's graphs are built for: img_w where set (a non-square input), img_size otherwise. */
 int vt_arch_width(const vt_arch_cfg *a);
+
+/* 1 if c runs inputs of other sizes than its weights are made for, resizing its position embeddings (vt_family.resizes;
+ * the input size then in vt_arch_cfg.in_h, in_w). */
+int vt_model_resizes(const vt_model_cfg *c);
+
+/* The input size a's graphs take into h and w: in_h x in_w where set, else img_size x vt_arch_width. */
+void vt_arch_input(const vt_arch_cfg *a, int *h, int *w);
 
 /* Writes a's input size into buf (n bytes) as messages give it: "224" (square) or "256x192" (height x width). */
 const char *vt_arch_size_text(const vt_arch_cfg *a, char *buf, size_t n);

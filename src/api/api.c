@@ -341,9 +341,9 @@ static vt_predictor *predictor(vitc_model *m, int n, int h, int w, int what, vt_
     vt_predictor *p = &m->pred;
     /* threads 0: the caller's setting of this call (the graph's scratch is sized for its thread count) */
     const int same_threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
-    if (p->g && same_threads && m->pred_what == what && p->batch == B && p->cfg.arch.img_size == h &&
-        vt_arch_width(&p->cfg.arch) == w)
-        return p;
+    int ph = 0, pw = 0;
+    if (p->g) vt_arch_input(&p->cfg.arch, &ph, &pw);
+    if (p->g && same_threads && m->pred_what == what && p->batch == B && ph == h && pw == w) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
     if (vt_model_at_size(&m->cfg, h, w, &c, e)) return NULL;

@@ -60,8 +60,19 @@ vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
 }
 
 int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e) {
-    if (h == c->arch.img_size && w == vt_arch_width(&c->arch)) {
+    int ih, iw;
+    vt_arch_input(&c->arch, &ih, &iw);
+    if (h == ih && w == iw) {
         *out = *c;
+        return 0;
+    }
+    if (vt_model_resizes(c)) { /* the same weights, its position embeddings resized to the input */
+        vt_model_cfg at = *c;
+        const int built = h == at.arch.img_size && w == vt_arch_width(&at.arch);
+        at.arch.in_h = built ? 0 : h;
+        at.arch.in_w = built ? 0 : w;
+        if (c->family->check && c->family->check(&at, e)) return -1;
+        *out = at;
         return 0;
     }
     vt_model_overrides ov = vt_model_no_overrides();

@@ -247,6 +247,10 @@ static int check(const vt_model_cfg *c, vt_err *e) {
                                   min);
         return vt_seterr(e, "%s: image size %s: %s", c->name, size, msg);
     }
+    if (a->in_h && has_flatten(a)) /* an input of another size than the weights' (vt_model_at_size) */
+        return vt_seterr(e, "%s: input %dx%d, but the FLatten positional encodings are built for %dx%d inputs (set "
+                         "the image size)", c->name, a->in_h, a->in_w, S, S);
+    if (a->in_h && size_problem(c, a->in_h, a->in_w, msg, sizeof msg)) return vt_seterr(e, "%s: %s", c->name, msg);
     return 0;
 }
 
@@ -307,7 +311,10 @@ static const vt_model_cfg models[] = {
  * resizes them, but loading them needs that size), FLatten's positional encodings fix it. */
 static int any_size(const vt_model_cfg *c) { return c->arch.version == 2 && !has_flatten(&c->arch); }
 
+/* v1 (not FLatten's, whose positional encodings fix the size) runs other input sizes, pos_embed{i} resized. */
+static int resizes(const vt_model_cfg *c) { return c->arch.version == 1 && !has_flatten(&c->arch); }
+
 const vt_family vt_family_pvt = {
     .name = "pvt", .build = build, .features = features, .deploy = vt_family_cffn_deploy, .no_decay = no_decay, .check = check,
-    .any_size = any_size, .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+    .any_size = any_size, .resizes = resizes, .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
 };

@@ -252,6 +252,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
     const unsigned caps = cfg->family->caps;
     if (ov->img_size > 0) a->img_size = ov->img_size;
     if (ov->img_size > 0) a->img_w = ov->img_w > 0 && ov->img_w != ov->img_size ? ov->img_w : 0;
+    a->in_h = a->in_w = 0; /* the input at the size the weights are made for (vt_model_at_size sets another) */
     if (ov->in_chans > 0) a->in_chans = ov->in_chans;
     if (ov->num_classes > 0) a->num_classes = ov->num_classes;
     if (ov->attn && set_attn(out, ov->attn, e)) return -1;
@@ -383,6 +384,13 @@ int vt_model_any_size(const vt_model_cfg *c) {
 
 int vt_arch_width(const vt_arch_cfg *a) { return a->img_w > 0 ? a->img_w : a->img_size; }
 
+int vt_model_resizes(const vt_model_cfg *c) { return c->family->resizes && c->family->resizes(c); }
+
+void vt_arch_input(const vt_arch_cfg *a, int *h, int *w) {
+    *h = a->in_h > 0 ? a->in_h : a->img_size;
+    *w = a->in_h > 0 ? a->in_w : vt_arch_width(a);
+}
+
 const char *vt_arch_size_text(const vt_arch_cfg *a, char *buf, size_t n) {
     if (a->img_w > 0 && a->img_w != a->img_size)
         snprintf(buf, n, "%dx%d", a->img_size, a->img_w);
@@ -444,7 +452,8 @@ static void name_model(vt_graph *g, const vt_model_cfg *c) {
 }
 
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {
-    int s[4] = {B, c->arch.in_chans, c->arch.img_size, vt_arch_width(&c->arch)};
+    int s[4] = {B, c->arch.in_chans, 0, 0};
+    vt_arch_input(&c->arch, &s[2], &s[3]);
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;
@@ -463,7 +472,8 @@ int vt_model_features(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **inp
         vt_fail(g, c->name, "%s models have no stage feature maps", c->family->name);
         return -1;
     }
-    int s[4] = {B, c->arch.in_chans, c->arch.img_size, vt_arch_width(&c->arch)};
+    int s[4] = {B, c->arch.in_chans, 0, 0};
+    vt_arch_input(&c->arch, &s[2], &s[3]);
     vt_tensor *x = vt_input(g, "input", 4, s);
     if (input) *input = x;
     g->int8 = c->arch.int8 && !g->training;

@@ -185,13 +185,14 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
         return NULL;
     }
     const vt_arch_cfg *a = &cfg->arch;
-    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != a->img_size ||
-        sh[3] != vt_arch_width(a)) {
+    int H, W;
+    vt_arch_input(a, &H, &W);
+    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != H || sh[3] != W) {
         char dims[200] = "";
         for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
         snprintf(buf, sizeof buf, "%s: input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; "
-                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, a->img_size, vt_arch_width(a));
+                 "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, H, W);
         die("%s", buf);
         vt_free(x);
         return NULL;
@@ -215,13 +216,15 @@ static int input_hw(const vt_st_file *f, int *h, int *w) {
     return 1;
 }
 
-/* cfg (model_cfg's) at the size of the input in f when --img-size is not given (or only recorded by the weights): the
- * model's weights must fit any size, or the input must have the model's size (a clear error otherwise); H != W where
- * the family's official code takes non-square inputs. */
+/* cfg (model_cfg's) at the size of the input in f when --img-size is not given (or only recorded by the weights), or
+ * when the model resizes its position embeddings to its input (--img-size: the size its weights are made for): the
+ * model's weights must fit any size, or be resized, or the input must have the model's size (a clear error
+ * otherwise); H != W where the family's official code takes non-square inputs. */
 static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
     int h = 0, w = 0;
     vt_err e = {0};
-    if ((!o->img_size || o->size_recorded) && input_hw(f, &h, &w) && vt_model_at_size(cfg, h, w, cfg, &e))
+    if ((!o->img_size || o->size_recorded || vt_model_resizes(cfg)) && input_hw(f, &h, &w) &&
+        vt_model_at_size(cfg, h, w, cfg, &e))
         return die("%s", e.msg);
     return 0;
 }
