@@ -88,7 +88,8 @@ typedef struct vitc_info {
     int img_size;        /**< input height (= width, unless opened with model options --img-size HxW) in pixels */
     int in_chans;        /**< input channels (1 or 3 for images) */
     int num_classes;     /**< classes of the head (logits per image) */
-    int any_size;        /**< 1: the weights fit any input size (tensor calls may pass another size) */
+    int any_size;        /**< 1: the weights fit any input size (tensor calls may pass another size; PVT v1's may
+                              too, 0 here: it resizes its position embeddings to the input) */
     int64_t params;      /**< learnable parameters */
     double gmacs;        /**< multiply-adds of one image at img_size, in billions */
 } vitc_info;
