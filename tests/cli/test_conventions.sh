@@ -207,6 +207,9 @@ $V predict groupmixformer_test -w "$T/g3264w.safetensors" docs/attention/msf.png
 check "... predict refuses it: images become square crops" \
     "[ $? -eq 1 ] && grep -q 'configured for 32x64 inputs, but images are read as square crops' '$T/pw.log'" \
     "$(cat "$T/pw.log")"
+$V bench groupmixformer_test --img-size 32x64 --iters 1 --threads 1 --csv >"$T/bw.csv" 2>"$T/bw.log"
+r=$($PY -c "import csv; print(next(csv.DictReader(open('$T/bw.csv')))['infer_img_size'])" 2>&1)
+check "... bench runs it, its CSV row's size 32x64" "[ '$r' = 32x64 ]" "$r $(cat "$T/bw.log" "$T/bw.csv")"
 $V info groupmixformer_test --img-size 32x >"$T/ib.log" 2>&1
 check "--img-size 32x refused as a malformed size" \
     "[ $? -eq 2 ] && grep -q \"bad value '32x' for --img-size (expected N or HxW\" '$T/ib.log'" "$(cat "$T/ib.log")"
