@@ -403,6 +403,7 @@ static void check_gmf(vt_test *T, const char *w) {
     vitc_model *mw = vitc_open_with("groupmixformer_test", w, NULL, "--img-size 64x96", &err);
     float lw0[2 * 10];
     vitc_result rw[2];
+    T_CHECK(T, mw && vitc_logits_hw(m, xw, 2, 64, 64, lw0, &err) == 0, "64x64, batch 2: %s", err.msg);
     T_CHECK(T, mw && vitc_logits_hw(m, xw, 2, 64, 96, lw, &err) == 0 && vitc_logits(mw, xw, 2, 0, lw0, &err) == 0 &&
                    !memcmp(lw, lw0, sizeof lw) && vitc_classify_tensor(mw, xw, 2, 0, 1, rw, &err) == 0 && rw[1].ok,
             "opened at 64x96, size 0: %s", err.msg);

@@ -247,9 +247,7 @@ static int check(const vt_model_cfg *c, vt_err *e) {
                                   min);
         return vt_seterr(e, "%s: image size %s: %s", c->name, size, msg);
     }
-    if (a->in_h && has_flatten(a)) /* an input of another size than the weights' (vt_model_at_size) */
-        return vt_seterr(e, "%s: input %dx%d, but the FLatten positional encodings are built for %dx%d inputs (set "
-                         "the image size)", c->name, a->in_h, a->in_w, S, S);
+    /* an input of another size than the weights' (vt_model_at_size; v1 without FLatten: resizes) */
     if (a->in_h && size_problem(c, a->in_h, a->in_w, msg, sizeof msg)) return vt_seterr(e, "%s: %s", c->name, msg);
     return 0;
 }
