@@ -397,6 +397,8 @@ static void check_gmf(vt_test *T, const char *w) {
     vitc_tensor_free(&pw);
     T_CHECK(T, vitc_logits_hw(m, xw, 1, 64, 80, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
                    strstr(err.msg, "64x80"), "64x80: %s", err.msg);
+    T_CHECK(T, vitc_logits_hw(m, xw, 1, 64, 4097, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
+                   strstr(err.msg, "64x4097 is outside [1, 4096] a side"), "64x4097: %s", err.msg);
     T_CHECK(T, vitc_logits_hw(m, xw, 1, 0, 64, lw, &err) == -1 && err.code == VITC_E_ARGUMENT &&
                    strstr(err.msg, "0x64"), "0x64: %s", err.msg);
     /* a model opened at a non-square size (model options --img-size 64x96): size 0 is that size, the same logits */

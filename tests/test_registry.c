@@ -414,7 +414,7 @@ static void check_parse_size(vt_test *T) {
 static void check_nonsquare(vt_test *T) {
     static const struct { const char *name; int h, w, ok; } cases[] = {
         {"groupmixformer_tiny", 224, 192, 1}, {"groupmixformer_tiny", 224, 200, 0},
-        {"groupmixformer_tiny", 200, 224, 0},
+        {"groupmixformer_tiny", 200, 224, 0}, {"groupmixformer_tiny", 224, 4097, 0},
         {"pvt_v2_b1", 29, 64, 1}, {"pvt_v2_b1", 64, 28, 0}, {"nextvit_small", 16, 64, 1}, {"nextvit_small", 16, 32, 0},
         {"swin_t", 44, 60, 1}, {"swin_t", 44, 3, 0}, {"simplevit_ti_msf", 32, 48, 1}, {"simplevit_ti_msf", 32, 40, 0},
         {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 0}, {"pvt_tiny", 224, 192, 0},

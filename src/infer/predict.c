@@ -102,7 +102,7 @@ int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_
 }
 
 int vt_model_square_images(const vt_model_cfg *c, vt_err *e) {
-    if (!c->arch.img_w || c->arch.img_w == c->arch.img_size) return 0;
+    if (vt_arch_width(&c->arch) == c->arch.img_size) return 0;
     return vt_seterr(e, "%s is configured for %dx%d inputs, but images are read as square crops (the eval and "
                      "training transforms): configure it square (--img-size)", c->name, c->arch.img_size,
                      c->arch.img_w);

@@ -333,7 +333,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
     if (!(out->pre.crop_pct > 0.0f)) out->pre.crop_pct = 0.875f; /* timm's DEFAULT_CROP_PCT */
     if (a->img_size < 1 || a->img_size > 4096)
         return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
-    if (a->img_w && (a->img_w < 1 || a->img_w > 4096))
+    if (a->img_w > 4096) /* img_w is 0 or positive (set above) */
         return vt_seterr(e, "%s: image width %d is outside [1, 4096]", cfg->name, a->img_w);
     if (a->img_w && !vt_model_any_size(out))
         return vt_seterr(e, "%s takes square inputs only: its weights depend on the image size (%s family), and are "
@@ -392,7 +392,7 @@ void vt_arch_input(const vt_arch_cfg *a, int *h, int *w) {
 }
 
 const char *vt_arch_size_text(const vt_arch_cfg *a, char *buf, size_t n) {
-    if (a->img_w > 0 && a->img_w != a->img_size)
+    if (vt_arch_width(a) != a->img_size)
         snprintf(buf, n, "%dx%d", a->img_size, a->img_w);
     else
         snprintf(buf, n, "%d", a->img_size);

@@ -210,6 +210,9 @@ check "... predict refuses it: images become square crops" \
 $V bench groupmixformer_test --img-size 32x64 --iters 1 --threads 1 --csv >"$T/bw.csv" 2>"$T/bw.log"
 r=$($PY -c "import csv; print(next(csv.DictReader(open('$T/bw.csv')))['infer_img_size'])" 2>&1)
 check "... bench runs it, its CSV row's size 32x64" "[ '$r' = 32x64 ]" "$r $(cat "$T/bw.log" "$T/bw.csv")"
+$V info groupmixformer_test --img-size 64x4097 >"$T/il.log" 2>&1
+check "--img-size 64x4097 refused: each side in [1, 4096]" \
+    "[ $? -eq 2 ] && grep -q 'must be in \\[1, 4096\\] a side, got 64x4097' '$T/il.log'" "$(cat "$T/il.log")"
 $V info groupmixformer_test --img-size 32x >"$T/ib.log" 2>&1
 check "--img-size 32x refused as a malformed size" \
     "[ $? -eq 2 ] && grep -q \"bad value '32x' for --img-size (expected N or HxW\" '$T/ib.log'" "$(cat "$T/ib.log")"
