@@ -346,7 +346,7 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
 }
 
 /* A hierarchical model whose weights fit any size: stage maps and pooled features at 64 and 32 px. */
-static void check_gmf(vt_test *T, const char *w) {
+static void check_gmf(vt_test *T, const char *w, const char *png) {
     vitc_error err;
     vitc_model *m = vitc_open("groupmixformer_test", w, NULL, &err);
     T_CHECK(T, m != NULL, "%s", err.msg);
@@ -409,6 +409,15 @@ static void check_gmf(vt_test *T, const char *w) {
     T_CHECK(T, mw && vitc_logits_hw(m, xw, 2, 64, 96, lw, &err) == 0 && vitc_logits(mw, xw, 2, 0, lw0, &err) == 0 &&
                    !memcmp(lw, lw0, sizeof lw) && vitc_classify_tensor(mw, xw, 2, 0, 1, rw, &err) == 0 && rw[1].ok,
             "opened at 64x96, size 0: %s", err.msg);
+    /* ... and its images are read at 64x96: vitc_load_image's tensor classifies as the file does */
+    float *li = malloc(sizeof(float) * 3 * 64 * 96);
+    vitc_result rf, rt;
+    T_CHECK(T, mw && li && vitc_load_image(mw, png, li, &err) == 0 &&
+                   vitc_classify_files(mw, &png, 1, 3, &rf, &err) == 0 &&
+                   vitc_classify_tensor(mw, li, 1, 0, 3, &rt, &err) == 0 && rf.ok && rt.ok &&
+                   !memcmp(rf.index, rt.index, sizeof rf.index) && !memcmp(rf.prob, rt.prob, sizeof rf.prob),
+            "opened at 64x96: an image file as its loaded tensor (%s)", err.msg);
+    free(li);
     vitc_options_init(&o);
     o.img_size = 64;
     T_CHECK(T, !vitc_open_with("groupmixformer_test", w, &o, "--img-size 64x96", &err) && strstr(err.msg, "64x96") &&
@@ -1018,7 +1027,7 @@ static void check_predict_cfg(vt_test *T) {
 }
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.5.0") == 0, "%s", vitc_version());
+    T_CHECK(T, strcmp(vitc_version(), "0.5.1") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";
@@ -1035,7 +1044,7 @@ void test_api(vt_test *T) {
     check_vit(T, w, dir);
     check_two_threads(T, w);
     check_separate_models(T, w, wg);
-    check_gmf(T, wg);
+    check_gmf(T, wg, png);
     check_bounds(T, w, wg, dir);
     check_open_with(T, dir);
     check_form_taken(T, dir);

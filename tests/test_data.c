@@ -449,11 +449,13 @@ static void test_data_open(vt_test *T) {
     snprintf(imgs, sizeof imgs, "%s/imgs", dir);
     const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny");
     T_CHECK(T, c != NULL, "vit_fmnist_tiny is registered");
-    const int sizes[2] = {28, 36}, pads[2] = {4, 5};
-    for (int k = 0; c && k < 2; k++) {
+    /* square, and 21x42 (height x width: the pad from the shorter side, every transform at 21x42) */
+    const int sizes[3] = {28, 36, 21}, widths[3] = {28, 36, 42}, pads[3] = {4, 5, 3};
+    for (int k = 0; c && k < 3; k++) {
         vt_model_cfg c2 = *c; /* the folder's two classes */
         c2.arch.num_classes = 2;
         c2.arch.img_size = sizes[k];
+        c2.arch.img_w = widths[k] == sizes[k] ? 0 : widths[k];
         vt_data d;
         vt_err e = {0};
         T_CHECK(T, vt_data_open(&c2, imgs, 1, 1, NULL, 0, 0, &d, &e) == 0, "open: %s", e.msg);
@@ -461,12 +463,16 @@ static void test_data_open(vt_test *T) {
                        d.crop.mean[0] == d.pre.mean[0] && d.crop.std[0] == d.pre.std[0] && !d.deit_on,
                 "size %d: crop + flip size %d, pad %d (want %d), flip %d", sizes[k], d.crop.size, d.crop.pad, pads[k],
                 d.crop.hflip);
+        T_CHECK(T, d.train_tf.size == sizes[k] && d.train_tf.width == widths[k] && d.eval_tf.size == sizes[k] &&
+                       d.eval_tf.width == widths[k] && vt_preprocess_width(&d.pre) == widths[k],
+                "%dx%d: train transform %dx%d, eval %dx%d", sizes[k], widths[k], d.train_tf.size, d.train_tf.width,
+                d.eval_tf.size, d.eval_tf.width);
         vt_data_close(&d);
         const vt_tf_params deit = vt_tf_deit(224);
         T_CHECK(T, vt_data_open(&c2, imgs, 1, 1, &deit, 0, 0, &d, &e) == 0, "open with DeiT: %s", e.msg);
         const int fill = (int)floor(255.0 * d.pre.mean[0] + 0.5);
-        T_CHECK(T, d.deit_on && d.deit.size == sizes[k] && d.deit.mean[0] == d.pre.mean[0] &&
-                       d.deit.std[0] == d.pre.std[0] && d.deit.fill[0] == fill,
+        T_CHECK(T, d.deit_on && d.deit.size == sizes[k] && d.train_tf.width == widths[k] &&
+                       d.deit.mean[0] == d.pre.mean[0] && d.deit.std[0] == d.pre.std[0] && d.deit.fill[0] == fill,
                 "DeiT transform: size %d, fill %d (want %d from mean %g)", d.deit.size, d.deit.fill[0], fill,
                 (double)d.pre.mean[0]);
         vt_data_close(&d);

@@ -37,7 +37,7 @@ static int run_epoch(const vt_source *src, const vt_transform *tf, int workers, 
         *warned = -1; /* stays so without a temporary file: the count checks fail */
         vt_loader_set_warnings(L, wf);
     }
-    const size_t per = (size_t)tf->chans * tf->size * tf->size;
+    const size_t per = (size_t)tf->chans * tf->size * tf->width;
     int nb = vt_loader_start(L, idx, n, drop_last, 7, epoch, e), rows = 0, k = 0, r;
     while (nb > 0 && (r = vt_loader_next(L, x + (size_t)k * BATCH * per, lab + (size_t)k * BATCH, e)) > 0) {
         rows += r;
@@ -350,7 +350,7 @@ static void test_rgb(vt_test *T) {
         for (int q = 0; set.pix[i] && q < set.w[i] * set.h[i] * 3; q++) set.pix[i][q] = (uint8_t)vt_rng_below(&r, 256);
     }
     const vt_source src = {NR, 3, rgb_get, NULL, &set};
-    vt_crop_flip cf = {16, 3, 2, 1, {0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
+    vt_crop_flip cf = {16, 3, 2, 1, {0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}, 0};
     vt_tf_params dp = vt_tf_deit(16);
     const vt_transform tfs[2] = {vt_transform_crop_flip(&cf), vt_transform_deit(&dp, 3)};
     int idx[NR], la[NR], lb[NR];
@@ -407,7 +407,7 @@ void test_loader(vt_test *T) {
     vt_dataset ds;
     make_ds(&ds, pix, lab8);
     const vt_source src = vt_source_dataset(&ds);
-    vt_crop_flip cf = {SIDE, 1, 3, 1, {0.25f, 0, 0}, {0.5f, 1, 1}};
+    vt_crop_flip cf = {SIDE, 1, 3, 1, {0.25f, 0, 0}, {0.5f, 1, 1}, 0};
     const vt_transform tf = vt_transform_crop_flip(&cf);
     int idx[NS], idx2[NS];
     vt_rng r;

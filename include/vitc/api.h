@@ -31,7 +31,7 @@ extern "C" {
 /** Minor version: new functions, compatible. */
 #define VITC_VERSION_MINOR 5
 /** Patch version: fixes only. */
-#define VITC_VERSION_PATCH 0
+#define VITC_VERSION_PATCH 1
 
 /** Most classes a vitc_result holds. */
 #define VITC_MAX_TOPK 64
@@ -189,7 +189,8 @@ VITC_API int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int 
 VITC_API int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out,
                                   vitc_error *err);
 
-/** Reads an image file and applies the model's eval transform into out (in_chans · img_size² floats). */
+/** Reads an image file and applies the model's eval transform into out (in_chans · H · W floats: its img_size², or
+ * its H x W where opened with --img-size HxW). */
 VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err);
 
 /** Logits of n preprocessed images x (n, in_chans, size, size; size 0: the model's size, as vitc_classify_tensor) into

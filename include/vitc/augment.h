@@ -16,12 +16,14 @@ void vt_iota(int *idx, int n);
 void vt_shuffle(int *idx, int n, vt_rng *rng);
 
 /* Parameters of vt_transform_crop_flip: resize the shorter side to size (PIL's bicubic, vt_image_resize, as the eval
- * transform; no-op when it already is), random crop size×size after zero padding by pad pixels (torchvision RandomCrop(size, pad)),
+ * transform; no-op when it already is; for size×width outputs the image is scaled, aspect kept, until it covers
+ * them), random crop size×width after zero padding by pad pixels (torchvision RandomCrop((size, width), pad)),
  * horizontal flip with probability 0.5 when hflip, normalise (x/255 - mean) / std per channel. Random draws per
  * image, in order: crop row offset, crop column offset, flip. */
 typedef struct vt_crop_flip {
     int size, chans, pad, hflip;
     float mean[3], std[3];
+    int width; /* 0: size */
 } vt_crop_flip;
 
 /* The transform applying cf (which must outlive it; it needs an rng); crop_flip(28, pad 4, flip) is Fashion-MNIST's

@@ -1,6 +1,6 @@
 /* Image files to model inputs: decoding (stb_image) and timm's eval preprocessing (resize the shorter side to
  * floor(S / crop_pct) with a bicubic filter, centre-crop S×S with zero padding when the crop is larger, scale to
- * [0, 1], normalise per channel). */
+ * [0, 1], normalise per channel; an H×W output as timm's tuple img_size: both sides resized, then the centre crop). */
 #ifndef VITC_IMAGE_H
 #define VITC_IMAGE_H
 
@@ -8,12 +8,17 @@
 
 /* Eval preprocessing of one model (from its pretrained cfg). */
 typedef struct vt_preprocess {
-    int size;           /* output height = width S */
+    int size;           /* output height S (and width, unless `width` says otherwise) */
     int chans;          /* 1 (grayscale) or 3 (RGB) */
     float crop_pct;     /* > 0; the shorter side is resized to floor(S / crop_pct) */
     float mean[3], std[3];
     int squash;         /* 1: both sides are resized to floor(S / crop_pct) (the aspect ratio is not kept) */
+    int width;          /* output width W; 0: S. W != S: the image is resized to floor(S / crop_pct) rows and
+                         * floor(W / crop_pct) columns, aspect not kept (timm's eval transform of a tuple size) */
 } vt_preprocess;
+
+/* The output width of p: p->width, or p->size where it is 0. */
+static inline int vt_preprocess_width(const vt_preprocess *p) { return p->width > 0 ? p->width : p->size; }
 
 /* Largest accepted image side in pixels, and pixel count (PIL's DecompressionBombError limit, 2 × its
  * MAX_IMAGE_PIXELS); larger files are refused before decoding their pixels. */
@@ -67,11 +72,11 @@ int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow,
 /* Frees a decoded image's pixels. */
 void vt_image_free(vt_image *img);
 
-/* Preprocesses w×h pixels of `chans` interleaved uint8 channels (chans == p->chans) into out (chans, S, S). */
+/* Preprocesses w×h pixels of `chans` interleaved uint8 channels (chans == p->chans) into out (chans, S, W). */
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e);
 
 /* Reads and decodes the image file at path (vt_image_read, vt_image_decode; PNG, JPEG, BMP, GIF, TGA, PNM, PSD, HDR)
- * and preprocesses it into out (chans, S, S); an unreadable, corrupt, truncated or oversized file gives an error
+ * and preprocesses it into out (chans, S, W); an unreadable, corrupt, truncated or oversized file gives an error
  * naming it. */
 int vt_image_load(const char *path, const vt_preprocess *p, float *out, vt_err *e);
 

@@ -32,8 +32,9 @@ typedef struct vt_source {
 typedef struct vt_transform {
     int (*apply)(const void *ctx, const vt_image *img, vt_rng *rng, float *out, vt_err *e);
     const void *ctx;
-    int size, chans; /* output geometry */
+    int size, chans; /* output geometry: chans × size × width */
     int min_side;    /* decode hint for the source: the smallest image side the transform needs (0: full size) */
+    int width;
 } vt_transform;
 
 /* Transforms and the in-memory source: include/vitc/augment.h (src/train/augment.c); image folders:

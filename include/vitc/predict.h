@@ -42,17 +42,13 @@ vt_dtype_use vt_graph_dtype_use(const vt_graph *g);
  * forward, predict and eval print it as their warning. */
 int vt_dtype_fallback(const vt_model_cfg *c, vt_dtype_use u, char *msg, size_t n);
 
-/* The eval preprocessing of c (its pretrained cfg: size, channels, crop_pct, mean, std). */
+/* The eval preprocessing of c (its pretrained cfg: size H x W, channels, crop_pct, mean, std). */
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c);
 
 /* c for inputs of h x w pixels into out: c itself when the size is c's, c reconfigured when its weights fit any size
  * (vt_model_any_size; non-square where its family's official code takes that too), otherwise an error saying that
  * the weights fix the size. */
 int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e);
-
-/* 0 when c takes square inputs, as images become (eval and training transforms); -1 with a message for a non-square
- * configuration (vt_arch_cfg.img_w), which takes tensors only. */
-int vt_model_square_images(const vt_model_cfg *c, vt_err *e);
 
 /* A new parameter store of c loaded from the safetensors file at path (the message names the file, and says so when
  * the model's weights depend on an image size other than its named one); NULL on error. */
@@ -85,7 +81,7 @@ typedef struct vt_predictor {
     vt_model_cfg cfg;
     int batch;
     vt_graph *g;
-    vt_tensor *in;                    /* the input (batch, C, S, S) */
+    vt_tensor *in;                    /* the input (batch, C, H, W) */
     vt_tensor *logits, *pooled;       /* (batch, K) and (batch, D), or NULL when not asked for */
     vt_tensor *maps[VT_MAX_STAGES];   /* VT_PRED_MAPS: the stage maps */
     int nmaps;
@@ -98,17 +94,16 @@ int vt_predictor_init(vt_predictor *p, const vt_model_cfg *c, vt_params *P, int 
 /* Frees the graph (a zeroed predictor is fine). */
 void vt_predictor_free(vt_predictor *p);
 
-/* Runs the graph on nb ≤ batch images x (nb, C, S, S); rows past nb are zero and their outputs meaningless. */
+/* Runs the graph on nb ≤ batch images x (nb, C, H, W); rows past nb are zero and their outputs meaningless. */
 void vt_predictor_forward(vt_predictor *p, const float *x, int nb);
 
-/* Fills out (C, S, S) with the preprocessed image i of a source; 0, or -1 with a message naming the image. */
+/* Fills out (C, H, W) with the preprocessed image i of a source; 0, or -1 with a message naming the image. */
 typedef int (*vt_image_source)(void *ctx, int i, const vt_preprocess *pp, float *out, vt_err *e);
 
 /* Classifies n images read from src in batches of the predictor's size (src fills an image of the predictor's input,
- * C x H x W: a source that preprocesses images needs a square configuration, vt_model_square_images): out[i] gets each
- * image's top-k (k at most
- * VT_MAX_TOPK and the classes) or its own error (a bad image does not stop the others; names, if non-NULL, name the
- * images in messages). Non-NULL inputs / logits / pooled receive every image's preprocessed input (n, C, S, S),
+ * C x H x W, as vt_model_preprocess makes it): out[i] gets each image's top-k (k at most VT_MAX_TOPK and the
+ * classes) or its own error (a bad image does not stop the others; names, if non-NULL, name the
+ * images in messages). Non-NULL inputs / logits / pooled receive every image's preprocessed input (n, C, H, W),
  * logits (n, K) and pooled features (n, D). Progress goes to the stream `progress` (NULL: none) when there is more
  * than one batch. Returns the failed count. */
 int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const char *const *names, int n, int k,

@@ -36,7 +36,8 @@ typedef enum {
 
 /* The knobs of the composed train transform (a recipe sets them, prints and saves them with vt_tf_params_format). */
 typedef struct vt_tf_params {
-    int size;                 /* output S×S */
+    int size;                 /* output height S */
+    int width;                /* output width W (0: S) */
     float scale[2];           /* RandomResizedCrop area fraction range (0.08, 1) */
     float ratio[2];           /* its aspect ratio range (3/4, 4/3), drawn log-uniform */
     int interp;               /* its resize filter (VT_INTERP_*; DeiT: bicubic) */
@@ -55,7 +56,7 @@ typedef struct vt_tf_params {
     int re_count;             /* erased rectangles (1) */
 } vt_tf_params;
 
-/* DeiT's train transform at S×S with ImageNet mean/std (the defaults noted above). */
+/* DeiT's train transform at S×S with ImageNet mean/std (the defaults noted above); set .width for S×W. */
 vt_tf_params vt_tf_deit(int size);
 
 /* Checks every knob's range; a clear error names the first bad one. */
@@ -101,10 +102,10 @@ int vt_randaugment(vt_image *img, const vt_tf_params *p, vt_rng *rng, vt_ra_step
  * rectangle, or zeros when none. */
 int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_rng *rng, int box[4], vt_err *e);
 
-/* The composed DeiT train transform of src (src->chans == 1 or 3) into out (chans, S, S floats): RandomResizedCrop
- * (its box, then below(2) for the filter when p->interp is random), flip (uniform() < hflip, no draw when hflip is
- * 0), RandAugment (when ra_layers > 0), x/255, (x - mean)/std, RandomErasing (when re_prob > 0); draws in that
- * order. */
+/* The composed DeiT train transform of src (src->chans == 1 or 3) into out (chans, S, W floats): RandomResizedCrop
+ * to S×W (its box, then below(2) for the filter when p->interp is random), flip (uniform() < hflip, no draw when
+ * hflip is 0), RandAugment (when ra_layers > 0), x/255, (x - mean)/std, RandomErasing (when re_prob > 0); draws in
+ * that order. */
 int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, float *out, vt_err *e);
 
 #endif

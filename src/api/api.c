@@ -448,15 +448,15 @@ int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, v
     for (int i = 0; i < n; i++)
         if (!paths[i]) return fail(err, VITC_E_ARGUMENT, "%s: path %d is NULL", m->cfg.name, i);
     source s = {paths, 0};
-    const int S = m->cfg.arch.img_size; /* images become square crops */
-    return classify(m, file_source, &s, paths, n, S, S, k, VITC_E_IMAGE, out, err);
+    return classify(m, file_source, &s, paths, n, m->cfg.arch.img_size, vt_arch_width(&m->cfg.arch), k, VITC_E_IMAGE,
+                    out, err);
 }
 
 int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int n, int k, vitc_result *out, vitc_error *err) {
     if (check_args(m, images, n, k, 1, out, err) || image_model(m, err)) return -1;
     source s = {images, 0};
-    const int S = m->cfg.arch.img_size; /* images become square crops */
-    return classify(m, pixel_source, &s, NULL, n, S, S, k, VITC_E_IMAGE, out, err);
+    return classify(m, pixel_source, &s, NULL, n, m->cfg.arch.img_size, vt_arch_width(&m->cfg.arch), k, VITC_E_IMAGE,
+                    out, err);
 }
 
 /* The height *h and width *w of tensor calls (both 0: the model's size) after checking that the model takes them; -1

@@ -297,8 +297,10 @@ static void rollout(float *const *maps, const int *heads, int nb, int N, double 
 /* The picture being drawn: an RGB canvas and its layout. */
 typedef struct {
     unsigned char *rgb;
-    int W, H, T, S; /* canvas, tile side, input side */
-    float *big;     /* S·S upsampled map */
+    int W, H;       /* canvas */
+    int Sh, Sw, f;  /* input height and width, and the pixels drawn per input pixel */
+    int Th, Tw;     /* tile height and width: f·Sh, f·Sw */
+    float *big;     /* Sh·Sw upsampled map */
 } canvas;
 
 static void fill(canvas *cv, int x0, int y0, int w, int h, const unsigned char c[3]) {
@@ -368,33 +370,33 @@ static int cover_px(const vt_attn_map *m, int dh, int dw) {
     return m->px > 0 && dh == m->gh && dw == m->gw ? m->px : 0;
 }
 
-/* Tile at (x0, y0): the preprocessed image x (C, S, S, normalised by pp), and over it, if v is non-NULL, the map v
- * (kh × kw) min-max scaled, upsampled to S×S (with px > 0: to the kh·px × kw·px pixels its cells cover, the rest of
- * the image left bare) and coloured with viridis (55% map, 45% image); T/S-fold pixels. */
+/* Tile at (x0, y0): the preprocessed image x (C, Sh, Sw, normalised by pp), and over it, if v is non-NULL, the map v
+ * (kh × kw) min-max scaled, upsampled to Sh×Sw (with px > 0: to the kh·px × kw·px pixels its cells cover, the rest
+ * of the image left bare) and coloured with viridis (55% map, 45% image); f-fold pixels. */
 static void tile(canvas *cv, int x0, int y0, const float *x, int C, const vt_preprocess *pp, const float *v, int kh,
                  int kw, int px) {
-    const int S = cv->S, f = cv->T / S;
-    const int ch = px > 0 && kh * px < S ? kh * px : S, cw = px > 0 && kw * px < S ? kw * px : S;
+    const int Sh = cv->Sh, Sw = cv->Sw, f = cv->f;
+    const int ch = px > 0 && kh * px < Sh ? kh * px : Sh, cw = px > 0 && kw * px < Sw ? kw * px : Sw;
     if (v) {
         float lo = v[0], hi = v[0];
         for (int j = 1; j < kh * kw; j++) lo = fminf(lo, v[j]), hi = fmaxf(hi, v[j]);
         vt_bilinear_resize(v, 1, kh, kw, 1, cv->big, ch, cw);
-        for (int y = ch - 1; y >= 0; y--) { /* rows of cw to rows of S, from the last (they only move forward) */
-            memmove(cv->big + (size_t)y * S, cv->big + (size_t)y * cw, sizeof(float) * (size_t)cw);
-            for (int xx = cw; xx < S; xx++) cv->big[(size_t)y * S + xx] = NAN;
+        for (int y = ch - 1; y >= 0; y--) { /* rows of cw to rows of Sw, from the last (they only move forward) */
+            memmove(cv->big + (size_t)y * Sw, cv->big + (size_t)y * cw, sizeof(float) * (size_t)cw);
+            for (int xx = cw; xx < Sw; xx++) cv->big[(size_t)y * Sw + xx] = NAN;
         }
-        for (int j = ch * S; j < S * S; j++) cv->big[j] = NAN;
-        for (int j = 0; j < S * S; j++)
+        for (int j = ch * Sw; j < Sh * Sw; j++) cv->big[j] = NAN;
+        for (int j = 0; j < Sh * Sw; j++)
             if (!isnan(cv->big[j])) cv->big[j] = hi > lo ? (cv->big[j] - lo) / (hi - lo) : 0.0f;
     }
-    for (int y = 0; y < S; y++)
-        for (int xx = 0; xx < S; xx++) {
+    for (int y = 0; y < Sh; y++)
+        for (int xx = 0; xx < Sw; xx++) {
             unsigned char px[3];
             for (int c = 0; c < 3; c++) {
                 const int ch = C == 1 ? 0 : c;
-                float o = 255.0f * unit(x[((size_t)ch * S + y) * S + xx] * pp->std[ch] + pp->mean[ch]);
-                if (v && !isnan(cv->big[y * S + xx])) {
-                    const int k = (int)lrintf(255.0f * unit(cv->big[y * S + xx]));
+                float o = 255.0f * unit(x[((size_t)ch * Sh + y) * Sw + xx] * pp->std[ch] + pp->mean[ch]);
+                if (v && !isnan(cv->big[y * Sw + xx])) {
+                    const int k = (int)lrintf(255.0f * unit(cv->big[y * Sw + xx]));
                     o = 0.45f * o + 0.55f * (float)viridis[k][c];
                 }
                 px[c] = (unsigned char)lrintf(o);
@@ -579,7 +581,6 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         return vt_seterr(e, "attention reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
     if (n < 1) return vt_seterr(e, "attention needs at least one image");
-    if (vt_model_square_images(c, e)) return -1;
     if (!o->png && !o->save_maps) return vt_seterr(e, "attention needs an output: -o OUT.png and/or --save-maps");
     if ((o->png && vt_output_check(o->png, paths, n, e)) || (o->save_maps && vt_output_check(o->save_maps, paths, n, e)))
         return -1;
@@ -613,11 +614,15 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         cols = o->nheads ? o->nheads : maxh;
     }
     const vt_preprocess pp = vt_model_preprocess(c);
-    const int S = pp.size, C = c->arch.in_chans, rows_img = r.nsel + (o->rollout ? 1 : 0);
-    const int64_t per = (int64_t)C * S * S;
-    r.cv.S = S;
-    r.cv.T = S * ((128 + S - 1) / S);
-    int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.T + PAD);
+    const int Sh = pp.size, Sw = vt_preprocess_width(&pp), C = c->arch.in_chans;
+    const int rows_img = r.nsel + (o->rollout ? 1 : 0);
+    const int64_t per = (int64_t)C * Sh * Sw;
+    r.cv.Sh = Sh;
+    r.cv.Sw = Sw;
+    r.cv.f = (128 + (Sh < Sw ? Sh : Sw) - 1) / (Sh < Sw ? Sh : Sw); /* the shorter side drawn at >= 128 pixels */
+    r.cv.Th = r.cv.f * Sh;
+    r.cv.Tw = r.cv.f * Sw;
+    int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.Tw + PAD);
     for (int b = 0; o->png && b < n; b++) /* wide enough for every row's title */
         for (int i = 0; i <= r.nsel; i++) {
             char t[TITLE_MAX];
@@ -625,7 +630,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             const int64_t w = 2 * PAD + stb_easy_font_width(t);
             W = w > W ? w : W;
         }
-    const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.T + PAD);
+    const int64_t Hh = PAD + (int64_t)n * rows_img * (TITLE + CAPTION + r.cv.Th + PAD);
     if (o->png && (W > 32768 || Hh > 262144 || W * Hh > ((int64_t)1 << 28))) {
         vt_seterr_code(e, VT_E_USAGE, "the picture would be %lld×%lld pixels: choose fewer images, blocks or heads "
                        "(--blocks, --heads mean)", (long long)W, (long long)Hh);
@@ -644,7 +649,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     }
     r.row = malloc(sizeof(float) * (size_t)maxk);
     r.work = malloc(sizeof(double) * (size_t)maxw);
-    r.cv.big = malloc(sizeof(float) * (size_t)S * S);
+    r.cv.big = malloc(sizeof(float) * (size_t)Sh * Sw);
     if (o->png && !(r.cv.rgb = malloc((size_t)r.cv.W * r.cv.H * 3))) goto oom;
     if (!r.row || !r.work || !r.cv.big) goto oom;
     if (o->png) memset(r.cv.rgb, 24, (size_t)r.cv.W * r.cv.H * 3);
@@ -704,11 +709,11 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
         if (o->png) {
             for (int i = 0; i < rows_img; i++) {
                 const vt_attn_map *m = i < r.nsel ? r.sel[i] : r.prim[0];
-                const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.T + PAD), yt = y0 + TITLE + CAPTION;
+                const int y0 = PAD + (b * rows_img + i) * (TITLE + CAPTION + r.cv.Th + PAD), yt = y0 + TITLE + CAPTION;
                 char t[TITLE_MAX];
                 map_title(i < r.nsel ? m : NULL, paths[b], t);
                 text(&r.cv, PAD, y0 + 2, t, r.cv.W - 2 * PAD);
-                text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.T);
+                text(&r.cv, PAD, y0 + TITLE + 2, "input", r.cv.Tw);
                 tile(&r.cv, PAD, yt, in->data, C, &pp, NULL, 0, 0, 0);
                 if (i == r.nsel) { /* rollout: the class row (or the mean row) over the grid keys */
                     const int K = m->kh * m->kw, q1 = m->lead ? 1 : NR;
@@ -717,8 +722,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                         for (int q = 0; q < q1; q++) s += r.R[(size_t)q * NR + m->klead + j];
                         r.row[j] = (float)(s / q1);
                     }
-                    text(&r.cv, PAD + r.cv.T + PAD, y0 + TITLE + 2, m->lead ? "class row" : "mean row", r.cv.T);
-                    tile(&r.cv, PAD + r.cv.T + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw,
+                    text(&r.cv, PAD + r.cv.Tw + PAD, y0 + TITLE + 2, m->lead ? "class row" : "mean row", r.cv.Tw);
+                    tile(&r.cv, PAD + r.cv.Tw + PAD, yt, in->data, C, &pp, r.row, m->kh, m->kw,
                          cover_px(m, m->kh, m->kw));
                     continue;
                 }
@@ -734,10 +739,10 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     else
                         snprintf(cap, sizeof cap, "head %d", h);
                     vt_attn_map_row(m, r.selv[i], h, r.row, r.work);
-                    const int x0 = PAD + (1 + k) * (r.cv.T + PAD);
+                    const int x0 = PAD + (1 + k) * (r.cv.Tw + PAD);
                     int gh, gw;
                     draw_grid(m, &gh, &gw);
-                    text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.T);
+                    text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.Tw);
                     tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw, cover_px(m, gh, gw));
                 }
             }
@@ -755,7 +760,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
             goto oom;
         }
         int nt = 0;
-        t[nt++] = (vt_st_out){"input", VT_ST_F32, 4, {n, C, S, S}, r.inputs};
+        t[nt++] = (vt_st_out){"input", VT_ST_F32, 4, {n, C, Sh, Sw}, r.inputs};
         for (int i = 0; i < r.nsel; i++) {
             map_dims(r.sel[i], &B, &H, &N, &M);
             if (r.sel[i]->win_h) /* per-window maps: (images, windows, heads, queries, keys) */

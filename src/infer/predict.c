@@ -56,7 +56,8 @@ static void topk_of(const float *logits, int K, int k, vt_topk *out) {
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
     const vt_pretrained_cfg *p = &c->pre;
     return (vt_preprocess){c->arch.img_size, c->arch.in_chans, p->crop_pct > 0.0f ? p->crop_pct : 0.875f,
-                           {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}, p->squash};
+                           {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}, p->squash,
+                           vt_arch_width(&c->arch)};
 }
 
 int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e) {
@@ -99,13 +100,6 @@ int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_
     if (bad) return vt_seterr(e, "%dx%d input: %s", h, w, ce.msg);
     *out = sized;
     return 0;
-}
-
-int vt_model_square_images(const vt_model_cfg *c, vt_err *e) {
-    if (vt_arch_width(&c->arch) == c->arch.img_size) return 0;
-    return vt_seterr(e, "%s is configured for %dx%d inputs, but images are read as square crops (the eval and "
-                     "training transforms): configure it square (--img-size)", c->name, c->arch.img_size,
-                     c->arch.img_w);
 }
 
 vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
@@ -328,7 +322,6 @@ int vt_predict_files(const vt_model_cfg *c, vt_params *P, const char *const *pat
         return vt_seterr(e, "predict reads 1- or 3-channel images; %s has %d input channels", c->name,
                          c->arch.in_chans);
     if (n < 1 || batch < 1 || k < 1) return vt_seterr(e, "predict needs n, batch and k >= 1");
-    if (vt_model_square_images(c, e)) return -1;
     vt_predictor p;
     if (vt_predictor_init(&p, c, P, n < batch ? n : batch, VT_PRED_LOGITS, e)) return -1;
     const int bad =

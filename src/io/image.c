@@ -149,22 +149,22 @@ static int crop_offset(int side, int crop) {
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e) {
     if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "image of %d×%d pixels (each side must be 1..%d)", w, h, VT_IMAGE_MAX_SIDE);
-    if ((p->chans != 1 && p->chans != 3) || p->size < 1 || !(p->crop_pct > 0.0f) || !isfinite(p->crop_pct))
-        return vt_seterr(e, "bad preprocessing: %d channels, size %d, crop_pct %g", p->chans, p->size,
-                         (double)p->crop_pct);
-    const int C = p->chans, S = p->size;
+    const int C = p->chans, S = p->size, W = vt_preprocess_width(p);
+    if ((C != 1 && C != 3) || S < 1 || W < 1 || !(p->crop_pct > 0.0f) || !isfinite(p->crop_pct))
+        return vt_seterr(e, "bad preprocessing: %d channels, size %dx%d, crop_pct %g", C, S, W, (double)p->crop_pct);
     for (int c = 0; c < C; c++)
         if (!(p->std[c] > 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c]))
             return vt_seterr(e, "bad normalisation of channel %d: mean %g, std %g", c, (double)p->mean[c],
                              (double)p->std[c]);
-    const double scale = floor((double)S / (double)p->crop_pct);
-    if (scale < 1 || scale > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "resize target %g pixels for size %d and crop_pct %g is out of range", scale, S,
-                         (double)p->crop_pct);
+    const double scale = floor((double)S / (double)p->crop_pct), scale_w = floor((double)W / (double)p->crop_pct);
+    if (scale < 1 || scale > VT_IMAGE_MAX_SIDE || scale_w < 1 || scale_w > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "resize target %gx%g pixels for size %dx%d and crop_pct %g is out of range", scale,
+                         scale_w, S, W, (double)p->crop_pct);
     /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short); Resize((s,
-     * s)) with squash */
-    const int sw = p->squash || w <= h ? (int)scale : (int)(scale * w / h);
-    const int sh = p->squash || w > h ? (int)scale : (int)(scale * h / w);
+     * s)) with squash; an H×W output (timm's tuple size) Resize((floor(H / crop_pct), floor(W / crop_pct))) */
+    const int squash = p->squash || W != S;
+    const int sw = W != S ? (int)scale_w : squash || w <= h ? (int)scale : (int)(scale * w / h);
+    const int sh = squash || w > h ? (int)scale : (int)(scale * h / w);
     if (!vt_image_target_ok(sw, sh))
         return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1, at most %lld pixels)", w,
                          h, sw, sh, VT_IMAGE_MAX_PIXELS);
@@ -174,14 +174,14 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
         vt_free(res);
         return -1;
     }
-    const int ox = crop_offset(sw, S), oy = crop_offset(sh, S);
+    const int ox = crop_offset(sw, W), oy = crop_offset(sh, S);
     for (int c = 0; c < C; c++)
         for (int y = 0; y < S; y++)
-            for (int x = 0; x < S; x++) {
+            for (int x = 0; x < W; x++) {
                 const int sx = x + ox, sy = y + oy;
                 const int in = sx >= 0 && sx < sw && sy >= 0 && sy < sh;
                 const float v = in ? res[((size_t)sy * sw + sx) * C + c] / 255.0f : 0.0f;
-                out[((size_t)c * S + y) * S + x] = (v - p->mean[c]) / p->std[c];
+                out[((size_t)c * S + y) * W + x] = (v - p->mean[c]) / p->std[c];
             }
     vt_free(res);
     return 0;

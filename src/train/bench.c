@@ -199,7 +199,7 @@ int vt_bench_input(const vt_data *d, int batch, int workers, int batches, double
     if (batches < 1) return vt_seterr(e, "vt_bench_input: %d batches", batches);
     const int n = d->train.n;
     const int64_t want = (int64_t)batch * batches;
-    float *x = vt_alloc(sizeof(float) * (size_t)d->train_tf.chans * d->train_tf.size * d->train_tf.size *
+    float *x = vt_alloc(sizeof(float) * (size_t)d->train_tf.chans * d->train_tf.size * d->train_tf.width *
                         (size_t)batch, e);
     int *lab = malloc(sizeof(int) * (size_t)batch), *idx = malloc(sizeof(int) * (size_t)n);
     vt_loader *L = x && lab && idx ? vt_loader_new(&d->train, &d->train_tf, batch, workers, 3, VT_BAD_REPLACE, e)

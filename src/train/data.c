@@ -50,14 +50,13 @@ static int folder_chans(const vt_model_cfg *c, vt_err *e) {
 int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment, const vt_tf_params *deit,
                  int train_subset, int val_subset, vt_data *d, vt_err *e) {
     memset(d, 0, sizeof *d);
-    const int S = c->arch.img_size, C = c->arch.in_chans, K = c->arch.num_classes;
+    const int S = c->arch.img_size, Wd = vt_arch_width(&c->arch), C = c->arch.in_chans, K = c->arch.num_classes;
     if (!data || !data[0]) return vt_seterr(e, "empty --data (fashion-mnist or an image folder)");
-    if (vt_model_square_images(c, e)) return -1;
     d->pre = vt_model_preprocess(c);
     if (strcmp(data, "fashion-mnist") == 0) {
-        if (C != 1 || S != 28)
+        if (C != 1 || S != 28 || Wd != 28)
             return vt_seterr(e, "%s takes %d×%d×%d inputs; Fashion-MNIST needs --img-size 28 --in-chans 1", c->name,
-                             C, S, S);
+                             C, S, Wd);
         if (K != 10) return vt_seterr(e, "Fashion-MNIST has 10 classes (use --num-classes 10)");
         if ((train && vt_dataset_load_fmnist(NULL, 1, &d->fm_train, e)) ||
             vt_dataset_load_fmnist(NULL, 0, &d->fm_val, e) ||
@@ -95,9 +94,10 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
         d->train = vt_source_imagefolder(&d->f_train);
         d->val = vt_source_imagefolder(&d->f_val);
     }
-    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip; eval, and training
-     * without augmentation: the model's pretrained eval transform (as `vitc predict`) */
-    d->crop = (vt_crop_flip){S, C, S / 7, 1, {0}, {0}};
+    /* training: shorter side to S, random crop S with padding S/7 (4 at 28, Fashion-MNIST's), flip (H×W: scaled to
+     * cover H×W, padding min(H, W)/7); eval, and training without augmentation: the model's pretrained eval transform
+     * (as `vitc predict`) */
+    d->crop = (vt_crop_flip){S, C, (S < Wd ? S : Wd) / 7, 1, {0}, {0}, Wd};
     for (int ch = 0; ch < 3; ch++) {
         d->crop.mean[ch] = d->pre.mean[ch];
         d->crop.std[ch] = d->pre.std[ch];
@@ -106,6 +106,7 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
     if (augment && deit && d->folder) { /* the model's normalisation; geometric ops fill with its mean colour */
         d->deit = *deit;
         d->deit.size = S;
+        d->deit.width = Wd;
         for (int ch = 0; ch < 3; ch++) {
             d->deit.mean[ch] = d->pre.mean[ch];
             d->deit.std[ch] = d->pre.std[ch];
@@ -127,7 +128,6 @@ int vt_data_open_eval(const vt_model_cfg *c, const char *data, char *const *clas
     if (!classes || !data || strcmp(data, "fashion-mnist") == 0)
         return vt_data_open(c, data, 0, 0, NULL, 0, val_subset, d, e);
     memset(d, 0, sizeof *d);
-    if (vt_model_square_images(c, e)) return -1;
     const int K = c->arch.num_classes;
     if (folder_chans(c, e)) return -1;
     if (nclasses != K)

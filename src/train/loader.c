@@ -185,10 +185,10 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
         return NULL;
     }
     if (src->n < 1 || batch < 1 || workers < 1 || workers > 1024 || prefetch < 1 || prefetch > 64 || tf->size < 1 ||
-        tf->chans < 1) {
+        tf->width < 1 || tf->chans < 1) {
         vt_seterr(e, "vt_loader_new: %d samples, batch %d, %d workers, prefetch %d, output %d×%d×%d (each must be "
                   ">= 1; workers <= 1024, prefetch <= 64)", src->n, batch, workers, prefetch, tf->chans, tf->size,
-                  tf->size);
+                  tf->width);
         return NULL;
     }
     vt_loader *L = calloc(1, sizeof *L);
@@ -202,7 +202,7 @@ vt_loader *vt_loader_new(const vt_source *src, const vt_transform *tf, int batch
     L->Q = prefetch;
     L->bad = bad;
     L->warn = stderr;
-    L->per = (size_t)tf->chans * tf->size * tf->size;
+    L->per = (size_t)tf->chans * tf->size * tf->width;
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->work, NULL);
     pthread_cond_init(&L->ready, NULL);

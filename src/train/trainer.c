@@ -172,10 +172,9 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
                     int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, int base, int poison,
                     vt_err *e) {
-    if (vt_model_square_images(c, e)) return -1;
-    if (tf->size != c->arch.img_size || tf->chans != c->arch.in_chans)
+    if (tf->size != c->arch.img_size || tf->width != vt_arch_width(&c->arch) || tf->chans != c->arch.in_chans)
         return vt_seterr(e, "%s expects %d×%d×%d inputs but the transform gives %d×%d×%d", c->name, c->arch.in_chans,
-                         c->arch.img_size, c->arch.img_size, tf->chans, tf->size, tf->size);
+                         c->arch.img_size, vt_arch_width(&c->arch), tf->chans, tf->size, tf->width);
     if (src->nclasses > c->arch.num_classes)
         return vt_seterr(e, "the data has %d classes but %s has %d outputs (--num-classes %d)", src->nclasses, c->name,
                          c->arch.num_classes, src->nclasses);

@@ -37,6 +37,9 @@ vt_tf_params vt_tf_deit(int size) {
     return p;
 }
 
+/* The output width of p (its size where width is 0). */
+static int tf_width(const vt_tf_params *p) { return p->width > 0 ? p->width : p->size; }
+
 static int good_interp(int i) {
     return i == VT_INTERP_BILINEAR || i == VT_INTERP_BICUBIC || i == VT_INTERP_RANDOM;
 }
@@ -44,8 +47,9 @@ static int good_interp(int i) {
 static int in01(float v) { return v >= 0.0f && v <= 1.0f; }
 
 int vt_tf_params_check(const vt_tf_params *p, vt_err *e) {
-    if (p->size < 1 || p->size > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "transform size %d (must be 1..%d)", p->size, VT_IMAGE_MAX_SIDE);
+    if (p->size < 1 || p->size > VT_IMAGE_MAX_SIDE || p->width < 0 || p->width > VT_IMAGE_MAX_SIDE)
+        return vt_seterr(e, "transform size %dx%d (each side must be 1..%d)", p->size, tf_width(p),
+                         VT_IMAGE_MAX_SIDE);
     if (!(p->scale[0] > 0.0f && p->scale[0] <= p->scale[1] && p->scale[1] <= 1.0f))
         return vt_seterr(e, "crop scale (%g, %g) (need 0 < min <= max <= 1)", (double)p->scale[0],
                          (double)p->scale[1]);
@@ -79,11 +83,16 @@ static const char *interp_name(int i) {
 }
 
 int vt_tf_params_format(const vt_tf_params *p, char *buf, size_t n) {
+    char size[32];
+    if (tf_width(p) == p->size)
+        snprintf(size, sizeof size, "%d", p->size);
+    else
+        snprintf(size, sizeof size, "%dx%d", p->size, tf_width(p));
     return snprintf(buf, n,
-                    "size=%d scale=%g,%g ratio=%g,%g interpolation=%s hflip=%g randaugment=rand-m%g-mstd%g-inc1 "
+                    "size=%s scale=%g,%g ratio=%g,%g interpolation=%s hflip=%g randaugment=rand-m%g-mstd%g-inc1 "
                     "ra_layers=%d ra_prob=%g ra_interpolation=%s translate_pct=%g fill=%d,%d,%d mean=%g,%g,%g "
                     "std=%g,%g,%g reprob=%g remode=pixel re_area=%g,%g re_min_aspect=%g recount=%d",
-                    p->size, (double)p->scale[0], (double)p->scale[1], (double)p->ratio[0], (double)p->ratio[1],
+                    size, (double)p->scale[0], (double)p->scale[1], (double)p->ratio[0], (double)p->ratio[1],
                     interp_name(p->interp), (double)p->hflip, (double)p->ra_magnitude, (double)p->ra_mstd,
                     p->ra_layers, (double)p->ra_prob, interp_name(p->ra_interp), p->translate_pct,
                     p->fill[0], p->fill[1], p->fill[2], (double)p->mean[0], (double)p->mean[1], (double)p->mean[2],
@@ -460,14 +469,15 @@ int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_r
 
 int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, float *out, vt_err *e) {
     if (vt_image_check(src, e) || vt_tf_params_check(p, e)) return -1;
-    const int S = p->size, C = src->chans;
+    const int S = p->size, W = tf_width(p), C = src->chans;
+    const size_t hw = (size_t)S * W;
     int box[4];
     if (vt_tf_rrc_box(src->w, src->h, p->scale, p->ratio, rng, box, e)) return -1;
     const int interp =
         p->interp != VT_INTERP_RANDOM ? p->interp : vt_rng_below(rng, 2) ? VT_INTERP_BICUBIC : VT_INTERP_BILINEAR;
-    vt_image img = {S, S, C, malloc((size_t)S * S * C)};
-    if (!img.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", S, S);
-    if (vt_image_resize(src, box[0], box[1], box[2], box[3], S, S, (vt_interp)interp, img.pix, e)) {
+    vt_image img = {W, S, C, malloc(hw * C)};
+    if (!img.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", W, S);
+    if (vt_image_resize(src, box[0], box[1], box[2], box[3], W, S, (vt_interp)interp, img.pix, e)) {
         free(img.pix);
         return -1;
     }
@@ -477,8 +487,8 @@ int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, fl
         return -1;
     }
     for (int c = 0; c < C; c++)
-        for (size_t i = 0; i < (size_t)S * S; i++)
-            out[(size_t)c * S * S + i] = ((float)img.pix[i * C + c] / 255.0f - p->mean[c]) / p->std[c];
+        for (size_t i = 0; i < hw; i++)
+            out[(size_t)c * hw + i] = ((float)img.pix[i * C + c] / 255.0f - p->mean[c]) / p->std[c];
     free(img.pix);
-    return p->re_prob > 0.0f ? vt_random_erasing(out, C, S, S, p, rng, NULL, e) : 0;
+    return p->re_prob > 0.0f ? vt_random_erasing(out, C, S, W, p, rng, NULL, e) : 0;
 }

@@ -194,7 +194,7 @@ $V forward groupmixformer_test -w "$T/g.safetensors" --input "$T/g3248.safetenso
 rc=$?
 check "forward: ... a side the family's rule refuses (48: stage-1 grid 12), naming it" \
     "[ $rc -eq 1 ] && grep -q 'image size 32x48: GroupMixFormer runs where' '$T/fr.log'" "rc $rc: $(cat "$T/fr.log")"
-# --img-size HxW: the model built at that size (info's MACs, a weight file's record), images still square crops
+# --img-size HxW: the model built at that size (info's MACs, a weight file's record, predict's images)
 $V info groupmixformer_test --img-size 32x64 --json >"$T/i3264.json" 2>&1
 r=$($PY -c "import json; j = json.load(open('$T/i3264.json')); print(j['img_size'], j['img_w'])" 2>&1)
 check "info --img-size 32x64: height 32, width 64" "[ '$r' = '32 64' ]" "$r $(head -c 300 "$T/i3264.json")"
@@ -203,10 +203,13 @@ $V forward groupmixformer_test -w "$T/g3264w.safetensors" --input "$T/g3264.safe
     >"$T/fw.log" 2>&1
 check "... init records it, and forward builds the model so (a notice says)" \
     "[ $? -eq 0 ] && grep -q 'records: --img-size 32x64' '$T/fw.log'" "$(cat "$T/fw.log")"
-$V predict groupmixformer_test -w "$T/g3264w.safetensors" docs/attention/msf.png >"$T/pw.log" 2>&1
-check "... predict refuses it: images become square crops" \
-    "[ $? -eq 1 ] && grep -q 'configured for 32x64 inputs, but images are read as square crops' '$T/pw.log'" \
-    "$(cat "$T/pw.log")"
+$V predict groupmixformer_test -w "$T/g3264w.safetensors" docs/attention/msf.png --output "$T/pw.safetensors" \
+    >"$T/pw.log" 2>&1
+rc=$?
+r=$($PY -c "import sys; sys.path.insert(0, 'tests/reference'); import st
+print(tuple(st.load('$T/pw.safetensors')['input'].shape))" 2>&1)
+check "... predict reads its images at 32x64 (timm's eval transform of a tuple size: test_predict.py)" \
+    "[ $rc -eq 0 ] && [ '$r' = '(1, 3, 32, 64)' ]" "rc $rc: $r $(cat "$T/pw.log")"
 $V bench groupmixformer_test --img-size 32x64 --iters 1 --threads 1 --csv >"$T/bw.csv" 2>"$T/bw.log"
 r=$($PY -c "import csv; print(next(csv.DictReader(open('$T/bw.csv')))['infer_img_size'])" 2>&1)
 check "... bench runs it, its CSV row's size 32x64" "[ '$r' = 32x64 ]" "$r $(cat "$T/bw.log" "$T/bw.csv")"

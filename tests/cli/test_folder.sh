@@ -95,6 +95,32 @@ $V info groupmixformer_test --heads 4 >"$T/ghi.log" 2>&1
 check "... while --heads 4 given on a GMA model is refused (2)" "[ $? -eq 2 ] && grep -q 'always runs 8 heads' '$T/ghi.log'" \
     "$(cat "$T/ghi.log")"
 
+# a non-square model (GroupMixFormer takes H != W, as its official code does): training reads H x W crops (crop +
+# flip: the image scaled to cover them; the DeiT recipe: RandomResizedCrop to the tuple size), and eval, predict and
+# attention the eval transform's H x W; the run's weights record the size, so each builds the model so
+$V train groupmixformer_test --data "$F/png" --img-size 32x64 --in-chans 1 --num-classes 10 --train-subset 64 \
+    --test-subset 32 --epochs 1 --batch-size 32 --out "$T/nsq" >"$T/nsq.log" 2>&1
+check "train at 32x64 (crop + flip)" "[ $? -eq 0 ] && [ \$(wc -l <'$T/nsq/metrics.csv') -eq 2 ]" \
+    "$(tail -n 5 "$T/nsq.log")"
+$V train groupmixformer_test --data "$F/jpg" --img-size 64x32 --num-classes 10 --train-subset 64 --test-subset 32 \
+    --epochs 1 --batch-size 32 --recipe deit --no-repeated-aug --out "$T/nsqd" >"$T/nsqd.log" 2>&1
+check "train at 64x32 with --recipe deit (its transform at 64x32)" \
+    "[ $? -eq 0 ] && grep -q 'Train transform: DeiT size=64x32 ' '$T/nsqd.log'" "$(tail -n 5 "$T/nsqd.log")"
+$V eval groupmixformer_test -w "$T/nsqd/weights.safetensors" --data "$F/jpg" --test-subset 32 --json \
+    >"$T/nsqe.json" 2>"$T/nsqe.err"
+r=$($PY -c "import json; j = json.load(open('$T/nsqe.json')); print(j['images'])" 2>&1)
+check "... eval of its weights at 64x32 (the record builds the model so)" "[ '$r' = 32 ]" \
+    "$r $(cat "$T/nsqe.err" "$T/nsqe.json")"
+IMG="$F/jpg/val/0_tshirt/$(ls "$F/jpg/val/0_tshirt" | head -1)"
+$V attention groupmixformer_test -w "$T/nsqd/weights.safetensors" "$IMG" -o "$T/nsq.png" \
+    --save-maps "$T/nsqm.safetensors" >"$T/nsqa.log" 2>&1
+rc=$?
+r=$($PY -c "import sys; sys.path.insert(0, 'tests/reference'); import st
+print(tuple(st.load('$T/nsqm.safetensors')['input'].shape), open('$T/nsq.png', 'rb').read(4) == b'\x89PNG')" 2>&1)
+check "... attention draws it: inputs (1, 3, 64, 32), a PNG written" \
+    "[ $rc -eq 0 ] && [ '$r' = '(1, 3, 64, 32) True' ]" \
+    "rc $rc: $r $(cat "$T/nsqa.log")"
+
 COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
 $V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1
 check "training on the PNG folder runs" "[ $? -eq 0 ] && [ -s '$T/png/metrics.csv' ]" "$(tail -3 "$T/png.log")"

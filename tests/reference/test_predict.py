@@ -62,10 +62,14 @@ def ppm_bytes(pix):
 
 def reference(pix, size, crop_pct, mean, std, squash=False):
     """timm eval transform of a uint8 (H, W, C) array -> (C, size, size) float64; squash: the Swin code base's
-    Resize((s, s)) (FLatten's), both sides to s."""
+    Resize((s, s)) (FLatten's), both sides to s. size (H, W) with H != W: timm 0.4.12's tuple size,
+    Resize((int(H / crop_pct), int(W / crop_pct))) then CenterCrop((H, W)), the aspect not kept."""
     h, w, c = pix.shape
-    scale = math.floor(size / crop_pct)
-    if squash:
+    sh, sw = size if isinstance(size, tuple) else (size, size)
+    scale = math.floor(sh / crop_pct)
+    if sh != sw:
+        nh, nw = scale, math.floor(sw / crop_pct)
+    elif squash:
         nw = nh = scale
     elif w <= h:
         nw, nh = scale, int(scale * h / w)
@@ -75,13 +79,13 @@ def reference(pix, size, crop_pct, mean, std, squash=False):
         img = Image.fromarray(pix[:, :, 0] if c == 1 else pix)
         pix = np.asarray(img.resize((nw, nh), Image.BICUBIC)).reshape(nh, nw, c)
     t = torch.from_numpy(pix.astype(np.float64)).permute(2, 0, 1) / 255.0
-    if size > nh or size > nw:   # torchvision pads (left/top = diff // 2) before cropping
-        pl, pt = max(size - nw, 0) // 2, max(size - nh, 0) // 2
-        pr, pb = max(size - nw, 0) - pl, max(size - nh, 0) - pt
+    if sh > nh or sw > nw:   # torchvision pads (left/top = diff // 2) before cropping
+        pl, pt = max(sw - nw, 0) // 2, max(sh - nh, 0) // 2
+        pr, pb = max(sw - nw, 0) - pl, max(sh - nh, 0) - pt
         t = F.pad(t, (pl, pr, pt, pb))
         nh, nw = t.shape[1:]
-    top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
-    t = t[:, top:top + size, left:left + size]
+    top, left = int(round((nh - sh) / 2.0)), int(round((nw - sw) / 2.0))
+    t = t[:, top:top + sh, left:left + sw]
     m = torch.tensor(mean[:c], dtype=torch.float64)[:, None, None]
     s = torch.tensor(std[:c], dtype=torch.float64)[:, None, None]
     return ((t - m) / s).numpy()
@@ -210,6 +214,34 @@ def main():
                 ref = reference(pix.astype(np.uint8), 64, 0.875, *IMAGENET, squash=True)
                 check_input(rep, f"preprocess {fn} (FLatten: aspect not kept)", res["input"][i], ref,
                             std=IMAGENET[1])
+
+    # a non-square model (GroupMixFormer at 32x64 and 64x32, its official code's rule): timm's eval transform of a
+    # tuple size, both sides resized, then the centre crop; with crop_pct 1.2 the crop pads; the logits as `forward`
+    # gives them on that input
+    gm = "groupmixformer_test"
+    for hw, crop in (((32, 64), 0.875), ((64, 32), 1.2)):
+        tag = f"{gm}@{hw[0]}x{hw[1]} crop_pct {crop}"
+        size = ["--img-size", f"{hw[0]}x{hw[1]}"]
+        w = tmp / f"gm{hw[0]}x{hw[1]}.safetensors"
+        if vitc_ok(rep, f"init {tag}", "init", gm, "-o", w, *size) is None:
+            continue
+        imgs = {"gmwide.png": rng.integers(0, 256, (50, 130, 3)), "gmtall.png": rng.integers(0, 256, (97, 41, 3))}
+        for fn, pix in imgs.items():
+            (tmp / fn).write_bytes(png_bytes(pix))
+        res, lines = predict(rep, f"predict {tag}", gm, w, [tmp / fn for fn in imgs], tmp / "gm.out.safetensors",
+                             "--crop-pct", crop)
+        if res is None:
+            continue
+        rep.check(f"{tag}: input (2, 3, {hw[0]}, {hw[1]})", res["input"].shape == (2, 3) + hw, str(res["input"].shape))
+        for i, (fn, pix) in enumerate(imgs.items()):
+            ref = reference(pix.astype(np.uint8), hw, crop, *IMAGENET)
+            check_input(rep, f"preprocess {fn} ({tag})", res["input"][i], ref, std=IMAGENET[1])
+        x = tmp / "gx.safetensors"
+        st.save(x, {"input": res["input"]})
+        if vitc_ok(rep, f"forward {tag}", "forward", gm, "--weights", w, "--input", x, "--output",
+                   tmp / "gy.safetensors"):
+            e = scale_err(res["logits"], st.load(tmp / "gy.safetensors")["logits"])
+            rep.check(f"logits = forward {tag}", e <= 1e-5, f"{e:.2e}")
 
     # crop_pct > 1 pads: the frame outside the resized image is the normalised black pixel
     w = tmp / "deit224.safetensors"

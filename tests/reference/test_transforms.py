@@ -253,27 +253,30 @@ def test_erase_stats(rep, drv, d):
 
 
 def test_deit(rep, drv, d, imgs):
-    """The composed transform at 32×32 on the test images (12 seeds each) and at 224×224 on a 500×375 image."""
+    """The composed transform at 32×32 on the test images (12 seeds each), at 224×224 on a 500×375 image, and at
+    32×48 and 48×24 (height × width: RandomResizedCrop to a tuple size, erasing boxes drawn on that shape)."""
     import torchvision.transforms.functional as TF
     from torchvision.transforms import InterpolationMode
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     big = Image.fromarray(np.random.RandomState(5).randint(0, 256, (9, 12, 3), dtype=np.uint8), "RGB")
-    cases = [(name, img, 32, range(20 * i, 20 * i + 12)) for i, (name, img) in enumerate(imgs)]
-    cases.append(("smooth-RGB-500x375", big.resize((500, 375), Image.BICUBIC), 224, range(100, 106)))
-    for name, img, S, seeds in cases:
+    cases = [(name, img, 32, 32, range(20 * i, 20 * i + 12)) for i, (name, img) in enumerate(imgs)]
+    cases.append(("smooth-RGB-500x375", big.resize((500, 375), Image.BICUBIC), 224, 224, range(100, 106)))
+    cases += [(f"{name} to {S}x{W}", img, S, W, range(300 + 10 * i, 306 + 10 * i))
+              for i, ((name, img), (S, W)) in enumerate(zip(imgs[:2], ((32, 48), (48, 24))))]
+    for name, img, S, W, seeds in cases:
         C = 1 if img.mode == "L" else 3
         for seed in seeds:
             fin, fout, flog = d / "in.raw", d / "deit.bin", d / "deit.log"
             fin.write_bytes(np.asarray(img).tobytes())
-            p = drv.run("deit", fin, fout, flog, img.size[0], img.size[1], C, S, seed)
+            p = drv.run("deit", fin, fout, flog, img.size[0], img.size[1], C, S, seed, *([W] if W != S else []))
             if not rep.check(f"deit {name} seed {seed}: run", p.returncode == 0, p.stderr):
                 continue
-            got = np.fromfile(fout, np.float32).reshape(C, S, S)
+            got = np.fromfile(fout, np.float32).reshape(C, S, W)
             raw = open(flog, "rb").read()
             log = np.frombuffer(raw[:160], np.float64)
-            xer = np.frombuffer(raw[160:], np.float32).reshape(C, S, S)
+            xer = np.frombuffer(raw[160:], np.float32).reshape(C, S, W)
             x0, y0, cw, ch = (int(v) for v in log[:4])
-            im = TF.resized_crop(img, y0, x0, ch, cw, [S, S], InterpolationMode.BICUBIC)
+            im = TF.resized_crop(img, y0, x0, ch, cw, [S, W], InterpolationMode.BICUBIC)
             if log[5]:
                 im = TF.hflip(im)
             for k in range(2):

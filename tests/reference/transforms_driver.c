@@ -8,9 +8,10 @@
  *                                                                         (float64 op applied magnitude negate interp
  *                                                                         per op, 2 per draw)
  *   transforms_driver erase OUT n h w seed                                n erasing boxes (int32 x0 y0 w h)
- *   transforms_driver deit IN OUT LOG w h c S seed                        the composed transform (float32 CHW) and
+ *   transforms_driver deit IN OUT LOG w h c S seed [W]                    the composed transform (float32 CHW) and
  *       its draws replayed from a copy of the generator (LOG: float64 box[4], interp, flip, 2 × (op applied
- *       magnitude negate interp), erase box[4]; then float32 CHW holding the erased values inside that box).
+ *       magnitude negate interp), erase box[4]; then float32 CHW holding the erased values inside that box); output
+ *       S×S, or S×W (height × width) where W is given.
  * Fill colour (124, 116, 104) as DeiT's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,16 +112,17 @@ int main(int argc, char **argv) {
         free(x), free(boxes);
         return 0;
     }
-    if (argc == 10 && !strcmp(argv[1], "deit")) {
+    if ((argc == 10 || argc == 11) && !strcmp(argv[1], "deit")) {
         vt_image im = {atoi(argv[5]), atoi(argv[6]), atoi(argv[7]), NULL};
-        const int S = atoi(argv[8]), C = im.chans;
+        const int S = atoi(argv[8]), W = argc == 11 ? atoi(argv[10]) : S, C = im.chans;
         im.pix = read_all(argv[2], (size_t)im.w * im.h * C);
-        const vt_tf_params p = vt_tf_deit(S);
+        vt_tf_params p = vt_tf_deit(S);
+        p.width = W;
         vt_rng_seed(&rng, strtoull(argv[9], NULL, 10));
         vt_rng replay = rng;
-        float *out = malloc(sizeof(float) * (size_t)C * S * S);
+        float *out = malloc(sizeof(float) * (size_t)C * S * W);
         if (vt_tf_deit_train(&im, &p, &rng, out, &e)) return fail(&e);
-        write_all(argv[3], out, sizeof(float) * (size_t)C * S * S);
+        write_all(argv[3], out, sizeof(float) * (size_t)C * S * W);
         /* the same draws, step by step (the interpolation is fixed: no draw) */
         double log[20];
         int box[4];
@@ -128,20 +130,20 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 4; k++) log[k] = box[k];
         log[4] = p.interp;
         log[5] = vt_rng_uniform(&replay) < p.hflip;
-        unsigned char *tmp = malloc((size_t)S * S * C);
-        memset(tmp, 0, (size_t)S * S * C);
-        vt_image t = {S, S, C, tmp};
+        unsigned char *tmp = malloc((size_t)S * W * C);
+        memset(tmp, 0, (size_t)S * W * C);
+        vt_image t = {W, S, C, tmp};
         vt_ra_step s[2];
         if (vt_randaugment(&t, &p, &replay, s, &e)) return fail(&e);
         for (int k = 0; k < 2; k++) {
             double *r = log + 6 + 5 * k;
             r[0] = s[k].op, r[1] = s[k].applied, r[2] = s[k].magnitude, r[3] = s[k].negate, r[4] = s[k].interp;
         }
-        float *x = malloc(sizeof(float) * (size_t)C * S * S);
-        if (vt_random_erasing(x, C, S, S, &p, &replay, box, &e)) return fail(&e);
+        float *x = malloc(sizeof(float) * (size_t)C * S * W);
+        if (vt_random_erasing(x, C, S, W, &p, &replay, box, &e)) return fail(&e);
         for (int k = 0; k < 4; k++) log[16 + k] = box[k];
         FILE *f = fopen(argv[4], "wb");
-        if (!f || fwrite(log, sizeof(log), 1, f) != 1 || fwrite(x, sizeof(float) * C * S * S, 1, f) != 1 || fclose(f))
+        if (!f || fwrite(log, sizeof(log), 1, f) != 1 || fwrite(x, sizeof(float) * C * S * W, 1, f) != 1 || fclose(f))
             return 1;
         free(x), free(tmp), free(out), free(im.pix);
         return 0;

@@ -204,7 +204,7 @@ int cmd_predict(opts *o) {
                       c.name, K);
     if (k > K && o->topk > 0) /* the default 5 lists a smaller model's classes without a word */
         notice("--topk %d is more than the %d classes of %s: listing %d", k, K, c.name, K);
-    const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * c.arch.img_size;
+    const int64_t per = (int64_t)c.arch.in_chans * c.arch.img_size * vt_arch_width(&c.arch);
     vt_prediction *res = calloc((size_t)n, sizeof *res);
     float *keep = NULL; /* --output: every image's input, then every image's logits */
     vt_err e = {0};
@@ -237,7 +237,8 @@ int cmd_predict(opts *o) {
     if (bad > 0 && keep) {
         die("%s", "--output not written: some images could not be read");
     } else if (bad == 0 && keep) {
-        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.arch.in_chans, c.arch.img_size, c.arch.img_size}, keep},
+        const int64_t iw = vt_arch_width(&c.arch);
+        vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.arch.in_chans, c.arch.img_size, iw}, keep},
                             {"logits", VT_ST_F32, 2, {n, K}, keep + n * per}};
         if (vt_st_write(o->output, out, 2, NULL, &e)) rc = die("%s", e.msg);
     }

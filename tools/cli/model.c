@@ -96,7 +96,7 @@ int cmd_info(opts *o) {
         print_stages_json(&c);
         printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"resize\": \"%s\", \"interpolation\": \"%s\", "
                "\"mean\": [%g, %g, %g], \"std\": [%g, %g, %g], \"dataset\": \"%s\"}", (double)a->drop_path,
-               (double)c.pre.crop_pct, c.pre.squash ? "both sides" : "shorter side",
+               (double)c.pre.crop_pct, c.pre.squash || vt_arch_width(a) != a->img_size ? "both sides" : "shorter side",
                c.pre.interpolation ? c.pre.interpolation : "", (double)c.pre.mean[0], (double)c.pre.mean[1],
                (double)c.pre.mean[2], (double)c.pre.std[0], (double)c.pre.std[1], (double)c.pre.std[2],
                c.pre.dataset ? c.pre.dataset : "");

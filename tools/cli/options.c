@@ -30,7 +30,8 @@ const optdef optdefs[] = {
     O("--output", O_STR, output, "output safetensors file"),
     O("-o", O_STR, output, "same as --output"),
     NUM("--img-size", O_SIZE, img_size, 1, 4096, "input image size N, or HxW (height x width) where the model takes "
-        "non-square inputs (not for images: predict, eval, train and attention crop squares; default: the model's)"),
+        "non-square inputs (images are then resized to HxW/crop_pct and centre-cropped, as timm's eval transform of a "
+        "tuple size; training crops HxW; default: the model's)"),
     NUM("--in-chans", O_INT, in_chans, 1, 64, "input channels (default: the model's)"),
     NUM("--num-classes", O_INT, num_classes, 1, 100000, "classes of the head (default: the model's)"),
     O("--attn", O_STR, attn, "attention of every stage, or one per stage comma-separated: mhsa, msf, msf_g<N>, orig, "
