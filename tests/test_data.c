@@ -449,8 +449,8 @@ static void test_data_open(vt_test *T) {
     snprintf(imgs, sizeof imgs, "%s/imgs", dir);
     const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny");
     T_CHECK(T, c != NULL, "vit_fmnist_tiny is registered");
-    /* square, and 21x42 (height x width: the pad from the shorter side, every transform at 21x42) */
-    const int sizes[3] = {28, 36, 21}, widths[3] = {28, 36, 42}, pads[3] = {4, 5, 3};
+    /* square, and 42x21 (height x width: the pad from the shorter side, every transform at 42x21) */
+    const int sizes[3] = {28, 36, 42}, widths[3] = {28, 36, 21}, pads[3] = {4, 5, 3};
     for (int k = 0; c && k < 3; k++) {
         vt_model_cfg c2 = *c; /* the folder's two classes */
         c2.arch.num_classes = 2;
@@ -476,6 +476,10 @@ static void test_data_open(vt_test *T) {
                 "DeiT transform: size %d, fill %d (want %d from mean %g)", d.deit.size, d.deit.fill[0], fill,
                 (double)d.pre.mean[0]);
         vt_data_close(&d);
+        c2.arch.img_size = 28; /* Fashion-MNIST is 28x28: a 28-row model of another width is refused */
+        T_CHECK(T, k < 2 || (vt_data_open(&c2, "fashion-mnist", 1, 1, NULL, 0, 0, &d, &e) == -1 &&
+                             strstr(e.msg, "1×28×21 inputs; Fashion-MNIST needs --img-size 28")),
+                "Fashion-MNIST at 28x21: %s", e.msg);
     }
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
