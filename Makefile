@@ -32,7 +32,7 @@ TRAIN_SRC := src/train/trainer.c src/train/rundir.c src/train/data.c src/train/d
 PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o))
 LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
 LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
-VERSION   := 0.5.1
+VERSION   := 0.6.0
 SOVERSION := 0
 SHLIB     := build/libvitc.so.$(VERSION)
 PUBLIC_H  := include/vitc/vitc.h include/vitc/api.h

@@ -409,7 +409,15 @@ static void check_gmf(vt_test *T, const char *w, const char *png) {
     T_CHECK(T, mw && vitc_logits_hw(m, xw, 2, 64, 96, lw, &err) == 0 && vitc_logits(mw, xw, 2, 0, lw0, &err) == 0 &&
                    !memcmp(lw, lw0, sizeof lw) && vitc_classify_tensor(mw, xw, 2, 0, 1, rw, &err) == 0 && rw[1].ok,
             "opened at 64x96, size 0: %s", err.msg);
-    /* ... and its images are read at 64x96: vitc_load_image's tensor classifies as the file does */
+    /* ... and its images are read at 64x96 (vitc_input_size says so): vitc_load_image's tensor classifies as the file
+     * does */
+    int ih = -1, iw = -1, sh = -1, sw = -1;
+    vitc_input_size(mw, &ih, &iw);
+    vitc_input_size(m, &sh, &sw);
+    T_CHECK(T, ih == 64 && iw == 96 && sh == 64 && sw == 64, "vitc_input_size: %dx%d opened at 64x96, %dx%d at 64",
+            ih, iw, sh, sw);
+    vitc_input_size(NULL, &ih, &iw);
+    T_CHECK(T, ih == 0 && iw == 0, "vitc_input_size(NULL): %dx%d", ih, iw);
     float *li = malloc(sizeof(float) * 3 * 64 * 96);
     vitc_result rf, rt;
     T_CHECK(T, mw && li && vitc_load_image(mw, png, li, &err) == 0 &&
@@ -1027,7 +1035,7 @@ static void check_predict_cfg(vt_test *T) {
 }
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.5.1") == 0, "%s", vitc_version());
+    T_CHECK(T, strcmp(vitc_version(), "0.6.0") == 0, "%s", vitc_version());
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";

@@ -29,9 +29,9 @@ extern "C" {
 /** Major version: changes when the API or ABI breaks (it is the shared library's SONAME version). */
 #define VITC_VERSION_MAJOR 0
 /** Minor version: new functions, compatible. */
-#define VITC_VERSION_MINOR 5
+#define VITC_VERSION_MINOR 6
 /** Patch version: fixes only. */
-#define VITC_VERSION_PATCH 1
+#define VITC_VERSION_PATCH 0
 
 /** Most classes a vitc_result holds. */
 #define VITC_MAX_TOPK 64
@@ -85,7 +85,7 @@ typedef struct vitc_options {
 typedef struct vitc_info {
     const char *name;    /**< registered model name, e.g. "deit_tiny_patch16_224" */
     const char *family;  /**< host family, e.g. "vit", "swin" */
-    int img_size;        /**< input height (= width, unless opened with model options --img-size HxW) in pixels */
+    int img_size;        /**< input height (= width, unless opened with --img-size HxW: vitc_input_size) in pixels */
     int in_chans;        /**< input channels (1 or 3 for images) */
     int num_classes;     /**< classes of the head (logits per image) */
     int any_size;        /**< 1: the weights fit any input size (tensor calls may pass another size; PVT v1's may
@@ -173,6 +173,10 @@ VITC_API void vitc_close(vitc_model *m);
  * zeroed. */
 VITC_API void vitc_get_info(const vitc_model *m, vitc_info *info);
 
+/** The input height and width in pixels: what images are read at and size-0 tensor calls take (vitc_info's img_size
+ * both, unless opened with model options --img-size HxW; size buffers for vitc_load_image by it); m NULL: 0, 0. */
+VITC_API void vitc_input_size(const vitc_model *m, int *height, int *width);
+
 /** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PSD, HDR, binary PNM) with the model's eval transform: out[i]
  * gets the top-k of image i or its own error. Returns the number of images that failed (n when all did, each result
  * saying why), or -1 (err set) when the call could not run (a bad argument, a model of other than 1 or 3 channels,
@@ -189,8 +193,8 @@ VITC_API int vitc_classify_pixels(vitc_model *m, const vitc_pixels *images, int 
 VITC_API int vitc_classify_tensor(vitc_model *m, const float *x, int n, int size, int k, vitc_result *out,
                                   vitc_error *err);
 
-/** Reads an image file and applies the model's eval transform into out (in_chans · H · W floats: its img_size², or
- * its H x W where opened with --img-size HxW). */
+/** Reads an image file and applies the model's eval transform into out (in_chans · H · W floats, vitc_input_size:
+ * img_size², or H x W where opened with --img-size HxW). */
 VITC_API int vitc_load_image(vitc_model *m, const char *path, float *out, vitc_error *err);
 
 /** Logits of n preprocessed images x (n, in_chans, size, size; size 0: the model's size, as vitc_classify_tensor) into

@@ -335,6 +335,11 @@ void vitc_get_info(const vitc_model *m, vitc_info *info) {
     info->gmacs = m->gmacs;
 }
 
+void vitc_input_size(const vitc_model *m, int *height, int *width) {
+    if (height) *height = m ? m->cfg.arch.img_size : 0;
+    if (width) *width = m ? vt_arch_width(&m->cfg.arch) : 0;
+}
+
 /* The model's graph for n images of h x w pixels computing `what` (VT_PRED_*), reused when it matches. */
 static vt_predictor *predictor(vitc_model *m, int n, int h, int w, int what, vt_err *e) {
     const int B = n < m->batch ? n : m->batch;
