@@ -430,6 +430,14 @@ static void check_nonsquare(vt_test *T) {
     vt_err e = {0};
     vt_model_cfg c;
     const vt_model_cfg *deit = vt_model_find("deit_tiny_patch16_224"), *gmf = vt_model_find("groupmixformer_test");
+    /* images are resized to H / crop_pct x W / crop_pct: the width's past the image limit is refused too */
+    vt_model_overrides wide = vt_model_no_overrides();
+    wide.img_size = 32;
+    wide.img_w = 2048;
+    wide.crop_pct = 0.1f;
+    T_CHECK(T, gmf && vt_model_configure(gmf, &wide, &c, &e) == -1 && strstr(e.msg, "resizes 2048 px images to"),
+            "groupmixformer_test at 32x2048, crop_pct 0.1: %s", e.msg);
+    vt_clearerr(&e);
     T_CHECK(T, vt_model_at_size(deit, 224, 192, &c, &e) == -1 && strstr(e.msg, "square inputs of one size"),
             "deit at 224x192: %s", e.msg);
     vt_clearerr(&e);

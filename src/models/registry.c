@@ -339,10 +339,13 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
         return vt_seterr(e, "%s takes square inputs only: its weights depend on the image size (%s family), and are "
                          "made for one H = W (--img-size), not %dx%d", cfg->name, cfg->family->name, a->img_size,
                          a->img_w);
-    const double resize = floor((double)a->img_size / (double)out->pre.crop_pct); /* the eval transform's */
-    if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
-        return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
-                         (double)out->pre.crop_pct, a->img_size, resize, VT_IMAGE_MAX_SIDE);
+    for (int side = 0; side < 2; side++) { /* the eval transform's resize of each side */
+        const int px = side ? vt_arch_width(a) : a->img_size;
+        const double resize = floor((double)px / (double)out->pre.crop_pct);
+        if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
+            return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
+                             (double)out->pre.crop_pct, px, resize, VT_IMAGE_MAX_SIDE);
+    }
     if (a->in_chans > 64 || a->num_classes > 100000)
         return vt_seterr(e, "%s: %d input channels / %d classes out of range (at most 64 / 100000)", cfg->name,
                          a->in_chans, a->num_classes);
