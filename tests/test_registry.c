@@ -134,7 +134,8 @@ static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
 
 /* Sweeps one model, unless its shrunk network equals that of an earlier model (e.g. Next-ViT-S/B/L, which differ
  * only in stage 3's depth): *done holds the shrunk configs swept so far (n of them). nonsquare: the shrunk network on
- * the smallest wider input its family's rule takes (models whose weights fit any size; CSwin takes none). */
+ * the smallest wider input its family's rule takes (models whose weights fit any size, CSwin taking none; and those
+ * made at one H x W, Microsoft Swin's, built at that size). */
 static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, int *n, int nonsquare) {
     const double t0 = now_s();
     vt_err e = {0};
@@ -150,11 +151,18 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
         }
     done[(*n)++] = c0;
     if (nonsquare) {
-        if (!vt_model_any_size(&c0)) return;
+        const int tuple = (c0.family->caps & VT_CAP_TUPLE_SIZE) != 0;
+        if (!vt_model_any_size(&c0) && !tuple) return;
         int found = 0;
         for (int w = c0.arch.img_size + 1; w <= 2 * c0.arch.img_size + 64 && !found; w++) {
             vt_err we = {0};
-            found = vt_model_at_size(&c0, c0.arch.img_size, w, &c0, &we) == 0;
+            vt_model_overrides ov = vt_model_no_overrides();
+            ov.img_size = c0.arch.img_size;
+            ov.img_w = w;
+            vt_model_cfg at;
+            found = tuple ? vt_model_configure(&c0, &ov, &at, &we) == 0
+                          : vt_model_at_size(&c0, c0.arch.img_size, w, &at, &we) == 0;
+            if (found) c0 = at;
         }
         T_CHECK(T, found || strcmp(c0.family->name, "cswin") == 0, "%s: no wider input size taken", c0.name);
         if (!found) return;
@@ -418,7 +426,9 @@ static void check_nonsquare(vt_test *T) {
         {"pvt_v2_b1", 29, 64, 1}, {"pvt_v2_b1", 64, 28, 0}, {"nextvit_small", 16, 64, 1}, {"nextvit_small", 16, 32, 0},
         {"swin_t", 44, 60, 1}, {"swin_t", 44, 3, 0}, {"simplevit_ti_msf", 32, 48, 1}, {"simplevit_ti_msf", 32, 40, 0},
         {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 0}, {"pvt_tiny", 224, 192, 0},
-        {"swin_tiny_patch4_window7_224", 224, 192, 0}};
+        {"swin_tiny_patch4_window7_224", 224, 192, 0}, {"swin_tiny_patch4_window7_224", 224, 448, 1},
+        {"swin_tiny_patch4_window7_224", 448, 224, 1}, {"swin_tiny_patch4_window7_224", 224, 336, 0},
+        {"flatten_swin_tiny", 224, 448, 1}, {"flatten_swin_tiny", 224, 320, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         vt_model_overrides ov = vt_model_no_overrides();
         ov.img_size = cases[k].h;

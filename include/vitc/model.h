@@ -79,8 +79,10 @@ enum {
     VT_CAP_FORM_RECORD = 8,     /* the training and deployed forms can share one key set (Next-ViT's merge_bn): weight
                                  * files record their form and a file of the other form is refused (vt_params.form) */
     VT_CAP_WINDOWS = 16,        /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
-    VT_CAP_LAST_GLOBAL = 32     /* the last stage attends globally whatever its window (CSwin's last stage): a --windows
+    VT_CAP_LAST_GLOBAL = 32,    /* the last stage attends globally whatever its window (CSwin's last stage): a --windows
                                  * list's entry for it must be the named config's */
+    VT_CAP_TUPLE_SIZE = 64      /* weights of one size, which may be H x W (--img-size HxW): the official class takes
+                                 * an (H, W) img_size (Microsoft Swin's PatchEmbed); its check rules on both sides */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */

@@ -84,18 +84,20 @@ int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_
     vt_model_cfg sized; /* out may be c */
     const int bad = vt_model_configure(c, &ov, &sized, &ce);
     if (!bad) sized.pre.crop_pct = c->pre.crop_pct;
-    const int S = c->arch.img_size; /* a model whose weights depend on the size is square */
+    const int S = c->arch.img_size, Wd = vt_arch_width(&c->arch);
     if (!vt_model_any_size(c)) { /* the hint only where the size is one the model can be made at */
-        if (h != w)
+        if (h != w && !(c->family->caps & VT_CAP_TUPLE_SIZE))
             return vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s family) "
-                             "and are made for square inputs of one size (--img-size)", c->name, S, S, h, w,
+                             "and are made for square inputs of one size (--img-size)", c->name, S, Wd, h, w,
                              c->family->name);
+        char size[24];
+        snprintf(size, sizeof size, h == w ? "%d" : "%dx%d", h, w);
         return bad ? vt_seterr(e, "%s takes %d×%d inputs, not %d×%d (its weights depend on the image size, and that "
-                               "size does not fit it: %s)", c->name, S, S, h, w, ce.msg)
+                               "size does not fit it: %s)", c->name, S, Wd, h, w, ce.msg)
                    : vt_seterr(e, "%s takes %d×%d inputs, not %d×%d: its weights depend on the image size (%s "
-                               "family); build it with --img-size %d (weights whose shapes stay the same at that size "
-                               "load as they are, others must be made at that size)", c->name, S, S, h, w,
-                               c->family->name, h);
+                               "family); build it with --img-size %s (weights whose shapes stay the same at that size "
+                               "load as they are, others must be made at that size)", c->name, S, Wd, h, w,
+                               c->family->name, size);
     }
     if (bad) return vt_seterr(e, "%dx%d input: %s", h, w, ce.msg);
     *out = sized;

@@ -335,7 +335,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
         return vt_seterr(e, "%s: image size %d is outside [1, 4096]", cfg->name, a->img_size);
     if (a->img_w > 4096) /* img_w is 0 or positive (set above) */
         return vt_seterr(e, "%s: image width %d is outside [1, 4096]", cfg->name, a->img_w);
-    if (a->img_w && !vt_model_any_size(out))
+    if (a->img_w && !vt_model_any_size(out) && !(cfg->family->caps & VT_CAP_TUPLE_SIZE))
         return vt_seterr(e, "%s takes square inputs only: its weights depend on the image size (%s family), and are "
                          "made for one H = W (--img-size), not %dx%d", cfg->name, cfg->family->name, a->img_size,
                          a->img_w);

@@ -188,16 +188,19 @@ static int features(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_tensor 
 
 #define SWIN_MAX_WINDOW 64
 
-/* vt_family.window_run: the Microsoft layout shrinks a window covering the map to it; torchvision pads the map. */
+/* vt_family.window_run: the Microsoft layout shrinks a window covering the map's shorter side to it; torchvision pads
+ * the map. */
 static int window_run(const vt_model_cfg *c, int i) {
     const vt_arch_cfg *a = &c->arch;
-    int res = a->patch > 0 ? a->img_size / a->patch : 0;
-    for (int k = 0; k < i; k++) res = (res + 1) / 2; /* patch merging (torchvision pads odd maps) */
+    int rh = a->patch > 0 ? a->img_size / a->patch : 0, rw = a->patch > 0 ? vt_arch_width(a) / a->patch : 0;
+    for (int k = 0; k < i; k++) rh = (rh + 1) / 2, rw = (rw + 1) / 2; /* patch merging (torchvision pads odd maps) */
+    const int res = rh < rw ? rh : rw;
     return !is_tv(c) && res > 0 && res < a->stages[i].window ? res : a->stages[i].window;
 }
 
-/* The official sizes: stage resolutions from the image size (Microsoft: every stage's resolution at most its window
- * or a multiple of it, even before each merge; torchvision: any size of at least one patch), windows run of at most
+/* The official sizes: stage resolutions from the image size (Microsoft, H x W too: a stage whose shorter side is at most
+ * its window runs windows of that side, which must divide the longer one, others windows dividing both sides; maps
+ * even before each merge; torchvision: any size of at least one patch), windows run of at most
  * SWIN_MAX_WINDOW where a relative position index has window^4 entries (not FLatten's), widths divisible by the
  * heads (and MSF groups), attention types the layout defines. */
 static int check(const vt_model_cfg *c, vt_err *e) {
@@ -212,7 +215,8 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     if (a->img_size < a->patch || vt_arch_width(a) < a->patch)
         return vt_seterr(e, "%s: image size %s is smaller than one %dx%d patch", c->name,
                          vt_arch_size_text(a, size, sizeof size), a->patch, a->patch);
-    int res = a->img_size / a->patch;
+    int rh = a->img_size / a->patch, rw = vt_arch_width(a) / a->patch;
+    vt_arch_size_text(a, size, sizeof size);
     for (int i = 0; i < a->nstages; i++) {
         const vt_stage_cfg *s = &a->stages[i];
         vt_msf_cfg m;
@@ -233,15 +237,18 @@ static int check(const vt_model_cfg *c, vt_err *e) {
             return vt_seterr(e, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
                                   c->name, i + 1, runs, SWIN_MAX_WINDOW, (double)runs * runs * runs * runs);
-        if (!tv && res > s->window && res % s->window)
-            return vt_seterr(e, "%s: image size %d gives stage %d a %dx%d map, neither within nor a multiple of its "
-                             "window %d (the Microsoft layout partitions maps exactly; torchvision-layout models pad)",
-                             c->name, a->img_size, i + 1, res, res, s->window);
+        const int runs_w = (rh < rw ? rh : rw) <= s->window ? (rh < rw ? rh : rw) : s->window;
+        if (!tv && (rh % runs_w || rw % runs_w))
+            return vt_seterr(e, "%s: image size %s gives stage %d a %dx%d map, neither within nor a multiple of its "
+                             "window %d%s (the Microsoft layout partitions maps exactly; torchvision-layout models pad)",
+                             c->name, size, i + 1, rh, rw, s->window,
+                             runs_w < s->window ? " (shrunk to the shorter side, which must divide the longer)" : "");
         if (i + 1 < a->nstages) {
-            if (!tv && res % 2)
-                return vt_seterr(e, "%s: image size %d gives stage %d an odd %dx%d map (Microsoft-layout patch "
-                                 "merging needs even sizes)", c->name, a->img_size, i + 1, res, res);
-            res = (res + 1) / 2;
+            if (!tv && (rh % 2 || rw % 2))
+                return vt_seterr(e, "%s: image size %s gives stage %d an odd %dx%d map (Microsoft-layout patch "
+                                 "merging needs even sizes)", c->name, size, i + 1, rh, rw);
+            rh = (rh + 1) / 2;
+            rw = (rw + 1) / 2;
         }
     }
     return 0;
@@ -342,7 +349,8 @@ static void retyped(vt_model_cfg *c, const vt_model_cfg *named) {
 
 const vt_family vt_family_swin = {
     .name = "swin", .build = build, .features = features, .no_decay = no_decay, .check = check, .retyped = retyped,
-    .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS, .models = models, .nmodels = VT_COUNT(models),
+    .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_TUPLE_SIZE, .models = models,
+    .nmodels = VT_COUNT(models),
 };
 
 const vt_family vt_family_swin_tv = {

@@ -110,8 +110,16 @@ GMACS = {
 
 def stage_plan(cfg, img_size, window=None, la_window=None):
     """Per stage (res, [(type, window, shift) per block]) as the official constructors resolve them.
-    microsoft/FLatten: res halves exactly (must be even before each merge); torchvision: res = ceil(res/2)."""
+    microsoft/FLatten: res halves exactly (must be even before each merge); torchvision: res = ceil(res/2).
+    microsoft with img_size (H, W), H != W (the official PatchEmbed's to_2tuple): res is (h, w); a window of at
+    least the shorter side shrinks to it (min(input_resolution), shift 0) and must divide both sides, as
+    window_partition's view needs."""
     nst = len(cfg["depths"])
+    if isinstance(img_size, tuple) and img_size[0] != img_size[1]:
+        assert cfg["layout"] == "microsoft", "the torchvision model takes its size from the input"
+        return _stage_plan_hw(cfg, img_size, window, la_window)
+    if isinstance(img_size, tuple):
+        img_size = img_size[0]
     res = img_size // cfg["patch"]
     lw = la_window if la_window is not None else cfg["la_window"]
     sw = cfg["config_window"] if lw is None else (7 if lw <= 56 else 12)     # FLatten's S rule
@@ -147,6 +155,39 @@ def stage_plan(cfg, img_size, window=None, la_window=None):
             else:
                 res = (res + 1) // 2
     return plan
+
+
+def _stage_plan_hw(cfg, img_size, window, la_window):
+    nst = len(cfg["depths"])
+    rh, rw = img_size[0] // cfg["patch"], img_size[1] // cfg["patch"]
+    lw = la_window if la_window is not None else cfg["la_window"]
+    sw = cfg["config_window"] if lw is None else (7 if lw <= 56 else 12)
+    if window is not None:
+        sw = window
+    sws = list(sw) if isinstance(sw, (list, tuple)) else [sw] * nst
+    plan = []
+    for i in range(nst):
+        blocks = []
+        for j in range(cfg["depths"][i]):
+            typ = cfg["attn"][i]
+            w = lw if typ == "L" else sws[i]
+            s = 0 if j % 2 == 0 else w // 2
+            if min(rh, rw) <= w:
+                w, s = min(rh, rw), 0
+            if rh % w or rw % w:
+                raise ValueError(f"stage {i} resolution {rh}x{rw} is not a multiple of window {w}")
+            blocks.append((typ, w, s))
+        plan.append(((rh, rw), blocks))
+        if i < nst - 1:
+            if rh % 2 or rw % 2:
+                raise ValueError(f"stage {i} resolution {rh}x{rw} is odd (PatchMerging needs even sizes)")
+            rh, rw = rh // 2, rw // 2
+    return plan
+
+
+def _hw(res):
+    """(h, w) of a stage resolution: an int (square) or a tuple."""
+    return res if isinstance(res, tuple) else (res, res)
 
 
 def _fill_resolved():
@@ -329,11 +370,11 @@ class SwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
         self.mlp = Mlp(dim, hidden)
         # the official block stores the mask for every shifted block (FLatten 'L' ones too, where it is unused)
-        self.register_buffer("attn_mask", shift_mask(res, res, w, s) if s > 0 else None)
+        self.register_buffer("attn_mask", shift_mask(*_hw(res), w, s) if s > 0 else None)
 
     def forward(self, x):
         B, L, C = x.shape
-        H = W = self.res
+        H, W = _hw(self.res)
         assert L == H * W, "input feature has wrong size"
         y = self.norm1(x).reshape(B, H, W, C)
         if self.s:
@@ -395,14 +436,14 @@ class MicrosoftSwin(nn.Module):
 
     def stage_maps(self, x):
         """Token maps (B, H_i, W_i, C_i) after each stage's blocks (before its PatchMerging)."""
-        assert tuple(x.shape[2:]) == (self.img_size, self.img_size), \
+        assert tuple(x.shape[2:]) == _hw(self.img_size), \
             f"input {tuple(x.shape[2:])} != model size {self.img_size} (the official model is size-fixed)"
         t = self.patch_embed.norm(self.patch_embed.proj(x).flatten(2).transpose(1, 2))
         out = []
         for (res, _), st in zip(self.plan, self.layers):
             for b in st.blocks:
                 t = b(t)
-            m = t.reshape(t.shape[0], res, res, -1)
+            m = t.reshape(t.shape[0], *_hw(res), -1)
             out.append(m)
             if st.downsample is not None:
                 m = st.downsample(m)

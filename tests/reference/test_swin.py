@@ -20,7 +20,9 @@ Checks (reference in float64 from the same float32 weights/inputs):
            remainder) with the size taken from the input
   features `vitc forward --features`: the four stage maps (B, C, H, W) of a Microsoft and a torchvision model
   nonsquare torchvision layout on 44x60 (forward and grads) and 60x44 inputs, the size taken from the input: the
-           shift is zeroed per axis (stage 2's 6x8 map: rows one window, columns padded to 14 and shifted)
+           shift is zeroed per axis (stage 2's 6x8 map: rows one window, columns padded to 14 and shifted); the
+           Microsoft layout built at 64x128 (windows 4: non-square masks, windows shrunk to the shorter side) and
+           FLatten-Swin-T at 224x448: names, forward, gradients, stage maps; sizes its rules refuse
   full     swin_tiny_patch4_window7_224 at full size: names and eval logits
   sizes    sizes the official code refuses give clear errors (window multiples, odd maps before merging, smaller than
            a patch, an input that is not the Microsoft model's size), as do attention types a layout does not define
@@ -190,6 +192,30 @@ def test_nonsquare(rep, files):
                          args)
 
 
+def test_nonsquare_microsoft(rep):
+    """Microsoft layout built at H x W (`--img-size HxW`; the official PatchEmbed takes an (H, W) img_size): Swin at
+    64x128 with windows of 4 (stages 16x32 and 8x16 shifted with non-square masks, 4x8 and 2x4 whole-height windows
+    that shrink to the shorter side and tile the longer, no shift), and FLatten-Swin-T at 224x448 (two 56x56 FLatten
+    windows in stage 1, 28x28 ones in stage 2): names, forward, every gradient, stage maps; then sizes refused."""
+    depths, heads = [2, 2, 2, 2], [2, 2, 4, 4]
+    for k, (name, hw, window, extra) in enumerate((
+            ("swin_tiny_patch4_window7_224", (64, 128), 4, ["--windows", "4"]),
+            ("flatten_swin_tiny", (224, 448), None, []))):
+        ref = swin_ref.build(name, img_size=hw, num_classes=10, dims=DIMS, depths=depths, heads=heads, window=window)
+        if k == 0:
+            rep.check("reference plan at 64x128", ref.cfg["window"] == [4, 4, 4, 2] and
+                      ref.cfg["resolution"] == [(16, 32), (8, 16), (4, 8), (2, 4)] and ref.layers[0].blocks[1].s == 2,
+                      f"windows {ref.cfg['window']}, resolution {ref.cfg['resolution']}")
+        args = ["--img-size", f"{hw[0]}x{hw[1]}", "--num-classes", 10, "--dims", csv(DIMS), "--depths", csv(depths),
+                "--heads", csv(heads), *extra]
+        harness.run(rep, TMP, f"{name}@{hw[0]}x{hw[1]}", name, ref, swin_ref.randomize(ref, 50 + k), args, hw,
+                    seed=50 + k, maps=stage_maps(ref))
+    for img, words in (("224x320", ["224x320", "56x80", "window 7"]), ("224x280", ["odd 28x35"]),
+                       ("224x336", ["14x21"])):
+        refused(rep, f"swin_tiny at {img}", words, "info", "swin_tiny_patch4_window7_224", "--img-size", img)
+    refused(rep, "cswin at 224x448", ["square inputs only"], "info", "cswin_tiny_224", "--img-size", "224x448")
+
+
 def test_fmnist(rep):
     # swin_fmnist_tiny (make compare's hierarchical host): 2 stages, patch 2, 1 channel, 28 px; softmax windows of 7 in
     # both stages, and FLatten global in stage 1 (window 14 = its resolution, as the paper's L stages)
@@ -251,6 +277,7 @@ def main():
         test_buffers(rep, files)
         test_windows(rep, files)
         test_nonsquare(rep, files)
+        test_nonsquare_microsoft(rep)
         test_fmnist(rep)
         test_full(rep)
         test_sizes(rep)
