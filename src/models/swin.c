@@ -198,9 +198,9 @@ static int window_run(const vt_model_cfg *c, int i) {
     return !is_tv(c) && res > 0 && res < a->stages[i].window ? res : a->stages[i].window;
 }
 
-/* The official sizes: stage resolutions from the image size (Microsoft, H x W too: a stage whose shorter side is at most
- * its window runs windows of that side, which must divide the longer one, others windows dividing both sides; maps
- * even before each merge; torchvision: any size of at least one patch), windows run of at most
+/* The official sizes: stage resolutions from the image size (Microsoft, H x W too: a stage whose shorter side is at
+ * most its window runs windows of that side, which must divide the longer one, others windows dividing both sides;
+ * maps even before each merge; torchvision: any size of at least one patch), windows run of at most
  * SWIN_MAX_WINDOW where a relative position index has window^4 entries (not FLatten's), widths divisible by the
  * heads (and MSF groups), attention types the layout defines. */
 static int check(const vt_model_cfg *c, vt_err *e) {
@@ -240,7 +240,8 @@ static int check(const vt_model_cfg *c, vt_err *e) {
         const int runs_w = (rh < rw ? rh : rw) <= s->window ? (rh < rw ? rh : rw) : s->window;
         if (!tv && (rh % runs_w || rw % runs_w))
             return vt_seterr(e, "%s: image size %s gives stage %d a %dx%d map, neither within nor a multiple of its "
-                             "window %d%s (the Microsoft layout partitions maps exactly; torchvision-layout models pad)",
+                             "window %d%s (the Microsoft layout partitions maps exactly; torchvision-layout models "
+                             "pad)",
                              c->name, size, i + 1, rh, rw, s->window,
                              runs_w < s->window ? " (shrunk to the shorter side, which must divide the longer)" : "");
         if (i + 1 < a->nstages) {
