@@ -28,6 +28,7 @@ Checks (reference in float64 from the same float32 weights/inputs):
            a patch, an input that is not the Microsoft model's size), as do attention types a layout does not define
 Run: /usr/bin/python3 tests/reference/test_swin.py      (needs ./vitc or $VITC)
 """
+import json
 import os
 import time
 
@@ -42,7 +43,7 @@ import torch  # noqa: E402
 import harness  # noqa: E402
 import st  # noqa: E402
 import swin_ref  # noqa: E402
-from common import Report, have_vitc, tmpdir, vitc  # noqa: E402
+from common import Report, have_vitc, tmpdir, vitc, vitc_ok  # noqa: E402
 
 DIMS = [16, 32, 64, 128]
 PAPER_M = {"swin_t": 28.20, "swin_t_msf": 30.36, "swin_t_msf_g2": 26.04, "swin_s": 49.43, "swin_s_msf": 53.36,
@@ -194,12 +195,14 @@ def test_nonsquare(rep, files):
 
 def test_nonsquare_microsoft(rep):
     """Microsoft layout built at H x W (`--img-size HxW`; the official PatchEmbed takes an (H, W) img_size): Swin at
-    64x128 with windows of 4 (stages 16x32 and 8x16 shifted with non-square masks, 4x8 and 2x4 whole-height windows
-    that shrink to the shorter side and tile the longer, no shift), and FLatten-Swin-T at 224x448 (two 56x56 FLatten
-    windows in stage 1, 28x28 ones in stage 2): names, forward, every gradient, stage maps; then sizes refused."""
+    64x128 and 128x64 with windows of 4 (stages 16x32 and 8x16 shifted with non-square masks, 4x8 and 2x4
+    whole-height windows that shrink to the shorter side and tile the longer, no shift; the transpose), and
+    FLatten-Swin-T at 224x448 (two 56x56 FLatten windows in stage 1, 28x28 ones in stage 2): names, forward, every
+    gradient, stage maps, the windows run (`info`); then an input of the other H x W and sizes refused."""
     depths, heads = [2, 2, 2, 2], [2, 2, 4, 4]
     for k, (name, hw, window, extra) in enumerate((
             ("swin_tiny_patch4_window7_224", (64, 128), 4, ["--windows", "4"]),
+            ("swin_tiny_patch4_window7_224", (128, 64), 4, ["--windows", "4"]),
             ("flatten_swin_tiny", (224, 448), None, []))):
         ref = swin_ref.build(name, img_size=hw, num_classes=10, dims=DIMS, depths=depths, heads=heads, window=window)
         if k == 0:
@@ -208,8 +211,18 @@ def test_nonsquare_microsoft(rep):
                       f"windows {ref.cfg['window']}, resolution {ref.cfg['resolution']}")
         args = ["--img-size", f"{hw[0]}x{hw[1]}", "--num-classes", 10, "--dims", csv(DIMS), "--depths", csv(depths),
                 "--heads", csv(heads), *extra]
-        harness.run(rep, TMP, f"{name}@{hw[0]}x{hw[1]}", name, ref, swin_ref.randomize(ref, 50 + k), args, hw,
-                    seed=50 + k, maps=stage_maps(ref))
+        w = harness.run(rep, TMP, f"{name}@{hw[0]}x{hw[1]}", name, ref, swin_ref.randomize(ref, 50 + k), args, hw,
+                        seed=50 + k, maps=stage_maps(ref))
+        p = vitc("info", name, "--json", *args)
+        runs = [s["window_run"] for s in json.loads(p.stdout)["stages"]] if p.returncode == 0 else p.stderr
+        rep.check(f"{name}@{hw[0]}x{hw[1]}: windows run {ref.cfg['window']}", runs == ref.cfg["window"], str(runs))
+        if k == 0:  # a weight file recording the size (`vitc init`), given the transposed input
+            x, rec = TMP / "x12864.safetensors", TMP / "rec6412.safetensors"
+            st.save(x, {"input": torch.zeros(1, 3, 128, 64)})
+            if vitc_ok(rep, "init at 64x128", "init", name, "-o", rec, *args) is not None:
+                refused(rep, "weights made at 64x128 given a 128x64 input", ["takes 64×128 inputs, not 128×64",
+                        "build it with --img-size 128x64"], "forward", name, "--weights", rec, "--input", x,
+                        "--output", TMP / "y.safetensors")
     for img, words in (("224x320", ["224x320", "56x80", "window 7"]), ("224x280", ["odd 28x35"]),
                        ("224x336", ["14x21"])):
         refused(rep, f"swin_tiny at {img}", words, "info", "swin_tiny_patch4_window7_224", "--img-size", img)
