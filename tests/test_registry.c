@@ -425,7 +425,9 @@ static void check_nonsquare(vt_test *T) {
         {"groupmixformer_tiny", 200, 224, 0}, {"groupmixformer_tiny", 224, 4097, 0},
         {"pvt_v2_b1", 29, 64, 1}, {"pvt_v2_b1", 64, 28, 0}, {"nextvit_small", 16, 64, 1}, {"nextvit_small", 16, 32, 0},
         {"swin_t", 44, 60, 1}, {"swin_t", 44, 3, 0}, {"simplevit_ti_msf", 32, 48, 1}, {"simplevit_ti_msf", 32, 40, 0},
-        {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 0}, {"pvt_tiny", 224, 192, 0},
+        {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 1}, {"pvt_tiny", 224, 192, 0},
+        {"flatten_deit_tiny", 224, 192, 0}, {"flatten_deit_tiny", 224, 239, 1}, {"refiner_vit_s", 224, 192, 0},
+        {"deit_tiny_hmhsa_cffn", 224, 320, 1},
         {"swin_tiny_patch4_window7_224", 224, 192, 0}, {"swin_tiny_patch4_window7_224", 224, 448, 1},
         {"swin_tiny_patch4_window7_224", 448, 224, 1}, {"swin_tiny_patch4_window7_224", 224, 336, 0},
         {"flatten_swin_tiny", 224, 448, 1}, {"flatten_swin_tiny", 224, 320, 0}};
@@ -448,8 +450,12 @@ static void check_nonsquare(vt_test *T) {
     T_CHECK(T, gmf && vt_model_configure(gmf, &wide, &c, &e) == -1 && strstr(e.msg, "resizes 2048 px images to"),
             "groupmixformer_test at 32x2048, crop_pct 0.1: %s", e.msg);
     vt_clearerr(&e);
-    T_CHECK(T, vt_model_at_size(deit, 224, 192, &c, &e) == -1 && strstr(e.msg, "square inputs of one size"),
+    T_CHECK(T, vt_model_at_size(deit, 224, 192, &c, &e) == -1 && strstr(e.msg, "build it with --img-size 224x192"),
             "deit at 224x192: %s", e.msg);
+    vt_clearerr(&e);
+    const vt_model_cfg *pvt1 = vt_model_find("flatten_pvt_tiny");
+    T_CHECK(T, pvt1 && vt_model_at_size(pvt1, 224, 192, &c, &e) == -1 && strstr(e.msg, "square inputs of one size"),
+            "flatten_pvt_tiny at 224x192: %s", e.msg);
     vt_clearerr(&e);
     int ok = vt_model_at_size(gmf, 64, 96, &c, &e) == 0 && c.arch.img_size == 64 && vt_arch_width(&c.arch) == 96;
     T_CHECK(T, ok, "groupmixformer_test at 64x96: %s", e.msg);

@@ -59,11 +59,19 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     return vt_linear_p(g, "head", t, a->num_classes, 1, VT_INIT_W02);
 }
 
+/* timm's patch embedding is a conv of stride patch: other sizes drop their last S mod patch pixels, as there. Its
+ * PatchEmbed takes an (H, W) img_size too (pos_embed then holds (H/p)·(W/p) patch rows); FLatten's module, whose DWC
+ * reads the tokens as a ⌊√N⌋ × ⌊√N⌋ grid (spec-flatten §1.2 step 14), is kept to square grids. */
 static int check(const vt_model_cfg *c, vt_err *e) {
     const vt_arch_cfg *a = &c->arch;
-    /* timm's patch embedding is a conv of stride patch: other sizes drop their last S mod patch pixels, as there. */
-    if (a->img_size < a->patch)
-        return vt_seterr(e, "%s: image size %d is below the patch size %d", c->name, a->img_size, a->patch);
+    char size[24];
+    vt_arch_size_text(a, size, sizeof size);
+    if (a->img_size < a->patch || vt_arch_width(a) < a->patch)
+        return vt_seterr(e, "%s: image size %s is below the patch size %d", c->name, size, a->patch);
+    if (a->img_size / a->patch != vt_arch_width(a) / a->patch && strcmp(a->stages[0].attn, "flatten") == 0)
+        return vt_seterr(e, "%s: image size %s gives a %dx%d patch grid, and FLatten attention in a ViT host reads "
+                         "its tokens as a square grid (the official module's DWC: H = W = sqrt(N)); use a square "
+                         "--img-size", c->name, size, a->img_size / a->patch, vt_arch_width(a) / a->patch);
     return 0;
 }
 
@@ -123,5 +131,5 @@ static const vt_model_cfg models[] = {
 
 const vt_family vt_family_vit = {
     .name = "vit", .build = build, .deploy = vt_family_cffn_deploy, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
+    .caps = VT_CAP_DROP_PATH | VT_CAP_TUPLE_SIZE, .models = models, .nmodels = VT_COUNT(models),
 };

@@ -221,10 +221,15 @@ check "--img-size 32x refused as a malformed size" \
     "[ $? -eq 2 ] && grep -q \"bad value '32x' for --img-size (expected N or HxW\" '$T/ib.log'" "$(cat "$T/ib.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v2028.safetensors" -o "$T/y2.safetensors" >"$T/fs.log" 2>&1
 rc=$?
-check "forward: a non-square input to a model whose weights fix the size is refused, saying why" \
-    "[ $rc -eq 1 ] && grep -q 'takes 28×28 inputs, not 28×20: its weights depend on the image size (vit family) and \
-are made for square' '$T/fs.log'" \
+check "forward: a non-square input to a model whose weights fix the size is refused, saying why (and that timm's \
+(H, W) img_size is the way)" \
+    "[ $rc -eq 1 ] && grep -q 'takes 28×28 inputs, not 28×20: its weights depend on the image size (vit family); \
+build it with --img-size 28x20' '$T/fs.log'" \
     "rc $rc: $(cat "$T/fs.log")"
+$V init vit_fmnist_tiny --img-size 28x20 -o "$T/w2820.safetensors" >/dev/null 2>&1 &&
+    $V forward vit_fmnist_tiny -w "$T/w2820.safetensors" --input "$T/v2028.safetensors" -o "$T/y2.safetensors" \
+    >"$T/fs2.log" 2>&1
+check "... and weights made at 28x20 (pos_embed of 7x5 patches) take it" "[ $? -eq 0 ]" "$(cat "$T/fs2.log")"
 $V forward vit_fmnist_tiny -w "$T/w.safetensors" --input "$T/v20.safetensors" -o "$T/y2.safetensors" >"$T/f2.log" 2>&1
 rc=$?
 check "forward: a fixed-size model refuses another input size, saying why" \

@@ -161,6 +161,19 @@ def test_fmnist(rep, tmp, heads_arg):
     xin2 = tmp / "fm_xl2.safetensors"
     st.save(xin2, {"input": x2, "labels": labels})
     grads(rep, f"(b2) {s} px", w, x2, labels, xin2, tmp, sd, heads, ("--img-size", s))
+    # (b3) at 28x44 (timm's (H, W) img_size: pos_embed of 7x11 patch rows), forward and backward; the token order is
+    # row-major over the 7x11 grid, so a transposed grid would differ
+    hw = (28, 44)
+    cfg3 = dict(cfg, num_patches=(hw[0] // p) * (hw[1] // p))
+    sd3 = vit_ref.random_state_dict(cfg3, seed=5, std="fan_in")
+    w3 = tmp / "fm_w3.safetensors"
+    st.save(w3, sd3)
+    x3 = torch.randn(4, cfg["in_chans"], *hw, generator=g)
+    xin3 = tmp / "fm_xl3.safetensors"
+    st.save(xin3, {"input": x3, "labels": labels})
+    size = ("--img-size", f"{hw[0]}x{hw[1]}")
+    forward(rep, "(b3) fmnist forward at 28x44", FMNIST, w3, x3, tmp, sd3, heads, size)
+    grads(rep, "(b3) 28x44", w3, x3, labels, xin3, tmp, sd3, heads, size)
     # (c) 10 AdamW steps on the same batch (c2: heavy decay, so a wrong no-decay grouping shows)
     for tag, steps, lr, wd in [("(c) adamw", 10, "1e-3", "0.05"), ("(c2) adamw decay groups", 5, "1e-3", "10")]:
         out = tmp / "fm_adamw.safetensors"

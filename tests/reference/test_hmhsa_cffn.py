@@ -16,7 +16,8 @@ Checks:
   counts   at 224 / 1000 classes, `vitc info --json` and the reference: deit_tiny_hmhsa_cffn 4,680,040 deployed /
            5,865,664 training (--train-form), deit_small_hmhsa_cffn 17,901,808 / 22,623,136; the per-FFN spec
            numbers for DeiT-T (98,214 deployed, 197,016 training)
-  (a) deit_tiny_hmhsa_cffn --img-size 32 --num-classes 10 (2x2 key grid + cls), (b) vit_fmnist_tiny --attn hmhsa
+  (a) deit_tiny_hmhsa_cffn --img-size 32 --num-classes 10 (2x2 key grid + cls) and at 32x48 (a 2x3 key grid: timm's
+  (H, W) img_size), (b) vit_fmnist_tiny --attn hmhsa
       --ffn cffn (7x7 + cls): eval logits of the deployed form (Python-merged weights) and of the training form
       (--train-form, BN running stats): max|a-b| / max(1, max|b|) <= 1e-4
   (c) `vitc grad` (training form, BN batch statistics), both models: loss <= 1e-4 relative, every grad/<param>
@@ -119,10 +120,11 @@ def zero_grad_param(k):
 
 
 def make_model(cfg, double_heads, train_form):
-    m = vit_ref.ViT(cfg)
-    g = cfg["img_size"] // cfg["patch_size"]
+    """cfg["img_w"], where given, makes the image H x W: a gh x gw key grid (timm's (H, W) img_size)."""
+    gh, gw = cfg["img_size"] // cfg["patch_size"], cfg.get("img_w", cfg["img_size"]) // cfg["patch_size"]
+    m = vit_ref.ViT(dict(cfg, num_patches=gh * gw))
     for b in m.blocks:
-        b.attn = HAttention(cfg["embed_dim"], cfg["num_heads"], double_heads, (g, g))
+        b.attn = HAttention(cfg["embed_dim"], cfg["num_heads"], double_heads, (gh, gw))
         b.mlp = CMlp(cfg["embed_dim"], cfg["mlp_hidden"], train_form)
     return m
 
@@ -232,7 +234,7 @@ def test_model(rep, tmp, tag, model, args, cfg, dbl, seed):
     st.save(w_dep, sd_dep)
     g = torch.Generator().manual_seed(seed + 100)
     B = 4
-    x = torch.randn(B, cfg["in_chans"], cfg["img_size"], cfg["img_size"], generator=g)
+    x = torch.randn(B, cfg["in_chans"], cfg["img_size"], cfg.get("img_w", cfg["img_size"]), generator=g)
     labels = torch.randint(0, cfg["num_classes"], (B,), generator=g)
     xin = tmp / f"{tag}_x.safetensors"
     st.save(xin, {"input": x, "labels": labels})
@@ -293,6 +295,9 @@ def main():
         cfg = vit_ref.model_config("deit_tiny_patch16_224", img_size=32, num_classes=10)
         test_model(rep, tmp, "deit_tiny@32", "deit_tiny_hmhsa_cffn", ["--img-size", 32, "--num-classes", 10], cfg,
                    True, 1)
+        # at 32x48: IHH on a 2x3 key grid (the cls key bypassing it), pos_embed of 6 patch rows
+        test_model(rep, tmp, "deit_tiny@32x48", "deit_tiny_hmhsa_cffn", ["--img-size", "32x48", "--num-classes", 10],
+                   dict(cfg, img_w=48), True, 7)
         j = info(rep, "vit_fmnist_tiny") or {}
         cfg = dict(patch_size=j.get("patch_size", 4), embed_dim=j.get("embed_dim", 64), depth=j.get("depth", 4),
                    num_heads=j.get("num_heads", 4), img_size=j.get("img_size", 28), in_chans=j.get("in_chans", 1),

@@ -34,14 +34,19 @@ def model_config(name, img_size=224, in_chans=3, num_classes=1000):
 
 
 def config_from_state_dict(sd, num_heads=None):
-    """Architecture from tensor shapes (square images assumed); num_heads must be supplied."""
+    """Architecture from tensor shapes (a square grid where pos_embed's patch rows are a square number, else
+    num_patches: timm's PatchEmbed with an (H, W) img_size); num_heads must be supplied."""
     D = sd["cls_token"].shape[-1]
     _, C, P, _ = sd["patch_embed.proj.weight"].shape
-    grid = math.isqrt(sd["pos_embed"].shape[1] - 1)
+    n = sd["pos_embed"].shape[1] - 1
+    grid = math.isqrt(n)
     depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-    return dict(patch_size=P, embed_dim=D, depth=depth, num_heads=num_heads, img_size=grid * P,
-                in_chans=C, num_classes=sd["head.weight"].shape[0],
-                mlp_hidden=sd["blocks.0.mlp.fc1.weight"].shape[0])
+    cfg = dict(patch_size=P, embed_dim=D, depth=depth, num_heads=num_heads, img_size=grid * P,
+               in_chans=C, num_classes=sd["head.weight"].shape[0],
+               mlp_hidden=sd["blocks.0.mlp.fc1.weight"].shape[0])
+    if grid * grid != n:
+        cfg["num_patches"] = n
+    return cfg
 
 
 class Attention(nn.Module):
@@ -93,7 +98,7 @@ class PatchEmbed(nn.Module):
 class ViT(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        D, n = cfg["embed_dim"], (cfg["img_size"] // cfg["patch_size"]) ** 2
+        D, n = cfg["embed_dim"], cfg.get("num_patches") or (cfg["img_size"] // cfg["patch_size"]) ** 2
         self.cfg = cfg
         self.patch_embed = PatchEmbed(cfg["in_chans"], D, cfg["patch_size"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
