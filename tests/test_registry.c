@@ -427,7 +427,7 @@ static void check_nonsquare(vt_test *T) {
         {"swin_t", 44, 60, 1}, {"swin_t", 44, 3, 0}, {"simplevit_ti_msf", 32, 48, 1}, {"simplevit_ti_msf", 32, 40, 0},
         {"cswin_tiny_224", 224, 192, 0}, {"deit_tiny_patch16_224", 224, 192, 1}, {"pvt_tiny", 224, 192, 0},
         {"flatten_deit_tiny", 224, 192, 0}, {"flatten_deit_tiny", 224, 239, 1}, {"refiner_vit_s", 224, 192, 0},
-        {"deit_tiny_hmhsa_cffn", 224, 320, 1},
+        {"deit_tiny_hmhsa_cffn", 224, 320, 1}, {"deit_tiny_patch16_224", 224, 8, 0},
         {"swin_tiny_patch4_window7_224", 224, 192, 0}, {"swin_tiny_patch4_window7_224", 224, 448, 1},
         {"swin_tiny_patch4_window7_224", 448, 224, 1}, {"swin_tiny_patch4_window7_224", 224, 336, 0},
         {"flatten_swin_tiny", 224, 448, 1}, {"flatten_swin_tiny", 224, 320, 0}};
