@@ -262,7 +262,7 @@ static void check_adapt(vt_test *T) {
     T_CHECK(T, ok, "%s", e.msg);
     vt_tensor *h = vt_params_find(P2, "head.weight");
     float h0 = h ? h->data[0] : 0;
-    T_CHECK(T, ok && vt_adapt_load(P2, 2, c2.arch.in_chans, path, NULL, &e) == 0, "adapt load: %s", e.msg);
+    T_CHECK(T, ok && vt_adapt_load(P2, 2, c2.arch.in_chans, 0, 0, path, NULL, &e) == 0, "adapt load: %s", e.msg);
     T_CHECK(T, h && h->data[0] == h0, "head kept its fresh initialisation");
     const vt_tensor *pe = vt_params_find(P2, "pos_embed"), *pe10 = vt_params_find(P10, "pos_embed");
     T_CHECK(T, pe && pe10 && pe->shape[1] == 82 && pe10->shape[1] == 50 &&
@@ -271,11 +271,11 @@ static void check_adapt(vt_test *T) {
     const vt_tensor *q1 = vt_params_find(P2, "blocks.0.attn.qkv.weight"), *q0 = vt_params_find(P10, "blocks.0.attn.qkv.weight");
     T_CHECK(T, q1 && q0 && memcmp(q1->data, q0->data, sizeof(float) * (size_t)q0->numel) == 0, "other tensors loaded");
     ok = vt_model_init_params(vt_model_find("swin_fmnist_tiny"), Q, 1, &e) == 0;
-    T_CHECK(T, ok && vt_adapt_load(Q, 10, 1, path, NULL, &e) != 0 && strstr(e.msg, "missing") && /* 1 channel */
+    T_CHECK(T, ok && vt_adapt_load(Q, 10, 1, 0, 0, path, NULL, &e) != 0 && strstr(e.msg, "missing") && /* 1 channel */
                    strstr(e.msg, "unexpected") && strstr(e.msg, "pos_embed") &&
                    strstr(e.msg, "it holds the weights of vit_fmnist_tiny, not swin_fmnist_tiny"),
             "another model's weights refused, naming it and the tensors: %s", e.msg);
-    T_CHECK(T, vt_adapt_load(P10, 10, c10.arch.in_chans, "/nonexistent/w.safetensors", NULL, &e) != 0,
+    T_CHECK(T, vt_adapt_load(P10, 10, c10.arch.in_chans, 0, 0, "/nonexistent/w.safetensors", NULL, &e) != 0,
             "missing file refused");
     /* a tensor loaded as it is gets the strict loader's checks, also when others are adapted (the head here) */
     vt_params *G = vt_params_new(&e), *G2 = vt_params_new(&e);
@@ -289,7 +289,8 @@ static void check_adapt(vt_test *T) {
     if (rv) rv->data[0] = -1.0f;
     e = (vt_err){0}; /* the first error message is kept: clear the one above */
     float *before = ok ? params_copy(G2) : NULL;
-    T_CHECK(T, rv && vt_params_save(G, path, &e) == 0 && vt_adapt_load(G2, 2, g2.arch.in_chans, path, NULL, &e) != 0 &&
+    T_CHECK(T, rv && vt_params_save(G, path, &e) == 0 &&
+                   vt_adapt_load(G2, 2, g2.arch.in_chans, 0, 0, path, NULL, &e) != 0 &&
                    strstr(e.msg, "conv_stem.norm1.running_var") && strstr(e.msg, "running variance"),
             "a negative running variance refused while the head is adapted: %s", e.msg);
     float *after = ok ? params_copy(G2) : NULL;
@@ -304,10 +305,11 @@ static void check_adapt(vt_test *T) {
     vt_params *P10b = vt_params_new(&e);
     e = (vt_err){0};
     ok = h10 && P10b && vt_params_save(P10, path, &e) == 0 && vt_model_init_params(&c10, P10b, 3, &e) == 0;
-    T_CHECK(T, ok && vt_adapt_load(P2, 2, c2.arch.in_chans, path, NULL, &e) == 0 && isfinite(h->data[1]),
+    T_CHECK(T, ok && vt_adapt_load(P2, 2, c2.arch.in_chans, 0, 0, path, NULL, &e) == 0 && isfinite(h->data[1]),
             "a NaN in a re-initialised head is no reason to refuse: %s", e.msg);
     e = (vt_err){0};
-    T_CHECK(T, ok && vt_adapt_load(P10b, 10, c10.arch.in_chans, path, NULL, &e) != 0 && strstr(e.msg, "head.weight") &&
+    T_CHECK(T, ok && vt_adapt_load(P10b, 10, c10.arch.in_chans, 0, 0, path, NULL, &e) != 0 &&
+                   strstr(e.msg, "head.weight") &&
                    strstr(e.msg, "NaN"),
             "a NaN in a head that is kept is refused: %s", e.msg);
     vt_params_free(P10b);

@@ -15,9 +15,11 @@ void vt_resize_bicubic(const float *src, int h, int w, int C, float *dst, int H,
 
 /* Loads the weights at path into P (a fresh model with num_classes classes and in_chans input channels) for
  * fine-tuning: a head ("head" in the name) with another class count keeps its initialisation, position embeddings
- * and Swin relative-position tables are resized bicubically, an RGB input convolution is adapted to in_chans (timm;
- * see adapt.c); one line per adapted tensor to log (NULL: none). Missing, unexpected or unexplained mis-shaped
- * tensors are errors naming them, and any error leaves P unchanged; with nothing to adapt this is vt_params_load. */
-int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path, FILE *log, vt_err *e);
+ * (square grids, or to the model's pos_h × pos_w patch grid where that is not square; 0 × 0: none) and Swin
+ * relative-position tables are resized bicubically, an RGB input convolution is adapted to in_chans (timm; see
+ * adapt.c); one line per adapted tensor to log (NULL: none). Missing, unexpected or unexplained mis-shaped tensors are
+ * errors naming them, and any error leaves P unchanged; with nothing to adapt this is vt_params_load. */
+int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int pos_w, const char *path, FILE *log,
+                  vt_err *e);
 
 #endif

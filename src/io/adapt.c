@@ -71,10 +71,18 @@ static int isqrt_exact(int64_t n) {
     return (int64_t)s * s == n ? s : 0;
 }
 
-/* What to do with model tensor t given the file's entry s (input_conv: the model's first 4-D tensor); for POS,
- * *prefix gets the kept leading rows. */
+/* The model's position grid of a position embedding of n rows after its prefix: its square side (*h = *w), or the
+ * non-square grid pos_h × pos_w where that holds n rows; 0 when neither. */
+static int pos_grid(int64_t n, int pos_h, int pos_w, int *h, int *w) {
+    *h = *w = isqrt_exact(n);
+    if (!*h && pos_h > 0 && pos_w > 0 && (int64_t)pos_h * pos_w == n) *h = pos_h, *w = pos_w;
+    return *h > 0;
+}
+
+/* What to do with model tensor t given the file's entry s (input_conv: the model's first 4-D tensor; pos_h × pos_w
+ * the model's non-square patch grid, vt_adapt_load); for POS, *prefix gets the kept leading rows. */
 static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int in_chans, const vt_tensor *input_conv,
-                   int *prefix) {
+                   int pos_h, int pos_w, int *prefix) {
     int same = s->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
     if (same) return SAME;
@@ -86,8 +94,8 @@ static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, in
         t->shape[1] == in_chans && s->shape[1] == 3) /* the input convolution of an RGB model */
         return CHANS;
     if (t->ndim == 3 && t->shape[0] == 1 && s->shape[0] == 1 && s->shape[2] == t->shape[2])
-        for (int p = 0; p <= 2; p++)
-            if (isqrt_exact(t->shape[1] - p) && isqrt_exact(s->shape[1] - p)) {
+        for (int p = 0, gh, gw; p <= 2; p++)
+            if (pos_grid(t->shape[1] - p, pos_h, pos_w, &gh, &gw) && isqrt_exact(s->shape[1] - p)) {
                 *prefix = p;
                 return POS;
             }
@@ -113,7 +121,8 @@ static int derived_buffer(const char *name) {
     return strstr(name, "relative_position_index") || strstr(name, "attn_mask");
 }
 
-int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path, FILE *log, vt_err *e) {
+int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int pos_w, const char *path, FILE *log,
+                  vt_err *e) {
     vt_params_changed(P);
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
@@ -156,7 +165,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             rep_missing += vt_weights_rep_merged_in(t->name, &f); /* a branch whose merge the file holds: deployed cFFN */
             continue;
         }
-        action a = plan(t, s, num_classes, in_chans, input_conv, &p);
+        action a = plan(t, s, num_classes, in_chans, input_conv, pos_h, pos_w, &p);
         if (a == KEEP) { /* named with both shapes */
             char nm[VT_NAMELEN + 128], fs[48] = "", ms[48] = "";
             for (int d = 0; d < s->ndim; d++)
@@ -238,7 +247,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             const vt_st_entry *s = t->init.kind == VT_INIT_FIXED ? NULL : vt_st_find(&f, t->name);
             if (!s) continue;
             int p = 0;
-            const action a = plan(t, s, num_classes, in_chans, input_conv, &p);
+            const action a = plan(t, s, num_classes, in_chans, input_conv, pos_h, pos_w, &p);
             if (pass == 0) {
                 if (a == SAME) /* checked as the strict loader checks it (dtype, finite, running variances) */
                     rc = vt_param_read(&f, t->name, t, src, path, e);
@@ -264,13 +273,15 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, const char *path,
             vt_st_release(&f, s);
             if (rc || a == SAME) continue;
             if (a == POS) {
-                const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p), gm = isqrt_exact(t->shape[1] - p);
+                const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p);
+                int gh, gw;
+                pos_grid(t->shape[1] - p, pos_h, pos_w, &gh, &gw);
                 memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */
-                vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gm, gm);
+                vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gh, gw);
                 if (log)
                     fprintf(log,
                             "init-from: %s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)\n",
-                            t->name, gs, gs, gm, gm, p, p == 1 ? "" : "s");
+                            t->name, gs, gs, gh, gw, p, p == 1 ? "" : "s");
             } else if (a == RPB) {
                 const int ss = isqrt_exact(s->shape[0]), sm = isqrt_exact(t->shape[0]);
                 vt_resize_bicubic(src, ss, ss, t->shape[1], t->data, sm, sm);

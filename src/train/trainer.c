@@ -609,9 +609,11 @@ static int run_open(train_run *r, vt_err *e) {
     r->spe = nsamp / (B * A) * A;
     if (recipe_check(c, o, &r->mix, e) || !(r->P = vt_params_new(e))) return -1;
     vt_params *P = r->P;
+    const int pt = c->arch.patch, pos_h = pt > 0 ? c->arch.img_size / pt : 0; /* a ViT's patch grid (H x W too) */
+    const int pos_w = pt > 0 ? vt_arch_width(&c->arch) / pt : 0;
     if (vt_model_init_params(c, P, o->seed, e) ||
         (o->init_from && r->lead && /* then broadcast */
-         vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, o->init_from, r->out, e)) ||
+         vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, pos_h, pos_w, o->init_from, r->out, e)) ||
         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), &r->t, e) ||
         vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
         (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||

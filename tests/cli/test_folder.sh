@@ -121,6 +121,14 @@ check "... attention draws it: inputs (1, 3, 64, 32), a PNG written" \
     "[ $rc -eq 0 ] && [ '$r' = '(1, 3, 64, 32) True' ]" \
     "rc $rc: $r $(cat "$T/nsqa.log")"
 
+# fine-tuning square weights at 28x44 (timm's (H, W) img_size): pos_embed resized to the 7x11 patch grid
+$V init vit_fmnist_tiny -o "$T/sq.safetensors" >/dev/null 2>&1
+$V train vit_fmnist_tiny --img-size 28x44 --init-from "$T/sq.safetensors" --data "$F/png" --epochs 1 --train-subset 64 \
+    --test-subset 32 --batch-size 32 --out "$T/ft44" >"$T/ft44.log" 2>&1
+check "--init-from into a 28x44 ViT: pos_embed resized to its 7x11 grid" \
+    "[ $? -eq 0 ] && grep -q 'pos_embed resized bicubically from a 7×7 to a 7×11 grid' '$T/ft44.log'" \
+    "$(tail -n 5 "$T/ft44.log")"
+
 COMMON="vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 1"
 $V train $COMMON --data "$F/png" --workers 3 --out "$T/png" >"$T/png.log" 2>&1
 check "training on the PNG folder runs" "[ $? -eq 0 ] && [ -s '$T/png/metrics.csv' ]" "$(tail -3 "$T/png.log")"

@@ -272,7 +272,7 @@ static void check_adapt(vt_test *T, const char *dir) {
          vt_model_init_params(&c1, P, 2, &e) == 0;
     size_t n = 0, m = 0;
     float *fresh = ok ? params_copy(P, &n) : NULL, *want = NULL;
-    ok = ok && fresh && vt_adapt_load(P, 2, 1, rgb, NULL, &e) == 0 && (want = params_copy(P, &m)) != NULL;
+    ok = ok && fresh && vt_adapt_load(P, 2, 1, 0, 0, rgb, NULL, &e) == 0 && (want = params_copy(P, &m)) != NULL;
     T_CHECK(T, ok, "adapt-load set-up: %s", e.msg);
     long k = 1, bad = 0, wrong = 0;
     for (; ok && k < MOST; k++) {
@@ -280,7 +280,7 @@ static void check_adapt(vt_test *T, const char *dir) {
             memcpy(P->t[i]->data, fresh + o, sizeof(float) * (size_t)P->t[i]->numel);
         vt_err ae = {0};
         arm_at(k);
-        const int rc = vt_adapt_load(P, 2, 1, rgb, NULL, &ae);
+        const int rc = vt_adapt_load(P, 2, 1, 0, 0, rgb, NULL, &ae);
         armed = 0;
         size_t got_n = 0;
         float *got = params_copy(P, &got_n);

@@ -12,9 +12,9 @@
  *   recipe_driver resize h w C H W IN OUT
  *       IN: float32 (h, w, C) grid; OUT: vt_resize_bicubic to (H, W, C).
  *   recipe_driver adapt MODEL IMG NCLS WINDOW CHANS W_IN W_OUT LOSSES
- *       MODEL at image size IMG with NCLS classes (WINDOW > 0: every stage's window; CHANS > 0: input channels) loads
- *       W_IN with vt_adapt_load (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW steps (lr 1e-3)
- *       on one random batch of 8 with labels < NCLS and writes the 8 losses to LOSSES.
+ *       MODEL at image size IMG (N or HxW) with NCLS classes (WINDOW > 0: every stage's window; CHANS > 0: input
+ *       channels) loads W_IN with vt_adapt_load (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW
+ *       steps (lr 1e-3) on one random batch of 8 with labels < NCLS and writes the 8 losses to LOSSES.
  *   recipe_driver ra n repeats replicas rank seed OUT
  *       OUT: the permutation vt_ra_sample starts from (n values), then its output for that rank.
  * Compiled by the test against build/libvitc.a. */
@@ -181,7 +181,7 @@ static int do_adapt(char **a) {
     vt_err e = {0};
     const vt_model_cfg *base = vt_model_find(a[0]);
     vt_model_overrides ov = vt_model_no_overrides();
-    ov.img_size = atoi(a[1]);
+    if (vt_parse_size(a[1], &ov.img_size, &ov.img_w)) return fprintf(stderr, "bad size %s\n", a[1]), 1;
     ov.num_classes = atoi(a[2]);
     for (int i = 0; base && i < base->arch.nstages && atoi(a[3]) > 0; i++) ov.windows[i] = atoi(a[3]);
     if (atoi(a[4]) > 0) ov.in_chans = atoi(a[4]);
@@ -189,12 +189,13 @@ static int do_adapt(char **a) {
     vt_model_cfg c;
     vt_params *P = vt_params_new(&e);
     if (!base || vt_model_configure(base, &ov, &c, &e) || vt_model_init_params(&c, P, 7, &e) ||
-        vt_adapt_load(P, c.arch.num_classes, c.arch.in_chans, a[5], stdout, &e) ||
+        vt_adapt_load(P, c.arch.num_classes, c.arch.in_chans, c.arch.patch ? c.arch.img_size / c.arch.patch : 0,
+                      c.arch.patch ? vt_arch_width(&c.arch) / c.arch.patch : 0, a[5], stdout, &e) ||
         vt_params_save(P, a[6], &e)) {
         fprintf(stderr, "%s\n", base ? e.msg : "unknown model");
         return 1;
     }
-    const int B = 8, n = c.arch.in_chans * c.arch.img_size * c.arch.img_size;
+    const int B = 8, n = c.arch.in_chans * c.arch.img_size * vt_arch_width(&c.arch);
     float *x = malloc(sizeof(float) * (size_t)B * n), lab[8], losses[8];
     vt_rng r;
     vt_rng_seed(&r, 3);

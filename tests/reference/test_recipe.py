@@ -271,6 +271,17 @@ def check_finetune(rep, exe, d):
     same = [k for k in others if k in b and np.array_equal(a[k], b[k])]
     rep.check("fine-tune: every other tensor loaded unchanged", len(same) == len(others) == len(b) - 3,
               f"{len(same)} of {len(others)}")
+    # to a non-square model (timm's (H, W) img_size): the 7x7 grid resized to 7x11, as timm's resize_pos_embed with
+    # gs_new = the model's grid_size
+    r2 = adapt_run(rep, exe, d, "vit_fmnist_tiny", 4, ["28x44", "2", "0", "0"], "28 -> 28x44 px", losses)
+    if r2 is not None:
+        a2, b2, p2 = r2
+        pe = a2["pos_embed"].astype(np.float64)
+        ref = np.concatenate([pe[:, :1], torch_resize(pe[0, 1:].reshape(7, 7, -1), 7, 11).reshape(1, 77, -1)], 1)
+        e = scale_err(b2["pos_embed"], ref)
+        rep.check("fine-tune: pos_embed = class row + bicubic 7x7 -> 7x11 (torch)",
+                  b2["pos_embed"].shape == (1, 78, 64) and e <= 1e-5 and "to a 7×11 grid" in p2.stdout,
+                  f"shape {b2['pos_embed'].shape}, err {e:.1e}, {p2.stdout[-200:]}")
     rep.check("fine-tune: one line per adapted tensor", "pos_embed resized" in p.stdout and
               "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
     l = np.fromfile(losses, dtype=np.float64)
