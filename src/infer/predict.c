@@ -113,11 +113,11 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
 }
 
 /* 1 if the tensors of f that have other shapes than c's are all ones whose shape depends on the image size (it differs
- * between c and c at its named size `named`): then the size may be why f does not fit; 0 when a shape that does not
+ * between c and c at the square size `alt`): then the size may be why f does not fit; 0 when a shape that does not
  * depend on it differs too (--heads, --dims), or none differs. */
-static int size_may_be_why(const vt_model_cfg *c, const vt_model_cfg *named, const vt_st_file *f) {
+static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) {
     vt_model_cfg c0 = *c;
-    c0.arch.img_size = named->arch.img_size;
+    c0.arch.img_size = alt;
     c0.arch.img_w = 0;
     vt_err e = {0};
     vt_params *S = vt_params_new(&e), *S0 = vt_params_new(&e);
@@ -148,11 +148,12 @@ static int size_may_be_why(const vt_model_cfg *c, const vt_model_cfg *named, con
 static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *path, const vt_err *le, vt_err *e) {
     if (!le->msg[0]) return -1;
     const vt_model_cfg *named = vt_model_find(c->name);
-    char note[200] = "";
-    if (named && c->arch.img_size != named->arch.img_size && !vt_model_any_size(c) && f &&
-        size_may_be_why(c, named, f))
+    char note[200] = "", size[24];
+    const int S = c->arch.img_size, at_named = named && S == named->arch.img_size && !c->arch.img_w;
+    /* the size-dependent tensors: those whose shapes differ from c's at the named size, or (c at it) at twice it */
+    if (named && !vt_model_any_size(c) && f && size_may_be_why(c, at_named ? 2 * S : named->arch.img_size, f))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
-                 "than %d)", c->name, c->arch.img_size);
+                 "than %s: --img-size)", c->name, vt_arch_size_text(&c->arch, size, sizeof size));
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */
     if (strstr(le->msg, vt_path_brief(path, brief, sizeof brief))) /* name the file once */
         return vt_seterr_from(e, le, "%s%s", le->msg, note);

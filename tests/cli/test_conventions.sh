@@ -251,6 +251,13 @@ rc=$?
 check "predict: another --img-size on a fixed-size model names the size dependence" \
     "[ $rc -eq 1 ] && grep -q 'pos_embed' '$T/pv.log' && grep -q 'weights depend on the image size' '$T/pv.log'" \
     "rc $rc: $(cat "$T/pv.log")"
+# ... and at the named size too: a file made at 28x20 without its record (a converted checkpoint) given no --img-size
+rerecord "$T/w2820.safetensors" "$T/w2820p.safetensors" vitc_model vitc_model_options
+$V predict vit_fmnist_tiny -w "$T/w2820p.safetensors" "$T/p00.png" >"$T/pv2.log" 2>&1
+rc=$?
+check "predict: weights of another size at the named one: the note names the size dependence and --img-size" \
+    "[ $rc -eq 1 ] && grep -q 'pos_embed (file (1, 36, 64) vs model (1, 50, 64)) (vit_fmnist_tiny.s weights depend \
+on the image size: these may be made at another size than 28: --img-size)' '$T/pv2.log'" "rc $rc: $(cat "$T/pv2.log")"
 # ... but not where what differs does not depend on the size (a file of other heads, at the size it was made at)
 $V init swin_fmnist_tiny --img-size 56 --heads 1,2 -o "$T/shr.safetensors" >/dev/null 2>&1
 rerecord "$T/shr.safetensors" "$T/sh.safetensors" vitc_model vitc_model_options # not built from the record
