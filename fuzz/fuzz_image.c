@@ -21,9 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     volatile unsigned sum = 0; /* every pixel byte must be readable (ASan checks the extent) */
     for (size_t i = 0; i < (size_t)img.w * img.h * chans; i++) sum += img.pix[i];
     (void)sum;
-    if ((size_t)img.w * img.h <= 4096 * 4096) { /* timm-style eval transform to 32×32 */
-        const vt_preprocess p = {32, chans, 0.875f, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, 0, 0};
-        float *out = malloc(sizeof(float) * 32 * 32 * (size_t)chans);
+    if ((size_t)img.w * img.h <= 4096 * 4096) { /* timm-style eval transform to 32×32, or 32×W (W 8..71, a tuple size) */
+        const int W = size > 1 && (data[1] & 2) ? 8 + data[1] % 64 : 32;
+        const vt_preprocess p = {32, chans, 0.875f, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, 0, W};
+        float *out = malloc(sizeof(float) * 32 * (size_t)W * (size_t)chans);
         if (out && vt_image_preprocess(img.pix, img.w, img.h, &p, out, &e) != 0 && !e.msg[0]) abort();
         free(out);
     }
