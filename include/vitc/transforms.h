@@ -59,6 +59,9 @@ typedef struct vt_tf_params {
 /* DeiT's train transform at S×S with ImageNet mean/std (the defaults noted above); set .width for S×W. */
 vt_tf_params vt_tf_deit(int size);
 
+/* The output width of p: p->width, or p->size where it is 0. */
+static inline int vt_tf_params_width(const vt_tf_params *p) { return p->width > 0 ? p->width : p->size; }
+
 /* Checks every knob's range; a clear error names the first bad one. */
 int vt_tf_params_check(const vt_tf_params *p, vt_err *e);
 

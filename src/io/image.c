@@ -162,8 +162,8 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
                          scale_w, S, W, (double)p->crop_pct);
     /* torchvision Resize(int): the shorter side becomes `scale`, the longer one int(scale * long / short); Resize((s,
      * s)) with squash; an H×W output (timm's tuple size) Resize((floor(H / crop_pct), floor(W / crop_pct))) */
-    const int squash = p->squash || W != S;
-    const int sw = W != S ? (int)scale_w : squash || w <= h ? (int)scale : (int)(scale * w / h);
+    const int squash = p->squash || W != S; /* each side to its own target */
+    const int sw = squash || w <= h ? (int)scale_w : (int)(scale * w / h); /* scale_w = scale where W = S */
     const int sh = squash || w > h ? (int)scale : (int)(scale * h / w);
     if (!vt_image_target_ok(sw, sh))
         return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1, at most %lld pixels)", w,

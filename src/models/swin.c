@@ -237,13 +237,12 @@ static int check(const vt_model_cfg *c, vt_err *e) {
             return vt_seterr(e, "%s: stage %d window %d is more than vitc builds (%d; the official "
                                   "models use 7 and 12): its relative position index would hold %.3g entries",
                                   c->name, i + 1, runs, SWIN_MAX_WINDOW, (double)runs * runs * runs * runs);
-        const int runs_w = (rh < rw ? rh : rw) <= s->window ? (rh < rw ? rh : rw) : s->window;
-        if (!tv && (rh % runs_w || rw % runs_w))
+        if (!tv && (rh % runs || rw % runs))
             return vt_seterr(e, "%s: image size %s gives stage %d a %dx%d map, neither within nor a multiple of its "
                              "window %d%s (the Microsoft layout partitions maps exactly; torchvision-layout models "
                              "pad)",
                              c->name, size, i + 1, rh, rw, s->window,
-                             runs_w < s->window ? " (shrunk to the shorter side, which must divide the longer)" : "");
+                             runs < s->window ? " (shrunk to the shorter side, which must divide the longer)" : "");
         if (i + 1 < a->nstages) {
             if (!tv && (rh % 2 || rw % 2))
                 return vt_seterr(e, "%s: image size %s gives stage %d an odd %dx%d map (Microsoft-layout patch "

@@ -104,7 +104,7 @@ static int deit_apply(const void *ctx, const vt_image *img, vt_rng *rng, float *
 
 vt_transform vt_transform_deit(const vt_tf_params *p, int chans) {
     /* full-size decode: the crop box may be small */
-    vt_transform t = {deit_apply, p, p->size, chans, 0, p->width > 0 ? p->width : p->size};
+    vt_transform t = {deit_apply, p, p->size, chans, 0, vt_tf_params_width(p)};
     return t;
 }
 

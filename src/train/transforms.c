@@ -37,9 +37,6 @@ vt_tf_params vt_tf_deit(int size) {
     return p;
 }
 
-/* The output width of p (its size where width is 0). */
-static int tf_width(const vt_tf_params *p) { return p->width > 0 ? p->width : p->size; }
-
 static int good_interp(int i) {
     return i == VT_INTERP_BILINEAR || i == VT_INTERP_BICUBIC || i == VT_INTERP_RANDOM;
 }
@@ -48,7 +45,7 @@ static int in01(float v) { return v >= 0.0f && v <= 1.0f; }
 
 int vt_tf_params_check(const vt_tf_params *p, vt_err *e) {
     if (p->size < 1 || p->size > VT_IMAGE_MAX_SIDE || p->width < 0 || p->width > VT_IMAGE_MAX_SIDE)
-        return vt_seterr(e, "transform size %dx%d (each side must be 1..%d)", p->size, tf_width(p),
+        return vt_seterr(e, "transform size %dx%d (each side must be 1..%d)", p->size, vt_tf_params_width(p),
                          VT_IMAGE_MAX_SIDE);
     if (!(p->scale[0] > 0.0f && p->scale[0] <= p->scale[1] && p->scale[1] <= 1.0f))
         return vt_seterr(e, "crop scale (%g, %g) (need 0 < min <= max <= 1)", (double)p->scale[0],
@@ -84,10 +81,10 @@ static const char *interp_name(int i) {
 
 int vt_tf_params_format(const vt_tf_params *p, char *buf, size_t n) {
     char size[32];
-    if (tf_width(p) == p->size)
+    if (vt_tf_params_width(p) == p->size)
         snprintf(size, sizeof size, "%d", p->size);
     else
-        snprintf(size, sizeof size, "%dx%d", p->size, tf_width(p));
+        snprintf(size, sizeof size, "%dx%d", p->size, vt_tf_params_width(p));
     return snprintf(buf, n,
                     "size=%s scale=%g,%g ratio=%g,%g interpolation=%s hflip=%g randaugment=rand-m%g-mstd%g-inc1 "
                     "ra_layers=%d ra_prob=%g ra_interpolation=%s translate_pct=%g fill=%d,%d,%d mean=%g,%g,%g "
@@ -469,7 +466,7 @@ int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_r
 
 int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, float *out, vt_err *e) {
     if (vt_image_check(src, e) || vt_tf_params_check(p, e)) return -1;
-    const int S = p->size, W = tf_width(p), C = src->chans;
+    const int S = p->size, W = vt_tf_params_width(p), C = src->chans;
     const size_t hw = (size_t)S * W;
     int box[4];
     if (vt_tf_rrc_box(src->w, src->h, p->scale, p->ratio, rng, box, e)) return -1;
