@@ -198,6 +198,14 @@ void test_ops_hattn(vt_test *T) {
         {"rows_h2_12", 1, 43, 0, 48, 0, 24, 24, 0, 12, 24, 1, 3, 14, 1, 1, 1, 0, 0.5f},
         {"rows_sep_kv", 2, 10, 56, 8, 24, 4, 16, 0, 0, 8, 0, 4, 14, 1, 1, 1, 0, 0.5f},
         {"flat_3x15", 1, 46, 0, 24, 0, 6, 12, 0, 6, 12, 1, 3, 15, 1, 1, 1, 0, 0.5f},
+        /* grids of at most 64 keys and no lead keys: the tiles of register products with AVX-512 (hal_tile in
+         * hattn.c): 1 to 4 key vectors, rows not a multiple of the tile's, 15 columns (taps 16 lanes away) */
+        {"tile_7x7_h2_1", 2, 37, 49, 32, 96, 2, 64, 0, 0, 32, 0, 7, 7, 1, 1, 1, 0, 0.18f},
+        {"tile_8x8_h2_5", 1, 23, 64, 40, 120, 10, 80, 0, 0, 40, 0, 8, 8, 1, 1, 1, 0, 0.35f},
+        {"tile_3x15_no_bias", 2, 18, 45, 24, 72, 6, 48, 0, 0, 24, 0, 3, 15, 1, 1, 0, 0, 0.3f},
+        {"tile_4x4_h2_12", 1, 9, 16, 48, 144, 24, 96, 0, 0, 48, 0, 4, 4, 1, 1, 1, 0, 0.5f},
+        {"tile_packed_5x6", 2, 30, 0, 32, 0, 4, 16, 0, 8, 16, 0, 5, 6, 1, 1, 1, 0, 0.5f},
+        {"flat_4x16", 1, 12, 64, 8, 24, 4, 16, 0, 0, 8, 0, 4, 16, 1, 1, 1, 0, 0.5f}, /* 16 columns: hal_fused */
         /* 8 computed heads: CHH as a GEMM (CHH_GEMM in hattn.c) */
         {"chh_gemm", 2, 10, 0, 64, 0, 16, 32, 0, 16, 32, 1, 3, 3, 1, 1, 1, 0, 0.5f},
         {"chh_gemm_first_b1", 1, 12, 6, 16, 48, 16, 32, 0, 0, 16, 0, 2, 3, 1, 1, 1, 1, 0.5f},
@@ -216,6 +224,8 @@ void test_ops_hattn(vt_test *T) {
         {"fd_deit_3x3_ihh", 1, 10, 0, 16, 0, 4, 8, 0, 4, 8, 1, 3, 3, 1, 0, 1, 0, 0.8f},
         /* backward after hal_rows' forward */
         {"fd_rows_3x14", 1, 4, 42, 4, 12, 4, 8, 0, 0, 4, 0, 3, 14, 1, 1, 0, 0, 0.5f},
+        /* backward after hal_tile's forward (3 x 14 above too) */
+        {"fd_tile_3x5", 1, 6, 15, 8, 24, 4, 16, 0, 0, 8, 0, 3, 5, 1, 1, 0, 0, 0.5f},
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "sktile.h"
 #include "mathfn.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
@@ -64,7 +65,7 @@ static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, con
 }
 
 #if defined(__AVX512F__)
-#define SK_MAX 112 /* small-key tiles: at most this many keys, seven 16-float vectors per row */
+#define SK_MAX VT_SK_MAX /* small-key tiles: at most this many keys, seven 16-float vectors per row */
 #define SK_NV 7     /* key vectors of SK_MAX */
 /* Query rows per register tile of NV key vectors: 6 with up to 4 (6 × 4 accumulators, 4 key vectors and a broadcast
  * of 32 registers), 3 with 5 to 7 (3 × 7 + 7 + 1); SK_ROWS the most. */
@@ -75,14 +76,13 @@ static int sk_rows_of(int M) { return SK_ROWS_FOR((M + 15) / 16); }
 /* Whether the small-key tiles serve M keys. */
 static int sk_on(int M) { return M <= SK_MAX; }
 
-/* Kt (dh × Mv, Mv = M rounded up to 16) = the first dh channels of the M rows of K (row stride ldk), transposed;
- * columns M to Mv zeroed (the tile's lanes past M read them). Blocks of 16 rows × 16 channels are transposed in
+/* vt_keys_t (sktile.h): blocks of 16 rows × 16 channels are transposed in
  * registers (masked loads past M and dh), and the next block's rows prefetched: the keys come from memory (a row per
  * token of a packed qkv). A copy one float at a time, even with the prefetches, took 40% as long as the tiles
  * themselves (perf, CSwin-T inference at batch 16). The op's seconds over 3 steps at batch 16, 3 alternated rounds
  * (AMD EPYC Zen 4, 2026-12-04): inference CSwin-T 0.28-0.36 → 0.21-0.26, Swin-T 0.18-0.25 → 0.17; training (2
  * steps) CSwin-T 0.51-0.52 → 0.45-0.48, Swin-T 0.40-0.47 → 0.32-0.36. */
-static void sk_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
+void vt_keys_t(const float *K, int ldk, int M, int dh, float *Kt) {
     const int Mv = (M + 15) / 16 * 16;
     for (int j0 = 0; j0 < Mv; j0 += 16) {
         for (int r = 16; r < 32 && j0 + r < M; r++)
@@ -260,10 +260,10 @@ static void sk_tile_at(const float *A, size_t lda, const float *Kt, int N, int M
     }
 }
 
-/* sk_tile over all N rows, the tiles on every thread when rows_par (a pair alone, outside parallel regions). */
-static void sk_rows(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
-                    const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
-                    int rows_par) {
+/* vt_sk_rows (sktile.h): the tiles on every thread when rows_par (a pair alone, outside parallel regions). */
+void vt_sk_rows(const float *A, size_t lda, const float *Kt, int N, int M, int dh, float scale, int mode,
+                const float *kn, const float *bias, const float *mask, const float *P, float *out, float *db,
+                int rows_par) {
     const int R = sk_rows_of(M);
     if (rows_par) {
 #pragma omp parallel for schedule(static)
@@ -311,8 +311,8 @@ static void head_probs(const attn_p *a, const head_io *io, int N, float *s, floa
     const float *knp = a->msf ? kn : NULL;
 #if defined(__AVX512F__)
     if (kt) {
-        sk_keys_t(io->k, a->ldkv, M, dh, kt);
-        sk_rows(io->q, (size_t)a->ldq, kt, N, M, dh, scale, 0, knp, io->bias, io->mask, NULL, s, NULL, rows_par);
+        vt_keys_t(io->k, a->ldkv, M, dh, kt);
+        vt_sk_rows(io->q, (size_t)a->ldq, kt, N, M, dh, scale, 0, knp, io->bias, io->mask, NULL, s, NULL, rows_par);
         return;
     }
 #else
@@ -417,8 +417,8 @@ static void head_bwd(const attn_p *a, const head_io *io, const float *P, const f
     /* dS = P ⊙ (dP − Σⱼ dP⊙P) with dP = dO·vᵀ, the gradient of the logits (and of the bias) */
 #if defined(__AVX512F__)
     if (kt) {
-        sk_keys_t(io->v, a->ldkv, M, dh, kt);
-        sk_rows(dO, (size_t)C, kt, N, M, dh, 1.0f, 1, NULL, NULL, NULL, P, ds, dbias, rows_par);
+        vt_keys_t(io->v, a->ldkv, M, dh, kt);
+        vt_sk_rows(dO, (size_t)C, kt, N, M, dh, 1.0f, 1, NULL, NULL, NULL, P, ds, dbias, rows_par);
     } else
 #else
     (void)kt;

@@ -7,8 +7,10 @@
  *   the h2 hallucinated maps follow the computed ones, softmax over keys, ·V for all h heads (V has h heads).
  * The stages run in IHH, CHH order, or CHH first, or one of them, or none (the hallucinated maps copy A_r); in the
  * models' order (IHH, CHH) on grids of at least 3x3, with AVX2 or AVX-512, forward runs them and the softmax per query
- * row (hal_fused; with AVX-512 on 14-column grids, hal_rows: a grid row per vector), and backward the gradients back
- * through them per query row too (hal_fused_bwd); other orders and grids run stage by stage.
+ * row (hal_fused; with AVX-512 on 14-column grids, hal_rows: a grid row per vector; with AVX-512 on grids of at most
+ * 64 keys and no lead keys, hal_tile: q·kᵀ too, in register tiles of query rows), and backward the gradients back
+ * through them per query row too (hal_fused_bwd); other orders and grids run stage by stage. With AVX-512 and at most
+ * 112 keys, backward's dO·vᵀ and the softmax's gradient run in the plain attention's register tiles (sktile.h).
  * Work unit: rows [r0, r0 + rows) of one batch entry, every head: the h × rows × M logits of a tile stay in cache and
  * IHH / CHH read them in place (queries are independent through both). Forward runs the tiles in parallel; where
  * hal_fused runs, it leaves the softmax's division to the tile's output rows (d floats a row, not M). Backward
@@ -21,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "sktile.h"
 #include "mathfn.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"
@@ -563,6 +566,186 @@ static void hal_rows(const hattn_p *a, const float *iw, const float *ib, const f
     }
 }
 
+/* hal_tile: the whole forward of the maps, q·kᵀ included, for key grids of at most 64 keys with no lead keys
+ * (PVTv2's and Next-ViT's 7 x 7 reduced keys), on AVX-512. A tile of HT_R query rows runs each computed head's
+ * logits as register products over its transposed keys (vt_keys_t, once per call; a library GEMM per tile and head
+ * packed its operand per call, d = 16 or 32 deep), IHH in the registers of the flat row (the tap (dy, dx) is the row
+ * moved by dy·kw + dx lanes across its neighbouring vectors, one two-source lane permute, the columns' wrap-around
+ * masked), CHH over the tile's IHH rows, and the softmaxes of the tile's rows side by side, so that the reductions
+ * of several rows overlap where hal_fused waited on one row's at a time, and no grid is copied and read back
+ * unaligned (those loads straddled the copy's stores, which stalled them). */
+#define HT_R 4  /* query rows per tile */
+#define HT_NV 4 /* key vectors at most: M <= 64 */
+
+static int hal_tile_ok(const hattn_p *a) {
+    return hal_fused_ok(a) && a->klead == 0 && a->M <= 16 * HT_NV && a->kw <= 15;
+}
+
+/* Floats of a thread's hal_tile scratch: h2 transposed key blocks (d × Mv), the tile's logits of one head, h2
+ * heads' IHH rows and CHH's rows of one head (HT_R × HT_NV vectors each), and a vector's worth for the alignment. */
+static size_t hal_tile_floats(const hattn_p *a) {
+    const size_t Mv = (size_t)(a->M + 15) / 16 * 16;
+    return (size_t)a->h2 * a->d * Mv + ((size_t)a->h2 + 2) * HT_R * HT_NV * 16 + 16;
+}
+
+/* Softmax over keys (lanes lm of NV vectors per row) of the rows < rows of x (HT_R rows of HT_NV vectors), into
+ * out's rows (M floats apart). */
+static inline __attribute__((always_inline)) void ht_softmax(const __m512 *x, int rows, const __mmask16 *lm,
+                                                             float *out, int M, const int NV) {
+    __m512 e[HT_R][HT_NV], red[HT_R];
+    float rs[HT_R];
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) {
+        red[r] = ninf;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) red[r] = _mm512_mask_max_ps(red[r], lm[v], red[r], x[r * HT_NV + v]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) {
+        const __m512 mx = _mm512_set1_ps(rs[r]);
+        red[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) { /* lanes outside lm: e^0, left out of the sum */
+            e[r][v] = vt_vexpf_le0(_mm512_maskz_sub_ps(lm[v], x[r * HT_NV + v], mx));
+            red[r] = _mm512_mask_add_ps(red[r], lm[v], red[r], e[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) {
+        if (r >= rows) break;
+        const __m512 inv = _mm512_set1_ps(rs[r]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + (size_t)r * M + 16 * v, lm[v], _mm512_mul_ps(e[r][v], inv));
+    }
+}
+
+/* One tile: rows [0, rows) (rows <= HT_R) of q (row 0 at qr, row stride ldq, head j at j·d) against the transposed
+ * keys Kt (head j at j·d·16·NV) -> P's probabilities of every head (head stride hs, row stride M); S, U (NULL in
+ * forward): the computed logits and the IHH outputs, for backward. ix: the 3x3 taps' lane permutes (tap 4, the
+ * centre, unused), cm: per vector, the lanes a dx = −1 (cm[0][v]) or +1 (cm[1][v]) tap may read. buf: aligned
+ * scratch of (h2 + 2)·HT_R·HT_NV vectors. NV (key vectors) is a constant where inlined. */
+static inline __attribute__((always_inline)) void ht_tile(const hattn_p *a, const float *qr, const float *Kt,
+                                                          const float *iw, const float *ib, const float *cw,
+                                                          const float *cb, const __m512i *ix, __mmask16 cm[2][HT_NV],
+                                                          float *P, float *S, float *U, size_t hs, int rows,
+                                                          __m512 *buf, const int NV) {
+    const int M = a->M, d = a->d, h2 = a->h2;
+    const size_t ldt = 16 * (size_t)NV, T = HT_R * HT_NV;
+    __m512 *lg = buf, *co = buf + T, *ih = buf + 2 * T; /* the logits, CHH's output, IHH's outputs (h2 heads) */
+    __mmask16 lm[HT_NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) lm[v] = M - 16 * v >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (M - 16 * v)) - 1u);
+    const float *qp[HT_R];
+#pragma GCC unroll 4
+    for (int r = 0; r < HT_R; r++) qp[r] = qr + (size_t)(r < rows ? r : rows - 1) * a->ldq; /* rows past: the last */
+    const __m512 vs = _mm512_set1_ps(a->scale), z = _mm512_setzero_ps();
+    for (int j = 0; j < h2; j++) {
+        __m512 acc[HT_R][HT_NV];
+        const float *kt = Kt + (size_t)j * d * ldt;
+#pragma GCC unroll 4
+        for (int r = 0; r < HT_R; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = z;
+        for (int c = 0; c < d; c++) {
+            __m512 kv[HT_NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                kv[v] = _mm512_loadu_ps(kt + (size_t)c * ldt + 16 * v);
+                __asm__("" : "+v"(kv[v])); /* kept in a register (as sk_tile's in attention.c) */
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < HT_R; r++) {
+                const __m512 x = _mm512_set1_ps(qp[r][j * d + c]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, kv[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < HT_R; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) { /* zero past M: the grid's padding below its last row */
+                lg[r * HT_NV + v] = _mm512_maskz_mul_ps(lm[v], acc[r][v], vs);
+                if (S && r < rows) _mm512_mask_storeu_ps(S + j * hs + (size_t)r * M + 16 * v, lm[v], lg[r * HT_NV + v]);
+            }
+        __m512 w[9];
+        for (int t = 0; t < 9; t++) w[t] = _mm512_set1_ps(iw[9 * j + t]);
+        const __m512 bj = _mm512_set1_ps(ib ? ib[j] : 0.0f);
+#pragma GCC unroll 4
+        for (int r = 0; r < HT_R; r++) {
+            const __m512 *x = lg + r * HT_NV;
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                const __m512 lo = v ? x[v - 1] : z, hi = v + 1 < NV ? x[v + 1] : z;
+                __m512 o = _mm512_fmadd_ps(w[4], x[v], bj);
+#pragma GCC unroll 9
+                for (int t = 0; t < 9; t++) {
+                    if (t == 4) continue;
+                    const __m512 y = t > 4 ? _mm512_permutex2var_ps(x[v], ix[t], hi)
+                                           : _mm512_permutex2var_ps(lo, ix[t], x[v]);
+                    o = t % 3 == 1 ? _mm512_fmadd_ps(w[t], y, o) : _mm512_mask3_fmadd_ps(w[t], y, o, cm[t % 3 / 2][v]);
+                }
+                ih[(size_t)(j * HT_R + r) * HT_NV + v] = o;
+                if (U && r < rows) _mm512_mask_storeu_ps(U + j * hs + (size_t)r * M + 16 * v, lm[v], o);
+            }
+        }
+        ht_softmax(lg, rows, lm, P + j * hs, M, NV);
+    }
+    for (int i = 0; i < h2; i++) {
+        const __m512 bi = _mm512_set1_ps(cb ? cb[i] : 0.0f);
+#pragma GCC unroll 4
+        for (int r = 0; r < HT_R; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                __m512 o = bi;
+                for (int j = 0; j < h2; j++)
+                    o = _mm512_fmadd_ps(_mm512_set1_ps(cw[i * h2 + j]), ih[(size_t)(j * HT_R + r) * HT_NV + v], o);
+                co[r * HT_NV + v] = o;
+            }
+        ht_softmax(co, rows, lm, P + (h2 + i) * hs, M, NV);
+    }
+}
+
+/* hal_fused's work (its arguments, and q's rows and the entry's keys: qb row 0 of the tile, kb the keys at k_off)
+ * with the maps' logits computed here, by tiles of HT_R rows. */
+static void hal_tile(const hattn_p *a, const float *qb, const float *kb, const float *iw, const float *ib,
+                     const float *cw, const float *cb, float *P, float *S, float *U, size_t hs, int rows, float *buf) {
+    const int M = a->M, NV = (M + 15) / 16, kw = a->kw, Mv = 16 * NV;
+    float *Kt = buf;
+    __m512 *vb = (__m512 *)(((uintptr_t)(Kt + (size_t)a->h2 * a->d * Mv) + 63) & ~(uintptr_t)63);
+    for (int j = 0; j < a->h2; j++) vt_keys_t(kb + j * a->d, a->ldkv, M, a->d, Kt + (size_t)j * a->d * Mv);
+    __m512i ix[9];
+    for (int t = 0; t < 9; t++) {
+        const int s = (t / 3 - 1) * kw + t % 3 - 1;
+        ix[t] = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32(s > 0 ? s : 16 + s));
+    }
+    __mmask16 cm[2][HT_NV];
+    for (int v = 0; v < NV; v++) {
+        cm[0][v] = cm[1][v] = 0;
+        for (int k = 0; k < 16; k++) {
+            cm[0][v] |= (__mmask16)(((16 * v + k) % kw != 0) << k);
+            cm[1][v] |= (__mmask16)(((16 * v + k) % kw != kw - 1) << k);
+        }
+    }
+    for (int r = 0; r < rows; r += HT_R) {
+        const int n = rows - r < HT_R ? rows - r : HT_R;
+        const float *qr = qb + (size_t)r * a->ldq;
+        float *p = P + (size_t)r * M, *s = S ? S + (size_t)r * M : NULL, *u = U ? U + (size_t)r * M : NULL;
+        switch (NV) {
+        case 1: ht_tile(a, qr, Kt, iw, ib, cw, cb, ix, cm, p, s, u, hs, n, vb, 1); break;
+        case 2: ht_tile(a, qr, Kt, iw, ib, cw, cb, ix, cm, p, s, u, hs, n, vb, 2); break;
+        case 3: ht_tile(a, qr, Kt, iw, ib, cw, cb, ix, cm, p, s, u, hs, n, vb, 3); break;
+        default: ht_tile(a, qr, Kt, iw, ib, cw, cb, ix, cm, p, s, u, hs, n, vb, 4); break;
+        }
+    }
+}
+
 #endif
 
 /* Floats of a thread's scratch for hal_fused_bwd: two bordered grids, two column masks, two row buffers and the
@@ -665,14 +848,15 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
 #endif
 
 /* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
- * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused path's buffers
- * (hal_fused_floats). */
+ * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused paths' buffers
+ * (hal_fused_floats, ...; hal_tile's holds backward's transposed values of a head too). */
 static size_t stage_scratch(const hattn_p *a) {
     const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
 #ifdef VT_VW
     size_t f = hal_fused_floats(a), fb = hal_bwd_floats(a), m = f > fb ? f : fb;
 #if VT_VW == 16
     f = hal_rows_floats(a), m = f > m ? f : m;
+    f = hal_tile_floats(a), m = f > m ? f : m;
 #endif
     return m > st ? m : st;
 #else
@@ -810,26 +994,32 @@ static int tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float
     const int M = a->M, d = a->d, h2 = a->h2;
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *qb = qd + ((size_t)b * a->N + r0) * a->ldq + a->q_off, *kb = kvd + (size_t)b * M * a->ldkv + a->k_off;
-    float *src = S ? S : P;
-    for (int j = 0; j < h2; j++)
-        vt_gemm(a->gemm, 0, 1, rows, M, d, a->scale, qb + j * d, a->ldq, kb + j * d, a->ldkv, 0.0f, src + j * hs, M);
-    const size_t n1 = (size_t)rows * M;
-    float *hal = P + h2 * hs;
+    float *src = S ? S : P, *Ub = S ? U : NULL; /* the fused paths write U for backward only */
     const float *w[2] = {NULL, NULL}, *bb[2] = {NULL, NULL};
     for (int s = 0; s < a->nst; s++) {
         const int ih = a->st[s] == ST_IHH;
         w[s] = data_or_null(n, ih ? a->iw_in : a->cw_in);
         bb[s] = data_or_null(n, ih ? a->ib_in : a->cb_in);
     }
+#if VT_VW == 16
+    if (hal_tile_ok(a)) {
+        hal_tile(a, qb, kb, w[0], bb[0], w[1], bb[1], P, S, Ub, hs, rows, pad);
+        return 0;
+    }
+#endif
+    for (int j = 0; j < h2; j++)
+        vt_gemm(a->gemm, 0, 1, rows, M, d, a->scale, qb + j * d, a->ldq, kb + j * d, a->ldkv, 0.0f, src + j * hs, M);
+    const size_t n1 = (size_t)rows * M;
+    float *hal = P + h2 * hs;
 #ifdef VT_VW
 #if VT_VW == 16
     if (hal_rows_ok(a)) {
-        hal_rows(a, w[0], bb[0], w[1], bb[1], src, P, U, hs, rows, pad);
+        hal_rows(a, w[0], bb[0], w[1], bb[1], src, P, Ub, hs, rows, pad);
         return 0;
     }
 #endif
     if (hal_fused_ok(a)) { /* the softmax of the computed rows reads S, no copy into P first */
-        hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, U, inv, hs, rows, pad);
+        hal_fused(a, w[0], bb[0], w[1], bb[1], src, P, Ub, inv, hs, rows, pad);
         return inv != NULL;
     }
 #else
@@ -905,10 +1095,17 @@ static void bwd_tile(const vt_node *n, int b, int tile, int t, float *dk, float 
     if (dv)
         for (int i = 0; i < H; i++)
             vt_gemm(a->gemm, 1, 0, M, d, rows, 1.0f, P + i * hs, M, dO + i * d, C, bkv, dv + i * d, ldk);
-    for (int i = 0; i < H; i++) {
+    for (int i = 0; i < H; i++) { /* dZ = P ⊙ (dP − Σⱼ dP⊙P), dP = dO·Vᵀ */
+#if defined(__AVX512F__)
+        if (M <= VT_SK_MAX) { /* as the plain attention's backward: register tiles over the transposed values */
+            vt_keys_t(kb + a->v_off + i * d, a->ldkv, M, d, pad);
+            vt_sk_rows(dO + i * d, (size_t)C, pad, rows, M, d, 1.0f, 1, NULL, NULL, NULL, P + i * hs, G + i * hs,
+                       NULL, 0);
+            continue;
+        }
+#endif
         vt_gemm(a->gemm, 0, 1, rows, M, d, 1.0f, dO + i * d, C, kb + a->v_off + i * d, a->ldkv, 0.0f, G + i * hs, M);
-        for (int r = 0; r < rows; r++) /* dZ = P ⊙ (dP − Σⱼ dP⊙P) */
-            vt_softmax_bwd_row(P + i * hs + (size_t)r * M, G + i * hs + (size_t)r * M, M);
+        for (int r = 0; r < rows; r++) vt_softmax_bwd_row(P + i * hs + (size_t)r * M, G + i * hs + (size_t)r * M, M);
     }
     /* the hallucinated maps' gradient back through the stages into the computed logits' */
     float *wg = n->bws->data + (size_t)a->nt * per + (size_t)t * wg_floats(a);
