@@ -994,7 +994,10 @@ static int tile_probs(const vt_node *n, int b, int r0, int rows, float *P, float
     const int M = a->M, d = a->d, h2 = a->h2;
     const float *qd = n->in[0]->data, *kvd = a->kv_in >= 0 ? n->in[a->kv_in]->data : qd;
     const float *qb = qd + ((size_t)b * a->N + r0) * a->ldq + a->q_off, *kb = kvd + (size_t)b * M * a->ldkv + a->k_off;
-    float *src = S ? S : P, *Ub = S ? U : NULL; /* the fused paths write U for backward only */
+    float *src = S ? S : P;
+#ifdef VT_VW
+    float *Ub = S ? U : NULL; /* the fused paths write U for backward only */
+#endif
     const float *w[2] = {NULL, NULL}, *bb[2] = {NULL, NULL};
     for (int s = 0; s < a->nst; s++) {
         const int ih = a->st[s] == ST_IHH;
