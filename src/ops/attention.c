@@ -66,10 +66,10 @@ static head_io head_ptrs(const attn_p *a, const float *qd, const float *kvd, con
 
 #if defined(__AVX512F__)
 #define SK_MAX VT_SK_MAX /* small-key tiles: at most this many keys, seven 16-float vectors per row */
-#define SK_NV 7     /* key vectors of SK_MAX */
+#define SK_NV VT_SK_NV /* key vectors of SK_MAX */
 /* Query rows per register tile of NV key vectors: 6 with up to 4 (6 × 4 accumulators, 4 key vectors and a broadcast
  * of 32 registers), 3 with 5 to 7 (3 × 7 + 7 + 1); SK_ROWS the most. */
-#define SK_ROWS 6
+#define SK_ROWS VT_SK_ROWS
 #define SK_ROWS_FOR(NV) ((NV) <= 4 ? SK_ROWS : 3)
 static int sk_rows_of(int M) { return SK_ROWS_FOR((M + 15) / 16); }
 
@@ -184,26 +184,7 @@ static inline __attribute__((always_inline)) void sk_tile(const float *A, size_t
         }
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) { /* exponentials (e^-inf = 0 past M) and their sums */
-            const __m512 mx = _mm512_set1_ps(rs[r]);
-            red[r] = _mm512_setzero_ps();
-#pragma GCC unroll 7
-            for (int v = 0; v < NV; v++) {
-                acc[r][v] = vt_vexpf_le0(_mm512_sub_ps(acc[r][v], mx));
-                red[r] = _mm512_add_ps(red[r], acc[r][v]);
-            }
-        }
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            if (r >= rows) break;
-            const __m512 inv = _mm512_set1_ps(rs[r]);
-#pragma GCC unroll 7
-            for (int v = 0; v < NV; v++)
-                _mm512_mask_storeu_ps(out + (size_t)r * M + 16 * v, lm[v], _mm512_mul_ps(acc[r][v], inv));
-        }
+        vt_sk_softmax_store(acc, rs, rows, lm, out, M, R, NV);
         return;
     }
 #pragma GCC unroll 6

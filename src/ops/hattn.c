@@ -592,37 +592,21 @@ static size_t hal_tile_floats(const hattn_p *a) {
  * out's rows (M floats apart). */
 static inline __attribute__((always_inline)) void ht_softmax(const __m512 *x, int rows, const __mmask16 *lm,
                                                              float *out, int M, const int NV) {
-    __m512 e[HT_R][HT_NV], red[HT_R];
-    float rs[HT_R];
+    __m512 e[HT_R][VT_SK_NV], red[HT_R];
+    float mx[HT_R];
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 4
     for (int r = 0; r < HT_R; r++) {
         red[r] = ninf;
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) red[r] = _mm512_mask_max_ps(red[r], lm[v], red[r], x[r * HT_NV + v]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < HT_R; r++) rs[r] = _mm512_reduce_max_ps(red[r]);
-#pragma GCC unroll 4
-    for (int r = 0; r < HT_R; r++) {
-        const __m512 mx = _mm512_set1_ps(rs[r]);
-        red[r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) { /* lanes outside lm: e^0, left out of the sum */
-            e[r][v] = vt_vexpf_le0(_mm512_maskz_sub_ps(lm[v], x[r * HT_NV + v], mx));
-            red[r] = _mm512_mask_add_ps(red[r], lm[v], red[r], e[r][v]);
+        for (int v = 0; v < NV; v++) {
+            e[r][v] = _mm512_mask_mov_ps(ninf, lm[v], x[r * HT_NV + v]);
+            red[r] = _mm512_max_ps(red[r], e[r][v]);
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < HT_R; r++) rs[r] = 1.0f / _mm512_reduce_add_ps(red[r]);
-#pragma GCC unroll 4
-    for (int r = 0; r < HT_R; r++) {
-        if (r >= rows) break;
-        const __m512 inv = _mm512_set1_ps(rs[r]);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(out + (size_t)r * M + 16 * v, lm[v], _mm512_mul_ps(e[r][v], inv));
-    }
+    for (int r = 0; r < HT_R; r++) mx[r] = _mm512_reduce_max_ps(red[r]);
+    vt_sk_softmax_store(e, mx, rows, lm, out, M, HT_R, NV);
 }
 
 /* One tile: rows [0, rows) (rows <= HT_R) of q (row 0 at qr, row stride ldq, head j at j·d) against the transposed
