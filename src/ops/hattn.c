@@ -577,6 +577,7 @@ static void hal_rows(const hattn_p *a, const float *iw, const float *ib, const f
 #define HT_R 4  /* query rows per tile */
 #define HT_NV 4 /* key vectors at most: M <= 64 */
 
+/* Up to 15 columns the taps are at most 16 lanes away, so each output vector reads only its neighbours. */
 static int hal_tile_ok(const hattn_p *a) {
     return hal_fused_ok(a) && a->klead == 0 && a->M <= 16 * HT_NV && a->kw <= 15;
 }
