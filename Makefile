@@ -86,6 +86,11 @@ $(CLI_SRC:%.c=build/%.o) $(CLI_SRC:%.c=build-asan/%.o): $(CLI_H)
 build/vendor_rules: bench/vendor_rules.c build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# hMHSA's fused attention against the plain one, op by op (bench/attn_ops.c); `make test` builds and runs it once
+# (tests/cli/test_gemm.sh).
+build/attn_ops: bench/attn_ops.c build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 build/libvitc.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^ # rebuilt whole: no stale members of renamed or removed sources
 
@@ -228,7 +233,7 @@ asan: build-asan/unit build-asan-vec/unit
 test: deps-test
 	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc \
 	  build-asan/alloc_faults build-asan/io_faults fuzz-build shared \
-	  build/vendor_rules $(ISA_CHECK) $(CLANG_CHECK)
+	  build/vendor_rules build/attn_ops $(ISA_CHECK) $(CLANG_CHECK)
 	@bash tests/run_all.sh
 
 demo: deps-demo

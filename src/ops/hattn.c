@@ -696,6 +696,68 @@ static inline __attribute__((always_inline)) void ht_tile(const hattn_p *a, cons
     }
 }
 
+/* The 3x3 taps on a flat grid of kw columns in NV vectors: ix[t] the two-source lane permute moving the row by tap
+ * t's offset (dy·kw + dx: from the vector before for negative offsets, after for positive ones; ix[4] unused), cm[0][v]
+ * and cm[1][v] the lanes of vector v whose dx = −1 and +1 taps stay in their grid row (not the first and not the last
+ * column). */
+static void ht_taps(int kw, int NV, __m512i *ix, __mmask16 cm[2][HT_NV]) {
+    for (int t = 0; t < 9; t++) {
+        const int s = (t / 3 - 1) * kw + t % 3 - 1;
+        ix[t] = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                 _mm512_set1_epi32(s > 0 ? s : 16 + s));
+    }
+    for (int v = 0; v < NV; v++) {
+        cm[0][v] = cm[1][v] = 0;
+        for (int k = 0; k < 16; k++) {
+            cm[0][v] |= (__mmask16)(((16 * v + k) % kw != 0) << k);
+            cm[1][v] |= (__mmask16)(((16 * v + k) % kw != kw - 1) << k);
+        }
+    }
+}
+
+/* hal_fused_bwd's IHH step on one row of hal_tile's grids: gi (M floats) += the correlation of D (the IHH outputs'
+ * gradient) with the flipped kernel w, t[k] (k < 9) += D·X at tap k's offset (X the IHH input; the tap's column mask
+ * as in the forward), t[9] += D; the shifts are lane permutes of the row in registers, where hal_fused_bwd copies it
+ * into a bordered grid and reads that back unaligned. NV (key vectors) is a constant where inlined. */
+static inline __attribute__((always_inline)) void ht_ihh_bwd(const float *D, const float *X, const float *w,
+                                                             const __m512i *ix, __mmask16 cm[2][HT_NV], int M,
+                                                             float *gi, __m512 *t, const int NV) {
+    __m512 d[HT_NV], x[HT_NV], wf[9];
+    __mmask16 lm[HT_NV];
+    const __m512 z = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        lm[v] = M - 16 * v >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (M - 16 * v)) - 1u);
+        d[v] = _mm512_maskz_loadu_ps(lm[v], D + 16 * v);
+        x[v] = _mm512_maskz_loadu_ps(lm[v], X + 16 * v);
+    }
+    for (int k = 0; k < 9; k++) wf[k] = _mm512_set1_ps(w[8 - k]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        const __m512 dlo = v ? d[v - 1] : z, dhi = v + 1 < NV ? d[v + 1] : z;
+        const __m512 xlo = v ? x[v - 1] : z, xhi = v + 1 < NV ? x[v + 1] : z;
+        __m512 o = _mm512_mul_ps(wf[4], d[v]);
+        t[4] = _mm512_fmadd_ps(d[v], x[v], t[4]);
+#pragma GCC unroll 9
+        for (int k = 0; k < 9; k++) {
+            if (k == 4) continue;
+            const __m512 dy = k > 4 ? _mm512_permutex2var_ps(d[v], ix[k], dhi)
+                                    : _mm512_permutex2var_ps(dlo, ix[k], d[v]);
+            const __m512 xs = k > 4 ? _mm512_permutex2var_ps(x[v], ix[k], xhi)
+                                    : _mm512_permutex2var_ps(xlo, ix[k], x[v]);
+            if (k % 3 == 1) {
+                o = _mm512_fmadd_ps(wf[k], dy, o);
+                t[k] = _mm512_fmadd_ps(d[v], xs, t[k]);
+            } else {
+                o = _mm512_mask3_fmadd_ps(wf[k], dy, o, cm[k % 3 / 2][v]);
+                t[k] = _mm512_mask3_fmadd_ps(d[v], xs, t[k], cm[k % 3 / 2][v]);
+            }
+        }
+        t[9] = _mm512_add_ps(t[9], d[v]);
+        _mm512_mask_storeu_ps(gi + 16 * v, lm[v], _mm512_add_ps(_mm512_maskz_loadu_ps(lm[v], gi + 16 * v), o));
+    }
+}
+
 /* hal_fused's work (its arguments, and q's rows and the entry's keys: qb row 0 of the tile, kb the keys at k_off)
  * with the maps' logits computed here, by tiles of HT_R rows. */
 static void hal_tile(const hattn_p *a, const float *qb, const float *kb, const float *iw, const float *ib,
@@ -705,19 +767,8 @@ static void hal_tile(const hattn_p *a, const float *qb, const float *kb, const f
     __m512 *vb = (__m512 *)(((uintptr_t)(Kt + (size_t)a->h2 * a->d * Mv) + 63) & ~(uintptr_t)63);
     for (int j = 0; j < a->h2; j++) vt_keys_t(kb + j * a->d, a->ldkv, M, a->d, Kt + (size_t)j * a->d * Mv);
     __m512i ix[9];
-    for (int t = 0; t < 9; t++) {
-        const int s = (t / 3 - 1) * kw + t % 3 - 1;
-        ix[t] = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                 _mm512_set1_epi32(s > 0 ? s : 16 + s));
-    }
     __mmask16 cm[2][HT_NV];
-    for (int v = 0; v < NV; v++) {
-        cm[0][v] = cm[1][v] = 0;
-        for (int k = 0; k < 16; k++) {
-            cm[0][v] |= (__mmask16)(((16 * v + k) % kw != 0) << k);
-            cm[1][v] |= (__mmask16)(((16 * v + k) % kw != kw - 1) << k);
-        }
-    }
+    ht_taps(kw, NV, ix, cm);
     for (int r = 0; r < rows; r += HT_R) {
         const int n = rows - r < HT_R ? rows - r : HT_R;
         const float *qr = qb + (size_t)r * a->ldq;
@@ -756,6 +807,12 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
     memset(buf, 0, sizeof(float) * hal_bwd_floats(a));
     col_masks(kw, n, cmL, cmR);
     float *dg = gD + kw + 1, *xg = gX + kw + 1; /* the grids' first interior float */
+#if VT_VW == 16
+    const int tile = hal_tile_ok(a), NV = (M + 15) / 16;
+    __m512i ix[9];
+    __mmask16 cm[2][HT_NV];
+    if (tile) ht_taps(kw, NV, ix, cm);
+#endif
     for (int r = 0; r < rows; r++) {
         const size_t ro = (size_t)r * M;
         for (int j = 0; j < h2; j++) {
@@ -788,7 +845,23 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
                 D[e] = d;
             }
             /* IHH: the lead keys bypass it; the grid's gradient through the flipped kernel, the weights' products */
-            float *gi = G + j * hs + ro;
+            float *gi = G + j * hs + ro, *ai = accI + (size_t)VT_VW * 10 * j;
+#if VT_VW == 16
+            if (tile) { /* hal_tile's grids: the row in registers */
+                __m512 t[10];
+                for (int k = 0; k < 10; k++) t[k] = _mm512_setzero_ps();
+                const float *x = S + j * hs + ro, *w = iw + 9 * j;
+                switch (NV) {
+                case 1: ht_ihh_bwd(D, x, w, ix, cm, M, gi, t, 1); break;
+                case 2: ht_ihh_bwd(D, x, w, ix, cm, M, gi, t, 2); break;
+                case 3: ht_ihh_bwd(D, x, w, ix, cm, M, gi, t, 3); break;
+                default: ht_ihh_bwd(D, x, w, ix, cm, M, gi, t, 4); break;
+                }
+                for (int k = 0; k < 10; k++)
+                    _mm512_storeu_ps(ai + VT_VW * k, _mm512_add_ps(t[k], _mm512_loadu_ps(ai + VT_VW * k)));
+                continue;
+            }
+#endif
             for (int k = 0; k < L; k++) gi[k] += D[k];
             memcpy(dg, D + L, sizeof(float) * (size_t)n);
             memcpy(xg, S + j * hs + ro + L, sizeof(float) * (size_t)n);
@@ -815,7 +888,6 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
             }
             for (int k = 0; k < n; k++) gi[L + k] += ob[k];
             const vt_vf tv[10] = {t0, t1, t2, t3, t4, t5, t6, t7, t8, tb};
-            float *ai = accI + (size_t)VT_VW * 10 * j;
             for (int t = 0; t < 10; t++)
                 VT_VPS(storeu)(ai + VT_VW * t, VT_VPS(add)(tv[t], VT_VPS(loadu)(ai + VT_VW * t)));
         }

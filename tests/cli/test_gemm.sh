@@ -132,3 +132,14 @@ check "vendor_rules refuses --pack with --tail-n" "[ $? -eq 2 ] && grep -q 'one 
     "$(cat "$T/vr.log")"
 ./build/vendor_rules deit_tiny_patch16_224 0 >"$T/vr.log" 2>&1
 check "vendor_rules refuses batch 0" "[ $? -eq 2 ] && grep -q 'must be positive' '$T/vr.log'" "$(cat "$T/vr.log")"
+# bench/attn_ops.c: hMHSA's op against the plain one at each host's shapes, a line per stage with both times and ratios
+for spec in "pvt_v2_b1 train 1 1:4" "nextvit_small eval 2 1:2" "deit_tiny train 1 1:1"; do
+    OMP_NUM_THREADS=2 ./build/attn_ops ${spec%:*} >"$T/ao.log" 2>&1
+    n=$(grep -cE '^stage [0-9]+ .*plain [0-9.]+ ms, hallucinated [0-9.]+ ms, ratio [0-9.]+, MACs ratio 0*[.1-9]' \
+        "$T/ao.log")
+    check "attn_ops ${spec%:*}: ${spec#*:} stage lines" "[ '$n' = '${spec#*:}' ] && grep -q '^cpu\|cpu: ' '$T/ao.log'" \
+        "$(cat "$T/ao.log")"
+done
+./build/attn_ops no_such_host >"$T/ao.log" 2>&1
+check "attn_ops refuses an unknown host" "[ $? -eq 2 ] && grep -q 'unknown host no_such_host' '$T/ao.log'" \
+    "$(cat "$T/ao.log")"
