@@ -796,7 +796,8 @@ static size_t hal_bwd_floats(const hattn_p *a) {
  * keys' D is added to G, the grid's D is copied into a zero-bordered grid and correlated with the flipped kernel
  * into G (+=). S: IHH's input (the computed logits), U: its output (CHH's input). The weight and bias gradients are
  * added to gwI, gbI, gwC, gbC (NULL: not wanted) from one vector accumulator per weight, summed over the tile's
- * rows and reduced once at its end (the stage path reduced nine products per row and head). */
+ * rows and reduced once at its end (the stage path reduced nine products per row and head). On hal_tile's grids the
+ * IHH step keeps the row in registers instead (ht_ihh_bwd). */
 static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, const float *S, const float *U,
                           const float *Gh, float *G, float *gwI, float *gbI, float *gwC, float *gbC, size_t hs, int rows,
                           float *buf) {
