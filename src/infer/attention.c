@@ -619,7 +619,8 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     const int64_t per = (int64_t)C * Sh * Sw;
     r.cv.Sh = Sh;
     r.cv.Sw = Sw;
-    r.cv.f = (128 + (Sh < Sw ? Sh : Sw) - 1) / (Sh < Sw ? Sh : Sw); /* the shorter side drawn at >= 128 pixels */
+    const int short_side = Sh < Sw ? Sh : Sw;
+    r.cv.f = (128 + short_side - 1) / short_side; /* the shorter side drawn at >= 128 pixels */
     r.cv.Th = r.cv.f * Sh;
     r.cv.Tw = r.cv.f * Sw;
     int64_t W = PAD + (int64_t)(1 + cols) * (r.cv.Tw + PAD);

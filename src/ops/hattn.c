@@ -907,14 +907,15 @@ static void hal_fused_bwd(const hattn_p *a, const float *iw, const float *cw, co
 
 /* A thread's stage scratch: three padded grids (small grids' path), or six masked IHH weight grids, a zero row and
  * two column masks (corr3_grid, ihh_wgrad; three padded grids hold the last two), or the fused paths' buffers
- * (hal_fused_floats, ...; hal_tile's holds backward's transposed values of a head too). */
+ * (hal_fused_floats, ...), or backward's transposed values of a head (the register tiles of at most VT_SK_MAX keys). */
 static size_t stage_scratch(const hattn_p *a) {
     const size_t st = 3 * pad_floats(a) + 6 * (size_t)a->kh * (size_t)a->kw;
 #ifdef VT_VW
     size_t f = hal_fused_floats(a), fb = hal_bwd_floats(a), m = f > fb ? f : fb;
 #if VT_VW == 16
     f = hal_rows_floats(a), m = f > m ? f : m;
-    f = hal_tile_floats(a), m = f > m ? f : m;
+    f = hal_tile_ok(a) ? hal_tile_floats(a) : 0, m = f > m ? f : m;
+    f = a->M <= VT_SK_MAX ? (size_t)a->d * (size_t)vw_round(a->M) : 0, m = f > m ? f : m;
 #endif
     return m > st ? m : st;
 #else
