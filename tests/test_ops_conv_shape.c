@@ -293,6 +293,7 @@ static void check_conv_values(vt_test *T) {
         {1, 3, 10, 11, 3, 5, 5, 3, 2, 3, 0},
         {2, 2, 20, 18, 2, 7, 7, 2, 3, 2, 1},
         {1, 2, 8, 9, 2, 3, 3, 2, 0, 2, 1},
+        {2, 16, 7, 9, 24, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 24 channels: Winograd at AVX-512 */
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 0);
 }
@@ -347,6 +348,7 @@ static void check_conv_nhwc_values(vt_test *T) {
         {1, 16, 17, 17, 12, 3, 3, 1, 1, 1, 1},
         {2, 20, 9, 8, 24, 5, 5, 2, 2, 1, 0},
         {1, 32, 16, 16, 16, 3, 3, 1, 2, 2, 1},
+        {2, 16, 9, 11, 32, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 32 channels: Winograd at AVX-512 */
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 1);
 }
@@ -753,6 +755,12 @@ static const gc_case conv_cases[] = {
      .build = b_convn, .ia = {1, 1, 1}},
     {.name = "conv_nhwc_rows_groups16", .nx = 2, .ndim = {4, 4}, .shape = {{1, 48, 48, 32}, {16, 16, 3, 3}},
      .build = b_convn, .ia = {1, 1, 2}},
+    /* dense 3x3 stride-1 convs on 16 channels: oneDNN's Winograd kernels at AVX-512, forward, dX (the forward conv
+     * of dy) and dW */
+    {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 16}, {16, 16, 3, 3}, {16}},
+     .build = b_convn, .ia = {1, 1, 1}},
+    {.name = "conv_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 16, 6, 5}, {16, 16, 3, 3}, {16}},
+     .build = b_conv, .ia = {1, 1, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
      .ia = {1, 1, 1}},
     {.name = "conv_1x1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 4, 3, 5}, {6, 4, 1, 1}, {6}}, .build = b_conv,
@@ -995,15 +1003,17 @@ static vt_tensor *b_plan_nhwc(vt_graph *g, vt_tensor *x, const int *cfg) {
 }
 
 /* The plan of an eval conv_nhwc (3×3, 64 channels, 2 × 28²): with the oneDNN kernel the reference's im2col scratch
- * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels; both give one result. */
+ * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels, less the blocked x and y
+ * of oneDNN's Winograd kernel (2·B·H·W·C floats, where it runs); both give one result. */
 static void check_conv_nhwc_plan(vt_test *T) {
     const int xs[4] = {2, 28, 28, 64};
     const plan_run k = run_plan(T, 0, xs, b_plan_nhwc, NULL), r = run_plan(T, 1, xs, b_plan_nhwc, NULL);
     if (k.kern) T_CHECK(T, k.im2col_left_out, "oneDNN conv: the im2col scratch was planned");
-    const int64_t cols = (int64_t)2 * 28 * 28 * 64 * 9 * 4;
+    const int64_t cols = (int64_t)2 * 28 * 28 * 64 * 9 * 4, blocked = (int64_t)2 * 2 * 28 * 28 * 64 * 4;
     if (k.kern)
-        T_CHECK(T, k.bytes + cols <= r.bytes, "arena with the oneDNN conv %lld B, reference %lld B (im2col %lld B)",
-                (long long)k.bytes, (long long)r.bytes, (long long)cols);
+        T_CHECK(T, k.bytes + cols <= r.bytes + blocked,
+                "arena with the oneDNN conv %lld B, reference %lld B (im2col %lld B)", (long long)k.bytes,
+                (long long)r.bytes, (long long)cols);
     if (k.out && r.out) {
         double mx, err = max_diff(k.out, r.out, 2 * 28 * 28 * 64, &mx);
         T_CHECK(T, err < 1e-4, "oneDNN conv vs reference: %g", err);
@@ -1134,6 +1144,37 @@ static void check_conv2d_onednn(vt_test *T) {
     }
 }
 
+/* oneDNN's Winograd kernels (conv_wino, gemm_onednn.c): on a forced oneDNN plan at its AVX-512 tier a dense 3x3
+ * stride-1 conv on at least 16 channels in and out takes them, forward and weight gradient, channels-last and NCHW,
+ * with its blocked x and y as scratch; a grouped, a strided and an 8-channel conv do not; below AVX-512 none does. */
+static void check_conv_winograd(vt_test *T) {
+    vt_err e = {0};
+    vt_gemm_plan p = {0};
+    T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "onednn plan: %s", e.msg);
+    const int avx512 = p.onednn >= VT_ISA_AVX512;
+    static const int cfg[][6] = {/* C, Cout, stride, groups, nchw, Winograd */
+                                 {16, 32, 1, 1, 0, 1}, {32, 16, 1, 1, 1, 1}, {32, 32, 1, 2, 0, 0},
+                                 {16, 32, 2, 1, 0, 0}, {8, 32, 1, 1, 0, 0},  {32, 8, 1, 1, 1, 0}};
+    for (int c = 0; c < 6; c++) {
+        const int *f = cfg[c];
+        vt_gemm_conv *q = vt_gemm_conv_prim(&p, 2, f[0], 12, 10, f[1], 3, f[2], 1, f[3], VT_CONV_BIAS, f[4]);
+        T_CHECK(T, q != NULL, "conv %d: no oneDNN conv on the oneDNN plan", c);
+        if (!q) continue;
+        const int wino = strstr(vt_gemm_conv_impl(q), "wino") != NULL;
+        T_CHECK(T, wino == (f[5] && avx512), "conv %d (%d -> %d channels, stride %d, %d groups): kernel %s", c, f[0],
+                f[1], f[2], f[3], vt_gemm_conv_impl(q));
+        if (wino) /* the blocked x and y */
+            T_CHECK(T, vt_gemm_conv_scratch(q) >= sizeof(float) * 2 * 12 * 10 * (size_t)(f[0] + f[1]),
+                    "conv %d: scratch %zu B", c, vt_gemm_conv_scratch(q));
+        vt_gemm_conv *qw = vt_gemm_conv_wgrad(&p, 2, f[0], 12, 10, f[1], 3, f[2], 1, f[3], f[4]);
+        T_CHECK(T, qw != NULL, "conv %d: no weight-gradient conv on the oneDNN plan", c);
+        if (qw)
+            T_CHECK(T, (strstr(vt_gemm_conv_impl(qw), "wino") != NULL) == (f[5] && avx512),
+                    "conv %d's weight gradient: kernel %s", c, vt_gemm_conv_impl(qw));
+    }
+    vt_gemm_plan_free(&p);
+}
+
 /* Slices whose few chunks are long enough to be copied in pieces by several threads (slice_pieces): values and the
  * gradient (r on the sliced range, zero elsewhere) for one chunk of 100,100 floats and two of 90,030. */
 static void check_slice_pieces(vt_test *T) {
@@ -1229,6 +1270,7 @@ void test_ops_conv_shape(vt_test *T) {
     check_conv_nhwc_rows_train(T);
     check_dwconv_nhwc_values(T);
     check_conv2d_onednn(T);
+    check_conv_winograd(T);
     check_dwconv_nhwc_onednn(T);
     check_dwconv_gelu_strips(T);
     check_pool_values(T);

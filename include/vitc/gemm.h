@@ -138,19 +138,22 @@ typedef struct vt_gemm_conv vt_gemm_conv;
 enum { VT_CONV_BIAS = 1, VT_CONV_RELU = 2, VT_CONV_ADD = 4, VT_CONV_GELU = 8 };
 
 /* The plan's forward primitive for y (B, Ho, Wo, Cout) = conv(x (B, H, W, C), w (Cout, C/G, k, k)) (+ b, then ReLU,
- * as flags say) with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead,
- * reordered to and from the blocked layouts the conv picks); made on first request and reused. NULL where the plan
- * keeps convs on im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier, or only a reference
- * kernel. */
+ * as flags say) with stride s, zero padding pad and G groups (nchw: x (B, C, H, W) and y (B, Cout, Ho, Wo) instead;
+ * NCHW and Winograd's convs reordered to and from the blocked layouts they pick); made on first request and reused.
+ * NULL where the plan keeps convs on im2col + sgemm: VITC_GEMM=openblas, oneDNN below AVX2 or below OpenBLAS's tier,
+ * or only a reference kernel. */
 vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                 int flags, int nchw);
 
-/* Bytes of scratch vt_gemm_conv_run (or vt_gemm_conv_wgrad_run) needs (an NCHW conv's blocked x and y (dy); 0 for
- * NHWC). */
+/* Bytes of scratch vt_gemm_conv_run (or vt_gemm_conv_wgrad_run) needs: the blocked x and y (dy) of an NCHW conv or
+ * of one on oneDNN's Winograd kernels (3x3, stride 1, one group, AVX-512); 0 where the conv takes NHWC as it is. */
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
 
+/* oneDNN's name of the kernel q runs, e.g. "jit_wino_4x3:avx512_core" or "brgconv:avx512_core". */
+const char *vt_gemm_conv_impl(const vt_gemm_conv *q);
+
 /* Runs q on all threads (outside OpenMP parallel regions), packing w into the kernel's layout first when pack (else
- * the weight the last packing run packed), an NCHW conv's x and y going through `scratch` (vt_gemm_conv_scratch
+ * the weight the last packing run packed), x and y going through `scratch` where vt_gemm_conv_scratch says (its
  * bytes, 64-byte aligned); 0 or -1. */
 int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const float *b, float *y, void *scratch,
                      int pack);

@@ -27,7 +27,9 @@
  * (3 groups of M = 32 rows on 2 threads at 56x56), a backward pass of the op and of a small loss after it (a square
  * and means, the same in both) on Next-ViT-S's MHCA shapes at batch 16 (3x3, 32-channel groups, dX through bprim in
  * both; Intel Xeon Cascade Lake, 2 threads, best of 8, 2026-11-28):
- * 56x56x96 90 -> 52 ms, 28x28x192 39 -> 24, 14x14x384 20 -> 12, 7x7x768 10 -> 8.5. */
+ * 56x56x96 90 -> 52 ms, 28x28x192 39 -> 24, 14x14x384 20 -> 12, 7x7x768 10 -> 8.5. Dense 3x3 stride-1 convs on at
+ * least 16 channels run oneDNN's Winograd kernels at its AVX-512 tier (forward, dX and dW; gemm_onednn.c's
+ * conv_wino), their blocked x and y in the kernel's forward scratch and in the backward scratch. */
 typedef struct {
     vt_patch_geom q;
     int Cout, G, has_bias;
@@ -82,6 +84,10 @@ static void convn_fwd(vt_node *n) {
     if (p->relu) relu_all(n->out->data, n->out->numel);
 }
 
+/* Floats of the backward scratch before bprim's own (its blocked dy and dx): dX, the flipped weight, 64-byte
+ * alignment (convn_bwd_prim). */
+static int64_t bprim_scratch(const vt_node *n) { return (n->in[0]->numel + n->in[1]->numel + 15) / 16 * 16; }
+
 /* One oneDNN convolution where the plan has one for this geometry (vt_gemm_conv_prim). */
 static int convn_prim_prepare(vt_node *n) {
     convn_p *p = VT_OP_P(n, convn_p);
@@ -91,15 +97,20 @@ static int convn_prim_prepare(vt_node *n) {
     if (p->prim && n->g->training && q->s == 1 && q->k > 1 && n->in[0]->requires_grad)
         p->bprim = vt_gemm_conv_prim(&n->g->gemm, q->B, p->Cout, q->Ho, q->Wo, q->C, q->k, 1, q->k - 1 - q->p, p->G, 0,
                                      0);
+    if (p->bprim && bprim_scratch(n) + (int64_t)(vt_gemm_conv_scratch(p->bprim) + 3) / 4 > n->bws->numel)
+        p->bprim = NULL; /* its blocked dy and dx (Winograd) do not fit in the backward scratch */
     if (p->prim && n->g->training && n->in[1]->requires_grad)
         p->wprim = vt_gemm_conv_wgrad(&n->g->gemm, q->B, q->C, q->H, q->W, p->Cout, q->k, q->s, q->p, p->G, 0);
-    return p->prim != NULL;
+    if (p->wprim && (int64_t)(vt_gemm_conv_scratch(p->wprim) + 3) / 4 > n->bws->numel)
+        p->wprim = NULL; /* its blocked x and dy (Winograd) do not fit in the backward scratch */
+    const size_t bytes = p->prim ? vt_gemm_conv_scratch(p->prim) : 0; /* blocked x and y (Winograd) */
+    return p->prim && (bytes == 0 || vt_kernel_work(n, VT_U8, (int64_t)bytes) != NULL);
 }
 
 static void convn_prim_fwd(vt_node *n) {
     const convn_p *p = VT_OP_P(n, convn_p);
     if (vt_gemm_conv_run(p->prim, n->in[0]->data, n->in[1]->data, p->has_bias ? n->in[2]->data : NULL,
-                         n->out->data, NULL, 1) != 0 &&
+                         n->out->data, n->kws ? vt_tensor_u8(n->kws) : NULL, 1) != 0 &&
         vt_node_fallback(n, 1) == 0) /* oneDNN failed: the reference from now on */
         convn_fwd(n);
 }
@@ -293,7 +304,7 @@ static int convn_bwd_prim(const vt_node *n) {
     float *dx = n->bws->data, *wt = dx + nx, *xg = n->in[0]->grad;
     const float *w = n->in[1]->data;
     flip_weight(w, wt, C, p->Cout, G, kk);
-    if (vt_gemm_conv_run(p->bprim, n->out->grad, wt, NULL, dx, NULL, 1) != 0) return 0;
+    if (vt_gemm_conv_run(p->bprim, n->out->grad, wt, NULL, dx, n->bws->data + bprim_scratch(n), 1) != 0) return 0;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < nx; i++) xg[i] += dx[i];
     return 1;
@@ -307,7 +318,7 @@ static void convn_bwd(vt_node *n) {
     const int R = (int)convn_rows(p), G = p->G, Og = p->Cout / G, Kg = convn_kg(p), K = Kg * G, Co = p->Cout;
     if (w->grad && p->rows_bwd)
         rows_wgrad(n, cols);
-    else if (w->grad && !(p->wprim && vt_gemm_conv_wgrad_run(p->wprim, x->data, dy, w->grad, NULL) == 0)) {
+    else if (w->grad && !(p->wprim && vt_gemm_conv_wgrad_run(p->wprim, x->data, dy, w->grad, cols) == 0)) {
         /* one task per group: all rows sum into the group's weight block */
         vt_patches_gather(&p->q, x->data, cols);
 #pragma omp parallel for schedule(static) if (G > 1)

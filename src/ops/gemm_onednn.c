@@ -5,6 +5,7 @@
  * rule 12). A bf16 plan's linear primitives run here too, on bf16 copies made by gemm_lowp.c's helpers. */
 #include <dnnl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,12 +34,14 @@ struct vt_gemm_conv {
     size_t wbytes;     /* packed's size */
     const float *wsrc; /* CONV_LINEAR: the weight `packed` holds (NULL: none yet) */
     vt_gemm_prims *bf16; /* CONV_LINEAR_BF16: the store whose scratch takes x's bf16 copy */
-    /* NCHW: the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb into y (wgrad: y into yb;
-     * NULL where the conv takes the plain layout), xb and yb live in the caller's scratch (xb_bytes, then yb_bytes) */
+    /* NCHW and Winograd (conv_wino): the conv runs on the blocked layouts it picks; rx / ry reorder x into xb and yb
+     * into y (wgrad: y into yb; NULL where the conv takes the plain layout), xb and yb live in the caller's scratch
+     * (xb_bytes, then yb_bytes) */
     dnnl_primitive_t rx, ry;
     dnnl_memory_t xb, yb;
     size_t xb_bytes, yb_bytes;
     dnnl_stream_t stream;
+    char impl[48]; /* oneDNN's name of the conv's kernel */
     vt_gemm_conv *next;
 };
 
@@ -233,8 +236,9 @@ int vt_gemm_prim_run(vt_gemm_prim *q, const float *x, const float *w, const floa
     return 0;
 }
 
-/* For an NCHW conv: the reorder between the plain layout `plain` and the conv's `conv` layout (x: to it; y: from it)
- * and the memory object in that layout (its data set at run time), or nothing where the two are equal; 0 or -1. */
+/* For a conv on layouts of its own (NCHW, Winograd): the reorder between the plain layout `plain` and the conv's
+ * `conv` layout (x: to it; y: from it) and the memory object in that layout (its data set at run time), or nothing
+ * where the two are equal; 0 or -1. */
 static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const dnnl_memory_desc_t *conv, int to_conv,
                         dnnl_primitive_t *r, dnnl_memory_t *m, size_t *bytes) {
     if (dnnl_memory_desc_equal(plain, conv)) return 0;
@@ -249,17 +253,17 @@ static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const
 }
 
 /* The memory descriptors of q's geometry: x and y in the plain layout (xd, yd) and as the conv takes them (xa, ya:
- * NCHW leaves the layout to oneDNN), the plain weight (wd: goihw, or oihw for one group: the same memory) and the
- * weight in the layout oneDNN picks (wany), and the stride and padding; 0 or -1. */
+ * NCHW, or `any`, leaves the layout to oneDNN), the plain weight (wd: goihw, or oihw for one group: the same memory)
+ * and the weight in the layout oneDNN picks (wany), and the stride and padding; 0 or -1. */
 typedef struct {
     dnnl_memory_desc_t xd, yd, xa, ya, wd, wany;
     dnnl_dims_t st, pad;
 } conv_descs;
 
-static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
+static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
     const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
     const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
-    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc;
+    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc, taken = nchw || any ? dnnl_format_tag_any : plain;
     const dnnl_data_type_t dx_t = v[11] == CONV_LINEAR_BF16 ? dnnl_bf16 : dnnl_f32; /* x's and the packed weight's */
     dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo};
     dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k};
@@ -269,10 +273,8 @@ static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
     d->pad[0] = d->pad[1] = pad;
     return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dx_t, plain) != dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
-                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dx_t, nchw ? dnnl_format_tag_any : plain) !=
-                       dnnl_success ||
-                   dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, nchw ? dnnl_format_tag_any : plain) !=
-                       dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dx_t, taken) != dnnl_success ||
+                   dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, taken) != dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) !=
                        dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->wany, wnd, wdims, dx_t, dnnl_format_tag_any) != dnnl_success
@@ -280,45 +282,76 @@ static int conv_descs_init(const vt_gemm_conv *q, conv_descs *d) {
                : 0;
 }
 
-/* Makes q's convolution (weights in the layout oneDNN picks; NCHW: x and y too, with their reorders), the weight
- * reorder and the memory objects; 0 or -1. A reference kernel is refused: it is slower than im2col + sgemm. */
-static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+/* Whether q's geometry may take oneDNN's Winograd kernels (F(4x4, 3x3) or F(2x2, 3x3); at its AVX-512 tier only):
+ * a dense 3x3 conv of stride 1 on at least 16 channels in and out, forward (with its dX, the forward conv of dy) or
+ * weight gradient, such as Refined-ViT's and Next-ViT's stem convs. With the reorders of x and y (dy) to and from the
+ * blocked layouts they take, they ran 1.6-2.3x faster than the direct kernels (brgconv, jit) on those stems at batch
+ * 1 and 16, 32 to 128 channels at 112x112, forward and weight gradient, with differences of 2e-6 of the output's
+ * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). */
+static int conv_wino(const vt_gemm_conv *q) {
+    const int *v = q->geom;
+    return v[11] <= CONV_WGRAD && v[5] == 3 && v[6] == 1 && v[8] == 1 && v[1] >= 16 && v[4] >= 16;
+}
+
+/* q's forward primitive descriptor with algorithm alg (x and y in the layouts conv_descs_init gave d), its post-ops
+ * as q's flags say; NULL where oneDNN has no kernel for it or only a reference one. */
+static dnnl_primitive_desc_t conv_fwd_pd(vt_gemm_prims *c, const vt_gemm_conv *q, dnnl_alg_kind_t alg,
+                                         const conv_descs *d) {
     const int *v = q->geom, nchw = v[10];
-    conv_descs d;
     dnnl_memory_desc_t bd;
     const dnnl_dims_t db = {v[4]};
-    if (conv_descs_init(q, &d) || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success)
-        return -1;
     dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &d.xa, &d.wany,
-                                           (v[9] & VT_CONV_BIAS) ? &bd : NULL, &d.ya, d.st, d.pad, d.pad) !=
-        dnnl_success)
-        return -1;
-    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    if (dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success ||
+        dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg, &d->xa, &d->wany,
+                                           (v[9] & VT_CONV_BIAS) ? &bd : NULL, &d->ya, d->st, d->pad, d->pad) !=
+            dnnl_success)
+        return NULL;
+    dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     const int acts = (v[9] & VT_CONV_RELU ? 1 : 0) + (v[9] & VT_CONV_GELU ? 1 : 0) + (v[9] & VT_CONV_ADD ? 1 : 0);
-    if (acts > 1 || (nchw && (v[9] & (VT_CONV_ADD | VT_CONV_GELU)))) return -1; /* not needed: not made */
+    if (acts > 1 || (nchw && (v[9] & (VT_CONV_ADD | VT_CONV_GELU)))) return NULL; /* not needed: not made */
     const vt_gemm_post post = (v[9] & VT_CONV_RELU)   ? VT_GEMM_POST_RELU
                               : (v[9] & VT_CONV_GELU) ? VT_GEMM_POST_GELU
                               : (v[9] & VT_CONV_ADD)  ? VT_GEMM_POST_ADD
                                                       : VT_GEMM_POST_NONE;
     int made = post != VT_GEMM_POST_NONE ? dnnl_primitive_attr_create(&attr) == dnnl_success &&
                                                dnnl_post_ops_create(&po) == dnnl_success &&
-                                               append_post(po, post, &d.yd) == 0 &&
+                                               append_post(po, post, &d->yd) == 0 &&
                                                dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success
                                          : 1;
     made = made && dnnl_primitive_desc_create(&pd, &cd, attr, c->eng, NULL) == dnnl_success;
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (!made) return -1;
+    const char *impl = "";
+    if (made) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (made && !strstr(impl, "ref") && (v[11] < CONV_LINEAR || strstr(impl, "1x1"))) return pd;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return NULL;
+}
+
+/* Makes q's convolution (weights in the layout oneDNN picks; NCHW, and Winograd's geometries (conv_wino): x and y
+ * too, with their reorders), the weight reorder and the memory objects; 0 or -1. A reference kernel is refused: it
+ * is slower than im2col + sgemm. */
+static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
+    const int *v = q->geom;
+    conv_descs d;
+    dnnl_memory_desc_t bd;
+    const dnnl_dims_t db = {v[4]};
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_winograd, &d);
+    if (!pd && conv_descs_init(q, 0, &d) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_direct, &d);
+    if (!pd || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success) {
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        return -1;
+    }
     const char *impl = "";
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
     q->wbytes = wbytes;
-    int bad = !wq || strstr(impl, "ref") != NULL || (q->geom[11] >= CONV_LINEAR && !strstr(impl, "1x1")) ||
-              !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    int bad = !wq || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
                     dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
                     dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
@@ -328,7 +361,7 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
                     dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
                     ((v[9] & VT_CONV_BIAS) && mem_of(&q->b, &bd, c->eng)) ||
                     ((v[9] & VT_CONV_ADD) && mem_of(&q->r, &d.yd, c->eng));
-    if (!bad && nchw)
+    if (!bad) /* nothing where the conv takes the plain layouts */
         bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
               conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), 0, &q->ry, &q->yb,
@@ -338,27 +371,42 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     return bad ? -1 : 0;
 }
 
-/* Makes q's weight-gradient convolution (channels-last x and dy, or NCHW ones reordered into the blocked layouts it
- * picks; the gradient in the layout it picks, added into the plain (Cout, C/G, k, k) one by a reorder with a sum
- * post-op); 0 or -1. A reference kernel is refused. */
+/* q's weight-gradient primitive descriptor with algorithm alg (x and dy in the layouts conv_descs_init gave d);
+ * NULL where oneDNN has no kernel for it or only a reference one. */
+static dnnl_primitive_desc_t convw_pd(vt_gemm_prims *c, dnnl_alg_kind_t alg, const conv_descs *d) {
+    dnnl_convolution_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd = NULL, pd = NULL;
+    const char *impl = "";
+    const int made =
+        dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, &d->xa, &d->wany, NULL, &d->ya, d->st,
+                                           d->pad, d->pad) == dnnl_success &&
+        dnnl_primitive_desc_create(&fpd, &fd, NULL, c->eng, NULL) == dnnl_success &&
+        dnnl_convolution_backward_weights_desc_init(&bd, alg, &d->xa, &d->wany, NULL, &d->ya, d->st, d->pad,
+                                                    d->pad) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &bd, NULL, c->eng, fpd) == dnnl_success;
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (made) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (made && !strstr(impl, "ref")) return pd;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return NULL;
+}
+
+/* Makes q's weight-gradient convolution (channels-last x and dy as they are, or NCHW ones and Winograd's
+ * (conv_wino) reordered into the blocked layouts it picks; the gradient in the layout it picks, added into the plain
+ * (Cout, C/G, k, k) one by a reorder with a sum post-op); 0 or -1. A reference kernel is refused. */
 static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     conv_descs d;
-    if (conv_descs_init(q, &d)) return -1;
-    dnnl_convolution_desc_t fd, bd;
-    dnnl_primitive_desc_t fpd = NULL, pd = NULL, rpd = NULL;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
+    if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = convw_pd(c, dnnl_convolution_winograd, &d);
+    if (!pd && conv_descs_init(q, 0, &d) == 0) pd = convw_pd(c, dnnl_convolution_direct, &d);
     const char *impl = "";
-    int bad = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &d.xa, &d.wany,
-                                                 NULL, &d.ya, d.st, d.pad, d.pad) != dnnl_success ||
-              dnnl_primitive_desc_create(&fpd, &fd, NULL, c->eng, NULL) != dnnl_success ||
-              dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, &d.xa, &d.wany, NULL, &d.ya,
-                                                          d.st, d.pad, d.pad) != dnnl_success ||
-              dnnl_primitive_desc_create(&pd, &bd, NULL, c->eng, fpd) != dnnl_success;
-    const dnnl_memory_desc_t *wq = bad ? NULL : dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0);
-    if (!bad) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(q->impl, sizeof q->impl, "%s", impl);
+    const dnnl_memory_desc_t *wq = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0) : NULL;
     const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
-    bad = bad || !wq || strstr(impl, "ref") != NULL || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    int bad = !wq || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad)
         bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
               dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
@@ -370,7 +418,7 @@ static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
               dnnl_memory_create(&q->w, &d.wd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
               dnnl_memory_create(&q->x, &d.xd, c->eng, DNNL_MEMORY_NONE) != dnnl_success ||
               dnnl_memory_create(&q->y, &d.yd, c->eng, DNNL_MEMORY_NONE) != dnnl_success;
-    if (!bad && q->geom[10]) /* NCHW */
+    if (!bad) /* nothing where the conv takes the plain layouts */
         bad = conv_reorder(c, &d.xd, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), 1, &q->rx, &q->xb,
                            &q->xb_bytes) ||
               conv_reorder(c, &d.yd, dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0), 1, &q->ry, &q->yb,
@@ -379,7 +427,6 @@ static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (fpd) dnnl_primitive_desc_destroy(fpd);
     return bad ? -1 : 0;
 }
 
@@ -429,6 +476,7 @@ vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, in
 
 int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch) {
     unsigned char *sc = scratch;
+    if ((q->xb || q->yb) && !sc) return -1;
     if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
         dnnl_memory_set_data_handle(q->y, (void *)dy) != dnnl_success ||
         dnnl_memory_set_data_handle(q->w, dw) != dnnl_success ||
@@ -450,6 +498,8 @@ int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, flo
 }
 
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
+
+const char *vt_gemm_conv_impl(const vt_gemm_conv *q) { return q->impl; }
 
 /* Rule 12 (see the list at vt_gemm_choose, gemm.c). */
 vt_gemm_conv *vt_gemm_linear_conv(vt_gemm_plan *p, int M, int N, int K, int has_bias, vt_gemm_post post) {
@@ -488,6 +538,7 @@ int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const floa
 int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r, float *y,
                          void *scratch, int pack) {
     unsigned char *sc = scratch;
+    if ((q->xb || q->yb) && !sc) return -1;
     if (!q->r != !r || (r && dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) ||
         dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
         dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
