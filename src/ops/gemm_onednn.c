@@ -285,9 +285,9 @@ static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
 /* Whether q's geometry may take oneDNN's Winograd kernels (F(4x4, 3x3) or F(2x2, 3x3); at its AVX-512 tier only):
  * a dense 3x3 conv of stride 1 on at least 16 channels in and out, forward (with its dX, the forward conv of dy) or
  * weight gradient, such as Refined-ViT's and Next-ViT's stem convs. With the reorders of x and y (dy) to and from the
- * blocked layouts they take, they ran 1.6-2.3x faster than the direct kernels (brgconv, jit) on those stems at batch
+ * blocked layouts they take, they ran 1.5-2.3x faster than the direct kernels (brgconv, jit) on those stems at batch
  * 1 and 16, 32 to 128 channels at 112x112, forward and weight gradient, with differences of 2e-6 of the output's
- * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). */
+ * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). Grouped convs have no such kernel. */
 static int conv_wino(const vt_gemm_conv *q) {
     const int *v = q->geom;
     return v[11] <= CONV_WGRAD && v[5] == 3 && v[6] == 1 && v[8] == 1 && v[1] >= 16 && v[4] >= 16;
