@@ -759,6 +759,8 @@ static const gc_case conv_cases[] = {
      * of dy) and dW */
     {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 16}, {16, 16, 3, 3}, {16}},
      .build = b_convn, .ia = {1, 1, 1}},
+    {.name = "conv_nhwc_winograd_narrowing", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 32}, {16, 32, 3, 3}, {16}},
+     .build = b_convn, .ia = {1, 1, 1}}, /* dX's blocked dy smaller than its dX: their scratch must not overlap */
     {.name = "conv_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 16, 6, 5}, {16, 16, 3, 3}, {16}},
      .build = b_conv, .ia = {1, 1, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
