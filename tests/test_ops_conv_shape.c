@@ -761,6 +761,11 @@ static const gc_case conv_cases[] = {
      .build = b_convn, .ia = {1, 1, 1}},
     {.name = "conv_nhwc_winograd_narrowing", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 32}, {16, 32, 3, 3}, {16}},
      .build = b_convn, .ia = {1, 1, 1}}, /* dX's blocked dy smaller than its dX: their scratch must not overlap */
+    /* 16-channel groups over 6,272 output pixels (NCHW: per image 6,400): Winograd group by group at AVX-512 */
+    {.name = "conv_nhwc_winograd_groups", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 32}, {32, 16, 3, 3}, {32}},
+     .build = b_convn, .ia = {1, 1, 2}},
+    {.name = "conv_winograd_groups", .nx = 2, .ndim = {4, 4}, .shape = {{2, 32, 80, 80}, {48, 16, 3, 3}},
+     .build = b_conv, .ia = {1, 1, 2}},
     {.name = "conv_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 16, 6, 5}, {16, 16, 3, 3}, {16}},
      .build = b_conv, .ia = {1, 1, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
@@ -1148,30 +1153,33 @@ static void check_conv2d_onednn(vt_test *T) {
 
 /* oneDNN's Winograd kernels (conv_wino, gemm_onednn.c): on a forced oneDNN plan at its AVX-512 tier a dense 3x3
  * stride-1 conv on at least 16 channels in and out takes them, forward and weight gradient, channels-last and NCHW,
- * with its blocked x and y as scratch; a grouped, a strided and an 8-channel conv do not; below AVX-512 none does. */
+ * with its blocked x and y as scratch, and a grouped one with 16 channels per group from 6,272 output pixels, group by
+ * group (a group's blocked x and y); a grouped conv on fewer pixels or 8-channel groups, a strided and an 8-channel
+ * conv do not; below AVX-512 none does. */
 static void check_conv_winograd(vt_test *T) {
     vt_err e = {0};
     vt_gemm_plan p = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "onednn plan: %s", e.msg);
     const int avx512 = p.onednn >= VT_ISA_AVX512;
-    static const int cfg[][6] = {/* C, Cout, stride, groups, nchw, Winograd */
-                                 {16, 32, 1, 1, 0, 1}, {32, 16, 1, 1, 1, 1}, {32, 32, 1, 2, 0, 0},
-                                 {16, 32, 2, 1, 0, 0}, {8, 32, 1, 1, 0, 0},  {32, 8, 1, 1, 1, 0}};
-    for (int c = 0; c < 6; c++) {
-        const int *f = cfg[c];
-        vt_gemm_conv *q = vt_gemm_conv_prim(&p, 2, f[0], 12, 10, f[1], 3, f[2], 1, f[3], VT_CONV_BIAS, f[4]);
+    static const int cfg[][7] = {/* C, Cout, stride, groups, nchw, H = W, Winograd */
+                                 {16, 32, 1, 1, 0, 12, 1}, {32, 16, 1, 1, 1, 12, 1}, {32, 32, 1, 2, 0, 12, 0},
+                                 {32, 32, 1, 2, 0, 56, 1}, {32, 48, 1, 2, 1, 56, 1}, {64, 64, 1, 8, 0, 56, 0},
+                                 {16, 32, 2, 1, 0, 12, 0}, {8, 32, 1, 1, 0, 12, 0},  {32, 8, 1, 1, 1, 12, 0}};
+    for (int c = 0; c < 9; c++) {
+        const int *f = cfg[c], H = f[5];
+        vt_gemm_conv *q = vt_gemm_conv_prim(&p, 2, f[0], H, H, f[1], 3, f[2], 1, f[3], VT_CONV_BIAS, f[4]);
         T_CHECK(T, q != NULL, "conv %d: no oneDNN conv on the oneDNN plan", c);
         if (!q) continue;
         const int wino = strstr(vt_gemm_conv_impl(q), "wino") != NULL;
-        T_CHECK(T, wino == (f[5] && avx512), "conv %d (%d -> %d channels, stride %d, %d groups): kernel %s", c, f[0],
+        T_CHECK(T, wino == (f[6] && avx512), "conv %d (%d -> %d channels, stride %d, %d groups): kernel %s", c, f[0],
                 f[1], f[2], f[3], vt_gemm_conv_impl(q));
-        if (wino) /* the blocked x and y */
-            T_CHECK(T, vt_gemm_conv_scratch(q) >= sizeof(float) * 2 * 12 * 10 * (size_t)(f[0] + f[1]),
+        if (wino) /* the blocked x and y (of one group) */
+            T_CHECK(T, vt_gemm_conv_scratch(q) >= sizeof(float) * 2 * (size_t)(H * H) * (size_t)(f[0] + f[1]) / f[3],
                     "conv %d: scratch %zu B", c, vt_gemm_conv_scratch(q));
-        vt_gemm_conv *qw = vt_gemm_conv_wgrad(&p, 2, f[0], 12, 10, f[1], 3, f[2], 1, f[3], f[4]);
+        vt_gemm_conv *qw = vt_gemm_conv_wgrad(&p, 2, f[0], H, H, f[1], 3, f[2], 1, f[3], f[4]);
         T_CHECK(T, qw != NULL, "conv %d: no weight-gradient conv on the oneDNN plan", c);
         if (qw)
-            T_CHECK(T, (strstr(vt_gemm_conv_impl(qw), "wino") != NULL) == (f[5] && avx512),
+            T_CHECK(T, (strstr(vt_gemm_conv_impl(qw), "wino") != NULL) == (f[6] && avx512),
                     "conv %d's weight gradient: kernel %s", c, vt_gemm_conv_impl(qw));
     }
     vt_gemm_plan_free(&p);

@@ -41,6 +41,8 @@ struct vt_gemm_conv {
     dnnl_memory_t xb, yb;
     size_t xb_bytes, yb_bytes;
     dnnl_stream_t stream;
+    int split;     /* a grouped conv run one group at a time (conv_wino): every memory above is one group's */
+    size_t wstep;  /* bytes between two groups' packed weights in `packed` (split) */
     char impl[48]; /* oneDNN's name of the conv's kernel */
     vt_gemm_conv *next;
 };
@@ -252,18 +254,28 @@ static int conv_reorder(vt_gemm_prims *c, const dnnl_memory_desc_t *plain, const
     return bad ? -1 : 0;
 }
 
-/* The memory descriptors of q's geometry: x and y in the plain layout (xd, yd) and as the conv takes them (xa, ya:
- * NCHW, or `any`, leaves the layout to oneDNN), the plain weight (wd: goihw, or oihw for one group: the same memory)
- * and the weight in the layout oneDNN picks (wany), and the stride and padding; 0 or -1. */
+/* The memory descriptors of q's geometry: x and y in the plain layout (xd, yd; split: one group's channels of the
+ * whole maps, with their strides) and as the conv takes them (xa, ya: NCHW, or `any`, leaves the layout to oneDNN),
+ * the plain weight (wd: goihw, or oihw for one group, or one group's when split) and the weight in the layout oneDNN
+ * picks (wany), the conv's output channels (co: a group's when split), and the stride and padding; 0 or -1. */
 typedef struct {
     dnnl_memory_desc_t xd, yd, xa, ya, wd, wany;
     dnnl_dims_t st, pad;
+    int co;
 } conv_descs;
 
+/* A plain (N, C, H, W) map of C channels out of Cf (NCHW or NHWC strides of the Cf-channel map). */
+static int plain_md(dnnl_memory_desc_t *m, int B, int C, int H, int W, int Cf, int nchw, dnnl_data_type_t t) {
+    dnnl_dims_t dims = {B, C, H, W};
+    dnnl_dims_t nhwc = {(int64_t)H * W * Cf, 1, (int64_t)W * Cf, Cf}, nchw_st = {(int64_t)Cf * H * W, H * W, W, 1};
+    return dnnl_memory_desc_init_by_strides(m, 4, dims, t, nchw ? nchw_st : nhwc) == dnnl_success ? 0 : -1;
+}
+
 static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
-    const int *v = q->geom, B = v[0], C = v[1], H = v[2], W = v[3], Co = v[4], k = v[5], s = v[6], pad = v[7];
-    const int G = v[8], Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1, nchw = v[10];
-    const dnnl_format_tag_t plain = nchw ? dnnl_nchw : dnnl_nhwc, taken = nchw || any ? dnnl_format_tag_any : plain;
+    const int *v = q->geom, B = v[0], H = v[2], W = v[3], k = v[5], s = v[6], pad = v[7], nchw = v[10];
+    const int Ho = (H + 2 * pad - k) / s + 1, Wo = (W + 2 * pad - k) / s + 1;
+    const int G = q->split ? 1 : v[8], C = q->split ? v[1] / v[8] : v[1], Co = q->split ? v[4] / v[8] : v[4];
+    const dnnl_format_tag_t taken = nchw || any ? dnnl_format_tag_any : dnnl_nhwc;
     const dnnl_data_type_t dx_t = v[11] == CONV_LINEAR_BF16 ? dnnl_bf16 : dnnl_f32; /* x's and the packed weight's */
     dnnl_dims_t dx = {B, C, H, W}, dy = {B, Co, Ho, Wo};
     dnnl_dims_t dwg = {G, Co / G, C / G, k, k}, dw1 = {Co, C, k, k};
@@ -271,8 +283,8 @@ static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
     int64_t *wdims = G > 1 ? dwg : dw1;
     d->st[0] = d->st[1] = s;
     d->pad[0] = d->pad[1] = pad;
-    return dnnl_memory_desc_init_by_tag(&d->xd, 4, dx, dx_t, plain) != dnnl_success ||
-                   dnnl_memory_desc_init_by_tag(&d->yd, 4, dy, dnnl_f32, plain) != dnnl_success ||
+    d->co = Co;
+    return plain_md(&d->xd, B, C, H, W, v[1], nchw, dx_t) || plain_md(&d->yd, B, Co, Ho, Wo, v[4], nchw, dnnl_f32) ||
                    dnnl_memory_desc_init_by_tag(&d->xa, 4, dx, dx_t, taken) != dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->ya, 4, dy, dnnl_f32, taken) != dnnl_success ||
                    dnnl_memory_desc_init_by_tag(&d->wd, wnd, wdims, dnnl_f32, G > 1 ? dnnl_goihw : dnnl_oihw) !=
@@ -282,15 +294,21 @@ static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
                : 0;
 }
 
+#define CONV_SPLIT_PIXELS 6272 /* output pixels (B·Ho·Wo) from which a grouped conv takes Winograd group by group */
+
 /* Whether q's geometry may take oneDNN's Winograd kernels (F(4x4, 3x3) or F(2x2, 3x3); at its AVX-512 tier only):
  * a dense 3x3 conv of stride 1 on at least 16 channels in and out, forward (with its dX, the forward conv of dy) or
  * weight gradient, such as Refined-ViT's and Next-ViT's stem convs. With the reorders of x and y (dy) to and from the
  * blocked layouts they take, they ran 1.5-2.3x faster than the direct kernels (brgconv, jit) on those stems at batch
  * 1 and 16, 32 to 128 channels at 112x112, forward and weight gradient, with differences of 2e-6 of the output's
- * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). Grouped convs have no such kernel. */
+ * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). Grouped convs have no such kernel:
+ * with at least 16 channels per group in and out and CONV_SPLIT_PIXELS output pixels they run as one dense Winograd
+ * conv per group (`split`), each group's channels reordered from and to the whole maps: Next-ViT's 32-channel MHCA
+ * groups 1.36-1.74x the grouped direct conv from 2 x 56x56 and 8 x 28x28 output pixels, 0.36-1.28x on fewer. */
 static int conv_wino(const vt_gemm_conv *q) {
-    const int *v = q->geom;
-    return v[11] <= CONV_WGRAD && v[5] == 3 && v[6] == 1 && v[8] == 1 && v[1] >= 16 && v[4] >= 16;
+    const int *v = q->geom, G = v[8], px = v[0] * (v[2] + 2 * v[7] - 2) * (v[3] + 2 * v[7] - 2); /* B·Ho·Wo */
+    if (v[11] > CONV_WGRAD || v[5] != 3 || v[6] != 1 || v[1] / G < 16 || v[4] / G < 16) return 0;
+    return G == 1 || (px >= CONV_SPLIT_PIXELS && !(v[9] & (VT_CONV_ADD | VT_CONV_GELU)));
 }
 
 /* q's forward primitive descriptor with algorithm alg (x and y in the layouts conv_descs_init gave d), its post-ops
@@ -299,7 +317,7 @@ static dnnl_primitive_desc_t conv_fwd_pd(vt_gemm_prims *c, const vt_gemm_conv *q
                                          const conv_descs *d) {
     const int *v = q->geom, nchw = v[10];
     dnnl_memory_desc_t bd;
-    const dnnl_dims_t db = {v[4]};
+    const dnnl_dims_t db = {d->co};
     dnnl_convolution_desc_t cd;
     if (dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success ||
         dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg, &d->xa, &d->wany,
@@ -337,10 +355,11 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     const int *v = q->geom;
     conv_descs d;
     dnnl_memory_desc_t bd;
-    const dnnl_dims_t db = {v[4]};
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    q->split = conv_wino(q) && v[8] > 1;
     if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_winograd, &d);
-    if (!pd && conv_descs_init(q, 0, &d) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_direct, &d);
+    if (!pd && (q->split = 0, conv_descs_init(q, 0, &d)) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_direct, &d);
+    const dnnl_dims_t db = {pd ? d.co : 1};
     if (!pd || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success) {
         if (pd) dnnl_primitive_desc_destroy(pd);
         return -1;
@@ -349,9 +368,9 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
-    q->wbytes = wbytes;
-    int bad = !wq || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    q->wstep = wq ? (dnnl_memory_desc_get_size(wq) + 63) / 64 * 64 : 0;
+    q->wbytes = wq ? dnnl_memory_desc_get_size(wq) + q->wstep * (size_t)(q->split ? v[8] - 1 : 0) : 0;
+    int bad = !wq || !(q->packed = aligned_alloc(64, (q->wbytes + 63) / 64 * 64 + 64));
     if (!bad) bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
                     dnnl_reorder_primitive_desc_create(&rpd, &d.wd, c->eng, wq, c->eng, NULL) != dnnl_success ||
                     dnnl_primitive_create(&q->pack, rpd) != dnnl_success ||
@@ -399,13 +418,14 @@ static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     dnnl_primitive_desc_t pd = NULL, rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
+    q->split = conv_wino(q) && q->geom[8] > 1;
     if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = convw_pd(c, dnnl_convolution_winograd, &d);
-    if (!pd && conv_descs_init(q, 0, &d) == 0) pd = convw_pd(c, dnnl_convolution_direct, &d);
+    if (!pd && (q->split = 0, conv_descs_init(q, 0, &d)) == 0) pd = convw_pd(c, dnnl_convolution_direct, &d);
     const char *impl = "";
     if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0) : NULL;
-    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0;
+    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0; /* one group's gradient when split */
     int bad = !wq || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
     if (!bad)
         bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
@@ -474,27 +494,49 @@ vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, in
     return conv_get(p, geom);
 }
 
-int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch) {
-    unsigned char *sc = scratch;
+/* Floats between two groups' channels of x, of y (dy), of the plain weight and of the bias when q is split, else 0
+ * (q's one group is all of them). */
+typedef struct {
+    size_t x, y, w, b;
+} conv_steps;
+
+static conv_steps conv_group_steps(const vt_gemm_conv *q) {
+    const int *v = q->geom, G = v[8], nchw = v[10];
+    if (!q->split) return (conv_steps){0, 0, 0, 0};
+    const size_t cg = (size_t)(v[1] / G), og = (size_t)(v[4] / G), kk = (size_t)v[5] * v[5];
+    const size_t hw = (size_t)v[2] * v[3], ohw = (size_t)((v[2] + 2 * v[7] - v[5]) / v[6] + 1) *
+                                                (size_t)((v[3] + 2 * v[7] - v[5]) / v[6] + 1);
+    return (conv_steps){nchw ? cg * hw : cg, nchw ? og * ohw : og, og * cg * kk, og};
+}
+
+/* Points memory m at p; 0 or -1. */
+static int at(dnnl_memory_t m, const void *p) {
+    return dnnl_memory_set_data_handle(m, (void *)p) == dnnl_success ? 0 : -1;
+}
+
+/* The blocked x and y (dy) of q in scratch (conv_reorder's, where q has them); 0, or -1 where q needs scratch and
+ * has none. */
+static int conv_scratch_at(vt_gemm_conv *q, unsigned char *sc) {
     if ((q->xb || q->yb) && !sc) return -1;
-    if (dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
-        dnnl_memory_set_data_handle(q->y, (void *)dy) != dnnl_success ||
-        dnnl_memory_set_data_handle(q->w, dw) != dnnl_success ||
-        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
-        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
-        return -1;
+    return (q->xb && at(q->xb, sc)) || (q->yb && at(q->yb, sc + q->xb_bytes)) ? -1 : 0;
+}
+
+int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch) {
+    if (conv_scratch_at(q, scratch)) return -1;
     dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
     dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
     dnnl_exec_arg_t ya[2] = {{DNNL_ARG_FROM, q->y}, {DNNL_ARG_TO, cy}};
     dnnl_exec_arg_t ca[3] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_DIFF_DST, cy}, {DNNL_ARG_DIFF_WEIGHTS, q->wp}};
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, q->wp}, {DNNL_ARG_TO, q->w}};
-    return (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
-                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
-                   dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success ||
-                   dnnl_primitive_execute(q->pack, q->stream, 2, ra) != dnnl_success ||
-                   dnnl_stream_wait(q->stream) != dnnl_success
-               ? -1
-               : 0;
+    const conv_steps st = conv_group_steps(q);
+    int bad = 0;
+    for (int g = 0; g < (q->split ? q->geom[8] : 1) && !bad; g++) /* a split conv's groups one at a time */
+        bad = at(q->x, x + g * st.x) || at(q->y, dy + g * st.y) || at(q->w, dw + g * st.w) ||
+              (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
+              (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
+              dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success ||
+              dnnl_primitive_execute(q->pack, q->stream, 2, ra) != dnnl_success;
+    return bad || dnnl_stream_wait(q->stream) != dnnl_success ? -1 : 0;
 }
 
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q) { return q->xb_bytes + q->yb_bytes; }
@@ -537,16 +579,7 @@ int vt_gemm_conv_run(vt_gemm_conv *q, const float *x, const float *w, const floa
 
 int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const float *b, const float *r, float *y,
                          void *scratch, int pack) {
-    unsigned char *sc = scratch;
-    if ((q->xb || q->yb) && !sc) return -1;
-    if (!q->r != !r || (r && dnnl_memory_set_data_handle(q->r, (void *)r) != dnnl_success) ||
-        dnnl_memory_set_data_handle(q->w, (void *)w) != dnnl_success ||
-        dnnl_memory_set_data_handle(q->x, (void *)x) != dnnl_success ||
-        dnnl_memory_set_data_handle(q->y, y) != dnnl_success ||
-        (q->b && dnnl_memory_set_data_handle(q->b, (void *)b) != dnnl_success) ||
-        (q->xb && dnnl_memory_set_data_handle(q->xb, sc) != dnnl_success) ||
-        (q->yb && dnnl_memory_set_data_handle(q->yb, sc + q->xb_bytes) != dnnl_success))
-        return -1;
+    if (!q->r != !r || conv_scratch_at(q, scratch)) return -1;
     dnnl_memory_t cx = q->xb ? q->xb : q->x, cy = q->yb ? q->yb : q->y;
     dnnl_exec_arg_t pa[2] = {{DNNL_ARG_FROM, q->w}, {DNNL_ARG_TO, q->wp}};
     dnnl_exec_arg_t xa[2] = {{DNNL_ARG_FROM, q->x}, {DNNL_ARG_TO, cx}};
@@ -555,11 +588,15 @@ int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const 
     int na = 3;
     if (q->b) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b};
     if (q->r) ca[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, q->r};
-    return (pack && dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success) ||
-                   (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
-                   dnnl_primitive_execute(q->prim, q->stream, na, ca) != dnnl_success ||
-                   (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
-                   dnnl_stream_wait(q->stream) != dnnl_success
-               ? -1
-               : 0;
+    const conv_steps st = conv_group_steps(q);
+    unsigned char *packed = q->packed;
+    int bad = 0;
+    for (int g = 0; g < (q->split ? q->geom[8] : 1) && !bad; g++) /* a split conv's groups one at a time */
+        bad = (r && at(q->r, r + g * st.y)) || at(q->w, w + g * st.w) || at(q->wp, packed + g * q->wstep) ||
+              at(q->x, x + g * st.x) || at(q->y, y + g * st.y) || (q->b && at(q->b, b + g * st.b)) ||
+              (pack && dnnl_primitive_execute(q->pack, q->stream, 2, pa) != dnnl_success) ||
+              (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
+              dnnl_primitive_execute(q->prim, q->stream, na, ca) != dnnl_success ||
+              (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success);
+    return bad || dnnl_stream_wait(q->stream) != dnnl_success ? -1 : 0;
 }
