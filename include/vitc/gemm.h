@@ -146,7 +146,8 @@ vt_gemm_conv *vt_gemm_conv_prim(vt_gemm_plan *p, int B, int C, int H, int W, int
                                 int flags, int nchw);
 
 /* Bytes of scratch vt_gemm_conv_run (or vt_gemm_conv_wgrad_run) needs: the blocked x and y (dy) of an NCHW conv or
- * of one on oneDNN's Winograd kernels (3x3, stride 1, one group, AVX-512); 0 where the conv takes NHWC as it is. */
+ * of one on oneDNN's Winograd kernels (3x3, stride 1, AVX-512; a grouped one's run group by group: one group's); 0
+ * where the conv takes NHWC as it is. */
 size_t vt_gemm_conv_scratch(const vt_gemm_conv *q);
 
 /* oneDNN's name of the kernel q runs, e.g. "jit_wino_4x3:avx512_core" or "brgconv:avx512_core". */

@@ -28,8 +28,9 @@
  * and means, the same in both) on Next-ViT-S's MHCA shapes at batch 16 (3x3, 32-channel groups, dX through bprim in
  * both; Intel Xeon Cascade Lake, 2 threads, best of 8, 2026-11-28):
  * 56x56x96 90 -> 52 ms, 28x28x192 39 -> 24, 14x14x384 20 -> 12, 7x7x768 10 -> 8.5. Dense 3x3 stride-1 convs on at
- * least 16 channels run oneDNN's Winograd kernels at its AVX-512 tier (forward, dX and dW; gemm_onednn.c's
- * conv_wino), their blocked x and y in the kernel's forward scratch and in the backward scratch. */
+ * least 16 channels, and grouped ones with 16 per group on large maps (group by group), run oneDNN's Winograd kernels
+ * at its AVX-512 tier (forward, dX and dW; gemm_onednn.c's conv_wino), their blocked x and y in the kernel's forward
+ * scratch and in the backward scratch. */
 typedef struct {
     vt_patch_geom q;
     int Cout, G, has_bias;
