@@ -293,7 +293,7 @@ static void check_conv_values(vt_test *T) {
         {1, 3, 10, 11, 3, 5, 5, 3, 2, 3, 0},
         {2, 2, 20, 18, 2, 7, 7, 2, 3, 2, 1},
         {1, 2, 8, 9, 2, 3, 3, 2, 0, 2, 1},
-        {2, 16, 7, 9, 24, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 24 channels: Winograd at AVX-512 */
+        {2, 16, 7, 9, 24, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 24 channels, too few pixels for Winograd */
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 0);
 }
@@ -348,7 +348,7 @@ static void check_conv_nhwc_values(vt_test *T) {
         {1, 16, 17, 17, 12, 3, 3, 1, 1, 1, 1},
         {2, 20, 9, 8, 24, 5, 5, 2, 2, 1, 0},
         {1, 32, 16, 16, 16, 3, 3, 1, 2, 2, 1},
-        {2, 16, 9, 11, 32, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 32 channels: Winograd at AVX-512 */
+        {2, 16, 9, 11, 32, 3, 3, 1, 1, 1, 1}, /* dense 3x3, stride 1, 16 -> 32 channels, too few pixels for Winograd */
     };
     conv_values_sweep(T, cfgs, sizeof cfgs / sizeof cfgs[0], 1);
 }
@@ -755,18 +755,22 @@ static const gc_case conv_cases[] = {
      .build = b_convn, .ia = {1, 1, 1}},
     {.name = "conv_nhwc_rows_groups16", .nx = 2, .ndim = {4, 4}, .shape = {{1, 48, 48, 32}, {16, 16, 3, 3}},
      .build = b_convn, .ia = {1, 1, 2}},
-    /* dense 3x3 stride-1 convs on 16 channels: oneDNN's Winograd kernels at AVX-512, forward, dX (the forward conv
-     * of dy) and dW */
-    {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 16}, {16, 16, 3, 3}, {16}},
+    /* dense 3x3 stride-1 convs on 16 channels over 6,272 output pixels (NCHW: 6,400 per image): oneDNN's Winograd
+     * kernels at AVX-512, forward, dX (the forward conv of dy) and dW */
+    {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 16}, {16, 16, 3, 3}, {16}},
      .build = b_convn, .ia = {1, 1, 1}},
-    {.name = "conv_nhwc_winograd_narrowing", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 5, 6, 32}, {16, 32, 3, 3}, {16}},
-     .build = b_convn, .ia = {1, 1, 1}}, /* dX's blocked dy smaller than its dX: their scratch must not overlap */
-    /* 16-channel groups over 6,272 output pixels (NCHW: per image 6,400): Winograd group by group at AVX-512 */
+    /* dX's blocked dy smaller than its dX: their scratch must not overlap */
+    {.name = "conv_nhwc_winograd_narrowing", .nx = 3, .ndim = {4, 4, 1},
+     .shape = {{2, 56, 56, 32}, {16, 32, 3, 3}, {16}}, .build = b_convn, .ia = {1, 1, 1}},
+    /* 16 -> 128 channels: Winograd's blocked maps larger than the patches, so the backward scratch is sized for them */
+    {.name = "conv_nhwc_winograd_widening", .nx = 2, .ndim = {4, 4}, .shape = {{1, 80, 80, 16}, {128, 16, 3, 3}},
+     .build = b_convn, .ia = {1, 0, 1}},
+    /* 16-channel groups: Winograd group by group at AVX-512 */
     {.name = "conv_nhwc_winograd_groups", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 32}, {32, 16, 3, 3}, {32}},
      .build = b_convn, .ia = {1, 1, 2}},
     {.name = "conv_winograd_groups", .nx = 2, .ndim = {4, 4}, .shape = {{2, 32, 80, 80}, {48, 16, 3, 3}},
      .build = b_conv, .ia = {1, 1, 2}},
-    {.name = "conv_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 16, 6, 5}, {16, 16, 3, 3}, {16}},
+    {.name = "conv_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 16, 80, 80}, {16, 16, 3, 3}, {16}},
      .build = b_conv, .ia = {1, 1, 1}},
     {.name = "conv_3x3_p1", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 3, 5, 6}, {4, 3, 3, 3}, {4}}, .build = b_conv,
      .ia = {1, 1, 1}},
@@ -1010,8 +1014,8 @@ static vt_tensor *b_plan_nhwc(vt_graph *g, vt_tensor *x, const int *cfg) {
 }
 
 /* The plan of an eval conv_nhwc (3×3, 64 channels, 2 × 28²): with the oneDNN kernel the reference's im2col scratch
- * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels, less the blocked x and y
- * of oneDNN's Winograd kernel (2·B·H·W·C floats, where it runs); both give one result. */
+ * (B·H·W·C·9 floats) is left out, so the arena is that much smaller than with ref_kernels (less the blocked x and y
+ * a Winograd kernel would plan, 2·B·H·W·C floats); both give one result. */
 static void check_conv_nhwc_plan(vt_test *T) {
     const int xs[4] = {2, 28, 28, 64};
     const plan_run k = run_plan(T, 0, xs, b_plan_nhwc, NULL), r = run_plan(T, 1, xs, b_plan_nhwc, NULL);
@@ -1151,21 +1155,21 @@ static void check_conv2d_onednn(vt_test *T) {
     }
 }
 
-/* oneDNN's Winograd kernels (conv_wino, gemm_onednn.c): on a forced oneDNN plan at its AVX-512 tier a dense 3x3
- * stride-1 conv on at least 16 channels in and out takes them, forward and weight gradient, channels-last and NCHW,
- * with its blocked x and y as scratch, and a grouped one with 16 channels per group from 6,272 output pixels, group by
- * group (a group's blocked x and y); a grouped conv on fewer pixels or 8-channel groups, a strided and an 8-channel
- * conv do not; below AVX-512 none does. */
+/* oneDNN's Winograd kernels (conv_wino, gemm_onednn.c): on a forced oneDNN plan at its AVX-512 tier a 3x3 stride-1
+ * conv with at least 16 channels in and out (per group) and 6,272 output pixels takes them, forward and weight
+ * gradient, channels-last and NCHW, with its blocked x and y as scratch (a grouped one group by group: one group's);
+ * a conv on fewer pixels, on 8-channel groups, a strided and an 8-channel conv do not; below AVX-512 none does. */
 static void check_conv_winograd(vt_test *T) {
     vt_err e = {0};
     vt_gemm_plan p = {0};
     T_CHECK(T, vt_gemm_plan_init(&p, "onednn", &e) == 0, "onednn plan: %s", e.msg);
     const int avx512 = p.onednn >= VT_ISA_AVX512;
     static const int cfg[][7] = {/* C, Cout, stride, groups, nchw, H = W, Winograd */
-                                 {16, 32, 1, 1, 0, 12, 1}, {32, 16, 1, 1, 1, 12, 1}, {32, 32, 1, 2, 0, 12, 0},
-                                 {32, 32, 1, 2, 0, 56, 1}, {32, 48, 1, 2, 1, 56, 1}, {64, 64, 1, 8, 0, 56, 0},
-                                 {16, 32, 2, 1, 0, 12, 0}, {8, 32, 1, 1, 0, 12, 0},  {32, 8, 1, 1, 1, 12, 0}};
-    for (int c = 0; c < 9; c++) {
+                                 {16, 32, 1, 1, 0, 56, 1}, {32, 16, 1, 1, 1, 56, 1}, {32, 32, 1, 1, 0, 54, 0},
+                                 {32, 32, 1, 2, 0, 12, 0}, {32, 32, 1, 2, 0, 56, 1}, {32, 48, 1, 2, 1, 56, 1},
+                                 {64, 64, 1, 8, 0, 56, 0}, {16, 32, 2, 1, 0, 56, 0}, {8, 32, 1, 1, 0, 56, 0},
+                                 {32, 8, 1, 1, 1, 56, 0}};
+    for (int c = 0; c < 10; c++) {
         const int *f = cfg[c], H = f[5];
         vt_gemm_conv *q = vt_gemm_conv_prim(&p, 2, f[0], H, H, f[1], 3, f[2], 1, f[3], VT_CONV_BIAS, f[4]);
         T_CHECK(T, q != NULL, "conv %d: no oneDNN conv on the oneDNN plan", c);

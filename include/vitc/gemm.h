@@ -168,10 +168,10 @@ int vt_gemm_conv_run_add(vt_gemm_conv *q, const float *x, const float *w, const 
 vt_gemm_conv *vt_gemm_conv_wgrad(vt_gemm_plan *p, int B, int C, int H, int W, int Cout, int k, int s, int pad, int G,
                                  int nchw);
 
-/* dw (Cout, C/G, k, k) += the weight gradient of x (B, H, W, C) and dy (B, Ho, Wo, Cout) (or NCHW, through
- * `scratch` of vt_gemm_conv_scratch bytes, 64-byte aligned), on all threads (outside OpenMP parallel regions); 0, or
- * -1 if oneDNN failed (in the reorders or the gradient conv, before dw is touched; the add after them is a reorder
- * between buffers the plan allocated). */
+/* dw (Cout, C/G, k, k) += the weight gradient of x (B, H, W, C) and dy (B, Ho, Wo, Cout) (or NCHW), x and dy going
+ * through `scratch` where vt_gemm_conv_scratch says (its bytes, 64-byte aligned), on all threads (outside OpenMP
+ * parallel regions); 0, or -1 if oneDNN failed (in the reorders or the gradient convs, before dw is touched; the adds
+ * after them are reorders between buffers the plan allocated). */
 int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, float *dw, void *scratch);
 
 /* A new primitive for one inference linear layer y = post(x·wᵀ + b) (shapes as vt_gemm_linear_prim, post not GELU)

@@ -379,6 +379,11 @@ vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b,
     const int64_t cols = convn_rows(p) * C * k * k, xw = x->numel + (int64_t)w->numel; /* convn_bwd_prim's */
     int64_t bw = cols > xw ? cols : xw, rw = rows_bwd_floats(p, g->threads); /* and the rows kernel's */
     if (rw > bw && rw <= INT_MAX) bw = rw;
+    if (k == 3 && stride == 1) { /* oneDNN's Winograd (conv_wino): dX's and dW's blocked maps after dX and w */
+        const int64_t c16 = (C + 15) / 16 * 16, o16 = (w->shape[0] + 15) / 16 * 16;
+        const int64_t wino = xw + 16 + (int64_t)B * H * W * c16 + (int64_t)B * Ho * Wo * o16;
+        if (wino > bw && wino <= INT_MAX) bw = wino;
+    }
     if (!vt_node_work(n, 0, cols) || (g->training && !vt_node_work(n, 1, bw))) return NULL;
     n->macs = convn_rows(p) * w->shape[0] * convn_kg(p);
     return n->out;

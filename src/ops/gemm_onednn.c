@@ -41,7 +41,8 @@ struct vt_gemm_conv {
     dnnl_memory_t xb, yb;
     size_t xb_bytes, yb_bytes;
     dnnl_stream_t stream;
-    int split;     /* a grouped conv run one group at a time (conv_wino): every memory above is one group's */
+    int split;     /* a grouped conv run one group at a time (conv_wino): the memories above are one group's, but
+                    * `packed`, which holds every group's packed weight (or weight gradient), wstep bytes apart */
     size_t wstep;  /* bytes between two groups' packed weights in `packed` (split) */
     char impl[48]; /* oneDNN's name of the conv's kernel */
     vt_gemm_conv *next;
@@ -294,21 +295,25 @@ static int conv_descs_init(const vt_gemm_conv *q, int any, conv_descs *d) {
                : 0;
 }
 
-#define CONV_SPLIT_PIXELS 6272 /* output pixels (B·Ho·Wo) from which a grouped conv takes Winograd group by group */
+#define CONV_WINO_PIXELS 6272 /* output pixels (B·Ho·Wo) from which a conv takes Winograd (conv_wino) */
 
 /* Whether q's geometry may take oneDNN's Winograd kernels (F(4x4, 3x3) or F(2x2, 3x3); at its AVX-512 tier only):
- * a dense 3x3 conv of stride 1 on at least 16 channels in and out, forward (with its dX, the forward conv of dy) or
- * weight gradient, such as Refined-ViT's and Next-ViT's stem convs. With the reorders of x and y (dy) to and from the
+ * a dense 3x3 conv of stride 1 on at least 16 channels in and out and CONV_WINO_PIXELS output pixels, forward (with
+ * its dX, the forward conv of dy) or weight gradient, such as Refined-ViT's and Next-ViT's stem convs. On fewer
+ * pixels the weight's transform, at every run (a primitive serves every node of its geometry, so its packing is not
+ * kept), outweighs the saving: 7x7 maps of 512 channels at batch 1 ran 17x slower, 14x14 of 256 6x, 56x56 of 64
+ * level. With the reorders of x and y (dy) to and from the
  * blocked layouts they take, they ran 1.5-2.3x faster than the direct kernels (brgconv, jit) on those stems at batch
  * 1 and 16, 32 to 128 channels at 112x112, forward and weight gradient, with differences of 2e-6 of the output's
  * scale (AMD EPYC Zen 4, 2 threads, 2026-12-05; docs/benchmarks.md, "Winograd"). Grouped convs have no such kernel:
- * with at least 16 channels per group in and out and CONV_SPLIT_PIXELS output pixels they run as one dense Winograd
- * conv per group (`split`), each group's channels reordered from and to the whole maps: Next-ViT's 32-channel MHCA
- * groups 1.36-1.74x the grouped direct conv from 2 x 56x56 and 8 x 28x28 output pixels, 0.36-1.28x on fewer. */
+ * with at least 16 channels per group in and out they run as one dense Winograd conv per group (`split`), each
+ * group's channels reordered from and to the whole maps: Next-ViT's 32-channel MHCA groups 1.36-1.74x the grouped
+ * direct conv from 2 x 56x56 and 8 x 28x28 output pixels, 0.36-1.28x on fewer. */
 static int conv_wino(const vt_gemm_conv *q) {
     const int *v = q->geom, G = v[8], px = v[0] * (v[2] + 2 * v[7] - 2) * (v[3] + 2 * v[7] - 2); /* B·Ho·Wo */
-    if (v[11] > CONV_WGRAD || v[5] != 3 || v[6] != 1 || v[1] / G < 16 || v[4] / G < 16) return 0;
-    return G == 1 || (px >= CONV_SPLIT_PIXELS && !(v[9] & (VT_CONV_ADD | VT_CONV_GELU)));
+    if (v[11] > CONV_WGRAD || v[5] != 3 || v[6] != 1 || v[1] / G < 16 || v[4] / G < 16 || px < CONV_WINO_PIXELS)
+        return 0;
+    return G == 1 || !(v[9] & (VT_CONV_ADD | VT_CONV_GELU));
 }
 
 /* q's forward primitive descriptor with algorithm alg (x and y in the layouts conv_descs_init gave d), its post-ops
@@ -425,8 +430,9 @@ static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0) : NULL;
-    const size_t wbytes = wq ? dnnl_memory_desc_get_size(wq) : 0; /* one group's gradient when split */
-    int bad = !wq || !(q->packed = aligned_alloc(64, (wbytes + 63) / 64 * 64 + 64));
+    q->wstep = wq ? (dnnl_memory_desc_get_size(wq) + 63) / 64 * 64 : 0; /* one group's gradient when split */
+    const size_t wbytes = q->wstep * (size_t)(q->split ? q->geom[8] : 1);
+    int bad = !wq || !(q->packed = aligned_alloc(64, wbytes + 64));
     if (!bad)
         bad = dnnl_primitive_create(&q->prim, pd) != dnnl_success ||
               dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success ||
@@ -529,12 +535,16 @@ int vt_gemm_conv_wgrad_run(vt_gemm_conv *q, const float *x, const float *dy, flo
     dnnl_exec_arg_t ca[3] = {{DNNL_ARG_SRC, cx}, {DNNL_ARG_DIFF_DST, cy}, {DNNL_ARG_DIFF_WEIGHTS, q->wp}};
     dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, q->wp}, {DNNL_ARG_TO, q->w}};
     const conv_steps st = conv_group_steps(q);
+    const int ng = q->split ? q->geom[8] : 1;
+    unsigned char *packed = q->packed;
     int bad = 0;
-    for (int g = 0; g < (q->split ? q->geom[8] : 1) && !bad; g++) /* a split conv's groups one at a time */
-        bad = at(q->x, x + g * st.x) || at(q->y, dy + g * st.y) || at(q->w, dw + g * st.w) ||
+    for (int g = 0; g < ng && !bad; g++) /* every group's gradient first (a split conv's one at a time): dw untouched */
+        bad = at(q->x, x + g * st.x) || at(q->y, dy + g * st.y) || at(q->wp, packed + g * q->wstep) ||
               (q->rx && dnnl_primitive_execute(q->rx, q->stream, 2, xa) != dnnl_success) ||
               (q->ry && dnnl_primitive_execute(q->ry, q->stream, 2, ya) != dnnl_success) ||
-              dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success ||
+              dnnl_primitive_execute(q->prim, q->stream, 3, ca) != dnnl_success;
+    for (int g = 0; g < ng && !bad; g++) /* then the adds into dw */
+        bad = at(q->wp, packed + g * q->wstep) || at(q->w, dw + g * st.w) ||
               dnnl_primitive_execute(q->pack, q->stream, 2, ra) != dnnl_success;
     return bad || dnnl_stream_wait(q->stream) != dnnl_success ? -1 : 0;
 }
