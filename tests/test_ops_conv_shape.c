@@ -1177,9 +1177,11 @@ static void check_conv_winograd(vt_test *T) {
         const int wino = strstr(vt_gemm_conv_impl(q), "wino") != NULL;
         T_CHECK(T, wino == (f[6] && avx512), "conv %d (%d -> %d channels, stride %d, %d groups): kernel %s", c, f[0],
                 f[1], f[2], f[3], vt_gemm_conv_impl(q));
-        if (wino) /* the blocked x and y (of one group) */
+        if (wino) { /* the blocked x and y (of one group); a run without them is refused, nothing read or written */
             T_CHECK(T, vt_gemm_conv_scratch(q) >= sizeof(float) * 2 * (size_t)(H * H) * (size_t)(f[0] + f[1]) / f[3],
                     "conv %d: scratch %zu B", c, vt_gemm_conv_scratch(q));
+            T_CHECK(T, vt_gemm_conv_run(q, NULL, NULL, NULL, NULL, NULL, 1) == -1, "conv %d ran without scratch", c);
+        }
         vt_gemm_conv *qw = vt_gemm_conv_wgrad(&p, 2, f[0], H, H, f[1], 3, f[2], 1, f[3], f[4]);
         T_CHECK(T, qw != NULL, "conv %d: no weight-gradient conv on the oneDNN plan", c);
         if (qw)

@@ -353,6 +353,22 @@ static dnnl_primitive_desc_t conv_fwd_pd(vt_gemm_prims *c, const vt_gemm_conv *q
     return NULL;
 }
 
+/* A primitive descriptor maker of q on d's descriptors with algorithm alg: conv_fwd_pd or convw_pd. */
+typedef dnnl_primitive_desc_t (*conv_pd_fn)(vt_gemm_prims *, const vt_gemm_conv *, dnnl_alg_kind_t, const conv_descs *);
+
+/* q's primitive descriptor from make: Winograd where conv_wino allows it (a grouped conv then split), else the direct
+ * algorithm; d gets the descriptors it was made on, q->impl oneDNN's kernel name; NULL where neither exists. */
+static dnnl_primitive_desc_t conv_pick(vt_gemm_prims *c, vt_gemm_conv *q, conv_pd_fn make, conv_descs *d) {
+    dnnl_primitive_desc_t pd = NULL;
+    q->split = conv_wino(q) && q->geom[8] > 1;
+    if (conv_wino(q) && conv_descs_init(q, 1, d) == 0) pd = make(c, q, dnnl_convolution_winograd, d);
+    if (!pd && (q->split = 0, conv_descs_init(q, 0, d)) == 0) pd = make(c, q, dnnl_convolution_direct, d);
+    const char *impl = "";
+    if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(q->impl, sizeof q->impl, "%s", impl);
+    return pd;
+}
+
 /* Makes q's convolution (weights in the layout oneDNN picks; NCHW, and Winograd's geometries (conv_wino): x and y
  * too, with their reorders), the weight reorder and the memory objects; 0 or -1. A reference kernel is refused: it
  * is slower than im2col + sgemm. */
@@ -360,18 +376,12 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     const int *v = q->geom;
     conv_descs d;
     dnnl_memory_desc_t bd;
-    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
-    q->split = conv_wino(q) && v[8] > 1;
-    if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_winograd, &d);
-    if (!pd && (q->split = 0, conv_descs_init(q, 0, &d)) == 0) pd = conv_fwd_pd(c, q, dnnl_convolution_direct, &d);
+    dnnl_primitive_desc_t pd = conv_pick(c, q, conv_fwd_pd, &d), rpd = NULL;
     const dnnl_dims_t db = {pd ? d.co : 1};
     if (!pd || dnnl_memory_desc_init_by_tag(&bd, 1, db, dnnl_f32, dnnl_a) != dnnl_success) {
         if (pd) dnnl_primitive_desc_destroy(pd);
         return -1;
     }
-    const char *impl = "";
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     q->wstep = wq ? (dnnl_memory_desc_get_size(wq) + 63) / 64 * 64 : 0;
     q->wbytes = wq ? dnnl_memory_desc_get_size(wq) + q->wstep * (size_t)(q->split ? v[8] - 1 : 0) : 0;
@@ -397,7 +407,9 @@ static int conv_make(vt_gemm_prims *c, vt_gemm_conv *q) {
 
 /* q's weight-gradient primitive descriptor with algorithm alg (x and dy in the layouts conv_descs_init gave d);
  * NULL where oneDNN has no kernel for it or only a reference one. */
-static dnnl_primitive_desc_t convw_pd(vt_gemm_prims *c, dnnl_alg_kind_t alg, const conv_descs *d) {
+static dnnl_primitive_desc_t convw_pd(vt_gemm_prims *c, const vt_gemm_conv *q, dnnl_alg_kind_t alg,
+                                      const conv_descs *d) {
+    (void)q; /* conv_pick's signature */
     dnnl_convolution_desc_t fd, bd;
     dnnl_primitive_desc_t fpd = NULL, pd = NULL;
     const char *impl = "";
@@ -420,15 +432,9 @@ static dnnl_primitive_desc_t convw_pd(vt_gemm_prims *c, dnnl_alg_kind_t alg, con
  * (Cout, C/G, k, k) one by a reorder with a sum post-op); 0 or -1. A reference kernel is refused. */
 static int convw_make(vt_gemm_prims *c, vt_gemm_conv *q) {
     conv_descs d;
-    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    dnnl_primitive_desc_t pd = conv_pick(c, q, convw_pd, &d), rpd = NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    q->split = conv_wino(q) && q->geom[8] > 1;
-    if (conv_wino(q) && conv_descs_init(q, 1, &d) == 0) pd = convw_pd(c, dnnl_convolution_winograd, &d);
-    if (!pd && (q->split = 0, conv_descs_init(q, 0, &d)) == 0) pd = convw_pd(c, dnnl_convolution_direct, &d);
-    const char *impl = "";
-    if (pd) dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    snprintf(q->impl, sizeof q->impl, "%s", impl);
     const dnnl_memory_desc_t *wq = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0) : NULL;
     q->wstep = wq ? (dnnl_memory_desc_get_size(wq) + 63) / 64 * 64 : 0; /* one group's gradient when split */
     const size_t wbytes = q->wstep * (size_t)(q->split ? q->geom[8] : 1);
