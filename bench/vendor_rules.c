@@ -3,10 +3,11 @@
  * process, once with the plan's intel flag as detected and once flipped (before the build, so build-time choices
  * follow it too), the two run alternately, and the per-round time ratio printed. Identical arithmetic up to float
  * rounding. With --tail-n the second graph flips rule 14 (vt_gemm_plan.tail_n) instead of the intel flag, with --pack
- * rule 12 (vt_gemm_plan.pack_w).
+ * rule 12 (vt_gemm_plan.pack_w), with --wt-first rule 15 (vt_gemm_plan.wt_first).
  * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
  * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
- * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | --pack]: prints each round's seconds and, at the
+ * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | --pack | --wt-first]: prints
+ * each round's seconds and, at the
  * end, the median and best ratios flipped (or bf16) / detected (below 1: the second graph is faster here). Forward
  * only for eval; for train, forward + backward (no optimizer step: the same for both). --check first prints the
  * largest difference of the two graphs' logits, and for train of each parameter's gradient, relative to that
@@ -27,15 +28,15 @@ typedef struct {
     vt_tensor *x, *labels, *logits;
 } built;
 
-/* The model's graph on P with the plan's intel, tail_n and pack_w flags set to intel, tail_n and pack_w (-1: as
- * detected); 0 or -1 with e set. */
-static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, int intel, int tail_n, int pack_w,
-                 built *b, vt_err *e) {
+/* The model's graph on P with the plan's intel, tail_n, pack_w and wt_first flags set to f[0..3] (-1: as detected);
+ * 0 or -1 with e set. */
+static int build(const vt_model_cfg *c, vt_params *P, int batch, int train, const int f[4], built *b, vt_err *e) {
     b->g = vt_graph_new(P, train, e);
     if (!b->g) return -1;
-    if (intel >= 0) b->g->gemm.intel = intel;
-    if (tail_n >= 0) b->g->gemm.tail_n = tail_n;
-    if (pack_w >= 0) b->g->gemm.pack_w = pack_w;
+    if (f[0] >= 0) b->g->gemm.intel = f[0];
+    if (f[1] >= 0) b->g->gemm.tail_n = f[1];
+    if (f[2] >= 0) b->g->gemm.pack_w = f[2];
+    if (f[3] >= 0) b->g->gemm.wt_first = f[3];
     b->logits = vt_model_build(b->g, c, batch, &b->x);
     b->labels = NULL;
     if (train) {
@@ -107,9 +108,9 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     if (argc < 3)
         return fprintf(stderr, "usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | "
-                               "--pack]\n"),
+                               "--pack | --wt-first]\n"),
                2;
-    int check = 0, bf16 = 0, tail = 0, pack = 0, npos = 0;
+    int check = 0, bf16 = 0, tail = 0, pack = 0, wtf = 0, npos = 0;
     const char *pos[4] = {"", "0", "eval", "12"}; /* MODEL BATCH [train|eval] [ROUNDS], options anywhere */
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) != 0) {
@@ -123,6 +124,8 @@ int main(int argc, char **argv) {
             tail = 1;
         else if (strcmp(argv[i], "--pack") == 0)
             pack = 1;
+        else if (strcmp(argv[i], "--wt-first") == 0)
+            wtf = 1;
         else
             return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
@@ -132,26 +135,32 @@ int main(int argc, char **argv) {
     const char *alt = bf16 ? "bf16" : "flipped";
     if (batch < 1 || rounds < 1) return fprintf(stderr, "batch and rounds must be positive\n"), 2;
     if (!train && strcmp(pos[2], "eval") != 0) return fprintf(stderr, "mode %s: train or eval\n", pos[2]), 2;
-    if (bf16 + tail + pack > 1) return fprintf(stderr, "--bf16, --tail-n and --pack: one at a time\n"), 2;
+    if (bf16 + tail + pack + wtf > 1)
+        return fprintf(stderr, "--bf16, --tail-n, --pack and --wt-first: one at a time\n"), 2;
     const vt_model_cfg tc = train ? vt_model_training_form(c0) : *c0, *c = &tc;
     vt_model_cfg tb = tc;
     tb.arch.bf16 = bf16;
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     built b[2];
-    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, -1, -1, -1, &b[0], &e) ||
-        build(&tb, P, batch, train, bf16 || tail || pack ? -1 : !b[0].g->gemm.intel,
-              tail ? !b[0].g->gemm.tail_n : -1, pack ? !b[0].g->gemm.pack_w : -1, &b[1], &e))
+    const int asis[4] = {-1, -1, -1, -1};
+    if (!P || vt_model_init_params(c, P, 0, &e) || build(c, P, batch, train, asis, &b[0], &e))
         return fprintf(stderr, "%s\n", e.msg), 1;
+    const vt_gemm_plan *d = &b[0].g->gemm;
+    const int flip[4] = {bf16 || tail || pack || wtf ? -1 : !d->intel, tail ? !d->tail_n : -1, pack ? !d->pack_w : -1,
+                         wtf ? !d->wt_first : -1};
+    if (build(&tb, P, batch, train, flip, &b[1], &e)) return fprintf(stderr, "%s\n", e.msg), 1;
     vt_rng rng;
     vt_rng_seed(&rng, 1);
     for (int64_t i = 0; i < b[0].x->numel; i++) b[0].x->data[i] = b[1].x->data[i] = vt_rng_normal(&rng);
     for (int i = 0; train && i < batch; i++)
         b[0].labels->data[i] = b[1].labels->data[i] = (float)vt_rng_below(&rng, (uint32_t)c->arch.num_classes);
-    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d pack_w=%d, %s intel=%d tail_n=%d pack_w=%d%s\n",
+    printf("%s batch %d %s, %d threads; detected intel=%d tail_n=%d pack_w=%d wt_first=%d, %s intel=%d tail_n=%d "
+           "pack_w=%d wt_first=%d%s\n",
            pos[0], batch, train ? "train (forward + backward)" : "eval (forward)", omp_get_max_threads(),
-           b[0].g->gemm.intel, b[0].g->gemm.tail_n, b[0].g->gemm.pack_w, alt, b[1].g->gemm.intel, b[1].g->gemm.tail_n,
-           b[1].g->gemm.pack_w, bf16 ? " with --dtype bf16" : "");
+           b[0].g->gemm.intel, b[0].g->gemm.tail_n, b[0].g->gemm.pack_w, b[0].g->gemm.wt_first, alt,
+           b[1].g->gemm.intel, b[1].g->gemm.tail_n, b[1].g->gemm.pack_w, b[1].g->gemm.wt_first,
+           bf16 ? " with --dtype bf16" : "");
     for (int w = 0; w < 2; w++) step(&b[0], P, train), step(&b[1], P, train); /* warm-up */
     if (check && check_same(b, P, train)) return 1;
     double *ratio = malloc(sizeof(double) * (size_t)rounds), best[2] = {1e30, 1e30};

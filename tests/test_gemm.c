@@ -193,11 +193,28 @@ static void check_transposed_dw(vt_test *T) {
     omp_set_num_threads(max_threads);
 }
 
+/* vt_gemm_transpose on shapes with and without 8x8 tiles and ragged edges, small (one thread) and large. */
+static void check_transpose(vt_test *T) {
+    static const int rc[][2] = {{1, 1}, {8, 8}, {13, 21}, {37, 5}, {200, 130}, {768, 200}};
+    for (size_t k = 0; k < sizeof rc / sizeof *rc; k++) {
+        const int R = rc[k][0], C = rc[k][1];
+        float *a = malloc(sizeof(float) * (size_t)R * C), *at = malloc(sizeof(float) * (size_t)R * C);
+        int bad = !a || !at;
+        for (int i = 0; !bad && i < R * C; i++) a[i] = (float)i + 0.5f;
+        if (!bad) vt_gemm_transpose(a, R, C, at);
+        for (int r = 0; !bad && r < R; r++)
+            for (int c = 0; c < C; c++) bad += at[(size_t)c * R + r] != a[(size_t)r * C + c];
+        T_CHECK(T, !bad, "transpose %dx%d: %d elements wrong", R, C, bad);
+        free(a);
+        free(at);
+    }
+}
+
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, 0, 1, NULL, NULL};
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
     vt_gemm_plan in = same;
     in.intel = 1;
     const vt_gemm_lib TD = VT_GEMM_ONEDNN_T;
@@ -207,9 +224,9 @@ static void check_rule(vt_test *T) {
     in2.intel = 1;
     vt_gemm_plan inf = in;
     inf.force = DN;
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, 0, 1, NULL, NULL};
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, 0, 1, NULL, NULL};
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
     vt_gemm_plan forced = prescott;
     forced.force = OB;
     const struct {
@@ -315,6 +332,27 @@ static void check_rule(vt_test *T) {
     T_CHECK(T, !strstr(vt_gemm_rule(&amdp, text, sizeof text), "packed once") && strstr(text, "rule 12 off"),
             "rule 12 without prepared copies: %s", text);
     T_CHECK(T, strcmp(vt_gemm_lib_name(TD), "onednn_t") == 0, "rule 11's name");
+    /* rule 15 (AMD's AVX-512): a train graph's linear with K >= N over >= 784 rows, oneDNN running both forms */
+    vt_gemm_plan wt = amd;
+    wt.wt_first = 1;
+    T_CHECK(T, vt_gemm_wt_first(&wt, 2, 3136, 3136, 384, 1536), "rule 15: Swin-T's stage-3 fc2");
+    T_CHECK(T, vt_gemm_wt_first(&wt, 1, 3136, 256, 256, 1024), "rule 15: CSwin-T's fc2 panels on 1 thread");
+    T_CHECK(T, vt_gemm_wt_first(&wt, 2, 784, 784, 768, 768), "rule 15: K = N from 784 rows");
+    T_CHECK(T, !vt_gemm_wt_first(&wt, 2, 783, 783, 768, 768), "rule 15: not under 784 rows");
+    T_CHECK(T, !vt_gemm_wt_first(&wt, 2, 3136, 3136, 1536, 384), "rule 15: not for K < N (fc1)");
+    T_CHECK(T, !vt_gemm_wt_first(&wt, 2, 3136, 3136, 64, 256), "rule 15: not where rule 10's kernel runs (N 64)");
+    T_CHECK(T, !vt_gemm_wt_first(&wt, 1, 3136, 256, 102, 768), "rule 15: not where rule 14 gives openblas");
+    T_CHECK(T, !vt_gemm_wt_first(&wt, 1, 3136, 32, 32, 32), "rule 15: not for products openblas runs");
+    T_CHECK(T, !vt_gemm_wt_first(&amd, 2, 3136, 3136, 384, 1536), "rule 15 off without wt_first");
+    vt_gemm_plan wtf = wt;
+    wtf.force = DN;
+    T_CHECK(T, !vt_gemm_wt_first(&wtf, 2, 3136, 3136, 384, 1536), "rule 15 off when a library is forced");
+    wtf = wt;
+    wtf.bf16 = 1;
+    T_CHECK(T, !vt_gemm_wt_first(&wtf, 2, 3136, 3136, 384, 1536), "rule 15 off in a bf16 plan");
+    T_CHECK(T, strstr(vt_gemm_rule(&wt, text, sizeof text), "transposed once per forward") != NULL,
+            "rule 15's text: %s", text);
+    T_CHECK(T, !strstr(vt_gemm_rule(&amd, text, sizeof text), "transposed once"), "no rule 15: %s", text);
 }
 
 /* The linear primitives (rule 5): y = post(x·wᵀ + b) against a double-precision reference for every post-op, with
@@ -815,6 +853,7 @@ void test_gemm(vt_test *T) {
     check_gemm64(T);
     check_transposed_dw(T);
     check_rule(T);
+    check_transpose(T);
     check_prims(T);
     check_override(T);
     check_machine(T);

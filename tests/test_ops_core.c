@@ -341,6 +341,85 @@ static void check_gelu_linear_plain(vt_test *T, int variant, int rows, int outs)
     vt_threads_leave(env);
 }
 
+/* GEMM rule 15 (vt_gemm_wt_first): a train graph's linear with the weight transposed first equals the same graph
+ * without the rule (outputs, dx, dw, db within float rounding), for every forward path of the reference linear: one
+ * threaded product (plain, 1000 rows, 48 -> 24), row panels with the GELU prologue (1280 rows, 128 -> 96, backward by
+ * panels) and with the GELU epilogue (1024 rows, 64 -> 64), and a fused residual with drop-path (1000 rows in 8
+ * samples, 48 -> 48, p 0.5: kept and dropped samples in one product's row runs); and an eval graph's GELU-prologue
+ * linear by row panels (no whole-forward kernel takes it; output only), on two threads. */
+static void check_linear_wt_first(vt_test *T) {
+    static const struct {
+        int form, rows, in, out;
+    } cs[5] = {{0, 1000, 48, 24}, {1, 1280, 128, 96}, {2, 1024, 64, 64}, {3, 1000, 48, 48}, {4, 1280, 128, 96}};
+    const vt_threads_env env = vt_threads_enter(2);
+    for (int c = 0; c < 5; c++) {
+        const int train = cs[c].form != 4, nchk = train ? 4 : 1;
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        const int R = cs[c].rows, xs[2] = {R, cs[c].in}, ws[2] = {cs[c].out, cs[c].in}, bs[1] = {cs[c].out},
+                  ys[2] = {R, cs[c].out}, rs3[3] = {8, R / 8, cs[c].out}, xs3[3] = {8, R / 8, cs[c].in};
+        vt_graph *g[2];
+        vt_tensor *y[2] = {0}, *r[2] = {0}, *x = NULL, *w = NULL, *b = NULL, *res = NULL;
+        for (int k = 0; k < 2; k++) {
+            g[k] = vt_graph_new(P, train, &e);
+            if (!g[k]) break;
+            g[k]->gemm.wt_first = k; /* graph 1 takes the rule wherever its other conditions hold */
+            g[k]->seed = 5;
+            const int three = cs[c].form == 3;
+            x = vt_param(g[k], "x", three ? 3 : 2, three ? xs3 : xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+            w = vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+            b = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
+            if (three) res = vt_param(g[k], "res", 3, rs3, (vt_init){VT_INIT_NORMAL, 1.0f});
+            y[k] = cs[c].form == 1 || cs[c].form == 4 ? vt_gelu_linear(g[k], x, w, b)
+                   : cs[c].form == 2 ? vt_linear_gelu(g[k], x, w, b)
+                   : three           ? vt_residual_drop(g[k], res, vt_linear(g[k], x, w, b), 0.5f)
+                                     : vt_linear(g[k], x, w, b);
+            r[k] = vt_input(g[k], "r", three ? 3 : 2, three ? rs3 : ys);
+            if (train) vt_graph_set_loss(g[k], vt_sum(g[k], vt_mul(g[k], y[k], r[k])));
+            vt_graph_output(g[k], y[k]);
+            T_CHECK(T, vt_graph_finalize(g[k], &e) == 0, "rule 15 case %d, graph %d: %s", c, k, e.msg);
+        }
+        const vt_gemm_plan *gp = g[1] ? &g[1]->gemm : NULL;
+        const int panels = cs[c].form != 0 && cs[c].form != 3, can = gp && gp->onednn >= VT_ISA_AVX2 &&
+                                                                      gp->openblas <= gp->onednn && !gp->bf16;
+        T_CHECK(T, !can || gp->force != VT_GEMM_AUTO ||
+                       vt_gemm_wt_first(gp, panels ? 1 : 2, R, panels ? 256 : R, cs[c].out, cs[c].in),
+                "rule 15 case %d: the rule holds on graph 1", c);
+        T_CHECK(T, !g[0] || !vt_gemm_wt_first(&g[0]->gemm, 2, R, R, cs[c].out, cs[c].in), "graph 0: rule 15 off");
+        float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
+        vt_params_init(P, 3);
+        for (int k = 0; k < 2 && !e.msg[0]; k++) {
+            for (int64_t i = 0; i < r[k]->numel; i++) r[k]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
+            vt_graph_forward(g[k]);
+            vt_params_zero_grad(P);
+            if (train) vt_graph_backward(g[k]);
+            const float *v[4] = {y[k]->data, x->grad, w->grad, b->grad};
+            const int64_t n[4] = {y[k]->numel, x->numel, w->numel, b->numel};
+            for (int j = 0; j < nchk; j++) {
+                if (!k) {
+                    ref[j] = malloc(sizeof(float) * (size_t)n[j]);
+                    if (ref[j]) memcpy(ref[j], v[j], sizeof(float) * (size_t)n[j]);
+                }
+                for (int64_t i = 0; k && ref[j] && i < n[j]; i++) {
+                    err[j] = fmaxf(err[j], fabsf(v[j][i] - ref[j][i]));
+                    mag[j] = fmaxf(mag[j], fabsf(ref[j][i]));
+                }
+            }
+        }
+        const char *what[4] = {"output", "dx", "dw", "db"};
+        for (int j = 0; j < nchk; j++) {
+            T_CHECK(T, ref[j] && mag[j] > 0.0f && err[j] <= 1e-5f * fmaxf(mag[j], 1.0f),
+                    "rule 15 case %d (%d rows, %d -> %d): %s differs by %g (max %g)", c, R, cs[c].in, cs[c].out,
+                    what[j], (double)err[j], (double)mag[j]);
+            free(ref[j]);
+        }
+        vt_graph_free(g[0]);
+        vt_graph_free(g[1]);
+        vt_params_free(P);
+    }
+    vt_threads_leave(env);
+}
+
 /* The fused activations equal the plain chains (linear, then the activation op) within float rounding, on one
  * multi-threaded sgemm (few rows), on row panels (many rows) and on oneDNN's primitive (inference, where GEMM rule 5
  * picks it: ReLU as its post-op, GELU after it). */
@@ -958,6 +1037,7 @@ void test_ops_core(vt_test *T) {
         check_gelu_linear_plain(T, v, 3000, 16);
         check_gelu_linear_plain(T, v, 1100, 600);
     }
+    check_linear_wt_first(T);
     check_linear_act_fusion(T);
     check_linear_repack(T);
     check_constant_nodes(T);

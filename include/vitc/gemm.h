@@ -39,6 +39,8 @@ typedef struct vt_gemm_plan {
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
     int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case, rule 9 */
     int tail_n;        /* rule 14 on (AMD's AVX-512): one-thread A·Bᵀ with N <= 512 not a multiple of 16 -> OpenBLAS */
+    int wt_first;      /* rule 15 on (AMD's AVX-512): a linear's x·wᵀ over many rows with K >= N runs as x·(wᵀ), w
+                        * transposed once per forward (vt_gemm_wt_first) */
     int pack_w;        /* rule 12 on (oneDNN's AVX2 tier, AMD's AVX-512): inference linears with a constant weight run as
                         * oneDNN's 1x1 convolution on a copy of the weight packed once */
     int bf16;          /* set by vt_gemm_plan_bf16: large products outside parallel regions run in bf16 */
@@ -100,6 +102,15 @@ typedef enum vt_gemm_post {
  * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads; fused: the
  * node does all the layer's epilogue (an inference graph: post-ops, GELU right after the primitive). */
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
+
+/* Whether a linear layer y = x·wᵀ (x M×K, w N×K) whose products vt_gemm runs, on `threads` threads of `rows` rows
+ * each, should transpose w once per forward and run x·(wᵀ) instead (rule 15: train graphs' linears, eval graphs'
+ * GELU-prologue linears by row panels): wt_first set, not forced, fp32, M >= 784, K >= N and oneDNN running both
+ * forms. */
+int vt_gemm_wt_first(const vt_gemm_plan *p, int threads, int M, int rows, int N, int K);
+
+/* at (cols × rows) = aᵀ for a (rows × cols), both dense row-major, on all threads (outside parallel regions). */
+void vt_gemm_transpose(const float *a, int rows, int cols, float *at);
 
 /* Whether the plan runs an inference linear layer whose weight is constant, of any shape, as a 1x1 convolution on a
  * copy of the weight packed once (rule 12, vt_gemm_linear_conv): pack_w and prepack set, not forced, oneDNN at AVX2

@@ -113,6 +113,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->intel = f.intel;
     p->tail_n = !f.intel && p->onednn >= VT_ISA_AVX512; /* rule 14 */
     p->pack_w = p->onednn == VT_ISA_AVX2 || p->tail_n;  /* rule 12 */
+    p->wt_first = p->tail_n;                            /* rule 15: measured where rule 14 was */
     p->bf16 = 0;
     p->prepack = 1;
     return 0;
@@ -302,7 +303,25 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     --tail-n, per-round medians): DeiT-Ti + hMHSA + cFFN inference at batch 16 1.034-1.043 (three runs), batch 1
  *     1.001, training 0.993; PVTv2-b1 + hMHSA + cFFN 1.010 / 1.007 (eval / train), DeiT-S + hMHSA + cFFN 1.006,
  *     Next-ViT-S + hMHSA + cFFN 0.999, PVTv2-b1 0.996-0.998, FLatten-PVTv2-b1 0.988-0.995, DeiT-Ti 1.007 (level).
- *     Not measured on Intel. */
+ *     Not measured on Intel.
+ * 15. AMD's AVX-512 (vt_gemm_plan.wt_first), a linear layer's x·wᵀ that vt_gemm runs (train graphs' linears,
+ *     where drop-path or the GELU prologue keep rule 5's primitive out; eval graphs' GELU-prologue linears by row
+ *     panels) with K >= N over at least 784 rows: w (N×K) transposed once per forward into the node's scratch
+ *     (vt_gemm_transpose), every product then x·(wᵀ) (vt_gemm_wt_first, src/ops/matmul.c). oneDNN 2.6.3's sgemm runs
+ *     A·Bᵀ slower than A·B on such shapes; rule 5's matmul primitive does not (it ran 214-218 on the large ones).
+ *     EPYC Zen 4, 2026-12-06, bench/gemm_kernels.c, best of 5 alternated bursts, A·Bᵀ vs A·B GFLOP/s, one product on
+ *     2 threads: K = 4N 50176×96×384 191 vs 207, 12544×192×768 195 vs 213, 3136×384×1536 178 vs 215, 784×768×3072
+ *     163 vs 224, 3136×512×1024 157 vs 192; K = 3N 174-205 vs 188-225; K = 2N 180-204 vs 196-224; 256-row panels
+ *     on each of 2 threads (K = 4N, N 96-768) 192-215 vs 214-232; K < N (fc1, qkv) level (197-227 vs 203-226). With
+ *     the transpose timed in (an 8×8-tile pass, 0.01-1.2 ms), from 784 rows 1.02-1.35x, K = N included (3136×384×384
+ *     1.05); at 196-197 rows 0.67-1.27 (the transpose's thread start-up on 192×192), hence the row floor. Whole
+ *     graphs with the rule off and on (bench/vendor_rules.c --wt-first, per-round medians, off / on): training
+ *     steps at batch 16 within the host's noise, Swin-T 1.021 then 0.991, CSwin-T 1.017 / 1.006, PVTv2-b1 1.013 /
+ *     1.000, FLatten-Swin-T 1.001, DeiT-S 0.986, DeiT-T 0.968 / 0.992 / 1.000, Next-ViT-S 0.999, SimpleViT-S +
+ *     MSF-g2 0.999 / 1.001; their forwards alone (16 rounds) Swin-T 1.016, CSwin-T 1.031, DeiT-S 1.021 (the forward
+ *     is a third of a step); SimpleViT-S + MSF-g2's eval graph (fc2's GELU prologue) 1.015 / 1.010. One-thread
+ *     products (panels) come out bit-identical. Not measured on Intel. */
+#define WT_FIRST_M 784 /* rule 15: rows from which transposing the weight first paid on every shape measured */
 #define TINY_MNK (1LL << 18)   /* 64^3: below it both libraries run one thread and OpenBLAS is faster */
 #define SMALL_MNK (1LL << 20)  /* ~100^3: single-threaded crossover */
 #define AVX2_ONE_MNK (1LL << 15) /* rule 6: the one-thread crossover at the AVX2 tier */
@@ -453,6 +472,30 @@ void vt_gemm(const vt_gemm_plan *p, int ta, int tb, int M, int N, int K, float a
         for (int t = 0; t < threads; t++) p->calls_s[(size_t)t * VT_GEMM_PROF_STRIDE] += dt;
 }
 
+int vt_gemm_wt_first(const vt_gemm_plan *p, int threads, int M, int rows, int N, int K) {
+    return p->wt_first && p->force == VT_GEMM_AUTO && !p->bf16 && M >= WT_FIRST_M && K >= N &&
+           vt_gemm_choose(p, threads, 0, 1, rows, N, K) == VT_GEMM_ONEDNN &&
+           vt_gemm_choose(p, threads, 0, 0, rows, N, K) == VT_GEMM_ONEDNN;
+}
+
+void vt_gemm_transpose(const float *a, int rows, int cols, float *at) {
+#pragma omp parallel for schedule(static) if ((long long)rows * cols >= 1 << 14)
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        const int nr = rows - r0 < 8 ? rows - r0 : 8;
+        for (int c0 = 0; c0 < cols; c0 += 8) {
+            const int nc = cols - c0 < 8 ? cols - c0 : 8;
+#if defined(__AVX__)
+            if (nr == 8 && nc == 8) {
+                transpose8(a + (size_t)r0 * cols + c0, cols, at + (size_t)c0 * rows + r0, rows, 0);
+                continue;
+            }
+#endif
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < nc; c++) at[(size_t)(c0 + c) * rows + r0 + r] = a[(size_t)(r0 + r) * cols + c0 + c];
+        }
+    }
+}
+
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused) {
     (void)threads; /* measured on 2 threads; the primitive threads as sgemm does */
     if (p->bf16) return (long long)M * N * K >= VT_GEMM_BF16_MNK; /* as vt_gemm's bf16 products, bias fused */
@@ -499,7 +542,12 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  !p->pack_w     ? ""
                  : p->prepack ? " (inference with a constant weight, every shape: onednn 1x1 conv, weight packed once)"
                               : " (no prepared weight copies: rule 12 off)");
-    const size_t used = strlen(buf);
+    size_t used = strlen(buf);
+    if (p->force == VT_GEMM_AUTO && p->wt_first && !p->bf16 && used < n)
+        snprintf(buf + used, n - used, "; a linear's x*w^T run by sgemm (train graphs; inference: GELU-prologue "
+                                       "linears by row panels) with K >= N over >= %d rows: w transposed once per "
+                                       "forward, then x*(w^T)", WT_FIRST_M);
+    used = strlen(buf);
     if (p->force == VT_GEMM_AUTO && n64_on(p) && used < n)
         snprintf(buf + used, n - used, "; before all that, products with N = 64 (A*B and A*B^T with M*K >= 2^15%s): "
                                        "vitc's 64-column kernel",

@@ -60,6 +60,9 @@ typedef struct {
     vt_gemm_conv *conv; /* the linear.onednn_conv1x1 kernel's primitive and packed weight */
     vt_gemm_bfw *bfw;   /* prim in a bf16 inference graph with a constant weight: its bf16 copy */
     uint64_t gen;       /* conv, q8, bfw: the parameters' generation (vt_params.gen) the weight's copy was made at */
+    int wt;             /* the reference forward transposes w into its forward scratch first and runs x·(wᵀ) (rule
+                         * 15, vt_gemm_wt_first) */
+    int64_t wt_at;      /* wt: where wᵀ starts in the forward scratch (after the GELU panels) */
 } linear_p;
 
 enum { ACT_GELU = 1, ACT_RELU = 2 };
@@ -102,7 +105,10 @@ static void lin_gemm(const vt_node *n, const float *xr, int r0, int r1, float *h
         z = p->drop > 0.0f ? (a / p->T + 1) * p->T : r1;
         while (z < r1 && lin_scale(n, z) == s) z += p->T;
         if (z > r1) z = r1;
-        if (s != 0.0f)
+        if (s != 0.0f && p->wt)
+            gemm(n, 0, 0, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, n->fws->data + p->wt_at,
+                 p->Co, beta1 ? 1.0f : 0.0f, h + (size_t)a * p->Co, p->Co);
+        else if (s != 0.0f)
             gemm(n, 0, 1, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, n->in[1]->data, p->Ci,
                  beta1 ? 1.0f : 0.0f, h + (size_t)a * p->Co, p->Co);
     }
@@ -178,6 +184,7 @@ static void linear_fwd(vt_node *n) {
     float *y = n->out->data, *d = act && n->save[0] ? n->save[0]->data : NULL;
     const int nt = n->g->threads;
     if (lp->drop > 0.0f) lin_draw(n);
+    if (lp->wt) vt_gemm_transpose(n->in[1]->data, Co, Ci, n->fws->data + lp->wt_at);
     if (lp->gelu_in && R < 2 * PANEL_ROWS) { /* few rows: GELU of all of x, then one threaded sgemm (a batch-1
                                                 * Swin-T's last stage: 25-row panels on one thread each ran 1.35x
                                                 * slower) */
@@ -466,17 +473,22 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     if (!n) return NULL;
     const int R = (int)(x->numel / Ci);
     *VT_OP_P(n, linear_p) = (linear_p){R, Ci, w->shape[0], act, b != NULL, 0, gelu_in, g->threads, 0,
-                                       0.0f, R, NULL, NULL, NULL, NULL, 0};
+                                       0.0f, R, NULL, NULL, NULL, NULL, 0, 0, 0};
     n->macs = (int64_t)R * Ci * w->shape[0];
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
-    if (gelu_in) { /* forward scratch: GELU(x) whole (few rows) or one row panel per thread */
-        const int64_t rows = R < 2 * PANEL_ROWS ? R : (int64_t)VT_OP_P(n, linear_p)->nt * panel_cap(R);
-        vt_node_work(n, 0, rows * Ci);
-    }
+    /* forward scratch: GELU(x) whole (few rows) or one row panel per thread, then wᵀ (rule 15, where linear_fwd
+     * runs the node: train graphs, and a GELU prologue over row panels, which no whole-forward kernel takes; its
+     * products run on one thread per row panel where linear_fwd takes panels) */
+    linear_p *lp = VT_OP_P(n, linear_p);
+    const int64_t gelu_rows = !gelu_in ? 0 : R < 2 * PANEL_ROWS ? R : (int64_t)lp->nt * panel_cap(R);
+    const int by_panels = (gelu_in || act) && R >= 2 * PANEL_ROWS;
+    lp->wt = (g->training || (gelu_in && by_panels)) &&
+             vt_gemm_wt_first(&g->gemm, by_panels ? 1 : g->threads, R, by_panels ? panel_cap(R) : R, w->shape[0], Ci);
+    lp->wt_at = (gelu_rows * Ci + 15) / 16 * 16;
+    if (gelu_rows || lp->wt) vt_node_work(n, 0, lp->wt_at + (lp->wt ? (int64_t)w->shape[0] * Ci : 0));
     if (g->training && (gelu_in || b)) { /* backward scratch: the bias's partial sums, then GELU(x) whole or the
                                            * row panels' */
-        linear_p *lp = VT_OP_P(n, linear_p);
         const int64_t part = b ? (int64_t)g->threads * w->shape[0] : 0,
                       pan = gelu_in && !g->gemm.bf16 ? bwd_panels(R, Ci, w->shape[0], lp->nt) : 0,
                       need = pan ? pan : gelu_in ? x->numel : 0;

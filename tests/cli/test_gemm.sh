@@ -112,13 +112,13 @@ if [ "$avx2" = 1 ]; then
         "grep -q 'linear.onednn_conv1x1' '$T/a2.log' && ! grep -q 'linear.onednn_matmul' '$T/a2.log'" "$(cat "$T/a2.log")"
 fi
 # bench/vendor_rules.c: the graphs with the other CPU vendor's GEMM rules compute the same logits and gradients
-# (and with --tail-n, rule 14 flipped instead; with --pack, rule 12)
+# (and with --tail-n, rule 14 flipped instead; with --pack, rule 12; with --wt-first, rule 15)
 for spec in "pvt_v2_b1 1 train 1" "deit_tiny_patch16_224 1 eval 1" "deit_tiny_hmhsa_cffn 16 --tail-n eval 2" \
-    "nextvit_small 1 --pack eval 1"; do
+    "nextvit_small 1 --pack eval 1" "deit_tiny_patch16_224 16 --wt-first train 1"; do
     OMP_NUM_THREADS=2 ./build/vendor_rules $spec --check >"$T/vr.log" 2>&1
     r=$(awk '/^check: logits/ { gsub(",", ""); print ($3 + 0 <= 1e-4 && $6 + 0 <= 1e-4 && $10 + 0 <= 1e-4) ? "ok" : $0 }' \
         "$T/vr.log")
-    check "vendor_rules $spec: the other vendor's rules (or rule 14 or 12 flipped) agree (logits, gradients) and the ratio is printed" \
+    check "vendor_rules $spec: the other vendor's rules (or rule 14, 12 or 15 flipped) agree (logits, gradients) and the ratio is printed" \
         "[ '$r' = ok ] && grep -q 'flipped/detected median' '$T/vr.log'" "$(cat "$T/vr.log")"
 done
 ./build/vendor_rules no_such_model 1 >"$T/vr.log" 2>&1
