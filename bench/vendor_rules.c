@@ -7,11 +7,10 @@
  * With --bf16 the second graph keeps the detected flag and runs --dtype bf16 instead (vt_gemm_plan_bf16), to measure
  * bf16 against fp32 the same way and, with --check, how far its logits and gradients are from fp32's.
  * Usage: vendor_rules MODEL BATCH [train|eval] [ROUNDS] [--check] [--bf16 | --tail-n | --pack | --wt-first]: prints
- * each round's seconds and, at the
- * end, the median and best ratios flipped (or bf16) / detected (below 1: the second graph is faster here). Forward
- * only for eval; for train, forward + backward (no optimizer step: the same for both). --check first prints the
- * largest difference of the two graphs' logits, and for train of each parameter's gradient, relative to that
- * tensor's largest magnitude. Build: make build/vendor_rules. */
+ * each round's seconds and, at the end, the median and best ratios flipped (or bf16) / detected (below 1: the second
+ * graph is faster here). Forward only for eval; for train, forward + backward (no optimizer step: the same for both).
+ * --check first prints the largest difference of the two graphs' logits, and for train of each parameter's gradient,
+ * relative to that tensor's largest magnitude. Build: make build/vendor_rules. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

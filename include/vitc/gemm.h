@@ -103,10 +103,8 @@ typedef enum vt_gemm_post {
  * node does all the layer's epilogue (an inference graph: post-ops, GELU right after the primitive). */
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
-/* Whether a linear layer y = x·wᵀ (x M×K, w N×K) whose products vt_gemm runs, on `threads` threads of `rows` rows
- * each, should transpose w once per forward and run x·(wᵀ) instead (rule 15: train graphs' linears, eval graphs'
- * GELU-prologue linears by row panels): wt_first set, not forced, fp32, M >= 784, K >= N and oneDNN running both
- * forms. */
+/* Rule 15: whether a linear y = x·wᵀ (x M×K, w N×K) whose products (`rows` rows on `threads` threads) vt_gemm runs
+ * should transpose w once per forward and run x·(wᵀ): wt_first, not forced, fp32, M >= 784, K >= N, oneDNN both. */
 int vt_gemm_wt_first(const vt_gemm_plan *p, int threads, int M, int rows, int N, int K);
 
 /* at (cols × rows) = aᵀ for a (rows × cols), both dense row-major, on all threads (outside parallel regions). */

@@ -478,7 +478,8 @@ static vt_tensor *linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, 
     n->grad_sets = 1u; /* x; a fused residual adds its slot (residual) */
     if (act && g->training) vt_node_save(n, 0, n->out->numel);
     /* forward scratch: GELU(x) whole (few rows) or one row panel per thread, then wᵀ (rule 15, where linear_fwd
-     * runs the node: train graphs, and a GELU prologue over row panels, which no whole-forward kernel takes; its
+     * may run the node: train graphs, unless rule 5's primitive takes it (then the scratch goes unused), and eval
+     * graphs' GELU prologue over row panels, which only the int8 kernel takes (its scratch is not planned); the
      * products run on one thread per row panel where linear_fwd takes panels) */
     linear_p *lp = VT_OP_P(n, linear_p);
     const int64_t gelu_rows = !gelu_in ? 0 : R < 2 * PANEL_ROWS ? R : (int64_t)lp->nt * panel_cap(R);
