@@ -271,6 +271,20 @@ static void check_error_codes(vt_test *T) {
     vt_params_free(P);
 }
 
+/* Graph 0 (k = 0) keeps a copy of its n floats at v in *ref; a later graph's grow *err by their largest difference
+ * from it and *mag by the copy's largest magnitude. */
+static void keep_or_compare(int k, const float *v, int64_t n, float **ref, float *err, float *mag) {
+    if (!k) {
+        *ref = malloc(sizeof(float) * (size_t)n);
+        if (*ref) memcpy(*ref, v, sizeof(float) * (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; *ref && i < n; i++) {
+        *err = fmaxf(*err, fabsf(v[i] - (*ref)[i]));
+        *mag = fmaxf(*mag, fabsf((*ref)[i]));
+    }
+}
+
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
  * and the gradients of x, w and b, over enough rows for several panels per thread, on two threads. Variants: 0 x a
  * parameter, 1 x an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW
@@ -315,16 +329,7 @@ static void check_gelu_linear_plain(vt_test *T, int variant, int rows, int outs)
         vt_graph_backward(g[k]);
         for (int j = 0; j < 4; j++) {
             if ((j == 1 && variant == 3) || (j == 2 && variant == 2)) continue;
-            const float *v = j ? t[j]->grad : y[k]->data;
-            if (!k) {
-                ref[j] = malloc(sizeof(float) * (size_t)t[j]->numel);
-                if (ref[j]) memcpy(ref[j], v, sizeof(float) * (size_t)t[j]->numel);
-                continue;
-            }
-            for (int64_t i = 0; ref[j] && i < t[j]->numel; i++) {
-                err[j] = fmaxf(err[j], fabsf(v[i] - ref[j][i]));
-                mag[j] = fmaxf(mag[j], fabsf(ref[j][i]));
-            }
+            keep_or_compare(k, j ? t[j]->grad : y[k]->data, t[j]->numel, &ref[j], &err[j], &mag[j]);
         }
     }
     const char *what[4] = {"output", "dx", "dw", "db"};
@@ -403,16 +408,7 @@ static void check_linear_wt_first(vt_test *T) {
             if (train) vt_graph_backward(g[k]);
             const float *v[4] = {y[k]->data, x->grad, w->grad, b->grad};
             const int64_t n[4] = {y[k]->numel, x->numel, w->numel, b->numel};
-            for (int j = 0; j < nchk; j++) {
-                if (!k) {
-                    ref[j] = malloc(sizeof(float) * (size_t)n[j]);
-                    if (ref[j]) memcpy(ref[j], v[j], sizeof(float) * (size_t)n[j]);
-                }
-                for (int64_t i = 0; k && ref[j] && i < n[j]; i++) {
-                    err[j] = fmaxf(err[j], fabsf(v[j][i] - ref[j][i]));
-                    mag[j] = fmaxf(mag[j], fabsf(ref[j][i]));
-                }
-            }
+            for (int j = 0; j < nchk; j++) keep_or_compare(k, v[j], n[j], &ref[j], &err[j], &mag[j]);
         }
         const char *what[4] = {"output", "dx", "dw", "db"};
         for (int j = 0; j < nchk; j++) {
