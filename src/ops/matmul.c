@@ -100,16 +100,14 @@ static void lin_init(const vt_node *n, int r0, int r1, float *h) {
 static void lin_gemm(const vt_node *n, const float *xr, int r0, int r1, float *h) {
     const linear_p *p = VT_OP_P(n, linear_p);
     const int beta1 = lin_bias(n) || lin_res(n);
+    const float *wb = p->wt ? n->fws->data + p->wt_at : n->in[1]->data;
     for (int a = r0, z; a < r1; a = z) {
         const float s = lin_scale(n, a);
         z = p->drop > 0.0f ? (a / p->T + 1) * p->T : r1;
         while (z < r1 && lin_scale(n, z) == s) z += p->T;
         if (z > r1) z = r1;
-        if (s != 0.0f && p->wt)
-            gemm(n, 0, 0, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, n->fws->data + p->wt_at,
-                 p->Co, beta1 ? 1.0f : 0.0f, h + (size_t)a * p->Co, p->Co);
-        else if (s != 0.0f)
-            gemm(n, 0, 1, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, n->in[1]->data, p->Ci,
+        if (s != 0.0f) /* w (Co, Ci) read transposed, or its copy wᵀ (Ci, Co) as it is (rule 15) */
+            gemm(n, 0, !p->wt, z - a, p->Co, p->Ci, s, xr + (size_t)(a - r0) * p->Ci, p->Ci, wb, p->wt ? p->Co : p->Ci,
                  beta1 ? 1.0f : 0.0f, h + (size_t)a * p->Co, p->Co);
     }
 }
