@@ -682,7 +682,7 @@ void vt_graph_print_profile(const vt_graph *g, FILE *f) {
     if (!g->node_s || !f) return;
     static const char *const kind_names[VT_OP_KINDS] = {"other", "gemm", "fused"};
     const char *names[64];
-    double t[64] = {0}, total = 0.0;
+    double t[64] = {0}, gt[64] = {0}, total = 0.0; /* gt: a fused op's time in its GEMM calls */
     int64_t macs[64] = {0};
     vt_op_kind kinds[64];
     int n = 0;
@@ -696,6 +696,7 @@ void vt_graph_print_profile(const vt_graph *g, FILE *f) {
         }
         if (k < n) {
             t[k] += g->node_s[i];
+            gt[k] += g->node_gemm_s[i];
             macs[k] += g->nodes[i]->macs;
         }
         total += g->node_s[i];
@@ -704,14 +705,18 @@ void vt_graph_print_profile(const vt_graph *g, FILE *f) {
         for (int j = i + 1; j < n; j++)
             if (t[j] > t[i]) {
                 double tt = t[i]; t[i] = t[j]; t[j] = tt;
+                tt = gt[i]; gt[i] = gt[j]; gt[j] = tt;
                 int64_t mm = macs[i]; macs[i] = macs[j]; macs[j] = mm;
                 const char *nn = names[i]; names[i] = names[j]; names[j] = nn;
                 vt_op_kind kk = kinds[i]; kinds[i] = kinds[j]; kinds[j] = kk;
             }
     fprintf(f, "%-24s %10s %7s %14s  %s\n", "op", "seconds", "share", "forward MACs", "kind");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%-24s %10.4f %6.1f%% %14lld  %s\n", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i],
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%-24s %10.4f %6.1f%% %14lld  %s", names[i], t[i], 100.0 * t[i] / total, (long long)macs[i],
                kind_names[kinds[i]]);
+        if (kinds[i] == VT_OP_FUSED) fprintf(f, " (%.1f%% in GEMM calls)", 100.0 * gt[i] / total);
+        fputc('\n', f);
+    }
     double sh[VT_OP_KINDS];
     vt_graph_profile_split(g, sh);
     const double fg = vt_graph_profile_fused_gemm(g);

@@ -300,9 +300,9 @@ check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.l
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --train --profile >"$T/prof.log" 2>&1
-check "bench --profile: time per op with its kind, the split by kind and the 12 slowest nodes" \
+check "bench --profile: time per op with its kind (a fused op's share in GEMM calls), the split by kind and the 12 slowest nodes" \
     "grep -Eq '^linear(\\.[a-z_]+)? +[0-9.]+ +[0-9.]+% +[0-9]+ +gemm$' '$T/prof.log' &&
-     grep -Eq '^attention +[0-9.]+ +[0-9.]+% +[0-9]+ +fused$' '$T/prof.log' &&
+     grep -Eq '^attention +[0-9.]+ +[0-9.]+% +[0-9]+ +fused \\([0-9.]+% in GEMM calls\\)$' '$T/prof.log' &&
      grep -Eq '^by kind: GEMM ops [0-9.]+%, .* [0-9.]+% \\([0-9.]+% in their GEMM calls\\), other ops [0-9.]+%; '\
 'outside GEMM calls [0-9.]+%$' '$T/prof.log' &&
      [ \$(sed -n '/^slowest nodes/,/img.s/p' '$T/prof.log' | grep -Ec '^[0-9]+ ') -eq 12 ]" \
