@@ -91,6 +91,11 @@ build/vendor_rules: bench/vendor_rules.c build/libvitc.a
 build/attn_ops: bench/attn_ops.c build/libvitc.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# CSwin's attention core as one op against the op chain it replaces (bench/stripe_attn.c); `make test` builds and
+# runs it once (tests/cli/test_gemm.sh).
+build/stripe_attn: bench/stripe_attn.c build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 build/libvitc.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^ # rebuilt whole: no stale members of renamed or removed sources
 
@@ -233,7 +238,7 @@ asan: build-asan/unit build-asan-vec/unit
 test: deps-test
 	$(MAKE) --no-print-directory -j$(NPROC) vitc build/unit build-asan/unit build-asan-vec/unit build-asan/vitc \
 	  build-asan/alloc_faults build-asan/io_faults fuzz-build shared \
-	  build/vendor_rules build/attn_ops $(ISA_CHECK) $(CLANG_CHECK)
+	  build/vendor_rules build/attn_ops build/stripe_attn $(ISA_CHECK) $(CLANG_CHECK)
 	@bash tests/run_all.sh
 
 demo: deps-demo

@@ -2,7 +2,11 @@
  * (vt_slice / vt_split_heads / vt_matmul / vt_add / vt_softmax / vt_merge_heads; forward and every gradient, train and
  * eval graphs) for separate q and kv with M ≠ N, CSwin-style channel offsets, bias shared and per batch entry, masks
  * with nW > 1 (0 / −100), MSF with bias and mask, huge negative logits (−1e30, −3e38); finite-difference gradients
- * on small and edge shapes (N = 1, M = 1, odd sizes; masks from vt_window_shift_mask); the builder's errors. */
+ * on small and edge shapes (N = 1, M = 1, odd sizes; masks from vt_window_shift_mask); the builder's errors.
+ * vt_stripe_attention (CSwin's two branches with their LePE as one op): finite-difference gradients, and values and
+ * gradients against the chain src/blocks/cswin.c builds without it (stripe partition, two fused attentions, the LePE
+ * convolutions, the reverse into the grid), for stripes 1 to S wide, the small-key tiles and more keys than they
+ * take, units of whole stripes and of fewer heads, qkv's gradient written and added to; its errors. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -229,6 +233,79 @@ static void check_errors(vt_test *T) {
     }
 }
 
+/* Operands qkv (B, S·S, 3C), the LePE weight (C, 1, 3, 3) and bias (C); ia = {S, s, heads, shared}: shared adds
+ * qkv's q channels to the output, so qkv's gradient has a second term that the op must add to. */
+static vt_tensor *stripe_shared(vt_graph *g, vt_tensor *y, vt_tensor *qkv, const gc_case *c) {
+    return c->ia[3] ? vt_add(g, y, vt_slice(g, qkv, 2, 0, qkv->shape[2] / 3)) : y;
+}
+
+static vt_tensor *b_stripe(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int C = x[0]->shape[2] / 3, h = c->ia[2];
+    return stripe_shared(g, vt_stripe_attention(g, x[0], c->ia[0], c->ia[1], h, 1.0f / sqrtf((float)(C / h)), x[1],
+                                                x[2]),
+                         x[0], c);
+}
+
+/* One branch of the chain: attention over the windows of t (nw, wh·ww, Lt), heads of hc channels at q_off, + C,
+ * + 2C, plus the LePE (channels [q_off, q_off + hc) of w and b) of its values -> (nw, wh·ww, hc). */
+static vt_tensor *stripe_branch(vt_graph *g, vt_tensor *t, vt_tensor **x, int C, int q_off, int l_off, int hc, int h,
+                                int wh, int ww) {
+    const vt_attn_args a = {.heads = h / 2, .dim = hc, .q_off = q_off, .k_off = q_off + C, .v_off = q_off + 2 * C,
+                            .scale = 1.0f / sqrtf((float)(2 * hc / h))};
+    vt_tensor *o = vt_attention_ex(g, t, NULL, &a);
+    const int m4[4] = {t->shape[0], wh, ww, t->shape[2]}, m3[3] = {t->shape[0], wh * ww, hc};
+    vt_tensor *w = vt_slice(g, x[1], 0, l_off, hc), *b = vt_slice(g, x[2], 0, l_off, hc);
+    return vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, t, 4, m4), q_off + 2 * C, w, b, 1, o), 3, m3);
+}
+
+static vt_tensor *b_stripe_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    const int S = c->ia[0], s = c->ia[1], h = c->ia[2], B = x[0]->shape[0], C = x[0]->shape[2] / 3, hc = C / 2;
+    const int m4[4] = {B, S, S, 3 * C}, hs[3] = {B * (S / s), s * S, 3 * C};
+    vt_tensor *vw = vt_window_partition_sel(g, vt_reshape(g, x[0], 4, m4), S, s, 0, 0, 3, hc);
+    vt_tensor *o0 = stripe_branch(g, vw, x, hc, 0, 0, hc, h, S, s);
+    vt_tensor *o1 = stripe_branch(g, vt_reshape(g, x[0], 3, hs), x, C, hc, hc, hc, h, s, S);
+    const int t3[3] = {B, S * S, C};
+    return stripe_shared(g, vt_reshape(g, vt_window_reverse_cat(g, o0, o1, S, S, S, s, 0, 0), 3, t3), x[0], c);
+}
+
+static void check_stripe(vt_test *T, const char *name, int B, int S, int s, int C, int h, int shared) {
+    gc_case f = {.name = name, .nx = 3, .ndim = {3, 4, 1}, .build = b_stripe, .fill = gc_fill,
+                 .ia = {S, s, h, shared}};
+    const int qs[3] = {B, S * S, 3 * C}, ws[4] = {C, 1, 3, 3};
+    memcpy(f.shape[0], qs, sizeof qs);
+    memcpy(f.shape[1], ws, sizeof ws);
+    f.shape[2][0] = C;
+    gc_run_vs_plain(T, &f, b_stripe_chain, "the stripe partition, attention, LePE and reverse chain", 1e-5);
+}
+
+/* vt_stripe_attention's errors name the op and the shapes. */
+static void check_stripe_errors(vt_test *T) {
+    struct {
+        const char *want;
+        int qs[3], S, s, heads, wc, bc;
+    } E[] = {
+        {"dividing", {1, 36, 24}, 6, 4, 2, 8, 8},   /* stripe 4 does not divide 6 */
+        {"S·S", {1, 35, 24}, 6, 2, 2, 8, 8},        /* 35 tokens */
+        {"even number", {1, 36, 24}, 6, 2, 1, 8, 8}, /* one head */
+        {"even number", {1, 36, 24}, 6, 2, 6, 8, 8}, /* 6 heads do not divide 8 channels */
+        {"LePE", {1, 36, 24}, 6, 2, 2, 4, 8},       /* weight of 4 channels */
+        {"LePE", {1, 36, 24}, 6, 2, 2, 8, 6},       /* bias of 6 */
+    };
+    for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, 1, &e);
+        const int ws[4] = {E[i].wc, 1, 3, 3};
+        vt_tensor *y = vt_stripe_attention(g, vt_input(g, "qkv", 3, E[i].qs), E[i].S, E[i].s, E[i].heads, 1.0f,
+                                           vt_input(g, "w", 4, ws), vt_input(g, "b", 1, &E[i].bc));
+        T_CHECK(T, !y && strstr(g->err.msg, "stripe_attention") && strstr(g->err.msg, E[i].want) &&
+                       strstr(g->err.msg, "(1, "),
+                "stripe error case %zu: got '%s'", i, g->err.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_ops_attention_ex(vt_test *T) {
     /*  name                B   N   M  Lq  Lkv H dim q_off k_off v_off p_off msf bias nW scale huge (sm) */
     static const acase eq[] = {
@@ -313,4 +390,15 @@ void test_ops_attention_ex(vt_test *T) {
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);
+    /* vt_stripe_attention on 2 threads: units of whole stripes (hpu = H/2) where there are at least 8 of them, of one
+     * head otherwise */
+    omp_set_num_threads(2);
+    check_stripe(T, "stripe_s1", 2, 4, 1, 8, 2, 0);          /* stripes one token wide (CSwin-T's stage 1) */
+    check_stripe(T, "stripe_s2_shared", 3, 6, 2, 16, 4, 1);  /* two heads a unit; qkv's gradient added to */
+    check_stripe(T, "stripe_s3_units1", 1, 6, 3, 24, 4, 0);  /* 4 stripes: units of one head */
+    check_stripe(T, "stripe_s7_dh32", 2, 14, 7, 128, 4, 0); /* CSwin-T's stage-3 stripes, 98 keys, heads of 32 */
+    check_stripe(T, "stripe_sS", 2, 5, 5, 8, 2, 0);          /* a stripe is the whole grid */
+    check_stripe(T, "stripe_m128", 1, 16, 8, 8, 2, 1);       /* 128 keys: more than the small-key tiles take */
+    omp_set_num_threads(saved);
+    check_stripe_errors(T);
 }

@@ -11,30 +11,40 @@
  * FLatten L form (linear = 1, s = 0 only): attns.0 = focused linear attention (vt_flatten_core: scale,
  * positional_encoding, dwc over d channels) + LePE over all C channels (get_v), summed in that order, -> proj.
  *
- * No per-branch copies of q, k, v: horizontal stripes are consecutive rows, so branch 1 reads the packed qkv itself
- * (a view (B·H/s, s·W, 3C)) and reaches its halves through vt_attention_ex's channel offsets; branch 0 reads one
- * stripe partition of its halves of q, k and v (vt_window_partition_sel), and its output goes back to the grid with
- * branch 1's channels appended in the same pass (vt_window_reverse_cat; against the reverse and a concat, CSwin-T
- * per-round medians 1.04 at batch 1 and 16, inference and training, 3-5 of 5 rounds won, AMD EPYC Zen 4,
- * 2026-12-04). The LePE convolutions read v in place. */
+ * On square grids both branches with their LePE are one op, vt_stripe_attention (src/ops/attention.c), which reads
+ * and writes the grid in place. Elsewhere (and with export_maps or ref_kernels: the chain the op is checked against)
+ * the op chain, with no per-branch copies of q, k, v: horizontal stripes are consecutive rows, so branch 1 reads the
+ * packed qkv itself (a view (B·H/s, s·W, 3C)) and reaches its halves through vt_attention_ex's channel offsets;
+ * branch 0 reads one stripe partition of its halves of q, k and v (vt_window_partition_sel), and its output goes
+ * back to the grid with branch 1's channels appended in the same pass (vt_window_reverse_cat; against the reverse
+ * and a concat, CSwin-T per-round medians 1.04 at batch 1 and 16, inference and training, 3-5 of 5 rounds won, AMD
+ * EPYC Zen 4, 2026-12-04). The LePE convolutions read v in place. */
 #include <math.h>
 #include <stdio.h>
 
 #include "vitc/blocks.h"
 
-/* o + LePE of one branch: depthwise 3x3 (prefix.get_v, c channels, PyTorch's default init) over the windows of v,
- * channels [v_off, v_off + c) of t (nw, wh·ww, ·) read in place, zero padding at the window borders, added to o
- * (nw, wh·ww, c) in the conv -> (nw, wh·ww, c). */
+/* LePE's parameters, prefix.get_v: weight (c, 1, 3, 3) and bias (c), PyTorch's default init; 0 or -1. */
+static int lepe_params(vt_graph *g, const char *prefix, int c, vt_tensor **w, vt_tensor **b) {
+    char nm[VT_NAMELEN];
+    const int ws[4] = {c, 1, 3, 3};
+    const vt_init wi = vt_conv_init(9, 9, 0); /* depthwise: fan_in = 1·3·3 */
+    *w = vt_param(g, vt_pname(nm, prefix, "get_v.weight"), 4, ws, wi);
+    *b = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &c, wi);
+    if (!*w || !*b) return -1;
+    (*w)->paper_count = 1;
+    return 0;
+}
+
+/* o + LePE of one branch: depthwise 3x3 (prefix.get_v, c channels) over the windows of v, channels
+ * [v_off, v_off + c) of t (nw, wh·ww, ·) read in place, zero padding at the window borders, added to o (nw, wh·ww, c)
+ * in the conv -> (nw, wh·ww, c). */
 static vt_tensor *add_lepe(vt_graph *g, const char *prefix, vt_tensor *o, vt_tensor *t, int v_off, int c, int wh,
                            int ww) {
     if (vt_bad(g, 2, o, t)) return NULL;
-    char nm[VT_NAMELEN];
-    const int nw = t->shape[0], ws[4] = {c, 1, 3, 3}, m4[4] = {nw, wh, ww, t->shape[2]}, m3[3] = {nw, wh * ww, c};
-    const vt_init wi = vt_conv_init(9, 9, 0); /* depthwise: fan_in = 1·3·3 */
-    vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "get_v.weight"), 4, ws, wi);
-    vt_tensor *b = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &c, wi);
-    if (!w || !b) return NULL;
-    w->paper_count = 1;
+    const int nw = t->shape[0], m4[4] = {nw, wh, ww, t->shape[2]}, m3[3] = {nw, wh * ww, c};
+    vt_tensor *w, *b;
+    if (lepe_params(g, prefix, c, &w, &b)) return NULL;
     return vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, t, 4, m4), v_off, w, b, 1, o), 3, m3);
 }
 
@@ -90,6 +100,14 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
     } else if (s == 0) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         o = branch(g, mod, qkv, C, 0, C, h, H, W, H, W);
+    } else if (H == W && !g->export_maps && !g->ref_kernels) { /* both branches and their LePE as one op */
+        vt_tensor *lw[2], *lb[2];
+        for (int i = 0; i < 2; i++) {
+            snprintf(mod, sizeof mod, "%s.attns.%d", prefix, i);
+            if (lepe_params(g, mod, C / 2, &lw[i], &lb[i])) return NULL;
+        }
+        o = vt_stripe_attention(g, qkv, H, s, h, 1.0f / sqrtf((float)(C / h)), vt_concat(g, lw, 2, 0),
+                                vt_concat(g, lb, 2, 0));
     } else {
         const int hc = C / 2, m4[4] = {B, H, W, 3 * C}, hs[3] = {B * (H / s), s * W, 3 * C}, t3[3] = {B, H * W, C};
         /* branch 0: vertical stripes H x s, a partition of its halves of q, k and v: (B·W/s, H·s, 3·C/2) */

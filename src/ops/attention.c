@@ -45,6 +45,9 @@ typedef struct {
     int small;  /* the small-key tiles run (sk_on): each thread's scratch also holds a transposed key block */
     float scale;
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
+    int S, s;                 /* vt_stripe_attention: an S × S grid, stripes s wide (B images, N = M = S·s), */
+    int hpu;                  /* hpu of a stripe's H/2 heads per unit of work, */
+    int lw_in, lb_in;         /* its LePE weight and bias slots */
 } attn_p;
 
 /* Per-(batch, head) views of the inputs and the output (bias, mask and o NULL when absent or not wanted). */
@@ -583,7 +586,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
                                    a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, 1,
-                                   sk_on(M), a->scale, &g->gemm};
+                                   sk_on(M), a->scale, &g->gemm, 0, 0, 0, -1, -1};
     /* with fewer pairs than 8 per thread and not a multiple of the threads (DeiT-Ti's 3 heads at batch 1 on 2 threads
      * ran 2 pairs on one, 1 on the other), each pair's query rows in as many chunks as even them out: the op alone at
      * DeiT-Ti's batch-1 shapes 1.11-1.16x, eval graphs DeiT-Ti 1.022-1.034 at batch 1 (per-round medians, alternated
@@ -607,6 +610,298 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     if (!vt_node_work(n, 0, (int64_t)nt * (int64_t)fwd_per(ap))) return NULL;
     if (g->training &&
         !vt_node_work(n, 1, (int64_t)nt * (int64_t)bwd_per(ap) + (bias_grad && !bias_batched ? nt * H * NM : 0)))
+        return NULL;
+    return n->out;
+}
+
+/* ---- CSwin's cross-shaped windows (vt_stripe_attention) ----
+ * A unit of work is hpu heads (a->hpu, w = hpu·dh channels) of one stripe: a vertical one (S rows × s columns) of an
+ * image for the heads [0, H/2) and channels [0, C/2), or a horizontal one (s rows × S columns) for the heads [H/2, H)
+ * and channels [C/2, C); N = S·s tokens in the stripe's row-major order. The tokens of a horizontal stripe are
+ * consecutive rows of the packed qkv and of the output, read and written in place (as the chain's branch 1). A
+ * vertical stripe's are not: its unit copies its channels of q, k and v into thread scratch (three runs of w floats
+ * a token: what the chain's stripe partition wrote to memory, here kept in cache) and its output rows back into the
+ * grid. Each unit adds the LePE of its v channels to its output. Backward copies dO in and the gradients out the
+ * same way. Every (token, channel) of q, k, v and of the output belongs to one unit, so units run in parallel and
+ * qkv's gradient is written, not added. The chain this replaces (src/blocks/cswin.c) wrote the stripe partition of
+ * branch 0's q, k and v and read it back, wrote both branches' outputs, read them again with the LePE convolution
+ * and once more to move them to the grid. */
+
+/* Unit u (of 2·B·(S/s)·(H/2)/hpu): group (0 vertical, 1 horizontal stripes), image, stripe and first channel. */
+typedef struct {
+    int grp, b, t, c0;
+} stripe_unit;
+
+static int stripe_units(const attn_p *a) { return 2 * a->B * (a->S / a->s) * (a->H / 2 / a->hpu); }
+
+static stripe_unit stripe_of(const attn_p *a, int u) {
+    const int ns = a->S / a->s, nh = a->H / 2 / a->hpu, w = a->hpu * a->dh;
+    const int grp = u / (a->B * ns * nh), r = u % (a->B * ns * nh);
+    const stripe_unit p = {grp, r / nh / ns, r / nh % ns, grp * (a->H / 2) * a->dh + r % nh * w};
+    return p;
+}
+
+/* The token (index in its image) of row r of unit p's stripe. */
+static inline int stripe_token(const attn_p *a, const stripe_unit *p, int r) {
+    const int S = a->S, s = a->s;
+    return p->grp == 0 ? r / s * S + p->t * s + r % s : p->t * s * S + r;
+}
+
+/* Moves unit p's rows between x (ld floats a token, S·S tokens an image) and a tile (dld floats a row): `runs` runs
+ * of w floats, x's at channels off + i·xs, the tile's at i·w. to_tile: the tile receives; else x does (acc: +=). */
+static void stripe_move(const attn_p *a, const stripe_unit *p, float *x, size_t ld, int off, int xs, int runs, int w,
+                        float *tile, size_t dld, int to_tile, int acc) {
+    float *xb = x + (size_t)p->b * a->S * a->S * ld + off;
+    for (int r = 0; r < a->N; r++) {
+        float *xr = xb + (size_t)stripe_token(a, p, r) * ld, *tr = tile + (size_t)r * dld;
+        for (int i = 0; i < runs; i++) {
+            float *xp = xr + (size_t)i * xs, *tp = tr + (size_t)i * w;
+            if (to_tile) {
+#pragma omp simd
+                for (int c = 0; c < w; c++) tp[c] = xp[c];
+            } else if (acc) {
+#pragma omp simd
+                for (int c = 0; c < w; c++) xp[c] += tp[c];
+            } else {
+#pragma omp simd
+                for (int c = 0; c < w; c++) xp[c] = tp[c];
+            }
+        }
+    }
+}
+
+/* The stripe's grid: wh rows × ww columns. */
+static void stripe_grid(const attn_p *a, const stripe_unit *p, int *wh, int *ww) {
+    *wh = p->grp == 0 ? a->S : a->s;
+    *ww = p->grp == 0 ? a->s : a->S;
+}
+
+/* o (rows ol floats apart) += LePE of v (rows vl apart) on the stripe's wh × ww grid, nc channels: bias[c] + Σ taps
+ * wt[tap·C + c]·v at the tap's neighbour (zero outside the stripe); wt and bias at the group's first channel, taps
+ * (3·3, C). */
+static void lepe_fwd(const float *v, size_t vl, int wh, int ww, int nc, const float *wt, size_t C, const float *bias,
+                     float *o, size_t ol) {
+    for (int y = 0; y < wh; y++)
+        for (int x = 0; x < ww; x++) {
+            float *op = o + ((size_t)y * ww + x) * ol;
+            const float *tap[9], *vp[9];
+            int nt = 0;
+            for (int ky = 0; ky < 3; ky++) {
+                const int yy = y + ky - 1;
+                for (int kx = 0; kx < 3 && yy >= 0 && yy < wh; kx++) {
+                    const int xx = x + kx - 1;
+                    if (xx < 0 || xx >= ww) continue;
+                    vp[nt] = v + ((size_t)yy * ww + xx) * vl;
+                    tap[nt++] = wt + (size_t)(ky * 3 + kx) * C;
+                }
+            }
+#if defined(__AVX512F__)
+            /* 16 channels at a time, summed over the taps in a register: adding each tap into o itself waited on the
+             * store of the tap before (CSwin-T inference at batch 1: half the op's own time outside the attention) */
+            if (nc % 16 == 0) {
+                for (int c0 = 0; c0 < nc; c0 += 16) {
+                    __m512 acc = _mm512_add_ps(_mm512_loadu_ps(op + c0), _mm512_loadu_ps(bias + c0));
+                    for (int k = 0; k < nt; k++)
+                        acc = _mm512_fmadd_ps(_mm512_loadu_ps(tap[k] + c0), _mm512_loadu_ps(vp[k] + c0), acc);
+                    _mm512_storeu_ps(op + c0, acc);
+                }
+                continue;
+            }
+#endif
+#pragma omp simd
+            for (int c = 0; c < nc; c++) op[c] += bias[c];
+            for (int k = 0; k < nt; k++)
+#pragma omp simd
+                for (int c = 0; c < nc; c++) op[c] += tap[k][c] * vp[k][c];
+        }
+}
+
+/* LePE's backward on a stripe (dO rows gl floats apart, v and dv rows vl apart): dv += the taps' transpose applied
+ * to dO; dw (3·3, C) += Σ v at the tap's neighbour · dO, db += Σ dO (dw, db at the group's first channel; each NULL
+ * when not wanted). */
+static void lepe_bwd(const float *v, const float *dO, size_t vl, size_t gl, int wh, int ww, int nc, const float *wt,
+                     size_t C, float *dv, float *dw, float *db) {
+    for (int y = 0; y < wh; y++)
+        for (int x = 0; x < ww; x++) {
+            const float *g = dO + ((size_t)y * ww + x) * gl;
+            if (db)
+#pragma omp simd
+                for (int c = 0; c < nc; c++) db[c] += g[c];
+            for (int ky = 0; ky < 3; ky++) {
+                const int yy = y + ky - 1;
+                if (yy < 0 || yy >= wh) continue;
+                for (int kx = 0; kx < 3; kx++) {
+                    const int xx = x + kx - 1;
+                    if (xx < 0 || xx >= ww) continue;
+                    const size_t nb = ((size_t)yy * ww + xx) * vl, k = (size_t)(ky * 3 + kx) * C;
+                    if (dv) {
+                        const float *w = wt + k;
+                        float *d = dv + nb;
+#pragma omp simd
+                        for (int c = 0; c < nc; c++) d[c] += w[c] * g[c];
+                    }
+                    if (dw) {
+                        const float *vp = v + nb;
+                        float *d = dw + k;
+#pragma omp simd
+                        for (int c = 0; c < nc; c++) d[c] += vp[c] * g[c];
+                    }
+                }
+            }
+        }
+}
+
+/* LePE's taps (C, 1, 3, 3) -> (3·3, C). */
+static void lepe_taps(const float *w, int C, float *wt) {
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < 9; k++) wt[(size_t)k * C + c] = w[(size_t)c * 9 + k];
+}
+
+/* The per-head code's view of a unit's rows: a vertical stripe's copied tile (q, k and v of its hpu heads side by
+ * side in rows of 3·w floats, the output in rows of w), or a horizontal stripe's rows of the packed qkv and of the
+ * output themselves. */
+static attn_p unit_view(const attn_p *a, int grp) {
+    attn_p v = *a;
+    if (grp == 0) {
+        v.H = a->hpu;
+        v.ldq = v.ldkv = 3 * a->hpu * a->dh;
+    }
+    return v;
+}
+
+/* Thread scratch beyond the per-head code's, in floats: forward the q, k, v tile and the output's; backward those
+ * (dO for the output's) and the q, k, v gradients'. */
+static size_t stripe_fwd_per(const attn_p *a) { return fwd_per(a) + 4 * (size_t)a->N * a->hpu * a->dh; }
+static size_t stripe_bwd_per(const attn_p *a) { return bwd_per(a) + 7 * (size_t)a->N * a->hpu * a->dh; }
+
+/* Where unit p's q, k, v (w floats apart in a tile, C in qkv) and output rows are: the thread's tiles T and O
+ * (vertical stripes, copied in by the caller) or the rows of qkv and out (horizontal ones; out may be NULL). */
+typedef struct {
+    float *q, *k, *v, *o;
+    size_t ld, ol; /* floats between rows of q, k, v and of o */
+} unit_rows;
+
+static unit_rows unit_at(const attn_p *a, const stripe_unit *p, float *qkv, float *out, float *T, float *O) {
+    const int C = a->H * a->dh, w = a->hpu * a->dh;
+    if (p->grp == 0) return (unit_rows){T, T + w, T + 2 * w, O, 3 * (size_t)w, (size_t)w};
+    const size_t row = (size_t)p->b * a->S * a->S + (size_t)p->t * a->s * a->S;
+    float *x = qkv + row * 3 * (size_t)C + p->c0;
+    return (unit_rows){x, x + C, x + 2 * C, out ? out + row * (size_t)C + p->c0 : NULL, 3 * (size_t)C, (size_t)C};
+}
+
+static void stripe_fwd(vt_node *n) {
+    const attn_p *a = VT_OP_P(n, attn_p);
+    const int C = a->H * a->dh, w = a->hpu * a->dh, units = stripe_units(a);
+    const size_t NM = (size_t)a->N * a->M, nw = (size_t)a->N * w;
+    float *wt = n->fws->data, *scratch = wt + 9 * (size_t)C;
+    lepe_taps(n->in[a->lw_in]->data, C, wt);
+    float *qkv = n->in[0]->data, *out = n->out->data;
+    const float *lb = n->in[a->lb_in]->data;
+#pragma omp parallel for schedule(static) num_threads(a->nt)
+    for (int u = 0; u < units; u++) {
+        const stripe_unit p = stripe_of(a, u);
+        float *sc = scratch + (size_t)omp_get_thread_num() * stripe_fwd_per(a);
+        float *T = sc + fwd_per(a), *O = T + 3 * nw, *kt = a->small ? sc + NM + a->M : NULL;
+        if (p.grp == 0) stripe_move(a, &p, qkv, 3 * (size_t)C, p.c0, C, 3, w, T, 3 * (size_t)w, 1, 0);
+        const unit_rows r = unit_at(a, &p, qkv, out, T, O);
+        const attn_p view = unit_view(a, p.grp);
+        for (int j = 0; j < a->hpu; j++) {
+            const int o = j * a->dh;
+            const head_io io = {r.q + o, r.k + o, r.v + o, NULL, NULL, r.o + o};
+            head_fwd(&view, &io, a->N, sc + a->M, sc, kt, NULL, 0);
+        }
+        int wh, ww;
+        stripe_grid(a, &p, &wh, &ww);
+        lepe_fwd(r.v, r.ld, wh, ww, w, wt + p.c0, (size_t)C, lb + p.c0, r.o, r.ol);
+        if (p.grp == 0) stripe_move(a, &p, out, (size_t)C, p.c0, 0, 1, w, O, (size_t)w, 0, 0);
+    }
+}
+
+static void stripe_bwd(vt_node *n) {
+    const attn_p *a = VT_OP_P(n, attn_p);
+    if (!n->bws) return; /* eval graph */
+    float *dqkv = n->in[0]->grad, *dlw = n->in[a->lw_in]->grad, *dlb = n->in[a->lb_in]->grad;
+    if (!dqkv && !dlw && !dlb) return;
+    const int C = a->H * a->dh, w = a->hpu * a->dh, units = stripe_units(a), nt = a->nt;
+    const size_t NM = (size_t)a->N * a->M, nw = (size_t)a->N * w, pw = 10 * (size_t)C;
+    float *wt = n->bws->data, *part = wt + 9 * (size_t)C, *scratch = part + (size_t)nt * pw;
+    lepe_taps(n->in[a->lw_in]->data, C, wt);
+    vt_zero(part, (int64_t)nt * (int64_t)pw);
+    float *qkv = n->in[0]->data, *dout = n->out->grad;
+    const int acc = !(n->grad_fresh & 1u);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int u = 0; u < units; u++) {
+        const stripe_unit p = stripe_of(a, u);
+        const int t = omp_get_thread_num(), tile = p.grp == 0;
+        /* dS, column sums, probabilities, norms, the key block (as pair_bwd), then the tiles */
+        float *sc = scratch + (size_t)t * stripe_bwd_per(a), *P = sc + NM + a->M;
+        float *kt = a->small ? P + NM + a->M : NULL, *T = sc + bwd_per(a), *dOt = T + 3 * nw, *dT = dOt + nw;
+        if (tile) {
+            stripe_move(a, &p, qkv, 3 * (size_t)C, p.c0, C, 3, w, T, 3 * (size_t)w, 1, 0);
+            stripe_move(a, &p, dout, (size_t)C, p.c0, 0, 1, w, dOt, (size_t)w, 1, 0);
+        }
+        /* the inputs' rows; the gradients' (o: dO's), in the tiles or in the tensors (dqkv NULL: dO's only) */
+        const unit_rows r = unit_at(a, &p, qkv, NULL, T, NULL), d = unit_at(a, &p, dqkv ? dqkv : qkv, dout, dT, dOt);
+        const float bg = tile || !acc ? 0.0f : 1.0f; /* tiles are written, then moved (added when acc) */
+        const attn_p view = unit_view(a, p.grp);
+        for (int j = 0; j < a->hpu; j++) {
+            const int o = j * a->dh;
+            const head_io io = {r.q + o, r.k + o, r.v + o, NULL, NULL, NULL};
+            head_probs(&view, &io, a->N, P, P + NM, kt, 0);
+            head_bwd(&view, &io, P, d.o + o, dqkv ? d.q + o : NULL, dqkv ? d.k + o : NULL, dqkv ? d.v + o : NULL,
+                     NULL, NULL, sc, sc + NM, kt, 0, bg, bg);
+        }
+        int wh, ww;
+        stripe_grid(a, &p, &wh, &ww);
+        float *pt = part + (size_t)t * pw;
+        lepe_bwd(r.v, d.o, r.ld, d.ol, wh, ww, w, wt + p.c0, (size_t)C, dqkv ? d.v : NULL, dlw ? pt + p.c0 : NULL,
+                 dlb ? pt + 9 * (size_t)C + p.c0 : NULL);
+        if (dqkv && tile) stripe_move(a, &p, dqkv, 3 * (size_t)C, p.c0, C, 3, w, dT, 3 * (size_t)w, 0, acc);
+    }
+    for (int c = 0; c < C; c++) /* the threads' partial sums, taps back to (C, 1, 3, 3) */
+        for (int k = 0; k < 10; k++) {
+            float sum = 0.0f;
+            for (int t = 0; t < nt; t++) sum += part[(size_t)t * pw + (size_t)k * C + c];
+            if (k < 9 && dlw) dlw[(size_t)c * 9 + k] += sum;
+            if (k == 9 && dlb) dlb[c] += sum;
+        }
+}
+
+static const vt_opdef op_stripe_attention = {"stripe_attention", stripe_fwd, stripe_bwd, ATTN_READS, NULL,
+                                             VT_OP_FUSED};
+
+vt_tensor *vt_stripe_attention(vt_graph *g, vt_tensor *qkv, int S, int s, int heads, float scale, vt_tensor *w,
+                               vt_tensor *b) {
+    if (vt_bad(g, 3, qkv, w, b)) return NULL;
+    static const char *op = "stripe_attention";
+    char sq[64], sw[64], sb[64];
+    vt_shape_str(qkv, sq, 64);
+    vt_shape_str(w, sw, 64);
+    vt_shape_str(b, sb, 64);
+    if (qkv->ndim != 3 || S < 1 || s < 1 || S % s || (int64_t)S * S != qkv->shape[1] || qkv->shape[2] % 3)
+        return vt_fail(g, op, "qkv %s must be (B, S·S = %d·%d, 3C) with the stripe width %d dividing S = %d", sq, S, S,
+                       s, S);
+    const int B = qkv->shape[0], C = qkv->shape[2] / 3;
+    if (heads < 2 || heads % 2 || C % heads)
+        return vt_fail(g, op, "qkv %s: %d channels need an even number of heads dividing them (got %d)", sq, C, heads);
+    if (!vt_has_shape(w, 4, C, 1, 3, 3) || !vt_has_shape(b, 1, C, 0, 0, 0))
+        return vt_fail(g, op, "LePE weight %s (%s) and bias %s must be (%d, 1, 3, 3) and (%d) for qkv %s", sw, w->name,
+                       sb, C, C, sq);
+    vt_tensor *in[3] = {qkv, w, b};
+    const int shape[3] = {B, S * S, C};
+    vt_node *n = vt_new_node(g, &op_stripe_attention, in, 3, vt_new_act(g, 3, shape));
+    if (!n) return NULL;
+    const int N = S * s, dh = C / heads, nt = g->threads;
+    attn_p *a = VT_OP_P(n, attn_p);
+    *a = (attn_p){B, N, N, heads, dh, nt, 0, 3 * C, 3 * C, 0, C, 2 * C, 0, -1, -1, -1, 0, 0, 1, 0, 1, sk_on(N), scale,
+                  &g->gemm, S, s, heads / 2, 1, 2};
+    n->macs = 2LL * B * S * S * N * C + 9LL * B * S * S * C;
+    /* units of fewer heads where whole stripes would leave threads idle (a stripe's H/2 heads at batch 1) */
+    while (stripe_units(a) < 4 * nt && a->hpu % 2 == 0) a->hpu /= 2;
+    n->grad_sets |= 1u; /* every element of qkv's gradient belongs to one unit */
+    if (!vt_node_work(n, 0, 9LL * C + (int64_t)nt * (int64_t)stripe_fwd_per(a))) return NULL;
+    if (g->training &&
+        !vt_node_work(n, 1, 9LL * C + (int64_t)nt * (int64_t)(10 * (size_t)C + stripe_bwd_per(a))))
         return NULL;
     return n->out;
 }

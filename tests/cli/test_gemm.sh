@@ -143,3 +143,14 @@ done
 ./build/attn_ops no_such_host >"$T/ao.log" 2>&1
 check "attn_ops refuses an unknown host" "[ $? -eq 2 ] && grep -q 'unknown host no_such_host' '$T/ao.log'" \
     "$(cat "$T/ao.log")"
+
+# bench/stripe_attn.c: CSwin's attention core as one op against the chain, a line per two-branch stage of CSwin-T
+for mode in eval train; do
+    OMP_NUM_THREADS=2 ./build/stripe_attn $mode 1 2 >"$T/sa.log" 2>&1
+    n=$(grep -cE '^stage [1-3] .*chain best [0-9.]+ median [0-9.]+ ms, op best [0-9.]+ median [0-9.]+ ms, chain / op \(medians\) [0-9.]+$' \
+        "$T/sa.log")
+    check "stripe_attn $mode: 3 stage lines" "[ '$n' = 3 ] && grep -q 'cpu: ' '$T/sa.log'" "$(cat "$T/sa.log")"
+done
+./build/stripe_attn sideways >"$T/sa.log" 2>&1
+check "stripe_attn refuses an unknown mode" "[ $? -eq 2 ] && grep -q 'usage: stripe_attn' '$T/sa.log'" \
+    "$(cat "$T/sa.log")"
