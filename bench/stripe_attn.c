@@ -89,12 +89,16 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const int train = argc > 1 && !strcmp(argv[1], "train"), B = argc > 2 ? atoi(argv[2]) : 16;
     const int rounds = argc > 3 ? atoi(argv[3]) : 20;
-    if ((argc > 1 && !train && strcmp(argv[1], "eval")) || B < 1 || rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "usage: stripe_attn [eval|train] [BATCH] [ROUNDS (1-1000)]\n");
+    if ((argc > 1 && !train && strcmp(argv[1], "eval")) || B < 1 || rounds < 1) {
+        fprintf(stderr, "usage: stripe_attn [eval|train] [BATCH] [ROUNDS]\n");
         return 2;
     }
     vt_err e = {0};
-    static double tc[1000], tf[1000];
+    double *tc = malloc(sizeof(double) * (size_t)rounds), *tf = malloc(sizeof(double) * (size_t)rounds);
+    if (!tc || !tf) {
+        fprintf(stderr, "stripe_attn: out of memory\n");
+        return 1;
+    }
     for (int st = 0; st < 3; st++) {
         built c = {0}, f = {0};
         if (build(st, 0, B, train, &c, &e) || build(st, 1, B, train, &f, &e)) {
@@ -123,5 +127,7 @@ int main(int argc, char **argv) {
         vt_graph_free(f.g);
         vt_params_free(f.P);
     }
+    free(tc);
+    free(tf);
     return 0;
 }
