@@ -88,13 +88,13 @@ build/vendor_rules: bench/vendor_rules.c build/libvitc.a
 
 # hMHSA's fused attention against the plain one, op by op (bench/attn_ops.c); `make test` builds and runs it once
 # (tests/cli/test_gemm.sh).
-build/attn_ops: bench/attn_ops.c build/libvitc.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+build/attn_ops: bench/attn_ops.c bench/bench_graph.h build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 # CSwin's attention core as one op against the op chain it replaces (bench/stripe_attn.c); `make test` builds and
 # runs it once (tests/cli/test_gemm.sh).
-build/stripe_attn: bench/stripe_attn.c build/libvitc.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+build/stripe_attn: bench/stripe_attn.c bench/bench_graph.h build/libvitc.a
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 build/libvitc.a: $(OBJ)
 	rm -f $@ && ar rcs $@ $^ # rebuilt whole: no stale members of renamed or removed sources

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_graph.h"
 #include "vitc/blocks.h"
 #include "vitc/gemm.h"
 #include "vitc/graph.h"
@@ -33,8 +34,7 @@ static const host hosts[] = {
 };
 
 typedef struct {
-    vt_params *P;
-    vt_graph *g;
+    bench_graph bg;
     int64_t macs;
 } built;
 
@@ -45,8 +45,8 @@ static vt_tensor *operand(vt_graph *g, const char *name, int ndim, const int *sh
 
 /* Stage s of host h as the plain (hal 0) or the hallucinated op (hal 1), batch B; 0 or -1 with e set. */
 static int build(const host *h, int s, int hal, int B, int train, built *b, vt_err *e) {
-    if (!(b->P = vt_params_new(e)) || !(b->g = vt_graph_new(b->P, train, e))) return -1;
-    vt_graph *g = b->g;
+    if (!(b->bg.P = vt_params_new(e)) || !(b->bg.g = vt_graph_new(b->bg.P, train, e))) return -1;
+    vt_graph *g = b->bg.g;
     const int C = h->heads[s] * h->dh, N = h->N[s], M = h->packed ? N : h->kh * h->kw, H = h->heads[s];
     const int lq = h->packed ? (hal ? 2 * C : 3 * C) : (hal ? C / 2 : C), lkv = hal ? 3 * C / 2 : 2 * C;
     const int qs[3] = {B, N, lq}, ks[3] = {B, M, lkv}, h2 = H, ws[4] = {h2, 1, 3, 3}, cs[4] = {h2, h2, 1, 1};
@@ -69,7 +69,7 @@ static int build(const host *h, int s, int hal, int B, int train, built *b, vt_e
     else
         vt_graph_output(g, y);
     if (vt_graph_finalize(g, e)) return -1;
-    vt_params_init(b->P, 7);
+    vt_params_init(b->bg.P, 7);
     vt_rng rng;
     vt_rng_seed(&rng, 11);
     for (int k = 0; k < 2 && !train; k++) { /* the inputs of an eval graph */
@@ -79,21 +79,6 @@ static int build(const host *h, int s, int hal, int B, int train, built *b, vt_e
     b->macs = 0;
     for (int k = 0; k < g->nn; k++) b->macs += g->nodes[k]->macs;
     return 0;
-}
-
-static double call(built *b, int train) {
-    const double t0 = omp_get_wtime();
-    vt_graph_forward(b->g);
-    if (train) {
-        vt_params_zero_grad(b->P);
-        vt_graph_backward(b->g);
-    }
-    return omp_get_wtime() - t0;
-}
-
-static void drop(built *b) {
-    vt_graph_free(b->g);
-    vt_params_free(b->P);
 }
 
 int main(int argc, char **argv) {
@@ -115,23 +100,21 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (!s) {
-            vt_machine m;
-            vt_machine_probe(&m);
-            printf("%s, %s, batch %d, %d threads, best of %d calls each (alternated); cpu: %s (OpenBLAS \"%s\", "
-                   "oneDNN %s)\n", h->name, train ? "forward + backward" : "forward", B, p.g->threads, rounds,
-                   m.cpu_model, m.openblas_core, m.onednn_isa);
+            printf("%s, %s, batch %d, %d threads, best of %d calls each (alternated); ", h->name,
+                   train ? "forward + backward" : "forward", B, p.bg.g->threads, rounds);
+            bench_print_cpu();
         }
         double tp = 1e30, tq = 1e30;
         for (int r = 0; r < rounds; r++) {
-            const double a = call(&p, train), c = call(&q, train);
+            const double a = bench_graph_call(&p.bg, train), c = bench_graph_call(&q.bg, train);
             tp = a < tp ? a : tp;
             tq = c < tq ? c : tq;
         }
         printf("stage %d (%d queries, %d keys, %d heads of %d): plain %.3f ms, hallucinated %.3f ms, ratio %.3f, "
                "MACs ratio %.3f\n", h->s0 + s, h->N[s], h->packed ? h->N[s] : h->kh * h->kw, h->heads[s], h->dh,
                1e3 * tp, 1e3 * tq, tq / tp, (double)q.macs / (double)p.macs);
-        drop(&p);
-        drop(&q);
+        bench_graph_free(&p.bg);
+        bench_graph_free(&q.bg);
     }
     return 0;
 }

@@ -11,15 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_graph.h"
 #include "vitc/gemm.h"
 #include "vitc/graph.h"
 #include "vitc/ops.h"
 #include "vitc/rng.h"
 
-typedef struct {
-    vt_params *P;
-    vt_graph *g;
-} built;
 
 /* CSwin-T's stages 1-3 (the two-branch ones): grid side, stripe width, width, heads. */
 static const int stages[3][4] = {{56, 1, 64, 2}, {28, 2, 128, 4}, {14, 7, 256, 8}};
@@ -35,7 +32,7 @@ static vt_tensor *branch(vt_graph *g, vt_tensor *t, int C, int q_off, int hc, in
     return vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, t, 4, m4), q_off + 2 * C, w, b, 1, o), 3, m3);
 }
 
-static int build(int st, int fused, int B, int train, built *bt, vt_err *e) {
+static int build(int st, int fused, int B, int train, bench_graph *bt, vt_err *e) {
     if (!(bt->P = vt_params_new(e)) || !(bt->g = vt_graph_new(bt->P, train, e))) return -1;
     vt_graph *g = bt->g;
     const int S = stages[st][0], s = stages[st][1], C = stages[st][2], h = stages[st][3], hc = C / 2;
@@ -71,16 +68,6 @@ static int build(int st, int fused, int B, int train, built *bt, vt_err *e) {
     return 0;
 }
 
-static double call(built *b, int train) {
-    const double t0 = omp_get_wtime();
-    vt_graph_forward(b->g);
-    if (train) {
-        vt_params_zero_grad(b->P);
-        vt_graph_backward(b->g);
-    }
-    return omp_get_wtime() - t0;
-}
-
 static int cmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -100,21 +87,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int st = 0; st < 3; st++) {
-        built c = {0}, f = {0};
+        bench_graph c = {0}, f = {0};
         if (build(st, 0, B, train, &c, &e) || build(st, 1, B, train, &f, &e)) {
             fprintf(stderr, "stripe_attn: %s\n", e.msg);
             return 1;
         }
         if (!st) {
-            vt_machine m;
-            vt_machine_probe(&m);
-            printf("CSwin-T stages, %s, batch %d, %d threads, %d alternated calls each; cpu: %s (OpenBLAS \"%s\", "
-                   "oneDNN %s)\n", train ? "forward + backward" : "forward", B, c.g->threads, rounds, m.cpu_model,
-                   m.openblas_core, m.onednn_isa);
+            printf("CSwin-T stages, %s, batch %d, %d threads, %d alternated calls each; ",
+                   train ? "forward + backward" : "forward", B, c.g->threads, rounds);
+            bench_print_cpu();
         }
         for (int r = 0; r < rounds; r++) {
-            tc[r] = call(&c, train);
-            tf[r] = call(&f, train);
+            tc[r] = bench_graph_call(&c, train);
+            tf[r] = bench_graph_call(&f, train);
         }
         qsort(tc, (size_t)rounds, sizeof(double), cmp);
         qsort(tf, (size_t)rounds, sizeof(double), cmp);
@@ -122,10 +107,8 @@ int main(int argc, char **argv) {
                "%.3f median %.3f ms, chain / op (medians) %.3f\n", st + 1, stages[st][0], stages[st][0], stages[st][1],
                stages[st][2], stages[st][3], 1e3 * tc[0], 1e3 * tc[rounds / 2], 1e3 * tf[0], 1e3 * tf[rounds / 2],
                tc[rounds / 2] / tf[rounds / 2]);
-        vt_graph_free(c.g);
-        vt_params_free(c.P);
-        vt_graph_free(f.g);
-        vt_params_free(f.P);
+        bench_graph_free(&c);
+        bench_graph_free(&f);
     }
     free(tc);
     free(tf);
