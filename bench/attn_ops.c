@@ -14,7 +14,6 @@
 
 #include "bench_graph.h"
 #include "vitc/blocks.h"
-#include "vitc/gemm.h"
 #include "vitc/graph.h"
 #include "vitc/ops.h"
 #include "vitc/rng.h"

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "bench_graph.h"
-#include "vitc/gemm.h"
 #include "vitc/graph.h"
 #include "vitc/ops.h"
 #include "vitc/rng.h"
