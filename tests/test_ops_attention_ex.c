@@ -5,8 +5,9 @@
  * on small and edge shapes (N = 1, M = 1, odd sizes; masks from vt_window_shift_mask); the builder's errors.
  * vt_stripe_attention (CSwin's two branches with their LePE as one op): finite-difference gradients, and values and
  * gradients against the chain src/blocks/cswin.c builds without it (stripe partition, two fused attentions, the LePE
- * convolutions, the reverse into the grid), for stripes 1 to S wide, the small-key tiles and more keys than they
- * take, units of whole stripes and of fewer heads, qkv's gradient written and added to; its errors. */
+ * convolutions, the reverse into the grid), for stripes 1 to S wide (S = 1 too), the small-key tiles and more keys
+ * than they take, units of whole stripes, of some of a stripe's heads and of one, odd H/2, qkv's gradient written and
+ * added to, on 2, 3 and 4 threads; its errors. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -390,15 +391,27 @@ void test_ops_attention_ex(vt_test *T) {
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);
-    /* vt_stripe_attention on 2 threads: units of whole stripes (hpu = H/2) where there are at least 8 of them, of one
-     * head otherwise */
+    /* vt_stripe_attention: units of whole stripes (hpu = H/2) where there are at least 4 per thread, else of halved
+     * head slices while H/2 stays even */
     omp_set_num_threads(2);
     check_stripe(T, "stripe_s1", 2, 4, 1, 8, 2, 0);          /* stripes one token wide (CSwin-T's stage 1) */
     check_stripe(T, "stripe_s2_shared", 3, 6, 2, 16, 4, 1);  /* two heads a unit; qkv's gradient added to */
     check_stripe(T, "stripe_s3_units1", 1, 6, 3, 24, 4, 0);  /* 4 stripes: units of one head */
     check_stripe(T, "stripe_s7_dh32", 2, 14, 7, 128, 4, 0); /* CSwin-T's stage-3 stripes, 98 keys, heads of 32 */
     check_stripe(T, "stripe_sS", 2, 5, 5, 8, 2, 0);          /* a stripe is the whole grid */
+    check_stripe(T, "stripe_S1", 2, 1, 1, 8, 2, 1);          /* a one-token grid */
     check_stripe(T, "stripe_m128", 1, 16, 8, 8, 2, 1);       /* 128 keys: more than the small-key tiles take */
+    check_stripe(T, "stripe_hpu2", 1, 4, 2, 16, 8, 1);       /* H/2 = 4 in units of 2 heads: two slices a stripe */
+    check_stripe(T, "stripe_hpu2_dh16", 1, 4, 2, 128, 8, 0); /* the same with heads of 16 (LePE's 16-wide path) */
+    check_stripe(T, "stripe_odd_half", 1, 4, 2, 24, 6, 1);   /* H/2 = 3: whole stripes, too few of them */
+    check_stripe(T, "stripe_b1_s1", 1, 3, 1, 8, 2, 1);
+    omp_set_num_threads(3);
+    check_stripe(T, "stripe_t3", 1, 6, 3, 24, 4, 1);
+    check_stripe(T, "stripe_t3_m128", 2, 16, 8, 8, 2, 0);
+    omp_set_num_threads(4);
+    check_stripe(T, "stripe_t4", 2, 6, 2, 16, 4, 1);
+    check_stripe(T, "stripe_t4_hpu2", 1, 8, 2, 32, 8, 0);
+    check_stripe(T, "stripe_t4_s7", 3, 14, 7, 64, 4, 1);
     omp_set_num_threads(saved);
     check_stripe_errors(T);
 }

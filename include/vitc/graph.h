@@ -255,8 +255,8 @@ int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
 /* Prints to f (NULL: nothing) the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the
- * total with the op's kind, the split by op kind (vt_graph_profile_split), then the 12 slowest nodes (scope, kernel,
- * first input's and output's shapes). */
+ * total with the op's kind (fused ops: and their GEMM calls' share), the split by op kind (vt_graph_profile_split),
+ * then the 12 slowest nodes (scope, kernel, first input's and output's shapes). */
 void vt_graph_print_profile(const vt_graph *g, FILE *f);
 
 /* The accumulated time's fractions by op kind: share[VT_OP_GEMM], share[VT_OP_FUSED], share[VT_OP_OTHER] (zeros when

@@ -236,10 +236,8 @@ typedef struct vt_attn_args {
 /* General fused attention: q (B, N, Lq), kv (B, M, Lkv) or NULL (kv = q, self-attention on a packed projection);
  * softmax(logits + bias + mask)·v per head, heads merged -> (B, N, dim). A shared bias's gradient sums the batch. */
 vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_attn_args *a);
-/* CSwin's attention core, both branches, on a packed qkv (B, S·S, 3C) of an S × S grid (q, k, v at channels [0, C),
- * [C, 2C), [2C, 3C)): heads [0, h/2) (channels [0, C/2)) per vertical stripe of S rows × s columns, heads [h/2, h)
- * per horizontal stripe of s rows × S columns; per stripe and head softmax(scale·q·kᵀ)·v + LePE(v), LePE the depthwise
- * 3x3 w (C, 1, 3, 3) with bias b (C) over the stripe's v, zero outside it -> (B, S·S, C). */
+/* CSwin's two stripe branches on qkv (B, S·S, 3C): heads [0, h/2) in S × s, [h/2, h) in s × S stripes, per stripe
+ * softmax(scale·q·kᵀ)·v + LePE(v) (3x3 depthwise w (C, 1, 3, 3), b (C), zero outside the stripe) -> (B, S·S, C). */
 vt_tensor *vt_stripe_attention(vt_graph *g, vt_tensor *qkv, int S, int s, int heads, float scale, vt_tensor *w,
                                vt_tensor *b);
 

@@ -46,8 +46,7 @@ typedef struct {
     float scale;
     const vt_gemm_plan *gemm; /* the graph's GEMM dispatch */
     int S, s;                 /* vt_stripe_attention: an S × S grid, stripes s wide (B images, N = M = S·s), */
-    int hpu;                  /* hpu of a stripe's H/2 heads per unit of work, */
-    int lw_in, lb_in;         /* its LePE weight and bias slots */
+    int hpu;                  /* hpu of a stripe's H/2 heads per unit of work; in[1], in[2] the LePE weight, bias */
 } attn_p;
 
 /* Per-(batch, head) views of the inputs and the output (bias, mask and o NULL when absent or not wanted). */
@@ -586,7 +585,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const int keep_p = g->training && M <= dim / H && !(a->probs && g->export_maps);
     *VT_OP_P(n, attn_p) = (attn_p){B, N, M, H, dim / H, nt, a->msf ? 1 : 0, Lq, Lkv, a->q_off, a->k_off, a->v_off,
                                    a->p_off, kv_in, bias_in, mask_in, bias_batched, bias_grad, nW, keep_p, 1,
-                                   sk_on(M), a->scale, &g->gemm, 0, 0, 0, -1, -1};
+                                   sk_on(M), a->scale, &g->gemm, 0, 0, 0};
     /* with fewer pairs than 8 per thread and not a multiple of the threads (DeiT-Ti's 3 heads at batch 1 on 2 threads
      * ran 2 pairs on one, 1 on the other), each pair's query rows in as many chunks as even them out: the op alone at
      * DeiT-Ti's batch-1 shapes 1.11-1.16x, eval graphs DeiT-Ti 1.022-1.034 at batch 1 (per-round medians, alternated
@@ -623,20 +622,20 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
  * a token: what the chain's stripe partition wrote to memory, here kept in cache) and its output rows back into the
  * grid. Each unit adds the LePE of its v channels to its output. Backward copies dO in and the gradients out the
  * same way. Every (token, channel) of q, k, v and of the output belongs to one unit, so units run in parallel and
- * qkv's gradient is written, not added. The chain this replaces (src/blocks/cswin.c) wrote the stripe partition of
+ * qkv's gradient is written where it is fresh (vt_node.grad_fresh), added to otherwise. The chain this replaces (src/blocks/cswin.c) wrote the stripe partition of
  * branch 0's q, k and v and read it back, wrote both branches' outputs, read them again with the LePE convolution
  * and once more to move them to the grid. */
 
 /* Unit u (of 2·B·(S/s)·(H/2)/hpu): group (0 vertical, 1 horizontal stripes), image, stripe and first channel. */
 typedef struct {
-    int grp, b, t, c0;
+    int grp, b, idx, c0;
 } stripe_unit;
 
 static int stripe_units(const attn_p *a) { return 2 * a->B * (a->S / a->s) * (a->H / 2 / a->hpu); }
 
 static stripe_unit stripe_of(const attn_p *a, int u) {
     const int ns = a->S / a->s, nh = a->H / 2 / a->hpu, w = a->hpu * a->dh;
-    const int grp = u / (a->B * ns * nh), r = u % (a->B * ns * nh);
+    const int grp = u % 2, r = u / 2; /* the groups alternate: each thread's share of the units holds both */
     const stripe_unit p = {grp, r / nh / ns, r / nh % ns, grp * (a->H / 2) * a->dh + r % nh * w};
     return p;
 }
@@ -644,7 +643,7 @@ static stripe_unit stripe_of(const attn_p *a, int u) {
 /* The token (index in its image) of row r of unit p's stripe. */
 static inline int stripe_token(const attn_p *a, const stripe_unit *p, int r) {
     const int S = a->S, s = a->s;
-    return p->grp == 0 ? r / s * S + p->t * s + r % s : p->t * s * S + r;
+    return p->grp == 0 ? r / s * S + p->idx * s + r % s : p->idx * s * S + r;
 }
 
 /* Moves unit p's rows between x (ld floats a token, S·S tokens an image) and a tile (dld floats a row): `runs` runs
@@ -677,7 +676,7 @@ static void stripe_grid(const attn_p *a, const stripe_unit *p, int *wh, int *ww)
 }
 
 /* o (rows ol floats apart) += LePE of v (rows vl apart) on the stripe's wh × ww grid, nc channels: bias[c] + Σ taps
- * wt[tap·C + c]·v at the tap's neighbour (zero outside the stripe); wt and bias at the group's first channel, taps
+ * wt[tap·C + c]·v at the tap's neighbour (zero outside the stripe); wt and bias at the unit's first channel, taps
  * (3·3, C). */
 static void lepe_fwd(const float *v, size_t vl, int wh, int ww, int nc, const float *wt, size_t C, const float *bias,
                      float *o, size_t ol) {
@@ -717,7 +716,7 @@ static void lepe_fwd(const float *v, size_t vl, int wh, int ww, int nc, const fl
 }
 
 /* LePE's backward on a stripe (dO rows gl floats apart, v and dv rows vl apart): dv += the taps' transpose applied
- * to dO; dw (3·3, C) += Σ v at the tap's neighbour · dO, db += Σ dO (dw, db at the group's first channel; each NULL
+ * to dO; dw (3·3, C) += Σ v at the tap's neighbour · dO, db += Σ dO (dw, db at the unit's first channel; each NULL
  * when not wanted). */
 static void lepe_bwd(const float *v, const float *dO, size_t vl, size_t gl, int wh, int ww, int nc, const float *wt,
                      size_t C, float *dv, float *dw, float *db) {
@@ -784,7 +783,7 @@ typedef struct {
 static unit_rows unit_at(const attn_p *a, const stripe_unit *p, float *qkv, float *out, float *T, float *O) {
     const int C = a->H * a->dh, w = a->hpu * a->dh;
     if (p->grp == 0) return (unit_rows){T, T + w, T + 2 * w, O, 3 * (size_t)w, (size_t)w};
-    const size_t row = (size_t)p->b * a->S * a->S + (size_t)p->t * a->s * a->S;
+    const size_t row = (size_t)p->b * a->S * a->S + (size_t)p->idx * a->s * a->S;
     float *x = qkv + row * 3 * (size_t)C + p->c0;
     return (unit_rows){x, x + C, x + 2 * C, out ? out + row * (size_t)C + p->c0 : NULL, 3 * (size_t)C, (size_t)C};
 }
@@ -794,9 +793,9 @@ static void stripe_fwd(vt_node *n) {
     const int C = a->H * a->dh, w = a->hpu * a->dh, units = stripe_units(a);
     const size_t NM = (size_t)a->N * a->M, nw = (size_t)a->N * w;
     float *wt = n->fws->data, *scratch = wt + 9 * (size_t)C;
-    lepe_taps(n->in[a->lw_in]->data, C, wt);
+    lepe_taps(n->in[1]->data, C, wt);
     float *qkv = n->in[0]->data, *out = n->out->data;
-    const float *lb = n->in[a->lb_in]->data;
+    const float *lb = n->in[2]->data;
 #pragma omp parallel for schedule(static) num_threads(a->nt)
     for (int u = 0; u < units; u++) {
         const stripe_unit p = stripe_of(a, u);
@@ -820,12 +819,12 @@ static void stripe_fwd(vt_node *n) {
 static void stripe_bwd(vt_node *n) {
     const attn_p *a = VT_OP_P(n, attn_p);
     if (!n->bws) return; /* eval graph */
-    float *dqkv = n->in[0]->grad, *dlw = n->in[a->lw_in]->grad, *dlb = n->in[a->lb_in]->grad;
+    float *dqkv = n->in[0]->grad, *dlw = n->in[1]->grad, *dlb = n->in[2]->grad;
     if (!dqkv && !dlw && !dlb) return;
     const int C = a->H * a->dh, w = a->hpu * a->dh, units = stripe_units(a), nt = a->nt;
     const size_t NM = (size_t)a->N * a->M, nw = (size_t)a->N * w, pw = 10 * (size_t)C;
     float *wt = n->bws->data, *part = wt + 9 * (size_t)C, *scratch = part + (size_t)nt * pw;
-    lepe_taps(n->in[a->lw_in]->data, C, wt);
+    lepe_taps(n->in[1]->data, C, wt);
     vt_zero(part, (int64_t)nt * (int64_t)pw);
     float *qkv = n->in[0]->data, *dout = n->out->grad;
     const int acc = !(n->grad_fresh & 1u);
@@ -844,12 +843,11 @@ static void stripe_bwd(vt_node *n) {
         const unit_rows r = unit_at(a, &p, qkv, NULL, T, NULL), d = unit_at(a, &p, dqkv ? dqkv : qkv, dout, dT, dOt);
         const float bg = tile || !acc ? 0.0f : 1.0f; /* tiles are written, then moved (added when acc) */
         const attn_p view = unit_view(a, p.grp);
-        for (int j = 0; j < a->hpu; j++) {
+        for (int j = 0; dqkv && j < a->hpu; j++) { /* without qkv's gradient only the LePE weights' below */
             const int o = j * a->dh;
             const head_io io = {r.q + o, r.k + o, r.v + o, NULL, NULL, NULL};
             head_probs(&view, &io, a->N, P, P + NM, kt, 0);
-            head_bwd(&view, &io, P, d.o + o, dqkv ? d.q + o : NULL, dqkv ? d.k + o : NULL, dqkv ? d.v + o : NULL,
-                     NULL, NULL, sc, sc + NM, kt, 0, bg, bg);
+            head_bwd(&view, &io, P, d.o + o, d.q + o, d.k + o, d.v + o, NULL, NULL, sc, sc + NM, kt, 0, bg, bg);
         }
         int wh, ww;
         stripe_grid(a, &p, &wh, &ww);
@@ -894,7 +892,7 @@ vt_tensor *vt_stripe_attention(vt_graph *g, vt_tensor *qkv, int S, int s, int he
     const int N = S * s, dh = C / heads, nt = g->threads;
     attn_p *a = VT_OP_P(n, attn_p);
     *a = (attn_p){B, N, N, heads, dh, nt, 0, 3 * C, 3 * C, 0, C, 2 * C, 0, -1, -1, -1, 0, 0, 1, 0, 1, sk_on(N), scale,
-                  &g->gemm, S, s, heads / 2, 1, 2};
+                  &g->gemm, S, s, heads / 2};
     n->macs = 2LL * B * S * S * N * C + 9LL * B * S * S * C;
     /* units of fewer heads where whole stripes would leave threads idle (a stripe's H/2 heads at batch 1) */
     while (stripe_units(a) < 4 * nt && a->hpu % 2 == 0) a->hpu /= 2;

@@ -136,8 +136,8 @@ const optdef optdefs[] = {
     NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
       "of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,
-      "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work: with the "
-      "share of the step in their GEMM calls, other), the split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
+      "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work: with "
+      "the share of the step in their GEMM calls, other), the split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
       "time_by_kind in the JSON)"),
     O("--features", O_FLAG, features, "write the stage maps `features.0`, `features.1`, ... (B, C, H, W) instead of "
       "logits, one per stage of the model (4 for Swin-T, 2 for swin_fmnist_tiny; hierarchical backbones: Swin, PVT, "
