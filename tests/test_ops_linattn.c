@@ -258,8 +258,10 @@ static void check_focus_matches_chain(vt_test *T) {
 
 /* The focused op with FLatten's DWC fused (inference graphs) or the chain: a C-channel vt_dwconv_nhwc_ex over the
  * values' grid rows (its kernel the d-channel one tiled over the heads) as the add term. Packed qkv (B, N, 3C), N =
- * lead + gh·gw. res[0] gets the output; *macs the graph's MACs. */
-static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int K, arr *res, int64_t *macs) {
+ * lead + gh·gw. lepe (lead 0): FLatten-CSwin's LePE too, a 3x3 per channel, in the op's DWC or as a conv adding
+ * the op's output. res[0] gets the output; *macs the graph's MACs. */
+static int run_dwc(int fused, int lepe, int B, int lead, int gh, int gw, int H, int d, int K, arr *res,
+                   int64_t *macs) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = vt_graph_new(P, 0, &e);
@@ -269,17 +271,22 @@ static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int
     const vt_init z = {VT_INIT_ZERO, 0};
     vt_tensor *qkv = vt_param(g, "qkv", 3, qs, z), *sc = vt_param(g, "scale", 3, ss, z);
     vt_tensor *pe = vt_param(g, "pe", 3, ps, z), *w = vt_param(g, "w", 4, ws, z), *b = vt_param(g, "b", 1, bs, z);
+    const int ls[4] = {C, 1, 3, 3}, ms[4] = {B, gh, gw, 3 * C};
+    vt_tensor *lw = lepe ? vt_param(g, "lw", 4, ls, z) : NULL, *lb = lepe ? vt_param(g, "lb", 1, &C, z) : NULL;
     vt_linattn_args a = {.heads = H, .q_off = 0, .k_off = C, .v_off = 2 * C, .C = C, .scale = sc, .pe = pe, .p = 3.0f};
     if (fused) {
         a.dwc_w = w;
         a.dwc_b = b;
         a.grid_h = gh;
         a.grid_w = gw;
+        a.lepe_w = lw;
+        a.lepe_b = lb;
     } else {
         vt_tensor *vg = vt_slice(g, vt_slice(g, qkv, 2, 2 * C, C), 1, lead, gh * gw);
         a.add = vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, vg, 4, gs), 0, w, b, K / 2, NULL), 3, as);
     }
     vt_tensor *y = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
+    if (lepe && !fused) y = vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, qkv, 4, ms), 2 * C, lw, lb, 1, y), 3, as);
     vt_graph_output(g, y);
     const int ok = y && vt_graph_finalize(g, &e) == 0;
     if (ok) {
@@ -295,6 +302,8 @@ static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int
             memcpy(w->data + (size_t)c * K * K, kw + (size_t)(c % d) * K * K, sizeof(float) * (size_t)K * K);
             b->data[c] = kb[c % d];
         }
+        for (int64_t i = 0; lepe && i < lw->numel; i++) lw->data[i] = 0.3f * vt_rng_normal(&rng);
+        for (int64_t i = 0; lepe && i < lb->numel; i++) lb->data[i] = vt_rng_normal(&rng);
         vt_graph_forward(g);
         vt_tensor *outs[1] = {y};
         collect(outs, 1, 0, res);
@@ -307,17 +316,20 @@ static int run_dwc(int fused, int B, int lead, int gh, int gw, int H, int d, int
 
 /* The DWC inside the op equals the chain to 1e-5 relative, MACs included: a class token before the grid (a block
  * of its own), batch 1 (query chunks of a few grid rows) and 3, C 384 (blocks of 42 rows: three 14-pixel grid rows;
- * one 50-pixel row when the grid is wider), K 3 and 5. */
+ * one 50-pixel row when the grid is wider), K 3 and 5; with a LePE (its taps in the DWC's centre) at K 3 and 5. */
 static void check_dwc_fused(vt_test *T) {
     static const struct {
-        int B, lead, gh, gw, H, d, K;
-    } sz[] = {{2, 1, 7, 9, 3, 8, 5}, {1, 0, 40, 30, 2, 16, 3}, {3, 1, 14, 14, 6, 64, 5}, {1, 0, 3, 50, 6, 64, 3}};
+        int B, lead, gh, gw, H, d, K, lepe;
+    } sz[] = {{2, 1, 7, 9, 3, 8, 5, 0},    {1, 0, 40, 30, 2, 16, 3, 0}, {3, 1, 14, 14, 6, 64, 5, 0},
+              {1, 0, 3, 50, 6, 64, 3, 0},  {2, 0, 7, 9, 3, 8, 5, 1},    {1, 0, 12, 12, 2, 32, 3, 1},
+              {2, 0, 14, 14, 4, 16, 5, 1}};
     const char *what[1] = {"output"};
     for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++) {
         arr a[1], b[1];
         int64_t ma = 0, mb = 0;
-        const int ok = run_dwc(1, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, a, &ma) &
-                       run_dwc(0, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, b, &mb);
+        const int ok =
+            run_dwc(1, sz[s].lepe, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, a, &ma) &
+            run_dwc(0, sz[s].lepe, sz[s].B, sz[s].lead, sz[s].gh, sz[s].gw, sz[s].H, sz[s].d, sz[s].K, b, &mb);
         T_CHECK(T, ok, "fused DWC size %zu: build failed", s);
         if (!ok) continue;
         T_CHECK(T, ma == mb, "fused DWC size %zu: MACs %lld, the chain's %lld", s, (long long)ma, (long long)mb);
@@ -336,6 +348,23 @@ static void check_dwc_fused(vt_test *T) {
         vt_tensor *r = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
         T_CHECK(T, r == NULL && strstr(g->err.msg, "fused DWC") && strstr(g->err.msg, "inference graphs"),
                 "fused DWC error case %d: '%s'", c, g->err.msg);
+        vt_graph_free(g);
+    }
+    /* a LePE refused: without the fused DWC, of the wrong width */
+    const int ls[4] = {6, 1, 3, 3}, l4[4] = {4, 1, 3, 3}, ns[1] = {6};
+    for (int c = 0; c < 2; c++) {
+        vt_graph *g = vt_graph_new(P, 0, &e);
+        vt_tensor *qkv = vt_input(g, "qkv", 3, qs);
+        vt_linattn_args a = {.heads = 3, .k_off = 6, .v_off = 12, .C = 6, .scale = vt_input(g, "s", 1, ss), .p = 3,
+                             .lepe_w = vt_input(g, "lw", 4, c ? l4 : ls), .lepe_b = vt_input(g, "lb", 1, ns)};
+        if (c) {
+            a.dwc_w = vt_input(g, "w", 4, ws);
+            a.dwc_b = vt_input(g, "b", 1, bs);
+            a.grid_h = a.grid_w = 3;
+        }
+        vt_tensor *r = vt_linear_attention_ex(g, qkv, qkv, qkv, &a);
+        T_CHECK(T, r == NULL && strstr(g->err.msg, "LePE") && strstr(g->err.msg, "(6, 1, 3, 3)"),
+                "LePE error case %d: '%s'", c, g->err.msg);
         vt_graph_free(g);
     }
     vt_params_free(P);

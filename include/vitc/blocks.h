@@ -267,6 +267,7 @@ typedef struct vt_flatten_cfg {
     float focusing;   /* focusing power p (0: 3) */
     int kernel;       /* DWC kernel K, odd (0: 5); padding K/2 */
     int conv_fanout;  /* DWC init: 1 normal(0, √(2/fan_out)), bias 0 (PVTv2); 0 PyTorch's default */
+    int lepe;         /* 1: + CSwin's LePE, prefix.get_v (C, 1, 3, 3) with bias, over v's grid (no leading tokens) */
 } vt_flatten_cfg;
 /* Focused linear attention (no proj) on projected queries at channels [q_off, q_off + C) of q (B, N, ·), keys at
  * [k_off, k_off + C) of k (B, n, ·) and values at [v_off, v_off + C) of v (B, n, ·) (all may be one packed qkv,

@@ -293,6 +293,8 @@ typedef struct {
      * and bias (d) shared by the heads (channel c takes kernel c mod d), computed per block of rows in cache */
     vt_tensor *dwc_w, *dwc_b;
     int grid_h, grid_w;
+    vt_tensor *lepe_w, *lepe_b; /* with the DWC, or NULL: a per-channel 3x3 (C, 1, 3, 3) and bias (C) on the same map
+                                 * added too (FLatten-CSwin's LePE), its taps summed into the DWC's (K >= 3) */
 } vt_linattn_args;
 /* vt_linear_attention on channel ranges of q (B, N, Lq), k (B, n, Lk), v (B, n, Lv) (e.g. one packed qkv: v may
  * share q's or k's tensor with a disjoint range), optionally with FLatten's focus fused in (never stored). */

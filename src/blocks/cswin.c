@@ -9,7 +9,8 @@
  * 3x3 with bias over the window's raw v, zero-padded at the stripe borders; the branch outputs are concatenated
  * (branch 0 first) -> proj. s = 0: one branch attns.0 over the whole grid, all C channels and h heads.
  * FLatten L form (linear = 1, s = 0 only): attns.0 = focused linear attention (vt_flatten_core: scale,
- * positional_encoding, dwc over d channels) + LePE over all C channels (get_v), summed in that order, -> proj.
+ * positional_encoding, dwc over d channels) + LePE over all C channels (get_v, declared by vt_flatten_core; at
+ * inference its taps are summed into the DWC's inside the op: one conv of v), summed in that order, -> proj.
  *
  * On square grids both branches with their LePE are one op, vt_stripe_attention (src/ops/attention.c), which reads
  * and writes the grid in place. Elsewhere (and with export_maps or ref_kernels: the chain the op is checked against)
@@ -94,9 +95,8 @@ vt_tensor *vt_block_cswin_attn(vt_graph *g, const char *prefix, vt_tensor *x, co
     if (linear) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         const vt_block_opts none = {0}, *op = a->opts ? a->opts : &none;
-        const vt_flatten_cfg fc = {h, op->focusing, op->kernel, a->conv_fanout};
-        o = vt_flatten_core(g, mod, qkv, 0, qkv, C, qkv, 2 * C, C, H, W, &fc); /* linear attention + DWC(v) */
-        o = add_lepe(g, mod, o, qkv, 2 * C, C, H, W);                           /* + LePE(v) */
+        const vt_flatten_cfg fc = {h, op->focusing, op->kernel, a->conv_fanout, 1};
+        o = vt_flatten_core(g, mod, qkv, 0, qkv, C, qkv, 2 * C, C, H, W, &fc); /* linear attention + DWC + LePE */
     } else if (s == 0) {
         snprintf(mod, sizeof mod, "%s.attns.0", prefix);
         o = branch(g, mod, qkv, C, 0, C, h, H, W, H, W);

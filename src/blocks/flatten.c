@@ -123,10 +123,20 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
                                     .scale = scale, .pe = pe, .p = p};
         return vt_linear_attention_ex(g, q, k, v, &la);
     }
-    if (!fq && !g->training && !g->ref_kernels) {
+    vt_tensor *lw = NULL, *lb = NULL; /* FLatten-CSwin's LePE (prefix.get_v), after the module's own parameters */
+    if (c->lepe) {
+        const int ls[4] = {C, 1, 3, 3};
+        const vt_init li = vt_conv_init(9, 9, 0); /* PyTorch's default, depthwise: fan_in = 1·3·3 */
+        lw = vt_param(g, vt_pname(nm, prefix, "get_v.weight"), 4, ls, li);
+        lb = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &C, li);
+        if (!lw || !lb) return NULL;
+        lw->paper_count = 1;
+        if (lead) return vt_fail(g, "flatten", "%s: LePE needs a grid of every token (%d leading)", prefix, lead);
+    }
+    if (!fq && !g->training && !g->ref_kernels) { /* the LePE's taps go into the DWC's: one conv of v */
         const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
                                     .scale = scale, .pe = pe, .p = p, .dwc_w = dw, .dwc_b = db, .grid_h = H,
-                                    .grid_w = W};
+                                    .grid_w = W, .lepe_w = lw, .lepe_b = lb};
         return vt_linear_attention_ex(g, q, k, v, &la);
     }
     /* DWC on raw v: the d-channel kernel shared by every head is, on v (B, H, W, C) with channel i·d + c, the
@@ -139,10 +149,16 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
                                        tile0(g, db, heads), K / 2, NULL);
     /* per head o = (q·KV)·z, z = 1 / (q·k̄ + 1e-6), KV = kᵀv / n, + DWC on the grid tokens, with the focused kernel
      * φ_p((ReLU(·) + 1e-6) / softplus(scale)) of q and k + positional encoding computed inside (one fused op) */
-    if (fq) return vt_linear_attention(g, fq, fk, v, heads, v_off, vt_reshape(g, dwc, 3, ts));
-    const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
-                                .add = vt_reshape(g, dwc, 3, ts), .scale = scale, .pe = pe, .p = p};
-    return vt_linear_attention_ex(g, q, k, v, &la);
+    vt_tensor *o;
+    if (fq) {
+        o = vt_linear_attention(g, fq, fk, v, heads, v_off, vt_reshape(g, dwc, 3, ts));
+    } else {
+        const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,
+                                    .add = vt_reshape(g, dwc, 3, ts), .scale = scale, .pe = pe, .p = p};
+        o = vt_linear_attention_ex(g, q, k, v, &la);
+    }
+    /* + LePE of v over the grid, added in its conv's output pass (lead = 0) */
+    return lw ? vt_reshape(g, vt_dwconv_nhwc_ex(g, vt_reshape(g, v, 4, gs), v_off, lw, lb, 1, o), 3, ts) : o;
 }
 
 vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn_ctx *a) {
@@ -164,7 +180,7 @@ vt_tensor *vt_block_flatten(vt_graph *g, const char *prefix, vt_tensor *x, const
     /* the module's own parameters come first in the official state_dict; created by vt_flatten_core */
     vt_attn_src s;
     if (vt_attn_project(g, prefix, x, &pa, C, C, C, &s)) return NULL;
-    const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout};
+    const vt_flatten_cfg fc = {a->heads, o->focusing, o->kernel, a->conv_fanout, 0};
     vt_tensor *out = vt_flatten_core(g, prefix, s.q, s.q_off, s.kv, s.k_off, s.kv, s.v_off, C, s.kh,
                                      s.kw, &fc);
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), out, C, 1, a->winit);

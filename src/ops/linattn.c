@@ -55,6 +55,7 @@ typedef struct {
     int rb;                                  /* rows per inner block */
     const vt_gemm_plan *gemm;                /* the graph's GEMM dispatch */
     int in_dw, in_db, K, gh, gw;             /* the fused DWC (inference): weight and bias slots (-1: none), grid */
+    int in_lw, in_lb;                        /* with it, a LePE's 3x3 weight and bias slots (-1: none) */
 } la_p;
 
 /* Chunks per batch item for `rows` rows: about LA_TASKS·nt tasks over `items` items, none under LA_MINROWS rows. */
@@ -168,6 +169,13 @@ static void la_fwd(vt_node *nd) {
         for (int t = 0; t < KK; t++)
             for (int c = 0; c < C; c++) w[(size_t)t * C + c] = wk[(size_t)(c % d) * KK + t];
         for (int c = 0; c < C; c++) w[(size_t)KK * C + c] = bk[c % d];
+        if (a->in_lw >= 0) { /* the LePE's 3x3 taps onto the centre of the K x K ones, its bias onto theirs */
+            const float *lw = nd->in[a->in_lw]->data, *lb = nd->in[a->in_lb]->data;
+            const int o = a->K / 2 - 1;
+            for (int t = 0; t < 9; t++)
+                for (int c = 0; c < C; c++) w[((size_t)(o + t / 3) * a->K + o + t % 3) * C + c] += lw[(size_t)c * 9 + t];
+            for (int c = 0; c < C; c++) w[(size_t)KK * C + c] += lb[c];
+        }
         dwt = w;
         dwb = w + (size_t)KK * C;
         w += (size_t)(KK + 1) * C;
@@ -461,14 +469,27 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
                            "(d), d = %d, over a %dx%d grid of the last of n = N = %d / %d rows, in inference graphs "
                            "and without an add term", s1, s2, d, gh, gw, N, n);
     }
-    vt_tensor *in[8] = {q, k, v};
-    int nin = 3, in_add = -1, in_scale = -1, in_pe = -1, in_dw = -1, in_db = -1;
+    vt_tensor *lw = la->lepe_w, *lb = la->lepe_b;
+    if ((lw || lb) && (!dw || K < 3 || vt_bad(g, 2, lw, lb) || !vt_has_shape(lw, 4, C, 1, 3, 3) ||
+                       !vt_has_shape(lb, 1, C, 0, 0, 0))) {
+        char s1[64] = "none", s2[64] = "none";
+        if (lw) vt_shape_str(lw, s1, 64);
+        if (lb) vt_shape_str(lb, s2, 64);
+        return vt_fail(g, "linear_attention", "LePE: weight %s and bias %s must be (%d, 1, 3, 3) and (%d), with the "
+                       "fused DWC of a kernel of at least 3", s1, s2, C, C);
+    }
+    vt_tensor *in[10] = {q, k, v};
+    int nin = 3, in_add = -1, in_scale = -1, in_pe = -1, in_dw = -1, in_db = -1, in_lw = -1, in_lb = -1;
     if (scale) in[in_scale = nin++] = scale;
     if (pe) in[in_pe = nin++] = pe;
     if (add) in[in_add = nin++] = add;
     if (dw) {
         in[in_dw = nin++] = dw;
         in[in_db = nin++] = db;
+    }
+    if (lw) {
+        in[in_lw = nin++] = lw;
+        in[in_lb = nin++] = lb;
     }
     const int shape[3] = {B, N, C};
     vt_node *nd = vt_new_node(g, scale ? &op_linattn_focus : &op_linattn, in, nin, vt_new_act(g, 3, shape));
@@ -483,12 +504,12 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
     }
     la_p p = {B, N, n, C, heads, d, q->shape[2], qo, k->shape[2], ko, v->shape[2], vo,
               add ? add->shape[1] : dw ? gh * gw : 0, in_add, in_scale, in_pe, la->p, nt, chunks(B, n, nt),
-              nq, chunks(1, n, nt), rb, &g->gemm, in_dw, in_db, K, gh, gw};
+              nq, chunks(1, n, nt), rb, &g->gemm, in_dw, in_db, K, gh, gw, in_lw, in_lb};
     *VT_OP_P(nd, la_p) = p;
     /* KV = KᵀV (n·d² per head), Q·KV (N·d²), Q·m (N·d): the plain chain's three matmuls (the focus: 0 MACs); the
-     * fused DWC's K² per grid output */
+     * fused DWC's K² per grid output, and a LePE's 9 (as its own conv counts them) */
     nd->macs = (int64_t)B * heads * ((int64_t)n * d * d + (int64_t)N * d * d + (int64_t)N * d) +
-               (dw ? (int64_t)B * gh * gw * C * K * K : 0);
+               (dw ? (int64_t)B * gh * gw * C * K * K : 0) + (lw ? 9LL * B * gh * gw * C : 0);
     const int64_t L = (int64_t)d * d + d, HL = (int64_t)heads * L;
     const int64_t fw = (g->training ? 0 : (int64_t)B * HL) + (p.sk > 1 ? (int64_t)B * p.sk * HL : 0) +
                        (focus ? C + (int64_t)nt * rb * C : 0) +
