@@ -152,8 +152,33 @@ static void check_factor_rows(vt_test *T) {
     }
 }
 
+/* vt_flatten_core with FLatten-CSwin's LePE: prefix.get_v (C, 1, 3, 3) and its bias created after the module's own
+ * parameters on a grid of every token; refused with leading (class) tokens, which its grid would not hold. */
+static void check_flatten_lepe(vt_test *T) {
+    for (int lead = 0; lead < 2; lead++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = P ? vt_graph_new(P, 0, &e) : NULL;
+        const int C = 8, xs[3] = {2, lead + 9, 3 * C};
+        const vt_flatten_cfg fc = {.heads = 2, .lepe = 1};
+        vt_tensor *y = g ? vt_flatten_core(g, "attn", vt_input(g, "x", 3, xs), 0, vt_input(g, "k", 3, xs), C,
+                                           vt_input(g, "v", 3, xs), 2 * C, C, 3, 3, &fc) : NULL;
+        const vt_tensor *w = P ? vt_params_find(P, "attn.get_v.weight") : NULL;
+        if (lead)
+            T_CHECK(T, !y && g && strstr(g->err.msg, "LePE needs a grid of every token (1 leading)"),
+                    "LePE with a class token refused: '%s'", g ? g->err.msg : e.msg);
+        else
+            T_CHECK(T, y && w && w->ndim == 4 && w->shape[0] == C && w->shape[2] == 3 && P->n >= 2 &&
+                           !strcmp(P->t[P->n - 1]->name, "attn.get_v.bias"),
+                    "LePE's parameters, last: %s", g ? g->err.msg : e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 void test_attention(vt_test *T) {
     check_lists(T);
     check_errors(T);
     check_factor_rows(T);
+    check_flatten_lepe(T);
 }

@@ -88,6 +88,8 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
                        vt_shape_str(k, s2, 64), vt_shape_str(v, s3, 64), q_off, q_off, k_off, k_off, v_off, v_off, C,
                        heads, K, H, W);
     const int lead_q = N != n && N == lead; /* the leading tokens' queries alone: no DWC term on any of them */
+    if (c->lepe && lead)
+        return vt_fail(g, "flatten", "%s: LePE needs a grid of every token (%d leading)", prefix, lead);
     if (N != n && !lead_q)
         return vt_fail(g, "flatten", "%s: %d query tokens but %d key tokens: the DWC term needs n = N (spatial "
                        "reduction is not supported) or the %d leading tokens alone", prefix, N, n, lead);
@@ -131,7 +133,6 @@ vt_tensor *vt_flatten_core(vt_graph *g, const char *prefix, vt_tensor *q, int q_
         lb = vt_param(g, vt_pname(nm, prefix, "get_v.bias"), 1, &C, li);
         if (!lw || !lb) return NULL;
         lw->paper_count = 1;
-        if (lead) return vt_fail(g, "flatten", "%s: LePE needs a grid of every token (%d leading)", prefix, lead);
     }
     if (!fq && !g->training && !g->ref_kernels) { /* the LePE's taps go into the DWC's: one conv of v */
         const vt_linattn_args la = {.heads = heads, .q_off = q_off, .k_off = k_off, .v_off = v_off, .C = C,

@@ -622,9 +622,9 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
  * a token: what the chain's stripe partition wrote to memory, here kept in cache) and its output rows back into the
  * grid. Each unit adds the LePE of its v channels to its output. Backward copies dO in and the gradients out the
  * same way. Every (token, channel) of q, k, v and of the output belongs to one unit, so units run in parallel and
- * qkv's gradient is written where it is fresh (vt_node.grad_fresh), added to otherwise. The chain this replaces (src/blocks/cswin.c) wrote the stripe partition of
- * branch 0's q, k and v and read it back, wrote both branches' outputs, read them again with the LePE convolution
- * and once more to move them to the grid. */
+ * qkv's gradient is written where it is fresh (vt_node.grad_fresh), added to otherwise. The chain this replaces
+ * (src/blocks/cswin.c) wrote the stripe partition of branch 0's q, k and v and read it back, wrote both branches'
+ * outputs, read them again with the LePE convolution and once more to move them to the grid. */
 
 /* Unit u (of 2·B·(S/s)·(H/2)/hpu): group (0 vertical, 1 horizontal stripes), image, stripe and first channel. */
 typedef struct {

@@ -172,8 +172,10 @@ static void la_fwd(vt_node *nd) {
         if (a->in_lw >= 0) { /* the LePE's 3x3 taps onto the centre of the K x K ones, its bias onto theirs */
             const float *lw = nd->in[a->in_lw]->data, *lb = nd->in[a->in_lb]->data;
             const int o = a->K / 2 - 1;
-            for (int t = 0; t < 9; t++)
-                for (int c = 0; c < C; c++) w[((size_t)(o + t / 3) * a->K + o + t % 3) * C + c] += lw[(size_t)c * 9 + t];
+            for (int t = 0; t < 9; t++) {
+                float *wt = w + ((size_t)(o + t / 3) * a->K + o + t % 3) * C;
+                for (int c = 0; c < C; c++) wt[c] += lw[(size_t)c * 9 + t];
+            }
             for (int c = 0; c < C; c++) w[(size_t)KK * C + c] += lb[c];
         }
         dwt = w;
