@@ -66,36 +66,63 @@ static void check_eval_fused(vt_test *T, int B, int H, int W, int C) {
     gc_compare_eval_fused(T, tag, 3, xs, b_gma_attn, hw, "gma_aggregate", 1e-5);
 }
 
-/* Operands f, q (B, A, N), u (B, T, N), then the value parts; ia = {nv, c_0, c_1, c_2}. */
-static vt_tensor *b_merge(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    return vt_gma_merge(g, x[0], x[1], x + 3, c->ia[0], x[2]);
+/* Operands f, q (B, A, N), u (B, T, N), v (B, A, H, W), then every CRPE group's weights (c_j·k_j² floats each) and
+ * biases (c_j), each packed in one operand; ia = {nv, H, W, c_0, c_1, c_2, k_0·100 + k_1·10 + k_2}. Group j's
+ * weight (c_j, 1, k_j, k_j) and bias are slices of them into *w and *b. */
+static void merge_groups(vt_graph *g, vt_tensor **x, const gc_case *c, vt_tensor **w, vt_tensor **b) {
+    int wo = 0, bo = 0;
+    for (int j = 0; j < c->ia[0]; j++) {
+        const int cj = c->ia[3 + j], k = c->ia[6] / (j == 0 ? 100 : j == 1 ? 10 : 1) % 10, ws[4] = {cj, 1, k, k};
+        w[j] = vt_reshape(g, vt_slice(g, x[4], 0, wo, cj * k * k), 4, ws);
+        b[j] = vt_slice(g, x[5], 0, bo, cj);
+        wo += cj * k * k;
+        bo += cj;
+    }
 }
 
-/* The op chain vt_gma_merge replaces: concat([permute(f + q ⊙ concat(v)), permute(u)]). */
+static vt_tensor *b_merge(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    vt_tensor *w[3], *b[3];
+    merge_groups(g, x, c, w, b);
+    const int sv[3] = {x[0]->shape[0], x[0]->shape[1], x[0]->shape[2]};
+    return vt_gma_merge(g, x[0], x[1], vt_reshape(g, x[3], 3, sv), c->ia[1], c->ia[2], w, b, c->ia[0], x[2]);
+}
+
+/* The op chain vt_gma_merge replaces: each group's depthwise conv on its sliced channels, then concat([permute(f + q
+ * ⊙ concat(convs)), permute(u)]). */
 static vt_tensor *b_merge_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int perm[3] = {0, 2, 1};
-    vt_tensor *v = vt_concat(g, x + 3, c->ia[0], 1);
+    vt_tensor *w[3], *b[3], *vc[3];
+    merge_groups(g, x, c, w, b);
+    for (int j = 0, c0 = 0; j < c->ia[0]; j++) {
+        const int cj = c->ia[3 + j], k = w[j]->shape[2];
+        vc[j] = vt_conv2d(g, vt_slice(g, x[3], 1, c0, cj), w[j], b[j], 1, k / 2, cj);
+        c0 += cj;
+    }
+    vt_tensor *v = vt_reshape(g, vt_concat(g, vc, c->ia[0], 1), 3, x[0]->shape);
     vt_tensor *o[2] = {vt_permute(g, vt_add(g, x[0], vt_mul(g, x[1], v)), perm), vt_permute(g, x[2], perm)};
     return vt_concat(g, o, 2, 2);
 }
 
 /* vt_gma_merge's gradients by finite differences and its values and gradients against the chain: A channels in
- * parts (a part across an 8-channel tile, A not a multiple of 8), N tokens (a partial 64-token unit, a partial
- * 8-token tile), T tail channels. */
-static void check_merge(vt_test *T, int B, int N, int Tc, int nv, const int *vc) {
-    int A = 0;
-    for (int k = 0; k < nv; k++) A += vc[k];
-    gc_case f = {.name = "gma_merge", .nx = 3 + nv, .ndim = {3, 3, 3, 3, 3, 3}, .build = b_merge};
-    const int fs[3] = {B, A, N}, us[3] = {B, Tc, N};
+ * CRPE groups of kernel sizes ks (digits; a group across an 8-channel tile, A not a multiple of 8), an H×W grid
+ * (a partial 8-token tile, planes wider than a 16-float block, taller than an 8-row tile), T tail channels. */
+static void check_merge(vt_test *T, int B, int H, int W, int Tc, int nv, const int *vc, int ks) {
+    int A = 0, nw = 0;
+    for (int j = 0; j < nv; j++) {
+        const int k = ks / (j == 0 ? 100 : j == 1 ? 10 : 1) % 10;
+        A += vc[j];
+        nw += vc[j] * k * k;
+    }
+    gc_case f = {.name = "gma_merge", .nx = 6, .ndim = {3, 3, 3, 4, 1, 1}, .build = b_merge,
+                 .ia = {nv, H, W, vc[0], nv > 1 ? vc[1] : 0, nv > 2 ? vc[2] : 0, ks}};
+    const int fs[3] = {B, A, H * W}, us[3] = {B, Tc, H * W}, vs[4] = {B, A, H, W};
     memcpy(f.shape[0], fs, sizeof fs);
     memcpy(f.shape[1], fs, sizeof fs);
     memcpy(f.shape[2], us, sizeof us);
-    f.ia[0] = nv;
-    for (int k = 0; k < nv; k++) {
-        const int vs[3] = {B, vc[k], N};
-        memcpy(f.shape[3 + k], vs, sizeof vs);
-    }
-    gc_run_vs_plain(T, &f, b_merge_chain, "mul, add, permute and concats", 1e-6);
+    memcpy(f.shape[3], vs, sizeof vs);
+    f.shape[4][0] = nw;
+    f.shape[5][0] = A;
+    gc_run_vs_plain(T, &f, b_merge_chain, "depthwise convs, mul, add, permutes and concats", 1e-5);
 }
 
 /* Operands qkv (3C, B, H·W), dw (cin, 1, k, k), pw (s, cin, 1, 1); ia = {seg, H, W}. */
@@ -195,30 +222,38 @@ void test_gma(vt_test *T) {
     check_separable(T, 2, 1, 9, 6, 4, 3, 1);  /* the same for the non-attention branch */
     check_separable_cat(T, 2, 2, 5, 7, 0);  /* segments 0-3 side by side, a non-square grid */
     check_separable_cat(T, 1, 3, 9, 18, 1); /* wider than a 16-wide block, taller than an 8-row tile; qkv shared */
-    check_merge(T, 2, 70, 3, 3, (const int[]){2, 5, 5});    /* A = 12: a part across the first tile's edge */
-    check_merge(T, 1, 136, 8, 3, (const int[]){16, 24, 24}); /* whole 8×8 tiles, two 64-token units and 8 more */
-    check_merge(T, 3, 5, 1, 1, (const int[]){9});            /* fewer tokens than a tile */
-    check_merge(T, 8, 520, 2, 3, (const int[]){4, 4, 4});   /* 512-token units and an 8-token one */
-    check_merge(T, 2, 40, 8, 2, (const int[]){16, 16});     /* u a whole 8-channel tile after A's */
-    /* shape errors of the merge op (parts not adding up to f's channels, u of another token count, q unlike f) and
-     * of the fused aggregators on a token-major qkv (B, N, 3C) */
+    check_merge(T, 2, 5, 7, 3, 3, (const int[]){2, 5, 5}, 357);    /* A = 12: groups across the first tile's edge */
+    check_merge(T, 1, 8, 17, 8, 3, (const int[]){16, 24, 24}, 357); /* whole 8×8 tiles, rows wider than 16 */
+    check_merge(T, 3, 1, 5, 1, 1, (const int[]){9}, 700);           /* fewer tokens than a tile, 7×7 on one row */
+    check_merge(T, 2, 11, 4, 8, 2, (const int[]){4, 4}, 530);       /* taller than 8 rows; u a whole tile */
+    check_merge(T, 5, 6, 6, 2, 2, (const int[]){3, 3}, 370);        /* more images than threads, odd tiles */
+    /* shape errors of the merge op (groups not adding up to f's channels, u of another token count, q unlike f, a
+     * grid that is not f's, v of another channel count, an even kernel, a bias of another width) and of the fused
+     * aggregators on a token-major qkv (B, N, 3C) */
     static const struct {
-        int fs[3], qs[3], us[3], vc[2];
+        int fs[3], qs[3], us[3], vs[3], hw[2], c[2], k[2], nb;
         const char *msg;
-    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {6, 5}, "11 channels"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 8}, {6, 6}, "must be (B, T, N)"},
-               {{2, 12, 9}, {2, 12, 8}, {2, 3, 9}, {6, 6}, "one (B, A, N) shape"}};
+    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 5}, {3, 5}, 5, "have 11 channels"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 8}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "must be (B, T, N)"},
+               {{2, 12, 9}, {2, 12, 8}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "one (B, A, N) shape"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {9, 2}, {6, 6}, {3, 5}, 6, "N = H·W = 9·2"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 10, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "v (2, 10, 9) must be"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 4}, 6, "k odd"},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 5, "bias (5)"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         vt_err e = {0};
         vt_params *P = vt_params_new(&e);
         vt_graph *g = vt_graph_new(P, 0, &e);
-        vt_tensor *v[2];
-        for (int k = 0; k < 2; k++) {
-            const int vs[3] = {2, bad[i].vc[k], 9};
-            v[k] = vt_input(g, k ? "v1" : "v0", 3, vs);
+        vt_tensor *w[2], *b[2];
+        for (int j = 0; j < 2; j++) {
+            const int k = bad[i].k[j], ws[4] = {bad[i].c[j], 1, k, k}, bs = j ? bad[i].nb : bad[i].c[j];
+            w[j] = vt_input(g, j ? "w1" : "w0", 4, ws);
+            b[j] = vt_input(g, j ? "b1" : "b0", 1, &bs);
         }
-        const vt_tensor *y = vt_gma_merge(g, vt_input(g, "f", 3, bad[i].fs), vt_input(g, "q", 3, bad[i].qs), v, 2,
-                                          vt_input(g, "u", 3, bad[i].us));
+        const vt_tensor *y =
+            vt_gma_merge(g, vt_input(g, "f", 3, bad[i].fs), vt_input(g, "q", 3, bad[i].qs),
+                         vt_input(g, "v", 3, bad[i].vs), bad[i].hw[0], bad[i].hw[1], w, b, 2,
+                         vt_input(g, "u", 3, bad[i].us));
         T_CHECK(T, !y && strstr(g->err.msg, "gma_merge") && strstr(g->err.msg, bad[i].msg), "bad merge %zu: %s", i,
                 g->err.msg);
         vt_graph_free(g);

@@ -1,7 +1,6 @@
 /* Convolution, pooling and shape ops: finite-difference gradient checks on edge shapes (run at several OpenMP
  * thread counts so both the image-parallel and the BLAS-parallel conv paths are covered), forward values
  * against naive double-precision references, MAC counts, and build-time shape errors. */
-#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -1229,59 +1228,11 @@ static void check_slice_pieces(vt_test *T) {
     }
 }
 
-/* vt_dwconv2d_range: x0 (B, L, H, W), x1 weight (C, 1, k, k), x2 bias; ia = {c0, pad, twice}: twice, a second conv
- * (the same weight) on channels [0, C) added (x's gradient from two parts, overlapping when c0 < C). */
-static vt_tensor *b_dwr(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    vt_tensor *y = vt_dwconv2d_range(g, x[0], c->ia[0], x[1], x[2], c->ia[1]);
-    return c->ia[2] ? vt_add(g, y, vt_dwconv2d_range(g, x[0], 0, x[1], x[2], c->ia[1])) : y;
-}
-
-/* The chain it replaces: the channels sliced out, then the depthwise conv. */
-static vt_tensor *b_dwr_chain(vt_graph *g, vt_tensor **x, const gc_case *c) {
-    const int C = x[1]->shape[0];
-    vt_tensor *y = vt_conv2d(g, vt_slice(g, x[0], 1, c->ia[0], C), x[1], x[2], 1, c->ia[1], C);
-    return c->ia[2] ? vt_add(g, y, vt_conv2d(g, vt_slice(g, x[0], 1, 0, C), x[1], x[2], 1, c->ia[1], C)) : y;
-}
-
-/* vt_dwconv2d_range (the CRPE's groups read in place): finite differences, values and gradients against the slice and
- * conv (a middle part, the last part with a 7×7 over a plane wider than a 16-wide block, two overlapping parts of
- * one input); errors. */
-static void check_dwconv_range(vt_test *T) {
-    static const struct {
-        int B, L, H, W, C, k, c0, twice;
-    } cs[] = {{2, 7, 6, 5, 3, 3, 2, 0}, {1, 5, 9, 19, 2, 7, 3, 0}, {2, 6, 5, 5, 4, 5, 1, 1}};
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        gc_case f = {.name = "dwconv2d_range", .nx = 3, .ndim = {4, 4, 1},
-                     .shape = {{cs[i].B, cs[i].L, cs[i].H, cs[i].W}, {cs[i].C, 1, cs[i].k, cs[i].k}, {cs[i].C}},
-                     .build = b_dwr, .ia = {cs[i].c0, cs[i].k / 2, cs[i].twice}};
-        gc_run_vs_plain(T, &f, b_dwr_chain, "slice and depthwise conv", 1e-5);
-    }
-    static const struct {
-        int c0, C, wi;
-        const char *want;
-    } es[] = {{3, 3, 1, "channels [3, 6)"},
-              {-1, 2, 1, "channels [-1, 1)"},
-              {0, 2, 2, "depthwise"},
-              {INT_MAX - 1, 2, 1, "channels [2147483646, 2147483648)"}}; /* c0 + C past INT_MAX */
-    for (size_t i = 0; i < sizeof es / sizeof es[0]; i++) {
-        vt_err e = {0};
-        vt_params *P = vt_params_new(&e);
-        vt_graph *g = vt_graph_new(P, 0, &e);
-        const int xs[4] = {1, 5, 4, 4}, ws[4] = {es[i].C, es[i].wi, 3, 3};
-        const vt_tensor *y = vt_dwconv2d_range(g, vt_input(g, "x", 4, xs), es[i].c0, vt_input(g, "w", 4, ws), NULL, 1);
-        T_CHECK(T, !y && strstr(g->err.msg, "conv2d") && strstr(g->err.msg, es[i].want), "bad dwconv2d_range %zu: %s",
-                i, g->err.msg);
-        vt_graph_free(g);
-        vt_params_free(P);
-    }
-}
-
 void test_ops_conv_shape(vt_test *T) {
     check_conv_nhwc_plan(T);
     check_slice_pieces(T);
     check_conv_values(T);
     check_conv_relu_chain(T);
-    check_dwconv_range(T);
     check_conv_nhwc_values(T);
     check_conv_nhwc_rows_train(T);
     check_dwconv_nhwc_values(T);

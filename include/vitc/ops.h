@@ -145,10 +145,10 @@ vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, 
 vt_tensor *vt_gma_separable_cat(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *const *dw, vt_tensor *const *pw);
 
 /* ---- gmamerge.c ---- */
-/* GroupMixFormer's attention output into tokens: y (B, N, A + T) = [f + q ⊙ v | u] with f, q (B, A, N) and u (B, T,
- * N) channel-first, v the nv channel parts (B, c_k, ...) of a (B, A, N) (Σc_k = A); replaces mul, add, permutes and
- * concats. */
-vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, int nv, vt_tensor *u);
+/* GroupMixFormer's attention output y (B, N, A + T) = [f + q ⊙ crpe(v) | u] from channel-first f, q, v (B, A, H·W), u
+ * (B, T, H·W); crpe: nv channel groups, group j a depthwise conv, weight w[j] (c_j, 1, k, k) (k odd), bias b[j]. */
+vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor *v, int H, int W, vt_tensor **w,
+                        vt_tensor **b, int nv, vt_tensor *u);
 
 /* ---- activation.c ---- */
 typedef enum { VT_GELU, VT_RELU, VT_RELU6, VT_HARDSWISH, VT_SOFTPLUS, VT_POW, VT_SIGMOID } vt_unary_kind;
@@ -168,9 +168,6 @@ vt_tensor *vt_softmax_res(vt_graph *g, vt_tensor *x, vt_tensor *r, float c);
 /* ---- conv.c (NCHW), conv_nhwc.c (channels-last), dwconv_nhwc.c (channels-last depthwise) ---- */
 /* 2-D convolution, NCHW: x (B, Cin, H, W), w (Cout, Cin/groups, kh, kw) as PyTorch, b (Cout) or NULL. */
 vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);
-/* Depthwise conv (stride 1, padding pad) over channels [c0, c0 + C) of x (B, L, H, W), read in place (no slice), w
- * (C, 1, kh, kw), b (C) or NULL -> (B, C, Ho, Wo); x's gradient gets the part's added. */
-vt_tensor *vt_dwconv2d_range(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad);
 /* Dense or grouped k×k convolution on channels-last maps: x (B, H, W, C), w (Cout, C/groups, k, k) (PyTorch's
  * layout), b (Cout) or NULL -> (B, Ho, Wo, Cout); oneDNN's convolution where the GEMM plan has one. */
 vt_tensor *vt_conv2d_nhwc(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups);

@@ -8,7 +8,7 @@
  *   shared by Q, K and V because they are one stacked batch)
  *   Z = [Y_0 | Y_1 | Y_2 | Y_3] (3B, 4s, N) = (3, B·8, d, N): head h = channels [h·d, (h+1)·d), channel-first
  *   K̂ = softmax over N; ctx = K̂·Vᵀ (d×d); F = scale·ctxᵀ·Q; CRPE Vc = DW{3,5,7}(V as (B, 8d, H, W)) per head
- *   group {0-1, 2-4, 5-7}; O = F + Q ⊙ Vc (channel-first (B, 4s, N)) → tokens (B, N, 4s) next to U (vt_gma_merge)
+ *   group {0-1, 2-4, 5-7}; O = F + Q ⊙ Vc as tokens (B, N, 4s) next to U, the convs inside that op (vt_gma_merge)
  *   U = hswish(LN_1e-5(pw(dw3×3([Q_4 | K_4 | V_4])))) (B, N, s); proj([O | U]). */
 #include <math.h>
 #include <stdio.h>
@@ -57,15 +57,6 @@ static vt_tensor *separable_seg(vt_graph *g, const char *prefix, vt_tensor *qkv,
     vt_tensor *dw = vt_conv_weight(g, vt_pname(nm, prefix, "conv1"), cin, cin, k, cin);
     vt_tensor *pw = vt_conv_weight(g, vt_pname(nm, prefix, "pointwise_conv"), s, cin, 1, 1);
     return vt_gma_separable(g, qkv, seg, H, W, dw, pw);
-}
-
-/* Depthwise k×k conv with bias, NCHW, padding k/2, on channels [c0, c0 + c) of x (CRPE). */
-static vt_tensor *dw_bias(vt_graph *g, const char *name, vt_tensor *x, int c0, int c, int k) {
-    if (vt_bad(g, 1, x)) return NULL;
-    if (g->ref_kernels) return vt_conv2d_p(g, name, vt_slice(g, x, 1, c0, c), c, k, 1, k / 2, c, 1);
-    vt_tensor *w = vt_conv_weight(g, name, c, c, k, c);
-    vt_tensor *b = vt_conv_bias(g, name, c, c, k, c);
-    return vt_dwconv2d_range(g, x, c0, w, b, k / 2);
 }
 
 /* BatchNorm prefix's eval scale and shift as (1, 2, s). */
@@ -182,13 +173,21 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
     }
     vt_tensor *F = vt_matmul(g, ctx, Q, 1, 0, scale);
 
-    /* CRPE on V laid out as (B, 8d, H, W), head groups {0-1: 3×3, 2-4: 5×5, 5-7: 7×7}. */
+    /* CRPE on V laid out as (B, 8d, H, W), head groups {0-1: 3×3, 2-4: 5×5, 5-7: 7×7}: depthwise convs with bias,
+     * padding k/2, run inside vt_gma_merge below (ref_kernels: each group's channels sliced out and convolved). */
     const int svi[4] = {B, GMA_HEADS * d, H, W};
-    vt_tensor *Vi = vt_reshape(g, V, 4, svi), *Vc[3];
+    vt_tensor *Vi = vt_reshape(g, V, 4, svi), *Vc[3], *cw[3], *cb[3];
     const int grp_start[3] = {0, 2, 5}, grp_len[3] = {2, 3, 3};
-    for (int k = 0; k < 3; k++) { /* each group's conv reads its channels of V in place (ref_kernels: sliced out) */
+    for (int k = 0; k < 3; k++) {
+        const int c = grp_len[k] * d, ks = 2 * k + 3;
         snprintf(sub, sizeof sub, "crpe.conv_list.%d", k);
-        Vc[k] = dw_bias(g, vt_pname(nm, prefix, sub), Vi, grp_start[k] * d, grp_len[k] * d, 2 * k + 3);
+        vt_pname(nm, prefix, sub);
+        if (g->ref_kernels) {
+            Vc[k] = vt_conv2d_p(g, nm, vt_slice(g, Vi, 1, grp_start[k] * d, c), c, ks, 1, ks / 2, c, 1);
+        } else {
+            cw[k] = vt_conv_weight(g, nm, c, c, ks, c);
+            cb[k] = vt_conv_bias(g, nm, c, c, ks, c);
+        }
     }
 
     /* Non-attention branch on [Q_4 | K_4 | V_4] per image (B, 3s, H, W): separable conv, LayerNorm over each token's
@@ -206,9 +205,21 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         u = vt_layernorm_cf_p(g, vt_pname(nm, sub, "norm"), u, LN_EPS, VT_HARDSWISH);
     }
 
-    /* proj([O | u]) with O = F + Q ⊙ [Vc_0 | Vc_1 | Vc_2] as tokens (B, N, 4s), channel h·d + c: one op. */
+    /* proj([O | u]) with O = F + Q ⊙ CRPE(V) as tokens (B, N, 4s), channel h·d + c: one op (ref_kernels: the chain
+     * of mul, add, permutes and concats it replaces). */
     const int so[3] = {B, 4 * s, N};
-    vt_tensor *O = vt_gma_merge(g, vt_reshape(g, F, 3, so), vt_reshape(g, Q, 3, so), Vc, 3, u);
+    vt_tensor *O;
+    if (g->ref_kernels) {
+        vt_tensor *o[2] = {vt_add(g, vt_reshape(g, F, 3, so),
+                                  vt_mul(g, vt_reshape(g, Q, 3, so), vt_reshape(g, vt_concat(g, Vc, 3, 1), 3, so))),
+                           u};
+        o[0] = vt_permute(g, o[0], ptok);
+        o[1] = vt_permute(g, o[1], ptok);
+        O = vt_concat(g, o, 2, 2);
+    } else {
+        O = vt_gma_merge(g, vt_reshape(g, F, 3, so), vt_reshape(g, Q, 3, so), vt_reshape(g, V, 3, so), H, W, cw, cb, 3,
+                         u);
+    }
     return vt_linear_p(g, vt_pname(nm, prefix, "proj"), O, C, 1, VT_INIT_W02);
 }
 

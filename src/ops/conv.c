@@ -45,7 +45,6 @@ typedef struct {
     int relu;                 /* vt_conv2d_relu in an inference graph: ReLU on the output, in the same pass */
     int bfold;                /* pointwise, images in parallel, the bias needing its gradient: each image's dy row
                                * sums taken in the image loop (B·Cout floats of bws after the threads' own) */
-    int L, c0;                /* x's channels per image and the first one convolved (vt_dwconv2d_range; else Cin, 0) */
 } geom;
 
 enum { M_IM2COL = 0, M_DEPTHWISE = 1, M_POINTWISE = 2 };
@@ -715,7 +714,7 @@ static void conv_fwd(vt_node *n) {
 #pragma omp for schedule(static)
             for (int bc = 0; bc < q.B * q.Cin; bc++) {
                 const int c = bc % q.Cin;
-                const float *xc = x + ((size_t)(bc / q.Cin) * q.L + q.c0 + c) * q.H * q.W,
+                const float *xc = x + (size_t)bc * q.H * q.W,
                             *wc = w + (size_t)c * q.kh * q.kw;
                 const float bv = b ? b[c] : 0.0f;
                 if (q.s == 1)
@@ -821,9 +820,9 @@ static void conv_bwd(vt_node *n) {
                 if (dw) memset(acc, 0, sizeof(float) * (size_t)K * VB);
                 for (int t = 0; dx && q.s == 1 && t < K; t++) wf[t] = w[(size_t)c * K + K - 1 - t];
                 for (int i = 0; i < q.B; i++) {
-                    const size_t pl = (size_t)i * q.Cin + c, xl = (size_t)i * q.L + q.c0 + c;
-                    const float *xc = x + xl * q.H * q.W, *dyc = dy + pl * q.P;
-                    float *dxc = dx ? dx + xl * q.H * q.W : NULL;
+                    const size_t pl = (size_t)i * q.Cin + c;
+                    const float *xc = x + pl * q.H * q.W, *dyc = dy + pl * q.P;
+                    float *dxc = dx ? dx + pl * q.H * q.W : NULL;
                     if (q.s == 1)
                         dw1_plane_bwd(&q, &d, xc, wf, dyc, dxc, !(n->grad_fresh & 1u), dw ? acc : NULL, xp, dyp,
                                       dyp + (size_t)d.Hd * d.Wd);
@@ -964,10 +963,7 @@ static int image_threads(const vt_graph *g, int B, long long mnk) {
     return B >= nt && nt > 1 && !(g->gemm.bf16 && mnk >= VT_GEMM_BF16_MNK) ? nt : 1;
 }
 
-/* vt_conv2d over channels [c0, c0 + cin) of x (cin < 0: all of them, c0 = 0); a part of x only as a depthwise conv
- * (vt_dwconv2d_range). */
-static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *w, vt_tensor *b, int stride, int pad,
-                         int groups) {
+vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
     if (vt_bad(g, 2, x, w)) return NULL;
     char sx[64], sw[64], sb[64];
     conv_shape_strs(x, w, b, sx, sw, sb);
@@ -977,11 +973,7 @@ static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *
     if (groups < 1 || stride < 1 || pad < 0)
         return vt_fail(g, "conv2d", "input %s, weight %s: bad groups %d / stride %d / padding %d", sx, sw, groups,
                        stride, pad);
-    if (cin >= 0 && (c0 < 0 || cin < 1 || c0 > x->shape[1] - cin || groups != cin || w->shape[0] != cin ||
-                     w->shape[1] != 1 || (cin == 1 && w->shape[2] * w->shape[3] == 1)))
-        return vt_fail(g, "conv2d", "input %s, weight %s: channels [%d, %lld) must lie in the input and be a depthwise "
-                       "conv's (weight (%d, 1, kh, kw))", sx, sw, c0, (long long)c0 + cin, cin);
-    const int B = x->shape[0], Cin = cin >= 0 ? cin : x->shape[1], H = x->shape[2], W = x->shape[3];
+    const int B = x->shape[0], Cin = x->shape[1], H = x->shape[2], W = x->shape[3];
     const int Cout = w->shape[0], kh = w->shape[2], kw = w->shape[3];
     if (Cin % groups || Cout % groups || w->shape[1] != Cin / groups)
         return vt_fail(g, "conv2d",
@@ -1010,14 +1002,12 @@ static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *
     const int tf = mode == M_DEPTHWISE ? g->threads : image_threads(g, B, mnk);
     const int tb = tf;
     geom q = {B, Cin, H, W, Cout, kh, kw, stride, pad, groups, Ho, Wo, mode, tf, tb,
-              Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0, 0, 0, 0};
-    q.L = x->shape[1];
-    q.c0 = cin >= 0 ? c0 : 0;
+              Cout / groups, Cg * kh * kw, P, (int64_t)Cin * kh * kw * P, &g->gemm, NULL, NULL, NULL, 0, 0};
     *VT_OP_P(n, geom) = q;
     n->macs = (int64_t)B * Cout * Ho * Wo * (Cin / groups) * kh * kw;
     if (mode == M_DEPTHWISE) n->kind = VT_OP_OTHER; /* memory-bound plane loops, no GEMM call (the profile's split) */
     if (mode == M_DEPTHWISE) {
-        n->grad_sets = q.L == Cin ? 1u : 0u; /* the plane kernels write every element of dX (of a part: added) */
+        n->grad_sets = 1u; /* the plane kernels write every element of dX */
         const int64_t fwd = stride == 1 ? dw_dims(&q).fwd : ds_dims(&q).fwd, bwd = dw_bwd_floats(&q);
         if ((int64_t)tf * (fwd > bwd ? fwd : bwd) > INT_MAX)
             return vt_fail(g, "conv2d", "input %s, weight %s: padded plane scratch is too large", sx, sw);
@@ -1037,15 +1027,6 @@ static vt_tensor *conv2d(vt_graph *g, vt_tensor *x, int c0, int cin, vt_tensor *
     if (fwork) vt_node_work(n, 0, fwork);
     if (bwork && (x->requires_grad || w->requires_grad)) vt_node_work(n, 1, bwork);
     return n->out;
-}
-
-vt_tensor *vt_conv2d(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b, int stride, int pad, int groups) {
-    return conv2d(g, x, 0, -1, w, b, stride, pad, groups);
-}
-
-vt_tensor *vt_dwconv2d_range(vt_graph *g, vt_tensor *x, int c0, vt_tensor *w, vt_tensor *b, int pad) {
-    if (vt_bad(g, 2, x, w)) return NULL;
-    return conv2d(g, x, c0, w->shape[0], w, b, 1, pad, w->shape[0]);
 }
 
 /* vt_relu(vt_conv2d(...)): the ReLU in the conv's output pass where conv_relu_node says so. */

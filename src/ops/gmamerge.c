@@ -1,39 +1,37 @@
 /* GroupMixFormer's attention output as one op (spec-groupmixformer.md §4; src/blocks/gma.c builds it):
- *   y[b, n, c] = f[b, c, n] + q[b, c, n]·v[b, c, n]   for c < A   (F + Q ⊙ CRPE(V))
- *   y[b, n, A + c] = u[b, c, n]                       for c < T   (the non-attention branch)
- * all channel-first, into tokens, with v given as consecutive channel parts (the CRPE convs of the head groups). It
- * replaces a mul, an add, two permutes and two concats, each a pass through memory; the transposes go through 8×8
- * register tiles. */
+ *   y[b, n, c] = f[b, c, n] + q[b, c, n]·crpe(v)[b, c, n]   for c < A   (F + Q ⊙ CRPE(V))
+ *   y[b, n, A + c] = u[b, c, n]                             for c < T   (the non-attention branch)
+ * f, q, v and u channel-first over an H×W grid; crpe(v) = the CRPE's depthwise convs with bias, one per group of
+ * consecutive channels (group j: k_j × k_j, zero padding k_j / 2). One unit is one image's 8-channel tile of y over
+ * every token: its conv planes go into the thread's cache (vt_dw_plane), are combined there with f and q, and are
+ * transposed into y's token rows through 8×8 register tiles. It replaces the CRPE convs (their planes written out and
+ * read back), a mul, an add, two permutes and two concats, each a pass through memory. Backward recomputes a
+ * channel's conv plane where dq needs it and runs the conv's backward (vt_dw_plane_bwd) on dy ⊙ q; each thread sums
+ * its dW and db in its own block, added in thread order after the units. */
+#include <limits.h>
+#include <omp.h>
 #include <string.h>
 
+#include "dwplane.h"
 #include "transpose8.h"
 #include "vitc/ops.h"
 
-#define TB_MAX 512 /* tokens per work unit at most: the 8-channel tile of f + q·v (16 KiB) stays in L1, and each
-                    * channel's read is 2 KiB contiguous (64-token units ran the op 0.7-0.9x the chain it replaces on
-                    * GroupMixFormer-M/S's shapes at b16, the reads too short for the prefetchers; 256-1024 tokens
-                    * 1.4-2.4x it) */
+#define GM_MAXG ((VT_MAXIN - 4) / 2) /* CRPE groups at most: inputs f, u, q, v, then each group's weight and bias */
 
 typedef struct {
-    int B, A, N, T, nv;
-    int tb;           /* tokens per work unit (≤ TB_MAX; fewer where the units would not fill the threads) */
-    int vc[VT_MAXIN]; /* channels of each v part */
+    int B, A, N, T, H, W, nv, nt;
+    int c0[GM_MAXG + 1]; /* group j's first channel (c0[nv] = A) */
+    int k[GM_MAXG];      /* its kernel size */
+    int64_t pad[GM_MAXG + 1]; /* offsets of each group's padded-plane scratch in a thread's block (pad[nv]: end);
+                               * backward-sized when the graph trains (vt_dw_plane may share it) */
+    int64_t part;        /* floats of a thread's dW and db partials (Σ c_j·k_j² + A) */
 } gmerge_p;
 
-/* The v part holding channel c of the A (into *k) and the offset of image b's row of c, from token n0, in it. */
-static size_t v_row(const gmerge_p *p, int b, int c, int n0, int *k) {
+/* The group holding channel c (< A). */
+static int group_of(const gmerge_p *p, int c) {
     int j = 0;
-    while (c >= p->vc[j]) c -= p->vc[j++];
-    *k = j;
-    return ((size_t)b * p->vc[j] + (size_t)c) * p->N + (size_t)n0;
-}
-
-/* Work unit u's image *b and its tokens [*n0, *n0 + *nn). */
-static void unit_span(const gmerge_p *p, int u, int *b, int *n0, int *nn) {
-    const int nb = (p->N + p->tb - 1) / p->tb;
-    *b = u / nb;
-    *n0 = u % nb * p->tb;
-    *nn = p->N - *n0 < p->tb ? p->N - *n0 : p->tb;
+    while (c >= p->c0[j + 1]) j++;
+    return j;
 }
 
 /* dst[j·ld + i] = src[i·ls + j] for i < ni, j < nj (ni, nj ≤ 8): 8×8 in registers when whole. */
@@ -48,131 +46,176 @@ static void tile_t(const float *src, ptrdiff_t ls, float *dst, ptrdiff_t ld, int
         for (int j = 0; j < nj; j++) dst[j * ld + i] = src[i * ls + j];
 }
 
+/* Channel c's CRPE plane of image b into out (N floats): vt_dw_plane with the group's weight and bias. */
+static void crpe_plane(const vt_node *n, const gmerge_p *p, int b, int c, float *out, float *pad) {
+    const int j = group_of(p, c), ci = c - p->c0[j], k = p->k[j];
+    const float *w = n->in[4 + 2 * j]->data + (size_t)ci * k * k, bias = n->in[5 + 2 * j]->data[ci];
+    vt_dw_plane(n->in[3]->data + ((size_t)b * p->A + c) * p->N, p->H, p->W, k, w, bias, out, pad + p->pad[j]);
+}
+
+/* Floats of one thread's scratch: the unit's 8 planes, the padded planes; backward also a conv plane, dy ⊙ q, and the
+ * dW / db partials. */
+static int64_t fwd_floats(const gmerge_p *p) { return 8 * (int64_t)p->N + p->pad[p->nv]; }
+static int64_t bwd_floats(const gmerge_p *p) { return 10 * (int64_t)p->N + p->pad[p->nv] + p->part; }
+
 static void gmerge_fwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
-    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tb = p->tb, nb = (N + tb - 1) / tb;
+    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tiles = (L + 7) / 8;
     const float *f = n->in[0]->data, *u = n->in[1]->data, *q = n->in[2]->data;
-    const float *vd[VT_MAXIN];
-    for (int k = 0; k < p->nv; k++) vd[k] = n->in[3 + k]->data;
     float *y = n->out->data;
-#pragma omp parallel for schedule(static)
-    for (int unit = 0; unit < B * nb; unit++) {
-        int b, n0, nn;
-        unit_span(p, unit, &b, &n0, &nn);
-        float t[8 * TB_MAX];
-        for (int c0 = 0; c0 < L; c0 += 8) {
-            const int nc = L - c0 < 8 ? L - c0 : 8;
+#pragma omp parallel num_threads(p->nt)
+    {
+        float *t = n->fws->data + (size_t)omp_get_thread_num() * (size_t)fwd_floats(p), *pad = t + (size_t)8 * N;
+        memset(pad, 0, sizeof(float) * (size_t)p->pad[p->nv]); /* the padded planes' borders */
+        /* static: a thread's units are consecutive, so at batch ≥ threads no two threads write one image's rows */
+#pragma omp for schedule(static)
+        for (int unit = 0; unit < B * tiles; unit++) {
+            const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
             for (int c = 0; c < nc; c++) {
-                float *tr = t + c * tb;
+                float *tr = t + (size_t)c * N;
                 if (c0 + c >= A) { /* u's row */
-                    memcpy(tr, u + ((size_t)b * T + c0 + c - A) * N + n0, sizeof(float) * (size_t)nn);
+                    memcpy(tr, u + ((size_t)b * T + c0 + c - A) * N, sizeof(float) * (size_t)N);
                     continue;
                 }
-                const size_t o = ((size_t)b * A + c0 + c) * N + n0;
-                int k;
-                const size_t ov = v_row(p, b, c0 + c, n0, &k);
-                const float *fr = f + o, *qr = q + o, *vr = vd[k] + ov;
+                crpe_plane(n, p, b, c0 + c, tr, pad);
+                const size_t o = ((size_t)b * A + c0 + c) * N;
+                const float *fr = f + o, *qr = q + o;
 #pragma omp simd
-                for (int m = 0; m < nn; m++) tr[m] = fr[m] + qr[m] * vr[m];
+                for (int m = 0; m < N; m++) tr[m] = fr[m] + qr[m] * tr[m];
             }
-            for (int m0 = 0; m0 < nn; m0 += 8)
-                tile_t(t + m0, tb, y + ((size_t)b * N + n0 + m0) * L + c0, L, nc, nn - m0 < 8 ? nn - m0 : 8);
+            for (int m0 = 0; m0 < N; m0 += 8)
+                tile_t(t + m0, N, y + ((size_t)b * N + m0) * L + c0, L, nc, N - m0 < 8 ? N - m0 : 8);
         }
     }
 }
 
 static void gmerge_bwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
-    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tb = p->tb, nb = (N + tb - 1) / tb, nv = p->nv;
-    const float *q = n->in[2]->data, *dy = n->out->grad;
-    float *df = n->in[0]->grad, *du = n->in[1]->grad, *dq = n->in[2]->grad;
+    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tiles = (L + 7) / 8, nv = p->nv;
+    const float *q = n->in[2]->data, *v = n->in[3]->data, *dy = n->out->grad;
+    float *df = n->in[0]->grad, *du = n->in[1]->grad, *dq = n->in[2]->grad, *dv = n->in[3]->grad;
+    if (!dy) return;
     const int wf = n->grad_fresh & 1u, wu = n->grad_fresh >> 1 & 1u, wq = n->grad_fresh >> 2 & 1u;
-    const float *vd[VT_MAXIN];
-    float *dvd[VT_MAXIN];
-    for (int k = 0; k < nv; k++) {
-        vd[k] = n->in[3 + k]->data;
-        dvd[k] = n->in[3 + k]->grad;
-    }
-#pragma omp parallel for schedule(static)
-    for (int unit = 0; unit < B * nb; unit++) {
-        int b, n0, nn;
-        unit_span(p, unit, &b, &n0, &nn);
-        float t[8 * TB_MAX];
-        for (int c0 = 0; c0 < L; c0 += 8) {
-            const int nc = L - c0 < 8 ? L - c0 : 8;
-            if (c0 >= A && !du) break;
-            for (int m0 = 0; m0 < nn; m0 += 8) /* t[c][m] = dy[b, n0 + m, c0 + c] */
-                tile_t(dy + ((size_t)b * N + n0 + m0) * L + c0, L, t + m0, tb, nn - m0 < 8 ? nn - m0 : 8, nc);
+    const int wv = n->grad_fresh >> 3 & 1u;
+    int conv_bwd = dv != NULL; /* dy ⊙ q needed: for dv, a dW or a db */
+    for (int j = 0; j < nv; j++) conv_bwd |= n->in[4 + 2 * j]->grad || n->in[5 + 2 * j]->grad;
+    const int64_t wsz = p->part - A; /* the dW partials' floats; db's A follow */
+#pragma omp parallel num_threads(p->nt)
+    {
+        float *t = n->bws->data + (size_t)omp_get_thread_num() * (size_t)bwd_floats(p);
+        float *vc = t + (size_t)8 * N, *dvc = vc + N, *pad = dvc + N, *part = pad + p->pad[nv];
+        memset(pad, 0, sizeof(float) * (size_t)(p->pad[nv] + p->part));
+#pragma omp for schedule(static)
+        for (int unit = 0; unit < B * tiles; unit++) {
+            const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
+            if (c0 >= A && !du) continue;
+            for (int m0 = 0; m0 < N; m0 += 8) /* t[c][m] = dy[b, m, c0 + c] */
+                tile_t(dy + ((size_t)b * N + m0) * L + c0, L, t + m0, N, N - m0 < 8 ? N - m0 : 8, nc);
             for (int c = 0; c < nc; c++) {
+                const float *tr = t + (size_t)c * N;
                 if (c0 + c >= A) { /* u's row */
                     if (!du) continue;
-                    const float *tr = t + c * tb;
-                    float *d = du + ((size_t)b * T + c0 + c - A) * N + n0;
+                    float *d = du + ((size_t)b * T + c0 + c - A) * N;
 #pragma omp simd
-                    for (int m = 0; m < nn; m++) d[m] = (wu ? 0.0f : d[m]) + tr[m];
+                    for (int m = 0; m < N; m++) d[m] = (wu ? 0.0f : d[m]) + tr[m];
                     continue;
                 }
-                const size_t o = ((size_t)b * A + c0 + c) * N + n0;
-                int k;
-                const size_t ov = v_row(p, b, c0 + c, n0, &k);
-                const float *tr = t + c * tb, *qr = q + o, *vr = vd[k] + ov;
-                float *dvr = dvd[k] ? dvd[k] + ov : NULL;
-                const int wv = n->grad_fresh >> (3 + k) & 1u;
+                const size_t o = ((size_t)b * A + c0 + c) * N;
+                const float *qr = q + o;
                 if (df) {
                     float *d = df + o;
 #pragma omp simd
-                    for (int m = 0; m < nn; m++) d[m] = (wf ? 0.0f : d[m]) + tr[m];
+                    for (int m = 0; m < N; m++) d[m] = (wf ? 0.0f : d[m]) + tr[m];
                 }
                 if (dq) {
+                    crpe_plane(n, p, b, c0 + c, vc, pad);
                     float *d = dq + o;
 #pragma omp simd
-                    for (int m = 0; m < nn; m++) d[m] = (wq ? 0.0f : d[m]) + tr[m] * vr[m];
+                    for (int m = 0; m < N; m++) d[m] = (wq ? 0.0f : d[m]) + tr[m] * vc[m];
                 }
-                if (dvr) {
-#pragma omp simd
-                    for (int m = 0; m < nn; m++) dvr[m] = (wv ? 0.0f : dvr[m]) + tr[m] * qr[m];
+                if (!conv_bwd) continue;
+                const int j = group_of(p, c0 + c), ci = c0 + c - p->c0[j], k = p->k[j];
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int m = 0; m < N; m++) {
+                    dvc[m] = tr[m] * qr[m];
+                    sum += dvc[m];
                 }
+                part[wsz + c0 + c] += sum;
+                int64_t wo = 0; /* group j's dW partials: after the earlier groups' */
+                for (int i = 0; i < j; i++) wo += (int64_t)(p->c0[i + 1] - p->c0[i]) * p->k[i] * p->k[i];
+                vt_dw_plane_bwd(v + o, dvc, p->H, p->W, k, n->in[4 + 2 * j]->data + (size_t)ci * k * k,
+                                dv ? dv + o : NULL, !wv, n->in[4 + 2 * j]->grad ? part + wo + (int64_t)ci * k * k : NULL,
+                                pad + p->pad[j]);
             }
+        }
+    }
+    if (!conv_bwd) return;
+    for (int th = 0; th < p->nt; th++) { /* the threads' partials, in thread order */
+        const float *part = n->bws->data + (size_t)th * (size_t)bwd_floats(p) + (size_t)10 * N + p->pad[nv];
+        int64_t wo = 0;
+        for (int j = 0; j < nv; j++) {
+            float *gw = n->in[4 + 2 * j]->grad, *gb = n->in[5 + 2 * j]->grad;
+            const int cj = p->c0[j + 1] - p->c0[j], kk = p->k[j] * p->k[j];
+            for (int i = 0; gw && i < cj * kk; i++) gw[i] += part[wo + i];
+            for (int i = 0; gb && i < cj; i++) gb[i] += part[wsz + p->c0[j] + i];
+            wo += (int64_t)cj * kk;
         }
     }
 }
 
-/* Inputs f, u, q, v parts; backward reads q and the v parts. */
+/* Inputs f, u, q, v, then each group's weight and bias; backward reads q, v and the weights and biases. */
 static const vt_opdef op_gmerge = {"gma_merge", gmerge_fwd, gmerge_bwd, VT_READS(VT_READS_ALL_IN & ~3u), NULL,
                                    VT_OP_OTHER};
 
-vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor **v, int nv, vt_tensor *u) {
+vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor *v, int H, int W, vt_tensor **w,
+                        vt_tensor **b, int nv, vt_tensor *u) {
     static const char *op = "gma_merge";
-    if (vt_bad(g, 3, f, q, u)) return NULL;
-    if (nv < 1 || nv > VT_MAXIN - 3) return vt_fail(g, op, "%d value parts (need 1 to %d)", nv, VT_MAXIN - 3);
-    for (int k = 0; k < nv; k++)
-        if (vt_bad(g, 1, v[k])) return NULL;
+    if (vt_bad(g, 4, f, q, v, u)) return NULL;
+    if (nv < 1 || nv > GM_MAXG) return vt_fail(g, op, "%d CRPE groups (need 1 to %d)", nv, GM_MAXG);
+    for (int j = 0; j < nv; j++)
+        if (vt_bad(g, 2, w[j], b[j])) return NULL;
     char sf[64], sx[64];
     vt_shape_str(f, sf, sizeof sf);
-    if (f->ndim != 3 || !vt_has_shape(q, 3, f->shape[0], f->shape[1], f->shape[2], 0))
-        return vt_fail(g, op, "f %s and q %s must be one (B, A, N) shape", sf, vt_shape_str(q, sx, sizeof sx));
-    gmerge_p p = {.B = f->shape[0], .A = f->shape[1], .N = f->shape[2], .nv = nv};
-    int sum = 0;
-    for (int k = 0; k < nv; k++) {
-        const vt_tensor *t = v[k];
-        if (t->ndim < 2 || t->shape[0] != p.B || t->numel != (int64_t)p.B * t->shape[1] * p.N)
-            return vt_fail(g, op, "value part %d %s must be (B, channels, ...) with N = %d positions for f %s", k,
-                           vt_shape_str(t, sx, sizeof sx), p.N, sf);
-        p.vc[k] = t->shape[1];
-        sum += p.vc[k];
+    if (f->ndim != 3 || H < 1 || W < 1 || (int64_t)H * W != f->shape[2] ||
+        !vt_has_shape(q, 3, f->shape[0], f->shape[1], f->shape[2], 0))
+        return vt_fail(g, op, "f %s and q %s must be one (B, A, N) shape with N = H·W = %d·%d", sf,
+                       vt_shape_str(q, sx, sizeof sx), H, W);
+    gmerge_p p = {.B = f->shape[0], .A = f->shape[1], .N = f->shape[2], .H = H, .W = W, .nv = nv, .nt = g->threads};
+    if (v->ndim < 2 || v->shape[0] != p.B || v->shape[1] != p.A || v->numel != (int64_t)p.B * p.A * p.N)
+        return vt_fail(g, op, "v %s must be (B, A, ...) with N = %d positions for f %s",
+                       vt_shape_str(v, sx, sizeof sx), p.N, sf);
+    for (int j = 0; j < nv; j++) {
+        const int cj = w[j]->shape[0], k = w[j]->ndim == 4 ? w[j]->shape[2] : 0;
+        if (!vt_has_shape(w[j], 4, cj, 1, k, k) || k % 2 == 0 || !vt_has_shape(b[j], 1, cj, 0, 0, 0))
+            return vt_fail(g, op, "CRPE group %d: weight %s must be (c, 1, k, k) with k odd and bias %s (c)", j,
+                           vt_shape_str(w[j], sx, sizeof sx), vt_shape_str(b[j], sf, sizeof sf));
+        p.c0[j + 1] = p.c0[j] + cj;
+        p.k[j] = k;
     }
-    if (sum != p.A) return vt_fail(g, op, "value parts have %d channels, f %s has %d", sum, sf, p.A);
+    if (p.c0[nv] != p.A) return vt_fail(g, op, "CRPE groups have %d channels, f %s has %d", p.c0[nv], sf, p.A);
     if (u->ndim != 3 || u->shape[0] != p.B || u->shape[2] != p.N)
         return vt_fail(g, op, "u %s must be (B, T, N) = (%d, T, %d)", vt_shape_str(u, sx, sizeof sx), p.B, p.N);
     p.T = u->shape[1];
-    vt_tensor *in[VT_MAXIN] = {f, u, q};
-    for (int k = 0; k < nv; k++) in[3 + k] = v[k];
+    vt_tensor *in[VT_MAXIN] = {f, u, q, v};
+    for (int j = 0; j < nv; j++) in[4 + 2 * j] = w[j], in[5 + 2 * j] = b[j];
     const int ys[3] = {p.B, p.N, p.A + p.T};
-    vt_node *n = vt_new_node(g, &op_gmerge, in, 3 + nv, vt_new_act(g, 3, ys));
+    vt_node *n = vt_new_node(g, &op_gmerge, in, 4 + 2 * nv, vt_new_act(g, 3, ys));
     if (!n) return NULL;
-    p.tb = TB_MAX;
-    while (p.tb > 64 && (int64_t)p.B * ((p.N + p.tb - 1) / p.tb) < 4 * g->threads) p.tb /= 2;
+    int64_t macs = 0;
+    for (int j = 0; j < nv; j++) {
+        const size_t pad = g->training ? vt_dw_plane_bwd_scratch(H, W, p.k[j]) : vt_dw_plane_scratch(H, W, p.k[j]);
+        p.pad[j + 1] = p.pad[j] + ((int64_t)pad + 15) / 16 * 16;
+        p.part += (int64_t)(p.c0[j + 1] - p.c0[j]) * p.k[j] * p.k[j];
+        macs += (int64_t)p.B * (p.c0[j + 1] - p.c0[j]) * p.N * p.k[j] * p.k[j];
+    }
+    p.part += p.A;
     *VT_OP_P(n, gmerge_p) = p;
-    n->grad_sets = (1u << (3 + nv)) - 1u;
+    n->macs = macs;
+    n->grad_sets = 15u; /* f, u, q and v: every element written */
+    if ((int64_t)p.nt * bwd_floats(&p) > INT_MAX)
+        return vt_fail(g, op, "f %s: the threads' plane scratch is too large", sf);
+    if (!vt_node_work(n, 0, (int64_t)p.nt * fwd_floats(&p))) return NULL;
+    if (g->training && !vt_node_work(n, 1, (int64_t)p.nt * bwd_floats(&p))) return NULL;
     return n->out;
 }
