@@ -227,6 +227,7 @@ void test_gma(vt_test *T) {
     check_merge(T, 3, 1, 5, 1, 1, (const int[]){9}, 700);           /* fewer tokens than a tile, 7×7 on one row */
     check_merge(T, 2, 11, 4, 8, 2, (const int[]){4, 4}, 530);       /* taller than 8 rows; u a whole tile */
     check_merge(T, 5, 6, 6, 2, 2, (const int[]){3, 3}, 370);        /* more images than threads, odd tiles */
+    check_merge(T, 4, 5, 7, 3, 3, (const int[]){2, 5, 5}, 357);    /* images split over the threads mid-image (3) */
     /* shape errors of the merge op (groups not adding up to f's channels, u of another token count, q unlike f, a
      * grid that is not f's, v of another channel count, an even kernel, a bias of another width) and of the fused
      * aggregators on a token-major qkv (B, N, 3C) */

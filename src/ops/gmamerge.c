@@ -6,8 +6,8 @@
  * every token: its conv planes go into the thread's cache (vt_dw_plane), are combined there with f and q, and are
  * transposed into y's token rows through 8×8 register tiles. It replaces the CRPE convs (their planes written out and
  * read back), a mul, an add, two permutes and two concats, each a pass through memory. Backward recomputes a
- * channel's conv plane where dq needs it and runs the conv's backward (vt_dw_plane_bwd) on dy ⊙ q; each thread sums
- * its dW and db in its own block, added in thread order after the units. */
+ * channel's conv plane where dq needs it and runs the conv's backward (vt_dw_plane_bwd) on dy ⊙ q, into each image's
+ * dW and db partials, added in image order after the units. */
 #include <limits.h>
 #include <omp.h>
 #include <string.h>
@@ -24,7 +24,7 @@ typedef struct {
     int k[GM_MAXG];      /* its kernel size */
     int64_t pad[GM_MAXG + 1]; /* offsets of each group's padded-plane scratch in a thread's block (pad[nv]: end);
                                * backward-sized when the graph trains (vt_dw_plane may share it) */
-    int64_t part;        /* floats of a thread's dW and db partials (Σ c_j·k_j² + A) */
+    int64_t part;        /* floats of an image's dW and db partials (Σ c_j·k_j² + A) */
 } gmerge_p;
 
 /* The group holding channel c (< A). */
@@ -53,112 +53,141 @@ static void crpe_plane(const vt_node *n, const gmerge_p *p, int b, int c, float 
     vt_dw_plane(n->in[3]->data + ((size_t)b * p->A + c) * p->N, p->H, p->W, k, w, bias, out, pad + p->pad[j]);
 }
 
-/* Floats of one thread's scratch: the unit's 8 planes, the padded planes; backward also a conv plane, dy ⊙ q, and the
- * dW / db partials. */
+/* Floats of one thread's scratch: the unit's 8 planes, the padded planes; backward also a conv plane and dy ⊙ q, and
+ * after the threads' blocks each image's dW / db partials (B·part floats: each channel's written by one unit, then
+ * added over the images in order: the same sums on any number of threads). */
 static int64_t fwd_floats(const gmerge_p *p) { return 8 * (int64_t)p->N + p->pad[p->nv]; }
-static int64_t bwd_floats(const gmerge_p *p) { return 10 * (int64_t)p->N + p->pad[p->nv] + p->part; }
+static int64_t bwd_floats(const gmerge_p *p) { return 10 * (int64_t)p->N + p->pad[p->nv]; }
 
+/* Channel c of image b's output, channel-first, into out (N floats): f + q ⊙ crpe(v) (c < A) or u's row. */
+static void chan_fwd(const vt_node *n, const gmerge_p *p, int b, int c, float *out, float *pad) {
+    const int A = p->A, N = p->N;
+    if (c >= A) {
+        memcpy(out, n->in[1]->data + ((size_t)b * p->T + c - A) * N, sizeof(float) * (size_t)N);
+        return;
+    }
+    crpe_plane(n, p, b, c, out, pad);
+    const size_t o = ((size_t)b * A + c) * N;
+    const float *fr = n->in[0]->data + o, *qr = n->in[2]->data + o;
+#pragma omp simd
+    for (int m = 0; m < N; m++) out[m] = fr[m] + qr[m] * out[m];
+}
+
+/* nc ≤ 8 channels of N tokens between channel-first planes (N floats apart) and token rows (L floats apart) in 8×8
+ * tiles: to_tokens, cf's planes into tok's rows; else tok's rows into cf's planes. */
+static void tiles_t(float *cf, float *tok, int N, int L, int nc, int to_tokens) {
+    for (int m = 0; m < N; m += 8) {
+        const int nm = N - m < 8 ? N - m : 8;
+        if (to_tokens) tile_t(cf + m, N, tok + (size_t)m * L, L, nc, nm);
+        else tile_t(tok + (size_t)m * L, L, cf + m, N, nm, nc);
+    }
+}
+
+/* Forward: one unit per image and 8-channel tile, its planes in the thread's block, then transposed into y's rows. */
 static void gmerge_fwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
-    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tiles = (L + 7) / 8;
-    const float *f = n->in[0]->data, *u = n->in[1]->data, *q = n->in[2]->data;
+    const int B = p->B, N = p->N, L = p->A + p->T, tiles = (L + 7) / 8;
     float *y = n->out->data;
 #pragma omp parallel num_threads(p->nt)
     {
         float *t = n->fws->data + (size_t)omp_get_thread_num() * (size_t)fwd_floats(p), *pad = t + (size_t)8 * N;
         memset(pad, 0, sizeof(float) * (size_t)p->pad[p->nv]); /* the padded planes' borders */
-        /* static: a thread's units are consecutive, so at batch ≥ threads no two threads write one image's rows */
+        /* static: a thread's units are consecutive, so at batch ≥ threads no two threads write one image's rows (a
+         * layout spreading the channels one by one over the threads, through a channel-first staging, ran the first
+         * stage's 5 tiles at batch 1 faster, 0.0081-0.0088 s per 40 steps against 0.0110-0.0111, and the later stages
+         * slower: not kept; GroupMixFormer-M, AMD EPYC Zen 4, 2026-12-06) */
 #pragma omp for schedule(static)
         for (int unit = 0; unit < B * tiles; unit++) {
             const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
-            for (int c = 0; c < nc; c++) {
-                float *tr = t + (size_t)c * N;
-                if (c0 + c >= A) { /* u's row */
-                    memcpy(tr, u + ((size_t)b * T + c0 + c - A) * N, sizeof(float) * (size_t)N);
-                    continue;
-                }
-                crpe_plane(n, p, b, c0 + c, tr, pad);
-                const size_t o = ((size_t)b * A + c0 + c) * N;
-                const float *fr = f + o, *qr = q + o;
-#pragma omp simd
-                for (int m = 0; m < N; m++) tr[m] = fr[m] + qr[m] * tr[m];
-            }
-            for (int m0 = 0; m0 < N; m0 += 8)
-                tile_t(t + m0, N, y + ((size_t)b * N + m0) * L + c0, L, nc, N - m0 < 8 ? N - m0 : 8);
+            for (int c = 0; c < nc; c++) chan_fwd(n, p, b, c0 + c, t + (size_t)c * N, pad);
+            tiles_t(t, y + (size_t)b * N * L + c0, N, L, nc, 1);
         }
     }
 }
 
+/* Backward of channel c of image b given its dy row tr (N floats, channel-first): du's or df's row, dq (the conv plane
+ * recomputed into vc), and through dy ⊙ q (into dvc) dv and the image's dW / db partials (part, zeroed). */
+static void chan_bwd(const vt_node *n, const gmerge_p *p, int b, int c, const float *tr, int conv_bwd, float *vc,
+                     float *dvc, float *pad, float *part) {
+    const int A = p->A, N = p->N;
+    float *df = n->in[0]->grad, *du = n->in[1]->grad, *dq = n->in[2]->grad, *dv = n->in[3]->grad;
+    const unsigned fr = n->grad_fresh;
+    if (c >= A) { /* u's row */
+        if (!du) return;
+        float *d = du + ((size_t)b * p->T + c - A) * N;
+        const int w = fr >> 1 & 1u;
+#pragma omp simd
+        for (int m = 0; m < N; m++) d[m] = (w ? 0.0f : d[m]) + tr[m];
+        return;
+    }
+    const size_t o = ((size_t)b * A + c) * N;
+    const float *qr = n->in[2]->data + o;
+    if (df) {
+        float *d = df + o;
+        const int w = fr & 1u;
+#pragma omp simd
+        for (int m = 0; m < N; m++) d[m] = (w ? 0.0f : d[m]) + tr[m];
+    }
+    if (dq) {
+        crpe_plane(n, p, b, c, vc, pad);
+        float *d = dq + o;
+        const int w = fr >> 2 & 1u;
+#pragma omp simd
+        for (int m = 0; m < N; m++) d[m] = (w ? 0.0f : d[m]) + tr[m] * vc[m];
+    }
+    if (!conv_bwd) return;
+    const int j = group_of(p, c), ci = c - p->c0[j], k = p->k[j];
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int m = 0; m < N; m++) {
+        dvc[m] = tr[m] * qr[m];
+        sum += dvc[m];
+    }
+    part[p->part - A + c] += sum; /* db's partials after dW's */
+    int64_t wo = 0; /* group j's dW partials: after the earlier groups' */
+    for (int i = 0; i < j; i++) wo += (int64_t)(p->c0[i + 1] - p->c0[i]) * p->k[i] * p->k[i];
+    vt_dw_plane_bwd(n->in[3]->data + o, dvc, p->H, p->W, k, n->in[4 + 2 * j]->data + (size_t)ci * k * k,
+                    dv ? dv + o : NULL, !(fr >> 3 & 1u), n->in[4 + 2 * j]->grad ? part + wo + (int64_t)ci * k * k : NULL,
+                    pad + p->pad[j]);
+}
+
+/* Backward by the forward's units: each tile of dy's rows transposed in the thread's block, then channel by channel;
+ * the images' dW / db partials added in image order after the units. */
 static void gmerge_bwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
-    const int B = p->B, A = p->A, N = p->N, T = p->T, L = A + T, tiles = (L + 7) / 8, nv = p->nv;
-    const float *q = n->in[2]->data, *v = n->in[3]->data, *dy = n->out->grad;
-    float *df = n->in[0]->grad, *du = n->in[1]->grad, *dq = n->in[2]->grad, *dv = n->in[3]->grad;
+    const int B = p->B, A = p->A, N = p->N, L = A + p->T, tiles = (L + 7) / 8, nv = p->nv;
+    float *dy = n->out->grad, *parts = n->bws->data + (size_t)p->nt * (size_t)bwd_floats(p);
     if (!dy) return;
-    const int wf = n->grad_fresh & 1u, wu = n->grad_fresh >> 1 & 1u, wq = n->grad_fresh >> 2 & 1u;
-    const int wv = n->grad_fresh >> 3 & 1u;
-    int conv_bwd = dv != NULL; /* dy ⊙ q needed: for dv, a dW or a db */
+    const int du = n->in[1]->grad != NULL;
+    int conv_bwd = n->in[3]->grad != NULL; /* dy ⊙ q needed: for dv, a dW or a db */
     for (int j = 0; j < nv; j++) conv_bwd |= n->in[4 + 2 * j]->grad || n->in[5 + 2 * j]->grad;
-    const int64_t wsz = p->part - A; /* the dW partials' floats; db's A follow */
 #pragma omp parallel num_threads(p->nt)
     {
         float *t = n->bws->data + (size_t)omp_get_thread_num() * (size_t)bwd_floats(p);
-        float *vc = t + (size_t)8 * N, *dvc = vc + N, *pad = dvc + N, *part = pad + p->pad[nv];
-        memset(pad, 0, sizeof(float) * (size_t)(p->pad[nv] + p->part));
+        float *vc = t + (size_t)8 * N, *dvc = vc + N, *pad = dvc + N;
+        memset(pad, 0, sizeof(float) * (size_t)p->pad[nv]);
+        if (conv_bwd) {
+#pragma omp for schedule(static)
+            for (int b = 0; b < B; b++) memset(parts + (size_t)b * p->part, 0, sizeof(float) * (size_t)p->part);
+        }
 #pragma omp for schedule(static)
         for (int unit = 0; unit < B * tiles; unit++) {
             const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
             if (c0 >= A && !du) continue;
-            for (int m0 = 0; m0 < N; m0 += 8) /* t[c][m] = dy[b, m, c0 + c] */
-                tile_t(dy + ((size_t)b * N + m0) * L + c0, L, t + m0, N, N - m0 < 8 ? N - m0 : 8, nc);
-            for (int c = 0; c < nc; c++) {
-                const float *tr = t + (size_t)c * N;
-                if (c0 + c >= A) { /* u's row */
-                    if (!du) continue;
-                    float *d = du + ((size_t)b * T + c0 + c - A) * N;
-#pragma omp simd
-                    for (int m = 0; m < N; m++) d[m] = (wu ? 0.0f : d[m]) + tr[m];
-                    continue;
-                }
-                const size_t o = ((size_t)b * A + c0 + c) * N;
-                const float *qr = q + o;
-                if (df) {
-                    float *d = df + o;
-#pragma omp simd
-                    for (int m = 0; m < N; m++) d[m] = (wf ? 0.0f : d[m]) + tr[m];
-                }
-                if (dq) {
-                    crpe_plane(n, p, b, c0 + c, vc, pad);
-                    float *d = dq + o;
-#pragma omp simd
-                    for (int m = 0; m < N; m++) d[m] = (wq ? 0.0f : d[m]) + tr[m] * vc[m];
-                }
-                if (!conv_bwd) continue;
-                const int j = group_of(p, c0 + c), ci = c0 + c - p->c0[j], k = p->k[j];
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int m = 0; m < N; m++) {
-                    dvc[m] = tr[m] * qr[m];
-                    sum += dvc[m];
-                }
-                part[wsz + c0 + c] += sum;
-                int64_t wo = 0; /* group j's dW partials: after the earlier groups' */
-                for (int i = 0; i < j; i++) wo += (int64_t)(p->c0[i + 1] - p->c0[i]) * p->k[i] * p->k[i];
-                vt_dw_plane_bwd(v + o, dvc, p->H, p->W, k, n->in[4 + 2 * j]->data + (size_t)ci * k * k,
-                                dv ? dv + o : NULL, !wv, n->in[4 + 2 * j]->grad ? part + wo + (int64_t)ci * k * k : NULL,
-                                pad + p->pad[j]);
-            }
+            tiles_t(t, dy + (size_t)b * N * L + c0, N, L, nc, 0);
+            for (int c = 0; c < nc; c++)
+                chan_bwd(n, p, b, c0 + c, t + (size_t)c * N, conv_bwd, vc, dvc, pad, parts + (size_t)b * p->part);
         }
     }
     if (!conv_bwd) return;
-    for (int th = 0; th < p->nt; th++) { /* the threads' partials, in thread order */
-        const float *part = n->bws->data + (size_t)th * (size_t)bwd_floats(p) + (size_t)10 * N + p->pad[nv];
+    for (int b = 0; b < B; b++) { /* the images' partials, in image order */
+        const float *part = parts + (size_t)b * p->part;
         int64_t wo = 0;
         for (int j = 0; j < nv; j++) {
             float *gw = n->in[4 + 2 * j]->grad, *gb = n->in[5 + 2 * j]->grad;
             const int cj = p->c0[j + 1] - p->c0[j], kk = p->k[j] * p->k[j];
             for (int i = 0; gw && i < cj * kk; i++) gw[i] += part[wo + i];
-            for (int i = 0; gb && i < cj; i++) gb[i] += part[wsz + p->c0[j] + i];
+            for (int i = 0; gb && i < cj; i++) gb[i] += part[p->part - A + p->c0[j] + i];
             wo += (int64_t)cj * kk;
         }
     }
@@ -213,9 +242,9 @@ vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor *v, i
     *VT_OP_P(n, gmerge_p) = p;
     n->macs = macs;
     n->grad_sets = 15u; /* f, u, q and v: every element written */
-    if ((int64_t)p.nt * bwd_floats(&p) > INT_MAX)
-        return vt_fail(g, op, "f %s: the threads' plane scratch is too large", sf);
+    const int64_t bwork = (int64_t)p.nt * bwd_floats(&p) + (int64_t)p.B * p.part;
+    if (bwork > INT_MAX) return vt_fail(g, op, "f %s: the threads' plane scratch is too large", sf);
     if (!vt_node_work(n, 0, (int64_t)p.nt * fwd_floats(&p))) return NULL;
-    if (g->training && !vt_node_work(n, 1, (int64_t)p.nt * bwd_floats(&p))) return NULL;
+    if (g->training && !vt_node_work(n, 1, bwork)) return NULL;
     return n->out;
 }
