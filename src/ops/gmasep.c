@@ -1,8 +1,8 @@
 /* GroupMixFormer's separable aggregator convs (SeparableConv2d: depthwise k×k, then pointwise 1×1, no biases;
  * spec-groupmixformer.md §4) on segments of the qkv linear's transposed output (3C, B, N) (vt_linear_t), C = 5s, read
  * in place: the chain (a sliced permute copying the segment's planes out, the depthwise conv, the pointwise conv)
- * passed the segment and the depthwise output through memory, forward and backward. One unit is an image: its
- * depthwise planes stay in the thread's cache for the pointwise GEMM. Train graphs also keep them for the pointwise
+ * passed the segment and the depthwise output through memory, forward and backward. One unit is an image's conv: its
+ * depthwise planes stay in the thread's cache for the pointwise GEMM; the 7×7 convs' units come first. Train graphs also keep them for the pointwise
  * weight's gradient (save[0]; recomputing them in backward cost a fourth of the op's depthwise work): GroupMixFormer-M
  * training at batch 16, the op 0.57-0.64 → 0.52-0.54 s per 4 steps, the step 1.02-1.12× faster, the arena 1274 →
  * 1417 MiB (AMD EPYC Zen 4, 2026-12-03, 3 of 4 alternated rounds; the fourth's base run was disturbed). Inference
@@ -68,6 +68,28 @@ static size_t bwd_floats(const gsep_p *p) {
     return t;
 }
 
+/* Floats before conv j's in a thread's scratch after the depthwise output(s): forward its padded plane (bwd = 0), or
+ * backward its padded plane and weight-gradient sums (bwd = 1); and of the unit's depthwise planes before conv j's. */
+static size_t conv_off(const gsep_p *p, int j, int bwd) {
+    size_t o = 0;
+    for (int i = 0; i < j; i++)
+        o += bwd ? pad_bwd(p, i) + sums_floats(p, i) : up16(vt_dw_plane_scratch(p->H, p->W, p->k[i]));
+    return o;
+}
+static size_t cin_before(const gsep_p *p, int j) {
+    size_t c = 0;
+    for (int i = 0; i < j; i++) c += (size_t)seg_cin(p, p->seg[i]);
+    return c;
+}
+
+/* Work item w's conv *j and unit *i: the last conv (the largest kernel) of every unit first, for the threads' balance
+ * (one item per image had the three images of a batch-1 step run 2 : 1 on two threads; GroupMixFormer-M training at
+ * batch 1, the op 0.38-0.39 -> 0.34-0.36 s per 40 steps, AMD EPYC Zen 4, 2026-12-06, alternated `--profile` runs). */
+static void item(const gsep_p *p, int w, int *j, int *i) {
+    *j = p->np - 1 - w / p->units;
+    *i = w % p->units;
+}
+
 /* D (cin, N) = the depthwise output of conv j on unit i. Each next plane is prefetched (vt_prefetch_floats): a
  * unit's planes lie B·N floats apart in qkv, so the hardware prefetchers only find each one when it is read.
  * GroupMixFormer-M training at batch 16 (8-channel segments, 56x56 planes), the op 0.29-0.44 → 0.26-0.27 s over 3
@@ -90,18 +112,17 @@ static void gsep_fwd(vt_node *n) {
         float *D = n->fws->data + (size_t)omp_get_thread_num() * per;
         memset(D + dn, 0, sizeof(float) * (per - dn)); /* the padded planes' borders */
 #pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < p->units; i++) {
-            float *yi = n->out->data + (size_t)i * unit_ch(p) * N, *pad = D + dn;
-            float *Dk = p->keep ? n->save[0]->data + (size_t)i * unit_cin(p) * N : D;
-            for (int c = 0; p->cat && c < p->s; c++) memcpy(yi + c * N, qkv + plane_off(p, 0, i, c), sizeof(float) * N);
-            for (int j = 0; j < p->np; j++) {
-                const int cin = seg_cin(p, p->seg[j]);
-                unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, Dk, pad);
-                vt_gemm(p->gemm, 0, 0, p->s, p->N, cin, 1.0f, n->in[2 + 2 * j]->data, cin, Dk, p->N, 0.0f,
-                        yi + (size_t)(p->cat ? j + 1 : 0) * p->s * N, p->N);
-                if (p->keep) Dk += (size_t)cin * N;
-                pad += up16(vt_dw_plane_scratch(p->H, p->W, p->k[j]));
-            }
+        for (int w = 0; w < p->units * p->np; w++) {
+            int j, i;
+            item(p, w, &j, &i);
+            float *yi = n->out->data + (size_t)i * unit_ch(p) * N;
+            float *Dk = p->keep ? n->save[0]->data + ((size_t)i * unit_cin(p) + cin_before(p, j)) * N : D;
+            for (int c = 0; p->cat && j == 0 && c < p->s; c++)
+                memcpy(yi + c * N, qkv + plane_off(p, 0, i, c), sizeof(float) * N);
+            const int cin = seg_cin(p, p->seg[j]);
+            unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, Dk, D + dn + conv_off(p, j, 0));
+            vt_gemm(p->gemm, 0, 0, p->s, p->N, cin, 1.0f, n->in[2 + 2 * j]->data, cin, Dk, p->N, 0.0f,
+                    yi + (size_t)(p->cat ? j + 1 : 0) * p->s * N, p->N);
         }
     }
 }
@@ -120,41 +141,40 @@ static void gsep_bwd(vt_node *n) {
 #pragma omp parallel num_threads(p->nt)
     {
         float *D = n->bws->data + (size_t)omp_get_thread_num() * per, *dD = D + dn;
-#pragma omp for schedule(static)
-        for (int i = 0; i < p->units; i++) {
+        /* static, round robin over the items (each thread's sums are then the same at every run) */
+#pragma omp for schedule(static, 1)
+        for (int w = 0; w < p->units * p->np; w++) {
+            int j, i;
+            item(p, w, &j, &i);
             const float *dyi = dy + (size_t)i * unit_ch(p) * N;
-            const float *Dk = p->keep ? n->save[0]->data + (size_t)i * unit_cin(p) * N : D;
-            float *pad = dD + dn;
-            for (int c = 0; p->cat && dq && c < p->s; c++) { /* segment 0's copy */
+            const float *Dk = p->keep ? n->save[0]->data + ((size_t)i * unit_cin(p) + cin_before(p, j)) * N : D;
+            float *pad = dD + dn + conv_off(p, j, 1);
+            for (int c = 0; p->cat && dq && j == 0 && c < p->s; c++) { /* segment 0's copy */
                 float *d = dq + plane_off(p, 0, i, c);
                 const float *e = dyi + (size_t)c * N;
 #pragma omp simd
                 for (int m = 0; m < N; m++) d[m] += e[m];
             }
-            for (int j = 0; j < p->np; j++) {
-                const int seg = p->seg[j], cin = seg_cin(p, seg), K = p->k[j] * p->k[j];
-                const float *dw = n->in[1 + 2 * j]->data, *pw = n->in[2 + 2 * j]->data;
-                const float *dyj = dyi + (size_t)(p->cat ? j + 1 : 0) * p->s * N;
-                float *tpw = pad + pad_bwd(p, j), *tdw = tpw + up16((size_t)p->s * cin);
-                if (n->in[2 + 2 * j]->grad) { /* dPW += dY·Dᵀ, D kept by forward or recomputed */
-                    if (!p->keep) unit_dw(p, j, qkv, dw, i, D, pad);
-                    vt_gemm(p->gemm, 0, 1, p->s, cin, N, 1.0f, dyj, N, Dk, N, 1.0f, tpw, cin);
-                }
-                if (p->keep) Dk += (size_t)cin * N;
-                const int gdw = n->in[1 + 2 * j]->grad != NULL;
-                if (dq || gdw) {
-                    vt_gemm(p->gemm, 1, 0, cin, N, p->s, 1.0f, pw, cin, dyj, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
-                    for (int c = 0; c < cin; c++) { /* every unit's planes are its own: qkv's gradient is added to */
-                        const size_t o = plane_off(p, seg, i, c);
-                        if (c + 1 < cin) { /* the next plane of qkv and of its gradient, as unit_dw */
-                            vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), N);
-                            if (dq) vt_prefetch_floats(dq + plane_off(p, seg, i, c + 1), N);
-                        }
-                        vt_dw_plane_bwd(qkv + o, dD + (size_t)c * N, p->H, p->W, p->k[j], dw + (size_t)c * K,
-                                        dq ? dq + o : NULL, 1, gdw ? tdw + (size_t)c * K : NULL, pad);
+            const int seg = p->seg[j], cin = seg_cin(p, seg), K = p->k[j] * p->k[j];
+            const float *dw = n->in[1 + 2 * j]->data, *pw = n->in[2 + 2 * j]->data;
+            const float *dyj = dyi + (size_t)(p->cat ? j + 1 : 0) * p->s * N;
+            float *tpw = pad + pad_bwd(p, j), *tdw = tpw + up16((size_t)p->s * cin);
+            if (n->in[2 + 2 * j]->grad) { /* dPW += dY·Dᵀ, D kept by forward or recomputed */
+                if (!p->keep) unit_dw(p, j, qkv, dw, i, D, pad);
+                vt_gemm(p->gemm, 0, 1, p->s, cin, N, 1.0f, dyj, N, Dk, N, 1.0f, tpw, cin);
+            }
+            const int gdw = n->in[1 + 2 * j]->grad != NULL;
+            if (dq || gdw) {
+                vt_gemm(p->gemm, 1, 0, cin, N, p->s, 1.0f, pw, cin, dyj, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
+                for (int c = 0; c < cin; c++) { /* every unit's planes are its own: qkv's gradient is added to */
+                    const size_t o = plane_off(p, seg, i, c);
+                    if (c + 1 < cin) { /* the next plane of qkv and of its gradient, as unit_dw */
+                        vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), N);
+                        if (dq) vt_prefetch_floats(dq + plane_off(p, seg, i, c + 1), N);
                     }
+                    vt_dw_plane_bwd(qkv + o, dD + (size_t)c * N, p->H, p->W, p->k[j], dw + (size_t)c * K,
+                                    dq ? dq + o : NULL, 1, gdw ? tdw + (size_t)c * K : NULL, pad);
                 }
-                pad = tpw + sums_floats(p, j);
             }
         }
     }
