@@ -83,20 +83,28 @@ static void tiles_t(float *cf, float *tok, int N, int L, int nc, int to_tokens) 
     }
 }
 
+/* Units per chunk of the threads' static schedule: where the units are many for the threads, each thread's consecutive
+ * (at batch ≥ threads no two threads then write one image's rows, whose lines the units' transposes share); else
+ * round robin, for balance: GroupMixFormer-M's first stage at batch 1 has 5 units, one of them u's copy, which had run
+ * 3 : 1 on two threads (per 40 steps, alternated `--profile` runs, AMD EPYC Zen 4, 2026-12-06: that stage's op 0.0095
+ * -> 0.0084-0.0090 s in inference, 0.045-0.048 -> 0.039-0.041 s in training; round robin on the later stages, 20 and
+ * 40 units, 0.013 -> 0.016 s in inference). */
+static int unit_chunk(const gmerge_p *p) {
+    const int units = p->B * ((p->A + p->T + 7) / 8);
+    return units < 4 * p->nt ? 1 : (units + p->nt - 1) / p->nt;
+}
+
 /* Forward: one unit per image and 8-channel tile, its planes in the thread's block, then transposed into y's rows. */
 static void gmerge_fwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
     const int B = p->B, N = p->N, L = p->A + p->T, tiles = (L + 7) / 8;
+    const int chunk = unit_chunk(p);
     float *y = n->out->data;
 #pragma omp parallel num_threads(p->nt)
     {
         float *t = n->fws->data + (size_t)omp_get_thread_num() * (size_t)fwd_floats(p), *pad = t + (size_t)8 * N;
         memset(pad, 0, sizeof(float) * (size_t)p->pad[p->nv]); /* the padded planes' borders */
-        /* static: a thread's units are consecutive, so at batch ≥ threads no two threads write one image's rows (a
-         * layout spreading the channels one by one over the threads, through a channel-first staging, ran the first
-         * stage's 5 tiles at batch 1 faster, 0.0081-0.0088 s per 40 steps against 0.0110-0.0111, and the later stages
-         * slower: not kept; GroupMixFormer-M, AMD EPYC Zen 4, 2026-12-06) */
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, chunk)
         for (int unit = 0; unit < B * tiles; unit++) {
             const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
             for (int c = 0; c < nc; c++) chan_fwd(n, p, b, c0 + c, t + (size_t)c * N, pad);
@@ -170,7 +178,7 @@ static void gmerge_bwd(vt_node *n) {
 #pragma omp for schedule(static)
             for (int b = 0; b < B; b++) memset(parts + (size_t)b * p->part, 0, sizeof(float) * (size_t)p->part);
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, unit_chunk(p))
         for (int unit = 0; unit < B * tiles; unit++) {
             const int b = unit / tiles, c0 = unit % tiles * 8, nc = L - c0 < 8 ? L - c0 : 8;
             if (c0 >= A && !du) continue;
