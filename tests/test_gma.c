@@ -2,6 +2,8 @@
  * block in train mode (BatchNorm batch statistics over the 3B stacked Q/K/V images), on a non-square grid, plus
  * the shape errors. The PyTorch comparison is tests/reference/test_gma.py. */
 #include <math.h>
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradcheck.h"
@@ -125,6 +127,91 @@ static void check_merge(vt_test *T, int B, int H, int W, int Tc, int nv, const i
     gc_run_vs_plain(T, &f, b_merge_chain, "depthwise convs, mul, add, permutes and concats", 1e-5);
 }
 
+/* A 5-image merge (groups 3×3, 5×5, 7×7 over 4, 6, 6 channels, u of 4 channels, a 6×7 grid) on `threads` threads,
+ * the op (chain 0) or the chain it replaces: operand k (b_merge's order) a parameter where bit k of params is set,
+ * else an input without a gradient; its output, then the parameters' gradients, into out (n floats; -1 when they do
+ * not fill it or on a build error). */
+static int merge_run(int threads, unsigned params, int chain, float *out, int64_t n) {
+    const int t0 = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = P ? vt_graph_new(P, 1, &e) : NULL;
+    int rc = -1;
+    if (g) {
+        const int nw = 4 * 9 + 6 * 25 + 6 * 49, nb = 16;
+        const int sh[6][4] = {{5, 16, 42}, {5, 16, 42}, {5, 4, 42}, {5, 16, 6, 7}, {nw}, {nb}}, nd[6] = {3, 3, 3, 4, 1, 1};
+        const gc_case c = {.ia = {3, 6, 7, 4, 6, 6, 357}};
+        vt_tensor *x[6];
+        for (int k = 0; k < 6; k++) {
+            char nm[8];
+            snprintf(nm, sizeof nm, "x%d", k);
+            x[k] = params >> k & 1 ? vt_param(g, nm, nd[k], sh[k], (vt_init){VT_INIT_ZERO, 0})
+                                   : vt_input(g, nm, nd[k], sh[k]);
+        }
+        vt_tensor *y = chain ? b_merge_chain(g, x, &c) : b_merge(g, x, &c);
+        vt_tensor *r = y ? vt_input(g, "r", 3, y->shape) : NULL;
+        if (r) {
+            vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+            vt_graph_output(g, y); /* kept to the end of the run, read after backward */
+        }
+        if (r && !vt_graph_finalize(g, &e) && !vt_params_alloc_grads(P, &e)) {
+            vt_rng rng;
+            vt_rng_seed(&rng, 5);
+            for (int k = 0; k < 6; k++)
+                for (int64_t j = 0; j < x[k]->numel; j++) x[k]->data[j] = vt_rng_normal(&rng);
+            for (int64_t j = 0; j < r->numel; j++) r->data[j] = vt_rng_normal(&rng);
+            vt_graph_forward(g);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+            int64_t o = y->numel;
+            if (o <= n) memcpy(out, y->data, sizeof(float) * (size_t)o);
+            for (int k = 0; k < 6 && o <= n; k++) {
+                if (!(params >> k & 1)) continue;
+                if (o + x[k]->numel <= n) memcpy(out + o, x[k]->grad, sizeof(float) * (size_t)x[k]->numel);
+                o += x[k]->numel;
+            }
+            rc = o == n ? 0 : -1;
+        }
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    omp_set_num_threads(t0);
+    return rc;
+}
+
+/* Floats of merge_run's output for parameters params. */
+static int64_t merge_floats(unsigned params) {
+    const int64_t sz[6] = {5 * 16 * 42, 5 * 16 * 42, 5 * 4 * 42, 5 * 16 * 42, 4 * 9 + 6 * 25 + 6 * 49, 16};
+    int64_t n = 5 * 42 * 20;
+    for (int k = 0; k < 6; k++) n += params >> k & 1 ? sz[k] : 0;
+    return n;
+}
+
+/* The merge where only some operands have gradients (the others inputs: their gradients NULL in the op), against the
+ * chain: v and the CRPE's parameters alone (no df, dq, du); the biases alone from the CRPE (f, q, u too; no dv, dW);
+ * the weights without v's or the biases'. Then all six, the same floats on 1, 2 and 3 threads (each image's weight
+ * and bias sums apart, added in image order; the units split over the threads in chunks and round robin). */
+static void check_merge_grads(vt_test *T) {
+    static const unsigned masks[3] = {0x38, 0x27, 0x17};
+    for (int i = 0; i < 3; i++) {
+        const int64_t n = merge_floats(masks[i]);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        const int ok = a && b && merge_run(2, masks[i], 0, a, n) == 0 && merge_run(2, masks[i], 1, b, n) == 0;
+        const double d = ok ? gc_rel_diff(a, b, n, 1.0) : INFINITY;
+        T_CHECK(T, d < 1e-5, "gma_merge with gradients for operands 0x%x only: %g from the chain", masks[i], d);
+        free(a);
+        free(b);
+    }
+    const int64_t n = merge_floats(0x3f);
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+    int ok = g1 && g && merge_run(1, 0x3f, 0, g1, n) == 0;
+    for (int th = 2; ok && th <= 3; th++) ok = merge_run(th, 0x3f, 0, g, n) == 0 && !memcmp(g, g1, sizeof(float) * (size_t)n);
+    T_CHECK(T, ok, "gma_merge: the output and gradients on 1, 2 and 3 threads are the same floats");
+    free(g1);
+    free(g);
+}
+
 /* Operands qkv (3C, B, H·W), dw (cin, 1, k, k), pw (s, cin, 1, 1); ia = {seg, H, W}. */
 static vt_tensor *b_sep(vt_graph *g, vt_tensor **x, const gc_case *c) {
     return vt_gma_separable(g, x[0], c->ia[0], c->ia[1], c->ia[2], x[1], x[2]);
@@ -227,7 +314,9 @@ void test_gma(vt_test *T) {
     check_merge(T, 3, 1, 5, 1, 1, (const int[]){9}, 700);           /* fewer tokens than a tile, 7×7 on one row */
     check_merge(T, 2, 11, 4, 8, 2, (const int[]){4, 4}, 530);       /* taller than 8 rows; u a whole tile */
     check_merge(T, 5, 6, 6, 2, 2, (const int[]){3, 3}, 370);        /* more images than threads, odd tiles */
-    check_merge(T, 4, 5, 7, 3, 3, (const int[]){2, 5, 5}, 357);    /* images split over the threads mid-image (3) */
+    check_merge(T, 4, 5, 7, 3, 3, (const int[]){2, 5, 5}, 357);    /* 8 units: chunks on 2 threads, round robin on 3 */
+    check_merge(T, 3, 4, 6, 8, 3, (const int[]){8, 12, 12}, 357);  /* 15 units in chunks: an image split at a chunk */
+    check_merge_grads(T);
     /* shape errors of the merge op (groups not adding up to f's channels, u of another token count, q unlike f, a
      * grid that is not f's, v of another channel count, an even kernel, a bias of another width) and of the fused
      * aggregators on a token-major qkv (B, N, 3C) */

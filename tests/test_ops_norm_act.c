@@ -899,7 +899,9 @@ static void check_batchnorm_sum(vt_test *T) {
     static const struct {
         int ndim, shape[3], r, eval_node;
     } cs[] = {{3, {2, 5, 8}, 2, 0},   {3, {3, 4, 15}, 3, 0}, {2, {7, 5}, 1, 0},
-              {3, {2, 9, 42}, 2, 1}, {3, {2, 6, 6}, 3, 1}};
+              {3, {2, 9, 42}, 2, 1}, {3, {2, 6, 6}, 3, 1},
+              {3, {2, 5, 80}, 2, 0},  /* groups of 40 channels: three 16-float vectors of sums, the last partial */
+              {3, {3, 4, 140}, 2, 0}}; /* groups of 70: a second 64-channel block, whole vectors of four */
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const int L = cs[i].shape[cs[i].ndim - 1], r = cs[i].r;
         gc_case f = {.name = "batchnorm_sum", .nx = 6, .ndim = {cs[i].ndim, 1, 1, 1, 1, 1},

@@ -145,8 +145,9 @@ vt_tensor *vt_gma_separable(vt_graph *g, vt_tensor *qkv, int seg, int H, int W, 
 vt_tensor *vt_gma_separable_cat(vt_graph *g, vt_tensor *qkv, int H, int W, vt_tensor *const *dw, vt_tensor *const *pw);
 
 /* ---- gmamerge.c ---- */
-/* GroupMixFormer's attention output y (B, N, A + T) = [f + q ⊙ crpe(v) | u] from channel-first f, q, v (B, A, H·W), u
- * (B, T, H·W); crpe: nv channel groups, group j a depthwise conv, weight w[j] (c_j, 1, k, k) (k odd), bias b[j]. */
+/* GroupMixFormer's attention output y (B, N, A + T) = [f + q ⊙ crpe(v) | u]: f, q (B, A, H·W), v (B, A, ...), u (B, T,
+ * H·W) channel-first; crpe: nv ≤ 10 runs of c_j channels (Σ = A), each a stride-1 depthwise conv, weight w[j] (c_j, 1,
+ * k, k), k odd, zero padding k/2, bias b[j] (c_j, required). */
 vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor *v, int H, int W, vt_tensor **w,
                         vt_tensor **b, int nv, vt_tensor *u);
 

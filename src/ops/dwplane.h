@@ -1,5 +1,5 @@
 /* Stride-1 depthwise kernels for other ops: planes (conv.c; GroupMixFormer's fused aggregators, gmagg.c and
- * gmasep.c), channels-last rows (dwconv_nhwc.c; the fused PVTv2 FFN, ffn.c) and pixel ranges (dwconv_nhwc.c;
+ * gmasep.c, and its CRPE inside the attention's output op, gmamerge.c), channels-last rows (dwconv_nhwc.c; the fused PVTv2 FFN, ffn.c) and pixel ranges (dwconv_nhwc.c;
  * FLatten's DWC inside the linear attention, linattn.c). */
 #ifndef VITC_DWPLANE_H
 #define VITC_DWPLANE_H

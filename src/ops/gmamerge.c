@@ -84,11 +84,11 @@ static void tiles_t(float *cf, float *tok, int N, int L, int nc, int to_tokens) 
 }
 
 /* Units per chunk of the threads' static schedule: where the units are many for the threads, each thread's consecutive
- * (at batch ≥ threads no two threads then write one image's rows, whose lines the units' transposes share); else
- * round robin, for balance: GroupMixFormer-M's first stage at batch 1 has 5 units, one of them u's copy, which had run
- * 3 : 1 on two threads (per 40 steps, alternated `--profile` runs, AMD EPYC Zen 4, 2026-12-06: that stage's op 0.0095
- * -> 0.0084-0.0090 s in inference, 0.045-0.048 -> 0.039-0.041 s in training; round robin on the later stages, 20 and
- * 40 units, 0.013 -> 0.016 s in inference). */
+ * (two threads then share only the rows of an image split at a chunk's edge, whose lines the units' transposes
+ * write); else round robin, for balance: GroupMixFormer-M's first stage at batch 1 has 5 units, one of them u's copy,
+ * which had run 3 : 1 on two threads (per 40 steps, alternated `--profile` runs, AMD EPYC Zen 4, 2026-12-06: that
+ * stage's op 0.0097-0.0106 -> 0.0082-0.0085 s in inference, 0.046-0.047 -> 0.040-0.044 s in training; round robin on
+ * the later stages, 20 and 40 units, 0.013 -> 0.016 s in inference). */
 static int unit_chunk(const gmerge_p *p) {
     const int units = p->B * ((p->A + p->T + 7) / 8);
     return units < 4 * p->nt ? 1 : (units + p->nt - 1) / p->nt;
@@ -152,11 +152,12 @@ static void chan_bwd(const vt_node *n, const gmerge_p *p, int b, int c, const fl
         sum += dvc[m];
     }
     part[p->part - A + c] += sum; /* db's partials after dW's */
+    float *gw = n->in[4 + 2 * j]->grad;
+    if (!dv && !gw) return; /* a bias's gradient alone */
     int64_t wo = 0; /* group j's dW partials: after the earlier groups' */
     for (int i = 0; i < j; i++) wo += (int64_t)(p->c0[i + 1] - p->c0[i]) * p->k[i] * p->k[i];
     vt_dw_plane_bwd(n->in[3]->data + o, dvc, p->H, p->W, k, n->in[4 + 2 * j]->data + (size_t)ci * k * k,
-                    dv ? dv + o : NULL, !(fr >> 3 & 1u), n->in[4 + 2 * j]->grad ? part + wo + (int64_t)ci * k * k : NULL,
-                    pad + p->pad[j]);
+                    dv ? dv + o : NULL, !(fr >> 3 & 1u), gw ? part + wo + (int64_t)ci * k * k : NULL, pad + p->pad[j]);
 }
 
 /* Backward by the forward's units: each tile of dy's rows transposed in the thread's block, then channel by channel;

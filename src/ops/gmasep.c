@@ -1,9 +1,9 @@
 /* GroupMixFormer's separable aggregator convs (SeparableConv2d: depthwise k×k, then pointwise 1×1, no biases;
  * spec-groupmixformer.md §4) on segments of the qkv linear's transposed output (3C, B, N) (vt_linear_t), C = 5s, read
  * in place: the chain (a sliced permute copying the segment's planes out, the depthwise conv, the pointwise conv)
- * passed the segment and the depthwise output through memory, forward and backward. One unit is an image's conv: its
- * depthwise planes stay in the thread's cache for the pointwise GEMM; the 7×7 convs' units come first. Train graphs also keep them for the pointwise
- * weight's gradient (save[0]; recomputing them in backward cost a fourth of the op's depthwise work): GroupMixFormer-M
+ * passed the segment and the depthwise output through memory, forward and backward. A unit is an image; one work item
+ * is a unit's conv (the 7×7 convs' first): its depthwise planes stay in the thread's cache for the pointwise GEMM.
+ * Train graphs also keep them for the pointwise weight's gradient (save[0]; recomputing them in backward cost a fourth of the op's depthwise work): GroupMixFormer-M
  * training at batch 16, the op 0.57-0.64 → 0.52-0.54 s per 4 steps, the step 1.02-1.12× faster, the arena 1274 →
  * 1417 MiB (AMD EPYC Zen 4, 2026-12-03, 3 of 4 alternated rounds; the fourth's base run was disturbed). Inference
  * graphs use it for the non-attention branch (segment 4); the fused eval op (gmagg.c) covers segments 1 to 3 there.
