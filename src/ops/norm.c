@@ -487,7 +487,8 @@ static void add_parts(const double *part, int nch, int C, double *s1, double *s2
 #if defined(__AVX512F__)
 /* The channels-last rows [o0, o1) of a chan_sums_ld work item on NV 16-float vectors of channels (cw <= 16·NV, the
  * last vector masked; NV a constant where inlined): each channel's sums in double vector registers across the rows,
- * the same operations in the same order as the plain loop, whose accumulator arrays gcc kept on the stack (a load and
+ * the same operations in the same order as the plain loop (as gcc builds it: -std=c11 does not contract its
+ * multiply-adds; clang would), whose accumulator arrays gcc kept on the stack (a load and
  * a store per element and row: chan_sums_ld was 1.9% of deit_tiny_hmhsa_cffn's training step in perf, six times its
  * BatchNorm's output pass over the same rows; bit-identical gradients after it; `--profile` per 6 steps, old and new
  * alternated, AMD EPYC Zen 4, 2026-12-06: its batchnorm_sum 0.117-0.154 -> 0.115-0.123 s, Next-ViT-S's batchnorm
