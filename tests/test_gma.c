@@ -140,7 +140,8 @@ static int merge_run(int threads, unsigned params, int chain, float *out, int64_
     int rc = -1;
     if (g) {
         const int nw = 4 * 9 + 6 * 25 + 6 * 49, nb = 16;
-        const int sh[6][4] = {{5, 16, 42}, {5, 16, 42}, {5, 4, 42}, {5, 16, 6, 7}, {nw}, {nb}}, nd[6] = {3, 3, 3, 4, 1, 1};
+        const int sh[6][4] = {{5, 16, 42}, {5, 16, 42}, {5, 4, 42}, {5, 16, 6, 7}, {nw}, {nb}};
+        const int nd[6] = {3, 3, 3, 4, 1, 1};
         const gc_case c = {.ia = {3, 6, 7, 4, 6, 6, 357}};
         vt_tensor *x[6];
         for (int k = 0; k < 6; k++) {
@@ -206,7 +207,8 @@ static void check_merge_grads(vt_test *T) {
     const int64_t n = merge_floats(0x3f);
     float *g1 = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
     int ok = g1 && g && merge_run(1, 0x3f, 0, g1, n) == 0;
-    for (int th = 2; ok && th <= 3; th++) ok = merge_run(th, 0x3f, 0, g, n) == 0 && !memcmp(g, g1, sizeof(float) * (size_t)n);
+    for (int th = 2; ok && th <= 3; th++)
+        ok = merge_run(th, 0x3f, 0, g, n) == 0 && !memcmp(g, g1, sizeof(float) * (size_t)n);
     T_CHECK(T, ok, "gma_merge: the output and gradients on 1, 2 and 3 threads are the same floats");
     free(g1);
     free(g);
@@ -323,13 +325,16 @@ void test_gma(vt_test *T) {
     static const struct {
         int fs[3], qs[3], us[3], vs[3], hw[2], c[2], k[2], nb;
         const char *msg;
-    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 5}, {3, 5}, 5, "have 11 channels"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 8}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "must be (B, T, N)"},
-               {{2, 12, 9}, {2, 12, 8}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "one (B, A, N) shape"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {9, 2}, {6, 6}, {3, 5}, 6, "N = H·W = 9·2"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 10, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "v (2, 10, 9) must be"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 4}, 6, "k odd"},
-               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 5, "bias (5)"}};
+        int nv; /* groups passed (0: the 2 given); more than the op takes, or none */
+    } bad[] = {{{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 5}, {3, 5}, 5, "have 11 channels", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 8}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "must be (B, T, N)", 0},
+               {{2, 12, 9}, {2, 12, 8}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "one (B, A, N) shape", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {9, 2}, {6, 6}, {3, 5}, 6, "N = H·W = 9·2", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 10, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "v (2, 10, 9) must be", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 4}, 6, "k odd", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 5, "bias (5)", 0},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "11 CRPE groups", 11},
+               {{2, 12, 9}, {2, 12, 9}, {2, 3, 9}, {2, 12, 9}, {3, 3}, {6, 6}, {3, 5}, 6, "-1 CRPE groups", -1}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         vt_err e = {0};
         vt_params *P = vt_params_new(&e);
@@ -342,7 +347,7 @@ void test_gma(vt_test *T) {
         }
         const vt_tensor *y =
             vt_gma_merge(g, vt_input(g, "f", 3, bad[i].fs), vt_input(g, "q", 3, bad[i].qs),
-                         vt_input(g, "v", 3, bad[i].vs), bad[i].hw[0], bad[i].hw[1], w, b, 2,
+                         vt_input(g, "v", 3, bad[i].vs), bad[i].hw[0], bad[i].hw[1], w, b, bad[i].nv ? bad[i].nv : 2,
                          vt_input(g, "u", 3, bad[i].us));
         T_CHECK(T, !y && strstr(g->err.msg, "gma_merge") && strstr(g->err.msg, bad[i].msg), "bad merge %zu: %s", i,
                 g->err.msg);

@@ -24,7 +24,7 @@ typedef struct {
     int k[GM_MAXG];      /* its kernel size */
     int64_t pad[GM_MAXG + 1]; /* offsets of each group's padded-plane scratch in a thread's block (pad[nv]: end);
                                * backward-sized when the graph trains (vt_dw_plane may share it) */
-    int64_t part;        /* floats of an image's dW and db partials (Σ c_j·k_j² + A) */
+    int wo[GM_MAXG + 1]; /* offsets of group j's dW partials in an image's block (wo[nv]: db's, A floats) */
 } gmerge_p;
 
 /* The group holding channel c (< A). */
@@ -56,6 +56,7 @@ static void crpe_plane(const vt_node *n, const gmerge_p *p, int b, int c, float 
 /* Floats of one thread's scratch: the unit's 8 planes, the padded planes; backward also a conv plane and dy ⊙ q, and
  * after the threads' blocks each image's dW / db partials (B·part floats: each channel's written by one unit, then
  * added over the images in order: the same sums on any number of threads). */
+static int64_t part_floats(const gmerge_p *p) { return (int64_t)p->wo[p->nv] + p->A; }
 static int64_t fwd_floats(const gmerge_p *p) { return 8 * (int64_t)p->N + p->pad[p->nv]; }
 static int64_t bwd_floats(const gmerge_p *p) { return 10 * (int64_t)p->N + p->pad[p->nv]; }
 
@@ -151,13 +152,12 @@ static void chan_bwd(const vt_node *n, const gmerge_p *p, int b, int c, const fl
         dvc[m] = tr[m] * qr[m];
         sum += dvc[m];
     }
-    part[p->part - A + c] += sum; /* db's partials after dW's */
+    part[p->wo[p->nv] + c] += sum;
     float *gw = n->in[4 + 2 * j]->grad;
     if (!dv && !gw) return; /* a bias's gradient alone */
-    int64_t wo = 0; /* group j's dW partials: after the earlier groups' */
-    for (int i = 0; i < j; i++) wo += (int64_t)(p->c0[i + 1] - p->c0[i]) * p->k[i] * p->k[i];
     vt_dw_plane_bwd(n->in[3]->data + o, dvc, p->H, p->W, k, n->in[4 + 2 * j]->data + (size_t)ci * k * k,
-                    dv ? dv + o : NULL, !(fr >> 3 & 1u), gw ? part + wo + (int64_t)ci * k * k : NULL, pad + p->pad[j]);
+                    dv ? dv + o : NULL, !(fr >> 3 & 1u), gw ? part + p->wo[j] + (int64_t)ci * k * k : NULL,
+                    pad + p->pad[j]);
 }
 
 /* Backward by the forward's units: each tile of dy's rows transposed in the thread's block, then channel by channel;
@@ -166,6 +166,7 @@ static void gmerge_bwd(vt_node *n) {
     const gmerge_p *p = VT_OP_P(n, gmerge_p);
     const int B = p->B, A = p->A, N = p->N, L = A + p->T, tiles = (L + 7) / 8, nv = p->nv;
     float *dy = n->out->grad, *parts = n->bws->data + (size_t)p->nt * (size_t)bwd_floats(p);
+    const int64_t part = part_floats(p);
     if (!dy) return;
     const int du = n->in[1]->grad != NULL;
     int conv_bwd = n->in[3]->grad != NULL; /* dy ⊙ q needed: for dv, a dW or a db */
@@ -177,7 +178,7 @@ static void gmerge_bwd(vt_node *n) {
         memset(pad, 0, sizeof(float) * (size_t)p->pad[nv]);
         if (conv_bwd) {
 #pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) memset(parts + (size_t)b * p->part, 0, sizeof(float) * (size_t)p->part);
+            for (int b = 0; b < B; b++) memset(parts + (size_t)b * part, 0, sizeof(float) * (size_t)part);
         }
 #pragma omp for schedule(static, unit_chunk(p))
         for (int unit = 0; unit < B * tiles; unit++) {
@@ -185,19 +186,17 @@ static void gmerge_bwd(vt_node *n) {
             if (c0 >= A && !du) continue;
             tiles_t(t, dy + (size_t)b * N * L + c0, N, L, nc, 0);
             for (int c = 0; c < nc; c++)
-                chan_bwd(n, p, b, c0 + c, t + (size_t)c * N, conv_bwd, vc, dvc, pad, parts + (size_t)b * p->part);
+                chan_bwd(n, p, b, c0 + c, t + (size_t)c * N, conv_bwd, vc, dvc, pad, parts + (size_t)b * part);
         }
     }
     if (!conv_bwd) return;
     for (int b = 0; b < B; b++) { /* the images' partials, in image order */
-        const float *part = parts + (size_t)b * p->part;
-        int64_t wo = 0;
+        const float *pb = parts + (size_t)b * part;
         for (int j = 0; j < nv; j++) {
             float *gw = n->in[4 + 2 * j]->grad, *gb = n->in[5 + 2 * j]->grad;
             const int cj = p->c0[j + 1] - p->c0[j], kk = p->k[j] * p->k[j];
-            for (int i = 0; gw && i < cj * kk; i++) gw[i] += part[wo + i];
-            for (int i = 0; gb && i < cj; i++) gb[i] += part[p->part - A + p->c0[j] + i];
-            wo += (int64_t)cj * kk;
+            for (int i = 0; gw && i < cj * kk; i++) gw[i] += pb[p->wo[j] + i];
+            for (int i = 0; gb && i < cj; i++) gb[i] += pb[p->wo[nv] + p->c0[j] + i];
         }
     }
 }
@@ -240,19 +239,19 @@ vt_tensor *vt_gma_merge(vt_graph *g, vt_tensor *f, vt_tensor *q, vt_tensor *v, i
     const int ys[3] = {p.B, p.N, p.A + p.T};
     vt_node *n = vt_new_node(g, &op_gmerge, in, 4 + 2 * nv, vt_new_act(g, 3, ys));
     if (!n) return NULL;
-    int64_t macs = 0;
+    int64_t macs = 0, wsum = 0;
     for (int j = 0; j < nv; j++) {
         const size_t pad = g->training ? vt_dw_plane_bwd_scratch(H, W, p.k[j]) : vt_dw_plane_scratch(H, W, p.k[j]);
         p.pad[j + 1] = p.pad[j] + ((int64_t)pad + 15) / 16 * 16;
-        p.part += (int64_t)(p.c0[j + 1] - p.c0[j]) * p.k[j] * p.k[j];
+        wsum += w[j]->numel;
+        p.wo[j + 1] = wsum < INT_MAX ? (int)wsum : INT_MAX;
         macs += (int64_t)p.B * (p.c0[j + 1] - p.c0[j]) * p.N * p.k[j] * p.k[j];
     }
-    p.part += p.A;
     *VT_OP_P(n, gmerge_p) = p;
     n->macs = macs;
     n->grad_sets = 15u; /* f, u, q and v: every element written */
-    const int64_t bwork = (int64_t)p.nt * bwd_floats(&p) + (int64_t)p.B * p.part;
-    if (bwork > INT_MAX) return vt_fail(g, op, "f %s: the threads' plane scratch is too large", sf);
+    const int64_t bwork = (int64_t)p.nt * bwd_floats(&p) + (int64_t)p.B * part_floats(&p);
+    if (bwork > INT_MAX || wsum >= INT_MAX) return vt_fail(g, op, "f %s: the threads' plane scratch is too large", sf);
     if (!vt_node_work(n, 0, (int64_t)p.nt * fwd_floats(&p))) return NULL;
     if (g->training && !vt_node_work(n, 1, bwork)) return NULL;
     return n->out;
