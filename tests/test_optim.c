@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "test.h"
+#include "vitc/graph.h"
+#include "vitc/ops.h"
 #include "vitc/optim.h"
 #include "vitc/rng.h"
 #include "vitc/schedule.h"
@@ -153,7 +155,8 @@ static void check_init(vt_test *T) {
     f->requires_grad = 0;
     vt_adamw o;
     T_CHECK(T, vt_adamw_init(&o, P, 0.9f, 0.999f, 1e-8f, 0.05f, &e) == 0, "init: %s", e.msg);
-    T_CHECK(T, o.n == 1 && o.p[0] == w && w->grad != NULL, "tracks %d params, w grad %p", o.n, (void *)w->grad);
+    T_CHECK(T, o.n == 1 && o.p[0] == w && w->grad != NULL && f->grad == NULL, "tracks %d params, w grad %p, frozen %p",
+            o.n, (void *)w->grad, (void *)f->grad);
     if (w->grad) {
         w->grad[0] = 1;
         f->data[0] = 2;
@@ -222,10 +225,99 @@ static void check_schedule(vt_test *T) {
     }
 }
 
+/* ---- frozen parameters in a graph (requires_grad = 0 before the ops are built) ---- */
+
+enum { FZ_DW_VIEW, FZ_DW_NHWC, FZ_CONV_NHWC, FZ_LINEAR, FZ_LAYERNORM, FZ_BATCHNORM, FZ_CASES };
+static const char *const fz_name[FZ_CASES] = {"depthwise conv2d, weight a view", "dwconv_nhwc", "conv2d_nhwc 3x3",
+                                              "linear", "layernorm", "batchnorm (train)"};
+
+/* A parameter named nm that requires a gradient unless frozen. */
+static vt_tensor *fz_param(vt_graph *g, const char *nm, int ndim, const int *shape, int frozen) {
+    vt_tensor *t = vt_param(g, nm, ndim, shape, (vt_init){VT_INIT_NORMAL, 0.5f});
+    if (t && frozen) t->requires_grad = 0;
+    return t;
+}
+
+/* Case c's op on x with its weight "w" frozen or not (its other parameters train); *wout: that weight. */
+static vt_tensor *fz_build(vt_graph *g, int c, vt_tensor *x, int frozen, vt_tensor **wout) {
+    const int C = x->shape[c == FZ_DW_VIEW ? 1 : 3], s1[1] = {C}, flat[2] = {C, 9}, dw[4] = {C, 1, 3, 3}, full[4] = {6, C, 3, 3},
+              lin[2] = {7, C};
+    vt_tensor *b = fz_param(g, "b", 1, s1, 0), *w;
+    switch (c) {
+    case FZ_DW_VIEW: /* NCHW: x read as (B, C, H, W); 28 x 28 positions, where conv2d keeps scratch for dW */
+        w = *wout = fz_param(g, "w", 2, flat, frozen);
+        return vt_conv2d(g, x, vt_reshape(g, w, 4, dw), b, 1, 1, x->shape[1]);
+    case FZ_DW_NHWC: w = *wout = fz_param(g, "w", 4, dw, frozen); return vt_dwconv_nhwc(g, x, w, b, 1);
+    case FZ_CONV_NHWC: w = *wout = fz_param(g, "w", 4, full, frozen); return vt_conv2d_nhwc(g, x, w, NULL, 1, 1, 1);
+    case FZ_LINEAR: w = *wout = fz_param(g, "w", 2, lin, frozen); return vt_linear(g, x, w, NULL);
+    case FZ_LAYERNORM: w = *wout = fz_param(g, "w", 1, s1, frozen); return vt_layernorm(g, x, w, b, 1e-5f);
+    default: {
+        vt_tensor *rm = vt_params_add(g->P, "rm", VT_BUFFER, 1, s1, (vt_init){VT_INIT_ZERO, 0}, &g->err),
+                  *rv = vt_params_add(g->P, "rv", VT_BUFFER, 1, s1, (vt_init){VT_INIT_ONE, 0}, &g->err);
+        w = *wout = fz_param(g, "w", 1, s1, frozen);
+        return rm && rv ? vt_batchnorm(g, x, w, b, rm, rv, NULL, x->ndim - 1, 1e-5f, 0.1f) : NULL;
+    }
+    }
+}
+
+/* One training step of case c's graph (x (1, 8, 28, 28) a parameter, loss Σ y·r); the gradients of x and b copied to
+ * gx / gb (NULL when absent); 0 when it ran. Frozen: the weight gets no gradient and the other gradients equal the
+ * unfrozen graph's. */
+static int fz_step(vt_test *T, int c, int frozen, float *gx, int64_t nx, float *gb, int nb) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = P ? vt_graph_new(P, 1, &e) : NULL;
+    int ok = 0;
+    if (g) {
+        const int xs[4] = {1, 8, 28, 28};
+        vt_tensor *x = vt_param(g, "x", 4, xs, (vt_init){VT_INIT_NORMAL, 1.0f}), *w = NULL;
+        vt_tensor *y = x ? fz_build(g, c, x, frozen, &w) : NULL;
+        vt_tensor *r = y ? vt_input(g, "r", y->ndim, y->shape) : NULL;
+        if (r) vt_graph_set_loss(g, vt_sum(g, vt_mul(g, y, r)));
+        if (r && !vt_graph_finalize(g, &e) && !vt_params_alloc_grads(P, &e)) {
+            vt_params_init(P, 11);
+            vt_rng rng;
+            vt_rng_seed(&rng, 12);
+            for (int64_t j = 0; j < r->numel; j++) r->data[j] = vt_rng_normal(&rng);
+            vt_graph_forward(g);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g);
+            vt_tensor *b = vt_params_find(P, "b");
+            T_CHECK(T, frozen ? w->grad == NULL : w->grad != NULL, "%s (%s): weight gradient %p", fz_name[c],
+                    frozen ? "frozen" : "trained", (void *)w->grad);
+            ok = x->grad && b && b->grad && x->numel == nx && b->numel == nb;
+            if (ok) {
+                memcpy(gx, x->grad, sizeof(float) * (size_t)nx);
+                memcpy(gb, b->grad, sizeof(float) * (size_t)nb);
+            }
+        }
+    }
+    T_CHECK(T, ok, "%s (%s): build or run failed: %s", fz_name[c], frozen ? "frozen" : "trained",
+            g && g->err.msg[0] ? g->err.msg : e.msg);
+    vt_graph_free(g);
+    vt_params_free(P);
+    return ok ? 0 : -1;
+}
+
+static void check_frozen_graph(vt_test *T) {
+    enum { NX = 8 * 28 * 28 };
+    for (int c = 0; c < FZ_CASES; c++) {
+        const int NBIAS = c == FZ_DW_VIEW ? 8 : 28;
+        float gx[2][NX], gb[2][28];
+        if (fz_step(T, c, 0, gx[0], NX, gb[0], NBIAS) || fz_step(T, c, 1, gx[1], NX, gb[1], NBIAS)) continue;
+        double d = 0, m = 0;
+        for (int j = 0; j < NX; j++) d = fmax(d, fabs(gx[0][j] - gx[1][j])), m = fmax(m, fabs(gx[0][j]));
+        for (int j = 0; j < NBIAS; j++) d = fmax(d, fabs(gb[0][j] - gb[1][j])), m = fmax(m, fabs(gb[0][j]));
+        T_CHECK(T, m > 0 && d <= 1e-6 * m, "%s: the other gradients moved by %g (scale %g) with the weight frozen",
+                fz_name[c], d, m);
+    }
+}
+
 void test_optim(vt_test *T) {
     check_adamw(T, 0.0f);
     check_adamw(T, 0.05f);
     check_clip(T);
     check_init(T);
+    check_frozen_graph(T);
     check_schedule(T);
 }

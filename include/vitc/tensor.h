@@ -162,7 +162,8 @@ int64_t vt_params_count(const vt_params *P, vt_kind kind);
 /* Sum of elements of params flagged paper_count (a paper's Linear/Conv-weights-only convention). */
 int64_t vt_params_count_paper(const vt_params *P);
 
-/* Allocates (zeroed) gradients for every parameter that has none yet. */
+/* Allocates (zeroed) gradients for every parameter with requires_grad that has none yet; a frozen parameter keeps
+ * none, so no backward writes one for it (ops size their backward scratch by requires_grad). */
 int vt_params_alloc_grads(vt_params *P, vt_err *e);
 
 /* Sets every parameter gradient to zero. */

@@ -225,7 +225,7 @@ int64_t vt_params_count_paper(const vt_params *P) {
 
 int vt_params_alloc_grads(vt_params *P, vt_err *e) {
     for (int i = 0; i < P->n; i++)
-        if (P->t[i]->kind == VT_PARAM && !P->t[i]->grad && !P->shapes_only &&
+        if (P->t[i]->kind == VT_PARAM && P->t[i]->requires_grad && !P->t[i]->grad && !P->shapes_only &&
             !(P->t[i]->grad = vt_alloc(sizeof(float) * (size_t)P->t[i]->numel, e)))
             return -1;
     return 0;
