@@ -1,15 +1,19 @@
 /* AdamW against a double-precision reference, gradient clipping, optimiser state naming, LR schedule values. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "vitc/graph.h"
 #include "vitc/ops.h"
 #include "vitc/optim.h"
 #include "vitc/rng.h"
+#include "vitc/safetensors.h"
 #include "vitc/schedule.h"
 #include "vitc/tensor.h"
+#include "vitc/weights.h"
 
 enum { NW = 37, NB = 5, NSTEP = 6 };
 
@@ -290,6 +294,20 @@ static int fz_step(vt_test *T, int c, int frozen, float *gx, int64_t nx, float *
                 memcpy(gx, x->grad, sizeof(float) * (size_t)nx);
                 memcpy(gb, b->grad, sizeof(float) * (size_t)nb);
             }
+            if (ok && frozen && c == FZ_LINEAR) { /* `vitc grad`'s file: the trained parameters' gradients only */
+                char path[] = "/tmp/vitc_frozen_XXXXXX";
+                const int fd = mkstemp(path);
+                const float loss = 1.0f;
+                vt_st_file f;
+                T_CHECK(T, fd >= 0 && vt_params_save_grads(P, path, &loss, 1, &e) == 0 && vt_st_open(path, &f, &e) == 0,
+                        "save the gradients with w frozen: %s", e.msg);
+                if (fd >= 0 && !e.msg[0]) {
+                    T_CHECK(T, vt_st_find(&f, "grad/b") && vt_st_find(&f, "grad/x") && !vt_st_find(&f, "grad/w"),
+                            "grad/b and grad/x saved, no grad/w");
+                    vt_st_close(&f);
+                }
+                if (fd >= 0) close(fd), unlink(path);
+            }
         }
     }
     T_CHECK(T, ok, "%s (%s): build or run failed: %s", fz_name[c], frozen ? "frozen" : "trained",
@@ -297,6 +315,38 @@ static int fz_step(vt_test *T, int c, int frozen, float *gx, int64_t nx, float *
     vt_graph_free(g);
     vt_params_free(P);
     return ok ? 0 : -1;
+}
+
+/* requires_grad changed after an op was built on the parameter (the op sized its backward scratch by it: a late
+ * unfreeze had a pointwise conv's backward write through NULL scratch), or after its gradient was made: refused. */
+static void check_frozen_late(vt_test *T) {
+    for (int k = 0; k < 3; k++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = P ? vt_graph_new(P, 1, &e) : NULL;
+        if (!g) {
+            T_CHECK(T, 0, "store: %s", e.msg);
+            vt_params_free(P);
+            return;
+        }
+        const int xs[4] = {2, 8, 6, 6}, ws[4] = {6, 8, 1, 1}, bs[1] = {6};
+        vt_tensor *x = vt_input(g, "x", 4, xs), *w = fz_param(g, "w", 4, ws, k == 0), *b = fz_param(g, "b", 1, bs, 0);
+        vt_tensor *y = k < 2 ? vt_conv2d(g, x, w, b, 1, 0, 1) : NULL;
+        const char *want = "unfrozen";
+        if (k == 0) w->requires_grad = 1;                 /* unfrozen after the conv was built */
+        if (k == 1) w->requires_grad = 0, want = "frozen"; /* frozen after it */
+        if (k == 2) { /* frozen after its gradient was made */
+            T_CHECK(T, vt_params_alloc_grads(P, &e) == 0 && w->grad, "gradients: %s", e.msg);
+            w->requires_grad = 0;
+            y = vt_conv2d(g, x, fz_param(g, "w2", 4, ws, 0), b, 1, 0, 1); /* no op on w */
+            want = "frozen after its gradient";
+        }
+        if (y) vt_graph_set_loss(g, vt_sum(g, y));
+        T_CHECK(T, y && vt_graph_finalize(g, &e) != 0 && strstr(e.msg, want) && strstr(e.msg, k == 2 ? "'w'" : "w"),
+                "case %d: finalize must refuse (%s): %s", k, want, e.msg);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
 }
 
 static void check_frozen_graph(vt_test *T) {
@@ -319,5 +369,6 @@ void test_optim(vt_test *T) {
     check_clip(T);
     check_init(T);
     check_frozen_graph(T);
+    check_frozen_late(T);
     check_schedule(T);
 }

@@ -91,6 +91,8 @@ struct vt_node {
     unsigned grad_fresh; /* set by the engine before each backward run: the slots of grad_sets whose gradient this
                           * node writes first (it was not zeroed, memset being ~7% of a ViT step): the backward must
                           * write every element of them rather than add */
+    unsigned rg_in;      /* input slots that required a gradient when they joined the node (the op sized its
+                          * backward scratch by them); finalize refuses a graph where one has changed since */
 };
 
 /* How an exported map is given (vt_attn_map.form). */

@@ -53,7 +53,8 @@ typedef struct vt_tensor {
     float *data;           /* its first element (a VT_U8 tensor's are read through vt_tensor_u8) */
     float *grad;           /* NULL when no gradient flows here */
     vt_kind kind;
-    int requires_grad;     /* params: 1; activations: 1 if any input requires grad */
+    int requires_grad;     /* params: 1 (0: frozen, set before any graph is built on it); activations: 1 if any
+                            * input requires grad */
     int no_decay;          /* params: excluded from weight decay (set by the model family's rule) */
     int paper_count;       /* params: counted by a paper's "Linear/Conv weights only" convention */
     int is_i64;            /* buffers: stored as I64 in files (BatchNorm num_batches_tracked) */
@@ -163,7 +164,8 @@ int64_t vt_params_count(const vt_params *P, vt_kind kind);
 int64_t vt_params_count_paper(const vt_params *P);
 
 /* Allocates (zeroed) gradients for every parameter with requires_grad that has none yet; a frozen parameter keeps
- * none, so no backward writes one for it (ops size their backward scratch by requires_grad). */
+ * none, so no backward writes one for it (ops size their backward scratch by requires_grad). -1 when a frozen
+ * parameter has a gradient already (frozen after one was made: freeze before building graphs or an optimiser). */
 int vt_params_alloc_grads(vt_params *P, vt_err *e);
 
 /* Sets every parameter gradient to zero. */

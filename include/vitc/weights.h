@@ -73,7 +73,8 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e);
 int vt_params_save(const vt_params *P, const char *path, vt_err *e);
 
 /* Saves the loss of the last of `steps` steps as `loss` (and all of them as `losses` when steps > 1) and every
- * parameter's gradient as `grad/<name>` to path atomically; a NaN or Inf among them is an error, nothing written. */
+ * trained (not frozen) parameter's gradient as `grad/<name>` to path atomically; a NaN or Inf among them is an error,
+ * nothing written. */
 int vt_params_save_grads(const vt_params *P, const char *path, const float *losses, int steps, vt_err *e);
 
 /* Reads tensor name of f (any dtype, converted to float) into a new vt_alloc'd array *out (free with

@@ -215,7 +215,7 @@ vt_node *vt_new_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int nin, v
     for (int i = 0; i < nin; i++) {
         n->in[i] = in[i];
         use(in[i], n->index);
-        if (in[i]->requires_grad) out->requires_grad = 1;
+        if (in[i]->requires_grad) out->requires_grad = 1, n->rg_in |= 1u << i;
     }
     out->prod = n->index;
     snprintf(out->name, sizeof out->name, "%.60s#%d", op->name, n->index);
@@ -228,9 +228,9 @@ int vt_node_add_input(vt_node *n, vt_tensor *t) {
         vt_fail(n->g, n->op->name, "too many inputs (%d)", n->nin + 1);
         return -1;
     }
+    if (t->requires_grad) n->out->requires_grad = 1, n->rg_in |= 1u << n->nin;
     n->in[n->nin++] = t;
     use(t, n->index);
-    if (t->requires_grad) n->out->requires_grad = 1;
     return 0;
 }
 
@@ -490,6 +490,12 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->err.msg[0]) return vt_seterr_from(e, &g->err, "%s", g->err.msg);
     if (g->finalized) return 0;
     if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
+    for (int i = 0; i < g->nn; i++) /* the ops sized their backward scratch by these flags */
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            if (!((g->nodes[i]->rg_in >> k) & 1) != !g->nodes[i]->in[k]->requires_grad)
+                return vt_seterr(e, "%s: input %d (%s) was %s after the op was built on it (freeze or unfreeze "
+                                 "parameters before building)", g->nodes[i]->out->name, k, g->nodes[i]->in[k]->name,
+                                 g->nodes[i]->in[k]->requires_grad ? "unfrozen" : "frozen");
     if (g->training && vt_params_alloc_grads(g->P, e)) return -1;
     mark_constant(g);
     choose_kernels(g);

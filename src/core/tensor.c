@@ -225,6 +225,10 @@ int64_t vt_params_count_paper(const vt_params *P) {
 
 int vt_params_alloc_grads(vt_params *P, vt_err *e) {
     for (int i = 0; i < P->n; i++)
+        if (P->t[i]->kind == VT_PARAM && !P->t[i]->requires_grad && P->t[i]->grad)
+            return vt_seterr(e, "parameter '%s' was frozen after its gradient was made (freeze parameters before "
+                             "building graphs or an optimiser on them)", P->t[i]->name);
+    for (int i = 0; i < P->n; i++)
         if (P->t[i]->kind == VT_PARAM && P->t[i]->requires_grad && !P->t[i]->grad && !P->shapes_only &&
             !(P->t[i]->grad = vt_alloc(sizeof(float) * (size_t)P->t[i]->numel, e)))
             return -1;

@@ -463,7 +463,7 @@ int vt_params_save_grads(const vt_params *P, const char *path, const float *loss
         if (steps > 1) out[n++] = (vt_st_out){"losses", VT_ST_F32, 1, {steps}, losses};
         for (int i = 0; i < P->n; i++) {
             const vt_tensor *t = P->t[i];
-            if (t->kind != VT_PARAM) continue;
+            if (t->kind != VT_PARAM || !t->requires_grad) continue; /* frozen: no gradient */
             if (!t->grad) {
                 vt_seterr(e, "parameter '%s' has no gradient to save", t->name);
                 goto done;
