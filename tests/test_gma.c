@@ -309,6 +309,12 @@ void test_gma(vt_test *T) {
     check_separable(T, 2, 2, 5, 4, 4, 3, 0);  /* the non-attention branch: [Q_4 | K_4 | V_4] per image */
     check_separable(T, 1, 2, 11, 5, 3, 7, 1); /* taller than one 8-row tile; qkv's gradient added to */
     check_separable(T, 2, 1, 9, 6, 4, 3, 1);  /* the same for the non-attention branch */
+    /* under 4 (image, conv) items the work splits by 8-channel and 64-column chunks (the cases above with B·3 or B
+     * images below 4 take it too): 9 channels over 77 and 72 pixels, and 4 images of the non-attention branch that
+     * do not split */
+    check_separable(T, 1, 3, 11, 7, 4, 3, 0);
+    check_separable(T, 1, 9, 9, 8, 2, 5, 1);
+    check_separable(T, 4, 2, 5, 4, 4, 3, 0);
     check_separable_cat(T, 2, 2, 5, 7, 0);  /* segments 0-3 side by side, a non-square grid */
     check_separable_cat(T, 1, 3, 9, 18, 1); /* wider than a 16-wide block, taller than an 8-row tile; qkv shared */
     check_merge(T, 2, 5, 7, 3, 3, (const int[]){2, 5, 5}, 357);    /* A = 12: groups across the first tile's edge */

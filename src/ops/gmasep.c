@@ -23,8 +23,21 @@ typedef struct {
     int seg[3], k[3]; /* each conv's segment and kernel */
     int cat;          /* vt_gma_separable_cat: segment 0's planes copied to channels [0, s), conv j's to (j + 1)·s */
     int keep;         /* train graphs: forward keeps the depthwise outputs (save[0], units × Σ cin × N) for dPW */
+    int split;        /* fewer than SPLIT_ITEMS (unit, conv) items: work split by channels and columns (below) */
     const vt_gemm_plan *gemm;
 } gsep_p;
+
+/* Few (unit, conv) items, as the non-attention branch's one image at batch 1, left a thread idle through the whole
+ * op (GroupMixFormer-M's batch-1 training step: those nodes took as long on 2 threads as on 1, 4% of the step). With
+ * fewer than SPLIT_ITEMS items, forward runs the depthwise planes in chunks of SPLIT_CH channels into a shared buffer,
+ * then the pointwise product in chunks of SPLIT_COLS columns; backward runs each item's channels in chunks of
+ * SPLIT_CH (dPW's columns, dD's rows and the planes' backward are channel by channel). The choice and the chunks do
+ * not depend on the thread count. GroupMixFormer-M at batch 1, the non-attention branch's four nodes: 0.071 -> 0.049
+ * s per 30 training steps, 0.035 -> 0.023 s per 60 inference steps, about 1% of either step (`--profile`, AMD EPYC
+ * Zen 4, 2026-12-06; whole steps level within the host's noise). */
+#define SPLIT_ITEMS 4
+#define SPLIT_CH 8
+#define SPLIT_COLS 64
 
 /* Input channels of a segment's conv: s, or 3s for segment 4. */
 static int seg_cin(const gsep_p *p, int seg) { return seg < 4 ? p->s : 3 * p->s; }
@@ -56,6 +69,10 @@ static size_t fwd_floats(const gsep_p *p) {
     size_t t = dn_floats(p);
     for (int j = 0; j < p->np; j++) t += up16(vt_dw_plane_scratch(p->H, p->W, p->k[j]));
     return t;
+}
+/* Floats before the threads' forward scratch: split and not kept, every unit's depthwise planes (shared). */
+static size_t shared_floats(const gsep_p *p) {
+    return p->split && !p->keep ? up16((size_t)p->units * (size_t)unit_cin(p) * (size_t)p->N) : 0;
 }
 static size_t pad_bwd(const gsep_p *p, int j) { return up16(vt_dw_plane_bwd_scratch(p->H, p->W, p->k[j])); }
 static size_t sums_floats(const gsep_p *p, int j) {
@@ -94,17 +111,75 @@ static void item(const gsep_p *p, int w, int *j, int *i) {
  * unit's planes lie B·N floats apart in qkv, so the hardware prefetchers only find each one when it is read.
  * GroupMixFormer-M training at batch 16 (8-channel segments, 56x56 planes), the op 0.29-0.44 → 0.26-0.27 s over 3
  * steps (three alternated `--profile` runs), -T 0.44-0.49 → 0.40-0.42 s over 2 (Zen 5, 2026-12-02). */
-static void unit_dw(const gsep_p *p, int j, const float *qkv, const float *dw, int i, float *D, float *pad) {
-    const int K = p->k[j] * p->k[j], seg = p->seg[j], cin = seg_cin(p, seg);
-    for (int c = 0; c < cin; c++) {
-        if (c + 1 < cin) vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), p->N);
+static void unit_dw(const gsep_p *p, int j, const float *qkv, const float *dw, int i, int c0, int c1, float *D,
+                    float *pad) {
+    const int K = p->k[j] * p->k[j], seg = p->seg[j];
+    for (int c = c0; c < c1; c++) {
+        if (c + 1 < c1) vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), p->N);
         vt_dw_plane(qkv + plane_off(p, seg, i, c), p->H, p->W, p->k[j], dw + (size_t)c * K, 0.0f,
-                    D + (size_t)c * p->N, pad);
+                    D + (size_t)(c - c0) * p->N, pad);
+    }
+}
+
+/* Channel chunks of conv j (split mode). */
+static int nchunks(const gsep_p *p, int j) { return (seg_cin(p, p->seg[j]) + SPLIT_CH - 1) / SPLIT_CH; }
+
+/* Split mode's chunk w (of the units × Σ_j nchunks(j) chunks): unit *i, conv *j, channels [*c0, *c1). */
+static void chunk(const gsep_p *p, int w, int *i, int *j, int *c0, int *c1) {
+    *i = w % p->units;
+    w /= p->units;
+    for (*j = 0; w >= nchunks(p, *j); (*j)++) w -= nchunks(p, *j);
+    const int cin = seg_cin(p, p->seg[*j]);
+    *c0 = w * SPLIT_CH;
+    *c1 = *c0 + SPLIT_CH < cin ? *c0 + SPLIT_CH : cin;
+}
+
+static int total_chunks(const gsep_p *p) {
+    int t = 0;
+    for (int j = 0; j < p->np; j++) t += nchunks(p, j);
+    return p->units * t;
+}
+
+/* The depthwise planes of unit i's conv j: kept (save[0]) or, split and not kept, in the shared buffer sh. */
+static float *unit_planes(const vt_node *n, const gsep_p *p, float *sh, int i, int j) {
+    float *base = p->keep ? n->save[0]->data : sh;
+    return base + ((size_t)i * unit_cin(p) + cin_before(p, j)) * p->N;
+}
+
+/* Split forward: the depthwise planes by channel chunks, then the pointwise products by column chunks. */
+static void gsep_fwd_split(vt_node *n) {
+    const gsep_p *p = VT_OP_P(n, gsep_p);
+    const float *qkv = n->in[0]->data;
+    const size_t per = fwd_floats(p), dn = dn_floats(p), N = (size_t)p->N, sh = shared_floats(p);
+    const int ncol = (p->N + SPLIT_COLS - 1) / SPLIT_COLS;
+#pragma omp parallel num_threads(p->nt)
+    {
+        float *D = n->fws->data + sh + (size_t)omp_get_thread_num() * per;
+        memset(D + dn, 0, sizeof(float) * (per - dn)); /* the padded planes' borders */
+#pragma omp for schedule(dynamic, 1)
+        for (int w = 0; w < total_chunks(p); w++) {
+            int i, j, c0, c1;
+            chunk(p, w, &i, &j, &c0, &c1);
+            unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, c0, c1,
+                    unit_planes(n, p, n->fws->data, i, j) + (size_t)c0 * N, D + dn + conv_off(p, j, 0));
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int w = 0; w < p->units * p->np * ncol; w++) {
+            const int i = w % p->units, j = w / p->units % p->np, n0 = w / (p->units * p->np) * SPLIT_COLS;
+            const int cols = p->N - n0 < SPLIT_COLS ? p->N - n0 : SPLIT_COLS, cin = seg_cin(p, p->seg[j]);
+            float *yi = n->out->data + (size_t)i * unit_ch(p) * N + (size_t)(p->cat ? j + 1 : 0) * p->s * N;
+            vt_gemm(p->gemm, 0, 0, p->s, cols, cin, 1.0f, n->in[2 + 2 * j]->data, cin,
+                    unit_planes(n, p, n->fws->data, i, j) + n0, p->N, 0.0f, yi + n0, p->N);
+        }
     }
 }
 
 static void gsep_fwd(vt_node *n) {
     const gsep_p *p = VT_OP_P(n, gsep_p);
+    if (p->split) {
+        gsep_fwd_split(n);
+        return;
+    }
     const float *qkv = n->in[0]->data;
     const size_t per = fwd_floats(p), dn = dn_floats(p), N = (size_t)p->N;
 #pragma omp parallel num_threads(p->nt)
@@ -120,7 +195,7 @@ static void gsep_fwd(vt_node *n) {
             for (int c = 0; p->cat && j == 0 && c < p->s; c++)
                 memcpy(yi + c * N, qkv + plane_off(p, 0, i, c), sizeof(float) * N);
             const int cin = seg_cin(p, p->seg[j]);
-            unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, Dk, D + dn + conv_off(p, j, 0));
+            unit_dw(p, j, qkv, n->in[1 + 2 * j]->data, i, 0, cin, Dk, D + dn + conv_off(p, j, 0));
             vt_gemm(p->gemm, 0, 0, p->s, p->N, cin, 1.0f, n->in[2 + 2 * j]->data, cin, Dk, p->N, 0.0f,
                     yi + (size_t)(p->cat ? j + 1 : 0) * p->s * N, p->N);
         }
@@ -141,15 +216,23 @@ static void gsep_bwd(vt_node *n) {
 #pragma omp parallel num_threads(p->nt)
     {
         float *D = n->bws->data + (size_t)omp_get_thread_num() * per, *dD = D + dn;
-        /* static, round robin over the items (each thread's sums are then the same at every run) */
+        /* static, round robin over the items, or split: the chunks (each thread's sums are then the same at every
+         * run) */
+        const int nw = p->split ? total_chunks(p) : p->units * p->np;
 #pragma omp for schedule(static, 1)
-        for (int w = 0; w < p->units * p->np; w++) {
-            int j, i;
-            item(p, w, &j, &i);
+        for (int w = 0; w < nw; w++) {
+            int j, i, c0 = 0, c1;
+            if (p->split) {
+                chunk(p, w, &i, &j, &c0, &c1);
+            } else {
+                item(p, w, &j, &i);
+                c1 = seg_cin(p, p->seg[j]);
+            }
+            const int cc = c1 - c0;
             const float *dyi = dy + (size_t)i * unit_ch(p) * N;
-            const float *Dk = p->keep ? n->save[0]->data + ((size_t)i * unit_cin(p) + cin_before(p, j)) * N : D;
+            const float *Dk = p->keep ? unit_planes(n, p, NULL, i, j) + (size_t)c0 * N : D;
             float *pad = dD + dn + conv_off(p, j, 1);
-            for (int c = 0; p->cat && dq && j == 0 && c < p->s; c++) { /* segment 0's copy */
+            for (int c = 0; p->cat && dq && j == 0 && c0 == 0 && c < p->s; c++) { /* segment 0's copy */
                 float *d = dq + plane_off(p, 0, i, c);
                 const float *e = dyi + (size_t)c * N;
 #pragma omp simd
@@ -159,20 +242,20 @@ static void gsep_bwd(vt_node *n) {
             const float *dw = n->in[1 + 2 * j]->data, *pw = n->in[2 + 2 * j]->data;
             const float *dyj = dyi + (size_t)(p->cat ? j + 1 : 0) * p->s * N;
             float *tpw = pad + pad_bwd(p, j), *tdw = tpw + up16((size_t)p->s * cin);
-            if (n->in[2 + 2 * j]->grad) { /* dPW += dY·Dᵀ, D kept by forward or recomputed */
-                if (!p->keep) unit_dw(p, j, qkv, dw, i, D, pad);
-                vt_gemm(p->gemm, 0, 1, p->s, cin, N, 1.0f, dyj, N, Dk, N, 1.0f, tpw, cin);
+            if (n->in[2 + 2 * j]->grad) { /* dPW's columns [c0, c1) += dY·Dᵀ, D kept by forward or recomputed */
+                if (!p->keep) unit_dw(p, j, qkv, dw, i, c0, c1, D, pad);
+                vt_gemm(p->gemm, 0, 1, p->s, cc, N, 1.0f, dyj, N, Dk, N, 1.0f, tpw + c0, cin);
             }
             const int gdw = n->in[1 + 2 * j]->grad != NULL;
             if (dq || gdw) {
-                vt_gemm(p->gemm, 1, 0, cin, N, p->s, 1.0f, pw, cin, dyj, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
-                for (int c = 0; c < cin; c++) { /* every unit's planes are its own: qkv's gradient is added to */
+                vt_gemm(p->gemm, 1, 0, cc, N, p->s, 1.0f, pw + c0, cin, dyj, N, 0.0f, dD, N); /* dD = PWᵀ·dY */
+                for (int c = c0; c < c1; c++) { /* every unit's planes are its own: qkv's gradient is added to */
                     const size_t o = plane_off(p, seg, i, c);
-                    if (c + 1 < cin) { /* the next plane of qkv and of its gradient, as unit_dw */
+                    if (c + 1 < c1) { /* the next plane of qkv and of its gradient, as unit_dw */
                         vt_prefetch_floats(qkv + plane_off(p, seg, i, c + 1), N);
                         if (dq) vt_prefetch_floats(dq + plane_off(p, seg, i, c + 1), N);
                     }
-                    vt_dw_plane_bwd(qkv + o, dD + (size_t)c * N, p->H, p->W, p->k[j], dw + (size_t)c * K,
+                    vt_dw_plane_bwd(qkv + o, dD + (size_t)(c - c0) * N, p->H, p->W, p->k[j], dw + (size_t)c * K,
                                     dq ? dq + o : NULL, 1, gdw ? tdw + (size_t)c * K : NULL, pad);
                 }
             }
@@ -230,12 +313,14 @@ static vt_tensor *separable(vt_graph *g, vt_tensor *qkv, int np, const int *seg,
         macs += (int64_t)p.units * N * cin * (k * k + s);
         p.keep |= g->training && pw[j]->requires_grad;
     }
+    p.split = p.units * np < SPLIT_ITEMS;
     const int ys[4] = {p.units, unit_ch(&p), H, W};
     vt_node *n = vt_new_node(g, &op_gsep, in, 1 + 2 * np, vt_new_act(g, 4, ys));
     if (!n) return NULL;
     *VT_OP_P(n, gsep_p) = p;
     n->macs = macs;
-    const int64_t fw = (int64_t)p.nt * (int64_t)fwd_floats(&p), bw = (int64_t)p.nt * (int64_t)bwd_floats(&p);
+    const int64_t fw = (int64_t)shared_floats(&p) + (int64_t)p.nt * (int64_t)fwd_floats(&p),
+                  bw = (int64_t)p.nt * (int64_t)bwd_floats(&p);
     int grads = qkv->requires_grad;
     for (int j = 0; j < np; j++) grads |= dw[j]->requires_grad || pw[j]->requires_grad;
     if (fw > INT_MAX || (grads && bw > INT_MAX))
