@@ -260,6 +260,10 @@ static vt_tensor *b_gsep4(vt_graph *g, const fz_cfg *f) {
     return vt_gma_separable(g, Pm(g, f, "qkv", 3, 30, 2, 16), 4, 4, 4, Pm(g, f, "d", 4, 6, 1, 3, 3),
                             Pm(g, f, "p", 4, 2, 6, 1, 1));
 }
+static vt_tensor *b_gsep4_chunks(vt_graph *g, const fz_cfg *f) { /* 9 channels over 77 pixels: two chunks of each */
+    return vt_gma_separable(g, Pm(g, f, "qkv", 3, 45, 1, 77), 4, 11, 7, Pm(g, f, "d", 4, 9, 1, 3, 3),
+                            Pm(g, f, "p", 4, 3, 9, 1, 1));
+}
 static vt_tensor *b_tokens(vt_graph *g,
                            const fz_cfg *f) { /* cls token, position embedding, layer scale, concat, softmax_res */
     vt_tensor *x = vt_prepend_tokens(g, Pm(g, f, "x", 3, 2, 4, 6), Pm(g, f, "cls", 3, 1, 1, 6));
@@ -322,12 +326,13 @@ static const struct {
     {"gma_merge", b_gmerge, {"f", "q", "v", "u", "w0", "b0", "w1", "b1"}},
     {"gma_separable_cat", b_gsep_cat, {"qkv", "d1", "d2", "d3", "p1", "p2", "p3"}},
     {"gma_separable seg4", b_gsep4, {"qkv", "d", "p"}},
+    {"gma_separable seg4, chunks", b_gsep4_chunks, {"qkv", "d", "p"}},
     {"tokens chain", b_tokens, {"x", "cls", "pos", "gamma", "s", "cat", "rr"}},
     {"soft_cross_entropy", b_softce, {"x", "t"}},
 };
 
 /* One training step of case c frozen as f says; every VT_PARAM's gradient copied to *out (NULL entries for those
- * without); returns the parameter count, -1 on failure. */
+ * without), the output after them; returns the parameter count, -1 on failure. */
 static int run(vt_test *T, int c, const fz_cfg *f, float ***out, int **nel) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -345,11 +350,14 @@ static int run(vt_test *T, int c, const fz_cfg *f, float ***out, int **nel) {
             for (int64_t j = 0; j < r->numel; j++)
                 r->data[j] = vt_rng_normal(&rng);
             vt_graph_forward(g);
+            np = P->n;
+            *out = calloc((size_t)np + 1, sizeof **out); /* and the output y last (before backward reuses it) */
+            *nel = calloc((size_t)np + 1, sizeof **nel);
+            (*nel)[np] = (int)y->numel;
+            (*out)[np] = malloc(sizeof(float) * (size_t)y->numel);
+            memcpy((*out)[np], y->data, sizeof(float) * (size_t)y->numel);
             vt_params_zero_grad(P);
             vt_graph_backward(g);
-            np = P->n;
-            *out = calloc((size_t)np, sizeof **out);
-            *nel = calloc((size_t)np, sizeof **nel);
             for (int i = 0; i < np; i++) {
                 vt_tensor *t = P->t[i];
                 (*nel)[i] = (int)t->numel;
@@ -372,7 +380,7 @@ static int run(vt_test *T, int c, const fz_cfg *f, float ***out, int **nel) {
 }
 
 static void freeg(float **g, int n) {
-    for (int i = 0; g && i < n; i++)
+    for (int i = 0; g && i <= n; i++)
         free(g[i]);
     free(g);
 }
@@ -410,6 +418,13 @@ void test_frozen(vt_test *T) {
                     T_CHECK(T, (pass ? have == 1 : missing == 1) && d <= 1e-5 * fmax(m, 1e-3),
                             "%s, %s %s: %d gradients missing, %d kept, the others moved by %g (scale %g)",
                             cases[c].name, f.name, pass ? "alone trained" : "frozen", missing, have, d, m);
+                    double dy = 0, my = 0; /* the forward too: a frozen slot changes some ops' forward paths */
+                    for (int j = 0; j < rn[n0]; j++) {
+                        my = fmax(my, fabs(ref[n0][j]));
+                        dy = fmax(dy, isfinite(got[n0][j]) ? fabs(ref[n0][j] - got[n0][j]) : INFINITY);
+                    }
+                    T_CHECK(T, dy <= 1e-5 * fmax(my, 1e-3), "%s, %s %s: the output moved by %g (scale %g)",
+                            cases[c].name, f.name, pass ? "alone trained" : "frozen", dy, my);
                 }
                 freeg(got, n1);
                 free(gn);

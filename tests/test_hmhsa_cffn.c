@@ -76,6 +76,27 @@ static void check_grad(vt_test *T, const char *tag, const vt_ffn_ctx *fc, const 
     vt_params_free(P);
 }
 
+/* Where a training cFFN after a plain fc1 runs GELU: fc1's epilogue (a linear to the hidden width keeping GELU's
+ * derivative, save[0]) at R rows of 2C hidden below 2^20 floats, the U branches' prologue above (no such node). */
+static void check_gelu_place(vt_test *T, int R, int C, int want_epilogue) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[3] = {1, R, C};
+    const vt_block_opts o = {.cffn_r = 2};
+    vt_ffn_ctx f = {.train_form = 1, .winit = VT_INIT_W02, .opts = &o, .hidden = 2 * C};
+    vt_tensor *y = vt_block_cffn(g, "mlp", vt_param(g, "x", 3, xs, (vt_init){VT_INIT_NORMAL, 1.0f}), &f);
+    int epi = 0;
+    for (int i = 0; y && i < g->nn; i++) {
+        const vt_node *n = g->nodes[i];
+        epi += !strcmp(n->op->name, "linear") && n->save[0] && n->out->shape[n->out->ndim - 1] == 2 * C;
+    }
+    T_CHECK(T, y && epi == want_epilogue, "cffn %d rows of %d hidden: %d fc1 nodes with GELU's epilogue, want %d",
+            R, 2 * C, epi, want_epilogue);
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* Eval output of a cFFN on x in the given form over store P (built on first use). */
 static int cffn_eval(vt_params *P, int train_form, int r, const float *xd, int B, int N, int C, float *out,
                      vt_err *e) {
@@ -161,6 +182,8 @@ void test_hmhsa_cffn(vt_test *T) {
      * host MLP leaves it to fc2's (65,600 rows of 16) */
     check_grad(T, "cffn train form r2 1x65600 C8", &(vt_ffn_ctx){.train_form = 1, .winit = VT_INIT_W02, .opts = &two},
                NULL, 1, 65600, 8);
+    check_gelu_place(T, 65600, 8, 0);
+    check_gelu_place(T, 65500, 8, 1);
     check_grad(T, "cffn train form r4 2x5 C12", &(vt_ffn_ctx){.train_form = 1, .winit = VT_INIT_W02, .opts = &four},
                NULL, 2, 5, 12);
     check_grad(T, "cffn train form dwconv r2 2x(2x3) C8",

@@ -232,7 +232,7 @@ static void gsep_bwd(vt_node *n) {
             const float *dyi = dy + (size_t)i * unit_ch(p) * N;
             const float *Dk = p->keep ? unit_planes(n, p, NULL, i, j) + (size_t)c0 * N : D;
             float *pad = dD + dn + conv_off(p, j, 1);
-            for (int c = 0; p->cat && dq && j == 0 && c0 == 0 && c < p->s; c++) { /* segment 0's copy */
+            for (int c = 0; p->cat && dq && j == 0 && c < p->s; c++) { /* segment 0's copy (cat: not split) */
                 float *d = dq + plane_off(p, 0, i, c);
                 const float *e = dyi + (size_t)c * N;
 #pragma omp simd
@@ -313,7 +313,7 @@ static vt_tensor *separable(vt_graph *g, vt_tensor *qkv, int np, const int *seg,
         macs += (int64_t)p.units * N * cin * (k * k + s);
         p.keep |= g->training && pw[j]->requires_grad;
     }
-    p.split = p.units * np < SPLIT_ITEMS;
+    p.split = !cat && p.units * np < SPLIT_ITEMS; /* cat: 3B images and 3 convs, never fewer than 9 items */
     const int ys[4] = {p.units, unit_ch(&p), H, W};
     vt_node *n = vt_new_node(g, &op_gsep, in, 1 + 2 * np, vt_new_act(g, 4, ys));
     if (!n) return NULL;
