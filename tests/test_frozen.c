@@ -16,6 +16,7 @@
 typedef struct {
     const char *name;
     int only;
+    const int *geo; /* the conv cases' geometry: nhwc, cin, hw, cout, k, stride, groups */
 } fz_cfg;
 
 /* Parameter nm of nd dims (the sizes follow), frozen as f says. */
@@ -39,30 +40,12 @@ static vt_tensor *Bf(vt_graph *g, const char *nm, int n, int one) {
 
 typedef vt_tensor *(*builder)(vt_graph *g, const fz_cfg *f);
 
-static vt_tensor *b_conv_pw(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d(g, Pm(g, f, "x", 4, 2, 8, 6, 6), Pm(g, f, "w", 4, 6, 8, 1, 1), Pm(g, f, "b", 1, 6), 1, 0, 1);
-}
-static vt_tensor *b_conv_3x3(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d(g, Pm(g, f, "x", 4, 2, 4, 8, 8), Pm(g, f, "w", 4, 6, 4, 3, 3), Pm(g, f, "b", 1, 6), 1, 1, 1);
-}
-static vt_tensor *b_conv_3x3s2g2(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d(g, Pm(g, f, "x", 4, 2, 4, 9, 9), Pm(g, f, "w", 4, 6, 2, 3, 3), Pm(g, f, "b", 1, 6), 2, 1, 2);
-}
-static vt_tensor *b_conv_dw_s2(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d(g, Pm(g, f, "x", 4, 2, 4, 9, 9), Pm(g, f, "w", 4, 4, 1, 3, 3), Pm(g, f, "b", 1, 4), 2, 1, 4);
-}
-static vt_tensor *b_conv_dw_s1(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d(g, Pm(g, f, "x", 4, 2, 4, 9, 9), Pm(g, f, "w", 4, 4, 1, 5, 5), Pm(g, f, "b", 1, 4), 1, 2, 4);
-}
-static vt_tensor *b_convn(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d_nhwc(g, Pm(g, f, "x", 4, 2, 6, 6, 8), Pm(g, f, "w", 4, 6, 4, 3, 3), Pm(g, f, "b", 1, 6), 1, 1, 2);
-}
-static vt_tensor *b_convn_big(vt_graph *g, const fz_cfg *f) { /* 16+ channels a group: the rows kernel where planned */
-    return vt_conv2d_nhwc(g, Pm(g, f, "x", 4, 2, 8, 8, 32), Pm(g, f, "w", 4, 16, 32, 3, 3), Pm(g, f, "b", 1, 16), 1, 1,
-                          1);
-}
-static vt_tensor *b_convn_s2(vt_graph *g, const fz_cfg *f) {
-    return vt_conv2d_nhwc(g, Pm(g, f, "x", 4, 2, 7, 7, 8), Pm(g, f, "w", 4, 6, 8, 3, 3), Pm(g, f, "b", 1, 6), 2, 1, 1);
+/* A conv of batch 2 as f->geo says: NCHW conv2d or channels-last conv2d_nhwc, padding k/2. */
+static vt_tensor *b_conv(vt_graph *g, const fz_cfg *f) {
+    const int *q = f->geo, nhwc = q[0], cin = q[1], hw = q[2], cout = q[3], k = q[4];
+    vt_tensor *x = nhwc ? Pm(g, f, "x", 4, 2, hw, hw, cin) : Pm(g, f, "x", 4, 2, cin, hw, hw);
+    vt_tensor *w = Pm(g, f, "w", 4, cout, cin / q[6], k, k), *b = Pm(g, f, "b", 1, cout);
+    return (nhwc ? vt_conv2d_nhwc : vt_conv2d)(g, x, w, b, q[5], k / 2, q[6]);
 }
 static vt_tensor *b_dwn_ex(vt_graph *g, const fz_cfg *f) {
     return vt_dwconv_nhwc_ex(g, Pm(g, f, "x", 4, 2, 6, 6, 8), 0, Pm(g, f, "w", 4, 8, 1, 3, 3), Pm(g, f, "b", 1, 8), 1,
@@ -204,41 +187,26 @@ b_hattn_big(vt_graph *g, const fz_cfg *f) { /* 1 + 7x7 keys, 8 heads: the fused 
     a.chh_b = Pm(g, f, "cb", 1, 4);
     return vt_hallucinated_attention(g, Pm(g, f, "q", 3, 2, 50, 32), NULL, &a);
 }
+/* Two heads of 8 channels at q_off 0 and the given key and value offsets, scale 0.5, an additive bias. */
+static vt_attn_args attn2(int k_off, int v_off, vt_tensor *bias) {
+    return (vt_attn_args){.heads = 2, .dim = 8, .k_off = k_off, .v_off = v_off, .scale = 0.5f, .bias = bias};
+}
 static vt_tensor *b_attn_bias(vt_graph *g, const fz_cfg *f) {
-    const vt_attn_args a = {
-        .heads = 2, .dim = 8, .q_off = 0, .k_off = 8, .v_off = 16, .scale = 0.5f, .bias = Pm(g, f, "bias", 3, 2, 4, 4)};
+    const vt_attn_args a = attn2(8, 16, Pm(g, f, "bias", 3, 2, 4, 4));
     return vt_attention_ex(g, Pm(g, f, "q", 3, 2, 4, 24), NULL, &a);
 }
-static vt_tensor *b_attn_bias_b(vt_graph *g, const fz_cfg *f) {
-    const vt_attn_args a = {.heads = 2,
-                            .dim = 8,
-                            .q_off = 0,
-                            .k_off = 0,
-                            .v_off = 8,
-                            .scale = 0.5f,
-                            .bias = Pm(g, f, "bias", 4, 2, 2, 4, 5)};
+static vt_tensor *b_attn_bias_b(vt_graph *g, const fz_cfg *f) { /* batched bias, separate keys and values */
+    const vt_attn_args a = attn2(0, 8, Pm(g, f, "bias", 4, 2, 2, 4, 5));
     return vt_attention_ex(g, Pm(g, f, "q", 3, 2, 4, 8), Pm(g, f, "kv", 3, 2, 5, 16), &a);
 }
 static vt_tensor *b_attn_rpb(vt_graph *g, const fz_cfg *f) {
-    const vt_attn_args a = {.heads = 2,
-                            .dim = 8,
-                            .q_off = 0,
-                            .k_off = 8,
-                            .v_off = 16,
-                            .scale = 0.5f,
-                            .bias = vt_rel_pos_bias(g, Pm(g, f, "table", 2, 9, 2), 2, 2)};
+    const vt_attn_args a = attn2(8, 16, vt_rel_pos_bias(g, Pm(g, f, "table", 2, 9, 2), 2, 2));
     return vt_attention_ex(g, Pm(g, f, "q", 3, 2, 4, 24), NULL, &a);
 }
 static vt_tensor *b_attn_msf(vt_graph *g, const fz_cfg *f) {
-    const vt_attn_args a = {.heads = 2,
-                            .dim = 8,
-                            .q_off = 0,
-                            .k_off = 8,
-                            .v_off = 16,
-                            .p_off = 24,
-                            .scale = 0.5f,
-                            .msf = 1,
-                            .bias = Pm(g, f, "bias", 3, 2, 4, 4)};
+    vt_attn_args a = attn2(8, 16, Pm(g, f, "bias", 3, 2, 4, 4));
+    a.p_off = 24;
+    a.msf = 1;
     return vt_attention_ex(g, Pm(g, f, "q", 3, 2, 4, 32), NULL, &a);
 }
 static vt_tensor *b_stripe(vt_graph *g, const fz_cfg *f) {
@@ -282,53 +250,54 @@ static const struct {
     const char *name;
     builder build;
     const char *params[12];
+    int geo[7]; /* b_conv's: nhwc, cin, hw, cout, k, stride, groups */
 } cases[] = {
-    {"conv2d pointwise", b_conv_pw, {"x", "w", "b"}},
-    {"conv2d 3x3", b_conv_3x3, {"x", "w", "b"}},
-    {"conv2d 3x3/2 g2", b_conv_3x3s2g2, {"x", "w", "b"}},
-    {"conv2d dw s2", b_conv_dw_s2, {"x", "w", "b"}},
-    {"conv2d dw s1 5x5", b_conv_dw_s1, {"x", "w", "b"}},
-    {"conv2d_nhwc g2", b_convn, {"x", "w", "b"}},
-    {"conv2d_nhwc 32ch", b_convn_big, {"x", "w", "b"}},
-    {"conv2d_nhwc s2", b_convn_s2, {"x", "w", "b"}},
-    {"dwconv_nhwc_ex r", b_dwn_ex, {"x", "w", "b", "r"}},
-    {"dwconv_nhwc_ex c0", b_dwn_c0, {"x", "w", "b"}},
-    {"linear", b_linear, {"x", "w", "b"}},
-    {"linear_gelu", b_linear_gelu, {"x", "w", "b"}},
-    {"gelu_linear", b_gelu_linear, {"x", "w", "b"}},
-    {"gelu_linear panels", b_gelu_linear_pan, {"x", "w", "b"}},
-    {"gelu_linear no bias", b_gelu_linear_nob, {"x", "w"}},
-    {"residual fused", b_residual, {"x", "w", "b", "r"}},
-    {"linear_t", b_linear_t, {"x", "w", "b"}},
-    {"group_linear il", b_glinear, {"x", "w", "b"}},
-    {"matmul shared", b_matmul, {"a", "b"}},
-    {"matmul t", b_matmul_t, {"a", "b"}},
-    {"layernorm_cf", b_lncf, {"x", "w", "b"}},
-    {"layernorm no bias", b_ln_nob, {"x", "w"}},
-    {"batchnorm sets", b_bn_sets, {"x", "w0", "w1", "b0", "b1"}},
-    {"batchnorm_res", b_bn_res, {"x", "w", "b", "r"}},
-    {"batchnorm_sum", b_bn_sum, {"z", "w0", "b0", "w1", "b1"}},
-    {"bnact_dwconv", b_bndw, {"x", "bw", "bb", "w"}},
-    {"bnact_pwconv", b_bnpw, {"x", "bw", "bb", "w"}},
-    {"bn_res_bn", b_bnpair, {"t", "a", "w3", "b3", "wa", "ba"}},
-    {"focus", b_focus, {"x", "pe", "sc"}},
-    {"focus_ex", b_focus_ex, {"x", "sc"}},
-    {"linear_attention focus", b_linattn, {"q", "k", "v", "add", "sc", "pe"}},
-    {"linear_attention focus no pe", b_linattn_nope, {"q", "k", "v", "sc"}},
-    {"hattn", b_hattn, {"q", "iw", "ib", "cw", "cb"}},
-    {"hattn chh first kv", b_hattn_chh, {"q", "kv", "iw", "ib", "cw", "cb"}},
-    {"hattn 7x7", b_hattn_big, {"q", "iw", "ib", "cw", "cb"}},
-    {"attention bias", b_attn_bias, {"q", "bias"}},
-    {"attention batched bias kv", b_attn_bias_b, {"q", "kv", "bias"}},
-    {"attention rel_pos_bias", b_attn_rpb, {"q", "table"}},
-    {"attention msf", b_attn_msf, {"q", "bias"}},
-    {"stripe_attention", b_stripe, {"qkv", "w", "b"}},
-    {"gma_merge", b_gmerge, {"f", "q", "v", "u", "w0", "b0", "w1", "b1"}},
-    {"gma_separable_cat", b_gsep_cat, {"qkv", "d1", "d2", "d3", "p1", "p2", "p3"}},
-    {"gma_separable seg4", b_gsep4, {"qkv", "d", "p"}},
-    {"gma_separable seg4, chunks", b_gsep4_chunks, {"qkv", "d", "p"}},
-    {"tokens chain", b_tokens, {"x", "cls", "pos", "gamma", "s", "cat", "rr"}},
-    {"soft_cross_entropy", b_softce, {"x", "t"}},
+    {"conv2d pointwise", b_conv, {"x", "w", "b"}, {0, 8, 6, 6, 1, 1, 1}},
+    {"conv2d 3x3", b_conv, {"x", "w", "b"}, {0, 4, 8, 6, 3, 1, 1}},
+    {"conv2d 3x3/2 g2", b_conv, {"x", "w", "b"}, {0, 4, 9, 6, 3, 2, 2}},
+    {"conv2d dw s2", b_conv, {"x", "w", "b"}, {0, 4, 9, 4, 3, 2, 4}},
+    {"conv2d dw s1 5x5", b_conv, {"x", "w", "b"}, {0, 4, 9, 4, 5, 1, 4}},
+    {"conv2d_nhwc g2", b_conv, {"x", "w", "b"}, {1, 8, 6, 6, 3, 1, 2}},
+    {"conv2d_nhwc 32ch", b_conv, {"x", "w", "b"}, {1, 32, 8, 16, 3, 1, 1}}, /* the rows kernel where planned */
+    {"conv2d_nhwc s2", b_conv, {"x", "w", "b"}, {1, 8, 7, 6, 3, 2, 1}},
+    {"dwconv_nhwc_ex r", b_dwn_ex, {"x", "w", "b", "r"}, {0}},
+    {"dwconv_nhwc_ex c0", b_dwn_c0, {"x", "w", "b"}, {0}},
+    {"linear", b_linear, {"x", "w", "b"}, {0}},
+    {"linear_gelu", b_linear_gelu, {"x", "w", "b"}, {0}},
+    {"gelu_linear", b_gelu_linear, {"x", "w", "b"}, {0}},
+    {"gelu_linear panels", b_gelu_linear_pan, {"x", "w", "b"}, {0}},
+    {"gelu_linear no bias", b_gelu_linear_nob, {"x", "w"}, {0}},
+    {"residual fused", b_residual, {"x", "w", "b", "r"}, {0}},
+    {"linear_t", b_linear_t, {"x", "w", "b"}, {0}},
+    {"group_linear il", b_glinear, {"x", "w", "b"}, {0}},
+    {"matmul shared", b_matmul, {"a", "b"}, {0}},
+    {"matmul t", b_matmul_t, {"a", "b"}, {0}},
+    {"layernorm_cf", b_lncf, {"x", "w", "b"}, {0}},
+    {"layernorm no bias", b_ln_nob, {"x", "w"}, {0}},
+    {"batchnorm sets", b_bn_sets, {"x", "w0", "w1", "b0", "b1"}, {0}},
+    {"batchnorm_res", b_bn_res, {"x", "w", "b", "r"}, {0}},
+    {"batchnorm_sum", b_bn_sum, {"z", "w0", "b0", "w1", "b1"}, {0}},
+    {"bnact_dwconv", b_bndw, {"x", "bw", "bb", "w"}, {0}},
+    {"bnact_pwconv", b_bnpw, {"x", "bw", "bb", "w"}, {0}},
+    {"bn_res_bn", b_bnpair, {"t", "a", "w3", "b3", "wa", "ba"}, {0}},
+    {"focus", b_focus, {"x", "pe", "sc"}, {0}},
+    {"focus_ex", b_focus_ex, {"x", "sc"}, {0}},
+    {"linear_attention focus", b_linattn, {"q", "k", "v", "add", "sc", "pe"}, {0}},
+    {"linear_attention focus no pe", b_linattn_nope, {"q", "k", "v", "sc"}, {0}},
+    {"hattn", b_hattn, {"q", "iw", "ib", "cw", "cb"}, {0}},
+    {"hattn chh first kv", b_hattn_chh, {"q", "kv", "iw", "ib", "cw", "cb"}, {0}},
+    {"hattn 7x7", b_hattn_big, {"q", "iw", "ib", "cw", "cb"}, {0}},
+    {"attention bias", b_attn_bias, {"q", "bias"}, {0}},
+    {"attention batched bias kv", b_attn_bias_b, {"q", "kv", "bias"}, {0}},
+    {"attention rel_pos_bias", b_attn_rpb, {"q", "table"}, {0}},
+    {"attention msf", b_attn_msf, {"q", "bias"}, {0}},
+    {"stripe_attention", b_stripe, {"qkv", "w", "b"}, {0}},
+    {"gma_merge", b_gmerge, {"f", "q", "v", "u", "w0", "b0", "w1", "b1"}, {0}},
+    {"gma_separable_cat", b_gsep_cat, {"qkv", "d1", "d2", "d3", "p1", "p2", "p3"}, {0}},
+    {"gma_separable seg4", b_gsep4, {"qkv", "d", "p"}, {0}},
+    {"gma_separable seg4, chunks", b_gsep4_chunks, {"qkv", "d", "p"}, {0}},
+    {"tokens chain", b_tokens, {"x", "cls", "pos", "gamma", "s", "cat", "rr"}, {0}},
+    {"soft_cross_entropy", b_softce, {"x", "t"}, {0}},
 };
 
 /* One training step of case c frozen as f says; every VT_PARAM's gradient copied to *out (NULL entries for those
@@ -389,12 +358,12 @@ void test_frozen(vt_test *T) {
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         float **ref = NULL;
         int *rn = NULL;
-        const int n0 = run(T, c, &(fz_cfg){NULL, 0}, &ref, &rn);
+        const int n0 = run(T, c, &(fz_cfg){NULL, 0, cases[c].geo}, &ref, &rn);
         if (n0 < 0)
             continue;
         for (int pass = 0; pass < 2; pass++) {
             for (int k = 0; k < 12 && cases[c].params[k]; k++) {
-                const fz_cfg f = {cases[c].params[k], pass};
+                const fz_cfg f = {cases[c].params[k], pass, cases[c].geo};
                 float **got = NULL;
                 int *gn = NULL;
                 const int n1 = run(T, c, &f, &got, &gn);
