@@ -199,6 +199,10 @@ vt_tensor *vt_block_fc1_act(vt_graph *g, const char *prefix, vt_tensor *x, const
 /* vt_block_fc1_act without its activation, for a following linear with GELU in its GEMM prologue; f without ReLU. */
 vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f);
 
+/* 1 where the GELU FFN f on x runs GELU in fc1's epilogue (train graphs: no DWConv and at most 2^20 hidden floats;
+ * inference: where fc1 runs as a oneDNN primitive), 0 where in the next linear's GEMM prologue. */
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f);
+
 /* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
  * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
  * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU right after fc1's),

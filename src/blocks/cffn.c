@@ -87,12 +87,11 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
      * prologue, as the host MLP's fc2 has it) rather than a separate pass, whose output the arena kept: in
      * pvt_v2_b1_hmhsa_cffn's training step at batch 16 the GELU op was 6% of the time, the arena 1,669 -> 1,337 MiB,
      * and the step 1.02-1.04x faster (best of 8 alternated rounds, medians 0.99-1.05; Ice Lake, 2026-11-29). After a
-     * plain fc1, the host MLP's rule (gelu_in_fc1 in common.c): over 2^20 hidden floats in a train graph the prologue
+     * plain fc1, the host MLP's rule (vt_block_gelu_in_fc1): over 2^20 hidden floats in a train graph the prologue
      * too, not fc1's epilogue with its kept GELU output and derivative: deit_tiny_hmhsa_cffn's training arena at
      * batch 16 543.7 -> 433.5 MiB, deit_small_hmhsa_cffn's 1,095.5 -> 886.0, the steps 0.99-1.00x (AMD EPYC Zen 4,
      * 2026-12-06, alternated) */
-    const int gelu_in = f->train_form && !cv && !f->relu &&
-                        (f->dwconv || (g->training && x->numel / C * hidden > (1 << 20)));
+    const int gelu_in = f->train_form && !cv && !f->relu && (g->training ? !vt_block_gelu_in_fc1(g, x, f) : f->dwconv);
     vt_tensor *h = gelu_in ? vt_block_fc1_pre(g, prefix, x, f) : vt_block_fc1_act(g, prefix, x, f);
     vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv, gelu_in);
     return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv, 0);

@@ -329,7 +329,7 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * (vt_gemm_linear_packs) fc1 is a 1x1 convolution of any shape, GELU after it: on AMD's AVX-512 (EPYC Zen 4,
  * 2026-12-04, eval graphs in one process, per-round medians of 7-15) CSwin-T at batch 16 1.03-1.04x, Swin-T 1.03,
  * DeiT-S 1.02, the rest 0.99-1.01x. */
-static int gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
+int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f) {
     const int64_t R = x->numel / x->shape[x->ndim - 1];
     if (g->training) return !f->dwconv && R * f->hidden <= (1 << 20);
     return !g->int8 && R <= INT32_MAX &&
@@ -368,7 +368,7 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
             return NULL;
         return vt_ffn_eval(g, x, w1, b1, w2, b2);
     }
-    if (gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
+    if (vt_block_gelu_in_fc1(g, x, f)) return vt_linear_p(g, name, fc1_pre(g, prefix, x, f, 1), out, 1, winit);
     return gelu_linear_p(g, name, fc1_pre(g, prefix, x, f, 0), out, winit);
 }
 

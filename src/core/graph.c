@@ -491,10 +491,10 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->finalized) return 0;
     if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
     for (int i = 0; g->training && i < g->nn; i++) /* the ops sized their backward scratch by these flags; a view
-                                                     * (a reshaped weight) copied its source's when it was made */
+                                                     * (a reshaped weight) follows its source */
         for (int k = 0; k < g->nodes[i]->nin; k++) {
-            const vt_tensor *t = g->nodes[i]->in[k], *r = vt_root(g->nodes[i]->in[k]);
-            if (!((g->nodes[i]->rg_in >> k) & 1) != !t->requires_grad || !t->requires_grad != !r->requires_grad)
+            const vt_tensor *r = vt_root(g->nodes[i]->in[k]);
+            if (!((g->nodes[i]->rg_in >> k) & 1) != !r->requires_grad)
                 return vt_seterr(e, "%s: input %d (%s) was %s after the op was built on it (freeze or unfreeze "
                                  "parameters before building)", g->nodes[i]->out->name, k, r->name,
                                  r->requires_grad ? "unfrozen" : "frozen");
