@@ -10,6 +10,9 @@ trap 'rc=$?; rm -rf "$T" "${CLEANUP[@]}"; [ "$FAILS" -eq 0 ] || exit 1; exit $rc
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; FAILS=$((FAILS + 1)); }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
+# st_data FILE: a safetensors file's tensor bytes, without its header (whose metadata, e.g. weights_best's epoch,
+# differs between files of the same tensors).
+st_data() { tail -c +$((9 + $(od -An -t u8 -N 8 "$1" | tr -d ' '))) "$1"; }
 # make_test_imagefolder: sets F to the test ImageFolder of Fashion-MNIST (2,000 train / 500 val images as PNG and
 # JPEG, tools/make_imagefolder.py), made once under build/ and reused (under a lock: tests run side by side), and
 # checks it exists.

@@ -13,8 +13,8 @@
  *       IN: float32 (h, w, C) grid; OUT: vt_resize_bicubic to (H, W, C).
  *   recipe_driver adapt MODEL IMG NCLS WINDOW CHANS W_IN W_OUT LOSSES
  *       MODEL at image size IMG (N or HxW) with NCLS classes (WINDOW > 0: every stage's window; CHANS > 0: input
- *       channels) loads W_IN with vt_adapt_load (its lines on stdout), saves the store to W_OUT, then takes 8 AdamW
- *       steps (lr 1e-3) on one random batch of 8 with labels < NCLS and writes the 8 losses to LOSSES.
+ *       channels) loads W_IN with vt_adapt_load (its lines on stdout), saves the store to W_OUT, then takes 16 AdamW
+ *       steps (lr 3e-4) on one random batch of 8 with labels < NCLS and writes the 16 losses to LOSSES.
  *   recipe_driver ra n repeats replicas rank seed OUT
  *       OUT: the permutation vt_ra_sample starts from (n values), then its output for that rank.
  * Compiled by the test against build/libvitc.a. */
@@ -196,18 +196,18 @@ static int do_adapt(char **a) {
         return 1;
     }
     const int B = 8, n = c.arch.in_chans * c.arch.img_size * vt_arch_width(&c.arch);
-    float *x = malloc(sizeof(float) * (size_t)B * n), lab[8], losses[8];
+    float *x = malloc(sizeof(float) * (size_t)B * n), lab[8], losses[16];
     vt_rng r;
     vt_rng_seed(&r, 3);
     for (int i = 0; i < B * n; i++) x[i] = vt_rng_normal(&r);
     for (int i = 0; i < B; i++) lab[i] = (float)vt_rng_below(&r, (uint32_t)c.arch.num_classes);
-    if (vt_grad_steps(&c, P, x, lab, B, 8, 1e-3, 0.05, losses, &e)) {
+    if (vt_grad_steps(&c, P, x, lab, B, 16, 3e-4, 0.05, losses, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
     FILE *f = out_open(a[7]);
     if (!f) return 1;
-    put_f(f, losses, 8);
+    put_f(f, losses, 16);
     fclose(f);
     free(x);
     vt_params_free(P);

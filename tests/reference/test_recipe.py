@@ -13,7 +13,7 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
 - the fine-tuning resize (vt_resize_bicubic) equals F.interpolate(mode="bicubic", align_corners=False) ≤ 1e-5, up
   and down; end to end (vt_adapt_load): a saved 10-class 28×28 vit_fmnist_tiny loads into a 2-class 36×36 model with
   pos_embed = [class row, F.interpolate of the 7×7 grid to 9×9] (timm's resample_abs_pos_embed without antialias),
-  the head re-initialised, every other tensor equal, and 8 AdamW steps lower the loss; a Swin table resized from
+  the head re-initialised, every other tensor equal, and 16 AdamW steps lower the loss; a Swin table resized from
   window 7 to 14 equals F.interpolate of the (heads, 13, 13) table to 27×27 (timm's resize_rel_pos_bias_table_simple);
   an RGB model's patch embedding loaded into 1, 2 and 4 input channels equals timm's adapt_input_conv (transcribed);
 - the repeated-augmentation sampler (vt_ra_sample) equals DeiT's RASampler.__iter__ (samplers.py, transcribed) applied
@@ -23,8 +23,8 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
   torchvision's train.py runs it; `--recipe deit` equals timm's CosineLRScheduler (transcribed) stepped by DeiT's
   main.py with the epoch just trained; `--recipe refiner` equals it stepped by timm's train.py (epoch + 1), with its
   10 cooldown epochs at min_lr after --epochs; `--recipe swin` changes the rate within an epoch (per step);
-- `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives the weights of batch 16 (LayerNorm
-  model, ≤ 1e-5 relative); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
+- `vitc train` end to end on a Fashion-MNIST subset: --accum-steps 2 × batch 8 gives batch 16's epoch loss (≤ 1e-5
+  relative) and weights (all but 0.01% within 1e-4 of their tensor's scale, the key projection aside); the model EMA is printed, saved, and resumes exactly; --recipe deit prints and saves its
   settings (lr scaled by batch/512); --init-from with another model's weights is refused naming tensors; Mixup with
   an odd batch is refused.
 The C side is tests/reference/recipe_driver.c, compiled against build/libvitc.a.
@@ -284,8 +284,10 @@ def check_finetune(rep, exe, d):
                   f"shape {b2['pos_embed'].shape}, err {e:.1e}, {p2.stdout[-200:]}")
     rep.check("fine-tune: one line per adapted tensor", "pos_embed resized" in p.stdout and
               "head.weight re-initialised" in p.stdout and "head.bias re-initialised" in p.stdout, p.stdout[-400:])
+    # 16 steps at lr 3e-4 on 8 noise images the model learns by heart: over init seeds 1-8 (2026-12-06) the loss fell
+    # by 0.55-0.58; the earlier 8 steps at 1e-3 overshot at the first steps (0.69 -> 0.83-0.96) and fell by 0.02-0.09
     l = np.fromfile(losses, dtype=np.float64)
-    rep.check("fine-tune: 8 AdamW steps lower the loss", l.size == 8 and l[-1] < l[0] - 0.05, f"losses {l}")
+    rep.check("fine-tune: 16 AdamW steps lower the loss", l.size == 16 and l[-1] < l[0] - 0.2, f"losses {l}")
     r = adapt_run(rep, exe, d, "swin_fmnist_tiny", 5, ["28", "10", "14", "0"], "Swin window 7 -> 14", losses)
     if r is None:
         return
@@ -445,25 +447,30 @@ def check_train(rep, d):
                   "--out", r8, *common)
     if ok and ok2:
         a, b = read_weights(r16), read_weights(r8)
-        # The gradients agree to 1e-5 (the `recipe` unit suite); AdamW's first steps move each weight by about
-        # lr·sign(g), so rounding differences in tiny gradients show in the weights: up to 1.4e-4 here (the keyed
-        # loader's epoch order; 0.7e-4 with the order before it), 3.0e-4 after softmax moved to fused multiply-adds
-        # (one element of block 2's fc2 weight), hence 5e-4; an accumulation that changes the gradient's direction
-        # (a micro-batch dropped) moves weights by lr-sized steps (lr 3e-3), far above it, while a uniform scale
-        # error would not show here (AdamW ignores it). The key projection (qkv rows [C, 2C), weight and bias) is left
-        # out: softmax ignores a constant per query, so its gradient is zero along the tokens' mean (exactly zero for
-        # the bias) and some of its elements are rounding-sized, which AdamW turns into lr-sized moves (2.9e-4 in
-        # block 2's key weights once the last block computed only the class token).
-        def rel(k):
+        # The gradients agree to 1e-5 (the `recipe` unit suite), but AdamW's first steps move each weight by about
+        # lr·sign(g), so an element whose gradient is rounding-sized moves by an lr-sized step either way: a single
+        # element's difference says nothing (1.5e-3 of its tensor's scale in one LayerNorm bias once the init
+        # changed; 3.0e-4 in an fc2 weight before), the count of them does. At most 0.01% of the weights may differ
+        # by more than 1e-4 of their tensor's largest value: 2 of 122,378 on 2026-12-06, while half of each batch
+        # left out (batch 8 without accumulation) moved 121,999 of them past it. The key projection (qkv rows
+        # [C, 2C), weight and bias) is left out: softmax ignores a constant per query, so its gradient is zero along
+        # the tokens' mean (exactly zero for the bias) and many of its elements are rounding-sized.
+        def split(k):
             x, y = a[k].astype(np.float64), b[k].astype(np.float64)
             if k.endswith("attn.qkv.bias") or k.endswith("attn.qkv.weight"):
                 C = x.shape[0] // 3
                 x, y = np.concatenate([x[:C], x[2 * C:]]), np.concatenate([y[:C], y[2 * C:]])
-            return np.abs(x - y).max() / max(np.abs(x).max(), 1e-8)
-        worst = max(rel(k) for k in a)
+            return x, y
+        total = moved = 0
+        finite = True
+        for k in a:
+            x, y = split(k)
+            finite = finite and bool(np.isfinite(y).all())
+            total += x.size
+            moved += int((np.abs(x - y) > 1e-4 * max(np.abs(x).max(), 1e-8)).sum())
         rep.check("accum-steps 2 x batch 8 = batch 16 after 4 AdamW steps (weights but the key projection)",
-                  worst <= 5e-4,
-                  f"worst relative difference {worst:.1e}")
+                  finite and moved <= 1e-4 * total,
+                  f"{moved} of {total} weights differ by more than 1e-4 of their tensor's scale, finite: {finite}")
         la, lb = (float((r / "metrics.csv").read_text().splitlines()[1].split(",")[2]) for r in (r16, r8))
         rep.check("accum-steps 2 x batch 8 = batch 16: epoch train loss", abs(la - lb) <= 1e-5 * abs(la), f"{la} vs {lb}")
     common = ["--train-subset", "64", "--test-subset", "50", "--batch-size", "16", "--threads", "1",
