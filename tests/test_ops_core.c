@@ -921,7 +921,9 @@ static void check_limits(vt_test *T) {
 
 /* The parameter store's checks and initialisers: a name of VT_NAMELEN characters refused (it would be stored cut), a
  * zero dimension refused, a name declared again as another kind (parameter, buffer) refused; buffers need no gradient;
- * a uniform(a) initialiser spans [-a, a), a truncated normal (std 1.5) reaches past ±1 and stays inside timm's ±2. */
+ * a uniform(a) initialiser spans [-a, a), a truncated normal (std 1.5) reaches past ±1 and stays inside timm's ±2; a
+ * normal one over several of vt_params_init's streams (65,536 elements each) has mean 0 and std 1, its chunks and its
+ * pairs' halves are not copies or correlated, and its values are the same on 1 and 3 threads. */
 static void check_params_store(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -941,14 +943,43 @@ static void check_params_store(vt_test *T) {
     vt_tensor *u = P ? vt_params_add(P, "u", VT_PARAM, 1, n4, (vt_init){VT_INIT_UNIFORM, 0.5f}, &e) : NULL;
     vt_tensor *t = P ? vt_params_add(P, "t", VT_PARAM, 1, n4, (vt_init){VT_INIT_TRUNC_NORMAL, 1.5f}, &e) : NULL;
     vt_tensor *b = P ? vt_params_add(P, "b", VT_BUFFER, 1, n4, zero, &e) : NULL;
-    T_CHECK(T, u && t && b && u->requires_grad && !b->requires_grad, "a parameter needs a gradient, a buffer not");
+    const int nn[1] = {3 * 65536 + 1001};
+    vt_tensor *nt = P ? vt_params_add(P, "n", VT_PARAM, 1, nn, (vt_init){VT_INIT_NORMAL, 1.0f}, &e) : NULL;
+    T_CHECK(T, u && t && b && nt && u->requires_grad && !b->requires_grad, "a parameter needs a gradient, a buffer not");
     T_CHECK(T, P && vt_params_add(P, "b", VT_PARAM, 1, n4, zero, &ke) == NULL && strstr(ke.msg, "declared twice"),
             "a buffer's name declared again as a parameter refused: %s", ke.msg);
-    if (!u || !t) {
+    if (!u || !t || !nt) {
         vt_params_free(P);
         return;
     }
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
     vt_params_init(P, 11);
+    float *one = malloc(sizeof(float) * (size_t)nt->numel);
+    if (one) memcpy(one, nt->data, sizeof(float) * (size_t)nt->numel);
+    omp_set_num_threads(3);
+    vt_params_init(P, 11);
+    omp_set_num_threads(saved);
+    T_CHECK(T, one && !memcmp(one, nt->data, sizeof(float) * (size_t)nt->numel),
+            "normal init the same on 1 and 3 threads");
+    free(one);
+    double sum = 0, sq = 0, lag = 0, cross = 0;
+    int same = 0;
+    for (int64_t i = 0; i < nt->numel; i++) {
+        sum += nt->data[i];
+        sq += (double)nt->data[i] * nt->data[i];
+        if (i % 2 == 0 && i + 1 < nt->numel) lag += (double)nt->data[i] * nt->data[i + 1];
+        if (i < 65536) {
+            cross += (double)nt->data[i] * nt->data[i + 65536];
+            same += nt->data[i] == nt->data[i + 65536];
+        }
+    }
+    const double mean = sum / (double)nt->numel, sd = sqrt(sq / (double)nt->numel - mean * mean);
+    lag /= (double)(nt->numel / 2);
+    cross /= 65536.0;
+    T_CHECK(T, fabs(mean) < 0.01 && fabs(sd - 1.0) < 0.01 && fabs(lag) < 0.02 && fabs(cross) < 0.02 && same < 4,
+            "normal(1) over 4 streams: mean %.4f, std %.4f, pairs' halves' correlation %.4f, the first two chunks' "
+            "%.4f, %d equal", mean, sd, lag, cross, same);
     float ulo = 1.0f, uhi = -1.0f, tlo = 0.0f, thi = 0.0f;
     for (int i = 0; i < 4096; i++) {
         ulo = fminf(ulo, u->data[i]), uhi = fmaxf(uhi, u->data[i]);

@@ -26,6 +26,9 @@ uint32_t vt_rng_below(vt_rng *r, uint32_t n);
 /* Standard normal sample (Box-Muller). */
 float vt_rng_normal(vt_rng *r);
 
+/* Two independent standard normal samples in z (both of Box-Muller's pair: one log, one sqrt, a cos and a sin). */
+void vt_rng_normal_pair(vt_rng *r, float z[2]);
+
 /* Gamma(a, 1) sample, a > 0 (Marsaglia-Tsang; a < 1 through Gamma(a + 1)·U^(1/a)); NaN for a <= 0. */
 double vt_rng_gamma(vt_rng *r, double a);
 

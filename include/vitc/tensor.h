@@ -154,7 +154,8 @@ vt_tensor *vt_params_find(const vt_params *P, const char *name);
 vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim, const int *shape, vt_init init,
                          vt_err *e);
 
-/* Initialises every tensor from its init rule with a deterministic RNG seeded by seed. */
+/* Initialises every tensor from its init rule with a deterministic RNG seeded by seed (the same values on any number
+ * of threads). */
 void vt_params_init(vt_params *P, uint64_t seed);
 
 /* Sum of elements of all tensors of the given kind (VT_PARAM or VT_BUFFER). */

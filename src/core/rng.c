@@ -45,6 +45,14 @@ float vt_rng_normal(vt_rng *r) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
 }
 
+void vt_rng_normal_pair(vt_rng *r, float z[2]) {
+    const double u1 = ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    const double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    const double rad = sqrt(-2.0 * log(u1)), th = 2.0 * 3.14159265358979323846 * u2;
+    z[0] = (float)(rad * cos(th));
+    z[1] = (float)(rad * sin(th));
+}
+
 /* Uniform double in (0, 1] with 53 random bits. */
 static double unit_open0(vt_rng *r) { return ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
 

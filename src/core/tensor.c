@@ -175,37 +175,62 @@ vt_tensor *vt_params_add(vt_params *P, const char *name, vt_kind kind, int ndim,
     return t;
 }
 
-static float trunc_normal(vt_rng *r, float std) {
-    /* timm's trunc_normal_(std=s) truncates at absolute +-2 (not +-2 std); resample outside. */
-    for (;;) {
-        float v = vt_rng_normal(r) * std;
-        if (v >= -2.0f && v <= 2.0f) return v;
+/* Standard normal samples from one stream, both of each Box-Muller pair used. */
+typedef struct {
+    vt_rng r;
+    float z[2];
+    int left; /* samples of z not yet given */
+} normal_src;
+
+static float next_normal(normal_src *s) {
+    if (!s->left) {
+        vt_rng_normal_pair(&s->r, s->z);
+        s->left = 2;
+    }
+    return s->z[2 - s->left--];
+}
+
+#define INIT_CHUNK 65536 /* elements per random stream of vt_params_init */
+
+/* Elements [c·INIT_CHUNK, ...) of parameter i (t) drawn from their own stream, keyed by (seed, i, c). */
+static void init_chunk(vt_tensor *t, int i, int64_t c, uint64_t seed) {
+    const int64_t j0 = c * INIT_CHUNK, j1 = j0 + INIT_CHUNK < t->numel ? j0 + INIT_CHUNK : t->numel;
+    const float a = t->init.a;
+    normal_src s = {.left = 0};
+    vt_rng_seed(&s.r, vt_rng_key(seed, (uint64_t)i, (uint64_t)c));
+    for (int64_t j = j0; j < j1; j++) {
+        float v = 0.0f;
+        switch (t->init.kind) {
+        case VT_INIT_ZERO: v = 0.0f; break;
+        case VT_INIT_ONE: v = 1.0f; break;
+        case VT_INIT_CONST: v = a; break;
+        case VT_INIT_NORMAL: v = next_normal(&s) * a; break;
+        case VT_INIT_TRUNC_NORMAL: /* timm's trunc_normal_(std=a) truncates at absolute +-2 (not +-2 std) */
+            do
+                v = next_normal(&s) * a;
+            while (!(v >= -2.0f && v <= 2.0f));
+            break;
+        case VT_INIT_UNIFORM: v = (2.0f * vt_rng_uniform(&s.r) - 1.0f) * a; break;
+        case VT_INIT_FIXED: break; /* skipped by the caller */
+        }
+        t->data[j] = v;
     }
 }
 
 void vt_params_changed(vt_params *P) { P->gen++; }
 
+/* Each parameter's chunks of INIT_CHUNK elements have their own streams, so the values do not depend on the thread
+ * count, and a large tensor's chunks run in parallel (Box-Muller's log and cos were a third of the registry sweep's
+ * time, one sample per pair, on one thread). */
 void vt_params_init(vt_params *P, uint64_t seed) {
     if (P->shapes_only) return;
     vt_params_changed(P);
-    vt_rng r;
-    vt_rng_seed(&r, seed);
     for (int i = 0; i < P->n; i++) {
         vt_tensor *t = P->t[i];
         if (t->init.kind == VT_INIT_FIXED) continue;
-        for (int64_t j = 0; j < t->numel; j++) {
-            float v = 0.0f;
-            switch (t->init.kind) {
-            case VT_INIT_ZERO: v = 0.0f; break;
-            case VT_INIT_ONE: v = 1.0f; break;
-            case VT_INIT_CONST: v = t->init.a; break;
-            case VT_INIT_NORMAL: v = vt_rng_normal(&r) * t->init.a; break;
-            case VT_INIT_TRUNC_NORMAL: v = trunc_normal(&r, t->init.a); break;
-            case VT_INIT_UNIFORM: v = (2.0f * vt_rng_uniform(&r) - 1.0f) * t->init.a; break;
-            case VT_INIT_FIXED: break; /* skipped above */
-            }
-            t->data[j] = v;
-        }
+        const int64_t nc = (t->numel + INIT_CHUNK - 1) / INIT_CHUNK;
+#pragma omp parallel for schedule(static) if (nc > 1)
+        for (int64_t c = 0; c < nc; c++) init_chunk(t, i, c, seed);
     }
 }
 
