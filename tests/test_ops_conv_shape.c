@@ -870,19 +870,20 @@ static const gc_case conv_cases[] = {
 };
 
 /* Dense 3x3 stride-1 convs on 16 channels over 6,272 output pixels (NCHW: 6,400 per image): oneDNN's Winograd
- * kernels at AVX-512, forward, dX (the forward conv of dy) and dW. They run at the default thread count only (the
- * 3-thread unit run takes them on 3): oneDNN threads them itself, and vitc's own kernels, which take them on CPUs
- * without AVX-512, have their thread-count paths checked on conv_cases' smaller shapes. On 1, 2 and 3 threads they
- * took 3.7 of conv_cases' 5.8 s per count (Zen 4, 2026-12-06). */
+ * kernels at AVX-512, forward, dX (the forward conv of dy) and dW. They run at the default thread count (the 3-thread
+ * unit run takes them on 3), the first two, whose scratch sizes matter, on 1 thread too: oneDNN threads them itself,
+ * and vitc's own kernels, which take them on CPUs without AVX-512, have their thread-count paths checked on
+ * conv_cases' smaller shapes. On 1, 2 and 3 threads they took 3.7 of conv_cases' 5.8 s per count (Zen 4,
+ * 2026-12-06). */
 static const gc_case wino_cases[] = {
-    {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 16}, {16, 16, 3, 3}, {16}},
-     .build = b_convn, .ia = {1, 1, 1}},
     /* dX's blocked dy smaller than its dX: their scratch must not overlap */
     {.name = "conv_nhwc_winograd_narrowing", .nx = 3, .ndim = {4, 4, 1},
      .shape = {{2, 56, 56, 32}, {16, 32, 3, 3}, {16}}, .build = b_convn, .ia = {1, 1, 1}},
     /* 16 -> 128 channels: Winograd's blocked maps larger than the patches, so the backward scratch is sized for them */
     {.name = "conv_nhwc_winograd_widening", .nx = 2, .ndim = {4, 4}, .shape = {{1, 80, 80, 16}, {128, 16, 3, 3}},
      .build = b_convn, .ia = {1, 0, 1}},
+    {.name = "conv_nhwc_winograd", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 16}, {16, 16, 3, 3}, {16}},
+     .build = b_convn, .ia = {1, 1, 1}},
     /* 16-channel groups: Winograd group by group at AVX-512 */
     {.name = "conv_nhwc_winograd_groups", .nx = 3, .ndim = {4, 4, 1}, .shape = {{2, 56, 56, 32}, {32, 16, 3, 3}, {32}},
      .build = b_convn, .ia = {1, 1, 2}},
@@ -1256,6 +1257,8 @@ void test_ops_conv_shape(vt_test *T) {
         omp_set_num_threads(threads[t]);
         for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) gc_run(T, &conv_cases[i]);
     }
+    omp_set_num_threads(1); /* the two scratch-sizing cases on 1 thread too (scratch depends on the thread count) */
+    for (size_t i = 0; i < 2 && saved > 1; i++) gc_run(T, &wino_cases[i]);
     omp_set_num_threads(saved);
     for (size_t i = 0; i < sizeof wino_cases / sizeof wino_cases[0]; i++) gc_run(T, &wino_cases[i]);
     for (size_t i = 0; i < sizeof other_cases / sizeof other_cases[0]; i++) gc_run(T, &other_cases[i]);

@@ -197,7 +197,7 @@ static void init_chunk(vt_tensor *t, int i, int64_t c, uint64_t seed) {
     const int64_t j0 = c * INIT_CHUNK, j1 = j0 + INIT_CHUNK < t->numel ? j0 + INIT_CHUNK : t->numel;
     const float a = t->init.a;
     normal_src s = {.left = 0};
-    vt_rng_seed(&s.r, vt_rng_key(seed, (uint64_t)i, (uint64_t)c));
+    vt_rng_seed(&s.r, vt_rng_key(seed ^ 0x1a17ULL, (uint64_t)i, (uint64_t)c)); /* not the loader's (epoch, image) keys */
     for (int64_t j = j0; j < j1; j++) {
         float v = 0.0f;
         switch (t->init.kind) {

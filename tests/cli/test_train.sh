@@ -41,7 +41,8 @@ best=$(awk -F, 'NR > 1 && (NR == 2 || $6 > m) {m = $6; e = $1 - 1} END {print e}
 check "Best line names metrics.csv's best epoch ($best)" "grep -q '^Best: epoch $best, Acc@1 ' '$T/a.log'" "$(grep Best "$T/a.log")"
 # (the tensors compared: weights_best's header also records its epoch)
 check "... its weights are weights_best.safetensors (the final weights iff it is the last epoch)" \
-    "[ -s '$T/a/weights_best.safetensors' ] && { cmp -s <(st_data '$T/a/weights_best.safetensors') \
+    "[ -s '$T/a/weights_best.safetensors' ] && [ -s '$T/a/weights.safetensors' ] && \
+    { cmp -s <(st_data '$T/a/weights_best.safetensors') \
     <(st_data '$T/a/weights.safetensors'); [ \$? -eq \$(( $best == 2 ? 0 : 1 )) ]; }"
 
 $V train $COMMON --epochs 1 --out "$T/b" >"$T/b1.log" 2>&1 &&
