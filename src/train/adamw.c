@@ -77,6 +77,11 @@ void vt_adamw_step(vt_adamw *o, float lr) {
     const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
     const float omb1 = (float)(1.0 - (double)b1), omb2 = (float)(1.0 - (double)b2);
     const float decay = (float)(1.0 - (double)lr * (double)o->weight_decay);
+    /* One parallel region for every tensor, each split over the threads without a barrier between tensors (the
+     * update is elementwise: the same values on any thread count). Against a region per tensor of over 32,768
+     * elements and the smaller ones on one thread (best of 200 steps, 2 threads, Zen 4, 2026-12-06):
+     * GroupMixFormer-M's 864 tensors 5.5-6.1 -> 2.2-2.8 ms, DeiT-T's 152 2.3-3.0 -> 2.0-2.9 ms. */
+#pragma omp parallel
     for (int i = 0; i < o->n; i++) {
         vt_tensor *pt = o->p[i];
         float *restrict p = pt->data;
@@ -86,7 +91,7 @@ void vt_adamw_step(vt_adamw *o, float lr) {
         const int64_t numel = pt->numel;
         const int decayed = !pt->no_decay && pt->kind == VT_PARAM && o->weight_decay != 0.0f;
         const float dec = decayed ? decay : 1.0f; /* p·1 = p exactly: no branch in the (vectorised) loop */
-#pragma omp parallel for simd schedule(static) if (numel > 32768)
+#pragma omp for simd schedule(simd : static) nowait
         for (int64_t j = 0; j < numel; j++) {
             const float pj = p[j] * dec;
             const float gj = g[j];
