@@ -285,7 +285,16 @@ void vt_add_col_sums(const float *y, int64_t R, int C, float *s) {
     }
 }
 
+/* One parallel region for every gradient, each split over the threads without a barrier between them, as AdamW's
+ * step: GroupMixFormer-M's 864 gradients 1.0-1.3 -> 0.33-0.35 ms, DeiT-T's 152 0.46-0.66 -> 0.21 ms (best of 200,
+ * 2 threads, Zen 4, 2026-12-06). */
 void vt_params_zero_grad(vt_params *P) {
-    for (int i = 0; i < P->n; i++)
-        if (P->t[i]->grad) vt_zero(P->t[i]->grad, P->t[i]->numel);
+#pragma omp parallel
+    for (int i = 0; i < P->n; i++) {
+        float *g = P->t[i]->grad;
+        if (!g) continue;
+        const int64_t n = P->t[i]->numel;
+#pragma omp for simd schedule(simd : static) nowait
+        for (int64_t j = 0; j < n; j++) g[j] = 0.0f;
+    }
 }
