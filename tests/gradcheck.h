@@ -43,9 +43,11 @@ void gc_run_vs_plain(vt_test *T, const gc_case *c, vt_tensor *(*plain)(vt_graph 
                      const char *name, double tol);
 
 /* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):
- * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements; *abs_sum gets sum |grad|. */
+ * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements but the largest outlier_share of
+ * the differences (a kink, such as Hardswish's at ±3, between x - eps and x + eps spoils some); *abs_sum gets
+ * sum |grad|. */
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
-                      double *abs_sum);
+                      double outlier_share, double *abs_sum);
 
 /* max |a - b| / max(max |b|, floor) over n floats (infinite when a holds a non-finite value that b does not). */
 double gc_rel_diff(const float *a, const float *b, int64_t n, double floor);

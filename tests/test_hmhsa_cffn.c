@@ -62,7 +62,7 @@ static void check_grad(vt_test *T, const char *tag, const vt_ffn_ctx *fc, const 
         const int64_t n = t->numel;
         double anysum = 0;
         const int samples = B * N > 4096 ? 6 : 24; /* the 65,600-row case: 6 differences a parameter */
-        const double rel = gc_param_error(g, t, y, r->data, samples, 3e-3f, &anysum);
+        const double rel = gc_param_error(g, t, y, r->data, samples, 3e-3f, 0, &anysum);
         if (zero_expected(t->name, cffn || !hc->opts->chh_first, cffn || hc->lead)) { /* the differences are float noise here */
             const double tol = 1e-4 * fmax(1.0, (double)B * N / 1024); /* float sums over the B·N rows */
             T_CHECK(T, anysum / (double)n < tol, "%s: %s gradient should vanish (mean |g| %.3g)", tag, t->name,
