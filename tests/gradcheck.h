@@ -43,11 +43,12 @@ void gc_run_vs_plain(vt_test *T, const gc_case *c, vt_tensor *(*plain)(vt_graph 
                      const char *name, double tol);
 
 /* Relative finite-difference error of parameter t's gradient (already computed by backward) for the loss sum(y·r):
- * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements but the largest outlier_share of
- * the differences (a kink, such as Hardswish's at ±3, between x - eps and x + eps spoils some); *abs_sum gets
+ * max|analytic - numeric| / max(max|numeric|, 1e-2) over about `samples` elements, infinite if a value is not
+ * finite; with kinks, each sample's difference is the smallest against the central and the two one-sided
+ * differences (a kink such as Hardswish's at ±3 between x - eps and x + eps spoils only one side); *abs_sum gets
  * sum |grad|. */
 double gc_param_error(vt_graph *g, vt_tensor *t, const vt_tensor *y, const float *r, int samples, float eps,
-                      double outlier_share, double *abs_sum);
+                      int kinks, double *abs_sum);
 
 /* max |a - b| / max(max |b|, floor) over n floats (infinite when a holds a non-finite value that b does not). */
 double gc_rel_diff(const float *a, const float *b, int64_t n, double floor);

@@ -12,12 +12,12 @@
 #include "vitc/model.h"
 #include "vitc/ops.h"
 
-/* Central differences over sampled elements of every parameter (the input x is a parameter too), the worst quarter
- * of each parameter's samples left out: the aggregators' Hardswish has kinks at ±3, and with BatchNorm over the batch
- * one weight moves every input of its channel, so where one input sits near a kink every sample of the weights
- * feeding that channel straddles it. With one init (2026-12-06) the other samples were within 1e-5 to 1.5e-3 of the
- * scale, and 5 of agg2.conv1.weight's 25 at 1.1e-2 to 6.7e-2, growing with eps (1e-3 to 3e-2); other inits put none
- * there. The block's every gradient is also compared with PyTorch's autograd (tests/reference/test_gma.py). */
+/* Central differences over sampled elements of every parameter (the input x is a parameter too), each taken as the
+ * nearest of the central and the two one-sided differences: the aggregators' Hardswish has kinks at ±3, and with
+ * BatchNorm over the batch one weight moves every input of its channel, so where one input sits near a kink the
+ * central differences of the weights feeding that channel straddle it (with one init, 2026-12-06: qkv.weight and
+ * agg2's weights at 3-7e-2 of the scale, shrinking with eps; every other sample within 1.1e-2), while the side
+ * without the kink matches (all within 6.2e-3). */
 static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, int H, int W, int C) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -52,7 +52,7 @@ static void check_block_grad(vt_test *T, const char *tag, int attn_only, int B, 
         vt_tensor *t = P->t[i];
         if (t->kind != VT_PARAM) continue;
         double anysum = 0;
-        const double rel = gc_param_error(g, t, y, r->data, 24, 3e-3f, 0.25, &anysum); /* Hardswish's kinks */
+        const double rel = gc_param_error(g, t, y, r->data, 24, 3e-3f, 1, &anysum); /* Hardswish's kinks */
         T_CHECK(T, rel < 2e-2, "%s: %s rel err %.3g", tag, t->name, rel);
         T_CHECK(T, anysum > 0, "%s: %s gradient is all zero", tag, t->name);
     }
