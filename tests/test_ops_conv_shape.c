@@ -1251,9 +1251,8 @@ void test_ops_conv_shape(vt_test *T) {
     check_shape_values(T);
     check_errors(T);
     /* conv kernels pick image-parallel or BLAS-parallel paths by thread count: check both */
-    const int saved = omp_get_max_threads(), threads[4] = {1, 2, 3, saved};
-    for (int t = 0; t < 4; t++) {
-        if (t == 3 && saved <= 3) break; /* the default count, unless one of those */
+    const int saved = omp_get_max_threads(), threads[4] = {1, 2, 3, saved}, counts = saved > 3 ? 4 : 3;
+    for (int t = 0; t < counts; t++) { /* the default count too, unless one of those */
         omp_set_num_threads(threads[t]);
         for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++) gc_run(T, &conv_cases[i]);
     }

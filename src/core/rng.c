@@ -39,16 +39,23 @@ float vt_rng_uniform(vt_rng *r) { return (float)(vt_rng_u64(r) >> 40) * (1.0f / 
 
 uint32_t vt_rng_below(vt_rng *r, uint32_t n) { return (uint32_t)(((vt_rng_u64(r) >> 32) * (uint64_t)n) >> 32); }
 
+/* Box-Muller's radius sqrt(-2 ln u1), u1 in (0, 1], and angle 2π·u2, u2 in [0, 1), from two draws of r. */
+static void box_muller(vt_rng *r, double *rad, double *th) {
+    const double u1 = ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    const double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    *rad = sqrt(-2.0 * log(u1));
+    *th = 2.0 * 3.14159265358979323846 * u2;
+}
+
 float vt_rng_normal(vt_rng *r) {
-    double u1 = ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-    double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2));
+    double rad, th;
+    box_muller(r, &rad, &th);
+    return (float)(rad * cos(th));
 }
 
 void vt_rng_normal_pair(vt_rng *r, float z[2]) {
-    const double u1 = ((double)(vt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-    const double u2 = (double)(vt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
-    const double rad = sqrt(-2.0 * log(u1)), th = 2.0 * 3.14159265358979323846 * u2;
+    double rad, th;
+    box_muller(r, &rad, &th);
     z[0] = (float)(rad * cos(th));
     z[1] = (float)(rad * sin(th));
 }
