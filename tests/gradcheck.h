@@ -6,7 +6,7 @@
 #include "vitc/graph.h"
 #include "vitc/rng.h"
 
-#define GC_MAXX 6
+#define GC_MAXX 7
 
 typedef struct gc_case gc_case;
 struct gc_case {

@@ -686,7 +686,8 @@ static void check_batchnorm_res(vt_test *T) {
 }
 
 /* vt_batchnorm_sum over ia[0] groups of z = x0 (..., r·C): x1..x4 the groups' weights, biases, running means and
- * variances stacked (r·C), x5 their num_batches_tracked (r), each group's cut by vt_slice; ia[2] as b_bn's. */
+ * variances stacked (r·C), x5 their num_batches_tracked (r), each group's cut by vt_slice; ia[2] as b_bn's; ia[1]:
+ * x6 + drop_path(the sum, fa[0]) (vt_residual_drop, fused into the op). */
 static vt_tensor *b_bn_sum(vt_graph *g, vt_tensor **x, const gc_case *c) {
     const int r = c->ia[0], C = x[0]->shape[x[0]->ndim - 1] / r, keep = g->training;
     vt_tensor *t[15];
@@ -696,7 +697,7 @@ static vt_tensor *b_bn_sum(vt_graph *g, vt_tensor **x, const gc_case *c) {
     if (c->ia[2]) g->training = 0;
     vt_tensor *y = vt_batchnorm_sum(g, x[0], r, t, 1e-5f, 0.1f);
     g->training = keep;
-    return y;
+    return c->ia[1] ? vt_residual_drop(g, x[6], y, c->fa[0]) : y;
 }
 
 /* The chain vt_batchnorm_sum replaces: each group's vt_batchnorm on its slice of z, then the adds. */
@@ -712,7 +713,7 @@ static vt_tensor *b_bn_sum_plain(vt_graph *g, vt_tensor **x, const gc_case *c) {
         g->training = keep;
         y = y ? vt_add(g, y, yb) : yb;
     }
-    return y;
+    return c->ia[1] ? vt_add(g, x[6], y) : y;
 }
 
 /* vt_batchnorm_act_sets over ia[0] sets of x0 (B, sets·cs, ...): x1..x4 the sets' weights, biases, running means and
@@ -893,6 +894,62 @@ static void check_batchnorm_sets(vt_test *T) {
     }
 }
 
+/* vt_batchnorm_sum with a fused residual and drop-path: no add or drop_path node is left, and per sample the output
+ * minus the residual is 0 or 1/(1 − p) times the same sum without them (both seen in 8 samples at p 0.5); both
+ * running statistics move alike. */
+static void check_bnsum_residual_drop(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    g->seed = 11;
+    const int r = 2, C = 6, B = 8, zs[3] = {B, 5, r * C}, ys[3] = {B, 5, C};
+    vt_tensor *z = vt_input(g, "z", 3, zs), *res = vt_input(g, "res", 3, ys), *t[2][10];
+    for (int f = 0; f < 2; f++)
+        for (int b = 0; b < r; b++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "%c%d", f ? 'd' : 'p', b);
+            T_CHECK(T, vt_bn_tensors(g, nm, C, t[f] + 5 * b) == 0, "bn tensors %s", nm);
+        }
+    vt_tensor *y0 = vt_batchnorm_sum(g, z, r, t[0], 1e-5f, 0.1f);
+    vt_tensor *y1 = vt_residual_drop(g, res, vt_batchnorm_sum(g, z, r, t[1], 1e-5f, 0.1f), 0.5f);
+    vt_graph_output(g, y0);
+    vt_graph_output(g, y1);
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "finalize: %s", e.msg);
+    int others = 0;
+    for (int i = 0; i < g->nn; i++) others += strcmp(g->nodes[i]->op->name, "batchnorm_sum") != 0;
+    T_CHECK(T, g->nn == 2 && !others, "the residual and drop-path were not fused (%d nodes, %d others)", g->nn, others);
+    if (!e.msg[0]) {
+        vt_rng rng;
+        vt_rng_seed(&rng, 7);
+        for (int64_t i = 0; i < z->numel; i++) z->data[i] = 2.0f * vt_rng_normal(&rng) + 0.5f;
+        for (int64_t i = 0; i < res->numel; i++) res->data[i] = vt_rng_normal(&rng);
+        for (int k = 0; k < 5 * r; k++)
+            for (int c = 0; c < t[0][k]->numel; c++)
+                t[0][k]->data[c] = t[1][k]->data[c] = k % 5 == 4 ? 0.0f : k % 5 == 3 ? 0.5f + vt_rng_uniform(&rng)
+                                                                                   : vt_rng_normal(&rng);
+        vt_graph_forward(g);
+        int kept = 0, dropped = 0, bad = 0;
+        const int per = 5 * C;
+        for (int b = 0; b < B; b++) {
+            double d0 = 0.0, d2 = 0.0;
+            for (int i = b * per; i < (b + 1) * per; i++) {
+                const double v = y1->data[i] - res->data[i];
+                d0 = fmax(d0, fabs(v));
+                d2 = fmax(d2, fabs(v - 2.0 * y0->data[i]));
+            }
+            kept += d2 < 1e-5, dropped += d0 < 1e-6, bad += !(d2 < 1e-5) && !(d0 < 1e-6);
+        }
+        T_CHECK(T, !bad && kept && dropped, "fused drop-path: %d samples kept, %d dropped, %d neither", kept, dropped,
+                bad);
+        double es = 0.0;
+        for (int k = 0; k < 5 * r; k++)
+            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+        T_CHECK(T, es < 1e-6, "running statistics with and without the residual: %g apart", es);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* vt_batchnorm_sum: finite differences, and output and gradients equal to the chain of BatchNorms and adds (train and
  * eval graphs, batch and running statistics); running statistics updated as the chain's; errors. */
 static void check_batchnorm_sum(vt_test *T) {
@@ -910,6 +967,19 @@ static void check_batchnorm_sum(vt_test *T) {
         memcpy(f.shape[0], cs[i].shape, sizeof cs[i].shape);
         gc_run_vs_plain(T, &f, b_bn_sum_plain, "batchnorms then adds", 1e-5);
     }
+    /* a residual added in the op's output pass: against the chain and an add; with drop-path (8 samples, p 0.5),
+     * finite differences through the same draws */
+    for (int dp = 0; dp < 2; dp++) {
+        gc_case f = {.name = dp ? "batchnorm_sum_residual_drop" : "batchnorm_sum_residual", .nx = 7,
+                     .ndim = {3, 1, 1, 1, 1, 1, 3}, .shape = {{8, 3, 12}, {12}, {12}, {12}, {12}, {2}, {8, 3, 6}},
+                     .nograd = {0, 0, 0, 1, 1, 1, 0}, .build = b_bn_sum, .fill = fill_bn, .ia = {2, 1, 0},
+                     .fa = {dp ? 0.5f : 0.0f}, .node_rng = dp};
+        if (dp)
+            gc_run(T, &f);
+        else
+            gc_run_vs_plain(T, &f, b_bn_sum_plain, "batchnorms, adds, the residual's add", 1e-5);
+    }
+    check_bnsum_residual_drop(T);
     /* running statistics: both forms in one training graph, on one input, each with its own buffers */
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);

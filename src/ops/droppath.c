@@ -4,6 +4,7 @@
  * MAC convention: 0 MACs (elementwise). The keep/drop draws come from an RNG seeded with the graph's seed and the
  * node index, so one forward and its backward (and every finite-difference re-run in the tests) see the same mask;
  * the trainer sets g->seed from the run seed and the step, so a resumed run draws the same masks. */
+#include "resfuse.h"
 #include "vitc/ops.h"
 
 /* save[0] = per-sample factor (0 or 1/(1-p)). */
@@ -18,9 +19,7 @@ static void droppath_fwd(vt_node *n) {
     const int B = dp->B, per = dp->per;
     const float p = dp->p, *x = n->in[0]->data;
     float *y = n->out->data, *m = n->save[0]->data;
-    vt_rng r;
-    vt_rng_seed(&r, n->g->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(n->index + 1)));
-    for (int b = 0; b < B; b++) m[b] = vt_rng_uniform(&r) < p ? 0.0f : 1.0f / (1.0f - p);
+    vt_drop_path_draw(n, B, p, m);
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++)
         for (int i = 0; i < per; i++) y[(size_t)b * per + i] = x[(size_t)b * per + i] * m[b];
@@ -39,6 +38,12 @@ static void droppath_bwd(vt_node *n) {
             const size_t k = (size_t)b * per + i;
             dx[k] = (set ? 0.0f : dx[k]) + dy[k] * m[b];
         }
+}
+
+void vt_drop_path_draw(const vt_node *n, int samples, float p, float *m) {
+    vt_rng r;
+    vt_rng_seed(&r, n->g->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(n->index + 1)));
+    for (int b = 0; b < samples; b++) m[b] = vt_rng_uniform(&r) < p ? 0.0f : 1.0f / (1.0f - p);
 }
 
 static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd,

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "dwplane.h"
-#include "ffn.h"
+#include "resfuse.h"
 #include "mathfn.h"
 #include "vitc/gemm.h"
 #include "vitc/ops.h"

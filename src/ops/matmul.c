@@ -3,7 +3,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "ffn.h"
+#include "resfuse.h"
 #include "mathfn.h"
 #include "vitc/ops.h"
 
@@ -116,10 +116,7 @@ static void lin_gemm(const vt_node *n, const float *xr, int r0, int r1, float *h
  * vt_drop_path: a forward and its backward see the same draws). */
 static void lin_draw(vt_node *n) {
     const linear_p *p = VT_OP_P(n, linear_p);
-    vt_rng r;
-    vt_rng_seed(&r, n->g->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(n->index + 1)));
-    float *m = n->save[0]->data;
-    for (int b = 0; b < p->R / p->T; b++) m[b] = vt_rng_uniform(&r) < p->drop ? 0.0f : 1.0f / (1.0f - p->drop);
+    vt_drop_path_draw(n, p->R / p->T, p->drop, n->save[0]->data);
 }
 
 /* Rows [r0, r1) of h = r + b + x·wᵀ (one thread's panel). */
@@ -518,9 +515,11 @@ static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) 
     vt_node *n = !h->view_of && h->prod >= 0 ? g->nodes[h->prod] : NULL;
     linear_p *p = n && n->op == &op_linear ? VT_OP_P(n, linear_p) : NULL;
     const int ffn = n && !g->training && vt_ffn_fusable(n); /* a fused FFN (eval graphs) */
-    /* fusable: a plain linear (or the fused FFN) whose only reader would be the sum, and x computed before it (a node
-     * made later, e.g. by an argument evaluated after h's builder, cannot become its input) */
-    if ((!p && !ffn) || (p && (p->act || p->has_res)) || h->last_use >= 0 || h->is_output || x == h ||
+    const int bns = n && vt_bnsum_fusable(n);                /* cFFN's BatchNorm sum (its training form) */
+    /* fusable: a plain linear (or the fused FFN, or the BatchNorm sum) whose only reader would be the sum, and x
+     * computed before it (a node made later, e.g. by an argument evaluated after h's builder, cannot become its
+     * input) */
+    if ((!p && !ffn && !bns) || (p && (p->act || p->has_res)) || h->last_use >= 0 || h->is_output || x == h ||
         (vt_root(x)->kind == VT_ACT && vt_root(x)->prod >= h->prod) ||
         x->ndim != h->ndim || memcmp(x->shape, h->shape, sizeof(int) * (size_t)x->ndim))
         return vt_add(g, x, drop > 0.0f ? vt_drop_path(g, h, drop) : h); /* not fusable (or a shape mismatch, which
@@ -528,16 +527,16 @@ static vt_tensor *residual(vt_graph *g, vt_tensor *x, vt_tensor *h, float drop) 
     if (vt_node_add_input(n, x)) return NULL;
     if (ffn) {
         vt_ffn_take_residual(n);
-        vt_tensor *y = vt_reshape(g, h, h->ndim, h->shape);
-        h->consumed = 1;
-        return y;
-    }
-    p->has_res = 1;
-    n->grad_sets |= 1u << (n->nin - 1);
-    if (drop > 0.0f) {
-        if (!vt_node_save(n, 0, h->shape[0])) return NULL;
-        p->drop = drop;
-        p->T = p->R / h->shape[0];
+    } else if (bns) {
+        if (vt_bnsum_take_residual(n, h->shape[0], drop)) return NULL;
+    } else {
+        p->has_res = 1;
+        n->grad_sets |= 1u << (n->nin - 1);
+        if (drop > 0.0f) {
+            if (!vt_node_save(n, 0, h->shape[0])) return NULL;
+            p->drop = drop;
+            p->T = p->R / h->shape[0];
+        }
     }
     vt_tensor *y = vt_reshape(g, h, h->ndim, h->shape); /* the sum, under a new handle */
     h->consumed = 1;

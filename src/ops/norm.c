@@ -15,6 +15,7 @@
 
 #include "bnstats.h"
 #include "mathfn.h"
+#include "resfuse.h"
 #include "vitc/ops.h"
 
 #define NCHUNK 64 /* max chunks of a cross-row reduction */
@@ -996,11 +997,21 @@ vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
  * pass, double sums in fixed chunks; save[0] mean, save[1] rstd per channel of z, batch statistics only).
  * fws: partials, s1, s2 (batch statistics), then scale, shift and mean (3·rC floats); bws: partials, s1, s2, then
  * k1, k2, k3 and the mean (4·rC floats). Measured against the chain of r BatchNorms, r − 1 adds and r GEMMs: see
- * cffn.c. */
+ * cffn.c.
+ * Residual (vt_residual_drop onto its output, the block's x + drop_path(cFFN(x))): y = res + s·Σ_b BN_b, s the
+ * sample's drop-path factor (save[2]; 1 without drop-path), res the last input; backward writes or adds dy into its
+ * gradient, then scales dy by s in place (only this node reads its output's gradient). The separate add and
+ * drop_path passes were 0.6% (DeiT-T's) to 1.8% (Next-ViT-S's) of the hMHSA + cFFN models' training steps at batch
+ * 16 in `vitc bench --profile`. */
+#define BNS_MAXR 4 /* groups: z, 5 tensors per group and a residual within VT_MAXIN inputs */
+_Static_assert(2 + 5 * BNS_MAXR <= VT_MAXIN, "batchnorm_sum's inputs");
 typedef struct {
     int R, C, r;
     int nch, batch, update;
     float eps, momentum;
+    int res;    /* the residual's input index (1 + 5r), 0: none */
+    float drop; /* res: drop-path probability (train graphs), 0: none */
+    int T;      /* drop: rows per sample */
 } bns_p;
 
 static const vt_tensor *bns_in(const vt_node *n, int b, int k) { return n->in[1 + 5 * b + k]; }
@@ -1052,6 +1063,8 @@ static void bns_fwd(vt_node *n) {
         for (int b = 0; p->update && b < r; b++) bns_in(n, b, 4)->data[0] += 1.0f;
     }
     bns_affine(n, scale, shift, mean);
+    const float *res = p->res ? n->in[p->res]->data : NULL, *m = p->drop > 0.0f ? n->save[2]->data : NULL;
+    if (m) vt_drop_path_draw(n, R / p->T, p->drop, n->save[2]->data);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < R; o++) {
         const float *zr = z + (size_t)o * rC;
@@ -1064,6 +1077,37 @@ static void bns_fwd(vt_node *n) {
 #pragma omp simd
             for (int c = 0; c < C; c++) yr[c] += (zb[c] - mb[c]) * sb[c] + hb[c];
         }
+        if (res) {
+            const float *rr = res + (size_t)o * C, s = m ? m[o / p->T] : 1.0f;
+#pragma omp simd
+            for (int c = 0; c < C; c++) yr[c] = rr[c] + s * yr[c];
+        }
+    }
+}
+
+/* Backward's first pass with a residual: its gradient gets dy (written where fresh, else added), then dy becomes the
+ * BatchNorms' gradient s·dy in place. */
+static void bns_res_grad(vt_node *n, float *dy) {
+    const bns_p *p = VT_OP_P(n, bns_p);
+    float *rg = n->in[p->res]->grad;
+    const float *m = p->drop > 0.0f ? n->save[2]->data : NULL;
+    const int R = p->R, C = p->C, set = (n->grad_fresh >> p->res) & 1u;
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < R; o++) {
+        float *restrict g = dy + (size_t)o * C;
+        if (rg) {
+            float *restrict q = rg + (size_t)o * C;
+            if (set)
+                memcpy(q, g, sizeof(float) * (size_t)C);
+            else
+#pragma omp simd
+                for (int c = 0; c < C; c++) q[c] += g[c];
+        }
+        if (m && m[o / p->T] != 1.0f) {
+            const float s = m[o / p->T];
+#pragma omp simd
+            for (int c = 0; c < C; c++) g[c] *= s;
+        }
     }
 }
 
@@ -1073,6 +1117,7 @@ static void bns_bwd(vt_node *n) {
     const float *z = n->in[0]->data, *dy = n->out->grad;
     float *dz = n->in[0]->grad;
     if (!dy) return;
+    if (p->res) bns_res_grad(n, n->out->grad);
     double *part = (double *)n->bws->data, *s1 = part + (size_t)2 * nch * rC, *s2 = s1 + rC;
     float *k1 = n->bws->data + (int64_t)4 * nch * rC + 4 * rC, *k2 = k1 + rC, *k3 = k2 + rC, *m = k3 + rC;
     bns_affine(n, k1, k2, m); /* the mean (k1, k2: scratch until set below) */
@@ -1112,12 +1157,31 @@ static void bns_bwd(vt_node *n) {
 
 static const vt_opdef op_batchnorm_sum = {"batchnorm_sum", bns_fwd, bns_bwd, VT_READS(VT_READS_ALL_IN), NULL,
                                           VT_OP_OTHER};
+/* With a residual (in[1 + 5r], r groups): the same op, its backward not reading the residual's values. */
+#define BNS_RES(r) {"batchnorm_sum", bns_fwd, bns_bwd, VT_READS(VT_READS_ALL_IN & ~VT_READS_IN(1 + 5 * (r))), NULL, \
+                    VT_OP_OTHER}
+static const vt_opdef op_bns_res[BNS_MAXR] = {BNS_RES(1), BNS_RES(2), BNS_RES(3), BNS_RES(4)};
+
+int vt_bnsum_fusable(const vt_node *n) { return n->op == &op_batchnorm_sum && VT_OP_P(n, bns_p)->r <= BNS_MAXR; }
+
+int vt_bnsum_take_residual(vt_node *n, int samples, float drop) {
+    bns_p *p = VT_OP_P(n, bns_p);
+    n->op = &op_bns_res[p->r - 1];
+    p->res = n->nin - 1;
+    n->grad_sets |= 1u << p->res;
+    if (drop > 0.0f) {
+        if (!vt_node_save(n, 2, samples)) return -1;
+        p->drop = drop;
+        p->T = p->R / samples;
+    }
+    return 0;
+}
 
 vt_tensor *vt_batchnorm_sum(vt_graph *g, vt_tensor *z, int r, vt_tensor *const *t, float eps, float momentum) {
     if (vt_bad(g, 1, z)) return NULL;
     char sz[64];
-    if (r < 1 || 1 + 5 * r > VT_MAXIN)
-        return vt_fail(g, "batchnorm_sum", "%d groups (need 1 to %d)", r, (VT_MAXIN - 1) / 5);
+    if (r < 1 || r > BNS_MAXR)
+        return vt_fail(g, "batchnorm_sum", "%d groups (need 1 to %d)", r, BNS_MAXR);
     const int L = z->shape[z->ndim - 1], C = L / r;
     if (z->ndim < 2 || L % r)
         return vt_fail(g, "batchnorm_sum", "input %s: the last dim must hold %d groups of channels",
