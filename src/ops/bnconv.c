@@ -369,7 +369,7 @@ static vt_tensor *bn_conv_node(vt_graph *g, const vt_opdef *def, vt_tensor *x, v
     *p = *pp;
     n->grad_sets = 1u; /* dX covers every element of x */
     n->macs = (int64_t)p->B * p->H * p->W * p->C * (def == &op_bndw ? p->k * p->k : p->O);
-    const int64_t stats = (int64_t)vt_bn_batch_scratch(p->B, p->C);
+    const int64_t stats = (int64_t)vt_bn_batch_scratch(p->B, p->C, p->H * p->W);
     fw = (fw < stats ? stats : fw) + head;
     bwf += head;
     if (fw > INT_MAX || bwf > INT_MAX) { /* the arena's scratch sizes are ints (as conv2d's) */

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Floats of vt_bn_batch_update's scratch (doubles: give it 8-byte aligned) for x of `outer` rows and C channels. */
-size_t vt_bn_batch_scratch(int64_t outer, int C);
+/* Floats of vt_bn_batch_update's scratch (doubles: give it 8-byte aligned) for x (outer, C, inner). */
+size_t vt_bn_batch_scratch(int64_t outer, int C, int inner);
 
 /* Batch statistics of each channel of x (outer, C, inner): mu (mean) and rstd (1/sqrt(biased var + eps)), the same
  * on any thread count; when rm is given, the running mean rm and variance rv (unbiased) blended with momentum as
