@@ -349,22 +349,11 @@ static void lin_dy_pass(vt_node *n, float *dy) {
         float *restrict ps = part ? part + (size_t)t * Co : NULL;
         for (int i = r0; i < r1; i++) {
             float *restrict g = dy + (size_t)i * Co;
-            if (rg) {
-                float *restrict o = rg + (size_t)i * Co;
-                if (rset)
-                    memcpy(o, g, sizeof(float) * (size_t)Co);
-                else
-#pragma omp simd
-                    for (int c = 0; c < Co; c++) o[c] += g[c];
-            }
+            vt_res_grad_row(g, rg ? rg + (size_t)i * Co : NULL, rset, !d && m ? m[i / p->T] : 1.0f, Co);
             if (d) {
                 const float *restrict dr = d + (size_t)i * Co;
 #pragma omp simd
                 for (int c = 0; c < Co; c++) g[c] *= dr[c];
-            } else if (m && m[i / p->T] != 1.0f) {
-                const float s = m[i / p->T];
-#pragma omp simd
-                for (int c = 0; c < Co; c++) g[c] *= s;
             }
             if (ps)
 #pragma omp simd

@@ -1107,22 +1107,8 @@ static void bns_res_grad(vt_node *n, float *dy) {
     const float *m = p->drop > 0.0f ? n->save[2]->data : NULL;
     const int R = p->R, C = p->C, set = (n->grad_fresh >> p->res) & 1u;
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < R; o++) {
-        float *restrict g = dy + (size_t)o * C;
-        if (rg) {
-            float *restrict q = rg + (size_t)o * C;
-            if (set)
-                memcpy(q, g, sizeof(float) * (size_t)C);
-            else
-#pragma omp simd
-                for (int c = 0; c < C; c++) q[c] += g[c];
-        }
-        if (m && m[o / p->T] != 1.0f) {
-            const float s = m[o / p->T];
-#pragma omp simd
-            for (int c = 0; c < C; c++) g[c] *= s;
-        }
-    }
+    for (int o = 0; o < R; o++)
+        vt_res_grad_row(dy + (size_t)o * C, rg ? rg + (size_t)o * C : NULL, set, m ? m[o / p->T] : 1.0f, C);
 }
 
 static void bns_bwd(vt_node *n) {

@@ -23,4 +23,19 @@ int vt_bnsum_take_residual(vt_node *n, int samples, float drop);
  * graph's seed and the node's index (a forward and its backward, and every re-run, see the same draws). */
 void vt_drop_path_draw(const vt_node *n, int samples, float p, float *m);
 
+/* One row of a fused residual's backward: the residual's gradient row q (NULL: none) gets the row g of dy (set:
+ * written, else added), then g is scaled in place by s, the sample's drop-path factor (1: left as it is). */
+static inline void vt_res_grad_row(float *restrict g, float *restrict q, int set, float s, int C) {
+    if (q) {
+        if (set)
+            for (int c = 0; c < C; c++) q[c] = g[c];
+        else
+#pragma omp simd
+            for (int c = 0; c < C; c++) q[c] += g[c];
+    }
+    if (s != 1.0f)
+#pragma omp simd
+        for (int c = 0; c < C; c++) g[c] *= s;
+}
+
 #endif
