@@ -646,7 +646,7 @@ int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
 }
 
 /* The PROFILE_TOP nodes that took longest (forward + backward): scope, kernel, first input's and output's shapes. */
-#define PROFILE_TOP 2000
+#define PROFILE_TOP 12
 static void print_slowest(const vt_graph *g, double total, FILE *f) {
     int top[PROFILE_TOP], nt = 0;
     for (int i = 0; i < g->nn; i++) { /* insertion into the top list, slowest first */
