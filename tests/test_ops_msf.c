@@ -155,6 +155,10 @@ void test_ops_msf(vt_test *T) {
     check_dense(T, 5, 8, 12, 2, 0);
     check_dense(T, 3, 12, 36, 3, 1);
     check_dense(T, 4, 6, 10, 1, 1);
+    /* the interleaved forward's row panels: 64-row panels with a partial last one, two half panels, one row */
+    check_dense(T, 300, 48, 96, 2, 1);
+    check_dense(T, 127, 36, 72, 3, 1);
+    check_dense(T, 1, 36, 72, 3, 1);
     check_posemb(T);
     check_parse(T);
     /* shape errors */

@@ -23,11 +23,12 @@
 static int chunks(int64_t rows) { return rows < NCHUNK ? (int)rows : NCHUNK; }
 
 /* Chunks of a BatchNorm's per-channel sums over x (outer, C, inner), fixed by the shape alone (the same sums on any
- * number of threads): one per plane row (inner > 1, at most NCHUNK); over channels-last rows (inner = 1) at least
- * ROW_CHUNK rows each. One row per chunk there made a BatchNorm over few rows of many channels pay more for its
- * partial sums (2·chunks·C doubles, added on one thread) than for its rows: a (49, 2 × 1024) batchnorm_sum, Next-ViT-S
- * hMHSA + cFFN's last stage at batch 1, 1,342 -> 268 us forward and backward; a (196, 768) batchnorm 5,192 -> 872 us
- * (2 threads, AMD EPYC Zen 4, 2026-12-06). */
+ * number of threads): one per plane row (inner > 1, at most NCHUNK); over channels-last rows (inner = 1) one per
+ * ROW_CHUNK rows up to NCHUNK chunks (so below NCHUNK·ROW_CHUNK rows, chunks of ROW_CHUNK or one fewer rows). One row
+ * per chunk there made a BatchNorm over few rows of many channels pay more for its partial sums (2·chunks·C doubles,
+ * added on one thread) than for its rows: a (49, 2 × 1024) batchnorm_sum, Next-ViT-S hMHSA + cFFN's last stage at
+ * batch 1, 717-721 -> 148 us forward and backward; a (196, 768) batchnorm 556 -> 308-311 us (best of 300 calls, 2
+ * threads, AMD EPYC Zen 4, 2026-12-06; docs/benchmarks.md). */
 #define ROW_CHUNK 16
 static int stat_chunks(int64_t outer, int inner) {
     if (inner > 1) return chunks(outer);
@@ -1015,8 +1016,8 @@ vt_tensor *vt_batchnorm_res(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *
  * Residual (vt_residual_drop onto its output, the block's x + drop_path(cFFN(x))): y = res + s·Σ_b BN_b, s the
  * sample's drop-path factor (save[2]; 1 without drop-path), res the last input; backward writes or adds dy into its
  * gradient, then scales dy by s in place (only this node reads its output's gradient). The separate add and
- * drop_path passes were 0.6% (DeiT-T's) to 1.8% (Next-ViT-S's) of the hMHSA + cFFN models' training steps at batch
- * 16 in `vitc bench --profile`. */
+ * drop_path passes were 0.6-0.8% of Next-ViT-S hMHSA + cFFN's training step at batch 16 (`vitc bench --profile`,
+ * alternated; docs/benchmarks.md). */
 #define BNS_MAXR 4 /* groups: z, 5 tensors per group and a residual within VT_MAXIN inputs */
 _Static_assert(2 + 5 * BNS_MAXR <= VT_MAXIN, "batchnorm_sum's inputs");
 typedef struct {
