@@ -14,25 +14,29 @@ static void gemm(const vt_node *n, int ta, int tb, int M, int N, int K, float al
 
 /* ---- group linear: x (R, Din), w (E, Din/G) [+ b (E)] -> y (R, E) ----
  * Group gi reads x[:, gi·Dg : (gi+1)·Dg] and weight rows gi·Eg + e, e < Eg, giving y_{gi,e}; its output channel is
- * e·G + gi (interleave) or gi·Eg + e (block); the bias, in output order, follows. The interleaved forward computes
- * each row panel's groups into scratch and scatters them adding the bias (glinear_fwd_il), its backward gathers dy
- * into block order first; the block order starts each GEMM's output block from the bias. */
+ * e·G + gi (interleave) or gi·Eg + e (block); the bias, in output order, follows. The interleaved mode computes in
+ * block order into scratch, then scatters adding the bias (forward) / gathers (backward); the block order starts
+ * each GEMM's output block from the bias. */
 typedef struct {
     int R, Din, E, G;
     int il;       /* interleaved output order (never with one group) */
     int has_bias; /* in[2] = b */
-    int nt, pr;   /* il: forward threads and rows per panel (its scratch: nt panels of pr × E/G floats) */
 } glinear_p;
 
-/* dst[r, gi·Eg + e] = src[r, e·G + gi]: rows from interleaved to block order (backward's dy). */
-static void block_order_rows(float *dst, const float *src, int R, int E, int G) {
+/* dst[r, e·G + gi] = src[r, gi·Eg + e] (+ b[e·G + gi] when b) (to_il), or dst[r, gi·Eg + e] = src[r, e·G + gi]. */
+static void interleave_rows(float *dst, const float *src, const float *b, int R, int E, int G, int to_il) {
     const int Eg = E / G;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; r++) {
         float *d = dst + (size_t)r * E;
         const float *s = src + (size_t)r * E;
         for (int gi = 0; gi < G; gi++)
-            for (int e = 0; e < Eg; e++) d[gi * Eg + e] = s[e * G + gi];
+            for (int e = 0; e < Eg; e++) {
+                if (to_il)
+                    d[e * G + gi] = s[gi * Eg + e] + (b ? b[e * G + gi] : 0.0f);
+                else
+                    d[gi * Eg + e] = s[e * G + gi];
+            }
     }
 }
 
@@ -45,62 +49,24 @@ static int row_chunks(int R, int G, int nt) {
     return G == 1 ? 1 : want < most ? want : most;
 }
 
-/* Rows per panel of the interleaved forward: 64 (a panel's outputs and one group's product, 64 × E and 64 × E/G
- * floats, stay in a core's L2), fewer where the rows would not fill two panels. Fixed by R alone. */
-static int il_panel_rows(int R) { return R >= 128 ? 64 : R > 1 ? (R + 1) / 2 : 1; }
-
-/* The interleaved forward: threads take panels of rows; per group, one single-threaded sgemm into the thread's
- * scratch, then its columns scattered into the output's (plus the bias) while both are in cache. A block-order
- * product then a separate scatter pass over all of y (R × E floats read and written again) was a fifth of the op:
- * simplevit_s_msf_g2's inference at batch 16, `--profile` per 4 steps, group_linear 0.51-0.52 s against 0.41 s for
- * the same products in block order (msf_g2_block), 3.8% of the step (AMD EPYC Zen 4, 2026-12-06). One thread's
- * oneDNN sgemm over 64-row panels of (1568, 192) · (192, 768) runs at the whole product's rate there (101 against
- * 100 GFLOP/s). */
-static void glinear_fwd_il(vt_node *n) {
-    const glinear_p *p = VT_OP_P(n, glinear_p);
-    const int R = p->R, Din = p->Din, E = p->E, G = p->G, Dg = Din / G, Eg = E / G, pr = p->pr;
-    const int np = (R + pr - 1) / pr;
-    const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
-    float *y = n->out->data;
-#pragma omp parallel for schedule(static) num_threads(p->nt)
-    for (int pi = 0; pi < np; pi++) {
-        const int r0 = pi * pr, m = R - r0 < pr ? R - r0 : pr;
-        float *s = n->fws->data + (size_t)omp_get_thread_num() * pr * Eg;
-        for (int gi = 0; gi < G; gi++) {
-            gemm(n, 0, 1, m, Eg, Dg, 1.0f, x + (size_t)r0 * Din + (size_t)gi * Dg, Din, w + (size_t)gi * Eg * Dg, Dg,
-                 0.0f, s, Eg);
-            for (int r = 0; r < m; r++) {
-                float *d = y + (size_t)(r0 + r) * E + gi;
-                const float *sr = s + (size_t)r * Eg;
-                if (b)
-                    for (int e = 0; e < Eg; e++) d[(size_t)e * G] = sr[e] + b[e * G + gi];
-                else
-                    for (int e = 0; e < Eg; e++) d[(size_t)e * G] = sr[e];
-            }
-        }
-    }
-}
-
 static void glinear_fwd(vt_node *n) {
     const glinear_p *p = VT_OP_P(n, glinear_p);
-    if (p->il) {
-        glinear_fwd_il(n);
-        return;
-    }
-    const int R = p->R, Din = p->Din, E = p->E, G = p->G;
+    const int R = p->R, Din = p->Din, E = p->E, G = p->G, il = p->il;
     const int Dg = Din / G, Eg = E / G, nc = row_chunks(R, G, n->g->threads);
     const float *x = n->in[0]->data, *w = n->in[1]->data, *b = p->has_bias ? n->in[2]->data : NULL;
-    float *dst = n->out->data;
+    float *dst = il ? n->fws->data : n->out->data;
+    const int from_bias = b && !il; /* block order: each GEMM adds onto its block filled with the bias */
 #pragma omp parallel for collapse(2) schedule(static) if (G > 1)
     for (int gi = 0; gi < G; gi++)
-        for (int c = 0; c < nc; c++) { /* each GEMM adds onto its block filled with the bias */
+        for (int c = 0; c < nc; c++) {
             const int r0 = (int)((int64_t)R * c / nc), r1 = (int)((int64_t)R * (c + 1) / nc);
             float *y = dst + (size_t)r0 * E + (size_t)gi * Eg;
-            for (int r = 0; b && r < r1 - r0; r++)
+            for (int r = 0; from_bias && r < r1 - r0; r++)
                 memcpy(y + (size_t)r * E, b + (size_t)gi * Eg, sizeof *y * (size_t)Eg);
             gemm(n, 0, 1, r1 - r0, Eg, Dg, 1.0f, x + (size_t)r0 * Din + (size_t)gi * Dg, Din,
-                 w + (size_t)gi * Eg * Dg, Dg, b ? 1.0f : 0.0f, y, E);
+                 w + (size_t)gi * Eg * Dg, Dg, from_bias ? 1.0f : 0.0f, y, E);
         }
+    if (il) interleave_rows(n->out->data, dst, b, R, E, G, 1);
 }
 
 static void glinear_bwd(vt_node *n) {
@@ -111,7 +77,7 @@ static void glinear_bwd(vt_node *n) {
     const float *dy = n->out->grad;
     if (b && b->grad) vt_add_col_sums(dy, R, E, b->grad); /* in output order, before the gather */
     if (il) {
-        block_order_rows(n->bws->data, dy, R, E, G);
+        interleave_rows(n->bws->data, dy, NULL, R, E, G, 0);
         dy = n->bws->data;
     }
     const int nc = row_chunks(R, G, n->g->threads);
@@ -151,10 +117,9 @@ vt_tensor *vt_group_linear(vt_graph *g, vt_tensor *x, vt_tensor *w, vt_tensor *b
     vt_tensor *in[3] = {x, w, b};
     vt_node *n = vt_new_node(g, &op_glinear, in, b ? 3 : 2, vt_new_act(g, x->ndim, shape));
     if (!n) return NULL;
-    const int R = (int)(x->numel / Din), il = interleave && groups > 1, nt = g->threads, pr = il_panel_rows(R);
-    *VT_OP_P(n, glinear_p) = (glinear_p){R, Din, w->shape[0], groups, il, b != NULL, nt, pr};
-    if (il && (!vt_node_work(n, 0, (int64_t)nt * pr * (w->shape[0] / groups)) ||
-               !vt_node_work(n, 1, (int64_t)R * w->shape[0])))
+    const int R = (int)(x->numel / Din), il = interleave && groups > 1;
+    *VT_OP_P(n, glinear_p) = (glinear_p){R, Din, w->shape[0], groups, il, b != NULL};
+    if (il && (!vt_node_work(n, 0, (int64_t)R * w->shape[0]) || !vt_node_work(n, 1, (int64_t)R * w->shape[0])))
         return NULL;
     n->macs = (int64_t)R * w->shape[0] * (Din / groups);
     return n->out;
