@@ -1078,8 +1078,9 @@ static void bns_fwd(vt_node *n) {
         for (int b = 0; p->update && b < r; b++) bns_in(n, b, 4)->data[0] += 1.0f;
     }
     bns_affine(n, scale, shift, mean);
-    const float *res = p->res ? n->in[p->res]->data : NULL, *m = p->drop > 0.0f ? n->save[2]->data : NULL;
-    if (m) vt_drop_path_draw(n, R / p->T, p->drop, n->save[2]->data);
+    const float *res = p->res ? n->in[p->res]->data : NULL;
+    float *m = p->drop > 0.0f ? n->save[2]->data : NULL;
+    if (m) vt_drop_path_draw(n, R / p->T, p->drop, m);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < R; o++) {
         const float *zr = z + (size_t)o * rC;
@@ -1163,7 +1164,7 @@ static const vt_opdef op_batchnorm_sum = {"batchnorm_sum", bns_fwd, bns_bwd, VT_
                     VT_OP_OTHER}
 static const vt_opdef op_bns_res[BNS_MAXR] = {BNS_RES(1), BNS_RES(2), BNS_RES(3), BNS_RES(4)};
 
-int vt_bnsum_fusable(const vt_node *n) { return n->op == &op_batchnorm_sum && VT_OP_P(n, bns_p)->r <= BNS_MAXR; }
+int vt_bnsum_fusable(const vt_node *n) { return n->op == &op_batchnorm_sum; }
 
 int vt_bnsum_take_residual(vt_node *n, int samples, float drop) {
     bns_p *p = VT_OP_P(n, bns_p);
