@@ -426,6 +426,28 @@ static void test_train_streams(vt_test *T) {
         if (log) fclose(log);
         if (warn) fclose(warn);
     }
+    /* the library refuses what the CLI's ranges refuse (a NaN warm-up length reached an integer cast), before
+     * anything is written */
+    for (int k = 0; c && k < 7; k++) {
+        vt_train_opts o;
+        vt_train_defaults(&o);
+        char bad[1100];
+        snprintf(bad, sizeof bad, "%s/badopt", dir);
+        o.run_dir = bad;
+        o.log = o.warn = NULL;
+        const char *want[7] = {"warmup_epochs is nan", "min_lr is -1", "warmup_lr is -1e-06", "weight_decay is inf",
+                               "clip_grad is -1", "smoothing is 1", "lr must be > 0 (and finite)"};
+        if (k == 0) o.warmup_epochs = NAN;
+        if (k == 1) o.min_lr = -1;
+        if (k == 2) o.warmup_lr = -1e-6;
+        if (k == 3) o.weight_decay = INFINITY;
+        if (k == 4) o.clip_grad = -1;
+        if (k == 5) o.smoothing = 1;
+        if (k == 6) o.lr = INFINITY;
+        vt_err e = {0};
+        T_CHECK(T, vt_train(c, &o, &e) != 0 && strstr(e.msg, want[k]) && access(bad, F_OK) != 0,
+                "bad option %d refused (want \"%s\"): %s", k, want[k], e.msg);
+    }
     if (saved) setenv("VITC_FMNIST_DIR", saved, 1);
     else unsetenv("VITC_FMNIST_DIR");
     free(saved);

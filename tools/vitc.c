@@ -37,7 +37,7 @@ static const command commands[] = {
      "--data --epochs --cooldown-epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr "
      "--smoothing --clip-grad "
      "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
-     "--workers --fault-nan-step --fault-batch-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
+     "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
      "--no-repeated-aug --bucket-mib --no-overlap --dtype "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
         o.images = images;
         o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
-        o.fault_nan_step = o.fault_batch_step = o.fault_nan_eval = o.cooldown_epochs = -1;
+        o.fault_nan_step = o.fault_batch_step = o.fault_grad_step = o.fault_nan_eval = o.cooldown_epochs = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;

@@ -15,9 +15,10 @@
 
 struct vt_recipe;
 
-/* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1, runs that many AdamW steps
- * (betas 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params) on the batch, writing the loss
- * before each step into losses[0..steps); gradients left in P are those of the last step. Labels must be class
+/* Loss and parameter gradients of c's training form on one batch (train mode, no dropout or drop-path). With steps > 1,
+ * runs that many forward and backward passes on the batch with an AdamW step between two (steps - 1 updates; betas
+ * 0.9/0.999, eps 1e-8, constant lr, weight decay wd except no_decay params), writing each pass's loss into
+ * losses[0..steps); gradients left in P are those of the last pass. Labels must be class
  * indices (integers in [0, num_classes)). */
 int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const float *labels, int B, int steps,
                   double lr, double wd, float *losses, vt_err *e);
@@ -102,12 +103,15 @@ typedef struct vt_train_opts {
     uint64_t seed;
     int train_subset, test_subset; /* 0: whole split */
     int augment;               /* 1: the training transform (crop + flip, or a folder's DeiT transform); 0: eval's */
-    int log_every;             /* progress line every this many steps */
+    int log_every;             /* progress line every this many batches (micro-batches with accum_steps > 1) */
     int64_t fault_nan_step;    /* testing aid: poison the input of this step (0-based) with NaN (-1: off; with
                                 * several ranks, on the last one only) */
     int64_t fault_batch_step;  /* testing aid: the batch of this step (0-based) fails as a loader error would (-1:
                                 * off; with several ranks, on the last one only: the others must stop, not wait) */
-    int64_t fault_nan_eval;    /* testing aid: poison the first validation input of this epoch (0-based) with NaN, in
+    int64_t fault_grad_step;   /* testing aid: after the backward of this optimiser step (0-based), the first gradient
+                                * element of the first trained parameter becomes 1e30, too large for AdamW's squared
+                                * average (-1: off; with several ranks, on every rank, after the gradients' sum) */
+    int64_t fault_nan_eval;    /* testing aid: make the first output logit of this epoch's (0-based) validation NaN, in
                                 * the EMA's evaluation when there is an EMA (-1: off; with several ranks, on the last
                                 * one only) */
     int overwrite;             /* 1: a fresh run may replace the history (checkpoint, metrics) in run_dir */

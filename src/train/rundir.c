@@ -461,8 +461,8 @@ static const char *run_file_of(const char *dir, const char *path) {
     return NULL;
 }
 
-/* A fresh run may not replace another run's history: refuses a folder holding a checkpoint or metrics rows unless
- * overwrite, and an --init-from file that is one of the files the run replaces there (its weights would be lost);
+/* A fresh run may not replace another run's history: refuses a folder holding a checkpoint, metrics rows or weights
+ * or curves unless overwrite, and an --init-from file that is one of the files the run replaces there (its weights would be lost);
  * resuming checks the checkpoint is the same model's. */
 int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     char ck[4096], met[4096], model[256];
@@ -496,6 +496,17 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         return vt_seterr(e, "run folder %s holds metrics.csv but no checkpoint.safetensors (a run stopped before its "
                          "first checkpoint, or its checkpoint removed): there is nothing to resume; replace it with "
                          "--overwrite, or train into another --out", o->run_dir);
+    /* files written only at an epoch's end, beside a checkpoint: without one they are the user's (or the remains of a
+     * run killed while writing its first epoch), and the new run would remove them (clear_run_dir) */
+    static const char *const kept[] = {"weights.safetensors", "weights_best.safetensors", "weights_ema.safetensors",
+                                       "curves.png", "curves.gp"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        snprintf(met, sizeof met, "%s/%s", o->run_dir, kept[i]);
+        if (access(met, F_OK) == 0)
+            return vt_seterr(e, "run folder %s holds %s but no checkpoint.safetensors: a run there would replace it; "
+                             "move it elsewhere, replace it with --overwrite, or train into another --out", o->run_dir,
+                             kept[i]);
+    }
     return 0;
 }
 

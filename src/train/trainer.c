@@ -277,6 +277,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->fault_nan_step = -1;
     o->fault_batch_step = -1;
     o->fault_nan_eval = -1;
+    o->fault_grad_step = -1;
     o->mixup = vt_mixup_timm(0);
     o->mixup.mixup_alpha = o->mixup.cutmix_alpha = 0.0; /* off */
     o->model_ema_decay = 0.99996;
@@ -537,7 +538,19 @@ typedef struct {
 
 /* Refuses options run o of model c cannot train (before anything is opened or written); 0 when they pass. */
 static int check_opts(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
-    if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0)) return vt_seterr(e, "epochs, batch size and lr must be > 0");
+    if (o->epochs <= 0 || o->batch <= 0 || !(o->lr > 0 && o->lr < INFINITY))
+        return vt_seterr(e, "epochs, batch size and lr must be > 0 (and finite)");
+    /* the CLI's ranges, for callers of the library: a NaN warm-up length would reach an integer cast, a negative
+     * rate would climb the loss */
+    const double ranged[5][3] = {{o->min_lr, 0, 10}, {o->warmup_lr, 0, 10}, {o->warmup_epochs, 0, 1e6},
+                                 {o->weight_decay, 0, 1e3}, {o->clip_grad, 0, 1e30}};
+    static const char *const rname[5] = {"min_lr", "warmup_lr", "warmup_epochs", "weight_decay", "clip_grad"};
+    for (int i = 0; i < 5; i++)
+        if (!(ranged[i][0] >= ranged[i][1] && ranged[i][0] <= ranged[i][2]))
+            return vt_seterr(e, "%s is %g: it must lie in [%g, %g]", rname[i], ranged[i][0], ranged[i][1],
+                             ranged[i][2]);
+    if (!(o->smoothing >= 0 && o->smoothing < 1))
+        return vt_seterr(e, "smoothing is %g: it must lie in [0, 1)", o->smoothing);
     if (c->arch.num_classes < 2)
         return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
                          c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
@@ -835,6 +848,11 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
     }
     if ((rc = accum_backward(t, r->P, j, A, r->gb, e))) return rc;
     if (j == A - 1) { /* the optimiser step (one place) */
+        for (int k = 0; o->fault_grad_step == st->step && k < r->P->n; k++)
+            if (r->P->t[k]->kind == VT_PARAM && r->P->t[k]->grad) { /* every rank: their gradients are equal */
+                r->P->t[k]->grad[0] = 1e30f;
+                break;
+            }
         if (o->clip_grad > 0) vt_clip_grad_norm(r->P, o->clip_grad);
         vt_adamw_step(&r->opt, (float)lr);
         if (r->ema.P) vt_ema_update(&r->ema, r->P);
@@ -888,19 +906,36 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
             skipped, skipped == 1 ? "" : "s");
     const double ep_s = now_s() - tep;
     r->train_s += ep_s;
-    /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint */
+    /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint; nor may
+     * AdamW's moments, which a resume would refuse: a gradient element above about 5.8e20 makes v Inf, and the
+     * parameter then no longer moves (m / Inf = 0) while staying finite */
     for (int k = 0; rc == 0 && k < P->n; k++)
         if (P->t[k]->data && vt_first_nonfinite(P->t[k]->data, P->t[k]->numel) >= 0)
             rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped "
                            "before writing that epoch. The last good checkpoint is %s", P->t[k]->name,
                            (long long)r->st.epoch, r->good);
+    for (int k = 0; rc == 0 && k < vt_adamw_nstate(&r->opt); k++) {
+        char name[VT_NAMELEN + 16];
+        int64_t numel = 0;
+        const float *m = vt_adamw_state(&r->opt, k, name, (int)sizeof name, &numel, NULL);
+        if (vt_first_nonfinite(m, numel) >= 0)
+            rc = vt_seterr(e, "the optimiser state %s holds NaN or Inf after epoch %lld's training (a gradient too "
+                           "large for AdamW's squared average; --clip-grad bounds it); stopped before writing that "
+                           "epoch. The last good checkpoint is %s", name, (long long)r->st.epoch, r->good);
+    }
+    for (int k = 0; rc == 0 && r->ema.P && k < r->ema.P->n; k++) {
+        const vt_tensor *t = r->ema.P->t[k];
+        if (t->data && vt_first_nonfinite(t->data, t->numel) >= 0)
+            rc = vt_seterr(e, "the EMA's %s holds NaN or Inf after epoch %lld's training; stopped before writing "
+                           "that epoch. The last good checkpoint is %s", t->name, (long long)r->st.epoch, r->good);
+    }
     if ((rc = vt_dist_agree(dp, rc, e))) return rc;
     *et = (epoch_tally){lsum, correct, ep_s, pg.tty};
     return 0;
 }
 
-/* Rank 0's files of an epoch (validated as ev, trained as et): its metrics row, the best weights when it beats the
- * best so far, the weights, the EMA weights and the checkpoint, in that order; then the curves. */
+/* Rank 0's files of an epoch (validated as ev, trained as et): the best weights when it beats the best so far, its
+ * metrics row, the weights, the EMA weights and the checkpoint, in that order; then the curves. */
 static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally *et, vt_err *e) {
     const vt_train_opts *o = r->o;
     train_state *st = &r->st;

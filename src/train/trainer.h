@@ -58,7 +58,8 @@ int resume_run(const vt_model_cfg *c, const vt_train_opts *o, vt_params *P, vt_a
 int check_classes(const char *run, const vt_imagefolder *f, const char *data, vt_err *e);
 /* Whether paths a and b name the same existing folder. */
 int same_dir(const char *a, const char *b);
-/* Refuses a run folder holding another run (unless --overwrite), and a --resume checkpoint of another model. */
+/* Refuses a run folder holding another run's checkpoint, metrics, weights or curves (unless --overwrite), and a --resume
+ * checkpoint of another model. */
 int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 /* Refuses a run folder inside the image folder data's train/ or val/ (or one of them). */
 int out_inside_data(const char *run_dir, const char *data, vt_err *e);

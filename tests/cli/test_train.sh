@@ -164,6 +164,13 @@ rc=$?
 check "a failing batch stops training with its message, the checkpoint kept" "[ $rc -eq 1 ] && \
     grep -q '^vitc: the batch of step 52 failed (--fault-batch-step)' '$T/fb.log' && \
     cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'" "rc $rc: $(tail -2 "$T/fb.log")"
+# a gradient too large for AdamW's squared average (v = Inf freezes its parameter, the loss stays finite) stops the
+# run at the epoch's end, naming the state, before a checkpoint that a resume would refuse is written
+$V train $COMMON --epochs 5 --out "$T/b" --resume "$T/b" --fault-grad-step 50 >"$T/fg.log" 2>&1
+rc=$?
+check "an Inf AdamW moment stops training at the epoch's end with its name, the checkpoint kept" "[ $rc -eq 1 ] && \
+    grep -q '^vitc: the optimiser state optim/v/.* holds NaN or Inf after epoch 3' '$T/fg.log' && \
+    cmp -s '$T/good.safetensors' '$T/b/checkpoint.safetensors'" "rc $rc: $(tail -2 "$T/fg.log")"
 # a NaN that meets a ReLU after a BatchNorm (Next-ViT's stem) stays NaN, as in PyTorch: the loss shows it
 $V train nextvit_small --depths 1,1,5,1 --in-chans 1 --img-size 28 --num-classes 10 --data fashion-mnist \
     --train-subset 64 --test-subset 32 --batch-size 16 --epochs 1 --fault-nan-step 2 --out "$T/nvnan" >"$T/nvnan.log" 2>&1
@@ -256,6 +263,13 @@ check "--overwrite on a run resumed in its own folder refused (no effect: 2)" "[
 $V train vit_fmnist_small --data fashion-mnist --epochs 1 --out "$T/old" --resume "$T/old" >"$T/other.log" 2>&1
 check "resuming another model's checkpoint is refused" "[ $? -eq 1 ] && grep -q 'checkpoint of vit_fmnist_tiny' '$T/other.log'" \
     "$(cat "$T/other.log")"
+# weights (or curves) with no checkpoint beside them are not a run's to replace: a fresh run there is refused and
+# leaves them; --overwrite replaces them
+mkdir -p "$T/userw" && cp "$T/good.safetensors" "$T/userw/weights.safetensors"
+$V train $COMMON --epochs 1 --out "$T/userw" >"$T/userw.log" 2>&1
+check "a folder holding weights.safetensors but no checkpoint is refused, the file kept" "[ $? -eq 1 ] && \
+    grep -q 'holds weights.safetensors but no checkpoint.safetensors' '$T/userw.log' && \
+    cmp -s '$T/good.safetensors' '$T/userw/weights.safetensors' && [ ! -e '$T/userw/metrics.csv' ]" "$(cat "$T/userw.log")"
 mkdir -p "$T/foreign"
 printf 'a,b,c\n1,2,3\n' >"$T/foreign/metrics.csv"
 $V train $COMMON --epochs 1 --out "$T/foreign" >"$T/foreign.log" 2>&1

@@ -128,11 +128,13 @@ const optdef optdefs[] = {
       "folder's N spread evenly over its classes (0: every image, the default; a resume takes the run's)"),
     NUM("--test-subset", O_INT, test_subset, 0, 1e9, "use only N test images, taken as --train-subset's (0: every "
       "image, the default; a resume takes the run's)"),
-    NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N steps (default 50)"),
+    NUM("--log-every", O_INT, log_every, 1, 1e9, "progress line every N batches (micro-batches with --accum-steps; default 50)"),
     NUM("--fault-nan-step", O_LL, fault_nan_step, 0, 9.2e18, "testing aid: poison the input of step N (0-based) with NaN "
       "(under mpirun: on the last rank only)"),
     NUM("--fault-batch-step", O_LL, fault_batch_step, 0, 9.2e18, "testing aid: the batch of step N (0-based) fails as "
       "a loader error would (under mpirun: on the last rank only)"),
+    NUM("--fault-grad-step", O_LL, fault_grad_step, 0, 9.2e18, "testing aid: make one gradient element of optimiser "
+      "step N (0-based) 1e30, too large for AdamW (on every rank)"),
     NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
       "of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
     O("--profile", O_FLAG, profile,

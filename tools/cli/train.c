@@ -358,6 +358,7 @@ static int train_rank(opts *o, vt_dist *d) {
     if (o->fault_nan_step >= 0) t.fault_nan_step = o->fault_nan_step;
     if (o->fault_batch_step >= 0) t.fault_batch_step = o->fault_batch_step;
     if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
+    if (o->fault_grad_step >= 0) t.fault_grad_step = o->fault_grad_step;
     const size_t room = strlen(o->cmdline) + 32; /* under mpirun with the rank count (a recipe's lr scales with it) */
     char *line = malloc(room);
     if (!line) return die("%s", "out of memory");
