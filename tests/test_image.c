@@ -361,6 +361,16 @@ static void check_hostile(vt_test *T) {
             e.msg); /* found by the image fuzzer: stb read a huge image of zeros */
     T_CHECK(T, decode_ok(raw, sizeof raw - 1, NULL, W, H, &e) != 0 && strstr(e.msg, "truncated"),
             "TGA one byte short: %s", e.msg);
+    /* an indexed TGA whose header skips 4 bytes before its palette (the "first entry" field, which stb_image skips as
+     * bytes): its pixels end 4 bytes later; one cut there read indices past the end as zeros */
+    unsigned char ix[18 + 4 + 3 + 4] = {0, 1, 1, 4, 0, 1, 0, 24};
+    ix[12] = 2, ix[14] = 2, ix[16] = 8;
+    ix[22] = 30, ix[23] = 60, ix[24] = 90; /* the palette's entry (BGR) */
+    const unsigned char ipix[2 * 2 * 3] = {90, 60, 30, 90, 60, 30, 90, 60, 30, 90, 60, 30};
+    T_CHECK(T, decode_ok(ix, sizeof ix, ipix, 2, 2, &e) == 0, "indexed TGA with a palette offset decodes: %s", e.msg);
+    for (size_t cut = 18; cut < sizeof ix; cut++)
+        T_CHECK(T, decode_ok(ix, cut, NULL, 2, 2, &e) != 0 && strstr(e.msg, "truncated"),
+                "indexed TGA with a palette offset cut at %zu of %zu bytes: %s", cut, sizeof ix, e.msg);
     /* PNG: whole file decodes; a flipped bit in the image data (CRC), in the zlib stream with the CRC fixed up
      * (Adler-32), or a cut anywhere is an error */
     m.n = 0;
@@ -611,6 +621,16 @@ static void check_gif_psd_hdr(vt_test *T) {
     gt.b[13 + 384 + 3] = 0x01, gt.b[13 + 384 + 6] = 7;
     T_CHECK(T, rgb_ok(gt.b, gt.n, want, W, H, &e) == 0, "GIF with a transparent colour: %s", e.msg);
     T_CHECK(T, cuts_refused(T, "GIF", g.b, 0, g.n - 1), "GIF cuts"); /* without its trailer it is whole */
+    /* a GIF whose first block is its trailer: stb_image fails without a reason of its own (the message was a stale
+     * one, e.g. "bad png sig"); so does one with an unknown block */
+    for (int k = 0; k < 2; k++) {
+        bytes t = {{0}, 0};
+        put(&t, "GIF89a", 6), put16le(&t, W), put16le(&t, H), put8(&t, 0), put8(&t, 0), put8(&t, 0);
+        put8(&t, k ? 0x55 : 0x3b);
+        T_CHECK(T, rgb_ok(t.b, t.n, want, W, H, &e) != 0 && strstr(e.msg, k ? "an unknown block before its first image"
+                                                                          : "the trailer before its first image"),
+                "GIF with %s first: %s", k ? "an unknown block" : "its trailer", e.msg);
+    }
     /* PSD, RGB 8-bit: planar raw, then PackBits rows (a literal run and a repeat each) */
     for (int rle = 0; rle < 2; rle++) {
         bytes p = {{0}, 0};

@@ -73,8 +73,9 @@ const char *vt_st_dtype_name(vt_st_dtype d);
 
 /* Maps the regular file at path (privately: writes to f->buf stay in memory), or reads it whole into memory (a
  * stream only as far as its header says it ends), and validates it into *f (zeroed on error). A mapped file that
- * another program shortens while it is open raises SIGBUS at the next read of the lost pages; vitc itself replaces
- * files by renaming (the open one keeps its data). */
+ * another program shortens while it is open raises SIGBUS at the next read of the lost pages, and one it rewrites in
+ * place shows the new bytes in pages read again after vt_st_release; vitc itself replaces files by renaming (the open
+ * one keeps its data). */
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e);
 
 /* Validates an in-memory file image into *f; buf is copied, the caller keeps it. */

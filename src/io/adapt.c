@@ -79,13 +79,18 @@ static int pos_grid(int64_t n, int pos_h, int pos_w, int *h, int *w) {
     return *h > 0;
 }
 
+/* Whether the file's entry s has model tensor t's shape. */
+static int same_shape(const vt_tensor *t, const vt_st_entry *s) {
+    int same = s->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+    return same;
+}
+
 /* What to do with model tensor t given the file's entry s (input_conv: the model's first 4-D tensor; pos_h × pos_w
  * the model's non-square patch grid, vt_adapt_load); for POS, *prefix gets the kept leading rows. */
 static action plan(const vt_tensor *t, const vt_st_entry *s, int num_classes, int in_chans, const vt_tensor *input_conv,
                    int pos_h, int pos_w, int *prefix) {
-    int same = s->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-    if (same) return SAME;
+    if (same_shape(t, s)) return SAME;
     if (s->ndim != t->ndim) return KEEP;
     int rest = 1; /* every dimension but the first equal */
     for (int d = 1; d < t->ndim; d++) rest &= s->shape[d] == t->shape[d];
@@ -158,7 +163,11 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
         const vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(&f, t->name);
         int p = 0;
-        if (t->init.kind == VT_INIT_FIXED) continue; /* recomputed by the model */
+        if (t->init.kind == VT_INIT_FIXED) { /* recomputed by the model; one of another shape (Swin's attn_mask at
+                                               * another image size) is not for the strict loader below */
+            nadapt += s && !same_shape(t, s);
+            continue;
+        }
         if (!s && vt_weights_may_be_absent(t)) continue; /* a BatchNorm's counter: the model's 0 */
         if (!s) {
             note(miss, sizeof miss, &nmiss, t->name);

@@ -413,7 +413,9 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e
                 at += len;
             }
         }
-        if (tag != 0x21) return 0; /* the trailer or an unknown block: stb_image refuses the file */
+        if (tag != 0x21) /* the trailer (stb_image then fails with no reason set) or an unknown block */
+            return vt_seterr(e, "corrupt GIF image: %s before its first image",
+                             tag == 0x3b ? "the trailer" : "an unknown block");
         if (at >= n) return truncated(e, "GIF", n, "extension cut");
         if (b[at++] == 0xf9) { /* graphic control: as stb_image reads it, a size other than 4 ends the block */
             if (at >= n) return truncated(e, "GIF", n, "extension cut");
@@ -431,11 +433,12 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e
     }
 }
 
-/* TGA: the pixels (uncompressed) or the RLE packets up to the last pixel. */
+/* TGA: the pixels (uncompressed) or the RLE packets up to the last pixel, after the image ID and, in an indexed file,
+ * the palette, which stb_image reads after skipping the header's "first entry" count of bytes. */
 static int tga_check(const unsigned char *b, size_t n, vt_err *e) {
     if (n < 18) return truncated(e, "TGA", n, "header cut");
     const uint64_t w = le16(b + 12), h = le16(b + 14), bpp = (b[16] + 7) / 8;
-    const uint64_t map = b[1] ? (uint64_t)le16(b + 5) * ((b[7] + 7) / 8) : 0, at0 = 18 + b[0] + map;
+    const uint64_t map = b[1] ? le16(b + 3) + (uint64_t)le16(b + 5) * ((b[7] + 7) / 8) : 0, at0 = 18 + b[0] + map;
     if (b[2] < 9) return n < at0 + w * h * bpp ? too_short(e, n, at0 + w * h * bpp) : 0;
     uint64_t at = at0;
     for (uint64_t left = w * h; left > 0;) {
@@ -579,7 +582,7 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
         const char *why = stbi_failure_reason();
         if (why && strcmp(why, "outofmem") == 0)
             return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d %s image)", w, h, fmt_name[f]);
-        return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], why);
+        return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], why ? why : "refused by the decoder");
     }
     img->w = w;
     img->h = h;

@@ -487,9 +487,6 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     return parse_owned(copy, len, 0, f, e);
 }
 
-/* The size of a safetensors stream from its first len bytes (vt_size_fn): the 8-byte length, then the header, then the
- * data up to the largest data_offsets end, and one byte more (parse_owned refuses trailing bytes). A header that is
- * too long or does not parse ends the reading: parse_owned says why. */
 long vt_json_escaped_nul(const unsigned char *s, size_t n) {
     for (size_t k = 0; k + 1 < n; k++)
         if (s[k] == '\\') {
@@ -499,6 +496,9 @@ long vt_json_escaped_nul(const unsigned char *s, size_t n) {
     return -1;
 }
 
+/* The size of a safetensors stream from its first len bytes (vt_size_fn): the 8-byte length, then the header, then the
+ * data up to the largest data_offsets end, and one byte more (parse_owned refuses trailing bytes). A header that is
+ * too long or does not parse ends the reading: parse_owned says why. */
 static size_t st_size(const unsigned char *b, size_t len, void *arg) {
     (void)arg;
     if (len < 8) return 8;
@@ -522,9 +522,12 @@ static size_t st_size(const unsigned char *b, size_t len, void *arg) {
  * file's pages can go back to the page cache as its tensors are copied (vt_st_release): vitc predict with
  * DeiT-B's 346 MB of weights peaked at 684 MiB resident, the file read whole beside the parameters. */
 static uint8_t *map_file(const char *path, size_t *len) {
+    struct stat st;
+    /* a FIFO is not opened here: that open would release a writer waiting for its reader, and closing it again
+     * would cost the writer its SIGPIPE or its data before vt_read_sized's open */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return NULL;
     const int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return NULL;
-    struct stat st;
     void *m = MAP_FAILED;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX / 2) {
         *len = (size_t)st.st_size;

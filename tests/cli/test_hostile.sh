@@ -68,6 +68,15 @@ check "... the FIFO is still a FIFO" "[ -p '$T/fifo' ]"
 expect "-o /dev/null refused" 1 "not a regular file" $V init $M -o /dev/null
 check "... /dev/null is still a character device" "[ -c /dev/null ]"
 expect "-o onto a folder refused" 1 "not a regular file" $V init $M -o "$T"
+# weights read from a FIFO whose writer waits for a reader: read once, whole (a probing open released the writer and
+# its close cost it SIGPIPE or the data)
+mkfifo "$T/wfifo"
+(timeout 60 cat "$T/w.safetensors" >"$T/wfifo") &
+wpid=$!
+sleep 0.5
+timeout 120 $V predict $M -w "$T/wfifo" "$T/good.png" >"$T/wfifo.log" 2>&1
+check "weights from a FIFO with a waiting writer load" "[ $? -eq 0 ] && grep -q good.png '$T/wfifo.log'" "$(cat "$T/wfifo.log")"
+wait $wpid
 # 4. an output equal to an input is refused before anything is written
 expect "forward --input X -o X refused" 1 "is the input" $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/x.safetensors"
 expect "forward -w W -o W refused" 1 "is the input" $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/w.safetensors"
@@ -507,6 +516,13 @@ $V train $CS --windows 4,4,2,2 --data "$T/csd" --batch-size 2 --epochs 1 --init-
 check "... and --init-from takes them with other stripes, saying so" \
     "grep -q 'Done' '$T/csft.log' && grep -q 'stripe widths (CSwin) 2,2,1,2 in .*, 4,4,2,2 in the model' '$T/csft.log'" \
     "$(grep -v '^epoch\|^  ' "$T/csft.log" | tail -5)"
+# a Swin's attention masks follow the image size: weights made at 56 px fine-tune at 112 px, where they are the only
+# tensors of another shape (the strict loader, taken when nothing needs adapting, refused them)
+$V init swin_fmnist_tiny --img-size 56 --num-classes 4 -o "$T/sw56.safetensors" >/dev/null 2>&1
+$V train swin_fmnist_tiny --img-size 112 --num-classes 4 --data "$T/csd" --batch-size 2 --epochs 1 \
+    --init-from "$T/sw56.safetensors" --out "$T/sw112" >"$T/sw112.log" 2>&1
+check "--init-from a 56-px Swin into 112 px (other attn_mask shapes only) fine-tunes" "[ $? -eq 0 ] && \
+    grep -q '^Done' '$T/sw112.log'" "$(tail -3 "$T/sw112.log")"
 
 # weights record the heads each stage runs (no tensor shape shows them): a model built with other heads is refused
 # instead of splitting its maps otherwise, and attention (whose --heads picks heads to draw) builds the recorded ones
