@@ -284,13 +284,14 @@ int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsi
                 rc = vt_seterr(e, "%s is longer than %zu bytes", path, max);
                 break;
             }
-            unsigned char *nb = realloc(b, cap * 2);
+            const size_t ncap = cap <= max / 2 ? cap * 2 : max + 1; /* a stream past the limit: one byte shows it */
+            unsigned char *nb = realloc(b, ncap);
             if (!nb) {
                 rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory reading %s", path);
                 break;
             }
             b = nb;
-            cap *= 2;
+            cap = ncap;
         }
         const size_t room = cap - len < want - len ? cap - len : want - len;
         const ssize_t r = read(fd, b + len, room);
