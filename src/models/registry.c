@@ -69,7 +69,7 @@ int vt_model_parse_list(const char *opt, const char *list, int stages, int *v, v
     for (;;) {
         char *end = NULL;
         errno = 0;
-        /* digits only, as every other number of the command line: no blanks (strtol skips leading ones), no sign */
+        /* digits only: no blanks (strtol skips leading ones), no sign (single numbers take a "+", as strtol does) */
         const long x = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;
         if (!end) end = (char *)p;
         if (errno || end == p || x < 1 || x > 65536 || (*end && *end != ','))

@@ -225,6 +225,9 @@ for c in predict attention; do
     check "... and nothing else said" "[ \$(wc -l <'$T/err.log') -eq 1 ]" "$(cat "$T/err.log")"
 done
 expect "-o followed by an option refused" 2 "needs a value, got the option --seed" $V init $M -o --seed 3
+expect "... and by one in its --name=value form (it wrote a file of that name)" 2 "needs a value, got the option --seed=3" \
+    $V init $M -o --seed=3
+check "... no file --seed=3 written" "[ ! -e ./--seed=3 ]"
 check "... and no file named --seed" "[ ! -e ./--seed ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
 # a batch × accumulation steps past the epoch is a usage error before the graph is built: batch 65536 had asked for

@@ -255,7 +255,7 @@ int cmd_forward(opts *o) {
         warn_dtype_fallback(&c, vt_graph_dtype_use(p.g));
         vt_st_out out[VT_MAX_STAGES] = {
             {"logits", VT_ST_F32, 2, {B, c.arch.num_classes}, p.logits ? p.logits->data : NULL}};
-        static const char *fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
+        static const char *const fname[VT_MAX_STAGES] = {"features.0", "features.1", "features.2", "features.3"};
         for (int i = 0; i < p.nmaps; i++) {
             out[i] = (vt_st_out){fname[i], VT_ST_F32, 4, {0}, p.maps[i]->data};
             for (int d = 0; d < 4; d++) out[i].shape[d] = p.maps[i]->shape[d];

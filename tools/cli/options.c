@@ -198,6 +198,17 @@ const optdef *find_option(const char *name) {
     return NULL;
 }
 
+/* The option name of command-line word arg: arg itself, or for argparse's `--name=value` form its name, copied into
+ * name, with *value pointing at the value (else NULL). */
+static const char *split_option(const char *arg, char name[64], const char **value) {
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    *value = NULL;
+    if (!eq || eq - arg >= 64) return arg;
+    snprintf(name, 64, "%.*s", (int)(eq - arg), arg);
+    *value = eq + 1;
+    return name;
+}
+
 /* True when option name (or another spelling of it) was on the command line. */
 int given(const opts *o, const char *name) {
     const optdef *d = find_option(name);
@@ -297,12 +308,9 @@ int parse(const command *c, int argc, char **argv, opts *o) {
             }
             continue;
         }
-        char name[64]; /* `--name=value` (argparse's form) as `--name value` */
-        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL, *v = NULL;
-        if (eq && (size_t)(eq - a) < sizeof name) {
-            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-            a = name, v = eq + 1;
-        }
+        char name[64];
+        const char *v = NULL;
+        a = split_option(a, name, &v);
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
@@ -327,7 +335,8 @@ int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         v = argv[++i];
-        if (v[0] == '-' && find_option(v)) { /* `-o --seed 3`, `-o -w W`: an option, not a value */
+        const char *vv = NULL; /* `-o --seed 3`, `-o -w W`, `-o --seed=3`: an option, not a value */
+        if (v[0] == '-' && find_option(split_option(v, name, &vv))) {
             say_once(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
                 "name: ./" : "", d->kind == O_STR ? v : "", d->kind == O_STR ? ")" : "");
             return -1;
