@@ -103,8 +103,9 @@ typedef int (*vt_image_source)(void *ctx, int i, const vt_preprocess *pp, float 
 /* Classifies n images read from src in batches of the predictor's size (src fills an image of the predictor's input,
  * C x H x W, as vt_model_preprocess makes it): out[i] gets each image's top-k (k at most VT_MAX_TOPK and the
  * classes) or its own error (a bad image does not stop the others; names, if non-NULL, name the
- * images in messages). Non-NULL inputs / logits / pooled receive every image's preprocessed input (n, C, H, W),
- * logits (n, K) and pooled features (n, D). Progress goes to the stream `progress` (NULL: none) when there is more
+ * images in messages). Non-NULL inputs / logits / pooled receive each classified image's preprocessed input
+ * (n, C, H, W), logits (n, K) and pooled features (n, D); a failed image's rows (unreadable, or logits not finite)
+ * are left as the caller had them. Progress goes to the stream `progress` (NULL: none) when there is more
  * than one batch. Returns the failed count. */
 int vt_predictor_classify(vt_predictor *p, vt_image_source src, void *ctx, const char *const *names, int n, int k,
                           vt_prediction *out, float *inputs, float *logits, float *pooled, FILE *progress);

@@ -743,6 +743,13 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
                     const int x0 = PAD + (1 + k) * (r.cv.Tw + PAD);
                     int gh, gw;
                     draw_grid(m, &gh, &gw);
+                    for (int j = 0; j < gh * gw; j++) /* a picture alone (no map kept) is checked where it is drawn */
+                        if (!isfinite(r.row[j])) {
+                            vt_progress_end(&pg);
+                            vt_seterr_code(e, VT_E_NONFINITE, "%s: the attention map of %s is not finite (%g): the "
+                                           "weights overflow on this image", paths[b], m->name, (double)fabsf(r.row[j]));
+                            goto fail;
+                        }
                     text(&r.cv, x0, y0 + TITLE + 2, cap, r.cv.Tw);
                     tile(&r.cv, x0, yt, in->data, C, &pp, r.row, gh, gw, cover_px(m, gh, gw));
                 }

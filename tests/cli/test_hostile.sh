@@ -212,6 +212,9 @@ PY
 expect "attention whose maps overflow refused" 1 "attention map of blocks.0.attn is not finite (nan)" \
     $V attention $M -w "$T/w1e20.safetensors" "$T/good.png" -o "$T/nanmaps.png" --save-maps "$T/nanmaps.safetensors"
 check "... nothing written" "[ ! -e '$T/nanmaps.png' ] && [ ! -e '$T/nanmaps.safetensors' ]"
+expect "... and so is the picture alone (no maps kept: checked where drawn)" 1 "attention map of blocks.0.attn is not finite" \
+    $V attention $M -w "$T/w1e20.safetensors" "$T/good.png" -o "$T/nanmaps.png"
+check "... no PNG written" "[ ! -e '$T/nanmaps.png' ]"
 # 18. contradictory or stray arguments
 expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
 expect "predict without --weights: a usage error (2)" 2 "missing --weights" $V predict $M "$T/good.png"
