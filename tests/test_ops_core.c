@@ -62,6 +62,9 @@ static void check_profile_split(vt_test *T) {
     const vt_attn_args a = {.heads = 2, .dim = 8, .k_off = 8, .v_off = 16, .scale = 0.3f}; /* packed qkv */
     vt_graph_set_loss(g, vt_sum(g, vt_attention_ex(g, h, NULL, &a)));
     double sh[VT_OP_KINDS] = {1.0, 1.0, 1.0};
+    vt_err pe = {0}; /* its buffers are sized by the node count, known once finalized */
+    T_CHECK(T, vt_graph_enable_profile(g, &pe) != 0 && strstr(pe.msg, "not finalized"),
+            "profiling before finalize refused: %s", pe.msg);
     int rc = vt_graph_finalize(g, &e);
     if (rc == 0) {
         vt_params_init(P, 3);

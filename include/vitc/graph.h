@@ -253,7 +253,8 @@ void vt_graph_backward(vt_graph *g);
  * set; -1 (error set) otherwise or if out of memory. */
 int vt_graph_backward_poisoned(vt_graph *g, vt_err *e);
 
-/* Starts accumulating per-node run times (see vt_graph_print_profile). */
+/* Starts accumulating per-node run times (see vt_graph_print_profile) on a finalized graph; -1 (error set) on one not
+ * finalized or out of memory. */
 int vt_graph_enable_profile(vt_graph *g, vt_err *e);
 
 /* Prints to f (NULL: nothing) the accumulated time per op type (per kernel where a vt_kernel ran), largest first, as a share of the

@@ -638,11 +638,17 @@ void vt_graph_forward(vt_graph *g) {
 }
 
 int vt_graph_enable_profile(vt_graph *g, vt_err *e) {
-    if (!g->node_s && !(g->node_s = vt_alloc(sizeof(double) * (size_t)(g->nn + 1), e))) return -1;
-    if (!g->node_gemm_s && !(g->node_gemm_s = vt_alloc(sizeof(double) * (size_t)(g->nn + 1), e))) return -1;
+    if (!g->finalized) return vt_seterr(e, "vt_graph_enable_profile: the graph is not finalized");
+    if (g->node_s) return 0;
     const size_t nc = (size_t)(g->threads > 0 ? g->threads : 1) * VT_GEMM_PROF_STRIDE;
-    if (!g->gemm.calls_s && !(g->gemm.calls_s = vt_alloc(sizeof(double) * nc, e))) return -1;
-    return 0;
+    g->node_s = vt_alloc(sizeof(double) * (size_t)(g->nn + 1), e);
+    g->node_gemm_s = g->node_s ? vt_alloc(sizeof(double) * (size_t)(g->nn + 1), e) : NULL;
+    g->gemm.calls_s = g->node_gemm_s ? vt_alloc(sizeof(double) * nc, e) : NULL;
+    if (g->gemm.calls_s) return 0;
+    vt_free(g->node_s); /* all or none: the profile's readers test node_s alone */
+    vt_free(g->node_gemm_s);
+    g->node_s = g->node_gemm_s = NULL;
+    return -1;
 }
 
 /* The PROFILE_TOP nodes that took longest (forward + backward): scope, kernel, first input's and output's shapes. */
@@ -710,6 +716,7 @@ void vt_graph_print_profile(const vt_graph *g, FILE *f) {
         }
         total += g->node_s[i];
     }
+    if (!(total > 0.0)) total = 1.0; /* nothing ran yet: every share 0% */
     for (int i = 0; i < n; i++) /* selection sort by time, descending */
         for (int j = i + 1; j < n; j++)
             if (t[j] > t[i]) {
