@@ -333,20 +333,22 @@ static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err
  * run; the one place that chooses the loader's index list), started on loader L: with repeated augmentation DeiT's
  * RASampler, which takes the rank and the rank count itself, each copy of an image keyed apart (index + n·copy) so
  * that its copies get their own augmentation; else a permutation of [0, n) sharded as torch's DistributedSampler
- * (vt_dist_epoch_indices). idx and keys hold n each. */
+ * (vt_dist_epoch_indices). idx and keys hold n each. The loader gets the first `use` samples, those of the
+ * micro-batches the epoch trains (with accumulation a few more batches would be decoded, and their unreadable images
+ * counted as skipped, though never trained). */
 static int epoch_start(const vt_train_opts *o, const vt_dist *dp, vt_loader *L, int64_t epoch, int *idx,
-                       uint64_t *keys, int n, vt_err *e) {
+                       uint64_t *keys, int n, int use, vt_err *e) {
     int k;
     if (o->repeated_aug <= 0) {
         k = vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
-        return k < 0 || vt_loader_start(L, idx, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+        return k < 0 || vt_loader_start(L, idx, k < use ? k : use, 1, o->seed, epoch, e) < 0 ? -1 : 0;
     }
     vt_rng r;
     vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
     if ((k = vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e)) < 0) return -1;
     for (int i = 0; i < k; i++)
         keys[i] = (uint64_t)idx[i] + (uint64_t)n * (uint64_t)vt_ra_repeat(i, n, o->repeated_aug, dp->size, dp->rank);
-    return vt_loader_start_keyed(L, idx, keys, k, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+    return vt_loader_start_keyed(L, idx, keys, k < use ? k : use, 1, o->seed, epoch, e) < 0 ? -1 : 0;
 }
 
 /* ---- data-parallel evaluation (each rank scores a contiguous slice of the validation set); the ranks' data ---- */
@@ -871,7 +873,7 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const vt_params *P = r->P;
     const int spe = r->spe;
     int rc;
-    if ((rc = vt_dist_agree(dp, epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, e), e))) return rc;
+    if ((rc = vt_dist_agree(dp, epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, r->spe * r->B, e), e))) return rc;
     double lsum = 0.0, tbatch = now_s(), tep = tbatch;
     int64_t correct = 0;
     int last_i = 0; /* steps of this epoch done at the last progress line */
