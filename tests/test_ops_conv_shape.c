@@ -678,6 +678,15 @@ static void check_errors(vt_test *T) {
         {"conv_tokens NCHW channels", "conv_tokens", "(2, 4, 8, 8) (B, C, H, W)", "(4, 3, 3, 3)"},
         {"conv_tokens channels-last channels", "conv_tokens", "(2, 4, 8, 8) (B, H, W, C)", "(4, 3, 3, 3)"},
         {"conv_tokens kernel past the map", "im2col", "(2, 4, 8, 8)", NULL},
+        /* found by review: each crashed (a division by zero, a read past the shape), built garbage or wrapped */
+        {"conv_tokens stride 0", "conv_tokens", "stride 0", NULL},
+        {"drop_path of a scalar", "drop_path", "scalar", NULL},
+        {"attention: kv another view of q's tensor", "attention", "different views", NULL},
+        {"concat past INT_MAX on its axis", "concat", "sum past", NULL},
+        {"batchnorm channel axis out of range", "batchnorm", "channel axis 4 of a 4-D", NULL},
+        {"conv_weight groups 0", "conv_weight", "groups 0", NULL},
+        {"posemb grid product past INT_MAX", "posemb_sincos2d", "65537x65537", NULL},
+        {"linear attention without arguments", "linear_attention", "no arguments", NULL},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
         vt_err e = {0};
@@ -715,11 +724,37 @@ static void check_errors(vt_test *T) {
         case 11: y = vt_view_range(g, a, 20, 2, (const int[]){2, 3}); break;
         case 12: /* vt_conv_tokens (patch embeds, CSwin's stem and merges): 4 input channels against a 3-channel weight */
         case 13: y = vt_conv_tokens(g, x4, k == 13, vt_param(g, "w", 4, ws, (vt_init){0, 0}), NULL, 2, 1); break;
-        default: {
+        case 14: {
             const int big[4] = {3, 4, 11, 11};
             y = vt_conv_tokens(g, x4, 0, vt_param(g, "w", 4, big, (vt_init){0, 0}), NULL, 1, 0);
             break;
         }
+        case 15: {
+            const int w4[4] = {4, 4, 3, 3};
+            y = vt_conv_tokens(g, x4, 0, vt_param(g, "w", 4, w4, (vt_init){0, 0}), NULL, 0, 0);
+            break;
+        }
+        case 16: y = vt_drop_path(g, vt_input(g, "s", 0, NULL), 0.1f); break; /* a training graph */
+        case 17: { /* two rows of one tensor as q and kv: kv was taken for q (self-attention), with no error */
+            const int s6[3] = {4, 3, 8}, s3[3] = {2, 3, 8};
+            vt_tensor *X = vt_input(g, "X", 3, s6);
+            const vt_attn_args aa = {.heads = 2, .dim = 8};
+            y = vt_attention_ex(g, vt_view_range(g, X, 0, 3, s3), vt_view_range(g, X, 48, 3, s3), &aa);
+            break;
+        }
+        case 18: {
+            const int big[1] = {2000000000};
+            vt_tensor *two[2] = {vt_input(g, "u", 1, big), vt_input(g, "v", 1, big)};
+            y = vt_concat(g, two, 2, 0);
+            break;
+        }
+        case 19:
+            y = vt_batchnorm_p(g, "bn", x4, 4, 1e-5f, 0.1f);
+            T_CHECK(T, !vt_params_find(P, "bn.weight"), "batchnorm refused: no parameters of a made-up width added");
+            break;
+        case 20: y = vt_conv_weight(g, "cw", 4, 4, 3, 0); break;
+        case 21: y = vt_posemb_sincos2d(g, 65537, 65537, 8, 10000.0f); break;
+        default: y = vt_linear_attention_ex(g, a, a, a, NULL); break;
         }
         expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
         vt_graph_free(g);

@@ -203,6 +203,10 @@ vt_tensor *vt_block_fc1_pre(vt_graph *g, const char *prefix, vt_tensor *x, const
  * inference: where fc1 runs as a oneDNN primitive), 0 where in the next linear's GEMM prologue. */
 int vt_block_gelu_in_fc1(vt_graph *g, const vt_tensor *x, const vt_ffn_ctx *f);
 
+/* Whether x can enter an FFN of block prefix: built (vt_bad) and with a feature axis (not a scalar); else the error
+ * is set. */
+int vt_block_ffn_input(vt_graph *g, const char *prefix, const vt_tensor *x);
+
 /* The GELU FFN f's first half on x (vt_block_fc1_act) followed by the linear `name` (out features): GELU right after
  * fc1 (vt_linear_gelu; after PVTv2's DWConv vt_dwconv_nhwc_gelu) in train graphs without the DWConv whose hidden
  * activation is small and in float inference graphs whose linears run as oneDNN primitives (GELU right after fc1's),

@@ -95,6 +95,9 @@ void vt_add_col_sums(const float *y, int64_t R, int C, float *s);
 /* Root tensor of a view chain (t itself when not a view). */
 vt_tensor *vt_root(vt_tensor *t);
 
+/* Elements from the root of t's view chain to t's first (0 when not a view). */
+int64_t vt_root_offset(const vt_tensor *t);
+
 /* An open-addressed index of named entries (a parameter store's tensors, a graph's scopes): slot[i] holds an
  * entry's position + 1 (0: empty), slots is a power of two kept over twice the entries, probed linearly from the
  * name's FNV-1a hash. name_of(ctx, k) is entry k's name. */

@@ -66,7 +66,7 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
 }
 
 vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
-    if (vt_bad(g, 1, x)) return NULL;
+    if (!vt_block_ffn_input(g, prefix, x)) return NULL;
     char nm[VT_NAMELEN];
     const float t = f->opts ? f->opts->cffn_t : 0.0f;
     const int C = x->shape[x->ndim - 1], hidden = f->hidden, r = f->opts && f->opts->cffn_r > 0 ? f->opts->cffn_r : 2;

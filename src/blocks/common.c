@@ -78,6 +78,8 @@ vt_tensor *vt_layernorm_cf_p(vt_graph *g, const char *prefix, vt_tensor *x, floa
 
 vt_tensor *vt_conv_bias(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
     char nm[VT_NAMELEN];
+    if (groups < 1 || in % groups || k < 1)
+        return vt_fail(g, "conv_bias", "%s: %d input channels, groups %d, kernel %d", prefix, in, groups, k);
     const float bound = 1.0f / sqrtf((float)(in / groups * k * k));
     return vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
 }
@@ -148,6 +150,7 @@ vt_tensor *vt_conv_tokens(vt_graph *g, vt_tensor *x, int nhwc, vt_tensor *w, vt_
     if (x->ndim != 4 || w->ndim != 4 || w->shape[2] != w->shape[3] || w->shape[1] != x->shape[nhwc ? 3 : 1])
         return vt_fail(g, "conv_tokens", "input %s (%s), weight %s (Cout, C, k, k): shapes do not fit",
                        vt_shape_str(x, sx, 64), nhwc ? "B, H, W, C" : "B, C, H, W", vt_shape_str(w, sw, 64));
+    if (stride < 1 || pad < 0) return vt_fail(g, "conv_tokens", "stride %d (>= 1), padding %d (>= 0)", stride, pad);
     const int B = x->shape[0], k = w->shape[2], Co = w->shape[0], w2[2] = {Co, w->shape[1] * k * k};
     const int H = x->shape[nhwc ? 1 : 2], W = x->shape[nhwc ? 2 : 3];
     const int64_t pos = (int64_t)B * ((H + 2 * pad - k) / stride + 1) * ((W + 2 * pad - k) / stride + 1);
@@ -176,6 +179,8 @@ vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int
 
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
     char nm[VT_NAMELEN];
+    if (groups < 1 || in % groups || k < 1)
+        return vt_fail(g, "conv_weight", "%s: %d input channels, groups %d, kernel %d", prefix, in, groups, k);
     const int cin = in / groups, ws[4] = {out, cin, k, k};
     const float bound = 1.0f / sqrtf((float)(cin * k * k));
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound});
@@ -196,13 +201,22 @@ int vt_bn_tensors(vt_graph *g, const char *prefix, int c, vt_tensor *t[5]) {
     return 0;
 }
 
+/* The BatchNorm tensors of prefix for x's channel axis (negative: from the end), checked first; 0 or -1 (error set). */
+static int bn_params(vt_graph *g, const char *prefix, vt_tensor *x, int axis, vt_tensor *t[5]) {
+    if (vt_bad(g, 1, x)) return -1;
+    if (axis < -x->ndim || axis >= x->ndim) {
+        vt_fail(g, "batchnorm", "%s: channel axis %d of a %d-D input", prefix, axis, x->ndim);
+        return -1;
+    }
+    return vt_bn_tensors(g, prefix, x->shape[axis < 0 ? axis + x->ndim : axis], t);
+}
+
 /* The BatchNorm prefix on x (folded: its tensors only, x returned) with activation act after it (-1: none). */
 static vt_tensor *batchnorm(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                             int folded, int act) {
-    if (vt_bad(g, 1, x)) return NULL;
-    if (axis < 0) axis += x->ndim;
     vt_tensor *t[5];
-    if (vt_bn_tensors(g, prefix, x->shape[axis], t)) return NULL;
+    if (bn_params(g, prefix, x, axis, t)) return NULL;
+    if (axis < 0) axis += x->ndim;
     return folded ? x : vt_batchnorm_act(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum, act);
 }
 
@@ -217,9 +231,8 @@ vt_tensor *vt_batchnorm_p(vt_graph *g, const char *prefix, vt_tensor *x, int axi
 
 vt_tensor *vt_batchnorm_res_p(vt_graph *g, const char *prefix, vt_tensor *x, int axis, float eps, float momentum,
                               float oscale, vt_tensor *r) {
-    if (vt_bad(g, 1, x)) return NULL;
     vt_tensor *t[5];
-    if (vt_bn_tensors(g, prefix, x->shape[axis < 0 ? axis + x->ndim : axis], t)) return NULL;
+    if (bn_params(g, prefix, x, axis, t)) return NULL;
     return vt_batchnorm_res(g, x, t[0], t[1], t[2], t[3], t[4], axis, eps, momentum, oscale, r);
 }
 
@@ -344,9 +357,18 @@ static vt_tensor *gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int
     return vt_gelu_linear(g, h, w, b);
 }
 
+int vt_block_ffn_input(vt_graph *g, const char *prefix, const vt_tensor *x) {
+    if (vt_bad(g, 1, x)) return 0;
+    if (x->ndim < 1) {
+        vt_fail(g, "mlp", "%s: a scalar input has no feature axis", prefix);
+        return 0;
+    }
+    return 1;
+}
+
 vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
                                     const char *name, int out, vt_init winit) {
-    if (vt_bad(g, 1, x)) return NULL;
+    if (!vt_block_ffn_input(g, prefix, x)) return NULL;
     if (f->relu) return vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix);
     /* PVTv2's FFN in inference graphs: one op, band by band (vt_dwffn_eval), where its rule says it is faster */
     if (f->dwconv && !f->conv1x1 && !g->int8 && !g->ref_kernels &&
@@ -373,7 +395,7 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
 }
 
 vt_tensor *vt_block_ffn_mlp(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f) {
-    if (vt_bad(g, 1, x)) return NULL;
+    if (!vt_block_ffn_input(g, prefix, x)) return NULL;
     char nm[VT_NAMELEN];
     const int C = x->shape[x->ndim - 1];
     if (f->relu || f->conv1x1) { /* Next-ViT: conv1 -> ReLU -> conv2, 1×1 convs */

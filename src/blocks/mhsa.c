@@ -70,6 +70,10 @@ int vt_attn_project(vt_graph *g, const char *prefix, vt_tensor *x, const vt_attn
                 vt_shape_str(x, sx, 64), a->lead, a->grid_h, a->grid_w);
         return -1;
     }
+    if (a->sr_ratio > 46340) { /* Next-ViT pools sr_ratio² tokens: past this the square overflows an int */
+        vt_fail(g, "attention", "%s: spatial reduction ratio %d (at most 46340)", prefix, a->sr_ratio);
+        return -1;
+    }
     if (a->sr_ratio > 1 && a->lead) { /* the reduced keys are a grid: no token outside it (PVT, Next-ViT) */
         vt_fail(g, "attention", "%s: spatial reduction with %d leading (class) tokens is not supported", prefix,
                 a->lead);

@@ -45,6 +45,12 @@ vt_tensor *vt_root(vt_tensor *t) {
     return t;
 }
 
+int64_t vt_root_offset(const vt_tensor *t) {
+    int64_t off = 0;
+    for (; t && t->view_of; t = t->view_of) off += t->view_off;
+    return off;
+}
+
 vt_params *vt_params_new(vt_err *e) { return vt_alloc(sizeof(vt_params), e); }
 
 void vt_params_copy_records(vt_params *dst, const vt_params *src) {

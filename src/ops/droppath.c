@@ -52,6 +52,7 @@ static const vt_opdef op_droppath = {"drop_path", droppath_fwd, droppath_bwd,
 vt_tensor *vt_drop_path(vt_graph *g, vt_tensor *x, float p) {
     if (vt_bad(g, 1, x)) return NULL;
     if (!(p >= 0.0f && p < 1.0f)) return vt_fail(g, "drop_path", "probability %g must be in [0, 1)", (double)p);
+    if (x->ndim < 1) return vt_fail(g, "drop_path", "a scalar input has no samples to drop");
     if (!g->training || p == 0.0f) return x;
     vt_node *n = vt_new_node(g, &op_droppath, &x, 1, vt_new_act(g, x->ndim, x->shape));
     if (!n) return NULL;

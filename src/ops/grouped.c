@@ -1,6 +1,7 @@
 /* Grouped linear projection (MSF's `GroupLinear`, interleaved or block output order) and the fixed 2-D sin-cos
  * position embedding of SimpleViT (a constant, recomputed in C, never a parameter). */
 #include <math.h>
+#include <limits.h>
 #include <omp.h>
 #include <string.h>
 
@@ -158,7 +159,7 @@ static const vt_opdef op_posemb = {"posemb_sincos2d", posemb_fwd, posemb_bwd, VT
 
 vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature) {
     if (vt_bad(g, 0)) return NULL;
-    if (h <= 0 || w <= 0 || dim <= 0 || dim % 4 || !(temperature > 0))
+    if (h <= 0 || w <= 0 || h > INT_MAX / w || dim <= 0 || dim % 4 || !(temperature > 0))
         return vt_fail(g, "posemb_sincos2d", "grid %dx%d, dim %d, temperature %g: dim must be a positive multiple of 4",
                        h, w, dim, (double)temperature);
     int shape[3] = {1, h * w, dim};

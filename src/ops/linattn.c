@@ -422,6 +422,7 @@ static int overlaps(vt_tensor *x, int xo, vt_tensor *y, int yo, int C) {
 }
 
 vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_tensor *v, const vt_linattn_args *la) {
+    if (!la) return vt_fail(g, "linear_attention", "no arguments given");
     vt_tensor *add = la->add, *scale = la->scale, *pe = la->pe;
     if (vt_bad(g, 3, q, k, v) || (add && vt_bad(g, 1, add)) || (scale && vt_bad(g, 1, scale)) ||
         (pe && vt_bad(g, 1, pe)))

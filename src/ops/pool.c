@@ -153,6 +153,7 @@ static int pool_out(int n, int k, int s, int p, int ceil_mode) {
 
 vt_tensor *vt_avgpool2d_ex(vt_graph *g, vt_tensor *x, const vt_pool_args *a) {
     if (vt_bad(g, 1, x)) return NULL;
+    if (!a) return vt_fail(g, "avgpool2d", "no arguments given");
     char sx[64];
     vt_shape_str(x, sx, 64);
     const int k = a->k, s = a->s, pad = a->pad;

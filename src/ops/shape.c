@@ -1,5 +1,6 @@
 /* Data-movement ops: concat, slice, general permute, attention head split/merge, token prepending.
  * All copy (no views besides vt_reshape); backward accumulates into the input gradients. No MACs. */
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,9 @@ vt_tensor *vt_concat(vt_graph *g, vt_tensor **xs, int n, int axis) {
         if (!ok)
             return vt_fail(g, "concat", "input %d %s does not match input 0 %s outside axis %d", i,
                            vt_shape_str(xs[i], si, 64), s0, ax);
+        if (xs[i]->shape[ax] > INT_MAX - shape[ax])
+            return vt_fail(g, "concat", "axis %d's sizes sum past %d (input %d %s)", ax, INT_MAX, i,
+                           vt_shape_str(xs[i], si, 64));
         shape[ax] += xs[i]->shape[ax];
     }
     vt_node *nd_ = vt_new_node(g, &op_concat, xs, n, vt_new_act(g, nd, shape));
