@@ -38,6 +38,11 @@ for target in safetensors image model_options; do
 done
 for t in tests/cli/test_*.sh; do part "$t" lines "bash $t"; done
 for t in tests/reference/test_*.py; do part "$t" lines "/usr/bin/python3 $t"; done
+# the reference models' own checks (their counts against the specs, their fast forms against dense ones), which the
+# reference tests above build on
+for t in swin_ref pvt_ref cswin_ref gmf_ref vit_ref st; do
+    part "tests/reference/$t.py (self-test)" lines "/usr/bin/python3 tests/reference/$t.py"
+done
 
 pass=0
 fail=0

@@ -747,11 +747,13 @@ rep = [k for k in cf if ".rep.0.bn.running_mean" in k][0]
 st.save(f"{T}/cf_short.safetensors", {k: v for k, v in cf.items() if k != rep})
 assert rep
 PY
+rcs=""
 for w in sw_full sw_nobuf; do
-    $V forward swin_fmnist_tiny -w "$T/$w.safetensors" --input "$T/x.safetensors" -o "$T/y_$w.safetensors" >"$T/nb.log" 2>&1
+    $V forward swin_fmnist_tiny -w "$T/$w.safetensors" --input "$T/x.safetensors" -o "$T/y_$w.safetensors" >"$T/nb_$w.log" 2>&1
+    rcs="$rcs$?"
 done
 check "Swin weights without relative_position_index and attn_mask load, the same logits" \
-    "[ $? -eq 0 ] && cmp -s '$T/y_sw_full.safetensors' '$T/y_sw_nobuf.safetensors'" "$(cat "$T/nb.log")"
+    "[ $rcs = 00 ] && cmp -s '$T/y_sw_full.safetensors' '$T/y_sw_nobuf.safetensors'" "$(cat "$T/nb_sw_full.log" "$T/nb_sw_nobuf.log")"
 $V forward $M --ffn cffn --train-form -w "$T/cf_nonbt.safetensors" --input "$T/x.safetensors" -o "$T/y_nbt.safetensors" \
     >"$T/nb.log" 2>&1
 check "cFFN weights without num_batches_tracked load" "[ $? -eq 0 ]" "$(cat "$T/nb.log")"

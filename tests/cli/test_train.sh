@@ -144,7 +144,8 @@ $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dp" >"$T/dp.log" 2>&1 &&
     $V train $COMMON --epochs 2 --drop-path 0.3 --out "$T/dq" --resume "$T/dq" >"$T/dq2.log" 2>&1
 check "drop-path runs and resumes" "[ $? -eq 0 ]" "$(tail -n 2 "$T/dp.log" "$T/dq2.log")"
 check "drop-path resume gives bit-identical weights" "cmp -s '$T/dp/weights.safetensors' '$T/dq/weights.safetensors'"
-check "drop-path changes training" "[ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" != \"\$(sed -n 3p '$T/a/metrics.csv' | cut -d, -f3)\" ]"
+check "drop-path changes training" "[ -n \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" ] && \
+    [ \"\$(sed -n 3p '$T/dp/metrics.csv' | cut -d, -f3)\" != \"\$(sed -n 3p '$T/a/metrics.csv' | cut -d, -f3)\" ]"
 $V train $COMMON --epochs 1 --drop-path 1.5 --out "$T/c" >"$T/dpb.log" 2>&1
 check "bad --drop-path rejected" "[ $? -ne 0 ] && grep -q 'drop-path must be' '$T/dpb.log'"
 $V train $COMMON --epochs 1 --batch-size 4096 --out "$T/refused/run" >"$T/refused.log" 2>&1

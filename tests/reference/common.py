@@ -5,7 +5,7 @@ Reporting: each check prints `PASS <name>` or `FAIL <name>: <detail>`; Report.fi
 Binary: $VITC if set, else <repo root>/vitc.  $VITC_KEEP=1 keeps the temporary folder.
 
 Comparisons:
-  scale_err(a, b) = max|a-b| / max(1, max|b|)               (outputs; b is the reference)
+  scale_err(a, b) = max|a-b| / max(max|b|, 1e-8)            (outputs; b is the reference)
   grad_err(a, b)  = max|a-b| / max(max|b|, 1e-8), plus the worst element's index and values
   norm_err(a, b)  = ‖a-b‖₂ / max(‖b‖₂, 1e-30)                  (a whole tensor's relative error)
 """
@@ -94,7 +94,7 @@ def _np(x):
 
 def scale_err(a, b):
     a, b = _np(a), _np(b)
-    return float(np.abs(a - b).max() / max(1.0, np.abs(b).max())) if b.size else 0.0
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-8)) if b.size else 0.0
 
 
 def grad_err(a, b, slack=None):

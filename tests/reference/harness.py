@@ -2,7 +2,7 @@
 logits, `vitc grad` loss and gradients, `vitc forward --features` stage maps, and parameter counts.
 
 A test builds the reference module (float64, official state_dict names), picks random float32 weights `sd`, and
-calls `run(...)` (or the single checks).  Tolerances: forward max|a-b| / max(1, max|b|) <= 1e-4; loss <= 1e-4
+calls `run(...)` (or the single checks).  Tolerances: forward max|a-b| / max|b| <= 1e-4; loss <= 1e-4
 relative; every gradient max|a-b| / max|b| <= 1e-3 and non-zero somewhere, except gradients that are zero by
 construction in the reference (a bias followed by a train-mode BatchNorm, a constant cancelled by a softmax, ...):
 vitc must then give round-off only (<= zero_tol, 1e-6 unless told, of the largest gradient), and `zero_ok` may

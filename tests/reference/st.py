@@ -209,7 +209,7 @@ def _selftest():
         except SafetensorsError:
             continue
         raise AssertionError(f"malformed case {i} accepted")
-    print("st.py self-test ok")
+    print("PASS st.py self-test")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Checks:
   names  `vitc init` state_dict names and shapes equal the reference's (both models below)
   (a) flatten_deit_tiny --img-size 64 --num-classes 10 (4×4 grid + cls), random non-trivial weights, batch 2
   (b) vit_fmnist_tiny --attn flatten (7×7 grid + cls), batch 3
-      for each: `vitc forward` logits max|a-b| / max(1, max|b|) <= 1e-4; `vitc grad` loss <= 1e-4 relative and
+      for each: `vitc forward` logits max|a-b| / max|b| <= 1e-4; `vitc grad` loss <= 1e-4 relative and
       every grad/<param> max|a-b| / max|b| <= 1e-3; every gradient non-zero somewhere except the last block's
       attn.dwc (exactly 0 in vitc and in the reference: only the class token reaches the head and it skips the DWC)
   (c) the same attention with the dense form Σ_j (φq_i·φk_j) v_j / Σ_j (φq_i·φk_j) (spec §1.2 last paragraph) in

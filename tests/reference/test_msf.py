@@ -11,7 +11,7 @@ Checks (reference in float64 from the same float32 weights/inputs):
   (fwd)   named models (default: all 16, ViT-B at depth 2 but simplevit_b_msf_g2 at its full depth 12; --quick: the
           four attention types of ViT-Ti plus ss_msf_g2 and s_msf)
           at --img-size 32 --num-classes 10 (2x2 tokens), random weights with non-trivial LN:
-          `vitc forward` logits max|a-b| / max(1, max|b|) <= 1e-4
+          `vitc forward` logits max|a-b| / max|b| <= 1e-4
   (grad)  `vitc grad`: loss <= 1e-4 relative, every grad/<param> max|a-b| / max|b| <= 1e-3, each non-zero
   (nonsquare) simplevit_ti_msf (depth 1) on 32x48 and 48x32 inputs (the size taken from the input): the position
           embedding of the input's own grid, the same forward / grad checks

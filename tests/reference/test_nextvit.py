@@ -69,6 +69,10 @@ def test_counts(rep):
         j = harness.counts(rep, name, params, gmacs=R.GMACS[name], buffers=BUFFERS[name])
         # the blocks with attention per stage, as `info` reports them: the reference's NTBs between stage ends
         m, start, want = R.build(name), 0, []
+        # the spec's counts (R.PARAMS, BUFFERS) held by the reference model itself, not only by vitc
+        got_p, got_b = R.count_params(m), sum(b.numel() for b in m.buffers())
+        rep.check(f"reference {name}: {params:,} params, {BUFFERS[name]:,} buffer elements",
+                  got_p == params and got_b == BUFFERS[name], f"{got_p:,} params, {got_b:,} buffer elements")
         for end in m.ends:
             want.append(sum(isinstance(b, R.NTB) for b in list(m.features)[start:end + 1]))
             start = end + 1

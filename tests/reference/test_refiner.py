@@ -29,7 +29,7 @@ Checks:
   names   `vitc init MODEL --img-size 32 --num-classes 10`: names and shapes equal the reference state_dict
   fwd     random weights (every LN/BN affine, BN running stats, scale_channel randomised; a quarter of each BN's
           running variances near its eps: common.eps_sensitive), eval logits,
-          max|a-b| / max(1, max|b|) <= 1e-4
+          max|a-b| / max|b| <= 1e-4
   grad    `vitc grad` loss <= 1e-4 relative, every parameter gradient max|a-b| / max|b| <= 1e-3,
           every gradient non-zero somewhere (aux_head excepted)
   size    refiner_vit_s also at 14 px more (46 for 32, same weights): fwd and grad as above; the stem's 8x8/8 proj

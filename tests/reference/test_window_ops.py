@@ -9,8 +9,8 @@ torchvision is importable its own function is checked against that transcription
 tests/reference/window_ops_driver.c, compiled here against build/libvitc.a (built by `make vitc`).
 Cases: square windows with shifts, odd map sizes (padding), rectangular windows and CSwin-like stripes, a window
 larger than the map (torchvision clears the shift), and a shift cleared on one axis only.
-Checks: forward output, patch merge and the concatenation ≤ 1e-4 (scale_err), gradients of the input, the bias table and the qkv
-weight ≤ 1e-3 (grad_err), the relative_position_index and the shift mask exactly.
+Checks: forward output, patch merge and the concatenation ≤ 1e-4 (scale_err), gradients of the input, the bias table, the qkv
+weight and bias and the projection's weight and bias ≤ 1e-3 (grad_err), the relative_position_index and the shift mask exactly.
 """
 import subprocess
 
@@ -114,7 +114,8 @@ def main():
         f64 = dict(generator=g, dtype=torch.float64)
         x = torch.randn(B, H, W, C, **f64).requires_grad_()
         wq = (0.3 * torch.randn(3 * C, C, **f64)).requires_grad_()
-        bq, wp, bp = 0.1 * torch.randn(3 * C, **f64), 0.3 * torch.randn(C, C, **f64), 0.1 * torch.randn(C, **f64)
+        bq, wp, bp = (0.1 * torch.randn(3 * C, **f64)).requires_grad_(), (0.3 * torch.randn(C, C, **f64)).requires_grad_(), \
+            (0.1 * torch.randn(C, **f64)).requires_grad_()
         tab = torch.randn(T, heads, **f64).requires_grad_()
         Ho, Wo = (H + 1) // 2, (W + 1) // 2
         r, r2 = torch.randn(B, H, W, C, **f64), torch.randn(B, Ho * Wo, 4 * C, **f64)
@@ -147,7 +148,8 @@ def main():
         for what, ref in (("output", y), ("patch merge", pm), ("reverse + concat", yc)):
             e = scale_err(take(ref.shape), ref)
             rep.check(f"{name}: {what}", e <= 1e-4, f"err {e:.1e}")
-        for what, ref in (("grad x", x.grad), ("grad table", tab.grad), ("grad qkv weight", wq.grad)):
+        for what, ref in (("grad x", x.grad), ("grad table", tab.grad), ("grad qkv weight", wq.grad),
+                          ("grad qkv bias", bq.grad), ("grad proj weight", wp.grad), ("grad proj bias", bp.grad)):
             e, i, a, b = grad_err(take(ref.shape), ref)
             rep.check(f"{name}: {what}", e <= 1e-3, f"err {e:.1e} at {i}: {a:.6g} vs {b:.6g}")
         idx = take((N, N))

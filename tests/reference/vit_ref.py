@@ -180,7 +180,7 @@ if __name__ == "__main__":
     for name, want in [("deit_tiny_patch16_224", 5_717_416), ("deit_small_patch16_224", 22_050_664)]:
         got = count_params(model_config(name))
         assert got == want, (name, got, want)
-        print(f"{name}: {got:,} params ok")
+        print(f"PASS {name}: {got:,} params")
     cfg = model_config("deit_tiny_patch16_224", img_size=32, num_classes=10)
     sd = random_state_dict(cfg, seed=1)
     m = build(sd, 3)
@@ -195,4 +195,4 @@ if __name__ == "__main__":
         mha.out_proj.weight.copy_(a.proj.weight), mha.out_proj.bias.copy_(a.proj.bias)
         t = torch.randn(2, 5, 24, dtype=torch.float64)
         assert (mha(t, t, t, need_weights=False)[0] - a(t)).abs().max() < 1e-12
-    print("vit_ref self-test ok")
+    print("PASS vit_ref self-test")

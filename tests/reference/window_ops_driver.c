@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
     const int has_mask = sh + sw > 0 && vt_window_shift_mask_fill(mask, Hp, Wp, wh, ww, sh, sw) == 0;
     f = fopen(argv[11], "wb");
     int ok = f != NULL;
-    const vt_tensor *outs[6] = {y, pm, yc, x, tab, Wq};
-    for (int i = 0; ok && i < 6; i++) {
+    const vt_tensor *outs[9] = {y, pm, yc, x, tab, Wq, Bq, Wo, Bo};
+    for (int i = 0; ok && i < 9; i++) {
         const float *d = i < 3 ? outs[i]->data : outs[i]->grad;
         ok = fwrite(d, sizeof(float), (size_t)outs[i]->numel, f) == (size_t)outs[i]->numel;
     }
