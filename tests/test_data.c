@@ -164,11 +164,17 @@ static void test_bad_files(vt_test *T) {
     im = make_images(0x803, NSMALL, 0, 28, &li);
     write_file(dir, IMG, im, li, 1);
     free(im);
-    expect_fail(T, dir, "image size 0x28", "zero rows");
+    expect_fail(T, dir, "file has 0x28", "zero rows");
     im = make_images(0x803, NSMALL, 32, 32, &li);
     write_file(dir, IMG, im, li, 1);
     free(im);
-    expect_fail(T, dir, "must be 28x28", "32x32 images");
+    expect_fail(T, dir, "must be 28x28, file has 32x32", "32x32 images");
+    im = make_images(0x803, NSMALL, 0, 0, &li); /* a header of 4096x4096 images alone: refused before any pixel */
+    put_be32(im + 8, 4096);
+    put_be32(im + 12, 4096);
+    write_file(dir, IMG, im, li, 1);
+    free(im);
+    expect_fail(T, dir, "must be 28x28, file has 4096x4096", "a header of 4096x4096 images with no pixels");
 
     /* count mismatch */
     write_valid(dir);

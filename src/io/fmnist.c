@@ -10,7 +10,6 @@
 
 #define IDX3_U8_MAGIC 0x00000803u
 #define IDX1_U8_MAGIC 0x00000801u
-#define MAX_SIDE 4096
 #define MAX_COUNT 100000000
 #define MAX_BYTES ((size_t)1 << 32)
 
@@ -75,8 +74,10 @@ static int check_magic(uint32_t magic, uint32_t want, const char *path, const ch
                      (unsigned)want, kind, hint);
 }
 
-/* Loads an IDX3 uint8 image file and an IDX1 uint8 label file (gzip or plain) with labels < nclasses into ds. */
-static int load_idx(const char *images_path, const char *labels_path, int nclasses, vt_dataset *ds, vt_err *e) {
+/* Loads an IDX3 uint8 image file of side × side images and an IDX1 uint8 label file (gzip or plain) with labels
+ * < nclasses into ds; the image size is checked from the header, before any pixel is read. */
+static int load_idx(const char *images_path, const char *labels_path, int side, int nclasses, vt_dataset *ds,
+                    vt_err *e) {
     int rc = -1;
     gzFile fi = NULL, fl = NULL;
     uint8_t *img = NULL, *lab = NULL;
@@ -90,8 +91,9 @@ static int load_idx(const char *images_path, const char *labels_path, int nclass
         vt_seterr(e, "%s: image count %u not in [1, %d]", images_path, (unsigned)n, MAX_COUNT);
         goto done;
     }
-    if (rows == 0 || cols == 0 || rows > MAX_SIDE || cols > MAX_SIDE) {
-        vt_seterr(e, "%s: image size %ux%u not in [1, %d]", images_path, (unsigned)rows, (unsigned)cols, MAX_SIDE);
+    if (rows != (uint32_t)side || cols != (uint32_t)side) {
+        vt_seterr(e, "%s: Fashion-MNIST images must be %dx%d, file has %ux%u", images_path, side, side,
+                  (unsigned)rows, (unsigned)cols);
         goto done;
     }
     size_t npix;
@@ -173,12 +175,7 @@ int vt_dataset_load_fmnist(const char *dir, int train, vt_dataset *ds, vt_err *e
     snprintf(base, sizeof base, "%s-labels-idx1-ubyte", split);
     if (fmnist_path(lpath, sizeof lpath, dir, base, e)) return -1;
     vt_dataset d = {0};
-    if (load_idx(ipath, lpath, 10, &d, e)) return -1;
-    if (d.h != 28 || d.w != 28) {
-        vt_seterr(e, "%s: Fashion-MNIST images must be 28x28, file has %dx%d", ipath, d.h, d.w);
-        vt_dataset_free(&d);
-        return -1;
-    }
+    if (load_idx(ipath, lpath, 28, 10, &d, e)) return -1;
     *ds = d;
     return 0;
 }
