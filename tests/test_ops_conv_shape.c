@@ -687,6 +687,11 @@ static void check_errors(vt_test *T) {
         {"conv_weight groups 0", "conv_weight", "groups 0", NULL},
         {"posemb grid product past INT_MAX", "posemb_sincos2d", "65537x65537", NULL},
         {"linear attention without arguments", "linear_attention", "no arguments", NULL},
+        {"avgpool without arguments", "avgpool2d", "no arguments", NULL},
+        {"conv_bias groups 0", "conv_bias", "groups 0", NULL},
+        {"an MLP of a scalar", "mlp", "scalar input", NULL},
+        {"a linear layer of a scalar", "linear", "scalar input", NULL},
+        {"a LayerNorm of a scalar", "layernorm", "scalar input", NULL},
     };
     for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
         vt_err e = {0};
@@ -754,7 +759,12 @@ static void check_errors(vt_test *T) {
             break;
         case 20: y = vt_conv_weight(g, "cw", 4, 4, 3, 0); break;
         case 21: y = vt_posemb_sincos2d(g, 65537, 65537, 8, 10000.0f); break;
-        default: y = vt_linear_attention_ex(g, a, a, a, NULL); break;
+        case 22: y = vt_linear_attention_ex(g, a, a, a, NULL); break;
+        case 23: y = vt_avgpool2d_ex(g, x4, NULL); break;
+        case 24: y = vt_conv_bias(g, "cb", 4, 4, 3, 0); break;
+        case 25: y = vt_block_mlp(g, "mlp", vt_input(g, "s", 0, NULL), 8); break;
+        case 26: y = vt_linear_p(g, "fc", vt_input(g, "s", 0, NULL), 8, 1, VT_INIT_W02); break;
+        default: y = vt_layernorm_p(g, "ln", vt_input(g, "s", 0, NULL), 1e-5f); break;
         }
         expect_error(T, want[k].what, y, g, want[k].s1, want[k].s2, want[k].s3);
         vt_graph_free(g);

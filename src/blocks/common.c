@@ -28,6 +28,10 @@ __attribute__((noinline)) static int linear_params_in(vt_graph *g, const char *p
 /* linear_params_in for the layer reading x. */
 static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
                          int conv, vt_tensor **w, vt_tensor **b) {
+    if (x->ndim < 1) {
+        vt_fail(g, "linear", "%s: a scalar input has no feature axis", prefix);
+        return -1;
+    }
     return linear_params_in(g, prefix, x->shape[x->ndim - 1], out, bias, winit, conv, w, b);
 }
 
@@ -64,7 +68,9 @@ static int ln_params(vt_graph *g, const char *prefix, int c, vt_tensor **w, vt_t
 
 vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps) {
     vt_tensor *w, *b;
-    if (vt_bad(g, 1, x) || ln_params(g, prefix, x->shape[x->ndim - 1], &w, &b)) return NULL;
+    if (vt_bad(g, 1, x)) return NULL;
+    if (x->ndim < 1) return vt_fail(g, "layernorm", "%s: a scalar input has no feature axis", prefix);
+    if (ln_params(g, prefix, x->shape[x->ndim - 1], &w, &b)) return NULL;
     return vt_layernorm(g, x, w, b, eps);
 }
 

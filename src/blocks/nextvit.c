@@ -46,7 +46,8 @@ static vt_tensor *bn(vt_graph *g, const char *prefix, const char *name, vt_tenso
 static vt_tensor *patch_embed(vt_graph *g, const char *prefix, vt_tensor *x, int *H, int *W, int out, int stride,
                               int folded) {
     if (vt_bad(g, 1, x)) return NULL;
-    if (stride != 1 && stride != 2) return vt_fail(g, "patch_embed", "%s: stride %d (Next-ViT's are 1 and 2)", prefix, stride);
+    if (stride != 1 && stride != 2)
+        return vt_fail(g, "patch_embed", "%s: stride %d (Next-ViT's are 1 and 2)", prefix, stride);
     char nm[VT_NAMELEN], n2[VT_NAMELEN];
     const int B = x->shape[0], C = x->shape[2];
     if (stride == 2) {

@@ -513,7 +513,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
     const char *op = a->msf ? "attention_msf" : "attention";
     char sq[64], sk[64], sb[64];
     vt_shape_str(q, sq, 64);
-    if (kv && vt_root(kv) == vt_root(q)) { /* the same memory: only q itself (or a same-shape view of it) is allowed */
+    if (kv && vt_root(kv) == vt_root(q)) { /* the same memory: only q itself, or a view of the same elements */
         int same = kv->ndim == q->ndim && vt_root_offset(kv) == vt_root_offset(q);
         for (int d = 0; same && d < q->ndim; d++) same = kv->shape[d] == q->shape[d];
         if (!same)

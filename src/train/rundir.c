@@ -461,9 +461,9 @@ static const char *run_file_of(const char *dir, const char *path) {
     return NULL;
 }
 
-/* A fresh run may not replace another run's history: refuses a folder holding a checkpoint, metrics rows or weights
- * or curves unless overwrite, and an --init-from file that is one of the files the run replaces there (its weights would be lost);
- * resuming checks the checkpoint is the same model's. */
+/* A fresh run may not replace another run's history: refuses a folder holding a checkpoint, metrics rows, weights or
+ * curves unless overwrite, and an --init-from file that is one of the files the run replaces there (its weights would
+ * be lost); resuming checks the checkpoint is the same model's. */
 int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     char ck[4096], met[4096], model[256];
     const char *own = o->resume ? NULL : run_file_of(o->run_dir, o->init_from);

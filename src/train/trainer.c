@@ -865,15 +865,16 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
     return 0;
 }
 
-/* Trains epoch r->st.epoch, its micro-batches in this rank's order with progress lines, then refuses parameters gone
- * non-finite; what its evaluation and record need in *et. */
+/* Trains epoch r->st.epoch, its micro-batches in this rank's order with progress lines, then refuses parameters,
+ * AdamW moments or EMA weights gone non-finite; what its evaluation and record need in *et. */
 static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const vt_train_opts *o = r->o;
     vt_dist *dp = r->dp;
     const vt_params *P = r->P;
     const int spe = r->spe;
     int rc;
-    if ((rc = vt_dist_agree(dp, epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, r->spe * r->B, e), e))) return rc;
+    rc = epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, r->spe * r->B, e);
+    if ((rc = vt_dist_agree(dp, rc, e))) return rc;
     double lsum = 0.0, tbatch = now_s(), tep = tbatch;
     int64_t correct = 0;
     int last_i = 0; /* steps of this epoch done at the last progress line */

@@ -3,8 +3,8 @@ the other reference tests, each of whose attention modules keeps its maps in `.m
 
 For every block type in the ViT host on Fashion-MNIST-sized inputs (vit_fmnist_tiny; GMA: vit_fmnist_tiny_gap),
 random weights, three image files (PNG, one RGB of another size: vitc preprocesses them, the reference runs on the
-preprocessed `input` that --save-maps writes back), the maps vitc saves equal the reference's, max|a-b| / max(1,
-max|b|) <= 1e-5 (reference in float64):
+preprocessed `input` that --save-maps writes back), the maps vitc saves equal the reference's, max|a-b| /
+max|b| <= 1e-5 (reference in float64):
   mhsa      vit_ref.Attention: softmax(q·kᵀ·s)
   hmhsa     test_hmhsa_cffn.HAttention: softmax([A_r, CHH(IHH(A_r))]) (computed heads, then hallucinated)
   refiner   test_refiner.TransformAttn: the softmax map and the refined one adapt_bn(DLA(·)); and Refined-ViT-S
