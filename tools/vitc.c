@@ -113,6 +113,10 @@ int main(int argc, char **argv) {
      * after removing their temporary file, instead of the signal killing vitc in the middle of a checkpoint. */
     signal(SIGXFSZ, SIG_IGN);
     if (argc >= 3 && strcmp(argv[1], "help") == 0) { /* vitc help COMMAND */
+        if (argc > 3) {
+            fprintf(stderr, "vitc help: unexpected argument '%s' (vitc help COMMAND)\n", argv[3]);
+            return 2;
+        }
         for (int i = 0; i < ncommands; i++)
             if (strcmp(argv[2], commands[i].name) == 0) {
                 command_help(&commands[i]);

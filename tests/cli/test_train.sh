@@ -507,6 +507,9 @@ check "bench --data --dtype int8 refused (contradictory: 2) naming --data, not a
 $V help train >"$T/ht.log" 2>&1
 check "vitc help train prints train's help" "[ $? -eq 0 ] && head -1 '$T/ht.log' | grep -q '^usage: vitc train '" \
     "$(head -2 "$T/ht.log")"
+$V help train extra >"$T/ht2.log" 2>&1
+check "vitc help with a stray argument refused (2)" "[ $? -eq 2 ] && grep -q \"unexpected argument 'extra'\" '$T/ht2.log'" \
+    "$(cat "$T/ht2.log")"
 long=$(printf '1,%.0s' $(seq 300))1
 $V attention vit_fmnist_tiny "$T/img.png" -o "$T/att.png" --blocks "$(seq -s, 1 300)" >"$T/lb.log" 2>&1
 check "an over-long --blocks list: the message quotes 60 characters and keeps the reason" \
