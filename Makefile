@@ -68,8 +68,8 @@ CLANG_CHECK := $(if $(filter x86_64,$(shell uname -m)),clang-check)
 # Debian packages needed to build, to run the tests, and to train (installed only when missing).
 DEB_BUILD := build-essential pkg-config libopenblas-openmp-dev libdnnl-dev libcjson-dev libstb-dev zlib1g-dev \
              libpng-dev libjpeg62-turbo-dev libopenmpi-dev
-DEB_TEST  := $(DEB_BUILD) openmpi-bin clang libclang-rt-14-dev python3-torch python3-numpy python3-pil \
-             python3-torchvision dataset-fashion-mnist gnuplot-nox doxygen
+DEB_TEST  := $(DEB_BUILD) openmpi-bin clang libclang-rt-14-dev libomp-14-dev python3-torch python3-numpy python3-pil \
+             python3-torchvision dataset-fashion-mnist gnuplot-nox doxygen procps
 DEB_DEMO  := $(DEB_BUILD) openmpi-bin dataset-fashion-mnist gnuplot-nox
 DEB_DOCS  := doxygen
 
@@ -211,12 +211,15 @@ build-asan/alloc_faults: build-asan/tests/faults/alloc.o build-asan/tests/faults
 build-asan/io_faults: build-asan/tests/faults/io.o build-asan/tests/faults/faults.o $(SRC:%.c=build-asan/%.o)
 	$(CC) $(ASAN_FLAGS) -Wl,--wrap=mkstemp,--wrap=fflush,--wrap=fsync,--wrap=fclose,--wrap=rename -o $@ $^ $(LDLIBS)
 
-# Installs Debian packages from the list given in PKGLIST when any is missing.
+# Installs Debian packages from the list given in PKGLIST when any is not installed (a package removed with its
+# configuration kept counts as missing); as root, or through sudo with the non-interactive front end kept.
 define apt_install
-	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(1); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; fi
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 endef
 
 deps:

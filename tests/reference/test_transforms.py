@@ -17,6 +17,7 @@ The composed transform is replayed: the driver logs its draws (crop box, flip, o
 the same steps are run here with torchvision's resized_crop/hflip, the PIL ops, ToTensor, Normalize and the
 erased values."""
 import gzip
+import os
 import subprocess
 
 import numpy as np
@@ -64,7 +65,8 @@ def ref_op(img, op, m, neg, interp):
 
 
 def fmnist(n):
-    with gzip.open("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz") as f:
+    d = os.environ.get("VITC_FMNIST_DIR") or "/usr/share/datasets/fashion-mnist"  # as vitc's fmnist.c
+    with gzip.open(os.path.join(d, "t10k-images-idx3-ubyte.gz")) as f:
         raw = f.read()
     return [np.frombuffer(raw, np.uint8, 784, 16 + 784 * i).reshape(28, 28) for i in range(n)]
 
