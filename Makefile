@@ -9,7 +9,9 @@ CC        ?= cc
 # vectorises, and says so (an optimiser remark, not a defect); gcc is the compiler vitc's speed is measured with.
 CC_CLANG  := $(shell $(CC) --version 2>/dev/null | grep -q clang && echo 1)
 WARN      := -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L $(if $(CC_CLANG),-Wno-pass-failed)
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# Each package's flags alone: one missing (e.g. ompi-c on a machine that builds only the library, `make shared`) must
+# not drop the others' include paths (pkg-config prints nothing when any package of a list is missing).
+PKG_CFLAGS = $(foreach p,$(PKGS),$(shell pkg-config --cflags $(p) 2>/dev/null))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # -O3 but never -Ofast: finite differences and NaN checks need IEEE semantics. -fno-math-errno keeps them (sqrtf
 # still returns NaN for x < 0; only errno is not set) and lets loops with sqrtf vectorise (AdamW's ran scalar).
@@ -146,6 +148,8 @@ install: vitc $(SHLIB) build/dist/libvitc.a
 	ln -sf libvitc.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libvitc.so
 	install -m 644 $(PUBLIC_H) $(DESTDIR)$(INCLUDEDIR)/vitc/
 	printf '%s\n' $(PC_LINES) > $(DESTDIR)$(PKGCONFIGDIR)/vitc.pc
+	@# the dynamic linker's cache, for programs linked with libvitc.so (a system prefix, as root, not staged)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 uninstall:
 	$(INSTALL_PATHS_OK)rm -f $(DESTDIR)$(BINDIR)/vitc $(DESTDIR)$(LIBDIR)/libvitc.a $(DESTDIR)$(LIBDIR)/libvitc.so \
