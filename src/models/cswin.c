@@ -172,7 +172,8 @@ static int check(const vt_model_cfg *c, vt_err *e) {
 /* 384 px: split sizes 12 in stages 3-4 and timm's cswin_384 eval cfg (crop_pct 1.0). */
 #define CSWIN_384 .arch.img_size = 384, .arch.stages[2].window = 12, .arch.stages[3].window = 12, .pre.crop_pct = 1.0f
 /* FLatten-CSwin: L (focused linear attention, one global branch) in stages 1-2, S (LePE stripes) in stages 3-4;
- * FLatten's eval transform (data/build.py: both sides to 256, centre crop 224; both sides to 384 at 384). */
+ * FLatten's eval transform (data/build.py with TEST.CROP, which no FLatten-CSwin config turns off: both sides to
+ * int(256 / 224 · S), centre crop S; 438 and 384 at 384 px, where FLatten-Swin-B's config sets CROP False). */
 #define FLATTEN_LLSS                                                                                              \
     .arch.stages[0].attn = "flatten", .arch.stages[1].attn = "flatten", .arch.stages[0].window = 0,               \
     .arch.stages[1].window = 0, .pre.crop_pct = 0.875f, .pre.squash = 1
@@ -193,8 +194,8 @@ static const vt_model_cfg models[] = {
      .alias = "FLatten_CSWin_64_24322_small_224", .description = "FLatten-CSwin-S"},
     {CSWIN_BASE, FLATTEN_LLSS, CSWIN_B96, CSWIN_DEPTHS(3, 6, 29, 2), .arch.drop_path = 0.5f,
      .name = "flatten_cswin_base", .alias = "FLatten_CSWin_96_36292_base_224", .description = "FLatten-CSwin-B"},
-    {CSWIN_BASE, FLATTEN_LLSS, CSWIN_B96, CSWIN_DEPTHS(3, 6, 29, 2), CSWIN_384, .arch.drop_path = 0.7f,
-     .name = "flatten_cswin_base_384", .alias = "FLatten_CSWin_96_36292_base_384",
+    {CSWIN_BASE, FLATTEN_LLSS, CSWIN_B96, CSWIN_DEPTHS(3, 6, 29, 2), CSWIN_384, .pre.crop_pct = 0.875f,
+     .arch.drop_path = 0.7f, .name = "flatten_cswin_base_384", .alias = "FLatten_CSWin_96_36292_base_384",
      .description = "FLatten-CSwin-B at 384 px (stripes 12 in stage 3)"},
 };
 

@@ -91,13 +91,19 @@ static int no_decay(const vt_tensor *t) {
 }
 
 
+/* The eval transform of the MSF README's torchvision train.py (ClassificationPresetEval): resize 256, centre crop 224,
+ * its --interpolation default bilinear (the MSF recipe's too), ImageNet mean and std. */
+#define SVIT_PRE                                                                                                  \
+    {.mean = VT_IMAGENET_MEAN, .std = VT_IMAGENET_STD, .crop_pct = 0.875f, .interpolation = "bilinear",             \
+     .dataset = "imagenet-1k"}
+
 /* SimpleViT (paper Table 5 sizes; patch 16, 224 px, dim_head 64, MLP 4x, LN eps 1e-5, GAP). */
 #define SVIT(nm, al, d, depth_, h, at, desc)                                                                       \
     {.family = &vt_family_simplevit, .name = nm, .alias = al, .description = desc,                               \
      .arch = {.img_size = 224, .in_chans = 3, .num_classes = 1000, .patch = 16, .nstages = 1,                     \
               .stages = {{.dim = d, .depth = depth_, .heads = h, .mlp_ratio = 4.0f, .attn = at}}, .ffn = "mlp",   \
               .ln_eps = 1e-5f, .opts = {.dim_head = 64}},                                                         \
-     .pre = VT_PRE_IMAGENET}
+     .pre = SVIT_PRE}
 
 #define SVIT4(sz, SZ, d, depth_, h, al_orig, al_msf, al_msfg2, al_origg2)                                           \
     SVIT("simplevit_" sz "_orig", al_orig, d, depth_, h, "orig", "SimpleViT-" SZ ", baseline attention"),        \

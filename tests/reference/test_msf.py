@@ -302,6 +302,12 @@ def test_counts(rep):
                 ok &= abs(fl - want[2]) <= 0.0101
                 det += f"; 2·GMACs {fl:.3f} vs spec {want[2]}"
             rep.check(f"(count) {name}", ok, det)
+            # the eval transform of the MSF README's torchvision train.py: resize 256 (shorter side), crop 224,
+            # its --interpolation default bilinear, ImageNet mean and std
+            pre = j.get("pretrained", {})
+            got = (pre.get("crop_pct"), pre.get("interpolation"), pre.get("resize"))
+            rep.check(f"(cfg) {name} eval transform", got == (0.875, "bilinear", "shorter side"),
+                      f"{got}, want (0.875, 'bilinear', 'shorter side')")
     for al, name in ALIASES.items():
         j = info(rep, al)
         rep.check(f"(count) alias {al}", j is not None and j.get("name") == name, f"-> {j and j.get('name')}")
