@@ -36,7 +36,7 @@ static void check_crops(vt_test *T) {
     float out[9 * 9];
     vt_err e = {0};
     /* crop_pct 1 and S = shorter side: no resize. A 7 (w) × 9 (h) image cropped to 7: offsets y round(2/2) = 1 */
-    vt_preprocess p = {7, 1, 1.0f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0};
+    vt_preprocess p = {7, 1, 1.0f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 9, &p, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 9, out, 7, 1, 0, 0.25f, 0.5f) < 1e-6, "7×9 -> 7 crop");
     /* 9 × 7 (wide) image: the longer side is 9, offset x round(2 / 2) = 1 */
@@ -46,24 +46,24 @@ static void check_crops(vt_test *T) {
     T_CHECK(T, crop_err(wide, 9, 7, out, 7, 0, 1, 0.25f, 0.5f) < 1e-6, "9×7 -> 7 crop");
     /* round half to even: a 4-pixel side... use an image whose shorter side equals S so no resize: w = 4, h = 7,
      * S = 4 -> y offset round(3 / 2) = round(1.5) = 2; h = 9 -> round(2.5) = 2 */
-    vt_preprocess p4 = {4, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0};
+    vt_preprocess p4 = {4, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 4, 7, &p4, out, &e) == 0 && crop_err(pix, 4, 7, out, 4, 2, 0, 0, 1) < 1e-6,
             "round(1.5) must be 2");
     T_CHECK(T, vt_image_preprocess(pix, 4, 9, &p4, out, &e) == 0 && crop_err(pix, 4, 9, out, 4, 2, 0, 0, 1) < 1e-6,
             "round(2.5) must be 2");
     /* crop_pct > 1 without resize: S = 9 from a 7×7 image (floor(9 / 1.2857) = 7): one black pixel each side */
-    vt_preprocess pad = {9, 1, 9.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0};
+    vt_preprocess pad = {9, 1, 9.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 7, &pad, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 7, out, 9, -1, -1, 0.5f, 0.25f) < 1e-6, "padded crop");
     /* an odd padding: S = 10 from 7×7 (floor(10 / 1.4286) = 7): torchvision's CenterCrop pads (10 - 7) // 2 = 1
      * before and 2 after */
     float out10[10 * 10];
-    vt_preprocess pad3 = {10, 1, 10.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0};
+    vt_preprocess pad3 = {10, 1, 10.0f / 7.0f - 1e-6f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 7, &pad3, out10, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 7, out10, 10, -1, -1, 0.5f, 0.25f) < 1e-6, "padded crop, 1 before and 2 after");
     /* timm's scale_size = floor(S / crop_pct): Swin's crop_pct 0.9 at S = 7 gives floor(7.78) = 7, the image's shorter
      * side, so no resize (rounding would resize to 8); a 7×9 image then crops rows from round(2 / 2) = 1 */
-    vt_preprocess p09 = {7, 1, 0.9f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0};
+    vt_preprocess p09 = {7, 1, 0.9f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 9, &p09, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 9, out, 7, 1, 0, 0.25f, 0.5f) < 1e-6, "crop_pct 0.9: resize to floor(7 / 0.9) = 7");
 }
@@ -81,7 +81,7 @@ static void check_thin(vt_test *T) {
         return;
     }
     memset(pix, 200, (size_t)W * H);
-    const vt_preprocess p = {S, 1, 1.0f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0};
+    const vt_preprocess p = {S, 1, 1.0f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, W, H, &p, out, &e) == 0, "5000×2 to 8: %s", e.msg);
     double err = 0.0; /* a constant image stays constant (the fixed-point weights may round by one level) */
     for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
@@ -98,7 +98,7 @@ static void check_thin(vt_test *T) {
     for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
     T_CHECK(T, err <= 1.5 / 255.0 / 0.25, "crop+flip of a 5000×2 constant image: err %g", err);
     memset(line, 7, 16384); /* 16384×1 to 224: a 3,670,016×224 copy, over the pixel cap */
-    const vt_preprocess big = {224, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0};
+    const vt_preprocess big = {224, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0, 0};
     vt_clearerr(&e);
     T_CHECK(T, vt_image_preprocess(line, 16384, 1, &big, NULL, &e) != 0 && strstr(e.msg, "at most"),
             "16384×1 to 224: %s", e.msg);
@@ -141,7 +141,7 @@ static void check_channels_and_errors(vt_test *T) {
     unsigned char rgb[2 * 2 * 3] = {0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
     float out[3 * 2 * 2];
     vt_err e = {0};
-    vt_preprocess p = {2, 3, 1.0f, {0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 2.0f}, 0, 0};
+    vt_preprocess p = {2, 3, 1.0f, {0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 2.0f}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(rgb, 2, 2, &p, out, &e) == 0, "%s", e.msg);
     double err = 0;
     for (int c = 0; c < 3; c++)
@@ -174,7 +174,7 @@ static void check_decode(vt_test *T) {
     /* a 5×4 RGB file read as grayscale for a 1-channel model and as RGB, S = 4 with crop_pct 1: no resize */
     float out[3 * 4 * 4];
     vt_err e = {0};
-    vt_preprocess p = {4, 3, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0};
+    vt_preprocess p = {4, 3, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_load(path, &p, out, &e) == 0, "%s", e.msg);
     double err = 0; /* x offset round(1 / 2) = round(0.5) = 0 */
     for (int c = 0; c < 3; c++)

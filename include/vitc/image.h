@@ -1,5 +1,5 @@
 /* Image files to model inputs: decoding (stb_image) and timm's eval preprocessing (resize the shorter side to
- * floor(S / crop_pct) with a bicubic filter, centre-crop S×S with zero padding when the crop is larger, scale to
+ * floor(S / crop_pct) with a bicubic filter (bilinear where the model's cfg says so), centre-crop S×S with zero padding when the crop is larger, scale to
  * [0, 1], normalise per channel; an H×W output as timm's tuple img_size: both sides resized, then the centre crop). */
 #ifndef VITC_IMAGE_H
 #define VITC_IMAGE_H
@@ -15,6 +15,7 @@ typedef struct vt_preprocess {
     int squash;         /* 1: both sides are resized to floor(S / crop_pct) (the aspect ratio is not kept) */
     int width;          /* output width W; 0: S. W != S: the image is resized to floor(S / crop_pct) rows and
                          * floor(W / crop_pct) columns, aspect not kept (timm's eval transform of a tuple size) */
+    int interp;         /* the resize filter: VT_INTERP_BILINEAR (2), else bicubic (0 or VT_INTERP_BICUBIC) */
 } vt_preprocess;
 
 /* The output width of p: p->width, or p->size where it is 0. */

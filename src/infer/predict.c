@@ -55,9 +55,10 @@ static void topk_of(const float *logits, int K, int k, vt_topk *out) {
 
 vt_preprocess vt_model_preprocess(const vt_model_cfg *c) {
     const vt_pretrained_cfg *p = &c->pre;
+    const int bilinear = p->interpolation && strcmp(p->interpolation, "bilinear") == 0;
     return (vt_preprocess){c->arch.img_size, c->arch.in_chans, p->crop_pct > 0.0f ? p->crop_pct : 0.875f,
                            {p->mean[0], p->mean[1], p->mean[2]}, {p->std[0], p->std[1], p->std[2]}, p->squash,
-                           vt_arch_width(&c->arch)};
+                           vt_arch_width(&c->arch), bilinear ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC};
 }
 
 int vt_model_at_size(const vt_model_cfg *c, int h, int w, vt_model_cfg *out, vt_err *e) {

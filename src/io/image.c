@@ -170,7 +170,8 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
                          h, sw, sh, VT_IMAGE_MAX_PIXELS);
     unsigned char *res = vt_alloc((size_t)sw * sh * C, e);
     const vt_image src = {w, h, C, (unsigned char *)pix};
-    if (!res || vt_image_resize(&src, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, res, e)) {
+    const vt_interp f = p->interp == VT_INTERP_BILINEAR ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC;
+    if (!res || vt_image_resize(&src, 0, 0, w, h, sw, sh, f, res, e)) {
         vt_free(res);
         return -1;
     }

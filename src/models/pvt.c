@@ -275,9 +275,10 @@ static int no_decay(const vt_tensor *t) {
 /* Depths [3, 4, 6, 3] (the "small" / "b2" sizes). */
 #define PVT_DEPTHS_3463                                                                                           \
     .arch.stages[0].depth = 3, .arch.stages[1].depth = 4, .arch.stages[2].depth = 6, .arch.stages[3].depth = 3
-/* PVTv2 host: overlapping patch embeds (k 7 s 4, then k 3 s 2), DWConv in the MLP, norm{i}, mean pool; timm's pvt_v2
- * pretrained cfg (crop 0.9). */
-#define PVT_V2 .arch.version = 2, .arch.patch = 7, .arch.class_token = 0, .pre.crop_pct = 0.9f
+/* PVTv2 host: overlapping patch embeds (k 7 s 4, then k 3 s 2), DWConv in the MLP, norm{i}, mean pool; the eval
+ * transform of the official repo's datasets.py, which PVTv2 was trained and evaluated with (DeiT's: crop 0.875; timm's
+ * pvt_v2 cfg says 0.9). */
+#define PVT_V2 .arch.version = 2, .arch.patch = 7, .arch.class_token = 0
 /* FLatten (spec-flatten §3-4): every stage global focused linear attention (sr 1), no class token (mean pool). */
 #define PVT_FLATTEN                                                                                               \
     .arch.class_token = 0, .arch.stages[0].sr_ratio = 1, .arch.stages[1].sr_ratio = 1,                            \

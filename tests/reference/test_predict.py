@@ -60,7 +60,7 @@ def ppm_bytes(pix):
     return f"P6\n{w} {h}\n255\n".encode() + np.ascontiguousarray(pix, dtype=np.uint8).tobytes()
 
 
-def reference(pix, size, crop_pct, mean, std, squash=False):
+def reference(pix, size, crop_pct, mean, std, squash=False, resample=Image.BICUBIC):
     """timm eval transform of a uint8 (H, W, C) array -> (C, size, size) float64; squash: the Swin code base's
     Resize((s, s)) (FLatten's), both sides to s. size (H, W) with H != W: timm 0.4.12's tuple size,
     Resize((int(H / crop_pct), int(W / crop_pct))) then CenterCrop((H, W)), the aspect not kept."""
@@ -77,7 +77,7 @@ def reference(pix, size, crop_pct, mean, std, squash=False):
         nh, nw = scale, int(scale * w / h)
     if (nh, nw) != (h, w):
         img = Image.fromarray(pix[:, :, 0] if c == 1 else pix)
-        pix = np.asarray(img.resize((nw, nh), Image.BICUBIC)).reshape(nh, nw, c)
+        pix = np.asarray(img.resize((nw, nh), resample)).reshape(nh, nw, c)
     t = torch.from_numpy(pix.astype(np.float64)).permute(2, 0, 1) / 255.0
     if sh > nh or sw > nw:   # torchvision pads (left/top = diff // 2) before cropping
         pl, pt = max(sw - nw, 0) // 2, max(sh - nh, 0) // 2
@@ -166,6 +166,17 @@ def main():
             # EPYC Zen 3, 2026-11-30), where a wrong image order or preprocessing would differ at order 1
             e = scale_err(res["logits"], st.load(tmp / "y.safetensors")["logits"])
             rep.check(f"logits = forward {deit}@{size}", e <= 1e-5, f"{e:.2e}")
+
+    # SimpleViT's eval transform is the MSF script's (torchvision's ClassificationPresetEval): bilinear, not bicubic
+    sv = "simplevit_ti_msf_g2"
+    w = tmp / "sv64.safetensors"
+    if vitc_ok(rep, f"init {sv}@64", "init", sv, "-o", w, "--img-size", 64) is not None:
+        pix = rng.integers(0, 256, (90, 70, 3))
+        (tmp / "sv.png").write_bytes(png_bytes(pix))
+        res, _ = predict(rep, f"predict {sv}@64", sv, w, [tmp / "sv.png"], tmp / "sv.safetensors", "--img-size", 64)
+        if res is not None:
+            ref = reference(pix.astype(np.uint8), 64, 0.875, *IMAGENET, resample=Image.BILINEAR)
+            check_input(rep, f"preprocess sv.png@64 ({sv}: bilinear)", res["input"][0], ref, std=IMAGENET[1])
 
     # JPEG as PIL decodes it (PIL's own decoder is the reference): an RGB and a grayscale JPEG, a CMYK JPEG (Adobe's
     # inverted values, PIL's "CMYK;I" and its cmyk2rgb: vitc had refused it), and one with bytes between two markers

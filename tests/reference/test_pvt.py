@@ -3,7 +3,7 @@ the independent PyTorch models of pvt_ref.py (written from the official code and
 
 Checks (reference in float64 from the same float32 weights and inputs; harness.py's tolerances):
   counts    `vitc info --json` of the 9 named models at 224: exact parameters, GMACs within 1% of pvt_ref.GMACS,
-            drop-path rate and eval transform (FLatten's both-sides resize, timm's PVTv2 crop_pct);
+            drop-path rate and eval transform (FLatten's both-sides resize, the official datasets.py's crop_pct);
             the hMHSA + cFFN training form (--train-form): parameters and BatchNorm buffer elements
   reduced   every named model at widths 16/24/32/48, depths 1/2/1/2, 64 px, 7 classes (pvt_ref's REDUCED): names
             and shapes of `vitc init`, eval logits (<= 1e-4), `vitc grad` loss and every gradient (<= 1e-3;
@@ -104,11 +104,11 @@ def test_counts(rep):
         del m
         rep.check(f"linear+conv weights {name}", j is not None and j.get("params_linear_conv_weights") == lc,
                   f"{(j or {}).get('params_linear_conv_weights')} vs the reference's {lc}")
-        # drop-path: pvt_ref.MODELS; eval transform: timm's pvt_v2 cfg (crop_pct 0.9, the hMHSA + cFFN variant its
-        # host's), FLatten's data/build.py (both sides to 256, crop 224); PVT v1, which timm lacks: the official
-        # repo's datasets.py (DeiT's: shorter side to int(256 / 224 · S), bicubic, centre crop S)
-        flat, v2 = name.startswith("flatten"), pvt_ref.MODELS[name]["family"] == "v2"
-        harness.pretrained_cfg(rep, name, j, 0.875 if flat else 0.9 if v2 else 0.875,
+        # drop-path: pvt_ref.MODELS; eval transform: FLatten's data/build.py (both sides to 256, crop 224); PVT v1
+        # and v2 (the hMHSA + cFFN variant its host's): the official repo's datasets.py (DeiT's: shorter side to
+        # int(256 / 224 · S), bicubic, centre crop S; timm's pvt_v2 cfg says crop 0.9)
+        flat = name.startswith("flatten")
+        harness.pretrained_cfg(rep, name, j, 0.875,
                                pvt_ref.MODELS[name]["drop_path_rate"], resize="both sides" if flat else "shorter side")
     for name, want in pvt_ref.PARAMS_TRAIN.items():
         harness.counts(rep, name, want, args=["--train-form"], buffers=pvt_ref.BUFFERS_TRAIN[name])
