@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)sum;
     if ((size_t)img.w * img.h <= 4096 * 4096) { /* timm-style eval transform to 32×32, or 32×W (W 8..71, a tuple size) */
         const int W = size > 1 && (data[1] & 2) ? 8 + data[1] % 64 : 32;
-        const vt_preprocess p = {32, chans, 0.875f, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, 0, W};
+        const vt_preprocess p = {32, chans, 0.875f, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}, 0, W,
+                                 size > 1 && (data[1] & 4) ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC};
         float *out = malloc(sizeof(float) * 32 * (size_t)W * (size_t)chans);
         if (out && vt_image_preprocess(img.pix, img.w, img.h, &p, out, &e) != 0 && !e.msg[0]) abort();
         free(out);
