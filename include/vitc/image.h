@@ -1,6 +1,7 @@
 /* Image files to model inputs: decoding (stb_image) and timm's eval preprocessing (resize the shorter side to
- * floor(S / crop_pct) with a bicubic filter (bilinear where the model's cfg says so), centre-crop S×S with zero padding when the crop is larger, scale to
- * [0, 1], normalise per channel; an H×W output as timm's tuple img_size: both sides resized, then the centre crop). */
+ * floor(S / crop_pct) with a bicubic filter (bilinear where the model's cfg says so), centre-crop S×S with zero
+ * padding when the crop is larger, scale to [0, 1], normalise per channel; an H×W output as timm's tuple img_size:
+ * both sides resized, then the centre crop). */
 #ifndef VITC_IMAGE_H
 #define VITC_IMAGE_H
 

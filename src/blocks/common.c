@@ -25,13 +25,17 @@ __attribute__((noinline)) static int linear_params_in(vt_graph *g, const char *p
     return *w ? 0 : -1;
 }
 
+/* 1 when x has a feature axis (its last) for op of block prefix to read; else 0, the error set (a scalar input). */
+static int feature_axis(vt_graph *g, const char *op, const char *prefix, const vt_tensor *x) {
+    if (x->ndim >= 1) return 1;
+    vt_fail(g, op, "%s: a scalar input has no feature axis", prefix);
+    return 0;
+}
+
 /* linear_params_in for the layer reading x. */
 static int linear_params(vt_graph *g, const char *prefix, const vt_tensor *x, int out, int bias, vt_init winit,
                          int conv, vt_tensor **w, vt_tensor **b) {
-    if (x->ndim < 1) {
-        vt_fail(g, "linear", "%s: a scalar input has no feature axis", prefix);
-        return -1;
-    }
+    if (!feature_axis(g, "linear", prefix, x)) return -1;
     return linear_params_in(g, prefix, x->shape[x->ndim - 1], out, bias, winit, conv, w, b);
 }
 
@@ -68,8 +72,7 @@ static int ln_params(vt_graph *g, const char *prefix, int c, vt_tensor **w, vt_t
 
 vt_tensor *vt_layernorm_p(vt_graph *g, const char *prefix, vt_tensor *x, float eps) {
     vt_tensor *w, *b;
-    if (vt_bad(g, 1, x)) return NULL;
-    if (x->ndim < 1) return vt_fail(g, "layernorm", "%s: a scalar input has no feature axis", prefix);
+    if (vt_bad(g, 1, x) || !feature_axis(g, "layernorm", prefix, x)) return NULL;
     if (ln_params(g, prefix, x->shape[x->ndim - 1], &w, &b)) return NULL;
     return vt_layernorm(g, x, w, b, eps);
 }
@@ -82,11 +85,19 @@ vt_tensor *vt_layernorm_cf_p(vt_graph *g, const char *prefix, vt_tensor *x, floa
     return vt_layernorm_cf(g, x, w, b, eps, act);
 }
 
+/* A conv's fan-in (in / groups · k²), PyTorch's init bound's; 0 (op's error set) for a group count that does not
+ * divide in, or a kernel under 1. */
+static int conv_fan_in(vt_graph *g, const char *op, const char *prefix, int in, int k, int groups) {
+    if (groups >= 1 && in % groups == 0 && k >= 1) return in / groups * k * k;
+    vt_fail(g, op, "%s: %d input channels, groups %d, kernel %d", prefix, in, groups, k);
+    return 0;
+}
+
 vt_tensor *vt_conv_bias(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
     char nm[VT_NAMELEN];
-    if (groups < 1 || in % groups || k < 1)
-        return vt_fail(g, "conv_bias", "%s: %d input channels, groups %d, kernel %d", prefix, in, groups, k);
-    const float bound = 1.0f / sqrtf((float)(in / groups * k * k));
+    const int fan = conv_fan_in(g, "conv_bias", prefix, in, k, groups);
+    if (!fan) return NULL;
+    const float bound = 1.0f / sqrtf((float)fan);
     return vt_param(g, vt_pname(nm, prefix, "bias"), 1, &out, (vt_init){VT_INIT_UNIFORM, bound});
 }
 
@@ -185,10 +196,10 @@ vt_tensor *vt_conv2d_tokens_p(vt_graph *g, const char *prefix, vt_tensor *x, int
 
 vt_tensor *vt_conv_weight(vt_graph *g, const char *prefix, int out, int in, int k, int groups) {
     char nm[VT_NAMELEN];
-    if (groups < 1 || in % groups || k < 1)
-        return vt_fail(g, "conv_weight", "%s: %d input channels, groups %d, kernel %d", prefix, in, groups, k);
-    const int cin = in / groups, ws[4] = {out, cin, k, k};
-    const float bound = 1.0f / sqrtf((float)(cin * k * k));
+    const int fan = conv_fan_in(g, "conv_weight", prefix, in, k, groups);
+    if (!fan) return NULL;
+    const int ws[4] = {out, in / groups, k, k};
+    const float bound = 1.0f / sqrtf((float)fan);
     vt_tensor *w = vt_param(g, vt_pname(nm, prefix, "weight"), 4, ws, (vt_init){VT_INIT_UNIFORM, bound});
     if (w) w->paper_count = 1;
     return w;
@@ -364,12 +375,7 @@ static vt_tensor *gelu_linear_p(vt_graph *g, const char *name, vt_tensor *h, int
 }
 
 int vt_block_ffn_input(vt_graph *g, const char *prefix, const vt_tensor *x) {
-    if (vt_bad(g, 1, x)) return 0;
-    if (x->ndim < 1) {
-        vt_fail(g, "mlp", "%s: a scalar input has no feature axis", prefix);
-        return 0;
-    }
-    return 1;
+    return !vt_bad(g, 1, x) && feature_axis(g, "mlp", prefix, x);
 }
 
 vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *x, const vt_ffn_ctx *f,
