@@ -144,6 +144,9 @@ void vt_params_changed(vt_params *P);
 /* Creates an empty store. */
 vt_params *vt_params_new(vt_err *e);
 
+/* The first tensor of P whose values hold a NaN or Inf (its element's index in *at), or NULL when all are finite. */
+const vt_tensor *vt_params_first_nonfinite(const vt_params *P, int64_t *at);
+
 /* Copies what src records about its model (form, reparam, heads, windows, model, options) into dst, not its tensors. */
 void vt_params_copy_records(vt_params *dst, const vt_params *src);
 

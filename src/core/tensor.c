@@ -53,6 +53,17 @@ int64_t vt_root_offset(const vt_tensor *t) {
 
 vt_params *vt_params_new(vt_err *e) { return vt_alloc(sizeof(vt_params), e); }
 
+const vt_tensor *vt_params_first_nonfinite(const vt_params *P, int64_t *at) {
+    for (int i = 0; i < P->n; i++) {
+        const int64_t k = P->t[i]->data ? vt_first_nonfinite(P->t[i]->data, P->t[i]->numel) : -1;
+        if (k >= 0) {
+            *at = k;
+            return P->t[i];
+        }
+    }
+    return NULL;
+}
+
 void vt_params_copy_records(vt_params *dst, const vt_params *src) {
     dst->form = src->form;
     dst->reparam = src->reparam;

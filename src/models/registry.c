@@ -554,14 +554,12 @@ int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *de
     vt_model_cfg d = *c;
     d.arch.train_form = 0;
     if (vt_model_create_params(&d, dep, e) || c->family->deploy(&d, train, dep, e)) return -1;
-    for (int i = 0; i < dep->n; i++) { /* a merge past float's range (extreme BatchNorm statistics): no such file */
-        const vt_tensor *t = dep->t[i];
-        const int64_t k = t->data ? vt_first_nonfinite(t->data, t->numel) : -1;
-        if (k >= 0)
-            return vt_seterr(e, "%s: the merge makes '%s' %s at element %lld (the training-form values it folds "
-                             "overflow float32): weights of that form could not be loaded", c->name, t->name,
-                             isnan(t->data[k]) ? "NaN" : "infinite", (long long)k);
-    }
+    int64_t k = 0; /* a merge past float's range (extreme BatchNorm statistics): no such file */
+    const vt_tensor *t = vt_params_first_nonfinite(dep, &k);
+    if (t)
+        return vt_seterr(e, "%s: the merge makes '%s' %s at element %lld (the training-form values it folds "
+                         "overflow float32): weights of that form could not be loaded", c->name, t->name,
+                         isnan(t->data[k]) ? "NaN" : "infinite", (long long)k);
     return 0;
 }
 

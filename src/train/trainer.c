@@ -912,11 +912,11 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint; nor may
      * AdamW's moments, which a resume would refuse: a gradient element above about 5.8e20 makes v Inf, and the
      * parameter then no longer moves (m / Inf = 0) while staying finite */
-    for (int k = 0; rc == 0 && k < P->n; k++)
-        if (P->t[k]->data && vt_first_nonfinite(P->t[k]->data, P->t[k]->numel) >= 0)
-            rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped "
-                           "before writing that epoch. The last good checkpoint is %s", P->t[k]->name,
-                           (long long)r->st.epoch, r->good);
+    int64_t at = 0;
+    const vt_tensor *bad = vt_params_first_nonfinite(P, &at);
+    if (bad)
+        rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped before "
+                       "writing that epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch, r->good);
     for (int k = 0; rc == 0 && k < vt_adamw_nstate(&r->opt); k++) {
         char name[VT_NAMELEN + 16];
         int64_t numel = 0;
@@ -926,12 +926,9 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
                            "large for AdamW's squared average; --clip-grad bounds it); stopped before writing that "
                            "epoch. The last good checkpoint is %s", name, (long long)r->st.epoch, r->good);
     }
-    for (int k = 0; rc == 0 && r->ema.P && k < r->ema.P->n; k++) {
-        const vt_tensor *t = r->ema.P->t[k];
-        if (t->data && vt_first_nonfinite(t->data, t->numel) >= 0)
-            rc = vt_seterr(e, "the EMA's %s holds NaN or Inf after epoch %lld's training; stopped before writing "
-                           "that epoch. The last good checkpoint is %s", t->name, (long long)r->st.epoch, r->good);
-    }
+    if (rc == 0 && r->ema.P && (bad = vt_params_first_nonfinite(r->ema.P, &at)))
+        rc = vt_seterr(e, "the EMA's %s holds NaN or Inf after epoch %lld's training; stopped before writing that "
+                       "epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch, r->good);
     if ((rc = vt_dist_agree(dp, rc, e))) return rc;
     *et = (epoch_tally){lsum, correct, ep_s, pg.tty};
     return 0;
