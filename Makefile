@@ -34,8 +34,10 @@ TRAIN_SRC := src/train/trainer.c src/train/rundir.c src/train/data.c src/train/d
 PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o))
 LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
 LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
-VERSION   := 0.6.0
-SOVERSION := 0
+# The version lives in one place, include/vitc/api.h (VITC_VERSION_*); the SONAME follows its major number.
+api_version = $(shell awk '$$1 ~ /define$$/ && $$2 == "VITC_VERSION_$(1)" {print $$3}' include/vitc/api.h)
+SOVERSION := $(call api_version,MAJOR)
+VERSION   := $(SOVERSION).$(call api_version,MINOR).$(call api_version,PATCH)
 SHLIB     := build/libvitc.so.$(VERSION)
 PUBLIC_H  := include/vitc/vitc.h include/vitc/api.h
 PREFIX    ?= /usr/local

@@ -1035,7 +1035,9 @@ static void check_predict_cfg(vt_test *T) {
 }
 
 void test_api(vt_test *T) {
-    T_CHECK(T, strcmp(vitc_version(), "0.6.0") == 0, "%s", vitc_version());
+    char ver[32];
+    snprintf(ver, sizeof ver, "%d.%d.%d", VITC_VERSION_MAJOR, VITC_VERSION_MINOR, VITC_VERSION_PATCH);
+    T_CHECK(T, strcmp(vitc_version(), ver) == 0, "%s, not %s", vitc_version(), ver);
     T_CHECK(T, vitc_model_count() > 10 && vitc_model_name(0) && !vitc_model_name(-1) &&
                    !vitc_model_name(vitc_model_count()), "model names");
     char dir[] = "/tmp/vitc_api_XXXXXX";

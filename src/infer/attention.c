@@ -585,7 +585,7 @@ int vt_attention_pictures(const vt_model_cfg *c, vt_params *P, const char *const
     if ((o->png && vt_output_check(o->png, paths, n, e)) || (o->save_maps && vt_output_check(o->save_maps, paths, n, e)))
         return -1;
     if (o->png && o->save_maps && vt_same_output(o->png, o->save_maps))
-        return vt_seterr_code(e, VT_E_USAGE, "-o %s and --save-maps %s name the same file", o->png, o->save_maps);
+        return vt_seterr(e, "-o %s and --save-maps %s name the same file", o->png, o->save_maps);
     run_t r = {0};
     vt_tensor *in = NULL;
     if (!(r.g = vt_graph_new(P, 0, e))) return -1;

@@ -232,7 +232,8 @@ static int deploy(const vt_model_cfg *c, const vt_params *train, vt_params *dep,
     return 0;
 }
 
-/* nextvit_small (official nextvit_small): depths 3/4/10/3, stochastic depth 0.1; timm's ImageNet eval cfg. */
+/* nextvit_small (official nextvit_small): depths 3/4/10/3, stochastic depth 0.1; eval transform as the official
+ * datasets.py (resize to 256/224 of the size, bicubic, centre crop: crop 0.875; timm's later cfg says 0.95). */
 #define NV_BASE                                                                                                   \
     .family = &vt_family_nextvit,                                                                                 \
     .arch = {.img_size = 224, .in_chans = 3, .num_classes = 1000, .patch = 4, .nstages = 4, .ffn = "mlp",         \

@@ -54,7 +54,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     int s2[2] = {B, D};
     if (a->class_token)
         t = vt_reshape(g, vt_slice(g, t, 1, 0, 1), 2, s2);
-    else
+    else /* `norm` before the mean over the tokens (timm's avg-pool ViTs put an `fc_norm` after it instead) */
         t = vt_mean(g, t, 1);
     return vt_linear_p(g, "head", t, a->num_classes, 1, VT_INIT_W02);
 }

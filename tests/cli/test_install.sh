@@ -15,18 +15,21 @@ make --no-print-directory install PREFIX="$P" >"$T/install.log" 2>&1
 rc=$?
 check "make install PREFIX=..." "[ $rc -eq 0 ]" "rc $rc: $(tail -5 "$T/install.log")"
 L=$P/lib
-check "installed files" "[ -f '$L/libvitc.so.0.6.0' ] && [ -L '$L/libvitc.so.0' ] && [ -L '$L/libvitc.so' ] && \
-    [ \"\$(readlink '$L/libvitc.so.0')\" = libvitc.so.0.6.0 ] && [ \"\$(readlink '$L/libvitc.so')\" = libvitc.so.0 ] && \
+# the version as the header defines it (VITC_VERSION_*), the one place it lives
+VER=$(awk '$2 ~ /^VITC_VERSION_(MAJOR|MINOR|PATCH)$/ {printf "%s%s", sep, $3; sep = "."}' include/vitc/api.h)
+check "the header's version has three numbers" "echo '$VER' | grep -qx '[0-9]*\.[0-9]*\.[0-9]*'" "'$VER'"
+check "installed files" "[ -f '$L/libvitc.so.$VER' ] && [ -L '$L/libvitc.so.0' ] && [ -L '$L/libvitc.so' ] && \
+    [ \"\$(readlink '$L/libvitc.so.0')\" = libvitc.so.$VER ] && [ \"\$(readlink '$L/libvitc.so')\" = libvitc.so.0 ] && \
     [ -f '$L/libvitc.a' ] && [ -f '$P/include/vitc/vitc.h' ] && [ -f '$P/include/vitc/api.h' ] && \
     [ -f '$L/pkgconfig/vitc.pc' ] && [ -x '$P/bin/vitc' ]" "$(find "$P" | sort)"
-soname=$(readelf -d "$L/libvitc.so.0.6.0" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+soname=$(readelf -d "$L/libvitc.so.$VER" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 check "SONAME libvitc.so.0" "[ '$soname' = libvitc.so.0 ]" "soname '$soname'"
-readelf -d "$L/libvitc.so.0.6.0" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' >"$T/needed.txt"
+readelf -d "$L/libvitc.so.$VER" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' >"$T/needed.txt"
 check "the library (inference) needs no OpenMPI, which only training uses" \
     "grep -q libdnnl '$T/needed.txt' && ! grep -q libmpi '$T/needed.txt' && ! pkg-config --static --libs vitc 2>/dev/null | \
     grep -q -- -lmpi" "$(cat "$T/needed.txt")"
 
-nm -D --defined-only "$L/libvitc.so.0.6.0" | awk '{print $NF}' >"$T/dyn.txt"
+nm -D --defined-only "$L/libvitc.so.$VER" | awk '{print $NF}' >"$T/dyn.txt"
 check "shared library exports the API only (vitc_*)" \
     "[ \$(grep -c . '$T/dyn.txt') -ge 10 ] && ! grep -qv '^vitc_' '$T/dyn.txt' && grep -qx vitc_open '$T/dyn.txt'" \
     "$(grep -v '^vitc_' "$T/dyn.txt" | head -5)"
@@ -36,7 +39,7 @@ check "static archive exposes the API only (vitc_*)" \
 
 export PKG_CONFIG_PATH=$L/pkgconfig
 check "pkg-config: version, flags, static dependencies" \
-    "[ \"\$(pkg-config --modversion vitc)\" = 0.6.0 ] && pkg-config --cflags vitc | grep -q -- '-I$P/include' && \
+    "[ \"\$(pkg-config --modversion vitc)\" = $VER ] && pkg-config --cflags vitc | grep -q -- '-I$P/include' && \
     pkg-config --libs vitc | grep -q -- '-L$L -lvitc' && pkg-config --static --libs vitc | grep -q -- '-ldnnl' && \
     pkg-config --static --libs vitc | grep -q -- '-lopenblas' && pkg-config --static --libs vitc | grep -q -- '-fopenmp'" \
     "$(pkg-config --cflags --static --libs vitc 2>&1)"
@@ -69,6 +72,18 @@ else
     check "an internal function is not reachable through libvitc.so" "grep -q 'vt_model_count' '$T/int.log'" \
         "$(cat "$T/int.log")"
 fi
+
+# the headers in a C++ program (the extern "C" guards): it builds with warnings as errors, links, and reads the version
+CXX=${CXX:-c++}
+printf '#include <vitc/vitc.h>\n#include <cstdio>\nint main() {\n    vitc_options o;\n    vitc_options_init(&o);\n    std::printf("%%s %%d\\n", vitc_version(), vitc_model_count() > 10);\n    return 0;\n}\n' \
+    >"$T/cxx.cc"
+# shellcheck disable=SC2046
+$CXX -std=c++11 -Wall -Wextra -Werror -pedantic "$T/cxx.cc" -o "$T/cxx" $(pkg-config --cflags --libs vitc) \
+    >"$T/cxx.log" 2>&1
+rc=$?
+out=$(LD_LIBRARY_PATH=$L "$T/cxx" 2>&1)
+check "a C++ program includes <vitc/vitc.h>, links the shared library and calls it" \
+    "[ $rc -eq 0 ] && [ '$out' = '$VER 1' ]" "rc $rc: $(head -5 "$T/cxx.log") out '$out'"
 
 # the same images through the example (shared and static) and through vitc predict, for a 1- and a 3-channel model
 $PY - "$T" <<'EOF'
@@ -113,7 +128,7 @@ check "make uninstall removes every installed file" "[ $rc -eq 0 ] && [ -z \"\$(
 make --no-print-directory install PREFIX=/opt/vitc-test DESTDIR="$T/stage" >"$T/d.log" 2>&1
 rc=$?
 check "DESTDIR: files staged under DESTDIR, vitc.pc names the real PREFIX" \
-    "[ $rc -eq 0 ] && [ -f '$T/stage/opt/vitc-test/lib/libvitc.so.0.6.0' ] && [ ! -e /opt/vitc-test ] && \
+    "[ $rc -eq 0 ] && [ -f '$T/stage/opt/vitc-test/lib/libvitc.so.$VER' ] && [ ! -e /opt/vitc-test ] && \
     grep -qx 'prefix=/opt/vitc-test' '$T/stage/opt/vitc-test/lib/pkgconfig/vitc.pc'" "rc $rc: $(tail -3 "$T/d.log")"
 make --no-print-directory uninstall PREFIX=/opt/vitc-test DESTDIR="$T/stage" >/dev/null 2>&1
 check "DESTDIR: uninstall" "[ -z \"\$(find '$T/stage' -type f -o -type l)\" ]"
