@@ -168,7 +168,7 @@ static void score(const float *logits, const int *labels, int n, int K, double *
 
 /* vt_evaluate, with two things for the training loop: base, the index of src's first sample in the whole validation
  * set (a rank's slice starts past 0), for messages; poison 1: the testing aid --fault-nan-eval, a NaN as the first
- * logit of the first batch (what weights that overflow give, whatever the ops do with a NaN input). */
+ * logit of the first scored image (what weights that overflow give, whatever the ops do with a NaN input). */
 static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const vt_transform *tf, int batch,
                     int workers, vt_loader *loader, vt_eval_result *r, FILE *progress, int base, int poison,
                     vt_err *e) {
@@ -210,7 +210,11 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
             break;
         }
         vt_graph_forward(g);
-        if (poison && done == 0) logits->data[0] = NAN;
+        for (int b = 0; poison && b < n; b++) /* the first scored row (an unreadable image's row is not scored) */
+            if (lab[b] >= 0) {
+                logits->data[(size_t)b * c->arch.num_classes] = NAN;
+                poison = 0;
+            }
         /* a scored image whose logits are not finite would make the loss NaN and the accuracy meaningless */
         const int K = c->arch.num_classes;
         for (int b = 0; rc == 0 && b < n; b++)

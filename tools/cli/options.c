@@ -136,7 +136,8 @@ const optdef optdefs[] = {
     NUM("--fault-grad-step", O_LL, fault_grad_step, 0, 9.2e18, "testing aid: make one gradient element of optimiser "
       "step N (0-based) 1e30, too large for AdamW (on every rank)"),
     NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
-      "of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on the last rank only)"),
+      "(of the first image scored) of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on "
+      "the last rank only)"),
     O("--profile", O_FLAG, profile,
       "print the time spent per op type (per kernel) with its kind (GEMM, GEMMs fused with other work: with "
       "the share of the step in their GEMM calls, other), the split by kind and the 12 slowest nodes with their scope and shapes (with --json: the table on stderr, "
