@@ -421,8 +421,15 @@ void test_loader(vt_test *T) {
     int la[13 * BATCH], lb[13 * BATCH];
     vt_err e = {0};
 
-    /* 1 worker vs 3 workers (and prefetch 1 vs 4): identical batches; the last partial batch without drop_last */
+    /* 1 worker vs 3 workers (and prefetch 1 vs 4): identical batches; the last partial batch without drop_last, its
+     * rows past the end zeroed with label -1 (they had held an earlier batch's images) */
+    for (size_t q = 0; q < nrow * per; q++) a[q] = 7.0f;
+    for (size_t q = 0; q < nrow; q++) la[q] = 5;
     int n1 = run_epoch(&src, &tf, 1, 1, idx, NS, 0, 2, a, la, VT_BAD_REPLACE, NULL, NULL, &e);
+    int tail_ok = 1;
+    for (size_t q = NS * per; q < nrow * per; q++) tail_ok &= a[q] == 0.0f;
+    for (size_t q = NS; q < nrow; q++) tail_ok &= la[q] == -1;
+    T_CHECK(T, tail_ok, "rows past the short last batch's end are not zeroed with label -1");
     int n3 = run_epoch(&src, &tf, 3, 4, idx, NS, 0, 2, b, lb, VT_BAD_REPLACE, NULL, NULL, &e);
     T_CHECK(T, n1 == NS && n3 == NS, "rows %d %d: %s", n1, n3, e.msg);
     T_CHECK(T, memcmp(a, b, NS * per * sizeof(float)) == 0 && memcmp(la, lb, NS * sizeof(int)) == 0,

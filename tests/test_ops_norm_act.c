@@ -638,6 +638,14 @@ static void check_batchnorm_values(vt_test *T) {
                     "eval forward changed the running statistics");
         }
         vt_graph_free(ge);
+        /* an Inf in channel 0 (its variance Inf - Inf): running_var NaN there, as PyTorch's (it had been clamped to 0,
+         * hiding the divergence), the other channels finite */
+        f.x->data[0] = INFINITY;
+        vt_graph_forward(f.g);
+        int others = 1;
+        for (int c = 1; c < C; c++) others &= isfinite(ba.rv->data[c]) != 0;
+        T_CHECK(T, isnan(ba.rv->data[0]) && others, "batchnorm case %zu: an Inf input gives running_var %g, others %s",
+                t, (double)ba.rv->data[0], others ? "finite" : "not finite");
         fwd1_free(&f);
     }
 }

@@ -4,23 +4,25 @@
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
 the file itself), strips a DataParallel 'module.' prefix, drops the tensors named by or under a --drop prefix (e.g.
---drop head_dist: an extra head the vitc model does not have; a prefix that matches nothing is refused), and writes
-floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64. vitc's loader then names any
+--drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is refused), and writes
+floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form the form record
+(Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's loader then names any
 missing, extra or wrong-shape tensor.
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
 the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
 one cut down to data: read_zip), not by torch.load, whose weights-only mode PyTorch 1.13 does not make safe and
 which refuses floats there (every training checkpoint's optimiser settings). A training script's argparse.Namespace
-(DeiT's and timm's checkpoints hold one) is read as an inert record. A checkpoint that pickles other Python objects,
-or is in the legacy pre-1.6 format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full
-unpickler, which runs whatever code the file names: for trusted files only.
+(DeiT's and timm's checkpoints hold one) is read as an inert record, a yacs CfgNode (the config Swin's, FLatten's and
+GroupMixFormer's hold) as a plain dict. A checkpoint that pickles other Python objects, or is in the legacy pre-1.6
+format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full unpickler, which runs
+whatever code the file names: for trusted files only.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename, with the replaced file's mode or a new file's) and never over a folder, a
 device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
 its first bytes when they begin no torch.save file, and past half the memory this process may use (the machine's,
 or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
-       [--trust-pickle]
+       [--form training|deployed] [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
          vitc predict deit_tiny_patch16_224 --weights deit_tiny.safetensors cat.jpg
 """
@@ -209,11 +211,21 @@ class _Record:
         self.name, self.state, self.built = name, {}, False
 
 
-class _RecordType:
-    """What GLOBAL of a RECORDS class gives: NEWOBJ with no arguments makes a _Record of it."""
+class _DictRecord(dict):
+    """What a pickled dict subclass of DICT_RECORDS becomes (the yacs CfgNode of a Swin-style checkpoint's 'config'):
+    a dict of its items; the instance attributes its BUILD gives (the class's own flags) are dropped."""
 
     def __init__(self, name):
-        self.name = name
+        super().__init__()
+        self.name, self.built = name, False
+
+
+class _RecordType:
+    """What GLOBAL of a RECORDS or DICT_RECORDS class gives: NEWOBJ with no arguments makes a _Record or a
+    _DictRecord of it."""
+
+    def __init__(self, name, as_dict=False):
+        self.name, self.as_dict = name, as_dict
 
 
 def _rebuild_from_type(func, new_type, args, state):
@@ -225,8 +237,16 @@ def _rebuild_from_type(func, new_type, args, state):
     return func(*args)
 
 
+def _set_of(items=()):
+    """set(items), as protocol 2 pickles a set (REDUCE of builtins.set with a list): of names and integers only."""
+    if type(items) is not list or not all(type(k) is str or type(k) is int for k in items):
+        raise pickle.UnpicklingError("Unsupported operation set() of other than a list of names")
+    return set(items)
+
+
 # the only callables a checkpoint read without --trust-pickle may name: this reader's own
-CALLABLES = {"torch._utils._rebuild_tensor_v2": _rebuild_tensor, "torch._utils._rebuild_parameter": _rebuild_parameter,
+CALLABLES = {"builtins.set": _set_of, "__builtin__.set": _set_of,
+             "torch._utils._rebuild_tensor_v2": _rebuild_tensor, "torch._utils._rebuild_parameter": _rebuild_parameter,
              "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
              "torch._tensor._rebuild_from_type_v2": _rebuild_from_type,
              "collections.OrderedDict": collections.OrderedDict}
@@ -234,15 +254,20 @@ TENSOR_TYPES = {"torch.Tensor", "torch.nn.parameter.Parameter"}
 # plain objects a training checkpoint holds besides its state dicts, read as inert records (NEWOBJ, then BUILD of a
 # dict of their attributes)
 RECORDS = {"argparse.Namespace"}
+# dict subclasses read as inert dicts (NEWOBJ, SETITEMS, then BUILD of their attributes): the training config that
+# Swin's, FLatten's and GroupMixFormer's checkpoints save
+DICT_RECORDS = {"yacs.config.CfgNode"}
 
 
 class _DataUnpickler(pickle._Unpickler):
-    """Python's own (pure-Python) unpickler, cut down to data: scalars, strings, lists, tuples, dicts, sets, the
+    """Python's own (pure-Python) unpickler, cut down to data: scalars, strings, lists, tuples, dicts, sets (of names
+    and integers also as protocol 2 writes them, REDUCE of set), the
     tensors of a torch.save zip archive (storages read from its data/ entries by persistent_load), OrderedDicts and
-    inert records of RECORDS (argparse.Namespace). GLOBAL names only CALLABLES, TENSOR_TYPES, RECORDS and torch's
-    storage classes; REDUCE calls only CALLABLES; NEWOBJ makes only records, without arguments; BUILD only fills a
-    record's attribute dict or drops an OrderedDict's state dict metadata; APPEND(S), SETITEM(S) and ADDITEMS work on
-    lists, dicts and sets only; INST, OBJ, NEWOBJ_EX and the extension registry are refused. Nothing the file names is
+    inert records of RECORDS (argparse.Namespace) and DICT_RECORDS (yacs CfgNode, read as a dict). GLOBAL names only
+    CALLABLES, TENSOR_TYPES, RECORDS, DICT_RECORDS and torch's storage classes; REDUCE calls only CALLABLES; NEWOBJ
+    makes only records, without arguments; BUILD only fills a record's attribute dict (a dict record's is dropped) or
+    drops an OrderedDict's state dict metadata; APPEND(S), SETITEM(S) and ADDITEMS work on lists, dicts (dict records
+    included) and sets only; INST, OBJ, NEWOBJ_EX and the extension registry are refused. Nothing the file names is
     imported or called."""
     dispatch = dict(pickle._Unpickler.dispatch)
 
@@ -260,8 +285,8 @@ class _DataUnpickler(pickle._Unpickler):
             return obj
         if f"{module}.{name}" in TENSOR_TYPES:
             return _TensorType()
-        if f"{module}.{name}" in RECORDS:
-            return _RecordType(f"{module}.{name}")
+        if f"{module}.{name}" in RECORDS or f"{module}.{name}" in DICT_RECORDS:
+            return _RecordType(f"{module}.{name}", f"{module}.{name}" in DICT_RECORDS)
         if module == "torch" and name.endswith("Storage"):  # torch's, of elements no vitc weight has
             raise _OtherTensors(f"{shown(name[:-7] or 'untyped')} tensors (e.g. complex or quantized), which vitc's "
                                 "weights are not")
@@ -305,16 +330,19 @@ class _DataUnpickler(pickle._Unpickler):
         args, cls = self.stack.pop(), self.stack.pop()
         if not isinstance(cls, _RecordType) or type(args) is not tuple or len(args):
             self._refuse(f"NEWOBJ of {type(cls).__name__}")
-        self.stack.append(_Record(cls.name))
+        self.stack.append(_DictRecord(cls.name) if cls.as_dict else _Record(cls.name))
 
     def load_build(self):
         state, inst = self.stack.pop(), self.stack[-1]
-        if type(inst) is _Record:  # a Namespace's attributes: kept as data (the dict itself, not a copy), set on nothing
+        if type(inst) in (_Record, _DictRecord):  # a Namespace's attributes: kept as data (the dict itself, not a
+            # copy), set on nothing; a CfgNode's (its flags): dropped
             self.record_items += len(state) if type(state) is dict else 0
             if inst.built or type(state) is not dict or self.record_items > 1 << 16 \
                     or not all(type(k) is str for k in state):
                 self._refuse(f"BUILD on {inst.name} (once, with a dict of names, at most 65536 in all)")
-            inst.state, inst.built = state, True
+            if type(inst) is _Record:
+                inst.state = state
+            inst.built = True
             return
         if type(inst) is not collections.OrderedDict or not isinstance(state, dict) or set(state) - {"_metadata"}:
             self._refuse(f"BUILD on {type(inst).__name__}")
@@ -348,14 +376,14 @@ class _DataUnpickler(pickle._Unpickler):
 
     def load_setitem(self):
         value, key = self.stack.pop(), self.stack.pop()
-        if type(self.stack[-1]) not in (dict, collections.OrderedDict):
+        if type(self.stack[-1]) not in (dict, collections.OrderedDict, _DictRecord):
             self._refuse(f"SETITEM on {type(self.stack[-1]).__name__}")
         self.stack[-1][self._key(key)] = value
 
     def load_setitems(self):
         items = self.pop_mark()
         d = self.stack[-1]
-        if type(d) not in (dict, collections.OrderedDict):
+        if type(d) not in (dict, collections.OrderedDict, _DictRecord):
             self._refuse(f"SETITEMS on {type(d).__name__}")
         for i in range(0, len(items), 2):
             d[self._key(items[i])] = items[i + 1]
@@ -418,6 +446,9 @@ def load(path, data, trust):
         return read_zip(path, data)
     except _OtherTensors as e:
         raise Refused(f"{path} holds {e}")
+    except ModuleNotFoundError as e:  # --trust-pickle: a class of a package not installed here
+        raise Refused(f"{path} pickles objects of the Python module {shown(e.name)}, which --trust-pickle must import "
+                      "to read it: install that package, or save the state dict alone with torch.save")
     except Refused:
         raise
     except pickle.UnpicklingError as e:
@@ -448,8 +479,9 @@ def state_dict(obj, key, path):
         hint = " (a whole pickled model: save its state_dict() instead)" if hasattr(obj, "state_dict") else ""
         raise Refused(f"{path} holds {a_type(obj)}, not a state dict (a dict of tensors){hint}")
     for k in ENTRIES:
-        if isinstance(obj.get(k), dict):
-            return obj[k], f"entry {shown(k)}"
+        if isinstance(obj.get(k), dict):  # the others that hold one (the EMA's weights) named for --key
+            also = [shown(o) for o in ENTRIES if o != k and isinstance(obj.get(o), dict)]
+            return obj[k], f"entry {shown(k)}" + (f"; also there: {', '.join(also)} (--key)" if also else "")
     return obj, "the top level"
 
 
@@ -514,10 +546,10 @@ def check_output(path, src):
         raise Refused(f"refusing to write {path}: it is the checkpoint being converted (the output would destroy it)")
 
 
-def write_safetensors(path, tensors):
-    """Writes name -> tensor (F32 or I64) to path atomically (a temporary file in its folder, then a rename); the
-    temporary file is removed on any failure."""
-    header, blobs, off = {}, [], 0
+def write_safetensors(path, tensors, metadata=None):
+    """Writes name -> tensor (F32 or I64) to path atomically (a temporary file in its folder, then a rename), with
+    metadata (str -> str) as its __metadata__ when given; the temporary file is removed on any failure."""
+    header, blobs, off = ({"__metadata__": metadata} if metadata else {}), [], 0
     for name, t in tensors.items():
         t = t.detach().cpu().contiguous()
         dtype = "I64" if not t.is_floating_point() else "F32"
@@ -569,6 +601,10 @@ def main():
     ap.add_argument("--key", help="entry of the checkpoint dict that holds the state dict (it must exist)")
     ap.add_argument("--drop", action="append", default=[],
                     help="leave out the tensors named this or under it (--drop head: head.weight, head.bias)")
+    ap.add_argument("--form", choices=("training", "deployed"),
+                    help="record the weights' form (metadata vitc_form) for a model whose two forms share their names "
+                    "(Next-ViT): deployed for a checkpoint saved after the official merge_bn(); vitc takes a file "
+                    "without the record as the training form")
     ap.add_argument("--trust-pickle", action="store_true",
                     help="read a checkpoint that pickles other Python objects too (runs code it names: trusted files "
                     "only)")
@@ -579,7 +615,7 @@ def main():
         sniff(a.checkpoint, data)
         sd, where = state_dict(load(a.checkpoint, data, a.trust_pickle), a.key, a.checkpoint)
         out = tensors_of(sd, a.drop, a.checkpoint, where)
-        write_safetensors(a.output, out)
+        write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")
     except (Exception, RecursionError, MemoryError) as e:  # whatever else a damaged or hostile file raises: one line

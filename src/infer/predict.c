@@ -115,7 +115,7 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
 
 /* 1 if the tensors of f that have other shapes than c's are all ones whose shape depends on the image size (it differs
  * between c and c at the square size `alt`): then the size may be why f does not fit; 0 when a shape that does not
- * depend on it differs too (--heads, --dims), or none differs. */
+ * depend on it differs too (--heads, --dims), f holds a tensor c lacks, or none differs. */
 static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) {
     vt_model_cfg c0 = *c;
     c0.arch.img_size = alt;
@@ -125,6 +125,8 @@ static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) 
     if (S) S->shapes_only = 1;
     if (S0) S0->shapes_only = 1;
     int sized = 0, other = !S || !S0 || vt_model_create_params(c, S, &e) || vt_model_create_params(&c0, S0, &e);
+    for (int i = 0; !other && i < f->n; i++) /* a tensor the model lacks at any size (DeiT's dist_token) */
+        other = !vt_params_find(S, f->entries[i].name);
     for (int i = 0; !other && i < S->n; i++) {
         const vt_tensor *t = S->t[i], *t0 = vt_params_find(S0, t->name);
         const vt_st_entry *fe = vt_st_find(f, t->name);
@@ -143,16 +145,49 @@ static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) 
     return sized && !other;
 }
 
-/* A load's error: le's message (the weights' own) into e, naming the file once and saying when c's weights depend on
- * an image size other than its named one and the tensors that do not fit are such (f: the file, NULL if not known);
- * -1. An empty le: e already holds the error (out of memory, the model's). */
+/* The class count f's classifier is made for when f holds c's tensors and no other, and those of other shapes than
+ * c's are all sized by c's class count in their first dimension (head.weight, head.bias, ...), with one other count K
+ * there and the rest of their shapes c's: K (--num-classes K loads it); else 0. */
+static int classes_may_be_why(const vt_model_cfg *c, const vt_st_file *f) {
+    vt_err e = {0};
+    vt_params *S = vt_params_new(&e);
+    if (!S) return 0;
+    S->shapes_only = 1;
+    int K = 0, other = vt_model_create_params(c, S, &e) != 0;
+    for (int i = 0; !other && i < f->n; i++) other = !vt_params_find(S, f->entries[i].name); /* an extra tensor */
+    for (int i = 0; !other && i < S->n; i++) {
+        const vt_tensor *t = S->t[i];
+        const vt_st_entry *fe = vt_st_find(f, t->name);
+        if (!fe || fe->ndim != t->ndim) {
+            other = 1;
+            continue;
+        }
+        int same = 1;
+        for (int d = 1; same && d < t->ndim; d++) same = fe->shape[d] == t->shape[d];
+        if (same && fe->shape[0] == t->shape[0]) continue;
+        other = !same || t->shape[0] != c->arch.num_classes || fe->shape[0] < 1 || fe->shape[0] > INT32_MAX / 2 ||
+                (K && fe->shape[0] != K);
+        K = (int)fe->shape[0];
+    }
+    vt_params_free(S);
+    return other ? 0 : K;
+}
+
+/* A load's error: le's message (the weights' own) into e, naming the file once and saying when the tensors that do not
+ * fit are the classifier's for another class count, or c's weights depend on an image size and they are such (f: the
+ * file, NULL if not known); -1. An empty le: e already holds the error (out of memory, the model's). */
 static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *path, const vt_err *le, vt_err *e) {
     if (!le->msg[0]) return -1;
     const vt_model_cfg *named = vt_model_find(c->name);
     char note[200] = "", size[24];
     const int S = c->arch.img_size, at_named = named && S == named->arch.img_size && !c->arch.img_w;
     /* the size-dependent tensors: those whose shapes differ from c's at the named size, or (c at it) at twice it */
-    if (named && !vt_model_any_size(c) && f && size_may_be_why(c, at_named ? 2 * S : named->arch.img_size, f))
+    const int K = f ? classes_may_be_why(c, f) : 0;
+    if (K)
+        snprintf(note, sizeof note, " (its classifier is made for %d classes, the model's for %d: --num-classes %d)",
+                 K, c->arch.num_classes, K);
+    else if (named && !vt_model_any_size(c) && f &&
+             size_may_be_why(c, at_named ? 2 * S : named->arch.img_size, f))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %s: --img-size)", c->name, vt_arch_size_text(&c->arch, size, sizeof size));
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */

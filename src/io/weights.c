@@ -113,7 +113,8 @@ static int check_form(const vt_params *P, const vt_st_file *f, const char *path,
                          "merge_bn folds into the next layers: merge the file with `vitc deploy`, or load it with "
                          "--train-form", path, rec ? "holds training-form weights (metadata " VT_FORM_KEY ")"
                          : "has no " VT_FORM_KEY " record, so it holds training-form weights (official checkpoints and "
-                         "converted files are the training form)");
+                         "converted files are the training form; one saved after the official merge_bn: convert it "
+                         "with convert_checkpoint.py --form deployed)");
     return vt_seterr(e, "%s holds deployed-form weights (metadata %s: BatchNorms already merged by merge_bn), but the "
                      "model is built in its training form, which would apply them twice: forward, eval, predict and "
                      "attention take it without --train-form; deploy, grad and training need a training-form file",

@@ -701,7 +701,7 @@ static void batch_stats(const float *x, int outer, int C, int inner, int nch, do
     for (int c = 0; c < C; c++) {
         const double d = s1[c] / M, var = s2[c] / M - d * d;
         s1[c] = mu[c] + d;
-        s2[c] = var > 0.0 ? var : 0.0;
+        s2[c] = var < 0.0 ? 0.0 : var; /* a NaN stays NaN (as in PyTorch): a diverged batch shows in running_var */
         mu[c] = (float)s1[c];
     }
 }

@@ -288,7 +288,11 @@ int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e) {
     }
     pthread_mutex_unlock(&L->mu);
     memcpy(x, s->x, sizeof(float) * L->per * (size_t)rows);
-    if (labels) memcpy(labels, s->labels, sizeof(int) * (size_t)rows);
+    memset(x + L->per * (size_t)rows, 0, sizeof(float) * L->per * (size_t)(L->B - rows));
+    if (labels) {
+        memcpy(labels, s->labels, sizeof(int) * (size_t)rows);
+        for (int b = rows; b < L->B; b++) labels[b] = -1;
+    }
     pthread_mutex_lock(&L->mu);
     s->done = 0;
     L->consumed++;

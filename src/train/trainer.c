@@ -187,11 +187,6 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
     int *idx = malloc(sizeof(int) * (size_t)src->n), *lab = malloc(sizeof(int) * (size_t)batch);
     int rc = vt_graph_finalize(g, e);
     if (rc == 0 && (!idx || !lab)) rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory");
-    if (rc == 0) {
-        const vt_dtype_use u = vt_graph_dtype_use(g);
-        r->linears = u.linears;
-        r->int8_linears = u.int8;
-    }
     vt_loader *L = rc || loader ? loader
                                 : vt_loader_new(src, tf, batch, workers > 0 ? workers : vt_loader_default_workers(),
                                                 PREFETCH, VT_BAD_DROP, e);
@@ -247,7 +242,10 @@ static int evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, c
         r->acc5 = scored ? (double)correct5 / scored : 0.0;
         r->n = scored;
         r->skipped = vt_loader_skipped(L);
-        r->bf16_runs = vt_graph_dtype_use(g).bf16;
+        const vt_dtype_use u = vt_graph_dtype_use(g); /* after the run: a layer dropped to fp32 is not counted */
+        r->linears = u.linears;
+        r->int8_linears = u.int8;
+        r->bf16_runs = u.bf16;
     }
     if (L != loader) vt_loader_free(L);
     free(idx);
@@ -768,15 +766,33 @@ static int run_record(train_run *r, int rc, vt_err *e) {
 
 /* Fails every rank when one failed (rc, run_record's); else gives every rank rank 0's model, optimiser, EMA and
  * position (step, epoch, Mixup/CutMix RNG). */
+/* Copies rank 0's path (a string of at most cap bytes) to every rank. */
+static int bcast_path(const vt_dist *dp, char *path, size_t cap, vt_err *e) {
+    char *b = path;
+    size_t n = strlen(path) + 1;
+    if (vt_dist_bcast_bytes(dp, &b, &n, e)) return -1;
+    if (b != path) {
+        snprintf(path, cap, "%s", b ? b : "");
+        free(b);
+    }
+    return 0;
+}
+
 static int run_sync(train_run *r, int rc, vt_err *e) {
     vt_dist *dp = r->dp;
     train_state *st = &r->st;
+    /* the checkpoints the messages name are rank 0's, which alone writes them (another rank's --out may differ); the
+     * one a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the one it
+     * resumed (another folder's, or this one's) */
+    if (r->o->resume) snprintf(r->resumed, sizeof r->resumed, "%s/checkpoint.safetensors", r->o->resume);
     r->clock0 = rc == 0 && r->lead && r->o->resume ? vt_metrics_last_seconds(r->o->run_dir) : 0.0; /* goes on */
     int64_t pos[6] = {st->step, st->epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
     memcpy(pos + 2, st->rng.s, sizeof st->rng.s);
     if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 6, e)) ||
-        (r->ema.P && (rc = vt_dist_broadcast(dp, r->ema.P, NULL, NULL, 0, e))))
+        (r->ema.P && (rc = vt_dist_broadcast(dp, r->ema.P, NULL, NULL, 0, e))) ||
+        (rc = bcast_path(dp, r->ckpt, sizeof r->ckpt, e)) || (rc = bcast_path(dp, r->resumed, sizeof r->resumed, e)))
         return rc;
+    r->good = r->resumed[0] ? r->resumed : "(none yet)";
     st->step = pos[0];
     st->epoch = pos[1];
     memcpy(st->rng.s, pos + 2, sizeof st->rng.s);
@@ -805,10 +821,6 @@ static void run_begin(train_run *r) {
     r->sched = (vt_sched){o->lr, o->warmup_lr, o->min_lr, wsteps,
                           (int64_t)o->epochs * ospe - (o->warmup_prefix ? wsteps : 0), o->warmup_prefix, ospe,
                           (vt_sched_update)o->sched_update};
-    /* the checkpoint a run stopped by a NaN resumes from: this run's once it has written an epoch, before that the
-     * one it resumed (another folder's, or this one's) */
-    snprintf(r->resumed, sizeof r->resumed, "%s/checkpoint.safetensors", o->resume ? o->resume : "");
-    r->good = o->resume ? r->resumed : "(none yet)";
     r->t0 = now_s() - r->clock0; /* metrics' seconds: since the start of the run, across resumes */
     r->epoch_imgs = (int64_t)r->spe * r->B * r->dp->size; /* over all ranks */
     r->train_s = 0.0;
@@ -1050,9 +1062,10 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     r.c = &r.tc;
     r.own = *given;
     r.o = &r.own;
-    if (check_opts(r.c, r.o, e)) return -1;
     r.one = (vt_dist){.size = 1, .local_size = 1};
     r.dp = r.o->dist ? r.o->dist : &r.one;
+    /* the ranks check alike (one command); agreed, so that one reports it and none aborts the others */
+    if (vt_dist_agree(r.dp, check_opts(r.c, r.o, e), e)) return -1;
     r.lead = r.dp->rank == 0;
     r.out = r.lead ? r.o->log : NULL;
     r.lock = -1;

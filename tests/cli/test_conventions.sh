@@ -258,6 +258,23 @@ rc=$?
 check "predict: weights of another size at the named one: the note names the size dependence and --img-size" \
     "[ $rc -eq 1 ] && grep -q 'pos_embed (file (1, 36, 64) vs model (1, 50, 64)) (vit_fmnist_tiny.s weights depend \
 on the image size: these may be made at another size than 28: --img-size)' '$T/pv2.log'" "rc $rc: $(cat "$T/pv2.log")"
+# ... nor where the file holds a tensor the model lacks at any size (a distilled DeiT's dist_token: 198 tokens)
+$PY -c "import sys, numpy as np; sys.path.insert(0, 'tests/reference'); import st
+d = st.load(sys.argv[1]); d['dist_token'] = np.zeros((1, 1, 64), np.float32); d['pos_embed'] = np.zeros((1, 51, 64), np.float32)
+st.save(sys.argv[2], d)" "$T/w.safetensors" "$T/wdist.safetensors"
+$V predict vit_fmnist_tiny -w "$T/wdist.safetensors" "$T/p00.png" >"$T/pd.log" 2>&1
+rc=$?
+check "predict: a file with a tensor the model lacks: the mismatch named, no --img-size hint" \
+    "[ $rc -eq 1 ] && grep -q 'unexpected: dist_token' '$T/pd.log' && ! grep -q 'img-size' '$T/pd.log'" \
+    "rc $rc: $(cat "$T/pd.log")"
+# a classifier for another class count, in a file without its record (a fine-tuned checkpoint, converted): named
+$V init vit_fmnist_tiny --num-classes 4 -o "$T/w4r.safetensors" >/dev/null 2>&1
+rerecord "$T/w4r.safetensors" "$T/w4.safetensors" vitc_model vitc_model_options
+$V predict vit_fmnist_tiny -w "$T/w4.safetensors" "$T/p00.png" >"$T/p4.log" 2>&1
+rc=$?
+check "predict: a classifier for 4 classes: the note names the count and --num-classes 4" \
+    "[ $rc -eq 1 ] && grep -q 'its classifier is made for 4 classes, the model.s for 10: --num-classes 4)' '$T/p4.log' && \
+    ! grep -q 'img-size' '$T/p4.log'" "rc $rc: $(cat "$T/p4.log")"
 # ... but not where what differs does not depend on the size (a file of other heads, at the size it was made at)
 $V init swin_fmnist_tiny --img-size 56 --heads 1,2 -o "$T/shr.safetensors" >/dev/null 2>&1
 rerecord "$T/shr.safetensors" "$T/sh.safetensors" vitc_model vitc_model_options # not built from the record

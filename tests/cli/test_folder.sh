@@ -496,6 +496,10 @@ $V train $NV --epochs 1 --batch-size 2 --workers 1 --data "$T/rs" --out "$T/nvru
 check "--init-from a Next-ViT file without a form record: trains, saying it takes the training form" \
     "[ $? -eq 0 ] && grep -q 'nv_norec.safetensors records no form: taken as the training form' '$T/nv2.log'" \
     "$(tail -3 "$T/nv2.log")"
+$V deploy $NV --weights "$T/nv_norec.safetensors" -o "$T/nv_norec_dep.safetensors" >"$T/nv3.log" 2>&1
+check "deploy of a Next-ViT file without a form record: merged, saying it took the training form and how to mark an export" \
+    "[ $? -eq 0 ] && grep -q 'nv_norec.safetensors records no form: taken as the training form.*--form deployed' '$T/nv3.log'" \
+    "$(tail -3 "$T/nv3.log")"
 # fine-tuning a grey-image model from RGB weights with another class count: the patch embedding adapted as timm's
 # adapt_input_conv (summed over the three channels; tests/reference/test_recipe.py checks the values), the head new
 $V init vit_fmnist_tiny --in-chans 3 --ffn cffn --train-form -o "$T/rgb.safetensors" >/dev/null 2>&1

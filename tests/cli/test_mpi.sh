@@ -185,8 +185,10 @@ VA=$PWD/vitc
 mkdir -p "$T/w0" "$T/w1"
 RS="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 128 --test-subset 100 --seed 7 --epochs 3 --threads 1 \
     --batch-size 32 --log-every 1000"
-(cd "$T/w0" && $MPI $VA train $RS --out ref >ref.log 2>&1 && $MPI $VA train $RS --out run --fault-nan-step 2 >nan.log 2>&1)
-check "a 2-rank run stopped after its first epoch" "grep -q 'loss is NaN at step 2' '$T/w0/nan.log' && $PY -c \"
+(cd "$T/w0" && $MPI $VA train $RS --out ref >ref.log 2>&1)
+mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --out run --fault-nan-step 2 : \
+    -np 1 -wdir "$T/w1" $VA train $RS --out run --fault-nan-step 2 >"$T/w0/nan.log" 2>&1
+check "a 2-rank run stopped after its first epoch, its folder on rank 0's machine only" "grep -q 'loss is NaN at step 2' '$T/w0/nan.log' && $PY -c \"
 import sys; sys.path.insert(0, 'tests/reference'); import st
 assert int(st.load('$T/w0/run/checkpoint.safetensors')['train/epoch'][0]) == 1\" && [ ! -e '$T/w1/run' ]" \
     "$(tail -n 3 "$T/w0/ref.log" "$T/w0/nan.log")"
@@ -205,6 +207,20 @@ mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --epochs
 rc=$?
 check "--init-from a file on rank 0's machine only" "[ $rc -eq 0 ] && grep -q 'Fine-tuning from init.safetensors' '$T/ft.log' && \
     [ ! -e '$T/w1/ft' ]" "rc $rc: $(tail -5 "$T/ft.log")"
+# a stop reported by rank 1 (the NaN validation logit is its) names rank 0's checkpoint, the one written, not the
+# path rank 1's own --out would give
+mpirun --oversubscribe --bind-to none -np 1 -wdir "$T/w0" $VA train $RS --out ga --fault-nan-eval 1 : \
+    -np 1 -wdir "$T/w1" $VA train $RS --out gb --fault-nan-eval 1 >"$T/gab.log" 2>&1
+rc=$?
+check "rank 1's stop names rank 0's last good checkpoint" "[ $rc -eq 1 ] && grep -q 'rank 1: .*The last good \
+checkpoint is ga/checkpoint.safetensors' '$T/gab.log' && ! grep -q 'gb/checkpoint' '$T/gab.log'" \
+    "rc $rc: $(grep -v warning "$T/gab.log" | tail -5)"
+# an option every rank refuses alike (a run folder name too long): said once, by rank 0, no MPI_Abort
+$MPI $VA train $RS --out "$T/$(printf 'x%.0s' {1..4010})" >"$T/long.log" 2>&1
+rc=$?
+check "an option the ranks all refuse: one message, no MPI_Abort" "[ $rc -eq 1 ] && \
+    [ \$(grep -c 'is 4[0-9]* bytes long; at most 4000' '$T/long.log') -eq 1 ] && ! grep -q MPI_ABORT '$T/long.log'" \
+    "rc $rc: $(head -5 "$T/long.log")"
 # --resume in its own folder with --overwrite, where only rank 0's machine has that folder: every rank refuses, rank 0
 # saying why (each rank had asked its own file system: rank 1 went on and waited for rank 0 forever)
 mkdir -p "$T/w0/own"

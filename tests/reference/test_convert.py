@@ -4,6 +4,9 @@
          unpickler refuses the opcode), a DeiT main.py checkpoint with its args Namespace (model and --key
          model_ema), PyTorch 2's tensors with Python attributes, the legacy (non-zip) torch.save format, a pipe and a
          named pipe whose writer comes late convert, values exact; the line printed names the entry the state dict came from
+         a Swin training checkpoint with its yacs CfgNode config converts (the line names the EMA's entry too);
+         with --trust-pickle and yacs not installed, the refusal names the module
+  form   --form deployed records vitc_form in the metadata; without it no metadata is written
   key    an explicit --key that is missing or not a dict is refused (never another entry silently)
   refuse each of these gives one line "convert_checkpoint: ..." naming what it is, exit 1, no traceback and no
          output: a Namespace holding a Path (unless --trust-pickle), a pickled module, a list, a bare tensor, a
@@ -17,6 +20,7 @@
 Run: /usr/bin/python3 tests/reference/test_convert.py
 """
 import argparse
+import json
 import os
 import stat
 import subprocess
@@ -271,6 +275,45 @@ def main():
     got = st.load(tmp / "ten.safetensors") if p.returncode == 0 else {}
     rep.check("--drop: the tensors under blocks.1 and (module.)head only", set(got) == {"blocks.10.w", "head_dist.weight"},
               p.stderr.strip()[-300:] + str(sorted(got)))
+    # a Swin-style training checkpoint: its 'config' is a yacs CfgNode (a dict subclass with flags as attributes),
+    # pickled by a module made here (yacs is not installed); read as a plain dict, no module imported; the EMA's entry
+    # beside the weights named in the line printed
+    (tmp / "yacs").mkdir(exist_ok=True)
+    (tmp / "yacs" / "__init__.py").write_text("")
+    (tmp / "yacs" / "config.py").write_text(
+        "class CfgNode(dict):\n"
+        "    def __init__(self, d=None):\n"
+        "        super().__init__(d or {})\n"
+        "        self.__dict__['__immutable__'] = False\n"
+        "        self.__dict__['__deprecated_keys__'] = set()\n")
+    save_cfg = ("import sys, torch; sys.path.insert(0, sys.argv[1]); from yacs.config import CfgNode; "
+                "sd = torch.load(sys.argv[2]); "
+                "cfg = CfgNode({'MODEL': CfgNode({'TYPE': 'swin', 'DROP_PATH_RATE': 0.2}), "
+                "'DATA': CfgNode({'IMG_SIZE': 224})}); "
+                "torch.save({'model': sd, 'model_ema': sd, 'epoch': 299, 'config': cfg}, sys.argv[3])")
+    torch.save(sd, tmp / "sd.pth")
+    subprocess.run([sys.executable, "-c", save_cfg, str(tmp), str(tmp / "sd.pth"), str(tmp / "swin_ckpt.pth")],
+                   check=True)
+    p = convert(tmp / "swin_ckpt.pth", tmp / "swin_ckpt.safetensors")
+    got = st.load(tmp / "swin_ckpt.safetensors") if p.returncode == 0 else {}
+    rep.check("read: a Swin training checkpoint with its yacs CfgNode config converts, values exact",
+              p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
+              p.stderr.strip()[-300:])
+    rep.check("read: ... the line printed names the EMA's entry for --key",
+              "also there: 'model_ema' (--key)" in p.stdout, p.stdout.strip())
+    p = convert(tmp / "swin_ckpt.pth", tmp / "swin_trust.safetensors", "--trust-pickle")
+    rep.check("refuse: ... with --trust-pickle and no yacs installed, the message names the module",
+              one_line_refusal(p, "pickles objects of the Python module 'yacs'"), p.stderr.strip()[-300:])
+    # --form: the form record (Next-ViT's forms share their names; a merge_bn export is the deployed form)
+    def meta_of(path):
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            return json.loads(f.read(n)).get("__metadata__")
+    p = convert(tmp / "train.pth", tmp / "dep.safetensors", "--form", "deployed")
+    rep.check("--form deployed: recorded as vitc_form, tensors as without it",
+              p.returncode == 0 and meta_of(tmp / "dep.safetensors") == {"vitc_form": "deployed"} and
+              set(st.load(tmp / "dep.safetensors")) == set(sd) and meta_of(tmp / "train.safetensors") is None,
+              p.stderr.strip()[-300:])
     p = convert(tmp / "ten.pth", tmp / "typo.safetensors", "--drop", "head_dst")
     rep.check("refuse: a --drop that matches no tensor", one_line_refusal(p, "--drop 'head_dst' matches no tensor")
               and not (tmp / "typo.safetensors").exists(), p.stderr.strip())
