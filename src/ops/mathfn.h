@@ -89,7 +89,7 @@ static inline float vt_erff(float x) {
 /* GELU with the exact erf, x·Φ(x); *d receives its derivative Φ(x) + x·φ(x). */
 static inline float vt_gelu_fd(float x, float *d) {
     float e, cdf = 0.5f * (1.0f + vt_erf_e(x * 0.70710678118654752f, &e)); /* e = e^(-x²/2) */
-    *d = cdf + x * 0.39894228040143268f * e;
+    *d = cdf + (x <= 13.5f && x >= -13.5f ? x * 0.39894228040143268f * e : 0.0f); /* e floors at FLT_MIN past 13.2 */
     return x * cdf;
 }
 
@@ -217,7 +217,12 @@ static inline vt_vf vt_vphi_half(vt_vf u) {
 static inline vt_vf vt_vgelu(vt_vf x, vt_vf *d) {
     const vt_vf u = vt_vabs(x), p = vt_vphi_half(u);
     if (d) {
-        const vt_vf e = vt_vexpf_le0(VT_VPS(mul)(VT_VPS(mul)(u, u), VT_VPS(set1)(-0.5f))); /* e^(-x²/2) */
+        vt_vf e = vt_vexpf_le0(VT_VPS(mul)(VT_VPS(mul)(u, u), VT_VPS(set1)(-0.5f))); /* e^(-x²/2) */
+#if VT_VW == 16 /* 0 past |x| = 13.5, where the exponential floors at FLT_MIN (x·φ(x) grew with x past 1e32) */
+        e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, _mm512_set1_ps(13.5f), _CMP_LE_OQ), e);
+#else
+        e = _mm256_and_ps(e, _mm256_cmp_ps(u, _mm256_set1_ps(13.5f), _CMP_LE_OQ));
+#endif
         const vt_vf cdf = VT_VPS(add)(VT_VPS(set1)(0.5f), vt_vsignof(p, x));
         *d = VT_VPS(fmadd)(VT_VPS(mul)(x, VT_VPS(set1)(0.39894228040143268f)), e, cdf);
     }
