@@ -17,7 +17,8 @@ PyYAML, packaging; run it with --python PATH (default: Debian's /usr/bin/python3
 Per model: the official parameter count must equal `vitc info NAME --json`'s params (a mismatch is not timed).
 Then for inference at batch 1 and 16 and a training step at batch 16 (forward + cross-entropy + backward + AdamW;
 the official model gets vitc's drop-path rate, which is the yaml's), the official model and `vitc bench` run
-alternately --repeats times and each side keeps its best; the official side tries torch.set_num_threads 1 and 2
+alternately --repeats times (vitc second, then first, and so on) and each side keeps its best; vitc runs on 2
+threads (--threads), the most the official side gets; the official side tries torch.set_num_threads 1 and 2
 in each run, each after 2 warm-up steps and timed for at least --min-time seconds (vitc bench warms up 2 steps
 too; its iteration count is chosen for the same minimum time); when its torch links oneMKL and the CPU is not
 Intel's, each run happens twice, the second with MKL's Intel code path forced ("MKL Intel path",
@@ -271,8 +272,10 @@ def official(a, spec, env=None):
                     env)
 
 
-def vitc_bench(a, name, batch, train, iters):
-    cmd = [a.vitc, "bench", name, "--batch-size", str(batch), "--iters", str(iters), "--json"]
+def vitc_bench(a, name, batch, train, iters, threads):
+    """`vitc bench --json` on `threads` threads (the most the official side gets)."""
+    cmd = [a.vitc, "bench", name, "--batch-size", str(batch), "--iters", str(iters), "--json", "--threads",
+           str(threads)]
     r = run_json(cmd + (["--train"] if train else []), f"vitc bench {name}")
     benchenv.contention_note(r, f"vitc {name} b{batch} {'train' if train else 'infer'}")
     return r
@@ -291,13 +294,16 @@ def main():
     ap.add_argument("--models", default=DEFAULT_MODELS, help="vitc names, comma-separated; known: "
                     + ", ".join(list(OFFICIAL) + list(NO_OFFICIAL)))
     ap.add_argument("--cases", default="infer:1,infer:16,train:16", help="MODE:BATCH list (MODE infer or train)")
-    ap.add_argument("--repeats", type=int, default=3, help="alternated official / vitc runs, best kept per side")
+    ap.add_argument("--repeats", type=int, default=3, help="alternated official / vitc runs, best kept per side "
+                    "(at least 1)")
     ap.add_argument("--min-time", type=float, default=3.0, help="seconds timed per run (after 2 warm-up steps)")
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter for the official side (torch, timm)")
     ap.add_argument("--vitc", default=os.path.join(ROOT, "vitc"), help="the vitc binary")
     ap.add_argument("--quick", action="store_true",
                     help="one short repeat (1 s, 1 warm-up step, torch threads 2 only): a smoke test, not a measurement")
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error(f"--repeats {a.repeats}: at least 1")
     benchenv.clean_omp_env()
     repos = {}
     for r in a.repo:
@@ -345,17 +351,20 @@ def main():
                 continue
             best_o, best_t, best_v, peak = 0.0, "", None, 0.0
             # an uncounted vitc run sizes the counted ones to --min-time (each side then has `repeats` counted runs)
-            v = vitc_bench(a, name, b, train, 2)
+            v = vitc_bench(a, name, b, train, 2, max(threads))
             iters = max(2, math.ceil(1e3 * min_time / v["ms_per_iter"]))
             for r in range(repeats):
                 round_o = 0.0
+                if r % 2:  # vitc first in every other round (a side always first would carry any order effect)
+                    v = vitc_bench(a, name, b, train, iters, max(threads))
                 for label, extra in mkl:
                     o = official(a, dict(spec, mode=mode, batch=b), extra)
                     for t, ips in o["img_per_s"].items():
                         round_o = max(round_o, ips)
                         if ips > best_o:
                             best_o, best_t = ips, t + (", " + label if label else "")
-                v = vitc_bench(a, name, b, train, iters)
+                if r % 2 == 0:
+                    v = vitc_bench(a, name, b, train, iters, max(threads))
                 vitc_kernels = vitc_kernels or v
                 peak = max(peak, v["sgemm_gflops"])
                 best_v = v if best_v is None or v["img_per_s"] > best_v["img_per_s"] else best_v

@@ -5,7 +5,8 @@ PyTorch runs the independent PyTorch reference of the model (tests/reference: vi
 cswin_ref, gmf_ref, nextvit_ref (BN-merged for inference, like vitc's deployed Next-ViT); float32, eval mode for inference; forward + cross-entropy + backward + AdamW step for
 training; the hierarchical references match the official code bit for bit), under every combination of
 torch.set_num_threads in {1, 2} and OPENBLAS_NUM_THREADS in {1, 2} (each in a fresh process, since OpenBLAS reads
-its variable at load time); the best setting is kept. vitc runs `vitc bench ... --json` with its default threads.
+its variable at load time); the best setting is kept. vitc runs `vitc bench ... --json --threads 2`, the most any
+PyTorch side gets (on a machine of more cores vitc's default, all of them, would not be a like-for-like row).
 The host's speed drifts by up to 1.5x within minutes, so after the four settings vitc and PyTorch's best setting
 run alternately --repeats times and each side reports its best run (vitc gets --repeats runs, PyTorch's best
 setting at least as many).
@@ -22,7 +23,9 @@ and ONNX Runtime), each row also runs, with DIR's python and the same reference 
   ORT               inference only: the eval model exported by torch.onnx.export (opset 18, static shapes) to a
                     temporary file, run by onnxruntime's CPUExecutionProvider with all graph optimisations,
                     intra_op_num_threads in {1, 2}.
-Every side alternates --repeats times after its search and keeps its best run; ratio = vitc / the best anchor.
+Every side alternates --repeats times after its search and keeps its best run, the order of the sides reversed in
+every other round (a side that always ran first or last would carry any order effect); ratio = vitc / the best
+anchor.
 
 Against the machine's fp32 GEMM speed: "peak" is the highest 1024^3 sgemm GFLOP/s that `vitc bench` measured in
 this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side's achieved GFLOP/s as a share of it,
@@ -33,7 +36,7 @@ fewer operations (another algorithm or precision), not faster fp32 code (benchen
 Debian's torch links the machine's OpenBLAS, whose kernels an OPENBLAS_CORETYPE in the environment changes (vitc's
 dispatcher moves its products to oneDNN where OpenBLAS runs a generic core): the header prints each side's core.
 Every process gets its thread counts explicitly; OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS left in
-the shell are removed (vitc runs with its default, all cores).
+the shell are removed (vitc gets --threads 2, as above).
 With --bf16: vitc runs `--dtype bf16` (its large products on bf16 inputs summed in fp32) and every PyTorch side runs
 its forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision on a CPU (its
 matmuls and convolutions in bf16, weights and optimizer in fp32); it needs --venv: Debian's torch 1.13 is skipped (its
@@ -157,7 +160,7 @@ def torch_run(model, img, batch, train, iters, threads, blas, python="/usr/bin/p
 
 def torch_best(model, img, batch, train, iters, search):
     """Best (img/s, torch threads, OpenBLAS threads, peak MiB) over the thread settings (2 and 2 without search)."""
-    settings = [(t, b) for b in (1, 2) for t in (1, 2)] if search else [(2, 2)]
+    settings = [(t, b) for b in (1, MAX_THREADS) for t in (1, MAX_THREADS)] if search else [(MAX_THREADS, MAX_THREADS)]
     best = None
     for threads, blas in settings:
         ips, mib = torch_run(model, img, batch, train, iters, threads, blas)
@@ -199,7 +202,7 @@ def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again, mkl):
     an = {k: Anchor(python, k, onnx) for k in ("eager", "compile", "ort")}
     if AMP[0]:
         an["ort"].err = "no bf16 mode (--bf16)"
-    threads = (1, 2) if search else (2,)
+    threads = (1, MAX_THREADS) if search else (MAX_THREADS,)
     for t in threads:
         for m in mkl:
             an["eager"].run(row, (t, m))
@@ -208,12 +211,11 @@ def anchors_row(venv, tmp, row, search, repeats, vitc_again, debian_again, mkl):
     if not train and not AMP[0]:
         for t in threads:
             an["ort"].run(row, (t, ("", {})))
-    for _ in range(repeats - 1):
-        vitc_again()
-        debian_again()
-        for a in an.values():
-            if a.setting is not None:
-                a.run(row, a.setting)
+    for k in range(repeats - 1):  # the order reversed in every other round
+        sides = [vitc_again, debian_again] + [lambda a=a: a.run(row, a.setting) for a in an.values()
+                                              if a.setting is not None]
+        for side in (sides if k % 2 else sides[::-1]):
+            side()
     return an
 def img_size(model):
     out = subprocess.run([os.path.join(ROOT, "vitc"), "info", model, "--json"], capture_output=True, text=True)
@@ -235,9 +237,15 @@ def reference_models():
     return set(out.stdout.split()) if out.returncode == 0 else None
 
 
+# The most threads any PyTorch side runs (the thread search's largest setting); vitc runs this many.
+MAX_THREADS = 2
+
+
 def vitc_run(model, batch, train, iters):
-    """`vitc bench --json` result plus the process's peak resident set (peak_mib, from wait4)."""
-    cmd = [os.path.join(ROOT, "vitc"), "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json"]
+    """`vitc bench --json` result (on MAX_THREADS threads) plus the process's peak resident set (peak_mib, from
+    wait4)."""
+    cmd = [os.path.join(ROOT, "vitc"), "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json",
+           "--threads", str(MAX_THREADS)]
     if train:
         cmd.append("--train")
     if AMP[0]:
@@ -321,7 +329,7 @@ def main():
                     t = (0.0, "-", "-", 0.0) if a.bf16 else torch_best(model, img, b, train, iters, not a.no_search)
                     if not header:
                         print(f"# vitc's GEMM kernels: OpenBLAS {v.get('openblas_core', '?')}, "
-                              f"oneDNN {v.get('onednn_isa', '?')}")
+                              f"oneDNN {v.get('onednn_isa', '?')}; vitc threads: {v.get('threads', '?')}")
                         if a.venv:
                             print("| model | mode | batch | vitc img/s | Debian torch 1.13 (threads, OpenBLAS threads) "
                                   "| torch 2.x eager | torch.compile | ORT | ratio | peak GFLOP/s | % peak vitc / "
@@ -348,9 +356,9 @@ def main():
                         t = (ips, t[1], t[2], max(mib, t[3])) if ips > t[0] else t
 
                     if not a.venv:
-                        for _ in range(a.repeats - 1):
-                            vitc_again()
-                            debian_again()
+                        for k in range(a.repeats - 1):  # the order reversed in every other round
+                            for side in ((debian_again, vitc_again) if k % 2 == 0 else (vitc_again, debian_again)):
+                                side()
                         print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
                               f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} | "
                               f"{v['peak_mib']:.0f} / {t[3]:.0f} | {benchenv.peak_cells(v, t[0], peak)} |", flush=True)

@@ -66,6 +66,17 @@ static void check_crops(vt_test *T) {
     vt_preprocess p09 = {7, 1, 0.9f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, 7, 9, &p09, out, &e) == 0, "%s", e.msg);
     T_CHECK(T, crop_err(pix, 7, 9, out, 7, 1, 0, 0.25f, 0.5f) < 1e-6, "crop_pct 0.9: resize to floor(7 / 0.9) = 7");
+    /* crop_pct as the decimal it was written as (timm divides by a Python float): 4 / 0.8 is 5, though 4 / 0.8f is
+     * 4.9999999; a 5×7 image then needs no resize and crops from round(0.5) = 0, round(1.5) = 2 */
+    vt_preprocess p08 = {4, 1, 0.8f, {0.25f, 0, 0}, {0.5f, 1, 1}, 0, 0, 0};
+    T_CHECK(T, vt_image_preprocess(pix, 5, 7, &p08, out, &e) == 0, "%s", e.msg);
+    T_CHECK(T, crop_err(pix, 5, 7, out, 4, 2, 0, 0.25f, 0.5f) < 1e-6, "crop_pct 0.8: resize to floor(4 / 0.8) = 5");
+    T_CHECK(T,
+            vt_crop_resize(224, 0.8f) == 280 && vt_crop_resize(272, 0.85f) == 320 &&
+                vt_crop_resize(192, 0.8f) == 240 && vt_crop_resize(224, 0.875f) == 256 &&
+                vt_crop_resize(384, 1.0f) == 384 && vt_crop_resize(224, 0.9f) == 248,
+            "vt_crop_resize: %g %g %g", vt_crop_resize(224, 0.8f), vt_crop_resize(272, 0.85f),
+            vt_crop_resize(192, 0.8f));
 }
 
 /* Long thin images: the shorter side resized to S makes a copy wider than VT_IMAGE_MAX_SIDE (5000×2 to S = 8: 20000×8),

@@ -173,13 +173,17 @@ static void check_recipes(vt_test *T) {
         {"refiner", "refined_vit_l", 0.25, 10, 1}, {"refiner", "simplevit_s_msf", -1, 10, 1},
         {"flatten", "flatten_cswin_tiny", -1, 10, 1}, {"flatten", "FLatten_CSWin_64_24181_tiny_224", -1, 10, 1},
         {"flatten", "cswin_tiny_224", -1, 0, 0}, {"flatten", "pvt_tiny", -1, 0, 0},
-        {"flatten", "flatten_pvt_tiny", -1, 10, 0}};
+        {"flatten", "flatten_pvt_tiny", -1, 10, 0}, {"flatten", "flatten_deit_tiny", 0.1, 0, 1}};
     for (size_t i = 0; i < sizeof by_model / sizeof by_model[0]; i++)
         T_CHECK(T, vt_recipe_get(by_model[i].recipe, by_model[i].model, &r, &e) == 0 &&
                        r.drop_path == by_model[i].dp && r.cooldown_epochs == by_model[i].cooldown &&
                        r.model_ema == by_model[i].ema,
                 "%s for %s: drop-path %g, cooldown %d, EMA %d", by_model[i].recipe, by_model[i].model, r.drop_path,
                 r.cooldown_epochs, r.model_ema);
+    /* FLatten on DeiT (no config in its repo) trains with its host's recipe, DeiT's: not Swin's 20 warm-up epochs */
+    T_CHECK(T, vt_recipe_get("flatten", "flatten_deit_tiny", &r, &e) == 0 && r.warmup_epochs == 5 && r.clip_grad == 0 &&
+                   r.repeated_aug && strstr(r.source, "DeiT"),
+            "flatten for flatten_deit_tiny: warm-up %g, clip %g, source %s", r.warmup_epochs, r.clip_grad, r.source);
     T_CHECK(T, vt_recipe_get("nope", NULL, &r, &e) != 0 && strstr(e.msg, "deit"), "unknown recipe: %s", e.msg);
     char path[] = "/tmp/vitc-recipe-XXXXXX";
     int fd = mkstemp(path);

@@ -642,7 +642,8 @@ static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
 }
 
 /* Each family's weight-decay rule (vt_family.no_decay) on full-size named models (shapes only), as the official
- * code's no_weight_decay() plus timm's 1-D rule make it: PVT's pos_embed1-4 and cls_token, Refined-ViT's and DeiT's
+ * code's no_weight_decay() plus timm's 1-D rule make it: PVT v1's and FLatten-PVT's cls_token (their pos_embed1-4
+ * decayed: whai362/PVT and FLatten's flatten_pvt.py return {'cls_token'}), Refined-ViT's and DeiT's
  * pos_embed and cls_token are not decayed; CSwin has only the 1-D rule; SimpleViT (the MSF recipe, spec-msf §4.4)
  * decays every parameter, biases and norms included. */
 static void check_no_decay(vt_test *T) {
@@ -650,8 +651,9 @@ static void check_no_decay(vt_test *T) {
         const char *model, *param;
         int no_decay;
     } cases[] = {
-        {"pvt_tiny", "pos_embed1", 1},
-        {"pvt_tiny", "pos_embed4", 1},
+        {"pvt_tiny", "pos_embed1", 0},
+        {"pvt_tiny", "pos_embed4", 0},
+        {"flatten_pvt_small", "pos_embed2", 0},
         {"pvt_tiny", "cls_token", 1},
         {"pvt_tiny", "block1.0.attn.q.weight", 0},
         {"pvt_tiny", "block1.0.attn.sr.weight", 0},

@@ -58,6 +58,10 @@ typedef enum { VT_INTERP_RANDOM = 0, VT_INTERP_BILINEAR = 2, VT_INTERP_BICUBIC =
 /* Checks img: pixels present, 1 or 3 channels, each side 1..VT_IMAGE_MAX_SIDE. */
 int vt_image_check(const vt_image *img, vt_err *e);
 
+/* The eval resize of a side of S pixels, floor(S / crop_pct), with crop_pct taken as the shortest decimal that rounds
+ * to the float (0.8f as 0.8, as timm divides by the Python float: 224 / 0.8f is 279.99999 but 224 / 0.8 is 280). */
+double vt_crop_resize(int S, float crop_pct);
+
 /* Whether a resize target of w×h pixels is allowed: each side at least 1, at most VT_IMAGE_MAX_PIXELS pixels (no side
  * limit: a long thin image's shorter side resized to the model's size makes a copy wider than VT_IMAGE_MAX_SIDE). */
 static inline int vt_image_target_ok(long long w, long long h) {

@@ -146,6 +146,19 @@ static int crop_offset(int side, int crop) {
     return twice % 2 == 0 ? twice / 2 : (twice / 2) + ((twice / 2) % 2);
 }
 
+double vt_crop_resize(int S, float crop_pct) {
+    char dec[32];
+    double d = crop_pct;
+    for (int digits = 1; digits <= 9; digits++) { /* the shortest decimal that reads back as the same float */
+        snprintf(dec, sizeof dec, "%.*g", digits, (double)crop_pct);
+        if (strtof(dec, NULL) == crop_pct) {
+            d = strtod(dec, NULL);
+            break;
+        }
+    }
+    return floor((double)S / d);
+}
+
 int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preprocess *p, float *out, vt_err *e) {
     if (w < 1 || h < 1 || w > VT_IMAGE_MAX_SIDE || h > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "image of %d×%d pixels (each side must be 1..%d)", w, h, VT_IMAGE_MAX_SIDE);
@@ -156,7 +169,7 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
         if (!(p->std[c] > 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c]))
             return vt_seterr(e, "bad normalisation of channel %d: mean %g, std %g", c, (double)p->mean[c],
                              (double)p->std[c]);
-    const double scale = floor((double)S / (double)p->crop_pct), scale_w = floor((double)W / (double)p->crop_pct);
+    const double scale = vt_crop_resize(S, p->crop_pct), scale_w = vt_crop_resize(W, p->crop_pct);
     if (scale < 1 || scale > VT_IMAGE_MAX_SIDE || scale_w < 1 || scale_w > VT_IMAGE_MAX_SIDE)
         return vt_seterr(e, "resize target %gx%g pixels for size %dx%d and crop_pct %g is out of range", scale,
                          scale_w, S, W, (double)p->crop_pct);

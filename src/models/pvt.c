@@ -252,8 +252,10 @@ static int check(const vt_model_cfg *c, vt_err *e) {
     return 0;
 }
 
+/* The official no_weight_decay(): PVT v1's and FLatten-PVT's {'cls_token'} (their pos_embed1-4 are decayed: the
+ * five-name list is PVTv2's, which has no pos_embed), plus timm's 1-D rule. */
 static int no_decay(const vt_tensor *t) {
-    static const char *const skip[] = {"pos_embed1", "pos_embed2", "pos_embed3", "pos_embed4", "cls_token", NULL};
+    static const char *const skip[] = {"cls_token", NULL};
     return vt_no_decay_default(t, skip);
 }
 

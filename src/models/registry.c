@@ -341,7 +341,7 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
                          a->img_w);
     for (int side = 0; side < 2; side++) { /* the eval transform's resize of each side */
         const int px = side ? vt_arch_width(a) : a->img_size;
-        const double resize = floor((double)px / (double)out->pre.crop_pct);
+        const double resize = vt_crop_resize(px, out->pre.crop_pct);
         if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
             return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
                              (double)out->pre.crop_pct, px, resize, VT_IMAGE_MAX_SIDE);

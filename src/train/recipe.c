@@ -28,7 +28,7 @@ static void preset_default(vt_recipe *r) {
  * AdamW lr 5e-4 · batch/512, wd 0.05, 300 epochs, 5 warm-up epochs from 1e-6, cosine to 1e-5, label smoothing 0.1,
  * Mixup 0.8 / CutMix 1.0 / switch 0.5, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path 0.1,
  * model EMA 0.99996 (main.py sets model_ema=True by default), repeated augmentation (RASampler) on, batch 64 a GPU,
- * color jitter 0.4 (unused: timm applies it only without aa), bicubic RandomResizedCrop (0.08-1, 3/4-4/3). */
+ * color jitter 0.3 (main.py's default; unused: timm applies it only without aa), bicubic RandomResizedCrop (0.08-1, 3/4-4/3). */
 static void preset_deit(vt_recipe *r) {
     *r = (vt_recipe){.source = "DeiT main.py defaults (timm create_transform, Mixup)", .lr = 5e-4,
                      .lr_base_batch = 512, .weight_decay = 0.05, .warmup_lr = 1e-6, .min_lr = 1e-5,
@@ -36,7 +36,7 @@ static void preset_deit(vt_recipe *r) {
                      .drop_path = 0.1, .model_ema = 1, .model_ema_decay = 0.99996, .repeated_aug = 1,
                      .aa = "rand-m9-mstd0.5-inc1", .reprob = 0.25, .remode = "pixel", .recount = 1,
                      .interpolation = "bicubic", .scale = {0.08, 1.0}, .ratio = {3.0 / 4.0, 4.0 / 3.0}, .hflip = 0.5,
-                     .color_jitter = 0.4, .sched_update = VT_SCHED_DEIT};
+                     .color_jitter = 0.3, .sched_update = VT_SCHED_DEIT};
     r->mixup = vt_mixup_timm(0);
 }
 
@@ -44,10 +44,13 @@ static void preset_deit(vt_recipe *r) {
  * AdamW base lr 5e-4, warm-up lr 5e-7 and min lr 5e-6, all three scaled by batch/512, 300 epochs, 20 warm-up
  * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, label smoothing 0.1, Mixup 0.8 / CutMix 1.0 / switch 0.5,
  * RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path per model (Swin-T 0.2, S 0.3, B 0.5: the
- * named configs' rates), no EMA, no repeated augmentation. */
+ * named configs' rates), no EMA, no repeated augmentation. The cosine spans the warm-up too (no warmup_prefix: Swin's
+ * code before its 2022-10 change, which FLatten and GroupMixFormer copy); their step_update after optimizer.step() runs
+ * step s at lr(s - 1), vitc at lr(s). */
 static void preset_swin(vt_recipe *r) {
     preset_deit(r);
-    r->source = "Swin config.py defaults + main.py (spec-flatten.md §2.1: FLatten-Swin/PVT/CSwin train with them)";
+    r->source = "Swin config.py defaults + main.py as FLatten and GroupMixFormer copied them (spec-flatten.md §2.1), "
+                "before Swin's 2022-10 WARMUP_PREFIX default";
     r->warmup_lr = 5e-7;
     r->min_lr = 5e-6;
     r->scale_warmup_min_lr = 1;
@@ -66,11 +69,17 @@ static void preset_swin(vt_recipe *r) {
  * FLatten-Swin keeps Swin's recipe; FLatten-PVT/PVTv2 take 5 warm-up epochs from 1e-6 and min lr 1e-5 (both scaled by
  * batch/512 like the lr), 10 cooldown epochs, no clipping (T, S, v2-b0..b2), batch 128 (T, v2-b0..b2) or 64 (S);
  * FLatten-CSwin 20 warm-up epochs, the same lrs and cooldown, no clipping, batch 256 / 128 / 64 (T / S / B), weight
- * decay 0.1 for B, and a model EMA of 0.99984 (0.99982 for B). */
+ * decay 0.1 for B, and a model EMA of 0.99984 (0.99982 for B). FLatten on DeiT has no config in the repo (its hosts
+ * are hierarchical): DeiT's recipe, its host's. */
 static void preset_flatten(vt_recipe *r, const char *model) {
     preset_swin(r);
     r->source = "FLatten: Swin's config.py + main.py (spec-flatten.md §2.1), with its cfgs/*.yaml for PVT and CSwin";
     const int flatten = model && strncmp(model, "flatten_", 8) == 0; /* the FLatten models (not their hosts) */
+    if (flatten && strstr(model, "deit")) {
+        preset_deit(r);
+        r->source = "FLatten on DeiT: no config in the FLatten repo, so DeiT main.py's defaults (its host's recipe)";
+        return;
+    }
     if (flatten && strstr(model, "384"))
         r->notes = "the 384-pixel fine-tuning configs (flatten_*_384.yaml) are not presets: this is the 224 recipe";
     const int pvt = flatten && strstr(model, "pvt"), cswin = flatten && strstr(model, "cswin");
@@ -125,7 +134,8 @@ static void preset_refiner(vt_recipe *r, const char *model) {
     r->sched_update = VT_SCHED_EPOCH;
     const int refiner = model && strncmp(model, "refiner_vit_", 12) == 0; /* other models keep their own rate */
     r->drop_path = !refiner ? -1 : model[12] == 'm' ? 0.2 : model[12] == 'l' ? 0.25 : 0.1;
-    r->notes = "MixToken, token labelling and the cos_reg loss are not implemented";
+    r->notes = "MixToken, token labelling and the cos_reg loss are not implemented; RandomErasing runs on each image "
+               "before Mixup/CutMix (DeiT's order), where Refiner's prefetcher erases the mixed batch";
 }
 
 /* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not

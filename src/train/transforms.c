@@ -444,7 +444,8 @@ int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_r
     if (vt_tf_params_check(p, e)) return -1;
     if (vt_rng_uniform(rng) > p->re_prob) return 0;
     const double area = (double)H * W, la0 = log(p->re_min_aspect), la1 = -la0;
-    const int count = p->re_count;
+    /* timm: min_count 1 == max_count (re_count) gives 1, else randint(1, re_count) boxes, sharing the area */
+    const int count = p->re_count > 1 ? 1 + (int)vt_rng_below(rng, (uint32_t)p->re_count) : 1;
     for (int k = 0; k < count; k++)
         for (int attempt = 0; attempt < 10; attempt++) {
             const double target =
