@@ -222,6 +222,28 @@ static void check_randaugment_erasing(vt_test *T) {
         T_CHECK(T, box[2] >= 1 && box[3] >= 1 && box[0] + box[2] <= 16 && box[1] + box[3] <= 16, "box %d %d %d %d",
                 box[0], box[1], box[2], box[3]);
     }
+    /* mode pixel: the box holds standard normal values (timm's torch.empty(...).normal_()), per channel and pixel, and
+     * nothing outside it changes: a quarter of a 3×64×64 zero image at aspect 1, one 32×32 box */
+    static float z[3 * 64 * 64];
+    memset(z, 0, sizeof z);
+    vt_tf_params q1 = p;
+    q1.re_min_area = q1.re_max_area = 0.25f, q1.re_min_aspect = 1.0f, q1.re_count = 1;
+    T_CHECK(T, vt_random_erasing(z, 3, 64, 64, &q1, &r, box, &e) == 0 && box[2] == 32 && box[3] == 32, "box %d×%d",
+            box[2], box[3]);
+    double zs = 0, zs2 = 0;
+    int outside = 0, inside = 0;
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 64; y++)
+            for (int xx = 0; xx < 64; xx++) {
+                const float v = z[(c * 64 + y) * 64 + xx];
+                if (xx >= box[0] && xx < box[0] + 32 && y >= box[1] && y < box[1] + 32)
+                    zs += v, zs2 += (double)v * v, inside++;
+                else
+                    outside += v != 0.0f;
+            }
+    const double zm = zs / inside, zsd = sqrt(zs2 / inside - zm * zm);
+    T_CHECK(T, outside == 0 && fabs(zm) < 0.1 && fabs(zsd - 1.0) < 0.1,
+            "erased values: mean %g, std %g over %d (want N(0, 1)); %d changed outside", zm, zsd, inside, outside);
     /* timm's RandomErasing keeps a box only when w < img_w and h < img_h: an area of exactly the image at aspect 1
      * is the whole 16×16, so all 10 attempts fail and nothing is erased */
     vt_tf_params q = p;
