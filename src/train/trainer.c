@@ -764,8 +764,6 @@ static int run_record(train_run *r, int rc, vt_err *e) {
     return rc;
 }
 
-/* Fails every rank when one failed (rc, run_record's); else gives every rank rank 0's model, optimiser, EMA and
- * position (step, epoch, Mixup/CutMix RNG). */
 /* Copies rank 0's path (a string of at most cap bytes) to every rank. */
 static int bcast_path(const vt_dist *dp, char *path, size_t cap, vt_err *e) {
     char *b = path;
@@ -778,6 +776,8 @@ static int bcast_path(const vt_dist *dp, char *path, size_t cap, vt_err *e) {
     return 0;
 }
 
+/* Fails every rank when one failed (rc, run_record's); else gives every rank rank 0's model, optimiser, EMA,
+ * position (step, epoch, Mixup/CutMix RNG) and checkpoint paths (those a stop names). */
 static int run_sync(train_run *r, int rc, vt_err *e) {
     vt_dist *dp = r->dp;
     train_state *st = &r->st;
