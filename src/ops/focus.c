@@ -17,6 +17,7 @@
  * MAC convention: 0 MACs (elementwise/reduction op; only matmul-like products are counted, DESIGN.md §2). */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "focus.h"
@@ -24,7 +25,7 @@
 #include "mathfn.h"
 
 /* Forward scratch fws: is_c = 1/softplus(scale_c) (C). Backward scratch bws: is (C), sigmoid(scale) (C), per-thread
- * partial sums of d scale (threads·C). Inputs: x, then pe if any, then scale if any. */
+ * partial sums of d scale (vt_focus_dsc_floats). Inputs: x, then pe if any, then scale if any. */
 typedef struct {
     int rows, C;
     int ldx, off;          /* x rows have ldx floats; the C channels start at off */
@@ -203,6 +204,29 @@ void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, co
     }
 }
 
+double *vt_focus_dsc_sums(float *w, int nt, int C) {
+    memset(w, 0, sizeof(float) * (size_t)nt * C); /* the float blocks start empty */
+    const uintptr_t a = (uintptr_t)(w + (size_t)nt * C);
+    double *sums = (double *)((a + 7) & ~(uintptr_t)7); /* one float of slack in vt_focus_dsc_floats */
+    memset(sums, 0, sizeof(double) * (size_t)nt * C);
+    return sums;
+}
+
+void vt_focus_dsc_flush(float *blk, double *sum, int C) {
+    for (int c = 0; c < C; c++) {
+        sum[c] += blk[c];
+        blk[c] = 0.0f;
+    }
+}
+
+void vt_focus_dsc_add(const double *sums, int nt, int C, float *dsc) {
+    for (int c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int k = 0; k < nt; k++) acc += sums[(size_t)k * C + c];
+        dsc[c] += (float)acc;
+    }
+}
+
 static void focus_fwd(vt_node *n) {
     const focus_p *fp = VT_OP_P(n, focus_p);
     const int rows = fp->rows, C = fp->C, T = fp->T;
@@ -224,28 +248,26 @@ static void focus_bwd(vt_node *n) {
     float *dx = n->in[0]->grad, *dpe = pet ? pet->grad : NULL, *dsc = sc ? sc->grad : NULL;
     if (!dy || (!dx && !dpe && !dsc)) return;
     float *is = n->bws ? n->bws->data : NULL, *sig = is ? is + C : NULL, *part = is ? is + 2 * C : NULL;
+    double *sums = NULL;
     if (sc) {
         vt_focus_consts(sc->data, C, is, sig);
-        for (int64_t i = 0; i < (int64_t)nt * C; i++) part[i] = 0.0f;
+        sums = vt_focus_dsc_sums(part, nt, C);
     }
     const vt_focus_k f = {C, fp->p, is, sig};
     const int B = rows / T;
     /* parallel over token positions t (each owns pe row t); batch items inside */
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int t = 0; t < T; t++) {
-        float *pt = dsc ? part + (size_t)omp_get_thread_num() * C : NULL;
+        const int th = omp_get_thread_num();
+        float *pt = dsc ? part + (size_t)th * C : NULL;
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T + t;
             vt_focus_row_bwd(&f, x + r * fp->ldx + fp->off, pe ? pe + (size_t)t * C : NULL, NULL, NULL, dy + r * C,
                              dx ? dx + r * fp->ldx + fp->off : NULL, dpe ? dpe + (size_t)t * C : NULL, pt);
         }
+        if (pt) vt_focus_dsc_flush(pt, sums + (size_t)th * C, C); /* a position's B rows in floats */
     }
-    if (dsc)
-        for (int c = 0; c < C; c++) {
-            double acc = 0.0;
-            for (int k = 0; k < nt; k++) acc += part[(size_t)k * C + c];
-            dsc[c] += (float)acc;
-        }
+    if (dsc) vt_focus_dsc_add(sums, nt, C, dsc);
 }
 
 static const vt_opdef op_focus = {"focus", focus_fwd, focus_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
@@ -277,7 +299,7 @@ vt_tensor *vt_focus_ex(vt_graph *g, vt_tensor *x, int off, int C, vt_tensor *pe,
     *VT_OP_P(n, focus_p) = (focus_p){rows, C, L, off, pe ? T : rows, pe != NULL, scale != NULL, nt, p};
     if (scale) {
         vt_node_work(n, 0, C);
-        if (n->out->requires_grad) vt_node_work(n, 1, (int64_t)(2 + nt) * C);
+        if (n->out->requires_grad) vt_node_work(n, 1, 2LL * C + vt_focus_dsc_floats(nt, C));
     }
     return n->out;
 }

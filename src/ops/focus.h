@@ -22,4 +22,13 @@ void vt_focus_row_fwd(const vt_focus_k *f, const float *xr, const float *per, fl
 void vt_focus_row_bwd(const vt_focus_k *f, const float *xr, const float *per, const float *yr, const float *st,
                       const float *gr, float *dxr, float *dper, float *dsc);
 
+/* The scale gradient's per-thread partial sums (nt threads, C channels) in a scratch of vt_focus_dsc_floats floats:
+ * a float block per thread that a kernel adds a few rows into (vt_focus_row_bwd's dsc), flushed into the thread's
+ * double sums (vt_focus_dsc_flush): summed over a whole batch in floats, a channel whose terms nearly cancel had lost
+ * 1e-3 of its value. vt_focus_dsc_sums zeroes the sums; vt_focus_dsc_add adds them over the threads to dsc. */
+static inline long long vt_focus_dsc_floats(int nt, int C) { return 3LL * nt * C + 1; }
+double *vt_focus_dsc_sums(float *w, int nt, int C);
+void vt_focus_dsc_flush(float *blk, double *sum, int C);
+void vt_focus_dsc_add(const double *sums, int nt, int C, float *dsc);
+
 #endif

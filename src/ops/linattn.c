@@ -42,7 +42,7 @@
  * then m (d) (train graphs). fws: KV and m (eval graphs), the KV/m partial sums over key chunks (when sk > 1), then
  * (focused) 1/softplus(scale) and per thread a block of focused rows. bws: dKV/dm partial sums over query chunks,
  * then per thread G and z·Q (LA_RB×d each) and (focused) focused rows, their gradient (rb×C each) and norms (rb×2),
- * then (focused) 1/softplus(scale), sigmoid(scale) and per thread partial scale gradients (C each). */
+ * then (focused) 1/softplus(scale), sigmoid(scale) and the scale gradient's per-thread sums (vt_focus_dsc_floats). */
 typedef struct {
     int B, N, n, C, H, d;
     int ldq, q_off, ldk, k_off, ldv, v_off; /* row strides and first channels of q, k, v */
@@ -361,7 +361,8 @@ static void la_bwd(vt_node *nd) {
     const size_t tb = (size_t)2 * LA_RB * d + (sct ? (size_t)2 * a->rb * (C + 1) : 0); /* per-thread temporaries */
     float *part = nd->bws->data, *tmp = part + (size_t)B * sq * HL; /* dKV/dm partials, then per-thread temps */
     vt_focus_k fk = {C, a->p, NULL, NULL}, *f = NULL;
-    float *scp = NULL; /* per-thread partial scale gradients */
+    float *scp = NULL; /* per-thread float blocks of the scale gradient, flushed into sums after each row block */
+    double *sums = NULL;
     if (sct) {
         float *w = tmp + (size_t)nt * tb;
         vt_focus_consts(sct->data, C, w, w + C);
@@ -370,7 +371,7 @@ static void la_bwd(vt_node *nd) {
         f = &fk;
         if (dsc) {
             scp = w + 2 * C;
-            memset(scp, 0, sizeof(float) * (size_t)nt * C);
+            sums = vt_focus_dsc_sums(scp, nt, C);
         }
     }
     const int need_k = dk || dv || dpe || dsc;
@@ -380,9 +381,11 @@ static void la_bwd(vt_node *nd) {
         const int b = t / sq, s = t % sq, i1 = chunk_start(s + 1, sq, N), th = omp_get_thread_num();
         float *dKVb = part + (size_t)t * HL;
         memset(dKVb, 0, sizeof(float) * HL);
-        for (int i0 = chunk_start(s, sq, N); i0 < i1; i0 += a->rb)
+        for (int i0 = chunk_start(s, sq, N); i0 < i1; i0 += a->rb) {
             bwd_query_block(a, f, q, dO, kvm + (size_t)b * HL, dq, dadd, scp ? scp + (size_t)th * C : NULL, b, i0,
                             i1 - i0 < a->rb ? i1 - i0 : a->rb, need_k, dKVb, tmp + (size_t)th * tb);
+            if (scp) vt_focus_dsc_flush(scp + (size_t)th * C, sums + (size_t)th * C, C);
+        }
     }
     if (need_k) {
         reduce_partials(part, B, sq, HL);
@@ -393,18 +396,15 @@ static void la_bwd(vt_node *nd) {
             const int s = t % S, b0 = per_b ? t / S : 0, b1 = per_b ? b0 + 1 : B, th = omp_get_thread_num();
             const int j1 = chunk_start(s + 1, S, n);
             for (int b = b0; b < b1; b++)
-                for (int j0 = chunk_start(s, S, n); j0 < j1; j0 += a->rb)
+                for (int j0 = chunk_start(s, S, n); j0 < j1; j0 += a->rb) {
                     bwd_key_block(a, f, k, v, pe, part + (size_t)b * sq * HL, dk, dv, dpe,
                                   scp ? scp + (size_t)th * C : NULL, b, j0, j1 - j0 < a->rb ? j1 - j0 : a->rb,
                                   tmp + (size_t)th * tb);
+                    if (scp) vt_focus_dsc_flush(scp + (size_t)th * C, sums + (size_t)th * C, C);
+                }
         }
     }
-    if (dsc)
-        for (int c = 0; c < C; c++) {
-            double acc = 0.0;
-            for (int t = 0; t < nt; t++) acc += scp[(size_t)t * C + c];
-            dsc[c] += (float)acc;
-        }
+    if (dsc) vt_focus_dsc_add(sums, nt, C, dsc);
 }
 
 /* Inputs q, k, v, then add (plain) or scale, pe, add (focused; without a pe, add moves up and counts as read). */
@@ -521,7 +521,8 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
     if (fw > 0 && !vt_node_work(nd, 0, fw)) return NULL;
     if (g->training) {
         const int64_t per_thread = 2 * LA_RB * d + (focus ? 2 * (int64_t)rb * (C + 1) : 0);
-        const int64_t bw = (int64_t)B * p.sq * HL + (int64_t)nt * per_thread + (focus ? (2 + (int64_t)nt) * C : 0);
+        const int64_t bw = (int64_t)B * p.sq * HL + (int64_t)nt * per_thread +
+                           (focus ? 2LL * C + vt_focus_dsc_floats(nt, C) : 0);
         if (!vt_node_work(nd, 1, bw)) return NULL;
     }
     return nd->out;
