@@ -461,8 +461,47 @@ static const char *run_file_of(const char *dir, const char *path) {
     return NULL;
 }
 
+/* 1 if the file at a holds the first bytes of the file at b (all of b's with whole), 0 otherwise or when one cannot
+ * be read. */
+static int starts_alike(const char *a, const char *b, int whole) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    char ba[65536], bb[sizeof ba];
+    for (size_t n; same && (n = fread(ba, 1, sizeof ba, fa)) > 0;)
+        same = fread(bb, 1, n, fb) == n && memcmp(ba, bb, n) == 0;
+    if (same && whole) same = fgetc(fb) == EOF;
+    if (same) same = !ferror(fa) && !ferror(fb);
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* 1 if run folder dir holds no checkpoint and only what a run resumed from folder `from` writes there before its
+ * first one (a copy of from's first metrics rows, of its weights_best), nothing else of a run's: the remains of an
+ * earlier try of the same resume, which this one may replace. */
+static int resume_leftovers(const char *dir, const char *from) {
+    char mine[4096], theirs[4096];
+    static const char *const later[] = {"checkpoint.safetensors", "weights.safetensors", "weights_ema.safetensors",
+                                        "curves.png", "curves.gp"}; /* written at an epoch's end */
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
+        snprintf(mine, sizeof mine, "%s/%s", dir, later[i]);
+        if (access(mine, F_OK) == 0) return 0;
+    }
+    static const char *const copied[] = {"metrics.csv", "weights_best.safetensors"};
+    int any = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(mine, sizeof mine, "%s/%s", dir, copied[i]);
+        snprintf(theirs, sizeof theirs, "%s/%s", from, copied[i]);
+        if (access(mine, F_OK) != 0) continue;
+        if (!starts_alike(mine, theirs, i == 1)) return 0;
+        any = 1;
+    }
+    return any;
+}
+
 /* A fresh run may not replace another run's history: refuses a folder holding a checkpoint, metrics rows, weights or
- * curves unless overwrite, and an --init-from file that is one of the files the run replaces there (its weights would
+ * curves unless overwrite (or they are what an earlier try of the same resume left there before its first
+ * checkpoint), and an --init-from file that is one of the files the run replaces there (its weights would
  * be lost); resuming checks the checkpoint is the same model's. */
 int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
     char ck[4096], met[4096], model[256];
@@ -486,6 +525,7 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->run_dir);
     }
     if (o->overwrite) return 0;
+    if (o->resume && resume_leftovers(o->run_dir, o->resume)) return 0; /* an earlier try of this resume */
     if (access(ck, F_OK) == 0) {
         checkpoint_meta(ck, "model", model, sizeof model, NULL); /* named where it can be read */
         return vt_seterr(e, "run folder %s already holds a run (a checkpoint%s%s); continue it with --resume %s, or "

@@ -74,6 +74,19 @@ check "... the same images an optimiser step resume, with a note of every change
 '^Note: this resumed run changes batch-size 64 → 32, accum-steps 1 → 2, epochs 3 → 4, lr 0.002 → 0.001$' '$T/rs.log'" \
     "$(head -3 "$T/rs.log")"
 
+# a resume into another folder that stops before its first checkpoint leaves there the copies it made (the source's
+# metrics rows, its best weights): the same resume again replaces them; a file of the user's there is still refused
+$V train $COMMON --epochs 4 --out "$T/rl" --resume "$T/b" --fault-nan-step 48 >"$T/rl1.log" 2>&1
+check "a resume into another folder stopped before its first checkpoint" "[ $? -eq 1 ] && [ -s '$T/rl/metrics.csv' ] && \
+    [ ! -e '$T/rl/checkpoint.safetensors' ]" "$(tail -2 "$T/rl1.log")"
+$V train $COMMON --epochs 4 --out "$T/rl" --resume "$T/b" >"$T/rl2.log" 2>&1
+check "... the same resume again runs, replacing what the first try left" "[ $? -eq 0 ] && \
+    [ \$(grep -c . '$T/rl/metrics.csv') -eq 5 ] && [ -s '$T/rl/checkpoint.safetensors' ]" "$(tail -3 "$T/rl2.log")"
+mkdir -p "$T/rl3" && printf 'epoch,mine\n' >"$T/rl3/metrics.csv"
+$V train $COMMON --epochs 4 --out "$T/rl3" --resume "$T/b" >"$T/rl3.log" 2>&1
+check "... but a metrics.csv that is not the source run's copy is refused" "[ $? -eq 1 ] && \
+    grep -q 'holds metrics.csv but no checkpoint' '$T/rl3.log' && grep -q mine '$T/rl3/metrics.csv'" "$(cat "$T/rl3.log")"
+
 # a resume takes what its checkpoint records for the options it does not give (the recipe and its Mixup, EMA and
 # repeated augmentation, the model options, the data, the seed) and continues in that folder, as if never stopped
 RC="$COMMON --recipe deit --heads 2 --no-augment --warmup-lr 1e-4"
