@@ -35,9 +35,12 @@ PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o
 LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
 LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
 # The version lives in one place, include/vitc/api.h (VITC_VERSION_*); the SONAME follows its major number.
-api_version = $(shell awk '$$1 ~ /define$$/ && $$2 == "VITC_VERSION_$(1)" {print $$3}' include/vitc/api.h)
+api_version = $(shell sed -n 's/^[#][ \t]*define[ \t][ \t]*VITC_VERSION_$(1)[ \t][ \t]*\([0-9][0-9]*\).*/\1/p' include/vitc/api.h)
 SOVERSION := $(call api_version,MAJOR)
 VERSION   := $(SOVERSION).$(call api_version,MINOR).$(call api_version,PATCH)
+ifneq ($(words $(subst ., ,$(VERSION))),3)
+$(error cannot read VITC_VERSION_MAJOR, _MINOR and _PATCH from include/vitc/api.h)
+endif
 SHLIB     := build/libvitc.so.$(VERSION)
 PUBLIC_H  := include/vitc/vitc.h include/vitc/api.h
 PREFIX    ?= /usr/local
@@ -78,7 +81,7 @@ DEB_DEMO  := $(DEB_BUILD) openmpi-bin dataset-fashion-mnist gnuplot-nox
 DEB_DOCS  := doxygen
 
 .PHONY: all deps deps-test deps-demo deps-docs test unit asan fuzz demo clean bench compare link-flags shared install \
-        uninstall docs isa-check clang-check
+        uninstall docs isa-check clang-check print-version
 all: vitc
 
 vitc: $(CLI_SRC:%.c=build/%.o) build/libvitc.a
@@ -135,6 +138,10 @@ PC_LINES = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(patsubst $(PREF
   'Cflags: -I$${includedir}'
 
 shared: $(SHLIB) build/dist/libvitc.a
+
+# The library version (api.h's VITC_VERSION_*), for scripts.
+print-version:
+	@echo $(VERSION)
 
 # install and uninstall refuse install folders with blanks (the recipes and vitc.pc cannot quote them) before any
 # command runs: a PREFIX "/opt/my vitc" had made /opt/my and ./vitc/... in the source tree

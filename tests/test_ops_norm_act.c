@@ -650,6 +650,41 @@ static void check_batchnorm_values(vt_test *T) {
     }
 }
 
+/* vt_bn_res_bn (the fused BN(BN(t)·s + a) pair of the Refiner's training DLA): an Inf in t's channel 0 makes both
+ * BatchNorms' running variance of that channel NaN, as the chain's, and leaves the other channels finite. */
+static void check_bnpair_nan(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[4] = {2, 3, 4, 4}, cs[1] = {3}, one[1] = {1};
+    vt_tensor *t = vt_input(g, "t", 4, xs), *a = vt_input(g, "a", 4, xs), *bn[2][5];
+    for (int k = 0; k < 2; k++) {
+        char nm[16];
+        const char *part[5] = {"w", "b", "m", "v", "n"};
+        for (int j = 0; j < 5; j++) {
+            snprintf(nm, sizeof nm, "bn%d.%s", k, part[j]);
+            const vt_init init = {j == 0 || j == 3 ? VT_INIT_ONE : VT_INIT_ZERO, 0};
+            bn[k][j] = j < 2 ? vt_param(g, nm, 1, cs, init) : vt_buffer(g, nm, 1, j == 4 ? one : cs, init);
+        }
+    }
+    vt_graph_output(g, vt_bn_res_bn(g, t, bn[0], a, bn[1], 1e-5f, 0.1f, 0.7f));
+    T_CHECK(T, vt_graph_finalize(g, &e) == 0, "bn_res_bn: %s", e.msg);
+    if (!e.msg[0]) {
+        vt_rng r;
+        vt_rng_seed(&r, 4);
+        for (int64_t i = 0; i < t->numel; i++) t->data[i] = vt_rng_normal(&r), a->data[i] = vt_rng_normal(&r);
+        t->data[0] = INFINITY; /* channel 0 of item 0 */
+        vt_graph_forward(g);
+        const float *v3 = bn[0][3]->data, *va = bn[1][3]->data;
+        T_CHECK(T, isnan(v3[0]) && isnan(va[0]) && isfinite(v3[1]) && isfinite(v3[2]) && isfinite(va[1]) &&
+                       isfinite(va[2]),
+                "bn_res_bn with an Inf: running var %g %g %g / %g %g %g", (double)v3[0], (double)v3[1], (double)v3[2],
+                (double)va[0], (double)va[1], (double)va[2]);
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* vt_batchnorm_res: x0 input, x1 w, x2 b, x3 running mean, x4 running var, x5 the added term (ia[3] 0: none; 2:
  * added once more after the op, so its gradient must be added to, not written); fa[0] the output factor; ia[0] axis,
  * ia[2] as b_bn's. */
@@ -1593,6 +1628,7 @@ static void check_bn_res_bn_grads(vt_test *T) {
 }
 
 void test_ops_norm_act(vt_test *T) {
+    check_bnpair_nan(T);
     check_activation_values(T);
     check_kink_grads(T);
     check_softmax_values(T);

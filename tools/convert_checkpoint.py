@@ -237,10 +237,13 @@ def _rebuild_from_type(func, new_type, args, state):
     return func(*args)
 
 
-def _set_of(items=()):
-    """set(items), as protocol 2 pickles a set (REDUCE of builtins.set with a list): of names and integers only."""
-    if type(items) is not list or not all(type(k) is str or type(k) is int for k in items):
-        raise pickle.UnpicklingError("Unsupported operation set() of other than a list of names")
+def _set_of(*args):
+    """set(items), as protocol 2 pickles a set (REDUCE of builtins.set with one list, or none): of names and 64-bit
+    integers only, as dict keys."""
+    items = args[0] if len(args) == 1 else ()
+    if len(args) > 1 or type(items) not in (list, tuple) or \
+            not all(type(k) is str or (type(k) is int and -(1 << 63) <= k < 1 << 63) for k in items):
+        raise pickle.UnpicklingError("Unsupported operation set() of other than one list of names")
     return set(items)
 
 

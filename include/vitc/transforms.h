@@ -53,7 +53,7 @@ typedef struct vt_tf_params {
     float re_prob;            /* RandomErasing probability (0.25; 0: off) */
     float re_min_area, re_max_area; /* erased area fraction range (0.02, 1/3) */
     float re_min_aspect;      /* log-uniform aspect in (min, 1/min) (0.3) */
-    int re_count;             /* erased rectangles (1) */
+    int re_count;             /* most erased rectangles: randint(1, re_count) of them (1) */
 } vt_tf_params;
 
 /* DeiT's train transform at S×S with ImageNet mean/std (the defaults noted above); set .width for S×W. */

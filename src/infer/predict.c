@@ -113,6 +113,32 @@ vt_params *vt_model_load(const vt_model_cfg *c, const char *path, vt_err *e) {
     return P;
 }
 
+/* c's parameters as names and shapes, without values (vt_params.shapes_only); NULL if they cannot be made. */
+static vt_params *shapes_of(const vt_model_cfg *c) {
+    vt_err e = {0};
+    vt_params *S = vt_params_new(&e);
+    if (S) S->shapes_only = 1;
+    if (S && vt_model_create_params(c, S, &e)) {
+        vt_params_free(S);
+        return NULL;
+    }
+    return S;
+}
+
+/* 1 if f holds a tensor S lacks (DeiT's dist_token: neither a size nor a class count makes such a file fit). */
+static int holds_extra(const vt_params *S, const vt_st_file *f) {
+    for (int i = 0; i < f->n; i++)
+        if (!vt_params_find(S, f->entries[i].name)) return 1;
+    return 0;
+}
+
+/* 1 if file entry fe has t's dimensions from d0 on (and t's rank). */
+static int shape_from(const vt_st_entry *fe, const vt_tensor *t, int d0) {
+    int same = fe->ndim == t->ndim;
+    for (int d = d0; same && d < t->ndim; d++) same = fe->shape[d] == t->shape[d];
+    return same;
+}
+
 /* 1 if the tensors of f that have other shapes than c's are all ones whose shape depends on the image size (it differs
  * between c and c at the square size `alt`): then the size may be why f does not fit; 0 when a shape that does not
  * depend on it differs too (--heads, --dims), f holds a tensor c lacks, or none differs. */
@@ -120,19 +146,12 @@ static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) 
     vt_model_cfg c0 = *c;
     c0.arch.img_size = alt;
     c0.arch.img_w = 0;
-    vt_err e = {0};
-    vt_params *S = vt_params_new(&e), *S0 = vt_params_new(&e);
-    if (S) S->shapes_only = 1;
-    if (S0) S0->shapes_only = 1;
-    int sized = 0, other = !S || !S0 || vt_model_create_params(c, S, &e) || vt_model_create_params(&c0, S0, &e);
-    for (int i = 0; !other && i < f->n; i++) /* a tensor the model lacks at any size (DeiT's dist_token) */
-        other = !vt_params_find(S, f->entries[i].name);
+    vt_params *S = shapes_of(c), *S0 = shapes_of(&c0);
+    int sized = 0, other = !S || !S0 || holds_extra(S, f);
     for (int i = 0; !other && i < S->n; i++) {
         const vt_tensor *t = S->t[i], *t0 = vt_params_find(S0, t->name);
         const vt_st_entry *fe = vt_st_find(f, t->name);
-        int same = fe && fe->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = fe->shape[d] == t->shape[d];
-        if (!fe || same) continue;
+        if (!fe || shape_from(fe, t, 0)) continue;
         int dep = !t0 || t0->ndim != t->ndim; /* depends on the size: another shape (or none) at the named one */
         for (int d = 0; !dep && d < t->ndim; d++) dep = t0->shape[d] != t->shape[d];
         if (dep)
@@ -145,28 +164,23 @@ static int size_may_be_why(const vt_model_cfg *c, int alt, const vt_st_file *f) 
     return sized && !other;
 }
 
-/* The class count f's classifier is made for when f holds c's tensors and no other, and those of other shapes than
- * c's are all sized by c's class count in their first dimension (head.weight, head.bias, ...), with one other count K
- * there and the rest of their shapes c's: K (--num-classes K loads it); else 0. */
+/* The class count f's classifier is made for when f holds c's tensors (buffers a file may leave out aside) and no
+ * other, and those of other shapes than c's are all sized by c's class count in their first dimension (head.weight,
+ * head.bias, ...), with one other count K there and the rest of their shapes c's: K (--num-classes K loads it); else
+ * 0. */
 static int classes_may_be_why(const vt_model_cfg *c, const vt_st_file *f) {
-    vt_err e = {0};
-    vt_params *S = vt_params_new(&e);
-    if (!S) return 0;
-    S->shapes_only = 1;
-    int K = 0, other = vt_model_create_params(c, S, &e) != 0;
-    for (int i = 0; !other && i < f->n; i++) other = !vt_params_find(S, f->entries[i].name); /* an extra tensor */
+    vt_params *S = shapes_of(c);
+    int K = 0, other = !S || holds_extra(S, f);
     for (int i = 0; !other && i < S->n; i++) {
         const vt_tensor *t = S->t[i];
         const vt_st_entry *fe = vt_st_find(f, t->name);
-        if (!fe || fe->ndim != t->ndim) {
-            other = 1;
+        if (!fe) {
+            other = !vt_weights_may_be_absent(t);
             continue;
         }
-        int same = 1;
-        for (int d = 1; same && d < t->ndim; d++) same = fe->shape[d] == t->shape[d];
-        if (same && fe->shape[0] == t->shape[0]) continue;
-        other = !same || t->shape[0] != c->arch.num_classes || fe->shape[0] < 1 || fe->shape[0] > INT32_MAX / 2 ||
-                (K && fe->shape[0] != K);
+        if (shape_from(fe, t, 0)) continue;
+        other = !shape_from(fe, t, 1) || t->shape[0] != c->arch.num_classes || fe->shape[0] < 1 ||
+                fe->shape[0] > INT32_MAX / 2 || (K && fe->shape[0] != K);
         K = (int)fe->shape[0];
     }
     vt_params_free(S);

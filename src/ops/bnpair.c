@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "bnstats.h"
 #include "vitc/ops.h"
 
 typedef struct {
@@ -36,9 +37,6 @@ static float *coef_of(const vt_node *n, int bwd) {
     const bnpair_p *p = VT_OP_P(n, bnpair_p);
     return (float *)(part_of(n, bwd) + (size_t)p->C * p->nch * NB);
 }
-
-/* A variance from E[x²] − E[x]²: round-off below 0 clamped, a NaN kept (as PyTorch's: a diverged batch shows). */
-static double nonneg(double v) { return v < 0.0 ? 0.0 : v; }
 
 static void bnpair_fwd(vt_node *n) {
     const bnpair_p *p = VT_OP_P(n, bnpair_p);
@@ -79,10 +77,11 @@ static void bnpair_fwd(vt_node *n) {
         for (int k = 0; k < nch; k++)
             for (int j = 0; j < NF; j++) m[j] += part[((size_t)c * nch + k) * NB + j];
         for (int j = 0; j < NF; j++) m[j] /= (double)M;
-        const double vt = nonneg(m[1] - m[0] * m[0]), va = nonneg(m[3] - m[2] * m[2]), cta = m[4] - m[0] * m[2];
+        const double vt = vt_bn_var_nonneg(m[1] - m[0] * m[0]), va = vt_bn_var_nonneg(m[3] - m[2] * m[2]),
+                     cta = m[4] - m[0] * m[2];
         const double mut = t[(size_t)c * P] + m[0], mua = a[(size_t)c * P] + m[2];
         const double rs3 = 1.0 / sqrt(vt + p->eps), k3 = (double)w3[c] * rs3;
-        const double vy = nonneg(k3 * k3 * vt + va + 2.0 * k3 * cta), muy = b3[c] + mua;
+        const double vy = vt_bn_var_nonneg(k3 * k3 * vt + va + 2.0 * k3 * cta), muy = b3[c] + mua;
         mt[c] = (float)mut;
         ma[c] = (float)mua;
         r3[c] = (float)rs3;

@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A variance from E[x²] − E[x]²: round-off below 0 clamped to 0, a NaN kept (as PyTorch's: a diverged batch shows in
+ * running_var). */
+static inline double vt_bn_var_nonneg(double v) { return v < 0.0 ? 0.0 : v; }
+
 /* Floats of vt_bn_batch_update's scratch (doubles: give it 8-byte aligned) for x (outer, C, inner). */
 size_t vt_bn_batch_scratch(int64_t outer, int C, int inner);
 

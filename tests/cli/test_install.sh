@@ -16,14 +16,15 @@ rc=$?
 check "make install PREFIX=..." "[ $rc -eq 0 ]" "rc $rc: $(tail -5 "$T/install.log")"
 L=$P/lib
 # the version as the header defines it (VITC_VERSION_*), the one place it lives
-VER=$(awk '$2 ~ /^VITC_VERSION_(MAJOR|MINOR|PATCH)$/ {printf "%s%s", sep, $3; sep = "."}' include/vitc/api.h)
-check "the header's version has three numbers" "echo '$VER' | grep -qx '[0-9]*\.[0-9]*\.[0-9]*'" "'$VER'"
-check "installed files" "[ -f '$L/libvitc.so.$VER' ] && [ -L '$L/libvitc.so.0' ] && [ -L '$L/libvitc.so' ] && \
-    [ \"\$(readlink '$L/libvitc.so.0')\" = libvitc.so.$VER ] && [ \"\$(readlink '$L/libvitc.so')\" = libvitc.so.0 ] && \
+VER=$(make --no-print-directory -s print-version)
+MAJ=${VER%%.*}
+check "the header's version has three numbers" "echo '$VER' | grep -qx '[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*'" "'$VER'"
+check "installed files" "[ -f '$L/libvitc.so.$VER' ] && [ -L '$L/libvitc.so.$MAJ' ] && [ -L '$L/libvitc.so' ] && \
+    [ \"\$(readlink '$L/libvitc.so.$MAJ')\" = libvitc.so.$VER ] && [ \"\$(readlink '$L/libvitc.so')\" = libvitc.so.$MAJ ] && \
     [ -f '$L/libvitc.a' ] && [ -f '$P/include/vitc/vitc.h' ] && [ -f '$P/include/vitc/api.h' ] && \
     [ -f '$L/pkgconfig/vitc.pc' ] && [ -x '$P/bin/vitc' ]" "$(find "$P" | sort)"
 soname=$(readelf -d "$L/libvitc.so.$VER" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-check "SONAME libvitc.so.0" "[ '$soname' = libvitc.so.0 ]" "soname '$soname'"
+check "SONAME libvitc.so.$MAJ" "[ '$soname' = libvitc.so.$MAJ ]" "soname '$soname'"
 readelf -d "$L/libvitc.so.$VER" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' >"$T/needed.txt"
 check "the library (inference) needs no OpenMPI, which only training uses" \
     "grep -q libdnnl '$T/needed.txt' && ! grep -q libmpi '$T/needed.txt' && ! pkg-config --static --libs vitc 2>/dev/null | \
@@ -58,7 +59,7 @@ $CC -std=c11 -Wall -Wextra -Werror examples/classify.c -o "$T/classify_static" $
 rc=$?
 check "example builds against the installed static library" "[ $rc -eq 0 ]" "$(cat "$T/ccs.log")"
 LD_LIBRARY_PATH=$L ldd "$T/classify" >"$T/ldd.txt" 2>&1
-check "shared example loads libvitc.so.0 from PREFIX" "grep -q 'libvitc.so.0 => $L/libvitc.so.0' '$T/ldd.txt'" \
+check "shared example loads libvitc.so.$MAJ from PREFIX" "grep -q 'libvitc.so.$MAJ => $L/libvitc.so.$MAJ' '$T/ldd.txt'" \
     "$(cat "$T/ldd.txt")"
 check "static example does not need libvitc.so" "! ldd '$T/classify_static' | grep -q libvitc"
 
