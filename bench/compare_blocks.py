@@ -51,6 +51,7 @@ def main():
                     help="reuse the accuracy and peak memory of the runs in --out, measure img/s again")
     a = ap.parse_args()
     benchenv.need_program(VITC)
+    benchenv.clean_omp_env()  # vitc then runs on the cores this process may run on, as the header says
     os.makedirs(a.out, exist_ok=True)
     lines = [f"Hosts `{HOST}` and `{SWIN}`, {a.epochs} epochs on the first {a.train_subset} Fashion-MNIST training images, "
              f"batch {a.batch_size}, AdamW lr {a.lr} (weight decay 0.05, 1 warm-up epoch from 1e-6, cosine to 1e-5: "
@@ -76,8 +77,13 @@ def main():
             log = run(["train", host, "--data", "fashion-mnist", "--epochs", str(a.epochs), "--batch-size",
                        str(a.batch_size), "--lr", a.lr, "--seed", a.seed, "--train-subset", str(a.train_subset),
                        "--no-augment", "--log-every", "100000", "--out", rdir, "--overwrite"] + sel)
+            m = re.search(r"peak memory ([0-9.]+) MiB", log)
+            if not m:
+                sys.exit(f"{rdir}: the training log names no peak memory (its wording changed?):\n{log[-2000:]}")
             with open(peak_file, "w") as f:
-                f.write(re.search(r"peak memory ([0-9.]+) MiB", log).group(1) + "\n")
+                f.write(m.group(1) + "\n")
+        elif not os.path.exists(peak_file) or not os.path.exists(os.path.join(rdir, "metrics.csv")):
+            sys.exit(f"--bench-only: {rdir} holds no trained run of this row (run once without --bench-only)")
         with open(os.path.join(rdir, "metrics.csv")) as f:
             last = list(csv.DictReader(f))[-1]
         with open(peak_file) as f:

@@ -143,7 +143,8 @@ def run_torch(args):
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-only", "--epochs", str(args.epochs),
                         "--threads", str(args.threads)], capture_output=True, text=True)
     if p.returncode:
-        sys.exit(f"PyTorch side failed:\n{p.stderr}")
+        last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        sys.exit(f"PyTorch side failed: {last}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["wall_s"] = time.perf_counter() - t0
     return r
@@ -188,6 +189,7 @@ def main():
         print(json.dumps(torch_side(args.epochs, args.threads, 0)))
         return
     benchenv.need_program(args.vitc)
+    benchenv.clean_omp_env()  # both sides get --threads / torch.set_num_threads explicitly
     g = subprocess.run([args.vitc, "bench", "vit_fmnist_p7", "--batch-size", "1", "--iters", "1", "--json"],
                        capture_output=True, text=True)
     info = json.loads(g.stdout) if g.returncode == 0 else {}
