@@ -35,7 +35,8 @@ PIC_OBJ   := $(filter-out $(TRAIN_SRC:%.c=build-pic/%.o),$(SRC:%.c=build-pic/%.o
 LIB_PKGS  := $(filter-out ompi-c,$(PKGS))
 LIB_LIBS   = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) -ldnnl -lm -fopenmp
 # The version lives in one place, include/vitc/api.h (VITC_VERSION_*); the SONAME follows its major number.
-api_version = $(shell sed -n 's/^[#][ \t]*define[ \t][ \t]*VITC_VERSION_$(1)[ \t][ \t]*\([0-9][0-9]*\).*/\1/p' include/vitc/api.h)
+HASH := \#
+api_version = $(shell sed -n 's/^$(HASH)[ \t]*define[ \t][ \t]*VITC_VERSION_$(1)[ \t][ \t]*\([0-9][0-9]*\).*/\1/p' include/vitc/api.h)
 SOVERSION := $(call api_version,MAJOR)
 VERSION   := $(SOVERSION).$(call api_version,MINOR).$(call api_version,PATCH)
 ifneq ($(words $(subst ., ,$(VERSION))),3)

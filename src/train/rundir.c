@@ -461,11 +461,11 @@ static const char *run_file_of(const char *dir, const char *path) {
     return NULL;
 }
 
-/* 1 if the file at a holds the first bytes of the file at b (all of b's with whole), 0 otherwise or when one cannot
- * be read. */
+/* 1 if the file at a is not empty and holds the first bytes of the file at b (all of b's with whole), 0 otherwise or
+ * when one cannot be read. */
 static int starts_alike(const char *a, const char *b, int whole) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
+    int same = fa && fb && fgetc(fa) != EOF && fseek(fa, 0, SEEK_SET) == 0;
     char ba[65536], bb[sizeof ba];
     for (size_t n; same && (n = fread(ba, 1, sizeof ba, fa)) > 0;)
         same = fread(bb, 1, n, fb) == n && memcmp(ba, bb, n) == 0;

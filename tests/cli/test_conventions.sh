@@ -281,6 +281,8 @@ for mw in vit_fmnist_tiny:w4 swin_fmnist_tiny:s4; do
     check "predict ${mw%%:*}: a classifier for 4 classes: the note names the count and --num-classes 4" \
         "[ $rc -eq 1 ] && grep -q 'its classifier is made for 4 classes, the model.s for 10: --num-classes 4)' \
         '$T/p4.log' && ! grep -q 'img-size' '$T/p4.log'" "rc $rc: $(cat "$T/p4.log")"
+    $V predict "${mw%%:*}" --num-classes 4 -w "$T/${mw#*:}.safetensors" "$T/p00.png" >"$T/p4n.log" 2>&1
+    check "... and with --num-classes 4 it loads" "[ $? -eq 0 ]" "$(cat "$T/p4n.log")"
 done
 # ... but not where what differs does not depend on the size (a file of other heads, at the size it was made at)
 $V init swin_fmnist_tiny --img-size 56 --heads 1,2 -o "$T/shr.safetensors" >/dev/null 2>&1

@@ -86,6 +86,11 @@ mkdir -p "$T/rl3" && printf 'epoch,mine\n' >"$T/rl3/metrics.csv"
 $V train $COMMON --epochs 4 --out "$T/rl3" --resume "$T/b" >"$T/rl3.log" 2>&1
 check "... but a metrics.csv that is not the source run's copy is refused" "[ $? -eq 1 ] && \
     grep -q 'holds metrics.csv but no checkpoint' '$T/rl3.log' && grep -q mine '$T/rl3/metrics.csv'" "$(cat "$T/rl3.log")"
+mkdir -p "$T/rl4" && cp "$T/b/metrics.csv" "$T/rl4/" && cp "$T/b/weights.safetensors" "$T/rl4/weights_best.safetensors"
+$V train $COMMON --epochs 4 --out "$T/rl4" --resume "$T/b" >"$T/rl4.log" 2>&1
+check "... and so is a weights_best.safetensors that is not the source's" "[ $? -eq 1 ] && \
+    grep -q 'no checkpoint' '$T/rl4.log' && cmp -s '$T/b/weights.safetensors' '$T/rl4/weights_best.safetensors'" \
+    "$(cat "$T/rl4.log")"
 
 # a resume takes what its checkpoint records for the options it does not give (the recipe and its Mixup, EMA and
 # repeated augmentation, the model options, the data, the seed) and continues in that folder, as if never stopped
