@@ -64,7 +64,8 @@ int vt_loader_start_keyed(vt_loader *L, const int *idx, const uint64_t *keys, in
                           int64_t epoch, vt_err *e);
 
 /* Waits for the next batch of the epoch and copies it into x (batch, chans, size, size) and labels[batch] (rows
- * past a short last batch's end zeroed, their labels -1: a batch-wide int8 input range sees no stale image). Returns the rows of the batch, 0 at the end of the epoch, -1 on an
+ * past a short last batch's end zeroed, their labels -1: a batch-wide int8 input range sees no stale image).
+ * Returns the rows of the batch, 0 at the end of the epoch, -1 on an
  * error (a worker's, or every sample unreadable). */
 int vt_loader_next(vt_loader *L, float *x, int *labels, vt_err *e);
 

@@ -135,8 +135,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
     const char *rec = vt_st_meta(&f, VT_FORM_KEY);
     if (!rec && P->form && log) /* both forms share their keys (Next-ViT): nothing in the file tells them apart */
         fprintf(log, "init-from: %s records no form: taken as the training form, as official checkpoints are (a "
-                "merge_bn export would have its BatchNorms applied twice: convert such a checkpoint with convert_checkpoint.py "
-                "--form deployed)\n", path);
+                "merge_bn export would have its BatchNorms applied twice: convert such a checkpoint with "
+                "convert_checkpoint.py --form deployed)\n", path);
     snprintf(form, sizeof form, "%s", rec ? rec : "training");
     const int known = strcmp(form, "training") == 0 || strcmp(form, "deployed") == 0;
     if (P->form && (!known || strcmp(form, P->form) != 0)) {

@@ -160,8 +160,9 @@ static const vt_opdef op_posemb = {"posemb_sincos2d", posemb_fwd, posemb_bwd, VT
 vt_tensor *vt_posemb_sincos2d(vt_graph *g, int h, int w, int dim, float temperature) {
     if (vt_bad(g, 0)) return NULL;
     if (h <= 0 || w <= 0 || h > INT_MAX / w || dim <= 0 || dim % 4 || !(temperature > 0))
-        return vt_fail(g, "posemb_sincos2d", "grid %dx%d, dim %d, temperature %g: a grid of at most %d positions, dim a "
-                       "positive multiple of 4", h, w, dim, (double)temperature, INT_MAX);
+        return vt_fail(g, "posemb_sincos2d",
+                       "grid %dx%d, dim %d, temperature %g: a grid of at most %d positions, dim a positive multiple of 4",
+                       h, w, dim, (double)temperature, INT_MAX);
     int shape[3] = {1, h * w, dim};
     vt_node *n = vt_new_node(g, &op_posemb, NULL, 0, vt_new_act(g, 3, shape));
     if (!n) return NULL;

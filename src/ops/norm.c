@@ -689,10 +689,10 @@ static void chan_sums_act(int act, const float *x, const float *u, const float *
 /* Batch statistics of each channel of x (outer, C, inner) (part: the chunks' partial sums). One pass over x: sums of
  * the deviations d from the channel's first value, d exact in double, so var = E[d²] − E[d]² loses about
  * 1e-16·(Δ/σ)² relative to cancellation, Δ that value's distance from the mean (tests: Δ ≈ 220σ). On return s1[c] is
- * the mean, s2[c] the biased variance (at least 0, or NaN) and mu[c] the mean rounded to float. Two passes before (the mean,
- * then the deviations from it); a training step at batch 16 with one pass, old and new alternated in one process
- * (8 rounds, Ice Lake, 2026-11-29), per-round medians: Refined-ViT-S 1.02-1.05x in four runs (BatchNorms over its
- * expanded attention maps; best steps 0.93-1.06x), Next-ViT-S 1.01-1.03x, GroupMixFormer-T 1.02x. */
+ * the mean, s2[c] the biased variance (at least 0, or NaN) and mu[c] the mean rounded to float. Two passes before
+ * (the mean, then the deviations from it); a training step at batch 16 with one pass, old and new alternated in one
+ * process (8 rounds, Ice Lake, 2026-11-29), per-round medians: Refined-ViT-S 1.02-1.05x in four runs (BatchNorms
+ * over its expanded attention maps; best steps 0.93-1.06x), Next-ViT-S 1.01-1.03x, GroupMixFormer-T 1.02x. */
 static void batch_stats(const float *x, int outer, int C, int inner, int nch, double *part, double *s1, double *s2,
                         float *mu) {
     const int64_t M = (int64_t)outer * inner;

@@ -28,7 +28,8 @@ static void preset_default(vt_recipe *r) {
  * AdamW lr 5e-4 · batch/512, wd 0.05, 300 epochs, 5 warm-up epochs from 1e-6, cosine to 1e-5, label smoothing 0.1,
  * Mixup 0.8 / CutMix 1.0 / switch 0.5, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path 0.1,
  * model EMA 0.99996 (main.py sets model_ema=True by default), repeated augmentation (RASampler) on, batch 64 a GPU,
- * color jitter 0.3 (main.py's default; unused: timm applies it only without aa), bicubic RandomResizedCrop (0.08-1, 3/4-4/3). */
+ * color jitter 0.3 (main.py's default; unused: timm applies it only without aa), bicubic RandomResizedCrop (0.08-1,
+ * 3/4-4/3). */
 static void preset_deit(vt_recipe *r) {
     *r = (vt_recipe){.source = "DeiT main.py defaults (timm create_transform, Mixup)", .lr = 5e-4,
                      .lr_base_batch = 512, .weight_decay = 0.05, .warmup_lr = 1e-6, .min_lr = 1e-5,

@@ -476,16 +476,19 @@ static int starts_alike(const char *a, const char *b, int whole) {
     return same;
 }
 
-/* 1 if run folder dir holds no checkpoint and only what a run resumed from folder `from` writes there before its
- * first one (a copy of from's first metrics rows, of its weights_best), nothing else of a run's: the remains of an
- * earlier try of the same resume, which this one may replace. */
+/* Files a run writes only at an epoch's end, beside its checkpoint (weights_best also copied in at the start of a
+ * run resumed from another folder). */
+static const char *const epoch_files[] = {"weights.safetensors", "weights_best.safetensors", "weights_ema.safetensors",
+                                          "curves.png", "curves.gp"};
+
+/* 1 if run folder dir (which holds no checkpoint) holds only what a run resumed from folder `from` writes there
+ * before its first checkpoint (a copy of from's first metrics rows, of its weights_best), nothing else of a run's:
+ * the remains of an earlier try of the same resume, which this one may replace. */
 static int resume_leftovers(const char *dir, const char *from) {
     char mine[4096], theirs[4096];
-    static const char *const later[] = {"checkpoint.safetensors", "weights.safetensors", "weights_ema.safetensors",
-                                        "curves.png", "curves.gp"}; /* written at an epoch's end */
-    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
-        snprintf(mine, sizeof mine, "%s/%s", dir, later[i]);
-        if (access(mine, F_OK) == 0) return 0;
+    for (size_t i = 0; i < sizeof epoch_files / sizeof epoch_files[0]; i++) {
+        snprintf(mine, sizeof mine, "%s/%s", dir, epoch_files[i]);
+        if (strcmp(epoch_files[i], "weights_best.safetensors") != 0 && access(mine, F_OK) == 0) return 0;
     }
     static const char *const copied[] = {"metrics.csv", "weights_best.safetensors"};
     int any = 0;
@@ -525,12 +528,12 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
         snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", o->run_dir);
     }
     if (o->overwrite) return 0;
-    if (o->resume && resume_leftovers(o->run_dir, o->resume)) return 0; /* an earlier try of this resume */
     if (access(ck, F_OK) == 0) {
         checkpoint_meta(ck, "model", model, sizeof model, NULL); /* named where it can be read */
         return vt_seterr(e, "run folder %s already holds a run (a checkpoint%s%s); continue it with --resume %s, or "
                          "replace it with --overwrite", o->run_dir, model[0] ? " of " : "", model, o->run_dir);
     }
+    if (o->resume && resume_leftovers(o->run_dir, o->resume)) return 0; /* an earlier try of this resume */
     if (access(met, F_OK) == 0) /* a run stopped before its first checkpoint (or one whose checkpoint went): nothing
                                  * to resume, and its metrics are not overwritten unasked */
         return vt_seterr(e, "run folder %s holds metrics.csv but no checkpoint.safetensors (a run stopped before its "
@@ -538,14 +541,12 @@ int check_run_dir(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) {
                          "--overwrite, or train into another --out", o->run_dir);
     /* files written only at an epoch's end, beside a checkpoint: without one they are the user's (or the remains of a
      * run killed while writing its first epoch), and the new run would remove them (clear_run_dir) */
-    static const char *const kept[] = {"weights.safetensors", "weights_best.safetensors", "weights_ema.safetensors",
-                                       "curves.png", "curves.gp"};
-    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
-        snprintf(met, sizeof met, "%s/%s", o->run_dir, kept[i]);
+    for (size_t i = 0; i < sizeof epoch_files / sizeof epoch_files[0]; i++) {
+        snprintf(met, sizeof met, "%s/%s", o->run_dir, epoch_files[i]);
         if (access(met, F_OK) == 0)
             return vt_seterr(e, "run folder %s holds %s but no checkpoint.safetensors: a run there would replace it; "
                              "move it elsewhere, replace it with --overwrite, or train into another --out", o->run_dir,
-                             kept[i]);
+                             epoch_files[i]);
     }
     return 0;
 }

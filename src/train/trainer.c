@@ -932,7 +932,8 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const vt_tensor *bad = vt_params_first_nonfinite(P, &at);
     if (bad)
         rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped before "
-                       "writing that epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch, r->good);
+                       "writing that epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch,
+                       r->good);
     for (int k = 0; rc == 0 && k < vt_adamw_nstate(&r->opt); k++) {
         char name[VT_NAMELEN + 16];
         int64_t numel = 0;
