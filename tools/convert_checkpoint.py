@@ -4,10 +4,10 @@
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
 the file itself), strips a DataParallel 'module.' prefix, drops the tensors named by or under a --drop prefix (e.g.
---drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is refused), and writes
-floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form the form record
-(Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's loader then names any
-missing, extra or wrong-shape tensor.
+--drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is
+refused), and writes floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form
+the form record (Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's
+loader then names any missing, extra or wrong-shape tensor.
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
 the zip archive torch.save writes (PyTorch 1.6 and later) is read by this script's own unpickler (Python's pure-Python
 one cut down to data: read_zip), not by torch.load, whose weights-only mode PyTorch 1.13 does not make safe and
@@ -288,8 +288,9 @@ class _DataUnpickler(pickle._Unpickler):
             return obj
         if f"{module}.{name}" in TENSOR_TYPES:
             return _TensorType()
-        if f"{module}.{name}" in RECORDS or f"{module}.{name}" in DICT_RECORDS:
-            return _RecordType(f"{module}.{name}", f"{module}.{name}" in DICT_RECORDS)
+        full = f"{module}.{name}"
+        if full in RECORDS or full in DICT_RECORDS:
+            return _RecordType(full, full in DICT_RECORDS)
         if module == "torch" and name.endswith("Storage"):  # torch's, of elements no vitc weight has
             raise _OtherTensors(f"{shown(name[:-7] or 'untyped')} tensors (e.g. complex or quantized), which vitc's "
                                 "weights are not")
