@@ -370,6 +370,29 @@ static void check_mixup_sampler(vt_test *T) {
     const int bad[B] = {0, 1, 5, 1};
     e = (vt_err){0}; /* the first error message is kept: start afresh */
     T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, bad, t, &lam, &e) != 0 && strstr(e.msg, "label 5"), "bad label: %s", e.msg);
+    /* keyed draws (the trainer's): each rank its own (as DeiT seeds each rank with seed + rank), each micro-batch its
+     * own, and the same key the same draw (what makes a resumed run draw as an uninterrupted one) */
+    int same_rank = 0, same_batch = 0, again = 1;
+    for (int64_t b = 0; b < 200; b++) {
+        vt_mixup_draw d0, d1, d2, d3;
+        vt_rng r0, r1, r2, r3;
+        vt_rng_seed(&r0, vt_mixup_key(7, b, 0));
+        vt_rng_seed(&r1, vt_mixup_key(7, b, 1));
+        vt_rng_seed(&r2, vt_mixup_key(7, b + 1, 0));
+        vt_rng_seed(&r3, vt_mixup_key(7, b, 0));
+        vt_mixup_sample(&m, H, W, &r0, &d0);
+        vt_mixup_sample(&m, H, W, &r1, &d1);
+        vt_mixup_sample(&m, H, W, &r2, &d2);
+        vt_mixup_sample(&m, H, W, &r3, &d3);
+        same_rank += d0.lam == d1.lam;
+        same_batch += d0.lam == d2.lam;
+        again &= d0.lam == d3.lam && d0.cutmix == d3.cutmix && d0.cy == d3.cy && d0.cx == d3.cx;
+    }
+    T_CHECK(T, same_rank == 0 && same_batch == 0 && again,
+            "Mixup keys: ranks 0 and 1 drew the same lam %d times of 200, batches b and b+1 %d times; same key same draw "
+            "%d", same_rank, same_batch, again);
+    T_CHECK(T, vt_mixup_batch(&m, x, B, C, H, W, lab, t, vt_mixup_key(7, 0, 0), &lam, &e) == 0 && lam > 0 && lam <= 1,
+            "vt_mixup_batch with a key: lam %g", lam);
     vt_rng r;
     vt_rng_seed(&r, 1);
     int idx[600];

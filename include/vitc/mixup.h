@@ -2,6 +2,8 @@
 #ifndef VITC_MIXUP_H
 #define VITC_MIXUP_H
 
+#include <stdint.h>
+
 #include "vitc/error.h"
 #include "vitc/rng.h"
 
@@ -40,8 +42,12 @@ void vt_mixup_sample(const vt_mixup *m, int H, int W, vt_rng *rng, vt_mixup_draw
 int vt_mixup_apply(const vt_mixup *m, const vt_mixup_draw *d, float *x, int B, int C, int H, int W, const int *labels,
                    float *targets, double *lam_out, vt_err *e);
 
-/* vt_mixup_sample then vt_mixup_apply: one training batch's Mixup/CutMix. */
+/* The seed of the draws of a run's micro-batch `batch` (counted from the run's start) on rank `rank`: each rank draws
+ * its own, as DeiT's main.py seeds each rank with seed + rank, and a resumed run draws what an uninterrupted one would. */
+uint64_t vt_mixup_key(uint64_t seed, int64_t batch, int rank);
+
+/* vt_mixup_sample from a generator seeded with key (vt_mixup_key), then vt_mixup_apply: one batch's Mixup/CutMix. */
 int vt_mixup_batch(const vt_mixup *m, float *x, int B, int C, int H, int W, const int *labels, float *targets,
-                   vt_rng *rng, double *lam_out, vt_err *e);
+                   uint64_t key, double *lam_out, vt_err *e);
 
 #endif

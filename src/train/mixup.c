@@ -82,9 +82,15 @@ int vt_mixup_apply(const vt_mixup *m, const vt_mixup_draw *d, float *x, int B, i
     return 0;
 }
 
+uint64_t vt_mixup_key(uint64_t seed, int64_t batch, int rank) {
+    return vt_rng_key(seed ^ 0x313e0ddULL, (uint64_t)batch, (uint64_t)rank);
+}
+
 int vt_mixup_batch(const vt_mixup *m, float *x, int B, int C, int H, int W, const int *labels, float *targets,
-                   vt_rng *rng, double *lam_out, vt_err *e) {
+                   uint64_t key, double *lam_out, vt_err *e) {
     vt_mixup_draw d;
-    vt_mixup_sample(m, H, W, rng, &d);
+    vt_rng rng;
+    vt_rng_seed(&rng, key);
+    vt_mixup_sample(m, H, W, &rng, &d);
     return vt_mixup_apply(m, &d, x, B, C, H, W, labels, targets, lam_out, e);
 }

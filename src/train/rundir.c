@@ -147,11 +147,9 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
         out[k].ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) out[k].shape[d] = p->shape[d];
     }
-    int64_t step[1] = {st->step}, epoch[1] = {st->epoch}, rng[4];
-    memcpy(rng, st->rng.s, sizeof rng);
+    int64_t step[1] = {st->step}, epoch[1] = {st->epoch};
     out[k++] = (vt_st_out){"train/step", VT_ST_I64, 1, {1}, step};
     out[k++] = (vt_st_out){"train/epoch", VT_ST_I64, 1, {1}, epoch};
-    out[k++] = (vt_st_out){"train/rng", VT_ST_I64, 1, {4}, rng};
     char *meta = rc ? NULL : checkpoint_metadata(c, o, P, st, world_size);
     if (rc == 0)
         rc = meta ? vt_st_write(path, out, k, meta, e)
@@ -164,7 +162,7 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
     return rc;
 }
 
-/* Restores the model, its optimiser state, the step and RNG, and the EMA (ema may be NULL): a checkpoint without
+/* Restores the model, its optimiser state, the step and epoch, and the EMA (ema may be NULL): a checkpoint without
  * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice on log
  * (NULL: none). */
 static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_params *ema, train_state *st, FILE *log,
@@ -200,22 +198,18 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
                 rc = vt_seterr(e, "checkpoint tensor %s (a second moment) is negative at element %lld", nm,
                                (long long)j);
     }
-    int64_t v[4];
-    const char *keys[3] = {"train/step", "train/epoch", "train/rng"};
-    for (int i = 0; rc == 0 && i < 3; i++) {
+    /* (checkpoints of vitc 0.6.0 and earlier also hold train/rng, the state of a Mixup/CutMix generator all ranks
+     * shared, which keyed draws replaced: not read) */
+    int64_t v[1];
+    const char *keys[2] = {"train/step", "train/epoch"};
+    for (int i = 0; rc == 0 && i < 2; i++) {
         const vt_st_entry *t = vt_st_find(&f, keys[i]);
-        if (!t || t->numel != (i == 2 ? 4 : 1))
+        if (!t || t->numel != 1)
             rc = vt_seterr(e, "checkpoint lacks a valid %s", keys[i]);
-        else if ((rc = vt_st_read_i64(t, v, t->numel, e)) == 0) {
-            if (i == 0) st->step = v[0];
-            if (i == 1) st->epoch = v[0];
-            if (i == 2) memcpy(st->rng.s, v, sizeof st->rng.s);
-        }
+        else if ((rc = vt_st_read_i64(t, v, 1, e)) == 0)
+            *(i == 0 ? &st->step : &st->epoch) = v[0];
     }
-    if (rc == 0 && !(st->rng.s[0] | st->rng.s[1] | st->rng.s[2] | st->rng.s[3]))
-        rc = vt_seterr(e, "checkpoint's train/rng is all zeros, a state the generator never reaches: not a checkpoint "
-                       "vitc wrote");
-    else if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
+    if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
         rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld are inconsistent (both 0, or both positive)",
                        (long long)st->epoch, (long long)st->step);
     else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)

@@ -311,12 +311,13 @@ static int recipe_record(const vt_train_opts *o, vt_err *e) {
     return vt_recipe_save(o->recipe, path, e);
 }
 
-/* Mixes the batch in t (x, labels as ints in lab) into soft targets when mixing is on; draws from rng. */
-static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, vt_rng *rng, vt_err *e) {
+/* Mixes the batch in t (x, labels as ints in lab) into soft targets when mixing is on, with the draws of key
+ * (vt_mixup_key). */
+static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, uint64_t key, vt_err *e) {
     if (!t->targets) return 0;
     const vt_tensor *x = t->x;
     return vt_mixup_batch(mix, t->x->data, x->shape[0], x->shape[1], x->shape[2], x->shape[3], lab, t->targets->data,
-                          rng, NULL, e);
+                          key, NULL, e);
 }
 
 /* The DeiT per-image train transform a recipe asks for (RandAugment, RandomErasing or RandomResizedCrop) in *p
@@ -663,9 +664,8 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
      * folder; one resumed in place is read under the folder's lock, before anything is written there) have passed
      * their checks: a refused run leaves no folder behind, and a refused resume leaves its folder as it was */
-    r->st = (train_state){0, 0, {{0}}, -1, 0.0, rc == 0 ? r->d.train.n : 0,
+    r->st = (train_state){0, 0, -1, 0.0, rc == 0 ? r->d.train.n : 0,
                           rc == 0 && r->d.folder ? folder_hash(&r->d.f_train) : 0};
-    vt_rng_seed(&r->st.rng, o->seed ^ 0xda7aULL); /* Mixup/CutMix draws; the data order is keyed by (seed, epoch) */
     const int resume_here = r->resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&
         ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
@@ -777,7 +777,7 @@ static int bcast_path(const vt_dist *dp, char *path, size_t cap, vt_err *e) {
 }
 
 /* Fails every rank when one failed (rc, run_record's); else gives every rank rank 0's model, optimiser, EMA,
- * position (step, epoch, Mixup/CutMix RNG) and checkpoint paths (those a stop names). */
+ * position (step, epoch) and checkpoint paths (those a stop names). */
 static int run_sync(train_run *r, int rc, vt_err *e) {
     vt_dist *dp = r->dp;
     train_state *st = &r->st;
@@ -786,16 +786,14 @@ static int run_sync(train_run *r, int rc, vt_err *e) {
      * resumed (another folder's, or this one's) */
     if (r->o->resume) snprintf(r->resumed, sizeof r->resumed, "%s/checkpoint.safetensors", r->o->resume);
     r->clock0 = rc == 0 && r->lead && r->o->resume ? vt_metrics_last_seconds(r->o->run_dir) : 0.0; /* goes on */
-    int64_t pos[6] = {st->step, st->epoch}; /* and the Mixup/CutMix RNG: every rank draws alike */
-    memcpy(pos + 2, st->rng.s, sizeof st->rng.s);
-    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 6, e)) ||
+    int64_t pos[2] = {st->step, st->epoch};
+    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 2, e)) ||
         (r->ema.P && (rc = vt_dist_broadcast(dp, r->ema.P, NULL, NULL, 0, e))) ||
         (rc = bcast_path(dp, r->ckpt, sizeof r->ckpt, e)) || (rc = bcast_path(dp, r->resumed, sizeof r->resumed, e)))
         return rc;
     r->good = r->resumed[0] ? r->resumed : "(none yet)";
     st->step = pos[0];
     st->epoch = pos[1];
-    memcpy(st->rng.s, pos + 2, sizeof st->rng.s);
     return 0;
 }
 
@@ -842,7 +840,7 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
         rc = rc < 0 ? -1 : vt_seterr(e, "the loader ended the epoch early");
     else {
         for (int b = 0; b < B; b++) t->labels->data[b] = (float)r->lab[b];
-        rc = mix_batch(&r->mix, t, r->lab, &st->rng, e); /* Mixup/CutMix after the loader */
+        rc = mix_batch(&r->mix, t, r->lab, vt_mixup_key(o->seed, st->step * A + j, dp->rank), e); /* after the loader */
     }
     /* a batch that failed on one rank stops every rank here, before the step's collectives, where the others would
      * wait for it forever */

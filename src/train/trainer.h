@@ -7,15 +7,14 @@
 #include <stdint.h>
 
 #include "vitc/optim.h"
-#include "vitc/rng.h"
 #include "vitc/train.h"
 
 /* ---- checkpoints and the run folder (rundir.c) */
 
-/* A run's position (step, epoch, the Mixup/CutMix RNG) and record (its best epoch), as its checkpoints store them. */
+/* A run's position (step, epoch) and record (its best epoch), as its checkpoints store them. Nothing random needs
+ * storing: the data order, the transforms, Mixup/CutMix and drop-path draw from keys of (seed, epoch or step, ...). */
 typedef struct {
     int64_t step, epoch;
-    vt_rng rng;
     int64_t best_epoch; /* the epoch (0-based, as the Test lines) whose weights are weights_best.safetensors; -1: none */
     double best_acc1;   /* its validation top-1 */
     int64_t images;     /* this run's training images (recorded as train-images; not read from checkpoints) */
@@ -47,7 +46,7 @@ static inline int run_epochs(const vt_train_opts *o) {
 }
 
 /* Writes the checkpoint of run o at st to path: the model, its EMA (ema: NULL for none), the optimiser state, the
- * step, epoch and RNG, and the run's metadata (world_size: the rank count). */
+ * step and epoch, and the run's metadata (world_size: the rank count). */
 int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts *o, vt_params *P,
                     const vt_adamw *opt, const vt_params *ema, const train_state *st, int world_size, vt_err *e);
 /* Restores the checkpoint of o->resume into P, opt, ema (may be NULL) and st once it fits this run: its rank count

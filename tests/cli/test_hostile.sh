@@ -669,12 +669,15 @@ variant("ck_old", settings=False, train__step=w["train/step"] + 1)
 variant("ck_best", best_epoch="3")
 variant("ck_bs", **{"batch-size": "0"})
 variant("ck_tr", **{"head.weight": np.ascontiguousarray(w["head.weight"].T)})
-variant("ck_rng", train__rng=np.zeros(4, np.int64))
 variant("ck_mo", **{"model-options": "--weights x.safetensors"})
+variant("ck_rng", train__rng=np.array([1, 2, 3, 4], np.int64))  # vitc 0.6.0's shared Mixup/CutMix generator state
 PY
-for c in "ck_tr:tensor head.weight has shape (64, 10), the model's head.weight has (10, 64)" "ck_rng:train/rng is all zeros" "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
+for c in "ck_tr:tensor head.weight has shape (64, 10), the model's head.weight has (10, 64)" "ck_epoch:inconsistent" "ck_step:optimiser steps an epoch" "ck_old:settings of that run (its command.txt)" "ck_best:best epoch" "ck_far:not a checkpoint vitc wrote" "ck_v:negative" "ck_ws:malformed world_size"; do
     expect "resume from ${c%%:*} refused" 1 "${c#*:}" $V train $TR --epochs 3 --out "$T/${c%%:*}" --resume "$T/${c%%:*}"
 done
+$V train $TR --epochs 4 --out "$T/ck_rng" --resume "$T/ck_rng" >"$T/ck_rng.log" 2>&1
+check "a checkpoint of vitc 0.6.0 (with train/rng, unused since) resumes" "[ $? -eq 0 ] && \
+    grep -q 'Resumed from .* at epoch 3' '$T/ck_rng.log'" "$(tail -3 "$T/ck_rng.log")"
 # a resume takes the settings a checkpoint records for the options it does not give, checked as if given
 expect "a recorded batch size out of range refused" 1 "batch-size must be in \[1, 65536\], got 0 (recorded in" \
     $V train $M --epochs 3 --threads 1 --resume "$T/ck_bs"

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Data-parallel training under mpirun (OpenMPI, 2 ranks x 1 thread, --oversubscribe on a small machine):
-# 2 ranks x batch B train exactly as 1 process x batch 2B (losses of 5 steps, test metrics and the final weights
-# within 1e-5 relative, each weight tensor 5e-5; augmentation on: its draws are keyed per sample; the key third of each qkv bias is compared
+# Data-parallel training under mpirun (OpenMPI, 2 ranks x 1 thread, --oversubscribe on a small machine): 2 ranks x batch
+# B train exactly as 1 process x batch 2B (losses of 5 steps, test metrics and the final weights within 1e-5 relative,
+# each weight tensor 5e-5; augmentation on: its draws are keyed per sample; the key third of each qkv bias is compared
 # apart: its exact gradient is 0, softmax ignores a constant per query, so the computed one is rounding noise that
 # AdamW's m / (sqrt(v) + eps) turns into steps of up to lr whatever the noise), with the allreduce overlapped with
-# backward or not (bit-identical), and with 2 accumulated micro-batches per rank; a rank killed mid-run (kill -9) leaves rank 0's last checkpoint intact and
-# loadable, and --resume with the same rank count finishes with the same weights as an uninterrupted run; resuming
-# with another rank count is refused naming both; a NaN on one rank stops every rank with one message; ranks x
-# threads over the cores is warned about; rank 0 alone writes the run folder and prints; a NaN validation on one rank
-# stops every rank before its epoch is written. Ranks on several machines (simulated: a working folder each): a resume
-# whose run folder only rank 0 has takes rank 0's recorded settings; ranks on other data, or one failing its checks,
-# are refused before the run folder is written; a rank's validation slice of unreadable images only is skipped;
-# progress is plain lines; other commands are refused under mpirun; a thread notice comes once per node; unbound ranks
-# sharing a cpuset smaller than the node divide its cores; an error of the command line (a value out of range, an
-# unknown model) is printed once, by rank 0.
+# backward or not (bit-identical), and with 2 accumulated micro-batches per rank; a rank killed mid-run (kill -9) leaves
+# rank 0's last checkpoint intact and loadable, and --resume with the same rank count (Mixup/CutMix on) finishes with
+# the same weights as an uninterrupted run; resuming with another rank count is refused naming both; a NaN on one rank
+# stops every rank with one message; ranks x threads over the cores is warned about; rank 0 alone writes the run folder
+# and prints; a NaN validation on one rank stops every rank before its epoch is written. Ranks on several machines
+# (simulated: a working folder each): a resume whose run folder only rank 0 has takes rank 0's recorded settings; ranks
+# on other data, or one failing its checks, are refused before the run folder is written; a rank's validation slice of
+# unreadable images only is skipped; progress is plain lines; other commands are refused under mpirun; a thread notice
+# comes once per node; unbound ranks sharing a cpuset smaller than the node divide its cores; an error of the command
+# line (a value out of range, an unknown model) is printed once, by rank 0.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 PY=/usr/bin/python3
@@ -88,9 +88,10 @@ check "command.txt names the rank count" "grep -q '^mpirun -np 2 ' '$T/two/comma
 check "rank 0 writes the run folder" "[ -s '$T/two/command.txt' ] && [ -s '$T/two/curves.png' ] && \
     [ \$(wc -l <'$T/two/metrics.csv') -eq 6 ] && [ -z \"\$(ls -A '$T/two' | grep -E 'tmp|[.]vitc-')\" ]"
 
-# 2) kill -9 of rank 1 during epoch 2 of 3; rank 0's checkpoint of epoch 1 stays intact; --resume with 2 ranks
+# 2) kill -9 of rank 1 during epoch 2 of 3; rank 0's checkpoint of epoch 1 stays intact; --resume with 2 ranks (with
+# Mixup/CutMix on: each rank's draws, keyed by step and rank, resume as they would have run)
 KL="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 2048 --test-subset 100 --seed 5 --epochs 3 --threads 1 \
-    --batch-size 32 --log-every 1000"
+    --batch-size 32 --log-every 1000 --mixup 0.8 --cutmix 1.0"
 $MPI $V train $KL --out "$T/ref" >"$T/ref.log" 2>&1
 check "uninterrupted 2-rank run" "[ $? -eq 0 ]" "$(tail -5 "$T/ref.log")"
 $MPI $V train $KL --out "$T/k" >"$T/k.log" 2>&1 &
