@@ -1,7 +1,8 @@
 /* hMHSA and cFFN blocks: finite-difference gradients of every parameter and the input through each block (hMHSA
  * on a non-square 2x3 key grid plus one bypassing token, with head doubling and the CHH-first ablation; cFFN in
  * its training form with BatchNorm batch statistics, 2 and 4 branches, after a plain fc1 and after a DWConv), the
- * deploy merge (training-form eval output == deployed output, 3 and 4 branches) and the shape errors. The PyTorch
+ * deploy merge (training-form eval output == deployed output, 3 and 4 branches; a graph built before a second
+ * deploy into the same store renews its weight copies) and the shape errors. The PyTorch
  * comparison is tests/reference/test_hmhsa_cffn.py. */
 #include <math.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 #include "gradcheck.h"
 #include "test.h"
 #include "vitc/blocks.h"
+#include "vitc/graph.h"
+#include "vitc/model.h"
 #include "vitc/ops.h"
 
 /* Analytically zero gradients: CHH bias when CHH is last, IHH bias when no key bypasses IHH (either way a per-head
@@ -159,7 +162,61 @@ static void check_deploy(vt_test *T, int r) {
     vt_params_free(Pd);
 }
 
+/* An eval graph of a deployed model (img px; int8: its quantised layers) run on random values x. */
+static vt_graph *deployed_graph(const vt_model_cfg *c, vt_params *D, vt_tensor **y, vt_err *e) {
+    vt_graph *g = vt_graph_new(D, 0, e);
+    if (!g) return NULL;
+    g->int8 = c->arch.int8;
+    vt_tensor *x = NULL;
+    *y = vt_model_build(g, c, 2, &x);
+    if (*y) vt_graph_output(g, *y);
+    if (!*y || vt_graph_finalize(g, e)) {
+        vt_graph_free(g);
+        return NULL;
+    }
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] = sinf(0.01f * (float)i);
+    return g;
+}
+
+/* A second deploy into a store with a graph built on it: the graph renews its weight copies (packed, int8) and
+ * constant nodes, giving what a new graph gives (they were kept from the first deploy's weights). */
+static void check_redeploy(vt_test *T, int int8) {
+    vt_model_cfg c = *vt_model_find("deit_tiny_hmhsa_cffn");
+    c.arch.img_size = 48;
+    c.arch.int8 = int8;
+    const vt_model_cfg tc = vt_model_training_form(&c);
+    vt_err e = {0};
+    vt_params *T1 = vt_params_new(&e), *T2 = vt_params_new(&e), *D = vt_params_new(&e);
+    vt_graph *g = NULL, *g2 = NULL;
+    vt_tensor *y = NULL, *y2 = NULL;
+    int ok = T1 && T2 && D && !vt_model_init_params(&tc, T1, 1, &e) && !vt_model_init_params(&tc, T2, 2, &e) &&
+             !vt_model_deploy(&c, T1, D, &e) && (g = deployed_graph(&c, D, &y, &e)) != NULL;
+    const uint64_t gen = D ? D->gen : 0;
+    if (ok) vt_graph_forward(g);
+    ok = ok && !vt_model_deploy(&c, T2, D, &e) && (g2 = deployed_graph(&c, D, &y2, &e)) != NULL;
+    double d = INFINITY, m = 0;
+    if (ok) {
+        vt_graph_forward(g);
+        vt_graph_forward(g2);
+        d = 0;
+        for (int64_t i = 0; i < y->numel; i++) {
+            d = fmax(d, fabs(y->data[i] - y2->data[i]));
+            m = fmax(m, fabs(y2->data[i]));
+        }
+    }
+    T_CHECK(T, ok && D->gen != gen && d <= 1e-6 * m, "redeploy (int8 %d): a graph built before it %g off a new one's "
+            "(scale %g), generation %llu -> %llu: %s", int8, d, m, (unsigned long long)gen,
+            (unsigned long long)(D ? D->gen : 0), e.msg);
+    vt_graph_free(g);
+    vt_graph_free(g2);
+    vt_params_free(T1);
+    vt_params_free(T2);
+    vt_params_free(D);
+}
+
 void test_hmhsa_cffn(vt_test *T) {
+    check_redeploy(T, 0);
+    check_redeploy(T, 1);
     const vt_block_opts dbl = {.double_heads = 1}, chh_first = {.chh_first = 1}, plain = {0};
     check_grad(T, "hmhsa 2x(1+2x3) C24 h2->4", NULL,
                &(vt_attn_ctx){.heads = 2, .qkv_bias = 1, .grid_h = 2, .grid_w = 3, .lead = 1, .winit = VT_INIT_W02,

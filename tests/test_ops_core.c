@@ -48,6 +48,23 @@ static void check_linear_t(vt_test *T) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
         gc_run_vs_plain(T, &cs[i], b_linear_t_chain, "linear then permute", 1e-5);
 }
+/* A training graph's forward + backward MACs: a first linear on the input (no gradient: its weight gradient alone)
+ * counts 2× its forward, the next 3×. */
+static void check_train_macs(vt_test *T) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[2] = {5, 6};
+    vt_tensor *y = vt_linear_p(g, "b", vt_linear_p(g, "a", vt_input(g, "x", 2, xs), 8, 1, VT_INIT_W02), 3, 1,
+                               VT_INIT_W02);
+    const int64_t a = 5 * 6 * 8, b = 5 * 8 * 3;
+    T_CHECK(T, y && vt_graph_macs(g) == a + b && vt_graph_train_macs(g) == 2 * a + 3 * b,
+            "train MACs %lld, want %lld (forward %lld)", (long long)vt_graph_train_macs(g), (long long)(2 * a + 3 * b),
+            (long long)vt_graph_macs(g));
+    vt_graph_free(g);
+    vt_params_free(P);
+}
+
 /* The profile's split by op kind: a linear (GEMM), GELU (other) and attention (fused) each get a positive share,
  * the three add up to 1, the nodes carry their ops' kinds, and a graph not profiled reports zeros; the time in the
  * fused op's GEMM calls is positive, within its node's time, and counted for no other node. */
@@ -1099,6 +1116,7 @@ void test_ops_core(vt_test *T) {
     check_residual_drop(T);
     check_gemm_ref(T);
     check_linear_t(T);
+    check_train_macs(T);
     check_profile_split(T);
     check_eval_matches_train(T);
     check_shape_errors(T);

@@ -158,19 +158,27 @@ static void check_recipes(vt_test *T) {
     r.warmup_lr_given = 1;
     vt_recipe_apply(&r, &o);
     T_CHECK(T, o.warmup_lr == 2e-6 && o.min_lr == 1e-5, "an explicit --warmup-lr is used as given: %g", o.warmup_lr);
-    const char *gm[] = {"groupmixformer_m", "groupmixformer_t", "groupmixformer_s", "groupmixformer_b",
-                        "groupmixformer_l", "groupmixformer_base"};
-    const double dp[] = {0.1, 0.1, 0.2, 0.5, 0.1, 0.5};
-    for (int i = 0; i < 6; i++)
-        T_CHECK(T, vt_recipe_get("groupmixformer", gm[i], &r, &e) == 0 && r.drop_path == dp[i] && r.clip_grad == 5,
-                "%s drop-path %g", gm[i], r.drop_path);
+    /* the official training drop-path rates live in the named configs (the yaml files'; Refiner's _dense models: its
+     * relabel files'), with or without a recipe, which keeps them (-1) */
+    const char *gm[] = {"groupmixformer_m",   "groupmixformer_t",    "groupmixformer_s",    "groupmixformer_b",
+                        "groupmixformer_l",   "groupmixformer_base", "refiner_vit_s",       "refined_vit_m",
+                        "refiner_vit_l",      "refiner_vit_s_dense", "refiner_vit_m_dense", "refiner_vit_l_dense"};
+    const float dp[] = {0.1f, 0.1f, 0.2f, 0.5f, 0.1f, 0.5f, 0.1f, 0.2f, 0.25f, 0.2f, 0.25f, 0.25f};
+    for (int i = 0; i < 12; i++) {
+        const vt_model_cfg *mc = vt_model_find(gm[i]);
+        const int gmf = i < 6;
+        T_CHECK(T, mc && mc->arch.drop_path == dp[i] &&
+                       vt_recipe_get(gmf ? "groupmixformer" : "refiner", gm[i], &r, &e) == 0 && r.drop_path == -1 &&
+                       r.clip_grad == (gmf ? 5 : 0),
+                "%s drop-path %g (recipe %g)", gm[i], mc ? mc->arch.drop_path : -2, r.drop_path);
+    }
     T_CHECK(T, vt_recipe_get("msf", NULL, &r, &e) == 0 && r.mixup.mixup_alpha == 0.2 && r.lr_base_batch == 0 &&
                    r.epochs == 100 && r.drop_path == 0,
             "msf preset");
     /* per-model presets by the model's name or alias, never by a substring of another model's */
     const struct { const char *recipe, *model; double dp; int cooldown, ema; } by_model[] = {
-        {"refiner", "refiner_vit_m", 0.2, 10, 1}, {"refiner", "refined_vit_m", 0.2, 10, 1},
-        {"refiner", "refined_vit_l", 0.25, 10, 1}, {"refiner", "simplevit_s_msf", -1, 10, 1},
+        {"refiner", "refiner_vit_m", -1, 10, 1}, {"refiner", "refined_vit_m", -1, 10, 1},
+        {"refiner", "refined_vit_l", -1, 10, 1}, {"refiner", "simplevit_s_msf", -1, 10, 1},
         {"flatten", "flatten_cswin_tiny", -1, 10, 1}, {"flatten", "FLatten_CSWin_64_24181_tiny_224", -1, 10, 1},
         {"flatten", "cswin_tiny_224", -1, 0, 0}, {"flatten", "pvt_tiny", -1, 0, 0},
         {"flatten", "flatten_pvt_tiny", -1, 10, 0}, {"flatten", "flatten_deit_tiny", 0.1, 0, 1}};

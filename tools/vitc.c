@@ -49,8 +49,8 @@ static const command commands[] = {
      cmd_eval, 0},
     {"bench", "vitc bench MODEL --batch-size B [--train] [--iters N] [--threads T] [--data DIR [--workers N]] "
      "[--json | --csv]",
-     "img/s, GMACs, achieved GFLOP/s (2 per multiply-add run; --train: 3x the forward's multiply-adds) and the sgemm "
-     "peak",
+     "img/s, GMACs, achieved GFLOP/s (2 per multiply-add run; --train: forward and backward, about 3x the forward's) "
+     "and the sgemm peak",
      "--batch-size --train --iters --threads --json --csv --profile --train-form --drop-path --data --workers --dtype "
      "--no-prepack " SIZE_OPTS ARCH_OPTS,
      cmd_bench, 0},

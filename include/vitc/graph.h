@@ -240,7 +240,9 @@ void vt_graph_set_loss(vt_graph *g, vt_tensor *t);
 /* Plans memory and allocates the arena; returns -1 with the first build error if any. */
 int vt_graph_finalize(vt_graph *g, vt_err *e);
 
-/* Runs every node's forward kernel in order (subnormal floats flushed to zero in every thread, see graph.c). */
+/* Runs every node's forward kernel in order (subnormal floats flushed to zero in every thread, see graph.c); an
+ * inference graph skips its constant nodes (inputs all parameters or constants) until g->P's values change
+ * (vt_params_changed). */
 void vt_graph_forward(vt_graph *g);
 
 /* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */
@@ -272,6 +274,11 @@ double vt_graph_profile_fused_gemm(const vt_graph *g);
 
 /* Total multiply-adds of one forward run. */
 int64_t vt_graph_macs(const vt_graph *g);
+
+/* Multiply-adds of one forward and backward run: each node's forward, and twice it for the backward of a node whose
+ * first input needs a gradient (input and weight gradients), once where only its other inputs do (a first layer's
+ * weight gradient alone), none where no input does. */
+int64_t vt_graph_train_macs(const vt_graph *g);
 
 /* Bytes of the planned arena (activations, saved values, gradients, scratch). */
 int64_t vt_graph_arena_bytes(const vt_graph *g);

@@ -134,7 +134,8 @@ typedef struct vt_params {
     long long epoch;   /* > 0: the training epoch (from 1) whose weights these are, recorded (VT_EPOCH_KEY) in a run's
                         * weights_best, whose resume checks it against its checkpoint; 0: not recorded */
     uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of
-                       * constant weights (packed, quantised) and renew them when it moved */
+                       * constant weights (packed, quantised) and the outputs of constant nodes (folded BatchNorms,
+                       * position embeddings), and renew them only when it moved */
 } vt_params;
 
 /* Marks P's values as changed (vitc's own writers do it: loads, inits, optimiser and EMA steps, merges); code that

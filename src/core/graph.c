@@ -848,4 +848,15 @@ int64_t vt_graph_macs(const vt_graph *g) {
     return m;
 }
 
+int64_t vt_graph_train_macs(const vt_graph *g) {
+    int64_t m = 0;
+    for (int i = 0; i < g->nn; i++) {
+        const vt_node *n = g->nodes[i];
+        int other = 0;
+        for (int j = 1; j < n->nin; j++) other |= n->in[j]->requires_grad;
+        m += n->macs * (1 + (n->nin > 0 && n->in[0]->requires_grad ? 2 : other));
+    }
+    return m;
+}
+
 int64_t vt_graph_arena_bytes(const vt_graph *g) { return g->arena_bytes; }

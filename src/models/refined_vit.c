@@ -87,8 +87,8 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     vt_tensor *logits = vt_linear_p(g, "head", vt_reshape(g, vt_slice(g, t, 1, 0, 1), 2, s2), a->num_classes, 1,
                                     VT_INIT_W02);
     /* aux_head: eval output = cls logits + 0.5·max over the patch tokens of the dense logits. In train graphs the
-     * official model returns (cls, dense, bbox) for a token-labelling loss; vitc trains/differentiates the class
-     * head only, so aux_head is left out of train graphs (its gradient is 0). */
+     * official model returns (cls, dense, bbox) for a token-labelling loss, which vitc does not implement: `vitc
+     * train` refuses these models, and train graphs (grad, bench) leave aux_head out (its gradient is 0). */
     if (a->aux_head && !g->training) {
         vt_tensor *dense = vt_linear_p(g, "aux_head", vt_slice(g, t, 1, 1, n), a->num_classes, 1, VT_INIT_W02);
         logits = vt_add(g, logits, vt_scale(g, vt_max(g, dense, 1), 0.5f));
@@ -131,18 +131,20 @@ static int no_decay(const vt_tensor *t) {
                   .arch.opts.refiner_head_expand = 3.0f, .pre.crop_pct = 1.13f
 
 static const vt_model_cfg models[] = {
-    {REFINER_BASE, .name = "refiner_vit_s", .alias = "refined_vit_s",
+    {REFINER_BASE, .arch.drop_path = 0.1f, .name = "refiner_vit_s", .alias = "refined_vit_s",
      .description = "Refined-ViT-S (Zhou et al. 2021): 16 blocks [plain, shared]x8, D 384, 12 heads, DLA x3, no "
                     "aux_head"},
-    {REFINER_BASE, REFINER_M, .name = "refiner_vit_m", .alias = "refined_vit_m",
+    {REFINER_BASE, REFINER_M, .arch.drop_path = 0.2f, .name = "refiner_vit_m", .alias = "refined_vit_m",
      .description = "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"},
-    {REFINER_BASE, REFINER_L, .name = "refiner_vit_l", .alias = "refined_vit_l",
+    {REFINER_BASE, REFINER_L, .arch.drop_path = 0.25f, .name = "refiner_vit_l", .alias = "refined_vit_l",
      .description = "Refined-ViT-L: 32 blocks [plain, shared]x16, D 512, 16 heads, no aux_head"},
-    {REFINER_BASE, .name = "refiner_vit_s_dense", .alias = "Refiner_ViT_S", .arch.aux_head = 1,
+    {REFINER_BASE, .arch.drop_path = 0.2f, .name = "refiner_vit_s_dense", .alias = "Refiner_ViT_S", .arch.aux_head = 1,
      .description = "Refined-ViT-S with aux_head (eval: cls + 0.5 max-token dense logits)"},
-    {REFINER_BASE, REFINER_M, .name = "refiner_vit_m_dense", .alias = "Refiner_ViT_M", .arch.aux_head = 1,
+    {REFINER_BASE, REFINER_M, .arch.drop_path = 0.25f,
+     .name = "refiner_vit_m_dense", .alias = "Refiner_ViT_M", .arch.aux_head = 1,
      .description = "Refined-ViT-M with aux_head"},
-    {REFINER_BASE, REFINER_L, .name = "refiner_vit_l_dense", .alias = "Refiner_ViT_L", .arch.aux_head = 1,
+    {REFINER_BASE, REFINER_L, .arch.drop_path = 0.25f,
+     .name = "refiner_vit_l_dense", .alias = "Refiner_ViT_L", .arch.aux_head = 1,
      .description = "Refined-ViT-L with aux_head"},
 };
 

@@ -554,6 +554,7 @@ int vt_model_deploy(const vt_model_cfg *c, const vt_params *train, vt_params *de
     vt_model_cfg d = *c;
     d.arch.train_form = 0;
     if (vt_model_create_params(&d, dep, e) || c->family->deploy(&d, train, dep, e)) return -1;
+    vt_params_changed(dep); /* graphs already built on dep renew their weight copies and constant nodes */
     int64_t k = 0; /* a merge past float's range (extreme BatchNorm statistics): no such file */
     const vt_tensor *t = vt_params_first_nonfinite(dep, &k);
     if (t)

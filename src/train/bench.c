@@ -169,8 +169,8 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
         r->gmacs_per_img = (double)(have ? sum.macs : macs / batch) / 1e9;
         if (have) vt_model_summary_free(&sum);
         r->gmacs_run_per_img = (double)macs / batch / 1e9;
-        /* FLOPs = 2·MACs forward; training counts backward as 2× forward (3× in all). */
-        r->gflops = 2.0 * (double)macs * (train ? 3 : 1) * iters / t / 1e9;
+        /* FLOPs = 2·MACs: of the forward, or of forward and backward (about 3× the forward: vt_graph_train_macs) */
+        r->gflops = 2.0 * (double)(train ? vt_graph_train_macs(g) : macs) * iters / t / 1e9;
         r->arena_mib = (double)vt_graph_arena_bytes(g) / (1 << 20);
         r->params = vt_params_count(P, VT_PARAM);
         struct rusage ru; /* before gemm_peaks' buffers: the model's own peak (ru_maxrss is in KiB on Linux) */

@@ -104,27 +104,19 @@ static void preset_flatten(vt_recipe *r, const char *model) {
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
  * wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
- * 0.25, 300 epochs, no EMA; drop-path per size from the yaml files: M 0.1, T 0.1, S 0.2, B 0.5, L 0.1 (§7; the paper
- * says 0.0/0.1/0.2/0.4/0.5, trap 19). The Swin code base: warm-up/min lr as Swin's. */
-static void preset_gmf(vt_recipe *r, const char *model) {
+ * 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates). The Swin code
+ * base: warm-up/min lr as Swin's. */
+static void preset_gmf(vt_recipe *r) {
     preset_swin(r);
-    r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; drop-path per size from its yaml files)";
-    static const struct {
-        const char *suffix;
-        double dp;
-    } sizes[] = {{"_m", 0.1}, {"_miny", 0.1}, {"_t", 0.1}, {"_tiny", 0.1}, {"_s", 0.2}, {"_small", 0.2},
-                 {"_b", 0.5}, {"_base", 0.5}, {"_l", 0.1}, {"_large", 0.1}};
-    const char *sz = model ? strstr(model, "groupmixformer") : NULL;
-    for (size_t i = 0; sz && i < sizeof sizes / sizeof sizes[0]; i++)
-        if (strcmp(sz + strlen("groupmixformer"), sizes[i].suffix) == 0) r->drop_path = sizes[i].dp;
+    r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; drop-path: the model's, its yaml file's)";
 }
 
 /* Refiner (spec-refiner.md §7; scripts/refiner_*.yaml run by its main.py, timm's train.py): lr 5e-4 as given (no
  * batch scaling), 5 warm-up epochs from 1e-6, cosine to 1e-5 stepped per epoch, 10 cooldown epochs, batch 32 a GPU,
- * random train interpolation, no repeated augmentation, model EMA 0.99996 kept and evaluated, drop-path per model from
- * the yaml files (S 0.1, M 0.2, L 0.25 relabel); the rest DeiT's. MixToken, token labelling and the cos_reg loss are
- * not done. */
-static void preset_refiner(vt_recipe *r, const char *model) {
+ * random train interpolation, no repeated augmentation, model EMA 0.99996 kept and evaluated, drop-path the model's
+ * (the named configs carry the yaml files' rates); the rest DeiT's. MixToken, token labelling and the cos_reg loss
+ * are not done. */
+static void preset_refiner(vt_recipe *r) {
     preset_deit(r);
     r->source = "Refiner scripts/*.yaml + its main.py (timm train.py; spec-refiner.md §7)";
     r->lr_base_batch = 0;
@@ -133,8 +125,7 @@ static void preset_refiner(vt_recipe *r, const char *model) {
     r->repeated_aug = 0;
     snprintf(r->interpolation, sizeof r->interpolation, "random");
     r->sched_update = VT_SCHED_EPOCH;
-    const int refiner = model && strncmp(model, "refiner_vit_", 12) == 0; /* other models keep their own rate */
-    r->drop_path = !refiner ? -1 : model[12] == 'm' ? 0.2 : model[12] == 'l' ? 0.25 : 0.1;
+    r->drop_path = -1; /* (DeiT's 0.1 otherwise) */
     r->notes = "MixToken, token labelling and the cos_reg loss are not implemented; RandomErasing runs on each image "
                "before Mixup/CutMix (DeiT's order), where Refiner's prefetcher erases the mixed batch";
 }
@@ -188,8 +179,8 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) 
     else if (!strcmp(name, "deit")) preset_deit(r);
     else if (!strcmp(name, "swin")) preset_swin(r);
     else if (!strcmp(name, "flatten")) preset_flatten(r, model);
-    else if (!strcmp(name, "groupmixformer")) preset_gmf(r, model);
-    else if (!strcmp(name, "refiner")) preset_refiner(r, model);
+    else if (!strcmp(name, "groupmixformer")) preset_gmf(r);
+    else if (!strcmp(name, "refiner")) preset_refiner(r);
     else if (!strcmp(name, "msf")) preset_msf(r);
     else if (!strcmp(name, "hmhsa")) preset_hmhsa(r);
     else {

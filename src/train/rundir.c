@@ -215,6 +215,8 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)
         rc = vt_seterr(e, "checkpoint is at epoch %lld, past the %d epochs a run may have: not a checkpoint vitc wrote",
                        (long long)st->epoch, VT_EPOCHS_MAX);
+    vt_params_changed(P); /* written: graphs built on them renew their weight copies and constant nodes */
+    if (ema) vt_params_changed(ema);
     const char *be = vt_st_meta(&f, "best_epoch"), *ba = vt_st_meta(&f, "best_acc1");
     st->best_epoch = -1; /* a checkpoint from before the best epoch was recorded: none yet */
     st->best_acc1 = 0.0;

@@ -332,6 +332,9 @@ $V train vit_fmnist_tiny --data cifar --out "$T/c" >"$T/d.log" 2>&1
 check "unknown dataset rejected" "[ $? -ne 0 ] && grep -q 'unknown dataset' '$T/d.log'"
 $V train deit_tiny_patch16_224 --data fashion-mnist --out "$T/c" >"$T/s.log" 2>&1
 check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.log'"
+$V train refiner_vit_s_dense --num-classes 2 --img-size 32 --data fashion-mnist --out "$T/rd" >"$T/rd.log" 2>&1
+check "a Refiner _dense model (eval adds a token-labelling head vitc cannot train) refused, naming the plain model" \
+    "[ $? -eq 1 ] && grep -q 'untrained head. Train refiner_vit_s (' '$T/rd.log' && [ ! -e '$T/rd' ]" "$(cat "$T/rd.log")"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --train --profile >"$T/prof.log" 2>&1

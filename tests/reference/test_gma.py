@@ -36,6 +36,8 @@ ALIASES = {"groupmixformer_m": "groupmixformer_miny", "groupmixformer_t": "group
            "groupmixformer_l": "groupmixformer_large"}
 BUFFERS = {"groupmixformer_m": 6087, "groupmixformer_t": 9095, "groupmixformer_s": 12207,
            "groupmixformer_b": 22111, "groupmixformer_l": 35543}
+YAML_DROP_PATH = {"groupmixformer_m": 0.1, "groupmixformer_t": 0.1, "groupmixformer_s": 0.2, "groupmixformer_b": 0.5,
+                  "groupmixformer_l": 0.1}
 TEST_CFG = ([20, 30, 40, 50], [1, 2, 1, 1], [2.0, 3.0, 2.0, 1.5])   # groupmixformer_test (64 px, 10 classes)
 
 
@@ -45,9 +47,11 @@ def test_counts(rep):
             j = info(rep, n)
             if j is None:
                 continue
-            got = (j.get("params"), j.get("buffers"), j.get("img_size"), j.get("num_classes"))
-            exp = (want, BUFFERS[name], 224, 1000)
-            rep.check(f"info {n}", got == exp, f"(params, buffers, img, classes) = {got}, want {exp}")
+            # drop-path: the yaml files' rates (spec §7: M 0.1, T 0.1, S 0.2, B 0.5, L 0.1)
+            got = (j.get("params"), j.get("buffers"), j.get("img_size"), j.get("num_classes"), j.get("drop_path"))
+            exp = (want, BUFFERS[name], 224, 1000, YAML_DROP_PATH[name])
+            rep.check(f"info {n}", got[:4] == exp[:4] and abs((got[4] or -1) - exp[4]) < 1e-6,
+                      f"(params, buffers, img, classes, drop_path) = {got}, want {exp}")
         m = gmf_ref.build(name)
         nb = sum(b.numel() for b in m.buffers())
         rep.check(f"reference count {name}", (gmf_ref.count_params(m), nb) == (want, BUFFERS[name]))

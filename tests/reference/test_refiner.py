@@ -235,8 +235,11 @@ def test_counts(rep):
         got = j and j.get("params")
         rep.check(f"count {name}@224", got == want and f == want, f"vitc {got}, spec formula {f}, want {want}")
         # the eval transform of the official default_cfg (spec §7): bicubic, mean = std = 0.5, crop_pct 0.9 (S),
-        # 1.0 (M), 1.13 (L: the crop pads)
-        harness.pretrained_cfg(rep, name, j, {"s": 0.9, "m": 1.0, "l": 1.13}[name.split("_")[2]], None,
+        # 1.0 (M), 1.13 (L: the crop pads); the drop-path of the yaml files (spec §7: S 0.1, M 0.2; the relabel
+        # files, those with aux_head: S 0.2, M 0.25, L 0.25; plain L has no file of its own: L-relabel's)
+        size, dense = name.split("_")[2], name.endswith("_dense")
+        dp = {"s": 0.2 if dense else 0.1, "m": 0.25 if dense else 0.2, "l": 0.25}[size]
+        harness.pretrained_cfg(rep, name, j, {"s": 0.9, "m": 1.0, "l": 1.13}[size], dp,
                                mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     for name, img, want in PARAMS_OTHER:
         p = vitc_ok(rep, f"count {name}@{img}", "info", name, "--img-size", img, "--json")

@@ -2,6 +2,7 @@
  * GEMM peaks. */
 #include <omp.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "vitc/gemm.h"
@@ -161,6 +162,9 @@ int cmd_bench(opts *o) {
     char run[64] = ""; /* the MACs gflops counts, where the graph runs fewer than the model's summary */
     if (r.gmacs_run_per_img < 0.9995 * r.gmacs_per_img)
         snprintf(run, sizeof run, " (%.4g run)", r.gmacs_run_per_img);
+    if (o->train && strcmp(c.arch.ffn, "cffn") == 0) /* a training step runs cFFN's training form, `list` counts the
+                                                       * deployed one */
+        snprintf(run + strlen(run), sizeof run - strlen(run), " (training form)");
     printf("%s%s%s%s %s batch %d, %d threads: %.2f img/s (%.4g ms/iter, fastest %.4g), %.4g GMACs/img%s, %.1f GFLOP/s "
            "achieved (%.0f%% of %s peak %.1f GFLOP/s), arena %.1f MiB, peak RSS %.1f MiB (weight copies %.1f MiB)\n",
            c.name, mopts[0] ? " [" : "", mopts, mopts[0] ? "]" : "",
