@@ -659,6 +659,13 @@ static void check_open_with(vt_test *T, const char *dir) {
                        strstr(err.msg, "vitc_model_options record (\"--num-classes 5 --in-chans 3 --img-size 3\")") &&
                        strstr(err.msg, "below the patch size 4"),
                 "record --img-size 3: code %d, %s", err.code, err.msg);
+        /* ... and one that configures but whose graph cannot be built (64 wide, 3 heads) */
+        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten --heads 3");
+        T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
+        T_CHECK(T, !vitc_open("vit_fmnist_tiny", wo, NULL, &err) && err.code == VITC_E_WEIGHTS &&
+                       strstr(err.msg, "record (\"--num-classes 5 --in-chans 3 --attn flatten --heads 3\")") &&
+                       strstr(err.msg, "3 heads"),
+                "record --heads 3: code %d, %s", err.code, err.msg);
         /* an option recorded twice (vitc records each once; the CLI had taken the first, the library the last) */
         snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten --in-chans 1");
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);

@@ -43,14 +43,18 @@ typedef struct vt_st_entry {
     int64_t shape[VT_ST_MAXDIM];
     int64_t numel;
     uint64_t begin, end; /* data_offsets, relative to the data section */
-    const uint8_t *data;
+    const uint8_t *data; /* the bytes in memory; NULL: at offset off of the open file fd (vt_st_open), read on demand */
+    int fd;
+    uint64_t off;
 } vt_st_entry;
 
-/* An opened, validated file held in memory. entries are in header order. */
+/* An opened, validated file: its header in memory, and its data too unless it is an open regular file. entries are in
+ * header order. */
 typedef struct vt_st_file {
     uint8_t *buf;
     size_t len;
-    int mapped;       /* buf is a private mapping of the file (vt_st_open of a regular file), else allocated */
+    int opened;       /* 1: fd is the regular file the tensors are read from (buf holds its header alone) */
+    int fd;
     vt_st_entry *entries;
     int n;
     int *sorted;      /* entry indices sorted by name (for vt_st_find) */
@@ -71,11 +75,10 @@ typedef struct vt_st_out {
 /* Name of a dtype as written in headers ("F32"...), or "?" when out of range. */
 const char *vt_st_dtype_name(vt_st_dtype d);
 
-/* Maps the regular file at path (privately: writes to f->buf stay in memory), or reads it whole into memory (a
- * stream only as far as its header says it ends), and validates it into *f (zeroed on error). A mapped file that
- * another program shortens while it is open raises SIGBUS at the next read of the lost pages, and one it rewrites in
- * place shows the new bytes in pages read again after vt_st_release; vitc itself replaces files by renaming (the open
- * one keeps its data). */
+/* Opens the regular file at path, reads and validates its header into *f (zeroed on error) and keeps it open: tensors
+ * are read from it when asked (vt_st_read_*), so a loader holds one tensor at a time; a file shortened meanwhile gives
+ * a read error, one rewritten in place its new bytes (vitc replaces files by renaming: the open one keeps its data).
+ * Anything else (a pipe) is read whole into memory, only as far as its header says it ends. */
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e);
 
 /* Validates an in-memory file image into *f; buf is copied, the caller keeps it. */
@@ -84,17 +87,14 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e);
 /* Frees everything held by f and zeroes it (safe on a zeroed or already closed file). */
 void vt_st_close(vt_st_file *f);
 
-/* Hands the pages that only tensor t's data lies on back to the page cache where f maps its file (no-op otherwise):
- * a loader calls it after copying t; reading t again reads the file again. */
-void vt_st_release(const vt_st_file *f, const vt_st_entry *t);
-
 /* The entry named name, or NULL when absent. */
 const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name);
 
 /* The __metadata__ value for key, or NULL when absent. */
 const char *vt_st_meta(const vt_st_file *f, const char *key);
 
-/* Converts entry's n (== numel) elements to float into dst; accepts every dtype (BOOL -> 0/1). */
+/* Converts entry's n (== numel) elements to float into dst; accepts every dtype (BOOL -> 0/1). Entries of an open
+ * file are read from it (an error where it ends before their data). */
 int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e);
 
 /* Copies entry's n (== numel) elements as int64 into dst; integer dtypes, or float dtypes whose

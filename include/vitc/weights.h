@@ -41,8 +41,8 @@ int vt_weights_rep_merged_in(const char *name, const vt_st_file *f);
  * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training, or deployed for a cFFN model's file without
  * `.rep.` branches) equal to it.
  * Everything is checked before anything is copied: on error P is unchanged and the message names the offending
- * tensors. A mapped file is read twice (its pages go back between the passes, vt_st_release): one that another
- * program rewrites in place meanwhile can bring values the first pass did not see (vitc replaces files by renaming). */
+ * tensors. The file is read twice, a tensor at a time: one that another program rewrites in place meanwhile can
+ * bring values the first pass did not see (vitc replaces files by renaming); one it shortens fails the load. */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
 /* vt_params_load's checks of f (opened from path) that need no values: the form, the names, shapes and dtypes, the

@@ -86,6 +86,28 @@ static int code_of(const vt_err *e, int otherwise) {
     }
 }
 
+/* Whether the caller's options ov alone configure model base (and, with graph, build its graph): when they do, an
+ * error with the options a weights file records is the file's. */
+static int builds(const vt_model_cfg *base, const vt_model_overrides *ov, int graph) {
+    vt_model_cfg c;
+    vt_model_summary s = {0};
+    vt_err e = {0};
+    if (vt_model_configure(base, ov, &c, &e)) return 0;
+    if (!graph) return 1;
+    const int ok = vt_model_summarize(&c, &s, &e) == 0;
+    vt_model_summary_free(&s);
+    return ok;
+}
+
+/* Rewrites error e, met with the options weights file `weights` records (`recorded`), as the file's; its step's code,
+ * VITC_E_WEIGHTS. */
+static int blame_record(vt_err *e, const char *weights, const char *recorded) {
+    const vt_err re = *e;
+    vt_clearerr(e); /* code VT_E_FAILED: the step's code, not VT_E_USAGE's "argument" */
+    vt_seterr(e, "%s: its %s record (\"%s\"): %s", weights, VT_OPTIONS_KEY, recorded, re.msg);
+    return VITC_E_WEIGHTS;
+}
+
 /* Clears err (no message, VITC_OK) at the start of a call. */
 static void clear(vitc_error *err) {
     if (err) {
@@ -250,14 +272,9 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     enter(m, &env, &e); /* m is this thread's alone yet */
     int step = A; /* what a failure means at each step: the options, the model's graph, the weights */
     const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
-    vt_model_cfg alone;
-    vt_err ae = {0};
-    if (!configured && e.code != VT_E_NOMEM && vt_model_configure(base, &given, &alone, &ae) == 0) {
-        step = VITC_E_WEIGHTS; /* the options the file records make the model impossible, not the caller's */
-        const vt_err re = e;
-        vt_clearerr(&e); /* code VT_E_FAILED: the step's code, not VT_E_USAGE's "argument" */
-        vt_seterr(&e, "%s: its %s record (\"%s\"): %s", weights, VT_OPTIONS_KEY, roptions ? roptions : "", re.msg);
-    }
+    const int recorded = rmodel && vt_model_find(rmodel) == base && roptions && roptions[0];
+    if (!configured && recorded && e.code != VT_E_NOMEM && builds(base, &given, 0))
+        step = blame_record(&e, weights, roptions);
     if (configured && vt_model_file_in_training_form(&m->cfg, &f))
         m->cfg.arch.train_form = 1; /* the form the file holds */
     if (configured) step = VITC_E_FAILED;
@@ -266,7 +283,9 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         m->gmacs = (double)s.macs / 1e9;
         step = VITC_E_WEIGHTS;
         m->P = vt_model_load_file(&m->cfg, &f, weights, &e);
-    }
+    } /* a graph the recorded options make too large or inconsistent (--heads 3 on width 64) */
+    if (configured && !m->P && recorded && e.code == VT_E_USAGE && builds(base, &given, 1))
+        step = blame_record(&e, weights, roptions);
     vt_st_close(&f);
     vt_model_summary_free(&s);
     leave(m, &env);

@@ -269,7 +269,6 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
                         if (!isfinite(src[j]))
                             rc = vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite",
                                            path, t->name, isnan(src[j]) ? "NaN" : "Inf", (long long)j);
-                vt_st_release(&f, s); /* a mapped file's pages back once read (vt_params_load_file) */
                 continue;
             }
             if (a == HEAD) { /* keeps its initialisation */
@@ -278,9 +277,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
                             t->name, (long long)s->shape[0], path, num_classes);
                 continue;
             }
-            /* checked above: the conversion cannot fail now */
+            /* checked above: only a file shortened meanwhile fails now */
             rc = vt_st_read_f32(s, a == SAME ? t->data : src, s->numel, e);
-            vt_st_release(&f, s);
             if (rc || a == SAME) continue;
             if (a == POS) {
                 const int C = t->shape[2], gs = isqrt_exact(s->shape[1] - p);

@@ -1,5 +1,4 @@
 /* Strict safetensors reader and atomic writer (rules in include/vitc/safetensors.h). */
-#define _DEFAULT_SOURCE /* madvise */
 #include "vitc/safetensors.h"
 
 #include "vitc/fileio.h"
@@ -10,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -169,10 +167,8 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t l
 
 void vt_st_close(vt_st_file *f) {
     if (!f) return;
-    if (f->mapped)
-        munmap(f->buf, f->len);
-    else
-        free(f->buf);
+    if (f->opened) close(f->fd);
+    free(f->buf);
     free(f->entries);
     free(f->sorted);
     for (int i = 0; i < f->n_meta; i++) {
@@ -310,13 +306,15 @@ static const char *other_format(const uint8_t *buf, size_t len) {
     return NULL;
 }
 
-/* Validates the image buf[0..len) (owned: kept in f on success, freed or unmapped on error; mapped: a mapping of
- * len bytes). */
-static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_err *e) {
+/* Validates the image buf[0..len) (owned: kept in f on success, freed on error). fd >= 0: buf holds the first len
+ * bytes of that open regular file of flen bytes (its header, whole where its length prefix is sound), whose tensors
+ * are read from it when asked; kept in f on success, closed on error. fd < 0: buf is the whole file (flen == len). */
+static int parse_owned(uint8_t *buf, size_t len, int fd, uint64_t flen, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     f->buf = buf;
     f->len = len;
-    f->mapped = mapped;
+    f->opened = fd >= 0;
+    f->fd = fd;
     cJSON *root = NULL;
     span *spans = NULL;
     const vt_st_entry **by_name = NULL;
@@ -336,8 +334,8 @@ static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_e
                   "header)", other);
         goto done;
     }
-    if (len < 8) {
-        vt_seterr(e, "truncated file: %zu bytes, need at least 8 for the header length", len);
+    if (flen < 8) {
+        vt_seterr(e, "truncated file: %llu bytes, need at least 8 for the header length", (unsigned long long)flen);
         goto done;
     }
     uint64_t hn = le64(buf);
@@ -345,9 +343,9 @@ static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_e
         vt_seterr(e, "header too large: %llu bytes (limit %u)", (unsigned long long)hn, VT_ST_MAX_HEADER);
         goto done;
     }
-    if (hn > len - 8) {
-        vt_seterr(e, "truncated file: header length %llu is larger than the %zu bytes after the length prefix",
-                  (unsigned long long)hn, len - 8);
+    if (hn > flen - 8 || hn > len - 8) {
+        vt_seterr(e, "truncated file: header length %llu is larger than the %llu bytes after the length prefix",
+                  (unsigned long long)hn, (unsigned long long)(flen - 8));
         goto done;
     }
     const uint8_t *hdr = buf + 8;
@@ -422,8 +420,8 @@ static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_e
     if (check_numbers((const char *)hdr, hlen, e) != 0) goto done;
 
     /* Offsets must tile the data section exactly. */
-    const uint8_t *data = hdr + hlen;
-    uint64_t dlen = (uint64_t)(len - 8 - hlen);
+    const uint8_t *data = fd >= 0 ? NULL : hdr + hlen;
+    uint64_t dlen = flen - 8 - hlen;
     for (int i = 0; i < n; i++) {
         vt_st_entry *t = &f->entries[i];
         if (t->end > dlen) {
@@ -431,7 +429,9 @@ static int parse_owned(uint8_t *buf, size_t len, int mapped, vt_st_file *f, vt_e
                       t->name, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)dlen);
             goto done;
         }
-        t->data = data + t->begin;
+        t->data = data ? data + t->begin : NULL;
+        t->fd = fd;
+        t->off = 8 + hlen + t->begin;
         spans[i] = (span){t->begin, t->end, i};
     }
     qsort(spans, (size_t)n, sizeof *spans, cmp_span);
@@ -484,7 +484,7 @@ int vt_st_parse(const uint8_t *buf, size_t len, vt_st_file *f, vt_err *e) {
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy) return vt_seterr_code(e, VT_E_NOMEM, "out of memory copying %zu bytes", len);
     if (len) memcpy(copy, buf, len);
-    return parse_owned(copy, len, 0, f, e);
+    return parse_owned(copy, len, -1, len, f, e);
 }
 
 long vt_json_escaped_nul(const unsigned char *s, size_t n) {
@@ -517,43 +517,63 @@ static size_t st_size(const unsigned char *b, size_t len, void *arg) {
     return end < (double)(SIZE_MAX / 4) ? 8 + (size_t)hn + (size_t)end + 1 : len;
 }
 
-/* A private, writable mapping of the regular file at path (its whole length into *len), or NULL where it is no
- * regular file, is empty or cannot be mapped (the caller reads it then). Loading maps rather than reads so that a
- * file's pages can go back to the page cache as its tensors are copied (vt_st_release): vitc predict with
- * DeiT-B's 346 MB of weights peaked at 684 MiB resident, the file read whole beside the parameters. */
-static uint8_t *map_file(const char *path, size_t *len) {
+/* Reads n bytes at offset `at` of fd into dst; -1 where the file ends first or the read fails. */
+static int read_at(int fd, uint64_t at, void *dst, size_t n) {
+    for (size_t k = 0; k < n;) {
+        const ssize_t r = pread(fd, (uint8_t *)dst + k, n - k, (off_t)(at + k));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        k += (size_t)r;
+    }
+    return 0;
+}
+
+/* Opens the regular file at path and reads its header: into *buf (*len bytes) and *flen, the descriptor returned;
+ * -1 where path is no regular file or cannot be opened or read (the caller reads it whole then, saying why). Loading
+ * reads a tensor at a time rather than the whole file, so that the file's bytes are never resident beside the
+ * parameters (vitc predict with DeiT-B's 346 MB of weights had peaked at 684 MiB, the file read whole), and from a
+ * descriptor rather than a mapping, where a file shortened by another program raised SIGBUS in the host process. */
+static int open_header(const char *path, uint8_t **buf, size_t *len, uint64_t *flen) {
     struct stat st;
     /* a FIFO is not opened here: that open would release a writer waiting for its reader, and closing it again
      * would cost the writer its SIGPIPE or its data before vt_read_sized's open */
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return NULL;
-    const int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return NULL;
-    void *m = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX / 2) {
-        *len = (size_t)st.st_size;
-        m = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    uint8_t pre[16];
+    size_t n = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0) {
+        *flen = (uint64_t)st.st_size;
+        n = *flen < sizeof pre ? (size_t)*flen : sizeof pre;
+        if (read_at(fd, 0, pre, n) == 0) {
+            const uint64_t hn = n >= 8 ? le64(pre) : 0;
+            /* the header whole where its length is sound, else the first bytes (parse_owned says what is wrong) */
+            if (n >= 8 && hn <= VT_ST_MAX_HEADER && hn <= *flen - 8) n = 8 + (size_t)hn;
+            *buf = malloc(n ? n : 1);
+            if (*buf && (n <= sizeof pre ? (memcpy(*buf, pre, n), 0) : read_at(fd, 0, *buf, n)) == 0) {
+                *len = n;
+                return fd;
+            }
+            free(*buf);
+            *buf = NULL;
+        }
     }
     close(fd);
-    return m == MAP_FAILED ? NULL : (uint8_t *)m;
+    return -1;
 }
 
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     memset(f, 0, sizeof *f);
     unsigned char *buf = NULL;
     size_t len = 0;
+    uint64_t flen = 0;
     vt_err local = {0};
-    const int mapped = (buf = map_file(path, &len)) != NULL;
-    if (!mapped && vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
+    const int fd = open_header(path, &buf, &len, &flen);
+    if (fd < 0 && vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
         return vt_seterr_from(e, &local, "%s", local.msg);
-    if (parse_owned(buf, len, mapped, f, &local) != 0) return vt_seterr_from(e, &local, "%s: %s", path, local.msg);
+    if (parse_owned(buf, len, fd, fd >= 0 ? flen : len, f, &local) != 0)
+        return vt_seterr_from(e, &local, "%s: %s", path, local.msg);
     return 0;
-}
-
-void vt_st_release(const vt_st_file *f, const vt_st_entry *t) {
-    if (!f || !t || !f->mapped || t->end <= t->begin) return;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data,
-                    lo = (a + page - 1) / page * page, hi = (a + (uintptr_t)(t->end - t->begin)) / page * page;
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* the pages it lies on alone: read again if needed */
 }
 
 const vt_st_entry *vt_st_find(const vt_st_file *f, const char *name) {
@@ -614,10 +634,9 @@ static int check_count(const vt_st_entry *t, int64_t n, vt_err *e) {
     return 0;
 }
 
-int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
-    if (check_count(t, n, e) != 0) return -1;
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
+/* Converts n elements of dtype d at p to float into dst; -1 for a dtype it does not know. */
+static int conv_f32(vt_st_dtype d, const uint8_t *p, float *dst, int64_t n) {
+    switch (d) {
     case VT_ST_F32:
         if (n) memcpy(dst, p, (size_t)n * 4);
         return 0;
@@ -633,7 +652,7 @@ int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = t->dtype == VT_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            dst[i] = d == VT_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
         return 0;
     case VT_ST_I64:
@@ -667,8 +686,53 @@ int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
         for (int64_t i = 0; i < n; i++) dst[i] = p[i] ? 1.0f : 0.0f;
         return 0;
     default:
-        return vt_seterr(e, "tensor '%s': unsupported dtype", t->name);
+        return -1;
     }
+}
+
+/* Reads entry t's elements [i0, i0 + k) as raw bytes into buf, from memory or from its open file. */
+static int fetch(const vt_st_entry *t, int64_t i0, int64_t k, void *buf, vt_err *e) {
+    const size_t es = dtypes[t->dtype].size, n = (size_t)k * es;
+    if (t->data) {
+        if (n) memcpy(buf, t->data + (size_t)i0 * es, n);
+        return 0;
+    }
+    errno = 0;
+    if (read_at(t->fd, t->off + (uint64_t)i0 * es, buf, n) == 0) return 0;
+    return vt_seterr_code(e, VT_E_IO, "tensor '%s': %s reading its data from the file%s", t->name,
+                          errno ? strerror(errno) : "end of file", errno ? "" : " (shortened since it was opened?)");
+}
+
+/* A converter of k elements of entry t at p (its elements i0 on) into dst. */
+typedef int (*conv_fn)(const vt_st_entry *t, const uint8_t *p, void *dst, int64_t i0, int64_t k, vt_err *e);
+
+/* Converts entry t's n elements into dst (elements of dsize bytes) with conv; where t lies in an open file, in blocks
+ * of at most 1 MiB of its bytes (a float32 tensor read into dst directly). */
+static int read_blocks(const vt_st_entry *t, void *dst, size_t dsize, int64_t n, conv_fn conv, vt_err *e) {
+    if ((unsigned)t->dtype >= VT_ST_NDTYPE) return vt_seterr(e, "tensor '%s': unsupported dtype", t->name);
+    if (t->data) return conv(t, t->data, dst, 0, n, e);
+    const size_t es = dtypes[t->dtype].size;
+    if (t->dtype == VT_ST_F32 && dsize == sizeof(float)) return fetch(t, 0, n, dst, e); /* the bytes are the values */
+    const int64_t B = (int64_t)((1u << 20) / es);
+    uint8_t *buf = malloc((size_t)(n < B ? (n ? n : 1) : B) * es);
+    if (!buf) return vt_seterr_code(e, VT_E_NOMEM, "out of memory reading tensor '%s'", t->name);
+    int rc = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i += B) {
+        const int64_t k = n - i < B ? n - i : B;
+        rc = fetch(t, i, k, buf, e) || conv(t, buf, (uint8_t *)dst + (size_t)i * dsize, i, k, e) ? -1 : 0;
+    }
+    free(buf);
+    return rc;
+}
+
+static int conv_f32_block(const vt_st_entry *t, const uint8_t *p, void *dst, int64_t i0, int64_t k, vt_err *e) {
+    (void)i0;
+    return conv_f32(t->dtype, p, dst, k) ? vt_seterr(e, "tensor '%s': unsupported dtype", t->name) : 0;
+}
+
+int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
+    if (check_count(t, n, e) != 0) return -1;
+    return read_blocks(t, dst, sizeof(float), n, conv_f32_block, e);
 }
 
 /* Converts a float value to int64 when integral and in range; -1 otherwise. */
@@ -680,10 +744,10 @@ static int float_to_i64(double v, int64_t *out) {
     return 0;
 }
 
-int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e) {
-    if (check_count(t, n, e) != 0) return -1;
-    const uint8_t *p = t->data;
-    for (int64_t i = 0; i < n; i++) {
+/* Converts k elements of entry t at p (its elements i0 on) to int64 into out (conv_fn). */
+static int conv_i64(const vt_st_entry *t, const uint8_t *p, void *out, int64_t i0, int64_t k, vt_err *e) {
+    int64_t *dst = out;
+    for (int64_t i = 0; i < k; i++) {
         double fv = 0.0;
         int isf = 0;
         switch (t->dtype) {
@@ -701,9 +765,14 @@ int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e) {
         }
         if (isf && float_to_i64(fv, &dst[i]) != 0)
             return vt_seterr(e, "tensor '%s' (%s): element %lld = %g is not an integer", t->name,
-                             dtypes[t->dtype].name, (long long)i, fv);
+                             dtypes[t->dtype].name, (long long)(i0 + i), fv);
     }
     return 0;
+}
+
+int vt_st_read_i64(const vt_st_entry *t, int64_t *dst, int64_t n, vt_err *e) {
+    if (check_count(t, n, e) != 0) return -1;
+    return read_blocks(t, dst, sizeof(int64_t), n, conv_i64, e);
 }
 
 /* ---------------------------------------------------------------- writer */

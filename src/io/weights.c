@@ -188,7 +188,6 @@ int vt_param_read(const vt_st_file *f, const char *name, const vt_tensor *t, flo
                          vt_st_dtype_name(s->dtype));
     float *tmp = vt_alloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1), e);
     int rc = tmp ? vt_st_read_f32(s, tmp, t->numel, e) : -1;
-    vt_st_release(f, s); /* read: a mapped file's pages back to the page cache (a resume's moments too) */
     if (rc == 0) rc = check_values(t, name, tmp, path, e);
     if (rc == 0) memcpy(dst, tmp, sizeof(float) * (size_t)t->numel);
     vt_free(tmp);
@@ -324,16 +323,14 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
         if (!s) continue; /* vt_weights_may_be_absent (checked) */
         rc = vt_st_read_f32(s, tmp, t->numel, e);
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
-        vt_st_release(f, s); /* a mapped file's pages back to the page cache: the peak holds P and one tensor */
     }
     vt_free(tmp);
-    for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: conversion cannot fail now */
+    for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: only a file shortened meanwhile fails now */
         vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
-        if (s) {
+        if (s)
             rc = vt_st_read_f32(s, t->data, t->numel, e);
-            vt_st_release(f, s);
-        } else if (t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
+        else if (t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
             vt_zero(t->data, t->numel);
         }
     }
