@@ -258,6 +258,10 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
     T_CHECK(T, herr < 1e-4, "head(pooled) vs logits: %g", herr);
     if (p.g) T_CHECK(T, pooled.data && max_diff(pooled.data, p.pooled->data, n * 64) < 1e-5, "pooled vs predictor");
     vitc_tensor_free(&pooled);
+    float *again = malloc(sizeof(float) * (size_t)n * K); /* logits now from the pooled features' graph */
+    T_CHECK(T, again && vitc_logits(m, x, n, 0, again, &err) == 0 && max_diff(again, logits, n * K) == 0,
+            "logits after pooled features (their graph reused): %s", err.msg);
+    free(again);
     T_CHECK(T, pooled.data == NULL && pooled.ndim == 0, "tensor freed and zeroed");
     /* bad inputs: NaN, other sizes, no stage maps, NULL arrays, k out of range */
     x[per + 3] = NAN;

@@ -69,7 +69,9 @@ typedef struct vitc_error {
                         bytes there: check vitc_version() if that can happen) */
 } vitc_error;
 
-/** An opened model: configuration, weights, thread count and cached graphs (opaque). */
+/** An opened model: configuration, weights, thread count and its cached graph (opaque). The graph is kept for the
+ *  next call with the same images per pass (min(n, batch)), size and thread count; stage maps and logits need graphs
+ *  of their own (logits reuse pooled features' graph), so alternating such calls builds one each time. */
 typedef struct vitc_model vitc_model;
 
 /** Options of vitc_open; zero (or vitc_options_init) means every default. */

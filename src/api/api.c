@@ -359,7 +359,8 @@ void vitc_input_size(const vitc_model *m, int *height, int *width) {
     if (width) *width = m ? vt_arch_width(&m->cfg.arch) : 0;
 }
 
-/* The model's graph for n images of h x w pixels computing `what` (VT_PRED_*), reused when it matches. */
+/* The model's graph for n images of h x w pixels computing `what` (VT_PRED_*), reused when it matches or computes
+ * more (a classification after pooled features runs their graph: alternating the two builds once). */
 static vt_predictor *predictor(vitc_model *m, int n, int h, int w, int what, vt_err *e) {
     const int B = n < m->batch ? n : m->batch;
     vt_predictor *p = &m->pred;
@@ -367,7 +368,7 @@ static vt_predictor *predictor(vitc_model *m, int n, int h, int w, int what, vt_
     const int same_threads = m->threads > 0 || !p->g || p->g->threads == vt_threads_usable(omp_get_max_threads());
     int ph = 0, pw = 0;
     if (p->g) vt_arch_input(&p->cfg.arch, &ph, &pw);
-    if (p->g && same_threads && m->pred_what == what && p->batch == B && ph == h && pw == w) return p;
+    if (p->g && same_threads && (m->pred_what & what) == what && p->batch == B && ph == h && pw == w) return p;
     vt_predictor_free(p);
     vt_model_cfg c;
     if (vt_model_at_size(&m->cfg, h, w, &c, e)) return NULL;
