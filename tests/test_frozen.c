@@ -246,6 +246,10 @@ static vt_tensor *b_softce(vt_graph *g, const fz_cfg *f) {
     return vt_soft_cross_entropy(g, Pm(g, f, "x", 2, 4, 5), Pm(g, f, "t", 2, 4, 5));
 }
 
+static vt_tensor *b_cos(vt_graph *g, const fz_cfg *f) {
+    return vt_cosine_mean(g, Pm(g, f, "a", 3, 2, 3, 7), Pm(g, f, "b", 3, 2, 3, 7));
+}
+
 static const struct {
     const char *name;
     builder build;
@@ -298,6 +302,7 @@ static const struct {
     {"gma_separable seg4, chunks", b_gsep4_chunks, {"qkv", "d", "p"}, {0}},
     {"tokens chain", b_tokens, {"x", "cls", "pos", "gamma", "s", "cat", "rr"}, {0}},
     {"soft_cross_entropy", b_softce, {"x", "t"}, {0}},
+    {"cosine_mean", b_cos, {"a", "b"}, {0}},
 };
 
 /* One training step of case c frozen as f says; every VT_PARAM's gradient copied to *out (NULL entries for those

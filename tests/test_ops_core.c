@@ -197,6 +197,10 @@ static vt_tensor *b_soft_ce(vt_graph *g, vt_tensor **x, const gc_case *c) {
     (void)c;
     return vt_soft_cross_entropy(g, x[0], x[1]);
 }
+static vt_tensor *b_cos(vt_graph *g, vt_tensor **x, const gc_case *c) {
+    (void)c;
+    return vt_cosine_mean(g, x[0], x[1]);
+}
 /* Logits N(0, 2²); targets: positive rows (Mixup-like soft targets, not normalised, so the sum_k t_k term counts). */
 static void fill_soft(float *d, int64_t n, int which, vt_rng *r) {
     for (int64_t i = 0; i < n; i++) d[i] = which == 1 ? 0.05f + vt_rng_uniform(r) : vt_rng_normal(r) * 2.0f;
@@ -1187,6 +1191,9 @@ void test_ops_core(vt_test *T) {
          .fill = fill_soft},
         {.name = "soft_cross_entropy_1", .nx = 2, .ndim = {2, 2}, .shape = {{1, 3}, {1, 3}}, .build = b_soft_ce,
          .fill = fill_soft},
+        /* attention-map-like (B, H, N, M), 300 positions a sample: a block of 256 and a partial one */
+        {.name = "cosine_mean", .nx = 2, .ndim = {4, 4}, .shape = {{2, 3, 15, 20}, {2, 3, 15, 20}}, .build = b_cos},
+        {.name = "cosine_mean_2d", .nx = 2, .ndim = {2, 2}, .shape = {{5, 4}, {5, 4}}, .build = b_cos},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_run(T, &cases[i]);
 }

@@ -26,7 +26,8 @@ static const command commands[] = {
      "--weights -w --input --output -o --threads --train-form --features --dtype --no-prepack " SIZE_OPTS ARCH_OPTS, cmd_forward, 0},
     {"grad", "vitc grad MODEL --weights W --input X --output G [--steps N --lr LR --weight-decay WD]",
      "train-mode loss and every parameter gradient (grad/<name>) on `input` and `labels`",
-     "--weights -w --input --output -o --steps --lr --weight-decay --threads --dtype " SIZE_OPTS ARCH_OPTS, cmd_grad,
+     "--weights -w --input --output -o --steps --lr --weight-decay --threads --dtype --cos-reg " SIZE_OPTS ARCH_OPTS,
+     cmd_grad,
      0},
     {"train",
      "vitc train MODEL --data fashion-mnist|DIR --epochs E --batch-size B --lr LR --out RUN_DIR; to continue a run: "
@@ -37,7 +38,8 @@ static const command commands[] = {
      "--data --epochs --cooldown-epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr "
      "--smoothing --clip-grad "
      "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
-     "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-nan-eval --drop-path --recipe --mixup --cutmix --mixup-prob "
+     "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-nan-eval --drop-path --cos-reg --recipe "
+     "--mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
      "--no-repeated-aug --bucket-mib --no-overlap --dtype "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
@@ -147,6 +149,7 @@ int main(int argc, char **argv) {
         o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
         o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
         o.fault_nan_step = o.fault_batch_step = o.fault_grad_step = o.fault_nan_eval = o.cooldown_epochs = -1;
+        o.cos_reg = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;

@@ -144,6 +144,8 @@ struct vt_graph {
     unsigned char *arena; /* every planned tensor, each at a 64-byte aligned offset */
     int64_t arena_bytes;
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
+    vt_tensor *aux_loss; /* training graphs: a term of the loss the model itself defines (Refined-ViT's cos_reg),
+                          * which the trainer adds to its cross-entropy; NULL: none */
     uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
     int finalized;
     double *node_s;     /* when non-NULL: seconds spent in each node (forward + backward), accumulated */

@@ -50,6 +50,8 @@ typedef struct vt_arch_cfg {
                         * probability drop_path·i/(n-1) (timm's linear rule); 0: off */
     int train_form;    /* 1: training form of re-parameterised blocks (cFFN branches); 0: deployed form */
     int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
+    int cos_reg;       /* Refined-ViT training graphs: the official cos_reg term over the first cos_reg consecutive
+                        * pairs of block maps (vt_graph.aux_loss; 0: none); a training setting (train --cos-reg) */
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
     int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
@@ -81,8 +83,9 @@ enum {
     VT_CAP_WINDOWS = 16,        /* per-stage attention windows or stripe widths (--windows: Swin, CSwin) */
     VT_CAP_LAST_GLOBAL = 32,    /* the last stage attends globally whatever its window (CSwin's last stage): a --windows
                                  * list's entry for it must be the named config's */
-    VT_CAP_TUPLE_SIZE = 64      /* weights of one size, which may be H x W (--img-size HxW): the official class takes
+    VT_CAP_TUPLE_SIZE = 64,     /* weights of one size, which may be H x W (--img-size HxW): the official class takes
                                  * an (H, W) img_size (Microsoft Swin's PatchEmbed); its check rules on both sides */
+    VT_CAP_COS_REG = 128        /* the Refiner's cos_reg loss term over consecutive block maps (--cos-reg) */
 };
 
 /* A host network family: its builder, hooks and named configs (one file in src/models/). */
@@ -140,6 +143,7 @@ typedef struct vt_model_overrides {
     const char *ffn;
     int dims[VT_MAX_STAGES], depths[VT_MAX_STAGES], heads[VT_MAX_STAGES]; /* per stage (0 keeps) */
     float drop_path;          /* < 0 keeps */
+    int cos_reg;              /* < 0 keeps (vt_arch_cfg.cos_reg) */
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform, double_heads; /* 1 sets (double_heads: hMHSA's, refused without an hMHSA stage) */
     int windows[VT_MAX_STAGES]; /* per stage: attention window (Swin) or stripe width (CSwin) (0 keeps) */

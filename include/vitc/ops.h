@@ -56,6 +56,9 @@ vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, f
 vt_tensor *vt_soft_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *targets);
 /* Sum of all elements -> shape (1,). */
 vt_tensor *vt_sum(vt_graph *g, vt_tensor *x);
+/* Mean over positions of the cosine similarity along dim 1 of a and b (B, H, ...), two tensors of one shape: torch's
+ * CosineSimilarity(dim=1)(a, b).mean() (norms clamped at 1e-8) -> shape (1,); 0 MACs. */
+vt_tensor *vt_cosine_mean(vt_graph *g, vt_tensor *a, vt_tensor *b);
 
 /* ---- norm.c ---- */
 /* LayerNorm over the last dim with eps; w, b (C) or NULL (no affine). */

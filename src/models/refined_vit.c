@@ -33,6 +33,9 @@ static vt_tensor *mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden)
     return vt_mul(g, h, sc);
 }
 
+/* The most block-map pairs the cos_reg term may span. */
+enum { COS_REG_MAX = 64 };
+
 static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
     const vt_arch_cfg *a = &c->arch;
@@ -66,6 +69,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     t = vt_scale(g, vt_add(g, vt_prepend_tokens(g, t, cls), pos), 0.5f);
 
     vt_tensor *amap = NULL; /* the attention map carried from block to block */
+    vt_tensor *maps[COS_REG_MAX + 1]; /* the first after each block: the official forward's atten_list */
     for (int i = 0; i < depth; i++) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
@@ -75,10 +79,29 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
         h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, &actx, mode,
                                   mode == VT_REFINER_TRANSFORM ? head_expand : expand, &amap);
+        if (i <= COS_REG_MAX) maps[i] = amap;
         const float dp = vt_model_drop_path(c, i, depth);
         t = vt_residual_drop(g, t, h, dp);
         h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
         t = vt_residual_drop(g, t, mlp(g, vt_pname(nm, pre, "mlp"), h, (int)(D * st->mlp_ratio)), dp);
+    }
+
+    /* cos_reg (spec-refiner §7, the official SoftTargetCrossEntropyCosReg): 0.1/n · Σ_{i<n} mean over (b, query,
+     * key) of the cosine over heads of maps i and i + 1. A shared block passes its incoming map on, so a pair of one
+     * map adds its constant cos 1 (no gradient), here with the others' term (none alone: then nothing is added). */
+    if (g->training && a->cos_reg > 0 && a->cos_reg < depth && a->cos_reg <= COS_REG_MAX) {
+        vt_tensor *sum = NULL;
+        int ones = 0;
+        for (int i = 0; i < a->cos_reg; i++) {
+            if (maps[i] == maps[i + 1]) {
+                ones++;
+                continue;
+            }
+            vt_tensor *cm = vt_cosine_mean(g, maps[i], maps[i + 1]);
+            sum = sum ? vt_add(g, sum, cm) : cm;
+        }
+        const float w = 0.1f / (float)a->cos_reg;
+        if (sum) g->aux_loss = vt_affine(g, sum, w, w * (float)ones);
     }
 
     vt_scope(g, "head");
@@ -97,6 +120,10 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 }
 
 static int check(const vt_model_cfg *c, vt_err *e) {
+    if (c->arch.cos_reg < 0 || c->arch.cos_reg >= c->arch.stages[0].depth || c->arch.cos_reg > COS_REG_MAX)
+        return vt_seterr_code(e, VT_E_USAGE, "%s: cos_reg over %d pairs of block maps needs that many blocks and one "
+                              "more (it has %d; at most %d pairs)", c->name, c->arch.cos_reg, c->arch.stages[0].depth,
+                              COS_REG_MAX);
     if (strcmp(c->arch.stages[0].attn, "refiner") != 0 || strcmp(c->arch.ffn, "mlp") != 0)
         return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
                               "attention %s with FFN %s (--attn, --ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);
@@ -124,18 +151,20 @@ static int no_decay(const vt_tensor *t) {
              .opts = {.refiner_expand = 3.0f, .refiner_head_expand = 6.0f}},                                      \
     .pre = {.mean = {0.5f, 0.5f, 0.5f}, .std = {0.5f, 0.5f, 0.5f}, .crop_pct = 0.9f, .interpolation = "bicubic",   \
             .dataset = "imagenet-1k"}
-/* M and L: 32 blocks, expansion 3 in both modes; L pads its 198-pixel resize to 224 (crop_pct 1.13). */
+/* M and L: 32 blocks, expansion 3 in both modes; L pads its 198-pixel resize to 224 (crop_pct 1.13). The training
+ * settings of the yaml files: drop-path; cos_reg over 2 pairs of maps where cos_reg_component > 0 (refiner_s.yaml,
+ * refiner_m.yaml: the plain-label loss SoftTargetCrossEntropyCosReg() takes n_comn's default 2; refiner_l.yaml 0). */
 #define REFINER_M .arch.stages[0].dim = 420, .arch.stages[0].depth = 32, .arch.opts.refiner_head_expand = 3.0f,     \
                   .pre.crop_pct = 1.0f
 #define REFINER_L .arch.stages[0].dim = 512, .arch.stages[0].depth = 32, .arch.stages[0].heads = 16,              \
                   .arch.opts.refiner_head_expand = 3.0f, .pre.crop_pct = 1.13f
 
 static const vt_model_cfg models[] = {
-    {REFINER_BASE, .arch.drop_path = 0.1f, .name = "refiner_vit_s", .alias = "refined_vit_s",
+    {REFINER_BASE, .arch.drop_path = 0.1f, .arch.cos_reg = 2, .name = "refiner_vit_s", .alias = "refined_vit_s",
      .description = "Refined-ViT-S (Zhou et al. 2021): 16 blocks [plain, shared]x8, D 384, 12 heads, DLA x3, no "
                     "aux_head"},
-    {REFINER_BASE, REFINER_M, .arch.drop_path = 0.2f, .name = "refiner_vit_m", .alias = "refined_vit_m",
-     .description = "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"},
+    {REFINER_BASE, REFINER_M, .arch.drop_path = 0.2f, .arch.cos_reg = 2, .name = "refiner_vit_m",
+     .alias = "refined_vit_m", .description = "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"},
     {REFINER_BASE, REFINER_L, .arch.drop_path = 0.25f, .name = "refiner_vit_l", .alias = "refined_vit_l",
      .description = "Refined-ViT-L: 32 blocks [plain, shared]x16, D 512, 16 heads, no aux_head"},
     {REFINER_BASE, .arch.drop_path = 0.2f, .name = "refiner_vit_s_dense", .alias = "Refiner_ViT_S", .arch.aux_head = 1,
@@ -150,5 +179,5 @@ static const vt_model_cfg models[] = {
 
 const vt_family vt_family_refined_vit = {
     .name = "refined_vit", .build = build, .no_decay = no_decay, .check = check,
-    .caps = VT_CAP_DROP_PATH | VT_CAP_APPLY_TRANSFORM, .models = models, .nmodels = VT_COUNT(models),
+    .caps = VT_CAP_DROP_PATH | VT_CAP_APPLY_TRANSFORM | VT_CAP_COS_REG, .models = models, .nmodels = VT_COUNT(models),
 };

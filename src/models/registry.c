@@ -50,6 +50,7 @@ vt_model_overrides vt_model_no_overrides(void) {
     vt_model_overrides o;
     memset(&o, 0, sizeof o);
     o.drop_path = -1.0f;
+    o.cos_reg = -1;
     return o;
 }
 
@@ -307,6 +308,11 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
             return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name,
                                   cfg->family->name);
         a->drop_path = ov->drop_path;
+    }
+    if (ov->cos_reg >= 0) {
+        if (ov->cos_reg > 0 && !(caps & VT_CAP_COS_REG))
+            return vt_seterr(e, "%s has no cos_reg term (the Refiner's official training alone adds one)", cfg->name);
+        a->cos_reg = ov->cos_reg;
     }
     if (ov->apply_transform) {
         if (!(caps & VT_CAP_APPLY_TRANSFORM))

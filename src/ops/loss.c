@@ -1,4 +1,5 @@
-/* Cross-entropy with label smoothing, soft-target cross-entropy (Mixup/CutMix targets), and the full sum (used by tests and simple objectives). */
+/* Cross-entropy with label smoothing, soft-target cross-entropy (Mixup/CutMix targets), the full sum (used by tests and
+ * simple objectives) and the mean cosine similarity of two tensors along dim 1 (Refiner's cos_reg term). */
 #include <math.h>
 
 #include "vitc/ops.h"
@@ -166,4 +167,98 @@ vt_tensor *vt_sum(vt_graph *g, vt_tensor *x) {
     int one = 1;
     vt_node *n = vt_new_node(g, &op_sum, &x, 1, vt_new_act(g, 1, &one));
     return n ? n->out : NULL;
+}
+
+/* The mean over positions of the cosine similarity along dim 1 (torch.nn.CosineSimilarity(dim=1) then .mean()): a and
+ * b (B, H, ...) hold at each (b, position) an H-vector; cos = a·b / (max(|a|, eps)·max(|b|, eps)), eps 1e-8. Positions
+ * go in blocks of COS_BLK, each summed over H in place (contiguous rows); nothing saved, backward recomputes. */
+typedef struct {
+    int B, H;
+    int64_t inner; /* positions per sample */
+} cos_p;
+
+enum { COS_BLK = 256 };
+#define COS_EPS 1e-8
+
+/* Dot products and squared norms over H of positions [p0, p0 + k) of sample b. */
+static void cos_sums(const cos_p *c, const float *a, const float *bb, int b, int64_t p0, int k, double *dot,
+                     double *na, double *nb) {
+    for (int j = 0; j < k; j++) dot[j] = na[j] = nb[j] = 0.0;
+    for (int h = 0; h < c->H; h++) {
+        const size_t off = ((size_t)b * c->H + h) * (size_t)c->inner + (size_t)p0;
+        const float *ar = a + off, *br = bb + off;
+        for (int j = 0; j < k; j++) {
+            dot[j] += (double)ar[j] * br[j];
+            na[j] += (double)ar[j] * ar[j];
+            nb[j] += (double)br[j] * br[j];
+        }
+    }
+}
+
+static void cos_fwd(vt_node *n) {
+    const cos_p *c = VT_OP_P(n, cos_p);
+    const int64_t nblk = (c->inner + COS_BLK - 1) / COS_BLK;
+    const float *a = n->in[0]->data, *bb = n->in[1]->data;
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int64_t t = 0; t < (int64_t)c->B * nblk; t++) {
+        double dot[COS_BLK], na[COS_BLK], nb[COS_BLK];
+        const int b = (int)(t / nblk);
+        const int64_t p0 = t % nblk * COS_BLK;
+        const int k = (int)(c->inner - p0 < COS_BLK ? c->inner - p0 : COS_BLK);
+        cos_sums(c, a, bb, b, p0, k, dot, na, nb);
+        for (int j = 0; j < k; j++) total += dot[j] / (fmax(sqrt(na[j]), COS_EPS) * fmax(sqrt(nb[j]), COS_EPS));
+    }
+    n->out->data[0] = (float)(total / ((double)c->B * (double)c->inner));
+}
+
+/* d cos / d a_h = b_h / (|a| |b|) - cos · a_h / |a|² (a norm clamped at eps: a constant there), and alike for b. */
+static void cos_bwd(vt_node *n) {
+    const cos_p *c = VT_OP_P(n, cos_p);
+    const int64_t nblk = (c->inner + COS_BLK - 1) / COS_BLK;
+    const float *a = n->in[0]->data, *bb = n->in[1]->data;
+    float *da = n->in[0]->grad, *db = n->in[1]->grad;
+    const double g = (double)n->out->grad[0] / ((double)c->B * (double)c->inner);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < (int64_t)c->B * nblk; t++) {
+        double dot[COS_BLK], na[COS_BLK], nb[COS_BLK];
+        const int b = (int)(t / nblk);
+        const int64_t p0 = t % nblk * COS_BLK;
+        const int k = (int)(c->inner - p0 < COS_BLK ? c->inner - p0 : COS_BLK);
+        cos_sums(c, a, bb, b, p0, k, dot, na, nb);
+        for (int j = 0; j < k; j++) { /* dot becomes g/(|a||b|), na and nb the cos-term factors */
+            const double ra = sqrt(na[j]), rb = sqrt(nb[j]), sa = fmax(ra, COS_EPS), sb = fmax(rb, COS_EPS);
+            const double cs = dot[j] / (sa * sb);
+            dot[j] = g / (sa * sb);
+            na[j] = ra > COS_EPS ? g * cs / (sa * sa) : 0.0;
+            nb[j] = rb > COS_EPS ? g * cs / (sb * sb) : 0.0;
+        }
+        for (int h = 0; h < c->H; h++) {
+            const size_t off = ((size_t)b * c->H + h) * (size_t)c->inner + (size_t)p0;
+            const float *ar = a + off, *br = bb + off;
+            for (int j = 0; da && j < k; j++) da[off + j] += (float)(dot[j] * br[j] - na[j] * ar[j]);
+            for (int j = 0; db && j < k; j++) db[off + j] += (float)(dot[j] * ar[j] - nb[j] * br[j]);
+        }
+    }
+}
+
+/* Backward reads both inputs. */
+static const vt_opdef op_cos = {"cosine_mean", cos_fwd, cos_bwd, VT_READS(VT_READS_IN(0) | VT_READS_IN(1)), NULL,
+                                VT_OP_OTHER};
+
+vt_tensor *vt_cosine_mean(vt_graph *g, vt_tensor *a, vt_tensor *b) {
+    if (vt_bad(g, 2, a, b)) return NULL;
+    char sa[64], sb[64];
+    int same = a->ndim == b->ndim && a->ndim >= 2;
+    for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+    if (!same || a == b)
+        return vt_fail(g, "cosine_mean", "a %s and b %s must be two tensors of one shape (B, H, ...)",
+                       vt_shape_str(a, sa, 64), vt_shape_str(b, sb, 64));
+    int one = 1;
+    vt_tensor *in[2] = {a, b};
+    vt_node *n = vt_new_node(g, &op_cos, in, 2, vt_new_act(g, 1, &one));
+    if (!n) return NULL;
+    *VT_OP_P(n, cos_p) = (cos_p){a->shape[0], a->shape[1], a->numel / ((int64_t)a->shape[0] * a->shape[1])};
+    n->macs = 0; /* elementwise products: 0 MACs by the engine's convention (README) */
+    return n->out;
 }

@@ -114,8 +114,8 @@ static void preset_gmf(vt_recipe *r) {
 /* Refiner (spec-refiner.md §7; scripts/refiner_*.yaml run by its main.py, timm's train.py): lr 5e-4 as given (no
  * batch scaling), 5 warm-up epochs from 1e-6, cosine to 1e-5 stepped per epoch, 10 cooldown epochs, batch 32 a GPU,
  * random train interpolation, no repeated augmentation, model EMA 0.99996 kept and evaluated, drop-path the model's
- * (the named configs carry the yaml files' rates); the rest DeiT's. MixToken, token labelling and the cos_reg loss
- * are not done. */
+ * and cos_reg (the named configs carry the yaml files' settings); the rest DeiT's. MixToken and token labelling are
+ * not done. */
 static void preset_refiner(vt_recipe *r) {
     preset_deit(r);
     r->source = "Refiner scripts/*.yaml + its main.py (timm train.py; spec-refiner.md §7)";
@@ -126,8 +126,9 @@ static void preset_refiner(vt_recipe *r) {
     snprintf(r->interpolation, sizeof r->interpolation, "random");
     r->sched_update = VT_SCHED_EPOCH;
     r->drop_path = -1; /* (DeiT's 0.1 otherwise) */
-    r->notes = "MixToken, token labelling and the cos_reg loss are not implemented; RandomErasing runs on each image "
-               "before Mixup/CutMix (DeiT's order), where Refiner's prefetcher erases the mixed batch";
+    r->notes = "MixToken and token labelling are not implemented (the cos_reg loss term is the model's: --cos-reg); "
+               "RandomErasing runs on each image before Mixup/CutMix (DeiT's order), where Refiner's prefetcher erases "
+               "the mixed batch";
 }
 
 /* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not

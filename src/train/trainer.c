@@ -55,6 +55,7 @@ static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothi
     if (soft) t->targets = vt_input(t->g, "targets", 2, ts);
     t->loss = soft ? vt_soft_cross_entropy(t->g, t->logits, t->targets)
                    : vt_cross_entropy(t->g, t->logits, t->labels, smoothing);
+    if (t->g->aux_loss) t->loss = vt_add(t->g, t->loss, t->g->aux_loss); /* the model's own term (cos_reg) */
     vt_graph_output(t->g, t->logits);
     vt_graph_set_loss(t->g, t->loss);
     if (vt_graph_finalize(t->g, e)) {

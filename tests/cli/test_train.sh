@@ -375,6 +375,8 @@ predict deit_tiny_patch16_224 -w w.safetensors --topk 65 x.png|--topk 65: at mos
 grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
 train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
+train vit_fmnist_tiny --cos-reg 2|vit_fmnist_tiny has no cos_reg term (the Refiner's official training alone adds one)
+grad refiner_vit_s --cos-reg 16|cos_reg over 16 pairs of block maps needs that many blocks and one more (it has 16
 train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
 train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
 train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 does not end within the run (--epochs 2)

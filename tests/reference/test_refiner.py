@@ -63,6 +63,10 @@ PARAMS_224 = {"refiner_vit_s": 25_023_656, "refiner_vit_m": 55_029_932, "refiner
               "refiner_vit_l_dense": 81_150_192}
 PARAMS_OTHER = [("refiner_vit_s", 384, 25_169_576), ("refiner_vit_l_dense", 448, 81_451_248)]
 TOL_FWD, TOL_LOSS, TOL_GRAD = 1e-4, 1e-4, 1e-3
+# the cos_reg pairs of each named model's training loss (spec-refiner §7: refiner_s/m.yaml set cos_reg_component 12,
+# whose plain-label loss SoftTargetCrossEntropyCosReg() keeps n_comn = 2; refiner_l.yaml 0; the _dense models train
+# with token labelling, which vitc refuses)
+COS_REG = {"refiner_vit_s": 2, "refiner_vit_m": 2}
 REDUCED_DEPTH = 4   # M and L run two [plain, shared] pairs (--full: all 32 blocks); S, the full-size check, all 16
 LN_EPS = 1e-6
 
@@ -193,8 +197,10 @@ class RefinedViT(nn.Module):
         x = self.patch_embed(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
         a = None
+        self.atten = []   # the map after each block (a shared block passes its incoming one on): atten_list
         for b in self.blocks:
             x, a = b(x, a)
+            self.atten.append(a)
         x = self.norm(x)
         out = self.head(x[:, 0])
         if self.aux and not self.training:
@@ -286,12 +292,16 @@ def kink_margin(m, x):
     return low[0]
 
 
-def check_grads(rep, name, res, m, x, labels):
-    """Compare `vitc grad` output res with the reference m in train mode."""
+def check_grads(rep, name, res, m, x, labels, cos_n=0):
+    """Compare `vitc grad` output res with the reference m in train mode; cos_n > 0: the loss adds the official
+    SoftTargetCrossEntropyCosReg term over the first cos_n pairs of block maps (m.atten)."""
     saved = {k: b.clone() for k, b in m.named_buffers()}   # train mode updates the BN running statistics
     m.train()
     m.zero_grad()
     loss = F.cross_entropy(m(x.double()), labels)
+    if cos_n:   # the official loss: 0.1 * cos_loss.mean() / n_comn, cos_loss = sum of CosineSimilarity(dim=1) maps
+        cos_loss = sum(F.cosine_similarity(m.atten[i], m.atten[i + 1], dim=1) for i in range(cos_n))
+        loss = loss + 0.1 * cos_loss.mean() / cos_n
     loss.backward()
     m.load_state_dict(saved, strict=False)
     ref_g = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in m.named_parameters()
@@ -307,15 +317,17 @@ def check_grads(rep, name, res, m, x, labels):
     rep.check(f"grads non-zero {name}", not zero, f"all-zero gradients: {zero[:8]}")
 
 
-def run_checks(rep, tmp, tag, name, w, x, labels, ref, common, do_grad):
-    """`vitc forward` logits against the reference in eval mode; with do_grad `vitc grad` against its train mode."""
+def run_checks(rep, tmp, tag, name, w, x, labels, ref, common, do_grad, cos_n=None):
+    """`vitc forward` logits against the reference in eval mode; with do_grad `vitc grad` against its train mode,
+    whose loss has the named model's cos_reg term (COS_REG), or cos_n pairs' given as --cos-reg."""
     harness.forward(rep, tmp, tag, name, ref, w, x, common)
     if do_grad:
         xin, out = tmp / "rc_xl.safetensors", tmp / "rc_g.safetensors"
         st.save(xin, {"input": x, "labels": labels})
+        extra = [] if cos_n is None else ["--cos-reg", cos_n]
         if vitc_ok(rep, f"grad {tag}", "grad", name, "--weights", w, "--input", xin, "--output", out,
-                   *common) is not None:
-            check_grads(rep, tag, st.load(out), ref, x, labels)
+                   *common, *extra) is not None:
+            check_grads(rep, tag, st.load(out), ref, x, labels, COS_REG.get(name, 0) if cos_n is None else cos_n)
         out.unlink(missing_ok=True)
 
 
@@ -357,6 +369,9 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
         run_checks(rep, tmp, name, name, w, x, labels, ref, common, full or not is_dense or size == "s")
         if name == "refiner_vit_s":   # 14 px more: the stem's 8x8/8 proj cuts them, the official code's rule
             run_checks(rep, tmp, f"{name}@{s2}", name, w, x2, labels, ref, ["--img-size", s2] + common[2:], True)
+            run_checks(rep, tmp, f"{name} --cos-reg 0", name, w, x, labels, ref, common, True, cos_n=0)
+        if name == "refiner_vit_m":   # every pair of the 4 blocks, two of them the map a shared block passed on
+            run_checks(rep, tmp, f"{name} --cos-reg 3", name, w, x, labels, ref, common, True, cos_n=3)
         w.unlink()
     print(f"# refiner_vit_{size}{f' depth {depth}' if depth else ''}: {time.time() - t0:.1f}s", flush=True)
 

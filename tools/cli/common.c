@@ -260,6 +260,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
         return 2; /* a malformed value: a usage error, as for scalar options */
     ov.windows_listed = o->windows && strchr(o->windows, ',');
     ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
+    ov.cos_reg = o->cos_reg;            /* likewise */
     if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
     ov.train_form = o->train_form;
     ov.apply_transform = o->apply_transform;

@@ -98,7 +98,8 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         {"--train-subset", 0}, {"--test-subset", 0}, {"--seed", 0}, {"--batch-size", 1}, {"--accum-steps", 1},
         {"--epochs", 1}, {"--cooldown-epochs", 1}, {"--lr", 1}, {"--min-lr", 1}, {"--warmup-lr", 1},
         {"--warmup-epochs", 1}, {"--weight-decay", 1}, {"--smoothing", 1}, {"--clip-grad", 1}, {"--mixup", 1},
-        {"--cutmix", 1}, {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1}};
+        {"--cutmix", 1}, {"--mixup-prob", 1}, {"--mixup-switch-prob", 1}, {"--drop-path", 1},
+        {"--cos-reg", 0}};
     for (size_t i = 0; rc == 0 && i < sizeof plain / sizeof plain[0]; i++) {
         const char *v = rec_get(&f, plain[i].opt + 2);
         if (!v || given(o, plain[i].opt) || (plain[i].recipe && !same)) continue;
