@@ -180,9 +180,10 @@ typedef struct {
 enum { COS_BLK = 256 };
 #define COS_EPS 1e-8
 
-/* Dot products and squared norms over H of positions [p0, p0 + k) of sample b. */
-static void cos_sums(const cos_p *c, const float *a, const float *bb, int b, int64_t p0, int k, double *dot,
-                     double *na, double *nb) {
+/* Dot products and squared norms over H of the block of positions from p0 of sample b; returns its length. */
+static int cos_sums(const cos_p *c, const float *a, const float *bb, int b, int64_t p0, double *dot, double *na,
+                    double *nb) {
+    const int k = (int)(c->inner - p0 < COS_BLK ? c->inner - p0 : COS_BLK);
     for (int j = 0; j < k; j++) dot[j] = na[j] = nb[j] = 0.0;
     for (int h = 0; h < c->H; h++) {
         const size_t off = ((size_t)b * c->H + h) * (size_t)c->inner + (size_t)p0;
@@ -193,6 +194,7 @@ static void cos_sums(const cos_p *c, const float *a, const float *bb, int b, int
             nb[j] += (double)br[j] * br[j];
         }
     }
+    return k;
 }
 
 static void cos_fwd(vt_node *n) {
@@ -205,8 +207,7 @@ static void cos_fwd(vt_node *n) {
         double dot[COS_BLK], na[COS_BLK], nb[COS_BLK];
         const int b = (int)(t / nblk);
         const int64_t p0 = t % nblk * COS_BLK;
-        const int k = (int)(c->inner - p0 < COS_BLK ? c->inner - p0 : COS_BLK);
-        cos_sums(c, a, bb, b, p0, k, dot, na, nb);
+        const int k = cos_sums(c, a, bb, b, p0, dot, na, nb);
         for (int j = 0; j < k; j++) total += dot[j] / (fmax(sqrt(na[j]), COS_EPS) * fmax(sqrt(nb[j]), COS_EPS));
     }
     n->out->data[0] = (float)(total / ((double)c->B * (double)c->inner));
@@ -224,8 +225,7 @@ static void cos_bwd(vt_node *n) {
         double dot[COS_BLK], na[COS_BLK], nb[COS_BLK];
         const int b = (int)(t / nblk);
         const int64_t p0 = t % nblk * COS_BLK;
-        const int k = (int)(c->inner - p0 < COS_BLK ? c->inner - p0 : COS_BLK);
-        cos_sums(c, a, bb, b, p0, k, dot, na, nb);
+        const int k = cos_sums(c, a, bb, b, p0, dot, na, nb);
         for (int j = 0; j < k; j++) { /* dot becomes g/(|a||b|), na and nb the cos-term factors */
             const double ra = sqrt(na[j]), rb = sqrt(nb[j]), sa = fmax(ra, COS_EPS), sb = fmax(rb, COS_EPS);
             const double cs = dot[j] / (sa * sb);
