@@ -561,41 +561,46 @@ static void test_error_fit(vt_test *T) {
 }
 
 /* vt_st_open of a regular file keeps its header alone in memory and reads the tensors from the file: values as
- * written (float32 in place, float16 over several blocks of 1 MiB, int64); the same bytes through vt_st_parse; a file
- * shortened after opening gives a read error naming the tensor (a mapping had raised SIGBUS), the tensors before the
- * cut still read. */
+ * written (float32 in place, float16 over 1.5 blocks of 1 MiB and a few elements, int64; float64 read as int64 names
+ * its non-integer element in its second block); a file shortened after opening gives a read error naming the tensor
+ * (a mapping had raised SIGBUS), the tensors before the cut still read. */
 static void test_open_reads(vt_test *T, const char *dir) {
     char path[300];
     snprintf(path, sizeof path, "%s/opened.safetensors", dir);
-    enum { NB = 1 << 20 };
+    enum { NB = 1 << 20, NH = 3 * (1 << 18) + 7, ND = 200001 }; /* NH: 1.5 blocks of float16 and 7 elements */
     float a[3] = {1.0f, 2.0f, 3.0f}, *b = malloc(sizeof(float) * NB), *got = malloc(sizeof(float) * NB);
-    uint16_t *h = malloc(sizeof(uint16_t) * NB);
-    int64_t c[2] = {-4, 1LL << 40}, ci[2] = {0};
-    for (int i = 0; b && h && i < NB; i++) {
-        b[i] = (float)(i % 1000) * 0.25f - 7.0f;
-        h[i] = (uint16_t)(0x3c00 + (i % 1024)); /* 1 + (i % 1024)/1024 */
-    }
-    vt_st_out outs[4] = {{.name = "a", .dtype = VT_ST_F32, .ndim = 1, .shape = {3}, .data = a},
+    uint16_t *h = malloc(sizeof(uint16_t) * NH);
+    double *d = malloc(sizeof(double) * ND);
+    int64_t c[2] = {-4, 1LL << 40}, ci[2] = {0}, *di = malloc(sizeof(int64_t) * ND);
+    for (int i = 0; b && i < NB; i++) b[i] = (float)(i % 1000) * 0.25f - 7.0f;
+    for (int i = 0; h && i < NH; i++) h[i] = (uint16_t)(0x3c00 + (i % 1024)); /* 1 + (i % 1024)/1024 */
+    for (int i = 0; d && i < ND; i++) d[i] = i == 200000 ? 0.5 : (double)i; /* 131,072 doubles a block */
+    vt_st_out outs[5] = {{.name = "a", .dtype = VT_ST_F32, .ndim = 1, .shape = {3}, .data = a},
                          {.name = "b", .dtype = VT_ST_F32, .ndim = 1, .shape = {NB}, .data = b},
                          {.name = "c", .dtype = VT_ST_I64, .ndim = 1, .shape = {2}, .data = c},
-                         {.name = "h", .dtype = VT_ST_F16, .ndim = 1, .shape = {NB}, .data = h}};
+                         {.name = "d", .dtype = VT_ST_F64, .ndim = 1, .shape = {ND}, .data = d},
+                         {.name = "h", .dtype = VT_ST_F16, .ndim = 1, .shape = {NH}, .data = h}};
     vt_err e = {0};
     vt_st_file f = {0};
-    const int ok = b && got && h && vt_st_write(path, outs, 4, NULL, &e) == 0 && vt_st_open(path, &f, &e) == 0;
+    const int ok = b && got && h && d && di && vt_st_write(path, outs, 5, NULL, &e) == 0 &&
+                   vt_st_open(path, &f, &e) == 0;
     struct stat st;
     T_CHECK(T, ok && f.opened && stat(path, &st) == 0 && f.len < 1024 && st.st_size > 6 * NB,
             "a regular file: its header alone in memory (%zu bytes): %s", f.len, e.msg);
     const vt_st_entry *eb = ok ? vt_st_find(&f, "b") : NULL, *ec = ok ? vt_st_find(&f, "c") : NULL,
-                      *eh = ok ? vt_st_find(&f, "h") : NULL;
-    if (eb && ec && eh) {
+                      *ed = ok ? vt_st_find(&f, "d") : NULL, *eh = ok ? vt_st_find(&f, "h") : NULL;
+    if (eb && ec && ed && eh) {
         T_CHECK(T, vt_st_read_f32(eb, got, NB, &e) == 0 && memcmp(got, b, sizeof(float) * NB) == 0, "b: %s", e.msg);
-        int same = vt_st_read_f32(eh, got, NB, &e) == 0;
-        for (int i = 0; same && i < NB; i++) same = got[i] == 1.0f + (float)(i % 1024) / 1024.0f;
-        T_CHECK(T, same, "float16 over 2 blocks: %s", e.msg);
+        int same = vt_st_read_f32(eh, got, NH, &e) == 0;
+        for (int i = 0; same && i < NH; i++) same = got[i] == 1.0f + (float)(i % 1024) / 1024.0f;
+        T_CHECK(T, same, "float16 over 1.5 blocks and 7 elements: %s", e.msg);
         T_CHECK(T, vt_st_read_i64(ec, ci, 2, &e) == 0 && ci[0] == c[0] && ci[1] == c[1], "int64: %s", e.msg);
+        e = (vt_err){0};
+        T_CHECK(T, vt_st_read_i64(ed, di, ND, &e) != 0 && strstr(e.msg, "element 200000 = 0.5 is not an integer"),
+                "float64 as int64, a fraction in the second block: %s", e.msg);
         T_CHECK(T, truncate(path, (off_t)eh->off + 100) == 0, "truncate: %s", strerror(errno));
         e = (vt_err){0};
-        T_CHECK(T, vt_st_read_f32(eh, got, NB, &e) != 0 && e.code == VT_E_IO && strstr(e.msg, "tensor 'h'") &&
+        T_CHECK(T, vt_st_read_f32(eh, got, NH, &e) != 0 && e.code == VT_E_IO && strstr(e.msg, "tensor 'h'") &&
                        strstr(e.msg, "shortened"),
                 "a file shortened after opening: %s", e.msg);
         e = (vt_err){0};
@@ -607,6 +612,8 @@ static void test_open_reads(vt_test *T, const char *dir) {
     free(b);
     free(got);
     free(h);
+    free(d);
+    free(di);
     unlink(path);
 }
 

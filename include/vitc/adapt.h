@@ -18,7 +18,8 @@ void vt_resize_bicubic(const float *src, int h, int w, int C, float *dst, int H,
  * (square grids, or to the model's pos_h × pos_w patch grid where that is not square; 0 × 0: none) and Swin
  * relative-position tables are resized bicubically, an RGB input convolution is adapted to in_chans (timm; see
  * adapt.c); one line per adapted tensor to log (NULL: none). Missing, unexpected or unexplained mis-shaped tensors are
- * errors naming them, and any error leaves P unchanged; with nothing to adapt this is vt_params_load. */
+ * errors naming them, and any error leaves P unchanged (but for a file shortened during the load, as vt_params_load
+ * says); with nothing to adapt this is vt_params_load. */
 int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int pos_w, const char *path, FILE *log,
                   vt_err *e);
 

@@ -277,9 +277,9 @@ double vt_graph_profile_fused_gemm(const vt_graph *g);
 /* Total multiply-adds of one forward run. */
 int64_t vt_graph_macs(const vt_graph *g);
 
-/* Multiply-adds of one forward and backward run: each node's forward, and twice it for the backward of a node whose
- * first input needs a gradient (input and weight gradients), once where only its other inputs do (a first layer's
- * weight gradient alone), none where no input does. */
+/* Multiply-adds of one forward and backward run: each node's forward, and for its backward once more for its first
+ * input's gradient and once for its other inputs' (a weight's), each where needed: a first layer, whose input needs
+ * no gradient, 2x its forward in all, a layer of frozen weights 2x too, most 3x. */
 int64_t vt_graph_train_macs(const vt_graph *g);
 
 /* Bytes of the planned arena (activations, saved values, gradients, scratch). */

@@ -153,10 +153,10 @@ typedef struct vt_bench_result {
     double ms_best_iter;                 /* the fastest timed iteration (on a shared machine the least disturbed:
                                           * steadier than the mean for comparing two runs) */
     double gmacs_per_img;                /* the model's multiply-adds per image (every token, as its summary) */
-    double gmacs_run_per_img;            /* those the graph runs per image (gflops' count): fewer where a class-token
-                                          * ViT's last block computes the class token's row alone */
-    double gflops;                       /* achieved: the multiply-adds the graph ran (a class-token ViT's last block
-                                          * computes one row) ×2, ×3 for a training step, per second */
+    double gmacs_run_per_img;            /* those its forward runs per image: fewer where a class-token ViT's last
+                                          * block computes the class token's row alone */
+    double gflops;                       /* achieved: 2 × the multiply-adds a step ran, per second (the forward's, or
+                                          * forward and backward's, vt_graph_train_macs) */
     double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
     double weight_copies_mib;            /* weight copies the graph's kernels made (vt_gemm_weight_copy_bytes:
                                           * packed, bf16, int8; none with --no-prepack but int8's) */

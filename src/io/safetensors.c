@@ -529,37 +529,45 @@ static int read_at(int fd, uint64_t at, void *dst, size_t n) {
 }
 
 /* Opens the regular file at path and reads its header: into *buf (*len bytes) and *flen, the descriptor returned;
- * -1 where path is no regular file or cannot be opened or read (the caller reads it whole then, saying why). Loading
- * reads a tensor at a time rather than the whole file, so that the file's bytes are never resident beside the
- * parameters (vitc predict with DeiT-B's 346 MB of weights had peaked at 684 MiB, the file read whole), and from a
- * descriptor rather than a mapping, where a file shortened by another program raised SIGBUS in the host process. */
-static int open_header(const char *path, uint8_t **buf, size_t *len, uint64_t *flen) {
+ * -1 where path is no regular file or cannot be opened (the caller reads it as a stream then, saying why), -2 with e
+ * set where reading a regular file's header failed. Loading reads a tensor at a time rather than the whole file, so
+ * that the file's bytes are never resident beside the parameters (vitc predict with DeiT-B's 346 MB of weights had
+ * peaked at 684 MiB, the file read whole), and from a descriptor rather than a mapping, where a file shortened by
+ * another program raised SIGBUS in the host process. */
+static int open_header(const char *path, uint8_t **buf, size_t *len, uint64_t *flen, vt_err *e) {
+    _Static_assert(sizeof(off_t) >= 8, "pread offsets of files over 2 GiB need a 64-bit off_t");
     struct stat st;
     /* a FIFO is not opened here: that open would release a writer waiting for its reader, and closing it again
      * would cost the writer its SIGPIPE or its data before vt_read_sized's open */
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return -1;
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) {
+        close(fd);
+        return -1;
+    }
     uint8_t pre[16];
-    size_t n = 0;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0) {
-        *flen = (uint64_t)st.st_size;
-        n = *flen < sizeof pre ? (size_t)*flen : sizeof pre;
-        if (read_at(fd, 0, pre, n) == 0) {
-            const uint64_t hn = n >= 8 ? le64(pre) : 0;
-            /* the header whole where its length is sound, else the first bytes (parse_owned says what is wrong) */
-            if (n >= 8 && hn <= VT_ST_MAX_HEADER && hn <= *flen - 8) n = 8 + (size_t)hn;
-            *buf = malloc(n ? n : 1);
-            if (*buf && (n <= sizeof pre ? (memcpy(*buf, pre, n), 0) : read_at(fd, 0, *buf, n)) == 0) {
-                *len = n;
-                return fd;
-            }
-            free(*buf);
-            *buf = NULL;
+    *flen = (uint64_t)st.st_size;
+    size_t n = *flen < sizeof pre ? (size_t)*flen : sizeof pre;
+    errno = 0;
+    if (read_at(fd, 0, pre, n) == 0) {
+        const uint64_t hn = n >= 8 ? le64(pre) : 0;
+        /* the header whole where its length is sound, else the first bytes (parse_owned says what is wrong) */
+        if (n >= 8 && hn <= VT_ST_MAX_HEADER && hn <= *flen - 8) n = 8 + (size_t)hn;
+        if (!(*buf = malloc(n ? n : 1))) {
+            close(fd);
+            return vt_seterr_code(e, VT_E_NOMEM, "%s: out of memory reading its header (%zu bytes)", path, n), -2;
         }
+        if ((n <= sizeof pre ? (memcpy(*buf, pre, n), 0) : read_at(fd, 0, *buf, n)) == 0) {
+            *len = n;
+            return fd;
+        }
+        free(*buf);
+        *buf = NULL;
     }
     close(fd);
-    return -1;
+    return vt_seterr_code(e, VT_E_IO, "%s: %s reading its header", path,
+                          errno ? strerror(errno) : "end of file (shortened while being opened?)"), -2;
 }
 
 int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
@@ -568,7 +576,8 @@ int vt_st_open(const char *path, vt_st_file *f, vt_err *e) {
     size_t len = 0;
     uint64_t flen = 0;
     vt_err local = {0};
-    const int fd = open_header(path, &buf, &len, &flen);
+    const int fd = open_header(path, &buf, &len, &flen, &local);
+    if (fd == -2) return vt_seterr_from(e, &local, "%s", local.msg);
     if (fd < 0 && vt_read_sized(path, SIZE_MAX / 2, st_size, NULL, &buf, &len, &local) != 0)
         return vt_seterr_from(e, &local, "%s", local.msg);
     if (parse_owned(buf, len, fd, fd >= 0 ? flen : len, f, &local) != 0)
