@@ -236,7 +236,11 @@ static void check_recipe_transforms(vt_test *T) {
     r.aa[0] = '\0';
     T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.ra_layers == 0, "no aa: RandAugment off");
     vt_recipe_get("msf", NULL, &r, &e);
-    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) != 0 && strstr(e.msg, "three"), "aa three refused: %s", e.msg);
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) == 0 && p.three && p.ra_layers == 0 &&
+                   p.interp == VT_INTERP_BILINEAR && p.re_prob == 0.0f, "msf: the three-augment: %s", e.msg);
+    snprintf(r.aa, sizeof r.aa, "augmix");
+    T_CHECK(T, vt_recipe_transforms(&r, 32, &p, &e) != 0 && strstr(e.msg, "'augmix' is not implemented"),
+            "another policy refused: %s", e.msg);
 }
 
 /* The bicubic resize keeps a constant grid constant and a same-size resize exact (the interpolation itself is

@@ -312,7 +312,43 @@ static void check_composed(vt_test *T) {
     free(a), free(b);
 }
 
+/* The three-augment (values against torchvision: tests/reference/test_transforms.py): the blur keeps a constant image
+ * constant at every size, the reflection wrapping around sides shorter than its radius (1×1, 2×3, 5×4); solarize with
+ * unit jitter inverts exactly the values >= 128; grayscale of an RGB image sets its channels equal; random draws run
+ * on those sizes, 1 and 3 channels. */
+static void check_three(vt_test *T) {
+    vt_err e = {0};
+    const int sizes[3][2] = {{1, 1}, {2, 3}, {5, 4}};
+    int ok = 1, runs = 0;
+    for (int k = 0; k < 3; k++)
+        for (int C = 1; C <= 3; C += 2) {
+            const int W = sizes[k][0], H = sizes[k][1];
+            unsigned char pix[5 * 4 * 3];
+            vt_image im = {W, H, C, pix};
+            memset(pix, 77, sizeof pix);
+            const vt_three_step blur = {2, 1.7, {3, 0, 1, 2}, {1.0, 1.0, 1.0}};
+            ok &= vt_three_apply(&im, &blur, &e) == 0;
+            for (int i = 0; i < W * H * C; i++) ok &= pix[i] == 77;
+            vt_rng r;
+            vt_rng_seed(&r, (uint64_t)(k * 4 + C));
+            for (int j = 0; j < 40; j++, runs++) ok &= vt_three_augment(&im, &r, NULL, &e) == 0;
+        }
+    T_CHECK(T, ok, "three-augment: a constant image stays constant under the blur, %d draws ran: %s", runs, e.msg);
+    unsigned char px[6] = {0, 127, 128, 200, 255, 30};
+    vt_image im = {2, 1, 3, px};
+    const vt_three_step sol = {1, 1.0, {0, 1, 2, 3}, {1.0, 1.0, 1.0}};
+    T_CHECK(T, vt_three_apply(&im, &sol, &e) == 0 && px[0] == 0 && px[1] == 127 && px[2] == 127 && px[3] == 55 &&
+                   px[4] == 0 && px[5] == 30,
+            "solarize 128: %d %d %d %d %d %d", px[0], px[1], px[2], px[3], px[4], px[5]);
+    const vt_three_step gray = {0, 1.0, {0, 1, 2, 3}, {1.0, 1.0, 1.0}};
+    T_CHECK(T, vt_three_apply(&im, &gray, &e) == 0 && px[0] == px[1] && px[1] == px[2] && px[3] == px[4] &&
+                   px[4] == px[5], "grayscale: channels equal");
+    const vt_three_step bad = {3, 1.0, {0, 1, 2, 3}, {1.0, 1.0, 1.0}};
+    T_CHECK(T, vt_three_apply(&im, &bad, &e) != 0 && strstr(e.msg, "choice 3"), "a bad choice refused: %s", e.msg);
+}
+
 void test_transforms(vt_test *T) {
+    check_three(T);
     check_params(T);
     check_resize(T);
     check_crop_flip(T);

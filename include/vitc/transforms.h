@@ -54,6 +54,7 @@ typedef struct vt_tf_params {
     float re_min_area, re_max_area; /* erased area fraction range (0.02, 1/3) */
     float re_min_aspect;      /* log-uniform aspect in (min, 1/min) (0.3) */
     int re_count;             /* most erased rectangles: randint(1, re_count) of them (1) */
+    int three;                /* 1: the MSF's --auto-augment three after the flip (vt_three_augment; 0: off) */
 } vt_tf_params;
 
 /* DeiT's train transform at S×S with ImageNet mean/std (the defaults noted above); set .width for S×W. */
@@ -99,6 +100,23 @@ int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp,
  * filter of geometric ops when ra_interp is random. steps (may be NULL) receives ra_layers records. */
 int vt_randaugment(vt_image *img, const vt_tf_params *p, vt_rng *rng, vt_ra_step *steps, vt_err *e);
 
+/* One draw of the MSF's --auto-augment three (for tests and replays). */
+typedef struct vt_three_step {
+    int choice;       /* 0 Grayscale(3), 1 RandomSolarize(128, p=1), 2 GaussianBlur(11) */
+    double sigma;     /* the blur's σ */
+    int order[4];     /* ColorJitter's op order (torchvision's fn_idx): 0 brightness, 1 contrast, 2 saturation, 3 hue */
+    double factor[3]; /* the brightness, contrast and saturation factors, each in [0.7, 1.3] */
+} vt_three_step;
+
+/* The MSF's `--auto-augment three` (its presets.py: torchvision's ops on PIL images): RandomChoice of Grayscale(3),
+ * RandomSolarize(128, p=1) and GaussianBlur(11, σ in (0.1, 2)), then ColorJitter(0.3, 0.3, 0.3), on img in place.
+ * Draws: below(3) for the choice, uniform() for σ when it is the blur, a permutation of the 4 jitter ops (Fisher-Yates:
+ * below(i + 1) for i = 3, 2, 1), then uniform() for each factor; step (may be NULL) receives them. */
+int vt_three_augment(vt_image *img, vt_rng *rng, vt_three_step *step, vt_err *e);
+
+/* vt_three_augment's ops with the draws in s (PIL's and torchvision's semantics: see transforms.c). */
+int vt_three_apply(vt_image *img, const vt_three_step *s, vt_err *e);
+
 /* timm's RandomErasing in 'pixel' mode on x (C, H, W floats): uniform() > prob skips; else per rectangle up to 10
  * attempts of uniform() for the area, uniform() for the log aspect, below() for the top and below() for the left
  * when it fits, then C·h·w normal() values (channel-major). box (may be NULL) receives {x0, y0, w, h} of the last
@@ -107,8 +125,8 @@ int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_r
 
 /* The composed DeiT train transform of src (src->chans == 1 or 3) into out (chans, S, W floats): RandomResizedCrop
  * to S×W (its box, then below(2) for the filter when p->interp is random), flip (uniform() < hflip, no draw when
- * hflip is 0), RandAugment (when ra_layers > 0), x/255, (x - mean)/std, RandomErasing (when re_prob > 0); draws in
- * that order. */
+ * hflip is 0), RandAugment (when ra_layers > 0), the three-augment (when three is set), x/255, (x - mean)/std,
+ * RandomErasing (when re_prob > 0); draws in that order. */
 int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, float *out, vt_err *e);
 
 #endif

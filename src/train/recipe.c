@@ -155,9 +155,9 @@ static void preset_msf(vt_recipe *r) {
     snprintf(r->interpolation, sizeof r->interpolation, "bilinear"); /* train.py's --interpolation default */
     r->sched_update = VT_SCHED_EPOCH; /* lr_scheduler.step() after each epoch */
     r->warmup_prefix = 1;             /* SequentialLR: LinearLR for the warm-up, then CosineAnnealingLR over the rest */
-    r->notes = "`--auto-augment three` (grayscale / solarize / blur) is recorded, not RandAugment; the MSF README's "
-               "command decays every parameter, as vitc's SimpleViT hosts do; its Swin hosts keep Swin's no-decay "
-               "list (norms, biases, relative position tables)";
+    r->notes = "`--auto-augment three` keeps a 1-channel image's channel (torchvision's Grayscale(3) makes three); "
+               "the MSF README's command decays every parameter, as vitc's SimpleViT hosts do; its Swin hosts keep "
+               "Swin's no-decay list (norms, biases, relative position tables)";
 }
 
 /* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */
@@ -237,7 +237,8 @@ int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *
     if (r->reprob > 0 && strcmp(r->remode, "pixel") != 0)
         return vt_seterr(e, "recipe %s: RandomErasing mode '%s' is not implemented (pixel is)", r->name, r->remode);
     p->ra_layers = 0;
-    if (!r->aa[0]) return vt_tf_params_check(p, e);
+    p->three = !strcmp(r->aa, "three"); /* the MSF's --auto-augment three */
+    if (!r->aa[0] || p->three) return vt_tf_params_check(p, e);
     char aa[64];
     snprintf(aa, sizeof aa, "%s", r->aa);
     int inc = 0, first = 1;
@@ -264,7 +265,7 @@ int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *
     }
     if (strncmp(r->aa, "rand", 4) != 0 || !inc)
         return vt_seterr(e, "recipe %s: augmentation '%s' is not implemented (RandAugment with increasing ops, "
-                         "rand-...-inc1, is)", r->name, r->aa);
+                         "rand-...-inc1, and three are)", r->name, r->aa);
     return vt_tf_params_check(p, e);
 }
 

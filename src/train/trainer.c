@@ -321,16 +321,14 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, uint64
                           key, NULL, e);
 }
 
-/* The DeiT per-image train transform a recipe asks for (RandAugment, RandomErasing or RandomResizedCrop) in *p
- * (vt_recipe_transforms); p->size 0 when it asks for none (no recipe, or the default's crop + flip). An `aa` that is
- * not RandAugment (the MSF's "three") is left out: the recipe's notes say so. */
+/* The DeiT per-image train transform a recipe asks for (RandAugment or the MSF's three-augment, RandomErasing or
+ * RandomResizedCrop) in *p (vt_recipe_transforms); p->size 0 when it asks for none (no recipe, or the default's crop
+ * + flip). */
 static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err *e) {
     memset(p, 0, sizeof *p);
     const vt_recipe *r = o->recipe;
     if (!r || !(r->aa[0] || r->reprob > 0 || r->scale[0] < 1 || r->scale[1] < 1)) return 0;
-    vt_recipe rr = *r;
-    if (strncmp(rr.aa, "rand", 4) != 0) rr.aa[0] = '\0';
-    return vt_recipe_transforms(&rr, size, p, e);
+    return vt_recipe_transforms(r, size, p, e);
 }
 
 /* This rank's image order of an epoch, drawn from (seed, epoch) alone (the same in every process and in a resumed

@@ -55,6 +55,7 @@ int vt_tf_params_check(const vt_tf_params *p, vt_err *e) {
     if (!good_interp(p->interp) || !good_interp(p->ra_interp))
         return vt_seterr(e, "interpolation %d / RandAugment interpolation %d (bilinear 2, bicubic 3, random 0)",
                          p->interp, p->ra_interp);
+    if (p->three != 0 && p->three != 1) return vt_seterr(e, "three-augment %d (0 off, 1 on)", p->three);
     if (!in01(p->hflip) || !in01(p->ra_prob) || !in01(p->re_prob))
         return vt_seterr(e, "probabilities must be in [0, 1]: hflip %g, RandAugment op %g, erasing %g",
                          (double)p->hflip, (double)p->ra_prob, (double)p->re_prob);
@@ -88,13 +89,13 @@ int vt_tf_params_format(const vt_tf_params *p, char *buf, size_t n) {
     return snprintf(buf, n,
                     "size=%s scale=%g,%g ratio=%g,%g interpolation=%s hflip=%g randaugment=rand-m%g-mstd%g-inc1 "
                     "ra_layers=%d ra_prob=%g ra_interpolation=%s translate_pct=%g fill=%d,%d,%d mean=%g,%g,%g "
-                    "std=%g,%g,%g reprob=%g remode=pixel re_area=%g,%g re_min_aspect=%g recount=%d",
+                    "std=%g,%g,%g reprob=%g remode=pixel re_area=%g,%g re_min_aspect=%g recount=%d three=%d",
                     size, (double)p->scale[0], (double)p->scale[1], (double)p->ratio[0], (double)p->ratio[1],
                     interp_name(p->interp), (double)p->hflip, (double)p->ra_magnitude, (double)p->ra_mstd,
                     p->ra_layers, (double)p->ra_prob, interp_name(p->ra_interp), p->translate_pct,
                     p->fill[0], p->fill[1], p->fill[2], (double)p->mean[0], (double)p->mean[1], (double)p->mean[2],
                     (double)p->std[0], (double)p->std[1], (double)p->std[2], (double)p->re_prob,
-                    (double)p->re_min_area, (double)p->re_max_area, (double)p->re_min_aspect, p->re_count);
+                    (double)p->re_min_area, (double)p->re_max_area, (double)p->re_min_aspect, p->re_count, p->three);
 }
 
 /* ---- RandomResizedCrop, flip ---- */
@@ -437,6 +438,97 @@ int vt_randaugment(vt_image *img, const vt_tf_params *p, vt_rng *rng, vt_ra_step
     return 0;
 }
 
+/* ---- the MSF's --auto-augment three (its presets.py: torchvision ops on PIL images) ---- */
+
+/* Index i of a side of n mirrored into [0, n) as torch's "reflect" padding (the edge not repeated), again and again
+ * where i lies more than n - 1 outside (torch refuses that). */
+static int reflect(int i, int n) {
+    if (n == 1) return 0;
+    const int period = 2 * (n - 1);
+    i %= period;
+    if (i < 0) i += period;
+    return i < n ? i : period - i;
+}
+
+/* torchvision's F.gaussian_blur of a PIL image: a k×k kernel of exp(-x²/2σ²) at x = -(k-1)/2 .. (k-1)/2, normalised,
+ * over the image padded by k/2 in torch's "reflect" mode (the edge pixel not repeated; mirrored again on sides
+ * shorter than that, where torch refuses), rounded half to even back to bytes. Separable here, in double, where torch
+ * convolves the 2-D kernel in float32: a sum within ~1e-5 of a half can round the other way. */
+static int gaussian_blur(vt_image *img, int k, double sigma, vt_err *e) {
+    const int W = img->w, H = img->h, C = img->chans, r = k / 2;
+    double kern[64];
+    double sum = 0.0;
+    for (int i = 0; i < k; i++) sum += kern[i] = exp(-0.5 * ((i - r) / sigma) * ((i - r) / sigma));
+    for (int i = 0; i < k; i++) kern[i] /= sum;
+    double *tmp = malloc(sizeof(double) * (size_t)W * H * C);
+    if (!tmp) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", W, H);
+    for (int y = 0; y < H; y++) /* rows: along x */
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++) {
+                double s = 0.0;
+                for (int i = 0; i < k; i++) {
+                    const int xx = reflect(x + i - r, W);
+                    s += kern[i] * img->pix[((size_t)y * W + xx) * C + c];
+                }
+                tmp[((size_t)y * W + x) * C + c] = s;
+            }
+    for (int y = 0; y < H; y++) /* columns: along y */
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++) {
+                double s = 0.0;
+                for (int i = 0; i < k; i++) {
+                    s += kern[i] * tmp[((size_t)reflect(y + i - r, H) * W + x) * C + c];
+                }
+                const double v = nearbyint(s);
+                img->pix[((size_t)y * W + x) * C + c] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    free(tmp);
+    return 0;
+}
+
+int vt_three_apply(vt_image *img, const vt_three_step *s, vt_err *e) {
+    if (vt_image_check(img, e)) return -1;
+    if (s->choice < 0 || s->choice > 2 || !(s->sigma > 0.0 && s->sigma < 100.0))
+        return vt_seterr(e, "three-augment choice %d (0..2), sigma %g (> 0)", s->choice, s->sigma);
+    const size_t n = (size_t)img->w * img->h * img->chans;
+    unsigned char *deg = malloc(n);
+    if (!deg) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", img->w, img->h);
+    int rc = 0;
+    if (s->choice == 0) { /* Grayscale(3): convert("L"), copied to every channel (a 1-channel image stays as it is) */
+        rc = degenerate(img, VT_RA_COLOR_INC, deg, e);
+        if (!rc) memcpy(img->pix, deg, n);
+    } else if (s->choice == 1) { /* RandomSolarize(128, p=1): ImageOps.solarize, pixels >= 128 inverted */
+        unsigned char lut[256];
+        for (int i = 0; i < 256; i++) lut[i] = (unsigned char)(i < 128 ? i : 255 - i);
+        lut_all(img, lut);
+    } else {
+        rc = gaussian_blur(img, 11, s->sigma, e);
+    }
+    /* ColorJitter(0.3, 0.3, 0.3): brightness, contrast and saturation (ImageEnhance Brightness, Contrast, Color) in
+     * s->order's order, hue (3) none */
+    static const int kind[3] = {VT_RA_BRIGHTNESS_INC, VT_RA_CONTRAST_INC, VT_RA_COLOR_INC};
+    for (int i = 0; rc == 0 && i < 4; i++) {
+        const int f = s->order[i];
+        if (f < 0 || f > 3) rc = vt_seterr(e, "three-augment jitter order entry %d (0..3)", f);
+        else if (f < 3 && !(rc = degenerate(img, kind[f], deg, e))) blend(img, deg, (float)s->factor[f]);
+    }
+    free(deg);
+    return rc;
+}
+
+int vt_three_augment(vt_image *img, vt_rng *rng, vt_three_step *step, vt_err *e) {
+    vt_three_step s = {(int)vt_rng_below(rng, 3), 1.0, {0, 1, 2, 3}, {1.0, 1.0, 1.0}};
+    if (s.choice == 2) s.sigma = 0.1 + 1.9 * (double)vt_rng_uniform(rng);
+    for (int i = 3; i > 0; i--) { /* a permutation of the four jitter ops (torch.randperm(4)) */
+        const int j = (int)vt_rng_below(rng, (uint32_t)i + 1), t = s.order[i];
+        s.order[i] = s.order[j];
+        s.order[j] = t;
+    }
+    for (int f = 0; f < 3; f++) s.factor[f] = 0.7 + 0.6 * (double)vt_rng_uniform(rng);
+    if (step) *step = s;
+    return vt_three_apply(img, &s, e);
+}
+
 int vt_random_erasing(float *x, int C, int H, int W, const vt_tf_params *p, vt_rng *rng, int box[4], vt_err *e) {
     if (box) box[0] = box[1] = box[2] = box[3] = 0;
     if (!x || C < 1 || H < 1 || W < 1)
@@ -480,7 +572,8 @@ int vt_tf_deit_train(const vt_image *src, const vt_tf_params *p, vt_rng *rng, fl
         return -1;
     }
     if (p->hflip > 0.0f && vt_rng_uniform(rng) < p->hflip) vt_tf_hflip(&img);
-    if (p->ra_layers > 0 && vt_randaugment(&img, p, rng, NULL, e)) {
+    if ((p->ra_layers > 0 && vt_randaugment(&img, p, rng, NULL, e)) ||
+        (p->three && vt_three_augment(&img, rng, NULL, e))) {
         free(img.pix);
         return -1;
     }

@@ -2,7 +2,7 @@
 # The three parts together: an image-folder run with `--recipe deit` (a few steps on the test ImageFolder of
 # test_folder.sh) trains through the loader with the DeiT per-image transform (RandAugment, RandomErasing,
 # RandomResizedCrop), Mixup/CutMix, the weight EMA and repeated augmentation, prints the recipe and writes
-# recipe.json; a plain folder run keeps crop + flip; and under mpirun -np 2 the same folder run with the per-image
+# recipe.json; `--recipe msf` runs its three-augment; a plain folder run keeps crop + flip; and under mpirun -np 2 the same folder run with the per-image
 # transform on (Mixup and drop-path off, repeated augmentation on) gives the losses and test metrics of one process
 # with the two ranks' batches together (each copy of an image gets its keyed draws whichever rank loads it).
 . "$(dirname "$0")/lib.sh"
@@ -23,6 +23,9 @@ check "... with the DeiT per-image transform" \
     "$(grep -i transform "$T/deit.log")"
 check "... RASampler's ⌊512/256⌋·256 = 512 images an epoch in batches of 32: 16 steps" \
     "grep -q '^1,16,' '$T/deit/metrics.csv'" "$(cat "$T/deit/metrics.csv")"
+$V train $COMMON --recipe msf --batch-size 32 --out "$T/msf" >"$T/msf.log" 2>&1
+check "folder run with --recipe msf trains with its three-augment (and no RandAugment)" "[ $? -eq 0 ] && \
+    grep -q '^Train transform: DeiT .*ra_layers=0 .*three=1' '$T/msf.log'" "$(grep -i transform "$T/msf.log"; tail -3 "$T/msf.log")"
 $V train $COMMON --batch-size 32 --out "$T/plain" >"$T/plain.log" 2>&1
 check "a plain folder run keeps crop + flip" "[ $? -eq 0 ] && grep -q '^Train transform: crop + flip' '$T/plain.log'" \
     "$(tail -5 "$T/plain.log")"

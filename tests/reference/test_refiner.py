@@ -7,8 +7,10 @@ MLP ratio 3 with mlp.scale_channel, norm (LN eps 1e-6), head on token 0; with au
 cls + 0.5·max over the patch tokens of aux_head. Plain attention: softmax(√s·q (√s·k)ᵀ) + s·A_in; shared:
 s·adapt_bn(DLA(A_in)) on V = qkv(x) (C→C), A_in passed on; DLA = 1x1 H→3H, BN, ReLU6, dw3x3, BN, ReLU6, 1x1 3H→H,
 BN, + identity, on the raw N×N maps (class token included). Train mode (vitc grad): BN batch statistics, loss =
-cross-entropy of the class-head logits only (aux_head is not used in training without token labels, so its
-gradient is 0 by design and it is left out of the non-zero check). Structural zero: in train mode every
+cross-entropy of the class-head logits (aux_head is not used in training without token labels, so its gradient is 0
+by design and it is left out of the non-zero check) plus, for refiner_vit_s/m, the official cos_reg term
+(SoftTargetCrossEntropyCosReg: 0.1/n · mean CosineSimilarity(dim=1) summed over the first n = 2 pairs of block maps,
+a shared block passing its incoming map on); also with --cos-reg 0 (S) and 3 (M). Structural zero: in train mode every
 blocks.{odd}.attn.DLA.bn3.bias has an exactly zero gradient (adapt_bn's batch mean removes any per-channel shift
 added before it), so it is checked as max|vitc| <= 1e-6 · (largest reference gradient of the model) instead.
 

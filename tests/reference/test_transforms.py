@@ -1,4 +1,5 @@
-"""vitc's DeiT train transforms (src/train/transforms.c) against PIL 9.4 / torchvision 0.14, through
+"""vitc's DeiT train transforms and the MSF's three-augment (src/train/transforms.c) against PIL 9.4 / torchvision
+0.14, through
 tests/reference/transforms_driver.c (compiled here against build/libvitc.a).
 
 Images: Fashion-MNIST test images (28×28 L, also converted to RGB and upscaled to 61×47 with PIL so ops see more
@@ -155,6 +156,73 @@ def test_ops(rep, drv, imgs):
                             err = f"m {m} neg {neg} filter {it}: {int((d > 0).sum())} of {d.size} differ"
                         worst = max(worst, int(d.max()))
             rep.check(f"{NAMES[op]} on {name} = PIL ({n} settings)", bad == 0, err or f"max diff {worst}")
+
+
+def ref_three(img, choice, sigma, order, factors):
+    """The MSF's presets.py 'three' with these draws: torchvision 0.14's functional ops on the PIL image
+    (RandomChoice([Grayscale(3), RandomSolarize(128, p=1), GaussianBlur(11)]), then ColorJitter(0.3, 0.3, 0.3) applying
+    brightness / contrast / saturation in fn_idx order, hue None)."""
+    import torchvision.transforms.functional as TF
+    if choice == 0:
+        out = TF.rgb_to_grayscale(img, 3) if img.mode == "RGB" else img   # vitc keeps one channel for L
+    elif choice == 1:
+        out = TF.solarize(img, 128)
+    else:
+        out = TF.gaussian_blur(img, [11, 11], [sigma, sigma])
+    for f in order:
+        if f == 0:
+            out = TF.adjust_brightness(out, factors[0])
+        elif f == 1:
+            out = TF.adjust_contrast(out, factors[1])
+        elif f == 2:
+            out = TF.adjust_saturation(out, factors[2])
+    return out
+
+
+def test_three(rep, drv, imgs):
+    """Grayscale and solarize with any jitter pixel for pixel; the blur (torch convolves in float32, vitc separably in
+    double) within 1 grey level before the jitter, whose blends can carry that level further: at most 2 levels, on
+    at most 1% of the values."""
+    settings = [(0, 1.0, (0, 1, 2, 3), (1.0, 1.0, 1.0)), (1, 1.0, (3, 2, 1, 0), (1.0, 1.0, 1.0)),
+                (0, 1.0, (2, 0, 3, 1), (0.7, 1.3, 0.85)), (1, 1.0, (1, 3, 0, 2), (1.3, 0.72, 1.21)),
+                (2, 0.1, (0, 1, 2, 3), (1.0, 1.0, 1.0)), (2, 0.77, (3, 0, 1, 2), (1.0, 1.0, 1.0)),
+                (2, 2.0, (0, 1, 2, 3), (1.0, 1.0, 1.0)), (2, 1.4, (2, 1, 0, 3), (0.81, 1.17, 0.7))]
+    for name, img in imgs:
+        for choice, sigma, order, fac in settings:
+            got, err = drv.pixels("three", img, choice, repr(sigma), *order, *map(repr, fac))
+            tag = f"three-augment {['grayscale', 'solarize', 'blur'][choice]} sigma {sigma} order {order} {fac} on {name}"
+            if got is None:
+                rep.check(tag, False, err)
+                continue
+            ref = np.asarray(ref_three(img, choice, sigma, order, fac)).reshape(-1).astype(np.int64)
+            d = np.abs(got.astype(np.int64) - ref)
+            if choice < 2:
+                rep.check(f"{tag} = torchvision", d.max() == 0, f"{int((d > 0).sum())} of {d.size} differ")
+            else:
+                rep.check(f"{tag} = torchvision (1% within 2 levels)", d.max() <= 2 and (d > 0).mean() <= 0.01,
+                          f"{int((d > 0).sum())} of {d.size} differ, max {int(d.max())}")
+
+
+def test_three_stats(rep, drv, d):
+    n = 30000
+    p = drv.run("threedraws", d / "three.bin", n, 9)
+    if not rep.check("three-augment draws", p.returncode == 0, p.stderr):
+        return
+    r = np.fromfile(d / "three.bin", np.float64).reshape(n, 9)
+    cnt = np.bincount(r[:, 0].astype(int), minlength=3)
+    rep.check("three-augment: each op a third of the time (RandomChoice)", np.all(np.abs(cnt / n - 1 / 3) <
+              5 * np.sqrt(2 / 9 / n)), str(cnt))
+    s = r[r[:, 0] == 2, 1]
+    rep.check("three-augment: blur sigma ~ U(0.1, 2)", s.min() >= 0.1 and s.max() < 2.0 and
+              abs(s.mean() - 1.05) < 5 * 1.9 / np.sqrt(12 * len(s)), f"{s.min():.3f}..{s.max():.3f}, mean {s.mean():.4f}")
+    perms = r[:, 2:6].astype(int)
+    ok = all(sorted(q) == [0, 1, 2, 3] for q in perms[:1000])
+    first = np.bincount(perms[:, 0], minlength=4) / n
+    rep.check("three-augment: jitter order a uniform permutation (randperm(4))", ok and
+              np.all(np.abs(first - 0.25) < 5 * np.sqrt(0.1875 / n)), str(first))
+    f = r[:, 6:9]
+    rep.check("three-augment: jitter factors ~ U(0.7, 1.3)", f.min() >= 0.7 and f.max() <= 1.3 and
+              np.all(np.abs(f.mean(0) - 1.0) < 5 * 0.6 / np.sqrt(12 * n)), f"mean {f.mean(0)}")
 
 
 def test_rrc_stats(rep, drv, d):
@@ -316,6 +384,8 @@ def main():
     test_rrc_stats(rep, drv, d)
     test_ra_stats(rep, drv, d)
     test_erase_stats(rep, drv, d)
+    test_three(rep, drv, imgs)
+    test_three_stats(rep, drv, d)
     test_deit(rep, drv, d, imgs)
     rep.finish()
 

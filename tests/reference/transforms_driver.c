@@ -8,6 +8,9 @@
  *                                                                         (float64 op applied magnitude negate interp
  *                                                                         per op, 2 per draw)
  *   transforms_driver erase OUT n h w seed                                n erasing boxes (int32 x0 y0 w h)
+ *   transforms_driver three IN OUT w h c choice sigma o0 o1 o2 o3 f0 f1 f2  the MSF's three-augment with these draws
+ *   transforms_driver threedraws OUT n seed                               n three-augment draws on a 16×16 image
+ *                                                                         (float64 choice sigma order[4] factor[3])
  *   transforms_driver deit IN OUT LOG w h c S seed [W]                    the composed transform (float32 CHW) and
  *       its draws replayed from a copy of the generator (LOG: float64 box[4], interp, flip, 2 × (op applied
  *       magnitude negate interp), erase box[4]; then float32 CHW holding the erased values inside that box); output
@@ -110,6 +113,34 @@ int main(int argc, char **argv) {
             if (vt_random_erasing(x, 3, H, W, &p, &rng, boxes + 4 * i, &e)) return fail(&e);
         write_all(argv[2], boxes, sizeof(int) * 4 * (size_t)n);
         free(x), free(boxes);
+        return 0;
+    }
+    if (argc == 16 && !strcmp(argv[1], "three")) {
+        vt_image im = {atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), NULL};
+        im.pix = read_all(argv[2], (size_t)im.w * im.h * im.chans);
+        const vt_three_step st = {atoi(argv[7]), atof(argv[8]),
+                                  {atoi(argv[9]), atoi(argv[10]), atoi(argv[11]), atoi(argv[12])},
+                                  {atof(argv[13]), atof(argv[14]), atof(argv[15])}};
+        if (vt_three_apply(&im, &st, &e)) return fail(&e);
+        write_all(argv[3], im.pix, (size_t)im.w * im.h * im.chans);
+        free(im.pix);
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "threedraws")) {
+        const int n = atoi(argv[3]);
+        vt_image im = {16, 16, 3, calloc(16 * 16 * 3, 1)};
+        double *rec = malloc(sizeof(double) * 9 * (size_t)n);
+        vt_rng_seed(&rng, strtoull(argv[4], NULL, 10));
+        for (int i = 0; i < n; i++) {
+            vt_three_step st;
+            if (vt_three_augment(&im, &rng, &st, &e)) return fail(&e);
+            double *r = rec + 9 * (size_t)i;
+            r[0] = st.choice, r[1] = st.sigma;
+            for (int k = 0; k < 4; k++) r[2 + k] = st.order[k];
+            for (int k = 0; k < 3; k++) r[6 + k] = st.factor[k];
+        }
+        write_all(argv[2], rec, sizeof(double) * 9 * (size_t)n);
+        free(rec), free(im.pix);
         return 0;
     }
     if ((argc == 10 || argc == 11) && !strcmp(argv[1], "deit")) {
