@@ -10,6 +10,9 @@ static int smallest_size(const vt_model_cfg *base, vt_model_overrides *ov, vt_mo
         vt_model_summary s;
         if (vt_model_configure(base, ov, c, &e1) == 0 && vt_model_summarize(c, &s, &e1) == 0) {
             vt_model_summary_free(&s);
+            /* Refined-ViT's cos_reg term over as many pairs of block maps as the blocks have (its training graph
+             * needs one block more than pairs) */
+            if (c->arch.cos_reg >= c->arch.stages[0].depth) c->arch.cos_reg = c->arch.stages[0].depth - 1;
             return 0;
         }
     }

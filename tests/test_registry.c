@@ -180,7 +180,7 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
         g = vt_graph_new(P, 1, &e);
         y = vt_model_build(g, &c, B, &x);
         lab = vt_input(g, "labels", 1, &B);
-        vt_graph_set_loss(g, vt_cross_entropy(g, y, lab, 0.0f));
+        vt_graph_set_loss(g, vt_model_loss(g, vt_cross_entropy(g, y, lab, 0.0f))); /* (with Refiner's cos_reg) */
         vt_graph_output(g, y);
         ok = vt_graph_finalize(g, &e) == 0 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, 0.05f, &e) == 0;
     }

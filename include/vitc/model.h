@@ -51,7 +51,8 @@ typedef struct vt_arch_cfg {
     int train_form;    /* 1: training form of re-parameterised blocks (cFFN branches); 0: deployed form */
     int aux_head;      /* Refined-ViT: token-labelling aux_head; eval logits = head(cls) + 0.5·max over tokens */
     int cos_reg;       /* Refined-ViT training graphs: the official cos_reg term over the first cos_reg consecutive
-                        * pairs of block maps (vt_graph.aux_loss; 0: none); a training setting (train --cos-reg) */
+                        * pairs of block maps (vt_graph.aux_loss; 0: none; a training graph of too few blocks for it
+                        * is refused); a training setting (train and grad --cos-reg) */
     vt_block_opts opts; /* hyper-parameters of the pluggable blocks (0: each block's default) */
     int version;       /* architecture version within a family (PVT: 1 PVT v1, 2 PVTv2); 0: the family's only one */
     int int8;          /* 1: inference graphs run their linear layers in int8 (vt_graph.int8); train graphs ignore it */
@@ -225,6 +226,13 @@ float vt_model_drop_path(const vt_model_cfg *c, int i, int n);
 
 /* Builds the model's graph for a batch of B images: declares the input "input" and returns the logits. */
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input);
+
+/* A training graph's loss: task_loss (the cross-entropy) plus the term the model's build defined (g->aux_loss,
+ * Refined-ViT's cos_reg), when it did. */
+vt_tensor *vt_model_loss(vt_graph *g, vt_tensor *task_loss);
+
+/* The most pairs of block maps Refined-ViT's cos_reg term may span (--cos-reg). */
+enum { VT_COS_REG_MAX = 64 };
 
 /* Builds the backbone for a batch of B images and returns the number of stage maps put in maps (-1 on error, with
  * the message in g->err; a family without stage maps is an error). */

@@ -33,9 +33,6 @@ static vt_tensor *mlp(vt_graph *g, const char *prefix, vt_tensor *x, int hidden)
     return vt_mul(g, h, sc);
 }
 
-/* The most block-map pairs the cos_reg term may span. */
-enum { COS_REG_MAX = 64 };
-
 static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
     const vt_arch_cfg *a = &c->arch;
@@ -69,7 +66,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
     t = vt_scale(g, vt_add(g, vt_prepend_tokens(g, t, cls), pos), 0.5f);
 
     vt_tensor *amap = NULL; /* the attention map carried from block to block */
-    vt_tensor *maps[COS_REG_MAX + 1]; /* the first after each block: the official forward's atten_list */
+    vt_tensor *maps[VT_COS_REG_MAX + 1]; /* the first after each block: the official forward's atten_list */
     for (int i = 0; i < depth; i++) {
         snprintf(pre, sizeof pre, "blocks.%d", i);
         vt_scope(g, pre);
@@ -79,7 +76,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
         vt_tensor *h = vt_layernorm_p(g, vt_pname(nm, pre, "norm1"), t, a->ln_eps);
         h = vt_block_refiner_attn(g, vt_pname(nm, pre, "attn"), h, &actx, mode,
                                   mode == VT_REFINER_TRANSFORM ? head_expand : expand, &amap);
-        if (i <= COS_REG_MAX) maps[i] = amap;
+        if (i <= VT_COS_REG_MAX) maps[i] = amap;
         const float dp = vt_model_drop_path(c, i, depth);
         t = vt_residual_drop(g, t, h, dp);
         h = vt_layernorm_p(g, vt_pname(nm, pre, "norm2"), t, a->ln_eps);
@@ -88,8 +85,12 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 
     /* cos_reg (spec-refiner §7, the official SoftTargetCrossEntropyCosReg): 0.1/n · Σ_{i<n} mean over (b, query,
      * key) of the cosine over heads of maps i and i + 1. A shared block passes its incoming map on, so a pair of one
-     * map adds its constant cos 1 (no gradient), here with the others' term (none alone: then nothing is added). */
-    if (g->training && a->cos_reg > 0 && a->cos_reg < depth && a->cos_reg <= COS_REG_MAX) {
+     * map adds its constant cos 1 (no gradient): with no other pair, as 0 · sum(map) + the constant. */
+    if (g->training && a->cos_reg > 0) {
+        vt_scope(g, "loss");
+        if (a->cos_reg >= depth)
+            return vt_fail(g, "cos_reg", "the term over %d pairs of block maps needs %d blocks, the model has %d: "
+                           "give --cos-reg %d or fewer (0: none)", a->cos_reg, a->cos_reg + 1, depth, depth - 1);
         vt_tensor *sum = NULL;
         int ones = 0;
         for (int i = 0; i < a->cos_reg; i++) {
@@ -101,7 +102,7 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
             sum = sum ? vt_add(g, sum, cm) : cm;
         }
         const float w = 0.1f / (float)a->cos_reg;
-        if (sum) g->aux_loss = vt_affine(g, sum, w, w * (float)ones);
+        g->aux_loss = vt_affine(g, sum ? sum : vt_sum(g, maps[0]), sum ? w : 0.0f, w * (float)ones);
     }
 
     vt_scope(g, "head");
@@ -120,10 +121,9 @@ static vt_tensor *build(vt_graph *g, const vt_model_cfg *c, vt_tensor *x) {
 }
 
 static int check(const vt_model_cfg *c, vt_err *e) {
-    if (c->arch.cos_reg < 0 || c->arch.cos_reg >= c->arch.stages[0].depth || c->arch.cos_reg > COS_REG_MAX)
-        return vt_seterr_code(e, VT_E_USAGE, "%s: cos_reg over %d pairs of block maps needs that many blocks and one "
-                              "more (it has %d; at most %d pairs)", c->name, c->arch.cos_reg, c->arch.stages[0].depth,
-                              COS_REG_MAX);
+    if (c->arch.cos_reg < 0 || c->arch.cos_reg > VT_COS_REG_MAX)
+        return vt_seterr_code(e, VT_E_USAGE, "%s: cos_reg over %d pairs of block maps (0 .. %d)", c->name,
+                              c->arch.cos_reg, VT_COS_REG_MAX);
     if (strcmp(c->arch.stages[0].attn, "refiner") != 0 || strcmp(c->arch.ffn, "mlp") != 0)
         return vt_seterr(e, "%s: Refined-ViT has fixed blocks (attention refiner, FFN mlp); asked for "
                               "attention %s with FFN %s (--attn, --ffn)", c->name, c->arch.stages[0].attn, c->arch.ffn);

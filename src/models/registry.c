@@ -9,6 +9,7 @@
 
 #include "family.h"
 #include "vitc/image.h"
+#include "vitc/ops.h"
 
 /* Every host family; add a family with one line here. */
 static const vt_family *const families[] = {
@@ -458,6 +459,10 @@ static void name_model(vt_graph *g, const vt_model_cfg *c) {
     const int code = g->err.code; /* the kind survives the new message (out of memory stays so) */
     vt_clearerr(&g->err);
     vt_seterr_code(&g->err, code, "%s: %s", c->name, msg);
+}
+
+vt_tensor *vt_model_loss(vt_graph *g, vt_tensor *task_loss) {
+    return g->aux_loss ? vt_add(g, task_loss, g->aux_loss) : task_loss;
 }
 
 vt_tensor *vt_model_build(vt_graph *g, const vt_model_cfg *c, int B, vt_tensor **input) {

@@ -112,7 +112,7 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
     vt_tensor *logits = vt_model_build(g, c, batch, &x), *labels = NULL;
     if (train) {
         labels = vt_input(g, "labels", 1, &batch);
-        vt_graph_set_loss(g, vt_cross_entropy(g, logits, labels, 0.1f));
+        vt_graph_set_loss(g, vt_model_loss(g, vt_cross_entropy(g, logits, labels, 0.1f)));
     }
     vt_graph_output(g, logits);
     vt_adamw opt = {0};

@@ -53,9 +53,8 @@ static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothi
     t->labels = vt_input(t->g, "labels", 1, &B);
     const int ts[2] = {B, c->arch.num_classes};
     if (soft) t->targets = vt_input(t->g, "targets", 2, ts);
-    t->loss = soft ? vt_soft_cross_entropy(t->g, t->logits, t->targets)
-                   : vt_cross_entropy(t->g, t->logits, t->labels, smoothing);
-    if (t->g->aux_loss) t->loss = vt_add(t->g, t->loss, t->g->aux_loss); /* the model's own term (cos_reg) */
+    t->loss = vt_model_loss(t->g, soft ? vt_soft_cross_entropy(t->g, t->logits, t->targets)
+                                       : vt_cross_entropy(t->g, t->logits, t->labels, smoothing));
     vt_graph_output(t->g, t->logits);
     vt_graph_set_loss(t->g, t->loss);
     if (vt_graph_finalize(t->g, e)) {

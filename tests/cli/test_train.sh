@@ -335,6 +335,27 @@ check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.l
 $V train refiner_vit_s_dense --num-classes 2 --img-size 32 --data fashion-mnist --out "$T/rd" >"$T/rd.log" 2>&1
 check "a Refiner _dense model (eval adds a token-labelling head vitc cannot train) refused, naming the plain model" \
     "[ $? -eq 1 ] && grep -q 'untrained head. Train refiner_vit_s (' '$T/rd.log' && [ ! -e '$T/rd' ]" "$(cat "$T/rd.log")"
+# Refined-ViT's cos_reg term (2 pairs of block maps by default): a training graph of too few blocks for it is refused,
+# naming --cos-reg; the model itself is not (info, and eval of the run's weights); a checkpoint of vitc 0.6.0 (no
+# cos-reg setting recorded) resumes without the term, as it trained, and says so
+RF="refiner_vit_s --data fashion-mnist --img-size 28 --in-chans 1 --num-classes 10 --dims 64 --heads 2 --train-subset 32
+    --test-subset 16 --batch-size 16 --threads 1"
+$V train $RF --depths 2 --epochs 1 --out "$T/rf2" >"$T/rf2.log" 2>&1
+check "Refined-ViT with 2 blocks: its default cos_reg over 2 pairs refused, naming --cos-reg" "[ $? -eq 1 ] && \
+    grep -q 'cos_reg: the term over 2 pairs of block maps needs 3 blocks, the model has 2: give --cos-reg 1 or fewer' \
+    '$T/rf2.log' && [ ! -e '$T/rf2' ]" "$(cat "$T/rf2.log")"
+$V train $RF --depths 2 --epochs 1 --cos-reg 1 --out "$T/rf2" >"$T/rf2.log" 2>&1 && \
+    $V eval refiner_vit_s --weights "$T/rf2/weights.safetensors" --data fashion-mnist --test-subset 16 >"$T/rf2e.log" 2>&1
+check "... with --cos-reg 1 it trains, and its weights evaluate (the term is a training setting)" "[ $? -eq 0 ] && \
+    grep -q 'top-1 accuracy' '$T/rf2e.log'" "$(tail -3 "$T/rf2.log" "$T/rf2e.log")"
+$V train $RF --depths 4 --epochs 1 --out "$T/rf4" >"$T/rf4.log" 2>&1
+check "... a 4-block run records cos-reg 2" "[ $? -eq 0 ] && [ \"\$(meta '$T/rf4/checkpoint.safetensors' cos-reg)\" = 2 ]" \
+    "$(tail -3 "$T/rf4.log")"
+rerecord "$T/rf4/checkpoint.safetensors" "$T/rf4/ck.safetensors" cos-reg && mv "$T/rf4/ck.safetensors" "$T/rf4/checkpoint.safetensors"
+$V train refiner_vit_s --resume "$T/rf4" --epochs 2 >"$T/rf4r.log" 2>&1
+check "... its checkpoint without the setting (vitc 0.6.0) resumes with --cos-reg 0, said" "[ $? -eq 0 ] && \
+    grep -q 'records no cos-reg setting (vitc 0.6.0 or earlier, which had no cos_reg term): resumed with --cos-reg 0' \
+    '$T/rf4r.log' && [ \"\$(meta '$T/rf4/checkpoint.safetensors' cos-reg)\" = 0 ]" "$(grep -v '^ ' "$T/rf4r.log")"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 >"$T/bench.log" 2>&1
 check "bench reports img/s and GFLOP/s" "grep -q 'img/s' '$T/bench.log' && grep -q 'GFLOP/s' '$T/bench.log'"
 $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --train --profile >"$T/prof.log" 2>&1
@@ -376,7 +397,7 @@ grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
 train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
 train vit_fmnist_tiny --cos-reg 2|vit_fmnist_tiny has no cos_reg term (the Refiner's official training alone adds one)
-grad refiner_vit_s --cos-reg 16|cos_reg over 16 pairs of block maps needs that many blocks and one more (it has 16
+grad refiner_vit_s --cos-reg 65|--cos-reg must be in [0, 64], got 65
 train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
 train vit_fmnist_tiny --mixup 0.8 --mixup-switch-prob 0.3|--mixup-switch-prob chooses between Mixup and CutMix
 train vit_fmnist_tiny --epochs 2 --warmup-epochs 3|--warmup-epochs 3 does not end within the run (--epochs 2)

@@ -294,9 +294,10 @@ def kink_margin(m, x):
     return low[0]
 
 
-def check_grads(rep, name, res, m, x, labels, cos_n=0):
-    """Compare `vitc grad` output res with the reference m in train mode; cos_n > 0: the loss adds the official
-    SoftTargetCrossEntropyCosReg term over the first cos_n pairs of block maps (m.atten)."""
+def ref_grads(m, x, labels, cos_n=0):
+    """The reference m's train-mode loss and parameter gradients (zeros where none), its BN running statistics kept;
+    cos_n > 0: the loss adds the official SoftTargetCrossEntropyCosReg term over the first cos_n pairs of block maps
+    (m.atten)."""
     saved = {k: b.clone() for k, b in m.named_buffers()}   # train mode updates the BN running statistics
     m.train()
     m.zero_grad()
@@ -306,8 +307,13 @@ def check_grads(rep, name, res, m, x, labels, cos_n=0):
         loss = loss + 0.1 * cos_loss.mean() / cos_n
     loss.backward()
     m.load_state_dict(saved, strict=False)
-    ref_g = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in m.named_parameters()
-             if m.aux or not k.startswith("aux_head.")}
+    return loss, {k: p.grad.clone() if p.grad is not None else torch.zeros_like(p) for k, p in m.named_parameters()}
+
+
+def check_grads(rep, name, res, m, x, labels, cos_n=0):
+    """Compare `vitc grad` output res with the reference m in train mode (ref_grads)."""
+    loss, g = ref_grads(m, x, labels, cos_n)
+    ref_g = {k: v for k, v in g.items() if m.aux or not k.startswith("aux_head.")}
     if "loss" in res:
         e = abs(scalar(res["loss"]) - loss.item()) / max(1.0, abs(loss.item()))
         rep.check(f"loss {name}", e <= TOL_LOSS, f"vitc {scalar(res['loss']):.7f} vs ref {loss.item():.7f}, rel {e:.2e}")
@@ -317,6 +323,27 @@ def check_grads(rep, name, res, m, x, labels, cos_n=0):
     zero, structural = compare_grads(rep, name, res, ref_g, TOL_GRAD, zero_by=lambda k: k.endswith("DLA.bn3.bias"))
     zero = [k for k in zero if k not in structural and not k.startswith("aux_head.")]
     rep.check(f"grads non-zero {name}", not zero, f"all-zero gradients: {zero[:8]}")
+
+
+def test_cos_term(rep, tmp, name, w, x, labels, ref, common, n):
+    """The cos_reg term's own gradient: vitc's --cos-reg n minus --cos-reg 0 against the reference's difference (the
+    term moves the total by ~1%, under the total's tolerance), within 1% of the difference's largest element."""
+    xin = tmp / "ct_xl.safetensors"
+    st.save(xin, {"input": x, "labels": labels})
+    got = []
+    for k in (n, 0):
+        out = tmp / f"ct_g{k}.safetensors"
+        if vitc_ok(rep, f"grad {name} --cos-reg {k}", "grad", name, "--weights", w, "--input", xin, "--output", out,
+                   *common, "--cos-reg", k) is None:
+            return
+        got.append(st.load(out))
+        out.unlink()
+    rg = [ref_grads(ref, x, labels, k)[1] for k in (n, 0)]
+    diff = {k: (rg[0][k] - rg[1][k]).numpy() for k in rg[0] if "grad/" + k in got[0]}   # (no aux_head here)
+    scale = max(float(np.abs(d).max()) for d in diff.values())
+    err = max(float(np.abs((got[0]["grad/" + k] - got[1]["grad/" + k]) - d).max()) for k, d in diff.items())
+    rep.check(f"cos_reg term's gradient {name} n={n}", scale > 0 and err <= 1e-2 * scale,
+              f"max |vitc - ref| of the difference {err:.3g}, its largest element {scale:.3g}")
 
 
 def run_checks(rep, tmp, tag, name, w, x, labels, ref, common, do_grad, cos_n=None):
@@ -372,8 +399,12 @@ def test_size(rep, tmp, size, img, classes, batch, names, full):
         if name == "refiner_vit_s":   # 14 px more: the stem's 8x8/8 proj cuts them, the official code's rule
             run_checks(rep, tmp, f"{name}@{s2}", name, w, x2, labels, ref, ["--img-size", s2] + common[2:], True)
             run_checks(rep, tmp, f"{name} --cos-reg 0", name, w, x, labels, ref, common, True, cos_n=0)
+            # one pair, one map: the term is the constant 0.1 (no gradient), as the official loss adds it
+            run_checks(rep, tmp, f"{name} --cos-reg 1", name, w, x, labels, ref, common, True, cos_n=1)
+            test_cos_term(rep, tmp, name, w, x, labels, ref, common, 2)
         if name == "refiner_vit_m":   # every pair of the 4 blocks, two of them the map a shared block passed on
             run_checks(rep, tmp, f"{name} --cos-reg 3", name, w, x, labels, ref, common, True, cos_n=3)
+            test_cos_term(rep, tmp, name, w, x, labels, ref, common, 3)
         w.unlink()
     print(f"# refiner_vit_{size}{f' depth {depth}' if depth else ''}: {time.time() - t0:.1f}s", flush=True)
 

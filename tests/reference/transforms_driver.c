@@ -15,6 +15,8 @@
  *       its draws replayed from a copy of the generator (LOG: float64 box[4], interp, flip, 2 × (op applied
  *       magnitude negate interp), erase box[4]; then float32 CHW holding the erased values inside that box); output
  *       S×S, or S×W (height × width) where W is given.
+ *   transforms_driver deit3 IN OUT LOG w h c S seed [W]                   the same with the three-augment instead of
+ *       RandAugment (LOG[6..14]: choice sigma order[4] factor[3])
  * Fill colour (124, 116, 104) as DeiT's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,12 +145,14 @@ int main(int argc, char **argv) {
         free(rec), free(im.pix);
         return 0;
     }
-    if ((argc == 10 || argc == 11) && !strcmp(argv[1], "deit")) {
+    const int three = argc >= 2 && !strcmp(argv[1], "deit3");
+    if ((argc == 10 || argc == 11) && (three || !strcmp(argv[1], "deit"))) {
         vt_image im = {atoi(argv[5]), atoi(argv[6]), atoi(argv[7]), NULL};
         const int S = atoi(argv[8]), W = argc == 11 ? atoi(argv[10]) : S, C = im.chans;
         im.pix = read_all(argv[2], (size_t)im.w * im.h * C);
         vt_tf_params p = vt_tf_deit(S);
         p.width = W;
+        if (three) p.ra_layers = 0, p.three = 1; /* the msf recipe's: no RandAugment */
         vt_rng_seed(&rng, strtoull(argv[9], NULL, 10));
         vt_rng replay = rng;
         float *out = malloc(sizeof(float) * (size_t)C * S * W);
@@ -165,10 +169,19 @@ int main(int argc, char **argv) {
         memset(tmp, 0, (size_t)S * W * C);
         vt_image t = {W, S, C, tmp};
         vt_ra_step s[2];
-        if (vt_randaugment(&t, &p, &replay, s, &e)) return fail(&e);
-        for (int k = 0; k < 2; k++) {
-            double *r = log + 6 + 5 * k;
-            r[0] = s[k].op, r[1] = s[k].applied, r[2] = s[k].magnitude, r[3] = s[k].negate, r[4] = s[k].interp;
+        vt_three_step ts;
+        if (three) { /* log[6..14]: choice sigma order[4] factor[3] */
+            if (vt_three_augment(&t, &replay, &ts, &e)) return fail(&e);
+            log[6] = ts.choice, log[7] = ts.sigma;
+            for (int k = 0; k < 4; k++) log[8 + k] = ts.order[k];
+            for (int k = 0; k < 3; k++) log[12 + k] = ts.factor[k];
+            log[15] = 0;
+        } else {
+            if (vt_randaugment(&t, &p, &replay, s, &e)) return fail(&e);
+            for (int k = 0; k < 2; k++) {
+                double *r = log + 6 + 5 * k;
+                r[0] = s[k].op, r[1] = s[k].applied, r[2] = s[k].magnitude, r[3] = s[k].negate, r[4] = s[k].interp;
+            }
         }
         float *x = malloc(sizeof(float) * (size_t)C * S * W);
         if (vt_random_erasing(x, C, S, W, &p, &replay, box, &e)) return fail(&e);

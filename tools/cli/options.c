@@ -116,7 +116,7 @@ const optdef optdefs[] = {
     NUM("--drop-path", O_DBL, drop_path, 0, 0.99, "stochastic depth: the last block drops its residual branches with this "
       "probability, earlier ones linearly less (timm; default: the named config's rate, e.g. 0.2 for Swin-T, 0 for "
       "most; 0 turns it off; bench: with --train or --data only)"),
-    NUM("--cos-reg", O_INT, cos_reg, 0, 64, "Refined-ViT: the official cos_reg loss term, 0.1/N times the mean cosine "
+    NUM("--cos-reg", O_INT, cos_reg, 0, VT_COS_REG_MAX, "Refined-ViT: the official cos_reg loss term, 0.1/N times the mean cosine "
       "over heads of N consecutive pairs of block attention maps (default: the named config's, 2 for S and M as "
       "their yaml files, 0 for L; 0 turns it off)"),
     O("--augment", O_FLAG, augment, "augment the training images (on by default): random crop and flip, or on an image "

@@ -106,6 +106,19 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         if (strstr(plain[i].opt, "-subset") && strcmp(v, "0") == 0) continue; /* 0: every image */
         rc = set_option("train", find_option(plain[i].opt), plain[i].opt, v, what, o);
     }
+    /* a checkpoint of vitc 0.6.0 or earlier (settings recorded, no cos-reg among them): its run had no cos_reg term,
+     * and a --recipe msf run no three-augment, which this version adds */
+    const vt_model_cfg *named = vt_model_find(o->model ? o->model : "");
+    if (rc == 0 && rec_get(&f, "train-images") && !rec_get(&f, "cos-reg")) {
+        if (named && named->arch.cos_reg > 0 && !given(o, "--cos-reg")) {
+            o->cos_reg = 0;
+            notice("%s records no cos-reg setting (vitc 0.6.0 or earlier, which had no cos_reg term): resumed with "
+                   "--cos-reg 0, as it trained", path);
+        }
+        if (rec && !strcmp(rec, "msf") && same)
+            notice("%s records a --recipe msf run of vitc 0.6.0 or earlier, which trained image folders without the "
+                   "recipe's three-augment: the epochs to come run it", path);
+    }
     if (rc == 0 && o->drop_path > 0 && !given(o, "--drop-path")) { /* recorded from the model's float: its shortest */
         char buf[32];                                              /* decimal, e.g. 0.1, not 0.10000000149011612 */
         for (int p = 1; p <= 9; p++) {
