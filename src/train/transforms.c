@@ -461,28 +461,29 @@ static int gaussian_blur(vt_image *img, int k, double sigma, vt_err *e) {
     for (int i = 0; i < k; i++) sum += kern[i] = exp(-0.5 * ((i - r) / sigma) * ((i - r) / sigma));
     for (int i = 0; i < k; i++) kern[i] /= sum;
     double *tmp = malloc(sizeof(double) * (size_t)W * H * C);
-    if (!tmp) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", W, H);
+    int *xi = malloc(sizeof(int) * (size_t)(W + 2 * r)), *yi = malloc(sizeof(int) * (size_t)(H + 2 * r));
+    if (!tmp || !xi || !yi) {
+        free(tmp), free(xi), free(yi);
+        return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", W, H);
+    }
+    for (int i = 0; i < W + 2 * r; i++) xi[i] = reflect(i - r, W); /* padded column i: the image's column */
+    for (int i = 0; i < H + 2 * r; i++) yi[i] = reflect(i - r, H);
     for (int y = 0; y < H; y++) /* rows: along x */
         for (int x = 0; x < W; x++)
             for (int c = 0; c < C; c++) {
                 double s = 0.0;
-                for (int i = 0; i < k; i++) {
-                    const int xx = reflect(x + i - r, W);
-                    s += kern[i] * img->pix[((size_t)y * W + xx) * C + c];
-                }
+                for (int i = 0; i < k; i++) s += kern[i] * img->pix[((size_t)y * W + xi[x + i]) * C + c];
                 tmp[((size_t)y * W + x) * C + c] = s;
             }
     for (int y = 0; y < H; y++) /* columns: along y */
         for (int x = 0; x < W; x++)
             for (int c = 0; c < C; c++) {
                 double s = 0.0;
-                for (int i = 0; i < k; i++) {
-                    s += kern[i] * tmp[((size_t)reflect(y + i - r, H) * W + x) * C + c];
-                }
+                for (int i = 0; i < k; i++) s += kern[i] * tmp[((size_t)yi[y + i] * W + x) * C + c];
                 const double v = nearbyint(s);
                 img->pix[((size_t)y * W + x) * C + c] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
             }
-    free(tmp);
+    free(tmp), free(xi), free(yi);
     return 0;
 }
 
