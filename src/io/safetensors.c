@@ -558,7 +558,7 @@ static int open_header(const char *path, uint8_t **buf, size_t *len, uint64_t *f
             close(fd);
             return vt_seterr_code(e, VT_E_NOMEM, "%s: out of memory reading its header (%zu bytes)", path, n), -2;
         }
-        if ((n <= sizeof pre ? (memcpy(*buf, pre, n), 0) : read_at(fd, 0, *buf, n)) == 0) {
+        if (read_at(fd, 0, *buf, n) == 0) {
             *len = n;
             return fd;
         }
@@ -643,9 +643,11 @@ static int check_count(const vt_st_entry *t, int64_t n, vt_err *e) {
     return 0;
 }
 
-/* Converts n elements of dtype d at p to float into dst; -1 for a dtype it does not know. */
-static int conv_f32(vt_st_dtype d, const uint8_t *p, float *dst, int64_t n) {
-    switch (d) {
+/* Converts n elements of entry t at p to float into out (conv_fn: i0 unused). */
+static int conv_f32(const vt_st_entry *t, const uint8_t *p, void *out, int64_t i0, int64_t n, vt_err *e) {
+    (void)i0;
+    float *dst = out;
+    switch (t->dtype) {
     case VT_ST_F32:
         if (n) memcpy(dst, p, (size_t)n * 4);
         return 0;
@@ -661,7 +663,7 @@ static int conv_f32(vt_st_dtype d, const uint8_t *p, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            dst[i] = d == VT_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            dst[i] = t->dtype == VT_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
         }
         return 0;
     case VT_ST_I64:
@@ -695,7 +697,7 @@ static int conv_f32(vt_st_dtype d, const uint8_t *p, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) dst[i] = p[i] ? 1.0f : 0.0f;
         return 0;
     default:
-        return -1;
+        return vt_seterr(e, "tensor '%s': unsupported dtype", t->name);
     }
 }
 
@@ -734,14 +736,9 @@ static int read_blocks(const vt_st_entry *t, void *dst, size_t dsize, int64_t n,
     return rc;
 }
 
-static int conv_f32_block(const vt_st_entry *t, const uint8_t *p, void *dst, int64_t i0, int64_t k, vt_err *e) {
-    (void)i0;
-    return conv_f32(t->dtype, p, dst, k) ? vt_seterr(e, "tensor '%s': unsupported dtype", t->name) : 0;
-}
-
 int vt_st_read_f32(const vt_st_entry *t, float *dst, int64_t n, vt_err *e) {
     if (check_count(t, n, e) != 0) return -1;
-    return read_blocks(t, dst, sizeof(float), n, conv_f32_block, e);
+    return read_blocks(t, dst, sizeof(float), n, conv_f32, e);
 }
 
 /* Converts a float value to int64 when integral and in range; -1 otherwise. */

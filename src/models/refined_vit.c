@@ -164,7 +164,8 @@ static const vt_model_cfg models[] = {
      .description = "Refined-ViT-S (Zhou et al. 2021): 16 blocks [plain, shared]x8, D 384, 12 heads, DLA x3, no "
                     "aux_head"},
     {REFINER_BASE, REFINER_M, .arch.drop_path = 0.2f, .arch.cos_reg = 2, .name = "refiner_vit_m",
-     .alias = "refined_vit_m", .description = "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"},
+     .alias = "refined_vit_m",
+     .description = "Refined-ViT-M: 32 blocks [plain, shared]x16, D 420, 12 heads, no aux_head"},
     {REFINER_BASE, REFINER_L, .arch.drop_path = 0.25f, .name = "refiner_vit_l", .alias = "refined_vit_l",
      .description = "Refined-ViT-L: 32 blocks [plain, shared]x16, D 512, 16 heads, no aux_head"},
     {REFINER_BASE, .arch.drop_path = 0.2f, .name = "refiner_vit_s_dense", .alias = "Refiner_ViT_S", .arch.aux_head = 1,

@@ -210,6 +210,13 @@ static void lut_all(vt_image *img, const unsigned char lut1[256]) {
     apply_luts(img, lut);
 }
 
+/* ImageOps.solarize: pixels >= thresh inverted. */
+static void solarize(vt_image *img, int thresh) {
+    unsigned char lut[256];
+    for (int i = 0; i < 256; i++) lut[i] = (unsigned char)(i < thresh ? i : 255 - i);
+    lut_all(img, lut);
+}
+
 /* ---- ImageEnhance ---- */
 
 /* Image.blend(deg, img, alpha) into img: deg + alpha·(img − deg) in float, truncated; clipped when extrapolating. */
@@ -372,12 +379,7 @@ int vt_ra_apply(vt_image *img, int op, double magnitude, int negate, int interp,
         lut_all(img, lut);
         return 0;
     }
-    case VT_RA_SOLARIZE_INC: { /* invert pixels >= 256 - int(lvl·256) */
-        const int thresh = 256 - (int)(lvl * 256);
-        for (int i = 0; i < 256; i++) lut[i] = (unsigned char)(i < thresh ? i : 255 - i);
-        lut_all(img, lut);
-        return 0;
-    }
+    case VT_RA_SOLARIZE_INC: solarize(img, 256 - (int)(lvl * 256)); return 0;
     case VT_RA_SOLARIZE_ADD: { /* add int(lvl·110) to pixels < 128 */
         const int add = (int)(lvl * 110);
         for (int i = 0; i < 256; i++) lut[i] = (unsigned char)(i < 128 ? (i + add < 255 ? i + add : 255) : i);
@@ -498,10 +500,8 @@ int vt_three_apply(vt_image *img, const vt_three_step *s, vt_err *e) {
     if (s->choice == 0) { /* Grayscale(3): convert("L"), copied to every channel (a 1-channel image stays as it is) */
         rc = degenerate(img, VT_RA_COLOR_INC, deg, e);
         if (!rc) memcpy(img->pix, deg, n);
-    } else if (s->choice == 1) { /* RandomSolarize(128, p=1): ImageOps.solarize, pixels >= 128 inverted */
-        unsigned char lut[256];
-        for (int i = 0; i < 256; i++) lut[i] = (unsigned char)(i < 128 ? i : 255 - i);
-        lut_all(img, lut);
+    } else if (s->choice == 1) { /* RandomSolarize(128, p=1) */
+        solarize(img, 128);
     } else {
         rc = gaussian_blur(img, 11, s->sigma, e);
     }
