@@ -546,6 +546,17 @@ for r in "bogus:--dtype int8:records the model option '--dtype': not a file vitc
     expect "a weights record vitc would not write is refused: ${r%%:*}" 1 "$(echo "$r" | cut -d: -f3-)" \
         $V predict $M -w "$T/rec_${r%%:*}.safetensors" "$T/good.png"
 done
+# a record that parses but cannot make the model (3 heads on width 64, a size below the patch, a malformed list): the
+# file is blamed (exit 1, as the C API's VITC_E_WEIGHTS), where the same options on the command line are a usage error
+for r in "h3:--heads 3:not divisible by 3 heads" "s3:--img-size 3:below the patch size" \
+    "d1x:--dims 1x:--dims '1x': expected comma-separated integers"; do
+    rerecord "$T/h2.safetensors" "$T/rec_${r%%:*}.safetensors" "vitc_model_options=$(echo "$r" | cut -d: -f2)"
+    expect "a weights record that builds no model blames the file: ${r%%:*}" 1 \
+        "rec_${r%%:*}.safetensors records the model options .$(echo "$r" | cut -d: -f2).: .*$(echo "$r" | cut -d: -f3-)" \
+        $V forward $M -w "$T/rec_${r%%:*}.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+done
+expect "... the same option given on the command line is a usage error" 2 "not divisible by 3 heads" \
+    $V forward $M --heads 3 -w "$T/rec_h3.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
 # a list recorded with blanks after its commas (an earlier vitc's command line took "2, 2") still loads
 $V init swin_fmnist_tiny --heads 2,4 -o "$T/sw24.safetensors" >/dev/null 2>&1
 rerecord "$T/sw24.safetensors" "$T/rec_blank.safetensors" "vitc_model_options=--heads 2, 4"

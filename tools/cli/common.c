@@ -221,12 +221,6 @@ void warn_busy_cores(void) {
         threads, spare);
 }
 
-/* vt_model_parse_list, its message printed. */
-static int parse_list(const char *opt, const char *list, int stages, int *v) {
-    vt_err e = {0};
-    return vt_model_parse_list(opt, list, stages, v, &e) ? die("%s", e.msg) : 0;
-}
-
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
  * (--weights, --input, the images). */
 int output_ok(const opts *o) {
@@ -237,38 +231,77 @@ int output_ok(const opts *o) {
     return 0;
 }
 
+/* The overrides options o give a model of `stages` stages (its lists parsed); -1 with the reason in e on a malformed
+ * list. */
+static int overrides_of(const opts *o, int stages, vt_model_overrides *ov, vt_err *e) {
+    *ov = vt_model_no_overrides();
+    ov->img_size = o->img_size;
+    ov->img_w = o->img_w;
+    ov->in_chans = o->in_chans;
+    ov->num_classes = o->num_classes;
+    ov->attn = o->attn;
+    ov->ffn = o->ffn;
+    ov->recorded = o->heads_recorded;
+    if ((o->dims && vt_model_parse_list("--dims", o->dims, stages, ov->dims, e)) ||
+        (o->depths && vt_model_parse_list("--depths", o->depths, stages, ov->depths, e)) ||
+        (o->heads && vt_model_parse_list("--heads", o->heads, stages, ov->heads, e)) ||
+        (o->windows && vt_model_parse_list("--windows", o->windows, stages, ov->windows, e)))
+        return -1;
+    ov->windows_listed = o->windows && strchr(o->windows, ',');
+    ov->drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
+    ov->cos_reg = o->cos_reg;            /* likewise */
+    if (o->crop_pct > 0) ov->crop_pct = (float)o->crop_pct;
+    ov->train_form = o->train_form;
+    ov->apply_transform = o->apply_transform;
+    ov->double_heads = o->double_heads;
+    ov->dtype = o->dtype;
+    ov->no_prepack = o->no_prepack;
+    return 0;
+}
+
+/* Error e, met building model base with the options o->record_path's record gave, is that file's when o's other
+ * options alone build the model: then it is printed naming the file and its record and 1 returned; else 0. */
+static int blame_record(const opts *o, const vt_model_cfg *base, const vt_err *e) {
+    int taken = 0;
+    for (size_t k = 0; k < sizeof o->recorded; k++) taken |= o->recorded[k];
+    if (!taken || e->code == VT_E_NOMEM) return 0;
+    opts *a = malloc(sizeof *a); /* o less the recorded options (each one's unset value) */
+    if (!a) return 0;
+    *a = *o;
+    for (size_t k = 0; k < sizeof o->recorded; k++) {
+        if (!o->recorded[k]) continue;
+        char *field = (char *)a + optdefs[k].off;
+        if (optdefs[k].kind == O_STR) *(const char **)field = NULL;
+        if (optdefs[k].kind == O_INT || optdefs[k].kind == O_FLAG) *(int *)field = 0;
+        if (optdefs[k].kind == O_SIZE) a->img_size = a->img_w = 0;
+    }
+    a->heads_recorded = 0;
+    vt_model_overrides ov;
+    vt_model_cfg c;
+    vt_model_summary s = {0};
+    vt_err ae = {0};
+    const int builds = overrides_of(a, base->arch.nstages, &ov, &ae) == 0 &&
+                       vt_model_configure(base, &ov, &c, &ae) == 0 && vt_model_summarize(&c, &s, &ae) == 0;
+    vt_model_summary_free(&s);
+    free(a);
+    if (!builds) return 0;
+    char line[4096];
+    snprintf(line, sizeof line, "%s records the model options \"%s\": %s", o->record_path, o->record_text, e->msg);
+    die_once("%s", line);
+    return 1;
+}
+
 /* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
  * shapes once); 2 on an unknown model, a malformed list option (--dims, --depths, --heads, --windows) or one the
- * model cannot apply or be built with; 1 on another error. */
+ * model cannot apply or be built with; 1 on another error, or when the options a file's record gave cause it. */
 int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
     if (!base) return refuse(NULL, "unknown model '%s' (see `vitc list`)", o->model); /* a usage error, as --attn's */
-    vt_model_overrides ov = vt_model_no_overrides();
-    ov.img_size = o->img_size;
-    ov.img_w = o->img_w;
-    ov.in_chans = o->in_chans;
-    ov.num_classes = o->num_classes;
-    ov.attn = o->attn;
-    ov.ffn = o->ffn;
-    ov.recorded = o->heads_recorded;
-    const int ns = base->arch.nstages;
-    if ((o->dims && parse_list("--dims", o->dims, ns, ov.dims)) ||
-        (o->depths && parse_list("--depths", o->depths, ns, ov.depths)) ||
-        (o->heads && parse_list("--heads", o->heads, ns, ov.heads)) ||
-        (o->windows && parse_list("--windows", o->windows, ns, ov.windows)))
-        return 2; /* a malformed value: a usage error, as for scalar options */
-    ov.windows_listed = o->windows && strchr(o->windows, ',');
-    ov.drop_path = (float)o->drop_path; /* -1 when not given: the named config's rate; 0 turns it off */
-    ov.cos_reg = o->cos_reg;            /* likewise */
-    if (o->crop_pct > 0) ov.crop_pct = (float)o->crop_pct;
-    ov.train_form = o->train_form;
-    ov.apply_transform = o->apply_transform;
-    ov.double_heads = o->double_heads;
-    ov.dtype = o->dtype;
-    ov.no_prepack = o->no_prepack;
+    vt_model_overrides ov;
     vt_err e = {0};
-    if (vt_model_configure(base, &ov, cfg, &e)) return refuse(NULL, "%s", e.msg); /* every one is the options' */
+    if (overrides_of(o, base->arch.nstages, &ov, &e) || vt_model_configure(base, &ov, cfg, &e))
+        return blame_record(o, base, &e) ? 1 : refuse(NULL, "%s", e.msg); /* else every one is the options' */
     if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
         cfg->arch.train_form = 1;
         o->train_form = 1; /* a model built again (attention's recorded heads) keeps it; said once */
@@ -281,7 +314,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */
     if (vt_model_summarize(cfg, &sum, &e))
-        return e.code == VT_E_USAGE ? refuse(NULL, "%s", e.msg) : die_once("%s", e.msg);
+        return e.code != VT_E_USAGE ? die_once("%s", e.msg) : blame_record(o, base, &e) ? 1 : refuse(NULL, "%s", e.msg);
     vt_model_summary_free(&sum);
     return 0;
 }

@@ -359,6 +359,8 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
     size_t used = 0;
     unsigned char seen[sizeof o->given] = {0}; /* the options this record has named: vitc writes each once */
     if (taken && n) taken[0] = '\0';
+    o->record_path = path;
+    snprintf(o->record_text, sizeof o->record_text, "%s", text);
     for (char *p = text; *p;) {
         char *name = p, *end = strchr(p, ' '), *eq = strchr(p, '=');
         if (eq && (!end || eq < end)) end = eq; /* --name=value, as the library's reader takes it */
@@ -387,7 +389,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
         }
         seen[d - optdefs] = 1;
         if (given(o, name) || (skip && has_word(skip, name))) continue;
-        o->given[d - optdefs] = 1;
+        o->given[d - optdefs] = o->recorded[d - optdefs] = 1;
         o->heads_recorded |= strcmp(name, "--heads") == 0;
         o->size_recorded |= strcmp(name, "--img-size") == 0;
         if (!v)
