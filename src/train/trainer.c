@@ -984,6 +984,9 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
         rc = -1;
     st->best_epoch = next.best_epoch;
     st->best_acc1 = next.best_acc1;
+    if (rc == 0 && !r->ema.P && unlink(epath) == 0 && r->out) /* a resume that turned the EMA off: not left stale */
+        fprintf(r->out, "Note: removed weights_ema.safetensors, an earlier epoch's EMA weights (this run keeps no "
+                        "EMA)\n");
     vt_err pe = {0};
     if (rc == 0 && vt_plot_curves(o->run_dir, &pe) && o->warn) vt_write_line(o->warn, "vitc: warning: ", pe.msg, 1);
     return rc;

@@ -105,8 +105,10 @@ check "... bit-identical weights and EMA to the run never stopped" \
 check "... command.txt holds both commands" "[ \$(grep -c 'vitc train' '$T/v/command.txt') -eq 2 ]" "$(cat "$T/v/command.txt")"
 $V train vit_fmnist_tiny --resume "$T/v" --epochs 3 --no-model-ema >"$T/v3.log" 2>&1
 check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && grep -q \
-'^Note: this resumed run changes epochs 2 → 3, model-ema-decay 0.99996 → 0$' \
+'^Note: this resumed run changes epochs 2 → 3, model-ema 1 → 0, model-ema-decay 0.99996 → 0$' \
 '$T/v3.log'" "$(head -3 "$T/v3.log")"
+check "... the earlier EMA weights removed, said (not left beside newer weights)" "[ ! -e '$T/v/weights_ema.safetensors' ] && \
+    grep -q '^Note: removed weights_ema.safetensors' '$T/v3.log'" "$(grep Note "$T/v3.log")"
 cp -r "$T/v" "$T/vh"
 $V train vit_fmnist_tiny --resume "$T/vh" --epochs 4 --heads 4 >"$T/vh.log" 2>&1
 check "... but not the heads the checkpoint was trained with (its maps would split into other heads)" \
@@ -230,6 +232,11 @@ $V train vit_fmnist_tiny --resume "$T/em" --epochs 2 --out "$T/em3" --fault-nan-
 check "... and so does a NaN loss in its first epoch" "[ $? -eq 1 ] && grep -qF \
 'loss is NaN at step 2 (epoch 1, batch 0); stopped. The last good checkpoint is $T/em/checkpoint.safetensors' \
 '$T/em3.log'" "$(tail -2 "$T/em3.log")"
+# an EMA of decay 0 (the weights themselves, allowed) is an EMA all the same: its resume keeps it
+$V train $SMALL --model-ema --model-ema-decay 0 --out "$T/ez" >/dev/null 2>&1 &&
+    $V train vit_fmnist_tiny --resume "$T/ez" --epochs 2 >"$T/ez.log" 2>&1
+check "a resume of a run with --model-ema-decay 0 keeps its EMA" "[ $? -eq 0 ] && grep -q '^Test (EMA): epoch 1' \
+    '$T/ez.log' && ! grep -q 'model-ema' '$T/ez.log'" "$(grep -v '^ ' "$T/ez.log")"
 /usr/bin/python3 - "$T" <<'PY'
 import sys
 sys.path.insert(0, "tests/reference")

@@ -131,7 +131,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     if (rc == 0 && mo) rc = copy_recorded(o->resumed_model, sizeof o->resumed_model, mo, "model-options", path);
     if (rc == 0 && mo) rc = take_model_options(o, "train", o->resumed_model, RECORDED_OPTS, NULL, path, what, NULL, 0);
     const char *data = rec_get(&f, "data"), *aug = rec_get(&f, "augment");
-    const char *ra = rec_get(&f, "repeated-aug"), *ema = rec_get(&f, "model-ema-decay");
+    const char *ra = rec_get(&f, "repeated-aug"), *ema = rec_get(&f, "model-ema-decay"), *on = rec_get(&f, "model-ema");
     if (rc == 0 && data && !given(o, "--data")) {
         rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
         o->data = o->resumed_data;
@@ -142,7 +142,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         o->no_repeated_aug = !o->repeated_aug;
     }
     if (rc == 0 && same && ema && !given(o, "--model-ema") && !given(o, "--no-model-ema")) {
-        o->model_ema = strcmp(ema, "0") != 0; /* the decay of a run without an EMA is recorded as 0 */
+        o->model_ema = strcmp(on ? on : ema, "0") != 0; /* before model-ema was recorded: a decay of 0 said off */
         o->no_model_ema = !o->model_ema;
         if (o->model_ema && !given(o, "--model-ema-decay"))
             rc = set_option("train", find_option("--model-ema-decay"), "--model-ema-decay", ema, what, o);
