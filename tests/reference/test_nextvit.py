@@ -273,6 +273,12 @@ def main():
         ref, args = sized_from_input("nextvit_small_hmhsa_cffn", [1, 1, 5, 1], w, args)
         harness.forward(rep, TMP, "hmhsa_cffn@48x80", "nextvit_small_hmhsa_cffn", ref, w,
                         torch.randn(2, 3, 48, 80, generator=torch.Generator().manual_seed(6)), args + ["--train-form"])
+        # 96 px: stages 2 and 3 reduce to 3x3 key grids, the smallest the IHH conv's fast kernels take
+        g = torch.Generator().manual_seed(7)
+        x96 = torch.randn(2, 3, 96, 96, generator=g)
+        harness.forward(rep, TMP, "hmhsa_cffn@96", "nextvit_small_hmhsa_cffn", ref, w, x96, args + ["--train-form"])
+        harness.grad(rep, TMP, "hmhsa_cffn@96", "nextvit_small_hmhsa_cffn", ref, w, x96,
+                     torch.randint(0, CLASSES, (2,), generator=g), args, zero_tol=1e-5, allowance=flip_allowance)
     print(f"# {time.time() - t0:.1f} s")
     rep.finish()
 
