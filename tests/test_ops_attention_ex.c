@@ -339,6 +339,8 @@ void test_ops_attention_ex(vt_test *T) {
         {"tile_m97_mask", 2, 10, 97, 12, 24, 1, 12, 0, 12, 0, 0, 0, 2, 2, 0.3f, 0, {0}},
         {"tile_m112_n4", 2, 4, 112, 16, 32, 2, 16, 0, 0, 16, 0, 0, 0, 0, 0.3f, 0, {0}},
         {"tile_m113", 2, 7, 113, 16, 32, 2, 16, 0, 0, 16, 0, 0, 2, 0, 0.3f, 0, {0}},
+        {"msf_m150_bias", 2, 11, 150, 48, 32, 2, 16, 16, 0, 16, 32, 1, 1, 0, 0.4f, 0, {0}}, /* MSF past the tiles */
+        {"msf_m196_self", 2, 196, 196, 64, 0, 2, 16, 0, 16, 32, 48, 1, 0, 0, 0.25f, 0, {0}}, /* SimpleViT's 196 keys */
         /* whole key vectors (32, 48 keys) and fewer query rows than one tile holds (3, 5) */
         {"tile_m32_n3", 2, 3, 32, 16, 32, 2, 16, 0, 0, 16, 0, 0, 1, 0, 0.3f, 0, {0}},
         {"tile_m48_n5_msf", 2, 5, 48, 32, 32, 2, 16, 0, 0, 16, 16, 1, 2, 0, 0.4f, 0, {0}},
@@ -388,6 +390,7 @@ void test_ops_attention_ex(vt_test *T) {
         {"fd_dh32", 4, 3, 5, 64, 128, 2, 64, 0, 0, 64, 0, 0, 1, 0, 0.2f, 0, {0}}, /* the models' head width */
         {"fd_tile_m36", 2, 7, 36, 6, 8, 1, 4, 2, 4, 0, 0, 0, 2, 0, 0.6f, 0, {0}}, /* three key vectors */
         {"fd_tile_m70", 2, 4, 70, 6, 8, 1, 4, 2, 4, 0, 0, 0, 2, 0, 0.6f, 0, {0}}, /* five, in 3-row tiles */
+        {"fd_msf_m120", 1, 2, 120, 8, 8, 1, 4, 0, 0, 4, 4, 1, 0, 0, 0.5f, 0, {0}}, /* MSF past the small-key tiles */
     };
     check_fd(T, fd, (int)(sizeof fd / sizeof fd[0]));
     check_errors(T);

@@ -409,6 +409,15 @@ def test_nonsquare(rep, tmp):
                   seed=77 + k, img=(h, wd))
 
 
+def test_many_keys(rep, tmp):
+    """192 px (144 tokens): MSF's attention past the small-key tiles (at most 112 keys), the path of the named models
+    at 224 px; depth 1."""
+    for k, att in enumerate(("msf", "msf_g2")):
+        name = f"simplevit_ti_{att}"
+        run_model(rep, tmp, f"(144 keys) {name}", name, SimpleViT("ti", att, img=192, classes=10, depth=1),
+                  ["--img-size", 192, "--depths", 1, "--num-classes", 10], seed=90 + k, img=192)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="forward/grad on 6 of the 16 named models")
@@ -424,6 +433,7 @@ def main():
         test_counts(rep)
         test_vit_host(rep, tmp)
         test_nonsquare(rep, tmp)
+        test_many_keys(rep, tmp)
         test_models(rep, tmp, names)
     rep.finish()
 
