@@ -883,6 +883,9 @@ static const gc_case conv_cases[] = {
     /* 5x5 (the 5-column strips): an 8-pixel strip inside the row, forward and dX, and partial ones at its ends */
     {.name = "dwconv_nhwc_5x5_runs", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 4, 22, 18}, {18, 1, 5, 5}, {18}},
      .build = b_dwn, .ia = {2}},
+    /* 7x7 (a width neither strip kernel unrolls): the generic strips inside the row, forward and dX */
+    {.name = "dwconv_nhwc_7x7_runs", .nx = 3, .ndim = {4, 4, 1}, .shape = {{1, 5, 24, 24}, {24, 1, 7, 7}, {24}},
+     .build = b_dwn, .ia = {3}},
     {.name = "dwconv_nhwc_ex_runs", .nx = 4, .ndim = {4, 4, 1, 3},
      .shape = {{1, 3, 18, 22}, {18, 1, 3, 3}, {18}, {1, 54, 18}}, .build = b_dwn_ex, .ia = {1, 2}},
     {.name = "dwconv_nhwc_ex_p0", .nx = 4, .ndim = {4, 4, 1, 4},
