@@ -1,5 +1,6 @@
 /* Dataset loading (Fashion-MNIST IDX, bad files), index shuffling, and vt_train's output streams on tiny splits (IDX and
  * an image folder). */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -255,10 +256,9 @@ static void test_real_fmnist(vt_test *T) {
     const char *dir = vt_fmnist_dir();
     char path[1024];
     snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
-    if (access(path, R_OK) != 0) {
-        fprintf(stderr, "note [data]: %s missing, real Fashion-MNIST checks skipped\n", path);
-        return;
-    }
+    T_CHECK(T, access(path, R_OK) == 0, "%s: %s (the tests need Debian's dataset-fashion-mnist, or VITC_FMNIST_DIR)",
+            path, strerror(errno));
+    if (access(path, R_OK) != 0) return;
     vt_err e = {0};
     for (int train = 1; train >= 0; train--) {
         vt_dataset ds = {0};

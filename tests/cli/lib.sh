@@ -1,7 +1,8 @@
 # Shared by the CLI tests (sourced, not run): the repository root as working folder, a temporary folder $T removed
 # on exit (with the paths a script adds to the array CLEANUP), and the report helpers: ok NAME, bad NAME DETAIL,
-# check NAME CONDITION [DETAIL] (PASS/FAIL lines, counted by tests/run_all.sh). A script that printed a FAIL line
-# exits 1, so that it fails when run alone too.
+# check NAME CONDITION [DETAIL] (PASS/FAIL lines, counted by tests/run_all.sh), skip NAME WHY (a SKIP line, counted
+# as neither: a check this machine cannot run). A script that printed a FAIL line exits 1, so that it fails when run
+# alone too.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 T=$(mktemp -d)
@@ -9,6 +10,7 @@ FAILS=0 CLEANUP=()
 trap 'rc=$?; rm -rf "$T" "${CLEANUP[@]}"; [ "$FAILS" -eq 0 ] || exit 1; exit $rc' EXIT
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; FAILS=$((FAILS + 1)); }
+skip() { echo "SKIP $1: $2"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-$2}"; fi; }
 # st_data FILE: a safetensors file's tensor bytes, without its header (whose metadata, e.g. weights_best's epoch,
 # differs between files of the same tensors).

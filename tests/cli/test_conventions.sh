@@ -137,7 +137,7 @@ if command -v script >/dev/null; then
         [ \$(grep -c '^predict ' '$T/tty.out') -eq 0 ] && [ \$(grep -c 'class' '$T/tty.out') -ge 150 ]" \
         "$(head -c 600 "$T/tty.out" | cat -A)"
 else
-    ok "progress on a terminal: skipped (no script(1))"
+    bad "progress on a terminal" "no script(1) (Debian's bsdutils)"
 fi
 
 # ---- image size from the input

@@ -51,7 +51,7 @@ if [ "$avx2" = 1 ]; then
     check "OPENBLAS_CORETYPE=Prescott: a WARNING line saying what vitc does" \
         "grep -q '^WARNING: OpenBLAS runs its \"Prescott\" kernels.*vitc runs every GEMM on oneDNN' '$T/p.txt'" "$(cat "$T/p.txt")"
 else
-    ok "OPENBLAS_CORETYPE=Prescott: skipped (no AVX2 on this CPU)"
+    skip "OPENBLAS_CORETYPE=Prescott" "no AVX2 on this CPU"
 fi
 
 VITC_GEMM=openblas $V bench vit_fmnist_tiny --batch-size 8 --iters 2 --threads 1 --json >"$T/o.json" 2>"$T/o.err"
