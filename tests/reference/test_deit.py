@@ -18,6 +18,8 @@ Checks (reference computed in float64 from the same float32 weights/inputs):
   (e) tools/convert_checkpoint.py: a torch.save'd DeiT-Ti checkpoint ({'model': ..., 'epoch'}, 'module.' prefixes,
       an extra 'head_dist.*') converted with --drop head_dist gives the (a) logits; without --drop vitc names
       the extra tensor; one that also pickles its training args (an argparse.Namespace) converts as it is
+  (f) the other named ViTs (DeiT-T/S/B shrunk to 64 px, 10 classes and 1-2 blocks; vit_fmnist_small, _p7 and _tiny_gap
+      whole, the last with no class token): names/shapes, forward, loss and gradients as (b)
 Run: /usr/bin/python3 tests/reference/test_deit.py [--heads N]     (needs ./vitc or $VITC)
 """
 import argparse
@@ -108,20 +110,20 @@ def test_convert(rep, tmp):
               p.stderr.strip()[-200:])
 
 
-def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=()):
+def grads(rep, tag, w, x, labels, xin, tmp, sd, heads, args=(), model=FMNIST):
     """(b) `vitc grad` loss and gradients against the reference, (d) every gradient non-zero somewhere."""
     out = tmp / "fm_g.safetensors"
-    if not vitc_ok(rep, f"{tag} fmnist grad", "grad", FMNIST, "--weights", w, "--input", xin, "--output", out, *args):
+    if not vitc_ok(rep, f"{tag} grad", "grad", model, "--weights", w, "--input", xin, "--output", out, *args):
         return
     res = st.load(out)
     ref_loss, ref_g = vit_ref.loss_and_grads(vit_ref.build(sd, heads), x.double(), labels)
     if "loss" in res:
         e = abs(scalar(res["loss"]) - ref_loss) / max(1.0, abs(ref_loss))
-        rep.check(f"{tag} fmnist loss", e <= TOL_LOSS,
+        rep.check(f"{tag} loss", e <= TOL_LOSS,
                   f"vitc {scalar(res['loss']):.7f} vs ref {ref_loss:.7f}, rel {e:.2e}")
     else:
-        rep.check(f"{tag} fmnist loss", False, "no `loss` tensor in output")
-    zero, _ = compare_grads(rep, f"{tag} fmnist", res, ref_g, TOL_GRAD, TOL_GRAD_NORM)
+        rep.check(f"{tag} loss", False, "no `loss` tensor in output")
+    zero, _ = compare_grads(rep, f"{tag}", res, ref_g, TOL_GRAD, TOL_GRAD_NORM)
     rep.check(f"{tag} (d) grads non-zero", not zero, f"all-zero gradients: {zero}")
 
 
@@ -189,6 +191,37 @@ def test_fmnist(rep, tmp, heads_arg):
         rep.check(tag, e <= TOL_LOSS, f"losses max rel err {e:.2e}; vitc {fmt(losses)} vs ref {fmt(ref)}")
 
 
+# (f) the other named ViTs, forward and gradients: DeiT-T/S/B shrunk (64 px, 10 classes, depth 1 or 2), the
+# Fashion-MNIST ViTs whole (vit_fmnist_tiny_gap: no class token, the mean of the normed tokens)
+NAMED = [("deit_tiny_patch16_224", ("--img-size", 64, "--num-classes", 10, "--depths", 2)),
+         ("deit_small_patch16_224", ("--img-size", 64, "--num-classes", 10, "--depths", 1)),
+         ("deit_base_patch16_224", ("--img-size", 64, "--num-classes", 10, "--depths", 1)),
+         ("vit_fmnist_small", ()), ("vit_fmnist_p7", ()), ("vit_fmnist_tiny_gap", ())]
+
+
+def test_named(rep, tmp):
+    for k, (name, args) in enumerate(NAMED):
+        j = info(rep, name) or {}
+        init = tmp / "named_init.safetensors"
+        if vitc_ok(rep, f"(f) init {name}", "init", name, "-o", init, *args) is None:
+            continue
+        heads = vit_ref.MODELS[name]["num_heads"] if name in vit_ref.MODELS else j.get("num_heads")
+        cfg = vit_ref.config_from_state_dict(st.load(init), heads)
+        sd = vit_ref.random_state_dict(cfg, seed=20 + k, std="fan_in")
+        want = {kk: tuple(v.shape) for kk, v in sd.items()}
+        got = {kk: v.shape for kk, v in st.load(init).items()}
+        rep.check(f"(f) {name} names/shapes", got == want, f"differ: {sorted(set(got) ^ set(want))[:6]}")
+        w = tmp / "named_w.safetensors"
+        st.save(w, sd)
+        g = torch.Generator().manual_seed(30 + k)
+        x = torch.randn(2, cfg["in_chans"], cfg["img_size"], cfg["img_size"], generator=g)
+        labels = torch.randint(0, cfg["num_classes"], (2,), generator=g)
+        forward(rep, f"(f) {name} forward", name, w, x, tmp, sd, heads, args)
+        xin = tmp / "named_xl.safetensors"
+        st.save(xin, {"input": x, "labels": labels})
+        grads(rep, f"(f) {name}", w, x, labels, xin, tmp, sd, heads, args, model=name)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, default=None, help=f"attention heads of {FMNIST}")
@@ -201,6 +234,7 @@ def main():
         test_deit_tiny(rep, tmp)
         test_convert(rep, tmp)
         test_fmnist(rep, tmp, args.heads)
+        test_named(rep, tmp)
     rep.finish()
 
 

@@ -16,7 +16,8 @@ Checks (reference in float64 from the same float32 weights/inputs):
           relative, every parameter gradient max|a-b| / max|b| <= 1e-3, every gradient non-zero somewhere,
           except those that are analytically zero (a bias followed by a train-mode BatchNorm: conv_stem.proj1/2.bias,
           the last block's mlp.fc2.bias before norm4), which must be round-off only (<= 1e-6 of the largest
-          gradient); groupmixformer_test, groupmixformer_m at 64 px, vit_fmnist_tiny_gap --attn gma
+          gradient); groupmixformer_test, groupmixformer_m at 64 px, groupmixformer_{t,s,b,l} at 64 px with one
+          block a stage (--depths 1,1,1,1), vit_fmnist_tiny_gap --attn gma
   sizes   a size the official code cannot run (200: stage-1 grid 50, not a multiple of 8) is refused with the rule,
           221, 223 and 253 accepted, a 64x80 input refused naming the size and the rule; --attn gma on a
           host with a class token (vit_fmnist_tiny) is refused with a clear message
@@ -116,6 +117,11 @@ def main():
                   (61, 93), 3, 2, seed=40, feats=True)
         run_model(rep, "m64", "groupmixformer_m", gmf_ref.build("groupmixformer_m", num_classes=10),
                   ["--img-size", 64, "--num-classes", 10], 64, 3, 2, seed=20)
+        # T, S, B and L at one block a stage (their widths and MLP ratios: B's and L's 2 in some stages), 64 px
+        for i, name in enumerate(("groupmixformer_t", "groupmixformer_s", "groupmixformer_b", "groupmixformer_l")):
+            dims, _, ratios = gmf_ref.CONFIGS[name]
+            run_model(rep, f"{name[15:]} depths 1", name, gmf_ref.GroupMixFormer(dims, [1] * 4, ratios, 10),
+                      ["--img-size", 64, "--num-classes", 10, "--depths", "1,1,1,1"], 64, 3, 2, seed=50 + 2 * i)
         run_model(rep, "vit_gap_gma", "vit_fmnist_tiny_gap", gmf_ref.ViTGMA(28, 4, 80, 4, 160, 1, 10),
                   ["--attn", "gma"], 28, 1, 4, seed=30)
     print(f"# {time.time() - t0:.1f} s")

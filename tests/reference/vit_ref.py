@@ -35,10 +35,11 @@ def model_config(name, img_size=224, in_chans=3, num_classes=1000):
 
 def config_from_state_dict(sd, num_heads=None):
     """Architecture from tensor shapes (a square grid where pos_embed's patch rows are a square number, else
-    num_patches: timm's PatchEmbed with an (H, W) img_size); num_heads must be supplied."""
-    D = sd["cls_token"].shape[-1]
+    num_patches: timm's PatchEmbed with an (H, W) img_size; no cls_token: a GAP head); num_heads must be supplied."""
+    cls = "cls_token" in sd
+    D = sd["pos_embed"].shape[-1]
     _, C, P, _ = sd["patch_embed.proj.weight"].shape
-    n = sd["pos_embed"].shape[1] - 1
+    n = sd["pos_embed"].shape[1] - cls
     grid = math.isqrt(n)
     depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
     cfg = dict(patch_size=P, embed_dim=D, depth=depth, num_heads=num_heads, img_size=grid * P,
@@ -46,6 +47,8 @@ def config_from_state_dict(sd, num_heads=None):
                mlp_hidden=sd["blocks.0.mlp.fc1.weight"].shape[0])
     if grid * grid != n:
         cfg["num_patches"] = n
+    if not cls:
+        cfg["class_token"] = False
     return cfg
 
 
@@ -101,8 +104,10 @@ class ViT(nn.Module):
         D, n = cfg["embed_dim"], cfg.get("num_patches") or (cfg["img_size"] // cfg["patch_size"]) ** 2
         self.cfg = cfg
         self.patch_embed = PatchEmbed(cfg["in_chans"], D, cfg["patch_size"])
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
-        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + n, D))
+        self.cls = cfg.get("class_token", True)   # False: no class token, the mean of the normed tokens (GAP)
+        if self.cls:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.cls + n, D))
         self.blocks = nn.ModuleList(Block(D, cfg["num_heads"], cfg["mlp_hidden"])
                                     for _ in range(cfg["depth"]))
         self.norm = nn.LayerNorm(D, eps=LN_EPS)
@@ -110,10 +115,13 @@ class ViT(nn.Module):
 
     def forward(self, x):
         x = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        if self.cls:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = x + self.pos_embed
         for b in self.blocks:
             x = b(x)
-        return self.head(self.norm(x)[:, 0])
+        x = self.norm(x)
+        return self.head(x[:, 0] if self.cls else x.mean(1))
 
 
 def build(sd, num_heads, dtype=torch.float64):
