@@ -17,7 +17,7 @@ Checks:
            5,865,664 training (--train-form), deit_small_hmhsa_cffn 17,901,808 / 22,623,136; the per-FFN spec
            numbers for DeiT-T (98,214 deployed, 197,016 training)
   (a) deit_tiny_hmhsa_cffn --img-size 32 --num-classes 10 (2x2 key grid + cls) and at 32x48 (a 2x3 key grid: timm's
-  (H, W) img_size), (b) vit_fmnist_tiny --attn hmhsa
+  (H, W) img_size), deit_small_hmhsa_cffn at 32 px with one block, (b) vit_fmnist_tiny --attn hmhsa
       --ffn cffn (7x7 + cls): eval logits of the deployed form (Python-merged weights) and of the training form
       (--train-form, BN running stats): max|a-b| / max|b| <= 1e-4
   (c) `vitc grad` (training form, BN batch statistics), both models: loss <= 1e-4 relative, every grad/<param>
@@ -298,6 +298,10 @@ def main():
         # at 32x48: IHH on a 2x3 key grid (the cls key bypassing it), pos_embed of 6 patch rows
         test_model(rep, tmp, "deit_tiny@32x48", "deit_tiny_hmhsa_cffn", ["--img-size", "32x48", "--num-classes", 10],
                    dict(cfg, img_w=48), True, 7)
+        # DeiT-S: its 6 heads not doubled (3 computed, 3 hallucinated), one block
+        cfg = dict(vit_ref.model_config("deit_small_patch16_224", img_size=32, num_classes=10), depth=1)
+        test_model(rep, tmp, "deit_small@32", "deit_small_hmhsa_cffn",
+                   ["--img-size", 32, "--num-classes", 10, "--depths", 1], cfg, False, 3)
         j = info(rep, "vit_fmnist_tiny") or {}
         cfg = dict(patch_size=j.get("patch_size", 4), embed_dim=j.get("embed_dim", 64), depth=j.get("depth", 4),
                    num_heads=j.get("num_heads", 4), img_size=j.get("img_size", 28), in_chans=j.get("in_chans", 1),
