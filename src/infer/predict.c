@@ -187,13 +187,47 @@ static int classes_may_be_why(const vt_model_cfg *c, const vt_st_file *f) {
     return other ? 0 : K;
 }
 
+/* The side of the square grid of n positions, or 0 when n is no square. */
+static int64_t square_side(int64_t n) {
+    int64_t g = (int64_t)sqrt((double)n);
+    while (g * g > n) g--;
+    while ((g + 1) * (g + 1) <= n) g++;
+    return n > 0 && g * g == n ? g : 0;
+}
+
+/* What the rows of f's pos_embed say when they are not c's (a ViT whose pos_embed holds its class token's row, if any,
+ * then one per patch): the square size they were made at, or a distilled DeiT's extra token, written into note (n
+ * bytes); 0 when they say neither (or c has no such pos_embed). */
+static int pos_embed_note(const vt_model_cfg *c, const vt_st_file *f, char *note, size_t n) {
+    vt_params *S = shapes_of(c);
+    const vt_tensor *t = S ? vt_params_find(S, "pos_embed") : NULL;
+    const vt_st_entry *fe = vt_st_find(f, "pos_embed");
+    const vt_arch_cfg *a = &c->arch;
+    const int64_t lead = a->class_token ? 1 : 0, p = a->patch > 0 ? a->patch : 1;
+    const int64_t grid = (int64_t)(a->img_size / p) * ((a->img_w ? a->img_w : a->img_size) / p);
+    int said = 0;
+    if (t && fe && t->ndim == 3 && fe->ndim == 3 && fe->shape[2] == t->shape[2] && fe->shape[1] != t->shape[1] &&
+        t->shape[1] == lead + grid && fe->shape[1] > lead) {
+        const int64_t rows = fe->shape[1] - lead, g = square_side(rows), g1 = square_side(rows - 1);
+        if (g && g * p <= 1 << 16)
+            said = snprintf(note, n, " (its pos_embed holds a %lldx%lld grid of positions: weights made at "
+                            "--img-size %lld)", (long long)g, (long long)g, (long long)(g * p)) > 0;
+        else if (g1)
+            said = snprintf(note, n, " (its pos_embed holds a %lldx%lld grid and one more token than %s's: a distilled "
+                            "DeiT's distillation token, which vitc's ViTs do not have)", (long long)g1, (long long)g1,
+                            c->name) > 0;
+    }
+    vt_params_free(S);
+    return said;
+}
+
 /* A load's error: le's message (the weights' own) into e, naming the file once and saying when the tensors that do not
  * fit are the classifier's for another class count, or c's weights depend on an image size and they are such (f: the
  * file, NULL if not known); -1. An empty le: e already holds the error (out of memory, the model's). */
 static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *path, const vt_err *le, vt_err *e) {
     if (!le->msg[0]) return -1;
     const vt_model_cfg *named = vt_model_find(c->name);
-    char note[200] = "", size[24];
+    char note[320] = "", size[24];
     const int S = c->arch.img_size, at_named = named && S == named->arch.img_size && !c->arch.img_w;
     /* the size-dependent tensors: those whose shapes differ from c's at the named size, or (c at it) at twice it */
     const int K = f ? classes_may_be_why(c, f) : 0;
@@ -201,7 +235,7 @@ static int load_error(const vt_model_cfg *c, const vt_st_file *f, const char *pa
         snprintf(note, sizeof note, " (its classifier is made for %d classes, the model's for %d: --num-classes %d)",
                  K, c->arch.num_classes, K);
     else if (named && !vt_model_any_size(c) && f &&
-             size_may_be_why(c, at_named ? 2 * S : named->arch.img_size, f))
+             size_may_be_why(c, at_named ? 2 * S : named->arch.img_size, f) && !pos_embed_note(c, f, note, sizeof note))
         snprintf(note, sizeof note, " (%s's weights depend on the image size: these may be made at another size "
                  "than %s: --img-size)", c->name, vt_arch_size_text(&c->arch, size, sizeof size));
     char brief[VT_PATH_BRIEF]; /* as vt_params_load names it */

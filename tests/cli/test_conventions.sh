@@ -248,9 +248,9 @@ check "predict: --img-size on a model whose weights fit any size" "[ $rc -eq 0 ]
     "rc $rc: $r $(cat "$T/pg.log")"
 $V predict vit_fmnist_tiny -w "$T/w.safetensors" --img-size 20 "$T/p00.png" >"$T/pv.log" 2>&1
 rc=$?
-check "predict: another --img-size on a fixed-size model names the size dependence" \
-    "[ $rc -eq 1 ] && grep -q 'pos_embed' '$T/pv.log' && grep -q 'weights depend on the image size' '$T/pv.log'" \
-    "rc $rc: $(cat "$T/pv.log")"
+check "predict: another --img-size on a fixed-size model names the size the weights were made at" \
+    "[ $rc -eq 1 ] && grep -q 'pos_embed (file (1, 50, 64) vs model (1, 26, 64)) (its pos_embed holds a 7x7 grid of \
+positions: weights made at --img-size 28)' '$T/pv.log'" "rc $rc: $(cat "$T/pv.log")"
 # ... and at the named size too: a file made at 28x20 without its record (a converted checkpoint) given no --img-size
 rerecord "$T/w2820.safetensors" "$T/w2820p.safetensors" vitc_model vitc_model_options
 $V predict vit_fmnist_tiny -w "$T/w2820p.safetensors" "$T/p00.png" >"$T/pv2.log" 2>&1
@@ -267,6 +267,15 @@ rc=$?
 check "predict: a file with a tensor the model lacks: the mismatch named, no --img-size hint" \
     "[ $rc -eq 1 ] && grep -q 'unexpected: dist_token' '$T/pd.log' && ! grep -q 'img-size' '$T/pd.log'" \
     "rc $rc: $(cat "$T/pd.log")"
+# ... and a distilled DeiT's, its dist_token and second head dropped (--drop): the extra position row named, no hint
+$PY -c "import sys, numpy as np; sys.path.insert(0, 'tests/reference'); import st
+d = st.load(sys.argv[1]); d['pos_embed'] = np.zeros((1, 51, 64), np.float32); st.save(sys.argv[2], d)" \
+    "$T/w.safetensors" "$T/wdist2.safetensors"
+$V predict vit_fmnist_tiny -w "$T/wdist2.safetensors" "$T/p00.png" >"$T/pd2.log" 2>&1
+rc=$?
+check "predict: a distilled DeiT's pos_embed (one more token) is named as such, no --img-size hint" \
+    "[ $rc -eq 1 ] && grep -q 'holds a 7x7 grid and one more token than vit_fmnist_tiny.s: a distilled DeiT.s \
+distillation token' '$T/pd2.log' && ! grep -q 'img-size' '$T/pd2.log'" "rc $rc: $(cat "$T/pd2.log")"
 # a classifier for another class count, in a file without its record (a fine-tuned checkpoint, converted): named,
 # also where the file leaves out the buffers a file may omit (Swin's relative_position_index and attn_mask)
 $V init vit_fmnist_tiny --num-classes 4 -o "$T/w4r.safetensors" >/dev/null 2>&1
