@@ -16,6 +16,8 @@ which refuses floats there (every training checkpoint's optimiser settings). A t
 GroupMixFormer's hold) as a plain dict. A checkpoint that pickles other Python objects, or is in the legacy pre-1.6
 format, is refused, naming what it holds; --trust-pickle reads it with torch.load's full unpickler, which runs
 whatever code the file names: for trusted files only.
+A regular file's archive entries are read one at a time and the tensors are written one by one (views of their
+storages until then), so the script holds about the checkpoint's size; a pipe's bytes are held whole.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
 file in its folder, then a rename, with the replaced file's mode or a new file's) and never over a folder, a
 device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
@@ -95,9 +97,9 @@ def refuse_head(path, head):
 
 
 def read_input(path):
-    """The checkpoint's bytes: a regular file, or a pipe read to its end (a named pipe: once a writer has opened it,
-    as `cat` reads one); a stream is refused as soon as its first bytes show it is no checkpoint, or once it holds
-    more than half the memory this process may use."""
+    """The checkpoint: a regular file opened (binary, read where needed: the archive's entries one by one), or a pipe's
+    bytes read to its end (a named pipe: once a writer has opened it, as `cat` reads one); a stream is refused as soon
+    as its first bytes show it is no checkpoint, or once it holds more than half the memory this process may use."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a device is never opened blocking
     except OSError as e:
@@ -106,6 +108,10 @@ def read_input(path):
         st = os.fstat(fd)
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
             raise Refused(f"{path} is {kind_of(st.st_mode)}, not a checkpoint file")
+        if stat.S_ISREG(st.st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            f, fd = os.fdopen(fd, "rb"), -1  # the file object owns the descriptor now
+            return f
         if stat.S_ISFIFO(st.st_mode):  # this descriptor waited on (never a second open by name) until a writer has
             # written or come and gone, as `cat` waits: Linux reports no hang-up on a FIFO before its first writer
             waiter = select.poll()
@@ -127,20 +133,39 @@ def read_input(path):
     except OSError as e:
         raise Refused(f"cannot read {path}: {e.strerror}")
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
-def sniff(path, data):
+def as_file(src):
+    """A seekable binary file of the checkpoint read_input gave (its bytes, or the regular file), at its start."""
+    if isinstance(src, bytes):
+        return io.BytesIO(src)  # shares the bytes object's buffer
+    src.seek(0)
+    return src
+
+
+def head_of(src, n):
+    """The checkpoint's first n bytes (fewer in a shorter one) and its length."""
+    if isinstance(src, bytes):
+        return src[:n], len(src)
+    src.seek(0)
+    return src.read(n), os.fstat(src.fileno()).st_size
+
+
+def sniff(path, src):
     """Refuses what is not a torch.save file, saying what it is; TorchScript archives included."""
+    data, size = head_of(src, 16)
     if not data:
         raise Refused(f"{path} is empty")
     if data[:6] == b"\x93NUMPY":
         raise Refused(f"{path} is a NumPy array file, not a PyTorch checkpoint")
-    if len(data) >= 10 and data[8:9] == b"{" and struct.unpack("<Q", data[:8])[0] <= len(data) - 8:
+    if size >= 10 and data[8:9] == b"{" and struct.unpack("<Q", data[:8])[0] <= size - 8:
         raise Refused(f"{path} is already safetensors: give it to vitc as it is (--weights)")
     if data[:4] == b"PK\x03\x04":
         try:
-            names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+            z = zipfile.ZipFile(as_file(src))
+            names = z.namelist()
         except zipfile.BadZipFile:
             raise Refused(f"{path} is a truncated or damaged torch.save archive (its zip directory is unreadable)")
         if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
@@ -148,7 +173,7 @@ def sniff(path, data):
                           "torch.save and convert that")
         if not any(n.endswith("/data.pkl") for n in names):
             raise Refused(f"{path} is a zip archive without a pickled object (data.pkl): not a torch.save file")
-        if any(i.compress_type != zipfile.ZIP_STORED for i in zipfile.ZipFile(io.BytesIO(data)).infolist()):
+        if any(i.compress_type != zipfile.ZIP_STORED for i in z.infolist()):
             raise Refused(f"{path} is a zip archive with compressed entries, which torch.save does not write")
         return
     if data[:1] != b"\x80":  # a pickle of protocol 2 or later (torch.save's legacy format)
@@ -174,8 +199,8 @@ class _StorageType:
 
 
 def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
-    """torch._utils._rebuild_tensor_v2's meaning, on a storage this reader made: a copy of the strided view, its
-    extent checked against the storage."""
+    """torch._utils._rebuild_tensor_v2's meaning, on a storage this reader made: the strided view (not a copy: the
+    writer copies one tensor at a time), its extent checked against the storage."""
     if not (isinstance(storage, torch.Tensor) and isinstance(offset, int) and isinstance(size, tuple)
             and isinstance(stride, tuple) and len(size) == len(stride)
             and all(isinstance(v, int) and v >= 0 for v in size + stride) and offset >= 0):
@@ -192,7 +217,7 @@ def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=No
                                      "its storage), which no state dict holds")
     if offset + sum((n - 1) * st for n, st in zip(size, stride)) >= storage.numel():
         raise pickle.UnpicklingError("a tensor reaches past the end of its storage")
-    return torch.as_strided(storage, size, stride, offset).clone()
+    return torch.as_strided(storage, size, stride, offset)
 
 
 def _rebuild_parameter(data, requires_grad=False, hooks=None, state=None):
@@ -409,9 +434,9 @@ class _DataUnpickler(pickle._Unpickler):
     del _op, _fn
 
 
-def read_zip(path, data):
+def read_zip(path, src):
     """The object of a torch.save zip archive, read by _DataUnpickler."""
-    z = zipfile.ZipFile(io.BytesIO(data))
+    z = zipfile.ZipFile(as_file(src))
     pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
     prefix = pkl[:-len("data.pkl")]
     names = set(z.namelist())
@@ -432,22 +457,20 @@ def refused_object(path, err):
                    "the file names. If you trust its source, add --trust-pickle")
 
 
-def load(path, data, trust):
+def load(path, src, trust):
     """The checkpoint object; without trust, tensors, plain containers and scalars only, read by this script's own
     unpickler (a refusal names the object)."""
     try:
         if trust:  # weights_only=False said outright: PyTorch 2.6 and later default to True
-            buf = io.BytesIO(data)
             try:
-                return torch.load(buf, map_location="cpu", weights_only=False)
+                return torch.load(as_file(src), map_location="cpu", weights_only=False)
             except TypeError:  # before 1.13: the full unpickler is the only one
-                buf.seek(0)
-                return torch.load(buf, map_location="cpu")
-        if data[:4] != b"PK\x03\x04":
+                return torch.load(as_file(src), map_location="cpu")
+        if head_of(src, 4)[0] != b"PK\x03\x04":
             raise Refused(f"{path} is in the legacy torch.save format (PyTorch before 1.6, or "
                           "_use_new_zipfile_serialization=False), which this script reads only with --trust-pickle: "
                           "if you trust its source, add it, or save the state dict again with a newer torch.save")
-        return read_zip(path, data)
+        return read_zip(path, src)
     except _OtherTensors as e:
         raise Refused(f"{path} holds {e}")
     except ModuleNotFoundError as e:  # --trust-pickle: a class of a package not installed here
@@ -553,14 +576,12 @@ def check_output(path, src):
 def write_safetensors(path, tensors, metadata=None):
     """Writes name -> tensor (F32 or I64) to path atomically (a temporary file in its folder, then a rename), with
     metadata (str -> str) as its __metadata__ when given; the temporary file is removed on any failure."""
-    header, blobs, off = ({"__metadata__": metadata} if metadata else {}), [], 0
-    for name, t in tensors.items():
-        t = t.detach().cpu().contiguous()
+    header, off = ({"__metadata__": metadata} if metadata else {}), 0
+    for name, t in tensors.items():  # the header from the shapes; each tensor's bytes made as it is written
         dtype = "I64" if not t.is_floating_point() else "F32"
-        b = (t.to(torch.int64) if dtype == "I64" else t.to(torch.float32)).numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
+        n = 8 * t.numel() if dtype == "I64" else 4 * t.numel()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + n]}
+        off += n
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     if os.path.islink(path):  # a link's destination is written, the link kept (as vitc's own writer does)
@@ -578,8 +599,10 @@ def write_safetensors(path, tensors, metadata=None):
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(h)) + h)
-            for b in blobs:
-                f.write(b)
+            for t in tensors.values():
+                t = t.detach().cpu()
+                f.write((t.to(torch.int64) if not t.is_floating_point() else t.to(torch.float32)).contiguous()
+                        .numpy().tobytes())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -615,9 +638,9 @@ def main():
     a = ap.parse_args()
     try:
         check_output(a.output, a.checkpoint)
-        data = read_input(a.checkpoint)
-        sniff(a.checkpoint, data)
-        sd, where = state_dict(load(a.checkpoint, data, a.trust_pickle), a.key, a.checkpoint)
+        src = read_input(a.checkpoint)
+        sniff(a.checkpoint, src)
+        sd, where = state_dict(load(a.checkpoint, src, a.trust_pickle), a.key, a.checkpoint)
         out = tensors_of(sd, a.drop, a.checkpoint, where)
         write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
