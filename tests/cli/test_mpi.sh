@@ -273,6 +273,25 @@ mpirun --oversubscribe --bind-to none -np 1 $V train $EQ --batch-size 32 --out "
 rc=$?
 check "a rank missing its data stops the run, leaving no run folder" "[ $rc -ne 0 ] && [ ! -e '$T/miss' ] && \
     grep -q 'vitc: rank 1:' '$T/miss.log'" "rc $rc: $(cat "$T/miss.log")"
+# a rank whose Fashion-MNIST copy differs in one label (counts equal): refused, naming the images' contents
+/usr/bin/python3 - "${VITC_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}" "$T/fm2" <<'PYEOF'
+import gzip, os, shutil, sys
+src, dst = sys.argv[1:]
+os.makedirs(dst)
+for f in os.listdir(src):
+    shutil.copy(os.path.join(src, f), dst)
+p = os.path.join(dst, "train-labels-idx1-ubyte.gz")
+b = bytearray(gzip.open(p).read())
+b[8 + 5] = (b[8 + 5] + 1) % 10
+with gzip.open(p, "wb") as g:
+    g.write(bytes(b))
+PYEOF
+mpirun --oversubscribe --bind-to none -np 1 $V train $EQ --batch-size 32 --out "$T/fm2run" : \
+    -np 1 -x VITC_FMNIST_DIR="$T/fm2" $V train $EQ --batch-size 32 --out "$T/fm2run" >"$T/fm2.log" 2>&1
+rc=$?
+check "a rank whose Fashion-MNIST differs in one label is refused, leaving no run folder" "[ $rc -eq 1 ] && \
+    grep -q 'rank 1: .*Fashion-MNIST) has the counts of rank 0.s but other training images (pixels or labels)' \
+    '$T/fm2.log' && [ ! -e '$T/fm2run' ]" "rc $rc: $(cat "$T/fm2.log")"
 # a rank whose copy of the folder has no readable training image: every rank stops before the run folder is made,
 # that rank's message once, no MPI_Abort (its loader had failed at the first step: the run folder written by then)
 timeout 120 mpirun --oversubscribe --bind-to none -np 1 $V train $DT --data "$T/f1" --out "$T/le" : \
