@@ -426,6 +426,53 @@ static void check_layernorm_huge(vt_test *T) {
     }
 }
 
+/* op_ln's channel-first twin (no affine, no activation): x (1, C, n). */
+static vt_tensor *op_ln_cf(vt_graph *g, vt_tensor *x, void *arg) {
+    (void)arg;
+    return vt_layernorm_cf(g, x, NULL, NULL, 1e-5f, -1);
+}
+
+/* Both LayerNorms on constant and near-constant rows against double precision: a constant row normalises to exactly
+ * 0 (its float mean had been off by its rounding error δ, every output −δ/√eps: 4.8e-3 for 768 values of 77.7), a
+ * row of spread 1e-3 about 3.3 within 5e-5. Rows (vt_layernorm) and positions (vt_layernorm_cf, over C channels). */
+static void check_layernorm_constant(vt_test *T) {
+    static const int Cs[] = {768, 128, 37};
+    static const float base[] = {77.7f, 3.3f, -1e4f, 3.3f}; /* the last row spread by 1e-3 */
+    for (int cf = 0; cf < 2; cf++)
+        for (size_t k = 0; k < sizeof Cs / sizeof Cs[0]; k++) {
+            const int C = Cs[k], R = 4, rs[2] = {R, C}, cs[3] = {1, C, R};
+            fwd1 f;
+            if (fwd1_build(T, &f, 0, cf ? 3 : 2, cf ? cs : rs, cf ? op_ln_cf : op_ln, NULL) != 0) {
+                fwd1_free(&f);
+                continue;
+            }
+            vt_rng r;
+            vt_rng_seed(&r, 17);
+            for (int row = 0; row < R; row++)
+                for (int c = 0; c < C; c++)
+                    f.x->data[cf ? (size_t)c * R + row : (size_t)row * C + c] =
+                        base[row] + (row == 3 ? 1e-3f * vt_rng_normal(&r) : 0.0f);
+            vt_graph_forward(f.g);
+            for (int row = 0; row < R; row++) {
+                double m = 0, v = 0, err = 0;
+                for (int c = 0; c < C; c++) m += f.x->data[cf ? (size_t)c * R + row : (size_t)row * C + c] / (double)C;
+                for (int c = 0; c < C; c++) {
+                    const double d = f.x->data[cf ? (size_t)c * R + row : (size_t)row * C + c] - m;
+                    v += d * d / C;
+                }
+                for (int c = 0; c < C; c++) { /* a constant row: its outputs themselves (exactly 0) */
+                    const size_t i = cf ? (size_t)c * R + row : (size_t)row * C + c;
+                    const double d = fabs(f.y->data[i] - (row == 3 ? (f.x->data[i] - m) / sqrt(v + 1e-5) : 0.0));
+                    if (!(d <= err)) err = d;
+                }
+                /* the spread row: the float mean's rounding (half an ulp of 3.3) over √(σ² + eps), 3.6e-5, bounds it */
+                T_CHECK(T, row == 3 ? err < 5e-5 : err == 0.0, "%s C %d row of %g%s: max error %g",
+                        cf ? "layernorm_cf" : "layernorm", C, (double)base[row], row == 3 ? " ± 1e-3" : "", err);
+            }
+            fwd1_free(&f);
+        }
+}
+
 /* ---- LayerNorm over the channels of channel-first maps ---- */
 
 /* vt_layernorm_cf: x0 (B, C, ...), x1 w (ia[0] & 1), x2 b (ia[0] & 2), ia[1] the activation (-1: none); ia[2] 1:
@@ -1634,6 +1681,7 @@ void test_ops_norm_act(vt_test *T) {
     check_softmax_values(T);
     check_layernorm_values(T);
     check_layernorm_huge(T);
+    check_layernorm_constant(T);
     check_layernorm_cf(T);
     check_batchnorm_values(T);
     check_batchnorm_sum(T);
