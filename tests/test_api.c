@@ -89,7 +89,7 @@ static void check_open_errors(vt_test *T, const char *w) {
                    err.code == A, "%s (%d)", err.msg, err.code);
     vitc_options_init(&o);
     o.img_size = 20; /* the ViT's position embeddings fix its size: the file holds no model of that size */
-    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "depend on the image size") &&
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "weights made at --img-size 28") &&
                    err.code == VITC_E_WEIGHTS, "%s (%d)", err.msg, err.code);
     /* the file cut short, and a file that is not safetensors: the weights' fault, not the system's */
     char cut[4200], junk[4200];
@@ -670,6 +670,13 @@ static void check_open_with(vt_test *T, const char *dir) {
                        strstr(err.msg, "record (\"--num-classes 5 --in-chans 3 --attn flatten --heads 3\")") &&
                        strstr(err.msg, "3 heads"),
                 "record --heads 3: code %d, %s", err.code, err.msg);
+        /* ... but a record that builds (width 60) with a caller's option that does not fit it (8 heads): the
+         * caller's error (VITC_E_ARGUMENT), not the file's */
+        snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --dims 60");
+        T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);
+        T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", wo, NULL, "--heads 8", &err) && err.code == VITC_E_ARGUMENT &&
+                       strstr(err.msg, "8 heads") && !strstr(err.msg, "record"),
+                "record --dims 60, caller's --heads 8: code %d, %s", err.code, err.msg);
         /* an option recorded twice (vitc records each once; the CLI had taken the first, the library the last) */
         snprintf(P->options, sizeof P->options, "--num-classes 5 --in-chans 3 --attn flatten --in-chans 1");
         T_CHECK(T, vt_params_save(P, wo, &e) == 0, "%s", e.msg);

@@ -86,8 +86,8 @@ static int code_of(const vt_err *e, int otherwise) {
     }
 }
 
-/* Whether the caller's options ov alone configure model base (and, with graph, build its graph): when they do, an
- * error with the options a weights file records is the file's. */
+/* Whether options ov alone configure model base (and, with graph, build its graph): when the caller's do and the
+ * record's (those a weights file records) do not, an error with both is the file's; when both do, the caller's. */
 static int builds(const vt_model_cfg *base, const vt_model_overrides *ov, int graph) {
     vt_model_cfg c;
     vt_model_summary s = {0};
@@ -273,7 +273,8 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     int step = A; /* what a failure means at each step: the options, the model's graph, the weights */
     const int configured = vt_model_configure(base, &ov, &m->cfg, &e) == 0;
     const int recorded = rmodel && vt_model_find(rmodel) == base && roptions && roptions[0];
-    if (!configured && recorded && e.code != VT_E_NOMEM && builds(base, &given, 0))
+    rec.recorded = 1;
+    if (!configured && recorded && e.code != VT_E_NOMEM && builds(base, &given, 0) && !builds(base, &rec, 0))
         step = blame_record(&e, weights, roptions);
     if (configured && vt_model_file_in_training_form(&m->cfg, &f))
         m->cfg.arch.train_form = 1; /* the form the file holds */
@@ -284,7 +285,7 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
         step = VITC_E_WEIGHTS;
         m->P = vt_model_load_file(&m->cfg, &f, weights, &e);
     } /* a graph the recorded options make too large or inconsistent (--heads 3 on width 64) */
-    if (configured && !m->P && recorded && e.code == VT_E_USAGE && builds(base, &given, 1))
+    if (configured && !m->P && recorded && e.code == VT_E_USAGE && builds(base, &given, 1) && !builds(base, &rec, 1))
         step = blame_record(&e, weights, roptions);
     vt_st_close(&f);
     vt_model_summary_free(&s);

@@ -212,10 +212,13 @@ static int pos_embed_note(const vt_model_cfg *c, const vt_st_file *f, char *note
         if (g && g * p <= 1 << 16)
             said = snprintf(note, n, " (its pos_embed holds a %lldx%lld grid of positions: weights made at "
                             "--img-size %lld)", (long long)g, (long long)g, (long long)(g * p)) > 0;
-        else if (g1)
+        else if (g1 && lead)
             said = snprintf(note, n, " (its pos_embed holds a %lldx%lld grid and one more token than %s's: a distilled "
                             "DeiT's distillation token, which vitc's ViTs do not have)", (long long)g1, (long long)g1,
                             c->name) > 0;
+        else if (g1)
+            said = snprintf(note, n, " (its pos_embed holds a %lldx%lld grid and a class token's row, which %s, "
+                            "pooling its tokens, does not have)", (long long)g1, (long long)g1, c->name) > 0;
     }
     vt_params_free(S);
     return said;

@@ -276,6 +276,16 @@ rc=$?
 check "predict: a distilled DeiT's pos_embed (one more token) is named as such, no --img-size hint" \
     "[ $rc -eq 1 ] && grep -q 'holds a 7x7 grid and one more token than vit_fmnist_tiny.s: a distilled DeiT.s \
 distillation token' '$T/pd2.log' && ! grep -q 'img-size' '$T/pd2.log'" "rc $rc: $(cat "$T/pd2.log")"
+# ... and on a model without a class token, a row more than a square grid is named as a class token's
+$V init vit_fmnist_tiny_gap -o "$T/gap.safetensors" >/dev/null 2>&1
+$PY -c "import sys, numpy as np; sys.path.insert(0, 'tests/reference'); import st
+d = st.load(sys.argv[1]); d['pos_embed'] = np.zeros((1, 50, 80), np.float32); st.save(sys.argv[2], d)" \
+    "$T/gap.safetensors" "$T/gap50.safetensors"
+$V predict vit_fmnist_tiny_gap -w "$T/gap50.safetensors" "$T/p00.png" >"$T/pg50.log" 2>&1
+rc=$?
+check "predict: a class token's pos_embed row on a pooling model is named as such" "[ $rc -eq 1 ] && \
+    grep -q 'holds a 7x7 grid and a class token.s row, which vit_fmnist_tiny_gap, pooling its tokens, does not have' \
+    '$T/pg50.log'" "rc $rc: $(cat "$T/pg50.log")"
 # a classifier for another class count, in a file without its record (a fine-tuned checkpoint, converted): named,
 # also where the file leaves out the buffers a file may omit (Swin's relative_position_index and attn_mask)
 $V init vit_fmnist_tiny --num-classes 4 -o "$T/w4r.safetensors" >/dev/null 2>&1

@@ -557,6 +557,16 @@ for r in "h3:--heads 3:not divisible by 3 heads" "s3:--img-size 3:below the patc
 done
 expect "... the same option given on the command line is a usage error" 2 "not divisible by 3 heads" \
     $V forward $M --heads 3 -w "$T/rec_h3.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+expect "... and attention, which builds the recorded heads, blames the file too" 1 \
+    "rec_h3.safetensors records the model options .--heads 3.: .*not divisible by 3 heads" \
+    $V attention $M -w "$T/rec_h3.safetensors" "$T/good.png" -o "$T/h3.png"
+rerecord "$T/h2.safetensors" "$T/vh3.safetensors" vitc_heads=3 vitc_model_options
+expect "... as it does heads recorded only in vitc_heads" 1 "vh3.safetensors records the model options .--heads 3.: " \
+    $V attention $M -w "$T/vh3.safetensors" "$T/good.png" -o "$T/h3.png"
+# a record that builds (width 60) with an option given that does not fit it (8 heads): the option's usage error
+$V init $M --dims 60 -o "$T/d60.safetensors" >/dev/null 2>&1
+expect "a record that builds, with a given option that does not fit it, is a usage error" 2 "not divisible by 8 heads" \
+    $V forward $M --heads 8 -w "$T/d60.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
 # a list recorded with blanks after its commas (an earlier vitc's command line took "2, 2") still loads
 $V init swin_fmnist_tiny --heads 2,4 -o "$T/sw24.safetensors" >/dev/null 2>&1
 rerecord "$T/sw24.safetensors" "$T/rec_blank.safetensors" "vitc_model_options=--heads 2, 4"

@@ -109,6 +109,13 @@ check "... an option given overrides it, named in the note" "[ $? -eq 0 ] && gre
 '$T/v3.log'" "$(head -3 "$T/v3.log")"
 check "... the earlier EMA weights removed, said (not left beside newer weights)" "[ ! -e '$T/v/weights_ema.safetensors' ] && \
     grep -q '^Note: removed weights_ema.safetensors' '$T/v3.log'" "$(grep Note "$T/v3.log")"
+# a checkpoint whose model options record builds no model (3 heads on width 64): the checkpoint blamed (exit 1)
+cp -r "$T/v" "$T/vbad"
+rerecord "$T/v/checkpoint.safetensors" "$T/vbad/checkpoint.safetensors" "model-options=--heads 3"
+$V train vit_fmnist_tiny --resume "$T/vbad" --epochs 4 >"$T/vbad.log" 2>&1
+check "... a checkpoint recording model options that build no model is named (exit 1)" "[ $? -eq 1 ] && grep -q \
+'vbad/checkpoint.safetensors records the model options \"--heads 3\": .*not divisible by 3 heads' '$T/vbad.log'" \
+    "$(cat "$T/vbad.log")"
 cp -r "$T/v" "$T/vh"
 $V train vit_fmnist_tiny --resume "$T/vh" --epochs 4 --heads 4 >"$T/vh.log" 2>&1
 check "... but not the heads the checkpoint was trained with (its maps would split into other heads)" \

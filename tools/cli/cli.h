@@ -43,7 +43,7 @@ typedef struct {
     char *cmdline; /* the command line as a shell re-reads it, a line (malloc'd; train records it) */
     unsigned char given[128]; /* given[k]: optdefs[k] was on the command line */
     unsigned char recorded[128]; /* recorded[k]: optdefs[k] was taken from a file's record (take_model_options) */
-    const char *record_path;     /* that file, and its record as written (for the errors the record causes) */
+    char record_path[4096];      /* that file, and its record as written (for the errors the record causes) */
     char record_text[1024];
     char resumed_data[4096], resumed_recipe[64]; /* train --resume: the checkpoint's data and recipe */
     char resumed_model[1024]; /* train --resume: the checkpoint's model options, split (o's pointers refer to it) */

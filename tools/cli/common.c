@@ -259,23 +259,21 @@ static int overrides_of(const opts *o, int stages, vt_model_overrides *ov, vt_er
     return 0;
 }
 
-/* Error e, met building model base with the options o->record_path's record gave, is that file's when o's other
- * options alone build the model: then it is printed naming the file and its record and 1 returned; else 0. */
-static int blame_record(const opts *o, const vt_model_cfg *base, const vt_err *e) {
-    int taken = 0;
-    for (size_t k = 0; k < sizeof o->recorded; k++) taken |= o->recorded[k];
-    if (!taken || e->code == VT_E_NOMEM) return 0;
-    opts *a = malloc(sizeof *a); /* o less the recorded options (each one's unset value) */
-    if (!a) return 0;
+/* Whether o builds model base without some of its model options (each at its unset value): those a file's record gave
+ * (recorded 1), or those the command line gave (recorded 0). */
+static int builds_without(const opts *o, const vt_model_cfg *base, int recorded) {
+    opts *a = malloc(sizeof *a);
+    if (!a) return -1;
     *a = *o;
-    for (size_t k = 0; k < sizeof o->recorded; k++) {
-        if (!o->recorded[k]) continue;
+    for (size_t k = 0; k < noptdefs && k < sizeof o->recorded; k++) {
+        if (!o->given[k] || !has_word(RECORDED_OPTS, optdefs[k].name) || (o->recorded[k] != 0) != (recorded != 0))
+            continue;
         char *field = (char *)a + optdefs[k].off;
         if (optdefs[k].kind == O_STR) *(const char **)field = NULL;
         if (optdefs[k].kind == O_INT || optdefs[k].kind == O_FLAG) *(int *)field = 0;
         if (optdefs[k].kind == O_SIZE) a->img_size = a->img_w = 0;
+        if (!strcmp(optdefs[k].name, "--heads")) a->heads_recorded = 0;
     }
-    a->heads_recorded = 0;
     vt_model_overrides ov;
     vt_model_cfg c;
     vt_model_summary s = {0};
@@ -284,9 +282,20 @@ static int blame_record(const opts *o, const vt_model_cfg *base, const vt_err *e
                        vt_model_configure(base, &ov, &c, &ae) == 0 && vt_model_summarize(&c, &s, &ae) == 0;
     vt_model_summary_free(&s);
     free(a);
-    if (!builds) return 0;
-    char line[4096];
-    snprintf(line, sizeof line, "%s records the model options \"%s\": %s", o->record_path, o->record_text, e->msg);
+    return builds;
+}
+
+/* Error e, met building model base with the options o->record_path's record gave, is that file's when the record's
+ * options alone build no model and the command line's alone do: then it is printed naming the file and its record and
+ * 1 returned; else 0 (a record that builds, with an option given that does not fit it, is the option's error). */
+static int blame_record(const opts *o, const vt_model_cfg *base, const vt_err *e) {
+    int taken = 0;
+    for (size_t k = 0; k < sizeof o->recorded; k++) taken |= o->recorded[k];
+    if (!taken || e->code == VT_E_NOMEM || builds_without(o, base, 1) != 1 || builds_without(o, base, 0) != 0)
+        return 0;
+    char line[4000]; /* die's line holds 4096 bytes */
+    snprintf(line, sizeof line, "%.1200s records the model options \"%.1000s\": %.1600s", o->record_path,
+             o->record_text, e->msg);
     die_once("%s", line);
     return 1;
 }

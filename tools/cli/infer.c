@@ -280,6 +280,17 @@ static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list
     return list[0] != '\0';
 }
 
+/* attention's architecture heads came from the --weights file (its options record or its heads record, list): an
+ * error they cause is the file's (model_cfg's blame_record). */
+static void heads_recorded_in(opts *o, const char *list) {
+    const size_t k = (size_t)(find_option("--heads") - optdefs);
+    o->given[k] = o->recorded[k] = 1;
+    if (strstr(o->record_text, "--heads")) return;
+    const size_t n = strlen(o->record_text);
+    snprintf(o->record_path, sizeof o->record_path, "%s", o->weights);
+    snprintf(o->record_text + n, sizeof o->record_text - n, "%s--heads %s", n ? " " : "", list);
+}
+
 /* The model of `attention`: c rebuilt with the heads the weights f record where they differ, or already built with
  * them from the options record (said on stderr either way: the tensors of some hosts, Swin's relative-position tables,
  * hMHSA's maps, have shapes that depend on the heads), its tensors then checked against f; 0, or an exit status after
@@ -294,6 +305,7 @@ static int model_of_weights(opts *o, vt_model_cfg *c, const vt_st_file *f) {
     if (hr > 0) {
         snprintf(o->arch_heads, sizeof o->arch_heads, "%s", list);
         o->heads = o->arch_heads;
+        heads_recorded_in(o, list);
         const int mc = model_cfg(o, c);
         if (mc) return mc;
     }
@@ -321,6 +333,7 @@ int cmd_attention(opts *o) {
     const char *heads = o->heads;
     o->heads = o->arch_heads[0] ? o->arch_heads : NULL; /* --heads selects the heads to draw here: the architecture's
                                                            * are the weights' (their options record) */
+    if (o->heads) heads_recorded_in(o, o->arch_heads);
     if (heads && strcmp(heads, "mean") == 0)
         ao.head_mean = 1;
     else if (heads && strcmp(heads, "all") != 0 &&

@@ -359,7 +359,7 @@ int take_model_options(opts *o, const char *cmd, char *text, const char *allowed
     size_t used = 0;
     unsigned char seen[sizeof o->given] = {0}; /* the options this record has named: vitc writes each once */
     if (taken && n) taken[0] = '\0';
-    o->record_path = path;
+    snprintf(o->record_path, sizeof o->record_path, "%s", path);
     snprintf(o->record_text, sizeof o->record_text, "%s", text);
     for (char *p = text; *p;) {
         char *name = p, *end = strchr(p, ' '), *eq = strchr(p, '=');
