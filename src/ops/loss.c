@@ -54,6 +54,12 @@ static void ce_bwd(vt_node *n) {
     }
 }
 
+/* A node of op on inputs in (n of them) whose output is one value (a loss, a sum); NULL on error (g's). */
+static vt_node *scalar_node(vt_graph *g, const vt_opdef *op, vt_tensor **in, int n) {
+    int one = 1;
+    return vt_new_node(g, op, in, n, vt_new_act(g, 1, &one));
+}
+
 /* Backward reads the labels; the softmax is saved. */
 static const vt_opdef op_ce = {"cross_entropy", ce_fwd, ce_bwd, VT_READS(VT_READS_IN(1)), NULL, VT_OP_OTHER};
 
@@ -65,9 +71,8 @@ vt_tensor *vt_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *labels, f
                        vt_shape_str(logits, a, 64), vt_shape_str(labels, b, 64));
     if (!(smoothing >= 0.0f && smoothing < 1.0f))
         return vt_fail(g, "cross_entropy", "label smoothing %g outside [0, 1)", (double)smoothing);
-    int one = 1;
     vt_tensor *in[2] = {logits, labels};
-    vt_node *n = vt_new_node(g, &op_ce, in, 2, vt_new_act(g, 1, &one));
+    vt_node *n = scalar_node(g, &op_ce, in, 2);
     if (!n) return NULL;
     *VT_OP_P(n, ce_p) = (ce_p){logits->shape[0], logits->shape[1], smoothing};
     vt_node_save(n, 0, logits->numel);
@@ -134,9 +139,8 @@ vt_tensor *vt_soft_cross_entropy(vt_graph *g, vt_tensor *logits, vt_tensor *targ
         targets->shape[1] != logits->shape[1])
         return vt_fail(g, "soft_cross_entropy", "logits %s and targets %s must both be (B, K)",
                        vt_shape_str(logits, a, 64), vt_shape_str(targets, b, 64));
-    int one = 1;
     vt_tensor *in[2] = {logits, targets};
-    vt_node *n = vt_new_node(g, &op_soft_ce, in, 2, vt_new_act(g, 1, &one));
+    vt_node *n = scalar_node(g, &op_soft_ce, in, 2);
     if (!n) return NULL;
     *VT_OP_P(n, soft_ce_p) = (soft_ce_p){logits->shape[0], logits->shape[1]};
     n->macs = 0; /* elementwise: 0 MACs by the engine's convention (README) */
@@ -164,8 +168,7 @@ static const vt_opdef op_sum = {"sum", sum_fwd, sum_bwd, VT_READS(0), NULL, VT_O
 
 vt_tensor *vt_sum(vt_graph *g, vt_tensor *x) {
     if (vt_bad(g, 1, x)) return NULL;
-    int one = 1;
-    vt_node *n = vt_new_node(g, &op_sum, &x, 1, vt_new_act(g, 1, &one));
+    vt_node *n = scalar_node(g, &op_sum, &x, 1);
     return n ? n->out : NULL;
 }
 
@@ -254,9 +257,8 @@ vt_tensor *vt_cosine_mean(vt_graph *g, vt_tensor *a, vt_tensor *b) {
     if (!same || a == b)
         return vt_fail(g, "cosine_mean", "a %s and b %s must be two tensors of one shape (B, H, ...)",
                        vt_shape_str(a, sa, 64), vt_shape_str(b, sb, 64));
-    int one = 1;
     vt_tensor *in[2] = {a, b};
-    vt_node *n = vt_new_node(g, &op_cos, in, 2, vt_new_act(g, 1, &one));
+    vt_node *n = scalar_node(g, &op_cos, in, 2);
     if (!n) return NULL;
     *VT_OP_P(n, cos_p) = (cos_p){a->shape[0], a->shape[1], a->numel / ((int64_t)a->shape[0] * a->shape[1])};
     n->macs = 0; /* elementwise products: 0 MACs by the engine's convention (README) */

@@ -285,19 +285,16 @@ static int builds_without(const opts *o, const vt_model_cfg *base, int recorded)
     return builds;
 }
 
-/* Error e, met building model base with the options o->record_path's record gave, is that file's when the record's
- * options alone build no model and the command line's alone do: then it is printed naming the file and its record and
- * 1 returned; else 0 (a record that builds, with an option given that does not fit it, is the option's error). */
-static int blame_record(const opts *o, const vt_model_cfg *base, const vt_err *e) {
-    int taken = 0;
-    for (size_t k = 0; k < sizeof o->recorded; k++) taken |= o->recorded[k];
-    if (!taken || e->code == VT_E_NOMEM || builds_without(o, base, 1) != 1 || builds_without(o, base, 0) != 0)
-        return 0;
+/* Error e of building model base with o's options: the file's whose record gave some of them when the record's
+ * options alone build no model and the command line's alone do (printed naming the file and its record: 1); else the
+ * options' usage error (2), also where a record that builds meets a given option that does not fit it. */
+static int options_error(const opts *o, const vt_model_cfg *base, const vt_err *e) {
+    if (e->code == VT_E_NOMEM || builds_without(o, base, 1) != 1 || builds_without(o, base, 0) != 0)
+        return refuse(NULL, "%s", e->msg); /* (nothing recorded: o itself, which failed, is "without the record") */
     char line[4000]; /* die's line holds 4096 bytes */
     snprintf(line, sizeof line, "%.1200s records the model options \"%.1000s\": %.1600s", o->record_path,
              o->record_text, e->msg);
-    die_once("%s", line);
-    return 1;
+    return die_once("%s", line);
 }
 
 /* Resolves the model name and the options that change it into cfg (the library checks them, then builds the model's
@@ -310,7 +307,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
     vt_model_overrides ov;
     vt_err e = {0};
     if (overrides_of(o, base->arch.nstages, &ov, &e) || vt_model_configure(base, &ov, cfg, &e))
-        return blame_record(o, base, &e) ? 1 : refuse(NULL, "%s", e.msg); /* else every one is the options' */
+        return options_error(o, base, &e);
     if (o->form_from_file && o->wfile_open > 0 && vt_model_file_in_training_form(cfg, &o->wfile)) {
         cfg->arch.train_form = 1;
         o->train_form = 1; /* a model built again (attention's recorded heads) keeps it; said once */
@@ -323,7 +320,7 @@ int model_cfg(opts *o, vt_model_cfg *cfg) {
         return refuse(NULL, "%s has no stage feature maps (--features)", cfg->name);
     vt_model_summary sum; /* options a block refuses as the model is built (gma after a class token): usage too */
     if (vt_model_summarize(cfg, &sum, &e))
-        return e.code != VT_E_USAGE ? die_once("%s", e.msg) : blame_record(o, base, &e) ? 1 : refuse(NULL, "%s", e.msg);
+        return e.code == VT_E_USAGE ? options_error(o, base, &e) : die_once("%s", e.msg);
     vt_model_summary_free(&sum);
     return 0;
 }

@@ -281,7 +281,7 @@ static int recorded_heads(const vt_model_cfg *c, const vt_st_file *f, char *list
 }
 
 /* attention's architecture heads came from the --weights file (its options record or its heads record, list): an
- * error they cause is the file's (model_cfg's blame_record). */
+ * error they cause is the file's (model_cfg's options_error). */
 static void heads_recorded_in(opts *o, const char *list) {
     const size_t k = (size_t)(find_option("--heads") - optdefs);
     o->given[k] = o->recorded[k] = 1;
