@@ -41,7 +41,7 @@ static const command commands[] = {
      "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-nan-eval --drop-path --cos-reg --recipe "
      "--mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
-     "--no-repeated-aug --bucket-mib --no-overlap --dtype "
+     "--no-repeated-aug --sync-bn --no-sync-bn --bucket-mib --no-overlap --dtype "
      SIZE_OPTS ARCH_OPTS, cmd_train, 0},
     {"eval", "vitc eval MODEL --weights W --data fashion-mnist|DIR [--json]",
      "test (or DIR/val) loss, top-1 and top-5 accuracy",

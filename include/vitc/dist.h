@@ -60,6 +60,9 @@ int vt_dist_epoch_indices(const vt_dist *d, int n, uint64_t seed, int64_t epoch,
 /* Sums v[0..n) over the ranks, in place (every rank gets the sums). */
 int vt_dist_sum(const vt_dist *d, double *v, int n, vt_err *e);
 
+/* vt_dist_sum as a graph's allsum (ctx: the vt_dist) for synchronised BatchNorm; a failure stops every rank. */
+void vt_dist_allsum(void *ctx, double *v, int n);
+
 /* Copies rank 0's parameters and buffers of P, the optimizer's moments and step (opt may be NULL) and v[0..nv) to
  * every rank, so that all ranks start equal. */
 int vt_dist_broadcast(const vt_dist *d, vt_params *P, vt_adamw *opt, int64_t *v, int nv, vt_err *e);

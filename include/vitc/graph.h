@@ -156,6 +156,14 @@ struct vt_graph {
                          * each node (run or skipped), in descending node order: gradients that only nodes >= node
                          * write are then final (data-parallel training starts their allreduce there, dist.c) */
     void *bwd_hook_ctx; /* its first argument */
+    void (*allsum)(void *ctx, double *v, int n); /* set before building a training graph for data-parallel training
+                         * with synchronised BatchNorm (torch's SyncBatchNorm): sums v[0..n) over the replicas, in
+                         * place, on each of them. BatchNorms with batch statistics then normalise over every replica's
+                         * batch and sum their backward's per-channel sums so too (their own parameters' gradients stay
+                         * this replica's, which the trainer averages); builders pick ops that support it. Every replica
+                         * runs the same graph, so the calls match. NULL: each replica's own batch */
+    void *allsum_ctx;   /* its first argument */
+    int replicas;       /* with allsum: how many replicas it sums over, each holding a batch of this graph's shape */
     int ref_kernels;    /* set before finalize: every node runs its op's own (reference) forward, no vt_kernel; for
                          * tests comparing the kernels */
     int keep_all;       /* set before finalize: plan as if no op declared bwd_reads (every activation kept until its

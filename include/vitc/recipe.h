@@ -36,6 +36,7 @@ typedef struct vt_recipe {
     int model_ema;
     double model_ema_decay;
     int repeated_aug;            /* 1: DeiT's RASampler, 3 repeats (vt_ra_sample) */
+    int sync_bn;                 /* 1: BatchNorm statistics over every rank's batch (torch's SyncBatchNorm) */
     /* per-image augmentation (timm create_transform names), plain fields for the transforms code */
     char aa[64];                 /* RandAugment / AutoAugment string, "" for none */
     double reprob;               /* RandomErasing probability */

@@ -122,6 +122,8 @@ typedef struct vt_train_opts {
     double model_ema_decay;
     int accum_steps;           /* micro-batches of `batch` per optimiser step (1: none); schedule in optimiser steps */
     int repeated_aug;          /* > 0: DeiT's RASampler with this many repeats (vt_ra_sample); 0: a plain shuffle */
+    int sync_bn;               /* 1: with several ranks, BatchNorms normalise over every rank's batch (torch's
+                                * SyncBatchNorm, vt_graph.allsum); 0: each rank's own (DDP's plain BatchNorm) */
     const char *init_from;     /* weights to fine-tune from (vt_adapt_load: head re-initialised, position tables
                                   resized when needed), or NULL */
     const struct vt_recipe *recipe; /* settings printed at the start and saved as run_dir/recipe.json (NULL: none);

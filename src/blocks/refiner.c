@@ -30,7 +30,8 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
         return vt_dla_eval(g, a, we, wd, wp, bn1, bn2, bn3, aff);
     }
     vt_tensor *t = vt_conv2d_p(g, vt_pname(nm, prefix, "conv_exp"), a, He, 1, 1, 0, 1, 0);
-    if (g->ref_kernels) { /* the chain vt_bnact_dwconv and vt_bnact_pwconv are checked against */
+    if (g->ref_kernels || g->allsum) { /* the chain vt_bnact_dwconv and vt_bnact_pwconv are checked against (and
+                                          * synchronised BatchNorm's, which the fused ops lack) */
         t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn1"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
         t = vt_conv2d_p(g, vt_pname(nm, prefix, "depth_sep_conv"), t, He, 3, 1, 1, He, 0);
         t = vt_batchnorm_act_p(g, vt_pname(nm, prefix, "bn2"), t, 1, BN_EPS, BN_MOM, VT_RELU6);
@@ -49,7 +50,7 @@ vt_tensor *vt_block_dla(vt_graph *g, const char *prefix, vt_tensor *a, float exp
      * each form on one store, steps alternated in one process, 1.06-1.10x best, 1.03-1.04x per-round median.
      * Training with adapt_bn: both in one op, the middle map never stored (vt_bn_res_bn; 4 passes over the maps
      * instead of 9). */
-    if (adapt && g->training && !g->ref_kernels) {
+    if (adapt && g->training && !g->ref_kernels && !g->allsum) {
         vt_tensor *b3[5], *ba[5];
         if (vt_bn_tensors(g, vt_pname(nm, prefix, "bn3"), H, b3) || vt_bn_tensors(g, adapt, H, ba)) return NULL;
         return vt_bn_res_bn(g, t, b3, a, ba, BN_EPS, BN_MOM, scale);

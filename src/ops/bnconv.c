@@ -121,7 +121,7 @@ static void bndw_fwd(vt_node *n) {
     const float *x = n->in[IN_X]->data, *w = n->in[IN_W]->data;
     float *scale = n->fws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
     if (p->batch) /* the scratch's per-thread planes are free until the conv below */
-        vt_bn_batch_update(x, B, C, (int)P, (double *)sc, p->eps, p->momentum, n->save[0]->data, n->save[1]->data,
+        vt_bn_batch_update(NULL, x, B, C, (int)P, (double *)sc, p->eps, p->momentum, n->save[0]->data, n->save[1]->data,
                            p->update ? n->in[IN_RM]->data : NULL, p->update ? n->in[IN_RV]->data : NULL,
                            p->update && n->nin > IN_NBT ? n->in[IN_NBT]->data : NULL);
     const float *mean, *rs;
@@ -235,7 +235,7 @@ static void bnpw_fwd(vt_node *n) {
     const float *x = n->in[IN_X]->data, *w = n->in[IN_W]->data;
     float *scale = n->fws->data, *shift = scale + C, *rsb = shift + C, *sc = scale + head_floats(p);
     if (p->batch)
-        vt_bn_batch_update(x, p->B, C, (int)P, (double *)sc, p->eps, p->momentum, n->save[0]->data, n->save[1]->data,
+        vt_bn_batch_update(NULL, x, p->B, C, (int)P, (double *)sc, p->eps, p->momentum, n->save[0]->data, n->save[1]->data,
                            p->update ? n->in[IN_RM]->data : NULL, p->update ? n->in[IN_RV]->data : NULL,
                            p->update && n->nin > IN_NBT ? n->in[IN_NBT]->data : NULL);
     const float *mean, *rs;
@@ -340,6 +340,8 @@ static int bn_conv_check(vt_graph *g, const char *op, const vt_tensor *x, const 
     vt_shape_str(w, sw, sizeof sw);
     const int C = x->ndim == 4 ? x->shape[1] : 0, k = w->ndim == 4 ? w->shape[2] : 0;
     if (x->ndim != 4) return vt_fail(g, op, "input %s must be (B, C, H, W)", sx), -1;
+    if (g->training && g->allsum) /* per-channel fused passes: the backward's sums are used as they are made */
+        return vt_fail(g, op, "input %s: no synchronised BatchNorm (vt_graph.allsum)", sx), -1;
     if (pw && (w->ndim != 4 || w->shape[0] < 1 || !vt_has_shape(w, 4, w->shape[0], C, 1, 1)))
         return vt_fail(g, op, "pointwise weight %s must be (O, %d, 1, 1) for input %s", sw, C, sx), -1;
     if (!pw && (k < 1 || k % 2 == 0 || !vt_has_shape(w, 4, C, 1, k, k)))

@@ -221,6 +221,7 @@ vt_tensor *vt_bn_res_bn(vt_graph *g, vt_tensor *t, vt_tensor *const *bn3, vt_ten
     if (bn3[4]->numel != 1 || bna[4]->numel != 1)
         return vt_fail(g, "bn_res_bn", "num_batches_tracked must hold one value");
     if (!g->training) return vt_fail(g, "bn_res_bn", "input %s: training graphs only (batch statistics)", st);
+    if (g->allsum) return vt_fail(g, "bn_res_bn", "input %s: no synchronised BatchNorm (vt_graph.allsum)", st);
     if (!(eps >= 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
         return vt_fail(g, "bn_res_bn", "eps %g must be >= 0 and momentum %g in [0, 1]", (double)eps, (double)momentum);
     const int64_t P = (int64_t)t->shape[2] * t->shape[3];

@@ -688,6 +688,32 @@ static void chan_sums_act(int act, const float *x, const float *u, const float *
     add_parts(part, nch, C, s1, s2);
 }
 
+/* Synchronised BatchNorm (g->allsum, else nothing: returns 1): this replica's per-channel mean s1 and biased
+ * variance s2 (s2 = s1 + C, as every caller lays them out) become those of all replicas' batches, mu the mean in
+ * float; returns the replica count. The replicas' means and E[x²] are averaged (equal counts) in one collective of 2·C
+ * doubles, as torch's SyncBatchNorm gathers theirs; E[x²] − E[x]² in double then loses about 1e-16·(mean/σ)² of the
+ * variance. */
+static int sync_stats(const vt_graph *g, int C, double *s1, double *s2, float *mu) {
+    if (!g || !g->allsum) return 1;
+    for (int c = 0; c < C; c++) s2[c] += s1[c] * s1[c];
+    g->allsum(g->allsum_ctx, s1, 2 * C);
+    const double inv = 1.0 / g->replicas;
+    for (int c = 0; c < C; c++) {
+        s1[c] *= inv;
+        s2[c] = vt_bn_var_nonneg(s2[c] * inv - s1[c] * s1[c]);
+        mu[c] = (float)s1[c];
+    }
+    return g->replicas;
+}
+
+/* Synchronised BatchNorm's backward (as sync_stats): the per-channel sums s1, s2 (s2 = s1 + C) over the batch of one
+ * replica become those of all replicas, for their dx; returns the replica count (1: not synchronised). */
+static int sync_sums(const vt_graph *g, int C, double *s1) {
+    if (!g->allsum) return 1;
+    g->allsum(g->allsum_ctx, s1, 2 * C);
+    return g->replicas;
+}
+
 /* Batch statistics of each channel of x (outer, C, inner) (part: the chunks' partial sums). One pass over x: sums of
  * the deviations d from the channel's first value, d exact in double, so var = E[d²] − E[d]² loses about
  * 1e-16·(Δ/σ)² relative to cancellation, Δ that value's distance from the mean (tests: Δ ≈ 220σ). On return s1[c] is
@@ -695,8 +721,8 @@ static void chan_sums_act(int act, const float *x, const float *u, const float *
  * (the mean, then the deviations from it); a training step at batch 16 with one pass, old and new alternated in one
  * process (8 rounds, Ice Lake, 2026-11-29), per-round medians: Refined-ViT-S 1.02-1.05x in four runs (BatchNorms
  * over its expanded attention maps; best steps 0.93-1.06x), Next-ViT-S 1.01-1.03x, GroupMixFormer-T 1.02x. */
-static void batch_stats(const float *x, int outer, int C, int inner, int nch, double *part, double *s1, double *s2,
-                        float *mu) {
+static int64_t batch_stats(const vt_graph *g, const float *x, int outer, int C, int inner, int nch, double *part,
+                           double *s1, double *s2, float *mu) {
     const int64_t M = (int64_t)outer * inner;
     for (int c = 0; c < C; c++) mu[c] = x[(size_t)c * inner]; /* the shift */
     chan_sums(x, NULL, mu, outer, C, inner, nch, part, s1, s2);
@@ -706,6 +732,7 @@ static void batch_stats(const float *x, int outer, int C, int inner, int nch, do
         s2[c] = vt_bn_var_nonneg(var);
         mu[c] = (float)s1[c];
     }
+    return sync_stats(g, C, s1, s2, mu) * M;
 }
 
 /* n elements of one row (rows: ks = 1, the coefficients per element) or plane (ks = 0, one coefficient): y =
@@ -806,12 +833,11 @@ size_t vt_bn_batch_scratch(int64_t outer, int C, int inner) {
     return (size_t)4 * stat_chunks(outer, inner) * C + 4 * (size_t)C;
 }
 
-void vt_bn_batch_update(const float *x, int outer, int C, int inner, double *scratch, float eps, float momentum,
-                        float *mu, float *rstd, float *rm, float *rv, float *nbt) {
-    const int64_t M = (int64_t)outer * inner;
+void vt_bn_batch_update(const vt_graph *sync, const float *x, int outer, int C, int inner, double *scratch, float eps,
+                        float momentum, float *mu, float *rstd, float *rm, float *rv, float *nbt) {
     const int nch = stat_chunks(outer, inner);
     double *part = scratch, *s1 = part + (size_t)2 * nch * C, *s2 = s1 + C;
-    batch_stats(x, outer, C, inner, nch, part, s1, s2, mu);
+    const int64_t M = batch_stats(sync, x, outer, C, inner, nch, part, s1, s2, mu);
     for (int c = 0; c < C; c++) {
         rstd[c] = (float)(1.0 / sqrt(s2[c] + eps));
         if (rm) { /* torch: running = (1 − momentum)·running + momentum·batch (unbiased var) */
@@ -831,7 +857,8 @@ static void bn_fwd(vt_node *n) {
     float *rm = bn_arr(n, 2, ga), *rv = bn_arr(n, 3, ga);
     const float *mean;
     if (batch) {
-        vt_bn_batch_update(x, outer, C, inner, (double *)n->fws->data, eps, mom, n->save[0]->data, n->save[1]->data,
+        vt_bn_batch_update(n->g, x, outer, C, inner, (double *)n->fws->data, eps, mom, n->save[0]->data,
+                           n->save[1]->data,
                            p->update ? rm : NULL, p->update ? rv : NULL, NULL);
         for (int j = 0; p->update && j < p->sets; j++) { /* the running statistics back into the sets' tensors */
             const int cs = C / p->sets;
@@ -891,17 +918,22 @@ static void bn_bwd(vt_node *n) {
     } else if (sums) {
         chan_sums(x, dy, mean, outer, C, inner, nch, part, s1, s2); /* Σdy, Σdy·(x − mean) */
     }
-    for (int c = 0; c < C; c++) {
+    for (int c = 0; c < C; c++) { /* this replica's sums */
         const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)rv[c] + eps));
         if (dw) bn_grad_add(n, 0, c, (float)(s2[c] * rs * p->oscale));
         if (db) bn_grad_add(n, 1, c, (float)(s1[c] * p->oscale));
+    }
+    if (!dx) return;
+    const int64_t Mall = batch ? M * sync_sums(n->g, C, s1) : M; /* synchronised: every replica's */
+    for (int c = 0; c < C; c++) {
+        const float rs = batch ? n->save[1]->data[c] : (float)(1.0 / sqrt((double)rv[c] + eps));
         k1[c] = (w ? w[c] * rs : rs) * p->oscale;
         /* batch statistics: dx = w·rstd·(dy − mean(dy) − x̂·mean(dy·x̂)); running statistics: dx = w·rstd·dy */
-        k2[c] = batch ? (float)(s1[c] / M) : 0.0f;
-        k3[c] = batch ? (float)(s2[c] * rs * rs / M) : 0.0f;
+        k2[c] = batch ? (float)(s1[c] / Mall) : 0.0f;
+        k3[c] = batch ? (float)(s2[c] * rs * rs / Mall) : 0.0f;
     }
-    if (dx) /* with act, its backward again (k1 is the scale) */
-        chan_apply(n->grad_fresh & 1u ? -1 : 0, p->act, x, dy, mean, shift, k1, k2, k3, NULL, dx, outer, C, inner);
+    /* with act, its backward again (k1 is the scale) */
+    chan_apply(n->grad_fresh & 1u ? -1 : 0, p->act, x, dy, mean, shift, k1, k2, k3, NULL, dx, outer, C, inner);
 }
 
 static const vt_opdef op_batchnorm = {"batchnorm", bn_fwd, bn_bwd, VT_READS(VT_READS_ALL_IN), NULL, VT_OP_OTHER};
@@ -1067,14 +1099,14 @@ static void bns_fwd(vt_node *n) {
     if (p->batch) {
         double *part = (double *)n->fws->data, *s1 = part + (size_t)2 * nch * rC, *s2 = s1 + rC;
         float *mu = n->save[0]->data, *rstd = n->save[1]->data;
-        batch_stats(z, R, rC, 1, nch, part, s1, s2, mu);
+        const int64_t Rall = batch_stats(n->g, z, R, rC, 1, nch, part, s1, s2, mu);
         for (int j = 0; j < rC; j++) {
             rstd[j] = (float)(1.0 / sqrt(s2[j] + p->eps));
             if (p->update) { /* as vt_batchnorm: torch's momentum update, unbiased variance */
                 const double mom = p->momentum;
                 float *rm = bns_in(n, j / C, 2)->data + j % C, *rv = bns_in(n, j / C, 3)->data + j % C;
                 *rm = (float)((1.0 - mom) * *rm + mom * s1[j]);
-                *rv = (float)((1.0 - mom) * *rv + mom * s2[j] * R / (R - 1));
+                *rv = (float)((1.0 - mom) * *rv + mom * s2[j] * Rall / (Rall - 1));
             }
         }
         for (int b = 0; p->update && b < r; b++) bns_in(n, b, 4)->data[0] += 1.0f;
@@ -1128,17 +1160,21 @@ static void bns_bwd(vt_node *n) {
     for (int b = 0; b < r; b++) /* Σdy, Σdy·(z − mean) per channel of group b */
         chan_sums_ld(z + (size_t)b * C, rC, dy, C, m + (size_t)b * C, R, C, 1, nch, part, s1 + (size_t)b * C,
                      s2 + (size_t)b * C);
-    for (int j = 0; j < rC; j++) {
+    for (int j = 0; j < rC; j++) { /* this replica's sums */
         const float rs = bns_rstd(n, j);
         float *dw = bns_in(n, j / C, 0)->grad, *db = bns_in(n, j / C, 1)->grad;
         if (dw) dw[j % C] += (float)(s2[j] * rs);
         if (db) db[j % C] += (float)s1[j];
-        /* batch statistics: dz = w·rstd·(dy − mean(dy) − ẑ·mean(dy·ẑ)); running statistics: dz = w·rstd·dy */
-        k1[j] = bns_val(n, 0, j) * rs;
-        k2[j] = p->batch ? (float)(s1[j] / R) : 0.0f;
-        k3[j] = p->batch ? (float)(s2[j] * rs * rs / R) : 0.0f;
     }
     if (!dz) return;
+    const int64_t Rall = p->batch ? (int64_t)R * sync_sums(n->g, rC, s1) : R; /* synchronised: every replica's */
+    for (int j = 0; j < rC; j++) {
+        const float rs = bns_rstd(n, j);
+        /* batch statistics: dz = w·rstd·(dy − mean(dy) − ẑ·mean(dy·ẑ)); running statistics: dz = w·rstd·dy */
+        k1[j] = bns_val(n, 0, j) * rs;
+        k2[j] = p->batch ? (float)(s1[j] / Rall) : 0.0f;
+        k3[j] = p->batch ? (float)(s2[j] * rs * rs / Rall) : 0.0f;
+    }
     const int add = !(n->grad_fresh & 1u);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < R; o++) {

@@ -146,6 +146,15 @@ int vt_dist_sum(const vt_dist *d, double *v, int n, vt_err *e) {
     return mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce", e);
 }
 
+void vt_dist_allsum(void *ctx, double *v, int n) {
+    const vt_dist *d = ctx;
+    vt_err e = {0};
+    if (vt_dist_sum(d, v, n, &e) == 0) return;
+    /* inside a graph step, which cannot fail: the ranks stop together (MPI's default error handler would have) */
+    fprintf(stderr, "vitc: rank %d: synchronised BatchNorm: %s\n", d->rank, e.msg);
+    vt_dist_abort(d, 1);
+}
+
 int vt_dist_broadcast(const vt_dist *d, vt_params *P, vt_adamw *opt, int64_t *v, int nv, vt_err *e) {
     if (!d->mpi || d->size == 1) return 0;
     vt_params_changed(P);

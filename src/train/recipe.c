@@ -104,11 +104,12 @@ static void preset_flatten(vt_recipe *r, const char *model) {
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
  * wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
- * 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates). The Swin code
- * base: warm-up/min lr as Swin's. */
+ * 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
+ * a SyncBatchNorm. The Swin code base: warm-up/min lr as Swin's. */
 static void preset_gmf(vt_recipe *r) {
     preset_swin(r);
     r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; drop-path: the model's, its yaml file's)";
+    r->sync_bn = 1;
 }
 
 /* Refiner (spec-refiner.md §7; scripts/refiner_*.yaml run by its main.py, timm's train.py): lr 5e-4 as given (no
@@ -220,6 +221,7 @@ void vt_recipe_apply(const vt_recipe *r, vt_train_opts *o) {
     o->model_ema = r->model_ema;
     o->model_ema_decay = r->model_ema_decay;
     o->repeated_aug = r->repeated_aug ? 3 : 0;
+    o->sync_bn = r->sync_bn;
     o->recipe = r;
 }
 
@@ -310,6 +312,7 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddBoolToObject(j, "model_ema", r->model_ema);
     cJSON_AddNumberToObject(j, "model_ema_decay", r->model_ema_decay);
     cJSON_AddBoolToObject(j, "repeated_aug", r->repeated_aug);
+    cJSON_AddBoolToObject(j, "sync_bn", r->sync_bn);
     cJSON_AddStringToObject(j, "aa", r->aa);
     cJSON_AddNumberToObject(j, "reprob", r->reprob);
     cJSON_AddStringToObject(j, "remode", r->remode);

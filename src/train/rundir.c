@@ -63,7 +63,7 @@ int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, 
         {"cutmix", o->mixup.cutmix_alpha, 0}, {"mixup-prob", o->mixup.prob, 0},
         {"mixup-switch-prob", o->mixup.switch_prob, 0}, {"model-ema", o->model_ema != 0, 0},
         {"model-ema-decay", o->model_ema ? o->model_ema_decay : 0, 0}, {"drop-path", c->arch.drop_path, 0},
-        {"cos-reg", c->arch.cos_reg, 0}};
+        {"cos-reg", c->arch.cos_reg, 0}, {"sync-bn", o->sync_bn != 0, 0}};
     _Static_assert(sizeof num / sizeof *num + 4 <= RUN_SETTINGS, "run_setting array too small");
     int n = 0;
     s[n++] = (run_setting){"data", o->data, {0}, 1};

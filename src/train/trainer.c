@@ -45,10 +45,15 @@ typedef struct {
     vt_tensor *x, *labels, *targets, *logits, *loss;
 } train_graph;
 
-static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothing, int soft, train_graph *t,
-                       vt_err *e) {
+static int build_train(const vt_model_cfg *c, vt_params *P, int B, float smoothing, int soft, vt_dist *sync,
+                       train_graph *t, vt_err *e) {
     memset(t, 0, sizeof *t);
     if (!(t->g = vt_graph_new(P, 1, e))) return -1;
+    if (sync && sync->size > 1) { /* synchronised BatchNorm over the ranks */
+        t->g->allsum = vt_dist_allsum;
+        t->g->allsum_ctx = sync;
+        t->g->replicas = sync->size;
+    }
     t->logits = vt_model_build(t->g, c, B, &t->x);
     t->labels = vt_input(t->g, "labels", 1, &B);
     const int ts[2] = {B, c->arch.num_classes};
@@ -81,7 +86,7 @@ int vt_grad_steps(const vt_model_cfg *c, vt_params *P, const float *x, const flo
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f; /* deterministic gradients: stochastic depth off */
     train_graph t;
-    if (build_train(&tc, P, B, 0.0f, 0, &t, e)) return -1;
+    if (build_train(&tc, P, B, 0.0f, 0, NULL, &t, e)) return -1;
     vt_adamw opt = {0};
     int rc = 0;
     if (steps > 1 && vt_adamw_init(&opt, P, 0.9f, 0.999f, 1e-8f, (float)wd, e)) rc = -1;
@@ -129,7 +134,7 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
     vt_model_cfg tc = vt_model_training_form(c);
     tc.arch.drop_path = 0.0f;
     train_graph t;
-    if (build_train(&tc, P, B, 0.0f, 0, &t, e)) return -1;
+    if (build_train(&tc, P, B, 0.0f, 0, NULL, &t, e)) return -1;
     const size_t img = (size_t)t.x->numel / (size_t)B;
     double sum = 0.0;
     for (int j = 0; j < accum; j++) {
@@ -645,7 +650,8 @@ static int run_open(train_run *r, vt_err *e) {
     if (vt_model_init_params(c, P, o->seed, e) ||
         (o->init_from && r->lead && /* then broadcast */
          vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, pos_h, pos_w, o->init_from, r->out, e)) ||
-        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), &r->t, e) ||
+        build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), o->sync_bn ? dp : NULL, &r->t,
+                    e) ||
         vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
         (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||
         !(r->gb = vt_dist_grads_new(dp, r->t.g, e)) ||

@@ -30,7 +30,7 @@ typedef struct {
 } run_setting;
 
 /* Room for run_settings' settings. */
-enum { RUN_SETTINGS = 29 };
+enum { RUN_SETTINGS = 30 };
 
 /* The settings of run o of model c (the training form) over `images` training images, into s (RUN_SETTINGS of
  * them); returns their count. */

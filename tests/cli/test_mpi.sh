@@ -88,6 +88,29 @@ check "command.txt names the rank count" "grep -q '^mpirun -np 2 ' '$T/two/comma
 check "rank 0 writes the run folder" "[ -s '$T/two/command.txt' ] && [ -s '$T/two/curves.png' ] && \
     [ \$(wc -l <'$T/two/metrics.csv') -eq 6 ] && [ -z \"\$(ls -A '$T/two' | grep -E 'tmp|[.]vitc-')\" ]"
 
+# synchronised BatchNorm: GroupMixFormer (BatchNorms throughout) on a small image folder, 2 ranks x 8 with --sync-bn
+# train as 1 process x 16; without it each rank normalises its own 8 images and the losses part (so the check can fail)
+$PY tools/make_imagefolder.py synthetic "$T/sy" --n 40 --size 32x32 --classes 4 >"$T/sy.log" 2>&1
+SB="groupmixformer_test --img-size 32 --num-classes 4 --data $T/sy --drop-path 0 --lr 1e-3 --train-subset 16 \
+    --test-subset 8 --seed 3 --epochs 5 --threads 1 --no-augment"
+$V train $SB --batch-size 16 --out "$T/bn1" >"$T/bn1.log" 2>&1
+check "GroupMixFormer: 1 process x 16 trains" "[ $? -eq 0 ]" "$(tail -3 "$T/bn1.log")"
+$MPI $V train $SB --batch-size 8 --sync-bn --out "$T/bn2" >"$T/bn2.log" 2>&1
+me=$(metrics_err "$T/bn2/metrics.csv" "$T/bn1/metrics.csv")
+check "--sync-bn: 2 ranks x 8 == 1 x 16, losses and accuracies of 5 steps within 1e-5 (rel. $me)" \
+    "awk 'BEGIN{exit !($me <= 1e-5)}'" "$(tail -3 "$T/bn2.log"; cat "$T/bn1/metrics.csv" "$T/bn2/metrics.csv")"
+check "... the checkpoint records it" "grep -qa '\"sync-bn\":\"1\"' '$T/bn2/checkpoint.safetensors'"
+$MPI $V train ${SB/--epochs 5/--epochs 6} --batch-size 8 --resume "$T/bn2" --out "$T/bn2r" >"$T/bn2r.log" 2>&1
+check "... and --resume keeps it" "grep -qa '\"sync-bn\":\"1\"' '$T/bn2r/checkpoint.safetensors'" "$(tail -3 "$T/bn2r.log")"
+$MPI $V train $SB --batch-size 8 --out "$T/bnu" >"$T/bnu.log" 2>&1
+me=$(metrics_err "$T/bnu/metrics.csv" "$T/bn1/metrics.csv")
+check "without --sync-bn the ranks' own statistics part from 1 x 16 (rel. $me)" "awk 'BEGIN{exit !($me > 1e-4)}'" \
+    "$(tail -3 "$T/bnu.log")"
+$MPI $V train $SB --batch-size 8 --recipe groupmixformer --epochs 1 --out "$T/bnr" >"$T/bnr.log" 2>&1
+check "the groupmixformer recipe synchronises BatchNorm (its official training's SyncBatchNorm)" \
+    "grep -qa '\"sync-bn\":\"1\"' '$T/bnr/checkpoint.safetensors' && grep -q '\"sync_bn\":[[:space:]]*true' '$T/bnr/recipe.json'" \
+    "$(tail -3 "$T/bnr.log")"
+
 # 2) kill -9 of rank 1 during epoch 2 of 3; rank 0's checkpoint of epoch 1 stays intact; --resume with 2 ranks (with
 # Mixup/CutMix on: each rank's draws, keyed by step and rank, resume as they would have run)
 KL="vit_fmnist_tiny --data fashion-mnist --lr 2e-3 --train-subset 2048 --test-subset 100 --seed 5 --epochs 3 --threads 1 \

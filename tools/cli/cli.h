@@ -34,6 +34,7 @@ typedef struct {
     double mixup, cutmix, mixup_prob, mixup_switch, ema_decay; /* train: -1 when not given */
     int model_ema, no_model_ema, accum_steps; /* train */
     int repeated_aug, no_repeated_aug;        /* train */
+    int sync_bn, no_sync_bn;                  /* train */
     int augment, no_augment;                  /* train */
     const char *classes; /* --classes FILE: a run's classes.json */
     char **cls;          /* its names (ncls) */

@@ -109,6 +109,9 @@ const optdef optdefs[] = {
     O("--repeated-aug", O_FLAG, repeated_aug, "DeiT's repeated-augmentation sampler: each image 3 times in a row, "
       "⌊n/256⌋·256 images an epoch (on in the deit recipe)"),
     O("--no-repeated-aug", O_FLAG, no_repeated_aug, "a plain shuffle each epoch"),
+    O("--sync-bn", O_FLAG, sync_bn, "under mpirun, BatchNorms normalise over every rank's batch (torch's "
+      "SyncBatchNorm; on in the groupmixformer recipe, as its official training)"),
+    O("--no-sync-bn", O_FLAG, no_sync_bn, "each rank's BatchNorms normalise over its own batch (DDP's plain BatchNorm)"),
     NUM("--accum-steps", O_INT, accum_steps, 1, 1e6, "micro-batches of --batch-size per optimiser step (default 1)"),
     O("--init-from", O_STR, init_from, "W.safetensors to fine-tune from: the head is re-initialised when "
       "--num-classes differs, position embeddings / relative-position tables are resized bicubically and an RGB "

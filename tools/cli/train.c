@@ -132,6 +132,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     if (rc == 0 && mo) rc = take_model_options(o, "train", o->resumed_model, RECORDED_OPTS, NULL, path, what, NULL, 0);
     const char *data = rec_get(&f, "data"), *aug = rec_get(&f, "augment");
     const char *ra = rec_get(&f, "repeated-aug"), *ema = rec_get(&f, "model-ema-decay"), *on = rec_get(&f, "model-ema");
+    const char *sbn = rec_get(&f, "sync-bn");
     if (rc == 0 && data && !given(o, "--data")) {
         rc = copy_recorded(o->resumed_data, sizeof o->resumed_data, data, "data", path);
         o->data = o->resumed_data;
@@ -140,6 +141,10 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     if (same && ra && !given(o, "--repeated-aug") && !given(o, "--no-repeated-aug")) {
         o->repeated_aug = strcmp(ra, "0") != 0;
         o->no_repeated_aug = !o->repeated_aug;
+    }
+    if (same && sbn && !given(o, "--sync-bn") && !given(o, "--no-sync-bn")) {
+        o->sync_bn = strcmp(sbn, "0") != 0;
+        o->no_sync_bn = !o->sync_bn;
     }
     if (rc == 0 && same && ema && !given(o, "--model-ema") && !given(o, "--no-model-ema")) {
         o->model_ema = strcmp(on ? on : ema, "0") != 0; /* before model-ema was recorded: a decay of 0 said off */
@@ -176,6 +181,7 @@ static int train_recipe(opts *o, vt_recipe *r) {
     if (o->model_ema || o->no_model_ema) r->model_ema = o->model_ema;
     if (o->ema_decay >= 0) r->model_ema_decay = o->ema_decay;
     if (o->repeated_aug || o->no_repeated_aug) r->repeated_aug = o->repeated_aug;
+    if (o->sync_bn || o->no_sync_bn) r->sync_bn = o->sync_bn;
     if (o->drop_path < 0 && r->drop_path >= 0) o->drop_path = r->drop_path; /* the recipe's rate for the model */
     r->drop_path = o->drop_path;
     return 0;
@@ -268,6 +274,7 @@ static int train_unused_options(const opts *o, const vt_recipe *r) {
 static int train_contradictions(const opts *o, const vt_dist *d) {
     static const char *const pairs[][2] = {{"--model-ema", "--no-model-ema"},
                                            {"--repeated-aug", "--no-repeated-aug"},
+                                           {"--sync-bn", "--no-sync-bn"},
                                            {"--augment", "--no-augment"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
         if (given(o, pairs[i][0]) && given(o, pairs[i][1]))
