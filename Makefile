@@ -118,6 +118,7 @@ build-pic/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h)
 
 # libvitc.so.VERSION with SONAME libvitc.so.SOVERSION (and the two links), every dependency resolved at link time.
 $(SHLIB): $(PIC_OBJ)
+	@mkdir -p build
 	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -o $@ $^ $(LIB_LIBS)
 	ln -sf libvitc.so.$(VERSION) build/libvitc.so.$(SOVERSION)
 	ln -sf libvitc.so.$(SOVERSION) build/libvitc.so

@@ -361,7 +361,7 @@ check "Refined-ViT with 2 blocks: its default cos_reg over 2 pairs refused, nami
 $V train $RF --depths 2 --epochs 1 --cos-reg 1 --out "$T/rf2" >"$T/rf2.log" 2>&1 && \
     $V eval refiner_vit_s --weights "$T/rf2/weights.safetensors" --data fashion-mnist --test-subset 16 >"$T/rf2e.log" 2>&1
 check "... with --cos-reg 1 it trains, and its weights evaluate (the term is a training setting)" "[ $? -eq 0 ] && \
-    grep -q 'top-1 accuracy' '$T/rf2e.log'" "$(tail -3 "$T/rf2.log" "$T/rf2e.log")"
+    grep -q 'top-1 accuracy' '$T/rf2e.log'" "$(tail -n 3 "$T/rf2.log" "$T/rf2e.log")"
 $V train $RF --depths 4 --epochs 1 --out "$T/rf4" >"$T/rf4.log" 2>&1
 check "... a 4-block run records cos-reg 2" "[ $? -eq 0 ] && [ \"\$(meta '$T/rf4/checkpoint.safetensors' cos-reg)\" = 2 ]" \
     "$(tail -3 "$T/rf4.log")"
@@ -522,6 +522,10 @@ check "a resume with --test-subset 0 evaluates every test image, recorded and na
 $V train foo --recipe list >"$T/rl.log" 2>&1
 check "train foo --recipe list: the unknown model refused (2)" "[ $? -eq 2 ] && grep -q \"unknown model 'foo'\" '$T/rl.log'" \
     "$(head -3 "$T/rl.log")"
+$V train groupmixformer_s --recipe list >"$T/rls.log" 2>&1
+check "train MODEL --recipe list: a recipe leaving drop-path to the model shows the model's rate (GroupMixFormer-S 0.2)" \
+    "[ $? -eq 0 ] && awk '/^Recipe groupmixformer/ {g = 1} g && \$1 == \"drop_path\" {print \$2; exit}' '$T/rls.log' | grep -qx 0.2" \
+    "$(grep -A25 '^Recipe groupmixformer' "$T/rls.log")"
 $V train $SMALL --bucket-mib 8 --no-overlap --out "$T/bk" >"$T/bk.log" 2>&1
 check "--bucket-mib and --no-overlap outside mpirun: a notice, and the run goes on" "[ $? -eq 0 ] && grep -q \
 '^vitc: notice: --bucket-mib and --no-overlap: gradient averaging happens only under mpirun' '$T/bk.log'" "$(head -3 "$T/bk.log")"

@@ -71,6 +71,16 @@ static int read_recorded(const vt_dist *d, const char *path, recorded *r, vt_err
     return 0;
 }
 
+/* The shortest decimal that rounds to the float f (a model's rate, e.g. 0.1, not 0.10000000149011612). */
+static double float_decimal(double f) {
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, f);
+        if (strtof(buf, NULL) == (float)f) break;
+    }
+    return strtod(buf, NULL);
+}
+
 /* train --resume DIR: --out defaults to DIR, and each setting DIR's checkpoint records (vt_train's run settings, under
  * their option names) is the default of its option, checked as if given; a --recipe other than the checkpoint's keeps
  * that recipe's values instead of the recorded ones for what it sets. Under mpirun every rank takes rank 0's
@@ -119,14 +129,8 @@ static int resume_defaults(opts *o, const vt_dist *d) {
             notice("%s records a --recipe msf run of vitc 0.6.0 or earlier, which trained image folders without the "
                    "recipe's three-augment: the epochs to come run it", path);
     }
-    if (rc == 0 && o->drop_path > 0 && !given(o, "--drop-path")) { /* recorded from the model's float: its shortest */
-        char buf[32];                                              /* decimal, e.g. 0.1, not 0.10000000149011612 */
-        for (int p = 1; p <= 9; p++) {
-            snprintf(buf, sizeof buf, "%.*g", p, o->drop_path);
-            if (strtof(buf, NULL) == (float)o->drop_path) break;
-        }
-        o->drop_path = strtod(buf, NULL);
-    }
+    if (rc == 0 && o->drop_path > 0 && !given(o, "--drop-path")) /* recorded from the model's float */
+        o->drop_path = float_decimal(o->drop_path);
     const char *mo = rec_get(&f, "model-options");
     if (rc == 0 && mo) rc = copy_recorded(o->resumed_model, sizeof o->resumed_model, mo, "model-options", path);
     if (rc == 0 && mo) rc = take_model_options(o, "train", o->resumed_model, RECORDED_OPTS, NULL, path, what, NULL, 0);
@@ -214,6 +218,7 @@ static int list_recipes(const opts *o) {
         vt_recipe r;
         vt_err e = {0};
         if (vt_recipe_get(vt_recipe_name(i), o->model, &r, &e)) return die("%s", e.msg);
+        if (o->model && r.drop_path < 0) r.drop_path = float_decimal(vt_model_find(o->model)->arch.drop_path);
         vt_recipe_print(&r, stdout);
     }
     return 0;
