@@ -384,8 +384,11 @@ def main():
           f"{'/'.join(map(str, threads))}"
           + (f", each also with {benchenv.mkl_note()}" if len(mkl) > 1 else "")
           + "; ratio = vitc / official; peak: the highest sgemm GFLOP/s of the row's vitc "
-          "runs; % peak: achieved GFLOP/s (vitc's MAC count) as a share of it; ceiling = peak / official GFLOP/s, "
-          "the most an fp32 engine running every MAC at that peak could reach")
+          "runs; % peak: each side's achieved GFLOP/s as a share of it (vitc's FLOPs per image as its graph counts "
+          "them, the official side's the same scaled by the model's MACs over vitc's run MACs); ceiling = peak over "
+          "the official img/s at vitc's FLOPs per image, the ratio of an engine running vitc's FLOPs at that "
+          "measured sgemm rate (benchenv.peak_cells)")
+    print("# " + benchenv.PEAK_LEGEND)
     print("| model (official class) | mode | batch | official img/s (torch threads) | vitc img/s | ratio | "
           "peak GFLOP/s | % peak vitc / official | ceiling |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -2,15 +2,20 @@
 """Side-by-side throughput of vitc and PyTorch on the same model, batch and mode, in one run.
 
 PyTorch runs the independent PyTorch reference of the model (tests/reference: vit_ref for DeiT, swin_ref, pvt_ref,
-cswin_ref, gmf_ref, nextvit_ref (BN-merged for inference, like vitc's deployed Next-ViT); float32, eval mode for inference; forward + cross-entropy + backward + AdamW step for
-training; the hierarchical references match the official code bit for bit), under every combination of
+cswin_ref, gmf_ref, nextvit_ref (BN-merged for inference, like vitc's deployed Next-ViT); float32, eval mode for
+inference; forward + cross-entropy + backward + AdamW step for training; the hierarchical references match the
+official code bit for bit; their RECORD_MAPS stays False, so no attention map is kept or, for GMA, computed; their
+DropPath is identity, and vitc trains with --drop-path 0 to match), under every combination of
 torch.set_num_threads in {1, 2} and OPENBLAS_NUM_THREADS in {1, 2} (each in a fresh process, since OpenBLAS reads
 its variable at load time); the best setting is kept. vitc runs `vitc bench ... --json --threads 2`, the most any
 PyTorch side gets (on a machine of more cores vitc's default, all of them, would not be a like-for-like row).
 The host's speed drifts by up to 1.5x within minutes, so after the four settings vitc and PyTorch's best setting
 run alternately --repeats times and each side reports its best run (vitc gets --repeats runs, PyTorch's best
 setting at least as many).
-Peak memory: each process's peak resident set (MiB) for the same run (weights, activations, libraries).
+Peak memory: each process's peak resident set (MiB) for the same run (weights, activations, libraries); vitc's is
+`vitc bench`'s peak_rss_mib, without the buffers of its sgemm-peak probes, which the PyTorch processes do not run.
+"GMACs/img": the model's multiply-adds per image; "run / model" where vitc's graph runs fewer (a class-token ViT's
+last block computes the class token's row alone: DeiT-T 1.167 of 1.254), every anchor running the model's.
 
 With --venv DIR (a virtualenv made by bench/anchors_venv.sh: PyTorch 2.x from PyPI, with MKL and its own oneDNN,
 and ONNX Runtime), each row also runs, with DIR's python and the same reference model and snippet:
@@ -28,13 +33,19 @@ every other round (a side that always ran first or last would carry any order ef
 anchor.
 
 Against the machine's fp32 GEMM speed: "peak" is the highest 1024^3 sgemm GFLOP/s that `vitc bench` measured in
-this row's vitc runs (the better of OpenBLAS and oneDNN); "% peak" is each side's achieved GFLOP/s as a share of it,
-vitc's from the MACs its graph runs, the anchor's from the model's (a class-token ViT's last block in full, where
-vitc computes the class token's row alone); "ceiling" = peak over the anchor's img/s at vitc's FLOPs per image, the
-ratio an engine running vitc's MACs at the sgemm peak would reach against that anchor: a target above it needs
-fewer operations (another algorithm or precision), not faster fp32 code (benchenv.peak_cells).
-Debian's torch links the machine's OpenBLAS, whose kernels an OPENBLAS_CORETYPE in the environment changes (vitc's
-dispatcher moves its products to oneDNN where OpenBLAS runs a generic core): the header prints each side's core.
+this row's vitc runs (the better of OpenBLAS and oneDNN, before and after each run's timed steps): a measured
+reference rate, not an upper bound, since a model's kernels (weights packed once, other shapes) can beat that one
+product. "% peak" is each side's achieved GFLOP/s as a share of it, one count for both: vitc's FLOPs per image are
+those its graph runs (training: forward and backward as vt_graph_train_macs counts them), the anchor's the same scaled
+by the model's MACs over vitc's run MACs (inference: 2 x the model's MACs); a share above 100% is marked "(>peak)".
+"ceiling" = peak over the anchor's img/s at vitc's FLOPs per image: the ratio against that anchor of an engine running
+vitc's FLOPs at the measured sgemm rate; vitc's ratio exceeds it exactly where its % peak is marked
+(benchenv.peak_cells).
+Debian's torch links the machine's OpenBLAS, whose kernels an OPENBLAS_CORETYPE in the environment changes, while
+vitc's dispatcher moves its large products to oneDNN: the script refuses to run with OPENBLAS_CORETYPE set unless
+--allow-coretype is given. The header prints each side's OpenBLAS core; the Debian torch column's title names its core,
+and where that core's kernels are below the CPU's ISA (forced by OPENBLAS_CORETYPE or misdetected), the title, every
+Debian cell and every ratio against it carry "†" with a note above the table.
 Every process gets its thread counts explicitly; OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS left in
 the shell are removed (vitc gets --threads 2, as above).
 With --bf16: vitc runs `--dtype bf16` (its large products on bf16 inputs summed in fp32) and every PyTorch side runs
@@ -45,10 +56,12 @@ Runtime (no such mode). "peak" is then the bf16 product's (`vitc bench`'s bf16_g
 inputs, converted as vitc's GEMMs convert them), and "ceiling" the ratio against it.
 Usage: /usr/bin/python3 bench/compare_torch.py [--models deit_tiny_patch16_224,...] [--batches 1,16]
        [--modes infer,train] [--iters N] [--repeats R] [--no-search] [--venv build/bench-venv] [--bf16]
+       [--allow-coretype]
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -68,6 +81,8 @@ name = %(model)r
 train = %(train)d
 def build():
     import vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref, nextvit_ref
+    for ref in (vit_ref, swin_ref, cswin_ref, gmf_ref):  # the default: no attention map kept or computed
+        ref.RECORD_MAPS = False
     if name in nextvit_ref.DEPTHS:  # inference on the BN-merged form, as vitc's deployed default
         return nextvit_ref.build(name, train_form=bool(train), merged=not train)
     for ref in (swin_ref, pvt_ref, cswin_ref):
@@ -247,7 +262,7 @@ def vitc_run(model, batch, train, iters):
     cmd = [os.path.join(ROOT, "vitc"), "bench", model, "--batch-size", str(batch), "--iters", str(iters), "--json",
            "--threads", str(MAX_THREADS)]
     if train:
-        cmd.append("--train")
+        cmd += ["--train", "--drop-path", "0"]  # the references' DropPath is identity: the same work on both sides
     if AMP[0]:
         cmd += ["--dtype", "bf16"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -257,9 +272,29 @@ def vitc_run(model, batch, train, iters):
     if p.returncode != 0:
         sys.exit("vitc bench failed:\n" + err)
     r = json.loads(out)
-    r["peak_mib"] = usage.ru_maxrss / 1024
+    # the model's peak without the sgemm probes' buffers (no PyTorch process runs those); a vitc without the field:
+    # the process's
+    r["peak_mib"] = r.get("peak_rss_mib") or usage.ru_maxrss / 1024
     benchenv.contention_note(r, f"vitc {model} b{batch} {'train' if train else 'infer'}")
     return r
+
+
+def debian_core_cell(core, isa):
+    """(title suffix, cell marker, note or None) for the Debian torch column: its OpenBLAS core in the title, and
+    "†" with a note where that core's kernels are below the CPU's ISA tier (isa: `vitc bench --json`'s) or were
+    forced by OPENBLAS_CORETYPE."""
+    env = os.environ.get("OPENBLAS_CORETYPE")
+    cpu = "AVX-512" if isa.get("avx512") else "AVX2" if isa.get("avx2") else None
+    below = cpu is not None and core != "?" and benchenv.openblas_tier(core) < (3 if cpu == "AVX-512" else 2)
+    if env is None and not below:
+        return f" [OpenBLAS {core}]", "", None
+    why = [f"OPENBLAS_CORETYPE={env}"] if env is not None else []
+    if below:
+        why.append(f"below the CPU's {cpu}")
+    allowed = "; run with --allow-coretype" if env is not None else ""
+    note = (f"† Debian torch ran OpenBLAS core {core} ({', '.join(why)}{allowed}), while vitc's dispatcher runs its "
+            "large products on oneDNN: the Debian torch column and every ratio against it are not like for like")
+    return f" [OpenBLAS {core}, {', '.join(why)}] †", " †", note
 
 
 def main():
@@ -274,7 +309,15 @@ def main():
     ap.add_argument("--venv", help="also PyTorch 2.x eager, torch.compile and ONNX Runtime from this virtualenv "
                     "(made by bench/anchors_venv.sh)")
     ap.add_argument("--bf16", action="store_true", help="vitc --dtype bf16 against PyTorch's CPU autocast to bfloat16")
+    ap.add_argument("--allow-coretype", action="store_true",
+                    help="run although OPENBLAS_CORETYPE is set (it picks Debian torch's OpenBLAS kernels, while vitc "
+                    "runs its large products on oneDNN); the Debian torch column and its ratios are then marked")
     a = ap.parse_args()
+    if "OPENBLAS_CORETYPE" in os.environ and not a.allow_coretype:
+        sys.exit(f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']!r} is set: it chooses the OpenBLAS kernels of "
+                 "Debian's torch (all its GEMMs), while vitc runs its large products on oneDNN, so the Debian torch "
+                 "column would be handicapped. Unset it, or give --allow-coretype to run with it (that column and "
+                 "its ratios are then marked).")
     AMP[0] = a.bf16
     if a.bf16 and not a.venv:
         sys.exit("--bf16 compares with PyTorch 2.x's autocast: give --venv (Debian's torch 1.13 autocast fails)")
@@ -295,14 +338,18 @@ def main():
              "ratio = vitc / torch best; MiB: peak resident set of each process")
           + ("; bf16: vitc --dtype bf16, PyTorch under CPU autocast to bfloat16" if a.bf16 else ""))
     info = os.path.join(ROOT, "bench", "torch_info.py")
+    debian_core = "?"
     for python in ["/usr/bin/python3"] + ([os.path.join(a.venv, "bin", "python")] if a.venv else []):
         out = subprocess.run([python, info] + (["--ort"] if python != "/usr/bin/python3" else []),
                              capture_output=True, text=True)
         for line in out.stdout.splitlines() or [f"{python}: torch_info failed: {out.stderr.strip()[-200:]}"]:
             print("# " + line)
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        print(f"# OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} is set: it chose the OpenBLAS core above for "
-              "Debian's torch, and vitc's OpenBLAS core below")
+        core = re.search(r"libopenblas[^\s,)]* core ([^\s,)]+)", out.stdout)
+        if python == "/usr/bin/python3" and core:
+            debian_core = core.group(1)
+    if "OPENBLAS_CORETYPE" in os.environ:
+        print(f"# OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']!r} is set (--allow-coretype): it chose the "
+              "OpenBLAS core of Debian's torch above, and vitc's OpenBLAS core below")
     mkl = [("", {})]
     if a.venv:
         uses = subprocess.run([os.path.join(a.venv, "bin", "python"), "-c",
@@ -312,7 +359,7 @@ def main():
         if len(mkl) > 1:
             print(f"# torch 2.x eager (and torch.compile on its best) also tries {benchenv.mkl_note()}; the cells name "
                   "it where it won")
-    header = False
+    header, mark = False, ""  # mark: the Debian torch column's (debian_core_cell)
     errors_seen = set()
     with tempfile.TemporaryDirectory(prefix="vitc-compare-") as tmp:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")  # torch.compile's cache, removed too
@@ -329,17 +376,25 @@ def main():
                     t = (0.0, "-", "-", 0.0) if a.bf16 else torch_best(model, img, b, train, iters, not a.no_search)
                     if not header:
                         print(f"# vitc's GEMM kernels: OpenBLAS {v.get('openblas_core', '?')}, "
-                              f"oneDNN {v.get('onednn_isa', '?')}; vitc threads: {v.get('threads', '?')}")
+                              f"oneDNN {v.get('onednn_isa', '?')}; vitc threads: {v.get('threads', '?')}"
+                              + ("" if a.bf16 else f"; Debian torch's GEMM kernels: OpenBLAS {debian_core}"))
+                        title, mark, note = debian_core_cell(debian_core, v.get("isa", {}))
+                        if a.bf16:
+                            title, mark, note = "", "", None
+                        if note:
+                            print("# " + note)
+                        print("# " + benchenv.PEAK_LEGEND + "; GMACs/img: vitc's run / the model's where they differ "
+                              "(every anchor runs the model's)")
                         if a.venv:
-                            print("| model | mode | batch | vitc img/s | Debian torch 1.13 (threads, OpenBLAS threads) "
-                                  "| torch 2.x eager | torch.compile | ORT | ratio | peak GFLOP/s | % peak vitc / "
-                                  "best anchor | ceiling |")
-                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                            print(f"| model | mode | batch | GMACs/img | vitc img/s | Debian torch 1.13{title} "
+                                  "(threads, OpenBLAS threads) | torch 2.x eager | torch.compile | ORT | ratio | "
+                                  "peak GFLOP/s | % peak vitc / best anchor | ceiling |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
                         else:
-                            print("| model | mode | batch | vitc img/s | vitc GFLOP/s | torch best img/s (threads, "
-                                  "OpenBLAS threads) | ratio | MiB vitc / torch | peak GFLOP/s | % peak vitc / "
-                                  "torch | ceiling |")
-                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                            print(f"| model | mode | batch | GMACs/img | vitc img/s | vitc GFLOP/s | Debian torch "
+                                  f"1.13{title} best img/s (threads, OpenBLAS threads) | ratio | MiB vitc / torch | "
+                                  "peak GFLOP/s | % peak vitc / torch | ceiling |")
+                            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
                         header = True
 
                     def vitc_again():
@@ -359,8 +414,9 @@ def main():
                         for k in range(a.repeats - 1):  # the order reversed in every other round
                             for side in ((debian_again, vitc_again) if k % 2 == 0 else (vitc_again, debian_again)):
                                 side()
-                        print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {v['gflops']:.1f} | "
-                              f"{t[0]:.2f} ({t[1]}, {t[2]}) | {v['img_per_s'] / t[0]:.2f} | "
+                        print(f"| {model} | {mode} | {b} | {benchenv.macs_note(v)} | {v['img_per_s']:.2f} | "
+                              f"{v['gflops']:.1f} | {t[0]:.2f} ({t[1]}, {t[2]}){mark} | "
+                              f"{v['img_per_s'] / t[0]:.2f}{mark} | "
                               f"{v['peak_mib']:.0f} / {t[3]:.0f} | {benchenv.peak_cells(v, t[0], peak)} |", flush=True)
                         continue
                     an = anchors_row(a.venv, tmp, (model, img, b, train, iters), not a.no_search, a.repeats,
@@ -371,10 +427,11 @@ def main():
                             print(f"# {k} n/a ({model} {mode} b{b}, first failure only): {x.err}", flush=True)
                     best = max([t[0]] + [x.ips for x in an.values() if x.ips is not None])
                     ort = an["ort"].cell() if not train else "-"
-                    debian = "-" if a.bf16 else f"{t[0]:.2f} ({t[1]}, {t[2]})"
-                    ratio = f"{v['img_per_s'] / best:.2f} | {benchenv.peak_cells(v, best, peak)}" if best > 0 else \
-                        "n/a | - | - | -"  # no anchor ran
-                    print(f"| {model} | {mode} | {b} | {v['img_per_s']:.2f} | {debian} | "
+                    debian = "-" if a.bf16 else f"{t[0]:.2f} ({t[1]}, {t[2]}){mark}"
+                    against = mark if not a.bf16 and best == t[0] else ""  # the ratio is against Debian torch
+                    ratio = f"{v['img_per_s'] / best:.2f}{against} | {benchenv.peak_cells(v, best, peak)}" \
+                        if best > 0 else "n/a | - | - | -"  # no anchor ran
+                    print(f"| {model} | {mode} | {b} | {benchenv.macs_note(v)} | {v['img_per_s']:.2f} | {debian} | "
                           f"{an['eager'].cell()} | {an['compile'].cell()} | {ort} | {ratio} |", flush=True)
                     onnx = os.path.join(tmp, f"{model}_b{b}.onnx")  # ~100 MB a model: not kept past its rows
                     if os.path.exists(onnx):

@@ -159,7 +159,7 @@ typedef struct vt_bench_result {
                                           * block computes the class token's row alone */
     double gflops;                       /* achieved: 2 × the multiply-adds a step ran, per second (the forward's, or
                                           * forward and backward's, vt_graph_train_macs) */
-    double peak_rss_mib;                 /* the process's peak resident memory after the timed runs (getrusage) */
+    double peak_rss_mib;                 /* the model's peak resident memory (getrusage), without the sgemm probes' */
     double weight_copies_mib;            /* weight copies the graph's kernels made (vt_gemm_weight_copy_bytes:
                                           * packed, bf16, int8; none with --no-prepack but int8's) */
     double sgemm_openblas, sgemm_onednn; /* each library's 1024³ sgemm GFLOP/s; sgemm_gflops is the better one */

@@ -46,6 +46,10 @@ import torch.nn.functional as F
 import flatten_ref
 from torch import nn
 
+# Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
+# default, as bench/compare_torch.py times the references) no block's map outlives its forward.
+RECORD_MAPS = False
+
 _C = dict(mlp_ratio=4.0, qkv_bias=True, ln_eps=1e-5, in_chans=3, num_classes=1000, focusing_factor=3,
           kernel_size=5)
 MODELS = {
@@ -176,7 +180,8 @@ class StripeAttention(nn.Module):
         lepe = image_to_tokens(self.get_v(tokens_to_image(vw, hs, ws)))   # zero padding at the window borders
         qh, kh, vh = (split_heads(t, self.heads) for t in (qw, kw, vw))
         a = torch.softmax((qh * self.d ** -0.5) @ kh.transpose(-2, -1), dim=-1)
-        self.maps = {"": a}                          # per window (B·nW, heads, hs·ws, hs·ws), for test_attention.py
+        if RECORD_MAPS:
+            self.maps = {"": a}                      # per window (B·nW, heads, hs·ws, hs·ws), for test_attention.py
         o = merge_heads(a @ vh) + lepe
         return from_windows(o, B, R, R, hs, ws)
 

@@ -12,6 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# EfficientAtt records its implied token weights in .maps only when this is True (test_attention.py sets it);
+# off (the default, as bench/compare_torch.py times the references) that N x N product, which the output never
+# uses, is not computed.
+RECORD_MAPS = False
+
 CONFIGS = {  # name -> (dims, depths, mlp ratios)
     "groupmixformer_m": ([40, 80, 160, 160], [3, 3, 12, 4], [4, 4, 4, 4]),
     "groupmixformer_t": ([80, 160, 200, 240], [4, 4, 12, 4], [4, 4, 4, 4]),
@@ -91,7 +96,8 @@ class EfficientAtt(nn.Module):
         Z = torch.cat(Y, 1).reshape(3, B, HEADS, d, N).transpose(-1, -2)       # (3, B, 8, N, d)
         q, k, v = Z[0], Z[1], Z[2]
         ctx = k.softmax(dim=2).transpose(-1, -2) @ v                            # (B, 8, d, d)
-        self.maps = {"": self.scale * q @ k.softmax(dim=2).transpose(-1, -2)}  # implied token weights (B, 8, N, N)
+        if RECORD_MAPS:  # implied token weights (B, 8, N, N): an N x N product the forward itself never needs
+            self.maps = {"": self.scale * q @ k.softmax(dim=2).transpose(-1, -2)}
         fa = q @ ctx
         vimg = v.transpose(-1, -2).reshape(B, HEADS * d, H, W)
         vc = self.crpe(vimg).reshape(B, HEADS, d, N).transpose(-1, -2)

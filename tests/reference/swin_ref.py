@@ -51,6 +51,10 @@ import torch.nn.functional as F
 import flatten_ref
 from torch import nn
 
+# Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
+# default, as bench/compare_torch.py times the references) no block's map outlives its forward.
+RECORD_MAPS = False
+
 LN_EPS = 1e-5           # every LayerNorm of every layout (nn.LayerNorm default)
 MASK_NEG = -100.0       # shifted-window mask value (not -inf)
 P_FOCUS, KERNEL = 3, 5  # FLatten focusing factor and DWC kernel (config.py MODEL.LA)
@@ -321,7 +325,8 @@ class WindowAttention(nn.Module):
             nW = mask.shape[0]
             a = (a.reshape(Bw // nW, nW, h, N, N) + mask[None, :, None].to(a.dtype)).reshape(Bw, h, N, N)
         p = torch.softmax(a, dim=-1)
-        self.maps = {"": p}                                                       # per window (test_attention.py)
+        if RECORD_MAPS:
+            self.maps = {"": p}                                                   # per window (test_attention.py)
         o = p @ v
         if self.msf is not None:
             o = o - t[3]

@@ -1,5 +1,6 @@
 """Reference test of `vitc attention` (attention-map pictures) against the independent PyTorch reference models of
-the other reference tests, each of whose attention modules keeps its maps in `.maps` ({view: (B, H, N, M)}).
+the other reference tests, each of whose attention modules keeps its maps in `.maps` ({view: (B, H, N, M)});
+the *_ref.py modules do so only with their RECORD_MAPS set, as this test sets it.
 
 For every block type in the ViT host on Fashion-MNIST-sized inputs (vit_fmnist_tiny; GMA: vit_fmnist_tiny_gap),
 random weights, three image files (PNG, one RGB of another size: vitc preprocesses them, the reference runs on the
@@ -44,6 +45,8 @@ import test_refiner
 import vit_ref
 from common import Report, have_vitc, info, scale_err, tmpdir, vitc, vitc_ok
 
+# the references record their attention maps (.maps) only when asked: this test compares them
+vit_ref.RECORD_MAPS = swin_ref.RECORD_MAPS = cswin_ref.RECORD_MAPS = gmf_ref.RECORD_MAPS = True
 torch.set_default_dtype(torch.float32)  # test_refiner sets float64 when imported; each reference is made double
 TOL = 1e-5
 MODEL = "vit_fmnist_tiny"

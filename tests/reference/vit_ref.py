@@ -24,6 +24,10 @@ MODELS = {  # timm names -> architecture
     "deit_small_patch16_224": dict(patch_size=16, embed_dim=384, depth=12, num_heads=6),
     "deit_base_patch16_224": dict(patch_size=16, embed_dim=768, depth=12, num_heads=12),
 }
+# Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
+# default, as bench/compare_torch.py times the references) no block's map outlives its forward.
+RECORD_MAPS = False
+
 LN_EPS = 1e-6
 
 
@@ -65,7 +69,8 @@ class Attention(nn.Module):
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]                       # (B, heads, N, head_dim)
         a = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
-        self.maps = {"": a}                                     # (B, heads, N, N), for test_attention.py
+        if RECORD_MAPS:
+            self.maps = {"": a}                                 # (B, heads, N, N), for test_attention.py
         return self.proj((a @ v).transpose(1, 2).reshape(B, N, D))
 
 
