@@ -10,6 +10,7 @@
 #include <jpeglib.h>
 #include <stb_image.h>
 #include <stb_image_write.h>
+#include <zlib.h>
 
 #include "test.h"
 #include "vitc/augment.h"
@@ -210,22 +211,39 @@ static void check_decode(vt_test *T) {
         T_CHECK(T, vt_image_load(path, &p, out, &e) != 0 && strstr(e.msg, "truncated"), "PNM header '%s': %s",
                 cut_headers[k], e.msg);
     }
-    /* PNM maxval other than 255: samples scaled to [0, 255] as PIL reads them (stb_image returns 8-bit samples
-     * unscaled and 16-bit ones as their high byte); above maxval reads 255; maxval 0 is refused */
+    /* PNM maxval other than 255: samples as PIL 9.4 reads them (stb_image returns 8-bit samples unscaled and 16-bit
+     * ones as their high byte): scaled with Python's round, half to even (maxval 10: 3 -> 76.49.. -> 76; maxval 510:
+     * 1 -> 0.5 -> 0 in a PPM), above maxval 255; a PGM of maxval > 255 is PIL's mode I, scaled to 65535 and clipped
+     * at 255 (1 -> 128.5 -> 128 at maxval 510); maxval 0 is refused */
     {
-        static const unsigned char m15[] = "P5\n4 1\n15\n\x00\x07\x0f\x10";
-        static const unsigned char m1000[] = "P5\n3 1\n1000\n\x00\x01\x01\xf4\x03\xe8"; /* 1, 500, 1000 */
+        static const struct {
+            const char *what;
+            unsigned char file[40];
+            size_t n;
+            int chans, w;
+            unsigned char want[6];
+        } pnm[] = {
+            {"PGM maxval 15", "P5\n4 1\n15\n\x00\x07\x0f\x10", 14, 1, 4, {0, 119, 255, 255}},
+            {"PGM maxval 10", "P5\n5 1\n10\n\x01\x03\x05\x0a\x0b", 15, 1, 5, {26, 76, 128, 255, 255}},
+            {"PGM maxval 1000 (0, 500, 1000, 3)", "P5\n4 1\n1000\n\x00\x00\x01\xf4\x03\xe8\x00\x03", 20, 1, 4,
+             {0, 255, 255, 197}},
+            {"PGM maxval 510 (1, 3)", "P5\n2 1\n510\n\x00\x01\x00\x03", 15, 1, 2, {128, 255}},
+            {"PGM maxval 65535 (0, 255, 256, 65535)", "P5\n4 1\n65535\n\x00\x00\x00\xff\x01\x00\xff\xff", 21, 1, 4,
+             {0, 255, 255, 255}},
+            {"PPM maxval 510 (1, 3, 509, 510, 511, 0)",
+             "P6\n2 1\n510\n\x00\x01\x00\x03\x01\xfd\x01\xfe\x01\xff\x00\x00", 23, 3, 2, {0, 2, 254, 255, 255, 0}},
+        };
+        for (size_t k = 0; k < sizeof pnm / sizeof pnm[0]; k++) {
+            vt_image im;
+            vt_clearerr(&e);
+            const int rc = vt_image_decode(pnm[k].file, pnm[k].n, pnm[k].chans, 0, &im, &e);
+            T_CHECK(T, rc == 0 && im.w == pnm[k].w && im.h == 1 &&
+                           memcmp(im.pix, pnm[k].want, (size_t)pnm[k].w * (size_t)pnm[k].chans) == 0,
+                    "%s as PIL reads it: %s", pnm[k].what, rc ? e.msg : "other values");
+            if (rc == 0) vt_image_free(&im);
+        }
         static const unsigned char m0[] = "P5\n2 1\n0\n\x00\x00";
         vt_image im;
-        vt_clearerr(&e);
-        int rc = vt_image_decode(m15, sizeof m15 - 1, 1, 0, &im, &e);
-        T_CHECK(T, rc == 0 && im.w == 4 && im.pix[0] == 0 && im.pix[1] == 119 && im.pix[2] == 255 && im.pix[3] == 255,
-                "PGM maxval 15 scaled (0, 119, 255, 255): %s", e.msg);
-        if (rc == 0) vt_image_free(&im);
-        rc = vt_image_decode(m1000, sizeof m1000 - 1, 1, 0, &im, &e);
-        T_CHECK(T, rc == 0 && im.w == 3 && im.pix[0] == 0 && im.pix[1] == 128 && im.pix[2] == 255,
-                "16-bit PGM maxval 1000 scaled (0, 128, 255): %s", e.msg);
-        if (rc == 0) vt_image_free(&im);
         vt_clearerr(&e);
         T_CHECK(T, vt_image_decode(m0, sizeof m0 - 1, 1, 0, &im, &e) != 0 && strstr(e.msg, "maxval 0"),
                 "PGM maxval 0 refused: %s", e.msg);
@@ -600,6 +618,81 @@ static void check_bmp(vt_test *T) {
     }
 }
 
+/* A PNG chunk: length, tag, data, CRC. */
+static void png_chunk(bytes *o, const char *tag, const unsigned char *d, unsigned n) {
+    put32be(o, n);
+    const size_t at = o->n;
+    put(o, tag, 4);
+    if (n) put(o, d, n);
+    put32be(o, (unsigned)crc32(0, o->b + at, n + 4));
+}
+
+/* A one-row 16-bit PNG of colour type ctype holding the n samples v, with a gray tRNS colour when trns >= 0. */
+static void png16_row(bytes *o, int ctype, const unsigned short *v, int n, int w, int trns) {
+    unsigned char raw[1 + 2 * 16] = {0}, z[256], ihdr[13] = {0, 0, 0, (unsigned char)w, 0, 0, 0, 1, 16};
+    uLongf zn = sizeof z;
+    for (int i = 0; i < n; i++) raw[1 + 2 * i] = (unsigned char)(v[i] >> 8), raw[2 + 2 * i] = (unsigned char)v[i];
+    compress(z, &zn, raw, (uLong)(1 + 2 * n));
+    ihdr[9] = (unsigned char)ctype;
+    put(o, "\x89PNG\r\n\x1a\n", 8);
+    png_chunk(o, "IHDR", ihdr, 13);
+    if (trns >= 0) png_chunk(o, "tRNS", (const unsigned char[]){(unsigned char)(trns >> 8), (unsigned char)trns}, 2);
+    png_chunk(o, "IDAT", z, (unsigned)zn);
+    png_chunk(o, "IEND", NULL, 0);
+}
+
+/* 16-bit samples as PIL 9.4 reads them (tests/reference/test_predict.py compares many more files with PIL itself):
+ * 16-bit gray PNG is PIL's mode I, which convert() clips at 255 (libpng's strip_16 kept the high byte), a tRNS colour
+ * changing nothing; 16-bit RGB keeps the high byte; a 16-bit BMP's 5-bit fields widen as v * 255 / 31 and 5-6-5's
+ * 6-bit green as v * 255 / 63 (stb_image's v << 3 | v >> 2 is one more on 15 of the 32 levels). */
+static void check_16bit(vt_test *T) {
+    vt_err e = {0};
+    static const struct {
+        const char *what;
+        int ctype, n, w, trns;
+        unsigned short v[4];
+        unsigned char want[4]; /* decoded to 1 channel */
+    } pngs[] = {
+        {"16-bit gray PNG (1000, 200, 65535, 300)", 0, 4, 4, -1, {1000, 200, 65535, 300}, {255, 200, 255, 255}},
+        {"16-bit gray PNG with tRNS 7 (7, 9)", 0, 2, 2, 7, {7, 9}, {7, 9}},
+        {"16-bit RGB PNG (1000, 30000, 60000)", 2, 3, 1, -1, {1000, 30000, 60000}, {96}},
+    };
+    for (size_t k = 0; k < sizeof pngs / sizeof pngs[0]; k++) {
+        bytes o = {{0}, 0};
+        png16_row(&o, pngs[k].ctype, pngs[k].v, pngs[k].n, pngs[k].w, pngs[k].trns);
+        unsigned char rgb[12];
+        for (int i = 0; i < 3 * pngs[k].w; i++) /* gray: each value thrice; RGB: the high bytes 3, 117, 234 */
+            rgb[i] = pngs[k].ctype == 0 ? pngs[k].want[i / 3] : (unsigned char)(pngs[k].v[i] >> 8);
+        vt_image im;
+        vt_clearerr(&e);
+        int rc = vt_image_decode(o.b, o.n, 1, 0, &im, &e);
+        T_CHECK(T, rc == 0 && im.w == pngs[k].w && memcmp(im.pix, pngs[k].want, (size_t)pngs[k].w) == 0,
+                "%s as PIL's convert('L'): %s", pngs[k].what, rc ? e.msg : "other values");
+        if (rc == 0) vt_image_free(&im);
+        T_CHECK(T, rgb_ok(o.b, o.n, rgb, pngs[k].w, 1, &e) == 0, "%s as PIL's convert('RGB'): %s", pngs[k].what,
+                e.msg);
+    }
+    /* BMP: every level of 5-5-5 (uncompressed) and 5-6-5 (bit fields), one row each */
+    for (int six = 0; six < 2; six++) {
+        const int w = six ? 64 : 32;
+        bytes b = {{0}, 0};
+        unsigned char want[64 * 3];
+        put(&b, "BM", 2), put32le(&b, 0), put32le(&b, 0), put32le(&b, six ? 66 : 54);
+        put32le(&b, 40), put32le(&b, (unsigned)w), put32le(&b, 1), put16le(&b, 1), put16le(&b, 16);
+        put32le(&b, six ? 3 : 0);
+        for (int k = 0; k < 5; k++) put32le(&b, 0);
+        if (six) put32le(&b, 0xf800), put32le(&b, 0x7e0), put32le(&b, 0x1f);
+        for (int v = 0; v < w; v++) {
+            const int f = six ? v / 2 : v; /* the 5-bit fields' value */
+            put16le(&b, six ? (unsigned)(f << 11 | v << 5 | f) : (unsigned)(v << 10 | v << 5 | v));
+            want[3 * v] = want[3 * v + 2] = (unsigned char)(f * 255 / 31);
+            want[3 * v + 1] = (unsigned char)(six ? v * 255 / 63 : v * 255 / 31);
+        }
+        T_CHECK(T, rgb_ok(b.b, b.n, want, w, 1, &e) == 0, "16-bit BMP %s: every level as PIL widens it: %s",
+                six ? "5-6-5" : "5-5-5", e.msg);
+    }
+}
+
 /* GIF (LZW codes of 8 bits with a clear code every 100 pixels: one byte a pixel), PSD (raw and RLE) and HDR (flat
  * and RLE): whole files decode to their pixels, every cut is refused (issue: stb_image decoded cut GIF, PSD and HDR
  * files from zeros past the end, and looped forever on a cut RLE HDR). */
@@ -739,6 +832,7 @@ void test_image(vt_test *T) {
     check_hostile(T);
     check_pnm_jpeg(T);
     check_bmp(T);
+    check_16bit(T);
     check_gif_psd_hdr(T);
     check_stb_globals(T);
 }

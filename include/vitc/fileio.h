@@ -4,6 +4,7 @@
 #define VITC_FILEIO_H
 
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "vitc/error.h"
 
@@ -50,6 +51,10 @@ int vt_write_text(const char *path, const char *text, vt_err *e);
 
 /* Copies the regular file src to dst atomically (whole, read into memory). */
 int vt_copy_file(const char *src, const char *dst, vt_err *e);
+
+/* Opens path for reading without blocking on a FIFO that has no writer, its fstat into st (reads block as usual);
+ * a folder, or with `regular` anything but a regular file, is refused: the descriptor, or -1 with the reason in e. */
+int vt_open_read(const char *path, int regular, struct stat *st, vt_err *e);
 
 /* Reads the whole file at path (a regular file, a pipe or a FIFO; opening never blocks on a FIFO without a writer)
  * into a new malloc'd buffer (free with free()); more than max bytes, a folder or a read error is an error. */

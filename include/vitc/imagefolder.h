@@ -44,6 +44,10 @@ void vt_classes_free(char **names, int n);
  * K classes; 0 when there is none; -1 when it is not used, e.g. unreadable or of another count (the reason in e). */
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e);
 
+/* The file vt_classes_beside reads for weights file `weights`, into path (n bytes): 1 when there is one, 0 when none,
+ * -1 when it cannot be told (the reason in e). */
+int vt_classes_beside_path(const char *weights, char *path, size_t n, vt_err *e);
+
 /* W.classes.json for weights W.safetensors (W.classes.json beside any other name) into path (n bytes); -1 if it does
  * not fit. */
 int vt_classes_sidecar(const char *weights, char *path, size_t n);

@@ -1,12 +1,13 @@
-/* Decoding untrusted image files. PNG goes through libpng (every chunk CRC and the zlib Adler-32 checked, a
- * truncated stream is an error), JPEG through libjpeg-turbo's libjpeg API (a warning of lost or damaged data, e.g. a
- * premature end of data, is an error; CMYK converted as PIL does; optional DCT-domain downscaling), binary PNM (P5, P6) is read here (header as PIL reads it, samples scaled
- * by maxval), and BMP, GIF, TGA, PSD and HDR through stb_image once a walk of the file's structure has checked that
- * every byte stb_image will read lies in the file (past the end it reads zeros instead of failing, or for HDR loops
- * forever). Other formats stb_image reads (Softimage PIC, ASCII PNM) are refused. Files are read whole, from
- * regular files and from pipes alike. Colour conversion follows PIL's convert(): RGB -> L with ITU-R 601-2 luma in
- * PIL 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; the rounded (299 R + 587 G + 114 B) / 1000
- * differs from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
+/* Decoding untrusted image files. PNG goes through libpng (every chunk CRC and the zlib Adler-32 checked, a truncated
+ * stream is an error; 16-bit samples as PIL reads them), JPEG through libjpeg-turbo's libjpeg API (a warning of lost or
+ * damaged data, e.g. a premature end of data, is an error; CMYK converted as PIL does; optional DCT-domain
+ * downscaling), binary PNM (P5, P6) is read here (header and samples as PIL reads them), and BMP, GIF, TGA, PSD and HDR
+ * through stb_image (16-bit BMP's 5- and 6-bit fields widened as PIL does) once a walk of the file's structure has
+ * checked that every byte stb_image will read lies in the file (past the end it reads zeros instead of failing, or for
+ * HDR loops forever). Other formats stb_image reads (Softimage PIC, ASCII PNM) are refused. Files are read whole, from
+ * regular files and from pipes alike. Colour conversion follows PIL's convert(): RGB -> L with ITU-R 601-2 luma in PIL
+ * 9.4's fixed point (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16; the rounded (299 R + 587 G + 114 B) / 1000 differs
+ * from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -115,8 +116,11 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
         if (check_size(w, h, e)) {
             rc = -1;
         } else {
-            const int type = png_get_color_type(png, info);
-            if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png); /* PIL keeps the high byte */
+            const int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+            /* PIL 9.4 opens 16-bit gray as mode I, whose convert() clips each value at 255 (a tRNS colour changes no
+             * pixel there); of 16-bit RGB, RGBA and gray+alpha it keeps the high byte */
+            const int gray16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY;
+            if (depth == 16 && !gray16) png_set_strip_16(png);
             if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
             if (type == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) < 8) png_set_expand_gray_1_2_4_to_8(png);
             png_set_interlace_handling(png);
@@ -127,12 +131,16 @@ static int decode_png(const unsigned char *buf, size_t n, int chans, vt_image *i
             rows = malloc(sizeof(png_bytep) * (size_t)h);
             if (!raw || !rows) {
                 rc = vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d PNG)", w, h);
-            } else if (stride != (size_t)w * (size_t)from) {
+            } else if (stride != (size_t)w * (size_t)from * (gray16 ? 2 : 1)) {
                 rc = vt_seterr(e, "PNG of %d×%d pixels: unsupported layout (%zu bytes a row)", w, h, stride);
             } else {
                 for (int y = 0; y < h; y++) rows[y] = raw + (size_t)y * stride;
                 png_read_image(png, rows);
                 png_read_end(png, NULL); /* reads to IEND: CRCs and the zlib stream's Adler-32 are checked */
+                for (size_t i = 0; gray16 && i < (size_t)w * (size_t)h; i++) { /* in place: byte i after 2i, 2i+1 */
+                    const unsigned v = (unsigned)raw[2 * i] << 8 | raw[2 * i + 1];
+                    raw[i] = (unsigned char)(v > 255 ? 255 : v);
+                }
                 img->w = w;
                 img->h = h;
                 img->chans = chans;
@@ -298,8 +306,10 @@ static int pnm_header(const unsigned char *hd, size_t n, pnm_hdr *p, vt_err *e) 
     return 0;
 }
 
-/* Decodes a binary PNM: samples (two bytes big-endian each for maxval > 255) scaled from [0, maxval] to [0, 255] as
- * PIL reads them (rounded; a sample above maxval reads 255); maxval outside [1, 65535] is refused, as PIL does. */
+/* Decodes a binary PNM as PIL 9.4 reads it (PpmImagePlugin), samples two bytes big-endian each for maxval > 255:
+ * maxval 255 as stored; a P5 of maxval > 255 is its mode I, samples scaled to [0, 65535] (maxval 65535: as stored),
+ * which convert() clips at 255; others scaled to [0, 255]. Scaling is min(top, round(v / maxval * top)), Python's
+ * round of the double (half to even, as rint); maxval outside [1, 65535] is refused, as PIL does. */
 static int decode_pnm(const unsigned char *buf, size_t n, int chans, vt_image *img, vt_err *e) {
     pnm_hdr p = {0, 0, 0, 0, 0};
     if (pnm_header(buf, n, &p, e) || check_size(p.w, p.h, e)) return -1;
@@ -309,12 +319,14 @@ static int decode_pnm(const unsigned char *buf, size_t n, int chans, vt_image *i
     if (n - p.data < count * bps)
         return vt_seterr(e, "truncated image file (%zu bytes, the header's pixels need %zu)", n, p.data + count * bps);
     const unsigned char *s = buf + p.data;
-    const unsigned m = (unsigned)p.maxval;
+    const int wide = p.chans == 1 && p.maxval > 255, as_stored = p.maxval == 255 || (wide && p.maxval == 65535);
+    const double m = p.maxval, top = wide ? 65535 : 255;
     unsigned char *pix = malloc(count);
     if (!pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", p.w, p.h);
     for (size_t i = 0; i < count; i++) {
         const unsigned v = bps == 2 ? (unsigned)s[2 * i] << 8 | s[2 * i + 1] : s[i];
-        pix[i] = v >= m ? 255 : (unsigned char)((v * 255 + m / 2) / m);
+        const double q = as_stored ? v : fmin(top, rint(v / m * top));
+        pix[i] = (unsigned char)(q > 255 ? 255 : q);
     }
     img->w = p.w;
     img->h = p.h;
@@ -359,8 +371,10 @@ static int too_short(vt_err *e, size_t n, uint64_t need) {
 
 /* BMP: the header, the pixel rows from the data offset (uncompressed or bit fields), and for palette images every
  * pixel's index inside the palette stb_image reads (entries past it are uninitialised memory there). w, h: the
- * checked size (h = |height|). */
-static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) {
+ * checked size (h = |height|). *green: the green bits of a 16-bit file of the two layouts PIL reads (5 of 5-5-5,
+ * uncompressed or bit fields, 6 of 5-6-5 bit fields; red and blue 5), else 0. */
+static int bmp_check(const unsigned char *b, size_t n, int w, int h, int *green, vt_err *e) {
+    *green = 0;
     if (n < 18) return truncated(e, "BMP", n, "header cut");
     const uint32_t off = le32(b + 10), hsz = le32(b + 14);
     if (hsz != 12 && hsz != 40 && hsz != 56 && hsz != 108 && hsz != 124) return 0; /* stb_image refuses it */
@@ -371,6 +385,11 @@ static int bmp_check(const unsigned char *b, size_t n, int w, int h, vt_err *e) 
         return vt_seterr(e, "corrupt BMP: pixel data offset %u lies inside its %u-byte header", off, 14 + hsz);
     const uint64_t row = ((uint64_t)w * (uint64_t)bits + 31) / 32 * 4, need = off + row * (uint64_t)h;
     if (n < need) return too_short(e, n, need);
+    if (bits == 16 && hsz != 12 && comp == 0) *green = 5;
+    if (bits == 16 && hsz != 12 && comp == 3 && n >= 66) { /* the masks follow a 40-byte header, or are in it */
+        const uint32_t r = le32(b + 54), g = le32(b + 58), bl = le32(b + 62);
+        *green = bl != 0x1f ? 0 : r == 0x7c00 && g == 0x3e0 ? 5 : r == 0xf800 && g == 0x7e0 ? 6 : 0;
+    }
     if (bits != 1 && bits != 4 && bits != 8) return 0;
     /* stb_image 2.27 reads (offset - 38) / 3 entries of an OS/2 palette (hsz 12), (offset - 14 - hsz) / 4 others */
     const long long psize = hsz == 12 ? ((long long)off - 38) / 3 : ((long long)off - 14 - hsz) / 4;
@@ -556,7 +575,8 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     if (f == FMT_BMP && h < 0 && h != INT32_MIN) h = -h; /* a top-down BMP */
     if (check_size(w, h, e)) return -1;
     size_t transp = 0;
-    const int bad = f == FMT_BMP   ? bmp_check(buf, n, w, h, e)
+    int green = 0;
+    const int bad = f == FMT_BMP   ? bmp_check(buf, n, w, h, &green, e)
                     : f == FMT_GIF ? gif_check(buf, n, &transp, e)
                     : f == FMT_TGA ? tga_check(buf, n, e)
                     : f == FMT_PSD ? psd_check(buf, n, w, h, e)
@@ -583,6 +603,13 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
         if (why && strcmp(why, "outofmem") == 0)
             return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d %s image)", w, h, fmt_name[f]);
         return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], why ? why : "refused by the decoder");
+    }
+    if (green) { /* stb_image widens a k-bit field v to v << (8 - k) plus v's top bits; PIL to v * 255 / (2^k - 1) */
+        const size_t np = (size_t)w * (size_t)h;
+        for (size_t i = 0; i < np * (size_t)from; i++) {
+            const int k = i % (size_t)from == 1 ? green : 5;
+            if (i % (size_t)from < 3) pix[i] = (unsigned char)((pix[i] >> (8 - k)) * 255 / ((1 << k) - 1));
+        }
     }
     img->w = w;
     img->h = h;

@@ -251,20 +251,35 @@ int vt_read_file(const char *path, size_t max, unsigned char **buf, size_t *n, v
     return vt_read_sized(path, max, NULL, NULL, buf, n, e);
 }
 
+int vt_open_read(const char *path, int regular, struct stat *st, vt_err *e) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO without a writer must not block the open */
+    if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot open %s: %s", path, strerror(errno));
+    const int stat_err = fstat(fd, st) != 0 ? errno : 0;
+    if (stat_err || S_ISDIR(st->st_mode)) {
+        close(fd);
+        return vt_seterr_code(e, VT_E_IO, "cannot read %s: %s", path, stat_err ? strerror(stat_err) : "it is a folder");
+    }
+    if (regular && !S_ISREG(st->st_mode)) {
+        close(fd);
+        return vt_seterr(e, "refusing to read %s: it is %s, not a regular file", path,
+                         S_ISFIFO(st->st_mode)   ? "a FIFO or pipe"
+                         : S_ISCHR(st->st_mode)  ? "a character device"
+                         : S_ISBLK(st->st_mode)  ? "a block device"
+                         : S_ISSOCK(st->st_mode) ? "a socket"
+                                                 : "a special file");
+    }
+    if (!S_ISREG(st->st_mode)) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
+    return fd;
+}
+
 int vt_read_sized(const char *path, size_t max, vt_size_fn size, void *arg, unsigned char **buf, size_t *n,
                   vt_err *e) {
     *buf = NULL;
     *n = 0;
-    const int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO without a writer must not block the open */
-    if (fd < 0) return vt_seterr_code(e, VT_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    const int stat_err = fstat(fd, &st) != 0 ? errno : 0;
-    if (stat_err || S_ISDIR(st.st_mode)) {
-        close(fd);
-        return vt_seterr_code(e, VT_E_IO, "cannot read %s: %s", path, stat_err ? strerror(stat_err) : "it is a folder");
-    }
+    const int fd = vt_open_read(path, 0, &st, e);
+    if (fd < 0) return -1;
     const int reg = S_ISREG(st.st_mode);
-    if (!reg) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* pipes: blocking reads */
     if (reg && (uint64_t)st.st_size > max) {
         close(fd);
         return vt_seterr(e, "%s is %lld bytes (at most %zu are read)", path, (long long)st.st_size, max);

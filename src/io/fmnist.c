@@ -1,5 +1,6 @@
 /* Fashion-MNIST reader: IDX3 (images) and IDX1 (labels) uint8 files, gzip-compressed or plain, read with zlib. */
 #include "vitc/dataset.h"
+#include "vitc/fileio.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,13 +18,15 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+/* Opens the regular file at path for gzread (gzip or plain); a FIFO or device is refused, not waited on. */
 static gzFile open_gz(const char *path, vt_err *e) {
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
+    struct stat st;
+    const int fd = vt_open_read(path, 1, &st, e);
+    if (fd < 0) return NULL;
+    gzFile f = gzdopen(fd, "rb");
     if (!f) {
-        char buf[128] = "unknown error";
-        if (errno) strerror_r(errno, buf, sizeof buf);
-        vt_seterr_code(e, errno ? VT_E_IO : VT_E_NOMEM, "cannot open %s: %s", path, buf);
+        close(fd);
+        vt_seterr_code(e, VT_E_NOMEM, "cannot open %s: out of memory", path);
     }
     return f;
 }

@@ -425,17 +425,19 @@ static int present(const char *path, vt_err *e) {
     return vt_seterr_code(e, VT_E_IO, "%s: %s", path, strerror(errno));
 }
 
+int vt_classes_beside_path(const char *weights, char *path, size_t n, vt_err *e) {
+    const int side = vt_classes_sidecar(weights, path, n) != 0 ? 0 : present(path, e);
+    if (side != 0) return side;
+    const char *slash = strrchr(weights, '/'); /* then the folder's */
+    const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
+                             slash ? "/" : "");
+    return len < 0 || (size_t)len >= n ? 0 : present(path, e);
+}
+
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e) {
     *names = NULL;
-    const int side = vt_classes_sidecar(weights, path, n) != 0 ? 0 : present(path, e);
-    if (side < 0) return -1;
-    if (side == 0) { /* then the folder's */
-        const char *slash = strrchr(weights, '/');
-        const int len = snprintf(path, n, "%.*s%sclasses.json", slash ? (int)(slash - weights) : 0, weights,
-                                 slash ? "/" : "");
-        const int dir = len < 0 || (size_t)len >= n ? 0 : present(path, e);
-        if (dir <= 0) return dir;
-    }
+    const int found = vt_classes_beside_path(weights, path, n, e);
+    if (found <= 0) return found;
     int got = 0;
     if (vt_classes_read(path, names, &got, e)) return -1;
     if (got != K) {

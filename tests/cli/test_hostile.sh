@@ -85,6 +85,16 @@ expect "grad -o through a symlink to the weights refused" 1 "is the input" $V gr
 cp "$T/good.png" "$T/keep.png"
 expect "predict -o onto an image refused" 1 "is the input" $V predict $M -w "$T/w.safetensors" -o "$T/good.png" "$T/good.png"
 check "... every input unchanged" "cmp -s '$T/w.safetensors' '$T/w0.safetensors' && cmp -s '$T/x.safetensors' '$T/x0.safetensors' && cmp -s '$T/good.png' '$T/keep.png'"
+# ... the class names too: --classes, the classes.json read beside the weights (a run folder's, or W.classes.json)
+mkdir -p "$T/run" "$T/side" && cp "$T/w.safetensors" "$T/run/weights.safetensors" && cp "$T/w.safetensors" "$T/side/w.safetensors"
+/usr/bin/python3 -c 'import json, sys; json.dump({str(i): "c%d" % i for i in range(10)}, open(sys.argv[1], "w"))' "$T/cls.json"
+cp "$T/cls.json" "$T/run/classes.json" && cp "$T/cls.json" "$T/side/w.classes.json" && cp "$T/cls.json" "$T/cls0.json"
+expect "predict --classes C -o C refused" 1 "is the input" $V predict $M -w "$T/w.safetensors" --classes "$T/cls.json" -o "$T/cls.json" "$T/good.png"
+expect "predict -o onto the run's classes.json beside the weights refused" 1 "is the input" $V predict $M -w "$T/run/weights.safetensors" -o "$T/run/classes.json" "$T/good.png"
+expect "predict -o onto W.classes.json beside the weights refused" 1 "is the input" $V predict $M -w "$T/side/w.safetensors" -o "$T/side/w.classes.json" "$T/good.png"
+$V init $M --ffn cffn --train-form -o "$T/run/cffn_tr.safetensors" >/dev/null
+expect "deploy -o onto the run's classes.json refused" 1 "is the input" $V deploy $M --ffn cffn -w "$T/run/cffn_tr.safetensors" -o "$T/run/classes.json"
+check "... the class names unchanged" "cmp -s '$T/cls.json' '$T/cls0.json' && cmp -s '$T/run/classes.json' '$T/cls0.json' && cmp -s '$T/side/w.classes.json' '$T/cls0.json'"
 # 11. NaN weights are refused at load, naming the tensor
 expect "NaN weights refused" 1 "head.bias" $V forward $M -w "$T/nan.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 # 12. a FIFO without a writer as --weights does not hang; images and weights through pipes work
@@ -92,6 +102,18 @@ expect "a FIFO as --weights does not hang, and the message says no writer gave d
     timeout 20 $V forward $M -w "$T/fifo" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "a FIFO without a writer as an image: the same message, not an empty file's" 1 "fifo: no data came from it (a FIFO" \
     timeout 20 $V predict $M -w "$T/w.safetensors" "$T/fifo"
+# Fashion-MNIST's files as FIFOs (or devices): refused, not waited on (opening a FIFO without a writer blocks)
+mkdir -p "$T/fmfifo" "$T/fmfifo2"
+mkfifo "$T/fmfifo/t10k-images-idx3-ubyte.gz" "$T/fmfifo2/t10k-labels-idx1-ubyte.gz"
+: >"$T/fmfifo/t10k-labels-idx1-ubyte.gz"
+/usr/bin/python3 -c 'import gzip, struct, sys
+open(sys.argv[1], "wb").write(gzip.compress(struct.pack(">IIII", 0x803, 2, 28, 28) + bytes(2 * 784)))' \
+    "$T/fmfifo2/t10k-images-idx3-ubyte.gz"
+expect "a FIFO as Fashion-MNIST's image file refused, not waited on" 1 \
+    "refusing to read $T/fmfifo/t10k-images-idx3-ubyte.gz: it is a FIFO or pipe, not a regular file" \
+    env VITC_FMNIST_DIR="$T/fmfifo" timeout 20 $V eval $M -w "$T/w.safetensors" --data fashion-mnist
+expect "... and as its label file" 1 "t10k-labels-idx1-ubyte.gz: it is a FIFO or pipe, not a regular file" \
+    env VITC_FMNIST_DIR="$T/fmfifo2" timeout 20 $V eval $M -w "$T/w.safetensors" --data fashion-mnist
 $V predict $M -w <(cat "$T/w.safetensors") <(cat "$T/good.png") >"$T/pipe.log" 2>&1
 check "weights and an image through pipes" "[ $? -eq 0 ] && grep -q 'class' '$T/pipe.log'" "$(cat "$T/pipe.log")"
 # names holding a newline or a terminal escape: printed escaped, each on one line, in the text output and the errors
@@ -430,6 +452,36 @@ expect "deployed cFFN weights with --train-form name the forms" 1 "deployed form
 expect "grad with 3 labels for 2 images refused, naming the input file" 1 \
     "^vitc: $T/x3lab.safetensors: labels must have shape (B,) matching the input batch (2), not (3,)" \
     $V grad $M -w "$T/w.safetensors" --input "$T/x3lab.safetensors" -o "$T/g.safetensors"
+# --input whose tensors declare more than memory holds (sparse files of a few KB on disk): the shapes are refused from
+# the header, before anything is allocated or read
+/usr/bin/python3 - "$T" <<'EOF'
+import json, struct, sys
+def sparse(path, entries):  # (name, dtype, shape, bytes per element): the data section left a hole
+    h, off = {}, 0
+    for name, dt, shape, size in entries:
+        n = size
+        for d in shape: n *= d
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}; off += n
+    b = json.dumps(h).encode(); b += b" " * (-len(b) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(b)) + b); f.truncate(8 + len(b) + off)
+t = sys.argv[1]
+sparse(f"{t}/in2tb.safetensors", [("input", "F16", [1, 1, 1 << 20, 1 << 20], 2)])
+sparse(f"{t}/in512m.safetensors", [("input", "F16", [1, 1, 16384, 16384], 2)])
+sparse(f"{t}/lab1tb.safetensors", [("input", "F32", [2, 1, 28, 28], 4), ("labels", "I64", [1 << 37], 8)])
+EOF
+expect "forward: a 2 TB --input refused by its shape, nothing allocated" 1 \
+    "in2tb.safetensors: input has shape (1, 1, 1048576, 1048576) but vit_fmnist_tiny expects (B, 1, 28, 28)" \
+    $V forward $M -w "$T/w.safetensors" --input "$T/in2tb.safetensors" -o "$T/y.safetensors"
+peak=$(/usr/bin/python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' $V forward $M -w "$T/w.safetensors" \
+    --input "$T/in512m.safetensors" -o "$T/y.safetensors")
+check "forward: a 16384 x 16384 --input refused without reading its 1 GB of floats" "[ '$peak' -lt 300000 ]" \
+    "peak RSS $peak KB"
+expect "grad: 2^37 labels for 2 images refused by their shape, nothing allocated" 1 \
+    "lab1tb.safetensors: labels must have shape (B,) matching the input batch (2), not (137438953472,)" \
+    $V grad $M -w "$T/w.safetensors" --input "$T/lab1tb.safetensors" -o "$T/g.safetensors"
 expect "grad with a label past the classes refused, naming it" 1 "label 99 of sample 1 is outside \[0, 10)" $V grad $M -w "$T/w.safetensors" --input "$T/xbad.safetensors" -o "$T/g.safetensors"
 expect "deploy on deployed cFFN weights: already deployed, nothing to do" 1 "holds the deployed form already.*nothing to deploy" $V deploy $M --ffn cffn -w "$T/cffn_dep.safetensors" -o "$T/dd.safetensors"
 expect "cFFN weights into a model without cFFN: says to build it with cFFN" 1 "model has no cFFN.*--ffn cffn" $V forward $M -w "$T/cffn_tr_nr.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"

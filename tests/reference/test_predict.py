@@ -15,6 +15,8 @@ CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2));
   - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
   - Fashion-MNIST models name their classes
   - JPEG (RGB, grayscale, CMYK, and with bytes between markers) decoded exactly as PIL decodes it
+  - 16-bit PNG (gray, gray with tRNS, RGB, RGBA, gray+alpha), PGM/PPM of maxvals 1 to 65535 and 16-bit BMP (5-5-5,
+    5-6-5) decoded exactly as PIL's convert('L') and convert('RGB') give them (edge_images)
 Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
 still be predicted): missing file, empty file, random bytes, truncated PNG, PNG headers claiming 100000×100000
 (stb refuses it) and 17000×10 pixels (over vitc's 16384-pixel side limit, refused before decoding), a JPEG whose
@@ -58,6 +60,76 @@ def png_bytes(pix):
 def ppm_bytes(pix):
     h, w = pix.shape[:2]
     return f"P6\n{w} {h}\n255\n".encode() + np.ascontiguousarray(pix, dtype=np.uint8).tobytes()
+
+
+def edge_images(rng, w=28, h=28):
+    """Files where vitc's decoders had differed from PIL 9.4's convert(): 16-bit gray PNG (PIL's mode I, clipped at
+    255; also with a tRNS colour), 16-bit RGB, RGBA and gray+alpha PNG (the high byte), binary PGM/PPM of maxvals
+    other than 255 (scaled with Python's round half to even; a P5 of maxval > 255 is mode I, scaled to 65535 and
+    clipped), and 16-bit BMPs (5-5-5 and 5-6-5 fields widened as v * 255 // (2^k - 1)). Name -> file bytes."""
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    def png16(ctype, chans, extra=b""):
+        v = rng.integers(0, 65536, (h, w * chans))
+        v[: h // 2] = rng.integers(0, 600, (h // 2, w * chans))   # many values near 255
+        raw = b"".join(b"\x00" + v[y].astype(">u2").tobytes() for y in range(h))
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, ctype, 0, 0, 0)) + extra
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+    def pnm(magic, chans, maxval):
+        s = rng.integers(0, min(maxval + 2, 256 if maxval < 256 else 65536), h * w * chans)   # a few above maxval
+        s[: min(maxval + 1, s.size)] = np.arange(min(maxval + 1, s.size))
+        return b"%s\n%d %d\n%d\n" % (magic, w, h, maxval) + s.astype(">u2" if maxval > 255 else "u1").tobytes()
+
+    def bmp16(masks, hsz=40, top_down=False):
+        v = rng.integers(0, 65536, h * w)
+        row = (w * 2 + 3) // 4 * 4
+        order = range(h) if top_down else range(h - 1, -1, -1)
+        data = b"".join(v[y * w:(y + 1) * w].astype("<u2").tobytes() + bytes(row - 2 * w) for y in order)
+        info = struct.pack("<IiiHHIIiiII", hsz, w, -h if top_down else h, 1, 16, 3 if masks else 0, len(data), 2835,
+                           2835, 0, 0)
+        if hsz == 40:
+            info += struct.pack("<3I", *masks) if masks else b""
+        else:
+            info += struct.pack("<4I", *(masks or (0, 0, 0)), 0) + bytes(hsz - 56)
+        off = 14 + len(info)
+        return b"BM" + struct.pack("<IHHI", off + len(data), 0, 0, off) + info + data
+
+    files = {"g16.png": png16(0, 1), "g16trns.png": png16(0, 1, chunk(b"tRNS", struct.pack(">H", 7))),
+             "rgb16.png": png16(2, 3), "rgba16.png": png16(6, 4), "la16.png": png16(4, 2)}
+    for m in (1, 3, 10, 100, 254, 256, 1000, 65534, 65535):
+        files[f"m{m}.pgm"] = pnm(b"P5", 1, m)
+        files[f"m{m}.ppm"] = pnm(b"P6", 3, m)
+    files["b555.bmp"] = bmp16(None)
+    files["b555bf.bmp"] = bmp16((0x7C00, 0x3E0, 0x1F))
+    files["b565.bmp"] = bmp16((0xF800, 0x7E0, 0x1F))
+    files["b565v4td.bmp"] = bmp16((0xF800, 0x7E0, 0x1F), hsz=108, top_down=True)
+    return files
+
+
+def check_edge_decoders(rep, tmp, rng):
+    """Every pixel of each edge_images file as vitc decodes it (the exact 28×28 path of vit_fmnist_tiny, 1 channel
+    and 3) equal to PIL's convert('L') and convert('RGB')."""
+    files = edge_images(rng)
+    for fn, data in files.items():
+        (tmp / fn).write_bytes(data)
+    paths = [tmp / fn for fn in files]
+    for chans, mode in ((1, "L"), (3, "RGB")):
+        w = tmp / f"fm_c{chans}.safetensors"
+        if vitc_ok(rep, f"init vit_fmnist_tiny --in-chans {chans}", "init", "vit_fmnist_tiny", "-o", w,
+                   "--in-chans", chans) is None:
+            continue
+        res, _ = predict(rep, f"predict the edge images ({mode})", "vit_fmnist_tiny", w, paths,
+                         tmp / f"edge{chans}.safetensors", "--in-chans", chans)
+        if res is None:
+            continue
+        for i, fn in enumerate(files):
+            got = np.rint((res["input"][i].astype(np.float64) * 0.3530 + 0.2860) * 255).astype(int)
+            ref = np.asarray(Image.open(tmp / fn).convert(mode)).reshape(28, 28, chans).transpose(2, 0, 1)
+            bad = int((got != ref).sum())
+            rep.check(f"{fn} decoded as PIL's convert('{mode}')", bad == 0,
+                      f"{bad} values differ, max {np.abs(got - ref).max()}; PIL mode {Image.open(tmp / fn).mode}")
 
 
 def reference(pix, size, crop_pct, mean, std, squash=False, resample=Image.BICUBIC):
@@ -303,6 +375,7 @@ def main():
             expect_bad(rep, f"bad image {fn}", fm, w, tmp / fn, good, words)
         p = vitc("predict", fm, "--weights", w)
         rep.check("no image given", p.returncode not in (0, None) and "image" in p.stderr.lower(), p.stderr.strip())
+    check_edge_decoders(rep, tmp, rng)
     rep.finish()
 
 

@@ -142,9 +142,9 @@ void share_threads(const opts *o, const vt_dist *d);
 /* Warns when other runnable threads leave fewer cores than vitc's threads (unless OMP_WAIT_POLICY is set, or the
  * process is held to some of the cores): bench and train, whose speed it decides. */
 void warn_busy_cores(void);
-/* Checks that o->output may be written before any work (not a special file, not one of the inputs); 1 after the
- * message. */
-int output_ok(const opts *o);
+/* Checks that o->output may be written before any work (not a special file, not one of the inputs; beside 1: the
+ * command reads the classes.json beside --weights, which counts as one); 1 after the message. */
+int output_ok(const opts *o, int beside);
 /* Resolves o->model and the options that change it into cfg; 1 on an error, 2 on a usage error (said). */
 int model_cfg(opts *o, vt_model_cfg *cfg);
 /* Frees the --weights file weights_options read. */

@@ -11,6 +11,7 @@
 
 #include "vitc/dist.h"
 #include "vitc/fileio.h"
+#include "vitc/imagefolder.h"
 #include "vitc/model.h"
 #include "vitc/predict.h"
 #include "vitc/safetensors.h"
@@ -222,11 +223,14 @@ void warn_busy_cores(void) {
 }
 
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
- * (--weights, --input, the images). */
-int output_ok(const opts *o) {
-    const char *fixed[2] = {o->weights, o->input};
-    vt_err e = {0};
-    if (vt_output_check(o->output, fixed, 2, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
+ * (--weights, --input, --classes, the images; with `beside`, the classes.json read beside --weights). */
+int output_ok(const opts *o, int beside) {
+    char side[4096];
+    vt_err e = {0}, se = {0}; /* (a classes.json that cannot be told is not read either: nothing to protect) */
+    const int found = beside && !o->classes && o->weights ? vt_classes_beside_path(o->weights, side, sizeof side, &se)
+                                                          : 0;
+    const char *fixed[4] = {o->weights, o->input, o->classes, found > 0 ? side : NULL};
+    if (vt_output_check(o->output, fixed, 4, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
         return die("%s", e.msg);
     return 0;
 }

@@ -195,7 +195,7 @@ int cmd_predict(opts *o) {
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
     if (o->nimages < 1) return missing_images();
-    if (o->output && output_ok(o)) return 1;
+    if (o->output && output_ok(o, 1)) return 1; /* (classes_beside_weights reads it) */
     if (read_classes(o, c.arch.num_classes)) return 1;
     classes_beside_weights(o, c.arch.num_classes);
     const int n = o->nimages, K = c.arch.num_classes, k = o->topk > 0 ? o->topk : 5;

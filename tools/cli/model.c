@@ -146,7 +146,7 @@ int cmd_init(opts *o) {
     const int mc = model_cfg(o, &c); /* 2: a malformed list option */
     if (mc) return mc;
     if (!o->output) return missing("-o OUTPUT");
-    if (output_ok(o)) return 1;
+    if (output_ok(o, 0)) return 1;
     vt_params *P = load_model(o, &c);
     if (!P) return 1;
     vt_err e = {0};
@@ -168,33 +168,39 @@ static int open_input(const opts *o, vt_st_file *f) {
 static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *path, int *B) {
     vt_err e = {0};
     float *x = NULL;
-    int nd = -1;
-    int64_t sh[VT_ST_MAXDIM];
     const vt_st_entry *ie = vt_st_find(f, "input");
     char buf[sizeof e.msg + VT_PATH_BRIEF + 8], brief[VT_PATH_BRIEF]; /* the file's name leaves room for the cause */
     path = vt_path_brief(path, brief, sizeof brief);
-    if (ie && ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
-        snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
-                 vt_st_dtype_name(ie->dtype));
+    if (!ie) {
+        snprintf(buf, sizeof buf, "%s: tensor 'input' not found in file", path);
         die("%s", buf);
         return NULL;
     }
-    if (vt_st_read_named(f, "input", &x, &nd, sh, &e)) {
-        snprintf(buf, sizeof buf, "%s: %s", path, e.msg);
+    if (ie->dtype != VT_ST_F32 && ie->dtype != VT_ST_F16 && ie->dtype != VT_ST_BF16) {
+        snprintf(buf, sizeof buf, "%s: tensor input has dtype %s; images must be F32 (or F16/BF16)", path,
+                 vt_st_dtype_name(ie->dtype));
         die("%s", buf);
         return NULL;
     }
     const vt_arch_cfg *a = &cfg->arch;
     int H, W;
     vt_arch_input(a, &H, &W);
-    if (nd != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != H || sh[3] != W) {
+    /* the shape from the header, checked before the tensor is read: a file can declare more than memory holds */
+    const int64_t *sh = ie->shape;
+    if (ie->ndim != 4 || sh[0] < 1 || sh[0] > 1 << 16 || sh[1] != a->in_chans || sh[2] != H || sh[3] != W) {
         char dims[200] = "";
-        for (int d = 0, n = 0; d < nd && n < (int)sizeof dims; d++)
+        for (int d = 0, n = 0; d < ie->ndim && n < (int)sizeof dims; d++)
             n += snprintf(dims + n, sizeof dims - (size_t)n, d ? ", %lld" : "%lld", (long long)sh[d]);
         snprintf(buf, sizeof buf, "%s: input has shape (%s) but %s expects (B, %d, %d, %d) with 1 <= B <= 65536; "
                  "see --img-size / --in-chans", path, dims, cfg->name, a->in_chans, H, W);
         die("%s", buf);
-        vt_free(x);
+        return NULL;
+    }
+    int nd = 4;
+    int64_t got[VT_ST_MAXDIM];
+    if (vt_st_read_named(f, "input", &x, &nd, got, &e)) {
+        snprintf(buf, sizeof buf, "%s: %s", path, e.msg);
+        die("%s", buf);
         return NULL;
     }
     if (vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]) >= 0) {
@@ -236,7 +242,7 @@ int cmd_forward(opts *o) {
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
     if (!o->output) return missing("--output");
-    if (output_ok(o)) return 1;
+    if (output_ok(o, 0)) return 1;
     const int ic = open_input(o, &f); /* 2: --input missing */
     if (ic) return ic;
     vt_params *P = fit_input_size(o, &f, &c) ? NULL : load_model(o, &c);
@@ -295,7 +301,7 @@ int cmd_grad(opts *o) {
     if (!o->weights) return missing("--weights");
     if (c.arch.int8) return refuse("grad", "--dtype int8 is for inference; take gradients in fp32 or bf16");
     if (!o->output) return missing("--output");
-    if (output_ok(o)) return 1;
+    if (output_ok(o, 0)) return 1;
     const int ic = open_input(o, &f); /* 2: --input missing */
     if (ic) return ic;
     vt_params *P = NULL;
@@ -314,7 +320,10 @@ int cmd_grad(opts *o) {
     vt_err e = {0};
     char shortened[VT_PATH_BRIEF], buf[sizeof e.msg + VT_PATH_BRIEF + 8];
     const char *brief = vt_path_brief(o->input, shortened, sizeof shortened); /* the path itself when short */
-    if (x && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
+    const vt_st_entry *le = vt_st_find(&f, "labels");
+    const int counted = le && le->ndim == 1; /* the count from the header, checked before the labels are read */
+    if (counted) nl = le->shape[0];
+    if (x && (!counted || nl == B) && vt_st_read_labels(&f, "labels", &lab, &nl, &e)) {
         snprintf(buf, sizeof buf, "%s: %s", brief, e.msg);
         die("%s", buf);
     } else if (x && nl != B) {
@@ -378,7 +387,7 @@ int cmd_deploy(opts *o) {
     if (mc) return mc;
     if (!o->weights) return missing("--weights");
     if (!o->output) return missing("-o OUTPUT");
-    if (output_ok(o)) return 1;
+    if (output_ok(o, 1)) return 1; /* deploy_classes copies it */
     const vt_model_cfg t = vt_model_training_form(&c);
     vt_err ce = {0};
     if (o->wfile_open == 1 && vt_model_check_tensors(&t, &o->wfile, o->weights, &ce) != 0 &&
