@@ -24,6 +24,58 @@ static vt_tensor *b_linear_t_chain(vt_graph *g, vt_tensor **x, const gc_case *c)
     return vt_permute(g, vt_linear(g, x[0], x[1], c->nx > 2 ? x[2] : NULL), x[0]->ndim == 3 ? perm3 : perm2);
 }
 /* vt_linear_t by finite differences and against its chain, with and without bias, 3-D and 2-D inputs. */
+/* Σ|dW| of a small classifier's cross-entropy ce after one forward and backward, the loss being (form) 0: ce, 1: ce
+ * also read by a later node (an output ce + c: its backward writes its input's gradient first), 2: the view of ce's
+ * slot in concat(ce, 3·ce), 3: that of 3·ce's (an offset view: its seed at that element). A second backward without a
+ * forward is refused (-1, g->err set): *again is its return. */
+static double loss_grad(int form, int *again) {
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    vt_graph *g = vt_graph_new(P, 1, &e);
+    const int xs[2] = {4, 8}, ws[2] = {3, 8}, ls[1] = {4}, one[1] = {1};
+    vt_tensor *x = vt_input(g, "x", 2, xs), *lab = vt_input(g, "lab", 1, ls), *c = vt_input(g, "c", 1, one);
+    vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.5f});
+    vt_tensor *ce = vt_cross_entropy(g, vt_linear(g, x, w, NULL), lab, 0.0f), *loss = ce;
+    if (form == 1) vt_graph_output(g, vt_add(g, ce, c));
+    if (form >= 2) {
+        vt_tensor *parts[2] = {ce, vt_scale(g, ce, 3.0f)};
+        loss = vt_view_range(g, vt_concat(g, parts, 2, 0), form - 2, 1, one);
+    }
+    vt_graph_set_loss(g, loss);
+    double s = -1.0;
+    if (vt_graph_finalize(g, &e) == 0) {
+        vt_params_init(P, 1);
+        for (int i = 0; i < 32; i++) x->data[i] = sinf((float)i);
+        for (int i = 0; i < 4; i++) lab->data[i] = (float)(i % 3);
+        c->data[0] = 1.0f;
+        vt_graph_forward(g);
+        vt_params_zero_grad(P);
+        s = vt_graph_backward(g) == 0 ? 0.0 : -1.0;
+        for (int i = 0; s >= 0 && i < 24; i++) s += fabs(w->grad[i]);
+        *again = vt_graph_backward(g);
+        *again = *again == -1 && strstr(g->err.msg, "no forward since the last backward") ? -1 : 0;
+    }
+    vt_graph_free(g);
+    vt_params_free(P);
+    return s;
+}
+
+/* The loss's gradient seed: a loss that a later node reads too, or that is a view at an offset, is seeded (it was
+ * lost, or put at element 0); backward runs once per forward. */
+static void check_loss_seed(vt_test *T) {
+    int again[4] = {0};
+    double s[4];
+    for (int f = 0; f < 4; f++) s[f] = loss_grad(f, &again[f]);
+    T_CHECK(T, s[0] > 0.1, "plain loss: Σ|dW| %g", s[0]);
+    T_CHECK(T, fabs(s[1] - s[0]) <= 1e-6 * s[0], "loss read by a later node: Σ|dW| %g, alone %g", s[1], s[0]);
+    T_CHECK(T, fabs(s[2] - s[0]) <= 1e-6 * s[0] && fabs(s[3] - 3.0 * s[0]) <= 3e-6 * s[0],
+            "loss a view of concat(ce, 3·ce): Σ|dW| %g and %g, want %g and %g", s[2], s[3], s[0], 3.0 * s[0]);
+    for (int f = 0; f < 4; f++)
+        T_CHECK(T, again[f] == -1, "form %d: a second backward without a forward is refused", f);
+    vt_err e = {0};
+    T_CHECK(T, vt_alloc(SIZE_MAX - 10, &e) == NULL && e.code == VT_E_NOMEM, "vt_alloc(SIZE_MAX - 10) refused");
+}
+
 static void check_linear_t(vt_test *T) {
     const gc_case cs[] = {
         {.name = "linear_t", .nx = 3, .ndim = {3, 2, 1}, .shape = {{3, 7, 5}, {6, 5}, {6}}, .build = b_linear_t},
@@ -1098,6 +1150,7 @@ static void check_map_names(vt_test *T) {
 }
 
 void test_ops_core(vt_test *T) {
+    check_loss_seed(T);
     check_poison_out(T);
     check_map_names(T);
     check_constant_late(T);

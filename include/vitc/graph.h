@@ -144,6 +144,7 @@ struct vt_graph {
     unsigned char *arena; /* every planned tensor, each at a 64-byte aligned offset */
     int64_t arena_bytes;
     vt_tensor *loss;    /* scalar whose gradient is seeded with 1 by vt_graph_backward */
+    int fwd_ready;      /* a training graph's forward has run since its last backward (which needs one) */
     vt_tensor *aux_loss; /* training graphs: a term of the loss the model itself defines (Refined-ViT's cos_reg),
                           * which the trainer adds to its cross-entropy; NULL: none */
     uint64_t seed;      /* random masks (drop-path) are drawn from (seed, node index); the trainer sets it per step */
@@ -250,13 +251,15 @@ void vt_graph_set_loss(vt_graph *g, vt_tensor *t);
 /* Plans memory and allocates the arena; returns -1 with the first build error if any. */
 int vt_graph_finalize(vt_graph *g, vt_err *e);
 
-/* Runs every node's forward kernel in order (subnormal floats flushed to zero in every thread, see graph.c); an
- * inference graph skips its constant nodes (inputs all parameters or constants) until g->P's values change
- * (vt_params_changed). */
+/* Runs every node's forward kernel in order (subnormal floats flushed to zero and rounding to nearest in every
+ * thread, the caller's included, which keeps them: see graph.c); an inference graph skips its constant nodes (inputs
+ * all parameters or constants) until g->P's values change (vt_params_changed). */
 void vt_graph_forward(vt_graph *g);
 
-/* Runs backward from the loss (its gradient seeded to 1); parameter grads accumulate (+=). */
-void vt_graph_backward(vt_graph *g);
+/* Runs backward from the loss (its gradient seeded to 1; floating-point settings as vt_graph_forward); parameter grads
+ * accumulate (+=). Once per forward: the plan lets backward overwrite what only it reads, so a second backward would
+ * read garbage: -1 with g->err set instead (also for a graph built without training). */
+int vt_graph_backward(vt_graph *g);
 
 /* vt_graph_backward, except that while each node's backward runs, every input and output value it does not declare
  * reading (vt_opdef.bwd_reads) is replaced by NaN (and restored after), and the gradients it writes first

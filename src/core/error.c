@@ -1,6 +1,7 @@
 #include "vitc/error.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ void vt_clearerr(vt_err *e) {
 }
 
 void *vt_alloc(size_t n, vt_err *e) {
+    if (n > SIZE_MAX - 63) return vt_seterr_code(e, VT_E_NOMEM, "out of memory allocating %zu bytes", n), NULL;
     size_t sz = (n + 63) / 64 * 64;
     if (sz == 0) sz = 64;
     void *p = aligned_alloc(64, sz);

@@ -634,6 +634,7 @@ void vt_graph_forward(vt_graph *g) {
         if (!(held && g->nodes[i]->constant)) run_node(g, g->nodes[i], 0);
     if (g->training) vt_params_changed(g->P); /* BatchNorm running statistics moved */
     else g->const_gen = g->P->gen + 1;
+    g->fwd_ready = g->training;
     vt_threads_leave(prev);
 }
 
@@ -748,7 +749,7 @@ static void grad_begin(vt_graph *g, vt_tensor *t, int s) {
     t = vt_root(t);
     if (t->kind != VT_ACT || !t->grad || t->grad_start != s) return;
     vt_zero(t->grad, t->numel);
-    if (g->loss && vt_root(g->loss) == t) t->grad[0] = 1.0f;
+    if (g->loss && vt_root(g->loss) == t) t->grad[vt_root_offset(g->loss)] = 1.0f;
 }
 
 /* Begins the gradients that start at backward step s, nd's step: zeroes them, except those of nd's grad_sets slots
@@ -761,7 +762,8 @@ static void grads_begin(vt_graph *g, vt_node *nd, int s, int poisoned) {
     for (int k = 0; k < nd->nin; k++) {
         vt_tensor *t = vt_root(nd->in[k]);
         int fresh = runs && (nd->grad_sets >> k & 1u) && t->kind == VT_ACT && t->grad && t->grad_start == s &&
-                    vt_root(nd->out) != t && nd->in[k]->numel == t->numel; /* not a part (vt_view_range) */
+                    vt_root(nd->out) != t && nd->in[k]->numel == t->numel && /* not a part (vt_view_range) */
+                    !(g->loss && vt_root(g->loss) == t); /* the loss read by a later node: its seed goes first */
         for (int j = 0; fresh && j < nd->nin; j++) fresh = j == k || vt_root(nd->in[j]) != t;
         if (!fresh) {
             grad_begin(g, nd->in[k], s);
@@ -832,14 +834,25 @@ static int backward_pass(vt_graph *g, int poisoned, vt_err *e) {
     return rc;
 }
 
-void vt_graph_backward(vt_graph *g) { backward_pass(g, 0, NULL); }
+/* 0 when g may run backward now (a training graph forwarded since its last backward, which this one consumes), else
+ * -1 with the reason in e. */
+static int backward_ready(vt_graph *g, vt_err *e) {
+    if (!g->training) return vt_seterr(e, "vt_graph_backward: the graph was built for inference");
+    if (!g->fwd_ready)
+        return vt_seterr(e, "vt_graph_backward: no forward since the last backward (backward overwrites activations "
+                         "only it reads: run vt_graph_forward first)");
+    g->fwd_ready = 0;
+    return 0;
+}
+
+int vt_graph_backward(vt_graph *g) { return backward_ready(g, &g->err) ? -1 : backward_pass(g, 0, NULL); }
 
 int vt_graph_backward_poisoned(vt_graph *g, vt_err *e) {
     /* Poisoning writes into every slot's memory, which must still belong to that slot: in the keep_all plan every
      * input and output of a node is live until the node's backward has run; in the default plan an unread one may
      * already share its memory with a live buffer (a gradient, this node's scratch). */
     if (!g->training || !g->keep_all) return vt_seterr(e, "the poisoned backward needs a train graph planned keep_all");
-    return backward_pass(g, 1, e);
+    return backward_ready(g, e) ? -1 : backward_pass(g, 1, e);
 }
 
 int64_t vt_graph_macs(const vt_graph *g) {
