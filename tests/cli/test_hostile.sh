@@ -695,6 +695,17 @@ $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >"$T/k2.log" 2>&1
 check "... a resumed run removes a killed writer's temporary file" \
     "[ ! -e '$T/k/.vitc-999999999-zzzzzz' ] && grep -q 'removed 1 temporary file' '$T/k2.log'" "$(cat "$T/k2.log")"
 check "... no temporary files left" "[ -z \"\$(ls -A '$T/k' | grep -E '[.]vitc-|tmp')\" ]" "$(ls -A "$T/k")"
+# so does a command writing -o into a folder where an interrupted one left its temporary file (Ctrl-C: no handler),
+# of this host (.vitc-HOST-PID-XXXXXX) or without a host; a living writer's stays
+mkdir -p "$T/ko"
+sleep 0 & wait $!; dead=$!
+host=$(uname -n | tr -cd 'A-Za-z0-9' | cut -c1-16); host=${host:-host}
+touch "$T/ko/.vitc-$host-$dead-zzzzzz" "$T/ko/.vitc-$dead-yyyyyy" "$T/ko/.vitc-$host-$$-xxxxxx"
+$V init vit_fmnist_tiny -o "$T/ko/w.safetensors" >"$T/ko.log" 2>&1
+check "init -o removes an interrupted writer's temporary files in the output's folder, saying so; a living one's stays" \
+    "[ $? -eq 0 ] && [ ! -e '$T/ko/.vitc-$host-$dead-zzzzzz' ] && [ ! -e '$T/ko/.vitc-$dead-yyyyyy' ] && \
+     [ -e '$T/ko/.vitc-$host-$$-xxxxxx' ] && grep -q 'removed 2 temporary files of an earlier unfinished write' '$T/ko.log'" \
+    "$(cat "$T/ko.log"; ls -A "$T/ko")"
 # A file-size limit (ulimit -f, as a full disk) under the checkpoint's size: the epoch's writes fail with a message
 # and exit 1, not a SIGXFSZ death mid-write; the last checkpoint stays as it was, no temporary file stays, and a
 # resume without the limit trains the epoch again (one metrics row per epoch).

@@ -223,7 +223,8 @@ void warn_busy_cores(void) {
 }
 
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
- * (--weights, --input, --classes, the images; with `beside`, the classes.json read beside --weights). */
+ * (--weights, --input, --classes, the images; with `beside`, the classes.json read beside --weights). Then removes
+ * the temporary files that a vitc killed mid-write (Ctrl-C) left hidden in the output's folder, saying so. */
 int output_ok(const opts *o, int beside) {
     char side[4096];
     vt_err e = {0}, se = {0}; /* (a classes.json that cannot be told is not read either: nothing to protect) */
@@ -232,6 +233,14 @@ int output_ok(const opts *o, int beside) {
     const char *fixed[4] = {o->weights, o->input, o->classes, found > 0 ? side : NULL};
     if (vt_output_check(o->output, fixed, 4, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
         return die("%s", e.msg);
+    const char *slash = strrchr(o->output, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == o->output ? 1 : (int)(slash - o->output)) : 1,
+             slash ? o->output : ".");
+    const int n = vt_remove_stale_temps(dir);
+    if (n > 0)
+        notice("%s: removed %d temporary file%s of an earlier unfinished write (a vitc killed while writing)", dir, n,
+               n == 1 ? "" : "s");
     return 0;
 }
 
