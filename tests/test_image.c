@@ -1,6 +1,7 @@
 /* Image preprocessing and decoding: exact paths (no resize), centre-crop offsets with torchvision's round half to
  * even, zero padding, channel layout, bad arguments, and decoding a PGM/PPM file written here (the resize itself
  * is compared with PyTorch in tests/reference/test_predict.py). */
+#include <fenv.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,14 +233,21 @@ static void check_decode(vt_test *T) {
              {0, 255, 255, 255}},
             {"PPM maxval 510 (1, 3, 509, 510, 511, 0)",
              "P6\n2 1\n510\n\x00\x01\x00\x03\x01\xfd\x01\xfe\x01\xff\x00\x00", 23, 3, 2, {0, 2, 254, 255, 255, 0}},
+            {"PGM maxval 7 (1, 3)", "P5\n2 1\n7\n\x01\x03", 11, 1, 2, {36, 109}},
+            {"PGM maxval 6 (1, 3: 42.5 and 127.5, half to even)", "P5\n2 1\n6\n\x01\x03", 11, 1, 2, {42, 128}},
         };
-        for (size_t k = 0; k < sizeof pnm / sizeof pnm[0]; k++) {
+        /* in any rounding mode of the caller (a C API caller's FE_UPWARD), which the decoder leaves as it was */
+        static const int modes[] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD};
+        for (size_t k = 0; k < sizeof pnm / sizeof pnm[0] * 3; k++) {
+            const size_t c = k / 3;
             vt_image im;
             vt_clearerr(&e);
-            const int rc = vt_image_decode(pnm[k].file, pnm[k].n, pnm[k].chans, 0, &im, &e);
-            T_CHECK(T, rc == 0 && im.w == pnm[k].w && im.h == 1 &&
-                           memcmp(im.pix, pnm[k].want, (size_t)pnm[k].w * (size_t)pnm[k].chans) == 0,
-                    "%s as PIL reads it: %s", pnm[k].what, rc ? e.msg : "other values");
+            fesetround(modes[k % 3]);
+            const int rc = vt_image_decode(pnm[c].file, pnm[c].n, pnm[c].chans, 0, &im, &e), kept = fegetround();
+            fesetround(FE_TONEAREST);
+            T_CHECK(T, rc == 0 && im.w == pnm[c].w && im.h == 1 && kept == modes[k % 3] &&
+                           memcmp(im.pix, pnm[c].want, (size_t)pnm[c].w * (size_t)pnm[c].chans) == 0,
+                    "%s as PIL reads it (rounding mode %zu): %s", pnm[c].what, k % 3, rc ? e.msg : "other values");
             if (rc == 0) vt_image_free(&im);
         }
         static const unsigned char m0[] = "P5\n2 1\n0\n\x00\x00";

@@ -490,6 +490,7 @@ int vt_graph_finalize(vt_graph *g, vt_err *e) {
     if (g->err.msg[0]) return vt_seterr_from(e, &g->err, "%s", g->err.msg);
     if (g->finalized) return 0;
     if (g->P->shapes_only) return vt_seterr(e, "graph over a shapes-only parameter store cannot run");
+    if (g->allsum && g->replicas < 1) return vt_seterr(e, "vt_graph.allsum is set with %d replicas", g->replicas);
     for (int i = 0; g->training && i < g->nn; i++) /* the ops sized their backward scratch by these flags; a view
                                                      * (a reshaped weight) follows its source */
         for (int k = 0; k < g->nodes[i]->nin; k++) {

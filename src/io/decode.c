@@ -10,6 +10,7 @@
  * from it on ~0.05% of pixels), L -> RGB by copying, alpha dropped. */
 #include <errno.h>
 #include <fcntl.h>
+#include <fenv.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -323,11 +324,14 @@ static int decode_pnm(const unsigned char *buf, size_t n, int chans, vt_image *i
     const double m = p.maxval, top = wide ? 65535 : 255;
     unsigned char *pix = malloc(count);
     if (!pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d image)", p.w, p.h);
+    const int mode = fegetround(); /* Python's arithmetic and round: to nearest, whatever the caller's mode */
+    fesetround(FE_TONEAREST);
     for (size_t i = 0; i < count; i++) {
         const unsigned v = bps == 2 ? (unsigned)s[2 * i] << 8 | s[2 * i + 1] : s[i];
         const double q = as_stored ? v : fmin(top, rint(v / m * top));
         pix[i] = (unsigned char)(q > 255 ? 255 : q);
     }
+    fesetround(mode);
     img->w = p.w;
     img->h = p.h;
     img->chans = chans;

@@ -110,6 +110,13 @@ $MPI $V train $SB --batch-size 8 --recipe groupmixformer --epochs 1 --out "$T/bn
 check "the groupmixformer recipe synchronises BatchNorm (its official training's SyncBatchNorm)" \
     "grep -qa '\"sync-bn\":\"1\"' '$T/bnr/checkpoint.safetensors' && grep -q '\"sync_bn\":[[:space:]]*true' '$T/bnr/recipe.json'" \
     "$(tail -3 "$T/bnr.log")"
+# a checkpoint from before --sync-bn (no sync-bn recorded: its ranks normalised alone) resumes without it, said
+cp -r "$T/bnr" "$T/bno"
+sed -i 's/"sync-bn":"1"/"sync-bx":"1"/' "$T/bno/checkpoint.safetensors"
+$MPI $V train ${SB/--epochs 5/--epochs 2} --batch-size 8 --recipe groupmixformer --resume "$T/bno" >"$T/bno.log" 2>&1
+check "... a resumed checkpoint of vitc 0.6.2 (no sync-bn recorded) goes on without it, saying so" \
+    "[ $? -eq 0 ] && grep -q 'records no sync-bn setting' '$T/bno.log' && \
+     grep -qa '\"sync-bn\":\"0\"' '$T/bno/checkpoint.safetensors'" "$(tail -4 "$T/bno.log")"
 
 # 2) kill -9 of rank 1 during epoch 2 of 3; rank 0's checkpoint of epoch 1 stays intact; --resume with 2 ranks (with
 # Mixup/CutMix on: each rank's draws, keyed by step and rank, resume as they would have run)

@@ -146,7 +146,12 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         o->repeated_aug = strcmp(ra, "0") != 0;
         o->no_repeated_aug = !o->repeated_aug;
     }
-    if (same && sbn && !given(o, "--sync-bn") && !given(o, "--no-sync-bn")) {
+    if (rc == 0 && rec_get(&f, "train-images") && !sbn && !given(o, "--sync-bn") && !given(o, "--no-sync-bn")) {
+        o->no_sync_bn = 1; /* vitc 0.6.2 or earlier: each rank's own statistics, whatever the recipe says now */
+        if (!strcmp(o->recipe ? o->recipe : rec ? rec : "", "groupmixformer") && d->size > 1 && d->rank == 0)
+            notice("%s records no sync-bn setting (vitc 0.6.2 or earlier, which had no synchronised BatchNorm): "
+                   "resumed with --no-sync-bn, as it trained (give --sync-bn to change that)", path);
+    } else if (same && sbn && !given(o, "--sync-bn") && !given(o, "--no-sync-bn")) {
         o->sync_bn = strcmp(sbn, "0") != 0;
         o->no_sync_bn = !o->sync_bn;
     }
@@ -322,6 +327,9 @@ static int train_rank(opts *o, vt_dist *d) {
     t.resume = o->resume;
     t.workers = o->workers;
     vt_err e = {0};
+    if (d->size <= 1 && given(o, "--sync-bn"))
+        notice("--sync-bn: BatchNorms synchronise over data-parallel ranks only (mpirun); this run is one process, "
+               "whose BatchNorms see its whole batch");
     if (d->size <= 1 && (given(o, "--bucket-mib") || given(o, "--no-overlap")))
         notice("%s%s%s: gradient averaging happens only under mpirun (data-parallel ranks); this run is one process",
                given(o, "--bucket-mib") ? "--bucket-mib" : "", given(o, "--bucket-mib") && o->no_overlap ? " and " : "",
