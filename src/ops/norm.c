@@ -858,8 +858,7 @@ static void bn_fwd(vt_node *n) {
     const float *mean;
     if (batch) {
         vt_bn_batch_update(n->g, x, outer, C, inner, (double *)n->fws->data, eps, mom, n->save[0]->data,
-                           n->save[1]->data,
-                           p->update ? rm : NULL, p->update ? rv : NULL, NULL);
+                           n->save[1]->data, p->update ? rm : NULL, p->update ? rv : NULL, NULL);
         for (int j = 0; p->update && j < p->sets; j++) { /* the running statistics back into the sets' tensors */
             const int cs = C / p->sets;
             if (p->sets > 1) {
