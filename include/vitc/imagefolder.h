@@ -39,9 +39,9 @@ int vt_classes_read(const char *path, char ***names, int *n, vt_err *e);
 void vt_classes_free(char **names, int n);
 
 /* The class names of the run that wrote the weights file `weights`: W.classes.json for W.safetensors (written by
- * `vitc deploy` into a folder whose classes.json names other classes), else classes.json beside it (a vitc train run
- * folder holds both); its path into path (n bytes). 1 with names (K of them; free with vt_classes_free) when it names
- * K classes; 0 when there is none; -1 when it is not used, e.g. unreadable or of another count (the reason in e). */
+ * `vitc deploy` beside the deployed file), else classes.json beside it (a vitc train run folder holds one); its path
+ * into path (n bytes). 1 with names (K of them; free with vt_classes_free) when it names K classes; 0 when there is
+ * none; -1 when it is not used, e.g. unreadable or of another count (the reason in e). */
 int vt_classes_beside(const char *weights, int K, char ***names, char *path, size_t n, vt_err *e);
 
 /* The file vt_classes_beside reads for weights file `weights`, into path (n bytes): 1 when there is one, 0 when none,

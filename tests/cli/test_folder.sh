@@ -507,20 +507,21 @@ $V train $ST --ffn cffn --epochs 1 --data "$T/rs" --out "$T/rgbrun" --init-from 
 check "--init-from RGB weights into a 1-channel model: the patch embedding adapted, the head re-initialised" \
     "[ $? -eq 0 ] && grep -q 'patch_embed.proj.weight adapted from 3 input channels to 1' '$T/rgb.log' && \
      grep -q 'head.weight re-initialised: 10 classes' '$T/rgb.log'" "$(tail -2 "$T/rgb.log")"
-# deploy (the run trained cFFN) puts the run's classes.json beside a deployed file in another folder, where predict then
-# names the classes; another run's classes.json there stays, and the names go to the deployed file's own M.classes.json
+# deploy (the run trained cFFN) puts the run's classes.json beside a deployed file in another folder as its own
+# m.classes.json, where predict then names the classes; a folder's classes.json of other names stays as it was, and a
+# second deployed model's names do not reach it
 mkdir -p "$T/dep" "$T/dep2"
 $V deploy vit_fmnist_tiny -w "$T/rgbrun/weights.safetensors" -o "$T/dep/m.safetensors" >"$T/dep.log" 2>&1
 $V predict vit_fmnist_tiny -w "$T/dep/m.safetensors" "$ONE" >"$T/dep_pred.log" 2>&1
 c1=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['1'])" "$T/rgbrun/classes.json")
-check "deploy copies the run's classes.json beside a file in another folder; predict names the classes there" \
-    "cmp -s '$T/rgbrun/classes.json' '$T/dep/classes.json' && grep -q 'wrote $T/dep/classes.json' '$T/dep.log' && \
-     grep -q 'class names from $T/dep/classes.json' '$T/dep_pred.log' && grep -q '$c1' '$T/dep_pred.log'" \
-    "$(cat "$T/dep.log" "$T/dep_pred.log")"
+check "deploy copies the run's classes.json beside a file in another folder as m.classes.json; predict names the classes" \
+    "cmp -s '$T/rgbrun/classes.json' '$T/dep/m.classes.json' && grep -q 'wrote $T/dep/m.classes.json' '$T/dep.log' && \
+     [ ! -e '$T/dep/classes.json' ] && grep -q 'class names from $T/dep/m.classes.json' '$T/dep_pred.log' && \
+     grep -q '$c1' '$T/dep_pred.log'" "$(cat "$T/dep.log" "$T/dep_pred.log")"
 echo '{"0": "a", "1": "b", "2": "c"}' >"$T/dep2/classes.json"
 $V deploy vit_fmnist_tiny -w "$T/rgbrun/weights.safetensors" -o "$T/dep2/m.safetensors" >"$T/dep2.log" 2>&1
 $V predict vit_fmnist_tiny -w "$T/dep2/m.safetensors" "$ONE" >"$T/dep2_pred.log" 2>&1
-check "deploy into a folder whose classes.json names other classes: it stays, the names go to m.classes.json, which predict takes" \
+check "deploy into a folder with another classes.json: it stays, the names go to m.classes.json, which predict takes" \
     "cmp -s '$T/rgbrun/classes.json' '$T/dep2/m.classes.json' && grep -q 'wrote $T/dep2/m.classes.json' '$T/dep2.log' && \
      grep -q '\"a\"' '$T/dep2/classes.json' && grep -q 'class names from $T/dep2/m.classes.json' '$T/dep2_pred.log' && \
      grep -q '$c1' '$T/dep2_pred.log'" "$(cat "$T/dep2.log" "$T/dep2_pred.log")"

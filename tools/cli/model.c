@@ -353,31 +353,19 @@ int cmd_grad(opts *o) {
 }
 
 /* The classes.json beside the training weights (a run folder's, naming the K classes) goes beside the deployed file
- * in another folder too, so that predict, eval and the API name the classes there; where that folder's classes.json
- * names other classes (another run's), it stays and the names go to OUT.classes.json, which the lookup prefers. */
+ * as its own OUT.classes.json, which predict, eval and the API take for it before a folder's classes.json: a folder of
+ * deployed models from several runs keeps each one's names, and no other weights file there takes them. */
 static void deploy_classes(const opts *o, int K) {
-    char src[4096], dst[4096], **a = NULL, **b = NULL;
-    vt_err e = {0}, ed = {0};
+    char src[4096], side[4096], **a = NULL;
+    vt_err e = {0};
     const int here = vt_classes_beside(o->weights, K, &a, src, sizeof src, &e);
     if (here < 0) notice("the classes.json beside %s is not copied: %s", o->weights, e.msg);
     if (here <= 0) return;
-    const int there = vt_classes_beside(o->output, K, &b, dst, sizeof dst, &ed);
-    int same = there > 0;
-    for (int i = 0; same && i < K; i++) same = strcmp(a[i], b[i]) == 0;
-    if (there == 0) {
-        if (vt_copy_file(src, dst, &e) == 0)
-            printf("wrote %s (the class names of %s)\n", dst, src);
-        else
-            notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
-    } else if (!same) { /* another run's names (or a file that is not used): the deployed file's own beside it */
-        char side[4096];
-        if (vt_classes_sidecar(o->output, side, sizeof side) == 0 && vt_copy_file(src, side, &e) == 0)
-            printf("wrote %s (the class names of %s; %s names other classes)\n", side, src, dst);
-        else
-            notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
-    }
     vt_classes_free(a, K);
-    vt_classes_free(b, there > 0 ? K : 0);
+    if (vt_classes_sidecar(o->output, side, sizeof side) == 0 && vt_copy_file(src, side, &e) == 0)
+        printf("wrote %s (the class names of %s)\n", side, src);
+    else
+        notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
 }
 
 /* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */
