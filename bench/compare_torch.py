@@ -83,6 +83,7 @@ def build():
     import vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref, nextvit_ref
     for ref in (vit_ref, swin_ref, cswin_ref, gmf_ref):  # the default: no attention map kept or computed
         ref.RECORD_MAPS = False
+    vit_ref.USE_SDPA = True  # ViT attention through F.scaled_dot_product_attention on torch 2.x, as timm's
     if name in nextvit_ref.DEPTHS:  # inference on the BN-merged form, as vitc's deployed default
         return nextvit_ref.build(name, train_form=bool(train), merged=not train)
     for ref in (swin_ref, pvt_ref, cswin_ref):

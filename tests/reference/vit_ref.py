@@ -27,6 +27,10 @@ MODELS = {  # timm names -> architecture
 # Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
 # default, as bench/compare_torch.py times the references) no block's map outlives its forward.
 RECORD_MAPS = False
+# True: attention through torch's fused F.scaled_dot_product_attention where this torch has it (2.x; timm's ViT uses
+# it there, so bench/compare_torch.py turns it on for its anchors), unless maps are recorded; the tests keep the
+# written-out softmax(q k^T) v
+USE_SDPA = False
 
 LN_EPS = 1e-6
 
@@ -68,6 +72,9 @@ class Attention(nn.Module):
         B, N, D = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]                       # (B, heads, N, head_dim)
+        if USE_SDPA and not RECORD_MAPS and hasattr(nn.functional, "scaled_dot_product_attention"):
+            o = nn.functional.scaled_dot_product_attention(q, k, v)  # its scale: head_dim^-0.5, as self.scale
+            return self.proj(o.transpose(1, 2).reshape(B, N, D))
         a = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)
         if RECORD_MAPS:
             self.maps = {"": a}                                 # (B, heads, N, N), for test_attention.py
