@@ -5,7 +5,8 @@ PyTorch runs the independent PyTorch reference of the model (tests/reference: vi
 cswin_ref, gmf_ref, nextvit_ref (BN-merged for inference, like vitc's deployed Next-ViT); float32, eval mode for
 inference; forward + cross-entropy + backward + AdamW step for training; the hierarchical references match the
 official code bit for bit; their RECORD_MAPS stays False, so no attention map is kept or, for GMA, computed; their
-DropPath is identity, and vitc trains with --drop-path 0 to match), under every combination of
+DropPath is identity, and vitc trains with --drop-path 0 to match; on torch 2.x the ViT, Swin and CSwin references
+run their softmax attention through F.scaled_dot_product_attention, as timm's models), under every combination of
 torch.set_num_threads in {1, 2} and OPENBLAS_NUM_THREADS in {1, 2} (each in a fresh process, since OpenBLAS reads
 its variable at load time); the best setting is kept. vitc runs `vitc bench ... --json --threads 2`, the most any
 PyTorch side gets (on a machine of more cores vitc's default, all of them, would not be a like-for-like row).
@@ -83,7 +84,8 @@ def build():
     import vit_ref, swin_ref, pvt_ref, cswin_ref, gmf_ref, nextvit_ref
     for ref in (vit_ref, swin_ref, cswin_ref, gmf_ref):  # the default: no attention map kept or computed
         ref.RECORD_MAPS = False
-    vit_ref.USE_SDPA = True  # ViT attention through F.scaled_dot_product_attention on torch 2.x, as timm's
+    for ref in (vit_ref, swin_ref, cswin_ref):  # softmax attention through F.scaled_dot_product_attention on torch
+        ref.USE_SDPA = True                      # 2.x, as timm's models
     if name in nextvit_ref.DEPTHS:  # inference on the BN-merged form, as vitc's deployed default
         return nextvit_ref.build(name, train_form=bool(train), merged=not train)
     for ref in (swin_ref, pvt_ref, cswin_ref):

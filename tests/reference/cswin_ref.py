@@ -49,6 +49,9 @@ from torch import nn
 # Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
 # default, as bench/compare_torch.py times the references) no block's map outlives its forward.
 RECORD_MAPS = False
+# True: softmax attention through torch's fused F.scaled_dot_product_attention where this torch has it (2.x, as timm
+# does), unless maps are recorded; bench/compare_torch.py turns it on for its anchors (the tests: the written-out form)
+USE_SDPA = False
 
 _C = dict(mlp_ratio=4.0, qkv_bias=True, ln_eps=1e-5, in_chans=3, num_classes=1000, focusing_factor=3,
           kernel_size=5)
@@ -179,6 +182,9 @@ class StripeAttention(nn.Module):
         qw, kw, vw = (to_windows(t, R, R, hs, ws) for t in (q, k, v))
         lepe = image_to_tokens(self.get_v(tokens_to_image(vw, hs, ws)))   # zero padding at the window borders
         qh, kh, vh = (split_heads(t, self.heads) for t in (qw, kw, vw))
+        if USE_SDPA and not RECORD_MAPS and hasattr(nn.functional, "scaled_dot_product_attention"):
+            o = nn.functional.scaled_dot_product_attention(qh, kh, vh)  # its scale: d^-1/2
+            return from_windows(merge_heads(o) + lepe, B, R, R, hs, ws)
         a = torch.softmax((qh * self.d ** -0.5) @ kh.transpose(-2, -1), dim=-1)
         if RECORD_MAPS:
             self.maps = {"": a}                      # per window (B·nW, heads, hs·ws, hs·ws), for test_attention.py

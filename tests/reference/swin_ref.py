@@ -54,6 +54,9 @@ from torch import nn
 # Attention modules record their maps in .maps only when this is True (test_attention.py sets it); off (the
 # default, as bench/compare_torch.py times the references) no block's map outlives its forward.
 RECORD_MAPS = False
+# True: softmax attention through torch's fused F.scaled_dot_product_attention where this torch has it (2.x, as timm
+# does), unless maps are recorded; bench/compare_torch.py turns it on for its anchors (the tests: the written-out form)
+USE_SDPA = False
 
 LN_EPS = 1e-5           # every LayerNorm of every layout (nn.LayerNorm default)
 MASK_NEG = -100.0       # shifted-window mask value (not -inf)
@@ -316,6 +319,15 @@ class WindowAttention(nn.Module):
         nch = 3 if self.msf is None else 4
         t = (self.qkv(x) if self.msf is None else self.qkvp(x)).reshape(Bw, N, nch, h, C // h).permute(2, 0, 3, 1, 4)
         q, k, v = t[0], t[1], t[2]                                                # (Bw, h, N, d)
+        sdpa = USE_SDPA and not RECORD_MAPS and hasattr(nn.functional, "scaled_dot_product_attention")
+        if self.msf is None and sdpa:
+            am = self.bias()[None]                                               # the logits' additive terms
+            if mask is not None:
+                nW = mask.shape[0]
+                am = am[:, None] + mask[None, :, None].to(q.dtype)
+                am = am.expand(Bw // nW, -1, -1, -1, -1).reshape(Bw, h, N, N)
+            o = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=am)  # scale head_dim^-0.5, as self.scale
+            return self.proj(o.transpose(1, 2).reshape(Bw, N, C))
         if self.msf is None:
             a = (q * self.scale) @ k.transpose(-2, -1)                           # scale q first (both officials)
         else:
