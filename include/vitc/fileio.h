@@ -34,10 +34,13 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e);
  * node name), into buf (n bytes). */
 void vt_temp_prefix(char *buf, size_t n);
 
+/* The folder of path into dir (n bytes): "." when path names none, "/" for a file at the root. */
+void vt_path_dir(const char *path, char *dir, size_t n);
+
 /* Removes the temporary files in dir whose writing process on this machine has ended (killed between vt_out_open and
  * the commit; names without a HOST, from before 2026-12-02, count as this machine's); returns how many. Another
- * machine's (a folder shared over the network) are never judged. For a folder only this process writes to (a
- * training run's, under its lock). */
+ * machine's (a folder shared over the network) are never judged, nor a living writer's (a training run's folder is
+ * cleaned under its lock, an output's folder before the command writes there). */
 int vt_remove_stale_temps(const char *dir);
 
 /* Flushes, fsyncs and renames the temporary file over the target; on any error the target is unchanged. */

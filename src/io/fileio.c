@@ -18,8 +18,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-/* The folder of path into dir ("." when none). */
-static void dir_of(const char *path, char *dir, size_t n) {
+void vt_path_dir(const char *path, char *dir, size_t n) {
     const char *slash = strrchr(path, '/');
     if (!slash)
         snprintf(dir, n, ".");
@@ -33,7 +32,7 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     if (!path || !path[0]) return vt_seterr(e, "empty output file name");
     struct stat st;
     char dir[4096];
-    dir_of(path, dir, sizeof dir);
+    vt_path_dir(path, dir, sizeof dir);
     if (stat(path, &st) != 0) { /* a new file: its folder must be there (checked before any work, as a full one is) */
         if (errno != ENOENT) return vt_seterr_code(e, VT_E_IO, "%s: %s", path, strerror(errno));
         struct stat sd;
@@ -72,8 +71,8 @@ int vt_same_output(const char *a, const char *b) {
     const char *ra = out_target(a, la), *rb = out_target(b, lb);
     const char *na = strrchr(ra, '/') ? strrchr(ra, '/') + 1 : ra, *nb = strrchr(rb, '/') ? strrchr(rb, '/') + 1 : rb;
     if (strcmp(na, nb) != 0) return 0;
-    dir_of(ra, da, sizeof da);
-    dir_of(rb, db, sizeof db);
+    vt_path_dir(ra, da, sizeof da);
+    vt_path_dir(rb, db, sizeof db);
     return realpath(da, pa) && realpath(db, pb) ? strcmp(pa, pb) == 0 : strcmp(da, db) == 0;
 }
 
@@ -124,7 +123,7 @@ int vt_out_open(vt_out *o, const char *path, vt_err *e) {
     if (snprintf(o->path, sizeof o->path, "%s", target) >= (int)sizeof o->path)
         return vt_seterr(e, "output path too long: %s", path);
     char dir[sizeof o->path];
-    dir_of(o->path, dir, sizeof dir);
+    vt_path_dir(o->path, dir, sizeof dir);
     char prefix[64];
     vt_temp_prefix(prefix, sizeof prefix);
     if (snprintf(o->tmp, sizeof o->tmp, "%s/%s-XXXXXX", dir, prefix) >= (int)sizeof o->tmp)
@@ -164,7 +163,7 @@ int vt_out_commit(vt_out *o, vt_err *e) {
         return vt_seterr_code(e, VT_E_IO, "cannot move the new %s into place: %s", o->path, strerror(rerr));
     }
     char dir[sizeof o->path];
-    dir_of(o->path, dir, sizeof dir);
+    vt_path_dir(o->path, dir, sizeof dir);
     const int dfd = open(dir, O_RDONLY);
     if (dfd >= 0) { /* makes the rename durable (best effort: some file systems refuse to fsync a folder) */
         (void)fsync(dfd);

@@ -233,10 +233,8 @@ int output_ok(const opts *o, int beside) {
     const char *fixed[4] = {o->weights, o->input, o->classes, found > 0 ? side : NULL};
     if (vt_output_check(o->output, fixed, 4, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
         return die("%s", e.msg);
-    const char *slash = strrchr(o->output, '/');
     char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (slash == o->output ? 1 : (int)(slash - o->output)) : 1,
-             slash ? o->output : ".");
+    vt_path_dir(o->output, dir, sizeof dir);
     const int n = vt_remove_stale_temps(dir);
     if (n > 0)
         notice("%s: removed %d temporary file%s of an earlier unfinished write (a vitc killed while writing)", dir, n,
