@@ -38,9 +38,13 @@ int main(int argc, char **argv) {
             continue;
         }
         printf("%s\n", argv[3 + i]);
-        for (int j = 0; j < res[i].k; j++)
-            printf("  %d. class %-5d %-12s %7.3f%%\n", j + 1, res[i].index[j], res[i].label[j] ? res[i].label[j] : "",
+        for (int j = 0; j < res[i].k; j++) {
+            const char *label = res[i].label[j] ? res[i].label[j] : "";
+            int cols = 0; /* padded to 12 characters, not UTF-8 bytes, as `vitc predict` pads */
+            for (const unsigned char *q = (const unsigned char *)label; *q; q++) cols += (*q & 0xC0) != 0x80;
+            printf("  %d. class %-5d %s%*s %7.3f%%\n", j + 1, res[i].index[j], label, cols < 12 ? 12 - cols : 0, "",
                    100.0 * res[i].prob[j]);
+        }
     }
     free(res);
     vitc_close(m);

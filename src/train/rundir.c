@@ -163,6 +163,24 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
     return rc;
 }
 
+/* -1 with the reason in e when checkpoint f holds a tensor of a parameter P lacks (itself, its EMA or its AdamW moments):
+ * a resume with fewer blocks or other model options than the run's would drop those weights silently. */
+static int check_no_extra(const vt_st_file *f, const vt_params *P, const char *path, vt_err *e) {
+    for (int i = 0; i < f->n; i++) {
+        const char *nm = f->entries[i].name, *param = nm;
+        if (strncmp(nm, "train/", 6) == 0) continue; /* the run's counters (0.6.0's train/rng too, unused since) */
+        if (strncmp(nm, EMA_PREFIX, strlen(EMA_PREFIX)) == 0)
+            param = nm + strlen(EMA_PREFIX);
+        else if (strncmp(nm, "optim/m/", 8) == 0 || strncmp(nm, "optim/v/", 8) == 0)
+            param = nm + 8;
+        if (strlen(nm) < VT_NAMELEN - 1 && !vt_params_find(P, param)) /* (a key cut to fit names no parameter) */
+            return vt_seterr(e, "%s holds tensor %s, which the model being resumed does not have (another model, "
+                             "fewer --depths or other model options than the run's?): refused, its weights would be "
+                             "dropped", path, nm);
+    }
+    return 0;
+}
+
 /* Restores the model, its optimiser state, the step and epoch, and the EMA (ema may be NULL): a checkpoint without
  * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice on log
  * (NULL: none). */
@@ -171,7 +189,10 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
     /* the heads and windows the run was built with (a --heads on --resume would split its maps otherwise) */
-    int rc = vt_weights_check_heads(P, &f, path, e) || vt_weights_check_windows(P, &f, path, e) ? -1 : 0;
+    int rc = vt_weights_check_heads(P, &f, path, e) || vt_weights_check_windows(P, &f, path, e) ||
+                     check_no_extra(&f, P, path, e)
+                 ? -1
+                 : 0;
     /* each tensor checked as a weights file's (vt_param_read): shape, dtype, finite, variances, fixed buffers */
     for (int i = 0; rc == 0 && i < P->n; i++) rc = vt_param_read(&f, P->t[i]->name, P->t[i], P->t[i]->data, path, e);
     if (rc == 0 && ema && ema->n) {

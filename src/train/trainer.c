@@ -150,7 +150,8 @@ int vt_grad_accum(const vt_model_cfg *c, vt_params *P, const float *x, const flo
 }
 
 /* Sums over the rows of logits (B, K) whose label is >= 0 (the others are skipped images): cross-entropy loss,
- * correct top-1 and top-5 predictions (a label is in the top k when fewer than k logits exceed its own). */
+ * correct top-1 and top-5 predictions (a label is in the top k when fewer than k logits rank before it: those above
+ * its own, and those equal to it at a lower index, as top-1 takes the first of tied maxima). */
 static void score(const float *logits, const int *labels, int n, int K, double *loss, int64_t *correct,
                   int64_t *correct5) {
     for (int b = 0; b < n; b++) {
@@ -159,7 +160,7 @@ static void score(const float *logits, const int *labels, int n, int K, double *
         int best = 0, above = 0;
         for (int k = 1; k < K; k++)
             if (r[k] > r[best]) best = k;
-        for (int k = 0; k < K; k++) above += r[k] > r[labels[b]];
+        for (int k = 0; k < K; k++) above += r[k] > r[labels[b]] || (r[k] == r[labels[b]] && k < labels[b]);
         double se = 0.0;
         for (int k = 0; k < K; k++) se += exp((double)r[k] - r[best]);
         *loss += log(se) - ((double)r[labels[b]] - r[best]);
@@ -643,6 +644,11 @@ static int run_open(train_run *r, vt_err *e) {
                               o->repeated_aug > 0 ? " (repeated augmentation visits ⌊n/256⌋·256 of n: "
                                                     "--no-repeated-aug visits all)" : "");
     r->spe = nsamp / (B * A) * A;
+    const int64_t ospe = r->spe / A;
+    if (o->warmup_epochs > 0 && (int64_t)(o->warmup_epochs * (double)ospe) < 1)
+        return vt_seterr_code(e, VT_E_USAGE, "a warm-up of %g epochs is less than one of the %lld optimiser steps an "
+                              "epoch makes: no step would warm up; give --warmup-epochs 0 (none) or at least %g",
+                              o->warmup_epochs, (long long)ospe, 1.0 / (double)ospe);
     if (recipe_check(c, o, &r->mix, e) || !(r->P = vt_params_new(e))) return -1;
     vt_params *P = r->P;
     const int pt = c->arch.patch, pos_h = pt > 0 ? c->arch.img_size / pt : 0; /* a ViT's patch grid (H x W too) */

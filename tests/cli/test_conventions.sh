@@ -336,6 +336,8 @@ $V info flatten_swin_tiny --json >"$T/iw3.json" 2>&1
 check "... and the one a stage runs where they differ (CSwin's global last stage, a Swin window covering the map)" \
     "grep -q '^stage 4 .*, window 7 (runs 14)$' '$T/iw2.log' && grep -q '\"window\": 56, \"window_run\": 28' '$T/iw3.json'" \
     "$(cat "$T/iw2.log" "$T/iw3.json")"
+check "info --json: embed_dim and num_heads the first stage's (timm's), num_features the last stage's width" \
+    "grep -q '\"embed_dim\": 96, \"num_features\": 768, \"depth\": 12, \"num_heads\": 3,' '$T/iw3.json'" "$(cat "$T/iw3.json")"
 # busy cores: bench (and train) warn when other runnable threads leave fewer cores than vitc's threads, unless
 # OMP_WAIT_POLICY is set (make test sets it: its parts run side by side)
 if [ "$(nproc)" -ge 2 ]; then

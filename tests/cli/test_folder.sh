@@ -525,6 +525,15 @@ check "deploy into a folder with another classes.json: it stays, the names go to
     "cmp -s '$T/rgbrun/classes.json' '$T/dep2/m.classes.json' && grep -q 'wrote $T/dep2/m.classes.json' '$T/dep2.log' && \
      grep -q '\"a\"' '$T/dep2/classes.json' && grep -q 'class names from $T/dep2/m.classes.json' '$T/dep2_pred.log' && \
      grep -q '$c1' '$T/dep2_pred.log'" "$(cat "$T/dep2.log" "$T/dep2_pred.log")"
+# a second deploy to m.safetensors from weights without class names removes the first one's m.classes.json, which
+# named the replaced weights' classes (predict then names Fashion-MNIST's, the model's dataset's)
+$V init vit_fmnist_tiny --in-chans 3 --ffn cffn --train-form --seed 2 -o "$T/rgb_nonames.safetensors" >/dev/null 2>&1
+$V deploy vit_fmnist_tiny -w "$T/rgb_nonames.safetensors" -o "$T/dep/m.safetensors" >"$T/dep3.log" 2>&1
+$V predict vit_fmnist_tiny -w "$T/dep/m.safetensors" "$ONE" >"$T/dep3_pred.log" 2>&1
+check "deploy of weights without class names over an earlier deploy: its m.classes.json removed, predict not using it" \
+    "[ ! -e '$T/dep/m.classes.json' ] && grep -q 'removed $T/dep/m.classes.json' '$T/dep3.log' && \
+     ! grep -q 'class names from' '$T/dep3_pred.log' && ! grep -q '$c1' '$T/dep3_pred.log'" \
+    "$(cat "$T/dep3.log" "$T/dep3_pred.log")"
 # a validation split with no readable image is refused before training, not at the first epoch's end
 cp -r "$T/rs" "$T/rsv"
 for f in "$T"/rsv/val/*/*.png; do echo junk >"$f"; done

@@ -264,6 +264,12 @@ for ba in "65536 1" "8192 524288" "8192 524289"; do
         $V train $M --data fashion-mnist --train-subset 64 --test-subset 64 --epochs 1 --batch-size $1 --accum-steps $2 \
         --out "$T/ba"
 done
+# a warm-up shorter than one optimiser step would warm up no step (it had run at the peak from step 0, silently)
+expect "train --warmup-epochs 0.4 of an epoch of 2 optimiser steps refused (2)" 2 \
+    "a warm-up of 0.4 epochs is less than one of the 2 optimiser steps an epoch makes" \
+    $V train $M --data fashion-mnist --train-subset 128 --test-subset 16 --batch-size 64 --epochs 3 --warmup-epochs 0.4 \
+    --warmup-lr 1e-4 --out "$T/wu"
+check "... and leaves no run folder" "[ ! -e '$T/wu' ]"
 # an option the model cannot apply is a usage error (2), as in every command that builds a model
 expect "--windows on a model without windows refused (a usage error: 2)" 2 "no attention windows" $V info $M --windows 3
 expect "--train-form on a model without re-parameterised blocks refused (2)" 2 "no re-parameterised blocks" $V info $M \
@@ -706,6 +712,15 @@ check "init -o removes an interrupted writer's temporary files in the output's f
     "[ $? -eq 0 ] && [ ! -e '$T/ko/.vitc-$host-$dead-zzzzzz' ] && [ ! -e '$T/ko/.vitc-$dead-yyyyyy' ] && \
      [ -e '$T/ko/.vitc-$host-$$-xxxxxx' ] && grep -q 'removed 2 temporary files of an earlier unfinished write' '$T/ko.log'" \
     "$(cat "$T/ko.log"; ls -A "$T/ko")"
+# attention's picture (-o) and maps (--save-maps) clear their folders' the same way
+mkdir -p "$T/ko/maps"
+touch "$T/ko/.vitc-$host-$dead-aaaaaa" "$T/ko/maps/.vitc-$host-$dead-bbbbbb"
+$V attention vit_fmnist_tiny -w "$T/ko/w.safetensors" "$T/good.png" -o "$T/ko/a.png" \
+    --save-maps "$T/ko/maps/a.safetensors" >"$T/ko_att.log" 2>&1
+check "attention -o and --save-maps remove interrupted writers' temporary files in their folders, saying so" \
+    "[ $? -eq 0 ] && [ -s '$T/ko/a.png' ] && [ ! -e '$T/ko/.vitc-$host-$dead-aaaaaa' ] && \
+     [ ! -e '$T/ko/maps/.vitc-$host-$dead-bbbbbb' ] && [ \$(grep -c 'removed 1 temporary file' '$T/ko_att.log') -eq 2 ]" \
+    "$(cat "$T/ko_att.log"; ls -A "$T/ko" "$T/ko/maps")"
 # A file-size limit (ulimit -f, as a full disk) under the checkpoint's size: the epoch's writes fail with a message
 # and exit 1, not a SIGXFSZ death mid-write; the last checkpoint stays as it was, no temporary file stays, and a
 # resume without the limit trains the epoch again (one metrics row per epoch).

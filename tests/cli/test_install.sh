@@ -110,6 +110,16 @@ for m in vit_fmnist_tiny groupmixformer_test; do
     check "$m: example (static) prints what vitc predict prints" "[ $rc -eq 0 ] && cmp -s '$T/cli.txt' '$T/exs.txt'" \
         "rc $rc; $(diff "$T/cli.txt" "$T/exs.txt" | head -10) $(cat "$T/exs.err")"
 done
+# class names beside the weights with non-ASCII characters: both pad them to 12 characters, not UTF-8 bytes
+$PY -c 'import json, sys; json.dump({str(i): f"cl\u00e9{i}" for i in range(10)}, open(sys.argv[1], "w"), ensure_ascii=False)' \
+    "$T/vit_fmnist_tiny.classes.json"
+$V predict vit_fmnist_tiny -w "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" >"$T/cli.txt" 2>"$T/cli.err"
+LD_LIBRARY_PATH=$L "$T/classify" vit_fmnist_tiny "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" >"$T/ex.txt" 2>"$T/ex.err"
+rc=$?
+check "example: non-ASCII class names beside the weights, printed as vitc predict prints them" \
+    "[ $rc -eq 0 ] && grep -q 'clé' '$T/ex.txt' && cmp -s '$T/cli.txt' '$T/ex.txt'" \
+    "rc $rc; $(diff "$T/cli.txt" "$T/ex.txt" | head -6) $(cat "$T/ex.err")"
+rm -f "$T/vit_fmnist_tiny.classes.json"
 head -c 300 /dev/urandom >"$T/noise.png"
 LD_LIBRARY_PATH=$L "$T/classify" vit_fmnist_tiny "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" "$T/noise.png" \
     >"$T/ex.txt" 2>"$T/ex.err"

@@ -121,6 +121,12 @@ $V train vit_fmnist_tiny --resume "$T/vh" --epochs 4 --heads 4 >"$T/vh.log" 2>&1
 check "... but not the heads the checkpoint was trained with (its maps would split into other heads)" \
     "[ $? -eq 1 ] && grep -q 'checkpoint.safetensors was made for 2 attention heads .* built with 4' '$T/vh.log'" \
     "$(cat "$T/vh.log")"
+# ... nor fewer blocks: the checkpoint's tensors of the blocks left out would be dropped (its files stay as they were)
+cp -r "$T/v" "$T/vd"
+$V train vit_fmnist_tiny --resume "$T/vd" --epochs 4 --depths 2 >"$T/vd.log" 2>&1
+check "... nor with fewer blocks (--depths 2): refused naming a tensor the smaller model lacks, the folder unchanged" \
+    "[ $? -eq 1 ] && grep -q 'vd/checkpoint.safetensors holds tensor blocks.2.norm1.weight, which the model being resumed \
+does not have' '$T/vd.log' && diff -r '$T/v' '$T/vd' >/dev/null" "$(cat "$T/vd.log"; diff -r "$T/v" "$T/vd" | head -3)"
 # ... another --recipe: the note names it and how the learning rate now moves (per step, not DeiT's per epoch)
 cp -r "$T/v" "$T/vr"
 $V train vit_fmnist_tiny --resume "$T/vr" --epochs 4 --recipe swin --batch-size 64 --repeated-aug >"$T/vr.log" 2>&1
@@ -339,6 +345,24 @@ check "--resume of a run still before its first checkpoint says it is running" \
 
 $V eval vit_fmnist_tiny --weights "$T/a/weights.safetensors" --data fashion-mnist --test-subset 256 >"$T/e.log" 2>&1
 check "eval prints accuracy" "grep -Eq 'top-1 accuracy [0-9.]+%' '$T/e.log'" "$(cat "$T/e.log")"
+# a zeroed head ties every logit: the first tied index is top-1 (class 0), and the first five (classes 0-4) are
+# top-5, as torch's topk orders ties, not every class (it had counted top-5 100%)
+/usr/bin/python3 - "$T/a/weights.safetensors" "$T/tie.safetensors" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests/reference")
+import st
+t = st.load(sys.argv[1])
+t["head.weight"][...] = 0
+t["head.bias"][...] = 0
+st.save(sys.argv[2], t)
+PYEOF
+$V eval vit_fmnist_tiny --weights "$T/tie.safetensors" --data fashion-mnist --test-subset 256 >"$T/tie.log" 2>&1
+tie_want=$(/usr/bin/python3 -c "
+import gzip
+l = gzip.open('/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz').read()[8:8 + 256]
+print('top-1 accuracy %.2f%%, top-5 accuracy %.2f%%' % (100 * sum(x == 0 for x in l) / 256, 100 * sum(x < 5 for x in l) / 256))")
+check "eval of tied logits: top-1 and top-5 take the first tied classes (${tie_want})" \
+    "[ -n '$tie_want' ] && grep -qF '$tie_want' '$T/tie.log'" "$(cat "$T/tie.log")"
 
 $V train no_such_model --data fashion-mnist --out "$T/c" >"$T/u.log" 2>&1
 check "unknown model rejected" "[ $? -ne 0 ] && grep -q \"unknown model 'no_such_model'\" '$T/u.log'"
@@ -482,11 +506,13 @@ check "... both defaults above --lr 5e-7: both named at once" "[ $? -eq 2 ] && g
 # reaching the peak, with a note saying so and how to change it; the note names the checkpoint on a resume
 check "a recipe's warm-up longer than the run: a note naming it and the way out" "grep -qF \
 \"Note: the warm-up of 5 epochs (the deit recipe's --warmup-epochs) does not end within the run's 1 epoch (the \
-learning rate changes once an epoch, after it, as DeiT's main.py steps it): the learning rate rises for the whole run \
-and never reaches its peak 0.002 nor decays (as in timm); give --warmup-epochs at most 0 to change it\" '$T/v1.log'" "$(grep -v '^ ' "$T/v1.log" | head -5)"
-check "... a resume taking it from the checkpoint says so too" "grep -qF \
-\"Note: the warm-up of 5 epochs (--warmup-epochs recorded in $T/v/checkpoint.safetensors) does not end within the \
-run's 2 epochs\" '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log" | head -5)"
+learning rate changes once an epoch, after it, as DeiT's main.py steps it): the learning rate stays at the warm-up's \
+first value 0.0001 for the whole run, never reaching its peak 0.002; give --warmup-epochs at most 0 to change it\" \
+'$T/v1.log'" "$(grep -v '^ ' "$T/v1.log" | head -5)"
+check "... a resume taking it from the checkpoint says so too (2 epochs under DeiT's lag: still the first value)" \
+    "grep -qF \"Note: the warm-up of 5 epochs (--warmup-epochs recorded in $T/v/checkpoint.safetensors) does not end \
+within the run's 2 epochs (the learning rate changes once an epoch, after it, as DeiT's main.py steps it): the learning \
+rate stays at the warm-up's first value\" '$T/v2.log'" "$(grep -v '^ ' "$T/v2.log" | head -5)"
 check "... and a warm-up within the run gets no note" "! grep -q 'Note: the warm-up' '$T/a.log' '$T/b2.log'"
 mkdir -p "$T/nodata"
 $V train vit_fmnist_tiny --recipe deit --epochs 1 --data "$T/nodata" --out "$T/nd" >"$T/nd.log" 2>&1

@@ -145,6 +145,8 @@ void warn_busy_cores(void);
 /* Checks that o->output may be written before any work (not a special file, not one of the inputs; beside 1: the
  * command reads the classes.json beside --weights, which counts as one); 1 after the message. */
 int output_ok(const opts *o, int beside);
+/* Removes the temporary files of killed vitc writers from output's folder, with a notice when it removed any. */
+void remove_stale_temps_beside(const char *output);
 /* Resolves o->model and the options that change it into cfg; 1 on an error, 2 on a usage error (said). */
 int model_cfg(opts *o, vt_model_cfg *cfg);
 /* Frees the --weights file weights_options read. */

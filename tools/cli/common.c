@@ -223,8 +223,8 @@ void warn_busy_cores(void) {
 }
 
 /* Checks that o->output may be written before any work: not a special file, not one of the command's inputs
- * (--weights, --input, --classes, the images; with `beside`, the classes.json read beside --weights). Then removes
- * the temporary files that a vitc killed mid-write (Ctrl-C) left hidden in the output's folder, saying so. */
+ * (--weights, --input, --classes, the images; with `beside`, the classes.json read beside --weights). Then clears
+ * the output's folder of stale temporary files (remove_stale_temps_beside). */
 int output_ok(const opts *o, int beside) {
     char side[4096];
     vt_err e = {0}, se = {0}; /* (a classes.json that cannot be told is not read either: nothing to protect) */
@@ -233,13 +233,18 @@ int output_ok(const opts *o, int beside) {
     const char *fixed[4] = {o->weights, o->input, o->classes, found > 0 ? side : NULL};
     if (vt_output_check(o->output, fixed, 4, &e) || vt_output_check(o->output, o->images, o->nimages, &e))
         return die("%s", e.msg);
+    remove_stale_temps_beside(o->output);
+    return 0;
+}
+
+/* Removes the temporary files that a vitc killed mid-write (Ctrl-C) left hidden in output's folder, saying so. */
+void remove_stale_temps_beside(const char *output) {
     char dir[4096];
-    vt_path_dir(o->output, dir, sizeof dir);
+    vt_path_dir(output, dir, sizeof dir);
     const int n = vt_remove_stale_temps(dir);
     if (n > 0)
         notice("%s: removed %d temporary file%s of an earlier unfinished write (a vitc killed while writing)", dir, n,
                n == 1 ? "" : "s");
-    return 0;
 }
 
 /* The overrides options o give a model of `stages` stages (its lists parsed); -1 with the reason in e on a malformed

@@ -358,6 +358,8 @@ int cmd_attention(opts *o) {
     if ((o->output && vt_output_check(o->output, fixed, 1, &e)) ||
         (o->save_maps && vt_output_check(o->save_maps, fixed, 1, &e)))
         return die("%s", e.msg);
+    if (o->output) remove_stale_temps_beside(o->output);
+    if (o->save_maps) remove_stale_temps_beside(o->save_maps);
     /* read once (weights_options): its tensors against the model, its recorded heads, then its values */
     if (o->wfile_open < 0 || (!o->wfile_open && vt_st_open(o->weights, &o->wfile, &o->werr)))
         return die("%s", o->werr.msg);

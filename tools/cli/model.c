@@ -1,10 +1,13 @@
 /* The commands on one model and its tensors: list (every model), info (one model's shapes, params and MACs), init
  * (initial weights), forward (logits or stage maps of `input`), grad (loss and gradients) and deploy (training-form
  * weights merged into the deployed form). */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "vitc/fileio.h"
 #include "vitc/imagefolder.h"
@@ -87,11 +90,13 @@ int cmd_info(opts *o) {
         printf("{\"name\": \"%s\", \"family\": \"%s\", \"params\": %lld, \"buffers\": %lld, "
                "\"params_linear_conv_weights\": %lld, \"macs\": %lld, \"gmacs\": %.6f, \"img_size\": %d, "
                "\"img_w\": %d, "
-               "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"depth\": %d, "
+               "\"in_chans\": %d, \"num_classes\": %d, \"patch_size\": %d, \"embed_dim\": %d, \"num_features\": %d, "
+               "\"depth\": %d, "
                "\"num_heads\": %d, \"double_heads\": %d, \"attn\": \"%s\", \"ffn\": \"%s\", \"train_form\": %d, ",
                c.name, c.family->name, params, (long long)s.buffers, paper, macs, macs / 1e9, a->img_size,
                vt_arch_width(a), a->in_chans,
-               a->num_classes, a->patch, a->stages[a->nstages - 1].dim, vt_model_depth(&c), a->stages[0].heads,
+               a->num_classes, a->patch, a->stages[0].dim, a->stages[a->nstages - 1].dim, vt_model_depth(&c),
+               a->stages[0].heads,
                a->opts.double_heads, a->stages[0].attn, a->ffn, a->train_form);
         print_stages_json(&c);
         printf(", \"drop_path\": %g, \"pretrained\": {\"crop_pct\": %g, \"resize\": \"%s\", \"interpolation\": \"%s\", "
@@ -354,18 +359,31 @@ int cmd_grad(opts *o) {
 
 /* The classes.json beside the training weights (a run folder's, naming the K classes) goes beside the deployed file
  * as its own OUT.classes.json, which predict, eval and the API take for it before a folder's classes.json: a folder of
- * deployed models from several runs keeps each one's names, and no other weights file there takes them. */
+ * deployed models from several runs keeps each one's names, and no other weights file there takes them. Without
+ * one to copy, an OUT.classes.json of an earlier deploy to OUT is removed: it named the replaced weights' classes. */
 static void deploy_classes(const opts *o, int K) {
     char src[4096], side[4096], **a = NULL;
     vt_err e = {0};
+    const int named = vt_classes_sidecar(o->output, side, sizeof side) == 0;
     const int here = vt_classes_beside(o->weights, K, &a, src, sizeof src, &e);
     if (here < 0) notice("the classes.json beside %s is not copied: %s", o->weights, e.msg);
-    if (here <= 0) return;
-    vt_classes_free(a, K);
-    if (vt_classes_sidecar(o->output, side, sizeof side) == 0 && vt_copy_file(src, side, &e) == 0)
-        printf("wrote %s (the class names of %s)\n", side, src);
-    else
+    if (here > 0) {
+        vt_classes_free(a, K);
+        if (named && vt_copy_file(src, side, &e) == 0) {
+            printf("wrote %s (the class names of %s)\n", side, src);
+            return;
+        }
         notice("the class names were not copied beside %s: %s; predict with --classes %s", o->output, e.msg, src);
+    }
+    struct stat st;
+    if (named && lstat(side, &st) == 0) {
+        if (S_ISREG(st.st_mode) && unlink(side) == 0)
+            notice("removed %s: it named the classes of the weights this deploy replaced", side);
+        else
+            notice("%s names the classes of the weights this deploy replaced, and was not removed (%s): predict and "
+                   "eval would take its names for %s; remove it", side, S_ISREG(st.st_mode) ? strerror(errno) :
+                   "not a regular file", o->output);
+    }
 }
 
 /* Training-form weights -> deployed weights (the family's re-parameterisation merge, e.g. cFFN branches). */

@@ -372,7 +372,12 @@ static int train_rank(opts *o, vt_dist *d) {
                                lr_source(o, "--warmup-epochs", o->warmup_epochs >= 0, from, sizeof from),
                                t.cooldown_epochs > 0 ? "cosine's " : "run's ", t.epochs, t.epochs == 1 ? "" : "s",
                                update_words(t.sched_update));
-        if (t.cooldown_epochs > 0 && t.warmup_epochs < t.epochs + t.cooldown_epochs) /* the cooldown after it */
+        const int still = (t.sched_update == VT_SCHED_EPOCH && t.epochs + t.cooldown_epochs < 2) ||
+                          (t.sched_update == VT_SCHED_DEIT && t.epochs + t.cooldown_epochs < 3);
+        if (still) /* every epoch at the schedule's first value (DeiT's: epochs 0 and 1 both) */
+            snprintf(notice + n, sizeof notice - (size_t)n, "stays at the warm-up's first value %g for the whole "
+                     "run, never reaching its peak %g; give --warmup-epochs %s to change it", t.warmup_lr, t.lr, wmax);
+        else if (t.cooldown_epochs > 0 && t.warmup_epochs < t.epochs + t.cooldown_epochs) /* the cooldown after it */
             snprintf(notice + n, sizeof notice - (size_t)n, "rises for %g epochs without reaching its peak %g, then "
                      "drops to the final %g for the rest of the run's %d epochs (%d of cooldown), as in timm; give "
                      "--warmup-epochs %s to change it", t.warmup_epochs, t.lr, t.min_lr,
