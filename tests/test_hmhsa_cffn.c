@@ -214,7 +214,28 @@ static void check_redeploy(vt_test *T, int int8) {
     vt_params_free(D);
 }
 
+/* The training-form cFFN branch convs of `model`'s tensor `name` follow the host's conv rule: standard deviation
+ * within 3% of want (PVTv2: normal(0, √(2/fan_out)), as its IHH; DeiT: PyTorch's default uniform(±1/√fan_in);
+ * Next-ViT: trunc_normal(0.02)); PVTv2's had taken PyTorch's default, 9x narrower than its IHH's rule. */
+static void check_cffn_init(vt_test *T, const char *model, const char *name, double want) {
+    const vt_model_cfg tc = vt_model_training_form(vt_model_find(model));
+    vt_err e = {0};
+    vt_params *P = vt_params_new(&e);
+    const int ok = P && !vt_model_init_params(&tc, P, 3, &e);
+    const vt_tensor *w = ok ? vt_params_find(P, name) : NULL;
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; w && i < w->numel; i++) s += w->data[i], s2 += (double)w->data[i] * w->data[i];
+    const double sd = w && w->numel > 1 ? sqrt((s2 - s * s / w->numel) / (w->numel - 1)) : 0;
+    T_CHECK(T, w && fabs(sd - want) <= 0.03 * want, "%s %s: init std %.4f, the host's rule %.4f: %s", model, name, sd,
+            want, w ? "" : ok ? "no such tensor" : e.msg);
+    vt_params_free(P);
+}
+
 void test_hmhsa_cffn(vt_test *T) {
+    /* pvt_v2_b1's stage 1: k = 37 of 512 hidden (fan_out 37); deit_tiny: k = 102 of 768 hidden (fan_in 768) */
+    check_cffn_init(T, "pvt_v2_b1_hmhsa_cffn", "block1.0.mlp.fc2_u.rep.0.conv.weight", sqrt(2.0 / 37));
+    check_cffn_init(T, "deit_tiny_hmhsa_cffn", "blocks.0.mlp.fc2_u.rep.0.conv.weight", 1.0 / sqrt(768) / sqrt(3.0));
+    check_cffn_init(T, "nextvit_small_hmhsa_cffn", "features.0.mlp.conv2_u.rep.0.conv.weight", 0.02);
     check_redeploy(T, 0);
     check_redeploy(T, 1);
     const vt_block_opts dbl = {.double_heads = 1}, chh_first = {.chh_first = 1}, plain = {0};

@@ -25,8 +25,8 @@ int vt_cffn_width(int hidden, int C, float t) {
 }
 
 /* One factor map x (..., in) -> (..., out): Linear (deployed; a 1x1 conv when conv1x1) or Σ of r conv1x1 + BN
- * branches (training; convs initialised as the host's: PyTorch's default, Next-ViT's trunc_normal(0.02)), of GELU(x)
- * when gelu_in (training form only). With
+ * branches (training; convs initialised by the host's rule conv_rule, a VT_CONV_INIT_*: PyTorch's default, PVTv2's
+ * normal(0, √(2/fan_out)), Next-ViT's trunc_normal(0.02)), of GELU(x) when gelu_in (training form only). With
  * r <= 3 the branches run as one product over their stacked weights (r·out, in) and one vt_batchnorm_sum of its r
  * channel groups: one GEMM of r·out columns instead of r of out (cFFN's k is narrow: 37 columns in PVTv2-b1's first
  * stage), and no separate BatchNorm outputs and adds. Larger r: the branches one by one. Training step at batch 16,
@@ -35,7 +35,7 @@ int vt_cffn_width(int hidden, int C, float t) {
  * 1.08 and 1.06 / 1.09, Next-ViT-S's 1.05 / 1.06 and 1.01 / 1.05, DeiT-S's 0.90-1.02 in four runs (its k = 204
  * columns are wide enough already; its BatchNorm + add time fell from 5.3% to 4.2% of the step in `--profile`). */
 static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out, int r, int train_form, int conv1x1,
-                         int gelu_in) {
+                         int conv_rule, int gelu_in) {
     if (!train_form && conv1x1) return vt_pointwise_p(g, prefix, x, out, 1, VT_INIT_W02); /* Next-ViT's conv rule */
     if (!train_form) return vt_linear_p(g, prefix, x, out, 1, VT_INIT_W02); /* the host's Linear rule */
     if (vt_bad(g, 1, x)) return NULL;
@@ -48,7 +48,7 @@ static vt_tensor *factor(vt_graph *g, const char *prefix, vt_tensor *x, int out,
         vt_pname(pre, prefix, sub);
         int wsh[4] = {out, in, 1, 1}, w2[2] = {out, in};
         vt_tensor *w = vt_param(g, vt_pname(nm, pre, "conv.weight"), 4, wsh,
-                                vt_conv_init(in, out, conv1x1 ? VT_CONV_INIT_W02 : VT_CONV_INIT_DEFAULT));
+                                vt_conv_init(in, out, conv_rule));
         if (w) w->paper_count = 1;
         if (fused) {
             ws[b] = vt_reshape(g, w, 2, w2);
@@ -81,7 +81,7 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
                                                * pvt_v2_b1_hmhsa_cffn's batch-1 step, and fc1's GELU epilogue run
                                                * after the product made DeiT-T's fc1 1.5x slower than its plain fc1 */
         vt_tensor *u = vt_block_ffn_gelu_linear(g, prefix, x, f, vt_pname(nm, prefix, "fc2_u"), k, VT_INIT_W02);
-        return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0, 0);
+        return factor(g, vt_pname(nm, prefix, "fc2_v"), u, C, r, 0, 0, f->conv_fanout, 0);
     }
     /* the host's fc1 (+ PVTv2's DWConv) and GELU; after the DWConv, GELU goes into the U branches' stacked GEMM (its
      * prologue, as the host MLP's fc2 has it) rather than a separate pass, whose output the arena kept: in
@@ -93,8 +93,9 @@ vt_tensor *vt_block_cffn(vt_graph *g, const char *prefix, vt_tensor *x, const vt
      * 2026-12-06, alternated) */
     const int gelu_in = f->train_form && !cv && !f->relu && (g->training ? !vt_block_gelu_in_fc1(g, x, f) : f->dwconv);
     vt_tensor *h = gelu_in ? vt_block_fc1_pre(g, prefix, x, f) : vt_block_fc1_act(g, prefix, x, f);
-    vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv, gelu_in);
-    return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv, 0);
+    vt_tensor *u = factor(g, vt_pname(nm, prefix, cv ? "conv2_u" : "fc2_u"), h, k, r, f->train_form, cv, f->conv_fanout,
+                          gelu_in);
+    return factor(g, vt_pname(nm, prefix, cv ? "conv2_v" : "fc2_v"), u, C, r, f->train_form, cv, f->conv_fanout, 0);
 }
 
 /* ---- train -> deploy merge ---- */

@@ -115,7 +115,8 @@ vt_tensor *vt_block_gma_attn(vt_graph *g, const char *prefix, vt_tensor *x, int 
         return vt_fail(g, "gma", "%s: width C = %d must be a multiple of 10 (5 segments of s = C/5 channels, "
                        "8 heads of s/2 channels)", prefix, C);
     const int s = C / 5, d = s / 2;
-    const float scale = 1.0f / sqrtf((float)C / GMA_HEADS);
+    const float scale = 1.0f / sqrtf((float)(C / GMA_HEADS)); /* the official head_dim = dim // num_heads (the spec's
+                                                                 * (C/8)^-1/2 differs where 8 does not divide C) */
 
     /* Q, K, V: the qkv linear's output transposed (3C, B, N) (the GEMM writes it so: no transposing pass) viewed as
      * (3, 5, s, B, N); segment j of the three as 3B channel-first images (3B, s, H, W) (index type·B + b) is one

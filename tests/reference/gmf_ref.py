@@ -79,7 +79,7 @@ class EfficientAtt(nn.Module):
         super().__init__()
         assert C % 10 == 0
         self.C, self.s, self.d = C, C // 5, C // 10
-        self.scale = (C / HEADS) ** -0.5
+        self.scale = (C // HEADS) ** -0.5  # the official head_dim = dim // num_heads: integer division
         self.qkv = nn.Linear(C, 3 * C)
         self.proj = nn.Linear(C, C)
         self.aggregator = Aggregator(self.s)
