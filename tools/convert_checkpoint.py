@@ -3,7 +3,8 @@
 
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
-the file itself), strips a DataParallel 'module.' prefix, drops the tensors named by or under a --drop prefix (e.g.
+the file itself), strips the wrappers' prefixes ('module.' of DataParallel / DistributedDataParallel, '_orig_mod.' of
+torch.compile, in any order), drops the tensors named by or under a --drop prefix (e.g.
 --drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is
 refused), and writes floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form
 the form record (Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's
@@ -512,9 +513,20 @@ def state_dict(obj, key, path):
     return obj, "the top level"
 
 
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DataParallel / DistributedDataParallel, torch.compile
+
+
+def unwrapped(name):
+    """name without the leading prefixes that wrapping a model adds to its state_dict names (DDP around a compiled
+    model: 'module._orig_mod.')."""
+    while name.startswith(WRAPPER_PREFIXES):
+        name = name.split(".", 1)[1]
+    return name
+
+
 def tensors_of(sd, drop, path, where):
-    """name -> tensor of the state dict sd: 'module.' stripped, the tensors under a --drop prefix left out (each
-    prefix must match one), every value checked."""
+    """name -> tensor of the state dict sd: the wrappers' prefixes stripped (unwrapped), the tensors under a --drop
+    prefix left out (each prefix must match one), every value checked."""
     out, origin, used = {}, {}, set()
     for name, t in sd.items():
         if not isinstance(name, str):
@@ -528,7 +540,7 @@ def tensors_of(sd, drop, path, where):
             raise Refused(f"{path}: {shown(name)} is a meta tensor, which holds no values")
         if t.is_complex():
             raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
-        short = name[len("module."):] if name.startswith("module.") else name
+        short = unwrapped(name)
         hit = [p for p in drop if under(name, p) or under(short, p)]
         for p in hit:
             used.add(p)
@@ -536,7 +548,7 @@ def tensors_of(sd, drop, path, where):
             continue
         if short in out:
             raise Refused(f"{path}: {shown(origin[short])} and {shown(name)} are both {shown(short)} once the "
-                          "DataParallel 'module.' prefix is stripped")
+                          "wrappers' prefixes ('module.', '_orig_mod.') are stripped")
         out[short], origin[short] = t, name
     unused = [p for p in drop if p not in used]
     if unused:

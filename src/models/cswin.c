@@ -207,10 +207,24 @@ static int any_size(const vt_model_cfg *c) {
     return 1;
 }
 
+/* FLatten-CSwin's stages: an L (flatten) stage takes CSWIN_LA_SPLIT_SIZE, the stage's resolution (vitc's window 0: one
+ * global branch), an S one the host's split_size (1, 2, then the named config's stage-3 stripe: 7, or 12 at 384 px),
+ * as flatten_cswin.py chooses per attn_type. So a stage --attn turns into another type takes that type's stripes.
+ * Models without an L stage (plain CSwin) keep their stripes. */
+static void retyped(vt_model_cfg *c, const vt_model_cfg *named) {
+    int has_l = 0;
+    for (int i = 0; i < named->arch.nstages; i++) has_l |= strcmp(named->arch.stages[i].attn, "flatten") == 0;
+    const int late = named->arch.nstages > 2 ? named->arch.stages[2].window : 7; /* FLatten-CSwin's stage 3 is S */
+    for (int i = 0; has_l && i < c->arch.nstages; i++)
+        if (strcmp(c->arch.stages[i].attn, named->arch.stages[i].attn) != 0)
+            c->arch.stages[i].window = strcmp(c->arch.stages[i].attn, "flatten") == 0 ? 0 : i == 0 ? 1 : i == 1 ? 2
+                                                                                                           : late;
+}
+
 /* No .no_decay hook: timm's rule (1-D parameters: biases, norms) alone; the official no_weight_decay() names
  * (pos_embed, cls_token) do not exist in these networks, so nothing else is excluded (FLatten's scale and
  * positional_encoding are decayed, as the official training code does). */
 const vt_family vt_family_cswin = {
-    .name = "cswin", .build = build, .features = features, .check = check, .any_size = any_size,
+    .name = "cswin", .build = build, .features = features, .check = check, .any_size = any_size, .retyped = retyped,
     .window_run = window_run, .caps = VT_CAP_DROP_PATH | VT_CAP_WINDOWS | VT_CAP_LAST_GLOBAL, .models = models, .nmodels = VT_COUNT(models),
 };

@@ -315,7 +315,20 @@ static int any_size(const vt_model_cfg *c) { return c->arch.version == 2 && !has
 /* v1 (not FLatten's, whose positional encodings fix the size) runs other input sizes, pos_embed{i} resized. */
 static int resizes(const vt_model_cfg *c) { return c->arch.version == 1 && !has_flatten(&c->arch); }
 
+/* FLatten-PVT's stages: sr_ratio = sr_ratios[i] (8, 4, 2, 1) for an S stage, la_sr_ratios[i] (1, PVT_LA_SR_RATIOS) for
+ * an L (flatten) one, as flatten_pvt.py chooses per attn_type. So a stage --attn turns into another type takes that
+ * type's ratio (and the reduction's sr/norm tensors with it). Models without an L stage keep their ratios (FLatten is
+ * refused on a reduced stage). */
+static void retyped(vt_model_cfg *c, const vt_model_cfg *named) {
+    static const int host_sr[4] = {8, 4, 2, 1};
+    if (!has_flatten(&named->arch)) return;
+    for (int i = 0; i < c->arch.nstages && i < 4; i++)
+        if (strcmp(c->arch.stages[i].attn, named->arch.stages[i].attn) != 0)
+            c->arch.stages[i].sr_ratio = strcmp(c->arch.stages[i].attn, "flatten") == 0 ? 1 : host_sr[i];
+}
+
 const vt_family vt_family_pvt = {
     .name = "pvt", .build = build, .features = features, .deploy = vt_family_cffn_deploy, .no_decay = no_decay, .check = check,
+    .retyped = retyped,
     .any_size = any_size, .resizes = resizes, .caps = VT_CAP_DROP_PATH, .models = models, .nmodels = VT_COUNT(models),
 };

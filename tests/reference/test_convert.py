@@ -80,6 +80,14 @@ def main():
     p = convert(tmp / "legacy.pth", tmp / "legacy.safetensors", "--trust-pickle")
     rep.check("read: ... and read with it, 'module.' stripped",
               p.returncode == 0 and set(st.load(tmp / "legacy.safetensors")) == set(sd), p.stderr.strip()[-300:])
+    # the prefixes torch.compile ('_orig_mod.') and DDP around it ('module._orig_mod.') add: stripped too
+    wrapped = {("_orig_mod." if i % 2 else "module._orig_mod.") + k: v for i, (k, v) in enumerate(sd.items())}
+    torch.save({"model": wrapped}, tmp / "compiled.pth")
+    p = convert(tmp / "compiled.pth", tmp / "compiled.safetensors")
+    got = st.load(tmp / "compiled.safetensors") if p.returncode == 0 else {}
+    rep.check("read: a compiled model's names ('_orig_mod.', 'module._orig_mod.') stripped, values exact",
+              p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
+              p.stderr.strip()[-300:])
     # tensors as torch.save lays them out: views into one storage, shared storages, half and bfloat16
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     views = {"t": base.t(), "slice": base[1:3, ::2], "shared": base, "half": torch.randn(3, generator=g).half(),

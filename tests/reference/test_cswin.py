@@ -91,6 +91,20 @@ def test_counts(rep):
             rep.check(f"alias {ALIASES[name]}", j.get("params") == want, f"params {j.get('params')}")
 
 
+def test_attn_types(rep):
+    """FLatten-CSwin-T and -B-384 with other attn_type strings (flatten_cswin.py: an L stage's split is
+    la_split_size, an S stage's split_size): --attn per stage gives each retyped stage its type's stripes, so params
+    and MACs equal the reference's built with that attn_type (SSSS: CSwin with FLatten's depths)."""
+    for name, types in (("flatten_cswin_tiny", "SSSS"), ("flatten_cswin_tiny", "LSSS"),
+                        ("flatten_cswin_tiny", "SLSS"), ("flatten_cswin_base_384", "SSSS")):
+        cswin_ref.MODELS["_types"] = dict(cswin_ref.MODELS[name], attn=types)
+        m = cswin_ref.build("_types")
+        want, macs = cswin_ref.count_params(m), cswin_ref.count_macs(m) / 1e9
+        del m, cswin_ref.MODELS["_types"]
+        attn = ",".join("flatten" if t == "L" else "mhsa" for t in types[:3]) + ",mhsa"
+        harness.counts(rep, name, want, args=("--attn", attn), gmacs=macs, rel=0.001)
+
+
 def test_full(rep):
     ref = cswin_ref.build("flatten_cswin_tiny")
     harness.check_names(rep, TMP, "flatten_cswin_tiny", "flatten_cswin_tiny", ref, [])
@@ -180,6 +194,7 @@ def main():
         TMP = tmpdir()
         torch.manual_seed(0)
         test_counts(rep)
+        test_attn_types(rep)
         test_sizes(rep)
         print(f"# counts, sizes {time.time() - t0:.1f} s", flush=True)
         test_reduced(rep)

@@ -159,9 +159,13 @@ def test_sizes(rep):
     run_reduced(rep, "flatten_pvt_tiny", 41, img=40, do_grad=False)
     run_reduced(rep, "pvt_v2_b1", 42, img=61)
     run_reduced(rep, "pvt_v2_b1_hmhsa_cffn", 43, img=61, train_form=True)
-    # the per-stage attention comes from the config: FLatten-PVTv2's host with global softmax attention (sr 1)
+    # the per-stage attention comes from the config: FLatten-PVTv2's host with S stages, which take sr_ratios
+    # (8, 4, 2, 1) as flatten_pvt.py builds them, not la_sr_ratios' 1; one stage retyped keeps the others' 1
     run_reduced(rep, "flatten_pvt_v2_b1", 44, tag="flatten_pvt_v2_b1--attn-mhsa", extra=["--attn", "mhsa"],
-                cfg_edit=lambda c: c.update(attn=["sra"] * 4))
+                cfg_edit=lambda c: c.update(attn=["sra"] * 4, sr_ratios=[8, 4, 2, 1]))
+    run_reduced(rep, "flatten_pvt_tiny", 45, tag="flatten_pvt_tiny--attn-mhsa,flatten,flatten,flatten",
+                extra=["--attn", "mhsa,flatten,flatten,flatten"], do_grad=False,
+                cfg_edit=lambda c: c.update(attn=["sra"] + ["flatten"] * 3, sr_ratios=[8, 1, 1, 1]))
     refused = [("pvt_v2_b1", ["--img-size", 28], "smaller than its spatial-reduction ratio 8"),
                ("pvt_v2_b1_hmhsa_cffn", ["--img-size", 28], "the smallest size it accepts is 29"),
                ("pvt_tiny", ["--img-size", 31], "the smallest size it accepts is 32"),
