@@ -74,7 +74,8 @@ static int check_same(built *b, vt_params *P, int train) {
         }
     step(&b[1], P, train);
     for (int64_t i = 0; i < b[0].logits->numel; i++) {
-        d = fmax(d, fabs((double)b[0].logits->data[i] - b[1].logits->data[i]));
+        const double di = fabs((double)b[0].logits->data[i] - b[1].logits->data[i]);
+        d = di == di ? fmax(d, di) : INFINITY; /* a NaN is the worst difference (fmax would drop it) */
         m = fmax(m, fabs((double)b[0].logits->data[i]));
     }
     double all = 0.0, tiny = 0.0; /* the largest gradient of all; the tiny tensors' largest difference */
@@ -84,12 +85,13 @@ static int check_same(built *b, vt_params *P, int train) {
         if (!g0[k]) continue;
         double gd = 0.0, gm = 0.0;
         for (int64_t i = 0; i < P->t[k]->numel; i++) {
-            gd = fmax(gd, fabs((double)g0[k][i] - P->t[k]->grad[i]));
+            const double di = fabs((double)g0[k][i] - P->t[k]->grad[i]);
+            gd = di == di ? fmax(gd, di) : INFINITY;
             gm = fmax(gm, fabs((double)g0[k][i]));
         }
         if (gm < 1e-3 * all)
             tiny = fmax(tiny, gd);
-        else if (gd / gm > worst_g)
+        else if (!(gd / gm <= worst_g))
             worst_g = gd / gm, worst = P->t[k]->name;
         free(g0[k]);
     }

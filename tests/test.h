@@ -2,6 +2,7 @@
 #ifndef VITC_TEST_H
 #define VITC_TEST_H
 
+#include <math.h>
 #include <stdio.h>
 
 typedef struct vt_test {
@@ -21,5 +22,9 @@ typedef struct vt_test {
             fprintf(stderr, "\n");                                                     \
         }                                                                              \
     } while (0)
+
+/* The larger of error bound m and error term d (|a - b|, or a relative form of it), where a NaN d gives INFINITY:
+ * fmax(m, NaN) is m, so a NaN in the values compared would pass every tolerance unseen. */
+static inline double t_worse(double m, double d) { return d == d ? fmax(m, d) : INFINITY; }
 
 #endif

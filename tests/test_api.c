@@ -49,7 +49,7 @@ static float *random_input(int64_t n, unsigned seed) {
 
 static double max_diff(const float *a, const float *b, int64_t n) {
     double d = 0.0;
-    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    for (int64_t i = 0; i < n; i++) d = t_worse(d, fabs((double)a[i] - (double)b[i]));
     return d;
 }
 
@@ -253,7 +253,7 @@ static void check_vit(vt_test *T, const char *w, const char *dir) {
         for (int j = 0; j < K; j++) {
             double v = hb->data[j];
             for (int d = 0; d < 64; d++) v += (double)hw->data[j * 64 + d] * pooled.data[i * 64 + d];
-            herr = fmax(herr, fabs(v - logits[i * K + j]));
+            herr = t_worse(herr, fabs(v - logits[i * K + j]));
         }
     T_CHECK(T, herr < 1e-4, "head(pooled) vs logits: %g", herr);
     if (p.g) T_CHECK(T, pooled.data && max_diff(pooled.data, p.pooled->data, n * 64) < 1e-5, "pooled vs predictor");

@@ -52,7 +52,7 @@ static double gemm_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
                     ok &= c == SENTINEL;
                 } else {
                     ok &= isfinite(c);
-                    e = fmax(e, fabs((double)c - ref));
+                    e = t_worse(e, fabs((double)c - ref));
                     scale = fmax(scale, 1.0 + fabs(ref));
                 }
             }
@@ -557,8 +557,8 @@ static double bf16_err(const vt_gemm_plan *p, int ta, int tb, dims d, float alph
                     continue;
                 }
                 ok &= isfinite(C[k]);
-                e = fmax(e, fabs((double)C[k] - R[k]));
-                ex = fmax(ex, fabs((double)C[k] - X[k]));
+                e = t_worse(e, fabs((double)C[k] - R[k]));
+                ex = t_worse(ex, fabs((double)C[k] - X[k]));
                 scale = fmax(scale, 1.0 + fabs(R[k]));
             }
         err = ok ? e / scale : INFINITY;
@@ -591,7 +591,7 @@ static void bf16_linear_check(vt_test *T, const char *what, int post, int rc, in
             scale = fmax(scale, fabs(v));
             const double d = fabs(v - y[i * N + o]);
             err = d == d ? fmax(err, d) : INFINITY;
-            ex = fmax(ex, fabs(v32 - y[i * N + o]));
+            ex = t_worse(ex, fabs(v32 - y[i * N + o]));
         }
     T_CHECK(T, rc == 0 && err / scale < 1e-5 && ex / scale > 1e-4,
             "bf16 %s post %d: run %d, error %g against the bf16-rounded product, %g against fp32's", what, post, rc,
@@ -664,7 +664,7 @@ static void bf16_graph_weights(vt_test *T) {
             for (int o = 0; o < Co; o++) {
                 double s = b->data[o];
                 for (int k = 0; k < Ci; k++) s += (double)bf16_round(x->data[i * Ci + k]) * bf16_round(w->data[o * Ci + k]);
-                err = fmax(err, fabs(y->data[i * Co + o] - s));
+                err = t_worse(err, fabs(y->data[i * Co + o] - s));
                 scale = fmax(scale, fabs(s));
             }
         const vt_node *nd = g->nodes[y->prod];

@@ -27,7 +27,7 @@ static double crop_err(const unsigned char *pix, int w, int h, const float *out,
         for (int x = 0; x < S; x++) {
             const int sy = y + oy, sx = x + ox;
             const float v = sy >= 0 && sy < h && sx >= 0 && sx < w ? pix[sy * w + sx] / 255.0f : 0.0f;
-            err = fmax(err, fabs(out[y * S + x] - (v - mean) / std));
+            err = t_worse(err, fabs(out[y * S + x] - (v - mean) / std));
         }
     return err;
 }
@@ -97,7 +97,7 @@ static void check_thin(vt_test *T) {
     const vt_preprocess p = {S, 1, 1.0f, {0.5f, 0, 0}, {0.25f, 1, 1}, 0, 0, 0};
     T_CHECK(T, vt_image_preprocess(pix, W, H, &p, out, &e) == 0, "5000×2 to 8: %s", e.msg);
     double err = 0.0; /* a constant image stays constant (the fixed-point weights may round by one level) */
-    for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
+    for (int i = 0; i < S * S; i++) err = t_worse(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
     T_CHECK(T, err <= 1.5 / 255.0 / 0.25, "5000×2 constant image to 8: err %g", err);
     T_CHECK(T, vt_image_preprocess(pix, H, W, &p, out, &e) == 0, "2×5000 to 8: %s", e.msg);
     /* the training transform's resize of the same image (crop+flip: shorter side to 8, no padding) */
@@ -108,7 +108,7 @@ static void check_thin(vt_test *T) {
     vt_rng_seed(&rng, 3);
     T_CHECK(T, tf.apply(tf.ctx, &img, &rng, out, &e) == 0, "crop+flip of 5000×2 to 8: %s", e.msg);
     err = 0.0;
-    for (int i = 0; i < S * S; i++) err = fmax(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
+    for (int i = 0; i < S * S; i++) err = t_worse(err, fabs(out[i] - (200.0f / 255.0f - 0.5f) / 0.25f));
     T_CHECK(T, err <= 1.5 / 255.0 / 0.25, "crop+flip of a 5000×2 constant image: err %g", err);
     memset(line, 7, 16384); /* 16384×1 to 224: a 3,670,016×224 copy, over the pixel cap */
     const vt_preprocess big = {224, 1, 1.0f, {0, 0, 0}, {1, 1, 1}, 0, 0, 0};
@@ -159,7 +159,7 @@ static void check_channels_and_errors(vt_test *T) {
     double err = 0;
     for (int c = 0; c < 3; c++)
         for (int i = 0; i < 4; i++)
-            err = fmax(err, fabs(out[c * 4 + i] - (rgb[i * 3 + c] / 255.0f - p.mean[c]) / p.std[c]));
+            err = t_worse(err, fabs(out[c * 4 + i] - (rgb[i * 3 + c] / 255.0f - p.mean[c]) / p.std[c]));
     T_CHECK(T, err < 1e-6, "interleaved RGB -> planar CHW, per-channel normalisation: err %g", err);
     vt_preprocess bad = p;
     bad.std[1] = 0.0f;
@@ -192,7 +192,7 @@ static void check_decode(vt_test *T) {
     double err = 0; /* x offset round(1 / 2) = round(0.5) = 0 */
     for (int c = 0; c < 3; c++)
         for (int y = 0; y < 4; y++)
-            for (int x = 0; x < 4; x++) err = fmax(err, fabs(out[(c * 4 + y) * 4 + x] - pix[(y * 5 + x) * 3 + c] / 255.0f));
+            for (int x = 0; x < 4; x++) err = t_worse(err, fabs(out[(c * 4 + y) * 4 + x] - pix[(y * 5 + x) * 3 + c] / 255.0f));
     T_CHECK(T, err < 1e-6, "decoded PPM pixels: err %g", err);
     p.chans = 1;
     T_CHECK(T, vt_image_load(path, &p, out, &e) == 0 && out[0] >= 0 && out[0] <= 1, "grayscale conversion: %s", e.msg);

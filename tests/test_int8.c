@@ -146,10 +146,10 @@ static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *
                 fp += add;
                 if (f == F_RELU) q = fmax(q, 0.0), fp = fmax(fp, 0.0);
                 if (f == F_GELU) q = gelu(q), fp = gelu(fp);
-                err = fmax(err, fabs(y->data[i * N + o] - q));
+                err = t_worse(err, fabs(y->data[i * N + o] - q));
                 /* |x̂ŵ − xw| ≤ |x̂ − x|·|ŵ| + |x|·|ŵ − w| with half steps sx/2 and s_o/2; GELU's slope is below 1.13 */
                 const double qb = 1.13 * (0.5 * sx * sw + 0.5 * ws_[o] * sxa) + 1e-5 * (1.0 + fabs(fp));
-                errf = fmax(errf, fabs(y->data[i * N + o] - fp) / qb);
+                errf = t_worse(errf, fabs(y->data[i * N + o] - fp) / qb);
                 scale = fmax(scale, fabs(q));
                 step = fmax(step, (double)sx * ws_[o] * L);
             }
@@ -262,7 +262,7 @@ static void check_extreme_weights(vt_test *T) {
                 double ref = 0.0;
                 for (int k = 0; k < 96; k++) ref += (double)x->data[m * 96 + k] * w->data[n * 96 + k];
                 finite &= isfinite(y->data[m * 128 + n]);
-                worst = fmax(worst, fabs(y->data[m * 128 + n] - ref) / 7e4 / 0.3 / 96);
+                worst = t_worse(worst, fabs(y->data[m * 128 + n] - ref) / 7e4 / 0.3 / 96);
             }
         T_CHECK(T, finite && worst < 2e-2, "extreme weights: outputs finite (%d) and near fp32 (%g)", finite, worst);
     }
@@ -304,12 +304,12 @@ static void check_model(vt_test *T) {
     if (out[0] && out[1] && !capable) { /* float both: only the MLPs' GELU placement differs (int8 graphs keep it in
                                          * fc2's prologue) */
         double err = 0.0;
-        for (int i = 0; i < B * 10; i++) err = fmax(err, fabs(out[0][i] - out[1][i]));
+        for (int i = 0; i < B * 10; i++) err = t_worse(err, fabs(out[0][i] - out[1][i]));
         T_CHECK(T, err < 1e-5, "below AVX2 the int8 graph's logits differ from the float graph's by %g", err);
     } else if (out[0] && out[1]) {
         double err = 0.0, lo = INFINITY, hi = -INFINITY;
         for (int i = 0; i < B * 10; i++) {
-            err = fmax(err, fabs(out[0][i] - out[1][i]));
+            err = t_worse(err, fabs(out[0][i] - out[1][i]));
             lo = fmin(lo, out[0][i]);
             hi = fmax(hi, out[0][i]);
         }

@@ -80,8 +80,8 @@ static void check_matches_plain(vt_test *T) {
             run(0, msf, train, B, N, H, dh, o2, g2);
             const int ng = B * N * (msf ? 4 : 3) * H * dh;
             double eo = 0, eg = 0;
-            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
-            for (int i = 0; train && i < ng; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
+            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = t_worse(eo, fabs(o1[i] - o2[i]));
+            for (int i = 0; train && i < ng; i++) eg = t_worse(eg, fabs(g1[i] - g2[i]));
             T_CHECK(T, eo < 1e-5 && eg < 1e-5, "fused vs plain (msf=%d, train=%d): output err %g, grad err %g", msf,
                     train, eo, eg);
         }
@@ -187,8 +187,8 @@ static void check_row_chunks(vt_test *T) {
             run_ex(1, msf, train, other, B, N, H, dh, o1, g1);
             run_ex(0, msf, train, other, B, N, H, dh, o2, g2);
             double eo = 0, eg = 0;
-            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
-            for (int i = 0; train && i < B * N * (msf ? 4 : 3) * H * dh; i++) eg = fmax(eg, fabs(g1[i] - g2[i]));
+            for (size_t i = 0; i < sizeof o1 / sizeof o1[0]; i++) eo = t_worse(eo, fabs(o1[i] - o2[i]));
+            for (int i = 0; train && i < B * N * (msf ? 4 : 3) * H * dh; i++) eg = t_worse(eg, fabs(g1[i] - g2[i]));
             T_CHECK(T, eo < 1e-5 && eg < 1e-5,
                     "row chunks vs plain (msf=%d, train=%d, other reader %d): output err %g, grad err %g", msf, train,
                     other, eo, eg);
@@ -207,9 +207,9 @@ static void check_mathfn(vt_test *T) {
     double re = 0, ae = 0;
     for (double x = -87.0; x < 88.0; x += 0.001) {
         double r = exp((double)(float)x);
-        re = fmax(re, fabs(vt_expf((float)x) - r) / r);
+        re = t_worse(re, fabs(vt_expf((float)x) - r) / r);
     }
-    for (double x = -7.0; x < 7.0; x += 1e-4) ae = fmax(ae, fabs(vt_erff((float)x) - erf((double)(float)x)));
+    for (double x = -7.0; x < 7.0; x += 1e-4) ae = t_worse(ae, fabs(vt_erff((float)x) - erf((double)(float)x)));
     T_CHECK(T, re < 2e-7, "vt_expf max relative error %g", re);
     T_CHECK(T, ae < 6e-7, "vt_erff max absolute error %g", ae);
     T_CHECK(T, isnan(vt_expf(NAN)) && isnan(vt_erff(NAN)), "NaN must propagate");
@@ -239,7 +239,7 @@ static void check_mathfn(vt_test *T) {
         for (int k = 0; k < VT_VW; k++) {
             const double r = exp((double)xs[k]);
             if (r >= 1.2e-38)
-                ve = fmax(ve, fabs(ys[k] - r) / r);
+                ve = t_worse(ve, fabs(ys[k] - r) / r);
             else
                 low += ys[k] > 1.2e-38f;
         }
@@ -273,9 +273,9 @@ static void check_gelu_kernels(vt_test *T) {
         for (int j = 0; j < n; j++) {
             const double v = x[j], cdf = 0.5 * (1.0 + erf(v / sqrt(2.0)));
             const double g = v * cdf, gd = cdf + v * exp(-0.5 * v * v) / sqrt(2.0 * 3.14159265358979323846);
-            ey = fmax(ey, fmax(fabs(y[j] - g), fabs(y1[j] - g)));
-            ed = fmax(ed, fabs(d[j] - gd));
-            eb = fmax(eb, fabs(dx[j] - (1.0 + dy[j] * gd)));
+            ey = t_worse(t_worse(ey, fabs(y[j] - g)), fabs(y1[j] - g));
+            ed = t_worse(ed, fabs(d[j] - gd));
+            eb = t_worse(eb, fabs(dx[j] - (1.0 + dy[j] * gd)));
         }
         vt_gelu_fd_n(x + n - 1, y1, d1, 1); /* the last value alone (the tail) equals its place in the array */
         moved += memcmp(y1, y + n - 1, sizeof *y) != 0 || memcmp(d1, d + n - 1, sizeof *d) != 0;
@@ -298,8 +298,8 @@ static void check_gelu_kernels(vt_test *T) {
         const double v = z[j], cdf = 0.5 * erfc(-v / sqrt(2.0)), g = v * cdf;
         const double gd = cdf + v * exp(-0.5 * v * v) / sqrt(2.0 * 3.14159265358979323846);
         if (fabs(v) > 9.0) far += zy[j] != (float)g;
-        else ey = fmax(ey, fabs(zy[j] - g));
-        ed = fmax(ed, fabs(zd[j] - gd));
+        else ey = t_worse(ey, fabs(zy[j] - g));
+        ed = t_worse(ed, fabs(zd[j] - gd));
     }
     T_CHECK(T, far == 0, "vector GELU: %d of 8 large arguments not x or 0", far);
     T_CHECK(T, ey < 5e-7, "vector GELU max absolute error %g", ey);
@@ -332,7 +332,7 @@ static void check_softmax_row(vt_test *T) {
         for (int j = 0; j < n; j++) sum += exp((double)(x[j] - (float)mx)); /* the float difference, as the kernel */
         for (int j = 0; j < n; j++) {
             const double r = exp((double)(x[j] - (float)mx)) / sum;
-            worst = fmax(worst, fabs(y[j] - r) / (r + 1e-30));
+            worst = t_worse(worst, fabs(y[j] - r) / (r + 1e-30));
         }
         double dot = 0;
         for (int j = 0; j < n; j++) {
@@ -343,7 +343,7 @@ static void check_softmax_row(vt_test *T) {
         memcpy(gb, g, sizeof(float) * (size_t)n);
         vt_softmax_bwd_row(y, gb, n);
         for (int j = 0; j < n; j++) /* relative to the terms' magnitude: g − dot may cancel */
-            worst_b = fmax(worst_b, fabs(gb[j] - y[j] * (g[j] - dot)) / (y[j] * (fabs(g[j]) + fabs(dot)) + 1e-30));
+            worst_b = t_worse(worst_b, fabs(gb[j] - y[j] * (g[j] - dot)) / (y[j] * (fabs(g[j]) + fabs(dot)) + 1e-30));
         vt_softmax_row(x, x, n);
         moved += memcmp(x, y, sizeof(float) * (size_t)n) != 0;
     }

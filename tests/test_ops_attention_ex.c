@@ -148,7 +148,7 @@ static int run(const acase *c, int use_fused, int train, float *out, float *grad
 static double rel_err(const float *a, const float *b, size_t n) {
     double e = 0, m = 1;
     for (size_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)a[i] - b[i]));
+        e = t_worse(e, fabs((double)a[i] - b[i]));
         m = fmax(m, fabs(b[i]));
         if (!isfinite(a[i])) return INFINITY;
     }

@@ -162,7 +162,7 @@ static void fenv_close(fenv *f) {
 static double rel_err(const float *y, const double *ref, int64_t n) {
     double e = 0.0, m = 1.0;
     for (int64_t i = 0; i < n; i++) {
-        e = fmax(e, fabs(y[i] - ref[i]));
+        e = t_worse(e, fabs(y[i] - ref[i]));
         m = fmax(m, fabs(ref[i]));
     }
     return e / m;
@@ -1054,7 +1054,7 @@ static plan_run run_plan(vt_test *T, int ref, const int xs[4], conv_build build,
 static double max_diff(const float *a, const float *b, int64_t n, double *scale) {
     double err = 0.0, mx = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        err = fmax(err, fabs(a[i] - b[i]));
+        err = t_worse(err, fabs(a[i] - b[i]));
         mx = fmax(mx, fabs(b[i]));
     }
     *scale = mx;

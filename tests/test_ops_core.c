@@ -272,7 +272,7 @@ static void check_gemm_ref(vt_test *T) {
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 0.7f, A,
                         ta ? M : K, B, tb ? K : N, 0.5f, C2, N);
             double err = 0;
-            for (int i = 0; i < M * N; i++) err = fmax(err, fabs(C1[i] - C2[i]));
+            for (int i = 0; i < M * N; i++) err = t_worse(err, fabs(C1[i] - C2[i]));
             T_CHECK(T, err < 1e-4, "sgemm vs reference ta=%d tb=%d: %g", ta, tb, err);
         }
 }
@@ -587,8 +587,8 @@ static void check_linear_repack(vt_test *T) {
             for (int o = 0; o < Co; o++) {
                 double s = 0.0;
                 for (int k = 0; k < Ci; k++) s += (double)x->data[i * Ci + k] * w->data[o * Ci + k];
-                err = fmax(err, fabs(y[0]->data[i * Co + o] - (s + b->data[o])));
-                err = fmax(err, fabs(y[1]->data[i * Co + o] - (s + r->data[i * Co + o])));
+                err = t_worse(err, fabs(y[0]->data[i * Co + o] - (s + b->data[o])));
+                err = t_worse(err, fabs(y[1]->data[i * Co + o] - (s + r->data[i * Co + o])));
             }
         const vt_node *nd = g->nodes[y[0]->prod];
         T_CHECK(T, err <= 1e-4, "linear (%s) after weight change %d off by %g", nd->kern ? nd->kern->name : "reference",
@@ -690,7 +690,7 @@ static void check_constant_nodes(vt_test *T) {
                     memcpy(v, t, sizeof v);
                 }
                 want = fmax(want, fabs(v[o]));
-                err = fmax(err, fabs(v[o] - h->data[i * C + o]));
+                err = t_worse(err, fabs(v[o] - h->data[i * C + o]));
             }
         T_CHECK(T, err <= 1e-5 * fmax(1.0, want), "round %d: output off by %g", round, err);
         if (round == 0) memcpy(first, h->data, sizeof first);
@@ -900,7 +900,7 @@ static void check_ce_smoothing(vt_test *T) {
             want += ((1.0 - eps) * (log(se) + mx - z->data[b * K + t]) + eps * nll_mean) / B;
             for (int k = 0; k < K; k++) {
                 const double p = exp(z->data[b * K + k] - mx) / se, tk = (k == t) * (1.0 - eps) + eps / K;
-                gerr = fmax(gerr, fabs(z->grad[b * K + k] - (p - tk) / B));
+                gerr = t_worse(gerr, fabs(z->grad[b * K + k] - (p - tk) / B));
             }
         }
         T_CHECK(T, fabs(loss->data[0] - want) < 1e-6 * fmax(1.0, want), "smoothed loss %.8g, closed form %.8g",
@@ -943,7 +943,7 @@ static void check_constant_late(vt_test *T) {
                 for (int r = 0; r < C; r++) mk += 1.0 / (1.0 + exp(-(double)x->data[r * C + k]));
                 acc += (double)w->data[i * C + k] * s->data[i] * (mk / C);
             }
-            err = fmax(err, fabs(acc - y->data[i]));
+            err = t_worse(err, fabs(acc - y->data[i]));
         }
         T_CHECK(T, err < 1e-5, "forward %d: wf · mean off by %g (the constant's buffer was shared)", round, err);
     }

@@ -120,7 +120,7 @@ static void check_values(vt_test *T) {
             }
             for (int c = 0; c < 4; c++) {
                 const double v = xv[r * 4 + c], want = v * v * v * sqrt(u2 / a2);
-                err = fmax(err, fabs(y->data[r * 4 + c] - want) / fmax(1e-30, fabs(want)));
+                err = t_worse(err, fabs(y->data[r * 4 + c] - want) / fmax(1e-30, fabs(want)));
             }
         }
         T_CHECK(T, err < 1e-6, "focus_pow relative value error %g", err);
@@ -165,8 +165,8 @@ static void check_rescaled_rows(vt_test *T) {
         for (int i = 0; i < 3; i++)
             for (int c = 0; c < 5; c++) {
                 const double want = sc[i] * pow(b[c], 3) * sqrt(u2 / a2);
-                err = fmax(err, fabs(y->data[i * 5 + c] - want) / want);
-                gerr = fmax(gerr, fabs((double)x->grad[i * 5 + c] - x->grad[c]));
+                err = t_worse(err, fabs(y->data[i * 5 + c] - want) / want);
+                gerr = t_worse(gerr, fabs((double)x->grad[i * 5 + c] - x->grad[c]));
                 gmax = fmax(gmax, fabs(x->grad[c]));
             }
         T_CHECK(T, err < 1e-6, "rows scaled by 3e-8 and 1e13: relative value error %g", err);
@@ -238,7 +238,7 @@ static void check_fused_vs_chain(vt_test *T) {
         if (!res[0][k] || !res[1][k]) continue;
         double err = 0.0, mx = 0.0;
         for (int64_t i = 0; i < nn[k]; i++) {
-            err = fmax(err, fabs((double)res[0][k][i] - res[1][k][i]));
+            err = t_worse(err, fabs((double)res[0][k][i] - res[1][k][i]));
             mx = fmax(mx, fabs(res[0][k][i]));
         }
         T_CHECK(T, err <= 1e-5 * fmax(mx, 1e-3), "fused vs chain %s: max diff %g (scale %g)", what[k], err, mx);
@@ -277,7 +277,7 @@ static void check_dscale_sum(vt_test *T) {
         }
         double err = 0.0, cancel = 1.0;
         for (int c = 0; c < C; c++) {
-            err = fmax(err, fabs(sc->grad[c] - want[c]) / fabs(want[c]));
+            err = t_worse(err, fabs(sc->grad[c] - want[c]) / fabs(want[c]));
             cancel = fmin(cancel, fabs(want[c]) / mag[c]);
         }
         T_CHECK(T, err < 1e-6, "dscale over %d rows: relative error %g (the sums keep %g of their terms' size)",

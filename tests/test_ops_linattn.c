@@ -113,7 +113,7 @@ static void compare(vt_test *T, const char *what_run, size_t s, int train, const
         if (a[t].v && b[t].v) {
             double err = 0.0, mx = 0.0;
             for (int64_t i = 0; i < b[t].n; i++) {
-                err = fmax(err, fabs((double)a[t].v[i] - b[t].v[i]));
+                err = t_worse(err, fabs((double)a[t].v[i] - b[t].v[i]));
                 mx = fmax(mx, fabs(b[t].v[i]));
             }
             T_CHECK(T, mx > 0.0 && err <= 1e-5 * mx, "%s size %zu train %d, %s: max diff %g (scale %g)", what_run, s,

@@ -44,7 +44,7 @@ static void check_dense(vt_test *T, int R, int Din, int E, int G, int il) {
                 }
         vt_graph_forward(g);
         double err = 0;
-        for (int64_t i = 0; i < y1->numel; i++) err = fmax(err, fabs(y1->data[i] - y2->data[i]));
+        for (int64_t i = 0; i < y1->numel; i++) err = t_worse(err, fabs(y1->data[i] - y2->data[i]));
         T_CHECK(T, err < 1e-4, "group_linear R%d Din%d E%d G%d il%d vs dense: %g", R, Din, E, G, il, err);
         int64_t want = (int64_t)R * E * Dg;
         T_CHECK(T, vt_graph_macs(g) == want + (int64_t)R * E * Din, "group_linear MACs %lld, want %lld",

@@ -280,7 +280,8 @@ static void check_softmax_values(vt_test *T) {
             const double t = (double)f.x->data[2 * i] - f.x->data[2 * i + 1], e = exp(-t);
             const double r1 = fabs(f.y->data[2 * i] - 1.0 / (1.0 + e)) * (1.0 + e);
             const double r2 = fabs(f.y->data[2 * i + 1] - e / (1.0 + e)) / (e / (1.0 + e));
-            if (fmax(r1, r2) > err) err = fmax(r1, r2), worst = i;
+            const double r = r1 == r1 && r2 == r2 ? fmax(r1, r2) : INFINITY; /* (fmax drops a NaN) */
+            if (r > err) err = r, worst = i;
         }
         T_CHECK(T, err < 1e-6, "softmax relative error %g at t = %g", err, 0.37 * worst);
     }
@@ -310,7 +311,7 @@ static void check_softmax_values(vt_test *T) {
                 for (int k = 0; k < A; k++) s += exp(xp[(size_t)k * inner] - mx);
                 for (int k = 0; k < A; k++) {
                     const double want = exp(xp[(size_t)k * inner] - mx) / s;
-                    err = fmax(err, fabs(f.y->data[(size_t)o * A * inner + i + (size_t)k * inner] - want));
+                    err = t_worse(err, fabs(f.y->data[(size_t)o * A * inner + i + (size_t)k * inner] - want));
                 }
             }
         T_CHECK(T, err < 1e-6, "softmax axis %d max error %g", axis, err);
@@ -372,7 +373,7 @@ static void check_layernorm_values(vt_test *T) {
                 for (int i = 0; i < C; i++) {
                     const double want =
                         (xr[i] - m) * rs * (affine ? la.w->data[i] : 1.0) + (affine ? la.b->data[i] : 0.0);
-                    err = fmax(err, fabs(yr[i] - want));
+                    err = t_worse(err, fabs(yr[i] - want));
                     ym += yr[i] / (double)C;
                 }
                 for (int i = 0; i < C; i++) yv += (yr[i] - ym) * (yr[i] - ym) / C;
@@ -647,11 +648,11 @@ static void check_batchnorm_values(vt_test *T) {
                 for (int i = 0; i < inner; i++) {
                     const size_t k = ((size_t)o * C + c) * inner + i;
                     const double want = (f.x->data[k] - m) / sqrt(v + 1e-5) * ba.w->data[c] + ba.b->data[c];
-                    err_y = fmax(err_y, fabs(f.y->data[k] - want) / fmax(1.0, fabs(want)));
+                    err_y = t_worse(err_y, fabs(f.y->data[k] - want) / fmax(1.0, fabs(want)));
                 }
             const double want_rm = 0.9 * rm0[c] + 0.1 * m, want_rv = 0.9 * rv0[c] + 0.1 * v * M / (M - 1);
-            err_rm = fmax(err_rm, fabs(ba.rm->data[c] - want_rm) / fmax(1.0, fabs(want_rm)));
-            err_rv = fmax(err_rv, fabs(ba.rv->data[c] - want_rv) / fmax(1.0, want_rv));
+            err_rm = t_worse(err_rm, fabs(ba.rm->data[c] - want_rm) / fmax(1.0, fabs(want_rm)));
+            err_rv = t_worse(err_rv, fabs(ba.rv->data[c] - want_rv) / fmax(1.0, want_rv));
         }
         T_CHECK(T, err_y < 1e-5, "batchnorm train case %zu: output error %g", t, err_y);
         T_CHECK(T, err_rm < 1e-6 && err_rv < 1e-6, "batchnorm case %zu: running mean err %g, var err %g", t, err_rm,
@@ -678,7 +679,7 @@ static void check_batchnorm_values(vt_test *T) {
                         const size_t k = ((size_t)o * C + c) * inner + i;
                         const double want =
                             (xe->data[k] - (double)rm0[c]) / sqrt(rv0[c] + 1e-5) * ba.w->data[c] + ba.b->data[c];
-                        err = fmax(err, fabs(ye->data[k] - want) / fmax(1.0, fabs(want)));
+                        err = t_worse(err, fabs(ye->data[k] - want) / fmax(1.0, fabs(want)));
                     }
             T_CHECK(T, err < 1e-5, "batchnorm eval case %zu: output error %g", t, err);
             T_CHECK(T, memcmp(rm0, ba.rm->data, sizeof(float) * C) == 0 && ba.nbt->data[0] == 2.0f,
@@ -1025,7 +1026,7 @@ static void check_bnsum_residual_drop(vt_test *T) {
             for (int i = b * per; i < (b + 1) * per; i++) {
                 const double v = y1->data[i] - res->data[i];
                 d0 = fmax(d0, fabs(v));
-                d2 = fmax(d2, fabs(v - 2.0 * y0->data[i]));
+                d2 = t_worse(d2, fabs(v - 2.0 * y0->data[i]));
             }
             kept += d2 < 1e-5, dropped += d0 < 1e-6, bad += !(d2 < 1e-5) && !(d0 < 1e-6);
         }
@@ -1033,7 +1034,7 @@ static void check_bnsum_residual_drop(vt_test *T) {
                 bad);
         double es = 0.0;
         for (int k = 0; k < 5 * r; k++)
-            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+            for (int c = 0; c < t[0][k]->numel; c++) es = t_worse(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
         T_CHECK(T, es < 1e-6, "running statistics with and without the residual: %g apart", es);
     }
     vt_graph_free(g);
@@ -1102,9 +1103,9 @@ static void check_batchnorm_sum(vt_test *T) {
         vt_graph_forward(g);
         vt_graph_forward(g);
         double ey = 0.0, es = 0.0;
-        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = t_worse(ey, fabs(y[0]->data[i] - y[1]->data[i]));
         for (int k = 0; k < 5 * r; k++)
-            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+            for (int c = 0; c < t[0][k]->numel; c++) es = t_worse(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
         T_CHECK(T, ey < 1e-5 && es < 1e-6, "batchnorm_sum vs the chain: output %g, running statistics %g", ey, es);
         T_CHECK(T, t[0][4]->data[0] == 5.0f && t[0][14]->data[0] == 5.0f, "num_batches_tracked %g, %g after two",
                 (double)t[0][4]->data[0], (double)t[0][14]->data[0]);
@@ -1262,9 +1263,9 @@ static void check_bn_conv_running(vt_test *T, int pw) {
         vt_graph_forward(g);
         vt_graph_forward(g);
         double ey = 0.0, es = 0.0;
-        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = t_worse(ey, fabs(y[0]->data[i] - y[1]->data[i]));
         for (int k = 0; k < 5; k++)
-            for (int c = 0; c < t[0][k]->numel; c++) es = fmax(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
+            for (int c = 0; c < t[0][k]->numel; c++) es = t_worse(es, fabs(t[0][k]->data[c] - t[1][k]->data[c]));
         T_CHECK(T, ey < 1e-5 && es < 1e-6, "%s vs the chain: output %g, running statistics %g", name, ey, es);
         T_CHECK(T, t[0][4]->data[0] == 5.0f, "%s: num_batches_tracked %g after two", name, (double)t[0][4]->data[0]);
         /* values far from 0 against their spread: the statistics' sums of deviations from a shift keep the
@@ -1272,7 +1273,7 @@ static void check_bn_conv_running(vt_test *T, int pw) {
         for (int64_t i = 0; i < x->numel; i++) x->data[i] = 1e7f + 4.0f * vt_rng_normal(&rng);
         vt_graph_forward(g);
         ey = 0.0;
-        for (int64_t i = 0; i < y[0]->numel; i++) ey = fmax(ey, fabs(y[0]->data[i] - y[1]->data[i]));
+        for (int64_t i = 0; i < y[0]->numel; i++) ey = t_worse(ey, fabs(y[0]->data[i] - y[1]->data[i]));
         T_CHECK(T, ey < 1e-4, "%s vs the chain on inputs near 1e7: output %g", name, ey);
     }
     vt_graph_free(g);
@@ -1332,7 +1333,7 @@ static void check_bn_conv_partial(vt_test *T) {
             double d = 0.0, scale = 1.0;
             for (int k = 0; k < 4 && ok; k++)
                 for (int i = 0; i < n; i++) {
-                    d = fmax(d, fabs((double)a[k][i] - b[k][i]));
+                    d = t_worse(d, fabs((double)a[k][i] - b[k][i]));
                     scale = fmax(scale, fabs((double)b[k][i]));
                 }
             T_CHECK(T, ok && d / scale < 1e-5, "%s with gradients for operands %d only: %g from the chain",
@@ -1521,11 +1522,11 @@ static void check_bn_res_bn(vt_test *T) {
         vt_graph_forward(g);
         vt_graph_forward(g);
         double ey = 0.0, es = 0.0;
-        for (int64_t i = 0; i < yf->numel; i++) ey = fmax(ey, fabs(yf->data[i] - yc->data[i]));
+        for (int64_t i = 0; i < yf->numel; i++) ey = t_worse(ey, fabs(yf->data[i] - yc->data[i]));
         for (int j = 0; j < 2; j++)
             for (int k = 2; k < 5; k++)
                 for (int c = 0; c < bn[j][k]->numel; c++)
-                    es = fmax(es, fabs(bn[j][k]->data[c] - bn[j + 2][k]->data[c]) / fmax(1.0, fabs(bn[j][k]->data[c])));
+                    es = t_worse(es, fabs(bn[j][k]->data[c] - bn[j + 2][k]->data[c]) / fmax(1.0, fabs(bn[j][k]->data[c])));
         T_CHECK(T, ey < 1e-5 && es < 1e-5, "bn_res_bn vs the chain: output %g, running statistics %g", ey, es);
         T_CHECK(T, bn[0][4]->data[0] == 5.0f && bn[1][4]->data[0] == 5.0f, "bn_res_bn: num_batches_tracked %g, %g",
                 (double)bn[0][4]->data[0], (double)bn[1][4]->data[0]);
@@ -1561,7 +1562,7 @@ static void check_bn_res_bn(vt_test *T) {
                 for (int q = 0; q < Q; q++) {
                     const double z = 0.5 * (bn[1][0]->data[c] * (y1[b * Q + q] - my) / sqrt(vy + 1e-5) +
                                             bn[1][1]->data[c]);
-                    ey = fmax(ey, fabs(yf->data[(b * C + c) * Q + q] - z));
+                    ey = t_worse(ey, fabs(yf->data[(b * C + c) * Q + q] - z));
                 }
         }
         T_CHECK(T, ey < 1e-4, "bn_res_bn on inputs near 1e7 (a near -3e6) against double precision: output %g", ey);

@@ -92,7 +92,7 @@ static void check_adamw(vt_test *T, float wd) {
                 double mhat = m[k][i] / (1 - pow(b1, t)), vhat = v[k][i] / (1 - pow(b2, t));
                 ref[k][i] -= (double)lr * mhat / (sqrt(vhat) + eps);
                 double err = fabs(ts[k]->data[i] - ref[k][i]) / (1e-2 + fabs(ref[k][i])) /* lr scale */;
-                if (err > maxerr) maxerr = err;
+                maxerr = t_worse(maxerr, err);
                 /* m in float: absolute rounding of its g-sized terms, relative elsewhere */
                 double merr = fabs(o.m[k][i] - m[k][i]) / (1e-7 + 1e-6 * fabs(m[k][i]));
                 if (merr > maxmerr) maxmerr = merr;
@@ -426,8 +426,8 @@ static void check_frozen_graph(vt_test *T) {
         float gx[2][NX], gb[2][28];
         if (fz_step(T, c, 0, gx[0], NX, gb[0], NBIAS) || fz_step(T, c, 1, gx[1], NX, gb[1], NBIAS)) continue;
         double d = 0, m = 0;
-        for (int j = 0; j < NX; j++) d = fmax(d, fabs(gx[0][j] - gx[1][j])), m = fmax(m, fabs(gx[0][j]));
-        for (int j = 0; j < NBIAS; j++) d = fmax(d, fabs(gb[0][j] - gb[1][j])), m = fmax(m, fabs(gb[0][j]));
+        for (int j = 0; j < NX; j++) d = t_worse(d, fabs(gx[0][j] - gx[1][j])), m = fmax(m, fabs(gx[0][j]));
+        for (int j = 0; j < NBIAS; j++) d = t_worse(d, fabs(gb[0][j] - gb[1][j])), m = fmax(m, fabs(gb[0][j]));
         T_CHECK(T, m > 0 && d <= 1e-6 * m, "%s: the other gradients moved by %g (scale %g) with the weight frozen",
                 fz_name[c], d, m);
     }

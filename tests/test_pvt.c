@@ -82,8 +82,8 @@ static void check_im2col_conv(vt_test *T) {
             const int ok = run_embed(0, nhwc, B, H, W, C, Co, k, s, p, o1, g1, CAP) &&
                            run_embed(1, nhwc, B, H, W, C, Co, k, s, p, o2, g2, CAP);
             double eo = 0, eg = 0, so = 1, sg = 1; /* differences, and the scales (at least 1) they are read on */
-            for (size_t i = 0; ok && i < no; i++) eo = fmax(eo, fabs(o1[i] - o2[i])), so = fmax(so, fabs(o2[i]));
-            for (size_t i = 0; ok && i < ng; i++) eg = fmax(eg, fabs(g1[i] - g2[i])), sg = fmax(sg, fabs(g2[i]));
+            for (size_t i = 0; ok && i < no; i++) eo = t_worse(eo, fabs(o1[i] - o2[i])), so = fmax(so, fabs(o2[i]));
+            for (size_t i = 0; ok && i < ng; i++) eg = t_worse(eg, fabs(g1[i] - g2[i])), sg = fmax(sg, fabs(g2[i]));
             T_CHECK(T, ok && eo < 1e-5 * so && eg < 1e-4 * sg, "im2col+linear vs conv2d (%s, B %d, %dx%d, C %d) k%d "
                     "s%d p%d: output err %g of scale %g, grad err %g of scale %g", nhwc ? "NHWC" : "NCHW", B, H, W,
                     C, k, s, p, eo, so, eg, sg);
@@ -133,7 +133,7 @@ static void check_resize_values(vt_test *T) {
             for (int i = 0; i < C[k].h * C[k].w; i++) x->data[i] = (float)(i + (C[k].h == 2));
             vt_graph_forward(g);
             err = 0.0;
-            for (int i = 0; i < C[k].ho * C[k].wo; i++) err = fmax(err, fabs(y->data[i] - C[k].want[i]));
+            for (int i = 0; i < C[k].ho * C[k].wo; i++) err = t_worse(err, fabs(y->data[i] - C[k].want[i]));
         }
         T_CHECK(T, err < 1e-6, "resize %dx%d -> %dx%d against PyTorch: max err %g (%s)", C[k].h, C[k].w, C[k].ho,
                 C[k].wo, err, e.msg);
@@ -288,7 +288,7 @@ static void check_embed_conv(vt_test *T, const char *name, int overlap) {
         vt_graph_forward(g[0]);
         vt_graph_forward(g[1]);
         for (int64_t i = 0; i < y[0]->numel; i++) {
-            err = fmax(err, fabs(y[0]->data[i] - y[1]->data[i]));
+            err = t_worse(err, fabs(y[0]->data[i] - y[1]->data[i]));
             scale = fmax(scale, fabs(y[1]->data[i]));
         }
     }

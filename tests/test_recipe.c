@@ -60,7 +60,7 @@ static void check_ema(vt_test *T) {
     }
     double err = 0;
     for (int i = 0; i < 3; i++)
-        err = fmax(err, fmax(fabs(m.P->t[0]->data[i] - ew[i]), fabs(m.P->t[1]->data[i] - er[i])));
+        err = t_worse(t_worse(err, fabs(m.P->t[0]->data[i] - ew[i])), fabs(m.P->t[1]->data[i] - er[i]));
     T_CHECK(T, err < 1e-5, "EMA of parameters and running stats off by %g", err);
     T_CHECK(T, m.P->t[2]->data[0] == 3.0f, "num_batches_tracked copied, got %g", (double)m.P->t[2]->data[0]);
     T_CHECK(T, memcmp(m.P->t[3]->data, fx->data, sizeof(float) * 3) == 0, "fixed buffer copied, got %g %g %g",
@@ -95,7 +95,7 @@ static void check_accum(vt_test *T) {
         const vt_tensor *a = P1->t[i], *b = P2->t[i];
         if (!a->grad) continue;
         for (int64_t k = 0; k < a->numel; k++) {
-            worst = fmax(worst, fabs((double)a->grad[k] - b->grad[k]));
+            worst = t_worse(worst, fabs((double)a->grad[k] - b->grad[k]));
             gmax = fmax(gmax, fabs(a->grad[k]));
         }
     }
@@ -250,12 +250,12 @@ static void check_bicubic(vt_test *T) {
     for (int i = 0; i < 50; i++) src[i] = i % 2 ? 3.0f : -1.0f;
     vt_resize_bicubic(src, 5, 5, 2, dst, 9, 9);
     double err = 0;
-    for (int i = 0; i < 162; i++) err = fmax(err, fabs(dst[i] - (i % 2 ? 3.0 : -1.0)));
+    for (int i = 0; i < 162; i++) err = t_worse(err, fabs(dst[i] - (i % 2 ? 3.0 : -1.0)));
     T_CHECK(T, err < 1e-6, "constant grid stays constant: %g", err);
     for (int i = 0; i < 50; i++) src[i] = (float)(i * 0.37 - 4);
     vt_resize_bicubic(src, 5, 5, 2, dst, 5, 5);
     err = 0;
-    for (int i = 0; i < 50; i++) err = fmax(err, fabs(dst[i] - src[i]));
+    for (int i = 0; i < 50; i++) err = t_worse(err, fabs(dst[i] - src[i]));
     T_CHECK(T, err < 1e-6, "same size is the identity: %g", err);
 }
 
@@ -364,7 +364,7 @@ static void check_mixup_sampler(vt_test *T) {
     double lam;
     T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0, "%s", e.msg);
     double err = 0;
-    for (int i = 0; i < C * H * W; i++) err = fmax(err, fabs(x[i] - x[(B - 1) * C * H * W + i]));
+    for (int i = 0; i < C * H * W; i++) err = t_worse(err, fabs(x[i] - x[(B - 1) * C * H * W + i]));
     T_CHECK(T, err == 0 && lam == 0.5, "lam 0.5 makes each pair equal: %g", err);
     d = (vt_mixup_draw){0.3, 1, 2, 3};
     T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, lab, t, &lam, &e) == 0 && lam > 0 && lam < 1, "cutmix lam %g",

@@ -317,8 +317,8 @@ static void check_all_tokens(vt_test *T, const char *name, const char *attn) {
         }
         for (int i = 0; rms && dif && i < P->n; i++) {
             const double rel = ref[i] ? dif[i] / fmax(rms[i], 1e-2 * top) : 0.0;
-            if (rel > worst) {
-                worst = rel;
+            if (!(rel <= worst)) { /* a NaN difference too */
+                worst = rel == rel ? rel : INFINITY;
                 where = P->t[i]->name;
             }
         }
@@ -560,7 +560,7 @@ static void check_all_tokens_eval(vt_test *T, const char *name, int B, int S) {
         double worst = 0.0, scale = 0.0;
         for (int64_t i = 0; i < y[1]->numel; i++) {
             const double d = fabs((double)y[0]->data[i] - y[1]->data[i]), m = fabs((double)y[1]->data[i]);
-            worst = d > worst ? d : worst;
+            worst = t_worse(worst, d);
             scale = m > scale ? m : scale;
         }
         T_CHECK(T, scale > 0.0 && worst <= 1e-5 * scale, "%s (%d px, batch %d): logits equal every token's graph's "
@@ -626,7 +626,7 @@ static void check_no_prepack(vt_test *T, const char *name, const char *dtype) {
         vt_graph_forward(g[1]);
         double worst = 0.0, scale = 0.0;
         for (int64_t i = 0; i < y[1]->numel; i++) {
-            worst = fmax(worst, fabs((double)y[0]->data[i] - y[1]->data[i]));
+            worst = t_worse(worst, fabs((double)y[0]->data[i] - y[1]->data[i]));
             scale = fmax(scale, fabs((double)y[0]->data[i]));
         }
         const size_t c0 = vt_gemm_weight_copy_bytes(&g[0]->gemm), c1 = vt_gemm_weight_copy_bytes(&g[1]->gemm);

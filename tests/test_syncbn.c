@@ -97,7 +97,7 @@ static void rep_feed(replica *q, const replica *all, int r) {
 static double rel_err(const float *a, const float *b, int64_t n, double *scale) {
     double d = 0.0, s = 1e-30;
     for (int64_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
+        d = t_worse(d, fabs((double)a[i] - b[i]));
         s = fmax(s, fabs((double)b[i]));
     }
     if (scale) *scale = s;

@@ -299,7 +299,7 @@ static void check_composed(vt_test *T) {
     double err = 0;
     for (int c = 0; c < 3; c++)
         for (int i = 0; i < 24 * 24; i++)
-            err = fmax(err, fabs(a[c * 576 + i] - ((float)res[i * 3 + c] / 255.0f - q.mean[c]) / q.std[c]));
+            err = t_worse(err, fabs(a[c * 576 + i] - ((float)res[i * 3 + c] / 255.0f - q.mean[c]) / q.std[c]));
     T_CHECK(T, err == 0.0, "plain resize + normalise differs by %g", err);
     /* bad input */
     const vt_image two = {4, 4, 2, pix};

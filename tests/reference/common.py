@@ -133,7 +133,7 @@ def compare_grads(rep, tag, res, ref_g, tol, norm_tol=None, slack=None, zero_by=
         if rmax <= 1e-12 * gscale or (zero_by and zero_by(k)):
             structural.append(k)
             e = max(float(np.abs(a).max()), rmax) / max(gscale, 1e-30)
-            if e > zero_tol:
+            if not e <= zero_tol:  # (a NaN fails)
                 bad += 1
                 rep.check(f"{tag} grad/{k}", False, f"zero by construction, but max|g| {e:.2e}·max|grad| "
                           f"(vitc {float(np.abs(a).max()):.2e}, reference {rmax:.2e})")
@@ -141,7 +141,7 @@ def compare_grads(rep, tag, res, ref_g, tol, norm_tol=None, slack=None, zero_by=
         e, idx, av, bv = grad_err(a, r, None if slack is None else slack.get(k))
         en = norm_err(a, r) if norm_tol is not None else 0.0
         worst, worst_n = max(worst, (e, k)), max(worst_n, (en, k))
-        if e > tol or en > (norm_tol or 0.0):
+        if not (e <= tol and en <= (norm_tol or 0.0)):  # (a NaN error fails)
             bad += 1
             rep.check(f"{tag} grad/{k}", False, (f"rel err {en:.2e} (tol {norm_tol:g}), " if norm_tol else "") +
                       f"worst element {e:.2e} (tol {tol:g}) at {idx}: vitc {av:.4e} vs ref {bv:.4e}")

@@ -409,7 +409,8 @@ def main():
     imgs = images()
     # bad input gives a clear error, not a crash
     p = drv.run("resize", d / "missing.raw", d / "o.raw", 4, 4, 3, 0, 0, 5, 4, 2, 2, 3)
-    rep.check("driver refuses a missing input", p.returncode != 0)
+    rep.check("driver refuses a missing input, naming it (a crash would not)",
+              p.returncode == 1 and "missing.raw" in p.stderr, f"rc {p.returncode}: {p.stderr.strip()}")
     img = imgs[3][1]
     got, err = drv.pixels("resize", img, 0, 0, img.size[0] + 1, 4, 2, 2, 3)
     rep.check("crop box outside the image is an error", got is None and "not inside" in err, err)
