@@ -17,6 +17,7 @@
 #include "trainer.h"
 #include "vitc/fileio.h"
 #include "vitc/adapt.h"
+#include "vitc/api.h"
 #include "vitc/augment.h"
 #include "vitc/dist.h"
 #include "vitc/ema.h"
@@ -453,14 +454,15 @@ static uint64_t dataset_hash(const vt_dataset *d) {
     return h;
 }
 
-/* Under mpirun: 0 when this rank opened the data rank 0 did (image and class counts; a folder's class names and its
- * files' names and labels, Fashion-MNIST's labels and pixels) and runs its settings (those a checkpoint records),
- * else -1 naming the difference. The ranks read the data each on its own machine, and one epoch order shards it:
+/* Under mpirun: 0 when this rank runs rank 0's vitc version, opened the data rank 0 did (image and class counts; a
+ * folder's class names and its files' names and labels, Fashion-MNIST's labels and pixels) and runs its settings
+ * (those a checkpoint records), else -1 naming the difference. The ranks read the data each on its own machine, and one epoch order shards it:
  * other data would train on other images than the run says, or fail inside MPI; other settings would step apart, or
  * hang. */
 static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_opts *o, const vt_dist *dp,
                      const vt_data *d, const char *data, vt_err *e) {
-    int64_t mine[6] = {d->train.n, d->val.n, d->train.nclasses, 0, 0, 0}, ref[6];
+    enum { VERSION = (VITC_VERSION_MAJOR * 1000 + VITC_VERSION_MINOR) * 1000 + VITC_VERSION_PATCH };
+    int64_t mine[7] = {d->train.n, d->val.n, d->train.nclasses, 0, 0, 0, VERSION}, ref[7];
     mine[3] = (int64_t)(d->folder ? folder_hash(&d->f_train) : dataset_hash(&d->fm_train));
     mine[4] = (int64_t)(d->folder ? folder_hash(&d->f_val) : dataset_hash(&d->fm_val));
     run_setting s[RUN_SETTINGS]; /* and the settings a checkpoint records, but the data's path (each machine's own) */
@@ -475,7 +477,11 @@ static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_o
         }
     mine[5] = (int64_t)h;
     memcpy(ref, mine, sizeof ref);
-    if (vt_dist_bcast_i64(dp, ref, 6, e)) return -1;
+    if (vt_dist_bcast_i64(dp, ref, 7, e)) return -1;
+    if (mine[6] != ref[6]) /* (an op's numbers may differ between versions: the ranks would train apart) */
+        return vt_seterr(e, "it runs vitc %d.%d.%d and rank 0 vitc %d.%d.%d: every rank must run the same vitc build",
+                         VITC_VERSION_MAJOR, VITC_VERSION_MINOR, VITC_VERSION_PATCH, (int)(ref[6] / 1000000),
+                         (int)(ref[6] / 1000 % 1000), (int)(ref[6] % 1000));
     static const char *const what[] = {"training images", "validation images", "classes", "training", "validation"};
     for (int i = 0; i < 5; i++) {
         if (mine[i] == ref[i]) continue;

@@ -122,10 +122,11 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     if (rc == 0 && rec_get(&f, "train-images") && !rec_get(&f, "cos-reg")) {
         if (named && named->arch.cos_reg > 0 && !given(o, "--cos-reg")) {
             o->cos_reg = 0;
-            notice("%s records no cos-reg setting (vitc 0.6.0 or earlier, which had no cos_reg term): resumed with "
-                   "--cos-reg 0, as it trained", path);
+            if (d->rank == 0) /* (other ranks print errors only) */
+                notice("%s records no cos-reg setting (vitc 0.6.0 or earlier, which had no cos_reg term): resumed "
+                       "with --cos-reg 0, as it trained", path);
         }
-        if (rec && !strcmp(rec, "msf") && same)
+        if (rec && !strcmp(rec, "msf") && same && d->rank == 0)
             notice("%s records a --recipe msf run of vitc 0.6.0 or earlier, which trained image folders without the "
                    "recipe's three-augment: the epochs to come run it", path);
     }
