@@ -116,6 +116,36 @@ static void check_plan(vt_test *T, const vt_model_cfg *c, vt_params *P, const fl
     vt_graph_free(g);
 }
 
+/* The eval logits y of input x (a graph of the default kernels: fused ops, oneDNN primitives, the GEMM dispatcher's
+ * choices) against an eval graph of c over P whose nodes run their ops' own forwards (ref_kernels; builders then
+ * keep the op chains they fuse): within 1e-4 of the logits' scale, NaN failing. The op-level comparisons cover
+ * each kernel on the gradient-check shapes; this covers them where a whole model puts them. */
+static void check_ref_kernels(vt_test *T, const vt_model_cfg *c, vt_params *P, const vt_tensor *x,
+                              const vt_tensor *y) {
+    vt_err e = {0};
+    vt_tensor *xr = NULL, *yr = NULL;
+    vt_graph *g = vt_graph_new(P, 0, &e);
+    if (g) {
+        g->ref_kernels = 1;
+        yr = vt_model_build(g, c, x->shape[0], &xr);
+        vt_graph_output(g, yr);
+    }
+    const int ok = g && vt_graph_finalize(g, &e) == 0 && yr && yr->numel == y->numel;
+    T_CHECK(T, ok, "%s: reference-kernel eval graph builds: %s", c->name, e.msg);
+    double d = 0.0, m = 0.0;
+    if (ok) {
+        memcpy(xr->data, x->data, sizeof(float) * (size_t)x->numel);
+        vt_graph_forward(g);
+        for (int64_t i = 0; i < y->numel; i++) {
+            d = t_worse(d, fabs((double)y->data[i] - yr->data[i]));
+            m = fmax(m, fabs((double)yr->data[i]));
+        }
+        T_CHECK(T, d <= 1e-4 * fmax(m, 1e-3), "%s: eval logits of the default kernels %.3g off the reference "
+                "kernels' (scale %.3g)", c->name, d, m);
+    }
+    vt_graph_free(g);
+}
+
 /* 1 if two shrunk configs build the same network (same family and architecture; names and drop-path aside). */
 static int same_arch(const vt_model_cfg *x, const vt_model_cfg *y) {
     const vt_arch_cfg *a = &x->arch, *b = &y->arch;
@@ -236,6 +266,7 @@ static void sweep_one(vt_test *T, const vt_model_cfg *base, vt_model_cfg *done, 
         vt_graph_forward(ge);
         for (int64_t i = 0; i < ye->numel; i++) nonfinite |= !isfinite(ye->data[i]);
         T_CHECK(T, !nonfinite, "%s: loss, gradients and eval logits after a step are finite", c.name);
+        check_ref_kernels(T, &c, P, xe, ye);
         T_CHECK(T, zero == 0, "%s: %d parameters without gradient", c.name, zero);
     }
     if (getenv("VITC_SWEEP_TIMES")) fprintf(stderr, "%-28s img %7s %6.2f s\n", c.name, size, now_s() - t0);
