@@ -192,7 +192,8 @@ static void check_decode(vt_test *T) {
     double err = 0; /* x offset round(1 / 2) = round(0.5) = 0 */
     for (int c = 0; c < 3; c++)
         for (int y = 0; y < 4; y++)
-            for (int x = 0; x < 4; x++) err = t_worse(err, fabs(out[(c * 4 + y) * 4 + x] - pix[(y * 5 + x) * 3 + c] / 255.0f));
+            for (int x = 0; x < 4; x++)
+                err = t_worse(err, fabs(out[(c * 4 + y) * 4 + x] - pix[(y * 5 + x) * 3 + c] / 255.0f));
     T_CHECK(T, err < 1e-6, "decoded PPM pixels: err %g", err);
     p.chans = 1;
     T_CHECK(T, vt_image_load(path, &p, out, &e) == 0 && out[0] >= 0 && out[0] <= 1, "grayscale conversion: %s", e.msg);

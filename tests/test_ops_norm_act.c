@@ -1526,7 +1526,8 @@ static void check_bn_res_bn(vt_test *T) {
         for (int j = 0; j < 2; j++)
             for (int k = 2; k < 5; k++)
                 for (int c = 0; c < bn[j][k]->numel; c++)
-                    es = t_worse(es, fabs(bn[j][k]->data[c] - bn[j + 2][k]->data[c]) / fmax(1.0, fabs(bn[j][k]->data[c])));
+                    es = t_worse(es, fabs(bn[j][k]->data[c] - bn[j + 2][k]->data[c]) /
+                                         fmax(1.0, fabs(bn[j][k]->data[c])));
         T_CHECK(T, ey < 1e-5 && es < 1e-5, "bn_res_bn vs the chain: output %g, running statistics %g", ey, es);
         T_CHECK(T, bn[0][4]->data[0] == 5.0f && bn[1][4]->data[0] == 5.0f, "bn_res_bn: num_batches_tracked %g, %g",
                 (double)bn[0][4]->data[0], (double)bn[1][4]->data[0]);

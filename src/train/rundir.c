@@ -163,8 +163,8 @@ int save_checkpoint(const char *path, const vt_model_cfg *c, const vt_train_opts
     return rc;
 }
 
-/* -1 with the reason in e when checkpoint f holds a tensor of a parameter P lacks (itself, its EMA or its AdamW moments):
- * a resume with fewer blocks or other model options than the run's would drop those weights silently. */
+/* -1 with the reason in e when checkpoint f holds a tensor of a parameter P lacks (itself, its EMA or its AdamW
+ * moments): a resume with fewer blocks or other model options than the run's would drop those weights silently. */
 static int check_no_extra(const vt_st_file *f, const vt_params *P, const char *path, vt_err *e) {
     for (int i = 0; i < f->n; i++) {
         const char *nm = f->entries[i].name, *param = nm;

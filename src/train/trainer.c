@@ -456,9 +456,9 @@ static uint64_t dataset_hash(const vt_dataset *d) {
 
 /* Under mpirun: 0 when this rank runs rank 0's vitc version, opened the data rank 0 did (image and class counts; a
  * folder's class names and its files' names and labels, Fashion-MNIST's labels and pixels) and runs its settings
- * (those a checkpoint records), else -1 naming the difference. The ranks read the data each on its own machine, and one epoch order shards it:
- * other data would train on other images than the run says, or fail inside MPI; other settings would step apart, or
- * hang. */
+ * (those a checkpoint records), else -1 naming the difference. The ranks read the data each on its own machine, and
+ * one epoch order shards it: other data would train on other images than the run says, or fail inside MPI; other
+ * settings would step apart, or hang. */
 static int same_data(const vt_model_cfg *c, const vt_params *P, const vt_train_opts *o, const vt_dist *dp,
                      const vt_data *d, const char *data, vt_err *e) {
     enum { VERSION = (VITC_VERSION_MAJOR * 1000 + VITC_VERSION_MINOR) * 1000 + VITC_VERSION_PATCH };
