@@ -394,6 +394,10 @@ static void check_option_kinds(vt_test *T) {
     ov = vt_model_no_overrides();
     ov.drop_path = 0.1f;
     check_configure(T, "groupmixformer_tiny", &ov, 0, 0, "--drop-path 0.1");
+    ov.drop_path = 1.0f; /* a library caller's: the command line stops it at 0.99 */
+    check_configure(T, "groupmixformer_tiny", &ov, -1, VT_E_USAGE, "drop_path 1 (kept branches scaled by 1/0)");
+    ov.drop_path = NAN;
+    check_configure(T, "groupmixformer_tiny", &ov, -1, VT_E_USAGE, "drop_path NaN");
     ov = vt_model_no_overrides();
     ov.img_size = 5000;
     check_configure(T, "deit_tiny_patch16_224", &ov, -1, VT_E_USAGE, "--img-size 5000 (a value out of range)");

@@ -143,7 +143,7 @@ typedef struct vt_model_overrides {
     const char *attn;         /* one attention type for every stage, or a comma-separated list, one per stage */
     const char *ffn;
     int dims[VT_MAX_STAGES], depths[VT_MAX_STAGES], heads[VT_MAX_STAGES]; /* per stage (0 keeps) */
-    float drop_path;          /* < 0 keeps */
+    float drop_path;          /* < 0 keeps; else in [0, 0.99] (1 would scale the kept branches by 1/0) */
     int cos_reg;              /* < 0 keeps (vt_arch_cfg.cos_reg) */
     float crop_pct;           /* <= 0 keeps */
     int train_form, apply_transform, double_heads; /* 1 sets (double_heads: hMHSA's, refused without an hMHSA stage) */

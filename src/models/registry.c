@@ -304,7 +304,9 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
             }
             a->stages[i].window = ov->windows[i];
         }
-    if (ov->drop_path >= 0.0f) {
+    if (ov->drop_path >= 0.0f || ov->drop_path != ov->drop_path) {
+        if (!(ov->drop_path <= 0.99f)) /* (the command line's range; 1 would scale the kept branches by 1/0) */
+            return vt_seterr(e, "%s: drop-path %g is not in [0, 0.99]", cfg->name, (double)ov->drop_path);
         if (ov->drop_path > 0.0f && !(caps & VT_CAP_DROP_PATH))
             return vt_seterr(e, "%s has no drop-path (the official %s code has none)", cfg->name,
                                   cfg->family->name);

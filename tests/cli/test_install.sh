@@ -61,7 +61,7 @@ check "example builds against the installed static library" "[ $rc -eq 0 ]" "$(c
 LD_LIBRARY_PATH=$L ldd "$T/classify" >"$T/ldd.txt" 2>&1
 check "shared example loads libvitc.so.$MAJ from PREFIX" "grep -q 'libvitc.so.$MAJ => $L/libvitc.so.$MAJ' '$T/ldd.txt'" \
     "$(cat "$T/ldd.txt")"
-check "static example does not need libvitc.so" "! ldd '$T/classify_static' | grep -q libvitc"
+check "static example does not need libvitc.so" "[ -x '$T/classify_static' ] && ! ldd '$T/classify_static' | grep -q libvitc"
 
 # internal symbols are hidden: a program calling one does not link against the shared library
 printf '#include <vitc/vitc.h>\nint vt_model_count(void);\nint main(void) { return vt_model_count() > 0 && vitc_model_count() > 0 ? 0 : 1; }\n' \
