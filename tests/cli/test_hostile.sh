@@ -671,7 +671,9 @@ expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V t
     --batch-size 32 --out "$T/outfile/run"
 
 # Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
-# uninterrupted run's weights and best weights (bit for bit) and one metrics.csv row per epoch.
+# uninterrupted run's weights and best weights (bit for bit) and one metrics.csv row per epoch. (The kills may all
+# miss the checkpoints, or come after the run's end on a fast machine: test_train.sh's resumes are the deterministic
+# checks; a check that a resume happened here failed on Zen 4 when the run ended before the third kill.)
 TR="$M --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 768 --test-subset 128 --seed 5 --threads 1"
 $V train $TR --epochs 3 --out "$T/ref" >/dev/null 2>&1
 seed=${VITC_KILL_SEED:-$RANDOM}
@@ -680,12 +682,7 @@ RANDOM=$seed
 $V train $TR --epochs 3 --out "$T/k" >/dev/null 2>&1 &
 pid=$!
 for i in 1 2 3; do
-    if [ $i -eq 3 ]; then # the last kill after a checkpoint: at least one resume, whatever the first two hit
-        for _ in $(seq 300); do [ -e "$T/k/checkpoint.safetensors" ] && break; sleep 0.1; done
-        sleep "0.$((RANDOM % 9 + 1))"
-    else
-        sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))" # within the ~5 s run: before, during or after a checkpoint
-    fi
+    sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))" # within the ~5 s run: before, during or after a checkpoint
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
     if [ -e "$T/k/checkpoint.safetensors" ]; then
@@ -699,7 +696,6 @@ wait $pid
 [ -e "$T/k/weights.safetensors" ] || $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >>"$T/k.log" 2>&1
 check "killed and resumed run: bit-identical weights" "cmp -s '$T/ref/weights.safetensors' '$T/k/weights.safetensors'" \
     "$(tail -5 "$T/k.log")"
-check "... after at least one resume" "grep -q '^Resumed from' '$T/k.log'" "$(grep -v '^ ' "$T/k.log" | head -8)"
 check "... one metrics row per epoch" "[ \"\$(cut -d, -f1 '$T/k/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 ' ]" \
     "$(cat "$T/k/metrics.csv")"
 check "... the same best weights" "cmp -s '$T/ref/weights_best.safetensors' '$T/k/weights_best.safetensors'"
