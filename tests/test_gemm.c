@@ -394,7 +394,7 @@ static void check_prims(vt_test *T) {
                         if (post == VT_GEMM_POST_RELU) v = v > 0.0 ? v : 0.0;
                         scale = fmax(scale, fabs(v));
                         const double d = fabs(v - y[(size_t)i * N + o]);
-                        err = d == d ? fmax(err, d) : INFINITY;
+                        err = t_worse(err, d);
                     }
                 T_CHECK(T, rc == 0 && err / scale < 1e-5, "%dx%dx%d post %d bias %d: run %d, error %g", M, N, K, post,
                         hb, rc, err / scale);
@@ -590,7 +590,7 @@ static void bf16_linear_check(vt_test *T, const char *what, int post, int rc, in
             if (post == VT_GEMM_POST_RELU) v = fmax(v, 0.0), v32 = fmax(v32, 0.0);
             scale = fmax(scale, fabs(v));
             const double d = fabs(v - y[i * N + o]);
-            err = d == d ? fmax(err, d) : INFINITY;
+            err = t_worse(err, d);
             ex = t_worse(ex, fabs(v32 - y[i * N + o]));
         }
     T_CHECK(T, rc == 0 && err / scale < 1e-5 && ex / scale > 1e-4,
