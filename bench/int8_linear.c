@@ -38,6 +38,11 @@ static const shape shapes[] = {
     {"K sweep", 2048, 512, 384},           {"K sweep", 2048, 512, 768},
     {"rows", 1, 1000, 768},                {"rows", 16, 1000, 384},
     {"rows", 49, 384, 1536},               {"rows", 8, 768, 768},
+    {"PVTv2-b1 b16 s1 fc1", 50176, 512, 64}, {"PVTv2-b1 b16 s1 fc2", 50176, 64, 512},
+    {"PVTv2-b1 b16 s1 q", 50176, 64, 64},  {"PVTv2-b1 b16 s2 fc1", 12544, 1024, 128},
+    {"PVTv2-b1 b16 s2 fc2", 12544, 128, 1024}, {"PVTv2-b1 b16 s2 q", 12544, 128, 128},
+    {"PVTv2-b1 b1 s1 fc1", 3136, 512, 64}, {"PVTv2-b1 b1 s2 q", 784, 128, 128},
+    {"PVTv2-b1 b16 s3 fc1", 3136, 1280, 320}, {"PVTv2-b1 b16 s4 kv", 784, 1024, 512},
 };
 
 /* A graph with the layer (int8, for every shape; or fp32 under the automatic GEMM rule), its input filled; NULL on

@@ -213,8 +213,10 @@ static void check_transpose(vt_test *T) {
 /* The rule: forced libraries, a lagging kernel, the shape classes, untested tiers. */
 static void check_rule(vt_test *T) {
     const vt_gemm_lib OB = VT_GEMM_OPENBLAS, DN = VT_GEMM_ONEDNN;
-    vt_gemm_plan same = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_AVX512, VT_ISA_AVX512, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
-    vt_gemm_plan avx2 = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_AVX2, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan same = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX512, .openblas = VT_ISA_AVX512,
+                         .onednn = VT_ISA_AVX512, .prepack = 1};
+    vt_gemm_plan avx2 = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX2, .openblas = VT_ISA_AVX2,
+                         .onednn = VT_ISA_AVX2, .prepack = 1};
     vt_gemm_plan in = same;
     in.intel = 1;
     const vt_gemm_lib TD = VT_GEMM_ONEDNN_T;
@@ -224,10 +226,12 @@ static void check_rule(vt_test *T) {
     in2.intel = 1;
     vt_gemm_plan inf = in;
     inf.force = DN;
-    vt_gemm_plan prescott = {VT_GEMM_AUTO, VT_ISA_AVX512, VT_ISA_GENERIC, VT_ISA_AVX512, 0, 0, 0, 0, 0, 0, 1, NULL,
-                             NULL};
-    vt_gemm_plan dnnl_low = {VT_GEMM_AUTO, VT_ISA_AVX2, VT_ISA_AVX2, VT_ISA_GENERIC, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
-    vt_gemm_plan old = {VT_GEMM_AUTO, VT_ISA_AVX, VT_ISA_AVX, VT_ISA_AVX, 0, 0, 0, 0, 0, 0, 1, NULL, NULL};
+    vt_gemm_plan prescott = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX512, .openblas = VT_ISA_GENERIC,
+                             .onednn = VT_ISA_AVX512, .prepack = 1};
+    vt_gemm_plan dnnl_low = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX2, .openblas = VT_ISA_AVX2,
+                             .onednn = VT_ISA_GENERIC, .prepack = 1};
+    vt_gemm_plan old = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX, .openblas = VT_ISA_AVX,
+                        .onednn = VT_ISA_AVX, .prepack = 1};
     vt_gemm_plan forced = prescott;
     forced.force = OB;
     const struct {

@@ -51,8 +51,11 @@ static void check_scratch(vt_test *T, const vt_graph *g, const vt_node *ln, cons
 
 /* One (M, N, K) layer of form f in an int8 eval graph: the kernel is chosen, and its output equals the quantised
  * product within float rounding (GELU before the product: within two quantisation steps, as the library's erf and
- * libm's may round an input to neighbouring levels) and the fp32 product within the quantisation error. */
-static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *r) {
+ * libm's may round an input to neighbouring levels) and the fp32 product within the quantisation error. amx: the
+ * plan's AMX flag, so that both forms of the matmul (scales as a post-op, or as run-time output scales) run on any
+ * CPU. */
+static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, int amx, vt_rng *r) {
+    const char *form = amx ? " (AMX form)" : "";
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
     vt_graph *g = P ? vt_graph_new(P, 0, &e) : NULL;
@@ -63,6 +66,7 @@ static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *
     }
     g->int8 = 1;
     T_CHECK(T, vt_gemm_plan_init(&g->gemm, "onednn", &e) == 0, "%s", e.msg); /* every shape, not the speed rule */
+    g->gemm.amx = amx;
     int xs[2] = {M, K}, ws[2] = {N, K}, bs[1] = {N}, ys[2] = {M, N};
     vt_tensor *x = vt_input(g, "x", 2, xs), *res = f == F_RES ? vt_input(g, "r", 2, ys) : NULL;
     vt_tensor *w = vt_param(g, "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
@@ -77,10 +81,11 @@ static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *
     if (e.msg[0]) goto done;
     const vt_node *ln = linear_node(g);
     if (g->gemm.onednn < VT_ISA_AVX2) { /* no int8 kernel below AVX2 (vt_gemm_q8_linear): the layer stays float */
-        T_CHECK(T, ln && !is_int8(ln), "%dx%dx%d %s: an int8 kernel with oneDNN below AVX2", M, N, K, fname[f]);
+        T_CHECK(T, ln && !is_int8(ln), "%dx%dx%d %s%s: an int8 kernel with oneDNN below AVX2", M, N, K, fname[f],
+                form);
         goto done;
     }
-    T_CHECK(T, is_int8(ln), "%dx%dx%d %s: kernel %s, not linear.onednn_int8", M, N, K, fname[f],
+    T_CHECK(T, is_int8(ln), "%dx%dx%d %s%s: kernel %s, not linear.onednn_int8", M, N, K, fname[f], form,
             ln && ln->kern ? ln->kern->name : "(reference)");
     if (!is_int8(ln)) goto done;
     check_scratch(T, g, ln, x, y, (int64_t)M * K);
@@ -154,10 +159,10 @@ static void check_layer(vt_test *T, int M, int N, int K, int f, int xk, vt_rng *
                 step = fmax(step, (double)sx * ws_[o] * L);
             }
         const double tol = 2e-6 * scale * sqrt((double)K) + (f == F_GELU_IN ? 2.0 * step : 0.0);
-        T_CHECK(T, err <= tol, "%dx%dx%d %s, input kind %d, weights %d: |int8 - quantised rule| %g > %g", M, N, K,
-                fname[f], xk, round, err, tol);
-        T_CHECK(T, errf <= 1.0, "%dx%dx%d %s, input kind %d, weights %d: |int8 - fp32| at %g of its bound", M, N, K,
-                fname[f], xk, round, errf);
+        T_CHECK(T, err <= tol, "%dx%dx%d %s%s, input kind %d, weights %d: |int8 - quantised rule| %g > %g", M, N, K,
+                fname[f], form, xk, round, err, tol);
+        T_CHECK(T, errf <= 1.0, "%dx%dx%d %s%s, input kind %d, weights %d: |int8 - fp32| at %g of its bound", M, N, K,
+                fname[f], form, xk, round, errf);
     }
 freed:
     free(xin);
@@ -324,11 +329,14 @@ void test_int8(vt_test *T) {
     vt_rng r;
     vt_rng_seed(&r, 29);
     static const int shapes[][3] = {{1, 10, 17}, {37, 29, 53}, {197, 64, 192}, {300, 96, 40}};
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        for (int f = 0; f < F_COUNT; f++) check_layer(T, shapes[s][0], shapes[s][1], shapes[s][2], f, X_NORMAL, &r);
-    for (int xk = X_POSITIVE; xk <= X_ZERO; xk++) {
-        check_layer(T, 33, 24, 48, F_BIAS, xk, &r);
-        check_layer(T, 33, 24, 48, F_GELU_IN, xk, &r);
+    for (int amx = 0; amx < 2; amx++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int f = 0; f < F_COUNT; f++)
+                check_layer(T, shapes[s][0], shapes[s][1], shapes[s][2], f, X_NORMAL, amx, &r);
+        for (int xk = X_POSITIVE; xk <= X_ZERO; xk++) {
+            check_layer(T, 33, 24, 48, F_BIAS, xk, amx, &r);
+            check_layer(T, 33, 24, 48, F_GELU_IN, xk, amx, &r);
+        }
     }
     check_refusals(T);
     check_nonfinite(T);

@@ -37,6 +37,7 @@ typedef struct vt_gemm_plan {
     vt_gemm_lib force;
     vt_isa cpu, openblas, onednn;
     int vnni;          /* oneDNN runs VNNI int8 kernels (u8·s8 products summed in 32 bits; vt_gemm_q8_levels) */
+    int amx;           /* oneDNN runs AMX kernels (tile products): int8 takes the AMX rule (vt_gemm_q8_linear) */
     int intel;         /* the CPU's vendor is Intel (cpuid "GenuineIntel"): rule 5's inference case, rule 9 */
     int tail_n;        /* rule 14 on (AMD's AVX-512): one-thread A·Bᵀ with N <= 512 not a multiple of 16 -> OpenBLAS */
     int wt_first;      /* rule 15 on (AMD's AVX-512): a linear's x·wᵀ over many rows with K >= N runs as x·(wᵀ), w

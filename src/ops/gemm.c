@@ -110,6 +110,7 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
     p->openblas = openblas_tier(openblas_get_corename());
     p->onednn = onednn_tier(dnnl_get_effective_cpu_isa());
     p->vnni = ((unsigned)dnnl_get_effective_cpu_isa() & 0x440u) != 0; /* the VNNI bits of avx512_core_vnni, avx2_vnni */
+    p->amx = ((unsigned)dnnl_get_effective_cpu_isa() & 0x300u) == 0x300u; /* the AMX bits of avx512_core_amx */
     p->intel = f.intel;
     p->tail_n = !f.intel && p->onednn >= VT_ISA_AVX512; /* rule 14 */
     p->pack_w = p->onednn == VT_ISA_AVX2 || p->tail_n;  /* rule 12 */

@@ -28,7 +28,13 @@ void vt_gemm_q8_free(vt_gemm_q8 *q) {
 }
 
 /* Makes q's matmul: u8 x (M, K) with a run-time zero point, s8 w (K, N) in the layout oneDNN picks, f32 y (M, N),
- * run-time output scales per column, then post-ops: + b (broadcast row), + r or ReLU. 0 or -1. */
+ * the per-column scales, then post-ops: + b (broadcast row), + r or ReLU. 0 or -1. The scales are run-time output
+ * scales, which oneDNN 2.6.3 runs with its gemm:jit kernel, or where q->scale_po, a first post-op multiplying by a
+ * row: its brgemm kernels take that and not run-time output scales. On an Intel Xeon with AMX (2026-12-07,
+ * bench/int8_linear.sh) gemm:jit made `--dtype int8` slower than fp32 (PVTv2-b1 at batch 16 0.58x) where
+ * brg:avx512_core_amx_int8 runs a product up to 9x faster than fp32; on the same CPU held to AVX512_CORE_VNNI
+ * (ONEDNN_MAX_CPU_ISA), as a Zen 4, brg:avx512_core_vnni was slower than gemm:jit at 16 images (DeiT-S qkv 1.97x
+ * fp32 against 2.39x, PVTv2-b1 1024×128 1.20x against 2.27x), faster only for a few rows: AMX CPUs only. */
 static int q8_make(vt_gemm_prims *c, vt_gemm_q8 *q) {
     dnnl_memory_desc_t xd, wd, wany, bd, yd, sd, zd;
     const dnnl_dims_t nd = {q->N}, one = {1};
@@ -37,18 +43,20 @@ static int q8_make(vt_gemm_prims *c, vt_gemm_q8 *q) {
         return -1;
     const dnnl_dims_t kn = {q->K, q->N};
     if (dnnl_memory_desc_init_by_tag(&wany, 2, kn, dnnl_s8, dnnl_format_tag_any) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&sd, 1, nd, dnnl_f32, dnnl_a) != dnnl_success ||
+        (q->scale_po ? mdt(&sd, 1, q->N, 0, dnnl_f32) /* a row, as the bias */
+                     : dnnl_memory_desc_init_by_tag(&sd, 1, nd, dnnl_f32, dnnl_a) != dnnl_success) ||
         dnnl_memory_desc_init_by_tag(&zd, 1, one, dnnl_s32, dnnl_a) != dnnl_success)
         return -1;
     dnnl_matmul_desc_t mm;
     if (dnnl_matmul_desc_init(&mm, &xd, &wany, NULL, &yd) != dnnl_success) return -1;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    const float rt_scale = DNNL_RUNTIME_F32_VAL;
     const int32_t rt_zp = DNNL_RUNTIME_S32_VAL;
     int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
-    if (!bad) bad = dnnl_primitive_attr_set_output_scales(attr, 1, 1 << 1, &rt_scale) != dnnl_success;
+    const float rt_scale = DNNL_RUNTIME_F32_VAL;
     if (!bad) bad = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &rt_zp) != dnnl_success;
+    if (!bad) bad = q->scale_po ? dnnl_post_ops_append_binary(po, dnnl_binary_mul, &sd) != dnnl_success
+                                : dnnl_primitive_attr_set_output_scales(attr, 1, 1 << 1, &rt_scale) != dnnl_success;
     if (!bad && q->has_bias) bad = dnnl_post_ops_append_binary(po, dnnl_binary_add, &bd) != dnnl_success;
     if (!bad) bad = append_post(po, q->post, &yd);
     dnnl_primitive_desc_t pd = NULL;
@@ -94,15 +102,22 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p) { return p->vnni ? 127 : 63; }
  * stage 3-4 shapes at batch 1 and 16), 1.07-1.2x at K = 96-128 with N >= 256; 0.93x at 128×128 and 1.02x at K = 64,
  * where quantising the input costs what the product saves; 0.39x for one row (1×1000×768: the per-call weight
  * handling of oneDNN's int8 gemm), 1.17-1.28x from 8 rows. With VNNI (AMD EPYC Zen 4, avx512_core_bf16 with VNNI,
- * brg kernels, weights ±127, 2026-11-30) int8 wins far more: 1.6-3.5x on every shape above (one row 1×1000×768 2.10,
- * 1×1000×192 1.75, 2048×512×64 1.91, 2176×128×128 1.36, 6400×192×64 1.57, 6400×64×128 1.10, 17×384×128 1.18) but
+ * gemm:jit as q8_make says, weights ±127, 2026-11-30) int8 wins far more: 1.6-3.5x on every shape above (one row
+ * 1×1000×768 2.10, 1×1000×192 1.75, 2048×512×64 1.91, 2176×128×128 1.36, 6400×192×64 1.57, 6400×64×128 1.10,
+ * 17×384×128 1.18) but
  * loses on small products, whose fixed cost of a few µs dominates (17×128×128 0.64, 49×64×64 0.54, the 10-class
  * heads 0.28), with K = 32 (2048×64×32 0.84) and N = 8 (0.36): there K, N >= 64 and N·K >= 2^15 or M·N·K >= 2^22.
  * Whole models, `vitc bench --dtype int8` before / after, three alternated rounds, median img/s ratio: PVTv2-b1
  * 1.12 (batch 1), 1.28 (16), Swin-T 1.34, DeiT-T 1.12, Next-ViT-S 1.16, CSwin-T 1.03 (batch 1), the demo's
- * vit_fmnist_p7 1.09 (batch 128). VITC_GEMM=onednn takes every shape (tests). */
+ * vit_fmnist_p7 1.09 (batch 128). With AMX (an Intel Xeon, oneDNN brg:avx512_core_amx_int8, 2026-12-07) the
+ * product runs up to 9x faster than fp32, so the input's quantisation, two passes over M·K floats, decides: int8
+ * wins from K >= 128 and N >= 192 with N·K >= 3·2^14 (256×192 1.04-1.20, 384×128 1.03-1.07, 192×384 1.16, DeiT-T fc2
+ * 192×768 1.19-1.32, PVTv2-b1 1024×128 1.22, DeiT-S 2.4-3.4, one row 1×1000×768 6.0; N×K) and loses with N <= 128
+ * (PVTv2-b1 50176×64×512 0.28, 12544×128×1024 0.55, 3136×128×512 0.89), K <= 96 (Swin-T stage 1 0.64-0.74, K = 64
+ * 0.70-0.85), at 192×192 (0.95) and 256×128 (0.96). VITC_GEMM=onednn takes every shape (tests). */
 static int q8_wanted(const vt_gemm_plan *p, int M, int N, int K) {
     if (p->force == VT_GEMM_ONEDNN) return 1;
+    if (p->amx) return K >= 128 && N >= 192 && (int64_t)N * K >= 3 * (1 << 14);
     if (p->vnni) return K >= 64 && N >= 64 && ((int64_t)N * K >= (1 << 15) || (int64_t)M * N * K >= (1 << 22));
     return M >= 8 && K >= 96 && (int64_t)N * K >= (1 << 15);
 }
@@ -114,7 +129,7 @@ vt_gemm_q8 *vt_gemm_q8_linear(vt_gemm_plan *p, int M, int N, int K, int has_bias
     vt_gemm_q8 *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     *q = (vt_gemm_q8){.M = M, .N = N, .K = K, .has_bias = has_bias != 0, .gelu_in = gelu_in != 0,
-                      .wmax = vt_gemm_q8_levels(p), .post = post,
+                      .wmax = vt_gemm_q8_levels(p), .scale_po = p->amx, .post = post,
                       .stream = c->stream};
     if (q8_make(c, q)) {
         vt_gemm_q8_free(q);
@@ -216,9 +231,11 @@ int vt_gemm_q8_run(vt_gemm_q8 *q, const float *x, uint8_t *xq, const float *w, c
     dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, q->x},
                                {DNNL_ARG_WEIGHTS, q->wp},
                                {DNNL_ARG_DST, q->y},
-                               {DNNL_ARG_ATTR_OUTPUT_SCALES, q->sc},
-                               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q->zp}};
-    int na = 5, po = 0;
+                               {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q->zp},
+                               {q->scale_po ? DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1
+                                            : DNNL_ARG_ATTR_OUTPUT_SCALES,
+                                q->sc}};
+    int na = 5, po = q->scale_po;
     if (dnnl_memory_set_data_handle(q->x, xq) != dnnl_success || dnnl_memory_set_data_handle(q->y, y) != dnnl_success)
         return -1;
     if (q->has_bias) {

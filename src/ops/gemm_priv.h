@@ -13,6 +13,7 @@
 struct vt_gemm_q8 {
     int M, N, K, has_bias, gelu_in;
     int wmax;                    /* the weight's levels: ±127, or ±63 without VNNI (vt_gemm_q8_levels) */
+    int scale_po;                /* the scales as a post-op (AMX), not run-time output scales (q8_make) */
     vt_gemm_post post;
     dnnl_primitive_t prim, pack; /* the u8 × s8 matmul; the reorder of the plain s8 weight into its layout (or NULL) */
     dnnl_memory_t x, w, wp, b, r, y, sc, zp; /* w: the plain s8 weight; wp: packed (== w when pack is NULL) */
