@@ -51,9 +51,9 @@ static int q8_make(vt_gemm_prims *c, vt_gemm_q8 *q) {
     if (dnnl_matmul_desc_init(&mm, &xd, &wany, NULL, &yd) != dnnl_success) return -1;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
+    const float rt_scale = DNNL_RUNTIME_F32_VAL;
     const int32_t rt_zp = DNNL_RUNTIME_S32_VAL;
     int bad = dnnl_primitive_attr_create(&attr) != dnnl_success || dnnl_post_ops_create(&po) != dnnl_success;
-    const float rt_scale = DNNL_RUNTIME_F32_VAL;
     if (!bad) bad = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &rt_zp) != dnnl_success;
     if (!bad) bad = q->scale_po ? dnnl_post_ops_append_binary(po, dnnl_binary_mul, &sd) != dnnl_success
                                 : dnnl_primitive_attr_set_output_scales(attr, 1, 1 << 1, &rt_scale) != dnnl_success;
@@ -104,9 +104,9 @@ int vt_gemm_q8_levels(const vt_gemm_plan *p) { return p->vnni ? 127 : 63; }
  * handling of oneDNN's int8 gemm), 1.17-1.28x from 8 rows. With VNNI (AMD EPYC Zen 4, avx512_core_bf16 with VNNI,
  * gemm:jit as q8_make says, weights ±127, 2026-11-30) int8 wins far more: 1.6-3.5x on every shape above (one row
  * 1×1000×768 2.10, 1×1000×192 1.75, 2048×512×64 1.91, 2176×128×128 1.36, 6400×192×64 1.57, 6400×64×128 1.10,
- * 17×384×128 1.18) but
- * loses on small products, whose fixed cost of a few µs dominates (17×128×128 0.64, 49×64×64 0.54, the 10-class
- * heads 0.28), with K = 32 (2048×64×32 0.84) and N = 8 (0.36): there K, N >= 64 and N·K >= 2^15 or M·N·K >= 2^22.
+ * 17×384×128 1.18) but loses on small products, whose fixed cost of a few µs dominates (17×128×128 0.64, 49×64×64
+ * 0.54, the 10-class heads 0.28), with K = 32 (2048×64×32 0.84) and N = 8 (0.36): there K, N >= 64 and N·K >= 2^15
+ * or M·N·K >= 2^22.
  * Whole models, `vitc bench --dtype int8` before / after, three alternated rounds, median img/s ratio: PVTv2-b1
  * 1.12 (batch 1), 1.28 (16), Swin-T 1.34, DeiT-T 1.12, Next-ViT-S 1.16, CSwin-T 1.03 (batch 1), the demo's
  * vit_fmnist_p7 1.09 (batch 128). With AMX (an Intel Xeon, oneDNN brg:avx512_core_amx_int8, 2026-12-07) the
