@@ -612,6 +612,30 @@ static vt_tensor *b_mlp(vt_graph *g, vt_tensor *x, const void *ctx) {
     return vt_residual(g, x, vt_ffn_build(g, c->type, "mlp", x, &f));
 }
 
+/* The fused FFN ops' rules (vt_ffn_wanted, vt_dwffn_wanted) in an eval graph: fp32 and a bf16 plan without AMX take
+ * the ops at PVTv2-b1's and Swin-T's stage-1 sizes; a bf16 plan on an AMX CPU (flags set by hand) takes the chains,
+ * but for the banded FFN over more than 12544 rows; a training graph never takes them. */
+static void check_ffn_rules(vt_test *T) {
+    for (int k = 0; k < 4; k++) { /* 0: fp32; 1: bf16 without AMX; 2: bf16 with AMX; 3: training */
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        vt_graph *g = vt_graph_new(P, k == 3, &e);
+        T_CHECK(T, g != NULL, "graph: %s", e.msg);
+        if (!g) {
+            vt_params_free(P);
+            continue;
+        }
+        g->gemm.bf16 = k == 1 || k == 2;
+        g->gemm.amx = k == 2;
+        const int band1 = vt_dwffn_wanted(g, 3136, 64, 512, 64), band4 = vt_dwffn_wanted(g, 12544, 64, 512, 64);
+        const int band16 = vt_dwffn_wanted(g, 50176, 64, 512, 64), mlp = vt_ffn_wanted(g, 50176, 96, 384, 96);
+        T_CHECK(T, band1 == (k < 2) && band4 == (k < 2) && band16 == (k < 3) && mlp == (k < 2),
+                "case %d: banded FFN at 3136 / 12544 / 50176 rows %d %d %d, MLP op %d", k, band1, band4, band16, mlp);
+        vt_graph_free(g);
+        vt_params_free(P);
+    }
+}
+
 /* Through the FFN builders at sizes the rule takes (a hidden map of 2^22 floats or more; the last band partial), the
  * residual fused into the op (mlp) or into the deployed cFFN's fc2_v after it; and the builder's errors. */
 static void check_ffn_fused(vt_test *T) {
@@ -1169,6 +1193,7 @@ void test_ops_core(vt_test *T) {
     check_linear_repack(T);
     check_constant_nodes(T);
     check_ffn_fused(T);
+    check_ffn_rules(T);
     check_drop_path(T);
     check_residual_drop(T);
     check_gemm_ref(T);

@@ -101,14 +101,16 @@ vt_tensor *vt_dla_eval(vt_graph *g, vt_tensor *a, vt_tensor *w_exp, vt_tensor *w
  * or NULL; band by band, the hidden map never in memory. Eval graphs only (no backward). */
 vt_tensor *vt_dwffn_eval(vt_graph *g, vt_tensor *x, int H, int W, vt_tensor *w1, vt_tensor *b1, vt_tensor *dw,
                          vt_tensor *db, vt_tensor *w2, vt_tensor *b2);
-/* Whether vt_dwffn_eval runs faster than the op chain for C input features, hidden width hid and out features (an
- * inference graph whose weights fit beside the bands in a core's L2: a measured rule). */
-int vt_dwffn_wanted(const vt_graph *g, int C, int hid, int out);
+/* Whether vt_dwffn_eval runs faster than the op chain for R rows (B·H·W), C input features, hidden width hid and out
+ * features (an inference graph whose weights fit beside the bands in a core's L2, not a bf16 plan on an AMX CPU over
+ * at most 12544 rows: a measured rule). */
+int vt_dwffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out);
 /* The plain MLP at inference in one op: y (.., out) = GELU(x·w1ᵀ + b1)·w2ᵀ + b2 for x (.., C), w1 (hid, C), b1 (hid),
  * w2 (out, hid), b2 (out) or NULL; a band of rows at a time, the hidden rows in cache. Eval graphs only. */
 vt_tensor *vt_ffn_eval(vt_graph *g, vt_tensor *x, vt_tensor *w1, vt_tensor *b1, vt_tensor *w2, vt_tensor *b2);
 /* Whether vt_ffn_eval runs faster than the op chain over R rows of C features, hidden width hid and out features
- * (an inference graph whose weights fit a core's L2 and whose hidden map would not stay in cache: a measured rule). */
+ * (an inference graph whose weights fit a core's L2 and whose hidden map would not stay in cache, not a bf16 plan on
+ * an AMX CPU: a measured rule). */
 int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out);
 
 /* ---- gmagg.c ---- */

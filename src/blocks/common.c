@@ -384,7 +384,7 @@ vt_tensor *vt_block_ffn_gelu_linear(vt_graph *g, const char *prefix, vt_tensor *
     if (f->relu) return vt_fail(g, "mlp", "%s: a ReLU FFN has its activation in fc1", prefix);
     /* PVTv2's FFN in inference graphs: one op, band by band (vt_dwffn_eval), where its rule says it is faster */
     if (f->dwconv && !f->conv1x1 && !g->int8 && !g->ref_kernels &&
-        vt_dwffn_wanted(g, x->shape[x->ndim - 1], f->hidden, out)) {
+        vt_dwffn_wanted(g, x->numel / x->shape[x->ndim - 1], x->shape[x->ndim - 1], f->hidden, out)) {
         char nm[VT_NAMELEN];
         vt_tensor *w1, *b1, *dw, *db, *w2, *b2;
         if (linear_params(g, vt_pname(nm, prefix, fc1_name(f)), x, f->hidden, 1, f->winit, 0, &w1, &b1) ||

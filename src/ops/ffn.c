@@ -119,8 +119,13 @@ static const vt_opdef op_dwffn = {"dwffn", dwffn_fwd, NULL, VT_READS(0), NULL, V
  * 10 rounds, chain's time over the op's; AMD EPYC Zen 3, 2026-11-30): PVTv2-b1's stage 1 (56×56, 64 → 512 → 64)
  * 1.14 at batch 1, 1.22-1.28 at 2-8, 1.31 at 16 (cFFN's 64 → 512 → 37: 1.25 and 1.41); stage 2 (28×28, 128 → 1024)
  * 0.93 and 1.02 (cFFN 1.06), stage 3 (14×14, 320 → 1280) 0.82 and 0.94. So: where both weights, 4·(C + out)·hid
- * bytes, fit in 256 KB, a core's L2 next to the bands. */
-int vt_dwffn_wanted(const vt_graph *g, int C, int hid, int out) {
+ * bytes, fit in 256 KB, a core's L2 next to the bands. Its products run in fp32 inside the bands, so a bf16 plan on an
+ * AMX CPU (bf16 products 4-5x fp32's) takes the chain over at most 12544 rows: PVTv2-b1 --dtype bf16 with the chain
+ * against the op (Intel Xeon with AMX, 2026-12-07, `bench/vitc_before_after.py`, best of 3 alternated rounds) 1.16,
+ * 1.22, 1.11 at batch 1, 2, 4 (3136 rows each), 0.98 and 1.00 at 8 and 16; FLatten-PVTv2-b1 1.16 / 0.99 and its
+ * hMHSA + cFFN variant 1.16 / 0.93 at batch 1 / 16. */
+int vt_dwffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out) {
+    if (g->gemm.bf16 && g->gemm.amx && R <= 12544) return 0;
     return !g->training && ((long long)C + out) * hid <= 65536;
 }
 
@@ -200,8 +205,12 @@ static const vt_opdef op_ffn = {"ffn", ffn_fwd, NULL, VT_READS(0), NULL, VT_OP_F
  * graphs with the op on every stage-1 MLP read 0.99× (medians of 10 alternated rounds). So: weights of at most
  * 512 KB (the L2 of a Zen 3 core) over a hidden map of at least 16 MiB, which the caches would not keep. With that
  * rule, eval graphs at batch 16 on the same AMD EPYC Zen 3 (2026-11-30), per-node sums over the stage-1 blocks,
- * eight alternated rounds: Swin-T 286 against 303 ms, FLatten-Swin-T 285 against 298, CSwin-T 101 against 104. */
+ * eight alternated rounds: Swin-T 286 against 303 ms, FLatten-Swin-T 285 against 298, CSwin-T 101 against 104. A
+ * bf16 plan on an AMX CPU takes the chain, whose products run bf16 (the op's run fp32): --dtype bf16 with the chain
+ * against the op (Intel Xeon with AMX, 2026-12-07, best of 3 alternated rounds) Swin-T 1.09 / 1.01 at batch 4 / 16,
+ * CSwin-T 0.99 / 1.08. */
 int vt_ffn_wanted(const vt_graph *g, int64_t R, int C, int hid, int out) {
+    if (g->gemm.bf16 && g->gemm.amx) return 0;
     return !g->training && ((long long)C + out) * hid <= 131072 && R * hid >= (1 << 22);
 }
 
