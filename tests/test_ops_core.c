@@ -453,6 +453,7 @@ static void check_linear_wt_first(vt_test *T) {
             g[k] = vt_graph_new(P, train, &e);
             if (!g[k]) break;
             g[k]->gemm.wt_first = k; /* graph 1 takes the rule wherever its other conditions hold */
+            g[k]->gemm.intel = 0;       /* rule 5's Intel case would give case 0 the primitive */
             g[k]->seed = 5;
             const int three = cs[c].form == 3;
             x = vt_param(g[k], "x", three ? 3 : 2, three ? xs3 : xs, (vt_init){VT_INIT_NORMAL, 1.0f});
@@ -497,6 +498,62 @@ static void check_linear_wt_first(vt_test *T) {
         char label[96];
         snprintf(label, sizeof label, "rule 15 case %d (%d rows, %d -> %d)", c, R, cs[c].in, cs[c].out);
         check_kept(T, ref, err, mag, (1u << nchk) - 1u, 1, label);
+        vt_graph_free(g[0]);
+        vt_graph_free(g[1]);
+        vt_params_free(P);
+    }
+    vt_threads_leave(env);
+}
+
+/* GEMM rule 5's Intel case in a train graph (vt_gemm_plan.intel set by hand): a linear without an activation (bias
+ * and a fused residual; 1000 rows, 48 -> 32, neither M <= 2K nor K >= 2N) runs oneDNN's matmul primitive wherever
+ * oneDNN's kernels are AVX-512 and OpenBLAS's not ahead, one with GELU after it (vt_linear_gelu) stays on the
+ * reference forward, and both equal the graph without the case (outputs, dx, dw, db within float rounding). */
+static void check_linear_train_prim(vt_test *T) {
+    const vt_threads_env env = vt_threads_enter(2);
+    for (int act = 0; act < 2; act++) {
+        vt_err e = {0};
+        vt_params *P = vt_params_new(&e);
+        const int R = 1000, xs[2] = {R, 48}, ws[2] = {32, 48}, bs[1] = {32}, ys[2] = {R, 32};
+        vt_graph *g[2] = {0};
+        vt_tensor *y[2] = {0}, *r[2] = {0}, *t[4] = {0};
+        const vt_node *ln[2] = {0};
+        for (int k = 0; k < 2; k++) {
+            g[k] = vt_graph_new(P, 1, &e);
+            if (!g[k]) break;
+            g[k]->gemm.intel = k;
+            g[k]->gemm.wt_first = 0;
+            t[1] = vt_param(g[k], "x", 2, xs, (vt_init){VT_INIT_NORMAL, 1.0f});
+            t[2] = vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
+            t[3] = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
+            vt_tensor *res = vt_param(g[k], "res", 2, ys, (vt_init){VT_INIT_NORMAL, 1.0f});
+            y[k] = act ? vt_linear_gelu(g[k], t[1], t[2], t[3]) : vt_residual(g[k], res, vt_linear(g[k], t[1], t[2], t[3]));
+            r[k] = vt_input(g[k], "r", 2, ys);
+            vt_graph_set_loss(g[k], vt_sum(g[k], vt_mul(g[k], y[k], r[k])));
+            vt_graph_output(g[k], y[k]);
+            T_CHECK(T, vt_graph_finalize(g[k], &e) == 0, "rule 5 train case, graph %d: %s", k, e.msg);
+            for (int i = 0; i < g[k]->nn; i++)
+                if (strcmp(g[k]->nodes[i]->op->name, "linear") == 0) ln[k] = g[k]->nodes[i];
+        }
+        const vt_gemm_plan *gp = g[1] ? &g[1]->gemm : NULL;
+        const int can = gp && gp->force == VT_GEMM_AUTO && gp->onednn >= VT_ISA_AVX512 &&
+                        gp->openblas <= gp->onednn && !gp->bf16;
+        const char *k1 = ln[1] && ln[1]->kern ? ln[1]->kern->name : "reference";
+        T_CHECK(T, ln[0] && ln[1] && !ln[0]->kern && (act || !can || !strcmp(k1, "linear.onednn_matmul")) &&
+                       (!act || !ln[1]->kern),
+                "rule 5 train case, %s: the Intel graph's linear runs %s", act ? "GELU after" : "no activation", k1);
+        float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
+        vt_params_init(P, 3);
+        for (int k = 0; k < 2 && !e.msg[0]; k++) {
+            for (int64_t i = 0; i < r[k]->numel; i++) r[k]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
+            vt_graph_forward(g[k]);
+            vt_params_zero_grad(P);
+            vt_graph_backward(g[k]);
+            for (int j = 0; j < 4; j++)
+                keep_or_compare(k, j ? t[j]->grad : y[k]->data, j ? t[j]->numel : y[k]->numel, &ref[j], &err[j],
+                                &mag[j]);
+        }
+        check_kept(T, ref, err, mag, 0xFu, 1, act ? "rule 5 train case, GELU after" : "rule 5 train case, residual");
         vt_graph_free(g[0]);
         vt_graph_free(g[1]);
         vt_params_free(P);
@@ -1190,6 +1247,7 @@ void test_ops_core(vt_test *T) {
     }
     check_linear_wt_first(T);
     check_linear_act_fusion(T);
+    check_linear_train_prim(T);
     check_linear_repack(T);
     check_constant_nodes(T);
     check_ffn_fused(T);

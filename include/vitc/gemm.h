@@ -101,7 +101,8 @@ typedef enum vt_gemm_post {
 
 /* Whether the plan runs a linear layer's forward y = x·wᵀ (x M×K, w N×K) as one oneDNN matmul primitive with its
  * bias and post-op fused (rule 5 at vt_gemm_choose) rather than bias rows + sgemm, on `threads` threads; fused: the
- * node does all the layer's epilogue (an inference graph: post-ops, GELU right after the primitive). */
+ * node does all the layer's epilogue there (an inference graph: post-ops, GELU right after the primitive; a training
+ * graph's linear without an activation, whose derivative no panel has to compute). */
 int vt_gemm_linear_wanted(const vt_gemm_plan *p, int threads, int M, int N, int K, int fused);
 
 /* Rule 15: whether a linear y = x·wᵀ (x M×K, w N×K) whose products (`rows` rows on `threads` threads) vt_gemm runs

@@ -167,7 +167,13 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     Next-ViT-S 1.10 (1.11), PVTv2-b1 1.07 (1.08), GroupMixFormer-T 1.08 (1.05), FLatten-Swin-T 0.99 (1.05),
  *     DeiT-S 0.96 (0.96: its qkv and proj; two identical DeiT-S graphs read 0.96-1.04 in the same test); batch 1
  *     (best of 39) 0.99-1.11, Next-ViT-S 1.11 and PVTv2-b1 1.10. Training graphs with it read 0.93-1.09 per model
- *     in bench/vitc_before_after.py, as often slower as faster. AMD's AVX-512 (Zen 4, where the shapes above were
+ *     in bench/vitc_before_after.py, as often slower as faster. A training linear without an activation (qkv; proj
+ *     and fc2 without drop-path) has no derivative to compute, so its post-ops do its whole epilogue there too, and
+ *     it takes the case since 2026-12-07: training steps at batch 16 against the build before (Intel Xeon with AMX,
+ *     oneDNN avx512_core_amx; bench/vitc_before_after.py, best / per-round median of 4-6 alternated rounds): CSwin-T
+ *     1.016-1.040 / 1.024-1.040 in two runs, Swin-T 1.012-1.033 / 1.004-1.032, FLatten-Swin-T 0.979-1.003 /
+ *     0.989-1.032, DeiT-T, DeiT-S, PVTv2-b1, Next-ViT-S, GroupMixFormer-T, Refined-ViT-S and DeiT-Ti + hMHSA + cFFN
+ *     0.992-1.025 / 0.987-1.021 (level); the bias rows written before sgemm were 3.5% of a CSwin-T step (perf). AMD's AVX-512 (Zen 4, where the shapes above were
  *     measured) keeps the shape rule: there the Intel case read level in eval graphs (bench/vendor_rules.c,
  *     2026-11-30, per-round medians): batch 16 DeiT-T 1.018, CSwin-T 0.986, Next-ViT-S 0.994, Swin-T 1.002; batch 4
  *     Swin-T 0.984, PVTv2-b1 0.997; batch 1 0.977-0.999 over DeiT-T, Swin-T, FLatten-Swin-T, PVTv2-b1, Next-ViT-S
@@ -539,7 +545,7 @@ const char *vt_gemm_rule(const vt_gemm_plan *p, char *buf, size_t n) {
                  p->intel    ? " A*B^T with K <= 32 and M*N*K >= 2^18 on 1 thread: onednn;"
                  : p->tail_n ? " A*B^T with N <= 512 not a multiple of 16 on 1 thread: openblas;"
                              : "",
-                 p->intel ? " (inference: every shape)" : "",
+                 p->intel ? " (inference, and training without an activation: every shape)" : "",
                  !p->pack_w     ? ""
                  : p->prepack ? " (inference with a constant weight, every shape: onednn 1x1 conv, weight packed once)"
                               : " (no prepared weight copies: rule 12 off)");

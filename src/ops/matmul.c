@@ -230,7 +230,7 @@ static int linear_whole_fits(const vt_node *n) {
 static int linear_prim_wanted(const vt_node *n) {
     const linear_p *p = VT_OP_P(n, linear_p);
     return linear_whole_fits(n) &&
-           vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training);
+           vt_gemm_linear_wanted(&n->g->gemm, n->g->threads, p->R, p->Co, p->Ci, !n->g->training || !p->act);
 }
 
 /* The primitive's post-op: the residual, or an inference ReLU (nothing keeps its input). */
