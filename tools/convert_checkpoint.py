@@ -4,7 +4,9 @@
 vitc uses the official state_dict names and shapes, so no tensor is renamed: the script only unwraps the state dict
 (the entry --key names, else the first of 'model', 'state_dict', 'model_ema', 'state_dict_ema' that holds one, else
 the file itself), strips the wrappers' prefixes ('module.' of DataParallel / DistributedDataParallel, '_orig_mod.' of
-torch.compile, in any order), drops the tensors named by or under a --drop prefix (e.g.
+torch.compile, in any order) and then a --strip prefix where a name starts with it (e.g. --strip model. for a PyTorch
+Lightning checkpoint whose LightningModule holds the network as self.model; a prefix that starts no name is refused),
+drops the tensors named by or under a --drop prefix (e.g.
 --drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is
 refused), and writes floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form
 the form record (Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's
@@ -24,8 +26,8 @@ file in its folder, then a rename, with the replaced file's mode or a new file's
 device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
 its first bytes when they begin no torch.save file, and past half the memory this process may use (the machine's,
 or its control group's limit).
-Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--drop PREFIX ...]
-       [--form training|deployed] [--trust-pickle]
+Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--strip PREFIX ...]
+       [--drop PREFIX ...] [--form training|deployed] [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors
          vitc predict deit_tiny_patch16_224 --weights deit_tiny.safetensors cat.jpg
 """
@@ -524,10 +526,22 @@ def unwrapped(name):
     return name
 
 
-def tensors_of(sd, drop, path, where):
-    """name -> tensor of the state dict sd: the wrappers' prefixes stripped (unwrapped), the tensors under a --drop
-    prefix left out (each prefix must match one), every value checked."""
-    out, origin, used = {}, {}, set()
+def stripped(name, strip, used):
+    """name without the first --strip prefix (a module path: 'model' or 'model.') that it starts with, that prefix
+    added to used; name itself when none does."""
+    for p in strip:
+        q = p.rstrip(".") + "."
+        if name.startswith(q) and len(name) > len(q):
+            used.add(p)
+            return name[len(q):]
+    return name
+
+
+def tensors_of(sd, drop, path, where, strip=()):
+    """name -> tensor of the state dict sd: the wrappers' prefixes stripped (unwrapped), then a --strip prefix where
+    one starts the name, the tensors under a --drop prefix left out (each --strip and --drop prefix must match one),
+    every value checked."""
+    out, origin, used, stripped_by = {}, {}, set(), set()
     for name, t in sd.items():
         if not isinstance(name, str):
             raise Refused(f"{path}: the state dict ({where}) has a key {shown(name)} ({a_type(name)}), not a "
@@ -540,7 +554,7 @@ def tensors_of(sd, drop, path, where):
             raise Refused(f"{path}: {shown(name)} is a meta tensor, which holds no values")
         if t.is_complex():
             raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
-        short = unwrapped(name)
+        short = stripped(unwrapped(name), strip, stripped_by)
         hit = [p for p in drop if under(name, p) or under(short, p)]
         for p in hit:
             used.add(p)
@@ -548,8 +562,14 @@ def tensors_of(sd, drop, path, where):
             continue
         if short in out:
             raise Refused(f"{path}: {shown(origin[short])} and {shown(name)} are both {shown(short)} once the "
-                          "wrappers' prefixes ('module.', '_orig_mod.') are stripped")
+                          "wrappers' prefixes ('module.', '_orig_mod.')" + (" and --strip's" if strip else "") +
+                          " are stripped")
         out[short], origin[short] = t, name
+    unstripped = [p for p in strip if p not in stripped_by]
+    if unstripped:
+        first = next(iter(sd), None)
+        raise Refused(f"{path}: --strip {shown(unstripped[0])} starts no tensor name ({where}" +
+                      (f"; names such as {shown(unwrapped(first))})" if first is not None else ")"))
     unused = [p for p in drop if p not in used]
     if unused:
         raise Refused(f"{path}: --drop {shown(unused[0])} matches no tensor ({where}; a prefix drops the tensors named "
@@ -638,6 +658,10 @@ def main():
     ap.add_argument("checkpoint")
     ap.add_argument("output")
     ap.add_argument("--key", help="entry of the checkpoint dict that holds the state dict (it must exist)")
+    ap.add_argument("--strip", action="append", default=[],
+                    help="remove this leading module path from the names that start with it, after the wrappers' "
+                    "(--strip model.: a PyTorch Lightning checkpoint whose LightningModule holds the network as "
+                    "self.model); it must start at least one name")
     ap.add_argument("--drop", action="append", default=[],
                     help="leave out the tensors named this or under it (--drop head: head.weight, head.bias)")
     ap.add_argument("--form", choices=("training", "deployed"),
@@ -653,7 +677,7 @@ def main():
         src = read_input(a.checkpoint)
         sniff(a.checkpoint, src)
         sd, where = state_dict(load(a.checkpoint, src, a.trust_pickle), a.key, a.checkpoint)
-        out = tensors_of(sd, a.drop, a.checkpoint, where)
+        out = tensors_of(sd, a.drop, a.checkpoint, where, a.strip)
         write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")

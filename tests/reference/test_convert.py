@@ -6,6 +6,8 @@
          named pipe whose writer comes late convert, values exact; the line printed names the entry the state dict came from
          a Swin training checkpoint with its yacs CfgNode config converts (the line names the EMA's entry too);
          with --trust-pickle and yacs not installed, the refusal names the module
+  strip  --strip model. takes a PyTorch Lightning checkpoint's module attribute off its names (after 'module.');
+         without it the names keep it; a --strip that starts no name is refused
   form   --form deployed records vitc_form in the metadata; without it no metadata is written
   key    an explicit --key that is missing or not a dict is refused (never another entry silently)
   refuse each of these gives one line "convert_checkpoint: ..." naming what it is, exit 1, no traceback and no
@@ -88,6 +90,25 @@ def main():
     rep.check("read: a compiled model's names ('_orig_mod.', 'module._orig_mod.') stripped, values exact",
               p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
               p.stderr.strip()[-300:])
+    # a PyTorch Lightning checkpoint: the LightningModule's state_dict names the network's tensors under its attribute
+    # ('model.'), beside the trainer's entries; --strip model. takes it off (after DDP's 'module.'), and a --strip
+    # that starts no name (a typo) is refused
+    lit = {("module.model." if i % 2 else "model.") + k: v for i, (k, v) in enumerate(sd.items())}
+    torch.save({"epoch": 3, "global_step": 120, "pytorch-lightning_version": "2.4.0", "state_dict": lit,
+                "loops": {"fit_loop": {"epoch_progress": {"current": {"completed": 3}}}}}, tmp / "lightning.pth")
+    p = convert(tmp / "lightning.pth", tmp / "lightning.safetensors", "--strip", "model.")
+    got = st.load(tmp / "lightning.safetensors") if p.returncode == 0 else {}
+    rep.check("--strip model.: a Lightning checkpoint's names without the module's attribute, values exact",
+              p.returncode == 0 and set(got) == set(sd) and all(np.array_equal(got[k], sd[k].numpy()) for k in sd),
+              p.stderr.strip()[-300:] + str(sorted(got)))
+    p = convert(tmp / "lightning.pth", tmp / "lightning_kept.safetensors")
+    got = st.load(tmp / "lightning_kept.safetensors") if p.returncode == 0 else {}
+    rep.check("... without --strip the names keep 'model.' (vitc's loader then names them as extra)",
+              p.returncode == 0 and set(got) == {"model." + k for k in sd}, p.stderr.strip()[-300:] + str(sorted(got)))
+    p = convert(tmp / "lightning.pth", tmp / "lightning_typo.safetensors", "--strip", "modle")
+    rep.check("refuse: a --strip that starts no tensor name",
+              one_line_refusal(p, "--strip 'modle' starts no tensor name") and "names such as 'model." in p.stderr
+              and not (tmp / "lightning_typo.safetensors").exists(), p.stderr.strip())
     # tensors as torch.save lays them out: views into one storage, shared storages, half and bfloat16
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     views = {"t": base.t(), "slice": base[1:3, ::2], "shared": base, "half": torch.randn(3, generator=g).half(),
