@@ -2,8 +2,8 @@
 # Hostile but realistic use: each case of the reliability probe (sizes past every limit, corrupt and truncated
 # images, special files and inputs as outputs, pipes and FIFOs, long names, NaN weights, odd thread settings) must
 # end with a clear message and its exit status, leave every input unchanged, and never crash; then training killed
-# with SIGKILL at random moments and resumed each time ends bit-identical to an uninterrupted run, with one
-# metrics.csv row per epoch; then a file-size limit below the checkpoint's size.
+# with SIGKILL (once inside its second epoch, twice at random moments) and resumed each time ends bit-identical to an
+# uninterrupted run, with one metrics.csv row per epoch; then a file-size limit below the checkpoint's size.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 # expect NAME RC WORDS CMD...: exit status RC (not a signal), stderr containing WORDS
@@ -670,10 +670,11 @@ touch "$T/outfile"
 expect "--out a file refused as a file" 1 "outfile is a file, not a folder" $V train $M --epochs 1 --train-subset 64 \
     --batch-size 32 --out "$T/outfile/run"
 
-# Randomised SIGKILL: three kills at random moments of a 3-epoch run, each followed by --resume, must end with the
-# uninterrupted run's weights and best weights (bit for bit) and one metrics.csv row per epoch. (The kills may all
-# miss the checkpoints, or come after the run's end on a fast machine: test_train.sh's resumes are the deterministic
-# checks; a check that a resume happened here failed on Zen 4 when the run ended before the third kill.)
+# Randomised SIGKILL: three kills of a 3-epoch run, each followed by --resume, must end with the uninterrupted run's
+# weights and best weights (bit for bit) and one metrics.csv row per epoch. The first kill comes within 0.4 s of the
+# first epoch's checkpoint, so inside the second epoch (about 1.5 s on the fastest CPU here): at least one resume
+# from a checkpoint mid-run happens, and is checked; the other two at random moments of the ~5 s run (before,
+# during or after a checkpoint, or after its end).
 TR="$M --data fashion-mnist --batch-size 64 --lr 2e-3 --train-subset 768 --test-subset 128 --seed 5 --threads 1"
 $V train $TR --epochs 3 --out "$T/ref" >/dev/null 2>&1
 seed=${VITC_KILL_SEED:-$RANDOM}
@@ -682,7 +683,12 @@ RANDOM=$seed
 $V train $TR --epochs 3 --out "$T/k" >/dev/null 2>&1 &
 pid=$!
 for i in 1 2 3; do
-    sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))" # within the ~5 s run: before, during or after a checkpoint
+    if [ $i -eq 1 ]; then
+        for _ in $(seq 600); do [ -e "$T/k/checkpoint.safetensors" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.05; done
+        sleep "0.$((RANDOM % 5))"
+    else
+        sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))"
+    fi
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
     if [ -e "$T/k/checkpoint.safetensors" ]; then
@@ -694,6 +700,8 @@ for i in 1 2 3; do
 done
 wait $pid
 [ -e "$T/k/weights.safetensors" ] || $V train $TR --epochs 3 --out "$T/k" --resume "$T/k" >>"$T/k.log" 2>&1
+check "killed runs: at least one resumed from a checkpoint mid-run" \
+    "grep -qE 'Resumed from .*checkpoint.safetensors at epoch [12],' '$T/k.log'" "$(tail -5 "$T/k.log")"
 check "killed and resumed run: bit-identical weights" "cmp -s '$T/ref/weights.safetensors' '$T/k/weights.safetensors'" \
     "$(tail -5 "$T/k.log")"
 check "... one metrics row per epoch" "[ \"\$(cut -d, -f1 '$T/k/metrics.csv' | tail -n +2 | tr '\n' ' ')\" = '1 2 3 ' ]" \
