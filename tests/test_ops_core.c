@@ -374,6 +374,22 @@ static void check_kept(vt_test *T, float *ref[4], const float err[4], const floa
     }
 }
 
+/* Runs graphs g[0] and g[1] of one linear on P's values (seed 3) and the same weights r of the loss Σ y·r, forward,
+ * and backward when they are train graphs (nchk 4), keeping graph 0's output and the gradients of p = {x, w, b}
+ * (the first nchk - 1 of them) in ref and comparing graph 1's with them (keep_or_compare). */
+static void run_linear_pair(vt_params *P, vt_graph *const g[2], vt_tensor *const y[2], vt_tensor *const r[2],
+                            vt_tensor *const p[3], int nchk, float *ref[4], float err[4], float mag[4]) {
+    vt_params_init(P, 3);
+    for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < r[k]->numel; i++) r[k]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
+        vt_graph_forward(g[k]);
+        vt_params_zero_grad(P);
+        if (g[k]->training) vt_graph_backward(g[k]);
+        keep_or_compare(k, y[k]->data, y[k]->numel, &ref[0], &err[0], &mag[0]);
+        for (int j = 1; j < nchk; j++) keep_or_compare(k, p[j - 1]->grad, p[j - 1]->numel, &ref[j], &err[j], &mag[j]);
+    }
+}
+
 /* vt_gelu_linear (GELU in the GEMM's prologue, row panels) against the plain chain vt_linear(vt_gelu(x)): outputs
  * and the gradients of x, w and b, over enough rows for several panels per thread, on two threads. Variants: 0 x a
  * parameter, 1 x an activation with a second reader (its gradient added to), 2 the weight an input (no gradient: dW
@@ -485,16 +501,7 @@ static void check_linear_wt_first(vt_test *T) {
                 "rule 15 case %d: graph 1 keeps wT in its forward scratch (%lld against %lld floats)", c,
                 (long long)f1, (long long)f0);
         float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
-        vt_params_init(P, 3);
-        for (int k = 0; k < 2 && !e.msg[0]; k++) {
-            for (int64_t i = 0; i < r[k]->numel; i++) r[k]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
-            vt_graph_forward(g[k]);
-            vt_params_zero_grad(P);
-            if (train) vt_graph_backward(g[k]);
-            const float *v[4] = {y[k]->data, x->grad, w->grad, b->grad};
-            const int64_t n[4] = {y[k]->numel, x->numel, w->numel, b->numel};
-            for (int j = 0; j < nchk; j++) keep_or_compare(k, v[j], n[j], &ref[j], &err[j], &mag[j]);
-        }
+        if (!e.msg[0]) run_linear_pair(P, g, y, r, (vt_tensor *const[3]){x, w, b}, nchk, ref, err, mag);
         char label[96];
         snprintf(label, sizeof label, "rule 15 case %d (%d rows, %d -> %d)", c, R, cs[c].in, cs[c].out);
         check_kept(T, ref, err, mag, (1u << nchk) - 1u, 1, label);
@@ -543,16 +550,7 @@ static void check_linear_train_prim(vt_test *T) {
                        (!act || !ln[1]->kern),
                 "rule 5 train case, %s: the Intel graph's linear runs %s", act ? "GELU after" : "no activation", k1);
         float *ref[4] = {0}, err[4] = {0}, mag[4] = {0};
-        vt_params_init(P, 3);
-        for (int k = 0; k < 2 && !e.msg[0]; k++) {
-            for (int64_t i = 0; i < r[k]->numel; i++) r[k]->data[i] = (float)((i * 37 % 11) - 5) * 0.1f;
-            vt_graph_forward(g[k]);
-            vt_params_zero_grad(P);
-            vt_graph_backward(g[k]);
-            for (int j = 0; j < 4; j++)
-                keep_or_compare(k, j ? t[j]->grad : y[k]->data, j ? t[j]->numel : y[k]->numel, &ref[j], &err[j],
-                                &mag[j]);
-        }
+        if (!e.msg[0]) run_linear_pair(P, g, y, r, t + 1, 4, ref, err, mag);
         check_kept(T, ref, err, mag, 0xFu, 1, act ? "rule 5 train case, GELU after" : "rule 5 train case, residual");
         vt_graph_free(g[0]);
         vt_graph_free(g[1]);
