@@ -442,7 +442,8 @@ static void check_prims(vt_test *T) {
     T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 1, 98, 98, 64) == OB, "Intel, 98x98x64 A*B^T (K 64): openblas");
     T_CHECK(T, vt_gemm_choose(&intel, 1, 0, 0, 98, 98, 32) == OB, "Intel, 98x98x32 A*B on 1 thread: openblas");
     T_CHECK(T, vt_gemm_linear_wanted(&intel, 2, 3136, 288, 96, 1), "Intel, inference, 3136x288x96: primitive");
-    T_CHECK(T, !vt_gemm_linear_wanted(&intel, 2, 3136, 288, 96, 0), "Intel, training with an activation, 3136x288x96: sgemm");
+    T_CHECK(T, !vt_gemm_linear_wanted(&intel, 2, 3136, 288, 96, 0),
+            "Intel, training with an activation, 3136x288x96: sgemm");
     vt_gemm_plan avx2 = {.force = VT_GEMM_AUTO, .cpu = VT_ISA_AVX2, .openblas = VT_ISA_AVX2, .onednn = VT_ISA_AVX2};
     T_CHECK(T, vt_gemm_linear_wanted(&avx2, 2, 3136, 288, 96, 0), "AVX2 tier, 3136x288x96: primitive");
     vt_gemm_plan ob = intel, low = intel;

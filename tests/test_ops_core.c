@@ -534,7 +534,8 @@ static void check_linear_train_prim(vt_test *T) {
             t[2] = vt_param(g[k], "w", 2, ws, (vt_init){VT_INIT_NORMAL, 0.3f});
             t[3] = vt_param(g[k], "b", 1, bs, (vt_init){VT_INIT_NORMAL, 0.3f});
             vt_tensor *res = vt_param(g[k], "res", 2, ys, (vt_init){VT_INIT_NORMAL, 1.0f});
-            y[k] = act ? vt_linear_gelu(g[k], t[1], t[2], t[3]) : vt_residual(g[k], res, vt_linear(g[k], t[1], t[2], t[3]));
+            y[k] = act ? vt_linear_gelu(g[k], t[1], t[2], t[3])
+                       : vt_residual(g[k], res, vt_linear(g[k], t[1], t[2], t[3]));
             r[k] = vt_input(g[k], "r", 2, ys);
             vt_graph_set_loss(g[k], vt_sum(g[k], vt_mul(g[k], y[k], r[k])));
             vt_graph_output(g[k], y[k]);

@@ -173,11 +173,12 @@ int vt_gemm_plan_init(vt_gemm_plan *p, const char *lib, vt_err *e) {
  *     oneDNN avx512_core_amx; bench/vitc_before_after.py, best / per-round median of 4-6 alternated rounds): CSwin-T
  *     1.016-1.040 / 1.024-1.040 in two runs, Swin-T 1.012-1.033 / 1.004-1.032, FLatten-Swin-T 0.979-1.003 /
  *     0.989-1.032, DeiT-T, DeiT-S, PVTv2-b1, Next-ViT-S, GroupMixFormer-T, Refined-ViT-S and DeiT-Ti + hMHSA + cFFN
- *     0.992-1.025 / 0.987-1.021 (level); the bias rows written before sgemm were 3.5% of a CSwin-T step (perf). AMD's AVX-512 (Zen 4, where the shapes above were
- *     measured) keeps the shape rule: there the Intel case read level in eval graphs (bench/vendor_rules.c,
- *     2026-11-30, per-round medians): batch 16 DeiT-T 1.018, CSwin-T 0.986, Next-ViT-S 0.994, Swin-T 1.002; batch 4
- *     Swin-T 0.984, PVTv2-b1 0.997; batch 1 0.977-0.999 over DeiT-T, Swin-T, FLatten-Swin-T, PVTv2-b1, Next-ViT-S
- *     and GroupMixFormer-T (0.95-0.96 on Swin-T and PVTv2-b1 in an earlier run).
+ *     0.992-1.025 / 0.987-1.021 (level); the bias rows written before sgemm were 3.5% of a CSwin-T step (perf).
+ *     AMD's AVX-512 (Zen 4, where the shapes above were measured) keeps the shape rule: there the Intel case read
+ *     level in eval graphs (bench/vendor_rules.c, 2026-11-30, per-round medians): batch 16 DeiT-T 1.018, CSwin-T
+ *     0.986, Next-ViT-S 0.994, Swin-T 1.002; batch 4 Swin-T 0.984, PVTv2-b1 0.997; batch 1 0.977-0.999 over DeiT-T,
+ *     Swin-T, FLatten-Swin-T, PVTv2-b1, Next-ViT-S and GroupMixFormer-T (0.95-0.96 on Swin-T and PVTv2-b1 in an
+ *     earlier run).
  *  6. Both libraries at the AVX2 tier (an AMD EPYC Zen 3, 2 cores, OpenBLAS "Zen", oneDNN avx2; 2026-11-26, best of
  *     5 alternated bursts, GFLOP/s OpenBLAS vs oneDNN) rules 2 and 4 do not hold: on one thread oneDNN wins from
  *     32^3 up (32^3 AB 64 vs 81; window-attention tiles 49×49×32 AᵀB 63 vs 76, 56×56×32 ABᵀ 76 vs 94, AᵀB 79 vs 118,

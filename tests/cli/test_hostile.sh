@@ -684,7 +684,10 @@ $V train $TR --epochs 3 --out "$T/k" >/dev/null 2>&1 &
 pid=$!
 for i in 1 2 3; do
     if [ $i -eq 1 ]; then
-        for _ in $(seq 600); do [ -e "$T/k/checkpoint.safetensors" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.05; done
+        for _ in $(seq 600); do # the first epoch's checkpoint (or the run's end: then no resume, and the check fails)
+            [ -e "$T/k/checkpoint.safetensors" ] || ! kill -0 $pid 2>/dev/null && break
+            sleep 0.05
+        done
         sleep "0.$((RANDOM % 5))"
     else
         sleep "$((RANDOM % 4)).$((RANDOM % 9 + 1))"
