@@ -537,7 +537,7 @@ def stripped(name, strip, used):
     return name
 
 
-def tensors_of(sd, drop, path, where, strip=()):
+def tensors_of(sd, strip, drop, path, where):
     """name -> tensor of the state dict sd: the wrappers' prefixes stripped (unwrapped), then a --strip prefix where
     one starts the name, the tensors under a --drop prefix left out (each --strip and --drop prefix must match one),
     every value checked."""
@@ -677,7 +677,7 @@ def main():
         src = read_input(a.checkpoint)
         sniff(a.checkpoint, src)
         sd, where = state_dict(load(a.checkpoint, src, a.trust_pickle), a.key, a.checkpoint)
-        out = tensors_of(sd, a.drop, a.checkpoint, where, a.strip)
+        out = tensors_of(sd, a.strip, a.drop, a.checkpoint, where)
         write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")
