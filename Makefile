@@ -116,10 +116,12 @@ build-pic/%.o: %.c $(wildcard include/vitc/*.h) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
-# libvitc.so.VERSION with SONAME libvitc.so.SOVERSION (and the two links), every dependency resolved at link time.
-$(SHLIB): $(PIC_OBJ)
+# libvitc.so.VERSION with SONAME libvitc.so.SOVERSION (and the two links), every dependency resolved at link time,
+# its symbols versioned by src/api/libvitc.map.
+$(SHLIB): $(PIC_OBJ) src/api/libvitc.map
 	@mkdir -p build
-	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -o $@ $^ $(LIB_LIBS)
+	$(CC) -shared -Wl,-soname,libvitc.so.$(SOVERSION) -Wl,-z,defs -Wl,--version-script=src/api/libvitc.map -o $@ \
+	  $(PIC_OBJ) $(LIB_LIBS)
 	ln -sf libvitc.so.$(VERSION) build/libvitc.so.$(SOVERSION)
 	ln -sf libvitc.so.$(SOVERSION) build/libvitc.so
 

@@ -30,10 +30,14 @@ check "the library (inference) needs no OpenMPI, which only training uses" \
     "grep -q libdnnl '$T/needed.txt' && ! grep -q libmpi '$T/needed.txt' && ! pkg-config --static --libs vitc 2>/dev/null | \
     grep -q -- -lmpi" "$(cat "$T/needed.txt")"
 
-nm -D --defined-only "$L/libvitc.so.$VER" | awk '{print $NF}' >"$T/dyn.txt"
+# the symbols without their versions (nm prints name@@VERSION), the version node itself (type A) left out
+nm -D --defined-only "$L/libvitc.so.$VER" | awk '$2 != "A" {sub(/@.*/, "", $NF); print $NF}' >"$T/dyn.txt"
 check "shared library exports the API only (vitc_*)" \
     "[ \$(grep -c . '$T/dyn.txt') -ge 10 ] && ! grep -qv '^vitc_' '$T/dyn.txt' && grep -qx vitc_open '$T/dyn.txt'" \
     "$(grep -v '^vitc_' "$T/dyn.txt" | head -5)"
+objdump -T "$L/libvitc.so.$VER" | awk '$4 == ".text" {print $(NF - 1)}' | sort -u >"$T/vers.txt"
+check "every exported function carries the symbol version VITC_0.6 (src/api/libvitc.map)" \
+    "[ \"\$(cat '$T/vers.txt')\" = VITC_0.6 ]" "$(cat "$T/vers.txt")"
 nm --defined-only --extern-only "$L/libvitc.a" 2>/dev/null | awk 'NF == 3 {print $3}' >"$T/stat.txt"
 check "static archive exposes the API only (vitc_*)" \
     "grep -qx vitc_open '$T/stat.txt' && ! grep -qv '^vitc_' '$T/stat.txt'" "$(grep -v '^vitc_' "$T/stat.txt" | head -5)"
@@ -61,6 +65,8 @@ check "example builds against the installed static library" "[ $rc -eq 0 ]" "$(c
 LD_LIBRARY_PATH=$L ldd "$T/classify" >"$T/ldd.txt" 2>&1
 check "shared example loads libvitc.so.$MAJ from PREFIX" "grep -q 'libvitc.so.$MAJ => $L/libvitc.so.$MAJ' '$T/ldd.txt'" \
     "$(cat "$T/ldd.txt")"
+check "shared example binds vitc_open at its version" "objdump -T '$T/classify' | grep -Eq '[(]VITC_0[.]6[)] +vitc_open\$'" \
+    "$(objdump -T "$T/classify" | grep vitc_ | head -3)"
 check "static example does not need libvitc.so" "[ -x '$T/classify_static' ] && ! ldd '$T/classify_static' | grep -q libvitc"
 
 # internal symbols are hidden: a program calling one does not link against the shared library
