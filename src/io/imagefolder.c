@@ -87,9 +87,29 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* name with control bytes written as \n, \t, \r or \xNN (a C1 control, UTF-8 C2 80-9F, as \xc2\xNN), cut to fit
+ * out[n]. */
+static const char *printable(const char *name, char *out, size_t n) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && o + 8 < n; p++) {
+        if (*p == '\n' || *p == '\t' || *p == '\r')
+            o += (size_t)snprintf(out + o, n - o, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+        else if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
+        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            o += (size_t)snprintf(out + o, n - o, "\\xc2\\x%02x", *++p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* The names in dir: its subfolders (dirs) and its files with an image extension (files), sorted; *unread (when not
- * NULL) counts its files of torchvision's extensions that vitc does not read. */
-static int list_dir(const char *dir, strlist *dirs, strlist *files, int *unread, vt_err *e) {
+ * NULL) counts its files of torchvision's extensions that vitc does not read. strict: an entry that cannot be looked up
+ * (a dangling symlink, a symlink loop) is an error, where torchvision's is_dir() would drop it without a word: in a
+ * split folder it is likely a class, whose images would be left out. */
+static int list_dir(const char *dir, strlist *dirs, strlist *files, int *unread, int strict, vt_err *e) {
     DIR *d = opendir(dir);
     if (!d) return cannot_open(dir, e);
     struct dirent *de;
@@ -103,7 +123,13 @@ static int list_dir(const char *dir, strlist *dirs, strlist *files, int *unread,
         }
         struct stat st; /* looked up by its name in the open folder: a path past PATH_MAX still says what it is, and
                          * the scan then fails where it opens that folder, saying why */
-        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode)) {
+        const int found = fstatat(dirfd(d), de->d_name, &st, 0) == 0;
+        if (!found && strict) {
+            char shown[160];
+            rc = vt_seterr_code(e, VT_E_IO, "image folder: cannot follow %s in %s (%s): a class folder's link that "
+                                "points nowhere would leave the class out; fix or remove it",
+                                printable(de->d_name, shown, sizeof shown), dir, strerror(errno));
+        } else if (found && S_ISDIR(st.st_mode)) {
             if (dirs) rc = push(dirs, strdup(de->d_name), e);
         } else if (files && is_image_file(de->d_name)) {
             rc = push(files, strdup(de->d_name), e);
@@ -188,7 +214,7 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
     if (depth > MAX_DEPTH) return vt_seterr(e, "folder %s is nested more than %d levels deep", dir, MAX_DEPTH);
     if (seen_add(seen, dir, e)) return -1;
     strlist dirs = {0}, files = {0};
-    int rc = list_dir(dir, &dirs, &files, unread, e);
+    int rc = list_dir(dir, &dirs, &files, unread, 0, e);
     for (int i = 0; rc == 0 && i < files.n; i++) {
         if (*n == *cap) {
             int c = *cap ? 2 * *cap : 256;
@@ -219,23 +245,9 @@ static int walk(const char *dir, int depth, seen_set *seen, found **out, int *n,
     return rc;
 }
 
-/* name with control bytes written as \n, \t, \r or \xNN, cut to fit out[n]. */
-static const char *printable(const char *name, char *out, size_t n) {
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)name; *p && o + 8 < n; p++) {
-        if (*p == '\n' || *p == '\t' || *p == '\r')
-            o += (size_t)snprintf(out + o, n - o, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
-        else if (*p < 0x20 || *p == 0x7f)
-            o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
-        else
-            out[o++] = (char)*p;
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* Checks a class name: not empty, valid UTF-8 (classes.json and JSON output carry it), no control characters (bytes
- * below 0x20, 0x7f: they would break the lines that print it). where begins the error message. */
+ * below 0x20, 0x7f, and U+0080-U+009F, UTF-8 C2 80-9F, whose CSI a terminal reads as the start of an escape: they
+ * would break the lines that print it). where begins the error message. */
 static int check_class_name(const char *name, const char *where, vt_err *e) {
     if (!name[0]) return vt_seterr(e, "%s: an empty class name", where);
     size_t bad = 0;
@@ -245,8 +257,11 @@ static int check_class_name(const char *name, const char *where, vt_err *e) {
                          printable(name, shown, sizeof shown), (unsigned char)name[bad], bad);
     }
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) {
+        if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
             char shown[160];
+            if (*p == 0xc2)
+                return vt_seterr(e, "%s: class name '%s' has a control character (U+%04X)", where,
+                                 printable(name, shown, sizeof shown), p[1]);
             return vt_seterr(e, "%s: class name '%s' has a control character (byte 0x%02x)", where,
                              printable(name, shown, sizeof shown), *p);
         }
@@ -270,7 +285,7 @@ int vt_imagefolder_scan(const char *split_dir, const vt_imagefolder *classes, vt
     int nf = 0, cap = 0, unread = 0;
     seen_set seen = {NULL, 0, 0}; /* the split folder and every folder under it, reached once each */
     int rc = seen_add(&seen, split_dir, e);
-    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, NULL, e);
+    if (rc == 0) rc = list_dir(split_dir, &cls, NULL, NULL, 1, e);
     if (rc == 0 && cls.n == 0)
         rc = vt_seterr(e, "image folder: %s has no class folders (expected %s/<class>/<image>)", split_dir, split_dir);
     if (rc == 0) { /* every class folder's name, the val split's too (it must be a train class) */

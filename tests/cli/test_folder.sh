@@ -294,6 +294,15 @@ rm "$T/e5/train/a/self"
 mkdir -p "$T/e5/train/b"$'\n'"c"
 cp "$ONE" "$T/e5/train/b"$'\n'"c/"
 err "a class folder named with a newline is an error" "a class folder in $T/e5/train: class name" "$T/e5"
+rm -r "$T/e5/train/b"$'\n'"c"
+# a class folder's link that points nowhere, or at itself: torchvision's is_dir() drops it silently, vitc says so
+ln -s missing_target "$T/e5/val/b"
+err "a dangling symlink among the class folders is an error naming it" \
+    "cannot follow b in $T/e5/val (No such file or directory)" "$T/e5"
+rm "$T/e5/val/b"
+ln -s b "$T/e5/train/b"
+err "... a symlink loop there too" "cannot follow b in $T/e5/train (Too many levels of symbolic links)" "$T/e5"
+rm "$T/e5/train/b"
 
 # classes.json that predict --classes refuses, naming the problem
 cls() { # name, expected message part, JSON text
@@ -308,6 +317,7 @@ cls "classes.json with a duplicate key" "duplicate key \"8\"" "{$TEN,\"8\":\"j\"
 cls "classes.json with a duplicate name" "classes 0 and 9 are both named" "{$TEN,\"9\":\"a\"}"
 cls "classes.json with an empty name" "class 9: an empty class name" "{$TEN,\"9\":\"\"}"
 cls "classes.json with a newline in a name" "has a control character (byte 0x0a)" "{$TEN,\"9\":\"j\\nk\"}"
+cls "classes.json with a C1 control (CSI) in a name" "has a control character (U+009B)" "{$TEN,\"9\":\"j\\u009b2J\"}"
 cls "classes.json with a key past its classes" "class 9 is missing or not a string (keys must be 0..9)" "{$TEN,\"10\":\"j\"}"
 cls "classes.json with a number for a name" "class 9 is missing or not a string" "{$TEN,\"9\":9}"
 # 200,000 classes read in one pass over the keys (it was quadratic: minutes), then compared with the model's 10
