@@ -15,11 +15,27 @@
 #include "vitc/adapt.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "vitc/error.h"
 #include "vitc/safetensors.h"
 #include "vitc/weights.h"
+
+/* One line of the adaptation's log (NULL: none), its control characters escaped: tensor names and records of the
+ * file get into it. */
+static void log_line(FILE *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(FILE *log, const char *fmt, ...) {
+    if (!log) return;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    vt_write_line(log, "init-from: ", text, 1);
+}
 
 /* torch's cubic convolution weights (A = -0.75) of the 4 taps around a source position with fraction t. */
 static void cubic_coeffs(double t, double w[4]) {
@@ -134,9 +150,9 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
     char form[48]; /* files without the record hold the training form; copied: closing the file frees its metadata */
     const char *rec = vt_st_meta(&f, VT_FORM_KEY);
     if (!rec && P->form && log) /* both forms share their keys (Next-ViT): nothing in the file tells them apart */
-        fprintf(log, "init-from: %s records no form: taken as the training form, as official checkpoints are (a "
-                "merge_bn export would have its BatchNorms applied twice: convert such a checkpoint with "
-                "convert_checkpoint.py --form deployed)\n", path);
+        log_line(log, "%s records no form: taken as the training form, as official checkpoints are (a "
+                 "merge_bn export would have its BatchNorms applied twice: convert such a checkpoint with "
+                 "convert_checkpoint.py --form deployed)", path);
     snprintf(form, sizeof form, "%s", rec ? rec : "training");
     const int known = strcmp(form, "training") == 0 || strcmp(form, "deployed") == 0;
     if (P->form && (!known || strcmp(form, P->form) != 0)) {
@@ -227,8 +243,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
     }
     const char *rw = vt_st_meta(&f, VT_WINDOWS_KEY); /* the windows or stripes it was made with */
     if (log && rw && P->windows[0] && strcmp(rw, P->windows) != 0)
-        fprintf(log, "init-from: attention windows (Swin) or stripe widths (CSwin) %.40s in %s, %s in the model\n", rw,
-                path, P->windows);
+        log_line(log, "attention windows (Swin) or stripe widths (CSwin) %.40s in %s, %s in the model", rw,
+                 path, P->windows);
     if (nadapt == 0) { /* nothing to adapt: the strict loader (dtype, finiteness, fixed buffers) on the file read
                         * (a pipe or FIFO cannot be read twice) */
         char windows[sizeof P->windows]; /* but a fine-tuning start may change the stripes (CSwin 224 -> 384) */
@@ -241,7 +257,7 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
     }
     for (int i = 0; log && i < f.n; i++)
         if (!vt_params_find(P, f.entries[i].name))
-            fprintf(log, "init-from: %s dropped (the model derives its own)\n", f.entries[i].name);
+            log_line(log, "%s dropped (the model derives its own)", f.entries[i].name);
     /* Two passes, as the strict loader: every tensor read and checked in scratch first, then copied into P, so a
      * failure leaves P as it was (its fresh initialisation) */
     int64_t most = 1;
@@ -272,9 +288,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
                 continue;
             }
             if (a == HEAD) { /* keeps its initialisation */
-                if (log)
-                    fprintf(log, "init-from: %s re-initialised: %lld classes in %s, %d in the model (--num-classes)\n",
-                            t->name, (long long)s->shape[0], path, num_classes);
+                log_line(log, "%s re-initialised: %lld classes in %s, %d in the model (--num-classes)",
+                         t->name, (long long)s->shape[0], path, num_classes);
                 continue;
             }
             /* checked above: only a file shortened meanwhile fails now */
@@ -286,16 +301,13 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
                 pos_grid(t->shape[1] - p, pos_h, pos_w, &gh, &gw);
                 memcpy(t->data, src, sizeof(float) * (size_t)p * C); /* prefix tokens kept */
                 vt_resize_bicubic(src + (size_t)p * C, gs, gs, C, t->data + (size_t)p * C, gh, gw);
-                if (log)
-                    fprintf(log,
-                            "init-from: %s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)\n",
-                            t->name, gs, gs, gh, gw, p, p == 1 ? "" : "s");
+                log_line(log, "%s resized bicubically from a %d×%d to a %d×%d grid (%d prefix token%s kept)",
+                         t->name, gs, gs, gh, gw, p, p == 1 ? "" : "s");
             } else if (a == RPB) {
                 const int ss = isqrt_exact(s->shape[0]), sm = isqrt_exact(t->shape[0]);
                 vt_resize_bicubic(src, ss, ss, t->shape[1], t->data, sm, sm);
-                if (log)
-                    fprintf(log, "init-from: %s resized bicubically from %d×%d to %d×%d (window %d -> %d)\n", t->name,
-                            ss, ss, sm, sm, (ss + 1) / 2, (sm + 1) / 2);
+                log_line(log, "%s resized bicubically from %d×%d to %d×%d (window %d -> %d)", t->name,
+                         ss, ss, sm, sm, (ss + 1) / 2, (sm + 1) / 2);
             } else if (a == CHANS) { /* timm's adapt_input_conv from 3 channels */
                 const int O = t->shape[0], C = t->shape[1];
                 const size_t k2 = (size_t)t->shape[2] * t->shape[3];
@@ -306,9 +318,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
                             t->data[((size_t)o * C + c) * k2 + j] =
                                 C == 1 ? w[0] + w[k2] + w[2 * k2] : w[(size_t)(c % 3) * k2] * (3.0f / (float)C);
                         }
-                if (log)
-                    fprintf(log, "init-from: %s adapted from 3 input channels to %d (%s, as timm's adapt_input_conv)\n",
-                            t->name, C, C == 1 ? "summed" : "repeated and scaled by 3/channels");
+                log_line(log, "%s adapted from 3 input channels to %d (%s, as timm's adapt_input_conv)",
+                         t->name, C, C == 1 ? "summed" : "repeated and scaled by 3/channels");
             }
         }
     vt_free(src);

@@ -122,6 +122,19 @@ $V predict $M -w "$T/w.safetensors" "$T/odd/c"$'\n'"d.png" "$T/odd/e"$'\033'"[31
 check "image names with a newline or an escape printed escaped (stdout and stderr)" "[ $? -eq 1 ] && \
     grep -qxF '$T/odd/c\\nd.png' '$T/odd.out' && grep -qF 'e\\x1b[31mred.png: unsupported' '$T/odd.err' && \
     ! grep -q \$'\\033' '$T/odd.out' '$T/odd.err'" "$(cat -A "$T/odd.out" "$T/odd.err")"
+# a weight file's records and tensor names holding a terminal escape: notices and the --init-from log escape them
+/usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests/reference'); import st; w = st.load('$T/w.safetensors'); \
+st.save('$T/wesc.safetensors', w, metadata={'vitc_model': 'deit_tiny_patch16_224\x1b]0;T\x07'}); \
+w['blocks.0.attn_mask\x1b[2J'] = w['head.bias']; st.save('$T/wesc2.safetensors', w)"
+$V predict $M -w "$T/wesc.safetensors" "$T/good.png" >"$T/esc.out" 2>"$T/esc.err"
+check "a weight file's model record with an escape: the notice prints it escaped" \
+    "grep -qF 'records the weights of deit_tiny_patch16_224\\x1b]0;T\\x07, not' '$T/esc.err' && \
+    ! grep -q \$'\\033' '$T/esc.err'" "$(cat -A "$T/esc.err")"
+$V train $M --data fashion-mnist --train-subset 64 --epochs 1 --batch-size 32 --init-from "$T/wesc2.safetensors" \
+    --out "$T/escrun" >"$T/escrun.log" 2>&1
+check "... and --init-from's log a tensor name with one" \
+    "grep -qF 'init-from: blocks.0.attn_mask\\x1b[2J dropped' '$T/escrun.log' && ! grep -q \$'\\033' '$T/escrun.log'" \
+    "$(cat -A "$T/escrun.log" | head -5)"
 # 13. a legal 249-byte output name works (the temporary name does not grow it)
 long=$(printf 'w%.0s' $(seq 237)).safetensors
 $V init $M -o "$T/$long" >"$T/long.log" 2>&1

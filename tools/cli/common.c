@@ -35,12 +35,13 @@ static void say_text(const char *cmd, int clean, const char *text) {
     vt_write_line(stderr, lead, text, clean);
 }
 
-/* say_text of lead and a formatted message whose text holds no names from files: nothing to escape. */
+/* say_text of lead and a formatted message, its control characters escaped: the messages hold no intended ones, and
+ * names and records from files (a weight file's metadata, classes.json keys) get into some. */
 static void say_v(const char *cmd, const char *lead, const char *fmt, va_list ap) {
     char text[4096];
     const int n = snprintf(text, sizeof text, "%s", lead);
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-    say_text(cmd, 0, text);
+    say_text(cmd, 1, text);
 }
 
 void say(const char *cmd, const char *fmt, ...) {
