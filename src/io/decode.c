@@ -413,9 +413,60 @@ static int bmp_check(const unsigned char *b, size_t n, int w, int h, int *green,
     return 0;
 }
 
-/* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end. *transp: 1 + the
- * offset of the flags byte of the graphic control extension that applies to the first image when it marks a
- * transparent colour, else 0. */
+/* The pixels the LZW data of a GIF image yields (the code size byte at b[at], then its sub-blocks), decoded as
+ * stb_image 2.27 decodes them (a clear code first, codes up to the next free entry, widths growing to 12 bits), up to
+ * the end code, the zero-length sub-block or `need` pixels, whichever comes first; -1 where stb_image would refuse the
+ * data itself (it then says why). Only the strings' lengths are kept, not their pixels. A frame whose data ends early
+ * is decoded by stb_image with its last pixels left black, where PIL refuses it. */
+static int64_t gif_pixels(const unsigned char *b, size_t n, size_t at, int64_t need) {
+    if (at >= n || b[at] > 12) return -1;
+    const int lzw = b[at++], clear = 1 << lzw;
+    uint16_t len[8193]; /* each code's string length: at most the 8192 entries stb_image allows */
+    for (int c = 0; c < clear; c++) len[c] = 1;
+    int codesize = lzw + 1, avail = clear + 2, oldcode = -1, first = 1, valid = 0;
+    uint32_t bits = 0;
+    int64_t got = 0;
+    size_t left = 0; /* bytes left in the current sub-block */
+    while (got < need) {
+        if (valid < codesize) {
+            if (left == 0) {
+                if (at >= n) return -1;
+                left = b[at++];
+                if (left == 0) return got; /* the data's end without an end code */
+            }
+            if (at >= n) return -1;
+            left--;
+            bits |= (uint32_t)b[at++] << valid;
+            valid += 8;
+            continue;
+        }
+        const int code = (int)(bits & ((1u << codesize) - 1));
+        bits >>= codesize;
+        valid -= codesize;
+        if (code == clear) {
+            codesize = lzw + 1, avail = clear + 2, oldcode = -1, first = 0;
+        } else if (code == clear + 1) {
+            return got;
+        } else if (code <= avail && !first) {
+            if (oldcode >= 0) {
+                if (avail >= 8192) return -1;
+                len[avail++] = (uint16_t)(len[oldcode] + 1);
+            } else if (code == avail) {
+                return -1;
+            }
+            got += len[code];
+            if ((avail & ((1 << codesize) - 1)) == 0 && avail <= 0x0fff) codesize++;
+            oldcode = code;
+        } else {
+            return -1;
+        }
+    }
+    return got;
+}
+
+/* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end, and that their
+ * LZW codes yield the image's every pixel (gif_pixels). *transp: 1 + the offset of the flags byte of the graphic
+ * control extension that applies to the first image when it marks a transparent colour, else 0. */
 static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e) {
     *transp = 0;
     if (n < 13) return truncated(e, "GIF", n, "header cut");
@@ -427,14 +478,21 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e
         if (tag == 0x2c) { /* image descriptor (9 bytes), local colour table, LZW code size, data sub-blocks */
             if (n - at < 9) return truncated(e, "GIF", n, "image descriptor cut");
             const int flags = b[at + 8];
+            const int64_t iw = le16(b + at + 4), ih = le16(b + at + 6);
             at += 9;
             if (flags & 0x80) at += 3 * ((size_t)2 << (flags & 7));
+            const size_t data = at;
             for (at++;;) {
                 if (at >= n) return truncated(e, "GIF", n, "image data cut");
                 const size_t len = b[at++];
-                if (len == 0) return 0;
+                if (len == 0) break;
                 at += len;
             }
+            const int64_t got = gif_pixels(b, n, data, iw * ih);
+            if (got >= 0 && got < iw * ih)
+                return vt_seterr(e, "corrupt GIF image: its data ends after %lld of its %lldx%lld pixels",
+                                 (long long)got, (long long)iw, (long long)ih);
+            return 0;
         }
         if (tag != 0x21) /* the trailer (stb_image then fails with no reason set) or an unknown block */
             return vt_seterr(e, "corrupt GIF image: %s before its first image",

@@ -15,12 +15,13 @@ CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2));
   - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
   - Fashion-MNIST models name their classes
   - JPEG (RGB, grayscale, CMYK, and with bytes between markers) decoded exactly as PIL decodes it
+  - GIF (PIL's writer: 256 colours with a full code table, interlaced, 2 colours) decoded exactly as PIL decodes it
   - 16-bit PNG (gray, gray with tRNS, RGB, RGBA, gray+alpha), PGM/PPM of maxvals 1 to 65535 and 16-bit BMP (5-5-5,
     5-6-5) decoded exactly as PIL's convert('L') and convert('RGB') give them (edge_images)
 Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
 still be predicted): missing file, empty file, random bytes, truncated PNG, PNG headers claiming 100000×100000
 (stb refuses it) and 17000×10 pixels (over vitc's 16384-pixel side limit, refused before decoding), a JPEG whose
-scan data was cut in the middle.
+scan data was cut in the middle, a GIF whose LZW data ends before its last pixel.
 Run: /usr/bin/python3 tests/reference/test_predict.py
 """
 import io
@@ -282,6 +283,37 @@ def main():
     (tmp / "cutscan.jpg").write_bytes(clean[:scan + (eoi - scan) // 3] + clean[eoi:])
     expect_bad(rep, "bad image cutscan.jpg (scan data cut, EOI kept)", deit, w, tmp / "cutscan.jpg", tmp / "rgb.jpg",
                ["premature end of data segment"])
+
+    # GIF as PIL decodes it: PIL's LZW writer over 256 colours (its code table filling up: 12-bit codes and clear
+    # codes), interlaced, and over 2 colours (2-bit codes); a GIF whose LZW data ends before its last pixel (the end
+    # code after the first sub-block, the blocks terminated) is refused, where stb_image left the rest black
+    gifs = {}
+    pal = Image.fromarray(rng.integers(0, 256, (70, 90)).astype(np.uint8), "P")
+    pal.putpalette([int(v) for v in rng.integers(0, 256, 768)])
+    two = Image.fromarray((rng.integers(0, 2, (70, 90)) * 255).astype(np.uint8), "L").convert("1")
+    for fn, img, kw in (("p256.gif", pal, {}), ("p256i.gif", pal, {"interlace": True}), ("p2.gif", two, {})):
+        buf = io.BytesIO()
+        img.save(buf, "GIF", **kw)
+        gifs[fn] = buf.getvalue()
+    for fn, data in gifs.items():
+        (tmp / fn).write_bytes(data)
+    res, _ = predict(rep, f"predict {deit}@64 (GIF)", deit, w, [tmp / fn for fn in gifs], tmp / "g.safetensors",
+                     "--img-size", 64)
+    if res is not None:
+        for i, fn in enumerate(gifs):
+            ref = reference(np.asarray(Image.open(tmp / fn).convert("RGB")), 64, 0.875, *IMAGENET)
+            check_input(rep, f"preprocess {fn} (decoded as PIL does)", res["input"][i], ref, std=IMAGENET[1])
+    g = gifs["p256.gif"]
+    at = 13 + (3 * (2 << (g[10] & 7)) if g[10] & 0x80 else 0)
+    while g[at] == 0x21:                        # extensions: label, then sub-blocks to a zero-length one
+        at += 2
+        while g[at]:
+            at += 1 + g[at]
+        at += 1
+    at += 10 + (3 * (2 << (g[at + 9] & 7)) if g[at + 9] & 0x80 else 0)   # descriptor, local table: the code size
+    (tmp / "cutlzw.gif").write_bytes(g[:at + 2 + g[at + 1]] + b"\x00\x3b")
+    expect_bad(rep, "bad image cutlzw.gif (LZW data ending early, its blocks terminated)", deit, w,
+               tmp / "cutlzw.gif", tmp / "p256.gif", ["its data ends after"])
 
     # FLatten's eval transform (its data/build.py, the Swin code base's): both sides to floor(S / 0.875), centre crop
     fl = "flatten_pvt_tiny"
