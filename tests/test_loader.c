@@ -187,6 +187,34 @@ static void write_text(const char *dir, const char *name, const char *text) {
     }
 }
 
+/* File names ordered as Python sorts them (torchvision's ImageFolder sorts os.walk's str names): UTF-8 in code point
+ * order, a byte of no valid sequence as its surrogate U+DC80..U+DCFF (os.fsdecode), so after U+D7FF and before U+E000
+ * (strcmp put "\x80.png" before "é.png"). The order below is Python 3.11's sorted() of those names. */
+static void test_folder_name_order(vt_test *T) {
+    char root[] = "/tmp/vitc_order_XXXXXX";
+    if (!mkdtemp(root)) {
+        T_CHECK(T, 0, "mkdtemp failed");
+        return;
+    }
+    static const char *const want[] = {"b.png", "z.png", "\xc3\xa9.png", "\x80.png", "\xed\xa0\x80.png",
+                                       "\xef\xbf\xbd.png", "\xf0\x9f\x98\x80.png"};
+    enum { NW = sizeof want / sizeof *want };
+    char p[1024];
+    snprintf(p, sizeof p, "%s/a", root);
+    mkdir(p, 0777);
+    for (int i = NW - 1; i >= 0; i--) touch(p, want[i]);
+    vt_imagefolder f;
+    vt_err e = {0};
+    const int rc = vt_imagefolder_scan(root, NULL, &f, &e);
+    T_CHECK(T, rc == 0 && f.n == NW, "scan: %s (%d files)", e.msg, rc == 0 ? f.n : -1);
+    const size_t L = strlen(p) + 1;
+    for (int i = 0; rc == 0 && i < f.n && i < NW; i++)
+        T_CHECK(T, strlen(f.paths[i]) > L && strcmp(f.paths[i] + L, want[i]) == 0, "file %d in Python's order", i);
+    if (rc == 0) vt_imagefolder_free(&f);
+    snprintf(p, sizeof p, "rm -rf '%s'", root);
+    T_CHECK(T, system(p) == 0, "cleanup");
+}
+
 /* Symlinked folders reached twice (issue: 30 levels of two links each to the next level made 2^30 visits, the depth
  * limit never reached) and class names that cannot be printed on one line. */
 static void test_folder_links(vt_test *T) {
@@ -552,5 +580,6 @@ void test_loader(vt_test *T) {
     free(b);
     test_folder_scan(T);
     test_folder_links(T);
+    test_folder_name_order(T);
     test_rgb(T);
 }

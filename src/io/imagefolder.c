@@ -73,7 +73,49 @@ static char *join(const char *a, const char *b) {
     return p;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* The code point at s[*i] as Python reads a file name (UTF-8, each byte outside a valid sequence as U+DC00 + the byte:
+ * os.fsdecode's surrogateescape), *i moved past it. */
+static uint32_t name_cp(const unsigned char *s, size_t *i) {
+    const unsigned c = s[*i];
+    int n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : -1;
+    if (n > 0) { /* the second byte's range excludes overlong forms, surrogates and code points past U+10FFFF */
+        const unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+        uint32_t cp = c & (0x3fu >> n);
+        for (int k = 1; k <= n; k++) {
+            const unsigned t = s[*i + (size_t)k]; /* a NUL ends the check before the string's end */
+            if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xbf)) {
+                n = -1;
+                break;
+            }
+            cp = cp << 6 | (t & 0x3f);
+        }
+        if (n > 0) {
+            *i += (size_t)n + 1;
+            return cp;
+        }
+    }
+    ++*i;
+    return n == 0 ? c : 0xdc00 + c;
+}
+
+/* Python's order of two file names (sorted() on str, what torchvision's ImageFolder and os.walk's caller sort by):
+ * byte order where both are UTF-8, otherwise a byte that is not puts its surrogate U+DC80..U+DCFF between U+D7FF and
+ * U+E000, not past every character as strcmp's byte order does. */
+static int name_cmp(const char *a, const char *b) {
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    size_t i = 0, j = 0;
+    for (;;) {
+        if (x[i] == y[j] && x[i] < 0x80) { /* ASCII: the common case, one byte each */
+            if (!x[i]) return 0;
+            i++, j++;
+            continue;
+        }
+        const uint32_t p = x[i] ? name_cp(x, &i) : 0, q = y[j] ? name_cp(y, &j) : 0;
+        if (p != q || !p) return (p > q) - (p < q);
+    }
+}
+
+static int cmp_str(const void *a, const void *b) { return name_cmp(*(char *const *)a, *(char *const *)b); }
 
 /* The error of a folder that cannot be opened (errno): the reason first, as a path past PATH_MAX would push it out
  * of the message. */
@@ -153,8 +195,8 @@ typedef struct {
 
 static int cmp_found(const void *a, const void *b) {
     const found *x = a, *y = b;
-    const int c = strcmp(x->root, y->root);
-    return c ? c : strcmp(x->name, y->name);
+    const int c = name_cmp(x->root, y->root);
+    return c ? c : name_cmp(x->name, y->name);
 }
 
 /* The folders a split's scan has reached, by (st_dev, st_ino), with the path each was first reached by: symlinked
