@@ -250,6 +250,18 @@ $V train $SMALL --model-ema --model-ema-decay 0 --out "$T/ez" >/dev/null 2>&1 &&
     $V train vit_fmnist_tiny --resume "$T/ez" --epochs 2 >"$T/ez.log" 2>&1
 check "a resume of a run with --model-ema-decay 0 keeps its EMA" "[ $? -eq 0 ] && grep -q '^Test (EMA): epoch 1' \
     '$T/ez.log' && ! grep -q 'model-ema' '$T/ez.log'" "$(grep -v '^ ' "$T/ez.log")"
+# --model-ema given again on a resume keeps the recorded decay (it fell back to the default 0.99996)
+$V train $SMALL --model-ema --model-ema-decay 0.9 --out "$T/ed" >/dev/null 2>&1 &&
+    $V train vit_fmnist_tiny --resume "$T/ed" --epochs 2 --model-ema >"$T/ed.log" 2>&1
+check "... and one repeating --model-ema keeps the recorded decay" "[ $? -eq 0 ] && grep -q '^Test (EMA): epoch 1' \
+    '$T/ed.log' && ! grep -q 'model-ema-decay' '$T/ed.log'" "$(grep -v '^ ' "$T/ed.log")"
+# another model's checkpoint is named as such before its recorded options are tried on this model
+$V train swin_fmnist_tiny --depths 1,1 --data fashion-mnist --train-subset 64 --test-subset 32 --batch-size 32 \
+    --epochs 1 --out "$T/swrun" >/dev/null 2>&1 &&
+    $V train vit_fmnist_tiny --resume "$T/swrun" --epochs 2 >"$T/swrun.log" 2>&1
+check "a resume under another model says whose checkpoint it is (not that its --depths 1,1 does not fit)" \
+    "[ $? -eq 1 ] && grep -qF 'holds a checkpoint of swin_fmnist_tiny, not vit_fmnist_tiny' '$T/swrun.log'" \
+    "$(cat "$T/swrun.log")"
 /usr/bin/python3 - "$T" <<'PY'
 import sys
 sys.path.insert(0, "tests/reference")

@@ -95,6 +95,16 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     vt_err e = {0};
     if (read_recorded(d, path, &f, &e)) return die("%s", e.msg);
     if (!f.buf) return 0;
+    /* another model's checkpoint: said so before its recorded options are tried on this model (where they may not
+     * fit it, an error about them would hide the cause) */
+    const vt_model_cfg *named = vt_model_find(o->model ? o->model : "");
+    const char *rmodel = rec_get(&f, "model");
+    if (named && rmodel && strcmp(rmodel, named->name) != 0) {
+        char msg[8400];
+        snprintf(msg, sizeof msg, "%s holds a checkpoint of %s, not %s", path, rmodel, named->name);
+        free(f.buf);
+        return die("%s", msg);
+    }
     const char *rec = rec_get(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
     /* same: the recipe is the checkpoint's (a run without --recipe has vitc's defaults, the recipe "default") */
     const int same = !rec || strcmp(strcmp(rec, "none") ? rec : "default", mine) == 0 || !given(o, "--recipe");
@@ -118,7 +128,6 @@ static int resume_defaults(opts *o, const vt_dist *d) {
     }
     /* a checkpoint of vitc 0.6.0 or earlier (settings recorded, no cos-reg among them): its run had no cos_reg term,
      * and a --recipe msf run no three-augment, which this version adds */
-    const vt_model_cfg *named = vt_model_find(o->model ? o->model : "");
     if (rc == 0 && rec_get(&f, "train-images") && !rec_get(&f, "cos-reg")) {
         if (named && named->arch.cos_reg > 0 && !given(o, "--cos-reg")) {
             o->cos_reg = 0;
@@ -156,10 +165,13 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         o->sync_bn = strcmp(sbn, "0") != 0;
         o->no_sync_bn = !o->sync_bn;
     }
-    if (rc == 0 && same && ema && !given(o, "--model-ema") && !given(o, "--no-model-ema")) {
-        o->model_ema = strcmp(on ? on : ema, "0") != 0; /* before model-ema was recorded: a decay of 0 said off */
-        o->no_model_ema = !o->model_ema;
-        if (o->model_ema && !given(o, "--model-ema-decay"))
+    if (rc == 0 && same && ema && !given(o, "--no-model-ema")) {
+        const int was_on = strcmp(on ? on : ema, "0") != 0; /* before model-ema was recorded: a decay of 0 said off */
+        if (!given(o, "--model-ema")) {
+            o->model_ema = was_on;
+            o->no_model_ema = !was_on;
+        }
+        if (was_on && !given(o, "--model-ema-decay")) /* its decay also where --model-ema repeats the setting */
             rc = set_option("train", find_option("--model-ema-decay"), "--model-ema-decay", ema, what, o);
     }
     free(f.buf);
