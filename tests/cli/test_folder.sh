@@ -510,6 +510,13 @@ $V deploy $NV --weights "$T/nv_norec.safetensors" -o "$T/nv_norec_dep.safetensor
 check "deploy of a Next-ViT file without a form record: merged, saying it took the training form and how to mark an export" \
     "[ $? -eq 0 ] && grep -q 'nv_norec.safetensors records no form: taken as the training form.*--form deployed' '$T/nv3.log'" \
     "$(tail -3 "$T/nv3.log")"
+# ... but not for a file that is no weights of that model (another model's, a training checkpoint): refused, no note
+for f in "$T/png/weights.safetensors" "$T/nvrun2/checkpoint.safetensors"; do
+    $V deploy $NV --weights "$f" -o "$T/nv_other_dep.safetensors" >"$T/nv4.log" 2>&1
+    rc=$?
+    check "deploy of $(basename "$(dirname "$f")")/$(basename "$f"): refused without the form note" \
+        "[ $rc -eq 1 ] && ! grep -q 'records no form' '$T/nv4.log'" "rc $rc: $(cat "$T/nv4.log")"
+done
 # fine-tuning a grey-image model from RGB weights with another class count: the patch embedding adapted as timm's
 # adapt_input_conv (summed over the three channels; tests/reference/test_recipe.py checks the values), the head new
 $V init vit_fmnist_tiny --in-chans 3 --ffn cffn --train-form -o "$T/rgb.safetensors" >/dev/null 2>&1

@@ -400,13 +400,15 @@ int cmd_deploy(opts *o) {
         vt_model_check_tensors(&c, &o->wfile, o->weights, &ce) == 0) /* (forms with one key set: the form record) */
         return die("%s holds the deployed form already (the merged tensors, no training branches): there is nothing "
                    "to deploy; it loads as it is", o->weights);
-    if (o->wfile_open == 1 && (t.family->caps & VT_CAP_FORM_RECORD) && !vt_st_meta(&o->wfile, VT_FORM_KEY))
-        fprintf(stderr, "deploy: %s records no form: taken as the training form, as official checkpoints are (a file "
-                "saved after merge_bn would have its BatchNorms merged twice: convert such a checkpoint with "
-                "convert_checkpoint.py --form deployed, and use it as it is)\n", o->weights);
+    const int no_form =
+        o->wfile_open == 1 && (t.family->caps & VT_CAP_FORM_RECORD) && !vt_st_meta(&o->wfile, VT_FORM_KEY);
     c = t;
     vt_params *P = load_model(o, &c);
     if (!P) return 1;
+    if (no_form) /* said once the file loaded as this model's weights (another model's file, a checkpoint: refused) */
+        notice("%s records no form: taken as the training form, as official checkpoints are (a file saved after "
+               "merge_bn would have its BatchNorms merged twice: convert such a checkpoint with convert_checkpoint.py "
+               "--form deployed, and use it as it is)", o->weights);
     vt_err e = {0};
     vt_params *D = vt_params_new(&e);
     int rc = !D || vt_model_deploy(&c, P, D, &e) || vt_params_save(D, o->output, &e);
