@@ -585,8 +585,8 @@ static int check_opts(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) 
                          "checkpoint: tools/convert_checkpoint.py --drop aux_head)", c->name,
                          (int)(strlen(c->name) - (strstr(c->name, "_dense") ? 6 : 0)), c->name);
     if (run_epochs(o) > VT_EPOCHS_MAX)
-        return vt_seterr(e, "at most %d epochs (here %d and %d of cooldown)", VT_EPOCHS_MAX, o->epochs,
-                         run_epochs(o) - o->epochs); /* (--epochs alone is bounded where it is given) */
+        return vt_seterr_code(e, VT_E_USAGE, "at most %d epochs (here %d and %d of cooldown)", VT_EPOCHS_MAX,
+                              o->epochs, run_epochs(o) - o->epochs); /* (--epochs alone is bounded where given) */
     const char *text[2][2] = {{"the data path", o->data}, {"the model options", o->model_options}};
     for (int i = 0; i < 2; i++) { /* recorded in the checkpoints' JSON header, which must be UTF-8: refused now */
         size_t bad = 0;

@@ -446,6 +446,7 @@ predict deit_tiny_patch16_224 -w w.safetensors --topk 65 x.png|--topk 65: at mos
 grad vit_fmnist_tiny --lr 1e-3|--lr has no effect with --steps 1
 grad vit_fmnist_tiny --steps 1 --weight-decay 0.1|--weight-decay has no effect with --steps 1
 train vit_fmnist_tiny --model-ema-decay 0.9|--model-ema-decay has no effect without a weight EMA
+train vit_fmnist_tiny --data fashion-mnist --epochs 1 --cooldown-epochs 1000000 --out /dev/null/run|at most 1000000 epochs (here 1 and 1000000 of cooldown)
 train vit_fmnist_tiny --cos-reg 2|vit_fmnist_tiny has no cos_reg term (the Refiner's official training alone adds one)
 grad refiner_vit_s --cos-reg 65|--cos-reg must be in [0, 64], got 65
 train vit_fmnist_tiny --mixup-prob 0.5|--mixup-prob has no effect with mixing off
