@@ -330,11 +330,14 @@ static int mix_batch(const vt_mixup *mix, train_graph *t, const int *lab, uint64
 /* The DeiT per-image train transform a recipe asks for (RandAugment or the MSF's three-augment, RandomErasing or
  * RandomResizedCrop) in *p (vt_recipe_transforms); p->size 0 when it asks for none (no recipe, or the default's crop
  * + flip). */
+static int recipe_wants_deit(const vt_recipe *r) {
+    return r && (r->aa[0] || r->reprob > 0 || r->scale[0] < 1 || r->scale[1] < 1);
+}
+
 static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err *e) {
     memset(p, 0, sizeof *p);
-    const vt_recipe *r = o->recipe;
-    if (!r || !(r->aa[0] || r->reprob > 0 || r->scale[0] < 1 || r->scale[1] < 1)) return 0;
-    return vt_recipe_transforms(r, size, p, e);
+    if (!recipe_wants_deit(o->recipe)) return 0;
+    return vt_recipe_transforms(o->recipe, size, p, e);
 }
 
 /* This rank's image order of an epoch, drawn from (seed, epoch) alone (the same in every process and in a resumed
@@ -844,6 +847,9 @@ static void run_begin(train_run *r) {
         if (d->deit_on) vt_tf_params_format(&d->deit, tf, sizeof tf);
         say(r, "Train transform: %s%s\n", d->deit_on ? "DeiT " : o->augment ? "crop + flip" : "eval (no augmentation)",
             d->deit_on ? tf : "");
+    } else if (recipe_wants_deit(o->recipe)) { /* recipe.json records them, as the recipe holds them */
+        say(r, "Train transform: %s: the recipe's DeiT transforms (RandAugment, RandomErasing, RandomResizedCrop) run "
+            "on image folders only\n", o->augment ? "crop + flip" : "eval (no augmentation)");
     }
     /* the cosine spans the run's epochs but the cooldown (after the warm-up, with warmup_prefix), in optimiser steps */
     const int64_t ospe = r->spe / r->A, wsteps = (int64_t)(o->warmup_epochs * ospe);

@@ -491,6 +491,9 @@ check "--recipe swin --min-lr 1e-5 --warmup-lr 1e-6: recipe.json and the printed
     "[ $? -eq 0 ] && grep -q '\"min_lr\":.1e-05,' '$T/sw/recipe.json' && grep -q '\"warmup_lr\":.1e-06,' '$T/sw/recipe.json' \
      && grep -Eq '^  min_lr +1e-05$' '$T/sw.log' && grep -Eq '^  warmup_lr +1e-06$' '$T/sw.log'" \
     "$(grep -E 'lr' "$T/sw/recipe.json" 2>/dev/null) $(tail -2 "$T/sw.log")"
+check "... and says that on Fashion-MNIST the recipe's DeiT transforms do not run (crop + flip)" \
+    "grep -q '^Train transform: crop + flip: the recipe.s DeiT transforms (.*) run on image folders only' '$T/sw.log'" \
+    "$(grep -v '^Train:' "$T/sw.log" | head -5)"
 
 # a final learning rate above the peak is refused whatever its source, naming it and the way out
 $V train $SMALL --lr 1e-6 --out "$T/lo" >"$T/lo.log" 2>&1
