@@ -8,7 +8,8 @@ torch.compile, in any order) and then a --strip prefix where a name starts with 
 Lightning checkpoint whose LightningModule holds the network as self.model; a prefix that starts no name is refused),
 drops the tensors named by or under a --drop prefix (e.g.
 --drop n_averaged: the step counter torchvision's EMA saves beside the weights; a prefix that matches nothing is
-refused), and writes floating tensors as F32 and integer ones (BatchNorm's num_batches_tracked) as I64, with --form
+refused), and writes floating tensors as F32 (float64 narrowed: a finite value past float32's range is refused, not
+written as inf) and integer ones (BatchNorm's num_batches_tracked) as I64, with --form
 the form record (Next-ViT saved after merge_bn: --form deployed; without it vitc takes the training form). vitc's
 loader then names any missing, extra or wrong-shape tensor.
 The checkpoint is read as tensors, plain containers and scalars only, and nothing it names is imported or called:
@@ -21,9 +22,9 @@ format, is refused, naming what it holds; --trust-pickle reads it with torch.loa
 whatever code the file names: for trusted files only.
 A regular file's archive entries are read one at a time and the tensors are written one by one (views of their
 storages until then), so the script holds about the checkpoint's size; a pipe's bytes are held whole.
-Every refusal is one line "convert_checkpoint: ..." and exit status 1; the output is written atomically (a temporary
-file in its folder, then a rename, with the replaced file's mode or a new file's) and never over a folder, a
-device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
+Every refusal is one line "convert_checkpoint: ..." and exit status 1 (an interrupt: 130, no file left); the output
+is written atomically (a temporary file in its folder, then a rename, with the replaced file's mode or a new file's)
+and never over a folder, a device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
 its first bytes when they begin no torch.save file, and past half the memory this process may use (the machine's,
 or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--strip PREFIX ...]
@@ -437,19 +438,43 @@ class _DataUnpickler(pickle._Unpickler):
     del _op, _fn
 
 
-def read_zip(path, src):
-    """The object of a torch.save zip archive, read by _DataUnpickler."""
+def zip_layout(path, src):
+    """The zip archive of a torch.save file, the folder of its data.pkl and its names; refuses big-endian tensors
+    (PyTorch 2.1 and later record the byte order; torch.load of older releases ignores the record)."""
     z = zipfile.ZipFile(as_file(src))
     pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
     prefix = pkl[:-len("data.pkl")]
     names = set(z.namelist())
     if f"{prefix}byteorder" in names and z.read(f"{prefix}byteorder").strip() != b"little":
         raise Refused(f"{path} stores big-endian tensors, which this script does not read")
+    return z, prefix, names
+
+
+class _NoObjects(pickle.Unpickler):
+    """An unpickler of plain values only (the legacy format's header: magic number, protocol, sys_info)."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"Unsupported class {module}.{name}")
+
+
+def check_legacy_order(path, src):
+    """Refuses a legacy torch.save file whose sys_info says big-endian (torch.load reads its bytes as little-endian
+    whatever the record says)."""
+    u = _NoObjects(as_file(src))
+    u.load(), u.load()  # the magic number and the protocol version
+    info = u.load()
+    if isinstance(info, dict) and info.get("little_endian") is False:
+        raise Refused(f"{path} stores big-endian tensors, which this script does not read")
+
+
+def read_zip(path, src):
+    """The object of a torch.save zip archive, read by _DataUnpickler."""
+    z, prefix, names = zip_layout(path, src)
 
     def storage_bytes(key):
         name = f"{prefix}data/{key}"
         return z.read(name) if name in names else None
-    return _DataUnpickler(z.read(pkl), storage_bytes).load()
+    return _DataUnpickler(z.read(f"{prefix}data.pkl"), storage_bytes).load()
 
 
 def refused_object(path, err):
@@ -465,6 +490,10 @@ def load(path, src, trust):
     unpickler (a refusal names the object)."""
     try:
         if trust:  # weights_only=False said outright: PyTorch 2.6 and later default to True
+            if head_of(src, 4)[0] == b"PK\x03\x04":
+                zip_layout(path, src)
+            else:
+                check_legacy_order(path, src)
             try:
                 return torch.load(as_file(src), map_location="cpu", weights_only=False)
             except TypeError:  # before 1.13: the full unpickler is the only one
@@ -546,20 +575,32 @@ def tensors_of(sd, strip, drop, path, where):
         if not isinstance(name, str):
             raise Refused(f"{path}: the state dict ({where}) has a key {shown(name)} ({a_type(name)}), not a "
                           "tensor name")
-        if not isinstance(t, torch.Tensor):
-            raise Refused(f"{path}: {shown(name)} ({where}) is {a_type(t)}, not a tensor (choose another --key)")
-        if t.layout != torch.strided:
-            raise Refused(f"{path}: {shown(name)} is a {t.layout} tensor: store it dense (.to_dense()) before converting")
-        if t.device.type == "meta":
-            raise Refused(f"{path}: {shown(name)} is a meta tensor, which holds no values")
-        if t.is_complex():
-            raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
         short = stripped(unwrapped(name), strip, stripped_by)
-        hit = [p for p in drop if under(name, p) or under(short, p)]
+        hit = [p for p in drop if under(name, p) or under(short, p)]  # before the checks: --drop takes any entry
         for p in hit:
             used.add(p)
         if hit:
             continue
+        if not isinstance(t, torch.Tensor):
+            raise Refused(f"{path}: {shown(name)} ({where}) is {a_type(t)}, not a tensor (choose another --key, or "
+                          "leave it out with --drop)")
+        if t.layout != torch.strided:
+            raise Refused(f"{path}: {shown(name)} is a {t.layout} tensor: store it dense (.to_dense()) before converting")
+        if t.is_quantized:
+            raise Refused(f"{path}: {shown(name)} is a quantized tensor ({t.dtype}): store it dense and float "
+                          "(.dequantize()) before converting")
+        if t.device.type == "meta":
+            raise Refused(f"{path}: {shown(name)} is a meta tensor, which holds no values")
+        if t.is_complex():
+            raise Refused(f"{path}: {shown(name)} is complex ({t.dtype}): vitc's weights are real")
+        if short == "__metadata__":
+            raise Refused(f"{path}: {shown(name)} would be named __metadata__, the safetensors header's own entry")
+        if t.dtype == torch.float64:  # narrowed to F32: a finite value past its range is refused, not made inf
+            big = torch.isfinite(t) & ~torch.isfinite(t.to(torch.float32))
+            if bool(big.any()):
+                v = float(t[big].flatten()[0])
+                raise Refused(f"{path}: {shown(name)} is float64 and holds {v:g}, past float32's range (3.4e38): "
+                              "vitc's weights are float32")
         if short in out:
             raise Refused(f"{path}: {shown(origin[short])} and {shown(name)} are both {shown(short)} once the "
                           "wrappers' prefixes ('module.', '_orig_mod.')" + (" and --strip's" if strip else "") +
@@ -644,13 +685,15 @@ def write_safetensors(path, tensors, metadata=None):
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError as e:
+    except BaseException as e:  # an interrupt or a tensor that cannot be written too: no partial file stays
         try:
             if tmp:
                 os.unlink(tmp)
         except OSError:
             pass
-        raise Refused(f"cannot write {path}: {e.strerror}")
+        if isinstance(e, OSError):
+            raise Refused(f"cannot write {path}: {e.strerror}")
+        raise
 
 
 def main():
@@ -681,11 +724,16 @@ def main():
         write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")
+    except KeyboardInterrupt:
+        print(f"convert_checkpoint: interrupted; {a.output} not written", file=sys.stderr)
+        sys.exit(130)
     except (Exception, RecursionError, MemoryError) as e:  # whatever else a damaged or hostile file raises: one line
         first = str(e).splitlines()[0][:200] if str(e) else ""
         sys.exit(f"convert_checkpoint: {a.checkpoint} cannot be read ({type(e).__name__}{': ' if first else ''}"
                  f"{ascii(first)[1:-1]}): a damaged file, or not a torch.save state dict")
-    print(f"wrote {a.output}: {len(out)} tensors, {sum(t.numel() for t in out.values()):,} values (from {where})")
+    narrowed = sum(t.dtype == torch.float64 for t in out.values())
+    print(f"wrote {a.output}: {len(out)} tensors, {sum(t.numel() for t in out.values()):,} values (from {where})" +
+          (f"; {narrowed} float64 tensor{'s' * (narrowed != 1)} narrowed to float32" if narrowed else ""))
 
 
 if __name__ == "__main__":

@@ -30,8 +30,12 @@ def read_idx(path):
 
 def fmnist(args):
     for split, prefix, count in (("train", "train", args.train), ("val", "t10k", args.val)):
-        images = read_idx(os.path.join(args.src, prefix + "-images-idx3-ubyte.gz"))[:count]
-        labels = read_idx(os.path.join(args.src, prefix + "-labels-idx1-ubyte.gz"))[:count]
+        images = read_idx(os.path.join(args.src, prefix + "-images-idx3-ubyte.gz"))
+        labels = read_idx(os.path.join(args.src, prefix + "-labels-idx1-ubyte.gz"))
+        if count > min(len(images), len(labels)):
+            sys.exit("make_imagefolder: --%s %d: the %s split has %d images" % (split, count, prefix,
+                                                                              min(len(images), len(labels))))
+        images, labels = images[:count], labels[:count]
         for fmt in ("png", "jpg"):
             for k, name in enumerate(NAMES):
                 os.makedirs(os.path.join(args.out, fmt, split, "%d_%s" % (k, name)), exist_ok=True)
@@ -89,6 +93,13 @@ def main():
     s.add_argument("--size", type=size_arg, default=(400, 300), help="WIDTHxHEIGHT (default 400x300)")
     s.add_argument("--classes", type=int, default=10)
     args = p.parse_args()
+    counts = (("--train", args.train), ("--val", args.val)) if args.cmd == "fmnist" else \
+        (("--n", args.n), ("--classes", args.classes))
+    for opt, v in counts:
+        if v < 1:
+            p.error("%s must be at least 1, got %d" % (opt, v))
+    if os.path.isdir(args.out) and os.listdir(args.out):  # images of an earlier run would mix with these
+        p.error("%s exists and is not empty: give a new folder, or remove it first" % args.out)
     fmnist(args) if args.cmd == "fmnist" else synthetic(args)
     return 0
 

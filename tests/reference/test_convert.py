@@ -16,7 +16,10 @@
          file, a folder, int keys, a sparse tensor, a complex tensor, two names equal once 'module.' is stripped,
          nothing left after --drop, a zero-stride view, a tuple key (also through DICT), compressed entries, an
          OrderedDict made from another mapping, a Namespace built twice, an endless pipe of zeros (at its first
-         bytes); a reduce calling os.system runs nothing
+         bytes); with --trust-pickle big-endian tensors (a zip's byteorder record, a legacy file's sys_info) and a
+         quantized tensor; a float64 value past float32's range, a tensor named __metadata__, an entry that is no
+         tensor (the message names --drop, which then converts it); a reduce calling os.system runs nothing;
+         float64 is narrowed and the line says so
   output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
          is left behind, also when the folder is not writable
 Run: /usr/bin/python3 tests/reference/test_convert.py
@@ -294,6 +297,44 @@ def main():
     p = convert(tmp / "ns_path.pth", tmp / "ns_path.safetensors", "--trust-pickle")
     rep.check("refuse: ... the Namespace with a Path read with --trust-pickle", p.returncode == 0,
               p.stderr.strip()[-300:])
+    # with --trust-pickle (torch.load) too: big-endian bytes (a zip's byteorder record, a legacy file's sys_info),
+    # which Debian's torch.load reads as little-endian; a quantized tensor; and, read either way, a float64 value past
+    # float32's range (it was written as inf), a tensor named __metadata__ (it replaced the header's entry)
+    with zipfile.ZipFile(tmp / "train.pth") as zin, zipfile.ZipFile(tmp / "bigend.pth", "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, b"big" if info.filename.endswith("/byteorder") else zin.read(info.filename))
+        if not any(n.endswith("/byteorder") for n in zin.namelist()):
+            zout.writestr(zin.namelist()[0].split("/")[0] + "/byteorder", b"big")
+    legacy_be = bytearray((tmp / "legacy.pth").read_bytes())
+    at = legacy_be.index(b"\x88", legacy_be.index(b"little_endian"))  # the key's value: NEWTRUE (after its BINPUT)
+    legacy_be[at:at + 1] = b"\x89"  # NEWFALSE
+    (tmp / "legacy_be.pth").write_bytes(bytes(legacy_be))
+    torch.save({"a": torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)}, tmp / "quant.pth")
+    torch.save({"a": torch.tensor([1e39, 0.5], dtype=torch.float64)}, tmp / "f64big.pth")
+    torch.save({"__metadata__": torch.zeros(1), "a": torch.ones(1)}, tmp / "metaname.pth")
+    for what, src, words, trust in (("big-endian tensors (zip, --trust-pickle)", "bigend.pth", "big-endian", 1),
+                                    ("big-endian tensors (legacy, --trust-pickle)", "legacy_be.pth", "big-endian", 1),
+                                    ("a quantized tensor (--trust-pickle)", "quant.pth", "is a quantized tensor", 1),
+                                    ("a float64 value past float32's range", "f64big.pth", "past float32's range", 0),
+                                    ("a tensor named __metadata__", "metaname.pth", "named __metadata__", 0)):
+        out = tmp / f"out_{src}.safetensors"
+        p = convert(tmp / src, out, *(["--trust-pickle"] if trust else []))
+        rep.check(f"refuse: {what}", one_line_refusal(p, words) and not out.exists() and
+                  not [n for n in os.listdir(tmp) if n.endswith(".tmp")], p.stderr.strip()[-300:])
+    torch.save({"a": torch.tensor([0.25, 1e-50], dtype=torch.float64)}, tmp / "f64.pth")
+    p = convert(tmp / "f64.pth", tmp / "f64.safetensors")
+    got = st.load(tmp / "f64.safetensors") if p.returncode == 0 else {}
+    rep.check("read: float64 narrowed to float32, the line says so",
+              p.returncode == 0 and list(got.get("a", [])) == [0.25, 0.0] and "1 float64 tensor narrowed" in p.stdout,
+              p.stdout.strip() + p.stderr.strip()[-300:])
+    # entries that are no tensors (a module's _extra_state, a counter): --drop leaves them out before any check
+    torch.save({"model": {"a.weight": torch.ones(2), "a._extra_state": None, "step": 5}}, tmp / "nontensor.pth")
+    p = convert(tmp / "nontensor.pth", tmp / "nontensor.safetensors")
+    rep.check("refuse: an entry that is no tensor, naming --drop", one_line_refusal(p, "or leave it out with --drop"),
+              p.stderr.strip())
+    p = convert(tmp / "nontensor.pth", tmp / "nontensor.safetensors", "--drop", "a._extra_state", "--drop", "step")
+    rep.check("read: ... converted with --drop naming them",
+              p.returncode == 0 and set(st.load(tmp / "nontensor.safetensors")) == {"a.weight"}, p.stderr.strip())
     p = convert(tmp / "train.pth", tmp / "none.safetensors", "--drop", "blocks", "--drop", "norm")
     rep.check("refuse: nothing left after --drop", one_line_refusal(p, "no tensor left to write"), p.stderr.strip())
     # --drop takes module paths: blocks.1 is not blocks.10, head is not head_dist; written with DataParallel's
