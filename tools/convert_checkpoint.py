@@ -24,9 +24,9 @@ A regular file's archive entries are read one at a time and the tensors are writ
 storages until then), so the script holds about the checkpoint's size; a pipe's bytes are held whole.
 Every refusal is one line "convert_checkpoint: ..." and exit status 1 (an interrupt: 130, no file left); the output
 is written atomically (a temporary file in its folder, then a rename, with the replaced file's mode or a new file's)
-and never over a folder, a device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is read to its end, refused at
-its first bytes when they begin no torch.save file, and past half the memory this process may use (the machine's,
-or its control group's limit).
+and never over a folder, a device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is
+read to its end, refused at its first bytes when they begin no torch.save file, and past half the memory this
+process may use (the machine's, or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--strip PREFIX ...]
        [--drop PREFIX ...] [--form training|deployed] [--trust-pickle]
 Example: tools/convert_checkpoint.py deit_tiny_patch16_224-a1311bcf.pth deit_tiny.safetensors

@@ -12,11 +12,11 @@ make_test_imagefolder
 # make_imagefolder.py refuses counts it cannot honour and a folder holding an earlier run's images
 mk() { /usr/bin/python3 tools/make_imagefolder.py "$@" >"$T/mk2.log" 2>&1; }
 mk synthetic "$T/mk0" --classes 0
-check "make_imagefolder.py: --classes 0 refused" "[ $? -eq 2 ] && grep -q -- '--classes must be at least 1' '$T/mk2.log'" \
-    "$(cat "$T/mk2.log")"
+check "make_imagefolder.py: --classes 0 refused" \
+    "[ $? -eq 2 ] && grep -q -- '--classes must be at least 1' '$T/mk2.log'" "$(cat "$T/mk2.log")"
 mk fmnist "$T/mk1" --train 60001 --val 1
-check "... a --train past the split's images" "[ $? -eq 1 ] && grep -q 'the train split has 60000 images' '$T/mk2.log'" \
-    "$(cat "$T/mk2.log")"
+check "... a --train past the split's images" \
+    "[ $? -eq 1 ] && grep -q 'the train split has 60000 images' '$T/mk2.log'" "$(cat "$T/mk2.log")"
 mk fmnist "$F" --train 1 --val 1
 check "... an existing folder with images in it" "[ $? -eq 2 ] && grep -q 'exists and is not empty' '$T/mk2.log'" \
     "$(cat "$T/mk2.log")"
