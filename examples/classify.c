@@ -48,5 +48,9 @@ int main(int argc, char **argv) {
     }
     free(res);
     vitc_close(m);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* results redirected to a full disk: not lost silently */
+        fprintf(stderr, "classify: error writing standard output\n");
+        return 1;
+    }
     return bad != 0;
 }

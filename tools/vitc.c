@@ -2,6 +2,7 @@
  * This file holds the command table, usage and main; the commands live in tools/cli/ (cli.h): options.c (the option
  * table and parser), common.c (messages, the model from the options), model.c (list, info, init, forward, grad,
  * deploy), train.c, infer.c (eval, predict, attention) and bench.c. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +111,7 @@ static char *shell_line(int argc, char **argv) {
     return line;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
     /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report ("File too large")
      * after removing their temporary file, instead of the signal killing vitc in the middle of a checkpoint. */
     signal(SIGXFSZ, SIG_IGN);
@@ -175,4 +176,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "vitc: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+/* The command's status, or 1 when its standard output could not be written (a full disk, a closed pipe's EPIPE
+ * with SIGPIPE ignored): results redirected to a file are never lost silently (as coreutils' close_stdout). */
+int main(int argc, char **argv) {
+    const int rc = run(argc, argv);
+    const int err = fflush(stdout) != 0 ? errno : 0;
+    if (!err && !ferror(stdout)) return rc;
+    fprintf(stderr, "vitc: error writing standard output%s%s\n", err ? ": " : "", err ? strerror(err) : "");
+    return rc ? rc : 1;
 }

@@ -135,6 +135,14 @@ $V train $M --data fashion-mnist --train-subset 64 --epochs 1 --batch-size 32 --
 check "... and --init-from's log a tensor name with one" \
     "grep -qF 'init-from: blocks.0.attn_mask\\x1b[2J dropped' '$T/escrun.log' && ! grep -q \$'\\033' '$T/escrun.log'" \
     "$(cat -A "$T/escrun.log" | head -5)"
+# results on a standard output that cannot be written (a full disk): an error and exit 1, never a silent exit 0
+$V list >/dev/full 2>"$T/full.err"
+check "list into a full disk: an error, exit 1" \
+    "[ $? -eq 1 ] && grep -qF 'vitc: error writing standard output: No space left on device' '$T/full.err'" \
+    "$(cat "$T/full.err")"
+$V predict $M -w "$T/w.safetensors" "$T/good.png" --json >/dev/full 2>"$T/full.err"
+check "... and predict --json" "[ $? -eq 1 ] && grep -qF 'error writing standard output' '$T/full.err'" \
+    "$(cat "$T/full.err")"
 # 13. a legal 249-byte output name works (the temporary name does not grow it)
 long=$(printf 'w%.0s' $(seq 237)).safetensors
 $V init $M -o "$T/$long" >"$T/long.log" 2>&1

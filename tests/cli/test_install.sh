@@ -132,6 +132,10 @@ LD_LIBRARY_PATH=$L "$T/classify" vit_fmnist_tiny "$T/vit_fmnist_tiny.safetensors
 rc=$?
 check "example: a corrupt image is an error naming it, the others are classified, exit 1" \
     "[ $rc -eq 1 ] && grep -q 'noise.png' '$T/ex.err' && grep -q 'im0.png' '$T/ex.txt'" "rc $rc: $(cat "$T/ex.err")"
+LD_LIBRARY_PATH=$L "$T/classify" vit_fmnist_tiny "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" >/dev/full 2>"$T/ex.err"
+rc=$?
+check "example: results on a full disk are an error, exit 1" \
+    "[ $rc -eq 1 ] && grep -q 'error writing standard output' '$T/ex.err'" "rc $rc: $(cat "$T/ex.err")"
 LD_LIBRARY_PATH=$L "$T/classify" no_such_model "$T/vit_fmnist_tiny.safetensors" "$T/im0.png" >/dev/null 2>"$T/ex.err"
 rc=$?
 check "example: an unknown model is an error message from the library, exit 2 from its code" \
