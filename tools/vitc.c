@@ -143,14 +143,10 @@ static int run(int argc, char **argv) {
             return 2;
         }
         opts o;
-        memset(&o, 0, sizeof o);
+        opts_init(&o);
         const char **images = calloc((size_t)argc, sizeof *images);
         if (!images) return die("%s", "out of memory");
         o.images = images;
-        o.wd = o.warmup_epochs = o.min_lr = o.warmup_lr = o.smoothing = o.drop_path = -1;
-        o.lr = o.clip = o.mixup = o.cutmix = o.mixup_prob = o.mixup_switch = o.ema_decay = -1;
-        o.fault_nan_step = o.fault_batch_step = o.fault_grad_step = o.fault_nan_eval = o.cooldown_epochs = -1;
-        o.cos_reg = -1;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
             return 2;

@@ -648,6 +648,12 @@ expect "... as it does heads recorded only in vitc_heads" 1 "vh3.safetensors rec
 $V init $M --dims 60 -o "$T/d60.safetensors" >/dev/null 2>&1
 expect "a record that builds, with a given option that does not fit it, is a usage error" 2 "not divisible by 8 heads" \
     $V forward $M --heads 8 -w "$T/d60.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
+# ... also for the options no record holds (--crop-pct, --train-form): the file was blamed, as if its record built nothing
+$V init $M --img-size 8 -o "$T/s8.safetensors" >/dev/null 2>&1
+expect "a record that builds, with a --crop-pct that does not fit it, is the option's usage error" 2 \
+    "crop_pct 10 resizes" $V predict $M -w "$T/s8.safetensors" "$T/good.png" --crop-pct 10
+expect "... and with --train-form on a model without re-parameterised blocks" 2 "has no re-parameterised blocks" \
+    $V predict $M -w "$T/s8.safetensors" "$T/good.png" --train-form
 # a list recorded with blanks after its commas (an earlier vitc's command line took "2, 2") still loads
 $V init swin_fmnist_tiny --heads 2,4 -o "$T/sw24.safetensors" >/dev/null 2>&1
 rerecord "$T/sw24.safetensors" "$T/rec_blank.safetensors" "vitc_model_options=--heads 2, 4"

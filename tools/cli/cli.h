@@ -147,6 +147,8 @@ void warn_busy_cores(void);
 int output_ok(const opts *o, int beside);
 /* Removes the temporary files of killed vitc writers from output's folder, with a notice when it removed any. */
 void remove_stale_temps_beside(const char *output);
+/* Every option at its unset value (0, or -1 for the numbers where 0 is a value to give). */
+void opts_init(opts *o);
 /* Resolves o->model and the options that change it into cfg; 1 on an error, 2 on a usage error (said). */
 int model_cfg(opts *o, vt_model_cfg *cfg);
 /* Frees the --weights file weights_options read. */

@@ -276,19 +276,29 @@ static int overrides_of(const opts *o, int stages, vt_model_overrides *ov, vt_er
     return 0;
 }
 
-/* Whether o builds model base without some of its model options (each at its unset value): those a file's record gave
- * (recorded 1), or those the command line gave (recorded 0). */
+void opts_init(opts *o) {
+    memset(o, 0, sizeof *o);
+    o->wd = o->warmup_epochs = o->min_lr = o->warmup_lr = o->smoothing = o->drop_path = -1;
+    o->lr = o->clip = o->mixup = o->cutmix = o->mixup_prob = o->mixup_switch = o->ema_decay = -1;
+    o->fault_nan_step = o->fault_batch_step = o->fault_grad_step = o->fault_nan_eval = o->cooldown_epochs = -1;
+    o->cos_reg = -1;
+}
+
+/* Whether o builds model base without some of its options (each at its unset value, opts_init's): those a file's
+ * record gave (recorded 1), or every one the command line gave (recorded 0: --crop-pct and --train-form too, which
+ * no record holds). */
 static int builds_without(const opts *o, const vt_model_cfg *base, int recorded) {
-    opts *a = malloc(sizeof *a);
+    opts *a = malloc(2 * sizeof *a), *unset = a + 1;
     if (!a) return -1;
     *a = *o;
+    opts_init(unset);
+    static const size_t width[] = {[O_STR] = sizeof(char *), [O_INT] = sizeof(int), [O_LL] = sizeof(long long),
+                                   [O_DBL] = sizeof(double), [O_FLAG] = sizeof(int)};
     for (size_t k = 0; k < noptdefs && k < sizeof o->recorded; k++) {
-        if (!o->given[k] || !has_word(RECORDED_OPTS, optdefs[k].name) || (o->recorded[k] != 0) != (recorded != 0))
-            continue;
-        char *field = (char *)a + optdefs[k].off;
-        if (optdefs[k].kind == O_STR) *(const char **)field = NULL;
-        if (optdefs[k].kind == O_INT || optdefs[k].kind == O_FLAG) *(int *)field = 0;
+        if (!o->given[k] || (o->recorded[k] != 0) != (recorded != 0)) continue;
+        const size_t off = optdefs[k].off;
         if (optdefs[k].kind == O_SIZE) a->img_size = a->img_w = 0;
+        else memcpy((char *)a + off, (char *)unset + off, width[optdefs[k].kind]);
         if (!strcmp(optdefs[k].name, "--heads")) a->heads_recorded = 0;
     }
     vt_model_overrides ov;
