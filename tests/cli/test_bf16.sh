@@ -66,6 +66,10 @@ check "bf16 logits within 2% of the range of fp32's, not equal" "[ \"\${near%% *
 $V bench vit_fmnist_tiny --batch-size 1 --iters 1 --dtype bf16 --json >"$T/small.json" 2>"$T/small.err"
 r=$(/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('ok' if j['dtype'].startswith('fp32 (bf16') and j['bf16_products'] == 0 else j)" "$T/small.json" 2>&1)
 check "bench --dtype bf16 with no bf16-sized product reports fp32" "[ '$r' = ok ]" "$r $(cat "$T/small.err")"
+$V bench vit_fmnist_tiny --batch-size 1 --iters 1 --dtype bf16 --csv >"$T/small.csv" 2>"$T/small.err"
+check "... and with --csv, its row's label and a warning say so" "[ $? -eq 0 ] && \
+    grep -q '^vit_fmnist_tiny --dtype bf16 (ran fp32),' '$T/small.csv' && \
+    grep -q 'WARNING: --dtype bf16, but no product' '$T/small.err'" "$(cat "$T/small.csv" "$T/small.err")"
 fmnist_input "$T/x1.safetensors" 1 3
 $V init vit_fmnist_tiny -o "$T/tiny.safetensors" >/dev/null 2>&1
 $V forward vit_fmnist_tiny --weights "$T/tiny.safetensors" --input "$T/x1.safetensors" --dtype bf16 \

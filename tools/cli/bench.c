@@ -89,8 +89,12 @@ int cmd_bench(opts *o) {
     char mopts[1024], label[1300];
     if (given_options(o, RECORDED_OPTS "--train-form --no-prepack ", mopts, sizeof mopts))
         snprintf(mopts, sizeof mopts, "...");
-    snprintf(label, sizeof label, "%s%s%s", c.name, mopts[0] ? " " : "", mopts);
+    char lowwarn[400];
+    const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
+    const int fell_back = vt_dtype_fallback(&c, use, lowwarn, sizeof lowwarn); /* asked for int8 or bf16, ran fp32 */
+    snprintf(label, sizeof label, "%s%s%s%s", c.name, mopts[0] ? " " : "", mopts, fell_back ? " (ran fp32)" : "");
     if (o->csv) { /* timm benchmark.py's columns: --bench infer, or --bench train with --train */
+        if (fell_back) fprintf(stderr, "vitc bench: WARNING: %s\n", lowwarn); /* and the row's label says so */
         const char *m = o->train ? "train" : "infer";
         printf("model,%s_samples_per_sec,%s_step_time,%s_batch_size,%s_img_size,%sparam_count\n", m, m, m, m,
                o->train ? "" : "infer_gmacs,");
@@ -102,11 +106,9 @@ int cmd_bench(opts *o) {
         return 0;
     }
     const vt_machine *m = &r.machine;
-    char rule[1024], warn[512], isa[64], lowwarn[400], busy[400];
+    char rule[1024], warn[512], isa[64], busy[400];
     const int contended = contention(&r, omp_get_max_threads(), busy, sizeof busy);
     const int warned = vt_gemm_warning(&r.gemm, m, warn, sizeof warn);
-    const vt_dtype_use use = {r.linears, r.int8_linears, r.bf16_runs};
-    const int fell_back = vt_dtype_fallback(&c, use, lowwarn, sizeof lowwarn); /* asked for int8 or bf16, ran fp32 */
     const int q8 = c.arch.int8 && !fell_back, b16 = c.arch.bf16 && !fell_back; /* what ran */
     vt_gemm_rule(&r.gemm, rule, sizeof rule);
     if (o->json) {
