@@ -374,7 +374,8 @@ int main(void) {
         check_call(&T, w, C_LOGITS, "bf16", x, paths);
         static const char *const families[] = {"swin_fmnist_tiny", "pvt_v2_b1_hmhsa_cffn", "cswin_tiny_224",
                                                "nextvit_small_hmhsa_cffn", "groupmixformer_test", "refiner_vit_s",
-                                               "simplevit_ti_msf_g2", "flatten_swin_tiny", "pvt_tiny"};
+                                               "simplevit_ti_msf_g2", "flatten_swin_tiny", "pvt_tiny",
+                                               "swin_t_msf_g2" /* torchvision's Swin layout */};
         for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) check_family(&T, families[i], w);
     }
     check_train(&T, dir);
