@@ -164,6 +164,19 @@ def reference(pix, size, crop_pct, mean, std, squash=False, resample=Image.BICUB
     return ((t - m) / s).numpy()
 
 
+def decoded_as_pil(rep, kind, model, w, tmp, files):
+    """files (name -> bytes) written to tmp and predicted by model@64 (weights w) in one call: each image's input
+    equal to the eval transform of PIL's decoding of it (PIL's decoder is the reference)."""
+    for fn, data in files.items():
+        (tmp / fn).write_bytes(data)
+    res, _ = predict(rep, f"predict {model}@64 ({kind})", model, w, [tmp / fn for fn in files],
+                     tmp / f"{kind}.safetensors", "--img-size", 64)
+    if res is not None:
+        for i, fn in enumerate(files):
+            ref = reference(np.asarray(Image.open(tmp / fn).convert("RGB")), 64, 0.875, *IMAGENET)
+            check_input(rep, f"preprocess {fn} (decoded as PIL does)", res["input"][i], ref, std=IMAGENET[1])
+
+
 def predict(rep, name, model, w, images, out, *extra):
     p = vitc_ok(rep, name, "predict", model, "--weights", w, "--json", "--output", out, *extra, *images)
     if p is None:
@@ -269,15 +282,7 @@ def main():
     jpegs["extra.jpg"] = clean[:sos] + b"\x00\x07\x00" + clean[sos:]
     rep.check("the CMYK JPEG is CMYK to PIL", Image.open(io.BytesIO(jpegs["cmyk.jpg"])).mode == "CMYK",
               Image.open(io.BytesIO(jpegs["cmyk.jpg"])).mode)
-    for fn, data in jpegs.items():
-        (tmp / fn).write_bytes(data)
-    res, _ = predict(rep, f"predict {deit}@64 (JPEG)", deit, w, [tmp / fn for fn in jpegs], tmp / "j.safetensors",
-                     "--img-size", 64)
-    if res is not None:
-        for i, fn in enumerate(jpegs):
-            pix = np.asarray(Image.open(tmp / fn).convert("RGB"))
-            ref = reference(pix, 64, 0.875, *IMAGENET)
-            check_input(rep, f"preprocess {fn} (decoded as PIL does)", res["input"][i], ref, std=IMAGENET[1])
+    decoded_as_pil(rep, "JPEG", deit, w, tmp, jpegs)
     eoi = clean.rindex(b"\xff\xd9")
     scan = sos + 4 + int.from_bytes(clean[sos + 2:sos + 4], "big") - 2   # the entropy-coded data's first byte
     (tmp / "cutscan.jpg").write_bytes(clean[:scan + (eoi - scan) // 3] + clean[eoi:])
@@ -295,14 +300,7 @@ def main():
         buf = io.BytesIO()
         img.save(buf, "GIF", **kw)
         gifs[fn] = buf.getvalue()
-    for fn, data in gifs.items():
-        (tmp / fn).write_bytes(data)
-    res, _ = predict(rep, f"predict {deit}@64 (GIF)", deit, w, [tmp / fn for fn in gifs], tmp / "g.safetensors",
-                     "--img-size", 64)
-    if res is not None:
-        for i, fn in enumerate(gifs):
-            ref = reference(np.asarray(Image.open(tmp / fn).convert("RGB")), 64, 0.875, *IMAGENET)
-            check_input(rep, f"preprocess {fn} (decoded as PIL does)", res["input"][i], ref, std=IMAGENET[1])
+    decoded_as_pil(rep, "GIF", deit, w, tmp, gifs)
     g = gifs["p256.gif"]
     at = 13 + (3 * (2 << (g[10] & 7)) if g[10] & 0x80 else 0)
     while g[at] == 0x21:                        # extensions: label, then sub-blocks to a zero-length one
