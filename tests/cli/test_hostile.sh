@@ -648,7 +648,8 @@ expect "... as it does heads recorded only in vitc_heads" 1 "vh3.safetensors rec
 $V init $M --dims 60 -o "$T/d60.safetensors" >/dev/null 2>&1
 expect "a record that builds, with a given option that does not fit it, is a usage error" 2 "not divisible by 8 heads" \
     $V forward $M --heads 8 -w "$T/d60.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors"
-# ... also for the options no record holds (--crop-pct, --train-form): the file was blamed, as if its record built nothing
+# ... also for the options no record holds (--crop-pct, --train-form): the file was blamed, as if its record built
+# nothing
 $V init $M --img-size 8 -o "$T/s8.safetensors" >/dev/null 2>&1
 expect "a record that builds, with a --crop-pct that does not fit it, is the option's usage error" 2 \
     "crop_pct 10 resizes" $V predict $M -w "$T/s8.safetensors" "$T/good.png" --crop-pct 10

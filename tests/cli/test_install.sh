@@ -65,7 +65,8 @@ check "example builds against the installed static library" "[ $rc -eq 0 ]" "$(c
 LD_LIBRARY_PATH=$L ldd "$T/classify" >"$T/ldd.txt" 2>&1
 check "shared example loads libvitc.so.$MAJ from PREFIX" "grep -q 'libvitc.so.$MAJ => $L/libvitc.so.$MAJ' '$T/ldd.txt'" \
     "$(cat "$T/ldd.txt")"
-check "shared example binds vitc_open at its version" "objdump -T '$T/classify' | grep -Eq '[(]VITC_0[.]6[)] +vitc_open\$'" \
+check "shared example binds vitc_open at its version" \
+    "objdump -T '$T/classify' | grep -Eq '[(]VITC_0[.]6[)] +vitc_open\$'" \
     "$(objdump -T "$T/classify" | grep vitc_ | head -3)"
 check "static example does not need libvitc.so" "[ -x '$T/classify_static' ] && ! ldd '$T/classify_static' | grep -q libvitc"
 
