@@ -16,6 +16,7 @@ typedef struct vt_mixup {
     double smoothing;    /* label smoothing of the one-hot targets before mixing */
     int correct_lam;     /* 1: CutMix's lam = 1 - box area / image area after clipping (timm's correct_lam) */
     int num_classes;
+    int roll;            /* partners: 0 timm's flip (image b with B-1-b), 1 torchvision's roll (b with b-1 mod B) */
 } vt_mixup;
 
 /* One batch's random draws. */
@@ -36,9 +37,11 @@ int vt_mixup_enabled(const vt_mixup *m);
  * chosen mode; for CutMix with lam < 1, cy ~ U{0..H-1} then cx ~ U{0..W-1} (timm's rand_bbox). */
 void vt_mixup_sample(const vt_mixup *m, int H, int W, vt_rng *rng, vt_mixup_draw *d);
 
-/* Applies draw d to x (B, C, H, W) in place (timm's _mix_batch) and writes targets (B, num_classes): smoothed one-hots
- * mixed with the flipped batch's, lam·y + (1-lam)·y_flip (mixup_target); *lam_out (may be NULL) gets the lam used
- * (CutMix's corrected to the box area). Errors: odd B (timm needs pairs), a label outside [0, K), bad settings. */
+/* Applies draw d to x (B, C, H, W) in place (timm's _mix_batch; with m->roll torchvision's RandomMixup / RandomCutmix,
+ * the same box and lam, each image's partner the one before it) and writes targets (B, num_classes): smoothed one-hots
+ * mixed with the partners', lam·y + (1-lam)·y_partner (mixup_target); *lam_out (may be NULL) gets the lam used
+ * (CutMix's corrected to the box area). Errors: odd B (timm needs pairs), a label outside [0, K), bad settings, no
+ * memory for the one image roll keeps. */
 int vt_mixup_apply(const vt_mixup *m, const vt_mixup_draw *d, float *x, int B, int C, int H, int W, const int *labels,
                    float *targets, double *lam_out, vt_err *e);
 

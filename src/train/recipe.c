@@ -134,7 +134,8 @@ static void preset_refiner(vt_recipe *r) {
 
 /* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not
  * scaled), wd 0.05, 100 epochs, 10 warm-up epochs starting at 0.033·lr, cosine to 0, label smoothing 0.1,
- * Mixup 0.2 / CutMix 0.2 (torchvision's RandomChoice: switch 0.5), RA sampler, no drop-path, no EMA. */
+ * Mixup 0.2 / CutMix 0.2 (torchvision's RandomChoice: switch 0.5; each image mixed with the one before it, roll),
+ * RA sampler, no drop-path, no EMA. */
 static void preset_msf(vt_recipe *r) {
     preset_deit(r);
     r->source = "MSF README command (spec-msf.md §4.4; torchvision reference train.py)";
@@ -150,6 +151,7 @@ static void preset_msf(vt_recipe *r) {
     r->model_ema = 0;
     r->mixup.mixup_alpha = 0.2;
     r->mixup.cutmix_alpha = 0.2;
+    r->mixup.roll = 1; /* RandomMixup / RandomCutmix pair each image with batch.roll(1, 0)'s */
     r->reprob = 0.0;
     snprintf(r->aa, sizeof r->aa, "three");
     r->repeated_aug = 1; /* torchvision's RASampler: DeiT's, 3 repeats */
@@ -309,6 +311,7 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddNumberToObject(j, "mixup_prob", r->mixup.prob);
     cJSON_AddNumberToObject(j, "mixup_switch_prob", r->mixup.switch_prob);
     cJSON_AddStringToObject(j, "mixup_mode", "batch");
+    cJSON_AddStringToObject(j, "mixup_pairs", r->mixup.roll ? "roll" : "flip"); /* torchvision's b-1, timm's B-1-b */
     cJSON_AddBoolToObject(j, "model_ema", r->model_ema);
     cJSON_AddNumberToObject(j, "model_ema_decay", r->model_ema_decay);
     cJSON_AddBoolToObject(j, "repeated_aug", r->repeated_aug);

@@ -3,6 +3,7 @@
  * usage:
  *   recipe_driver mixup B C H W K lam cutmix cy cx smoothing correct_lam IN OUT
  *       IN: float32 x (B, C, H, W), labels (B) as float32; OUT: x after vt_mixup_apply, targets (B, K), lam used.
+ *   recipe_driver mixup_roll ...: the same with torchvision's partners (vt_mixup.roll).
  *   recipe_driver draws N H W mixup_alpha cutmix_alpha prob switch_prob seed OUT
  *       OUT: N rows (lam, cutmix, cy, cx) of vt_mixup_sample from one vt_rng seeded with seed.
  *   recipe_driver softce B K IN OUT
@@ -47,9 +48,10 @@ static void put_f(FILE *f, const float *v, size_t n) {
     for (size_t i = 0; i < n; i++) put(f, v[i]);
 }
 
-static int do_mixup(char **a) {
+static int do_mixup(char **a, int roll) {
     const int B = atoi(a[0]), C = atoi(a[1]), H = atoi(a[2]), W = atoi(a[3]), K = atoi(a[4]);
     vt_mixup m = vt_mixup_timm(K);
+    m.roll = roll;
     vt_mixup_draw d = {atof(a[5]), atoi(a[6]), atoi(a[7]), atoi(a[8])};
     m.smoothing = atof(a[9]);
     m.correct_lam = atoi(a[10]);
@@ -241,7 +243,8 @@ static int do_ra(char **a) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 15 && strcmp(argv[1], "mixup") == 0) return do_mixup(argv + 2);
+    if (argc >= 15 && strcmp(argv[1], "mixup") == 0) return do_mixup(argv + 2, 0);
+    if (argc >= 15 && strcmp(argv[1], "mixup_roll") == 0) return do_mixup(argv + 2, 1);
     if (argc >= 11 && strcmp(argv[1], "draws") == 0) return do_draws(argv + 2);
     if (argc >= 6 && strcmp(argv[1], "softce") == 0) return do_softce(argv + 2);
     if (argc >= 6 && strcmp(argv[1], "clip") == 0) return do_clip(argc - 2, argv + 2);

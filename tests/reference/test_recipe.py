@@ -3,7 +3,8 @@ from timm's definitions (timm/data/mixup.py, timm/loss/cross.py, torch.nn.utils.
 
 - Mixup/CutMix (vt_mixup_apply, src/train/mixup.c) with fixed lam / mode / box centre: the mixed batch and the soft
   targets equal timm's `_mix_batch` + `mixup_target` transcribed in torch (≤ 1e-6), for Mixup, CutMix with and
-  without correct_lam, boxes clipped at the border, lam = 1 (no mixing);
+  without correct_lam, boxes clipped at the border, lam = 1 (no mixing); with vt_mixup.roll (the msf recipe's)
+  torchvision's RandomMixup / RandomCutmix transcribed (each image's partner the one before it: batch.roll(1, 0));
 - the draws (vt_mixup_sample): CutMix frequency = switch_prob, Mixup's lam ~ Beta(0.8, 0.8) and CutMix's ~ Beta(1, 1)
   (two-sample Kolmogorov-Smirnov against torch.distributions.Beta), box centres uniform, prob < 1 leaves that share
   of the batches unmixed, Mixup-only never cuts;
@@ -86,6 +87,29 @@ def timm_mix(x, target, K, lam, cutmix, cy, cx, smoothing, correct_lam):
     return x, mixup_target(target, K, lam, smoothing), lam
 
 
+# ---- torchvision's references/classification/transforms.py RandomMixup / RandomCutmix, transcribed (the draws
+# given; the box r = 0.5·sqrt(1 - lam) of each side from the centre, clamped; smoothing as the loss's
+# label_smoothing, applied to the one-hot targets before mixing: the same linear map) ----
+def tv_mix(x, target, K, lam, cutmix, cy, cx, smoothing, correct_lam):
+    x = x.clone()
+    x_rolled = x.roll(1, 0)
+    if lam != 1.:
+        if cutmix:
+            H, W = x.shape[-2:]
+            r = 0.5 * math.sqrt(1.0 - lam)
+            rw, rh = int(r * W), int(r * H)
+            x1, y1 = max(cx - rw, 0), max(cy - rh, 0)
+            x2, y2 = min(cx + rw, W), min(cy + rh, H)
+            x[:, :, y1:y2, x1:x2] = x_rolled[:, :, y1:y2, x1:x2]
+            if correct_lam:
+                lam = 1.0 - (x2 - x1) * (y2 - y1) / (W * H)
+        else:
+            x = x * lam + x_rolled * (1.0 - lam)
+    off = smoothing / K
+    y = one_hot(target, K, 1. - smoothing + off, off)
+    return x, y * lam + y.roll(1, 0) * (1. - lam), lam
+
+
 MIX_CASES = [  # B, C, H, W, K, lam, cutmix, cy, cx, smoothing, correct_lam
     (4, 3, 8, 8, 5, 0.3, 0, 0, 0, 0.1, 1),
     (6, 2, 7, 9, 10, 0.85, 0, 0, 0, 0.0, 1),
@@ -98,18 +122,19 @@ MIX_CASES = [  # B, C, H, W, K, lam, cutmix, cy, cx, smoothing, correct_lam
 
 
 def check_mixup(rep, exe, d):
-    for case in MIX_CASES:
+    for case, (how, ref) in ((c, h) for c in MIX_CASES for h in (("mixup", timm_mix), ("mixup_roll", tv_mix))):
         B, C, H, W, K, lam, cut, cy, cx, sm, corr = case
-        name = f"mixup B{B} C{C} {H}x{W} K{K} lam{lam} {'cutmix' if cut else 'mixup'} c=({cy},{cx}) corr{corr}"
+        name = (f"{'timm' if how == 'mixup' else 'torchvision (roll)'} mixup B{B} C{C} {H}x{W} K{K} lam{lam} "
+                f"{'cutmix' if cut else 'mixup'} c=({cy},{cx}) corr{corr}")
         g = torch.Generator().manual_seed(B * 100 + H)
         x = torch.randn(B, C, H, W, generator=g)
         lab = torch.randint(0, K, (B,), generator=g)
-        xr, tr, lr = timm_mix(x, lab, K, lam, cut, cy, cx, sm, corr)
+        xr, tr, lr = ref(x, lab, K, lam, cut, cy, cx, sm, corr)
         fin, fout = d / "mix_in.bin", d / "mix_out.bin"
         with open(fin, "wb") as f:
             f.write(x.numpy().tobytes())
             f.write(lab.float().numpy().tobytes())
-        if not run(rep, name, exe, "mixup", B, C, H, W, K, repr(lam), cut, cy, cx, repr(sm), corr, fin, fout):
+        if not run(rep, name, exe, how, B, C, H, W, K, repr(lam), cut, cy, cx, repr(sm), corr, fin, fout):
             continue
         out = np.fromfile(fout, dtype=np.float64)
         nx = B * C * H * W
