@@ -199,6 +199,25 @@ static void check_clip(vt_test *T) {
     double n2 = vt_clip_grad_norm(P, 0);
     T_CHECK(T, fabs(n2 - 6.5) < 1e-5 && fabs(w->grad[0] - 1.5) < 1e-6, "after clip norm %g, g0 %g", n2,
             (double)w->grad[0]);
+    /* the norm of a large gradient is bit-identical on 1, 2 and 3 threads (the ranks of a data-parallel run clip by
+     * it, whatever their --threads) */
+    vt_params *Q = vt_params_new(&e);
+    const int big = 300007;
+    vt_tensor *q = Q ? vt_params_add(Q, "q", VT_PARAM, 1, &big, (vt_init){VT_INIT_NORMAL, 1.0f}, &e) : NULL;
+    if (q && vt_params_alloc_grads(Q, &e) == 0) {
+        for (int j = 0; j < big; j++) q->grad[j] = (float)sin(0.37 * j) * (j % 3 ? 1.0f : 1e-3f);
+        const int saved = omp_get_max_threads();
+        double norms[3];
+        for (int th = 1; th <= 3; th++) {
+            omp_set_num_threads(th);
+            norms[th - 1] = vt_clip_grad_norm(Q, 0);
+        }
+        omp_set_num_threads(saved);
+        T_CHECK(T, norms[0] == norms[1] && norms[0] == norms[2], "clip norm on 1, 2, 3 threads: %.17g %.17g %.17g",
+                norms[0], norms[1], norms[2]);
+    }
+    T_CHECK(T, q != NULL, "store: %s", e.msg);
+    vt_params_free(Q);
     vt_err e2 = {0};
     vt_adamw o;
     T_CHECK(T, vt_adamw_init(&o, P, 1.0f, 0.999f, 1e-8f, 0.0f, &e2) == -1 && strstr(e2.msg, "betas"),

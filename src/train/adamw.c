@@ -115,17 +115,27 @@ float *vt_adamw_state(const vt_adamw *o, int i, char *name, int len, int64_t *nu
     return i % 2 ? o->v[i / 2] : o->m[i / 2];
 }
 
+#define CLIP_CHUNKS 64 /* a gradient's squares summed in this many fixed chunks, added in order */
+
+/* The norm is the same on any thread count: each rank of a data-parallel run clips its copy of the (allreduced)
+ * gradients by it, and an OpenMP reduction's order, which follows the threads, had let ranks on other --threads
+ * settings clip by other last bits and their weights drift apart. */
 double vt_clip_grad_norm(vt_params *P, double max_norm) {
     double ss = 0.0;
     for (int i = 0; i < P->n; i++) {
         const vt_tensor *t = P->t[i];
         if (t->kind != VT_PARAM || !t->grad) continue;
         const float *g = t->grad;
-        const int64_t numel = t->numel;
-        double s = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : s) if (numel > 32768)
-        for (int64_t j = 0; j < numel; j++) s += (double)g[j] * (double)g[j];
-        ss += s;
+        const int64_t numel = t->numel, step = (numel + CLIP_CHUNKS - 1) / CLIP_CHUNKS;
+        double part[CLIP_CHUNKS];
+#pragma omp parallel for schedule(static) if (numel > 32768)
+        for (int k = 0; k < CLIP_CHUNKS; k++) {
+            const int64_t j1 = (k + 1) * step < numel ? (k + 1) * step : numel;
+            double s = 0.0;
+            for (int64_t j = k * step; j < j1; j++) s += (double)g[j] * (double)g[j];
+            part[k] = s;
+        }
+        for (int k = 0; k < CLIP_CHUNKS; k++) ss += part[k];
     }
     const double norm = sqrt(ss);
     if (max_norm > 0.0) {
