@@ -53,6 +53,10 @@ const char *vt_path_brief(const char *path, char *buf, size_t n);
  * UTF-8), so that a file name inside a message can neither break its line nor start a terminal escape sequence. */
 void vt_fputs_clean(FILE *f, const char *s);
 
+/* 1 when p starts a C1 control character in UTF-8 (U+0080..U+009F, bytes C2 80..9F: a terminal reads U+009B, CSI, as
+ * the start of an escape sequence). */
+static inline int vt_c1_at(const unsigned char *p) { return p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f; }
+
 /* Allocates n bytes aligned to 64 bytes, zeroed; returns NULL (and sets e) when out of memory. */
 void *vt_alloc(size_t n, vt_err *e);
 

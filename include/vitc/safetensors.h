@@ -109,6 +109,9 @@ long vt_json_escaped_nul(const unsigned char *s, size_t n);
  * the first bad byte in *bad. Header strings must be (the reader refuses anything else). */
 int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad);
 
+/* The bytes of the valid UTF-8 sequence at s[0..n) (1 to 4; its code point in *cp), or 0 where none starts there. */
+size_t vt_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
+
 /* Writes n tensors to path atomically (vt_out_open: a temporary file beside it, fsync, rename; removed on error).
  * metadata_json is NULL or a JSON object of string values stored as __metadata__. The header is
  * space-padded so the data section starts at a multiple of 8. Names must be unique; names, metadata

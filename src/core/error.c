@@ -39,7 +39,7 @@ int vt_seterr_from(vt_err *e, const vt_err *cause, const char *fmt, ...) {
 
 void vt_fputs_clean(FILE *f, const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* a C1 control in UTF-8 (U+0080..U+009F, e.g. CSI) */
+        if (vt_c1_at(p)) {
             fprintf(f, "\\u%04x", p[1]);
             p++;
         } else if (*p == '\n') {

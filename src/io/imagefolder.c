@@ -73,45 +73,26 @@ static char *join(const char *a, const char *b) {
     return p;
 }
 
-/* The code point at s[*i] as Python reads a file name (UTF-8, each byte outside a valid sequence as U+DC00 + the byte:
- * os.fsdecode's surrogateescape), *i moved past it. */
-static uint32_t name_cp(const unsigned char *s, size_t *i) {
-    const unsigned c = s[*i];
-    int n = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : -1;
-    if (n > 0) { /* the second byte's range excludes overlong forms, surrogates and code points past U+10FFFF */
-        const unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-        uint32_t cp = c & (0x3fu >> n);
-        for (int k = 1; k <= n; k++) {
-            const unsigned t = s[*i + (size_t)k]; /* a NUL ends the check before the string's end */
-            if (t < (k == 1 ? lo : 0x80) || t > (k == 1 ? hi : 0xbf)) {
-                n = -1;
-                break;
-            }
-            cp = cp << 6 | (t & 0x3f);
-        }
-        if (n > 0) {
-            *i += (size_t)n + 1;
-            return cp;
-        }
-    }
-    ++*i;
-    return n == 0 ? c : 0xdc00 + c;
-}
-
-/* Python's order of two file names (sorted() on str, what torchvision's ImageFolder and os.walk's caller sort by):
- * byte order where both are UTF-8, otherwise a byte that is not puts its surrogate U+DC80..U+DCFF between U+D7FF and
- * U+E000, not past every character as strcmp's byte order does. */
+/* Python's order of two file names (sorted() on str, what torchvision's ImageFolder and os.walk's caller sort by): code
+ * points, a byte outside a valid UTF-8 sequence read as U+DC00 + the byte (os.fsdecode's surrogateescape). Byte order
+ * where both are UTF-8; otherwise such a byte sorts between U+D7FF and U+E000, not past every character as strcmp's
+ * byte order put it. */
 static int name_cmp(const char *a, const char *b) {
-    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    const uint8_t *x = (const uint8_t *)a, *y = (const uint8_t *)b;
+    const size_t nx = strlen(a), ny = strlen(b);
     size_t i = 0, j = 0;
     for (;;) {
-        if (x[i] == y[j] && x[i] < 0x80) { /* ASCII: the common case, one byte each */
-            if (!x[i]) return 0;
+        if (i == nx || j == ny) return (j == ny) - (i == nx);
+        if (x[i] == y[j] && x[i] < 0x80) { /* ASCII: the common case */
             i++, j++;
             continue;
         }
-        const uint32_t p = x[i] ? name_cp(x, &i) : 0, q = y[j] ? name_cp(y, &j) : 0;
-        if (p != q || !p) return (p > q) - (p < q);
+        uint32_t p, q;
+        const size_t kp = vt_utf8_next(x + i, nx - i, &p), kq = vt_utf8_next(y + j, ny - j, &q);
+        if (!kp) p = 0xdc00u + x[i];
+        if (!kq) q = 0xdc00u + y[j];
+        if (p != q) return (p > q) - (p < q);
+        i += kp ? kp : 1, j += kq ? kq : 1;
     }
 }
 
@@ -138,7 +119,7 @@ static const char *printable(const char *name, char *out, size_t n) {
             o += (size_t)snprintf(out + o, n - o, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
         else if (*p < 0x20 || *p == 0x7f)
             o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
-        else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+        else if (vt_c1_at(p))
             o += (size_t)snprintf(out + o, n - o, "\\xc2\\x%02x", *++p);
         else
             out[o++] = (char)*p;
@@ -299,7 +280,7 @@ static int check_class_name(const char *name, const char *where, vt_err *e) {
                          printable(name, shown, sizeof shown), (unsigned char)name[bad], bad);
     }
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
+        if (*p < 0x20 || *p == 0x7f || vt_c1_at(p)) {
             char shown[160];
             if (*p == 0xc2)
                 return vt_seterr(e, "%s: class name '%s' has a control character (U+%04X)", where,

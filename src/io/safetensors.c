@@ -37,25 +37,36 @@ static uint64_t le64(const uint8_t *p) {
     return v;
 }
 
-int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t k;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
-        else { *bad = i; return 0; }
-        if (n - i <= k) { *bad = i; return 0; }
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) { *bad = i; return 0; }
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) { *bad = i; return 0; }
-        i += k + 1;
+size_t vt_utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
+    if (n == 0) return 0;
+    const uint8_t c = s[0];
+    size_t k;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
     }
+    if ((c & 0xE0) == 0xC0) { k = 1; v = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { k = 2; v = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { k = 3; v = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (n <= k) return 0;
+    for (size_t j = 1; j <= k; j++) { /* a NUL or any byte that continues nothing stops here: nothing past it read */
+        if ((s[j] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[j] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return k + 1;
+}
+
+int vt_utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
+    uint32_t cp;
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = vt_utf8_next(s + i, n - i, &cp))) {
+            *bad = i;
+            return 0;
+        }
     return 1;
 }
 

@@ -99,9 +99,9 @@ int vt_mixup_apply(const vt_mixup *m, const vt_mixup_draw *d, float *x, int B, i
     for (int b = 0; b < B; b++)
         if (labels[b] < 0 || labels[b] >= K)
             return vt_seterr(e, "mixup: label %d of sample %d is outside [0, %d)", labels[b], b, K);
+    if (m->roll) return roll_apply(m, d, x, B, C, H, W, labels, targets, lam_out, e);
     double lam = d->lam;
     const size_t plane = (size_t)H * W, img = (size_t)C * plane;
-    if (m->roll) return roll_apply(m, d, x, B, C, H, W, labels, targets, lam_out, e);
     if (lam != 1.0 && d->cutmix) {
         int yl, yh, xl, xh;
         cut_box(d, lam, H, W, &yl, &yh, &xl, &xh);
