@@ -106,6 +106,10 @@ const vt_attn_type *vt_attn_find(const char *name);
 /* The FFN type called `name` (NULL if none). */
 const vt_ffn_type *vt_ffn_find(const char *name);
 
+/* Writes into buf (n bytes) the name weight files record for attention `name` (VT_ATTN_KEY): the name, except where
+ * two names build the same network on the same tensors (orig and orig_g1 are mhsa, msf_g1 is msf). */
+void vt_attn_record_name(const char *name, char *buf, size_t n);
+
 /* Writes the comma-separated names of every attention (which = 0) or FFN (which = 1) type into buf (n bytes). */
 const char *vt_block_type_names(int which, char *buf, size_t n);
 

@@ -129,6 +129,9 @@ typedef struct vt_params {
                        * like form; "": not recorded */
     char windows[64]; /* the attention window or stripe width of each stage of a model with them ("1,2,7,7"), which
                        * CSwin's shapes do not show: recorded and checked on loading (not on --init-from); "": none */
+    char attn[128];   /* each stage's attention as weight files record it (vt_attn_record_name: "msf_g2_block", or
+                       * "mhsa,mhsa,flatten,flatten"), whose grouped projections' channel order no shape shows: recorded
+                       * and checked on loading; "": none */
     const char *model; /* the named model it was created for, recorded in weight files (VT_MODEL_KEY); NULL: none */
     char options[512]; /* the options that changed it from that model (vt_model_cfg.options), recorded with it */
     long long epoch;   /* > 0: the training epoch (from 1) whose weights these are, recorded (VT_EPOCH_KEY) in a run's

@@ -14,6 +14,8 @@
 #define VT_HEADS_KEY "vitc_heads"
 /* ... and the one holding P->windows, each stage's attention window or stripe width. */
 #define VT_WINDOWS_KEY "vitc_windows"
+/* ... and the one holding P->attn, each stage's attention (vt_attn_record_name). */
+#define VT_ATTN_KEY "vitc_attn"
 /* ... and the ones holding P->model, the named model, and P->options, the options that changed it (the command line's
  * spelling): the commands that load weights build the model with the options it was saved with. */
 #define VT_MODEL_KEY "vitc_model"
@@ -28,6 +30,10 @@ int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *
 /* Refuses a file f recording other windows or stripe widths (VT_WINDOWS_KEY) than P runs; files without the record
  * pass (fine-tuning at another width, --init-from, does not check it). */
 int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
+/* Refuses a file f recording other attention (VT_ATTN_KEY) than P runs, e.g. MSF's grouped projections in the
+ * other channel order (msf_g2 against msf_g2_block, same shapes); files without the record pass. */
+int vt_weights_check_attn(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* 1 when f holds re-parameterised branch tensors (a `.rep.` in a name): cFFN's training form. */
 int vt_weights_has_branches(const vt_st_file *f);
@@ -47,7 +53,7 @@ int vt_weights_rep_merged_in(const char *name, const vt_st_file *f);
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
 /* vt_params_load's checks of f (opened from path) that need no values: the form, the names, shapes and dtypes, the
- * heads record; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
+ * heads, windows and attention records; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* 1 when t may be absent from a weight file, as PyTorch's load_state_dict allows: a buffer the architecture defines
@@ -55,7 +61,7 @@ int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *pa
  * definition, a BatchNorm's num_batches_tracked (older PyTorch) reads 0. */
 int vt_weights_may_be_absent(const vt_tensor *t);
 
-/* vt_params_check_file without the heads record: the form, the names, shapes and dtypes. */
+/* vt_params_check_file without the heads, windows and attention records: the form, the names, shapes and dtypes. */
 int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* vt_params_load from the already opened file f. */

@@ -57,6 +57,18 @@ const vt_attn_type *vt_attn_find(const char *name) {
     return NULL;
 }
 
+void vt_attn_record_name(const char *name, char *buf, size_t n) {
+    vt_msf_cfg m;
+    if (vt_msf_parse(name, &m) != 0)
+        snprintf(buf, n, "%s", name ? name : "");
+    else if (!m.probe && m.groups == 1) /* the baseline's dense projection: the host's own attention */
+        snprintf(buf, n, "mhsa");
+    else if (m.groups == 1)
+        snprintf(buf, n, "msf");
+    else /* the grouping order shows in no shape: it is what the record is for */
+        snprintf(buf, n, "%s_g%d%s", m.probe ? "msf" : "orig", m.groups, m.block_grouping ? "_block" : "");
+}
+
 const vt_ffn_type *vt_ffn_find(const char *name) {
     for (int i = 0; name && i < NFFN; i++)
         if (strcmp(ffn_types[i].name, name) == 0) return &ffn_types[i];

@@ -70,6 +70,7 @@ void vt_params_copy_records(vt_params *dst, const vt_params *src) {
     dst->model = src->model;
     memcpy(dst->heads, src->heads, sizeof dst->heads);
     memcpy(dst->windows, src->windows, sizeof dst->windows);
+    memcpy(dst->attn, src->attn, sizeof dst->attn);
     memcpy(dst->options, src->options, sizeof dst->options);
 }
 

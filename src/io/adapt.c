@@ -237,7 +237,8 @@ int vt_adapt_load(vt_params *P, int num_classes, int in_chans, int pos_h, int po
         vt_st_close(&f);
         return -1;
     }
-    if (vt_weights_check_heads(P, &f, path, e)) { /* the tensors fit: the heads they were made for must too */
+    /* the tensors fit: the heads and attention they were made for must too */
+    if (vt_weights_check_heads(P, &f, path, e) || vt_weights_check_attn(P, &f, path, e)) {
         vt_st_close(&f);
         return -1;
     }

@@ -142,6 +142,36 @@ int vt_weights_check_heads(const vt_params *P, const vt_st_file *f, const char *
                      "--double-heads where it was)", path, rec, VT_HEADS_KEY, P->heads);
 }
 
+/* 1 when f records an attention list (VT_ATTN_KEY) other than P's, pointing *rec at it; 0 when it records none or
+ * P's; -1 with a message when the record is not a list of names as vitc writes them. */
+static int other_attn(const vt_params *P, const vt_st_file *f, const char *path, const char **rec, vt_err *e) {
+    *rec = vt_st_meta(f, VT_ATTN_KEY);
+    if (!*rec || !P->attn[0] || strcmp(*rec, P->attn) == 0) return 0;
+    int ok = (*rec)[0] >= 'a' && (*rec)[0] <= 'z' && strlen(*rec) < sizeof P->attn; /* names, comma-separated */
+    for (const char *p = *rec; ok && *p; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+             (*p == ',' && p[1] >= 'a' && p[1] <= 'z');
+    return ok ? 1
+              : vt_seterr(e, "%s: its %s metadata \"%.40s\" is not a list of attention names: not a file vitc wrote",
+                          path, VT_ATTN_KEY, *rec);
+}
+
+/* The commas in s: a per-stage list's stages less one. */
+static int commas(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == ',';
+    return n;
+}
+
+int vt_weights_check_attn(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
+    const char *rec;
+    const int o = other_attn(P, f, path, &rec, e);
+    if (o <= 0) return o;
+    return vt_seterr(e, "%s was made with attention %.127s (per stage; metadata %s) but the model is built with %s: "
+                     "the same tensors in another network (grouped projections keep their channels in another order); "
+                     "build it as it was made (--attn)", path, rec, VT_ATTN_KEY, P->attn);
+}
+
 int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     const char *rec;
     if (recorded_list(f, path, VT_WINDOWS_KEY, P->windows, "window sizes", &rec, e) || !rec) return rec ? -1 : 0;
@@ -212,7 +242,10 @@ int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e) {
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     if (vt_params_check_tensors(P, f, path, e)) return -1;
     /* the tensors fit: the heads and windows they were made for must too */
-    return vt_weights_check_heads(P, f, path, e) || vt_weights_check_windows(P, f, path, e) ? -1 : 0;
+    return vt_weights_check_heads(P, f, path, e) || vt_weights_check_windows(P, f, path, e) ||
+                   vt_weights_check_attn(P, f, path, e)
+               ? -1
+               : 0;
 }
 
 int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
@@ -265,6 +298,12 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
          * other) or in presence (cFFN on one side only) */
         /* each hint only where the sides differ in that respect as a whole: a file short of one branch tensor, or
          * another model's file, is named by its lists alone */
+        char made[640] = ""; /* a file vitc wrote for other attention, as many stages: the way out */
+        const char *rec;
+        vt_err scratch = {0};
+        if (other_attn(P, f, path, &rec, &scratch) == 1 && commas(rec) == commas(P->attn))
+            snprintf(made, sizeof made, ". It was made with attention %.127s (metadata %s), the model is built with "
+                     "%s: build it as it was made (--attn %.127s)", rec, VT_ATTN_KEY, P->attn, rec);
         merged_in_file *= !file_rep, rep_missing *= !file_rep, merged_in_model *= !model_rep;
         rep_extra *= !model_rep, factors_missing *= !file_factors, factors_extra *= !model_factors;
         const char *form =
@@ -284,7 +323,7 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
                                 "it as the file was made (--ffn cffn)"
             : factors_missing ? ". The model's cFFN layers (`_u`, `_v`) are a plain MLP's in the file: the file was made "
                                 "without cFFN (build it with --ffn mlp)"
-                              : "";
+                              : made;
         /* with a hint, the hint first and the file after it: a message cut to fit (vt_msg_vformat, 508 bytes in
          * vitc_error) keeps its start, and the hint is the way out */
         size_t o = form[0] ? (size_t)snprintf(msg, sizeof msg,
@@ -380,6 +419,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_HEADS_KEY, P->heads);
     if (P->windows[0])
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_WINDOWS_KEY, P->windows);
+    if (P->attn[0]) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_ATTN_KEY, P->attn);
     if (P->epoch > 0) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%lld\"", VT_EPOCH_KEY, P->epoch);
     snprintf(meta + len, sizeof meta - (size_t)len, "}");
     rc = vt_st_write(path, outs, n, meta, e);

@@ -528,6 +528,12 @@ int vt_model_create_params(const vt_model_cfg *c, vt_params *P, vt_err *e) {
     for (int i = 0, len = 0; (c->family->caps & VT_CAP_WINDOWS) && i < c->arch.nstages && len < 48; i++)
         len += snprintf(P->windows + len, sizeof P->windows - (size_t)len, "%s%d", i ? "," : "",
                         c->arch.stages[i].window);
+    P->attn[0] = '\0';
+    for (int i = 0, len = 0; i < c->arch.nstages && len < (int)sizeof P->attn; i++) {
+        char one[32];
+        vt_attn_record_name(c->arch.stages[i].attn, one, sizeof one);
+        len += snprintf(P->attn + len, sizeof P->attn - (size_t)len, "%s%s", i ? "," : "", one);
+    }
     return 0;
 }
 

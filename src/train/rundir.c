@@ -97,6 +97,7 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
              cJSON_AddStringToObject(m, "best_acc1", ba);
     if (ok && P->heads[0]) ok = cJSON_AddStringToObject(m, VT_HEADS_KEY, P->heads) != NULL;
     if (ok && P->windows[0]) ok = cJSON_AddStringToObject(m, VT_WINDOWS_KEY, P->windows) != NULL;
+    if (ok && P->attn[0]) ok = cJSON_AddStringToObject(m, VT_ATTN_KEY, P->attn) != NULL;
     char files[17];
     files_text(st, files);
     if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;
@@ -188,9 +189,9 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
                            vt_err *e) {
     vt_st_file f;
     if (vt_st_open(path, &f, e)) return -1;
-    /* the heads and windows the run was built with (a --heads on --resume would split its maps otherwise) */
+    /* the heads, windows and attention the run was built with (a --heads on --resume would split its maps otherwise) */
     int rc = vt_weights_check_heads(P, &f, path, e) || vt_weights_check_windows(P, &f, path, e) ||
-                     check_no_extra(&f, P, path, e)
+                     vt_weights_check_attn(P, &f, path, e) || check_no_extra(&f, P, path, e)
                  ? -1
                  : 0;
     /* each tensor checked as a weights file's (vt_param_read): shape, dtype, finite, variances, fixed buffers */

@@ -619,6 +619,29 @@ expect "weights made with --heads 2 refused by a model of 4 heads" 1 "was made f
 $V forward $M -w "$T/h2.safetensors" --input "$T/x.safetensors" -o "$T/yh.safetensors" >"$T/h2r.log" 2>&1
 check "... without --heads, the model is built with the 2 the file records, saying so" \
     "[ $? -eq 0 ] && grep -q 'records: --heads 2$' '$T/h2r.log'" "$(cat "$T/h2r.log")"
+# ... and their attention: MSF's grouped projections in the other channel order have the same shapes (refused, exit
+# 1); orig is the host's own attention on the same tensors (taken); other tensors name the attention made with
+$V init $M --attn msf_g2 -o "$T/g2.safetensors" >/dev/null 2>&1
+expect "weights made with --attn msf_g2 refused by msf_g2_block (same shapes, channels in another order)" 1 \
+    "g2.safetensors was made with attention msf_g2 (per stage; metadata vitc_attn) but the model is built with \
+msf_g2_block" $V eval $M --attn msf_g2_block -w "$T/g2.safetensors" --data fashion-mnist --test-subset 8
+$V forward $M -w "$T/g2.safetensors" --input "$T/x.safetensors" -o "$T/yg2.safetensors" >"$T/g2r.log" 2>&1
+check "... without --attn, the model is built with the msf_g2 the file records" \
+    "[ $? -eq 0 ] && grep -q 'records: --attn msf_g2$' '$T/g2r.log'" "$(cat "$T/g2r.log")"
+$V init $M --attn orig -o "$T/orig.safetensors" >/dev/null 2>&1
+$V forward $M --attn orig -w "$T/orig.safetensors" --input "$T/x.safetensors" -o "$T/yo.safetensors" >/dev/null 2>&1
+$V forward $M --attn mhsa -w "$T/orig.safetensors" --input "$T/x.safetensors" -o "$T/ym.safetensors" >"$T/om.log" 2>&1
+check "weights made with --attn orig run as mhsa, the same network" "[ $? -eq 0 ] && /usr/bin/python3 -c '
+import sys; sys.path.insert(0, \"tests/reference\"); import st, numpy as np
+a, b = (st.load(sys.argv[i])[\"logits\"] for i in (1, 2)); sys.exit(not np.array_equal(a, b))' \
+    '$T/yo.safetensors' '$T/ym.safetensors'" "$(cat "$T/om.log")"
+$V init $M --attn refiner -o "$T/rf.safetensors" >/dev/null 2>&1
+expect "weights made with --attn refiner, built with mhsa: the message names the attention they were made with" 1 \
+    "It was made with attention refiner (metadata vitc_attn), the model is built with mhsa: build it as it was made \
+(--attn refiner)" $V forward $M --attn mhsa -w "$T/rf.safetensors" --input "$T/x.safetensors" -o "$T/yr.safetensors"
+rerecord "$T/g2.safetensors" "$T/rec_attn.safetensors" "vitc_attn=msf_g2;rm"
+expect "an attention record vitc would not write is refused" 1 "metadata .msf_g2;rm. is not a list of attention \
+names" $V forward $M --attn msf_g2 -w "$T/rec_attn.safetensors" --input "$T/x.safetensors" -o "$T/yr.safetensors"
 # a record vitc would not write: an option that is not the model's, one without its value, one that is not an option
 for r in "bogus:--dtype int8:records the model option '--dtype': not a file vitc wrote" \
     "noval:--heads:records the model option --heads without a value" "word:heads 2:records the model option 'heads'" \

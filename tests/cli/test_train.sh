@@ -121,6 +121,16 @@ $V train vit_fmnist_tiny --resume "$T/vh" --epochs 4 --heads 4 >"$T/vh.log" 2>&1
 check "... but not the heads the checkpoint was trained with (its maps would split into other heads)" \
     "[ $? -eq 1 ] && grep -q 'checkpoint.safetensors was made for 2 attention heads .* built with 4' '$T/vh.log'" \
     "$(cat "$T/vh.log")"
+# ... nor the attention (MSF's grouped projections in the other channel order: the same shapes), on --resume or
+# --init-from
+$V train $COMMON --attn msf_g2 --epochs 1 --out "$T/ag" >"$T/ag.log" 2>&1
+$V train vit_fmnist_tiny --resume "$T/ag" --epochs 2 --attn msf_g2_block >"$T/agr.log" 2>&1
+check "... nor the attention the checkpoint was trained with (msf_g2 resumed as msf_g2_block)" "[ $? -eq 1 ] && grep -q \
+'checkpoint.safetensors was made with attention msf_g2 (per stage; metadata vitc_attn) but the model is built with \
+msf_g2_block' '$T/agr.log'" "$(cat "$T/agr.log")"
+$V train $COMMON --attn msf_g2_block --epochs 1 --init-from "$T/ag/weights.safetensors" --out "$T/agi" >"$T/agi.log" 2>&1
+check "... and --init-from refuses it too" "[ $? -eq 1 ] && grep -q 'made with attention msf_g2 (per stage' '$T/agi.log'" \
+    "$(cat "$T/agi.log")"
 # ... nor fewer blocks: the checkpoint's tensors of the blocks left out would be dropped (its files stay as they were)
 cp -r "$T/v" "$T/vd"
 $V train vit_fmnist_tiny --resume "$T/vd" --epochs 4 --depths 2 >"$T/vd.log" 2>&1
