@@ -131,6 +131,33 @@ void test_metrics(vt_test *T) {
         T_CHECK(T, rc == -1 && strstr(e.msg, "gnuplot not found") && strstr(e.msg, "gnuplot-nox"),
                 "missing gnuplot: %s", e.msg);
         T_CHECK(T, access(gp, R_OK) == 0, "curves.gp not written");
+
+        /* gnuplot exits 0 when its write fails (a full disk): a PNG cut short is refused, the old curves.png kept */
+        char bin[600], fake[700], saved_path[600];
+        snprintf(saved_path, sizeof saved_path, "%s", getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+        snprintf(bin, sizeof bin, "%s/bin", dir);
+        snprintf(fake, sizeof fake, "%s/gnuplot", bin);
+        T_CHECK(T, mkdir(bin, 0700) == 0, "mkdir %s", bin);
+        FILE *sf = fopen(fake, "w");
+        if (sf) {
+            fprintf(sf, "#!/bin/sh\nPATH='%s' gnuplot \"$@\" || exit 1\nfor f in .vitc-*-curves; do truncate -s 1000 "
+                    "\"$f\"; done\n", saved_path);
+            fclose(sf);
+        }
+        chmod(fake, 0700);
+        struct stat before;
+        stat(png, &before);
+        char path_env[1300];
+        snprintf(path_env, sizeof path_env, "%s:%s", bin, saved_path);
+        setenv("PATH", path_env, 1);
+        vt_clearerr(&e);
+        rc = vt_plot_curves(dir, &e);
+        setenv("PATH", saved_path, 1);
+        T_CHECK(T, rc == -1 && strstr(e.msg, "curves.png is cut short"), "a PNG cut short: rc %d, %s", rc, e.msg);
+        T_CHECK(T, stat(png, &st) == 0 && st.st_size == before.st_size && st.st_ino == before.st_ino,
+                "the old curves.png was replaced by one cut short");
+        remove(fake);
+        rmdir(bin);
     } else {
         fprintf(stderr, "note [metrics]: gnuplot not on PATH, PNG check skipped\n");
         vt_clearerr(&e);

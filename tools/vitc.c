@@ -3,10 +3,12 @@
  * table and parser), common.c (messages, the model from the options), model.c (list, info, init, forward, grad,
  * deploy), train.c, infer.c (eval, predict, attention) and bench.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vitc/dist.h"
 #include "vitc/imagefolder.h"
@@ -174,12 +176,31 @@ static int run(int argc, char **argv) {
     return 2;
 }
 
+/* Opens the standard streams the caller left closed (`vitc ... >&-`): stdin on /dev/null, stdout and stderr on
+ * /dev/full, whose writes fail as a closed stream's would (reported), instead of the next file opened (a run folder's
+ * lock) taking their descriptor and the console text landing in it. Returns 1 when stdout was closed. */
+static int std_fds_open(void) {
+    int out_closed = 0;
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        out_closed |= fd == 1;
+        const int got = open(fd ? "/dev/full" : "/dev/null", fd ? O_WRONLY : O_RDONLY);
+        if (got >= 0 && got != fd) { /* (open takes the lowest free descriptor: fd itself) */
+            dup2(got, fd);
+            close(got);
+        }
+    }
+    return out_closed;
+}
+
 /* The command's status, or 1 when its standard output could not be written (a full disk, a closed pipe's EPIPE
  * with SIGPIPE ignored): results redirected to a file are never lost silently (as coreutils' close_stdout). */
 int main(int argc, char **argv) {
+    const int out_closed = std_fds_open();
     const int rc = run(argc, argv);
     const int err = fflush(stdout) != 0 ? errno : 0;
     if (!err && !ferror(stdout)) return rc;
-    fprintf(stderr, "vitc: error writing standard output%s%s\n", err ? ": " : "", err ? strerror(err) : "");
+    fprintf(stderr, "vitc: error writing standard output%s%s\n", out_closed ? ": it is closed" : err ? ": " : "",
+            out_closed ? "" : err ? strerror(err) : "");
     return rc ? rc : 1;
 }

@@ -28,11 +28,13 @@ void vt_path_dir(const char *path, char *dir, size_t n) {
         snprintf(dir, n, "%.*s", (int)(slash - path), path);
 }
 
+static const char *out_target(const char *path, char *real);
+
 int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt_err *e) {
     if (!path || !path[0]) return vt_seterr(e, "empty output file name");
     struct stat st;
-    char dir[4096];
-    vt_path_dir(path, dir, sizeof dir);
+    char dir[4096], real[PATH_MAX];
+    vt_path_dir(out_target(path, real), dir, sizeof dir); /* (a link's: the folder its file goes into) */
     if (stat(path, &st) != 0) { /* a new file: its folder must be there (checked before any work, as a full one is) */
         if (errno != ENOENT) return vt_seterr_code(e, VT_E_IO, "%s: %s", path, strerror(errno));
         struct stat sd;
@@ -57,11 +59,25 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
     return 0;
 }
 
-/* The file an output path writes: an existing symlink's destination (the file it points to is replaced, not the
- * link), else path itself; real holds PATH_MAX bytes. */
+/* The file an output path writes: a symlink's destination (the file it points to is replaced, not the link; one not
+ * there yet is created, as a shell's `>` does), else path itself; real holds PATH_MAX bytes. */
 static const char *out_target(const char *path, char *real) {
     struct stat st;
-    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real) ? real : path;
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+    if (realpath(path, real)) return real;
+    char at[PATH_MAX], to[PATH_MAX], dir[PATH_MAX];
+    snprintf(at, sizeof at, "%s", path);
+    for (int hop = 0; hop < 40; hop++) { /* a dangling chain, followed link by link (40: the kernel's limit) */
+        const ssize_t n = readlink(at, to, sizeof to - 1);
+        if (n < 0) return path;
+        to[n] = '\0';
+        vt_path_dir(at, dir, sizeof dir);
+        if (to[0] != '/' ? snprintf(real, PATH_MAX, "%s/%s", dir, to) >= PATH_MAX : snprintf(real, PATH_MAX, "%s", to) < 0)
+            return path;
+        if (lstat(real, &st) != 0 || !S_ISLNK(st.st_mode)) return real;
+        memcpy(at, real, sizeof at);
+    }
+    return path;
 }
 
 int vt_same_output(const char *a, const char *b) {

@@ -322,6 +322,16 @@ static int run_gnuplot(const char *run_dir, const char *tmp_png, vt_err *e) {
     return 0;
 }
 
+/* 1 when the PNG file at path ends with its IEND chunk (length 0, type, CRC): written to its end. */
+static int png_complete(const char *path) {
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+    unsigned char tail[12];
+    FILE *f = fopen(path, "rb");
+    const int ok = f && fseek(f, -12, SEEK_END) == 0 && fread(tail, 1, 12, f) == 12 && memcmp(tail, iend, 12) == 0;
+    if (f) fclose(f);
+    return ok;
+}
+
 int vt_plot_curves(const char *run_dir, vt_err *e) {
     if (!run_dir) return vt_seterr(e, "vt_plot_curves: NULL run directory");
     char csv[4096], gp[4096], png[4096];
@@ -372,6 +382,8 @@ int vt_plot_curves(const char *run_dir, vt_err *e) {
     struct stat st;
     if (rc == 0 && (stat(tmp, &st) != 0 || st.st_size == 0))
         rc = vt_seterr(e, "gnuplot ran but did not produce %s", png);
+    if (rc == 0 && !png_complete(tmp)) /* gnuplot exits 0 when its write fails (a full disk) */
+        rc = vt_seterr(e, "gnuplot ran but its %s is cut short (a full disk?): the old one, if any, is kept", png);
     if (rc == 0 && rename(tmp, png) != 0)
         rc = vt_seterr(e, "cannot move the new %s into place: %s", png, strerror(errno));
     if (rc) remove(tmp);

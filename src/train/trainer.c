@@ -544,6 +544,7 @@ typedef struct {
     int64_t epoch_imgs;      /* an epoch's training images over all ranks */
     double train_s;          /* seconds spent in the epochs' training steps */
     int64_t steps_run;       /* optimiser steps this process has run */
+    int curves_failed;       /* the last epoch's curves.png could not be drawn (warned) */
 } train_run;
 
 /* printf onto r's progress stream (rank 0's o->log; nothing elsewhere). */
@@ -1021,7 +1022,8 @@ static int save_epoch(train_run *r, const vt_eval_result *ev, const epoch_tally 
         fprintf(r->out, "Note: removed weights_ema.safetensors, an earlier epoch's EMA weights (this run keeps no "
                         "EMA)\n");
     vt_err pe = {0};
-    if (rc == 0 && vt_plot_curves(o->run_dir, &pe) && o->warn) vt_write_line(o->warn, "vitc: warning: ", pe.msg, 1);
+    if (rc == 0 && (r->curves_failed = vt_plot_curves(o->run_dir, &pe) != 0) && o->warn)
+        vt_write_line(o->warn, "vitc: warning: ", pe.msg, 1);
     return rc;
 }
 
@@ -1063,8 +1065,9 @@ static void run_summary(const train_run *r) {
     if (!r->lead) return;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    say(r, "Done: %d epoch%s; weights in %s, curves in %s/curves.png; peak memory %.1f MiB\n", run_epochs(r->o),
-        run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->o->run_dir, ru.ru_maxrss / 1024.0);
+    say(r, "Done: %d epoch%s; weights in %s, %s %s/curves.%s; peak memory %.1f MiB\n", run_epochs(r->o),
+        run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->curves_failed ? "curves not drawn (see the warning), their script"
+        : "curves", r->o->run_dir, r->curves_failed ? "gp" : "png", ru.ru_maxrss / 1024.0);
     if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
         say(r, "Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
             access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "

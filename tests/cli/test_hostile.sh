@@ -82,6 +82,15 @@ expect "forward --input X -o X refused" 1 "is the input" $V forward $M -w "$T/w.
 expect "forward -w W -o W refused" 1 "is the input" $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/w.safetensors"
 ln -s "$T/w.safetensors" "$T/wlink"
 expect "grad -o through a symlink to the weights refused" 1 "is the input" $V grad $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/wlink"
+# a link to a file not there yet writes that file (as a shell's > does), the link kept; one into a missing folder is
+# refused before any work
+mkdir -p "$T/dl" && ln -s ../dl_target.safetensors "$T/dl/a" && ln -s a "$T/dl/b"
+$V init $M -o "$T/dl/b" >"$T/dl.log" 2>&1
+check "init -o through a chain of links to a file not there yet writes that file, the links kept" "[ $? -eq 0 ] && \
+    [ -L '$T/dl/b' ] && [ -L '$T/dl/a' ] && [ -s '$T/dl_target.safetensors' ]" "$(cat "$T/dl.log"; ls -l "$T/dl")"
+ln -s "$T/nofolder/x.safetensors" "$T/dl/c"
+expect "... and one to a missing folder is refused, naming it" 1 "cannot write .*dl/c: folder .*nofolder" \
+    $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/dl/c"
 cp "$T/good.png" "$T/keep.png"
 expect "predict -o onto an image refused" 1 "is the input" $V predict $M -w "$T/w.safetensors" -o "$T/good.png" "$T/good.png"
 check "... every input unchanged" "cmp -s '$T/w.safetensors' '$T/w0.safetensors' && cmp -s '$T/x.safetensors' '$T/x0.safetensors' && cmp -s '$T/good.png' '$T/keep.png'"
@@ -143,6 +152,22 @@ check "list into a full disk: an error, exit 1" \
 $V predict $M -w "$T/w.safetensors" "$T/good.png" --json >/dev/full 2>"$T/full.err"
 check "... and predict --json" "[ $? -eq 1 ] && grep -qF 'error writing standard output' '$T/full.err'" \
     "$(cat "$T/full.err")"
+$V list >&- 2>"$T/closed.err"
+check "list with its standard output closed: an error, exit 1" \
+    "[ $? -eq 1 ] && grep -qF 'vitc: error writing standard output: it is closed' '$T/closed.err'" "$(cat "$T/closed.err")"
+# a closed stdout or stderr is no free descriptor for the run folder's lock to take: no console text lands in it
+$V train $M --data fashion-mnist --epochs 1 --batch-size 16 --train-subset 32 --test-subset 16 --out "$T/cl1" >&- 2>/dev/null
+$V train $M --data fashion-mnist --epochs 1 --batch-size 16 --train-subset 32 --test-subset 16 --out "$T/cl2" 2>&- \
+    >/dev/null
+check "train with stdout, then stderr, closed: nothing written into the run's lock file" \
+    "[ -e '$T/cl1/.lock' ] && [ ! -s '$T/cl1/.lock' ] && [ -e '$T/cl2/.lock' ] && [ ! -s '$T/cl2/.lock' ]" \
+    "$(head -c 300 "$T/cl1/.lock" "$T/cl2/.lock")"
+# without gnuplot the run ends saying its curves were not drawn (it named curves.png as if they were)
+PATH=/nonexistent $V train $M --data fashion-mnist --epochs 1 --batch-size 16 --train-subset 32 --test-subset 16 \
+    --out "$T/cl3" >"$T/cl3.log" 2>&1
+check "... and without gnuplot, the closing line says the curves were not drawn" "[ $? -eq 0 ] && grep -q \
+'^Done: 1 epoch; weights in .*, curves not drawn (see the warning), their script .*cl3/curves.gp;' '$T/cl3.log' && \
+    [ ! -e '$T/cl3/curves.png' ]" "$(tail -3 "$T/cl3.log")"
 # 13. a legal 249-byte output name works (the temporary name does not grow it)
 long=$(printf 'w%.0s' $(seq 237)).safetensors
 $V init $M -o "$T/$long" >"$T/long.log" 2>&1
