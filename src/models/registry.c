@@ -299,8 +299,10 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
                 if (a->stages[i].window != res) snprintf(alt, sizeof alt, " or %d", a->stages[i].window);
                 return vt_seterr(e, "%s: stage %d attends globally whatever its stripe width (the "
                                       "official last stage), so its --windows entry %d can have no effect: give %d "
-                                      "(its resolution)%s there, or one value for every stage", cfg->name, i + 1,
-                                      ov->windows[i], res, alt);
+                                      "(its resolution at %d px%s)%s there, or one value for every stage", cfg->name,
+                                      i + 1, ov->windows[i], res, a->img_size,
+                                      ov->img_size > 0 ? "" : "; for inputs of another size, give that size as "
+                                      "--img-size", alt);
             }
             a->stages[i].window = ov->windows[i];
         }

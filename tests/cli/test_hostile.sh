@@ -51,6 +51,14 @@ expect "bench at 512 px and batch 1024 refused (1: the batch makes it too large)
 expect "forward at 1024 px refused (2)" 2 "limit" $V forward $M --img-size 1024 -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/y.safetensors"
 expect "deit --img-size 4096 refused (2)" 2 "limit" $V bench deit_tiny_patch16_224 --img-size 4096 --iters 1
 expect "--img-size 736 refused (2)" 2 "limit" $V bench $M --img-size 736 --iters 1
+# an any-size model takes its size from the input: a side past 4096 is named as such, not as the model's size
+SW="swin_t --dims 16,32,64,128 --depths 1,1,1,1 --heads 1,2,4,8 --num-classes 10"
+$V init $SW -o "$T/sw.safetensors" >/dev/null 2>&1
+/usr/bin/python3 -c 'import sys; sys.path.insert(0, "tests/reference"); import st, numpy as np
+st.save(sys.argv[1], {"input": np.zeros((1, 3, 4, 4097), np.float32)})' "$T/x4097.safetensors"
+expect "an any-size model's input 4 x 4097 refused, naming the 4096-pixel limit" 1 \
+    "input has shape (1, 3, 4, 4097): image sides are at most 4096 pixels" \
+    $V forward swin_t -w "$T/sw.safetensors" --input "$T/x4097.safetensors" -o "$T/y.safetensors"
 # 2, 9. truncated TGA, header-only TGA, a TGA header + garbage, a bit-rotted PNG: errors, the good image still classified
 for f in trunc.tga header.tga garbage.png rot.png; do
     expect "predict refuses $f" 1 "$f" $V predict $M -w "$T/w.safetensors" "$T/$f" "$T/good.png"
@@ -182,6 +190,9 @@ check "a thread count past 2^63 is echoed as given" "[ $? -eq 0 ] && grep -q '92
 OMP_NUM_THREADS=300 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
 check "OMP_NUM_THREADS=300 runs on the cores it has and says so" "[ $? -eq 0 ] && grep -q '300 threads asked' '$T/t.err' && \
     grep -q \"\\\"threads\\\": $(nproc)\" '$T/t.log'" "$(cat "$T/t.log" "$T/t.err")"
+OMP_NUM_THREADS='1 ,1' $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
+check "OMP_NUM_THREADS='1 ,1' is one thread, as libgomp reads it" "[ $? -eq 0 ] && grep -q '\"threads\": 1,' '$T/t.log' \
+    && ! grep -q 'not a thread count' '$T/t.err'" "$(cat "$T/t.log" "$T/t.err")"
 # 14a. a process held to one core (taskset, a cpuset, mpirun's binding) runs one thread by default, and clamps more
 if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
     taskset -c 0 $V bench $M --batch-size 2 --iters 1 --json >"$T/t.log" 2>"$T/t.err"
@@ -484,7 +495,10 @@ expect "a width its heads do not divide: the message names the model before the 
 expect "Next-ViT: an --attn entry for stage 1 (NCBs only) refused (2)" 2 "stage 1 has no attention" \
     $V info nextvit_small --attn hmhsa,mhsa,mhsa,mhsa --double-heads
 expect "CSwin: a --windows entry for the last stage refused (2), naming what it may be" 2 \
-    "its --windows entry 5 can have no effect: give 7 (its resolution) there" $V info cswin_tiny_224 --windows 1,2,7,5
+    "its --windows entry 5 can have no effect: give 7 (its resolution at 224 px; for inputs of another size, give \
+that size as --img-size) there" $V info cswin_tiny_224 --windows 1,2,7,5
+expect "... at 96 px: its resolution there, or the named model's" 2 "entry 2 can have no effect: give 3 (its \
+resolution at 96 px) or 7 there" $V info cswin_tiny_224 --windows 1,2,2,2 --img-size 96
 $V info cswin_tiny_224 --windows 2 >/dev/null 2>&1
 check "... one value for every stage is taken" "[ $? -eq 0 ]"
 $V init $M --ffn cffn -o "$T/cffn_dep.safetensors" >/dev/null && $V init $M --ffn cffn --train-form -o "$T/cffn_tr.safetensors" >/dev/null

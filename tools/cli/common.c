@@ -1,6 +1,7 @@
 /* The helpers the vitc commands share: messages (say, die, refuse, notice...), the thread setting, the model from
  * the options (model_cfg, load_model), the output check, the dtype report, CSV and JSON strings. */
 #include <cblas.h> /* openblas_set_num_threads */
+#include <ctype.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -115,6 +116,7 @@ static long asked_threads(const opts *o, const char **from, int speak) {
     char *end = NULL;
     const long want = strtol(env, &end, 10);
     *from = "OMP_NUM_THREADS";
+    while (end != env && isspace((unsigned char)*end)) end++; /* "1 " and "1 ,1": one thread, as libgomp reads them */
     if (end == env || want <= 0 || (*end && *end != ',')) {
         if (speak) say(NULL, "notice: OMP_NUM_THREADS='%s' is not a thread count; ignored", env);
         return 0;

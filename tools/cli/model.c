@@ -234,7 +234,15 @@ static int input_hw(const vt_st_file *f, int *h, int *w) {
 static int fit_input_size(const opts *o, const vt_st_file *f, vt_model_cfg *cfg) {
     int h = 0, w = 0;
     vt_err e = {0};
-    if ((!o->img_size || o->size_recorded || vt_model_resizes(cfg)) && input_hw(f, &h, &w) &&
+    const vt_st_entry *t = vt_st_find(f, "input");
+    const int from_input = !o->img_size || o->size_recorded || vt_model_resizes(cfg);
+    if (from_input && (vt_model_any_size(cfg) || vt_model_resizes(cfg)) && t && t->ndim == 4 &&
+        (t->shape[2] > 4096 || t->shape[3] > 4096)) { /* (read_input would blame the model's own size) */
+        vt_seterr(&e, "%s: input has shape (%lld, %lld, %lld, %lld): image sides are at most 4096 pixels", o->input,
+                  (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+        return die("%s", e.msg);
+    }
+    if (from_input && input_hw(f, &h, &w) &&
         vt_model_at_size(cfg, h, w, cfg, &e))
         return die("%s", e.msg);
     return 0;
