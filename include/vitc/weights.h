@@ -47,9 +47,9 @@ int vt_weights_rep_merged_in(const char *name, const vt_st_file *f);
  * (VT_INIT_FIXED) equal to P's; when P->form is set, the form the file records (none: training, or deployed for a cFFN model's file without
  * `.rep.` branches) equal to it.
  * Everything is checked before anything is copied: on error P is unchanged (but below) and the message names the
- * offending tensors. The file is read twice, a tensor at a time: one that another program rewrites in place meanwhile can
- * bring values the first pass did not see (vitc replaces files by renaming); one it shortens between the passes fails
- * the load with P partly overwritten (discard it). */
+ * offending tensors. The file is read twice, a tensor at a time, each value checked in both passes: one that another
+ * program rewrites in place or shortens between the passes (vitc replaces files by renaming) can bring other values
+ * that pass the checks, or fail the load with P partly overwritten (discard it). */
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
 /* vt_params_load's checks of f (opened from path) that need no values: the form, the names, shapes and dtypes, the

@@ -364,12 +364,18 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
         if (rc == 0) rc = check_values(t, t->name, tmp, path, e);
     }
     vt_free(tmp);
-    for (int i = 0; i < P->n && rc == 0; i++) { /* everything checked: only a file shortened meanwhile fails now */
+    /* everything checked: only a file changed meanwhile fails now, its values checked again as they are copied (a fixed
+     * buffer equals its definition already) */
+    for (int i = 0; i < P->n && rc == 0; i++) {
         vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
-        if (s)
+        if (s && t->init.kind != VT_INIT_FIXED) {
             rc = vt_st_read_f32(s, t->data, t->numel, e);
-        else if (t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
+            vt_err ce = {0};
+            if (rc == 0 && check_values(t, t->name, t->data, path, &ce))
+                rc = vt_seterr(e, "%s, a value it did not hold when first read: the file changed while it was "
+                               "loaded, and the model's weights are partly overwritten", ce.msg);
+        } else if (!s && t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
             vt_zero(t->data, t->numel);
         }
     }
