@@ -224,9 +224,11 @@ build-asan/alloc_faults: build-asan/tests/faults/alloc.o build-asan/tests/faults
 	$(CC) $(ASAN_FLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc -o $@ $^ $(LDLIBS)
 
 # Write failures in every file vitc writes, under ASan + UBSan (tests/faults/io.c): the linker sends vitc's mkstemp,
-# fflush, fsync, fclose and rename calls to the test's wrappers, which fail each one in turn.
+# fflush, fsync, fclose and rename calls to the test's wrappers, which fail each one in turn, and its pread calls to
+# one that can poison a weights file's second reading.
 build-asan/io_faults: build-asan/tests/faults/io.o build-asan/tests/faults/faults.o $(SRC:%.c=build-asan/%.o)
-	$(CC) $(ASAN_FLAGS) -Wl,--wrap=mkstemp,--wrap=fflush,--wrap=fsync,--wrap=fclose,--wrap=rename -o $@ $^ $(LDLIBS)
+	$(CC) $(ASAN_FLAGS) -Wl,--wrap=mkstemp,--wrap=fflush,--wrap=fsync,--wrap=fclose,--wrap=rename,--wrap=pread -o $@ $^ \
+	  $(LDLIBS)
 
 # Installs Debian packages from the list given in PKGLIST when any is not installed (a package removed with its
 # configuration kept counts as missing); as root, or through sudo with the non-interactive front end kept.

@@ -12,6 +12,7 @@
  * under ASan + UBSan (the Makefile's build-asan/io_faults): no leak on those paths. Prints "N passed, N failed". */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +48,20 @@ int __real_fflush(FILE *f);
 int __real_fsync(int fd);
 int __real_fclose(FILE *f);
 int __real_rename(const char *a, const char *b);
+
+/* A weights file rewritten in place while it loads: from the poisoned-th pread on (0: never), each read's first float
+ * comes back NaN, as if another program had written it there between the loader's two passes. */
+static _Atomic long preads, poisoned;
+ssize_t __real_pread(int fd, void *buf, size_t n, off_t at);
+ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t at) {
+    const ssize_t r = __real_pread(fd, buf, n, at);
+    const long k = ++preads;
+    if (poisoned && k >= poisoned && r >= (ssize_t)sizeof(float)) {
+        const float nan = NAN;
+        memcpy(buf, &nan, sizeof nan);
+    }
+    return r;
+}
 
 int __wrap_mkstemp(char *tmpl) {
     if (!fail_now()) return __real_mkstemp(tmpl);
@@ -284,6 +299,40 @@ static int copy_dir(const char *a, const char *b) {
  * each attempt succeeds or fails with a message, and leaves its folder's files whole and no temporary file; a resume
  * without the fault (where the checkpoint is short of the second epoch) then succeeds, and the folder ends with the
  * weights (byte for byte) and the metrics rows of a run that never failed. */
+/* A weights file rewritten in place during its load: NaN read in the first pass is refused with the model unchanged,
+ * NaN read only in the second pass (after every value was checked) is refused too, as a file that changed. */
+static void check_reread(vt_test *T, const char *w) {
+    vt_err e = {0};
+    const vt_model_cfg *c = vt_model_find("vit_fmnist_tiny"); /* (no fixed buffers: both passes read every tensor) */
+    vt_params *P = vt_params_new(&e);
+    vt_st_file f;
+    if (!P || vt_model_init_params(c, P, 7, &e) || vt_params_save(P, w, &e) || vt_st_open(w, &f, &e)) {
+        T_CHECK(T, 0, "reread: %s", e.msg);
+        vt_params_free(P);
+        return;
+    }
+    preads = 0;
+    T_CHECK(T, vt_params_load_file(P, &f, w, &e) == 0, "reread: a clean load: %s", e.msg);
+    const long both = preads, first_pass = both / 2;
+    T_CHECK(T, both > 0 && both % 2 == 0, "reread: the two passes read %ld times in all", both);
+    const float keep = P->t[0]->data[0];
+    preads = 0;
+    poisoned = 1; /* the first pass: refused before anything is copied */
+    vt_clearerr(&e);
+    T_CHECK(T, vt_params_load_file(P, &f, w, &e) == -1 && strstr(e.msg, "NaN") && !strstr(e.msg, "changed") &&
+                   P->t[0]->data[0] == keep,
+            "reread: NaN in the first pass: %s", e.msg);
+    preads = 0;
+    poisoned = first_pass + 1; /* only the second pass: the values copied are checked again */
+    vt_clearerr(&e);
+    T_CHECK(T, vt_params_load_file(P, &f, w, &e) == -1 && strstr(e.msg, "NaN") &&
+                   strstr(e.msg, "the file changed while it was loaded"),
+            "reread: NaN in the second pass only: %s", e.msg);
+    poisoned = 0;
+    vt_st_close(&f);
+    vt_params_free(P);
+}
+
 static void check_train(vt_test *T, const char *dir) {
     char data[128], tmpl[128], run[128], ref[128], p[300];
     snprintf(tmpl, sizeof tmpl, "%s/tmpl", dir);
@@ -385,6 +434,7 @@ int main(void) {
     signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead of killing the process */
     snprintf(w, sizeof w, "%s/w.safetensors", dir);
     check_save(&T, dir, w);
+    check_reread(&T, w);
     check_text(&T, dir);
     check_train(&T, dir);
     char cmd[64];
