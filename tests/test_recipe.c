@@ -172,9 +172,32 @@ static void check_recipes(vt_test *T) {
                        r.clip_grad == (gmf ? 5 : 0),
                 "%s drop-path %g (recipe %g)", gm[i], mc ? mc->arch.drop_path : -2, r.drop_path);
     }
-    T_CHECK(T, vt_recipe_get("msf", NULL, &r, &e) == 0 && r.mixup.mixup_alpha == 0.2 && r.lr_base_batch == 0 &&
-                   r.epochs == 100 && r.drop_path == 0,
-            "msf preset");
+    /* MSF's train.py clips the gradient norm at 1 by default; its Swin hosts keep torchvision's stochastic depth */
+    T_CHECK(T, vt_recipe_get("msf", "swin_s_msf", &r, &e) == 0 && r.mixup.mixup_alpha == 0.2 && r.lr_base_batch == 0 &&
+                   r.epochs == 100 && r.drop_path == -1 && r.clip_grad == 1.0 &&
+                   vt_model_find("swin_s_msf")->arch.drop_path == 0.3f &&
+                   vt_model_find("simplevit_s_msf")->arch.drop_path == 0.0f,
+            "msf preset: drop-path %g, clip %g", r.drop_path, r.clip_grad);
+    T_CHECK(T, vt_recipe_get("groupmixformer", "groupmixformer_s", &r, &e) == 0 && r.batch == 64 &&
+                   fabs(vt_recipe_lr(&r) - 5e-4 * 64 / 512) < 1e-12 && r.color_jitter == 0.4,
+            "groupmixformer preset: batch %d", r.batch);
+    /* hMHSA + cFFN trains with its host's recipe: PVT's main.py for PVTv2-b1, Next-ViT's for Next-ViT-S */
+    T_CHECK(T, vt_recipe_get("hmhsa", "pvt_v2_b1_hmhsa_cffn", &r, &e) == 0 && r.batch == 128 && !r.model_ema &&
+                   r.clip_grad == 0 && r.repeated_aug && r.warmup_epochs == 5 && r.drop_path == -1 &&
+                   strstr(r.source, "PVT"),
+            "hmhsa in PVTv2: batch %d, EMA %d, source %s", r.batch, r.model_ema, r.source);
+    T_CHECK(T, vt_recipe_get("hmhsa", "nextvit_small_hmhsa_cffn", &r, &e) == 0 && r.batch == 256 && !r.model_ema &&
+                   r.clip_grad == 5 && !r.repeated_aug && r.warmup_epochs == 20 && r.weight_decay == 0.1 &&
+                   r.drop_path == -1 && strstr(r.source, "Next-ViT"),
+            "hmhsa in Next-ViT: batch %d, warm-up %g, wd %g, source %s", r.batch, r.warmup_epochs, r.weight_decay,
+            r.source);
+    T_CHECK(T, vt_recipe_get("hmhsa", "deit_tiny_hmhsa_cffn", &r, &e) == 0 && r.batch == 64 && r.model_ema &&
+                   r.drop_path == 0.1 && strstr(r.source, "DeiT"),
+            "hmhsa in DeiT: %s", r.source);
+    T_CHECK(T, vt_recipe_get("nextvit", "nextvit_base", &r, &e) == 0 && r.drop_path == -1 &&
+                   vt_model_find("nextvit_base")->arch.drop_path == 0.2f && vt_recipe_get("pvt", "pvt_v2_b1", &r, &e) == 0 &&
+                   r.batch == 128,
+            "nextvit and pvt presets");
     /* per-model presets by the model's name or alias, never by a substring of another model's */
     const struct { const char *recipe, *model; double dp; int cooldown, ema; } by_model[] = {
         {"refiner", "refiner_vit_m", -1, 10, 1}, {"refiner", "refined_vit_m", -1, 10, 1},

@@ -43,7 +43,7 @@ static void preset_deit(vt_recipe *r) {
 
 /* Swin (microsoft/Swin-Transformer config.py defaults + main.py; spec-flatten.md §2.1: FLatten's code keeps them):
  * AdamW base lr 5e-4, warm-up lr 5e-7 and min lr 5e-6, all three scaled by batch/512, 300 epochs, 20 warm-up
- * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, label smoothing 0.1, Mixup 0.8 / CutMix 1.0 / switch 0.5,
+ * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, color jitter 0.4 (unused), label smoothing 0.1, Mixup 0.8 / CutMix 1.0 / switch 0.5,
  * RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path per model (Swin-T 0.2, S 0.3, B 0.5: the
  * named configs' rates), no EMA, no repeated augmentation. The cosine spans the warm-up too (no warmup_prefix: Swin's
  * code before its 2022-10 change, which FLatten and GroupMixFormer copy); their step_update after optimizer.step() runs
@@ -61,6 +61,7 @@ static void preset_swin(vt_recipe *r) {
     r->drop_path = -1;
     r->model_ema = 0;
     r->repeated_aug = 0;
+    r->color_jitter = 0.4; /* _C.AUG.COLOR_JITTER (unused: RandAugment is on) */
     r->notes = NULL;
     r->sched_update = VT_SCHED_STEP; /* lr_scheduler.step_update every iteration */
 }
@@ -102,13 +103,15 @@ static void preset_flatten(vt_recipe *r, const char *model) {
     }
 }
 
-/* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, 20 warm-up epochs, cosine,
- * wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
+/* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, batch 64 a GPU (its README's
+ * and launch_scripts/run_train.sh's --batch-size 64 on 8 GPUs), 20 warm-up epochs, cosine, wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
  * 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
  * a SyncBatchNorm. The Swin code base: warm-up/min lr as Swin's. */
 static void preset_gmf(vt_recipe *r) {
     preset_swin(r);
-    r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; drop-path: the model's, its yaml file's)";
+    r->source = "GroupMixFormer repo recipe (spec-groupmixformer.md §7; batch: its run_train.sh's; drop-path: the "
+                "model's, its yaml file's)";
+    r->batch = 64;
     r->sync_bn = 1;
 }
 
@@ -127,6 +130,7 @@ static void preset_refiner(vt_recipe *r) {
     snprintf(r->interpolation, sizeof r->interpolation, "random");
     r->sched_update = VT_SCHED_EPOCH;
     r->drop_path = -1; /* (DeiT's 0.1 otherwise) */
+    r->color_jitter = 0.4; /* the yaml files' (unused: RandAugment is on) */
     r->notes = "MixToken and token labelling are not implemented (the cos_reg loss term is the model's: --cos-reg); "
                "RandomErasing runs on each image before Mixup/CutMix (DeiT's order), where Refiner's prefetcher erases "
                "the mixed batch";
@@ -135,7 +139,8 @@ static void preset_refiner(vt_recipe *r) {
 /* MSF (spec-msf.md §4.4, the README command of the torchvision reference scripts): AdamW lr 1e-3 (4 GPUs × 256, not
  * scaled), wd 0.05, 100 epochs, 10 warm-up epochs starting at 0.033·lr, cosine to 0, label smoothing 0.1,
  * Mixup 0.2 / CutMix 0.2 (torchvision's RandomChoice: switch 0.5; each image mixed with the one before it, roll),
- * RA sampler, no drop-path, no EMA. */
+ * RA sampler, gradient norm clipped at 1 (its train.py's --clip-grad-norm default), no EMA, drop-path the model's
+ * (SimpleViT none; the Swin hosts torchvision's swin_t / swin_s builders' stochastic depth 0.2 / 0.3). */
 static void preset_msf(vt_recipe *r) {
     preset_deit(r);
     r->source = "MSF README command (spec-msf.md §4.4; torchvision reference train.py)";
@@ -147,7 +152,8 @@ static void preset_msf(vt_recipe *r) {
     r->warmup_epochs = 10;
     r->epochs = 100;
     r->batch = 256;
-    r->drop_path = 0.0;
+    r->clip_grad = 1.0;
+    r->drop_path = -1;
     r->model_ema = 0;
     r->mixup.mixup_alpha = 0.2;
     r->mixup.cutmix_alpha = 0.2;
@@ -163,14 +169,55 @@ static void preset_msf(vt_recipe *r) {
                "Swin's no-decay list (norms, biases, relative position tables)";
 }
 
-/* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): DeiT's. */
-static void preset_hmhsa(vt_recipe *r) {
+/* PVT and PVTv2 (whai362/PVT classification/main.py, DeiT's script with its own defaults, and its configs folder): DeiT's
+ * settings but batch 128 a GPU, no model EMA (its arguments commented out), color jitter 0.4 (unused), no clipping
+ * and the config files' drop-path (the named models'), epochs as DeiT's loop (no cooldown). */
+static void preset_pvt(vt_recipe *r) {
     preset_deit(r);
-    r->source = "hMHSA/cFFN: DeiT's settings, the recipe of the paper's DeiT hosts (spec-hmhsa-cffn.md §3: each host "
-                "trains with its own: on another host give that host's, e.g. --recipe swin on Swin-T)";
+    r->source = "PVT classification/main.py defaults + configs/pvt*/ (whai362/PVT)";
+    r->batch = 128;
+    r->model_ema = 0;
+    r->drop_path = -1;
+    r->color_jitter = 0.4;
 }
 
-static const char *const names[] = {"default", "deit", "swin", "flatten", "groupmixformer", "refiner", "msf", "hmhsa"};
+/* Next-ViT (bytedance/Next-ViT classification/main.py and its README's training command): DeiT's script with batch 256
+ * a GPU, 20 warm-up epochs, weight decay 0.1, clip-grad 5, no repeated augmentation, no model EMA, color jitter 0.4
+ * (unused) and each model's drop-path (hard-coded in nextvit.py; main.py's --drop-path does not reach it). */
+static void preset_nextvit(vt_recipe *r) {
+    preset_deit(r);
+    r->source = "Next-ViT classification/main.py + its README's command (--batch-size 256 --warmup-epochs 20 "
+                "--weight-decay 0.1)";
+    r->batch = 256;
+    r->warmup_epochs = 20;
+    r->weight_decay = 0.1;
+    r->clip_grad = 5.0;
+    r->repeated_aug = 0;
+    r->model_ema = 0;
+    r->drop_path = -1;
+    r->color_jitter = 0.4;
+}
+
+/* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): its host's,
+ * PVT's for PVT and PVTv2, Next-ViT's for Next-ViT, DeiT's otherwise. */
+static void preset_hmhsa(vt_recipe *r, const vt_model_cfg *named) {
+    const char *family = named ? named->family->name : "";
+    if (!strcmp(family, "nextvit")) {
+        preset_nextvit(r);
+        r->source = "hMHSA/cFFN in Next-ViT: its host's recipe (spec-hmhsa-cffn.md §3), Next-ViT's main.py + README";
+    } else if (!strcmp(family, "pvt")) {
+        preset_pvt(r);
+        r->source = "hMHSA/cFFN in PVT: its host's recipe (spec-hmhsa-cffn.md §3), PVT's main.py + configs";
+    } else {
+        preset_deit(r);
+        r->source = "hMHSA/cFFN: DeiT's settings, the recipe of the paper's DeiT hosts (spec-hmhsa-cffn.md §3: each "
+                    "host trains with its own: PVT's and Next-ViT's for those; on another host give that host's, e.g. "
+                    "--recipe swin on Swin-T)";
+    }
+}
+
+static const char *const names[] = {"default", "deit",  "swin",    "flatten", "groupmixformer",
+                                    "refiner", "msf",   "hmhsa",   "pvt",     "nextvit"};
 
 int vt_recipe_count(void) { return (int)(sizeof names / sizeof names[0]); }
 
@@ -186,7 +233,9 @@ int vt_recipe_get(const char *name, const char *model, vt_recipe *r, vt_err *e) 
     else if (!strcmp(name, "groupmixformer")) preset_gmf(r);
     else if (!strcmp(name, "refiner")) preset_refiner(r);
     else if (!strcmp(name, "msf")) preset_msf(r);
-    else if (!strcmp(name, "hmhsa")) preset_hmhsa(r);
+    else if (!strcmp(name, "hmhsa")) preset_hmhsa(r, named);
+    else if (!strcmp(name, "pvt")) preset_pvt(r);
+    else if (!strcmp(name, "nextvit")) preset_nextvit(r);
     else {
         char list[256] = "";
         for (int i = 0; i < vt_recipe_count(); i++)
