@@ -101,7 +101,7 @@ static void check_linear_t(vt_test *T) {
         gc_run_vs_plain(T, &cs[i], b_linear_t_chain, "linear then permute", 1e-5);
 }
 /* A training graph's forward + backward MACs: a first linear on the input (no gradient: its weight gradient alone)
- * counts 2× its forward, the next 3×. */
+ * counts 2× its forward, the next 3×, and attention on its packed qkv (one input: dQ, dK, dV and dP) 3×. */
 static void check_train_macs(vt_test *T) {
     vt_err e = {0};
     vt_params *P = vt_params_new(&e);
@@ -113,6 +113,16 @@ static void check_train_macs(vt_test *T) {
     T_CHECK(T, y && vt_graph_macs(g) == a + b && vt_graph_train_macs(g) == 2 * a + 3 * b,
             "train MACs %lld, want %lld (forward %lld)", (long long)vt_graph_train_macs(g), (long long)(2 * a + 3 * b),
             (long long)vt_graph_macs(g));
+    vt_graph_free(g);
+    g = vt_graph_new(P, 1, &e);
+    const int ts[3] = {2, 7, 3 * 8}; /* (B, N, 3·dim): 2 heads of 4 */
+    const vt_attn_args args = {.heads = 2, .dim = 8, .q_off = 0, .k_off = 8, .v_off = 16, .scale = 0.5f};
+    vt_tensor *qkv = vt_linear_p(g, "qkv", vt_input(g, "x2", 3, ts), 3 * 8, 1, VT_INIT_W02);
+    y = qkv ? vt_attention_ex(g, qkv, NULL, &args) : NULL;
+    const int64_t q = 2LL * 7 * 24 * 24, at = 2LL * 2 * 7 * 7 * 8;
+    T_CHECK(T, y && vt_graph_macs(g) == q + at && vt_graph_train_macs(g) == 2 * q + 3 * at,
+            "attention on packed qkv: train MACs %lld, want %lld (forward %lld)", (long long)vt_graph_train_macs(g),
+            (long long)(2 * q + 3 * at), (long long)vt_graph_macs(g));
     vt_graph_free(g);
     vt_params_free(P);
 }

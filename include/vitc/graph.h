@@ -78,6 +78,10 @@ struct vt_node {
     vt_tensor *kws;     /* VT_WORK: the chosen kernel's forward scratch (vt_kernel_work; NULL if none) */
     _Alignas(max_align_t) unsigned char params[VT_OP_PARAMS]; /* the op's typed parameters: see VT_OP_P */
     int64_t macs;       /* multiply-adds of one forward run of this node */
+    int bwd_twice;      /* set by the builder: 1 where each forward multiply-add multiplies two values that both take a
+                         * gradient (attention's q·kᵀ and p·v, also on one packed qkv input): the backward runs two for
+                         * it once any input needs a gradient (vt_graph_train_macs); 0: one per input side that needs
+                         * one, as a linear's */
     vt_op_kind kind;    /* what its time goes to, for the profile: op->kind unless the builder knows better (a
                          * depthwise conv2d makes no GEMM call: VT_OP_OTHER) */
     int scope;          /* index into the graph's scope names (per-block breakdown) */
@@ -290,7 +294,8 @@ int64_t vt_graph_macs(const vt_graph *g);
 
 /* Multiply-adds of one forward and backward run: each node's forward, and for its backward once more for its first
  * input's gradient and once for its other inputs' (a weight's), each where needed: a first layer, whose input needs
- * no gradient, 2x its forward in all, a layer of frozen weights 2x too, most 3x. */
+ * no gradient, 2x its forward in all, a layer of frozen weights 2x too, most 3x; a node of products of two gradient
+ * takers (vt_node.bwd_twice: attention) 3x once any input needs a gradient. */
 int64_t vt_graph_train_macs(const vt_graph *g);
 
 /* Bytes of the planned arena (activations, saved values, gradients, scratch). */

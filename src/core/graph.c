@@ -868,7 +868,8 @@ int64_t vt_graph_train_macs(const vt_graph *g) {
         const vt_node *n = g->nodes[i];
         int other = 0;
         for (int j = 1; j < n->nin; j++) other |= n->in[j]->requires_grad;
-        m += n->macs * (1 + (n->nin > 0 && n->in[0]->requires_grad) + other);
+        const int first = n->nin > 0 && n->in[0]->requires_grad;
+        m += n->macs * (1 + (n->bwd_twice ? 2 * (first | other) : first + other));
     }
     return m;
 }

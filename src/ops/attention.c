@@ -596,6 +596,7 @@ vt_tensor *vt_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *kv, const vt_at
         while (BH * ap->nr < 8 * nt && (BH * ap->nr) % nt && ap->nr < N) ap->nr++;
     if (keep_p && !vt_node_save(n, 0, (int64_t)B * H * N * M)) return NULL;
     n->macs = 2LL * B * N * M * dim;
+    n->bwd_twice = 1;
     /* q's (and kv's) gradient can be written rather than added when its channel ranges tile it exactly */
     if (tiles(offs, no, dim, Lq)) n->grad_sets |= 1u;
     const int kvoffs[2] = {a->k_off, a->v_off};
@@ -894,6 +895,7 @@ vt_tensor *vt_stripe_attention(vt_graph *g, vt_tensor *qkv, int S, int s, int he
     *a = (attn_p){B, N, N, heads, dh, nt, 0, 3 * C, 3 * C, 0, C, 2 * C, 0, -1, -1, -1, 0, 0, 1, 0, 1, sk_on(N), scale,
                   &g->gemm, S, s, heads / 2};
     n->macs = 2LL * B * S * S * N * C + 9LL * B * S * S * C;
+    n->bwd_twice = 1;
     /* units of fewer heads where whole stripes would leave threads idle (a stripe's H/2 heads at batch 1) */
     while (stripe_units(a) < 4 * nt && a->hpu % 2 == 0) a->hpu /= 2;
     n->grad_sets |= 1u; /* every element of qkv's gradient belongs to one unit */

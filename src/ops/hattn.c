@@ -1344,6 +1344,7 @@ vt_tensor *vt_hallucinated_attention(vt_graph *g, vt_tensor *q, vt_tensor *kv, c
     n->macs = (int64_t)B * N * M * (dim / 2 + dim);
     if (a->ihh_w) n->macs += (int64_t)B * N * h2 * a->kh * a->kw * 9;
     if (a->chh_w) n->macs += (int64_t)B * N * M * h2 * h2;
+    n->bwd_twice = 1;
     if (qcover) n->grad_sets |= 1u;
     if (kv && kvcover) n->grad_sets |= 1u << slot[0];
     if (a->probs) {

@@ -513,6 +513,7 @@ vt_tensor *vt_linear_attention_ex(vt_graph *g, vt_tensor *q, vt_tensor *k, vt_te
      * fused DWC's K² per grid output, and a LePE's 9 (as its own conv counts them) */
     nd->macs = (int64_t)B * heads * ((int64_t)n * d * d + (int64_t)N * d * d + (int64_t)N * d) +
                (dw ? (int64_t)B * gh * gw * C * K * K : 0) + (lw ? 9LL * B * gh * gw * C : 0);
+    nd->bwd_twice = 1;
     const int64_t L = (int64_t)d * d + d, HL = (int64_t)heads * L;
     const int64_t fw = (g->training ? 0 : (int64_t)B * HL) + (p.sk > 1 ? (int64_t)B * p.sk * HL : 0) +
                        (focus ? C + (int64_t)nt * rb * C : 0) +

@@ -153,7 +153,8 @@ int vt_bench(const vt_model_cfg *cfg, int batch, int train, int iters, FILE *pro
                 clocked = cpu_clock_read(&c0) == 0;
                 t = now_s();
                 if (profile && (rc = vt_graph_enable_profile(g, e))) break;
-                vt_progress_start(&pg, progress, train ? "bench train" : "bench infer", "img", iters, 0);
+                vt_progress_start(&pg, iters > 1 ? progress : NULL, train ? "bench train" : "bench infer", "img",
+                                  iters, 0); /* (one timed step: nothing to show) */
                 pg.units = batch;
             }
             const double t0 = now_s();

@@ -97,6 +97,8 @@ check "bench: progress lines on stderr, the CSV alone on stdout" \
     "grep -Eq '^bench infer 20/20 \(100%\)  [0-9.]+ img/s  took [0-9]+:[0-9]{2}$' '$T/bi.err' && \
     [ \$(grep -c '^bench infer' '$T/bi.err') -ge 5 ] && grep -q '^bench train 5/5' '$T/bt.err' && \
     ! has_cr '$T/bi.err' '$T/bi.csv' && [ \$(wc -l < '$T/bi.csv') -eq 2 ]" "$(cat "$T/bi.err")"
+$V bench vit_fmnist_tiny --iters 1 --csv >/dev/null 2>"$T/b1.err"
+check "bench: no progress for one timed step" "[ $? -eq 0 ] && ! grep -q '^bench infer' '$T/b1.err'" "$(cat "$T/b1.err")"
 $PY - "$T" <<'EOF'
 import sys
 from PIL import Image

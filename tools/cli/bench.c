@@ -43,6 +43,14 @@ static void json_cpus(const char *key, double v) {
         printf(", \"%s\": %.3f", key, v);
 }
 
+/* `"key": GFLOP/s, ` of a peak measured (> 0), else `"key": null, `. */
+static void json_peak(const char *key, double v) {
+    if (v > 0.0)
+        printf("\"%s\": %.2f, ", key, v);
+    else
+        printf("\"%s\": null, ", key);
+}
+
 int cmd_bench(opts *o) {
     if (given(o, "--workers") && !o->data)
         return refuse("bench", "--workers sets the input pipeline's threads, which only --data DIR runs");
@@ -117,14 +125,16 @@ int cmd_bench(opts *o) {
                "\"gmacs_run_per_img\": %.6f, "
                "\"gflops\": %.2f, "
                "\"sgemm_gflops\": %.2f, \"sgemm_gflops_openblas\": %.2f, \"sgemm_gflops_onednn\": %.2f, "
-               "\"bf16_gemm_gflops\": %.2f, \"int8_gemm_gflops\": %.2f, \"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, "
-               "\"weight_copies_mib\": %.1f, ",
+               "\"arena_mib\": %.1f, \"peak_rss_mib\": %.1f, \"weight_copies_mib\": %.1f, ",
                c.name, dtype_label(&c, !fell_back), B,
                o->train, omp_get_max_threads(), r.img_per_s, r.ms_per_iter,
                r.ms_best_iter, (long long)r.params, r.gmacs_per_img, r.gmacs_run_per_img,
                r.gflops,
-               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.bf16_gflops, r.int8_gflops, r.arena_mib,
-               r.peak_rss_mib, r.weight_copies_mib);
+               r.sgemm_gflops, r.sgemm_openblas, r.sgemm_onednn, r.arena_mib, r.peak_rss_mib, r.weight_copies_mib);
+        json_peak("bf16_gemm_gflops", r.bf16_gflops); /* measured with --dtype bf16 alone */
+        json_peak("int8_gemm_gflops", r.int8_gflops);
+        char size[24];
+        printf("\"img_size\": \"%s\", ", vt_arch_size_text(&c.arch, size, sizeof size));
         if (o->data) printf("\"pipeline_img_per_s\": %.3f, \"workers\": %d, ", pipe, workers);
         printf("\"model_options\": ");
         json_str(mopts);
