@@ -464,11 +464,19 @@ static int64_t gif_pixels(const unsigned char *b, size_t n, size_t at, int64_t n
     return got;
 }
 
+/* A GIF's first image: where it lies on the canvas and the colour PIL gives the canvas outside it. */
+typedef struct gif_frame {
+    int64_t x, y, w, h;
+    unsigned char fill[3]; /* palette[the transparent index, else 0], of the image's own palette, else the global one */
+} gif_frame;
+
 /* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end, and that their
  * LZW codes yield the image's every pixel (gif_pixels). *transp: 1 + the offset of the flags byte of the graphic
- * control extension that applies to the first image when it marks a transparent colour, else 0. */
-static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e) {
+ * control extension that applies to the first image when it marks a transparent colour, else 0; *fr: that image. */
+static int gif_check(const unsigned char *b, size_t n, size_t *transp, gif_frame *fr, vt_err *e) {
     *transp = 0;
+    *fr = (gif_frame){0, 0, 0, 0, {0, 0, 0}};
+    const size_t global = b[10] & 0x80 ? 13 : 0;
     if (n < 13) return truncated(e, "GIF", n, "header cut");
     size_t at = 13;
     if (b[10] & 0x80) at += 3 * ((size_t)2 << (b[10] & 7)); /* global colour table */
@@ -479,7 +487,11 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, vt_err *e
             if (n - at < 9) return truncated(e, "GIF", n, "image descriptor cut");
             const int flags = b[at + 8];
             const int64_t iw = le16(b + at + 4), ih = le16(b + at + 6);
+            *fr = (gif_frame){le16(b + at), le16(b + at + 2), iw, ih, {0, 0, 0}};
             at += 9;
+            const size_t pal = flags & 0x80 ? at : global, colours = (size_t)2 << ((pal == at ? flags : b[10]) & 7);
+            const size_t index = *transp && *transp + 2 < n ? b[*transp + 2] : 0;
+            if (pal && index < colours && pal + 3 * index + 3 <= n) memcpy(fr->fill, b + pal + 3 * index, 3);
             if (flags & 0x80) at += 3 * ((size_t)2 << (flags & 7));
             const size_t data = at;
             for (at++;;) {
@@ -638,8 +650,9 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
     if (check_size(w, h, e)) return -1;
     size_t transp = 0;
     int green = 0;
+    gif_frame fr = {0, 0, 0, 0, {0, 0, 0}};
     const int bad = f == FMT_BMP   ? bmp_check(buf, n, w, h, &green, e)
-                    : f == FMT_GIF ? gif_check(buf, n, &transp, e)
+                    : f == FMT_GIF ? gif_check(buf, n, &transp, &fr, e)
                     : f == FMT_TGA ? tga_check(buf, n, e)
                     : f == FMT_PSD ? psd_check(buf, n, w, h, e)
                                    : hdr_check(buf, n, w, h, e);
@@ -665,6 +678,16 @@ static int decode_stb(const unsigned char *buf, size_t n, int chans, vt_image *i
         if (why && strcmp(why, "outofmem") == 0)
             return vt_seterr_code(e, VT_E_NOMEM, "out of memory (%d×%d %s image)", w, h, fmt_name[f]);
         return vt_seterr(e, "corrupt %s image: %s", fmt_name[f], why ? why : "refused by the decoder");
+    }
+    if (f == FMT_GIF && from >= 3) { /* the canvas outside the first image: stb_image paints the background colour
+                                      * (its palette entry's red and blue swapped), PIL fills it as gif_frame says */
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++) {
+                if (y >= fr.y && y < fr.y + fr.h && x >= fr.x && x < fr.x + fr.w) continue;
+                unsigned char *p = pix + ((size_t)y * (size_t)w + (size_t)x) * (size_t)from;
+                memcpy(p, fr.fill, 3);
+                if (from == 4) p[3] = 255;
+            }
     }
     if (green) { /* stb_image widens a k-bit field v to v << (8 - k) plus v's top bits; PIL to v * 255 / (2^k - 1) */
         const size_t np = (size_t)w * (size_t)h;

@@ -15,7 +15,8 @@ CenterCrop(S): zero padding when S is larger, offset int(round((side - S) / 2));
   - logits equal `vitc forward` on the same input; the JSON top-k equals softmax(logits)'s top-k (1e-5)
   - Fashion-MNIST models name their classes
   - JPEG (RGB, grayscale, CMYK, and with bytes between markers) decoded exactly as PIL decodes it
-  - GIF (PIL's writer: 256 colours with a full code table, interlaced, 2 colours) decoded exactly as PIL decodes it
+  - GIF (PIL's writer: 256 colours with a full code table, interlaced, 2 colours; a first image inside a larger
+    canvas, with a transparent colour, a local palette) decoded exactly as PIL decodes it
   - 16-bit PNG (gray, gray with tRNS, RGB, RGBA, gray+alpha), PGM/PPM of maxvals 1 to 65535 and 16-bit BMP (5-5-5,
     5-6-5) decoded exactly as PIL's convert('L') and convert('RGB') give them (edge_images)
 Bad images (each must exit 1 with a message naming the file, no crash, and the good image of the same call must
@@ -300,14 +301,41 @@ def main():
         buf = io.BytesIO()
         img.save(buf, "GIF", **kw)
         gifs[fn] = buf.getvalue()
-    decoded_as_pil(rep, "GIF", deit, w, tmp, gifs)
+    # ... and a first image smaller than the canvas, placed inside it (the canvas outside it: PIL fills it with
+    # palette[0], or the transparent index's colour, of the image's own palette if it has one; stb_image painted the
+    # background index's colour with red and blue swapped): a background index set, a transparent colour, and the
+    # global palette moved into a local one
+    def descriptor(g):                           # the offset of the first image descriptor's 0x2c
+        at = 13 + (3 * (2 << (g[10] & 7)) if g[10] & 0x80 else 0)
+        while g[at] == 0x21:                    # extensions: label, then sub-blocks to a zero-length one
+            at += 2
+            while g[at]:
+                at += 1 + g[at]
+            at += 1
+        return at
+
+    def on_canvas(g, local=False):
+        g = bytearray(g)
+        g[6:10] = struct.pack("<HH", 100, 84)   # the canvas
+        g[11] = 200                             # its background index
+        d = descriptor(g)
+        g[d + 1:d + 5] = struct.pack("<HH", 5, 7)  # the image at (5, 7)
+        if local:                               # the global table moved into the image's own
+            size = 3 * (2 << (g[10] & 7))
+            table, flags = g[13:13 + size], g[10]
+            g[10] &= 0x7f
+            g[d + 9] = 0x80 | (flags & 7)
+            g = g[:13] + g[13 + size:d + 10] + table + g[d + 10:]
+        return bytes(g)
+
+    buf = io.BytesIO()
+    pal.save(buf, "GIF", transparency=37)
+    canvas = {"canvas.gif": on_canvas(gifs["p256.gif"]), "canvas_t.gif": on_canvas(buf.getvalue()),
+              "canvas_l.gif": on_canvas(gifs["p256.gif"], local=True),
+              "canvas_tl.gif": on_canvas(buf.getvalue(), local=True)}
+    decoded_as_pil(rep, "GIF", deit, w, tmp, {**gifs, **canvas})
     g = gifs["p256.gif"]
-    at = 13 + (3 * (2 << (g[10] & 7)) if g[10] & 0x80 else 0)
-    while g[at] == 0x21:                        # extensions: label, then sub-blocks to a zero-length one
-        at += 2
-        while g[at]:
-            at += 1 + g[at]
-        at += 1
+    at = descriptor(g)
     at += 10 + (3 * (2 << (g[at + 9] & 7)) if g[at + 9] & 0x80 else 0)   # descriptor, local table: the code size
     (tmp / "cutlzw.gif").write_bytes(g[:at + 2 + g[at + 1]] + b"\x00\x3b")
     expect_bad(rep, "bad image cutlzw.gif (LZW data ending early, its blocks terminated)", deit, w,
