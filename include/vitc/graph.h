@@ -178,9 +178,9 @@ struct vt_graph {
                          * the weights are quantised at the first forward and again after vt_params_changed) */
     int export_maps;    /* set before building: blocks export their attention maps (vt_graph_export_map); 0 costs
                          * nothing */
-    int map_px;         /* set by single-grid hosts (ViT, Refined-ViT) before their blocks: a token is the px × px
-                         * pixels of a patch conv of stride px without padding, so the grid covers the image's top-left
-                         * grid·px pixels (other sizes lose the rest); exported maps take it as vt_attn_map.px */
+    int map_px;         /* set by single-grid hosts (ViT, Refined-ViT) before their blocks, by Swin and PVT before each
+                         * stage's: a token is px × px pixels, so a grid of unpadded patch convs covers the image's
+                         * top-left grid·px pixels (other sizes lose the rest); exported maps take it as vt_attn_map.px */
     int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token
                          * ViT's last block computes only the class token's row past its keys and values (the one row
                          * its head reads; same result); model summaries set it so their MACs are the model's */

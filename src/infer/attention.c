@@ -100,8 +100,8 @@ static int drawable(const vt_attn_map *m, char *why, size_t n) {
         return 0;
     }
     if (B != 1) {
-        snprintf(why, n, "%s: its attention runs per window (%d windows per image); per-window maps are not drawn",
-                 m->name, B);
+        snprintf(why, n, "%s: its attention runs per window (%d windows per image) and exports no per-window maps (as "
+                 "FLatten's inside windows)", m->name, B);
         return -1;
     }
     if (m->kh < 1 || m->kw < 1 || N != m->lead + m->gh * m->gw || M != m->klead + m->kh * m->kw) {
@@ -312,12 +312,12 @@ static void fill(canvas *cv, int x0, int y0, int w, int h, const unsigned char c
 #define TITLE_MAX 160
 
 /* The title of image `path`'s row of map m (NULL: the rollout) into t (TITLE_MAX bytes): the file's name, the map's
- * name, and which row is drawn (the class token's, or the mean over the queries). */
+ * name, and which row is drawn (the class token's, or the mean over the queries); a long file name is cut first. */
 static void map_title(const vt_attn_map *m, const char *path, char *t) {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char what[136];
     if (!m) {
-        if (snprintf(t, TITLE_MAX, "%s  rollout over all blocks", base) >= TITLE_MAX)
-            memcpy(t + TITLE_MAX - 4, "...", 4);
+        snprintf(what, sizeof what, "rollout over all blocks");
     } else {
         int B, H, N, M;
         map_dims(m, &B, &H, &N, &M);
@@ -328,10 +328,14 @@ static void map_title(const vt_attn_map *m, const char *path, char *t) {
             snprintf(row, sizeof row, "each window's mean row");
         else
             snprintf(row, sizeof row, "mean row of %d queries", N);
-        const int len = snprintf(t, TITLE_MAX, "%s  %s%s: %s%s", base, m->name, m->win_h ? " (per window)" : "", row,
-                                 m->probs ? "" : " (scores)");
-        if (len >= TITLE_MAX) memcpy(t + TITLE_MAX - 4, "...", 4); /* a long file name: marked cut */
+        snprintf(what, sizeof what, "%.64s%s: %.40s%s", m->name, m->win_h ? " (per window)" : "", row,
+                 m->probs ? "" : " (scores)");
     }
+    const size_t nw = strlen(what), room = TITLE_MAX - 3 - nw, nb = strlen(base); /* (room >= 21) */
+    const size_t keep = nb <= room ? nb : room - 3; /* a long file name: its start, marked cut */
+    memcpy(t, base, keep);
+    memcpy(t + keep, nb <= room ? "  " : "...  ", nb <= room ? 2 : 5);
+    memcpy(t + keep + (nb <= room ? 2 : 5), what, nw + 1);
     for (char *q = t; *q; q++) /* the font draws printable ASCII; a newline would start another line over the tiles */
         if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e) *q = '?';
 }

@@ -163,6 +163,9 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, vt_
         int H, W;
         t = patch_embed(g, c, i, t, &H, &W);
         if (!t) return NULL;
+        /* a stage-i token is 4·2^i pixels a side: v1's unpadded embeds cover the top-left H·px × W·px of the image
+         * (v2's padded ones all of it) */
+        g->map_px = 4 << i;
         const int C = st[i].dim, lead = !v2 && a->class_token && i == 3;
         if (lead) t = vt_prepend_tokens(g, t, cls);
         if (!v2) t = vt_add(g, t, stage_pos(g, c, i, pos[i], bh, bw, H, W, lead));

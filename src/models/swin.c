@@ -143,6 +143,8 @@ static vt_tensor *backbone(vt_graph *g, const vt_model_cfg *c, vt_tensor *x, int
     t = vt_layernorm_p(g, tv ? "features.0.2" : "patch_embed.norm", t, a->ln_eps);
     const int nblk = vt_model_depth(c);
     for (int i = 0, blk = 0; i < a->nstages; i++) {
+        g->map_px = P << i; /* a stage-i token's pixels a side: the unpadded patch embed (torchvision's) covers the
+                             * top-left grid·P pixels, the merges pad to even grids */
         for (int j = 0; j < a->stages[i].depth; j++, blk++) {
             if (tv)
                 snprintf(pre, sizeof pre, "features.%d.%d", 2 * i + 1, j);

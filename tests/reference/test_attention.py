@@ -421,6 +421,28 @@ def test_uncovered(rep, tmp, imgs, cfg):
               f"bare {bare}, {coloured} of {H} tiles coloured")
 
 
+def test_uncovered_pvt(rep, tmp, imgs):
+    """PVT v1 at 72 px: its unpadded patch embeds (stride 4, then 2, 2, 2) leave stage 4 a 2x2 grid of 32-pixel tokens
+    over the top-left 64 px. The PNG draws that stage's map over those 64 px only, the last 8 columns and rows of the
+    head's tile the bare input tile's pixels (drawn over all 72 px, each cell was shifted by up to 8 px)."""
+    S, cover, w = 72, 64, tmp / "pvt72.safetensors"
+    args = ["pvt_tiny", "--img-size", S, "--depths", 1]
+    if vitc_ok(rep, "init pvt_tiny@72", "init", *args, "-o", w) is None:
+        return
+    png = tmp / "pvt72.png"
+    if vitc_ok(rep, "attention pvt_tiny@72, stage 4", "attention", *args, "--weights", w, imgs[0], "-o", png,
+               "--blocks", 3, "--heads", 0) is None:
+        return
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    T = S * math.ceil(128 / S)
+    f, y0 = T // S, 4 + 24
+    base, t = a[y0:y0 + T, 4:4 + T], a[y0:y0 + T, 4 + T + 4:4 + 2 * T + 4]
+    c0 = cover * f
+    bare = np.array_equal(t[:, c0:], base[:, c0:]) and np.array_equal(t[c0:], base[c0:])
+    rep.check("pvt_tiny@72 stage 4 PNG: the 8 uncovered pixels bare, the covered ones coloured",
+              bare and np.any(t[:c0, :c0] != base[:c0, :c0]), f"bare {bare}")
+
+
 def main():
     rep = Report()
     if have_vitc(rep):
@@ -429,6 +451,7 @@ def main():
         cfg = vit_cfg(rep)
         test_types(rep, tmp, imgs, cfg)
         test_uncovered(rep, tmp, imgs, cfg)
+        test_uncovered_pvt(rep, tmp, imgs)
         test_swin_windows(rep, tmp, imgs)
         test_cswin_stripes(rep, tmp, imgs)
         test_swin_padded(rep, tmp, imgs)
