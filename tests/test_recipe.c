@@ -178,6 +178,21 @@ static void check_recipes(vt_test *T) {
                    vt_model_find("swin_s_msf")->arch.drop_path == 0.3f &&
                    vt_model_find("simplevit_s_msf")->arch.drop_path == 0.0f,
             "msf preset: drop-path %g, clip %g", r.drop_path, r.clip_grad);
+    /* ... and decays every parameter, as its train.py (no --norm-weight-decay), the Swin hosts' tables and norms too */
+    vt_params *SP = vt_params_new(&e);
+    int kept = 0, left = -1;
+    if (SP) SP->shapes_only = 1;
+    if (SP && vt_model_create_params(vt_model_find("swin_t_msf"), SP, &e) == 0) {
+        vt_recipe sw;
+        T_CHECK(T, vt_recipe_get("swin", "swin_t_msf", &sw, &e) == 0 && vt_recipe_decay(&sw, SP) == 0, "%s", e.msg);
+        for (int i = 0; i < SP->n; i++) kept += SP->t[i]->no_decay; /* the family's: norms, biases, bias tables */
+        vt_recipe_decay(&r, SP);
+        left = 0;
+        for (int i = 0; i < SP->n; i++) left += SP->t[i]->no_decay;
+    }
+    T_CHECK(T, r.decay_all && kept > 0 && left == 0,
+            "msf decays every parameter of swin_t_msf: %d of the swin recipe's %d no-decay ones left", left, kept);
+    vt_params_free(SP);
     T_CHECK(T, vt_recipe_get("groupmixformer", "groupmixformer_s", &r, &e) == 0 && r.batch == 64 &&
                    fabs(vt_recipe_lr(&r) - 5e-4 * 64 / 512) < 1e-12 && r.color_jitter == 0.4,
             "groupmixformer preset: batch %d", r.batch);

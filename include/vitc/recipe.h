@@ -7,6 +7,7 @@
 
 #include "vitc/error.h"
 #include "vitc/mixup.h"
+#include "vitc/tensor.h"
 #include "vitc/transforms.h"
 
 struct vt_train_opts;
@@ -37,6 +38,8 @@ typedef struct vt_recipe {
     double model_ema_decay;
     int repeated_aug;            /* 1: DeiT's RASampler, 3 repeats (vt_ra_sample) */
     int sync_bn;                 /* 1: BatchNorm statistics over every rank's batch (torch's SyncBatchNorm) */
+    int decay_all;               /* 1: weight decay on every parameter, the model's no-decay list ignored (torchvision's
+                                  * train.py without --norm-weight-decay); 0: norms, biases and the family's list skipped */
     /* per-image augmentation (timm create_transform names), plain fields for the transforms code */
     char aa[64];                 /* RandAugment / AutoAugment string, "" for none */
     double reprob;               /* RandomErasing probability */
@@ -69,6 +72,10 @@ void vt_recipe_apply(const vt_recipe *r, struct vt_train_opts *o);
  * probability; "" = none); mean, std and fill stay ImageNet's for the caller to set from the model. Errors: an aa
  * that is not RandAugment with increasing ops, a RandomErasing mode other than pixel. */
 int vt_recipe_transforms(const vt_recipe *r, int size, vt_tf_params *p, vt_err *e);
+
+/* The weight decay of r on P's parameters: with r->decay_all every no_decay flag cleared (the MSF script decays all of
+ * them), else P's own flags (the family's list) kept. Returns 0. */
+int vt_recipe_decay(const vt_recipe *r, vt_params *P);
 
 /* Prints every setting, one "  key: value" line each, under a header naming the recipe and its source. */
 void vt_recipe_print(const vt_recipe *r, FILE *f);

@@ -140,7 +140,8 @@ static void preset_refiner(vt_recipe *r) {
  * scaled), wd 0.05, 100 epochs, 10 warm-up epochs starting at 0.033·lr, cosine to 0, label smoothing 0.1,
  * Mixup 0.2 / CutMix 0.2 (torchvision's RandomChoice: switch 0.5; each image mixed with the one before it, roll),
  * RA sampler, gradient norm clipped at 1 (its train.py's --clip-grad-norm default), no EMA, drop-path the model's
- * (SimpleViT none; the Swin hosts torchvision's swin_t / swin_s builders' stochastic depth 0.2 / 0.3). */
+ * (SimpleViT none; the Swin hosts torchvision's swin_t / swin_s builders' stochastic depth 0.2 / 0.3), weight decay on
+ * every parameter (norm_weight_decay None), the Swin hosts' too. */
 static void preset_msf(vt_recipe *r) {
     preset_deit(r);
     r->source = "MSF README command (spec-msf.md §4.4; torchvision reference train.py)";
@@ -164,9 +165,8 @@ static void preset_msf(vt_recipe *r) {
     snprintf(r->interpolation, sizeof r->interpolation, "bilinear"); /* train.py's --interpolation default */
     r->sched_update = VT_SCHED_EPOCH; /* lr_scheduler.step() after each epoch */
     r->warmup_prefix = 1;             /* SequentialLR: LinearLR for the warm-up, then CosineAnnealingLR over the rest */
-    r->notes = "`--auto-augment three` keeps a 1-channel image's channel (torchvision's Grayscale(3) makes three); "
-               "the MSF README's command decays every parameter, as vitc's SimpleViT hosts do; its Swin hosts keep "
-               "Swin's no-decay list (norms, biases, relative position tables)";
+    r->decay_all = 1; /* utils.set_weight_decay without --norm-weight-decay: norms, biases, Swin's tables decayed too */
+    r->notes = "`--auto-augment three` keeps a 1-channel image's channel (torchvision's Grayscale(3) makes three)";
 }
 
 /* PVT and PVTv2 (whai362/PVT classification/main.py, DeiT's script with its own defaults, and its configs folder): DeiT's
@@ -365,6 +365,7 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddNumberToObject(j, "model_ema_decay", r->model_ema_decay);
     cJSON_AddBoolToObject(j, "repeated_aug", r->repeated_aug);
     cJSON_AddBoolToObject(j, "sync_bn", r->sync_bn);
+    cJSON_AddStringToObject(j, "no_weight_decay", r->decay_all ? "none" : "model"); /* model: 1-D and the family's list */
     cJSON_AddStringToObject(j, "aa", r->aa);
     cJSON_AddNumberToObject(j, "reprob", r->reprob);
     cJSON_AddStringToObject(j, "remode", r->remode);
@@ -376,6 +377,11 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddNumberToObject(j, "hflip", r->hflip);
     cJSON_AddNumberToObject(j, "color_jitter", r->color_jitter);
     return j;
+}
+
+int vt_recipe_decay(const vt_recipe *r, vt_params *P) {
+    for (int i = 0; r->decay_all && i < P->n; i++) P->t[i]->no_decay = 0;
+    return 0;
 }
 
 void vt_recipe_print(const vt_recipe *r, FILE *f) {

@@ -668,7 +668,7 @@ static int run_open(train_run *r, vt_err *e) {
          vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, pos_h, pos_w, o->init_from, r->out, e)) ||
         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), o->sync_bn ? dp : NULL, &r->t,
                     e) ||
-        vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+        (o->recipe && vt_recipe_decay(o->recipe, P)) || vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
         (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||
         !(r->gb = vt_dist_grads_new(dp, r->t.g, e)) ||
         !(r->L = vt_loader_new(&d->train, &d->train_tf, o->batch, r->workers, PREFETCH, VT_BAD_REPLACE, e)) ||
