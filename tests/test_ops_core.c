@@ -124,6 +124,22 @@ static void check_train_macs(vt_test *T) {
             "attention on packed qkv: train MACs %lld, want %lld (forward %lld)", (long long)vt_graph_train_macs(g),
             (long long)(2 * q + 3 * at), (long long)vt_graph_macs(g));
     vt_graph_free(g);
+    /* CSwin's stripe attention on its packed qkv (its LePE frozen: the products alone need two per forward MAC), then
+     * a linear on it whose weight is frozen (its input's gradient alone: 2x) */
+    g = vt_graph_new(P, 1, &e);
+    const int ss[3] = {1, 4 * 4, 3 * 8}, ws[4] = {8, 1, 3, 3}, bs[1] = {8};
+    vt_tensor *sx = vt_input(g, "x3", 3, ss), *lw = vt_input(g, "lepe_w", 4, ws), *lb = vt_input(g, "lepe_b", 1, bs);
+    vt_tensor *sq = sx ? vt_linear_p(g, "sqkv", sx, 3 * 8, 1, VT_INIT_W02) : NULL;
+    y = sq ? vt_stripe_attention(g, sq, 4, 2, 2, 0.5f, lw, lb) : NULL;
+    const int64_t sat = y ? g->nodes[g->nn - 1]->macs : 0;
+    vt_tensor *fw = y ? vt_linear_p(g, "frozen", y, 5, 1, VT_INIT_W02) : NULL;
+    vt_tensor *fwt = fw ? vt_params_find(P, "frozen.weight") : NULL, *fbt = fw ? vt_params_find(P, "frozen.bias") : NULL;
+    if (fwt && fbt) fwt->requires_grad = fbt->requires_grad = 0;
+    const int64_t sl = 1LL * 16 * 24 * 24, fl = 1LL * 16 * 8 * 5;
+    T_CHECK(T, fw && sat > 0 && vt_graph_train_macs(g) == 2 * sl + 3 * sat + 2 * fl,
+            "stripe attention + a frozen linear: train MACs %lld, want %lld", (long long)vt_graph_train_macs(g),
+            (long long)(2 * sl + 3 * sat + 2 * fl));
+    vt_graph_free(g);
     vt_params_free(P);
 }
 

@@ -209,6 +209,23 @@ static void check_recipes(vt_test *T) {
     T_CHECK(T, vt_recipe_get("hmhsa", "deit_tiny_hmhsa_cffn", &r, &e) == 0 && r.batch == 64 && r.model_ema &&
                    r.drop_path == 0.1 && strstr(r.source, "DeiT"),
             "hmhsa in DeiT: %s", r.source);
+    /* the per-model values of the FLatten presets (the yaml files' batch, the README's EMA decays) and the colour
+     * jitter each preset records */
+    const struct { const char *recipe, *model; int batch; double ema, jitter; } per[] = {
+        {"flatten", "flatten_pvt_small", 64, 0.99996, 0.4}, {"flatten", "flatten_pvt_tiny", 128, 0.99996, 0.4},
+        {"flatten", "flatten_cswin_base", 64, 0.99982, 0.4}, {"flatten", "flatten_cswin_tiny", 256, 0.99984, 0.4},
+        {"refiner", "refiner_vit_s", 32, 0.99996, 0.4},       {"pvt", "pvt_v2_b1", 128, 0.99996, 0.4},
+        {"nextvit", "nextvit_small", 256, 0.99996, 0.4},      {"deit", "deit_tiny_patch16_224", 64, 0.99996, 0.3}};
+    for (size_t i = 0; i < sizeof per / sizeof per[0]; i++)
+        T_CHECK(T, vt_recipe_get(per[i].recipe, per[i].model, &r, &e) == 0 && r.batch == per[i].batch &&
+                       r.model_ema_decay == per[i].ema && r.color_jitter == per[i].jitter,
+                "%s for %s: batch %d, EMA decay %g, colour jitter %g", per[i].recipe, per[i].model, r.batch,
+                r.model_ema_decay, r.color_jitter);
+    vt_train_opts ro;
+    vt_train_defaults(&ro);
+    vt_recipe_get("deit", "deit_tiny_patch16_224", &r, &e);
+    vt_recipe_apply(&r, &ro);
+    T_CHECK(T, ro.repeated_aug == 3, "DeiT's RASampler repeats each image 3 times: %d", ro.repeated_aug);
     T_CHECK(T, vt_recipe_get("nextvit", "nextvit_base", &r, &e) == 0 && r.drop_path == -1 &&
                    vt_model_find("nextvit_base")->arch.drop_path == 0.2f && vt_recipe_get("pvt", "pvt_v2_b1", &r, &e) == 0 &&
                    r.batch == 128,
@@ -420,6 +437,10 @@ static void check_mixup_sampler(vt_test *T) {
     const int bad[B] = {0, 1, 5, 1};
     e = (vt_err){0}; /* the first error message is kept: start afresh */
     T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, bad, t, &lam, &e) != 0 && strstr(e.msg, "label 5"), "bad label: %s", e.msg);
+    const int edge[B] = {0, 1, K, 1}; /* the first label past the classes */
+    e = (vt_err){0};
+    T_CHECK(T, vt_mixup_apply(&m, &d, x, B, C, H, W, edge, t, &lam, &e) != 0 && strstr(e.msg, "label 3"),
+            "label K refused: %s", e.msg);
     /* keyed draws (the trainer's): each rank its own (as DeiT seeds each rank with seed + rank), each micro-batch its
      * own, and the same key the same draw (what makes a resumed run draw as an uninterrupted one) */
     int same_rank = 0, same_batch = 0, again = 1;

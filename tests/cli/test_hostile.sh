@@ -92,10 +92,11 @@ ln -s "$T/w.safetensors" "$T/wlink"
 expect "grad -o through a symlink to the weights refused" 1 "is the input" $V grad $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/wlink"
 # a link to a file not there yet writes that file (as a shell's > does), the link kept; one into a missing folder is
 # refused before any work
-mkdir -p "$T/dl" && ln -s ../dl_target.safetensors "$T/dl/a" && ln -s a "$T/dl/b"
+mkdir -p "$T/dl" "$T/dl2" && ln -s ../dl2/a "$T/dl/b" && ln -s ../dl_target.safetensors "$T/dl2/a"
 $V init $M -o "$T/dl/b" >"$T/dl.log" 2>&1
-check "init -o through a chain of links to a file not there yet writes that file, the links kept" "[ $? -eq 0 ] && \
-    [ -L '$T/dl/b' ] && [ -L '$T/dl/a' ] && [ -s '$T/dl_target.safetensors' ]" "$(cat "$T/dl.log"; ls -l "$T/dl")"
+check "init -o through a chain of links across folders to a file not there yet writes that file, the links kept" \
+    "[ $? -eq 0 ] && [ -L '$T/dl/b' ] && [ -L '$T/dl2/a' ] && [ -s '$T/dl_target.safetensors' ]" \
+    "$(cat "$T/dl.log"; ls -l "$T/dl" "$T/dl2")"
 ln -s "$T/nofolder/x.safetensors" "$T/dl/c"
 expect "... and one to a missing folder is refused, naming it" 1 "cannot write .*dl/c: folder .*nofolder" \
     $V forward $M -w "$T/w.safetensors" --input "$T/x.safetensors" -o "$T/dl/c"
@@ -664,6 +665,9 @@ $V init $M --attn msf_g2 -o "$T/g2.safetensors" >/dev/null 2>&1
 expect "weights made with --attn msf_g2 refused by msf_g2_block (same shapes, channels in another order)" 1 \
     "g2.safetensors was made with attention msf_g2 (per stage; metadata vitc_attn) but the model is built with \
 msf_g2_block" $V eval $M --attn msf_g2_block -w "$T/g2.safetensors" --data fashion-mnist --test-subset 8
+$V init $M --attn orig_g2 -o "$T/og2.safetensors" >/dev/null 2>&1
+expect "... and orig_g2 weights by orig_g2_block" 1 "made with attention orig_g2 (per stage" \
+    $V forward $M --attn orig_g2_block -w "$T/og2.safetensors" --input "$T/x.safetensors" -o "$T/yo.safetensors"
 $V forward $M -w "$T/g2.safetensors" --input "$T/x.safetensors" -o "$T/yg2.safetensors" >"$T/g2r.log" 2>&1
 check "... without --attn, the model is built with the msf_g2 the file records" \
     "[ $? -eq 0 ] && grep -q 'records: --attn msf_g2$' '$T/g2r.log'" "$(cat "$T/g2r.log")"
