@@ -173,6 +173,26 @@ void test_weights(vt_test *T) {
     T_CHECK(T, qb && qb->data[0] == 1.0f && qb->data[2] == 3.0f && qb->data[3] == -1.0f, "bf16 load");
     T_CHECK(T, qn && qn->data[0] == 7.0f, "i64 counter load");
     vt_params_free(Q);
+    /* a file without the counter (older PyTorch): it reads 0, whatever the model held */
+    T_CHECK(T, vt_st_write(p2, outs, 3, NULL, &e) == 0, "write without the counter: %s", e.msg);
+    Q = make_model(2, 3, NULL, NULL);
+    qn = vt_params_find(Q, "bn.num_batches_tracked");
+    if (qn) qn->data[0] = 5.0f;
+    T_CHECK(T, vt_params_load(Q, p2, &e) == 0 && qn && qn->data[0] == 0.0f, "a counter absent from the file reads 0: "
+            "%g (%s)", qn ? (double)qn->data[0] : -1.0, e.msg);
+    vt_params_free(Q);
+    /* a fixed buffer (one the architecture defines, as Swin's relative_position_index) must equal its definition */
+    float idx[4] = {0, 1, 2, 3}, other[4] = {0, 1, 3, 2};
+    vt_st_out fixed[4] = {outs[0], outs[1], outs[2], {.name = "idx", .dtype = VT_ST_F32, .ndim = 1, .shape = {4},
+                                                      .data = other}};
+    T_CHECK(T, vt_st_write(p2, fixed, 4, NULL, &e) == 0, "write with a fixed buffer: %s", e.msg);
+    Q = make_model(2, 3, NULL, NULL);
+    vt_tensor *qi = vt_params_add(Q, "idx", VT_BUFFER, 1, (int[]){4}, (vt_init){VT_INIT_FIXED, 0.0f}, &e);
+    if (qi) memcpy(qi->data, idx, sizeof idx);
+    vt_err fe = {0};
+    T_CHECK(T, qi && vt_params_load(Q, p2, &fe) == -1 && strstr(fe.msg, "buffer 'idx' element 2 is 3 but the "
+            "architecture defines 2") && qi->data[2] == 2.0f, "a fixed buffer of other values refused: %s", fe.msg);
+    vt_params_free(Q);
 
     outs[0] = (vt_st_out){.name = "a", .dtype = VT_ST_I32, .ndim = 2, .shape = {2, 3}, .data = a32};
     outs[1] = (vt_st_out){.name = "b", .dtype = VT_ST_I64, .ndim = 1, .shape = {4}, .data = b64};

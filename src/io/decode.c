@@ -467,7 +467,8 @@ static int64_t gif_pixels(const unsigned char *b, size_t n, size_t at, int64_t n
 /* A GIF's first image: where it lies on the canvas and the colour PIL gives the canvas outside it. */
 typedef struct gif_frame {
     int64_t x, y, w, h;
-    unsigned char fill[3]; /* palette[the transparent index, else 0], of the image's own palette, else the global one */
+    unsigned char fill[3]; /* palette[the transparent index, else 0], of the image's own palette, else the global one
+                            * ((i, i, i) for an index past it, as PIL's palette is filled) */
 } gif_frame;
 
 /* GIF: the blocks up to the first image and that image's data sub-blocks, to their zero-length end, and that their
@@ -491,6 +492,7 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, gif_frame
             at += 9;
             const size_t pal = flags & 0x80 ? at : global, colours = (size_t)2 << ((pal == at ? flags : b[10]) & 7);
             const size_t index = *transp && *transp + 2 < n ? b[*transp + 2] : 0;
+            memset(fr->fill, (int)index, 3); /* past the table: PIL's palette there is its grey ramp (i, i, i) */
             if (pal && index < colours && pal + 3 * index + 3 <= n) memcpy(fr->fill, b + pal + 3 * index, 3);
             if (flags & 0x80) at += 3 * ((size_t)2 << (flags & 7));
             const size_t data = at;

@@ -328,11 +328,30 @@ def main():
             g = g[:13] + g[13 + size:d + 10] + table + g[d + 10:]
         return bytes(g)
 
+    def four_local(g, index=None):
+        """a 4-colour GIF (global table of 4) given a global table of 256 other colours and its own 4 as the
+        image's local table; index: the transparent index written into its graphic control extension"""
+        g = bytearray(g)
+        size, d = 3 * (2 << (g[10] & 7)), descriptor(g)
+        own, big = g[13:13 + size], bytes(int(v) for v in rng.integers(0, 256, 768))
+        if index is not None:
+            gce = bytes(g).index(b"\x21\xf9\x04")
+            g[gce + 6] = index
+        lflags = 0x80 | (g[10] & 7)
+        g[10] = 0x80 | (g[10] & 0x70) | 7
+        g[d + 9] = lflags
+        return on_canvas(bytes(g[:13] + big + g[13 + size:d + 10] + own + g[d + 10:]))
+
     buf = io.BytesIO()
     pal.save(buf, "GIF", transparency=37)
+    four = Image.fromarray(rng.integers(0, 4, (70, 90)).astype(np.uint8), "P")
+    four.putpalette([int(v) for v in rng.integers(0, 256, 12)])
+    fbuf = io.BytesIO()
+    four.save(fbuf, "GIF", transparency=2)
     canvas = {"canvas.gif": on_canvas(gifs["p256.gif"]), "canvas_t.gif": on_canvas(buf.getvalue()),
               "canvas_l.gif": on_canvas(gifs["p256.gif"], local=True),
-              "canvas_tl.gif": on_canvas(buf.getvalue(), local=True)}
+              "canvas_tl.gif": on_canvas(buf.getvalue(), local=True),
+              "canvas_4l.gif": four_local(fbuf.getvalue(), 2), "canvas_4l37.gif": four_local(fbuf.getvalue(), 37)}
     decoded_as_pil(rep, "GIF", deit, w, tmp, {**gifs, **canvas})
     g = gifs["p256.gif"]
     at = descriptor(g)
@@ -340,6 +359,12 @@ def main():
     (tmp / "cutlzw.gif").write_bytes(g[:at + 2 + g[at + 1]] + b"\x00\x3b")
     expect_bad(rep, "bad image cutlzw.gif (LZW data ending early, its blocks terminated)", deit, w,
                tmp / "cutlzw.gif", tmp / "p256.gif", ["its data ends after"])
+    cs = g[at]                                   # LZW data of a clear code and the end code alone: no pixel
+    codes = (1 << cs) | (((1 << cs) + 1) << (cs + 1))
+    data = codes.to_bytes((2 * (cs + 1) + 7) // 8, "little")
+    (tmp / "nolzw.gif").write_bytes(g[:at + 1] + bytes([len(data)]) + data + b"\x00\x3b")
+    expect_bad(rep, "bad image nolzw.gif (LZW data of no pixel)", deit, w, tmp / "nolzw.gif", tmp / "p256.gif",
+               ["its data ends after 0 of its"])
 
     # FLatten's eval transform (its data/build.py, the Swin code base's): both sides to floor(S / 0.875), centre crop
     fl = "flatten_pvt_tiny"
