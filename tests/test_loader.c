@@ -196,13 +196,21 @@ static void test_folder_name_order(vt_test *T) {
         T_CHECK(T, 0, "mkdtemp failed");
         return;
     }
-    static const char *const want[] = {"b.png", "z.png", "\xc3\xa9.png", "\x80.png", "\xed\xa0\x80.png",
-                                       "\xef\xbf\xbd.png", "\xf0\x9f\x98\x80.png"};
-    enum { NW = sizeof want / sizeof *want };
-    char p[1024];
+    /* (a valid sequence's bytes sort by code point, "\xc3a" as U+DCC3 'a', "\x80b" before "\x81a"; os.walk's folders
+     * after the files beside them, "\xc3\xa9/" before "\x80/") */
+    static const char *const want[] = {"b.png", "z.png", "\xc3\xa9.png", "\x80.png", "\x80" "b.png", "\x81" "a.png",
+                                       "\xc3" "a.png", "\xed\xa0\x80.png", "\xef\xbf\xbd.png",
+                                       "\xf0\x9f\x98\x80.png", "\xc3\xa9/x.png", "\x80/x.png"};
+    enum { NW = sizeof want / sizeof *want, NSUB = 2 };
+    char p[1024], sub[1100];
     snprintf(p, sizeof p, "%s/a", root);
     mkdir(p, 0777);
-    for (int i = NW - 1; i >= 0; i--) touch(p, want[i]);
+    for (int i = NW - NSUB - 1; i >= 0; i--) touch(p, want[i]);
+    for (int i = NW - 1; i >= NW - NSUB; i--) { /* the files in the class's subfolders */
+        snprintf(sub, sizeof sub, "%s/%.*s", p, (int)(strchr(want[i], '/') - want[i]), want[i]);
+        mkdir(sub, 0777);
+        touch(sub, "x.png");
+    }
     vt_imagefolder f;
     vt_err e = {0};
     const int rc = vt_imagefolder_scan(root, NULL, &f, &e);
