@@ -181,11 +181,12 @@ static void preset_pvt(vt_recipe *r) {
     r->color_jitter = 0.4;
 }
 
-/* Next-ViT (bytedance/Next-ViT classification/main.py and its README's training command): DeiT's script with batch 256
- * a GPU, 20 warm-up epochs, weight decay 0.1, clip-grad 5, no repeated augmentation, no model EMA, color jitter 0.4
- * (unused) and each model's drop-path (hard-coded in nextvit.py; main.py's --drop-path does not reach it). */
+/* Next-ViT (bytedance/Next-ViT classification/main.py and its README's training command): DeiT's script as PVT's
+ * copy of it (no model EMA, color jitter 0.4, each model's drop-path: hard-coded in nextvit.py, main.py's --drop-path
+ * does not reach it) with batch 256 a GPU, 20 warm-up epochs, weight decay 0.1, clip-grad 5 and no repeated
+ * augmentation. */
 static void preset_nextvit(vt_recipe *r) {
-    preset_deit(r);
+    preset_pvt(r);
     r->source = "Next-ViT classification/main.py + its README's command (--batch-size 256 --warmup-epochs 20 "
                 "--weight-decay 0.1)";
     r->batch = 256;
@@ -193,9 +194,6 @@ static void preset_nextvit(vt_recipe *r) {
     r->weight_decay = 0.1;
     r->clip_grad = 5.0;
     r->repeated_aug = 0;
-    r->model_ema = 0;
-    r->drop_path = -1;
-    r->color_jitter = 0.4;
 }
 
 /* hMHSA + cFFN (spec-hmhsa-cffn.md §3: no official code; the paper trains each host with its own recipe): its host's,
