@@ -133,7 +133,8 @@ static void check_train_macs(vt_test *T) {
     y = sq ? vt_stripe_attention(g, sq, 4, 2, 2, 0.5f, lw, lb) : NULL;
     const int64_t sat = y ? g->nodes[g->nn - 1]->macs : 0;
     vt_tensor *fw = y ? vt_linear_p(g, "frozen", y, 5, 1, VT_INIT_W02) : NULL;
-    vt_tensor *fwt = fw ? vt_params_find(P, "frozen.weight") : NULL, *fbt = fw ? vt_params_find(P, "frozen.bias") : NULL;
+    vt_tensor *fwt = fw ? vt_params_find(P, "frozen.weight") : NULL;
+    vt_tensor *fbt = fw ? vt_params_find(P, "frozen.bias") : NULL;
     if (fwt && fbt) fwt->requires_grad = fbt->requires_grad = 0;
     const int64_t sl = 1LL * 16 * 24 * 24, fl = 1LL * 16 * 8 * 5;
     T_CHECK(T, fw && sat > 0 && vt_graph_train_macs(g) == 2 * sl + 3 * sat + 2 * fl,

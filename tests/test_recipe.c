@@ -227,8 +227,8 @@ static void check_recipes(vt_test *T) {
     vt_recipe_apply(&r, &ro);
     T_CHECK(T, ro.repeated_aug == 3, "DeiT's RASampler repeats each image 3 times: %d", ro.repeated_aug);
     T_CHECK(T, vt_recipe_get("nextvit", "nextvit_base", &r, &e) == 0 && r.drop_path == -1 &&
-                   vt_model_find("nextvit_base")->arch.drop_path == 0.2f && vt_recipe_get("pvt", "pvt_v2_b1", &r, &e) == 0 &&
-                   r.batch == 128,
+                   vt_model_find("nextvit_base")->arch.drop_path == 0.2f &&
+                   vt_recipe_get("pvt", "pvt_v2_b1", &r, &e) == 0 && r.batch == 128,
             "nextvit and pvt presets");
     /* per-model presets by the model's name or alias, never by a substring of another model's */
     const struct { const char *recipe, *model; double dp; int cooldown, ema; } by_model[] = {

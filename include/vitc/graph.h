@@ -180,7 +180,8 @@ struct vt_graph {
                          * nothing */
     int map_px;         /* set by single-grid hosts (ViT, Refined-ViT) before their blocks, by Swin and PVT before each
                          * stage's: a token is px × px pixels, so a grid of unpadded patch convs covers the image's
-                         * top-left grid·px pixels (other sizes lose the rest); exported maps take it as vt_attn_map.px */
+                         * top-left grid·px pixels (other sizes lose the rest); exported maps take it as
+                         * vt_attn_map.px */
     int all_tokens;     /* set before building: every block computes every token's output. Otherwise a class-token
                          * ViT's last block computes only the class token's row past its keys and values (the one row
                          * its head reads; same result); model summaries set it so their MACs are the model's */

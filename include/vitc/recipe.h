@@ -38,8 +38,9 @@ typedef struct vt_recipe {
     double model_ema_decay;
     int repeated_aug;            /* 1: DeiT's RASampler, 3 repeats (vt_ra_sample) */
     int sync_bn;                 /* 1: BatchNorm statistics over every rank's batch (torch's SyncBatchNorm) */
-    int decay_all;               /* 1: weight decay on every parameter, the model's no-decay list ignored (torchvision's
-                                  * train.py without --norm-weight-decay); 0: norms, biases and the family's list skipped */
+    int decay_all;               /* 1: weight decay on every parameter, the model's no-decay list ignored
+                                  * (torchvision's train.py without --norm-weight-decay); 0: norms, biases and the
+                                  * family's list skipped */
     /* per-image augmentation (timm create_transform names), plain fields for the transforms code */
     char aa[64];                 /* RandAugment / AutoAugment string, "" for none */
     double reprob;               /* RandomErasing probability */

@@ -53,7 +53,8 @@ int vt_weights_rep_merged_in(const char *name, const vt_st_file *f);
 int vt_params_load(vt_params *P, const char *path, vt_err *e);
 
 /* vt_params_load's checks of f (opened from path) that need no values: the form, the names, shapes and dtypes, the
- * heads, windows and attention records; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's message. */
+ * heads, windows and attention records; P may hold shapes only (shapes_only). 0, or -1 with vt_params_load's
+ * message. */
 int vt_params_check_file(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
 
 /* 1 when t may be absent from a weight file, as PyTorch's load_state_dict allows: a buffer the architecture defines

@@ -72,8 +72,8 @@ static const char *out_target(const char *path, char *real) {
         if (n < 0) return path;
         to[n] = '\0';
         vt_path_dir(at, dir, sizeof dir);
-        if (to[0] != '/' ? snprintf(real, PATH_MAX, "%s/%s", dir, to) >= PATH_MAX : snprintf(real, PATH_MAX, "%s", to) < 0)
-            return path;
+        const int len = to[0] != '/' ? snprintf(real, PATH_MAX, "%s/%s", dir, to) : snprintf(real, PATH_MAX, "%s", to);
+        if (len < 0 || len >= PATH_MAX) return path;
         if (lstat(real, &st) != 0 || !S_ISLNK(st.st_mode)) return real;
         memcpy(at, real, sizeof at);
     }

@@ -43,7 +43,8 @@ static void preset_deit(vt_recipe *r) {
 
 /* Swin (microsoft/Swin-Transformer config.py defaults + main.py; spec-flatten.md §2.1: FLatten's code keeps them):
  * AdamW base lr 5e-4, warm-up lr 5e-7 and min lr 5e-6, all three scaled by batch/512, 300 epochs, 20 warm-up
- * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, color jitter 0.4 (unused), label smoothing 0.1, Mixup 0.8 / CutMix 1.0 / switch 0.5,
+ * epochs, wd 0.05, clip-grad 5, batch 128 a GPU, color jitter 0.4 (unused), label smoothing 0.1, Mixup 0.8 / CutMix
+ * 1.0 / switch 0.5,
  * RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25 pixel, drop-path per model (Swin-T 0.2, S 0.3, B 0.5: the
  * named configs' rates), no EMA, no repeated augmentation. The cosine spans the warm-up too (no warmup_prefix: Swin's
  * code before its 2022-10 change, which FLatten and GroupMixFormer copy); their step_update after optimizer.step() runs
@@ -104,8 +105,8 @@ static void preset_flatten(vt_recipe *r, const char *model) {
 }
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, batch 64 a GPU (its README's
- * and launch_scripts/run_train.sh's --batch-size 64 on 8 GPUs), 20 warm-up epochs, cosine, wd 0.05, clip-grad 5, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing
- * 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
+ * and launch_scripts/run_train.sh's --batch-size 64 on 8 GPUs), 20 warm-up epochs, cosine, wd 0.05, clip-grad 5,
+ * label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
  * a SyncBatchNorm. The Swin code base: warm-up/min lr as Swin's. */
 static void preset_gmf(vt_recipe *r) {
     preset_swin(r);
@@ -169,8 +170,8 @@ static void preset_msf(vt_recipe *r) {
     r->notes = "`--auto-augment three` keeps a 1-channel image's channel (torchvision's Grayscale(3) makes three)";
 }
 
-/* PVT and PVTv2 (whai362/PVT classification/main.py, DeiT's script with its own defaults, and its configs folder): DeiT's
- * settings but batch 128 a GPU, no model EMA (its arguments commented out), color jitter 0.4 (unused), no clipping
+/* PVT and PVTv2 (whai362/PVT classification/main.py, DeiT's script with its own defaults, and its configs folder):
+ * DeiT's settings but batch 128 a GPU, no model EMA (its arguments commented out), color jitter 0.4 (unused), no clipping
  * and the config files' drop-path (the named models'), epochs as DeiT's loop (no cooldown). */
 static void preset_pvt(vt_recipe *r) {
     preset_deit(r);
@@ -363,7 +364,8 @@ static cJSON *to_json(const vt_recipe *r) {
     cJSON_AddNumberToObject(j, "model_ema_decay", r->model_ema_decay);
     cJSON_AddBoolToObject(j, "repeated_aug", r->repeated_aug);
     cJSON_AddBoolToObject(j, "sync_bn", r->sync_bn);
-    cJSON_AddStringToObject(j, "no_weight_decay", r->decay_all ? "none" : "model"); /* model: 1-D and the family's list */
+    /* model: 1-D parameters and the family's list */
+    cJSON_AddStringToObject(j, "no_weight_decay", r->decay_all ? "none" : "model");
     cJSON_AddStringToObject(j, "aa", r->aa);
     cJSON_AddNumberToObject(j, "reprob", r->reprob);
     cJSON_AddStringToObject(j, "remode", r->remode);

@@ -668,7 +668,8 @@ static int run_open(train_run *r, vt_err *e) {
          vt_adapt_load(P, c->arch.num_classes, c->arch.in_chans, pos_h, pos_w, o->init_from, r->out, e)) ||
         build_train(c, P, o->batch, (float)o->smoothing, vt_mixup_enabled(&r->mix), o->sync_bn ? dp : NULL, &r->t,
                     e) ||
-        (o->recipe && vt_recipe_decay(o->recipe, P)) || vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
+        (o->recipe && vt_recipe_decay(o->recipe, P)) ||
+        vt_adamw_init(&r->opt, P, 0.9f, 0.999f, 1e-8f, (float)o->weight_decay, e) ||
         (o->model_ema && vt_ema_init(&r->ema, P, o->model_ema_decay, e)) ||
         !(r->gb = vt_dist_grads_new(dp, r->t.g, e)) ||
         !(r->L = vt_loader_new(&d->train, &d->train_tf, o->batch, r->workers, PREFETCH, VT_BAD_REPLACE, e)) ||
@@ -1066,8 +1067,9 @@ static void run_summary(const train_run *r) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     say(r, "Done: %d epoch%s; weights in %s, %s %s/curves.%s; peak memory %.1f MiB\n", run_epochs(r->o),
-        run_epochs(r->o) == 1 ? "" : "s", r->wpath, r->curves_failed ? "curves not drawn (see the warning), their script"
-        : "curves", r->o->run_dir, r->curves_failed ? "gp" : "png", ru.ru_maxrss / 1024.0);
+        run_epochs(r->o) == 1 ? "" : "s", r->wpath,
+        r->curves_failed ? "curves not drawn (see the warning), their script" : "curves", r->o->run_dir,
+        r->curves_failed ? "gp" : "png", ru.ru_maxrss / 1024.0);
     if (st->best_epoch >= 0) /* a resume from a folder that lost the file has none until an epoch beats it */
         say(r, "Best: epoch %lld, Acc@1 %.2f%%; %s%s\n", (long long)st->best_epoch, 100 * st->best_acc1,
             access(r->bpath, F_OK) == 0 ? "its weights in " : "its weights are missing (the resumed run folder had "

@@ -94,8 +94,8 @@ const optdef optdefs[] = {
     BELOW("--smoothing", O_DBL, smoothing, 0, 1, "label smoothing in [0, 1) (default 0.1)"),
     NUM("--clip-grad", O_DBL, clip, 0, 1e30, "clip the global gradient norm (default: off, or the recipe's; 0: off)"),
     O("--recipe", O_STR, recipe, "named training recipe whose settings are the defaults (explicit options override "
-      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa, pvt, nextvit; `vitc train [MODEL] --recipe list` "
-      "prints them all (with MODEL: its per-model rates) and takes no other option"),
+      "them): default, deit, swin, flatten, groupmixformer, refiner, msf, hmhsa, pvt, nextvit; "
+      "`vitc train [MODEL] --recipe list` prints them all (with MODEL: its per-model rates) and takes no other option"),
     NUM("--mixup", O_DBL, mixup, 0, 100, "Mixup alpha: lam ~ Beta(a, a) (default 0: off; deit 0.8)"),
     NUM("--cutmix", O_DBL, cutmix, 0, 100, "CutMix alpha (default 0: off; deit 1.0)"),
     NUM("--mixup-prob", O_DBL, mixup_prob, 0, 1, "probability that a batch is mixed (default 1; refused when --mixup "
