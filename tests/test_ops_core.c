@@ -144,7 +144,8 @@ static void check_train_macs(vt_test *T) {
     /* hMHSA's attention on one packed input (queries and keys of its 1 computed head, values of both): 3x too */
     g = vt_graph_new(P, 1, &e);
     const int hs[3] = {2, 6, 16};
-    const vt_hattn_args ha = {.heads = 2, .dim = 8, .q_off = 0, .k_off = 4, .v_off = 8, .kh = 2, .kw = 3, .scale = 0.5f};
+    const vt_hattn_args ha = {.heads = 2, .dim = 8, .q_off = 0, .k_off = 4, .v_off = 8, .kh = 2, .kw = 3,
+                              .scale = 0.5f};
     vt_tensor *hq = vt_linear_p(g, "hqkv", vt_input(g, "x4", 3, hs), 16, 1, VT_INIT_W02);
     y = hq ? vt_hallucinated_attention(g, hq, NULL, &ha) : NULL;
     const int64_t hl = 2LL * 6 * 16 * 16, hat = y ? g->nodes[g->nn - 1]->macs : 0;
