@@ -478,9 +478,9 @@ static int gif_check(const unsigned char *b, size_t n, size_t *transp, gif_frame
     *transp = 0;
     *fr = (gif_frame){0, 0, 0, 0, {0, 0, 0}};
     if (n < 13) return truncated(e, "GIF", n, "header cut");
-    const size_t global = b[10] & 0x80 ? 13 : 0;
+    const size_t global = b[10] & 0x80 ? 13 : 0; /* the global colour table's offset, 0: none */
     size_t at = 13;
-    if (b[10] & 0x80) at += 3 * ((size_t)2 << (b[10] & 7)); /* global colour table */
+    if (global) at += 3 * ((size_t)2 << (b[10] & 7));
     for (;;) {
         if (at >= n) return truncated(e, "GIF", n, "ends before its first image");
         const int tag = b[at++];

@@ -369,15 +369,16 @@ int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_
     for (int i = 0; i < P->n && rc == 0; i++) {
         vt_tensor *t = P->t[i];
         const vt_st_entry *s = vt_st_find(f, t->name);
-        if (s && t->init.kind != VT_INIT_FIXED) {
-            rc = vt_st_read_f32(s, t->data, t->numel, e);
-            vt_err ce = {0};
-            if (rc == 0 && check_values(t, t->name, t->data, path, &ce))
-                rc = vt_seterr(e, "%s, a value it did not hold when first read: the file changed while it was "
-                               "loaded, and the model's weights are partly overwritten", ce.msg);
-        } else if (!s && t->init.kind != VT_INIT_FIXED) { /* a BatchNorm's counter */
+        if (t->init.kind == VT_INIT_FIXED) continue;
+        if (!s) { /* a BatchNorm's counter */
             vt_zero(t->data, t->numel);
+            continue;
         }
+        rc = vt_st_read_f32(s, t->data, t->numel, e);
+        vt_err ce = {0};
+        if (rc == 0 && check_values(t, t->name, t->data, path, &ce))
+            rc = vt_seterr(e, "%s, a value it did not hold when first read: the file changed while it was loaded, and "
+                           "the model's weights are partly overwritten", ce.msg);
     }
     return rc;
 }

@@ -106,7 +106,8 @@ static void preset_flatten(vt_recipe *r, const char *model) {
 
 /* GroupMixFormer (spec-groupmixformer.md §7, the repo's recipe): AdamW 5e-4 · batch/512, batch 64 a GPU (its README's
  * and launch_scripts/run_train.sh's --batch-size 64 on 8 GPUs), 20 warm-up epochs, cosine, wd 0.05, clip-grad 5,
- * label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25, 300 epochs, no EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
+ * label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment rand-m9-mstd0.5-inc1, RandomErasing 0.25, 300 epochs, no
+ * EMA; drop-path: the model's (the named configs carry the yaml files' rates); every BatchNorm
  * a SyncBatchNorm. The Swin code base: warm-up/min lr as Swin's. */
 static void preset_gmf(vt_recipe *r) {
     preset_swin(r);
