@@ -153,6 +153,19 @@ static void check_train_macs(vt_test *T) {
             "hallucinated attention on packed qkv: train MACs %lld, want %lld", (long long)vt_graph_train_macs(g),
             (long long)(2 * hl + 3 * hat));
     vt_graph_free(g);
+    /* linear attention with queries that need no gradient (an input) and keys, values from one linear: the backward
+     * still runs the products twice (3x), where counting by inputs would give 2x */
+    g = vt_graph_new(P, 1, &e);
+    const int lqs[3] = {2, 5, 8}, ls[3] = {2, 5, 6};
+    const vt_linattn_args la = {.heads = 2, .q_off = 0, .k_off = 0, .v_off = 8, .C = 8};
+    vt_tensor *lq = vt_input(g, "q5", 3, lqs), *lkv = vt_linear_p(g, "lkv", vt_input(g, "x5", 3, ls), 16, 1,
+                                                                  VT_INIT_W02);
+    y = lq && lkv ? vt_linear_attention_ex(g, lq, lkv, lkv, &la) : NULL;
+    const int64_t ll = 2LL * 5 * 6 * 16, lat = 2LL * 2 * (5 * 4 * 4 + 5 * 4 * 4 + 5 * 4);
+    T_CHECK(T, y && vt_graph_macs(g) == ll + lat && vt_graph_train_macs(g) == 2 * ll + 3 * lat,
+            "linear attention, queries without a gradient: train MACs %lld, want %lld (forward %lld)",
+            (long long)vt_graph_train_macs(g), (long long)(2 * ll + 3 * lat), (long long)vt_graph_macs(g));
+    vt_graph_free(g);
     vt_params_free(P);
 }
 
