@@ -392,6 +392,17 @@ xs = [x for y in range(2, 14) for x in range(w) if im.getpixel((x, y)) > 200]
 sys.exit(not xs or max(xs) < 0.9 * w or Image.open(sys.argv[2]).size != im.size)' '$T/long.png' '$T/long_nl.png'" \
     "$(cat "$T/long.log")"
 rm -f "$stem"*
+# a name longer than the title's room is cut, marked "...": names of 200 and 240 letters give one picture width
+for n in 200 240; do
+    cp "$T/good.png" "$T/$(printf 'a%.0s' $(seq $n)).png"
+    $V attention swin_fmnist_tiny -w "$T/sfl0.safetensors" "$T/$(printf 'a%.0s' $(seq $n)).png" -o "$T/cut$n.png" \
+        --blocks 0 --heads 0 >/dev/null 2>>"$T/cut.log"
+done
+check "a file name past the title's room cut to one width" "/usr/bin/python3 -c '
+import sys; from PIL import Image
+a, b = (Image.open(p) for p in sys.argv[1:3]); sys.exit(a.size != b.size or a.size[0] > 1200)' \
+    '$T/cut200.png' '$T/cut240.png'" "$(cat "$T/cut.log")"
+rm -f "$T"/aaaaaaaaaa*.png
 # hMHSA on an odd-headed stage: refused naming --double-heads; with it, the named variant's model; without any hMHSA
 # stage, --double-heads has no effect and is refused
 expect "hMHSA on PVTv2-b1's 5-head stage refused (2), naming --double-heads" 2 "odd heads: double them, .--double-heads" \
@@ -685,6 +696,11 @@ expect "weights made with --attn refiner, built with mhsa: the message names the
 rerecord "$T/g2.safetensors" "$T/rec_attn.safetensors" "vitc_attn=msf_g2;rm"
 expect "an attention record vitc would not write is refused" 1 "metadata .msf_g2;rm. is not a list of attention \
 names" $V forward $M --attn msf_g2 -w "$T/rec_attn.safetensors" --input "$T/x.safetensors" -o "$T/yr.safetensors"
+for r in "msf_g2," ",msf_g2" "msf_g2,,mhsa" "Msf_g2" ""; do # a comma at either end or doubled, upper case, empty
+    rerecord "$T/g2.safetensors" "$T/rec_attn.safetensors" "vitc_attn=$r"
+    expect "... as is the record '$r'" 1 "metadata .$r. is not a list of attention names" $V forward $M \
+        --attn msf_g2 -w "$T/rec_attn.safetensors" --input "$T/x.safetensors" -o "$T/yr.safetensors"
+done
 # a record vitc would not write: an option that is not the model's, one without its value, one that is not an option
 for r in "bogus:--dtype int8:records the model option '--dtype': not a file vitc wrote" \
     "noval:--heads:records the model option --heads without a value" "word:heads 2:records the model option 'heads'" \
