@@ -688,10 +688,12 @@ static void check_open_with(vt_test *T, const char *dir) {
     const char *bad[][2] = {{"--num-classes 5 --bogus 1", "unknown model option '--bogus'"},
                             {"--dims 1x", "--dims '1x': expected comma-separated integers"},
                             {"--num-classes", "--num-classes needs a value"},
-                            {"--num-classes 0", "expected a positive integer"},
+                            {"--num-classes 0", "'0': expected an integer in [1, 16777216]"},
+                            {"--num-classes 99999999999", "'99999999999': expected an integer in [1, 16777216]"},
+                            {"--num-classes 10 extra", "'10 extra': one integer, then the next option"},
                             {"--train-form=1", "--train-form takes no value"},
                             {"--num-classes=", "--num-classes needs a value"}};
-    for (int i = 0; i < 6; i++)
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         T_CHECK(T, !vitc_open_with("vit_fmnist_tiny", w, NULL, bad[i][0], &err) && strstr(err.msg, bad[i][1]),
                 "'%s': %s", bad[i][0], err.msg);
     vitc_options o;

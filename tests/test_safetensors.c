@@ -558,6 +558,24 @@ static void test_error_fit(vt_test *T) {
                 "a cut message keeps its start and its reason, ... between, valid UTF-8 (prefix %d: length %zu, bad "
                 "byte at %zu)", pre, n, bad);
     }
+    /* a message longer than vt_msg_vformat's 8 KiB staging buffer (a path past PATH_MAX: ENAMETOOLONG) keeps its
+     * reason and whole characters too (it had kept the end of the first 8191 bytes, cut inside a character) */
+    enum { LONG = 9001 };
+    char *longname = malloc(LONG + 1);
+    for (int i = 0; longname && i + 2 <= LONG; i += 2) memcpy(longname + i, "\xc3\xa9", 2);
+    if (longname) longname[LONG - 1] = 'x', longname[LONG] = '\0';
+    for (int pre = 0; longname && pre < 2; pre++) { /* the 8 KiB mark on each byte of a character */
+        vt_clearerr(&e);
+        vt_seterr(&e, "%scannot open %s: File name too long", pre ? "a" : "", longname);
+        const size_t n = strlen(e.msg);
+        size_t bad = 0;
+        const char *end = "\xc3\xa9x: File name too long";
+        T_CHECK(T, n > strlen(end) && strcmp(e.msg + n - strlen(end), end) == 0 &&
+                       vt_utf8_valid((const uint8_t *)e.msg, n, &bad),
+                "a message past 8 KiB keeps its reason, valid UTF-8 (prefix %d: ...%s, bad byte at %zu)", pre,
+                e.msg + (n > 40 ? n - 40 : 0), bad);
+    }
+    free(longname);
 }
 
 /* vt_st_open of a regular file keeps its header alone in memory and reads the tensors from the file: values as

@@ -181,8 +181,8 @@ VITC_API void vitc_input_size(const vitc_model *m, int *height, int *width);
 
 /** Classifies n image files (PNG, JPEG, BMP, GIF, TGA, PSD, HDR, binary PNM) with the model's eval transform: out[i]
  * gets the top-k of image i or its own error. Returns the number of images that failed (n when all did, each result
- * saying why), or -1 (err set) when the call could not run (a bad argument, a model of other than 1 or 3 channels,
- * out of memory). */
+ * saying why), or -1 (err set; out not written) when the call could not run (a bad argument, a model of other than
+ * 1 or 3 channels, out of memory). */
 VITC_API int vitc_classify_files(vitc_model *m, const char *const *paths, int n, int k, vitc_result *out,
                                  vitc_error *err);
 

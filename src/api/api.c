@@ -19,6 +19,9 @@
 #include "vitc/predict.h"
 #include "vitc/weights.h"
 
+/* the public limits are the engine's: a caller's maps[VITC_MAX_STAGES] and top-k arrays take what it writes */
+_Static_assert(VITC_MAX_STAGES == VT_MAX_STAGES && VITC_MAX_TOPK == VT_MAX_TOPK, "api.h's limits differ");
+
 struct vitc_model {
     vt_model_cfg cfg; /* configured at open (image size, crop_pct); never written after: calls read it unclaimed */
     int int8, bf16;   /* the linear layers' arithmetic vitc_set_dtype chose (read and written only while claimed) */

@@ -55,22 +55,37 @@ void vt_fputs_clean(FILE *f, const char *s) {
 }
 
 void vt_msg_vformat(char *msg, size_t size, const char *fmt, va_list ap) {
-    char full[8192];
-    const int n = vsnprintf(full, sizeof full, fmt, ap);
-    if (size == 0) return;
-    const size_t len = n < 0 ? 0 : strlen(full);
-    if (len < size || size < 8) {
-        snprintf(msg, size, "%s", n < 0 ? "" : full);
-        return;
+    char stack[8192], *full = stack;
+    va_list aq;
+    va_copy(aq, ap);
+    const int n = vsnprintf(stack, sizeof stack, fmt, ap);
+    if (n >= (int)sizeof stack) { /* a longer message (a path of thousands of bytes) is formatted whole: its reason,
+                                   * at the end, is kept; out of memory: the stack's cut, less its last character,
+                                   * which may be cut */
+        if ((full = malloc((size_t)n + 1)) != NULL) {
+            vsnprintf(full, (size_t)n + 1, fmt, aq);
+        } else {
+            size_t end = sizeof stack - 1;
+            while (end > 0 && ((unsigned char)stack[end - 1] & 0xC0) == 0x80) end--;
+            stack[end > 0 ? end - 1 : 0] = '\0';
+            full = stack;
+        }
     }
-    /* three quarters from the start (the cause and the first names), the rest from the end (a reason after a long
-     * path); "..." and the NUL besides the kept bytes */
-    size_t head = (size - 4) * 3 / 4, tail = len - (size - 4 - head);
-    while (head > 0 && ((unsigned char)full[head] & 0xC0) == 0x80) head--; /* full[head] starts a character */
-    while (tail < len && ((unsigned char)full[tail] & 0xC0) == 0x80) tail++;
-    memcpy(msg, full, head);
-    memcpy(msg + head, "...", 3);
-    memcpy(msg + head + 3, full + tail, len - tail + 1);
+    va_end(aq);
+    const size_t len = n < 0 ? 0 : strlen(full);
+    if (size > 0 && (len < size || size < 8)) {
+        snprintf(msg, size, "%s", n < 0 ? "" : full);
+    } else if (size > 0) {
+        /* three quarters from the start (the cause and the first names), the rest from the end (a reason after a
+         * long path); "..." and the NUL besides the kept bytes */
+        size_t head = (size - 4) * 3 / 4, tail = len - (size - 4 - head);
+        while (head > 0 && ((unsigned char)full[head] & 0xC0) == 0x80) head--; /* full[head] starts a character */
+        while (tail < len && ((unsigned char)full[tail] & 0xC0) == 0x80) tail++;
+        memcpy(msg, full, head);
+        memcpy(msg + head, "...", 3);
+        memcpy(msg + head + 3, full + tail, len - tail + 1);
+    }
+    if (full != stack) free(full);
 }
 
 void vt_write_line(FILE *f, const char *lead, const char *text, int clean) {

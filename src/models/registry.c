@@ -168,8 +168,10 @@ int vt_model_parse_options(const char *text, int stages, vt_model_overrides *ov,
             char *end = NULL;
             errno = 0;
             const long x = strtol(val, &end, 10);
-            if (errno || *end || x < 1 || x > (1 << 24))
-                return vt_seterr(e, "model option %s '%s': expected a positive integer", opt, val);
+            if (end != val && *end && strchr(" \t\n", *end))
+                return vt_seterr(e, "model option %s '%s': one integer, then the next option (--name)", opt, val);
+            if (errno || *end || end == val || x < 1 || x > (1 << 24))
+                return vt_seterr(e, "model option %s '%s': expected an integer in [1, %d]", opt, val, 1 << 24);
             *int_of[i] = (int)x;
         } else {
             if (used + len + 1 > n) return vt_seterr(e, "model options too long");
