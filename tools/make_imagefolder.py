@@ -29,13 +29,21 @@ def read_idx(path):
 
 
 def fmnist(args):
-    for split, prefix, count in (("train", "train", args.train), ("val", "t10k", args.val)):
+    splits = []
+    for split, prefix, count in (("train", "train", args.train), ("val", "t10k", args.val)):  # checked before writing
         images = read_idx(os.path.join(args.src, prefix + "-images-idx3-ubyte.gz"))
         labels = read_idx(os.path.join(args.src, prefix + "-labels-idx1-ubyte.gz"))
         if count > min(len(images), len(labels)):
             sys.exit("make_imagefolder: --%s %d: the %s split has %d images" % (split, count, prefix,
                                                                               min(len(images), len(labels))))
-        images, labels = images[:count], labels[:count]
+        empty = [k for k in range(len(NAMES)) if not (labels[:count] == k).any()]
+        if empty:  # vitc train refuses a class folder without images (as torchvision does)
+            sys.exit("make_imagefolder: --%s %d: the first %d images of the %s split hold no image of class%s %s, "
+                     "whose folder would be empty; give a larger --%s" % (
+                         split, count, count, prefix, "es" if len(empty) > 1 else "",
+                         ", ".join("%d_%s" % (k, NAMES[k]) for k in empty), split))
+        splits.append((split, images[:count], labels[:count]))
+    for split, images, labels in splits:
         for fmt in ("png", "jpg"):
             for k, name in enumerate(NAMES):
                 os.makedirs(os.path.join(args.out, fmt, split, "%d_%s" % (k, name)), exist_ok=True)
@@ -98,6 +106,9 @@ def main():
     for opt, v in counts:
         if v < 1:
             p.error("%s must be at least 1, got %d" % (opt, v))
+    if args.cmd == "synthetic" and args.n < 5 * args.classes:  # every 5th round of --classes images goes to val/
+        p.error("--n %d leaves classes without a validation image (every fifth of each class's images goes to val/): "
+                "give --n at least %d for %d classes" % (args.n, 5 * args.classes, args.classes))
     if os.path.isdir(args.out) and os.listdir(args.out):  # images of an earlier run would mix with these
         p.error("%s exists and is not empty: give a new folder, or remove it first" % args.out)
     fmnist(args) if args.cmd == "fmnist" else synthetic(args)

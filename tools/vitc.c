@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "vitc/api.h"
 #include "vitc/dist.h"
 #include "vitc/imagefolder.h"
 
@@ -81,7 +82,8 @@ static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 static void usage(FILE *f) {
     fprintf(f, "vitc: vision transformers in C (forward, backward, training)\n\nusage:\n");
     for (int i = 0; i < ncommands; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`vitc COMMAND --help` or `vitc help COMMAND` shows a command's options.\n");
+    fprintf(f, "\n`vitc COMMAND --help` or `vitc help COMMAND` shows a command's options; `vitc --version` the "
+            "version.\n");
 }
 
 /* argv as a shell re-reads it (command.txt's commands run again as they are): each word as it is where it holds only
@@ -130,6 +132,10 @@ static int run(int argc, char **argv) {
         fprintf(stderr, "vitc help: unknown command '%s'\n", argv[2]);
         usage(stderr);
         return 2;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("vitc %d.%d.%d\n", VITC_VERSION_MAJOR, VITC_VERSION_MINOR, VITC_VERSION_PATCH);
+        return 0;
     }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);

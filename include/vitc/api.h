@@ -31,7 +31,7 @@ extern "C" {
 /** Minor version: new functions, compatible. */
 #define VITC_VERSION_MINOR 6
 /** Patch version: fixes only. */
-#define VITC_VERSION_PATCH 7
+#define VITC_VERSION_PATCH 8
 
 /** Most classes a vitc_result holds. */
 #define VITC_MAX_TOPK 64
@@ -105,8 +105,9 @@ typedef struct vitc_result {
     const char *label[VITC_MAX_TOPK];  /**< class names: those of W.classes.json for weights W.safetensors (what
                                             `vitc deploy` writes), else of the classes.json beside the weights (a
                                             vitc train run folder's), when it names every class, else the model's
-                                            dataset's (Fashion-MNIST's for its 10-class models), else NULL; they live
-                                            as long as the model */
+                                            dataset's (Fashion-MNIST's for its 10-class models) unless the weights
+                                            record that an image folder trained them, else NULL; they live as long as
+                                            the model */
     char error[508];                   /**< why the image failed (empty when ok) */
     int code;                          /**< VITC_E_* of the failure (VITC_E_FILE, VITC_E_IMAGE, VITC_E_ARGUMENT for a
                                             bad vitc_pixels or a NaN in a tensor, ...), VITC_OK when ok (since

@@ -66,8 +66,9 @@ int vt_model_file_in_training_form(const vt_model_cfg *c, const vt_st_file *f);
  * heads record and without allocating them); 0, or -1 with vt_model_load's message. */
 int vt_model_check_tensors(const vt_model_cfg *c, const vt_st_file *f, const char *path, vt_err *e);
 
-/* The name of class cls of c's dataset (Fashion-MNIST's ten), or NULL when the model's classes have no names here. */
-const char *vt_model_class_name(const vt_model_cfg *c, int cls);
+/* The name of class cls of c's dataset (Fashion-MNIST's ten), or NULL when the model's classes have no names here
+ * or its weights P were trained on an image folder (P->folder: the folder's classes.json names them). */
+const char *vt_model_class_name(const vt_model_cfg *c, const vt_params *P, int cls);
 
 /* What a predictor's graph computes (flags). */
 enum {

@@ -134,6 +134,8 @@ typedef struct vt_params {
                        * and checked on loading; "": none */
     const char *model; /* the named model it was created for, recorded in weight files (VT_MODEL_KEY); NULL: none */
     char options[512]; /* the options that changed it from that model (vt_model_cfg.options), recorded with it */
+    int folder;        /* 1: trained on an image folder (VT_DATA_KEY "folder", kept by loading and writing it): its
+                        * classes are the folder's, not those of the model's dataset */
     long long epoch;   /* > 0: the training epoch (from 1) whose weights these are, recorded (VT_EPOCH_KEY) in a run's
                         * weights_best, whose resume checks it against its checkpoint; 0: not recorded */
     uint64_t gen;     /* changes whenever values are written (vt_params_changed): inference graphs keep copies of

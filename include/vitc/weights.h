@@ -22,6 +22,9 @@
 #define VT_OPTIONS_KEY "vitc_model_options"
 /* ... and the one holding P->epoch, the training epoch (from 1) of a run's best weights. */
 #define VT_EPOCH_KEY "vitc_epoch"
+/* ... and the one saying "folder" when P->folder is set: weights trained on an image folder, whose classes are not
+ * the model's dataset's (their names are in the run's classes.json). */
+#define VT_DATA_KEY "vitc_data"
 
 /* Refuses a file f (opened from path) recording other heads (VT_HEADS_KEY) than P runs; files without the record
  * (official checkpoints, converted files, older vitc files) pass. */
@@ -34,6 +37,9 @@ int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char
 /* Refuses a file f recording other attention (VT_ATTN_KEY) than P runs, e.g. MSF's grouped projections in the
  * other channel order (msf_g2 against msf_g2_block, same shapes); files without the record pass. */
 int vt_weights_check_attn(const vt_params *P, const vt_st_file *f, const char *path, vt_err *e);
+
+/* 1 when name is a BatchNorm's running variance (PyTorch's `running_var`, which must not be negative). */
+int vt_is_running_var(const char *name);
 
 /* 1 when f holds re-parameterised branch tensors (a `.rep.` in a name): cFFN's training form. */
 int vt_weights_has_branches(const vt_st_file *f);

@@ -456,7 +456,7 @@ static int classify(vitc_model *m, vt_image_source src, source *ctx, const char 
         for (int j = 0; j < r->k; j++) {
             r->index[j] = res[i].top.cls[j];
             r->prob[j] = res[i].top.prob[j];
-            r->label[j] = m->classes ? m->classes[r->index[j]] : vt_model_class_name(&m->cfg, r->index[j]);
+            r->label[j] = m->classes ? m->classes[r->index[j]] : vt_model_class_name(&m->cfg, m->P, r->index[j]);
         }
     }
     free(res);

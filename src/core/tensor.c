@@ -72,6 +72,7 @@ void vt_params_copy_records(vt_params *dst, const vt_params *src) {
     memcpy(dst->windows, src->windows, sizeof dst->windows);
     memcpy(dst->attn, src->attn, sizeof dst->attn);
     memcpy(dst->options, src->options, sizeof dst->options);
+    dst->folder = src->folder;
 }
 
 void vt_params_free(vt_params *P) {

@@ -287,8 +287,8 @@ vt_params *vt_model_load_file(const vt_model_cfg *c, const vt_st_file *f, const 
     return NULL;
 }
 
-const char *vt_model_class_name(const vt_model_cfg *c, int cls) {
-    if (c->pre.dataset && strcmp(c->pre.dataset, "fashion-mnist") == 0 && c->arch.num_classes == 10)
+const char *vt_model_class_name(const vt_model_cfg *c, const vt_params *P, int cls) {
+    if (!P->folder && c->pre.dataset && strcmp(c->pre.dataset, "fashion-mnist") == 0 && c->arch.num_classes == 10)
         return vt_fmnist_class_name(cls);
     return NULL;
 }

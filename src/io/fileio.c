@@ -50,6 +50,9 @@ int vt_output_check(const char *path, const char *const *inputs, int ninputs, vt
                          : S_ISBLK(st.st_mode) ? "a block device"
                          : S_ISFIFO(st.st_mode) ? "a FIFO"
                                                 : "a special file");
+    if (access(path, W_OK) != 0 && errno == EACCES) /* write-protected: the shell's `>` refuses it too */
+        return vt_seterr_code(e, VT_E_IO, "refusing to write %s: it is write-protected (mode %04o); make it writable "
+                              "(chmod u+w) or remove it first", path, (unsigned)(st.st_mode & 07777));
     for (int i = 0; i < ninputs; i++) {
         struct stat si;
         if (inputs[i] && stat(inputs[i], &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)

@@ -180,8 +180,7 @@ int vt_weights_check_windows(const vt_params *P, const vt_st_file *f, const char
                      rec, VT_WINDOWS_KEY, P->windows, rec);
 }
 
-/* 1 when name is a BatchNorm's running variance (PyTorch's `running_var`): negative values would make NaN. */
-static int is_variance(const char *name) {
+int vt_is_running_var(const char *name) {
     const size_t n = strlen(name), k = strlen(".running_var");
     return n >= k && strcmp(name + n - k, ".running_var") == 0;
 }
@@ -193,7 +192,7 @@ static int check_values(const vt_tensor *t, const char *name, const float *vals,
         if (!isfinite(vals[j]))
             return vt_seterr(e, "%s: tensor '%s' holds %s at element %lld; weights must be finite", path, name,
                              isnan(vals[j]) ? "NaN" : "Inf", (long long)j);
-        if (vals[j] < 0.0f && is_variance(t->name))
+        if (vals[j] < 0.0f && vt_is_running_var(t->name))
             return vt_seterr(e, "%s: tensor '%s' holds %g at element %lld; a BatchNorm's running variance must be >= 0",
                              path, name, (double)vals[j], (long long)j);
         if (t->init.kind == VT_INIT_FIXED && vals[j] != t->data[j])
@@ -348,6 +347,8 @@ int vt_params_check_tensors(const vt_params *P, const vt_st_file *f, const char 
 int vt_params_load_file(vt_params *P, const vt_st_file *f, const char *path, vt_err *e) {
     vt_params_changed(P);
     if (vt_params_check_file(P, f, path, e)) return -1;
+    const char *data = vt_st_meta(f, VT_DATA_KEY);
+    P->folder = data && strcmp(data, "folder") == 0;
     char brief[VT_PATH_BRIEF];
     path = vt_path_brief(path, brief, sizeof brief);
     /* Values: every tensor finite, every running variance >= 0 and every fixed buffer equal to its definition, checked tensor by tensor in a
@@ -428,6 +429,7 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_WINDOWS_KEY, P->windows);
     if (P->attn[0]) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_ATTN_KEY, P->attn);
     if (P->epoch > 0) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%lld\"", VT_EPOCH_KEY, P->epoch);
+    if (P->folder) len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"folder\"", VT_DATA_KEY);
     snprintf(meta + len, sizeof meta - (size_t)len, "}");
     rc = vt_st_write(path, outs, n, meta, e);
 done:

@@ -83,8 +83,14 @@ int vt_data_open(const vt_model_cfg *c, const char *data, int train, int augment
             return -1;
         }
         if (d->f_train.nclasses != K) {
-            vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,
-                      d->f_train.nclasses, c->name, K, d->f_train.nclasses);
+            if (train)
+                vt_seterr(e, "%s/train has %d classes but %s has %d outputs: use --num-classes %d", data,
+                          d->f_train.nclasses, c->name, K, d->f_train.nclasses);
+            else /* eval labels val/ by train/'s class order: other classes than the weights' cannot be scored so */
+                vt_seterr(e, "%s/train has %d classes but %s has %d outputs: for weights of other classes, "
+                          "`--classes RUN/classes.json` (the run that made them) scores %s/val by class name; for "
+                          "weights of %d classes that record no class count, --num-classes %d", data,
+                          d->f_train.nclasses, c->name, K, data, d->f_train.nclasses, d->f_train.nclasses);
             vt_data_close(d);
             return -1;
         }

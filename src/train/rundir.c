@@ -98,6 +98,7 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
     if (ok && P->heads[0]) ok = cJSON_AddStringToObject(m, VT_HEADS_KEY, P->heads) != NULL;
     if (ok && P->windows[0]) ok = cJSON_AddStringToObject(m, VT_WINDOWS_KEY, P->windows) != NULL;
     if (ok && P->attn[0]) ok = cJSON_AddStringToObject(m, VT_ATTN_KEY, P->attn) != NULL;
+    if (ok && P->folder) ok = cJSON_AddStringToObject(m, VT_DATA_KEY, "folder") != NULL;
     char files[17];
     files_text(st, files);
     if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;

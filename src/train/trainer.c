@@ -676,6 +676,10 @@ static int run_open(train_run *r, vt_err *e) {
         (r->vs.src.n > 0 &&
          !(r->LV = vt_loader_new(&r->vs.src, &d->eval_tf, r->vs.batch, r->workers, PREFETCH, VT_BAD_DROP, e))))
         return -1;
+    int bn = 0; /* a BatchNorm among the parameters */
+    for (int i = 0; i < P->n && !bn; i++) bn = vt_is_running_var(P->t[i]->name);
+    if (o->sync_bn && dp->size > 1 && !bn)
+        say(r, "Note: --sync-bn: %s has no BatchNorm, nothing to synchronise\n", c->name);
     vt_loader_set_warnings(r->L, o->warn);
     if (r->LV) vt_loader_set_warnings(r->LV, o->warn);
     if (dp->rank > 0) { /* the ranks after the first say whose warnings they are */
@@ -718,6 +722,8 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
          (resume_here && ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
                           resume_run(c, o, r->P, &r->opt, r->ema.P, &r->st, dp->size, spe / A, e)))))
         rc = -1;
+    if (rc == 0) /* the weights it writes are the data's, whatever a file it started from was trained on */
+        r->P->folder = r->ema.P ? (r->ema.P->folder = r->d.folder) : r->d.folder;
     return rc;
 }
 

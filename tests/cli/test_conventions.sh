@@ -350,6 +350,10 @@ if [ "$(nproc)" -ge 2 ]; then
     check "bench warns when every core is busy with other threads, naming the remedies" \
         "[ $? -eq 0 ] && grep -q 'warning: .* running on this machine.* give --threads 1, or set OMP_WAIT_POLICY=passive' '$T/busy.err'" \
         "$(cat "$T/busy.err")"
+    env -u OMP_WAIT_POLICY $V train vit_fmnist_tiny --recipe bogus --out "$T/busyrun" >/dev/null 2>"$T/busyt.err"
+    check "... but train's usage error is said alone, without the warning" \
+        "[ $? -eq 2 ] && [ \$(wc -l <'$T/busyt.err') -eq 1 ] && grep -q 'unknown recipe' '$T/busyt.err'" \
+        "$(cat "$T/busyt.err")"
     OMP_WAIT_POLICY=passive $V bench vit_fmnist_tiny --batch-size 2 --iters 1 --threads 2 >/dev/null 2>"$T/busy2.err"
     check "... but not with OMP_WAIT_POLICY set" "[ $? -eq 0 ] && ! grep -q 'warning' '$T/busy2.err'" "$(cat "$T/busy2.err")"
     # and after the timed steps, from the CPU time the machine spent beside vitc's own (/proc/stat, getrusage): the

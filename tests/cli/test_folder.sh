@@ -17,6 +17,14 @@ check "make_imagefolder.py: --classes 0 refused" \
 mk fmnist "$T/mk1" --train 60001 --val 1
 check "... a --train past the split's images" \
     "[ $? -eq 1 ] && grep -q 'the train split has 60000 images' '$T/mk2.log'" "$(cat "$T/mk2.log")"
+mk fmnist "$T/mk3" --train 2000 --val 8
+check "... counts that leave a class folder empty (which vitc train refuses), before writing anything" \
+    "[ $? -eq 1 ] && grep -q -- '--val 8: the first 8 images of the t10k split hold no image of classes 0_tshirt, ' \
+     '$T/mk2.log' && [ ! -e '$T/mk3' ]" "$(cat "$T/mk2.log")"
+mk synthetic "$T/mk4" --n 20 --classes 10
+check "... a synthetic --n that leaves classes without a validation image" \
+    "[ $? -eq 2 ] && grep -q -- 'give --n at least 50 for 10 classes' '$T/mk2.log' && [ ! -e '$T/mk4' ]" \
+    "$(cat "$T/mk2.log")"
 mk fmnist "$F" --train 1 --val 1
 check "... an existing folder with images in it" "[ $? -eq 2 ] && grep -q 'exists and is not empty' '$T/mk2.log'" \
     "$(cat "$T/mk2.log")"
@@ -148,8 +156,13 @@ check "training on the same images as IDX runs" "[ -s '$T/idx-run/metrics.csv' ]
 check "PNG folder and IDX give the same losses and accuracies" \
     "diff <(cut -d, -f1-6,10 '$T/png/metrics.csv') <(cut -d, -f1-6,10 '$T/idx-run/metrics.csv') >/dev/null" \
     "$(cat "$T/png/metrics.csv" "$T/idx-run/metrics.csv")"
-check "PNG folder and IDX give bit-identical weights (3 vs 1 loader threads)" \
-    "cmp -s '$T/png/weights.safetensors' '$T/idx-run/weights.safetensors'"
+check "PNG folder and IDX give bit-identical weights (3 vs 1 loader threads); only the folder's records vitc_data" \
+    "$PY -c 'import sys; sys.path.insert(0, \"tests/reference\"); import st, numpy as np
+a, b = (st.load(sys.argv[i]) for i in (1, 2))
+ma, mb = (st.parse(open(sys.argv[i], \"rb\").read())[0][\"__metadata__\"] for i in (1, 2))
+sys.exit(not (a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) and
+              ma.pop(\"vitc_data\", None) == \"folder\" and \"vitc_data\" not in mb and ma == mb))' \
+     '$T/png/weights.safetensors' '$T/idx-run/weights.safetensors'"
 check "classes.json maps index to class folder" \
     "$PY -c 'import json,sys; d=json.load(open(\"$T/png/classes.json\")); sys.exit(not (len(d)==10 and d[\"0\"]==\"0_tshirt\" and d[\"9\"]==\"9_boot\"))'"
 check "the epoch prints top-5" "grep -q 'Acc@5: ' '$T/png.log'"
@@ -167,6 +180,14 @@ $V predict vit_fmnist_tiny -w "$T/png/weights.safetensors" --classes "$T/png/cla
     >"$T/pred.log" 2>&1
 check "predict --classes names the folder's classes" \
     "grep -q '\"name\": \"9_boot\"' '$T/pred.log' && grep -q '\"name\": \"0_tshirt\"' '$T/pred.log'" "$(cat "$T/pred.log")"
+# the weights record that a folder trained them (metadata vitc_data): copied away from classes.json, predict shows
+# classes by number, not Fashion-MNIST's names for a 10-class 28x28 model, and says why
+mkdir -p "$T/away" && cp "$T/png/weights.safetensors" "$T/away/w.safetensors"
+$V predict vit_fmnist_tiny -w "$T/away/w.safetensors" --topk 10 "$ONE" >"$T/away.log" 2>"$T/away.err"
+check "weights trained on a folder, away from its classes.json: no dataset names, a notice" \
+    "[ $? -eq 0 ] && grep -q '10\\. class ' '$T/away.log' && ! grep -qi 'trouser' '$T/away.log' && grep -q \
+     'w.safetensors was trained on an image folder (metadata vitc_data)' '$T/away.err'" \
+    "$(cat "$T/away.log" "$T/away.err")"
 $PY -c 'import json, sys; json.dump({str(k): "c%d" % k for k in range(10)}, open(sys.argv[1], "w"))' "$T/other.json"
 $V eval vit_fmnist_tiny -w "$T/png/weights.safetensors" --data "$F/png" --classes "$T/other.json" >"$T/ev2.log" 2>&1
 rc=$?
@@ -263,6 +284,7 @@ check "eval: the same notice" "[ $? -eq 0 ] && grep -q 'notice: --test-subset 50
 '$T/fewe.log' && grep -q '(2 images)' '$T/fewe.log'" "$(cat "$T/fewe.log")"
 
 # folder errors, each naming the folder
+$V init vit_fmnist_tiny --num-classes 2 -o "$T/errw2.safetensors" >/dev/null 2>&1
 err() { # name, expected message part, folder, extra options...
     local name=$1 want=$2 dir=$3
     shift 3
@@ -282,6 +304,10 @@ err "missing val/ is an error" "$T/e2 has no val/ folder" "$T/e2"
 err "an empty class folder is an error" "class folder $T/e3/train/b holds no image files" "$T/e3"
 err "a val class missing from train is an error" "class folder $T/e4/val/b has no counterpart in the training classes" "$T/e4"
 err "a class count unlike the model's is an error" "$F/png/train has 10 classes but vit_fmnist_tiny has 2 outputs: use --num-classes 10" "$F/png" --num-classes 2
+$V eval vit_fmnist_tiny --num-classes 2 -w "$T/errw2.safetensors" --data "$F/png" >"$T/err.log" 2>&1
+check "eval: a train/ of other classes than the weights' points at --classes (--num-classes would not load them)" \
+    "[ $? -eq 1 ] && grep -qF -- 'has 2 outputs: for weights of other classes, \`--classes RUN/classes.json\`' \
+     '$T/err.log'" "$(cat "$T/err.log")"
 err "a missing folder is an error" "neither fashion-mnist nor an image folder (no folder $T/none holding" "$T/none"
 
 # symlinked folders reached twice: 30 levels of two links each to the next level (2^30 walks before the fix)

@@ -69,6 +69,21 @@ done
 check "a new output under umask 077 is 0600" "[ \"\$(stat -c %a '$T/mode.safetensors')\" = 600 ]" "$(stat -c %a "$T/mode.safetensors")"
 chmod 640 "$T/mode.safetensors" && $V init $M -o "$T/mode.safetensors" >/dev/null 2>&1
 check "an output replaced keeps its mode (0640)" "[ \"\$(stat -c %a '$T/mode.safetensors')\" = 640 ]" "$(stat -c %a "$T/mode.safetensors")"
+# a write-protected output is refused, as the shell's `>` refuses it, and left as it was (root may write any file:
+# there the check runs as nobody, where nobody can run this build)
+AS=""
+[ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && AS="setpriv --reuid=65534 --regid=65534 --clear-groups"
+RO=$(mktemp -d)
+CLEANUP+=("$RO")
+chmod 755 "$RO" && cp "$T/mode.safetensors" "$RO/ro.safetensors" && chmod 444 "$RO/ro.safetensors"
+[ -n "$AS" ] && chown -R 65534 "$RO"
+if [ "$(id -u)" -eq 0 ] && [ -z "$AS" ] || ! $AS $V list >/dev/null 2>&1; then
+    skip "a write-protected output is refused" "no unprivileged user can run $V here"
+else
+    expect "a write-protected output (0444) is refused, naming it" 1 "ro.safetensors: it is write-protected" \
+        $AS $V init $M --seed 4 -o "$RO/ro.safetensors"
+    check "... and left unchanged" "cmp -s '$T/mode.safetensors' '$RO/ro.safetensors'"
+fi
 # 3. outputs onto special files are refused, the special file survives
 mkfifo "$T/fifo"
 expect "-o onto a FIFO refused" 1 "not a regular file" $V init $M -o "$T/fifo"

@@ -18,6 +18,8 @@
 V=./vitc
 PY=/usr/bin/python3
 use_mpirun
+# the cores this process may run on (nproc alone answers OMP_NUM_THREADS / OMP_THREAD_LIMIT when they are set)
+NPROC=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 if ! command -v mpirun >/dev/null; then bad "mpirun" "not installed (Debian openmpi-bin; make deps-test)"; exit 1; fi
 
 # Differences of two weights files: "R A", R the largest ||a-b|| / ||b|| over the tensors except the key thirds of
@@ -100,6 +102,11 @@ me=$(metrics_err "$T/bn2/metrics.csv" "$T/bn1/metrics.csv")
 check "--sync-bn: 2 ranks x 8 == 1 x 16, losses and accuracies of 5 steps within 1e-5 (rel. $me)" \
     "awk 'BEGIN{exit !($me <= 1e-5)}'" "$(tail -3 "$T/bn2.log"; cat "$T/bn1/metrics.csv" "$T/bn2/metrics.csv")"
 check "... the checkpoint records it" "grep -qa '\"sync-bn\":\"1\"' '$T/bn2/checkpoint.safetensors'"
+check "... and says nothing of a model without BatchNorm" "! grep -q 'nothing to synchronise' '$T/bn2.log'"
+$MPI $V train ${EQ/--epochs 5/--epochs 1} --batch-size 32 --sync-bn --out "$T/sbv" >"$T/sbv.log" 2>&1
+check "--sync-bn on a model without BatchNorm: a note, once" \
+    "[ $? -eq 0 ] && [ \$(grep -c 'Note: --sync-bn: vit_fmnist_tiny has no BatchNorm, nothing to synchronise' \
+     '$T/sbv.log') -eq 1 ]" "$(cat "$T/sbv.log")"
 $MPI $V train ${SB/--epochs 5/--epochs 6} --batch-size 8 --resume "$T/bn2" --out "$T/bn2r" >"$T/bn2r.log" 2>&1
 check "... and --resume keeps it" "grep -qa '\"sync-bn\":\"1\"' '$T/bn2r/checkpoint.safetensors'" "$(tail -3 "$T/bn2r.log")"
 $MPI $V train $SB --batch-size 8 --out "$T/bnu" >"$T/bnu.log" 2>&1
@@ -156,12 +163,18 @@ $V train $KL --out "$T/k" --resume "$T/k" >"$T/m1.log" 2>&1
 rc=$?
 check "resuming 2 ranks' checkpoint without mpirun is refused" \
     "[ $rc -eq 1 ] && grep -q 'written by a run of 2 ranks but this run has 1' '$T/m1.log'" "rc $rc: $(cat "$T/m1.log")"
-cores=$(nproc) # (and all the node's cores per rank: a warning)
+cores=$NPROC # (and all the node's cores per rank: a warning)
 $MPI $V train $EQ --batch-size 32 --threads "$cores" --out "$T/one" --resume "$T/one" >"$T/m2.log" 2>&1
 rc=$?
 check "resuming 1 process's checkpoint with 2 ranks is refused, once" \
     "[ $rc -eq 1 ] && [ \$(grep -c 'written by a run of 1 rank but this run has 2' '$T/m2.log') -eq 1 ]" \
     "rc $rc: $(cat "$T/m2.log")"
+# a checkpoint of another model (rank 0's, broadcast: the same on every rank): said once, by rank 0
+$MPI $V train swin_fmnist_tiny --resume "$T/k" --threads 1 >"$T/mo.log" 2>&1
+rc=$?
+check "resuming another model's checkpoint under mpirun is refused, once" \
+    "[ $rc -eq 1 ] && [ \$(grep -c 'holds a checkpoint of vit_fmnist_tiny, not swin_fmnist_tiny' '$T/mo.log') -eq 1 ]" \
+    "rc $rc: $(cat "$T/mo.log")"
 # a damaged checkpoint is reported as damaged (it had read as one recording no rank count: "a run of 1 rank")
 mkdir -p "$T/kd" && cp "$T/k/checkpoint.safetensors" "$T/kd/full" &&
     head -c 4000 "$T/kd/full" >"$T/kd/checkpoint.safetensors" && rm "$T/kd/full"
@@ -398,12 +411,12 @@ rc=$?
 check "... and an unknown model (exit 2, a usage error)" "[ $rc -eq 2 ] && [ \$(grep -c 'unknown model' '$T/nm.log') -eq 1 ] && \
 ! grep -q 'rank 1' '$T/nm.log'" "rc $rc: $(cat "$T/nm.log")"
 # a thread notice is printed once per node, not once per rank
-$MPI $V train $EQ --batch-size 32 --threads $(($(nproc) + 1)) --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1
+$MPI $V train $EQ --batch-size 32 --threads $(($NPROC + 1)) --min-lr 10 --out "$T/thr" >"$T/thr.log" 2>&1
 check "a thread notice under mpirun: once" "[ \$(grep -c 'threads asked' '$T/thr.log') -eq 1 ]" "$(cat "$T/thr.log")"
 # unbound ranks in a cpuset smaller than the node (an LD_PRELOAD stand-in for sysconf: 16 CPUs online, this machine's
 # the affinity): by default each takes the shared cores divided among them, not all of them (the node's 16 / 2 ranks,
 # at most its affinity, gave each all of its cores: twice as many threads as cores), with one notice
-if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -lt 16 ] && cat >"$T/onl.c" <<'C' && cc -shared -fPIC -o "$T/onl.so" "$T/onl.c" -ldl
+if [ "$NPROC" -ge 2 ] && [ "$NPROC" -lt 16 ] && cat >"$T/onl.c" <<'C' && cc -shared -fPIC -o "$T/onl.so" "$T/onl.c" -ldl
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <unistd.h>
@@ -414,7 +427,7 @@ long sysconf(int name) {
 }
 C
 then
-    n=$(nproc)
+    n=$NPROC
     env -u OMP_NUM_THREADS $MPI -x LD_PRELOAD="$T/onl.so" $V train vit_fmnist_tiny --data fashion-mnist \
         --train-subset 64 --test-subset 100 --batch-size 32 --epochs 1 --out "$T/cs" >"$T/cs.log" 2>&1
     rc=$?

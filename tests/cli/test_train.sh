@@ -445,6 +445,7 @@ train vit_fmnist_tiny --lr nan|bad value 'nan' for --lr (not finite; expected a 
 train vit_fmnist_tiny --lr 0|--lr must be in (0, 10], got 0
 train vit_fmnist_tiny --smoothing inf|bad value 'inf' for --smoothing (not finite; expected a number in [0, 1))
 train vit_fmnist_tiny --smoothing 1|--smoothing must be in [0, 1), got 1
+train vit_fmnist_tiny --lr 0x1p-3|bad value '0x1p-3' for --lr (not a decimal number; expected a number in (0, 10])
 train vit_fmnist_tiny --epochs 1x|bad value '1x' for --epochs (not an integer; expected an integer in [1, 1000000])
 info vit_fmnist_tiny --img-size 2.5|bad value '2.5' for --img-size (not an integer; expected an integer in [1, 4096])
 info nextvit_small --heads 4|Next-ViT's widths (96, 256, 512, 1024) and heads (3, 6, 12, 24
@@ -488,6 +489,16 @@ for c in list info init forward grad train eval bench deploy predict; do
     $V $c --help >"$T/h.log" 2>&1
     check "$c --help" "[ $? -eq 0 ] && grep -q usage '$T/h.log'"
 done
+# a file that cannot be opened: the message names the option that gave it
+$V predict vit_fmnist_tiny -w "$T/none.safetensors" "$T/none.png" >"$T/nw.log" 2>&1
+check "a missing --weights file named as --weights" \
+    "[ $? -eq 1 ] && grep -q '^vitc: --weights: cannot open .*none.safetensors' '$T/nw.log'" "$(cat "$T/nw.log")"
+$V init vit_fmnist_tiny -o "$T/nw.safetensors" >/dev/null &&
+    $V forward vit_fmnist_tiny -w "$T/nw.safetensors" --input "$T/none.safetensors" -o "$T/no.safetensors" >"$T/ni.log" 2>&1
+check "... and a missing --input file as --input" \
+    "[ $? -eq 1 ] && grep -q '^vitc: --input: cannot open .*none.safetensors' '$T/ni.log'" "$(cat "$T/ni.log")"
+ver=$(sed -n 's/^#define VITC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' include/vitc/api.h | paste -sd.)
+check "vitc --version prints api.h's version ($ver)" "[ \"\$($V --version)\" = 'vitc $ver' ]" "$($V --version 2>&1)"
 
 # bench --profile --json: stdout is exactly one JSON object, the profile table goes to stderr
 $V bench vit_fmnist_tiny --batch-size 2 --iters 2 --json --profile >"$T/pj.json" 2>"$T/pj.err"

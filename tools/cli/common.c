@@ -365,7 +365,7 @@ void close_weights(opts *o) {
 vt_params *load_model(opts *o, const vt_model_cfg *cfg) {
     vt_err e = {0};
     if (o->weights && o->wfile_open < 0) { /* read once: a stream would be empty the second time */
-        die("%s", o->werr.msg);
+        die("--weights: %s", o->werr.msg);
         return NULL;
     }
     vt_params *P = !o->weights          ? vt_params_new(&e)

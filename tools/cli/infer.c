@@ -18,17 +18,17 @@
 
 #include "cli.h"
 
-/* Class i's name: from --classes, else the model's dataset's (NULL: none). */
-static const char *class_name(const opts *o, const vt_model_cfg *c, int i) {
+/* Class i's name: from --classes, else the model's dataset's unless weights P were trained on a folder (NULL: none). */
+static const char *class_name(const opts *o, const vt_model_cfg *c, const vt_params *P, int i) {
     if (o->cls) return i >= 0 && i < o->ncls ? o->cls[i] : NULL;
-    return vt_model_class_name(c, i);
+    return vt_model_class_name(c, P, i);
 }
 
 /* Reads --classes (when given) into o->cls; its class count must be the model's (K). */
 static int read_classes(opts *o, int K) {
     if (!o->classes) return 0;
     vt_err e = {0};
-    if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("%s", e.msg);
+    if (vt_classes_read(o->classes, &o->cls, &o->ncls, &e)) return die("--classes: %s", e.msg);
     if (o->ncls != K) {
         fprintf(stderr, "vitc: %s names %d classes but the model has %d outputs: for weights of %d classes add "
                 "--num-classes %d; else give the classes.json of the run that made these weights\n", o->classes,
@@ -76,8 +76,8 @@ static int check_run_classes(const opts *o, const vt_data *d, const char *data, 
 }
 
 /* Prints (or, with --json, writes as one JSON line) one image's top-k classes. */
-static void print_top(const opts *o, const vt_model_cfg *c, const char *path, const vt_topk *t) {
-    const int names = class_name(o, c, 0) != NULL;
+static void print_top(const opts *o, const vt_model_cfg *c, const vt_params *P, const char *path, const vt_topk *t) {
+    const int names = class_name(o, c, P, 0) != NULL;
     if (o->json) {
         printf("{\"image\": ");
         json_str(path);
@@ -87,7 +87,7 @@ static void print_top(const opts *o, const vt_model_cfg *c, const char *path, co
         putchar('\n');
     }
     for (int i = 0; i < t->k; i++) {
-        const char *nm = names ? class_name(o, c, t->cls[i]) : NULL;
+        const char *nm = names ? class_name(o, c, P, t->cls[i]) : NULL;
         if (o->json) {
             printf("%s{\"class\": %d, ", i ? ", " : "", t->cls[i]);
             if (nm) {
@@ -213,6 +213,9 @@ int cmd_predict(opts *o) {
         return die("%s", "out of memory");
     }
     vt_params *P = load_model(o, &c);
+    if (P && P->folder && !o->cls)
+        notice("%s was trained on an image folder (metadata %s) and no classes.json names its classes (beside it, or "
+               "--classes RUN/classes.json): classes are shown by number", o->weights, VT_DATA_KEY);
     vt_dtype_use use = {0, 0, 0};
     int bad = P ? vt_predict_files(&c, P, o->images, n, o->batch > 0 ? o->batch : 16, k, res, keep,
                                    keep ? keep + n * per : NULL, &use, stderr, &e)
@@ -222,7 +225,7 @@ int cmd_predict(opts *o) {
     if (bad >= 0) warn_dtype_fallback(&c, use);
     for (int i = 0; bad >= 0 && i < n; i++) {
         if (res[i].ok) {
-            print_top(o, &c, o->images[i], &res[i].top);
+            print_top(o, &c, P, o->images[i], &res[i].top);
             continue;
         }
         if (o->json) {
@@ -362,7 +365,7 @@ int cmd_attention(opts *o) {
     if (o->save_maps) remove_stale_temps_beside(o->save_maps);
     /* read once (weights_options): its tensors against the model, its recorded heads, then its values */
     if (o->wfile_open < 0 || (!o->wfile_open && vt_st_open(o->weights, &o->wfile, &o->werr)))
-        return die("%s", o->werr.msg);
+        return die("--weights: %s", o->werr.msg);
     o->wfile_open = 1;
     vt_params *P = NULL;
     if (!(mc = model_of_weights(o, &c, &o->wfile)) && !(P = load_model(o, &c))) mc = 1;

@@ -166,7 +166,7 @@ int cmd_init(opts *o) {
 static int open_input(const opts *o, vt_st_file *f) {
     vt_err e = {0};
     if (!o->input) return missing("--input");
-    return vt_st_open(o->input, f, &e) ? die("%s", e.msg) : 0;
+    return vt_st_open(o->input, f, &e) ? die("--input: %s", e.msg) : 0;
 }
 
 /* Reads `input` (B, C, H, W) from f (open_input of path) and checks it against cfg; returns the data and B. */

@@ -267,9 +267,11 @@ int set_option(const char *cmd, const optdef *d, const char *a, const char *v, c
     const int tiny = x != 0.0 && fabs(x) < FLT_MIN; /* 0 or subnormal once stored as a float */
     const int huge = d->kind != O_DBL && errno == ERANGE; /* an integer past 64 bits: outside every range below */
     const int blank = isspace((unsigned char)v[0]); /* strtod/strtoll skip leading blanks; trailing ones are refused */
-    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank) {
+    const int hex = d->kind == O_DBL && strpbrk(v, "xX"); /* strtod reads hexadecimal floats: decimal only */
+    if ((errno && !huge) || !end || *end || end == v || !isfinite(x) || tiny || blank || hex) {
         tell(cmd, "bad value '%s' for %s%s (%s; expected %s in %c%.12g, %.12g%c)", v, a, what,
-                errno == ERANGE ? "out of range of a double, or too close to 0"
+                hex ? "not a decimal number"
+                : errno == ERANGE ? "out of range of a double, or too close to 0"
                 : tiny          ? "too close to 0 for a float"
                 : end && !*end && end != v && !blank ? "not finite"
                                            : d->kind == O_DBL ? "not a number" : "not an integer",

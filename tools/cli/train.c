@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "vitc/api.h"
 #include "vitc/dist.h"
 #include "vitc/loader.h"
 #include "vitc/model.h"
@@ -103,7 +104,7 @@ static int resume_defaults(opts *o, const vt_dist *d) {
         char msg[8400];
         snprintf(msg, sizeof msg, "%s holds a checkpoint of %s, not %s", path, rmodel, named->name);
         free(f.buf);
-        return die("%s", msg);
+        return d->rank == 0 ? die("%s", msg) : 1; /* rank 0's checkpoint on every rank: rank 0 says it, once */
     }
     const char *rec = rec_get(&f, "recipe"), *mine = o->recipe ? o->recipe : "default";
     /* same: the recipe is the checkpoint's (a run without --recipe has vitc's defaults, the recipe "default") */
@@ -419,6 +420,7 @@ static int train_rank(opts *o, vt_dist *d) {
     t.command_line = line;
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
+    warn_busy_cores(); /* after the usage checks: a usage error is said alone */
     const int trained = vt_train(&c, &t, &e);
     free(line);
     if (trained == 0) return 0;
@@ -437,11 +439,12 @@ static int train_rank(opts *o, vt_dist *d) {
  * ("--lr=5:0.001": the value's length first, so that no value can read as more options), PATH_OPTS by name alone
  * and PROCESS_OPTS left out; malloc'd, NULL if out of memory. */
 static char *rank_command(const opts *o) {
-    char *s = NULL;
+    char *s = NULL, ver[48]; /* the version first: ranks of other builds differ in the first exchange they make */
+    snprintf(ver, sizeof ver, "vitc %d.%d.%d: ", VITC_VERSION_MAJOR, VITC_VERSION_MINOR, VITC_VERSION_PATCH);
     const char *model = o->model ? o->model : "";
     for (int pass = 0; pass < 2; pass++) { /* the length, then the text */
-        size_t used = strlen(model);
-        if (pass) memcpy(s, model, used + 1);
+        size_t used = strlen(ver) + strlen(model);
+        if (pass) snprintf(s, used + 1, "%s%s", ver, model);
         for (size_t k = 0; k < noptdefs; k++) {
             const optdef *d = &optdefs[k];
             if (!o->given[k] || has_word(PROCESS_OPTS, d->name)) continue;
@@ -483,14 +486,21 @@ static int same_rank_command(vt_dist *d, const opts *o) {
     size_t len = mine ? strlen(mine) + 1 : 0;
     const int bad = vt_dist_bcast_bytes(d, &first, &len, &e) != 0; /* the others' first: a copy of rank 0's */
     const int differs = !bad && (!mine || !first || strcmp(mine, first) != 0);
+    /* a rank of another vitc build: the version leads the command, so it differs in this, the ranks' first exchange
+     * (a later check would meet a build whose collective calls differ before it) */
+    const int other = differs && mine && first && strncmp(first, mine, strcspn(mine, ":") + 1) != 0;
     const int rc = vt_dist_agree(d, bad || differs, &e);
     if (rc && d->err_reporter && (bad || !mine || !first))
         die("%s", bad ? e.msg : "out of memory");
+    else if (rc && d->err_reporter && other)
+        say("train", "it runs %.*s and rank 0 %.*s: every rank must run the same vitc build", (int)strcspn(mine, ":"),
+            mine, strncmp(first, "vitc ", 5) == 0 ? (int)strcspn(first, ":") : 200,
+            strncmp(first, "vitc ", 5) == 0 ? first : "vitc 0.6.7 or earlier (whose train command names no version)");
     else if (rc && d->err_reporter)
         say("train", "its train command differs from rank 0's (rank 0: %s; rank %d: %s): under mpirun every rank runs "
             "the same command, except the paths given to --out, --data, --resume and --init-from and the values of "
             "--threads, --workers and --log-every (a rank given other options would wait forever on the others)",
-            readable(first), d->rank, readable(mine));
+            readable(first + strcspn(first, ":") + 2), d->rank, readable(mine + strcspn(mine, ":") + 2));
     if (first != mine) free(first);
     free(mine);
     return !rc ? 0 : bad || !mine || !first ? 1 : 2; /* a rank that failed on no account of its own: 2 */
@@ -508,10 +518,8 @@ int cmd_train(opts *o) {
     int rc = same_rank_command(&d, o);
     if (rc == 0 && o->recipe && strcmp(o->recipe, "list") == 0)
         rc = list_recipes(o);
-    else if (rc == 0 && (rc = train_contradictions(o, &d)) == 0) {
-        warn_busy_cores();
-        rc = train_rank(o, &d);
-    }
+    else if (rc == 0 && (rc = train_contradictions(o, &d)) == 0)
+        rc = train_rank(o, &d); /* (warns of busy cores once the options are checked) */
     vt_dist_finalize(&d);
     return rc;
 }
