@@ -21,6 +21,16 @@ static const suite_entry suites[] = {
 
 int main(int argc, char **argv) {
     vt_test T = {0, 0, ""};
+    for (int i = 1; i < argc; i++) { /* a misspelt suite must not pass as "0 passed, 0 failed" */
+        const suite_entry *s = suites;
+        while (s->name && strcmp(argv[i], s->name) != 0) s++;
+        if (!s->name) {
+            fprintf(stderr, "unit: unknown suite '%s'; suites:", argv[i]);
+            for (s = suites; s->name; s++) fprintf(stderr, " %s", s->name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
     for (const suite_entry *s = suites; s->name; s++) {
         int want = argc < 2;
         for (int i = 1; i < argc; i++) want |= strcmp(argv[i], s->name) == 0;

@@ -8,10 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${RUN:-runs/demo}
-rm -rf "$RUN"
+# --overwrite replaces an earlier run in $RUN (its checkpoint, weights, metrics, curves) and keeps any other file
 start=$SECONDS
 ./vitc train vit_fmnist_p7 --data fashion-mnist --epochs 8 --batch-size 128 --lr 1e-3 --warmup-epochs 0.3 \
-    --clip-grad 1 --no-augment --smoothing 0 --log-every 100 --out "$RUN"
+    --clip-grad 1 --no-augment --smoothing 0 --log-every 100 --out "$RUN" --overwrite
 ./vitc eval vit_fmnist_p7 --weights "$RUN/weights.safetensors" --data fashion-mnist
 # the same weights with int8 linear layers (dynamic quantisation; it also runs fp32 to report the agreement)
 ./vitc eval vit_fmnist_p7 --weights "$RUN/weights.safetensors" --data fashion-mnist --dtype int8

@@ -580,14 +580,15 @@ static int check_opts(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e) 
     if (!(o->smoothing >= 0 && o->smoothing < 1))
         return vt_seterr(e, "smoothing is %g: it must lie in [0, 1)", o->smoothing);
     if (c->arch.num_classes < 2)
-        return vt_seterr(e, "%s has %d output%s: a classifier to train needs two or more (--num-classes)", c->name,
-                         c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
+        return vt_seterr_code(e, VT_E_USAGE, "%s has %d output%s: a classifier to train needs two or more "
+                              "(--num-classes)", c->name, c->arch.num_classes, c->arch.num_classes == 1 ? "" : "s");
     if (c->arch.aux_head) /* (only Refiner's _dense models have one) */
-        return vt_seterr(e, "%s evaluates as its class logits + 0.5 x the max over tokens of its aux_head, which only "
-                         "token labelling trains, and vitc does not implement it: its validation and weights would carry "
-                         "an untrained head. Train %.*s (refiner_s.yaml's plain-label form; from an official _dense "
-                         "checkpoint: tools/convert_checkpoint.py --drop aux_head)", c->name,
-                         (int)(strlen(c->name) - (strstr(c->name, "_dense") ? 6 : 0)), c->name);
+        return vt_seterr_code(e, VT_E_USAGE, "%s evaluates as its class logits + 0.5 x the max over tokens of its "
+                              "aux_head, which only token labelling trains, and vitc does not implement it: its "
+                              "validation and weights would carry an untrained head. Train %.*s (refiner_s.yaml's "
+                              "plain-label form; from an official _dense checkpoint: tools/convert_checkpoint.py "
+                              "--drop aux_head)", c->name, (int)(strlen(c->name) - (strstr(c->name, "_dense") ? 6 : 0)),
+                              c->name);
     if (run_epochs(o) > VT_EPOCHS_MAX)
         return vt_seterr_code(e, VT_E_USAGE, "at most %d epochs (here %d and %d of cooldown)", VT_EPOCHS_MAX,
                               o->epochs, run_epochs(o) - o->epochs); /* (--epochs alone is bounded where given) */

@@ -51,6 +51,8 @@ if [ $? -eq 1 ] && ! grep -qE 'Sanitizer|runtime error' "$T/o.log"; then ok "pre
 /usr/bin/python3 -c "
 import sys; from PIL import Image; import numpy as np
 Image.fromarray((np.random.default_rng(3).random((28, 28)) * 255).astype(np.uint8)).save(sys.argv[1])" "$T/img.png"
+run "predict (top-k, JSON, --output)" $V predict $M -w "$T/r/weights.safetensors" --topk 3 --json \
+    --output "$T/p.safetensors" "$T/img.png" "$T/img.png"
 run "attention (mhsa, rollout, maps)" $V attention $M -w "$T/r/weights.safetensors" "$T/img.png" "$T/img.png" \
     -o "$T/a.png" --rollout --save-maps "$T/a.safetensors"
 run "FLatten init" $V init $M --attn flatten -o "$T/fl.safetensors"
