@@ -719,8 +719,8 @@ static void check_open_with(vt_test *T, const char *dir) {
     snprintf(rwf, sizeof rwf, "%s/folder.safetensors", rdir);
     snprintf(rc, sizeof rc, "%s/classes.json", rdir);
     vt_params *P10 = vt_params_new(&e);
-    int made = mkdir(rdir, 0755) == 0 && P10 && vt_model_init_params(vt_model_find("vit_fmnist_tiny"), P10, 5, &e) == 0 &&
-               vt_params_save(P10, rw, &e) == 0;
+    int made = mkdir(rdir, 0755) == 0 && P10 && vt_model_init_params(vt_model_find("vit_fmnist_tiny"), P10, 5, &e) == 0;
+    made = made && vt_params_save(P10, rw, &e) == 0;
     if (made) P10->folder = 1;
     made = made && vt_params_save(P10, rwf, &e) == 0;
     vt_params_free(P10);

@@ -370,7 +370,8 @@ cp "$ONE" "$T/oneclass/val/cat/"
 err "a one-class folder refused for training" "$T/oneclass/train has one class folder (cat)" "$T/oneclass"
 $V train vit_fmnist_tiny --epochs 1 --data "$T/oneclass" --out "$T/errrun" --num-classes 1 >"$T/err.log" 2>&1
 check "a one-output model refused for training, a usage error (2)" \
-    "[ $? -eq 2 ] && grep -qF -- 'has 1 output: a classifier to train needs two or more' '$T/err.log'" "$(cat "$T/err.log")"
+    "[ $? -eq 2 ] && grep -qF -- 'has 1 output: a classifier to train needs two or more' '$T/err.log'" \
+    "$(cat "$T/err.log")"
 check "... leaving no run folder" "[ ! -e '$T/errrun' ]"
 
 # the pipeline benchmark

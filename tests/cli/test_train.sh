@@ -393,8 +393,9 @@ check "unknown dataset rejected" "[ $? -ne 0 ] && grep -q 'unknown dataset' '$T/
 $V train deit_tiny_patch16_224 --data fashion-mnist --out "$T/c" >"$T/s.log" 2>&1
 check "wrong input size rejected" "[ $? -ne 0 ] && grep -q 'img-size 28' '$T/s.log'"
 $V train refiner_vit_s_dense --num-classes 2 --img-size 32 --data fashion-mnist --out "$T/rd" >"$T/rd.log" 2>&1
-check "a Refiner _dense model (eval adds a token-labelling head vitc cannot train) refused (2), naming the plain model" \
-    "[ $? -eq 2 ] && grep -q 'untrained head. Train refiner_vit_s (' '$T/rd.log' && [ ! -e '$T/rd' ]" "$(cat "$T/rd.log")"
+check "a Refiner _dense model (eval adds a token-labelling head vitc cannot train) refused (2), naming the plain one" \
+    "[ $? -eq 2 ] && grep -q 'untrained head. Train refiner_vit_s (' '$T/rd.log' && [ ! -e '$T/rd' ]" \
+    "$(cat "$T/rd.log")"
 # Refined-ViT's cos_reg term (2 pairs of block maps by default): a training graph of too few blocks for it is refused,
 # naming --cos-reg; the model itself is not (info, and eval of the run's weights); a checkpoint of vitc 0.6.0 (no
 # cos-reg setting recorded) resumes without the term, as it trained, and says so
@@ -494,7 +495,8 @@ $V predict vit_fmnist_tiny -w "$T/none.safetensors" "$T/none.png" >"$T/nw.log" 2
 check "a missing --weights file named as --weights" \
     "[ $? -eq 1 ] && grep -q '^vitc: --weights: cannot open .*none.safetensors' '$T/nw.log'" "$(cat "$T/nw.log")"
 $V init vit_fmnist_tiny -o "$T/nw.safetensors" >/dev/null &&
-    $V forward vit_fmnist_tiny -w "$T/nw.safetensors" --input "$T/none.safetensors" -o "$T/no.safetensors" >"$T/ni.log" 2>&1
+    $V forward vit_fmnist_tiny -w "$T/nw.safetensors" --input "$T/none.safetensors" -o "$T/no.safetensors" \
+    >"$T/ni.log" 2>&1
 check "... and a missing --input file as --input" \
     "[ $? -eq 1 ] && grep -q '^vitc: --input: cannot open .*none.safetensors' '$T/ni.log'" "$(cat "$T/ni.log")"
 ver=$(sed -n 's/^#define VITC_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\).*/\2/p' include/vitc/api.h | paste -sd.)
