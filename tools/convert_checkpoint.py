@@ -22,9 +22,10 @@ format, is refused, naming what it holds; --trust-pickle reads it with torch.loa
 whatever code the file names: for trusted files only.
 A regular file's archive entries are read one at a time and the tensors are written one by one (views of their
 storages until then), so the script holds about the checkpoint's size; a pipe's bytes are held whole.
-Every refusal is one line "convert_checkpoint: ..." and exit status 1 (an interrupt: 130, no file left); the output
-is written atomically (a temporary file in its folder, then a rename, with the replaced file's mode or a new file's)
-and never over a folder, a device, a FIFO or the checkpoint itself; a symlink's destination is written. A pipe is
+Every refusal is one line "convert_checkpoint: ..." and exit status 1 (Ctrl-C, SIGTERM or SIGHUP: 128 + its number,
+no file left); the output is written atomically (a temporary file in its folder, then a rename, with the replaced file's
+mode or a new file's) and never over a folder, a device, a FIFO, a write-protected file or the checkpoint itself, its
+folder checked before the checkpoint is read; a symlink's destination is written. A pipe is
 read to its end, refused at its first bytes when they begin no torch.save file, and past half the memory this
 process may use (the machine's, or its control group's limit).
 Usage: /usr/bin/python3 tools/convert_checkpoint.py CKPT.pth OUT.safetensors [--key K] [--strip PREFIX ...]
@@ -40,6 +41,7 @@ import json
 import os
 import pickle
 import select
+import signal
 import stat
 import struct
 import sys
@@ -629,7 +631,18 @@ def under(name, prefix):
 
 
 def check_output(path, src):
-    """Refuses an output that exists and is no regular file, or is the checkpoint itself."""
+    """Refuses an output that exists and is no regular file, is write-protected or is the checkpoint itself, or whose
+    folder is missing or not writable: before the checkpoint is read."""
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else path) or "."
+    try:
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            raise Refused(f"cannot write {path}: {folder} is not a folder")
+    except FileNotFoundError:
+        raise Refused(f"cannot write {path}: its folder {folder} does not exist (create it first)")
+    except OSError as e:
+        raise Refused(f"cannot write {path}: {e.strerror}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise Refused(f"cannot write {path}: its folder {folder} is not writable")
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -644,6 +657,9 @@ def check_output(path, src):
         same = False
     if same:
         raise Refused(f"refusing to write {path}: it is the checkpoint being converted (the output would destroy it)")
+    if not os.access(path, os.W_OK):  # as vitc and the shell's > refuse it (the rename would replace it)
+        raise Refused(f"refusing to write {path}: it is write-protected (mode {stat.S_IMODE(st.st_mode):04o}); make it "
+                      "writable (chmod u+w) or remove it first")
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -709,24 +725,39 @@ def main():
                     help="leave out the tensors named this or under it (--drop head: head.weight, head.bias)")
     ap.add_argument("--form", choices=("training", "deployed"),
                     help="record the weights' form (metadata vitc_form) for a model whose two forms share their names "
-                    "(Next-ViT): deployed for a checkpoint saved after the official merge_bn(); vitc takes a file "
-                    "without the record as the training form")
+                    "(Next-ViT): training for an official checkpoint, which forward, predict and eval then run in that "
+                    "form (a file without the record is the training form too, but they build the deployed form and "
+                    "ask for --train-form or vitc deploy); deployed for one saved after the official merge_bn()")
     ap.add_argument("--trust-pickle", action="store_true",
                     help="read a checkpoint that pickles other Python objects too (runs code it names: trusted files "
                     "only)")
     a = ap.parse_args()
+
+    caught = [signal.SIGINT]
+
+    def stop(signum, frame):  # SIGTERM / SIGHUP as Ctrl-C: the temporary file removed, no partial output
+        caught[0] = signum
+        raise KeyboardInterrupt
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, stop)
     try:
         check_output(a.output, a.checkpoint)
         src = read_input(a.checkpoint)
         sniff(a.checkpoint, src)
         sd, where = state_dict(load(a.checkpoint, src, a.trust_pickle), a.key, a.checkpoint)
         out = tensors_of(sd, a.strip, a.drop, a.checkpoint, where)
+        branches = [n for n in out if ".rep." in n]
+        if a.form == "deployed" and branches:
+            raise Refused(f"{a.checkpoint} holds {len(branches)} tensors of training branches (e.g. "
+                          f"{shown(branches[0])}: cFFN's '.rep.' conv + BN pairs), which a merged (deployed) "
+                          "checkpoint has none of: convert it without --form deployed (--form training)")
         write_safetensors(a.output, out, {"vitc_form": a.form} if a.form else None)
     except Refused as e:
         sys.exit(f"convert_checkpoint: {e}")
     except KeyboardInterrupt:
         print(f"convert_checkpoint: interrupted; {a.output} not written", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + caught[0])
     except (Exception, RecursionError, MemoryError) as e:  # whatever else a damaged or hostile file raises: one line
         first = str(e).splitlines()[0][:200] if str(e) else ""
         sys.exit(f"convert_checkpoint: {a.checkpoint} cannot be read ({type(e).__name__}{': ' if first else ''}"

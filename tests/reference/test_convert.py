@@ -20,8 +20,11 @@
          quantized tensor; a float64 value past float32's range, a tensor named __metadata__, an entry that is no
          tensor (the message names --drop, which then converts it); a reduce calling os.system runs nothing;
          float64 is narrowed and the line says so
-  output never written over a folder, a FIFO or the checkpoint itself (also through a hard link); no temporary file
-         is left behind, also when the folder is not writable
+  output never written over a folder, a FIFO or the checkpoint itself (also through a hard link), nor a write-protected
+         file; a missing folder refused before the checkpoint is read; no temporary file is left behind, also when the
+         folder is not writable or SIGTERM / SIGHUP comes mid-write
+  round  GroupMixFormer (fp32, fp16) and a merged Next-ViT (--form deployed) saved as published: tensors exact and
+         `vitc forward` as the reference models
 Run: /usr/bin/python3 tests/reference/test_convert.py
 """
 import argparse
@@ -426,8 +429,106 @@ def main():
               p.returncode == 0 and os.path.islink(tmp / "link.safetensors")
               and set(st.load(tmp / "target.safetensors")) == set(sd), p.stderr.strip()[-300:])
     rep.check("output: no temporary file left in the working folder",
-              not [n for n in os.listdir(tmp) if ".tmp." in n], str(os.listdir(tmp)))
+              not [n for n in os.listdir(tmp) if n.startswith(".") and n.endswith(".tmp")], str(os.listdir(tmp)))
+    review_additions(rep, tmp, sd)
     rep.finish()
+
+
+def review_additions(rep, tmp, sd):
+    """A missing output folder and a write-protected output refused before the checkpoint is read; SIGTERM and SIGHUP
+    mid-write leave no temporary file; --form deployed on training branches refused; converted checkpoints of two
+    BatchNorm families (GroupMixFormer, Next-ViT merged with --form deployed) forward as the reference models."""
+    # a FIFO nobody writes: the converter would wait on it forever if it read the checkpoint before the output checks
+    os.mkfifo(tmp / "nowriter")
+    try:
+        p = subprocess.run(CONV + [str(tmp / "nowriter"), str(tmp / "nodir" / "w.safetensors")], capture_output=True,
+                           text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        p = subprocess.CompletedProcess([], None, "", "waited on the checkpoint before checking the output's folder")
+    rep.check("output: a missing folder refused before the checkpoint is read, naming the folder",
+              one_line_refusal(p, "does not exist") and "nodir" in p.stderr, p.stderr.strip())
+    # a write-protected output: refused as vitc and the shell's > refuse it (root writes any file: run as nobody)
+    wp = tmp / "wp"
+    wp.mkdir()
+    wp.chmod(0o777)
+    (wp / "ro.safetensors").write_bytes(b"keep")
+    (wp / "ro.safetensors").chmod(0o444)
+    (tmp / "train.pth").chmod(0o644)
+    as_user = {"user": 65534} if os.geteuid() == 0 else {}
+    tmp.chmod(0o711)  # nobody passes through the test's folder
+    p = subprocess.run(CONV + [str(tmp / "train.pth"), str(wp / "ro.safetensors")], capture_output=True, text=True,
+                       timeout=300, **as_user)
+    rep.check("output: a write-protected output refused, left as it was",
+              one_line_refusal(p, "write-protected") and (wp / "ro.safetensors").read_bytes() == b"keep",
+              p.stderr.strip())
+    # SIGTERM / SIGHUP while the output is written: the temporary file removed, 128 + the signal's number
+    torch.save({"model": {f"b.{i}.w": torch.zeros(1024, 4096, dtype=torch.float16) for i in range(48)}},
+               tmp / "large.pth")
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        out = tmp / "sig"
+        out.mkdir(exist_ok=True)
+        q = subprocess.Popen(CONV + [str(tmp / "large.pth"), str(out / "w.safetensors")], stderr=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, text=True)
+        t0 = time.time()
+        while not os.listdir(out) and q.poll() is None and time.time() - t0 < 60:
+            time.sleep(0.01)
+        q.send_signal(sig)
+        _, err = q.communicate(timeout=60)
+        rep.check(f"output: {signal.Signals(sig).name} mid-write leaves no file, exit {128 + sig}",
+                  q.returncode == 128 + sig and leftovers(out, []) == [] and "not written" in err,
+                  f"rc {q.returncode}, {leftovers(out, [])}, {err.strip()}")
+    (tmp / "large.pth").unlink()
+    # --form deployed on a checkpoint with cFFN training branches (which a merged one has none of)
+    torch.save({"model": {"features.0.mlp.conv2_u.rep.0.conv.weight": torch.zeros(2, 2, 1, 1), **sd}},
+               tmp / "rep.pth")
+    p = convert(tmp / "rep.pth", tmp / "rep.safetensors", "--form", "deployed")
+    rep.check("refuse: --form deployed on training branches ('.rep.')",
+              one_line_refusal(p, "training branches") and not (tmp / "rep.safetensors").exists(), p.stderr.strip())
+    # converted checkpoints as published (DDP's prefix, the EMA beside, the optimiser, args; fp16) forward as the
+    # reference models: GroupMixFormer (BatchNorms with I64 counters) and Next-ViT saved after merge_bn (--form
+    # deployed)
+    from common import VITC, scale_err
+    if not (VITC.is_file() and os.access(VITC, os.X_OK)):
+        rep.check("round trip: vitc binary", False, f"{VITC} missing (run make first)")
+        return
+    import gmf_ref
+    import nextvit_ref
+    ref = gmf_ref.GroupMixFormer([20, 30, 40, 50], [1, 2, 1, 1], [2.0, 3.0, 2.0, 1.5], num_classes=10)
+    gsd = gmf_ref.randomize(ref, 1)
+    nv_args = ["--depths", "1,2,5,1", "--num-classes", "10", "--img-size", "64"]
+    nv = nextvit_ref.build("nextvit_small", [1, 2, 5, 1], 10)
+    nsd = nextvit_ref.calibrate(nv, nextvit_ref.randomize(nv, 4), 4, 64)
+    merged = nextvit_ref.build("nextvit_small", [1, 2, 5, 1], 10, merged=True)
+    msd = {k: v.float() if v.is_floating_point() else v for k, v in nextvit_ref.merge_bn(nsd, merged).items()}
+    cases = (("GroupMixFormer", "groupmixformer_test", ref, gsd, [], [], False),
+             ("GroupMixFormer fp16", "groupmixformer_test", ref, gsd, [], [], True),
+             ("Next-ViT merged", "nextvit_small", merged, msd, nv_args, ["--form", "deployed"], False))
+    for tag, model, net, w, args, extra, half in cases:
+        if half:
+            w = {k: v.half() if v.is_floating_point() else v for k, v in w.items()}
+        torch.save({"model": {"module." + k: v for k, v in w.items()}, "model_ema": w, "epoch": 9, "max_accuracy": 1.5,
+                    "args": argparse.Namespace(model=model, lr=1e-3)}, tmp / "rt.pth")
+        p = convert(tmp / "rt.pth", tmp / "rt.safetensors", *extra)
+        got = st.load(tmp / "rt.safetensors") if p.returncode == 0 else {}
+        want = {k: (v.float() if v.is_floating_point() else v).numpy() for k, v in w.items()}
+        rep.check(f"round trip {tag}: the tensors exact, names and dtypes kept",
+                  set(got) == set(want) and all(got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k])
+                                                for k in want), p.stderr.strip()[-300:])
+        x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(5))
+        st.save(tmp / "rt_x.safetensors", {"input": x})
+        q = subprocess.run([str(VITC), "forward", model, "--weights", str(tmp / "rt.safetensors"), "--input",
+                            str(tmp / "rt_x.safetensors"), "--output", str(tmp / "rt_y.safetensors"), *args],
+                           capture_output=True, text=True, timeout=600)
+        if not rep.check(f"round trip {tag}: vitc forward runs", q.returncode == 0, q.stderr.strip()[-300:]):
+            continue
+        net.load_state_dict({k: torch.from_numpy(v).double() if v.dtype != np.int64 else torch.from_numpy(v)
+                             for k, v in want.items()})
+        net.double().eval()
+        with torch.no_grad():
+            r = net(x.double())
+        e = scale_err(st.load(tmp / "rt_y.safetensors")["logits"], r)
+        rep.check(f"round trip {tag}: logits as the reference model's", e <= 1e-4, f"rel err {e:.2e}")
 
 
 if __name__ == "__main__":
