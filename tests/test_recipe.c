@@ -487,7 +487,32 @@ static void check_mixup_sampler(vt_test *T) {
             clash);
 }
 
+/* lam ~ Beta(a, a) of the smallest alphas --mixup takes: almost always 0 or 1 (no mixing), as numpy's beta draws it
+ * (timm's Mixup); the gamma draws underflow there, which had made every lam 0.5 at a = 1e-300 and a quarter of them
+ * at 1e-3 */
+static void check_beta_small(vt_test *T) {
+    static const double alphas[] = {1e-300, 1e-5, 1e-3, 0.8, 1.0};
+    for (int i = 0; i < 5; i++) {
+        vt_rng r;
+        vt_rng_seed(&r, 3);
+        int half = 0, ends = 0, low = 0, bad = 0;
+        const int n = 20000;
+        for (int k = 0; k < n; k++) {
+            const double lam = vt_rng_beta(&r, alphas[i], alphas[i]);
+            bad += !(lam >= 0.0 && lam <= 1.0);
+            half += lam == 0.5;
+            ends += lam < 0.01 || lam > 0.99;
+            low += lam < 0.5;
+        }
+        const int small = alphas[i] < 0.01;
+        T_CHECK(T, !bad && (small ? half == 0 && ends > 0.98 * n : ends < 0.1 * n) && abs(2 * low - n) < n / 20,
+                "Beta(%g, %g): %d of %d draws 0.5, %d within 0.01 of 0 or 1, %d below 0.5, %d outside [0, 1]",
+                alphas[i], alphas[i], half, n, ends, low, bad);
+    }
+}
+
 void test_recipe(vt_test *T) {
+    check_beta_small(T);
     check_mixup_sampler(T);
     check_recipe_transforms(T);
     check_soft_ce_shapes(T);

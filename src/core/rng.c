@@ -1,5 +1,6 @@
 #include "vitc/rng.h"
 
+#include <float.h>
 #include <math.h>
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -85,7 +86,25 @@ double vt_rng_gamma(vt_rng *r, double a) {
     }
 }
 
+/* vt_rng_gamma's draw (the same generator calls) and its log in *lg, kept where the draw underflows: below shape 1,
+ * G(a+1)·U^(1/a) is 0 in double for U < 10^(-308·a) (half the draws at a = 1e-3, all of them at 1e-300) */
+static double gamma_log(vt_rng *r, double a, double *lg) {
+    if (!(a > 0.0)) return *lg = NAN;
+    if (a >= 1.0) {
+        const double g = vt_rng_gamma(r, a);
+        *lg = log(g);
+        return g;
+    }
+    const double g = vt_rng_gamma(r, a + 1.0), u = unit_open0(r);
+    *lg = log(g) + log(u) / a;
+    return g * pow(u, 1.0 / a);
+}
+
 double vt_rng_beta(vt_rng *r, double a, double b) {
-    double x = vt_rng_gamma(r, a), y = vt_rng_gamma(r, b);
-    return x + y > 0.0 ? x / (x + y) : 0.5;
+    double lx, ly;
+    const double x = gamma_log(r, a, &lx), y = gamma_log(r, b, &ly);
+    if (x >= DBL_MIN && y >= DBL_MIN) return x / (x + y);
+    /* a draw that underflowed: x / (x + y) from the logs (was 0.5 when both did: full mixing where Beta(a, a) of a
+     * small a is almost always 0 or 1, as numpy's, timm's, draws it) */
+    return isnan(lx) || isnan(ly) ? 0.5 : 1.0 / (1.0 + exp(ly - lx));
 }

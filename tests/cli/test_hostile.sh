@@ -293,7 +293,17 @@ sys.path.insert(0, "tests/reference")
 import numpy as np, st
 t = sys.argv[1]
 st.save(f"{t}/xbig.safetensors", {"input": np.full((2, 1, 28, 28), 3e38, np.float32), "labels": np.array([1, 2], np.int64)})
+x = np.zeros((2, 1, 28, 28), np.float32); x[1, 0, 3, 5] = np.nan
+st.save(f"{t}/xnan.safetensors", {"input": x, "labels": np.array([1, 2], np.int64)})
+x[1, 0, 3, 5] = 0; x[0, 0, 27, 1] = -np.inf
+st.save(f"{t}/xinf.safetensors", {"input": x, "labels": np.array([1, 2], np.int64)})
 PY
+# ... and inputs holding NaN or Inf are refused before the graph runs, naming the element
+expect "forward of a NaN input refused, naming the element" 1 "NaN at image 1, channel 0, row 3, column 5" \
+    $V forward $M -w "$T/w.safetensors" --input "$T/xnan.safetensors" -o "$T/ynan.safetensors"
+expect "grad of an Inf input refused, naming the element" 1 "Inf at image 0, channel 0, row 27, column 1" \
+    $V grad $M -w "$T/w.safetensors" --input "$T/xinf.safetensors" -o "$T/gnan.safetensors"
+check "... neither wrote its output" "[ ! -e '$T/ynan.safetensors' ] && [ ! -e '$T/gnan.safetensors' ]"
 expect "forward whose logits overflow refused" 1 "NaN or Inf" $V forward $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/ybig.safetensors"
 expect "grad whose loss overflows refused" 1 "overflow" $V grad $M -w "$T/w.safetensors" --input "$T/xbig.safetensors" -o "$T/gbig.safetensors"
 check "... neither wrote its output" "[ ! -e '$T/ybig.safetensors' ] && [ ! -e '$T/gbig.safetensors' ]"
@@ -312,6 +322,10 @@ check "... nothing written" "[ ! -e '$T/nanmaps.png' ] && [ ! -e '$T/nanmaps.saf
 expect "... and so is the picture alone (no maps kept: checked where drawn)" 1 "attention map of blocks.0.attn is not finite" \
     $V attention $M -w "$T/w1e20.safetensors" "$T/good.png" -o "$T/nanmaps.png"
 check "... no PNG written" "[ ! -e '$T/nanmaps.png' ]"
+# ... and predict, whose --output is then not written, saying why (not that an image could not be read)
+expect "predict whose logits overflow refused, --output not written" 1 "output not written: some images failed" \
+    $V predict $M -w "$T/w1e20.safetensors" "$T/good.png" -o "$T/pnan.safetensors"
+check "... no --output written" "[ ! -e '$T/pnan.safetensors' ]"
 # 18. contradictory or stray arguments
 expect "list with a stray argument refused" 2 "unexpected argument" $V list extra
 expect "predict without --weights: a usage error (2)" 2 "missing --weights" $V predict $M "$T/good.png"

@@ -238,7 +238,7 @@ int cmd_predict(opts *o) {
         die("%s", res[i].err.msg); /* its file's name escaped (the count of failures is returned below) */
     }
     if (bad > 0 && keep) {
-        die("%s", "--output not written: some images could not be read");
+        die("%s", "--output not written: some images failed (above)");
     } else if (bad == 0 && keep) {
         const int64_t iw = vt_arch_width(&c.arch);
         vt_st_out out[2] = {{"input", VT_ST_F32, 4, {n, c.arch.in_chans, c.arch.img_size, iw}, keep},

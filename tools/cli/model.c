@@ -2,6 +2,7 @@
  * (initial weights), forward (logits or stage maps of `input`), grad (loss and gradients) and deploy (training-form
  * weights merged into the deployed form). */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,8 +209,13 @@ static float *read_input(const vt_model_cfg *cfg, vt_st_file *f, const char *pat
         die("%s", buf);
         return NULL;
     }
-    if (vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]) >= 0) {
-        die("%s: input contains NaN or Inf", path);
+    const int64_t bad = vt_first_nonfinite(x, sh[0] * sh[1] * sh[2] * sh[3]);
+    if (bad >= 0) {
+        const int64_t hw = sh[2] * sh[3], chw = sh[1] * hw;
+        snprintf(buf, sizeof buf, "%s: input contains %s at image %lld, channel %lld, row %lld, column %lld "
+                 "(0-based); inputs must be finite", path, isnan(x[bad]) ? "NaN" : "Inf", (long long)(bad / chw),
+                 (long long)(bad % chw / hw), (long long)(bad % hw / sh[3]), (long long)(bad % sh[3]));
+        die("%s", buf);
         vt_free(x);
         return NULL;
     }
