@@ -70,13 +70,9 @@ static double normal_d(vt_rng *r) {
     return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
 }
 
-double vt_rng_gamma(vt_rng *r, double a) {
-    if (!(a > 0.0)) return NAN;
-    if (a < 1.0) { /* Gamma(a) = Gamma(a + 1) · U^(1/a) */
-        double g = vt_rng_gamma(r, a + 1.0);
-        return g * pow(unit_open0(r), 1.0 / a);
-    }
-    const double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d); /* Marsaglia & Tsang (2000) */
+/* Gamma(a) for a >= 1 (Marsaglia & Tsang, 2000). */
+static double gamma_ge1(vt_rng *r, double a) {
+    const double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
     for (;;) {
         double x = normal_d(r), v = 1.0 + c * x;
         if (v <= 0.0) continue;
@@ -86,18 +82,23 @@ double vt_rng_gamma(vt_rng *r, double a) {
     }
 }
 
-/* vt_rng_gamma's draw (the same generator calls) and its log in *lg, kept where the draw underflows: below shape 1,
- * G(a+1)·U^(1/a) is 0 in double for U < 10^(-308·a) (half the draws at a = 1e-3, all of them at 1e-300) */
+/* A Gamma(a) draw and its log in *lg, kept where the draw underflows: below shape 1, Gamma(a + 1)·U^(1/a) is 0 in
+ * double for U < 10^(-308·a) (half the draws at a = 1e-3, all of them at 1e-300) */
 static double gamma_log(vt_rng *r, double a, double *lg) {
     if (!(a > 0.0)) return *lg = NAN;
     if (a >= 1.0) {
-        const double g = vt_rng_gamma(r, a);
+        const double g = gamma_ge1(r, a);
         *lg = log(g);
         return g;
     }
-    const double g = vt_rng_gamma(r, a + 1.0), u = unit_open0(r);
+    const double g = gamma_ge1(r, a + 1.0), u = unit_open0(r);
     *lg = log(g) + log(u) / a;
     return g * pow(u, 1.0 / a);
+}
+
+double vt_rng_gamma(vt_rng *r, double a) {
+    double lg;
+    return gamma_log(r, a, &lg);
 }
 
 double vt_rng_beta(vt_rng *r, double a, double b) {

@@ -724,7 +724,8 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
                           resume_run(c, o, r->P, &r->opt, r->ema.P, &r->st, dp->size, spe / A, e)))))
         rc = -1;
     if (rc == 0) /* the weights it writes are the data's, whatever a file it started from was trained on */
-        r->P->folder = r->ema.P ? (r->ema.P->folder = r->d.folder) : r->d.folder;
+        r->P->folder = r->d.folder;
+    if (rc == 0 && r->ema.P) r->ema.P->folder = r->d.folder;
     return rc;
 }
 
