@@ -66,6 +66,8 @@ static void check_open_errors(vt_test *T, const char *w) {
     const int A = VITC_E_ARGUMENT;
     T_CHECK(T, !vitc_open("no_such_model", w, NULL, &err) && strstr(err.msg, "unknown model 'no_such_model'") &&
                    err.code == VITC_E_MODEL, "%s (%d)", err.msg, err.code);
+    T_CHECK(T, !vitc_open("Vit_Fmnist_Tiny", w, NULL, &err) && strstr(err.msg, "did you mean 'vit_fmnist_tiny'?"),
+            "%s", err.msg);
     T_CHECK(T, !vitc_open(NULL, w, NULL, &err) && err.msg[0] && err.code == A, "NULL name");
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", NULL, NULL, &err) && strstr(err.msg, "no weights") && err.code == A,
             "%s (%d)", err.msg, err.code);

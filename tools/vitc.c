@@ -115,6 +115,18 @@ static char *shell_line(int argc, char **argv) {
     return line;
 }
 
+/* "LEAD: unknown command 'NAME'" on stderr, with the nearest command's name where one is near (then the usage). */
+static void unknown_command(const char *lead, const char *name) {
+    vt_nearest s = {.word = name};
+    for (int i = 0; i < ncommands; i++) vt_nearest_try(&s, commands[i].name, strlen(commands[i].name));
+    char hint[64];
+    const size_t n = strlen(vt_nearest_hint(&s, hint, sizeof hint));
+    if (n) hint[n - 1] = '\0'; /* its closing blank */
+    fprintf(stderr, "%s: unknown command '", lead);
+    vt_fputs_clean(stderr, name);
+    fprintf(stderr, "'%s%s%s\n", n ? " (" : "", hint, n ? ")" : "");
+}
+
 static int run(int argc, char **argv) {
     /* A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report ("File too large")
      * after removing their temporary file, instead of the signal killing vitc in the middle of a checkpoint. */
@@ -129,7 +141,7 @@ static int run(int argc, char **argv) {
                 command_help(&commands[i]);
                 return 0;
             }
-        fprintf(stderr, "vitc help: unknown command '%s'\n", argv[2]);
+        unknown_command("vitc help", argv[2]);
         usage(stderr);
         return 2;
     }
@@ -177,7 +189,7 @@ static int run(int argc, char **argv) {
         free(images);
         return rc;
     }
-    fprintf(stderr, "vitc: unknown command '%s'\n", argv[1]);
+    unknown_command("vitc", argv[1]);
     usage(stderr);
     return 2;
 }

@@ -63,6 +63,23 @@ void *vt_alloc(size_t n, vt_err *e);
 /* Frees memory from vt_alloc (NULL is fine). */
 void vt_free(void *p);
 
+/* The name nearest to a mistyped word among those offered by vt_nearest_try, for a "did you mean" hint. Set word, the
+ * rest zero: {.word = w}. */
+typedef struct vt_nearest {
+    const char *word; /* the word typed */
+    const char *best; /* the nearest name offered so far, NULL while none is near */
+    int best_len;     /* its length in bytes */
+    int score;        /* its distance (lower is nearer) */
+} vt_nearest;
+
+/* Offers name (len bytes, not necessarily NUL-terminated): kept when nearer than the best so far. Near means at most
+ * a third of the word's length in edits (one at least; an edit inserts, deletes or replaces a letter or swaps two,
+ * case ignored), or a name that starts with the word (3 letters at least; ranked after one edit, before two). */
+void vt_nearest_try(vt_nearest *s, const char *name, size_t len);
+
+/* Writes "did you mean 'NAME'? " to buf (n bytes), or "" when no name was near; returns buf. */
+const char *vt_nearest_hint(const vt_nearest *s, char *buf, size_t n);
+
 /* Multiplies a*b into *out; returns -1 on size_t overflow. */
 int vt_mul_overflow(size_t a, size_t b, size_t *out);
 

@@ -165,6 +165,10 @@ const vt_model_cfg *vt_model_at(int i);
 /* Looks a model up by name or alias (NULL if unknown). */
 const vt_model_cfg *vt_model_find(const char *name);
 
+/* "did you mean 'NAME'? " for a name vt_model_find does not know, naming the nearest registered name or alias, or ""
+ * when none is near (vt_nearest_try); writes buf (n bytes) and returns it. */
+const char *vt_model_hint(const char *name, char *buf, size_t n);
+
 /* Overrides with every field set to "keep". */
 vt_model_overrides vt_model_no_overrides(void);
 

@@ -206,7 +206,10 @@ vitc_model *vitc_open_with(const char *name, const char *weights, const vitc_opt
     const int A = VITC_E_ARGUMENT;
     if (!name || !*name) return fail(err, A, "vitc_open: no model name"), NULL;
     const vt_model_cfg *base = vt_model_find(name);
-    if (!base) return fail(err, VITC_E_MODEL, "unknown model '%s' (see vitc_model_name or `vitc list`)", name), NULL;
+    char hint[128];
+    if (!base)
+        return fail(err, VITC_E_MODEL, "unknown model '%s' (%ssee vitc_model_name or `vitc list`)", name,
+                    vt_model_hint(name, hint, sizeof hint)), NULL;
     if (!weights || !*weights) return fail(err, A, "vitc_open: no weights file for %s", name), NULL;
     if (o.threads < 0 || o.threads > 1024) return fail(err, A, "threads %d is outside [0, 1024]", o.threads), NULL;
     if (o.img_size < 0 || o.img_size > 4096) return fail(err, A, "img_size %d is outside [0, 4096]", o.img_size), NULL;

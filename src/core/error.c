@@ -1,5 +1,6 @@
 #include "vitc/error.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -143,4 +144,52 @@ int vt_mul_overflow(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > (size_t)-1 / a) return -1;
     *out = a * b;
     return 0;
+}
+
+/* Restricted Damerau-Levenshtein distance of a and b (lengths up to 64), case ignored; stops early, returning cap + 1,
+ * once every prefix pair is past cap. */
+static int edit_distance(const char *a, size_t na, const char *b, size_t nb, int cap) {
+    int d[3][65]; /* rows i-2, i-1, i of the distance table, by i % 3 */
+    for (size_t j = 0; j <= nb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int *r = d[i % 3], *p = d[(i - 1) % 3], *pp = d[(i + 1) % 3], low = r[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            int v = p[j - 1] + (ca != cb);
+            if (p[j] + 1 < v) v = p[j] + 1;
+            if (r[j - 1] + 1 < v) v = r[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == cb &&
+                pp[j - 2] + 1 < v)
+                v = pp[j - 2] + 1;
+            r[j] = v;
+            if (v < low) low = v;
+        }
+        if (low > cap) return cap + 1;
+    }
+    return d[na % 3][nb];
+}
+
+void vt_nearest_try(vt_nearest *s, const char *name, size_t len) {
+    const size_t nw = s->word ? strlen(s->word) : 0;
+    if (nw == 0 || nw > 64 || len == 0 || len > 64) return;
+    const int cap = nw / 3 > 1 ? (int)(nw / 3) : 1;
+    const int d = edit_distance(s->word, nw, name, len, cap);
+    size_t k = 0;
+    while (k < nw && k < len && tolower((unsigned char)s->word[k]) == tolower((unsigned char)name[k])) k++;
+    const int begins = nw >= 3 && k == nw && len > nw;
+    if (d > cap && !begins) return;
+    /* one edit first, then a name the word begins (the shortest first), then two edits or more */
+    const int score = d <= 1 || !begins ? 1000 * (d + (d > 1)) : 2000 + (int)(len - nw);
+    if (!s->best || score < s->score) {
+        s->best = name;
+        s->best_len = (int)len;
+        s->score = score;
+    }
+}
+
+const char *vt_nearest_hint(const vt_nearest *s, char *buf, size_t n) {
+    if (n == 0) return buf;
+    buf[0] = '\0';
+    if (s->best) snprintf(buf, n, "did you mean '%.*s'? ", s->best_len, s->best);
+    return buf;
 }

@@ -47,6 +47,16 @@ const vt_model_cfg *vt_model_find(const char *name) {
     return NULL;
 }
 
+const char *vt_model_hint(const char *name, char *buf, size_t n) {
+    vt_nearest s = {.word = name};
+    for (int i = 0; i < vt_model_count(); i++) {
+        const vt_model_cfg *c = vt_model_at(i);
+        vt_nearest_try(&s, c->name, strlen(c->name));
+        if (c->alias) vt_nearest_try(&s, c->alias, strlen(c->alias));
+    }
+    return vt_nearest_hint(&s, buf, n);
+}
+
 vt_model_overrides vt_model_no_overrides(void) {
     vt_model_overrides o;
     memset(&o, 0, sizeof o);

@@ -521,6 +521,16 @@ for c in "refiner_vit_s --attn mhsa:fixed blocks" "refiner_vit_s --ffn cffn:fixe
 done
 expect "an unknown model name is a usage error (2)" 2 "unknown model 'no_such_model' (see .vitc list.)" \
     $V info no_such_model
+# a near miss names the nearest name (edits, case, a name the word begins), never a far one
+expect "a mistyped model name: the nearest named" 2 \
+    "unknown model 'deit_tiny_patch16_225' (did you mean 'deit_tiny_patch16_224'?" $V info deit_tiny_patch16_225
+expect "a model name's start: the shortest name it begins" 2 "(did you mean 'cswin_tiny_224'?" $V info cswin_tiny
+expect "a mistyped command: the nearest named (2)" 2 "unknown command 'trian' (did you mean 'train'?)" $V trian
+expect "vitc help of a mistyped command" 2 "unknown command 'predcit' (did you mean 'predict'?)" $V help predcit
+expect "a mistyped option: the nearest of the command's" 2 "unknown option '--epoch' (did you mean '--epochs'?" \
+    $V train $M --epoch 1
+expect "an option of another command: none named" 2 "unknown option '--epochs' (see .vitc info --help.)" \
+    $V info $M --epochs 1
 # sizes and widths a family's rules refuse are usage errors too, in every family (2)
 for c in "simplevit_ti_msf --img-size 33:multiple of the patch size 16" "swin_t --dims 90:multiple of its 12 heads" \
     "cswin_tiny_224 --img-size 16:below 32" \

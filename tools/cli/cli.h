@@ -131,6 +131,8 @@ int missing(const char *what);
 int missing_images(void);
 /* An option that can have no effect in command cmd (or an argument it cannot take): says so and returns 2. */
 int refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A model name the registry does not know: says so, with the nearest known name where one is near; returns 2. */
+int unknown_model(const char *cmd, const char *name);
 /* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here. */
 void notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One thread setting for the whole process, for OpenMP, OpenBLAS and oneDNN: --threads, else OMP_NUM_THREADS, else

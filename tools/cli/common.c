@@ -98,6 +98,11 @@ int refuse(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+int unknown_model(const char *cmd, const char *name) {
+    char hint[128];
+    return refuse(cmd, "unknown model '%s' (%ssee `vitc list`)", name, vt_model_hint(name, hint, sizeof hint));
+}
+
 /* A one-line "vitc: notice: ..." on stderr: an option that changes nothing here, where refusing it would break
  * scripts that pass it everywhere. */
 void notice(const char *fmt, ...) {
@@ -332,7 +337,7 @@ static int options_error(const opts *o, const vt_model_cfg *base, const vt_err *
 int model_cfg(opts *o, vt_model_cfg *cfg) {
     if (!o->model) return missing("MODEL (see `vitc list`)");
     const vt_model_cfg *base = vt_model_find(o->model);
-    if (!base) return refuse(NULL, "unknown model '%s' (see `vitc list`)", o->model); /* a usage error, as --attn's */
+    if (!base) return unknown_model(NULL, o->model); /* a usage error, as --attn's */
     vt_model_overrides ov;
     vt_err e = {0};
     if (overrides_of(o, base->arch.nstages, &ov, &e) || vt_model_configure(base, &ov, cfg, &e))

@@ -323,7 +323,15 @@ int parse(const command *c, int argc, char **argv, opts *o) {
         const optdef *d = find_option(a);
         if (d && strcmp(a, "--help") && strcmp(a, "-h") && !has_word(c->options, a)) d = NULL;
         if (!d) {
-            say_once(c->name, "unknown option '%s' (see `vitc %s --help`)", a, c->name);
+            vt_nearest near = {.word = a};
+            for (const char *w = c->options; *w;) { /* the command's options, a list of words */
+                const size_t len = strcspn(w, " ");
+                if (strncmp(w, "--fault-", 8) != 0) vt_nearest_try(&near, w, len); /* (test-only options) */
+                w += len + strspn(w + len, " ");
+            }
+            char hint[80];
+            say_once(c->name, "unknown option '%s' (%ssee `vitc %s --help`)", a, vt_nearest_hint(&near, hint, sizeof hint),
+                     c->name);
             return -1;
         }
         o->given[d - optdefs] = 1;

@@ -230,7 +230,7 @@ static int list_recipes(const opts *o) {
         if (o->given[k] && strcmp(optdefs[k].name, "--recipe") != 0)
             return refuse("train", "--recipe list prints the recipes and takes no other option (got %s)",
                           optdefs[k].name);
-    if (o->model && !vt_model_find(o->model)) return refuse("train", "unknown model '%s' (see `vitc list`)", o->model);
+    if (o->model && !vt_model_find(o->model)) return unknown_model("train", o->model);
     int rank = 0;
     vt_dist_env(&rank, NULL, NULL);
     for (int i = 0; rank == 0 && i < vt_recipe_count(); i++) { /* under mpirun: listed once */
