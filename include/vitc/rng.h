@@ -32,7 +32,8 @@ void vt_rng_normal_pair(vt_rng *r, float z[2]);
 /* Gamma(a, 1) sample, a > 0 (Marsaglia-Tsang; a < 1 through Gamma(a + 1)·U^(1/a)); NaN for a <= 0. */
 double vt_rng_gamma(vt_rng *r, double a);
 
-/* Beta(a, b) sample as X/(X+Y) with X ~ Gamma(a), Y ~ Gamma(b) (numpy's beta for these parameters is the same law). */
+/* Beta(a, b) sample as X/(X+Y) with X ~ Gamma(a), Y ~ Gamma(b) (numpy's beta for these parameters is the same law);
+ * NaN when a or b is not > 0. */
 double vt_rng_beta(vt_rng *r, double a, double b);
 
 #endif

@@ -83,8 +83,9 @@ int vt_param_read(const vt_st_file *f, const char *name, const vt_tensor *t, flo
  * message naming path and t when a value does not fit. */
 int64_t *vt_param_i64(const vt_tensor *t, const char *path, vt_err *e);
 
-/* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded); P->form (if set) is
- * recorded in the metadata. */
+/* Saves every tensor of P to path atomically: F32, or I64 for is_i64 buffers (values rounded). The metadata records
+ * P's model and options (left out when they hold '"' or '\\', or the model name is 64 bytes or longer), form, heads,
+ * windows, attention, epoch and data (the VT_*_KEY records). */
 int vt_params_save(const vt_params *P, const char *path, vt_err *e);
 
 /* Saves the loss of the last of `steps` steps as `loss` (and all of them as `losses` when steps > 1) and every

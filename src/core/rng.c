@@ -107,5 +107,5 @@ double vt_rng_beta(vt_rng *r, double a, double b) {
     if (x >= DBL_MIN && y >= DBL_MIN) return x / (x + y);
     /* a draw that underflowed: x / (x + y) from the logs (was 0.5 when both did: full mixing where Beta(a, a) of a
      * small a is almost always 0 or 1, as numpy's, timm's, draws it) */
-    return isnan(lx) || isnan(ly) ? 0.5 : 1.0 / (1.0 + exp(ly - lx));
+    return isnan(lx) || isnan(ly) ? NAN : 1.0 / (1.0 + exp(ly - lx)); /* NaN: a or b not > 0, as vt_rng_gamma */
 }

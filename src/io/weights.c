@@ -416,7 +416,11 @@ int vt_params_save(const vt_params *P, const char *path, vt_err *e) {
             o->data = t->data;
         }
     }
-    char meta[1024];
+    /* room for every field at its longest (model under 64 bytes, the epoch a 64-bit number) and the keys' text, so
+     * that no snprintf below is cut short and len never passes the buffer's end */
+    char meta[2048];
+    _Static_assert(sizeof P->options + sizeof P->heads + sizeof P->windows + sizeof P->attn + 64 + 24 + 512 <=
+                       sizeof meta, "metadata buffer too small");
     int len = snprintf(meta, sizeof meta, "{\"format\":\"pt\"");
     if (P->model && strlen(P->model) < 64 && !strpbrk(P->model, "\"\\"))
         len += snprintf(meta + len, sizeof meta - (size_t)len, ",\"%s\":\"%s\"", VT_MODEL_KEY, P->model);
