@@ -366,7 +366,16 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
     files_text(st, files);
     const char *rec_files = st->files ? vt_st_meta(&f, FILES_KEY) : NULL;
     const int files_differ = rec_files && strcmp(rec_files, files) != 0;
+    /* Fashion-MNIST for an image folder or the other way: no digest of files to compare (Fashion-MNIST records none),
+     * other images and classes whatever their count */
+    const char *rec_data = vt_st_meta(&f, "data");
+    char was_data[PATH_MAX] = "";
+    if (rec_data && (strcmp(rec_data, "fashion-mnist") == 0) != (strcmp(o->data, "fashion-mnist") == 0))
+        snprintf(was_data, sizeof was_data, "%s", rec_data); /* (f's strings end with vt_st_close) */
     vt_st_close(&f);
+    if (was_data[0])
+        return vt_seterr(e, "%s: the run trained on %s, not on %s: resume with the run's data, or start a new run from "
+                         "its weights (--init-from)", path, was_data, o->data);
     if (was_images[0] && subset_same) /* the data itself changed: another epoch order, whatever the step count */
         return vt_seterr(e, "%s: the run trained on %s images and its data now has %lld (%s): resume with the run's "
                          "data as it was, or start a new run from its weights (--init-from)", path, was_images,

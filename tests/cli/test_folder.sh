@@ -163,6 +163,14 @@ ma, mb = (st.parse(open(sys.argv[i], \"rb\").read())[0][\"__metadata__\"] for i 
 sys.exit(not (a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) and
               ma.pop(\"vitc_data\", None) == \"folder\" and \"vitc_data\" not in mb and ma == mb))' \
      '$T/png/weights.safetensors' '$T/idx-run/weights.safetensors'"
+# the same images as the other kind of data (Fashion-MNIST's files or a folder): a resume changing kind is refused
+for r in "png:fashion-mnist" "idx-run:$F/png"; do
+    VITC_FMNIST_DIR="$T/idx" $V train vit_fmnist_tiny --resume "$T/${r%%:*}" --epochs 2 --data "${r#*:}" \
+        >"$T/kind.log" 2>&1
+    check "a resume of $T/${r%%:*} on ${r#*:} (the other kind of data) is refused, naming both" \
+        "[ $? -eq 1 ] && grep -q 'the run trained on .*, not on .*${r#*:}: resume with the run.s data' '$T/kind.log' && \
+         [ \$(wc -l <'$T/${r%%:*}/metrics.csv') -eq 2 ]" "$(tail -3 "$T/kind.log")"
+done
 check "classes.json maps index to class folder" \
     "$PY -c 'import json,sys; d=json.load(open(\"$T/png/classes.json\")); sys.exit(not (len(d)==10 and d[\"0\"]==\"0_tshirt\" and d[\"9\"]==\"9_boot\"))'"
 check "the epoch prints top-5" "grep -q 'Acc@5: ' '$T/png.log'"
