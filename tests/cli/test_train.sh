@@ -612,7 +612,12 @@ check "predict --batch-size 65 runs 65 images in one batch (no progress lines), 
     "$(head -3 "$T/pb.err")"
 
 # help: what each option does in that command
-help_line() { $V "$1" --help | grep -E "^  $2 "; }
+# (an option's help on one line: its first and the indented lines that continue it, as --help fills them)
+help_line() {
+    $V "$1" --help | awk -v re="^  $2 " 'BEGIN {pad = sprintf("%21s", "")} $0 ~ re {if (p) print s; p = 1; s = $0; next}
+        p && index($0, pad) == 1 && substr($0, 22, 1) != " " {s = s " " substr($0, 22); next}
+        p {print s; p = 0} END {if (p) print s}'
+}
 check "grad --help: --steps runs N passes and N-1 AdamW steps; --lr and --weight-decay give their defaults" \
     "help_line grad --steps | grep -q 'N-1 in all' && help_line grad --lr | grep -q 'default 1e-3' && \
      help_line grad --weight-decay | grep -q 'default 0;'" "$(help_line grad '--(steps|lr|weight-decay)')"

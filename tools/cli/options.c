@@ -499,16 +499,43 @@ int given_options(const opts *o, const char *names, char *buf, size_t n) {
     return 0;
 }
 
+/* Prints lead, then text's words filled to HELP_COLUMNS columns (a UTF-8 character one column), later lines indented
+ * by indent blanks. */
+enum { HELP_COLUMNS = 100 };
+static void print_filled(const char *lead, int indent, const char *text) {
+    int col = printf("%s", lead), first = 1;
+    for (const char *p = text + strspn(text, " "); *p; first = 0) {
+        const size_t n = strcspn(p, " ");
+        int w = 0;
+        for (size_t k = 0; k < n; k++) w += ((unsigned char)p[k] & 0xc0) != 0x80;
+        if (!first && col + 1 + w > HELP_COLUMNS) {
+            col = printf("\n%*s", indent, "") - 1;
+        } else if (!first) {
+            col += printf(" ");
+        }
+        col += w;
+        fwrite(p, 1, n, stdout);
+        p += n;
+        p += strspn(p, " ");
+    }
+    printf("\n");
+}
+
 void command_help(const command *c) {
-    printf("usage: %s\n\n%s\n\noptions:\n", c->usage, c->summary);
+    print_filled("usage: ", 4, c->usage);
+    printf("\n");
+    print_filled("", 0, c->summary);
+    printf("\noptions:\n");
     for (size_t i = 0; i < sizeof optdefs / sizeof optdefs[0]; i++) {
         if (!has_word(c->options, optdefs[i].name)) continue;
         const char *help = optdefs[i].help;
         for (size_t k = 0; k < sizeof command_option_help / sizeof command_option_help[0]; k++)
             if (!strcmp(command_option_help[k].cmd, c->name) && !strcmp(command_option_help[k].opt, optdefs[i].name))
                 help = command_option_help[k].help;
-        printf("  %-18s %s\n", optdefs[i].name, help);
+        char lead[64];
+        snprintf(lead, sizeof lead, "  %-18s ", optdefs[i].name);
+        print_filled(lead, 21, help);
     }
-    printf("  %-18s %s\n", "--help", "show this help");
-    printf("  %-18s %s\n", "--", "ends the options: what follows is the model or an image (e.g. -x.png)");
+    print_filled("  --help             ", 21, "show this help");
+    print_filled("  --                 ", 21, "ends the options: what follows is the model or an image (e.g. -x.png)");
 }
