@@ -70,7 +70,7 @@ static const command commands[] = {
      "--no-prepack " SIZE_OPTS
      ARCH_OPTS, cmd_predict, 1},
     {"attention", "vitc attention MODEL --weights W IMAGE... -o OUT.png [--blocks 0,5,11] [--heads all|mean|0,2] "
-     "[--rollout] [--save-maps MAPS.safetensors]",
+     "[--rollout] [--save-maps MAPS.safetensors]; with --save-maps, -o may be left out",
      "pictures of the class token's (or mean query's) attention per block and head, overlaid on the images",
      "--weights -w --output -o --blocks --heads --rollout --save-maps --train-form --threads --no-prepack --attn --ffn "
      "--dims "

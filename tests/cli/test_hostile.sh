@@ -343,6 +343,9 @@ expect "... and by one in its --name=value form (it wrote a file of that name)" 
     $V init $M -o --seed=3
 check "... no file --seed=3 written" "[ ! -e ./--seed=3 ]"
 check "... and no file named --seed" "[ ! -e ./--seed ]"
+expect "... and by the end of options, --, which wrote a file of that name" 2 "needs a value, got the option --" \
+    $V init $M -o --
+check "... no file -- written" "[ ! -e ./-- ]"
 expect "a learning rate that underflows refused as such" 2 "too close to 0" $V train $M --lr 1e-310 --out "$T/lr"
 # a batch × accumulation steps past the epoch is a usage error before the graph is built: batch 65536 had asked for
 # 30 GB first, and 8192 × 524288 (2^32) wrapped an int to 0 (SIGFPE) or, + 1, to a batch of 8192 (an epoch of 10^6 steps)

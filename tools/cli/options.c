@@ -352,8 +352,8 @@ int parse(const command *c, int argc, char **argv, opts *o) {
             return -1;
         }
         v = argv[++i];
-        const char *vv = NULL; /* `-o --seed 3`, `-o -w W`, `-o --seed=3`: an option, not a value */
-        if (v[0] == '-' && find_option(split_option(v, name, &vv))) {
+        const char *vv = NULL; /* `-o --seed 3`, `-o -w W`, `-o --seed=3`, `-o --`: an option, not a value */
+        if (v[0] == '-' && (strcmp(v, "--") == 0 || find_option(split_option(v, name, &vv)))) { /* or the end mark */
             say_once(c->name, "option %s needs a value, got the option %s%s%s%s", a, v, d->kind == O_STR ? " (a file of that "
                 "name: ./" : "", d->kind == O_STR ? v : "", d->kind == O_STR ? ")" : "");
             return -1;
