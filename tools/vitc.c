@@ -156,12 +156,7 @@ static int run(int argc, char **argv) {
     for (int i = 0; i < ncommands; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         int rank = 0;
-        if (vt_dist_env(&rank, NULL, NULL) > 1 && strcmp(commands[i].name, "train") != 0) {
-            if (rank == 0) /* every rank would run the whole command, printing and writing alike */
-                refuse(commands[i].name, "runs in one process: under mpirun only train is data-parallel (run it "
-                       "without mpirun, or with -np 1)");
-            return 2;
-        }
+        const int ranks = vt_dist_env(&rank, NULL, NULL);
         opts o;
         opts_init(&o);
         const char **images = calloc((size_t)argc, sizeof *images);
@@ -169,6 +164,13 @@ static int run(int argc, char **argv) {
         o.images = images;
         if (parse(&commands[i], argc, argv, &o)) {
             free(images);
+            return 2;
+        }
+        if (ranks > 1 && !o.help && strcmp(commands[i].name, "train") != 0) {
+            free(images);
+            if (rank == 0) /* every rank would run the whole command, printing and writing alike */
+                refuse(commands[i].name, "runs in one process: under mpirun only train is data-parallel (run it "
+                       "without mpirun, or with -np 1)");
             return 2;
         }
         if (!(o.cmdline = shell_line(argc, argv))) {

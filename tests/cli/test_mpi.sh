@@ -401,6 +401,11 @@ $MPI $V eval vit_fmnist_tiny -w "$T/two/weights.safetensors" --data fashion-mnis
 rc=$?
 check "eval under mpirun is refused, once (exit 2)" "[ $rc -ne 0 ] && [ \$(grep -c 'under mpirun only train' '$T/ev.log') -eq 1 ] && \
     ! grep -q 'Acc@1' '$T/ev.log'" "rc $rc: $(cat "$T/ev.log")"
+$MPI $V info --help >"$T/ih.log" 2>&1
+rc=$?
+check "... but info --help under mpirun prints info's help, once" \
+    "[ $rc -eq 0 ] && [ \$(grep -c '^usage: vitc info' '$T/ih.log') -eq 1 ] && ! grep -q 'under mpirun' '$T/ih.log'" \
+    "rc $rc: $(head -3 "$T/ih.log")"
 # an error of the command line is the same on every rank: rank 0 alone says it
 $MPI $V train vit_fmnist_tiny --batch-size 100000 --out "$T/bs" >"$T/bs.log" 2>&1
 rc=$?
