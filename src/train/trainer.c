@@ -904,8 +904,9 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
     if ((rc = vt_dist_sum(dp, red, 2, e))) return rc; /* every rank sees the same loss (and NaN) */
     *loss = red[0] / dp->size;
     if (!isfinite(*loss)) {
-        rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d); stopped. The last good checkpoint is %s",
-                       isnan(*loss) ? "NaN" : "infinite", (long long)st->step, (long long)st->epoch, i, r->good);
+        rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d of %d, as the progress lines count); "
+                       "stopped. The last good checkpoint is %s", isnan(*loss) ? "NaN" : "infinite",
+                       (long long)st->step, (long long)st->epoch, i + 1, r->spe, r->good);
         vt_dist_agree(dp, rc, e);
         return rc;
     }
