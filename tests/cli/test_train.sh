@@ -253,8 +253,8 @@ check "... a resume into another folder names the checkpoint it resumed, and wri
     "$(tail -2 "$T/em2.log")"
 $V train vit_fmnist_tiny --resume "$T/em" --epochs 2 --out "$T/em3" --fault-nan-step 2 >"$T/em3.log" 2>&1
 check "... and so does a NaN loss in its first epoch" "[ $? -eq 1 ] && grep -qF \
-'loss is NaN at step 2 (epoch 1, batch 1 of 2, as the progress lines count); stopped. The last good checkpoint is $T/em/checkpoint.safetensors' \
-'$T/em3.log'" "$(tail -2 "$T/em3.log")"
+'loss is NaN at step 2 (epoch 1, batch 1 of 2, as the progress lines count); stopped. The last good checkpoint is \
+$T/em/checkpoint.safetensors' '$T/em3.log'" "$(tail -2 "$T/em3.log")"
 # an EMA of decay 0 (the weights themselves, allowed) is an EMA all the same: its resume keeps it
 $V train $SMALL --model-ema --model-ema-decay 0 --out "$T/ez" >/dev/null 2>&1 &&
     $V train vit_fmnist_tiny --resume "$T/ez" --epochs 2 >"$T/ez.log" 2>&1
