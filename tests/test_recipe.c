@@ -512,7 +512,8 @@ static void check_beta_small(vt_test *T) {
     vt_rng r;
     vt_rng_seed(&r, 3);
     const double zero = vt_rng_beta(&r, 0.0, 1.0), neg = vt_rng_beta(&r, -1.0, -1.0), nan_a = vt_rng_beta(&r, NAN, 1.0);
-    T_CHECK(T, isnan(zero) && isnan(neg) && isnan(nan_a), "Beta of shapes not > 0: %g %g %g, not NaN", zero, neg, nan_a);
+    T_CHECK(T, isnan(zero) && isnan(neg) && isnan(nan_a), "Beta of shapes not > 0: %g %g %g, not NaN", zero, neg,
+            nan_a);
 }
 
 void test_recipe(vt_test *T) {

@@ -168,8 +168,8 @@ for r in "png:fashion-mnist" "idx-run:$F/png"; do
     VITC_FMNIST_DIR="$T/idx" $V train vit_fmnist_tiny --resume "$T/${r%%:*}" --epochs 2 --data "${r#*:}" \
         >"$T/kind.log" 2>&1
     check "a resume of $T/${r%%:*} on ${r#*:} (the other kind of data) is refused, naming both" \
-        "[ $? -eq 1 ] && grep -q 'the run trained on .*, not on .*${r#*:}: resume with the run.s data' '$T/kind.log' && \
-         [ \$(wc -l <'$T/${r%%:*}/metrics.csv') -eq 2 ]" "$(tail -3 "$T/kind.log")"
+        "[ $? -eq 1 ] && grep -q 'the run trained on .*, not on .*${r#*:}: resume with the run.s data' \
+         '$T/kind.log' && [ \$(wc -l <'$T/${r%%:*}/metrics.csv') -eq 2 ]" "$(tail -3 "$T/kind.log")"
 done
 check "classes.json maps index to class folder" \
     "$PY -c 'import json,sys; d=json.load(open(\"$T/png/classes.json\")); sys.exit(not (len(d)==10 and d[\"0\"]==\"0_tshirt\" and d[\"9\"]==\"9_boot\"))'"

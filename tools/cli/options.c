@@ -330,8 +330,8 @@ int parse(const command *c, int argc, char **argv, opts *o) {
                 w += len + strspn(w + len, " ");
             }
             char hint[80];
-            say_once(c->name, "unknown option '%s' (%ssee `vitc %s --help`)", a, vt_nearest_hint(&near, hint, sizeof hint),
-                     c->name);
+            vt_nearest_hint(&near, hint, sizeof hint);
+            say_once(c->name, "unknown option '%s' (%ssee `vitc %s --help`)", a, hint, c->name);
             return -1;
         }
         o->given[d - optdefs] = 1;
