@@ -38,11 +38,13 @@ static const command commands[] = {
      "vitc train MODEL --resume RUN_DIR [--epochs E]",
      "train with AdamW, warm-up + cosine, label smoothing, crop + flip (a recipe's DeiT transforms on image folders), "
      "Mixup/CutMix, weight EMA, gradient accumulation, named recipes (--recipe), fine-tuning (--init-from), "
-     "data-parallel under mpirun; checkpoints, metrics.csv, curves.png",
+     "data-parallel under mpirun; checkpoints, metrics.csv, curves.png; Ctrl-C, SIGTERM or SIGUSR1 (to mpirun) stops "
+     "at the end of the optimiser step with a checkpoint that --resume continues from",
      "--data --epochs --cooldown-epochs --batch-size --lr --weight-decay --warmup-epochs --min-lr --warmup-lr "
      "--smoothing --clip-grad "
      "--out --resume --overwrite --seed --augment --no-augment --train-subset --test-subset --log-every --threads "
-     "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-nan-eval --drop-path --cos-reg --recipe "
+     "--workers --fault-nan-step --fault-batch-step --fault-grad-step --fault-stop-step "
+     "--fault-nan-eval --drop-path --cos-reg --recipe "
      "--mixup --cutmix --mixup-prob "
      "--mixup-switch-prob --model-ema --no-model-ema --model-ema-decay --accum-steps --init-from --repeated-aug "
      "--no-repeated-aug --sync-bn --no-sync-bn --bucket-mib --no-overlap --dtype "

@@ -31,7 +31,7 @@ extern "C" {
 /** Minor version: new functions, compatible. */
 #define VITC_VERSION_MINOR 6
 /** Patch version: fixes only. */
-#define VITC_VERSION_PATCH 9
+#define VITC_VERSION_PATCH 10
 
 /** Most classes a vitc_result holds. */
 #define VITC_MAX_TOPK 64

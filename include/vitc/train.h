@@ -2,6 +2,7 @@
 #ifndef VITC_TRAIN_H
 #define VITC_TRAIN_H
 
+#include <signal.h> /* sig_atomic_t */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -83,6 +84,12 @@ int vt_evaluate(const vt_model_cfg *c, vt_params *P, const vt_source *src, const
 /* Most epochs a run may have (--epochs' limit); a checkpoint past it is not one vitc wrote. */
 #define VT_EPOCHS_MAX 1000000
 
+/* What vt_train shares with a signal handler that asks a run to stop: `training` is 1 while the run trains (vt_train
+ * sets it: before, nothing is lost when a handler ends the process at once), `asked` the handler's request. */
+typedef struct vt_stop {
+    volatile sig_atomic_t asked, training;
+} vt_stop;
+
 /* Options of vt_train. */
 typedef struct vt_train_opts {
     const char *data;          /* "fashion-mnist" or an image folder (DIR/train/<class>/..., DIR/val/<class>/...) */
@@ -111,6 +118,8 @@ typedef struct vt_train_opts {
     int64_t fault_grad_step;   /* testing aid: after the backward of this optimiser step (0-based), the first gradient
                                 * element of the first trained parameter becomes 1e30, too large for AdamW's squared
                                 * average (-1: off; with several ranks, on every rank, after the gradients' sum) */
+    int64_t fault_stop_step;   /* testing aid: a stop is asked (as by o->stop) during this optimiser step (0-based),
+                                * which ends the run at its end (-1: off; with several ranks, on the last one only) */
     int64_t fault_nan_eval;    /* testing aid: make the first output logit of this epoch's (0-based) validation NaN, in
                                 * the EMA's evaluation when there is an EMA (-1: off; with several ranks, on the last
                                 * one only) */
@@ -134,6 +143,9 @@ typedef struct vt_train_opts {
     FILE *log;                 /* rank 0's progress, notes and per-epoch lines (default stdout; NULL: none) */
     FILE *warn;                /* warnings: unreadable images skipped, a curves picture not drawn, a killed run's
                                   temporary files removed (default stderr; NULL: none) */
+    struct vt_stop *stop;      /* a signal handler's flags (NULL: none): once stop->asked reads non-zero (on any
+                                * rank), the run stops at the end of its optimiser step, writes the checkpoint of
+                                * that point (mid-epoch; a resume goes on from there) and vt_train returns 1 */
 } vt_train_opts;
 
 /* Fills o with the defaults (AdamW lr 1e-3, wd 0.05, 1 warm-up epoch, label smoothing 0.1, batch 128, 10 epochs; no
@@ -146,7 +158,8 @@ void vt_train_defaults(vt_train_opts *o);
  * (of the weights or their EMA) whose logits are not finite before anything of that epoch is written. run_dir is
  * locked for the run; a folder holding another run is refused unless resumed or o->overwrite; a resume whose settings
  * change an epoch's optimiser steps is refused, other changes are named in a note. With o->dist of N > 1 ranks: each
- * rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. */
+ * rank trains on its shard of every epoch, gradients are averaged, rank 0 alone prints and writes. Returns 0 when the
+ * run has trained its epochs, 1 when o->stop stopped it (its checkpoint written), -1 on error. */
 int vt_train(const vt_model_cfg *c, const vt_train_opts *o, vt_err *e);
 
 /* Result of vt_bench. */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +81,12 @@ int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, 
     return n;
 }
 
+/* The metadata keys of a checkpoint written mid-epoch: train_state's part_steps, part_correct, part_loss and
+ * part_seconds, in that order. */
+static const char *const part_keys[4] = {"part_steps", "part_correct", "part_loss", "part_seconds"};
+
 /* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
- * the heads and windows P runs (as weight files record them, checked on resume), and the run's settings, as JSON
+ * the part of an epoch trained (a run stopped mid-epoch), the heads and windows P runs (as weight files record them, checked on resume), and the run's settings, as JSON
  * (malloc'd; NULL when out of memory). */
 static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const vt_params *P,
                                  const train_state *st, int world_size) {
@@ -103,6 +108,14 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
     files_text(st, files);
     if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
+    if (st->part_steps > 0) { /* a run stopped mid-epoch: what its epoch's record needs of the part trained */
+        char part[4][32];
+        snprintf(part[0], sizeof part[0], "%lld", (long long)st->part_steps);
+        snprintf(part[1], sizeof part[1], "%lld", (long long)st->part_correct);
+        snprintf(part[2], sizeof part[2], "%.17g", st->part_loss);
+        snprintf(part[3], sizeof part[3], "%.17g", st->part_seconds);
+        for (int i = 0; ok && i < 4; i++) ok = cJSON_AddStringToObject(m, part_keys[i], part[i]) != NULL;
+    }
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
     cJSON_Delete(m);
     return txt;
@@ -183,6 +196,34 @@ static int check_no_extra(const vt_st_file *f, const vt_params *P, const char *p
     return 0;
 }
 
+/* The part of an epoch that checkpoint f, stopped mid-epoch, holds (part_keys) into st; all 0 when f has none. -1 with
+ * the reason in e for values vitc does not write (a part of no steps or of more than the checkpoint's, a negative
+ * count, a loss or time not finite and >= 0). */
+static int read_part(const vt_st_file *f, train_state *st, vt_err *e) {
+    const char *v[4];
+    int have = 0;
+    for (int i = 0; i < 4; i++) have += (v[i] = vt_st_meta(f, part_keys[i])) != NULL;
+    st->part_steps = st->part_correct = 0;
+    st->part_loss = st->part_seconds = 0.0;
+    if (have == 0) return 0;
+    char *end[4];
+    long long steps = have == 4 ? strtoll(v[0], &end[0], 10) : 0, correct = have == 4 ? strtoll(v[1], &end[1], 10) : 0;
+    double loss = have == 4 ? strtod(v[2], &end[2]) : 0, secs = have == 4 ? strtod(v[3], &end[3]) : 0;
+    int ok = have == 4 && steps > 0 && steps <= st->step && correct >= 0 && loss >= 0 && loss < INFINITY &&
+             secs >= 0 && secs < INFINITY;
+    for (int i = 0; ok && i < 4; i++) ok = *v[i] && !*end[i];
+    if (!ok)
+        return vt_seterr(e, "checkpoint's part of an epoch (%s \"%.20s\", %s \"%.20s\", %s \"%.30s\", %s \"%.30s\") "
+                         "is not one vitc writes at step %lld: not a checkpoint vitc wrote", part_keys[0],
+                         v[0] ? v[0] : "", part_keys[1], v[1] ? v[1] : "", part_keys[2], v[2] ? v[2] : "", part_keys[3],
+                         v[3] ? v[3] : "", (long long)st->step);
+    st->part_steps = steps;
+    st->part_correct = correct;
+    st->part_loss = loss;
+    st->part_seconds = secs;
+    return 0;
+}
+
 /* Restores the model, its optimiser state, the step and epoch, and the EMA (ema may be NULL): a checkpoint without
  * EMA tensors (a run started without --model-ema) starts the EMA from the restored weights, with a notice on log
  * (NULL: none). */
@@ -233,9 +274,11 @@ static int load_checkpoint(const char *path, vt_params *P, vt_adamw *opt, vt_par
         else if ((rc = vt_st_read_i64(t, v, 1, e)) == 0)
             *(i == 0 ? &st->step : &st->epoch) = v[0];
     }
-    if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step == 0)))
-        rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld are inconsistent (both 0, or both positive)",
-                       (long long)st->epoch, (long long)st->step);
+    if (rc == 0) rc = read_part(&f, st, e);
+    if (rc == 0 && (st->epoch < 0 || st->step < 0 || (st->epoch == 0) != (st->step - st->part_steps == 0)))
+        rc = vt_seterr(e, "checkpoint counters epoch %lld, step %lld (%lld of them in the epoch it stopped in) are "
+                       "inconsistent (epoch 0 and no step before it, or both positive)", (long long)st->epoch,
+                       (long long)st->step, (long long)st->part_steps);
     else if (rc == 0 && st->epoch > VT_EPOCHS_MAX)
         rc = vt_seterr(e, "checkpoint is at epoch %lld, past the %d epochs a run may have: not a checkpoint vitc wrote",
                        (long long)st->epoch, VT_EPOCHS_MAX);
@@ -384,7 +427,7 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
         return vt_seterr(e, "%s: the run trained on other images than its data now holds (%s: as many, %lld, but "
                          "their names or classes differ): resume with the run's data as it was, or start a new run "
                          "from its weights (--init-from)", path, o->data, (long long)st->images);
-    if (st->step != st->epoch * spe) {
+    if (st->step - st->part_steps != st->epoch * spe || st->part_steps >= spe) {
         const int per_step = strstr(steps, "batch-size") || strstr(steps, "accum-steps");
         char hint[240];
         if (per_step && images > 0)
@@ -393,9 +436,13 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
         else
             snprintf(hint, sizeof hint, "resume with the %s of that run%s", steps[0] ? "values" : "settings",
                      steps[0] ? "" : " (its command.txt)");
-        return vt_seterr(e, "%s is at step %lld after %lld epoch%s, but this run takes %lld optimiser steps an epoch: "
-                         "the learning-rate schedule would not continue the run's. %s%s%s%s", path,
-                         (long long)st->step, (long long)st->epoch, st->epoch == 1 ? "" : "s", (long long)spe,
+        char part[64] = ""; /* a run stopped mid-epoch */
+        if (st->part_steps)
+            snprintf(part, sizeof part, " and %lld step%s into the next", (long long)st->part_steps,
+                     st->part_steps == 1 ? "" : "s");
+        return vt_seterr(e, "%s is at step %lld after %lld epoch%s%s, but this run takes %lld optimiser steps an "
+                         "epoch: the learning-rate schedule would not continue the run's. %s%s%s%s", path,
+                         (long long)st->step, (long long)st->epoch, st->epoch == 1 ? "" : "s", part, (long long)spe,
                          steps[0] ? "Changed: " : "", steps, steps[0] ? "; " : "", hint);
     }
     if ((steps[0] || other[0]) && o->log)

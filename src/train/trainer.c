@@ -287,6 +287,7 @@ void vt_train_defaults(vt_train_opts *o) {
     o->fault_batch_step = -1;
     o->fault_nan_eval = -1;
     o->fault_grad_step = -1;
+    o->fault_stop_step = -1;
     o->mixup = vt_mixup_timm(0);
     o->mixup.mixup_alpha = o->mixup.cutmix_alpha = 0.0; /* off */
     o->model_ema_decay = 0.99996;
@@ -346,20 +347,22 @@ static int recipe_deit(const vt_train_opts *o, int size, vt_tf_params *p, vt_err
  * that its copies get their own augmentation; else a permutation of [0, n) sharded as torch's DistributedSampler
  * (vt_dist_epoch_indices). idx and keys hold n each. The loader gets the first `use` samples, those of the
  * micro-batches the epoch trains (with accumulation a few more batches would be decoded, and their unreadable images
- * counted as skipped, though never trained). */
+ * counted as skipped, though never trained), but the first `skip` (trained before a stop mid-epoch). */
 static int epoch_start(const vt_train_opts *o, const vt_dist *dp, vt_loader *L, int64_t epoch, int *idx,
-                       uint64_t *keys, int n, int use, vt_err *e) {
+                       uint64_t *keys, int n, int use, int skip, vt_err *e) {
     int k;
     if (o->repeated_aug <= 0) {
         k = vt_dist_epoch_indices(dp, n, o->seed, epoch, idx, e);
-        return k < 0 || vt_loader_start(L, idx, k < use ? k : use, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+        return k < 0 || vt_loader_start(L, idx + skip, (k < use ? k : use) - skip, 1, o->seed, epoch, e) < 0 ? -1 : 0;
     }
     vt_rng r;
     vt_rng_seed(&r, vt_rng_key(o->seed ^ 0xda7aULL, (uint64_t)epoch, UINT64_MAX));
     if ((k = vt_ra_sample(idx, n, o->repeated_aug, dp->size, dp->rank, &r, e)) < 0) return -1;
     for (int i = 0; i < k; i++)
         keys[i] = (uint64_t)idx[i] + (uint64_t)n * (uint64_t)vt_ra_repeat(i, n, o->repeated_aug, dp->size, dp->rank);
-    return vt_loader_start_keyed(L, idx, keys, k < use ? k : use, 1, o->seed, epoch, e) < 0 ? -1 : 0;
+    return vt_loader_start_keyed(L, idx + skip, keys + skip, (k < use ? k : use) - skip, 1, o->seed, epoch, e) < 0
+               ? -1
+               : 0;
 }
 
 /* ---- data-parallel evaluation (each rank scores a contiguous slice of the validation set); the ranks' data ---- */
@@ -545,6 +548,7 @@ typedef struct {
     double train_s;          /* seconds spent in the epochs' training steps */
     int64_t steps_run;       /* optimiser steps this process has run */
     int curves_failed;       /* the last epoch's curves.png could not be drawn (warned) */
+    int stop_seen;           /* a stop was asked at the epoch's last step: the run stops once the epoch is written */
 } train_run;
 
 /* printf onto r's progress stream (rank 0's o->log; nothing elsewhere). */
@@ -705,8 +709,8 @@ static int run_folder(train_run *r, int rc, vt_err *e) {
     /* the run folder is made and written once the options, data, model and the checkpoint to resume (from another
      * folder; one resumed in place is read under the folder's lock, before anything is written there) have passed
      * their checks: a refused run leaves no folder behind, and a refused resume leaves its folder as it was */
-    r->st = (train_state){0, 0, -1, 0.0, rc == 0 ? r->d.train.n : 0,
-                          rc == 0 && r->d.folder ? folder_hash(&r->d.f_train) : 0};
+    r->st = (train_state){.best_epoch = -1, .images = rc == 0 ? r->d.train.n : 0,
+                          .files = rc == 0 && r->d.folder ? folder_hash(&r->d.f_train) : 0};
     const int resume_here = r->resume_here = o->resume && same_dir(o->resume, o->run_dir);
     if (rc == 0 && lead && o->resume && !resume_here &&
         ((r->d.folder && check_classes(o->resume, &r->d.f_train, o->data, e)) ||
@@ -778,6 +782,10 @@ static int run_record(train_run *r, int rc, vt_err *e) {
         say(r, "Nothing to train: %s/checkpoint.safetensors is at epoch %lld, the end of a run of %d epoch%s; its "
             "weights are in %s (raise --epochs to continue it)\n", o->resume, (long long)st->epoch, run_epochs(o),
             run_epochs(o) == 1 ? "" : "s", o->run_dir);
+    else if (rc == 0 && o->resume && st->part_steps)
+        say(r, "Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld, after batch %lld of %d (where it was "
+            "stopped)\n", o->resume, (long long)st->epoch, (long long)st->step, (long long)(st->part_steps * r->A),
+            r->spe);
     else if (rc == 0 && o->resume)
         say(r, "Resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", o->resume, (long long)st->epoch,
             (long long)st->step);
@@ -830,14 +838,16 @@ static int run_sync(train_run *r, int rc, vt_err *e) {
      * resumed (another folder's, or this one's) */
     if (r->o->resume) snprintf(r->resumed, sizeof r->resumed, "%s/checkpoint.safetensors", r->o->resume);
     r->clock0 = rc == 0 && r->lead && r->o->resume ? vt_metrics_last_seconds(r->o->run_dir) : 0.0; /* goes on */
-    int64_t pos[2] = {st->step, st->epoch};
-    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 2, e)) ||
+    if (rc == 0 && r->lead) r->clock0 += st->part_seconds; /* the part of an epoch trained before a stop */
+    int64_t pos[3] = {st->step, st->epoch, st->part_steps}; /* (the rest of the part: rank 0's record alone) */
+    if ((rc = vt_dist_agree(dp, rc, e)) || (rc = vt_dist_broadcast(dp, r->P, &r->opt, pos, 3, e)) ||
         (r->ema.P && (rc = vt_dist_broadcast(dp, r->ema.P, NULL, NULL, 0, e))) ||
         (rc = bcast_path(dp, r->ckpt, sizeof r->ckpt, e)) || (rc = bcast_path(dp, r->resumed, sizeof r->resumed, e)))
         return rc;
     r->good = r->resumed[0] ? r->resumed : "(none yet)";
     st->step = pos[0];
     st->epoch = pos[1];
+    st->part_steps = pos[2];
     return 0;
 }
 
@@ -873,8 +883,9 @@ static void run_begin(train_run *r) {
 }
 
 /* Micro-batch i of the epoch: loaded, mixed, forward and backward, and the optimiser step (at lr) that ends each A
- * of them; its loss (the ranks' mean) in *loss, the images it classified right (all ranks') in *correct. */
-static int train_step(train_run *r, int i, double lr, double *loss, int64_t *correct, vt_err *e) {
+ * of them; its loss (the ranks' mean) in *loss, the images it classified right (all ranks') in *correct, and in
+ * *stop whether a rank's o->stop flag was up (summed with the loss: every rank sees the same). */
+static int train_step(train_run *r, int i, double lr, double *loss, int64_t *correct, int *stop, vt_err *e) {
     const vt_train_opts *o = r->o;
     vt_dist *dp = r->dp;
     train_graph *t = &r->t;
@@ -898,11 +909,13 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
                  (uint64_t)dp->rank * 0xd1b54a32d192ed03ULL;
     vt_graph_forward(t->g);
     int64_t c0 = 0;
-    double l0 = 0.0, red[2] = {t->loss->data[0], 0.0};
+    const int asked = (o->stop && o->stop->asked) || (o->fault_stop_step == st->step && dp->rank == dp->size - 1);
+    double l0 = 0.0, red[3] = {t->loss->data[0], 0.0, asked};
     score(t->logits->data, r->lab, B, r->c->arch.num_classes, &l0, &c0, NULL);
     red[1] = (double)c0;
-    if ((rc = vt_dist_sum(dp, red, 2, e))) return rc; /* every rank sees the same loss (and NaN) */
+    if ((rc = vt_dist_sum(dp, red, 3, e))) return rc; /* every rank sees the same loss (and NaN) and stop */
     *loss = red[0] / dp->size;
+    *stop = red[2] > 0;
     if (!isfinite(*loss)) {
         rc = vt_seterr(e, "loss is %s at step %lld (epoch %lld, batch %d of %d, as the progress lines count); "
                        "stopped. The last good checkpoint is %s", isnan(*loss) ? "NaN" : "infinite",
@@ -927,26 +940,76 @@ static int train_step(train_run *r, int i, double lr, double *loss, int64_t *cor
     return 0;
 }
 
-/* Trains epoch r->st.epoch, its micro-batches in this rank's order with progress lines, then refuses parameters,
- * AdamW moments or EMA weights gone non-finite; what its evaluation and record need in *et. */
+/* -1 with the reason in e when the parameters, AdamW's moments or the EMA hold NaN or Inf `when` (e.g. "after epoch
+ * 3's training"), before the files of `what` (e.g. "that epoch") are written: a non-finite gradient that no loss showed
+ * (an op that dropped a NaN) must not reach a checkpoint; nor may AdamW's moments, which a resume would refuse (a
+ * gradient element above about 5.8e20 makes v Inf, and the parameter then no longer moves while staying finite). */
+static int check_state(const train_run *r, const char *when, const char *what, vt_err *e) {
+    int64_t at = 0;
+    const vt_tensor *bad = vt_params_first_nonfinite(r->P, &at);
+    if (bad)
+        return vt_seterr(e, "%s holds NaN or Inf %s (the loss stayed finite); stopped before writing %s. The last "
+                         "good checkpoint is %s", bad->name, when, what, r->good);
+    for (int k = 0; k < vt_adamw_nstate(&r->opt); k++) {
+        char name[VT_NAMELEN + 16];
+        int64_t numel = 0;
+        const float *m = vt_adamw_state(&r->opt, k, name, (int)sizeof name, &numel, NULL);
+        if (vt_first_nonfinite(m, numel) >= 0)
+            return vt_seterr(e, "the optimiser state %s holds NaN or Inf %s (a gradient too large for AdamW's squared "
+                             "average; --clip-grad bounds it); stopped before writing %s. The last good checkpoint "
+                             "is %s", name, when, what, r->good);
+    }
+    if (r->ema.P && (bad = vt_params_first_nonfinite(r->ema.P, &at)))
+        return vt_seterr(e, "the EMA's %s holds NaN or Inf %s; stopped before writing %s. The last good checkpoint is "
+                         "%s", bad->name, when, what, r->good);
+    return 0;
+}
+
+/* A stop asked (o->stop) at the end of micro-batch `done` of epoch r->st.epoch, mid-epoch: rank 0 writes the
+ * checkpoint of that point, holding the epoch's part trained (lsum, correct, seconds), which a resume goes on from;
+ * 1 once written, -1 on every rank when that failed. */
+static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, double seconds, vt_err *e) {
+    char when[96];
+    snprintf(when, sizeof when, "at step %lld, where a stop was asked", (long long)r->st.step);
+    int rc = check_state(r, when, "its checkpoint", e);
+    train_state part = r->st;
+    part.part_steps = done / r->A;
+    part.part_correct = correct;
+    part.part_loss = lsum;
+    part.part_seconds = seconds;
+    if (rc == 0 && r->lead)
+        rc = save_checkpoint(r->ckpt, r->c, r->o, r->P, &r->opt, r->ema.P, &part, r->dp->size, e);
+    if ((rc = vt_dist_agree(r->dp, rc, e))) return rc;
+    say(r, "Stopped as asked at epoch %lld, batch %d of %d (step %lld): %s holds the run there; train with --resume "
+        "%s to go on from that batch\n", (long long)r->st.epoch, done, r->spe, (long long)r->st.step, r->ckpt,
+        r->o->run_dir);
+    return 1;
+}
+
+/* Trains epoch r->st.epoch, its micro-batches in this rank's order with progress lines (from where a stop left it,
+ * when resumed there), then refuses parameters, AdamW moments or EMA weights gone non-finite; what its evaluation and
+ * record need in *et. Returns 1 when a stop asked mid-epoch ended it (stop_mid_epoch). */
 static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const vt_train_opts *o = r->o;
     vt_dist *dp = r->dp;
-    const vt_params *P = r->P;
-    const int spe = r->spe;
+    const int spe = r->spe, A = r->A, i0 = (int)(r->st.part_steps * A); /* the micro-batches trained before a stop */
     int rc;
-    rc = epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, r->spe * r->B, e);
+    rc = epoch_start(o, dp, r->L, r->st.epoch, r->idx, r->keys, r->N, spe * r->B, i0 * r->B, e);
     if ((rc = vt_dist_agree(dp, rc, e))) return rc;
-    double lsum = 0.0, tbatch = now_s(), tep = tbatch;
-    int64_t correct = 0;
-    int last_i = 0; /* steps of this epoch done at the last progress line */
+    const double before = r->st.part_seconds; /* (not this process's time) */
+    double lsum = r->st.part_loss, tbatch = now_s(), tep = tbatch - before;
+    int64_t correct = r->st.part_correct;
+    r->st.part_steps = r->st.part_correct = 0; /* the next epoch starts at its beginning */
+    r->st.part_loss = r->st.part_seconds = 0.0;
+    int last_i = i0, stop = 0; /* steps of this epoch done at the last progress line; a stop asked */
     vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
     vt_progress_start(&pg, r->out, "Train", "img", spe, o->log_every);
+    pg.next = (i0 / pg.every + 1) * pg.every; /* the lines an uninterrupted epoch prints */
     if (vt_dist_launched()) pg.tty = 0; /* OpenMPI gives ranks a terminal even when its output goes to a file */
-    for (int i = 0; i < spe; i++) {
+    for (int i = i0; i < spe; i++) {
         double lr = vt_sched_lr(&r->sched, r->st.step), loss = 0.0;
         int64_t right = 0;
-        if ((rc = train_step(r, i, lr, &loss, &right, e))) {
+        if ((rc = train_step(r, i, lr, &loss, &right, &stop, e))) {
             vt_progress_end(&pg); /* a terminal's progress line ends before the error is printed */
             return rc;
         }
@@ -962,36 +1025,23 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
             tbatch = tn;
             last_i = i + 1;
         }
+        if (stop && (i + 1) % A == 0 && i + 1 < spe) { /* at the epoch's last step the epoch ends first */
+            vt_progress_end(&pg);
+            return stop_mid_epoch(r, i + 1, lsum, correct, now_s() - tep, e);
+        }
     }
     vt_progress_end(&pg);
+    r->stop_seen = stop;
     double skipped = (double)vt_loader_skipped(r->L);
     if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
     if (skipped > 0)
         say(r, "Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
             skipped, skipped == 1 ? "" : "s");
     const double ep_s = now_s() - tep;
-    r->train_s += ep_s;
-    /* a non-finite gradient that no loss showed (an op that dropped a NaN) must not reach a checkpoint; nor may
-     * AdamW's moments, which a resume would refuse: a gradient element above about 5.8e20 makes v Inf, and the
-     * parameter then no longer moves (m / Inf = 0) while staying finite */
-    int64_t at = 0;
-    const vt_tensor *bad = vt_params_first_nonfinite(P, &at);
-    if (bad)
-        rc = vt_seterr(e, "%s holds NaN or Inf after epoch %lld's training (the loss stayed finite); stopped before "
-                       "writing that epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch,
-                       r->good);
-    for (int k = 0; rc == 0 && k < vt_adamw_nstate(&r->opt); k++) {
-        char name[VT_NAMELEN + 16];
-        int64_t numel = 0;
-        const float *m = vt_adamw_state(&r->opt, k, name, (int)sizeof name, &numel, NULL);
-        if (vt_first_nonfinite(m, numel) >= 0)
-            rc = vt_seterr(e, "the optimiser state %s holds NaN or Inf after epoch %lld's training (a gradient too "
-                           "large for AdamW's squared average; --clip-grad bounds it); stopped before writing that "
-                           "epoch. The last good checkpoint is %s", name, (long long)r->st.epoch, r->good);
-    }
-    if (rc == 0 && r->ema.P && (bad = vt_params_first_nonfinite(r->ema.P, &at)))
-        rc = vt_seterr(e, "the EMA's %s holds NaN or Inf after epoch %lld's training; stopped before writing that "
-                       "epoch. The last good checkpoint is %s", bad->name, (long long)r->st.epoch, r->good);
+    r->train_s += ep_s - before;
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %lld's training", (long long)r->st.epoch);
+    rc = check_state(r, when, "that epoch", e);
     if ((rc = vt_dist_agree(dp, rc, e))) return rc;
     *et = (epoch_tally){lsum, correct, ep_s, pg.tty};
     return 0;
@@ -1067,6 +1117,17 @@ static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
     return 0;
 }
 
+/* After epoch r->st.epoch's files: 1 when a stop was asked at the epoch's last step or a rank's o->stop flag is up (a
+ * stop asked during the validation or the writes), said; 0 when not, -1 when the ranks could not agree. */
+static int stop_asked(train_run *r, vt_err *e) {
+    double up = r->stop_seen || (r->o->stop && r->o->stop->asked) ? 1.0 : 0.0;
+    if (vt_dist_sum(r->dp, &up, 1, e)) return -1;
+    if (up > 0)
+        say(r, "Stopped as asked after epoch %lld (step %lld): %s holds the run there; train with --resume %s to go on "
+            "from the next epoch\n", (long long)r->st.epoch, (long long)r->st.step, r->ckpt, r->o->run_dir);
+    return up > 0;
+}
+
 /* Rank 0's closing lines of a run trained to its end: where its weights are, its best epoch, and under mpirun the
  * time its gradient averaging took. */
 static void run_summary(const train_run *r) {
@@ -1129,10 +1190,13 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
     rc = run_sync(&r, rc, e);
     if (rc == 0 && !(r.o->resume && r.st.epoch >= run_epochs(r.o))) { /* every rank: a finished run trains nothing */
         run_begin(&r);
+        if (r.o->stop) r.o->stop->training = 1; /* a signal now asks the run to stop, with a checkpoint */
         for (; r.st.epoch < run_epochs(r.o); r.st.epoch++) {
             epoch_tally et;
             if ((rc = train_epoch(&r, &et, e)) || (rc = end_epoch(&r, &et, e))) break;
+            if (r.st.epoch + 1 < run_epochs(r.o) && (rc = stop_asked(&r, e))) break; /* its checkpoint just written */
         }
+        if (r.o->stop) r.o->stop->training = 0;
         if (rc == 0) run_summary(&r);
     }
     run_close(&r);

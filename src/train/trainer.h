@@ -11,14 +11,20 @@
 
 /* ---- checkpoints and the run folder (rundir.c) */
 
-/* A run's position (step, epoch) and record (its best epoch), as its checkpoints store them. Nothing random needs
- * storing: the data order, the transforms, Mixup/CutMix and drop-path draw from keys of (seed, epoch or step, ...). */
+/* A run's position (step, epoch; within an epoch for a run stopped there) and record (its best epoch), as its
+ * checkpoints store them. Nothing random needs storing: the data order, the transforms, Mixup/CutMix and drop-path
+ * draw from keys of (seed, epoch or step, ...). */
 typedef struct {
     int64_t step, epoch;
     int64_t best_epoch; /* the epoch (0-based, as the Test lines) whose weights are weights_best.safetensors; -1: none */
     double best_acc1;   /* its validation top-1 */
     int64_t images;     /* this run's training images (recorded as train-images; not read from checkpoints) */
     uint64_t files;     /* an image folder run's digest of those images' names and classes (train-files); 0: none */
+    /* a run stopped mid-epoch (vt_train_opts.stop): the part of epoch `epoch` its checkpoint holds; all 0 otherwise */
+    int64_t part_steps;   /* its optimiser steps (step counts them too), fewer than an epoch's */
+    int64_t part_correct; /* the training images they classified right (all ranks) */
+    double part_loss;     /* the sum of their micro-batches' losses */
+    double part_seconds;  /* their training time */
 } train_state;
 
 /* A setting of the run recorded in its checkpoints' metadata under its option's name, so that a resume can say what

@@ -158,6 +158,29 @@ check "--resume with 2 ranks runs to the end" "[ $? -eq 0 ] && grep -q 'Resumed 
     [ \$(wc -l <'$T/k/metrics.csv') -eq 4 ]" "$(tail -5 "$T/k2.log")"
 check "... with the uninterrupted run's weights" "cmp -s '$T/ref/weights.safetensors' '$T/k/weights.safetensors'"
 
+# a stop asked on the last rank alone (--fault-stop-step) stops every rank at the end of that step, rank 0 writing the
+# checkpoint; SIGUSR1 to mpirun, which forwards it to every rank, stops the run as well; each resumed with 2 ranks ends
+# with the uninterrupted run's weights
+$MPI $V train $KL --fault-stop-step 40 --out "$T/fs" >"$T/fs.log" 2>&1
+rc=$?
+check "a stop asked on rank 1 alone stops both ranks, exit 130, rank 0 saying it once" "[ $rc -eq 130 ] && \
+    [ \$(grep -c '^Stopped as asked at epoch 1, batch 9 of 32 (step 41)' '$T/fs.log') -eq 1 ] && \
+    [ \"\$(meta '$T/fs/checkpoint.safetensors' part_steps)\" = 9 ]" "rc $rc: $(tail -5 "$T/fs.log")"
+$MPI $V train $KL --out "$T/fs" --resume "$T/fs" >"$T/fs2.log" 2>&1
+check "... resumed with 2 ranks from that batch: the uninterrupted run's weights" "[ $? -eq 0 ] && \
+    cmp -s '$T/ref/weights.safetensors' '$T/fs/weights.safetensors'" "$(tail -5 "$T/fs2.log")"
+$MPI $V train $KL --out "$T/u1" >"$T/u1.log" 2>"$T/u1.err" &
+mp=$!
+for _ in $(seq 600); do grep -q '^Test: epoch 0 ' "$T/u1.log" && break; sleep 0.05; done
+kill -USR1 $mp
+wait $mp
+rc=$?
+check "SIGUSR1 to mpirun during epoch 1: every rank stops, exit 138" "[ $rc -eq 138 ] && \
+    grep -q '^Stopped as asked ' '$T/u1.log'" "rc $rc: $(tail -5 "$T/u1.log")"
+$MPI $V train $KL --out "$T/u1" --resume "$T/u1" >"$T/u2.log" 2>&1
+check "... resumed: the uninterrupted run's weights" "[ $? -eq 0 ] && \
+    cmp -s '$T/ref/weights.safetensors' '$T/u1/weights.safetensors'" "$(tail -5 "$T/u2.log")"
+
 # 3) another rank count on resume: a clear error naming both, printed once
 $V train $KL --out "$T/k" --resume "$T/k" >"$T/m1.log" 2>&1
 rc=$?

@@ -6,7 +6,9 @@
 # (resume after a crash, --overwrite); a folder holding another run, another model's checkpoint, a foreign
 # metrics.csv, a second run on a locked folder and an empty --out are refused at start-up (a refused run leaves no
 # folder); drop-path (resume-exact); a warm-up lr above the peak is refused, a recipe's warm-up longer than the run
-# noted; --augment turns augmentation back on in a resume of a --no-augment run; eval and bad arguments.
+# noted; --augment turns augmentation back on in a resume of a --no-augment run; a stop asked (a signal,
+# --fault-stop-step) checkpoints mid-epoch, or after the epoch at its last step, and resumes to the uninterrupted run's
+# weights; eval and bad arguments.
 . "$(dirname "$0")/lib.sh"
 V=./vitc
 
@@ -54,6 +56,66 @@ the whole run' '$T/b1.log' && ! grep -q 'Note: the warm-up' '$T/b2.log'" "$(head
 check "resume gives identical metrics" "[ -s '$T/a/metrics.csv' ] && diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/b/metrics.csv') >/dev/null"
 check "resume gives bit-identical weights" "cmp -s '$T/a/weights.safetensors' '$T/b/weights.safetensors'"
 check "... and the same best weights" "cmp -s '$T/a/weights_best.safetensors' '$T/b/weights_best.safetensors'"
+
+# a stop asked (SIGINT, SIGTERM, SIGHUP, SIGUSR1; --fault-stop-step N asks during step N) ends the run at the end of
+# its optimiser step with a checkpoint of that point, exit status 128 + the signal; a resume goes on from that batch
+# of the epoch (or from the next epoch, when asked at an epoch's last step) to the uninterrupted run's numbers
+$V train $COMMON --epochs 3 --fault-stop-step 21 --out "$T/st" >"$T/st1.log" 2>&1
+check "a stop asked mid-epoch: exit 130, said, a checkpoint of the 6 steps into epoch 1" "[ $? -eq 130 ] && \
+    grep -qF 'Stopped as asked at epoch 1, batch 6 of 16 (step 22): $T/st/checkpoint.safetensors holds the run there' \
+    '$T/st1.log' && [ \"\$(meta '$T/st/checkpoint.safetensors' part_steps)\" = 6 ] && \
+    [ \$(wc -l <'$T/st/metrics.csv') -eq 2 ]" "$(tail -3 "$T/st1.log")"
+cp -r "$T/st" "$T/st_ck"
+$V train vit_fmnist_tiny --resume "$T/st" >"$T/st2.log" 2>&1
+check "... its resume goes on from batch 6 of epoch 1" "[ $? -eq 0 ] && grep -qF 'Resumed from $T/st/checkpoint.\
+safetensors at epoch 1, step 22, after batch 6 of 16 (where it was stopped)' '$T/st2.log' && \
+    grep -q '^Train: 1 \[  16/16' '$T/st2.log' && ! grep -q '^Train: 1 \[   8/16' '$T/st2.log'" "$(head -4 "$T/st2.log")"
+check "... to the uninterrupted run's metrics and bit-identical weights" \
+    "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/st/metrics.csv') >/dev/null && \
+    cmp -s '$T/a/weights.safetensors' '$T/st/weights.safetensors'" "$(cat "$T/st/metrics.csv")"
+$V train $COMMON --epochs 3 --fault-stop-step 15 --out "$T/se" >"$T/se1.log" 2>&1
+check "a stop asked at an epoch's last step: the epoch is validated and written, then the run stops" "[ $? -eq 130 ] \
+    && grep -qF 'Stopped as asked after epoch 0 (step 16)' '$T/se1.log' && grep -q '^Test: epoch 0 ' '$T/se1.log' \
+    && [ \$(wc -l <'$T/se/metrics.csv') -eq 2 ] && ! meta '$T/se/checkpoint.safetensors' part_steps >/dev/null 2>&1" \
+    "$(tail -3 "$T/se1.log")"
+$V train vit_fmnist_tiny --resume "$T/se" >"$T/se2.log" 2>&1
+check "... its resume goes on from the next epoch to bit-identical weights" "[ $? -eq 0 ] && \
+    cmp -s '$T/a/weights.safetensors' '$T/se/weights.safetensors'" "$(tail -3 "$T/se2.log")"
+# with accumulation the stop waits for the optimiser step: 2 micro-batches of 32 a step
+ACC="vit_fmnist_tiny --data fashion-mnist --batch-size 32 --accum-steps 2 --lr 2e-3 --train-subset 512 --test-subset 128 \
+--seed 5 --epochs 2"
+$V train $ACC --out "$T/sa" >"$T/sa.log" 2>&1 && $V train $ACC --fault-stop-step 10 --out "$T/sb" >"$T/sb1.log" 2>&1
+check "with --accum-steps 2, the stop comes after the step's second micro-batch" "[ $? -eq 130 ] && \
+    grep -qF 'Stopped as asked at epoch 1, batch 6 of 16 (step 11)' '$T/sb1.log'" "$(tail -3 "$T/sb1.log")"
+$V train vit_fmnist_tiny --resume "$T/sb" >"$T/sb2.log" 2>&1
+check "... and its resume ends with the uninterrupted run's weights" "[ $? -eq 0 ] && \
+    cmp -s '$T/sa/weights.safetensors' '$T/sb/weights.safetensors'" "$(tail -3 "$T/sb2.log")"
+# a real signal, wherever it lands: SIGINT once epoch 1 has begun, then SIGTERM, each resumed to the same weights
+for sig in INT TERM; do
+    $V train $COMMON --epochs 3 --out "$T/sig$sig" >"$T/sig$sig.log" 2>"$T/sig$sig.err" & pid=$!
+    for _ in $(seq 600); do grep -q '^Train: 1 ' "$T/sig$sig.log" && break; sleep 0.05; done
+    kill -$sig $pid; wait $pid; rc=$?
+    check "SIG$sig during epoch 1: exit $((128 + $(kill -l $sig))), said on stderr, a stop line" \
+        "[ $rc -eq $((128 + $(kill -l $sig))) ] && grep -q '^Stopped as asked ' '$T/sig$sig.log' && \
+        grep -qF 'vitc: train: stopping at the end of this optimiser step' '$T/sig$sig.err'" \
+        "rc $rc: $(tail -2 "$T/sig$sig.log") $(cat "$T/sig$sig.err")"
+    $V train vit_fmnist_tiny --resume "$T/sig$sig" >"$T/sig${sig}2.log" 2>&1
+    check "... resumed: bit-identical weights to the run never stopped" "[ $? -eq 0 ] && \
+        cmp -s '$T/a/weights.safetensors' '$T/sig$sig/weights.safetensors'" "$(tail -3 "$T/sig${sig}2.log")"
+done
+# a checkpoint's record of the part of an epoch is checked: malformed values, or none (its step count then does not
+# fit the epochs)
+for kv in part_steps=0 part_steps=abc part_steps=99 part_loss=nan part_correct=-1; do
+    rm -rf "$T/bp" && cp -r "$T/st_ck" "$T/bp" && rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" "$kv"
+    $V train vit_fmnist_tiny --resume "$T/bp" >"$T/bp.log" 2>&1
+    check "a checkpoint's part of an epoch $kv is refused" "[ $? -eq 1 ] && grep -q 'not a checkpoint vitc wrote' \
+        '$T/bp.log'" "$(tail -2 "$T/bp.log")"
+done
+rm -rf "$T/bp" && cp -r "$T/st_ck" "$T/bp"
+rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" part_steps part_correct part_loss part_seconds
+$V train vit_fmnist_tiny --resume "$T/bp" >"$T/bp.log" 2>&1
+check "a checkpoint stopped mid-epoch without its part is refused" "[ $? -eq 1 ] && grep -qF 'is at step 22 after 1 \
+epoch, but this run takes 16 optimiser steps an epoch' '$T/bp.log'" "$(tail -2 "$T/bp.log")"
 
 # a row written just before a crash (metrics.csv is appended before the checkpoint) is dropped by the resume
 echo "4,64,1,1,1,1,0.001,1,1" >>"$T/b/metrics.csv"

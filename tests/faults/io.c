@@ -8,7 +8,8 @@
  * under the limit its cause, "File too large"), the older file is byte for byte unchanged and no temporary file is
  * left; a training run resumed for a second epoch either succeeds or fails with a message (the same cause under the
  * limit), leaves its run folder's files whole and no temporary file, and a resume
- * without the fault then ends with the weights, checkpoint and metrics rows of a run that never failed. Built and run
+ * without the fault then ends with the weights, checkpoint and metrics rows of a run that never failed; so does a run
+ * stopped mid-epoch as asked (its stop checkpoint's writes failing in turn). Built and run
  * under ASan + UBSan (the Makefile's build-asan/io_faults): no leak on those paths. Prints "N passed, N failed". */
 #include <dirent.h>
 #include <errno.h>
@@ -249,19 +250,20 @@ static void check_text(vt_test *T, const char *dir) {
     free(text);
 }
 
-/* The epoch a run folder's checkpoint is at (-1: none readable). */
-static long long ck_epoch(const char *run) {
+/* The counter `key` (train/step, train/epoch) of a run folder's checkpoint (-1: none readable); its epoch. */
+static long long ck_counter(const char *run, const char *key) {
     char ck[300];
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", run);
     vt_st_file f;
     vt_err e = {0};
     int64_t ep = -1;
     if (vt_st_open(ck, &f, &e) != 0) return -1;
-    const vt_st_entry *t = vt_st_find(&f, "train/epoch");
+    const vt_st_entry *t = vt_st_find(&f, key);
     if (!t || vt_st_read_i64(t, &ep, 1, &e) != 0) ep = -1;
     vt_st_close(&f);
     return ep;
 }
+static long long ck_epoch(const char *run) { return ck_counter(run, "train/epoch"); }
 
 /* Whether run's files are whole: the safetensors files there open, metrics.csv starts with its header and ends with a
  * full line (why not in why). */
@@ -427,6 +429,75 @@ static void check_train(vt_test *T, const char *dir) {
     free(m_ref);
 }
 
+/* A stop asked at the first step of the second epoch (vt_train_opts.fault_stop_step) of the run check_train made in dir,
+ * with each call of the write path that can fail failing in turn: the run stops as asked (1) or fails with a message,
+ * its files stay whole with no temporary file left, its checkpoint is the epoch's before or the stop's, and a resume
+ * without the fault ends with the weights of the run never stopped. */
+static void check_stop(vt_test *T, const char *dir) {
+    char data[128], tmpl[128], run[128], p[300];
+    snprintf(tmpl, sizeof tmpl, "%s/tmpl", dir);
+    snprintf(run, sizeof run, "%s/run", dir);
+    vt_model_cfg c;
+    vt_train_opts o;
+    vt_err e = {0};
+    int saved[2];
+    size_t nw_ref = 0;
+    snprintf(p, sizeof p, "%s/ref/weights.safetensors", dir);
+    unsigned char *w_ref = slurp(p, &nw_ref);
+    const long long spe = ck_counter(tmpl, "train/step"); /* the optimiser steps of the first epoch */
+    snprintf(data, sizeof data, "%s/data", dir); /* check_train's image folder (vt_faults_folder) */
+    if (!w_ref || spe < 2 || vt_faults_run(data, run, &c, &o, &e)) {
+        T_CHECK(T, 0, "check_train's runs in %s (%lld steps an epoch): %s", dir, spe, e.msg);
+        free(w_ref);
+        return;
+    }
+    o.resume = run;
+    o.epochs = 2;
+    o.overwrite = 0;
+    long calls = 1000000, failed = 0, stopped = 0, silent = 0, torn = 0, left = 0, elsewhere = 0, differ = 0;
+    for (long k = 0; k <= calls; k++) {
+        vt_err te = {0}, re = {0};
+        char why[1100];
+        if (!copy_dir(tmpl, run)) {
+            T_CHECK(T, 0, "copying %s", tmpl);
+            break;
+        }
+        o.fault_stop_step = spe;
+        vt_faults_quiet(1, saved);
+        fault_on((fault){k ? k : calls, 0});
+        const int rc = vt_train(&c, &o, &te);
+        if (k == 0) calls = seen;
+        fault_off();
+        const long long step = ck_counter(run, "train/step");
+        o.fault_stop_step = -1;
+        const int again = vt_train(&c, &o, &re);
+        vt_faults_quiet(0, saved);
+        failed += rc == -1;
+        stopped += rc == 1;
+        if (k == 0) T_CHECK(T, rc == 1 && step == spe + 1, "the stop without a fault: rc %d at step %lld: %s", rc,
+                            step, te.msg);
+        if ((rc == 0 || (rc == -1 && !te.msg[0])) && silent++ < 3)
+            T_CHECK(T, 0, "write %ld: the run neither stopped nor failed with a message (rc %d): %s", k, rc, te.msg);
+        if (!whole(run, why, sizeof why) && torn++ < 3) T_CHECK(T, 0, "write %ld (%s): %s", k, te.msg, why);
+        if (temps(run) && left++ < 3) T_CHECK(T, 0, "write %ld (%s): a temporary file is left in %s", k, te.msg, run);
+        if (step != spe && step != spe + 1 && elsewhere++ < 3)
+            T_CHECK(T, 0, "write %ld (%s): the checkpoint is at step %lld, not %lld nor %lld", k, te.msg, step, spe,
+                    spe + 1);
+        size_t nw = 0;
+        snprintf(p, sizeof p, "%s/weights.safetensors", run);
+        unsigned char *w = slurp(p, &nw);
+        if ((again != 0 || !w || nw != nw_ref || memcmp(w, w_ref, nw) != 0) && differ++ < 3)
+            T_CHECK(T, 0, "write %ld (%s): its resume (%s) ends with other weights", k, te.msg, re.msg);
+        free(w);
+    }
+    printf("a stop mid-epoch: %ld calls that can fail, %ld runs stopped, %ld failed\n", calls, stopped, failed);
+    T_CHECK(T, calls > 3 && failed > 0 && silent == 0 && torn == 0 && left == 0 && elsewhere == 0 && differ == 0,
+            "a stop mid-epoch: %ld calls, %ld runs failed, %ld without a message, %ld with files not whole, %ld with "
+            "temporary files left, %ld checkpoints elsewhere, %ld resumes ending otherwise", calls, failed, silent,
+            torn, left, elsewhere, differ);
+    free(w_ref);
+}
+
 int main(void) {
     vt_test T = {0, 0, "io_faults"};
     char dir[] = "/tmp/vitc_io_XXXXXX", w[64];
@@ -437,6 +508,7 @@ int main(void) {
     check_reread(&T, w);
     check_text(&T, dir);
     check_train(&T, dir);
+    check_stop(&T, dir);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     T_CHECK(&T, system(cmd) == 0, "%s", cmd);

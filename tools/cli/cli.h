@@ -20,7 +20,7 @@ typedef struct {
     int img_w; /* --img-size HxW: the width (img_size the height); 0: square */
     int train_subset, test_subset, log_every, workers, cooldown_epochs;
     int cos_reg; /* --cos-reg: -1 when not given */
-    long long seed, fault_nan_step, fault_batch_step, fault_grad_step, fault_nan_eval;
+    long long seed, fault_nan_step, fault_batch_step, fault_grad_step, fault_stop_step, fault_nan_eval;
     double lr, wd, warmup_epochs, smoothing, min_lr, warmup_lr, clip, crop_pct, drop_path;
     int help, profile, overwrite, csv;
     int no_overlap;    /* train under mpirun: allreduce the gradient buckets after backward, not during it */

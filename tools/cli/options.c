@@ -141,6 +141,8 @@ const optdef optdefs[] = {
       "a loader error would (under mpirun: on the last rank only)"),
     NUM("--fault-grad-step", O_LL, fault_grad_step, 0, 9.2e18, "testing aid: make one gradient element of optimiser "
       "step N (0-based) 1e30, too large for AdamW (on every rank)"),
+    NUM("--fault-stop-step", O_LL, fault_stop_step, 0, 9.2e18, "testing aid: ask the run to stop, as SIGINT does, "
+      "during optimiser step N (0-based): it stops at its end (under mpirun: asked on the last rank only)"),
     NUM("--fault-nan-eval", O_LL, fault_nan_eval, 0, VT_EPOCHS_MAX, "testing aid: make the first validation logit "
       "(of the first image scored) of epoch N (0-based) NaN, the EMA's validation with --model-ema (under mpirun: on "
       "the last rank only)"),

@@ -1,9 +1,11 @@
 /* vitc train: the options resolved into a run (a resumed run's recorded settings, the recipe, the checks of what
  * contradicts or has no effect), the ranks' commands compared under mpirun, then vt_train. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "vitc/api.h"
 #include "vitc/dist.h"
@@ -319,6 +321,39 @@ static int train_contradictions(const opts *o, const vt_dist *d) {
     return 0;
 }
 
+/* The run's stop flags (vt_stop: asked holds the signal that asked), and whether the handler says so on stderr (rank
+ * 0; a newline first on a terminal, which holds a progress line). Static: a signal handler reaches nothing else, and it
+ * may only write volatile sig_atomic_t; one run per process. */
+static vt_stop stops;
+static volatile sig_atomic_t stop_says;
+
+/* SIGINT, SIGTERM, SIGHUP or SIGUSR1 while the run trains: it stops at the end of its optimiser step with a
+ * checkpoint; before or after that, and the same signal again, end the process at once (the handler was reset:
+ * SA_RESETHAND), its files whole as ever (atomic writes). */
+static void ask_stop(int sig) {
+    static const char line[] = "vitc: train: stopping at the end of this optimiser step, with a checkpoint (the same "
+                               "signal again stops at once)\n";
+    if (!stops.training) { /* nothing to save yet: the signal, now at its default action, ends the process */
+        raise(sig);
+        return;
+    }
+    if (!stops.asked) stops.asked = sig;
+    if (stop_says == 2) (void)!write(2, "\n", 1);
+    if (stop_says) (void)!write(2, line, sizeof line - 1);
+}
+
+/* Installs ask_stop for the signals that ask a run to stop; says = 1 on the rank that announces it. */
+static void catch_stops(int says) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+    stop_says = says ? 1 + isatty(2) : 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = ask_stop;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
+
 /* train on rank d of the run (one process without mpirun): from the options to vt_train. */
 static int train_rank(opts *o, vt_dist *d) {
     vt_recipe r;
@@ -412,6 +447,7 @@ static int train_rank(opts *o, vt_dist *d) {
     if (o->fault_batch_step >= 0) t.fault_batch_step = o->fault_batch_step;
     if (o->fault_nan_eval >= 0) t.fault_nan_eval = o->fault_nan_eval;
     if (o->fault_grad_step >= 0) t.fault_grad_step = o->fault_grad_step;
+    if (o->fault_stop_step >= 0) t.fault_stop_step = o->fault_stop_step;
     const size_t room = strlen(o->cmdline) + 32; /* under mpirun with the rank count (a recipe's lr scales with it) */
     char *line = malloc(room);
     if (!line) return die("%s", "out of memory");
@@ -421,9 +457,13 @@ static int train_rank(opts *o, vt_dist *d) {
     t.model_options = o->model_options;
     t.overwrite = o->overwrite;
     warn_busy_cores(); /* after the usage checks: a usage error is said alone */
+    catch_stops(d->rank == 0);
+    t.stop = &stops;
     const int trained = vt_train(&c, &t, &e);
     free(line);
     if (trained == 0) return 0;
+    if (trained == 1) /* stopped as asked: the shell's status of the signal (of SIGINT for --fault-stop-step) */
+        return 128 + (stops.asked ? stops.asked : SIGINT);
     /* one report: the lowest failing rank's (die tags the others' with their rank); a rank failing alone stops all */
     if (!d->err_shared || d->err_reporter) die("%s", e.msg);
     if (d->size > 1 && !d->err_shared) vt_dist_abort(d, 1);
