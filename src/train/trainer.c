@@ -977,8 +977,10 @@ static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, 
     part.part_correct = correct;
     part.part_loss = lsum;
     part.part_seconds = seconds;
-    if (rc == 0 && r->lead)
-        rc = save_checkpoint(r->ckpt, r->c, r->o, r->P, &r->opt, r->ema.P, &part, r->dp->size, e);
+    vt_err we = {0};
+    if (rc == 0 && r->lead && save_checkpoint(r->ckpt, r->c, r->o, r->P, &r->opt, r->ema.P, &part, r->dp->size, &we))
+        rc = vt_seterr_from(e, &we, "%.700s; the stop's checkpoint was not written. The last good checkpoint is %s",
+                            we.msg, r->good);
     if ((rc = vt_dist_agree(r->dp, rc, e))) return rc;
     say(r, "Stopped as asked at epoch %lld, batch %d of %d (step %lld): %s holds the run there; train with --resume "
         "%s to go on from that batch\n", (long long)r->st.epoch, done, r->spe, (long long)r->st.step, r->ckpt,
@@ -1111,7 +1113,10 @@ static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
     if (ema_eval(c, &r->ema, &r->vs, &r->d.eval_tf, r->LV, dp, epoch, poison, r->out, &ve))
         return vt_seterr(e, "validation of the model EMA at epoch %lld failed: %.300s; stopped before writing that "
                          "epoch. The last good checkpoint is %s", (long long)epoch, ve.msg, r->good);
-    if (r->lead) rc = save_epoch(r, &ev, et, e);
+    vt_err we = {0};
+    if (r->lead && save_epoch(r, &ev, et, &we)) /* a full disk: the checkpoint a resume can take is the last one */
+        rc = vt_seterr_from(e, &we, "%.700s; stopped before epoch %lld's checkpoint. The last good checkpoint is %s",
+                            we.msg, (long long)epoch, r->good);
     if ((rc = vt_dist_agree(dp, rc, e))) return rc; /* rank 0's writes failed: every rank stops */
     r->good = r->ckpt;
     return 0;

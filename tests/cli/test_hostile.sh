@@ -895,8 +895,9 @@ cp -r "$T/ref" "$T/full"
 cp "$T/full/checkpoint.safetensors" "$T/full.ck"
 (ulimit -f 200 && exec $V train $TR --epochs 4 --out "$T/full" --resume "$T/full") >"$T/full.log" 2>&1
 rc=$?
-check "file-size limit: the epoch's save fails with a message, exit 1" \
-    "[ $rc -eq 1 ] && grep -q 'File too large' '$T/full.log'" "rc $rc: $(tail -c 400 "$T/full.log")"
+check "file-size limit: the epoch's save fails with a message naming the last good checkpoint, exit 1" \
+    "[ $rc -eq 1 ] && grep -q 'File too large; stopped before epoch 3.s checkpoint. The last good checkpoint is \
+$T/full/checkpoint.safetensors' '$T/full.log'" "rc $rc: $(tail -c 400 "$T/full.log")"
 check "... the checkpoint unchanged, no temporary file" "cmp -s '$T/full.ck' '$T/full/checkpoint.safetensors' && \
     [ -z \"\$(ls -A '$T/full' | grep -E '[.]vitc-')\" ]" "$(ls -A "$T/full")"
 $V train $TR --epochs 4 --out "$T/full" --resume "$T/full" >"$T/full2.log" 2>&1
