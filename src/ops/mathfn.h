@@ -86,10 +86,11 @@ static inline float vt_erff(float x) {
     return vt_erf_e(x, &e);
 }
 
-/* GELU with the exact erf, x·Φ(x); *d receives its derivative Φ(x) + x·φ(x). */
+/* GELU with the exact erf, x·Φ(x); *d receives its derivative Φ(x) + x·φ(x) (NaN at ±inf, as the vector form and
+ * PyTorch give: inf·0). */
 static inline float vt_gelu_fd(float x, float *d) {
     float e, cdf = 0.5f * (1.0f + vt_erf_e(x * 0.70710678118654752f, &e)); /* e = e^(-x²/2) */
-    *d = cdf + (x <= 13.5f && x >= -13.5f ? x * 0.39894228040143268f * e : 0.0f); /* e floors at FLT_MIN past 13.2 */
+    *d = cdf + x * 0.39894228040143268f * (x <= 13.5f && x >= -13.5f ? e : 0.0f); /* e floors at FLT_MIN past 13.2 */
     return x * cdf;
 }
 
