@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,13 @@ static int run_gnuplot(const char *run_dir, const char *tmp_png, vt_err *e) {
     if (pid == 0) { /* child: only async-signal-safe calls until exec */
         static const char chdir_fail[] = "\001chdir";
         static const char exec_fail[] = "\001exec";
+        /* a terminal's Ctrl-C reaches the whole process group: vitc's training stops after the epoch's files, the
+         * curves among them, so gnuplot ignores it (vitc's handler, inherited, would run here until the exec) */
+        struct sigaction ign;
+        memset(&ign, 0, sizeof ign);
+        ign.sa_handler = SIG_IGN;
+        sigemptyset(&ign.sa_mask);
+        sigaction(SIGINT, &ign, NULL);
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0) dup2(nul, 0);
         dup2(fds[1], 1);

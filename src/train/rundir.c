@@ -6,6 +6,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -81,9 +82,9 @@ int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, 
     return n;
 }
 
-/* The metadata keys of a checkpoint written mid-epoch: train_state's part_steps, part_correct, part_loss and
- * part_seconds, in that order. */
-static const char *const part_keys[4] = {"part_steps", "part_correct", "part_loss", "part_seconds"};
+/* The metadata keys of a checkpoint written mid-epoch: train_state's part_steps, part_correct, part_skipped,
+ * part_loss and part_seconds, in that order. */
+static const char *const part_keys[5] = {"part_steps", "part_correct", "part_skipped", "part_loss", "part_seconds"};
 
 /* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
  * the part of an epoch trained (a run stopped mid-epoch), the heads and windows P runs (as weight files record them, checked on resume), and the run's settings, as JSON
@@ -109,12 +110,13 @@ static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, 
     if (ok && st->files) ok = cJSON_AddStringToObject(m, FILES_KEY, files) != NULL;
     for (int i = 0; ok && i < n; i++) ok = cJSON_AddStringToObject(m, s[i].key, setting_value(&s[i])) != NULL;
     if (st->part_steps > 0) { /* a run stopped mid-epoch: what its epoch's record needs of the part trained */
-        char part[4][32];
+        char part[5][32];
         snprintf(part[0], sizeof part[0], "%lld", (long long)st->part_steps);
         snprintf(part[1], sizeof part[1], "%lld", (long long)st->part_correct);
-        snprintf(part[2], sizeof part[2], "%.17g", st->part_loss);
-        snprintf(part[3], sizeof part[3], "%.17g", st->part_seconds);
-        for (int i = 0; ok && i < 4; i++) ok = cJSON_AddStringToObject(m, part_keys[i], part[i]) != NULL;
+        snprintf(part[2], sizeof part[2], "%lld", (long long)st->part_skipped);
+        snprintf(part[3], sizeof part[3], "%.17g", st->part_loss);
+        snprintf(part[4], sizeof part[4], "%.17g", st->part_seconds);
+        for (int i = 0; ok && i < 5; i++) ok = cJSON_AddStringToObject(m, part_keys[i], part[i]) != NULL;
     }
     char *txt = ok ? cJSON_PrintUnformatted(m) : NULL;
     cJSON_Delete(m);
@@ -197,30 +199,38 @@ static int check_no_extra(const vt_st_file *f, const vt_params *P, const char *p
 }
 
 /* The part of an epoch that checkpoint f, stopped mid-epoch, holds (part_keys) into st; all 0 when f has none. -1 with
- * the reason in e for values vitc does not write (a part of no steps or of more than the checkpoint's, a negative
- * count, a loss or time not finite and >= 0). */
+ * the reason in e for values vitc does not write: a part of no steps or of more than the checkpoint's, a negative
+ * count, a loss or time not finite and >= 0 (check_resume bounds them by the run's batch). */
 static int read_part(const vt_st_file *f, train_state *st, vt_err *e) {
-    const char *v[4];
+    const char *v[5];
     int have = 0;
-    for (int i = 0; i < 4; i++) have += (v[i] = vt_st_meta(f, part_keys[i])) != NULL;
-    st->part_steps = st->part_correct = 0;
+    for (int i = 0; i < 5; i++) have += (v[i] = vt_st_meta(f, part_keys[i])) != NULL;
+    st->part_steps = st->part_correct = st->part_skipped = 0;
     st->part_loss = st->part_seconds = 0.0;
     if (have == 0) return 0;
-    char *end[4];
-    long long steps = have == 4 ? strtoll(v[0], &end[0], 10) : 0, correct = have == 4 ? strtoll(v[1], &end[1], 10) : 0;
-    double loss = have == 4 ? strtod(v[2], &end[2]) : 0, secs = have == 4 ? strtod(v[3], &end[3]) : 0;
-    int ok = have == 4 && steps > 0 && steps <= st->step && correct >= 0 && loss >= 0 && loss < INFINITY &&
-             secs >= 0 && secs < INFINITY;
-    for (int i = 0; ok && i < 4; i++) ok = *v[i] && !*end[i];
+    long long n[3] = {0, 0, 0};
+    double d[2] = {0, 0};
+    int ok = have == 5;
+    for (int i = 0; ok && i < 5; i++) {
+        char *end = NULL;
+        if (i < 3)
+            n[i] = strtoll(v[i], &end, 10);
+        else
+            d[i - 3] = strtod(v[i], &end);
+        ok = *v[i] && !*end;
+    }
+    ok = ok && n[0] > 0 && n[0] <= st->step && n[1] >= 0 && n[2] >= 0 && d[0] >= 0 && d[0] < INFINITY && d[1] >= 0 &&
+         d[1] < 1e9;
     if (!ok)
-        return vt_seterr(e, "checkpoint's part of an epoch (%s \"%.20s\", %s \"%.20s\", %s \"%.30s\", %s \"%.30s\") "
-                         "is not one vitc writes at step %lld: not a checkpoint vitc wrote", part_keys[0],
+        return vt_seterr(e, "checkpoint's part of an epoch (%s \"%.20s\", %s \"%.20s\", %s \"%.20s\", %s \"%.30s\", "
+                         "%s \"%.30s\") is not one vitc writes at step %lld: not a checkpoint vitc wrote", part_keys[0],
                          v[0] ? v[0] : "", part_keys[1], v[1] ? v[1] : "", part_keys[2], v[2] ? v[2] : "", part_keys[3],
-                         v[3] ? v[3] : "", (long long)st->step);
-    st->part_steps = steps;
-    st->part_correct = correct;
-    st->part_loss = loss;
-    st->part_seconds = secs;
+                         v[3] ? v[3] : "", part_keys[4], v[4] ? v[4] : "", (long long)st->step);
+    st->part_steps = n[0];
+    st->part_correct = n[1];
+    st->part_skipped = n[2];
+    st->part_loss = d[0];
+    st->part_seconds = d[1];
     return 0;
 }
 
@@ -385,7 +395,7 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                         int64_t spe, int ranks, vt_err *e) {
     run_setting s[RUN_SETTINGS];
     const int n = run_settings(c, o, st->images, s);
-    char steps[1200] = "", other[2048] = "", was_images[32] = "";
+    char steps[1200] = "", other[2048] = "", was_images[32] = "", order[600] = "";
     long long images = 1; /* images an optimiser step in the checkpoint's run (batch size × accumulation steps) */
     int subset_same = 1, old_format = 0; /* the subset as recorded; a checkpoint from before train-images */
     vt_st_file f;
@@ -404,6 +414,10 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
         if (strcmp(s[i].key, "train-subset") == 0) subset_same = 0;
         if (strcmp(s[i].key, "train-images") == 0) snprintf(was_images, sizeof was_images, "%s", rec);
         append_change(s[i].steps ? steps : other, s[i].steps ? sizeof steps : sizeof other, &s[i], rec);
+        char word[48];
+        snprintf(word, sizeof word, " %s ", s[i].key); /* the settings that set an epoch's order and micro-batches */
+        if (st->part_steps > 0 && strstr(" seed repeated-aug batch-size accum-steps train-subset ", word))
+            append_change(order, sizeof order, &s[i], rec);
     }
     char files[17];
     files_text(st, files);
@@ -445,6 +459,19 @@ static int check_resume(const char *path, const vt_model_cfg *c, const vt_train_
                          (long long)st->step, (long long)st->epoch, st->epoch == 1 ? "" : "s", part, (long long)spe,
                          steps[0] ? "Changed: " : "", steps, steps[0] ? "; " : "", hint);
     }
+    /* a run stopped mid-epoch goes on with the rest of that epoch's order, its micro-batches and record: what sets
+     * them may not change (after the epoch's end it may) */
+    const int64_t A = o->accum_steps > 0 ? o->accum_steps : 1, imgs = st->part_steps * A * o->batch * ranks;
+    if (order[0])
+        return vt_seterr(e, "%s was stopped %lld optimiser step%s into epoch %lld, whose order of images and "
+                         "micro-batches the resume goes on with: resume with the run's settings until that epoch "
+                         "ends, then change them (changed: %s)", path, (long long)st->part_steps,
+                         st->part_steps == 1 ? "" : "s", (long long)st->epoch, order);
+    if (st->part_steps > 0 && (st->part_correct > imgs || st->part_skipped > imgs ||
+                               st->part_loss > (double)st->part_steps * (double)A * FLT_MAX))
+        return vt_seterr(e, "%s: its part of epoch %lld (%lld right and %lld skipped of %lld images, loss sum %g) is "
+                         "not one vitc writes: not a checkpoint vitc wrote", path, (long long)st->epoch,
+                         (long long)st->part_correct, (long long)st->part_skipped, (long long)imgs, st->part_loss);
     if ((steps[0] || other[0]) && o->log)
         fprintf(o->log, "Note: this resumed run changes %s%s%s\n", steps, steps[0] && other[0] ? ", " : "", other);
     if (old_format && o->train_subset > 0 && strcmp(o->data, "fashion-mnist") != 0 && o->log)

@@ -966,15 +966,19 @@ static int check_state(const train_run *r, const char *when, const char *what, v
 }
 
 /* A stop asked (o->stop) at the end of micro-batch `done` of epoch r->st.epoch, mid-epoch: rank 0 writes the
- * checkpoint of that point, holding the epoch's part trained (lsum, correct, seconds), which a resume goes on from;
- * 1 once written, -1 on every rank when that failed. */
-static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, double seconds, vt_err *e) {
+ * checkpoint of that point, holding the epoch's part trained (lsum, correct, images skipped before this process's
+ * part: skipped0, seconds), which a resume goes on from; 1 once written, -1 on every rank when that failed. */
+static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, int64_t skipped0, double seconds,
+                          vt_err *e) {
     char when[96];
     snprintf(when, sizeof when, "at step %lld, where a stop was asked", (long long)r->st.step);
     int rc = check_state(r, when, "its checkpoint", e);
+    double skipped = (double)vt_loader_skipped(r->L);
+    if (rc == 0) rc = vt_dist_sum(r->dp, &skipped, 1, e); /* (every rank gets here: the stop is agreed) */
     train_state part = r->st;
     part.part_steps = done / r->A;
     part.part_correct = correct;
+    part.part_skipped = skipped0 + (int64_t)skipped;
     part.part_loss = lsum;
     part.part_seconds = seconds;
     vt_err we = {0};
@@ -1001,12 +1005,14 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     const double before = r->st.part_seconds; /* (not this process's time) */
     double lsum = r->st.part_loss, tbatch = now_s(), tep = tbatch - before;
     int64_t correct = r->st.part_correct;
-    r->st.part_steps = r->st.part_correct = 0; /* the next epoch starts at its beginning */
+    const int64_t skipped0 = r->st.part_skipped; /* (rank 0's record) */
+    r->st.part_steps = r->st.part_correct = r->st.part_skipped = 0; /* the next epoch starts at its beginning */
     r->st.part_loss = r->st.part_seconds = 0.0;
     int last_i = i0, stop = 0; /* steps of this epoch done at the last progress line; a stop asked */
     vt_progress pg; /* a terminal gets one line redrawn, a pipe a line each log_every steps */
     vt_progress_start(&pg, r->out, "Train", "img", spe, o->log_every);
     pg.next = (i0 / pg.every + 1) * pg.every; /* the lines an uninterrupted epoch prints */
+    pg.t0 = tep;                              /* its rate, ETA and time taken: of the whole epoch */
     if (vt_dist_launched()) pg.tty = 0; /* OpenMPI gives ranks a terminal even when its output goes to a file */
     for (int i = i0; i < spe; i++) {
         double lr = vt_sched_lr(&r->sched, r->st.step), loss = 0.0;
@@ -1029,13 +1035,14 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
         }
         if (stop && (i + 1) % A == 0 && i + 1 < spe) { /* at the epoch's last step the epoch ends first */
             vt_progress_end(&pg);
-            return stop_mid_epoch(r, i + 1, lsum, correct, now_s() - tep, e);
+            return stop_mid_epoch(r, i + 1, lsum, correct, skipped0, now_s() - tep, e);
         }
     }
     vt_progress_end(&pg);
     r->stop_seen = stop;
     double skipped = (double)vt_loader_skipped(r->L);
     if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
+    skipped += (double)skipped0;
     if (skipped > 0)
         say(r, "Skipped %.0f unreadable training image%s this epoch (each replaced by the next readable one)\n",
             skipped, skipped == 1 ? "" : "s");

@@ -23,6 +23,7 @@ typedef struct {
     /* a run stopped mid-epoch (vt_train_opts.stop): the part of epoch `epoch` its checkpoint holds; all 0 otherwise */
     int64_t part_steps;   /* its optimiser steps (step counts them too), fewer than an epoch's */
     int64_t part_correct; /* the training images they classified right (all ranks) */
+    int64_t part_skipped; /* the unreadable training images they skipped (all ranks) */
     double part_loss;     /* the sum of their micro-batches' losses */
     double part_seconds;  /* their training time */
 } train_state;

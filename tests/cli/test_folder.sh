@@ -265,6 +265,17 @@ done
 check "skipped files counted at each epoch end" \
     "[ \$(grep -c '^Skipped 2 unreadable training images this epoch' '$T/bad.log') -eq 2 ] && grep -q '^Skipped 1 unreadable validation image$' '$T/bad.log'" \
     "$(grep -i skipped "$T/bad.log")"
+# a run stopped 8 steps into epoch 1 (of 10) counts that epoch's skipped files whole once resumed: its checkpoint
+# holds those of the part trained (here at least one), and the resume ends with the uninterrupted run's weights
+$V train vit_fmnist_tiny --batch-size 64 --lr 2e-3 --seed 5 --log-every 1000 --epochs 2 --train-subset 640 \
+    --data "$T/bad" --fault-stop-step 17 --out "$T/badstop" >"$T/badstop.log" 2>&1
+rc=$?
+part=$(meta "$T/badstop/checkpoint.safetensors" part_skipped 2>/dev/null)
+$V train vit_fmnist_tiny --resume "$T/badstop" >"$T/badstop2.log" 2>&1
+check "a stop mid-epoch and its resume count the epoch's skipped files whole" "[ $rc -eq 130 ] && \
+    [ '${part:-0}' -ge 1 ] && grep -q '^Skipped 2 unreadable training images this epoch' '$T/badstop2.log' && \
+    cmp -s '$T/badrun/weights.safetensors' '$T/badstop/weights.safetensors'" \
+    "rc $rc, part_skipped '$part': $(grep -i skipped "$T/badstop2.log")"
 
 mkdir -p "$T/allbad/train/a" "$T/allbad/train/b" "$T/allbad/val/a"
 for i in 1 2; do echo junk >"$T/allbad/train/a/$i.png"; done

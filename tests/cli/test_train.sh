@@ -91,8 +91,10 @@ $V train vit_fmnist_tiny --resume "$T/sb" >"$T/sb2.log" 2>&1
 check "... and its resume ends with the uninterrupted run's weights" "[ $? -eq 0 ] && \
     cmp -s '$T/sa/weights.safetensors' '$T/sb/weights.safetensors'" "$(tail -3 "$T/sb2.log")"
 # a real signal, wherever it lands: SIGINT once epoch 1 has begun, then SIGTERM, each resumed to the same weights
+# (env resets SIGINT, which a script's background job ignores)
 for sig in INT TERM; do
-    $V train $COMMON --epochs 3 --out "$T/sig$sig" >"$T/sig$sig.log" 2>"$T/sig$sig.err" & pid=$!
+    env --default-signal=INT $V train $COMMON --epochs 3 --out "$T/sig$sig" >"$T/sig$sig.log" 2>"$T/sig$sig.err" &
+    pid=$!
     for _ in $(seq 600); do grep -q '^Train: 1 ' "$T/sig$sig.log" && break; sleep 0.05; done
     kill -$sig $pid; wait $pid; rc=$?
     check "SIG$sig during epoch 1: exit $((128 + $(kill -l $sig))), said on stderr, a stop line" \
@@ -103,16 +105,37 @@ for sig in INT TERM; do
     check "... resumed: bit-identical weights to the run never stopped" "[ $? -eq 0 ] && \
         cmp -s '$T/a/weights.safetensors' '$T/sig$sig/weights.safetensors'" "$(tail -3 "$T/sig${sig}2.log")"
 done
-# a checkpoint's record of the part of an epoch is checked: malformed values, or none (its step count then does not
-# fit the epochs)
-for kv in part_steps=0 part_steps=abc part_steps=99 part_loss=nan part_correct=-1; do
-    rm -rf "$T/bp" && cp -r "$T/st_ck" "$T/bp" && rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" "$kv"
+# signals ignored when vitc starts stay ignored: nohup's SIGHUP, a script's background job's SIGINT
+nohup $V train $COMMON --epochs 2 --out "$T/nohup" >"$T/nohup.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q '^Train: 1 ' "$T/nohup.log" && break; sleep 0.05; done
+kill -HUP $pid; kill -INT $pid; wait $pid
+check "SIGHUP under nohup and SIGINT to a script's background job are ignored, as they were: the run ends" \
+    "[ $? -eq 0 ] && ! grep -q 'Stopped as asked' '$T/nohup.log' && grep -q '^Done: 2 epochs' '$T/nohup.log'" \
+    "$(tail -3 "$T/nohup.log")"
+# the rest of a stopped epoch keeps its order of images and micro-batches: settings that change them are refused
+# until the epoch ends (as many images a step, the step count fits)
+for opt in "--batch-size 32 --accum-steps 2" "--seed 4" "--repeated-aug"; do
+    rm -rf "$T/ord" && cp -r "$T/st_ck" "$T/ord"
+    $V train vit_fmnist_tiny --resume "$T/ord" $opt >"$T/ord.log" 2>&1
+    check "a resume of a run stopped mid-epoch with $opt is refused" "[ $? -eq 1 ] && grep -qF 'was stopped 6 \
+optimiser steps into epoch 1, whose order of images and micro-batches the resume goes on with' '$T/ord.log'" \
+        "$(tail -2 "$T/ord.log")"
+done
+# a checkpoint's record of the part of an epoch is checked: malformed values or values out of range (more images
+# right or skipped than its steps took, a loss sum past float's range, a time), or none (its step count then does
+# not fit the epochs)
+for kv in part_steps=0 part_steps=abc part_steps=99 part_loss=nan part_correct=-1 part_correct=385 part_skipped=385 \
+    part_loss=1e300 part_seconds=1e300 part_skipped; do
+    rm -rf "$T/bp" && cp -r "$T/st_ck" "$T/bp"
+    rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" "$kv"
     $V train vit_fmnist_tiny --resume "$T/bp" >"$T/bp.log" 2>&1
     check "a checkpoint's part of an epoch $kv is refused" "[ $? -eq 1 ] && grep -q 'not a checkpoint vitc wrote' \
         '$T/bp.log'" "$(tail -2 "$T/bp.log")"
 done
 rm -rf "$T/bp" && cp -r "$T/st_ck" "$T/bp"
-rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" part_steps part_correct part_loss part_seconds
+rerecord "$T/st_ck/checkpoint.safetensors" "$T/bp/checkpoint.safetensors" part_steps part_correct part_skipped \
+    part_loss part_seconds
 $V train vit_fmnist_tiny --resume "$T/bp" >"$T/bp.log" 2>&1
 check "a checkpoint stopped mid-epoch without its part is refused" "[ $? -eq 1 ] && grep -qF 'is at step 22 after 1 \
 epoch, but this run takes 16 optimiser steps an epoch' '$T/bp.log'" "$(tail -2 "$T/bp.log")"

@@ -342,16 +342,18 @@ static void ask_stop(int sig) {
     if (stop_says) (void)!write(2, line, sizeof line - 1);
 }
 
-/* Installs ask_stop for the signals that ask a run to stop; says = 1 on the rank that announces it. */
+/* Installs ask_stop for the signals that ask a run to stop, but those ignored when vitc started (nohup's SIGHUP, a
+ * shell's background job's SIGINT), which stay ignored; says = 1 on the rank that announces a stop. */
 static void catch_stops(int says) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
     stop_says = says ? 1 + isatty(2) : 0;
-    struct sigaction sa;
+    struct sigaction sa, was;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = ask_stop;
     sa.sa_flags = SA_RESTART | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        if (sigaction(sigs[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
 }
 
 /* train on rank d of the run (one process without mpirun): from the options to vt_train. */
