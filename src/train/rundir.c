@@ -87,8 +87,8 @@ int run_settings(const vt_model_cfg *c, const vt_train_opts *o, int64_t images, 
 static const char *const part_keys[5] = {"part_steps", "part_correct", "part_skipped", "part_loss", "part_seconds"};
 
 /* The metadata of a checkpoint of run o at st: the model, the format, the rank count, the best epoch and its top-1,
- * the part of an epoch trained (a run stopped mid-epoch), the heads and windows P runs (as weight files record them, checked on resume), and the run's settings, as JSON
- * (malloc'd; NULL when out of memory). */
+ * the part of an epoch trained (a run stopped mid-epoch), the heads and windows P runs (as weight files record them,
+ * checked on resume), and the run's settings, as JSON (malloc'd; NULL when out of memory). */
 static char *checkpoint_metadata(const vt_model_cfg *c, const vt_train_opts *o, const vt_params *P,
                                  const train_state *st, int world_size) {
     run_setting s[RUN_SETTINGS];

@@ -69,7 +69,8 @@ cp -r "$T/st" "$T/st_ck"
 $V train vit_fmnist_tiny --resume "$T/st" >"$T/st2.log" 2>&1
 check "... its resume goes on from batch 6 of epoch 1" "[ $? -eq 0 ] && grep -qF 'Resumed from $T/st/checkpoint.\
 safetensors at epoch 1, step 22, after batch 6 of 16 (where it was stopped)' '$T/st2.log' && \
-    grep -q '^Train: 1 \[  16/16' '$T/st2.log' && ! grep -q '^Train: 1 \[   8/16' '$T/st2.log'" "$(head -4 "$T/st2.log")"
+    grep -q '^Train: 1 \[  16/16' '$T/st2.log' && ! grep -q '^Train: 1 \[   8/16' '$T/st2.log'" \
+    "$(head -4 "$T/st2.log")"
 check "... to the uninterrupted run's metrics and bit-identical weights" \
     "diff <(cut -d, -f1-6 '$T/a/metrics.csv') <(cut -d, -f1-6 '$T/st/metrics.csv') >/dev/null && \
     cmp -s '$T/a/weights.safetensors' '$T/st/weights.safetensors'" "$(cat "$T/st/metrics.csv")"
@@ -82,8 +83,8 @@ $V train vit_fmnist_tiny --resume "$T/se" >"$T/se2.log" 2>&1
 check "... its resume goes on from the next epoch to bit-identical weights" "[ $? -eq 0 ] && \
     cmp -s '$T/a/weights.safetensors' '$T/se/weights.safetensors'" "$(tail -3 "$T/se2.log")"
 # with accumulation the stop waits for the optimiser step: 2 micro-batches of 32 a step
-ACC="vit_fmnist_tiny --data fashion-mnist --batch-size 32 --accum-steps 2 --lr 2e-3 --train-subset 512 --test-subset 128 \
---seed 5 --epochs 2"
+ACC="vit_fmnist_tiny --data fashion-mnist --batch-size 32 --accum-steps 2 --lr 2e-3 --train-subset 512 \
+--test-subset 128 --seed 5 --epochs 2"
 $V train $ACC --out "$T/sa" >"$T/sa.log" 2>&1 && $V train $ACC --fault-stop-step 10 --out "$T/sb" >"$T/sb1.log" 2>&1
 check "with --accum-steps 2, the stop comes after the step's second micro-batch" "[ $? -eq 130 ] && \
     grep -qF 'Stopped as asked at epoch 1, batch 6 of 16 (step 11)' '$T/sb1.log'" "$(tail -3 "$T/sb1.log")"

@@ -429,10 +429,10 @@ static void check_train(vt_test *T, const char *dir) {
     free(m_ref);
 }
 
-/* A stop asked at the first step of the second epoch (vt_train_opts.fault_stop_step) of the run check_train made in dir,
- * with each call of the write path that can fail failing in turn: the run stops as asked (1) or fails with a message,
- * its files stay whole with no temporary file left, its checkpoint is the epoch's before or the stop's, and a resume
- * without the fault ends with the weights of the run never stopped. */
+/* A stop asked at the first step of the second epoch (vt_train_opts.fault_stop_step) of the run check_train made in
+ * dir, with each call of the write path that can fail failing in turn: the run stops as asked (1) or fails with a
+ * message, its files stay whole with no temporary file left, its checkpoint is the epoch's before or the stop's, and a
+ * resume without the fault ends with the weights of the run never stopped. */
 static void check_stop(vt_test *T, const char *dir) {
     char data[128], tmpl[128], run[128], p[300];
     snprintf(tmpl, sizeof tmpl, "%s/tmpl", dir);

@@ -287,7 +287,8 @@ void opts_init(opts *o) {
     memset(o, 0, sizeof *o);
     o->wd = o->warmup_epochs = o->min_lr = o->warmup_lr = o->smoothing = o->drop_path = -1;
     o->lr = o->clip = o->mixup = o->cutmix = o->mixup_prob = o->mixup_switch = o->ema_decay = -1;
-    o->fault_nan_step = o->fault_batch_step = o->fault_grad_step = o->fault_stop_step = o->fault_nan_eval = o->cooldown_epochs = -1;
+    o->fault_nan_step = o->fault_batch_step = o->fault_grad_step = o->fault_stop_step = o->fault_nan_eval = -1;
+    o->cooldown_epochs = -1;
     o->cos_reg = -1;
 }
 
