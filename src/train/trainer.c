@@ -972,9 +972,9 @@ static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, 
                           vt_err *e) {
     char when[96];
     snprintf(when, sizeof when, "at step %lld, where a stop was asked", (long long)r->st.step);
-    int rc = check_state(r, when, "its checkpoint", e);
     double skipped = (double)vt_loader_skipped(r->L);
-    if (rc == 0) rc = vt_dist_sum(r->dp, &skipped, 1, e); /* (every rank gets here: the stop is agreed) */
+    int rc = vt_dist_sum(r->dp, &skipped, 1, e); /* on every rank (the stop is agreed), whatever its state's check */
+    if (rc == 0) rc = check_state(r, when, "its checkpoint", e);
     train_state part = r->st;
     part.part_steps = done / r->A;
     part.part_correct = correct;
