@@ -89,6 +89,9 @@ static void check_open_errors(vt_test *T, const char *w) {
     o.crop_pct = 0.0015f; /* within (0, 10], but 28 / 0.0015 px is past the resize limit: every image would fail */
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct 0.0015 resizes 28 px") &&
                    err.code == A, "%s (%d)", err.msg, err.code);
+    o.crop_pct = 0.0018f; /* 15555 px a side is within the side limit, but 15555² pixels are past the image limit */
+    T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "crop_pct 0.0018 resizes 28x28 px") &&
+                   strstr(err.msg, "more than the 178956970 pixels") && err.code == A, "%s (%d)", err.msg, err.code);
     vitc_options_init(&o);
     o.img_size = 20; /* the ViT's position embeddings fix its size: the file holds no model of that size */
     T_CHECK(T, !vitc_open("vit_fmnist_tiny", w, &o, &err) && strstr(err.msg, "weights made at --img-size 28") &&
@@ -439,12 +442,13 @@ static void check_gmf(vt_test *T, const char *w, const char *png) {
     vitc_close(mw);
     free(xw);
     vitc_close(m);
-    /* crop_pct concerns images only: 96 / 0.004 px is past the resize limit, and a 96 px tensor is still fine */
+    /* crop_pct concerns images only: 96 px images would resize past the limit (96 / 0.006 = 16000 px a side, 256 M
+     * pixels; the model's own 64 px ones to 10667² pixels, within it), and a 96 px tensor is still fine */
     vitc_options_init(&o);
-    o.crop_pct = 0.004f;
+    o.crop_pct = 0.006f;
     m = vitc_open("groupmixformer_test", w, &o, &err);
     float *x96 = random_input(3 * 96 * 96, 5), lg[10];
-    T_CHECK(T, m && x96 && vitc_logits(m, x96, 1, 96, lg, &err) == 0, "96 px tensor with crop_pct 0.004: %s",
+    T_CHECK(T, m && x96 && vitc_logits(m, x96, 1, 96, lg, &err) == 0, "96 px tensor with crop_pct 0.006: %s",
             err.msg);
     free(x96);
     free(x);

@@ -6,8 +6,9 @@
  * Every fallible function returns 0 (or a count / a handle) on success and -1 (or NULL) on error, with the message
  * and its kind (VITC_E_*) in the caller's vitc_error (which may be NULL); nothing is printed and nothing exits. The
  * library keeps no mutable global state: a vitc_model holds everything, including its thread count. A vitc_model
- * runs one call at a time (a call while another thread's runs on it fails, "in use"; vitc_close is the caller's to
- * order after every call on the model has returned, as free()); separate models may run in separate threads.
+ * runs one call at a time (a call while another thread's runs on it fails, "in use"; vitc_get_info, vitc_input_size
+ * and vitc_load_image, which only read what opening the model fixed, run beside any call; vitc_close is the caller's
+ * to order after every call on the model has returned, as free()); separate models may run in separate threads.
  */
 #ifndef VITC_API_H
 #define VITC_API_H

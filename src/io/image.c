@@ -90,7 +90,7 @@ int vt_image_resize(const vt_image *src, int x0, int y0, int cw, int ch, int ow,
     if (x0 < 0 || y0 < 0 || cw < 1 || ch < 1 || x0 > src->w - cw || y0 > src->h - ch)
         return vt_seterr(e, "crop box (%d, %d) %d×%d is not inside the %d×%d image", x0, y0, cw, ch, src->w, src->h);
     if (!vt_image_target_ok(ow, oh))
-        return vt_seterr(e, "resize target %d×%d (each side at least 1, at most %lld pixels)", ow, oh,
+        return vt_seterr(e, "resize target %d×%d (each side at least 1 pixel, at most %lld pixels in all)", ow, oh,
                          VT_IMAGE_MAX_PIXELS);
     if (filter != VT_INTERP_BILINEAR && filter != VT_INTERP_BICUBIC)
         return vt_seterr(e, "resize filter %d (bilinear 2 or bicubic 3)", (int)filter);
@@ -179,7 +179,7 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     const int sw = squash || w <= h ? (int)scale_w : (int)(scale * w / h); /* scale_w = scale where W = S */
     const int sh = squash || w > h ? (int)scale : (int)(scale * h / w);
     if (!vt_image_target_ok(sw, sh))
-        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1, at most %lld pixels)", w,
+        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1 pixel, at most %lld pixels in all)", w,
                          h, sw, sh, VT_IMAGE_MAX_PIXELS);
     unsigned char *res = vt_alloc((size_t)sw * sh * C, e);
     const vt_image src = {w, h, C, (unsigned char *)pix};

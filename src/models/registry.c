@@ -362,13 +362,18 @@ static int configure(const vt_model_cfg *cfg, const vt_model_overrides *ov, vt_m
         return vt_seterr(e, "%s takes square inputs only: its weights depend on the image size (%s family), and are "
                          "made for one H = W (--img-size), not %dx%d", cfg->name, cfg->family->name, a->img_size,
                          a->img_w);
-    for (int side = 0; side < 2; side++) { /* the eval transform's resize of each side */
+    double resized[2]; /* the eval transform's resize of each side */
+    for (int side = 0; side < 2; side++) {
         const int px = side ? vt_arch_width(a) : a->img_size;
-        const double resize = vt_crop_resize(px, out->pre.crop_pct);
+        const double resize = resized[side] = vt_crop_resize(px, out->pre.crop_pct);
         if (!(resize >= 1.0 && resize <= VT_IMAGE_MAX_SIDE))
             return vt_seterr(e, "%s: crop_pct %g resizes %d px images to %.4g px (1..%d): out of range", cfg->name,
                              (double)out->pre.crop_pct, px, resize, VT_IMAGE_MAX_SIDE);
     }
+    if (!vt_image_target_ok((long long)resized[0], (long long)resized[1])) /* (an image of the input's shape) */
+        return vt_seterr(e, "%s: crop_pct %g resizes %dx%d px images to %.0fx%.0f px, more than the %lld pixels an "
+                         "image may have: out of range", cfg->name, (double)out->pre.crop_pct, a->img_size,
+                         vt_arch_width(a), resized[0], resized[1], VT_IMAGE_MAX_PIXELS);
     if (a->in_chans > 64 || a->num_classes > 100000)
         return vt_seterr(e, "%s: %d input channels / %d classes out of range (at most 64 / 100000)", cfg->name,
                          a->in_chans, a->num_classes);
