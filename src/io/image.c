@@ -179,8 +179,8 @@ int vt_image_preprocess(const unsigned char *pix, int w, int h, const vt_preproc
     const int sw = squash || w <= h ? (int)scale_w : (int)(scale * w / h); /* scale_w = scale where W = S */
     const int sh = squash || w > h ? (int)scale : (int)(scale * h / w);
     if (!vt_image_target_ok(sw, sh))
-        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1 pixel, at most %lld pixels in all)", w,
-                         h, sw, sh, VT_IMAGE_MAX_PIXELS);
+        return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1 pixel, at most %lld pixels "
+                         "in all)", w, h, sw, sh, VT_IMAGE_MAX_PIXELS);
     unsigned char *res = vt_alloc((size_t)sw * sh * C, e);
     const vt_image src = {w, h, C, (unsigned char *)pix};
     const vt_interp f = p->interp == VT_INTERP_BILINEAR ? VT_INTERP_BILINEAR : VT_INTERP_BICUBIC;

@@ -54,8 +54,8 @@ static int crop_flip_apply(const void *ctx, const vt_image *img, vt_rng *rng, fl
     const vt_image *src = img;
     if (sw != w || sh != h) {
         if (!vt_image_target_ok(sw, sh))
-            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1 pixel, at most %lld pixels in all)",
-                             w, h, sw, sh, VT_IMAGE_MAX_PIXELS);
+            return vt_seterr(e, "image of %d×%d pixels resizes to %d×%d (each side at least 1 pixel, at most %lld "
+                             "pixels in all)", w, h, sw, sh, VT_IMAGE_MAX_PIXELS);
         r = (vt_image){sw, sh, img->chans, malloc((size_t)sw * sh * img->chans)};
         if (!r.pix) return vt_seterr_code(e, VT_E_NOMEM, "out of memory resizing an image to %d×%d", sw, sh);
         if (vt_image_resize(img, 0, 0, w, h, sw, sh, VT_INTERP_BICUBIC, r.pix, e)) {
