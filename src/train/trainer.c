@@ -548,7 +548,6 @@ typedef struct {
     double train_s;          /* seconds spent in the epochs' training steps */
     int64_t steps_run;       /* optimiser steps this process has run */
     int curves_failed;       /* the last epoch's curves.png could not be drawn (warned) */
-    int stop_seen;           /* a stop was asked at the epoch's last step: the run stops once the epoch is written */
 } train_run;
 
 /* printf onto r's progress stream (rank 0's o->log; nothing elsewhere). */
@@ -566,6 +565,7 @@ typedef struct {
     int64_t correct; /* training images classified right, over all ranks */
     double ep_s;     /* the epoch's training seconds */
     int tty;         /* the progress went to a terminal: the validation shows its own there */
+    int stop;        /* a stop was asked at the epoch's last step: the run stops once the epoch is written */
 } epoch_tally;
 
 /* Refuses options run o of model c cannot train (before anything is opened or written); 0 when they pass. */
@@ -966,10 +966,9 @@ static int check_state(const train_run *r, const char *when, const char *what, v
 }
 
 /* A stop asked (o->stop) at the end of micro-batch `done` of epoch r->st.epoch, mid-epoch: rank 0 writes the
- * checkpoint of that point, holding the epoch's part trained (lsum, correct, images skipped before this process's
- * part: skipped0, seconds), which a resume goes on from; 1 once written, -1 on every rank when that failed. */
-static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, int64_t skipped0, double seconds,
-                          vt_err *e) {
+ * checkpoint of that point, holding the epoch's part trained (its tally so far, and skipped0, the images skipped
+ * before this process's part), which a resume goes on from; 1 once written, -1 on every rank when that failed. */
+static int stop_mid_epoch(train_run *r, int done, const epoch_tally *part_et, int64_t skipped0, vt_err *e) {
     char when[96];
     snprintf(when, sizeof when, "at step %lld, where a stop was asked", (long long)r->st.step);
     double skipped = (double)vt_loader_skipped(r->L);
@@ -977,10 +976,10 @@ static int stop_mid_epoch(train_run *r, int done, double lsum, int64_t correct, 
     if (rc == 0) rc = check_state(r, when, "its checkpoint", e);
     train_state part = r->st;
     part.part_steps = done / r->A;
-    part.part_correct = correct;
+    part.part_correct = part_et->correct;
     part.part_skipped = skipped0 + (int64_t)skipped;
-    part.part_loss = lsum;
-    part.part_seconds = seconds;
+    part.part_loss = part_et->lsum;
+    part.part_seconds = part_et->ep_s;
     vt_err we = {0};
     if (rc == 0 && r->lead && save_checkpoint(r->ckpt, r->c, r->o, r->P, &r->opt, r->ema.P, &part, r->dp->size, &we))
         rc = vt_seterr_from(e, &we, "%.700s; the stop's checkpoint was not written. The last good checkpoint is %s",
@@ -1035,11 +1034,10 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
         }
         if (stop && (i + 1) % A == 0 && i + 1 < spe) { /* at the epoch's last step the epoch ends first */
             vt_progress_end(&pg);
-            return stop_mid_epoch(r, i + 1, lsum, correct, skipped0, now_s() - tep, e);
+            return stop_mid_epoch(r, i + 1, &(epoch_tally){lsum, correct, now_s() - tep, pg.tty, 1}, skipped0, e);
         }
     }
     vt_progress_end(&pg);
-    r->stop_seen = stop;
     double skipped = (double)vt_loader_skipped(r->L);
     if ((rc = vt_dist_sum(dp, &skipped, 1, e))) return rc;
     skipped += (double)skipped0;
@@ -1052,7 +1050,7 @@ static int train_epoch(train_run *r, epoch_tally *et, vt_err *e) {
     snprintf(when, sizeof when, "after epoch %lld's training", (long long)r->st.epoch);
     rc = check_state(r, when, "that epoch", e);
     if ((rc = vt_dist_agree(dp, rc, e))) return rc;
-    *et = (epoch_tally){lsum, correct, ep_s, pg.tty};
+    *et = (epoch_tally){lsum, correct, ep_s, pg.tty, stop};
     return 0;
 }
 
@@ -1129,10 +1127,10 @@ static int end_epoch(train_run *r, const epoch_tally *et, vt_err *e) {
     return 0;
 }
 
-/* After epoch r->st.epoch's files: 1 when a stop was asked at the epoch's last step or a rank's o->stop flag is up (a
+/* After epoch r->st.epoch's files: 1 when a stop was asked at its last step (et) or a rank's o->stop flag is up (a
  * stop asked during the validation or the writes), said; 0 when not, -1 when the ranks could not agree. */
-static int stop_asked(train_run *r, vt_err *e) {
-    double up = r->stop_seen || (r->o->stop && r->o->stop->asked) ? 1.0 : 0.0;
+static int stop_asked(train_run *r, const epoch_tally *et, vt_err *e) {
+    double up = et->stop || (r->o->stop && r->o->stop->asked) ? 1.0 : 0.0;
     if (vt_dist_sum(r->dp, &up, 1, e)) return -1;
     if (up > 0)
         say(r, "Stopped as asked after epoch %lld (step %lld): %s holds the run there; train with --resume %s to go on "
@@ -1206,7 +1204,8 @@ int vt_train(const vt_model_cfg *cfg, const vt_train_opts *given, vt_err *e) {
         for (; r.st.epoch < run_epochs(r.o); r.st.epoch++) {
             epoch_tally et;
             if ((rc = train_epoch(&r, &et, e)) || (rc = end_epoch(&r, &et, e))) break;
-            if (r.st.epoch + 1 < run_epochs(r.o) && (rc = stop_asked(&r, e))) break; /* its checkpoint just written */
+            if (r.st.epoch + 1 < run_epochs(r.o) && (rc = stop_asked(&r, &et, e))) /* its checkpoint just written */
+                break;
         }
         if (r.o->stop) r.o->stop->training = 0;
         if (rc == 0) run_summary(&r);
