@@ -30,6 +30,7 @@ Run: /usr/bin/python3 tests/reference/test_convert.py
 import argparse
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -456,8 +457,11 @@ def review_additions(rep, tmp, sd):
     (tmp / "train.pth").chmod(0o644)
     as_user = {"user": 65534} if os.geteuid() == 0 else {}
     tmp.chmod(0o711)  # nobody passes through the test's folder
-    p = subprocess.run(CONV + [str(tmp / "train.pth"), str(wp / "ro.safetensors")], capture_output=True, text=True,
-                       timeout=300, **as_user)
+    # ... and runs a copy of the converter there: the checkout may sit in a folder only its owner enters (mktemp -d)
+    shutil.copy(CONV[1], tmp / "convert_checkpoint.py")
+    (tmp / "convert_checkpoint.py").chmod(0o644)
+    p = subprocess.run([CONV[0], str(tmp / "convert_checkpoint.py"), str(tmp / "train.pth"),
+                        str(wp / "ro.safetensors")], capture_output=True, text=True, timeout=300, **as_user)
     rep.check("output: a write-protected output refused, left as it was",
               one_line_refusal(p, "write-protected") and (wp / "ro.safetensors").read_bytes() == b"keep",
               p.stderr.strip())
